@@ -1,0 +1,110 @@
+/* args.c — strict command-line parsing shared by the subcommands (see commands.h). */
+#include "commands.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+void cli_usage_error(const char *cmd, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "attnd %s: ", cmd);
+    vfprintf(stderr, fmt, ap);
+    fprintf(stderr, "\nTry 'attnd %s --help'.\n", cmd);
+    va_end(ap);
+    exit(2);
+}
+
+bool cli_flag_value(const char *cmd, int argc, char **argv, int *i, const char *flag, const char **value) {
+    const char *a = argv[*i];
+    size_t n = strlen(flag);
+    if (strncmp(a, flag, n) != 0) return false;
+    if (a[n] == '=') {
+        *value = a + n + 1;
+        *i += 1;
+        return true;
+    }
+    if (a[n] != '\0') return false;
+    if (*i + 1 >= argc) cli_usage_error(cmd, "%s needs a value", flag);
+    *value = argv[*i + 1];
+    *i += 2;
+    return true;
+}
+
+long long cli_parse_int(const char *cmd, const char *flag, const char *s, long long min, long long max) {
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (errno || end == s || *end != '\0')
+        cli_usage_error(cmd, "%s: '%s' is not an integer", flag, s);
+    if (v < min || v > max) cli_usage_error(cmd, "%s: %lld is outside %lld..%lld", flag, v, min, max);
+    return v;
+}
+
+double cli_parse_double(const char *cmd, const char *flag, const char *s, double min, double max) {
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s || *end != '\0' || isnan(v))
+        cli_usage_error(cmd, "%s: '%s' is not a number", flag, s);
+    if (v < min || v > max) cli_usage_error(cmd, "%s: %g is outside %g..%g", flag, v, min, max);
+    return v;
+}
+
+int32_t *cli_parse_ids(const char *cmd, const char *flag, const char *s, int *n_out) {
+    int cap = 16, n = 0;
+    int32_t *ids = malloc(cap * sizeof(*ids));
+    if (!ids) cli_usage_error(cmd, "out of memory");
+    const char *p = s;
+    while (*p) {
+        char *end;
+        errno = 0;
+        long long v = strtoll(p, &end, 10);
+        if (errno || end == p || v < 0 || v > INT32_MAX || (*end != ',' && *end != '\0'))
+            cli_usage_error(cmd, "%s: '%s' is not a comma-separated list of token ids", flag, s);
+        if (n == cap) {
+            cap *= 2;
+            int32_t *g = realloc(ids, cap * sizeof(*ids));
+            if (!g) cli_usage_error(cmd, "out of memory");
+            ids = g;
+        }
+        ids[n++] = (int32_t)v;
+        p = *end == ',' ? end + 1 : end;
+    }
+    if (n == 0) cli_usage_error(cmd, "%s: no token ids given", flag);
+    *n_out = n;
+    return ids;
+}
+
+static char *existing(const char *dir, const char *rel) {
+    char buf[PATH_MAX];
+    if (snprintf(buf, sizeof(buf), "%s/%s", dir, rel) >= (int)sizeof(buf)) return NULL;
+    return access(buf, R_OK) == 0 ? strdup(buf) : NULL;
+}
+
+char *cli_default_model_path(void) {
+    static const char *MODEL = "attnd-sotu.gguf";
+    const char *env = getenv("ATTND_MODEL");
+    if (env && *env) return strdup(env);
+    char exe[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+    if (n > 0) {
+        exe[n] = '\0';
+        char *slash = strrchr(exe, '/');
+        if (slash) *slash = '\0';
+        char rel[64];
+        char *p;
+        /* installed tree: bin/attnd -> share/attnd/models/ (works when relocated or staged) */
+        snprintf(rel, sizeof(rel), "../share/attnd/models/%s", MODEL);
+        if ((p = existing(exe, rel))) return p;
+        /* build tree: build/attnd -> models/ of the source tree */
+        snprintf(rel, sizeof(rel), "../models/%s", MODEL);
+        if ((p = existing(exe, rel))) return p;
+    }
+    return existing(ATTND_INSTALL_DATADIR "/models", MODEL);
+}

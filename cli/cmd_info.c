@@ -1,0 +1,152 @@
+/*
+ * cmd_info.c — `attnd info --model PATH [--json]`: what a GGUF file holds, without computing.
+ * Reads only metadata and tensor infos, so it works on any well-formed GGUF, including ones
+ * whose architecture or tensor types the engine cannot run.
+ */
+#include <inttypes.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "attnd/gguf.h"
+#include "commands.h"
+
+static const char *USAGE =
+    "usage: attnd info [--model PATH] [--json]\n"
+    "\n"
+    "Prints the architecture, hyper-parameters, vocabulary size and tokenizer kind, tensor\n"
+    "count by type, file size and parameter count of a GGUF model file.\n"
+    "  --model PATH   the GGUF file (default: the shipped default model)\n"
+    "  --json         print one JSON object instead of text\n";
+
+/* Hyper-parameters printed when present, as "<arch>.<suffix>". */
+static const char *HPARAMS[] = {
+    "context_length",          "embedding_length",       "block_count",
+    "feed_forward_length",     "attention.head_count",   "attention.head_count_kv",
+    "attention.layer_norm_rms_epsilon", "rope.freq_base", "rope.dimension_count",
+    "vocab_size",
+};
+
+/* A scalar metadata value as JSON (new reference), or NULL for arrays. */
+static json_t *scalar_json(const gguf_value *v) {
+    switch (v->type) {
+    case GGUF_VT_UINT8: case GGUF_VT_UINT16: case GGUF_VT_UINT32: case GGUF_VT_UINT64:
+        return json_integer((json_int_t)v->v.u64);
+    case GGUF_VT_INT8: case GGUF_VT_INT16: case GGUF_VT_INT32: case GGUF_VT_INT64:
+        return json_integer((json_int_t)v->v.i64);
+    case GGUF_VT_FLOAT32: case GGUF_VT_FLOAT64: return json_real(v->v.f64);
+    case GGUF_VT_BOOL: return json_boolean(v->v.b);
+    case GGUF_VT_STRING: return json_stringn_nocheck(v->v.str.str, v->v.str.len);
+    default: return NULL;
+    }
+}
+
+static const char *str_or(const gguf_file *f, const char *key, const char *dflt) {
+    const char *s;
+    return gguf_get_str(f, key, &s, NULL) == ATTND_OK ? s : dflt;
+}
+
+int cmd_info(int argc, char **argv) {
+    const char *model = NULL;
+    bool as_json = false;
+    for (int i = 1; i < argc;) {
+        const char *v;
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            fputs(USAGE, stdout);
+            return 0;
+        } else if (cli_flag_value("info", argc, argv, &i, "--model", &v)) {
+            model = v;
+        } else if (!strcmp(argv[i], "--json")) {
+            as_json = true;
+            i++;
+        } else {
+            cli_usage_error("info", "unknown option '%s'", argv[i]);
+        }
+    }
+    char *dflt = NULL;
+    if (!model) {
+        model = dflt = cli_default_model_path();
+        if (!model) cli_usage_error("info", "no --model given and no default model found");
+    }
+
+    gguf_file *f;
+    attnd_err err;
+    if (gguf_open(&f, model, &err) != ATTND_OK) {
+        fprintf(stderr, "attnd info: %s\n", err.msg);
+        free(dflt);
+        return 1;
+    }
+
+    const char *arch = str_or(f, "general.architecture", "(unknown)");
+    const gguf_array *tokens = NULL;
+    uint64_t vocab = gguf_get_arr(f, "tokenizer.ggml.tokens", GGUF_VT_STRING, &tokens, NULL) == ATTND_OK
+                         ? tokens->n : 0;
+
+    json_t *root = json_object();
+    json_object_set_new(root, "file", json_string(model));
+    json_object_set_new(root, "file_size", json_integer((json_int_t)gguf_file_size(f)));
+    json_object_set_new(root, "gguf_version", json_integer(gguf_version(f)));
+    json_object_set_new(root, "architecture", json_string(arch));
+    json_object_set_new(root, "name", json_string(str_or(f, "general.name", "")));
+    json_t *hp = json_object();
+    for (size_t i = 0; i < ATTND_ARRAY_LEN(HPARAMS); i++) {
+        char key[256];
+        snprintf(key, sizeof(key), "%s.%s", arch, HPARAMS[i]);
+        const gguf_kv *kv = gguf_find_kv(f, key);
+        json_t *j = kv ? scalar_json(&kv->value) : NULL;
+        if (j) json_object_set_new(hp, HPARAMS[i], j);
+    }
+    json_object_set_new(root, "hyperparameters", hp);
+    json_object_set_new(root, "vocab_size", json_integer((json_int_t)vocab));
+    json_object_set_new(root, "tokenizer", json_string(str_or(f, "tokenizer.ggml.model", "(none)")));
+    json_object_set_new(root, "tokenizer_pre", json_string(str_or(f, "tokenizer.ggml.pre", "")));
+
+    json_t *by_type = json_object();
+    uint64_t params = 0;
+    json_t *unsupported = json_array();
+    for (uint64_t i = 0; i < gguf_tensor_count(f); i++) {
+        const gguf_tensor *t = gguf_tensor_at(f, i);
+        const char *tn = ggml_type_name(t->type);
+        json_t *c = json_object_get(by_type, tn);
+        json_object_set_new(by_type, tn, json_integer(c ? json_integer_value(c) + 1 : 1));
+        params += t->n_elems;
+        if (!ggml_type_computable(t->type) && json_array_size(unsupported) < 8)
+            json_array_append_new(unsupported, json_string(t->name));
+    }
+    json_object_set_new(root, "tensor_count", json_integer((json_int_t)gguf_tensor_count(f)));
+    json_object_set_new(root, "tensors_by_type", by_type);
+    json_object_set_new(root, "parameters", json_integer((json_int_t)params));
+    json_object_set_new(root, "metadata_count", json_integer((json_int_t)gguf_kv_count(f)));
+
+    if (as_json) {
+        json_dumpf(root, stdout, JSON_COMPACT);
+        putchar('\n');
+    } else {
+        printf("file:          %s (%" PRIu64 " bytes, GGUF v%u)\n", model, gguf_file_size(f), gguf_version(f));
+        printf("name:          %s\n", str_or(f, "general.name", "(none)"));
+        printf("architecture:  %s\n", arch);
+        const char *k;
+        json_t *v;
+        json_object_foreach(hp, k, v) {
+            if (json_is_real(v)) printf("  %-32s %g\n", k, json_real_value(v));
+            else printf("  %-32s %" JSON_INTEGER_FORMAT "\n", k, json_integer_value(v));
+        }
+        printf("tokenizer:     %s%s%s, vocab %" PRIu64 "\n", str_or(f, "tokenizer.ggml.model", "(none)"),
+               *str_or(f, "tokenizer.ggml.pre", "") ? " / pre " : "", str_or(f, "tokenizer.ggml.pre", ""), vocab);
+        printf("tensors:       %" PRIu64 " (", gguf_tensor_count(f));
+        bool first = true;
+        json_object_foreach(by_type, k, v) {
+            printf("%s%s: %" JSON_INTEGER_FORMAT, first ? "" : ", ", k, json_integer_value(v));
+            first = false;
+        }
+        printf(")\nparameters:    %" PRIu64 " (%.2f M)\n", params, params / 1e6);
+        if (json_array_size(unsupported))
+            printf("note:          some tensors use types the engine does not compute (e.g. %s)\n",
+                   json_string_value(json_array_get(unsupported, 0)));
+    }
+    json_decref(unsupported);
+    json_decref(root);
+    gguf_close(f);
+    free(dflt);
+    return 0;
+}

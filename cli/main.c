@@ -1,0 +1,46 @@
+/*
+ * main.c — the `attnd` executable: dispatches to the subcommand named by argv[1].
+ * To add a subcommand, write cli/cmd_<name>.c and add one row to COMMANDS.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "commands.h"
+
+typedef struct command {
+    const char *name;
+    int (*run)(int argc, char **argv); /* argv[0] is the subcommand name */
+    const char *summary;
+} command;
+
+static const command COMMANDS[] = {
+    {"info", cmd_info, "describe a GGUF model file (architecture, sizes, tensors)"},
+};
+
+static void print_help(FILE *out) {
+    fprintf(out, "usage: attnd <command> [options]\n\ncommands:\n");
+    for (size_t i = 0; i < sizeof(COMMANDS) / sizeof(COMMANDS[0]); i++)
+        fprintf(out, "  %-18s %s\n", COMMANDS[i].name, COMMANDS[i].summary);
+    fprintf(out, "\n'attnd <command> --help' describes a command's options.\n");
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        print_help(stderr);
+        return 2;
+    }
+    const char *name = argv[1];
+    if (!strcmp(name, "--help") || !strcmp(name, "-h") || !strcmp(name, "help")) {
+        print_help(stdout);
+        return 0;
+    }
+    if (!strcmp(name, "--version")) {
+        printf("attnd %s\n", ATTND_VERSION);
+        return 0;
+    }
+    for (size_t i = 0; i < sizeof(COMMANDS) / sizeof(COMMANDS[0]); i++)
+        if (!strcmp(name, COMMANDS[i].name)) return COMMANDS[i].run(argc - 1, argv + 1);
+    fprintf(stderr, "attnd: unknown command '%s'\n", name);
+    fprintf(stderr, "usage: attnd <command> [options]   (attnd --help lists the commands)\n");
+    return 2;
+}

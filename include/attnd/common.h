@@ -1,0 +1,50 @@
+/*
+ * common.h — status codes, error messages and assertions shared by every attnd module.
+ *
+ * Library code never exits: a function that can fail returns an attnd_status (0 = ok,
+ * negative = error) and, when the caller passes an attnd_err, writes a one-line message
+ * saying what was wrong ("tensor 'blk.3.attn_q.weight': data extends past end of file").
+ * Broken invariants (bugs, not bad input) hit ATTND_ASSERT, which prints file:line and aborts.
+ */
+#ifndef ATTND_COMMON_H
+#define ATTND_COMMON_H
+
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+typedef enum attnd_status {
+    ATTND_OK = 0,
+    ATTND_ERR_IO = -1,          /* open/read/mmap/write failed */
+    ATTND_ERR_FORMAT = -2,      /* a file or message is malformed */
+    ATTND_ERR_NOMEM = -3,       /* allocation failed, or a memory budget is exhausted */
+    ATTND_ERR_UNSUPPORTED = -4, /* well-formed, but not something attnd computes */
+    ATTND_ERR_INVALID = -5,     /* a caller-supplied argument is out of range */
+    ATTND_ERR_NOT_FOUND = -6,   /* a key, tensor, id or session does not exist */
+    ATTND_ERR_BUSY = -7,        /* the resource is in use or a queue is full */
+} attnd_status;
+
+/* Human-readable name of a status ("format error"); never NULL. */
+const char *attnd_status_str(attnd_status st);
+
+/* An error message buffer. Callers may pass NULL wherever an attnd_err * is taken. */
+typedef struct attnd_err {
+    char msg[512];
+} attnd_err;
+
+/* Formats into err (if non-NULL) and returns st, so callers can write
+ * `return attnd_fail(err, ATTND_ERR_FORMAT, "bad %s", what);`. */
+attnd_status attnd_fail(attnd_err *err, attnd_status st, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+#define ATTND_ASSERT(cond)                                                              \
+    do {                                                                                \
+        if (!(cond)) {                                                                  \
+            fprintf(stderr, "%s:%d: assertion failed: %s\n", __FILE__, __LINE__, #cond); \
+            abort();                                                                    \
+        }                                                                               \
+    } while (0)
+
+#define ATTND_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
+
+#endif /* ATTND_COMMON_H */

@@ -1,0 +1,67 @@
+/*
+ * tokenizer.h — text <-> token ids, read from a GGUF's tokenizer.* metadata.
+ *
+ * Two families: "llama" (SentencePiece-style BPE driven by token scores, U+2581 for spaces,
+ * byte-fallback tokens <0xXX>) and "gpt2" (byte-level BPE with ranked merges and the
+ * pre-tokenizer named by tokenizer.ggml.pre). Nothing is hard-coded per model.
+ *
+ * Thread-safety: a tokenizer is immutable after tok_load; any number of threads may encode and
+ * decode with it concurrently. A tok_stream belongs to one thread.
+ */
+#ifndef ATTND_TOKENIZER_H
+#define ATTND_TOKENIZER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "attnd/common.h"
+#include "attnd/gguf.h"
+
+typedef struct tokenizer tokenizer;
+
+/* Reads the vocabulary from f (copies what it keeps; f may be closed afterwards). */
+attnd_status tok_load(tokenizer **out, const gguf_file *f, attnd_err *err);
+void tok_destroy(tokenizer *t); /* accepts NULL */
+
+int tok_n_vocab(const tokenizer *t);
+int32_t tok_bos(const tokenizer *t); /* -1 when the model has none */
+int32_t tok_eos(const tokenizer *t);
+bool tok_add_bos(const tokenizer *t);
+/* True for end-of-generation ids (EOS, EOT, <|im_end|>, ...): generation stops there. */
+bool tok_is_eog(const tokenizer *t, int32_t id);
+/* The vocabulary string of id as stored in the GGUF (borrowed), or NULL when out of range. */
+const char *tok_piece(const tokenizer *t, int32_t id);
+/* Looks a token up by its exact vocabulary string; -1 when absent. */
+int32_t tok_find(const tokenizer *t, const char *piece);
+
+/*
+ * Encodes len bytes of text. add_special: prepend BOS (and append EOS) as the model's metadata
+ * asks. parse_special: also match control tokens written literally in the text (chat templates);
+ * user-defined tokens always match. *ids is malloc'd (caller frees) and *n_ids set.
+ * Invalid UTF-8 is encoded, not refused (byte fallback / byte-level mapping).
+ */
+attnd_status tok_encode(const tokenizer *t, const char *text, size_t len, bool add_special, bool parse_special,
+                        int32_t **ids, size_t *n_ids, attnd_err *err);
+
+/* Decodes ids to bytes (SentencePiece leading space of the first piece removed, byte tokens and
+ * byte-level mapping undone). *text is malloc'd and NUL-terminated; *len excludes the NUL.
+ * Control tokens decode to nothing unless render_special. */
+attnd_status tok_decode(const tokenizer *t, const int32_t *ids, size_t n, bool render_special, char **text,
+                        size_t *len, attnd_err *err);
+
+/*
+ * Incremental decoding for streaming. Push ids one at a time; each push returns the newly
+ * complete text (never a split UTF-8 character). The concatenation of all pushes and the final
+ * flush equals tok_decode of all ids.
+ */
+typedef struct tok_stream tok_stream;
+attnd_status tok_stream_create(tok_stream **out, const tokenizer *t, bool render_special);
+void tok_stream_destroy(tok_stream *s);
+/* Appends the text released by id to *out (malloc'd/realloc'd buffer owned by the stream;
+ * valid until the next call). Returns bytes released (possibly 0). */
+size_t tok_stream_push(tok_stream *s, int32_t id, const char **out);
+/* Releases held-back bytes (an incomplete UTF-8 tail is emitted as-is). */
+size_t tok_stream_flush(tok_stream *s, const char **out);
+
+#endif /* ATTND_TOKENIZER_H */
