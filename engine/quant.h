@@ -1,0 +1,37 @@
+/*
+ * quant.h — (engine-private) compute kernels over weights stored in their GGUF types:
+ * F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K. Weights are never dequantized as a whole; kernels
+ * read blocks straight from the mmap. Block layouts follow the GGUF/ggml spec.
+ *
+ * Pure functions: output first, then inputs, then sizes. Parallel (OpenMP) over output rows
+ * inside quant_matmul only. A portable C path is always present and correct; vectorised paths
+ * (AVX2/AVX-512...) are chosen at run time.
+ */
+#ifndef ATTND_QUANT_H
+#define ATTND_QUANT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Bytes of one row of n_cols elements of type (n_cols a multiple of the block size). */
+size_t quant_row_bytes(uint32_t type, int64_t n_cols);
+
+/* dst[0..n) = the n elements at src (n a multiple of the block size), as floats. */
+void quant_dequantize_row(float *dst, const void *src, uint32_t type, int64_t n);
+
+/* Scratch bytes quant_matmul needs for n_tok activation rows of n_cols when weights are wtype
+ * (e.g. activations quantized to Q8 blocks); callers allocate it once, up front. */
+size_t quant_scratch_bytes(uint32_t wtype, int n_tok, int64_t n_cols);
+
+/*
+ * out[t * n_rows + r] = sum_c W[r][c] * x[t * n_cols + c]   for t < n_tok, r < n_rows
+ *   out:     (n_tok, n_rows) floats
+ *   w:       (n_rows, n_cols) in wtype, rows contiguous (GGUF ne[0] = n_cols, ne[1] = n_rows)
+ *   x:       (n_tok, n_cols) floats
+ *   scratch: quant_scratch_bytes(wtype, n_tok, n_cols) bytes
+ * Each weight row is read once per call, whatever n_tok is (prefill is matrix-matrix work).
+ */
+void quant_matmul(float *out, const void *w, uint32_t wtype, int64_t n_rows, int64_t n_cols, const float *x,
+                  int n_tok, void *scratch, int n_threads);
+
+#endif /* ATTND_QUANT_H */
