@@ -10,6 +10,8 @@
 #include <stdint.h>
 
 int cmd_info(int argc, char **argv);
+int cmd_generate(int argc, char **argv);
+int cmd_score(int argc, char **argv);
 
 /* ---- argument helpers (cli/args.c) ---- */
 

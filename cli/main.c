@@ -15,6 +15,8 @@ typedef struct command {
 
 static const command COMMANDS[] = {
     {"info", cmd_info, "describe a GGUF model file (architecture, sizes, tensors)"},
+    {"generate", cmd_generate, "generate a continuation of a prompt"},
+    {"score", cmd_score, "teacher-forced argmax and log-probabilities of a token sequence"},
 };
 
 static void print_help(FILE *out) {
