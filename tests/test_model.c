@@ -63,8 +63,10 @@ static void random_tokens(int32_t *t, int n, int vocab, uint64_t seed) {
 
 // ---- forward pass against the float64 reference ------------------------------------------------
 
-/* Engine logits (F32 KV) of every position vs. the reference, relative to the logit scale. */
-static void check_against_reference(const tiny_spec *sp, int n_tok) {
+/* Engine logits (F32 KV) of every position vs. the reference, relative to the logit scale.
+ * rel_tol: 2e-4 for F32 weights (float32 sums); F16 weights get more, because the kernels round
+ * activations to F16 as llama.cpp does (relative error 2^-11 per element). */
+static void check_against_reference(const tiny_spec *sp, int n_tok, double rel_tol) {
     rig r;
     rig_open(&r, sp, KV_F32, n_tok);
     int V = sp->n_vocab;
@@ -82,7 +84,7 @@ static void check_against_reference(const tiny_spec *sp, int n_tok) {
         scale = fmax(scale, fabs(ref[i]));
     }
     cr_assert(scale > 0.1, "degenerate fixture: logits all near zero");
-    cr_assert(worst <= 2e-4 * scale, "%s: max |engine - reference| = %g (logit scale %g)", sp->arch, worst, scale);
+    cr_assert(worst <= rel_tol * scale, "%s: max |engine - reference| = %g (logit scale %g)", sp->arch, worst, scale);
     kv_seq_destroy(s);
     free(tok), free(lg), free(ref);
     rig_close(&r);
@@ -90,12 +92,12 @@ static void check_against_reference(const tiny_spec *sp, int n_tok) {
 
 Test(model, llama_prefill_matches_float64_reference) {
     tiny_spec sp = tiny_default("llama");
-    check_against_reference(&sp, 150); /* > 2 KV blocks, so attention crosses tiles */
+    check_against_reference(&sp, 150, 2e-4); /* > 2 KV blocks, so attention crosses tiles */
 }
 
 Test(model, qwen2_biases_and_neox_rope_match_float64_reference) {
     tiny_spec sp = tiny_default("qwen2");
-    check_against_reference(&sp, 80);
+    check_against_reference(&sp, 80, 2e-4);
 }
 
 Test(model, partial_rotary_dims_and_tied_output_match_reference) {
@@ -103,13 +105,13 @@ Test(model, partial_rotary_dims_and_tied_output_match_reference) {
     sp.rope_dims = 4; /* rotate only the first 4 of 8 dims per head */
     sp.tied = true;
     sp.n_head_kv = 1; /* every query head shares one KV head */
-    check_against_reference(&sp, 70);
+    check_against_reference(&sp, 70, 2e-4);
 }
 
 Test(model, f16_weights_match_reference) {
     tiny_spec sp = tiny_default("qwen2");
     sp.wtype = GGML_TYPE_F16;
-    check_against_reference(&sp, 40);
+    check_against_reference(&sp, 40, 2e-3);
 }
 
 // ---- prefill / decode / batch consistency ---------------------------------------------------------
@@ -492,7 +494,8 @@ Test(model, teacher_forced_agreement_with_llama_cpp_meets_floors) {
         kv_pool *pool;
         /* F32 KV: the reference was made with llama.cpp's F32 cache. */
         cr_assert_eq(kv_pool_create(&pool, m, (size_t)256 << 20, KV_F32, &err), ATTND_OK, "%s", err.msg);
-        cr_assert_eq(engine_create(&e, m, 512, 0, &err), ATTND_OK, "%s", err.msg);
+        /* One thread: these models are tiny, and the test machine may be busy. */
+        cr_assert_eq(engine_create(&e, m, 512, 1, &err), ATTND_OK, "%s", err.msg);
         float *lg = malloc(sizeof(float) * 512 * (size_t)mi->n_vocab);
         int agree = 0, total = 0;
         for (size_t ci = 0; ci < json_array_size(cases); ci++) {
