@@ -548,7 +548,7 @@ static quant_rows_fn pick_kernel(quant_isa isa, uint32_t wtype) {
 // ---- matmul driver -----------------------------------------------------------------------------
 
 /* Below this many multiply-adds a parallel region costs more than it saves. */
-#define PAR_MIN_WORK (1 << 16)
+#define PAR_MIN_WORK (1 << 17)
 /* Rows handed out per scheduling unit: a multiple of the kernels' row tiles. */
 #define ROW_GRAIN 8
 
