@@ -457,6 +457,28 @@ Test(tokenizer, spm_merges_best_score_first_and_leftmost_on_ties) {
     tok_destroy(t);
 }
 
+/* "x" is not a token but "xa" is: SentencePiece still merges the two characters by their text
+ * (the id-pair fast path does not apply to such a vocabulary; the string path must). */
+Test(tokenizer, spm_merges_characters_that_are_not_tokens_by_their_text) {
+    static const char *toks[] = {"<unk>", "a", "xa", "<0x78>"};
+    static const float scores[] = {0, -1, -2, 0};
+    static const int32_t types[] = {2, 1, 1, 6};
+    gbuf b = {0};
+    kv_str(&b, "tokenizer.ggml.model", "llama");
+    kv_strs(&b, "tokenizer.ggml.tokens", toks, 4);
+    kv_f32s(&b, "tokenizer.ggml.scores", scores, 4);
+    kv_i32s(&b, "tokenizer.ggml.token_type", types, 4);
+    kv_bool(&b, "tokenizer.ggml.add_space_prefix", false);
+    kv_u32(&b, "tokenizer.ggml.bos_token_id", 0);
+    kv_u32(&b, "tokenizer.ggml.eos_token_id", 0);
+    tokenizer *t;
+    attnd_err err;
+    cr_assert_eq(load_built(&b, &t, &err), ATTND_OK, "%s", err.msg);
+    expect_ids(t, "xa", (int32_t[]){2}, 1);
+    expect_ids(t, "xx", (int32_t[]){3, 3}, 2); /* unmerged: byte fallback */
+    tok_destroy(t);
+}
+
 Test(tokenizer, bpe_merges_lowest_rank_first_and_leftmost_on_ties) {
     /* byte-level characters for a, b, space are "a", "b", "Ġ" */
     static const char *toks[] = {"a", "b", "\xC4\xA0", "aa", "ab", "\xC4\xA0" "a"};
