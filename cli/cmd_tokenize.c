@@ -62,12 +62,15 @@ static tokenizer *load_tokenizer(const char *cmd, const char *model) {
     return t;
 }
 
-static void print_error_line(const char *msg) {
-    json_t *o = json_pack("{s:s}", "error", msg);
-    json_dumpf(o, stdout, JSON_COMPACT);
-    putchar('\n');
-    json_decref(o);
+/* Writes {"<name>": <value>} and a newline, spaced like the {"ids": [...]} lines; steals value. */
+static void print_field_line(const char *name, json_t *value) {
+    char *v = value ? json_dumps(value, JSON_ENCODE_ANY) : NULL;
+    printf("{\"%s\": %s}\n", name, v ? v : "null");
+    free(v);
+    json_decref(value);
 }
+
+static void print_error_line(const char *msg) { print_field_line("error", json_string(msg)); }
 
 int cmd_tokenize(int argc, char **argv) {
     const char *model = NULL;
@@ -214,11 +217,7 @@ int cmd_detokenize(int argc, char **argv) {
         } else {
             size_t vn;
             char *valid = valid_utf8(text, len, &vn);
-            json_t *o = json_object();
-            json_object_set_new(o, "text", valid ? json_stringn(valid, vn) : json_string(""));
-            json_dumpf(o, stdout, JSON_COMPACT);
-            putchar('\n');
-            json_decref(o);
+            print_field_line("text", valid ? json_stringn(valid, vn) : json_string(""));
             free(valid);
         }
         free(text);
