@@ -414,6 +414,58 @@ Test(sampler, top_p_and_top_k_on_a_large_vocabulary_match_a_full_sort) {
     }
 }
 
+static double typical_centre;
+static int cmp_typical_ref(const void *a, const void *b, void *ctx) {
+    const float *l = ctx;
+    int x = *(const int *)a, y = *(const int *)b;
+    double dx = fabs(l[x] - typical_centre), dy = fabs(l[y] - typical_centre);
+    if (dx != dy) return dx < dy ? -1 : 1;
+    return x - y;
+}
+
+/* typical-p over a large vocabulary (its cut found by selection, not sorting) against the
+ * definition computed with a full sort in double. */
+Test(sampler, typical_p_on_a_large_vocabulary_matches_the_definition) {
+    enum { V = 20000 };
+    static float l[V];
+    static int order[V];
+    static bool allowed[V];
+    random_logits(l, V, 4);
+    double max = -INFINITY, sum = 0, entropy = 0;
+    for (int i = 0; i < V; i++) max = fmax(max, l[i]);
+    for (int i = 0; i < V; i++) sum += exp(l[i] - max);
+    for (int i = 0; i < V; i++) {
+        double p = exp(l[i] - max) / sum;
+        entropy -= p * log(p);
+    }
+    typical_centre = max + log(sum) - entropy;
+    for (int i = 0; i < V; i++) order[i] = i;
+    qsort_r(order, V, sizeof(int), cmp_typical_ref, l);
+    double cum = 0;
+    int keep = V;
+    for (int i = 0; i < V; i++) {
+        cum += exp(l[order[i]] - max) / sum;
+        if (cum >= 0.3) {
+            keep = i + 1;
+            break;
+        }
+    }
+    for (int i = 0; i < keep; i++) allowed[order[i]] = true;
+    sampler_params p = plain(1.0f, 31);
+    p.typical_p = 0.3f;
+    sampler *s = make(&p, V);
+    int hits = 0;
+    for (int i = 0; i < 2000; i++) {
+        int32_t id = sampler_sample(s, l);
+        bool edge = id == order[keep] || id == order[keep - 1];
+        cr_assert(allowed[id] || edge, "id %d outside the typical set of %d", id, keep);
+        hits += allowed[id];
+    }
+    cr_assert_gt(hits, 1990);
+    cr_assert_lt(keep, V / 2, "the test should cut a real part of the vocabulary (kept %d)", keep);
+    sampler_destroy(s);
+}
+
 // ---- penalties and bias ---------------------------------------------------------------------
 
 Test(sampler, repeat_penalty_divides_positive_and_multiplies_negative_logits) {
