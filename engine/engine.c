@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "attn_ops.h"
 #include "kv.h"
 #include "model_internal.h"
 #include "quant.h"
@@ -80,6 +81,7 @@ static size_t max_scratch(size_t cur, const weight *w, int n_tok) {
 attnd_status engine_create(engine **out, const model *m, int max_batch, int n_threads, attnd_err *err) {
     *out = NULL;
     if (!m) return attnd_fail(err, ATTND_ERR_INVALID, "engine_create: no model");
+    attn_ops_init();
     if (max_batch < 1 || max_batch > (1 << 16))
         return attnd_fail(err, ATTND_ERR_INVALID, "max_batch %d is outside 1..65536", max_batch);
     engine *e = calloc(1, sizeof(*e));
@@ -260,16 +262,9 @@ static const float *kv_tile(const kv_seq *s, int which, int layer, int base, int
         return (const float *)kv_row(s, which, layer, base) + (size_t)g * hd;
     }
     const uint16_t *src = (const uint16_t *)kv_row(s, which, layer, base) + (size_t)g * hd;
-    for (int j = 0; j < cnt; j++)
-        for (int i = 0; i < hd; i++) buf[(size_t)j * hd + i] = kv_f16_to_f32(src[(size_t)j * p->kv_dim + i]);
+    for (int j = 0; j < cnt; j++) attn_f16_row(buf + (size_t)j * hd, src + (size_t)j * p->kv_dim, hd);
     *stride = hd;
     return buf;
-}
-
-static inline float dot(const float *a, const float *b, int n) {
-    float s = 0;
-    for (int i = 0; i < n; i++) s += a[i] * b[i];
-    return s;
 }
 
 /* Attention of entry t over its sequence, for the query heads sharing kv head g. */
@@ -292,13 +287,10 @@ static void attend(const engine *e, attn_slot *sl, const batch_entry *en, int t,
         const float *K = kv_tile(en->seq, 0, layer, base, cnt, g, hd, sl->k_tile, &ks);
         const float *V = kv_tile(en->seq, 1, layer, base, cnt, g, hd, sl->v_tile, &vs);
         for (int h = 0; h < G; h++) {
-            const float *qh = q + (size_t)h * hd;
             float *acc = sl->acc + (size_t)h * hd;
+            attn_scores(sl->scores, q + (size_t)h * hd, K, (size_t)ks, cnt, hd, scale);
             float tile_max = -INFINITY;
-            for (int j = 0; j < cnt; j++) {
-                sl->scores[j] = dot(qh, K + (size_t)j * ks, hd) * scale;
-                if (sl->scores[j] > tile_max) tile_max = sl->scores[j];
-            }
+            for (int j = 0; j < cnt; j++) tile_max = sl->scores[j] > tile_max ? sl->scores[j] : tile_max;
             if (tile_max > sl->run_max[h]) {
                 /* A larger max: rescale what was accumulated under the old one. */
                 float c = expf(sl->run_max[h] - tile_max);
@@ -307,13 +299,9 @@ static void attend(const engine *e, attn_slot *sl, const batch_entry *en, int t,
                 sl->run_max[h] = tile_max;
             }
             float mx = sl->run_max[h], sum = 0;
-            for (int j = 0; j < cnt; j++) {
-                float p = expf(sl->scores[j] - mx);
-                sum += p;
-                const float *vr = V + (size_t)j * vs;
-                for (int i = 0; i < hd; i++) acc[i] += p * vr[i];
-            }
+            for (int j = 0; j < cnt; j++) sum += sl->scores[j] = expf(sl->scores[j] - mx);
             sl->run_sum[h] += sum;
+            attn_accum(acc, sl->scores, V, (size_t)vs, cnt, hd);
         }
     }
     for (int h = 0; h < G; h++) {
@@ -338,7 +326,7 @@ static void report_attention(engine *e, const batch_entry *entries, int n, int l
             for (int j = 0; j < n_keys; j++) {
                 int ks;
                 const float *K = kv_tile(s, 0, layer, j, 1, g, hd, e->slots[0].k_tile, &ks);
-                e->cb_weights[j] = dot(q, K, hd) * scale;
+                attn_scores(&e->cb_weights[j], q, K, (size_t)ks, 1, hd, scale);
                 if (e->cb_weights[j] > mx) mx = e->cb_weights[j];
             }
             double sum = 0;
