@@ -256,28 +256,52 @@ int cmd_bench(int argc, char **argv) {
         int len = o.growth_len ? o.growth_len : (mi->n_ctx < 2048 ? mi->n_ctx : 2048);
         if (len > mi->n_ctx) len = mi->n_ctx;
         gl.t = malloc(sizeof(double) * (size_t)len);
-        kv_seq *s;
-        if (!gl.t || kv_seq_create(&s, pool, &err)) goto fail;
-        /* Prompt: one token; then len - 1 decode steps. Token i is chosen after evaluating
-         * position i, so t[i+1] - t[i] is the cost of the step at position i + 1. */
-        engine_gen g = {.n_predict = len - 1, .on_token = on_growth_token, .token_user = &gl};
-        int n_out;
-        attnd_status st = engine_generate(e, s, prompt, 1, &g, NULL, &n_out, NULL, &err);
-        kv_seq_destroy(s);
-        if (st) goto fail;
-        printf("\ndecode cost along one generation of %d tokens (ms/token, mean over positions p-7..p+8):\n",
-               n_out + 1);
+        double *steps = malloc(sizeof(double) * (size_t)len * o.reps); /* (reps, len) ms per step */
+        double *win = malloc(sizeof(double) * 32 * (size_t)o.reps);
+        if (!gl.t || !steps || !win) {
+            free(steps), free(win);
+            snprintf(err.msg, sizeof(err.msg), "out of memory");
+            goto fail;
+        }
+        int n_steps = len;
+        for (int r = 0; r < o.reps; r++) {
+            kv_seq *s;
+            if (kv_seq_create(&s, pool, &err)) {
+                free(steps), free(win);
+                goto fail;
+            }
+            /* Prompt: one token; then len - 1 decode steps. Token i is chosen right after
+             * position i was evaluated, so t[i] - t[i-1] is the cost of the step at position i. */
+            gl.n = 0;
+            engine_gen g = {.n_predict = len - 1, .on_token = on_growth_token, .token_user = &gl};
+            int n_out;
+            attnd_status st = engine_generate(e, s, prompt, 1, &g, NULL, &n_out, NULL, &err);
+            kv_seq_destroy(s);
+            if (st) {
+                free(steps), free(win);
+                goto fail;
+            }
+            for (int i = 1; i < gl.n; i++) steps[(size_t)r * len + i] = gl.t[i] - gl.t[i - 1];
+            n_steps = gl.n;
+        }
+        printf("\ndecode cost along one generation of %d tokens (ms/token: median of positions p-16..p+15 over "
+               "%d runs):\n",
+               n_steps, o.reps);
         printf("%8s %10s %26s\n", "position", "ms/token", "added ms per 1000 positions");
         double prev = 0;
         int prev_p = 0;
-        for (int p = 64; p + 8 < gl.n; p *= 2) {
-            double ms = (gl.t[p + 8] - gl.t[p - 8]) / 16;
+        for (int p = 64; p + 16 <= n_steps; p *= 2) {
+            int nw = 0;
+            for (int r = 0; r < o.reps; r++)
+                for (int i = p - 16; i < p + 16; i++) win[nw++] = steps[(size_t)r * len + i];
+            double ms = median(win, nw);
             if (prev_p) printf("%8d %10.4f %26.4f\n", p, ms, (ms - prev) / (p - prev_p) * 1000);
             else printf("%8d %10.4f %26s\n", p, ms, "");
             prev = ms, prev_p = p;
         }
         /* O(t) steps: ms/token = a + b*t, so the last column stays about constant (b). A step that
          * recomputed the prefix would cost O(t^2) and that column would double at each row. */
+        free(steps), free(win);
     }
     rc = 0;
     goto out;
