@@ -182,6 +182,58 @@ Test(model, batched_decode_of_several_sequences_equals_each_alone) {
     rig_close(&r);
 }
 
+/* One batch holding a 40-token prefill of a new sequence, single decode tokens of two others,
+ * and a sequence whose entries are interleaved with another's: each entry's logits equal those of
+ * evaluating its sequence alone. */
+Test(model, mixed_prefill_decode_and_interleaved_batch_equals_separate_evals) {
+    tiny_spec sp = tiny_default("llama");
+    rig r;
+    rig_open(&r, &sp, KV_F16, 64);
+    int V = sp.n_vocab;
+    int32_t ta[40], tb[30], tc[30], td[6];
+    random_tokens(ta, 40, V, 31), random_tokens(tb, 30, V, 32), random_tokens(tc, 30, V, 33);
+    random_tokens(td, 6, V, 34);
+    kv_seq *a, *b, *c, *d, *ra, *rb, *rc, *rd;
+    kv_seq **all[] = {&a, &b, &c, &d, &ra, &rb, &rc, &rd};
+    for (size_t i = 0; i < ATTND_ARRAY_LEN(all); i++) cr_assert_eq(kv_seq_create(all[i], r.pool, NULL), ATTND_OK);
+    float *lg = malloc(sizeof(float) * 64 * V), *ref = malloc(sizeof(float) * 64 * V);
+    /* history: b and c hold 29 tokens, d holds 2 */
+    prefill(r.e, b, tb, 29, lg), prefill(r.e, rb, tb, 29, lg);
+    prefill(r.e, c, tc, 29, lg), prefill(r.e, rc, tc, 29, lg);
+    prefill(r.e, d, td, 2, lg), prefill(r.e, rd, td, 2, lg);
+    batch_entry be[64];
+    int n = 0;
+    for (int i = 0; i < 20; i++) be[n++] = (batch_entry){a, ta[i], i, true};
+    be[n++] = (batch_entry){b, tb[29], 29, true};
+    for (int i = 0; i < 4; i++) {
+        be[n++] = (batch_entry){d, td[2 + i], 2 + i, true}; /* d interleaved with a's tail */
+        be[n++] = (batch_entry){a, ta[20 + i], 20 + i, true};
+    }
+    for (int i = 24; i < 40; i++) be[n++] = (batch_entry){a, ta[i], i, true};
+    be[n++] = (batch_entry){c, tc[29], 29, true};
+    attnd_err err;
+    cr_assert_eq(engine_eval(r.e, be, n, lg, &err), ATTND_OK, "%s", err.msg);
+    float *ra_lg = malloc(sizeof(float) * 40 * V), *rd_lg = malloc(sizeof(float) * 4 * V);
+    float rb_lg[48], rc_lg[48];
+    prefill(r.e, ra, ta, 40, ra_lg);
+    prefill(r.e, rb, &tb[29], 1, rb_lg);
+    prefill(r.e, rc, &tc[29], 1, rc_lg);
+    prefill(r.e, rd, &td[2], 4, rd_lg);
+    for (int t = 0; t < n; t++) {
+        const float *want = be[t].seq == a ? ra_lg + (size_t)be[t].pos * V
+                            : be[t].seq == b ? rb_lg
+                            : be[t].seq == c ? rc_lg
+                                             : rd_lg + (size_t)(be[t].pos - 2) * V;
+        float diff = max_abs_diff(lg + (size_t)t * V, want, (size_t)V);
+        cr_assert(diff < 1e-4f, "entry %d (pos %d): batched logits differ by %g", t, be[t].pos, diff);
+    }
+    cr_assert_eq(kv_seq_len(a), 40);
+    cr_assert_eq(kv_seq_len(d), 6);
+    for (size_t i = 0; i < ATTND_ARRAY_LEN(all); i++) kv_seq_destroy(*all[i]);
+    free(lg), free(ref), free(ra_lg), free(rd_lg);
+    rig_close(&r);
+}
+
 Test(model, logits_only_for_entries_that_want_them) {
     tiny_spec sp = tiny_default("llama");
     rig r;
