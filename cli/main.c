@@ -15,6 +15,7 @@ typedef struct command {
 
 static const command COMMANDS[] = {
     {"info", cmd_info, "describe a GGUF model file (architecture, sizes, tensors)"},
+    {"convert-llama2c", cmd_convert_llama2c, "convert a llama2.c checkpoint + tokenizer.bin to GGUF"},
 };
 
 static void print_help(FILE *out) {
