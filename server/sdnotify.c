@@ -157,3 +157,21 @@ attnd_status sdnotify_watchdog(sdnotify *n) {
     if (st == ATTND_OK) n->last_watchdog = t;
     return st;
 }
+
+// ---- server hooks ------------------------------------------------------------------------------
+
+static void hook_ready(void *user) { sdnotify_ready(user); }
+static void hook_status(void *user, const char *status) { sdnotify_status(user, status); }
+static void hook_watchdog(void *user) { sdnotify_watchdog(user); }
+static void hook_stopping(void *user) { sdnotify_stopping(user); }
+
+void sdnotify_attach(sdnotify *n, server_settings *s) {
+    s->hooks.on_ready = hook_ready;
+    s->hooks.on_status = hook_status;
+    s->hooks.on_watchdog = hook_watchdog;
+    s->hooks.on_stopping = hook_stopping;
+    s->hooks.user = n;
+    uint64_t ms = sdnotify_watchdog_interval_usec(n) / 1000;
+    if (ms > 0 && (s->watchdog_interval_ms <= 0 || (uint64_t)s->watchdog_interval_ms > ms))
+        s->watchdog_interval_ms = (int)(ms > 0 ? ms : 1);
+}
