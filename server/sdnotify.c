@@ -134,9 +134,9 @@ attnd_status sdnotify_send(sdnotify *n, const char *state, attnd_err *err) {
     return ATTND_OK;
 }
 
-attnd_status sdnotify_ready(sdnotify *n) { return sdnotify_send(n, "READY=1\nSTATUS=ready", NULL); }
+attnd_status sdnotify_ready(sdnotify *n) { return sdnotify_send(n, "READY=1", NULL); }
 
-attnd_status sdnotify_stopping(sdnotify *n) { return sdnotify_send(n, "STOPPING=1\nSTATUS=stopping", NULL); }
+attnd_status sdnotify_stopping(sdnotify *n) { return sdnotify_send(n, "STOPPING=1", NULL); }
 
 attnd_status sdnotify_status(sdnotify *n, const char *text) {
     if (!sdnotify_enabled(n)) return ATTND_OK;

@@ -67,7 +67,7 @@ uint64_t sdnotify_watchdog_interval_usec(const sdnotify *n);
  */
 attnd_status sdnotify_send(sdnotify *n, const char *state, attnd_err *err);
 
-/* READY=1 — the model is loaded and the port is bound. Also sends STATUS=ready. */
+/* READY=1 — the model is loaded and the port is bound. */
 attnd_status sdnotify_ready(sdnotify *n);
 /* STATUS=<text>; newlines in text are replaced by spaces (one STATUS line). */
 attnd_status sdnotify_status(sdnotify *n, const char *text);

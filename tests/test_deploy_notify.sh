@@ -19,8 +19,14 @@ command -v "$CC" >/dev/null || { echo "SKIP: no C compiler for the notify listen
 
 T=$(mktemp -d)
 PIDS=()
-cleanup() {
-    for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null || true; done
+cleanup() { # SIGTERM (graceful), then SIGKILL whatever is still there after 5 s
+    local p i
+    for p in "${PIDS[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
+    for p in "${PIDS[@]}"; do
+        for i in $(seq 50); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
+        kill -9 "$p" 2>/dev/null || true
+        wait "$p" 2>/dev/null || true
+    done
     rm -rf "$T"
 }
 trap cleanup EXIT
