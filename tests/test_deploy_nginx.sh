@@ -147,9 +147,15 @@ for sid in "${!HOME_OF[@]}"; do [ "${HOME_OF[$sid]}" = "$PA" ] && on_a=$((on_a +
 echo "ok: $N_SESSIONS sessions x 3 turns, each pinned to one instance ($on_a on $PA, $on_b on $PB)"
 [ $on_a -gt 0 ] && [ $on_b -gt 0 ] || fail "all sessions on one instance: the hash does not spread"
 
+# Streaming through nginx: a complete SSE stream, ending in [DONE], with one data: line per event.
+curl -sN -H 'Content-Type: application/json' "http://127.0.0.1:$PN/v1/completions" \
+    --data '{"prompt":"Once upon","max_tokens":8,"temperature":0,"stream":true}' >"$T/stream" || fail "streamed request"
+grep -q '^data: \[DONE\]' "$T/stream" || { cat "$T/stream"; fail "stream through nginx did not end with data: [DONE]"; }
+[ "$(grep -c '^data: {' "$T/stream")" -ge 2 ] || { cat "$T/stream"; fail "stream through nginx has too few events"; }
+echo "ok: streamed completion through nginx is complete"
+
 # Kill instance A. New work through nginx must keep succeeding on B.
-kill -9 "$PID_a"
-wait "$PID_a" 2>/dev/null || true
+{ kill -9 "$PID_a"; wait "$PID_a"; } 2>/dev/null || true
 for i in $(seq 8); do
     read -r code up < <(via_nginx POST /v1/completions "" '{"prompt":"Once","max_tokens":2,"temperature":0}')
     [ "$code" = 200 ] || { cat "$T/body"; fail "request $i after killing $PA: HTTP $code"; }
