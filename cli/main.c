@@ -15,6 +15,7 @@ typedef struct command {
 
 static const command COMMANDS[] = {
     {"info", cmd_info, "describe a GGUF model file (architecture, sizes, tensors)"},
+    {"serve", cmd_serve, "serve the OpenAI-compatible HTTP API (completions, chat, sessions)"},
     {"generate", cmd_generate, "generate a continuation of a prompt"},
     {"score", cmd_score, "teacher-forced argmax and log-probabilities of a token sequence"},
     {"tokenize", cmd_tokenize, "text to token ids, JSON lines in and out"},
