@@ -266,7 +266,9 @@ sess *sess_acquire_anon(sess_store *st, const int32_t *tokens, int n, int max_an
         if (l > best_len) best_len = l, best = s;
         if (!lru || s->last_use_ms < lru->last_use_ms) lru = s;
     }
-    sess *pick = best;
+    /* reuse an entry only when the request keeps at least half of its cache; otherwise keep
+     * it for the conversation it belongs to and start a new one while there is room */
+    sess *pick = best && best_len * 2 >= best->kv_len ? best : NULL;
     if (!pick && st->n_anon < max_anon) {
         pick = calloc(1, sizeof(*pick));
         if (pick) {
@@ -277,7 +279,7 @@ sess *sess_acquire_anon(sess_store *st, const int32_t *tokens, int n, int max_an
             st->n_anon++;
         }
     }
-    if (!pick) pick = lru;
+    if (!pick) pick = best ? best : lru;
     if (pick) pick->busy = true;
     pthread_mutex_unlock(&st->mu);
     return pick;
