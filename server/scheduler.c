@@ -30,6 +30,7 @@ typedef struct slot {
     int32_t next_token;  /* last sampled token, decoded in the next step */
     int n_gen;
     bool stopped;        /* a stop string matched: nothing more is released */
+    const char *end_reason; /* generation ended this step: "stop" / "length" */
     int32_t *hist;       /* (n_prompt + max_tokens + 1) prompt then generated tokens */
     int n_hist;
     sampler *smp;
@@ -237,6 +238,8 @@ static attnd_status slot_start(sched *s, slot *sl, sched_job *j, attnd_err *err)
     for (int i = 0; i < j->n_prompt; i++) sampler_accept(sl->smp, j->prompt[i]);
     if ((rc = tok_stream_create(&sl->ts, s->tok, false)) != ATTND_OK)
         return attnd_fail(err, rc, "cannot create the detokenizer stream");
+    /* the completion continues the prompt: " there" after "Once upon a time" keeps its space */
+    tok_stream_keep_leading_space(sl->ts);
     if ((rc = stop_matcher_create(&sl->sm, (const char *const *)j->stops, j->n_stops, err)) != ATTND_OK) return rc;
     pthread_mutex_lock(&j->mu);
     j->started = true;
@@ -277,9 +280,33 @@ static void slot_token(sched *s, slot *sl, const float *row) {
     pthread_cond_broadcast(&j->cv);
     pthread_mutex_unlock(&j->mu);
     sl->stopped = stopped;
-    if (eog || stopped) slot_finish(s, sl, "stop", ATTND_OK, NULL);
-    else if (sl->n_gen >= j->max_tokens || sl->n_past >= s->n_ctx) slot_finish(s, sl, "length", ATTND_OK, NULL);
-    else sl->next_token = id;
+    sl->next_token = id;
+    /* finishing waits for the end of the step (see finish_ended) */
+    if (eog || stopped) sl->end_reason = "stop";
+    else if (sl->n_gen >= j->max_tokens || sl->n_past >= s->n_ctx) sl->end_reason = "length";
+}
+
+/*
+ * Finishes the slots whose generation ended this step. A named session's last sampled token is
+ * evaluated into its KV first (all of them in one batch, no logits), so the next turn finds the
+ * whole conversation cached: cached_tokens >= the previous turn's total.
+ */
+static void finish_ended(sched *s) {
+    int n = 0;
+    for (int k = 0; k < s->n_slots; k++) {
+        slot *sl = &s->slots[k];
+        if (sl->job && sl->end_reason && sl->job->se && sl->n_past < s->n_ctx && n < s->max_batch)
+            s->batch[n++] = (batch_entry){sl->kv, sl->next_token, sl->n_past, false};
+    }
+    attnd_err err;
+    attnd_status rc = n ? engine_eval(s->eng, s->batch, n, NULL, &err) : ATTND_ERR_INVALID;
+    if (n && rc != ATTND_OK) slog_debug("session tail not cached: %s", err.msg); /* next turn prefills it */
+    for (int k = 0; k < s->n_slots; k++) {
+        slot *sl = &s->slots[k];
+        if (!sl->job || !sl->end_reason) continue;
+        if (rc == ATTND_OK && sl->job->se && sl->n_past < s->n_ctx) sl->n_past++;
+        slot_finish(s, sl, sl->end_reason, ATTND_OK, NULL);
+    }
 }
 
 // ---- the loop -----------------------------------------------------------------------------
@@ -464,6 +491,7 @@ static void step(sched *s) {
             n_gen++;
         }
     }
+    finish_ended(s);
     /* live KV sizes of active sessions, for GET /v1/sessions */
     for (int k = 0; k < s->n_slots; k++)
         if (s->slots[k].job) sess_set_kv(s->store, s->slots[k].se, s->slots[k].kv, s->slots[k].n_past,
