@@ -11,6 +11,12 @@
 
 int cmd_info(int argc, char **argv);
 int cmd_convert_llama2c(int argc, char **argv);
+int cmd_serve(int argc, char **argv);
+int cmd_generate(int argc, char **argv);
+int cmd_score(int argc, char **argv);
+int cmd_tokenize(int argc, char **argv);
+int cmd_detokenize(int argc, char **argv);
+int cmd_tokenize_bench(int argc, char **argv);
 
 /* ---- argument helpers (cli/args.c) ---- */
 

@@ -34,4 +34,29 @@ size_t quant_scratch_bytes(uint32_t wtype, int n_tok, int64_t n_cols);
 void quant_matmul(float *out, const void *w, uint32_t wtype, int64_t n_rows, int64_t n_cols, const float *x,
                   int n_tok, void *scratch, int n_threads);
 
+/* ---- additions (kernels helper) ---------------------------------------------------------- */
+
+/* Scalar conversions, round-to-nearest-even, exact for subnormals, inf and nan. */
+float quant_f16_to_f32(uint16_t h);
+uint16_t quant_f32_to_f16(float f);
+float quant_bf16_to_f32(uint16_t h);
+uint16_t quant_f32_to_bf16(float f);
+
+/*
+ * Instruction sets the matmul kernels can use. The best one the CPU supports is picked at the
+ * first call, unless the environment has ATTND_NO_SIMD=1 (then the portable C path is used).
+ */
+typedef enum quant_isa {
+    QUANT_ISA_PORTABLE = 0,
+    QUANT_ISA_AVX2 = 1,   /* AVX2 + FMA + F16C */
+    QUANT_ISA_AVX512 = 2, /* AVX-512 F/BW/VL + VNNI */
+} quant_isa;
+
+quant_isa quant_isa_best(void);   /* best this CPU supports */
+quant_isa quant_isa_active(void); /* what quant_matmul uses now */
+/* Forces `isa` (clamped to quant_isa_best) and returns the one it replaced. For tests and
+ * benchmarks; not to be called while another thread is inside quant_matmul. */
+quant_isa quant_isa_force(quant_isa isa);
+const char *quant_isa_name(quant_isa isa);
+
 #endif /* ATTND_QUANT_H */

@@ -34,6 +34,13 @@ bool tok_is_eog(const tokenizer *t, int32_t id);
 const char *tok_piece(const tokenizer *t, int32_t id);
 /* Looks a token up by its exact vocabulary string; -1 when absent. */
 int32_t tok_find(const tokenizer *t, const char *piece);
+/* True for control and unknown tokens (hidden by decoding unless render_special). */
+bool tok_is_control(const tokenizer *t, int32_t id);
+/* The bytes id decodes to on its own (borrowed, valid until tok_destroy; not NUL-terminated; may
+ * be a partial UTF-8 character): byte tokens and the byte-level mapping undone, U+2581 as a space,
+ * no dummy-prefix handling. Control/unknown tokens give 0 bytes unless render_special.
+ * False when id is out of range. For logprob "bytes" fields and token-by-token displays. */
+bool tok_token_bytes(const tokenizer *t, int32_t id, bool render_special, const char **bytes, size_t *len);
 
 /*
  * Encodes len bytes of text. add_special: prepend BOS (and append EOS) as the model's metadata
@@ -63,5 +70,9 @@ void tok_stream_destroy(tok_stream *s);
 size_t tok_stream_push(tok_stream *s, int32_t id, const char **out);
 /* Releases held-back bytes (an incomplete UTF-8 tail is emitted as-is). */
 size_t tok_stream_flush(tok_stream *s, const char **out);
+/* For a stream that continues text already shown (a completion after its prompt): keep the
+ * leading space of the first piece, which tok_decode (and a plain stream) drop as SentencePiece's
+ * dummy prefix. Call before the first push. Ids out of range push nothing. */
+void tok_stream_keep_leading_space(tok_stream *s);
 
 #endif /* ATTND_TOKENIZER_H */

@@ -1,0 +1,159 @@
+/*
+ * cmd_generate.c — `attnd generate`: one prompt, one continuation, on the command line.
+ *
+ * Flag parsing lives in parse_args() and fills one gen_opts struct: new sampling flags are added
+ * there (and to USAGE) only. The generation loop itself is engine_generate().
+ */
+#include <jansson.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "attnd/model.h"
+#include "commands.h"
+
+static const char *USAGE =
+    "usage: attnd generate --model PATH (--prompt TEXT | --tokens 1,2,3) [--n 64] [--temp 0] [--seed S]\n"
+    "                      [--json] [--threads N] [--kv-type f16|f32]\n"
+    "\n"
+    "Generates a continuation of the prompt. With --tokens the ids are used exactly as given (no\n"
+    "BOS added). Generation runs for --n tokens; it does not stop at end-of-sequence.\n"
+    "  --model PATH      the GGUF file (default: the shipped default model)\n"
+    "  --prompt TEXT     prompt text (needs the tokenizer)\n"
+    "  --tokens IDS      comma-separated prompt token ids\n"
+    "  --n N             tokens to generate (default 64)\n"
+    "  --temp T          sampling temperature; 0 (default) = greedy, ties to the lowest id\n"
+    "  --seed S          random seed for sampling (default 0)\n"
+    "  --json            print {\"prompt_tokens\",\"tokens\",\"text\",\"timings\"} as one JSON object\n"
+    "  --threads N       threads (default: the CPUs this process may use)\n"
+    "  --kv-type T       KV cache type, f16 (default) or f32\n";
+
+typedef struct gen_opts {
+    const char *model, *prompt, *tokens;
+    int n_predict;
+    double temp;
+    unsigned long long seed;
+    bool json;
+    int n_threads;
+    kv_type kv;
+} gen_opts;
+
+static void parse_args(int argc, char **argv, gen_opts *o) {
+    *o = (gen_opts){.n_predict = 64, .temp = 0, .kv = KV_F16};
+    for (int i = 1; i < argc;) {
+        const char *v;
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            fputs(USAGE, stdout);
+            exit(0);
+        } else if (cli_flag_value("generate", argc, argv, &i, "--model", &v)) {
+            o->model = v;
+        } else if (cli_flag_value("generate", argc, argv, &i, "--prompt", &v)) {
+            o->prompt = v;
+        } else if (cli_flag_value("generate", argc, argv, &i, "--tokens", &v)) {
+            o->tokens = v;
+        } else if (cli_flag_value("generate", argc, argv, &i, "--n", &v)) {
+            o->n_predict = (int)cli_parse_int("generate", "--n", v, 0, 1 << 24);
+        } else if (cli_flag_value("generate", argc, argv, &i, "--temp", &v)) {
+            o->temp = cli_parse_double("generate", "--temp", v, 0, 100);
+        } else if (cli_flag_value("generate", argc, argv, &i, "--seed", &v)) {
+            o->seed = (unsigned long long)cli_parse_int("generate", "--seed", v, 0, INT64_MAX);
+        } else if (cli_flag_value("generate", argc, argv, &i, "--threads", &v)) {
+            o->n_threads = (int)cli_parse_int("generate", "--threads", v, 1, 1024);
+        } else if (cli_flag_value("generate", argc, argv, &i, "--kv-type", &v)) {
+            if (!strcmp(v, "f16")) o->kv = KV_F16;
+            else if (!strcmp(v, "f32")) o->kv = KV_F32;
+            else cli_usage_error("generate", "--kv-type: '%s' is not f16 or f32", v);
+        } else if (!strcmp(argv[i], "--json")) {
+            o->json = true;
+            i++;
+        } else {
+            cli_usage_error("generate", "unknown option '%s'", argv[i]);
+        }
+    }
+    if (!o->prompt == !o->tokens) cli_usage_error("generate", "give exactly one of --prompt and --tokens");
+    if (o->prompt)
+        cli_usage_error("generate", "--prompt needs the tokenizer, which this build does not have yet; use --tokens");
+    if (o->temp != 0)
+        cli_usage_error("generate", "--temp %g: only greedy decoding (--temp 0) is available in this build", o->temp);
+}
+
+static json_t *ids_json(const int32_t *ids, int n) {
+    json_t *a = json_array();
+    for (int i = 0; i < n; i++) json_array_append_new(a, json_integer(ids[i]));
+    return a;
+}
+
+int cmd_generate(int argc, char **argv) {
+    gen_opts o;
+    parse_args(argc, argv, &o);
+    int n_prompt = 0;
+    int32_t *prompt = cli_parse_ids("generate", "--tokens", o.tokens, &n_prompt);
+    char *dflt = NULL;
+    if (!o.model) {
+        o.model = dflt = cli_default_model_path();
+        if (!o.model) cli_usage_error("generate", "no --model given and no default model found");
+    }
+
+    int rc = 1;
+    attnd_err err;
+    model *m = NULL;
+    engine *e = NULL;
+    kv_pool *pool = NULL;
+    kv_seq *s = NULL;
+    int32_t *out = NULL;
+    if (model_load(&m, o.model, &err)) goto fail;
+    const model_info *mi = model_info_get(m);
+    if ((long long)n_prompt + o.n_predict > mi->n_ctx) {
+        snprintf(err.msg, sizeof(err.msg), "%d prompt tokens + %d to generate exceed the model's context of %d",
+                 n_prompt, o.n_predict, mi->n_ctx);
+        goto fail;
+    }
+    if (engine_create(&e, m, n_prompt < 512 ? n_prompt : 512, o.n_threads, &err)) goto fail;
+    if (kv_pool_create(&pool, m, SIZE_MAX, o.kv, &err)) goto fail; /* a limit only; blocks come as used */
+    if (kv_seq_create(&s, pool, &err)) goto fail;
+    out = malloc(sizeof(*out) * (size_t)(o.n_predict ? o.n_predict : 1));
+    if (!out) {
+        snprintf(err.msg, sizeof(err.msg), "out of memory");
+        goto fail;
+    }
+    engine_gen g = {.n_predict = o.n_predict};
+    engine_timings tm;
+    int n_out;
+    if (engine_generate(e, s, prompt, n_prompt, &g, out, &n_out, &tm, &err)) goto fail;
+
+    const char *text = ""; /* filled once the tokenizer is part of the build */
+    double tps = tm.decode_ms > 0 ? tm.n_decode / (tm.decode_ms / 1e3) : 0;
+    if (o.json) {
+        json_t *root = json_object();
+        json_object_set_new(root, "prompt_tokens", ids_json(prompt, n_prompt));
+        json_object_set_new(root, "tokens", ids_json(out, n_out));
+        json_object_set_new(root, "text", json_string(text));
+        json_t *t = json_object();
+        json_object_set_new(t, "prefill_ms", json_real(tm.prefill_ms));
+        json_object_set_new(t, "decode_ms", json_real(tm.decode_ms));
+        json_object_set_new(t, "decode_tok_per_s", json_real(tps));
+        json_object_set_new(root, "timings", t);
+        json_dumpf(root, stdout, JSON_COMPACT);
+        putchar('\n');
+        json_decref(root);
+    } else {
+        for (int i = 0; i < n_out; i++) printf("%s%d", i ? "," : "", out[i]);
+        putchar('\n');
+        fprintf(stderr, "prefill %d tokens in %.1f ms, decode %d tokens in %.1f ms (%.1f tok/s)\n", tm.n_prefill,
+                tm.prefill_ms, tm.n_decode, tm.decode_ms, tps);
+    }
+    rc = 0;
+    goto out;
+fail:
+    fprintf(stderr, "attnd generate: %s\n", err.msg);
+out:
+    free(out);
+    kv_seq_destroy(s);
+    kv_pool_destroy(pool);
+    engine_destroy(e);
+    model_destroy(m);
+    free(prompt);
+    free(dflt);
+    return rc;
+}

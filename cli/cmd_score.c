@@ -1,0 +1,157 @@
+/*
+ * cmd_score.c — `attnd score`: teacher-forced evaluation of a token sequence in one prefill.
+ * For every position i >= 1 it reports the id the model ranks first given positions < i and the
+ * log-probability it gives the actual token i: the measure used to compare attnd with llama.cpp.
+ */
+#include <jansson.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "attnd/model.h"
+#include "commands.h"
+
+static const char *USAGE =
+    "usage: attnd score --model PATH --tokens 1,2,3,... [--json] [--threads N] [--kv-type f16|f32]\n"
+    "\n"
+    "Evaluates the token ids (used exactly as given, no BOS added) in one prefill and prints, for\n"
+    "every position i >= 1, the argmax id predicted from positions < i and the log-probability of\n"
+    "token i.\n"
+    "  --model PATH      the GGUF file (default: the shipped default model)\n"
+    "  --tokens IDS      comma-separated token ids (at least 2)\n"
+    "  --json            print {\"argmax\":[...],\"logprobs\":[...]} (both of length n-1)\n"
+    "  --threads N       threads (default: the CPUs this process may use)\n"
+    "  --kv-type T       KV cache type, f16 (default) or f32\n";
+
+/* log softmax(logits)[id], in double so a long vocabulary sums exactly enough. */
+static double logprob_of(const float *logits, int n_vocab, int32_t id) {
+    float mx = logits[0];
+    for (int i = 1; i < n_vocab; i++) mx = logits[i] > mx ? logits[i] : mx;
+    double sum = 0;
+    for (int i = 0; i < n_vocab; i++) sum += exp((double)logits[i] - mx);
+    return (double)logits[id] - mx - log(sum);
+}
+
+int cmd_score(int argc, char **argv) {
+    const char *model_path = NULL, *tokens_arg = NULL;
+    bool as_json = false;
+    int n_threads = 0;
+    kv_type kvt = KV_F16;
+    for (int i = 1; i < argc;) {
+        const char *v;
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            fputs(USAGE, stdout);
+            return 0;
+        } else if (cli_flag_value("score", argc, argv, &i, "--model", &v)) {
+            model_path = v;
+        } else if (cli_flag_value("score", argc, argv, &i, "--tokens", &v)) {
+            tokens_arg = v;
+        } else if (cli_flag_value("score", argc, argv, &i, "--threads", &v)) {
+            n_threads = (int)cli_parse_int("score", "--threads", v, 1, 1024);
+        } else if (cli_flag_value("score", argc, argv, &i, "--kv-type", &v)) {
+            if (!strcmp(v, "f16")) kvt = KV_F16;
+            else if (!strcmp(v, "f32")) kvt = KV_F32;
+            else cli_usage_error("score", "--kv-type: '%s' is not f16 or f32", v);
+        } else if (!strcmp(argv[i], "--json")) {
+            as_json = true;
+            i++;
+        } else {
+            cli_usage_error("score", "unknown option '%s'", argv[i]);
+        }
+    }
+    if (!tokens_arg) cli_usage_error("score", "--tokens is required");
+    int n;
+    int32_t *ids = cli_parse_ids("score", "--tokens", tokens_arg, &n);
+    if (n < 2) cli_usage_error("score", "--tokens: need at least 2 ids to score");
+    char *dflt = NULL;
+    if (!model_path) {
+        model_path = dflt = cli_default_model_path();
+        if (!model_path) cli_usage_error("score", "no --model given and no default model found");
+    }
+
+    int rc = 1;
+    attnd_err err;
+    model *m = NULL;
+    engine *e = NULL;
+    kv_pool *pool = NULL;
+    kv_seq *s = NULL;
+    batch_entry *b = NULL;
+    float *logits = NULL;
+    if (model_load(&m, model_path, &err)) goto fail;
+    const model_info *mi = model_info_get(m);
+    if (n > mi->n_ctx) {
+        snprintf(err.msg, sizeof(err.msg), "%d tokens exceed the model's context of %d", n, mi->n_ctx);
+        goto fail;
+    }
+    for (int i = 0; i < n; i++)
+        if (ids[i] >= mi->n_vocab) {
+            snprintf(err.msg, sizeof(err.msg), "token id %d is outside the vocabulary (0..%d)", ids[i],
+                     mi->n_vocab - 1);
+            goto fail;
+        }
+    /* One prefill of the whole sequence (capped so a huge context cannot demand huge scratch). */
+    int max_batch = n < 2048 ? n : 2048;
+    if (engine_create(&e, m, max_batch, n_threads, &err)) goto fail;
+    /* The budget is only a limit (blocks are allocated as used); one sequence needs no cap. */
+    if (kv_pool_create(&pool, m, SIZE_MAX, kvt, &err)) goto fail;
+    if (kv_seq_create(&s, pool, &err)) goto fail;
+    b = malloc(sizeof(*b) * (size_t)max_batch);
+    logits = malloc(sizeof(float) * (size_t)max_batch * mi->n_vocab); /* (max_batch, n_vocab) */
+    if (!b || !logits) {
+        snprintf(err.msg, sizeof(err.msg), "out of memory");
+        goto fail;
+    }
+    json_t *argmax = json_array(), *lps = json_array();
+    for (int done = 0; done < n - 1;) {
+        /* positions done..done+c-1 predict tokens done+1..done+c */
+        int c = (n - 1 - done) < max_batch ? n - 1 - done : max_batch;
+        for (int i = 0; i < c; i++) b[i] = (batch_entry){s, ids[done + i], done + i, true};
+        if (engine_eval(e, b, c, logits, &err)) {
+            json_decref(argmax);
+            json_decref(lps);
+            goto fail;
+        }
+        for (int i = 0; i < c; i++) {
+            const float *lg = logits + (size_t)i * mi->n_vocab;
+            json_array_append_new(argmax, json_integer(engine_argmax(lg, mi->n_vocab)));
+            json_array_append_new(lps, json_real(logprob_of(lg, mi->n_vocab, ids[done + i + 1])));
+        }
+        done += c;
+    }
+    if (as_json) {
+        json_t *root = json_object();
+        json_object_set_new(root, "argmax", argmax); /* steals */
+        json_object_set_new(root, "logprobs", lps);
+        json_dumpf(root, stdout, JSON_COMPACT | JSON_REAL_PRECISION(9));
+        putchar('\n');
+        json_decref(root);
+    } else {
+        double total = 0;
+        printf("%5s %8s %8s %12s\n", "pos", "token", "argmax", "logprob");
+        for (int i = 1; i < n; i++) {
+            double lp = json_real_value(json_array_get(lps, i - 1));
+            total += lp;
+            printf("%5d %8d %8lld %12.6f\n", i, ids[i], (long long)json_integer_value(json_array_get(argmax, i - 1)),
+                   lp);
+        }
+        printf("mean logprob %.6f, perplexity %.4f\n", total / (n - 1), exp(-total / (n - 1)));
+        json_decref(argmax);
+        json_decref(lps);
+    }
+    rc = 0;
+    goto out;
+fail:
+    fprintf(stderr, "attnd score: %s\n", err.msg);
+out:
+    free(b);
+    free(logits);
+    kv_seq_destroy(s);
+    kv_pool_destroy(pool);
+    engine_destroy(e);
+    model_destroy(m);
+    free(ids);
+    free(dflt);
+    return rc;
+}

@@ -1,0 +1,340 @@
+/*
+ * cmd_tokenize.c — `attnd tokenize`, `attnd detokenize` and `attnd tokenize-bench`: the
+ * tokenizer of a GGUF model on JSON lines, and its speed.
+ *
+ * Both converters read one JSON object per input line and write exactly one line per input
+ * line, in order, so outputs can be pasted next to inputs; a line that cannot be processed
+ * yields {"error": "..."} in its place and makes the exit status 1.
+ */
+#include <jansson.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "attnd/tokenizer.h"
+#include "commands.h"
+
+static const char *USAGE_TOK =
+    "usage: attnd tokenize [--model PATH] [--parse-special] [--no-bos] < in.jsonl > out.jsonl\n"
+    "\n"
+    "Reads lines {\"text\": \"...\"} and writes one line {\"ids\": [...]} per input line.\n"
+    "  --model PATH       the GGUF file whose tokenizer.* metadata is used (default: shipped model)\n"
+    "  --parse-special    also turn control-token strings in the text (\"<|im_start|>\") into their ids\n"
+    "  --no-bos           do not add BOS/EOS even when the model's metadata asks for them\n";
+
+static const char *USAGE_DETOK =
+    "usage: attnd detokenize [--model PATH] [--render-special] < in.jsonl > out.jsonl\n"
+    "\n"
+    "Reads lines {\"ids\": [...]} and writes one line {\"text\": \"...\"} per input line.\n"
+    "Bytes that do not form valid UTF-8 are written as U+FFFD.\n"
+    "  --model PATH        the GGUF file (default: the shipped default model)\n"
+    "  --render-special    write control tokens (\"<s>\", \"<|im_end|>\") as their text\n";
+
+static const char *USAGE_BENCH =
+    "usage: attnd tokenize-bench [--model PATH] [--file PATH] [--mb N] [--repeat N]\n"
+    "\n"
+    "Measures tokenization speed: tokenizes N MB of text (the file repeated as needed; by default\n"
+    "the shipped license texts under /usr/share/common-licenses) and prints MB/s, tokens/s and\n"
+    "bytes per token, then the decode speed.\n"
+    "  --mb N       megabytes of text per run (default 4)\n"
+    "  --repeat N   runs; the best is reported (default 3)\n";
+
+/* Opens the model and loads its tokenizer, or exits 1 with the error. */
+static tokenizer *load_tokenizer(const char *cmd, const char *model) {
+    char *dflt = NULL;
+    if (!model) {
+        model = dflt = cli_default_model_path();
+        if (!model) cli_usage_error(cmd, "no --model given and no default model found");
+    }
+    gguf_file *f;
+    attnd_err err;
+    tokenizer *t = NULL;
+    if (gguf_open(&f, model, &err) != ATTND_OK || tok_load(&t, f, &err) != ATTND_OK) {
+        fprintf(stderr, "attnd %s: %s: %s\n", cmd, model, err.msg);
+        free(dflt);
+        exit(1);
+    }
+    gguf_close(f);
+    free(dflt);
+    return t;
+}
+
+static void print_error_line(const char *msg) {
+    json_t *o = json_pack("{s:s}", "error", msg);
+    json_dumpf(o, stdout, JSON_COMPACT);
+    putchar('\n');
+    json_decref(o);
+}
+
+int cmd_tokenize(int argc, char **argv) {
+    const char *model = NULL;
+    bool parse_special = false, add_special = true;
+    for (int i = 1; i < argc;) {
+        const char *v;
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            fputs(USAGE_TOK, stdout);
+            return 0;
+        } else if (cli_flag_value("tokenize", argc, argv, &i, "--model", &v)) {
+            model = v;
+        } else if (!strcmp(argv[i], "--parse-special")) {
+            parse_special = true, i++;
+        } else if (!strcmp(argv[i], "--no-bos")) {
+            add_special = false, i++;
+        } else {
+            cli_usage_error("tokenize", "unknown option '%s'", argv[i]);
+        }
+    }
+    tokenizer *t = load_tokenizer("tokenize", model);
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t n;
+    int rc = 0;
+    long lineno = 0;
+    while ((n = getline(&line, &cap, stdin)) >= 0) {
+        lineno++;
+        json_error_t jerr;
+        json_t *in = json_loadb(line, (size_t)n, JSON_ALLOW_NUL, &jerr);
+        json_t *text = in ? json_object_get(in, "text") : NULL;
+        char msg[600];
+        if (!json_is_string(text)) {
+            snprintf(msg, sizeof(msg), "line %ld: expected {\"text\": \"...\"}%s%s", lineno, in ? "" : ": ",
+                     in ? "" : jerr.text);
+            print_error_line(msg);
+            json_decref(in);
+            rc = 1;
+            continue;
+        }
+        int32_t *ids;
+        size_t n_ids;
+        attnd_err err;
+        if (tok_encode(t, json_string_value(text), json_string_length(text), add_special, parse_special, &ids, &n_ids,
+                       &err) != ATTND_OK) {
+            snprintf(msg, sizeof(msg), "line %ld: %s", lineno, err.msg);
+            print_error_line(msg);
+            rc = 1;
+        } else {
+            fputs("{\"ids\": [", stdout);
+            for (size_t k = 0; k < n_ids; k++) printf(k ? ", %d" : "%d", ids[k]);
+            fputs("]}\n", stdout);
+            free(ids);
+        }
+        json_decref(in);
+    }
+    free(line);
+    tok_destroy(t);
+    return rc;
+}
+
+/* Length of the valid UTF-8 character at s[0..n), or 0 when s does not start one. */
+static size_t utf8_char_len(const unsigned char *s, size_t n) {
+    unsigned c = s[0];
+    if (c < 0x80) return 1;
+    size_t len = c >= 0xC2 && c <= 0xDF ? 2 : c >= 0xE0 && c <= 0xEF ? 3 : c >= 0xF0 && c <= 0xF4 ? 4 : 0;
+    if (!len || len > n) return 0;
+    for (size_t k = 1; k < len; k++)
+        if ((s[k] & 0xC0) != 0x80) return 0;
+    /* overlong, surrogate and beyond-U+10FFFF forms, decided by the second byte */
+    if ((c == 0xE0 && s[1] < 0xA0) || (c == 0xED && s[1] > 0x9F) || (c == 0xF0 && s[1] < 0x90) ||
+        (c == 0xF4 && s[1] > 0x8F))
+        return 0;
+    return len;
+}
+
+/* Copies s[0..n) replacing bytes that are not valid UTF-8 by U+FFFD (JSON text must be UTF-8). */
+static char *valid_utf8(const char *s, size_t n, size_t *out_n) {
+    char *o = malloc(n * 3 + 1);
+    if (!o) return NULL;
+    size_t m = 0;
+    for (size_t i = 0; i < n;) {
+        size_t len = utf8_char_len((const unsigned char *)s + i, n - i);
+        if (len) {
+            memcpy(o + m, s + i, len);
+            m += len, i += len;
+        } else {
+            memcpy(o + m, "\xEF\xBF\xBD", 3);
+            m += 3, i++;
+        }
+    }
+    o[m] = '\0';
+    *out_n = m;
+    return o;
+}
+
+int cmd_detokenize(int argc, char **argv) {
+    const char *model = NULL;
+    bool render_special = false;
+    for (int i = 1; i < argc;) {
+        const char *v;
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            fputs(USAGE_DETOK, stdout);
+            return 0;
+        } else if (cli_flag_value("detokenize", argc, argv, &i, "--model", &v)) {
+            model = v;
+        } else if (!strcmp(argv[i], "--render-special")) {
+            render_special = true, i++;
+        } else {
+            cli_usage_error("detokenize", "unknown option '%s'", argv[i]);
+        }
+    }
+    tokenizer *t = load_tokenizer("detokenize", model);
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t n;
+    int rc = 0;
+    long lineno = 0;
+    while ((n = getline(&line, &cap, stdin)) >= 0) {
+        lineno++;
+        char msg[600];
+        json_error_t jerr;
+        json_t *in = json_loadb(line, (size_t)n, 0, &jerr);
+        json_t *arr = in ? json_object_get(in, "ids") : NULL;
+        size_t n_ids = json_array_size(arr);
+        int32_t *ids = malloc((n_ids ? n_ids : 1) * sizeof(int32_t));
+        bool ok = json_is_array(arr) && ids;
+        for (size_t k = 0; ok && k < n_ids; k++) {
+            json_t *v = json_array_get(arr, k);
+            ok = json_is_integer(v) && json_integer_value(v) >= INT32_MIN && json_integer_value(v) <= INT32_MAX;
+            if (ok) ids[k] = (int32_t)json_integer_value(v);
+        }
+        char *text = NULL;
+        size_t len;
+        attnd_err err;
+        if (!ok) {
+            snprintf(msg, sizeof(msg), "line %ld: expected {\"ids\": [integers]}%s%s", lineno, in ? "" : ": ",
+                     in ? "" : jerr.text);
+            print_error_line(msg);
+            rc = 1;
+        } else if (tok_decode(t, ids, n_ids, render_special, &text, &len, &err) != ATTND_OK) {
+            snprintf(msg, sizeof(msg), "line %ld: %s", lineno, err.msg);
+            print_error_line(msg);
+            rc = 1;
+        } else {
+            size_t vn;
+            char *valid = valid_utf8(text, len, &vn);
+            json_t *o = json_object();
+            json_object_set_new(o, "text", valid ? json_stringn(valid, vn) : json_string(""));
+            json_dumpf(o, stdout, JSON_COMPACT);
+            putchar('\n');
+            json_decref(o);
+            free(valid);
+        }
+        free(text);
+        free(ids);
+        json_decref(in);
+    }
+    free(line);
+    tok_destroy(t);
+    return rc;
+}
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* Appends the whole file at path to *buf. */
+static bool slurp(const char *path, char **buf, size_t *len, size_t *cap) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return false;
+    char chunk[65536];
+    size_t n;
+    while ((n = fread(chunk, 1, sizeof(chunk), f)) > 0) {
+        if (*len + n > *cap) {
+            *cap = (*len + n) * 2;
+            char *nb = realloc(*buf, *cap);
+            if (!nb) {
+                fclose(f);
+                return false;
+            }
+            *buf = nb;
+        }
+        memcpy(*buf + *len, chunk, n);
+        *len += n;
+    }
+    fclose(f);
+    return true;
+}
+
+int cmd_tokenize_bench(int argc, char **argv) {
+    const char *model = NULL, *file = NULL;
+    long long mb = 4, repeat = 3;
+    for (int i = 1; i < argc;) {
+        const char *v;
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            fputs(USAGE_BENCH, stdout);
+            return 0;
+        } else if (cli_flag_value("tokenize-bench", argc, argv, &i, "--model", &v)) {
+            model = v;
+        } else if (cli_flag_value("tokenize-bench", argc, argv, &i, "--file", &v)) {
+            file = v;
+        } else if (cli_flag_value("tokenize-bench", argc, argv, &i, "--mb", &v)) {
+            mb = cli_parse_int("tokenize-bench", "--mb", v, 1, 1024);
+        } else if (cli_flag_value("tokenize-bench", argc, argv, &i, "--repeat", &v)) {
+            repeat = cli_parse_int("tokenize-bench", "--repeat", v, 1, 100);
+        } else {
+            cli_usage_error("tokenize-bench", "unknown option '%s'", argv[i]);
+        }
+    }
+    char *src = NULL;
+    size_t src_len = 0, src_cap = 0;
+    if (file) {
+        if (!slurp(file, &src, &src_len, &src_cap)) {
+            fprintf(stderr, "attnd tokenize-bench: cannot read %s\n", file);
+            return 1;
+        }
+    } else {
+        static const char *LICENSES[] = {"GPL-3", "LGPL-3", "GFDL-1.3", "Apache-2.0", "MPL-2.0", "Artistic", "GPL-2"};
+        for (size_t k = 0; k < ATTND_ARRAY_LEN(LICENSES); k++) {
+            char path[256];
+            snprintf(path, sizeof(path), "/usr/share/common-licenses/%s", LICENSES[k]);
+            slurp(path, &src, &src_len, &src_cap);
+        }
+    }
+    if (!src_len) {
+        fprintf(stderr, "attnd tokenize-bench: no text (give --file)\n");
+        free(src);
+        return 1;
+    }
+    size_t len = (size_t)mb << 20;
+    char *text = malloc(len);
+    if (!text) {
+        free(src);
+        return 1;
+    }
+    for (size_t k = 0; k < len; k += src_len) memcpy(text + k, src, len - k < src_len ? len - k : src_len);
+    free(src);
+    tokenizer *t = load_tokenizer("tokenize-bench", model);
+
+    double best = 1e30, best_dec = 1e30;
+    size_t n_ids = 0;
+    for (long long r = 0; r < repeat; r++) {
+        int32_t *ids;
+        attnd_err err;
+        double t0 = now_s();
+        if (tok_encode(t, text, len, false, false, &ids, &n_ids, &err) != ATTND_OK) {
+            fprintf(stderr, "attnd tokenize-bench: %s\n", err.msg);
+            return 1;
+        }
+        double t1 = now_s();
+        char *out;
+        size_t out_len;
+        if (tok_decode(t, ids, n_ids, false, &out, &out_len, &err) != ATTND_OK) {
+            fprintf(stderr, "attnd tokenize-bench: %s\n", err.msg);
+            return 1;
+        }
+        double t2 = now_s();
+        if (out_len != len || memcmp(out, text, len))
+            fprintf(stderr, "attnd tokenize-bench: note: decode(encode(text)) differs from the text\n");
+        free(out);
+        free(ids);
+        if (t1 - t0 < best) best = t1 - t0;
+        if (t2 - t1 < best_dec) best_dec = t2 - t1;
+    }
+    printf("encode: %.2f MB in %.3f s = %.1f MB/s, %.0f tokens/s, %.2f bytes/token (%zu tokens)\n", len / 1e6, best,
+           len / 1e6 / best, n_ids / best, (double)len / (double)n_ids, n_ids);
+    printf("decode: %.1f MB/s\n", len / 1e6 / best_dec);
+    free(text);
+    tok_destroy(t);
+    return 0;
+}

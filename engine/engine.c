@@ -1,0 +1,463 @@
+/*
+ * engine.c — batched evaluation of the decoder (engine_* in attnd/model.h).
+ *
+ * One engine_eval call runs every entry of the batch through the layers together: the weight
+ * matrices are applied to all entries at once (quant_matmul reads each weight row once per call,
+ * so a prefill is matrix-matrix work and N decode streams share one pass over the weights),
+ * while attention is per entry, over the entry's own sequence's cache. Causality needs no mask:
+ * an entry at position p attends over cached positions 0..p, and entries of one sequence are
+ * written to the cache before attention runs, so later entries of a prefill see earlier ones.
+ *
+ * Attention never materialises a score matrix: keys are visited one cache block (KV_BLOCK
+ * positions) at a time with an online softmax (running max and sum, rescaling the accumulator
+ * when the max grows), as FlashAttention does, so memory is O(head_dim) per (entry, head).
+ *
+ * All buffers are sized for max_batch entries at engine_create: evaluation allocates nothing
+ * except KV blocks when a sequence crosses a block boundary.
+ */
+#include <math.h>
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kv.h"
+#include "model_internal.h"
+#include "quant.h"
+
+/* Per-thread attention scratch, in floats, for one (entry, kv head) work item. */
+typedef struct attn_slot {
+    float *k_tile;   /* (KV_BLOCK, head_dim): keys of one block, converted to F32 */
+    float *v_tile;   /* (KV_BLOCK, head_dim) */
+    float *scores;   /* (KV_BLOCK) */
+    float *acc;      /* (group, head_dim): running weighted sum of values */
+    float *run_max;  /* (group) */
+    float *run_sum;  /* (group) */
+} attn_slot;
+
+struct engine {
+    const model *m;
+    int max_batch;
+    int n_threads;
+    int n_slots;            /* attention scratch slots: the most threads this engine will use */
+
+    /* activations, one row per batch entry */
+    float *x;               /* (B, n_embd) residual stream */
+    float *xn;              /* (B, n_embd) normalised input of a sub-layer */
+    float *q;               /* (B, q_dim) */
+    float *k;               /* (B, kv_dim) */
+    float *v;               /* (B, kv_dim) */
+    float *att;             /* (B, q_dim) attention output before the output projection */
+    float *tmp;             /* (B, n_embd) sub-layer output before the residual add */
+    float *gate;            /* (B, n_ff) */
+    float *up;              /* (B, n_ff) */
+    float *rope;            /* (B, rope_dims / 2, 2): cos, sin of each entry's position */
+    void *mm_scratch;       /* quant_matmul scratch for B rows of the widest weight */
+
+    kv_seq **seqs;          /* (B) distinct sequences of the current batch */
+    int *want;              /* (B) indices of entries that want logits */
+    float *slot_mem;        /* backing store of slots */
+    attn_slot *slots;       /* (n_slots) */
+
+    engine_attn_cb attn_cb; /* inspection hook; NULL = off */
+    void *attn_user;
+    float *cb_weights;      /* (n_ctx) softmax weights handed to attn_cb */
+};
+
+static int default_threads(void) {
+    int n = omp_get_num_procs(); /* libgomp counts the CPUs in this process's affinity mask */
+    return n > 0 ? n : 1;
+}
+
+static size_t max_scratch(size_t cur, const weight *w, int n_tok) {
+    size_t s = quant_scratch_bytes(w->type, n_tok, w->cols);
+    return s > cur ? s : cur;
+}
+
+attnd_status engine_create(engine **out, const model *m, int max_batch, int n_threads, attnd_err *err) {
+    *out = NULL;
+    if (!m) return attnd_fail(err, ATTND_ERR_INVALID, "engine_create: no model");
+    if (max_batch < 1 || max_batch > (1 << 16))
+        return attnd_fail(err, ATTND_ERR_INVALID, "max_batch %d is outside 1..65536", max_batch);
+    engine *e = calloc(1, sizeof(*e));
+    if (!e) return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory creating an engine");
+    const model_info *mi = &m->info;
+    size_t B = (size_t)max_batch, E = (size_t)mi->n_embd, F = (size_t)mi->n_ff;
+    size_t Q = (size_t)m->q_dim, KV = (size_t)m->kv_dim, hd = (size_t)mi->head_dim;
+    size_t G = (size_t)(mi->n_head / mi->n_head_kv);
+    e->m = m;
+    e->max_batch = max_batch;
+    e->n_threads = n_threads > 0 ? n_threads : default_threads();
+    e->n_slots = e->n_threads > default_threads() ? e->n_threads : default_threads();
+
+    e->x = malloc(sizeof(float) * B * E);
+    e->xn = malloc(sizeof(float) * B * E);
+    e->q = malloc(sizeof(float) * B * Q);
+    e->k = malloc(sizeof(float) * B * KV);
+    e->v = malloc(sizeof(float) * B * KV);
+    e->att = malloc(sizeof(float) * B * Q);
+    e->tmp = malloc(sizeof(float) * B * E);
+    e->gate = malloc(sizeof(float) * B * F);
+    e->up = malloc(sizeof(float) * B * F);
+    e->rope = malloc(sizeof(float) * B * (size_t)mi->rope_dims);
+    e->seqs = malloc(sizeof(*e->seqs) * B);
+    e->want = malloc(sizeof(*e->want) * B);
+    e->cb_weights = malloc(sizeof(float) * (size_t)mi->n_ctx);
+
+    size_t scratch = 0;
+    scratch = max_scratch(scratch, &m->output, max_batch);
+    for (int l = 0; l < mi->n_layer; l++) {
+        const layer_weights *L = &m->layers[l];
+        const weight *ws[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
+        for (size_t i = 0; i < ATTND_ARRAY_LEN(ws); i++) scratch = max_scratch(scratch, ws[i], max_batch);
+    }
+    e->mm_scratch = malloc(scratch ? scratch : 1);
+
+    size_t slot_floats = 2 * KV_BLOCK * hd + KV_BLOCK + G * hd + 2 * G;
+    e->slot_mem = malloc(sizeof(float) * slot_floats * (size_t)e->n_slots);
+    e->slots = calloc((size_t)e->n_slots, sizeof(*e->slots));
+
+    if (!e->x || !e->xn || !e->q || !e->k || !e->v || !e->att || !e->tmp || !e->gate || !e->up || !e->rope ||
+        !e->seqs || !e->want || !e->cb_weights || !e->mm_scratch || !e->slot_mem || !e->slots) {
+        engine_destroy(e);
+        return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory creating an engine for %d tokens per batch",
+                          max_batch);
+    }
+    for (int t = 0; t < e->n_slots; t++) {
+        float *p = e->slot_mem + slot_floats * (size_t)t;
+        attn_slot *s = &e->slots[t];
+        s->k_tile = p, p += KV_BLOCK * hd;
+        s->v_tile = p, p += KV_BLOCK * hd;
+        s->scores = p, p += KV_BLOCK;
+        s->acc = p, p += G * hd;
+        s->run_max = p, p += G;
+        s->run_sum = p;
+    }
+    *out = e;
+    return ATTND_OK;
+}
+
+void engine_destroy(engine *e) {
+    if (!e) return;
+    free(e->x);
+    free(e->xn);
+    free(e->q);
+    free(e->k);
+    free(e->v);
+    free(e->att);
+    free(e->tmp);
+    free(e->gate);
+    free(e->up);
+    free(e->rope);
+    free(e->seqs);
+    free(e->want);
+    free(e->cb_weights);
+    free(e->mm_scratch);
+    free(e->slot_mem);
+    free(e->slots);
+    free(e);
+}
+
+int engine_max_batch(const engine *e) { return e->max_batch; }
+const model *engine_model(const engine *e) { return e->m; }
+
+void engine_set_threads(engine *e, int n_threads) {
+    if (n_threads <= 0) n_threads = default_threads();
+    /* Attention scratch exists for n_slots threads; more threads than cores gains nothing. */
+    e->n_threads = n_threads < e->n_slots ? n_threads : e->n_slots;
+}
+
+int engine_threads(const engine *e) { return e->n_threads; }
+
+void engine_set_attention_cb(engine *e, engine_attn_cb cb, void *user) {
+    e->attn_cb = cb;
+    e->attn_user = user;
+}
+
+// ---- building blocks ------------------------------------------------------------------------
+
+/* out[i] = x[i] / rms(x) * w[i] for each of n rows of dim elements (sum of squares in double,
+ * as llama.cpp does, so near-ties break the same way more often). */
+static void rmsnorm(float *out, const float *x, const float *w, int n, int dim, float eps, int n_threads) {
+#pragma omp parallel for num_threads(n_threads) if (n > 4)
+    for (int t = 0; t < n; t++) {
+        const float *xr = x + (size_t)t * dim;
+        float *o = out + (size_t)t * dim;
+        double ss = 0;
+        for (int i = 0; i < dim; i++) ss += (double)xr[i] * xr[i];
+        float scale = (float)(1.0 / sqrt(ss / dim + eps));
+        for (int i = 0; i < dim; i++) o[i] = xr[i] * scale * w[i];
+    }
+}
+
+static void matmul(engine *e, float *out, const weight *w, const float *x, int n_tok) {
+    quant_matmul(out, w->data, w->type, w->rows, w->cols, x, n_tok, e->mm_scratch, e->n_threads);
+}
+
+static void add_bias(float *x, const float *b, int n, int dim) {
+    if (!b) return;
+    for (int t = 0; t < n; t++)
+        for (int i = 0; i < dim; i++) x[(size_t)t * dim + i] += b[i];
+}
+
+/*
+ * Rotates n_heads heads of head_dim in each of n rows by the entry's position. llama: pairs of
+ * adjacent elements (2i, 2i+1) (the GGUF converter permuted Q/K for this); qwen2 ("NEOX"):
+ * pairs (i, i + rope_dims/2). Elements past rope_dims are left as they are.
+ */
+static void rope_apply(const engine *e, float *x, int n, int n_heads) {
+    const model_info *mi = &e->m->info;
+    int hd = mi->head_dim, half = mi->rope_dims / 2;
+    bool neox = e->m->arch == ARCH_QWEN2;
+    for (int t = 0; t < n; t++) {
+        const float *cs = e->rope + (size_t)t * mi->rope_dims; /* (half, 2) */
+        for (int h = 0; h < n_heads; h++) {
+            float *v = x + ((size_t)t * n_heads + h) * hd;
+            for (int i = 0; i < half; i++) {
+                int a = neox ? i : 2 * i, b = neox ? i + half : 2 * i + 1;
+                float c = cs[2 * i], s = cs[2 * i + 1];
+                float x0 = v[a], x1 = v[b];
+                v[a] = x0 * c - x1 * s;
+                v[b] = x0 * s + x1 * c;
+            }
+        }
+    }
+}
+
+/* Writes each entry's K and V rows of `layer` into its sequence's cache at its position. */
+static void kv_store(const engine *e, const batch_entry *entries, int n, int layer) {
+    int KV = e->m->kv_dim;
+    for (int t = 0; t < n; t++) {
+        const kv_seq *s = entries[t].seq;
+        const float *kr = e->k + (size_t)t * KV, *vr = e->v + (size_t)t * KV;
+        void *kd = kv_row(s, 0, layer, entries[t].pos), *vd = kv_row(s, 1, layer, entries[t].pos);
+        if (s->pool->type == KV_F32) {
+            memcpy(kd, kr, sizeof(float) * (size_t)KV);
+            memcpy(vd, vr, sizeof(float) * (size_t)KV);
+        } else {
+            uint16_t *kh = kd, *vh = vd;
+            for (int i = 0; i < KV; i++) {
+                kh[i] = kv_f32_to_f16(kr[i]);
+                vh[i] = kv_f32_to_f16(vr[i]);
+            }
+        }
+    }
+}
+
+/*
+ * Rows [g*hd, (g+1)*hd) of the cached keys (which = 0) or values (1) at positions
+ * base..base+cnt-1 (one block), as F32 rows with stride *stride. F32 caches are read in place;
+ * F16 ones are converted into buf (KV_BLOCK, hd).
+ */
+static const float *kv_tile(const kv_seq *s, int which, int layer, int base, int cnt, int g, int hd, float *buf,
+                            int *stride) {
+    const kv_pool *p = s->pool;
+    if (p->type == KV_F32) {
+        *stride = p->kv_dim;
+        return (const float *)kv_row(s, which, layer, base) + (size_t)g * hd;
+    }
+    const uint16_t *src = (const uint16_t *)kv_row(s, which, layer, base) + (size_t)g * hd;
+    for (int j = 0; j < cnt; j++)
+        for (int i = 0; i < hd; i++) buf[(size_t)j * hd + i] = kv_f16_to_f32(src[(size_t)j * p->kv_dim + i]);
+    *stride = hd;
+    return buf;
+}
+
+static inline float dot(const float *a, const float *b, int n) {
+    float s = 0;
+    for (int i = 0; i < n; i++) s += a[i] * b[i];
+    return s;
+}
+
+/* Attention of entry t over its sequence, for the query heads sharing kv head g. */
+static void attend(const engine *e, attn_slot *sl, const batch_entry *en, int t, int layer, int g) {
+    const model_info *mi = &e->m->info;
+    int hd = mi->head_dim, G = mi->n_head / mi->n_head_kv, Q = e->m->q_dim;
+    int n_keys = en->pos + 1;
+    float scale = 1.0f / sqrtf((float)hd);
+    const float *q = e->q + (size_t)t * Q + (size_t)g * G * hd; /* (G, hd) */
+    float *out = e->att + (size_t)t * Q + (size_t)g * G * hd;   /* (G, hd) */
+
+    for (int h = 0; h < G; h++) {
+        sl->run_max[h] = -INFINITY;
+        sl->run_sum[h] = 0;
+    }
+    memset(sl->acc, 0, sizeof(float) * (size_t)G * hd);
+    for (int base = 0; base < n_keys; base += KV_BLOCK) {
+        int cnt = n_keys - base < KV_BLOCK ? n_keys - base : KV_BLOCK;
+        int ks, vs;
+        const float *K = kv_tile(en->seq, 0, layer, base, cnt, g, hd, sl->k_tile, &ks);
+        const float *V = kv_tile(en->seq, 1, layer, base, cnt, g, hd, sl->v_tile, &vs);
+        for (int h = 0; h < G; h++) {
+            const float *qh = q + (size_t)h * hd;
+            float *acc = sl->acc + (size_t)h * hd;
+            float tile_max = -INFINITY;
+            for (int j = 0; j < cnt; j++) {
+                sl->scores[j] = dot(qh, K + (size_t)j * ks, hd) * scale;
+                if (sl->scores[j] > tile_max) tile_max = sl->scores[j];
+            }
+            if (tile_max > sl->run_max[h]) {
+                /* A larger max: rescale what was accumulated under the old one. */
+                float c = expf(sl->run_max[h] - tile_max);
+                sl->run_sum[h] *= c;
+                for (int i = 0; i < hd; i++) acc[i] *= c;
+                sl->run_max[h] = tile_max;
+            }
+            float mx = sl->run_max[h], sum = 0;
+            for (int j = 0; j < cnt; j++) {
+                float p = expf(sl->scores[j] - mx);
+                sum += p;
+                const float *vr = V + (size_t)j * vs;
+                for (int i = 0; i < hd; i++) acc[i] += p * vr[i];
+            }
+            sl->run_sum[h] += sum;
+        }
+    }
+    for (int h = 0; h < G; h++) {
+        float inv = 1.0f / sl->run_sum[h];
+        for (int i = 0; i < hd; i++) out[(size_t)h * hd + i] = sl->acc[(size_t)h * hd + i] * inv;
+    }
+}
+
+/* Inspection path (only when a callback is set): exact softmax weights of every (entry, head),
+ * handed to the callback serially, on the calling thread. */
+static void report_attention(engine *e, const batch_entry *entries, int n, int layer) {
+    const model_info *mi = &e->m->info;
+    int hd = mi->head_dim, G = mi->n_head / mi->n_head_kv, Q = e->m->q_dim;
+    float scale = 1.0f / sqrtf((float)hd);
+    for (int t = 0; t < n; t++) {
+        const kv_seq *s = entries[t].seq;
+        int n_keys = entries[t].pos + 1;
+        for (int h = 0; h < mi->n_head; h++) {
+            const float *q = e->q + (size_t)t * Q + (size_t)h * hd;
+            int g = h / G;
+            float mx = -INFINITY;
+            for (int j = 0; j < n_keys; j++) {
+                int ks;
+                const float *K = kv_tile(s, 0, layer, j, 1, g, hd, e->slots[0].k_tile, &ks);
+                e->cb_weights[j] = dot(q, K, hd) * scale;
+                if (e->cb_weights[j] > mx) mx = e->cb_weights[j];
+            }
+            double sum = 0;
+            for (int j = 0; j < n_keys; j++) sum += e->cb_weights[j] = expf(e->cb_weights[j] - mx);
+            for (int j = 0; j < n_keys; j++) e->cb_weights[j] = (float)(e->cb_weights[j] / sum);
+            e->attn_cb(e->attn_user, t, layer, h, e->cb_weights, n_keys);
+        }
+    }
+}
+
+// ---- evaluation -----------------------------------------------------------------------------
+
+/* Checks the batch and reserves cache room for it; on success e->seqs[0..*n_seqs) are the
+ * distinct sequences, each with `pending` set to its number of entries. */
+static attnd_status prepare(engine *e, const batch_entry *entries, int n, int *n_seqs, attnd_err *err) {
+    const model_info *mi = &e->m->info;
+    *n_seqs = 0;
+    for (int t = 0; t < n; t++) {
+        if (!entries[t].seq) return attnd_fail(err, ATTND_ERR_INVALID, "batch entry %d has no sequence", t);
+        entries[t].seq->pending = 0;
+    }
+    const kv_pool *pool = entries[0].seq->pool;
+    attnd_status st = ATTND_OK;
+    for (int t = 0; t < n && !st; t++) {
+        const batch_entry *b = &entries[t];
+        kv_seq *s = b->seq;
+        if (s->pool->m != e->m)
+            st = attnd_fail(err, ATTND_ERR_INVALID, "batch entry %d: sequence belongs to another model", t);
+        else if (s->pool != pool)
+            st = attnd_fail(err, ATTND_ERR_INVALID, "batch entry %d: all sequences of a batch must share one pool",
+                            t);
+        else if (b->token < 0 || b->token >= mi->n_vocab)
+            st = attnd_fail(err, ATTND_ERR_INVALID, "batch entry %d: token id %d is outside 0..%d", t, b->token,
+                            mi->n_vocab - 1);
+        else if (b->pos != s->len + s->pending)
+            st = attnd_fail(err, ATTND_ERR_INVALID, "batch entry %d: position %d, but the sequence is at %d", t,
+                            b->pos, s->len + s->pending);
+        else if (b->pos >= mi->n_ctx)
+            st = attnd_fail(err, ATTND_ERR_INVALID, "batch entry %d: position %d exceeds the context of %d tokens",
+                            t, b->pos, mi->n_ctx);
+        else if (s->pending++ == 0)
+            e->seqs[(*n_seqs)++] = s;
+    }
+    if (!st) st = kv_reserve(e->seqs, *n_seqs, err);
+    if (st)
+        for (int t = 0; t < n; t++) entries[t].seq->pending = 0;
+    return st;
+}
+
+attnd_status engine_eval(engine *e, const batch_entry *entries, int n, float *logits, attnd_err *err) {
+    if (n == 0) return ATTND_OK;
+    if (n < 0 || n > e->max_batch)
+        return attnd_fail(err, ATTND_ERR_INVALID, "batch of %d entries; this engine takes 1..%d", n, e->max_batch);
+    if (!entries) return attnd_fail(err, ATTND_ERR_INVALID, "engine_eval: no entries");
+    int n_want = 0;
+    for (int t = 0; t < n; t++)
+        if (entries[t].want_logits) e->want[n_want++] = t;
+    if (n_want && !logits) return attnd_fail(err, ATTND_ERR_INVALID, "entries want logits but no buffer was given");
+    int n_seqs;
+    attnd_status st = prepare(e, entries, n, &n_seqs, err);
+    if (st) return st;
+
+    const model *m = e->m;
+    const model_info *mi = &m->info;
+    int E = mi->n_embd, Q = m->q_dim, KV = m->kv_dim, F = mi->n_ff, nth = e->n_threads;
+    size_t emb_row = quant_row_bytes(m->tok_embd.type, E);
+
+    for (int t = 0; t < n; t++) {
+        quant_dequantize_row(e->x + (size_t)t * E, (const uint8_t *)m->tok_embd.data + emb_row * entries[t].token,
+                             m->tok_embd.type, E);
+        float *cs = e->rope + (size_t)t * mi->rope_dims;
+        for (int i = 0; i < mi->rope_dims / 2; i++) {
+            double theta = entries[t].pos * m->rope_inv_freq[i];
+            cs[2 * i] = (float)cos(theta);
+            cs[2 * i + 1] = (float)sin(theta);
+        }
+    }
+
+    for (int l = 0; l < mi->n_layer; l++) {
+        const layer_weights *L = &m->layers[l];
+        // attention sub-layer
+        rmsnorm(e->xn, e->x, L->attn_norm, n, E, mi->rms_eps, nth);
+        matmul(e, e->q, &L->wq, e->xn, n);
+        matmul(e, e->k, &L->wk, e->xn, n);
+        matmul(e, e->v, &L->wv, e->xn, n);
+        add_bias(e->q, L->bq, n, Q);
+        add_bias(e->k, L->bk, n, KV);
+        add_bias(e->v, L->bv, n, KV);
+        rope_apply(e, e->q, n, mi->n_head);
+        rope_apply(e, e->k, n, mi->n_head_kv);
+        kv_store(e, entries, n, l);
+        int n_kv = mi->n_head_kv, n_items = n * n_kv;
+        /* Work items (entry, kv head): later positions cost more, hence dynamic scheduling. */
+#pragma omp parallel for num_threads(nth) schedule(dynamic, 1) if (n_items > 1)
+        for (int w = 0; w < n_items; w++)
+            attend(e, &e->slots[omp_get_thread_num()], &entries[w / n_kv], w / n_kv, l, w % n_kv);
+        if (e->attn_cb) report_attention(e, entries, n, l);
+        matmul(e, e->tmp, &L->wo, e->att, n);
+        for (size_t i = 0; i < (size_t)n * E; i++) e->x[i] += e->tmp[i];
+
+        // feed-forward sub-layer: down(silu(gate(x)) * up(x))
+        rmsnorm(e->xn, e->x, L->ffn_norm, n, E, mi->rms_eps, nth);
+        matmul(e, e->gate, &L->w_gate, e->xn, n);
+        matmul(e, e->up, &L->w_up, e->xn, n);
+        for (size_t i = 0; i < (size_t)n * F; i++) {
+            float g = e->gate[i];
+            e->gate[i] = g / (1.0f + expf(-g)) * e->up[i];
+        }
+        matmul(e, e->tmp, &L->w_down, e->gate, n);
+        for (size_t i = 0; i < (size_t)n * E; i++) e->x[i] += e->tmp[i];
+    }
+
+    if (n_want) {
+        /* Only the rows that want logits go through the final norm and the output head. */
+        for (int w = 0; w < n_want; w++)
+            memcpy(e->tmp + (size_t)w * E, e->x + (size_t)e->want[w] * E, sizeof(float) * (size_t)E);
+        rmsnorm(e->xn, e->tmp, m->output_norm, n_want, E, mi->rms_eps, nth);
+        matmul(e, logits, &m->output, e->xn, n_want);
+    }
+
+    for (int i = 0; i < n_seqs; i++) {
+        e->seqs[i]->len += e->seqs[i]->pending;
+        e->seqs[i]->pending = 0;
+    }
+    return ATTND_OK;
+}

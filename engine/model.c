@@ -1,0 +1,248 @@
+/*
+ * model.c — loading a Llama-family model from GGUF: hyper-parameters, weight lookup and
+ * validation (public API in attnd/model.h, layout in model_internal.h).
+ *
+ * Everything a later evaluation relies on is checked here, once: the architecture, every shape
+ * against the hyper-parameters, every weight type against what the kernels compute. So a file
+ * that loads can be evaluated without further checks, and a file that does not load says which
+ * key or tensor is wrong. Weight matrices are referenced in the mapping, never copied.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model_internal.h"
+#include "quant.h"
+
+/* Reads "<arch>.<suffix>" as u32; a missing key is an error only when required. */
+static attnd_status arch_u32(const gguf_file *f, const char *arch, const char *suffix, bool required,
+                             uint32_t dflt, uint32_t *out, attnd_err *err) {
+    char key[128];
+    snprintf(key, sizeof(key), "%s.%s", arch, suffix);
+    attnd_status st = gguf_get_u32(f, key, out, err);
+    if (st == ATTND_ERR_NOT_FOUND && !required) {
+        *out = dflt;
+        return ATTND_OK;
+    }
+    return st;
+}
+
+static attnd_status arch_f32(const gguf_file *f, const char *arch, const char *suffix, bool required, float dflt,
+                             float *out, attnd_err *err) {
+    char key[128];
+    snprintf(key, sizeof(key), "%s.%s", arch, suffix);
+    attnd_status st = gguf_get_f32(f, key, out, err);
+    if (st == ATTND_ERR_NOT_FOUND && !required) {
+        *out = dflt;
+        return ATTND_OK;
+    }
+    return st;
+}
+
+/* Looks up a tensor that must be a (rows, cols) matrix of a computable type. */
+static attnd_status find_matrix(const gguf_file *f, const char *name, int64_t rows, int64_t cols, bool required,
+                                weight *out, attnd_err *err) {
+    memset(out, 0, sizeof(*out));
+    const gguf_tensor *t = gguf_find_tensor(f, name);
+    if (!t) {
+        if (!required) return ATTND_OK;
+        return attnd_fail(err, ATTND_ERR_FORMAT, "model has no tensor '%s'", name);
+    }
+    if (!ggml_type_computable(t->type))
+        return attnd_fail(err, ATTND_ERR_UNSUPPORTED, "tensor '%s' has type %s, which attnd does not compute", name,
+                          ggml_type_name(t->type));
+    if (t->n_dims > 2 || (int64_t)t->ne[0] != cols || (int64_t)t->ne[1] != rows)
+        return attnd_fail(err, ATTND_ERR_FORMAT, "tensor '%s' has shape [%llu, %llu], expected [%lld, %lld]", name,
+                          (unsigned long long)t->ne[0], (unsigned long long)t->ne[1], (long long)cols,
+                          (long long)rows);
+    out->data = t->data;
+    out->type = t->type;
+    out->rows = rows;
+    out->cols = cols;
+    return ATTND_OK;
+}
+
+/* Copies a vector tensor of n elements out as F32 (*out malloc'd; NULL when absent and optional). */
+static attnd_status load_vector(const gguf_file *f, const char *name, int64_t n, bool required, float **out,
+                                attnd_err *err) {
+    *out = NULL;
+    const gguf_tensor *t = gguf_find_tensor(f, name);
+    if (!t) {
+        if (!required) return ATTND_OK;
+        return attnd_fail(err, ATTND_ERR_FORMAT, "model has no tensor '%s'", name);
+    }
+    if (!ggml_type_computable(t->type))
+        return attnd_fail(err, ATTND_ERR_UNSUPPORTED, "tensor '%s' has type %s, which attnd does not compute", name,
+                          ggml_type_name(t->type));
+    if (t->n_elems != (uint64_t)n || t->ne[0] != (uint64_t)n)
+        return attnd_fail(err, ATTND_ERR_FORMAT, "tensor '%s' has %llu elements, expected %lld", name,
+                          (unsigned long long)t->n_elems, (long long)n);
+    *out = malloc(sizeof(float) * (size_t)n);
+    if (!*out) return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory loading '%s'", name);
+    quant_dequantize_row(*out, t->data, t->type, n);
+    return ATTND_OK;
+}
+
+attnd_status model_load(model **out, const char *path, attnd_err *err) {
+    *out = NULL;
+    attnd_status st;
+    model *m = calloc(1, sizeof(*m));
+    if (!m) return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory loading a model");
+    if ((st = gguf_open(&m->f, path, err))) goto fail;
+    const gguf_file *f = m->f;
+    model_info *mi = &m->info;
+
+    const char *arch;
+    if ((st = gguf_get_str(f, "general.architecture", &arch, err))) goto fail;
+    if (!strcmp(arch, "llama")) {
+        m->arch = ARCH_LLAMA;
+    } else if (!strcmp(arch, "qwen2")) {
+        m->arch = ARCH_QWEN2;
+    } else {
+        st = attnd_fail(err, ATTND_ERR_UNSUPPORTED,
+                        "architecture '%.100s' is not supported (attnd runs 'llama' and 'qwen2')", arch);
+        goto fail;
+    }
+    mi->arch = arch;
+    if (gguf_get_str(f, "general.name", &mi->name, NULL) != ATTND_OK) mi->name = "";
+
+    uint32_t n_ctx, n_embd, n_layer, n_ff, n_head, n_head_kv, key_len, val_len, rope_dims;
+    if ((st = arch_u32(f, arch, "context_length", true, 0, &n_ctx, err))) goto fail;
+    if ((st = arch_u32(f, arch, "embedding_length", true, 0, &n_embd, err))) goto fail;
+    if ((st = arch_u32(f, arch, "block_count", true, 0, &n_layer, err))) goto fail;
+    if ((st = arch_u32(f, arch, "feed_forward_length", true, 0, &n_ff, err))) goto fail;
+    if ((st = arch_u32(f, arch, "attention.head_count", true, 0, &n_head, err))) goto fail;
+    if ((st = arch_u32(f, arch, "attention.head_count_kv", false, n_head, &n_head_kv, err))) goto fail;
+    if (n_head == 0 || n_embd == 0 || n_layer == 0 || n_ff == 0 || n_ctx == 0 || n_head_kv == 0) {
+        st = attnd_fail(err, ATTND_ERR_FORMAT, "a hyper-parameter of '%s' is zero", arch);
+        goto fail;
+    }
+    if ((st = arch_u32(f, arch, "attention.key_length", false, n_embd / n_head, &key_len, err))) goto fail;
+    if ((st = arch_u32(f, arch, "attention.value_length", false, key_len, &val_len, err))) goto fail;
+    if ((st = arch_u32(f, arch, "rope.dimension_count", false, key_len, &rope_dims, err))) goto fail;
+    if ((st = arch_f32(f, arch, "attention.layer_norm_rms_epsilon", true, 0, &mi->rms_eps, err))) goto fail;
+    if ((st = arch_f32(f, arch, "rope.freq_base", false, 10000.0f, &mi->rope_base, err))) goto fail;
+
+    /* Sanity limits keep every later size computation far from overflow. */
+    if (n_embd > (1u << 16) || n_ff > (1u << 18) || n_layer > 1024 || n_head > 1024 || n_ctx > (1u << 24)) {
+        st = attnd_fail(err, ATTND_ERR_UNSUPPORTED, "hyper-parameters of '%s' are out of the supported range", arch);
+        goto fail;
+    }
+    if (n_head % n_head_kv != 0) {
+        st = attnd_fail(err, ATTND_ERR_FORMAT, "head_count %u is not a multiple of head_count_kv %u", n_head,
+                        n_head_kv);
+        goto fail;
+    }
+    if (key_len == 0 || key_len != val_len || key_len % 2 != 0 || key_len > 1024) {
+        st = attnd_fail(err, ATTND_ERR_UNSUPPORTED, "head size %u (key) / %u (value) is not supported", key_len,
+                        val_len);
+        goto fail;
+    }
+    if (rope_dims == 0 || rope_dims % 2 != 0 || rope_dims > key_len) {
+        st = attnd_fail(err, ATTND_ERR_FORMAT, "rope.dimension_count %u does not fit head size %u", rope_dims,
+                        key_len);
+        goto fail;
+    }
+    if (!(mi->rms_eps > 0) || !(mi->rope_base > 0) || !isfinite(mi->rope_base)) {
+        st = attnd_fail(err, ATTND_ERR_FORMAT, "rms epsilon %g or rope base %g is not positive", mi->rms_eps,
+                        mi->rope_base);
+        goto fail;
+    }
+    mi->n_ctx = (int)n_ctx;
+    mi->n_embd = (int)n_embd;
+    mi->n_layer = (int)n_layer;
+    mi->n_ff = (int)n_ff;
+    mi->n_head = (int)n_head;
+    mi->n_head_kv = (int)n_head_kv;
+    mi->head_dim = (int)key_len;
+    mi->rope_dims = (int)rope_dims;
+    m->q_dim = mi->n_head * mi->head_dim;
+    m->kv_dim = mi->n_head_kv * mi->head_dim;
+
+    const gguf_tensor *te = gguf_find_tensor(f, "token_embd.weight");
+    if (!te) {
+        st = attnd_fail(err, ATTND_ERR_FORMAT, "model has no tensor 'token_embd.weight'");
+        goto fail;
+    }
+    if (te->n_dims != 2 || te->ne[1] == 0 || te->ne[1] > (1u << 22)) {
+        st = attnd_fail(err, ATTND_ERR_FORMAT, "tensor 'token_embd.weight' is not a (vocab, embd) matrix");
+        goto fail;
+    }
+    mi->n_vocab = (int)te->ne[1];
+    int64_t V = mi->n_vocab, E = mi->n_embd, Q = m->q_dim, KV = m->kv_dim, F = mi->n_ff;
+    if ((st = find_matrix(f, "token_embd.weight", V, E, true, &m->tok_embd, err))) goto fail;
+    if ((st = find_matrix(f, "output.weight", V, E, false, &m->output, err))) goto fail;
+    if (!m->output.data) m->output = m->tok_embd; /* tied embeddings */
+    if ((st = load_vector(f, "output_norm.weight", E, true, &m->output_norm, err))) goto fail;
+
+    m->layers = calloc(n_layer, sizeof(*m->layers));
+    if (!m->layers) {
+        st = attnd_fail(err, ATTND_ERR_NOMEM, "out of memory loading a model");
+        goto fail;
+    }
+    for (int l = 0; l < mi->n_layer; l++) {
+        layer_weights *L = &m->layers[l];
+        char name[96];
+#define MAT(field, suffix, r, c)                                                        \
+    snprintf(name, sizeof(name), "blk.%d.%s.weight", l, suffix);                        \
+    if ((st = find_matrix(f, name, r, c, true, &L->field, err))) goto fail;
+#define VEC(field, suffix, ext, n, req)                                                 \
+    snprintf(name, sizeof(name), "blk.%d.%s.%s", l, suffix, ext);                       \
+    if ((st = load_vector(f, name, n, req, &L->field, err))) goto fail;
+        VEC(attn_norm, "attn_norm", "weight", E, true);
+        MAT(wq, "attn_q", Q, E);
+        MAT(wk, "attn_k", KV, E);
+        MAT(wv, "attn_v", KV, E);
+        MAT(wo, "attn_output", E, Q);
+        /* qwen2 always has q/k/v biases; some llama-architecture files do too. */
+        bool req_bias = m->arch == ARCH_QWEN2;
+        VEC(bq, "attn_q", "bias", Q, req_bias);
+        VEC(bk, "attn_k", "bias", KV, req_bias);
+        VEC(bv, "attn_v", "bias", KV, req_bias);
+        VEC(ffn_norm, "ffn_norm", "weight", E, true);
+        MAT(w_gate, "ffn_gate", F, E);
+        MAT(w_up, "ffn_up", F, E);
+        MAT(w_down, "ffn_down", E, F);
+#undef MAT
+#undef VEC
+    }
+
+    m->rope_inv_freq = malloc(sizeof(double) * (size_t)(mi->rope_dims / 2));
+    if (!m->rope_inv_freq) {
+        st = attnd_fail(err, ATTND_ERR_NOMEM, "out of memory loading a model");
+        goto fail;
+    }
+    for (int i = 0; i < mi->rope_dims / 2; i++)
+        m->rope_inv_freq[i] = pow((double)mi->rope_base, -2.0 * i / mi->rope_dims);
+
+    for (uint64_t i = 0; i < gguf_tensor_count(f); i++) mi->n_params += gguf_tensor_at(f, i)->n_elems;
+    *out = m;
+    return ATTND_OK;
+
+fail:
+    model_destroy(m);
+    return st;
+}
+
+void model_destroy(model *m) {
+    if (!m) return;
+    if (m->layers) {
+        for (int l = 0; l < m->info.n_layer; l++) {
+            layer_weights *L = &m->layers[l];
+            free(L->attn_norm);
+            free(L->ffn_norm);
+            free(L->bq);
+            free(L->bk);
+            free(L->bv);
+        }
+        free(m->layers);
+    }
+    free(m->output_norm);
+    free(m->rope_inv_freq);
+    gguf_close(m->f);
+    free(m);
+}
+
+const model_info *model_info_get(const model *m) { return &m->info; }
+const gguf_file *model_gguf(const model *m) { return m->f; }

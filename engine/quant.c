@@ -1,0 +1,570 @@
+/*
+ * quant.c — weight-type kernels: half/bfloat conversions, row dequantization, and the matmul
+ * driver with its portable C kernels. Instruction-set specific kernels live in quant_avx2.c and
+ * quant_avx512.c and are picked at run time (quant_isa_*), so one binary runs on any x86-64.
+ *
+ * Arithmetic follows llama.cpp's CPU backend, so that the engine agrees with it token for token
+ * as far as possible: activations are rounded to what the weight type's dot product consumes
+ * (Q8_0 blocks for Q8_0/Q4_0 weights, Q8_K super-blocks for Q4_K/Q6_K, f16 for F16, bf16 for
+ * BF16, nothing for F32) and the quantized dot products are exact integer sums scaled once per
+ * block. Every instruction set computes the same integers; only the order in which the
+ * per-block float terms are summed differs.
+ */
+#include "quant.h"
+
+#include <math.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "attnd/common.h"
+#include "attnd/gguf.h"
+#include "quant_impl.h"
+
+// ---- scalar conversions ------------------------------------------------------------------------
+
+static inline uint32_t f32_bits(float f) {
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    return u;
+}
+
+static inline float bits_f32(uint32_t u) {
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+float quant_f16_to_f32(uint16_t h) {
+    uint32_t sign = (uint32_t)(h & 0x8000) << 16;
+    uint32_t exp = (h >> 10) & 0x1F;
+    uint32_t mant = h & 0x3FF;
+    if (exp == 0x1F) return bits_f32(sign | 0x7F800000 | (mant << 13)); /* inf, nan (payload kept) */
+    if (exp != 0) return bits_f32(sign | ((exp + 112) << 23) | (mant << 13));
+    /* zero or subnormal: mant * 2^-24, exact in f32 */
+    float v = (float)mant * 0x1p-24f;
+    return sign ? -v : v;
+}
+
+uint16_t quant_f32_to_f16(float f) {
+    uint32_t x = f32_bits(f);
+    uint16_t sign = (uint16_t)((x >> 16) & 0x8000);
+    uint32_t ax = x & 0x7FFFFFFF;
+    if (ax > 0x7F800000) return sign | 0x7E00 | (uint16_t)((ax >> 13) & 0x3FF); /* nan stays (quiet) nan */
+    if (ax >= 0x477FF000) return sign | 0x7C00; /* >= 65520 rounds to inf; inf stays inf */
+    if (ax >= 0x38800000) {                    /* normal half: rebias exponent, round the 13 dropped bits */
+        uint32_t r = (ax - 0x38000000) >> 13;
+        uint32_t rem = ax & 0x1FFF;
+        if (rem > 0x1000 || (rem == 0x1000 && (r & 1))) r++;
+        return sign | (uint16_t)r;
+    }
+    if (ax < 0x33000000) return sign; /* below 2^-25: rounds to zero */
+    /* subnormal half: value / 2^-24, rounded to nearest even (may round up to the smallest normal) */
+    uint32_t e = ax >> 23;
+    uint32_t m = (ax & 0x7FFFFF) | 0x800000;
+    uint32_t shift = 126 - e; /* 14..24 */
+    uint32_t r = m >> shift;
+    uint32_t rem = m & ((1u << shift) - 1);
+    uint32_t half = 1u << (shift - 1);
+    if (rem > half || (rem == half && (r & 1))) r++;
+    return sign | (uint16_t)r;
+}
+
+float quant_bf16_to_f32(uint16_t h) { return bits_f32((uint32_t)h << 16); }
+
+uint16_t quant_f32_to_bf16(float f) {
+    uint32_t x = f32_bits(f);
+    if ((x & 0x7FFFFFFF) > 0x7F800000) return (uint16_t)((x >> 16) | 0x40); /* quiet nan */
+    return (uint16_t)((x + 0x7FFF + ((x >> 16) & 1)) >> 16);
+}
+
+/* Round to nearest, ties to even, for |f| < 2^22, without a libm call (the magic-number trick). */
+static inline int32_t round_nearest(float f) {
+    float v = f + 12582912.f; /* 1.5 * 2^23 */
+    int32_t i;
+    memcpy(&i, &v, sizeof i);
+    return (i & 0x007FFFFF) - 0x00400000;
+}
+
+// ---- sizes -------------------------------------------------------------------------------------
+
+size_t quant_row_bytes(uint32_t type, int64_t n_cols) {
+    uint32_t be = ggml_type_block_elems(type), bb = ggml_type_block_bytes(type);
+    if (be == 0 || n_cols < 0) return 0;
+    return (size_t)(n_cols / be) * bb;
+}
+
+#define SCRATCH_ALIGN 64
+
+static size_t round_up(size_t n) { return (n + SCRATCH_ALIGN - 1) & ~(size_t)(SCRATCH_ALIGN - 1); }
+
+size_t quant_scratch_bytes(uint32_t wtype, int n_tok, int64_t n_cols) {
+    if (n_tok <= 0 || n_cols <= 0) return 0;
+    size_t n = (size_t)n_tok * (size_t)n_cols;
+    switch (wtype) {
+    case GGML_TYPE_F16:
+    case GGML_TYPE_BF16: return SCRATCH_ALIGN + round_up(n * sizeof(uint16_t));
+    case GGML_TYPE_Q8_0:
+    case GGML_TYPE_Q4_0: return SCRATCH_ALIGN + round_up((size_t)n_tok * (size_t)(n_cols / QK8_0) * sizeof(float)) + round_up(n);
+    case GGML_TYPE_Q4_K:
+    case GGML_TYPE_Q6_K:
+        return SCRATCH_ALIGN + round_up((size_t)n_tok * (size_t)(n_cols / QK_K) * sizeof(float)) + round_up(n) +
+               round_up((size_t)n_tok * (size_t)(n_cols / 16) * sizeof(int16_t));
+    default: return 0; /* F32 reads the activations in place */
+    }
+}
+
+// ---- dequantization ----------------------------------------------------------------------------
+
+static void dequant_q8_0(float *y, const uint8_t *src, int64_t nb) {
+    for (int64_t b = 0; b < nb; b++, src += Q8_0_BYTES, y += QK8_0) {
+        float d = quant_f16_to_f32(quant_ld16(src));
+        const int8_t *q = (const int8_t *)(src + 2);
+        for (int j = 0; j < QK8_0; j++) y[j] = d * (float)q[j];
+    }
+}
+
+static void dequant_q4_0(float *y, const uint8_t *src, int64_t nb) {
+    for (int64_t b = 0; b < nb; b++, src += Q4_0_BYTES, y += QK4_0) {
+        float d = quant_f16_to_f32(quant_ld16(src));
+        const uint8_t *q = src + 2;
+        for (int j = 0; j < QK4_0 / 2; j++) {
+            y[j] = d * (float)((q[j] & 0xF) - 8);
+            y[j + QK4_0 / 2] = d * (float)((q[j] >> 4) - 8);
+        }
+    }
+}
+
+static void dequant_q4_k(float *y, const uint8_t *src, int64_t nb) {
+    for (int64_t b = 0; b < nb; b++, src += Q4_K_BYTES) {
+        float d = quant_f16_to_f32(quant_ld16(src));
+        float dmin = quant_f16_to_f32(quant_ld16(src + 2));
+        uint8_t sc[8], mn[8];
+        quant_q4k_scales(src + 4, sc, mn);
+        const uint8_t *q = src + 16;
+        /* each 64-element chunk: 32 low nibbles, then the 32 high nibbles of the same bytes */
+        for (int j = 0; j < 4; j++, q += 32, y += 64) {
+            float d1 = d * sc[2 * j], m1 = dmin * mn[2 * j];
+            float d2 = d * sc[2 * j + 1], m2 = dmin * mn[2 * j + 1];
+            for (int l = 0; l < 32; l++) y[l] = d1 * (float)(q[l] & 0xF) - m1;
+            for (int l = 0; l < 32; l++) y[32 + l] = d2 * (float)(q[l] >> 4) - m2;
+        }
+    }
+}
+
+static void dequant_q6_k(float *y, const uint8_t *src, int64_t nb) {
+    for (int64_t b = 0; b < nb; b++, src += Q6_K_BYTES) {
+        const uint8_t *ql = src, *qh = src + 128;
+        const int8_t *sc = (const int8_t *)(src + 192);
+        float d = quant_f16_to_f32(quant_ld16(src + 208));
+        /* two halves of 128; in each, ql[l] / ql[l+32] hold the low nibbles of elements
+         * l, l+32 (low nibble) and l+64, l+96 (high nibble); qh[l] their 2-bit tops */
+        for (int n = 0; n < 2; n++, ql += 64, qh += 32, sc += 8, y += 128) {
+            for (int l = 0; l < 32; l++) {
+                int is = l / 16;
+                int q1 = ((ql[l] & 0xF) | (((qh[l] >> 0) & 3) << 4)) - 32;
+                int q2 = ((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) - 32;
+                int q3 = ((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32;
+                int q4 = ((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32;
+                y[l] = d * (float)(sc[is + 0] * q1);
+                y[l + 32] = d * (float)(sc[is + 2] * q2);
+                y[l + 64] = d * (float)(sc[is + 4] * q3);
+                y[l + 96] = d * (float)(sc[is + 6] * q4);
+            }
+        }
+    }
+}
+
+void quant_dequantize_row(float *dst, const void *src, uint32_t type, int64_t n) {
+    uint32_t be = ggml_type_block_elems(type);
+    ATTND_ASSERT(ggml_type_computable(type) && be > 0 && n >= 0 && n % be == 0);
+    const uint8_t *s = src;
+    switch (type) {
+    case GGML_TYPE_F32: memcpy(dst, src, (size_t)n * sizeof(float)); break;
+    case GGML_TYPE_F16:
+        for (int64_t i = 0; i < n; i++) dst[i] = quant_f16_to_f32(quant_ld16(s + 2 * i));
+        break;
+    case GGML_TYPE_BF16:
+        for (int64_t i = 0; i < n; i++) dst[i] = quant_bf16_to_f32(quant_ld16(s + 2 * i));
+        break;
+    case GGML_TYPE_Q8_0: dequant_q8_0(dst, s, n / QK8_0); break;
+    case GGML_TYPE_Q4_0: dequant_q4_0(dst, s, n / QK4_0); break;
+    case GGML_TYPE_Q4_K: dequant_q4_k(dst, s, n / QK_K); break;
+    case GGML_TYPE_Q6_K: dequant_q6_k(dst, s, n / QK_K); break;
+    default: ATTND_ASSERT(!"computable type without a dequantizer");
+    }
+}
+
+// ---- activation preparation --------------------------------------------------------------------
+
+/* Q8_0 form: per 32 values d = amax/127 (kept at f16 precision, as llama.cpp stores it) and
+ * q = round(x * 127/amax). */
+static void act_q8_0(float *d, int8_t *q, const float *x, int64_t n) {
+    for (int64_t b = 0; b < n / QK8_0; b++, x += QK8_0, q += QK8_0) {
+        float amax = 0.f;
+        for (int j = 0; j < QK8_0; j++) amax = fmaxf(amax, fabsf(x[j]));
+        float id = amax != 0.f ? 127.f / amax : 0.f;
+        d[b] = quant_f16_to_f32(quant_f32_to_f16(amax / 127.f));
+        for (int j = 0; j < QK8_0; j++) q[j] = (int8_t)round_nearest(x[j] * id);
+    }
+}
+
+/* Q8_K form: per 256 values the scale maps the value of largest magnitude to -127 (as ggml's
+ * quantize_row_q8_K does), d is an f32, and bsums hold sums of each 16 consecutive q (they let
+ * Q4_K apply its per-sub-block minimums without touching the values again). */
+static void act_q8_k(float *d, int8_t *q, int16_t *bsums, const float *x, int64_t n) {
+    for (int64_t b = 0; b < n / QK_K; b++, x += QK_K, q += QK_K, bsums += QK_K / 16) {
+        float amax = 0.f, max = 0.f;
+        for (int j = 0; j < QK_K; j++) {
+            float ax = fabsf(x[j]);
+            if (ax > amax) {
+                amax = ax;
+                max = x[j];
+            }
+        }
+        if (amax == 0.f) {
+            d[b] = 0.f;
+            memset(q, 0, QK_K);
+            memset(bsums, 0, QK_K / 16 * sizeof(int16_t));
+            continue;
+        }
+        float iscale = -127.f / max;
+        for (int j = 0; j < QK_K; j++) {
+            int32_t v = round_nearest(iscale * x[j]);
+            q[j] = (int8_t)(v > 127 ? 127 : v);
+        }
+        for (int g = 0; g < QK_K / 16; g++) {
+            int s = 0;
+            for (int j = 0; j < 16; j++) s += q[16 * g + j];
+            bsums[g] = (int16_t)s;
+        }
+        d[b] = 1.f / iscale;
+    }
+}
+
+/* Fills *a from x (n_tok, n_cols) in the form wtype's kernels read, carving arrays out of scratch. */
+static void act_prepare(quant_act *a, uint32_t wtype, const float *x, int n_tok, int64_t n_cols, void *scratch,
+                        int n_threads) {
+    memset(a, 0, sizeof *a);
+    a->n_cols = n_cols;
+    a->x = x;
+    if (wtype == GGML_TYPE_F32) return;
+    ATTND_ASSERT(scratch != NULL);
+    uint8_t *p = (uint8_t *)(((uintptr_t)scratch + SCRATCH_ALIGN - 1) & ~(uintptr_t)(SCRATCH_ALIGN - 1));
+    size_t n = (size_t)n_tok * (size_t)n_cols;
+    /* prefill: tokens are independent, so spread them over the threads; decode stays serial */
+    int par = n_threads > 1 && n_tok >= 4 ? n_threads : 1;
+    (void)par;
+    switch (wtype) {
+    case GGML_TYPE_F16:
+    case GGML_TYPE_BF16: {
+        uint16_t *h = (uint16_t *)p;
+        a->h = h;
+        if (wtype == GGML_TYPE_F16) {
+#pragma omp parallel for num_threads(par) if (par > 1) schedule(static)
+            for (size_t i = 0; i < n; i++) h[i] = quant_f32_to_f16(x[i]);
+        } else {
+#pragma omp parallel for num_threads(par) if (par > 1) schedule(static)
+            for (size_t i = 0; i < n; i++) h[i] = quant_f32_to_bf16(x[i]);
+        }
+        return;
+    }
+    case GGML_TYPE_Q8_0:
+    case GGML_TYPE_Q4_0: {
+        a->nb = n_cols / QK8_0;
+        float *d = (float *)p;
+        int8_t *q = (int8_t *)(p + round_up((size_t)n_tok * (size_t)a->nb * sizeof(float)));
+        a->d = d;
+        a->q = q;
+#pragma omp parallel for num_threads(par) if (par > 1) schedule(static)
+        for (int t = 0; t < n_tok; t++) act_q8_0(d + t * a->nb, q + t * n_cols, x + t * n_cols, n_cols);
+        return;
+    }
+    case GGML_TYPE_Q4_K:
+    case GGML_TYPE_Q6_K: {
+        a->nb = n_cols / QK_K;
+        float *d = (float *)p;
+        p += round_up((size_t)n_tok * (size_t)a->nb * sizeof(float));
+        int8_t *q = (int8_t *)p;
+        p += round_up(n);
+        int16_t *bs = (int16_t *)p;
+        a->d = d;
+        a->q = q;
+        a->bsums = bs;
+#pragma omp parallel for num_threads(par) if (par > 1) schedule(static)
+        for (int t = 0; t < n_tok; t++)
+            act_q8_k(d + t * a->nb, q + t * n_cols, bs + t * (n_cols / 16), x + t * n_cols, n_cols);
+        return;
+    }
+    default: ATTND_ASSERT(!"unsupported weight type");
+    }
+}
+
+// ---- portable kernels --------------------------------------------------------------------------
+
+static float dot_f32(const float *w, const float *x, int64_t n) {
+    float acc[8] = {0};
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int k = 0; k < 8; k++) acc[k] += w[i + k] * x[i + k];
+    for (; i < n; i++) acc[0] += w[i] * x[i];
+    return ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+}
+
+static float dot_f16(const uint8_t *w, const uint16_t *x, int64_t n, int bf16) {
+    float acc[8] = {0};
+    int64_t i = 0;
+    for (; i < n; i++) {
+        uint16_t wh = quant_ld16(w + 2 * i);
+        float wv = bf16 ? quant_bf16_to_f32(wh) : quant_f16_to_f32(wh);
+        float xv = bf16 ? quant_bf16_to_f32(x[i]) : quant_f16_to_f32(x[i]);
+        acc[i & 7] += wv * xv;
+    }
+    return ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+}
+
+static float dot_q8_0(const uint8_t *w, const float *xd, const int8_t *xq, int64_t nb) {
+    float sum = 0.f;
+    for (int64_t b = 0; b < nb; b++, w += Q8_0_BYTES, xq += QK8_0) {
+        const int8_t *q = (const int8_t *)(w + 2);
+        int32_t s = 0;
+        for (int j = 0; j < QK8_0; j++) s += q[j] * xq[j];
+        sum += (float)s * (quant_f16_to_f32(quant_ld16(w)) * xd[b]);
+    }
+    return sum;
+}
+
+static float dot_q4_0(const uint8_t *w, const float *xd, const int8_t *xq, int64_t nb) {
+    float sum = 0.f;
+    for (int64_t b = 0; b < nb; b++, w += Q4_0_BYTES, xq += QK4_0) {
+        const uint8_t *q = w + 2;
+        int32_t s = 0;
+        for (int j = 0; j < QK4_0 / 2; j++) s += ((q[j] & 0xF) - 8) * xq[j] + ((q[j] >> 4) - 8) * xq[j + QK4_0 / 2];
+        sum += (float)s * (quant_f16_to_f32(quant_ld16(w)) * xd[b]);
+    }
+    return sum;
+}
+
+static float dot_q4_k(const uint8_t *w, const float *xd, const int8_t *xq, const int16_t *bsums, int64_t nb) {
+    float sum = 0.f;
+    for (int64_t b = 0; b < nb; b++, w += Q4_K_BYTES, xq += QK_K, bsums += QK_K / 16) {
+        uint8_t sc[8], mn[8];
+        quant_q4k_scales(w + 4, sc, mn);
+        int32_t summins = 0;
+        for (int j = 0; j < 8; j++) summins += mn[j] * (bsums[2 * j] + bsums[2 * j + 1]);
+        const uint8_t *q = w + 16;
+        const int8_t *y = xq;
+        int32_t sumi = 0;
+        for (int j = 0; j < 4; j++, q += 32, y += 64) {
+            int32_t s1 = 0, s2 = 0;
+            for (int l = 0; l < 32; l++) {
+                s1 += (q[l] & 0xF) * y[l];
+                s2 += (q[l] >> 4) * y[l + 32];
+            }
+            sumi += sc[2 * j] * s1 + sc[2 * j + 1] * s2;
+        }
+        float d = quant_f16_to_f32(quant_ld16(w)) * xd[b];
+        float dmin = quant_f16_to_f32(quant_ld16(w + 2)) * xd[b];
+        sum += d * (float)sumi - dmin * (float)summins;
+    }
+    return sum;
+}
+
+static float dot_q6_k(const uint8_t *w, const float *xd, const int8_t *xq, int64_t nb) {
+    float sum = 0.f;
+    for (int64_t b = 0; b < nb; b++, w += Q6_K_BYTES) {
+        const uint8_t *ql = w, *qh = w + 128;
+        const int8_t *sc = (const int8_t *)(w + 192);
+        const int8_t *y = xq + b * QK_K;
+        int32_t sumi = 0;
+        for (int n = 0; n < 2; n++, ql += 64, qh += 32, sc += 8, y += 128) {
+            int32_t s[8] = {0}; /* per 16-element sub-block, indexed like sc */
+            for (int l = 0; l < 32; l++) {
+                int is = l / 16;
+                int q1 = ((ql[l] & 0xF) | (((qh[l] >> 0) & 3) << 4)) - 32;
+                int q2 = ((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) - 32;
+                int q3 = ((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32;
+                int q4 = ((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32;
+                s[is + 0] += q1 * y[l];
+                s[is + 2] += q2 * y[l + 32];
+                s[is + 4] += q3 * y[l + 64];
+                s[is + 6] += q4 * y[l + 96];
+            }
+            for (int k = 0; k < 8; k++) sumi += sc[k] * s[k];
+        }
+        sum += quant_f16_to_f32(quant_ld16(w + 208)) * xd[b] * (float)sumi;
+    }
+    return sum;
+}
+
+static void rows_f32(float *out, const uint8_t *w, size_t rb, int64_t r0, int64_t r1, int64_t n_rows,
+                     const quant_act *a, int n_tok) {
+    for (int64_t r = r0; r < r1; r++)
+        for (int t = 0; t < n_tok; t++)
+            out[t * n_rows + r] = dot_f32((const float *)(w + r * rb), a->x + t * a->n_cols, a->n_cols);
+}
+
+static void rows_f16(float *out, const uint8_t *w, size_t rb, int64_t r0, int64_t r1, int64_t n_rows,
+                     const quant_act *a, int n_tok) {
+    for (int64_t r = r0; r < r1; r++)
+        for (int t = 0; t < n_tok; t++) out[t * n_rows + r] = dot_f16(w + r * rb, a->h + t * a->n_cols, a->n_cols, 0);
+}
+
+static void rows_bf16(float *out, const uint8_t *w, size_t rb, int64_t r0, int64_t r1, int64_t n_rows,
+                      const quant_act *a, int n_tok) {
+    for (int64_t r = r0; r < r1; r++)
+        for (int t = 0; t < n_tok; t++) out[t * n_rows + r] = dot_f16(w + r * rb, a->h + t * a->n_cols, a->n_cols, 1);
+}
+
+static void rows_q8_0(float *out, const uint8_t *w, size_t rb, int64_t r0, int64_t r1, int64_t n_rows,
+                      const quant_act *a, int n_tok) {
+    for (int64_t r = r0; r < r1; r++)
+        for (int t = 0; t < n_tok; t++)
+            out[t * n_rows + r] = dot_q8_0(w + r * rb, a->d + t * a->nb, a->q + t * a->n_cols, a->nb);
+}
+
+static void rows_q4_0(float *out, const uint8_t *w, size_t rb, int64_t r0, int64_t r1, int64_t n_rows,
+                      const quant_act *a, int n_tok) {
+    for (int64_t r = r0; r < r1; r++)
+        for (int t = 0; t < n_tok; t++)
+            out[t * n_rows + r] = dot_q4_0(w + r * rb, a->d + t * a->nb, a->q + t * a->n_cols, a->nb);
+}
+
+static void rows_q4_k(float *out, const uint8_t *w, size_t rb, int64_t r0, int64_t r1, int64_t n_rows,
+                      const quant_act *a, int n_tok) {
+    for (int64_t r = r0; r < r1; r++)
+        for (int t = 0; t < n_tok; t++)
+            out[t * n_rows + r] = dot_q4_k(w + r * rb, a->d + t * a->nb, a->q + t * a->n_cols,
+                                           a->bsums + t * (a->n_cols / 16), a->nb);
+}
+
+static void rows_q6_k(float *out, const uint8_t *w, size_t rb, int64_t r0, int64_t r1, int64_t n_rows,
+                      const quant_act *a, int n_tok) {
+    for (int64_t r = r0; r < r1; r++)
+        for (int t = 0; t < n_tok; t++)
+            out[t * n_rows + r] = dot_q6_k(w + r * rb, a->d + t * a->nb, a->q + t * a->n_cols, a->nb);
+}
+
+const quant_kernels quant_kernels_portable = {
+    .f32 = rows_f32,
+    .f16 = rows_f16,
+    .bf16 = rows_bf16,
+    .q8_0 = rows_q8_0,
+    .q4_0 = rows_q4_0,
+    .q4_k = rows_q4_k,
+    .q6_k = rows_q6_k,
+};
+
+// ---- instruction-set selection -----------------------------------------------------------------
+
+static _Atomic int g_isa = -1; /* -1: not chosen yet */
+
+quant_isa quant_isa_best(void) {
+#if defined(__x86_64__) && defined(__GNUC__)
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni") &&
+        __builtin_cpu_supports("f16c") && __builtin_cpu_supports("fma"))
+        return QUANT_ISA_AVX512;
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c"))
+        return QUANT_ISA_AVX2;
+#endif
+    return QUANT_ISA_PORTABLE;
+}
+
+quant_isa quant_isa_active(void) {
+    int isa = atomic_load_explicit(&g_isa, memory_order_relaxed);
+    if (isa < 0) {
+        const char *no = getenv("ATTND_NO_SIMD");
+        isa = (no && *no && strcmp(no, "0") != 0) ? QUANT_ISA_PORTABLE : (int)quant_isa_best();
+        atomic_store_explicit(&g_isa, isa, memory_order_relaxed);
+    }
+    return (quant_isa)isa;
+}
+
+quant_isa quant_isa_force(quant_isa isa) {
+    quant_isa prev = quant_isa_active();
+    quant_isa best = quant_isa_best();
+    if ((int)isa < 0) isa = QUANT_ISA_PORTABLE;
+    if (isa > best) isa = best;
+    atomic_store_explicit(&g_isa, (int)isa, memory_order_relaxed);
+    return prev;
+}
+
+const char *quant_isa_name(quant_isa isa) {
+    switch (isa) {
+    case QUANT_ISA_PORTABLE: return "portable";
+    case QUANT_ISA_AVX2: return "avx2";
+    case QUANT_ISA_AVX512: return "avx512";
+    }
+    return "?";
+}
+
+static quant_rows_fn kernel_for(const quant_kernels *k, uint32_t wtype) {
+    switch (wtype) {
+    case GGML_TYPE_F32: return k->f32;
+    case GGML_TYPE_F16: return k->f16;
+    case GGML_TYPE_BF16: return k->bf16;
+    case GGML_TYPE_Q8_0: return k->q8_0;
+    case GGML_TYPE_Q4_0: return k->q4_0;
+    case GGML_TYPE_Q4_K: return k->q4_k;
+    case GGML_TYPE_Q6_K: return k->q6_k;
+    default: return NULL;
+    }
+}
+
+static quant_rows_fn pick_kernel(uint32_t wtype) {
+    quant_rows_fn fn = NULL;
+#if defined(__x86_64__)
+    switch (quant_isa_active()) {
+    case QUANT_ISA_AVX512:
+        fn = kernel_for(&quant_kernels_avx512, wtype);
+        if (fn) break;
+        /* no AVX-512 kernel for this type: the AVX2 one will do */
+        __attribute__((fallthrough));
+    case QUANT_ISA_AVX2: fn = kernel_for(&quant_kernels_avx2, wtype); break;
+    default: break;
+    }
+#endif
+    if (!fn) fn = kernel_for(&quant_kernels_portable, wtype);
+    return fn;
+}
+
+// ---- matmul driver -----------------------------------------------------------------------------
+
+/* Below this many multiply-adds a parallel region costs more than it saves. */
+#define PAR_MIN_WORK (1 << 16)
+/* Rows handed out per scheduling unit: a multiple of the kernels' row tiles. */
+#define ROW_GRAIN 8
+
+void quant_matmul(float *out, const void *w, uint32_t wtype, int64_t n_rows, int64_t n_cols, const float *x,
+                  int n_tok, void *scratch, int n_threads) {
+    uint32_t be = ggml_type_block_elems(wtype);
+    ATTND_ASSERT(ggml_type_computable(wtype) && be > 0);
+    ATTND_ASSERT(n_rows >= 0 && n_cols > 0 && n_cols % be == 0 && n_tok >= 0);
+    if (n_rows == 0 || n_tok == 0) return;
+    quant_rows_fn fn = pick_kernel(wtype);
+    ATTND_ASSERT(fn != NULL);
+    size_t rb = quant_row_bytes(wtype, n_cols);
+    const uint8_t *wb = w;
+
+    quant_act a;
+    act_prepare(&a, wtype, x, n_tok, n_cols, scratch, n_threads);
+
+    double work = (double)n_rows * (double)n_cols * (double)n_tok;
+    if (n_threads <= 1 || work < PAR_MIN_WORK || n_rows < 2 * ROW_GRAIN) {
+        fn(out, wb, rb, 0, n_rows, n_rows, &a, n_tok);
+        return;
+    }
+    /* a few chunks per thread, handed out dynamically: the cores are shared with other work */
+    int64_t n_units = (n_rows + ROW_GRAIN - 1) / ROW_GRAIN;
+    int64_t n_chunks = (int64_t)n_threads * 4;
+    if (n_chunks > n_units) n_chunks = n_units;
+    int64_t per = (n_units + n_chunks - 1) / n_chunks * ROW_GRAIN;
+    n_chunks = (n_rows + per - 1) / per;
+#pragma omp parallel for num_threads(n_threads) schedule(dynamic, 1)
+    for (int64_t c = 0; c < n_chunks; c++) {
+        int64_t r0 = c * per, r1 = r0 + per < n_rows ? r0 + per : n_rows;
+        fn(out, wb, rb, r0, r1, n_rows, &a, n_tok);
+    }
+}

@@ -1,0 +1,73 @@
+/*
+ * quant_impl.h — (private to engine/quant*.c) what the portable driver in quant.c shares with
+ * the instruction-set specific kernel files (quant_avx2.c, quant_avx512.c): the prepared
+ * activation view, block layouts, and the row-range kernel signature.
+ *
+ * A row-range kernel computes out[t * n_rows + r] for r0 <= r < r1 and every token t, reading
+ * each weight row once and reusing it (hot in L1) for all n_tok activation rows.
+ */
+#ifndef ATTND_QUANT_IMPL_H
+#define ATTND_QUANT_IMPL_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+/* Block geometry (GGUF/ggml spec). */
+#define QK8_0 32   /* Q8_0: f16 d; int8 qs[32]                                         34 bytes */
+#define QK4_0 32   /* Q4_0: f16 d; uint8 qs[16]                                        18 bytes */
+#define QK_K 256   /* Q4_K: f16 d, dmin; uint8 scales[12]; uint8 qs[128]              144 bytes */
+               /* Q6_K: uint8 ql[128]; uint8 qh[64]; int8 scales[16]; f16 d      210 bytes */
+#define Q8_0_BYTES 34
+#define Q4_0_BYTES 18
+#define Q4_K_BYTES 144
+#define Q6_K_BYTES 210
+
+/*
+ * Activations prepared once per quant_matmul call (in the caller's scratch), in whatever form
+ * the weight type's dot product consumes. Structure-of-arrays so SIMD loads stay aligned.
+ */
+typedef struct quant_act {
+    int64_t n_cols;
+    int64_t nb;            /* blocks per activation row (Q8 forms) */
+    const float *x;        /* F32 weights:   (n_tok, n_cols) the caller's floats */
+    const uint16_t *h;     /* F16 / BF16:    (n_tok, n_cols) activations rounded to the weight type */
+    const float *d;        /* Q8_0/Q4_0/K:   (n_tok, nb) block scales */
+    const int8_t *q;       /* Q8_0/Q4_0/K:   (n_tok, n_cols) quantized values */
+    const int16_t *bsums;  /* Q4_K/Q6_K:     (n_tok, n_cols / 16) sums of 16 consecutive q */
+} quant_act;
+
+typedef void (*quant_rows_fn)(float *out, const uint8_t *w, size_t row_bytes, int64_t r0, int64_t r1,
+                              int64_t n_rows, const quant_act *a, int n_tok);
+
+/* Per instruction set: one row-range kernel per computable weight type (NULL = use portable). */
+typedef struct quant_kernels {
+    quant_rows_fn f32, f16, bf16, q8_0, q4_0, q4_k, q6_k;
+} quant_kernels;
+
+extern const quant_kernels quant_kernels_portable;
+#if defined(__x86_64__)
+extern const quant_kernels quant_kernels_avx2;
+extern const quant_kernels quant_kernels_avx512;
+#endif
+
+/* Little-endian unaligned loads from the mapping (GGUF is little-endian, so is x86/arm64). */
+static inline uint16_t quant_ld16(const uint8_t *p) {
+    uint16_t v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+
+/* Q4_K: unpacks the 8 six-bit scales and 8 six-bit mins from the 12 packed bytes. */
+static inline void quant_q4k_scales(const uint8_t *s, uint8_t sc[8], uint8_t mn[8]) {
+    for (int j = 0; j < 4; j++) {
+        sc[j] = s[j] & 63;
+        mn[j] = s[j + 4] & 63;
+    }
+    for (int j = 4; j < 8; j++) {
+        sc[j] = (uint8_t)((s[j + 4] & 0xF) | ((s[j - 4] >> 6) << 4));
+        mn[j] = (uint8_t)((s[j + 4] >> 4) | ((s[j] >> 6) << 4));
+    }
+}
+
+#endif /* ATTND_QUANT_IMPL_H */

@@ -1,0 +1,235 @@
+/*
+ * tok_pre.c — the byte-level BPE pre-tokenizers (see tok_pre.h).
+ *
+ * Each matcher answers "how long is the match starting at code point i, within [i, end)?" by
+ * trying the regex alternatives in order, exactly as a backtracking regex engine would try them
+ * (first alternative that matches wins, greedy quantifiers backtrack only where the pattern can
+ * need it). Pieces are never looked at beyond `end`, so a later stage cannot see across the
+ * boundaries an earlier stage made, as in llama.cpp.
+ */
+#include "tok_pre.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "unicode.h"
+
+static const tok_pre_kind KINDS[] = {
+    /* llama.cpp's "default" BPE pre-tokenizer, used when tokenizer.ggml.pre is absent */
+    {"default", {TOK_PRE_PUNCT_RUN, TOK_PRE_GPT2, TOK_PRE_DIGIT_RUN, TOK_PRE_DIGIT3}, false, false},
+    {"gpt-2", {TOK_PRE_GPT2}, false, false},
+    {"phi-2", {TOK_PRE_GPT2}, false, false},
+    {"roberta-bpe", {TOK_PRE_GPT2}, false, false},
+    {"llama-bpe", {TOK_PRE_LLAMA3}, true, false},
+    {"llama3", {TOK_PRE_LLAMA3}, true, false},
+    {"llama-v3", {TOK_PRE_LLAMA3}, true, false},
+    {"falcon3", {TOK_PRE_LLAMA3}, true, false},
+    /* HF's Qwen2/2.5/3 tokenizers normalise to NFC before splitting. */
+    {"qwen2", {TOK_PRE_QWEN2}, false, true},
+    {"deepseek-r1-qwen", {TOK_PRE_QWEN2}, false, true},
+    /* StarCoder-style: every digit alone, then GPT-2's regex (SmolLM, Refact, Command-R). */
+    {"smollm", {TOK_PRE_DIGIT1, TOK_PRE_GPT2}, false, false},
+    {"starcoder", {TOK_PRE_DIGIT1, TOK_PRE_GPT2}, false, false},
+    {"refact", {TOK_PRE_DIGIT1, TOK_PRE_GPT2}, false, false},
+    {"command-r", {TOK_PRE_DIGIT1, TOK_PRE_GPT2}, false, false},
+};
+
+const tok_pre_kind *tok_pre_find(const char *name) {
+    if (!name) name = "default";
+    for (size_t i = 0; i < ATTND_ARRAY_LEN(KINDS); i++)
+        if (!strcmp(KINDS[i].name, name)) return &KINDS[i];
+    return NULL;
+}
+
+void tok_pre_buf_free(tok_pre_buf *b) {
+    if (!b) return;
+    free(b->cps);
+    free(b->cls);
+    free(b->offs);
+    free(b->bounds);
+    free(b->tmp);
+    memset(b, 0, sizeof(*b));
+}
+
+// ---- matchers ---------------------------------------------------------------------------------
+
+/* Views of the decoded piece; `end` bounds every look-ahead. */
+typedef struct view {
+    const uint32_t *cp;
+    const uint8_t *cl;
+    size_t end;
+} view;
+
+static inline uint32_t lower_ascii(uint32_t c) { return c >= 'A' && c <= 'Z' ? c + 32 : c; }
+
+/* 's|'t|'re|'ve|'m|'ll|'d at i, case-insensitively when `fold`. Returns the length or 0. */
+static size_t match_contraction(const view *v, size_t i, bool fold) {
+    if (v->cp[i] != '\'' || i + 1 >= v->end) return 0;
+    uint32_t a = v->cp[i + 1], b = i + 2 < v->end ? v->cp[i + 2] : 0;
+    if (fold) a = lower_ascii(a), b = lower_ascii(b);
+    if (a == 's' || a == 't' || a == 'm' || a == 'd') return 2;
+    if ((a == 'r' && b == 'e') || (a == 'v' && b == 'e') || (a == 'l' && b == 'l')) return 3;
+    return 0;
+}
+
+static inline bool is_l(const view *v, size_t i) { return i < v->end && (v->cl[i] & UNI_LETTER); }
+static inline bool is_n(const view *v, size_t i) { return i < v->end && (v->cl[i] & UNI_NUMBER); }
+static inline bool is_s(const view *v, size_t i) { return i < v->end && (v->cl[i] & UNI_SPACE); }
+/* [^\s\p{L}\p{N}] */
+static inline bool is_other(const view *v, size_t i) {
+    return i < v->end && !(v->cl[i] & (UNI_SPACE | UNI_LETTER | UNI_NUMBER));
+}
+static inline bool is_crlf(const view *v, size_t i) { return i < v->end && (v->cp[i] == '\r' || v->cp[i] == '\n'); }
+
+/* \s+(?!\S)|\s+ at i (cp[i] is white space): the run, minus its last character when a
+ * non-space follows and the run is longer than one. */
+static size_t match_space_run(const view *v, size_t i) {
+    size_t j = i;
+    while (is_s(v, j)) j++;
+    if (j < v->end && j - i > 1) return j - i - 1;
+    return j - i;
+}
+
+static size_t match_gpt2(const view *v, size_t i) {
+    size_t n = match_contraction(v, i, false);
+    if (n) return n;
+    size_t j = i + (v->cp[i] == ' ' ? 1 : 0);
+    if (is_l(v, j)) {
+        while (is_l(v, j)) j++;
+        return j - i;
+    }
+    if (is_n(v, j)) {
+        while (is_n(v, j)) j++;
+        return j - i;
+    }
+    if (is_other(v, j)) {
+        while (is_other(v, j)) j++;
+        return j - i;
+    }
+    if (is_s(v, i)) return match_space_run(v, i);
+    return 0;
+}
+
+static size_t match_llama3(const view *v, size_t i, size_t max_digits) {
+    size_t n = match_contraction(v, i, true);
+    if (n) return n;
+    /* [^\r\n\p{L}\p{N}]?\p{L}+ */
+    size_t j = i;
+    if (!is_l(v, j) && !is_n(v, j) && !is_crlf(v, j) && is_l(v, j + 1)) j++;
+    if (is_l(v, j)) {
+        while (is_l(v, j)) j++;
+        return j - i;
+    }
+    /* \p{N}{1,max} */
+    if (is_n(v, i)) {
+        j = i;
+        while (j - i < max_digits && is_n(v, j)) j++;
+        return j - i;
+    }
+    /*  ?[^\s\p{L}\p{N}]+[\r\n]* */
+    j = i + (v->cp[i] == ' ' ? 1 : 0);
+    if (is_other(v, j)) {
+        while (is_other(v, j)) j++;
+        while (is_crlf(v, j)) j++;
+        return j - i;
+    }
+    if (is_s(v, i)) {
+        /* \s*[\r\n]+ : up to and including the last CR/LF of the white-space run */
+        size_t last = 0;
+        for (j = i; is_s(v, j); j++)
+            if (v->cp[j] == '\r' || v->cp[j] == '\n') last = j + 1;
+        if (last) return last - i;
+        return match_space_run(v, i);
+    }
+    return 0;
+}
+
+static size_t match_stage(tok_pre_stage st, const view *v, size_t i) {
+    size_t j = i;
+    switch (st) {
+    case TOK_PRE_GPT2: return match_gpt2(v, i);
+    case TOK_PRE_LLAMA3: return match_llama3(v, i, 3);
+    case TOK_PRE_QWEN2: return match_llama3(v, i, 1);
+    case TOK_PRE_PUNCT_RUN:
+        while (j < v->end && ((v->cl[j] & UNI_PUNCT) || v->cp[j] == '$' || v->cp[j] == '+' || v->cp[j] == '<' ||
+                              v->cp[j] == '=' || v->cp[j] == '>' || v->cp[j] == '^' || v->cp[j] == '~' ||
+                              v->cp[j] == '|'))
+            j++;
+        return j - i;
+    case TOK_PRE_DIGIT_RUN:
+        while (is_n(v, j)) j++;
+        return j - i;
+    case TOK_PRE_DIGIT3:
+        return i + 3 <= v->end && v->cp[i] - '0' < 10 && v->cp[i + 1] - '0' < 10 && v->cp[i + 2] - '0' < 10 ? 3 : 0;
+    case TOK_PRE_DIGIT1: return is_n(v, i) ? 1 : 0;
+    case TOK_PRE_NONE: break;
+    }
+    return 0;
+}
+
+// ---- splitting --------------------------------------------------------------------------------
+
+attnd_status tok_pre_split(const tok_pre_kind *kind, const char *text, size_t len, tok_pre_buf *b, attnd_err *err) {
+    if (len >= UINT32_MAX) return attnd_fail(err, ATTND_ERR_INVALID, "text of %zu bytes is too long to tokenize", len);
+    /* Decode once; a code point never takes less than a byte, so len + 1 entries suffice. */
+    if (len + 1 > b->cap_cps) {
+        size_t cap = len + 1;
+        uint32_t *cps = realloc(b->cps, cap * sizeof(*cps));
+        if (cps) b->cps = cps;
+        uint8_t *cls = realloc(b->cls, cap);
+        if (cls) b->cls = cls;
+        uint32_t *offs = realloc(b->offs, cap * sizeof(*offs));
+        if (offs) b->offs = offs;
+        if (!cps || !cls || !offs) return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory splitting %zu bytes", len);
+        b->cap_cps = cap;
+    }
+    size_t n = 0;
+    for (size_t i = 0; i < len;) {
+        b->offs[n] = (uint32_t)i;
+        uint32_t cp = unicode_next(text, len, &i);
+        b->cps[n] = cp;
+        b->cls[n] = unicode_class(cp);
+        n++;
+    }
+    b->offs[n] = (uint32_t)len;
+
+    /* Every code point can start a word, so n + 1 bounds always suffice; two arrays are
+     * swapped between stages. */
+    if (n + 1 > b->cap_bounds) {
+        uint32_t *bo = realloc(b->bounds, (n + 1) * sizeof(*bo));
+        if (bo) b->bounds = bo;
+        uint32_t *tm = realloc(b->tmp, (n + 1) * sizeof(*tm));
+        if (tm) b->tmp = tm;
+        if (!bo || !tm) return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory splitting %zu bytes", len);
+        b->cap_bounds = n + 1;
+    }
+    /* The whole text as one piece, then refine stage by stage. */
+    b->bounds[0] = 0;
+    b->bounds[1] = (uint32_t)n;
+    b->n_bounds = n ? 2 : 1;
+    for (int s = 0; s < TOK_PRE_MAX_STAGES && kind->stages[s] != TOK_PRE_NONE; s++) {
+        uint32_t *out = b->tmp;
+        size_t m = 0;
+        out[m++] = 0;
+        for (size_t k = 0; k + 1 < b->n_bounds; k++) {
+            view v = {b->cps, b->cls, b->bounds[k + 1]};
+            size_t i = b->bounds[k], gap = i;
+            while (i < v.end) {
+                size_t l = match_stage(kind->stages[s], &v, i);
+                if (!l) {
+                    i++;
+                    continue;
+                }
+                if (gap < i) out[m++] = (uint32_t)i; /* close the unmatched gap before the match */
+                i += l;
+                out[m++] = (uint32_t)i;
+                gap = i;
+            }
+            if (gap < v.end) out[m++] = (uint32_t)v.end;
+        }
+        b->tmp = b->bounds;
+        b->bounds = out;
+        b->n_bounds = m;
+    }
+    return ATTND_OK;
+}

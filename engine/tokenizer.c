@@ -1,0 +1,1050 @@
+/*
+ * tokenizer.c — the two GGUF tokenizer families (see include/attnd/tokenizer.h).
+ *
+ * Load: every vocabulary string is copied into one arena, with a hash index from string to id
+ * and a second arena holding what each token decodes to (so decoding is a memcpy per token).
+ * Byte-level BPE merges are indexed by the pair of token ids they join, so merging never builds
+ * strings: symbols carry ids, and a merge is one hash probe.
+ *
+ * Encode: the text is first cut at special-token strings (leftmost, longest first); each plain
+ * fragment is then tokenized on its own.
+ *   SPM  ("llama"): spaces become U+2581, a dummy-prefix space is added before each fragment
+ *        that starts the text or follows a special token, and pairs of adjacent symbols are
+ *        merged best-score-first (ties: leftmost) while their concatenation is a vocabulary
+ *        token; symbols that are not tokens fall back to <0xXX> byte tokens.
+ *   BPE  ("gpt2"): the pre-tokenizer (tok_pre.c) cuts the fragment into words, and inside each
+ *        word adjacent symbols are merged lowest-rank-first (ties: leftmost).
+ * Both merge loops keep, for every live symbol, the priority of merging it with its right
+ * neighbour in an indexed binary heap, so a word of n bytes costs O(n log n) time and about
+ * 24 bytes of working memory per byte, whatever its content (no quadratic case).
+ *
+ * Decode: concatenation of the per-token decoded bytes; the SentencePiece dummy-prefix space is
+ * dropped from the first piece that produces text. The stream decoder does the same one id at a
+ * time and holds back an unfinished UTF-8 tail.
+ */
+#include "attnd/tokenizer.h"
+
+#include <math.h>
+#include <string.h>
+
+#include "tok_pre.h"
+#include "unicode.h"
+
+/* Token types as GGUF numbers them (tokenizer.ggml.token_type). */
+enum {
+    TT_NORMAL = 1,
+    TT_UNKNOWN = 2,
+    TT_CONTROL = 3,
+    TT_USER = 4,
+    TT_UNUSED = 5,
+    TT_BYTE = 6,
+};
+
+enum { KIND_SPM, KIND_BPE };
+
+#define KEY_NONE UINT32_MAX
+
+/* U+2581 LOWER ONE EIGHTH BLOCK, SentencePiece's visible space. */
+static const char SPM_SPACE[3] = {'\xE2', '\x96', '\x81'};
+
+// ---- string -> id hash index ------------------------------------------------------------------
+
+/* Open addressing over token ids; the keys live in the tokenizer's arenas. */
+typedef struct strmap {
+    int32_t *slots; /* (mask + 1) token id or -1 */
+    uint64_t mask;
+    const char *arena;
+    const uint32_t *off, *len; /* (n_vocab) key of each id */
+} strmap;
+
+static inline uint64_t mix64(uint64_t h) {
+    h ^= h >> 33;
+    h *= 0xff51afd7ed558ccdULL;
+    h ^= h >> 33;
+    h *= 0xc4ceb9fe1a85ec53ULL;
+    h ^= h >> 33;
+    return h;
+}
+
+static uint64_t hash_bytes(const char *p, size_t n) {
+    uint64_t h = 0x9E3779B97F4A7C15ULL ^ (n * 0x100000001B3ULL);
+    while (n >= 8) {
+        uint64_t k;
+        memcpy(&k, p, 8);
+        h = (h ^ mix64(k)) * 0x9E3779B97F4A7C15ULL;
+        p += 8, n -= 8;
+    }
+    uint64_t k = 0;
+    memcpy(&k, p, n);
+    return mix64(h ^ k ^ (n << 56));
+}
+
+static attnd_status strmap_init(strmap *m, size_t n_keys, const char *arena, const uint32_t *off,
+                                const uint32_t *len) {
+    uint64_t cap = 16;
+    while (cap < (uint64_t)n_keys * 2) cap *= 2;
+    m->slots = malloc(cap * sizeof(*m->slots));
+    if (!m->slots) return ATTND_ERR_NOMEM;
+    memset(m->slots, 0xFF, cap * sizeof(*m->slots));
+    m->mask = cap - 1;
+    m->arena = arena, m->off = off, m->len = len;
+    return ATTND_OK;
+}
+
+static int32_t strmap_get(const strmap *m, const char *p, size_t n) {
+    if (!m->slots) return -1;
+    for (uint64_t i = hash_bytes(p, n) & m->mask;; i = (i + 1) & m->mask) {
+        int32_t id = m->slots[i];
+        if (id < 0) return -1;
+        if (m->len[id] == n && !memcmp(m->arena + m->off[id], p, n)) return id;
+    }
+}
+
+/* Inserts id under its key; a later id with the same key replaces the earlier (as llama.cpp). */
+static void strmap_put(strmap *m, int32_t id) {
+    const char *p = m->arena + m->off[id];
+    size_t n = m->len[id];
+    for (uint64_t i = hash_bytes(p, n) & m->mask;; i = (i + 1) & m->mask) {
+        int32_t cur = m->slots[i];
+        if (cur < 0 || (m->len[cur] == n && !memcmp(m->arena + m->off[cur], p, n))) {
+            m->slots[i] = id;
+            return;
+        }
+    }
+}
+
+// ---- (id, id) -> merge hash index -------------------------------------------------------------
+
+typedef struct merge_slot {
+    uint64_t pair;  /* left id << 32 | right id; UINT64_MAX = empty */
+    uint32_t rank;  /* position in tokenizer.ggml.merges: lower merges first */
+    int32_t result; /* id of the merged token */
+} merge_slot;
+
+typedef struct mergemap {
+    merge_slot *slots; /* (mask + 1) */
+    uint64_t mask;
+} mergemap;
+
+static inline uint64_t pair_key(int32_t a, int32_t b) { return (uint64_t)(uint32_t)a << 32 | (uint32_t)b; }
+
+static const merge_slot *merge_get(const mergemap *m, int32_t a, int32_t b) {
+    if (a < 0 || b < 0 || !m->slots) return NULL;
+    uint64_t key = pair_key(a, b);
+    for (uint64_t i = mix64(key) & m->mask;; i = (i + 1) & m->mask) {
+        const merge_slot *s = &m->slots[i];
+        if (s->pair == key) return s;
+        if (s->pair == UINT64_MAX) return NULL;
+    }
+}
+
+// ---- the tokenizer ----------------------------------------------------------------------------
+
+struct tokenizer {
+    int kind; /* KIND_SPM or KIND_BPE */
+    int32_t n_vocab;
+    char *text;             /* arena: every vocabulary string, each NUL-terminated */
+    uint32_t *text_off;     /* (n_vocab) */
+    uint32_t *text_len;     /* (n_vocab) */
+    char *dec;              /* arena: the bytes each token decodes to */
+    uint32_t *dec_off;      /* (n_vocab) */
+    uint32_t *dec_len;      /* (n_vocab) */
+    uint8_t *type;          /* (n_vocab) TT_* */
+    float *score;           /* (n_vocab) SPM merge priority (higher first); NULL for BPE */
+    bool *eog;              /* (n_vocab) end-of-generation ids */
+    strmap by_text;         /* stored string -> id */
+    strmap by_bytes;        /* BPE with ignore_merges: decoded bytes of normal tokens -> id */
+    mergemap merges;        /* BPE */
+    int32_t byte_tok[256];  /* token for a raw byte (SPM <0xXX>, BPE its byte-level character) */
+    int32_t *special;       /* (n_special) control/user/unknown ids, by first byte, longest first */
+    size_t n_special;
+    uint32_t special_at[257]; /* special[special_at[b] .. special_at[b+1]) start with byte b */
+    int32_t bos, eos, eot, eom, unk, pad;
+    bool add_bos, add_eos, add_space_prefix;
+    bool spm_split;         /* no token joins a non-space to a following U+2581 (see spm_encode) */
+    const tok_pre_kind *pre;
+};
+
+/* GPT-2's byte <-> character table: printable Latin-1 bytes stand for themselves, the other 68
+ * bytes for U+0100.. in byte order. */
+static uint32_t byte_to_cp(unsigned b) {
+    if ((b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF)) return b;
+    uint32_t n = 0;
+    for (unsigned c = 0; c < b; c++)
+        if (!((c >= 0x21 && c <= 0x7E) || (c >= 0xA1 && c <= 0xAC) || (c >= 0xAE && c <= 0xFF))) n++;
+    return 0x100 + n;
+}
+
+static size_t put_utf8(char *out, uint32_t cp) {
+    if (cp < 0x80) {
+        out[0] = (char)cp;
+        return 1;
+    }
+    if (cp < 0x800) {
+        out[0] = (char)(0xC0 | cp >> 6);
+        out[1] = (char)(0x80 | (cp & 0x3F));
+        return 2;
+    }
+    if (cp < 0x10000) {
+        out[0] = (char)(0xE0 | cp >> 12);
+        out[1] = (char)(0x80 | ((cp >> 6) & 0x3F));
+        out[2] = (char)(0x80 | (cp & 0x3F));
+        return 3;
+    }
+    out[0] = (char)(0xF0 | cp >> 18);
+    out[1] = (char)(0x80 | ((cp >> 12) & 0x3F));
+    out[2] = (char)(0x80 | ((cp >> 6) & 0x3F));
+    out[3] = (char)(0x80 | (cp & 0x3F));
+    return 4;
+}
+
+static int hexval(char c) {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    return -1;
+}
+
+/* The byte of an SPM "<0xXX>" token, or -1 when the text is not of that form. */
+static int spm_byte_of(const char *s, size_t n) {
+    if (n != 6 || memcmp(s, "<0x", 3) || s[5] != '>') return -1;
+    int hi = hexval(s[3]), lo = hexval(s[4]);
+    return hi < 0 || lo < 0 ? -1 : hi * 16 + lo;
+}
+
+/* Writes what token id decodes to at out (room for 4 * text length) and returns its length. */
+static size_t decode_token(const tokenizer *t, int32_t id, const uint32_t *cp_to_byte, char *out) {
+    const char *s = t->text + t->text_off[id];
+    size_t n = t->text_len[id];
+    switch (t->type[id]) {
+    case TT_UNUSED: return 0;
+    case TT_CONTROL: case TT_UNKNOWN: case TT_USER: /* verbatim (control/unknown only when rendered) */
+        memcpy(out, s, n);
+        return n;
+    case TT_BYTE: {
+        int b = spm_byte_of(s, n);
+        if (b >= 0) {
+            out[0] = (char)b;
+            return 1;
+        }
+        break; /* malformed byte token: decode it as normal text */
+    }
+    default: break;
+    }
+    size_t m = 0;
+    if (t->kind == KIND_SPM) {
+        for (size_t i = 0; i < n;) {
+            if (i + 3 <= n && !memcmp(s + i, SPM_SPACE, 3)) {
+                out[m++] = ' ';
+                i += 3;
+            } else {
+                out[m++] = s[i++];
+            }
+        }
+        return m;
+    }
+    /* byte-level: map each character back to its byte; characters outside the table (not
+     * produced by the byte-level encoder) are kept as they are */
+    for (size_t i = 0; i < n;) {
+        size_t start = i;
+        uint32_t cp = unicode_next(s, n, &i);
+        if (cp < 0x144 && cp_to_byte[cp] < 256) {
+            out[m++] = (char)cp_to_byte[cp];
+        } else {
+            memcpy(out + m, s + start, i - start);
+            m += i - start;
+        }
+    }
+    return m;
+}
+
+static const char *EOG_TEXTS[] = {
+    "<|eot_id|>", "<|eom_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "<EOT>",
+    "_<EOT>", "<|end_of_text|>", "</s>", "<｜end▁of▁sentence｜>", "<|return|>", "<|call|>",
+};
+
+/* Reads an optional id key: -1 when absent; format error when present but out of range. */
+static attnd_status read_id(const gguf_file *f, const char *key, int32_t n_vocab, int32_t dflt, int32_t *out,
+                            attnd_err *err) {
+    int64_t v;
+    attnd_status st = gguf_get_i64(f, key, &v, err);
+    if (st == ATTND_ERR_NOT_FOUND) {
+        *out = dflt < n_vocab ? dflt : -1;
+        return ATTND_OK;
+    }
+    if (st != ATTND_OK) return st;
+    if (v == -1 || v == UINT32_MAX) { /* some converters write -1 (or its u32 form) for "none" */
+        *out = -1;
+        return ATTND_OK;
+    }
+    if (v < 0 || v >= n_vocab)
+        return attnd_fail(err, ATTND_ERR_FORMAT, "%s = %lld is outside the vocabulary (%d tokens)", key,
+                          (long long)v, n_vocab);
+    *out = (int32_t)v;
+    return ATTND_OK;
+}
+
+static bool read_bool(const gguf_file *f, const char *key, bool dflt) {
+    bool b;
+    return gguf_get_bool(f, key, &b, NULL) == ATTND_OK ? b : dflt;
+}
+
+static const tokenizer *g_sort_tok; /* qsort context; guarded by being used only inside tok_load */
+
+static int cmp_special(const void *pa, const void *pb) {
+    const tokenizer *t = g_sort_tok;
+    int32_t a = *(const int32_t *)pa, b = *(const int32_t *)pb;
+    unsigned char fa = (unsigned char)t->text[t->text_off[a]], fb = (unsigned char)t->text[t->text_off[b]];
+    if (fa != fb) return fa < fb ? -1 : 1;
+    if (t->text_len[a] != t->text_len[b]) return t->text_len[a] > t->text_len[b] ? -1 : 1;
+    return a < b ? -1 : a > b;
+}
+
+static attnd_status load_merges(tokenizer *t, const gguf_file *f, attnd_err *err) {
+    const gguf_array *arr;
+    attnd_status st = gguf_get_arr(f, "tokenizer.ggml.merges", GGUF_VT_STRING, &arr, err);
+    if (st != ATTND_OK) return st;
+    if (arr->n >= UINT32_MAX) return attnd_fail(err, ATTND_ERR_FORMAT, "tokenizer.ggml.merges: too many merges");
+    uint64_t cap = 16;
+    while (cap < arr->n * 2) cap *= 2;
+    t->merges.slots = malloc(cap * sizeof(merge_slot));
+    if (!t->merges.slots) return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory for %llu merges", (unsigned long long)arr->n);
+    for (uint64_t i = 0; i < cap; i++) t->merges.slots[i].pair = UINT64_MAX;
+    t->merges.mask = cap - 1;
+    char *buf = NULL;
+    size_t buf_cap = 0;
+    for (uint64_t r = 0; r < arr->n; r++) {
+        const char *s = arr->strings[r].str;
+        size_t n = arr->strings[r].len;
+        /* "left right": split at the first space after the first byte (a token may be " "). */
+        const char *sp = n > 1 ? memchr(s + 1, ' ', n - 1) : NULL;
+        if (!sp) return attnd_fail(err, ATTND_ERR_FORMAT, "tokenizer.ggml.merges[%llu] is not \"left right\"", (unsigned long long)r);
+        size_t nl = (size_t)(sp - s), nr = n - nl - 1;
+        int32_t a = strmap_get(&t->by_text, s, nl), b = strmap_get(&t->by_text, sp + 1, nr);
+        if (nl + nr > buf_cap) {
+            buf_cap = (nl + nr) * 2;
+            char *nb = realloc(buf, buf_cap);
+            if (!nb) {
+                free(buf);
+                return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory reading merges");
+            }
+            buf = nb;
+        }
+        memcpy(buf, s, nl);
+        memcpy(buf + nl, sp + 1, nr);
+        int32_t c = strmap_get(&t->by_text, buf, nl + nr);
+        /* A merge whose parts or result are not tokens can never apply to token symbols. */
+        if (a < 0 || b < 0 || c < 0) continue;
+        uint64_t key = pair_key(a, b);
+        for (uint64_t i = mix64(key) & t->merges.mask;; i = (i + 1) & t->merges.mask) {
+            merge_slot *slot = &t->merges.slots[i];
+            if (slot->pair == key) break; /* a repeated pair keeps its first (lowest) rank */
+            if (slot->pair == UINT64_MAX) {
+                *slot = (merge_slot){key, (uint32_t)r, c};
+                break;
+            }
+        }
+    }
+    free(buf);
+    return ATTND_OK;
+}
+
+attnd_status tok_load(tokenizer **out, const gguf_file *f, attnd_err *err) {
+    *out = NULL;
+    attnd_status st;
+    tokenizer *t = calloc(1, sizeof(*t));
+    if (!t) return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory for the tokenizer");
+    uint32_t *cp_to_byte = NULL;
+
+    const char *model;
+    if ((st = gguf_get_str(f, "tokenizer.ggml.model", &model, err)) != ATTND_OK) goto fail;
+    if (!strcmp(model, "llama")) {
+        t->kind = KIND_SPM;
+    } else if (!strcmp(model, "gpt2")) {
+        t->kind = KIND_BPE;
+    } else {
+        st = attnd_fail(err, ATTND_ERR_UNSUPPORTED, "tokenizer.ggml.model \"%s\" is not supported (only \"llama\" and \"gpt2\")", model);
+        goto fail;
+    }
+    if (t->kind == KIND_BPE) {
+        const char *pre = NULL;
+        if (gguf_get_str(f, "tokenizer.ggml.pre", &pre, NULL) != ATTND_OK) pre = NULL;
+        t->pre = tok_pre_find(pre);
+        if (!t->pre) {
+            st = attnd_fail(err, ATTND_ERR_UNSUPPORTED, "tokenizer.ggml.pre \"%s\" is not a known pre-tokenizer", pre);
+            goto fail;
+        }
+    }
+
+    const gguf_array *toks, *types = NULL, *scores = NULL;
+    if ((st = gguf_get_arr(f, "tokenizer.ggml.tokens", GGUF_VT_STRING, &toks, err)) != ATTND_OK) goto fail;
+    if (toks->n == 0 || toks->n > INT32_MAX / 2) {
+        st = attnd_fail(err, ATTND_ERR_FORMAT, "tokenizer.ggml.tokens has %llu entries", (unsigned long long)toks->n);
+        goto fail;
+    }
+    t->n_vocab = (int32_t)toks->n;
+    if (gguf_find_kv(f, "tokenizer.ggml.token_type")) {
+        if ((st = gguf_get_arr(f, "tokenizer.ggml.token_type", GGUF_VT_INT32, &types, err)) != ATTND_OK) goto fail;
+        if (types->n != toks->n) {
+            st = attnd_fail(err, ATTND_ERR_FORMAT, "tokenizer.ggml.token_type has %llu entries for %d tokens",
+                            (unsigned long long)types->n, t->n_vocab);
+            goto fail;
+        }
+    }
+    if (gguf_find_kv(f, "tokenizer.ggml.scores")) {
+        if ((st = gguf_get_arr(f, "tokenizer.ggml.scores", GGUF_VT_FLOAT32, &scores, err)) != ATTND_OK) goto fail;
+        if (scores->n != toks->n) {
+            st = attnd_fail(err, ATTND_ERR_FORMAT, "tokenizer.ggml.scores has %llu entries for %d tokens",
+                            (unsigned long long)scores->n, t->n_vocab);
+            goto fail;
+        }
+    }
+
+    size_t nv = (size_t)t->n_vocab, total = 0;
+    for (size_t i = 0; i < nv; i++) {
+        total += toks->strings[i].len + 1;
+        if (toks->strings[i].len > UINT32_MAX / 8 || total > UINT32_MAX / 8) {
+            st = attnd_fail(err, ATTND_ERR_FORMAT, "tokenizer.ggml.tokens: vocabulary strings too long");
+            goto fail;
+        }
+    }
+    t->text = malloc(total);
+    t->text_off = malloc(nv * sizeof(uint32_t));
+    t->text_len = malloc(nv * sizeof(uint32_t));
+    t->dec = malloc(total * 4);
+    t->dec_off = malloc(nv * sizeof(uint32_t));
+    t->dec_len = malloc(nv * sizeof(uint32_t));
+    t->type = malloc(nv);
+    t->eog = calloc(nv, sizeof(bool));
+    t->special = malloc(nv * sizeof(int32_t));
+    cp_to_byte = malloc(0x144 * sizeof(uint32_t));
+    if (t->kind == KIND_SPM) t->score = malloc(nv * sizeof(float));
+    if (!t->text || !t->text_off || !t->text_len || !t->dec || !t->dec_off || !t->dec_len || !t->type || !t->eog ||
+        !t->special || !cp_to_byte || (t->kind == KIND_SPM && !t->score)) {
+        st = attnd_fail(err, ATTND_ERR_NOMEM, "out of memory for a %d-token vocabulary", t->n_vocab);
+        goto fail;
+    }
+    size_t pos = 0;
+    for (size_t i = 0; i < nv; i++) {
+        t->text_off[i] = (uint32_t)pos;
+        t->text_len[i] = (uint32_t)toks->strings[i].len;
+        memcpy(t->text + pos, toks->strings[i].str, toks->strings[i].len);
+        pos += toks->strings[i].len;
+        t->text[pos++] = '\0';
+        int32_t ty = types ? ((const int32_t *)types->data)[i] : TT_NORMAL;
+        t->type[i] = ty >= TT_NORMAL && ty <= TT_BYTE ? (uint8_t)ty : TT_NORMAL;
+        if (t->score) {
+            float sc = scores ? ((const float *)scores->data)[i] : 0.0f;
+            t->score[i] = isnan(sc) ? -INFINITY : sc;
+        }
+    }
+    if ((st = strmap_init(&t->by_text, nv, t->text, t->text_off, t->text_len)) != ATTND_OK) {
+        st = attnd_fail(err, st, "out of memory for the vocabulary index");
+        goto fail;
+    }
+    for (size_t i = 0; i < nv; i++) strmap_put(&t->by_text, (int32_t)i);
+
+    /* Decoded bytes of every token. */
+    for (uint32_t c = 0; c < 0x144; c++) cp_to_byte[c] = 256;
+    for (unsigned b = 0; b < 256; b++) cp_to_byte[byte_to_cp(b)] = b;
+    pos = 0;
+    for (size_t i = 0; i < nv; i++) {
+        t->dec_off[i] = (uint32_t)pos;
+        t->dec_len[i] = (uint32_t)decode_token(t, (int32_t)i, cp_to_byte, t->dec + pos);
+        pos += t->dec_len[i];
+    }
+
+    /* Raw byte -> token. */
+    for (unsigned b = 0; b < 256; b++) {
+        char s[8];
+        int32_t id = -1;
+        if (t->kind == KIND_SPM) {
+            snprintf(s, sizeof(s), "<0x%02X>", b);
+            id = strmap_get(&t->by_text, s, 6);
+            if (id < 0) {
+                s[0] = (char)b;
+                id = strmap_get(&t->by_text, s, 1);
+            }
+        } else {
+            id = strmap_get(&t->by_text, s, put_utf8(s, byte_to_cp(b)));
+        }
+        t->byte_tok[b] = id;
+    }
+
+    /* Special strings matched in the text: control, user-defined and unknown tokens. */
+    for (size_t i = 0; i < nv; i++)
+        if ((t->type[i] == TT_CONTROL || t->type[i] == TT_USER || t->type[i] == TT_UNKNOWN) && t->text_len[i] > 0)
+            t->special[t->n_special++] = (int32_t)i;
+    g_sort_tok = t;
+    qsort(t->special, t->n_special, sizeof(int32_t), cmp_special);
+    g_sort_tok = NULL;
+    for (unsigned b = 0, k = 0; b <= 256; b++) {
+        while (k < t->n_special && (unsigned char)t->text[t->text_off[t->special[k]]] < b) k++;
+        t->special_at[b] = k;
+    }
+
+    /* Special ids and flags. SPM's conventional ids apply when the keys are absent. */
+    bool spm = t->kind == KIND_SPM;
+    if ((st = read_id(f, "tokenizer.ggml.bos_token_id", t->n_vocab, spm ? 1 : -1, &t->bos, err)) != ATTND_OK ||
+        (st = read_id(f, "tokenizer.ggml.eos_token_id", t->n_vocab, spm ? 2 : -1, &t->eos, err)) != ATTND_OK ||
+        (st = read_id(f, "tokenizer.ggml.unknown_token_id", t->n_vocab, spm ? 0 : -1, &t->unk, err)) != ATTND_OK ||
+        (st = read_id(f, "tokenizer.ggml.eot_token_id", t->n_vocab, -1, &t->eot, err)) != ATTND_OK ||
+        (st = read_id(f, "tokenizer.ggml.eom_token_id", t->n_vocab, -1, &t->eom, err)) != ATTND_OK ||
+        (st = read_id(f, "tokenizer.ggml.padding_token_id", t->n_vocab, -1, &t->pad, err)) != ATTND_OK)
+        goto fail;
+    t->add_bos = read_bool(f, "tokenizer.ggml.add_bos_token", spm) && t->bos >= 0;
+    t->add_eos = read_bool(f, "tokenizer.ggml.add_eos_token", false) && t->eos >= 0;
+    t->add_space_prefix = read_bool(f, "tokenizer.ggml.add_space_prefix", spm);
+    if (t->eos >= 0) t->eog[t->eos] = true;
+    if (t->eot >= 0) t->eog[t->eot] = true;
+    if (t->eom >= 0) t->eog[t->eom] = true;
+    for (size_t k = 0; k < ATTND_ARRAY_LEN(EOG_TEXTS); k++) {
+        int32_t id = strmap_get(&t->by_text, EOG_TEXTS[k], strlen(EOG_TEXTS[k]));
+        if (id >= 0 && t->type[id] == TT_CONTROL) t->eog[id] = true;
+    }
+
+    if (spm) {
+        /* Can a merge join a non-space character to a following U+2581? If no token contains
+         * U+2581 after something other than U+2581, text can be cut before every such U+2581 and
+         * the pieces merged independently with the same result (no candidate pair spans a cut). */
+        t->spm_split = true;
+        for (size_t i = 0; i < nv && t->spm_split; i++) {
+            if (t->type[i] != TT_NORMAL && t->type[i] != TT_USER) continue;
+            const char *s = t->text + t->text_off[i];
+            size_t n = t->text_len[i];
+            for (size_t p = 1; p + 3 <= n; p++)
+                if (!memcmp(s + p, SPM_SPACE, 3) && (p < 3 || memcmp(s + p - 3, SPM_SPACE, 3))) {
+                    t->spm_split = false;
+                    break;
+                }
+        }
+    } else {
+        if ((st = load_merges(t, f, err)) != ATTND_OK) goto fail;
+        if (t->pre->ignore_merges) {
+            if ((st = strmap_init(&t->by_bytes, nv, t->dec, t->dec_off, t->dec_len)) != ATTND_OK) {
+                st = attnd_fail(err, st, "out of memory for the vocabulary index");
+                goto fail;
+            }
+            for (size_t i = 0; i < nv; i++)
+                if (t->type[i] == TT_NORMAL) strmap_put(&t->by_bytes, (int32_t)i);
+        }
+    }
+    free(cp_to_byte);
+    *out = t;
+    return ATTND_OK;
+fail:
+    free(cp_to_byte);
+    tok_destroy(t);
+    return st;
+}
+
+void tok_destroy(tokenizer *t) {
+    if (!t) return;
+    free(t->text);
+    free(t->text_off);
+    free(t->text_len);
+    free(t->dec);
+    free(t->dec_off);
+    free(t->dec_len);
+    free(t->type);
+    free(t->score);
+    free(t->eog);
+    free(t->special);
+    free(t->by_text.slots);
+    free(t->by_bytes.slots);
+    free(t->merges.slots);
+    free(t);
+}
+
+int tok_n_vocab(const tokenizer *t) { return t->n_vocab; }
+int32_t tok_bos(const tokenizer *t) { return t->bos; }
+int32_t tok_eos(const tokenizer *t) { return t->eos; }
+bool tok_add_bos(const tokenizer *t) { return t->add_bos; }
+bool tok_is_eog(const tokenizer *t, int32_t id) { return id >= 0 && id < t->n_vocab && t->eog[id]; }
+
+const char *tok_piece(const tokenizer *t, int32_t id) {
+    return id >= 0 && id < t->n_vocab ? t->text + t->text_off[id] : NULL;
+}
+
+int32_t tok_find(const tokenizer *t, const char *piece) { return strmap_get(&t->by_text, piece, strlen(piece)); }
+
+bool tok_is_control(const tokenizer *t, int32_t id) {
+    return id >= 0 && id < t->n_vocab && (t->type[id] == TT_CONTROL || t->type[id] == TT_UNKNOWN);
+}
+
+bool tok_token_bytes(const tokenizer *t, int32_t id, bool render_special, const char **bytes, size_t *len) {
+    if (id < 0 || id >= t->n_vocab) return false;
+    bool hidden = !render_special && (t->type[id] == TT_CONTROL || t->type[id] == TT_UNKNOWN);
+    *bytes = t->dec + t->dec_off[id];
+    *len = hidden ? 0 : t->dec_len[id];
+    return true;
+}
+
+// ---- encoding: shared state and the indexed heap ----------------------------------------------
+
+/*
+ * Per-call working state. The symbol arrays are indexed by byte position within the current
+ * word (a symbol is named by the position of its first byte) and grow to the longest word seen.
+ */
+typedef struct enc {
+    const tokenizer *t;
+    int32_t *ids; /* (n_ids) output */
+    size_t n_ids, cap_ids;
+    int32_t *prev, *next; /* (cap_sym) neighbours of live symbols; -1 at the ends */
+    int32_t *sid;         /* (cap_sym) token id of each symbol, -1 when it is not a token */
+    uint32_t *key;        /* (cap_sym) priority of merging the symbol with its right neighbour */
+    int32_t *hpos;        /* (cap_sym) index in heap, -1 when absent */
+    uint32_t *heap;       /* (n_heap) symbols, min-ordered by (key, position) */
+    size_t n_heap, cap_sym;
+    char *buf; /* escaped SPM text or NFC text */
+    size_t cap_buf;
+    tok_pre_buf pre;
+    attnd_err *err;
+} enc;
+
+static void enc_free(enc *e) {
+    free(e->prev);
+    free(e->next);
+    free(e->sid);
+    free(e->key);
+    free(e->hpos);
+    free(e->heap);
+    free(e->buf);
+    tok_pre_buf_free(&e->pre);
+}
+
+static attnd_status emit(enc *e, int32_t id) {
+    if (e->n_ids == e->cap_ids) {
+        size_t cap = e->cap_ids ? e->cap_ids * 2 : 64;
+        int32_t *n = realloc(e->ids, cap * sizeof(*n));
+        if (!n) return attnd_fail(e->err, ATTND_ERR_NOMEM, "out of memory for %zu token ids", cap);
+        e->ids = n, e->cap_ids = cap;
+    }
+    e->ids[e->n_ids++] = id;
+    return ATTND_OK;
+}
+
+static attnd_status reserve_sym(enc *e, size_t n) {
+    if (n <= e->cap_sym) return ATTND_OK;
+    size_t cap = e->cap_sym ? e->cap_sym : 256;
+    while (cap < n) cap *= 2;
+    void *p;
+#define GROW(field)                                              \
+    if (!(p = realloc(e->field, cap * sizeof(*e->field)))) goto oom; \
+    e->field = p;
+    GROW(prev) GROW(next) GROW(sid) GROW(key) GROW(hpos) GROW(heap)
+#undef GROW
+    e->cap_sym = cap;
+    return ATTND_OK;
+oom:
+    return attnd_fail(e->err, ATTND_ERR_NOMEM, "out of memory tokenizing a %zu-byte word", n);
+}
+
+static inline bool heap_less(const enc *e, uint32_t a, uint32_t b) {
+    return e->key[a] < e->key[b] || (e->key[a] == e->key[b] && a < b);
+}
+
+static void heap_swap(enc *e, size_t i, size_t j) {
+    uint32_t a = e->heap[i], b = e->heap[j];
+    e->heap[i] = b, e->heap[j] = a;
+    e->hpos[b] = (int32_t)i, e->hpos[a] = (int32_t)j;
+}
+
+static void heap_up(enc *e, size_t i) {
+    while (i > 0) {
+        size_t p = (i - 1) / 2;
+        if (!heap_less(e, e->heap[i], e->heap[p])) break;
+        heap_swap(e, i, p);
+        i = p;
+    }
+}
+
+static void heap_down(enc *e, size_t i) {
+    for (;;) {
+        size_t l = 2 * i + 1, r = l + 1, m = i;
+        if (l < e->n_heap && heap_less(e, e->heap[l], e->heap[m])) m = l;
+        if (r < e->n_heap && heap_less(e, e->heap[r], e->heap[m])) m = r;
+        if (m == i) return;
+        heap_swap(e, i, m);
+        i = m;
+    }
+}
+
+/* Sets symbol s's key, inserting, moving or removing it in the heap as needed. */
+static void heap_set(enc *e, int32_t s, uint32_t key) {
+    int32_t at = e->hpos[s];
+    e->key[s] = key;
+    if (key == KEY_NONE) {
+        if (at < 0) return;
+        size_t last = e->n_heap - 1;
+        e->hpos[s] = -1;
+        e->n_heap--;
+        if ((size_t)at != last) {
+            uint32_t moved = e->heap[last];
+            e->heap[at] = moved;
+            e->hpos[moved] = at;
+            heap_up(e, (size_t)at);
+            heap_down(e, (size_t)e->hpos[moved]);
+        }
+        return;
+    }
+    if (at < 0) {
+        at = (int32_t)e->n_heap++;
+        e->heap[at] = (uint32_t)s;
+        e->hpos[s] = at;
+    }
+    heap_up(e, (size_t)at);
+    heap_down(e, (size_t)e->hpos[s]);
+}
+
+static int32_t heap_pop(enc *e) {
+    int32_t s = (int32_t)e->heap[0];
+    heap_set(e, s, KEY_NONE);
+    return s;
+}
+
+// ---- SPM --------------------------------------------------------------------------------------
+
+/* Merge priority of a score: higher scores get smaller keys (order-preserving float bits). */
+static inline uint32_t score_key(float f) {
+    if (f == 0.0f) f = 0.0f; /* -0 == +0 */
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    uint32_t asc = (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+    return ~asc;
+}
+
+/* Token for bytes p[0..n) that SPM merges may produce: normal and user-defined pieces only
+ * (SentencePiece never forms control, byte or unused pieces from text). */
+static inline int32_t spm_lookup(const tokenizer *t, const char *p, size_t n) {
+    int32_t id = strmap_get(&t->by_text, p, n);
+    return id >= 0 && (t->type[id] == TT_NORMAL || t->type[id] == TT_USER) ? id : -1;
+}
+
+static inline size_t sym_end(const enc *e, int32_t s, size_t len) {
+    return e->next[s] >= 0 ? (size_t)e->next[s] : len;
+}
+
+static void spm_rekey(enc *e, const char *p, size_t len, int32_t s) {
+    if (s < 0) return;
+    uint32_t key = KEY_NONE;
+    if (e->next[s] >= 0) {
+        int32_t id = spm_lookup(e->t, p + s, sym_end(e, e->next[s], len) - (size_t)s);
+        if (id >= 0) key = score_key(e->t->score[id]);
+    }
+    heap_set(e, s, key);
+}
+
+/* Merges one piece of escaped text p[0..len) and emits its tokens. */
+static attnd_status spm_piece(enc *e, const char *p, size_t len) {
+    const tokenizer *t = e->t;
+    attnd_status st;
+    if (!len) return ATTND_OK;
+    if ((st = reserve_sym(e, len)) != ATTND_OK) return st;
+    int32_t last = -1;
+    for (size_t i = 0; i < len;) {
+        size_t start = i;
+        unicode_next(p, len, &i);
+        int32_t s = (int32_t)start;
+        e->prev[s] = last;
+        e->next[s] = -1;
+        if (last >= 0) e->next[last] = s;
+        e->sid[s] = spm_lookup(t, p + start, i - start);
+        e->hpos[s] = -1;
+        e->key[s] = KEY_NONE;
+        last = s;
+    }
+    e->n_heap = 0;
+    for (int32_t s = 0; s >= 0; s = e->next[s]) spm_rekey(e, p, len, s);
+    while (e->n_heap) {
+        int32_t l = heap_pop(e), r = e->next[l];
+        e->sid[l] = spm_lookup(t, p + l, sym_end(e, r, len) - (size_t)l);
+        e->next[l] = e->next[r];
+        if (e->next[r] >= 0) e->prev[e->next[r]] = l;
+        heap_set(e, r, KEY_NONE);
+        spm_rekey(e, p, len, l);
+        spm_rekey(e, p, len, e->prev[l]);
+    }
+    for (int32_t s = 0; s >= 0; s = e->next[s]) {
+        if (e->sid[s] >= 0) {
+            if ((st = emit(e, e->sid[s])) != ATTND_OK) return st;
+            continue;
+        }
+        /* Not a token: byte fallback, else the unknown token per byte. */
+        for (size_t k = (size_t)s; k < sym_end(e, s, len); k++) {
+            int32_t id = t->byte_tok[(unsigned char)p[k]];
+            if (id < 0) id = t->unk;
+            if (id >= 0 && (st = emit(e, id)) != ATTND_OK) return st;
+        }
+    }
+    return ATTND_OK;
+}
+
+static attnd_status spm_fragment(enc *e, const char *text, size_t len, bool prefix) {
+    const tokenizer *t = e->t;
+    size_t need = (len + 1) * 3;
+    if (need > e->cap_buf) {
+        char *b = realloc(e->buf, need);
+        if (!b) return attnd_fail(e->err, ATTND_ERR_NOMEM, "out of memory tokenizing %zu bytes", len);
+        e->buf = b, e->cap_buf = need;
+    }
+    size_t n = 0;
+    if (prefix) memcpy(e->buf, SPM_SPACE, 3), n = 3;
+    for (size_t i = 0; i < len; i++) {
+        if (text[i] == ' ') memcpy(e->buf + n, SPM_SPACE, 3), n += 3;
+        else e->buf[n++] = text[i];
+    }
+    if (!t->spm_split) return spm_piece(e, e->buf, n);
+    /* Cut before every U+2581 that follows something else (see spm_split in tok_load). */
+    size_t start = 0;
+    for (size_t i = 3; i + 3 <= n; i++) {
+        if (e->buf[i] != SPM_SPACE[0] || memcmp(e->buf + i, SPM_SPACE, 3) || !memcmp(e->buf + i - 3, SPM_SPACE, 3))
+            continue;
+        attnd_status st = spm_piece(e, e->buf + start, i - start);
+        if (st != ATTND_OK) return st;
+        start = i;
+    }
+    return spm_piece(e, e->buf + start, n - start);
+}
+
+// ---- byte-level BPE ---------------------------------------------------------------------------
+
+static void bpe_rekey(enc *e, int32_t s) {
+    if (s < 0) return;
+    const merge_slot *m = e->next[s] >= 0 ? merge_get(&e->t->merges, e->sid[s], e->sid[e->next[s]]) : NULL;
+    heap_set(e, s, m ? m->rank : KEY_NONE);
+}
+
+static attnd_status bpe_word(enc *e, const char *p, size_t len) {
+    const tokenizer *t = e->t;
+    attnd_status st;
+    if (t->pre->ignore_merges) {
+        int32_t id = strmap_get(&t->by_bytes, p, len);
+        if (id >= 0) return emit(e, id);
+    }
+    if (len == 1) {
+        int32_t id = t->byte_tok[(unsigned char)p[0]];
+        return id >= 0 ? emit(e, id) : t->unk >= 0 ? emit(e, t->unk) : ATTND_OK;
+    }
+    if ((st = reserve_sym(e, len)) != ATTND_OK) return st;
+    for (size_t i = 0; i < len; i++) {
+        e->prev[i] = (int32_t)i - 1;
+        e->next[i] = i + 1 < len ? (int32_t)i + 1 : -1;
+        e->sid[i] = t->byte_tok[(unsigned char)p[i]];
+        e->hpos[i] = -1;
+        e->key[i] = KEY_NONE;
+    }
+    e->n_heap = 0;
+    for (size_t i = 0; i + 1 < len; i++) bpe_rekey(e, (int32_t)i);
+    while (e->n_heap) {
+        int32_t l = heap_pop(e), r = e->next[l];
+        e->sid[l] = merge_get(&t->merges, e->sid[l], e->sid[r])->result;
+        e->next[l] = e->next[r];
+        if (e->next[r] >= 0) e->prev[e->next[r]] = l;
+        heap_set(e, r, KEY_NONE);
+        bpe_rekey(e, l);
+        bpe_rekey(e, e->prev[l]);
+    }
+    for (int32_t s = 0; s >= 0; s = e->next[s]) {
+        int32_t id = e->sid[s] >= 0 ? e->sid[s] : t->unk;
+        if (id >= 0 && (st = emit(e, id)) != ATTND_OK) return st;
+    }
+    return ATTND_OK;
+}
+
+static attnd_status bpe_fragment(enc *e, const char *text, size_t len) {
+    attnd_status st;
+    char *norm = NULL;
+    if (e->t->pre->nfc) {
+        size_t nlen;
+        if ((st = unicode_nfc(text, len, &norm, &nlen, e->err)) != ATTND_OK) return st;
+        text = norm, len = nlen;
+    }
+    st = tok_pre_split(e->t->pre, text, len, &e->pre, e->err);
+    for (size_t k = 0; st == ATTND_OK && k + 1 < e->pre.n_bounds; k++) {
+        uint32_t a = e->pre.offs[e->pre.bounds[k]], b = e->pre.offs[e->pre.bounds[k + 1]];
+        st = bpe_word(e, text + a, b - a);
+    }
+    free(norm);
+    return st;
+}
+
+// ---- encode -----------------------------------------------------------------------------------
+
+/* The special token matching at text[i..len), longest first, or -1. */
+static int32_t special_at(const tokenizer *t, const char *text, size_t i, size_t len, bool parse_special) {
+    unsigned b = (unsigned char)text[i];
+    for (uint32_t k = t->special_at[b]; k < t->special_at[b + 1]; k++) {
+        int32_t id = t->special[k];
+        if (!parse_special && t->type[id] != TT_USER) continue;
+        size_t n = t->text_len[id];
+        if (n <= len - i && !memcmp(text + i, t->text + t->text_off[id], n)) return id;
+    }
+    return -1;
+}
+
+static attnd_status fragment(enc *e, const char *text, size_t len) {
+    if (!len) return ATTND_OK;
+    if (e->t->kind == KIND_SPM) return spm_fragment(e, text, len, e->t->add_space_prefix);
+    return bpe_fragment(e, text, len);
+}
+
+attnd_status tok_encode(const tokenizer *t, const char *text, size_t len, bool add_special, bool parse_special,
+                        int32_t **ids, size_t *n_ids, attnd_err *err) {
+    *ids = NULL;
+    *n_ids = 0;
+    if (!text && len) return attnd_fail(err, ATTND_ERR_INVALID, "tok_encode: NULL text");
+    if (len >= UINT32_MAX / 4) return attnd_fail(err, ATTND_ERR_INVALID, "text of %zu bytes is too long to tokenize", len);
+    enc e = {.t = t, .err = err};
+    attnd_status st = ATTND_OK;
+    if (add_special && t->add_bos) st = emit(&e, t->bos);
+
+    /* Which bytes can start a special string the caller wants matched? */
+    bool starts[256] = {false};
+    bool any = false;
+    for (size_t k = 0; k < t->n_special; k++) {
+        int32_t id = t->special[k];
+        if (parse_special || t->type[id] == TT_USER) starts[(unsigned char)t->text[t->text_off[id]]] = any = true;
+    }
+    /* Plain fragments always start the text or follow a special token, so each one gets
+     * SPM's dummy-prefix space (as llama.cpp and SentencePiece-per-fragment do). */
+    size_t frag = 0;
+    for (size_t i = 0; any && st == ATTND_OK && i < len; i++) {
+        if (!starts[(unsigned char)text[i]]) continue;
+        int32_t id = special_at(t, text, i, len, parse_special);
+        if (id < 0) continue;
+        st = fragment(&e, text + frag, i - frag);
+        if (st == ATTND_OK) st = emit(&e, id);
+        i += t->text_len[id] - 1;
+        frag = i + 1;
+    }
+    if (st == ATTND_OK && frag < len) st = fragment(&e, text + frag, len - frag);
+    if (st == ATTND_OK && add_special && t->add_eos) st = emit(&e, t->eos);
+    enc_free(&e);
+    if (st != ATTND_OK) {
+        free(e.ids);
+        return st;
+    }
+    if (!e.ids) { /* an empty result is still a valid (freeable, non-NULL) array */
+        e.ids = malloc(sizeof(int32_t));
+        if (!e.ids) return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory");
+    }
+    *ids = e.ids;
+    *n_ids = e.n_ids;
+    return ATTND_OK;
+}
+
+// ---- decode -----------------------------------------------------------------------------------
+
+/* Decoding state shared by tok_decode and the stream: whether the dummy-prefix space of the
+ * first piece is still to be dropped. */
+static void piece_of(const tokenizer *t, int32_t id, bool render_special, bool *strip, const char **p, size_t *n) {
+    bool hidden = t->type[id] == TT_CONTROL || t->type[id] == TT_UNKNOWN ? !render_special : false;
+    *p = t->dec + t->dec_off[id];
+    *n = hidden ? 0 : t->dec_len[id];
+    if (*strip && *n) {
+        if (t->type[id] == TT_NORMAL && **p == ' ') (*p)++, (*n)--;
+        *strip = false;
+    }
+}
+
+attnd_status tok_decode(const tokenizer *t, const int32_t *ids, size_t n, bool render_special, char **text,
+                        size_t *len, attnd_err *err) {
+    *text = NULL;
+    *len = 0;
+    size_t total = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (ids[i] < 0 || ids[i] >= t->n_vocab)
+            return attnd_fail(err, ATTND_ERR_INVALID, "token id %d at position %zu is outside the vocabulary (%d tokens)",
+                              ids[i], i, t->n_vocab);
+        total += t->dec_len[ids[i]];
+    }
+    char *out = malloc(total + 1);
+    if (!out) return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory decoding %zu tokens", n);
+    bool strip = t->kind == KIND_SPM && t->add_space_prefix;
+    size_t m = 0;
+    for (size_t i = 0; i < n; i++) {
+        const char *p;
+        size_t k;
+        piece_of(t, ids[i], render_special, &strip, &p, &k);
+        memcpy(out + m, p, k);
+        m += k;
+    }
+    out[m] = '\0';
+    *text = out;
+    *len = m;
+    return ATTND_OK;
+}
+
+// ---- streaming decode -------------------------------------------------------------------------
+
+struct tok_stream {
+    const tokenizer *t;
+    bool render_special;
+    bool strip; /* the SentencePiece dummy-prefix space is still to be dropped */
+    char *buf;  /* (cap) held-back bytes of an unfinished character, then the released text */
+    size_t held, cap;
+    char *out;  /* (cap_out) text handed to the caller */
+    size_t cap_out;
+};
+
+attnd_status tok_stream_create(tok_stream **out, const tokenizer *t, bool render_special) {
+    *out = NULL;
+    tok_stream *s = calloc(1, sizeof(*s));
+    if (!s) return ATTND_ERR_NOMEM;
+    s->t = t;
+    s->render_special = render_special;
+    s->strip = t->kind == KIND_SPM && t->add_space_prefix;
+    s->cap = s->cap_out = 64;
+    s->buf = malloc(s->cap);
+    s->out = malloc(s->cap_out);
+    if (!s->buf || !s->out) {
+        tok_stream_destroy(s);
+        return ATTND_ERR_NOMEM;
+    }
+    *out = s;
+    return ATTND_OK;
+}
+
+void tok_stream_destroy(tok_stream *s) {
+    if (!s) return;
+    free(s->buf);
+    free(s->out);
+    free(s);
+}
+
+void tok_stream_keep_leading_space(tok_stream *s) { s->strip = false; }
+
+static bool grow(char **p, size_t *cap, size_t need) {
+    if (need <= *cap) return true;
+    size_t c = *cap * 2 > need ? *cap * 2 : need;
+    char *n = realloc(*p, c);
+    if (!n) return false;
+    *p = n, *cap = c;
+    return true;
+}
+
+/* Moves the first n held bytes to the output buffer. */
+static size_t release(tok_stream *s, size_t n, const char **out) {
+    if (!grow(&s->out, &s->cap_out, n + 1)) n = 0; /* out of memory: keep holding */
+    memcpy(s->out, s->buf, n);
+    s->out[n] = '\0';
+    memmove(s->buf, s->buf + n, s->held - n);
+    s->held -= n;
+    *out = s->out;
+    return n;
+}
+
+size_t tok_stream_push(tok_stream *s, int32_t id, const char **out) {
+    *out = s->out;
+    if (id < 0 || id >= s->t->n_vocab) return release(s, 0, out);
+    const char *p;
+    size_t n;
+    piece_of(s->t, id, s->render_special, &s->strip, &p, &n);
+    if (!grow(&s->buf, &s->cap, s->held + n)) return release(s, 0, out);
+    memcpy(s->buf + s->held, p, n);
+    s->held += n;
+    return release(s, unicode_complete_prefix(s->buf, s->held), out);
+}
+
+size_t tok_stream_flush(tok_stream *s, const char **out) { return release(s, s->held, out); }

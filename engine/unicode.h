@@ -1,0 +1,46 @@
+/*
+ * unicode.h — the few Unicode facts the tokenizers need: strict UTF-8 decoding, a per-code-point
+ * class (letter / number / punctuation / white space) for the pre-tokenizer regexes, and NFC.
+ *
+ * Category data comes from libutf8proc (the Unicode Character Database as compiled by the
+ * utf8proc project), never from ASCII tests. White space is the Unicode White_Space property,
+ * which is exactly categories Zs, Zl, Zp plus the controls U+0009..U+000D and U+0085.
+ * Engine-private; not part of the public API.
+ */
+#ifndef ATTND_UNICODE_H
+#define ATTND_UNICODE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "attnd/common.h"
+
+enum {
+    UNI_LETTER = 1, /* \p{L}: Lu Ll Lt Lm Lo */
+    UNI_NUMBER = 2, /* \p{N}: Nd Nl No */
+    UNI_PUNCT = 4,  /* \p{P}: Pc Pd Ps Pe Pi Pf Po */
+    UNI_SPACE = 8,  /* \s: the White_Space property */
+};
+
+/* Code point returned by unicode_next for a byte that does not start a valid UTF-8 sequence.
+ * It has no class bits (it is "other", like U+FFFD) and stands for exactly one byte. */
+#define UNI_INVALID 0xFFFFFFFFu
+
+/* Decodes the UTF-8 character at s[*i] (i < len) and advances *i past it. Overlong forms,
+ * surrogates, values above U+10FFFF and truncated sequences decode as UNI_INVALID and advance
+ * by one byte, so every byte of the input is covered exactly once. */
+uint32_t unicode_next(const char *s, size_t len, size_t *i);
+
+/* Length of the longest prefix of s[0..len) that does not end inside an incomplete (but so far
+ * valid) UTF-8 sequence: the bytes after it could still become one character. */
+size_t unicode_complete_prefix(const char *s, size_t len);
+
+/* UNI_* bits of a code point (0 for UNI_INVALID and unassigned code points). */
+uint8_t unicode_class(uint32_t cp);
+
+/* NFC of s[0..len). Invalid UTF-8 bytes are kept as they are and split the text into runs that
+ * are normalised separately. *out is malloc'd (caller frees), NUL-terminated, *out_len excludes
+ * the NUL. ATTND_ERR_NOMEM on allocation failure. */
+attnd_status unicode_nfc(const char *s, size_t len, char **out, size_t *out_len, attnd_err *err);
+
+#endif /* ATTND_UNICODE_H */

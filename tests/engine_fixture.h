@@ -1,0 +1,316 @@
+/*
+ * engine_fixture.h — test helpers for the engine tests (test_model.c, test_kv.c): a tiny GGUF
+ * writer that builds random-weight llama / qwen2 models of any small shape, and an independent
+ * float64 reference forward pass (no KV cache, full causal attention recomputed per position)
+ * to check the engine against. Everything is static: each test file gets its own copy.
+ *
+ * The reference reads the same GGUF back through gguf_open, dequantizing F32/F16 weights itself,
+ * so it shares no code with the engine beyond the file reader.
+ */
+#ifndef ATTND_TEST_ENGINE_FIXTURE_H
+#define ATTND_TEST_ENGINE_FIXTURE_H
+
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "attnd/gguf.h"
+#include "attnd/model.h"
+
+typedef struct tiny_spec {
+    const char *arch;      /* "llama" or "qwen2" */
+    int n_vocab, n_embd, n_layer, n_head, n_head_kv, n_ff, n_ctx, rope_dims;
+    float rope_base, rms_eps;
+    uint32_t wtype;        /* GGML_TYPE_F32 or GGML_TYPE_F16 for the 2-D weights */
+    bool tied;             /* no output.weight: reuse token_embd */
+    uint64_t seed;
+} tiny_spec;
+
+static inline tiny_spec tiny_default(const char *arch) {
+    return (tiny_spec){.arch = arch, .n_vocab = 48, .n_embd = 32, .n_layer = 2, .n_head = 4, .n_head_kv = 2,
+                       .n_ff = 40, .n_ctx = 320, .rope_dims = 8, .rope_base = 10000.0f, .rms_eps = 1e-5f,
+                       .wtype = GGML_TYPE_F32, .tied = false, .seed = 7};
+}
+
+// ---- a minimal GGUF v3 writer ----------------------------------------------------------------
+
+typedef struct gbuf {
+    uint8_t *p;
+    size_t n, cap;
+} gbuf;
+
+static inline void gb_put(gbuf *b, const void *src, size_t n) {
+    if (b->n + n > b->cap) {
+        b->cap = (b->n + n) * 2 + 1024;
+        b->p = realloc(b->p, b->cap);
+    }
+    memcpy(b->p + b->n, src, n);
+    b->n += n;
+}
+static inline void gb_u32(gbuf *b, uint32_t v) { gb_put(b, &v, 4); }
+static inline void gb_u64(gbuf *b, uint64_t v) { gb_put(b, &v, 8); }
+static inline void gb_str(gbuf *b, const char *s) {
+    gb_u64(b, strlen(s));
+    gb_put(b, s, strlen(s));
+}
+static inline void kv_str(gbuf *b, const char *k, const char *v) {
+    gb_str(b, k);
+    gb_u32(b, GGUF_VT_STRING);
+    gb_str(b, v);
+}
+static inline void kv_u32(gbuf *b, const char *k, uint32_t v) {
+    gb_str(b, k);
+    gb_u32(b, GGUF_VT_UINT32);
+    gb_u32(b, v);
+}
+static inline void kv_f32(gbuf *b, const char *k, float v) {
+    gb_str(b, k);
+    gb_u32(b, GGUF_VT_FLOAT32);
+    gb_put(b, &v, 4);
+}
+
+static inline uint64_t tiny_rng(uint64_t *s) {
+    *s = *s * 6364136223846793005ULL + 1442695040888963407ULL;
+    return *s >> 33;
+}
+/* Uniform in [-a, a). */
+static inline float tiny_uniform(uint64_t *s, float a) { return ((float)tiny_rng(s) / (float)(1ULL << 31) * 2 - 1) * a; }
+
+static inline uint16_t tiny_f32_to_f16(float f) {
+    /* Test data are small normal numbers: truncating conversion is enough for a fixture. */
+    uint32_t x;
+    memcpy(&x, &f, 4);
+    uint32_t sign = (x >> 16) & 0x8000, e = (x >> 23) & 0xff, man = x & 0x7fffff;
+    if (e < 113) return (uint16_t)sign; /* flush tiny values to zero */
+    return (uint16_t)(sign | ((e - 112) << 10) | (man >> 13));
+}
+
+typedef struct tiny_tensor {
+    char name[64];
+    int n_dims;
+    uint64_t ne[2];
+    uint32_t type;
+    float *vals; /* (n_elems) F32 values, converted when written */
+} tiny_tensor;
+
+/* Writes the model described by spec to path. Returns 0 on success. */
+static inline int tiny_write(const char *path, const tiny_spec *sp) {
+    int hd = sp->n_embd / sp->n_head, kvd = hd * sp->n_head_kv;
+    bool qwen = !strcmp(sp->arch, "qwen2");
+    tiny_tensor ts[64];
+    int nt = 0;
+    uint64_t rng = sp->seed;
+#define ADD(nm, d0, d1, ty, scale, offs)                                                \
+    do {                                                                                \
+        tiny_tensor *t = &ts[nt++];                                                     \
+        snprintf(t->name, sizeof(t->name), "%s", nm);                                   \
+        t->ne[0] = d0;                                                                  \
+        t->ne[1] = d1;                                                                  \
+        t->n_dims = d1 > 1 ? 2 : 1;                                                     \
+        t->type = ty;                                                                   \
+        t->vals = malloc(sizeof(float) * d0 * d1);                                      \
+        for (uint64_t i_ = 0; i_ < (uint64_t)(d0) * (d1); i_++)                         \
+            t->vals[i_] = (offs) + tiny_uniform(&rng, scale);                           \
+    } while (0)
+    char nm[64];
+    ADD("token_embd.weight", (uint64_t)sp->n_embd, (uint64_t)sp->n_vocab, sp->wtype, 1.0f, 0.0f);
+    ADD("output_norm.weight", (uint64_t)sp->n_embd, 1, GGML_TYPE_F32, 0.2f, 1.0f);
+    if (!sp->tied) ADD("output.weight", (uint64_t)sp->n_embd, (uint64_t)sp->n_vocab, sp->wtype, 0.5f, 0.0f);
+    for (int l = 0; l < sp->n_layer; l++) {
+        float ws = 1.0f / sqrtf((float)sp->n_embd) * 1.7f;
+#define NAME(s) (snprintf(nm, sizeof(nm), "blk.%d.%s", l, s), nm)
+        ADD(NAME("attn_norm.weight"), (uint64_t)sp->n_embd, 1, GGML_TYPE_F32, 0.2f, 1.0f);
+        ADD(NAME("attn_q.weight"), (uint64_t)sp->n_embd, (uint64_t)sp->n_embd, sp->wtype, ws, 0.0f);
+        ADD(NAME("attn_k.weight"), (uint64_t)sp->n_embd, (uint64_t)kvd, sp->wtype, ws, 0.0f);
+        ADD(NAME("attn_v.weight"), (uint64_t)sp->n_embd, (uint64_t)kvd, sp->wtype, ws, 0.0f);
+        if (qwen) {
+            ADD(NAME("attn_q.bias"), (uint64_t)sp->n_embd, 1, GGML_TYPE_F32, 0.5f, 0.0f);
+            ADD(NAME("attn_k.bias"), (uint64_t)kvd, 1, GGML_TYPE_F32, 0.5f, 0.0f);
+            ADD(NAME("attn_v.bias"), (uint64_t)kvd, 1, GGML_TYPE_F32, 0.5f, 0.0f);
+        }
+        ADD(NAME("attn_output.weight"), (uint64_t)sp->n_embd, (uint64_t)sp->n_embd, sp->wtype, ws, 0.0f);
+        ADD(NAME("ffn_norm.weight"), (uint64_t)sp->n_embd, 1, GGML_TYPE_F32, 0.2f, 1.0f);
+        ADD(NAME("ffn_gate.weight"), (uint64_t)sp->n_embd, (uint64_t)sp->n_ff, sp->wtype, ws, 0.0f);
+        ADD(NAME("ffn_up.weight"), (uint64_t)sp->n_embd, (uint64_t)sp->n_ff, sp->wtype, ws, 0.0f);
+        ADD(NAME("ffn_down.weight"), (uint64_t)sp->n_ff, (uint64_t)sp->n_embd, sp->wtype,
+            1.7f / sqrtf((float)sp->n_ff), 0.0f);
+#undef NAME
+    }
+#undef ADD
+    gbuf b = {0};
+    gb_put(&b, "GGUF", 4);
+    gb_u32(&b, 3);
+    gb_u64(&b, (uint64_t)nt);
+    gb_u64(&b, 11);
+    char key[96];
+#define K(s) (snprintf(key, sizeof(key), "%s.%s", sp->arch, s), key)
+    kv_str(&b, "general.architecture", sp->arch);
+    kv_str(&b, "general.name", "tiny");
+    kv_u32(&b, K("context_length"), (uint32_t)sp->n_ctx);
+    kv_u32(&b, K("embedding_length"), (uint32_t)sp->n_embd);
+    kv_u32(&b, K("block_count"), (uint32_t)sp->n_layer);
+    kv_u32(&b, K("feed_forward_length"), (uint32_t)sp->n_ff);
+    kv_u32(&b, K("attention.head_count"), (uint32_t)sp->n_head);
+    kv_u32(&b, K("attention.head_count_kv"), (uint32_t)sp->n_head_kv);
+    kv_f32(&b, K("attention.layer_norm_rms_epsilon"), sp->rms_eps);
+    kv_f32(&b, K("rope.freq_base"), sp->rope_base);
+    kv_u32(&b, K("rope.dimension_count"), (uint32_t)sp->rope_dims);
+#undef K
+    uint64_t off = 0;
+    for (int i = 0; i < nt; i++) {
+        gb_str(&b, ts[i].name);
+        gb_u32(&b, (uint32_t)ts[i].n_dims);
+        for (int d = 0; d < ts[i].n_dims; d++) gb_u64(&b, ts[i].ne[d]);
+        gb_u32(&b, ts[i].type);
+        gb_u64(&b, off);
+        uint64_t bytes = ts[i].ne[0] * ts[i].ne[1] * (ts[i].type == GGML_TYPE_F32 ? 4 : 2);
+        off += (bytes + 31) / 32 * 32;
+    }
+    static const uint8_t zeros[32];
+    gb_put(&b, zeros, (32 - b.n % 32) % 32);
+    for (int i = 0; i < nt; i++) {
+        uint64_t n = ts[i].ne[0] * ts[i].ne[1], bytes = 0;
+        for (uint64_t j = 0; j < n; j++) {
+            if (ts[i].type == GGML_TYPE_F32) {
+                gb_put(&b, &ts[i].vals[j], 4);
+                bytes += 4;
+            } else {
+                uint16_t h = tiny_f32_to_f16(ts[i].vals[j]);
+                gb_put(&b, &h, 2);
+                bytes += 2;
+            }
+        }
+        gb_put(&b, zeros, (32 - bytes % 32) % 32);
+        free(ts[i].vals);
+    }
+    FILE *f = fopen(path, "wb");
+    int rc = !f || fwrite(b.p, 1, b.n, f) != b.n;
+    if (f) fclose(f);
+    free(b.p);
+    return rc;
+}
+
+/* A fresh temp file name (caller unlinks). */
+static inline void tiny_tmpname(char *buf, size_t n, const char *tag) {
+    static int counter;
+    snprintf(buf, n, "/tmp/attnd-test-%d-%d-%s.gguf", (int)getpid(), counter++, tag);
+}
+
+// ---- independent float64 reference -----------------------------------------------------------
+
+static inline double ref_elem(const gguf_tensor *t, uint64_t i) {
+    if (t->type == GGML_TYPE_F32) return ((const float *)t->data)[i];
+    uint16_t h = ((const uint16_t *)t->data)[i];
+    int e = (h >> 10) & 0x1f, man = h & 0x3ff;
+    double v = e ? ldexp(1.0 + man / 1024.0, e - 15) : ldexp(man / 1024.0, -14);
+    return (h & 0x8000) ? -v : v;
+}
+
+static inline const gguf_tensor *ref_t(const gguf_file *f, const char *name) { return gguf_find_tensor(f, name); }
+static inline const gguf_tensor *ref_tl(const gguf_file *f, int l, const char *s) {
+    char nm[96];
+    snprintf(nm, sizeof(nm), "blk.%d.%s", l, s);
+    return gguf_find_tensor(f, nm);
+}
+
+/* out[r] = sum_c W[r][c] x[c] */
+static inline void ref_matvec(double *out, const gguf_tensor *w, const double *x) {
+    uint64_t cols = w->ne[0], rows = w->ne[1];
+    for (uint64_t r = 0; r < rows; r++) {
+        double s = 0;
+        for (uint64_t c = 0; c < cols; c++) s += ref_elem(w, r * cols + c) * x[c];
+        out[r] = s;
+    }
+}
+
+static inline void ref_rmsnorm(double *out, const double *x, const gguf_tensor *w, int n, double eps) {
+    double ss = 0;
+    for (int i = 0; i < n; i++) ss += x[i] * x[i];
+    double sc = 1.0 / sqrt(ss / n + eps);
+    for (int i = 0; i < n; i++) out[i] = x[i] * sc * ref_elem(w, (uint64_t)i);
+}
+
+/*
+ * Logits (n_tok, n_vocab) of every position of tokens, computed from scratch in double with the
+ * math written out naively: embeddings, RMSNorm, Q/K/V (+bias), RoPE (adjacent pairs for llama,
+ * halves for qwen2), causal softmax attention with grouped KV heads, SwiGLU, final norm, head.
+ */
+static inline void ref_forward(const tiny_spec *sp, const char *path, const int32_t *tokens, int n_tok, double *logits) {
+    gguf_file *f;
+    if (gguf_open(&f, path, NULL) != ATTND_OK) abort();
+    int E = sp->n_embd, H = sp->n_head, HK = sp->n_head_kv, hd = E / H, KVD = HK * hd, F = sp->n_ff,
+        V = sp->n_vocab, rd = sp->rope_dims;
+    bool neox = !strcmp(sp->arch, "qwen2");
+    double *x = calloc((size_t)n_tok * E, sizeof(double));
+    double *xn = malloc(sizeof(double) * E), *q = malloc(sizeof(double) * (size_t)n_tok * E);
+    double *k = malloc(sizeof(double) * (size_t)n_tok * KVD), *v = malloc(sizeof(double) * (size_t)n_tok * KVD);
+    double *att = malloc(sizeof(double) * E), *tmp = malloc(sizeof(double) * E);
+    double *g = malloc(sizeof(double) * F), *u = malloc(sizeof(double) * F), *sc = malloc(sizeof(double) * n_tok);
+    const gguf_tensor *emb = ref_t(f, "token_embd.weight");
+    for (int t = 0; t < n_tok; t++)
+        for (int i = 0; i < E; i++) x[(size_t)t * E + i] = ref_elem(emb, (uint64_t)tokens[t] * E + i);
+    for (int l = 0; l < sp->n_layer; l++) {
+        for (int t = 0; t < n_tok; t++) {
+            ref_rmsnorm(xn, x + (size_t)t * E, ref_tl(f, l, "attn_norm.weight"), E, sp->rms_eps);
+            ref_matvec(q + (size_t)t * E, ref_tl(f, l, "attn_q.weight"), xn);
+            ref_matvec(k + (size_t)t * KVD, ref_tl(f, l, "attn_k.weight"), xn);
+            ref_matvec(v + (size_t)t * KVD, ref_tl(f, l, "attn_v.weight"), xn);
+            if (neox) {
+                for (int i = 0; i < E; i++) q[(size_t)t * E + i] += ref_elem(ref_tl(f, l, "attn_q.bias"), i);
+                for (int i = 0; i < KVD; i++) k[(size_t)t * KVD + i] += ref_elem(ref_tl(f, l, "attn_k.bias"), i);
+                for (int i = 0; i < KVD; i++) v[(size_t)t * KVD + i] += ref_elem(ref_tl(f, l, "attn_v.bias"), i);
+            }
+            for (int which = 0; which < 2; which++) {
+                int nh = which ? HK : H;
+                double *base = which ? k + (size_t)t * KVD : q + (size_t)t * E;
+                for (int h = 0; h < nh; h++)
+                    for (int i = 0; i < rd / 2; i++) {
+                        double th = t * pow(sp->rope_base, -2.0 * i / rd);
+                        int a = neox ? i : 2 * i, bb = neox ? i + rd / 2 : 2 * i + 1;
+                        double *vv = base + (size_t)h * hd, x0 = vv[a], x1 = vv[bb];
+                        vv[a] = x0 * cos(th) - x1 * sin(th);
+                        vv[bb] = x0 * sin(th) + x1 * cos(th);
+                    }
+            }
+        }
+        for (int t = 0; t < n_tok; t++) {
+            for (int h = 0; h < H; h++) {
+                int kh = h / (H / HK);
+                double mx = -INFINITY, sum = 0;
+                for (int j = 0; j <= t; j++) {
+                    double s = 0;
+                    for (int i = 0; i < hd; i++) s += q[(size_t)t * E + h * hd + i] * k[(size_t)j * KVD + kh * hd + i];
+                    sc[j] = s / sqrt((double)hd);
+                    mx = sc[j] > mx ? sc[j] : mx;
+                }
+                for (int j = 0; j <= t; j++) sum += sc[j] = exp(sc[j] - mx);
+                for (int i = 0; i < hd; i++) {
+                    double a = 0;
+                    for (int j = 0; j <= t; j++) a += sc[j] / sum * v[(size_t)j * KVD + kh * hd + i];
+                    att[h * hd + i] = a;
+                }
+            }
+            ref_matvec(tmp, ref_tl(f, l, "attn_output.weight"), att);
+            for (int i = 0; i < E; i++) x[(size_t)t * E + i] += tmp[i];
+            ref_rmsnorm(xn, x + (size_t)t * E, ref_tl(f, l, "ffn_norm.weight"), E, sp->rms_eps);
+            ref_matvec(g, ref_tl(f, l, "ffn_gate.weight"), xn);
+            ref_matvec(u, ref_tl(f, l, "ffn_up.weight"), xn);
+            for (int i = 0; i < F; i++) g[i] = g[i] / (1 + exp(-g[i])) * u[i];
+            ref_matvec(tmp, ref_tl(f, l, "ffn_down.weight"), g);
+            for (int i = 0; i < E; i++) x[(size_t)t * E + i] += tmp[i];
+        }
+    }
+    const gguf_tensor *out = ref_t(f, "output.weight");
+    if (!out) out = emb;
+    for (int t = 0; t < n_tok; t++) {
+        ref_rmsnorm(xn, x + (size_t)t * E, ref_t(f, "output_norm.weight"), E, sp->rms_eps);
+        ref_matvec(logits + (size_t)t * V, out, xn);
+    }
+    free(x), free(xn), free(q), free(k), free(v), free(att), free(tmp), free(g), free(u), free(sc);
+    gguf_close(f);
+}
+
+#endif /* ATTND_TEST_ENGINE_FIXTURE_H */

@@ -1,0 +1,554 @@
+/*
+ * test_quant.c — the weight-type kernels (engine/quant.h).
+ *
+ * Dequantization is checked against hand-built blocks whose values follow from the GGUF block
+ * layouts as the spec states them (built here from element index → byte/bit position, not by
+ * re-running the decoder's loops), and against real tensors: the stories260K re-encodings must
+ * dequantize close to the F32 originals. quant_matmul is checked against a float64 reference
+ * computed from the dequantized rows, for every instruction set this CPU has (portable included),
+ * n_tok 1 and > 1, odd row counts, and 1 and 2 threads.
+ */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "attnd/gguf.h"
+#include "quant.h"
+
+// ---- helpers -----------------------------------------------------------------------------------
+
+static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
+
+static uint32_t rnd(void) {
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return (uint32_t)(rng_state >> 16);
+}
+
+/* uniform in [-1, 1) */
+static float rndf(void) { return (float)((double)(rnd() & 0xFFFFFF) / 8388608.0 - 1.0); }
+
+static void put16(uint8_t *p, uint16_t v) { memcpy(p, &v, 2); }
+
+static float bits_f32(uint32_t u) {
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+static uint32_t f32_bits(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return u;
+}
+
+static const uint32_t ALL_TYPES[] = {GGML_TYPE_F32,  GGML_TYPE_F16,  GGML_TYPE_BF16, GGML_TYPE_Q8_0,
+                                     GGML_TYPE_Q4_0, GGML_TYPE_Q4_K, GGML_TYPE_Q6_K};
+
+/* Fills n_rows rows of random but well-formed weights of `type` (scales kept finite and small). */
+static void random_weights(uint8_t *w, uint32_t type, int64_t n_rows, int64_t n_cols) {
+    size_t rb = quant_row_bytes(type, n_cols);
+    for (size_t i = 0; i < rb * (size_t)n_rows; i++) w[i] = (uint8_t)rnd();
+    int64_t n = n_rows * n_cols;
+    switch (type) {
+    case GGML_TYPE_F32:
+        for (int64_t i = 0; i < n; i++) ((float *)w)[i] = rndf();
+        break;
+    case GGML_TYPE_F16:
+        for (int64_t i = 0; i < n; i++) put16(w + 2 * i, quant_f32_to_f16(rndf()));
+        break;
+    case GGML_TYPE_BF16:
+        for (int64_t i = 0; i < n; i++) put16(w + 2 * i, quant_f32_to_bf16(rndf()));
+        break;
+    case GGML_TYPE_Q8_0:
+        for (int64_t b = 0; b < n / 32; b++) put16(w + 34 * b, quant_f32_to_f16(0.01f + 0.01f * fabsf(rndf())));
+        break;
+    case GGML_TYPE_Q4_0:
+        for (int64_t b = 0; b < n / 32; b++) put16(w + 18 * b, quant_f32_to_f16(0.1f + 0.1f * rndf()));
+        break;
+    case GGML_TYPE_Q4_K:
+        for (int64_t b = 0; b < n / 256; b++) {
+            put16(w + 144 * b, quant_f32_to_f16(0.002f + 0.001f * rndf()));
+            put16(w + 144 * b + 2, quant_f32_to_f16(0.004f + 0.001f * rndf()));
+        }
+        break;
+    case GGML_TYPE_Q6_K:
+        for (int64_t b = 0; b < n / 256; b++) put16(w + 210 * b + 208, quant_f32_to_f16(0.0005f + 0.0002f * rndf()));
+        break;
+    default: cr_assert_fail("type %u", type);
+    }
+}
+
+/* Largest error the activation rounding of `type` may add to element i of a block, as a
+ * fraction of the block's largest magnitude (Q8 forms) or of |x_i| (f16/bf16). */
+static double act_err(uint32_t type, const float *x, int64_t i) {
+    double amax = 0;
+    int64_t bs = (type == GGML_TYPE_Q4_K || type == GGML_TYPE_Q6_K) ? 256 : 32;
+    switch (type) {
+    case GGML_TYPE_F32: return 0;
+    case GGML_TYPE_F16: return fabs(x[i]) * 0x1p-11 + 0x1p-25;
+    case GGML_TYPE_BF16: return fabs(x[i]) * 0x1p-8;
+    default:
+        for (int64_t j = i / bs * bs; j < i / bs * bs + bs; j++) amax = fmax(amax, fabs(x[j]));
+        /* half a step of amax/127, plus (Q8_0) the step itself kept at f16 precision */
+        return amax / 127.0 * 0.57;
+    }
+}
+
+/* Checks out (n_tok, n_rows) against float64 sums over the dequantized weights. With exact_act,
+ * x is known to be representable in the activation form, so only float summation may differ. */
+static void check_matmul(const float *out, const uint8_t *w, uint32_t type, int64_t n_rows, int64_t n_cols,
+                         const float *x, int n_tok, int exact_act, const char *what) {
+    size_t rb = quant_row_bytes(type, n_cols);
+    float *row = malloc((size_t)n_cols * sizeof(float));
+    for (int64_t r = 0; r < n_rows; r++) {
+        quant_dequantize_row(row, w + r * rb, type, n_cols);
+        for (int t = 0; t < n_tok; t++) {
+            const float *xt = x + t * n_cols;
+            double ref = 0, mag = 0, bound = 0;
+            for (int64_t c = 0; c < n_cols; c++) {
+                ref += (double)row[c] * xt[c];
+                mag += fabs((double)row[c] * xt[c]);
+                if (!exact_act) bound += fabs(row[c]) * act_err(type, xt, c);
+            }
+            double tol = bound + 2e-6 * mag + 1e-6;
+            double got = out[t * n_rows + r];
+            cr_assert(fabs(got - ref) <= tol, "%s: %s row %ld tok %d: got %.9g want %.9g (tol %.3g)", what,
+                      ggml_type_name(type), (long)r, t, got, ref, tol);
+        }
+    }
+    free(row);
+}
+
+static void *scratch_for(uint32_t type, int n_tok, int64_t n_cols, size_t *bytes) {
+    *bytes = quant_scratch_bytes(type, n_tok, n_cols);
+    /* one byte of slack: the kernels are handed a deliberately misaligned pointer (p + 1) and
+     * may use exactly `bytes` from there; ASan would see any overrun */
+    return malloc(*bytes + 1);
+}
+
+// ---- conversions -------------------------------------------------------------------------------
+
+Test(quant, f16_known_values_convert_exactly) {
+    cr_assert_eq(quant_f16_to_f32(0x3C00), 1.0f);
+    cr_assert_eq(quant_f16_to_f32(0xC000), -2.0f);
+    cr_assert_eq(quant_f16_to_f32(0x7BFF), 65504.0f);
+    cr_assert_eq(quant_f16_to_f32(0x0001), 0x1p-24f);  /* smallest subnormal */
+    cr_assert_eq(quant_f16_to_f32(0x03FF), 1023 * 0x1p-24f); /* largest subnormal */
+    cr_assert_eq(quant_f16_to_f32(0x0400), 0x1p-14f);  /* smallest normal */
+    cr_assert(isinf(quant_f16_to_f32(0x7C00)) && quant_f16_to_f32(0x7C00) > 0);
+    cr_assert(isinf(quant_f16_to_f32(0xFC00)) && quant_f16_to_f32(0xFC00) < 0);
+    cr_assert(isnan(quant_f16_to_f32(0x7E00)));
+    cr_assert(signbit(quant_f16_to_f32(0x8000)) && quant_f16_to_f32(0x8000) == 0.0f);
+
+    cr_assert_eq(quant_f32_to_f16(1.0f), 0x3C00);
+    cr_assert_eq(quant_f32_to_f16(65504.0f), 0x7BFF);
+    cr_assert_eq(quant_f32_to_f16(65519.0f), 0x7BFF); /* just below the halfway point */
+    cr_assert_eq(quant_f32_to_f16(65520.0f), 0x7C00); /* ties to even = overflow to inf */
+    cr_assert_eq(quant_f32_to_f16(1e10f), 0x7C00);
+    cr_assert_eq(quant_f32_to_f16(-INFINITY), 0xFC00);
+    cr_assert_eq(quant_f32_to_f16(0x1p-24f), 0x0001);
+    cr_assert_eq(quant_f32_to_f16(0x1p-25f), 0x0000);           /* tie to even: 0 */
+    cr_assert_eq(quant_f32_to_f16(0x1.8p-25f), 0x0001);         /* above the tie */
+    cr_assert_eq(quant_f32_to_f16(3 * 0x1p-25f), 0x0002);       /* 1.5 ulp ties to 2 */
+    cr_assert_eq(quant_f32_to_f16(1.0f + 0x1p-11f), 0x3C00);     /* tie, even stays */
+    cr_assert_eq(quant_f32_to_f16(1.0f + 3 * 0x1p-11f), 0x3C02); /* tie, odd rounds up */
+    cr_assert_eq(quant_f32_to_f16(-0.0f), 0x8000);
+    uint16_t n = quant_f32_to_f16(NAN);
+    cr_assert((n & 0x7C00) == 0x7C00 && (n & 0x3FF) != 0, "nan -> %04x", n);
+}
+
+Test(quant, f16_round_trips_every_half_value) {
+    for (uint32_t h = 0; h < 0x10000; h++) {
+        float f = quant_f16_to_f32((uint16_t)h);
+        if (isnan(f)) {
+            cr_assert((h & 0x7C00) == 0x7C00 && (h & 0x3FF), "%04x", h);
+            continue;
+        }
+        cr_assert_eq(quant_f32_to_f16(f), h, "half %04x -> %g -> %04x", h, f, quant_f32_to_f16(f));
+    }
+}
+
+#ifdef __FLT16_MAX__
+/* The compiler's _Float16 conversions are an independent implementation of the same IEEE rules. */
+Test(quant, f16_conversion_matches_compiler_float16) {
+    for (uint32_t h = 0; h < 0x10000; h++) {
+        uint16_t hh = (uint16_t)h;
+        _Float16 v;
+        memcpy(&v, &hh, 2);
+        float want = (float)v, got = quant_f16_to_f32(hh);
+        if (isnan(want)) cr_assert(isnan(got));
+        else cr_assert_eq(f32_bits(got), f32_bits(want), "%04x", h);
+    }
+    for (int i = 0; i < 2000000; i++) {
+        /* random bit patterns, biased towards the half range so subnormals and ties are hit */
+        uint32_t u = rnd() << 1 ^ rnd();
+        if (i & 1) u = (u & 0x80FFFFFF) | ((uint32_t)(100 + rnd() % 50) << 23);
+        float f = bits_f32(u);
+        _Float16 v = (_Float16)f;
+        uint16_t want;
+        memcpy(&want, &v, 2);
+        uint16_t got = quant_f32_to_f16(f);
+        if (isnan(f)) cr_assert((got & 0x7C00) == 0x7C00 && (got & 0x3FF));
+        else cr_assert_eq(got, want, "%a (%08x): got %04x want %04x", f, u, got, want);
+    }
+}
+#endif
+
+Test(quant, bf16_converts_with_round_to_nearest_even) {
+    cr_assert_eq(quant_bf16_to_f32(0x3F80), 1.0f);
+    cr_assert_eq(quant_bf16_to_f32(0xC040), -3.0f);
+    cr_assert_eq(quant_f32_to_bf16(1.0f), 0x3F80);
+    cr_assert_eq(quant_f32_to_bf16(bits_f32(0x3F808000)), 0x3F80); /* tie, even stays */
+    cr_assert_eq(quant_f32_to_bf16(bits_f32(0x3F818000)), 0x3F82); /* tie, odd rounds up */
+    cr_assert_eq(quant_f32_to_bf16(bits_f32(0x3F808001)), 0x3F81); /* above the tie */
+    cr_assert_eq(quant_f32_to_bf16(INFINITY), 0x7F80);
+    uint16_t n = quant_f32_to_bf16(NAN);
+    cr_assert((n & 0x7F80) == 0x7F80 && (n & 0x7F));
+}
+
+// ---- sizes -------------------------------------------------------------------------------------
+
+Test(quant, row_bytes_follow_block_sizes) {
+    cr_assert_eq(quant_row_bytes(GGML_TYPE_F32, 172), 688);
+    cr_assert_eq(quant_row_bytes(GGML_TYPE_F16, 172), 344);
+    cr_assert_eq(quant_row_bytes(GGML_TYPE_BF16, 64), 128);
+    cr_assert_eq(quant_row_bytes(GGML_TYPE_Q8_0, 256), 8 * 34);
+    cr_assert_eq(quant_row_bytes(GGML_TYPE_Q4_0, 64), 2 * 18);
+    cr_assert_eq(quant_row_bytes(GGML_TYPE_Q4_K, 512), 2 * 144);
+    cr_assert_eq(quant_row_bytes(GGML_TYPE_Q6_K, 768), 3 * 210);
+    cr_assert_eq(quant_row_bytes(999, 256), 0);
+    cr_assert_eq(quant_scratch_bytes(GGML_TYPE_F32, 4, 256), 0);
+    cr_assert_geq(quant_scratch_bytes(GGML_TYPE_Q8_0, 4, 256), 4 * 256 + 4 * 8 * sizeof(float));
+}
+
+// ---- dequantization of hand-built blocks -------------------------------------------------------
+
+Test(quant, q8_0_block_dequantizes_to_d_times_q) {
+    uint8_t blk[2 * 34];
+    for (int b = 0; b < 2; b++) {
+        put16(blk + 34 * b, b ? 0xB800 /* -0.5 */ : 0x4000 /* 2 */);
+        for (int j = 0; j < 32; j++) blk[34 * b + 2 + j] = (uint8_t)(int8_t)(j * 8 - 128);
+    }
+    float y[64];
+    quant_dequantize_row(y, blk, GGML_TYPE_Q8_0, 64);
+    for (int j = 0; j < 32; j++) {
+        cr_assert_eq(y[j], 2.0f * (j * 8 - 128));
+        cr_assert_eq(y[32 + j], -0.5f * (j * 8 - 128));
+    }
+}
+
+Test(quant, q4_0_low_nibbles_come_first_then_high_nibbles) {
+    uint8_t blk[18];
+    put16(blk, 0x3800); /* d = 0.5 */
+    for (int j = 0; j < 16; j++) blk[2 + j] = (uint8_t)(j | ((15 - j) << 4));
+    float y[32];
+    quant_dequantize_row(y, blk, GGML_TYPE_Q4_0, 32);
+    for (int j = 0; j < 16; j++) {
+        cr_assert_eq(y[j], 0.5f * (j - 8), "elem %d", j);
+        cr_assert_eq(y[j + 16], 0.5f * (15 - j - 8), "elem %d", j + 16);
+    }
+}
+
+/* Packs 8 six-bit scales and mins into Q4_K's 12 bytes: bytes 0-3 hold sc[0..3] in their low 6
+ * bits and the top 2 bits of sc[4..7]; bytes 4-7 the same for the mins; bytes 8-11 the low
+ * nibbles of sc[4..7] (low half) and of mn[4..7] (high half). */
+static void pack_q4k_scales(uint8_t s[12], const uint8_t sc[8], const uint8_t mn[8]) {
+    for (int j = 0; j < 4; j++) {
+        s[j] = (uint8_t)(sc[j] | ((sc[j + 4] >> 4) << 6));
+        s[j + 4] = (uint8_t)(mn[j] | ((mn[j + 4] >> 4) << 6));
+        s[j + 8] = (uint8_t)((sc[j + 4] & 15) | ((mn[j + 4] & 15) << 4));
+    }
+}
+
+Test(quant, q4_k_superblock_dequantizes_with_six_bit_scales_and_mins) {
+    const uint8_t sc[8] = {1, 63, 17, 32, 5, 48, 62, 33};
+    const uint8_t mn[8] = {0, 7, 63, 16, 40, 1, 31, 59};
+    uint8_t blk[144];
+    put16(blk, 0x3400);     /* d = 0.25 */
+    put16(blk + 2, 0x3000); /* dmin = 0.125 */
+    pack_q4k_scales(blk + 4, sc, mn);
+    uint8_t q[256];
+    memset(blk + 16, 0, 128);
+    for (int i = 0; i < 256; i++) {
+        q[i] = (uint8_t)((i * 7 + i / 64) & 15);
+        /* element i: chunk i/64; its first 32 are low nibbles of bytes 32*chunk.., next 32 high */
+        int chunk = i / 64, in = i % 64, byte = 32 * chunk + in % 32;
+        blk[16 + byte] |= (uint8_t)(in < 32 ? q[i] : q[i] << 4);
+    }
+    float y[256];
+    quant_dequantize_row(y, blk, GGML_TYPE_Q4_K, 256);
+    for (int i = 0; i < 256; i++) {
+        int sub = i / 32;
+        float want = 0.25f * sc[sub] * q[i] - 0.125f * mn[sub];
+        cr_assert_eq(y[i], want, "elem %d: got %g want %g", i, y[i], want);
+    }
+}
+
+Test(quant, q6_k_superblock_dequantizes_in_ggml_interleaved_order) {
+    int8_t sc[16];
+    for (int k = 0; k < 16; k++) sc[k] = (int8_t)(k * 17 - 128 + (k == 15 ? 3 : 0)); /* -128..127 */
+    uint8_t blk[210];
+    memset(blk, 0, sizeof blk);
+    memcpy(blk + 192, sc, 16);
+    put16(blk + 208, 0x2C00); /* d = 1/16 */
+    uint8_t q[256];
+    for (int i = 0; i < 256; i++) {
+        q[i] = (uint8_t)((i * 37 + 11) & 63);
+        /* element i = 128*n + 32*g + l: low 4 bits in ql[64n + 32*(g&1) + l] (low nibble for
+         * g < 2, high for g >= 2), top 2 bits in qh[32n + l] at bit 2g */
+        int n = i / 128, g = (i % 128) / 32, l = i % 32;
+        int qlb = 64 * n + 32 * (g & 1) + l;
+        blk[qlb] |= (uint8_t)((q[i] & 15) << (g < 2 ? 0 : 4));
+        blk[128 + 32 * n + l] |= (uint8_t)((q[i] >> 4) << (2 * g));
+    }
+    float y[256];
+    quant_dequantize_row(y, blk, GGML_TYPE_Q6_K, 256);
+    for (int i = 0; i < 256; i++) {
+        int s = i / 16; /* sub-blocks of 16 in element order */
+        float want = 0.0625f * (float)(sc[s] * (q[i] - 32));
+        cr_assert_eq(y[i], want, "elem %d: got %g want %g", i, y[i], want);
+    }
+}
+
+Test(quant, f16_and_bf16_rows_dequantize_elementwise) {
+    uint16_t h[4] = {0x3C00, 0xC200, 0x0001, 0x7BFF};
+    float y[4];
+    quant_dequantize_row(y, h, GGML_TYPE_F16, 4);
+    cr_assert(y[0] == 1.0f && y[1] == -3.0f && y[2] == 0x1p-24f && y[3] == 65504.0f);
+    uint16_t b[2] = {0x4049, 0xBF80};
+    quant_dequantize_row(y, b, GGML_TYPE_BF16, 2);
+    cr_assert(y[0] == bits_f32(0x40490000) && y[1] == -1.0f);
+}
+
+// ---- dequantization of real tensors ------------------------------------------------------------
+
+static int have_shared(const char *rel, char *path, size_t cap) {
+    snprintf(path, cap, "%s/models/%s", ATTND_SHARED_DIR, rel);
+    struct stat st;
+    return stat(path, &st) == 0;
+}
+
+/* Every tensor of the re-encoded file dequantizes within the type's rounding of the F32 original. */
+static void compare_with_f32(const char *file, uint32_t want_type) {
+    char p32[1024], pq[1024];
+    if (!have_shared("stories260K.gguf", p32, sizeof p32) || !have_shared(file, pq, sizeof pq))
+        cr_skip_test("shared models not found under %s", ATTND_SHARED_DIR);
+    gguf_file *f32 = NULL, *fq = NULL;
+    attnd_err err;
+    cr_assert_eq(gguf_open(&f32, p32, &err), ATTND_OK, "%s", err.msg);
+    cr_assert_eq(gguf_open(&fq, pq, &err), ATTND_OK, "%s", err.msg);
+    int checked = 0;
+    for (uint64_t i = 0; i < gguf_tensor_count(fq); i++) {
+        const gguf_tensor *tq = gguf_tensor_at(fq, i);
+        if (tq->type != want_type) continue;
+        const gguf_tensor *to = gguf_find_tensor(f32, tq->name);
+        cr_assert(to && to->type == GGML_TYPE_F32 && to->n_elems == tq->n_elems, "%s", tq->name);
+        int64_t n = (int64_t)tq->ne[0], rows = (int64_t)(tq->n_elems / tq->ne[0]);
+        size_t rb = quant_row_bytes(tq->type, n);
+        float *y = malloc((size_t)n * sizeof(float));
+        for (int64_t r = 0; r < rows; r++) {
+            quant_dequantize_row(y, (const uint8_t *)tq->data + r * rb, tq->type, n);
+            const float *x = (const float *)to->data + r * n;
+            for (int64_t c = 0; c < n; c++) {
+                double tol;
+                if (want_type == GGML_TYPE_F16) tol = fabs(x[c]) * 0x1p-11 + 0x1p-25;
+                else if (want_type == GGML_TYPE_BF16) tol = fabs(x[c]) * 0x1p-8;
+                else {
+                    double amax = 0;
+                    for (int64_t j = c / 32 * 32; j < c / 32 * 32 + 32; j++) amax = fmax(amax, fabs(x[j]));
+                    /* Q8_0: half a step of amax/127; Q4_0: up to one step of amax/8 (the
+                     * largest magnitude maps to -8, so +amax clamps at 7) */
+                    tol = want_type == GGML_TYPE_Q8_0 ? amax / 127 * 0.51 : amax / 8 * 1.01;
+                    tol += amax * 1e-3; /* the block scale is stored as f16 */
+                }
+                cr_assert(fabs(y[c] - x[c]) <= tol, "%s[%ld][%ld]: %g vs %g", tq->name, (long)r, (long)c, y[c], x[c]);
+            }
+        }
+        free(y);
+        checked++;
+    }
+    cr_assert_gt(checked, 0, "no %s tensors in %s", ggml_type_name(want_type), file);
+    gguf_close(f32);
+    gguf_close(fq);
+}
+
+Test(quant, stories_f16_tensors_match_f32_originals) { compare_with_f32("stories260K-F16.gguf", GGML_TYPE_F16); }
+Test(quant, stories_bf16_tensors_match_f32_originals) { compare_with_f32("stories260K-BF16.gguf", GGML_TYPE_BF16); }
+Test(quant, stories_q8_0_tensors_match_f32_originals) { compare_with_f32("stories260K-Q8_0.gguf", GGML_TYPE_Q8_0); }
+Test(quant, stories_q4_0_tensors_match_f32_originals) { compare_with_f32("stories260K-Q4_0.gguf", GGML_TYPE_Q4_0); }
+
+// ---- matmul ------------------------------------------------------------------------------------
+
+/* Runs quant_matmul on random data for every ISA, thread count and n_tok given, checking each
+ * result against the float64 reference and every ISA/thread result against the others. */
+static void matmul_case(uint32_t type, int64_t n_rows, int64_t n_cols, int n_tok, int exact_act) {
+    size_t rb = quant_row_bytes(type, n_cols);
+    uint8_t *w = malloc(rb * (size_t)n_rows);
+    float *x = malloc((size_t)n_tok * (size_t)n_cols * sizeof(float));
+    float *out = malloc((size_t)n_tok * (size_t)n_rows * sizeof(float));
+    float *first = malloc((size_t)n_tok * (size_t)n_rows * sizeof(float));
+    random_weights(w, type, n_rows, n_cols);
+    for (int64_t i = 0; i < n_tok * n_cols; i++) {
+        if (!exact_act) {
+            x[i] = rndf() * (1.0f + (float)(i % 7)); /* uneven magnitudes across blocks */
+        } else {
+            /* integers in [-127, 127] with 127 in every 32-block (and hence every 256-block):
+             * exactly representable in Q8_0 (d = 1), Q8_K (d = -1), f16 and bf16 */
+            x[i] = (i % 32 == 5) ? 127.0f : (float)((int)(rnd() % 255) - 127);
+        }
+    }
+    size_t sb;
+    uint8_t *scratch = scratch_for(type, n_tok, n_cols, &sb);
+    quant_isa saved = quant_isa_active();
+    int have_first = 0;
+    for (int isa = QUANT_ISA_PORTABLE; isa <= (int)quant_isa_best(); isa++) {
+        quant_isa_force((quant_isa)isa);
+        for (int threads = 1; threads <= 2; threads++) {
+            char what[96];
+            snprintf(what, sizeof what, "%s, %d thread(s), n_tok %d, %ldx%ld", quant_isa_name((quant_isa)isa),
+                     threads, n_tok, (long)n_rows, (long)n_cols);
+            memset(out, 0xFF, (size_t)n_tok * (size_t)n_rows * sizeof(float)); /* nan: unwritten shows */
+            quant_matmul(out, w, type, n_rows, n_cols, x, n_tok, scratch + 1, threads);
+            check_matmul(out, w, type, n_rows, n_cols, x, n_tok, exact_act, what);
+            if (!have_first) {
+                memcpy(first, out, (size_t)n_tok * (size_t)n_rows * sizeof(float));
+                have_first = 1;
+                continue;
+            }
+            /* same integers, only the float order of block terms may differ between ISAs */
+            for (int64_t i = 0; i < n_tok * n_rows; i++)
+                cr_assert(fabsf(out[i] - first[i]) <= 1e-4f * (fabsf(first[i]) + 1.0f), "%s: [%ld] %g vs %g", what,
+                          (long)i, out[i], first[i]);
+        }
+    }
+    quant_isa_force(saved);
+    free(scratch);
+    free(w);
+    free(x);
+    free(out);
+    free(first);
+}
+
+static int64_t cols_for(uint32_t type) {
+    switch (type) {
+    case GGML_TYPE_F32:
+    case GGML_TYPE_F16:
+    case GGML_TYPE_BF16: return 172; /* not a multiple of any vector width: tails get exercised */
+    case GGML_TYPE_Q8_0:
+    case GGML_TYPE_Q4_0: return 352; /* 11 blocks */
+    default: return 768;             /* 3 super-blocks */
+    }
+}
+
+Test(quant, matmul_single_token_matches_float64_reference) {
+    for (size_t i = 0; i < sizeof ALL_TYPES / sizeof *ALL_TYPES; i++) matmul_case(ALL_TYPES[i], 37, cols_for(ALL_TYPES[i]), 1, 0);
+}
+
+Test(quant, matmul_many_tokens_matches_float64_reference) {
+    for (size_t i = 0; i < sizeof ALL_TYPES / sizeof *ALL_TYPES; i++) matmul_case(ALL_TYPES[i], 29, cols_for(ALL_TYPES[i]), 7, 0);
+}
+
+Test(quant, matmul_large_enough_to_run_parallel_matches_reference) {
+    /* > the parallel threshold at n_tok 1, odd rows so the last chunk is partial */
+    for (size_t i = 0; i < sizeof ALL_TYPES / sizeof *ALL_TYPES; i++) matmul_case(ALL_TYPES[i], 301, cols_for(ALL_TYPES[i]), 1, 0);
+    matmul_case(GGML_TYPE_Q4_K, 131, 256, 3, 0);
+}
+
+Test(quant, matmul_with_exactly_representable_activations_is_float_exact) {
+    for (size_t i = 0; i < sizeof ALL_TYPES / sizeof *ALL_TYPES; i++) {
+        matmul_case(ALL_TYPES[i], 23, cols_for(ALL_TYPES[i]), 1, 1);
+        matmul_case(ALL_TYPES[i], 19, cols_for(ALL_TYPES[i]), 6, 1);
+    }
+}
+
+Test(quant, matmul_prefill_equals_token_by_token_decode) {
+    for (size_t i = 0; i < sizeof ALL_TYPES / sizeof *ALL_TYPES; i++) {
+        uint32_t type = ALL_TYPES[i];
+        int64_t n_rows = 45, n_cols = cols_for(type);
+        enum { T = 5 };
+        uint8_t *w = malloc(quant_row_bytes(type, n_cols) * (size_t)n_rows);
+        random_weights(w, type, n_rows, n_cols);
+        float *x = malloc(T * (size_t)n_cols * sizeof(float));
+        for (int64_t j = 0; j < T * n_cols; j++) x[j] = rndf();
+        float *all = malloc(T * (size_t)n_rows * sizeof(float)), *one = malloc((size_t)n_rows * sizeof(float));
+        size_t sb;
+        uint8_t *scratch = scratch_for(type, T, n_cols, &sb);
+        quant_matmul(all, w, type, n_rows, n_cols, x, T, scratch, 2);
+        for (int t = 0; t < T; t++) {
+            quant_matmul(one, w, type, n_rows, n_cols, x + t * n_cols, 1, scratch, 1);
+            for (int64_t r = 0; r < n_rows; r++)
+                cr_assert_eq(f32_bits(one[r]), f32_bits(all[t * n_rows + r]), "%s tok %d row %ld: %g vs %g",
+                             ggml_type_name(type), t, (long)r, one[r], all[t * n_rows + r]);
+        }
+        free(scratch);
+        free(w);
+        free(x);
+        free(all);
+        free(one);
+    }
+}
+
+Test(quant, matmul_of_zero_activations_is_zero) {
+    for (size_t i = 0; i < sizeof ALL_TYPES / sizeof *ALL_TYPES; i++) {
+        uint32_t type = ALL_TYPES[i];
+        int64_t n_rows = 9, n_cols = cols_for(type);
+        uint8_t *w = malloc(quant_row_bytes(type, n_cols) * (size_t)n_rows);
+        random_weights(w, type, n_rows, n_cols);
+        float *x = calloc((size_t)n_cols, sizeof(float)), out[9];
+        size_t sb;
+        uint8_t *scratch = scratch_for(type, 1, n_cols, &sb);
+        quant_matmul(out, w, type, n_rows, n_cols, x, 1, scratch, 1);
+        for (int r = 0; r < n_rows; r++) cr_assert_eq(out[r], 0.0f, "%s row %d: %g", ggml_type_name(type), r, out[r]);
+        free(scratch);
+        free(w);
+        free(x);
+    }
+}
+
+/* Real rand-Q4_K tensors (Q4_K, Q6_K, Q8_0 from a real quantizer): matmul agrees with the
+ * reference over their dequantized rows. */
+Test(quant, matmul_on_real_k_quant_tensors_matches_reference) {
+    char path[1024];
+    if (!have_shared("rand-Q4_K.gguf", path, sizeof path)) cr_skip_test("shared models not found under %s", ATTND_SHARED_DIR);
+    gguf_file *f = NULL;
+    attnd_err err;
+    cr_assert_eq(gguf_open(&f, path, &err), ATTND_OK, "%s", err.msg);
+    uint32_t seen = 0;
+    for (uint64_t i = 0; i < gguf_tensor_count(f); i++) {
+        const gguf_tensor *t = gguf_tensor_at(f, i);
+        if (t->n_dims != 2 || t->type == GGML_TYPE_F32 || (seen & (1u << t->type))) continue;
+        seen |= 1u << t->type;
+        int64_t n_cols = (int64_t)t->ne[0], n_rows = (int64_t)t->ne[1] < 64 ? (int64_t)t->ne[1] : 64;
+        enum { T = 3 };
+        float *x = malloc(T * (size_t)n_cols * sizeof(float)), *out = malloc(T * (size_t)n_rows * sizeof(float));
+        for (int64_t j = 0; j < T * n_cols; j++) x[j] = rndf();
+        size_t sb;
+        uint8_t *scratch = scratch_for(t->type, T, n_cols, &sb);
+        quant_isa saved = quant_isa_active();
+        for (int isa = QUANT_ISA_PORTABLE; isa <= (int)quant_isa_best(); isa++) {
+            quant_isa_force((quant_isa)isa);
+            quant_matmul(out, t->data, t->type, n_rows, n_cols, x, T, scratch, 1);
+            check_matmul(out, t->data, t->type, n_rows, n_cols, x, T, 0, t->name);
+        }
+        quant_isa_force(saved);
+        free(scratch);
+        free(x);
+        free(out);
+    }
+    cr_assert(seen & (1u << GGML_TYPE_Q4_K) && seen & (1u << GGML_TYPE_Q6_K) && seen & (1u << GGML_TYPE_Q8_0));
+    gguf_close(f);
+}
+
+Test(quant, isa_can_be_forced_to_portable_and_back) {
+    quant_isa best = quant_isa_best(), saved = quant_isa_force(QUANT_ISA_PORTABLE);
+    cr_assert_eq(quant_isa_active(), QUANT_ISA_PORTABLE);
+    quant_isa_force(QUANT_ISA_AVX512);
+    cr_assert_eq(quant_isa_active(), best, "forcing more than the CPU has clamps to the best");
+    quant_isa_force(saved);
+    cr_assert_str_eq(quant_isa_name(QUANT_ISA_PORTABLE), "portable");
+}
