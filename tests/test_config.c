@@ -199,7 +199,7 @@ Test(config, file_comments_quotes_and_whitespace) {
     drop(path);
 
     path = temp_file("  port   =   9000   # comment\r\nmodel_alias = \" spaced \"\nlog_level = WARNING\n"
-                     "access_log = off\nkv_f32 = yes\nbody_limit = 2M\ntop_p = 0.5\n");
+                     "access_log = off\nkv_f32 = yes\nbody_limit = 2M\ntop_p = 0.5\nchat_template = Llama3\n");
     cr_assert_eq(load(&c, &s, NULL, &err, "--config", path, NULL), ATTND_OK, "%s", err.msg);
     cr_assert_eq(s.port, 9000);
     cr_assert_str_eq(s.model_alias, " spaced ");
@@ -208,6 +208,7 @@ Test(config, file_comments_quotes_and_whitespace) {
     cr_assert(s.kv_f32);
     cr_assert_eq(s.body_limit, 2u << 20);
     cr_assert_float_eq(s.top_p, 0.5f, 1e-6);
+    cr_assert_str_eq(s.chat_template, "Llama3");
     config_destroy(c);
     drop(path);
 }
@@ -257,6 +258,7 @@ Test(config, file_errors_name_file_line_and_key) {
     expect_file_error("top_p = 1.5\n", ATTND_ERR_INVALID, "key 'top_p'", NULL);
     expect_file_error("kv_f32 = maybe\n", ATTND_ERR_INVALID, "key 'kv_f32'", "boolean");
     expect_file_error("log_level = loud\n", ATTND_ERR_INVALID, "key 'log_level'", "debug");
+    expect_file_error("chat_template = jinja2\n", ATTND_ERR_INVALID, "key 'chat_template'", "chatml");
     expect_file_error("body_limit = 1T\n", ATTND_ERR_INVALID, "key 'body_limit'", NULL);
     expect_file_error("body_limit = 12\n", ATTND_ERR_INVALID, "key 'body_limit'", NULL);
     expect_file_error("max_tokens = 5000\n", ATTND_ERR_INVALID, "max_tokens_cap", NULL);
