@@ -927,7 +927,7 @@ static enum MHD_Result precheck(req *r, bool *done) {
     if (strcmp(r->path, "/health") && !auth_ok(s, r->conn))
         return respond_error(r, 401, "missing or invalid API key (Authorization: Bearer ...)", NULL);
     if (!r->rt) {
-        char msg[200];
+        char msg[320];
         snprintf(msg, sizeof(msg), "method %s is not allowed on %.120s (allowed: %s)", r->method, r->path, allow);
         return respond_json_h(r, 405, oai_error(405, msg, NULL), "Allow", allow);
     }
