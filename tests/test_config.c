@@ -498,3 +498,27 @@ Test(config, shipped_attnd_conf_lists_every_setting_with_its_true_default) {
     config_destroy(c);
     drop(path);
 }
+
+Test(config, garbage_files_are_errors_never_crashes) {
+    /* Deterministic pseudo-random files over the characters the parser cares about. */
+    static const char ALPHABET[] = "port=host \"#\n\r\t0123456789.-_kMabcdefghijklmnopqrstuvwxyz\x01\xff";
+    uint32_t x = 12345;
+    char text[512];
+    for (int round = 0; round < 300; round++) {
+        size_t n = (size_t)(round % 500);
+        for (size_t i = 0; i < n; i++) {
+            x = x * 1664525u + 1013904223u;
+            text[i] = ALPHABET[(x >> 16) % (sizeof(ALPHABET) - 1)];
+        }
+        text[n] = '\0';
+        char *path = temp_file(text);
+        config *c;
+        server_settings s;
+        attnd_err err = {{0}};
+        attnd_status st = load(&c, &s, NULL, &err, "--config", path, NULL);
+        cr_assert(st == ATTND_OK || st == ATTND_ERR_INVALID, "status %d for:\n%s", st, text);
+        if (st == ATTND_OK) config_destroy(c);
+        else cr_assert(strstr(err.msg, path), "error must name the file: %s", err.msg);
+        drop(path);
+    }
+}
