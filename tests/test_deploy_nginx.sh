@@ -2,7 +2,8 @@
 # test_deploy_nginx.sh — scaling out: two `attnd serve` instances behind nginx configured with
 # the shipped deploy/nginx/attnd.conf (ports substituted), all on loopback.
 #   - sessions created through nginx (client-proposed ids, X-Session-Id header) live on exactly
-#     one instance, and every turn of a session is answered by that instance;
+#     one instance, and every turn of a session is answered by that instance (also when the id
+#     is only in the path, /v1/sessions/{id});
 #   - sessions spread over both instances;
 #   - after one instance is killed, new requests through nginx still succeed (passive health
 #     check + next upstream), while the dead instance's sessions are gone (404 from the other).
@@ -137,6 +138,9 @@ for i in $(seq $N_SESSIONS); do
         [ "$code" = 200 ] || { cat "$T/body"; fail "turn $turn of $sid: HTTP $code"; }
         [ "$up2" = "$up" ] || fail "turn $turn of $sid went to $up2, session lives on $up"
     done
+    # Without the header, the id in the path /v1/sessions/{id} routes to the same instance.
+    read -r code up2 < <(via_nginx GET "/v1/sessions/$sid" "")
+    [ "$code" = 200 ] && [ "$up2" = "$up" ] || fail "GET /v1/sessions/$sid without header: HTTP $code via $up2 (home $up)"
     # The session exists on its instance only.
     other=$([ "$up" = "$PA" ] && echo "$PB" || echo "$PA")
     [ "$(direct_status "$up" "/v1/sessions/$sid")" = 200 ] || fail "$sid missing on its instance $up"
