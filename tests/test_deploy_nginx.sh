@@ -93,8 +93,8 @@ http {
     include $T/attnd.conf;
 }
 CONF
-"$NGINX" -t -q -p "$T" -c "$T/nginx.conf" 2>"$T/nginx-t.log" || { cat "$T/nginx-t.log"; fail "nginx -t"; }
-"$NGINX" -p "$T" -c "$T/nginx.conf" 2>>"$T/logs/error.log" &
+"$NGINX" -t -q -p "$T" -e "$T/logs/error.log" -c "$T/nginx.conf" 2>"$T/nginx-t.log" || { cat "$T/nginx-t.log"; fail "nginx -t"; }
+"$NGINX" -p "$T" -e "$T/logs/error.log" -c "$T/nginx.conf" 2>>"$T/logs/error.log" &
 PIDS+=($!)
 
 wait_health() { # port
