@@ -137,7 +137,14 @@ static enum MHD_Result respond_json_h(req *r, int status, json_t *body, const ch
         status = 500;
         if (!text) return MHD_NO;
     }
+    /* a trailing newline: curl output stays one answer per line */
     size_t n = strlen(text);
+    char *nl = realloc(text, n + 2);
+    if (nl) {
+        text = nl;
+        text[n++] = '\n';
+        text[n] = '\0';
+    }
     struct MHD_Response *resp = MHD_create_response_from_buffer(n, text, MHD_RESPMEM_MUST_FREE);
     if (!resp) {
         free(text);

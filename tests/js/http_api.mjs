@@ -329,6 +329,21 @@ async function kvfull() {
   check(isError(r, 503) && r.headers.get('retry-after'), 'a request that cannot fit the KV budget is a 503', r.json);
   const ok = await post('/v1/completions', { prompt: 'Once', max_tokens: 4 });
   check(ok.status === 200, 'small requests still work after a KV refusal', ok.json);
+
+  // two sessions that do not fit the budget together: the idle one's KV is evicted, its
+  // history kept, and its next turn rebuilds the KV transparently
+  const pa = Array.from({ length: 300 }, (_, i) => 3 + (i % 97)), pb = Array.from({ length: 300 }, (_, i) => 5 + (i % 89));
+  await post('/v1/sessions', { id: 'A' });
+  await post('/v1/sessions', { id: 'B' });
+  const a1 = await post('/v1/completions', { prompt: pa, max_tokens: 4, temperature: 0, session_id: 'A' });
+  const held = (await get('/v1/sessions/A')).json.kv_bytes;
+  const b1 = await post('/v1/completions', { prompt: pb, max_tokens: 4, temperature: 0, session_id: 'B' });
+  const sa = (await get('/v1/sessions/A')).json;
+  check(a1.status === 200 && b1.status === 200 && held > 0 && sa.kv_bytes === 0 && sa.tokens === 304,
+        'the least recently used idle session is evicted when the KV budget is full; its history stays', { held, sa, b1: b1.json });
+  const a2 = await post('/v1/completions', { prompt: pa, max_tokens: 4, temperature: 0, session_id: 'A' });
+  check(a2.status === 200 && a2.json.choices[0].text === a1.json.choices[0].text && a2.json.usage.prompt_tokens_details.cached_tokens === 0,
+        'an evicted session rebuilds its KV on the next request with the same result', a2.json);
 }
 
 async function restart1() {
