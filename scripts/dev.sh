@@ -9,7 +9,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 PACKAGES=(cmake make gcc pkg-config libmicrohttpd-dev libjansson-dev libcriterion-dev libutf8proc-dev
-          curl nodejs npm systemd nginx-light)
+          curl systemd nginx-light)
 
 as_root() { if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi; }
 
@@ -18,6 +18,9 @@ install_packages() {
     for p in "${PACKAGES[@]}"; do
         dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
     done
+    # Node.js (for the OpenAI-client and llama.cpp peer tests) may come from another repository
+    # than Debian's; only install Debian's when there is none at all.
+    command -v npm >/dev/null 2>&1 || missing+=(nodejs npm)
     if [ ${#missing[@]} -gt 0 ]; then
         echo "dev.sh: installing ${missing[*]}" >&2
         as_root apt-get update -qq

@@ -1,0 +1,197 @@
+/*
+ * gguf_writer.c — GGUF v3 writer (see attnd/gguf_writer.h). Metadata is serialised as it is
+ * added into one growing buffer; tensors are laid out at write time, each at the next multiple
+ * of the 32-byte alignment, which is also what readers assume when general.alignment is absent.
+ */
+#include "attnd/gguf_writer.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "attnd/gguf.h"
+
+#define ALIGNMENT 32
+
+typedef struct wtensor {
+    char *name;
+    uint32_t type, n_dims;
+    uint64_t ne[4];
+    uint64_t n_bytes;
+    const void *data;
+} wtensor;
+
+struct gguf_writer {
+    uint8_t *kv; /* serialised metadata */
+    size_t kv_len, kv_cap;
+    uint64_t n_kv;
+    wtensor *tensors;
+    size_t n_tensors, cap_tensors;
+    bool failed; /* an allocation or argument failed earlier */
+    char fail_msg[256];
+};
+
+attnd_status gguf_writer_create(gguf_writer **out) {
+    *out = calloc(1, sizeof(**out));
+    return *out ? ATTND_OK : ATTND_ERR_NOMEM;
+}
+
+void gguf_writer_destroy(gguf_writer *w) {
+    if (!w) return;
+    for (size_t i = 0; i < w->n_tensors; i++) free(w->tensors[i].name);
+    free(w->tensors);
+    free(w->kv);
+    free(w);
+}
+
+static void put(gguf_writer *w, const void *p, size_t n) {
+    if (w->failed) return;
+    if (w->kv_len + n > w->kv_cap) {
+        size_t cap = (w->kv_len + n) * 2 + 256;
+        uint8_t *g = realloc(w->kv, cap);
+        if (!g) {
+            w->failed = true;
+            snprintf(w->fail_msg, sizeof(w->fail_msg), "out of memory");
+            return;
+        }
+        w->kv = g;
+        w->kv_cap = cap;
+    }
+    memcpy(w->kv + w->kv_len, p, n);
+    w->kv_len += n;
+}
+static void put_u32(gguf_writer *w, uint32_t v) { put(w, &v, 4); }
+static void put_u64(gguf_writer *w, uint64_t v) { put(w, &v, 8); }
+static void put_str(gguf_writer *w, const char *s) {
+    put_u64(w, strlen(s));
+    put(w, s, strlen(s));
+}
+static void put_key(gguf_writer *w, const char *key, uint32_t type) {
+    put_str(w, key);
+    put_u32(w, type);
+    w->n_kv++;
+}
+
+void gguf_writer_add_str(gguf_writer *w, const char *key, const char *value) {
+    put_key(w, key, GGUF_VT_STRING);
+    put_str(w, value);
+}
+void gguf_writer_add_u32(gguf_writer *w, const char *key, uint32_t value) {
+    put_key(w, key, GGUF_VT_UINT32);
+    put_u32(w, value);
+}
+void gguf_writer_add_f32(gguf_writer *w, const char *key, float value) {
+    put_key(w, key, GGUF_VT_FLOAT32);
+    put(w, &value, 4);
+}
+void gguf_writer_add_bool(gguf_writer *w, const char *key, bool value) {
+    uint8_t b = value;
+    put_key(w, key, GGUF_VT_BOOL);
+    put(w, &b, 1);
+}
+void gguf_writer_add_arr_str(gguf_writer *w, const char *key, const char *const *values, uint64_t n) {
+    put_key(w, key, GGUF_VT_ARRAY);
+    put_u32(w, GGUF_VT_STRING);
+    put_u64(w, n);
+    for (uint64_t i = 0; i < n; i++) put_str(w, values[i]);
+}
+void gguf_writer_add_arr_f32(gguf_writer *w, const char *key, const float *values, uint64_t n) {
+    put_key(w, key, GGUF_VT_ARRAY);
+    put_u32(w, GGUF_VT_FLOAT32);
+    put_u64(w, n);
+    put(w, values, n * sizeof(float));
+}
+void gguf_writer_add_arr_i32(gguf_writer *w, const char *key, const int32_t *values, uint64_t n) {
+    put_key(w, key, GGUF_VT_ARRAY);
+    put_u32(w, GGUF_VT_INT32);
+    put_u64(w, n);
+    put(w, values, n * sizeof(int32_t));
+}
+
+void gguf_writer_add_tensor(gguf_writer *w, const char *name, uint32_t type, uint32_t n_dims, const uint64_t *ne,
+                            const void *data) {
+    if (w->failed) return;
+    uint32_t be = ggml_type_block_elems(type), bb = ggml_type_block_bytes(type);
+    if (!be || n_dims < 1 || n_dims > 4 || ne[0] % be) {
+        w->failed = true;
+        snprintf(w->fail_msg, sizeof(w->fail_msg), "tensor '%.200s': bad type or shape", name);
+        return;
+    }
+    if (w->n_tensors == w->cap_tensors) {
+        size_t cap = w->cap_tensors ? w->cap_tensors * 2 : 32;
+        wtensor *g = realloc(w->tensors, cap * sizeof(*g));
+        if (!g) {
+            w->failed = true;
+            snprintf(w->fail_msg, sizeof(w->fail_msg), "out of memory");
+            return;
+        }
+        w->tensors = g;
+        w->cap_tensors = cap;
+    }
+    wtensor *t = &w->tensors[w->n_tensors];
+    memset(t, 0, sizeof(*t));
+    t->name = strdup(name);
+    if (!t->name) {
+        w->failed = true;
+        snprintf(w->fail_msg, sizeof(w->fail_msg), "out of memory");
+        return;
+    }
+    t->type = type;
+    t->n_dims = n_dims;
+    uint64_t n = 1;
+    for (uint32_t d = 0; d < n_dims; d++) {
+        t->ne[d] = ne[d];
+        n *= ne[d];
+    }
+    t->n_bytes = n / be * bb;
+    t->data = data;
+    w->n_tensors++;
+}
+
+static uint64_t align_up(uint64_t x) { return (x + ALIGNMENT - 1) / ALIGNMENT * ALIGNMENT; }
+
+static bool write_all(FILE *fp, const void *p, size_t n) { return fwrite(p, 1, n, fp) == n; }
+
+static bool write_zeros(FILE *fp, uint64_t n) {
+    static const uint8_t zeros[ALIGNMENT] = {0};
+    return n == 0 || write_all(fp, zeros, (size_t)n);
+}
+
+attnd_status gguf_writer_write(gguf_writer *w, const char *path, attnd_err *err) {
+    if (w->failed) return attnd_fail(err, ATTND_ERR_INVALID, "%s: %s", path, w->fail_msg);
+    char tmp[4096];
+    if (snprintf(tmp, sizeof(tmp), "%s.tmp.%d", path, (int)getpid()) >= (int)sizeof(tmp))
+        return attnd_fail(err, ATTND_ERR_INVALID, "path too long");
+    FILE *fp = fopen(tmp, "wb");
+    if (!fp) return attnd_fail(err, ATTND_ERR_IO, "%s: %s", tmp, strerror(errno));
+
+    /* Header and metadata. */
+    uint32_t version = 3;
+    uint64_t nt = w->n_tensors;
+    bool ok = write_all(fp, "GGUF", 4) && write_all(fp, &version, 4) && write_all(fp, &nt, 8) &&
+              write_all(fp, &w->n_kv, 8) && write_all(fp, w->kv, w->kv_len);
+    uint64_t pos = 24 + w->kv_len, offset = 0;
+    /* Tensor infos, with offsets relative to the data section. */
+    for (size_t i = 0; ok && i < w->n_tensors; i++) {
+        wtensor *t = &w->tensors[i];
+        uint64_t len = strlen(t->name);
+        ok = write_all(fp, &len, 8) && write_all(fp, t->name, len) && write_all(fp, &t->n_dims, 4) &&
+             write_all(fp, t->ne, 8 * t->n_dims) && write_all(fp, &t->type, 4) && write_all(fp, &offset, 8);
+        pos += 8 + len + 4 + 8 * t->n_dims + 4 + 8;
+        offset = align_up(offset + t->n_bytes);
+    }
+    ok = ok && write_zeros(fp, align_up(pos) - pos);
+    for (size_t i = 0; ok && i < w->n_tensors; i++) {
+        wtensor *t = &w->tensors[i];
+        ok = write_all(fp, t->data, (size_t)t->n_bytes) &&
+             (i + 1 == w->n_tensors || write_zeros(fp, align_up(t->n_bytes) - t->n_bytes));
+    }
+    if (fclose(fp) != 0) ok = false;
+    if (!ok || rename(tmp, path) != 0) {
+        int e = errno;
+        unlink(tmp);
+        return attnd_fail(err, ATTND_ERR_IO, "%s: write failed: %s", path, strerror(e));
+    }
+    return ATTND_OK;
+}

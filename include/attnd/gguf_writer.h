@@ -1,0 +1,42 @@
+/*
+ * gguf_writer.h — writes GGUF v3 files: metadata in insertion order, then tensor infos and
+ * 32-byte-aligned tensor data. Used by converters (attnd convert-llama2c) and tests.
+ *
+ *     gguf_writer *w; gguf_writer_create(&w);
+ *     gguf_writer_add_str(w, "general.architecture", "llama");
+ *     gguf_writer_add_tensor(w, "token_embd.weight", GGML_TYPE_F32, 2, (uint64_t[]){64, 512}, data);
+ *     gguf_writer_write(w, "out.gguf", &err);   // temp file + rename: never a half-written file
+ *     gguf_writer_destroy(w);
+ *
+ * Tensor data is borrowed: it must stay valid until gguf_writer_write returns.
+ */
+#ifndef ATTND_GGUF_WRITER_H
+#define ATTND_GGUF_WRITER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "attnd/common.h"
+
+typedef struct gguf_writer gguf_writer;
+
+attnd_status gguf_writer_create(gguf_writer **out);
+void gguf_writer_destroy(gguf_writer *w); /* accepts NULL */
+
+/* Metadata setters; an out-of-memory failure is remembered and reported by gguf_writer_write. */
+void gguf_writer_add_str(gguf_writer *w, const char *key, const char *value);
+void gguf_writer_add_u32(gguf_writer *w, const char *key, uint32_t value);
+void gguf_writer_add_f32(gguf_writer *w, const char *key, float value);
+void gguf_writer_add_bool(gguf_writer *w, const char *key, bool value);
+void gguf_writer_add_arr_str(gguf_writer *w, const char *key, const char *const *values, uint64_t n);
+void gguf_writer_add_arr_f32(gguf_writer *w, const char *key, const float *values, uint64_t n);
+void gguf_writer_add_arr_i32(gguf_writer *w, const char *key, const int32_t *values, uint64_t n);
+
+/* ne[0] is the row length. data holds the tensor's bytes in `type` (borrowed). */
+void gguf_writer_add_tensor(gguf_writer *w, const char *name, uint32_t type, uint32_t n_dims, const uint64_t *ne,
+                            const void *data);
+
+attnd_status gguf_writer_write(gguf_writer *w, const char *path, attnd_err *err);
+
+#endif

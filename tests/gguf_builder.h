@@ -1,0 +1,60 @@
+/*
+ * gguf_builder.h — (tests only) builds GGUF images byte by byte in memory, so tests can craft
+ * valid and deliberately malformed files without fixtures. Header-only; every function is static.
+ */
+#ifndef ATTND_TEST_GGUF_BUILDER_H
+#define ATTND_TEST_GGUF_BUILDER_H
+
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct gbuf {
+    uint8_t *p;
+    size_t n, cap;
+} gbuf;
+
+static void gb_bytes(gbuf *b, const void *src, size_t n) {
+    if (b->n + n > b->cap) {
+        b->cap = (b->n + n) * 2 + 64;
+        b->p = realloc(b->p, b->cap);
+    }
+    memcpy(b->p + b->n, src, n);
+    b->n += n;
+}
+static void gb_u8(gbuf *b, uint8_t v) { gb_bytes(b, &v, 1); }
+static void gb_u32(gbuf *b, uint32_t v) { gb_bytes(b, &v, 4); }
+static void gb_u64(gbuf *b, uint64_t v) { gb_bytes(b, &v, 8); }
+static void gb_f32(gbuf *b, float v) { gb_bytes(b, &v, 4); }
+static void gb_str(gbuf *b, const char *s) {
+    gb_u64(b, strlen(s));
+    gb_bytes(b, s, strlen(s));
+}
+static void gb_header(gbuf *b, uint32_t version, uint64_t n_tensors, uint64_t n_kv) {
+    gb_bytes(b, "GGUF", 4);
+    gb_u32(b, version);
+    gb_u64(b, n_tensors);
+    gb_u64(b, n_kv);
+}
+/* key + type u32 (value follows) */
+static void gb_key(gbuf *b, const char *key, uint32_t type) {
+    gb_str(b, key);
+    gb_u32(b, type);
+}
+static void gb_kv_u32(gbuf *b, const char *key, uint32_t v) { gb_key(b, key, 4); gb_u32(b, v); }
+static void gb_kv_f32(gbuf *b, const char *key, float v) { gb_key(b, key, 6); gb_f32(b, v); }
+static void gb_kv_str(gbuf *b, const char *key, const char *v) { gb_key(b, key, 8); gb_str(b, v); }
+/* tensor info: name, dims, type, offset */
+static void gb_tensor(gbuf *b, const char *name, uint32_t n_dims, const uint64_t *ne, uint32_t type,
+                      uint64_t offset) {
+    gb_str(b, name);
+    gb_u32(b, n_dims);
+    for (uint32_t i = 0; i < n_dims; i++) gb_u64(b, ne[i]);
+    gb_u32(b, type);
+    gb_u64(b, offset);
+}
+static void gb_align(gbuf *b, size_t a) {
+    while (b->n % a) gb_u8(b, 0);
+}
+
+#endif
