@@ -21,6 +21,10 @@ for g in basics errors sessions concurrency disconnects; do run $g "$main_PORT";
 run restart1 "$main_PORT" "$TMP/restart.json"
 grep -q "POST /v1/completions 200 prompt=" "$main_LOG" || { echo "not ok - access log line"; status=1; }
 grep -q "client disconnected" "$main_LOG" || { echo "not ok - a disconnect is logged"; status=1; }
+# the dropped 480-token stream was cut short, not generated to the end
+n=$(grep -o "request cancelled after [0-9]* generated tokens" "$main_LOG" | grep -o "[0-9]\+" | head -1)
+if [ -n "$n" ] && [ "$n" -lt 480 ]; then echo "ok - the disconnected stream stopped after $n of 480 tokens"
+else echo "not ok - the disconnected stream was not cut short (${n:-no log})"; status=1; fi
 if stop_server main; then echo "ok - SIGTERM exits 0"; else echo "not ok - SIGTERM exit status"; status=1; fi
 grep -q "stopped" "$main_LOG" || { echo "not ok - shutdown is logged"; status=1; }
 ls "$TMP/state"/restarted.session.json >/dev/null || { echo "not ok - session file written"; status=1; }
