@@ -50,5 +50,15 @@ start_server small --model "$MODELS/rand-Q8_0.gguf" --kv-budget-mb 1 --threads 1
 run kvfull "$small_PORT"
 stop_server small || status=1
 
+# ---- SIGTERM with a stream in flight: it finishes, the server exits 0 -----------------------
+start_server drain --model "$MODELS/stories260K.gguf" --threads 1 --shutdown-timeout-s 5
+t0=$(date +%s)
+run drain "$drain_PORT" "$drain_PID"
+rc=0
+wait "$drain_PID" || rc=$?
+t1=$(date +%s)
+if [ $rc -eq 0 ] && [ $((t1 - t0)) -le 15 ]; then echo "ok - SIGTERM during a stream exits 0 in $((t1 - t0)) s"
+else echo "not ok - SIGTERM during a stream: exit $rc after $((t1 - t0)) s"; cat "$drain_LOG"; status=1; fi
+
 [ $status -eq 0 ] && echo "all HTTP API checks passed"
 exit $status

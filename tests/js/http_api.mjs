@@ -377,7 +377,20 @@ async function restart2() {
   check(after.json.kv_bytes > 0, 'the evicted KV was rebuilt', after.json);
 }
 
-const GROUPS = { basics, errors, sessions, concurrency, disconnects, auth, nocors, busy, kvfull, restart1, restart2 };
+async function drain() {
+  // SIGTERM while a stream runs: the stream still ends properly ([DONE]) and new work is refused
+  const pid = Number(STATE);
+  const run = stream('/v1/completions', { prompt: 'Once upon a time', max_tokens: 480, temperature: 1, stream: true,
+                                          logit_bias: { 1: -100, 2: -100 } });
+  await sleep(30);
+  process.kill(pid, 'SIGTERM');
+  const s = await run;
+  const last = s.events.at(-1);
+  check(s.done && (last.error || (last.choices && last.choices[0].finish_reason)),
+        'an in-flight stream ends with a final chunk and [DONE] during shutdown', last);
+}
+
+const GROUPS = { drain, basics, errors, sessions, concurrency, disconnects, auth, nocors, busy, kvfull, restart1, restart2 };
 if (!GROUPS[group]) { console.error('unknown group ' + group); process.exit(2); }
 try { await GROUPS[group](); } catch (e) { console.log(`not ok - ${group} threw: ${e.stack}`); failures++; }
 process.exit(failures ? 1 : 0);
