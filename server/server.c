@@ -982,8 +982,12 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         size_t n = *upload_size;
         *upload_size = 0;
         if (r->too_big || r->len + n > s->cfg.body_limit) {
+            /* answer now instead of reading an endless chunked upload; MHD closes the
+             * connection after the response since the body was not consumed */
             r->too_big = true;
-            return MHD_YES;
+            char msg[160];
+            snprintf(msg, sizeof(msg), "request body too large (limit %zu bytes)", s->cfg.body_limit);
+            return respond_error(r, 413, msg, NULL);
         }
         if (r->len + n + 1 > r->cap) {
             size_t cap = r->cap ? r->cap * 2 : 4096;
