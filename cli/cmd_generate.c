@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "attnd/model.h"
+#include "attnd/tokenizer.h"
 #include "commands.h"
 
 static const char *USAGE =
@@ -20,7 +21,7 @@ static const char *USAGE =
     "Generates a continuation of the prompt. With --tokens the ids are used exactly as given (no\n"
     "BOS added). Generation runs for --n tokens; it does not stop at end-of-sequence.\n"
     "  --model PATH      the GGUF file (default: the shipped default model)\n"
-    "  --prompt TEXT     prompt text (needs the tokenizer)\n"
+    "  --prompt TEXT     prompt text, tokenized with the model's vocabulary (BOS added as the model asks)\n"
     "  --tokens IDS      comma-separated prompt token ids\n"
     "  --n N             tokens to generate (default 64)\n"
     "  --temp T          sampling temperature; 0 (default) = greedy, ties to the lowest id\n"
@@ -72,10 +73,36 @@ static void parse_args(int argc, char **argv, gen_opts *o) {
         }
     }
     if (!o->prompt == !o->tokens) cli_usage_error("generate", "give exactly one of --prompt and --tokens");
-    if (o->prompt)
-        cli_usage_error("generate", "--prompt needs the tokenizer, which this build does not have yet; use --tokens");
     if (o->temp != 0)
         cli_usage_error("generate", "--temp %g: only greedy decoding (--temp 0) is available in this build", o->temp);
+}
+
+/* A JSON string of len bytes, invalid UTF-8 sequences (a continuation cut short by --n, raw
+ * byte tokens) replaced by U+FFFD so the output is always valid JSON. */
+static json_t *text_json(const char *text, size_t len) {
+    json_t *j = json_stringn(text, len);
+    if (j) return j;
+    char *buf = malloc(len * 3 + 1);
+    if (!buf) return json_string("");
+    size_t o = 0;
+    for (size_t i = 0; i < len;) {
+        unsigned char c = (unsigned char)text[i];
+        size_t n = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
+        json_t *piece = n && i + n <= len ? json_stringn(text + i, n) : NULL;
+        if (piece) {
+            memcpy(buf + o, text + i, n);
+            o += n;
+            i += n;
+            json_decref(piece);
+        } else {
+            memcpy(buf + o, "\xef\xbf\xbd", 3);
+            o += 3;
+            i++;
+        }
+    }
+    j = json_stringn(buf, o);
+    free(buf);
+    return j ? j : json_string("");
 }
 
 static json_t *ids_json(const int32_t *ids, int n) {
@@ -88,7 +115,7 @@ int cmd_generate(int argc, char **argv) {
     gen_opts o;
     parse_args(argc, argv, &o);
     int n_prompt = 0;
-    int32_t *prompt = cli_parse_ids("generate", "--tokens", o.tokens, &n_prompt);
+    int32_t *prompt = o.tokens ? cli_parse_ids("generate", "--tokens", o.tokens, &n_prompt) : NULL;
     char *dflt = NULL;
     if (!o.model) {
         o.model = dflt = cli_default_model_path();
@@ -102,8 +129,29 @@ int cmd_generate(int argc, char **argv) {
     kv_pool *pool = NULL;
     kv_seq *s = NULL;
     int32_t *out = NULL;
+    tokenizer *tok = NULL;
+    char *text = NULL;
     if (model_load(&m, o.model, &err)) goto fail;
     const model_info *mi = model_info_get(m);
+    /* The tokenizer is needed for --prompt and for the text; with --tokens a model without a
+     * usable vocabulary still generates ids. */
+    attnd_err tok_err;
+    if (tok_load(&tok, model_gguf(m), &tok_err) != ATTND_OK) {
+        tok = NULL;
+        if (o.prompt) {
+            snprintf(err.msg, sizeof(err.msg), "cannot tokenize --prompt: %.400s", tok_err.msg);
+            goto fail;
+        }
+    }
+    if (o.prompt) {
+        size_t n_ids;
+        if (tok_encode(tok, o.prompt, strlen(o.prompt), true, true, &prompt, &n_ids, &err)) goto fail;
+        if (n_ids == 0) {
+            snprintf(err.msg, sizeof(err.msg), "the prompt encodes to no tokens");
+            goto fail;
+        }
+        n_prompt = (int)n_ids;
+    }
     if ((long long)n_prompt + o.n_predict > mi->n_ctx) {
         snprintf(err.msg, sizeof(err.msg), "%d prompt tokens + %d to generate exceed the model's context of %d",
                  n_prompt, o.n_predict, mi->n_ctx);
@@ -122,13 +170,14 @@ int cmd_generate(int argc, char **argv) {
     int n_out;
     if (engine_generate(e, s, prompt, n_prompt, &g, out, &n_out, &tm, &err)) goto fail;
 
-    const char *text = ""; /* filled once the tokenizer is part of the build */
+    size_t text_len = 0;
+    if (tok && tok_decode(tok, out, (size_t)n_out, false, &text, &text_len, &err)) goto fail;
     double tps = tm.decode_ms > 0 ? tm.n_decode / (tm.decode_ms / 1e3) : 0;
     if (o.json) {
         json_t *root = json_object();
         json_object_set_new(root, "prompt_tokens", ids_json(prompt, n_prompt));
         json_object_set_new(root, "tokens", ids_json(out, n_out));
-        json_object_set_new(root, "text", json_string(text));
+        json_object_set_new(root, "text", text_json(text ? text : "", text_len));
         json_t *t = json_object();
         json_object_set_new(t, "prefill_ms", json_real(tm.prefill_ms));
         json_object_set_new(t, "decode_ms", json_real(tm.decode_ms));
@@ -138,7 +187,13 @@ int cmd_generate(int argc, char **argv) {
         putchar('\n');
         json_decref(root);
     } else {
-        for (int i = 0; i < n_out; i++) printf("%s%d", i ? "," : "", out[i]);
+        /* Text when there is a vocabulary (the prompt as given, then the continuation), else ids. */
+        if (tok) {
+            if (o.prompt) fputs(o.prompt, stdout);
+            fwrite(text, 1, text_len, stdout);
+        } else {
+            for (int i = 0; i < n_out; i++) printf("%s%d", i ? "," : "", out[i]);
+        }
         putchar('\n');
         fprintf(stderr, "prefill %d tokens in %.1f ms, decode %d tokens in %.1f ms (%.1f tok/s)\n", tm.n_prefill,
                 tm.prefill_ms, tm.n_decode, tm.decode_ms, tps);
@@ -149,6 +204,8 @@ fail:
     fprintf(stderr, "attnd generate: %s\n", err.msg);
 out:
     free(out);
+    free(text);
+    tok_destroy(tok);
     kv_seq_destroy(s);
     kv_pool_destroy(pool);
     engine_destroy(e);

@@ -37,7 +37,10 @@ static const char *USAGE_BENCH =
     "the shipped license texts under /usr/share/common-licenses) and prints MB/s, tokens/s and\n"
     "bytes per token, then the decode speed.\n"
     "  --mb N       megabytes of text per run (default 4)\n"
-    "  --repeat N   runs; the best is reported (default 3)\n";
+    "  --repeat N   runs; the best is reported (default 3)\n"
+    "  --hostile    instead, time pathological inputs (one long word, a run of spaces, random\n"
+    "               bytes) at 1/10 and full size (--mb, default 10 here) and print the ratio:\n"
+    "               about 10-13 means n log n, 100 would mean quadratic\n";
 
 /* Opens the model and loads its tokenizer, or exits 1 with the error. */
 static tokenizer *load_tokenizer(const char *cmd, const char *model) {
@@ -256,9 +259,48 @@ static bool slurp(const char *path, char **buf, size_t *len, size_t *cap) {
     return true;
 }
 
+/* Seconds to encode text[0..len) once; -1 on error. */
+static double time_encode(const tokenizer *t, const char *text, size_t len, size_t *n_ids) {
+    int32_t *ids;
+    attnd_err err;
+    double t0 = now_s();
+    if (tok_encode(t, text, len, false, false, &ids, n_ids, &err) != ATTND_OK) {
+        fprintf(stderr, "attnd tokenize-bench: %s\n", err.msg);
+        return -1;
+    }
+    double dt = now_s() - t0;
+    free(ids);
+    return dt;
+}
+
+static int bench_hostile(const tokenizer *t, size_t len) {
+    static const char *KINDS[] = {"one word 'aaa...'", "one word of random letters", "spaces", "random bytes"};
+    char *text = malloc(len);
+    if (!text) return 1;
+    uint64_t rng = 0x9E3779B97F4A7C15ULL;
+    for (size_t k = 0; k < ATTND_ARRAY_LEN(KINDS); k++) {
+        for (size_t i = 0; i < len; i++) {
+            rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+            text[i] = k == 0 ? 'a' : k == 1 ? (char)('a' + rng % 26) : k == 2 ? ' ' : (char)(rng >> 24);
+        }
+        size_t n_small, n_full;
+        double small = time_encode(t, text, len / 10, &n_small);
+        double full = time_encode(t, text, len, &n_full);
+        if (small < 0 || full < 0) {
+            free(text);
+            return 1;
+        }
+        printf("%-28s %6.2f MB: %7.3f s (%zu tokens)   %5.2f MB: %7.3f s   ratio %.1f\n", KINDS[k], len / 1e6, full,
+               n_full, len / 10 / 1e6, small, full / small);
+    }
+    free(text);
+    return 0;
+}
+
 int cmd_tokenize_bench(int argc, char **argv) {
     const char *model = NULL, *file = NULL;
     long long mb = 4, repeat = 3;
+    bool hostile = false, mb_given = false;
     for (int i = 1; i < argc;) {
         const char *v;
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
@@ -270,11 +312,20 @@ int cmd_tokenize_bench(int argc, char **argv) {
             file = v;
         } else if (cli_flag_value("tokenize-bench", argc, argv, &i, "--mb", &v)) {
             mb = cli_parse_int("tokenize-bench", "--mb", v, 1, 1024);
+            mb_given = true;
+        } else if (!strcmp(argv[i], "--hostile")) {
+            hostile = true, i++;
         } else if (cli_flag_value("tokenize-bench", argc, argv, &i, "--repeat", &v)) {
             repeat = cli_parse_int("tokenize-bench", "--repeat", v, 1, 100);
         } else {
             cli_usage_error("tokenize-bench", "unknown option '%s'", argv[i]);
         }
+    }
+    if (hostile) {
+        tokenizer *t = load_tokenizer("tokenize-bench", model);
+        int rc = bench_hostile(t, (size_t)(mb_given ? mb : 10) * 1000000);
+        tok_destroy(t);
+        return rc;
     }
     char *src = NULL;
     size_t src_len = 0, src_cap = 0;

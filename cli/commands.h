@@ -10,8 +10,8 @@
 #include <stdint.h>
 
 int cmd_info(int argc, char **argv);
-int cmd_convert_llama2c(int argc, char **argv);
 int cmd_serve(int argc, char **argv);
+int cmd_convert_llama2c(int argc, char **argv);
 int cmd_generate(int argc, char **argv);
 int cmd_score(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);

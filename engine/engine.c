@@ -24,6 +24,10 @@
 #include "model_internal.h"
 #include "quant.h"
 
+/* Below this many multiply-adds a parallel region costs more than it saves (thread wake-up is
+ * several microseconds, and far worse on a loaded machine). */
+#define PAR_MIN_WORK 32768L
+
 /* Per-thread attention scratch, in floats, for one (entry, kv head) work item. */
 typedef struct attn_slot {
     float *k_tile;   /* (KV_BLOCK, head_dim): keys of one block, converted to F32 */
@@ -178,7 +182,7 @@ void engine_set_attention_cb(engine *e, engine_attn_cb cb, void *user) {
 /* out[i] = x[i] / rms(x) * w[i] for each of n rows of dim elements (sum of squares in double,
  * as llama.cpp does, so near-ties break the same way more often). */
 static void rmsnorm(float *out, const float *x, const float *w, int n, int dim, float eps, int n_threads) {
-#pragma omp parallel for num_threads(n_threads) if (n > 4)
+#pragma omp parallel for num_threads(n_threads) if ((long)n * dim >= PAR_MIN_WORK)
     for (int t = 0; t < n; t++) {
         const float *xr = x + (size_t)t * dim;
         float *o = out + (size_t)t * dim;
@@ -427,8 +431,9 @@ attnd_status engine_eval(engine *e, const batch_entry *entries, int n, float *lo
         rope_apply(e, e->k, n, mi->n_head_kv);
         kv_store(e, entries, n, l);
         int n_kv = mi->n_head_kv, n_items = n * n_kv;
+        long attn_work = (long)n * mi->n_head * mi->head_dim * (entries[n - 1].pos + 1);
         /* Work items (entry, kv head): later positions cost more, hence dynamic scheduling. */
-#pragma omp parallel for num_threads(nth) schedule(dynamic, 1) if (n_items > 1)
+#pragma omp parallel for num_threads(nth) schedule(dynamic, 1) if (n_items > 1 && attn_work >= PAR_MIN_WORK)
         for (int w = 0; w < n_items; w++)
             attend(e, &e->slots[omp_get_thread_num()], &entries[w / n_kv], w / n_kv, l, w % n_kv);
         if (e->attn_cb) report_attention(e, entries, n, l);

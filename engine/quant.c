@@ -103,7 +103,7 @@ size_t quant_scratch_bytes(uint32_t wtype, int n_tok, int64_t n_cols) {
     size_t n = (size_t)n_tok * (size_t)n_cols;
     switch (wtype) {
     case GGML_TYPE_F16:
-    case GGML_TYPE_BF16: return SCRATCH_ALIGN + round_up(n * sizeof(uint16_t));
+    case GGML_TYPE_BF16: return SCRATCH_ALIGN + round_up(n * sizeof(float));
     case GGML_TYPE_Q8_0:
     case GGML_TYPE_Q4_0: return SCRATCH_ALIGN + round_up((size_t)n_tok * (size_t)(n_cols / QK8_0) * sizeof(float)) + round_up(n);
     case GGML_TYPE_Q4_K:
@@ -242,9 +242,26 @@ static void act_q8_k(float *d, int8_t *q, int16_t *bsums, const float *x, int64_
     }
 }
 
+static void act_f16(float *xr, const float *x, int64_t n) {
+    for (int64_t i = 0; i < n; i++) xr[i] = quant_f16_to_f32(quant_f32_to_f16(x[i]));
+}
+
+static void act_bf16(float *xr, const float *x, int64_t n) {
+    for (int64_t i = 0; i < n; i++) xr[i] = quant_bf16_to_f32(quant_f32_to_bf16(x[i]));
+}
+
+static const quant_kernels *kernels_at(int isa);
+
+/* The first non-NULL entry `field` of the kernel tables, from instruction set `isa` down. */
+#define RESOLVE(isa, field, out)                                                      \
+    do {                                                                              \
+        (out) = NULL;                                                                 \
+        for (int i_ = (int)(isa); i_ >= 0 && !(out); i_--) (out) = kernels_at(i_)->field; \
+    } while (0)
+
 /* Fills *a from x (n_tok, n_cols) in the form wtype's kernels read, carving arrays out of scratch. */
-static void act_prepare(quant_act *a, uint32_t wtype, const float *x, int n_tok, int64_t n_cols, void *scratch,
-                        int n_threads) {
+static void act_prepare(quant_act *a, quant_isa isa, uint32_t wtype, const float *x, int n_tok, int64_t n_cols,
+                        void *scratch, int n_threads) {
     memset(a, 0, sizeof *a);
     a->n_cols = n_cols;
     a->x = x;
@@ -254,19 +271,19 @@ static void act_prepare(quant_act *a, uint32_t wtype, const float *x, int n_tok,
     size_t n = (size_t)n_tok * (size_t)n_cols;
     /* prefill: tokens are independent, so spread them over the threads; decode stays serial */
     int par = n_threads > 1 && n_tok >= 4 ? n_threads : 1;
-    (void)par;
     switch (wtype) {
     case GGML_TYPE_F16:
     case GGML_TYPE_BF16: {
-        uint16_t *h = (uint16_t *)p;
-        a->h = h;
-        if (wtype == GGML_TYPE_F16) {
+        float *xr = (float *)p;
+        a->x = xr;
+        quant_prep_f16_fn f16 = act_f16;
+        if (wtype == GGML_TYPE_F16) RESOLVE(isa, prep_f16, f16);
 #pragma omp parallel for num_threads(par) if (par > 1) schedule(static)
-            for (size_t i = 0; i < n; i++) h[i] = quant_f32_to_f16(x[i]);
-        } else {
-#pragma omp parallel for num_threads(par) if (par > 1) schedule(static)
-            for (size_t i = 0; i < n; i++) h[i] = quant_f32_to_bf16(x[i]);
+        for (int t = 0; t < n_tok; t++) {
+            if (wtype == GGML_TYPE_F16) f16(xr + t * n_cols, x + t * n_cols, n_cols);
+            else act_bf16(xr + t * n_cols, x + t * n_cols, n_cols);
         }
+        (void)n;
         return;
     }
     case GGML_TYPE_Q8_0:
@@ -276,8 +293,10 @@ static void act_prepare(quant_act *a, uint32_t wtype, const float *x, int n_tok,
         int8_t *q = (int8_t *)(p + round_up((size_t)n_tok * (size_t)a->nb * sizeof(float)));
         a->d = d;
         a->q = q;
+        quant_prep_q8_0_fn prep;
+        RESOLVE(isa, prep_q8_0, prep);
 #pragma omp parallel for num_threads(par) if (par > 1) schedule(static)
-        for (int t = 0; t < n_tok; t++) act_q8_0(d + t * a->nb, q + t * n_cols, x + t * n_cols, n_cols);
+        for (int t = 0; t < n_tok; t++) prep(d + t * a->nb, q + t * n_cols, x + t * n_cols, n_cols);
         return;
     }
     case GGML_TYPE_Q4_K:
@@ -291,9 +310,11 @@ static void act_prepare(quant_act *a, uint32_t wtype, const float *x, int n_tok,
         a->d = d;
         a->q = q;
         a->bsums = bs;
+        quant_prep_q8_k_fn prep;
+        RESOLVE(isa, prep_q8_k, prep);
 #pragma omp parallel for num_threads(par) if (par > 1) schedule(static)
         for (int t = 0; t < n_tok; t++)
-            act_q8_k(d + t * a->nb, q + t * n_cols, bs + t * (n_cols / 16), x + t * n_cols, n_cols);
+            prep(d + t * a->nb, q + t * n_cols, bs + t * (n_cols / 16), x + t * n_cols, n_cols);
         return;
     }
     default: ATTND_ASSERT(!"unsupported weight type");
@@ -311,14 +332,11 @@ static float dot_f32(const float *w, const float *x, int64_t n) {
     return ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
 }
 
-static float dot_f16(const uint8_t *w, const uint16_t *x, int64_t n, int bf16) {
+static float dot_f16(const uint8_t *w, const float *x, int64_t n, int bf16) {
     float acc[8] = {0};
-    int64_t i = 0;
-    for (; i < n; i++) {
+    for (int64_t i = 0; i < n; i++) {
         uint16_t wh = quant_ld16(w + 2 * i);
-        float wv = bf16 ? quant_bf16_to_f32(wh) : quant_f16_to_f32(wh);
-        float xv = bf16 ? quant_bf16_to_f32(x[i]) : quant_f16_to_f32(x[i]);
-        acc[i & 7] += wv * xv;
+        acc[i & 7] += (bf16 ? quant_bf16_to_f32(wh) : quant_f16_to_f32(wh)) * x[i];
     }
     return ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
 }
@@ -407,13 +425,13 @@ static void rows_f32(float *out, const uint8_t *w, size_t rb, int64_t r0, int64_
 static void rows_f16(float *out, const uint8_t *w, size_t rb, int64_t r0, int64_t r1, int64_t n_rows,
                      const quant_act *a, int n_tok) {
     for (int64_t r = r0; r < r1; r++)
-        for (int t = 0; t < n_tok; t++) out[t * n_rows + r] = dot_f16(w + r * rb, a->h + t * a->n_cols, a->n_cols, 0);
+        for (int t = 0; t < n_tok; t++) out[t * n_rows + r] = dot_f16(w + r * rb, a->x + t * a->n_cols, a->n_cols, 0);
 }
 
 static void rows_bf16(float *out, const uint8_t *w, size_t rb, int64_t r0, int64_t r1, int64_t n_rows,
                       const quant_act *a, int n_tok) {
     for (int64_t r = r0; r < r1; r++)
-        for (int t = 0; t < n_tok; t++) out[t * n_rows + r] = dot_f16(w + r * rb, a->h + t * a->n_cols, a->n_cols, 1);
+        for (int t = 0; t < n_tok; t++) out[t * n_rows + r] = dot_f16(w + r * rb, a->x + t * a->n_cols, a->n_cols, 1);
 }
 
 static void rows_q8_0(float *out, const uint8_t *w, size_t rb, int64_t r0, int64_t r1, int64_t n_rows,
@@ -453,6 +471,9 @@ const quant_kernels quant_kernels_portable = {
     .q4_0 = rows_q4_0,
     .q4_k = rows_q4_k,
     .q6_k = rows_q6_k,
+    .prep_q8_0 = act_q8_0,
+    .prep_q8_k = act_q8_k,
+    .prep_f16 = act_f16,
 };
 
 // ---- instruction-set selection -----------------------------------------------------------------
@@ -500,33 +521,27 @@ const char *quant_isa_name(quant_isa isa) {
     return "?";
 }
 
-static quant_rows_fn kernel_for(const quant_kernels *k, uint32_t wtype) {
-    switch (wtype) {
-    case GGML_TYPE_F32: return k->f32;
-    case GGML_TYPE_F16: return k->f16;
-    case GGML_TYPE_BF16: return k->bf16;
-    case GGML_TYPE_Q8_0: return k->q8_0;
-    case GGML_TYPE_Q4_0: return k->q4_0;
-    case GGML_TYPE_Q4_K: return k->q4_k;
-    case GGML_TYPE_Q6_K: return k->q6_k;
-    default: return NULL;
-    }
+static const quant_kernels *kernels_at(int isa) {
+#if defined(__x86_64__)
+    if (isa == QUANT_ISA_AVX512) return &quant_kernels_avx512;
+    if (isa == QUANT_ISA_AVX2) return &quant_kernels_avx2;
+#endif
+    (void)isa;
+    return &quant_kernels_portable;
 }
 
-static quant_rows_fn pick_kernel(uint32_t wtype) {
+static quant_rows_fn pick_kernel(quant_isa isa, uint32_t wtype) {
     quant_rows_fn fn = NULL;
-#if defined(__x86_64__)
-    switch (quant_isa_active()) {
-    case QUANT_ISA_AVX512:
-        fn = kernel_for(&quant_kernels_avx512, wtype);
-        if (fn) break;
-        /* no AVX-512 kernel for this type: the AVX2 one will do */
-        __attribute__((fallthrough));
-    case QUANT_ISA_AVX2: fn = kernel_for(&quant_kernels_avx2, wtype); break;
+    switch (wtype) {
+    case GGML_TYPE_F32: RESOLVE(isa, f32, fn); break;
+    case GGML_TYPE_F16: RESOLVE(isa, f16, fn); break;
+    case GGML_TYPE_BF16: RESOLVE(isa, bf16, fn); break;
+    case GGML_TYPE_Q8_0: RESOLVE(isa, q8_0, fn); break;
+    case GGML_TYPE_Q4_0: RESOLVE(isa, q4_0, fn); break;
+    case GGML_TYPE_Q4_K: RESOLVE(isa, q4_k, fn); break;
+    case GGML_TYPE_Q6_K: RESOLVE(isa, q6_k, fn); break;
     default: break;
     }
-#endif
-    if (!fn) fn = kernel_for(&quant_kernels_portable, wtype);
     return fn;
 }
 
@@ -543,13 +558,14 @@ void quant_matmul(float *out, const void *w, uint32_t wtype, int64_t n_rows, int
     ATTND_ASSERT(ggml_type_computable(wtype) && be > 0);
     ATTND_ASSERT(n_rows >= 0 && n_cols > 0 && n_cols % be == 0 && n_tok >= 0);
     if (n_rows == 0 || n_tok == 0) return;
-    quant_rows_fn fn = pick_kernel(wtype);
+    quant_isa isa = quant_isa_active();
+    quant_rows_fn fn = pick_kernel(isa, wtype);
     ATTND_ASSERT(fn != NULL);
     size_t rb = quant_row_bytes(wtype, n_cols);
     const uint8_t *wb = w;
 
     quant_act a;
-    act_prepare(&a, wtype, x, n_tok, n_cols, scratch, n_threads);
+    act_prepare(&a, isa, wtype, x, n_tok, n_cols, scratch, n_threads);
 
     double work = (double)n_rows * (double)n_cols * (double)n_tok;
     if (n_threads <= 1 || work < PAR_MIN_WORK || n_rows < 2 * ROW_GRAIN) {

@@ -1,10 +1,16 @@
 /*
- * quant_avx2.c — AVX2 + FMA + F16C row kernels for quant_matmul (see quant_impl.h). Compiled
- * for baseline x86-64 with per-function target attributes, so the binary still runs on CPUs
- * without AVX2; quant.c only calls these after __builtin_cpu_supports said yes.
+ * quant_avx2.c — AVX2 + FMA + F16C kernels for quant_matmul: the body is quant_x86.inc,
+ * compiled here without VNNI. The target is set for this file only (`#pragma GCC target`),
+ * so the rest of the binary stays baseline x86-64; quant.c calls these kernels only after
+ * __builtin_cpu_supports reported the features.
  */
 #include "quant_impl.h"
 
 #if defined(__x86_64__)
-const quant_kernels quant_kernels_avx2 = {0};
+#pragma GCC push_options
+#pragma GCC target("avx2,fma,f16c")
+#define QX_VNNI 0
+#define QX_TABLE quant_kernels_avx2
+#include "quant_x86.inc"
+#pragma GCC pop_options
 #endif

@@ -1,9 +1,16 @@
 /*
- * quant_avx512.c — AVX-512 (F, BW, VL, VNNI) row kernels for quant_matmul (see quant_impl.h).
- * Compiled with per-function target attributes; called only when the CPU supports them.
+ * quant_avx512.c — the kernels of quant_x86.inc compiled with AVX-512 VL + VNNI, which fuse
+ * the int8 and int16 multiply-accumulate steps (vpdpbusd, vpdpwssd) on 256-bit vectors: at the
+ * row lengths of small models (256..1024) 512-bit vectors would not shorten the loops much, and
+ * 256-bit VNNI avoids frequency penalties. Called only when the CPU reports avx512vl/vnni.
  */
 #include "quant_impl.h"
 
 #if defined(__x86_64__)
-const quant_kernels quant_kernels_avx512 = {0};
+#pragma GCC push_options
+#pragma GCC target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")
+#define QX_VNNI 1
+#define QX_TABLE quant_kernels_avx512
+#include "quant_x86.inc"
+#pragma GCC pop_options
 #endif

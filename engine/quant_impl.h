@@ -30,8 +30,8 @@
 typedef struct quant_act {
     int64_t n_cols;
     int64_t nb;            /* blocks per activation row (Q8 forms) */
-    const float *x;        /* F32 weights:   (n_tok, n_cols) the caller's floats */
-    const uint16_t *h;     /* F16 / BF16:    (n_tok, n_cols) activations rounded to the weight type */
+    const float *x;        /* F32: (n_tok, n_cols) the caller's floats; F16/BF16: the same values
+                              rounded to f16/bf16 precision (kept as floats: no conversion per row) */
     const float *d;        /* Q8_0/Q4_0/K:   (n_tok, nb) block scales */
     const int8_t *q;       /* Q8_0/Q4_0/K:   (n_tok, n_cols) quantized values */
     const int16_t *bsums;  /* Q4_K/Q6_K:     (n_tok, n_cols / 16) sums of 16 consecutive q */
@@ -40,9 +40,18 @@ typedef struct quant_act {
 typedef void (*quant_rows_fn)(float *out, const uint8_t *w, size_t row_bytes, int64_t r0, int64_t r1,
                               int64_t n_rows, const quant_act *a, int n_tok);
 
-/* Per instruction set: one row-range kernel per computable weight type (NULL = use portable). */
+/* Activation preparation (see quant.c): Q8_0 form, Q8_K form, f16 rounding; n a block multiple. */
+typedef void (*quant_prep_q8_0_fn)(float *d, int8_t *q, const float *x, int64_t n);
+typedef void (*quant_prep_q8_k_fn)(float *d, int8_t *q, int16_t *bsums, const float *x, int64_t n);
+typedef void (*quant_prep_f16_fn)(float *xr, const float *x, int64_t n);
+
+/* Per instruction set: one row-range kernel per computable weight type and the activation
+ * preparations; any NULL entry falls back to the next instruction set down. */
 typedef struct quant_kernels {
     quant_rows_fn f32, f16, bf16, q8_0, q4_0, q4_k, q6_k;
+    quant_prep_q8_0_fn prep_q8_0;
+    quant_prep_q8_k_fn prep_q8_k;
+    quant_prep_f16_fn prep_f16;
 } quant_kernels;
 
 extern const quant_kernels quant_kernels_portable;

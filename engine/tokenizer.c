@@ -583,6 +583,92 @@ bool tok_token_bytes(const tokenizer *t, int32_t id, bool render_special, const 
 // ---- encoding: shared state and the indexed heap ----------------------------------------------
 
 /*
+ * Word cache: how a word (BPE) or a piece between SPM cuts was tokenized, so repeated words in
+ * one text cost one hash probe. Exact, because such a piece's tokens do not depend on its
+ * context. Per call (no locking); only words up to WCACHE_MAX_WORD bytes, at most
+ * WCACHE_MAX_ENTRIES of them.
+ */
+#define WCACHE_MAX_WORD 64
+#define WCACHE_MAX_ENTRIES (1u << 18)
+
+typedef struct wentry {
+    uint64_t hash;
+    uint32_t key_off, key_len; /* into keys */
+    uint32_t ids_off, n_ids;   /* into ids */
+} wentry;
+
+typedef struct wcache {
+    uint32_t *slots; /* (mask + 1) entry index + 1, 0 = empty */
+    uint64_t mask;
+    wentry *ent; /* (n_ent) */
+    size_t n_ent, cap_ent;
+    char *keys;
+    size_t n_keys, cap_keys;
+    int32_t *ids;
+    size_t n_ids, cap_ids;
+} wcache;
+
+static void wcache_free(wcache *c) {
+    free(c->slots);
+    free(c->ent);
+    free(c->keys);
+    free(c->ids);
+}
+
+/* The cached tokens of p[0..n), or NULL. */
+static const wentry *wcache_get(const wcache *c, const char *p, size_t n, uint64_t h) {
+    if (!c->slots) return NULL;
+    for (uint64_t i = h & c->mask;; i = (i + 1) & c->mask) {
+        uint32_t k = c->slots[i];
+        if (!k) return NULL;
+        const wentry *e = &c->ent[k - 1];
+        if (e->hash == h && e->key_len == n && !memcmp(c->keys + e->key_off, p, n)) return e;
+    }
+}
+
+static bool grow_arr(void **p, size_t *cap, size_t need, size_t elem) {
+    if (need <= *cap) return true;
+    size_t c = *cap ? *cap * 2 : 256;
+    while (c < need) c *= 2;
+    void *np = realloc(*p, c * elem);
+    if (!np) return false;
+    *p = np;
+    *cap = c;
+    return true;
+}
+
+/* Remembers that p[0..n) gives ids[0..k). Best effort: a failed allocation only skips caching. */
+static void wcache_put(wcache *c, const char *p, size_t n, uint64_t h, const int32_t *ids, size_t k) {
+    if (c->n_ent >= WCACHE_MAX_ENTRIES) return;
+    if ((c->n_ent + 1) * 2 > (c->slots ? c->mask + 1 : 0)) {
+        uint64_t cap = c->slots ? (c->mask + 1) * 2 : 1024;
+        uint32_t *slots = calloc(cap, sizeof(*slots));
+        if (!slots) return;
+        for (size_t e = 0; e < c->n_ent; e++) {
+            uint64_t i = c->ent[e].hash & (cap - 1);
+            while (slots[i]) i = (i + 1) & (cap - 1);
+            slots[i] = (uint32_t)e + 1;
+        }
+        free(c->slots);
+        c->slots = slots;
+        c->mask = cap - 1;
+    }
+    if (!grow_arr((void **)&c->ent, &c->cap_ent, c->n_ent + 1, sizeof(wentry)) ||
+        !grow_arr((void **)&c->keys, &c->cap_keys, c->n_keys + n, 1) ||
+        !grow_arr((void **)&c->ids, &c->cap_ids, c->n_ids + k, sizeof(int32_t)))
+        return;
+    wentry *e = &c->ent[c->n_ent];
+    *e = (wentry){h, (uint32_t)c->n_keys, (uint32_t)n, (uint32_t)c->n_ids, (uint32_t)k};
+    memcpy(c->keys + c->n_keys, p, n);
+    memcpy(c->ids + c->n_ids, ids, k * sizeof(int32_t));
+    c->n_keys += n;
+    c->n_ids += k;
+    uint64_t i = h & c->mask;
+    while (c->slots[i]) i = (i + 1) & c->mask;
+    c->slots[i] = (uint32_t)++c->n_ent;
+}
+
+/*
  * Per-call working state. The symbol arrays are indexed by byte position within the current
  * word (a symbol is named by the position of its first byte) and grow to the longest word seen.
  */
@@ -592,13 +678,13 @@ typedef struct enc {
     size_t n_ids, cap_ids;
     int32_t *prev, *next; /* (cap_sym) neighbours of live symbols; -1 at the ends */
     int32_t *sid;         /* (cap_sym) token id of each symbol, -1 when it is not a token */
-    uint32_t *key;        /* (cap_sym) priority of merging the symbol with its right neighbour */
     int32_t *hpos;        /* (cap_sym) index in heap, -1 when absent */
-    uint32_t *heap;       /* (n_heap) symbols, min-ordered by (key, position) */
+    uint64_t *heap;       /* (n_heap) merge priority << 32 | symbol, see heap_set */
     size_t n_heap, cap_sym;
     char *buf; /* escaped SPM text or NFC text */
     size_t cap_buf;
     tok_pre_buf pre;
+    wcache cache;
     attnd_err *err;
 } enc;
 
@@ -606,11 +692,32 @@ static void enc_free(enc *e) {
     free(e->prev);
     free(e->next);
     free(e->sid);
-    free(e->key);
     free(e->hpos);
     free(e->heap);
     free(e->buf);
     tok_pre_buf_free(&e->pre);
+    wcache_free(&e->cache);
+}
+
+static attnd_status emit(enc *e, int32_t id);
+
+/* Tokenizes a context-independent piece with merge(), through the word cache. */
+static attnd_status cached(enc *e, const char *p, size_t len,
+                           attnd_status (*merge)(enc *e, const char *p, size_t len)) {
+    if (len > WCACHE_MAX_WORD || len < 2) return merge(e, p, len);
+    uint64_t h = hash_bytes(p, len);
+    const wentry *w = wcache_get(&e->cache, p, len, h);
+    if (w) {
+        for (uint32_t k = 0; k < w->n_ids; k++) {
+            attnd_status st = emit(e, e->cache.ids[w->ids_off + k]);
+            if (st != ATTND_OK) return st;
+        }
+        return ATTND_OK;
+    }
+    size_t before = e->n_ids;
+    attnd_status st = merge(e, p, len);
+    if (st == ATTND_OK) wcache_put(&e->cache, p, len, h, e->ids + before, e->n_ids - before);
+    return st;
 }
 
 static attnd_status emit(enc *e, int32_t id) {
@@ -632,7 +739,7 @@ static attnd_status reserve_sym(enc *e, size_t n) {
 #define GROW(field)                                              \
     if (!(p = realloc(e->field, cap * sizeof(*e->field)))) goto oom; \
     e->field = p;
-    GROW(prev) GROW(next) GROW(sid) GROW(key) GROW(hpos) GROW(heap)
+    GROW(prev) GROW(next) GROW(sid) GROW(hpos) GROW(heap)
 #undef GROW
     e->cap_sym = cap;
     return ATTND_OK;
@@ -640,67 +747,62 @@ oom:
     return attnd_fail(e->err, ATTND_ERR_NOMEM, "out of memory tokenizing a %zu-byte word", n);
 }
 
-static inline bool heap_less(const enc *e, uint32_t a, uint32_t b) {
-    return e->key[a] < e->key[b] || (e->key[a] == e->key[b] && a < b);
+/*
+ * A 4-ary min-heap of (key << 32 | symbol) entries: comparing entries orders by merge priority,
+ * then by position (leftmost first), without touching any other array, and four children share
+ * a cache line, which is what matters once a word outgrows the caches.
+ */
+static inline void heap_place(enc *e, size_t i, uint64_t v) {
+    e->heap[i] = v;
+    e->hpos[(uint32_t)v] = (int32_t)i;
 }
 
-static void heap_swap(enc *e, size_t i, size_t j) {
-    uint32_t a = e->heap[i], b = e->heap[j];
-    e->heap[i] = b, e->heap[j] = a;
-    e->hpos[b] = (int32_t)i, e->hpos[a] = (int32_t)j;
-}
-
-static void heap_up(enc *e, size_t i) {
+static void heap_up(enc *e, size_t i, uint64_t v) {
     while (i > 0) {
-        size_t p = (i - 1) / 2;
-        if (!heap_less(e, e->heap[i], e->heap[p])) break;
-        heap_swap(e, i, p);
+        size_t p = (i - 1) / 4;
+        if (e->heap[p] <= v) break;
+        heap_place(e, i, e->heap[p]);
         i = p;
     }
+    heap_place(e, i, v);
 }
 
-static void heap_down(enc *e, size_t i) {
+static void heap_down(enc *e, size_t i, uint64_t v) {
+    size_t n = e->n_heap;
     for (;;) {
-        size_t l = 2 * i + 1, r = l + 1, m = i;
-        if (l < e->n_heap && heap_less(e, e->heap[l], e->heap[m])) m = l;
-        if (r < e->n_heap && heap_less(e, e->heap[r], e->heap[m])) m = r;
-        if (m == i) return;
-        heap_swap(e, i, m);
+        size_t c = 4 * i + 1, m = c;
+        if (c >= n) break;
+        size_t end = c + 4 < n ? c + 4 : n;
+        for (size_t k = c + 1; k < end; k++)
+            if (e->heap[k] < e->heap[m]) m = k;
+        if (e->heap[m] >= v) break;
+        heap_place(e, i, e->heap[m]);
         i = m;
     }
+    heap_place(e, i, v);
 }
 
-/* Sets symbol s's key, inserting, moving or removing it in the heap as needed. */
+/* Sets the priority of merging symbol s with its right neighbour (KEY_NONE: no merge),
+ * inserting, moving or removing s in the heap as needed. */
 static void heap_set(enc *e, int32_t s, uint32_t key) {
     int32_t at = e->hpos[s];
-    e->key[s] = key;
     if (key == KEY_NONE) {
         if (at < 0) return;
-        size_t last = e->n_heap - 1;
         e->hpos[s] = -1;
-        e->n_heap--;
-        if ((size_t)at != last) {
-            uint32_t moved = e->heap[last];
-            e->heap[at] = moved;
-            e->hpos[moved] = at;
-            heap_up(e, (size_t)at);
-            heap_down(e, (size_t)e->hpos[moved]);
-        }
+        uint64_t old = e->heap[at], last = e->heap[--e->n_heap];
+        if ((size_t)at == e->n_heap) return;
+        if (last < old) heap_up(e, (size_t)at, last);
+        else heap_down(e, (size_t)at, last);
         return;
     }
+    uint64_t v = (uint64_t)key << 32 | (uint32_t)s;
     if (at < 0) {
-        at = (int32_t)e->n_heap++;
-        e->heap[at] = (uint32_t)s;
-        e->hpos[s] = at;
+        heap_up(e, e->n_heap++, v);
+    } else if (v < e->heap[at]) {
+        heap_up(e, (size_t)at, v);
+    } else {
+        heap_down(e, (size_t)at, v);
     }
-    heap_up(e, (size_t)at);
-    heap_down(e, (size_t)e->hpos[s]);
-}
-
-static int32_t heap_pop(enc *e) {
-    int32_t s = (int32_t)e->heap[0];
-    heap_set(e, s, KEY_NONE);
-    return s;
 }
 
 // ---- SPM --------------------------------------------------------------------------------------
@@ -736,7 +838,7 @@ static void spm_rekey(enc *e, const char *p, size_t len, int32_t s) {
 }
 
 /* Merges one piece of escaped text p[0..len) and emits its tokens. */
-static attnd_status spm_piece(enc *e, const char *p, size_t len) {
+static attnd_status spm_merge(enc *e, const char *p, size_t len) {
     const tokenizer *t = e->t;
     attnd_status st;
     if (!len) return ATTND_OK;
@@ -751,17 +853,18 @@ static attnd_status spm_piece(enc *e, const char *p, size_t len) {
         if (last >= 0) e->next[last] = s;
         e->sid[s] = spm_lookup(t, p + start, i - start);
         e->hpos[s] = -1;
-        e->key[s] = KEY_NONE;
         last = s;
     }
     e->n_heap = 0;
     for (int32_t s = 0; s >= 0; s = e->next[s]) spm_rekey(e, p, len, s);
     while (e->n_heap) {
-        int32_t l = heap_pop(e), r = e->next[l];
+        /* Merge the best pair (the heap top) into its left symbol; its new pairs with both
+         * neighbours get fresh priorities. */
+        int32_t l = (int32_t)(uint32_t)e->heap[0], r = e->next[l];
         e->sid[l] = spm_lookup(t, p + l, sym_end(e, r, len) - (size_t)l);
+        heap_set(e, r, KEY_NONE);
         e->next[l] = e->next[r];
         if (e->next[r] >= 0) e->prev[e->next[r]] = l;
-        heap_set(e, r, KEY_NONE);
         spm_rekey(e, p, len, l);
         spm_rekey(e, p, len, e->prev[l]);
     }
@@ -794,17 +897,17 @@ static attnd_status spm_fragment(enc *e, const char *text, size_t len, bool pref
         if (text[i] == ' ') memcpy(e->buf + n, SPM_SPACE, 3), n += 3;
         else e->buf[n++] = text[i];
     }
-    if (!t->spm_split) return spm_piece(e, e->buf, n);
+    if (!t->spm_split) return spm_merge(e, e->buf, n);
     /* Cut before every U+2581 that follows something else (see spm_split in tok_load). */
     size_t start = 0;
     for (size_t i = 3; i + 3 <= n; i++) {
         if (e->buf[i] != SPM_SPACE[0] || memcmp(e->buf + i, SPM_SPACE, 3) || !memcmp(e->buf + i - 3, SPM_SPACE, 3))
             continue;
-        attnd_status st = spm_piece(e, e->buf + start, i - start);
+        attnd_status st = cached(e, e->buf + start, i - start, spm_merge);
         if (st != ATTND_OK) return st;
         start = i;
     }
-    return spm_piece(e, e->buf + start, n - start);
+    return cached(e, e->buf + start, n - start, spm_merge);
 }
 
 // ---- byte-level BPE ---------------------------------------------------------------------------
@@ -815,7 +918,7 @@ static void bpe_rekey(enc *e, int32_t s) {
     heap_set(e, s, m ? m->rank : KEY_NONE);
 }
 
-static attnd_status bpe_word(enc *e, const char *p, size_t len) {
+static attnd_status bpe_merge(enc *e, const char *p, size_t len) {
     const tokenizer *t = e->t;
     attnd_status st;
     if (t->pre->ignore_merges) {
@@ -832,16 +935,17 @@ static attnd_status bpe_word(enc *e, const char *p, size_t len) {
         e->next[i] = i + 1 < len ? (int32_t)i + 1 : -1;
         e->sid[i] = t->byte_tok[(unsigned char)p[i]];
         e->hpos[i] = -1;
-        e->key[i] = KEY_NONE;
     }
     e->n_heap = 0;
     for (size_t i = 0; i + 1 < len; i++) bpe_rekey(e, (int32_t)i);
     while (e->n_heap) {
-        int32_t l = heap_pop(e), r = e->next[l];
+        /* Merge the lowest-ranked pair (the heap top) into its left symbol; its new pairs with
+         * both neighbours get fresh ranks. */
+        int32_t l = (int32_t)(uint32_t)e->heap[0], r = e->next[l];
         e->sid[l] = merge_get(&t->merges, e->sid[l], e->sid[r])->result;
+        heap_set(e, r, KEY_NONE);
         e->next[l] = e->next[r];
         if (e->next[r] >= 0) e->prev[e->next[r]] = l;
-        heap_set(e, r, KEY_NONE);
         bpe_rekey(e, l);
         bpe_rekey(e, e->prev[l]);
     }
@@ -863,7 +967,7 @@ static attnd_status bpe_fragment(enc *e, const char *text, size_t len) {
     st = tok_pre_split(e->t->pre, text, len, &e->pre, e->err);
     for (size_t k = 0; st == ATTND_OK && k + 1 < e->pre.n_bounds; k++) {
         uint32_t a = e->pre.offs[e->pre.bounds[k]], b = e->pre.offs[e->pre.bounds[k + 1]];
-        st = bpe_word(e, text + a, b - a);
+        st = cached(e, text + a, b - a, bpe_merge);
     }
     free(norm);
     return st;

@@ -137,7 +137,14 @@ static enum MHD_Result respond_json_h(req *r, int status, json_t *body, const ch
         status = 500;
         if (!text) return MHD_NO;
     }
+    /* a trailing newline: curl output stays one answer per line */
     size_t n = strlen(text);
+    char *nl = realloc(text, n + 2);
+    if (nl) {
+        text = nl;
+        text[n++] = '\n';
+        text[n] = '\0';
+    }
     struct MHD_Response *resp = MHD_create_response_from_buffer(n, text, MHD_RESPMEM_MUST_FREE);
     if (!resp) {
         free(text);
@@ -975,8 +982,12 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         size_t n = *upload_size;
         *upload_size = 0;
         if (r->too_big || r->len + n > s->cfg.body_limit) {
+            /* answer now instead of reading an endless chunked upload; MHD closes the
+             * connection after the response since the body was not consumed */
             r->too_big = true;
-            return MHD_YES;
+            char msg[160];
+            snprintf(msg, sizeof(msg), "request body too large (limit %zu bytes)", s->cfg.body_limit);
+            return respond_error(r, 413, msg, NULL);
         }
         if (r->len + n + 1 > r->cap) {
             size_t cap = r->cap ? r->cap * 2 : 4096;

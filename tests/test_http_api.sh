@@ -21,6 +21,10 @@ for g in basics errors sessions concurrency disconnects; do run $g "$main_PORT";
 run restart1 "$main_PORT" "$TMP/restart.json"
 grep -q "POST /v1/completions 200 prompt=" "$main_LOG" || { echo "not ok - access log line"; status=1; }
 grep -q "client disconnected" "$main_LOG" || { echo "not ok - a disconnect is logged"; status=1; }
+# the dropped 480-token stream was cut short, not generated to the end
+n=$(grep -o "request cancelled after [0-9]* generated tokens" "$main_LOG" | grep -o "[0-9]\+" | head -1)
+if [ -n "$n" ] && [ "$n" -lt 480 ]; then echo "ok - the disconnected stream stopped after $n of 480 tokens"
+else echo "not ok - the disconnected stream was not cut short (${n:-no log})"; status=1; fi
 if stop_server main; then echo "ok - SIGTERM exits 0"; else echo "not ok - SIGTERM exit status"; status=1; fi
 grep -q "stopped" "$main_LOG" || { echo "not ok - shutdown is logged"; status=1; }
 ls "$TMP/state"/restarted.session.json >/dev/null || { echo "not ok - session file written"; status=1; }
@@ -45,6 +49,16 @@ stop_server tight || status=1
 start_server small --model "$MODELS/rand-Q8_0.gguf" --kv-budget-mb 1 --threads 1
 run kvfull "$small_PORT"
 stop_server small || status=1
+
+# ---- SIGTERM with a stream in flight: it finishes, the server exits 0 -----------------------
+start_server drain --model "$MODELS/stories260K.gguf" --threads 1 --shutdown-timeout-s 5
+t0=$(date +%s)
+run drain "$drain_PORT" "$drain_PID"
+rc=0
+wait "$drain_PID" || rc=$?
+t1=$(date +%s)
+if [ $rc -eq 0 ] && [ $((t1 - t0)) -le 15 ]; then echo "ok - SIGTERM during a stream exits 0 in $((t1 - t0)) s"
+else echo "not ok - SIGTERM during a stream: exit $rc after $((t1 - t0)) s"; cat "$drain_LOG"; status=1; fi
 
 [ $status -eq 0 ] && echo "all HTTP API checks passed"
 exit $status

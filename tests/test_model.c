@@ -7,12 +7,14 @@
 #define _GNU_SOURCE /* memmem */
 #include <criterion/criterion.h>
 #include <jansson.h>
+#include <ctype.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "attnd/model.h"
+#include "attnd/tokenizer.h"
 #include "engine_fixture.h"
 
 // ---- helpers ----------------------------------------------------------------------------------
@@ -63,8 +65,10 @@ static void random_tokens(int32_t *t, int n, int vocab, uint64_t seed) {
 
 // ---- forward pass against the float64 reference ------------------------------------------------
 
-/* Engine logits (F32 KV) of every position vs. the reference, relative to the logit scale. */
-static void check_against_reference(const tiny_spec *sp, int n_tok) {
+/* Engine logits (F32 KV) of every position vs. the reference, relative to the logit scale.
+ * rel_tol: 2e-4 for F32 weights (float32 sums); F16 weights get more, because the kernels round
+ * activations to F16 as llama.cpp does (relative error 2^-11 per element). */
+static void check_against_reference(const tiny_spec *sp, int n_tok, double rel_tol) {
     rig r;
     rig_open(&r, sp, KV_F32, n_tok);
     int V = sp->n_vocab;
@@ -82,7 +86,7 @@ static void check_against_reference(const tiny_spec *sp, int n_tok) {
         scale = fmax(scale, fabs(ref[i]));
     }
     cr_assert(scale > 0.1, "degenerate fixture: logits all near zero");
-    cr_assert(worst <= 2e-4 * scale, "%s: max |engine - reference| = %g (logit scale %g)", sp->arch, worst, scale);
+    cr_assert(worst <= rel_tol * scale, "%s: max |engine - reference| = %g (logit scale %g)", sp->arch, worst, scale);
     kv_seq_destroy(s);
     free(tok), free(lg), free(ref);
     rig_close(&r);
@@ -90,12 +94,12 @@ static void check_against_reference(const tiny_spec *sp, int n_tok) {
 
 Test(model, llama_prefill_matches_float64_reference) {
     tiny_spec sp = tiny_default("llama");
-    check_against_reference(&sp, 150); /* > 2 KV blocks, so attention crosses tiles */
+    check_against_reference(&sp, 150, 2e-4); /* > 2 KV blocks, so attention crosses tiles */
 }
 
 Test(model, qwen2_biases_and_neox_rope_match_float64_reference) {
     tiny_spec sp = tiny_default("qwen2");
-    check_against_reference(&sp, 80);
+    check_against_reference(&sp, 80, 2e-4);
 }
 
 Test(model, partial_rotary_dims_and_tied_output_match_reference) {
@@ -103,13 +107,13 @@ Test(model, partial_rotary_dims_and_tied_output_match_reference) {
     sp.rope_dims = 4; /* rotate only the first 4 of 8 dims per head */
     sp.tied = true;
     sp.n_head_kv = 1; /* every query head shares one KV head */
-    check_against_reference(&sp, 70);
+    check_against_reference(&sp, 70, 2e-4);
 }
 
 Test(model, f16_weights_match_reference) {
     tiny_spec sp = tiny_default("qwen2");
     sp.wtype = GGML_TYPE_F16;
-    check_against_reference(&sp, 40);
+    check_against_reference(&sp, 40, 2e-3);
 }
 
 // ---- prefill / decode / batch consistency ---------------------------------------------------------
@@ -492,7 +496,8 @@ Test(model, teacher_forced_agreement_with_llama_cpp_meets_floors) {
         kv_pool *pool;
         /* F32 KV: the reference was made with llama.cpp's F32 cache. */
         cr_assert_eq(kv_pool_create(&pool, m, (size_t)256 << 20, KV_F32, &err), ATTND_OK, "%s", err.msg);
-        cr_assert_eq(engine_create(&e, m, 512, 0, &err), ATTND_OK, "%s", err.msg);
+        /* One thread: these models are tiny, and the test machine may be busy. */
+        cr_assert_eq(engine_create(&e, m, 512, 1, &err), ATTND_OK, "%s", err.msg);
         float *lg = malloc(sizeof(float) * 512 * (size_t)mi->n_vocab);
         int agree = 0, total = 0;
         for (size_t ci = 0; ci < json_array_size(cases); ci++) {
@@ -564,5 +569,79 @@ Test(model, cli_generate_greedy_reproduces_llama_cpp_on_f32_model) {
     }
     cr_assert_gt(n_cases, 0);
     printf("stories260K.gguf: attnd generate reproduced all %d greedy cases of llama.cpp\n", n_cases);
+    json_decref(refj);
+}
+
+/*
+ * llama2.c's run.c on stories260K (reference-llama2c.json holds its stdout). run.c evaluates
+ * positions 0..steps-1, printing the token that follows each one (prompt tokens first, then its
+ * greedy choices; it stops early if it picks BOS), drops the leading space of the piece after
+ * BOS, and skips single-byte pieces that are neither printable nor space. Rebuilding that text
+ * from attnd's greedy ids (prompt tokenized by attnd) compares the token ids of the two engines.
+ */
+Test(model, greedy_generation_reproduces_llama2c_run_c) {
+    char path[512];
+    snprintf(path, sizeof(path), "%s/models/reference-llama2c.json", ATTND_SHARED_DIR);
+    json_t *refj = json_load_file(path, 0, NULL);
+    if (!refj) cr_skip_test("no %s: skipping the llama2.c comparison", path);
+    snprintf(path, sizeof(path), "%s/models/stories260K.gguf", ATTND_SHARED_DIR);
+    model *m;
+    tokenizer *tok;
+    engine *e;
+    kv_pool *pool;
+    attnd_err err;
+    cr_assert_eq(model_load(&m, path, &err), ATTND_OK, "%s", err.msg);
+    cr_assert_eq(tok_load(&tok, model_gguf(m), &err), ATTND_OK, "%s", err.msg);
+    cr_assert_eq(engine_create(&e, m, 512, 1, &err), ATTND_OK, "%s", err.msg);
+    cr_assert_eq(kv_pool_create(&pool, m, (size_t)64 << 20, KV_F32, &err), ATTND_OK, "%s", err.msg);
+    json_t *cases = json_object_get(refj, "cases");
+    int same = 0, n_cases = (int)json_array_size(cases);
+    for (int ci = 0; ci < n_cases; ci++) {
+        json_t *c = json_array_get(cases, (size_t)ci);
+        const char *prompt = json_string_value(json_object_get(c, "prompt"));
+        const char *want = json_string_value(json_object_get(c, "stdout"));
+        int steps = (int)json_integer_value(json_object_get(c, "steps"));
+        int32_t *ids;
+        size_t np;
+        cr_assert_eq(tok_encode(tok, prompt, strlen(prompt), true, false, &ids, &np, &err), ATTND_OK, "%s", err.msg);
+        int n_gen = steps + 1 - (int)np > 0 ? steps + 1 - (int)np : 0;
+        int32_t *all = malloc(sizeof(int32_t) * (np + (size_t)n_gen + 1));
+        memcpy(all, ids, sizeof(int32_t) * np);
+        int n_out = 0;
+        if (n_gen > 0) {
+            kv_seq *s;
+            cr_assert_eq(kv_seq_create(&s, pool, NULL), ATTND_OK);
+            engine_gen g = {.n_predict = n_gen};
+            cr_assert_eq(engine_generate(e, s, ids, (int)np, &g, all + np, &n_out, NULL, &err), ATTND_OK, "%s",
+                         err.msg);
+            kv_seq_destroy(s);
+        }
+        size_t cap = 8192, len = 0;
+        char *text = malloc(cap);
+        int end = (int)np + n_out < steps + 1 ? (int)np + n_out : steps + 1;
+        for (int i = 1; i < end; i++) {
+            if (i >= (int)np && all[i] == 1) break; /* run.c stops when it generates BOS */
+            const char *b;
+            size_t bl;
+            cr_assert(tok_token_bytes(tok, all[i], false, &b, &bl));
+            if (all[i - 1] == 1 && bl && b[0] == ' ') b++, bl--;
+            if (bl == 1 && !(isprint((unsigned char)b[0]) || isspace((unsigned char)b[0]))) continue;
+            cr_assert(len + bl + 2 < cap);
+            memcpy(text + len, b, bl);
+            len += bl;
+        }
+        text[len++] = '\n';
+        text[len] = 0;
+        if (!strcmp(text, want)) same++;
+        else printf("llama2.c case %d (%s): texts differ\n  attnd:    %s  llama2.c: %s", ci, prompt, text, want);
+        free(text), free(all), free(ids);
+    }
+    printf("stories260K.gguf: %d/%d prompts reproduce llama2.c run.c's output exactly\n", same, n_cases);
+    fflush(stdout);
+    cr_expect_eq(same, n_cases);
+    kv_pool_destroy(pool);
+    engine_destroy(e);
+    tok_destroy(tok);
+    model_destroy(m);
     json_decref(refj);
 }

@@ -29,7 +29,7 @@ const post = (p, b, h) => req('POST', p, b, h);
 const get = (p, h) => req('GET', p, undefined, h);
 
 // Reads an SSE stream; returns { events: [parsed JSON], done: bool, raw }.
-async function stream(path, body, { abortAfterMs } = {}) {
+async function stream(path, body, { abortAfterMs, abortAfterChunk } = {}) {
   const ctl = new AbortController();
   if (abortAfterMs) setTimeout(() => ctl.abort(), abortAfterMs);
   const r = await fetch(BASE + path, { method: 'POST', body: JSON.stringify(body), headers: { 'Content-Type': 'application/json' }, signal: ctl.signal });
@@ -37,9 +37,12 @@ async function stream(path, body, { abortAfterMs } = {}) {
   let done = false, raw = '';
   try {
     const dec = new TextDecoder('utf-8', { fatal: true });
-    for await (const chunk of r.body) raw += dec.decode(chunk, { stream: true });
+    for await (const chunk of r.body) {
+      raw += dec.decode(chunk, { stream: true });
+      if (abortAfterChunk) ctl.abort();
+    }
   } catch (e) {
-    if (!abortAfterMs) throw e;
+    if (!abortAfterMs && !abortAfterChunk) throw e;
     return { aborted: true, status: r.status };
   }
   for (const block of raw.split('\n\n')) {
@@ -259,8 +262,10 @@ async function concurrency() {
 
 async function disconnects() {
   const before = await get('/metrics');
-  const s = await stream('/v1/completions', { prompt: 'Once upon a time', max_tokens: 1000, temperature: 1, stream: true }, { abortAfterMs: 150 });
-  check(s.aborted || s.done, 'a client can drop a stream mid-way');
+  // EOS banned and a long max_tokens: the stream cannot end before the client leaves
+  const s = await stream('/v1/completions', { prompt: 'Once upon a time', max_tokens: 480, temperature: 1, stream: true,
+                                              logit_bias: { 1: -100, 2: -100 } }, { abortAfterChunk: true });
+  check(s.aborted, 'a client can drop a stream mid-way');
   let active = -1;
   for (let i = 0; i < 50; i++) {
     await sleep(50);
@@ -329,6 +334,21 @@ async function kvfull() {
   check(isError(r, 503) && r.headers.get('retry-after'), 'a request that cannot fit the KV budget is a 503', r.json);
   const ok = await post('/v1/completions', { prompt: 'Once', max_tokens: 4 });
   check(ok.status === 200, 'small requests still work after a KV refusal', ok.json);
+
+  // two sessions that do not fit the budget together: the idle one's KV is evicted, its
+  // history kept, and its next turn rebuilds the KV transparently
+  const pa = Array.from({ length: 300 }, (_, i) => 3 + (i % 97)), pb = Array.from({ length: 300 }, (_, i) => 5 + (i % 89));
+  await post('/v1/sessions', { id: 'A' });
+  await post('/v1/sessions', { id: 'B' });
+  const a1 = await post('/v1/completions', { prompt: pa, max_tokens: 4, temperature: 0, session_id: 'A' });
+  const held = (await get('/v1/sessions/A')).json.kv_bytes;
+  const b1 = await post('/v1/completions', { prompt: pb, max_tokens: 4, temperature: 0, session_id: 'B' });
+  const sa = (await get('/v1/sessions/A')).json;
+  check(a1.status === 200 && b1.status === 200 && held > 0 && sa.kv_bytes === 0 && sa.tokens === 304,
+        'the least recently used idle session is evicted when the KV budget is full; its history stays', { held, sa, b1: b1.json });
+  const a2 = await post('/v1/completions', { prompt: pa, max_tokens: 4, temperature: 0, session_id: 'A' });
+  check(a2.status === 200 && a2.json.choices[0].text === a1.json.choices[0].text && a2.json.usage.prompt_tokens_details.cached_tokens === 0,
+        'an evicted session rebuilds its KV on the next request with the same result', a2.json);
 }
 
 async function restart1() {
@@ -357,7 +377,20 @@ async function restart2() {
   check(after.json.kv_bytes > 0, 'the evicted KV was rebuilt', after.json);
 }
 
-const GROUPS = { basics, errors, sessions, concurrency, disconnects, auth, nocors, busy, kvfull, restart1, restart2 };
+async function drain() {
+  // SIGTERM while a stream runs: the stream still ends properly ([DONE]) and new work is refused
+  const pid = Number(STATE);
+  const run = stream('/v1/completions', { prompt: 'Once upon a time', max_tokens: 480, temperature: 1, stream: true,
+                                          logit_bias: { 1: -100, 2: -100 } });
+  await sleep(30);
+  process.kill(pid, 'SIGTERM');
+  const s = await run;
+  const last = s.events.at(-1);
+  check(s.done && (last.error || (last.choices && last.choices[0].finish_reason)),
+        'an in-flight stream ends with a final chunk and [DONE] during shutdown', last);
+}
+
+const GROUPS = { drain, basics, errors, sessions, concurrency, disconnects, auth, nocors, busy, kvfull, restart1, restart2 };
 if (!GROUPS[group]) { console.error('unknown group ' + group); process.exit(2); }
 try { await GROUPS[group](); } catch (e) { console.log(`not ok - ${group} threw: ${e.stack}`); failures++; }
 process.exit(failures ? 1 : 0);

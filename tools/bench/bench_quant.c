@@ -1,0 +1,133 @@
+/*
+ * bench_quant.c — micro-benchmark of quant_matmul: ns per call, ns per weight row and GFLOP/s
+ * for each weight type and instruction set, on the matrix shapes of the rand-* fixture models
+ * (dim 256, FFN 768, vocab 1024), plus the matmul time of one decoded token of those models.
+ * A benchmark, not a test: it prints numbers and ratios, it asserts nothing.
+ *
+ *   tools/bench/build.sh && build/bench_quant [n_threads] [n_tok]
+ */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "attnd/gguf.h"
+#include "quant.h"
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static uint64_t rng = 88172645463325252ull;
+static uint32_t rnd(void) {
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return (uint32_t)(rng >> 16);
+}
+
+/* Random but well-formed weights: every f16 field set to a small finite scale. */
+static uint8_t *make_weights(uint32_t type, int64_t rows, int64_t cols) {
+    size_t rb = quant_row_bytes(type, cols), n = rb * (size_t)rows;
+    uint8_t *w = aligned_alloc(64, (n + 63) / 64 * 64);
+    for (size_t i = 0; i < n; i++) w[i] = (uint8_t)rnd();
+    uint16_t h = quant_f32_to_f16(0.01f);
+    for (int64_t r = 0; r < rows; r++) {
+        uint8_t *p = w + (size_t)r * rb;
+        for (int64_t c = 0; c < cols; c++) {
+            switch (type) {
+            case GGML_TYPE_F32: ((float *)p)[c] = (float)(rnd() % 1000) / 1000.f - 0.5f; break;
+            case GGML_TYPE_F16: memcpy(p + 2 * c, &h, 2); break;
+            case GGML_TYPE_BF16: {
+                uint16_t b = quant_f32_to_bf16(0.01f * (float)(rnd() % 100));
+                memcpy(p + 2 * c, &b, 2);
+                break;
+            }
+            case GGML_TYPE_Q8_0: if (c % 32 == 0) memcpy(p + c / 32 * 34, &h, 2); break;
+            case GGML_TYPE_Q4_0: if (c % 32 == 0) memcpy(p + c / 32 * 18, &h, 2); break;
+            case GGML_TYPE_Q4_K: if (c % 256 == 0) { memcpy(p + c / 256 * 144, &h, 2); memcpy(p + c / 256 * 144 + 2, &h, 2); } break;
+            case GGML_TYPE_Q6_K: if (c % 256 == 0) memcpy(p + c / 256 * 210 + 208, &h, 2); break;
+            }
+        }
+    }
+    return w;
+}
+
+/* Median-free but robust enough: best of several timed batches (the machine is shared). */
+static double time_matmul(uint32_t type, int64_t rows, int64_t cols, int n_tok, int n_threads, int reps) {
+    uint8_t *w = make_weights(type, rows, cols);
+    float *x = malloc((size_t)n_tok * (size_t)cols * sizeof(float));
+    float *out = malloc((size_t)n_tok * (size_t)rows * sizeof(float));
+    for (int64_t i = 0; i < n_tok * cols; i++) x[i] = (float)(rnd() % 2001) / 1000.f - 1.f;
+    void *scratch = malloc(quant_scratch_bytes(type, n_tok, cols) + 1);
+    double best = 1e30;
+    for (int batch = 0; batch < 7; batch++) {
+        double t0 = now_s();
+        for (int i = 0; i < reps; i++) quant_matmul(out, w, type, rows, cols, x, n_tok, scratch, n_threads);
+        double dt = (now_s() - t0) / reps;
+        if (dt < best) best = dt;
+    }
+    free(w);
+    free(x);
+    free(out);
+    free(scratch);
+    return best;
+}
+
+static const uint32_t TYPES[] = {GGML_TYPE_F32,  GGML_TYPE_F16,  GGML_TYPE_BF16, GGML_TYPE_Q8_0,
+                                 GGML_TYPE_Q4_0, GGML_TYPE_Q4_K, GGML_TYPE_Q6_K};
+
+/* The matmuls of one decoded token of a rand-* model: per layer q, k, v, o, gate, up, down; then the
+ * F32 output head. */
+static double model_token_s(uint32_t attn_t, uint32_t down_t, int n_threads, int n_tok) {
+    const int L = 4;
+    double s = 0;
+    s += 2 * time_matmul(attn_t, 256, 256, n_tok, n_threads, 200);  /* q, o */
+    s += 2 * time_matmul(attn_t, 128, 256, n_tok, n_threads, 200);  /* k, v */
+    s += 2 * time_matmul(attn_t, 768, 256, n_tok, n_threads, 100);  /* gate, up */
+    s += time_matmul(down_t, 256, 768, n_tok, n_threads, 100);      /* down */
+    s *= L;
+    s += time_matmul(GGML_TYPE_F32, 1024, 256, n_tok, n_threads, 100); /* output */
+    return s;
+}
+
+int main(int argc, char **argv) {
+    int n_threads = argc > 1 ? atoi(argv[1]) : 1;
+    int n_tok = argc > 2 ? atoi(argv[2]) : 1;
+    if (n_threads < 1 || n_tok < 1) {
+        fprintf(stderr, "usage: bench_quant [n_threads >= 1] [n_tok >= 1]\n");
+        return 2;
+    }
+    quant_isa best = quant_isa_best();
+    printf("threads %d, n_tok %d, best isa %s\n\n", n_threads, n_tok, quant_isa_name(best));
+    printf("%-5s %-9s %10s %10s %9s %9s %9s\n", "type", "shape", "isa", "us/call", "ns/row", "GFLOP/s", "vs port.");
+    const int64_t shapes[][2] = {{256, 256}, {768, 256}, {256, 768}, {1024, 256}};
+    for (size_t ti = 0; ti < sizeof TYPES / sizeof *TYPES; ti++) {
+        for (size_t si = 0; si < sizeof shapes / sizeof *shapes; si++) {
+            int64_t rows = shapes[si][0], cols = shapes[si][1];
+            double port = 0;
+            for (int isa = QUANT_ISA_PORTABLE; isa <= (int)best; isa++) {
+                quant_isa_force((quant_isa)isa);
+                double t = time_matmul(TYPES[ti], rows, cols, n_tok, n_threads, 200);
+                if (isa == QUANT_ISA_PORTABLE) port = t;
+                char shape[32];
+                snprintf(shape, sizeof shape, "%ldx%ld", (long)rows, (long)cols);
+                printf("%-5s %-9s %10s %10.2f %9.1f %9.2f %8.1fx\n", ggml_type_name(TYPES[ti]), shape,
+                       quant_isa_name((quant_isa)isa), t * 1e6, t * 1e9 / (double)rows,
+                       2.0 * (double)rows * (double)cols * n_tok / t * 1e-9, port / t);
+            }
+        }
+    }
+    printf("\nmatmul time of one step (n_tok %d) of the rand-* models:\n", n_tok);
+    for (int isa = QUANT_ISA_PORTABLE; isa <= (int)best; isa++) {
+        quant_isa_force((quant_isa)isa);
+        double q8 = model_token_s(GGML_TYPE_Q8_0, GGML_TYPE_Q8_0, n_threads, n_tok);
+        double q4k = model_token_s(GGML_TYPE_Q4_K, GGML_TYPE_Q6_K, n_threads, n_tok);
+        printf("  %-8s rand-Q8_0 %8.1f us (%6.0f steps/s)   rand-Q4_K %8.1f us (%6.0f steps/s)\n",
+               quant_isa_name((quant_isa)isa), q8 * 1e6, 1 / q8, q4k * 1e6, 1 / q4k);
+    }
+    return 0;
+}

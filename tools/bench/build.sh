@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# Builds build/bench_quant against the engine library of ./build (run from the repository root,
+# after `cmake --build build`). Not part of CMake: benchmarks are not shipped or tested.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+cmake --build build -j2 --target attnd_engine >/dev/null
+gcc -std=gnu11 -O2 -Wall -Wextra -fopenmp -Iinclude -Iengine tools/bench/bench_quant.c build/libattnd_engine.a -lm \
+    -o build/bench_quant
+echo "built build/bench_quant"
