@@ -37,6 +37,7 @@
 typedef struct attn_slot {
     float *k_tile;   /* (KV_BLOCK, head_dim): keys of one block, converted to F32 */
     float *v_tile;   /* (KV_BLOCK, head_dim) */
+    float *kt;       /* (head_dim, KV_BLOCK): the key tile transposed, zero past its last key */
     float *scores;   /* (KV_BLOCK) */
     float *acc;      /* (ATTN_QBLOCK, group, head_dim): running weighted sums of values */
     float *run_max;  /* (ATTN_QBLOCK, group) */
@@ -130,7 +131,7 @@ attnd_status engine_create(engine **out, const model *m, int max_batch, int n_th
     e->mm_scratch = malloc(scratch ? scratch : 1);
 
     size_t QB = ATTN_QBLOCK;
-    size_t slot_floats = 2 * KV_BLOCK * hd + KV_BLOCK + QB * G * hd + 2 * QB * G;
+    size_t slot_floats = 3 * KV_BLOCK * hd + KV_BLOCK + QB * G * hd + 2 * QB * G;
     e->slot_mem = malloc(sizeof(float) * slot_floats * (size_t)e->n_slots);
     e->slots = calloc((size_t)e->n_slots, sizeof(*e->slots));
 
@@ -145,6 +146,7 @@ attnd_status engine_create(engine **out, const model *m, int max_batch, int n_th
         attn_slot *s = &e->slots[t];
         s->k_tile = p, p += KV_BLOCK * hd;
         s->v_tile = p, p += KV_BLOCK * hd;
+        s->kt = p, p += KV_BLOCK * hd;
         s->scores = p, p += KV_BLOCK;
         s->acc = p, p += QB * G * hd;
         s->run_max = p, p += QB * G;
@@ -253,11 +255,8 @@ static void kv_store(const engine *e, const batch_entry *entries, int n, int lay
             memcpy(kd, kr, sizeof(float) * (size_t)KV);
             memcpy(vd, vr, sizeof(float) * (size_t)KV);
         } else {
-            uint16_t *kh = kd, *vh = vd;
-            for (int i = 0; i < KV; i++) {
-                kh[i] = kv_f32_to_f16(kr[i]);
-                vh[i] = kv_f32_to_f16(vr[i]);
-            }
+            attn_f16_store(kd, kr, KV);
+            attn_f16_store(vd, vr, KV);
         }
     }
 }
@@ -291,6 +290,9 @@ static void attend(const engine *e, attn_slot *sl, const batch_entry *entries, q
     const kv_seq *seq = entries[qb.start].seq;
     int pos0 = entries[qb.start].pos, n_keys_max = pos0 + qb.n;
     float scale = 1.0f / sqrtf((float)hd);
+    /* Many queries per tile: transpose the keys once so scores vectorise over keys. A lone decode
+     * query would spend more on the transpose than it saves. */
+    bool transpose = qb.n * G >= 8;
 
     for (int i = 0; i < qb.n * G; i++) {
         sl->run_max[i] = -INFINITY;
@@ -302,6 +304,13 @@ static void attend(const engine *e, attn_slot *sl, const batch_entry *entries, q
         int ks, vs;
         const float *K = kv_tile(seq, 0, layer, base, tile_cnt, g, hd, sl->k_tile, &ks);
         const float *V = kv_tile(seq, 1, layer, base, tile_cnt, g, hd, sl->v_tile, &vs);
+        if (transpose) {
+            for (int j = 0; j < tile_cnt; j++)
+                for (int i = 0; i < hd; i++) sl->kt[(size_t)i * KV_BLOCK + j] = K[(size_t)j * ks + i];
+            if (tile_cnt < KV_BLOCK)
+                for (int i = 0; i < hd; i++)
+                    memset(sl->kt + (size_t)i * KV_BLOCK + tile_cnt, 0, sizeof(float) * (size_t)(KV_BLOCK - tile_cnt));
+        }
         for (int qi = 0; qi < qb.n; qi++) {
             int n_keys = pos0 + qi + 1;
             if (base >= n_keys) continue;
@@ -310,7 +319,8 @@ static void attend(const engine *e, attn_slot *sl, const batch_entry *entries, q
             for (int h = 0; h < G; h++) {
                 int k = qi * G + h;
                 float *acc = sl->acc + (size_t)k * hd;
-                attn_scores(sl->scores, q + (size_t)h * hd, K, (size_t)ks, cnt, hd, scale);
+                if (transpose) attn_scores_t(sl->scores, q + (size_t)h * hd, sl->kt, hd, scale);
+                else attn_scores(sl->scores, q + (size_t)h * hd, K, (size_t)ks, cnt, hd, scale);
                 float tile_max = -INFINITY;
                 for (int j = 0; j < cnt; j++) tile_max = sl->scores[j] > tile_max ? sl->scores[j] : tile_max;
                 if (tile_max > sl->run_max[k]) {
@@ -320,9 +330,7 @@ static void attend(const engine *e, attn_slot *sl, const batch_entry *entries, q
                     for (int i = 0; i < hd; i++) acc[i] *= c;
                     sl->run_max[k] = tile_max;
                 }
-                float mx = sl->run_max[k], sum = 0;
-                for (int j = 0; j < cnt; j++) sum += sl->scores[j] = expf(sl->scores[j] - mx);
-                sl->run_sum[k] += sum;
+                sl->run_sum[k] += attn_exp_sum(sl->scores, cnt, sl->run_max[k]);
                 attn_accum(acc, sl->scores, V, (size_t)vs, cnt, hd);
             }
         }

@@ -15,8 +15,12 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include "attnd/gguf.h"
 #include "quant.h"
+#include "quant_impl.h"
 
 // ---- helpers -----------------------------------------------------------------------------------
 
@@ -478,13 +482,19 @@ Test(quant, matmul_prefill_equals_token_by_token_decode) {
         float *all = malloc(T * (size_t)n_rows * sizeof(float)), *one = malloc((size_t)n_rows * sizeof(float));
         size_t sb;
         uint8_t *scratch = scratch_for(type, T, n_cols, &sb);
-        quant_matmul(all, w, type, n_rows, n_cols, x, T, scratch, 2);
-        for (int t = 0; t < T; t++) {
-            quant_matmul(one, w, type, n_rows, n_cols, x + t * n_cols, 1, scratch, 1);
-            for (int64_t r = 0; r < n_rows; r++)
-                cr_assert_eq(f32_bits(one[r]), f32_bits(all[t * n_rows + r]), "%s tok %d row %ld: %g vs %g",
-                             ggml_type_name(type), t, (long)r, one[r], all[t * n_rows + r]);
+        quant_isa saved = quant_isa_active();
+        for (int isa = QUANT_ISA_PORTABLE; isa <= (int)quant_isa_best(); isa++) {
+            quant_isa_force((quant_isa)isa);
+            quant_matmul(all, w, type, n_rows, n_cols, x, T, scratch, 2);
+            for (int t = 0; t < T; t++) {
+                quant_matmul(one, w, type, n_rows, n_cols, x + t * n_cols, 1, scratch, 1);
+                for (int64_t r = 0; r < n_rows; r++)
+                    cr_assert_eq(f32_bits(one[r]), f32_bits(all[t * n_rows + r]), "%s %s tok %d row %ld: %g vs %g",
+                                 quant_isa_name((quant_isa)isa), ggml_type_name(type), t, (long)r, one[r],
+                                 all[t * n_rows + r]);
+            }
         }
+        quant_isa_force(saved);
         free(scratch);
         free(w);
         free(x);
@@ -551,4 +561,65 @@ Test(quant, isa_can_be_forced_to_portable_and_back) {
     cr_assert_eq(quant_isa_active(), best, "forcing more than the CPU has clamps to the best");
     quant_isa_force(saved);
     cr_assert_str_eq(quant_isa_name(QUANT_ISA_PORTABLE), "portable");
+}
+
+Test(quant, no_simd_environment_variable_selects_the_portable_path) {
+    /* the choice is made once per process, so make it in a fresh one */
+    pid_t pid = fork();
+    cr_assert_geq(pid, 0);
+    if (pid == 0) {
+        setenv("ATTND_NO_SIMD", "1", 1);
+        _exit(quant_isa_active() == QUANT_ISA_PORTABLE ? 0 : 1);
+    }
+    int status = 0;
+    waitpid(pid, &status, 0);
+    cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "ATTND_NO_SIMD=1 did not force the portable path");
+}
+
+/* The SIMD activation preparations must produce exactly the portable bytes (same rounding,
+ * same choice of scale sign), or results would depend on the CPU beyond summation order. */
+Test(quant, simd_activation_quantization_is_bit_identical_to_portable) {
+    enum { N = 1024 };
+    float x[N];
+    for (int round = 0; round < 40; round++) {
+        for (int i = 0; i < N; i++) {
+            switch (round % 4) {
+            case 0: x[i] = rndf() * (float)(1 + i % 9); break;
+            case 1: /* 127 in every block makes the scale exactly 1, so the halves are rounding ties */
+                x[i] = i % 32 == 7 ? 127.0f : (float)((int)(rnd() % 253) - 126) + 0.5f;
+                break;
+            case 2: x[i] = (i % 256 == 17) ? -3.0f : (i % 256 == 200 ? 3.0f : rndf()); break; /* +-max tie */
+            default: x[i] = (i / 64) % 3 == 0 ? 0.0f : rndf() * 1e-3f; break; /* all-zero blocks */
+            }
+        }
+        const quant_kernels *p = &quant_kernels_portable;
+        float d0[N / 32], d1[N / 32], r0[N], r1[N];
+        int8_t q0[N], q1[N];
+        int16_t b0[N / 16], b1[N / 16];
+        p->prep_q8_0(d0, q0, x, N);
+        p->prep_q8_k(d1, q1, b0, x, N);
+        p->prep_f16(r0, x, N);
+        for (int isa = QUANT_ISA_AVX2; isa <= (int)quant_isa_best(); isa++) {
+#if defined(__x86_64__)
+            const quant_kernels *k = isa == QUANT_ISA_AVX2 ? &quant_kernels_avx2 : &quant_kernels_avx512;
+            float dd[N / 32];
+            int8_t qq[N];
+            if (k->prep_q8_0) {
+                k->prep_q8_0(dd, qq, x, N);
+                cr_assert(memcmp(dd, d0, sizeof d0) == 0 && memcmp(qq, q0, sizeof q0) == 0, "%s q8_0 round %d",
+                          quant_isa_name((quant_isa)isa), round);
+            }
+            if (k->prep_q8_k) {
+                k->prep_q8_k(dd, qq, b1, x, N);
+                cr_assert(memcmp(dd, d1, N / 256 * sizeof(float)) == 0 && memcmp(qq, q1, sizeof q1) == 0 &&
+                              memcmp(b1, b0, sizeof b0) == 0,
+                          "%s q8_k round %d", quant_isa_name((quant_isa)isa), round);
+            }
+            if (k->prep_f16) {
+                k->prep_f16(r1, x, N);
+                cr_assert(memcmp(r1, r0, sizeof r0) == 0, "%s f16 round %d", quant_isa_name((quant_isa)isa), round);
+            }
+#endif
+        }
+    }
 }
