@@ -163,6 +163,8 @@ struct tokenizer {
     bool add_bos, add_eos, add_space_prefix;
     bool spm_split;         /* no token joins a non-space to a following U+2581 (see spm_fragment) */
     bool spm_pairs;         /* SPM merges go through `merges` by id pair (see build_spm_pairs) */
+    int32_t spm_ascii[128]; /* SPM: mergeable token of each ASCII character, or -1 */
+    int32_t spm_space;      /* SPM: mergeable token of U+2581, or -1 */
     const tok_pre_kind *pre;
 };
 
@@ -601,6 +603,11 @@ attnd_status tok_load(tokenizer **out, const gguf_file *f, attnd_err *err) {
                 }
         }
         if ((st = build_spm_pairs(t, err)) != ATTND_OK) goto fail;
+        for (int c = 0; c < 128; c++) {
+            char ch = (char)c;
+            t->spm_ascii[c] = spm_lookup(t, &ch, 1);
+        }
+        t->spm_space = spm_lookup(t, SPM_SPACE, 3);
     } else {
         if ((st = load_merges(t, f, err)) != ATTND_OK) goto fail;
         if (t->pre->ignore_merges) {
@@ -943,7 +950,10 @@ static attnd_status spm_merge(enc *e, const char *p, size_t len) {
         e->prev[s] = last;
         e->next[s] = -1;
         if (last >= 0) e->next[last] = s;
-        e->sid[s] = spm_lookup(t, p + start, i - start);
+        /* initial symbols: the character's token; the two commonest cases without hashing */
+        if (i - start == 1 && (unsigned char)p[start] < 128) e->sid[s] = t->spm_ascii[(unsigned char)p[start]];
+        else if (i - start == 3 && !memcmp(p + start, SPM_SPACE, 3)) e->sid[s] = t->spm_space;
+        else e->sid[s] = spm_lookup(t, p + start, i - start);
         e->hpos[s] = -1;
         last = s;
     }
