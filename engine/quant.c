@@ -260,66 +260,71 @@ static const quant_kernels *kernels_at(int isa);
         for (int i_ = (int)(isa); i_ >= 0 && !(out); i_--) (out) = kernels_at(i_)->field; \
     } while (0)
 
-/* Fills *a from x (n_tok, n_cols) in the form wtype's kernels read, carving arrays out of scratch. */
-static void act_prepare(quant_act *a, quant_isa isa, uint32_t wtype, const float *x, int n_tok, int64_t n_cols,
-                        void *scratch, int n_threads) {
-    memset(a, 0, sizeof *a);
-    a->n_cols = n_cols;
-    a->x = x;
+/* How one call prepares its activations: where each form lives in scratch and which function
+ * fills it, so that the rows can be filled token by token (by one thread, or by the team). */
+typedef struct act_plan {
+    quant_act a;
+    uint32_t wtype;
+    const float *x;    /* (n_tok, n_cols) the caller's activations */
+    float *xr;         /* F16/BF16: (n_tok, n_cols) rounded copies (a.x points here) */
+    float *d;          /* Q8 forms: (n_tok, nb) */
+    int8_t *q;         /* Q8 forms: (n_tok, n_cols) */
+    int16_t *bs;       /* Q8_K form: (n_tok, n_cols / 16) */
+    quant_prep_f16_fn f16;
+    quant_prep_q8_0_fn q8_0;
+    quant_prep_q8_k_fn q8_k;
+} act_plan;
+
+/* Lays out wtype's activation form in scratch (nothing is computed yet). */
+static void act_plan_init(act_plan *pl, quant_isa isa, uint32_t wtype, const float *x, int n_tok, int64_t n_cols,
+                          void *scratch) {
+    memset(pl, 0, sizeof *pl);
+    pl->wtype = wtype;
+    pl->x = x;
+    pl->a.n_cols = n_cols;
+    pl->a.x = x;
     if (wtype == GGML_TYPE_F32) return;
     ATTND_ASSERT(scratch != NULL);
     uint8_t *p = (uint8_t *)(((uintptr_t)scratch + SCRATCH_ALIGN - 1) & ~(uintptr_t)(SCRATCH_ALIGN - 1));
-    size_t n = (size_t)n_tok * (size_t)n_cols;
-    /* prefill: tokens are independent, so spread them over the threads; decode stays serial */
-    int par = n_threads > 1 && n_tok >= 4 ? n_threads : 1;
     switch (wtype) {
     case GGML_TYPE_F16:
-    case GGML_TYPE_BF16: {
-        float *xr = (float *)p;
-        a->x = xr;
-        quant_prep_f16_fn f16 = act_f16;
-        if (wtype == GGML_TYPE_F16) RESOLVE(isa, prep_f16, f16);
-#pragma omp parallel for num_threads(par) if (par > 1) schedule(static)
-        for (int t = 0; t < n_tok; t++) {
-            if (wtype == GGML_TYPE_F16) f16(xr + t * n_cols, x + t * n_cols, n_cols);
-            else act_bf16(xr + t * n_cols, x + t * n_cols, n_cols);
-        }
-        (void)n;
+    case GGML_TYPE_BF16:
+        pl->xr = (float *)p;
+        pl->a.x = pl->xr;
+        if (wtype == GGML_TYPE_F16) RESOLVE(isa, prep_f16, pl->f16);
+        else pl->f16 = act_bf16;
         return;
-    }
     case GGML_TYPE_Q8_0:
-    case GGML_TYPE_Q4_0: {
-        a->nb = n_cols / QK8_0;
-        float *d = (float *)p;
-        int8_t *q = (int8_t *)(p + round_up((size_t)n_tok * (size_t)a->nb * sizeof(float)));
-        a->d = d;
-        a->q = q;
-        quant_prep_q8_0_fn prep;
-        RESOLVE(isa, prep_q8_0, prep);
-#pragma omp parallel for num_threads(par) if (par > 1) schedule(static)
-        for (int t = 0; t < n_tok; t++) prep(d + t * a->nb, q + t * n_cols, x + t * n_cols, n_cols);
-        return;
-    }
+    case GGML_TYPE_Q4_0:
+        pl->a.nb = n_cols / QK8_0;
+        pl->d = (float *)p;
+        pl->q = (int8_t *)(p + round_up((size_t)n_tok * (size_t)pl->a.nb * sizeof(float)));
+        RESOLVE(isa, prep_q8_0, pl->q8_0);
+        break;
     case GGML_TYPE_Q4_K:
-    case GGML_TYPE_Q6_K: {
-        a->nb = n_cols / QK_K;
-        float *d = (float *)p;
-        p += round_up((size_t)n_tok * (size_t)a->nb * sizeof(float));
-        int8_t *q = (int8_t *)p;
-        p += round_up(n);
-        int16_t *bs = (int16_t *)p;
-        a->d = d;
-        a->q = q;
-        a->bsums = bs;
-        quant_prep_q8_k_fn prep;
-        RESOLVE(isa, prep_q8_k, prep);
-#pragma omp parallel for num_threads(par) if (par > 1) schedule(static)
-        for (int t = 0; t < n_tok; t++)
-            prep(d + t * a->nb, q + t * n_cols, bs + t * (n_cols / 16), x + t * n_cols, n_cols);
-        return;
-    }
+    case GGML_TYPE_Q6_K:
+        pl->a.nb = n_cols / QK_K;
+        pl->d = (float *)p;
+        p += round_up((size_t)n_tok * (size_t)pl->a.nb * sizeof(float));
+        pl->q = (int8_t *)p;
+        p += round_up((size_t)n_tok * (size_t)n_cols);
+        pl->bs = (int16_t *)p;
+        RESOLVE(isa, prep_q8_k, pl->q8_k);
+        break;
     default: ATTND_ASSERT(!"unsupported weight type");
     }
+    pl->a.d = pl->d;
+    pl->a.q = pl->q;
+    pl->a.bsums = pl->bs;
+}
+
+/* Prepares the activations of token t. */
+static void act_fill(const act_plan *pl, int t) {
+    int64_t n = pl->a.n_cols, nb = pl->a.nb;
+    const float *x = pl->x + t * n;
+    if (pl->f16) pl->f16(pl->xr + t * n, x, n);
+    else if (pl->q8_0) pl->q8_0(pl->d + t * nb, pl->q + t * n, x, n);
+    else if (pl->q8_k) pl->q8_k(pl->d + t * nb, pl->q + t * n, pl->bs + t * (n / 16), x, n);
 }
 
 // ---- portable kernels --------------------------------------------------------------------------
@@ -627,12 +632,13 @@ void quant_matmul(float *out, const void *w, uint32_t wtype, int64_t n_rows, int
     size_t rb = quant_row_bytes(wtype, n_cols);
     const uint8_t *wb = w;
 
-    quant_act a;
-    act_prepare(&a, isa, wtype, x, n_tok, n_cols, scratch, n_threads);
+    act_plan pl;
+    act_plan_init(&pl, isa, wtype, x, n_tok, n_cols, scratch);
 
     double work = (double)n_rows * (double)n_cols * (double)n_tok;
     if (n_threads <= 1 || work < PAR_MIN_WORK || n_rows < 2 * ROW_GRAIN) {
-        fn(out, wb, rb, 0, n_rows, n_rows, &a, n_tok);
+        for (int t = 0; t < n_tok; t++) act_fill(&pl, t);
+        fn(out, wb, rb, 0, n_rows, n_rows, &pl.a, n_tok);
         return;
     }
     /* a few chunks per thread, handed out dynamically: the cores are shared with other work */
@@ -641,9 +647,16 @@ void quant_matmul(float *out, const void *w, uint32_t wtype, int64_t n_rows, int
     if (n_chunks > n_units) n_chunks = n_units;
     int64_t per = (n_units + n_chunks - 1) / n_chunks * ROW_GRAIN;
     n_chunks = (n_rows + per - 1) / per;
-#pragma omp parallel for num_threads(n_threads) schedule(dynamic, 1)
-    for (int64_t c = 0; c < n_chunks; c++) {
-        int64_t r0 = c * per, r1 = r0 + per < n_rows ? r0 + per : n_rows;
-        fn(out, wb, rb, r0, r1, n_rows, &a, n_tok);
+    /* one parallel region per call: the team prepares the tokens, then (after the implicit
+     * barrier) shares out the rows */
+#pragma omp parallel num_threads(n_threads)
+    {
+#pragma omp for schedule(static)
+        for (int t = 0; t < n_tok; t++) act_fill(&pl, t);
+#pragma omp for schedule(dynamic, 1)
+        for (int64_t c = 0; c < n_chunks; c++) {
+            int64_t r0 = c * per, r1 = r0 + per < n_rows ? r0 + per : n_rows;
+            fn(out, wb, rb, r0, r1, n_rows, &pl.a, n_tok);
+        }
     }
 }
