@@ -516,17 +516,41 @@ const quant_kernels quant_kernels_portable = {
 
 static _Atomic int g_isa = -1; /* -1: not chosen yet */
 
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <cpuid.h>
+
+/* Best instruction set from CPUID, counting a feature only when the OS also saves the registers
+ * it needs (XCR0: YMM state for AVX2; opmask and ZMM state for AVX-512). Bit positions are the
+ * Intel SDM's: leaf 1 ECX 12 FMA, 27 OSXSAVE, 28 AVX, 29 F16C; leaf 7 EBX 5 AVX2, 16 AVX512F,
+ * 30 AVX512BW, 31 AVX512VL; leaf 7 ECX 11 AVX512_VNNI. */
+static quant_isa detect_isa(void) {
+    unsigned a, b, c, d;
+    if (!__get_cpuid(1, &a, &b, &c, &d)) return QUANT_ISA_PORTABLE;
+    int fma = (c >> 12) & 1, osxsave = (c >> 27) & 1, avx = (c >> 28) & 1, f16c = (c >> 29) & 1;
+    if (!osxsave || !avx || !fma || !f16c) return QUANT_ISA_PORTABLE;
+    unsigned xlo, xhi;
+    __asm__ volatile("xgetbv" : "=a"(xlo), "=d"(xhi) : "c"(0));
+    if ((xlo & 0x6) != 0x6) return QUANT_ISA_PORTABLE; /* XMM and YMM state */
+    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return QUANT_ISA_PORTABLE;
+    if (!((b >> 5) & 1)) return QUANT_ISA_PORTABLE; /* AVX2 */
+    int avx512 = ((b >> 16) & 1) && ((b >> 30) & 1) && ((b >> 31) & 1) && ((c >> 11) & 1);
+    if (avx512 && (xlo & 0xE0) == 0xE0) return QUANT_ISA_AVX512; /* opmask, ZMM_Hi256, Hi16_ZMM state */
+    return QUANT_ISA_AVX2;
+}
+#endif
+
 quant_isa quant_isa_best(void) {
 #if defined(__x86_64__) && defined(__GNUC__)
-    __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni") &&
-        __builtin_cpu_supports("f16c") && __builtin_cpu_supports("fma"))
-        return QUANT_ISA_AVX512;
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c"))
-        return QUANT_ISA_AVX2;
-#endif
+    static _Atomic int best = -1; /* CPUID is slow under some hypervisors: ask once */
+    int v = atomic_load_explicit(&best, memory_order_relaxed);
+    if (v < 0) {
+        v = (int)detect_isa();
+        atomic_store_explicit(&best, v, memory_order_relaxed);
+    }
+    return (quant_isa)v;
+#else
     return QUANT_ISA_PORTABLE;
+#endif
 }
 
 quant_isa quant_isa_active(void) {
