@@ -36,14 +36,15 @@ static inline float bits_f32(uint32_t u) {
 }
 
 float quant_f16_to_f32(uint16_t h) {
-    uint32_t sign = (uint32_t)(h & 0x8000) << 16;
-    uint32_t exp = (h >> 10) & 0x1F;
-    uint32_t mant = h & 0x3FF;
-    if (exp == 0x1F) return bits_f32(sign | 0x7F800000 | (mant << 13)); /* inf, nan (payload kept) */
-    if (exp != 0) return bits_f32(sign | ((exp + 112) << 23) | (mant << 13));
-    /* zero or subnormal: mant * 2^-24, exact in f32 */
-    float v = (float)mant * 0x1p-24f;
-    return sign ? -v : v;
+    /* Branch-free: with the half's exponent and mantissa shifted into place, adding 224 to the
+     * exponent and scaling by 2^-112 rebiases normals, and keeps inf/nan at exponent 255; a
+     * subnormal's value mant * 2^-24 is taken from the float 2^-1 * (1 + mant * 2^-23) - 0.5. */
+    uint32_t w = (uint32_t)h << 16;
+    uint32_t sign = w & 0x80000000u, two_w = w + w; /* exponent and mantissa, sign shifted out */
+    float normal = bits_f32((two_w >> 4) + (0xE0u << 23)) * 0x1p-112f;
+    float subnormal = bits_f32((two_w >> 17) | (126u << 23)) - 0.5f;
+    uint32_t r = two_w < (1u << 27) ? f32_bits(subnormal) : f32_bits(normal);
+    return bits_f32(sign | r);
 }
 
 uint16_t quant_f32_to_f16(float f) {
@@ -338,11 +339,21 @@ static float dot_f32(const float *w, const float *x, int64_t n) {
     return ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
 }
 
-static float dot_f16(const uint8_t *w, const float *x, int64_t n, int bf16) {
+/* always inlined, so each call site gets a loop specialised for its constant `bf16` */
+static inline __attribute__((always_inline)) float dot_f16(const uint8_t *w, const float *x, int64_t n, const int bf16) {
     float acc[8] = {0};
-    for (int64_t i = 0; i < n; i++) {
-        uint16_t wh = quant_ld16(w + 2 * i);
-        acc[i & 7] += (bf16 ? quant_bf16_to_f32(wh) : quant_f16_to_f32(wh)) * x[i];
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        float wv[8];
+        for (int k = 0; k < 8; k++) {
+            uint16_t h = quant_ld16(w + 2 * (i + k));
+            wv[k] = bf16 ? quant_bf16_to_f32(h) : quant_f16_to_f32(h);
+        }
+        for (int k = 0; k < 8; k++) acc[k] += wv[k] * x[i + k];
+    }
+    for (; i < n; i++) {
+        uint16_t h = quant_ld16(w + 2 * i);
+        acc[0] += (bf16 ? quant_bf16_to_f32(h) : quant_f16_to_f32(h)) * x[i];
     }
     return ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
 }
@@ -402,19 +413,21 @@ static float dot_q6_k(const uint8_t *w, const float *xd, const int8_t *xq, int64
         const int8_t *y = xq + b * QK_K;
         int32_t sumi = 0;
         for (int n = 0; n < 2; n++, ql += 64, qh += 32, sc += 8, y += 128) {
-            int32_t s[8] = {0}; /* per 16-element sub-block, indexed like sc */
-            for (int l = 0; l < 32; l++) {
-                int is = l / 16;
-                int q1 = ((ql[l] & 0xF) | (((qh[l] >> 0) & 3) << 4)) - 32;
-                int q2 = ((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) - 32;
-                int q3 = ((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32;
-                int q4 = ((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32;
-                s[is + 0] += q1 * y[l];
-                s[is + 2] += q2 * y[l + 32];
-                s[is + 4] += q3 * y[l + 64];
-                s[is + 6] += q4 * y[l + 96];
+            /* l in [16 * is, 16 * is + 16) uses scales is, is + 2, is + 4, is + 6 */
+            for (int is = 0; is < 2; is++) {
+                int32_t s1 = 0, s2 = 0, s3 = 0, s4 = 0;
+                for (int l = 16 * is; l < 16 * is + 16; l++) {
+                    int q1 = ((ql[l] & 0xF) | (((qh[l] >> 0) & 3) << 4)) - 32;
+                    int q2 = ((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) - 32;
+                    int q3 = ((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32;
+                    int q4 = ((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32;
+                    s1 += q1 * y[l];
+                    s2 += q2 * y[l + 32];
+                    s3 += q3 * y[l + 64];
+                    s4 += q4 * y[l + 96];
+                }
+                sumi += sc[is] * s1 + sc[is + 2] * s2 + sc[is + 4] * s3 + sc[is + 6] * s4;
             }
-            for (int k = 0; k < 8; k++) sumi += sc[k] * s[k];
         }
         sum += quant_f16_to_f32(quant_ld16(w + 208)) * xd[b] * (float)sumi;
     }
