@@ -14,6 +14,7 @@
 #pragma GCC target("avx2,fma,f16c")
 #endif
 #define QX_VNNI 0
+#define QX_512 0
 #define QX_TABLE quant_kernels_avx2
 #include "quant_x86.inc"
 #if defined(__clang__)

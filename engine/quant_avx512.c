@@ -14,6 +14,7 @@
 #pragma GCC target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")
 #endif
 #define QX_VNNI 1
+#define QX_512 1
 #define QX_TABLE quant_kernels_avx512
 #include "quant_x86.inc"
 #if defined(__clang__)
