@@ -25,6 +25,10 @@
  * that a block is one attention tile and block bookkeeping is negligible. */
 #define KV_BLOCK 64
 
+/* Released blocks kept for reuse (saves page faults when sessions come and go); beyond this they
+ * are freed, so the process's memory follows the tokens held rather than its peak. */
+#define KV_FREE_KEEP 4
+
 typedef struct kv_block {
     struct kv_block *next_free; /* free-list link while the block sits in the pool */
     /* the payload follows, aligned to 64 bytes (see kv_block_data) */
@@ -39,6 +43,7 @@ struct kv_pool {
     size_t budget, used;   /* bytes; used counts blocks held by sequences */
     int n_seqs;            /* live sequences (destroy asserts 0) */
     kv_block *free_list;   /* blocks released by sequences, reused before malloc */
+    int n_free;            /* blocks on free_list (at most KV_FREE_KEEP) */
     pthread_mutex_t lock;  /* sequences may be created/destroyed on other threads than eval */
 };
 
