@@ -9,6 +9,7 @@
 #include "kv.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 #include "model_internal.h"
 
@@ -156,6 +157,9 @@ attnd_status kv_reserve(kv_seq *const *seqs, int n, attnd_err *err) {
             } else {
                 b = aligned_alloc(64, KV_BLOCK_HEADER + p->block_bytes);
                 if (!b) goto nomem;
+                /* Attention reads whole key tiles, also past a sequence's last position (those
+                 * scores are ignored); zeroing keeps those reads defined. */
+                memset(b, 0, KV_BLOCK_HEADER + p->block_bytes);
             }
             s->blocks[s->n_blocks++] = b;
             p->used += p->block_bytes;

@@ -28,15 +28,23 @@ Test(attn_ops, vector_and_portable_versions_agree) {
     for (int j = 0; j < KV_BLOCK; j++)
         for (int i = 0; i < HD; i++) KT[i * KV_BLOCK + j] = K[j * HD + i];
     float s_v[KV_BLOCK], s_p[KV_BLOCK], st_v[KV_BLOCK], st_p[KV_BLOCK], a_v[HD] = {0}, a_p[HD] = {0};
-    float e_v[KV_BLOCK], e_p[KV_BLOCK];
+    float naive[KV_BLOCK];
+    for (int j = 0; j < KV_BLOCK; j++) {
+        double d = 0;
+        for (int i = 0; i < HD; i++) d += (double)q[i] * K[j * HD + i];
+        naive[j] = (float)(d * 0.3);
+    }
+    float e_v[KV_BLOCK], e_p[KV_BLOCK], m_v[3], m_p[3];
     uint16_t h_v[HD], h_p[HD];
     float f_v[HD], f_p[HD];
     for (int pass = 0; pass < 2; pass++) {
         bool simd = pass == 0;
         attn_ops_select(simd);
-        attn_scores(simd ? s_v : s_p, q, K, HD, CNT, HD, 0.3f);
-        attn_scores_t(simd ? st_v : st_p, q, KT, HD, 0.3f);
+        attn_scores_t(simd ? s_v : s_p, q, KT, CNT, HD, 0.3f);           /* a short tile */
+        attn_scores_t(simd ? st_v : st_p, q, KT, KV_BLOCK, HD, 0.3f);    /* a full tile */
         attn_accum(simd ? a_v : a_p, p, V, HD, CNT, 32); /* 32 of 40 columns: stride != width */
+        float *mx = simd ? m_v : m_p;
+        mx[0] = attn_max(naive, 1), mx[1] = attn_max(naive, CNT), mx[2] = attn_max(naive, 7);
         float *e = simd ? e_v : e_p;
         for (int j = 0; j < CNT; j++) e[j] = -(float)j * 0.7f;
         float sum = attn_exp_sum(e, CNT, 0.5f);
@@ -45,13 +53,22 @@ Test(attn_ops, vector_and_portable_versions_agree) {
         attn_f16_row(simd ? f_v : f_p, simd ? h_v : h_p, HD);
     }
     attn_ops_select(true);
-    for (int j = 0; j < CNT; j++) cr_assert_lt(rel_err(s_v[j], s_p[j]), 1e-5f, "score %d", j);
-    for (int j = 0; j < KV_BLOCK; j++) cr_assert_lt(rel_err(st_v[j], st_p[j]), 1e-5f, "transposed score %d", j);
-    for (int j = 0; j < CNT; j++) cr_assert_lt(fabsf(s_v[j] - st_v[j]), 1e-5f, "row and column scores %d", j);
+    for (int j = 0; j < CNT; j++) cr_assert_lt(fabsf(s_v[j] - naive[j]), 1e-5f, "short-tile score %d", j);
+    for (int j = 0; j < CNT; j++) cr_assert_lt(fabsf(s_p[j] - naive[j]), 1e-5f, "portable short-tile score %d", j);
+    for (int j = 0; j < KV_BLOCK; j++) cr_assert_lt(fabsf(st_v[j] - naive[j]), 1e-5f, "full-tile score %d", j);
+    for (int j = 0; j < KV_BLOCK; j++) cr_assert_lt(fabsf(st_p[j] - naive[j]), 1e-5f, "portable full-tile score %d", j);
     for (int i = 0; i < 32; i++) cr_assert_lt(fabsf(a_v[i] - a_p[i]), 1e-4f, "accum %d", i);
     for (int i = 32; i < HD; i++) cr_assert_eq(a_v[i], 0.0f, "accum wrote past hd");
     for (int j = 0; j <= CNT; j++) cr_assert_lt(rel_err(e_v[j], e_p[j]), 1e-6f, "exp %d: %g vs %g", j, e_v[j], e_p[j]);
     cr_assert_eq(memcmp(h_v, h_p, sizeof(h_v)), 0, "F16 rounding differs");
+    float want_max = naive[0], want_max7 = naive[0];
+    for (int j = 1; j < CNT; j++) want_max = fmaxf(want_max, naive[j]);
+    for (int j = 1; j < 7; j++) want_max7 = fmaxf(want_max7, naive[j]);
+    cr_assert_eq(m_v[0], naive[0]);
+    cr_assert_eq(m_v[1], want_max);
+    cr_assert_eq(m_p[1], want_max);
+    cr_assert_eq(m_v[2], want_max7);
+    cr_assert_eq(m_p[2], want_max7);
     cr_assert_eq(memcmp(f_v, f_p, sizeof(f_v)), 0, "F16 widening differs");
 }
 
