@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 int cmd_info(int argc, char **argv);
+int cmd_serve(int argc, char **argv);
 int cmd_convert_llama2c(int argc, char **argv);
 int cmd_generate(int argc, char **argv);
 int cmd_score(int argc, char **argv);

@@ -15,6 +15,7 @@ typedef struct command {
 
 static const command COMMANDS[] = {
     {"info", cmd_info, "describe a GGUF model file (architecture, sizes, tensors)"},
+    {"serve", cmd_serve, "serve the OpenAI-compatible HTTP API (completions, chat, sessions)"},
     {"convert-llama2c", cmd_convert_llama2c, "convert a llama2.c checkpoint + tokenizer.bin to GGUF"},
     {"generate", cmd_generate, "generate a continuation of a prompt"},
     {"score", cmd_score, "teacher-forced argmax and log-probabilities of a token sequence"},

@@ -585,6 +585,8 @@ static int32_t pick(sampler *s, const float *logits) {
     /* Temperature and the draw: one random number per sample, whatever survived. */
     double u = rng_uniform(&s->rng);
     if (n == 1) return c[0].id;
+    /* A temperature so small that 1/T overflows is the limit T -> 0: the best survivor. */
+    if (!(1.0f / p->temperature < INFINITY)) return c[argmax(c, n)].id;
     double sum = exp_shifted(c, n, max, 1.0f / p->temperature);
     double target = u * sum, cum = 0;
     int last = 0;

@@ -458,8 +458,12 @@ Test(quant, matmul_many_tokens_matches_float64_reference) {
 }
 
 Test(quant, matmul_large_enough_to_run_parallel_matches_reference) {
-    /* > the parallel threshold at n_tok 1, odd rows so the last chunk is partial */
-    for (size_t i = 0; i < sizeof ALL_TYPES / sizeof *ALL_TYPES; i++) matmul_case(ALL_TYPES[i], 301, cols_for(ALL_TYPES[i]), 1, 0);
+    /* above quant.c's parallel threshold (2^17 multiply-adds) at n_tok 1, odd rows so the last
+     * chunk is partial */
+    for (size_t i = 0; i < sizeof ALL_TYPES / sizeof *ALL_TYPES; i++) {
+        int64_t cols = cols_for(ALL_TYPES[i]);
+        matmul_case(ALL_TYPES[i], ((1 << 17) / cols + 40) | 1, cols, 1, 0);
+    }
     matmul_case(GGML_TYPE_Q4_K, 131, 256, 3, 0);
 }
 
@@ -622,4 +626,106 @@ Test(quant, simd_activation_quantization_is_bit_identical_to_portable) {
 #endif
         }
     }
+}
+
+// ---- vector primitives -------------------------------------------------------------------------
+
+Test(quant, dot_rows_and_axpy_rows_match_float64_for_every_isa) {
+    const int hds[] = {32, 45, 64, 128};
+    enum { N = 37, MAXHD = 128, STRIDE = 140 };
+    static float K[N * STRIDE], q[MAXHD], p[N], scores[N], acc[MAXHD], acc0[MAXHD];
+    for (int i = 0; i < N * STRIDE; i++) K[i] = rndf();
+    for (int i = 0; i < MAXHD; i++) q[i] = rndf();
+    for (int j = 0; j < N; j++) p[j] = fabsf(rndf());
+    for (int i = 0; i < MAXHD; i++) acc0[i] = rndf();
+    quant_isa saved = quant_isa_active();
+    for (int isa = QUANT_ISA_PORTABLE; isa <= (int)quant_isa_best(); isa++) {
+        quant_isa_force((quant_isa)isa);
+        for (size_t h = 0; h < sizeof hds / sizeof *hds; h++) {
+            int hd = hds[h];
+            quant_dot_rows(scores, q, K, STRIDE, N, hd, 0.125f);
+            memcpy(acc, acc0, sizeof acc);
+            quant_axpy_rows(acc, p, K, STRIDE, N, hd);
+            for (int j = 0; j < N; j++) {
+                double ref = 0, mag = 0;
+                for (int i = 0; i < hd; i++) {
+                    ref += (double)q[i] * K[j * STRIDE + i];
+                    mag += fabs((double)q[i] * K[j * STRIDE + i]);
+                }
+                cr_assert(fabs(scores[j] - 0.125 * ref) <= 1e-6 * mag + 1e-7, "%s hd %d score %d: %g vs %g",
+                          quant_isa_name((quant_isa)isa), hd, j, scores[j], 0.125 * ref);
+            }
+            for (int i = 0; i < MAXHD; i++) {
+                double ref = acc0[i], mag = fabs(acc0[i]);
+                if (i < hd)
+                    for (int j = 0; j < N; j++) {
+                        ref += (double)p[j] * K[j * STRIDE + i];
+                        mag += fabs((double)p[j] * K[j * STRIDE + i]);
+                    }
+                cr_assert(fabs(acc[i] - ref) <= 1e-6 * mag + 1e-7, "%s hd %d acc[%d]: %g vs %g (columns past hd untouched)",
+                          quant_isa_name((quant_isa)isa), hd, i, acc[i], ref);
+            }
+        }
+    }
+    quant_isa_force(saved);
+}
+
+/* Distance in units in the last place between two finite floats of the same sign. */
+static double ulps(float got, double want) {
+    double u = want == 0 ? 0x1p-149 : fmax(0x1p-149, ldexp(1.0, ilogb(want) - 23));
+    return fabs(got - want) / u;
+}
+
+Test(quant, exp_is_within_two_ulp_and_handles_specials_for_every_isa) {
+    enum { N = 20000 };
+    static float x[N], y[N];
+    const float special[] = {0.0f, -0.0f, 1.0f, -1.0f, 88.0f, 88.5f, 88.72f, 88.73f, 89.0f, 1000.0f, -87.0f,
+                             -87.5f, -100.0f, -103.0f, -104.0f, -1000.0f, 1e-10f, -1e-10f, INFINITY, -INFINITY, NAN};
+    const int ns = (int)(sizeof special / sizeof *special);
+    for (int i = 0; i < N; i++) x[i] = i < ns ? special[i] : (i % 2 ? rndf() * 100.0f : rndf() * 10.0f);
+    /* the edges of the vector path's range, all in one 8-lane group so it takes that path */
+    const float edge[8] = {88.0f, -87.0f, 87.99f, -86.99f, -0.0f, 1e-10f, 0.34657359f, -0.34657359f};
+    memcpy(x + 24, edge, sizeof edge);
+    quant_isa saved = quant_isa_active();
+    for (int isa = QUANT_ISA_PORTABLE; isa <= (int)quant_isa_best(); isa++) {
+        quant_isa_force((quant_isa)isa);
+        quant_exp(y, x, N);
+        for (int i = 0; i < N; i++) {
+            double want = exp((double)x[i]);
+            if (isnan(x[i])) cr_assert(isnan(y[i]), "%s exp(nan)", quant_isa_name((quant_isa)isa));
+            else if (want > 3.4028234663852886e38) cr_assert(isinf(y[i]) && y[i] > 0, "%s exp(%g) = %g", quant_isa_name((quant_isa)isa), x[i], y[i]);
+            else cr_assert(ulps(y[i], want) <= 2.0, "%s exp(%.9g) = %.9g, want %.9g (%.2f ulp)",
+                           quant_isa_name((quant_isa)isa), x[i], y[i], want, ulps(y[i], want));
+        }
+        /* in place */
+        float z[9] = {0, 1, 2, 3, 4, 5, 6, 7, -2};
+        quant_exp(z, z, 9);
+        cr_assert(z[0] == 1.0f && fabs(z[8] - exp(-2.0)) < 1e-7);
+    }
+    quant_isa_force(saved);
+}
+
+Test(quant, f16_row_conversions_match_scalar_for_every_isa) {
+    enum { N = 65536 + 7 };
+    static uint16_t h[N], h2[N];
+    static float f[N], g[N];
+    for (int i = 0; i < N; i++) h[i] = (uint16_t)i;
+    for (int i = 0; i < N; i++) g[i] = i % 3 ? bits_f32(rnd() << 1 ^ rnd()) : rndf() * 70000.0f;
+    quant_isa saved = quant_isa_active();
+    for (int isa = QUANT_ISA_PORTABLE; isa <= (int)quant_isa_best(); isa++) {
+        quant_isa_force((quant_isa)isa);
+        quant_f16_to_f32_row(f, h, N);
+        for (int i = 0; i < N; i++) {
+            float want = quant_f16_to_f32(h[i]);
+            if (isnan(want)) cr_assert(isnan(f[i]));
+            else cr_assert_eq(f32_bits(f[i]), f32_bits(want), "%s half %04x", quant_isa_name((quant_isa)isa), h[i]);
+        }
+        quant_f32_to_f16_row(h2, g, N);
+        for (int i = 0; i < N; i++) {
+            uint16_t want = quant_f32_to_f16(g[i]);
+            if (isnan(g[i])) cr_assert((h2[i] & 0x7C00) == 0x7C00 && (h2[i] & 0x3FF));
+            else cr_assert_eq(h2[i], want, "%s %a: %04x vs %04x", quant_isa_name((quant_isa)isa), g[i], h2[i], want);
+        }
+    }
+    quant_isa_force(saved);
 }

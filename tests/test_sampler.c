@@ -238,6 +238,21 @@ Test(sampler, top_k_one_is_argmax_at_any_temperature) {
     }
 }
 
+Test(sampler, a_vanishing_temperature_is_argmax) {
+    enum { V = 300 };
+    float l[V];
+    const float temps[] = {1e-45f, 1e-30f, 1e-8f};
+    for (size_t t = 0; t < ATTND_ARRAY_LEN(temps); t++) {
+        sampler_params p = plain(temps[t], 4);
+        sampler *s = make(&p, V);
+        for (int r = 0; r < 50; r++) {
+            random_logits(l, V, 3);
+            cr_assert_eq(sampler_sample(s, l), ref_argmax(l, V), "temperature %g", temps[t]);
+        }
+        sampler_destroy(s);
+    }
+}
+
 Test(sampler, the_logits_are_not_modified) {
     float l[5] = {1, 2, 3, 4, 5}, copy[5];
     memcpy(copy, l, sizeof(l));
@@ -402,14 +417,14 @@ Test(sampler, top_p_and_top_k_on_a_large_vocabulary_match_a_full_sort) {
         p.top_p = cases[c].p;
         sampler *s = make(&p, V);
         int hits = 0;
-        for (int i = 0; i < 2000; i++) {
+        for (int i = 0; i < 400; i++) {
             int32_t id = sampler_sample(s, l);
             /* Rounding in the cumulative sum may move the edge by one token. */
             bool edge = (keep < n && id == order[keep]) || (keep > 1 && id == order[keep - 1]);
             cr_assert(allowed[id] || edge, "case %zu: id %d outside the nucleus of %d", c, id, keep);
             hits += allowed[id];
         }
-        cr_assert_gt(hits, 1990);
+        cr_assert_gt(hits, 395);
         sampler_destroy(s);
     }
 }
@@ -455,13 +470,13 @@ Test(sampler, typical_p_on_a_large_vocabulary_matches_the_definition) {
     p.typical_p = 0.3f;
     sampler *s = make(&p, V);
     int hits = 0;
-    for (int i = 0; i < 2000; i++) {
+    for (int i = 0; i < 400; i++) {
         int32_t id = sampler_sample(s, l);
         bool edge = id == order[keep] || id == order[keep - 1];
         cr_assert(allowed[id] || edge, "id %d outside the typical set of %d", id, keep);
         hits += allowed[id];
     }
-    cr_assert_gt(hits, 1990);
+    cr_assert_gt(hits, 395);
     cr_assert_lt(keep, V / 2, "the test should cut a real part of the vocabulary (kept %d)", keep);
     sampler_destroy(s);
 }

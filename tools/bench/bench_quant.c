@@ -15,9 +15,13 @@
 #include "attnd/gguf.h"
 #include "quant.h"
 
+/* With one thread, the process's CPU time: on a shared machine it leaves out the time other
+ * processes hold the core (cache pollution still shows). With more, wall-clock time. */
+static int g_cpu_clock = 1;
+
 static double now_s(void) {
     struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
+    clock_gettime(g_cpu_clock ? CLOCK_PROCESS_CPUTIME_ID : CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
@@ -131,6 +135,37 @@ static double model_stream_s(uint32_t attn_t, uint32_t down_t, int n_threads, in
     return best;
 }
 
+/* ns per element of the vector primitives, per ISA (attention over 256 keys of head size 32). */
+static void bench_primitives(void) {
+    enum { NK = 256, HD = 32, NE = 4096 };
+    static float K[NK * HD], q[HD], sc[NK], acc[HD], x[NE], y[NE];
+    static uint16_t h[NE];
+    for (int i = 0; i < NK * HD; i++) K[i] = (float)(rnd() % 2001) / 1000.f - 1.f;
+    for (int i = 0; i < HD; i++) q[i] = K[i];
+    for (int i = 0; i < NE; i++) x[i] = (float)(rnd() % 20001) / 1000.f - 10.f;
+    printf("\nvector primitives (ns per key or element):\n");
+    for (int isa = QUANT_ISA_PORTABLE; isa <= (int)quant_isa_best(); isa++) {
+        quant_isa_force((quant_isa)isa);
+        double best[4] = {1e30, 1e30, 1e30, 1e30};
+        for (int b = 0; b < 7; b++) {
+            double t0 = now_s();
+            for (int r = 0; r < 200; r++) quant_dot_rows(sc, q, K, HD, NK, HD, 0.1f);
+            double t1 = now_s();
+            for (int r = 0; r < 200; r++) quant_axpy_rows(acc, sc, K, HD, NK, HD);
+            double t2 = now_s();
+            for (int r = 0; r < 50; r++) quant_exp(y, x, NE);
+            double t3 = now_s();
+            for (int r = 0; r < 50; r++) quant_f32_to_f16_row(h, x, NE);
+            double t4 = now_s();
+            double t[4] = {(t1 - t0) / 200 / NK, (t2 - t1) / 200 / NK, (t3 - t2) / 50 / NE, (t4 - t3) / 50 / NE};
+            for (int k = 0; k < 4; k++)
+                if (t[k] < best[k]) best[k] = t[k];
+        }
+        printf("  %-8s dot_rows(hd %d) %6.2f   axpy_rows(hd %d) %6.2f   exp %6.2f   f32->f16 %6.2f\n",
+               quant_isa_name((quant_isa)isa), HD, best[0] * 1e9, HD, best[1] * 1e9, best[2] * 1e9, best[3] * 1e9);
+    }
+}
+
 int main(int argc, char **argv) {
     int n_threads = argc > 1 ? atoi(argv[1]) : 1;
     int n_tok = argc > 2 ? atoi(argv[2]) : 1;
@@ -139,8 +174,10 @@ int main(int argc, char **argv) {
         fprintf(stderr, "usage: bench_quant [n_threads >= 1] [n_tok >= 1] [models]\n");
         return 2;
     }
+    g_cpu_clock = n_threads == 1;
     quant_isa best = quant_isa_best();
-    printf("threads %d, n_tok %d, best isa %s\n\n", n_threads, n_tok, quant_isa_name(best));
+    printf("threads %d, n_tok %d, best isa %s, timing by %s\n\n", n_threads, n_tok, quant_isa_name(best),
+           g_cpu_clock ? "process CPU time" : "wall clock");
     printf("%-5s %-9s %10s %10s %9s %9s %9s\n", "type", "shape", "isa", "us/call", "ns/row", "GFLOP/s", "vs port.");
     const int64_t shapes[][2] = {{256, 256}, {768, 256}, {256, 768}, {1024, 256}};
     for (size_t ti = 0; ti < (only_models ? 0 : sizeof TYPES / sizeof *TYPES); ti++) {
@@ -167,6 +204,7 @@ int main(int argc, char **argv) {
         printf("  %-8s rand-Q8_0 %8.1f us (%6.0f steps/s)   rand-Q4_K %8.1f us (%6.0f steps/s)\n",
                quant_isa_name((quant_isa)isa), q8 * 1e6, 1 / q8, q4k * 1e6, 1 / q4k);
     }
+    bench_primitives();
     printf("\nthe same with each layer's weights in separate buffers (streamed, as in a model):\n");
     for (int isa = QUANT_ISA_PORTABLE; isa <= (int)best; isa++) {
         quant_isa_force((quant_isa)isa);
