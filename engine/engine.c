@@ -260,9 +260,9 @@ static void kv_store(engine *e, const batch_entry *entries, int n, int layer) {
             memcpy(vd, vr, sizeof(float) * (size_t)KV);
         } else {
             uint16_t *kc = (uint16_t *)kd + slot;
-            attn_f16_store(e->k16, kr, KV);
+            quant_f32_to_f16_row(e->k16, kr, KV);
             for (int i = 0; i < KV; i++) kc[(size_t)i * KV_BLOCK] = e->k16[i];
-            attn_f16_store(vd, vr, KV);
+            quant_f32_to_f16_row(vd, vr, KV);
         }
     }
 }
@@ -273,7 +273,7 @@ static const float *k_tile(const kv_seq *s, int layer, int b, int g, int hd, flo
     const kv_pool *p = s->pool;
     size_t off = (size_t)g * hd * KV_BLOCK;
     if (p->type == KV_F32) return (const float *)kv_k_block(s, layer, b) + off;
-    attn_f16_row(buf, (const uint16_t *)kv_k_block(s, layer, b) + off, hd * KV_BLOCK);
+    quant_f16_to_f32_row(buf, (const uint16_t *)kv_k_block(s, layer, b) + off, (int64_t)hd * KV_BLOCK);
     return buf;
 }
 
@@ -287,7 +287,7 @@ static const float *v_tile(const kv_seq *s, int layer, int base, int cnt, int g,
         return (const float *)kv_v_row(s, layer, base) + (size_t)g * hd;
     }
     const uint16_t *src = (const uint16_t *)kv_v_row(s, layer, base) + (size_t)g * hd;
-    for (int j = 0; j < cnt; j++) attn_f16_row(buf + (size_t)j * hd, src + (size_t)j * p->kv_dim, hd);
+    for (int j = 0; j < cnt; j++) quant_f16_to_f32_row(buf + (size_t)j * hd, src + (size_t)j * p->kv_dim, hd);
     *stride = hd;
     return buf;
 }
@@ -334,7 +334,7 @@ static void attend(const engine *e, attn_slot *sl, const batch_entry *entries, q
                     sl->run_max[k] = tile_max;
                 }
                 sl->run_sum[k] += attn_exp_sum(sl->scores, cnt, sl->run_max[k]);
-                attn_accum(acc, sl->scores, V, (size_t)vs, cnt, hd);
+                quant_axpy_rows(acc, sl->scores, V, vs, cnt, hd);
             }
         }
     }
