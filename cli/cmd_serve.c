@@ -1,0 +1,100 @@
+/*
+ * cmd_serve.c — `attnd serve`: settings from flags/env/config file (server/config.c), systemd
+ * notifications (server/sdnotify.c) wired to the server's hooks, then serve until SIGINT or
+ * SIGTERM and shut down gracefully (exit 0).
+ *
+ * Signals are blocked in every thread before any is created and taken synchronously with
+ * sigwait() here, so no async-signal handler races with the server's threads.
+ */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "commands.h"
+#include "../server/config.h"
+#include "../server/sdnotify.h"
+#include "../server/server.h"
+#include "../server/slog.h"
+
+static void hook_ready(void *u) { sdnotify_ready(u); }
+static void hook_status(void *u, const char *s) { sdnotify_status(u, s); }
+static void hook_watchdog(void *u) { sdnotify_watchdog(u); }
+static void hook_stopping(void *u) { sdnotify_stopping(u); }
+
+int cmd_serve(int argc, char **argv) {
+    server_settings st;
+    config *cfg = NULL;
+    attnd_err err;
+    if (config_load(&cfg, &st, argc, argv, NULL, &err) != ATTND_OK) {
+        fprintf(stderr, "attnd serve: %s\nTry 'attnd serve --help'.\n", err.msg);
+        return 2;
+    }
+    if (config_wants_help(cfg)) {
+        fputs("usage: attnd serve [--model PATH] [--host 127.0.0.1] [--port 8080] [--threads N] [--config FILE] ...\n\n",
+              stdout);
+        config_usage(stdout);
+        config_destroy(cfg);
+        return 0;
+    }
+    char *dflt = NULL;
+    if (!st.model_path || !*st.model_path) {
+        dflt = cli_default_model_path();
+        if (dflt && config_set_default(cfg, &st, "model", dflt, "default model", &err) != ATTND_OK) {
+            fprintf(stderr, "attnd serve: %s\n", err.msg);
+            free(dflt);
+            config_destroy(cfg);
+            return 2;
+        }
+    }
+    if (config_wants_print(cfg)) {
+        config_print(cfg, &st, stdout);
+        free(dflt);
+        config_destroy(cfg);
+        return 0;
+    }
+    if (!st.model_path || !*st.model_path) {
+        fprintf(stderr, "attnd serve: no --model given and no default model found\n");
+        config_destroy(cfg);
+        return 2;
+    }
+    slog_set_level(st.log_level);
+
+    sdnotify *notify = NULL;
+    if (sdnotify_create_from_env(&notify, &err) != ATTND_OK) slog_warn("systemd notify disabled: %s", err.msg);
+    st.hooks = (server_hooks){hook_ready, hook_status, hook_watchdog, hook_stopping, notify};
+    uint64_t wd = sdnotify_watchdog_interval_usec(notify);
+    if (wd && (uint64_t)st.watchdog_interval_ms * 1000 > wd) st.watchdog_interval_ms = (int)(wd / 1000);
+
+    /* before any thread exists: every thread inherits the blocked mask */
+    sigset_t sigs;
+    sigemptyset(&sigs);
+    sigaddset(&sigs, SIGINT);
+    sigaddset(&sigs, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &sigs, NULL);
+    signal(SIGPIPE, SIG_IGN);
+
+    int rc = 1;
+    server *srv = NULL;
+    if (server_create(&srv, &st, &err) != ATTND_OK) {
+        slog_error("%s", err.msg);
+        goto out;
+    }
+    slog_info("listening on http://%s%s%s:%d", strchr(st.host, ':') ? "[" : "", st.host,
+              strchr(st.host, ':') ? "]" : "", server_port(srv));
+    if (server_load(srv, &err) != ATTND_OK) {
+        slog_error("cannot load %s: %s", st.model_path, err.msg);
+        goto out;
+    }
+    int sig = 0;
+    sigwait(&sigs, &sig);
+    slog_info("%s received; shutting down", sig == SIGINT ? "SIGINT" : "SIGTERM");
+    server_shutdown(srv);
+    rc = 0;
+out:
+    server_destroy(srv);
+    sdnotify_destroy(notify);
+    free(dflt);
+    config_destroy(cfg);
+    return rc;
+}

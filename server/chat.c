@@ -1,0 +1,175 @@
+/*
+ * chat.c — recognising and rendering the common chat-template families (see chat.h).
+ *
+ * The layouts follow each family's published template (as found in the models' GGUF
+ * tokenizer.chat_template): where a family has no system role (Mistral, Gemma) the system text
+ * is prepended to the first user message, as those templates do.
+ */
+#include "chat.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+static const char *NAMES[CHAT_FAMILY_COUNT] = {"chatml", "llama2", "llama3", "mistral", "zephyr", "gemma", "phi3"};
+
+const char *chat_family_name(chat_family f) { return (unsigned)f < CHAT_FAMILY_COUNT ? NAMES[f] : "?"; }
+
+attnd_status chat_family_from_name(const char *name, chat_family *out, attnd_err *err) {
+    for (int i = 0; i < CHAT_FAMILY_COUNT; i++)
+        if (name && !strcasecmp(name, NAMES[i])) {
+            *out = (chat_family)i;
+            return ATTND_OK;
+        }
+    return attnd_fail(err, ATTND_ERR_NOT_FOUND,
+                      "unknown chat template '%s' (known: chatml, llama2, llama3, mistral, zephyr, gemma, phi3)",
+                      name ? name : "(null)");
+}
+
+bool chat_detect(const char *t, chat_family *out) {
+    *out = CHAT_CHATML;
+    if (!t || !*t) return false;
+    /* Order matters: more specific markers first (Phi-3 and Zephyr share <|user|>). */
+    if (strstr(t, "<|start_header_id|>")) *out = CHAT_LLAMA3;
+    else if (strstr(t, "<|im_start|>")) *out = CHAT_CHATML;
+    else if (strstr(t, "<start_of_turn>")) *out = CHAT_GEMMA;
+    else if (strstr(t, "<|user|>") && strstr(t, "<|end|>")) *out = CHAT_PHI3;
+    else if (strstr(t, "<|user|>")) *out = CHAT_ZEPHYR;
+    else if (strstr(t, "[INST]") && strstr(t, "<<SYS>>")) *out = CHAT_LLAMA2;
+    else if (strstr(t, "[INST]")) *out = CHAT_MISTRAL;
+    else return false;
+    return true;
+}
+
+// ---- a growable string --------------------------------------------------------------------
+
+typedef struct sbuf {
+    char *p;
+    size_t len, cap;
+    bool oom;
+} sbuf;
+
+static void sb_put(sbuf *b, const char *s, size_t n) {
+    if (b->oom) return;
+    if (b->len + n + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap : 256;
+        while (cap < b->len + n + 1) cap *= 2;
+        char *g = realloc(b->p, cap);
+        if (!g) {
+            b->oom = true;
+            return;
+        }
+        b->p = g;
+        b->cap = cap;
+    }
+    memcpy(b->p + b->len, s, n);
+    b->len += n;
+    b->p[b->len] = '\0';
+}
+
+static void sb_cat(sbuf *b, int n, ...) {
+    va_list ap;
+    va_start(ap, n);
+    for (int i = 0; i < n; i++) {
+        const char *s = va_arg(ap, const char *);
+        sb_put(b, s, strlen(s));
+    }
+    va_end(ap);
+}
+
+// ---- rendering ----------------------------------------------------------------------------
+
+enum { R_SYSTEM, R_USER, R_ASSISTANT };
+
+static int role_of(const char *r) {
+    if (!r) return -1;
+    if (!strcmp(r, "system") || !strcmp(r, "developer")) return R_SYSTEM;
+    if (!strcmp(r, "user")) return R_USER;
+    if (!strcmp(r, "assistant")) return R_ASSISTANT;
+    return -1;
+}
+
+attnd_status chat_render(chat_family f, const chat_msg *msgs, size_t n, char **out, attnd_err *err) {
+    *out = NULL;
+    if (n == 0) return attnd_fail(err, ATTND_ERR_INVALID, "'messages' must not be empty");
+    for (size_t i = 0; i < n; i++)
+        if (role_of(msgs[i].role) < 0)
+            return attnd_fail(err, ATTND_ERR_INVALID,
+                              "messages[%zu].role: '%s' is not one of system, user, assistant", i,
+                              msgs[i].role ? msgs[i].role : "(null)");
+    sbuf b = {0};
+    const char *pending_sys = NULL; /* families without a system role merge it into the next user turn */
+    for (size_t i = 0; i < n; i++) {
+        int r = role_of(msgs[i].role);
+        const char *c = msgs[i].content ? msgs[i].content : "";
+        switch (f) {
+        case CHAT_CHATML:
+            sb_cat(&b, 5, "<|im_start|>", r == R_SYSTEM ? "system" : r == R_USER ? "user" : "assistant", "\n", c,
+                   "<|im_end|>\n");
+            break;
+        case CHAT_LLAMA3:
+            sb_cat(&b, 5, "<|start_header_id|>", r == R_SYSTEM ? "system" : r == R_USER ? "user" : "assistant",
+                   "<|end_header_id|>\n\n", c, "<|eot_id|>");
+            break;
+        case CHAT_ZEPHYR:
+        case CHAT_PHI3: {
+            const char *end = f == CHAT_PHI3 ? "<|end|>\n" : "</s>\n";
+            sb_cat(&b, 4, r == R_SYSTEM ? "<|system|>\n" : r == R_USER ? "<|user|>\n" : "<|assistant|>\n", c, end, "");
+            break;
+        }
+        case CHAT_GEMMA:
+            if (r == R_SYSTEM) {
+                pending_sys = c;
+                break;
+            }
+            sb_cat(&b, 3, "<start_of_turn>", r == R_USER ? "user" : "model", "\n");
+            if (r == R_USER && pending_sys) {
+                sb_cat(&b, 2, pending_sys, "\n\n");
+                pending_sys = NULL;
+            }
+            sb_cat(&b, 2, c, "<end_of_turn>\n");
+            break;
+        case CHAT_LLAMA2:
+        case CHAT_MISTRAL:
+            if (r == R_SYSTEM) {
+                pending_sys = c;
+                break;
+            }
+            if (r == R_USER) {
+                /* every user turn but the first opens a new <s>: the first BOS comes from the tokenizer */
+                if (b.len) sb_cat(&b, 1, "<s>");
+                sb_cat(&b, 1, "[INST] ");
+                if (pending_sys) {
+                    if (f == CHAT_LLAMA2) sb_cat(&b, 3, "<<SYS>>\n", pending_sys, "\n<</SYS>>\n\n");
+                    else sb_cat(&b, 2, pending_sys, "\n\n");
+                    pending_sys = NULL;
+                }
+                sb_cat(&b, 2, c, " [/INST]");
+            } else {
+                sb_cat(&b, 3, f == CHAT_LLAMA2 ? " " : "", c, "</s>");
+            }
+            break;
+        default:
+            free(b.p);
+            return attnd_fail(err, ATTND_ERR_INVALID, "unknown chat family %d", (int)f);
+        }
+    }
+    /* the opening of the assistant's turn */
+    switch (f) {
+    case CHAT_CHATML: sb_cat(&b, 1, "<|im_start|>assistant\n"); break;
+    case CHAT_LLAMA3: sb_cat(&b, 1, "<|start_header_id|>assistant<|end_header_id|>\n\n"); break;
+    case CHAT_ZEPHYR:
+    case CHAT_PHI3: sb_cat(&b, 1, "<|assistant|>\n"); break;
+    case CHAT_GEMMA: sb_cat(&b, 1, "<start_of_turn>model\n"); break;
+    default: break; /* Llama 2 / Mistral: the model answers right after [/INST] */
+    }
+    if (!b.p) sb_put(&b, "", 0); /* e.g. only a system message under Llama 2 */
+    if (b.oom || !b.p) {
+        free(b.p);
+        return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory rendering the chat prompt");
+    }
+    *out = b.p;
+    return ATTND_OK;
+}

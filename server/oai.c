@@ -1,0 +1,386 @@
+/*
+ * oai.c — validating OpenAI-style request bodies and shaping error bodies (see oai.h).
+ * Strict: wrong types are refused (never coerced) and numbers are range-checked, because a
+ * silently ignored field makes a client believe it got what it asked for.
+ */
+#include "oai.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+
+#define MAX_STOPS 16
+#define MAX_STOP_LEN 256
+#define MAX_BIAS 1024
+
+static attnd_status bad(const char **param, const char *name, attnd_err *err, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static attnd_status bad(const char **param, const char *name, attnd_err *err, const char *fmt, ...) {
+    *param = name;
+    if (err) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err->msg, sizeof(err->msg), fmt, ap);
+        va_end(ap);
+    }
+    return ATTND_ERR_INVALID;
+}
+
+/* A field that is absent or JSON null counts as not given. */
+static const json_t *field(const json_t *body, const char *name) {
+    const json_t *v = json_object_get(body, name);
+    return json_is_null(v) ? NULL : v;
+}
+
+static attnd_status get_num(const json_t *body, const char *name, double lo, double hi, float *out,
+                            const char **param, attnd_err *err) {
+    const json_t *v = field(body, name);
+    if (!v) return ATTND_OK;
+    if (!json_is_number(v)) return bad(param, name, err, "'%s' must be a number", name);
+    double d = json_number_value(v);
+    if (!isfinite(d) || d < lo || d > hi) return bad(param, name, err, "'%s' must be between %g and %g", name, lo, hi);
+    *out = (float)d;
+    return ATTND_OK;
+}
+
+static attnd_status get_int(const json_t *body, const char *name, long long lo, long long hi, int *out,
+                            const char **param, attnd_err *err) {
+    const json_t *v = field(body, name);
+    if (!v) return ATTND_OK;
+    if (!json_is_integer(v)) return bad(param, name, err, "'%s' must be an integer", name);
+    long long x = json_integer_value(v);
+    if (x < lo || x > hi) return bad(param, name, err, "'%s' must be between %lld and %lld", name, lo, hi);
+    *out = (int)x;
+    return ATTND_OK;
+}
+
+static attnd_status get_bool(const json_t *body, const char *name, bool *out, const char **param, attnd_err *err) {
+    const json_t *v = field(body, name);
+    if (!v) return ATTND_OK;
+    if (!json_is_boolean(v)) return bad(param, name, err, "'%s' must be a boolean", name);
+    *out = json_is_true(v);
+    return ATTND_OK;
+}
+
+static attnd_status parse_stop(const json_t *body, oai_request *r, const char **param, attnd_err *err) {
+    const json_t *v = field(body, "stop");
+    if (!v) return ATTND_OK;
+    size_t n = json_is_string(v) ? 1 : json_is_array(v) ? json_array_size(v) : (size_t)-1;
+    if (n == (size_t)-1) return bad(param, "stop", err, "'stop' must be a string or an array of strings");
+    if (n > MAX_STOPS) return bad(param, "stop", err, "'stop' has %zu entries; at most %d are allowed", n, MAX_STOPS);
+    r->stops = calloc(n ? n : 1, sizeof(char *));
+    if (!r->stops) return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory");
+    for (size_t i = 0; i < n; i++) {
+        const json_t *s = json_is_string(v) ? v : json_array_get(v, i);
+        if (!json_is_string(s)) return bad(param, "stop", err, "'stop[%zu]' must be a string", i);
+        size_t len = json_string_length(s);
+        if (len == 0) return bad(param, "stop", err, "'stop' strings must not be empty");
+        if (len > MAX_STOP_LEN) return bad(param, "stop", err, "'stop' strings may be at most %d bytes", MAX_STOP_LEN);
+        r->stops[i] = strdup(json_string_value(s));
+        if (!r->stops[i]) return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory");
+        r->n_stops++;
+    }
+    return ATTND_OK;
+}
+
+static attnd_status parse_bias(const json_t *body, int n_vocab, oai_request *r, const char **param, attnd_err *err) {
+    const json_t *v = field(body, "logit_bias");
+    if (!v) return ATTND_OK;
+    if (!json_is_object(v)) return bad(param, "logit_bias", err, "'logit_bias' must be an object of token id -> bias");
+    size_t n = json_object_size(v);
+    if (n > MAX_BIAS) return bad(param, "logit_bias", err, "'logit_bias' has more than %d entries", MAX_BIAS);
+    r->bias = calloc(n ? n : 1, sizeof(*r->bias));
+    if (!r->bias) return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory");
+    const char *key;
+    json_t *val;
+    json_object_foreach((json_t *)v, key, val) {
+        char *end;
+        long long id = strtoll(key, &end, 10);
+        if (end == key || *end || id < 0 || id >= n_vocab)
+            return bad(param, "logit_bias", err, "'logit_bias' key '%.32s' is not a token id below %d", key, n_vocab);
+        if (!json_is_number(val) || !isfinite(json_number_value(val)) || json_number_value(val) < -100 ||
+            json_number_value(val) > 100)
+            return bad(param, "logit_bias", err, "'logit_bias' values must be numbers between -100 and 100");
+        double b = json_number_value(val);
+        /* -100 means "never" in OpenAI's API */
+        r->bias[r->n_bias++] = (logit_bias){(int32_t)id, b <= -100 ? -INFINITY : (float)b};
+    }
+    r->sp.bias = r->bias;
+    r->sp.n_bias = r->n_bias;
+    return ATTND_OK;
+}
+
+/* A message's content: a string, or an array of {"type": "text", "text": ...} parts (joined). */
+static attnd_status parse_content(const json_t *c, size_t i, char **out, const char **param, attnd_err *err) {
+    if (!c || json_is_null(c)) {
+        *out = strdup("");
+    } else if (json_is_string(c)) {
+        *out = strdup(json_string_value(c));
+    } else if (json_is_array(c)) {
+        size_t total = 1;
+        for (size_t k = 0; k < json_array_size(c); k++) {
+            const json_t *part = json_array_get(c, k), *type = json_object_get(part, "type"),
+                         *text = json_object_get(part, "text");
+            if (!json_is_string(type) || strcmp(json_string_value(type), "text") || !json_is_string(text))
+                return bad(param, "messages", err, "messages[%zu].content[%zu]: only {\"type\": \"text\", \"text\": ...} parts are supported", i, k);
+            total += json_string_length(text);
+        }
+        *out = malloc(total);
+        if (*out) {
+            size_t o = 0;
+            for (size_t k = 0; k < json_array_size(c); k++) {
+                const json_t *text = json_object_get(json_array_get(c, k), "text");
+                memcpy(*out + o, json_string_value(text), json_string_length(text));
+                o += json_string_length(text);
+            }
+            (*out)[o] = '\0';
+        }
+    } else {
+        return bad(param, "messages", err, "messages[%zu].content must be a string or an array of text parts", i);
+    }
+    return *out ? ATTND_OK : attnd_fail(err, ATTND_ERR_NOMEM, "out of memory");
+}
+
+static attnd_status parse_messages(const json_t *body, oai_request *r, const char **param, attnd_err *err) {
+    const json_t *m = field(body, "messages");
+    if (!m) return bad(param, "messages", err, "'messages' is required");
+    if (!json_is_array(m) || json_array_size(m) == 0)
+        return bad(param, "messages", err, "'messages' must be a non-empty array");
+    size_t n = json_array_size(m);
+    r->msgs = calloc(n, sizeof(*r->msgs));
+    if (!r->msgs) return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory");
+    for (size_t i = 0; i < n; i++) {
+        const json_t *msg = json_array_get(m, i);
+        if (!json_is_object(msg)) return bad(param, "messages", err, "messages[%zu] must be an object", i);
+        const json_t *role = json_object_get(msg, "role");
+        if (!json_is_string(role)) return bad(param, "messages", err, "messages[%zu].role must be a string", i);
+        const char *rs = json_string_value(role);
+        if (strcmp(rs, "system") && strcmp(rs, "user") && strcmp(rs, "assistant") && strcmp(rs, "developer"))
+            return bad(param, "messages", err, "messages[%zu].role '%.32s' is not one of system, user, assistant", i, rs);
+        char *content = NULL;
+        attnd_status rc = parse_content(json_object_get(msg, "content"), i, &content, param, err);
+        if (rc != ATTND_OK) return rc;
+        r->msgs[i] = (chat_msg){rs, content};
+        r->n_msgs++;
+    }
+    return ATTND_OK;
+}
+
+static attnd_status parse_prompt(const json_t *body, int n_vocab, oai_request *r, const char **param,
+                                 attnd_err *err) {
+    const json_t *p = field(body, "prompt");
+    if (!p) return bad(param, "prompt", err, "'prompt' is required");
+    if (json_is_array(p) && json_array_size(p) == 1 &&
+        (json_is_string(json_array_get(p, 0)) || json_is_array(json_array_get(p, 0))))
+        p = json_array_get(p, 0); /* ["text"] or [[ids]]: one prompt in a list (lm-evaluation-harness) */
+    if (json_is_string(p)) {
+        r->prompt = json_string_value(p);
+        return ATTND_OK;
+    }
+    if (!json_is_array(p))
+        return bad(param, "prompt", err, "'prompt' must be a string or an array of token ids");
+    size_t n = json_array_size(p);
+    if (n == 0) return bad(param, "prompt", err, "'prompt' must not be an empty array");
+    if (json_is_array(json_array_get(p, 0)) || json_is_string(json_array_get(p, 0)))
+        return bad(param, "prompt", err, "only one prompt per request is supported");
+    r->prompt_ids = malloc(n * sizeof(int32_t));
+    if (!r->prompt_ids) return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory");
+    for (size_t i = 0; i < n; i++) {
+        const json_t *t = json_array_get(p, i);
+        if (!json_is_integer(t) || json_integer_value(t) < 0 || json_integer_value(t) >= n_vocab)
+            return bad(param, "prompt", err, "prompt[%zu] is not a token id in 0..%d", i, n_vocab - 1);
+        r->prompt_ids[i] = (int32_t)json_integer_value(t);
+    }
+    r->n_prompt_ids = (int)n;
+    return ATTND_OK;
+}
+
+attnd_status oai_parse(const json_t *body, bool chat, const server_settings *cfg, int n_vocab, oai_request *r,
+                       const char **param, attnd_err *err) {
+    memset(r, 0, sizeof(*r));
+    *param = NULL;
+    r->chat = chat;
+    r->max_tokens = -1;
+    r->logprobs = -1;
+    sampler_params_default(&r->sp);
+    r->sp.temperature = cfg->temperature;
+    r->sp.top_k = cfg->top_k;
+    r->sp.top_p = cfg->top_p;
+    r->sp.min_p = cfg->min_p;
+    r->sp.repeat_penalty = cfg->repeat_penalty;
+    r->sp.repeat_last_n = cfg->repeat_last_n;
+    if (getrandom(&r->sp.seed, sizeof(r->sp.seed), 0) != (ssize_t)sizeof(r->sp.seed)) r->sp.seed = (uint64_t)rand();
+    if (!json_is_object(body)) return bad(param, NULL, err, "the request body must be a JSON object");
+
+    attnd_status rc;
+    if ((rc = chat ? parse_messages(body, r, param, err) : parse_prompt(body, n_vocab, r, param, err)) != ATTND_OK)
+        return rc;
+    const json_t *model = field(body, "model");
+    if (model && !json_is_string(model)) return bad(param, "model", err, "'model' must be a string");
+    int n = 1;
+    if ((rc = get_int(body, "n", 1, 1000000, &n, param, err)) != ATTND_OK) return rc;
+    if (n != 1) return bad(param, "n", err, "only n = 1 is supported");
+    const char *mt_name = chat && field(body, "max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
+    if (field(body, mt_name)) {
+        const json_t *v = field(body, mt_name);
+        if (!json_is_integer(v) || json_integer_value(v) < 0)
+            return bad(param, mt_name, err, "'%s' must be a non-negative integer", mt_name);
+        if (json_integer_value(v) > cfg->max_tokens_cap)
+            return bad(param, mt_name, err, "'%s' is %lld; this server allows at most %d", mt_name,
+                       (long long)json_integer_value(v), cfg->max_tokens_cap);
+        r->max_tokens = (int)json_integer_value(v);
+    }
+    if ((rc = get_num(body, "temperature", 0, 100, &r->sp.temperature, param, err)) ||
+        (rc = get_num(body, "top_p", 0, 1, &r->sp.top_p, param, err)) ||
+        (rc = get_num(body, "min_p", 0, 1, &r->sp.min_p, param, err)) ||
+        (rc = get_num(body, "typical_p", 0, 1, &r->sp.typical_p, param, err)) ||
+        (rc = get_num(body, "repeat_penalty", 0, 100, &r->sp.repeat_penalty, param, err)) ||
+        (rc = get_num(body, "presence_penalty", -2, 2, &r->sp.presence_penalty, param, err)) ||
+        (rc = get_num(body, "frequency_penalty", -2, 2, &r->sp.frequency_penalty, param, err)) ||
+        (rc = get_int(body, "top_k", 0, n_vocab, &r->sp.top_k, param, err)) ||
+        (rc = get_int(body, "repeat_last_n", -1, 1 << 20, &r->sp.repeat_last_n, param, err)))
+        return rc;
+    if (r->sp.top_p == 0) return bad(param, "top_p", err, "'top_p' must be greater than 0");
+    const json_t *seed = field(body, "seed");
+    if (seed) {
+        if (!json_is_integer(seed)) return bad(param, "seed", err, "'seed' must be an integer");
+        r->sp.seed = (uint64_t)json_integer_value(seed);
+    }
+    if ((rc = get_bool(body, "stream", &r->stream, param, err)) != ATTND_OK) return rc;
+    const json_t *so = field(body, "stream_options");
+    if (so) {
+        if (!json_is_object(so)) return bad(param, "stream_options", err, "'stream_options' must be an object");
+        if ((rc = get_bool(so, "include_usage", &r->include_usage, param, err)) != ATTND_OK) return rc;
+    }
+    if (chat) {
+        bool lp = false;
+        if ((rc = get_bool(body, "logprobs", &lp, param, err)) != ATTND_OK) return rc;
+        int top = 0;
+        if ((rc = get_int(body, "top_logprobs", 0, 20, &top, param, err)) != ATTND_OK) return rc;
+        if (field(body, "top_logprobs") && !lp)
+            return bad(param, "top_logprobs", err, "'top_logprobs' requires 'logprobs': true");
+        r->logprobs = lp ? top : -1;
+    } else {
+        if ((rc = get_int(body, "logprobs", 0, 20, &r->logprobs, param, err)) != ATTND_OK) return rc;
+        if ((rc = get_bool(body, "echo", &r->echo, param, err)) != ATTND_OK) return rc;
+        if (r->echo && r->stream) return bad(param, "echo", err, "'echo' cannot be combined with 'stream'");
+    }
+    const json_t *user = field(body, "user");
+    if (user && !json_is_string(user)) return bad(param, "user", err, "'user' must be a string");
+    const json_t *sid = field(body, "session_id");
+    if (sid) {
+        if (!json_is_string(sid)) return bad(param, "session_id", err, "'session_id' must be a string");
+        r->session_id = json_string_value(sid);
+    }
+    if ((rc = parse_stop(body, r, param, err)) != ATTND_OK) return rc;
+    if ((rc = parse_bias(body, n_vocab, r, param, err)) != ATTND_OK) return rc;
+    attnd_err verr;
+    if (sampler_params_validate(&r->sp, n_vocab, &verr) != ATTND_OK)
+        return bad(param, NULL, err, "%s", verr.msg);
+    return ATTND_OK;
+}
+
+void oai_request_free(oai_request *r) {
+    if (!r) return;
+    free(r->prompt_ids);
+    for (size_t i = 0; i < r->n_msgs; i++) free((char *)r->msgs[i].content);
+    free(r->msgs);
+    free(r->bias);
+    for (int i = 0; i < r->n_stops; i++) free(r->stops[i]);
+    free(r->stops);
+    memset(r, 0, sizeof(*r));
+}
+
+// ---- responses ----------------------------------------------------------------------------
+
+const char *oai_error_type(int st) {
+    switch (st) {
+    case 400: case 405: case 409: case 413: return "invalid_request_error";
+    case 404: return "not_found_error";
+    case 401: return "authentication_error";
+    case 429: return "rate_limit_error";
+    case 503: return "unavailable_error";
+    default: return "server_error";
+    }
+}
+
+static const char *error_code(int st) {
+    switch (st) {
+    case 400: return "invalid_request";
+    case 401: return "invalid_api_key";
+    case 404: return "not_found";
+    case 405: return "method_not_allowed";
+    case 409: return "conflict";
+    case 413: return "request_too_large";
+    case 429: return "rate_limit_exceeded";
+    case 503: return "unavailable";
+    default: return "internal_error";
+    }
+}
+
+json_t *oai_error(int st, const char *message, const char *param) {
+    json_t *e = json_object();
+    json_object_set_new(e, "message", oai_string(message, strlen(message)));
+    json_object_set_new(e, "type", json_string(oai_error_type(st)));
+    json_object_set_new(e, "param", param ? json_string(param) : json_null());
+    json_object_set_new(e, "code", json_string(error_code(st)));
+    json_t *root = json_object();
+    json_object_set_new(root, "error", e);
+    return root;
+}
+
+/* Length of the valid UTF-8 sequence at p (1..4), or 0 when invalid. */
+static size_t utf8_seq(const unsigned char *p, size_t n) {
+    unsigned c = p[0];
+    size_t len;
+    unsigned min;
+    if (c < 0x80) return 1;
+    if (c >= 0xC2 && c <= 0xDF) len = 2, min = 0x80;
+    else if (c >= 0xE0 && c <= 0xEF) len = 3, min = 0x800;
+    else if (c >= 0xF0 && c <= 0xF4) len = 4, min = 0x10000;
+    else return 0;
+    if (len > n) return 0;
+    unsigned cp = c & (0x7F >> len);
+    for (size_t i = 1; i < len; i++) {
+        if ((p[i] & 0xC0) != 0x80) return 0;
+        cp = (cp << 6) | (p[i] & 0x3F);
+    }
+    if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return 0;
+    return len;
+}
+
+json_t *oai_string(const char *s, size_t n) {
+    const unsigned char *p = (const unsigned char *)s;
+    size_t i = 0;
+    bool clean = true;
+    while (i < n) {
+        size_t l = p[i] ? utf8_seq(p + i, n - i) : 0;
+        if (!l) {
+            clean = false;
+            break;
+        }
+        i += l;
+    }
+    if (clean) return json_stringn(s, n);
+    /* worst case each byte becomes the 3-byte U+FFFD; NUL bytes too (jansson refuses them) */
+    char *out = malloc(n * 3 + 1);
+    if (!out) return json_string("");
+    size_t o = 0;
+    for (i = 0; i < n;) {
+        size_t l = p[i] ? utf8_seq(p + i, n - i) : 0;
+        if (l) {
+            memcpy(out + o, p + i, l);
+            o += l;
+            i += l;
+        } else {
+            memcpy(out + o, "\xEF\xBF\xBD", 3);
+            o += 3;
+            i++;
+        }
+    }
+    json_t *j = json_stringn(out, o);
+    free(out);
+    return j;
+}

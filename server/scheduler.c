@@ -1,0 +1,703 @@
+/*
+ * scheduler.c — the scheduler thread: continuous batching over one engine (see scheduler.h).
+ *
+ * Each step:
+ *   1. destroy KV handles of deleted sessions; admit queued jobs into free slots (prefix reuse);
+ *   2. drop cancelled jobs;
+ *   3. build ONE batch: a decode token for every generating slot, then prefill chunks of the
+ *      prompts still being read, up to max_batch entries;
+ *   4. engine_eval; when the KV budget is exhausted, evict the least recently used idle cache
+ *      and retry; with nothing left to evict, fail the newest prefilling job (503);
+ *   5. sample one token per slot that produced logits, publish text to the job.
+ * Everything per-step lives in buffers allocated at start (batch, logits); per-request state
+ * (sampler, detokenizer stream, stop matcher, history) is allocated once at admission.
+ */
+#include "scheduler.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "slog.h"
+
+typedef struct slot {
+    sched_job *job;      /* NULL = free */
+    sess *se;            /* cache entry (named session or anonymous), busy while here */
+    kv_seq *kv;          /* borrowed from se */
+    int n_past;          /* tokens in kv */
+    bool prefilling;     /* still reading the prompt */
+    int32_t next_token;  /* last sampled token, decoded in the next step */
+    int n_gen;
+    bool stopped;        /* a stop string matched: nothing more is released */
+    const char *end_reason; /* generation ended this step: "stop" / "length" */
+    int32_t *hist;       /* (n_prompt + max_tokens + 1) prompt then generated tokens */
+    int n_hist;
+    sampler *smp;
+    tok_stream *ts;
+    stop_matcher *sm;
+    int batch_n;         /* entries this slot has in the current batch */
+    int row0;            /* first logits row of this slot in the current batch, -1 = none */
+    uint64_t admitted;   /* admission order (newest fails first on KV exhaustion) */
+} slot;
+
+struct sched {
+    const model *m;
+    const tokenizer *tok;
+    sess_store *store;
+    server_hooks hooks;
+    int wd_ms;
+    engine *eng;
+    kv_pool *pool;
+    int n_vocab, n_ctx, max_batch, n_slots, queue_limit, max_anon, rows_cap;
+    float *logits;        /* (rows_cap, n_vocab) */
+    batch_entry *batch;   /* (max_batch) */
+    slot *slots;          /* (n_slots) */
+    uint64_t n_admitted;
+
+    pthread_t th;
+    bool th_started;
+    pthread_mutex_t mu;   /* guards everything below */
+    pthread_cond_t wake;  /* work arrived / stop */
+    pthread_cond_t idle;  /* a job finished */
+    sched_job **queue;    /* ring (queue_limit) */
+    int q_head, q_len;
+    kv_seq **to_free;     /* KV handles of deleted sessions */
+    int n_free, cap_free;
+    bool stop;
+    atomic_bool cancel_all; /* shutdown: cancel whatever is queued or running */
+    int n_active;
+    sched_stats stats;
+    double rate_t0;       /* tokens/s window */
+    uint64_t rate_tok0;
+};
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+// ---- jobs ---------------------------------------------------------------------------------
+
+attnd_status sched_job_create(sched_job **out, int n_prompt, int max_tokens, int top_logprobs, bool prompt_logprobs,
+                              attnd_err *err) {
+    *out = NULL;
+    sched_job *j = calloc(1, sizeof(*j));
+    if (!j) return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory");
+    pthread_mutex_init(&j->mu, NULL);
+    pthread_cond_init(&j->cv, NULL);
+    atomic_init(&j->refs, 1);
+    atomic_init(&j->cancel, false);
+    j->max_tokens = max_tokens;
+    j->top_logprobs = top_logprobs;
+    j->prompt_logprobs = prompt_logprobs;
+    j->prompt = malloc((size_t)(n_prompt > 0 ? n_prompt : 1) * sizeof(int32_t));
+    j->pieces = malloc((size_t)(max_tokens > 0 ? max_tokens : 1) * sizeof(sched_piece));
+    j->text_cap = 256;
+    j->text = malloc(j->text_cap);
+    bool ok = j->prompt && j->pieces && j->text;
+    if (top_logprobs > 0) {
+        j->tops = malloc((size_t)(max_tokens > 0 ? max_tokens : 1) * top_logprobs * sizeof(token_logprob));
+        ok = ok && j->tops;
+    }
+    if (prompt_logprobs) {
+        j->prompt_lp = malloc((size_t)(n_prompt > 0 ? n_prompt : 1) * sizeof(float));
+        ok = ok && j->prompt_lp;
+        if (top_logprobs > 0) {
+            j->prompt_tops = calloc((size_t)(n_prompt > 0 ? n_prompt : 1) * top_logprobs, sizeof(token_logprob));
+            ok = ok && j->prompt_tops;
+        }
+    }
+    if (!ok) {
+        sched_job_unref(j);
+        return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory");
+    }
+    j->text[0] = '\0';
+    j->n_prompt = n_prompt;
+    *out = j;
+    return ATTND_OK;
+}
+
+void sched_job_ref(sched_job *j) { atomic_fetch_add(&j->refs, 1); }
+
+void sched_job_unref(sched_job *j) {
+    if (!j || atomic_fetch_sub(&j->refs, 1) != 1) return;
+    free(j->prompt);
+    free(j->bias);
+    for (int i = 0; i < j->n_stops; i++) free(j->stops[i]);
+    free(j->stops);
+    free(j->text);
+    free(j->pieces);
+    free(j->tops);
+    free(j->prompt_lp);
+    free(j->prompt_tops);
+    pthread_mutex_destroy(&j->mu);
+    pthread_cond_destroy(&j->cv);
+    free(j);
+}
+
+/* Appends released text to the job (caller holds j->mu). */
+static void job_append_text(sched_job *j, const char *p, size_t n) {
+    if (!n) return;
+    if (j->text_len + n + 1 > j->text_cap) {
+        size_t cap = j->text_cap * 2;
+        while (cap < j->text_len + n + 1) cap *= 2;
+        char *g = realloc(j->text, cap);
+        if (!g) return; /* text dropped rather than crash; the token list stays complete */
+        j->text = g;
+        j->text_cap = cap;
+    }
+    memcpy(j->text + j->text_len, p, n);
+    j->text_len += n;
+    j->text[j->text_len] = '\0';
+}
+
+// ---- slots --------------------------------------------------------------------------------
+
+/* Ends a slot's job: publishes the outcome, returns the cache entry with the new history. */
+static void slot_finish(sched *s, slot *sl, const char *reason, attnd_status st, const char *msg) {
+    sched_job *j = sl->job;
+    if (sl->se) {
+        if (sl->kv) sess_set_kv(s->store, sl->se, sl->kv, sl->n_past, kv_seq_bytes(sl->kv));
+        attnd_err e;
+        /* the history is what the KV holds plus the last sampled token (the durable truth) */
+        if (sess_release(s->store, sl->se, sl->hist, sl->n_hist, &e) != ATTND_OK) slog_error("%s", e.msg);
+    }
+    pthread_mutex_lock(&j->mu);
+    if (st == ATTND_OK && reason && !sl->stopped && sl->ts && sl->sm) {
+        /* flush held-back bytes: an unfinished UTF-8 tail, then text kept for stop matching */
+        const char *p, *e;
+        size_t n = tok_stream_flush(sl->ts, &p), ne = 0;
+        bool matched = false;
+        if (n) {
+            matched = stop_matcher_push(sl->sm, p, n, &e, &ne);
+            job_append_text(j, e, ne);
+        }
+        if (matched) reason = "stop";
+        else job_append_text(j, e, stop_matcher_flush(sl->sm, &e));
+    }
+    j->finish_reason = st == ATTND_OK ? reason : NULL;
+    j->status = st;
+    if (msg) snprintf(j->errmsg, sizeof(j->errmsg), "%s", msg);
+    j->done = true;
+    pthread_cond_broadcast(&j->cv);
+    pthread_mutex_unlock(&j->mu);
+    sampler_destroy(sl->smp);
+    tok_stream_destroy(sl->ts);
+    stop_matcher_destroy(sl->sm);
+    free(sl->hist);
+    sched_job_unref(j);
+    memset(sl, 0, sizeof(*sl));
+    pthread_mutex_lock(&s->mu);
+    s->n_active--;
+    pthread_cond_broadcast(&s->idle);
+    pthread_mutex_unlock(&s->mu);
+}
+
+/* A job that never got a slot. */
+static void job_fail_unstarted(sched *s, sched_job *j, attnd_status st, const char *msg) {
+    if (j->se) sess_abandon(s->store, j->se);
+    pthread_mutex_lock(&j->mu);
+    j->status = st;
+    snprintf(j->errmsg, sizeof(j->errmsg), "%s", msg);
+    j->done = true;
+    pthread_cond_broadcast(&j->cv);
+    pthread_mutex_unlock(&j->mu);
+    sched_job_unref(j);
+}
+
+/* Takes a job into a free slot: picks its cache entry and keeps the longest common prefix. */
+static attnd_status slot_start(sched *s, slot *sl, sched_job *j, attnd_err *err) {
+    memset(sl, 0, sizeof(*sl));
+    sl->job = j;
+    sl->admitted = ++s->n_admitted;
+    sl->se = j->se ? j->se : sess_acquire_anon(s->store, j->prompt, j->n_prompt, s->max_anon);
+    if (!sl->se) return attnd_fail(err, ATTND_ERR_BUSY, "no prompt cache entry free");
+    sl->kv = sl->se->kv;
+    if (!sl->kv) {
+        attnd_status rc = kv_seq_create(&sl->kv, s->pool, err);
+        if (rc != ATTND_OK) return rc;
+        sess_set_kv(s->store, sl->se, sl->kv, 0, 0);
+    }
+    /* the KV holds se->tokens[0..kv_len); keep what the new prompt shares, but always evaluate
+     * at least the last prompt token (its logits start generation) */
+    int keep = sess_common_prefix(sl->se->tokens, sl->se->kv_len, j->prompt, j->n_prompt);
+    if (keep >= j->n_prompt) keep = j->n_prompt - 1;
+    if (j->prompt_logprobs) keep = 0; /* every prompt position's logits are needed */
+    if (keep < 0) keep = 0;
+    kv_seq_truncate(sl->kv, keep);
+    sl->n_past = keep;
+    sl->prefilling = true;
+    sl->hist = malloc((size_t)(j->n_prompt + j->max_tokens + 1) * sizeof(int32_t));
+    if (!sl->hist) return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory");
+    memcpy(sl->hist, j->prompt, (size_t)j->n_prompt * sizeof(int32_t));
+    sl->n_hist = j->n_prompt;
+    attnd_status rc = sampler_create(&sl->smp, &j->sp, s->n_vocab, err);
+    if (rc != ATTND_OK) return rc;
+    for (int i = 0; i < j->n_prompt; i++) sampler_accept(sl->smp, j->prompt[i]);
+    if ((rc = tok_stream_create(&sl->ts, s->tok, false)) != ATTND_OK)
+        return attnd_fail(err, rc, "cannot create the detokenizer stream");
+    /* the completion continues the prompt: " there" after "Once upon a time" keeps its space */
+    tok_stream_keep_leading_space(sl->ts);
+    if ((rc = stop_matcher_create(&sl->sm, (const char *const *)j->stops, j->n_stops, err)) != ATTND_OK) return rc;
+    pthread_mutex_lock(&j->mu);
+    j->started = true;
+    j->n_cached = keep;
+    if (j->prompt_logprobs && j->n_prompt > 0) j->prompt_lp[0] = NAN;
+    pthread_mutex_unlock(&j->mu);
+    return ATTND_OK;
+}
+
+/* Handles one sampled token of a generating slot. */
+static void slot_token(sched *s, slot *sl, const float *row) {
+    sched_job *j = sl->job;
+    int32_t id = sampler_sample(sl->smp, row);
+    sampler_accept(sl->smp, id);
+    sl->hist[sl->n_hist++] = id;
+    sl->n_gen++;
+    bool eog = tok_is_eog(s->tok, id), stopped = false;
+    pthread_mutex_lock(&j->mu);
+    j->n_generated = sl->n_gen;
+    if (!eog) {
+        sched_piece *pc = &j->pieces[j->n_pieces];
+        pc->token = id;
+        pc->logprob = 0;
+        if (j->top_logprobs >= 0) {
+            token_logprob chosen, dummy;
+            sampler_logprobs(row, s->n_vocab, id, j->top_logprobs,
+                             &chosen, j->top_logprobs > 0 ? j->tops + (size_t)j->n_pieces * j->top_logprobs : &dummy);
+            pc->logprob = chosen.logprob;
+        }
+        j->n_pieces++;
+        const char *p, *e;
+        size_t n = tok_stream_push(sl->ts, id, &p), ne = 0;
+        if (n) {
+            stopped = stop_matcher_push(sl->sm, p, n, &e, &ne);
+            job_append_text(j, e, ne);
+        }
+    }
+    pthread_cond_broadcast(&j->cv);
+    pthread_mutex_unlock(&j->mu);
+    sl->stopped = stopped;
+    sl->next_token = id;
+    /* finishing waits for the end of the step (see finish_ended) */
+    if (eog || stopped) sl->end_reason = "stop";
+    else if (sl->n_gen >= j->max_tokens || sl->n_past >= s->n_ctx) sl->end_reason = "length";
+}
+
+/*
+ * Finishes the slots whose generation ended this step. A named session's last sampled token is
+ * evaluated into its KV first (all of them in one batch, no logits), so the next turn finds the
+ * whole conversation cached: cached_tokens >= the previous turn's total.
+ */
+static void finish_ended(sched *s) {
+    int n = 0;
+    for (int k = 0; k < s->n_slots; k++) {
+        slot *sl = &s->slots[k];
+        if (sl->job && sl->end_reason && sl->job->se && sl->n_past < s->n_ctx && n < s->max_batch)
+            s->batch[n++] = (batch_entry){sl->kv, sl->next_token, sl->n_past, false};
+    }
+    attnd_err err;
+    attnd_status rc = n ? engine_eval(s->eng, s->batch, n, NULL, &err) : ATTND_ERR_INVALID;
+    if (n && rc != ATTND_OK) slog_debug("session tail not cached: %s", err.msg); /* next turn prefills it */
+    for (int k = 0; k < s->n_slots; k++) {
+        slot *sl = &s->slots[k];
+        if (!sl->job || !sl->end_reason) continue;
+        if (rc == ATTND_OK && sl->job->se && sl->n_past < s->n_ctx) sl->n_past++;
+        slot_finish(s, sl, sl->end_reason, ATTND_OK, NULL);
+    }
+}
+
+// ---- the loop -----------------------------------------------------------------------------
+
+static void drain_free_list(sched *s) {
+    pthread_mutex_lock(&s->mu);
+    int n = s->n_free;
+    kv_seq *local[64];
+    if (n > 64) n = 64;
+    memcpy(local, s->to_free + s->n_free - n, (size_t)n * sizeof(*local));
+    s->n_free -= n;
+    pthread_mutex_unlock(&s->mu);
+    for (int i = 0; i < n; i++) kv_seq_destroy(local[i]);
+}
+
+static void admit(sched *s) {
+    for (int k = 0; k < s->n_slots; k++) {
+        if (s->slots[k].job) continue;
+        pthread_mutex_lock(&s->mu);
+        sched_job *j = NULL;
+        if (s->q_len) {
+            j = s->queue[s->q_head];
+            s->q_head = (s->q_head + 1) % s->queue_limit;
+            s->q_len--;
+            s->n_active++;
+        }
+        pthread_mutex_unlock(&s->mu);
+        if (!j) return;
+        if (atomic_load(&j->cancel)) {
+            job_fail_unstarted(s, j, ATTND_ERR_BUSY, "cancelled");
+            pthread_mutex_lock(&s->mu);
+            s->n_active--;
+            pthread_cond_broadcast(&s->idle);
+            pthread_mutex_unlock(&s->mu);
+            k--;
+            continue;
+        }
+        attnd_err err;
+        slot *sl = &s->slots[k];
+        if (slot_start(s, sl, j, &err) != ATTND_OK) {
+            slog_error("cannot start a request: %s", err.msg);
+            if (!sl->se && j->se) sl->se = j->se;
+            slot_finish(s, sl, NULL, ATTND_ERR_NOMEM, err.msg);
+            continue;
+        }
+        if (j->max_tokens == 0 && !j->prompt_logprobs) slot_finish(s, sl, "length", ATTND_OK, NULL);
+    }
+}
+
+/* Builds the step's batch into s->batch; returns its size. Prefill chunks stop where the logits
+ * rows run out. */
+static int build_batch(sched *s, bool *any_decode, bool *any_prefill) {
+    int n = 0, rows = 0;
+    *any_decode = *any_prefill = false;
+    for (int k = 0; k < s->n_slots; k++) {
+        slot *sl = &s->slots[k];
+        sl->batch_n = 0;
+        sl->row0 = -1;
+        if (!sl->job || sl->prefilling || n >= s->max_batch || rows >= s->rows_cap) continue;
+        s->batch[n++] = (batch_entry){sl->kv, sl->next_token, sl->n_past, true};
+        sl->batch_n = 1;
+        sl->row0 = rows++;
+        *any_decode = true;
+    }
+    /* prefill, oldest admission first */
+    for (;;) {
+        slot *best = NULL;
+        for (int k = 0; k < s->n_slots; k++) {
+            slot *sl = &s->slots[k];
+            if (sl->job && sl->prefilling && sl->batch_n == 0 && sl->row0 == -1 &&
+                (!best || sl->admitted < best->admitted))
+                best = sl;
+        }
+        if (!best || n >= s->max_batch) break;
+        sched_job *j = best->job;
+        best->row0 = -2; /* visited */
+        int pos = best->n_past;
+        while (pos < j->n_prompt && n < s->max_batch) {
+            bool want = j->prompt_logprobs || pos == j->n_prompt - 1;
+            if (want && rows >= s->rows_cap) break;
+            if (want && best->row0 < 0) best->row0 = rows;
+            if (want) rows++;
+            s->batch[n++] = (batch_entry){best->kv, j->prompt[pos], pos, want};
+            best->batch_n++;
+            pos++;
+        }
+        if (best->batch_n) *any_prefill = true;
+    }
+    return n;
+}
+
+/* Frees KV for the step: evicts one idle cache; false when there was nothing to evict. */
+static bool evict_one(sched *s) {
+    kv_seq *kv = sess_evict_lru(s->store);
+    if (!kv) return false;
+    kv_seq_destroy(kv);
+    return true;
+}
+
+static slot *newest_prefilling(sched *s) {
+    slot *pick = NULL;
+    for (int k = 0; k < s->n_slots; k++) {
+        slot *sl = &s->slots[k];
+        if (sl->job && (!pick || (sl->prefilling && !pick->prefilling) ||
+                        (sl->prefilling == pick->prefilling && sl->admitted > pick->admitted)))
+            pick = sl;
+    }
+    return pick;
+}
+
+static void step(sched *s) {
+    if (atomic_load(&s->cancel_all)) {
+        pthread_mutex_lock(&s->mu);
+        for (int i = 0; i < s->q_len; i++) atomic_store(&s->queue[(s->q_head + i) % s->queue_limit]->cancel, true);
+        pthread_mutex_unlock(&s->mu);
+        for (int k = 0; k < s->n_slots; k++)
+            if (s->slots[k].job) atomic_store(&s->slots[k].job->cancel, true);
+    }
+    admit(s);
+    for (int k = 0; k < s->n_slots; k++)
+        if (s->slots[k].job && atomic_load(&s->slots[k].job->cancel)) {
+            slog_info("request cancelled after %d generated tokens; slot freed", s->slots[k].n_gen);
+            slot_finish(s, &s->slots[k], NULL, ATTND_ERR_BUSY, "cancelled");
+        }
+    bool any_decode, any_prefill;
+    int n = build_batch(s, &any_decode, &any_prefill);
+    if (n == 0) return;
+    double t0 = now_s();
+    attnd_err err;
+    attnd_status rc;
+    while ((rc = engine_eval(s->eng, s->batch, n, s->logits, &err)) == ATTND_ERR_NOMEM) {
+        if (evict_one(s)) continue;
+        /* nothing idle to evict: the newest request gives way */
+        slot *victim = newest_prefilling(s);
+        slog_warn("KV budget exhausted; failing the newest request");
+        slot_finish(s, victim, NULL, ATTND_ERR_NOMEM, "KV cache budget exhausted; retry later");
+        n = build_batch(s, &any_decode, &any_prefill);
+        if (n == 0) return;
+    }
+    if (rc != ATTND_OK) {
+        slog_error("engine_eval failed: %s", err.msg);
+        for (int k = 0; k < s->n_slots; k++)
+            if (s->slots[k].job && s->slots[k].batch_n) slot_finish(s, &s->slots[k], NULL, rc, err.msg);
+        return;
+    }
+    double dt = now_s() - t0;
+    uint64_t n_prompt_tok = 0, n_gen = 0;
+    for (int k = 0; k < s->n_slots; k++) {
+        slot *sl = &s->slots[k];
+        if (!sl->job || !sl->batch_n) continue;
+        sched_job *j = sl->job;
+        if (sl->prefilling) {
+            int first = sl->n_past;
+            sl->n_past += sl->batch_n;
+            n_prompt_tok += sl->batch_n;
+            pthread_mutex_lock(&j->mu);
+            j->prompt_ms += dt * 1e3;
+            if (j->prompt_logprobs) /* row i predicts prompt token first+i+1 */
+                for (int i = 0; i < sl->batch_n && first + i + 1 < j->n_prompt; i++) {
+                    token_logprob lp, dummy;
+                    int p = first + i + 1, top = j->top_logprobs > 0 ? j->top_logprobs : 0;
+                    sampler_logprobs(s->logits + (size_t)(sl->row0 + i) * s->n_vocab, s->n_vocab, j->prompt[p], top,
+                                     &lp, top ? j->prompt_tops + (size_t)p * top : &dummy);
+                    j->prompt_lp[first + i + 1] = lp.logprob;
+                }
+            pthread_mutex_unlock(&j->mu);
+            if (sl->n_past < j->n_prompt) continue;
+            sl->prefilling = false;
+            if (j->max_tokens == 0) {
+                slot_finish(s, sl, "length", ATTND_OK, NULL);
+                continue;
+            }
+            int last_row = sl->row0 + (j->prompt_logprobs ? sl->batch_n - 1 : 0);
+            slot_token(s, sl, s->logits + (size_t)last_row * s->n_vocab);
+            n_gen++;
+        } else {
+            sl->n_past += 1;
+            pthread_mutex_lock(&j->mu);
+            j->gen_ms += dt * 1e3;
+            pthread_mutex_unlock(&j->mu);
+            slot_token(s, sl, s->logits + (size_t)sl->row0 * s->n_vocab);
+            n_gen++;
+        }
+    }
+    finish_ended(s);
+    /* live KV sizes of active sessions, for GET /v1/sessions */
+    for (int k = 0; k < s->n_slots; k++)
+        if (s->slots[k].job) sess_set_kv(s->store, s->slots[k].se, s->slots[k].kv, s->slots[k].n_past,
+                                         kv_seq_bytes(s->slots[k].kv));
+    pthread_mutex_lock(&s->mu);
+    s->stats.steps++;
+    s->stats.prompt_tokens += n_prompt_tok;
+    s->stats.generated_tokens += n_gen;
+    if (any_decode) s->stats.decode_seconds += dt;
+    if (any_prefill) s->stats.prompt_seconds += dt;
+    double now = now_s();
+    if (now - s->rate_t0 >= 1.0) {
+        s->stats.last_tok_per_s = (s->stats.generated_tokens - s->rate_tok0) / (now - s->rate_t0);
+        s->rate_t0 = now;
+        s->rate_tok0 = s->stats.generated_tokens;
+    }
+    pthread_mutex_unlock(&s->mu);
+}
+
+static void *sched_main(void *arg) {
+    sched *s = arg;
+    double last_wd = 0;
+    for (;;) {
+        double now = now_s();
+        if (s->hooks.on_watchdog && (now - last_wd) * 1e3 >= s->wd_ms / 2.0) {
+            s->hooks.on_watchdog(s->hooks.user);
+            last_wd = now;
+        }
+        drain_free_list(s);
+        pthread_mutex_lock(&s->mu);
+        if (s->stop) {
+            pthread_mutex_unlock(&s->mu);
+            break;
+        }
+        if (s->n_active == 0 && s->q_len == 0 && s->n_free == 0) {
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            long ns = ts.tv_nsec + (long)(s->wd_ms / 2) * 1000000L;
+            ts.tv_sec += ns / 1000000000L;
+            ts.tv_nsec = ns % 1000000000L;
+            pthread_cond_timedwait(&s->wake, &s->mu, &ts);
+            s->stats.kv_used = kv_pool_bytes_used(s->pool);
+            pthread_mutex_unlock(&s->mu);
+            continue;
+        }
+        pthread_mutex_unlock(&s->mu);
+        step(s);
+        size_t used = kv_pool_bytes_used(s->pool);
+        pthread_mutex_lock(&s->mu);
+        s->stats.kv_used = used;
+        pthread_mutex_unlock(&s->mu);
+    }
+    return NULL;
+}
+
+// ---- public -------------------------------------------------------------------------------
+
+attnd_status sched_create(sched **out, const model *m, const tokenizer *tok, sess_store *store,
+                          const server_settings *cfg, attnd_err *err) {
+    *out = NULL;
+    sched *s = calloc(1, sizeof(*s));
+    if (!s) return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory");
+    pthread_mutex_init(&s->mu, NULL);
+    pthread_cond_init(&s->wake, NULL);
+    pthread_cond_init(&s->idle, NULL);
+    s->m = m;
+    s->tok = tok;
+    s->store = store;
+    s->hooks = cfg->hooks;
+    s->wd_ms = cfg->watchdog_interval_ms > 0 ? cfg->watchdog_interval_ms : 1000;
+    const model_info *mi = model_info_get(m);
+    s->n_vocab = mi->n_vocab;
+    s->n_ctx = cfg->ctx_size > 0 && cfg->ctx_size < mi->n_ctx ? cfg->ctx_size : mi->n_ctx;
+    s->n_slots = cfg->max_parallel > 0 ? cfg->max_parallel : 16;
+    s->max_batch = cfg->max_batch > s->n_slots ? cfg->max_batch : s->n_slots;
+    s->queue_limit = cfg->queue_limit > 0 ? cfg->queue_limit : 1;
+    s->max_anon = s->n_slots + 4;
+    /* logits rows: one per decoding slot plus prefill rows, within ~64 MiB for big vocabularies */
+    size_t cap = ((size_t)64 << 20) / ((size_t)s->n_vocab * sizeof(float));
+    s->rows_cap = (int)(cap < (size_t)s->max_batch ? cap : (size_t)s->max_batch);
+    if (s->rows_cap < s->n_slots + 1) s->rows_cap = s->n_slots + 1;
+    if (s->rows_cap > s->max_batch) s->rows_cap = s->max_batch;
+    attnd_status rc = ATTND_ERR_NOMEM;
+    s->logits = malloc((size_t)s->rows_cap * s->n_vocab * sizeof(float));
+    s->batch = malloc((size_t)s->max_batch * sizeof(batch_entry));
+    s->slots = calloc((size_t)s->n_slots, sizeof(slot));
+    s->queue = calloc((size_t)s->queue_limit, sizeof(sched_job *));
+    s->cap_free = 16;
+    s->to_free = malloc((size_t)s->cap_free * sizeof(kv_seq *));
+    if (!s->logits || !s->batch || !s->slots || !s->queue || !s->to_free) {
+        attnd_fail(err, rc, "out of memory allocating scheduler buffers");
+        goto fail;
+    }
+    size_t budget = cfg->kv_budget_mb ? cfg->kv_budget_mb << 20 : (size_t)1 << 30;
+    if ((rc = kv_pool_create(&s->pool, m, budget, cfg->kv_f32 ? KV_F32 : KV_F16, err)) != ATTND_OK) goto fail;
+    if ((rc = engine_create(&s->eng, m, s->max_batch, cfg->threads, err)) != ATTND_OK) goto fail;
+    s->stats.kv_budget = kv_pool_bytes_budget(s->pool);
+    s->stats.slots = s->n_slots;
+    s->rate_t0 = now_s();
+    if (pthread_create(&s->th, NULL, sched_main, s) != 0) {
+        rc = attnd_fail(err, ATTND_ERR_NOMEM, "cannot start the scheduler thread");
+        goto fail;
+    }
+    s->th_started = true;
+    *out = s;
+    return ATTND_OK;
+fail:
+    sched_destroy(s);
+    return rc;
+}
+
+static void destroy_kv(struct kv_seq *kv) { kv_seq_destroy(kv); }
+
+void sched_destroy(sched *s) {
+    if (!s) return;
+    if (s->th_started) {
+        pthread_mutex_lock(&s->mu);
+        s->stop = true;
+        pthread_cond_broadcast(&s->wake);
+        pthread_mutex_unlock(&s->mu);
+        pthread_join(s->th, NULL);
+    }
+    /* the thread is gone: this thread now owns the engine and every KV handle */
+    for (int k = 0; s->slots && k < s->n_slots; k++)
+        if (s->slots[k].job) slot_finish(s, &s->slots[k], NULL, ATTND_ERR_BUSY, "server is shutting down");
+    while (s->q_len) {
+        sched_job *j = s->queue[s->q_head];
+        s->q_head = (s->q_head + 1) % s->queue_limit;
+        s->q_len--;
+        job_fail_unstarted(s, j, ATTND_ERR_BUSY, "server is shutting down");
+    }
+    for (int i = 0; i < s->n_free; i++) kv_seq_destroy(s->to_free[i]);
+    if (s->store) sess_take_all_kv(s->store, destroy_kv);
+    engine_destroy(s->eng);
+    kv_pool_destroy(s->pool);
+    free(s->logits);
+    free(s->batch);
+    free(s->slots);
+    free(s->queue);
+    free(s->to_free);
+    pthread_mutex_destroy(&s->mu);
+    pthread_cond_destroy(&s->wake);
+    pthread_cond_destroy(&s->idle);
+    free(s);
+}
+
+int sched_n_ctx(const sched *s) { return s->n_ctx; }
+
+attnd_status sched_submit(sched *s, sched_job *j, attnd_err *err) {
+    pthread_mutex_lock(&s->mu);
+    attnd_status rc = ATTND_OK;
+    if (s->stop) rc = attnd_fail(err, ATTND_ERR_BUSY, "server is shutting down");
+    else if (s->q_len >= s->queue_limit)
+        rc = attnd_fail(err, ATTND_ERR_BUSY, "request queue is full (%d waiting); retry later", s->q_len);
+    else {
+        sched_job_ref(j);
+        s->queue[(s->q_head + s->q_len) % s->queue_limit] = j;
+        s->q_len++;
+        pthread_cond_signal(&s->wake);
+    }
+    pthread_mutex_unlock(&s->mu);
+    return rc;
+}
+
+void sched_free_kv(sched *s, struct kv_seq *kv) {
+    if (!kv) return;
+    pthread_mutex_lock(&s->mu);
+    if (s->n_free == s->cap_free) {
+        kv_seq **g = realloc(s->to_free, (size_t)s->cap_free * 2 * sizeof(*g));
+        if (g) {
+            s->to_free = g;
+            s->cap_free *= 2;
+        }
+    }
+    if (s->n_free < s->cap_free) s->to_free[s->n_free++] = kv;
+    else slog_error("out of memory: a KV cache is leaked until shutdown");
+    pthread_cond_signal(&s->wake);
+    pthread_mutex_unlock(&s->mu);
+}
+
+bool sched_wait_idle(sched *s, int timeout_ms) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    long ns = ts.tv_nsec + (long)(timeout_ms % 1000) * 1000000L;
+    ts.tv_sec += timeout_ms / 1000 + ns / 1000000000L;
+    ts.tv_nsec = ns % 1000000000L;
+    pthread_mutex_lock(&s->mu);
+    while (s->n_active + s->q_len > 0)
+        if (pthread_cond_timedwait(&s->idle, &s->mu, &ts) != 0) break;
+    bool idle = s->n_active + s->q_len == 0;
+    pthread_mutex_unlock(&s->mu);
+    return idle;
+}
+
+void sched_cancel_all(sched *s) {
+    /* only the scheduler thread touches slots: it applies this at its next step */
+    atomic_store(&s->cancel_all, true);
+    pthread_mutex_lock(&s->mu);
+    pthread_cond_signal(&s->wake);
+    pthread_mutex_unlock(&s->mu);
+}
+
+void sched_get_stats(sched *s, sched_stats *out) {
+    pthread_mutex_lock(&s->mu);
+    *out = s->stats;
+    out->active = s->n_active;
+    out->queued = s->q_len;
+    pthread_mutex_unlock(&s->mu);
+}

@@ -1,0 +1,96 @@
+/*
+ * sess.h — the session store: named conversations whose token history is the durable truth,
+ * each with an optional KV cache handle, plus anonymous prompt-cache entries.
+ *
+ * A session's KV cache (a kv_seq) is created, extended, evicted and destroyed only by the
+ * scheduler thread; this store merely records the handle so every thread can see which
+ * sessions hold KV memory. The store itself never calls the engine.
+ *
+ * On disk (when a state directory is configured) every named session is one JSON file,
+ * <state_dir>/<id>.session.json, written atomically (temp file, fsync, rename):
+ *   {"format": "attnd-session", "version": 1, "id": "...", "model": "<model tag>",
+ *    "created": <unix ms>, "last_used": <unix ms>, "tokens": [1, 415, ...]}
+ * Files whose model tag differs from the loaded model's are left alone (not loaded).
+ *
+ * Thread-safety: every function takes the store's mutex; sess pointers handed out by
+ * sess_acquire stay valid until sess_release (a busy session cannot be deleted).
+ */
+#ifndef ATTND_SERVER_SESS_H
+#define ATTND_SERVER_SESS_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "attnd/common.h"
+
+struct kv_seq;
+
+#define SESS_ID_MAX 64
+
+typedef struct sess {
+    char id[SESS_ID_MAX + 1]; /* "" for anonymous prompt-cache entries */
+    bool anon;
+    int32_t *tokens;          /* (n_tokens) history: every prompt and generated token, in order */
+    int n_tokens, cap_tokens;
+    struct kv_seq *kv;        /* owned by the scheduler; NULL = evicted (rebuilt from tokens) */
+    int kv_len;               /* tokens of `tokens` whose KV is in kv */
+    size_t kv_bytes;
+    bool busy;                /* a request is running on it */
+    int64_t created_ms, last_use_ms;
+    uint64_t version, persisted_version;
+    struct sess *next;
+} sess;
+
+typedef struct sess_store sess_store;
+
+/* state_dir may be NULL (no persistence); it is created when missing. model_tag identifies the
+ * vocabulary the token ids belong to. Loads the saved sessions of this model. */
+attnd_status sess_store_create(sess_store **out, const char *state_dir, const char *model_tag, int max_sessions,
+                               attnd_err *err);
+/* All KV handles must have been released by the scheduler first (sess_take_kv). */
+void sess_store_destroy(sess_store *st);
+
+/* True for 1..64 characters of [A-Za-z0-9._-], not starting with '.'. */
+bool sess_id_valid(const char *id);
+
+/* Creates a named session. id NULL = generate one. Copies the final id into out_id.
+ * Errors: INVALID (bad id), BUSY (id taken -> 409), NOMEM (max_sessions reached, or OOM). */
+attnd_status sess_create(sess_store *st, const char *id, char out_id[SESS_ID_MAX + 1], attnd_err *err);
+/* Marks the session busy and returns it. NOT_FOUND, or BUSY when a request is running on it. */
+attnd_status sess_acquire(sess_store *st, const char *id, sess **out, attnd_err *err);
+/* The idle anonymous entry sharing the longest prefix with tokens, marked busy; creates one
+ * while fewer than max_anon exist, else reuses the least recently used idle one. NULL when all
+ * are busy. */
+sess *sess_acquire_anon(sess_store *st, const int32_t *tokens, int n, int max_anon);
+/* Ends a request: the history becomes tokens[0..n) (copied), busy cleared, last use now. */
+attnd_status sess_release(sess_store *st, sess *s, const int32_t *tokens, int n, attnd_err *err);
+/* Records the KV state after the scheduler changed it. */
+void sess_set_kv(sess_store *st, sess *s, struct kv_seq *kv, int kv_len, size_t kv_bytes);
+/* Detaches and returns the KV handle of the idle entry used least recently (anonymous ones
+ * before named ones of the same age), or NULL when no idle entry holds KV. The caller (the
+ * scheduler) destroys it; the entry keeps its token history. */
+struct kv_seq *sess_evict_lru(sess_store *st);
+/* Ends a request that never reached the scheduler: clears busy, history unchanged. */
+void sess_abandon(sess_store *st, sess *s);
+/* Removes a named session (and its file). Hands back its KV handle in *kv for the scheduler
+ * to destroy. NOT_FOUND, BUSY. */
+attnd_status sess_delete(sess_store *st, const char *id, struct kv_seq **kv, attnd_err *err);
+/* Detaches every KV handle (shutdown): calls fn on each. */
+void sess_take_all_kv(sess_store *st, void (*fn)(struct kv_seq *kv));
+
+/* Writes a named session's history to disk if it changed (no-op without a state dir). */
+attnd_status sess_persist(sess_store *st, const char *id, attnd_err *err);
+/* Persists every changed session (shutdown). Returns the number of failures. */
+int sess_persist_all(sess_store *st);
+
+/* {"id","object":"session","tokens","kv_tokens","kv_bytes","busy","created","last_used"} (new ref) */
+json_t *sess_info_json(sess_store *st, const char *id);
+/* {"object":"list","data":[...]} (new ref), named sessions only */
+json_t *sess_list_json(sess_store *st);
+int sess_count(sess_store *st);
+
+/* Length of the common prefix of a[0..na) and b[0..nb). */
+int sess_common_prefix(const int32_t *a, int na, const int32_t *b, int nb);
+
+#endif

@@ -1,0 +1,98 @@
+/*
+ * settings.h — every knob `attnd serve` has, as one plain struct, plus the lifecycle hooks the
+ * deployment layer (systemd notify) attaches to.
+ *
+ * Who fills it: server_settings_default() gives safe defaults (loopback only, no API key, CORS
+ * off, bounded everything); the configuration module (server/config.c, deploy branch) overlays
+ * a config file, environment and flags; until then cli/cmd_serve.c parses a few flags itself.
+ * The server reads the struct once at start and keeps its own copies of the strings it needs.
+ *
+ * Ownership: string fields are borrowed by the server for the duration of server_create()/
+ * server_run(); whoever fills them (config module or cmd_serve.c) keeps them alive that long.
+ * A NULL string means "not set".
+ */
+#ifndef ATTND_SERVER_SETTINGS_H
+#define ATTND_SERVER_SETTINGS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/*
+ * Lifecycle callbacks (all optional; NULL = no-op). Called from the server's own threads:
+ *   on_ready      once, after the model is loaded and the port is bound (-> READY=1)
+ *   on_status     a one-line human status ("loading model", "serving 3 active") (-> STATUS=...)
+ *   on_watchdog   from the scheduler loop at least every settings.watchdog_interval_ms while
+ *                 the scheduler is alive (-> WATCHDOG=1); a stuck scheduler stops calling it
+ *   on_stopping   once, when shutdown begins (-> STOPPING=1)
+ * user is passed back unchanged.
+ */
+typedef struct server_hooks {
+    void (*on_ready)(void *user);
+    void (*on_status)(void *user, const char *status);
+    void (*on_watchdog)(void *user);
+    void (*on_stopping)(void *user);
+    void *user;
+} server_hooks;
+
+typedef enum server_log_level {
+    SERVER_LOG_ERROR = 0,
+    SERVER_LOG_WARN = 1,
+    SERVER_LOG_INFO = 2, /* default: start-up, ready, access log, disconnects */
+    SERVER_LOG_DEBUG = 3,
+} server_log_level;
+
+typedef struct server_settings {
+    // ---- network ----
+    const char *host;        /* bind address; default "127.0.0.1" (loopback only) */
+    int port;                /* default 8080; 0 = any free port (tests read it back) */
+    int http_threads;        /* libmicrohttpd worker threads; default 4 */
+    int max_connections;     /* concurrent HTTP connections; default 256 */
+
+    // ---- model / engine ----
+    const char *model_path;  /* GGUF file; required */
+    const char *model_alias; /* id reported by /v1/models; NULL = file name without .gguf */
+    int threads;             /* engine threads; <= 0 = all CPUs this process may use */
+    int ctx_size;            /* per-sequence context cap; 0 = the model's context length */
+    int max_batch;           /* most tokens per engine step (prefill chunk + decodes); default 512 */
+    size_t kv_budget_mb;     /* KV memory budget for all sessions together; default 1024 */
+    bool kv_f32;             /* store KV as f32 instead of f16; default false */
+    const char *chat_template; /* template family override by name ("chatml", "llama3", ...); NULL = detect */
+
+    // ---- sessions ----
+    int max_sessions;        /* named sessions kept (in memory and on disk); default 1024 */
+    const char *state_dir;   /* where session histories persist; NULL = no persistence */
+    int max_parallel;        /* sequences decoded together per step; default 16 */
+
+    // ---- limits ----
+    size_t body_limit;       /* request body cap in bytes; default 1 MiB (413 above) */
+    int queue_limit;         /* requests waiting for the scheduler; default 64 (429 above) */
+    int max_tokens_cap;      /* upper bound on max_tokens per request; default 4096 */
+    int request_timeout_s;   /* idle HTTP connection timeout (slow loris); default 30 */
+    int shutdown_timeout_s;  /* SIGTERM: how long in-flight work may finish; default 10 */
+    int watchdog_interval_ms;/* how often on_watchdog is called at least; default 1000 */
+
+    // ---- security ----
+    const char *api_key;     /* required Bearer token; NULL or "" = no authentication */
+    const char *cors_origins;/* comma-separated allowed origins, "*" for any; NULL = CORS off */
+
+    // ---- logging ----
+    server_log_level log_level; /* default SERVER_LOG_INFO */
+    bool access_log;         /* one line per request on stderr; default true */
+
+    // ---- default sampling (a request's fields override these) ----
+    float temperature;       /* default 0.8 */
+    int top_k;               /* default 40 */
+    float top_p;             /* default 0.95 */
+    float min_p;             /* default 0.05 */
+    float repeat_penalty;    /* default 1.0 */
+    int repeat_last_n;       /* default 64 */
+    int default_max_tokens;  /* when a request gives none; default 256 */
+
+    server_hooks hooks;
+} server_settings;
+
+/* Fills *s with the defaults documented above (all hooks NULL, model_path NULL). */
+void server_settings_default(server_settings *s);
+
+#endif /* ATTND_SERVER_SETTINGS_H */

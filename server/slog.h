@@ -1,0 +1,20 @@
+/*
+ * slog.h — the server's one way to write to stderr: leveled, timestamped lines.
+ * Library code in server/ logs only through slog(); the level is process-wide and set once
+ * at start-up (slog_set_level). Thread-safe: each line is written with a single fprintf.
+ */
+#ifndef ATTND_SERVER_SLOG_H
+#define ATTND_SERVER_SLOG_H
+
+#include "settings.h"
+
+void slog_set_level(server_log_level level);
+bool slog_enabled(server_log_level level);
+void slog(server_log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+#define slog_error(...) slog(SERVER_LOG_ERROR, __VA_ARGS__)
+#define slog_warn(...) slog(SERVER_LOG_WARN, __VA_ARGS__)
+#define slog_info(...) slog(SERVER_LOG_INFO, __VA_ARGS__)
+#define slog_debug(...) slog(SERVER_LOG_DEBUG, __VA_ARGS__)
+
+#endif

@@ -1,0 +1,64 @@
+# test_http_api.sh — the HTTP API end to end: real `attnd serve` processes on loopback ports,
+# driven by tests/js/http_api.mjs (node's fetch and sockets). Covers the OpenAI shapes,
+# streaming, sessions (prefix reuse, 409, restart), every error class, auth/CORS, queue and
+# KV limits, disconnects, slow partial requests and graceful SIGTERM.
+set -uo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+source "$here/http_lib.sh"
+need_shared
+need_node
+JS="node $here/js/http_api.mjs"
+status=0
+run() { # run GROUP PORT [STATE]
+    echo "# group $1"
+    $JS "$1" "http://127.0.0.1:$2" "${3:-}" || status=1
+}
+
+# ---- the main server: state directory, small body cap and request timeout ----------------
+start_server main --model "$MODELS/stories260K.gguf" --state-dir "$TMP/state" --body-limit 65536 \
+    --request-timeout-s 2 --max-parallel 16 --threads 1
+for g in basics errors sessions concurrency disconnects; do run $g "$main_PORT"; done
+run restart1 "$main_PORT" "$TMP/restart.json"
+grep -q "POST /v1/completions 200 prompt=" "$main_LOG" || { echo "not ok - access log line"; status=1; }
+grep -q "client disconnected" "$main_LOG" || { echo "not ok - a disconnect is logged"; status=1; }
+# the dropped 480-token stream was cut short, not generated to the end
+n=$(grep -o "request cancelled after [0-9]* generated tokens" "$main_LOG" | grep -o "[0-9]\+" | head -1)
+if [ -n "$n" ] && [ "$n" -lt 480 ]; then echo "ok - the disconnected stream stopped after $n of 480 tokens"
+else echo "not ok - the disconnected stream was not cut short (${n:-no log})"; status=1; fi
+if stop_server main; then echo "ok - SIGTERM exits 0"; else echo "not ok - SIGTERM exit status"; status=1; fi
+grep -q "stopped" "$main_LOG" || { echo "not ok - shutdown is logged"; status=1; }
+ls "$TMP/state"/restarted.session.json >/dev/null || { echo "not ok - session file written"; status=1; }
+
+# ---- restart on the same state directory ---------------------------------------------------
+start_server again --model "$MODELS/stories260K.gguf" --state-dir "$TMP/state" --threads 1
+run restart2 "$again_PORT" "$TMP/restart.json"
+run nocors "$again_PORT"
+stop_server again || { echo "not ok - second SIGTERM"; status=1; }
+
+# ---- API key and CORS ------------------------------------------------------------------------
+start_server secured --model "$MODELS/stories260K.gguf" --api-key s3cret-key --cors-origins "http://app.example" --threads 1
+run auth "$secured_PORT"
+stop_server secured || status=1
+
+# ---- one slot, one queue place: 429 --------------------------------------------------------
+start_server tight --model "$MODELS/stories260K.gguf" --max-parallel 1 --queue-limit 1 --threads 1
+run busy "$tight_PORT"
+stop_server tight || status=1
+
+# ---- a KV budget smaller than one long prompt: 503 ------------------------------------------
+start_server small --model "$MODELS/rand-Q8_0.gguf" --kv-budget-mb 1 --threads 1
+run kvfull "$small_PORT"
+stop_server small || status=1
+
+# ---- SIGTERM with a stream in flight: it finishes, the server exits 0 -----------------------
+start_server drain --model "$MODELS/stories260K.gguf" --threads 1 --shutdown-timeout-s 5
+t0=$(date +%s)
+run drain "$drain_PORT" "$drain_PID"
+rc=0
+wait "$drain_PID" || rc=$?
+t1=$(date +%s)
+if [ $rc -eq 0 ] && [ $((t1 - t0)) -le 15 ]; then echo "ok - SIGTERM during a stream exits 0 in $((t1 - t0)) s"
+else echo "not ok - SIGTERM during a stream: exit $rc after $((t1 - t0)) s"; cat "$drain_LOG"; status=1; fi
+
+[ $status -eq 0 ] && echo "all HTTP API checks passed"
+exit $status

@@ -1,0 +1,29 @@
+# test_http_docs.sh — the curl examples of docs/server.md run against a real server: every
+# ```sh block, with the port substituted, must exit 0 (curl -f fails on HTTP errors) and every
+# JSON answer must parse.
+set -uo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+source "$here/http_lib.sh"
+need_shared
+doc=${ATTND_SOURCE_DIR:-$here/..}/docs/server.md
+start_server docs --model "$MODELS/stories260K.gguf" --threads 1
+# the sh blocks, one file each
+awk -v dir="$TMP" '/^```sh$/ {n++; f=sprintf("%s/block%02d.sh", dir, n); on=1; next} /^```$/ {on=0} on {print > f}' "$doc"
+blocks=("$TMP"/block*.sh)
+[ ${#blocks[@]} -ge 4 ] || fail "expected the curl examples in $doc"
+status=0
+for b in "${blocks[@]}"; do
+    sed -i "s/127.0.0.1:8080/127.0.0.1:$docs_PORT/g" "$b"
+    if out=$(bash -e "$b" 2>&1); then
+        # each non-SSE, non-metrics answer is a JSON object
+        bad=$(printf '%s\n' "$out" | grep -v '^data: \|^$\|^#\|^attnd_' | while read -r line; do
+            printf '%s' "$line" | node -e 'JSON.parse(require("fs").readFileSync(0,"utf8"))' 2>/dev/null || echo "$line"; done)
+        if [ -n "$bad" ]; then echo "not ok - $(basename "$b"): not JSON: ${bad:0:200}"; status=1
+        else echo "ok - $(basename "$b") ($(head -c 60 "$b" | tr '\n' ' ')...)"; fi
+    else
+        echo "not ok - $(basename "$b") failed: ${out:0:300}"
+        status=1
+    fi
+done
+stop_server docs || { echo "not ok - SIGTERM"; status=1; }
+exit $status

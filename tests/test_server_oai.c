@@ -1,0 +1,178 @@
+/*
+ * test_server_oai.c — validation of OpenAI-style request bodies and the error shape
+ * (server/oai.c): every field's wrong type or range is refused with the field named; valid
+ * bodies become the expected C values; invalid UTF-8 never reaches JSON unescaped.
+ */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <string.h>
+
+#include "oai.h"
+
+static server_settings cfg;
+
+static void setup(void) { server_settings_default(&cfg); }
+TestSuite(oai, .init = setup);
+
+/* Parses text; returns the status and leaves param/message for inspection. */
+static attnd_status parse(const char *text, bool chat, oai_request *r, const char **param, attnd_err *err) {
+    json_error_t je;
+    json_t *j = json_loads(text, 0, &je);
+    cr_assert_not_null(j, "test JSON is bad: %s", je.text);
+    attnd_status st = oai_parse(j, chat, &cfg, 512, r, param, err);
+    /* borrowed strings (prompt, session_id) die with j: only check them before this point */
+    json_decref(j);
+    return st;
+}
+
+static void expect_bad(const char *text, bool chat, const char *want_param) {
+    oai_request r;
+    const char *param = NULL;
+    attnd_err err = {{0}};
+    attnd_status st = parse(text, chat, &r, &param, &err);
+    cr_expect_eq(st, ATTND_ERR_INVALID, "accepted: %s", text);
+    if (want_param) cr_expect(param && !strcmp(param, want_param), "%s: param %s, want %s", text, param ? param : "(null)", want_param);
+    cr_expect(err.msg[0], "no message for %s", text);
+    oai_request_free(&r);
+}
+
+Test(oai, completion_fields_become_c_values) {
+    json_t *j = json_loads("{\"prompt\":\"hi\",\"max_tokens\":7,\"temperature\":0,\"top_p\":0.5,\"top_k\":3,"
+                           "\"min_p\":0.1,\"stop\":[\"\\n\",\"END\"],\"seed\":42,\"logprobs\":2,\"echo\":true,"
+                           "\"presence_penalty\":0.5,\"frequency_penalty\":-0.5,\"repeat_penalty\":1.1,"
+                           "\"logit_bias\":{\"5\":-100,\"7\":2.5},\"n\":1,\"user\":\"u\",\"session_id\":\"s1\"}", 0, NULL);
+    oai_request r;
+    const char *param;
+    attnd_err err;
+    cr_assert_eq(oai_parse(j, false, &cfg, 512, &r, &param, &err), ATTND_OK, "%s", err.msg);
+    cr_assert_str_eq(r.prompt, "hi");
+    cr_assert_eq(r.max_tokens, 7);
+    cr_assert_float_eq(r.sp.temperature, 0.0f, 1e-9);
+    cr_assert_float_eq(r.sp.top_p, 0.5f, 1e-6);
+    cr_assert_eq(r.sp.top_k, 3);
+    cr_assert_eq(r.n_stops, 2);
+    cr_assert_str_eq(r.stops[1], "END");
+    cr_assert_eq(r.sp.seed, 42u);
+    cr_assert_eq(r.logprobs, 2);
+    cr_assert(r.echo);
+    cr_assert_eq(r.n_bias, 2);
+    bool banned = false;
+    for (int i = 0; i < r.n_bias; i++)
+        if (r.bias[i].id == 5) banned = isinf(r.bias[i].bias) && r.bias[i].bias < 0;
+    cr_assert(banned, "-100 bans the token");
+    cr_assert_str_eq(r.session_id, "s1");
+    oai_request_free(&r);
+    json_decref(j);
+}
+
+Test(oai, token_id_prompts_are_accepted_flat_or_nested_once) {
+    oai_request r;
+    const char *param;
+    cr_assert_eq(parse("{\"prompt\":[1,2,3]}", false, &r, &param, NULL), ATTND_OK);
+    cr_assert_eq(r.n_prompt_ids, 3);
+    oai_request_free(&r);
+    cr_assert_eq(parse("{\"prompt\":[[1,2]]}", false, &r, &param, NULL), ATTND_OK);
+    cr_assert_eq(r.n_prompt_ids, 2);
+    oai_request_free(&r);
+    expect_bad("{\"prompt\":[1,512]}", false, "prompt");
+    expect_bad("{\"prompt\":[[1],[2]]}", false, "prompt");
+    expect_bad("{\"prompt\":[]}", false, "prompt");
+}
+
+Test(oai, wrong_types_and_ranges_name_the_field) {
+    expect_bad("{}", false, "prompt");
+    expect_bad("{\"prompt\":5}", false, "prompt");
+    expect_bad("{\"prompt\":\"x\",\"max_tokens\":-1}", false, "max_tokens");
+    expect_bad("{\"prompt\":\"x\",\"max_tokens\":1e3}", false, "max_tokens");
+    expect_bad("{\"prompt\":\"x\",\"max_tokens\":9223372036854775807}", false, "max_tokens");
+    expect_bad("{\"prompt\":\"x\",\"temperature\":\"hot\"}", false, "temperature");
+    expect_bad("{\"prompt\":\"x\",\"temperature\":-1}", false, "temperature");
+    expect_bad("{\"prompt\":\"x\",\"top_p\":0}", false, "top_p");
+    expect_bad("{\"prompt\":\"x\",\"top_p\":1.5}", false, "top_p");
+    expect_bad("{\"prompt\":\"x\",\"top_k\":-2}", false, "top_k");
+    expect_bad("{\"prompt\":\"x\",\"n\":2}", false, "n");
+    expect_bad("{\"prompt\":\"x\",\"stop\":7}", false, "stop");
+    expect_bad("{\"prompt\":\"x\",\"stop\":[\"\"]}", false, "stop");
+    expect_bad("{\"prompt\":\"x\",\"seed\":1.5}", false, "seed");
+    expect_bad("{\"prompt\":\"x\",\"stream\":\"yes\"}", false, "stream");
+    expect_bad("{\"prompt\":\"x\",\"logprobs\":21}", false, "logprobs");
+    expect_bad("{\"prompt\":\"x\",\"echo\":1}", false, "echo");
+    expect_bad("{\"prompt\":\"x\",\"logit_bias\":{\"abc\":1}}", false, "logit_bias");
+    expect_bad("{\"prompt\":\"x\",\"logit_bias\":{\"600\":1}}", false, "logit_bias");
+    expect_bad("{\"prompt\":\"x\",\"logit_bias\":{\"1\":500}}", false, "logit_bias");
+    expect_bad("{\"prompt\":\"x\",\"presence_penalty\":3}", false, "presence_penalty");
+    expect_bad("{\"prompt\":\"x\",\"session_id\":1}", false, "session_id");
+    expect_bad("{\"prompt\":\"x\",\"user\":[]}", false, "user");
+    expect_bad("{\"prompt\":\"x\",\"model\":3}", false, "model");
+}
+
+Test(oai, max_tokens_above_the_server_cap_is_refused_with_the_numbers) {
+    oai_request r;
+    const char *param;
+    attnd_err err;
+    cfg.max_tokens_cap = 100;
+    cr_assert_eq(parse("{\"prompt\":\"x\",\"max_tokens\":101}", false, &r, &param, &err), ATTND_ERR_INVALID);
+    cr_assert(strstr(err.msg, "101") && strstr(err.msg, "100"), "%s", err.msg);
+    oai_request_free(&r);
+}
+
+Test(oai, chat_messages_are_validated) {
+    expect_bad("{\"messages\":[]}", true, "messages");
+    expect_bad("{\"messages\":\"hi\"}", true, "messages");
+    expect_bad("{\"messages\":[{\"role\":\"wizard\",\"content\":\"x\"}]}", true, "messages");
+    expect_bad("{\"messages\":[{\"content\":\"x\"}]}", true, "messages");
+    expect_bad("{\"messages\":[{\"role\":\"user\",\"content\":5}]}", true, "messages");
+    expect_bad("{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"top_logprobs\":2}", true, "top_logprobs");
+    oai_request r;
+    const char *param;
+    attnd_err err;
+    cr_assert_eq(parse("{\"messages\":[{\"role\":\"system\",\"content\":\"s\"},{\"role\":\"user\",\"content\":"
+                       "[{\"type\":\"text\",\"text\":\"a\"},{\"type\":\"text\",\"text\":\"b\"}]},"
+                       "{\"role\":\"assistant\",\"content\":null}],\"logprobs\":true,\"top_logprobs\":3,"
+                       "\"max_completion_tokens\":9}", true, &r, &param, &err), ATTND_OK, "%s", err.msg);
+    cr_assert_eq(r.n_msgs, 3);
+    cr_assert_str_eq(r.msgs[1].content, "ab");
+    cr_assert_str_eq(r.msgs[2].content, "");
+    cr_assert_eq(r.logprobs, 3);
+    cr_assert_eq(r.max_tokens, 9);
+    oai_request_free(&r);
+}
+
+Test(oai, stream_options_and_echo_with_stream) {
+    oai_request r;
+    const char *param;
+    cr_assert_eq(parse("{\"prompt\":\"x\",\"stream\":true,\"stream_options\":{\"include_usage\":true}}", false, &r, &param, NULL), ATTND_OK);
+    cr_assert(r.stream && r.include_usage);
+    oai_request_free(&r);
+    expect_bad("{\"prompt\":\"x\",\"stream\":true,\"echo\":true}", false, "echo");
+}
+
+Test(oai, error_bodies_have_the_openai_shape) {
+    json_t *e = oai_error(400, "bad 'x'", "x");
+    json_t *in = json_object_get(e, "error");
+    cr_assert_str_eq(json_string_value(json_object_get(in, "message")), "bad 'x'");
+    cr_assert_str_eq(json_string_value(json_object_get(in, "type")), "invalid_request_error");
+    cr_assert_str_eq(json_string_value(json_object_get(in, "param")), "x");
+    cr_assert(json_is_string(json_object_get(in, "code")));
+    json_decref(e);
+    e = oai_error(503, "loading", NULL);
+    in = json_object_get(e, "error");
+    cr_assert(json_is_null(json_object_get(in, "param")));
+    cr_assert_str_eq(json_string_value(json_object_get(in, "type")), "unavailable_error");
+    json_decref(e);
+    cr_assert_str_eq(oai_error_type(401), "authentication_error");
+    cr_assert_str_eq(oai_error_type(429), "rate_limit_error");
+}
+
+Test(oai, invalid_utf8_becomes_replacement_characters) {
+    json_t *s = oai_string("a\xff" "b\xe2\x82", 5);
+    cr_assert_not_null(s);
+    cr_assert_str_eq(json_string_value(s), "a\xEF\xBF\xBD" "b\xEF\xBF\xBD\xEF\xBF\xBD");
+    json_decref(s);
+    s = oai_string("h\xc3\xa9", 3);
+    cr_assert_str_eq(json_string_value(s), "h\xc3\xa9");
+    json_decref(s);
+    s = oai_string("\xed\xa0\x80", 3); /* a UTF-16 surrogate is not UTF-8 */
+    cr_assert_eq(strlen(json_string_value(s)), 9);
+    json_decref(s);
+}

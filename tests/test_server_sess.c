@@ -1,0 +1,213 @@
+/*
+ * test_server_sess.c — the session store (server/sess.c): ids, busy/409 semantics, prefix
+ * reuse of anonymous entries, LRU eviction of KV handles, and the on-disk format surviving a
+ * "restart" (a second store over the same directory). KV handles are opaque here: fake
+ * non-NULL pointers stand in for the scheduler's kv_seqs, since the store never dereferences them.
+ */
+#include <criterion/criterion.h>
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "sess.h"
+
+static char dir[64];
+
+static void make_dir(void) {
+    snprintf(dir, sizeof(dir), "/tmp/attnd-sess-test-XXXXXX");
+    cr_assert_not_null(mkdtemp(dir));
+}
+
+static void remove_dir(void) {
+    DIR *d = opendir(dir);
+    if (!d) return;
+    struct dirent *e;
+    char p[512];
+    while ((e = readdir(d)))
+        if (e->d_name[0] != '.') {
+            snprintf(p, sizeof(p), "%s/%s", dir, e->d_name);
+            unlink(p);
+        }
+    closedir(d);
+    rmdir(dir);
+}
+
+TestSuite(sess, .init = make_dir, .fini = remove_dir);
+
+static struct kv_seq *fake_kv(int i) { return (struct kv_seq *)(uintptr_t)(0x1000 + i * 16); }
+static void forget_kv(struct kv_seq *kv) { (void)kv; }
+
+Test(sess, ids_are_validated) {
+    cr_assert(sess_id_valid("a"));
+    cr_assert(sess_id_valid("123e4567-e89b-12d3-a456-426614174000"));
+    cr_assert_not(sess_id_valid(""));
+    cr_assert_not(sess_id_valid(".hidden"));
+    cr_assert_not(sess_id_valid("../etc"));
+    cr_assert_not(sess_id_valid("a/b"));
+    char long_id[80];
+    memset(long_id, 'x', 65);
+    long_id[65] = '\0';
+    cr_assert_not(sess_id_valid(long_id));
+}
+
+Test(sess, create_generates_or_takes_ids_and_refuses_duplicates) {
+    sess_store *st;
+    cr_assert_eq(sess_store_create(&st, NULL, "m", 10, NULL), ATTND_OK);
+    char id[SESS_ID_MAX + 1], id2[SESS_ID_MAX + 1];
+    cr_assert_eq(sess_create(st, NULL, id, NULL), ATTND_OK);
+    cr_assert(sess_id_valid(id));
+    cr_assert_eq(sess_create(st, "mine", id2, NULL), ATTND_OK);
+    cr_assert_str_eq(id2, "mine");
+    attnd_err err;
+    cr_assert_eq(sess_create(st, "mine", id2, &err), ATTND_ERR_BUSY);
+    cr_assert(strstr(err.msg, "mine"));
+    cr_assert_eq(sess_create(st, "bad/id", id2, &err), ATTND_ERR_INVALID);
+    cr_assert_eq(sess_count(st), 2);
+    sess_store_destroy(st);
+}
+
+Test(sess, max_sessions_is_enforced) {
+    sess_store *st;
+    cr_assert_eq(sess_store_create(&st, NULL, "m", 2, NULL), ATTND_OK);
+    char id[SESS_ID_MAX + 1];
+    cr_assert_eq(sess_create(st, "a", id, NULL), ATTND_OK);
+    cr_assert_eq(sess_create(st, "b", id, NULL), ATTND_OK);
+    cr_assert_eq(sess_create(st, "c", id, NULL), ATTND_ERR_NOMEM);
+    sess_store_destroy(st);
+}
+
+Test(sess, a_busy_session_cannot_be_acquired_or_deleted) {
+    sess_store *st;
+    cr_assert_eq(sess_store_create(&st, NULL, "m", 10, NULL), ATTND_OK);
+    char id[SESS_ID_MAX + 1];
+    sess_create(st, "s", id, NULL);
+    sess *s, *s2;
+    cr_assert_eq(sess_acquire(st, "s", &s, NULL), ATTND_OK);
+    cr_assert_eq(sess_acquire(st, "s", &s2, NULL), ATTND_ERR_BUSY);
+    struct kv_seq *kv;
+    cr_assert_eq(sess_delete(st, "s", &kv, NULL), ATTND_ERR_BUSY);
+    int32_t hist[] = {1, 2, 3};
+    cr_assert_eq(sess_release(st, s, hist, 3, NULL), ATTND_OK);
+    cr_assert_eq(sess_acquire(st, "s", &s2, NULL), ATTND_OK);
+    cr_assert_eq(s2->n_tokens, 3);
+    sess_abandon(st, s2);
+    cr_assert_eq(sess_delete(st, "s", &kv, NULL), ATTND_OK);
+    cr_assert_eq(sess_acquire(st, "s", &s2, NULL), ATTND_ERR_NOT_FOUND);
+    sess_store_destroy(st);
+}
+
+Test(sess, anonymous_entries_are_picked_by_longest_common_prefix) {
+    sess_store *st;
+    cr_assert_eq(sess_store_create(&st, NULL, "m", 10, NULL), ATTND_OK);
+    int32_t a[] = {1, 10, 11, 12}, b[] = {1, 20, 21, 22};
+    sess *ea = sess_acquire_anon(st, a, 4, 4);
+    sess_set_kv(st, ea, fake_kv(1), 3, 100);
+    sess_release(st, ea, a, 4, NULL);
+    sess *eb = sess_acquire_anon(st, b, 4, 4);
+    cr_assert_neq(ea, eb, "the only idle entry shares just BOS, so a new one is made");
+    sess_set_kv(st, eb, fake_kv(2), 3, 100);
+    sess_release(st, eb, b, 4, NULL);
+    int32_t q[] = {1, 20, 21, 99};
+    sess *pick = sess_acquire_anon(st, q, 4, 4);
+    cr_assert_eq(pick, eb);
+    cr_assert_eq(sess_common_prefix(pick->tokens, pick->kv_len, q, 4), 3);
+    sess_abandon(st, pick);
+    cr_assert_eq(sess_list_json(st) ? 0 : 1, 0);
+    sess_take_all_kv(st, forget_kv);
+    sess_store_destroy(st);
+}
+
+Test(sess, eviction_takes_the_least_recently_used_idle_kv) {
+    sess_store *st;
+    cr_assert_eq(sess_store_create(&st, NULL, "m", 10, NULL), ATTND_OK);
+    char id[SESS_ID_MAX + 1];
+    sess_create(st, "old", id, NULL);
+    sess_create(st, "new", id, NULL);
+    sess_create(st, "busy", id, NULL);
+    sess *o, *n, *b;
+    int32_t t[] = {1, 2};
+    sess_acquire(st, "old", &o, NULL);
+    sess_set_kv(st, o, fake_kv(1), 1, 10);
+    sess_release(st, o, t, 2, NULL);
+    usleep(3000);
+    sess_acquire(st, "new", &n, NULL);
+    sess_set_kv(st, n, fake_kv(2), 1, 10);
+    sess_release(st, n, t, 2, NULL);
+    sess_acquire(st, "busy", &b, NULL);
+    sess_set_kv(st, b, fake_kv(3), 1, 10);
+    cr_assert_eq(sess_evict_lru(st), fake_kv(1));
+    cr_assert_null(o->kv);
+    cr_assert_eq(o->n_tokens, 2, "the history stays");
+    cr_assert_eq(sess_evict_lru(st), fake_kv(2));
+    cr_assert_null(sess_evict_lru(st), "a busy session's KV is never evicted");
+    sess_set_kv(st, b, NULL, 0, 0);
+    sess_abandon(st, b);
+    sess_store_destroy(st);
+}
+
+Test(sess, histories_survive_a_restart_and_other_models_files_are_ignored) {
+    sess_store *st;
+    cr_assert_eq(sess_store_create(&st, dir, "model-A", 10, NULL), ATTND_OK);
+    char id[SESS_ID_MAX + 1];
+    sess_create(st, "conv", id, NULL);
+    sess *s;
+    sess_acquire(st, "conv", &s, NULL);
+    int32_t hist[] = {1, 415, 461, 7};
+    sess_release(st, s, hist, 4, NULL);
+    attnd_err err;
+    cr_assert_eq(sess_persist(st, "conv", &err), ATTND_OK, "%s", err.msg);
+    sess_store_destroy(st);
+
+    char path[256];
+    snprintf(path, sizeof(path), "%s/conv.session.json", dir);
+    cr_assert_eq(access(path, R_OK), 0, "one file per session");
+    FILE *f = fopen(path, "r");
+    char buf[512] = {0};
+    cr_assert(fread(buf, 1, sizeof(buf) - 1, f) > 0);
+    fclose(f);
+    cr_assert(strstr(buf, "\"format\":\"attnd-session\"") && strstr(buf, "\"tokens\":[1,415,461,7]"), "%s", buf);
+
+    cr_assert_eq(sess_store_create(&st, dir, "model-A", 10, NULL), ATTND_OK);
+    cr_assert_eq(sess_acquire(st, "conv", &s, NULL), ATTND_OK);
+    cr_assert_eq(s->n_tokens, 4);
+    cr_assert_eq(s->tokens[2], 461);
+    cr_assert_null(s->kv, "KV is rebuilt on demand, never persisted");
+    sess_abandon(st, s);
+    sess_store_destroy(st);
+
+    cr_assert_eq(sess_store_create(&st, dir, "model-B", 10, NULL), ATTND_OK);
+    cr_assert_eq(sess_count(st), 0);
+    sess_store_destroy(st);
+}
+
+Test(sess, damaged_files_are_skipped_not_fatal) {
+    char path[256];
+    snprintf(path, sizeof(path), "%s/broken.session.json", dir);
+    FILE *f = fopen(path, "w");
+    fputs("{\"format\":\"attnd-session\",\"version\":1,\"model\":\"m\",\"tokens\":[1,-5]}", f);
+    fclose(f);
+    snprintf(path, sizeof(path), "%s/junk.session.json", dir);
+    f = fopen(path, "w");
+    fputs("not json", f);
+    fclose(f);
+    sess_store *st;
+    cr_assert_eq(sess_store_create(&st, dir, "m", 10, NULL), ATTND_OK);
+    cr_assert_eq(sess_count(st), 0);
+    sess_store_destroy(st);
+}
+
+Test(sess, delete_removes_the_file) {
+    sess_store *st;
+    cr_assert_eq(sess_store_create(&st, dir, "m", 10, NULL), ATTND_OK);
+    char id[SESS_ID_MAX + 1], path[256];
+    sess_create(st, "gone", id, NULL);
+    cr_assert_eq(sess_persist(st, "gone", NULL), ATTND_OK);
+    snprintf(path, sizeof(path), "%s/gone.session.json", dir);
+    cr_assert_eq(access(path, F_OK), 0);
+    struct kv_seq *kv;
+    cr_assert_eq(sess_delete(st, "gone", &kv, NULL), ATTND_OK);
+    cr_assert_neq(access(path, F_OK), 0);
+    sess_store_destroy(st);
+}
