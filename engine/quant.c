@@ -36,14 +36,15 @@ static inline float bits_f32(uint32_t u) {
 }
 
 float quant_f16_to_f32(uint16_t h) {
-    uint32_t sign = (uint32_t)(h & 0x8000) << 16;
-    uint32_t exp = (h >> 10) & 0x1F;
-    uint32_t mant = h & 0x3FF;
-    if (exp == 0x1F) return bits_f32(sign | 0x7F800000 | (mant << 13)); /* inf, nan (payload kept) */
-    if (exp != 0) return bits_f32(sign | ((exp + 112) << 23) | (mant << 13));
-    /* zero or subnormal: mant * 2^-24, exact in f32 */
-    float v = (float)mant * 0x1p-24f;
-    return sign ? -v : v;
+    /* Branch-free: with the half's exponent and mantissa shifted into place, adding 224 to the
+     * exponent and scaling by 2^-112 rebiases normals, and keeps inf/nan at exponent 255; a
+     * subnormal's value mant * 2^-24 is taken from the float 2^-1 * (1 + mant * 2^-23) - 0.5. */
+    uint32_t w = (uint32_t)h << 16;
+    uint32_t sign = w & 0x80000000u, two_w = w + w; /* exponent and mantissa, sign shifted out */
+    float normal = bits_f32((two_w >> 4) + (0xE0u << 23)) * 0x1p-112f;
+    float subnormal = bits_f32((two_w >> 17) | (126u << 23)) - 0.5f;
+    uint32_t r = two_w < (1u << 27) ? f32_bits(subnormal) : f32_bits(normal);
+    return bits_f32(sign | r);
 }
 
 uint16_t quant_f32_to_f16(float f) {
@@ -260,66 +261,71 @@ static const quant_kernels *kernels_at(int isa);
         for (int i_ = (int)(isa); i_ >= 0 && !(out); i_--) (out) = kernels_at(i_)->field; \
     } while (0)
 
-/* Fills *a from x (n_tok, n_cols) in the form wtype's kernels read, carving arrays out of scratch. */
-static void act_prepare(quant_act *a, quant_isa isa, uint32_t wtype, const float *x, int n_tok, int64_t n_cols,
-                        void *scratch, int n_threads) {
-    memset(a, 0, sizeof *a);
-    a->n_cols = n_cols;
-    a->x = x;
+/* How one call prepares its activations: where each form lives in scratch and which function
+ * fills it, so that the rows can be filled token by token (by one thread, or by the team). */
+typedef struct act_plan {
+    quant_act a;
+    uint32_t wtype;
+    const float *x;    /* (n_tok, n_cols) the caller's activations */
+    float *xr;         /* F16/BF16: (n_tok, n_cols) rounded copies (a.x points here) */
+    float *d;          /* Q8 forms: (n_tok, nb) */
+    int8_t *q;         /* Q8 forms: (n_tok, n_cols) */
+    int16_t *bs;       /* Q8_K form: (n_tok, n_cols / 16) */
+    quant_prep_f16_fn f16;
+    quant_prep_q8_0_fn q8_0;
+    quant_prep_q8_k_fn q8_k;
+} act_plan;
+
+/* Lays out wtype's activation form in scratch (nothing is computed yet). */
+static void act_plan_init(act_plan *pl, quant_isa isa, uint32_t wtype, const float *x, int n_tok, int64_t n_cols,
+                          void *scratch) {
+    memset(pl, 0, sizeof *pl);
+    pl->wtype = wtype;
+    pl->x = x;
+    pl->a.n_cols = n_cols;
+    pl->a.x = x;
     if (wtype == GGML_TYPE_F32) return;
     ATTND_ASSERT(scratch != NULL);
     uint8_t *p = (uint8_t *)(((uintptr_t)scratch + SCRATCH_ALIGN - 1) & ~(uintptr_t)(SCRATCH_ALIGN - 1));
-    size_t n = (size_t)n_tok * (size_t)n_cols;
-    /* prefill: tokens are independent, so spread them over the threads; decode stays serial */
-    int par = n_threads > 1 && n_tok >= 4 ? n_threads : 1;
     switch (wtype) {
     case GGML_TYPE_F16:
-    case GGML_TYPE_BF16: {
-        float *xr = (float *)p;
-        a->x = xr;
-        quant_prep_f16_fn f16 = act_f16;
-        if (wtype == GGML_TYPE_F16) RESOLVE(isa, prep_f16, f16);
-#pragma omp parallel for num_threads(par) if (par > 1) schedule(static)
-        for (int t = 0; t < n_tok; t++) {
-            if (wtype == GGML_TYPE_F16) f16(xr + t * n_cols, x + t * n_cols, n_cols);
-            else act_bf16(xr + t * n_cols, x + t * n_cols, n_cols);
-        }
-        (void)n;
+    case GGML_TYPE_BF16:
+        pl->xr = (float *)p;
+        pl->a.x = pl->xr;
+        if (wtype == GGML_TYPE_F16) RESOLVE(isa, prep_f16, pl->f16);
+        else pl->f16 = act_bf16;
         return;
-    }
     case GGML_TYPE_Q8_0:
-    case GGML_TYPE_Q4_0: {
-        a->nb = n_cols / QK8_0;
-        float *d = (float *)p;
-        int8_t *q = (int8_t *)(p + round_up((size_t)n_tok * (size_t)a->nb * sizeof(float)));
-        a->d = d;
-        a->q = q;
-        quant_prep_q8_0_fn prep;
-        RESOLVE(isa, prep_q8_0, prep);
-#pragma omp parallel for num_threads(par) if (par > 1) schedule(static)
-        for (int t = 0; t < n_tok; t++) prep(d + t * a->nb, q + t * n_cols, x + t * n_cols, n_cols);
-        return;
-    }
+    case GGML_TYPE_Q4_0:
+        pl->a.nb = n_cols / QK8_0;
+        pl->d = (float *)p;
+        pl->q = (int8_t *)(p + round_up((size_t)n_tok * (size_t)pl->a.nb * sizeof(float)));
+        RESOLVE(isa, prep_q8_0, pl->q8_0);
+        break;
     case GGML_TYPE_Q4_K:
-    case GGML_TYPE_Q6_K: {
-        a->nb = n_cols / QK_K;
-        float *d = (float *)p;
-        p += round_up((size_t)n_tok * (size_t)a->nb * sizeof(float));
-        int8_t *q = (int8_t *)p;
-        p += round_up(n);
-        int16_t *bs = (int16_t *)p;
-        a->d = d;
-        a->q = q;
-        a->bsums = bs;
-        quant_prep_q8_k_fn prep;
-        RESOLVE(isa, prep_q8_k, prep);
-#pragma omp parallel for num_threads(par) if (par > 1) schedule(static)
-        for (int t = 0; t < n_tok; t++)
-            prep(d + t * a->nb, q + t * n_cols, bs + t * (n_cols / 16), x + t * n_cols, n_cols);
-        return;
-    }
+    case GGML_TYPE_Q6_K:
+        pl->a.nb = n_cols / QK_K;
+        pl->d = (float *)p;
+        p += round_up((size_t)n_tok * (size_t)pl->a.nb * sizeof(float));
+        pl->q = (int8_t *)p;
+        p += round_up((size_t)n_tok * (size_t)n_cols);
+        pl->bs = (int16_t *)p;
+        RESOLVE(isa, prep_q8_k, pl->q8_k);
+        break;
     default: ATTND_ASSERT(!"unsupported weight type");
     }
+    pl->a.d = pl->d;
+    pl->a.q = pl->q;
+    pl->a.bsums = pl->bs;
+}
+
+/* Prepares the activations of token t. */
+static void act_fill(const act_plan *pl, int t) {
+    int64_t n = pl->a.n_cols, nb = pl->a.nb;
+    const float *x = pl->x + t * n;
+    if (pl->f16) pl->f16(pl->xr + t * n, x, n);
+    else if (pl->q8_0) pl->q8_0(pl->d + t * nb, pl->q + t * n, x, n);
+    else if (pl->q8_k) pl->q8_k(pl->d + t * nb, pl->q + t * n, pl->bs + t * (n / 16), x, n);
 }
 
 // ---- portable kernels --------------------------------------------------------------------------
@@ -333,11 +339,21 @@ static float dot_f32(const float *w, const float *x, int64_t n) {
     return ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
 }
 
-static float dot_f16(const uint8_t *w, const float *x, int64_t n, int bf16) {
+/* always inlined, so each call site gets a loop specialised for its constant `bf16` */
+static inline __attribute__((always_inline)) float dot_f16(const uint8_t *w, const float *x, int64_t n, const int bf16) {
     float acc[8] = {0};
-    for (int64_t i = 0; i < n; i++) {
-        uint16_t wh = quant_ld16(w + 2 * i);
-        acc[i & 7] += (bf16 ? quant_bf16_to_f32(wh) : quant_f16_to_f32(wh)) * x[i];
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        float wv[8];
+        for (int k = 0; k < 8; k++) {
+            uint16_t h = quant_ld16(w + 2 * (i + k));
+            wv[k] = bf16 ? quant_bf16_to_f32(h) : quant_f16_to_f32(h);
+        }
+        for (int k = 0; k < 8; k++) acc[k] += wv[k] * x[i + k];
+    }
+    for (; i < n; i++) {
+        uint16_t h = quant_ld16(w + 2 * i);
+        acc[0] += (bf16 ? quant_bf16_to_f32(h) : quant_f16_to_f32(h)) * x[i];
     }
     return ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
 }
@@ -397,19 +413,21 @@ static float dot_q6_k(const uint8_t *w, const float *xd, const int8_t *xq, int64
         const int8_t *y = xq + b * QK_K;
         int32_t sumi = 0;
         for (int n = 0; n < 2; n++, ql += 64, qh += 32, sc += 8, y += 128) {
-            int32_t s[8] = {0}; /* per 16-element sub-block, indexed like sc */
-            for (int l = 0; l < 32; l++) {
-                int is = l / 16;
-                int q1 = ((ql[l] & 0xF) | (((qh[l] >> 0) & 3) << 4)) - 32;
-                int q2 = ((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) - 32;
-                int q3 = ((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32;
-                int q4 = ((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32;
-                s[is + 0] += q1 * y[l];
-                s[is + 2] += q2 * y[l + 32];
-                s[is + 4] += q3 * y[l + 64];
-                s[is + 6] += q4 * y[l + 96];
+            /* l in [16 * is, 16 * is + 16) uses scales is, is + 2, is + 4, is + 6 */
+            for (int is = 0; is < 2; is++) {
+                int32_t s1 = 0, s2 = 0, s3 = 0, s4 = 0;
+                for (int l = 16 * is; l < 16 * is + 16; l++) {
+                    int q1 = ((ql[l] & 0xF) | (((qh[l] >> 0) & 3) << 4)) - 32;
+                    int q2 = ((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) - 32;
+                    int q3 = ((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32;
+                    int q4 = ((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32;
+                    s1 += q1 * y[l];
+                    s2 += q2 * y[l + 32];
+                    s3 += q3 * y[l + 64];
+                    s4 += q4 * y[l + 96];
+                }
+                sumi += sc[is] * s1 + sc[is + 2] * s2 + sc[is + 4] * s3 + sc[is + 6] * s4;
             }
-            for (int k = 0; k < 8; k++) sumi += sc[k] * s[k];
         }
         sum += quant_f16_to_f32(quant_ld16(w + 208)) * xd[b] * (float)sumi;
     }
@@ -511,17 +529,41 @@ const quant_kernels quant_kernels_portable = {
 
 static _Atomic int g_isa = -1; /* -1: not chosen yet */
 
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <cpuid.h>
+
+/* Best instruction set from CPUID, counting a feature only when the OS also saves the registers
+ * it needs (XCR0: YMM state for AVX2; opmask and ZMM state for AVX-512). Bit positions are the
+ * Intel SDM's: leaf 1 ECX 12 FMA, 27 OSXSAVE, 28 AVX, 29 F16C; leaf 7 EBX 5 AVX2, 16 AVX512F,
+ * 30 AVX512BW, 31 AVX512VL; leaf 7 ECX 11 AVX512_VNNI. */
+static quant_isa detect_isa(void) {
+    unsigned a, b, c, d;
+    if (!__get_cpuid(1, &a, &b, &c, &d)) return QUANT_ISA_PORTABLE;
+    int fma = (c >> 12) & 1, osxsave = (c >> 27) & 1, avx = (c >> 28) & 1, f16c = (c >> 29) & 1;
+    if (!osxsave || !avx || !fma || !f16c) return QUANT_ISA_PORTABLE;
+    unsigned xlo, xhi;
+    __asm__ volatile("xgetbv" : "=a"(xlo), "=d"(xhi) : "c"(0));
+    if ((xlo & 0x6) != 0x6) return QUANT_ISA_PORTABLE; /* XMM and YMM state */
+    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return QUANT_ISA_PORTABLE;
+    if (!((b >> 5) & 1)) return QUANT_ISA_PORTABLE; /* AVX2 */
+    int avx512 = ((b >> 16) & 1) && ((b >> 30) & 1) && ((b >> 31) & 1) && ((c >> 11) & 1);
+    if (avx512 && (xlo & 0xE0) == 0xE0) return QUANT_ISA_AVX512; /* opmask, ZMM_Hi256, Hi16_ZMM state */
+    return QUANT_ISA_AVX2;
+}
+#endif
+
 quant_isa quant_isa_best(void) {
 #if defined(__x86_64__) && defined(__GNUC__)
-    __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni") &&
-        __builtin_cpu_supports("f16c") && __builtin_cpu_supports("fma"))
-        return QUANT_ISA_AVX512;
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c"))
-        return QUANT_ISA_AVX2;
-#endif
+    static _Atomic int best = -1; /* CPUID is slow under some hypervisors: ask once */
+    int v = atomic_load_explicit(&best, memory_order_relaxed);
+    if (v < 0) {
+        v = (int)detect_isa();
+        atomic_store_explicit(&best, v, memory_order_relaxed);
+    }
+    return (quant_isa)v;
+#else
     return QUANT_ISA_PORTABLE;
+#endif
 }
 
 quant_isa quant_isa_active(void) {
@@ -627,12 +669,13 @@ void quant_matmul(float *out, const void *w, uint32_t wtype, int64_t n_rows, int
     size_t rb = quant_row_bytes(wtype, n_cols);
     const uint8_t *wb = w;
 
-    quant_act a;
-    act_prepare(&a, isa, wtype, x, n_tok, n_cols, scratch, n_threads);
+    act_plan pl;
+    act_plan_init(&pl, isa, wtype, x, n_tok, n_cols, scratch);
 
     double work = (double)n_rows * (double)n_cols * (double)n_tok;
     if (n_threads <= 1 || work < PAR_MIN_WORK || n_rows < 2 * ROW_GRAIN) {
-        fn(out, wb, rb, 0, n_rows, n_rows, &a, n_tok);
+        for (int t = 0; t < n_tok; t++) act_fill(&pl, t);
+        fn(out, wb, rb, 0, n_rows, n_rows, &pl.a, n_tok);
         return;
     }
     /* a few chunks per thread, handed out dynamically: the cores are shared with other work */
@@ -641,9 +684,16 @@ void quant_matmul(float *out, const void *w, uint32_t wtype, int64_t n_rows, int
     if (n_chunks > n_units) n_chunks = n_units;
     int64_t per = (n_units + n_chunks - 1) / n_chunks * ROW_GRAIN;
     n_chunks = (n_rows + per - 1) / per;
-#pragma omp parallel for num_threads(n_threads) schedule(dynamic, 1)
-    for (int64_t c = 0; c < n_chunks; c++) {
-        int64_t r0 = c * per, r1 = r0 + per < n_rows ? r0 + per : n_rows;
-        fn(out, wb, rb, r0, r1, n_rows, &a, n_tok);
+    /* one parallel region per call: the team prepares the tokens, then (after the implicit
+     * barrier) shares out the rows */
+#pragma omp parallel num_threads(n_threads)
+    {
+#pragma omp for schedule(static)
+        for (int t = 0; t < n_tok; t++) act_fill(&pl, t);
+#pragma omp for schedule(dynamic, 1)
+        for (int64_t c = 0; c < n_chunks; c++) {
+            int64_t r0 = c * per, r1 = r0 + per < n_rows ? r0 + per : n_rows;
+            fn(out, wb, rb, r0, r1, n_rows, &pl.a, n_tok);
+        }
     }
 }
