@@ -161,8 +161,10 @@ static void slot_finish(sched *s, slot *sl, const char *reason, attnd_status st,
     if (sl->se) {
         if (sl->kv) sess_set_kv(s->store, sl->se, sl->kv, sl->n_past, kv_seq_bytes(sl->kv));
         attnd_err e;
-        /* the history is what the KV holds plus the last sampled token (the durable truth) */
-        if (sess_release(s->store, sl->se, sl->hist, sl->n_hist, &e) != ATTND_OK) slog_error("%s", e.msg);
+        /* the history is what the KV holds plus the last sampled token (the durable truth);
+         * a request that failed before it had one leaves the old history alone */
+        if (!sl->hist) sess_abandon(s->store, sl->se);
+        else if (sess_release(s->store, sl->se, sl->hist, sl->n_hist, &e) != ATTND_OK) slog_error("%s", e.msg);
     }
     pthread_mutex_lock(&j->mu);
     if (st == ATTND_OK && reason && !sl->stopped && sl->ts && sl->sm) {
