@@ -23,22 +23,36 @@ async function sessionTurns() {
   const msgs = [{ role: 'system', content: 'Tell a tale.' }];
   for (let t = 1; t <= TURNS; t++) {
     msgs.push({ role: 'user', content: `Q${t}: and then what?` });
-    const a = await post('/v1/chat/completions', { messages: msgs, max_tokens: 8, temperature: 0, session_id: sid, logit_bias: BAN });
+    let a;
+    try {
+      a = await post('/v1/chat/completions', { messages: msgs, max_tokens: 8, temperature: 0, session_id: sid, logit_bias: BAN });
+    } catch (e) {
+      if (!/context length/.test(e.message)) throw e;
+      console.log(`(stopped before turn ${t}: the conversation no longer fits the model's context)`);
+      break;
+    }
+    // the same conversation with a unique first message, so no cached prefix beyond a few tokens
+    const fresh = [{ role: 'system', content: `[${Math.random().toFixed(6)}] ` + msgs[0].content }, ...msgs.slice(1)];
+    let b;
+    try {
+      b = await post('/v1/chat/completions', { messages: fresh, max_tokens: 8, temperature: 0, logit_bias: BAN });
+    } catch (e) {
+      if (!/context length/.test(e.message)) throw e;
+      console.log(`(stopped at turn ${t}: the conversation no longer fits the model's context)`);
+      break;
+    }
     withS.push({ turn: t, prompt: a.usage.prompt_tokens, cached: a.usage.prompt_tokens_details.cached_tokens,
                  prefilled: a.timings.prompt_n, ms: a.timings.prompt_ms });
-    // the same conversation with a unique first message, so no cached prefix beyond a few tokens
-    const fresh = [{ role: 'system', content: `[${Math.random()}] ` + msgs[0].content }, ...msgs.slice(1)];
-    const b = await post('/v1/chat/completions', { messages: fresh, max_tokens: 8, temperature: 0, logit_bias: BAN });
     without.push({ prefilled: b.timings.prompt_n, ms: b.timings.prompt_ms });
     msgs.push({ role: 'assistant', content: a.choices[0].message.content });
   }
-  console.log(`\n== session turns 1..${TURNS}: prefill per turn (8 generated tokens each)`);
+  console.log(`\n== session turns 1..${withS.length}: prefill per turn (8 generated tokens each)`);
   console.log('turn  prompt_tokens  cached  prefilled  prefill_ms | no-session: prefilled  prefill_ms');
   withS.forEach((w, i) => console.log(`${String(w.turn).padStart(4)}  ${String(w.prompt).padStart(12)}  ${String(w.cached).padStart(6)}  ${String(w.prefilled).padStart(9)}  ${w.ms.toFixed(2).padStart(10)} | ${String(without[i].prefilled).padStart(20)}  ${without[i].ms.toFixed(2).padStart(10)}`));
   const last = withS.at(-1), lastNo = without.at(-1);
-  console.log(`turn ${TURNS}: session prefilled ${last.prefilled} tokens in ${last.ms.toFixed(2)} ms; ` +
+  console.log(`turn ${last.turn}: session prefilled ${last.prefilled} tokens in ${last.ms.toFixed(2)} ms; ` +
               `without a session ${lastNo.prefilled} tokens in ${lastNo.ms.toFixed(2)} ms (${(lastNo.ms / Math.max(last.ms, 1e-3)).toFixed(1)}x)`);
-  console.log(`turn 2 vs turn ${TURNS} session prefill time: ${withS[1].ms.toFixed(2)} ms vs ${last.ms.toFixed(2)} ms ` +
+  console.log(`turn 2 vs turn ${last.turn} session prefill time: ${withS[1].ms.toFixed(2)} ms vs ${last.ms.toFixed(2)} ms ` +
               `(prompt grew ${withS[1].prompt} -> ${last.prompt} tokens)`);
 }
 
