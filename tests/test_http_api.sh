@@ -50,6 +50,24 @@ start_server small --model "$MODELS/rand-Q8_0.gguf" --kv-budget-mb 1 --threads 1
 run kvfull "$small_PORT"
 stop_server small || status=1
 
+# ---- /health is 503 while the model loads: a FIFO as the model file holds model_load in
+# open() until a writer appears, with the port already bound -----------------------------------
+mkfifo "$TMP/loading.gguf"
+"$ATTND_BINARY" serve --port 0 --model "$TMP/loading.gguf" 2>"$TMP/loading.log" &
+lpid=$!
+SERVER_PIDS+=("$lpid")
+for _ in $(seq 300); do grep -q "listening on" "$TMP/loading.log" && break; sleep 0.1; done
+lport=$(grep -o 'listening on http://127.0.0.1:[0-9]*' "$TMP/loading.log" | grep -o '[0-9]*$')
+h=$(curl -s -o "$TMP/h.json" -w '%{http_code}' "http://127.0.0.1:$lport/health")
+m=$(curl -s -o "$TMP/m.json" -w '%{http_code}' "http://127.0.0.1:$lport/v1/models")
+if [ "$h" = 503 ] && [ "$m" = 503 ] && grep -q '"type":"unavailable_error"' "$TMP/h.json"; then echo "ok - /health and the API answer 503 while the model loads"
+else echo "not ok - while loading: /health $h, /v1/models $m"; status=1; fi
+exec 3>"$TMP/loading.gguf"; exec 3>&-   # let open() return: an empty "model" then fails to load
+lrc=0
+wait "$lpid" || lrc=$?
+if [ $lrc -eq 1 ] && grep -q "cannot load" "$TMP/loading.log"; then echo "ok - a model that cannot load exits 1 with a message"
+else echo "not ok - bad model: exit $lrc"; cat "$TMP/loading.log"; status=1; fi
+
 # ---- SIGTERM with a stream in flight: it finishes, the server exits 0 -----------------------
 start_server drain --model "$MODELS/stories260K.gguf" --threads 1 --shutdown-timeout-s 5
 t0=$(date +%s)
