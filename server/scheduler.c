@@ -243,6 +243,9 @@ static attnd_status slot_start(sched *s, slot *sl, sched_job *j, attnd_err *err)
     /* the completion continues the prompt: " there" after "Once upon a time" keeps its space */
     tok_stream_keep_leading_space(sl->ts);
     if ((rc = stop_matcher_create(&sl->sm, (const char *const *)j->stops, j->n_stops, err)) != ATTND_OK) return rc;
+    pthread_mutex_lock(&s->mu);
+    s->stats.cached_tokens += (uint64_t)keep;
+    pthread_mutex_unlock(&s->mu);
     pthread_mutex_lock(&j->mu);
     j->started = true;
     j->n_cached = keep;
@@ -405,6 +408,9 @@ static bool evict_one(sched *s) {
     kv_seq *kv = sess_evict_lru(s->store);
     if (!kv) return false;
     kv_seq_destroy(kv);
+    pthread_mutex_lock(&s->mu);
+    s->stats.evictions++;
+    pthread_mutex_unlock(&s->mu);
     return true;
 }
 

@@ -41,7 +41,7 @@ run auth "$secured_PORT"
 stop_server secured || status=1
 
 # ---- one slot, one queue place: 429 --------------------------------------------------------
-start_server tight --model "$MODELS/stories260K.gguf" --max-parallel 1 --queue-limit 1 --threads 1
+start_server tight --model "$MODELS/stories260K.gguf" --max-parallel 1 --queue-limit 1 --max-sessions 1 --threads 1
 run busy "$tight_PORT"
 stop_server tight || status=1
 

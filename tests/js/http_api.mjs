@@ -327,6 +327,8 @@ async function busy() {
   const n429 = res.filter((r) => isError(r, 429) && r.headers.get('retry-after')).length;
   const n200 = res.filter((r) => r.status === 200).length;
   check(n429 >= 1 && n200 >= 1 && n429 + n200 === 6, `a full queue answers 429 with Retry-After (${n200} ok, ${n429} refused)`, res.map((r) => r.status));
+  const s1 = await post('/v1/sessions', {}), s2 = await post('/v1/sessions', {});
+  check(s1.status === 200 && isError(s2, 429), 'max_sessions reached is a 429', s2.json);
 }
 
 async function kvfull() {
