@@ -54,6 +54,7 @@ struct server {
     int n_ctx, n_vocab;
     atomic_bool ready;
     atomic_bool stopping;
+    atomic_int in_flight;     /* requests between their first callback and completion */
     bool shut_down;
 };
 
@@ -963,6 +964,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         r = calloc(1, sizeof(*r));
         if (!r) return MHD_NO;
         *con_cls = r;
+        atomic_fetch_add(&s->in_flight, 1);
         r->srv = s;
         r->conn = c;
         r->t0 = now_s();
@@ -1047,6 +1049,7 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, en
     free(r->body);
     free(r->out);
     free(r);
+    atomic_fetch_sub(&s->in_flight, 1);
 }
 
 // ---- lifecycle ----------------------------------------------------------------------------
@@ -1163,6 +1166,17 @@ attnd_status server_load(server *s, attnd_err *err) {
     return ATTND_OK;
 }
 
+/* Waits until no request is in flight and the scheduler is idle, or timeout_ms passed. */
+static bool drain(server *s, int timeout_ms) {
+    double end = now_s() + timeout_ms / 1e3;
+    for (;;) {
+        bool idle = atomic_load(&s->in_flight) == 0 && (!s->sch || sched_wait_idle(s->sch, 0));
+        if (idle) return true;
+        if (now_s() >= end) return false;
+        usleep(10 * 1000);
+    }
+}
+
 void server_shutdown(server *s) {
     if (!s || s->shut_down) return;
     s->shut_down = true;
@@ -1174,13 +1188,13 @@ void server_shutdown(server *s) {
         MHD_socket fd = MHD_quiesce_daemon(s->d);
         if (fd != MHD_INVALID_SOCKET) close(fd);
     }
-    if (s->sch) {
-        int ms = (s->cfg.shutdown_timeout_s > 0 ? s->cfg.shutdown_timeout_s : 10) * 1000;
-        if (!sched_wait_idle(s->sch, ms)) {
-            slog_warn("shutdown: in-flight requests did not finish in %d s; cancelling them", ms / 1000);
-            sched_cancel_all(s->sch);
-            sched_wait_idle(s->sch, 2000);
-        }
+    /* drain: every request already received finishes (new ones get 503), within the timeout;
+     * then what is left is cancelled and gets a short grace to send its final chunk */
+    int ms = (s->cfg.shutdown_timeout_s > 0 ? s->cfg.shutdown_timeout_s : 10) * 1000;
+    if (!drain(s, ms)) {
+        slog_warn("shutdown: in-flight requests did not finish in %d s; cancelling them", ms / 1000);
+        if (s->sch) sched_cancel_all(s->sch);
+        drain(s, 2000);
     }
     if (s->d) {
         MHD_stop_daemon(s->d);
