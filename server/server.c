@@ -82,6 +82,7 @@ typedef struct req {
     time_t created;
     // ---- streaming ----
     bool chat;
+    bool llama;              /* llama.cpp's POST /completion shapes */
     bool sent_role, finished;
     size_t sent_text;
     int sent_pieces;
@@ -547,9 +548,31 @@ static json_t *envelope(req *r, const char *object) {
     return o;
 }
 
+/* llama.cpp's /completion answer: the text so far plus, at the end, the counts and timings. */
+static json_t *llama_response(req *r, const char *text, size_t n, bool final) {
+    sched_job *j = r->job;
+    json_t *o = json_object();
+    json_object_set_new(o, "content", oai_string(text, n));
+    json_object_set_new(o, "stop", json_boolean(final));
+    if (final) {
+        json_object_set_new(o, "model", json_string(r->srv->model_id));
+        json_object_set_new(o, "tokens_predicted", json_integer(j->n_generated));
+        json_object_set_new(o, "tokens_evaluated", json_integer(j->n_prompt));
+        json_object_set_new(o, "tokens_cached", json_integer(j->n_cached));
+        bool limit = j->finish_reason && !strcmp(j->finish_reason, "length");
+        json_object_set_new(o, "stop_type", json_string(limit ? "limit" : "eos"));
+        json_object_set_new(o, "stopped_limit", json_boolean(limit));
+        json_object_set_new(o, "stopped_eos", json_boolean(!limit));
+        json_object_set_new(o, "timings", timings_json(j));
+        if (r->sess_id[0]) json_object_set_new(o, "session_id", json_string(r->sess_id));
+    }
+    return o;
+}
+
 /* The whole non-streamed response (caller holds j->mu, job done and OK). */
 static json_t *final_response(req *r) {
     sched_job *j = r->job;
+    if (r->llama) return llama_response(r, j->text, j->text_len, true);
     json_t *o = envelope(r, r->chat ? "chat.completion" : "text_completion");
     json_t *choice = json_object();
     json_object_set_new(choice, "index", json_integer(0));
@@ -654,6 +677,16 @@ static void stream_collect(req *r) {
         r->sent_role = true;
     }
     bool new_text = j->text_len > r->sent_text, new_pieces = j->n_pieces > r->sent_pieces;
+    if (r->llama) {
+        if (new_text) sse_event(r, llama_response(r, j->text + r->sent_text, j->text_len - r->sent_text, false));
+        r->sent_text = j->text_len;
+        r->sent_pieces = j->n_pieces;
+        if (!j->done) return;
+        if (j->status != ATTND_OK) sse_event(r, oai_error(503, j->errmsg[0] ? j->errmsg : "generation failed", NULL));
+        else sse_event(r, llama_response(r, "", 0, true));
+        r->finished = true; /* llama.cpp ends with the stop:true event, no [DONE] */
+        return;
+    }
     if (new_text || (new_pieces && j->top_logprobs >= 0)) {
         json_t *text = oai_string(j->text + r->sent_text, j->text_len - r->sent_text), *lp = NULL;
         if (j->top_logprobs >= 0) {
@@ -727,6 +760,13 @@ static enum MHD_Result h_generate(req *r, bool chat) {
     if (!b) return ret;
     r->body_json = b;
     r->chat = chat;
+    if (r->llama) {
+        /* llama.cpp names max_tokens n_predict (-1 = until the context is full) */
+        json_t *np = json_object_get(b, "n_predict");
+        if (np && !json_is_integer(np)) return respond_error(r, 400, "'n_predict' must be an integer", "n_predict");
+        if (np && json_integer_value(np) >= 0) json_object_set(b, "max_tokens", np);
+        else if (np) json_object_set_new(b, "max_tokens", json_integer(s->cfg.max_tokens_cap));
+    }
     const char *param = NULL;
     attnd_err err;
     attnd_status st = oai_parse(b, chat, &s->cfg, s->n_vocab, &r->oreq, &param, &err);
@@ -853,6 +893,10 @@ static enum MHD_Result h_generate(req *r, bool chat) {
 }
 
 static enum MHD_Result h_completions(req *r) { return h_generate(r, false); }
+static enum MHD_Result h_llama_completion(req *r) {
+    r->llama = true;
+    return h_generate(r, false);
+}
 static enum MHD_Result h_chat(req *r) { return h_generate(r, true); }
 
 // ---- routing ------------------------------------------------------------------------------
@@ -864,6 +908,7 @@ static const route ROUTES[] = {
     {"GET", "/models", false, true, h_models, "models"},
     {"POST", "/v1/completions", false, true, h_completions, "completions"},
     {"POST", "/completions", false, true, h_completions, "completions"},
+    {"POST", "/completion", false, true, h_llama_completion, "llama_completion"},
     {"POST", "/v1/chat/completions", false, true, h_chat, "chat_completions"},
     {"POST", "/chat/completions", false, true, h_chat, "chat_completions"},
     {"POST", "/tokenize", false, true, h_tokenize, "tokenize"},

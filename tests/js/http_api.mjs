@@ -134,6 +134,14 @@ async function basics() {
         cs.events.map((e) => e.choices[0].delta.content || '').join('') === cm.message.content &&
         cs.events.at(-1).choices[0].finish_reason, 'a streamed chat matches the non-streamed message');
 
+  // llama.cpp's native /completion: n_predict, content, stop, its stream without [DONE]
+  const lc = await post('/completion', { prompt: 'Once upon a time', n_predict: 12, temperature: 0 });
+  check(lc.status === 200 && lc.json.content === ch.text && lc.json.stop === true && lc.json.tokens_predicted === u.completion_tokens &&
+        lc.json.timings && typeof lc.json.timings.prompt_ms === 'number', 'llama.cpp /completion answers content and timings', lc.json);
+  const ls = await stream('/completion', { prompt: 'Once upon a time', n_predict: 12, temperature: 0, stream: true });
+  check(!ls.done && ls.events.map((e) => e.content).join('') === ch.text && ls.events.at(-1).stop === true,
+        'llama.cpp /completion streams content events ending with stop: true', ls.events.at(-1));
+
   const met = await get('/metrics');
   check(met.status === 200 && /attnd_requests_total\{endpoint="completions",status="200"\} \d+/.test(met.text) &&
         /attnd_generated_tokens_total \d+/.test(met.text) && /attnd_kv_bytes_budget \d+/.test(met.text) &&
