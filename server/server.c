@@ -83,6 +83,7 @@ typedef struct req {
     // ---- streaming ----
     bool chat;
     bool llama;              /* llama.cpp's POST /completion shapes */
+    bool return_tokens;      /* llama.cpp's return_tokens: the generated ids too */
     bool sent_role, finished;
     size_t sent_text;
     int sent_pieces;
@@ -554,6 +555,13 @@ static json_t *llama_response(req *r, const char *text, size_t n, bool final) {
     json_t *o = json_object();
     json_object_set_new(o, "content", oai_string(text, n));
     json_object_set_new(o, "stop", json_boolean(final));
+    if (r->return_tokens) {
+        /* streamed: the ids since the last event; final (or not streamed): all of them */
+        json_t *ids = json_array();
+        int from = final && !r->oreq.stream ? 0 : r->sent_pieces, to = final && r->oreq.stream ? from : j->n_pieces;
+        for (int i = from; i < to; i++) json_array_append_new(ids, json_integer(j->pieces[i].token));
+        json_object_set_new(o, "tokens", ids);
+    }
     if (final) {
         json_object_set_new(o, "model", json_string(r->srv->model_id));
         json_object_set_new(o, "tokens_predicted", json_integer(j->n_generated));
@@ -678,7 +686,8 @@ static void stream_collect(req *r) {
     }
     bool new_text = j->text_len > r->sent_text, new_pieces = j->n_pieces > r->sent_pieces;
     if (r->llama) {
-        if (new_text) sse_event(r, llama_response(r, j->text + r->sent_text, j->text_len - r->sent_text, false));
+        if (new_text || (r->return_tokens && new_pieces))
+            sse_event(r, llama_response(r, j->text + r->sent_text, j->text_len - r->sent_text, false));
         r->sent_text = j->text_len;
         r->sent_pieces = j->n_pieces;
         if (!j->done) return;
@@ -766,6 +775,9 @@ static enum MHD_Result h_generate(req *r, bool chat) {
         if (np && !json_is_integer(np)) return respond_error(r, 400, "'n_predict' must be an integer", "n_predict");
         if (np && json_integer_value(np) >= 0) json_object_set(b, "max_tokens", np);
         else if (np) json_object_set_new(b, "max_tokens", json_integer(s->cfg.max_tokens_cap));
+        json_t *rt = json_object_get(b, "return_tokens");
+        if (rt && !json_is_boolean(rt)) return respond_error(r, 400, "'return_tokens' must be a boolean", "return_tokens");
+        r->return_tokens = json_is_true(rt);
     }
     const char *param = NULL;
     attnd_err err;

@@ -18,6 +18,7 @@ run() { # run GROUP PORT [STATE]
 start_server main --model "$MODELS/stories260K.gguf" --state-dir "$TMP/state" --body-limit 65536 \
     --request-timeout-s 2 --max-parallel 16 --threads 1
 for g in basics errors sessions concurrency disconnects; do run $g "$main_PORT"; done
+run reference "$main_PORT" "$MODELS/reference-greedy.json"
 run restart1 "$main_PORT" "$TMP/restart.json"
 grep -q "POST /v1/completions 200 prompt=" "$main_LOG" || { echo "not ok - access log line"; status=1; }
 grep -q "client disconnected" "$main_LOG" || { echo "not ok - a disconnect is logged"; status=1; }

@@ -400,7 +400,21 @@ async function drain() {
         'an in-flight stream ends with a final chunk and [DONE] during shutdown', last);
 }
 
-const GROUPS = { drain, basics, errors, sessions, concurrency, disconnects, auth, nocors, busy, kvfull, restart1, restart2 };
+async function reference() {
+  // temperature 0 through the server (prompt cache, continuous batching: all cases at once)
+  // gives llama.cpp's greedy tokens for stories260K (F32), up to the first end of generation
+  const ref = JSON.parse(fs.readFileSync(STATE, 'utf8')).cases.filter((c) => c.model === 'stories260K.gguf');
+  const res = await Promise.all(ref.map((c) => post('/completion', { prompt: c.prompt_tokens, n_predict: 64, temperature: 0, return_tokens: true })));
+  let agree = 0;
+  res.forEach((r, i) => {
+    const want = ref[i].tokens, eos = want.indexOf(2), cut = eos < 0 ? want : want.slice(0, eos);
+    if (r.status === 200 && JSON.stringify(r.json.tokens) === JSON.stringify(cut)) agree++;
+    else console.log(`# ${JSON.stringify(ref[i].prompt)}: got ${JSON.stringify(r.json.tokens)} want ${JSON.stringify(cut)}`);
+  });
+  check(ref.length > 0 && agree === ref.length, `greedy tokens equal llama.cpp's for ${agree}/${ref.length} prompts (batched)`);
+}
+
+const GROUPS = { drain, reference, basics, errors, sessions, concurrency, disconnects, auth, nocors, busy, kvfull, restart1, restart2 };
 if (!GROUPS[group]) { console.error('unknown group ' + group); process.exit(2); }
 try { await GROUPS[group](); } catch (e) { console.log(`not ok - ${group} threw: ${e.stack}`); failures++; }
 process.exit(failures ? 1 : 0);
