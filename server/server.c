@@ -859,6 +859,14 @@ static enum MHD_Result h_generate(req *r, bool chat) {
     j->n_stops = q->n_stops;
     q->stops = NULL;
     q->n_stops = 0;
+    if (chat) {
+        /* the turn's end marker stops generation even where the vocabulary spells it as text */
+        char **g = realloc(j->stops, (size_t)(j->n_stops + 1) * sizeof(char *));
+        if (g) {
+            j->stops = g;
+            if ((g[j->n_stops] = strdup(chat_end_marker(s->family)))) j->n_stops++;
+        }
+    }
     j->se = se;
     r->job = j;
     random_id(r->resp_id, sizeof(r->resp_id), chat ? "chatcmpl-" : "cmpl-");
