@@ -15,37 +15,38 @@
 #include "commands.h"
 
 static const char *USAGE =
-    "usage: attnd generate --model PATH (--prompt TEXT | --tokens 1,2,3) [--n 64] [--temp 0] [--seed S]\n"
+    "usage: attnd generate --model PATH (--prompt TEXT | --tokens 1,2,3) [--n 64] [sampling flags]\n"
     "                      [--json] [--threads N] [--kv-type f16|f32]\n"
     "\n"
     "Generates a continuation of the prompt. With --tokens the ids are used exactly as given (no\n"
-    "BOS added). Generation runs for --n tokens; it does not stop at end-of-sequence.\n"
+    "BOS added). Generation runs for --n tokens, or until a --stop string; it does not stop at\n"
+    "end-of-sequence.\n"
     "  --model PATH      the GGUF file (default: the shipped default model)\n"
     "  --prompt TEXT     prompt text, tokenized with the model's vocabulary (BOS added as the model asks)\n"
     "  --tokens IDS      comma-separated prompt token ids\n"
     "  --n N             tokens to generate (default 64)\n"
-    "  --temp T          sampling temperature; 0 (default) = greedy, ties to the lowest id\n"
-    "  --seed S          random seed for sampling (default 0)\n"
     "  --json            print {\"prompt_tokens\",\"tokens\",\"text\",\"timings\"} as one JSON object\n"
     "  --threads N       threads (default: the CPUs this process may use)\n"
-    "  --kv-type T       KV cache type, f16 (default) or f32\n";
+    "  --kv-type T       KV cache type, f16 (default) or f32\n"
+    "\n";
 
 typedef struct gen_opts {
     const char *model, *prompt, *tokens;
     int n_predict;
-    double temp;
-    unsigned long long seed;
+    cli_sampling sampling; /* --temp, --seed, --stop, --top-logprobs... (cli/sampling_args.c) */
     bool json;
     int n_threads;
     kv_type kv;
 } gen_opts;
 
 static void parse_args(int argc, char **argv, gen_opts *o) {
-    *o = (gen_opts){.n_predict = 64, .temp = 0, .kv = KV_F16};
+    *o = (gen_opts){.n_predict = 64, .kv = KV_F16};
+    cli_sampling_init(&o->sampling);
     for (int i = 1; i < argc;) {
         const char *v;
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
             fputs(USAGE, stdout);
+            fputs(CLI_SAMPLING_USAGE, stdout);
             exit(0);
         } else if (cli_flag_value("generate", argc, argv, &i, "--model", &v)) {
             o->model = v;
@@ -55,10 +56,7 @@ static void parse_args(int argc, char **argv, gen_opts *o) {
             o->tokens = v;
         } else if (cli_flag_value("generate", argc, argv, &i, "--n", &v)) {
             o->n_predict = (int)cli_parse_int("generate", "--n", v, 0, 1 << 24);
-        } else if (cli_flag_value("generate", argc, argv, &i, "--temp", &v)) {
-            o->temp = cli_parse_double("generate", "--temp", v, 0, 100);
-        } else if (cli_flag_value("generate", argc, argv, &i, "--seed", &v)) {
-            o->seed = (unsigned long long)cli_parse_int("generate", "--seed", v, 0, INT64_MAX);
+        } else if (cli_sampling_flag("generate", argc, argv, &i, &o->sampling)) {
         } else if (cli_flag_value("generate", argc, argv, &i, "--threads", &v)) {
             o->n_threads = (int)cli_parse_int("generate", "--threads", v, 1, 1024);
         } else if (cli_flag_value("generate", argc, argv, &i, "--kv-type", &v)) {
@@ -73,8 +71,7 @@ static void parse_args(int argc, char **argv, gen_opts *o) {
         }
     }
     if (!o->prompt == !o->tokens) cli_usage_error("generate", "give exactly one of --prompt and --tokens");
-    if (o->temp != 0)
-        cli_usage_error("generate", "--temp %g: only greedy decoding (--temp 0) is available in this build", o->temp);
+    if (o->sampling.top_logprobs && !o->json) cli_usage_error("generate", "--top-logprobs needs --json");
 }
 
 /* A JSON string of len bytes, invalid UTF-8 sequences (a continuation cut short by --n, raw
@@ -131,6 +128,7 @@ int cmd_generate(int argc, char **argv) {
     int32_t *out = NULL;
     tokenizer *tok = NULL;
     char *text = NULL;
+    cli_gen *cg = NULL;
     if (model_load(&m, o.model, &err)) goto fail;
     const model_info *mi = model_info_get(m);
     /* The tokenizer is needed for --prompt and for the text; with --tokens a model without a
@@ -165,19 +163,30 @@ int cmd_generate(int argc, char **argv) {
         snprintf(err.msg, sizeof(err.msg), "out of memory");
         goto fail;
     }
-    engine_gen g = {.n_predict = o.n_predict};
+    cli_sampling_check("generate", &o.sampling, mi->n_vocab);
+    if (cli_gen_create(&cg, &o.sampling, mi->n_vocab, tok, prompt, n_prompt, o.n_predict, &err)) goto fail;
+    engine_gen g = {.n_predict = o.n_predict, .pick = cli_gen_pick, .pick_user = cg,
+                    .on_token = cli_gen_on_token, .token_user = cg};
     engine_timings tm;
     int n_out;
     if (engine_generate(e, s, prompt, n_prompt, &g, out, &n_out, &tm, &err)) goto fail;
 
     size_t text_len = 0;
-    if (tok && tok_decode(tok, out, (size_t)n_out, false, &text, &text_len, &err)) goto fail;
+    if (cli_gen_has_text(cg)) { /* cut at a --stop string */
+        const char *t = cli_gen_text(cg, &text_len);
+        if (!(text = malloc(text_len + 1))) {
+            snprintf(err.msg, sizeof(err.msg), "out of memory");
+            goto fail;
+        }
+        memcpy(text, t, text_len + 1);
+    } else if (tok && tok_decode(tok, out, (size_t)n_out, false, &text, &text_len, &err)) goto fail;
     double tps = tm.decode_ms > 0 ? tm.n_decode / (tm.decode_ms / 1e3) : 0;
     if (o.json) {
         json_t *root = json_object();
         json_object_set_new(root, "prompt_tokens", ids_json(prompt, n_prompt));
         json_object_set_new(root, "tokens", ids_json(out, n_out));
         json_object_set_new(root, "text", text_json(text ? text : "", text_len));
+        if (o.sampling.top_logprobs) json_object_set_new(root, "logprobs", cli_gen_logprobs_json(cg));
         json_t *t = json_object();
         json_object_set_new(t, "prefill_ms", json_real(tm.prefill_ms));
         json_object_set_new(t, "decode_ms", json_real(tm.decode_ms));
@@ -205,6 +214,8 @@ fail:
 out:
     free(out);
     free(text);
+    cli_gen_destroy(cg);
+    cli_sampling_free(&o.sampling);
     tok_destroy(tok);
     kv_seq_destroy(s);
     kv_pool_destroy(pool);

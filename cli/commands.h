@@ -14,6 +14,7 @@ int cmd_serve(int argc, char **argv);
 int cmd_convert_llama2c(int argc, char **argv);
 int cmd_generate(int argc, char **argv);
 int cmd_score(int argc, char **argv);
+int cmd_bench(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
 int cmd_detokenize(int argc, char **argv);
 int cmd_tokenize_bench(int argc, char **argv);
@@ -42,5 +43,55 @@ int32_t *cli_parse_ids(const char *cmd, const char *flag, const char *s, int *n_
  * the executable (../share/attnd/models, or the source tree's models/), then the installed
  * data dir. Returns a malloc'd path, or NULL when none exists. */
 char *cli_default_model_path(void);
+
+/* ---- sampling flags and generation callbacks (cli/sampling_args.c) ---- */
+
+#include "attnd/sampler.h"
+#include "attnd/tokenizer.h"
+
+/* The sampling flags of a command line. params.bias points into bias; stops borrow argv. */
+typedef struct cli_sampling {
+    sampler_params params;
+    logit_bias *bias;
+    int n_bias, cap_bias;
+    const char **stops;
+    int n_stops;
+    int top_logprobs; /* 0 = no logprobs */
+} cli_sampling;
+
+/* The --help text of the sampling flags. */
+extern const char *const CLI_SAMPLING_USAGE;
+/* sampler_params_default, except temperature 0: the CLI is greedy unless --temp is given. */
+void cli_sampling_init(cli_sampling *o);
+void cli_sampling_free(cli_sampling *o);
+/* If argv[*i] is a sampling flag, parses its value into o, advances *i and returns true; a bad
+ * value is a usage error (exit 2) naming the flag. */
+bool cli_sampling_flag(const char *cmd, int argc, char **argv, int *i, cli_sampling *o);
+/* Once the vocabulary size is known: --logit-bias ids in range, and the whole set valid;
+ * usage error otherwise. */
+void cli_sampling_check(const char *cmd, const cli_sampling *o, int n_vocab);
+
+/*
+ * Generation state for engine_gen: cli_gen_pick samples (and records logprobs when asked),
+ * cli_gen_on_token feeds the text to the stop matcher and ends generation at a stop string.
+ *   engine_gen g = {.n_predict = n, .pick = cli_gen_pick, .pick_user = cg,
+ *                   .on_token = cli_gen_on_token, .token_user = cg};
+ * tok (borrowed; may be NULL when there are no --stop strings) must outlive the cli_gen.
+ */
+typedef struct cli_gen cli_gen;
+attnd_status cli_gen_create(cli_gen **out, const cli_sampling *o, int n_vocab, const tokenizer *tok,
+                            const int32_t *prompt, int n_prompt, int n_predict, attnd_err *err);
+void cli_gen_destroy(cli_gen *g); /* accepts NULL */
+int32_t cli_gen_pick(void *user, const float *logits);
+bool cli_gen_on_token(void *user, int32_t id);
+/* True when the text comes from cli_gen_text (there are stop strings) rather than tok_decode. */
+bool cli_gen_has_text(const cli_gen *g);
+/* The generated text, cut before the stop string that ended it (borrowed, valid while g lives). */
+const char *cli_gen_text(cli_gen *g, size_t *len);
+/* The stop string that ended generation, or NULL. */
+const char *cli_gen_matched_stop(const cli_gen *g);
+/* [{"id","logprob","top_logprobs":[{"id","logprob"}...]}...] per generated token (new reference;
+ * -inf logprobs are null). */
+struct json_t *cli_gen_logprobs_json(const cli_gen *g);
 
 #endif

@@ -19,6 +19,7 @@ static const command COMMANDS[] = {
     {"convert-llama2c", cmd_convert_llama2c, "convert a llama2.c checkpoint + tokenizer.bin to GGUF"},
     {"generate", cmd_generate, "generate a continuation of a prompt"},
     {"score", cmd_score, "teacher-forced argmax and log-probabilities of a token sequence"},
+    {"bench", cmd_bench, "prefill/decode speed vs llama.cpp, and decode cost along a long generation"},
     {"tokenize", cmd_tokenize, "text to token ids, JSON lines in and out"},
     {"detokenize", cmd_detokenize, "token ids to text, JSON lines in and out"},
     {"tokenize-bench", cmd_tokenize_bench, "measure tokenizer speed (MB/s) on a few MB of prose"},

@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "attn_ops.h"
 #include "kv.h"
 #include "model_internal.h"
 #include "quant.h"
@@ -28,15 +29,25 @@
  * several microseconds, and far worse on a loaded machine). */
 #define PAR_MIN_WORK 32768L
 
-/* Per-thread attention scratch, in floats, for one (entry, kv head) work item. */
+/* Queries per attention work item: consecutive entries of one sequence (a prefill) share each
+ * converted K/V tile. */
+#define ATTN_QBLOCK 16
+
+/* Per-thread attention scratch, in floats, for one (query block, kv head) work item. */
 typedef struct attn_slot {
     float *k_tile;   /* (KV_BLOCK, head_dim): keys of one block, converted to F32 */
     float *v_tile;   /* (KV_BLOCK, head_dim) */
+    float *kt;       /* (head_dim, KV_BLOCK): the key tile transposed, zero past its last key */
     float *scores;   /* (KV_BLOCK) */
-    float *acc;      /* (group, head_dim): running weighted sum of values */
-    float *run_max;  /* (group) */
-    float *run_sum;  /* (group) */
+    float *acc;      /* (ATTN_QBLOCK, group, head_dim): running weighted sums of values */
+    float *run_max;  /* (ATTN_QBLOCK, group) */
+    float *run_sum;  /* (ATTN_QBLOCK, group) */
 } attn_slot;
+
+/* A run of entries [start, start + n) of one sequence at consecutive positions. */
+typedef struct qblock {
+    int start, n;
+} qblock;
 
 struct engine {
     const model *m;
@@ -59,6 +70,7 @@ struct engine {
 
     kv_seq **seqs;          /* (B) distinct sequences of the current batch */
     int *want;              /* (B) indices of entries that want logits */
+    qblock *qblocks;        /* (B) attention work split of the current batch */
     float *slot_mem;        /* backing store of slots */
     attn_slot *slots;       /* (n_slots) */
 
@@ -80,6 +92,7 @@ static size_t max_scratch(size_t cur, const weight *w, int n_tok) {
 attnd_status engine_create(engine **out, const model *m, int max_batch, int n_threads, attnd_err *err) {
     *out = NULL;
     if (!m) return attnd_fail(err, ATTND_ERR_INVALID, "engine_create: no model");
+    attn_ops_init();
     if (max_batch < 1 || max_batch > (1 << 16))
         return attnd_fail(err, ATTND_ERR_INVALID, "max_batch %d is outside 1..65536", max_batch);
     engine *e = calloc(1, sizeof(*e));
@@ -105,6 +118,7 @@ attnd_status engine_create(engine **out, const model *m, int max_batch, int n_th
     e->rope = malloc(sizeof(float) * B * (size_t)mi->rope_dims);
     e->seqs = malloc(sizeof(*e->seqs) * B);
     e->want = malloc(sizeof(*e->want) * B);
+    e->qblocks = malloc(sizeof(*e->qblocks) * B);
     e->cb_weights = malloc(sizeof(float) * (size_t)mi->n_ctx);
 
     size_t scratch = 0;
@@ -116,12 +130,13 @@ attnd_status engine_create(engine **out, const model *m, int max_batch, int n_th
     }
     e->mm_scratch = malloc(scratch ? scratch : 1);
 
-    size_t slot_floats = 2 * KV_BLOCK * hd + KV_BLOCK + G * hd + 2 * G;
+    size_t QB = ATTN_QBLOCK;
+    size_t slot_floats = 3 * KV_BLOCK * hd + KV_BLOCK + QB * G * hd + 2 * QB * G;
     e->slot_mem = malloc(sizeof(float) * slot_floats * (size_t)e->n_slots);
     e->slots = calloc((size_t)e->n_slots, sizeof(*e->slots));
 
     if (!e->x || !e->xn || !e->q || !e->k || !e->v || !e->att || !e->tmp || !e->gate || !e->up || !e->rope ||
-        !e->seqs || !e->want || !e->cb_weights || !e->mm_scratch || !e->slot_mem || !e->slots) {
+        !e->seqs || !e->want || !e->qblocks || !e->cb_weights || !e->mm_scratch || !e->slot_mem || !e->slots) {
         engine_destroy(e);
         return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory creating an engine for %d tokens per batch",
                           max_batch);
@@ -131,9 +146,10 @@ attnd_status engine_create(engine **out, const model *m, int max_batch, int n_th
         attn_slot *s = &e->slots[t];
         s->k_tile = p, p += KV_BLOCK * hd;
         s->v_tile = p, p += KV_BLOCK * hd;
+        s->kt = p, p += KV_BLOCK * hd;
         s->scores = p, p += KV_BLOCK;
-        s->acc = p, p += G * hd;
-        s->run_max = p, p += G;
+        s->acc = p, p += QB * G * hd;
+        s->run_max = p, p += QB * G;
         s->run_sum = p;
     }
     *out = e;
@@ -154,6 +170,7 @@ void engine_destroy(engine *e) {
     free(e->rope);
     free(e->seqs);
     free(e->want);
+    free(e->qblocks);
     free(e->cb_weights);
     free(e->mm_scratch);
     free(e->slot_mem);
@@ -238,11 +255,8 @@ static void kv_store(const engine *e, const batch_entry *entries, int n, int lay
             memcpy(kd, kr, sizeof(float) * (size_t)KV);
             memcpy(vd, vr, sizeof(float) * (size_t)KV);
         } else {
-            uint16_t *kh = kd, *vh = vd;
-            for (int i = 0; i < KV; i++) {
-                kh[i] = kv_f32_to_f16(kr[i]);
-                vh[i] = kv_f32_to_f16(vr[i]);
-            }
+            attn_f16_store(kd, kr, KV);
+            attn_f16_store(vd, vr, KV);
         }
     }
 }
@@ -260,66 +274,90 @@ static const float *kv_tile(const kv_seq *s, int which, int layer, int base, int
         return (const float *)kv_row(s, which, layer, base) + (size_t)g * hd;
     }
     const uint16_t *src = (const uint16_t *)kv_row(s, which, layer, base) + (size_t)g * hd;
-    for (int j = 0; j < cnt; j++)
-        for (int i = 0; i < hd; i++) buf[(size_t)j * hd + i] = kv_f16_to_f32(src[(size_t)j * p->kv_dim + i]);
+    for (int j = 0; j < cnt; j++) attn_f16_row(buf + (size_t)j * hd, src + (size_t)j * p->kv_dim, hd);
     *stride = hd;
     return buf;
 }
 
-static inline float dot(const float *a, const float *b, int n) {
-    float s = 0;
-    for (int i = 0; i < n; i++) s += a[i] * b[i];
-    return s;
-}
-
-/* Attention of entry t over its sequence, for the query heads sharing kv head g. */
-static void attend(const engine *e, attn_slot *sl, const batch_entry *en, int t, int layer, int g) {
+/*
+ * Attention of the query block qb (entries of one sequence at consecutive positions) for the
+ * query heads sharing kv head g. Each cache tile is converted once and used by every query of
+ * the block that reaches it; query i sees positions 0..pos_i only (the causal mask).
+ */
+static void attend(const engine *e, attn_slot *sl, const batch_entry *entries, qblock qb, int layer, int g) {
     const model_info *mi = &e->m->info;
     int hd = mi->head_dim, G = mi->n_head / mi->n_head_kv, Q = e->m->q_dim;
-    int n_keys = en->pos + 1;
+    const kv_seq *seq = entries[qb.start].seq;
+    int pos0 = entries[qb.start].pos, n_keys_max = pos0 + qb.n;
     float scale = 1.0f / sqrtf((float)hd);
-    const float *q = e->q + (size_t)t * Q + (size_t)g * G * hd; /* (G, hd) */
-    float *out = e->att + (size_t)t * Q + (size_t)g * G * hd;   /* (G, hd) */
+    /* Many queries per tile: transpose the keys once so scores vectorise over keys. A lone decode
+     * query would spend more on the transpose than it saves. */
+    bool transpose = qb.n * G >= 8;
 
-    for (int h = 0; h < G; h++) {
-        sl->run_max[h] = -INFINITY;
-        sl->run_sum[h] = 0;
+    for (int i = 0; i < qb.n * G; i++) {
+        sl->run_max[i] = -INFINITY;
+        sl->run_sum[i] = 0;
     }
-    memset(sl->acc, 0, sizeof(float) * (size_t)G * hd);
-    for (int base = 0; base < n_keys; base += KV_BLOCK) {
-        int cnt = n_keys - base < KV_BLOCK ? n_keys - base : KV_BLOCK;
+    memset(sl->acc, 0, sizeof(float) * (size_t)qb.n * G * hd);
+    for (int base = 0; base < n_keys_max; base += KV_BLOCK) {
+        int tile_cnt = n_keys_max - base < KV_BLOCK ? n_keys_max - base : KV_BLOCK;
         int ks, vs;
-        const float *K = kv_tile(en->seq, 0, layer, base, cnt, g, hd, sl->k_tile, &ks);
-        const float *V = kv_tile(en->seq, 1, layer, base, cnt, g, hd, sl->v_tile, &vs);
-        for (int h = 0; h < G; h++) {
-            const float *qh = q + (size_t)h * hd;
-            float *acc = sl->acc + (size_t)h * hd;
-            float tile_max = -INFINITY;
-            for (int j = 0; j < cnt; j++) {
-                sl->scores[j] = dot(qh, K + (size_t)j * ks, hd) * scale;
-                if (sl->scores[j] > tile_max) tile_max = sl->scores[j];
+        const float *K = kv_tile(seq, 0, layer, base, tile_cnt, g, hd, sl->k_tile, &ks);
+        const float *V = kv_tile(seq, 1, layer, base, tile_cnt, g, hd, sl->v_tile, &vs);
+        if (transpose) {
+            for (int j = 0; j < tile_cnt; j++)
+                for (int i = 0; i < hd; i++) sl->kt[(size_t)i * KV_BLOCK + j] = K[(size_t)j * ks + i];
+            if (tile_cnt < KV_BLOCK)
+                for (int i = 0; i < hd; i++)
+                    memset(sl->kt + (size_t)i * KV_BLOCK + tile_cnt, 0, sizeof(float) * (size_t)(KV_BLOCK - tile_cnt));
+        }
+        for (int qi = 0; qi < qb.n; qi++) {
+            int n_keys = pos0 + qi + 1;
+            if (base >= n_keys) continue;
+            int cnt = n_keys - base < tile_cnt ? n_keys - base : tile_cnt;
+            const float *q = e->q + (size_t)(qb.start + qi) * Q + (size_t)g * G * hd; /* (G, hd) */
+            for (int h = 0; h < G; h++) {
+                int k = qi * G + h;
+                float *acc = sl->acc + (size_t)k * hd;
+                if (transpose) attn_scores_t(sl->scores, q + (size_t)h * hd, sl->kt, hd, scale);
+                else attn_scores(sl->scores, q + (size_t)h * hd, K, (size_t)ks, cnt, hd, scale);
+                float tile_max = -INFINITY;
+                for (int j = 0; j < cnt; j++) tile_max = sl->scores[j] > tile_max ? sl->scores[j] : tile_max;
+                if (tile_max > sl->run_max[k]) {
+                    /* A larger max: rescale what was accumulated under the old one. */
+                    float c = expf(sl->run_max[k] - tile_max);
+                    sl->run_sum[k] *= c;
+                    for (int i = 0; i < hd; i++) acc[i] *= c;
+                    sl->run_max[k] = tile_max;
+                }
+                sl->run_sum[k] += attn_exp_sum(sl->scores, cnt, sl->run_max[k]);
+                attn_accum(acc, sl->scores, V, (size_t)vs, cnt, hd);
             }
-            if (tile_max > sl->run_max[h]) {
-                /* A larger max: rescale what was accumulated under the old one. */
-                float c = expf(sl->run_max[h] - tile_max);
-                sl->run_sum[h] *= c;
-                for (int i = 0; i < hd; i++) acc[i] *= c;
-                sl->run_max[h] = tile_max;
-            }
-            float mx = sl->run_max[h], sum = 0;
-            for (int j = 0; j < cnt; j++) {
-                float p = expf(sl->scores[j] - mx);
-                sum += p;
-                const float *vr = V + (size_t)j * vs;
-                for (int i = 0; i < hd; i++) acc[i] += p * vr[i];
-            }
-            sl->run_sum[h] += sum;
         }
     }
-    for (int h = 0; h < G; h++) {
-        float inv = 1.0f / sl->run_sum[h];
-        for (int i = 0; i < hd; i++) out[(size_t)h * hd + i] = sl->acc[(size_t)h * hd + i] * inv;
+    for (int qi = 0; qi < qb.n; qi++) {
+        float *out = e->att + (size_t)(qb.start + qi) * Q + (size_t)g * G * hd; /* (G, hd) */
+        for (int h = 0; h < G; h++) {
+            int k = qi * G + h;
+            float inv = 1.0f / sl->run_sum[k];
+            for (int i = 0; i < hd; i++) out[(size_t)h * hd + i] = sl->acc[(size_t)k * hd + i] * inv;
+        }
     }
+}
+
+/* Splits the batch into query blocks: maximal runs (up to ATTN_QBLOCK) of entries of one
+ * sequence at consecutive positions. Returns the number of blocks. */
+static int split_qblocks(engine *e, const batch_entry *entries, int n) {
+    int nb = 0;
+    for (int t = 0; t < n;) {
+        int len = 1;
+        while (t + len < n && len < ATTN_QBLOCK && entries[t + len].seq == entries[t].seq &&
+               entries[t + len].pos == entries[t].pos + len)
+            len++;
+        e->qblocks[nb++] = (qblock){t, len};
+        t += len;
+    }
+    return nb;
 }
 
 /* Inspection path (only when a callback is set): exact softmax weights of every (entry, head),
@@ -338,7 +376,7 @@ static void report_attention(engine *e, const batch_entry *entries, int n, int l
             for (int j = 0; j < n_keys; j++) {
                 int ks;
                 const float *K = kv_tile(s, 0, layer, j, 1, g, hd, e->slots[0].k_tile, &ks);
-                e->cb_weights[j] = dot(q, K, hd) * scale;
+                attn_scores(&e->cb_weights[j], q, K, (size_t)ks, 1, hd, scale);
                 if (e->cb_weights[j] > mx) mx = e->cb_weights[j];
             }
             double sum = 0;
@@ -417,6 +455,10 @@ attnd_status engine_eval(engine *e, const batch_entry *entries, int n, float *lo
         }
     }
 
+    int n_qb = split_qblocks(e, entries, n);
+    long attn_work = 0; /* multiply-adds of one layer's attention, to decide on threading */
+    for (int t = 0; t < n; t++) attn_work += (long)mi->n_head * mi->head_dim * (entries[t].pos + 1);
+
     for (int l = 0; l < mi->n_layer; l++) {
         const layer_weights *L = &m->layers[l];
         // attention sub-layer
@@ -430,12 +472,11 @@ attnd_status engine_eval(engine *e, const batch_entry *entries, int n, float *lo
         rope_apply(e, e->q, n, mi->n_head);
         rope_apply(e, e->k, n, mi->n_head_kv);
         kv_store(e, entries, n, l);
-        int n_kv = mi->n_head_kv, n_items = n * n_kv;
-        long attn_work = (long)n * mi->n_head * mi->head_dim * (entries[n - 1].pos + 1);
-        /* Work items (entry, kv head): later positions cost more, hence dynamic scheduling. */
+        int n_kv = mi->n_head_kv, n_items = n_qb * n_kv;
+        /* Work items (query block, kv head): later positions cost more, hence dynamic scheduling. */
 #pragma omp parallel for num_threads(nth) schedule(dynamic, 1) if (n_items > 1 && attn_work >= PAR_MIN_WORK)
         for (int w = 0; w < n_items; w++)
-            attend(e, &e->slots[omp_get_thread_num()], &entries[w / n_kv], w / n_kv, l, w % n_kv);
+            attend(e, &e->slots[omp_get_thread_num()], entries, e->qblocks[w / n_kv], l, w % n_kv);
         if (e->attn_cb) report_attention(e, entries, n, l);
         matmul(e, e->tmp, &L->wo, e->att, n);
         for (size_t i = 0; i < (size_t)n * E; i++) e->x[i] += e->tmp[i];

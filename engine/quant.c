@@ -182,7 +182,8 @@ void quant_dequantize_row(float *dst, const void *src, uint32_t type, int64_t n)
     switch (type) {
     case GGML_TYPE_F32: memcpy(dst, src, (size_t)n * sizeof(float)); break;
     case GGML_TYPE_F16:
-        for (int64_t i = 0; i < n; i++) dst[i] = quant_f16_to_f32(quant_ld16(s + 2 * i));
+        if (((uintptr_t)src & 1) == 0) quant_f16_to_f32_row(dst, src, n); /* tensor data is aligned */
+        else for (int64_t i = 0; i < n; i++) dst[i] = quant_f16_to_f32(quant_ld16(s + 2 * i));
         break;
     case GGML_TYPE_BF16:
         for (int64_t i = 0; i < n; i++) dst[i] = quant_bf16_to_f32(quant_ld16(s + 2 * i));
@@ -463,6 +464,31 @@ static void rows_q6_k(float *out, const uint8_t *w, size_t rb, int64_t r0, int64
             out[t * n_rows + r] = dot_q6_k(w + r * rb, a->d + t * a->nb, a->q + t * a->n_cols, a->nb);
 }
 
+// ---- portable vector primitives ----------------------------------------------------------------
+
+static void dot_rows_portable(float *scores, const float *q, const float *K, int64_t ks, int n, int hd, float scale) {
+    for (int j = 0; j < n; j++) scores[j] = dot_f32(q, K + (int64_t)j * ks, hd) * scale;
+}
+
+static void axpy_rows_portable(float *acc, const float *p, const float *V, int64_t vs, int n, int hd) {
+    for (int j = 0; j < n; j++) {
+        const float *v = V + (int64_t)j * vs;
+        for (int i = 0; i < hd; i++) acc[i] += p[j] * v[i];
+    }
+}
+
+static void exp_portable(float *y, const float *x, int64_t n) {
+    for (int64_t i = 0; i < n; i++) y[i] = expf(x[i]);
+}
+
+static void h2f_portable(float *dst, const uint16_t *src, int64_t n) {
+    for (int64_t i = 0; i < n; i++) dst[i] = quant_f16_to_f32(src[i]);
+}
+
+static void f2h_portable(uint16_t *dst, const float *src, int64_t n) {
+    for (int64_t i = 0; i < n; i++) dst[i] = quant_f32_to_f16(src[i]);
+}
+
 const quant_kernels quant_kernels_portable = {
     .f32 = rows_f32,
     .f16 = rows_f16,
@@ -474,6 +500,11 @@ const quant_kernels quant_kernels_portable = {
     .prep_q8_0 = act_q8_0,
     .prep_q8_k = act_q8_k,
     .prep_f16 = act_f16,
+    .dot_rows = dot_rows_portable,
+    .axpy_rows = axpy_rows_portable,
+    .exp = exp_portable,
+    .h2f = h2f_portable,
+    .f2h = f2h_portable,
 };
 
 // ---- instruction-set selection -----------------------------------------------------------------
@@ -545,10 +576,42 @@ static quant_rows_fn pick_kernel(quant_isa isa, uint32_t wtype) {
     return fn;
 }
 
+// ---- vector primitives (dispatch) --------------------------------------------------------------
+
+void quant_dot_rows(float *scores, const float *q, const float *K, int64_t k_stride, int n, int hd, float scale) {
+    quant_dot_rows_fn fn;
+    RESOLVE(quant_isa_active(), dot_rows, fn);
+    fn(scores, q, K, k_stride, n, hd, scale);
+}
+
+void quant_axpy_rows(float *acc, const float *p, const float *V, int64_t v_stride, int n, int hd) {
+    quant_axpy_rows_fn fn;
+    RESOLVE(quant_isa_active(), axpy_rows, fn);
+    fn(acc, p, V, v_stride, n, hd);
+}
+
+void quant_exp(float *y, const float *x, int64_t n) {
+    quant_exp_fn fn;
+    RESOLVE(quant_isa_active(), exp, fn);
+    fn(y, x, n);
+}
+
+void quant_f16_to_f32_row(float *dst, const uint16_t *src, int64_t n) {
+    quant_h2f_fn fn;
+    RESOLVE(quant_isa_active(), h2f, fn);
+    fn(dst, src, n);
+}
+
+void quant_f32_to_f16_row(uint16_t *dst, const float *src, int64_t n) {
+    quant_f2h_fn fn;
+    RESOLVE(quant_isa_active(), f2h, fn);
+    fn(dst, src, n);
+}
+
 // ---- matmul driver -----------------------------------------------------------------------------
 
 /* Below this many multiply-adds a parallel region costs more than it saves. */
-#define PAR_MIN_WORK (1 << 16)
+#define PAR_MIN_WORK (1 << 17)
 /* Rows handed out per scheduling unit: a multiple of the kernels' row tiles. */
 #define ROW_GRAIN 8
 

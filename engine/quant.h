@@ -59,4 +59,20 @@ quant_isa quant_isa_active(void); /* what quant_matmul uses now */
 quant_isa quant_isa_force(quant_isa isa);
 const char *quant_isa_name(quant_isa isa);
 
+/*
+ * Vector primitives for the rest of the engine (attention, activations, f16 KV caches), with the
+ * same run-time instruction-set choice as quant_matmul. Single-threaded, no allocation; the
+ * arrays must not overlap unless stated.
+ */
+/* scores[j] = scale * sum_i q[i] * K[j * k_stride + i]   for j < n, i < hd */
+void quant_dot_rows(float *scores, const float *q, const float *K, int64_t k_stride, int n, int hd, float scale);
+/* acc[i] += sum_j p[j] * V[j * v_stride + i]              for i < hd, j < n (j in order) */
+void quant_axpy_rows(float *acc, const float *p, const float *V, int64_t v_stride, int n, int hd);
+/* y[i] = e^x[i], within 2 ulp of the exact value; inf, nan, overflow and underflow as expf.
+ * y may equal x. */
+void quant_exp(float *y, const float *x, int64_t n);
+/* Row conversions between f32 and f16 (round to nearest even), as quant_f32_to_f16 elementwise. */
+void quant_f16_to_f32_row(float *dst, const uint16_t *src, int64_t n);
+void quant_f32_to_f16_row(uint16_t *dst, const float *src, int64_t n);
+
 #endif /* ATTND_QUANT_H */

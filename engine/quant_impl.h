@@ -44,6 +44,13 @@ typedef void (*quant_rows_fn)(float *out, const uint8_t *w, size_t row_bytes, in
 typedef void (*quant_prep_q8_0_fn)(float *d, int8_t *q, const float *x, int64_t n);
 typedef void (*quant_prep_q8_k_fn)(float *d, int8_t *q, int16_t *bsums, const float *x, int64_t n);
 typedef void (*quant_prep_f16_fn)(float *xr, const float *x, int64_t n);
+/* The vector primitives of quant.h, per instruction set. */
+typedef void (*quant_dot_rows_fn)(float *scores, const float *q, const float *K, int64_t k_stride, int n, int hd,
+                                  float scale);
+typedef void (*quant_axpy_rows_fn)(float *acc, const float *p, const float *V, int64_t v_stride, int n, int hd);
+typedef void (*quant_exp_fn)(float *y, const float *x, int64_t n);
+typedef void (*quant_h2f_fn)(float *dst, const uint16_t *src, int64_t n);
+typedef void (*quant_f2h_fn)(uint16_t *dst, const float *src, int64_t n);
 
 /* Per instruction set: one row-range kernel per computable weight type and the activation
  * preparations; any NULL entry falls back to the next instruction set down. */
@@ -52,6 +59,11 @@ typedef struct quant_kernels {
     quant_prep_q8_0_fn prep_q8_0;
     quant_prep_q8_k_fn prep_q8_k;
     quant_prep_f16_fn prep_f16;
+    quant_dot_rows_fn dot_rows;
+    quant_axpy_rows_fn axpy_rows;
+    quant_exp_fn exp;
+    quant_h2f_fn h2f;
+    quant_f2h_fn f2h;
 } quant_kernels;
 
 extern const quant_kernels quant_kernels_portable;

@@ -3,11 +3,11 @@
  * typical-p -> top-p -> min-p -> temperature -> draw, with a private random generator per
  * sampler (splitmix64 seeding xoshiro256**), and the raw log-probabilities OpenAI's logprobs need.
  *
- * Cost per token is O(V) for a vocabulary of V: the candidates are copied once, penalties touch
- * only the ids in the history, logit_bias only its own ids, and top-k / top-p use partial
- * selection (quickselect, then sorting only the selected block) instead of sorting all V.
- * typical-p is the one step that sorts every surviving candidate (its order is by distance to the
- * entropy, not by logit); it is off by default and, when on, usually follows a top-k.
+ * Cost per token is O(V) for a vocabulary of V, never a sort of V: penalties and logit_bias
+ * touch only their own ids (the other logits are read from the caller's array in place);
+ * greedy is one pass; a small top-k keeps a heap of k while reading the logits once; a large
+ * top-k is a quickselect; top-p and typical-p find their cut with a quickselect that follows the
+ * probability mass (select_mass), so only what survives is ever examined twice.
  * Every buffer is allocated in sampler_create; sampler_sample allocates nothing.
  *
  * Determinism: ties are broken by id everywhere (the candidate order is a total order), the
@@ -152,10 +152,13 @@ const char *stop_reason_finish(stop_reason r) {
 
 // ---- Sampler state --------------------------------------------------------------------------
 
-/* One candidate token. p is scratch: a probability, or typical-p's sort key. */
+/* One candidate token. key orders the candidates of the step at hand (lower first, then lower
+ * id): -logit for top-k and top-p, the distance to the entropy for typical-p. p is the
+ * (unnormalised) probability when a step needs it. */
 typedef struct cand {
     int32_t id;
     float logit;
+    float key;
     float p;
 } cand;
 
@@ -174,6 +177,13 @@ struct sampler {
     int32_t *seen;     /* (n_vocab) the distinct ids with count > 0, in no particular order */
     int32_t *seen_pos; /* (n_vocab) index of an id in seen, valid while its count > 0 */
     int n_seen;
+
+    /* The ids penalties or bias change in the current sample, and their changed logits: the
+     * other logits are read straight from the caller's array, never copied for nothing. */
+    unsigned char *touched; /* (n_vocab) 1 for ids in touched_ids, 0 otherwise between samples */
+    int32_t *touched_ids;   /* (n_vocab) */
+    int n_touched;
+    float *adj;             /* (n_vocab) adjusted logit, valid where touched */
 
     cand *cand; /* (n_vocab) candidates of the current sample */
 };
@@ -201,18 +211,22 @@ attnd_status sampler_create(sampler **out, const sampler_params *p, int n_vocab,
         s->ring = malloc(sizeof(*s->ring) * (size_t)p->repeat_last_n);
         if (!s->ring) goto nomem;
     }
-    s->count = calloc((size_t)n_vocab, sizeof(*s->count));
-    s->seen = malloc(sizeof(*s->seen) * (size_t)n_vocab);
-    s->seen_pos = malloc(sizeof(*s->seen_pos) * (size_t)n_vocab);
-    s->cand = malloc(sizeof(*s->cand) * (size_t)n_vocab);
-    if (!s->count || !s->seen || !s->seen_pos || !s->cand) goto nomem;
+    size_t v = (size_t)n_vocab;
+    s->count = calloc(v, sizeof(*s->count));
+    s->seen = malloc(sizeof(*s->seen) * v);
+    s->seen_pos = malloc(sizeof(*s->seen_pos) * v);
+    s->touched = calloc(v, 1);
+    s->touched_ids = malloc(sizeof(*s->touched_ids) * v);
+    s->adj = malloc(sizeof(*s->adj) * v);
+    s->cand = malloc(sizeof(*s->cand) * v);
+    if (!s->count || !s->seen || !s->seen_pos || !s->touched || !s->touched_ids || !s->adj || !s->cand) goto nomem;
 
     /* The fallback for logits that are all -inf: the first id not banned (validation
-     * guarantees one exists). count doubles as the marker array and is cleared again. */
+     * guarantees one exists). touched doubles as the marker array and is cleared again. */
     for (int i = 0; i < p->n_bias; i++)
-        if (isinf(p->bias[i].bias)) s->count[p->bias[i].id] = 1;
-    while (s->count[s->fallback]) s->fallback++;
-    memset(s->count, 0, sizeof(*s->count) * (size_t)n_vocab);
+        if (isinf(p->bias[i].bias)) s->touched[p->bias[i].id] = 1;
+    while (s->touched[s->fallback]) s->fallback++;
+    memset(s->touched, 0, v);
 
     *out = s;
     return ATTND_OK;
@@ -228,6 +242,9 @@ void sampler_destroy(sampler *s) {
     free(s->count);
     free(s->seen);
     free(s->seen_pos);
+    free(s->touched);
+    free(s->touched_ids);
+    free(s->adj);
     free(s->cand);
     free(s);
 }
@@ -270,85 +287,7 @@ void sampler_reset(sampler *s) {
     s->ring_head = 0;
 }
 
-// ---- Candidate ordering and partial selection -----------------------------------------------
-
-/* The candidate order: higher logit first, then lower id. A total order, so every selection
- * and sort below has exactly one result. */
-static inline bool better(const cand *a, const cand *b) {
-    return a->logit > b->logit || (a->logit == b->logit && a->id < b->id);
-}
-
-static int cmp_better(const void *x, const void *y) {
-    const cand *a = x, *b = y;
-    return better(a, b) ? -1 : better(b, a) ? 1 : 0;
-}
-
-static inline void swap_cand(cand *a, cand *b) {
-    cand t = *a;
-    *a = *b;
-    *b = t;
-}
-
-/*
- * Rearranges c[0..n) so that c[0..k) holds the k best candidates (in no particular order) and
- * everything after them is worse (quickselect, Hoare partition, median-of-three pivot). Expected
- * O(n); if partitioning degenerates (more rounds than 2 log2 n), sorts the rest instead.
- */
-static void select_best(cand *c, int n, int k) {
-    if (k <= 0 || k >= n) return;
-    int lo = 0, hi = n - 1, budget = 2;
-    for (int m = n; m > 1; m >>= 1) budget += 2;
-    while (hi > lo) {
-        if (budget-- == 0) {
-            qsort(c + lo, (size_t)(hi - lo + 1), sizeof(*c), cmp_better);
-            return;
-        }
-        int mid = lo + (hi - lo) / 2;
-        /* Order c[lo], c[mid], c[hi] so the median lands in mid. */
-        if (better(&c[mid], &c[lo])) swap_cand(&c[mid], &c[lo]);
-        if (better(&c[hi], &c[lo])) swap_cand(&c[hi], &c[lo]);
-        if (better(&c[hi], &c[mid])) swap_cand(&c[hi], &c[mid]);
-        cand pivot = c[mid];
-        int i = lo - 1, j = hi + 1;
-        for (;;) {
-            do i++; while (better(&c[i], &pivot));
-            do j--; while (better(&pivot, &c[j]));
-            if (i >= j) break;
-            swap_cand(&c[i], &c[j]);
-        }
-        /* Now c[lo..j] are all at least as good as c[j+1..hi]. */
-        if (k - 1 <= j) hi = j;
-        else lo = j + 1;
-    }
-}
-
-/* Makes c[0..m) the m best candidates in order, given c[0..done) already are (done <= m). */
-static void sort_prefix(cand *c, int n, int done, int m) {
-    if (m > n) m = n;
-    if (m <= done) return;
-    select_best(c + done, n - done, m - done);
-    qsort(c + done, (size_t)(m - done), sizeof(*c), cmp_better);
-}
-
-/* Index of the best candidate of c[0..n) (n >= 1). */
-static int argmax(const cand *c, int n) {
-    int best = 0;
-    for (int i = 1; i < n; i++)
-        if (better(&c[i], &c[best])) best = i;
-    return best;
-}
-
-/* p = exp(logit - max) for c[0..n) (not normalised); returns the sum. */
-static double exp_shifted(cand *c, int n, float max, float inv_temp) {
-    double sum = 0;
-    for (int i = 0; i < n; i++) {
-        c[i].p = expf((c[i].logit - max) * inv_temp);
-        sum += c[i].p;
-    }
-    return sum;
-}
-
-// ---- The chain ------------------------------------------------------------------------------
+// ---- Penalties and bias ---------------------------------------------------------------------
 
 /* The penalised logit of a token that occurs n > 0 times in the window. As llama.cpp: a
  * positive logit is divided by repeat_penalty and a negative one multiplied, so both become less
@@ -356,13 +295,6 @@ static double exp_shifted(cand *c, int n, float max, float inv_temp) {
 static inline float penalize(const sampler_params *p, float l, int n) {
     if (p->repeat_penalty != 1.0f) l = l > 0 ? l / p->repeat_penalty : l * p->repeat_penalty;
     return l - ((float)n * p->frequency_penalty + p->presence_penalty);
-}
-
-static void apply_penalties(const sampler *s, cand *c) {
-    for (int i = 0; i < s->n_seen; i++) {
-        int32_t id = s->seen[i];
-        c[id].logit = penalize(&s->params, c[id].logit, s->count[id]);
-    }
 }
 
 void sampler_adjust_logits(const sampler *s, float *logits) {
@@ -374,117 +306,304 @@ void sampler_adjust_logits(const sampler *s, float *logits) {
     for (int i = 0; i < s->params.n_bias; i++) logits[s->bias[i].id] += s->bias[i].bias;
 }
 
-/* typical-p's order: closer to the entropy first (the distance is in p), then lower id. */
-static int cmp_typical(const void *x, const void *y) {
+static inline float raw_logit(float l) { return isnan(l) ? -INFINITY : l; }
+
+static void touch(sampler *s, const float *logits, int32_t id) {
+    if (s->touched[id]) return;
+    s->touched[id] = 1;
+    s->touched_ids[s->n_touched++] = id;
+    s->adj[id] = raw_logit(logits[id]);
+}
+
+/* Computes the adjusted logits of the ids penalties and bias change (steps 1 and 2). */
+static void touch_adjusted(sampler *s, const float *logits) {
+    if (s->penalize)
+        for (int i = 0; i < s->n_seen; i++) {
+            int32_t id = s->seen[i];
+            touch(s, logits, id);
+            s->adj[id] = penalize(&s->params, s->adj[id], s->count[id]);
+        }
+    for (int i = 0; i < s->params.n_bias; i++) {
+        int32_t id = s->bias[i].id;
+        touch(s, logits, id);
+        s->adj[id] += s->bias[i].bias;
+        if (isnan(s->adj[id])) s->adj[id] = -INFINITY; /* +inf logit banned with -inf */
+    }
+}
+
+static void untouch(sampler *s) {
+    for (int i = 0; i < s->n_touched; i++) s->touched[s->touched_ids[i]] = 0;
+    s->n_touched = 0;
+}
+
+/* The logit of id after steps 1 and 2 (NaN read as -inf). */
+static inline float adjusted(const sampler *s, const float *logits, int i) {
+    return s->touched[i] ? s->adj[i] : raw_logit(logits[i]);
+}
+
+// ---- Ordering, partial selection ------------------------------------------------------------
+
+/* The candidate order: lower key first, then lower id. A total order, so every selection below
+ * has exactly one result. */
+static inline bool before(const cand *a, const cand *b) {
+    return a->key < b->key || (a->key == b->key && a->id < b->id);
+}
+
+static int cmp_before(const void *x, const void *y) {
     const cand *a = x, *b = y;
-    if (a->p != b->p) return a->p < b->p ? -1 : 1;
-    return a->id < b->id ? -1 : a->id > b->id;
+    return before(a, b) ? -1 : before(b, a) ? 1 : 0;
+}
+
+static inline void swap_cand(cand *a, cand *b) {
+    cand t = *a;
+    *a = *b;
+    *b = t;
+}
+
+/* Partitions c[lo..hi] (lo < hi) around a median-of-three pivot (Hoare): on return every
+ * element of c[lo..j] comes before every element of c[j+1..hi], and lo <= j < hi. */
+static int partition(cand *c, int lo, int hi) {
+    int mid = lo + (hi - lo) / 2;
+    if (before(&c[mid], &c[lo])) swap_cand(&c[mid], &c[lo]);
+    if (before(&c[hi], &c[lo])) swap_cand(&c[hi], &c[lo]);
+    if (before(&c[hi], &c[mid])) swap_cand(&c[hi], &c[mid]);
+    cand pivot = c[mid];
+    int i = lo - 1, j = hi + 1;
+    for (;;) {
+        do i++; while (before(&c[i], &pivot));
+        do j--; while (before(&pivot, &c[j]));
+        if (i >= j) return j;
+        swap_cand(&c[i], &c[j]);
+    }
+}
+
+/* Rounds of partitioning allowed before falling back to a sort: 2 log2 n + 2 (introselect's
+ * guard against inputs that make median-of-three degenerate). */
+static int round_budget(int n) {
+    int budget = 2;
+    for (int m = n; m > 1; m >>= 1) budget += 2;
+    return budget;
+}
+
+/* Rearranges c[0..n) so that c[0..k) holds the first k candidates in key order (unordered among
+ * themselves). Expected O(n). */
+static void select_first(cand *c, int n, int k) {
+    if (k <= 0 || k >= n) return;
+    int lo = 0, hi = n - 1, budget = round_budget(n);
+    while (lo < hi) {
+        if (budget-- == 0) {
+            qsort(c + lo, (size_t)(hi - lo + 1), sizeof(*c), cmp_before);
+            return;
+        }
+        int j = partition(c, lo, hi);
+        if (k - 1 <= j) hi = j;
+        else lo = j + 1;
+    }
+}
+
+/*
+ * Rearranges c[0..n) so that c[0..keep) is the shortest prefix, in key order, whose p adds up
+ * to target, and returns keep (n when the total falls short by rounding). This is top-p's and
+ * typical-p's cut without sorting: each round partitions the range still in question and keeps
+ * going into the side where the mass runs out. Expected O(n).
+ */
+static int select_mass(cand *c, int n, double target) {
+    int lo = 0, hi = n - 1, budget = round_budget(n);
+    double need = target; /* mass still missing after c[0..lo) */
+    while (lo < hi) {
+        if (budget-- == 0) {
+            qsort(c + lo, (size_t)(hi - lo + 1), sizeof(*c), cmp_before);
+            for (int i = lo; i < hi; i++) {
+                need -= c[i].p;
+                if (need <= 0) return i + 1;
+            }
+            return hi + 1;
+        }
+        int j = partition(c, lo, hi);
+        double mass = 0;
+        for (int i = lo; i <= j; i++) mass += c[i].p;
+        if (mass >= need) {
+            hi = j;
+        } else {
+            need -= mass;
+            lo = j + 1;
+        }
+    }
+    return lo + 1;
+}
+
+/* Index of the highest logit of c[0..n) (n >= 1), lowest id on ties. */
+static int argmax(const cand *c, int n) {
+    int best = 0;
+    for (int i = 1; i < n; i++)
+        if (c[i].logit > c[best].logit || (c[i].logit == c[best].logit && c[i].id < c[best].id)) best = i;
+    return best;
+}
+
+/* p = exp((logit - max) / temperature) for c[0..n); returns their sum. */
+static double exp_shifted(cand *c, int n, float max, float inv_temp) {
+    double sum = 0;
+    for (int i = 0; i < n; i++) {
+        c[i].p = expf((c[i].logit - max) * inv_temp);
+        sum += c[i].p;
+    }
+    return sum;
+}
+
+// ---- The chain ------------------------------------------------------------------------------
+
+/* Greedy: the argmax of the adjusted logits, in one read of the caller's array. */
+static int32_t pick_greedy(const sampler *s, const float *logits) {
+    int32_t best = -1;
+    float best_l = -INFINITY;
+    for (int i = 0; i < s->n_vocab; i++) {
+        float l = adjusted(s, logits, i);
+        if (l > best_l) { /* strictly: the lowest id wins ties; NaN was read as -inf */
+            best = i;
+            best_l = l;
+        }
+    }
+    return best < 0 ? s->fallback : best;
+}
+
+/* Heap of the k first candidates in key order, worst at c[0]: sift c[i] down. */
+static void heap_down(cand *c, int k, int i) {
+    for (;;) {
+        int l = 2 * i + 1, r = l + 1, w = i;
+        if (l < k && before(&c[w], &c[l])) w = l;
+        if (r < k && before(&c[w], &c[r])) w = r;
+        if (w == i) return;
+        swap_cand(&c[i], &c[w]);
+        i = w;
+    }
+}
+
+/*
+ * Steps 1-3 for a small top_k: one read of the logits keeping a heap of the k best, so most
+ * tokens cost a comparison with the heap's worst. Returns the candidate count (< k when fewer
+ * than k tokens are not banned).
+ */
+static int gather_top_k(sampler *s, const float *logits, int k) {
+    cand *c = s->cand;
+    int n = 0;
+    for (int i = 0; i < s->n_vocab; i++) {
+        float l = adjusted(s, logits, i);
+        if (l == -INFINITY) continue;
+        cand x = {i, l, -l, 0};
+        if (n < k) {
+            /* sift up */
+            int j = n++;
+            c[j] = x;
+            while (j > 0 && before(&c[(j - 1) / 2], &c[j])) {
+                swap_cand(&c[(j - 1) / 2], &c[j]);
+                j = (j - 1) / 2;
+            }
+        } else if (before(&x, &c[0])) {
+            c[0] = x;
+            heap_down(c, k, 0);
+        }
+    }
+    return n;
+}
+
+/* Steps 1-2 for everything else: all tokens not banned. */
+static int gather_all(sampler *s, const float *logits) {
+    cand *c = s->cand;
+    int n = 0;
+    for (int i = 0; i < s->n_vocab; i++) {
+        float l = adjusted(s, logits, i);
+        if (l != -INFINITY) c[n++] = (cand){i, l, -l, 0};
+    }
+    return n;
 }
 
 /* typical-p (locally typical sampling, Meister et al. 2022): keep the tokens whose surprisal
- * -log p is closest to the entropy of the distribution, until their mass reaches typical_p.
- * Returns the new n (at least 1). */
+ * -log p is closest to the entropy H, until their mass reaches typical_p. Surprisal equals H
+ * exactly at the logit centre = max + log(sum) - H, so the order is by |logit - centre|. */
 static int apply_typical(cand *c, int n, float typical_p) {
     float max = c[argmax(c, n)].logit;
     double sum = exp_shifted(c, n, max, 1.0f);
-    double log_sum = log(sum);
     double entropy = 0;
     for (int i = 0; i < n; i++) {
         double prob = c[i].p / sum;
         if (prob > 0) entropy -= prob * log(prob);
     }
-    for (int i = 0; i < n; i++) {
-        double surprisal = log_sum - (double)(c[i].logit - max);
-        c[i].p = (float)fabs(surprisal - entropy);
-    }
-    qsort(c, (size_t)n, sizeof(*c), cmp_typical);
-    double cum = 0;
-    for (int i = 0; i < n; i++) {
-        cum += exp((double)(c[i].logit - max)) / sum;
-        if (cum >= typical_p) return i + 1;
-    }
-    return n;
+    double centre = max + log(sum) - entropy;
+    for (int i = 0; i < n; i++) c[i].key = (float)fabs((double)c[i].logit - centre);
+    int keep = select_mass(c, n, typical_p * sum);
+    for (int i = 0; i < keep; i++) c[i].key = -c[i].logit; /* back to logit order */
+    return keep;
 }
 
-int32_t sampler_sample(sampler *s, const float *logits) {
+/* Candidates whose count exceeds this multiple of top_k are gathered with the heap. */
+enum { HEAP_RATIO = 8 };
+
+static int32_t pick(sampler *s, const float *logits) {
     const sampler_params *p = &s->params;
+    if (p->temperature == 0.0f) return pick_greedy(s, logits);
+
     cand *c = s->cand;
-    int n = s->n_vocab;
-    for (int i = 0; i < n; i++) {
-        c[i].id = i;
-        c[i].logit = isnan(logits[i]) ? -INFINITY : logits[i];
-    }
-    if (s->penalize) apply_penalties(s, c);
-    for (int i = 0; i < p->n_bias; i++) c[s->bias[i].id].logit += s->bias[i].bias;
-
-    /* Drop banned (-inf) tokens. If some logit is +inf, only those remain, as equals. */
-    float max = -INFINITY;
-    int m = 0;
-    for (int i = 0; i < n; i++) {
-        if (c[i].logit == -INFINITY) continue;
-        if (c[i].logit > max) max = c[i].logit;
-        c[m++] = c[i];
-    }
-    n = m;
-    if (n == 0) return s->fallback;
-    if (isinf(max)) {
-        m = 0;
-        for (int i = 0; i < n; i++)
-            if (c[i].logit == INFINITY) c[m++] = (cand){c[i].id, 0.0f, 0.0f};
-        n = m;
-    }
-
-    if (p->temperature == 0.0f) return c[argmax(c, n)].id;
-
-    /* c[0..sorted) are the best candidates in order; later steps extend that prefix lazily. */
-    int sorted = 0;
-    if (p->top_k > 0 && p->top_k < n) {
-        select_best(c, n, p->top_k);
-        n = p->top_k;
-    }
-    if (p->typical_p < 1.0f) n = apply_typical(c, n, p->typical_p);
-    if (p->top_p < 1.0f && n > 1) {
-        double sum = exp_shifted(c, n, c[argmax(c, n)].logit, 1.0f);
-        double target = (double)p->top_p * sum, cum = 0;
-        int keep = n; /* if rounding keeps cum below target, everything stays */
-        /* Sort blocks of growing size until their mass reaches top_p: a peaked distribution
-         * needs one small block, a flat one a few passes of O(n) each. */
-        for (int block = 64, i = 0; i < n; block = block < n / 4 ? block * 4 : n) {
-            sort_prefix(c, n, sorted, block);
-            sorted = block < n ? block : n;
-            for (; i < sorted && cum < target; i++) cum += c[i].p;
-            if (cum >= target) {
-                keep = i;
-                break;
-            }
+    int n;
+    if (p->top_k > 0 && p->top_k < s->n_vocab / HEAP_RATIO) {
+        n = gather_top_k(s, logits, p->top_k);
+    } else {
+        n = gather_all(s, logits);
+        if (p->top_k > 0 && p->top_k < n) {
+            select_first(c, n, p->top_k);
+            n = p->top_k;
         }
-        n = keep;
+    }
+    if (n == 0) return s->fallback;
+
+    /* A +inf logit takes all the probability; several share it equally. */
+    float max = c[argmax(c, n)].logit;
+    if (max == INFINITY) {
+        int m = 0;
+        for (int i = 0; i < n; i++)
+            if (c[i].logit == INFINITY) c[m++] = (cand){c[i].id, 0.0f, 0.0f, 0.0f};
+        n = m;
+        max = 0.0f;
+    }
+
+    if (p->typical_p < 1.0f && n > 1) {
+        n = apply_typical(c, n, p->typical_p);
+        max = c[argmax(c, n)].logit;
+    }
+    if (p->top_p < 1.0f && n > 1) {
+        double sum = exp_shifted(c, n, max, 1.0f);
+        n = select_mass(c, n, (double)p->top_p * sum);
     }
     if (p->min_p > 0.0f && n > 1) {
-        /* p_i >= min_p * p_max  <=>  logit_i >= max_logit + log(min_p). */
-        float top = c[argmax(c, n)].logit;
-        float threshold = top + logf(p->min_p);
-        m = 0;
+        /* p_i >= min_p * p_max  <=>  logit_i >= max_logit + log(min_p); max survives top-p. */
+        float threshold = max + logf(p->min_p);
+        int m = 0;
         for (int i = 0; i < n; i++)
             if (c[i].logit >= threshold) c[m++] = c[i];
         n = m;
     }
 
-    if (n == 1) {
-        (void)rng_next(&s->rng); /* one draw per sample at temperature > 0, whatever survives */
-        return c[0].id;
-    }
-    float top = c[argmax(c, n)].logit;
-    double sum = exp_shifted(c, n, top, 1.0f / p->temperature);
-    double u = rng_uniform(&s->rng) * sum, cum = 0;
+    /* Temperature and the draw: one random number per sample, whatever survived. */
+    double u = rng_uniform(&s->rng);
+    if (n == 1) return c[0].id;
+    /* A temperature so small that 1/T overflows is the limit T -> 0: the best survivor. */
+    if (!(1.0f / p->temperature < INFINITY)) return c[argmax(c, n)].id;
+    double sum = exp_shifted(c, n, max, 1.0f / p->temperature);
+    double target = u * sum, cum = 0;
     int last = 0;
     for (int i = 0; i < n; i++) {
         if (c[i].p <= 0) continue;
         last = i;
         cum += c[i].p;
-        if (u < cum) return c[i].id;
+        if (target < cum) return c[i].id;
     }
-    return c[last].id; /* u rounded up to the full sum */
+    return c[last].id; /* u * sum rounded up to the full sum */
+}
+
+int32_t sampler_sample(sampler *s, const float *logits) {
+    touch_adjusted(s, logits);
+    int32_t id = pick(s, logits);
+    untouch(s);
+    return id;
 }
 
 // ---- Log-probabilities ----------------------------------------------------------------------
@@ -501,17 +620,17 @@ void sampler_logprobs(const float *logits, int n_vocab, int32_t chosen, int top_
     ATTND_ASSERT(top_n >= 0 && top_n <= SAMPLER_MAX_TOP_LOGPROBS && (top_n == 0 || top_out));
     /* One pass for the maximum and the top_n best (insertion into a short sorted list: almost
      * every logit fails the first comparison with its worst entry). */
-    cand best[SAMPLER_MAX_TOP_LOGPROBS];
+    cand best[SAMPLER_MAX_TOP_LOGPROBS]; /* key = -logit */
     int n_best = 0;
     float max = -INFINITY;
     for (int i = 0; i < n_vocab; i++) {
         float l = isnan(logits[i]) ? -INFINITY : logits[i];
         if (l > max) max = l;
         if (top_n == 0) continue;
-        cand x = {i, l, 0};
-        if (n_best == top_n && !better(&x, &best[n_best - 1])) continue;
+        cand x = {i, l, -l, 0};
+        if (n_best == top_n && !before(&x, &best[n_best - 1])) continue;
         int j = n_best < top_n ? n_best++ : n_best - 1;
-        while (j > 0 && better(&x, &best[j - 1])) {
+        while (j > 0 && before(&x, &best[j - 1])) {
             best[j] = best[j - 1];
             j--;
         }
@@ -524,9 +643,9 @@ void sampler_logprobs(const float *logits, int n_vocab, int32_t chosen, int top_
     if (max == INFINITY) {
         for (int i = 0; i < n_vocab; i++) n_inf += logits[i] == INFINITY;
     } else if (max != -INFINITY) {
-        double sum = 0;
+        double sum = 0; /* float exponentials (each term is within [0, 1]), double sum */
         for (int i = 0; i < n_vocab; i++)
-            if (!isnan(logits[i])) sum += exp((double)logits[i] - max);
+            if (!isnan(logits[i])) sum += expf(logits[i] - max);
         log_z = max + log(sum);
     }
     if (chosen_out) *chosen_out = (token_logprob){chosen, logprob_of(logits[chosen], log_z, n_inf)};

@@ -161,7 +161,10 @@ struct tokenizer {
     uint32_t special_at[257]; /* special[special_at[b] .. special_at[b+1]) start with byte b */
     int32_t bos, eos, eot, eom, unk, pad;
     bool add_bos, add_eos, add_space_prefix;
-    bool spm_split;         /* no token joins a non-space to a following U+2581 (see spm_encode) */
+    bool spm_split;         /* no token joins a non-space to a following U+2581 (see spm_fragment) */
+    bool spm_pairs;         /* SPM merges go through `merges` by id pair (see build_spm_pairs) */
+    int32_t spm_ascii[128]; /* SPM: mergeable token of each ASCII character, or -1 */
+    int32_t spm_space;      /* SPM: mergeable token of U+2581, or -1 */
     const tok_pre_kind *pre;
 };
 
@@ -289,15 +292,17 @@ static bool read_bool(const gguf_file *f, const char *key, bool dflt) {
     return gguf_get_bool(f, key, &b, NULL) == ATTND_OK ? b : dflt;
 }
 
-static const tokenizer *g_sort_tok; /* qsort context; guarded by being used only inside tok_load */
+/* Sort record for the special-token index: by first byte, then longest first, then id. */
+typedef struct special_rec {
+    uint32_t first, len;
+    int32_t id;
+} special_rec;
 
 static int cmp_special(const void *pa, const void *pb) {
-    const tokenizer *t = g_sort_tok;
-    int32_t a = *(const int32_t *)pa, b = *(const int32_t *)pb;
-    unsigned char fa = (unsigned char)t->text[t->text_off[a]], fb = (unsigned char)t->text[t->text_off[b]];
-    if (fa != fb) return fa < fb ? -1 : 1;
-    if (t->text_len[a] != t->text_len[b]) return t->text_len[a] > t->text_len[b] ? -1 : 1;
-    return a < b ? -1 : a > b;
+    const special_rec *a = pa, *b = pb;
+    if (a->first != b->first) return a->first < b->first ? -1 : 1;
+    if (a->len != b->len) return a->len > b->len ? -1 : 1;
+    return (a->id > b->id) - (a->id < b->id);
 }
 
 static attnd_status load_merges(tokenizer *t, const gguf_file *f, attnd_err *err) {
@@ -346,6 +351,76 @@ static attnd_status load_merges(tokenizer *t, const gguf_file *f, attnd_err *err
         }
     }
     free(buf);
+    return ATTND_OK;
+}
+
+/* Merge priority of a score: higher scores get smaller keys (order-preserving float bits). */
+static inline uint32_t score_key(float f) {
+    if (f == 0.0f) f = 0.0f; /* -0 == +0 */
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    uint32_t asc = (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+    return ~asc;
+}
+
+/* Token for bytes p[0..n) that SPM merges may produce: normal and user-defined pieces only
+ * (SentencePiece never forms control, byte or unused pieces from text). */
+static inline int32_t spm_lookup(const tokenizer *t, const char *p, size_t n) {
+    int32_t id = strmap_get(&t->by_text, p, n);
+    return id >= 0 && (t->type[id] == TT_NORMAL || t->type[id] == TT_USER) ? id : -1;
+}
+
+/*
+ * SentencePiece merges two adjacent symbols when their concatenated text is a token. Symbols are
+ * single characters or earlier merge results (tokens), so if every character of every mergeable
+ * token is itself a token, all symbols that can ever merge are tokens, and the rule is exactly:
+ * pair (A, B) -> the token spelled A+B, for every way of cutting a token into two tokens. This
+ * builds that table (priority = the result's score) so merging is one hash probe on ids instead
+ * of hashing strings; when the condition fails, merging falls back to string lookups.
+ */
+static attnd_status build_spm_pairs(tokenizer *t, attnd_err *err) {
+    size_t nv = (size_t)t->n_vocab, n_pairs = 0;
+    for (size_t i = 0; i < nv; i++) {
+        if (t->type[i] != TT_NORMAL && t->type[i] != TT_USER) continue;
+        const char *s = t->text + t->text_off[i];
+        size_t n = t->text_len[i];
+        for (size_t k = 0; k < n;) {
+            size_t start = k;
+            unicode_next(s, n, &k);
+            if (spm_lookup(t, s + start, k - start) < 0) return ATTND_OK; /* condition fails */
+            if (start) n_pairs++;
+        }
+    }
+    uint64_t cap = 16;
+    while (cap < n_pairs * 2) cap *= 2;
+    t->merges.slots = malloc(cap * sizeof(merge_slot));
+    if (!t->merges.slots) return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory for SPM merge pairs");
+    for (uint64_t i = 0; i < cap; i++) t->merges.slots[i].pair = UINT64_MAX;
+    t->merges.mask = cap - 1;
+    for (size_t i = 0; i < nv; i++) {
+        if (t->type[i] != TT_NORMAL && t->type[i] != TT_USER) continue;
+        const char *s = t->text + t->text_off[i];
+        size_t n = t->text_len[i];
+        int32_t c = spm_lookup(t, s, n);
+        if (c != (int32_t)i) continue; /* a duplicate string: the index names another id */
+        size_t k = 0;
+        unicode_next(s, n, &k);
+        while (k < n) {
+            int32_t a = spm_lookup(t, s, k), b = spm_lookup(t, s + k, n - k);
+            if (a >= 0 && b >= 0) {
+                uint64_t key = pair_key(a, b);
+                for (uint64_t j = mix64(key) & t->merges.mask;; j = (j + 1) & t->merges.mask) {
+                    merge_slot *slot = &t->merges.slots[j];
+                    if (slot->pair == UINT64_MAX) {
+                        *slot = (merge_slot){key, score_key(t->score[c]), c};
+                        break;
+                    }
+                }
+            }
+            unicode_next(s, n, &k);
+        }
+    }
+    t->spm_pairs = true;
     return ATTND_OK;
 }
 
@@ -472,12 +547,21 @@ attnd_status tok_load(tokenizer **out, const gguf_file *f, attnd_err *err) {
     }
 
     /* Special strings matched in the text: control, user-defined and unknown tokens. */
+    size_t n_special = 0;
     for (size_t i = 0; i < nv; i++)
         if ((t->type[i] == TT_CONTROL || t->type[i] == TT_USER || t->type[i] == TT_UNKNOWN) && t->text_len[i] > 0)
-            t->special[t->n_special++] = (int32_t)i;
-    g_sort_tok = t;
-    qsort(t->special, t->n_special, sizeof(int32_t), cmp_special);
-    g_sort_tok = NULL;
+            n_special++;
+    special_rec *recs = malloc((n_special ? n_special : 1) * sizeof(*recs));
+    if (!recs) {
+        st = attnd_fail(err, ATTND_ERR_NOMEM, "out of memory for special tokens");
+        goto fail;
+    }
+    for (size_t i = 0; i < nv; i++)
+        if ((t->type[i] == TT_CONTROL || t->type[i] == TT_USER || t->type[i] == TT_UNKNOWN) && t->text_len[i] > 0)
+            recs[t->n_special++] = (special_rec){(unsigned char)t->text[t->text_off[i]], t->text_len[i], (int32_t)i};
+    qsort(recs, t->n_special, sizeof(*recs), cmp_special);
+    for (size_t k = 0; k < t->n_special; k++) t->special[k] = recs[k].id;
+    free(recs);
     for (unsigned b = 0, k = 0; b <= 256; b++) {
         while (k < t->n_special && (unsigned char)t->text[t->text_off[t->special[k]]] < b) k++;
         t->special_at[b] = k;
@@ -518,6 +602,12 @@ attnd_status tok_load(tokenizer **out, const gguf_file *f, attnd_err *err) {
                     break;
                 }
         }
+        if ((st = build_spm_pairs(t, err)) != ATTND_OK) goto fail;
+        for (int c = 0; c < 128; c++) {
+            char ch = (char)c;
+            t->spm_ascii[c] = spm_lookup(t, &ch, 1);
+        }
+        t->spm_space = spm_lookup(t, SPM_SPACE, 3);
     } else {
         if ((st = load_merges(t, f, err)) != ATTND_OK) goto fail;
         if (t->pre->ignore_merges) {
@@ -805,23 +895,32 @@ static void heap_set(enc *e, int32_t s, uint32_t key) {
     }
 }
 
+// ---- merging by id pairs ----------------------------------------------------------------------
+
+static void pair_rekey(enc *e, int32_t s) {
+    if (s < 0) return;
+    const merge_slot *m = e->next[s] >= 0 ? merge_get(&e->t->merges, e->sid[s], e->sid[e->next[s]]) : NULL;
+    heap_set(e, s, m ? m->rank : KEY_NONE);
+}
+
+/* Merges the linked symbols starting at 0 by the `merges` table until no pair applies. */
+static void merge_pairs(enc *e) {
+    e->n_heap = 0;
+    for (int32_t s = 0; s >= 0; s = e->next[s]) pair_rekey(e, s);
+    while (e->n_heap) {
+        /* Merge the best pair (the heap top) into its left symbol; its new pairs with both
+         * neighbours get fresh priorities. */
+        int32_t l = (int32_t)(uint32_t)e->heap[0], r = e->next[l];
+        e->sid[l] = merge_get(&e->t->merges, e->sid[l], e->sid[r])->result;
+        heap_set(e, r, KEY_NONE);
+        e->next[l] = e->next[r];
+        if (e->next[r] >= 0) e->prev[e->next[r]] = l;
+        pair_rekey(e, l);
+        pair_rekey(e, e->prev[l]);
+    }
+}
+
 // ---- SPM --------------------------------------------------------------------------------------
-
-/* Merge priority of a score: higher scores get smaller keys (order-preserving float bits). */
-static inline uint32_t score_key(float f) {
-    if (f == 0.0f) f = 0.0f; /* -0 == +0 */
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    uint32_t asc = (u & 0x80000000u) ? ~u : (u | 0x80000000u);
-    return ~asc;
-}
-
-/* Token for bytes p[0..n) that SPM merges may produce: normal and user-defined pieces only
- * (SentencePiece never forms control, byte or unused pieces from text). */
-static inline int32_t spm_lookup(const tokenizer *t, const char *p, size_t n) {
-    int32_t id = strmap_get(&t->by_text, p, n);
-    return id >= 0 && (t->type[id] == TT_NORMAL || t->type[id] == TT_USER) ? id : -1;
-}
 
 static inline size_t sym_end(const enc *e, int32_t s, size_t len) {
     return e->next[s] >= 0 ? (size_t)e->next[s] : len;
@@ -851,12 +950,19 @@ static attnd_status spm_merge(enc *e, const char *p, size_t len) {
         e->prev[s] = last;
         e->next[s] = -1;
         if (last >= 0) e->next[last] = s;
-        e->sid[s] = spm_lookup(t, p + start, i - start);
+        /* initial symbols: the character's token; the two commonest cases without hashing */
+        if (i - start == 1 && (unsigned char)p[start] < 128) e->sid[s] = t->spm_ascii[(unsigned char)p[start]];
+        else if (i - start == 3 && !memcmp(p + start, SPM_SPACE, 3)) e->sid[s] = t->spm_space;
+        else e->sid[s] = spm_lookup(t, p + start, i - start);
         e->hpos[s] = -1;
         last = s;
     }
-    e->n_heap = 0;
-    for (int32_t s = 0; s >= 0; s = e->next[s]) spm_rekey(e, p, len, s);
+    if (t->spm_pairs) {
+        merge_pairs(e);
+    } else {
+        e->n_heap = 0;
+        for (int32_t s = 0; s >= 0; s = e->next[s]) spm_rekey(e, p, len, s);
+    }
     while (e->n_heap) {
         /* Merge the best pair (the heap top) into its left symbol; its new pairs with both
          * neighbours get fresh priorities. */
@@ -912,12 +1018,6 @@ static attnd_status spm_fragment(enc *e, const char *text, size_t len, bool pref
 
 // ---- byte-level BPE ---------------------------------------------------------------------------
 
-static void bpe_rekey(enc *e, int32_t s) {
-    if (s < 0) return;
-    const merge_slot *m = e->next[s] >= 0 ? merge_get(&e->t->merges, e->sid[s], e->sid[e->next[s]]) : NULL;
-    heap_set(e, s, m ? m->rank : KEY_NONE);
-}
-
 static attnd_status bpe_merge(enc *e, const char *p, size_t len) {
     const tokenizer *t = e->t;
     attnd_status st;
@@ -936,19 +1036,7 @@ static attnd_status bpe_merge(enc *e, const char *p, size_t len) {
         e->sid[i] = t->byte_tok[(unsigned char)p[i]];
         e->hpos[i] = -1;
     }
-    e->n_heap = 0;
-    for (size_t i = 0; i + 1 < len; i++) bpe_rekey(e, (int32_t)i);
-    while (e->n_heap) {
-        /* Merge the lowest-ranked pair (the heap top) into its left symbol; its new pairs with
-         * both neighbours get fresh ranks. */
-        int32_t l = (int32_t)(uint32_t)e->heap[0], r = e->next[l];
-        e->sid[l] = merge_get(&t->merges, e->sid[l], e->sid[r])->result;
-        heap_set(e, r, KEY_NONE);
-        e->next[l] = e->next[r];
-        if (e->next[r] >= 0) e->prev[e->next[r]] = l;
-        bpe_rekey(e, l);
-        bpe_rekey(e, e->prev[l]);
-    }
+    merge_pairs(e);
     for (int32_t s = 0; s >= 0; s = e->next[s]) {
         int32_t id = e->sid[s] >= 0 ? e->sid[s] : t->unk;
         if (id >= 0 && (st = emit(e, id)) != ATTND_OK) return st;

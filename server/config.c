@@ -12,6 +12,8 @@
  */
 #include "config.h"
 
+#include "chat.h"
+
 #include <ctype.h>
 #include <errno.h>
 #include <limits.h>
@@ -36,6 +38,7 @@ typedef enum kind {
     K_BOOL,     /* bool: true/false/yes/no/on/off/1/0 */
     K_LOGLEVEL, /* server_log_level: error/warn/info/debug */
     K_KEYFILE,  /* a path whose contents become the const char * field (api_key_file) */
+    K_CHAT,     /* const char *: a chat template family name known to chat.c; "" = detect */
 } kind;
 
 enum { F_NONEMPTY = 1, F_SECRET = 2 };
@@ -62,7 +65,7 @@ static const entry SETTINGS[] = {
     {"max_batch", K_INT, OFF(max_batch), 1, 1 << 16, 0, "most tokens per engine step"},
     {"kv_budget_mb", K_SIZE, OFF(kv_budget_mb), 1, 1 << 24, 0, "KV cache memory for all sessions, MiB"},
     {"kv_f32", K_BOOL, OFF(kv_f32), 0, 0, 0, "keep the KV cache in f32 instead of f16"},
-    {"chat_template", K_STR, OFF(chat_template), 0, 0, 0, "chat template family override (empty = detect)"},
+    {"chat_template", K_CHAT, OFF(chat_template), 0, 0, 0, "chat template family override (empty = detect)"},
     {"max_sessions", K_INT, OFF(max_sessions), 1, 1000000, 0, "named sessions kept"},
     {"state_dir", K_STR, OFF(state_dir), 0, 0, 0, "session state directory (empty = no persistence)"},
     {"max_parallel", K_INT, OFF(max_parallel), 1, 4096, 0, "sequences decoded together per step"},
@@ -280,6 +283,16 @@ static attnd_status apply(config *c, server_settings *s, size_t i, const char *v
             *(const char **)field = k;
         }
         break;
+    case K_CHAT: {
+        chat_family fam;
+        attnd_err why;
+        if (*value && chat_family_from_name(value, &fam, &why) != ATTND_OK)
+            return attnd_fail(err, ATTND_ERR_INVALID, "%s: %s", where, why.msg);
+        const char *k = *value ? keep(c, value, strlen(value)) : NULL;
+        if (*value && !k) return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory");
+        *(const char **)field = k;
+        break;
+    }
     case K_INT:
         if (!parse_ll(value, &ll) || ll < (long long)e->min || ll > (long long)e->max)
             return attnd_fail(err, ATTND_ERR_INVALID, "%s: '%s' is not an integer in %.0f..%.0f", where, value,
@@ -700,7 +713,8 @@ void config_print(const config *c, const server_settings *s, FILE *out) {
             continue;
         }
         switch (e->kind) {
-        case K_STR: {
+        case K_STR:
+        case K_CHAT: {
             const char *v = *(const char *const *)field;
             if (v) quoted(v, val, sizeof(val));
             else val[0] = '\0';
@@ -735,8 +749,8 @@ void config_usage(FILE *out) {
         char flag[64], env[64], lhs[96];
         flag_name(flag, sizeof(flag), SETTINGS[i].key);
         env_name(env, sizeof(env), SETTINGS[i].key);
-        const char *arg = SETTINGS[i].kind == K_BOOL ? "" : SETTINGS[i].kind == K_STR || SETTINGS[i].kind == K_KEYFILE
-                                                                ? " STR" : " N";
+        kind k = SETTINGS[i].kind;
+        const char *arg = k == K_BOOL ? "" : k == K_STR || k == K_KEYFILE || k == K_CHAT ? " STR" : " N";
         snprintf(lhs, sizeof(lhs), "%s%s", flag, arg);
         fprintf(out, "  %-24s %s [%s]\n", lhs, SETTINGS[i].help, env);
     }

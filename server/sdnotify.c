@@ -134,9 +134,9 @@ attnd_status sdnotify_send(sdnotify *n, const char *state, attnd_err *err) {
     return ATTND_OK;
 }
 
-attnd_status sdnotify_ready(sdnotify *n) { return sdnotify_send(n, "READY=1\nSTATUS=ready", NULL); }
+attnd_status sdnotify_ready(sdnotify *n) { return sdnotify_send(n, "READY=1", NULL); }
 
-attnd_status sdnotify_stopping(sdnotify *n) { return sdnotify_send(n, "STOPPING=1\nSTATUS=stopping", NULL); }
+attnd_status sdnotify_stopping(sdnotify *n) { return sdnotify_send(n, "STOPPING=1", NULL); }
 
 attnd_status sdnotify_status(sdnotify *n, const char *text) {
     if (!sdnotify_enabled(n)) return ATTND_OK;
@@ -156,4 +156,22 @@ attnd_status sdnotify_watchdog(sdnotify *n) {
     attnd_status st = sdnotify_send(n, "WATCHDOG=1", NULL);
     if (st == ATTND_OK) n->last_watchdog = t;
     return st;
+}
+
+// ---- server hooks ------------------------------------------------------------------------------
+
+static void hook_ready(void *user) { sdnotify_ready(user); }
+static void hook_status(void *user, const char *status) { sdnotify_status(user, status); }
+static void hook_watchdog(void *user) { sdnotify_watchdog(user); }
+static void hook_stopping(void *user) { sdnotify_stopping(user); }
+
+void sdnotify_attach(sdnotify *n, server_settings *s) {
+    s->hooks.on_ready = hook_ready;
+    s->hooks.on_status = hook_status;
+    s->hooks.on_watchdog = hook_watchdog;
+    s->hooks.on_stopping = hook_stopping;
+    s->hooks.user = n;
+    uint64_t ms = sdnotify_watchdog_interval_usec(n) / 1000;
+    if (ms > 0 && (s->watchdog_interval_ms <= 0 || (uint64_t)s->watchdog_interval_ms > ms))
+        s->watchdog_interval_ms = (int)(ms > 0 ? ms : 1);
 }

@@ -30,6 +30,7 @@
 #include <stdint.h>
 
 #include "attnd/common.h"
+#include "settings.h"
 
 typedef struct sdnotify sdnotify;
 
@@ -66,7 +67,7 @@ uint64_t sdnotify_watchdog_interval_usec(const sdnotify *n);
  */
 attnd_status sdnotify_send(sdnotify *n, const char *state, attnd_err *err);
 
-/* READY=1 — the model is loaded and the port is bound. Also sends STATUS=ready. */
+/* READY=1 — the model is loaded and the port is bound. */
 attnd_status sdnotify_ready(sdnotify *n);
 /* STATUS=<text>; newlines in text are replaced by spaces (one STATUS line). */
 attnd_status sdnotify_status(sdnotify *n, const char *text);
@@ -79,5 +80,14 @@ attnd_status sdnotify_stopping(sdnotify *n);
  * scheduler step. Returns ATTND_OK when nothing was due.
  */
 attnd_status sdnotify_watchdog(sdnotify *n);
+
+/*
+ * Points s->hooks at this notifier (on_ready -> READY=1, on_status -> STATUS=, on_watchdog ->
+ * WATCHDOG=1 when due, on_stopping -> STOPPING=1) and, when systemd's watchdog is on, lowers
+ * s->watchdog_interval_ms so the scheduler ticks at least as often as keep-alives are due.
+ * n is borrowed: it must outlive the server. With n NULL or disabled the hooks are still set
+ * and do nothing.
+ */
+void sdnotify_attach(sdnotify *n, server_settings *s);
 
 #endif /* ATTND_SDNOTIFY_H */

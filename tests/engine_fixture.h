@@ -26,6 +26,8 @@ typedef struct tiny_spec {
     float rope_base, rms_eps;
     uint32_t wtype;        /* GGML_TYPE_F32 or GGML_TYPE_F16 for the 2-D weights */
     bool tied;             /* no output.weight: reuse token_embd */
+    bool vocab;            /* also write a SentencePiece-style vocabulary (n_vocab >= 300), so
+                            * that llama.cpp can load the file */
     uint64_t seed;
 } tiny_spec;
 
@@ -144,7 +146,7 @@ static inline int tiny_write(const char *path, const tiny_spec *sp) {
     gb_put(&b, "GGUF", 4);
     gb_u32(&b, 3);
     gb_u64(&b, (uint64_t)nt);
-    gb_u64(&b, 11);
+    gb_u64(&b, sp->vocab ? 17 : 11);
     char key[96];
 #define K(s) (snprintf(key, sizeof(key), "%s.%s", sp->arch, s), key)
     kv_str(&b, "general.architecture", sp->arch);
@@ -159,6 +161,39 @@ static inline int tiny_write(const char *path, const tiny_spec *sp) {
     kv_f32(&b, K("rope.freq_base"), sp->rope_base);
     kv_u32(&b, K("rope.dimension_count"), (uint32_t)sp->rope_dims);
 #undef K
+    if (sp->vocab) {
+        /* <unk>, <s>, </s>, the 256 byte tokens, then plain pieces "t259", "t260", ... */
+        kv_str(&b, "tokenizer.ggml.model", "llama");
+        gb_str(&b, "tokenizer.ggml.tokens");
+        gb_u32(&b, GGUF_VT_ARRAY);
+        gb_u32(&b, GGUF_VT_STRING);
+        gb_u64(&b, (uint64_t)sp->n_vocab);
+        for (int i = 0; i < sp->n_vocab; i++) {
+            char piece[32];
+            if (i < 3) snprintf(piece, sizeof(piece), "%s", i == 0 ? "<unk>" : i == 1 ? "<s>" : "</s>");
+            else if (i < 259) snprintf(piece, sizeof(piece), "<0x%02X>", i - 3);
+            else snprintf(piece, sizeof(piece), "t%d", i);
+            gb_str(&b, piece);
+        }
+        gb_str(&b, "tokenizer.ggml.scores");
+        gb_u32(&b, GGUF_VT_ARRAY);
+        gb_u32(&b, GGUF_VT_FLOAT32);
+        gb_u64(&b, (uint64_t)sp->n_vocab);
+        for (int i = 0; i < sp->n_vocab; i++) {
+            float sc = i < 259 ? 0.0f : -(float)i;
+            gb_put(&b, &sc, 4);
+        }
+        gb_str(&b, "tokenizer.ggml.token_type");
+        gb_u32(&b, GGUF_VT_ARRAY);
+        gb_u32(&b, GGUF_VT_INT32);
+        gb_u64(&b, (uint64_t)sp->n_vocab);
+        for (int i = 0; i < sp->n_vocab; i++) {
+            int32_t ty = i == 0 ? 2 : i < 3 ? 3 : i < 259 ? 6 : 1; /* unknown, control, byte, normal */
+            gb_put(&b, &ty, 4);
+        }
+        kv_u32(&b, "tokenizer.ggml.bos_token_id", 1);
+        kv_u32(&b, "tokenizer.ggml.eos_token_id", 2);
+    }
     uint64_t off = 0;
     for (int i = 0; i < nt; i++) {
         gb_str(&b, ts[i].name);

@@ -199,7 +199,7 @@ Test(config, file_comments_quotes_and_whitespace) {
     drop(path);
 
     path = temp_file("  port   =   9000   # comment\r\nmodel_alias = \" spaced \"\nlog_level = WARNING\n"
-                     "access_log = off\nkv_f32 = yes\nbody_limit = 2M\ntop_p = 0.5\n");
+                     "access_log = off\nkv_f32 = yes\nbody_limit = 2M\ntop_p = 0.5\nchat_template = Llama3\n");
     cr_assert_eq(load(&c, &s, NULL, &err, "--config", path, NULL), ATTND_OK, "%s", err.msg);
     cr_assert_eq(s.port, 9000);
     cr_assert_str_eq(s.model_alias, " spaced ");
@@ -208,6 +208,7 @@ Test(config, file_comments_quotes_and_whitespace) {
     cr_assert(s.kv_f32);
     cr_assert_eq(s.body_limit, 2u << 20);
     cr_assert_float_eq(s.top_p, 0.5f, 1e-6);
+    cr_assert_str_eq(s.chat_template, "Llama3");
     config_destroy(c);
     drop(path);
 }
@@ -257,6 +258,7 @@ Test(config, file_errors_name_file_line_and_key) {
     expect_file_error("top_p = 1.5\n", ATTND_ERR_INVALID, "key 'top_p'", NULL);
     expect_file_error("kv_f32 = maybe\n", ATTND_ERR_INVALID, "key 'kv_f32'", "boolean");
     expect_file_error("log_level = loud\n", ATTND_ERR_INVALID, "key 'log_level'", "debug");
+    expect_file_error("chat_template = jinja2\n", ATTND_ERR_INVALID, "key 'chat_template'", "chatml");
     expect_file_error("body_limit = 1T\n", ATTND_ERR_INVALID, "key 'body_limit'", NULL);
     expect_file_error("body_limit = 12\n", ATTND_ERR_INVALID, "key 'body_limit'", NULL);
     expect_file_error("max_tokens = 5000\n", ATTND_ERR_INVALID, "max_tokens_cap", NULL);
@@ -495,4 +497,28 @@ Test(config, shipped_attnd_conf_lists_every_setting_with_its_true_default) {
     free(text);
     config_destroy(c);
     drop(path);
+}
+
+Test(config, garbage_files_are_errors_never_crashes) {
+    /* Deterministic pseudo-random files over the characters the parser cares about. */
+    static const char ALPHABET[] = "port=host \"#\n\r\t0123456789.-_kMabcdefghijklmnopqrstuvwxyz\x01\xff";
+    uint32_t x = 12345;
+    char text[512];
+    for (int round = 0; round < 300; round++) {
+        size_t n = (size_t)(round % 500);
+        for (size_t i = 0; i < n; i++) {
+            x = x * 1664525u + 1013904223u;
+            text[i] = ALPHABET[(x >> 16) % (sizeof(ALPHABET) - 1)];
+        }
+        text[n] = '\0';
+        char *path = temp_file(text);
+        config *c;
+        server_settings s;
+        attnd_err err = {{0}};
+        attnd_status st = load(&c, &s, NULL, &err, "--config", path, NULL);
+        cr_assert(st == ATTND_OK || st == ATTND_ERR_INVALID, "status %d for:\n%s", st, text);
+        if (st == ATTND_OK) config_destroy(c);
+        else cr_assert(strstr(err.msg, path), "error must name the file: %s", err.msg);
+        drop(path);
+    }
 }

@@ -182,6 +182,58 @@ Test(model, batched_decode_of_several_sequences_equals_each_alone) {
     rig_close(&r);
 }
 
+/* One batch holding a 40-token prefill of a new sequence, single decode tokens of two others,
+ * and a sequence whose entries are interleaved with another's: each entry's logits equal those of
+ * evaluating its sequence alone. */
+Test(model, mixed_prefill_decode_and_interleaved_batch_equals_separate_evals) {
+    tiny_spec sp = tiny_default("llama");
+    rig r;
+    rig_open(&r, &sp, KV_F16, 64);
+    int V = sp.n_vocab;
+    int32_t ta[40], tb[30], tc[30], td[6];
+    random_tokens(ta, 40, V, 31), random_tokens(tb, 30, V, 32), random_tokens(tc, 30, V, 33);
+    random_tokens(td, 6, V, 34);
+    kv_seq *a, *b, *c, *d, *ra, *rb, *rc, *rd;
+    kv_seq **all[] = {&a, &b, &c, &d, &ra, &rb, &rc, &rd};
+    for (size_t i = 0; i < ATTND_ARRAY_LEN(all); i++) cr_assert_eq(kv_seq_create(all[i], r.pool, NULL), ATTND_OK);
+    float *lg = malloc(sizeof(float) * 64 * V), *ref = malloc(sizeof(float) * 64 * V);
+    /* history: b and c hold 29 tokens, d holds 2 */
+    prefill(r.e, b, tb, 29, lg), prefill(r.e, rb, tb, 29, lg);
+    prefill(r.e, c, tc, 29, lg), prefill(r.e, rc, tc, 29, lg);
+    prefill(r.e, d, td, 2, lg), prefill(r.e, rd, td, 2, lg);
+    batch_entry be[64];
+    int n = 0;
+    for (int i = 0; i < 20; i++) be[n++] = (batch_entry){a, ta[i], i, true};
+    be[n++] = (batch_entry){b, tb[29], 29, true};
+    for (int i = 0; i < 4; i++) {
+        be[n++] = (batch_entry){d, td[2 + i], 2 + i, true}; /* d interleaved with a's tail */
+        be[n++] = (batch_entry){a, ta[20 + i], 20 + i, true};
+    }
+    for (int i = 24; i < 40; i++) be[n++] = (batch_entry){a, ta[i], i, true};
+    be[n++] = (batch_entry){c, tc[29], 29, true};
+    attnd_err err;
+    cr_assert_eq(engine_eval(r.e, be, n, lg, &err), ATTND_OK, "%s", err.msg);
+    float *ra_lg = malloc(sizeof(float) * 40 * V), *rd_lg = malloc(sizeof(float) * 4 * V);
+    float rb_lg[48], rc_lg[48];
+    prefill(r.e, ra, ta, 40, ra_lg);
+    prefill(r.e, rb, &tb[29], 1, rb_lg);
+    prefill(r.e, rc, &tc[29], 1, rc_lg);
+    prefill(r.e, rd, &td[2], 4, rd_lg);
+    for (int t = 0; t < n; t++) {
+        const float *want = be[t].seq == a ? ra_lg + (size_t)be[t].pos * V
+                            : be[t].seq == b ? rb_lg
+                            : be[t].seq == c ? rc_lg
+                                             : rd_lg + (size_t)(be[t].pos - 2) * V;
+        float diff = max_abs_diff(lg + (size_t)t * V, want, (size_t)V);
+        cr_assert(diff < 1e-4f, "entry %d (pos %d): batched logits differ by %g", t, be[t].pos, diff);
+    }
+    cr_assert_eq(kv_seq_len(a), 40);
+    cr_assert_eq(kv_seq_len(d), 6);
+    for (size_t i = 0; i < ATTND_ARRAY_LEN(all); i++) kv_seq_destroy(*all[i]);
+    free(lg), free(ref), free(ra_lg), free(rd_lg);
+    rig_close(&r);
+}
+
 Test(model, logits_only_for_entries_that_want_them) {
     tiny_spec sp = tiny_default("llama");
     rig r;
@@ -452,6 +504,55 @@ Test(model, argmax_ties_go_to_lowest_id) {
     float l[5] = {0.5f, 2.0f, -1.0f, 2.0f, 1.0f};
     cr_assert_eq(engine_argmax(l, 5), 1);
 }
+
+// ---- generated models against llama.cpp ---------------------------------------------------------
+
+/*
+ * llama.cpp's greedy continuations for two generated models (no shared files needed): the
+ * fixture below written by tiny_write with a vocabulary, as `llama` and as `qwen2` (q/k/v biases,
+ * NEOX RoPE), prompt {1,300,301,302,260,270,280}. Produced once with
+ *   node ../shared/peers/llamacpp/generate.mjs --model M.gguf --tokens 1,300,301,302,260,270,280
+ *        --n 100 --flash-attn off --kv-type f32 --threads 1 --json
+ * (node-llama-cpp 3.21.1, llama.cpp release v0.4.0). If tiny_write or the fixture spec changes,
+ * these must be regenerated the same way.
+ */
+static const int32_t LLAMACPP_QWEN2[100] = {
+    195, 73,  74,  166, 203, 274, 180, 214, 97,  147, 155, 53,  73,  175, 21,  73,  74,  79,  155, 120,
+    73,  310, 107, 258, 73,  153, 53,  73,  132, 180, 195, 73,  219, 118, 165, 154, 149, 210, 285, 154,
+    149, 195, 73,  199, 73,  199, 73,  260, 203, 21,  16,  147, 203, 21,  16,  147, 154, 149, 195, 73,
+    199, 73,  199, 279, 192, 147, 154, 149, 195, 73,  199, 279, 192, 147, 154, 149, 195, 73,  199, 279,
+    192, 147, 154, 149, 195, 73,  199, 279, 192, 104, 250, 51,  151, 250, 51,  151, 250, 51,  151, 250};
+static const int32_t LLAMACPP_LLAMA[100] = {
+    201, 96,  113, 36,  82,  224, 96,  104, 272, 201, 96,  113, 36,  36,  36,  32,  73,  297, 261, 60,
+    243, 123, 29,  203, 82,  128, 265, 50,  205, 309, 207, 123, 119, 14,  205, 309, 207, 123, 29,  203,
+    242, 75,  160, 226, 296, 213, 217, 192, 112, 36,  32,  73,  36,  166, 203, 82,  128, 265, 268, 116,
+    116, 116, 116, 51,  289, 6,   150, 144, 14,  212, 36,  36,  36,  36,  36,  36,  36,  36,  36,  36,
+    32,  214, 6,   150, 144, 14,  212, 98,  63,  161, 116, 51,  289, 27,  293, 298, 208, 226, 240, 261};
+
+static void greedy_matches_llama_cpp(const char *arch, const int32_t *want) {
+    tiny_spec sp = tiny_default(arch);
+    sp.vocab = true, sp.n_vocab = 320, sp.n_ctx = 512, sp.n_embd = 64, sp.n_head = 4, sp.n_head_kv = 2;
+    sp.n_ff = 96, sp.rope_dims = 16;
+    rig r;
+    rig_open(&r, &sp, KV_F32, 8);
+    const int32_t prompt[7] = {1, 300, 301, 302, 260, 270, 280};
+    int32_t out[100];
+    int n_out;
+    kv_seq *s;
+    cr_assert_eq(kv_seq_create(&s, r.pool, NULL), ATTND_OK);
+    engine_gen g = {.n_predict = 100};
+    attnd_err err;
+    cr_assert_eq(engine_generate(r.e, s, prompt, 7, &g, out, &n_out, NULL, &err), ATTND_OK, "%s", err.msg);
+    cr_assert_eq(n_out, 100);
+    for (int i = 0; i < 100; i++)
+        cr_assert_eq(out[i], want[i], "%s: token %d: attnd %d, llama.cpp %d", arch, i, out[i], want[i]);
+    kv_seq_destroy(s);
+    rig_close(&r);
+}
+
+Test(model, qwen2_greedy_reproduces_llama_cpp_on_generated_model) { greedy_matches_llama_cpp("qwen2", LLAMACPP_QWEN2); }
+
+Test(model, llama_greedy_reproduces_llama_cpp_on_generated_model) { greedy_matches_llama_cpp("llama", LLAMACPP_LLAMA); }
 
 // ---- agreement with llama.cpp on the shared fixtures -------------------------------------------------
 

@@ -15,8 +15,12 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include "attnd/gguf.h"
 #include "quant.h"
+#include "quant_impl.h"
 
 // ---- helpers -----------------------------------------------------------------------------------
 
@@ -454,8 +458,12 @@ Test(quant, matmul_many_tokens_matches_float64_reference) {
 }
 
 Test(quant, matmul_large_enough_to_run_parallel_matches_reference) {
-    /* > the parallel threshold at n_tok 1, odd rows so the last chunk is partial */
-    for (size_t i = 0; i < sizeof ALL_TYPES / sizeof *ALL_TYPES; i++) matmul_case(ALL_TYPES[i], 301, cols_for(ALL_TYPES[i]), 1, 0);
+    /* above quant.c's parallel threshold (2^17 multiply-adds) at n_tok 1, odd rows so the last
+     * chunk is partial */
+    for (size_t i = 0; i < sizeof ALL_TYPES / sizeof *ALL_TYPES; i++) {
+        int64_t cols = cols_for(ALL_TYPES[i]);
+        matmul_case(ALL_TYPES[i], ((1 << 17) / cols + 40) | 1, cols, 1, 0);
+    }
     matmul_case(GGML_TYPE_Q4_K, 131, 256, 3, 0);
 }
 
@@ -478,13 +486,19 @@ Test(quant, matmul_prefill_equals_token_by_token_decode) {
         float *all = malloc(T * (size_t)n_rows * sizeof(float)), *one = malloc((size_t)n_rows * sizeof(float));
         size_t sb;
         uint8_t *scratch = scratch_for(type, T, n_cols, &sb);
-        quant_matmul(all, w, type, n_rows, n_cols, x, T, scratch, 2);
-        for (int t = 0; t < T; t++) {
-            quant_matmul(one, w, type, n_rows, n_cols, x + t * n_cols, 1, scratch, 1);
-            for (int64_t r = 0; r < n_rows; r++)
-                cr_assert_eq(f32_bits(one[r]), f32_bits(all[t * n_rows + r]), "%s tok %d row %ld: %g vs %g",
-                             ggml_type_name(type), t, (long)r, one[r], all[t * n_rows + r]);
+        quant_isa saved = quant_isa_active();
+        for (int isa = QUANT_ISA_PORTABLE; isa <= (int)quant_isa_best(); isa++) {
+            quant_isa_force((quant_isa)isa);
+            quant_matmul(all, w, type, n_rows, n_cols, x, T, scratch, 2);
+            for (int t = 0; t < T; t++) {
+                quant_matmul(one, w, type, n_rows, n_cols, x + t * n_cols, 1, scratch, 1);
+                for (int64_t r = 0; r < n_rows; r++)
+                    cr_assert_eq(f32_bits(one[r]), f32_bits(all[t * n_rows + r]), "%s %s tok %d row %ld: %g vs %g",
+                                 quant_isa_name((quant_isa)isa), ggml_type_name(type), t, (long)r, one[r],
+                                 all[t * n_rows + r]);
+            }
         }
+        quant_isa_force(saved);
         free(scratch);
         free(w);
         free(x);
@@ -551,4 +565,167 @@ Test(quant, isa_can_be_forced_to_portable_and_back) {
     cr_assert_eq(quant_isa_active(), best, "forcing more than the CPU has clamps to the best");
     quant_isa_force(saved);
     cr_assert_str_eq(quant_isa_name(QUANT_ISA_PORTABLE), "portable");
+}
+
+Test(quant, no_simd_environment_variable_selects_the_portable_path) {
+    /* the choice is made once per process, so make it in a fresh one */
+    pid_t pid = fork();
+    cr_assert_geq(pid, 0);
+    if (pid == 0) {
+        setenv("ATTND_NO_SIMD", "1", 1);
+        _exit(quant_isa_active() == QUANT_ISA_PORTABLE ? 0 : 1);
+    }
+    int status = 0;
+    waitpid(pid, &status, 0);
+    cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "ATTND_NO_SIMD=1 did not force the portable path");
+}
+
+/* The SIMD activation preparations must produce exactly the portable bytes (same rounding,
+ * same choice of scale sign), or results would depend on the CPU beyond summation order. */
+Test(quant, simd_activation_quantization_is_bit_identical_to_portable) {
+    enum { N = 1024 };
+    float x[N];
+    for (int round = 0; round < 40; round++) {
+        for (int i = 0; i < N; i++) {
+            switch (round % 4) {
+            case 0: x[i] = rndf() * (float)(1 + i % 9); break;
+            case 1: /* 127 in every block makes the scale exactly 1, so the halves are rounding ties */
+                x[i] = i % 32 == 7 ? 127.0f : (float)((int)(rnd() % 253) - 126) + 0.5f;
+                break;
+            case 2: x[i] = (i % 256 == 17) ? -3.0f : (i % 256 == 200 ? 3.0f : rndf()); break; /* +-max tie */
+            default: x[i] = (i / 64) % 3 == 0 ? 0.0f : rndf() * 1e-3f; break; /* all-zero blocks */
+            }
+        }
+        const quant_kernels *p = &quant_kernels_portable;
+        float d0[N / 32], d1[N / 32], r0[N], r1[N];
+        int8_t q0[N], q1[N];
+        int16_t b0[N / 16], b1[N / 16];
+        p->prep_q8_0(d0, q0, x, N);
+        p->prep_q8_k(d1, q1, b0, x, N);
+        p->prep_f16(r0, x, N);
+        for (int isa = QUANT_ISA_AVX2; isa <= (int)quant_isa_best(); isa++) {
+#if defined(__x86_64__)
+            const quant_kernels *k = isa == QUANT_ISA_AVX2 ? &quant_kernels_avx2 : &quant_kernels_avx512;
+            float dd[N / 32];
+            int8_t qq[N];
+            if (k->prep_q8_0) {
+                k->prep_q8_0(dd, qq, x, N);
+                cr_assert(memcmp(dd, d0, sizeof d0) == 0 && memcmp(qq, q0, sizeof q0) == 0, "%s q8_0 round %d",
+                          quant_isa_name((quant_isa)isa), round);
+            }
+            if (k->prep_q8_k) {
+                k->prep_q8_k(dd, qq, b1, x, N);
+                cr_assert(memcmp(dd, d1, N / 256 * sizeof(float)) == 0 && memcmp(qq, q1, sizeof q1) == 0 &&
+                              memcmp(b1, b0, sizeof b0) == 0,
+                          "%s q8_k round %d", quant_isa_name((quant_isa)isa), round);
+            }
+            if (k->prep_f16) {
+                k->prep_f16(r1, x, N);
+                cr_assert(memcmp(r1, r0, sizeof r0) == 0, "%s f16 round %d", quant_isa_name((quant_isa)isa), round);
+            }
+#endif
+        }
+    }
+}
+
+// ---- vector primitives -------------------------------------------------------------------------
+
+Test(quant, dot_rows_and_axpy_rows_match_float64_for_every_isa) {
+    const int hds[] = {32, 45, 64, 128};
+    enum { N = 37, MAXHD = 128, STRIDE = 140 };
+    static float K[N * STRIDE], q[MAXHD], p[N], scores[N], acc[MAXHD], acc0[MAXHD];
+    for (int i = 0; i < N * STRIDE; i++) K[i] = rndf();
+    for (int i = 0; i < MAXHD; i++) q[i] = rndf();
+    for (int j = 0; j < N; j++) p[j] = fabsf(rndf());
+    for (int i = 0; i < MAXHD; i++) acc0[i] = rndf();
+    quant_isa saved = quant_isa_active();
+    for (int isa = QUANT_ISA_PORTABLE; isa <= (int)quant_isa_best(); isa++) {
+        quant_isa_force((quant_isa)isa);
+        for (size_t h = 0; h < sizeof hds / sizeof *hds; h++) {
+            int hd = hds[h];
+            quant_dot_rows(scores, q, K, STRIDE, N, hd, 0.125f);
+            memcpy(acc, acc0, sizeof acc);
+            quant_axpy_rows(acc, p, K, STRIDE, N, hd);
+            for (int j = 0; j < N; j++) {
+                double ref = 0, mag = 0;
+                for (int i = 0; i < hd; i++) {
+                    ref += (double)q[i] * K[j * STRIDE + i];
+                    mag += fabs((double)q[i] * K[j * STRIDE + i]);
+                }
+                cr_assert(fabs(scores[j] - 0.125 * ref) <= 1e-6 * mag + 1e-7, "%s hd %d score %d: %g vs %g",
+                          quant_isa_name((quant_isa)isa), hd, j, scores[j], 0.125 * ref);
+            }
+            for (int i = 0; i < MAXHD; i++) {
+                double ref = acc0[i], mag = fabs(acc0[i]);
+                if (i < hd)
+                    for (int j = 0; j < N; j++) {
+                        ref += (double)p[j] * K[j * STRIDE + i];
+                        mag += fabs((double)p[j] * K[j * STRIDE + i]);
+                    }
+                cr_assert(fabs(acc[i] - ref) <= 1e-6 * mag + 1e-7, "%s hd %d acc[%d]: %g vs %g (columns past hd untouched)",
+                          quant_isa_name((quant_isa)isa), hd, i, acc[i], ref);
+            }
+        }
+    }
+    quant_isa_force(saved);
+}
+
+/* Distance in units in the last place between two finite floats of the same sign. */
+static double ulps(float got, double want) {
+    double u = want == 0 ? 0x1p-149 : fmax(0x1p-149, ldexp(1.0, ilogb(want) - 23));
+    return fabs(got - want) / u;
+}
+
+Test(quant, exp_is_within_two_ulp_and_handles_specials_for_every_isa) {
+    enum { N = 20000 };
+    static float x[N], y[N];
+    const float special[] = {0.0f, -0.0f, 1.0f, -1.0f, 88.0f, 88.5f, 88.72f, 88.73f, 89.0f, 1000.0f, -87.0f,
+                             -87.5f, -100.0f, -103.0f, -104.0f, -1000.0f, 1e-10f, -1e-10f, INFINITY, -INFINITY, NAN};
+    const int ns = (int)(sizeof special / sizeof *special);
+    for (int i = 0; i < N; i++) x[i] = i < ns ? special[i] : (i % 2 ? rndf() * 100.0f : rndf() * 10.0f);
+    /* the edges of the vector path's range, all in one 8-lane group so it takes that path */
+    const float edge[8] = {88.0f, -87.0f, 87.99f, -86.99f, -0.0f, 1e-10f, 0.34657359f, -0.34657359f};
+    memcpy(x + 24, edge, sizeof edge);
+    quant_isa saved = quant_isa_active();
+    for (int isa = QUANT_ISA_PORTABLE; isa <= (int)quant_isa_best(); isa++) {
+        quant_isa_force((quant_isa)isa);
+        quant_exp(y, x, N);
+        for (int i = 0; i < N; i++) {
+            double want = exp((double)x[i]);
+            if (isnan(x[i])) cr_assert(isnan(y[i]), "%s exp(nan)", quant_isa_name((quant_isa)isa));
+            else if (want > 3.4028234663852886e38) cr_assert(isinf(y[i]) && y[i] > 0, "%s exp(%g) = %g", quant_isa_name((quant_isa)isa), x[i], y[i]);
+            else cr_assert(ulps(y[i], want) <= 2.0, "%s exp(%.9g) = %.9g, want %.9g (%.2f ulp)",
+                           quant_isa_name((quant_isa)isa), x[i], y[i], want, ulps(y[i], want));
+        }
+        /* in place */
+        float z[9] = {0, 1, 2, 3, 4, 5, 6, 7, -2};
+        quant_exp(z, z, 9);
+        cr_assert(z[0] == 1.0f && fabs(z[8] - exp(-2.0)) < 1e-7);
+    }
+    quant_isa_force(saved);
+}
+
+Test(quant, f16_row_conversions_match_scalar_for_every_isa) {
+    enum { N = 65536 + 7 };
+    static uint16_t h[N], h2[N];
+    static float f[N], g[N];
+    for (int i = 0; i < N; i++) h[i] = (uint16_t)i;
+    for (int i = 0; i < N; i++) g[i] = i % 3 ? bits_f32(rnd() << 1 ^ rnd()) : rndf() * 70000.0f;
+    quant_isa saved = quant_isa_active();
+    for (int isa = QUANT_ISA_PORTABLE; isa <= (int)quant_isa_best(); isa++) {
+        quant_isa_force((quant_isa)isa);
+        quant_f16_to_f32_row(f, h, N);
+        for (int i = 0; i < N; i++) {
+            float want = quant_f16_to_f32(h[i]);
+            if (isnan(want)) cr_assert(isnan(f[i]));
+            else cr_assert_eq(f32_bits(f[i]), f32_bits(want), "%s half %04x", quant_isa_name((quant_isa)isa), h[i]);
+        }
+        quant_f32_to_f16_row(h2, g, N);
+        for (int i = 0; i < N; i++) {
+            uint16_t want = quant_f32_to_f16(g[i]);
+            if (isnan(g[i])) cr_assert((h2[i] & 0x7C00) == 0x7C00 && (h2[i] & 0x3FF));
+            else cr_assert_eq(h2[i], want, "%s %a: %04x vs %04x", quant_isa_name((quant_isa)isa), g[i], h2[i], want);
+        }
+    }
+    quant_isa_force(saved);
 }

@@ -238,6 +238,21 @@ Test(sampler, top_k_one_is_argmax_at_any_temperature) {
     }
 }
 
+Test(sampler, a_vanishing_temperature_is_argmax) {
+    enum { V = 300 };
+    float l[V];
+    const float temps[] = {1e-45f, 1e-30f, 1e-8f};
+    for (size_t t = 0; t < ATTND_ARRAY_LEN(temps); t++) {
+        sampler_params p = plain(temps[t], 4);
+        sampler *s = make(&p, V);
+        for (int r = 0; r < 50; r++) {
+            random_logits(l, V, 3);
+            cr_assert_eq(sampler_sample(s, l), ref_argmax(l, V), "temperature %g", temps[t]);
+        }
+        sampler_destroy(s);
+    }
+}
+
 Test(sampler, the_logits_are_not_modified) {
     float l[5] = {1, 2, 3, 4, 5}, copy[5];
     memcpy(copy, l, sizeof(l));
@@ -402,16 +417,68 @@ Test(sampler, top_p_and_top_k_on_a_large_vocabulary_match_a_full_sort) {
         p.top_p = cases[c].p;
         sampler *s = make(&p, V);
         int hits = 0;
-        for (int i = 0; i < 2000; i++) {
+        for (int i = 0; i < 400; i++) {
             int32_t id = sampler_sample(s, l);
             /* Rounding in the cumulative sum may move the edge by one token. */
             bool edge = (keep < n && id == order[keep]) || (keep > 1 && id == order[keep - 1]);
             cr_assert(allowed[id] || edge, "case %zu: id %d outside the nucleus of %d", c, id, keep);
             hits += allowed[id];
         }
-        cr_assert_gt(hits, 1990);
+        cr_assert_gt(hits, 395);
         sampler_destroy(s);
     }
+}
+
+static double typical_centre;
+static int cmp_typical_ref(const void *a, const void *b, void *ctx) {
+    const float *l = ctx;
+    int x = *(const int *)a, y = *(const int *)b;
+    double dx = fabs(l[x] - typical_centre), dy = fabs(l[y] - typical_centre);
+    if (dx != dy) return dx < dy ? -1 : 1;
+    return x - y;
+}
+
+/* typical-p over a large vocabulary (its cut found by selection, not sorting) against the
+ * definition computed with a full sort in double. */
+Test(sampler, typical_p_on_a_large_vocabulary_matches_the_definition) {
+    enum { V = 20000 };
+    static float l[V];
+    static int order[V];
+    static bool allowed[V];
+    random_logits(l, V, 4);
+    double max = -INFINITY, sum = 0, entropy = 0;
+    for (int i = 0; i < V; i++) max = fmax(max, l[i]);
+    for (int i = 0; i < V; i++) sum += exp(l[i] - max);
+    for (int i = 0; i < V; i++) {
+        double p = exp(l[i] - max) / sum;
+        entropy -= p * log(p);
+    }
+    typical_centre = max + log(sum) - entropy;
+    for (int i = 0; i < V; i++) order[i] = i;
+    qsort_r(order, V, sizeof(int), cmp_typical_ref, l);
+    double cum = 0;
+    int keep = V;
+    for (int i = 0; i < V; i++) {
+        cum += exp(l[order[i]] - max) / sum;
+        if (cum >= 0.3) {
+            keep = i + 1;
+            break;
+        }
+    }
+    for (int i = 0; i < keep; i++) allowed[order[i]] = true;
+    sampler_params p = plain(1.0f, 31);
+    p.typical_p = 0.3f;
+    sampler *s = make(&p, V);
+    int hits = 0;
+    for (int i = 0; i < 400; i++) {
+        int32_t id = sampler_sample(s, l);
+        bool edge = id == order[keep] || id == order[keep - 1];
+        cr_assert(allowed[id] || edge, "id %d outside the typical set of %d", id, keep);
+        hits += allowed[id];
+    }
+    cr_assert_gt(hits, 395);
+    cr_assert_lt(keep, V / 2, "the test should cut a real part of the vocabulary (kept %d)", keep);
+    sampler_destroy(s);
 }
 
 // ---- penalties and bias ---------------------------------------------------------------------

@@ -61,7 +61,7 @@ Test(sdnotify, ready_status_stopping_reach_a_path_socket) {
     cr_assert_str_eq(buf, "STATUS=loading model stories260K", "newlines must not start a new assignment");
     cr_assert_eq(sdnotify_ready(n), ATTND_OK);
     recv_msg(fd, buf, sizeof(buf));
-    cr_assert(!strncmp(buf, "READY=1\n", 8), "got '%s'", buf);
+    cr_assert_str_eq(buf, "READY=1");
     cr_assert_eq(sdnotify_stopping(n), ATTND_OK);
     recv_msg(fd, buf, sizeof(buf));
     cr_assert(!strncmp(buf, "STOPPING=1", 10), "got '%s'", buf);
@@ -165,4 +165,42 @@ Test(sdnotify, nobody_listening_is_an_error_not_a_crash) {
     cr_assert_eq(sdnotify_send(n, "READY=1", &err), ATTND_ERR_IO);
     cr_assert(strstr(err.msg, "NOTIFY_SOCKET"), "%s", err.msg);
     sdnotify_destroy(n);
+}
+
+Test(sdnotify, attach_fills_the_server_hooks_and_bounds_the_tick) {
+    char path[108];
+    temp_path(path, sizeof(path));
+    int fd = listen_at(path);
+    sdnotify *n;
+    /* 600 ms watchdog -> keep-alives every 300 ms, so the scheduler must tick at least that often */
+    cr_assert_eq(sdnotify_create(&n, path, "600000", NULL, NULL), ATTND_OK);
+    server_settings s;
+    server_settings_default(&s);
+    s.watchdog_interval_ms = 1000;
+    sdnotify_attach(n, &s);
+    cr_assert_eq(s.watchdog_interval_ms, 300);
+    cr_assert_eq(s.hooks.user, n);
+    char buf[64];
+    s.hooks.on_status(s.hooks.user, "loading");
+    recv_msg(fd, buf, sizeof(buf));
+    cr_assert_str_eq(buf, "STATUS=loading");
+    s.hooks.on_ready(s.hooks.user);
+    recv_msg(fd, buf, sizeof(buf));
+    cr_assert(!strncmp(buf, "READY=1", 7), "got '%s'", buf);
+    s.hooks.on_watchdog(s.hooks.user);
+    recv_msg(fd, buf, sizeof(buf));
+    cr_assert_str_eq(buf, "WATCHDOG=1");
+    s.hooks.on_stopping(s.hooks.user);
+    recv_msg(fd, buf, sizeof(buf));
+    cr_assert(!strncmp(buf, "STOPPING=1", 10), "got '%s'", buf);
+    sdnotify_destroy(n);
+    close(fd);
+    unlink(path);
+
+    /* Without a watchdog the tick is left alone; a NULL notifier gives no-op hooks. */
+    server_settings_default(&s);
+    int tick = s.watchdog_interval_ms;
+    sdnotify_attach(NULL, &s);
+    cr_assert_eq(s.watchdog_interval_ms, tick);
+    s.hooks.on_ready(s.hooks.user);
 }

@@ -4,7 +4,7 @@
  * (dim 256, FFN 768, vocab 1024), plus the matmul time of one decoded token of those models.
  * A benchmark, not a test: it prints numbers and ratios, it asserts nothing.
  *
- *   tools/bench/build.sh && build/bench_quant [n_threads] [n_tok]
+ *   tools/bench/build.sh && build/bench_quant [n_threads] [n_tok] [models]   (models: skip the per-shape table)
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -15,9 +15,13 @@
 #include "attnd/gguf.h"
 #include "quant.h"
 
+/* With one thread, the process's CPU time: on a shared machine it leaves out the time other
+ * processes hold the core (cache pollution still shows). With more, wall-clock time. */
+static int g_cpu_clock = 1;
+
 static double now_s(void) {
     struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
+    clock_gettime(g_cpu_clock ? CLOCK_PROCESS_CPUTIME_ID : CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
@@ -94,18 +98,89 @@ static double model_token_s(uint32_t attn_t, uint32_t down_t, int n_threads, int
     return s;
 }
 
+/* The same step with every layer's weights in their own buffers, as in a real model: weights
+ * stream through the caches instead of staying hot in L1/L2. Returns seconds per step. */
+static double model_stream_s(uint32_t attn_t, uint32_t down_t, int n_threads, int n_tok) {
+    enum { L = 4, D = 256, KVD = 128, F = 768, V = 1024 };
+    const int64_t shp[7][2] = {{D, D}, {KVD, D}, {KVD, D}, {D, D}, {F, D}, {F, D}, {D, F}};
+    uint8_t *w[L][7];
+    for (int l = 0; l < L; l++)
+        for (int k = 0; k < 7; k++) w[l][k] = make_weights(k == 6 ? down_t : attn_t, shp[k][0], shp[k][1]);
+    uint8_t *head = make_weights(GGML_TYPE_F32, V, D);
+    float *x = malloc((size_t)n_tok * F * sizeof(float)), *out = malloc((size_t)n_tok * V * sizeof(float));
+    for (int64_t i = 0; i < (int64_t)n_tok * F; i++) x[i] = (float)(rnd() % 2001) / 1000.f - 1.f;
+    size_t sb = quant_scratch_bytes(attn_t, n_tok, F);
+    if (quant_scratch_bytes(down_t, n_tok, F) > sb) sb = quant_scratch_bytes(down_t, n_tok, F);
+    void *scratch = malloc(sb);
+    double best = 1e30;
+    for (int batch = 0; batch < 7; batch++) {
+        const int reps = 50;
+        double t0 = now_s();
+        for (int i = 0; i < reps; i++) {
+            for (int l = 0; l < L; l++)
+                for (int k = 0; k < 7; k++)
+                    quant_matmul(out, w[l][k], k == 6 ? down_t : attn_t, shp[k][0], shp[k][1], x, n_tok, scratch,
+                                 n_threads);
+            quant_matmul(out, head, GGML_TYPE_F32, V, D, x, n_tok, scratch, n_threads);
+        }
+        double dt = (now_s() - t0) / reps;
+        if (dt < best) best = dt;
+    }
+    for (int l = 0; l < L; l++)
+        for (int k = 0; k < 7; k++) free(w[l][k]);
+    free(head);
+    free(x);
+    free(out);
+    free(scratch);
+    return best;
+}
+
+/* ns per element of the vector primitives, per ISA (attention over 256 keys of head size 32). */
+static void bench_primitives(void) {
+    enum { NK = 256, HD = 32, NE = 4096 };
+    static float K[NK * HD], q[HD], sc[NK], acc[HD], x[NE], y[NE];
+    static uint16_t h[NE];
+    for (int i = 0; i < NK * HD; i++) K[i] = (float)(rnd() % 2001) / 1000.f - 1.f;
+    for (int i = 0; i < HD; i++) q[i] = K[i];
+    for (int i = 0; i < NE; i++) x[i] = (float)(rnd() % 20001) / 1000.f - 10.f;
+    printf("\nvector primitives (ns per key or element):\n");
+    for (int isa = QUANT_ISA_PORTABLE; isa <= (int)quant_isa_best(); isa++) {
+        quant_isa_force((quant_isa)isa);
+        double best[4] = {1e30, 1e30, 1e30, 1e30};
+        for (int b = 0; b < 7; b++) {
+            double t0 = now_s();
+            for (int r = 0; r < 200; r++) quant_dot_rows(sc, q, K, HD, NK, HD, 0.1f);
+            double t1 = now_s();
+            for (int r = 0; r < 200; r++) quant_axpy_rows(acc, sc, K, HD, NK, HD);
+            double t2 = now_s();
+            for (int r = 0; r < 50; r++) quant_exp(y, x, NE);
+            double t3 = now_s();
+            for (int r = 0; r < 50; r++) quant_f32_to_f16_row(h, x, NE);
+            double t4 = now_s();
+            double t[4] = {(t1 - t0) / 200 / NK, (t2 - t1) / 200 / NK, (t3 - t2) / 50 / NE, (t4 - t3) / 50 / NE};
+            for (int k = 0; k < 4; k++)
+                if (t[k] < best[k]) best[k] = t[k];
+        }
+        printf("  %-8s dot_rows(hd %d) %6.2f   axpy_rows(hd %d) %6.2f   exp %6.2f   f32->f16 %6.2f\n",
+               quant_isa_name((quant_isa)isa), HD, best[0] * 1e9, HD, best[1] * 1e9, best[2] * 1e9, best[3] * 1e9);
+    }
+}
+
 int main(int argc, char **argv) {
     int n_threads = argc > 1 ? atoi(argv[1]) : 1;
     int n_tok = argc > 2 ? atoi(argv[2]) : 1;
+    int only_models = argc > 3 && strcmp(argv[3], "models") == 0;
     if (n_threads < 1 || n_tok < 1) {
-        fprintf(stderr, "usage: bench_quant [n_threads >= 1] [n_tok >= 1]\n");
+        fprintf(stderr, "usage: bench_quant [n_threads >= 1] [n_tok >= 1] [models]\n");
         return 2;
     }
+    g_cpu_clock = n_threads == 1;
     quant_isa best = quant_isa_best();
-    printf("threads %d, n_tok %d, best isa %s\n\n", n_threads, n_tok, quant_isa_name(best));
+    printf("threads %d, n_tok %d, best isa %s, timing by %s\n\n", n_threads, n_tok, quant_isa_name(best),
+           g_cpu_clock ? "process CPU time" : "wall clock");
     printf("%-5s %-9s %10s %10s %9s %9s %9s\n", "type", "shape", "isa", "us/call", "ns/row", "GFLOP/s", "vs port.");
     const int64_t shapes[][2] = {{256, 256}, {768, 256}, {256, 768}, {1024, 256}};
-    for (size_t ti = 0; ti < sizeof TYPES / sizeof *TYPES; ti++) {
+    for (size_t ti = 0; ti < (only_models ? 0 : sizeof TYPES / sizeof *TYPES); ti++) {
         for (size_t si = 0; si < sizeof shapes / sizeof *shapes; si++) {
             int64_t rows = shapes[si][0], cols = shapes[si][1];
             double port = 0;
@@ -126,6 +201,15 @@ int main(int argc, char **argv) {
         quant_isa_force((quant_isa)isa);
         double q8 = model_token_s(GGML_TYPE_Q8_0, GGML_TYPE_Q8_0, n_threads, n_tok);
         double q4k = model_token_s(GGML_TYPE_Q4_K, GGML_TYPE_Q6_K, n_threads, n_tok);
+        printf("  %-8s rand-Q8_0 %8.1f us (%6.0f steps/s)   rand-Q4_K %8.1f us (%6.0f steps/s)\n",
+               quant_isa_name((quant_isa)isa), q8 * 1e6, 1 / q8, q4k * 1e6, 1 / q4k);
+    }
+    bench_primitives();
+    printf("\nthe same with each layer's weights in separate buffers (streamed, as in a model):\n");
+    for (int isa = QUANT_ISA_PORTABLE; isa <= (int)best; isa++) {
+        quant_isa_force((quant_isa)isa);
+        double q8 = model_stream_s(GGML_TYPE_Q8_0, GGML_TYPE_Q8_0, n_threads, n_tok);
+        double q4k = model_stream_s(GGML_TYPE_Q4_K, GGML_TYPE_Q6_K, n_threads, n_tok);
         printf("  %-8s rand-Q8_0 %8.1f us (%6.0f steps/s)   rand-Q4_K %8.1f us (%6.0f steps/s)\n",
                quant_isa_name((quant_isa)isa), q8 * 1e6, 1 / q8, q4k * 1e6, 1 / q4k);
     }

@@ -1,0 +1,318 @@
+/*
+ * sampling_args.c — the sampling flags shared by CLI subcommands (`attnd generate`): parsing and
+ * validating --temp, --top-k, --top-p, --min-p, --typical-p, --repeat-penalty, --repeat-last-n,
+ * --presence-penalty, --frequency-penalty, --logit-bias, --seed, --stop and --top-logprobs into a
+ * cli_sampling, and the generation callbacks (engine_gen's pick/on_token) that run the sampler,
+ * record log-probabilities and cut the text at a stop string.
+ *
+ * Every bad value is a usage error (exit 2) whose message names the flag; nothing is clamped.
+ * The ranges are the library's (sampler_params_validate), so the server can apply the same
+ * rules to its JSON fields by calling that function.
+ */
+#include <errno.h>
+#include <jansson.h>
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "commands.h"
+
+const char *const CLI_SAMPLING_USAGE =
+    "sampling (applied in this order: penalties, logit bias, top-k, typical-p, top-p, min-p, temperature):\n"
+    "  --temp T               temperature; 0 (default) = greedy argmax, ties to the lowest id\n"
+    "  --top-k K              keep the K most likely tokens; 0 = off (default 40)\n"
+    "  --top-p P              keep the most likely tokens up to mass P, in (0, 1]; 1 = off (default 0.95)\n"
+    "  --min-p P              drop tokens below P x the best one's probability, in [0, 1]; 0 = off (default 0.05)\n"
+    "  --typical-p P          locally typical sampling, in (0, 1]; 1 = off (default)\n"
+    "  --repeat-penalty R     divide (multiply if negative) logits of recent tokens by R > 0; 1 = off (default)\n"
+    "  --repeat-last-n N      window of recent tokens for all penalties; -1 = all, 0 = off (default 64)\n"
+    "  --presence-penalty X   subtract X from logits of tokens in the window (default 0)\n"
+    "  --frequency-penalty X  subtract X x their count in the window (default 0)\n"
+    "  --logit-bias ID=B,...  add B to token ID's logit; B = -inf or false bans it (repeatable)\n"
+    "  --seed S               random seed, 0..2^64-1 (default 0): same seed, same tokens\n"
+    "  --stop STR             end when the text contains STR, cut before it (repeatable)\n"
+    "  --top-logprobs N       with --json: each token's logprob and the N (0..20) likeliest, from the\n"
+    "                         model's raw distribution (before penalties, bias and temperature)\n";
+
+void cli_sampling_init(cli_sampling *o) {
+    memset(o, 0, sizeof(*o));
+    sampler_params_default(&o->params);
+    o->params.temperature = 0.0f; /* the CLI is greedy unless asked */
+}
+
+void cli_sampling_free(cli_sampling *o) {
+    free(o->bias);
+    free(o->stops);
+    memset(o, 0, sizeof(*o));
+}
+
+/* A float in [lo, hi], with either end open; the message names the flag and the range. */
+static float parse_float(const char *cmd, const char *flag, const char *s, double lo, bool lo_open, double hi,
+                         bool hi_open) {
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno == ERANGE && isinf(v)) v = NAN; /* "1e999": not a usable number either */
+    if (end == s || *end != '\0' || !isfinite(v)) cli_usage_error(cmd, "%s: '%s' is not a finite number", flag, s);
+    if ((lo_open ? v <= lo : v < lo) || (hi_open ? v >= hi : v > hi)) {
+        char lo_s[32], hi_s[32];
+        snprintf(lo_s, sizeof(lo_s), isinf(lo) ? "-inf" : "%g", lo);
+        snprintf(hi_s, sizeof(hi_s), isinf(hi) ? "inf" : "%g", hi);
+        cli_usage_error(cmd, "%s: %s is outside %s%s, %s%s", flag, s, lo_open ? "(" : "[", lo_s, hi_s,
+                        hi_open ? ")" : "]");
+    }
+    return (float)v;
+}
+
+static uint64_t parse_seed(const char *cmd, const char *flag, const char *s) {
+    char *end;
+    errno = 0;
+    /* strtoull would accept "-1" as 2^64-1: refuse any sign. */
+    unsigned long long v = *s >= '0' && *s <= '9' ? strtoull(s, &end, 10) : 0;
+    if (!(*s >= '0' && *s <= '9') || errno || *end != '\0')
+        cli_usage_error(cmd, "%s: '%s' is not an integer in 0..18446744073709551615", flag, s);
+    return (uint64_t)v;
+}
+
+/* "ID=BIAS[,ID=BIAS...]", BIAS a finite number, or -inf / false to ban. */
+static void parse_bias(const char *cmd, const char *flag, const char *s, cli_sampling *o) {
+    const char *p = s;
+    if (!*p) cli_usage_error(cmd, "%s: empty list (expected ID=BIAS[,ID=BIAS...])", flag);
+    while (*p) {
+        char *end;
+        errno = 0;
+        long long id = *p >= '0' && *p <= '9' ? strtoll(p, &end, 10) : -1;
+        if (id < 0 || errno || id > INT32_MAX || *end != '=')
+            cli_usage_error(cmd, "%s: '%s' is not ID=BIAS[,ID=BIAS...] with a non-negative token id", flag, s);
+        p = end + 1;
+        size_t n = strcspn(p, ",");
+        char val[64];
+        if (n == 0 || n >= sizeof(val)) cli_usage_error(cmd, "%s: token %lld has no usable bias in '%s'", flag, id, s);
+        memcpy(val, p, n);
+        val[n] = '\0';
+        float bias;
+        if (!strcmp(val, "-inf") || !strcmp(val, "-infinity") || !strcmp(val, "false")) {
+            bias = -INFINITY;
+        } else {
+            char *vend;
+            errno = 0;
+            double v = strtod(val, &vend);
+            if (*vend != '\0' || vend == val || !isfinite(v) || errno)
+                cli_usage_error(cmd, "%s: bias '%s' for token %lld is not a finite number, -inf or false", flag, val,
+                                id);
+            bias = (float)v;
+        }
+        if (o->n_bias == o->cap_bias) {
+            int cap = o->cap_bias ? o->cap_bias * 2 : 8;
+            logit_bias *g = realloc(o->bias, sizeof(*g) * (size_t)cap);
+            if (!g) cli_usage_error(cmd, "out of memory");
+            o->bias = g;
+            o->cap_bias = cap;
+        }
+        o->bias[o->n_bias++] = (logit_bias){(int32_t)id, bias};
+        p += n;
+        if (*p == ',') {
+            p++;
+            if (!*p) cli_usage_error(cmd, "%s: trailing comma in '%s'", flag, s);
+        }
+    }
+    o->params.bias = o->bias;
+    o->params.n_bias = o->n_bias;
+}
+
+bool cli_sampling_flag(const char *cmd, int argc, char **argv, int *i, cli_sampling *o) {
+    const char *v;
+    sampler_params *p = &o->params;
+    if (cli_flag_value(cmd, argc, argv, i, "--temp", &v)) {
+        p->temperature = parse_float(cmd, "--temp", v, 0, false, INFINITY, true);
+    } else if (cli_flag_value(cmd, argc, argv, i, "--top-k", &v)) {
+        p->top_k = (int)cli_parse_int(cmd, "--top-k", v, 0, INT_MAX);
+    } else if (cli_flag_value(cmd, argc, argv, i, "--top-p", &v)) {
+        p->top_p = parse_float(cmd, "--top-p", v, 0, true, 1, false);
+    } else if (cli_flag_value(cmd, argc, argv, i, "--min-p", &v)) {
+        p->min_p = parse_float(cmd, "--min-p", v, 0, false, 1, false);
+    } else if (cli_flag_value(cmd, argc, argv, i, "--typical-p", &v)) {
+        p->typical_p = parse_float(cmd, "--typical-p", v, 0, true, 1, false);
+    } else if (cli_flag_value(cmd, argc, argv, i, "--repeat-penalty", &v)) {
+        p->repeat_penalty = parse_float(cmd, "--repeat-penalty", v, 0, true, INFINITY, true);
+    } else if (cli_flag_value(cmd, argc, argv, i, "--repeat-last-n", &v)) {
+        p->repeat_last_n = (int)cli_parse_int(cmd, "--repeat-last-n", v, -1, INT_MAX);
+    } else if (cli_flag_value(cmd, argc, argv, i, "--presence-penalty", &v)) {
+        p->presence_penalty = parse_float(cmd, "--presence-penalty", v, -INFINITY, true, INFINITY, true);
+    } else if (cli_flag_value(cmd, argc, argv, i, "--frequency-penalty", &v)) {
+        p->frequency_penalty = parse_float(cmd, "--frequency-penalty", v, -INFINITY, true, INFINITY, true);
+    } else if (cli_flag_value(cmd, argc, argv, i, "--logit-bias", &v)) {
+        parse_bias(cmd, "--logit-bias", v, o);
+    } else if (cli_flag_value(cmd, argc, argv, i, "--seed", &v)) {
+        p->seed = parse_seed(cmd, "--seed", v);
+    } else if (cli_flag_value(cmd, argc, argv, i, "--stop", &v)) {
+        if (!*v) cli_usage_error(cmd, "--stop: the stop string is empty");
+        const char **g = realloc(o->stops, sizeof(*g) * (size_t)(o->n_stops + 1));
+        if (!g) cli_usage_error(cmd, "out of memory");
+        o->stops = g;
+        o->stops[o->n_stops++] = v;
+    } else if (cli_flag_value(cmd, argc, argv, i, "--top-logprobs", &v)) {
+        o->top_logprobs = (int)cli_parse_int(cmd, "--top-logprobs", v, 0, SAMPLER_MAX_TOP_LOGPROBS);
+    } else {
+        return false;
+    }
+    return true;
+}
+
+void cli_sampling_check(const char *cmd, const cli_sampling *o, int n_vocab) {
+    for (int i = 0; i < o->n_bias; i++)
+        if (o->bias[i].id >= n_vocab)
+            cli_usage_error(cmd, "--logit-bias: token id %d is outside the model's vocabulary (0..%d)",
+                            (int)o->bias[i].id, n_vocab - 1);
+    attnd_err err;
+    if (sampler_params_validate(&o->params, n_vocab, &err) != ATTND_OK) cli_usage_error(cmd, "%s", err.msg);
+}
+
+// ---- Generation callbacks -------------------------------------------------------------------
+
+struct cli_gen {
+    sampler *smp;
+    int n_vocab;
+    int top_n;               /* --top-logprobs */
+    int n_max, n;            /* tokens room was made for, tokens picked */
+    token_logprob *chosen;   /* (n_max) */
+    token_logprob *top;      /* (n_max, top_n) */
+    const tokenizer *tok;    /* borrowed */
+    tok_stream *stream;      /* only with stop strings */
+    stop_matcher *stop;
+    char *text;              /* (text_cap) what the stop matcher released */
+    size_t text_len, text_cap;
+    bool stopped;
+};
+
+attnd_status cli_gen_create(cli_gen **out, const cli_sampling *o, int n_vocab, const tokenizer *tok,
+                            const int32_t *prompt, int n_prompt, int n_predict, attnd_err *err) {
+    *out = NULL;
+    cli_gen *g = calloc(1, sizeof(*g));
+    if (!g) return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory");
+    attnd_status st = sampler_create(&g->smp, &o->params, n_vocab, err);
+    if (st != ATTND_OK) goto fail;
+    g->n_vocab = n_vocab;
+    /* Prompt tokens count for the repetition penalties, as in llama.cpp. */
+    for (int i = 0; i < n_prompt; i++) sampler_accept(g->smp, prompt[i]);
+    g->top_n = o->top_logprobs;
+    g->n_max = n_predict;
+    if (o->top_logprobs > 0 && n_predict > 0) {
+        g->chosen = malloc(sizeof(*g->chosen) * (size_t)n_predict);
+        g->top = malloc(sizeof(*g->top) * (size_t)n_predict * (size_t)o->top_logprobs);
+        if (!g->chosen || !g->top) {
+            st = attnd_fail(err, ATTND_ERR_NOMEM, "out of memory for %d tokens' logprobs", n_predict);
+            goto fail;
+        }
+    }
+    if (o->n_stops > 0) {
+        if (!tok) {
+            st = attnd_fail(err, ATTND_ERR_UNSUPPORTED, "--stop needs the model's vocabulary, which did not load");
+            goto fail;
+        }
+        g->tok = tok;
+        if ((st = tok_stream_create(&g->stream, tok, false)) != ATTND_OK) {
+            attnd_fail(err, st, "out of memory");
+            goto fail;
+        }
+        if ((st = stop_matcher_create(&g->stop, o->stops, o->n_stops, err)) != ATTND_OK) goto fail;
+    }
+    *out = g;
+    return ATTND_OK;
+fail:
+    cli_gen_destroy(g);
+    return st;
+}
+
+void cli_gen_destroy(cli_gen *g) {
+    if (!g) return;
+    sampler_destroy(g->smp);
+    free(g->chosen);
+    free(g->top);
+    tok_stream_destroy(g->stream);
+    stop_matcher_destroy(g->stop);
+    free(g->text);
+    free(g);
+}
+
+int32_t cli_gen_pick(void *user, const float *logits) {
+    cli_gen *g = user;
+    int32_t id = sampler_sample(g->smp, logits);
+    sampler_accept(g->smp, id);
+    if (g->chosen && g->n < g->n_max)
+        sampler_logprobs(logits, g->n_vocab, id, g->top_n, &g->chosen[g->n], g->top + (size_t)g->n * g->top_n);
+    g->n++;
+    return id;
+}
+
+static bool append_text(cli_gen *g, const char *s, size_t n) {
+    if (g->text_len + n + 1 > g->text_cap) {
+        size_t cap = (g->text_len + n + 1) * 2;
+        char *t = realloc(g->text, cap);
+        if (!t) return false;
+        g->text = t;
+        g->text_cap = cap;
+    }
+    memcpy(g->text + g->text_len, s, n);
+    g->text_len += n;
+    g->text[g->text_len] = '\0';
+    return true;
+}
+
+bool cli_gen_on_token(void *user, int32_t id) {
+    cli_gen *g = user;
+    if (!g->stop) return true;
+    const char *piece, *emit;
+    size_t n_piece = tok_stream_push(g->stream, id, &piece), n_emit;
+    g->stopped = stop_matcher_push(g->stop, piece, n_piece, &emit, &n_emit);
+    if (!append_text(g, emit, n_emit)) g->stopped = true;
+    return !g->stopped;
+}
+
+bool cli_gen_has_text(const cli_gen *g) { return g->stop != NULL; }
+
+const char *cli_gen_text(cli_gen *g, size_t *len) {
+    if (g->stop && !g->stopped) {
+        /* The end without a stop: what the stream and then the matcher still hold. */
+        const char *piece, *emit;
+        size_t n_piece = tok_stream_flush(g->stream, &piece), n_emit;
+        g->stopped = stop_matcher_push(g->stop, piece, n_piece, &emit, &n_emit);
+        append_text(g, emit, n_emit);
+        if (!g->stopped) {
+            n_emit = stop_matcher_flush(g->stop, &emit);
+            append_text(g, emit, n_emit);
+        }
+        g->stopped = true; /* flushed: nothing more to add */
+    }
+    *len = g->text_len;
+    return g->text ? g->text : "";
+}
+
+const char *cli_gen_matched_stop(const cli_gen *g) { return g->stop ? stop_matcher_matched(g->stop) : NULL; }
+
+/* A logprob as JSON: -inf (a banned or impossible token) has no JSON number, so null. */
+static json_t *logprob_json(float lp) { return isfinite(lp) ? json_real(lp) : json_null(); }
+
+struct json_t *cli_gen_logprobs_json(const cli_gen *g) {
+    json_t *a = json_array();
+    int n = g->n < g->n_max ? g->n : g->n_max;
+    for (int i = 0; g->chosen && i < n; i++) {
+        json_t *e = json_object();
+        json_object_set_new(e, "id", json_integer(g->chosen[i].id));
+        json_object_set_new(e, "logprob", logprob_json(g->chosen[i].logprob));
+        json_t *top = json_array();
+        for (int k = 0; k < g->top_n; k++) {
+            const token_logprob *t = &g->top[(size_t)i * g->top_n + k];
+            if (t->id < 0) break; /* vocabulary smaller than top_n */
+            json_t *te = json_object();
+            json_object_set_new(te, "id", json_integer(t->id));
+            json_object_set_new(te, "logprob", logprob_json(t->logprob));
+            json_array_append_new(top, te);
+        }
+        json_object_set_new(e, "top_logprobs", top);
+        json_array_append_new(a, e);
+    }
+    return a;
+}
