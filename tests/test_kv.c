@@ -182,3 +182,33 @@ Test(kv, half_conversion_rounds_to_nearest_even_and_saturates) {
     cr_assert_eq(kv_f32_to_f16(ldexpf(1.0f, -26)), 0x0000);        /* underflows to zero */
     cr_assert(isnan(kv_f16_to_f32(kv_f32_to_f16(NAN))));
 }
+
+Test(kv, blocks_return_to_the_pool_when_many_sequences_come_and_go) {
+    kv_pool *p;
+    attnd_err err;
+    cr_assert_eq(kv_pool_create(&p, g_m, (size_t)64 << 20, KV_F32, &err), ATTND_OK, "%s", err.msg);
+    size_t block = kv_pool_bytes_per_token(p) * KV_BLOCK;
+    int32_t t[65];
+    tokens(t, 65, 6);
+    float *lg = malloc(sizeof(float) * 65 * g_spec.n_vocab), *first = malloc(sizeof(float) * g_spec.n_vocab);
+    for (int round = 0; round < 3; round++) {
+        kv_seq *s[10];
+        for (int i = 0; i < 10; i++) {
+            cr_assert_eq(kv_seq_create(&s[i], p, NULL), ATTND_OK);
+            cr_assert_eq(feed(s[i], t, 65, lg, &err), ATTND_OK, "%s", err.msg);
+            if (round == 0 && i == 0) memcpy(first, lg + 64 * g_spec.n_vocab, sizeof(float) * g_spec.n_vocab);
+            /* recycled blocks hold old data: results must not depend on it */
+            cr_assert_eq(memcmp(first, lg + 64 * g_spec.n_vocab, sizeof(float) * g_spec.n_vocab), 0);
+        }
+        cr_assert_eq(kv_pool_bytes_used(p), 20 * block);
+        kv_seq_truncate(s[0], 65); /* no-op: not shorter */
+        kv_seq_truncate(s[0], 200);
+        cr_assert_eq(kv_seq_len(s[0]), 65);
+        for (int i = 0; i < 10; i++) kv_seq_destroy(s[i]);
+        cr_assert_eq(kv_pool_bytes_used(p), 0);
+    }
+    kv_seq_destroy(NULL);
+    free(lg), free(first);
+    kv_pool_destroy(p);
+    kv_pool_destroy(NULL);
+}
