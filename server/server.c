@@ -87,7 +87,6 @@ typedef struct req {
     bool sent_role, finished;
     size_t sent_text;
     int sent_pieces;
-    tok_stream *lp_stream;   /* token strings for logprobs */
     char *out;               /* (out_len) SSE bytes not yet handed to MHD */
     size_t out_len, out_off, out_cap;
 } req;
@@ -422,24 +421,18 @@ static enum MHD_Result h_session_delete(req *r) {
 
 // ---- generation: response shapes ----------------------------------------------------------
 
-/* The text a token id contributes, from a per-response stream (logprob token strings). */
-static json_t *next_token_str(req *r, int32_t id) {
+/* A token's text for logprobs (its bytes on its own, U+2581 as a space; invalid UTF-8 as
+ * U+FFFD) and, when bytes is non-NULL, its raw bytes as an array of integers. The same function
+ * names chosen tokens and alternatives, so clients can compare them (lm-eval's is_greedy). */
+static json_t *token_str(req *r, int32_t id, json_t **bytes) {
     const char *p = "";
-    size_t n = r->lp_stream ? tok_stream_push(r->lp_stream, id, &p) : 0;
+    size_t n = 0;
+    if (!tok_token_bytes(r->srv->tok, id, false, &p, &n)) p = "", n = 0;
+    if (bytes) {
+        *bytes = json_array();
+        for (size_t i = 0; i < n; i++) json_array_append_new(*bytes, json_integer((unsigned char)p[i]));
+    }
     return oai_string(p, n);
-}
-
-static json_t *piece_str(req *r, int32_t id) {
-    const char *piece = tok_piece(r->srv->tok, id);
-    (void)r;
-    return oai_string(piece ? piece : "", piece ? strlen(piece) : 0);
-}
-
-static json_t *bytes_of(json_t *str) {
-    json_t *a = json_array();
-    const unsigned char *p = (const unsigned char *)json_string_value(str);
-    for (size_t i = 0; i < json_string_length(str); i++) json_array_append_new(a, json_integer(p[i]));
-    return a;
 }
 
 /* Chat logprobs content entries for pieces [from, to) (caller holds j->mu). */
@@ -447,16 +440,16 @@ static json_t *chat_logprobs(req *r, int from, int to) {
     sched_job *j = r->job;
     json_t *content = json_array();
     for (int i = from; i < to; i++) {
-        json_t *e = json_object(), *tok = next_token_str(r, j->pieces[i].token);
-        json_object_set_new(e, "bytes", bytes_of(tok));
+        json_t *e = json_object(), *bytes, *tok = token_str(r, j->pieces[i].token, &bytes);
         json_object_set_new(e, "token", tok);
+        json_object_set_new(e, "bytes", bytes);
         json_object_set_new(e, "logprob", json_real(j->pieces[i].logprob));
         json_t *tops = json_array();
         for (int k = 0; k < j->top_logprobs; k++) {
             const token_logprob *t = &j->tops[(size_t)i * j->top_logprobs + k];
-            json_t *o = json_object(), *ts = piece_str(r, t->id);
-            json_object_set_new(o, "bytes", bytes_of(ts));
+            json_t *o = json_object(), *bytes, *ts = token_str(r, t->id, &bytes);
             json_object_set_new(o, "token", ts);
+            json_object_set_new(o, "bytes", bytes);
             json_object_set_new(o, "logprob", json_real(t->logprob));
             json_array_append_new(tops, o);
         }
@@ -475,7 +468,7 @@ static json_t *completion_logprobs(req *r, int from, int to, bool with_prompt, s
     int ntop = j->top_logprobs;
     if (with_prompt)
         for (int i = 0; i < j->n_prompt; i++) {
-            json_t *t = next_token_str(r, j->prompt[i]);
+            json_t *t = token_str(r, j->prompt[i], NULL);
             json_array_append_new(offs, json_integer((json_int_t)*text_off));
             *text_off += json_string_length(t);
             json_array_append_new(tokens, t);
@@ -485,7 +478,7 @@ static json_t *completion_logprobs(req *r, int from, int to, bool with_prompt, s
                 json_t *o = json_object();
                 for (int k = 0; k < ntop; k++) {
                     const token_logprob *t2 = &j->prompt_tops[(size_t)i * ntop + k];
-                    json_t *ts = piece_str(r, t2->id);
+                    json_t *ts = token_str(r, t2->id, NULL);
                     json_object_set_new(o, json_string_value(ts), json_real(t2->logprob));
                     json_decref(ts);
                 }
@@ -495,7 +488,7 @@ static json_t *completion_logprobs(req *r, int from, int to, bool with_prompt, s
             }
         }
     for (int i = from; i < to; i++) {
-        json_t *t = next_token_str(r, j->pieces[i].token);
+        json_t *t = token_str(r, j->pieces[i].token, NULL);
         json_array_append_new(offs, json_integer((json_int_t)*text_off));
         *text_off += json_string_length(t);
         json_array_append_new(tokens, t);
@@ -503,7 +496,7 @@ static json_t *completion_logprobs(req *r, int from, int to, bool with_prompt, s
         json_t *o = json_object();
         for (int k = 0; k < ntop; k++) {
             const token_logprob *t2 = &j->tops[(size_t)i * ntop + k];
-            json_t *ts = piece_str(r, t2->id);
+            json_t *ts = token_str(r, t2->id, NULL);
             json_object_set_new(o, json_string_value(ts), json_real(t2->logprob));
             json_decref(ts);
         }
@@ -871,7 +864,6 @@ static enum MHD_Result h_generate(req *r, bool chat) {
     r->job = j;
     random_id(r->resp_id, sizeof(r->resp_id), chat ? "chatcmpl-" : "cmpl-");
     r->created = time(NULL);
-    if (j->top_logprobs >= 0) tok_stream_create(&r->lp_stream, s->tok, false);
     if (sched_submit(s->sch, j, &err) != ATTND_OK) {
         if (se) sess_abandon(s->store, se);
         j->se = NULL;
@@ -1108,7 +1100,6 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, en
     if (s->cfg.access_log)
         slog_info("%s %s %d prompt=%d gen=%d %.3fs", r->method, r->path, status, r->n_prompt, r->n_gen, dt);
     sched_job_unref(r->job);
-    tok_stream_destroy(r->lp_stream);
     oai_request_free(&r->oreq);
     json_decref(r->body_json);
     free(r->body);
