@@ -394,12 +394,15 @@ async function restart2() {
 
 async function drain() {
   // SIGTERM while a stream runs: the stream still ends properly ([DONE]) and new work is refused
+  // SIGTERM only once the response has started: the request is in flight, not still connecting
   const pid = Number(STATE);
-  const run = stream('/v1/completions', { prompt: 'Once upon a time', max_tokens: 480, temperature: 1, stream: true,
-                                          logit_bias: { 1: -100, 2: -100 } });
-  await sleep(30);
+  const r = await fetch(BASE + '/v1/completions', { method: 'POST', headers: { 'Content-Type': 'application/json' },
+    body: JSON.stringify({ prompt: 'Once upon a time', max_tokens: 480, temperature: 1, stream: true, logit_bias: { 1: -100, 2: -100 } }) });
   process.kill(pid, 'SIGTERM');
-  const s = await run;
+  let raw = '';
+  for await (const c of r.body) raw += Buffer.from(c).toString();
+  const blocks = raw.split('\n\n').filter((b) => b.startsWith('data: '));
+  const s = { done: blocks.at(-1) === 'data: [DONE]', events: blocks.filter((b) => b !== 'data: [DONE]').map((b) => JSON.parse(b.slice(6))) };
   const last = s.events.at(-1);
   check(s.done && (last.error || (last.choices && last.choices[0].finish_reason)),
         'an in-flight stream ends with a final chunk and [DONE] during shutdown', last);
@@ -421,5 +424,5 @@ async function reference() {
 
 const GROUPS = { drain, reference, basics, errors, sessions, concurrency, disconnects, auth, nocors, busy, kvfull, restart1, restart2 };
 if (!GROUPS[group]) { console.error('unknown group ' + group); process.exit(2); }
-try { await GROUPS[group](); } catch (e) { console.log(`not ok - ${group} threw: ${e.stack}`); failures++; }
+try { await GROUPS[group](); } catch (e) { console.log(`not ok - ${group} threw: ${e.stack}${e.cause ? " cause: " + (e.cause.stack || e.cause) : ""}`); failures++; }
 process.exit(failures ? 1 : 0);
