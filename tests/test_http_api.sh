@@ -19,6 +19,7 @@ start_server main --model "$MODELS/stories260K.gguf" --state-dir "$TMP/state" --
     --request-timeout-s 2 --max-parallel 16 --threads 1
 for g in basics errors sessions concurrency; do run $g "$main_PORT"; done
 run reference "$main_PORT" "$MODELS/reference-greedy.json"
+run fuzz "$main_PORT"
 run restart1 "$main_PORT" "$TMP/restart.json"
 grep -q "POST /v1/completions 200 prompt=" "$main_LOG" || { echo "not ok - access log line"; status=1; }
 

@@ -422,7 +422,48 @@ async function reference() {
   check(ref.length > 0 && agree === ref.length, `greedy tokens equal llama.cpp's for ${agree}/${ref.length} prompts (batched)`);
 }
 
-const GROUPS = { drain, reference, basics, errors, sessions, concurrency, disconnects, auth, nocors, busy, kvfull, restart1, restart2 };
+async function fuzz() {
+  // a few hundred malformed or odd requests (seeded, so a failure is reproducible): each gets an
+  // HTTP answer, errors are OpenAI-shaped, and the server stays healthy
+  let seed = 12345;
+  const rnd = (n) => { seed = (seed * 1103515245 + 12345) % 2147483648; return seed % n; };
+  const pick = (a) => a[rnd(a.length)];
+  const values = [null, true, false, 0, -1, 1.5, 1e308, -1e308, 2 ** 53, '', 'x', '\u0000', '\ud83d\ude00', [], [1, 2], [[1]], [-5],
+                  {}, { a: 1 }, 'a'.repeat(3000), [[1, 2], [3]], { 1: 'x' }, { 99999: 1 }];
+  const fields = ['prompt', 'messages', 'max_tokens', 'temperature', 'top_p', 'top_k', 'min_p', 'stop', 'seed', 'stream',
+                  'logprobs', 'top_logprobs', 'echo', 'n', 'logit_bias', 'session_id', 'presence_penalty', 'stream_options',
+                  'content', 'tokens', 'add_special', 'id', 'n_predict', 'return_tokens', 'max_completion_tokens'];
+  const paths = ['/v1/completions', '/v1/chat/completions', '/completion', '/tokenize', '/detokenize', '/v1/sessions',
+                 '/v1/sessions/x', '/v1/models', '/metrics', '/health', '/v1/sessions/' + 'z'.repeat(300), '/%00', '/v1/../health'];
+  let answered = 0, shaped = 0, errors = 0;
+  for (let i = 0; i < 300; i++) {
+    const body = {};
+    for (let k = rnd(5); k >= 0; k--) body[pick(fields)] = pick(values);
+    if (rnd(3) === 0) body.prompt = 'Once';
+    if (rnd(4) === 0) body.messages = [{ role: pick(['user', 'system', 'assistant', 'x', 5]), content: pick(values) }];
+    if (body.max_tokens === undefined || rnd(2)) body.max_tokens = rnd(4);
+    let text = JSON.stringify(body);
+    if (rnd(8) === 0) text = text.slice(0, rnd(text.length + 1)); // truncated JSON
+    if (rnd(16) === 0) text = String.fromCharCode(...Array.from({ length: rnd(64) }, () => rnd(256)));
+    const method = pick(['POST', 'POST', 'POST', 'GET', 'DELETE', 'PUT', 'PATCH']);
+    try {
+      const r = await fetch(BASE + pick(paths), { method, body: ['GET'].includes(method) ? undefined : text,
+                                                  headers: { 'Content-Type': 'application/json' } });
+      const t = await r.text();
+      answered++;
+      if (r.status >= 400) {
+        errors++;
+        try { const j = JSON.parse(t); if (j.error && typeof j.error.message === 'string' && 'type' in j.error) shaped++; } catch { /* counted as unshaped */ }
+      }
+    } catch (e) { console.log(`# request ${i} failed: ${e.message} ${e.cause || ''}`); }
+  }
+  check(answered === 300, `every odd request was answered (${answered}/300)`);
+  check(shaped === errors, `every error was OpenAI-shaped JSON (${shaped}/${errors})`);
+  const h = await get('/health');
+  check(h.status === 200, 'the server is healthy after the fuzzing');
+}
+
+const GROUPS = { drain, reference, fuzz, basics, errors, sessions, concurrency, disconnects, auth, nocors, busy, kvfull, restart1, restart2 };
 if (!GROUPS[group]) { console.error('unknown group ' + group); process.exit(2); }
 try { await GROUPS[group](); } catch (e) { console.log(`not ok - ${group} threw: ${e.stack}${e.cause ? " cause: " + (e.cause.stack || e.cause) : ""}`); failures++; }
 process.exit(failures ? 1 : 0);
