@@ -519,15 +519,33 @@ static void step(sched *s) {
     pthread_mutex_unlock(&s->mu);
 }
 
+/* A one-line status for the service manager (systemctl status), at most every 5 s and only
+ * when it changed. */
+static void report_status(sched *s, double now, double *last, char *prev, size_t prev_n) {
+    if (!s->hooks.on_status || now - *last < 5.0) return;
+    *last = now;
+    pthread_mutex_lock(&s->mu);
+    int active = s->n_active, queued = s->q_len;
+    double rate = s->stats.last_tok_per_s;
+    pthread_mutex_unlock(&s->mu);
+    char line[128];
+    snprintf(line, sizeof(line), "serving: %d active, %d queued, %.0f tokens/s", active, queued, active ? rate : 0.0);
+    if (!strcmp(line, prev)) return;
+    snprintf(prev, prev_n, "%s", line);
+    s->hooks.on_status(s->hooks.user, line);
+}
+
 static void *sched_main(void *arg) {
     sched *s = arg;
-    double last_wd = 0;
+    double last_wd = 0, last_status = 0;
+    char status[128] = "";
     for (;;) {
         double now = now_s();
         if (s->hooks.on_watchdog && (now - last_wd) * 1e3 >= s->wd_ms / 2.0) {
             s->hooks.on_watchdog(s->hooks.user);
             last_wd = now;
         }
+        report_status(s, now, &last_status, status, sizeof(status));
         drain_free_list(s);
         pthread_mutex_lock(&s->mu);
         if (s->stop) {
