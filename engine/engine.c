@@ -66,6 +66,7 @@ struct engine {
     float *up;              /* (B, n_ff) */
     float *rope;            /* (B, rope_dims / 2, 2): cos, sin of each entry's position */
     uint16_t *k16;          /* (kv_dim) one key row as F16, before it is scattered into a tile */
+    float *neg;             /* (n_ff) e^-gate of one row, for SiLU */
     void *mm_scratch;       /* quant_matmul scratch for B rows of the widest weight */
 
     kv_seq **seqs;          /* (B) distinct sequences of the current batch */
@@ -117,6 +118,7 @@ attnd_status engine_create(engine **out, const model *m, int max_batch, int n_th
     e->up = malloc(sizeof(float) * B * F);
     e->rope = malloc(sizeof(float) * B * (size_t)mi->rope_dims);
     e->k16 = malloc(sizeof(uint16_t) * KV);
+    e->neg = malloc(sizeof(float) * F);
     e->seqs = malloc(sizeof(*e->seqs) * B);
     e->want = malloc(sizeof(*e->want) * B);
     e->qblocks = malloc(sizeof(*e->qblocks) * B);
@@ -136,7 +138,7 @@ attnd_status engine_create(engine **out, const model *m, int max_batch, int n_th
     e->slot_mem = malloc(sizeof(float) * slot_floats * (size_t)e->n_slots);
     e->slots = calloc((size_t)e->n_slots, sizeof(*e->slots));
 
-    if (!e->x || !e->xn || !e->q || !e->k || !e->v || !e->att || !e->tmp || !e->gate || !e->up || !e->rope || !e->k16 ||
+    if (!e->x || !e->xn || !e->q || !e->k || !e->v || !e->att || !e->tmp || !e->gate || !e->up || !e->rope || !e->k16 || !e->neg ||
         !e->seqs || !e->want || !e->qblocks || !e->cb_weights || !e->mm_scratch || !e->slot_mem || !e->slots) {
         engine_destroy(e);
         return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory creating an engine for %d tokens per batch",
@@ -169,6 +171,7 @@ void engine_destroy(engine *e) {
     free(e->up);
     free(e->rope);
     free(e->k16);
+    free(e->neg);
     free(e->seqs);
     free(e->want);
     free(e->qblocks);
@@ -489,9 +492,11 @@ attnd_status engine_eval(engine *e, const batch_entry *entries, int n, float *lo
         rmsnorm(e->xn, e->x, L->ffn_norm, n, E, mi->rms_eps, nth);
         matmul(e, e->gate, &L->w_gate, e->xn, n);
         matmul(e, e->up, &L->w_up, e->xn, n);
-        for (size_t i = 0; i < (size_t)n * F; i++) {
-            float g = e->gate[i];
-            e->gate[i] = g / (1.0f + expf(-g)) * e->up[i];
+        for (int t = 0; t < n; t++) {
+            float *g = e->gate + (size_t)t * F, *u = e->up + (size_t)t * F;
+            for (int i = 0; i < F; i++) e->neg[i] = -g[i];
+            quant_exp(e->neg, e->neg, F); /* e^-g; overflow gives inf and silu -> -0, as it should */
+            for (int i = 0; i < F; i++) g[i] = g[i] / (1.0f + e->neg[i]) * u[i];
         }
         matmul(e, e->tmp, &L->w_down, e->gate, n);
         for (size_t i = 0; i < (size_t)n * E; i++) e->x[i] += e->tmp[i];

@@ -18,7 +18,6 @@
 
 #include <pthread.h>
 #include <stdint.h>
-#include <string.h>
 
 #include "attnd/model.h"
 
@@ -82,50 +81,5 @@ static inline void *kv_v_row(const kv_seq *s, int layer, int pos) {
  * The caller has checked len + pending <= n_ctx.
  */
 attnd_status kv_reserve(kv_seq *const *seqs, int n, attnd_err *err);
-
-// ---- IEEE half precision --------------------------------------------------------------------
-
-/* Portable conversions (any CPU); the cache stores F16 by default. */
-static inline float kv_f16_to_f32(uint16_t h) {
-    uint32_t sign = (uint32_t)(h & 0x8000) << 16;
-    uint32_t exp = (h >> 10) & 0x1f, man = h & 0x3ff, bits;
-    if (exp == 0x1f) {
-        bits = sign | 0x7f800000u | (man << 13); /* inf / nan */
-    } else if (exp != 0) {
-        bits = sign | ((exp + 112) << 23) | (man << 13);
-    } else if (man == 0) {
-        bits = sign;
-    } else { /* subnormal: normalise */
-        int e = -1;
-        do {
-            e++;
-            man <<= 1;
-        } while (!(man & 0x400));
-        bits = sign | ((uint32_t)(112 - e) << 23) | ((man & 0x3ff) << 13);
-    }
-    float f;
-    memcpy(&f, &bits, sizeof(f));
-    return f;
-}
-
-/* Round to nearest even, overflow to infinity, as hardware conversion does. */
-static inline uint16_t kv_f32_to_f16(float f) {
-    uint32_t x;
-    memcpy(&x, &f, sizeof(x));
-    uint16_t sign = (uint16_t)((x >> 16) & 0x8000);
-    uint32_t ax = x & 0x7fffffffu;
-    if (ax >= 0x7f800000u) return sign | 0x7c00 | (ax > 0x7f800000u ? 0x200 : 0); /* inf / nan */
-    if (ax >= 0x477ff000u) return sign | 0x7c00;                                   /* overflow */
-    if (ax < 0x38800000u) {                                                        /* subnormal half */
-        if (ax < 0x33000000u) return sign;                                         /* < half of min */
-        uint32_t man = (ax & 0x7fffff) | 0x800000;
-        int shift = 126 - (int)(ax >> 23); /* 14..24 */
-        uint32_t r = man >> shift, rem = man & ((1u << shift) - 1), halfway = 1u << (shift - 1);
-        if (rem > halfway || (rem == halfway && (r & 1))) r++;
-        return sign | (uint16_t)r;
-    }
-    uint32_t r = ax + 0xfff + ((ax >> 13) & 1); /* round to nearest even at bit 13 */
-    return sign | (uint16_t)((r - 0x38000000u) >> 13);
-}
 
 #endif /* ATTND_KV_H */
