@@ -943,7 +943,9 @@ static const route *route_find(const char *method, const char *path, char *allow
     const route *hit = NULL;
     for (size_t i = 0; i < ATTND_ARRAY_LEN(ROUTES); i++) {
         if (!path_matches(&ROUTES[i], path)) continue;
-        if (!strcmp(ROUTES[i].method, method)) hit = &ROUTES[i];
+        /* HEAD is GET without the body (load-balancer health checks); MHD drops the body */
+        bool head_get = !strcmp(method, "HEAD") && !strcmp(ROUTES[i].method, "GET");
+        if (!strcmp(ROUTES[i].method, method) || head_get) hit = &ROUTES[i];
         size_t l = strlen(allow);
         snprintf(allow + l, allow_n - l, "%s%s", l ? ", " : "", ROUTES[i].method);
     }

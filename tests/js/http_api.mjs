@@ -182,6 +182,8 @@ async function errors() {
   check(isError(r, 405) && /POST/.test(r.headers.get('allow') || ''), 'a wrong method is a 405 with Allow', r.text);
   r = await req('DELETE', '/health');
   check(isError(r, 405), 'DELETE /health is a 405');
+  r = await req('HEAD', '/health');
+  check(r.status === 200 && r.text === '', 'HEAD /health is a 200 without a body');
   r = await post('/v1/completions', JSON.stringify({ prompt: 'x'.repeat(70000) }));
   check(isError(r, 413), 'a body over the cap is a 413', r.status);
   r = await post('/v1/completions', { prompt: 'x', session_id: 'does-not-exist' });
