@@ -91,8 +91,9 @@ int cmd_score(int argc, char **argv) {
                      mi->n_vocab - 1);
             goto fail;
         }
-    /* One prefill of the whole sequence (capped so a huge context cannot demand huge scratch). */
-    int max_batch = n < 2048 ? n : 2048;
+    /* One prefill of up to 512 tokens (longer sequences continue in chunks of 512), so the logits
+     * buffer stays at 512 x n_vocab floats even for large vocabularies. */
+    int max_batch = n < 512 ? n : 512;
     if (engine_create(&e, m, max_batch, n_threads, &err)) goto fail;
     /* The budget is only a limit (blocks are allocated as used); one sequence needs no cap. */
     if (kv_pool_create(&pool, m, SIZE_MAX, kvt, &err)) goto fail;

@@ -35,9 +35,8 @@
 
 /* Per-thread attention scratch, in floats, for one (query block, kv head) work item. */
 typedef struct attn_slot {
-    float *k_tile;   /* (KV_BLOCK, head_dim): keys of one block, converted to F32 */
     float *v_tile;   /* (KV_BLOCK, head_dim) */
-    float *kt;       /* (head_dim, KV_BLOCK): the key tile transposed, zero past its last key */
+    float *kt;       /* (head_dim, KV_BLOCK): keys of one block (transposed, as cached), as F32 */
     float *scores;   /* (KV_BLOCK) */
     float *acc;      /* (ATTN_QBLOCK, group, head_dim): running weighted sums of values */
     float *run_max;  /* (ATTN_QBLOCK, group) */
@@ -66,6 +65,8 @@ struct engine {
     float *gate;            /* (B, n_ff) */
     float *up;              /* (B, n_ff) */
     float *rope;            /* (B, rope_dims / 2, 2): cos, sin of each entry's position */
+    uint16_t *k16;          /* (kv_dim) one key row as F16, before it is scattered into a tile */
+    float *neg;             /* (n_ff) e^-gate of one row, for SiLU */
     void *mm_scratch;       /* quant_matmul scratch for B rows of the widest weight */
 
     kv_seq **seqs;          /* (B) distinct sequences of the current batch */
@@ -116,6 +117,8 @@ attnd_status engine_create(engine **out, const model *m, int max_batch, int n_th
     e->gate = malloc(sizeof(float) * B * F);
     e->up = malloc(sizeof(float) * B * F);
     e->rope = malloc(sizeof(float) * B * (size_t)mi->rope_dims);
+    e->k16 = malloc(sizeof(uint16_t) * KV);
+    e->neg = malloc(sizeof(float) * F);
     e->seqs = malloc(sizeof(*e->seqs) * B);
     e->want = malloc(sizeof(*e->want) * B);
     e->qblocks = malloc(sizeof(*e->qblocks) * B);
@@ -131,11 +134,11 @@ attnd_status engine_create(engine **out, const model *m, int max_batch, int n_th
     e->mm_scratch = malloc(scratch ? scratch : 1);
 
     size_t QB = ATTN_QBLOCK;
-    size_t slot_floats = 3 * KV_BLOCK * hd + KV_BLOCK + QB * G * hd + 2 * QB * G;
+    size_t slot_floats = 2 * KV_BLOCK * hd + KV_BLOCK + QB * G * hd + 2 * QB * G;
     e->slot_mem = malloc(sizeof(float) * slot_floats * (size_t)e->n_slots);
     e->slots = calloc((size_t)e->n_slots, sizeof(*e->slots));
 
-    if (!e->x || !e->xn || !e->q || !e->k || !e->v || !e->att || !e->tmp || !e->gate || !e->up || !e->rope ||
+    if (!e->x || !e->xn || !e->q || !e->k || !e->v || !e->att || !e->tmp || !e->gate || !e->up || !e->rope || !e->k16 || !e->neg ||
         !e->seqs || !e->want || !e->qblocks || !e->cb_weights || !e->mm_scratch || !e->slot_mem || !e->slots) {
         engine_destroy(e);
         return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory creating an engine for %d tokens per batch",
@@ -144,7 +147,6 @@ attnd_status engine_create(engine **out, const model *m, int max_batch, int n_th
     for (int t = 0; t < e->n_slots; t++) {
         float *p = e->slot_mem + slot_floats * (size_t)t;
         attn_slot *s = &e->slots[t];
-        s->k_tile = p, p += KV_BLOCK * hd;
         s->v_tile = p, p += KV_BLOCK * hd;
         s->kt = p, p += KV_BLOCK * hd;
         s->scores = p, p += KV_BLOCK;
@@ -168,6 +170,8 @@ void engine_destroy(engine *e) {
     free(e->gate);
     free(e->up);
     free(e->rope);
+    free(e->k16);
+    free(e->neg);
     free(e->seqs);
     free(e->want);
     free(e->qblocks);
@@ -244,40 +248,54 @@ static void rope_apply(const engine *e, float *x, int n, int n_heads) {
     }
 }
 
-/* Writes each entry's K and V rows of `layer` into its sequence's cache at its position. */
-static void kv_store(const engine *e, const batch_entry *entries, int n, int layer) {
+/* Writes each entry's K (as a column of the transposed key tile) and V (as a row) of `layer`
+ * into its sequence's cache at its position. */
+static void kv_store(engine *e, const batch_entry *entries, int n, int layer) {
     int KV = e->m->kv_dim;
     for (int t = 0; t < n; t++) {
         const kv_seq *s = entries[t].seq;
+        int pos = entries[t].pos, slot = pos % KV_BLOCK;
         const float *kr = e->k + (size_t)t * KV, *vr = e->v + (size_t)t * KV;
-        void *kd = kv_row(s, 0, layer, entries[t].pos), *vd = kv_row(s, 1, layer, entries[t].pos);
+        void *kd = kv_k_block(s, layer, pos / KV_BLOCK), *vd = kv_v_row(s, layer, pos);
         if (s->pool->type == KV_F32) {
-            memcpy(kd, kr, sizeof(float) * (size_t)KV);
+            float *kc = (float *)kd + slot;
+            for (int i = 0; i < KV; i++) kc[(size_t)i * KV_BLOCK] = kr[i];
             memcpy(vd, vr, sizeof(float) * (size_t)KV);
         } else {
-            attn_f16_store(kd, kr, KV);
-            attn_f16_store(vd, vr, KV);
+            uint16_t *kc = (uint16_t *)kd + slot;
+            quant_f32_to_f16_row(e->k16, kr, KV);
+            for (int i = 0; i < KV; i++) kc[(size_t)i * KV_BLOCK] = e->k16[i];
+            quant_f32_to_f16_row(vd, vr, KV);
         }
     }
 }
 
-/*
- * Rows [g*hd, (g+1)*hd) of the cached keys (which = 0) or values (1) at positions
- * base..base+cnt-1 (one block), as F32 rows with stride *stride. F32 caches are read in place;
- * F16 ones are converted into buf (KV_BLOCK, hd).
- */
-static const float *kv_tile(const kv_seq *s, int which, int layer, int base, int cnt, int g, int hd, float *buf,
-                            int *stride) {
+/* The keys of kv head g in block b of s as a (hd, KV_BLOCK) F32 tile: read in place from an F32
+ * cache, converted into buf (hd, KV_BLOCK) from an F16 one. */
+static const float *k_tile(const kv_seq *s, int layer, int b, int g, int hd, float *buf) {
+    const kv_pool *p = s->pool;
+    size_t off = (size_t)g * hd * KV_BLOCK;
+    if (p->type == KV_F32) return (const float *)kv_k_block(s, layer, b) + off;
+    quant_f16_to_f32_row(buf, (const uint16_t *)kv_k_block(s, layer, b) + off, (int64_t)hd * KV_BLOCK);
+    return buf;
+}
+
+/* The values of kv head g at positions base..base+cnt-1 (one block) as F32 rows with stride
+ * *stride: in place (F32 cache) or converted into buf (KV_BLOCK, hd). */
+static const float *v_tile(const kv_seq *s, int layer, int base, int cnt, int g, int hd, float *buf,
+                           int *stride) {
     const kv_pool *p = s->pool;
     if (p->type == KV_F32) {
         *stride = p->kv_dim;
-        return (const float *)kv_row(s, which, layer, base) + (size_t)g * hd;
+        return (const float *)kv_v_row(s, layer, base) + (size_t)g * hd;
     }
-    const uint16_t *src = (const uint16_t *)kv_row(s, which, layer, base) + (size_t)g * hd;
-    for (int j = 0; j < cnt; j++) attn_f16_row(buf + (size_t)j * hd, src + (size_t)j * p->kv_dim, hd);
+    const uint16_t *src = (const uint16_t *)kv_v_row(s, layer, base) + (size_t)g * hd;
+    for (int j = 0; j < cnt; j++) quant_f16_to_f32_row(buf + (size_t)j * hd, src + (size_t)j * p->kv_dim, hd);
     *stride = hd;
     return buf;
 }
+
+
 
 /*
  * Attention of the query block qb (entries of one sequence at consecutive positions) for the
@@ -290,9 +308,6 @@ static void attend(const engine *e, attn_slot *sl, const batch_entry *entries, q
     const kv_seq *seq = entries[qb.start].seq;
     int pos0 = entries[qb.start].pos, n_keys_max = pos0 + qb.n;
     float scale = 1.0f / sqrtf((float)hd);
-    /* Many queries per tile: transpose the keys once so scores vectorise over keys. A lone decode
-     * query would spend more on the transpose than it saves. */
-    bool transpose = qb.n * G >= 8;
 
     for (int i = 0; i < qb.n * G; i++) {
         sl->run_max[i] = -INFINITY;
@@ -301,16 +316,9 @@ static void attend(const engine *e, attn_slot *sl, const batch_entry *entries, q
     memset(sl->acc, 0, sizeof(float) * (size_t)qb.n * G * hd);
     for (int base = 0; base < n_keys_max; base += KV_BLOCK) {
         int tile_cnt = n_keys_max - base < KV_BLOCK ? n_keys_max - base : KV_BLOCK;
-        int ks, vs;
-        const float *K = kv_tile(seq, 0, layer, base, tile_cnt, g, hd, sl->k_tile, &ks);
-        const float *V = kv_tile(seq, 1, layer, base, tile_cnt, g, hd, sl->v_tile, &vs);
-        if (transpose) {
-            for (int j = 0; j < tile_cnt; j++)
-                for (int i = 0; i < hd; i++) sl->kt[(size_t)i * KV_BLOCK + j] = K[(size_t)j * ks + i];
-            if (tile_cnt < KV_BLOCK)
-                for (int i = 0; i < hd; i++)
-                    memset(sl->kt + (size_t)i * KV_BLOCK + tile_cnt, 0, sizeof(float) * (size_t)(KV_BLOCK - tile_cnt));
-        }
+        int vs;
+        const float *KT = k_tile(seq, layer, base / KV_BLOCK, g, hd, sl->kt);
+        const float *V = v_tile(seq, layer, base, tile_cnt, g, hd, sl->v_tile, &vs);
         for (int qi = 0; qi < qb.n; qi++) {
             int n_keys = pos0 + qi + 1;
             if (base >= n_keys) continue;
@@ -319,10 +327,8 @@ static void attend(const engine *e, attn_slot *sl, const batch_entry *entries, q
             for (int h = 0; h < G; h++) {
                 int k = qi * G + h;
                 float *acc = sl->acc + (size_t)k * hd;
-                if (transpose) attn_scores_t(sl->scores, q + (size_t)h * hd, sl->kt, hd, scale);
-                else attn_scores(sl->scores, q + (size_t)h * hd, K, (size_t)ks, cnt, hd, scale);
-                float tile_max = -INFINITY;
-                for (int j = 0; j < cnt; j++) tile_max = sl->scores[j] > tile_max ? sl->scores[j] : tile_max;
+                attn_scores_t(sl->scores, q + (size_t)h * hd, KT, cnt, hd, scale);
+                float tile_max = attn_max(sl->scores, cnt);
                 if (tile_max > sl->run_max[k]) {
                     /* A larger max: rescale what was accumulated under the old one. */
                     float c = expf(sl->run_max[k] - tile_max);
@@ -331,7 +337,7 @@ static void attend(const engine *e, attn_slot *sl, const batch_entry *entries, q
                     sl->run_max[k] = tile_max;
                 }
                 sl->run_sum[k] += attn_exp_sum(sl->scores, cnt, sl->run_max[k]);
-                attn_accum(acc, sl->scores, V, (size_t)vs, cnt, hd);
+                quant_axpy_rows(acc, sl->scores, V, vs, cnt, hd);
             }
         }
     }
@@ -373,12 +379,13 @@ static void report_attention(engine *e, const batch_entry *entries, int n, int l
             const float *q = e->q + (size_t)t * Q + (size_t)h * hd;
             int g = h / G;
             float mx = -INFINITY;
-            for (int j = 0; j < n_keys; j++) {
-                int ks;
-                const float *K = kv_tile(s, 0, layer, j, 1, g, hd, e->slots[0].k_tile, &ks);
-                attn_scores(&e->cb_weights[j], q, K, (size_t)ks, 1, hd, scale);
-                if (e->cb_weights[j] > mx) mx = e->cb_weights[j];
+            for (int base = 0; base < n_keys; base += KV_BLOCK) {
+                int cnt = n_keys - base < KV_BLOCK ? n_keys - base : KV_BLOCK;
+                const float *KT = k_tile(s, layer, base / KV_BLOCK, g, hd, e->slots[0].kt);
+                attn_scores_t(e->slots[0].scores, q, KT, cnt, hd, scale); /* same scores as attend */
+                memcpy(e->cb_weights + base, e->slots[0].scores, sizeof(float) * (size_t)cnt);
             }
+            for (int j = 0; j < n_keys; j++) mx = e->cb_weights[j] > mx ? e->cb_weights[j] : mx;
             double sum = 0;
             for (int j = 0; j < n_keys; j++) sum += e->cb_weights[j] = expf(e->cb_weights[j] - mx);
             for (int j = 0; j < n_keys; j++) e->cb_weights[j] = (float)(e->cb_weights[j] / sum);
@@ -485,9 +492,11 @@ attnd_status engine_eval(engine *e, const batch_entry *entries, int n, float *lo
         rmsnorm(e->xn, e->x, L->ffn_norm, n, E, mi->rms_eps, nth);
         matmul(e, e->gate, &L->w_gate, e->xn, n);
         matmul(e, e->up, &L->w_up, e->xn, n);
-        for (size_t i = 0; i < (size_t)n * F; i++) {
-            float g = e->gate[i];
-            e->gate[i] = g / (1.0f + expf(-g)) * e->up[i];
+        for (int t = 0; t < n; t++) {
+            float *g = e->gate + (size_t)t * F, *u = e->up + (size_t)t * F;
+            for (int i = 0; i < F; i++) e->neg[i] = -g[i];
+            quant_exp(e->neg, e->neg, F); /* e^-g; overflow gives inf and silu -> -0, as it should */
+            for (int i = 0; i < F; i++) g[i] = g[i] / (1.0f + e->neg[i]) * u[i];
         }
         matmul(e, e->tmp, &L->w_down, e->gate, n);
         for (size_t i = 0; i < (size_t)n * E; i++) e->x[i] += e->tmp[i];

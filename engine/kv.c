@@ -4,11 +4,12 @@
  * A pool is a byte budget, not a preallocated arena: blocks are malloc'd the first time they
  * are needed and recycled through a free list afterwards, so a server configured with a large
  * budget only uses the memory its live sessions hold. `used` counts blocks held by sequences;
- * free-listed blocks are kept for reuse (they are what the budget already paid for once).
+ * a few released blocks (KV_FREE_KEEP) are kept for reuse, the rest go back to the allocator.
  */
 #include "kv.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 #include "model_internal.h"
 
@@ -81,15 +82,27 @@ attnd_status kv_seq_create(kv_seq **out, kv_pool *pool, attnd_err *err) {
 /* Returns blocks[keep..n_blocks) to the pool. */
 static void release_blocks(kv_seq *s, int keep) {
     kv_pool *p = s->pool;
+    kv_block *to_free = NULL; /* freed outside the lock */
     pthread_mutex_lock(&p->lock);
     while (s->n_blocks > keep) {
         kv_block *b = s->blocks[--s->n_blocks];
         s->blocks[s->n_blocks] = NULL;
-        b->next_free = p->free_list;
-        p->free_list = b;
+        if (p->n_free < KV_FREE_KEEP) {
+            b->next_free = p->free_list;
+            p->free_list = b;
+            p->n_free++;
+        } else {
+            b->next_free = to_free;
+            to_free = b;
+        }
         p->used -= p->block_bytes;
     }
     pthread_mutex_unlock(&p->lock);
+    while (to_free) {
+        kv_block *next = to_free->next_free;
+        free(to_free);
+        to_free = next;
+    }
 }
 
 void kv_seq_destroy(kv_seq *s) {
@@ -140,9 +153,13 @@ attnd_status kv_reserve(kv_seq *const *seqs, int n, attnd_err *err) {
             kv_block *b = p->free_list;
             if (b) {
                 p->free_list = b->next_free;
+                p->n_free--;
             } else {
                 b = aligned_alloc(64, KV_BLOCK_HEADER + p->block_bytes);
                 if (!b) goto nomem;
+                /* Attention reads whole key tiles, also past a sequence's last position (those
+                 * scores are ignored); zeroing keeps those reads defined. */
+                memset(b, 0, KV_BLOCK_HEADER + p->block_bytes);
             }
             s->blocks[s->n_blocks++] = b;
             p->used += p->block_bytes;

@@ -3,10 +3,11 @@
  * the evaluation code (engine.c, attention.c) that writes and reads cached keys and values.
  *
  * A sequence's cache is a list of fixed-size blocks of KV_BLOCK token positions. One block holds
- * every layer's keys and values for its positions, laid out so that the keys of one layer inside
- * one block are a contiguous (KV_BLOCK, kv_dim) matrix — the tile the attention code walks:
+ * every layer's keys and values for its positions. Keys are stored transposed, so that one kv
+ * head's keys in a block form a contiguous (head_dim, KV_BLOCK) tile with consecutive positions
+ * adjacent: attention scores vectorise over positions with no transposition at read time.
  *
- *     block: K (n_layer, KV_BLOCK, kv_dim) then V (n_layer, KV_BLOCK, kv_dim), elements of kv_type
+ *     block: K (n_layer, kv_dim, KV_BLOCK) then V (n_layer, KV_BLOCK, kv_dim), elements of kv_type
  *
  * Blocks come from a pool with a byte budget; memory grows with the tokens actually held.
  * Reserving room for a batch is separate from committing it, so a batch that does not fit
@@ -17,13 +18,16 @@
 
 #include <pthread.h>
 #include <stdint.h>
-#include <string.h>
 
 #include "attnd/model.h"
 
 /* Token positions per block: small enough that a short session wastes little, large enough
  * that a block is one attention tile and block bookkeeping is negligible. */
 #define KV_BLOCK 64
+
+/* Released blocks kept for reuse (saves page faults when sessions come and go); beyond this they
+ * are freed, so the process's memory follows the tokens held rather than its peak. */
+#define KV_FREE_KEEP 4
 
 typedef struct kv_block {
     struct kv_block *next_free; /* free-list link while the block sits in the pool */
@@ -39,6 +43,7 @@ struct kv_pool {
     size_t budget, used;   /* bytes; used counts blocks held by sequences */
     int n_seqs;            /* live sequences (destroy asserts 0) */
     kv_block *free_list;   /* blocks released by sequences, reused before malloc */
+    int n_free;            /* blocks on free_list (at most KV_FREE_KEEP) */
     pthread_mutex_t lock;  /* sequences may be created/destroyed on other threads than eval */
 };
 
@@ -56,13 +61,18 @@ struct kv_seq {
 
 static inline uint8_t *kv_block_data(kv_block *b) { return (uint8_t *)b + KV_BLOCK_HEADER; }
 
-/* Address of the key (which = 0) or value (which = 1) row of `layer` at position pos, which
- * must lie inside the blocks the sequence holds. The row is kv_dim elements of the pool type. */
-static inline void *kv_row(const kv_seq *s, int which, int layer, int pos) {
+/* The keys of `layer` in block `block` of s: (kv_dim, KV_BLOCK) elements of the pool type. */
+static inline void *kv_k_block(const kv_seq *s, int layer, int block) {
     const kv_pool *p = s->pool;
-    uint8_t *base = kv_block_data(s->blocks[pos / KV_BLOCK]);
-    size_t row = ((size_t)which * p->n_layer + (size_t)layer) * KV_BLOCK + (size_t)(pos % KV_BLOCK);
-    return base + row * (size_t)p->kv_dim * p->elt;
+    return kv_block_data(s->blocks[block]) + (size_t)layer * p->kv_dim * KV_BLOCK * p->elt;
+}
+
+/* The value row (kv_dim elements) of `layer` at position pos, which must lie inside the blocks
+ * the sequence holds. Rows of consecutive positions in one block are adjacent. */
+static inline void *kv_v_row(const kv_seq *s, int layer, int pos) {
+    const kv_pool *p = s->pool;
+    size_t row = ((size_t)p->n_layer + (size_t)layer) * KV_BLOCK + (size_t)(pos % KV_BLOCK);
+    return kv_block_data(s->blocks[pos / KV_BLOCK]) + row * (size_t)p->kv_dim * p->elt;
 }
 
 /*
@@ -71,50 +81,5 @@ static inline void *kv_row(const kv_seq *s, int which, int layer, int pos) {
  * The caller has checked len + pending <= n_ctx.
  */
 attnd_status kv_reserve(kv_seq *const *seqs, int n, attnd_err *err);
-
-// ---- IEEE half precision --------------------------------------------------------------------
-
-/* Portable conversions (any CPU); the cache stores F16 by default. */
-static inline float kv_f16_to_f32(uint16_t h) {
-    uint32_t sign = (uint32_t)(h & 0x8000) << 16;
-    uint32_t exp = (h >> 10) & 0x1f, man = h & 0x3ff, bits;
-    if (exp == 0x1f) {
-        bits = sign | 0x7f800000u | (man << 13); /* inf / nan */
-    } else if (exp != 0) {
-        bits = sign | ((exp + 112) << 23) | (man << 13);
-    } else if (man == 0) {
-        bits = sign;
-    } else { /* subnormal: normalise */
-        int e = -1;
-        do {
-            e++;
-            man <<= 1;
-        } while (!(man & 0x400));
-        bits = sign | ((uint32_t)(112 - e) << 23) | ((man & 0x3ff) << 13);
-    }
-    float f;
-    memcpy(&f, &bits, sizeof(f));
-    return f;
-}
-
-/* Round to nearest even, overflow to infinity, as hardware conversion does. */
-static inline uint16_t kv_f32_to_f16(float f) {
-    uint32_t x;
-    memcpy(&x, &f, sizeof(x));
-    uint16_t sign = (uint16_t)((x >> 16) & 0x8000);
-    uint32_t ax = x & 0x7fffffffu;
-    if (ax >= 0x7f800000u) return sign | 0x7c00 | (ax > 0x7f800000u ? 0x200 : 0); /* inf / nan */
-    if (ax >= 0x477ff000u) return sign | 0x7c00;                                   /* overflow */
-    if (ax < 0x38800000u) {                                                        /* subnormal half */
-        if (ax < 0x33000000u) return sign;                                         /* < half of min */
-        uint32_t man = (ax & 0x7fffff) | 0x800000;
-        int shift = 126 - (int)(ax >> 23); /* 14..24 */
-        uint32_t r = man >> shift, rem = man & ((1u << shift) - 1), halfway = 1u << (shift - 1);
-        if (rem > halfway || (rem == halfway && (r & 1))) r++;
-        return sign | (uint16_t)r;
-    }
-    uint32_t r = ax + 0xfff + ((ax >> 13) & 1); /* round to nearest even at bit 13 */
-    return sign | (uint16_t)((r - 0x38000000u) >> 13);
-}
 
 #endif /* ATTND_KV_H */

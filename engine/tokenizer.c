@@ -3,20 +3,22 @@
  *
  * Load: every vocabulary string is copied into one arena, with a hash index from string to id
  * and a second arena holding what each token decodes to (so decoding is a memcpy per token).
- * Byte-level BPE merges are indexed by the pair of token ids they join, so merging never builds
- * strings: symbols carry ids, and a merge is one hash probe.
+ * Merges are indexed by the pair of token ids they join (BPE: tokenizer.ggml.merges; SPM: every
+ * way of cutting a token into two tokens, see build_spm_pairs), so merging never builds strings:
+ * symbols carry ids, and a merge is one hash probe.
  *
  * Encode: the text is first cut at special-token strings (leftmost, longest first); each plain
  * fragment is then tokenized on its own.
- *   SPM  ("llama"): spaces become U+2581, a dummy-prefix space is added before each fragment
- *        that starts the text or follows a special token, and pairs of adjacent symbols are
- *        merged best-score-first (ties: leftmost) while their concatenation is a vocabulary
- *        token; symbols that are not tokens fall back to <0xXX> byte tokens.
+ *   SPM  ("llama"): spaces become U+2581, every fragment gets the dummy-prefix space, and pairs
+ *        of adjacent symbols are merged best-score-first (ties: leftmost) while their
+ *        concatenation is a vocabulary token; symbols that are not tokens fall back to <0xXX>
+ *        byte tokens.
  *   BPE  ("gpt2"): the pre-tokenizer (tok_pre.c) cuts the fragment into words, and inside each
  *        word adjacent symbols are merged lowest-rank-first (ties: leftmost).
  * Both merge loops keep, for every live symbol, the priority of merging it with its right
- * neighbour in an indexed binary heap, so a word of n bytes costs O(n log n) time and about
- * 24 bytes of working memory per byte, whatever its content (no quadratic case).
+ * neighbour in an indexed 4-ary heap, so a word of n bytes costs O(n log n) time and about
+ * 24 bytes of working memory per byte, whatever its content (no quadratic case). Words (and SPM
+ * pieces) that repeat within one call come from a per-call cache.
  *
  * Decode: concatenation of the per-token decoded bytes; the SentencePiece dummy-prefix space is
  * dropped from the first piece that produces text. The stream decoder does the same one id at a
@@ -154,7 +156,7 @@ struct tokenizer {
     bool *eog;              /* (n_vocab) end-of-generation ids */
     strmap by_text;         /* stored string -> id */
     strmap by_bytes;        /* BPE with ignore_merges: decoded bytes of normal tokens -> id */
-    mergemap merges;        /* BPE */
+    mergemap merges;        /* BPE ranks, or SPM pairs when spm_pairs */
     int32_t byte_tok[256];  /* token for a raw byte (SPM <0xXX>, BPE its byte-level character) */
     int32_t *special;       /* (n_special) control/user/unknown ids, by first byte, longest first */
     size_t n_special;
@@ -486,7 +488,7 @@ attnd_status tok_load(tokenizer **out, const gguf_file *f, attnd_err *err) {
     t->text = malloc(total);
     t->text_off = malloc(nv * sizeof(uint32_t));
     t->text_len = malloc(nv * sizeof(uint32_t));
-    t->dec = malloc(total * 4);
+    t->dec = malloc(total); /* a token never decodes to more bytes than its text has */
     t->dec_off = malloc(nv * sizeof(uint32_t));
     t->dec_len = malloc(nv * sizeof(uint32_t));
     t->type = malloc(nv);

@@ -43,6 +43,16 @@ bool chat_detect(const char *t, chat_family *out) {
     return true;
 }
 
+const char *chat_end_marker(chat_family f) {
+    switch (f) {
+    case CHAT_LLAMA3: return "<|eot_id|>";
+    case CHAT_GEMMA: return "<end_of_turn>";
+    case CHAT_PHI3: return "<|end|>";
+    case CHAT_ZEPHYR: case CHAT_LLAMA2: case CHAT_MISTRAL: return "</s>";
+    default: return "<|im_end|>";
+    }
+}
+
 // ---- a growable string --------------------------------------------------------------------
 
 typedef struct sbuf {

@@ -40,6 +40,10 @@ attnd_status chat_family_from_name(const char *name, chat_family *out, attnd_err
  * template is NULL, empty or unrecognised. */
 bool chat_detect(const char *jinja, chat_family *out);
 
+/* The text that ends an assistant turn in family f ("<|im_end|>", "<|eot_id|>", ...). Chat
+ * requests stop there too, for models whose vocabulary spells the marker as plain text. */
+const char *chat_end_marker(chat_family f);
+
 /*
  * Renders messages and the opening of the assistant's turn (add_generation_prompt).
  * *out is malloc'd and NUL-terminated (caller frees). ATTND_ERR_INVALID for an unknown role

@@ -114,6 +114,12 @@ char *metrics_render(metrics *m, const sched_stats *st, int n_sessions, int read
                 "attnd_kv_bytes_used %zu\n", st->kv_used);
         put(&o, "# HELP attnd_kv_bytes_budget KV cache byte budget.\n# TYPE attnd_kv_bytes_budget gauge\n"
                 "attnd_kv_bytes_budget %zu\n", st->kv_budget);
+        put(&o, "# HELP attnd_prompt_tokens_cached_total Prompt tokens reused from a KV cache.\n"
+                "# TYPE attnd_prompt_tokens_cached_total counter\nattnd_prompt_tokens_cached_total %llu\n",
+            (unsigned long long)st->cached_tokens);
+        put(&o, "# HELP attnd_kv_evictions_total Idle KV caches evicted to stay within the budget.\n"
+                "# TYPE attnd_kv_evictions_total counter\nattnd_kv_evictions_total %llu\n",
+            (unsigned long long)st->evictions);
         put(&o, "# HELP attnd_engine_steps_total Batched engine evaluations.\n"
                 "# TYPE attnd_engine_steps_total counter\nattnd_engine_steps_total %llu\n",
             (unsigned long long)st->steps);

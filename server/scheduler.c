@@ -161,8 +161,10 @@ static void slot_finish(sched *s, slot *sl, const char *reason, attnd_status st,
     if (sl->se) {
         if (sl->kv) sess_set_kv(s->store, sl->se, sl->kv, sl->n_past, kv_seq_bytes(sl->kv));
         attnd_err e;
-        /* the history is what the KV holds plus the last sampled token (the durable truth) */
-        if (sess_release(s->store, sl->se, sl->hist, sl->n_hist, &e) != ATTND_OK) slog_error("%s", e.msg);
+        /* the history is what the KV holds plus the last sampled token (the durable truth);
+         * a request that failed before it had one leaves the old history alone */
+        if (!sl->hist) sess_abandon(s->store, sl->se);
+        else if (sess_release(s->store, sl->se, sl->hist, sl->n_hist, &e) != ATTND_OK) slog_error("%s", e.msg);
     }
     pthread_mutex_lock(&j->mu);
     if (st == ATTND_OK && reason && !sl->stopped && sl->ts && sl->sm) {
@@ -241,6 +243,9 @@ static attnd_status slot_start(sched *s, slot *sl, sched_job *j, attnd_err *err)
     /* the completion continues the prompt: " there" after "Once upon a time" keeps its space */
     tok_stream_keep_leading_space(sl->ts);
     if ((rc = stop_matcher_create(&sl->sm, (const char *const *)j->stops, j->n_stops, err)) != ATTND_OK) return rc;
+    pthread_mutex_lock(&s->mu);
+    s->stats.cached_tokens += (uint64_t)keep;
+    pthread_mutex_unlock(&s->mu);
     pthread_mutex_lock(&j->mu);
     j->started = true;
     j->n_cached = keep;
@@ -403,6 +408,9 @@ static bool evict_one(sched *s) {
     kv_seq *kv = sess_evict_lru(s->store);
     if (!kv) return false;
     kv_seq_destroy(kv);
+    pthread_mutex_lock(&s->mu);
+    s->stats.evictions++;
+    pthread_mutex_unlock(&s->mu);
     return true;
 }
 
@@ -511,15 +519,33 @@ static void step(sched *s) {
     pthread_mutex_unlock(&s->mu);
 }
 
+/* A one-line status for the service manager (systemctl status), at most every 5 s and only
+ * when it changed. */
+static void report_status(sched *s, double now, double *last, char *prev, size_t prev_n) {
+    if (!s->hooks.on_status || now - *last < 5.0) return;
+    *last = now;
+    pthread_mutex_lock(&s->mu);
+    int active = s->n_active, queued = s->q_len;
+    double rate = s->stats.last_tok_per_s;
+    pthread_mutex_unlock(&s->mu);
+    char line[128];
+    snprintf(line, sizeof(line), "serving: %d active, %d queued, %.0f tokens/s", active, queued, active ? rate : 0.0);
+    if (!strcmp(line, prev)) return;
+    snprintf(prev, prev_n, "%s", line);
+    s->hooks.on_status(s->hooks.user, line);
+}
+
 static void *sched_main(void *arg) {
     sched *s = arg;
-    double last_wd = 0;
+    double last_wd = 0, last_status = 0;
+    char status[128] = "";
     for (;;) {
         double now = now_s();
         if (s->hooks.on_watchdog && (now - last_wd) * 1e3 >= s->wd_ms / 2.0) {
             s->hooks.on_watchdog(s->hooks.user);
             last_wd = now;
         }
+        report_status(s, now, &last_status, status, sizeof(status));
         drain_free_list(s);
         pthread_mutex_lock(&s->mu);
         if (s->stop) {

@@ -84,6 +84,7 @@ typedef struct sched_stats {
     int active, queued, slots;
     size_t kv_used, kv_budget;
     uint64_t prompt_tokens, generated_tokens, cached_tokens, steps;
+    uint64_t evictions;      /* idle KV caches evicted to make room */
     double decode_seconds;   /* wall time of steps that decoded at least one token */
     double prompt_seconds;   /* wall time of steps that prefilled */
     double last_tok_per_s;   /* generated tokens/s over the last few seconds */

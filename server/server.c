@@ -54,6 +54,7 @@ struct server {
     int n_ctx, n_vocab;
     atomic_bool ready;
     atomic_bool stopping;
+    atomic_int in_flight;     /* requests between their first callback and completion */
     bool shut_down;
 };
 
@@ -81,10 +82,11 @@ typedef struct req {
     time_t created;
     // ---- streaming ----
     bool chat;
+    bool llama;              /* llama.cpp's POST /completion shapes */
+    bool return_tokens;      /* llama.cpp's return_tokens: the generated ids too */
     bool sent_role, finished;
     size_t sent_text;
     int sent_pieces;
-    tok_stream *lp_stream;   /* token strings for logprobs */
     char *out;               /* (out_len) SSE bytes not yet handed to MHD */
     size_t out_len, out_off, out_cap;
 } req;
@@ -419,24 +421,18 @@ static enum MHD_Result h_session_delete(req *r) {
 
 // ---- generation: response shapes ----------------------------------------------------------
 
-/* The text a token id contributes, from a per-response stream (logprob token strings). */
-static json_t *next_token_str(req *r, int32_t id) {
+/* A token's text for logprobs (its bytes on its own, U+2581 as a space; invalid UTF-8 as
+ * U+FFFD) and, when bytes is non-NULL, its raw bytes as an array of integers. The same function
+ * names chosen tokens and alternatives, so clients can compare them (lm-eval's is_greedy). */
+static json_t *token_str(req *r, int32_t id, json_t **bytes) {
     const char *p = "";
-    size_t n = r->lp_stream ? tok_stream_push(r->lp_stream, id, &p) : 0;
+    size_t n = 0;
+    if (!tok_token_bytes(r->srv->tok, id, false, &p, &n)) p = "", n = 0;
+    if (bytes) {
+        *bytes = json_array();
+        for (size_t i = 0; i < n; i++) json_array_append_new(*bytes, json_integer((unsigned char)p[i]));
+    }
     return oai_string(p, n);
-}
-
-static json_t *piece_str(req *r, int32_t id) {
-    const char *piece = tok_piece(r->srv->tok, id);
-    (void)r;
-    return oai_string(piece ? piece : "", piece ? strlen(piece) : 0);
-}
-
-static json_t *bytes_of(json_t *str) {
-    json_t *a = json_array();
-    const unsigned char *p = (const unsigned char *)json_string_value(str);
-    for (size_t i = 0; i < json_string_length(str); i++) json_array_append_new(a, json_integer(p[i]));
-    return a;
 }
 
 /* Chat logprobs content entries for pieces [from, to) (caller holds j->mu). */
@@ -444,16 +440,16 @@ static json_t *chat_logprobs(req *r, int from, int to) {
     sched_job *j = r->job;
     json_t *content = json_array();
     for (int i = from; i < to; i++) {
-        json_t *e = json_object(), *tok = next_token_str(r, j->pieces[i].token);
-        json_object_set_new(e, "bytes", bytes_of(tok));
+        json_t *e = json_object(), *bytes, *tok = token_str(r, j->pieces[i].token, &bytes);
         json_object_set_new(e, "token", tok);
+        json_object_set_new(e, "bytes", bytes);
         json_object_set_new(e, "logprob", json_real(j->pieces[i].logprob));
         json_t *tops = json_array();
         for (int k = 0; k < j->top_logprobs; k++) {
             const token_logprob *t = &j->tops[(size_t)i * j->top_logprobs + k];
-            json_t *o = json_object(), *ts = piece_str(r, t->id);
-            json_object_set_new(o, "bytes", bytes_of(ts));
+            json_t *o = json_object(), *bytes, *ts = token_str(r, t->id, &bytes);
             json_object_set_new(o, "token", ts);
+            json_object_set_new(o, "bytes", bytes);
             json_object_set_new(o, "logprob", json_real(t->logprob));
             json_array_append_new(tops, o);
         }
@@ -472,7 +468,7 @@ static json_t *completion_logprobs(req *r, int from, int to, bool with_prompt, s
     int ntop = j->top_logprobs;
     if (with_prompt)
         for (int i = 0; i < j->n_prompt; i++) {
-            json_t *t = next_token_str(r, j->prompt[i]);
+            json_t *t = token_str(r, j->prompt[i], NULL);
             json_array_append_new(offs, json_integer((json_int_t)*text_off));
             *text_off += json_string_length(t);
             json_array_append_new(tokens, t);
@@ -482,7 +478,7 @@ static json_t *completion_logprobs(req *r, int from, int to, bool with_prompt, s
                 json_t *o = json_object();
                 for (int k = 0; k < ntop; k++) {
                     const token_logprob *t2 = &j->prompt_tops[(size_t)i * ntop + k];
-                    json_t *ts = piece_str(r, t2->id);
+                    json_t *ts = token_str(r, t2->id, NULL);
                     json_object_set_new(o, json_string_value(ts), json_real(t2->logprob));
                     json_decref(ts);
                 }
@@ -492,7 +488,7 @@ static json_t *completion_logprobs(req *r, int from, int to, bool with_prompt, s
             }
         }
     for (int i = from; i < to; i++) {
-        json_t *t = next_token_str(r, j->pieces[i].token);
+        json_t *t = token_str(r, j->pieces[i].token, NULL);
         json_array_append_new(offs, json_integer((json_int_t)*text_off));
         *text_off += json_string_length(t);
         json_array_append_new(tokens, t);
@@ -500,7 +496,7 @@ static json_t *completion_logprobs(req *r, int from, int to, bool with_prompt, s
         json_t *o = json_object();
         for (int k = 0; k < ntop; k++) {
             const token_logprob *t2 = &j->tops[(size_t)i * ntop + k];
-            json_t *ts = piece_str(r, t2->id);
+            json_t *ts = token_str(r, t2->id, NULL);
             json_object_set_new(o, json_string_value(ts), json_real(t2->logprob));
             json_decref(ts);
         }
@@ -546,9 +542,38 @@ static json_t *envelope(req *r, const char *object) {
     return o;
 }
 
+/* llama.cpp's /completion answer: the text so far plus, at the end, the counts and timings. */
+static json_t *llama_response(req *r, const char *text, size_t n, bool final) {
+    sched_job *j = r->job;
+    json_t *o = json_object();
+    json_object_set_new(o, "content", oai_string(text, n));
+    json_object_set_new(o, "stop", json_boolean(final));
+    if (r->return_tokens) {
+        /* streamed: the ids since the last event; final (or not streamed): all of them */
+        json_t *ids = json_array();
+        int from = final && !r->oreq.stream ? 0 : r->sent_pieces, to = final && r->oreq.stream ? from : j->n_pieces;
+        for (int i = from; i < to; i++) json_array_append_new(ids, json_integer(j->pieces[i].token));
+        json_object_set_new(o, "tokens", ids);
+    }
+    if (final) {
+        json_object_set_new(o, "model", json_string(r->srv->model_id));
+        json_object_set_new(o, "tokens_predicted", json_integer(j->n_generated));
+        json_object_set_new(o, "tokens_evaluated", json_integer(j->n_prompt));
+        json_object_set_new(o, "tokens_cached", json_integer(j->n_cached));
+        bool limit = j->finish_reason && !strcmp(j->finish_reason, "length");
+        json_object_set_new(o, "stop_type", json_string(limit ? "limit" : "eos"));
+        json_object_set_new(o, "stopped_limit", json_boolean(limit));
+        json_object_set_new(o, "stopped_eos", json_boolean(!limit));
+        json_object_set_new(o, "timings", timings_json(j));
+        if (r->sess_id[0]) json_object_set_new(o, "session_id", json_string(r->sess_id));
+    }
+    return o;
+}
+
 /* The whole non-streamed response (caller holds j->mu, job done and OK). */
 static json_t *final_response(req *r) {
     sched_job *j = r->job;
+    if (r->llama) return llama_response(r, j->text, j->text_len, true);
     json_t *o = envelope(r, r->chat ? "chat.completion" : "text_completion");
     json_t *choice = json_object();
     json_object_set_new(choice, "index", json_integer(0));
@@ -653,6 +678,17 @@ static void stream_collect(req *r) {
         r->sent_role = true;
     }
     bool new_text = j->text_len > r->sent_text, new_pieces = j->n_pieces > r->sent_pieces;
+    if (r->llama) {
+        if (new_text || (r->return_tokens && new_pieces))
+            sse_event(r, llama_response(r, j->text + r->sent_text, j->text_len - r->sent_text, false));
+        r->sent_text = j->text_len;
+        r->sent_pieces = j->n_pieces;
+        if (!j->done) return;
+        if (j->status != ATTND_OK) sse_event(r, oai_error(503, j->errmsg[0] ? j->errmsg : "generation failed", NULL));
+        else sse_event(r, llama_response(r, "", 0, true));
+        r->finished = true; /* llama.cpp ends with the stop:true event, no [DONE] */
+        return;
+    }
     if (new_text || (new_pieces && j->top_logprobs >= 0)) {
         json_t *text = oai_string(j->text + r->sent_text, j->text_len - r->sent_text), *lp = NULL;
         if (j->top_logprobs >= 0) {
@@ -726,6 +762,16 @@ static enum MHD_Result h_generate(req *r, bool chat) {
     if (!b) return ret;
     r->body_json = b;
     r->chat = chat;
+    if (r->llama) {
+        /* llama.cpp names max_tokens n_predict (-1 = until the context is full) */
+        json_t *np = json_object_get(b, "n_predict");
+        if (np && !json_is_integer(np)) return respond_error(r, 400, "'n_predict' must be an integer", "n_predict");
+        if (np && json_integer_value(np) >= 0) json_object_set(b, "max_tokens", np);
+        else if (np) json_object_set_new(b, "max_tokens", json_integer(s->cfg.max_tokens_cap));
+        json_t *rt = json_object_get(b, "return_tokens");
+        if (rt && !json_is_boolean(rt)) return respond_error(r, 400, "'return_tokens' must be a boolean", "return_tokens");
+        r->return_tokens = json_is_true(rt);
+    }
     const char *param = NULL;
     attnd_err err;
     attnd_status st = oai_parse(b, chat, &s->cfg, s->n_vocab, &r->oreq, &param, &err);
@@ -806,11 +852,18 @@ static enum MHD_Result h_generate(req *r, bool chat) {
     j->n_stops = q->n_stops;
     q->stops = NULL;
     q->n_stops = 0;
+    if (chat) {
+        /* the turn's end marker stops generation even where the vocabulary spells it as text */
+        char **g = realloc(j->stops, (size_t)(j->n_stops + 1) * sizeof(char *));
+        if (g) {
+            j->stops = g;
+            if ((g[j->n_stops] = strdup(chat_end_marker(s->family)))) j->n_stops++;
+        }
+    }
     j->se = se;
     r->job = j;
     random_id(r->resp_id, sizeof(r->resp_id), chat ? "chatcmpl-" : "cmpl-");
     r->created = time(NULL);
-    if (j->top_logprobs >= 0) tok_stream_create(&r->lp_stream, s->tok, false);
     if (sched_submit(s->sch, j, &err) != ATTND_OK) {
         if (se) sess_abandon(s->store, se);
         j->se = NULL;
@@ -852,6 +905,10 @@ static enum MHD_Result h_generate(req *r, bool chat) {
 }
 
 static enum MHD_Result h_completions(req *r) { return h_generate(r, false); }
+static enum MHD_Result h_llama_completion(req *r) {
+    r->llama = true;
+    return h_generate(r, false);
+}
 static enum MHD_Result h_chat(req *r) { return h_generate(r, true); }
 
 // ---- routing ------------------------------------------------------------------------------
@@ -863,6 +920,7 @@ static const route ROUTES[] = {
     {"GET", "/models", false, true, h_models, "models"},
     {"POST", "/v1/completions", false, true, h_completions, "completions"},
     {"POST", "/completions", false, true, h_completions, "completions"},
+    {"POST", "/completion", false, true, h_llama_completion, "llama_completion"},
     {"POST", "/v1/chat/completions", false, true, h_chat, "chat_completions"},
     {"POST", "/chat/completions", false, true, h_chat, "chat_completions"},
     {"POST", "/tokenize", false, true, h_tokenize, "tokenize"},
@@ -885,7 +943,9 @@ static const route *route_find(const char *method, const char *path, char *allow
     const route *hit = NULL;
     for (size_t i = 0; i < ATTND_ARRAY_LEN(ROUTES); i++) {
         if (!path_matches(&ROUTES[i], path)) continue;
-        if (!strcmp(ROUTES[i].method, method)) hit = &ROUTES[i];
+        /* HEAD is GET without the body (load-balancer health checks); MHD drops the body */
+        bool head_get = !strcmp(method, "HEAD") && !strcmp(ROUTES[i].method, "GET");
+        if (!strcmp(ROUTES[i].method, method) || head_get) hit = &ROUTES[i];
         size_t l = strlen(allow);
         snprintf(allow + l, allow_n - l, "%s%s", l ? ", " : "", ROUTES[i].method);
     }
@@ -963,6 +1023,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         r = calloc(1, sizeof(*r));
         if (!r) return MHD_NO;
         *con_cls = r;
+        atomic_fetch_add(&s->in_flight, 1);
         r->srv = s;
         r->conn = c;
         r->t0 = now_s();
@@ -1041,12 +1102,12 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, en
     if (s->cfg.access_log)
         slog_info("%s %s %d prompt=%d gen=%d %.3fs", r->method, r->path, status, r->n_prompt, r->n_gen, dt);
     sched_job_unref(r->job);
-    tok_stream_destroy(r->lp_stream);
     oai_request_free(&r->oreq);
     json_decref(r->body_json);
     free(r->body);
     free(r->out);
     free(r);
+    atomic_fetch_sub(&s->in_flight, 1);
 }
 
 // ---- lifecycle ----------------------------------------------------------------------------
@@ -1163,6 +1224,17 @@ attnd_status server_load(server *s, attnd_err *err) {
     return ATTND_OK;
 }
 
+/* Waits until no request is in flight and the scheduler is idle, or timeout_ms passed. */
+static bool drain(server *s, int timeout_ms) {
+    double end = now_s() + timeout_ms / 1e3;
+    for (;;) {
+        bool idle = atomic_load(&s->in_flight) == 0 && (!s->sch || sched_wait_idle(s->sch, 0));
+        if (idle) return true;
+        if (now_s() >= end) return false;
+        usleep(10 * 1000);
+    }
+}
+
 void server_shutdown(server *s) {
     if (!s || s->shut_down) return;
     s->shut_down = true;
@@ -1174,13 +1246,13 @@ void server_shutdown(server *s) {
         MHD_socket fd = MHD_quiesce_daemon(s->d);
         if (fd != MHD_INVALID_SOCKET) close(fd);
     }
-    if (s->sch) {
-        int ms = (s->cfg.shutdown_timeout_s > 0 ? s->cfg.shutdown_timeout_s : 10) * 1000;
-        if (!sched_wait_idle(s->sch, ms)) {
-            slog_warn("shutdown: in-flight requests did not finish in %d s; cancelling them", ms / 1000);
-            sched_cancel_all(s->sch);
-            sched_wait_idle(s->sch, 2000);
-        }
+    /* drain: every request already received finishes (new ones get 503), within the timeout;
+     * then what is left is cancelled and gets a short grace to send its final chunk */
+    int ms = (s->cfg.shutdown_timeout_s > 0 ? s->cfg.shutdown_timeout_s : 10) * 1000;
+    if (!drain(s, ms)) {
+        slog_warn("shutdown: in-flight requests did not finish in %d s; cancelling them", ms / 1000);
+        if (s->sch) sched_cancel_all(s->sch);
+        drain(s, 2000);
     }
     if (s->d) {
         MHD_stop_daemon(s->d);

@@ -21,7 +21,8 @@
 /*
  * Lifecycle callbacks (all optional; NULL = no-op). Called from the server's own threads:
  *   on_ready      once, after the model is loaded and the port is bound (-> READY=1)
- *   on_status     a one-line human status ("loading model", "serving 3 active") (-> STATUS=...)
+ *   on_status     a one-line human status ("loading model", "ready", "serving: 3 active, 0 queued,
+ *                 412 tokens/s" at most every 5 s when it changes) (-> STATUS=...)
  *   on_watchdog   from the scheduler loop at least every settings.watchdog_interval_ms while
  *                 the scheduler is alive (-> WATCHDOG=1); a stuck scheduler stops calling it
  *   on_stopping   once, when shutdown begins (-> STOPPING=1)

@@ -5,12 +5,19 @@ set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 source "$here/http_lib.sh"
 need_shared
-doc=${ATTND_SOURCE_DIR:-$here/..}/docs/server.md
+src=${ATTND_SOURCE_DIR:-$here/..}
 start_server docs --model "$MODELS/stories260K.gguf" --threads 1
-# the sh blocks, one file each
-awk -v dir="$TMP" '/^```sh$/ {n++; f=sprintf("%s/block%02d.sh", dir, n); on=1; next} /^```$/ {on=0} on {print > f}' "$doc"
-blocks=("$TMP"/block*.sh)
-[ ${#blocks[@]} -ge 4 ] || fail "expected the curl examples in $doc"
+# the sh blocks that call the server on 127.0.0.1:8080, one file each, from docs/server.md and
+# from README.md (where the lead folds the server docs in)
+for doc in "$src/docs/server.md" "$src/README.md"; do
+    [ -f "$doc" ] || continue
+    awk -v dir="$TMP" -v tag="$(basename "$doc" .md)" '
+        /^```(sh|bash|shell)$/ {n++; f=sprintf("%s/block-%s-%02d.sh", dir, tag, n); on=1; next}
+        /^```$/ {on=0} on {print > f}' "$doc"
+done
+for b in "$TMP"/block-*.sh; do grep -q "curl .*127.0.0.1:8080" "$b" || rm -f "$b"; done
+blocks=("$TMP"/block-*.sh)
+[ -f "${blocks[0]}" ] && [ ${#blocks[@]} -ge 4 ] || fail "expected the curl examples in docs/server.md or README.md"
 status=0
 for b in "${blocks[@]}"; do
     sed -i "s/127.0.0.1:8080/127.0.0.1:$docs_PORT/g" "$b"

@@ -110,3 +110,11 @@ Test(chat, unknown_role_and_empty_list_are_refused_naming_the_problem) {
     cr_assert(strstr(err.msg, "messages[1]") && strstr(err.msg, "tool"), "%s", err.msg);
     cr_assert_eq(chat_render(CHAT_CHATML, bad, 0, &out, &err), ATTND_ERR_INVALID);
 }
+
+Test(chat, each_family_names_its_end_of_turn_marker) {
+    cr_assert_str_eq(chat_end_marker(CHAT_CHATML), "<|im_end|>");
+    cr_assert_str_eq(chat_end_marker(CHAT_LLAMA3), "<|eot_id|>");
+    cr_assert_str_eq(chat_end_marker(CHAT_GEMMA), "<end_of_turn>");
+    cr_assert_str_eq(chat_end_marker(CHAT_PHI3), "<|end|>");
+    cr_assert_str_eq(chat_end_marker(CHAT_MISTRAL), "</s>");
+}

@@ -26,12 +26,18 @@ static char *shared_path(const char *rel) {
     return p;
 }
 
-/* Loads the tokenizer of a shared GGUF, or skips the test when the fixture is absent. */
-static tokenizer *load_shared(const char *rel) {
+/* Skips the test when a shared fixture is absent (call before allocating anything). */
+static void require_shared(const char *rel) {
     const char *path = shared_path(rel);
     FILE *f = fopen(path, "rb");
     if (!f) cr_skip_test("fixture %s not found (ATTND_SHARED_DIR absent)", path);
     fclose(f);
+}
+
+/* Loads the tokenizer of a shared GGUF, or skips the test when the fixture is absent. */
+static tokenizer *load_shared(const char *rel) {
+    const char *path = shared_path(rel);
+    require_shared(rel);
     gguf_file *g;
     attnd_err err = {{0}};
     cr_assert_eq(gguf_open(&g, path, &err), ATTND_OK, "%s: %s", path, err.msg);
@@ -596,6 +602,7 @@ static void roundtrip(const tokenizer *t, const char *vocab, const char *text, s
 }
 
 Test(tokenizer, invalid_utf8_and_nul_bytes_encode_and_round_trip) {
+    require_shared("tokenizers/llama-spm.gguf");
     size_t len = 1 << 16;
     char *text = malloc(len);
     uint64_t rng = 12345;
@@ -618,6 +625,7 @@ Test(tokenizer, invalid_utf8_and_nul_bytes_encode_and_round_trip) {
 }
 
 Test(tokenizer, a_million_spaces_encode_and_round_trip) {
+    require_shared("tokenizers/llama-spm.gguf");
     size_t len = 1000000;
     char *text = malloc(len);
     memset(text, ' ', len);
@@ -633,6 +641,7 @@ Test(tokenizer, a_million_spaces_encode_and_round_trip) {
 
 /* One 10 MB word: O(n log n) merging (about 0.5 us/byte, see docs/tokenizer.md), no recursion. */
 Test(tokenizer, a_ten_megabyte_word_encodes_and_round_trips, .timeout = 300) {
+    require_shared("tokenizers/llama-spm.gguf");
     size_t len = 10 * 1000 * 1000;
     char *text = malloc(len);
     uint64_t rng = 99;

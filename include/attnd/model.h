@@ -20,7 +20,8 @@
  *     engine_eval(e, b, 3, logits, &err);          // prefill; logits of the last token
  *
  * Thread-safety: model is read-only and shareable; an engine and the kv_seqs it evaluates must be
- * used by one thread at a time; a kv_pool may be shared by sequences of one engine thread.
+ * used by one thread at a time. A kv_pool's block accounting is locked, so sequences not in an
+ * evaluation may be created, truncated and destroyed on other threads.
  */
 #ifndef ATTND_MODEL_H
 #define ATTND_MODEL_H
@@ -58,9 +59,12 @@ typedef enum kv_type { KV_F16 = 0, KV_F32 = 1 } kv_type;
 typedef struct kv_pool kv_pool;
 typedef struct kv_seq kv_seq;
 
+/* Sequences take memory in blocks of 64 token positions (all layers' K and V), allocated on first
+ * use: the budget is a limit, not an up-front allocation (SIZE_MAX = no limit). A budget below one
+ * block is ATTND_ERR_INVALID. */
 attnd_status kv_pool_create(kv_pool **out, const model *m, size_t budget_bytes, kv_type type, attnd_err *err);
 void kv_pool_destroy(kv_pool *p); /* all its sequences must be destroyed first */
-size_t kv_pool_bytes_used(const kv_pool *p);
+size_t kv_pool_bytes_used(const kv_pool *p); /* blocks held by sequences */
 size_t kv_pool_bytes_budget(const kv_pool *p);
 /* Bytes one token position takes in every layer's K and V. */
 size_t kv_pool_bytes_per_token(const kv_pool *p);
@@ -68,8 +72,8 @@ size_t kv_pool_bytes_per_token(const kv_pool *p);
 attnd_status kv_seq_create(kv_seq **out, kv_pool *pool, attnd_err *err);
 void kv_seq_destroy(kv_seq *s); /* returns its blocks to the pool; accepts NULL */
 int kv_seq_len(const kv_seq *s); /* tokens cached */
-size_t kv_seq_bytes(const kv_seq *s);
-/* Keeps the first n tokens (n <= len) and frees blocks no longer needed. */
+size_t kv_seq_bytes(const kv_seq *s); /* blocks it holds */
+/* Keeps the first n tokens and returns blocks no longer needed; n >= len changes nothing. */
 void kv_seq_truncate(kv_seq *s, int n);
 
 // ---- Evaluation -----------------------------------------------------------------------------

@@ -4,6 +4,8 @@
 // built-ins (fetch, net), so it needs no npm install.
 import net from 'node:net';
 import fs from 'node:fs';
+import path from 'node:path';
+import { execFileSync } from 'node:child_process';
 
 const [group, BASE, STATE] = process.argv.slice(2);
 let failures = 0;
@@ -114,6 +116,9 @@ async function basics() {
   const glp = gl.json.choices[0].logprobs;
   check(glp && glp.token_logprobs.length === gl.json.usage.completion_tokens && glp.top_logprobs.every((o) => Object.keys(o).length >= 1),
         'completion logprobs list each generated token with alternatives', glp);
+  const best = (o) => Object.entries(o).sort((a, b) => b[1] - a[1])[0];
+  check(glp && glp.tokens.every((t, i) => best(glp.top_logprobs[i])[0] === t && Math.abs(best(glp.top_logprobs[i])[1] - glp.token_logprobs[i]) < 1e-5),
+        'at temperature 0 each chosen token is its own top alternative (same string, same logprob)', glp);
 
   const chat = await post('/v1/chat/completions', CHAT('Hello', { logprobs: true, top_logprobs: 2 }));
   const cm = chat.json && chat.json.choices[0];
@@ -133,6 +138,14 @@ async function basics() {
   check(cs.done && cs.events[0].object === 'chat.completion.chunk' && cs.events[0].choices[0].delta.role === 'assistant' &&
         cs.events.map((e) => e.choices[0].delta.content || '').join('') === cm.message.content &&
         cs.events.at(-1).choices[0].finish_reason, 'a streamed chat matches the non-streamed message');
+
+  // llama.cpp's native /completion: n_predict, content, stop, its stream without [DONE]
+  const lc = await post('/completion', { prompt: 'Once upon a time', n_predict: 12, temperature: 0 });
+  check(lc.status === 200 && lc.json.content === ch.text && lc.json.stop === true && lc.json.tokens_predicted === u.completion_tokens &&
+        lc.json.timings && typeof lc.json.timings.prompt_ms === 'number', 'llama.cpp /completion answers content and timings', lc.json);
+  const ls = await stream('/completion', { prompt: 'Once upon a time', n_predict: 12, temperature: 0, stream: true });
+  check(!ls.done && ls.events.map((e) => e.content).join('') === ch.text && ls.events.at(-1).stop === true,
+        'llama.cpp /completion streams content events ending with stop: true', ls.events.at(-1));
 
   const met = await get('/metrics');
   check(met.status === 200 && /attnd_requests_total\{endpoint="completions",status="200"\} \d+/.test(met.text) &&
@@ -169,6 +182,8 @@ async function errors() {
   check(isError(r, 405) && /POST/.test(r.headers.get('allow') || ''), 'a wrong method is a 405 with Allow', r.text);
   r = await req('DELETE', '/health');
   check(isError(r, 405), 'DELETE /health is a 405');
+  r = await req('HEAD', '/health');
+  check(r.status === 200 && r.text === '', 'HEAD /health is a 200 without a body');
   r = await post('/v1/completions', JSON.stringify({ prompt: 'x'.repeat(70000) }));
   check(isError(r, 413), 'a body over the cap is a 413', r.status);
   r = await post('/v1/completions', { prompt: 'x', session_id: 'does-not-exist' });
@@ -216,13 +231,15 @@ async function sessions() {
   r = await get('/v1/sessions');
   check(r.status === 200 && r.json.data.some((s) => s.id === uuid), 'GET /v1/sessions lists it');
 
-  // two requests for one session at once: the second is refused
-  const long = stream('/v1/completions', { prompt: 'Once upon a time', max_tokens: 400, temperature: 0, stream: true, session_id: uuid });
-  await sleep(30);
+  // two requests for one session at once: the second is refused. The first has its response
+  // headers (so it holds the session) and cannot finish early (EOS banned, 480 tokens).
+  const ctl = new AbortController();
+  const first = await fetch(BASE + '/v1/completions', { method: 'POST', signal: ctl.signal, headers: { 'Content-Type': 'application/json' },
+    body: JSON.stringify({ prompt: 'Once upon a time', max_tokens: 480, temperature: 1, stream: true, session_id: uuid, logit_bias: { 1: -100, 2: -100 } }) });
   r = await post('/v1/completions', { prompt: 'x', max_tokens: 1, session_id: uuid });
-  const first = await long;
-  check(isError(r, 409, 'session_id') || first.events.length < 3,
-        'a second concurrent request on a session is a 409', r.json);
+  check(first.status === 200 && isError(r, 409, 'session_id'), 'a second concurrent request on a session is a 409', r.json);
+  ctl.abort();
+  for (let i = 0; i < 100 && (await get('/v1/sessions/' + uuid)).json.busy; i++) await sleep(20);
   r = await req('DELETE', '/v1/sessions/' + uuid);
   check(r.status === 200 && r.json.deleted === true, 'DELETE removes it', r.json);
   r = await get('/v1/sessions/' + uuid);
@@ -263,7 +280,7 @@ async function concurrency() {
 async function disconnects() {
   const before = await get('/metrics');
   // EOS banned and a long max_tokens: the stream cannot end before the client leaves
-  const s = await stream('/v1/completions', { prompt: 'Once upon a time', max_tokens: 480, temperature: 1, stream: true,
+  const s = await stream('/v1/completions', { prompt: 'Once upon a time', max_tokens: 1000, temperature: 1, stream: true,
                                               logit_bias: { 1: -100, 2: -100 } }, { abortAfterChunk: true });
   check(s.aborted, 'a client can drop a stream mid-way');
   let active = -1;
@@ -327,6 +344,8 @@ async function busy() {
   const n429 = res.filter((r) => isError(r, 429) && r.headers.get('retry-after')).length;
   const n200 = res.filter((r) => r.status === 200).length;
   check(n429 >= 1 && n200 >= 1 && n429 + n200 === 6, `a full queue answers 429 with Retry-After (${n200} ok, ${n429} refused)`, res.map((r) => r.status));
+  const s1 = await post('/v1/sessions', {}), s2 = await post('/v1/sessions', {});
+  check(s1.status === 200 && isError(s2, 429), 'max_sessions reached is a 429', s2.json);
 }
 
 async function kvfull() {
@@ -379,18 +398,84 @@ async function restart2() {
 
 async function drain() {
   // SIGTERM while a stream runs: the stream still ends properly ([DONE]) and new work is refused
+  // SIGTERM only once the response has started: the request is in flight, not still connecting
   const pid = Number(STATE);
-  const run = stream('/v1/completions', { prompt: 'Once upon a time', max_tokens: 480, temperature: 1, stream: true,
-                                          logit_bias: { 1: -100, 2: -100 } });
-  await sleep(30);
+  const r = await fetch(BASE + '/v1/completions', { method: 'POST', headers: { 'Content-Type': 'application/json' },
+    body: JSON.stringify({ prompt: 'Once upon a time', max_tokens: 480, temperature: 1, stream: true, logit_bias: { 1: -100, 2: -100 } }) });
   process.kill(pid, 'SIGTERM');
-  const s = await run;
+  let raw = '';
+  for await (const c of r.body) raw += Buffer.from(c).toString();
+  const blocks = raw.split('\n\n').filter((b) => b.startsWith('data: '));
+  const s = { done: blocks.at(-1) === 'data: [DONE]', events: blocks.filter((b) => b !== 'data: [DONE]').map((b) => JSON.parse(b.slice(6))) };
   const last = s.events.at(-1);
   check(s.done && (last.error || (last.choices && last.choices[0].finish_reason)),
         'an in-flight stream ends with a final chunk and [DONE] during shutdown', last);
 }
 
-const GROUPS = { drain, basics, errors, sessions, concurrency, disconnects, auth, nocors, busy, kvfull, restart1, restart2 };
+async function reference() {
+  // temperature 0 through the server (prompt cache, continuous batching: all cases at once)
+  // gives exactly the tokens `attnd generate` computes for each prompt alone (same engine, same
+  // f16 KV cache), up to the first end of generation. Agreement with llama.cpp's reference (made
+  // with an f32 KV cache, which the server does not use by default) is printed for information.
+  const ref = JSON.parse(fs.readFileSync(STATE, 'utf8')).cases.filter((c) => c.model === 'stories260K.gguf');
+  const model = path.join(path.dirname(STATE), 'stories260K.gguf');
+  const res = await Promise.all(ref.map((c) => post('/completion', { prompt: c.prompt_tokens, n_predict: 64, temperature: 0, return_tokens: true })));
+  const upToEos = (t) => (t.indexOf(2) < 0 ? t : t.slice(0, t.indexOf(2)));
+  let same = 0, llama = 0;
+  res.forEach((r, i) => {
+    const out = execFileSync(process.env.ATTND_BINARY, ['generate', '--model', model, '--tokens', ref[i].prompt_tokens.join(','),
+      '--n', '64', '--json', '--threads', '1', '--kv-type', 'f16'], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'] });
+    const alone = upToEos(JSON.parse(out).tokens);
+    if (r.status === 200 && JSON.stringify(r.json.tokens) === JSON.stringify(alone)) same++;
+    else console.log(`# ${JSON.stringify(ref[i].prompt)}: server ${JSON.stringify(r.json.tokens)} generate ${JSON.stringify(alone)}`);
+    if (r.status === 200 && JSON.stringify(r.json.tokens) === JSON.stringify(upToEos(ref[i].tokens))) llama++;
+  });
+  check(ref.length > 0 && same === ref.length, `batched greedy tokens equal attnd generate's for ${same}/${ref.length} prompts`);
+  console.log(`# equal to llama.cpp's f32-KV reference: ${llama}/${ref.length} prompts`);
+}
+
+async function fuzz() {
+  // a few hundred malformed or odd requests (seeded, so a failure is reproducible): each gets an
+  // HTTP answer, errors are OpenAI-shaped, and the server stays healthy
+  let seed = 12345;
+  const rnd = (n) => { seed = (seed * 1103515245 + 12345) % 2147483648; return seed % n; };
+  const pick = (a) => a[rnd(a.length)];
+  const values = [null, true, false, 0, -1, 1.5, 1e308, -1e308, 2 ** 53, '', 'x', '\u0000', '\ud83d\ude00', [], [1, 2], [[1]], [-5],
+                  {}, { a: 1 }, 'a'.repeat(3000), [[1, 2], [3]], { 1: 'x' }, { 99999: 1 }];
+  const fields = ['prompt', 'messages', 'max_tokens', 'temperature', 'top_p', 'top_k', 'min_p', 'stop', 'seed', 'stream',
+                  'logprobs', 'top_logprobs', 'echo', 'n', 'logit_bias', 'session_id', 'presence_penalty', 'stream_options',
+                  'content', 'tokens', 'add_special', 'id', 'n_predict', 'return_tokens', 'max_completion_tokens'];
+  const paths = ['/v1/completions', '/v1/chat/completions', '/completion', '/tokenize', '/detokenize', '/v1/sessions',
+                 '/v1/sessions/x', '/v1/models', '/metrics', '/health', '/v1/sessions/' + 'z'.repeat(300), '/%00', '/v1/../health'];
+  let answered = 0, shaped = 0, errors = 0;
+  for (let i = 0; i < 300; i++) {
+    const body = {};
+    for (let k = rnd(5); k >= 0; k--) body[pick(fields)] = pick(values);
+    if (rnd(3) === 0) body.prompt = 'Once';
+    if (rnd(4) === 0) body.messages = [{ role: pick(['user', 'system', 'assistant', 'x', 5]), content: pick(values) }];
+    if (body.max_tokens === undefined || rnd(2)) body.max_tokens = rnd(4);
+    let text = JSON.stringify(body);
+    if (rnd(8) === 0) text = text.slice(0, rnd(text.length + 1)); // truncated JSON
+    if (rnd(16) === 0) text = String.fromCharCode(...Array.from({ length: rnd(64) }, () => rnd(256)));
+    const method = pick(['POST', 'POST', 'POST', 'GET', 'DELETE', 'PUT', 'PATCH']);
+    try {
+      const r = await fetch(BASE + pick(paths), { method, body: ['GET'].includes(method) ? undefined : text,
+                                                  headers: { 'Content-Type': 'application/json' } });
+      const t = await r.text();
+      answered++;
+      if (r.status >= 400) {
+        errors++;
+        try { const j = JSON.parse(t); if (j.error && typeof j.error.message === 'string' && 'type' in j.error) shaped++; } catch { /* counted as unshaped */ }
+      }
+    } catch (e) { console.log(`# request ${i} failed: ${e.message} ${e.cause || ''}`); }
+  }
+  check(answered === 300, `every odd request was answered (${answered}/300)`);
+  check(shaped === errors, `every error was OpenAI-shaped JSON (${shaped}/${errors})`);
+  const h = await get('/health');
+  check(h.status === 200, 'the server is healthy after the fuzzing');
+}
+
+const GROUPS = { drain, reference, fuzz, basics, errors, sessions, concurrency, disconnects, auth, nocors, busy, kvfull, restart1, restart2 };
 if (!GROUPS[group]) { console.error('unknown group ' + group); process.exit(2); }
-try { await GROUPS[group](); } catch (e) { console.log(`not ok - ${group} threw: ${e.stack}`); failures++; }
+try { await GROUPS[group](); } catch (e) { console.log(`not ok - ${group} threw: ${e.stack}${e.cause ? " cause: " + (e.cause.stack || e.cause) : ""}`); failures++; }
 process.exit(failures ? 1 : 0);

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # server_bench.sh — start `attnd serve` on a model and run server_bench.mjs against it.
-#   tools/bench/server_bench.sh [MODEL] [extra serve flags...]
+#   [BENCH_ARGS="--turns 10 --streams 8 --tokens 128"] tools/bench/server_bench.sh [MODEL] [extra serve flags...]
 # Uses ./build/attnd (build it Release for meaningful numbers). Prints numbers and ratios.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -16,4 +16,5 @@ for _ in $(seq 100); do
     sleep 0.1
 done
 echo "# model $model, flags: $*"
-node tools/bench/server_bench.mjs "http://127.0.0.1:$port" --turns 10 --streams 8 --tokens 128
+# BENCH_ARGS overrides, e.g. BENCH_ARGS="--turns 10 --streams 8 --tokens 400"
+node tools/bench/server_bench.mjs "http://127.0.0.1:$port" ${BENCH_ARGS:---turns 10 --streams 8 --tokens 128}

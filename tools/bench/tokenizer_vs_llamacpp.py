@@ -9,10 +9,13 @@ disagreements. Qwen texts are NFC-normalised first, because attnd (like HF) norm
 to NFC and llama.cpp does not; with --parse-special, Qwen's `</s>` is expected to differ
 (llama.cpp retypes that normal token as control).
 
+With --pre-variants, it also writes copies of gpt2-bpe.gguf whose tokenizer.ggml.pre says
+`default`, `smollm`, `llama-bpe` and `qwen2`, to check pre-tokenizers no fixture uses.
+
 usage: tokenizer_vs_llamacpp.py --attnd build/attnd --peer /tmp/peer [--shared ../shared]
-                                [--n 2000] [--seed 7] [--parse-special]
+                                [--n 2000] [--seed 7] [--parse-special] [--pre-variants]
 """
-import argparse, json, os, random, subprocess, sys, tempfile, unicodedata
+import argparse, json, os, random, struct, subprocess, sys, tempfile, unicodedata
 
 POOL = list("abcXYZ  \t\n\r'sStTdDmMlLvVeErR0123456789.,;:!?-_()[]{}<>|/\\\"$+=^~@#%&*`") + [
     "'s", "'S", "'ll", "'LL", "'ve", "'re", "'d", "'m", "'t", " ", "  ", "\r\n", "\n\n", "\u00a0", "\u3000",
@@ -23,6 +26,46 @@ POOL = list("abcXYZ  \t\n\r'sStTdDmMlLvVeErR0123456789.,;:!?-_()[]{}<>|/\\\"$+=^
     "×", "÷", "§", "¶", "•", "…", "—", "–", "‘", "’", "“", "”", "«", "»", "¿", "¡", "<s>", "</s>",
     "<|endoftext|>", "<|im_start|>", "hello", "Hello", "WORLD", "don't", "I'M", "123456", "3.14159",
     "1,000,000", "http://x.io/a?b=c", "def f(x):\n    return x"]
+
+
+def rewrite_pre(src, dst, pre):
+    """Copies a tensor-less GGUF, replacing the string value of tokenizer.ggml.pre."""
+    b = open(src, "rb").read()
+    ver, n_tensors, n_kv = struct.unpack_from("<IQQ", b, 4)
+    assert n_tensors == 0, "only vocabulary-only GGUFs"
+    sizes = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}
+    o = 24
+
+    def skip(t):
+        nonlocal o
+        if t == 8:
+            o += 8 + struct.unpack_from("<Q", b, o)[0]
+        elif t == 9:
+            et, n = struct.unpack_from("<IQ", b, o)
+            o += 12
+            if et in sizes:
+                o += n * sizes[et]
+            else:
+                for _ in range(n):
+                    skip(et)
+        else:
+            o += sizes[t]
+
+    out = bytearray(b[:24])
+    for _ in range(n_kv):
+        start = o
+        n = struct.unpack_from("<Q", b, o)[0]
+        key = b[o + 8:o + 8 + n].decode()
+        o += 8 + n
+        t = struct.unpack_from("<I", b, o)[0]
+        o += 4
+        skip(t)
+        if key == "tokenizer.ggml.pre":
+            out += struct.pack("<Q", n) + key.encode() + struct.pack("<IQ", 8, len(pre)) + pre.encode()
+        else:
+            out += b[start:o]
+    out += b"\0" * (-len(out) % 32)
+    open(dst, "wb").write(out)
 
 
 def lines(b):
@@ -37,13 +80,22 @@ def main():
     ap.add_argument("--n", type=int, default=2000)
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--parse-special", action="store_true")
+    ap.add_argument("--pre-variants", action="store_true")
     a = ap.parse_args()
     rng = random.Random(a.seed)
     texts = ["".join(rng.choice(POOL) for _ in range(rng.randint(1, 25))) for _ in range(a.n)]
     total_bad = 0
-    for vocab in ["llama-spm", "llama3-bpe", "gpt2-bpe", "qwen2-bpe"]:
-        model = os.path.join(a.shared, "tokenizers", vocab + ".gguf")
-        ts = [unicodedata.normalize("NFC", t) for t in texts] if vocab == "qwen2-bpe" else texts
+    tmp = tempfile.mkdtemp()
+    models = [(v, os.path.join(a.shared, "tokenizers", v + ".gguf"))
+              for v in ["llama-spm", "llama3-bpe", "gpt2-bpe", "qwen2-bpe"]]
+    if a.pre_variants:
+        for pre in ["default", "smollm", "llama-bpe", "qwen2"]:
+            path = os.path.join(tmp, f"gpt2-pre-{pre}.gguf")
+            rewrite_pre(models[2][1], path, pre)
+            models.append((f"gpt2-bpe with pre={pre}", path))
+    for vocab, model in models:
+        # NFC first wherever attnd normalises (pre qwen2) so both sides see the same text
+        ts = [unicodedata.normalize("NFC", t) for t in texts] if "qwen2" in vocab else texts
         with tempfile.NamedTemporaryFile("w", suffix=".jsonl", delete=False) as f:
             for t in ts:
                 f.write(json.dumps({"text": t}) + "\n")

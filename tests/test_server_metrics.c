@@ -1,0 +1,43 @@
+/*
+ * test_server_metrics.c — the Prometheus rendering of server/metrics.c: request counters by
+ * endpoint and status, scheduler gauges when a model is loaded, nothing of them while loading.
+ */
+#include <criterion/criterion.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "metrics.h"
+
+Test(metrics, requests_are_counted_by_endpoint_and_status) {
+    metrics *m;
+    cr_assert_eq(metrics_create(&m, NULL), ATTND_OK);
+    metrics_request(m, "completions", 200, 0.5);
+    metrics_request(m, "completions", 200, 0.25);
+    metrics_request(m, "completions", 400, 0.01);
+    metrics_request(m, "health", 200, 0.001);
+    char *t = metrics_render(m, NULL, 0, 0);
+    cr_assert(strstr(t, "attnd_requests_total{endpoint=\"completions\",status=\"200\"} 2\n"), "%s", t);
+    cr_assert(strstr(t, "attnd_requests_total{endpoint=\"completions\",status=\"400\"} 1\n"));
+    cr_assert(strstr(t, "attnd_requests_total{endpoint=\"health\",status=\"200\"} 1\n"));
+    cr_assert(strstr(t, "attnd_request_seconds_total{endpoint=\"completions\",status=\"200\"} 0.750000\n"));
+    cr_assert(strstr(t, "# TYPE attnd_requests_total counter\n"));
+    cr_assert(strstr(t, "attnd_ready 0\n"));
+    cr_assert_null(strstr(t, "attnd_kv_bytes_used"), "no scheduler series while loading");
+    free(t);
+    metrics_destroy(m);
+}
+
+Test(metrics, scheduler_series_are_rendered_when_ready) {
+    metrics *m;
+    cr_assert_eq(metrics_create(&m, NULL), ATTND_OK);
+    sched_stats st = {.active = 3, .queued = 2, .kv_used = 4096, .kv_budget = 1 << 20, .prompt_tokens = 100,
+                      .generated_tokens = 50, .evictions = 1, .last_tok_per_s = 12.5};
+    char *t = metrics_render(m, &st, 7, 1);
+    const char *want[] = {"attnd_ready 1\n", "attnd_sessions 7\n", "attnd_sequences_active 3\n",
+                          "attnd_sequences_queued 2\n", "attnd_kv_bytes_used 4096\n", "attnd_kv_bytes_budget 1048576\n",
+                          "attnd_prompt_tokens_total 100\n", "attnd_generated_tokens_total 50\n",
+                          "attnd_tokens_per_second 12.500\n", "attnd_kv_evictions_total 1\n"};
+    for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++) cr_assert(strstr(t, want[i]), "missing %s", want[i]);
+    free(t);
+    metrics_destroy(m);
+}
