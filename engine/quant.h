@@ -30,6 +30,10 @@ size_t quant_scratch_bytes(uint32_t wtype, int n_tok, int64_t n_cols);
  *   x:       (n_tok, n_cols) floats
  *   scratch: quant_scratch_bytes(wtype, n_tok, n_cols) bytes
  * Each weight row is read once per call, whatever n_tok is (prefill is matrix-matrix work).
+ * Activations are first rounded as llama.cpp rounds them (Q8_0 blocks for Q8_0/Q4_0, Q8_K for
+ * Q4_K/Q6_K, f16/bf16 for F16/BF16; F32 exact). Results do not depend on n_threads, and a
+ * token's outputs are bit-identical whether it is computed alone or in a batch. Reentrant: calls
+ * may run concurrently, each with its own scratch. Bad sizes or types are bugs (ATTND_ASSERT).
  */
 void quant_matmul(float *out, const void *w, uint32_t wtype, int64_t n_rows, int64_t n_cols, const float *x,
                   int n_tok, void *scratch, int n_threads);
