@@ -652,8 +652,11 @@ void quant_f32_to_f16_row(uint16_t *dst, const float *src, int64_t n) {
 
 // ---- matmul driver -----------------------------------------------------------------------------
 
-/* Below this many multiply-adds a parallel region costs more than it saves. */
-#define PAR_MIN_WORK (1 << 17)
+/* Below this many multiply-adds (~30 us of one-thread work) a parallel region is not worth its
+ * cost: ~1-5 us to wake the team on an idle machine, but up to ~0.5 ms when the cores are shared
+ * with other work (measured: rand-Q4_K decode at 2 threads fell from 3700 to 164 tok/s with a
+ * 2^17 threshold). Decode on small models stays serial; prefill and large matrices split. */
+#define PAR_MIN_WORK (1 << 20)
 /* Rows handed out per scheduling unit: a multiple of the kernels' row tiles. */
 #define ROW_GRAIN 8
 

@@ -458,13 +458,13 @@ Test(quant, matmul_many_tokens_matches_float64_reference) {
 }
 
 Test(quant, matmul_large_enough_to_run_parallel_matches_reference) {
-    /* above quant.c's parallel threshold (2^17 multiply-adds) at n_tok 1, odd rows so the last
+    /* above quant.c's parallel threshold (2^20 multiply-adds) at n_tok 1, odd rows so the last
      * chunk is partial */
     for (size_t i = 0; i < sizeof ALL_TYPES / sizeof *ALL_TYPES; i++) {
         int64_t cols = cols_for(ALL_TYPES[i]);
-        matmul_case(ALL_TYPES[i], ((1 << 17) / cols + 40) | 1, cols, 1, 0);
+        matmul_case(ALL_TYPES[i], ((1 << 20) / cols + 40) | 1, cols, 1, 0);
     }
-    matmul_case(GGML_TYPE_Q4_K, 131, 256, 3, 0);
+    matmul_case(GGML_TYPE_Q4_K, 1371, 256, 3, 0); /* 3 tokens: 1.05M multiply-adds */
 }
 
 Test(quant, matmul_with_exactly_representable_activations_is_float_exact) {
