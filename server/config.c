@@ -56,7 +56,6 @@ typedef struct entry {
 static const entry SETTINGS[] = {
     {"host", K_STR, OFF(host), 0, 0, F_NONEMPTY, "address to listen on (0.0.0.0 / :: = all interfaces)"},
     {"port", K_INT, OFF(port), 0, 65535, 0, "TCP port (0 = any free port)"},
-    {"http_threads", K_INT, OFF(http_threads), 1, 1024, 0, "HTTP worker threads"},
     {"max_connections", K_INT, OFF(max_connections), 1, 65535, 0, "concurrent HTTP connections"},
     {"model", K_STR, OFF(model_path), 0, 0, 0, "GGUF model file (empty = the installed default model)"},
     {"model_alias", K_STR, OFF(model_alias), 0, 0, 0, "model id in /v1/models (empty = file name)"},

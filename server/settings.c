@@ -10,7 +10,6 @@ void server_settings_default(server_settings *s) {
     memset(s, 0, sizeof(*s));
     s->host = "127.0.0.1";
     s->port = 8080;
-    s->http_threads = 4;
     s->max_connections = 256;
     s->threads = 0;
     s->ctx_size = 0;

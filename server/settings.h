@@ -47,7 +47,6 @@ typedef struct server_settings {
     // ---- network ----
     const char *host;        /* bind address; default "127.0.0.1" (loopback only) */
     int port;                /* default 8080; 0 = any free port (tests read it back) */
-    int http_threads;        /* libmicrohttpd worker threads; default 4 */
     int max_connections;     /* concurrent HTTP connections; default 256 */
 
     // ---- model / engine ----

@@ -1,6 +1,8 @@
 /*
  * slog.c — leveled stderr logging for the server (see slog.h). Lines look like
- * "2026-01-01T12:00:00.123Z attnd[info] listening on http://127.0.0.1:8080".
+ * "<6>2026-01-01T12:00:00.123Z attnd[info] listening on http://127.0.0.1:8080": the leading
+ * syslog priority (<3> error, <4> warning, <6> info, <7> debug) lets journald keep each line's
+ * level when the server runs as a systemd service (SyslogLevelPrefix=, on by default).
  */
 #include "slog.h"
 
@@ -17,6 +19,7 @@ bool slog_enabled(server_log_level level) { return (int)level <= atomic_load(&g_
 
 void slog(server_log_level level, const char *fmt, ...) {
     static const char *NAMES[] = {"error", "warn", "info", "debug"};
+    static const int PRIORITY[] = {3, 4, 6, 7};
     if (!slog_enabled(level)) return;
     char msg[1024];
     va_list ap;
@@ -30,5 +33,6 @@ void slog(server_log_level level, const char *fmt, ...) {
     char when[32];
     strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%S", &tm);
     /* one fprintf per line so lines from different threads do not interleave */
-    fprintf(stderr, "%s.%03ldZ attnd[%s] %s\n", when, ts.tv_nsec / 1000000, NAMES[level & 3], msg);
+    fprintf(stderr, "<%d>%s.%03ldZ attnd[%s] %s\n", PRIORITY[level & 3], when, ts.tv_nsec / 1000000,
+            NAMES[level & 3], msg);
 }

@@ -31,6 +31,7 @@ ls "$TMP/state"/restarted.session.json >/dev/null || { echo "not ok - session fi
 # stream is still running when its client leaves ----------------------------------------------
 start_server slow --model "$MODELS/rand-Q8_0.gguf" --request-timeout-s 2 --threads 1
 run disconnects "$slow_PORT"
+run session409 "$slow_PORT"
 grep -q "client disconnected" "$slow_LOG" || { echo "not ok - a disconnect is logged"; status=1; }
 n=$(grep -o "request cancelled after [0-9]* generated tokens" "$slow_LOG" | grep -o "[0-9]\+" | head -1)
 if [ -n "$n" ] && [ "$n" -lt 1000 ]; then echo "ok - the disconnected stream stopped after $n of 1000 tokens"
