@@ -164,7 +164,7 @@ static attnd_status cur_u64(cursor *c, uint64_t *v, const char *what) { return c
 
 /* Reads a GGUF string (u64 length + bytes) into a NUL-terminated heap copy. */
 static attnd_status cur_string(cursor *c, gguf_string *out, const char *what) {
-    uint64_t len;
+    uint64_t len = 0;
     attnd_status st = cur_u64(c, &len, what);
     if (st) return st;
     if (len > cur_left(c))
@@ -181,7 +181,7 @@ static attnd_status cur_string(cursor *c, gguf_string *out, const char *what) {
 }
 
 static attnd_status read_scalar(cursor *c, uint32_t type, gguf_value *out) {
-    uint8_t raw[8];
+    uint8_t raw[8] = {0};
     size_t n = scalar_size(type);
     attnd_status st = cur_read(c, raw, n, "value");
     if (st) return st;
@@ -207,8 +207,8 @@ static attnd_status read_scalar(cursor *c, uint32_t type, gguf_value *out) {
 }
 
 static attnd_status read_array(cursor *c, gguf_array *arr) {
-    uint32_t et;
-    uint64_t n;
+    uint32_t et = 0;
+    uint64_t n = 0;
     attnd_status st = cur_u32(c, &et, "array element type");
     if (!st) st = cur_u64(c, &n, "array length");
     if (st) return st;
@@ -227,7 +227,7 @@ static attnd_status read_array(cursor *c, gguf_array *arr) {
         /* One block for all characters: measure first, then copy. */
         size_t save = c->pos, total = 0;
         for (uint64_t i = 0; i < n; i++) {
-            uint64_t len;
+            uint64_t len = 0;
             if ((st = cur_u64(c, &len, "array string length"))) return st;
             if (len > cur_left(c))
                 return cur_fail(c, "string %llu of the array has length %llu, past end of file",
@@ -239,7 +239,7 @@ static attnd_status read_array(cursor *c, gguf_array *arr) {
         char *chars = file_alloc(c->f, total);
         if (!chars) return attnd_fail(c->err, ATTND_ERR_NOMEM, "%s: out of memory", c->where);
         for (uint64_t i = 0; i < n; i++) {
-            uint64_t len;
+            uint64_t len = 0;
             memcpy(&len, c->f->base + c->pos, 8);
             c->pos += 8;
             memcpy(chars, c->f->base + c->pos, (size_t)len);
@@ -329,7 +329,7 @@ static attnd_status parse_kvs(cursor *c) {
         if (strlen(key.str) != key.len) return cur_fail(c, "key contains a NUL byte");
         kv->key = key.str;
         snprintf(c->where, sizeof(c->where), "key '%.200s'", key.str);
-        uint32_t type;
+        uint32_t type = 0;
         if ((st = cur_u32(c, &type, "value type"))) return st;
         if ((st = read_value(c, type, &kv->value))) return st;
     }

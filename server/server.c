@@ -284,7 +284,7 @@ static enum MHD_Result h_models(req *r) {
 }
 
 static enum MHD_Result h_tokenize(req *r) {
-    enum MHD_Result ret;
+    enum MHD_Result ret = MHD_NO;
     json_t *b = parse_body(r, &ret, false);
     if (!b) return ret;
     json_t *content = json_object_get(b, "content"), *as = json_object_get(b, "add_special"),
@@ -324,7 +324,7 @@ static enum MHD_Result h_tokenize(req *r) {
 }
 
 static enum MHD_Result h_detokenize(req *r) {
-    enum MHD_Result ret;
+    enum MHD_Result ret = MHD_NO;
     json_t *b = parse_body(r, &ret, false);
     if (!b) return ret;
     json_t *toks = json_object_get(b, "tokens");
@@ -365,7 +365,7 @@ static enum MHD_Result h_detokenize(req *r) {
 // ---- sessions -----------------------------------------------------------------------------
 
 static enum MHD_Result h_sessions_create(req *r) {
-    enum MHD_Result ret;
+    enum MHD_Result ret = MHD_NO;
     json_t *b = parse_body(r, &ret, true);
     if (!b) return ret;
     json_t *id = json_object_get(b, "id");
@@ -756,7 +756,7 @@ static void stream_free(void *cls) { (void)cls; /* req owns everything; freed in
 
 static enum MHD_Result h_generate(req *r, bool chat) {
     server *s = r->srv;
-    enum MHD_Result ret;
+    enum MHD_Result ret = MHD_NO;
     if (atomic_load(&s->stopping)) return respond_error(r, 503, "server is shutting down", NULL);
     json_t *b = parse_body(r, &ret, false);
     if (!b) return ret;
