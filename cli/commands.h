@@ -57,6 +57,7 @@ typedef struct cli_sampling {
     const char **stops;
     int n_stops;
     int top_logprobs; /* 0 = no logprobs */
+    bool ignore_eos;  /* keep generating past end-of-generation tokens (EOS, EOT, ...) */
 } cli_sampling;
 
 /* The --help text of the sampling flags. */

@@ -33,6 +33,7 @@ const char *const CLI_SAMPLING_USAGE =
     "  --logit-bias ID=B,...  add B to token ID's logit; B = -inf or false bans it (repeatable)\n"
     "  --seed S               random seed, 0..2^64-1 (default 0): same seed, same tokens\n"
     "  --stop STR             end when the text contains STR, cut before it (repeatable)\n"
+    "  --ignore-eos           keep generating past end-of-generation tokens (EOS, EOT, ...)\n"
     "  --top-logprobs N       with --json: each token's logprob and the N (0..20) likeliest, from the\n"
     "                         model's raw distribution (before penalties, bias and temperature)\n";
 
@@ -153,6 +154,9 @@ bool cli_sampling_flag(const char *cmd, int argc, char **argv, int *i, cli_sampl
         if (!g) cli_usage_error(cmd, "out of memory");
         o->stops = g;
         o->stops[o->n_stops++] = v;
+    } else if (!strcmp(argv[*i], "--ignore-eos")) {
+        o->ignore_eos = true;
+        *i += 1;
     } else if (cli_flag_value(cmd, argc, argv, i, "--top-logprobs", &v)) {
         o->top_logprobs = (int)cli_parse_int(cmd, "--top-logprobs", v, 0, SAMPLER_MAX_TOP_LOGPROBS);
     } else {
@@ -179,7 +183,8 @@ struct cli_gen {
     int n_max, n;            /* tokens room was made for, tokens picked */
     token_logprob *chosen;   /* (n_max) */
     token_logprob *top;      /* (n_max, top_n) */
-    const tokenizer *tok;    /* borrowed */
+    const tokenizer *tok;    /* borrowed; NULL when the model has no vocabulary */
+    bool stop_at_eog;        /* end at the vocabulary's end-of-generation tokens */
     tok_stream *stream;      /* only with stop strings */
     stop_matcher *stop;
     char *text;              /* (text_cap) what the stop matcher released */
@@ -195,6 +200,8 @@ attnd_status cli_gen_create(cli_gen **out, const cli_sampling *o, int n_vocab, c
     attnd_status st = sampler_create(&g->smp, &o->params, n_vocab, err);
     if (st != ATTND_OK) goto fail;
     g->n_vocab = n_vocab;
+    g->tok = tok;
+    g->stop_at_eog = tok && !o->ignore_eos;
     /* Prompt tokens count for the repetition penalties, as in llama.cpp. */
     for (int i = 0; i < n_prompt; i++) sampler_accept(g->smp, prompt[i]);
     g->top_n = o->top_logprobs;
@@ -212,7 +219,6 @@ attnd_status cli_gen_create(cli_gen **out, const cli_sampling *o, int n_vocab, c
             st = attnd_fail(err, ATTND_ERR_UNSUPPORTED, "--stop needs the model's vocabulary, which did not load");
             goto fail;
         }
-        g->tok = tok;
         if ((st = tok_stream_create(&g->stream, tok, false)) != ATTND_OK) {
             attnd_fail(err, st, "out of memory");
             goto fail;
@@ -263,6 +269,9 @@ static bool append_text(cli_gen *g, const char *s, size_t n) {
 
 bool cli_gen_on_token(void *user, int32_t id) {
     cli_gen *g = user;
+    /* The end-of-generation token is kept in the ids but adds no text (control tokens decode to
+     * nothing), so the stop matcher need not see it. */
+    if (g->stop_at_eog && tok_is_eog(g->tok, id)) return false;
     if (!g->stop) return true;
     const char *piece, *emit;
     size_t n_piece = tok_stream_push(g->stream, id, &piece), n_emit;

@@ -646,7 +646,7 @@ Test(model, cli_generate_greedy_reproduces_llama_cpp_on_f32_model) {
         int32_t *ids = case_ids(c, &np, &nt);
         char cmd[8192];
         int k = snprintf(cmd, sizeof(cmd),
-                         "'%s' generate --model '%s/models/stories260K.gguf' --n %d --temp 0 --kv-type f32 --json "
+                         "'%s' generate --model '%s/models/stories260K.gguf' --n %d --temp 0 --kv-type f32 --ignore-eos --json "
                          "--threads 1 --tokens ",
                          ATTND_BINARY, ATTND_SHARED_DIR, nt - np);
         for (int i = 0; i < np; i++) k += snprintf(cmd + k, sizeof(cmd) - (size_t)k, "%s%d", i ? "," : "", ids[i]);

@@ -199,12 +199,26 @@ Test(sampling_args, logit_bias_bans_and_forces_tokens) {
     json_decref(g);
 }
 
+Test(sampling_args, generation_ends_at_eos_unless_ignore_eos) {
+    if (!have_model()) cr_skip_test("no %s: skipping", MODEL);
+    /* a huge bias makes EOS (id 2 in the llama vocabulary) the only likely token */
+    json_t *e = generate_json("--tokens " PROMPT_IDS " --n 5 --logit-bias 2=100");
+    json_t *toks = json_object_get(e, "tokens");
+    cr_assert_eq(json_array_size(toks), 1, "generation must end at the end-of-sequence token");
+    cr_assert_eq(json_integer_value(json_array_get(toks, 0)), 2);
+    cr_assert_str_eq(json_string_value(json_object_get(e, "text")), "", "EOS adds no text");
+    json_t *i = generate_json("--tokens " PROMPT_IDS " --n 5 --logit-bias 2=100 --ignore-eos");
+    cr_assert_eq(json_array_size(json_object_get(i, "tokens")), 5);
+    json_decref(i);
+    json_decref(e);
+}
+
 Test(sampling_args, help_lists_every_sampling_flag) {
     char *out;
     cr_assert_eq(run_generate("--help", &out), 0);
     const char *flags[] = {"--temp", "--top-k", "--top-p", "--min-p", "--typical-p", "--repeat-penalty",
                            "--repeat-last-n", "--presence-penalty", "--frequency-penalty", "--logit-bias",
-                           "--seed", "--stop", "--top-logprobs"};
+                           "--seed", "--stop", "--top-logprobs", "--ignore-eos"};
     for (size_t i = 0; i < sizeof(flags) / sizeof(flags[0]); i++)
         cr_assert(strstr(out, flags[i]), "--help does not mention %s", flags[i]);
     free(out);
