@@ -108,3 +108,11 @@ char *cli_default_model_path(void) {
     }
     return existing(ATTND_INSTALL_DATADIR "/models", MODEL);
 }
+
+const char *cli_resolve_model(const char *cmd, const char *model, char **owned) {
+    *owned = NULL;
+    if (model) return model;
+    *owned = cli_default_model_path();
+    if (!*owned) cli_usage_error(cmd, "no --model given and no default model found");
+    return *owned;
+}

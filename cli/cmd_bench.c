@@ -172,11 +172,8 @@ int cmd_bench(int argc, char **argv) {
             cli_usage_error("bench", "unknown option '%s'", argv[i]);
         }
     }
-    char *dflt = NULL;
-    if (!o.model) {
-        o.model = dflt = cli_default_model_path();
-        if (!o.model) cli_usage_error("bench", "no --model given and no default model found");
-    }
+    char *dflt;
+    o.model = cli_resolve_model("bench", o.model, &dflt);
 
     int rc = 1;
     attnd_err err;

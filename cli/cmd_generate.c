@@ -113,11 +113,8 @@ int cmd_generate(int argc, char **argv) {
     parse_args(argc, argv, &o);
     int n_prompt = 0;
     int32_t *prompt = o.tokens ? cli_parse_ids("generate", "--tokens", o.tokens, &n_prompt) : NULL;
-    char *dflt = NULL;
-    if (!o.model) {
-        o.model = dflt = cli_default_model_path();
-        if (!o.model) cli_usage_error("generate", "no --model given and no default model found");
-    }
+    char *dflt;
+    o.model = cli_resolve_model("generate", o.model, &dflt);
 
     int rc = 1;
     attnd_err err;

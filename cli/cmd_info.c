@@ -63,11 +63,8 @@ int cmd_info(int argc, char **argv) {
             cli_usage_error("info", "unknown option '%s'", argv[i]);
         }
     }
-    char *dflt = NULL;
-    if (!model) {
-        model = dflt = cli_default_model_path();
-        if (!model) cli_usage_error("info", "no --model given and no default model found");
-    }
+    char *dflt;
+    model = cli_resolve_model("info", model, &dflt);
 
     gguf_file *f;
     attnd_err err;

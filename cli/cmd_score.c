@@ -65,11 +65,8 @@ int cmd_score(int argc, char **argv) {
     int n;
     int32_t *ids = cli_parse_ids("score", "--tokens", tokens_arg, &n);
     if (n < 2) cli_usage_error("score", "--tokens: need at least 2 ids to score");
-    char *dflt = NULL;
-    if (!model_path) {
-        model_path = dflt = cli_default_model_path();
-        if (!model_path) cli_usage_error("score", "no --model given and no default model found");
-    }
+    char *dflt;
+    model_path = cli_resolve_model("score", model_path, &dflt);
 
     int rc = 1;
     attnd_err err;

@@ -44,11 +44,8 @@ static const char *USAGE_BENCH =
 
 /* Opens the model and loads its tokenizer, or exits 1 with the error. */
 static tokenizer *load_tokenizer(const char *cmd, const char *model) {
-    char *dflt = NULL;
-    if (!model) {
-        model = dflt = cli_default_model_path();
-        if (!model) cli_usage_error(cmd, "no --model given and no default model found");
-    }
+    char *dflt;
+    model = cli_resolve_model(cmd, model, &dflt);
     gguf_file *f;
     attnd_err err;
     tokenizer *t = NULL;

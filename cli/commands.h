@@ -44,6 +44,10 @@ int32_t *cli_parse_ids(const char *cmd, const char *flag, const char *s, int *n_
  * data dir. Returns a malloc'd path, or NULL when none exists. */
 char *cli_default_model_path(void);
 
+/* `model` when given, else the default model (usage error naming cmd when there is none).
+ * *owned receives the malloc'd default path for the caller to free, or NULL. */
+const char *cli_resolve_model(const char *cmd, const char *model, char **owned);
+
 /* ---- sampling flags and generation callbacks (cli/sampling_args.c) ---- */
 
 #include "attnd/sampler.h"
