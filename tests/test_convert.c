@@ -87,6 +87,24 @@ static int run(const char *args) {
     return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
 }
 
+/* The "tokens" array of a greedy `attnd generate` run, as text. */
+static void generate_greedy(const char *model, char *buf, size_t n) {
+    char cmd[2048];
+    snprintf(cmd, sizeof(cmd), "'%s' generate --model '%s' --tokens 1,415,461 --n 48 --temp 0 --ignore-eos --json",
+             ATTND_BINARY, model);
+    FILE *p = popen(cmd, "r");
+    cr_assert(p);
+    size_t len = fread(buf, 1, n - 1, p);
+    buf[len] = '\0';
+    cr_assert_eq(pclose(p), 0, "%s failed", cmd);
+    char *t = strstr(buf, "\"tokens\":[");
+    cr_assert(t, "%s", buf);
+    char *end = strchr(t, ']');
+    cr_assert(end);
+    end[1] = '\0';
+    memmove(buf, t, strlen(t) + 1);
+}
+
 Test(convert_llama2c, stories260K_matches_the_reference_gguf_tensor_for_tensor) {
     if (access(ATTND_SHARED_DIR "/models/stories260K.bin", R_OK) != 0)
         cr_skip_test("%s absent: skipping the llama2.c conversion check", ATTND_SHARED_DIR);
@@ -123,6 +141,13 @@ Test(convert_llama2c, stories260K_matches_the_reference_gguf_tensor_for_tensor) 
     }
     gguf_close(got);
     gguf_close(want);
+
+    /* and the converted model generates what the reference file generates (greedy) */
+    char g1[8192], g2[8192];
+    generate_greedy(out, g1, sizeof(g1));
+    generate_greedy(ATTND_SHARED_DIR "/models/stories260K.gguf", g2, sizeof(g2));
+    cr_assert(strstr(g1, "\"tokens\":["), "no tokens in: %s", g1);
+    cr_assert_str_eq(g1, g2);
     unlink(out);
 }
 
