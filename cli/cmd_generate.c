@@ -108,6 +108,39 @@ static json_t *ids_json(const int32_t *ids, int n) {
     return a;
 }
 
+/* The text of generated ids as a continuation of the prompt: a SentencePiece piece's leading
+ * space is kept (tok_decode drops it, as at the start of a text). *text is malloc'd. */
+static attnd_status decode_continuation(const tokenizer *tok, const int32_t *ids, int n, char **text, size_t *len,
+                                        attnd_err *err) {
+    tok_stream *ts;
+    if (tok_stream_create(&ts, tok, false) != ATTND_OK) return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory");
+    tok_stream_keep_leading_space(ts);
+    size_t cap = 256, used = 0;
+    char *buf = malloc(cap);
+    for (int i = 0; buf && i <= n; i++) {
+        const char *piece;
+        size_t k = i < n ? tok_stream_push(ts, ids[i], &piece) : tok_stream_flush(ts, &piece);
+        if (used + k + 1 > cap) {
+            while (used + k + 1 > cap) cap *= 2;
+            char *g = realloc(buf, cap);
+            if (!g) {
+                free(buf);
+                buf = NULL;
+                break;
+            }
+            buf = g;
+        }
+        memcpy(buf + used, piece, k);
+        used += k;
+    }
+    tok_stream_destroy(ts);
+    if (!buf) return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory");
+    buf[used] = '\0';
+    *text = buf;
+    *len = used;
+    return ATTND_OK;
+}
+
 int cmd_generate(int argc, char **argv) {
     gen_opts o;
     parse_args(argc, argv, &o);
@@ -176,7 +209,7 @@ int cmd_generate(int argc, char **argv) {
             goto fail;
         }
         memcpy(text, t, text_len + 1);
-    } else if (tok && tok_decode(tok, out, (size_t)n_out, false, &text, &text_len, &err)) goto fail;
+    } else if (tok && decode_continuation(tok, out, n_out, &text, &text_len, &err)) goto fail;
     double tps = tm.decode_ms > 0 ? tm.n_decode / (tm.decode_ms / 1e3) : 0;
     if (o.json) {
         json_t *root = json_object();
@@ -201,6 +234,7 @@ int cmd_generate(int argc, char **argv) {
             for (int i = 0; i < n_out; i++) printf("%s%d", i ? "," : "", out[i]);
         }
         putchar('\n');
+        fflush(stdout); /* the timing line on stderr comes after the text */
         fprintf(stderr, "prefill %d tokens in %.1f ms, decode %d tokens in %.1f ms (%.1f tok/s)\n", tm.n_prefill,
                 tm.prefill_ms, tm.n_decode, tm.decode_ms, tps);
     }

@@ -223,6 +223,7 @@ attnd_status cli_gen_create(cli_gen **out, const cli_sampling *o, int n_vocab, c
             attnd_fail(err, st, "out of memory");
             goto fail;
         }
+        tok_stream_keep_leading_space(g->stream); /* the text continues the prompt */
         if ((st = stop_matcher_create(&g->stop, o->stops, o->n_stops, err)) != ATTND_OK) goto fail;
     }
     *out = g;
