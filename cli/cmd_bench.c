@@ -11,6 +11,7 @@
  */
 #include <jansson.h>
 #include <stdint.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -104,12 +105,16 @@ static char *find_peer(const char *given) {
 /* One llama.cpp run; false when it failed. */
 static bool peer_run(const char *dir, const bench_opts *o, const char *ids, int n, int ctx, double *prefill_tps,
                      double *decode_tps) {
-    size_t cap = strlen(ids) + 2048;
+    /* the peer runs in its own directory: give it an absolute model path */
+    char *model = realpath(o->model, NULL);
+    if (!model) return false;
+    size_t cap = strlen(ids) + strlen(model) + 2048;
     char *cmd = malloc(cap);
     snprintf(cmd, cap,
              "cd '%s' && node generate.mjs --model '%s' --tokens %s --n %d --threads %d --ctx %d --kv-type %s "
              "--json 2>/dev/null",
-             dir, o->model, ids, n, o->threads, ctx, o->kv == KV_F32 ? "f32" : "f16");
+             dir, model, ids, n, o->threads, ctx, o->kv == KV_F32 ? "f32" : "f16");
+    free(model);
     FILE *p = popen(cmd, "r");
     free(cmd);
     if (!p) return false;
