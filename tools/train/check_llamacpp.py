@@ -20,6 +20,9 @@ import subprocess
 import sys
 import tempfile
 
+# sleep, don't spin, in OpenMP waits (the CPU is shared); set before numpy/torch load
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
 import sentencepiece as spm
 import torch
 

@@ -10,6 +10,9 @@ import argparse
 import json
 import os
 
+# sleep, don't spin, in OpenMP waits (the CPU is shared); set before numpy/torch load
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
 import numpy as np
 import sentencepiece as spm
 import torch
@@ -124,7 +127,7 @@ def main():
     ap.add_argument("--out", default=os.path.join(HERE, "..", "..", "models", "attnd-sotu.gguf"))
     ap.add_argument("--type", choices=["f16", "q8_0", "f32"], default="f16")
     ap.add_argument("--name", default="attnd-sotu")
-    ap.add_argument("--summary", default=None, help="train summary.json to describe the run")
+    ap.add_argument("--summary", nargs="*", default=[], help="train summary.json file(s) of the run's stages")
     args = ap.parse_args()
     desc = ("Small llama-architecture completion model trained from scratch by the attnd project "
             "(tools/train/reproduce.sh) on the US State of the Union addresses 1790-2009 "
@@ -132,9 +135,11 @@ def main():
             "for checkpoint selection. SentencePiece BPE tokenizer with byte fallback. "
             "Completion model, no chat template.")
     if args.summary:
-        s = json.load(open(args.summary))
-        desc += (f" Trained {s['wall_s'] / 60:.0f} min on 2 CPU cores, {s['tokens']:,} tokens "
-                 f"({s['tokens'] / s['train_tokens']:.1f} epochs), {s['params']:,} parameters.")
+        ss = [json.load(open(p)) for p in args.summary]
+        wall = sum(s["wall_s"] for s in ss)
+        tok = sum(s["tokens"] for s in ss)
+        desc += (f" Trained {wall / 60:.0f} min on 2 shared CPU cores ({len(ss)} stage(s)), {tok:,} tokens "
+                 f"({tok / ss[0]['train_tokens']:.1f} epochs), {ss[0]['params']:,} parameters.")
     qt = {"f16": gguf.F16, "q8_0": gguf.Q8_0, "f32": gguf.F32}[args.type]
     cfg = export(args.ckpt, args.tok, args.out, qt, args.name, desc, "Apache-2.0")
     print(f"wrote {args.out} ({os.path.getsize(args.out):,} bytes) {cfg.to_dict()}")

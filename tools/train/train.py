@@ -127,6 +127,8 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--seed", type=int, default=1234)
     ap.add_argument("--no-bf16", action="store_true")
+    ap.add_argument("--init", default=None,
+                    help="start from this checkpoint's weights (a second stage; fresh optimizer)")
     args = ap.parse_args()
 
     picker = ThreadPicker(args.threads)
@@ -140,6 +142,11 @@ def main():
                  n_kv_heads=args.kv_heads, ffn_dim=args.ffn, ctx=args.ctx, tie=not args.untied,
                  dropout=args.dropout)
     model = Llama(cfg)
+    if args.init:
+        ck = torch.load(args.init, map_location="cpu")
+        assert ck["config"] == cfg.to_dict(), (ck["config"], cfg.to_dict())
+        model.load_state_dict(ck["model"])
+        print(f"initialized from {args.init} ({ck.get('eval')})")
     dw = dev_windows(dev, cfg.ctx)[:args.dev_windows]
     print(f"config {cfg.to_dict()}")
     print(f"params {model.n_params():,}  train tokens {len(train):,}  dev windows {len(dw)}x{cfg.ctx}",
