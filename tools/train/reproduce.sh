@@ -18,7 +18,7 @@ ROOT=$(cd "$HERE/../.." && pwd)
 PY=${PY:-/usr/bin/python3}
 WORK="$HERE/work"
 MINUTES=${MINUTES:-75}     # stage 1: peak lr 2e-3, cosine to 10 % over this wall time
-MINUTES2=${MINUTES2:-15}   # stage 2: continue from stage 1's last weights, peak lr 5e-4
+MINUTES2=${MINUTES2:-15}   # stage 2: continue from stage 1's last weights, peak lr 5e-4, weight EMA
 OUT=${OUT:-$ROOT/models/attnd-sotu.gguf}
 EVAL=${EVAL:-$ROOT/models/attnd-sotu.eval.json}
 RUN=${RUN:-$WORK/run}
@@ -38,8 +38,11 @@ $PY prepare.py --vocab 4096
 # shellcheck disable=SC2086
 $PY train.py --out "$RUN" --minutes "$MINUTES" $ARGS
 # shellcheck disable=SC2086
-$PY train.py --out "$RUN2" --minutes "$MINUTES2" $ARGS --lr 5e-4 --warmup 0.05 --init "$RUN/last.pt"
-$PY export.py --ckpt "$RUN2/best.pt" --summary "$RUN/summary.json" "$RUN2/summary.json" --out "$OUT" --type f16
+$PY train.py --out "$RUN2" --minutes "$MINUTES2" $ARGS --lr 5e-4 --warmup 0.05 --ema 0.998 --init "$RUN/last.pt"
+# the shipped weights: the checkpoint with the lowest dev loss over both stages
+BEST=$($PY -c "import json; a = json.load(open('$RUN/summary.json'))['best_dev_loss']; b = json.load(open('$RUN2/summary.json'))['best_dev_loss']; print('$RUN2/best.pt' if b <= a else '$RUN/best.pt')")
+echo "reproduce.sh: exporting $BEST"
+$PY export.py --ckpt "$BEST" --summary "$RUN/summary.json" "$RUN2/summary.json" --out "$OUT" --type f16
 $PY evaluate.py --model "$OUT" --out "$EVAL"
 $PY sample.py --model "$OUT" --out "$WORK/samples.md"
 if [ -n "${LLAMACPP_PEER:-}" ]; then

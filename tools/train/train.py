@@ -16,6 +16,7 @@ The machine is shared with other jobs, so the thread count adapts: training runs
 uses the best count so far, trying another one every 6th window.
 """
 import argparse
+import copy
 import json
 import math
 import os
@@ -127,6 +128,9 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--seed", type=int, default=1234)
     ap.add_argument("--no-bf16", action="store_true")
+    ap.add_argument("--ema", type=float, default=0.0,
+                    help="keep an exponential moving average of the weights with this per-step decay "
+                         "(e.g. 0.998); dev evaluation and the saved checkpoints then use the average")
     ap.add_argument("--init", default=None,
                     help="start from this checkpoint's weights (a second stage; fresh optimizer)")
     args = ap.parse_args()
@@ -152,6 +156,10 @@ def main():
     print(f"params {model.n_params():,}  train tokens {len(train):,}  dev windows {len(dw)}x{cfg.ctx}",
           flush=True)
 
+    ema_model = copy.deepcopy(model) if args.ema > 0 else None
+    if ema_model is not None:
+        for p in ema_model.parameters():
+            p.requires_grad_(False)
     decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
     no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": args.wd},
@@ -171,12 +179,13 @@ def main():
     hi = len(train) - cfg.ctx - 1
 
     def save(name, extra):
-        torch.save({"config": cfg.to_dict(), "model": model.state_dict(), **extra},
+        m = ema_model if ema_model is not None else model
+        torch.save({"config": cfg.to_dict(), "model": m.state_dict(), **extra},
                    os.path.join(args.out, name))
 
     def evaluate(elapsed):
         nonlocal best
-        dl = dev_loss(model, dw)
+        dl = dev_loss(ema_model if ema_model is not None else model, dw)
         rec = {"step": step, "elapsed_s": round(elapsed, 1), "tokens": tokens,
                "epochs": round(tokens / len(train), 3), "train_loss_ema": ema, "dev_loss": dl}
         history.append(rec)
@@ -205,6 +214,10 @@ def main():
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
+        if ema_model is not None:
+            with torch.no_grad():
+                for pe, p in zip(ema_model.parameters(), model.parameters()):
+                    pe.mul_(args.ema).add_(p, alpha=1.0 - args.ema)
         step += 1
         tokens += x.numel()
         tok_since += x.numel()
