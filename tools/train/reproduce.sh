@@ -43,6 +43,7 @@ $PY train.py --out "$RUN2" --minutes "$MINUTES2" $ARGS --lr 5e-4 --warmup 0.05 -
 BEST=$($PY -c "import json; a = json.load(open('$RUN/summary.json'))['best_dev_loss']; b = json.load(open('$RUN2/summary.json'))['best_dev_loss']; print('$RUN2/best.pt' if b <= a else '$RUN/best.pt')")
 echo "reproduce.sh: exporting $BEST"
 $PY export.py --ckpt "$BEST" --summary "$RUN/summary.json" "$RUN2/summary.json" --out "$OUT" --type f16
+cp "$WORK/tok.model" "${OUT%.gguf}-tokenizer.model"
 $PY evaluate.py --model "$OUT" --out "$EVAL"
 $PY sample.py --model "$OUT" --out "$WORK/samples.md"
 if [ -n "${LLAMACPP_PEER:-}" ]; then
