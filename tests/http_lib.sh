@@ -19,14 +19,14 @@ trap cleanup EXIT
 need_shared() {
     if [ ! -f "$MODELS/stories260K.gguf" ]; then
         echo "SKIP: $MODELS/stories260K.gguf not found (shared fixtures absent)"
-        exit 0
+        exit 77
     fi
 }
 
 need_node() {
     if ! command -v node >/dev/null; then
         echo "SKIP: node is not installed"
-        exit 0
+        exit 77
     fi
 }
 

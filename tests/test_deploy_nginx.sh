@@ -12,11 +12,10 @@
 set -euo pipefail
 : "${ATTND_BINARY:?}" "${ATTND_SOURCE_DIR:?}"
 MODEL="${ATTND_SHARED_DIR:-/nonexistent}/models/stories260K.gguf"
-[ -f "$MODEL" ] || { echo "SKIP: $MODEL not found (shared fixtures absent)"; exit 0; }
-"$ATTND_BINARY" serve --help >/dev/null 2>&1 || { echo "SKIP: this attnd has no 'serve' command yet"; exit 0; }
+[ -f "$MODEL" ] || { echo "SKIP: $MODEL not found (shared fixtures absent)"; exit 77; }
 NGINX=$(command -v nginx || echo /usr/sbin/nginx)
-[ -x "$NGINX" ] || { echo "SKIP: nginx not installed (apt-get install nginx-light)"; exit 0; }
-command -v curl >/dev/null || { echo "SKIP: curl not installed"; exit 0; }
+[ -x "$NGINX" ] || { echo "SKIP: nginx not installed (apt-get install nginx-light)"; exit 77; }
+command -v curl >/dev/null || { echo "SKIP: curl not installed"; exit 77; }
 
 T=$(mktemp -d)
 chmod 755 "$T" # nginx workers may run as another user

@@ -8,7 +8,7 @@ set -euo pipefail
 
 if ! command -v systemd-analyze >/dev/null; then
     echo "SKIP: systemd-analyze not installed (apt-get install systemd)"
-    exit 0
+    exit 77
 fi
 MAX_EXPOSURE=2.0
 T=$(mktemp -d)

@@ -12,7 +12,7 @@ if [ ! -f "$dir/node_modules/openai/package.json" ]; then
     [ -f "$dir/package.json" ] || echo '{"name":"attnd-openai-test","private":true}' > "$dir/package.json"
     if ! (cd "$dir" && npm install --no-audit --no-fund --loglevel=error openai >/dev/null); then
         echo "SKIP: npm install openai failed (no registry access?)"
-        exit 0
+        exit 77
     fi
 fi
 echo "# openai $(node -p "require('$dir/node_modules/openai/package.json').version")"

@@ -9,7 +9,7 @@ SPM="$SHARED/tokenizers/llama-spm.gguf"
 L3="$SHARED/tokenizers/llama3-bpe.gguf"
 if [[ ! -f "$SPM" || ! -f "$L3" ]]; then
     echo "SKIP: tokenizer fixtures not found under '$SHARED'"
-    exit 0
+    exit 77
 fi
 fail=0
 check() { # name, actual, expected
