@@ -12,6 +12,7 @@
 
 #include "attnd/model.h"
 #include "attnd/tokenizer.h"
+#include "attnd/utf8.h"
 #include "commands.h"
 
 static const char *USAGE =
@@ -77,28 +78,10 @@ static void parse_args(int argc, char **argv, gen_opts *o) {
 /* A JSON string of len bytes, invalid UTF-8 sequences (a continuation cut short by --n, raw
  * byte tokens) replaced by U+FFFD so the output is always valid JSON. */
 static json_t *text_json(const char *text, size_t len) {
-    json_t *j = json_stringn(text, len);
-    if (j) return j;
-    char *buf = malloc(len * 3 + 1);
-    if (!buf) return json_string("");
-    size_t o = 0;
-    for (size_t i = 0; i < len;) {
-        unsigned char c = (unsigned char)text[i];
-        size_t n = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
-        json_t *piece = n && i + n <= len ? json_stringn(text + i, n) : NULL;
-        if (piece) {
-            memcpy(buf + o, text + i, n);
-            o += n;
-            i += n;
-            json_decref(piece);
-        } else {
-            memcpy(buf + o, "\xef\xbf\xbd", 3);
-            o += 3;
-            i++;
-        }
-    }
-    j = json_stringn(buf, o);
-    free(buf);
+    size_t n;
+    char *fixed = utf8_valid(text, len, false) ? NULL : utf8_sanitize(text, len, false, &n);
+    json_t *j = fixed ? json_stringn(fixed, n) : json_stringn(text, len);
+    free(fixed);
     return j ? j : json_string("");
 }
 

@@ -12,6 +12,7 @@
 #include <time.h>
 
 #include "attnd/tokenizer.h"
+#include "attnd/utf8.h"
 #include "commands.h"
 
 static const char *USAGE_TOK =
@@ -128,41 +129,6 @@ int cmd_tokenize(int argc, char **argv) {
     return rc;
 }
 
-/* Length of the valid UTF-8 character at s[0..n), or 0 when s does not start one. */
-static size_t utf8_char_len(const unsigned char *s, size_t n) {
-    unsigned c = s[0];
-    if (c < 0x80) return 1;
-    size_t len = c >= 0xC2 && c <= 0xDF ? 2 : c >= 0xE0 && c <= 0xEF ? 3 : c >= 0xF0 && c <= 0xF4 ? 4 : 0;
-    if (!len || len > n) return 0;
-    for (size_t k = 1; k < len; k++)
-        if ((s[k] & 0xC0) != 0x80) return 0;
-    /* overlong, surrogate and beyond-U+10FFFF forms, decided by the second byte */
-    if ((c == 0xE0 && s[1] < 0xA0) || (c == 0xED && s[1] > 0x9F) || (c == 0xF0 && s[1] < 0x90) ||
-        (c == 0xF4 && s[1] > 0x8F))
-        return 0;
-    return len;
-}
-
-/* Copies s[0..n) replacing bytes that are not valid UTF-8 by U+FFFD (JSON text must be UTF-8). */
-static char *valid_utf8(const char *s, size_t n, size_t *out_n) {
-    char *o = malloc(n * 3 + 1);
-    if (!o) return NULL;
-    size_t m = 0;
-    for (size_t i = 0; i < n;) {
-        size_t len = utf8_char_len((const unsigned char *)s + i, n - i);
-        if (len) {
-            memcpy(o + m, s + i, len);
-            m += len, i += len;
-        } else {
-            memcpy(o + m, "\xEF\xBF\xBD", 3);
-            m += 3, i++;
-        }
-    }
-    o[m] = '\0';
-    *out_n = m;
-    return o;
-}
-
 int cmd_detokenize(int argc, char **argv) {
     const char *model = NULL;
     bool render_special = false;
@@ -213,7 +179,7 @@ int cmd_detokenize(int argc, char **argv) {
             rc = 1;
         } else {
             size_t vn;
-            char *valid = valid_utf8(text, len, &vn);
+            char *valid = utf8_sanitize(text, len, false, &vn);
             print_field_line("text", valid ? json_stringn(valid, vn) : json_string(""));
             free(valid);
         }

@@ -5,6 +5,8 @@
  */
 #include "oai.h"
 
+#include "attnd/utf8.h"
+
 #include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -331,56 +333,13 @@ json_t *oai_error(int st, const char *message, const char *param) {
     return root;
 }
 
-/* Length of the valid UTF-8 sequence at p (1..4), or 0 when invalid. */
-static size_t utf8_seq(const unsigned char *p, size_t n) {
-    unsigned c = p[0];
-    size_t len;
-    unsigned min;
-    if (c < 0x80) return 1;
-    if (c >= 0xC2 && c <= 0xDF) len = 2, min = 0x80;
-    else if (c >= 0xE0 && c <= 0xEF) len = 3, min = 0x800;
-    else if (c >= 0xF0 && c <= 0xF4) len = 4, min = 0x10000;
-    else return 0;
-    if (len > n) return 0;
-    unsigned cp = c & (0x7F >> len);
-    for (size_t i = 1; i < len; i++) {
-        if ((p[i] & 0xC0) != 0x80) return 0;
-        cp = (cp << 6) | (p[i] & 0x3F);
-    }
-    if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return 0;
-    return len;
-}
-
 json_t *oai_string(const char *s, size_t n) {
-    const unsigned char *p = (const unsigned char *)s;
-    size_t i = 0;
-    bool clean = true;
-    while (i < n) {
-        size_t l = p[i] ? utf8_seq(p + i, n - i) : 0;
-        if (!l) {
-            clean = false;
-            break;
-        }
-        i += l;
-    }
-    if (clean) return json_stringn(s, n);
-    /* worst case each byte becomes the 3-byte U+FFFD; NUL bytes too (jansson refuses them) */
-    char *out = malloc(n * 3 + 1);
-    if (!out) return json_string("");
-    size_t o = 0;
-    for (i = 0; i < n;) {
-        size_t l = p[i] ? utf8_seq(p + i, n - i) : 0;
-        if (l) {
-            memcpy(out + o, p + i, l);
-            o += l;
-            i += l;
-        } else {
-            memcpy(out + o, "\xEF\xBF\xBD", 3);
-            o += 3;
-            i++;
-        }
-    }
-    json_t *j = json_stringn(out, o);
-    free(out);
+    /* NUL bytes become U+FFFD as well: clients choke on \u0000 */
+    if (utf8_valid(s, n, true)) return json_stringn(s, n);
+    size_t m;
+    char *fixed = utf8_sanitize(s, n, true, &m);
+    if (!fixed) return json_string("");
+    json_t *j = json_stringn(fixed, m);
+    free(fixed);
     return j;
 }

@@ -1,0 +1,54 @@
+/* utf8.c — UTF-8 validation and repair (see attnd/utf8.h). */
+#include "attnd/utf8.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+size_t utf8_char_len(const char *str, size_t n) {
+    const unsigned char *s = (const unsigned char *)str;
+    if (n == 0) return 0;
+    unsigned c = s[0];
+    if (c < 0x80) return 1;
+    size_t len = c >= 0xC2 && c <= 0xDF ? 2 : c >= 0xE0 && c <= 0xEF ? 3 : c >= 0xF0 && c <= 0xF4 ? 4 : 0;
+    if (!len || len > n) return 0;
+    for (size_t k = 1; k < len; k++)
+        if ((s[k] & 0xC0) != 0x80) return 0;
+    /* overlong, surrogate and beyond-U+10FFFF forms are decided by the second byte */
+    if ((c == 0xE0 && s[1] < 0xA0) || (c == 0xED && s[1] > 0x9F) || (c == 0xF0 && s[1] < 0x90) ||
+        (c == 0xF4 && s[1] > 0x8F))
+        return 0;
+    return len;
+}
+
+/* Length of the character at s, or 0 when it must be replaced. */
+static size_t keep_len(const char *s, size_t n, bool replace_nul) {
+    return replace_nul && s[0] == '\0' ? 0 : utf8_char_len(s, n);
+}
+
+bool utf8_valid(const char *s, size_t n, bool no_nul) {
+    for (size_t i = 0; i < n;) {
+        size_t len = keep_len(s + i, n - i, no_nul);
+        if (!len) return false;
+        i += len;
+    }
+    return true;
+}
+
+char *utf8_sanitize(const char *s, size_t n, bool replace_nul, size_t *out_n) {
+    char *o = malloc(n * 3 + 1); /* worst case: every byte becomes the 3-byte U+FFFD */
+    if (!o) return NULL;
+    size_t m = 0;
+    for (size_t i = 0; i < n;) {
+        size_t len = keep_len(s + i, n - i, replace_nul);
+        if (len) {
+            memcpy(o + m, s + i, len);
+            m += len, i += len;
+        } else {
+            memcpy(o + m, "\xEF\xBF\xBD", 3);
+            m += 3, i++;
+        }
+    }
+    o[m] = '\0';
+    *out_n = m;
+    return o;
+}
