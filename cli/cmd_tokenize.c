@@ -70,6 +70,67 @@ static void print_field_line(const char *name, json_t *value) {
 
 static void print_error_line(const char *msg) { print_field_line("error", json_string(msg)); }
 
+/*
+ * The JSON-lines loop shared by tokenize and detokenize: reads stdin line by line, parses each
+ * line and hands the object (or NULL when the line is not JSON) to fn, which prints one output
+ * line. fn returns NULL on success or an error message, printed as {"error": "line N: ..."} in
+ * the line's place. Returns the exit status: 1 when any line failed.
+ */
+typedef const char *(*line_fn)(void *ctx, json_t *in, char *msg, size_t msg_len);
+
+static int each_json_line(size_t json_flags, line_fn fn, void *ctx) {
+    char *line = NULL, msg[512], out[600];
+    size_t cap = 0;
+    ssize_t n;
+    int rc = 0;
+    long lineno = 0;
+    while ((n = getline(&line, &cap, stdin)) >= 0) {
+        lineno++;
+        json_error_t jerr;
+        json_t *in = json_loadb(line, (size_t)n, json_flags, &jerr);
+        snprintf(msg, sizeof(msg), "%s", in ? "" : jerr.text);
+        const char *problem = fn(ctx, in, msg, sizeof(msg));
+        if (problem) {
+            snprintf(out, sizeof(out), "line %ld: %s", lineno, problem);
+            print_error_line(out);
+            rc = 1;
+        }
+        json_decref(in);
+    }
+    free(line);
+    return rc;
+}
+
+typedef struct tokenize_ctx {
+    tokenizer *t;
+    bool add_special, parse_special;
+} tokenize_ctx;
+
+/* {"text": "..."} -> {"ids": [...]} */
+static const char *tokenize_line(void *ctx, json_t *in, char *msg, size_t msg_len) {
+    tokenize_ctx *c = ctx;
+    json_t *text = json_object_get(in, "text");
+    if (!json_is_string(text)) {
+        char why[256];
+        snprintf(why, sizeof(why), "%s%s", *msg ? ": " : "", msg);
+        snprintf(msg, msg_len, "expected {\"text\": \"...\"}%s", why);
+        return msg;
+    }
+    int32_t *ids;
+    size_t n_ids;
+    attnd_err err;
+    if (tok_encode(c->t, json_string_value(text), json_string_length(text), c->add_special, c->parse_special, &ids,
+                   &n_ids, &err) != ATTND_OK) {
+        snprintf(msg, msg_len, "%s", err.msg);
+        return msg;
+    }
+    fputs("{\"ids\": [", stdout);
+    for (size_t k = 0; k < n_ids; k++) printf(k ? ", %d" : "%d", ids[k]);
+    fputs("]}\n", stdout);
+    free(ids);
+    return NULL;
+}
+
 int cmd_tokenize(int argc, char **argv) {
     const char *model = NULL;
     bool parse_special = false, add_special = true;
@@ -88,45 +149,50 @@ int cmd_tokenize(int argc, char **argv) {
             cli_usage_error("tokenize", "unknown option '%s'", argv[i]);
         }
     }
-    tokenizer *t = load_tokenizer("tokenize", model);
-    char *line = NULL;
-    size_t cap = 0;
-    ssize_t n;
-    int rc = 0;
-    long lineno = 0;
-    while ((n = getline(&line, &cap, stdin)) >= 0) {
-        lineno++;
-        json_error_t jerr;
-        json_t *in = json_loadb(line, (size_t)n, JSON_ALLOW_NUL, &jerr);
-        json_t *text = in ? json_object_get(in, "text") : NULL;
-        char msg[600];
-        if (!json_is_string(text)) {
-            snprintf(msg, sizeof(msg), "line %ld: expected {\"text\": \"...\"}%s%s", lineno, in ? "" : ": ",
-                     in ? "" : jerr.text);
-            print_error_line(msg);
-            json_decref(in);
-            rc = 1;
-            continue;
-        }
-        int32_t *ids;
-        size_t n_ids;
-        attnd_err err;
-        if (tok_encode(t, json_string_value(text), json_string_length(text), add_special, parse_special, &ids, &n_ids,
-                       &err) != ATTND_OK) {
-            snprintf(msg, sizeof(msg), "line %ld: %s", lineno, err.msg);
-            print_error_line(msg);
-            rc = 1;
-        } else {
-            fputs("{\"ids\": [", stdout);
-            for (size_t k = 0; k < n_ids; k++) printf(k ? ", %d" : "%d", ids[k]);
-            fputs("]}\n", stdout);
-            free(ids);
-        }
-        json_decref(in);
-    }
-    free(line);
-    tok_destroy(t);
+    tokenize_ctx c = {load_tokenizer("tokenize", model), add_special, parse_special};
+    int rc = each_json_line(JSON_ALLOW_NUL, tokenize_line, &c);
+    tok_destroy(c.t);
     return rc;
+}
+
+typedef struct detokenize_ctx {
+    tokenizer *t;
+    bool render_special;
+} detokenize_ctx;
+
+/* {"ids": [...]} -> {"text": "..."}; bytes that are not valid UTF-8 become U+FFFD (JSON text). */
+static const char *detokenize_line(void *ctx, json_t *in, char *msg, size_t msg_len) {
+    detokenize_ctx *c = ctx;
+    json_t *arr = json_object_get(in, "ids");
+    size_t n_ids = json_array_size(arr);
+    int32_t *ids = malloc((n_ids ? n_ids : 1) * sizeof(int32_t));
+    bool ok = json_is_array(arr) && ids;
+    for (size_t k = 0; ok && k < n_ids; k++) {
+        json_t *v = json_array_get(arr, k);
+        ok = json_is_integer(v) && json_integer_value(v) >= INT32_MIN && json_integer_value(v) <= INT32_MAX;
+        if (ok) ids[k] = (int32_t)json_integer_value(v);
+    }
+    const char *problem = NULL;
+    char *text = NULL;
+    size_t len;
+    attnd_err err;
+    if (!ok) {
+        char why[256];
+        snprintf(why, sizeof(why), "%s%s", *msg ? ": " : "", msg);
+        snprintf(msg, msg_len, "expected {\"ids\": [integers]}%s", why);
+        problem = msg;
+    } else if (tok_decode(c->t, ids, n_ids, c->render_special, &text, &len, &err) != ATTND_OK) {
+        snprintf(msg, msg_len, "%s", err.msg);
+        problem = msg;
+    } else {
+        size_t vn;
+        char *valid = utf8_sanitize(text, len, false, &vn);
+        print_field_line("text", valid ? json_stringn(valid, vn) : json_string(""));
+        free(valid);
+    }
+    free(text);
+    free(ids);
+    return problem;
 }
 
 int cmd_detokenize(int argc, char **argv) {
@@ -145,50 +211,9 @@ int cmd_detokenize(int argc, char **argv) {
             cli_usage_error("detokenize", "unknown option '%s'", argv[i]);
         }
     }
-    tokenizer *t = load_tokenizer("detokenize", model);
-    char *line = NULL;
-    size_t cap = 0;
-    ssize_t n;
-    int rc = 0;
-    long lineno = 0;
-    while ((n = getline(&line, &cap, stdin)) >= 0) {
-        lineno++;
-        char msg[600];
-        json_error_t jerr;
-        json_t *in = json_loadb(line, (size_t)n, 0, &jerr);
-        json_t *arr = in ? json_object_get(in, "ids") : NULL;
-        size_t n_ids = json_array_size(arr);
-        int32_t *ids = malloc((n_ids ? n_ids : 1) * sizeof(int32_t));
-        bool ok = json_is_array(arr) && ids;
-        for (size_t k = 0; ok && k < n_ids; k++) {
-            json_t *v = json_array_get(arr, k);
-            ok = json_is_integer(v) && json_integer_value(v) >= INT32_MIN && json_integer_value(v) <= INT32_MAX;
-            if (ok) ids[k] = (int32_t)json_integer_value(v);
-        }
-        char *text = NULL;
-        size_t len;
-        attnd_err err;
-        if (!ok) {
-            snprintf(msg, sizeof(msg), "line %ld: expected {\"ids\": [integers]}%s%s", lineno, in ? "" : ": ",
-                     in ? "" : jerr.text);
-            print_error_line(msg);
-            rc = 1;
-        } else if (tok_decode(t, ids, n_ids, render_special, &text, &len, &err) != ATTND_OK) {
-            snprintf(msg, sizeof(msg), "line %ld: %s", lineno, err.msg);
-            print_error_line(msg);
-            rc = 1;
-        } else {
-            size_t vn;
-            char *valid = utf8_sanitize(text, len, false, &vn);
-            print_field_line("text", valid ? json_stringn(valid, vn) : json_string(""));
-            free(valid);
-        }
-        free(text);
-        free(ids);
-        json_decref(in);
-    }
-    free(line);
-    tok_destroy(t);
+    detokenize_ctx c = {load_tokenizer("detokenize", model), render_special};
+    int rc = each_json_line(0, detokenize_line, &c);
+    tok_destroy(c.t);
     return rc;
 }
 
