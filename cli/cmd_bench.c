@@ -18,7 +18,7 @@
 #include <sys/stat.h>
 #include <time.h>
 
-#include "attnd/model.h"
+#include "attnd/engine.h"
 #include "commands.h"
 
 static const char *USAGE =

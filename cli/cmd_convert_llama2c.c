@@ -93,7 +93,7 @@ static void add_layer_tensor(gguf_writer *w, uint64_t l, const char *what, uint6
     char name[96];
     snprintf(name, sizeof(name), "blk.%llu.%s.weight", (unsigned long long)l, what);
     uint64_t ne[2] = {ne0, ne1};
-    gguf_writer_add_tensor(w, name, GGML_TYPE_F32, ne1 ? 2 : 1, ne, data);
+    gguf_writer_add_tensor(w, name, GGUF_TYPE_F32, ne1 ? 2 : 1, ne, data);
 }
 
 int cmd_convert_llama2c(int argc, char **argv) {
@@ -215,7 +215,7 @@ int cmd_convert_llama2c(int argc, char **argv) {
     gguf_writer_add_bool(w, "tokenizer.ggml.add_bos_token", true);
 
     uint64_t d = (uint64_t)dim;
-    gguf_writer_add_tensor(w, "token_embd.weight", GGML_TYPE_F32, 2, (uint64_t[]){d, (uint64_t)vocab}, emb);
+    gguf_writer_add_tensor(w, "token_embd.weight", GGUF_TYPE_F32, 2, (uint64_t[]){d, (uint64_t)vocab}, emb);
     for (uint64_t l = 0; l < L; l++) {
         add_layer_tensor(w, l, "attn_norm", d, 0, rms_att + l * d);
         add_layer_tensor(w, l, "attn_q", d, d, wq + l * d * d);
@@ -227,8 +227,8 @@ int cmd_convert_llama2c(int argc, char **argv) {
         add_layer_tensor(w, l, "ffn_up", d, (uint64_t)hidden, w3 + l * hidden * d);
         add_layer_tensor(w, l, "ffn_norm", d, 0, rms_ffn + l * d);
     }
-    gguf_writer_add_tensor(w, "output_norm.weight", GGML_TYPE_F32, 1, (uint64_t[]){d}, rms_final);
-    if (wcls) gguf_writer_add_tensor(w, "output.weight", GGML_TYPE_F32, 2, (uint64_t[]){d, (uint64_t)vocab}, wcls);
+    gguf_writer_add_tensor(w, "output_norm.weight", GGUF_TYPE_F32, 1, (uint64_t[]){d}, rms_final);
+    if (wcls) gguf_writer_add_tensor(w, "output.weight", GGUF_TYPE_F32, 2, (uint64_t[]){d, (uint64_t)vocab}, wcls);
 
     attnd_err err;
     if (gguf_writer_write(w, pos[2], &err) != ATTND_OK) {

@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "attnd/model.h"
+#include "attnd/engine.h"
 #include "attnd/tokenizer.h"
 #include "attnd/utf8.h"
 #include "commands.h"

@@ -103,11 +103,11 @@ int cmd_info(int argc, char **argv) {
     json_t *unsupported = json_array();
     for (uint64_t i = 0; i < gguf_tensor_count(f); i++) {
         const gguf_tensor *t = gguf_tensor_at(f, i);
-        const char *tn = ggml_type_name(t->type);
+        const char *tn = gguf_type_name(t->type);
         json_t *c = json_object_get(by_type, tn);
         json_object_set_new(by_type, tn, json_integer(c ? json_integer_value(c) + 1 : 1));
         params += t->n_elems;
-        if (!ggml_type_computable(t->type) && json_array_size(unsupported) < 8)
+        if (!gguf_type_computable(t->type) && json_array_size(unsupported) < 8)
             json_array_append_new(unsupported, json_string(t->name));
     }
     json_object_set_new(root, "tensor_count", json_integer((json_int_t)gguf_tensor_count(f)));

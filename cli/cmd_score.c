@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "attnd/model.h"
+#include "attnd/engine.h"
 #include "commands.h"
 
 static const char *USAGE =

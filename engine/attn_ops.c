@@ -8,7 +8,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 
-#include "kv.h"
+#include "kv_layout.h"
 #include "quant.h"
 
 // ---- portable -------------------------------------------------------------------------------

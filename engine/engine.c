@@ -21,7 +21,7 @@
 #include <string.h>
 
 #include "attn_ops.h"
-#include "kv.h"
+#include "kv_layout.h"
 #include "model_internal.h"
 #include "quant.h"
 

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <time.h>
 
-#include "attnd/model.h"
+#include "attnd/engine.h"
 
 int32_t engine_argmax(const float *logits, int n_vocab) {
     int32_t best = 0;

@@ -51,22 +51,22 @@ static const type_info *type_lookup(uint32_t id) {
     return NULL;
 }
 
-const char *ggml_type_name(uint32_t type) {
+const char *gguf_type_name(uint32_t type) {
     const type_info *t = type_lookup(type);
     return t ? t->name : NULL;
 }
 
-uint32_t ggml_type_block_elems(uint32_t type) {
+uint32_t gguf_type_block_elems(uint32_t type) {
     const type_info *t = type_lookup(type);
     return t ? t->block_elems : 0;
 }
 
-uint32_t ggml_type_block_bytes(uint32_t type) {
+uint32_t gguf_type_block_bytes(uint32_t type) {
     const type_info *t = type_lookup(type);
     return t ? t->block_bytes : 0;
 }
 
-bool ggml_type_computable(uint32_t type) {
+bool gguf_type_computable(uint32_t type) {
     const type_info *t = type_lookup(type);
     return t && t->computable;
 }

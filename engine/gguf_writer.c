@@ -112,7 +112,7 @@ void gguf_writer_add_arr_i32(gguf_writer *w, const char *key, const int32_t *val
 void gguf_writer_add_tensor(gguf_writer *w, const char *name, uint32_t type, uint32_t n_dims, const uint64_t *ne,
                             const void *data) {
     if (w->failed) return;
-    uint32_t be = ggml_type_block_elems(type), bb = ggml_type_block_bytes(type);
+    uint32_t be = gguf_type_block_elems(type), bb = gguf_type_block_bytes(type);
     if (!be || n_dims < 1 || n_dims > 4 || ne[0] % be) {
         w->failed = true;
         snprintf(w->fail_msg, sizeof(w->fail_msg), "tensor '%.200s': bad type or shape", name);

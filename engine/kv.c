@@ -6,7 +6,7 @@
  * budget only uses the memory its live sessions hold. `used` counts blocks held by sequences;
  * a few released blocks (KV_FREE_KEEP) are kept for reuse, the rest go back to the allocator.
  */
-#include "kv.h"
+#include "kv_layout.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -49,9 +49,9 @@ static attnd_status find_matrix(const gguf_file *f, const char *name, int64_t ro
         if (!required) return ATTND_OK;
         return attnd_fail(err, ATTND_ERR_FORMAT, "model has no tensor '%s'", name);
     }
-    if (!ggml_type_computable(t->type))
+    if (!gguf_type_computable(t->type))
         return attnd_fail(err, ATTND_ERR_UNSUPPORTED, "tensor '%s' has type %s, which attnd does not compute", name,
-                          ggml_type_name(t->type));
+                          gguf_type_name(t->type));
     if (t->n_dims > 2 || (int64_t)t->ne[0] != cols || (int64_t)t->ne[1] != rows)
         return attnd_fail(err, ATTND_ERR_FORMAT, "tensor '%s' has shape [%llu, %llu], expected [%lld, %lld]", name,
                           (unsigned long long)t->ne[0], (unsigned long long)t->ne[1], (long long)cols,
@@ -72,9 +72,9 @@ static attnd_status load_vector(const gguf_file *f, const char *name, int64_t n,
         if (!required) return ATTND_OK;
         return attnd_fail(err, ATTND_ERR_FORMAT, "model has no tensor '%s'", name);
     }
-    if (!ggml_type_computable(t->type))
+    if (!gguf_type_computable(t->type))
         return attnd_fail(err, ATTND_ERR_UNSUPPORTED, "tensor '%s' has type %s, which attnd does not compute", name,
-                          ggml_type_name(t->type));
+                          gguf_type_name(t->type));
     if (t->n_elems != (uint64_t)n || t->ne[0] != (uint64_t)n)
         return attnd_fail(err, ATTND_ERR_FORMAT, "tensor '%s' has %llu elements, expected %lld", name,
                           (unsigned long long)t->n_elems, (long long)n);

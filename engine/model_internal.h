@@ -6,7 +6,7 @@
 #ifndef ATTND_MODEL_INTERNAL_H
 #define ATTND_MODEL_INTERNAL_H
 
-#include "attnd/model.h"
+#include "attnd/engine.h"
 
 typedef enum model_arch { ARCH_LLAMA = 0, ARCH_QWEN2 = 1 } model_arch;
 

@@ -90,7 +90,7 @@ static inline int32_t round_nearest(float f) {
 // ---- sizes -------------------------------------------------------------------------------------
 
 size_t quant_row_bytes(uint32_t type, int64_t n_cols) {
-    uint32_t be = ggml_type_block_elems(type), bb = ggml_type_block_bytes(type);
+    uint32_t be = gguf_type_block_elems(type), bb = gguf_type_block_bytes(type);
     if (be == 0 || n_cols < 0) return 0;
     return (size_t)(n_cols / be) * bb;
 }
@@ -103,12 +103,12 @@ size_t quant_scratch_bytes(uint32_t wtype, int n_tok, int64_t n_cols) {
     if (n_tok <= 0 || n_cols <= 0) return 0;
     size_t n = (size_t)n_tok * (size_t)n_cols;
     switch (wtype) {
-    case GGML_TYPE_F16:
-    case GGML_TYPE_BF16: return SCRATCH_ALIGN + round_up(n * sizeof(float));
-    case GGML_TYPE_Q8_0:
-    case GGML_TYPE_Q4_0: return SCRATCH_ALIGN + round_up((size_t)n_tok * (size_t)(n_cols / QK8_0) * sizeof(float)) + round_up(n);
-    case GGML_TYPE_Q4_K:
-    case GGML_TYPE_Q6_K:
+    case GGUF_TYPE_F16:
+    case GGUF_TYPE_BF16: return SCRATCH_ALIGN + round_up(n * sizeof(float));
+    case GGUF_TYPE_Q8_0:
+    case GGUF_TYPE_Q4_0: return SCRATCH_ALIGN + round_up((size_t)n_tok * (size_t)(n_cols / QK8_0) * sizeof(float)) + round_up(n);
+    case GGUF_TYPE_Q4_K:
+    case GGUF_TYPE_Q6_K:
         return SCRATCH_ALIGN + round_up((size_t)n_tok * (size_t)(n_cols / QK_K) * sizeof(float)) + round_up(n) +
                round_up((size_t)n_tok * (size_t)(n_cols / 16) * sizeof(int16_t));
     default: return 0; /* F32 reads the activations in place */
@@ -177,22 +177,22 @@ static void dequant_q6_k(float *y, const uint8_t *src, int64_t nb) {
 }
 
 void quant_dequantize_row(float *dst, const void *src, uint32_t type, int64_t n) {
-    uint32_t be = ggml_type_block_elems(type);
-    ATTND_ASSERT(ggml_type_computable(type) && be > 0 && n >= 0 && n % be == 0);
+    uint32_t be = gguf_type_block_elems(type);
+    ATTND_ASSERT(gguf_type_computable(type) && be > 0 && n >= 0 && n % be == 0);
     const uint8_t *s = src;
     switch (type) {
-    case GGML_TYPE_F32: memcpy(dst, src, (size_t)n * sizeof(float)); break;
-    case GGML_TYPE_F16:
+    case GGUF_TYPE_F32: memcpy(dst, src, (size_t)n * sizeof(float)); break;
+    case GGUF_TYPE_F16:
         if (((uintptr_t)src & 1) == 0) quant_f16_to_f32_row(dst, src, n); /* tensor data is aligned */
         else for (int64_t i = 0; i < n; i++) dst[i] = quant_f16_to_f32(quant_ld16(s + 2 * i));
         break;
-    case GGML_TYPE_BF16:
+    case GGUF_TYPE_BF16:
         for (int64_t i = 0; i < n; i++) dst[i] = quant_bf16_to_f32(quant_ld16(s + 2 * i));
         break;
-    case GGML_TYPE_Q8_0: dequant_q8_0(dst, s, n / QK8_0); break;
-    case GGML_TYPE_Q4_0: dequant_q4_0(dst, s, n / QK4_0); break;
-    case GGML_TYPE_Q4_K: dequant_q4_k(dst, s, n / QK_K); break;
-    case GGML_TYPE_Q6_K: dequant_q6_k(dst, s, n / QK_K); break;
+    case GGUF_TYPE_Q8_0: dequant_q8_0(dst, s, n / QK8_0); break;
+    case GGUF_TYPE_Q4_0: dequant_q4_0(dst, s, n / QK4_0); break;
+    case GGUF_TYPE_Q4_K: dequant_q4_k(dst, s, n / QK_K); break;
+    case GGUF_TYPE_Q6_K: dequant_q6_k(dst, s, n / QK_K); break;
     default: ATTND_ASSERT(!"computable type without a dequantizer");
     }
 }
@@ -284,26 +284,26 @@ static void act_plan_init(act_plan *pl, quant_isa isa, uint32_t wtype, const flo
     pl->x = x;
     pl->a.n_cols = n_cols;
     pl->a.x = x;
-    if (wtype == GGML_TYPE_F32) return;
+    if (wtype == GGUF_TYPE_F32) return;
     ATTND_ASSERT(scratch != NULL);
     uint8_t *p = (uint8_t *)(((uintptr_t)scratch + SCRATCH_ALIGN - 1) & ~(uintptr_t)(SCRATCH_ALIGN - 1));
     switch (wtype) {
-    case GGML_TYPE_F16:
-    case GGML_TYPE_BF16:
+    case GGUF_TYPE_F16:
+    case GGUF_TYPE_BF16:
         pl->xr = (float *)p;
         pl->a.x = pl->xr;
-        if (wtype == GGML_TYPE_F16) RESOLVE(isa, prep_f16, pl->f16);
+        if (wtype == GGUF_TYPE_F16) RESOLVE(isa, prep_f16, pl->f16);
         else pl->f16 = act_bf16;
         return;
-    case GGML_TYPE_Q8_0:
-    case GGML_TYPE_Q4_0:
+    case GGUF_TYPE_Q8_0:
+    case GGUF_TYPE_Q4_0:
         pl->a.nb = n_cols / QK8_0;
         pl->d = (float *)p;
         pl->q = (int8_t *)(p + round_up((size_t)n_tok * (size_t)pl->a.nb * sizeof(float)));
         RESOLVE(isa, prep_q8_0, pl->q8_0);
         break;
-    case GGML_TYPE_Q4_K:
-    case GGML_TYPE_Q6_K:
+    case GGUF_TYPE_Q4_K:
+    case GGUF_TYPE_Q6_K:
         pl->a.nb = n_cols / QK_K;
         pl->d = (float *)p;
         p += round_up((size_t)n_tok * (size_t)pl->a.nb * sizeof(float));
@@ -606,13 +606,13 @@ static const quant_kernels *kernels_at(int isa) {
 static quant_rows_fn pick_kernel(quant_isa isa, uint32_t wtype) {
     quant_rows_fn fn = NULL;
     switch (wtype) {
-    case GGML_TYPE_F32: RESOLVE(isa, f32, fn); break;
-    case GGML_TYPE_F16: RESOLVE(isa, f16, fn); break;
-    case GGML_TYPE_BF16: RESOLVE(isa, bf16, fn); break;
-    case GGML_TYPE_Q8_0: RESOLVE(isa, q8_0, fn); break;
-    case GGML_TYPE_Q4_0: RESOLVE(isa, q4_0, fn); break;
-    case GGML_TYPE_Q4_K: RESOLVE(isa, q4_k, fn); break;
-    case GGML_TYPE_Q6_K: RESOLVE(isa, q6_k, fn); break;
+    case GGUF_TYPE_F32: RESOLVE(isa, f32, fn); break;
+    case GGUF_TYPE_F16: RESOLVE(isa, f16, fn); break;
+    case GGUF_TYPE_BF16: RESOLVE(isa, bf16, fn); break;
+    case GGUF_TYPE_Q8_0: RESOLVE(isa, q8_0, fn); break;
+    case GGUF_TYPE_Q4_0: RESOLVE(isa, q4_0, fn); break;
+    case GGUF_TYPE_Q4_K: RESOLVE(isa, q4_k, fn); break;
+    case GGUF_TYPE_Q6_K: RESOLVE(isa, q6_k, fn); break;
     default: break;
     }
     return fn;
@@ -662,8 +662,8 @@ void quant_f32_to_f16_row(uint16_t *dst, const float *src, int64_t n) {
 
 void quant_matmul(float *out, const void *w, uint32_t wtype, int64_t n_rows, int64_t n_cols, const float *x,
                   int n_tok, void *scratch, int n_threads) {
-    uint32_t be = ggml_type_block_elems(wtype);
-    ATTND_ASSERT(ggml_type_computable(wtype) && be > 0);
+    uint32_t be = gguf_type_block_elems(wtype);
+    ATTND_ASSERT(gguf_type_computable(wtype) && be > 0);
     ATTND_ASSERT(n_rows >= 0 && n_cols > 0 && n_cols % be == 0 && n_tok >= 0);
     if (n_rows == 0 || n_tok == 0) return;
     quant_isa isa = quant_isa_active();

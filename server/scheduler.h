@@ -22,7 +22,7 @@
 #include <stdint.h>
 
 #include "attnd/common.h"
-#include "attnd/model.h"
+#include "attnd/engine.h"
 #include "attnd/sampler.h"
 #include "attnd/tokenizer.h"
 #include "sess.h"

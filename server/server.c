@@ -29,7 +29,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "attnd/model.h"
+#include "attnd/engine.h"
 #include "attnd/tokenizer.h"
 #include "chat.h"
 #include "metrics.h"

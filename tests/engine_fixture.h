@@ -18,13 +18,13 @@
 #include <unistd.h>
 
 #include "attnd/gguf.h"
-#include "attnd/model.h"
+#include "attnd/engine.h"
 
 typedef struct tiny_spec {
     const char *arch;      /* "llama" or "qwen2" */
     int n_vocab, n_embd, n_layer, n_head, n_head_kv, n_ff, n_ctx, rope_dims;
     float rope_base, rms_eps;
-    uint32_t wtype;        /* GGML_TYPE_F32 or GGML_TYPE_F16 for the 2-D weights */
+    uint32_t wtype;        /* GGUF_TYPE_F32 or GGUF_TYPE_F16 for the 2-D weights */
     bool tied;             /* no output.weight: reuse token_embd */
     bool vocab;            /* also write a SentencePiece-style vocabulary (n_vocab >= 300), so
                             * that llama.cpp can load the file */
@@ -34,7 +34,7 @@ typedef struct tiny_spec {
 static inline tiny_spec tiny_default(const char *arch) {
     return (tiny_spec){.arch = arch, .n_vocab = 48, .n_embd = 32, .n_layer = 2, .n_head = 4, .n_head_kv = 2,
                        .n_ff = 40, .n_ctx = 320, .rope_dims = 8, .rope_base = 10000.0f, .rms_eps = 1e-5f,
-                       .wtype = GGML_TYPE_F32, .tied = false, .seed = 7};
+                       .wtype = GGUF_TYPE_F32, .tied = false, .seed = 7};
 }
 
 // ---- a minimal GGUF v3 writer ----------------------------------------------------------------
@@ -119,22 +119,22 @@ static inline int tiny_write(const char *path, const tiny_spec *sp) {
     } while (0)
     char nm[64];
     ADD("token_embd.weight", (uint64_t)sp->n_embd, (uint64_t)sp->n_vocab, sp->wtype, 1.0f, 0.0f);
-    ADD("output_norm.weight", (uint64_t)sp->n_embd, 1, GGML_TYPE_F32, 0.2f, 1.0f);
+    ADD("output_norm.weight", (uint64_t)sp->n_embd, 1, GGUF_TYPE_F32, 0.2f, 1.0f);
     if (!sp->tied) ADD("output.weight", (uint64_t)sp->n_embd, (uint64_t)sp->n_vocab, sp->wtype, 0.5f, 0.0f);
     for (int l = 0; l < sp->n_layer; l++) {
         float ws = 1.0f / sqrtf((float)sp->n_embd) * 1.7f;
 #define NAME(s) (snprintf(nm, sizeof(nm), "blk.%d.%s", l, s), nm)
-        ADD(NAME("attn_norm.weight"), (uint64_t)sp->n_embd, 1, GGML_TYPE_F32, 0.2f, 1.0f);
+        ADD(NAME("attn_norm.weight"), (uint64_t)sp->n_embd, 1, GGUF_TYPE_F32, 0.2f, 1.0f);
         ADD(NAME("attn_q.weight"), (uint64_t)sp->n_embd, (uint64_t)sp->n_embd, sp->wtype, ws, 0.0f);
         ADD(NAME("attn_k.weight"), (uint64_t)sp->n_embd, (uint64_t)kvd, sp->wtype, ws, 0.0f);
         ADD(NAME("attn_v.weight"), (uint64_t)sp->n_embd, (uint64_t)kvd, sp->wtype, ws, 0.0f);
         if (qwen) {
-            ADD(NAME("attn_q.bias"), (uint64_t)sp->n_embd, 1, GGML_TYPE_F32, 0.5f, 0.0f);
-            ADD(NAME("attn_k.bias"), (uint64_t)kvd, 1, GGML_TYPE_F32, 0.5f, 0.0f);
-            ADD(NAME("attn_v.bias"), (uint64_t)kvd, 1, GGML_TYPE_F32, 0.5f, 0.0f);
+            ADD(NAME("attn_q.bias"), (uint64_t)sp->n_embd, 1, GGUF_TYPE_F32, 0.5f, 0.0f);
+            ADD(NAME("attn_k.bias"), (uint64_t)kvd, 1, GGUF_TYPE_F32, 0.5f, 0.0f);
+            ADD(NAME("attn_v.bias"), (uint64_t)kvd, 1, GGUF_TYPE_F32, 0.5f, 0.0f);
         }
         ADD(NAME("attn_output.weight"), (uint64_t)sp->n_embd, (uint64_t)sp->n_embd, sp->wtype, ws, 0.0f);
-        ADD(NAME("ffn_norm.weight"), (uint64_t)sp->n_embd, 1, GGML_TYPE_F32, 0.2f, 1.0f);
+        ADD(NAME("ffn_norm.weight"), (uint64_t)sp->n_embd, 1, GGUF_TYPE_F32, 0.2f, 1.0f);
         ADD(NAME("ffn_gate.weight"), (uint64_t)sp->n_embd, (uint64_t)sp->n_ff, sp->wtype, ws, 0.0f);
         ADD(NAME("ffn_up.weight"), (uint64_t)sp->n_embd, (uint64_t)sp->n_ff, sp->wtype, ws, 0.0f);
         ADD(NAME("ffn_down.weight"), (uint64_t)sp->n_ff, (uint64_t)sp->n_embd, sp->wtype,
@@ -201,7 +201,7 @@ static inline int tiny_write(const char *path, const tiny_spec *sp) {
         for (int d = 0; d < ts[i].n_dims; d++) gb_u64(&b, ts[i].ne[d]);
         gb_u32(&b, ts[i].type);
         gb_u64(&b, off);
-        uint64_t bytes = ts[i].ne[0] * ts[i].ne[1] * (ts[i].type == GGML_TYPE_F32 ? 4 : 2);
+        uint64_t bytes = ts[i].ne[0] * ts[i].ne[1] * (ts[i].type == GGUF_TYPE_F32 ? 4 : 2);
         off += (bytes + 31) / 32 * 32;
     }
     static const uint8_t zeros[32];
@@ -209,7 +209,7 @@ static inline int tiny_write(const char *path, const tiny_spec *sp) {
     for (int i = 0; i < nt; i++) {
         uint64_t n = ts[i].ne[0] * ts[i].ne[1], bytes = 0;
         for (uint64_t j = 0; j < n; j++) {
-            if (ts[i].type == GGML_TYPE_F32) {
+            if (ts[i].type == GGUF_TYPE_F32) {
                 gb_put(&b, &ts[i].vals[j], 4);
                 bytes += 4;
             } else {
@@ -237,7 +237,7 @@ static inline void tiny_tmpname(char *buf, size_t n, const char *tag) {
 // ---- independent float64 reference -----------------------------------------------------------
 
 static inline double ref_elem(const gguf_tensor *t, uint64_t i) {
-    if (t->type == GGML_TYPE_F32) return ((const float *)t->data)[i];
+    if (t->type == GGUF_TYPE_F32) return ((const float *)t->data)[i];
     uint16_t h = ((const uint16_t *)t->data)[i];
     int e = (h >> 10) & 0x1f, man = h & 0x3ff;
     double v = e ? ldexp(1.0 + man / 1024.0, e - 15) : ldexp(man / 1024.0, -14);

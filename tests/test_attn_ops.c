@@ -9,7 +9,7 @@
 
 #include "attn_ops.h"
 #include "engine_fixture.h"
-#include "kv.h"
+#include "kv_layout.h"
 #include "quant.h"
 
 static void fill(float *x, int n, uint64_t seed, float a) {

@@ -34,8 +34,8 @@ Test(gguf_writer, written_files_read_back_identically) {
     gguf_writer_add_arr_str(w, "s", strs, 3);
     gguf_writer_add_arr_f32(w, "af", fl, 2);
     gguf_writer_add_arr_i32(w, "ai", in, 2);
-    gguf_writer_add_tensor(w, "a", GGML_TYPE_F32, 2, (uint64_t[]){3, 2}, data_a);
-    gguf_writer_add_tensor(w, "b", GGML_TYPE_Q8_0, 1, (uint64_t[]){32}, data_b);
+    gguf_writer_add_tensor(w, "a", GGUF_TYPE_F32, 2, (uint64_t[]){3, 2}, data_a);
+    gguf_writer_add_tensor(w, "b", GGUF_TYPE_Q8_0, 1, (uint64_t[]){32}, data_b);
     attnd_err err;
     cr_assert_eq(gguf_writer_write(w, path, &err), ATTND_OK, "%s", err.msg);
     gguf_writer_destroy(w);
@@ -72,7 +72,7 @@ Test(gguf_writer, bad_shapes_are_reported_at_write_time) {
     gguf_writer *w;
     cr_assert_eq(gguf_writer_create(&w), ATTND_OK);
     uint8_t d[64] = {0};
-    gguf_writer_add_tensor(w, "bad", GGML_TYPE_Q8_0, 1, (uint64_t[]){33}, d);
+    gguf_writer_add_tensor(w, "bad", GGUF_TYPE_Q8_0, 1, (uint64_t[]){33}, d);
     attnd_err err;
     cr_assert_eq(gguf_writer_write(w, "/tmp/never-written.gguf", &err), ATTND_ERR_INVALID);
     cr_assert(strstr(err.msg, "bad"), "%s", err.msg);

@@ -16,7 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "attnd/model.h"
+#include "attnd/engine.h"
 #include "attnd/tokenizer.h"
 
 #define MODEL ATTND_SOURCE_DIR "/models/attnd-sotu.gguf"

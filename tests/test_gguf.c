@@ -402,7 +402,7 @@ static void check_fixture(const char *path) {
     cr_assert_eq(gguf_get_arr(f, "tokenizer.ggml.tokens", GGUF_VT_STRING, &toks, &err), ATTND_OK, "%s", err.msg);
     cr_assert_gt(toks->n, 0);
     for (uint64_t i = 0; i < gguf_tensor_count(f); i++)
-        cr_assert(ggml_type_computable(gguf_tensor_at(f, i)->type), "%s: %s", path, gguf_tensor_at(f, i)->name);
+        cr_assert(gguf_type_computable(gguf_tensor_at(f, i)->type), "%s: %s", path, gguf_tensor_at(f, i)->name);
     gguf_close(f);
 }
 

@@ -7,9 +7,9 @@
 #include <math.h>
 #include <string.h>
 
-#include "attnd/model.h"
+#include "attnd/engine.h"
 #include "engine_fixture.h"
-#include "kv.h"
+#include "kv_layout.h"
 
 static char g_path[256];
 static tiny_spec g_spec;

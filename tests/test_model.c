@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "attnd/model.h"
+#include "attnd/engine.h"
 #include "attnd/tokenizer.h"
 #include "engine_fixture.h"
 
@@ -112,7 +112,7 @@ Test(model, partial_rotary_dims_and_tied_output_match_reference) {
 
 Test(model, f16_weights_match_reference) {
     tiny_spec sp = tiny_default("qwen2");
-    sp.wtype = GGML_TYPE_F16;
+    sp.wtype = GGUF_TYPE_F16;
     check_against_reference(&sp, 40, 2e-3);
 }
 
@@ -359,14 +359,14 @@ Test(model, unsupported_tensor_type_is_refused_by_name) {
     uint8_t from[64], to[64];
     size_t len = 0;
     memcpy(from, name, nl), len = nl;
-    uint32_t nd = 2, ty = GGML_TYPE_F32;
+    uint32_t nd = 2, ty = GGUF_TYPE_F32;
     uint64_t ne0 = 32, ne1 = 16;
     memcpy(from + len, &nd, 4), len += 4;
     memcpy(from + len, &ne0, 8), len += 8;
     memcpy(from + len, &ne1, 8), len += 8;
     memcpy(from + len, &ty, 4), len += 4;
     memcpy(to, from, len);
-    ty = GGML_TYPE_Q4_1;
+    ty = GGUF_TYPE_Q4_1;
     memcpy(to + len - 4, &ty, 4);
     patched_copy(src, dst, from, to, len);
     model *m;

@@ -50,8 +50,8 @@ static uint32_t f32_bits(float f) {
     return u;
 }
 
-static const uint32_t ALL_TYPES[] = {GGML_TYPE_F32,  GGML_TYPE_F16,  GGML_TYPE_BF16, GGML_TYPE_Q8_0,
-                                     GGML_TYPE_Q4_0, GGML_TYPE_Q4_K, GGML_TYPE_Q6_K};
+static const uint32_t ALL_TYPES[] = {GGUF_TYPE_F32,  GGUF_TYPE_F16,  GGUF_TYPE_BF16, GGUF_TYPE_Q8_0,
+                                     GGUF_TYPE_Q4_0, GGUF_TYPE_Q4_K, GGUF_TYPE_Q6_K};
 
 /* Fills n_rows rows of random but well-formed weights of `type` (scales kept finite and small). */
 static void random_weights(uint8_t *w, uint32_t type, int64_t n_rows, int64_t n_cols) {
@@ -59,28 +59,28 @@ static void random_weights(uint8_t *w, uint32_t type, int64_t n_rows, int64_t n_
     for (size_t i = 0; i < rb * (size_t)n_rows; i++) w[i] = (uint8_t)rnd();
     int64_t n = n_rows * n_cols;
     switch (type) {
-    case GGML_TYPE_F32:
+    case GGUF_TYPE_F32:
         for (int64_t i = 0; i < n; i++) ((float *)w)[i] = rndf();
         break;
-    case GGML_TYPE_F16:
+    case GGUF_TYPE_F16:
         for (int64_t i = 0; i < n; i++) put16(w + 2 * i, quant_f32_to_f16(rndf()));
         break;
-    case GGML_TYPE_BF16:
+    case GGUF_TYPE_BF16:
         for (int64_t i = 0; i < n; i++) put16(w + 2 * i, quant_f32_to_bf16(rndf()));
         break;
-    case GGML_TYPE_Q8_0:
+    case GGUF_TYPE_Q8_0:
         for (int64_t b = 0; b < n / 32; b++) put16(w + 34 * b, quant_f32_to_f16(0.01f + 0.01f * fabsf(rndf())));
         break;
-    case GGML_TYPE_Q4_0:
+    case GGUF_TYPE_Q4_0:
         for (int64_t b = 0; b < n / 32; b++) put16(w + 18 * b, quant_f32_to_f16(0.1f + 0.1f * rndf()));
         break;
-    case GGML_TYPE_Q4_K:
+    case GGUF_TYPE_Q4_K:
         for (int64_t b = 0; b < n / 256; b++) {
             put16(w + 144 * b, quant_f32_to_f16(0.002f + 0.001f * rndf()));
             put16(w + 144 * b + 2, quant_f32_to_f16(0.004f + 0.001f * rndf()));
         }
         break;
-    case GGML_TYPE_Q6_K:
+    case GGUF_TYPE_Q6_K:
         for (int64_t b = 0; b < n / 256; b++) put16(w + 210 * b + 208, quant_f32_to_f16(0.0005f + 0.0002f * rndf()));
         break;
     default: cr_assert_fail("type %u", type);
@@ -91,11 +91,11 @@ static void random_weights(uint8_t *w, uint32_t type, int64_t n_rows, int64_t n_
  * fraction of the block's largest magnitude (Q8 forms) or of |x_i| (f16/bf16). */
 static double act_err(uint32_t type, const float *x, int64_t i) {
     double amax = 0;
-    int64_t bs = (type == GGML_TYPE_Q4_K || type == GGML_TYPE_Q6_K) ? 256 : 32;
+    int64_t bs = (type == GGUF_TYPE_Q4_K || type == GGUF_TYPE_Q6_K) ? 256 : 32;
     switch (type) {
-    case GGML_TYPE_F32: return 0;
-    case GGML_TYPE_F16: return fabs(x[i]) * 0x1p-11 + 0x1p-25;
-    case GGML_TYPE_BF16: return fabs(x[i]) * 0x1p-8;
+    case GGUF_TYPE_F32: return 0;
+    case GGUF_TYPE_F16: return fabs(x[i]) * 0x1p-11 + 0x1p-25;
+    case GGUF_TYPE_BF16: return fabs(x[i]) * 0x1p-8;
     default:
         for (int64_t j = i / bs * bs; j < i / bs * bs + bs; j++) amax = fmax(amax, fabs(x[j]));
         /* half a step of amax/127, plus (Q8_0) the step itself kept at f16 precision */
@@ -122,7 +122,7 @@ static void check_matmul(const float *out, const uint8_t *w, uint32_t type, int6
             double tol = bound + 2e-6 * mag + 1e-6;
             double got = out[t * n_rows + r];
             cr_assert(fabs(got - ref) <= tol, "%s: %s row %ld tok %d: got %.9g want %.9g (tol %.3g)", what,
-                      ggml_type_name(type), (long)r, t, got, ref, tol);
+                      gguf_type_name(type), (long)r, t, got, ref, tol);
         }
     }
     free(row);
@@ -218,16 +218,16 @@ Test(quant, bf16_converts_with_round_to_nearest_even) {
 // ---- sizes -------------------------------------------------------------------------------------
 
 Test(quant, row_bytes_follow_block_sizes) {
-    cr_assert_eq(quant_row_bytes(GGML_TYPE_F32, 172), 688);
-    cr_assert_eq(quant_row_bytes(GGML_TYPE_F16, 172), 344);
-    cr_assert_eq(quant_row_bytes(GGML_TYPE_BF16, 64), 128);
-    cr_assert_eq(quant_row_bytes(GGML_TYPE_Q8_0, 256), 8 * 34);
-    cr_assert_eq(quant_row_bytes(GGML_TYPE_Q4_0, 64), 2 * 18);
-    cr_assert_eq(quant_row_bytes(GGML_TYPE_Q4_K, 512), 2 * 144);
-    cr_assert_eq(quant_row_bytes(GGML_TYPE_Q6_K, 768), 3 * 210);
+    cr_assert_eq(quant_row_bytes(GGUF_TYPE_F32, 172), 688);
+    cr_assert_eq(quant_row_bytes(GGUF_TYPE_F16, 172), 344);
+    cr_assert_eq(quant_row_bytes(GGUF_TYPE_BF16, 64), 128);
+    cr_assert_eq(quant_row_bytes(GGUF_TYPE_Q8_0, 256), 8 * 34);
+    cr_assert_eq(quant_row_bytes(GGUF_TYPE_Q4_0, 64), 2 * 18);
+    cr_assert_eq(quant_row_bytes(GGUF_TYPE_Q4_K, 512), 2 * 144);
+    cr_assert_eq(quant_row_bytes(GGUF_TYPE_Q6_K, 768), 3 * 210);
     cr_assert_eq(quant_row_bytes(999, 256), 0);
-    cr_assert_eq(quant_scratch_bytes(GGML_TYPE_F32, 4, 256), 0);
-    cr_assert_geq(quant_scratch_bytes(GGML_TYPE_Q8_0, 4, 256), 4 * 256 + 4 * 8 * sizeof(float));
+    cr_assert_eq(quant_scratch_bytes(GGUF_TYPE_F32, 4, 256), 0);
+    cr_assert_geq(quant_scratch_bytes(GGUF_TYPE_Q8_0, 4, 256), 4 * 256 + 4 * 8 * sizeof(float));
 }
 
 // ---- dequantization of hand-built blocks -------------------------------------------------------
@@ -239,7 +239,7 @@ Test(quant, q8_0_block_dequantizes_to_d_times_q) {
         for (int j = 0; j < 32; j++) blk[34 * b + 2 + j] = (uint8_t)(int8_t)(j * 8 - 128);
     }
     float y[64];
-    quant_dequantize_row(y, blk, GGML_TYPE_Q8_0, 64);
+    quant_dequantize_row(y, blk, GGUF_TYPE_Q8_0, 64);
     for (int j = 0; j < 32; j++) {
         cr_assert_eq(y[j], 2.0f * (j * 8 - 128));
         cr_assert_eq(y[32 + j], -0.5f * (j * 8 - 128));
@@ -251,7 +251,7 @@ Test(quant, q4_0_low_nibbles_come_first_then_high_nibbles) {
     put16(blk, 0x3800); /* d = 0.5 */
     for (int j = 0; j < 16; j++) blk[2 + j] = (uint8_t)(j | ((15 - j) << 4));
     float y[32];
-    quant_dequantize_row(y, blk, GGML_TYPE_Q4_0, 32);
+    quant_dequantize_row(y, blk, GGUF_TYPE_Q4_0, 32);
     for (int j = 0; j < 16; j++) {
         cr_assert_eq(y[j], 0.5f * (j - 8), "elem %d", j);
         cr_assert_eq(y[j + 16], 0.5f * (15 - j - 8), "elem %d", j + 16);
@@ -285,7 +285,7 @@ Test(quant, q4_k_superblock_dequantizes_with_six_bit_scales_and_mins) {
         blk[16 + byte] |= (uint8_t)(in < 32 ? q[i] : q[i] << 4);
     }
     float y[256];
-    quant_dequantize_row(y, blk, GGML_TYPE_Q4_K, 256);
+    quant_dequantize_row(y, blk, GGUF_TYPE_Q4_K, 256);
     for (int i = 0; i < 256; i++) {
         int sub = i / 32;
         float want = 0.25f * sc[sub] * q[i] - 0.125f * mn[sub];
@@ -311,7 +311,7 @@ Test(quant, q6_k_superblock_dequantizes_in_ggml_interleaved_order) {
         blk[128 + 32 * n + l] |= (uint8_t)((q[i] >> 4) << (2 * g));
     }
     float y[256];
-    quant_dequantize_row(y, blk, GGML_TYPE_Q6_K, 256);
+    quant_dequantize_row(y, blk, GGUF_TYPE_Q6_K, 256);
     for (int i = 0; i < 256; i++) {
         int s = i / 16; /* sub-blocks of 16 in element order */
         float want = 0.0625f * (float)(sc[s] * (q[i] - 32));
@@ -322,10 +322,10 @@ Test(quant, q6_k_superblock_dequantizes_in_ggml_interleaved_order) {
 Test(quant, f16_and_bf16_rows_dequantize_elementwise) {
     uint16_t h[4] = {0x3C00, 0xC200, 0x0001, 0x7BFF};
     float y[4];
-    quant_dequantize_row(y, h, GGML_TYPE_F16, 4);
+    quant_dequantize_row(y, h, GGUF_TYPE_F16, 4);
     cr_assert(y[0] == 1.0f && y[1] == -3.0f && y[2] == 0x1p-24f && y[3] == 65504.0f);
     uint16_t b[2] = {0x4049, 0xBF80};
-    quant_dequantize_row(y, b, GGML_TYPE_BF16, 2);
+    quant_dequantize_row(y, b, GGUF_TYPE_BF16, 2);
     cr_assert(y[0] == bits_f32(0x40490000) && y[1] == -1.0f);
 }
 
@@ -351,7 +351,7 @@ static void compare_with_f32(const char *file, uint32_t want_type) {
         const gguf_tensor *tq = gguf_tensor_at(fq, i);
         if (tq->type != want_type) continue;
         const gguf_tensor *to = gguf_find_tensor(f32, tq->name);
-        cr_assert(to && to->type == GGML_TYPE_F32 && to->n_elems == tq->n_elems, "%s", tq->name);
+        cr_assert(to && to->type == GGUF_TYPE_F32 && to->n_elems == tq->n_elems, "%s", tq->name);
         int64_t n = (int64_t)tq->ne[0], rows = (int64_t)(tq->n_elems / tq->ne[0]);
         size_t rb = quant_row_bytes(tq->type, n);
         float *y = malloc((size_t)n * sizeof(float));
@@ -360,14 +360,14 @@ static void compare_with_f32(const char *file, uint32_t want_type) {
             const float *x = (const float *)to->data + r * n;
             for (int64_t c = 0; c < n; c++) {
                 double tol;
-                if (want_type == GGML_TYPE_F16) tol = fabs(x[c]) * 0x1p-11 + 0x1p-25;
-                else if (want_type == GGML_TYPE_BF16) tol = fabs(x[c]) * 0x1p-8;
+                if (want_type == GGUF_TYPE_F16) tol = fabs(x[c]) * 0x1p-11 + 0x1p-25;
+                else if (want_type == GGUF_TYPE_BF16) tol = fabs(x[c]) * 0x1p-8;
                 else {
                     double amax = 0;
                     for (int64_t j = c / 32 * 32; j < c / 32 * 32 + 32; j++) amax = fmax(amax, fabs(x[j]));
                     /* Q8_0: half a step of amax/127; Q4_0: up to one step of amax/8 (the
                      * largest magnitude maps to -8, so +amax clamps at 7) */
-                    tol = want_type == GGML_TYPE_Q8_0 ? amax / 127 * 0.51 : amax / 8 * 1.01;
+                    tol = want_type == GGUF_TYPE_Q8_0 ? amax / 127 * 0.51 : amax / 8 * 1.01;
                     tol += amax * 1e-3; /* the block scale is stored as f16 */
                 }
                 cr_assert(fabs(y[c] - x[c]) <= tol, "%s[%ld][%ld]: %g vs %g", tq->name, (long)r, (long)c, y[c], x[c]);
@@ -376,15 +376,15 @@ static void compare_with_f32(const char *file, uint32_t want_type) {
         free(y);
         checked++;
     }
-    cr_assert_gt(checked, 0, "no %s tensors in %s", ggml_type_name(want_type), file);
+    cr_assert_gt(checked, 0, "no %s tensors in %s", gguf_type_name(want_type), file);
     gguf_close(f32);
     gguf_close(fq);
 }
 
-Test(quant, stories_f16_tensors_match_f32_originals) { compare_with_f32("stories260K-F16.gguf", GGML_TYPE_F16); }
-Test(quant, stories_bf16_tensors_match_f32_originals) { compare_with_f32("stories260K-BF16.gguf", GGML_TYPE_BF16); }
-Test(quant, stories_q8_0_tensors_match_f32_originals) { compare_with_f32("stories260K-Q8_0.gguf", GGML_TYPE_Q8_0); }
-Test(quant, stories_q4_0_tensors_match_f32_originals) { compare_with_f32("stories260K-Q4_0.gguf", GGML_TYPE_Q4_0); }
+Test(quant, stories_f16_tensors_match_f32_originals) { compare_with_f32("stories260K-F16.gguf", GGUF_TYPE_F16); }
+Test(quant, stories_bf16_tensors_match_f32_originals) { compare_with_f32("stories260K-BF16.gguf", GGUF_TYPE_BF16); }
+Test(quant, stories_q8_0_tensors_match_f32_originals) { compare_with_f32("stories260K-Q8_0.gguf", GGUF_TYPE_Q8_0); }
+Test(quant, stories_q4_0_tensors_match_f32_originals) { compare_with_f32("stories260K-Q4_0.gguf", GGUF_TYPE_Q4_0); }
 
 // ---- matmul ------------------------------------------------------------------------------------
 
@@ -440,11 +440,11 @@ static void matmul_case(uint32_t type, int64_t n_rows, int64_t n_cols, int n_tok
 
 static int64_t cols_for(uint32_t type) {
     switch (type) {
-    case GGML_TYPE_F32:
-    case GGML_TYPE_F16:
-    case GGML_TYPE_BF16: return 172; /* not a multiple of any vector width: tails get exercised */
-    case GGML_TYPE_Q8_0:
-    case GGML_TYPE_Q4_0: return 352; /* 11 blocks */
+    case GGUF_TYPE_F32:
+    case GGUF_TYPE_F16:
+    case GGUF_TYPE_BF16: return 172; /* not a multiple of any vector width: tails get exercised */
+    case GGUF_TYPE_Q8_0:
+    case GGUF_TYPE_Q4_0: return 352; /* 11 blocks */
     default: return 768;             /* 3 super-blocks */
     }
 }
@@ -464,7 +464,7 @@ Test(quant, matmul_large_enough_to_run_parallel_matches_reference) {
         int64_t cols = cols_for(ALL_TYPES[i]);
         matmul_case(ALL_TYPES[i], ((1 << 20) / cols + 40) | 1, cols, 1, 0);
     }
-    matmul_case(GGML_TYPE_Q4_K, 1371, 256, 3, 0); /* 3 tokens: 1.05M multiply-adds */
+    matmul_case(GGUF_TYPE_Q4_K, 1371, 256, 3, 0); /* 3 tokens: 1.05M multiply-adds */
 }
 
 Test(quant, matmul_with_exactly_representable_activations_is_float_exact) {
@@ -494,7 +494,7 @@ Test(quant, matmul_prefill_equals_token_by_token_decode) {
                 quant_matmul(one, w, type, n_rows, n_cols, x + t * n_cols, 1, scratch, 1);
                 for (int64_t r = 0; r < n_rows; r++)
                     cr_assert_eq(f32_bits(one[r]), f32_bits(all[t * n_rows + r]), "%s %s tok %d row %ld: %g vs %g",
-                                 quant_isa_name((quant_isa)isa), ggml_type_name(type), t, (long)r, one[r],
+                                 quant_isa_name((quant_isa)isa), gguf_type_name(type), t, (long)r, one[r],
                                  all[t * n_rows + r]);
             }
         }
@@ -517,7 +517,7 @@ Test(quant, matmul_of_zero_activations_is_zero) {
         size_t sb;
         uint8_t *scratch = scratch_for(type, 1, n_cols, &sb);
         quant_matmul(out, w, type, n_rows, n_cols, x, 1, scratch, 1);
-        for (int r = 0; r < n_rows; r++) cr_assert_eq(out[r], 0.0f, "%s row %d: %g", ggml_type_name(type), r, out[r]);
+        for (int r = 0; r < n_rows; r++) cr_assert_eq(out[r], 0.0f, "%s row %d: %g", gguf_type_name(type), r, out[r]);
         free(scratch);
         free(w);
         free(x);
@@ -535,7 +535,7 @@ Test(quant, matmul_on_real_k_quant_tensors_matches_reference) {
     uint32_t seen = 0;
     for (uint64_t i = 0; i < gguf_tensor_count(f); i++) {
         const gguf_tensor *t = gguf_tensor_at(f, i);
-        if (t->n_dims != 2 || t->type == GGML_TYPE_F32 || (seen & (1u << t->type))) continue;
+        if (t->n_dims != 2 || t->type == GGUF_TYPE_F32 || (seen & (1u << t->type))) continue;
         seen |= 1u << t->type;
         int64_t n_cols = (int64_t)t->ne[0], n_rows = (int64_t)t->ne[1] < 64 ? (int64_t)t->ne[1] : 64;
         enum { T = 3 };
@@ -554,7 +554,7 @@ Test(quant, matmul_on_real_k_quant_tensors_matches_reference) {
         free(x);
         free(out);
     }
-    cr_assert(seen & (1u << GGML_TYPE_Q4_K) && seen & (1u << GGML_TYPE_Q6_K) && seen & (1u << GGML_TYPE_Q8_0));
+    cr_assert(seen & (1u << GGUF_TYPE_Q4_K) && seen & (1u << GGUF_TYPE_Q6_K) && seen & (1u << GGUF_TYPE_Q8_0));
     gguf_close(f);
 }
 

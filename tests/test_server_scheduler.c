@@ -10,7 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "attnd/model.h"
+#include "attnd/engine.h"
 #include "attnd/tokenizer.h"
 #include "scheduler.h"
 #include "sess.h"

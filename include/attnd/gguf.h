@@ -43,32 +43,32 @@ typedef enum gguf_vtype {
     GGUF_VT_FLOAT64 = 12,
 } gguf_vtype;
 
-/* Tensor element types, numbered as in ggml. Only some are computed (ggml_type_computable). */
-typedef enum ggml_type {
-    GGML_TYPE_F32 = 0,
-    GGML_TYPE_F16 = 1,
-    GGML_TYPE_Q4_0 = 2,
-    GGML_TYPE_Q4_1 = 3,
-    GGML_TYPE_Q5_0 = 6,
-    GGML_TYPE_Q5_1 = 7,
-    GGML_TYPE_Q8_0 = 8,
-    GGML_TYPE_Q8_1 = 9,
-    GGML_TYPE_Q2_K = 10,
-    GGML_TYPE_Q3_K = 11,
-    GGML_TYPE_Q4_K = 12,
-    GGML_TYPE_Q5_K = 13,
-    GGML_TYPE_Q6_K = 14,
-    GGML_TYPE_Q8_K = 15,
-    GGML_TYPE_BF16 = 30,
-} ggml_type;
+/* Tensor element types, numbered as in ggml. Only some are computed (gguf_type_computable). */
+typedef enum gguf_type {
+    GGUF_TYPE_F32 = 0,
+    GGUF_TYPE_F16 = 1,
+    GGUF_TYPE_Q4_0 = 2,
+    GGUF_TYPE_Q4_1 = 3,
+    GGUF_TYPE_Q5_0 = 6,
+    GGUF_TYPE_Q5_1 = 7,
+    GGUF_TYPE_Q8_0 = 8,
+    GGUF_TYPE_Q8_1 = 9,
+    GGUF_TYPE_Q2_K = 10,
+    GGUF_TYPE_Q3_K = 11,
+    GGUF_TYPE_Q4_K = 12,
+    GGUF_TYPE_Q5_K = 13,
+    GGUF_TYPE_Q6_K = 14,
+    GGUF_TYPE_Q8_K = 15,
+    GGUF_TYPE_BF16 = 30,
+} gguf_type;
 
 /* Name ("Q4_K"), or NULL for a type id attnd does not know. */
-const char *ggml_type_name(uint32_t type);
+const char *gguf_type_name(uint32_t type);
 /* Elements per block and bytes per block; 0 for unknown types. */
-uint32_t ggml_type_block_elems(uint32_t type);
-uint32_t ggml_type_block_bytes(uint32_t type);
+uint32_t gguf_type_block_elems(uint32_t type);
+uint32_t gguf_type_block_bytes(uint32_t type);
 /* True for the types the engine computes with: F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K. */
-bool ggml_type_computable(uint32_t type);
+bool gguf_type_computable(uint32_t type);
 
 /* Name of a metadata value type ("u32", "string", ...); "?" when unknown. */
 const char *gguf_vtype_name(gguf_vtype t);
@@ -104,7 +104,7 @@ typedef struct gguf_kv {
 
 typedef struct gguf_tensor {
     const char *name;   /* NUL-terminated */
-    uint32_t type;      /* ggml_type id (always a known one) */
+    uint32_t type;      /* gguf_type id (always a known one) */
     uint32_t n_dims;    /* 1..4 */
     uint64_t ne[4];     /* ne[0] is the contiguous (row) dimension; unused dims are 1 */
     uint64_t n_elems;

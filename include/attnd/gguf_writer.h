@@ -4,7 +4,7 @@
  *
  *     gguf_writer *w; gguf_writer_create(&w);
  *     gguf_writer_add_str(w, "general.architecture", "llama");
- *     gguf_writer_add_tensor(w, "token_embd.weight", GGML_TYPE_F32, 2, (uint64_t[]){64, 512}, data);
+ *     gguf_writer_add_tensor(w, "token_embd.weight", GGUF_TYPE_F32, 2, (uint64_t[]){64, 512}, data);
  *     gguf_writer_write(w, "out.gguf", &err);   // temp file + rename: never a half-written file
  *     gguf_writer_destroy(w);
  *

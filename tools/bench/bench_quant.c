@@ -43,17 +43,17 @@ static uint8_t *make_weights(uint32_t type, int64_t rows, int64_t cols) {
         uint8_t *p = w + (size_t)r * rb;
         for (int64_t c = 0; c < cols; c++) {
             switch (type) {
-            case GGML_TYPE_F32: ((float *)p)[c] = (float)(rnd() % 1000) / 1000.f - 0.5f; break;
-            case GGML_TYPE_F16: memcpy(p + 2 * c, &h, 2); break;
-            case GGML_TYPE_BF16: {
+            case GGUF_TYPE_F32: ((float *)p)[c] = (float)(rnd() % 1000) / 1000.f - 0.5f; break;
+            case GGUF_TYPE_F16: memcpy(p + 2 * c, &h, 2); break;
+            case GGUF_TYPE_BF16: {
                 uint16_t b = quant_f32_to_bf16(0.01f * (float)(rnd() % 100));
                 memcpy(p + 2 * c, &b, 2);
                 break;
             }
-            case GGML_TYPE_Q8_0: if (c % 32 == 0) memcpy(p + c / 32 * 34, &h, 2); break;
-            case GGML_TYPE_Q4_0: if (c % 32 == 0) memcpy(p + c / 32 * 18, &h, 2); break;
-            case GGML_TYPE_Q4_K: if (c % 256 == 0) { memcpy(p + c / 256 * 144, &h, 2); memcpy(p + c / 256 * 144 + 2, &h, 2); } break;
-            case GGML_TYPE_Q6_K: if (c % 256 == 0) memcpy(p + c / 256 * 210 + 208, &h, 2); break;
+            case GGUF_TYPE_Q8_0: if (c % 32 == 0) memcpy(p + c / 32 * 34, &h, 2); break;
+            case GGUF_TYPE_Q4_0: if (c % 32 == 0) memcpy(p + c / 32 * 18, &h, 2); break;
+            case GGUF_TYPE_Q4_K: if (c % 256 == 0) { memcpy(p + c / 256 * 144, &h, 2); memcpy(p + c / 256 * 144 + 2, &h, 2); } break;
+            case GGUF_TYPE_Q6_K: if (c % 256 == 0) memcpy(p + c / 256 * 210 + 208, &h, 2); break;
             }
         }
     }
@@ -81,8 +81,8 @@ static double time_matmul(uint32_t type, int64_t rows, int64_t cols, int n_tok, 
     return best;
 }
 
-static const uint32_t TYPES[] = {GGML_TYPE_F32,  GGML_TYPE_F16,  GGML_TYPE_BF16, GGML_TYPE_Q8_0,
-                                 GGML_TYPE_Q4_0, GGML_TYPE_Q4_K, GGML_TYPE_Q6_K};
+static const uint32_t TYPES[] = {GGUF_TYPE_F32,  GGUF_TYPE_F16,  GGUF_TYPE_BF16, GGUF_TYPE_Q8_0,
+                                 GGUF_TYPE_Q4_0, GGUF_TYPE_Q4_K, GGUF_TYPE_Q6_K};
 
 /* The matmuls of one decoded token of a rand-* model: per layer q, k, v, o, gate, up, down; then the
  * F32 output head. */
@@ -94,7 +94,7 @@ static double model_token_s(uint32_t attn_t, uint32_t down_t, int n_threads, int
     s += 2 * time_matmul(attn_t, 768, 256, n_tok, n_threads, 100);  /* gate, up */
     s += time_matmul(down_t, 256, 768, n_tok, n_threads, 100);      /* down */
     s *= L;
-    s += time_matmul(GGML_TYPE_F32, 1024, 256, n_tok, n_threads, 100); /* output */
+    s += time_matmul(GGUF_TYPE_F32, 1024, 256, n_tok, n_threads, 100); /* output */
     return s;
 }
 
@@ -106,7 +106,7 @@ static double model_stream_s(uint32_t attn_t, uint32_t down_t, int n_threads, in
     uint8_t *w[L][7];
     for (int l = 0; l < L; l++)
         for (int k = 0; k < 7; k++) w[l][k] = make_weights(k == 6 ? down_t : attn_t, shp[k][0], shp[k][1]);
-    uint8_t *head = make_weights(GGML_TYPE_F32, V, D);
+    uint8_t *head = make_weights(GGUF_TYPE_F32, V, D);
     float *x = malloc((size_t)n_tok * F * sizeof(float)), *out = malloc((size_t)n_tok * V * sizeof(float));
     for (int64_t i = 0; i < (int64_t)n_tok * F; i++) x[i] = (float)(rnd() % 2001) / 1000.f - 1.f;
     size_t sb = quant_scratch_bytes(attn_t, n_tok, F);
@@ -121,7 +121,7 @@ static double model_stream_s(uint32_t attn_t, uint32_t down_t, int n_threads, in
                 for (int k = 0; k < 7; k++)
                     quant_matmul(out, w[l][k], k == 6 ? down_t : attn_t, shp[k][0], shp[k][1], x, n_tok, scratch,
                                  n_threads);
-            quant_matmul(out, head, GGML_TYPE_F32, V, D, x, n_tok, scratch, n_threads);
+            quant_matmul(out, head, GGUF_TYPE_F32, V, D, x, n_tok, scratch, n_threads);
         }
         double dt = (now_s() - t0) / reps;
         if (dt < best) best = dt;
@@ -190,7 +190,7 @@ int main(int argc, char **argv) {
                 if (isa == QUANT_ISA_PORTABLE) port = t;
                 char shape[32];
                 snprintf(shape, sizeof shape, "%ldx%ld", (long)rows, (long)cols);
-                printf("%-5s %-9s %10s %10.2f %9.1f %9.2f %8.1fx\n", ggml_type_name(TYPES[ti]), shape,
+                printf("%-5s %-9s %10s %10.2f %9.1f %9.2f %8.1fx\n", gguf_type_name(TYPES[ti]), shape,
                        quant_isa_name((quant_isa)isa), t * 1e6, t * 1e9 / (double)rows,
                        2.0 * (double)rows * (double)cols * n_tok / t * 1e-9, port / t);
             }
@@ -199,8 +199,8 @@ int main(int argc, char **argv) {
     printf("\nmatmul time of one step (n_tok %d) of the rand-* models:\n", n_tok);
     for (int isa = QUANT_ISA_PORTABLE; isa <= (int)best; isa++) {
         quant_isa_force((quant_isa)isa);
-        double q8 = model_token_s(GGML_TYPE_Q8_0, GGML_TYPE_Q8_0, n_threads, n_tok);
-        double q4k = model_token_s(GGML_TYPE_Q4_K, GGML_TYPE_Q6_K, n_threads, n_tok);
+        double q8 = model_token_s(GGUF_TYPE_Q8_0, GGUF_TYPE_Q8_0, n_threads, n_tok);
+        double q4k = model_token_s(GGUF_TYPE_Q4_K, GGUF_TYPE_Q6_K, n_threads, n_tok);
         printf("  %-8s rand-Q8_0 %8.1f us (%6.0f steps/s)   rand-Q4_K %8.1f us (%6.0f steps/s)\n",
                quant_isa_name((quant_isa)isa), q8 * 1e6, 1 / q8, q4k * 1e6, 1 / q4k);
     }
@@ -208,8 +208,8 @@ int main(int argc, char **argv) {
     printf("\nthe same with each layer's weights in separate buffers (streamed, as in a model):\n");
     for (int isa = QUANT_ISA_PORTABLE; isa <= (int)best; isa++) {
         quant_isa_force((quant_isa)isa);
-        double q8 = model_stream_s(GGML_TYPE_Q8_0, GGML_TYPE_Q8_0, n_threads, n_tok);
-        double q4k = model_stream_s(GGML_TYPE_Q4_K, GGML_TYPE_Q6_K, n_threads, n_tok);
+        double q8 = model_stream_s(GGUF_TYPE_Q8_0, GGUF_TYPE_Q8_0, n_threads, n_tok);
+        double q4k = model_stream_s(GGUF_TYPE_Q4_K, GGUF_TYPE_Q6_K, n_threads, n_tok);
         printf("  %-8s rand-Q8_0 %8.1f us (%6.0f steps/s)   rand-Q4_K %8.1f us (%6.0f steps/s)\n",
                quant_isa_name((quant_isa)isa), q8 * 1e6, 1 / q8, q4k * 1e6, 1 / q4k);
     }

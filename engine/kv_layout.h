@@ -1,6 +1,6 @@
 /*
- * kv.h — (engine-private) layout of the KV cache, shared by kv.c (pools, sequences, blocks) and
- * the evaluation code (engine.c, attention.c) that writes and reads cached keys and values.
+ * kv_layout.h — (engine-private) layout of the KV cache, shared by kv.c (pools, sequences, blocks) and
+ * the evaluation code (engine.c, attn_ops.c) that writes and reads cached keys and values.
  *
  * A sequence's cache is a list of fixed-size blocks of KV_BLOCK token positions. One block holds
  * every layer's keys and values for its positions. Keys are stored transposed, so that one kv
@@ -13,13 +13,13 @@
  * Reserving room for a batch is separate from committing it, so a batch that does not fit
  * leaves every sequence exactly as it was.
  */
-#ifndef ATTND_KV_H
-#define ATTND_KV_H
+#ifndef ATTND_KV_LAYOUT_H
+#define ATTND_KV_LAYOUT_H
 
 #include <pthread.h>
 #include <stdint.h>
 
-#include "attnd/model.h"
+#include "attnd/engine.h"
 
 /* Token positions per block: small enough that a short session wastes little, large enough
  * that a block is one attention tile and block bookkeeping is negligible. */
@@ -82,4 +82,4 @@ static inline void *kv_v_row(const kv_seq *s, int layer, int pos) {
  */
 attnd_status kv_reserve(kv_seq *const *seqs, int n, attnd_err *err);
 
-#endif /* ATTND_KV_H */
+#endif /* ATTND_KV_LAYOUT_H */
