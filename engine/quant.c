@@ -106,7 +106,8 @@ size_t quant_scratch_bytes(uint32_t wtype, int n_tok, int64_t n_cols) {
     case GGUF_TYPE_F16:
     case GGUF_TYPE_BF16: return SCRATCH_ALIGN + round_up(n * sizeof(float));
     case GGUF_TYPE_Q8_0:
-    case GGUF_TYPE_Q4_0: return SCRATCH_ALIGN + round_up((size_t)n_tok * (size_t)(n_cols / QK8_0) * sizeof(float)) + round_up(n);
+    case GGUF_TYPE_Q4_0:
+        return SCRATCH_ALIGN + 2 * round_up((size_t)n_tok * (size_t)(n_cols / QK8_0) * sizeof(float)) + round_up(n);
     case GGUF_TYPE_Q4_K:
     case GGUF_TYPE_Q6_K:
         return SCRATCH_ALIGN + round_up((size_t)n_tok * (size_t)(n_cols / QK_K) * sizeof(float)) + round_up(n) +
@@ -271,6 +272,7 @@ typedef struct act_plan {
     float *d;          /* Q8 forms: (n_tok, nb) */
     int8_t *q;         /* Q8 forms: (n_tok, n_cols) */
     int16_t *bs;       /* Q8_K form: (n_tok, n_cols / 16) */
+    int32_t *xsum;     /* Q8_0 form: (n_tok, nb) */
     quant_prep_f16_fn f16;
     quant_prep_q8_0_fn q8_0;
     quant_prep_q8_k_fn q8_k;
@@ -299,7 +301,8 @@ static void act_plan_init(act_plan *pl, quant_isa isa, uint32_t wtype, const flo
     case GGUF_TYPE_Q4_0:
         pl->a.nb = n_cols / QK8_0;
         pl->d = (float *)p;
-        pl->q = (int8_t *)(p + round_up((size_t)n_tok * (size_t)pl->a.nb * sizeof(float)));
+        pl->xsum = (int32_t *)(p + round_up((size_t)n_tok * (size_t)pl->a.nb * sizeof(float)));
+        pl->q = (int8_t *)(p + 2 * round_up((size_t)n_tok * (size_t)pl->a.nb * sizeof(float)));
         RESOLVE(isa, prep_q8_0, pl->q8_0);
         break;
     case GGUF_TYPE_Q4_K:
@@ -317,6 +320,7 @@ static void act_plan_init(act_plan *pl, quant_isa isa, uint32_t wtype, const flo
     pl->a.d = pl->d;
     pl->a.q = pl->q;
     pl->a.bsums = pl->bs;
+    pl->a.xsum = pl->xsum;
 }
 
 /* Prepares the activations of token t. */
@@ -324,7 +328,15 @@ static void act_fill(const act_plan *pl, int t) {
     int64_t n = pl->a.n_cols, nb = pl->a.nb;
     const float *x = pl->x + t * n;
     if (pl->f16) pl->f16(pl->xr + t * n, x, n);
-    else if (pl->q8_0) pl->q8_0(pl->d + t * nb, pl->q + t * n, x, n);
+    else if (pl->q8_0) {
+        const int8_t *q = pl->q + t * n;
+        pl->q8_0(pl->d + t * nb, pl->q + t * n, x, n);
+        for (int64_t b = 0; b < nb; b++, q += QK8_0) {
+            int32_t s = 0;
+            for (int j = 0; j < QK8_0; j++) s += q[j];
+            pl->xsum[t * nb + b] = s;
+        }
+    }
     else if (pl->q8_k) pl->q8_k(pl->d + t * nb, pl->q + t * n, pl->bs + t * (n / 16), x, n);
 }
 
@@ -658,7 +670,7 @@ void quant_f32_to_f16_row(uint16_t *dst, const float *src, int64_t n) {
  * 2^17 threshold). Decode on small models stays serial; prefill and large matrices split. */
 #define PAR_MIN_WORK (1 << 20)
 /* Rows handed out per scheduling unit: a multiple of the kernels' row tiles. */
-#define ROW_GRAIN 8
+#define ROW_GRAIN 16
 
 void quant_matmul(float *out, const void *w, uint32_t wtype, int64_t n_rows, int64_t n_cols, const float *x,
                   int n_tok, void *scratch, int n_threads) {
