@@ -25,9 +25,12 @@
 #include "model_internal.h"
 #include "quant.h"
 
-/* Below this many multiply-adds a parallel region costs more than it saves (thread wake-up is
- * several microseconds, and far worse on a loaded machine). */
-#define PAR_MIN_WORK 32768L
+/* Below these amounts of work a parallel region costs more than it saves (thread wake-up is
+ * several microseconds, and far worse on a loaded machine): elements of row-wise work
+ * (normalisation), and multiply-adds of one layer's attention. The matmuls have their own
+ * threshold in quant.c (MATMUL_PAR_MIN_MACS). */
+#define ROWWISE_PAR_MIN_ELEMS 32768L
+#define ATTN_PAR_MIN_MACS 32768L
 
 /* Queries per attention work item: consecutive entries of one sequence (a prefill) share each
  * converted K/V tile. */
@@ -93,7 +96,6 @@ static size_t max_scratch(size_t cur, const weight *w, int n_tok) {
 attnd_status engine_create(engine **out, const model *m, int max_batch, int n_threads, attnd_err *err) {
     *out = NULL;
     if (!m) return attnd_fail(err, ATTND_ERR_INVALID, "engine_create: no model");
-    attn_ops_init();
     if (max_batch < 1 || max_batch > (1 << 16))
         return attnd_fail(err, ATTND_ERR_INVALID, "max_batch %d is outside 1..65536", max_batch);
     engine *e = calloc(1, sizeof(*e));
@@ -203,7 +205,7 @@ void engine_set_attention_cb(engine *e, engine_attn_cb cb, void *user) {
 /* out[i] = x[i] / rms(x) * w[i] for each of n rows of dim elements (sum of squares in double,
  * as llama.cpp does, so near-ties break the same way more often). */
 static void rmsnorm(float *out, const float *x, const float *w, int n, int dim, float eps, int n_threads) {
-#pragma omp parallel for num_threads(n_threads) if ((long)n * dim >= PAR_MIN_WORK)
+#pragma omp parallel for num_threads(n_threads) if ((long)n * dim >= ROWWISE_PAR_MIN_ELEMS)
     for (int t = 0; t < n; t++) {
         const float *xr = x + (size_t)t * dim;
         float *o = out + (size_t)t * dim;
@@ -481,7 +483,7 @@ attnd_status engine_eval(engine *e, const batch_entry *entries, int n, float *lo
         kv_store(e, entries, n, l);
         int n_kv = mi->n_head_kv, n_items = n_qb * n_kv;
         /* Work items (query block, kv head): later positions cost more, hence dynamic scheduling. */
-#pragma omp parallel for num_threads(nth) schedule(dynamic, 1) if (n_items > 1 && attn_work >= PAR_MIN_WORK)
+#pragma omp parallel for num_threads(nth) schedule(dynamic, 1) if (n_items > 1 && attn_work >= ATTN_PAR_MIN_MACS)
         for (int w = 0; w < n_items; w++)
             attend(e, &e->slots[omp_get_thread_num()], entries, e->qblocks[w / n_kv], l, w % n_kv);
         if (e->attn_cb) report_attention(e, entries, n, l);
