@@ -571,6 +571,17 @@ Test(tokenizer, load_rejects_inconsistent_vocabularies) {
     cr_expect_eq(load_built(&b, &t, &err), ATTND_ERR_FORMAT);
     cr_expect(strstr(err.msg, "merges[0]"), "%s", err.msg);
     cr_expect_null(t);
+
+    /* found by fuzzing: a malformed merge after a valid one leaked the merge buffer (ASan) */
+    static const char *toks3[] = {"a", "b", "ab"};
+    static const char *late_bad[] = {"a b", "ab"};
+    b = (gbuf){0};
+    kv_str(&b, "tokenizer.ggml.model", "gpt2");
+    kv_strs(&b, "tokenizer.ggml.tokens", toks3, 3);
+    kv_strs(&b, "tokenizer.ggml.merges", late_bad, 2);
+    cr_expect_eq(load_built(&b, &t, &err), ATTND_ERR_FORMAT);
+    cr_expect(strstr(err.msg, "merges[1]"), "%s", err.msg);
+    cr_expect_null(t);
     tok_destroy(NULL);
 }
 
