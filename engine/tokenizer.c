@@ -513,7 +513,12 @@ attnd_status tok_load(tokenizer **out, const gguf_file *f, attnd_err *err) {
         pos += toks->strings[i].len;
         t->text[pos++] = '\0';
         int32_t ty = types ? ((const int32_t *)types->data)[i] : TT_NORMAL;
-        t->type[i] = ty >= TT_NORMAL && ty <= TT_BYTE ? (uint8_t)ty : TT_NORMAL;
+        if (ty < 0 || ty > TT_BYTE) { /* 0 is "undefined" in llama.cpp: read as normal */
+            st = attnd_fail(err, ATTND_ERR_FORMAT, "tokenizer.ggml.token_type[%zu] = %d is not a token type", i,
+                            (int)ty);
+            goto fail;
+        }
+        t->type[i] = ty >= TT_NORMAL ? (uint8_t)ty : TT_NORMAL;
         if (t->score) {
             float sc = scores ? ((const float *)scores->data)[i] : 0.0f;
             t->score[i] = isnan(sc) ? -INFINITY : sc;
