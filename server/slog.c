@@ -3,6 +3,10 @@
  * "<6>2026-01-01T12:00:00.123Z attnd[info] listening on http://127.0.0.1:8080": the leading
  * syslog priority (<3> error, <4> warning, <6> info, <7> debug) lets journald keep each line's
  * level when the server runs as a systemd service (SyslogLevelPrefix=, on by default).
+ *
+ * A line is always one line: control characters in the message (a request path, a header, a
+ * file name a client chose) are written as \xNN, so no client can end a line early and forge
+ * another ("GET /x%0A<3>... attnd[error] ...").
  */
 #include "slog.h"
 
@@ -17,15 +21,34 @@ void slog_set_level(server_log_level level) { atomic_store(&g_level, (int)level)
 
 bool slog_enabled(server_log_level level) { return (int)level <= atomic_load(&g_level); }
 
+size_t slog_escape(char *out, size_t cap, const char *in) {
+    static const char HEX[] = "0123456789abcdef";
+    size_t k = 0;
+    if (!cap) return 0;
+    for (; *in; in++) {
+        unsigned char c = (unsigned char)*in;
+        bool ctl = c < 0x20 || c == 0x7f;
+        if (k + (ctl ? 4 : 1) >= cap) break;
+        if (ctl) {
+            out[k++] = '\\', out[k++] = 'x', out[k++] = HEX[c >> 4], out[k++] = HEX[c & 15];
+        } else {
+            out[k++] = (char)c;
+        }
+    }
+    out[k] = '\0';
+    return k;
+}
+
 void slog(server_log_level level, const char *fmt, ...) {
     static const char *NAMES[] = {"error", "warn", "info", "debug"};
     static const int PRIORITY[] = {3, 4, 6, 7};
     if (!slog_enabled(level)) return;
-    char msg[1024];
+    char raw[1024], msg[4 * sizeof(raw)];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof(msg), fmt, ap);
+    vsnprintf(raw, sizeof(raw), fmt, ap);
     va_end(ap);
+    slog_escape(msg, sizeof(msg), raw);
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     struct tm tm;
