@@ -43,6 +43,9 @@ typedef struct oai_request {
  * Validates a /v1/completions (chat = false) or /v1/chat/completions (chat = true) body.
  * Defaults come from cfg; n_vocab bounds token ids and logit_bias keys; max_tokens above
  * cfg->max_tokens_cap is refused. On error *param names the field (NULL for the body itself).
+ * Features not implemented (tools, tool_choice, functions, function_call, response_format other
+ * than "text", audio, modalities other than ["text"], best_of > 1, suffix) are refused by name;
+ * unknown fields and harmless ones clients send (user, stream_options, metadata, store) are not.
  * out must be freed with oai_request_free, also after an error.
  */
 attnd_status oai_parse(const json_t *body, bool chat, const server_settings *cfg, int n_vocab, oai_request *out,
