@@ -644,6 +644,19 @@ fail:
     return st;
 }
 
+int config_scrub_argv(int argc, char **argv) {
+    int n = 0;
+    for (int i = 1; i < argc; i++) {
+        char *v = NULL;
+        if (!strcmp(argv[i], "--api-key") && i + 1 < argc) v = argv[++i];
+        else if (!strncmp(argv[i], "--api-key=", 10)) v = argv[i] + 10;
+        if (!v) continue;
+        for (; *v; v++) *v = 'x'; /* same length: the process's argument area cannot grow or shrink */
+        n++;
+    }
+    return n;
+}
+
 void config_destroy(config *c) {
     if (!c) return;
     for (size_t i = 0; i < N_SETTINGS; i++) free(c->slots[i].origin);
