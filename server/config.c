@@ -77,6 +77,7 @@ static const entry SETTINGS[] = {
     {"api_key", K_STR, OFF(api_key), 0, 0, F_SECRET, "required Bearer token (empty = no auth)"},
     {"api_key_file", K_KEYFILE, OFF(api_key), 0, 0, F_SECRET, "file holding the Bearer token"},
     {"cors_origins", K_STR, OFF(cors_origins), 0, 0, 0, "allowed CORS origins, comma-separated, * = any"},
+    {"allowed_hosts", K_STR, OFF(allowed_hosts), 0, 0, 0, "extra Host names a loopback-bound server answers"},
     {"log_level", K_LOGLEVEL, OFF(log_level), 0, 0, 0, "error | warn | info | debug"},
     {"access_log", K_BOOL, OFF(access_log), 0, 0, 0, "one log line per request"},
     {"temperature", K_FLOAT, OFF(temperature), 0, 100, 0, "default sampling temperature"},

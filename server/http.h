@@ -31,6 +31,8 @@
 struct server {
     server_settings cfg;
     char *host, *model_path, *model_alias, *state_dir, *api_key, *cors, *chat_template; /* owned copies */
+    char *allowed_hosts;      /* owned copy */
+    bool loopback;            /* bound to a loopback address: Host names are checked (origin.h) */
     struct MHD_Daemon *d;
     int port;
     metrics *met;

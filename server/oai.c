@@ -336,6 +336,7 @@ const char *oai_error_type(int st) {
     case 400: case 405: case 409: case 413: return "invalid_request_error";
     case 404: return "not_found_error";
     case 401: return "authentication_error";
+    case 403: case 421: return "permission_error";
     case 429: return "rate_limit_error";
     case 503: return "unavailable_error";
     default: return "server_error";
@@ -346,10 +347,12 @@ static const char *error_code(int st) {
     switch (st) {
     case 400: return "invalid_request";
     case 401: return "invalid_api_key";
+    case 403: return "forbidden_origin";
     case 404: return "not_found";
     case 405: return "method_not_allowed";
     case 409: return "conflict";
     case 413: return "request_too_large";
+    case 421: return "misdirected_request";
     case 429: return "rate_limit_exceeded";
     case 503: return "unavailable";
     default: return "internal_error";

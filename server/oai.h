@@ -54,7 +54,7 @@ void oai_request_free(oai_request *r);
 
 /* {"error": {"message", "type", "param", "code"}} (new reference). type follows the status:
  * 400/404/405/409/413 invalid_request_error (404 not_found_error), 401 authentication_error,
- * 429 rate_limit_error, 503 unavailable_error, else server_error. param may be NULL. */
+ * 403/421 permission_error, 429 rate_limit_error, 503 unavailable_error, else server_error. param may be NULL. */
 json_t *oai_error(int http_status, const char *message, const char *param);
 const char *oai_error_type(int http_status);
 

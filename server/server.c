@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "http.h"
+#include "origin.h"
 #include "slog.h"
 
 // ---- lifecycle ----------------------------------------------------------------------------
@@ -65,6 +66,9 @@ attnd_status server_create(server **out, const server_settings *cfg, attnd_err *
     s->api_key = dup_or_null(cfg->api_key);
     s->cors = cfg->cors_origins && *cfg->cors_origins ? strdup(cfg->cors_origins) : NULL;
     s->chat_template = dup_or_null(cfg->chat_template);
+    s->allowed_hosts = dup_or_null(cfg->allowed_hosts);
+    s->cfg.allowed_hosts = s->allowed_hosts;
+    s->loopback = origin_bind_is_loopback(s->host);
     s->cfg.host = s->host;
     s->cfg.model_path = s->model_path;
     s->cfg.model_alias = s->model_alias;
@@ -207,6 +211,7 @@ void server_destroy(server *s) {
     free(s->state_dir);
     free(s->api_key);
     free(s->cors);
+    free(s->allowed_hosts);
     free(s->chat_template);
     free(s);
 }

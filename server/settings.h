@@ -75,6 +75,8 @@ typedef struct server_settings {
     // ---- security ----
     const char *api_key;     /* required Bearer token; NULL or "" = no authentication */
     const char *cors_origins;/* comma-separated allowed origins, "*" for any; NULL = CORS off */
+    const char *allowed_hosts; /* extra Host names a loopback-bound server answers (comma-separated);
+                                * NULL = loopback names only (DNS rebinding, see origin.h) */
 
     // ---- logging ----
     server_log_level log_level; /* default SERVER_LOG_INFO */

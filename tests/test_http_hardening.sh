@@ -71,5 +71,41 @@ done
 code=$(post "$P" /v1/chat/completions "{$msgs,\"user\":\"u\",\"stream_options\":null,\"response_format\":{\"type\":\"text\"}}")
 check "user, stream_options and response_format text are accepted ($code)" test "$code" = 200
 
+# ---- 3: cross-site POSTs and DNS rebinding --------------------------------------------------------
+comp='{"prompt":"a","max_tokens":1}'
+code=$(post "$P" /v1/completions "$comp" -H 'Content-Type: text/plain' -H 'Origin: https://evil.example')
+check "a text/plain POST from a foreign Origin is refused ($code)" test "$code" = 403
+code=$(post "$P" /v1/sessions '{}' -H 'Origin: null')
+check "Origin: null cannot create sessions ($code)" test "$code" = 403
+code=$(post "$P" /v1/completions "$comp" -H "Origin: http://127.0.0.1:$P")
+check "the server's own origin is accepted ($code)" test "$code" = 200
+code=$(curl -s -o /dev/null -w '%{http_code}' -d "$comp" "http://127.0.0.1:$P/v1/completions")
+check "plain curl -d (form content type, no Origin) keeps working ($code)" test "$code" = 200
+code=$(curl -s -o "$TMP/body" -w '%{http_code}' -H 'Host: evil.example' "http://127.0.0.1:$P/v1/models")
+check "a foreign Host on a loopback server is refused ($code)" test "$code" = 421
+check "with a JSON error" grep -q '"type":"permission_error"' "$TMP/body"
+code=$(curl -s -o /dev/null -w '%{http_code}' -H "Host: localhost:$P" "http://127.0.0.1:$P/v1/models")
+check "Host: localhost is answered ($code)" test "$code" = 200
+
 stop_server main || bad "SIGTERM exit status"
+
+# allowed_hosts and cors_origins extend the rules; --api-key is scrubbed from the process list (12)
+start_server open --model "$MODEL" --threads 1 --allowed-hosts "box.lan" --cors-origins "https://app.example" \
+    --api-key "k-$$-secret"
+auth=(-H "Authorization: Bearer k-$$-secret")
+code=$(curl -s -o /dev/null -w '%{http_code}' "${auth[@]}" -H 'Host: box.lan:80' "http://127.0.0.1:$open_PORT/v1/models")
+check "a host listed in allowed_hosts is answered ($code)" test "$code" = 200
+code=$(post "$open_PORT" /v1/completions "$comp" "${auth[@]}" -H 'Origin: https://app.example')
+check "an origin listed in cors_origins may POST ($code)" test "$code" = 200
+check "the API key is not in /proc/PID/cmdline" bash -c "! tr '\\0' ' ' </proc/$open_PID/cmdline | grep -q 'k-$$-secret'"
+check "and a warning says how to keep it out" grep -q "api_key_file" "$open_LOG"
+stop_server open || bad "SIGTERM exit status (open)"
+
+# ---- 9: an unwritable state directory stops the start-up -------------------------------------
+touch "$TMP/plainfile"
+timeout 60 "$ATTND_BINARY" serve --host 127.0.0.1 --port 0 --model "$MODEL" --threads 1 \
+    --state-dir "$TMP/plainfile" 2>"$TMP/state.log"
+rc=$?
+check "an unusable state dir is a non-zero exit ($rc)" test "$rc" -ne 0 -a "$rc" -ne 124
+check "naming the directory" grep -q "plainfile" "$TMP/state.log"
 exit $status
