@@ -56,7 +56,7 @@ typedef struct entry {
 static const entry SETTINGS[] = {
     {"host", K_STR, OFF(host), 0, 0, F_NONEMPTY, "address to listen on (0.0.0.0 / :: = all interfaces)"},
     {"port", K_INT, OFF(port), 0, 65535, 0, "TCP port (0 = any free port)"},
-    {"max_connections", K_INT, OFF(max_connections), 1, 65535, 0, "concurrent HTTP connections"},
+    {"max_connections", K_INT, OFF(max_connections), 1, 65535, 0, "concurrent HTTP connections (503 above)"},
     {"model", K_STR, OFF(model_path), 0, 0, 0, "GGUF model file (empty = the installed default model)"},
     {"model_alias", K_STR, OFF(model_alias), 0, 0, 0, "model id in /v1/models (empty = file name)"},
     {"threads", K_INT, OFF(threads), 0, 4096, 0, "engine threads (0 = all CPUs)"},
@@ -72,6 +72,7 @@ static const entry SETTINGS[] = {
     {"queue_limit", K_INT, OFF(queue_limit), 1, 1000000, 0, "requests waiting for the scheduler (429 above)"},
     {"max_tokens_cap", K_INT, OFF(max_tokens_cap), 1, 1 << 24, 0, "upper bound on a request's max_tokens"},
     {"request_timeout_s", K_INT, OFF(request_timeout_s), 1, 86400, 0, "idle HTTP connection timeout, s"},
+    {"header_timeout_s", K_INT, OFF(header_timeout_s), 1, 3600, 0, "time a connection has to send its request headers, s"},
     {"shutdown_timeout_s", K_INT, OFF(shutdown_timeout_s), 0, 3600, 0, "SIGTERM: time in-flight work gets, s"},
     {"watchdog_interval_ms", K_INT, OFF(watchdog_interval_ms), 10, 3600000, 0, "scheduler keep-alive period, ms"},
     {"api_key", K_STR, OFF(api_key), 0, 0, F_SECRET, "required Bearer token (empty = no auth)"},

@@ -266,6 +266,11 @@ static enum MHD_Result request_begin(struct server *s, struct MHD_Connection *c,
     snprintf(r->method, sizeof(r->method), "%s", method);
     snprintf(r->path, sizeof(r->path), "%s", url);
     if (strlen(url) >= sizeof(r->path)) r->path[sizeof(r->path) - 2] = '~'; /* never matches a route */
+    if (s->conns && !conn_request_begin(s->conns, c)) { /* answered, then the connection closes */
+        r->rt = NULL;
+        return http_respond_json_h(r, 503, oai_error(503, "too many connections; retry shortly", NULL), "Connection",
+                                   "close");
+    }
     bool done;
     enum MHD_Result ret = precheck(r, &done);
     if (done) r->rt = NULL;
@@ -330,8 +335,8 @@ static int request_job_end(struct server *s, req *r, enum MHD_RequestTermination
 }
 
 void http_on_completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe) {
-    (void)c;
     struct server *s = cls;
+    if (s->conns) conn_request_end(s->conns, c); /* keep-alive: the next headers' deadline starts */
     req *r = *con_cls;
     if (!r) return;
     *con_cls = NULL;

@@ -20,6 +20,7 @@
 #include "attnd/engine.h"
 #include "attnd/tokenizer.h"
 #include "chat.h"
+#include "conn.h"
 #include "metrics.h"
 #include "oai.h"
 #include "oai_resp.h"
@@ -34,6 +35,7 @@ struct server {
     char *allowed_hosts;      /* owned copy */
     bool loopback;            /* bound to a loopback address: Host names are checked (origin.h) */
     struct MHD_Daemon *d;
+    conn_tracker *conns;      /* header deadline and the 503 at max_connections (conn.h) */
     int port;
     metrics *met;
     // ---- set by server_load, read-only afterwards ----

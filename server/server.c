@@ -89,13 +89,18 @@ attnd_status server_create(server **out, const server_settings *cfg, attnd_err *
         rc = attnd_fail(err, ATTND_ERR_INVALID, "port %d is outside 0..65535", cfg->port);
         goto fail;
     }
+    int max_conns = cfg->max_connections > 0 ? cfg->max_connections : 256;
+    if ((rc = conn_tracker_create(&s->conns, max_conns, cfg->header_timeout_s > 0 ? cfg->header_timeout_s : 10, err)))
+        goto fail;
     int fd = -1;
     if ((rc = listen_socket(s->host, cfg->port, &fd, err)) != ATTND_OK) goto fail;
     unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_ITC | MHD_USE_POLL;
     s->d = MHD_start_daemon(flags, 0, NULL, NULL, http_on_request, s,
                             MHD_OPTION_LISTEN_SOCKET, fd,
                             MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)(cfg->request_timeout_s > 0 ? cfg->request_timeout_s : 30),
-                            MHD_OPTION_CONNECTION_LIMIT, (unsigned)(cfg->max_connections > 0 ? cfg->max_connections : 256),
+                            /* room above max_connections, so the excess is answered 503 (conn.h) */
+                            MHD_OPTION_CONNECTION_LIMIT, (unsigned)(max_conns <= 32767 ? 2 * max_conns : 65535),
+                            MHD_OPTION_NOTIFY_CONNECTION, conn_on_notify, s->conns,
                             MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)64 * 1024,
                             MHD_OPTION_NOTIFY_COMPLETED, http_on_completed, s,
                             MHD_OPTION_END);
@@ -188,6 +193,8 @@ void server_shutdown(server *s) {
         MHD_stop_daemon(s->d);
         s->d = NULL;
     }
+    conn_tracker_destroy(s->conns);
+    s->conns = NULL;
     if (s->store) {
         int fails = sess_persist_all(s->store);
         if (fails) slog_error("shutdown: %d sessions could not be saved", fails);
@@ -213,5 +220,6 @@ void server_destroy(server *s) {
     free(s->cors);
     free(s->allowed_hosts);
     free(s->chat_template);
+    conn_tracker_destroy(s->conns);
     free(s);
 }

@@ -101,6 +101,31 @@ check "the API key is not in /proc/PID/cmdline" bash -c "! tr '\\0' ' ' </proc/$
 check "and a warning says how to keep it out" grep -q "api_key_file" "$open_LOG"
 stop_server open || bad "SIGTERM exit status (open)"
 
+# ---- 4: slow clients cannot hold the slots; the excess is answered 503 ------------------------
+start_server tight --model "$MODEL" --threads 1 --max-connections 3 --header-timeout-s 2
+slow_pids=()
+for i in 1 2 3 4; do # one header line a second, never finishing
+    (exec 3<>"/dev/tcp/127.0.0.1/$tight_PORT"
+     printf 'GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n' >&3
+     for k in $(seq 20); do sleep 1; printf 'X-Slow-%d: 1\r\n' "$k" >&3 2>/dev/null || exit 0; done) &
+    slow_pids+=($!)
+done
+sleep 0.5
+code=$(curl -s -o "$TMP/body" -w '%{http_code}' -m 5 "http://127.0.0.1:$tight_PORT/health")
+check "at the connection limit a request is answered 503, not reset ($code)" test "$code" = 503
+sleep 3
+code=$(curl -s -o /dev/null -w '%{http_code}' -m 5 "http://127.0.0.1:$tight_PORT/health")
+check "after header_timeout_s the slow connections are gone and /health answers ($code)" test "$code" = 200
+for _ in $(seq 100); do # a writer notices the close at its second write after it
+    alive=0
+    for p in "${slow_pids[@]}"; do kill -0 "$p" 2>/dev/null && alive=$((alive + 1)); done
+    [ "$alive" = 0 ] && break
+    sleep 0.1
+done
+check "every slow client saw its connection closed ($alive still writing)" test "$alive" = 0
+for p in "${slow_pids[@]}"; do kill "$p" 2>/dev/null; wait "$p" 2>/dev/null; done
+stop_server tight || bad "SIGTERM exit status (tight)"
+
 # ---- 9: an unwritable state directory stops the start-up -------------------------------------
 touch "$TMP/plainfile"
 timeout 60 "$ATTND_BINARY" serve --host 127.0.0.1 --port 0 --model "$MODEL" --threads 1 \
