@@ -70,6 +70,7 @@ static const entry SETTINGS[] = {
     {"max_parallel", K_INT, OFF(max_parallel), 1, 4096, 0, "sequences decoded together per step"},
     {"body_limit", K_BYTES, OFF(body_limit), 1024, 1 << 30, 0, "request body cap (k/M/G suffix ok; 413 above)"},
     {"queue_limit", K_INT, OFF(queue_limit), 1, 1000000, 0, "requests waiting for the scheduler (429 above)"},
+    {"tokenize_parallel", K_INT, OFF(tokenize_parallel), 1, 4096, 0, "/tokenize + /detokenize at once (429 above)"},
     {"max_tokens_cap", K_INT, OFF(max_tokens_cap), 1, 1 << 24, 0, "upper bound on a request's max_tokens"},
     {"request_timeout_s", K_INT, OFF(request_timeout_s), 1, 86400, 0, "idle HTTP connection timeout, s"},
     {"header_timeout_s", K_INT, OFF(header_timeout_s), 1, 3600, 0, "time a connection has to send its request headers, s"},

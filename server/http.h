@@ -49,6 +49,7 @@ struct server {
     atomic_bool ready;
     atomic_bool stopping;
     atomic_int in_flight;     /* requests between their first callback and completion */
+    atomic_int tok_active;    /* /tokenize and /detokenize requests running (tokenize_parallel) */
     bool shut_down;
 };
 

@@ -67,6 +67,7 @@ typedef struct server_settings {
     // ---- limits ----
     size_t body_limit;       /* request body cap in bytes; default 1 MiB (413 above) */
     int queue_limit;         /* requests waiting for the scheduler; default 64 (429 above) */
+    int tokenize_parallel;   /* /tokenize and /detokenize requests at once; default 4 (429 above) */
     int max_tokens_cap;      /* upper bound on max_tokens per request; default 4096 */
     int request_timeout_s;   /* idle HTTP connection timeout (slow loris); default 30 */
     int header_timeout_s;    /* a connection's request headers must arrive within this; default 10 */

@@ -126,6 +126,29 @@ check "every slow client saw its connection closed ($alive still writing)" test 
 for p in "${slow_pids[@]}"; do kill "$p" 2>/dev/null; wait "$p" 2>/dev/null; done
 stop_server tight || bad "SIGTERM exit status (tight)"
 
+# ---- 5: /tokenize is bounded: concurrency (429) and memory -----------------------------------------
+start_server tok --model "$MODEL" --threads 1 --tokenize-parallel 1 --body-limit 2M
+python3 -c "
+import json
+words = ['the', 'nation', '\\u00e9t\\u00e9', 'x7', '<s>', '   ', '\\u4e2d']
+s = ' '.join(words[(i * 7919) % len(words)] for i in range(150000))[:1000000]
+print(json.dumps({'content': s, 'with_pieces': True}))" >"$TMP/big.json"
+codes=""
+for i in 1 2 3 4; do
+    curl -s -o /dev/null -w '%{http_code}\n' --data-binary @"$TMP/big.json" "http://127.0.0.1:$tok_PORT/tokenize" >"$TMP/code$i" &
+done
+wait $(jobs -p | grep -v -w -e "$tok_PID")
+codes=$(cat "$TMP"/code? | sort | tr '\n' ' ')
+check "4 parallel 1 MB tokenizations with tokenize_parallel 1: some run, the rest get 429 ($codes)" \
+    bash -c "echo '$codes' | grep -q 200 && echo '$codes' | grep -q 429 && ! echo '$codes' | grep -qv -e 200 -e 429"
+hwm=$(sed -n 's/^VmHWM:[[:space:]]*\([0-9]*\) kB/\1/p' "/proc/$tok_PID/status")
+if [ -z "${ATTND_SANITIZED:-}" ]; then
+    check "peak memory stays small (${hwm} kB)" test "$hwm" -lt 200000
+fi
+code=$(post "$tok_PORT" /tokenize '{"content":"hi</s>","with_pieces":true}')
+check "a small tokenize still answers pieces ($code)" grep -q '"piece":"</s>"' "$TMP/body"
+stop_server tok || bad "SIGTERM exit status (tok)"
+
 # ---- 9: an unwritable state directory stops the start-up -------------------------------------
 touch "$TMP/plainfile"
 timeout 60 "$ATTND_BINARY" serve --host 127.0.0.1 --port 0 --model "$MODEL" --threads 1 \
