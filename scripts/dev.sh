@@ -2,14 +2,16 @@
 # dev.sh — set up a Debian machine for attnd, build it, and either serve or test.
 #
 #   scripts/dev.sh run    install what is missing, build, serve the default model on 127.0.0.1:8080
-#   scripts/dev.sh test   install what is missing, build (plain and ASan/UBSan), run the whole suite
+#   scripts/dev.sh test   install what is missing, build (plain and ASan/UBSan), run the whole suite,
+#                         then every fuzz target briefly (tools/fuzz/run.sh, FUZZ_SECONDS=15 each)
 #
 # Works as root or through sudo. Extra arguments after `run` go to `attnd serve`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 PACKAGES=(cmake make gcc pkg-config libmicrohttpd-dev libjansson-dev libcriterion-dev libutf8proc-dev
-          curl systemd nginx-light)
+          curl systemd nginx-light
+          clang libclang-rt-dev libomp-dev python3)  # clang + libFuzzer + OpenMP: tools/fuzz
 
 as_root() { if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi; }
 
@@ -47,6 +49,7 @@ test)
     (cd build && ctest --output-on-failure)
     build build-asan -DCMAKE_BUILD_TYPE=Debug -DATTND_SANITIZE=ON
     (cd build-asan && ATTND_SANITIZED=1 ctest --output-on-failure)
+    tools/fuzz/run.sh "${FUZZ_SECONDS:-15}"
     ;;
 *)
     echo "usage: scripts/dev.sh run|test" >&2
