@@ -10,7 +10,7 @@
  *      and retry; with nothing left to evict, fail the newest prefilling job (503);
  *   5. sample one token per slot that produced logits, publish text to the job.
  * Everything per-step lives in buffers allocated at start (batch, logits); per-request state
- * (sampler, detokenizer stream, stop matcher, history) is allocated once at admission.
+ * (the generation pipeline of attnd/gen.h, history) is allocated once at admission.
  */
 #include "scheduler.h"
 
@@ -20,6 +20,7 @@
 #include <time.h>
 
 #include "attnd/buf.h"
+#include "attnd/gen.h"
 #include "slog.h"
 
 typedef struct slot {
@@ -30,13 +31,10 @@ typedef struct slot {
     bool prefilling;     /* still reading the prompt */
     int32_t next_token;  /* last sampled token, decoded in the next step */
     int n_gen;
-    bool stopped;        /* a stop string matched: nothing more is released */
     const char *end_reason; /* generation ended this step: "stop" / "length" */
     int32_t *hist;       /* (n_prompt + max_tokens + 1) prompt then generated tokens */
     int n_hist;
-    sampler *smp;
-    tok_stream *ts;
-    stop_matcher *sm;
+    gen *g;              /* sampler, detokenizer, stop strings of this request */
     int batch_n;         /* entries this slot has in the current batch */
     int row0;            /* first logits row of this slot in the current batch, -1 = none */
     uint64_t admitted;   /* admission order (newest fails first on KV exhaustion) */
@@ -238,17 +236,12 @@ static void slot_finish(sched *s, slot *sl, const char *reason, attnd_status st,
         else if (sess_release(s->store, sl->se, sl->hist, sl->n_hist, &e) != ATTND_OK) slog_error("%s", e.msg);
     }
     pthread_mutex_lock(&j->mu);
-    if (st == ATTND_OK && reason && !sl->stopped && sl->ts && sl->sm) {
-        /* flush held-back bytes: an unfinished UTF-8 tail, then text kept for stop matching */
-        const char *p, *e;
-        size_t n = tok_stream_flush(sl->ts, &p), ne = 0;
-        bool matched = false;
-        if (n) {
-            matched = stop_matcher_push(sl->sm, p, n, &e, &ne);
-            job_append_text(j, e, ne);
-        }
-        if (matched) reason = "stop";
-        else job_append_text(j, e, stop_matcher_flush(sl->sm, &e));
+    if (st == ATTND_OK && reason && sl->g) {
+        /* release held-back bytes: an unfinished UTF-8 tail, then text kept for stop matching */
+        const char *e;
+        size_t ne;
+        if (gen_finish(sl->g, &e, &ne) == STOP_STRING) reason = "stop";
+        job_append_text(j, e, ne);
     }
     j->finish_reason = st == ATTND_OK ? reason : NULL;
     j->status = st;
@@ -256,9 +249,7 @@ static void slot_finish(sched *s, slot *sl, const char *reason, attnd_status st,
     j->done = true;
     pthread_cond_broadcast(&j->cv);
     pthread_mutex_unlock(&j->mu);
-    sampler_destroy(sl->smp);
-    tok_stream_destroy(sl->ts);
-    stop_matcher_destroy(sl->sm);
+    gen_destroy(sl->g);
     free(sl->hist);
     sched_job_unref(j);
     memset(sl, 0, sizeof(*sl));
@@ -306,14 +297,10 @@ static attnd_status slot_start(sched *s, slot *sl, sched_job *j, attnd_err *err)
     if (!sl->hist) return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory");
     memcpy(sl->hist, j->prompt, (size_t)j->n_prompt * sizeof(int32_t));
     sl->n_hist = j->n_prompt;
-    attnd_status rc = sampler_create(&sl->smp, &j->sp, s->n_vocab, err);
+    gen_params gp = {.sp = j->sp, .stops = (const char *const *)j->stops, .n_stops = j->n_stops,
+                     .top_logprobs = j->top_logprobs};
+    attnd_status rc = gen_create(&sl->g, &gp, s->n_vocab, s->tok, j->prompt, j->n_prompt, err);
     if (rc != ATTND_OK) return rc;
-    for (int i = 0; i < j->n_prompt; i++) sampler_accept(sl->smp, j->prompt[i]);
-    if ((rc = tok_stream_create(&sl->ts, s->tok, false)) != ATTND_OK)
-        return attnd_fail(err, rc, "cannot create the detokenizer stream");
-    /* the completion continues the prompt: " there" after "Once upon a time" keeps its space */
-    tok_stream_keep_leading_space(sl->ts);
-    if ((rc = stop_matcher_create(&sl->sm, (const char *const *)j->stops, j->n_stops, err)) != ATTND_OK) return rc;
     pthread_mutex_lock(&s->mu);
     s->stats.cached_tokens += (uint64_t)keep;
     pthread_mutex_unlock(&s->mu);
@@ -324,40 +311,26 @@ static attnd_status slot_start(sched *s, slot *sl, sched_job *j, attnd_err *err)
     return ATTND_OK;
 }
 
-/* Handles one sampled token of a generating slot. */
+/* Samples one token for a generating slot and publishes what it released. */
 static void slot_token(sched *s, slot *sl, const float *row) {
     sched_job *j = sl->job;
-    int32_t id = sampler_sample(sl->smp, row);
-    sampler_accept(sl->smp, id);
-    sl->hist[sl->n_hist++] = id;
+    /* only this thread writes pieces and tops; readers see entries below n_pieces */
+    token_logprob *top = j->top_logprobs > 0 ? j->tops + (size_t)j->n_pieces * j->top_logprobs : NULL;
+    gen_token t;
+    stop_reason why = gen_next(sl->g, row, top, &t);
+    sl->hist[sl->n_hist++] = t.id;
     sl->n_gen++;
-    bool eog = tok_is_eog(s->tok, id), stopped = false;
     pthread_mutex_lock(&j->mu);
     j->n_generated = sl->n_gen;
-    if (!eog) {
-        token_logprob *pc = &j->pieces[j->n_pieces];
-        pc->id = id;
-        pc->logprob = 0;
-        if (j->top_logprobs >= 0) {
-            token_logprob chosen, dummy;
-            sampler_logprobs(row, s->n_vocab, id, j->top_logprobs,
-                             &chosen, j->top_logprobs > 0 ? j->tops + (size_t)j->n_pieces * j->top_logprobs : &dummy);
-            pc->logprob = chosen.logprob;
-        }
-        j->n_pieces++;
-        const char *p, *e;
-        size_t n = tok_stream_push(sl->ts, id, &p), ne = 0;
-        if (n) {
-            stopped = stop_matcher_push(sl->sm, p, n, &e, &ne);
-            job_append_text(j, e, ne);
-        }
+    if (why != STOP_EOG) {
+        j->pieces[j->n_pieces++] = (token_logprob){t.id, j->top_logprobs >= 0 ? t.logprob : 0};
+        job_append_text(j, t.text, t.n_text);
     }
     pthread_cond_broadcast(&j->cv);
     pthread_mutex_unlock(&j->mu);
-    sl->stopped = stopped;
-    sl->next_token = id;
+    sl->next_token = t.id;
     /* finishing waits for the end of the step (see finish_ended) */
-    if (eog || stopped) sl->end_reason = "stop";
+    if (why != STOP_NONE) sl->end_reason = "stop";
     else if (sl->n_gen >= j->max_tokens || sl->n_past >= s->n_ctx) sl->end_reason = "length";
 }
 
