@@ -22,6 +22,7 @@ static const command COMMANDS[] = {
     {"bench", cmd_bench, "prefill/decode speed vs llama.cpp, and decode cost along a long generation"},
     {"tokenize", cmd_tokenize, "text to token ids, JSON lines in and out"},
     {"detokenize", cmd_detokenize, "token ids to text, JSON lines in and out"},
+    {"quantize", cmd_quantize, "re-encode a model's weights (F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K, Q4_K_M)"},
     {"tokenize-bench", cmd_tokenize_bench, "measure tokenizer speed (MB/s) on a few MB of prose"},
 };
 
