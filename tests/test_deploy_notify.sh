@@ -7,14 +7,14 @@
 #   - WATCHDOG=1 keep-alives at half of WATCHDOG_USEC,
 #   - SIGTERM -> STOPPING=1 and exit status 0,
 #   - every stderr line carries a syslog priority prefix (<3>, <4>, <6>, <7>) for journald.
-# Skips with a message when the shared fixtures or `attnd serve` are absent.
+# Runs the default model; fails with a message when curl or a C compiler is missing.
 set -euo pipefail
 : "${ATTND_BINARY:?}" "${ATTND_SOURCE_DIR:?}"
-MODEL="${ATTND_SHARED_DIR:-/nonexistent}/models/stories260K.gguf"
-[ -f "$MODEL" ] || { echo "SKIP: $MODEL not found (shared fixtures absent)"; exit 77; }
-command -v curl >/dev/null || { echo "SKIP: curl not installed"; exit 77; }
+MODEL="$ATTND_SOURCE_DIR/models/attnd-sotu.gguf"
+[ -f "$MODEL" ] || { echo "FAIL: $MODEL not found"; exit 1; }
+command -v curl >/dev/null || { echo "FAIL: curl not installed (scripts/dev.sh test installs it)"; exit 1; }
 CC=${CC:-cc}
-command -v "$CC" >/dev/null || { echo "SKIP: no C compiler for the notify listener"; exit 77; }
+command -v "$CC" >/dev/null || { echo "FAIL: no C compiler for the notify listener"; exit 1; }
 
 T=$(mktemp -d)
 PIDS=()

@@ -1,16 +1,12 @@
 #!/usr/bin/env bash
 # test_tokenize_cli.sh — `attnd tokenize` / `attnd detokenize` on JSON lines: one output line per
 # input line in order, BOS per metadata, --no-bos, --parse-special, error lines for bad input,
-# a round trip through detokenize, and usage errors. Skips when the shared fixtures are absent.
+# a round trip through detokenize, and usage errors (vocabularies from tests/data/tokenizers).
 set -u
 BIN=${ATTND_BINARY:?ATTND_BINARY not set}
-SHARED=${ATTND_SHARED_DIR:-}
-SPM="$SHARED/tokenizers/llama-spm.gguf"
-L3="$SHARED/tokenizers/llama3-bpe.gguf"
-if [[ ! -f "$SPM" || ! -f "$L3" ]]; then
-    echo "SKIP: tokenizer fixtures not found under '$SHARED'"
-    exit 77
-fi
+DATA=${ATTND_DATA_DIR:-$(cd "$(dirname "$0")" && pwd)/data}
+SPM="$DATA/tokenizers/llama-spm.gguf"
+L3="$DATA/tokenizers/llama3-bpe.gguf"
 fail=0
 check() { # name, actual, expected
     if [[ "$2" != "$3" ]]; then
