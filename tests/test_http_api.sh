@@ -20,7 +20,12 @@ for g in basics errors sessions concurrency; do run $g "$main_PORT"; done
 ATTND_REF_MODEL=$MODEL run reference "$main_PORT" "$ATTND_DATA_DIR/reference-greedy.json"
 run fuzz "$main_PORT"
 run restart1 "$main_PORT" "$TMP/restart.json"
-grep -q "POST /v1/completions 200 prompt=" "$main_LOG" || { echo "not ok - access log line"; status=1; }
+grep -q "POST /v1/completions 200 prompt=.* client=127.0.0.1$" "$main_LOG" || { echo "not ok - access log line"; status=1; }
+grep -q 'POST /v1/completions 400 prompt=0 gen=0 .* client=127.0.0.1 error="' "$main_LOG" ||
+    { echo "not ok - a refused request logs its reason and client"; status=1; }
+grep -q "^<[0-7]>" "$main_LOG" && { echo "not ok - syslog prefixes when stderr is not the journal"; status=1; }
+grep -q "threads, .* KV budget .* full contexts.*state dir" "$main_LOG" ||
+    { echo "not ok - the start-up line names threads, instruction set, KV budget, state dir"; status=1; }
 
 if stop_server main; then echo "ok - SIGTERM exits 0"; else echo "not ok - SIGTERM exit status"; status=1; fi
 grep -q "stopped" "$main_LOG" || { echo "not ok - shutdown is logged"; status=1; }
@@ -75,6 +80,13 @@ lrc=0
 wait "$lpid" || lrc=$?
 if [ $lrc -eq 1 ] && grep -q "cannot load" "$TMP/loading.log"; then echo "ok - a model that cannot load exits 1 with a message"
 else echo "not ok - bad model: exit $lrc"; cat "$TMP/loading.log"; status=1; fi
+
+# ---- a file that is not a model: refused before the port opens -----------------------------
+brc=0
+"$ATTND_BINARY" serve --port 0 --model "$ATTND_SOURCE_DIR/README.md" 2>"$TMP/bad.log" || brc=$?
+if [ $brc -eq 1 ] && grep -q "cannot load .*README.md: .*not a GGUF file" "$TMP/bad.log" && ! grep -q "listening on" "$TMP/bad.log"
+then echo "ok - a file that is not a model is refused before listening"
+else echo "not ok - README.md as the model: exit $brc"; cat "$TMP/bad.log"; status=1; fi
 
 # ---- SIGTERM with a stream in flight: it finishes, the server exits 0 -----------------------
 start_server drain --model "$MODEL" --threads 1 --shutdown-timeout-s 5
