@@ -56,14 +56,8 @@ static attnd_status prompt_tokens(req *r, int32_t **ids, size_t *n, attnd_err *e
     struct server *s = r->srv;
     const oai_request *q = &r->oreq;
     *ids = NULL, *n = 0;
-    if (r->chat) {
-        char *text = NULL;
-        attnd_status st = chat_render(s->family, q->msgs, q->n_msgs, &text, err);
-        if (st != ATTND_OK) return st;
-        st = tok_encode(s->tok, text, strlen(text), true, true, ids, n, err);
-        free(text);
-        return st;
-    }
+    /* chat: only the template's markers are special tokens, never the messages' content */
+    if (r->chat) return chat_encode(s->tok, s->family, q->msgs, q->n_msgs, ids, n, err);
     if (q->prompt) return tok_encode(s->tok, q->prompt, strlen(q->prompt), true, true, ids, n, err);
     *ids = malloc((size_t)(q->n_prompt_ids ? q->n_prompt_ids : 1) * sizeof(int32_t));
     if (!*ids) return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory");
