@@ -156,7 +156,7 @@ static int emit(const attn_opts *o, const model *m, const tokenizer *tok, const 
                 int n_ids, int n_prompt) {
     const char *name = model_info_get(m)->name;
     if (o->json) {
-        json_t *body = attn_api_response(name, tok, ids, n_ids, n_prompt, c);
+        json_t *body = attn_api_response(name, model_info_get(m), tok, ids, n_ids, n_prompt, c);
         char *text = body ? attn_api_dump(body) : NULL;
         json_decref(body);
         if (!text) return fprintf(stderr, "attnd attention: out of memory\n"), 1;

@@ -142,8 +142,8 @@ static json_t *head_json(const attn_capture *c, int li, int hi, int first, int n
                      (json_int_t)attn_capture_head(c, hi), "weights", rows);
 }
 
-json_t *attn_api_response(const char *model_name, const tokenizer *tok, const int32_t *ids, int n_ids, int n_prompt,
-                          const attn_capture *c) {
+json_t *attn_api_response(const char *model_name, const model_info *mi, const tokenizer *tok, const int32_t *ids,
+                          int n_ids, int n_prompt, const attn_capture *c) {
     int first, n_rows = attn_capture_rows(c, &first);
     json_t *heads = json_array();
     for (int li = 0; heads && li < attn_capture_n_layers(c); li++)
@@ -159,9 +159,10 @@ json_t *attn_api_response(const char *model_name, const tokenizer *tok, const in
         return NULL;
     }
     /* "o" steals both arrays, also when json_pack fails. */
-    return json_pack("{s:s, s:s, s:i, s:i, s:o, s:o}", "object", "attention", "model", model_name ? model_name : "",
-                     "n_prompt", (json_int_t)n_prompt, "first_row", (json_int_t)first, "tokens", tokens, "attention",
-                     heads);
+    return json_pack("{s:s, s:s, s:i, s:i, s:i, s:i, s:o, s:o}", "object", "attention", "model",
+                     model_name ? model_name : "", "n_layer", (json_int_t)mi->n_layer, "n_head",
+                     (json_int_t)mi->n_head, "n_prompt", (json_int_t)n_prompt, "first_row", (json_int_t)first,
+                     "tokens", tokens, "attention", heads);
 }
 
 char *attn_api_dump(const json_t *body) { return json_dumps(body, JSON_COMPACT | JSON_REAL_PRECISION(ATTN_API_DIGITS)); }

@@ -9,7 +9,8 @@
  * top-k sampling).
  *
  * Response:
- *   {"object": "attention", "model": NAME, "n_prompt": N, "first_row": F,
+ *   {"object": "attention", "model": NAME, "n_layer", "n_head" (the model's), "n_prompt": N,
+ *    "first_row": F,
  *    "tokens": [{"id", "text"}, ...],                      every position, prompt then generated
  *    "attention": [{"layer", "head", "weights": [row, ...]}, ...]}
  * where row i of weights belongs to position F + i and holds its weights over positions
@@ -70,8 +71,8 @@ json_t *attn_api_tokens(const tokenizer *tok, const int32_t *ids, int n);
  * are every position (prompt then generated), c the capture filled while they were evaluated.
  * The caller may add fields (generated text, usage) before sending it.
  */
-json_t *attn_api_response(const char *model_name, const tokenizer *tok, const int32_t *ids, int n_ids, int n_prompt,
-                          const attn_capture *c);
+json_t *attn_api_response(const char *model_name, const model_info *mi, const tokenizer *tok, const int32_t *ids,
+                          int n_ids, int n_prompt, const attn_capture *c);
 
 /* body as compact JSON text with ATTN_API_DIGITS digits per weight (malloc'd; NULL when out of
  * memory). */
