@@ -68,6 +68,7 @@ typedef struct server_settings {
     size_t body_limit;       /* request body cap in bytes; default 1 MiB (413 above) */
     int queue_limit;         /* requests waiting for the scheduler; default 64 (429 above) */
     int max_tokens_cap;      /* upper bound on max_tokens per request; default 4096 */
+    int attention_max_weights; /* most weights one POST /v1/attention answer carries; default 1000000 */
     int request_timeout_s;   /* idle HTTP connection timeout (slow loris); default 30 */
     int shutdown_timeout_s;  /* SIGTERM: how long in-flight work may finish; default 10 */
     int watchdog_interval_ms;/* how often on_watchdog is called at least; default 1000 */
