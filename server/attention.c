@@ -78,10 +78,13 @@ static enum MHD_Result respond(req *r) {
                                                  "completion_tokens", (json_int_t)o.n_generated,
                                                  "prompt_tokens_details", "cached_tokens", (json_int_t)o.n_cached));
     if (r->sess_id[0]) json_object_set_new(body, "session_id", json_string(r->sess_id));
-    char *text = attn_api_dump(body);
+    char *text = attn_api_dump(body), *line = NULL;
     json_decref(body);
-    if (!text) return http_respond_error(r, 503, "out of memory building the attention response", NULL);
-    return http_respond_text(r, 200, "application/json", text);
+    size_t len = text ? strlen(text) : 0;
+    if (text && (line = realloc(text, len + 2))) memcpy(line + len, "\n", 2); /* one JSON document per line, as elsewhere */
+    else free(text);
+    if (!line) return http_respond_error(r, 503, "out of memory building the attention response", NULL);
+    return http_respond_text(r, 200, "application/json", line);
 }
 
 enum MHD_Result ep_attention(req *r) {
