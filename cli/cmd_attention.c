@@ -137,7 +137,7 @@ static attnd_status run(const attn_opts *o, const model *m, const tokenizer *tok
         goto done;
     attn_capture_bind(c, s);
     attn_hook h;
-    attn_hook_install(&h, e, &c, 1, NULL, 0);
+    attn_hook_install(&h, e, c, NULL, 0);
     engine_gen g = {.n_predict = o->n_predict, .pick = cli_gen_pick, .pick_user = cg,
                     .on_token = cli_gen_on_token, .token_user = cg};
     int n_out = 0;

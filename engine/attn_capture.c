@@ -28,6 +28,7 @@ struct attn_capture {
     int32_t *ix;             /* (n_layers, n_heads, block) positions of top_k weights, or NULL */
     int *hits;               /* (n_positions) selected (layer, head) recorded in the last eval */
     const kv_seq *seq;
+    attn_capture *next;      /* attn_capture_link's list */
 };
 
 // ---- parameters -----------------------------------------------------------------------------
@@ -193,14 +194,31 @@ int attn_capture_row(const attn_capture *c, int li, int hi, int pos, const float
 
 // ---- the engine hook ------------------------------------------------------------------------
 
+void attn_capture_link(attn_capture **list, attn_capture *c, const kv_seq *seq) {
+    attn_capture_unlink(list, c);
+    c->seq = seq;
+    c->next = *list;
+    *list = c;
+}
+
+void attn_capture_unlink(attn_capture **list, attn_capture *c) {
+    for (attn_capture **p = list; *p; p = &(*p)->next)
+        if (*p == c) {
+            *p = c->next;
+            c->next = NULL;
+            return;
+        }
+}
+
+static attn_capture *capture_of(attn_capture *list, const kv_seq *s) {
+    while (list && list->seq != s) list = list->next;
+    return list;
+}
+
 /* The capture that records entry, or NULL. */
 static attn_capture *hook_capture(const attn_hook *h, int entry) {
-    if (!h->entries) return h->n_caps > 0 ? h->caps[0] : NULL;
-    if (entry >= h->n) return NULL;
-    const kv_seq *s = h->entries[entry].seq;
-    for (int i = 0; i < h->n_caps; i++)
-        if (h->caps[i]->seq == s) return h->caps[i];
-    return NULL;
+    if (!h->entries) return h->list;
+    return entry < h->n ? capture_of(h->list, h->entries[entry].seq) : NULL;
 }
 
 static bool hook_want(void *user, int entry, int layer, int head) {
@@ -215,9 +233,8 @@ static void hook_record(void *user, int entry, int layer, int head, const float 
     if (c) capture_record(c, layer, head, weights, n_keys);
 }
 
-void attn_hook_install(attn_hook *h, engine *e, attn_capture *const *caps, int n_caps, const batch_entry *entries,
-                       int n) {
-    *h = (attn_hook){.e = e, .caps = caps, .n_caps = n_caps, .entries = entries, .n = n};
+void attn_hook_install(attn_hook *h, engine *e, attn_capture *list, const batch_entry *entries, int n) {
+    *h = (attn_hook){.e = e, .list = list, .entries = entries, .n = n};
     engine_set_attention_cb(e, hook_record, h);
     engine_set_attention_filter(e, hook_want);
 }
@@ -227,4 +244,15 @@ void attn_hook_remove(attn_hook *h) {
     engine_set_attention_cb(h->e, NULL, NULL);
     engine_set_attention_filter(h->e, NULL);
     h->e = NULL;
+}
+
+attnd_status attn_capture_eval(attn_capture *list, engine *e, const batch_entry *entries, int n, float *logits,
+                               attnd_err *err) {
+    bool any = false;
+    for (int t = 0; list && t < n && !any; t++) any = capture_of(list, entries[t].seq) != NULL;
+    attn_hook h = {0};
+    if (any) attn_hook_install(&h, e, list, entries, n);
+    attnd_status st = engine_eval(e, entries, n, logits, err);
+    attn_hook_remove(&h);
+    return st;
 }

@@ -68,7 +68,7 @@ static enum MHD_Result respond(req *r) {
         memcpy(ids, o.prompt, sizeof(int32_t) * (size_t)o.n_prompt);
         for (int i = 0; i < o.n_pieces; i++) ids[o.n_prompt + i] = o.pieces[i].id;
         body = attn_api_response(s->model_id, model_info_get(s->m), s->tok, ids, n_ids, o.n_prompt,
-                                 sched_job_capture(r->job));
+                                 o.capture);
         free(ids);
     }
     if (!body) return http_respond_error(r, 503, "out of memory building the attention response", NULL);

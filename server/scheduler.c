@@ -53,8 +53,8 @@ struct sched {
     int n_vocab, n_ctx, max_batch, n_slots, queue_limit, max_anon, rows_cap;
     float *logits;        /* (rows_cap, n_vocab) */
     batch_entry *batch;   /* (max_batch) */
-    attn_capture **caps;  /* (n_slots) captures of the jobs in the current batch */
     slot *slots;          /* (n_slots) */
+    attn_capture *inspecting; /* captures of the running jobs that inspect attention (a list) */
     uint64_t n_admitted;
 
     pthread_t th;
@@ -124,8 +124,7 @@ attnd_status sched_job_create(sched_job **out, sched_job_spec *spec, attnd_err *
         free(spec->prompt);
         free(spec->bias);
         for (int i = 0; i < spec->n_stops; i++) free(spec->stops[i]);
-        free(spec->stops);
-        attn_capture_destroy(spec->capture);
+        free(spec->stops), attn_capture_destroy(spec->capture);
         spec->prompt = NULL, spec->bias = NULL, spec->stops = NULL, spec->capture = NULL;
         return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory");
     }
@@ -136,8 +135,7 @@ attnd_status sched_job_create(sched_job **out, sched_job_spec *spec, attnd_err *
     /* the stolen parts first: unref frees them on every path below */
     j->prompt = spec->prompt, j->n_prompt = spec->n_prompt;
     j->bias = spec->bias;
-    j->stops = spec->stops, j->n_stops = spec->n_stops;
-    j->capture = spec->capture;
+    j->stops = spec->stops, j->n_stops = spec->n_stops, j->capture = spec->capture;
     spec->prompt = NULL, spec->bias = NULL, spec->stops = NULL, spec->capture = NULL;
     j->sp = spec->sp;
     j->sp.bias = j->bias;
@@ -175,8 +173,7 @@ void sched_job_unref(sched_job *j) {
     free(j->pieces);
     free(j->tops);
     free(j->prompt_lp);
-    free(j->prompt_tops);
-    attn_capture_destroy(j->capture);
+    free(j->prompt_tops), attn_capture_destroy(j->capture);
     buf_free(&j->rd);
     pthread_mutex_destroy(&j->mu);
     pthread_cond_destroy(&j->cv);
@@ -220,12 +217,10 @@ void sched_job_output(sched_job *j, sched_output *o) {
         .text = j->done ? j->text.p : NULL, .text_len = j->done ? j->text.len : 0,
         .done = j->done, .finish_reason = j->finish_reason, .status = j->status, .errmsg = j->errmsg,
         .n_cached = j->n_cached, .n_generated = j->n_generated,
-        .prompt_ms = j->prompt_ms, .gen_ms = j->gen_ms,
+        .prompt_ms = j->prompt_ms, .gen_ms = j->gen_ms, .capture = j->capture,
     };
     pthread_mutex_unlock(&j->mu);
 }
-
-const attn_capture *sched_job_capture(sched_job *j) { return j->capture; }
 
 /* Appends released text to the job (caller holds j->mu). Out of memory drops the text rather
  * than crash; the token list stays complete. */
@@ -236,6 +231,7 @@ static void job_append_text(sched_job *j, const char *p, size_t n) { (void)buf_a
 /* Ends a slot's job: publishes the outcome, returns the cache entry with the new history. */
 static void slot_finish(sched *s, slot *sl, const char *reason, attnd_status st, const char *msg) {
     sched_job *j = sl->job;
+    attn_capture_unlink(&s->inspecting, j->capture);
     if (sl->se) {
         if (sl->kv) sess_set_kv(s->store, sl->se, sl->kv, sl->n_past, kv_seq_bytes(sl->kv));
         attnd_err e;
@@ -304,11 +300,10 @@ static attnd_status slot_start(sched *s, slot *sl, sched_job *j, attnd_err *err)
      * at least the last prompt token (its logits start generation) */
     int keep = sess_common_prefix(sl->se->tokens, sl->se->kv_len, j->prompt, j->n_prompt);
     if (keep >= j->n_prompt) keep = j->n_prompt - 1;
-    if (j->prompt_logprobs) keep = 0; /* every prompt position's logits are needed */
-    if (j->capture && !j->se) keep = 0; /* inspection: every position's row (a session reuses) */
+    if (j->prompt_logprobs || (j->capture && !j->se)) keep = 0; /* every position's logits / rows */
     if (keep < 0) keep = 0;
     kv_seq_truncate(sl->kv, keep);
-    if (j->capture) attn_capture_bind(j->capture, sl->kv);
+    if (j->capture) attn_capture_link(&s->inspecting, j->capture, sl->kv);
     sl->n_past = keep;
     sl->prefilling = true;
     sl->hist = malloc((size_t)(j->n_prompt + j->max_tokens + 1) * sizeof(int32_t));
@@ -504,20 +499,6 @@ static slot *newest_prefilling(sched *s) {
     return pick;
 }
 
-/* engine_eval of the step's batch. Jobs in it that inspect attention have their captures hooked
- * for this call only; without them the engine runs with no callback at all. */
-static attnd_status eval_batch(sched *s, int n, attnd_err *err) {
-    int n_caps = 0;
-    for (int k = 0; k < s->n_slots; k++)
-        if (s->slots[k].job && s->slots[k].batch_n && s->slots[k].job->capture)
-            s->caps[n_caps++] = s->slots[k].job->capture;
-    attn_hook h;
-    if (n_caps) attn_hook_install(&h, s->eng, s->caps, n_caps, s->batch, n);
-    attnd_status rc = engine_eval(s->eng, s->batch, n, s->logits, err);
-    if (n_caps) attn_hook_remove(&h);
-    return rc;
-}
-
 static void step(sched *s) {
     if (atomic_load(&s->cancel_all)) {
         pthread_mutex_lock(&s->mu);
@@ -538,7 +519,8 @@ static void step(sched *s) {
     double t0 = attnd_now_s();
     attnd_err err;
     attnd_status rc;
-    while ((rc = eval_batch(s, n, &err)) == ATTND_ERR_NOMEM) {
+    /* jobs that inspect attention are hooked into the engine for the evaluations that hold them */
+    while ((rc = attn_capture_eval(s->inspecting, s->eng, s->batch, n, s->logits, &err)) == ATTND_ERR_NOMEM) {
         if (evict_one(s)) continue;
         /* nothing idle to evict: the newest request gives way */
         slot *victim = newest_prefilling(s);
@@ -693,12 +675,11 @@ attnd_status sched_create(sched **out, const model *m, const tokenizer *tok, ses
     attnd_status rc = ATTND_ERR_NOMEM;
     s->logits = malloc((size_t)s->rows_cap * s->n_vocab * sizeof(float));
     s->batch = malloc((size_t)s->max_batch * sizeof(batch_entry));
-    s->caps = calloc((size_t)s->n_slots, sizeof(*s->caps));
     s->slots = calloc((size_t)s->n_slots, sizeof(slot));
     s->queue = calloc((size_t)s->queue_limit, sizeof(sched_job *));
     s->cap_free = 16;
     s->to_free = malloc((size_t)s->cap_free * sizeof(kv_seq *));
-    if (!s->logits || !s->batch || !s->caps || !s->slots || !s->queue || !s->to_free) {
+    if (!s->logits || !s->batch || !s->slots || !s->queue || !s->to_free) {
         attnd_fail(err, rc, "out of memory allocating scheduler buffers");
         goto fail;
     }
@@ -746,7 +727,6 @@ void sched_destroy(sched *s) {
     kv_pool_destroy(s->pool);
     free(s->logits);
     free(s->batch);
-    free(s->caps);
     free(s->slots);
     free(s->queue);
     free(s->to_free);

@@ -103,13 +103,12 @@ typedef struct sched_output {
     int n_cached;             /* prompt tokens whose KV was reused */
     int n_generated;          /* tokens sampled, the end-of-generation token included */
     double prompt_ms, gen_ms; /* time in steps that prefilled / decoded this job */
+    const attn_capture *capture; /* the job's (sched_job_spec.capture); read it once done */
 } sched_output;
 
 /* A consistent snapshot of the job's output so far. Thread-safe. */
 void sched_job_output(sched_job *j, sched_output *out);
-/* The job's attention capture (borrowed, valid until the last unref); NULL when it has none.
- * Read it only once sched_job_output says done. */
-const attn_capture *sched_job_capture(sched_job *j);
+
 
 typedef struct sched_stats {
     int active, queued, slots;

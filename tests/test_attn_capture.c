@@ -105,7 +105,7 @@ static void check_prefill(const char *arch) {
     cr_assert_eq(kv_seq_create(&s, r.pool, &err), ATTND_OK);
     attn_capture_bind(c, s);
     attn_hook h;
-    attn_hook_install(&h, r.e, &c, 1, NULL, 0);
+    attn_hook_install(&h, r.e, c, NULL, 0);
     feed(r.e, s, tok, N, 32);
     attn_hook_remove(&h);
     int first, n = attn_capture_rows(c, &first);
@@ -148,7 +148,7 @@ Test(attn_capture, generation_rows_follow_the_prompt_and_match_reference) {
     cr_assert_eq(kv_seq_create(&s, r.pool, &err), ATTND_OK);
     attn_capture_bind(c, s);
     attn_hook h;
-    attn_hook_install(&h, r.e, &c, 1, NULL, 0);
+    attn_hook_install(&h, r.e, c, NULL, 0);
     engine_gen g = {.n_predict = NG, .pick = greedy};
     int n_out;
     cr_assert_eq(engine_generate(r.e, s, all, NP, &g, all + NP, &n_out, NULL, &err), ATTND_OK, "%s", err.msg);
@@ -184,18 +184,15 @@ Test(attn_capture, top_k_keeps_the_largest_weights_heaviest_first) {
     kv_seq *a, *b;
     cr_assert_eq(kv_seq_create(&a, r.pool, &err), ATTND_OK);
     cr_assert_eq(kv_seq_create(&b, r.pool, &err), ATTND_OK);
-    attn_capture_bind(caps[0], a);
-    attn_capture_bind(caps[1], b);
-    /* Both sequences in one batch, each capture bound to its own. */
+    attn_capture *list = NULL; /* both sequences in one batch, each capture bound to its own */
+    attn_capture_link(&list, caps[0], a);
+    attn_capture_link(&list, caps[1], b);
     batch_entry batch[2 * N];
     for (int i = 0; i < N; i++) {
         batch[i] = (batch_entry){a, tok[i], i, false};
         batch[N + i] = (batch_entry){b, tok[i], i, false};
     }
-    attn_hook h;
-    attn_hook_install(&h, r.e, caps, 2, batch, 2 * N);
-    cr_assert_eq(engine_eval(r.e, batch, 2 * N, NULL, &err), ATTND_OK, "%s", err.msg);
-    attn_hook_remove(&h);
+    cr_assert_eq(attn_capture_eval(list, r.e, batch, 2 * N, NULL, &err), ATTND_OK, "%s", err.msg);
     cr_assert_eq(attn_capture_top_k(caps[1]), K);
     for (int li = 0; li < r.sp.n_layer; li++)
         for (int hi = 0; hi < r.sp.n_head; hi++)
@@ -247,11 +244,9 @@ Test(attn_capture, only_the_bound_sequence_is_recorded_and_results_do_not_change
             batch[2 * i] = (batch_entry){a, ta[i], i, true};
             batch[2 * i + 1] = (batch_entry){b, tb[i], i, true};
         }
-        attn_hook h;
-        attn_capture_bind(c, b);
-        if (run) attn_hook_install(&h, r.e, &c, 1, batch, 2 * N);
-        cr_assert_eq(engine_eval(r.e, batch, 2 * N, run ? hooked : plain, &err), ATTND_OK, "%s", err.msg);
-        if (run) attn_hook_remove(&h);
+        attn_capture *list = NULL;
+        if (run) attn_capture_link(&list, c, b);
+        cr_assert_eq(attn_capture_eval(list, r.e, batch, 2 * N, run ? hooked : plain, &err), ATTND_OK, "%s", err.msg);
         kv_seq_destroy(a), kv_seq_destroy(b);
     }
     cr_assert_eq(memcmp(plain, hooked, sizeof(float) * 2 * N * V), 0, "capturing changed the logits");
@@ -281,7 +276,7 @@ Test(attn_capture, reused_positions_have_no_rows) {
     cr_assert_eq(attn_capture_create(&c, r.m, &p, &err), ATTND_OK);
     attn_capture_bind(c, s);
     attn_hook h;
-    attn_hook_install(&h, r.e, &c, 1, NULL, 0);
+    attn_hook_install(&h, r.e, c, NULL, 0);
     feed(r.e, s, tok + CACHED, N - CACHED, 16);
     attn_hook_remove(&h);
     int first, n = attn_capture_rows(c, &first);

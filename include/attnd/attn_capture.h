@@ -18,7 +18,7 @@
  *     attn_capture_create(&c, m, &p, &err);          // every head of layer 2, whole rows
  *     attn_capture_bind(c, seq);
  *     attn_hook h;
- *     attn_hook_install(&h, e, &c, 1, NULL, 0);      // every entry is c's sequence
+ *     attn_hook_install(&h, e, c, NULL, 0);          // every entry is c's sequence
  *     engine_generate(e, seq, prompt, n_prompt, &g, NULL, &n_out, NULL, &err);
  *     attn_hook_remove(&h);
  *     const float *w;
@@ -86,22 +86,32 @@ int attn_capture_rows(const attn_capture *c, int *first);
 int attn_capture_row(const attn_capture *c, int li, int hi, int pos, const float **w, const int32_t **ix);
 
 /*
- * Hooking captures into an engine: the next engine_eval calls record into caps[0..n_caps).
+ * Captures form a list (a capture is in at most one), for a caller that runs several sequences:
+ * link binds c to seq and adds it; unlink removes it (no-op when c is not in the list).
+ */
+void attn_capture_link(attn_capture **list, attn_capture *c, const kv_seq *seq);
+void attn_capture_unlink(attn_capture **list, attn_capture *c);
+
+/*
+ * Hooking captures into an engine: the next engine_eval calls record into the captures of list.
  * entries/n: the batch those calls evaluate, so that each entry goes to the capture bound to its
- * sequence (entries not bound to any capture cost nothing). entries = NULL when every entry
- * belongs to caps[0] (n_caps = 1), as around engine_generate. h is caller storage; caps and
- * entries are borrowed until attn_hook_remove, which clears the engine's callback.
+ * sequence (entries of other sequences cost nothing). entries = NULL when every entry belongs to
+ * list itself (one capture), as around engine_generate. h is caller storage; list and entries
+ * are borrowed until attn_hook_remove, which clears the engine's callback.
  */
 typedef struct attn_hook {
     engine *e;
-    attn_capture *const *caps;
-    int n_caps;
+    attn_capture *list;
     const batch_entry *entries;
     int n;
 } attn_hook;
 
-void attn_hook_install(attn_hook *h, engine *e, attn_capture *const *caps, int n_caps, const batch_entry *entries,
-                       int n);
-void attn_hook_remove(attn_hook *h);
+void attn_hook_install(attn_hook *h, engine *e, attn_capture *list, const batch_entry *entries, int n);
+void attn_hook_remove(attn_hook *h); /* no-op on a zeroed hook */
+
+/* engine_eval(e, entries, n, logits, err), with list hooked for this call when one of the
+ * entries belongs to a capture of list; a plain engine_eval otherwise (list may be NULL). */
+attnd_status attn_capture_eval(attn_capture *list, engine *e, const batch_entry *entries, int n, float *logits,
+                               attnd_err *err);
 
 #endif /* ATTND_ATTN_CAPTURE_H */
