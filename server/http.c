@@ -146,6 +146,7 @@ json_t *http_parse_body(req *r, enum MHD_Result *ret, bool allow_empty) {
 // ---- routing ------------------------------------------------------------------------------
 
 static const route ROUTES[] = {
+    {"GET", "/", false, false, ep_playground, "playground"},
     {"GET", "/health", false, false, ep_health, "health"},
     {"GET", "/metrics", false, false, ep_metrics, "metrics"},
     {"GET", "/v1/models", false, true, ep_models, "models"},
@@ -155,6 +156,8 @@ static const route ROUTES[] = {
     {"POST", "/completion", false, true, ep_llama_completion, "llama_completion"},
     {"POST", "/v1/chat/completions", false, true, ep_chat, "chat_completions"},
     {"POST", "/chat/completions", false, true, ep_chat, "chat_completions"},
+    {"POST", "/v1/attention", false, true, ep_attention, "attention"},
+    {"POST", "/attention", false, true, ep_attention, "attention"},
     {"POST", "/tokenize", false, true, ep_tokenize, "tokenize"},
     {"POST", "/detokenize", false, true, ep_detokenize, "detokenize"},
     {"POST", "/v1/sessions", false, true, ep_sessions_create, "sessions"},
@@ -238,7 +241,8 @@ static enum MHD_Result precheck(req *r, bool *done) {
     const char *origin = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Origin");
     if (!safe && !origin_request_ok(origin, host, s->cors))
         return http_respond_error(r, 403, "cross-origin request refused (the origin is not in cors_origins)", NULL);
-    if (strcmp(r->path, "/health") && !auth_ok(s, r->conn))
+    /* /health and the playground page (which holds no data and asks for the key) are public */
+    if (strcmp(r->path, "/health") && strcmp(r->path, "/") && !auth_ok(s, r->conn))
         return http_respond_error(r, 401, "missing or invalid API key (Authorization: Bearer ...)", NULL);
     if (!r->rt) {
         char msg[320];
