@@ -10,7 +10,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 PACKAGES=(cmake make gcc pkg-config libmicrohttpd-dev libjansson-dev libcriterion-dev libutf8proc-dev
-          curl systemd nginx-light
+          curl systemd nginx-light chromium
           clang libclang-rt-dev libomp-dev python3)  # clang + libFuzzer + OpenMP: tools/fuzz
 
 as_root() { if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi; }

@@ -9,8 +9,26 @@
 #include <string.h>
 
 #include "slog.h"
+#include "web_assets.h"
 
 // ---- simple endpoints ---------------------------------------------------------------------
+
+/* The playground page, from the binary. Its policy allows requests to this server only (the page
+ * needs nothing else), and no framing by other sites. */
+enum MHD_Result ep_playground(req *r) {
+    struct MHD_Response *resp =
+        MHD_create_response_from_buffer(attnd_playground_html_len, (void *)attnd_playground_html, MHD_RESPMEM_PERSISTENT);
+    if (!resp) return MHD_NO;
+    MHD_add_response_header(resp, "Content-Type", "text/html; charset=utf-8");
+    MHD_add_response_header(resp, "Content-Security-Policy",
+                            "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; "
+                            "connect-src 'self'; img-src data:; frame-ancestors 'none'");
+    MHD_add_response_header(resp, "X-Content-Type-Options", "nosniff");
+    MHD_add_response_header(resp, "Cache-Control", "no-cache");
+    enum MHD_Result ret = http_queue(r, 200, resp);
+    MHD_destroy_response(resp);
+    return ret;
+}
 
 enum MHD_Result ep_health(req *r) {
     if (!atomic_load(&r->srv->ready)) return http_respond_error(r, 503, "model is loading", NULL);
@@ -196,7 +214,8 @@ enum MHD_Result ep_sessions_create(req *r) {
     if (id && !json_is_null(id) && !json_is_string(id)) {
         ret = http_respond_error(r, 400, "'id' must be a string", "id");
     } else {
-        attnd_status st = sess_create(r->srv->store, r->owner, json_is_string(id) ? json_string_value(id) : NULL, out, &err);
+        const char *want = json_is_string(id) ? json_string_value(id) : NULL;
+        attnd_status st = sess_create(r->srv->store, r->owner, want, out, &err);
         int code = http_status_of(st, HTTP_CTX_SESSION);
         if (st != ATTND_OK) ret = http_respond_error(r, code, err.msg, code == 400 || code == 409 ? "id" : NULL);
         else {
@@ -209,7 +228,9 @@ enum MHD_Result ep_sessions_create(req *r) {
     return ret;
 }
 
-enum MHD_Result ep_sessions_list(req *r) { return http_respond_json(r, 200, sess_list_json(r->srv->store, r->owner)); }
+enum MHD_Result ep_sessions_list(req *r) {
+    return http_respond_json(r, 200, sess_list_json(r->srv->store, r->owner));
+}
 
 static const char *session_id_of(req *r) { return r->path + strlen("/v1/sessions/"); }
 

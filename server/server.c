@@ -18,6 +18,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "attnd/cpuinfo.h"
+#include "attnd/kv.h"
 #include "http.h"
 #include "origin.h"
 #include "slog.h"
@@ -120,6 +122,18 @@ fail:
 
 int server_port(const server *s) { return s->port; }
 
+/* The start-up facts a person reading the log needs: threads, kernels, KV sizing, state dir. */
+static void log_engine_setup(const server *s) {
+    kv_type kt = s->cfg.kv_f32 ? KV_F32 : KV_F16;
+    size_t budget = s->cfg.kv_budget_mb ? s->cfg.kv_budget_mb << 20 : (size_t)1 << 30; /* as the scheduler */
+    size_t per_ctx = kv_context_bytes(s->m, s->n_ctx, kt);
+    slog_info("engine: %d threads, %s kernels%s; KV budget %zu MiB (%s, %zu bytes/token) = %zu full contexts of "
+              "%d tokens; state dir %s",
+              cpuinfo_threads(s->cfg.threads), cpuinfo_isa(), cpuinfo_has_amx() ? " (CPU has AMX, unused)" : "",
+              budget >> 20, kt == KV_F32 ? "f32" : "f16", kv_bytes_per_token(s->m, kt), per_ctx ? budget / per_ctx : 0,
+              s->n_ctx, s->state_dir ? s->state_dir : "none (sessions are not persisted)");
+}
+
 attnd_status server_load(server *s, attnd_err *err) {
     status_hook(s, "loading model");
     attnd_status rc = model_load(&s->m, s->model_path, err);
@@ -154,6 +168,7 @@ attnd_status server_load(server *s, attnd_err *err) {
     slog_info("model ready: %s (%s, %d layers, vocab %d, context %d, chat template %s, %d sessions restored)",
               s->model_id, mi->arch, mi->n_layer, mi->n_vocab, s->n_ctx, chat_family_name(s->family),
               sess_count(s->store));
+    log_engine_setup(s);
     status_hook(s, "ready");
     if (s->cfg.hooks.on_ready) s->cfg.hooks.on_ready(s->cfg.hooks.user);
     return ATTND_OK;

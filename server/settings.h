@@ -69,6 +69,7 @@ typedef struct server_settings {
     int queue_limit;         /* requests waiting for the scheduler; default 64 (429 above) */
     int tokenize_parallel;   /* /tokenize and /detokenize requests at once; default 4 (429 above) */
     int max_tokens_cap;      /* upper bound on max_tokens per request; default 4096 */
+    int attention_max_weights; /* most weights one POST /v1/attention answer carries; default 1000000 */
     int request_timeout_s;   /* idle HTTP connection timeout (slow loris); default 30 */
     int header_timeout_s;    /* a connection's request headers must arrive within this; default 10 */
     int shutdown_timeout_s;  /* SIGTERM: how long in-flight work may finish; default 10 */

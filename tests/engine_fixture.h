@@ -274,8 +274,11 @@ static inline void ref_rmsnorm(double *out, const double *x, const gguf_tensor *
  * Logits (n_tok, n_vocab) of every position of tokens, computed from scratch in double with the
  * math written out naively: embeddings, RMSNorm, Q/K/V (+bias), RoPE (adjacent pairs for llama,
  * halves for qwen2), causal softmax attention with grouped KV heads, SwiGLU, final norm, head.
+ * attn (may be NULL) receives the softmax weights (n_layer, n_head, n_tok, n_tok): row t holds
+ * position t's weights over positions 0..t, zeros after.
  */
-static inline void ref_forward(const tiny_spec *sp, const char *path, const int32_t *tokens, int n_tok, double *logits) {
+static inline void ref_forward_attn(const tiny_spec *sp, const char *path, const int32_t *tokens, int n_tok,
+                                    double *logits, double *attn) {
     gguf_file *f;
     if (gguf_open(&f, path, NULL) != ATTND_OK) abort();
     int E = sp->n_embd, H = sp->n_head, HK = sp->n_head_kv, hd = E / H, KVD = HK * hd, F = sp->n_ff,
@@ -324,6 +327,10 @@ static inline void ref_forward(const tiny_spec *sp, const char *path, const int3
                     mx = sc[j] > mx ? sc[j] : mx;
                 }
                 for (int j = 0; j <= t; j++) sum += sc[j] = exp(sc[j] - mx);
+                if (attn) {
+                    double *row = attn + (((size_t)l * H + h) * n_tok + t) * n_tok;
+                    for (int j = 0; j < n_tok; j++) row[j] = j <= t ? sc[j] / sum : 0;
+                }
                 for (int i = 0; i < hd; i++) {
                     double a = 0;
                     for (int j = 0; j <= t; j++) a += sc[j] / sum * v[(size_t)j * KVD + kh * hd + i];
@@ -348,6 +355,10 @@ static inline void ref_forward(const tiny_spec *sp, const char *path, const int3
     }
     free(x), free(xn), free(q), free(k), free(v), free(att), free(tmp), free(g), free(u), free(sc);
     gguf_close(f);
+}
+
+static inline void ref_forward(const tiny_spec *sp, const char *path, const int32_t *tokens, int n_tok, double *logits) {
+    ref_forward_attn(sp, path, tokens, n_tok, logits, NULL);
 }
 
 #endif /* ATTND_TEST_ENGINE_FIXTURE_H */
