@@ -79,6 +79,9 @@ int cmd_serve(int argc, char **argv) {
         return 2;
     }
     slog_set_level(st.log_level);
+    if (config_scrub_argv(argc, argv))
+        slog_warn("--api-key on the command line is visible to local users until start-up hides it; "
+                  "use api_key_file or ATTND_API_KEY instead");
 
     sdnotify *notify = NULL;
     if (sdnotify_create_from_env(&notify, &err) != ATTND_OK) slog_warn("systemd notify disabled: %s", err.msg);

@@ -9,9 +9,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 # Serving needs a compiler and three libraries; the tests also need Criterion, curl, systemd's
-# analyzer, nginx and Node.js (the HTTP and OpenAI-client tests).
+# analyzer, nginx, a headless browser (the attention page) and Node.js (the HTTP and
+# OpenAI-client tests).
 RUN_PACKAGES=(cmake make gcc pkg-config libmicrohttpd-dev libjansson-dev libutf8proc-dev)
-TEST_PACKAGES=(libcriterion-dev curl systemd nginx-light)
+TEST_PACKAGES=(libcriterion-dev curl systemd nginx-light chromium)
 
 as_root() { if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi; }
 

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "endpoints.h"
+#include "origin.h"
 #include "slog.h"
 #include "sse.h"
 
@@ -30,25 +31,10 @@ struct route {
 
 // ---- responses ----------------------------------------------------------------------------
 
-/* True when origin is in the comma-separated list of allowed origins (or it is "*"). */
-static bool origin_allowed(const char *allowed, const char *origin) {
-    if (!strcmp(allowed, "*")) return true;
-    for (const char *p = allowed; *p;) {
-        while (*p == ' ' || *p == ',') p++;
-        const char *e = p;
-        while (*e && *e != ',') e++;
-        const char *t = e;
-        while (t > p && t[-1] == ' ') t--;
-        if ((size_t)(t - p) == strlen(origin) && !strncmp(p, origin, (size_t)(t - p))) return true;
-        p = e;
-    }
-    return false;
-}
-
 static void add_cors_headers(req *r, struct MHD_Response *resp) {
     const char *origin = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Origin");
     const char *allowed = r->srv->cors;
-    if (!origin || !allowed || !*allowed || !origin_allowed(allowed, origin)) return;
+    if (!origin || !allowed || !*allowed || !origin_list_has(allowed, origin, strlen(origin), true)) return;
     MHD_add_response_header(resp, "Access-Control-Allow-Origin", origin);
     MHD_add_response_header(resp, "Vary", "Origin");
 }
@@ -160,6 +146,7 @@ json_t *http_parse_body(req *r, enum MHD_Result *ret, bool allow_empty) {
 // ---- routing ------------------------------------------------------------------------------
 
 static const route ROUTES[] = {
+    {"GET", "/", false, false, ep_playground, "playground"},
     {"GET", "/health", false, false, ep_health, "health"},
     {"GET", "/metrics", false, false, ep_metrics, "metrics"},
     {"GET", "/v1/models", false, true, ep_models, "models"},
@@ -169,6 +156,8 @@ static const route ROUTES[] = {
     {"POST", "/completion", false, true, ep_llama_completion, "llama_completion"},
     {"POST", "/v1/chat/completions", false, true, ep_chat, "chat_completions"},
     {"POST", "/chat/completions", false, true, ep_chat, "chat_completions"},
+    {"POST", "/v1/attention", false, true, ep_attention, "attention"},
+    {"POST", "/attention", false, true, ep_attention, "attention"},
     {"POST", "/tokenize", false, true, ep_tokenize, "tokenize"},
     {"POST", "/detokenize", false, true, ep_detokenize, "detokenize"},
     {"POST", "/v1/sessions", false, true, ep_sessions_create, "sessions"},
@@ -244,7 +233,16 @@ static enum MHD_Result precheck(req *r, bool *done) {
         snprintf(msg, sizeof(msg), "no endpoint %.160s", r->path);
         return http_respond_error(r, 404, msg, NULL);
     }
-    if (strcmp(r->path, "/health") && !auth_ok(s, r->conn))
+    const char *host = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Host");
+    if (s->loopback && !origin_host_ok(host, s->cfg.allowed_hosts))
+        return http_respond_error(r, 421, "this server answers only loopback host names (add the name to allowed_hosts)",
+                                  NULL);
+    bool safe = !strcmp(r->method, "GET") || !strcmp(r->method, "HEAD") || !strcmp(r->method, "OPTIONS");
+    const char *origin = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Origin");
+    if (!safe && !origin_request_ok(origin, host, s->cors))
+        return http_respond_error(r, 403, "cross-origin request refused (the origin is not in cors_origins)", NULL);
+    /* /health and the playground page (which holds no data and asks for the key) are public */
+    if (strcmp(r->path, "/health") && strcmp(r->path, "/") && !auth_ok(s, r->conn))
         return http_respond_error(r, 401, "missing or invalid API key (Authorization: Bearer ...)", NULL);
     if (!r->rt) {
         char msg[320];
@@ -277,6 +275,11 @@ static enum MHD_Result request_begin(struct server *s, struct MHD_Connection *c,
     snprintf(r->method, sizeof(r->method), "%s", method);
     snprintf(r->path, sizeof(r->path), "%s", url);
     if (strlen(url) >= sizeof(r->path)) r->path[sizeof(r->path) - 2] = '~'; /* never matches a route */
+    if (s->conns && !conn_request_begin(s->conns, c)) { /* answered, then the connection closes */
+        r->rt = NULL;
+        return http_respond_json_h(r, 503, oai_error(503, "too many connections; retry shortly", NULL), "Connection",
+                                   "close");
+    }
     bool done;
     enum MHD_Result ret = precheck(r, &done);
     if (done) r->rt = NULL;
@@ -350,6 +353,7 @@ static void client_address(struct MHD_Connection *c, char *buf, size_t cap) {
 
 void http_on_completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe) {
     struct server *s = cls;
+    if (s->conns) conn_request_end(s->conns, c); /* keep-alive: the next headers' deadline starts */
     req *r = *con_cls;
     if (!r) return;
     *con_cls = NULL;

@@ -20,6 +20,7 @@
 #include "attnd/engine.h"
 #include "attnd/tokenizer.h"
 #include "chat.h"
+#include "conn.h"
 #include "metrics.h"
 #include "oai.h"
 #include "oai_resp.h"
@@ -31,7 +32,10 @@
 struct server {
     server_settings cfg;
     char *host, *model_path, *model_alias, *state_dir, *api_key, *cors, *chat_template; /* owned copies */
+    char *allowed_hosts;      /* owned copy */
+    bool loopback;            /* bound to a loopback address: Host names are checked (origin.h) */
     struct MHD_Daemon *d;
+    conn_tracker *conns;      /* header deadline and the 503 at max_connections (conn.h) */
     int port;
     metrics *met;
     // ---- set by server_load, read-only afterwards ----
@@ -45,6 +49,7 @@ struct server {
     atomic_bool ready;
     atomic_bool stopping;
     atomic_int in_flight;     /* requests between their first callback and completion */
+    atomic_int tok_active;    /* /tokenize and /detokenize requests running (tokenize_parallel) */
     bool shut_down;
 };
 

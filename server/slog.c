@@ -4,6 +4,10 @@
  * systemd journal (JOURNAL_STREAM names stderr's device and inode), each line starts with its
  * syslog priority (<3> error, <4> warning, <6> info, <7> debug) so journald keeps the level
  * (SyslogLevelPrefix=, on by default); on a terminal or in a file the prefix would be clutter.
+ *
+ * A line is always one line: control characters in the message (a request path, a header, a
+ * file name a client chose) are written as \xNN, so no client can end a line early and forge
+ * another ("GET /x%0A<3>... attnd[error] ...").
  */
 #include "slog.h"
 
@@ -30,15 +34,34 @@ static bool stderr_is_journal(void) {
     return (unsigned long long)st.st_dev == dev && (unsigned long long)st.st_ino == ino;
 }
 
+size_t slog_escape(char *out, size_t cap, const char *in) {
+    static const char HEX[] = "0123456789abcdef";
+    size_t k = 0;
+    if (!cap) return 0;
+    for (; *in; in++) {
+        unsigned char c = (unsigned char)*in;
+        bool ctl = c < 0x20 || c == 0x7f;
+        if (k + (ctl ? 4 : 1) >= cap) break;
+        if (ctl) {
+            out[k++] = '\\', out[k++] = 'x', out[k++] = HEX[c >> 4], out[k++] = HEX[c & 15];
+        } else {
+            out[k++] = (char)c;
+        }
+    }
+    out[k] = '\0';
+    return k;
+}
+
 void slog(server_log_level level, const char *fmt, ...) {
     static const char *NAMES[] = {"error", "warn", "info", "debug"};
     static const int PRIORITY[] = {3, 4, 6, 7};
     if (!slog_enabled(level)) return;
-    char msg[1024];
+    char raw[1024], msg[4 * sizeof(raw)];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof(msg), fmt, ap);
+    vsnprintf(raw, sizeof(raw), fmt, ap);
     va_end(ap);
+    slog_escape(msg, sizeof(msg), raw);
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     struct tm tm;

@@ -394,6 +394,39 @@ Test(model, missing_tensor_and_bad_file_are_refused_with_a_message) {
     unlink(src), unlink(dst);
 }
 
+/* Writes sp, loads it and expects a format error whose message contains want. */
+static void expect_refused(const tiny_spec *sp, const char *tag, const char *want) {
+    char path[256];
+    tiny_tmpname(path, sizeof(path), tag);
+    cr_assert_eq(tiny_write(path, sp), 0);
+    model *m = NULL;
+    attnd_err err = {{0}};
+    cr_expect_eq(model_load(&m, path, &err), ATTND_ERR_FORMAT, "%s: loaded", tag);
+    cr_expect(strstr(err.msg, want), "%s: %s", tag, err.msg);
+    cr_expect_null(m);
+    unlink(path);
+}
+
+Test(model, broken_tokenizer_metadata_is_refused_at_load) {
+    tiny_spec sp = tiny_default("llama");
+    sp.vocab = true, sp.n_vocab = 300;
+    char path[256];
+    tiny_tmpname(path, sizeof(path), "goodvocab");
+    cr_assert_eq(tiny_write(path, &sp), 0);
+    model *m = NULL;
+    attnd_err err = {{0}};
+    cr_assert_eq(model_load(&m, path, &err), ATTND_OK, "%s", err.msg);
+    model_destroy(m);
+    unlink(path);
+
+    sp.bos_id = 300; /* one past the last token */
+    expect_refused(&sp, "bos300", "bos_token_id");
+    sp.bos_id = 0, sp.vocab_extra = 5; /* ids 300..304 would index past the embedding rows */
+    expect_refused(&sp, "extra5", "305 entries but token_embd.weight has 300 rows");
+    sp.vocab_extra = -1;
+    expect_refused(&sp, "short1", "299 entries");
+}
+
 Test(model, info_reports_hyperparameters) {
     tiny_spec sp = tiny_default("qwen2");
     rig r;

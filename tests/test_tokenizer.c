@@ -587,6 +587,25 @@ Test(tokenizer, load_rejects_inconsistent_vocabularies) {
     cr_expect_eq(load_built(&b, &t, &err), ATTND_ERR_FORMAT);
     cr_expect(strstr(err.msg, "merges[0]"), "%s", err.msg);
     cr_expect_null(t);
+
+    static const int32_t bad_types[] = {1, 9};
+    b = (gbuf){0};
+    kv_str(&b, "tokenizer.ggml.model", "llama");
+    kv_strs(&b, "tokenizer.ggml.tokens", toks, 2);
+    kv_i32s(&b, "tokenizer.ggml.token_type", bad_types, 2);
+    cr_expect_eq(load_built(&b, &t, &err), ATTND_ERR_FORMAT, "token type 9");
+    cr_expect(strstr(err.msg, "token_type[1] = 9"), "%s", err.msg);
+
+    /* found by fuzzing: a malformed merge after a valid one leaked the merge buffer (ASan) */
+    static const char *toks3[] = {"a", "b", "ab"};
+    static const char *late_bad[] = {"a b", "ab"};
+    b = (gbuf){0};
+    kv_str(&b, "tokenizer.ggml.model", "gpt2");
+    kv_strs(&b, "tokenizer.ggml.tokens", toks3, 3);
+    kv_strs(&b, "tokenizer.ggml.merges", late_bad, 2);
+    cr_expect_eq(load_built(&b, &t, &err), ATTND_ERR_FORMAT);
+    cr_expect(strstr(err.msg, "merges[1]"), "%s", err.msg);
+    cr_expect_null(t);
     tok_destroy(NULL);
 }
 

@@ -313,7 +313,7 @@ async function disconnects() {
   let closed = false;
   sock.on('close', () => { closed = true; });
   sock.on('error', () => {});
-  sock.write('POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{"pro');
+  sock.write('POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{"pro');
   const socks = [];
   for (let i = 0; i < 20; i++) {
     const t = net.connect(Number(url.port), url.hostname);
