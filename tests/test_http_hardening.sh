@@ -6,7 +6,7 @@ set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 source "$here/http_lib.sh"
 MODEL=${ATTND_SOURCE_DIR:-$here/..}/models/attnd-sotu.gguf
-[ -f "$MODEL" ] || { echo "SKIP: $MODEL not found"; exit 77; }
+[ -f "$MODEL" ] || { echo "FAIL: $MODEL not found"; exit 1; }
 status=0
 ok() { echo "ok - $*"; }
 bad() { echo "not ok - $*"; status=1; }
