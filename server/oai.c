@@ -11,7 +11,6 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
 
 #define MAX_STOPS 16
 #define MAX_STOP_LEN 256
@@ -275,7 +274,7 @@ attnd_status oai_parse(const json_t *body, bool chat, const server_settings *cfg
     r->sp.min_p = cfg->min_p;
     r->sp.repeat_penalty = cfg->repeat_penalty;
     r->sp.repeat_last_n = cfg->repeat_last_n;
-    if (getrandom(&r->sp.seed, sizeof(r->sp.seed), 0) != (ssize_t)sizeof(r->sp.seed)) r->sp.seed = (uint64_t)rand();
+    attnd_random(&r->sp.seed, sizeof(r->sp.seed));
     if (!json_is_object(body)) return bad(param, NULL, err, "the request body must be a JSON object");
 
     attnd_status rc;

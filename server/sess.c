@@ -13,7 +13,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -208,11 +207,7 @@ void sess_store_destroy(sess_store *st) {
 attnd_status sess_create(sess_store *st, const char *id, char out_id[SESS_ID_MAX + 1], attnd_err *err) {
     char gen[SESS_ID_MAX + 1];
     if (!id) {
-        unsigned char rnd[12];
-        if (getrandom(rnd, sizeof(rnd), 0) != (ssize_t)sizeof(rnd))
-            for (size_t i = 0; i < sizeof(rnd); i++) rnd[i] = (unsigned char)rand();
-        int o = snprintf(gen, sizeof(gen), "sess-");
-        for (size_t i = 0; i < sizeof(rnd); i++) o += snprintf(gen + o, sizeof(gen) - o, "%02x", rnd[i]);
+        attnd_random_id(gen, sizeof(gen), "sess-");
         id = gen;
     } else if (!sess_id_valid(id)) {
         return attnd_fail(err, ATTND_ERR_INVALID, "session id must be 1..64 characters of A-Z a-z 0-9 . _ - (not starting with '.')");

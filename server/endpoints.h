@@ -1,0 +1,31 @@
+/*
+ * endpoints.h — the handlers behind http.c's route table (server-private). Each one answers
+ * its request through http_respond_* and returns what MHD_queue_response returned.
+ *
+ *   endpoints.c    /health, /metrics, /v1/models, /tokenize, /detokenize, /v1/sessions...
+ *   completions.c  /v1/completions, /v1/chat/completions, llama.cpp's /completion
+ */
+#ifndef ATTND_SERVER_ENDPOINTS_H
+#define ATTND_SERVER_ENDPOINTS_H
+
+#include "http.h"
+#include "oai_resp.h"
+
+enum MHD_Result ep_health(req *r);
+enum MHD_Result ep_metrics(req *r);
+enum MHD_Result ep_models(req *r);
+enum MHD_Result ep_tokenize(req *r);
+enum MHD_Result ep_detokenize(req *r);
+enum MHD_Result ep_sessions_create(req *r);
+enum MHD_Result ep_sessions_list(req *r);
+enum MHD_Result ep_session_get(req *r);
+enum MHD_Result ep_session_delete(req *r);
+
+enum MHD_Result ep_completions(req *r);
+enum MHD_Result ep_chat(req *r);
+enum MHD_Result ep_llama_completion(req *r);
+
+/* A job's output as the response builders see it (everything borrowed from o). */
+void gen_view(const sched_output *o, oai_gen *g);
+
+#endif
