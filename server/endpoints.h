@@ -14,6 +14,7 @@
 enum MHD_Result ep_health(req *r);
 enum MHD_Result ep_metrics(req *r);
 enum MHD_Result ep_models(req *r);
+enum MHD_Result ep_model_get(req *r);
 enum MHD_Result ep_tokenize(req *r);
 enum MHD_Result ep_detokenize(req *r);
 enum MHD_Result ep_sessions_create(req *r);
@@ -27,5 +28,8 @@ enum MHD_Result ep_llama_completion(req *r);
 
 /* A job's output as the response builders see it (everything borrowed from o). */
 void gen_view(const sched_output *o, oai_gen *g);
+/* The usage of all of r's choices: every prompt read once (n choices share it), every choice's
+ * generated tokens. Only the counts of *sum are set. */
+void gen_usage_sum(const req *r, oai_gen *sum);
 
 #endif

@@ -66,7 +66,9 @@ typedef struct req {
     int n_prompt;            /* prompt tokens, for the access log */
     bool cancelled;          /* client went away mid-request */
     // ---- generation in flight ----
-    sched_job *job;          /* owned reference */
+    sched_job *job;          /* owned reference; choice 0 */
+    sched_job **extra;       /* (n_extra) owned references: choices 1.. (prompt lists, n > 1) */
+    int n_extra;
     oai_request oreq;
     json_t *body_json;       /* keeps oreq's borrowed strings alive; owned */
     char sess_id[SESS_ID_MAX + 1];
@@ -77,6 +79,10 @@ typedef struct req {
     bool return_tokens;      /* llama.cpp's return_tokens: the generated ids too */
     sse_state *sse;          /* streaming state (sse.c); owned */
 } req;
+
+/* The job of choice k (0 = r->job); choices are prompt-major: k = prompt * n + i. */
+static inline sched_job *req_job(const req *r, int k) { return k == 0 ? r->job : r->extra[k - 1]; }
+static inline int req_n_jobs(const req *r) { return r->job ? 1 + r->n_extra : 0; }
 
 /* Queues body (stolen) as a JSON response, with one extra header when hname is non-NULL. */
 enum MHD_Result http_respond_json_h(req *r, int status, json_t *body, const char *hname, const char *hval);

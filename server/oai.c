@@ -233,31 +233,9 @@ void oai_prompts_free(oai_prompt *ps, int n) {
 
 static attnd_status parse_prompt(const json_t *body, int n_vocab, oai_request *r, const char **param,
                                  attnd_err *err) {
-    const json_t *p = field(body, "prompt");
-    if (!p) return bad(param, "prompt", err, "'prompt' is required");
-    if (json_is_array(p) && json_array_size(p) == 1 &&
-        (json_is_string(json_array_get(p, 0)) || json_is_array(json_array_get(p, 0))))
-        p = json_array_get(p, 0); /* ["text"] or [[ids]]: one prompt in a list (lm-evaluation-harness) */
-    if (json_is_string(p)) {
-        r->prompt = json_string_value(p);
-        return ATTND_OK;
-    }
-    if (!json_is_array(p))
-        return bad(param, "prompt", err, "'prompt' must be a string or an array of token ids");
-    size_t n = json_array_size(p);
-    if (n == 0) return bad(param, "prompt", err, "'prompt' must not be an empty array");
-    if (json_is_array(json_array_get(p, 0)) || json_is_string(json_array_get(p, 0)))
-        return bad(param, "prompt", err, "only one prompt per request is supported");
-    r->prompt_ids = malloc(n * sizeof(int32_t));
-    if (!r->prompt_ids) return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory");
-    for (size_t i = 0; i < n; i++) {
-        const json_t *t = json_array_get(p, i);
-        if (!json_is_integer(t) || json_integer_value(t) < 0 || json_integer_value(t) >= n_vocab)
-            return bad(param, "prompt", err, "prompt[%zu] is not a token id in 0..%d", i, n_vocab - 1);
-        r->prompt_ids[i] = (int32_t)json_integer_value(t);
-    }
-    r->n_prompt_ids = (int)n;
-    return ATTND_OK;
+    attnd_status st = oai_parse_prompts(field(body, "prompt"), n_vocab, OAI_MAX_PROMPTS, &r->prompts, &r->n_prompts, err);
+    if (st != ATTND_OK) *param = "prompt";
+    return st;
 }
 
 attnd_status oai_parse(const json_t *body, bool chat, const server_settings *cfg, int n_vocab, oai_request *r,
@@ -282,9 +260,12 @@ attnd_status oai_parse(const json_t *body, bool chat, const server_settings *cfg
         return rc;
     const json_t *model = field(body, "model");
     if (model && !json_is_string(model)) return bad(param, "model", err, "'model' must be a string");
-    int n = 1;
-    if ((rc = get_int(body, "n", 1, 1000000, &n, param, err)) != ATTND_OK) return rc;
-    if (n != 1) return bad(param, "n", err, "only n = 1 is supported");
+    r->n = 1;
+    if ((rc = get_int(body, "n", 1, OAI_MAX_N, &r->n, param, err)) != ATTND_OK) return rc;
+    int n_prompts = chat ? 1 : r->n_prompts;
+    if (n_prompts * r->n > OAI_MAX_CHOICES)
+        return bad(param, "n", err, "%d prompts x n = %d make %d choices; at most %d per request", n_prompts, r->n,
+                   n_prompts * r->n, OAI_MAX_CHOICES);
     const char *mt_name = chat && field(body, "max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
     if (field(body, mt_name)) {
         const json_t *v = field(body, mt_name);
@@ -347,7 +328,7 @@ attnd_status oai_parse(const json_t *body, bool chat, const server_settings *cfg
 
 void oai_request_free(oai_request *r) {
     if (!r) return;
-    free(r->prompt_ids);
+    oai_prompts_free(r->prompts, r->n_prompts);
     for (size_t i = 0; i < r->n_msgs; i++) free((char *)r->msgs[i].content);
     free(r->msgs);
     free(r->bias);

@@ -23,6 +23,12 @@
  * name for 'system'; 'tool' and 'function' results need tool calling, which attnd does not do). */
 #define OAI_ROLES "system, developer, user, assistant"
 
+/* Limits of one request: prompts in a /v1/completions list, choices per prompt (n), and
+ * choices in all (prompts x n), each of which is one sequence in the scheduler. */
+#define OAI_MAX_PROMPTS 64
+#define OAI_MAX_N 16
+#define OAI_MAX_CHOICES 64
+
 /* One prompt of a /v1/completions request: text, or token ids. */
 typedef struct oai_prompt {
     const char *text;       /* borrowed from the request JSON; NULL when ids are given */
@@ -33,12 +39,12 @@ typedef struct oai_prompt {
 typedef struct oai_request {
     bool chat;
     // ---- the prompt: exactly one of these ----
-    const char *prompt;     /* completions, text prompt (borrowed from the request JSON) */
-    int32_t *prompt_ids;    /* completions, token-id prompt (owned) */
-    int n_prompt_ids;
+    oai_prompt *prompts;    /* completions: (n_prompts) owned, texts borrowed from the request JSON */
+    int n_prompts;
     chat_msg *msgs;         /* chat (owned array; roles borrowed, contents owned) */
     size_t n_msgs;
     // ---- generation ----
+    int n;                  /* choices per prompt (1..OAI_MAX_N) */
     int max_tokens;         /* -1 = not given (server default) */
     sampler_params sp;      /* sp.bias points into bias */
     logit_bias *bias;       /* (n_bias) owned */

@@ -45,7 +45,9 @@ Test(oai, completion_fields_become_c_values) {
     const char *param;
     attnd_err err;
     cr_assert_eq(oai_parse(j, false, &cfg, 512, &r, &param, &err), ATTND_OK, "%s", err.msg);
-    cr_assert_str_eq(r.prompt, "hi");
+    cr_assert_eq(r.n_prompts, 1);
+    cr_assert_str_eq(r.prompts[0].text, "hi");
+    cr_assert_eq(r.n, 1);
     cr_assert_eq(r.max_tokens, 7);
     cr_assert_float_eq(r.sp.temperature, 0.0f, 1e-9);
     cr_assert_float_eq(r.sp.top_p, 0.5f, 1e-6);
@@ -69,13 +71,18 @@ Test(oai, token_id_prompts_are_accepted_flat_or_nested_once) {
     oai_request r;
     const char *param;
     cr_assert_eq(parse("{\"prompt\":[1,2,3]}", false, &r, &param, NULL), ATTND_OK);
-    cr_assert_eq(r.n_prompt_ids, 3);
+    cr_assert_eq(r.n_prompts, 1);
+    cr_assert_eq(r.prompts[0].n_ids, 3);
     oai_request_free(&r);
     cr_assert_eq(parse("{\"prompt\":[[1,2]]}", false, &r, &param, NULL), ATTND_OK);
-    cr_assert_eq(r.n_prompt_ids, 2);
+    cr_assert_eq(r.n_prompts, 1);
+    cr_assert_eq(r.prompts[0].n_ids, 2);
+    oai_request_free(&r);
+    cr_assert_eq(parse("{\"prompt\":[[1],[2]],\"n\":3}", false, &r, &param, NULL), ATTND_OK);
+    cr_assert_eq(r.n_prompts, 2);
+    cr_assert_eq(r.n, 3);
     oai_request_free(&r);
     expect_bad("{\"prompt\":[1,512]}", false, "prompt");
-    expect_bad("{\"prompt\":[[1],[2]]}", false, "prompt");
     expect_bad("{\"prompt\":[]}", false, "prompt");
 }
 
@@ -90,7 +97,9 @@ Test(oai, wrong_types_and_ranges_name_the_field) {
     expect_bad("{\"prompt\":\"x\",\"top_p\":0}", false, "top_p");
     expect_bad("{\"prompt\":\"x\",\"top_p\":1.5}", false, "top_p");
     expect_bad("{\"prompt\":\"x\",\"top_k\":-2}", false, "top_k");
-    expect_bad("{\"prompt\":\"x\",\"n\":2}", false, "n");
+    expect_bad("{\"prompt\":\"x\",\"n\":0}", false, "n");
+    expect_bad("{\"prompt\":\"x\",\"n\":17}", false, "n");
+    expect_bad("{\"prompt\":[\"a\",\"b\",\"c\",\"d\",\"e\"],\"n\":16}", false, "n");
     expect_bad("{\"prompt\":\"x\",\"stop\":7}", false, "stop");
     expect_bad("{\"prompt\":\"x\",\"stop\":[\"\"]}", false, "stop");
     expect_bad("{\"prompt\":\"x\",\"seed\":1.5}", false, "seed");
