@@ -188,8 +188,7 @@ static char *echo_text(req *r, int k, const sched_output *o, size_t *len) {
     return strdup(""); /* still an echo: the logprobs keep the prompt's entries */
 }
 
-/* Waits until every choice is done; false when the client left (all cancelled). */
-static bool wait_all(req *r) {
+bool gen_wait_all(req *r) {
     for (int k = 0; k < req_n_jobs(r); k++) {
         sched_update u;
         do {
@@ -224,7 +223,7 @@ static json_t *choice_body(req *r, int k, sched_output *failed) {
 /* Blocks until the job is done (or the client leaves), then answers with the whole response:
  * one choice per prompt and n, in order, with the usage summed. */
 static enum MHD_Result respond_whole(req *r) {
-    if (!wait_all(r)) return MHD_NO;
+    if (!gen_wait_all(r)) return MHD_NO;
     sched_output o;
     sched_job_output(r->job, &o);
     if (r->llama && o.status == ATTND_OK) {
@@ -258,8 +257,7 @@ static enum MHD_Result respond_whole(req *r) {
     return http_respond_json(r, 200, body);
 }
 
-/* Tokenizes, fits and submits every choice: prompts x n. false: an error response is queued. */
-static bool submit_all(req *r, enum MHD_Result *ret) {
+bool gen_submit_all(req *r, enum MHD_Result *ret) {
     const oai_request *q = &r->oreq;
     int n_prompts = r->chat ? 1 : q->n_prompts, n_choices = n_prompts * q->n;
     attnd_err err;
@@ -311,7 +309,7 @@ static enum MHD_Result generate(req *r, bool chat) {
     attnd_random_id(r->resp_id, sizeof(r->resp_id), r->chat ? "chatcmpl-" : "cmpl-");
     r->rctx = (oai_resp_ctx){r->resp_id, s->model_id, (long long)time(NULL), r->chat, r->oreq.include_usage,
                              r->sess_id, token_bytes, s->tok};
-    if (!submit_all(r, &ret)) return ret;
+    if (!gen_submit_all(r, &ret)) return ret;
     return r->oreq.stream ? sse_respond(r) : respond_whole(r);
 }
 

@@ -4,6 +4,7 @@
  *
  *   endpoints.c    /health, /metrics, /v1/models, /tokenize, /detokenize, /v1/sessions...
  *   completions.c  /v1/completions, /v1/chat/completions, llama.cpp's /completion
+ *   responses_http.c  /v1/responses (OpenAI's Responses API on durable sessions)
  */
 #ifndef ATTND_SERVER_ENDPOINTS_H
 #define ATTND_SERVER_ENDPOINTS_H
@@ -25,6 +26,17 @@ enum MHD_Result ep_session_delete(req *r);
 enum MHD_Result ep_completions(req *r);
 enum MHD_Result ep_chat(req *r);
 enum MHD_Result ep_llama_completion(req *r);
+
+enum MHD_Result ep_responses_create(req *r);
+enum MHD_Result ep_response_get(req *r);
+enum MHD_Result ep_response_delete(req *r);
+void rsp_state_free(rsp_state *st); /* accepts NULL */
+
+/* The generation machinery of completions.c, shared with /v1/responses: tokenizes and submits
+ * every choice of r->oreq (false: an error response is queued), and waits for all of them
+ * (false: the client left; everything is cancelled). */
+bool gen_submit_all(req *r, enum MHD_Result *ret);
+bool gen_wait_all(req *r);
 
 /* A job's output as the response builders see it (everything borrowed from o). */
 void gen_view(const sched_output *o, oai_gen *g);

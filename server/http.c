@@ -171,6 +171,9 @@ static const route ROUTES[] = {
     {"GET", "/v1/sessions", false, true, ep_sessions_list, "sessions"},
     {"GET", "/v1/sessions/", true, true, ep_session_get, "session"},
     {"DELETE", "/v1/sessions/", true, true, ep_session_delete, "session"},
+    {"POST", "/v1/responses", false, true, ep_responses_create, "responses"},
+    {"GET", "/v1/responses/", true, true, ep_response_get, "response"},
+    {"DELETE", "/v1/responses/", true, true, ep_response_delete, "response"},
 };
 
 static bool path_matches(const route *rt, const char *path) {
@@ -361,6 +364,7 @@ void http_on_completed(void *cls, struct MHD_Connection *c, void **con_cls, enum
     oai_request_free(&r->oreq);
     json_decref(r->body_json);
     sse_free(r->sse);
+    rsp_state_free(r->rsp);
     free(r->body);
     free(r);
     atomic_fetch_sub(&s->in_flight, 1);

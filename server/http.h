@@ -23,6 +23,7 @@
 #include "metrics.h"
 #include "oai.h"
 #include "oai_resp.h"
+#include "rstore.h"
 #include "scheduler.h"
 #include "sess.h"
 #include "settings.h"
@@ -38,6 +39,7 @@ struct server {
     model *m;
     tokenizer *tok;
     sess_store *store;
+    rstore *responses;        /* stored /v1/responses (state_dir, like the sessions) */
     sched *sch;
     chat_family family;
     char *model_id;
@@ -50,6 +52,7 @@ struct server {
 
 typedef struct route route;
 typedef struct sse_state sse_state;
+typedef struct rsp_state rsp_state;
 
 /* One request, from its first callback to its completion. */
 typedef struct req {
@@ -78,6 +81,7 @@ typedef struct req {
     bool llama;              /* llama.cpp's POST /completion shapes */
     bool return_tokens;      /* llama.cpp's return_tokens: the generated ids too */
     sse_state *sse;          /* streaming state (sse.c); owned */
+    rsp_state *rsp;          /* /v1/responses state (responses_http.c); owned */
 } req;
 
 /* The job of choice k (0 = r->job); choices are prompt-major: k = prompt * n + i. */

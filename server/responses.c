@@ -418,3 +418,12 @@ char *responses_stream_end(responses_stream *st, const responses_result *res) {
     frame(&b, st, last, json_pack("{s:o}", "response", responses_object(res)));
     return finish(&b);
 }
+
+char *responses_stream_failed(responses_stream *st, const responses_result *res, const char *message) {
+    sse_buf b = {0};
+    json_t *o = responses_object(res);
+    if (o) json_object_set_new(o, "error", json_pack("{s:s,s:o}", "code", "server_error", "message",
+                                                     oai_string(message, strlen(message))));
+    frame(&b, st, "response.failed", o ? json_pack("{s:o}", "response", o) : NULL);
+    return finish(&b);
+}

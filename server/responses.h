@@ -92,5 +92,8 @@ char *responses_stream_begin(responses_stream *st, const responses_result *res);
 char *responses_stream_delta(responses_stream *st, const responses_result *res, const char *text, size_t n);
 /* The closing frames, response.output_text.done through response.completed / .incomplete. */
 char *responses_stream_end(responses_stream *st, const responses_result *res);
+/* The closing frame of a generation that failed: response.failed, whose response has status
+ * "failed" and error {"code": "server_error", "message"}. */
+char *responses_stream_failed(responses_stream *st, const responses_result *res, const char *message);
 
 #endif

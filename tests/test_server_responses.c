@@ -241,3 +241,26 @@ Test(responses, the_stream_has_openai_event_order_and_increasing_sequence_number
     responses_request_free(&r);
     json_decref(b);
 }
+
+Test(responses, a_failed_generation_ends_the_stream_with_response_failed) {
+    json_t *b = load("{\"input\":\"x\",\"stream\":true}");
+    responses_request r;
+    const char *param;
+    attnd_err err;
+    cr_assert_eq(responses_parse(b, &cfg, &r, &param, &err), ATTND_OK, "%s", err.msg);
+    responses_stream st = {.seq = 5};
+    responses_result res = result(&r, "failed", "", false);
+    char *sse = responses_stream_failed(&st, &res, "KV cache budget exhausted");
+    json_t *ev[2];
+    cr_assert_eq(events(sse, ev, 2), 1);
+    cr_assert_str_eq(json_string_value(json_object_get(ev[0], "type")), "response.failed");
+    cr_assert_eq(json_integer_value(json_object_get(ev[0], "sequence_number")), 5);
+    json_t *resp = json_object_get(ev[0], "response");
+    cr_assert_str_eq(json_string_value(json_object_get(resp, "status")), "failed");
+    cr_assert_str_eq(json_string_value(json_object_get(json_object_get(resp, "error"), "message")),
+                     "KV cache budget exhausted");
+    json_decref(ev[0]);
+    free(sse);
+    responses_request_free(&r);
+    json_decref(b);
+}
