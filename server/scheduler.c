@@ -20,6 +20,7 @@
 #include <time.h>
 
 #include "attnd/buf.h"
+#include "sched_internal.h"
 #include "slog.h"
 
 typedef struct slot {
@@ -73,157 +74,6 @@ struct sched {
     uint64_t rate_tok0;
 };
 
-// ---- jobs ---------------------------------------------------------------------------------
-
-struct sched_job {
-    // ---- input: set by sched_job_create, read-only afterwards ----
-    int32_t *prompt;          /* (n_prompt) owned */
-    int n_prompt;
-    sampler_params sp;        /* sp.bias points into `bias` */
-    logit_bias *bias;         /* (sp.n_bias) owned */
-    int max_tokens;
-    char **stops;             /* (n_stops) owned strings */
-    int n_stops;
-    int top_logprobs;
-    bool prompt_logprobs;
-    sess *se;
-
-    // ---- output: guarded by mu; cv signalled on every change ----
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    buf text;                 /* generated text, stop strings removed */
-    token_logprob *pieces;    /* (n_pieces) generated tokens, capacity max_tokens */
-    int n_pieces;
-    token_logprob *tops;      /* (n_pieces, top_logprobs) alternatives, best first */
-    float *prompt_lp;         /* (n_prompt) when prompt_logprobs */
-    token_logprob *prompt_tops; /* (n_prompt, top_logprobs) alternatives at each prompt position */
-    bool done;
-    const char *finish_reason;
-    attnd_status status;
-    char errmsg[256];
-    int n_cached, n_generated;
-    double prompt_ms, gen_ms;
-
-    // ---- the reader's cursor (sched_job_wait) ----
-    size_t rd_text;           /* text bytes already handed out */
-    int rd_pieces;            /* pieces already handed out */
-    buf rd;                   /* copy of the last update's text */
-
-    atomic_bool cancel;
-    atomic_int refs;
-};
-
-static void *alloc_n(size_t n, size_t size) { return malloc((n ? n : 1) * size); }
-
-attnd_status sched_job_create(sched_job **out, sched_job_spec *spec, attnd_err *err) {
-    *out = NULL;
-    sched_job *j = calloc(1, sizeof(*j));
-    if (!j) {
-        free(spec->prompt);
-        free(spec->bias);
-        for (int i = 0; i < spec->n_stops; i++) free(spec->stops[i]);
-        free(spec->stops);
-        spec->prompt = NULL, spec->bias = NULL, spec->stops = NULL;
-        return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory");
-    }
-    pthread_mutex_init(&j->mu, NULL);
-    pthread_cond_init(&j->cv, NULL);
-    atomic_init(&j->refs, 1);
-    atomic_init(&j->cancel, false);
-    /* the stolen parts first: unref frees them on every path below */
-    j->prompt = spec->prompt, j->n_prompt = spec->n_prompt;
-    j->bias = spec->bias;
-    j->stops = spec->stops, j->n_stops = spec->n_stops;
-    spec->prompt = NULL, spec->bias = NULL, spec->stops = NULL;
-    j->sp = spec->sp;
-    j->sp.bias = j->bias;
-    j->sp.n_bias = j->bias ? spec->n_bias : 0;
-    j->max_tokens = spec->max_tokens;
-    j->top_logprobs = spec->top_logprobs;
-    j->prompt_logprobs = spec->prompt_logprobs;
-    j->se = spec->se;
-    size_t n_prompt = (size_t)(j->n_prompt > 0 ? j->n_prompt : 0), n_gen = (size_t)(j->max_tokens > 0 ? j->max_tokens : 0);
-    size_t top = (size_t)(j->top_logprobs > 0 ? j->top_logprobs : 0);
-    j->pieces = alloc_n(n_gen, sizeof(token_logprob));
-    bool ok = j->prompt && j->pieces && buf_reserve(&j->text, 256);
-    if (top) ok = ok && (j->tops = alloc_n(n_gen * top, sizeof(token_logprob)));
-    if (j->prompt_logprobs) {
-        ok = ok && (j->prompt_lp = alloc_n(n_prompt, sizeof(float)));
-        if (top) ok = ok && (j->prompt_tops = calloc(n_prompt ? n_prompt * top : 1, sizeof(token_logprob)));
-    }
-    if (!ok) {
-        sched_job_unref(j);
-        return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory");
-    }
-    *out = j;
-    return ATTND_OK;
-}
-
-void sched_job_ref(sched_job *j) { atomic_fetch_add(&j->refs, 1); }
-
-void sched_job_unref(sched_job *j) {
-    if (!j || atomic_fetch_sub(&j->refs, 1) != 1) return;
-    free(j->prompt);
-    free(j->bias);
-    for (int i = 0; i < j->n_stops; i++) free(j->stops[i]);
-    free(j->stops);
-    buf_free(&j->text);
-    free(j->pieces);
-    free(j->tops);
-    free(j->prompt_lp);
-    free(j->prompt_tops);
-    buf_free(&j->rd);
-    pthread_mutex_destroy(&j->mu);
-    pthread_cond_destroy(&j->cv);
-    free(j);
-}
-
-bool sched_job_cancel(sched_job *j) { return atomic_exchange(&j->cancel, true); }
-
-/* Moves what is new past the reader's cursor into *u (caller holds j->mu). */
-static bool job_take_news(sched_job *j, sched_update *u) {
-    size_t n = j->text.len - j->rd_text;
-    buf_clear(&j->rd);
-    if (!buf_append(&j->rd, j->text.p + j->rd_text, n)) n = 0; /* out of memory: handed out next time */
-    *u = (sched_update){j->rd.p ? j->rd.p : "", n, j->rd_pieces, j->n_pieces, j->done};
-    j->rd_text += n;
-    j->rd_pieces = j->n_pieces;
-    return n || u->from < u->to || j->done;
-}
-
-bool sched_job_wait(sched_job *j, int timeout_ms, sched_update *u) {
-    struct timespec ts;
-    attnd_deadline(&ts, timeout_ms);
-    pthread_mutex_lock(&j->mu);
-    bool news;
-    while (!(news = job_take_news(j, u)) && timeout_ms > 0)
-        if (pthread_cond_timedwait(&j->cv, &j->mu, &ts) != 0) {
-            news = job_take_news(j, u);
-            break;
-        }
-    pthread_mutex_unlock(&j->mu);
-    return news;
-}
-
-void sched_job_output(sched_job *j, sched_output *o) {
-    pthread_mutex_lock(&j->mu);
-    *o = (sched_output){
-        .prompt = j->prompt, .n_prompt = j->n_prompt,
-        .pieces = j->pieces, .n_pieces = j->n_pieces,
-        .tops = j->tops, .top_logprobs = j->top_logprobs,
-        .prompt_lp = j->prompt_lp, .prompt_tops = j->prompt_tops,
-        .text = j->done ? j->text.p : NULL, .text_len = j->done ? j->text.len : 0,
-        .done = j->done, .finish_reason = j->finish_reason, .status = j->status, .errmsg = j->errmsg,
-        .n_cached = j->n_cached, .n_generated = j->n_generated,
-        .prompt_ms = j->prompt_ms, .gen_ms = j->gen_ms,
-    };
-    pthread_mutex_unlock(&j->mu);
-}
-
-/* Appends released text to the job (caller holds j->mu). Out of memory drops the text rather
- * than crash; the token list stays complete. */
-static void job_append_text(sched_job *j, const char *p, size_t n) { (void)buf_append(&j->text, p, n); }
-
 // ---- slots --------------------------------------------------------------------------------
 
 /* Ends a slot's job: publishes the outcome, returns the cache entry with the new history. */
@@ -245,10 +95,10 @@ static void slot_finish(sched *s, slot *sl, const char *reason, attnd_status st,
         bool matched = false;
         if (n) {
             matched = stop_matcher_push(sl->sm, p, n, &e, &ne);
-            job_append_text(j, e, ne);
+            sched_job_append_text(j, e, ne);
         }
         if (matched) reason = "stop";
-        else job_append_text(j, e, stop_matcher_flush(sl->sm, &e));
+        else sched_job_append_text(j, e, stop_matcher_flush(sl->sm, &e));
     }
     j->finish_reason = st == ATTND_OK ? reason : NULL;
     j->status = st;
@@ -349,7 +199,7 @@ static void slot_token(sched *s, slot *sl, const float *row) {
         size_t n = tok_stream_push(sl->ts, id, &p), ne = 0;
         if (n) {
             stopped = stop_matcher_push(sl->sm, p, n, &e, &ne);
-            job_append_text(j, e, ne);
+            sched_job_append_text(j, e, ne);
         }
     }
     pthread_cond_broadcast(&j->cv);
