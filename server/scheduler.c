@@ -41,6 +41,7 @@ typedef struct slot {
     int batch_n;         /* entries this slot has in the current batch */
     int row0;            /* first logits row of this slot in the current batch, -1 = none */
     uint64_t admitted;   /* admission order (newest fails first on KV exhaustion) */
+    size_t reserve;      /* KV bytes reserved for this job at admission (job_kv_bytes) */
 } slot;
 
 struct sched {
@@ -69,6 +70,10 @@ struct sched {
     bool stop;
     atomic_bool cancel_all; /* shutdown: cancel whatever is queued or running */
     int n_active;
+    size_t reserved;      /* KV bytes reserved by the active jobs (<= stats.kv_budget) */
+    double budget_ms;     /* prefill_budget_ms setting; 0 = auto */
+    double dec_ms;        /* recent time of a decode-only step (moving average) */
+    double pf_ms_tok;     /* recent marginal time of one prefill token in a step */
     sched_stats stats;
     double rate_t0;       /* tokens/s window */
     uint64_t rate_tok0;
@@ -111,9 +116,11 @@ static void slot_finish(sched *s, slot *sl, const char *reason, attnd_status st,
     stop_matcher_destroy(sl->sm);
     free(sl->hist);
     sched_job_unref(j);
+    size_t reserve = sl->reserve;
     memset(sl, 0, sizeof(*sl));
     pthread_mutex_lock(&s->mu);
     s->n_active--;
+    s->reserved -= reserve;
     pthread_cond_broadcast(&s->idle);
     pthread_mutex_unlock(&s->mu);
 }
@@ -247,18 +254,35 @@ static void drain_free_list(sched *s) {
     for (int i = 0; i < n; i++) kv_seq_destroy(local[i]);
 }
 
+/* KV memory a job may come to hold: its prompt, max_tokens and the session tail, capped at the
+ * context (engine_eval never grows a sequence past it). */
+static size_t job_kv_bytes(const sched *s, const sched_job *j) {
+    long n = (long)j->n_prompt + (j->max_tokens > 0 ? j->max_tokens : 0) + 1;
+    return kv_pool_bytes_for(s->pool, n < s->n_ctx ? (int)n : s->n_ctx);
+}
+
+/* The queue's head when its KV reservation fits beside the running jobs' (FIFO: a big request
+ * is not overtaken forever by small ones), popped and counted active; NULL otherwise. Cancelled
+ * jobs are popped whatever their size. */
+static sched_job *queue_pop_fitting(sched *s) {
+    pthread_mutex_lock(&s->mu);
+    sched_job *j = s->q_len ? s->queue[s->q_head] : NULL;
+    if (j && !atomic_load(&j->cancel) && s->reserved + job_kv_bytes(s, j) > s->stats.kv_budget) j = NULL;
+    if (j) {
+        s->q_head = (s->q_head + 1) % s->queue_limit;
+        s->q_len--;
+        s->n_active++;
+    }
+    pthread_mutex_unlock(&s->mu);
+    return j;
+}
+
+/* Takes queued jobs into free slots while their KV reservations fit the budget: every admitted
+ * job can then grow to its end, evicting only idle caches, so none fails mid-generation. */
 static void admit(sched *s) {
     for (int k = 0; k < s->n_slots; k++) {
         if (s->slots[k].job) continue;
-        pthread_mutex_lock(&s->mu);
-        sched_job *j = NULL;
-        if (s->q_len) {
-            j = s->queue[s->q_head];
-            s->q_head = (s->q_head + 1) % s->queue_limit;
-            s->q_len--;
-            s->n_active++;
-        }
-        pthread_mutex_unlock(&s->mu);
+        sched_job *j = queue_pop_fitting(s);
         if (!j) return;
         if (atomic_load(&j->cancel)) {
             job_fail_unstarted(s, j, ATTND_ERR_BUSY, "cancelled");
@@ -271,7 +295,12 @@ static void admit(sched *s) {
         }
         attnd_err err;
         slot *sl = &s->slots[k];
-        if (slot_start(s, sl, j, &err) != ATTND_OK) {
+        attnd_status rc = slot_start(s, sl, j, &err);
+        sl->reserve = job_kv_bytes(s, j); /* slot_finish gives it back on every path */
+        pthread_mutex_lock(&s->mu);
+        s->reserved += sl->reserve;
+        pthread_mutex_unlock(&s->mu);
+        if (rc != ATTND_OK) {
             slog_error("cannot start a request: %s", err.msg);
             if (!sl->se && j->se) sl->se = j->se;
             slot_finish(s, sl, NULL, ATTND_ERR_NOMEM, err.msg);
@@ -281,11 +310,24 @@ static void admit(sched *s) {
     }
 }
 
+/* Prefill tokens this step may take beside n_decode decoding streams. Alone, a prompt goes in
+ * max_batch-sized chunks (its fastest); beside streams, the chunk is sized from the measured
+ * costs so the step lasts about the prefill budget (prefill_budget_ms, or 4 decode steps when
+ * 0): the streams keep a steady pace while the prompt still moves at nearly its solo speed. */
+static int prefill_cap(const sched *s, int n_decode) {
+    if (n_decode == 0) return s->max_batch;
+    if (s->pf_ms_tok <= 0) return 32; /* nothing measured yet: a modest first chunk */
+    double budget = s->budget_ms > 0 ? s->budget_ms : 4 * s->dec_ms;
+    double cap = (budget - s->dec_ms) / s->pf_ms_tok;
+    if (cap < 16) cap = 16; /* the prompt always moves */
+    return cap < s->max_batch ? (int)cap : s->max_batch;
+}
+
 /* Builds the step's batch into s->batch; returns its size. Prefill chunks stop where the logits
- * rows run out. */
-static int build_batch(sched *s, bool *any_decode, bool *any_prefill) {
+ * rows or the prefill cap run out; *n_prefill counts their tokens. */
+static int build_batch(sched *s, int *n_decode, int *n_prefill) {
     int n = 0, rows = 0;
-    *any_decode = *any_prefill = false;
+    *n_decode = *n_prefill = 0;
     for (int k = 0; k < s->n_slots; k++) {
         slot *sl = &s->slots[k];
         sl->batch_n = 0;
@@ -294,8 +336,10 @@ static int build_batch(sched *s, bool *any_decode, bool *any_prefill) {
         s->batch[n++] = (batch_entry){sl->kv, sl->next_token, sl->n_past, true};
         sl->batch_n = 1;
         sl->row0 = rows++;
-        *any_decode = true;
+        (*n_decode)++;
     }
+    int limit = n + prefill_cap(s, *n_decode);
+    if (limit > s->max_batch) limit = s->max_batch;
     /* prefill, oldest admission first */
     for (;;) {
         slot *best = NULL;
@@ -305,11 +349,11 @@ static int build_batch(sched *s, bool *any_decode, bool *any_prefill) {
                 (!best || sl->admitted < best->admitted))
                 best = sl;
         }
-        if (!best || n >= s->max_batch) break;
+        if (!best || n >= limit) break;
         sched_job *j = best->job;
         best->row0 = -2; /* visited */
         int pos = best->n_past;
-        while (pos < j->n_prompt && n < s->max_batch) {
+        while (pos < j->n_prompt && n < limit) {
             bool want = j->prompt_logprobs || pos == j->n_prompt - 1;
             if (want && rows >= s->rows_cap) break;
             if (want && best->row0 < 0) best->row0 = rows;
@@ -318,7 +362,7 @@ static int build_batch(sched *s, bool *any_decode, bool *any_prefill) {
             best->batch_n++;
             pos++;
         }
-        if (best->batch_n) *any_prefill = true;
+        *n_prefill += best->batch_n;
     }
     return n;
 }
@@ -345,6 +389,19 @@ static slot *newest_prefilling(sched *s) {
     return pick;
 }
 
+/* Moving averages of what a decode step and one prefill token cost (prefill_cap sizes chunks
+ * from them). */
+static void learn_costs(sched *s, double ms, int n_decode, int n_prefill) {
+    const double a = 0.3;
+    if (n_prefill == 0) {
+        s->dec_ms = s->dec_ms > 0 ? (1 - a) * s->dec_ms + a * ms : ms;
+        return;
+    }
+    double tok = (ms - (n_decode ? s->dec_ms : 0)) / n_prefill;
+    if (tok <= 0) return;
+    s->pf_ms_tok = s->pf_ms_tok > 0 ? (1 - a) * s->pf_ms_tok + a * tok : tok;
+}
+
 static void step(sched *s) {
     if (atomic_load(&s->cancel_all)) {
         pthread_mutex_lock(&s->mu);
@@ -359,8 +416,8 @@ static void step(sched *s) {
             slog_info("request cancelled after %d generated tokens; slot freed", s->slots[k].n_gen);
             slot_finish(s, &s->slots[k], NULL, ATTND_ERR_BUSY, "cancelled");
         }
-    bool any_decode, any_prefill;
-    int n = build_batch(s, &any_decode, &any_prefill);
+    int n_decode, n_prefill;
+    int n = build_batch(s, &n_decode, &n_prefill);
     if (n == 0) return;
     double t0 = attnd_now_s();
     attnd_err err;
@@ -371,7 +428,7 @@ static void step(sched *s) {
         slot *victim = newest_prefilling(s);
         slog_warn("KV budget exhausted; failing the newest request");
         slot_finish(s, victim, NULL, ATTND_ERR_NOMEM, "KV cache budget exhausted; retry later");
-        n = build_batch(s, &any_decode, &any_prefill);
+        n = build_batch(s, &n_decode, &n_prefill);
         if (n == 0) return;
     }
     if (rc != ATTND_OK) {
@@ -381,6 +438,7 @@ static void step(sched *s) {
         return;
     }
     double dt = attnd_now_s() - t0;
+    learn_costs(s, dt * 1e3, n_decode, n_prefill);
     uint64_t n_prompt_tok = 0, n_gen = 0;
     for (int k = 0; k < s->n_slots; k++) {
         slot *sl = &s->slots[k];
@@ -428,8 +486,8 @@ static void step(sched *s) {
     s->stats.steps++;
     s->stats.prompt_tokens += n_prompt_tok;
     s->stats.generated_tokens += n_gen;
-    if (any_decode) s->stats.decode_seconds += dt;
-    if (any_prefill) s->stats.prompt_seconds += dt;
+    if (n_decode) s->stats.decode_seconds += dt;
+    if (n_prefill) s->stats.prompt_seconds += dt;
     double now = attnd_now_s();
     if (now - s->rate_t0 >= 1.0) {
         s->stats.last_tok_per_s = (s->stats.generated_tokens - s->rate_tok0) / (now - s->rate_t0);
@@ -457,7 +515,7 @@ static void report_status(sched *s, double now, double *last, char *prev, size_t
 
 static void *sched_main(void *arg) {
     sched *s = arg;
-    double last_wd = 0, last_status = 0;
+    double last_wd = 0, last_status = 0, last_expire = 0;
     char status[128] = "";
     for (;;) {
         double now = attnd_now_s();
@@ -466,6 +524,10 @@ static void *sched_main(void *arg) {
             last_wd = now;
         }
         report_status(s, now, &last_status, status, sizeof(status));
+        if (now - last_expire >= 1.0) { /* session TTL: a cheap scan once a second */
+            sess_expire(s->store);
+            last_expire = now;
+        }
         drain_free_list(s);
         pthread_mutex_lock(&s->mu);
         if (s->stop) {
@@ -491,6 +553,21 @@ static void *sched_main(void *arg) {
 }
 
 // ---- public -------------------------------------------------------------------------------
+
+/* Where the session store sends the KV of sessions it removes itself (TTL, LRU). */
+static void kv_sink(void *user, struct kv_seq *kv) { sched_free_kv(user, kv); }
+
+/* A budget must hold one request of a full context, else such requests could never run. */
+static attnd_status check_budget(const sched *s, size_t budget, attnd_err *err) {
+    size_t full = kv_pool_bytes_for(s->pool, s->n_ctx), block = kv_pool_bytes_for(s->pool, 1);
+    if (full <= budget) return ATTND_OK;
+    int fits = (int)(budget / block * (block / kv_pool_bytes_per_token(s->pool)));
+    return attnd_fail(err, ATTND_ERR_INVALID,
+                      "kv_budget_mb = %zu cannot hold one full context: %d tokens of KV need %zu MiB; "
+                      "set kv_budget_mb >= %zu, or ctx_size <= %d to fit this budget",
+                      budget >> 20, s->n_ctx, (full + ((size_t)1 << 20) - 1) >> 20,
+                      (full + ((size_t)1 << 20) - 1) >> 20, fits);
+}
 
 attnd_status sched_create(sched **out, const model *m, const tokenizer *tok, sess_store *store,
                           const server_settings *cfg, attnd_err *err) {
@@ -530,6 +607,8 @@ attnd_status sched_create(sched **out, const model *m, const tokenizer *tok, ses
     }
     size_t budget = cfg->kv_budget_mb ? cfg->kv_budget_mb << 20 : (size_t)1 << 30;
     if ((rc = kv_pool_create(&s->pool, m, budget, cfg->kv_f32 ? KV_F32 : KV_F16, err)) != ATTND_OK) goto fail;
+    if ((rc = check_budget(s, budget, err)) != ATTND_OK) goto fail;
+    s->budget_ms = cfg->prefill_budget_ms;
     if ((rc = engine_create(&s->eng, m, s->max_batch, cfg->threads, err)) != ATTND_OK) goto fail;
     s->stats.kv_budget = kv_pool_bytes_budget(s->pool);
     s->stats.slots = s->n_slots;
@@ -539,6 +618,7 @@ attnd_status sched_create(sched **out, const model *m, const tokenizer *tok, ses
         goto fail;
     }
     s->th_started = true;
+    sess_store_set_kv_sink(store, kv_sink, s);
     *out = s;
     return ATTND_OK;
 fail:
@@ -556,6 +636,7 @@ void sched_destroy(sched *s) {
         pthread_cond_broadcast(&s->wake);
         pthread_mutex_unlock(&s->mu);
         pthread_join(s->th, NULL);
+        sess_store_set_kv_sink(s->store, NULL, NULL);
     }
     /* the thread is gone: this thread now owns the engine and every KV handle */
     for (int k = 0; s->slots && k < s->n_slots; k++)
@@ -587,6 +668,11 @@ attnd_status sched_submit(sched *s, sched_job *j, attnd_err *err) {
     pthread_mutex_lock(&s->mu);
     attnd_status rc = ATTND_OK;
     if (s->stop) rc = attnd_fail(err, ATTND_ERR_BUSY, "server is shutting down");
+    else if (job_kv_bytes(s, j) > s->stats.kv_budget)
+        rc = attnd_fail(err, ATTND_ERR_INVALID,
+                        "the request needs %zu bytes of KV cache (prompt %d + max_tokens %d tokens) but kv_budget_mb "
+                        "allows %zu bytes in all; lower max_tokens or shorten the prompt",
+                        job_kv_bytes(s, j), j->n_prompt, j->max_tokens, s->stats.kv_budget);
     else if (s->q_len >= s->queue_limit)
         rc = attnd_fail(err, ATTND_ERR_BUSY, "request queue is full (%d waiting); retry later", s->q_len);
     else {
@@ -639,5 +725,6 @@ void sched_get_stats(sched *s, sched_stats *out) {
     *out = s->stats;
     out->active = s->n_active;
     out->queued = s->q_len;
+    out->kv_reserved = s->reserved;
     pthread_mutex_unlock(&s->mu);
 }

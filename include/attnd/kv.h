@@ -40,6 +40,8 @@ size_t kv_pool_bytes_used(const kv_pool *p); /* blocks held by sequences, each s
 size_t kv_pool_bytes_budget(const kv_pool *p);
 /* Bytes one token position takes in every layer's K and V. */
 size_t kv_pool_bytes_per_token(const kv_pool *p);
+/* Bytes one sequence of n_tokens holds: whole blocks, so at least n_tokens * bytes_per_token. */
+size_t kv_pool_bytes_for(const kv_pool *p, int n_tokens);
 
 attnd_status kv_seq_create(kv_seq **out, kv_pool *pool, attnd_err *err);
 void kv_seq_destroy(kv_seq *s); /* returns its blocks to the pool; accepts NULL */
