@@ -285,7 +285,8 @@ static void admit(sched *s) {
         sched_job *j = queue_pop_fitting(s);
         if (!j) return;
         if (atomic_load(&j->cancel)) {
-            job_fail_unstarted(s, j, ATTND_ERR_BUSY, "cancelled");
+            job_fail_unstarted(s, j, ATTND_ERR_BUSY,
+                               atomic_load(&s->cancel_all) ? "server is shutting down" : "cancelled");
             pthread_mutex_lock(&s->mu);
             s->n_active--;
             pthread_cond_broadcast(&s->idle);
@@ -414,7 +415,8 @@ static void step(sched *s) {
     for (int k = 0; k < s->n_slots; k++)
         if (s->slots[k].job && atomic_load(&s->slots[k].job->cancel)) {
             slog_info("request cancelled after %d generated tokens; slot freed", s->slots[k].n_gen);
-            slot_finish(s, &s->slots[k], NULL, ATTND_ERR_BUSY, "cancelled");
+            slot_finish(s, &s->slots[k], NULL, ATTND_ERR_BUSY,
+                        atomic_load(&s->cancel_all) ? "server is shutting down" : "cancelled");
         }
     int n_decode, n_prefill;
     int n = build_batch(s, &n_decode, &n_prefill);
