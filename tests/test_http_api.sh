@@ -50,12 +50,13 @@ run auth "$secured_PORT"
 stop_server secured || status=1
 
 # ---- one slot, one queue place: 429 --------------------------------------------------------
-start_server tight --model "$MODELS/stories260K.gguf" --max-parallel 1 --queue-limit 1 --max-sessions 1 --threads 1
+start_server tight --model "$MODELS/stories260K.gguf" --max-parallel 1 --queue-limit 1 --max-sessions 1 \
+    --no-session-evict-lru --threads 1
 run busy "$tight_PORT"
 stop_server tight || status=1
 
-# ---- a KV budget smaller than one long prompt: 503 ------------------------------------------
-start_server small --model "$MODELS/rand-Q8_0.gguf" --kv-budget-mb 1 --threads 1
+# ---- a KV budget of one 512-token context: over-long prompts 400, idle caches evicted -------
+start_server small --model "$MODELS/rand-Q8_0.gguf" --kv-budget-mb 1 --ctx-size 512 --threads 1
 run kvfull "$small_PORT"
 stop_server small || status=1
 

@@ -1,8 +1,10 @@
 /*
- * test_server_scheduler.c — the scheduler (server/scheduler.c) on the stories260K fixture,
+ * test_server_scheduler.c — the scheduler (server/scheduler.c) on the repository's model,
  * without HTTP: jobs run to completion, continuous batching gives every job the same tokens as
  * running it alone, prefix reuse is reported, cancellation frees the slot, a full queue is
- * refused, the KV budget evicts idle caches, and the watchdog hook ticks.
+ * refused, the KV budget evicts idle caches, admission waits for KV instead of failing, a budget
+ * below one context is refused, a long prompt is prefilled in chunks beside a decoding stream,
+ * and the watchdog hook ticks.
  */
 #include <criterion/criterion.h>
 #include <math.h>
@@ -15,7 +17,7 @@
 #include "scheduler.h"
 #include "sess.h"
 
-#define MODEL ATTND_SHARED_DIR "/models/stories260K.gguf"
+#define MODEL ATTND_SOURCE_DIR "/models/attnd-sotu.gguf" /* in the repository: no ../shared needed */
 
 static model *m;
 static tokenizer *tok;
@@ -243,7 +245,7 @@ Test(scheduler, a_full_queue_is_refused) {
 
 Test(scheduler, the_kv_budget_evicts_idle_caches) {
     if (skip()) return;
-    cfg.kv_budget_mb = 1; /* stories260K: 640 bytes a token at f16, so ~1600 tokens */
+    cfg.kv_budget_mb = 2; /* attnd-sotu: 8 KiB a token at f16, so one 256-token context */
     start();
     int done = 0;
     for (int i = 0; i < 12; i++) {
@@ -267,4 +269,78 @@ Test(scheduler, the_watchdog_hook_ticks_while_idle) {
     start();
     usleep(300 * 1000);
     cr_assert_geq(atomic_load(&ticks), 3, "ticks: %d", atomic_load(&ticks));
+}
+
+Test(scheduler, admission_waits_for_kv_instead_of_failing) {
+    if (skip()) return;
+    cfg.kv_budget_mb = 2; /* one 256-token context: each job below reserves all of it */
+    cfg.queue_limit = 8;
+    start();
+    sched_job *js[6];
+    for (int i = 0; i < 6; i++) {
+        char text[32];
+        snprintf(text, sizeof(text), "Job %d of six", i);
+        js[i] = job_for(text, 200);
+        cr_assert_eq(sched_submit(sch, js[i], NULL), ATTND_OK);
+    }
+    int most_active = 0;
+    while (!sched_wait_idle(sch, 2)) {
+        sched_stats st;
+        sched_get_stats(sch, &st);
+        if (st.active > most_active) most_active = st.active;
+        cr_assert_leq(st.kv_reserved, st.kv_budget);
+    }
+    for (int i = 0; i < 6; i++) {
+        sched_output o = wait_done(js[i]);
+        cr_assert_eq(o.status, ATTND_OK, "job %d: %s", i, o.errmsg);
+        cr_assert_eq(o.n_pieces, 200, "job %d ran to its end", i);
+        sched_job_unref(js[i]);
+    }
+    cr_assert_eq(most_active, 1, "one job's reservation fills the budget, so they took turns");
+    sched_stats st;
+    sched_get_stats(sch, &st);
+    cr_assert_eq(st.kv_reserved, 0, "every reservation was given back");
+}
+
+Test(scheduler, a_budget_below_one_context_is_refused_at_creation) {
+    if (skip()) return;
+    cfg.kv_budget_mb = 1; /* attnd-sotu's 256-token context needs 2 MiB */
+    attnd_err err;
+    cr_assert_eq(sched_create(&sch, m, tok, store, &cfg, &err), ATTND_ERR_INVALID);
+    cr_assert_null(sch);
+    cr_assert(strstr(err.msg, "kv_budget_mb >= 2"), "%s", err.msg);
+    cr_assert(strstr(err.msg, "ctx_size <= 128"), "%s", err.msg);
+}
+
+Test(scheduler, a_long_prompt_is_prefilled_in_chunks_beside_a_decoding_stream) {
+    if (skip()) return;
+    cfg.prefill_budget_ms = 1; /* the smallest chunks: the cap's floor */
+    start();
+    sched_job *d = job_for("The nation", 240);
+    cr_assert_eq(sched_submit(sch, d, NULL), ATTND_OK);
+    sched_update u = {0};
+    while (u.to < 3) sched_job_wait(d, 1000, &u);
+    int32_t *ids = malloc(200 * sizeof(int32_t));
+    for (int i = 0; i < 200; i++) ids[i] = i ? 300 + i : tok_bos(tok);
+    sched_output before;
+    sched_job_output(d, &before);
+    sched_job *p = job_for_ids(ids, 200, 2, NULL);
+    cr_assert_eq(sched_submit(sch, p, NULL), ATTND_OK);
+    sched_update pu = {0};
+    while (pu.to < 1 && !pu.done) sched_job_wait(p, 1000, &pu);
+    sched_output during;
+    sched_job_output(d, &during);
+    cr_assert_lt(during.n_pieces, 240, "the stream was still running");
+    /* 200 prompt tokens in chunks of 16 or more take several steps, each with a decode token */
+    cr_assert_geq(during.n_pieces - before.n_pieces, 3, "the stream got %d tokens while the prompt was read",
+                  during.n_pieces - before.n_pieces);
+    while (!pu.done) sched_job_wait(p, 1000, &pu); /* both were read already: just wait */
+    while (!u.done) sched_job_wait(d, 1000, &u);
+    sched_output po, dout;
+    sched_job_output(p, &po);
+    sched_job_output(d, &dout);
+    cr_assert_eq(po.status, ATTND_OK);
+    cr_assert_eq(dout.n_pieces, 240);
+    sched_job_unref(p);
+    sched_job_unref(d);
 }
