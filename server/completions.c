@@ -57,14 +57,8 @@ static attnd_status prompt_tokens(req *r, int p, int32_t **ids, size_t *n, attnd
     struct server *s = r->srv;
     const oai_request *q = &r->oreq;
     *ids = NULL, *n = 0;
-    if (r->chat) {
-        char *text = NULL;
-        attnd_status st = chat_render(s->family, q->msgs, q->n_msgs, &text, err);
-        if (st != ATTND_OK) return st;
-        st = tok_encode(s->tok, text, strlen(text), true, true, ids, n, err);
-        free(text);
-        return st;
-    }
+    /* chat: only the template's markers are special tokens, never the messages' content */
+    if (r->chat) return chat_encode(s->tok, s->family, q->msgs, q->n_msgs, ids, n, err);
     const oai_prompt *pr = &q->prompts[p];
     if (pr->text) return tok_encode(s->tok, pr->text, strlen(pr->text), true, true, ids, n, err);
     *ids = malloc((size_t)(pr->n_ids ? pr->n_ids : 1) * sizeof(int32_t));
@@ -76,7 +70,7 @@ static attnd_status prompt_tokens(req *r, int p, int32_t **ids, size_t *n, attnd
 
 /* Checks the prompt's length against the context; returns max_tokens clamped to the room
  * left, or -1 with the 400 queued. */
-static int fit_context(req *r, size_t n, enum MHD_Result *ret) {
+int gen_fit_context(req *r, size_t n, enum MHD_Result *ret) {
     struct server *s = r->srv;
     const char *pname = r->chat ? "messages" : "prompt";
     int need = r->oreq.max_tokens == 0 ? 0 : 1;
@@ -95,7 +89,7 @@ static int fit_context(req *r, size_t n, enum MHD_Result *ret) {
 
 /* The named session, acquired (busy) into *se; NULL when none is asked for. false: an error
  * response is queued. */
-static bool acquire_session(req *r, sess **se, enum MHD_Result *ret) {
+bool gen_acquire_session(req *r, sess **se, enum MHD_Result *ret) {
     const char *id = r->oreq.session_id;
     *se = NULL;
     if (!id) return true;
@@ -104,7 +98,7 @@ static bool acquire_session(req *r, sess **se, enum MHD_Result *ret) {
         return false;
     }
     attnd_err err;
-    attnd_status st = sess_acquire(r->srv->store, id, se, &err);
+    attnd_status st = sess_acquire(r->srv->store, r->owner, id, se, &err);
     if (st != ATTND_OK) {
         *ret = http_respond_error(r, http_status_of(st, HTTP_CTX_ACQUIRE), err.msg, "session_id");
         return false;
@@ -113,14 +107,16 @@ static bool acquire_session(req *r, sess **se, enum MHD_Result *ret) {
     return true;
 }
 
-/* The job spec for one choice: the prompt (stolen), sampling with the choice's seed, and copies
- * of the request's stops and bias; chat adds the template's end-of-turn marker as a stop string.
- * false: out of memory (ids freed). */
-static bool job_spec(req *r, int32_t *ids, size_t n, int max_tokens, sess *se, uint64_t seed, sched_job_spec *spec) {
+/* The job spec for one choice: the prompt (stolen), the capture (stolen, may be NULL),
+ * sampling with the choice's seed, and copies of the request's stops and bias; chat adds the
+ * template's end-of-turn marker as a stop string. false: out of memory (ids and cap freed). */
+static bool job_spec(req *r, int32_t *ids, size_t n, int max_tokens, sess *se, attn_capture *cap, uint64_t seed,
+                     sched_job_spec *spec) {
     const oai_request *q = &r->oreq;
     *spec = (sched_job_spec){
         .prompt = ids, .n_prompt = (int)n, .sp = q->sp, .n_bias = q->n_bias, .max_tokens = max_tokens,
-        .top_logprobs = q->logprobs, .prompt_logprobs = !r->chat && q->echo && q->logprobs >= 0, .se = se,
+        .top_logprobs = q->logprobs, .prompt_logprobs = !r->chat && q->echo && q->logprobs >= 0, .capture = cap,
+        .se = se, .owner = r->owner,
     };
     spec->sp.seed = seed;
     bool ok = true;
@@ -132,21 +128,24 @@ static bool job_spec(req *r, int32_t *ids, size_t n, int max_tokens, sess *se, u
     if (ok && r->chat) ok = (spec->stops[spec->n_stops++] = strdup(chat_end_marker(r->srv->family))) != NULL;
     if (ok) return true;
     free(ids);
+    attn_capture_destroy(cap);
     free(spec->bias);
     for (int i = 0; spec->stops && i < spec->n_stops; i++) free(spec->stops[i]);
     free(spec->stops);
     return false;
 }
 
-/* Builds and submits the job of choice k. false: an error response is queued (the session, if
- * any, is given back; choices already submitted are cancelled by the completed callback). */
-static bool submit(req *r, int k, int32_t *ids, size_t n, int max_tokens, sess *se, enum MHD_Result *ret) {
+/* Builds and submits the job of choice k (cap: its attention capture, stolen, may be NULL).
+ * false: an error response is queued (the session, if any, is given back; choices already
+ * submitted are cancelled by the completed callback). */
+static bool submit(req *r, int k, int32_t *ids, size_t n, int max_tokens, sess *se, attn_capture *cap,
+                   enum MHD_Result *ret) {
     struct server *s = r->srv;
     sched_job_spec spec;
     attnd_err err;
     sched_job *j = NULL;
     uint64_t seed = sampler_seed_stream(r->oreq.sp.seed, k % r->oreq.n);
-    if (!job_spec(r, ids, n, max_tokens, se, seed, &spec)) attnd_fail(&err, ATTND_ERR_NOMEM, "out of memory");
+    if (!job_spec(r, ids, n, max_tokens, se, cap, seed, &spec)) attnd_fail(&err, ATTND_ERR_NOMEM, "out of memory");
     else if (sched_job_create(&j, &spec, &err) == ATTND_OK) {
         if (k == 0) r->job = j;
         else r->extra[r->n_extra++] = j;
@@ -192,6 +191,14 @@ static char *echo_text(req *r, int k, const sched_output *o, size_t *len) {
     return strdup(""); /* still an echo: the logprobs keep the prompt's entries */
 }
 
+bool gen_submit(req *r, int32_t *ids, size_t n, int max_tokens, sess *se, attn_capture *cap, enum MHD_Result *ret) {
+    return submit(r, 0, ids, n, max_tokens, se, cap, ret);
+}
+
+attnd_status gen_prompt_tokens(req *r, int32_t **ids, size_t *n, attnd_err *err) {
+    return prompt_tokens(r, 0, ids, n, err);
+}
+
 void gen_hold_connection(req *r, bool waiting) {
     unsigned t = waiting ? 0u : (unsigned)(r->srv->cfg.request_timeout_s > 0 ? r->srv->cfg.request_timeout_s : 30);
     MHD_set_connection_option(r->conn, MHD_CONNECTION_OPTION_TIMEOUT, t);
@@ -200,7 +207,7 @@ void gen_hold_connection(req *r, bool waiting) {
 void gen_persist(req *r) {
     if (!r->sess_id[0]) return;
     attnd_err err;
-    if (sess_persist(r->srv->store, r->sess_id, &err) != ATTND_OK) slog_error("%s", err.msg);
+    if (sess_persist(r->srv->store, r->owner, r->sess_id, &err) != ATTND_OK) slog_error("%s", err.msg);
 }
 
 bool gen_wait_all(req *r) {
@@ -218,6 +225,8 @@ bool gen_wait_all(req *r) {
     gen_persist(r); /* durable before the response is sent */
     return true;
 }
+
+bool gen_wait_done(req *r) { return gen_wait_all(r); }
 
 /* Choice k's whole response; NULL with *failed set when its job failed. */
 static json_t *choice_body(req *r, int k, sched_output *failed) {
@@ -298,14 +307,14 @@ bool gen_submit_all(req *r, enum MHD_Result *ret) {
             *ret = http_respond_error(r, 400, err.msg, r->chat ? "messages" : "prompt");
             return false;
         }
-        int max_tokens = fit_context(r, n, ret);
+        int max_tokens = gen_fit_context(r, n, ret);
         sess *se = NULL;
-        if (max_tokens < 0 || (k == 0 && !acquire_session(r, &se, ret))) {
+        if (max_tokens < 0 || (k == 0 && !gen_acquire_session(r, &se, ret))) {
             free(ids);
             return false;
         }
         if (k % q->n == 0) r->n_prompt += (int)n;
-        if (!submit(r, k, ids, n, max_tokens, se, ret)) return false;
+        if (!submit(r, k, ids, n, max_tokens, se, NULL, ret)) return false;
     }
     return true;
 }

@@ -78,8 +78,8 @@ static void pick_session(req *r) {
     char made[SESS_ID_MAX + 1];
     sess *se = NULL;
     attnd_err err;
-    attnd_status rc = sess_create(store, st->session, made, &err);
-    if (rc == ATTND_OK || rc == ATTND_ERR_BUSY) rc = sess_acquire(store, st->session, &se, &err);
+    attnd_status rc = sess_create(store, r->owner, st->session, made, &err);
+    if (rc == ATTND_OK || rc == ATTND_ERR_BUSY) rc = sess_acquire(store, r->owner, st->session, &se, &err);
     if (rc != ATTND_OK) {
         slog_info("response %s runs without its session %s: %s", st->id, st->session, err.msg);
         return;
@@ -233,6 +233,6 @@ enum MHD_Result ep_response_delete(req *r) {
     if (rc != ATTND_OK) return http_respond_error(r, http_status_of(rc, HTTP_CTX_DEFAULT), err.msg, NULL);
     /* the last response of a chain takes its session along (a busy one stays until next time) */
     struct kv_seq *kv = NULL;
-    if (orphan[0] && sess_delete(s->store, orphan, &kv, &err) == ATTND_OK) sched_free_kv(s->sch, kv);
+    if (orphan[0] && sess_delete(s->store, r->owner, orphan, &kv, &err) == ATTND_OK) sched_free_kv(s->sch, kv);
     return http_respond_json(r, 200, responses_deleted(id));
 }

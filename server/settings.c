@@ -21,8 +21,11 @@ void server_settings_default(server_settings *s) {
     s->session_evict_lru = true;
     s->body_limit = 1u << 20;
     s->queue_limit = 64;
+    s->tokenize_parallel = 4;
     s->max_tokens_cap = 4096;
+    s->attention_max_weights = 1000000;
     s->request_timeout_s = 30;
+    s->header_timeout_s = 10;
     s->shutdown_timeout_s = 10;
     s->sse_keepalive_s = 5;
     s->watchdog_interval_ms = 1000;

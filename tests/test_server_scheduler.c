@@ -1,5 +1,6 @@
 /*
- * test_server_scheduler.c — the scheduler (server/scheduler.c) on the repository's model,
+ * test_server_scheduler.c — the scheduler (server/scheduler.c) on the stories260K fixture (and
+ * the repository's default model where a KV budget must be sized to its context),
  * without HTTP: jobs run to completion, continuous batching gives every job the same tokens as
  * running it alone, prefix reuse is reported, cancellation frees the slot, a full queue is
  * refused, the KV budget evicts idle caches, admission waits for KV instead of failing, a budget
@@ -17,7 +18,8 @@
 #include "scheduler.h"
 #include "sess.h"
 
-#define MODEL ATTND_SOURCE_DIR "/models/attnd-sotu.gguf" /* in the repository: no ../shared needed */
+#define MODEL ATTND_DATA_DIR "/models/stories260K.gguf"
+#define SOTU ATTND_SOURCE_DIR "/models/attnd-sotu.gguf" /* 256-token context, 6 KiB of KV a token */
 
 static model *m;
 static tokenizer *tok;
@@ -55,14 +57,24 @@ static void teardown(void) {
     sch = NULL, store = NULL, tok = NULL, m = NULL;
 }
 
-static bool skip(void) {
-    if (!m) cr_skip_test("%s not found (shared fixtures absent)", MODEL);
+static bool model_missing(void) {
+    cr_assert(m, "%s did not load", MODEL);
     return !m;
 }
 
 TestSuite(scheduler, .init = setup, .fini = teardown, .timeout = 120);
 
 /* A greedy job for the prompt ids (stolen), EOS banned so it always runs max_tokens. */
+/* Swaps the fixture for the default model, whose 1.5 MiB context lets MiB-sized budgets hold
+ * exactly one request (stories260K's 320 KiB cannot). */
+static void use_sotu(void) {
+    tok_destroy(tok);
+    model_destroy(m);
+    attnd_err err;
+    cr_assert_eq(model_load(&m, SOTU, &err), ATTND_OK, "%s", err.msg);
+    cr_assert_eq(tok_load(&tok, model_gguf(m), &err), ATTND_OK, "%s", err.msg);
+}
+
 static sched_job *job_for_ids(int32_t *ids, size_t n, int max_tokens, sess *se) {
     sched_job_spec spec = {.prompt = ids, .n_prompt = (int)n, .max_tokens = max_tokens, .top_logprobs = -1, .se = se};
     sampler_params_default(&spec.sp);
@@ -114,7 +126,7 @@ static void tokens_of(const sched_output *o, int32_t *out) {
 }
 
 Test(scheduler, a_job_generates_max_tokens_and_finishes_with_length) {
-    if (skip()) return;
+    if (model_missing()) return;
     start();
     sched_job *j = job_for("Once upon a time", 20);
     cr_assert_eq(sched_submit(sch, j, NULL), ATTND_OK);
@@ -128,7 +140,7 @@ Test(scheduler, a_job_generates_max_tokens_and_finishes_with_length) {
 }
 
 Test(scheduler, batched_jobs_get_the_same_tokens_as_alone) {
-    if (skip()) return;
+    if (model_missing()) return;
     start();
     const char *texts[4] = {"Once upon a time", "The cat", "A", "In a small town there lived"};
     int32_t alone[4][24], together[4][24];
@@ -161,7 +173,7 @@ Test(scheduler, batched_jobs_get_the_same_tokens_as_alone) {
 }
 
 Test(scheduler, a_repeated_prompt_reuses_the_cached_prefix) {
-    if (skip()) return;
+    if (model_missing()) return;
     start();
     sched_job *a = job_for("Once upon a time there was", 4), *b = job_for("Once upon a time there was", 4);
     sched_submit(sch, a, NULL);
@@ -176,12 +188,12 @@ Test(scheduler, a_repeated_prompt_reuses_the_cached_prefix) {
 }
 
 Test(scheduler, a_session_turn_caches_the_whole_conversation) {
-    if (skip()) return;
+    if (model_missing()) return;
     start();
     char id[SESS_ID_MAX + 1];
-    cr_assert_eq(sess_create(store, "s", id, NULL), ATTND_OK);
+    cr_assert_eq(sess_create(store, NULL, "s", id, NULL), ATTND_OK);
     sess *se;
-    cr_assert_eq(sess_acquire(store, "s", &se, NULL), ATTND_OK);
+    cr_assert_eq(sess_acquire(store, NULL, "s", &se, NULL), ATTND_OK);
     int32_t *ids;
     size_t n;
     cr_assert_eq(tok_encode(tok, "Once upon a time", 16, true, false, &ids, &n, NULL), ATTND_OK);
@@ -194,7 +206,7 @@ Test(scheduler, a_session_turn_caches_the_whole_conversation) {
     memcpy(p2, oa.prompt, oa.n_prompt * sizeof(int32_t));
     for (int i = 0; i < oa.n_pieces; i++) p2[oa.n_prompt + i] = oa.pieces[i].id;
     for (int i = 0; i < 3; i++) p2[n2 - 3 + i] = 300 + i;
-    cr_assert_eq(sess_acquire(store, "s", &se, NULL), ATTND_OK);
+    cr_assert_eq(sess_acquire(store, NULL, "s", &se, NULL), ATTND_OK);
     sched_job *b = job_for_ids(p2, (size_t)n2, 4, se);
     sched_submit(sch, b, NULL);
     sched_output ob = wait_done(b);
@@ -206,7 +218,7 @@ Test(scheduler, a_session_turn_caches_the_whole_conversation) {
 }
 
 Test(scheduler, cancelling_frees_the_slot_within_a_step) {
-    if (skip()) return;
+    if (model_missing()) return;
     start();
     sched_job *j = job_for("Once upon a time", 400);
     sched_submit(sch, j, NULL);
@@ -227,7 +239,7 @@ Test(scheduler, cancelling_frees_the_slot_within_a_step) {
 }
 
 Test(scheduler, a_full_queue_is_refused) {
-    if (skip()) return;
+    if (model_missing()) return;
     cfg.max_parallel = 1;
     cfg.queue_limit = 1;
     start();
@@ -244,8 +256,8 @@ Test(scheduler, a_full_queue_is_refused) {
 }
 
 Test(scheduler, the_kv_budget_evicts_idle_caches) {
-    if (skip()) return;
-    cfg.kv_budget_mb = 2; /* attnd-sotu: 8 KiB a token at f16, so one 256-token context */
+    if (model_missing()) return;
+    cfg.kv_budget_mb = 1; /* stories260K: 640 bytes a token at f16, so ~1600 tokens */
     start();
     int done = 0;
     for (int i = 0; i < 12; i++) {
@@ -265,15 +277,16 @@ Test(scheduler, the_kv_budget_evicts_idle_caches) {
 }
 
 Test(scheduler, the_watchdog_hook_ticks_while_idle) {
-    if (skip()) return;
+    if (model_missing()) return;
     start();
     usleep(300 * 1000);
     cr_assert_geq(atomic_load(&ticks), 3, "ticks: %d", atomic_load(&ticks));
 }
 
 Test(scheduler, admission_waits_for_kv_instead_of_failing) {
-    if (skip()) return;
-    cfg.kv_budget_mb = 2; /* one 256-token context: each job below reserves all of it */
+    if (model_missing()) return;
+    use_sotu();
+    cfg.kv_budget_mb = 2; /* 341 tokens: each job below reserves 4 of its 5 blocks */
     cfg.queue_limit = 8;
     start();
     sched_job *js[6];
@@ -303,8 +316,9 @@ Test(scheduler, admission_waits_for_kv_instead_of_failing) {
 }
 
 Test(scheduler, a_budget_below_one_context_is_refused_at_creation) {
-    if (skip()) return;
-    cfg.kv_budget_mb = 1; /* attnd-sotu's 256-token context needs 2 MiB */
+    if (model_missing()) return;
+    use_sotu();
+    cfg.kv_budget_mb = 1; /* attnd-sotu's 256-token context needs 1.5 MiB */
     attnd_err err;
     cr_assert_eq(sched_create(&sch, m, tok, store, &cfg, &err), ATTND_ERR_INVALID);
     cr_assert_null(sch);
@@ -313,7 +327,8 @@ Test(scheduler, a_budget_below_one_context_is_refused_at_creation) {
 }
 
 Test(scheduler, a_long_prompt_is_prefilled_in_chunks_beside_a_decoding_stream) {
-    if (skip()) return;
+    if (model_missing()) return;
+    use_sotu();
     cfg.prefill_budget_ms = 1; /* the smallest chunks: the cap's floor */
     start();
     sched_job *d = job_for("The nation", 240);
