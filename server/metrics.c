@@ -114,6 +114,8 @@ char *metrics_render(metrics *m, const sched_stats *st, int n_sessions, int read
                 "attnd_kv_bytes_used %zu\n", st->kv_used);
         put(&o, "# HELP attnd_kv_bytes_budget KV cache byte budget.\n# TYPE attnd_kv_bytes_budget gauge\n"
                 "attnd_kv_bytes_budget %zu\n", st->kv_budget);
+        put(&o, "# HELP attnd_kv_bytes_reserved KV bytes reserved by running requests (admission control).\n"
+                "# TYPE attnd_kv_bytes_reserved gauge\nattnd_kv_bytes_reserved %zu\n", st->kv_reserved);
         put(&o, "# HELP attnd_prompt_tokens_cached_total Prompt tokens reused from a KV cache.\n"
                 "# TYPE attnd_prompt_tokens_cached_total counter\nattnd_prompt_tokens_cached_total %llu\n",
             (unsigned long long)st->cached_tokens);
