@@ -2,12 +2,14 @@
  * scheduler.c — the scheduler thread: continuous batching over one engine (see scheduler.h).
  *
  * Each step:
- *   1. destroy KV handles of deleted sessions; admit queued jobs into free slots (prefix reuse);
+ *   1. destroy KV handles of deleted sessions; admit queued jobs into free slots (prefix reuse)
+ *      while their KV reservations (prompt + max_tokens, capped at the context) fit the budget;
  *   2. drop cancelled jobs;
  *   3. build ONE batch: a decode token for every generating slot, then prefill chunks of the
- *      prompts still being read, up to max_batch entries;
- *   4. engine_eval; when the KV budget is exhausted, evict the least recently used idle cache
- *      and retry; with nothing left to evict, fail the newest prefilling job (503);
+ *      prompts still being read, sized to the prefill time budget while others decode;
+ *   4. engine_eval; when the pool is full, evict the least recently used idle cache and retry
+ *      (the reservations guarantee that evicting idle caches always makes room; failing the
+ *      newest job is only a safeguard against broken accounting);
  *   5. sample one token per slot that produced logits, publish text to the job.
  * Everything per-step lives in buffers allocated at start (batch, logits); per-request state
  * (the generation pipeline of attnd/gen.h, history) is allocated once at admission.
@@ -219,7 +221,8 @@ static void finish_ended(sched *s) {
 
 // ---- the loop -----------------------------------------------------------------------------
 
-static void drain_free_list(sched *s) {
+/* Destroys up to 64 KV handles of deleted or removed sessions; returns how many. */
+static int drain_free_list(sched *s) {
     pthread_mutex_lock(&s->mu);
     int n = s->n_free;
     kv_seq *local[64];
@@ -228,6 +231,7 @@ static void drain_free_list(sched *s) {
     s->n_free -= n;
     pthread_mutex_unlock(&s->mu);
     for (int i = 0; i < n; i++) kv_seq_destroy(local[i]);
+    return n;
 }
 
 /* KV memory a job may come to hold: its prompt, max_tokens and the session tail, capped at the
@@ -402,10 +406,10 @@ static void step(sched *s) {
     attnd_status rc;
     /* jobs that inspect attention are hooked into the engine for the evaluations that hold them */
     while ((rc = attn_capture_eval(s->inspecting, s->eng, s->batch, n, s->logits, &err)) == ATTND_ERR_NOMEM) {
-        if (evict_one(s)) continue;
-        /* nothing idle to evict: the newest request gives way */
+        if (drain_free_list(s) || evict_one(s)) continue;
+        /* nothing idle to evict: cannot happen while reservations hold; the newest job gives way */
         slot *victim = newest_prefilling(s);
-        slog_warn("KV budget exhausted; failing the newest request");
+        slog_error("KV budget exhausted despite the reservations; failing the newest request");
         slot_finish(s, victim, NULL, ATTND_ERR_NOMEM, "KV cache budget exhausted; retry later");
         n = build_batch(s, &n_decode, &n_prefill);
         if (n == 0) return;
