@@ -73,9 +73,18 @@ stop_server after || bad "SIGTERM (after)"
 
 # ---- one slot and a queue: a waiting stream gets keep-alive comments, not an empty 200 ------
 start_server q --model "$MODEL" --max-parallel 1 --request-timeout-s 1 --sse-keepalive-s 1 --shutdown-timeout-s 1 --threads 1
-for i in $(seq 16); do post "$q_PORT" /v1/completions "{\"prompt\":\"Queue $i\",\"max_tokens\":250,$LONG}" >/dev/null & done
+# blockers hold the slot and the queue; they leave after 2.5 s whatever the machine's speed
+blockers=()
+for i in $(seq 16); do
+    post "$q_PORT" /v1/completions "{\"prompt\":\"Queue $i\",\"max_tokens\":250,$LONG}" >/dev/null &
+    blockers+=($!)
+done
 sleep 0.3
-curl -sN -m 120 "http://127.0.0.1:$q_PORT/v1/completions" -d '{"prompt":"The nation","max_tokens":5,"stream":true}' >"$TMP/ka.txt"
+curl -sN -m 300 "http://127.0.0.1:$q_PORT/v1/completions" -d '{"prompt":"The nation","max_tokens":5,"stream":true}' >"$TMP/ka.txt" &
+ka_pid=$!
+sleep 2.5
+kill "${blockers[@]}" 2>/dev/null
+wait "$ka_pid"
 grep -q '^: keep-alive$' "$TMP/ka.txt" && ok "a waiting stream sends ': keep-alive' comments" || bad "no keep-alive comment"
 grep -q '"finish_reason":"length"' "$TMP/ka.txt" && grep -q '^data: \[DONE\]$' "$TMP/ka.txt" &&
     ok "a stream queued past request_timeout_s still gets its tokens and [DONE]" || bad "queued stream: $(head -c 300 "$TMP/ka.txt")"
