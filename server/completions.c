@@ -137,10 +137,9 @@ static bool job_spec(req *r, int32_t *ids, size_t n, int max_tokens, sess *se, u
     return false;
 }
 
-/* Builds and submits the job of choice k. false: an error response is queued (the session, if
- * any, is given back; choices already submitted are cancelled by the completed callback). */
-static bool submit(req *r, int k, int32_t *ids, size_t n, int max_tokens, sess *se, enum MHD_Result *ret) {
-    struct server *s = r->srv;
+/* Builds choice k's job into its place in r (r->job or r->extra). false: an error response is
+ * queued (the session, if any, is given back). */
+static bool make_job(req *r, int k, int32_t *ids, size_t n, int max_tokens, sess *se, enum MHD_Result *ret) {
     sched_job_spec spec;
     attnd_err err;
     sched_job *j = NULL;
@@ -149,13 +148,45 @@ static bool submit(req *r, int k, int32_t *ids, size_t n, int max_tokens, sess *
     else if (sched_job_create(&j, &spec, &err) == ATTND_OK) {
         if (k == 0) r->job = j;
         else r->extra[r->n_extra++] = j;
-        if (sched_submit(s->sch, j, &err) == ATTND_OK) return true;
-        if (se) sess_abandon(s->store, se);
-        *ret = http_respond_error(r, atomic_load(&s->stopping) ? 503 : 429, err.msg, NULL);
-        return false;
+        return true;
     }
-    if (se) sess_abandon(s->store, se);
+    if (se) sess_abandon(r->srv->store, se);
     *ret = http_respond_error(r, 503, err.msg, NULL);
+    return false;
+}
+
+/* The n - 1 other choices of the prompt whose first choice is k0: forks of its job, which read
+ * the prompt once and share its KV blocks; separate jobs where every prompt position's logits
+ * are wanted (echo with logprobs). */
+static bool make_siblings(req *r, int k0, int32_t *ids, size_t n, int max_tokens, enum MHD_Result *ret) {
+    const oai_request *q = &r->oreq;
+    sched_job *parent = req_job(r, k0);
+    bool fork = !(!r->chat && q->echo && q->logprobs >= 0);
+    attnd_err err;
+    for (int i = 1; i < q->n; i++) {
+        if (!fork) {
+            int32_t *copy = malloc(n * sizeof(int32_t));
+            if (copy) memcpy(copy, ids, n * sizeof(int32_t));
+            if (copy && make_job(r, k0 + i, copy, n, max_tokens, NULL, ret)) continue;
+            if (!copy) *ret = http_respond_error(r, 503, "out of memory", NULL);
+            return false;
+        }
+        if (sched_job_fork(&r->extra[r->n_extra], parent, sampler_seed_stream(q->sp.seed, i), &err) != ATTND_OK) {
+            *ret = http_respond_error(r, 503, err.msg, NULL);
+            return false;
+        }
+        r->n_extra++;
+    }
+    return true;
+}
+
+/* Submits choice k's job (forks go with their parent). */
+static bool submit(req *r, int k, sess *se, enum MHD_Result *ret) {
+    struct server *s = r->srv;
+    attnd_err err;
+    if (sched_submit(s->sch, req_job(r, k), &err) == ATTND_OK) return true;
+    if (se) sess_abandon(s->store, se);
+    *ret = http_respond_error(r, atomic_load(&s->stopping) ? 503 : 429, err.msg, NULL);
     return false;
 }
 
@@ -257,7 +288,7 @@ static enum MHD_Result respond_whole(req *r) {
     return http_respond_json(r, 200, body);
 }
 
-bool gen_submit_all(req *r, enum MHD_Result *ret) {
+static bool submit_choices(req *r, enum MHD_Result *ret) {
     const oai_request *q = &r->oreq;
     int n_prompts = r->chat ? 1 : q->n_prompts, n_choices = n_prompts * q->n;
     attnd_err err;
@@ -273,24 +304,52 @@ bool gen_submit_all(req *r, enum MHD_Result *ret) {
         *ret = http_respond_error(r, 503, "out of memory", NULL);
         return false;
     }
-    for (int k = 0; k < n_choices; k++) {
+    for (int p = 0; p < n_prompts; p++) {
+        int k0 = p * q->n;
         int32_t *ids;
         size_t n;
-        if (prompt_tokens(r, k / q->n, &ids, &n, &err) != ATTND_OK) {
+        if (prompt_tokens(r, p, &ids, &n, &err) != ATTND_OK) {
             free(ids);
             *ret = http_respond_error(r, 400, err.msg, r->chat ? "messages" : "prompt");
             return false;
         }
         int max_tokens = fit_context(r, n, ret);
         sess *se = NULL;
-        if (max_tokens < 0 || (k == 0 && !acquire_session(r, &se, ret))) {
+        if (max_tokens < 0 || (p == 0 && !acquire_session(r, &se, ret))) {
             free(ids);
             return false;
         }
-        if (k % q->n == 0) r->n_prompt += (int)n;
-        if (!submit(r, k, ids, n, max_tokens, se, ret)) return false;
+        r->n_prompt += (int)n;
+        bool fork = !(!r->chat && q->echo && q->logprobs >= 0);
+        int32_t *copy = q->n > 1 && !fork ? malloc(n * sizeof(int32_t)) : NULL;
+        if (copy) memcpy(copy, ids, n * sizeof(int32_t));
+        else if (q->n > 1 && !fork) {
+            free(ids);
+            if (se) sess_abandon(r->srv->store, se);
+            *ret = http_respond_error(r, 503, "out of memory", NULL);
+            return false;
+        }
+        if (!make_job(r, k0, ids, n, max_tokens, se, ret)) {
+            free(copy);
+            return false;
+        }
+        bool ok = make_siblings(r, k0, copy, n, max_tokens, ret);
+        free(copy);
+        if (!ok) {
+            if (se) sess_abandon(r->srv->store, se);
+            return false;
+        }
+        for (int i = 0; i < q->n; i++)
+            if ((i == 0 || !fork) && !submit(r, k0 + i, i == 0 ? se : NULL, ret)) return false;
     }
     return true;
+}
+
+bool gen_submit_all(req *r, enum MHD_Result *ret) {
+    if (submit_choices(r, ret)) return true;
+    /* an error answer ends the request: what was already submitted stops too */
+    for (int k = 0; k < req_n_jobs(r); k++) sched_job_cancel(req_job(r, k));
+    return false;
 }
 
 static enum MHD_Result generate(req *r, bool chat) {

@@ -43,6 +43,16 @@ struct sched_job {
     int rd_pieces;            /* pieces already handed out */
     buf rd;                   /* copy of the last update's text */
 
+    // ---- forks (n > 1 choices of one prompt; scheduler thread only once submitted) ----
+    struct sched_job *forks;  /* jobs continuing this prompt, started when its prefill ends;
+                                 one reference each */
+    struct sched_job *next;   /* link in a parent's forks, then in the scheduler's ready list */
+    bool is_fork;
+    kv_seq *fork_kv;          /* a started fork's cache: the parent's prompt blocks, shared;
+                                 owned until a slot takes it */
+    float *first_logits;      /* (n_vocab) the prompt's last logits: a started fork's first
+                                 token is sampled from them; owned */
+
     atomic_bool cancel;
     atomic_int refs;
 };

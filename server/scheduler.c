@@ -41,6 +41,7 @@ typedef struct slot {
     int batch_n;         /* entries this slot has in the current batch */
     int row0;            /* first logits row of this slot in the current batch, -1 = none */
     uint64_t admitted;   /* admission order (newest fails first on KV exhaustion) */
+    bool own_kv;         /* a fork's cache: the slot destroys it (no session holds it) */
 } slot;
 
 struct sched {
@@ -56,6 +57,7 @@ struct sched {
     batch_entry *batch;   /* (max_batch) */
     slot *slots;          /* (n_slots) */
     uint64_t n_admitted;
+    sched_job *ready, **ready_tail; /* started forks waiting for a slot (scheduler thread only) */
 
     pthread_t th;
     bool th_started;
@@ -73,6 +75,8 @@ struct sched {
     double rate_t0;       /* tokens/s window */
     uint64_t rate_tok0;
 };
+
+static void forks_fail(sched *s, sched_job *j, attnd_status st, const char *msg);
 
 // ---- slots --------------------------------------------------------------------------------
 
@@ -110,6 +114,9 @@ static void slot_finish(sched *s, slot *sl, const char *reason, attnd_status st,
     tok_stream_destroy(sl->ts);
     stop_matcher_destroy(sl->sm);
     free(sl->hist);
+    if (sl->own_kv) kv_seq_destroy(sl->kv);
+    /* forks not started yet: the prompt they continue was never read */
+    forks_fail(s, j, st != ATTND_OK ? st : ATTND_ERR_BUSY, msg ? msg : "the request ended before its prompt was read");
     sched_job_unref(j);
     memset(sl, 0, sizeof(*sl));
     pthread_mutex_lock(&s->mu);
@@ -118,17 +125,20 @@ static void slot_finish(sched *s, slot *sl, const char *reason, attnd_status st,
     pthread_mutex_unlock(&s->mu);
 }
 
-/* A job that never got a slot. */
+/* A job that never got a slot (its forks fail with it). */
 static void job_fail_unstarted(sched *s, sched_job *j, attnd_status st, const char *msg) {
     if (j->se) sess_abandon(s->store, j->se);
+    forks_fail(s, j, st, msg);
     pthread_mutex_lock(&j->mu);
     j->status = st;
-    snprintf(j->errmsg, sizeof(j->errmsg), "%s", msg);
+    snprintf(j->errmsg, sizeof(j->errmsg), "%.255s", msg);
     j->done = true;
     pthread_cond_broadcast(&j->cv);
     pthread_mutex_unlock(&j->mu);
     sched_job_unref(j);
 }
+
+static attnd_status slot_init_gen(sched *s, slot *sl, sched_job *j, attnd_err *err);
 
 /* Takes a job into a free slot: picks its cache entry and keeps the longest common prefix. */
 static attnd_status slot_start(sched *s, slot *sl, sched_job *j, attnd_err *err) {
@@ -152,6 +162,21 @@ static attnd_status slot_start(sched *s, slot *sl, sched_job *j, attnd_err *err)
     kv_seq_truncate(sl->kv, keep);
     sl->n_past = keep;
     sl->prefilling = true;
+    attnd_status rc = slot_init_gen(s, sl, j, err);
+    if (rc != ATTND_OK) return rc;
+    pthread_mutex_lock(&s->mu);
+    s->stats.cached_tokens += (uint64_t)keep;
+    pthread_mutex_unlock(&s->mu);
+    pthread_mutex_lock(&j->mu);
+    j->n_cached = keep;
+    if (j->prompt_logprobs && j->n_prompt > 0) j->prompt_lp[0] = NAN;
+    pthread_mutex_unlock(&j->mu);
+    return ATTND_OK;
+}
+
+/* The per-request generation state of a slot: history, sampler (with the prompt in its
+ * penalty window), detokenizer stream, stop matcher. */
+static attnd_status slot_init_gen(sched *s, slot *sl, sched_job *j, attnd_err *err) {
     sl->hist = malloc((size_t)(j->n_prompt + j->max_tokens + 1) * sizeof(int32_t));
     if (!sl->hist) return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory");
     memcpy(sl->hist, j->prompt, (size_t)j->n_prompt * sizeof(int32_t));
@@ -163,15 +188,7 @@ static attnd_status slot_start(sched *s, slot *sl, sched_job *j, attnd_err *err)
         return attnd_fail(err, rc, "cannot create the detokenizer stream");
     /* the completion continues the prompt: " there" after "Once upon a time" keeps its space */
     tok_stream_keep_leading_space(sl->ts);
-    if ((rc = stop_matcher_create(&sl->sm, (const char *const *)j->stops, j->n_stops, err)) != ATTND_OK) return rc;
-    pthread_mutex_lock(&s->mu);
-    s->stats.cached_tokens += (uint64_t)keep;
-    pthread_mutex_unlock(&s->mu);
-    pthread_mutex_lock(&j->mu);
-    j->n_cached = keep;
-    if (j->prompt_logprobs && j->n_prompt > 0) j->prompt_lp[0] = NAN;
-    pthread_mutex_unlock(&j->mu);
-    return ATTND_OK;
+    return stop_matcher_create(&sl->sm, (const char *const *)j->stops, j->n_stops, err);
 }
 
 /* Handles one sampled token of a generating slot. */
@@ -234,6 +251,79 @@ static void finish_ended(sched *s) {
     }
 }
 
+// ---- forks (n > 1) -----------------------------------------------------------------------
+
+/* Fails j's forks that were not started (j ended before its prompt was read). */
+static void forks_fail(sched *s, sched_job *j, attnd_status st, const char *msg) {
+    while (j->forks) {
+        sched_job *f = j->forks;
+        j->forks = f->next;
+        f->next = NULL;
+        job_fail_unstarted(s, f, st, msg); /* drops the parent's reference */
+    }
+}
+
+/* j's prompt is read (its KV holds exactly the prompt, row its last logits): each fork takes a
+ * share of the blocks and a copy of the logits, and waits in the ready list for a slot. */
+static void forks_start(sched *s, slot *sl, const float *row) {
+    sched_job *j = sl->job;
+    while (j->forks) {
+        sched_job *f = j->forks;
+        j->forks = f->next;
+        f->next = NULL;
+        attnd_err err;
+        attnd_status rc = kv_seq_fork(&f->fork_kv, sl->kv, &err);
+        if (rc == ATTND_OK && !(f->first_logits = malloc((size_t)s->n_vocab * sizeof(float))))
+            rc = attnd_fail(&err, ATTND_ERR_NOMEM, "out of memory");
+        if (rc != ATTND_OK) {
+            job_fail_unstarted(s, f, rc, err.msg);
+            continue;
+        }
+        memcpy(f->first_logits, row, (size_t)s->n_vocab * sizeof(float));
+        *s->ready_tail = f;
+        s->ready_tail = &f->next;
+        pthread_mutex_lock(&s->mu);
+        s->n_active++;
+        pthread_mutex_unlock(&s->mu);
+    }
+}
+
+/* Puts the oldest ready fork into the free slot sl: its cache already holds the prompt, so it
+ * starts by sampling its first token. */
+static void fork_admit(sched *s, slot *sl) {
+    sched_job *f = s->ready;
+    s->ready = f->next;
+    if (!s->ready) s->ready_tail = &s->ready;
+    f->next = NULL;
+    memset(sl, 0, sizeof(*sl));
+    sl->job = f;
+    sl->admitted = ++s->n_admitted;
+    sl->kv = f->fork_kv;
+    sl->own_kv = true;
+    f->fork_kv = NULL;
+    sl->n_past = f->n_prompt;
+    attnd_err err;
+    attnd_status rc = atomic_load(&f->cancel) ? attnd_fail(&err, ATTND_ERR_BUSY, "cancelled") : slot_init_gen(s, sl, f, &err);
+    if (rc != ATTND_OK) {
+        slot_finish(s, sl, NULL, rc, err.msg);
+        return;
+    }
+    pthread_mutex_lock(&s->mu);
+    s->stats.cached_tokens += (uint64_t)f->n_prompt;
+    pthread_mutex_unlock(&s->mu);
+    pthread_mutex_lock(&f->mu);
+    f->n_cached = f->n_prompt;
+    pthread_mutex_unlock(&f->mu);
+    if (f->max_tokens == 0) {
+        slot_finish(s, sl, "length", ATTND_OK, NULL);
+        return;
+    }
+    slot_token(s, sl, f->first_logits);
+    free(f->first_logits);
+    f->first_logits = NULL;
+    if (sl->end_reason) slot_finish(s, sl, sl->end_reason, ATTND_OK, NULL);
+}
+
 // ---- the loop -----------------------------------------------------------------------------
 
 static void drain_free_list(sched *s) {
@@ -250,6 +340,10 @@ static void drain_free_list(sched *s) {
 static void admit(sched *s) {
     for (int k = 0; k < s->n_slots; k++) {
         if (s->slots[k].job) continue;
+        if (s->ready) { /* forks first: their prompt is already read */
+            fork_admit(s, &s->slots[k]);
+            continue;
+        }
         pthread_mutex_lock(&s->mu);
         sched_job *j = NULL;
         if (s->q_len) {
@@ -352,6 +446,7 @@ static void step(sched *s) {
         pthread_mutex_unlock(&s->mu);
         for (int k = 0; k < s->n_slots; k++)
             if (s->slots[k].job) atomic_store(&s->slots[k].job->cancel, true);
+        for (sched_job *f = s->ready; f; f = f->next) atomic_store(&f->cancel, true);
     }
     admit(s);
     for (int k = 0; k < s->n_slots; k++)
@@ -404,10 +499,12 @@ static void step(sched *s) {
             if (sl->n_past < j->n_prompt) continue;
             sl->prefilling = false;
             if (j->max_tokens == 0) {
+                forks_start(s, sl, s->logits + (size_t)sl->row0 * s->n_vocab);
                 slot_finish(s, sl, "length", ATTND_OK, NULL);
                 continue;
             }
             int last_row = sl->row0 + (j->prompt_logprobs ? sl->batch_n - 1 : 0);
+            forks_start(s, sl, s->logits + (size_t)last_row * s->n_vocab);
             slot_token(s, sl, s->logits + (size_t)last_row * s->n_vocab);
             n_gen++;
         } else {
@@ -422,7 +519,7 @@ static void step(sched *s) {
     finish_ended(s);
     /* live KV sizes of active sessions, for GET /v1/sessions */
     for (int k = 0; k < s->n_slots; k++)
-        if (s->slots[k].job) sess_set_kv(s->store, s->slots[k].se, s->slots[k].kv, s->slots[k].n_past,
+        if (s->slots[k].job && s->slots[k].se) sess_set_kv(s->store, s->slots[k].se, s->slots[k].kv, s->slots[k].n_past,
                                          kv_seq_bytes(s->slots[k].kv));
     pthread_mutex_lock(&s->mu);
     s->stats.steps++;
@@ -497,6 +594,7 @@ attnd_status sched_create(sched **out, const model *m, const tokenizer *tok, ses
     *out = NULL;
     sched *s = calloc(1, sizeof(*s));
     if (!s) return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory");
+    s->ready_tail = &s->ready;
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->wake, NULL);
     pthread_cond_init(&s->idle, NULL);
@@ -560,6 +658,15 @@ void sched_destroy(sched *s) {
     /* the thread is gone: this thread now owns the engine and every KV handle */
     for (int k = 0; s->slots && k < s->n_slots; k++)
         if (s->slots[k].job) slot_finish(s, &s->slots[k], NULL, ATTND_ERR_BUSY, "server is shutting down");
+    while (s->ready) {
+        sched_job *f = s->ready;
+        s->ready = f->next;
+        f->next = NULL;
+        s->n_active--;
+        kv_seq_destroy(f->fork_kv); /* before the pool goes; the HTTP side may hold the job longer */
+        f->fork_kv = NULL;
+        job_fail_unstarted(s, f, ATTND_ERR_BUSY, "server is shutting down");
+    }
     while (s->q_len) {
         sched_job *j = s->queue[s->q_head];
         s->q_head = (s->q_head + 1) % s->queue_limit;
