@@ -77,7 +77,7 @@ static attnd_status prompt_tokens(req *r, int p, int32_t **ids, size_t *n, attnd
  * left, or -1 with the 400 queued. */
 static int fit_context(req *r, size_t n, enum MHD_Result *ret) {
     struct server *s = r->srv;
-    const char *pname = r->chat ? "messages" : "prompt";
+    const char *pname = r->rsp ? "input" : r->chat ? "messages" : "prompt";
     int need = r->oreq.max_tokens == 0 ? 0 : 1;
     if (n == 0) {
         *ret = http_respond_error(r, 400, "the prompt is empty (no tokens)", pname);
@@ -310,7 +310,7 @@ static bool submit_choices(req *r, enum MHD_Result *ret) {
         size_t n;
         if (prompt_tokens(r, p, &ids, &n, &err) != ATTND_OK) {
             free(ids);
-            *ret = http_respond_error(r, 400, err.msg, r->chat ? "messages" : "prompt");
+            *ret = http_respond_error(r, 400, err.msg, r->rsp ? "input" : r->chat ? "messages" : "prompt");
             return false;
         }
         int max_tokens = fit_context(r, n, ret);
