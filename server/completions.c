@@ -56,14 +56,8 @@ static attnd_status prompt_tokens(req *r, int p, int32_t **ids, size_t *n, attnd
     struct server *s = r->srv;
     const oai_request *q = &r->oreq;
     *ids = NULL, *n = 0;
-    if (r->chat) {
-        char *text = NULL;
-        attnd_status st = chat_render(s->family, q->msgs, q->n_msgs, &text, err);
-        if (st != ATTND_OK) return st;
-        st = tok_encode(s->tok, text, strlen(text), true, true, ids, n, err);
-        free(text);
-        return st;
-    }
+    /* chat: only the template's markers are special tokens, never the messages' content */
+    if (r->chat) return chat_encode(s->tok, s->family, q->msgs, q->n_msgs, ids, n, err);
     const oai_prompt *pr = &q->prompts[p];
     if (pr->text) return tok_encode(s->tok, pr->text, strlen(pr->text), true, true, ids, n, err);
     *ids = malloc((size_t)(pr->n_ids ? pr->n_ids : 1) * sizeof(int32_t));
@@ -73,9 +67,7 @@ static attnd_status prompt_tokens(req *r, int p, int32_t **ids, size_t *n, attnd
     return ATTND_OK;
 }
 
-/* Checks the prompt's length against the context; returns max_tokens clamped to the room
- * left, or -1 with the 400 queued. */
-static int fit_context(req *r, size_t n, enum MHD_Result *ret) {
+int gen_fit_context(req *r, size_t n, enum MHD_Result *ret) {
     struct server *s = r->srv;
     const char *pname = r->rsp ? "input" : r->chat ? "messages" : "prompt";
     int need = r->oreq.max_tokens == 0 ? 0 : 1;
@@ -92,9 +84,7 @@ static int fit_context(req *r, size_t n, enum MHD_Result *ret) {
     return max_tokens > room ? room : max_tokens;
 }
 
-/* The named session, acquired (busy) into *se; NULL when none is asked for. false: an error
- * response is queued. */
-static bool acquire_session(req *r, sess **se, enum MHD_Result *ret) {
+bool gen_acquire_session(req *r, sess **se, enum MHD_Result *ret) {
     const char *id = r->oreq.session_id;
     *se = NULL;
     if (!id) return true;
@@ -103,7 +93,7 @@ static bool acquire_session(req *r, sess **se, enum MHD_Result *ret) {
         return false;
     }
     attnd_err err;
-    attnd_status st = sess_acquire(r->srv->store, id, se, &err);
+    attnd_status st = sess_acquire(r->srv->store, r->owner, id, se, &err);
     if (st != ATTND_OK) {
         *ret = http_respond_error(r, http_status_of(st, HTTP_CTX_ACQUIRE), err.msg, "session_id");
         return false;
@@ -120,6 +110,7 @@ static bool job_spec(req *r, int32_t *ids, size_t n, int max_tokens, sess *se, u
     *spec = (sched_job_spec){
         .prompt = ids, .n_prompt = (int)n, .sp = q->sp, .n_bias = q->n_bias, .max_tokens = max_tokens,
         .top_logprobs = q->logprobs, .prompt_logprobs = !r->chat && q->echo && q->logprobs >= 0, .se = se,
+        .owner = r->owner,
     };
     spec->sp.seed = seed;
     bool ok = true;
@@ -139,13 +130,16 @@ static bool job_spec(req *r, int32_t *ids, size_t n, int max_tokens, sess *se, u
 
 /* Builds choice k's job into its place in r (r->job or r->extra). false: an error response is
  * queued (the session, if any, is given back). */
-static bool make_job(req *r, int k, int32_t *ids, size_t n, int max_tokens, sess *se, enum MHD_Result *ret) {
+static bool make_job(req *r, int k, int32_t *ids, size_t n, int max_tokens, sess *se, attn_capture *cap,
+                     enum MHD_Result *ret) {
     sched_job_spec spec;
     attnd_err err;
     sched_job *j = NULL;
     uint64_t seed = sampler_seed_stream(r->oreq.sp.seed, k % r->oreq.n);
-    if (!job_spec(r, ids, n, max_tokens, se, seed, &spec)) attnd_fail(&err, ATTND_ERR_NOMEM, "out of memory");
-    else if (sched_job_create(&j, &spec, &err) == ATTND_OK) {
+    if (!job_spec(r, ids, n, max_tokens, se, seed, &spec)) {
+        attn_capture_destroy(cap);
+        attnd_fail(&err, ATTND_ERR_NOMEM, "out of memory");
+    } else if ((spec.capture = cap), sched_job_create(&j, &spec, &err) == ATTND_OK) {
         if (k == 0) r->job = j;
         else r->extra[r->n_extra++] = j;
         return true;
@@ -167,7 +161,7 @@ static bool make_siblings(req *r, int k0, int32_t *ids, size_t n, int max_tokens
         if (!fork) {
             int32_t *copy = malloc(n * sizeof(int32_t));
             if (copy) memcpy(copy, ids, n * sizeof(int32_t));
-            if (copy && make_job(r, k0 + i, copy, n, max_tokens, NULL, ret)) continue;
+            if (copy && make_job(r, k0 + i, copy, n, max_tokens, NULL, NULL, ret)) continue;
             if (!copy) *ret = http_respond_error(r, 503, "out of memory", NULL);
             return false;
         }
@@ -189,6 +183,14 @@ static bool submit(req *r, int k, sess *se, enum MHD_Result *ret) {
     *ret = http_respond_error(r, atomic_load(&s->stopping) ? 503 : 429, err.msg, NULL);
     return false;
 }
+
+attnd_status gen_prompt_tokens(req *r, int32_t **ids, size_t *n, attnd_err *err) { return prompt_tokens(r, 0, ids, n, err); }
+
+bool gen_submit(req *r, int32_t *ids, size_t n, int max_tokens, sess *se, attn_capture *cap, enum MHD_Result *ret) {
+    return make_job(r, 0, ids, n, max_tokens, se, cap, ret) && submit(r, 0, se, ret);
+}
+
+bool gen_wait_done(req *r) { return gen_wait_all(r); }
 
 void gen_usage_sum(const req *r, oai_gen *sum) {
     *sum = (oai_gen){0};
@@ -313,9 +315,9 @@ static bool submit_choices(req *r, enum MHD_Result *ret) {
             *ret = http_respond_error(r, 400, err.msg, r->rsp ? "input" : r->chat ? "messages" : "prompt");
             return false;
         }
-        int max_tokens = fit_context(r, n, ret);
+        int max_tokens = gen_fit_context(r, n, ret);
         sess *se = NULL;
-        if (max_tokens < 0 || (p == 0 && !acquire_session(r, &se, ret))) {
+        if (max_tokens < 0 || (p == 0 && !gen_acquire_session(r, &se, ret))) {
             free(ids);
             return false;
         }
@@ -329,7 +331,7 @@ static bool submit_choices(req *r, enum MHD_Result *ret) {
             *ret = http_respond_error(r, 503, "out of memory", NULL);
             return false;
         }
-        if (!make_job(r, k0, ids, n, max_tokens, se, ret)) {
+        if (!make_job(r, k0, ids, n, max_tokens, se, NULL, ret)) {
             free(copy);
             return false;
         }

@@ -63,7 +63,7 @@ static void store_response(req *r, const responses_result *res) {
     if (!st->rq.store || !st->session[0]) return;
     json_t *obj = responses_object(res), *conv = responses_conversation(&st->rq, st->earlier, res->text, res->text_len);
     attnd_err err;
-    if (!obj || !conv || rstore_put(r->srv->responses, obj, conv, st->session, &err) != ATTND_OK)
+    if (!obj || !conv || rstore_put(r->srv->responses, r->owner, obj, conv, st->session, &err) != ATTND_OK)
         slog_error("response %s not stored: %s", st->id, obj && conv ? err.msg : "out of memory");
     json_decref(obj);
     json_decref(conv);
@@ -79,9 +79,9 @@ static void pick_session(req *r) {
     char made[SESS_ID_MAX + 1];
     sess *se = NULL;
     attnd_err err;
-    attnd_status rc = sess_create(store, st->session, made, &err);
+    attnd_status rc = sess_create(store, r->owner, st->session, made, &err);
     st->new_session = rc == ATTND_OK;
-    if (rc == ATTND_OK || rc == ATTND_ERR_BUSY) rc = sess_acquire(store, st->session, &se, &err);
+    if (rc == ATTND_OK || rc == ATTND_ERR_BUSY) rc = sess_acquire(store, r->owner, st->session, &se, &err);
     if (rc != ATTND_OK) {
         slog_info("response %s runs without its session %s: %s", st->id, st->session, err.msg);
         return;
@@ -96,7 +96,7 @@ static void drop_new_session(req *r) {
     rsp_state *st = r->rsp;
     struct kv_seq *kv = NULL;
     attnd_err err;
-    if (st->new_session && sess_delete(r->srv->store, st->session, &kv, &err) == ATTND_OK) sched_free_kv(r->srv->sch, kv);
+    if (st->new_session && sess_delete(r->srv->store, r->owner, st->session, &kv, &err) == ATTND_OK) sched_free_kv(r->srv->sch, kv);
     st->new_session = false;
     r->sess_id[0] = '\0'; /* nothing to persist */
 }
@@ -109,7 +109,7 @@ static bool parse_turn(req *r, json_t *b, enum MHD_Result *ret) {
     attnd_err err;
     attnd_status rc = responses_parse(b, &s->cfg, &st->rq, &param, &err);
     if (rc == ATTND_OK && st->rq.previous_id) {
-        rc = rstore_get(s->responses, st->rq.previous_id, NULL, &st->earlier, st->session, &err);
+        rc = rstore_get(s->responses, r->owner, st->rq.previous_id, NULL, &st->earlier, st->session, &err);
         if (rc != ATTND_OK) param = "previous_response_id";
     }
     if (rc == ATTND_OK) {
@@ -236,7 +236,7 @@ static const char *response_id_of(req *r) { return r->path + strlen("/v1/respons
 enum MHD_Result ep_response_get(req *r) {
     json_t *o = NULL;
     attnd_err err;
-    attnd_status rc = rstore_get(r->srv->responses, response_id_of(r), &o, NULL, NULL, &err);
+    attnd_status rc = rstore_get(r->srv->responses, r->owner, response_id_of(r), &o, NULL, NULL, &err);
     if (rc != ATTND_OK) return http_respond_error(r, http_status_of(rc, HTTP_CTX_DEFAULT), err.msg, NULL);
     return http_respond_json(r, 200, o);
 }
@@ -246,10 +246,10 @@ enum MHD_Result ep_response_delete(req *r) {
     const char *id = response_id_of(r);
     char orphan[SESS_ID_MAX + 1];
     attnd_err err;
-    attnd_status rc = rstore_delete(s->responses, id, orphan, &err);
+    attnd_status rc = rstore_delete(s->responses, r->owner, id, orphan, &err);
     if (rc != ATTND_OK) return http_respond_error(r, http_status_of(rc, HTTP_CTX_DEFAULT), err.msg, NULL);
     /* the last response of a chain takes its session along (a busy one stays until next time) */
     struct kv_seq *kv = NULL;
-    if (orphan[0] && sess_delete(s->store, orphan, &kv, &err) == ATTND_OK) sched_free_kv(s->sch, kv);
+    if (orphan[0] && sess_delete(s->store, r->owner, orphan, &kv, &err) == ATTND_OK) sched_free_kv(s->sch, kv);
     return http_respond_json(r, 200, responses_deleted(id));
 }

@@ -20,7 +20,9 @@ struct sched_job {
     int n_stops;
     int top_logprobs;
     bool prompt_logprobs;
+    attn_capture *capture;    /* owned, may be NULL */
     sess *se;
+    char owner[SESS_OWNER_MAX + 1]; /* whose prompt cache an anonymous job may use */
 
     // ---- output: guarded by mu; cv signalled on every change ----
     pthread_mutex_t mu;

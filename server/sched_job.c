@@ -19,8 +19,8 @@ attnd_status sched_job_create(sched_job **out, sched_job_spec *spec, attnd_err *
         free(spec->prompt);
         free(spec->bias);
         for (int i = 0; i < spec->n_stops; i++) free(spec->stops[i]);
-        free(spec->stops);
-        spec->prompt = NULL, spec->bias = NULL, spec->stops = NULL;
+        free(spec->stops), attn_capture_destroy(spec->capture);
+        spec->prompt = NULL, spec->bias = NULL, spec->stops = NULL, spec->capture = NULL;
         return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory");
     }
     pthread_mutex_init(&j->mu, NULL);
@@ -30,8 +30,8 @@ attnd_status sched_job_create(sched_job **out, sched_job_spec *spec, attnd_err *
     /* the stolen parts first: unref frees them on every path below */
     j->prompt = spec->prompt, j->n_prompt = spec->n_prompt;
     j->bias = spec->bias;
-    j->stops = spec->stops, j->n_stops = spec->n_stops;
-    spec->prompt = NULL, spec->bias = NULL, spec->stops = NULL;
+    j->stops = spec->stops, j->n_stops = spec->n_stops, j->capture = spec->capture;
+    spec->prompt = NULL, spec->bias = NULL, spec->stops = NULL, spec->capture = NULL;
     j->sp = spec->sp;
     j->sp.bias = j->bias;
     j->sp.n_bias = j->bias ? spec->n_bias : 0;
@@ -39,6 +39,7 @@ attnd_status sched_job_create(sched_job **out, sched_job_spec *spec, attnd_err *
     j->top_logprobs = spec->top_logprobs;
     j->prompt_logprobs = spec->prompt_logprobs;
     j->se = spec->se;
+    snprintf(j->owner, sizeof(j->owner), "%s", spec->owner ? spec->owner : "");
     size_t n_prompt = (size_t)(j->n_prompt > 0 ? j->n_prompt : 0), n_gen = (size_t)(j->max_tokens > 0 ? j->max_tokens : 0);
     size_t top = (size_t)(j->top_logprobs > 0 ? j->top_logprobs : 0);
     j->pieces = alloc_n(n_gen, sizeof(token_logprob));
@@ -74,7 +75,7 @@ void sched_job_unref(sched_job *j) {
     free(j->pieces);
     free(j->tops);
     free(j->prompt_lp);
-    free(j->prompt_tops);
+    free(j->prompt_tops), attn_capture_destroy(j->capture);
     buf_free(&j->rd);
     pthread_mutex_destroy(&j->mu);
     pthread_cond_destroy(&j->cv);
@@ -118,7 +119,7 @@ void sched_job_output(sched_job *j, sched_output *o) {
         .text = j->done ? j->text.p : NULL, .text_len = j->done ? j->text.len : 0,
         .done = j->done, .finish_reason = j->finish_reason, .status = j->status, .errmsg = j->errmsg,
         .n_cached = j->n_cached, .n_generated = j->n_generated,
-        .prompt_ms = j->prompt_ms, .gen_ms = j->gen_ms,
+        .prompt_ms = j->prompt_ms, .gen_ms = j->gen_ms, .capture = j->capture,
     };
     pthread_mutex_unlock(&j->mu);
 }
@@ -145,7 +146,7 @@ attnd_status sched_job_fork(sched_job **out, sched_job *parent, uint64_t seed, a
         .prompt = malloc((size_t)(parent->n_prompt ? parent->n_prompt : 1) * sizeof(int32_t)),
         .n_prompt = parent->n_prompt, .sp = parent->sp, .n_bias = parent->sp.n_bias,
         .stops = dup_strings(parent->stops, parent->n_stops), .n_stops = parent->n_stops,
-        .max_tokens = parent->max_tokens, .top_logprobs = parent->top_logprobs,
+        .max_tokens = parent->max_tokens, .top_logprobs = parent->top_logprobs, .owner = parent->owner,
     };
     spec.sp.seed = seed;
     if (spec.n_bias && (spec.bias = malloc((size_t)spec.n_bias * sizeof(logit_bias))))

@@ -10,7 +10,7 @@
  *      and retry; with nothing left to evict, fail the newest prefilling job (503);
  *   5. sample one token per slot that produced logits, publish text to the job.
  * Everything per-step lives in buffers allocated at start (batch, logits); per-request state
- * (sampler, detokenizer stream, stop matcher, history) is allocated once at admission.
+ * (the generation pipeline of attnd/gen.h, history) is allocated once at admission.
  */
 #include "scheduler.h"
 
@@ -20,6 +20,7 @@
 #include <time.h>
 
 #include "attnd/buf.h"
+#include "attnd/gen.h"
 #include "sched_internal.h"
 #include "slog.h"
 
@@ -31,13 +32,10 @@ typedef struct slot {
     bool prefilling;     /* still reading the prompt */
     int32_t next_token;  /* last sampled token, decoded in the next step */
     int n_gen;
-    bool stopped;        /* a stop string matched: nothing more is released */
     const char *end_reason; /* generation ended this step: "stop" / "length" */
     int32_t *hist;       /* (n_prompt + max_tokens + 1) prompt then generated tokens */
     int n_hist;
-    sampler *smp;
-    tok_stream *ts;
-    stop_matcher *sm;
+    gen *g;              /* sampler, detokenizer, stop strings of this request */
     int batch_n;         /* entries this slot has in the current batch */
     int row0;            /* first logits row of this slot in the current batch, -1 = none */
     uint64_t admitted;   /* admission order (newest fails first on KV exhaustion) */
@@ -56,6 +54,7 @@ struct sched {
     float *logits;        /* (rows_cap, n_vocab) */
     batch_entry *batch;   /* (max_batch) */
     slot *slots;          /* (n_slots) */
+    attn_capture *inspecting; /* captures of the running jobs that inspect attention (a list) */
     uint64_t n_admitted;
     sched_job *ready, **ready_tail; /* started forks waiting for a slot (scheduler thread only) */
 
@@ -83,6 +82,7 @@ static void forks_fail(sched *s, sched_job *j, attnd_status st, const char *msg)
 /* Ends a slot's job: publishes the outcome, returns the cache entry with the new history. */
 static void slot_finish(sched *s, slot *sl, const char *reason, attnd_status st, const char *msg) {
     sched_job *j = sl->job;
+    attn_capture_unlink(&s->inspecting, j->capture);
     if (sl->se) {
         if (sl->kv) sess_set_kv(s->store, sl->se, sl->kv, sl->n_past, kv_seq_bytes(sl->kv));
         attnd_err e;
@@ -92,17 +92,12 @@ static void slot_finish(sched *s, slot *sl, const char *reason, attnd_status st,
         else if (sess_release(s->store, sl->se, sl->hist, sl->n_hist, &e) != ATTND_OK) slog_error("%s", e.msg);
     }
     pthread_mutex_lock(&j->mu);
-    if (st == ATTND_OK && reason && !sl->stopped && sl->ts && sl->sm) {
-        /* flush held-back bytes: an unfinished UTF-8 tail, then text kept for stop matching */
-        const char *p, *e;
-        size_t n = tok_stream_flush(sl->ts, &p), ne = 0;
-        bool matched = false;
-        if (n) {
-            matched = stop_matcher_push(sl->sm, p, n, &e, &ne);
-            sched_job_append_text(j, e, ne);
-        }
-        if (matched) reason = "stop";
-        else sched_job_append_text(j, e, stop_matcher_flush(sl->sm, &e));
+    if (st == ATTND_OK && reason && sl->g) {
+        /* release held-back bytes: an unfinished UTF-8 tail, then text kept for stop matching */
+        const char *e;
+        size_t ne;
+        if (gen_finish(sl->g, &e, &ne) == STOP_STRING) reason = "stop";
+        sched_job_append_text(j, e, ne);
     }
     j->finish_reason = st == ATTND_OK ? reason : NULL;
     j->status = st;
@@ -110,9 +105,7 @@ static void slot_finish(sched *s, slot *sl, const char *reason, attnd_status st,
     j->done = true;
     pthread_cond_broadcast(&j->cv);
     pthread_mutex_unlock(&j->mu);
-    sampler_destroy(sl->smp);
-    tok_stream_destroy(sl->ts);
-    stop_matcher_destroy(sl->sm);
+    gen_destroy(sl->g);
     free(sl->hist);
     if (sl->own_kv) kv_seq_destroy(sl->kv);
     /* forks not started yet: the prompt they continue was never read */
@@ -138,14 +131,24 @@ static void job_fail_unstarted(sched *s, sched_job *j, attnd_status st, const ch
     sched_job_unref(j);
 }
 
-static attnd_status slot_init_gen(sched *s, slot *sl, sched_job *j, attnd_err *err);
+/* The per-request generation state of a slot: history and the generation pipeline (sampler
+ * with the prompt in its penalty window, detokenizer, stop strings). */
+static attnd_status slot_init_gen(sched *s, slot *sl, sched_job *j, attnd_err *err) {
+    sl->hist = malloc((size_t)(j->n_prompt + j->max_tokens + 1) * sizeof(int32_t));
+    if (!sl->hist) return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory");
+    memcpy(sl->hist, j->prompt, (size_t)j->n_prompt * sizeof(int32_t));
+    sl->n_hist = j->n_prompt;
+    gen_params gp = {.sp = j->sp, .stops = (const char *const *)j->stops, .n_stops = j->n_stops,
+                     .top_logprobs = j->top_logprobs};
+    return gen_create(&sl->g, &gp, s->n_vocab, s->tok, j->prompt, j->n_prompt, err);
+}
 
 /* Takes a job into a free slot: picks its cache entry and keeps the longest common prefix. */
 static attnd_status slot_start(sched *s, slot *sl, sched_job *j, attnd_err *err) {
     memset(sl, 0, sizeof(*sl));
     sl->job = j;
     sl->admitted = ++s->n_admitted;
-    sl->se = j->se ? j->se : sess_acquire_anon(s->store, j->prompt, j->n_prompt, s->max_anon);
+    sl->se = j->se ? j->se : sess_acquire_anon(s->store, j->owner, j->prompt, j->n_prompt, s->max_anon);
     if (!sl->se) return attnd_fail(err, ATTND_ERR_BUSY, "no prompt cache entry free");
     sl->kv = sl->se->kv;
     if (!sl->kv) {
@@ -157,9 +160,10 @@ static attnd_status slot_start(sched *s, slot *sl, sched_job *j, attnd_err *err)
      * at least the last prompt token (its logits start generation) */
     int keep = sess_common_prefix(sl->se->tokens, sl->se->kv_len, j->prompt, j->n_prompt);
     if (keep >= j->n_prompt) keep = j->n_prompt - 1;
-    if (j->prompt_logprobs) keep = 0; /* every prompt position's logits are needed */
+    if (j->prompt_logprobs || (j->capture && !j->se)) keep = 0; /* every position's logits / rows */
     if (keep < 0) keep = 0;
     kv_seq_truncate(sl->kv, keep);
+    if (j->capture) attn_capture_link(&s->inspecting, j->capture, sl->kv);
     sl->n_past = keep;
     sl->prefilling = true;
     attnd_status rc = slot_init_gen(s, sl, j, err);
@@ -174,57 +178,26 @@ static attnd_status slot_start(sched *s, slot *sl, sched_job *j, attnd_err *err)
     return ATTND_OK;
 }
 
-/* The per-request generation state of a slot: history, sampler (with the prompt in its
- * penalty window), detokenizer stream, stop matcher. */
-static attnd_status slot_init_gen(sched *s, slot *sl, sched_job *j, attnd_err *err) {
-    sl->hist = malloc((size_t)(j->n_prompt + j->max_tokens + 1) * sizeof(int32_t));
-    if (!sl->hist) return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory");
-    memcpy(sl->hist, j->prompt, (size_t)j->n_prompt * sizeof(int32_t));
-    sl->n_hist = j->n_prompt;
-    attnd_status rc = sampler_create(&sl->smp, &j->sp, s->n_vocab, err);
-    if (rc != ATTND_OK) return rc;
-    for (int i = 0; i < j->n_prompt; i++) sampler_accept(sl->smp, j->prompt[i]);
-    if ((rc = tok_stream_create(&sl->ts, s->tok, false)) != ATTND_OK)
-        return attnd_fail(err, rc, "cannot create the detokenizer stream");
-    /* the completion continues the prompt: " there" after "Once upon a time" keeps its space */
-    tok_stream_keep_leading_space(sl->ts);
-    return stop_matcher_create(&sl->sm, (const char *const *)j->stops, j->n_stops, err);
-}
-
-/* Handles one sampled token of a generating slot. */
+/* Samples one token for a generating slot and publishes what it released. */
 static void slot_token(sched *s, slot *sl, const float *row) {
     sched_job *j = sl->job;
-    int32_t id = sampler_sample(sl->smp, row);
-    sampler_accept(sl->smp, id);
-    sl->hist[sl->n_hist++] = id;
+    /* only this thread writes pieces and tops; readers see entries below n_pieces */
+    token_logprob *top = j->top_logprobs > 0 ? j->tops + (size_t)j->n_pieces * j->top_logprobs : NULL;
+    gen_token t;
+    stop_reason why = gen_next(sl->g, row, top, &t);
+    sl->hist[sl->n_hist++] = t.id;
     sl->n_gen++;
-    bool eog = tok_is_eog(s->tok, id), stopped = false;
     pthread_mutex_lock(&j->mu);
     j->n_generated = sl->n_gen;
-    if (!eog) {
-        token_logprob *pc = &j->pieces[j->n_pieces];
-        pc->id = id;
-        pc->logprob = 0;
-        if (j->top_logprobs >= 0) {
-            token_logprob chosen, dummy;
-            sampler_logprobs(row, s->n_vocab, id, j->top_logprobs,
-                             &chosen, j->top_logprobs > 0 ? j->tops + (size_t)j->n_pieces * j->top_logprobs : &dummy);
-            pc->logprob = chosen.logprob;
-        }
-        j->n_pieces++;
-        const char *p, *e;
-        size_t n = tok_stream_push(sl->ts, id, &p), ne = 0;
-        if (n) {
-            stopped = stop_matcher_push(sl->sm, p, n, &e, &ne);
-            sched_job_append_text(j, e, ne);
-        }
+    if (why != STOP_EOG) {
+        j->pieces[j->n_pieces++] = (token_logprob){t.id, j->top_logprobs >= 0 ? t.logprob : 0};
+        sched_job_append_text(j, t.text, t.n_text);
     }
     pthread_cond_broadcast(&j->cv);
     pthread_mutex_unlock(&j->mu);
-    sl->stopped = stopped;
-    sl->next_token = id;
+    sl->next_token = t.id;
     /* finishing waits for the end of the step (see finish_ended) */
-    if (eog || stopped) sl->end_reason = "stop";
+    if (why != STOP_NONE) sl->end_reason = "stop";
     else if (sl->n_gen >= j->max_tokens || sl->n_past >= s->n_ctx) sl->end_reason = "length";
 }
 
@@ -371,7 +344,7 @@ static void admit(sched *s) {
             slot_finish(s, sl, NULL, ATTND_ERR_NOMEM, err.msg);
             continue;
         }
-        if (j->max_tokens == 0 && !j->prompt_logprobs) slot_finish(s, sl, "length", ATTND_OK, NULL);
+        if (j->max_tokens == 0 && !j->prompt_logprobs && !j->capture) slot_finish(s, sl, "length", ATTND_OK, NULL);
     }
 }
 
@@ -460,7 +433,8 @@ static void step(sched *s) {
     double t0 = attnd_now_s();
     attnd_err err;
     attnd_status rc;
-    while ((rc = engine_eval(s->eng, s->batch, n, s->logits, &err)) == ATTND_ERR_NOMEM) {
+    /* jobs that inspect attention are hooked into the engine for the evaluations that hold them */
+    while ((rc = attn_capture_eval(s->inspecting, s->eng, s->batch, n, s->logits, &err)) == ATTND_ERR_NOMEM) {
         if (evict_one(s)) continue;
         /* nothing idle to evict: the newest request gives way */
         slot *victim = newest_prefilling(s);
@@ -498,13 +472,12 @@ static void step(sched *s) {
             pthread_mutex_unlock(&j->mu);
             if (sl->n_past < j->n_prompt) continue;
             sl->prefilling = false;
+            int last_row = sl->row0 + (j->prompt_logprobs ? sl->batch_n - 1 : 0);
+            forks_start(s, sl, s->logits + (size_t)last_row * s->n_vocab);
             if (j->max_tokens == 0) {
-                forks_start(s, sl, s->logits + (size_t)sl->row0 * s->n_vocab);
                 slot_finish(s, sl, "length", ATTND_OK, NULL);
                 continue;
             }
-            int last_row = sl->row0 + (j->prompt_logprobs ? sl->batch_n - 1 : 0);
-            forks_start(s, sl, s->logits + (size_t)last_row * s->n_vocab);
             slot_token(s, sl, s->logits + (size_t)last_row * s->n_vocab);
             n_gen++;
         } else {
