@@ -62,6 +62,16 @@ size_t kv_pool_bytes_for(const kv_pool *p, int n_tokens) {
     return (size_t)((n_tokens > 0 ? n_tokens : 0) + KV_BLOCK - 1) / KV_BLOCK * p->block_bytes;
 }
 
+size_t kv_bytes_per_token(const model *m, kv_type type) {
+    const model_info *mi = model_info_get(m);
+    return (size_t)2 * mi->n_layer * mi->n_head_kv * mi->head_dim * (type == KV_F16 ? 2 : 4);
+}
+
+size_t kv_context_bytes(const model *m, int n_ctx, kv_type type) {
+    size_t blocks = ((size_t)n_ctx + KV_BLOCK - 1) / KV_BLOCK;
+    return blocks * KV_BLOCK * kv_bytes_per_token(m, type);
+}
+
 /* A sequence with no tokens and an empty block table sized for the whole context (so growing never
  * reallocates); not yet counted in the pool. */
 static kv_seq *seq_alloc(kv_pool *pool) {
@@ -75,16 +85,6 @@ static kv_seq *seq_alloc(kv_pool *pool) {
         return NULL;
     }
     return s;
-}
-
-size_t kv_bytes_per_token(const model *m, kv_type type) {
-    const model_info *mi = model_info_get(m);
-    return (size_t)2 * mi->n_layer * mi->n_head_kv * mi->head_dim * (type == KV_F16 ? 2 : 4);
-}
-
-size_t kv_context_bytes(const model *m, int n_ctx, kv_type type) {
-    size_t blocks = ((size_t)n_ctx + KV_BLOCK - 1) / KV_BLOCK;
-    return blocks * KV_BLOCK * kv_bytes_per_token(m, type);
 }
 
 attnd_status kv_seq_create(kv_seq **out, kv_pool *pool, attnd_err *err) {

@@ -68,11 +68,9 @@ static attnd_status prompt_tokens(req *r, int p, int32_t **ids, size_t *n, attnd
     return ATTND_OK;
 }
 
-/* Checks the prompt's length against the context; returns max_tokens clamped to the room
- * left, or -1 with the 400 queued. */
 int gen_fit_context(req *r, size_t n, enum MHD_Result *ret) {
     struct server *s = r->srv;
-    const char *pname = r->chat ? "messages" : "prompt";
+    const char *pname = r->rsp ? "input" : r->chat ? "messages" : "prompt";
     int need = r->oreq.max_tokens == 0 ? 0 : 1;
     if (n == 0) {
         *ret = http_respond_error(r, 400, "the prompt is empty (no tokens)", pname);
@@ -87,8 +85,6 @@ int gen_fit_context(req *r, size_t n, enum MHD_Result *ret) {
     return max_tokens > room ? room : max_tokens;
 }
 
-/* The named session, acquired (busy) into *se; NULL when none is asked for. false: an error
- * response is queued. */
 bool gen_acquire_session(req *r, sess **se, enum MHD_Result *ret) {
     const char *id = r->oreq.session_id;
     *se = NULL;
@@ -107,16 +103,15 @@ bool gen_acquire_session(req *r, sess **se, enum MHD_Result *ret) {
     return true;
 }
 
-/* The job spec for one choice: the prompt (stolen), the capture (stolen, may be NULL),
- * sampling with the choice's seed, and copies of the request's stops and bias; chat adds the
- * template's end-of-turn marker as a stop string. false: out of memory (ids and cap freed). */
-static bool job_spec(req *r, int32_t *ids, size_t n, int max_tokens, sess *se, attn_capture *cap, uint64_t seed,
-                     sched_job_spec *spec) {
+/* The job spec for one choice: the prompt (stolen), sampling with the choice's seed, and copies
+ * of the request's stops and bias; chat adds the template's end-of-turn marker as a stop string.
+ * false: out of memory (ids freed). */
+static bool job_spec(req *r, int32_t *ids, size_t n, int max_tokens, sess *se, uint64_t seed, sched_job_spec *spec) {
     const oai_request *q = &r->oreq;
     *spec = (sched_job_spec){
         .prompt = ids, .n_prompt = (int)n, .sp = q->sp, .n_bias = q->n_bias, .max_tokens = max_tokens,
-        .top_logprobs = q->logprobs, .prompt_logprobs = !r->chat && q->echo && q->logprobs >= 0, .capture = cap,
-        .se = se, .owner = r->owner,
+        .top_logprobs = q->logprobs, .prompt_logprobs = !r->chat && q->echo && q->logprobs >= 0, .se = se,
+        .owner = r->owner,
     };
     spec->sp.seed = seed;
     bool ok = true;
@@ -128,39 +123,78 @@ static bool job_spec(req *r, int32_t *ids, size_t n, int max_tokens, sess *se, a
     if (ok && r->chat) ok = (spec->stops[spec->n_stops++] = strdup(chat_end_marker(r->srv->family))) != NULL;
     if (ok) return true;
     free(ids);
-    attn_capture_destroy(cap);
     free(spec->bias);
     for (int i = 0; spec->stops && i < spec->n_stops; i++) free(spec->stops[i]);
     free(spec->stops);
     return false;
 }
 
-/* Builds and submits the job of choice k (cap: its attention capture, stolen, may be NULL).
- * false: an error response is queued (the session, if any, is given back; choices already
- * submitted are cancelled by the completed callback). */
-static bool submit(req *r, int k, int32_t *ids, size_t n, int max_tokens, sess *se, attn_capture *cap,
-                   enum MHD_Result *ret) {
-    struct server *s = r->srv;
+/* Builds choice k's job into its place in r (r->job or r->extra). false: an error response is
+ * queued (the session, if any, is given back). */
+static bool make_job(req *r, int k, int32_t *ids, size_t n, int max_tokens, sess *se, attn_capture *cap,
+                     enum MHD_Result *ret) {
     sched_job_spec spec;
     attnd_err err;
     sched_job *j = NULL;
     uint64_t seed = sampler_seed_stream(r->oreq.sp.seed, k % r->oreq.n);
-    if (!job_spec(r, ids, n, max_tokens, se, cap, seed, &spec)) attnd_fail(&err, ATTND_ERR_NOMEM, "out of memory");
-    else if (sched_job_create(&j, &spec, &err) == ATTND_OK) {
+    if (!job_spec(r, ids, n, max_tokens, se, seed, &spec)) {
+        attn_capture_destroy(cap);
+        attnd_fail(&err, ATTND_ERR_NOMEM, "out of memory");
+    } else if ((spec.capture = cap), sched_job_create(&j, &spec, &err) == ATTND_OK) {
         if (k == 0) r->job = j;
         else r->extra[r->n_extra++] = j;
-        attnd_status rc = sched_submit(s->sch, j, &err);
-        if (rc == ATTND_OK) return true;
-        if (se) sess_abandon(s->store, se);
-        /* INVALID: its KV could never fit the budget (400); else the queue is full (429) */
-        int code = atomic_load(&s->stopping) ? 503 : rc == ATTND_ERR_INVALID ? 400 : 429;
-        *ret = http_respond_error(r, code, err.msg, rc == ATTND_ERR_INVALID ? "max_tokens" : NULL);
-        return false;
+        return true;
     }
-    if (se) sess_abandon(s->store, se);
+    if (se) sess_abandon(r->srv->store, se);
     *ret = http_respond_error(r, 503, err.msg, NULL);
     return false;
 }
+
+/* The n - 1 other choices of the prompt whose first choice is k0: forks of its job, which read
+ * the prompt once and share its KV blocks; separate jobs where every prompt position's logits
+ * are wanted (echo with logprobs). */
+static bool make_siblings(req *r, int k0, int32_t *ids, size_t n, int max_tokens, enum MHD_Result *ret) {
+    const oai_request *q = &r->oreq;
+    sched_job *parent = req_job(r, k0);
+    bool fork = !(!r->chat && q->echo && q->logprobs >= 0);
+    attnd_err err;
+    for (int i = 1; i < q->n; i++) {
+        if (!fork) {
+            int32_t *copy = malloc(n * sizeof(int32_t));
+            if (copy) memcpy(copy, ids, n * sizeof(int32_t));
+            if (copy && make_job(r, k0 + i, copy, n, max_tokens, NULL, NULL, ret)) continue;
+            if (!copy) *ret = http_respond_error(r, 503, "out of memory", NULL);
+            return false;
+        }
+        if (sched_job_fork(&r->extra[r->n_extra], parent, sampler_seed_stream(q->sp.seed, i), &err) != ATTND_OK) {
+            *ret = http_respond_error(r, 503, err.msg, NULL);
+            return false;
+        }
+        r->n_extra++;
+    }
+    return true;
+}
+
+/* Submits choice k's job (forks go with their parent). */
+static bool submit(req *r, int k, sess *se, enum MHD_Result *ret) {
+    struct server *s = r->srv;
+    attnd_err err;
+    attnd_status rc = sched_submit(s->sch, req_job(r, k), &err);
+    if (rc == ATTND_OK) return true;
+    if (se) sess_abandon(s->store, se);
+    /* INVALID: its KV could never fit the budget (400); else the queue is full (429) */
+    int code = atomic_load(&s->stopping) ? 503 : rc == ATTND_ERR_INVALID ? 400 : 429;
+    *ret = http_respond_error(r, code, err.msg, rc == ATTND_ERR_INVALID ? "max_tokens" : NULL);
+    return false;
+}
+
+attnd_status gen_prompt_tokens(req *r, int32_t **ids, size_t *n, attnd_err *err) { return prompt_tokens(r, 0, ids, n, err); }
+
+bool gen_submit(req *r, int32_t *ids, size_t n, int max_tokens, sess *se, attn_capture *cap, enum MHD_Result *ret) {
+    return make_job(r, 0, ids, n, max_tokens, se, cap, ret) && submit(r, 0, se, ret);
+}
+
+bool gen_wait_done(req *r) { return gen_wait_all(r); }
 
 void gen_usage_sum(const req *r, oai_gen *sum) {
     *sum = (oai_gen){0};
@@ -191,14 +225,6 @@ static char *echo_text(req *r, int k, const sched_output *o, size_t *len) {
     return strdup(""); /* still an echo: the logprobs keep the prompt's entries */
 }
 
-bool gen_submit(req *r, int32_t *ids, size_t n, int max_tokens, sess *se, attn_capture *cap, enum MHD_Result *ret) {
-    return submit(r, 0, ids, n, max_tokens, se, cap, ret);
-}
-
-attnd_status gen_prompt_tokens(req *r, int32_t **ids, size_t *n, attnd_err *err) {
-    return prompt_tokens(r, 0, ids, n, err);
-}
-
 void gen_hold_connection(req *r, bool waiting) {
     unsigned t = waiting ? 0u : (unsigned)(r->srv->cfg.request_timeout_s > 0 ? r->srv->cfg.request_timeout_s : 30);
     MHD_set_connection_option(r->conn, MHD_CONNECTION_OPTION_TIMEOUT, t);
@@ -225,8 +251,6 @@ bool gen_wait_all(req *r) {
     gen_persist(r); /* durable before the response is sent */
     return true;
 }
-
-bool gen_wait_done(req *r) { return gen_wait_all(r); }
 
 /* Choice k's whole response; NULL with *failed set when its job failed. */
 static json_t *choice_body(req *r, int k, sched_output *failed) {
@@ -283,7 +307,7 @@ static enum MHD_Result respond_whole(req *r) {
     return http_respond_json(r, 200, body);
 }
 
-bool gen_submit_all(req *r, enum MHD_Result *ret) {
+static bool submit_choices(req *r, enum MHD_Result *ret) {
     const oai_request *q = &r->oreq;
     int n_prompts = r->chat ? 1 : q->n_prompts, n_choices = n_prompts * q->n;
     attnd_err err;
@@ -299,24 +323,52 @@ bool gen_submit_all(req *r, enum MHD_Result *ret) {
         *ret = http_respond_error(r, 503, "out of memory", NULL);
         return false;
     }
-    for (int k = 0; k < n_choices; k++) {
+    for (int p = 0; p < n_prompts; p++) {
+        int k0 = p * q->n;
         int32_t *ids;
         size_t n;
-        if (prompt_tokens(r, k / q->n, &ids, &n, &err) != ATTND_OK) {
+        if (prompt_tokens(r, p, &ids, &n, &err) != ATTND_OK) {
             free(ids);
-            *ret = http_respond_error(r, 400, err.msg, r->chat ? "messages" : "prompt");
+            *ret = http_respond_error(r, 400, err.msg, r->rsp ? "input" : r->chat ? "messages" : "prompt");
             return false;
         }
         int max_tokens = gen_fit_context(r, n, ret);
         sess *se = NULL;
-        if (max_tokens < 0 || (k == 0 && !gen_acquire_session(r, &se, ret))) {
+        if (max_tokens < 0 || (p == 0 && !gen_acquire_session(r, &se, ret))) {
             free(ids);
             return false;
         }
-        if (k % q->n == 0) r->n_prompt += (int)n;
-        if (!submit(r, k, ids, n, max_tokens, se, NULL, ret)) return false;
+        r->n_prompt += (int)n;
+        bool fork = !(!r->chat && q->echo && q->logprobs >= 0);
+        int32_t *copy = q->n > 1 && !fork ? malloc(n * sizeof(int32_t)) : NULL;
+        if (copy) memcpy(copy, ids, n * sizeof(int32_t));
+        else if (q->n > 1 && !fork) {
+            free(ids);
+            if (se) sess_abandon(r->srv->store, se);
+            *ret = http_respond_error(r, 503, "out of memory", NULL);
+            return false;
+        }
+        if (!make_job(r, k0, ids, n, max_tokens, se, NULL, ret)) {
+            free(copy);
+            return false;
+        }
+        bool ok = make_siblings(r, k0, copy, n, max_tokens, ret);
+        free(copy);
+        if (!ok) {
+            if (se) sess_abandon(r->srv->store, se);
+            return false;
+        }
+        for (int i = 0; i < q->n; i++)
+            if ((i == 0 || !fork) && !submit(r, k0 + i, i == 0 ? se : NULL, ret)) return false;
     }
     return true;
+}
+
+bool gen_submit_all(req *r, enum MHD_Result *ret) {
+    if (submit_choices(r, ret)) return true;
+    /* an error answer ends the request: what was already submitted stops too */
+    for (int k = 0; k < req_n_jobs(r); k++) sched_job_cancel(req_job(r, k));
+    return false;
 }
 
 static enum MHD_Result generate(req *r, bool chat) {

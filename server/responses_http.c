@@ -25,6 +25,7 @@ struct rsp_state {
     json_t *earlier;                /* owned; the conversation before this turn, NULL = none */
     char id[48], msg_id[48];
     char session[SESS_ID_MAX + 1];  /* the chain's session; "" = none */
+    bool new_session;               /* made for this turn: dropped if the turn fails */
     long long created;
     responses_stream ev;
     buf out;                        /* SSE bytes not yet handed to MHD (from out_off) */
@@ -62,7 +63,7 @@ static void store_response(req *r, const responses_result *res) {
     if (!st->rq.store || !st->session[0]) return;
     json_t *obj = responses_object(res), *conv = responses_conversation(&st->rq, st->earlier, res->text, res->text_len);
     attnd_err err;
-    if (!obj || !conv || rstore_put(r->srv->responses, obj, conv, st->session, &err) != ATTND_OK)
+    if (!obj || !conv || rstore_put(r->srv->responses, r->owner, obj, conv, st->session, &err) != ATTND_OK)
         slog_error("response %s not stored: %s", st->id, obj && conv ? err.msg : "out of memory");
     json_decref(obj);
     json_decref(conv);
@@ -79,6 +80,7 @@ static void pick_session(req *r) {
     sess *se = NULL;
     attnd_err err;
     attnd_status rc = sess_create(store, r->owner, st->session, made, &err);
+    st->new_session = rc == ATTND_OK;
     if (rc == ATTND_OK || rc == ATTND_ERR_BUSY) rc = sess_acquire(store, r->owner, st->session, &se, &err);
     if (rc != ATTND_OK) {
         slog_info("response %s runs without its session %s: %s", st->id, st->session, err.msg);
@@ -86,6 +88,17 @@ static void pick_session(req *r) {
     }
     sess_abandon(store, se); /* gen_submit_all acquires it again */
     r->oreq.session_id = st->session;
+}
+
+/* A turn that failed stores nothing: the session made for it goes too (the scheduler has
+ * released it by the time the job reports its end). */
+static void drop_new_session(req *r) {
+    rsp_state *st = r->rsp;
+    struct kv_seq *kv = NULL;
+    attnd_err err;
+    if (st->new_session && sess_delete(r->srv->store, r->owner, st->session, &kv, &err) == ATTND_OK) sched_free_kv(r->srv->sch, kv);
+    st->new_session = false;
+    r->sess_id[0] = '\0'; /* nothing to persist */
 }
 
 /* Parses the turn into r->rsp and r->oreq; false: a 4xx is queued. */
@@ -96,7 +109,7 @@ static bool parse_turn(req *r, json_t *b, enum MHD_Result *ret) {
     attnd_err err;
     attnd_status rc = responses_parse(b, &s->cfg, &st->rq, &param, &err);
     if (rc == ATTND_OK && st->rq.previous_id) {
-        rc = rstore_get(s->responses, st->rq.previous_id, NULL, &st->earlier, st->session, &err);
+        rc = rstore_get(s->responses, r->owner, st->rq.previous_id, NULL, &st->earlier, st->session, &err);
         if (rc != ATTND_OK) param = "previous_response_id";
     }
     if (rc == ATTND_OK) {
@@ -106,9 +119,8 @@ static bool parse_turn(req *r, json_t *b, enum MHD_Result *ret) {
         if (param && !strcmp(param, "messages")) param = "input";
     }
     if (rc == ATTND_OK) return true;
-    *ret = http_respond_error(r, http_status_of(rc, HTTP_CTX_PARSE) == 400 && param &&
-                                         !strcmp(param, "previous_response_id") ? 404 : http_status_of(rc, HTTP_CTX_PARSE),
-                              err.msg, param);
+    int status = rc == ATTND_ERR_NOT_FOUND ? 404 : http_status_of(rc, HTTP_CTX_PARSE);
+    *ret = http_respond_error(r, status, err.msg, param);
     return false;
 }
 
@@ -144,6 +156,7 @@ static bool rsp_collect(req *r) {
     res = result_of(r, &o, o.text ? o.text : "", o.text_len);
     if (o.status != ATTND_OK) {
         out_take(st, responses_stream_failed(&st->ev, &res, o.errmsg[0] ? o.errmsg : "generation failed"));
+        drop_new_session(r);
     } else {
         out_take(st, responses_stream_end(&st->ev, &res));
         store_response(r, &res);
@@ -201,14 +214,19 @@ enum MHD_Result ep_responses_create(req *r) {
     snprintf(r->resp_id, sizeof(r->resp_id), "%s", st->id);
     r->rctx = (oai_resp_ctx){r->resp_id, s->model_id, st->created, true, false, r->sess_id, NULL, NULL};
     pick_session(r);
-    if (!gen_submit_all(r, &ret)) return ret;
+    if (!gen_submit_all(r, &ret)) {
+        drop_new_session(r);
+        return ret;
+    }
     if (st->rq.stream) return rsp_stream(r);
     if (!gen_wait_all(r)) return MHD_NO;
     sched_output o;
     sched_job_output(r->job, &o);
-    if (o.status != ATTND_OK)
+    if (o.status != ATTND_OK) {
+        drop_new_session(r);
         return http_respond_error(r, http_status_of(o.status, HTTP_CTX_GENERATE),
                                   o.errmsg[0] ? o.errmsg : "generation failed", NULL);
+    }
     responses_result res = result_of(r, &o, o.text ? o.text : "", o.text_len);
     store_response(r, &res);
     return http_respond_json(r, 200, responses_object(&res));
@@ -219,7 +237,7 @@ static const char *response_id_of(req *r) { return r->path + strlen("/v1/respons
 enum MHD_Result ep_response_get(req *r) {
     json_t *o = NULL;
     attnd_err err;
-    attnd_status rc = rstore_get(r->srv->responses, response_id_of(r), &o, NULL, NULL, &err);
+    attnd_status rc = rstore_get(r->srv->responses, r->owner, response_id_of(r), &o, NULL, NULL, &err);
     if (rc != ATTND_OK) return http_respond_error(r, http_status_of(rc, HTTP_CTX_DEFAULT), err.msg, NULL);
     return http_respond_json(r, 200, o);
 }
@@ -229,7 +247,7 @@ enum MHD_Result ep_response_delete(req *r) {
     const char *id = response_id_of(r);
     char orphan[SESS_ID_MAX + 1];
     attnd_err err;
-    attnd_status rc = rstore_delete(s->responses, id, orphan, &err);
+    attnd_status rc = rstore_delete(s->responses, r->owner, id, orphan, &err);
     if (rc != ATTND_OK) return http_respond_error(r, http_status_of(rc, HTTP_CTX_DEFAULT), err.msg, NULL);
     /* the last response of a chain takes its session along (a busy one stays until next time) */
     struct kv_seq *kv = NULL;

@@ -19,6 +19,7 @@
 
 typedef struct entry {
     char id[SESS_ID_MAX + 1];
+    char owner[SESS_OWNER_MAX + 1]; /* "" = none */
     char session[SESS_ID_MAX + 1];
     json_t *response, *conversation; /* owned */
     struct entry *next;
@@ -41,28 +42,31 @@ static void entry_free(entry *e) {
     free(e);
 }
 
-static entry **find(rstore *s, const char *id) {
+static const char *owner_of(const char *owner) { return owner ? owner : ""; }
+
+static entry **find(rstore *s, const char *owner, const char *id) {
     entry **p = &s->head;
-    while (*p && strcmp((*p)->id, id)) p = &(*p)->next;
+    while (*p && (strcmp((*p)->id, id) || strcmp((*p)->owner, owner_of(owner)))) p = &(*p)->next;
     return p;
 }
 
-static char *path_of(const rstore *s, const char *id) {
-    size_t n = strlen(s->dir) + strlen(id) + sizeof(SUFFIX) + 2;
+static char *path_of(const rstore *s, const char *owner, const char *id) {
+    size_t n = strlen(s->dir) + strlen(owner) + strlen(id) + sizeof(SUFFIX) + 3;
     char *p = malloc(n);
-    if (p) snprintf(p, n, "%s/%s%s", s->dir, id, SUFFIX);
+    if (p) snprintf(p, n, "%s/%s%s%s%s", s->dir, owner, *owner ? "~" : "", id, SUFFIX);
     return p;
 }
 
 /* An entry from a parsed file or a put: validates the pieces and copies them. */
-static entry *entry_make(const json_t *response, const json_t *conversation, const char *session) {
+static entry *entry_make(const char *owner, const json_t *response, const json_t *conversation, const char *session) {
     const json_t *id = json_object_get(response, "id");
     if (!json_is_string(id) || !sess_id_valid(json_string_value(id)) || !json_is_array(conversation) || !session ||
-        !sess_id_valid(session))
+        !sess_id_valid(session) || !sess_owner_valid(owner))
         return NULL;
     entry *e = calloc(1, sizeof(*e));
     if (!e) return NULL;
     snprintf(e->id, sizeof(e->id), "%s", json_string_value(id));
+    snprintf(e->owner, sizeof(e->owner), "%s", owner_of(owner));
     snprintf(e->session, sizeof(e->session), "%s", session);
     e->response = json_deep_copy(response);
     e->conversation = json_deep_copy(conversation);
@@ -77,11 +81,19 @@ static entry *entry_make(const json_t *response, const json_t *conversation, con
 
 static void load_one(rstore *s, const char *fname) {
     size_t fl = strlen(fname), sl = strlen(SUFFIX);
-    if (fl <= sl || strcmp(fname + fl - sl, SUFFIX) != 0 || fl - sl > SESS_ID_MAX) return;
-    char id[SESS_ID_MAX + 1];
-    snprintf(id, sizeof(id), "%.*s", (int)(fl - sl), fname);
+    if (fl <= sl || strcmp(fname + fl - sl, SUFFIX) != 0 || fl - sl > SESS_OWNER_MAX + 1 + SESS_ID_MAX) return;
+    char name[SESS_OWNER_MAX + SESS_ID_MAX + 2], owner[SESS_OWNER_MAX + 1] = "";
+    snprintf(name, sizeof(name), "%.*s", (int)(fl - sl), fname);
+    char *id = strchr(name, '~');
+    if (id) {
+        *id++ = '\0';
+        if (strlen(name) > SESS_OWNER_MAX || !*name || !sess_owner_valid(name)) return;
+        snprintf(owner, sizeof(owner), "%s", name);
+    } else {
+        id = name;
+    }
     if (!sess_id_valid(id)) return;
-    char *path = path_of(s, id);
+    char *path = path_of(s, owner, id);
     if (!path) return;
     json_error_t je;
     json_t *root = json_load_file(path, 0, &je);
@@ -97,10 +109,10 @@ static void load_one(rstore *s, const char *fname) {
         ; /* another model's: not ours to load */
     else if (s->n >= s->max)
         why = "the stored response limit is reached";
-    else if (!(e = entry_make(json_object_get(root, "response"), json_object_get(root, "conversation"),
+    else if (!(e = entry_make(owner, json_object_get(root, "response"), json_object_get(root, "conversation"),
                               json_string_value(sess))) ||
-             strcmp(e->id, id))
-        why = "damaged (id, session or conversation missing)";
+             strcmp(e->id, id) || strcmp(owner, owner_of(json_string_value(json_object_get(root, "owner")))))
+        why = "damaged (id, owner, session or conversation missing)";
     if (e && !why) {
         e->next = s->head;
         s->head = e;
@@ -161,11 +173,11 @@ void rstore_destroy(rstore *s) {
 
 static attnd_status persist(const rstore *s, const entry *e, attnd_err *err) {
     if (!s->dir) return ATTND_OK;
-    json_t *root = json_pack("{s:s,s:i,s:s,s:s,s:O,s:O}", "format", "attnd-response", "version", 1, "model",
-                             s->model_tag, "session", e->session, "response", e->response, "conversation",
-                             e->conversation);
+    json_t *root = json_pack("{s:s,s:i,s:s,s:s,s:s,s:O,s:O}", "format", "attnd-response", "version", 1, "model",
+                             s->model_tag, "owner", e->owner, "session", e->session, "response", e->response,
+                             "conversation", e->conversation);
     char *text = root ? json_dumps(root, JSON_COMPACT) : NULL;
-    char *path = path_of(s, e->id);
+    char *path = path_of(s, e->owner, e->id);
     attnd_status rc = text && path ? sess_write_atomic(path, text, err) : attnd_fail(err, ATTND_ERR_NOMEM, "out of memory");
     free(path);
     free(text);
@@ -173,13 +185,13 @@ static attnd_status persist(const rstore *s, const entry *e, attnd_err *err) {
     return rc;
 }
 
-attnd_status rstore_put(rstore *s, const json_t *response, const json_t *conversation, const char *session,
-                        attnd_err *err) {
-    entry *e = entry_make(response, conversation, session);
+attnd_status rstore_put(rstore *s, const char *owner, const json_t *response, const json_t *conversation,
+                        const char *session, attnd_err *err) {
+    entry *e = entry_make(owner, response, conversation, session);
     if (!e)
-        return attnd_fail(err, ATTND_ERR_INVALID, "a stored response needs a valid id, session and conversation");
+        return attnd_fail(err, ATTND_ERR_INVALID, "a stored response needs a valid id, owner, session and conversation");
     pthread_mutex_lock(&s->mu);
-    entry **at = find(s, e->id);
+    entry **at = find(s, e->owner, e->id);
     attnd_status rc = ATTND_OK;
     if (!*at && s->n >= s->max)
         rc = attnd_fail(err, ATTND_ERR_NOMEM, "%d responses are stored, the most this server keeps; delete some",
@@ -201,12 +213,12 @@ attnd_status rstore_put(rstore *s, const json_t *response, const json_t *convers
     return rc;
 }
 
-attnd_status rstore_get(rstore *s, const char *id, json_t **response, json_t **conversation,
+attnd_status rstore_get(rstore *s, const char *owner, const char *id, json_t **response, json_t **conversation,
                         char session[SESS_ID_MAX + 1], attnd_err *err) {
     if (response) *response = NULL;
     if (conversation) *conversation = NULL;
     pthread_mutex_lock(&s->mu);
-    entry *e = id ? *find(s, id) : NULL;
+    entry *e = id ? *find(s, owner, id) : NULL;
     if (e) {
         if (response) *response = json_deep_copy(e->response);
         if (conversation) *conversation = json_deep_copy(e->conversation);
@@ -222,17 +234,19 @@ attnd_status rstore_get(rstore *s, const char *id, json_t **response, json_t **c
     return ATTND_OK;
 }
 
-attnd_status rstore_delete(rstore *s, const char *id, char orphan[SESS_ID_MAX + 1], attnd_err *err) {
+attnd_status rstore_delete(rstore *s, const char *owner, const char *id, char orphan[SESS_ID_MAX + 1],
+                           attnd_err *err) {
     if (orphan) orphan[0] = '\0';
     pthread_mutex_lock(&s->mu);
-    entry **at = find(s, id), *e = *at;
+    entry **at = find(s, owner, id), *e = *at;
     if (e) {
         *at = e->next;
         s->n--;
         bool shared = false;
-        for (entry *o = s->head; o && !shared; o = o->next) shared = !strcmp(o->session, e->session);
+        for (entry *o = s->head; o && !shared; o = o->next)
+            shared = !strcmp(o->session, e->session) && !strcmp(o->owner, e->owner);
         if (!shared && orphan) snprintf(orphan, SESS_ID_MAX + 1, "%s", e->session);
-        char *path = s->dir ? path_of(s, id) : NULL;
+        char *path = s->dir ? path_of(s, e->owner, id) : NULL;
         if (path && unlink(path) != 0 && errno != ENOENT) slog_warn("cannot remove %s: %s", path, strerror(errno));
         free(path);
     }

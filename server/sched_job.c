@@ -61,6 +61,12 @@ void sched_job_ref(sched_job *j) { atomic_fetch_add(&j->refs, 1); }
 
 void sched_job_unref(sched_job *j) {
     if (!j || atomic_fetch_sub(&j->refs, 1) != 1) return;
+    for (sched_job *f = j->forks, *next; f; f = next) { /* never submitted: the forks go too */
+        next = f->next;
+        sched_job_unref(f);
+    }
+    kv_seq_destroy(j->fork_kv);
+    free(j->first_logits);
     free(j->prompt);
     free(j->bias);
     for (int i = 0; i < j->n_stops; i++) free(j->stops[i]);
@@ -120,3 +126,48 @@ void sched_job_output(sched_job *j, sched_output *o) {
 
 void sched_job_append_text(sched_job *j, const char *p, size_t n) { (void)buf_append(&j->text, p, n); }
 
+
+/* A copy of n strings (and the array); NULL when out of memory. */
+static char **dup_strings(char *const *v, int n) {
+    char **c = calloc((size_t)n + 1, sizeof(char *));
+    for (int i = 0; c && i < n; i++)
+        if (!(c[i] = strdup(v[i]))) {
+            while (i--) free(c[i]);
+            free(c);
+            return NULL;
+        }
+    return c;
+}
+
+attnd_status sched_job_fork(sched_job **out, sched_job *parent, uint64_t seed, attnd_err *err) {
+    *out = NULL;
+    ATTND_ASSERT(!parent->is_fork && !parent->prompt_logprobs);
+    sched_job_spec spec = {
+        .prompt = malloc((size_t)(parent->n_prompt ? parent->n_prompt : 1) * sizeof(int32_t)),
+        .n_prompt = parent->n_prompt, .sp = parent->sp, .n_bias = parent->sp.n_bias,
+        .stops = dup_strings(parent->stops, parent->n_stops), .n_stops = parent->n_stops,
+        .max_tokens = parent->max_tokens, .top_logprobs = parent->top_logprobs, .owner = parent->owner,
+    };
+    spec.sp.seed = seed;
+    if (spec.n_bias && (spec.bias = malloc((size_t)spec.n_bias * sizeof(logit_bias))))
+        memcpy(spec.bias, parent->bias, (size_t)spec.n_bias * sizeof(logit_bias));
+    if (spec.prompt) memcpy(spec.prompt, parent->prompt, (size_t)parent->n_prompt * sizeof(int32_t));
+    if (!spec.prompt || !spec.stops || (spec.n_bias && !spec.bias)) {
+        free(spec.prompt);
+        free(spec.bias);
+        for (int i = 0; spec.stops && i < spec.n_stops; i++) free(spec.stops[i]);
+        free(spec.stops);
+        return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory");
+    }
+    sched_job *c;
+    attnd_status rc = sched_job_create(&c, &spec, err);
+    if (rc != ATTND_OK) return rc;
+    c->is_fork = true;
+    /* the parent's reference: it hands the fork to the scheduler when its prompt is read */
+    sched_job_ref(c);
+    sched_job **tail = &parent->forks;
+    while (*tail) tail = &(*tail)->next;
+    *tail = c;
+    *out = c;
+    return ATTND_OK;
+}

@@ -22,63 +22,13 @@
 #include <time.h>
 
 #include "attnd/buf.h"
-#include "sched_internal.h"
 #include "attnd/gen.h"
+#include "sched_internal.h"
 #include "slog.h"
 
-typedef struct slot {
-    sched_job *job;      /* NULL = free */
-    sess *se;            /* cache entry (named session or anonymous), busy while here */
-    kv_seq *kv;          /* borrowed from se */
-    int n_past;          /* tokens in kv */
-    bool prefilling;     /* still reading the prompt */
-    int32_t next_token;  /* last sampled token, decoded in the next step */
-    int n_gen;
-    const char *end_reason; /* generation ended this step: "stop" / "length" */
-    int32_t *hist;       /* (n_prompt + max_tokens + 1) prompt then generated tokens */
-    int n_hist;
-    gen *g;              /* sampler, detokenizer, stop strings of this request */
-    int batch_n;         /* entries this slot has in the current batch */
-    int row0;            /* first logits row of this slot in the current batch, -1 = none */
-    uint64_t admitted;   /* admission order (newest fails first on KV exhaustion) */
-    size_t reserve;      /* KV bytes reserved for this job at admission (job_kv_bytes) */
-} slot;
 
-struct sched {
-    const model *m;
-    const tokenizer *tok;
-    sess_store *store;
-    server_hooks hooks;
-    int wd_ms;
-    engine *eng;
-    kv_pool *pool;
-    int n_vocab, n_ctx, max_batch, n_slots, queue_limit, max_anon, rows_cap;
-    float *logits;        /* (rows_cap, n_vocab) */
-    batch_entry *batch;   /* (max_batch) */
-    slot *slots;          /* (n_slots) */
-    attn_capture *inspecting; /* captures of the running jobs that inspect attention (a list) */
-    uint64_t n_admitted;
+static void forks_fail(sched *s, sched_job *j, attnd_status st, const char *msg);
 
-    pthread_t th;
-    bool th_started;
-    pthread_mutex_t mu;   /* guards everything below */
-    pthread_cond_t wake;  /* work arrived / stop */
-    pthread_cond_t idle;  /* a job finished */
-    sched_job **queue;    /* ring (queue_limit) */
-    int q_head, q_len;
-    kv_seq **to_free;     /* KV handles of deleted sessions */
-    int n_free, cap_free;
-    bool stop;
-    atomic_bool cancel_all; /* shutdown: cancel whatever is queued or running */
-    int n_active;
-    size_t reserved;      /* KV bytes reserved by the active jobs (<= stats.kv_budget) */
-    double budget_ms;     /* prefill_budget_ms setting; 0 = auto */
-    double dec_ms;        /* recent time of a decode-only step (moving average) */
-    double pf_ms_tok;     /* recent marginal time of one prefill token in a step */
-    sched_stats stats;
-    double rate_t0;       /* tokens/s window */
-    uint64_t rate_tok0;
-};
 
 // ---- slots --------------------------------------------------------------------------------
 
@@ -110,9 +60,14 @@ static void slot_finish(sched *s, slot *sl, const char *reason, attnd_status st,
     pthread_mutex_unlock(&j->mu);
     gen_destroy(sl->g);
     free(sl->hist);
+    if (sl->own_kv) kv_seq_destroy(sl->kv);
+    /* forks not started yet: the prompt they continue was never read */
+    forks_fail(s, j, st != ATTND_OK ? st : ATTND_ERR_BUSY, msg ? msg : "the request ended before its prompt was read");
     sched_job_unref(j);
     size_t reserve = sl->reserve;
+    kv_group *g = sl->group;
     memset(sl, 0, sizeof(*sl));
+    sched_group_leave(s, g);
     pthread_mutex_lock(&s->mu);
     s->n_active--;
     s->reserved -= reserve;
@@ -120,16 +75,37 @@ static void slot_finish(sched *s, slot *sl, const char *reason, attnd_status st,
     pthread_mutex_unlock(&s->mu);
 }
 
-/* A job that never got a slot. */
+/* A job that never got a slot (its forks fail with it). */
 static void job_fail_unstarted(sched *s, sched_job *j, attnd_status st, const char *msg) {
     if (j->se) sess_abandon(s->store, j->se);
+    kv_group *g = j->kv_group;
+    j->kv_group = NULL;
+    if (g) { /* a fork of an admitted job: its own part and its share of the group go back */
+        pthread_mutex_lock(&s->mu);
+        s->reserved -= g->own;
+        pthread_mutex_unlock(&s->mu);
+        sched_group_leave(s, g);
+    }
+    forks_fail(s, j, st, msg);
     pthread_mutex_lock(&j->mu);
     j->status = st;
-    snprintf(j->errmsg, sizeof(j->errmsg), "%s", msg);
+    snprintf(j->errmsg, sizeof(j->errmsg), "%.255s", msg);
     j->done = true;
     pthread_cond_broadcast(&j->cv);
     pthread_mutex_unlock(&j->mu);
     sched_job_unref(j);
+}
+
+/* The per-request generation state of a slot: history and the generation pipeline (sampler
+ * with the prompt in its penalty window, detokenizer, stop strings). */
+static attnd_status slot_init_gen(sched *s, slot *sl, sched_job *j, attnd_err *err) {
+    sl->hist = malloc((size_t)(j->n_prompt + j->max_tokens + 1) * sizeof(int32_t));
+    if (!sl->hist) return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory");
+    memcpy(sl->hist, j->prompt, (size_t)j->n_prompt * sizeof(int32_t));
+    sl->n_hist = j->n_prompt;
+    gen_params gp = {.sp = j->sp, .stops = (const char *const *)j->stops, .n_stops = j->n_stops,
+                     .top_logprobs = j->top_logprobs};
+    return gen_create(&sl->g, &gp, s->n_vocab, s->tok, j->prompt, j->n_prompt, err);
 }
 
 /* Takes a job into a free slot: picks its cache entry and keeps the longest common prefix. */
@@ -155,13 +131,7 @@ static attnd_status slot_start(sched *s, slot *sl, sched_job *j, attnd_err *err)
     if (j->capture) attn_capture_link(&s->inspecting, j->capture, sl->kv);
     sl->n_past = keep;
     sl->prefilling = true;
-    sl->hist = malloc((size_t)(j->n_prompt + j->max_tokens + 1) * sizeof(int32_t));
-    if (!sl->hist) return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory");
-    memcpy(sl->hist, j->prompt, (size_t)j->n_prompt * sizeof(int32_t));
-    sl->n_hist = j->n_prompt;
-    gen_params gp = {.sp = j->sp, .stops = (const char *const *)j->stops, .n_stops = j->n_stops,
-                     .top_logprobs = j->top_logprobs};
-    attnd_status rc = gen_create(&sl->g, &gp, s->n_vocab, s->tok, j->prompt, j->n_prompt, err);
+    attnd_status rc = slot_init_gen(s, sl, j, err);
     if (rc != ATTND_OK) return rc;
     pthread_mutex_lock(&s->mu);
     s->stats.cached_tokens += (uint64_t)keep;
@@ -219,6 +189,82 @@ static void finish_ended(sched *s) {
     }
 }
 
+// ---- forks (n > 1) -----------------------------------------------------------------------
+
+/* Fails j's forks that were not started (j ended before its prompt was read). */
+static void forks_fail(sched *s, sched_job *j, attnd_status st, const char *msg) {
+    while (j->forks) {
+        sched_job *f = j->forks;
+        j->forks = f->next;
+        f->next = NULL;
+        job_fail_unstarted(s, f, st, msg); /* drops the parent's reference */
+    }
+}
+
+/* j's prompt is read (its KV holds exactly the prompt, row its last logits): each fork takes a
+ * share of the blocks and a copy of the logits, and waits in the ready list for a slot. */
+static void forks_start(sched *s, slot *sl, const float *row) {
+    sched_job *j = sl->job;
+    while (j->forks) {
+        sched_job *f = j->forks;
+        j->forks = f->next;
+        f->next = NULL;
+        attnd_err err;
+        attnd_status rc = kv_seq_fork(&f->fork_kv, sl->kv, &err);
+        if (rc == ATTND_OK && !(f->first_logits = malloc((size_t)s->n_vocab * sizeof(float))))
+            rc = attnd_fail(&err, ATTND_ERR_NOMEM, "out of memory");
+        if (rc != ATTND_OK) {
+            job_fail_unstarted(s, f, rc, err.msg);
+            continue;
+        }
+        memcpy(f->first_logits, row, (size_t)s->n_vocab * sizeof(float));
+        *s->ready_tail = f;
+        s->ready_tail = &f->next;
+        pthread_mutex_lock(&s->mu);
+        s->n_active++;
+        pthread_mutex_unlock(&s->mu);
+    }
+}
+
+/* Puts the oldest ready fork into the free slot sl: its cache already holds the prompt, so it
+ * starts by sampling its first token. */
+static void fork_admit(sched *s, slot *sl) {
+    sched_job *f = s->ready;
+    s->ready = f->next;
+    if (!s->ready) s->ready_tail = &s->ready;
+    f->next = NULL;
+    memset(sl, 0, sizeof(*sl));
+    sl->job = f;
+    sl->admitted = ++s->n_admitted;
+    sl->kv = f->fork_kv;
+    sl->own_kv = true;
+    f->fork_kv = NULL;
+    sl->group = f->kv_group; /* reserved when its parent was admitted */
+    sl->reserve = sl->group ? sl->group->own : 0;
+    f->kv_group = NULL;
+    sl->n_past = f->n_prompt;
+    attnd_err err;
+    attnd_status rc = atomic_load(&f->cancel) ? attnd_fail(&err, ATTND_ERR_BUSY, "cancelled") : slot_init_gen(s, sl, f, &err);
+    if (rc != ATTND_OK) {
+        slot_finish(s, sl, NULL, rc, err.msg);
+        return;
+    }
+    pthread_mutex_lock(&s->mu);
+    s->stats.cached_tokens += (uint64_t)f->n_prompt;
+    pthread_mutex_unlock(&s->mu);
+    pthread_mutex_lock(&f->mu);
+    f->n_cached = f->n_prompt;
+    pthread_mutex_unlock(&f->mu);
+    if (f->max_tokens == 0) {
+        slot_finish(s, sl, "length", ATTND_OK, NULL);
+        return;
+    }
+    slot_token(s, sl, f->first_logits);
+    free(f->first_logits);
+    f->first_logits = NULL;
+    if (sl->end_reason) slot_finish(s, sl, sl->end_reason, ATTND_OK, NULL);
+}
+
 // ---- the loop -----------------------------------------------------------------------------
 
 /* Destroys up to 64 KV handles of deleted or removed sessions; returns how many. */
@@ -234,35 +280,17 @@ static int drain_free_list(sched *s) {
     return n;
 }
 
-/* KV memory a job may come to hold: its prompt, max_tokens and the session tail, capped at the
- * context (engine_eval never grows a sequence past it). */
-static size_t job_kv_bytes(const sched *s, const sched_job *j) {
-    long n = (long)j->n_prompt + (j->max_tokens > 0 ? j->max_tokens : 0) + 1;
-    return kv_pool_bytes_for(s->pool, n < s->n_ctx ? (int)n : s->n_ctx);
-}
-
-/* The queue's head when its KV reservation fits beside the running jobs' (FIFO: a big request
- * is not overtaken forever by small ones), popped and counted active; NULL otherwise. Cancelled
- * jobs are popped whatever their size. */
-static sched_job *queue_pop_fitting(sched *s) {
-    pthread_mutex_lock(&s->mu);
-    sched_job *j = s->q_len ? s->queue[s->q_head] : NULL;
-    if (j && !atomic_load(&j->cancel) && s->reserved + job_kv_bytes(s, j) > s->stats.kv_budget) j = NULL;
-    if (j) {
-        s->q_head = (s->q_head + 1) % s->queue_limit;
-        s->q_len--;
-        s->n_active++;
-    }
-    pthread_mutex_unlock(&s->mu);
-    return j;
-}
 
 /* Takes queued jobs into free slots while their KV reservations fit the budget: every admitted
  * job can then grow to its end, evicting only idle caches, so none fails mid-generation. */
 static void admit(sched *s) {
     for (int k = 0; k < s->n_slots; k++) {
         if (s->slots[k].job) continue;
-        sched_job *j = queue_pop_fitting(s);
+        if (s->ready) { /* forks first: their prompt is already read, their KV reserved */
+            fork_admit(s, &s->slots[k]);
+            continue;
+        }
+        sched_job *j = sched_queue_pop_fitting(s);
         if (!j) return;
         if (atomic_load(&j->cancel)) {
             job_fail_unstarted(s, j, ATTND_ERR_BUSY,
@@ -277,10 +305,7 @@ static void admit(sched *s) {
         attnd_err err;
         slot *sl = &s->slots[k];
         attnd_status rc = slot_start(s, sl, j, &err);
-        sl->reserve = job_kv_bytes(s, j); /* slot_finish gives it back on every path */
-        pthread_mutex_lock(&s->mu);
-        s->reserved += sl->reserve;
-        pthread_mutex_unlock(&s->mu);
+        sched_reserve(s, sl, j); /* slot_finish gives it back on every path */
         if (rc != ATTND_OK) {
             slog_error("cannot start a request: %s", err.msg);
             if (!sl->se && j->se) sl->se = j->se;
@@ -291,18 +316,6 @@ static void admit(sched *s) {
     }
 }
 
-/* Prefill tokens this step may take beside n_decode decoding streams. Alone, a prompt goes in
- * max_batch-sized chunks (its fastest); beside streams, the chunk is sized from the measured
- * costs so the step lasts about the prefill budget (prefill_budget_ms, or 4 decode steps when
- * 0): the streams keep a steady pace while the prompt still moves at nearly its solo speed. */
-static int prefill_cap(const sched *s, int n_decode) {
-    if (n_decode == 0) return s->max_batch;
-    if (s->pf_ms_tok <= 0) return 32; /* nothing measured yet: a modest first chunk */
-    double budget = s->budget_ms > 0 ? s->budget_ms : 4 * s->dec_ms;
-    double cap = (budget - s->dec_ms) / s->pf_ms_tok;
-    if (cap < 16) cap = 16; /* the prompt always moves */
-    return cap < s->max_batch ? (int)cap : s->max_batch;
-}
 
 /* Builds the step's batch into s->batch; returns its size. Prefill chunks stop where the logits
  * rows or the prefill cap run out; *n_prefill counts their tokens. */
@@ -319,7 +332,7 @@ static int build_batch(sched *s, int *n_decode, int *n_prefill) {
         sl->row0 = rows++;
         (*n_decode)++;
     }
-    int limit = n + prefill_cap(s, *n_decode);
+    int limit = n + sched_prefill_cap(s, *n_decode);
     if (limit > s->max_batch) limit = s->max_batch;
     /* prefill, oldest admission first */
     for (;;) {
@@ -370,18 +383,6 @@ static slot *newest_prefilling(sched *s) {
     return pick;
 }
 
-/* Moving averages of what a decode step and one prefill token cost (prefill_cap sizes chunks
- * from them). */
-static void learn_costs(sched *s, double ms, int n_decode, int n_prefill) {
-    const double a = 0.3;
-    if (n_prefill == 0) {
-        s->dec_ms = s->dec_ms > 0 ? (1 - a) * s->dec_ms + a * ms : ms;
-        return;
-    }
-    double tok = (ms - (n_decode ? s->dec_ms : 0)) / n_prefill;
-    if (tok <= 0) return;
-    s->pf_ms_tok = s->pf_ms_tok > 0 ? (1 - a) * s->pf_ms_tok + a * tok : tok;
-}
 
 static void step(sched *s) {
     if (atomic_load(&s->cancel_all)) {
@@ -390,6 +391,7 @@ static void step(sched *s) {
         pthread_mutex_unlock(&s->mu);
         for (int k = 0; k < s->n_slots; k++)
             if (s->slots[k].job) atomic_store(&s->slots[k].job->cancel, true);
+        for (sched_job *f = s->ready; f; f = f->next) atomic_store(&f->cancel, true);
     }
     admit(s);
     for (int k = 0; k < s->n_slots; k++)
@@ -421,7 +423,7 @@ static void step(sched *s) {
         return;
     }
     double dt = attnd_now_s() - t0;
-    learn_costs(s, dt * 1e3, n_decode, n_prefill);
+    sched_learn_costs(s, dt * 1e3, n_decode, n_prefill);
     uint64_t n_prompt_tok = 0, n_gen = 0;
     for (int k = 0; k < s->n_slots; k++) {
         slot *sl = &s->slots[k];
@@ -444,11 +446,12 @@ static void step(sched *s) {
             pthread_mutex_unlock(&j->mu);
             if (sl->n_past < j->n_prompt) continue;
             sl->prefilling = false;
+            int last_row = sl->row0 + (j->prompt_logprobs ? sl->batch_n - 1 : 0);
+            forks_start(s, sl, s->logits + (size_t)last_row * s->n_vocab);
             if (j->max_tokens == 0) {
                 slot_finish(s, sl, "length", ATTND_OK, NULL);
                 continue;
             }
-            int last_row = sl->row0 + (j->prompt_logprobs ? sl->batch_n - 1 : 0);
             slot_token(s, sl, s->logits + (size_t)last_row * s->n_vocab);
             n_gen++;
         } else {
@@ -463,7 +466,7 @@ static void step(sched *s) {
     finish_ended(s);
     /* live KV sizes of active sessions, for GET /v1/sessions */
     for (int k = 0; k < s->n_slots; k++)
-        if (s->slots[k].job) sess_set_kv(s->store, s->slots[k].se, s->slots[k].kv, s->slots[k].n_past,
+        if (s->slots[k].job && s->slots[k].se) sess_set_kv(s->store, s->slots[k].se, s->slots[k].kv, s->slots[k].n_past,
                                          kv_seq_bytes(s->slots[k].kv));
     pthread_mutex_lock(&s->mu);
     s->stats.steps++;
@@ -540,23 +543,13 @@ static void *sched_main(void *arg) {
 /* Where the session store sends the KV of sessions it removes itself (TTL, LRU). */
 static void kv_sink(void *user, struct kv_seq *kv) { sched_free_kv(user, kv); }
 
-/* A budget must hold one request of a full context, else such requests could never run. */
-static attnd_status check_budget(const sched *s, size_t budget, attnd_err *err) {
-    size_t full = kv_pool_bytes_for(s->pool, s->n_ctx), block = kv_pool_bytes_for(s->pool, 1);
-    if (full <= budget) return ATTND_OK;
-    int fits = (int)(budget / block * (block / kv_pool_bytes_per_token(s->pool)));
-    return attnd_fail(err, ATTND_ERR_INVALID,
-                      "kv_budget_mb = %zu cannot hold one full context: %d tokens of KV need %zu MiB; "
-                      "set kv_budget_mb >= %zu, or ctx_size <= %d to fit this budget",
-                      budget >> 20, s->n_ctx, (full + ((size_t)1 << 20) - 1) >> 20,
-                      (full + ((size_t)1 << 20) - 1) >> 20, fits);
-}
 
 attnd_status sched_create(sched **out, const model *m, const tokenizer *tok, sess_store *store,
                           const server_settings *cfg, attnd_err *err) {
     *out = NULL;
     sched *s = calloc(1, sizeof(*s));
     if (!s) return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory");
+    s->ready_tail = &s->ready;
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->wake, NULL);
     pthread_cond_init(&s->idle, NULL);
@@ -590,7 +583,7 @@ attnd_status sched_create(sched **out, const model *m, const tokenizer *tok, ses
     }
     size_t budget = cfg->kv_budget_mb ? cfg->kv_budget_mb << 20 : (size_t)1 << 30;
     if ((rc = kv_pool_create(&s->pool, m, budget, cfg->kv_f32 ? KV_F32 : KV_F16, err)) != ATTND_OK) goto fail;
-    if ((rc = check_budget(s, budget, err)) != ATTND_OK) goto fail;
+    if ((rc = sched_check_budget(s, budget, err)) != ATTND_OK) goto fail;
     s->budget_ms = cfg->prefill_budget_ms;
     if ((rc = engine_create(&s->eng, m, s->max_batch, cfg->threads, err)) != ATTND_OK) goto fail;
     s->stats.kv_budget = kv_pool_bytes_budget(s->pool);
@@ -624,6 +617,15 @@ void sched_destroy(sched *s) {
     /* the thread is gone: this thread now owns the engine and every KV handle */
     for (int k = 0; s->slots && k < s->n_slots; k++)
         if (s->slots[k].job) slot_finish(s, &s->slots[k], NULL, ATTND_ERR_BUSY, "server is shutting down");
+    while (s->ready) {
+        sched_job *f = s->ready;
+        s->ready = f->next;
+        f->next = NULL;
+        s->n_active--;
+        kv_seq_destroy(f->fork_kv); /* before the pool goes; the HTTP side may hold the job longer */
+        f->fork_kv = NULL;
+        job_fail_unstarted(s, f, ATTND_ERR_BUSY, "server is shutting down");
+    }
     while (s->q_len) {
         sched_job *j = s->queue[s->q_head];
         s->q_head = (s->q_head + 1) % s->queue_limit;
@@ -651,11 +653,11 @@ attnd_status sched_submit(sched *s, sched_job *j, attnd_err *err) {
     pthread_mutex_lock(&s->mu);
     attnd_status rc = ATTND_OK;
     if (s->stop) rc = attnd_fail(err, ATTND_ERR_BUSY, "server is shutting down");
-    else if (job_kv_bytes(s, j) > s->stats.kv_budget)
+    else if (sched_group_kv_bytes(s, j) > s->stats.kv_budget)
         rc = attnd_fail(err, ATTND_ERR_INVALID,
-                        "the request needs %zu bytes of KV cache (prompt %d + max_tokens %d tokens) but kv_budget_mb "
-                        "allows %zu bytes in all; lower max_tokens or shorten the prompt",
-                        job_kv_bytes(s, j), j->n_prompt, j->max_tokens, s->stats.kv_budget);
+                        "the request needs %zu bytes of KV cache (prompt %d + max_tokens %d tokens, %d choices sharing "
+                        "the prompt) but kv_budget_mb allows %zu bytes in all; lower max_tokens or n",
+                        sched_group_kv_bytes(s, j), j->n_prompt, j->max_tokens, 1 + sched_n_forks(j), s->stats.kv_budget);
     else if (s->q_len >= s->queue_limit)
         rc = attnd_fail(err, ATTND_ERR_BUSY, "request queue is full (%d waiting); retry later", s->q_len);
     else {

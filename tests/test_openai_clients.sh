@@ -9,16 +9,15 @@ set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 source "$here/http_lib.sh"
 need_node
-src=${ATTND_SOURCE_DIR:-$here/..}
-model=$src/models/attnd-sotu.gguf
+model=$MODEL
 [ -f "$model" ] || fail "$model is missing"
 dir=$(dirname "$ATTND_BINARY")/.npm-clients
 if [ ! -f "$dir/node_modules/@langchain/openai/package.json" ] || [ ! -f "$dir/node_modules/openai/package.json" ]; then
     mkdir -p "$dir"
     [ -f "$dir/package.json" ] || echo '{"name":"attnd-clients-test","private":true}' > "$dir/package.json"
     if ! (cd "$dir" && npm install --no-audit --no-fund --loglevel=error openai @langchain/openai @langchain/core >/dev/null); then
-        echo "SKIP: npm install failed (no registry access?)"
-        exit 77
+        echo "FAIL: npm install openai @langchain/openai failed (no registry access?)" >&2
+        exit 1
     fi
 fi
 echo "# openai $(node -p "require('$dir/node_modules/openai/package.json').version"), @langchain/openai $(node -p "require('$dir/node_modules/@langchain/openai/package.json').version")"

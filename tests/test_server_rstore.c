@@ -38,7 +38,7 @@ static json_t *conversation(const char *reply) {
 static void put(rstore *s, const char *id, const char *session, const char *reply) {
     json_t *r = response(id, reply), *c = conversation(reply);
     attnd_err err;
-    cr_assert_eq(rstore_put(s, r, c, session, &err), ATTND_OK, "%s", err.msg);
+    cr_assert_eq(rstore_put(s, NULL, r, c, session, &err), ATTND_OK, "%s", err.msg);
     json_decref(r);
     json_decref(c);
 }
@@ -61,7 +61,7 @@ Test(rstore, stored_responses_survive_a_restart) {
     cr_assert_eq(rstore_count(s), 2);
     json_t *r, *c;
     char session[SESS_ID_MAX + 1];
-    cr_assert_eq(rstore_get(s, "resp_2", &r, &c, session, &err), ATTND_OK, "%s", err.msg);
+    cr_assert_eq(rstore_get(s, NULL, "resp_2", &r, &c, session, &err), ATTND_OK, "%s", err.msg);
     cr_assert_str_eq(json_string_value(json_object_get(r, "id")), "resp_2");
     cr_assert_str_eq(reply_of(c), "second, again");
     cr_assert_str_eq(session, "resp_1");
@@ -69,10 +69,10 @@ Test(rstore, stored_responses_survive_a_restart) {
     json_array_clear(c);
     json_decref(r);
     json_decref(c);
-    cr_assert_eq(rstore_get(s, "resp_2", NULL, &c, NULL, &err), ATTND_OK);
+    cr_assert_eq(rstore_get(s, NULL, "resp_2", NULL, &c, NULL, &err), ATTND_OK);
     cr_assert_str_eq(reply_of(c), "second, again");
     json_decref(c);
-    cr_assert_eq(rstore_get(s, "resp_9", &r, NULL, NULL, &err), ATTND_ERR_NOT_FOUND);
+    cr_assert_eq(rstore_get(s, NULL, "resp_9", &r, NULL, NULL, &err), ATTND_ERR_NOT_FOUND);
     cr_assert_null(r);
     rstore_destroy(s);
 
@@ -89,10 +89,10 @@ Test(rstore, deleting_the_last_response_of_a_session_orphans_it) {
     put(s, "resp_a", "resp_a", "a");
     put(s, "resp_b", "resp_a", "b");
     char orphan[SESS_ID_MAX + 1];
-    cr_assert_eq(rstore_delete(s, "resp_a", orphan, &err), ATTND_OK, "%s", err.msg);
+    cr_assert_eq(rstore_delete(s, NULL, "resp_a", orphan, &err), ATTND_OK, "%s", err.msg);
     cr_assert_str_eq(orphan, "", "resp_b still continues in session resp_a");
-    cr_assert_eq(rstore_delete(s, "resp_a", orphan, &err), ATTND_ERR_NOT_FOUND);
-    cr_assert_eq(rstore_delete(s, "resp_b", orphan, &err), ATTND_OK, "%s", err.msg);
+    cr_assert_eq(rstore_delete(s, NULL, "resp_a", orphan, &err), ATTND_ERR_NOT_FOUND);
+    cr_assert_eq(rstore_delete(s, NULL, "resp_b", orphan, &err), ATTND_OK, "%s", err.msg);
     cr_assert_str_eq(orphan, "resp_a");
     rstore_destroy(s);
     cr_assert_eq(rstore_create(&s, dir, "m", 8, &err), ATTND_OK, "%s", err.msg);
@@ -107,12 +107,12 @@ Test(rstore, limits_bad_entries_and_damaged_files_are_refused) {
     put(s, "resp_1", "resp_1", "x");
     put(s, "resp_2", "resp_2", "y");
     json_t *r = response("resp_3", "z"), *c = conversation("z");
-    cr_assert_eq(rstore_put(s, r, c, "resp_3", &err), ATTND_ERR_NOMEM);
+    cr_assert_eq(rstore_put(s, NULL, r, c, "resp_3", &err), ATTND_ERR_NOMEM);
     cr_assert(strstr(err.msg, "2 responses"), "%s", err.msg);
-    cr_assert_eq(rstore_put(s, r, c, "../etc", &err), ATTND_ERR_INVALID, "a session id that is not a valid id");
+    cr_assert_eq(rstore_put(s, NULL, r, c, "../etc", &err), ATTND_ERR_INVALID, "a session id that is not a valid id");
     json_decref(r);
     r = response("../x", "z");
-    cr_assert_eq(rstore_put(s, r, c, "resp_3", &err), ATTND_ERR_INVALID, "a response id that is not a file name");
+    cr_assert_eq(rstore_put(s, NULL, r, c, "resp_3", &err), ATTND_ERR_INVALID, "a response id that is not a file name");
     json_decref(r);
     json_decref(c);
     rstore_destroy(s);
@@ -130,5 +130,25 @@ Test(rstore, limits_bad_entries_and_damaged_files_are_refused) {
     fclose(f);
     cr_assert_eq(rstore_create(&s, dir, "m", 8, &err), ATTND_OK, "%s", err.msg);
     cr_assert_eq(rstore_count(s), 0, "a file whose id does not match its name, and a truncated one, are skipped");
+    rstore_destroy(s);
+}
+
+Test(rstore, another_owners_response_is_not_found_also_after_a_restart) {
+    rstore *s;
+    attnd_err err;
+    cr_assert_eq(rstore_create(&s, dir, "m", 8, &err), ATTND_OK, "%s", err.msg);
+    json_t *r = response("resp_k", "mine"), *c = conversation("mine");
+    cr_assert_eq(rstore_put(s, "ab12", r, c, "resp_k", &err), ATTND_OK, "%s", err.msg);
+    cr_assert_eq(rstore_put(s, "XYZ", r, c, "resp_k", &err), ATTND_ERR_INVALID, "an owner tag is hex");
+    json_decref(r);
+    json_decref(c);
+    rstore_destroy(s);
+    cr_assert_eq(rstore_create(&s, dir, "m", 8, &err), ATTND_OK, "%s", err.msg);
+    cr_assert_eq(rstore_get(s, NULL, "resp_k", NULL, NULL, NULL, &err), ATTND_ERR_NOT_FOUND);
+    cr_assert_eq(rstore_get(s, "cd34", "resp_k", NULL, NULL, NULL, &err), ATTND_ERR_NOT_FOUND);
+    cr_assert_eq(rstore_delete(s, "cd34", "resp_k", NULL, &err), ATTND_ERR_NOT_FOUND);
+    cr_assert_eq(rstore_get(s, "ab12", "resp_k", NULL, &c, NULL, &err), ATTND_OK, "%s", err.msg);
+    cr_assert_str_eq(reply_of(c), "mine");
+    json_decref(c);
     rstore_destroy(s);
 }

@@ -118,6 +118,14 @@ async function responses(model) {
   await client.responses.delete(tmp.id);
   const gone = await rejects(() => client.responses.retrieve(tmp.id));
   check(gone && gone.status === 404, 'a deleted response is gone', gone && gone.status);
+  const noprev = await rejects(() => client.responses.create({ model, input: 'x', previous_response_id: 'resp_nonexistent' }));
+  check(noprev && noprev.status === 404 && noprev.param === 'previous_response_id', 'an unknown previous_response_id is a 404 naming it',
+        noprev && { status: noprev.status, param: noprev.param });
+  const sessions = async () => (await (await fetch(baseURL + '/sessions')).json()).data.length;
+  const before = await sessions();
+  const tooLong = await rejects(() => client.responses.create({ model, input: 'the union '.repeat(2000) }));
+  check(tooLong && tooLong.code === 'context_length_exceeded' && (await sessions()) === before,
+        'a turn that cannot run is context_length_exceeded and leaves no session behind', tooLong && tooLong.code);
   const nostore = await client.responses.create({ model, input: 'x', max_output_tokens: 2, store: false });
   const notkept = await rejects(() => client.responses.retrieve(nostore.id));
   check(notkept && notkept.status === 404, 'store: false keeps nothing', notkept && notkept.status);
