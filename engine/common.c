@@ -35,6 +35,12 @@ double attnd_now_s(void) {
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
+long long attnd_unix_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
 void attnd_deadline(struct timespec *ts, int timeout_ms) {
     clock_gettime(CLOCK_REALTIME, ts);
     if (timeout_ms < 0) timeout_ms = 0;

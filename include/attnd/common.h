@@ -42,6 +42,8 @@ attnd_status attnd_fail(attnd_err *err, attnd_status st, const char *fmt, ...)
 struct timespec;
 /* Seconds on the monotonic clock (for durations; the origin is arbitrary). */
 double attnd_now_s(void);
+/* Milliseconds since the Unix epoch (wall clock: for timestamps that outlive the process). */
+long long attnd_unix_ms(void);
 /* The CLOCK_REALTIME instant timeout_ms from now, as pthread_cond_timedwait wants it. */
 void attnd_deadline(struct timespec *ts, int timeout_ms);
 
