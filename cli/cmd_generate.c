@@ -91,6 +91,40 @@ static json_t *ids_json(const int32_t *ids, int n) {
     return a;
 }
 
+/* The result: one JSON object (--json), or the text (ids without a vocabulary) then a timing
+ * line on stderr. */
+static void print_result(const gen_opts *o, bool has_tok, const int32_t *prompt, int n_prompt, const int32_t *out,
+                         int n_out, const char *text, size_t text_len, const cli_gen *cg, const engine_timings *tm) {
+    double tps = tm->decode_ms > 0 ? tm->n_decode / (tm->decode_ms / 1e3) : 0;
+    if (o->json) {
+        json_t *root = json_object();
+        json_object_set_new(root, "prompt_tokens", ids_json(prompt, n_prompt));
+        json_object_set_new(root, "tokens", ids_json(out, n_out));
+        json_object_set_new(root, "text", text_json(text, text_len));
+        if (o->sampling.top_logprobs) json_object_set_new(root, "logprobs", cli_gen_logprobs_json(cg));
+        json_t *t = json_object();
+        json_object_set_new(t, "prefill_ms", json_real(tm->prefill_ms));
+        json_object_set_new(t, "decode_ms", json_real(tm->decode_ms));
+        json_object_set_new(t, "decode_tok_per_s", json_real(tps));
+        json_object_set_new(root, "timings", t);
+        json_dumpf(root, stdout, JSON_COMPACT);
+        putchar('\n');
+        json_decref(root);
+        return;
+    }
+    /* Text when there is a vocabulary (the prompt as given, then the continuation), else ids. */
+    if (has_tok) {
+        if (o->prompt) fputs(o->prompt, stdout);
+        fwrite(text, 1, text_len, stdout);
+    } else {
+        for (int i = 0; i < n_out; i++) printf("%s%d", i ? "," : "", out[i]);
+    }
+    putchar('\n');
+    fflush(stdout); /* the timing line on stderr comes after the text */
+    fprintf(stderr, "prefill %d tokens in %.1f ms, decode %d tokens in %.1f ms (%.1f tok/s)\n", tm->n_prefill,
+            tm->prefill_ms, tm->n_decode, tm->decode_ms, tps);
+}
+
 int cmd_generate(int argc, char **argv) {
     gen_opts o;
     parse_args(argc, argv, &o);
@@ -152,34 +186,7 @@ int cmd_generate(int argc, char **argv) {
 
     size_t text_len = 0;
     const char *text = cli_gen_text(cg, &text_len); /* cut at a --stop string */
-    double tps = tm.decode_ms > 0 ? tm.n_decode / (tm.decode_ms / 1e3) : 0;
-    if (o.json) {
-        json_t *root = json_object();
-        json_object_set_new(root, "prompt_tokens", ids_json(prompt, n_prompt));
-        json_object_set_new(root, "tokens", ids_json(out, n_out));
-        json_object_set_new(root, "text", text_json(text, text_len));
-        if (o.sampling.top_logprobs) json_object_set_new(root, "logprobs", cli_gen_logprobs_json(cg));
-        json_t *t = json_object();
-        json_object_set_new(t, "prefill_ms", json_real(tm.prefill_ms));
-        json_object_set_new(t, "decode_ms", json_real(tm.decode_ms));
-        json_object_set_new(t, "decode_tok_per_s", json_real(tps));
-        json_object_set_new(root, "timings", t);
-        json_dumpf(root, stdout, JSON_COMPACT);
-        putchar('\n');
-        json_decref(root);
-    } else {
-        /* Text when there is a vocabulary (the prompt as given, then the continuation), else ids. */
-        if (tok) {
-            if (o.prompt) fputs(o.prompt, stdout);
-            fwrite(text, 1, text_len, stdout);
-        } else {
-            for (int i = 0; i < n_out; i++) printf("%s%d", i ? "," : "", out[i]);
-        }
-        putchar('\n');
-        fflush(stdout); /* the timing line on stderr comes after the text */
-        fprintf(stderr, "prefill %d tokens in %.1f ms, decode %d tokens in %.1f ms (%.1f tok/s)\n", tm.n_prefill,
-                tm.prefill_ms, tm.n_decode, tm.decode_ms, tps);
-    }
+    print_result(&o, tok != NULL, prompt, n_prompt, out, n_out, text, text_len, cg, &tm);
     rc = 0;
     goto out;
 fail:
