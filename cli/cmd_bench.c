@@ -3,9 +3,9 @@
  * GGUF, in one run, as ratios; and ms/token along one long generation to show that a decode
  * step costs O(position) (linear growth, no recompute of the prefix).
  *
- * llama.cpp runs through the node-llama-cpp peer (../shared/peers/llamacpp): --peer-dir names an
- * installed copy; otherwise $ATTND_PEER_DIR, then /tmp/attnd-llamacpp-peer, which is installed
- * there on first use from $ATTND_SHARED_DIR/peers/llamacpp or ../shared/peers/llamacpp.
+ * llama.cpp runs through the project's node-llama-cpp peer (tools/peers/llamacpp): --peer-dir names
+ * an installed copy; otherwise the peer's install.sh installs it on first use into $ATTND_PEER_DIR or
+ * ~/.cache/attnd/peers/llamacpp (quick when it is already there) and says where.
  * attnd and llama.cpp runs alternate, and each figure is the median of --reps runs, so a machine
  * whose load drifts affects both sides alike. A benchmark, not a test: it asserts nothing.
  */
@@ -17,6 +17,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "attnd/engine.h"
 #include "commands.h"
@@ -33,7 +34,7 @@ static const char *USAGE =
     "  --n N             tokens to generate for the decode measurement (default 128)\n"
     "  --reps R          runs per engine; medians are reported (default 3)\n"
     "  --kv-type T       KV cache type for both engines (default f16, llama.cpp's default)\n"
-    "  --peer-dir DIR    an installed copy of ../shared/peers/llamacpp (with node_modules)\n"
+    "  --peer-dir DIR    an installed llama.cpp peer (tools/peers/llamacpp/install.sh DIR)\n"
     "  --no-peer         measure attnd only\n"
     "  --growth-len N    length of the long generation (default: the model's context, at most 2048)\n"
     "  --no-growth       skip the long generation\n";
@@ -66,40 +67,39 @@ static bool is_dir(const char *p) {
     return stat(p, &st) == 0 && S_ISDIR(st.st_mode);
 }
 
-/* Finds (or installs) the llama.cpp peer; NULL when unavailable (reason printed). */
+/* Finds (or installs) the llama.cpp peer; NULL when unavailable (reason printed). The peer's
+ * sources are tools/peers/llamacpp (installed next to the binary as share/attnd/peers/llamacpp);
+ * its install.sh puts node-llama-cpp into $ATTND_PEER_DIR or ~/.cache/attnd/peers/llamacpp. */
 static char *find_peer(const char *given) {
     char buf[4096];
     if (given) {
         snprintf(buf, sizeof(buf), "%.2000s/node_modules", given);
         if (is_dir(buf)) return strdup(given);
-        fprintf(stderr, "attnd bench: --peer-dir %s has no node_modules (run npm ci there)\n", given);
+        fprintf(stderr, "attnd bench: --peer-dir %s has no node_modules (run tools/peers/llamacpp/install.sh DIR)\n",
+                given);
         return NULL;
     }
-    const char *env = getenv("ATTND_PEER_DIR");
-    if (env) {
-        snprintf(buf, sizeof(buf), "%.2000s/node_modules", env);
-        if (is_dir(buf)) return strdup(env);
+    char src[PATH_MAX] = "", exe[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+    if (n > 0) {
+        exe[n] = '\0';
+        char *slash = strrchr(exe, '/');
+        if (slash) *slash = '\0';
+        snprintf(buf, sizeof(buf), "%.2000s/../share/attnd/peers/llamacpp/install.sh", exe);
+        if (access(buf, X_OK) == 0) snprintf(src, sizeof(src), "%.2000s/../share/attnd/peers/llamacpp", exe);
     }
-    const char *dst = "/tmp/attnd-llamacpp-peer";
-    snprintf(buf, sizeof(buf), "%s/node_modules/node-llama-cpp", dst);
-    if (is_dir(buf)) return strdup(dst);
-    const char *shared = getenv("ATTND_SHARED_DIR");
-    char src[512];
-    snprintf(src, sizeof(src), "%.400s/peers/llamacpp", shared ? shared : "../shared");
-    if (!is_dir(src)) {
-        fprintf(stderr, "attnd bench: no llama.cpp peer (no %s; give --peer-dir or --no-peer)\n", src);
+    if (!*src) snprintf(src, sizeof(src), "%s", ATTND_PEER_SOURCE_DIR);
+    fprintf(stderr, "attnd bench: llama.cpp peer: %s/install.sh (installs node-llama-cpp once, ~30 s)\n", src);
+    snprintf(buf, sizeof(buf), "'%.2000s/install.sh'", src);
+    FILE *p = popen(buf, "r");
+    char dir[PATH_MAX] = "";
+    if (p && !fgets(dir, sizeof(dir), p)) dir[0] = '\0';
+    if (!p || pclose(p) != 0 || !*dir) {
+        fprintf(stderr, "attnd bench: installing the llama.cpp peer failed (give --peer-dir or --no-peer)\n");
         return NULL;
     }
-    fprintf(stderr, "attnd bench: installing the llama.cpp peer into %s (once, ~15 s)...\n", dst);
-    snprintf(buf, sizeof(buf),
-             "rm -rf '%s' && mkdir -p '%s' && cp -r '%s'/. '%s' && chmod -R u+w '%s' && cd '%s' && "
-             "NODE_LLAMA_CPP_SKIP_DOWNLOAD=true npm ci >/dev/null 2>&1",
-             dst, dst, src, dst, dst, dst);
-    if (system(buf) != 0) {
-        fprintf(stderr, "attnd bench: installing the peer failed (command: %s)\n", buf);
-        return NULL;
-    }
-    return strdup(dst);
+    dir[strcspn(dir, "\n")] = '\0';
+    return strdup(dir);
 }
 
 /* One llama.cpp run; false when it failed. */

@@ -27,7 +27,7 @@ static const char *USAGE =
     "  --tokens IDS      comma-separated prompt token ids\n"
     "  --n N             tokens to generate (default 64)\n"
     "  --json            print {\"prompt_tokens\",\"tokens\",\"text\",\"timings\"} as one JSON object\n"
-    "  --threads N       threads (default: the CPUs this process may use)\n"
+    "  --threads N       threads; 0 (the default) = the CPUs this process may use\n"
     "  --kv-type T       KV cache type, f16 (default) or f32\n"
     "\n";
 
@@ -59,7 +59,7 @@ static void parse_args(int argc, char **argv, gen_opts *o) {
             o->n_predict = (int)cli_parse_int("generate", "--n", v, 0, 1 << 24);
         } else if (cli_sampling_flag("generate", argc, argv, &i, &o->sampling)) {
         } else if (cli_flag_value("generate", argc, argv, &i, "--threads", &v)) {
-            o->n_threads = (int)cli_parse_int("generate", "--threads", v, 1, 1024);
+            o->n_threads = (int)cli_parse_int("generate", "--threads", v, 0, 1024);
         } else if (cli_flag_value("generate", argc, argv, &i, "--kv-type", &v)) {
             if (!strcmp(v, "f16")) o->kv = KV_F16;
             else if (!strcmp(v, "f32")) o->kv = KV_F32;

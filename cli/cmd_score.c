@@ -22,7 +22,7 @@ static const char *USAGE =
     "  --model PATH      the GGUF file (default: the shipped default model)\n"
     "  --tokens IDS      comma-separated token ids (at least 2)\n"
     "  --json            print {\"argmax\":[...],\"logprobs\":[...]} (both of length n-1)\n"
-    "  --threads N       threads (default: the CPUs this process may use)\n"
+    "  --threads N       threads; 0 (the default) = the CPUs this process may use\n"
     "  --kv-type T       KV cache type, f16 (default) or f32\n";
 
 /* log softmax(logits)[id], in double so a long vocabulary sums exactly enough. */
@@ -54,7 +54,7 @@ static bool parse_args(int argc, char **argv, score_opts *o) {
         } else if (cli_flag_value("score", argc, argv, &i, "--tokens", &v)) {
             o->tokens = v;
         } else if (cli_flag_value("score", argc, argv, &i, "--threads", &v)) {
-            o->n_threads = (int)cli_parse_int("score", "--threads", v, 1, 1024);
+            o->n_threads = (int)cli_parse_int("score", "--threads", v, 0, 1024);
         } else if (cli_flag_value("score", argc, argv, &i, "--kv-type", &v)) {
             if (!strcmp(v, "f16")) o->kv = KV_F16;
             else if (!strcmp(v, "f32")) o->kv = KV_F32;

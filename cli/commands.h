@@ -14,10 +14,12 @@ int cmd_serve(int argc, char **argv);
 int cmd_convert_llama2c(int argc, char **argv);
 int cmd_generate(int argc, char **argv);
 int cmd_score(int argc, char **argv);
+int cmd_attention(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
 int cmd_detokenize(int argc, char **argv);
 int cmd_tokenize_bench(int argc, char **argv);
+int cmd_quantize(int argc, char **argv);
 
 /* ---- argument helpers (cli/args.c) ---- */
 
@@ -40,8 +42,10 @@ double cli_parse_double(const char *cmd, const char *flag, const char *s, double
 int32_t *cli_parse_ids(const char *cmd, const char *flag, const char *s, int *n_out);
 
 /* The model used when no --model is given: $ATTND_MODEL, then the default model shipped next to
- * the executable (../share/attnd/models, or the source tree's models/), then the installed
- * data dir. Returns a malloc'd path, or NULL when none exists. */
+ * the executable (../share/attnd/models: an install tree, also relocated or DESTDIR-staged; or
+ * ../models: a build folder inside the source tree), then the models/ folder of the source tree
+ * the binary was built from (a build folder anywhere), then the configured install data dir.
+ * Returns a malloc'd path, or NULL when none exists. */
 char *cli_default_model_path(void);
 
 /* `model` when given, else the default model (usage error naming cmd when there is none).

@@ -9,7 +9,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 PACKAGES=(cmake make gcc pkg-config libmicrohttpd-dev libjansson-dev libcriterion-dev libutf8proc-dev
-          curl systemd nginx-light)
+          curl systemd nginx-light chromium)
 
 as_root() { if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi; }
 

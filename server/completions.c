@@ -52,18 +52,12 @@ static bool llama_fields(req *r, json_t *b, enum MHD_Result *ret) {
 
 /* The prompt's tokens into *ids (owned by the caller), from the chat template, the text prompt
  * or the token-id prompt. */
-static attnd_status prompt_tokens(req *r, int32_t **ids, size_t *n, attnd_err *err) {
+attnd_status gen_prompt_tokens(req *r, int32_t **ids, size_t *n, attnd_err *err) {
     struct server *s = r->srv;
     const oai_request *q = &r->oreq;
     *ids = NULL, *n = 0;
-    if (r->chat) {
-        char *text = NULL;
-        attnd_status st = chat_render(s->family, q->msgs, q->n_msgs, &text, err);
-        if (st != ATTND_OK) return st;
-        st = tok_encode(s->tok, text, strlen(text), true, true, ids, n, err);
-        free(text);
-        return st;
-    }
+    /* chat: only the template's markers are special tokens, never the messages' content */
+    if (r->chat) return chat_encode(s->tok, s->family, q->msgs, q->n_msgs, ids, n, err);
     if (q->prompt) return tok_encode(s->tok, q->prompt, strlen(q->prompt), true, true, ids, n, err);
     *ids = malloc((size_t)(q->n_prompt_ids ? q->n_prompt_ids : 1) * sizeof(int32_t));
     if (!*ids) return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory");
@@ -74,7 +68,7 @@ static attnd_status prompt_tokens(req *r, int32_t **ids, size_t *n, attnd_err *e
 
 /* Checks the prompt's length against the context; returns max_tokens clamped to the room
  * left, or -1 with the 400 queued. */
-static int fit_context(req *r, size_t n, enum MHD_Result *ret) {
+int gen_fit_context(req *r, size_t n, enum MHD_Result *ret) {
     struct server *s = r->srv;
     const char *pname = r->chat ? "messages" : "prompt";
     int need = r->oreq.max_tokens == 0 ? 0 : 1;
@@ -97,7 +91,7 @@ static int fit_context(req *r, size_t n, enum MHD_Result *ret) {
 
 /* The named session, acquired (busy) into *se; NULL when none is asked for. false: an error
  * response is queued. */
-static bool acquire_session(req *r, sess **se, enum MHD_Result *ret) {
+bool gen_acquire_session(req *r, sess **se, enum MHD_Result *ret) {
     const char *id = r->oreq.session_id;
     *se = NULL;
     if (!id) return true;
@@ -117,12 +111,13 @@ static bool acquire_session(req *r, sess **se, enum MHD_Result *ret) {
 
 /* The job spec: the prompt (stolen), sampling, and the request's stops and bias moved out of
  * oreq; chat adds the template's end-of-turn marker as a stop string. */
-static void job_spec(req *r, int32_t *ids, size_t n, int max_tokens, sess *se, sched_job_spec *spec) {
+static void job_spec(req *r, int32_t *ids, size_t n, int max_tokens, sess *se, attn_capture *cap,
+                     sched_job_spec *spec) {
     oai_request *q = &r->oreq;
     *spec = (sched_job_spec){
         .prompt = ids, .n_prompt = (int)n, .sp = q->sp, .bias = q->bias, .n_bias = q->sp.n_bias,
         .stops = q->stops, .n_stops = q->n_stops, .max_tokens = max_tokens, .top_logprobs = q->logprobs,
-        .prompt_logprobs = !r->chat && q->echo && q->logprobs >= 0, .se = se,
+        .prompt_logprobs = !r->chat && q->echo && q->logprobs >= 0, .capture = cap, .se = se,
     };
     q->bias = NULL, q->stops = NULL, q->n_stops = 0;
     if (!r->chat) return;
@@ -133,12 +128,10 @@ static void job_spec(req *r, int32_t *ids, size_t n, int max_tokens, sess *se, s
     if ((g[spec->n_stops] = strdup(chat_end_marker(r->srv->family)))) spec->n_stops++;
 }
 
-/* Builds and submits the job for an admitted prompt. false: an error response is queued (the
- * session, if any, is given back). */
-static bool submit(req *r, int32_t *ids, size_t n, int max_tokens, sess *se, enum MHD_Result *ret) {
+bool gen_submit(req *r, int32_t *ids, size_t n, int max_tokens, sess *se, attn_capture *cap, enum MHD_Result *ret) {
     struct server *s = r->srv;
     sched_job_spec spec;
-    job_spec(r, ids, n, max_tokens, se, &spec);
+    job_spec(r, ids, n, max_tokens, se, cap, &spec);
     attnd_err err;
     if (sched_job_create(&r->job, &spec, &err) != ATTND_OK) {
         if (se) sess_abandon(s->store, se);
@@ -171,17 +164,22 @@ static char *echo_text(req *r, const sched_output *o, size_t *len) {
     return strdup(""); /* still an echo: the logprobs keep the prompt's entries */
 }
 
-/* Blocks until the job is done (or the client leaves), then answers with the whole response. */
-static enum MHD_Result respond_whole(req *r) {
+bool gen_wait_done(req *r) {
     sched_update u;
     do {
         while (!sched_job_wait(r->job, 100, &u))
             if (http_client_gone(r)) {
                 sched_job_cancel(r->job);
                 r->cancelled = true;
-                return MHD_NO;
+                return false;
             }
     } while (!u.done);
+    return true;
+}
+
+/* Blocks until the job is done (or the client leaves), then answers with the whole response. */
+static enum MHD_Result respond_whole(req *r) {
+    if (!gen_wait_done(r)) return MHD_NO;
     sched_output o;
     sched_job_output(r->job, &o);
     if (o.status != ATTND_OK)
@@ -213,18 +211,18 @@ static enum MHD_Result generate(req *r, bool chat) {
     if (st != ATTND_OK) return http_respond_error(r, http_status_of(st, HTTP_CTX_PARSE), err.msg, param);
     int32_t *ids;
     size_t n;
-    if (prompt_tokens(r, &ids, &n, &err) != ATTND_OK) {
+    if (gen_prompt_tokens(r, &ids, &n, &err) != ATTND_OK) {
         free(ids);
         return http_respond_error(r, 400, err.msg, chat ? "messages" : "prompt");
     }
-    int max_tokens = fit_context(r, n, &ret);
+    int max_tokens = gen_fit_context(r, n, &ret);
     if (max_tokens >= 0) r->n_prompt = (int)n;
     sess *se = NULL;
-    if (max_tokens < 0 || !acquire_session(r, &se, &ret)) {
+    if (max_tokens < 0 || !gen_acquire_session(r, &se, &ret)) {
         free(ids);
         return ret;
     }
-    if (!submit(r, ids, n, max_tokens, se, &ret)) return ret;
+    if (!gen_submit(r, ids, n, max_tokens, se, NULL, &ret)) return ret;
     return r->oreq.stream ? sse_respond(r) : respond_whole(r);
 }
 

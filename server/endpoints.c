@@ -9,8 +9,26 @@
 #include <string.h>
 
 #include "slog.h"
+#include "web_assets.h"
 
 // ---- simple endpoints ---------------------------------------------------------------------
+
+/* The playground page, from the binary. Its policy allows requests to this server only (the page
+ * needs nothing else), and no framing by other sites. */
+enum MHD_Result ep_playground(req *r) {
+    struct MHD_Response *resp =
+        MHD_create_response_from_buffer(attnd_playground_html_len, (void *)attnd_playground_html, MHD_RESPMEM_PERSISTENT);
+    if (!resp) return MHD_NO;
+    MHD_add_response_header(resp, "Content-Type", "text/html; charset=utf-8");
+    MHD_add_response_header(resp, "Content-Security-Policy",
+                            "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; "
+                            "connect-src 'self'; img-src data:; frame-ancestors 'none'");
+    MHD_add_response_header(resp, "X-Content-Type-Options", "nosniff");
+    MHD_add_response_header(resp, "Cache-Control", "no-cache");
+    enum MHD_Result ret = http_queue(r, 200, resp);
+    MHD_destroy_response(resp);
+    return ret;
+}
 
 enum MHD_Result ep_health(req *r) {
     if (!atomic_load(&r->srv->ready)) return http_respond_error(r, 503, "model is loading", NULL);
@@ -37,47 +55,108 @@ enum MHD_Result ep_models(req *r) {
     return http_respond_json(r, 200, oai_models(&d));
 }
 
-enum MHD_Result ep_tokenize(req *r) {
-    enum MHD_Result ret = MHD_NO;
-    json_t *b = http_parse_body(r, &ret, false);
-    if (!b) return ret;
+// ---- tokenize / detokenize ---------------------------------------------------------------
+
+/* Tokenizing runs on the connection's thread, outside the scheduler's queue; these requests are
+ * bounded like generation instead: at most tokenize_parallel at once (429 above), and the
+ * answer is written as text (a few bytes per token) rather than as a JSON tree (~150 bytes per
+ * token), so a body of body_limit bytes cannot turn into hundreds of MB. */
+static bool tok_gate_enter(struct server *s) {
+    int limit = s->cfg.tokenize_parallel > 0 ? s->cfg.tokenize_parallel : 4;
+    if (atomic_fetch_add(&s->tok_active, 1) < limit) return true;
+    atomic_fetch_sub(&s->tok_active, 1);
+    return false;
+}
+
+static enum MHD_Result tok_busy(req *r) {
+    return http_respond_error(r, 429, "too many tokenize/detokenize requests at once (tokenize_parallel); retry shortly",
+                              NULL);
+}
+
+/* A growable text buffer; oom latches. */
+typedef struct tbuf {
+    char *p;
+    size_t n, cap;
+    bool oom;
+} tbuf;
+
+static void tb_put(tbuf *b, const char *s, size_t n) {
+    if (b->oom) return;
+    if (b->n + n + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap : 4096;
+        while (cap < b->n + n + 1) cap *= 2;
+        char *g = realloc(b->p, cap);
+        if (!g) {
+            b->oom = true;
+            return;
+        }
+        b->p = g, b->cap = cap;
+    }
+    memcpy(b->p + b->n, s, n);
+    b->n += n;
+    b->p[b->n] = '\0';
+}
+
+/* {"tokens":[...]} for ids, as ids or {"id","piece"} objects; NULL when out of memory. */
+static char *tokens_answer(const tokenizer *tok, const int32_t *ids, size_t n, bool pieces) {
+    tbuf b = {0};
+    tb_put(&b, "{\"tokens\":[", 11);
+    char num[48];
+    for (size_t i = 0; i < n && !b.oom; i++) {
+        if (i) tb_put(&b, ",", 1);
+        if (!pieces) {
+            tb_put(&b, num, (size_t)snprintf(num, sizeof(num), "%d", ids[i]));
+            continue;
+        }
+        const char *piece = tok_piece(tok, ids[i]);
+        json_t *js = oai_string(piece ? piece : "", piece ? strlen(piece) : 0);
+        char *q = js ? json_dumps(js, JSON_ENCODE_ANY | JSON_COMPACT) : NULL;
+        json_decref(js);
+        if (!q) b.oom = true;
+        tb_put(&b, num, (size_t)snprintf(num, sizeof(num), "{\"id\":%d,\"piece\":", ids[i]));
+        if (q) tb_put(&b, q, strlen(q));
+        tb_put(&b, "}", 1);
+        free(q);
+    }
+    tb_put(&b, "]}\n", 3);
+    if (b.oom) {
+        free(b.p);
+        return NULL;
+    }
+    return b.p;
+}
+
+static enum MHD_Result tokenize(req *r, json_t *b) {
     json_t *content = json_object_get(b, "content"), *as = json_object_get(b, "add_special"),
            *ps = json_object_get(b, "parse_special"), *wp = json_object_get(b, "with_pieces");
-    if (!json_is_string(content)) ret = http_respond_error(r, 400, "'content' must be a string", "content");
-    else if (as && !json_is_boolean(as)) ret = http_respond_error(r, 400, "'add_special' must be a boolean", "add_special");
-    else if (ps && !json_is_boolean(ps)) ret = http_respond_error(r, 400, "'parse_special' must be a boolean", "parse_special");
-    else if (wp && !json_is_boolean(wp)) ret = http_respond_error(r, 400, "'with_pieces' must be a boolean", "with_pieces");
-    else {
-        int32_t *ids = NULL;
-        size_t n = 0;
-        attnd_err err;
-        if (tok_encode(r->srv->tok, json_string_value(content), json_string_length(content), json_is_true(as),
-                       !ps || json_is_true(ps), &ids, &n, &err) != ATTND_OK) {
-            ret = http_respond_error(r, 400, err.msg, "content");
-        } else {
-            json_t *arr = json_array();
-            for (size_t i = 0; i < n; i++) {
-                if (json_is_true(wp)) {
-                    json_t *o = json_object();
-                    const char *piece = tok_piece(r->srv->tok, ids[i]);
-                    json_object_set_new(o, "id", json_integer(ids[i]));
-                    json_object_set_new(o, "piece", oai_string(piece ? piece : "", piece ? strlen(piece) : 0));
-                    json_array_append_new(arr, o);
-                } else {
-                    json_array_append_new(arr, json_integer(ids[i]));
-                }
-            }
-            free(ids);
-            json_t *o = json_object();
-            json_object_set_new(o, "tokens", arr);
-            ret = http_respond_json(r, 200, o);
-        }
-    }
+    if (!json_is_string(content)) return http_respond_error(r, 400, "'content' must be a string", "content");
+    if (as && !json_is_boolean(as)) return http_respond_error(r, 400, "'add_special' must be a boolean", "add_special");
+    if (ps && !json_is_boolean(ps))
+        return http_respond_error(r, 400, "'parse_special' must be a boolean", "parse_special");
+    if (wp && !json_is_boolean(wp)) return http_respond_error(r, 400, "'with_pieces' must be a boolean", "with_pieces");
+    int32_t *ids = NULL;
+    size_t n = 0;
+    attnd_err err;
+    if (tok_encode(r->srv->tok, json_string_value(content), json_string_length(content), json_is_true(as),
+                   !ps || json_is_true(ps), &ids, &n, &err) != ATTND_OK)
+        return http_respond_error(r, 400, err.msg, "content");
+    char *text = tokens_answer(r->srv->tok, ids, n, json_is_true(wp));
+    free(ids);
+    if (!text) return http_respond_error(r, 500, "out of memory", NULL);
+    return http_respond_text(r, 200, "application/json", text);
+}
+
+enum MHD_Result ep_tokenize(req *r) {
+    if (!tok_gate_enter(r->srv)) return tok_busy(r);
+    enum MHD_Result ret = MHD_NO;
+    json_t *b = http_parse_body(r, &ret, false);
+    if (b) ret = tokenize(r, b);
     json_decref(b);
+    atomic_fetch_sub(&r->srv->tok_active, 1);
     return ret;
 }
 
-enum MHD_Result ep_detokenize(req *r) {
+static enum MHD_Result detokenize(req *r) {
     enum MHD_Result ret = MHD_NO;
     json_t *b = http_parse_body(r, &ret, false);
     if (!b) return ret;
@@ -113,6 +192,13 @@ enum MHD_Result ep_detokenize(req *r) {
     }
     free(ids);
     json_decref(b);
+    return ret;
+}
+
+enum MHD_Result ep_detokenize(req *r) {
+    if (!tok_gate_enter(r->srv)) return tok_busy(r);
+    enum MHD_Result ret = detokenize(r);
+    atomic_fetch_sub(&r->srv->tok_active, 1);
     return ret;
 }
 

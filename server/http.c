@@ -5,13 +5,16 @@
 #define _GNU_SOURCE /* POLLRDHUP: the peer closed its side */
 #include "http.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
+#include <netdb.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "endpoints.h"
+#include "origin.h"
 #include "slog.h"
 #include "sse.h"
 
@@ -28,25 +31,10 @@ struct route {
 
 // ---- responses ----------------------------------------------------------------------------
 
-/* True when origin is in the comma-separated list of allowed origins (or it is "*"). */
-static bool origin_allowed(const char *allowed, const char *origin) {
-    if (!strcmp(allowed, "*")) return true;
-    for (const char *p = allowed; *p;) {
-        while (*p == ' ' || *p == ',') p++;
-        const char *e = p;
-        while (*e && *e != ',') e++;
-        const char *t = e;
-        while (t > p && t[-1] == ' ') t--;
-        if ((size_t)(t - p) == strlen(origin) && !strncmp(p, origin, (size_t)(t - p))) return true;
-        p = e;
-    }
-    return false;
-}
-
 static void add_cors_headers(req *r, struct MHD_Response *resp) {
     const char *origin = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Origin");
     const char *allowed = r->srv->cors;
-    if (!origin || !allowed || !*allowed || !origin_allowed(allowed, origin)) return;
+    if (!origin || !allowed || !*allowed || !origin_list_has(allowed, origin, strlen(origin), true)) return;
     MHD_add_response_header(resp, "Access-Control-Allow-Origin", origin);
     MHD_add_response_header(resp, "Vary", "Origin");
 }
@@ -91,6 +79,9 @@ enum MHD_Result http_respond_json(req *r, int status, json_t *body) {
 
 enum MHD_Result http_respond_error(req *r, int status, const char *msg, const char *param) {
     const char *hn = NULL, *hv = NULL;
+    size_t n = strnlen(msg, sizeof(r->reason) - 1); /* cut long messages: a log line, not the answer */
+    memcpy(r->reason, msg, n);
+    r->reason[n] = '\0';
     if (status == 429 || status == 503) hn = "Retry-After", hv = "1";
     if (status == 401) hn = "WWW-Authenticate", hv = "Bearer";
     return http_respond_json_h(r, status, oai_error(status, msg, param), hn, hv);
@@ -155,6 +146,7 @@ json_t *http_parse_body(req *r, enum MHD_Result *ret, bool allow_empty) {
 // ---- routing ------------------------------------------------------------------------------
 
 static const route ROUTES[] = {
+    {"GET", "/", false, false, ep_playground, "playground"},
     {"GET", "/health", false, false, ep_health, "health"},
     {"GET", "/metrics", false, false, ep_metrics, "metrics"},
     {"GET", "/v1/models", false, true, ep_models, "models"},
@@ -164,6 +156,8 @@ static const route ROUTES[] = {
     {"POST", "/completion", false, true, ep_llama_completion, "llama_completion"},
     {"POST", "/v1/chat/completions", false, true, ep_chat, "chat_completions"},
     {"POST", "/chat/completions", false, true, ep_chat, "chat_completions"},
+    {"POST", "/v1/attention", false, true, ep_attention, "attention"},
+    {"POST", "/attention", false, true, ep_attention, "attention"},
     {"POST", "/tokenize", false, true, ep_tokenize, "tokenize"},
     {"POST", "/detokenize", false, true, ep_detokenize, "detokenize"},
     {"POST", "/v1/sessions", false, true, ep_sessions_create, "sessions"},
@@ -239,7 +233,16 @@ static enum MHD_Result precheck(req *r, bool *done) {
         snprintf(msg, sizeof(msg), "no endpoint %.160s", r->path);
         return http_respond_error(r, 404, msg, NULL);
     }
-    if (strcmp(r->path, "/health") && !auth_ok(s, r->conn))
+    const char *host = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Host");
+    if (s->loopback && !origin_host_ok(host, s->cfg.allowed_hosts))
+        return http_respond_error(r, 421, "this server answers only loopback host names (add the name to allowed_hosts)",
+                                  NULL);
+    bool safe = !strcmp(r->method, "GET") || !strcmp(r->method, "HEAD") || !strcmp(r->method, "OPTIONS");
+    const char *origin = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Origin");
+    if (!safe && !origin_request_ok(origin, host, s->cors))
+        return http_respond_error(r, 403, "cross-origin request refused (the origin is not in cors_origins)", NULL);
+    /* /health and the playground page (which holds no data and asks for the key) are public */
+    if (strcmp(r->path, "/health") && strcmp(r->path, "/") && !auth_ok(s, r->conn))
         return http_respond_error(r, 401, "missing or invalid API key (Authorization: Bearer ...)", NULL);
     if (!r->rt) {
         char msg[320];
@@ -272,6 +275,11 @@ static enum MHD_Result request_begin(struct server *s, struct MHD_Connection *c,
     snprintf(r->method, sizeof(r->method), "%s", method);
     snprintf(r->path, sizeof(r->path), "%s", url);
     if (strlen(url) >= sizeof(r->path)) r->path[sizeof(r->path) - 2] = '~'; /* never matches a route */
+    if (s->conns && !conn_request_begin(s->conns, c)) { /* answered, then the connection closes */
+        r->rt = NULL;
+        return http_respond_json_h(r, 503, oai_error(503, "too many connections; retry shortly", NULL), "Connection",
+                                   "close");
+    }
     bool done;
     enum MHD_Result ret = precheck(r, &done);
     if (done) r->rt = NULL;
@@ -335,9 +343,17 @@ static int request_job_end(struct server *s, req *r, enum MHD_RequestTermination
     return o.n_generated;
 }
 
+/* The client's numeric address ("127.0.0.1", "::1"), or "?" when unknown. */
+static void client_address(struct MHD_Connection *c, char *buf, size_t cap) {
+    const union MHD_ConnectionInfo *ci = c ? MHD_get_connection_info(c, MHD_CONNECTION_INFO_CLIENT_ADDRESS) : NULL;
+    const struct sockaddr *sa = ci ? ci->client_addr : NULL;
+    socklen_t len = sa && sa->sa_family == AF_INET6 ? sizeof(struct sockaddr_in6) : sizeof(struct sockaddr_in);
+    if (!sa || getnameinfo(sa, len, buf, (socklen_t)cap, NULL, 0, NI_NUMERICHOST) != 0) snprintf(buf, cap, "?");
+}
+
 void http_on_completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe) {
-    (void)c;
     struct server *s = cls;
+    if (s->conns) conn_request_end(s->conns, c); /* keep-alive: the next headers' deadline starts */
     req *r = *con_cls;
     if (!r) return;
     *con_cls = NULL;
@@ -346,8 +362,14 @@ void http_on_completed(void *cls, struct MHD_Connection *c, void **con_cls, enum
     int status = r->status ? r->status : 500;
     if (r->cancelled) status = 499; /* nginx's "client closed request" */
     metrics_request(s->met, r->rt ? r->rt->label : "other", status, dt);
-    if (s->cfg.access_log)
-        slog_info("%s %s %d prompt=%d gen=%d %.3fs", r->method, r->path, status, r->n_prompt, n_gen, dt);
+    /* the access log; a refused request says why and who asked, also at debug level without it */
+    server_log_level lvl = s->cfg.access_log ? SERVER_LOG_INFO : SERVER_LOG_DEBUG;
+    if ((s->cfg.access_log || r->reason[0]) && slog_enabled(lvl)) {
+        char addr[INET6_ADDRSTRLEN + 1];
+        client_address(c, addr, sizeof(addr));
+        slog(lvl, "%s %s %d prompt=%d gen=%d %.3fs client=%s%s%s%s", r->method, r->path, status, r->n_prompt, n_gen,
+             dt, addr, r->reason[0] ? " error=\"" : "", r->reason, r->reason[0] ? "\"" : "");
+    }
     sched_job_unref(r->job);
     oai_request_free(&r->oreq);
     json_decref(r->body_json);

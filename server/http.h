@@ -20,6 +20,7 @@
 #include "attnd/engine.h"
 #include "attnd/tokenizer.h"
 #include "chat.h"
+#include "conn.h"
 #include "metrics.h"
 #include "oai.h"
 #include "oai_resp.h"
@@ -31,7 +32,10 @@
 struct server {
     server_settings cfg;
     char *host, *model_path, *model_alias, *state_dir, *api_key, *cors, *chat_template; /* owned copies */
+    char *allowed_hosts;      /* owned copy */
+    bool loopback;            /* bound to a loopback address: Host names are checked (origin.h) */
     struct MHD_Daemon *d;
+    conn_tracker *conns;      /* header deadline and the 503 at max_connections (conn.h) */
     int port;
     metrics *met;
     // ---- set by server_load, read-only afterwards ----
@@ -45,6 +49,7 @@ struct server {
     atomic_bool ready;
     atomic_bool stopping;
     atomic_int in_flight;     /* requests between their first callback and completion */
+    atomic_int tok_active;    /* /tokenize and /detokenize requests running (tokenize_parallel) */
     bool shut_down;
 };
 
@@ -64,6 +69,7 @@ typedef struct req {
     bool too_big;
     int status;              /* response status (for the access log and metrics) */
     int n_prompt;            /* prompt tokens, for the access log */
+    char reason[160];        /* why the request was refused (error responses), for the log */
     bool cancelled;          /* client went away mid-request */
     // ---- generation in flight ----
     sched_job *job;          /* owned reference */

@@ -52,6 +52,7 @@ struct sched {
     float *logits;        /* (rows_cap, n_vocab) */
     batch_entry *batch;   /* (max_batch) */
     slot *slots;          /* (n_slots) */
+    attn_capture *inspecting; /* captures of the running jobs that inspect attention (a list) */
     uint64_t n_admitted;
 
     pthread_t th;
@@ -84,6 +85,7 @@ struct sched_job {
     int n_stops;
     int top_logprobs;
     bool prompt_logprobs;
+    attn_capture *capture;    /* owned, may be NULL */
     sess *se;
 
     // ---- output: guarded by mu; cv signalled on every change ----
@@ -120,8 +122,8 @@ attnd_status sched_job_create(sched_job **out, sched_job_spec *spec, attnd_err *
         free(spec->prompt);
         free(spec->bias);
         for (int i = 0; i < spec->n_stops; i++) free(spec->stops[i]);
-        free(spec->stops);
-        spec->prompt = NULL, spec->bias = NULL, spec->stops = NULL;
+        free(spec->stops), attn_capture_destroy(spec->capture);
+        spec->prompt = NULL, spec->bias = NULL, spec->stops = NULL, spec->capture = NULL;
         return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory");
     }
     pthread_mutex_init(&j->mu, NULL);
@@ -131,8 +133,8 @@ attnd_status sched_job_create(sched_job **out, sched_job_spec *spec, attnd_err *
     /* the stolen parts first: unref frees them on every path below */
     j->prompt = spec->prompt, j->n_prompt = spec->n_prompt;
     j->bias = spec->bias;
-    j->stops = spec->stops, j->n_stops = spec->n_stops;
-    spec->prompt = NULL, spec->bias = NULL, spec->stops = NULL;
+    j->stops = spec->stops, j->n_stops = spec->n_stops, j->capture = spec->capture;
+    spec->prompt = NULL, spec->bias = NULL, spec->stops = NULL, spec->capture = NULL;
     j->sp = spec->sp;
     j->sp.bias = j->bias;
     j->sp.n_bias = j->bias ? spec->n_bias : 0;
@@ -169,7 +171,7 @@ void sched_job_unref(sched_job *j) {
     free(j->pieces);
     free(j->tops);
     free(j->prompt_lp);
-    free(j->prompt_tops);
+    free(j->prompt_tops), attn_capture_destroy(j->capture);
     buf_free(&j->rd);
     pthread_mutex_destroy(&j->mu);
     pthread_cond_destroy(&j->cv);
@@ -213,7 +215,7 @@ void sched_job_output(sched_job *j, sched_output *o) {
         .text = j->done ? j->text.p : NULL, .text_len = j->done ? j->text.len : 0,
         .done = j->done, .finish_reason = j->finish_reason, .status = j->status, .errmsg = j->errmsg,
         .n_cached = j->n_cached, .n_generated = j->n_generated,
-        .prompt_ms = j->prompt_ms, .gen_ms = j->gen_ms,
+        .prompt_ms = j->prompt_ms, .gen_ms = j->gen_ms, .capture = j->capture,
     };
     pthread_mutex_unlock(&j->mu);
 }
@@ -227,6 +229,7 @@ static void job_append_text(sched_job *j, const char *p, size_t n) { (void)buf_a
 /* Ends a slot's job: publishes the outcome, returns the cache entry with the new history. */
 static void slot_finish(sched *s, slot *sl, const char *reason, attnd_status st, const char *msg) {
     sched_job *j = sl->job;
+    attn_capture_unlink(&s->inspecting, j->capture);
     if (sl->se) {
         if (sl->kv) sess_set_kv(s->store, sl->se, sl->kv, sl->n_past, kv_seq_bytes(sl->kv));
         attnd_err e;
@@ -288,9 +291,10 @@ static attnd_status slot_start(sched *s, slot *sl, sched_job *j, attnd_err *err)
      * at least the last prompt token (its logits start generation) */
     int keep = sess_common_prefix(sl->se->tokens, sl->se->kv_len, j->prompt, j->n_prompt);
     if (keep >= j->n_prompt) keep = j->n_prompt - 1;
-    if (j->prompt_logprobs) keep = 0; /* every prompt position's logits are needed */
+    if (j->prompt_logprobs || (j->capture && !j->se)) keep = 0; /* every position's logits / rows */
     if (keep < 0) keep = 0;
     kv_seq_truncate(sl->kv, keep);
+    if (j->capture) attn_capture_link(&s->inspecting, j->capture, sl->kv);
     sl->n_past = keep;
     sl->prefilling = true;
     sl->hist = malloc((size_t)(j->n_prompt + j->max_tokens + 1) * sizeof(int32_t));
@@ -400,7 +404,7 @@ static void admit(sched *s) {
             slot_finish(s, sl, NULL, ATTND_ERR_NOMEM, err.msg);
             continue;
         }
-        if (j->max_tokens == 0 && !j->prompt_logprobs) slot_finish(s, sl, "length", ATTND_OK, NULL);
+        if (j->max_tokens == 0 && !j->prompt_logprobs && !j->capture) slot_finish(s, sl, "length", ATTND_OK, NULL);
     }
 }
 
@@ -488,7 +492,8 @@ static void step(sched *s) {
     double t0 = attnd_now_s();
     attnd_err err;
     attnd_status rc;
-    while ((rc = engine_eval(s->eng, s->batch, n, s->logits, &err)) == ATTND_ERR_NOMEM) {
+    /* jobs that inspect attention are hooked into the engine for the evaluations that hold them */
+    while ((rc = attn_capture_eval(s->inspecting, s->eng, s->batch, n, s->logits, &err)) == ATTND_ERR_NOMEM) {
         if (evict_one(s)) continue;
         /* nothing idle to evict: the newest request gives way */
         slot *victim = newest_prefilling(s);

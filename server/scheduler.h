@@ -21,6 +21,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "attnd/attn_capture.h"
 #include "attnd/common.h"
 #include "attnd/engine.h"
 #include "attnd/sampler.h"
@@ -45,6 +46,11 @@ typedef struct sched_job_spec {
     int max_tokens;           /* >= 0; generation also ends at the context cap */
     int top_logprobs;         /* alternatives per generated token (0..20); -1 = no logprobs */
     bool prompt_logprobs;     /* echo + logprobs: log-probabilities of prompt tokens 1..n-1 */
+    attn_capture *capture;    /* stolen, may be NULL: records the attention of this job's
+                                 positions (attention inspection). Such a job evaluates its
+                                 whole prompt unless a named session caches a prefix, also with
+                                 max_tokens = 0; the hook is installed only for the steps that
+                                 hold such a job, so other requests never pay for it */
     sess *se;                 /* acquired named session (busy), or NULL = anonymous; once
                                  sched_submit succeeds the scheduler releases it when the job
                                  ends; until then (and if create or submit fail) it stays the
@@ -97,10 +103,12 @@ typedef struct sched_output {
     int n_cached;             /* prompt tokens whose KV was reused */
     int n_generated;          /* tokens sampled, the end-of-generation token included */
     double prompt_ms, gen_ms; /* time in steps that prefilled / decoded this job */
+    const attn_capture *capture; /* the job's (sched_job_spec.capture); read it once done */
 } sched_output;
 
 /* A consistent snapshot of the job's output so far. Thread-safe. */
 void sched_job_output(sched_job *j, sched_output *out);
+
 
 typedef struct sched_stats {
     int active, queued, slots;

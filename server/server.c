@@ -10,6 +10,7 @@
  */
 #include "server.h"
 
+#include <errno.h>
 #include <netdb.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,7 +18,10 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "attnd/cpuinfo.h"
+#include "attnd/kv.h"
 #include "http.h"
+#include "origin.h"
 #include "slog.h"
 
 // ---- lifecycle ----------------------------------------------------------------------------
@@ -26,6 +30,30 @@ static char *dup_or_null(const char *s) { return s ? strdup(s) : NULL; }
 
 static void status_hook(server *s, const char *msg) {
     if (s->cfg.hooks.on_status) s->cfg.hooks.on_status(s->cfg.hooks.user, msg);
+}
+
+/* Binds and listens on host:port ourselves, so that a port in use is an error that says so
+ * (errno), and never shared: only SO_REUSEADDR (restart over TIME_WAIT), no SO_REUSEPORT, so a
+ * second server on a busy port fails with "address in use" instead of taking half its
+ * connections. *fd is handed to libmicrohttpd, which closes it at stop. */
+static attnd_status listen_socket(const char *host, int port, int *fd, attnd_err *err) {
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE}, *ai = NULL;
+    char ps[16];
+    snprintf(ps, sizeof(ps), "%d", port);
+    int gai = getaddrinfo(host, ps, &hints, &ai);
+    if (gai != 0 || !ai) return attnd_fail(err, ATTND_ERR_INVALID, "cannot resolve host '%s': %s", host, gai_strerror(gai));
+    int one = 1;
+    *fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (*fd < 0 || setsockopt(*fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) != 0 ||
+        bind(*fd, ai->ai_addr, ai->ai_addrlen) != 0 || listen(*fd, 128) != 0) {
+        int e = errno;
+        if (*fd >= 0) close(*fd);
+        *fd = -1;
+        freeaddrinfo(ai);
+        return attnd_fail(err, ATTND_ERR_IO, "cannot listen on %s:%d: %s", host, port, strerror(e));
+    }
+    freeaddrinfo(ai);
+    return ATTND_OK;
 }
 
 attnd_status server_create(server **out, const server_settings *cfg, attnd_err *err) {
@@ -40,6 +68,9 @@ attnd_status server_create(server **out, const server_settings *cfg, attnd_err *
     s->api_key = dup_or_null(cfg->api_key);
     s->cors = cfg->cors_origins && *cfg->cors_origins ? strdup(cfg->cors_origins) : NULL;
     s->chat_template = dup_or_null(cfg->chat_template);
+    s->allowed_hosts = dup_or_null(cfg->allowed_hosts);
+    s->cfg.allowed_hosts = s->allowed_hosts;
+    s->loopback = origin_bind_is_loopback(s->host);
     s->cfg.host = s->host;
     s->cfg.model_path = s->model_path;
     s->cfg.model_alias = s->model_alias;
@@ -60,28 +91,24 @@ attnd_status server_create(server **out, const server_settings *cfg, attnd_err *
         rc = attnd_fail(err, ATTND_ERR_INVALID, "port %d is outside 0..65535", cfg->port);
         goto fail;
     }
-    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE}, *ai = NULL;
-    char port[16];
-    snprintf(port, sizeof(port), "%d", cfg->port);
-    int gai = getaddrinfo(s->host, port, &hints, &ai);
-    if (gai != 0 || !ai) {
-        rc = attnd_fail(err, ATTND_ERR_INVALID, "cannot resolve host '%s': %s", s->host, gai_strerror(gai));
+    int max_conns = cfg->max_connections > 0 ? cfg->max_connections : 256;
+    if ((rc = conn_tracker_create(&s->conns, max_conns, cfg->header_timeout_s > 0 ? cfg->header_timeout_s : 10, err)))
         goto fail;
-    }
+    int fd = -1;
+    if ((rc = listen_socket(s->host, cfg->port, &fd, err)) != ATTND_OK) goto fail;
     unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_ITC | MHD_USE_POLL;
-    if (ai->ai_family == AF_INET6) flags |= MHD_USE_IPv6;
-    s->d = MHD_start_daemon(flags, (uint16_t)cfg->port, NULL, NULL, http_on_request, s,
-                            MHD_OPTION_SOCK_ADDR, ai->ai_addr,
+    s->d = MHD_start_daemon(flags, 0, NULL, NULL, http_on_request, s,
+                            MHD_OPTION_LISTEN_SOCKET, fd,
                             MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)(cfg->request_timeout_s > 0 ? cfg->request_timeout_s : 30),
-                            MHD_OPTION_CONNECTION_LIMIT, (unsigned)(cfg->max_connections > 0 ? cfg->max_connections : 256),
+                            /* room above max_connections, so the excess is answered 503 (conn.h) */
+                            MHD_OPTION_CONNECTION_LIMIT, (unsigned)(max_conns <= 32767 ? 2 * max_conns : 65535),
+                            MHD_OPTION_NOTIFY_CONNECTION, conn_on_notify, s->conns,
                             MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)64 * 1024,
                             MHD_OPTION_NOTIFY_COMPLETED, http_on_completed, s,
-                            MHD_OPTION_LISTENING_ADDRESS_REUSE, 1,
                             MHD_OPTION_END);
-    freeaddrinfo(ai);
     if (!s->d) {
-        rc = attnd_fail(err, ATTND_ERR_IO, "cannot listen on %s:%d (address in use or not permitted?)", s->host,
-                        cfg->port);
+        close(fd);
+        rc = attnd_fail(err, ATTND_ERR_IO, "cannot start the HTTP server on %s:%d", s->host, cfg->port);
         goto fail;
     }
     const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->d, MHD_DAEMON_INFO_BIND_PORT);
@@ -94,6 +121,18 @@ fail:
 }
 
 int server_port(const server *s) { return s->port; }
+
+/* The start-up facts a person reading the log needs: threads, kernels, KV sizing, state dir. */
+static void log_engine_setup(const server *s) {
+    kv_type kt = s->cfg.kv_f32 ? KV_F32 : KV_F16;
+    size_t budget = s->cfg.kv_budget_mb ? s->cfg.kv_budget_mb << 20 : (size_t)1 << 30; /* as the scheduler */
+    size_t per_ctx = kv_context_bytes(s->m, s->n_ctx, kt);
+    slog_info("engine: %d threads, %s kernels%s; KV budget %zu MiB (%s, %zu bytes/token) = %zu full contexts of "
+              "%d tokens; state dir %s",
+              cpuinfo_threads(s->cfg.threads), cpuinfo_isa(), cpuinfo_has_amx() ? " (CPU has AMX, unused)" : "",
+              budget >> 20, kt == KV_F32 ? "f32" : "f16", kv_bytes_per_token(s->m, kt), per_ctx ? budget / per_ctx : 0,
+              s->n_ctx, s->state_dir ? s->state_dir : "none (sessions are not persisted)");
+}
 
 attnd_status server_load(server *s, attnd_err *err) {
     status_hook(s, "loading model");
@@ -129,6 +168,7 @@ attnd_status server_load(server *s, attnd_err *err) {
     slog_info("model ready: %s (%s, %d layers, vocab %d, context %d, chat template %s, %d sessions restored)",
               s->model_id, mi->arch, mi->n_layer, mi->n_vocab, s->n_ctx, chat_family_name(s->family),
               sess_count(s->store));
+    log_engine_setup(s);
     status_hook(s, "ready");
     if (s->cfg.hooks.on_ready) s->cfg.hooks.on_ready(s->cfg.hooks.user);
     return ATTND_OK;
@@ -168,6 +208,8 @@ void server_shutdown(server *s) {
         MHD_stop_daemon(s->d);
         s->d = NULL;
     }
+    conn_tracker_destroy(s->conns);
+    s->conns = NULL;
     if (s->store) {
         int fails = sess_persist_all(s->store);
         if (fails) slog_error("shutdown: %d sessions could not be saved", fails);
@@ -191,6 +233,8 @@ void server_destroy(server *s) {
     free(s->state_dir);
     free(s->api_key);
     free(s->cors);
+    free(s->allowed_hosts);
     free(s->chat_template);
+    conn_tracker_destroy(s->conns);
     free(s);
 }

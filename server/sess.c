@@ -149,6 +149,18 @@ done:
     free(path);
 }
 
+/* Creates and removes a file in dir, so an unwritable state directory is refused at start-up
+ * instead of failing every later save (in the log only). */
+static attnd_status check_writable(const char *dir, attnd_err *err) {
+    char path[4096];
+    snprintf(path, sizeof(path), "%s/.attnd-write-test-XXXXXX", dir);
+    int fd = mkstemp(path);
+    if (fd < 0) return attnd_fail(err, ATTND_ERR_IO, "state directory %s is not writable: %s", dir, strerror(errno));
+    close(fd);
+    unlink(path);
+    return ATTND_OK;
+}
+
 attnd_status sess_store_create(sess_store **out, const char *state_dir, const char *model_tag, int max_sessions,
                                attnd_err *err) {
     *out = NULL;
@@ -166,6 +178,7 @@ attnd_status sess_store_create(sess_store **out, const char *state_dir, const ch
             rc = attnd_fail(err, ATTND_ERR_IO, "cannot create state directory %s: %s", state_dir, strerror(errno));
             goto fail;
         }
+        if ((rc = check_writable(state_dir, err)) != ATTND_OK) goto fail;
         DIR *d = opendir(state_dir);
         if (!d) {
             rc = attnd_fail(err, ATTND_ERR_IO, "cannot read state directory %s: %s", state_dir, strerror(errno));
@@ -198,6 +211,17 @@ void sess_store_destroy(sess_store *st) {
 
 // ---- lifecycle ----------------------------------------------------------------------------
 
+/* True when <state_dir>/<id>.session.json exists: a file load_one skipped (another model's, or
+ * damaged) whose id must not be reused, or persisting would replace it. */
+static bool file_exists(const sess_store *st, const char *id) {
+    if (!st->dir) return false;
+    char *path = path_of(st, id, ".session.json");
+    struct stat sb;
+    bool yes = !path || lstat(path, &sb) == 0; /* out of memory: refuse rather than risk it */
+    free(path);
+    return yes;
+}
+
 attnd_status sess_create(sess_store *st, const char *id, char out_id[SESS_ID_MAX + 1], attnd_err *err) {
     char gen[SESS_ID_MAX + 1];
     if (!id) {
@@ -210,6 +234,8 @@ attnd_status sess_create(sess_store *st, const char *id, char out_id[SESS_ID_MAX
     attnd_status rc = ATTND_OK;
     if (find_named(st, id)) {
         rc = attnd_fail(err, ATTND_ERR_BUSY, "session '%s' already exists", id);
+    } else if (file_exists(st, id)) { /* another model's (or a damaged) file: never overwritten */
+        rc = attnd_fail(err, ATTND_ERR_BUSY, "session id '%s' is taken by a saved session this server did not load", id);
     } else if (st->n_named >= st->max_sessions) {
         rc = attnd_fail(err, ATTND_ERR_NOMEM, "session limit reached (%d); delete a session first", st->max_sessions);
     } else {

@@ -10,7 +10,8 @@
  * <state_dir>/<id>.session.json, written atomically (temp file, fsync, rename):
  *   {"format": "attnd-session", "version": 1, "id": "...", "model": "<model tag>",
  *    "created": <unix ms>, "last_used": <unix ms>, "tokens": [1, 415, ...]}
- * Files whose model tag differs from the loaded model's are left alone (not loaded).
+ * Files whose model tag differs from the loaded model's are left alone: not loaded, and their ids
+ * cannot be created (409), so they are never overwritten. The directory must be writable.
  *
  * Thread-safety: every function takes the store's mutex; sess pointers handed out by
  * sess_acquire stay valid until sess_release (a busy session cannot be deleted).
@@ -44,8 +45,9 @@ typedef struct sess {
 
 typedef struct sess_store sess_store;
 
-/* state_dir may be NULL (no persistence); it is created when missing. model_tag identifies the
- * vocabulary the token ids belong to. Loads the saved sessions of this model. */
+/* state_dir may be NULL (no persistence); it is created when missing, and ATTND_ERR_IO when it
+ * cannot be created, read or written. model_tag identifies the vocabulary the token ids belong
+ * to. Loads the saved sessions of this model. */
 attnd_status sess_store_create(sess_store **out, const char *state_dir, const char *model_tag, int max_sessions,
                                attnd_err *err);
 /* All KV handles must have been released by the scheduler first (sess_take_kv). */
@@ -55,7 +57,8 @@ void sess_store_destroy(sess_store *st);
 bool sess_id_valid(const char *id);
 
 /* Creates a named session. id NULL = generate one. Copies the final id into out_id.
- * Errors: INVALID (bad id), BUSY (id taken -> 409), NOMEM (max_sessions reached, or OOM). */
+ * Errors: INVALID (bad id), BUSY (id taken, also by a file not loaded -> 409), NOMEM
+ * (max_sessions reached, or OOM). */
 attnd_status sess_create(sess_store *st, const char *id, char out_id[SESS_ID_MAX + 1], attnd_err *err);
 /* Marks the session busy and returns it. NOT_FOUND, or BUSY when a request is running on it. */
 attnd_status sess_acquire(sess_store *st, const char *id, sess **out, attnd_err *err);

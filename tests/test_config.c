@@ -522,3 +522,20 @@ Test(config, garbage_files_are_errors_never_crashes) {
         drop(path);
     }
 }
+
+Test(config, api_key_on_the_command_line_is_scrubbed_from_argv) {
+    char a0[] = "serve", a1[] = "--api-key", a2[] = "s3cret", a3[] = "--api-key=other", a4[] = "--port", a5[] = "9";
+    char *argv[] = {a0, a1, a2, a3, a4, a5, NULL};
+    server_settings s;
+    config *c = NULL;
+    attnd_err err;
+    char *envp[] = {NULL};
+    /* the later flag wins, and the value survives the scrub (config_load copied it) */
+    cr_assert_eq(config_load(&c, &s, 6, argv, envp, &err), ATTND_OK, "%s", err.msg);
+    cr_expect_eq(config_scrub_argv(6, argv), 2);
+    cr_expect_str_eq(s.api_key, "other");
+    cr_expect_str_eq(a2, "xxxxxx");
+    cr_expect_str_eq(a3, "--api-key=xxxxx");
+    cr_expect_str_eq(a5, "9", "other arguments are left alone");
+    config_destroy(c);
+}

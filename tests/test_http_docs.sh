@@ -4,9 +4,8 @@
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 source "$here/http_lib.sh"
-need_shared
 src=${ATTND_SOURCE_DIR:-$here/..}
-start_server docs --model "$MODELS/stories260K.gguf" --threads 1
+start_server docs --model "$MODEL" --threads 1
 # the sh blocks that call the server on 127.0.0.1:8080, one file each, from docs/server.md and
 # from README.md (where the lead folds the server docs in)
 for doc in "$src/docs/server.md" "$src/README.md"; do

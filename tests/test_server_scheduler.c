@@ -15,7 +15,7 @@
 #include "scheduler.h"
 #include "sess.h"
 
-#define MODEL ATTND_SHARED_DIR "/models/stories260K.gguf"
+#define MODEL ATTND_DATA_DIR "/models/stories260K.gguf"
 
 static model *m;
 static tokenizer *tok;
@@ -53,8 +53,8 @@ static void teardown(void) {
     sch = NULL, store = NULL, tok = NULL, m = NULL;
 }
 
-static bool skip(void) {
-    if (!m) cr_skip_test("%s not found (shared fixtures absent)", MODEL);
+static bool model_missing(void) {
+    cr_assert(m, "%s did not load", MODEL);
     return !m;
 }
 
@@ -112,7 +112,7 @@ static void tokens_of(const sched_output *o, int32_t *out) {
 }
 
 Test(scheduler, a_job_generates_max_tokens_and_finishes_with_length) {
-    if (skip()) return;
+    if (model_missing()) return;
     start();
     sched_job *j = job_for("Once upon a time", 20);
     cr_assert_eq(sched_submit(sch, j, NULL), ATTND_OK);
@@ -126,7 +126,7 @@ Test(scheduler, a_job_generates_max_tokens_and_finishes_with_length) {
 }
 
 Test(scheduler, batched_jobs_get_the_same_tokens_as_alone) {
-    if (skip()) return;
+    if (model_missing()) return;
     start();
     const char *texts[4] = {"Once upon a time", "The cat", "A", "In a small town there lived"};
     int32_t alone[4][24], together[4][24];
@@ -159,7 +159,7 @@ Test(scheduler, batched_jobs_get_the_same_tokens_as_alone) {
 }
 
 Test(scheduler, a_repeated_prompt_reuses_the_cached_prefix) {
-    if (skip()) return;
+    if (model_missing()) return;
     start();
     sched_job *a = job_for("Once upon a time there was", 4), *b = job_for("Once upon a time there was", 4);
     sched_submit(sch, a, NULL);
@@ -174,7 +174,7 @@ Test(scheduler, a_repeated_prompt_reuses_the_cached_prefix) {
 }
 
 Test(scheduler, a_session_turn_caches_the_whole_conversation) {
-    if (skip()) return;
+    if (model_missing()) return;
     start();
     char id[SESS_ID_MAX + 1];
     cr_assert_eq(sess_create(store, "s", id, NULL), ATTND_OK);
@@ -204,7 +204,7 @@ Test(scheduler, a_session_turn_caches_the_whole_conversation) {
 }
 
 Test(scheduler, cancelling_frees_the_slot_within_a_step) {
-    if (skip()) return;
+    if (model_missing()) return;
     start();
     sched_job *j = job_for("Once upon a time", 400);
     sched_submit(sch, j, NULL);
@@ -225,7 +225,7 @@ Test(scheduler, cancelling_frees_the_slot_within_a_step) {
 }
 
 Test(scheduler, a_full_queue_is_refused) {
-    if (skip()) return;
+    if (model_missing()) return;
     cfg.max_parallel = 1;
     cfg.queue_limit = 1;
     start();
@@ -242,7 +242,7 @@ Test(scheduler, a_full_queue_is_refused) {
 }
 
 Test(scheduler, the_kv_budget_evicts_idle_caches) {
-    if (skip()) return;
+    if (model_missing()) return;
     cfg.kv_budget_mb = 1; /* stories260K: 640 bytes a token at f16, so ~1600 tokens */
     start();
     int done = 0;
@@ -263,7 +263,7 @@ Test(scheduler, the_kv_budget_evicts_idle_caches) {
 }
 
 Test(scheduler, the_watchdog_hook_ticks_while_idle) {
-    if (skip()) return;
+    if (model_missing()) return;
     start();
     usleep(300 * 1000);
     cr_assert_geq(atomic_load(&ticks), 3, "ticks: %d", atomic_load(&ticks));

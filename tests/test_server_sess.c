@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "sess.h"
@@ -179,7 +180,39 @@ Test(sess, histories_survive_a_restart_and_other_models_files_are_ignored) {
 
     cr_assert_eq(sess_store_create(&st, dir, "model-B", 10, NULL), ATTND_OK);
     cr_assert_eq(sess_count(st), 0);
+    /* model A's "conv" is not model B's to take: creating it is refused, the file is untouched */
+    cr_expect_eq(sess_create(st, "conv", id, &err), ATTND_ERR_BUSY);
+    cr_expect(strstr(err.msg, "conv"), "%s", err.msg);
+    cr_expect_eq(sess_persist_all(st), 0);
     sess_store_destroy(st);
+    f = fopen(path, "r");
+    char again[512] = {0};
+    cr_assert(fread(again, 1, sizeof(again) - 1, f) > 0);
+    fclose(f);
+    cr_expect_str_eq(again, buf, "another model's session file changed");
+}
+
+Test(sess, an_unwritable_state_dir_is_refused_at_start) {
+    if (geteuid() == 0) {
+        /* root writes anywhere: a regular file in the directory's place is unwritable for all */
+        char path[256];
+        snprintf(path, sizeof(path), "%s/not-a-dir", dir);
+        FILE *f = fopen(path, "w");
+        fclose(f);
+        sess_store *st = NULL;
+        attnd_err err = {{0}};
+        cr_expect_eq(sess_store_create(&st, path, "m", 10, &err), ATTND_ERR_IO);
+        cr_expect(strstr(err.msg, "not-a-dir"), "%s", err.msg);
+        cr_expect_null(st);
+        return;
+    }
+    chmod(dir, 0500);
+    sess_store *st = NULL;
+    attnd_err err = {{0}};
+    cr_expect_eq(sess_store_create(&st, dir, "m", 10, &err), ATTND_ERR_IO);
+    cr_expect(strstr(err.msg, "not writable"), "%s", err.msg);
+    cr_expect_null(st);
+    chmod(dir, 0700);
 }
 
 Test(sess, damaged_files_are_skipped_not_fatal) {

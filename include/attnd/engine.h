@@ -51,6 +51,12 @@ attnd_status engine_eval(engine *e, const batch_entry *entries, int n, float *lo
  */
 typedef void (*engine_attn_cb)(void *user, int entry, int layer, int head, const float *weights, int n_keys);
 void engine_set_attention_cb(engine *e, engine_attn_cb cb, void *user);
+/* Optional, with the callback: asked (with the callback's user) before anything is computed for
+ * an (entry, layer, head); false skips it at no cost, so inspecting one sequence of a batch, or
+ * one layer, costs the rest nothing. NULL (the default) = every one. attnd/attn_capture.h builds
+ * on both. */
+typedef bool (*engine_attn_want)(void *user, int entry, int layer, int head);
+void engine_set_attention_filter(engine *e, engine_attn_want want);
 
 // ---- Generation loop ------------------------------------------------------------------------
 
