@@ -257,22 +257,10 @@ static attnd_status set_origin(config *c, size_t i, config_source src, const cha
  * Parses `value` for SETTINGS[i] and stores it in *s, recording src/origin. `where` prefixes
  * error messages ("attnd.conf:12: key 'port'", "environment ATTND_PORT", "flag --port").
  */
-static attnd_status apply(config *c, server_settings *s, size_t i, const char *value, config_source src,
-                          const char *origin, int line, const char *where, attnd_err *err) {
+/* Parses value by the entry's kind into field (a member of the settings struct). */
+static attnd_status parse_value(config *c, size_t i, char *field, const char *value, const char *where,
+                                attnd_err *err) {
     const entry *e = &SETTINGS[i];
-    char *field = (char *)s + e->off;
-    /* api_key and api_key_file write the same field. Both non-empty in one layer is
-     * ambiguous; an empty one next to a set one in the same layer changes nothing; across
-     * layers the stronger one wins and the other no longer describes the field. */
-    int pair = -1;
-    for (size_t j = 0; j < N_SETTINGS; j++)
-        if (j != i && SETTINGS[j].off == e->off) pair = (int)j;
-    if (pair >= 0 && c->slots[pair].src == src && src != CONFIG_SRC_DEFAULT && *(const char **)field) {
-        if (*value)
-            return attnd_fail(err, ATTND_ERR_INVALID, "%s: '%s' is set too (%s); set only one of them", where,
-                              SETTINGS[pair].key, c->slots[pair].origin ? c->slots[pair].origin : "here");
-        return set_origin(c, i, src, origin, line, err);
-    }
     long long ll;
     double d;
     int b;
@@ -352,8 +340,29 @@ static attnd_status apply(config *c, server_settings *s, size_t i, const char *v
         break;
     }
     }
+    return ATTND_OK;
+}
+
+static attnd_status apply(config *c, server_settings *s, size_t i, const char *value, config_source src,
+                          const char *origin, int line, const char *where, attnd_err *err) {
+    const entry *e = &SETTINGS[i];
+    char *field = (char *)s + e->off;
+    /* api_key and api_key_file write the same field. Both non-empty in one layer is
+     * ambiguous; an empty one next to a set one in the same layer changes nothing; across
+     * layers the stronger one wins and the other no longer describes the field. */
+    int pair = -1;
+    for (size_t j = 0; j < N_SETTINGS; j++)
+        if (j != i && SETTINGS[j].off == e->off) pair = (int)j;
+    if (pair >= 0 && c->slots[pair].src == src && src != CONFIG_SRC_DEFAULT && *(const char **)field) {
+        if (*value)
+            return attnd_fail(err, ATTND_ERR_INVALID, "%s: '%s' is set too (%s); set only one of them", where,
+                              SETTINGS[pair].key, c->slots[pair].origin ? c->slots[pair].origin : "here");
+        return set_origin(c, i, src, origin, line, err);
+    }
+    attnd_status st = parse_value(c, i, field, value, where, err);
+    if (st != ATTND_OK) return st;
     if (pair >= 0 && c->slots[pair].src != src) {
-        attnd_status st = set_origin(c, (size_t)pair, CONFIG_SRC_DEFAULT, NULL, 0, err);
+        st = set_origin(c, (size_t)pair, CONFIG_SRC_DEFAULT, NULL, 0, err);
         if (st != ATTND_OK) return st;
         c->slots[pair].raw = NULL;
     }
