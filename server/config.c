@@ -79,7 +79,7 @@ static const entry SETTINGS[] = {
     {"shutdown_timeout_s", K_INT, OFF(shutdown_timeout_s), 0, 3600, 0, "SIGTERM: time in-flight work gets, s"},
     {"watchdog_interval_ms", K_INT, OFF(watchdog_interval_ms), 10, 3600000, 0, "scheduler keep-alive period, ms"},
     {"api_key", K_STR, OFF(api_key), 0, 0, F_SECRET, "required Bearer token (empty = no auth)"},
-    {"api_key_file", K_KEYFILE, OFF(api_key), 0, 0, F_SECRET, "file holding the Bearer token"},
+    {"api_key_file", K_KEYFILE, OFF(api_key), 0, 0, F_SECRET, "file holding the Bearer token(s), one per line"},
     {"cors_origins", K_STR, OFF(cors_origins), 0, 0, 0, "allowed CORS origins, comma-separated, * = any"},
     {"allowed_hosts", K_STR, OFF(allowed_hosts), 0, 0, 0, "extra Host names a loopback-bound server answers"},
     {"log_level", K_LOGLEVEL, OFF(log_level), 0, 0, 0, "error | warn | info | debug"},
@@ -225,7 +225,8 @@ static int parse_log_level(const char *s) {
     return -1;
 }
 
-/* Reads a secret file: at most 4 KiB, trailing whitespace/newlines dropped, must not be empty. */
+/* Reads a secret file: at most 4 KiB, one key per line (blank lines and surrounding whitespace
+ * dropped; the keys are joined with '\n'), at least one key. */
 static attnd_status read_key_file(config *c, const char *path, const char *where, char **out, attnd_err *err) {
     FILE *f = fopen(path, "rb");
     if (!f) return attnd_fail(err, ATTND_ERR_IO, "%s: cannot read '%s': %s", where, path, strerror(errno));
@@ -235,11 +236,25 @@ static attnd_status read_key_file(config *c, const char *path, const char *where
     fclose(f);
     if (bad) return attnd_fail(err, ATTND_ERR_IO, "%s: reading '%s' failed", where, path);
     if (n == sizeof(buf)) return attnd_fail(err, ATTND_ERR_INVALID, "%s: '%s' is over 4 KiB; not a key", where, path);
-    while (n > 0 && isspace((unsigned char)buf[n - 1])) n--;
-    if (n == 0) return attnd_fail(err, ATTND_ERR_INVALID, "%s: '%s' is empty", where, path);
-    if (memchr(buf, '\0', n) || memchr(buf, '\n', n))
-        return attnd_fail(err, ATTND_ERR_INVALID, "%s: '%s' must hold one line of text", where, path);
-    *out = keep(c, buf, n);
+    if (memchr(buf, '\0', n)) return attnd_fail(err, ATTND_ERR_INVALID, "%s: '%s' is not a text file", where, path);
+    /* one key per line, surrounding blanks dropped; several keys = several tenants */
+    char keys[4097];
+    size_t k = 0;
+    for (size_t i = 0; i < n;) {
+        size_t e = i;
+        while (e < n && buf[e] != '\n') e++;
+        size_t a = i, b = e;
+        while (a < b && isspace((unsigned char)buf[a])) a++;
+        while (b > a && isspace((unsigned char)buf[b - 1])) b--;
+        if (b > a) {
+            if (k) keys[k++] = '\n';
+            memcpy(keys + k, buf + a, b - a);
+            k += b - a;
+        }
+        i = e + 1;
+    }
+    if (k == 0) return attnd_fail(err, ATTND_ERR_INVALID, "%s: '%s' is empty", where, path);
+    *out = keep(c, keys, k);
     return *out ? ATTND_OK : attnd_fail(err, ATTND_ERR_NOMEM, "out of memory");
 }
 

@@ -69,6 +69,7 @@ typedef struct req {
     bool too_big;
     int status;              /* response status (for the access log and metrics) */
     int n_prompt;            /* prompt tokens, for the access log */
+    char owner[SESS_OWNER_MAX + 1]; /* the API key's owner tag ("" = one key or none; sess.h) */
     char reason[160];        /* why the request was refused (error responses), for the log */
     bool cancelled;          /* client went away mid-request */
     // ---- generation in flight ----

@@ -8,7 +8,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 BIN=${ATTND_BINARY:?ATTND_BINARY not set}
 REF=${ATTND_ATTN_REFERENCE:?ATTND_ATTN_REFERENCE not set}
 MODEL=$here/../models/attnd-sotu.gguf
-command -v node >/dev/null || { echo "SKIP: node is not installed"; exit 77; }
+command -v node >/dev/null || { echo "FAIL: node is not installed (scripts/dev.sh test installs it)"; exit 1; }
 TMP=$(mktemp -d /tmp/attnd-attn-cli.XXXXXX)
 trap 'rm -rf "$TMP"' EXIT
 fail() { echo "FAIL: $*" >&2; exit 1; }

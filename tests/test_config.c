@@ -377,6 +377,16 @@ Test(config, api_key_file_is_read_and_never_printed) {
     drop(path);
     drop(key);
 
+    /* several keys, one per line (one tenant each); blank lines and blanks around keys dropped */
+    key = temp_file("key-one\n\n  key-two \r\nkey-three");
+    snprintf(line, sizeof(line), "api_key_file = %s\n", key);
+    path = temp_file(line);
+    cr_assert_eq(load(&c, &s, NULL, &err, "--config", path, NULL), ATTND_OK, "%s", err.msg);
+    cr_assert_str_eq(s.api_key, "key-one\nkey-two\nkey-three");
+    config_destroy(c);
+    drop(path);
+    drop(key);
+
     key = temp_file("\n  \n");
     snprintf(line, sizeof(line), "api_key_file = %s\n", key);
     path = temp_file(line);

@@ -10,8 +10,8 @@ source "$here/http_lib.sh"
 need_node
 CHROMIUM=$(command -v chromium || command -v chromium-browser || true)
 if [ -z "$CHROMIUM" ]; then
-    echo "SKIP: chromium is not installed (scripts/dev.sh installs it)"
-    exit 77
+    echo "FAIL: chromium is not installed (scripts/dev.sh test installs it)"
+    exit 1
 fi
 build=${ATTND_BUILD_DIR:-$(dirname "$ATTND_BINARY")}
 dir=$build/.npm-puppeteer
@@ -19,8 +19,8 @@ if [ ! -f "$dir/node_modules/puppeteer-core/package.json" ]; then
     mkdir -p "$dir"
     [ -f "$dir/package.json" ] || echo '{"name":"attnd-playground-test","private":true}' > "$dir/package.json"
     if ! (cd "$dir" && npm install --no-audit --no-fund --loglevel=error puppeteer-core >/dev/null); then
-        echo "SKIP: npm install puppeteer-core failed (no registry access?)"
-        exit 77
+        echo "FAIL: npm install puppeteer-core failed (no registry access?)"
+        exit 1
     fi
 fi
 echo "# puppeteer-core $(node -p "require('$dir/node_modules/puppeteer-core/package.json').version"), $("$CHROMIUM" --version)"

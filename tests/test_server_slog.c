@@ -36,5 +36,5 @@ Test(slog, a_forged_newline_stays_on_the_same_line) {
     unlink(path);
     cr_expect_eq(strchr(buf, '\n'), buf + strlen(buf) - 1, "more than one line: %s", buf);
     cr_expect(strstr(buf, "GET /x\\x0a<3>2026"), "%s", buf);
-    cr_expect(!strncmp(buf, "<6>", 3), "%s", buf);
+    cr_expect(buf[0] >= '0' && buf[0] <= '9', "the line starts with its own timestamp: %s", buf);
 }
