@@ -19,13 +19,16 @@ const char *attnd_status_str(attnd_status st) {
     return "unknown status";
 }
 
+attnd_status attnd_vfail(attnd_err *err, attnd_status st, const char *fmt, va_list ap) {
+    if (err) vsnprintf(err->msg, sizeof(err->msg), fmt, ap);
+    return st;
+}
+
 attnd_status attnd_fail(attnd_err *err, attnd_status st, const char *fmt, ...) {
-    if (err) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err->msg, sizeof(err->msg), fmt, ap);
-        va_end(ap);
-    }
+    va_list ap;
+    va_start(ap, fmt);
+    attnd_vfail(err, st, fmt, ap);
+    va_end(ap);
     return st;
 }
 
