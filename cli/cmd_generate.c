@@ -136,9 +136,7 @@ int cmd_generate(int argc, char **argv) {
     int rc = 1;
     attnd_err err;
     model *m = NULL;
-    engine *e = NULL;
-    kv_pool *pool = NULL;
-    kv_seq *s = NULL;
+    cli_seq q = {0};
     int32_t *out = NULL;
     tokenizer *tok = NULL;
     cli_gen *cg = NULL;
@@ -168,9 +166,7 @@ int cmd_generate(int argc, char **argv) {
                  n_prompt, o.n_predict, mi->n_ctx);
         goto fail;
     }
-    if (engine_create(&e, m, n_prompt < 512 ? n_prompt : 512, o.n_threads, &err)) goto fail;
-    if (kv_pool_create(&pool, m, SIZE_MAX, o.kv, &err)) goto fail; /* a limit only; blocks come as used */
-    if (kv_seq_create(&s, pool, &err)) goto fail;
+    if (cli_seq_open(&q, m, n_prompt < 512 ? n_prompt : 512, o.n_threads, o.kv, &err)) goto fail;
     out = malloc(sizeof(*out) * (size_t)(o.n_predict ? o.n_predict : 1));
     if (!out) {
         snprintf(err.msg, sizeof(err.msg), "out of memory");
@@ -182,7 +178,7 @@ int cmd_generate(int argc, char **argv) {
                     .on_token = cli_gen_on_token, .token_user = cg};
     engine_timings tm;
     int n_out;
-    if (engine_generate(e, s, prompt, n_prompt, &g, out, &n_out, &tm, &err)) goto fail;
+    if (engine_generate(q.e, q.s, prompt, n_prompt, &g, out, &n_out, &tm, &err)) goto fail;
 
     size_t text_len = 0;
     const char *text = cli_gen_text(cg, &text_len); /* cut at a --stop string */
@@ -196,9 +192,7 @@ out:
     cli_gen_destroy(cg);
     cli_sampling_free(&o.sampling);
     tok_destroy(tok);
-    kv_seq_destroy(s);
-    kv_pool_destroy(pool);
-    engine_destroy(e);
+    cli_seq_close(&q);
     model_destroy(m);
     free(prompt);
     free(dflt);

@@ -105,9 +105,7 @@ int cmd_score(int argc, char **argv) {
     int rc = 1;
     attnd_err err;
     model *m = NULL;
-    engine *e = NULL;
-    kv_pool *pool = NULL;
-    kv_seq *s = NULL;
+    cli_seq q = {0};
     batch_entry *b = NULL;
     float *logits = NULL;
     if (model_load(&m, o.model, &err)) goto fail;
@@ -125,10 +123,7 @@ int cmd_score(int argc, char **argv) {
     /* One prefill of up to 512 tokens (longer sequences continue in chunks of 512), so the logits
      * buffer stays at 512 x n_vocab floats even for large vocabularies. */
     int max_batch = n < 512 ? n : 512;
-    if (engine_create(&e, m, max_batch, o.n_threads, &err)) goto fail;
-    /* The budget is only a limit (blocks are allocated as used); one sequence needs no cap. */
-    if (kv_pool_create(&pool, m, SIZE_MAX, o.kv, &err)) goto fail;
-    if (kv_seq_create(&s, pool, &err)) goto fail;
+    if (cli_seq_open(&q, m, max_batch, o.n_threads, o.kv, &err)) goto fail;
     b = malloc(sizeof(*b) * (size_t)max_batch);
     logits = malloc(sizeof(float) * (size_t)max_batch * mi->n_vocab); /* (max_batch, n_vocab) */
     if (!b || !logits) {
@@ -139,8 +134,8 @@ int cmd_score(int argc, char **argv) {
     for (int done = 0; done < n - 1;) {
         /* positions done..done+c-1 predict tokens done+1..done+c */
         int c = (n - 1 - done) < max_batch ? n - 1 - done : max_batch;
-        for (int i = 0; i < c; i++) b[i] = (batch_entry){s, ids[done + i], done + i, true};
-        if (engine_eval(e, b, c, logits, &err)) {
+        for (int i = 0; i < c; i++) b[i] = (batch_entry){q.s, ids[done + i], done + i, true};
+        if (engine_eval(q.e, b, c, logits, &err)) {
             json_decref(argmax);
             json_decref(lps);
             goto fail;
@@ -160,9 +155,7 @@ fail:
 out:
     free(b);
     free(logits);
-    kv_seq_destroy(s);
-    kv_pool_destroy(pool);
-    engine_destroy(e);
+    cli_seq_close(&q);
     model_destroy(m);
     free(ids);
     free(dflt);
