@@ -3,6 +3,8 @@
 #
 #   scripts/dev.sh run    install what is missing, build, serve the default model on 127.0.0.1:8080
 #   scripts/dev.sh test   install what is missing, build (plain and ASan/UBSan), run the whole suite
+#   scripts/dev.sh bench  install what is missing (+ python3-numpy, gnuplot-nox), build, and run
+#                         tools/bench/tinyllama.sh (attnd against llama.cpp; extra arguments go to it)
 #
 # Works as root or through sudo. Extra arguments after `run` go to `attnd serve`.
 set -euo pipefail
@@ -41,6 +43,13 @@ run)
     build build -DCMAKE_BUILD_TYPE=Release
     exec ./build/attnd serve "$@"
     ;;
+bench)
+    shift
+    PACKAGES+=(python3-numpy gnuplot-nox)
+    install_packages
+    build build -DCMAKE_BUILD_TYPE=Release
+    exec tools/bench/tinyllama.sh "$@"
+    ;;
 test)
     install_packages
     build build -DCMAKE_BUILD_TYPE=Release
@@ -49,7 +58,7 @@ test)
     (cd build-asan && ATTND_SANITIZED=1 ctest --output-on-failure)
     ;;
 *)
-    echo "usage: scripts/dev.sh run|test" >&2
+    echo "usage: scripts/dev.sh run|test|bench" >&2
     exit 2
     ;;
 esac
