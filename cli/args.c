@@ -89,6 +89,7 @@ static char *existing(const char *dir, const char *rel) {
 
 char *cli_default_model_path(void) {
     static const char *MODEL = "attnd-sotu.gguf";
+    char *p;
     const char *env = getenv("ATTND_MODEL");
     if (env && *env) return strdup(env);
     char exe[PATH_MAX];
@@ -98,7 +99,6 @@ char *cli_default_model_path(void) {
         char *slash = strrchr(exe, '/');
         if (slash) *slash = '\0';
         char rel[64];
-        char *p;
         /* installed tree: bin/attnd -> share/attnd/models/ (works when relocated or staged) */
         snprintf(rel, sizeof(rel), "../share/attnd/models/%s", MODEL);
         if ((p = existing(exe, rel))) return p;
@@ -106,6 +106,8 @@ char *cli_default_model_path(void) {
         snprintf(rel, sizeof(rel), "../models/%s", MODEL);
         if ((p = existing(exe, rel))) return p;
     }
+    /* a build folder anywhere (cmake -B /elsewhere): the source tree it was built from */
+    if ((p = existing(ATTND_SOURCE_MODEL_DIR, MODEL))) return p;
     return existing(ATTND_INSTALL_DATADIR "/models", MODEL);
 }
 

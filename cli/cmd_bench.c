@@ -3,9 +3,9 @@
  * GGUF, in one run, as ratios; and ms/token along one long generation to show that a decode
  * step costs O(position) (linear growth, no recompute of the prefix).
  *
- * llama.cpp runs through the project's node-llama-cpp peer (tools/peers/llamacpp): --peer-dir
- * names an installed copy; otherwise $ATTND_PEER_DIR when it is installed, otherwise
- * tools/peers/llamacpp/install.sh (run from the source tree) installs it into a cache folder once.
+ * llama.cpp runs through the project's node-llama-cpp peer (tools/peers/llamacpp): --peer-dir names
+ * an installed copy; otherwise the peer's install.sh installs it on first use into $ATTND_PEER_DIR or
+ * ~/.cache/attnd/peers/llamacpp (quick when it is already there) and says where.
  * attnd and llama.cpp runs alternate, and each figure is the median of --reps runs, so a machine
  * whose load drifts affects both sides alike. A benchmark, not a test: it asserts nothing.
  * tools/bench/tinyllama.sh drives it over model types, thread counts and prompt lengths.
@@ -18,6 +18,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "attnd/engine.h"
 #include "commands.h"
@@ -35,7 +36,7 @@ static const char *USAGE =
     "  --n N             tokens to generate for the decode measurement (default 128)\n"
     "  --reps R          runs per engine; medians are reported (default 3)\n"
     "  --kv-type T       KV cache type for both engines (default f16, llama.cpp's default)\n"
-    "  --peer-dir DIR    an installed llama.cpp peer (tools/peers/llamacpp/install.sh prints one)\n"
+    "  --peer-dir DIR    an installed llama.cpp peer (tools/peers/llamacpp/install.sh DIR)\n"
     "  --no-peer         measure attnd only\n"
     "  --growth-len N    length of the long generation (default: the model's context, at most 2048)\n"
     "  --no-growth       skip the long generation\n"
@@ -76,45 +77,44 @@ static double median(double *v, int n) {
     return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
-static bool has_node_modules(const char *dir) {
-    char buf[4096];
+static bool is_dir(const char *p) {
     struct stat st;
-    snprintf(buf, sizeof(buf), "%.2000s/node_modules/node-llama-cpp", dir);
-    return stat(buf, &st) == 0 && S_ISDIR(st.st_mode);
+    return stat(p, &st) == 0 && S_ISDIR(st.st_mode);
 }
 
-/* Runs the project's peer installer (from the source tree, the current directory) and returns the
- * folder it prints (malloc'd), or NULL. */
-static char *install_peer(void) {
-    const char *script = "tools/peers/llamacpp/install.sh";
-    struct stat st;
-    if (stat(script, &st) != 0) {
-        fprintf(stderr, "attnd bench: no llama.cpp peer (run from the source tree, or give --peer-dir or --no-peer)\n");
-        return NULL;
-    }
-    FILE *p = popen("tools/peers/llamacpp/install.sh", "r");
-    if (!p) return NULL;
-    char line[4096] = "";
-    bool got = fgets(line, sizeof(line), p) != NULL;
-    int rc = pclose(p);
-    line[strcspn(line, "\n")] = 0;
-    if (!got || rc != 0 || !has_node_modules(line)) {
-        fprintf(stderr, "attnd bench: %s failed; llama.cpp is not measured\n", script);
-        return NULL;
-    }
-    return strdup(line);
-}
-
-/* Finds (or installs) the llama.cpp peer; NULL when unavailable (reason printed). */
+/* Finds (or installs) the llama.cpp peer; NULL when unavailable (reason printed). The peer's
+ * sources are tools/peers/llamacpp (installed next to the binary as share/attnd/peers/llamacpp);
+ * its install.sh puts node-llama-cpp into $ATTND_PEER_DIR or ~/.cache/attnd/peers/llamacpp. */
 static char *find_peer(const char *given) {
+    char buf[4096];
     if (given) {
-        if (has_node_modules(given)) return strdup(given);
-        fprintf(stderr, "attnd bench: --peer-dir %s has no node_modules/node-llama-cpp\n", given);
+        snprintf(buf, sizeof(buf), "%.2000s/node_modules", given);
+        if (is_dir(buf)) return strdup(given);
+        fprintf(stderr, "attnd bench: --peer-dir %s has no node_modules (run tools/peers/llamacpp/install.sh DIR)\n",
+                given);
         return NULL;
     }
-    const char *env = getenv("ATTND_PEER_DIR");
-    if (env && has_node_modules(env)) return strdup(env);
-    return install_peer();
+    char src[PATH_MAX] = "", exe[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+    if (n > 0) {
+        exe[n] = '\0';
+        char *slash = strrchr(exe, '/');
+        if (slash) *slash = '\0';
+        snprintf(buf, sizeof(buf), "%.2000s/../share/attnd/peers/llamacpp/install.sh", exe);
+        if (access(buf, X_OK) == 0) snprintf(src, sizeof(src), "%.2000s/../share/attnd/peers/llamacpp", exe);
+    }
+    if (!*src) snprintf(src, sizeof(src), "%s", ATTND_PEER_SOURCE_DIR);
+    fprintf(stderr, "attnd bench: llama.cpp peer: %s/install.sh (installs node-llama-cpp once, ~30 s)\n", src);
+    snprintf(buf, sizeof(buf), "'%.2000s/install.sh'", src);
+    FILE *p = popen(buf, "r");
+    char dir[PATH_MAX] = "";
+    if (p && !fgets(dir, sizeof(dir), p)) dir[0] = '\0';
+    if (!p || pclose(p) != 0 || !*dir) {
+        fprintf(stderr, "attnd bench: installing the llama.cpp peer failed (give --peer-dir or --no-peer)\n");
+        return NULL;
+    }
+    dir[strcspn(dir, "\n")] = '\0';
+    return strdup(dir);
 }
 
 /* One llama.cpp run; false when it failed. */

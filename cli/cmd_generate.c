@@ -27,7 +27,7 @@ static const char *USAGE =
     "  --tokens IDS      comma-separated prompt token ids\n"
     "  --n N             tokens to generate (default 64)\n"
     "  --json            print {\"prompt_tokens\",\"tokens\",\"text\",\"timings\"} as one JSON object\n"
-    "  --threads N       threads (default: the CPUs this process may use)\n"
+    "  --threads N       threads; 0 (the default) = the CPUs this process may use\n"
     "  --kv-type T       KV cache type, f16 (default) or f32\n"
     "\n";
 
@@ -59,7 +59,7 @@ static void parse_args(int argc, char **argv, gen_opts *o) {
             o->n_predict = (int)cli_parse_int("generate", "--n", v, 0, 1 << 24);
         } else if (cli_sampling_flag("generate", argc, argv, &i, &o->sampling)) {
         } else if (cli_flag_value("generate", argc, argv, &i, "--threads", &v)) {
-            o->n_threads = (int)cli_parse_int("generate", "--threads", v, 1, 1024);
+            o->n_threads = (int)cli_parse_int("generate", "--threads", v, 0, 1024);
         } else if (cli_flag_value("generate", argc, argv, &i, "--kv-type", &v)) {
             if (!strcmp(v, "f16")) o->kv = KV_F16;
             else if (!strcmp(v, "f32")) o->kv = KV_F32;
@@ -91,39 +91,6 @@ static json_t *ids_json(const int32_t *ids, int n) {
     return a;
 }
 
-/* The text of generated ids as a continuation of the prompt: a SentencePiece piece's leading
- * space is kept (tok_decode drops it, as at the start of a text). *text is malloc'd. */
-static attnd_status decode_continuation(const tokenizer *tok, const int32_t *ids, int n, char **text, size_t *len,
-                                        attnd_err *err) {
-    tok_stream *ts;
-    if (tok_stream_create(&ts, tok, false) != ATTND_OK) return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory");
-    tok_stream_keep_leading_space(ts);
-    size_t cap = 256, used = 0;
-    char *buf = malloc(cap);
-    for (int i = 0; buf && i <= n; i++) {
-        const char *piece;
-        size_t k = i < n ? tok_stream_push(ts, ids[i], &piece) : tok_stream_flush(ts, &piece);
-        if (used + k + 1 > cap) {
-            while (used + k + 1 > cap) cap *= 2;
-            char *g = realloc(buf, cap);
-            if (!g) {
-                free(buf);
-                buf = NULL;
-                break;
-            }
-            buf = g;
-        }
-        memcpy(buf + used, piece, k);
-        used += k;
-    }
-    tok_stream_destroy(ts);
-    if (!buf) return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory");
-    buf[used] = '\0';
-    *text = buf;
-    *len = used;
-    return ATTND_OK;
-}
-
 int cmd_generate(int argc, char **argv) {
     gen_opts o;
     parse_args(argc, argv, &o);
@@ -140,7 +107,6 @@ int cmd_generate(int argc, char **argv) {
     kv_seq *s = NULL;
     int32_t *out = NULL;
     tokenizer *tok = NULL;
-    char *text = NULL;
     cli_gen *cg = NULL;
     if (model_load(&m, o.model, &err)) goto fail;
     const model_info *mi = model_info_get(m);
@@ -185,20 +151,13 @@ int cmd_generate(int argc, char **argv) {
     if (engine_generate(e, s, prompt, n_prompt, &g, out, &n_out, &tm, &err)) goto fail;
 
     size_t text_len = 0;
-    if (cli_gen_has_text(cg)) { /* cut at a --stop string */
-        const char *t = cli_gen_text(cg, &text_len);
-        if (!(text = malloc(text_len + 1))) {
-            snprintf(err.msg, sizeof(err.msg), "out of memory");
-            goto fail;
-        }
-        memcpy(text, t, text_len + 1);
-    } else if (tok && decode_continuation(tok, out, n_out, &text, &text_len, &err)) goto fail;
+    const char *text = cli_gen_text(cg, &text_len); /* cut at a --stop string */
     double tps = tm.decode_ms > 0 ? tm.n_decode / (tm.decode_ms / 1e3) : 0;
     if (o.json) {
         json_t *root = json_object();
         json_object_set_new(root, "prompt_tokens", ids_json(prompt, n_prompt));
         json_object_set_new(root, "tokens", ids_json(out, n_out));
-        json_object_set_new(root, "text", text_json(text ? text : "", text_len));
+        json_object_set_new(root, "text", text_json(text, text_len));
         if (o.sampling.top_logprobs) json_object_set_new(root, "logprobs", cli_gen_logprobs_json(cg));
         json_t *t = json_object();
         json_object_set_new(t, "prefill_ms", json_real(tm.prefill_ms));
@@ -227,7 +186,6 @@ fail:
     fprintf(stderr, "attnd generate: %s\n", err.msg);
 out:
     free(out);
-    free(text);
     cli_gen_destroy(cg);
     cli_sampling_free(&o.sampling);
     tok_destroy(tok);

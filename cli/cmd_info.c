@@ -9,13 +9,19 @@
 #include <string.h>
 
 #include "attnd/gguf.h"
+#include "attnd/kv.h"
+#include "attnd/model.h"
+#include "attnd/tokenizer.h"
 #include "commands.h"
+#include "../server/chat.h"
 
 static const char *USAGE =
     "usage: attnd info [--model PATH] [--json]\n"
     "\n"
     "Prints the architecture, hyper-parameters, vocabulary size and tokenizer kind, tensor\n"
-    "count by type, file size and parameter count of a GGUF model file.\n"
+    "count by type, file size and parameter count of a GGUF model file; then whether attnd can\n"
+    "run it (or why not), the chat template `attnd serve` would use, and the KV cache size per\n"
+    "token and per full context.\n"
     "  --model PATH   the GGUF file (default: the shipped default model)\n"
     "  --json         print one JSON object instead of text\n";
 
@@ -44,6 +50,53 @@ static json_t *scalar_json(const gguf_value *v) {
 static const char *str_or(const gguf_file *f, const char *key, const char *dflt) {
     const char *s;
     return gguf_get_str(f, key, &s, NULL) == ATTND_OK ? s : dflt;
+}
+
+/* What running the file would mean: "runs" (and "refused" with the reason when not), the chat
+ * template serve would pick, KV bytes per token and per full context. Adds them to root. */
+static void add_run_facts(json_t *root, const char *path) {
+    model *m = NULL;
+    tokenizer *t = NULL;
+    attnd_err err = {{0}};
+    bool runs = model_load(&m, path, &err) == ATTND_OK && tok_load(&t, model_gguf(m), &err) == ATTND_OK;
+    json_object_set_new(root, "runs", json_boolean(runs));
+    if (!runs) {
+        json_object_set_new(root, "refused", json_string(err.msg));
+    } else {
+        const char *tmpl = NULL;
+        chat_family fam;
+        gguf_get_str(model_gguf(m), "tokenizer.chat_template", &tmpl, NULL);
+        bool found = chat_detect(tmpl, &fam);
+        json_object_set_new(root, "chat_template", json_string(chat_family_name(fam)));
+        json_object_set_new(root, "chat_template_source",
+                            json_string(found ? "detected from tokenizer.chat_template"
+                                              : tmpl && *tmpl ? "fallback: the model's template is not recognised"
+                                                              : "fallback: the model has no template"));
+        int n_ctx = model_info_get(m)->n_ctx;
+        json_object_set_new(root, "kv_bytes_per_token",
+                            json_pack("{s:I, s:I}", "f16", (json_int_t)kv_bytes_per_token(m, KV_F16), "f32",
+                                      (json_int_t)kv_bytes_per_token(m, KV_F32)));
+        json_object_set_new(root, "kv_bytes_per_context",
+                            json_pack("{s:I, s:I}", "f16", (json_int_t)kv_context_bytes(m, n_ctx, KV_F16), "f32",
+                                      (json_int_t)kv_context_bytes(m, n_ctx, KV_F32)));
+    }
+    tok_destroy(t);
+    model_destroy(m);
+}
+
+static void print_run_facts(const json_t *root) {
+    if (!json_is_true(json_object_get(root, "runs"))) {
+        printf("runs:          no: %s\n", json_string_value(json_object_get(root, "refused")));
+        return;
+    }
+    json_t *kt = json_object_get(root, "kv_bytes_per_token"), *kc = json_object_get(root, "kv_bytes_per_context");
+    printf("runs:          yes\n");
+    printf("chat template: %s (%s)\n", json_string_value(json_object_get(root, "chat_template")),
+           json_string_value(json_object_get(root, "chat_template_source")));
+    printf("KV cache:      %" JSON_INTEGER_FORMAT " bytes/token f16 (%" JSON_INTEGER_FORMAT " f32); a full context: "
+           "%.1f MiB f16\n",
+           json_integer_value(json_object_get(kt, "f16")), json_integer_value(json_object_get(kt, "f32")),
+           json_integer_value(json_object_get(kc, "f16")) / 1048576.0);
 }
 
 int cmd_info(int argc, char **argv) {
@@ -114,6 +167,7 @@ int cmd_info(int argc, char **argv) {
     json_object_set_new(root, "tensors_by_type", by_type);
     json_object_set_new(root, "parameters", json_integer((json_int_t)params));
     json_object_set_new(root, "metadata_count", json_integer((json_int_t)gguf_kv_count(f)));
+    add_run_facts(root, model);
 
     if (as_json) {
         json_dumpf(root, stdout, JSON_COMPACT);
@@ -140,6 +194,7 @@ int cmd_info(int argc, char **argv) {
         if (json_array_size(unsupported))
             printf("note:          some tensors use types the engine does not compute (e.g. %s)\n",
                    json_string_value(json_array_get(unsupported, 0)));
+        print_run_facts(root);
     }
     json_decref(unsupported);
     json_decref(root);

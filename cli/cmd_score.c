@@ -22,7 +22,7 @@ static const char *USAGE =
     "  --model PATH      the GGUF file (default: the shipped default model)\n"
     "  --tokens IDS      comma-separated token ids (at least 2)\n"
     "  --json            print {\"argmax\":[...],\"logprobs\":[...]} (both of length n-1)\n"
-    "  --threads N       threads (default: the CPUs this process may use)\n"
+    "  --threads N       threads; 0 (the default) = the CPUs this process may use\n"
     "  --kv-type T       KV cache type, f16 (default) or f32\n";
 
 /* log softmax(logits)[id], in double so a long vocabulary sums exactly enough. */
@@ -49,7 +49,7 @@ int cmd_score(int argc, char **argv) {
         } else if (cli_flag_value("score", argc, argv, &i, "--tokens", &v)) {
             tokens_arg = v;
         } else if (cli_flag_value("score", argc, argv, &i, "--threads", &v)) {
-            n_threads = (int)cli_parse_int("score", "--threads", v, 1, 1024);
+            n_threads = (int)cli_parse_int("score", "--threads", v, 0, 1024);
         } else if (cli_flag_value("score", argc, argv, &i, "--kv-type", &v)) {
             if (!strcmp(v, "f16")) kvt = KV_F16;
             else if (!strcmp(v, "f32")) kvt = KV_F32;

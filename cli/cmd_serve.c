@@ -11,6 +11,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <sys/stat.h>
+
+#include "attnd/model.h"
+#include "attnd/tokenizer.h"
 #include "commands.h"
 #include "../server/config.h"
 #include "../server/sdnotify.h"
@@ -21,6 +25,22 @@ static void hook_ready(void *u) { sdnotify_ready(u); }
 static void hook_status(void *u, const char *s) { sdnotify_status(u, s); }
 static void hook_watchdog(void *u) { sdnotify_watchdog(u); }
 static void hook_stopping(void *u) { sdnotify_stopping(u); }
+
+/* A model in a regular file is loaded once before the port opens (it is only mmapped, so this
+ * is quick), so that a wrong --model fails at once with its reason instead of after "listening on".
+ * Anything else (a FIFO, a device) is left to the real load, which happens while /health says 503. */
+static bool model_precheck(const char *path) {
+    struct stat st;
+    if (stat(path, &st) == 0 && !S_ISREG(st.st_mode)) return true;
+    model *m = NULL;
+    tokenizer *t = NULL;
+    attnd_err err;
+    bool ok = model_load(&m, path, &err) == ATTND_OK && tok_load(&t, model_gguf(m), &err) == ATTND_OK;
+    if (!ok) slog_error("cannot load %s: %s", path, err.msg);
+    tok_destroy(t);
+    model_destroy(m);
+    return ok;
+}
 
 int cmd_serve(int argc, char **argv) {
     server_settings st;
@@ -59,6 +79,9 @@ int cmd_serve(int argc, char **argv) {
         return 2;
     }
     slog_set_level(st.log_level);
+    if (config_scrub_argv(argc, argv))
+        slog_warn("--api-key on the command line is visible to local users until start-up hides it; "
+                  "use api_key_file or ATTND_API_KEY instead");
 
     sdnotify *notify = NULL;
     if (sdnotify_create_from_env(&notify, &err) != ATTND_OK) slog_warn("systemd notify disabled: %s", err.msg);
@@ -76,6 +99,7 @@ int cmd_serve(int argc, char **argv) {
 
     int rc = 1;
     server *srv = NULL;
+    if (!model_precheck(st.model_path)) goto out;
     if (server_create(&srv, &st, &err) != ATTND_OK) {
         slog_error("%s", err.msg);
         goto out;

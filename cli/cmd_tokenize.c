@@ -2,9 +2,11 @@
  * cmd_tokenize.c — `attnd tokenize`, `attnd detokenize` and `attnd tokenize-bench`: the
  * tokenizer of a GGUF model on JSON lines, and its speed.
  *
- * Both converters read one JSON object per input line and write exactly one line per input
- * line, in order, so outputs can be pasted next to inputs; a line that cannot be processed
- * yields {"error": "..."} in its place and makes the exit status 1.
+ * Both speak the server's language: tokenize prints {"tokens": [...]} like POST /tokenize (same
+ * defaults: no BOS, special-token text parsed), detokenize prints {"content": "..."} like POST
+ * /detokenize. Each writes exactly one line per input line, in order, so outputs can be pasted
+ * next to inputs; a line that cannot be processed yields {"error": "..."} in its place and makes
+ * the exit status 1.
  */
 #include <jansson.h>
 #include <stdio.h>
@@ -16,18 +18,28 @@
 #include "commands.h"
 
 static const char *USAGE_TOK =
-    "usage: attnd tokenize [--model PATH] [--parse-special] [--no-bos] < in.jsonl > out.jsonl\n"
+    "usage: attnd tokenize [--model PATH] [--text TEXT | --jsonl] [--add-special] [--no-parse-special]\n"
+    "                      [--with-pieces]\n"
     "\n"
-    "Reads lines {\"text\": \"...\"} and writes one line {\"ids\": [...]} per input line.\n"
-    "  --model PATH       the GGUF file whose tokenizer.* metadata is used (default: shipped model)\n"
-    "  --parse-special    also turn control-token strings in the text (\"<|im_start|>\") into their ids\n"
-    "  --no-bos           do not add BOS/EOS even when the model's metadata asks for them\n";
+    "Tokenizes TEXT, or else each line of stdin (without its newline), and prints one line per input:\n"
+    "{\"tokens\": [...]}, the answer of the server's POST /tokenize, with the same defaults:\n"
+    "  --model PATH         the GGUF file whose tokenizer.* metadata is used (default: shipped model)\n"
+    "  --text TEXT          tokenize TEXT instead of reading stdin\n"
+    "  --jsonl              stdin lines are /tokenize request bodies: {\"content\": \"...\", \"add_special\":\n"
+    "                       bool, \"parse_special\": bool, \"with_pieces\": bool}; absent fields take the\n"
+    "                       flags' values\n"
+    "  --add-special        add BOS/EOS as the model's metadata asks (default: no, as /tokenize)\n"
+    "  --no-parse-special   keep special-token text (\"<|im_start|>\") as plain text (default: parse it)\n"
+    "  --with-pieces        print {\"id\": N, \"piece\": \"...\"} objects instead of bare ids\n"
+    "A line that cannot be processed prints {\"error\": \"line N: ...\"} in its place; exit status 1.\n";
 
 static const char *USAGE_DETOK =
-    "usage: attnd detokenize [--model PATH] [--render-special] < in.jsonl > out.jsonl\n"
+    "usage: attnd detokenize [--model PATH] [--tokens 1,2,3] [--render-special]\n"
     "\n"
-    "Reads lines {\"ids\": [...]} and writes one line {\"text\": \"...\"} per input line.\n"
-    "Bytes that do not form valid UTF-8 are written as U+FFFD.\n"
+    "Turns token ids back into text: the ids of --tokens, or else of each stdin line, given either as\n"
+    "a /detokenize request body {\"tokens\": [...]} or as plain ids (\"1 2 3\" or \"1,2,3\"). Prints\n"
+    "one line {\"content\": \"...\"} per input, the answer of POST /detokenize. Bytes that do not\n"
+    "form valid UTF-8 are written as U+FFFD.\n"
     "  --model PATH        the GGUF file (default: the shipped default model)\n"
     "  --render-special    write control tokens (\"<s>\", \"<|im_end|>\") as their text\n";
 
@@ -71,14 +83,14 @@ static void print_field_line(const char *name, json_t *value) {
 static void print_error_line(const char *msg) { print_field_line("error", json_string(msg)); }
 
 /*
- * The JSON-lines loop shared by tokenize and detokenize: reads stdin line by line, parses each
- * line and hands the object (or NULL when the line is not JSON) to fn, which prints one output
- * line. fn returns NULL on success or an error message, printed as {"error": "line N: ..."} in
- * the line's place. Returns the exit status: 1 when any line failed.
+ * The line loop shared by tokenize and detokenize: reads stdin line by line (without the newline
+ * or a CR before it) and hands each to fn, which prints one output line. fn returns NULL on
+ * success or an error message, printed as {"error": "line N: ..."} in the line's place. Returns the
+ * exit status: 1 when any line failed.
  */
-typedef const char *(*line_fn)(void *ctx, json_t *in, char *msg, size_t msg_len);
+typedef const char *(*line_fn)(void *ctx, const char *line, size_t len, char *msg, size_t msg_len);
 
-static int each_json_line(size_t json_flags, line_fn fn, void *ctx) {
+static int each_line(line_fn fn, void *ctx) {
     char *line = NULL, msg[512], out[600];
     size_t cap = 0;
     ssize_t n;
@@ -86,16 +98,15 @@ static int each_json_line(size_t json_flags, line_fn fn, void *ctx) {
     long lineno = 0;
     while ((n = getline(&line, &cap, stdin)) >= 0) {
         lineno++;
-        json_error_t jerr;
-        json_t *in = json_loadb(line, (size_t)n, json_flags, &jerr);
-        snprintf(msg, sizeof(msg), "%s", in ? "" : jerr.text);
-        const char *problem = fn(ctx, in, msg, sizeof(msg));
+        if (n && line[n - 1] == '\n') n--;
+        if (n && line[n - 1] == '\r') n--;
+        msg[0] = '\0';
+        const char *problem = fn(ctx, line, (size_t)n, msg, sizeof(msg));
         if (problem) {
             snprintf(out, sizeof(out), "line %ld: %s", lineno, problem);
             print_error_line(out);
             rc = 1;
         }
-        json_decref(in);
     }
     free(line);
     return rc;
@@ -103,37 +114,71 @@ static int each_json_line(size_t json_flags, line_fn fn, void *ctx) {
 
 typedef struct tokenize_ctx {
     tokenizer *t;
-    bool add_special, parse_special;
+    bool add_special, parse_special, with_pieces, jsonl;
 } tokenize_ctx;
 
-/* {"text": "..."} -> {"ids": [...]} */
-static const char *tokenize_line(void *ctx, json_t *in, char *msg, size_t msg_len) {
-    tokenize_ctx *c = ctx;
-    json_t *text = json_object_get(in, "text");
-    if (!json_is_string(text)) {
-        char why[256];
-        snprintf(why, sizeof(why), "%s%s", *msg ? ": " : "", msg);
-        snprintf(msg, msg_len, "expected {\"text\": \"...\"}%s", why);
-        return msg;
-    }
+/* Prints {"tokens": [...]} for text[0..len) (ids, or {"id","piece"} objects). */
+static const char *tokenize_print(const tokenize_ctx *c, const char *text, size_t len, bool add_special,
+                                  bool parse_special, bool with_pieces, char *msg, size_t msg_len) {
     int32_t *ids;
     size_t n_ids;
     attnd_err err;
-    if (tok_encode(c->t, json_string_value(text), json_string_length(text), c->add_special, c->parse_special, &ids,
-                   &n_ids, &err) != ATTND_OK) {
+    if (tok_encode(c->t, text, len, add_special, parse_special, &ids, &n_ids, &err) != ATTND_OK) {
         snprintf(msg, msg_len, "%s", err.msg);
         return msg;
     }
-    fputs("{\"ids\": [", stdout);
-    for (size_t k = 0; k < n_ids; k++) printf(k ? ", %d" : "%d", ids[k]);
-    fputs("]}\n", stdout);
+    json_t *arr = json_array();
+    for (size_t k = 0; k < n_ids; k++) {
+        if (!with_pieces) {
+            json_array_append_new(arr, json_integer(ids[k]));
+            continue;
+        }
+        const char *piece = tok_piece(c->t, ids[k]);
+        size_t vn;
+        char *valid = utf8_sanitize(piece ? piece : "", piece ? strlen(piece) : 0, false, &vn);
+        json_array_append_new(arr, json_pack("{s:i, s:s%}", "id", (int)ids[k], "piece", valid ? valid : "", vn));
+        free(valid);
+    }
     free(ids);
+    print_field_line("tokens", arr);
     return NULL;
 }
 
+/* Reads an optional boolean field of a /tokenize body into *out; false when it is not a boolean. */
+static bool body_flag(json_t *body, const char *name, bool *out) {
+    json_t *v = json_object_get(body, name);
+    if (!v) return true;
+    if (!json_is_boolean(v)) return false;
+    *out = json_is_true(v);
+    return true;
+}
+
+/* A plain text line, or with --jsonl a /tokenize body -> {"tokens": [...]} */
+static const char *tokenize_line(void *ctx, const char *line, size_t len, char *msg, size_t msg_len) {
+    tokenize_ctx *c = ctx;
+    if (!c->jsonl) return tokenize_print(c, line, len, c->add_special, c->parse_special, c->with_pieces, msg, msg_len);
+    json_error_t jerr;
+    json_t *in = json_loadb(line, len, JSON_ALLOW_NUL, &jerr), *content = json_object_get(in, "content");
+    bool as = c->add_special, ps = c->parse_special, wp = c->with_pieces;
+    const char *problem = NULL;
+    if (!json_is_string(content))
+        problem = "expected {\"content\": \"...\"}";
+    else if (!body_flag(in, "add_special", &as) || !body_flag(in, "parse_special", &ps) ||
+             !body_flag(in, "with_pieces", &wp))
+        problem = "add_special, parse_special and with_pieces must be booleans";
+    if (problem) {
+        snprintf(msg, msg_len, "%s%s%s", problem, in ? "" : ": ", in ? "" : jerr.text);
+        json_decref(in);
+        return msg;
+    }
+    problem = tokenize_print(c, json_string_value(content), json_string_length(content), as, ps, wp, msg, msg_len);
+    json_decref(in);
+    return problem;
+}
+
 int cmd_tokenize(int argc, char **argv) {
-    const char *model = NULL;
-    bool parse_special = false, add_special = true;
+    const char *model = NULL, *text = NULL;
+    tokenize_ctx c = {.parse_special = true};
     for (int i = 1; i < argc;) {
         const char *v;
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
@@ -141,62 +186,100 @@ int cmd_tokenize(int argc, char **argv) {
             return 0;
         } else if (cli_flag_value("tokenize", argc, argv, &i, "--model", &v)) {
             model = v;
-        } else if (!strcmp(argv[i], "--parse-special")) {
-            parse_special = true, i++;
-        } else if (!strcmp(argv[i], "--no-bos")) {
-            add_special = false, i++;
+        } else if (cli_flag_value("tokenize", argc, argv, &i, "--text", &v)) {
+            text = v;
+        } else if (!strcmp(argv[i], "--jsonl")) {
+            c.jsonl = true, i++;
+        } else if (!strcmp(argv[i], "--add-special")) {
+            c.add_special = true, i++;
+        } else if (!strcmp(argv[i], "--no-parse-special")) {
+            c.parse_special = false, i++;
+        } else if (!strcmp(argv[i], "--with-pieces")) {
+            c.with_pieces = true, i++;
         } else {
             cli_usage_error("tokenize", "unknown option '%s'", argv[i]);
         }
     }
-    tokenize_ctx c = {load_tokenizer("tokenize", model), add_special, parse_special};
-    int rc = each_json_line(JSON_ALLOW_NUL, tokenize_line, &c);
+    if (text && c.jsonl) cli_usage_error("tokenize", "--text and --jsonl do not go together");
+    c.t = load_tokenizer("tokenize", model);
+    int rc = 0;
+    if (text) {
+        char msg[512];
+        const char *problem = tokenize_print(&c, text, strlen(text), c.add_special, c.parse_special, c.with_pieces,
+                                             msg, sizeof msg);
+        if (problem) fprintf(stderr, "attnd tokenize: %s\n", problem), rc = 1;
+    } else {
+        rc = each_line(tokenize_line, &c);
+    }
     tok_destroy(c.t);
     return rc;
 }
-
 typedef struct detokenize_ctx {
     tokenizer *t;
     bool render_special;
 } detokenize_ctx;
 
-/* {"ids": [...]} -> {"text": "..."}; bytes that are not valid UTF-8 become U+FFFD (JSON text). */
-static const char *detokenize_line(void *ctx, json_t *in, char *msg, size_t msg_len) {
-    detokenize_ctx *c = ctx;
-    json_t *arr = json_object_get(in, "ids");
-    size_t n_ids = json_array_size(arr);
-    int32_t *ids = malloc((n_ids ? n_ids : 1) * sizeof(int32_t));
-    bool ok = json_is_array(arr) && ids;
-    for (size_t k = 0; ok && k < n_ids; k++) {
-        json_t *v = json_array_get(arr, k);
-        ok = json_is_integer(v) && json_integer_value(v) >= INT32_MIN && json_integer_value(v) <= INT32_MAX;
-        if (ok) ids[k] = (int32_t)json_integer_value(v);
+/* Parses "1 2 3", "1,2,3" or {"tokens": [1, 2, 3]} into a malloc'd array; NULL (msg set) when the
+ * line is neither. */
+static int32_t *parse_id_line(const char *line, size_t len, size_t *n_ids, char *msg, size_t msg_len) {
+    size_t cap = len / 2 + 1, n = 0;
+    int32_t *ids = malloc(cap * sizeof(int32_t));
+    if (!ids) return snprintf(msg, msg_len, "out of memory"), NULL;
+    json_t *in = len && line[0] == '{' ? json_loadb(line, len, 0, NULL) : NULL, *arr = json_object_get(in, "tokens");
+    if (len && line[0] == '{') {
+        bool ok = json_is_array(arr) && json_array_size(arr) <= cap;
+        for (size_t k = 0; ok && k < json_array_size(arr); k++) {
+            json_t *v = json_array_get(arr, k);
+            ok = json_is_integer(v) && json_integer_value(v) >= INT32_MIN && json_integer_value(v) <= INT32_MAX;
+            if (ok) ids[n++] = (int32_t)json_integer_value(v);
+        }
+        json_decref(in);
+        if (!ok) return free(ids), snprintf(msg, msg_len, "expected {\"tokens\": [integers]}"), NULL;
+    } else {
+        for (size_t p = 0; p < len;) {
+            if (line[p] == ' ' || line[p] == ',' || line[p] == '\t') { p++; continue; }
+            long long v = 0;
+            size_t q = p;
+            while (q < len && q - p < 10 && line[q] >= '0' && line[q] <= '9') v = v * 10 + (line[q++] - '0');
+            if (q == p || v > INT32_MAX || (q < len && line[q] != ' ' && line[q] != ',' && line[q] != '\t'))
+                return free(ids), snprintf(msg, msg_len, "expected token ids (\"1 2 3\") or {\"tokens\": [...]}"), NULL;
+            ids[n++] = (int32_t)v;
+            p = q;
+        }
     }
-    const char *problem = NULL;
+    *n_ids = n;
+    return ids;
+}
+
+/* ids -> {"content": "..."}; bytes that are not valid UTF-8 become U+FFFD (JSON text). */
+static const char *detokenize_ids(const detokenize_ctx *c, const int32_t *ids, size_t n_ids, char *msg,
+                                  size_t msg_len) {
     char *text = NULL;
     size_t len;
     attnd_err err;
-    if (!ok) {
-        char why[256];
-        snprintf(why, sizeof(why), "%s%s", *msg ? ": " : "", msg);
-        snprintf(msg, msg_len, "expected {\"ids\": [integers]}%s", why);
-        problem = msg;
-    } else if (tok_decode(c->t, ids, n_ids, c->render_special, &text, &len, &err) != ATTND_OK) {
+    if (tok_decode(c->t, ids, n_ids, c->render_special, &text, &len, &err) != ATTND_OK) {
         snprintf(msg, msg_len, "%s", err.msg);
-        problem = msg;
-    } else {
-        size_t vn;
-        char *valid = utf8_sanitize(text, len, false, &vn);
-        print_field_line("text", valid ? json_stringn(valid, vn) : json_string(""));
-        free(valid);
+        return msg;
     }
+    size_t vn;
+    char *valid = utf8_sanitize(text, len, false, &vn);
+    print_field_line("content", valid ? json_stringn(valid, vn) : json_string(""));
+    free(valid);
     free(text);
+    return NULL;
+}
+
+static const char *detokenize_line(void *ctx, const char *line, size_t len, char *msg, size_t msg_len) {
+    size_t n_ids;
+    int32_t *ids = parse_id_line(line, len, &n_ids, msg, msg_len);
+    if (!ids) return msg;
+    const char *problem = detokenize_ids(ctx, ids, n_ids, msg, msg_len);
     free(ids);
     return problem;
 }
 
 int cmd_detokenize(int argc, char **argv) {
-    const char *model = NULL;
+    const char *model = NULL, *tokens = NULL;
     bool render_special = false;
     for (int i = 1; i < argc;) {
         const char *v;
@@ -205,17 +288,30 @@ int cmd_detokenize(int argc, char **argv) {
             return 0;
         } else if (cli_flag_value("detokenize", argc, argv, &i, "--model", &v)) {
             model = v;
+        } else if (cli_flag_value("detokenize", argc, argv, &i, "--tokens", &v)) {
+            tokens = v;
         } else if (!strcmp(argv[i], "--render-special")) {
             render_special = true, i++;
         } else {
             cli_usage_error("detokenize", "unknown option '%s'", argv[i]);
         }
     }
+    int n_ids = 0;
+    int32_t *ids = tokens ? cli_parse_ids("detokenize", "--tokens", tokens, &n_ids) : NULL;
     detokenize_ctx c = {load_tokenizer("detokenize", model), render_special};
-    int rc = each_json_line(0, detokenize_line, &c);
+    int rc = 0;
+    if (ids) {
+        char msg[512];
+        const char *problem = detokenize_ids(&c, ids, (size_t)n_ids, msg, sizeof msg);
+        if (problem) fprintf(stderr, "attnd detokenize: %s\n", problem), rc = 1;
+    } else {
+        rc = each_line(detokenize_line, &c);
+    }
+    free(ids);
     tok_destroy(c.t);
     return rc;
 }
+
 
 static double now_s(void) {
     struct timespec ts;

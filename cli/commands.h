@@ -14,10 +14,12 @@ int cmd_serve(int argc, char **argv);
 int cmd_convert_llama2c(int argc, char **argv);
 int cmd_generate(int argc, char **argv);
 int cmd_score(int argc, char **argv);
+int cmd_attention(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
 int cmd_detokenize(int argc, char **argv);
 int cmd_tokenize_bench(int argc, char **argv);
+int cmd_quantize(int argc, char **argv);
 
 /* ---- argument helpers (cli/args.c) ---- */
 
@@ -40,8 +42,10 @@ double cli_parse_double(const char *cmd, const char *flag, const char *s, double
 int32_t *cli_parse_ids(const char *cmd, const char *flag, const char *s, int *n_out);
 
 /* The model used when no --model is given: $ATTND_MODEL, then the default model shipped next to
- * the executable (../share/attnd/models, or the source tree's models/), then the installed
- * data dir. Returns a malloc'd path, or NULL when none exists. */
+ * the executable (../share/attnd/models: an install tree, also relocated or DESTDIR-staged; or
+ * ../models: a build folder inside the source tree), then the models/ folder of the source tree
+ * the binary was built from (a build folder anywhere), then the configured install data dir.
+ * Returns a malloc'd path, or NULL when none exists. */
 char *cli_default_model_path(void);
 
 /* `model` when given, else the default model (usage error naming cmd when there is none).
@@ -77,11 +81,13 @@ bool cli_sampling_flag(const char *cmd, int argc, char **argv, int *i, cli_sampl
 void cli_sampling_check(const char *cmd, const cli_sampling *o, int n_vocab);
 
 /*
- * Generation state for engine_gen: cli_gen_pick samples (and records logprobs when asked),
- * cli_gen_on_token feeds the text to the stop matcher and ends generation at a stop string.
+ * Generation state for engine_gen over the pipeline of attnd/gen.h: cli_gen_pick samples,
+ * detokenizes and matches stop strings (and records logprobs when asked); cli_gen_on_token ends
+ * generation at an end-of-generation token or a stop string.
  *   engine_gen g = {.n_predict = n, .pick = cli_gen_pick, .pick_user = cg,
  *                   .on_token = cli_gen_on_token, .token_user = cg};
- * tok (borrowed; may be NULL when there are no --stop strings) must outlive the cli_gen.
+ * tok (borrowed; may be NULL when there are no --stop strings: then there is no text) must
+ * outlive the cli_gen.
  */
 typedef struct cli_gen cli_gen;
 attnd_status cli_gen_create(cli_gen **out, const cli_sampling *o, int n_vocab, const tokenizer *tok,
@@ -89,9 +95,8 @@ attnd_status cli_gen_create(cli_gen **out, const cli_sampling *o, int n_vocab, c
 void cli_gen_destroy(cli_gen *g); /* accepts NULL */
 int32_t cli_gen_pick(void *user, const float *logits);
 bool cli_gen_on_token(void *user, int32_t id);
-/* True when the text comes from cli_gen_text (there are stop strings) rather than tok_decode. */
-bool cli_gen_has_text(const cli_gen *g);
-/* The generated text, cut before the stop string that ended it (borrowed, valid while g lives). */
+/* The generated text, cut before the stop string that ended it, once generation is over
+ * (borrowed, valid while g lives; "" without a tokenizer). */
 const char *cli_gen_text(cli_gen *g, size_t *len);
 /* The stop string that ended generation, or NULL. */
 const char *cli_gen_matched_stop(const cli_gen *g);

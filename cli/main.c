@@ -13,15 +13,29 @@ typedef struct command {
     const char *summary;
 } command;
 
+/* `attnd version` (and `attnd --version`): the release this binary is. */
+static int cmd_version(int argc, char **argv) {
+    (void)argv;
+    if (argc > 1) {
+        fprintf(stderr, "usage: attnd version\n");
+        return 2;
+    }
+    printf("attnd %s\n", ATTND_VERSION);
+    return 0;
+}
+
 static const command COMMANDS[] = {
     {"info", cmd_info, "describe a GGUF model file (architecture, sizes, tensors)"},
     {"serve", cmd_serve, "serve the OpenAI-compatible HTTP API (completions, chat, sessions)"},
     {"convert-llama2c", cmd_convert_llama2c, "convert a llama2.c checkpoint + tokenizer.bin to GGUF"},
     {"generate", cmd_generate, "generate a continuation of a prompt"},
+    {"attention", cmd_attention, "which earlier tokens each token attends to: JSON, SVG heatmap or text"},
     {"score", cmd_score, "teacher-forced argmax and log-probabilities of a token sequence"},
     {"bench", cmd_bench, "prefill/decode speed vs llama.cpp, and decode cost along a long generation"},
-    {"tokenize", cmd_tokenize, "text to token ids, JSON lines in and out"},
-    {"detokenize", cmd_detokenize, "token ids to text, JSON lines in and out"},
+    {"tokenize", cmd_tokenize, "text to token ids, as POST /tokenize answers"},
+    {"detokenize", cmd_detokenize, "token ids to text, as POST /detokenize answers"},
+    {"quantize", cmd_quantize, "re-encode a model's weights (F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K, Q4_K_M)"},
+    {"version", cmd_version, "print the version"},
     {"tokenize-bench", cmd_tokenize_bench, "measure tokenizer speed (MB/s) on a few MB of prose"},
 };
 
@@ -42,10 +56,7 @@ int main(int argc, char **argv) {
         print_help(stdout);
         return 0;
     }
-    if (!strcmp(name, "--version")) {
-        printf("attnd %s\n", ATTND_VERSION);
-        return 0;
-    }
+    if (!strcmp(name, "--version")) return cmd_version(1, argv + 1);
     for (size_t i = 0; i < sizeof(COMMANDS) / sizeof(COMMANDS[0]); i++)
         if (!strcmp(name, COMMANDS[i].name)) return COMMANDS[i].run(argc - 1, argv + 1);
     fprintf(stderr, "attnd: unknown command '%s'\n", name);

@@ -2,8 +2,8 @@
  * sampling_args.c — the sampling flags shared by CLI subcommands (`attnd generate`): parsing and
  * validating --temp, --top-k, --top-p, --min-p, --typical-p, --repeat-penalty, --repeat-last-n,
  * --presence-penalty, --frequency-penalty, --logit-bias, --seed, --stop and --top-logprobs into a
- * cli_sampling, and the generation callbacks (engine_gen's pick/on_token) that run the sampler,
- * record log-probabilities and cut the text at a stop string.
+ * cli_sampling, and the generation callbacks (engine_gen's pick/on_token) that run the
+ * generation pipeline (attnd/gen.h) and record log-probabilities.
  *
  * Every bad value is a usage error (exit 2) whose message names the flag; nothing is clamped.
  * The ranges are the library's (sampler_params_validate), so the server can apply the same
@@ -17,6 +17,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "attnd/buf.h"
+#include "attnd/gen.h"
 #include "commands.h"
 
 const char *const CLI_SAMPLING_USAGE =
@@ -177,19 +179,14 @@ void cli_sampling_check(const char *cmd, const cli_sampling *o, int n_vocab) {
 // ---- Generation callbacks -------------------------------------------------------------------
 
 struct cli_gen {
-    sampler *smp;
-    int n_vocab;
+    gen *g;                  /* sampler, end-of-generation, detokenizer, stop strings */
+    stop_reason why;         /* of the last token */
     int top_n;               /* --top-logprobs */
     int n_max, n;            /* tokens room was made for, tokens picked */
     token_logprob *chosen;   /* (n_max) */
     token_logprob *top;      /* (n_max, top_n) */
-    const tokenizer *tok;    /* borrowed; NULL when the model has no vocabulary */
-    bool stop_at_eog;        /* end at the vocabulary's end-of-generation tokens */
-    tok_stream *stream;      /* only with stop strings */
-    stop_matcher *stop;
-    char *text;              /* (text_cap) what the stop matcher released */
-    size_t text_len, text_cap;
-    bool stopped;
+    bool has_tok;
+    buf text;                /* what the pipeline released */
 };
 
 attnd_status cli_gen_create(cli_gen **out, const cli_sampling *o, int n_vocab, const tokenizer *tok,
@@ -197,13 +194,12 @@ attnd_status cli_gen_create(cli_gen **out, const cli_sampling *o, int n_vocab, c
     *out = NULL;
     cli_gen *g = calloc(1, sizeof(*g));
     if (!g) return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory");
-    attnd_status st = sampler_create(&g->smp, &o->params, n_vocab, err);
+    gen_params p = {.sp = o->params, .stops = o->stops, .n_stops = o->n_stops,
+                    .top_logprobs = o->top_logprobs > 0 ? o->top_logprobs : -1, .ignore_eog = o->ignore_eos};
+    attnd_status st = gen_create(&g->g, &p, n_vocab, tok, prompt, n_prompt, err);
+    if (st == ATTND_ERR_UNSUPPORTED) attnd_fail(err, st, "--stop needs the model's vocabulary, which did not load");
     if (st != ATTND_OK) goto fail;
-    g->n_vocab = n_vocab;
-    g->tok = tok;
-    g->stop_at_eog = tok && !o->ignore_eos;
-    /* Prompt tokens count for the repetition penalties, as in llama.cpp. */
-    for (int i = 0; i < n_prompt; i++) sampler_accept(g->smp, prompt[i]);
+    g->has_tok = tok != NULL;
     g->top_n = o->top_logprobs;
     g->n_max = n_predict;
     if (o->top_logprobs > 0 && n_predict > 0) {
@@ -214,18 +210,6 @@ attnd_status cli_gen_create(cli_gen **out, const cli_sampling *o, int n_vocab, c
             goto fail;
         }
     }
-    if (o->n_stops > 0) {
-        if (!tok) {
-            st = attnd_fail(err, ATTND_ERR_UNSUPPORTED, "--stop needs the model's vocabulary, which did not load");
-            goto fail;
-        }
-        if ((st = tok_stream_create(&g->stream, tok, false)) != ATTND_OK) {
-            attnd_fail(err, st, "out of memory");
-            goto fail;
-        }
-        tok_stream_keep_leading_space(g->stream); /* the text continues the prompt */
-        if ((st = stop_matcher_create(&g->stop, o->stops, o->n_stops, err)) != ATTND_OK) goto fail;
-    }
     *out = g;
     return ATTND_OK;
 fail:
@@ -235,72 +219,40 @@ fail:
 
 void cli_gen_destroy(cli_gen *g) {
     if (!g) return;
-    sampler_destroy(g->smp);
+    gen_destroy(g->g);
     free(g->chosen);
     free(g->top);
-    tok_stream_destroy(g->stream);
-    stop_matcher_destroy(g->stop);
-    free(g->text);
+    buf_free(&g->text);
     free(g);
 }
 
 int32_t cli_gen_pick(void *user, const float *logits) {
     cli_gen *g = user;
-    int32_t id = sampler_sample(g->smp, logits);
-    sampler_accept(g->smp, id);
-    if (g->chosen && g->n < g->n_max)
-        sampler_logprobs(logits, g->n_vocab, id, g->top_n, &g->chosen[g->n], g->top + (size_t)g->n * g->top_n);
+    bool record = g->chosen && g->n < g->n_max;
+    gen_token t;
+    g->why = gen_next(g->g, logits, record ? g->top + (size_t)g->n * g->top_n : NULL, &t);
+    if (record) g->chosen[g->n] = (token_logprob){t.id, t.logprob};
+    if (!buf_append(&g->text, t.text, t.n_text)) g->why = STOP_STRING; /* out of memory: end here */
     g->n++;
-    return id;
+    return t.id;
 }
 
-static bool append_text(cli_gen *g, const char *s, size_t n) {
-    if (g->text_len + n + 1 > g->text_cap) {
-        size_t cap = (g->text_len + n + 1) * 2;
-        char *t = realloc(g->text, cap);
-        if (!t) return false;
-        g->text = t;
-        g->text_cap = cap;
-    }
-    memcpy(g->text + g->text_len, s, n);
-    g->text_len += n;
-    g->text[g->text_len] = '\0';
-    return true;
-}
-
+/* The token was the one cli_gen_pick just returned: the pipeline already said whether to end. */
 bool cli_gen_on_token(void *user, int32_t id) {
-    cli_gen *g = user;
-    /* The end-of-generation token is kept in the ids but adds no text (control tokens decode to
-     * nothing), so the stop matcher need not see it. */
-    if (g->stop_at_eog && tok_is_eog(g->tok, id)) return false;
-    if (!g->stop) return true;
-    const char *piece, *emit;
-    size_t n_piece = tok_stream_push(g->stream, id, &piece), n_emit;
-    g->stopped = stop_matcher_push(g->stop, piece, n_piece, &emit, &n_emit);
-    if (!append_text(g, emit, n_emit)) g->stopped = true;
-    return !g->stopped;
+    (void)id;
+    return ((cli_gen *)user)->why == STOP_NONE;
 }
-
-bool cli_gen_has_text(const cli_gen *g) { return g->stop != NULL; }
 
 const char *cli_gen_text(cli_gen *g, size_t *len) {
-    if (g->stop && !g->stopped) {
-        /* The end without a stop: what the stream and then the matcher still hold. */
-        const char *piece, *emit;
-        size_t n_piece = tok_stream_flush(g->stream, &piece), n_emit;
-        g->stopped = stop_matcher_push(g->stop, piece, n_piece, &emit, &n_emit);
-        append_text(g, emit, n_emit);
-        if (!g->stopped) {
-            n_emit = stop_matcher_flush(g->stop, &emit);
-            append_text(g, emit, n_emit);
-        }
-        g->stopped = true; /* flushed: nothing more to add */
-    }
-    *len = g->text_len;
-    return g->text ? g->text : "";
+    const char *tail;
+    size_t n;
+    gen_finish(g->g, &tail, &n);
+    buf_append(&g->text, tail, n);
+    *len = g->text.len;
+    return g->text.p ? g->text.p : "";
 }
 
-const char *cli_gen_matched_stop(const cli_gen *g) { return g->stop ? stop_matcher_matched(g->stop) : NULL; }
+const char *cli_gen_matched_stop(const cli_gen *g) { return gen_matched_stop(g->g); }
 
 /* A logprob as JSON: -inf (a banned or impossible token) has no JSON number, so null. */
 static json_t *logprob_json(float lp) { return isfinite(lp) ? json_real(lp) : json_null(); }

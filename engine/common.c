@@ -1,7 +1,9 @@
-/* common.c — status names and the error-message helper declared in attnd/common.h. */
+/* common.c — status names, the error-message helper and the clocks declared in attnd/common.h. */
 #include "attnd/common.h"
 
 #include <stdarg.h>
+#include <sys/random.h>
+#include <time.h>
 
 const char *attnd_status_str(attnd_status st) {
     switch (st) {
@@ -25,4 +27,30 @@ attnd_status attnd_fail(attnd_err *err, attnd_status st, const char *fmt, ...) {
         va_end(ap);
     }
     return st;
+}
+
+double attnd_now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+void attnd_deadline(struct timespec *ts, int timeout_ms) {
+    clock_gettime(CLOCK_REALTIME, ts);
+    if (timeout_ms < 0) timeout_ms = 0;
+    long ns = ts->tv_nsec + (long)(timeout_ms % 1000) * 1000000L;
+    ts->tv_sec += timeout_ms / 1000 + ns / 1000000000L;
+    ts->tv_nsec = ns % 1000000000L;
+}
+
+void attnd_random(void *buf, size_t n) {
+    if (getrandom(buf, n, 0) == (ssize_t)n) return;
+    for (size_t i = 0; i < n; i++) ((unsigned char *)buf)[i] = (unsigned char)rand();
+}
+
+void attnd_random_id(char *out, size_t n, const char *prefix) {
+    unsigned char rnd[12];
+    attnd_random(rnd, sizeof(rnd));
+    int o = snprintf(out, n, "%s", prefix);
+    for (size_t i = 0; i < sizeof(rnd) && o >= 0 && (size_t)o + 2 < n; i++) o += snprintf(out + o, n - (size_t)o, "%02x", rnd[i]);
 }

@@ -76,6 +76,7 @@ struct engine {
     attn_slot *slots;       /* (n_slots) */
 
     engine_attn_cb attn_cb; /* inspection hook; NULL = off */
+    engine_attn_want attn_want; /* which (entry, layer, head) attn_cb wants; NULL = all */
     void *attn_user;
     float *cb_weights;      /* (n_ctx) softmax weights handed to attn_cb */
 };
@@ -194,6 +195,8 @@ void engine_set_attention_cb(engine *e, engine_attn_cb cb, void *user) {
     e->attn_cb = cb;
     e->attn_user = user;
 }
+
+void engine_set_attention_filter(engine *e, engine_attn_want want) { e->attn_want = want; }
 
 // ---- building blocks ------------------------------------------------------------------------
 
@@ -385,6 +388,7 @@ static void report_attention(engine *e, const batch_entry *entries, int n, int l
         const kv_seq *s = entries[t].seq;
         int n_keys = entries[t].pos + 1;
         for (int h = 0; h < mi->n_head; h++) {
+            if (e->attn_want && !e->attn_want(e->attn_user, t, layer, h)) continue;
             const float *q = e->q + (size_t)t * Q + (size_t)h * hd;
             int g = h / G;
             float mx = -INFINITY;

@@ -109,6 +109,60 @@ void gguf_writer_add_arr_i32(gguf_writer *w, const char *key, const int32_t *val
     put(w, values, n * sizeof(int32_t));
 }
 
+/* Bytes of one scalar of metadata type t (0 for strings and arrays). */
+static size_t vtype_bytes(gguf_vtype t) {
+    switch (t) {
+    case GGUF_VT_UINT8: case GGUF_VT_INT8: case GGUF_VT_BOOL: return 1;
+    case GGUF_VT_UINT16: case GGUF_VT_INT16: return 2;
+    case GGUF_VT_UINT32: case GGUF_VT_INT32: case GGUF_VT_FLOAT32: return 4;
+    case GGUF_VT_UINT64: case GGUF_VT_INT64: case GGUF_VT_FLOAT64: return 8;
+    default: return 0;
+    }
+}
+
+/* A scalar gguf_value back in its file width (little-endian, as every supported host is). */
+static void put_scalar(gguf_writer *w, const gguf_value *v) {
+    uint8_t b[8];
+    size_t n = vtype_bytes(v->type);
+    if (v->type == GGUF_VT_FLOAT32) {
+        float f = (float)v->v.f64;
+        memcpy(b, &f, 4);
+    } else if (v->type == GGUF_VT_FLOAT64) {
+        memcpy(b, &v->v.f64, 8);
+    } else if (v->type == GGUF_VT_BOOL) {
+        b[0] = v->v.b;
+    } else if (v->type == GGUF_VT_INT8 || v->type == GGUF_VT_INT16 || v->type == GGUF_VT_INT32 ||
+               v->type == GGUF_VT_INT64) {
+        memcpy(b, &v->v.i64, 8); /* low bytes first: truncation keeps the value */
+    } else {
+        memcpy(b, &v->v.u64, 8);
+    }
+    put(w, b, n);
+}
+
+void gguf_writer_add_kv(gguf_writer *w, const gguf_kv *kv) {
+    const gguf_value *v = &kv->value;
+    put_key(w, kv->key, v->type);
+    if (v->type == GGUF_VT_STRING) {
+        put_u64(w, v->v.str.len);
+        put(w, v->v.str.str, (size_t)v->v.str.len);
+    } else if (v->type == GGUF_VT_ARRAY) {
+        const gguf_array *a = &v->v.arr;
+        put_u32(w, a->type);
+        put_u64(w, a->n);
+        if (a->type == GGUF_VT_STRING) {
+            for (uint64_t i = 0; i < a->n; i++) {
+                put_u64(w, a->strings[i].len);
+                put(w, a->strings[i].str, (size_t)a->strings[i].len);
+            }
+        } else {
+            put(w, a->data, (size_t)(a->n * vtype_bytes(a->type)));
+        }
+    } else {
+        put_scalar(w, v);
+    }
+}
+
 void gguf_writer_add_tensor(gguf_writer *w, const char *name, uint32_t type, uint32_t n_dims, const uint64_t *ne,
                             const void *data) {
     if (w->failed) return;

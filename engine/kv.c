@@ -59,6 +59,16 @@ size_t kv_pool_bytes_used(const kv_pool *p) { return p->used; }
 size_t kv_pool_bytes_budget(const kv_pool *p) { return p->budget; }
 size_t kv_pool_bytes_per_token(const kv_pool *p) { return p->block_bytes / KV_BLOCK; }
 
+size_t kv_bytes_per_token(const model *m, kv_type type) {
+    const model_info *mi = model_info_get(m);
+    return (size_t)2 * mi->n_layer * mi->n_head_kv * mi->head_dim * (type == KV_F16 ? 2 : 4);
+}
+
+size_t kv_context_bytes(const model *m, int n_ctx, kv_type type) {
+    size_t blocks = ((size_t)n_ctx + KV_BLOCK - 1) / KV_BLOCK;
+    return blocks * KV_BLOCK * kv_bytes_per_token(m, type);
+}
+
 attnd_status kv_seq_create(kv_seq **out, kv_pool *pool, attnd_err *err) {
     *out = NULL;
     if (!pool) return attnd_fail(err, ATTND_ERR_INVALID, "kv_seq_create: no pool");

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "attnd/tokenizer.h"
 #include "model_internal.h"
 #include "quant.h"
 
@@ -82,6 +83,24 @@ static attnd_status load_vector(const gguf_file *f, const char *name, int64_t n,
     if (!*out) return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory loading '%s'", name);
     quant_dequantize_row(*out, t->data, t->type, n);
     return ATTND_OK;
+}
+
+/* The tokenizer metadata, when the file has any, must load (every special id inside the
+ * vocabulary, array lengths consistent, merges well-formed) and name exactly one token per
+ * embedding row: every command refuses a file whose text side is broken, not just those that
+ * tokenize, and no token id the tokenizer produces can index past the embedding matrix. A
+ * tokenizer family attnd does not implement is not an error here (ids still work). */
+static attnd_status check_vocabulary(const gguf_file *f, int n_vocab, attnd_err *err) {
+    if (!gguf_find_kv(f, "tokenizer.ggml.model") && !gguf_find_kv(f, "tokenizer.ggml.tokens")) return ATTND_OK;
+    tokenizer *t = NULL;
+    attnd_status st = tok_load(&t, f, err);
+    if (st == ATTND_ERR_UNSUPPORTED) return ATTND_OK;
+    if (st != ATTND_OK) return st;
+    if (tok_n_vocab(t) != n_vocab)
+        st = attnd_fail(err, ATTND_ERR_FORMAT, "tokenizer.ggml.tokens has %d entries but token_embd.weight has %d rows",
+                        tok_n_vocab(t), n_vocab);
+    tok_destroy(t);
+    return st;
 }
 
 attnd_status model_load(model **out, const char *path, attnd_err *err) {
@@ -170,6 +189,7 @@ attnd_status model_load(model **out, const char *path, attnd_err *err) {
         goto fail;
     }
     mi->n_vocab = (int)te->ne[1];
+    if ((st = check_vocabulary(f, mi->n_vocab, err))) goto fail;
     int64_t V = mi->n_vocab, E = mi->n_embd, Q = m->q_dim, KV = m->kv_dim, F = mi->n_ff;
     if ((st = find_matrix(f, "token_embd.weight", V, E, true, &m->tok_embd, err))) goto fail;
     if ((st = find_matrix(f, "output.weight", V, E, false, &m->output, err))) goto fail;

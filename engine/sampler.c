@@ -140,16 +140,6 @@ attnd_status sampler_params_validate(const sampler_params *p, int n_vocab, attnd
     return ATTND_OK;
 }
 
-const char *stop_reason_finish(stop_reason r) {
-    switch (r) {
-    case STOP_EOG:
-    case STOP_STRING: return "stop";
-    case STOP_LENGTH: return "length";
-    case STOP_NONE: break;
-    }
-    return NULL;
-}
-
 // ---- Sampler state --------------------------------------------------------------------------
 
 /* One candidate token. key orders the candidates of the step at hand (lower first, then lower

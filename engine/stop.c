@@ -1,5 +1,5 @@
 /*
- * stop.c — the stop-string matcher of attnd/sampler.h.
+ * stop.c — the stop-string matcher and stop reasons of attnd/stop.h.
  *
  * Generated text arrives in pieces (one per token) and a stop string may span several of them,
  * so the matcher keeps a small buffer of text not yet released: the longest tail of the text
@@ -15,7 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "attnd/sampler.h"
+#include "attnd/stop.h"
 
 struct stop_matcher {
     char **stops;     /* (n_stops) own copies */
@@ -172,4 +172,14 @@ size_t stop_matcher_flush(stop_matcher *m, const char **emit) {
     if (m->matched >= 0) return 0;
     m->n_release = m->len;
     return m->len;
+}
+
+const char *stop_reason_finish(stop_reason r) {
+    switch (r) {
+    case STOP_EOG:
+    case STOP_STRING: return "stop";
+    case STOP_LENGTH: return "length";
+    case STOP_NONE: break;
+    }
+    return NULL;
 }

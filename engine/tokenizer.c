@@ -325,7 +325,11 @@ static attnd_status load_merges(tokenizer *t, const gguf_file *f, attnd_err *err
         size_t n = arr->strings[r].len;
         /* "left right": split at the first space after the first byte (a token may be " "). */
         const char *sp = n > 1 ? memchr(s + 1, ' ', n - 1) : NULL;
-        if (!sp) return attnd_fail(err, ATTND_ERR_FORMAT, "tokenizer.ggml.merges[%llu] is not \"left right\"", (unsigned long long)r);
+        if (!sp) {
+            free(buf);
+            return attnd_fail(err, ATTND_ERR_FORMAT, "tokenizer.ggml.merges[%llu] is not \"left right\"",
+                              (unsigned long long)r);
+        }
         size_t nl = (size_t)(sp - s), nr = n - nl - 1;
         int32_t a = strmap_get(&t->by_text, s, nl), b = strmap_get(&t->by_text, sp + 1, nr);
         if (nl + nr > buf_cap) {
@@ -509,7 +513,12 @@ attnd_status tok_load(tokenizer **out, const gguf_file *f, attnd_err *err) {
         pos += toks->strings[i].len;
         t->text[pos++] = '\0';
         int32_t ty = types ? ((const int32_t *)types->data)[i] : TT_NORMAL;
-        t->type[i] = ty >= TT_NORMAL && ty <= TT_BYTE ? (uint8_t)ty : TT_NORMAL;
+        if (ty < 0 || ty > TT_BYTE) { /* 0 is "undefined" in llama.cpp: read as normal */
+            st = attnd_fail(err, ATTND_ERR_FORMAT, "tokenizer.ggml.token_type[%zu] = %d is not a token type", i,
+                            (int)ty);
+            goto fail;
+        }
+        t->type[i] = ty >= TT_NORMAL ? (uint8_t)ty : TT_NORMAL;
         if (t->score) {
             float sc = scores ? ((const float *)scores->data)[i] : 0.0f;
             t->score[i] = isnan(sc) ? -INFINITY : sc;
@@ -1083,8 +1092,17 @@ static attnd_status fragment(enc *e, const char *text, size_t len) {
     return bpe_fragment(e, text, len);
 }
 
-attnd_status tok_encode(const tokenizer *t, const char *text, size_t len, bool add_special, bool parse_special,
-                        int32_t **ids, size_t *n_ids, attnd_err *err) {
+/* Is a control token matching at text[i, i + n) inside one of the marked spans? spans are
+ * sorted and disjoint; *k is the caller's cursor into them (text is scanned left to right). */
+static bool in_spans(const tok_span *spans, size_t n_spans, size_t *k, size_t i, size_t n) {
+    while (*k < n_spans && spans[*k].end <= i) (*k)++;
+    return *k < n_spans && spans[*k].start <= i && i + n <= spans[*k].end;
+}
+
+/* tok_encode and tok_encode_marked: spans == NULL means "control tokens everywhere" when
+ * parse_special, else nowhere; otherwise only inside spans. */
+static attnd_status encode(const tokenizer *t, const char *text, size_t len, bool add_special, bool parse_special,
+                           const tok_span *spans, size_t n_spans, int32_t **ids, size_t *n_ids, attnd_err *err) {
     *ids = NULL;
     *n_ids = 0;
     if (!text && len) return attnd_fail(err, ATTND_ERR_INVALID, "tok_encode: NULL text");
@@ -1102,10 +1120,12 @@ attnd_status tok_encode(const tokenizer *t, const char *text, size_t len, bool a
     }
     /* Plain fragments always start the text or follow a special token, so each one gets
      * SPM's dummy-prefix space (as llama.cpp and SentencePiece-per-fragment do). */
-    size_t frag = 0;
+    size_t frag = 0, span = 0;
     for (size_t i = 0; any && st == ATTND_OK && i < len; i++) {
         if (!starts[(unsigned char)text[i]]) continue;
         int32_t id = special_at(t, text, i, len, parse_special);
+        if (id >= 0 && spans && t->type[id] != TT_USER && !in_spans(spans, n_spans, &span, i, t->text_len[id]))
+            id = special_at(t, text, i, len, false); /* outside the markers only user-defined tokens match */
         if (id < 0) continue;
         st = fragment(&e, text + frag, i - frag);
         if (st == ATTND_OK) st = emit(&e, id);
@@ -1126,6 +1146,23 @@ attnd_status tok_encode(const tokenizer *t, const char *text, size_t len, bool a
     *ids = e.ids;
     *n_ids = e.n_ids;
     return ATTND_OK;
+}
+
+attnd_status tok_encode(const tokenizer *t, const char *text, size_t len, bool add_special, bool parse_special,
+                        int32_t **ids, size_t *n_ids, attnd_err *err) {
+    return encode(t, text, len, add_special, parse_special, NULL, 0, ids, n_ids, err);
+}
+
+attnd_status tok_encode_marked(const tokenizer *t, const char *text, size_t len, bool add_special,
+                               const tok_span *spans, size_t n_spans, int32_t **ids, size_t *n_ids, attnd_err *err) {
+    for (size_t k = 0; k < n_spans; k++)
+        if (spans[k].start > spans[k].end || spans[k].end > len || (k && spans[k].start < spans[k - 1].end)) {
+            *ids = NULL;
+            *n_ids = 0;
+            return attnd_fail(err, ATTND_ERR_INVALID, "tok_encode_marked: span %zu is out of order or range", k);
+        }
+    static const tok_span NONE = {0, 0};
+    return encode(t, text, len, add_special, true, n_spans ? spans : &NONE, n_spans, ids, n_ids, err);
 }
 
 // ---- decode -----------------------------------------------------------------------------------

@@ -1,33 +1,42 @@
 #!/usr/bin/env bash
 # dev.sh — set up a Debian machine for attnd, build it, and either serve or test.
 #
-#   scripts/dev.sh run    install what is missing, build, serve the default model on 127.0.0.1:8080
-#   scripts/dev.sh test   install what is missing, build (plain and ASan/UBSan), run the whole suite
-#   scripts/dev.sh bench  install what is missing (+ python3-numpy, gnuplot-nox), build, and run
+#   scripts/dev.sh run    install what serving needs, build, serve the default model on 127.0.0.1:8080
+#   scripts/dev.sh test   install what the tests need too, build (plain and ASan/UBSan), run the whole suite,
+#                         then every fuzz target briefly (tools/fuzz/run.sh, FUZZ_SECONDS=15 each)
+#   scripts/dev.sh bench  install what the tests need + python3-numpy and gnuplot-nox, build, and run
 #                         tools/bench/tinyllama.sh (attnd against llama.cpp; extra arguments go to it)
 #
 # Works as root or through sudo. Extra arguments after `run` go to `attnd serve`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-PACKAGES=(cmake make gcc pkg-config libmicrohttpd-dev libjansson-dev libcriterion-dev libutf8proc-dev
-          curl systemd nginx-light)
+# Serving needs a compiler and three libraries; the tests also need Criterion, curl, systemd's
+# analyzer, nginx, a headless browser (the attention page) and Node.js (the HTTP and
+# OpenAI-client tests).
+RUN_PACKAGES=(cmake make gcc pkg-config libmicrohttpd-dev libjansson-dev libutf8proc-dev)
+TEST_PACKAGES=(libcriterion-dev curl systemd nginx-light chromium
+               clang libclang-rt-dev libomp-dev python3)  # clang + libFuzzer + OpenMP: tools/fuzz
 
 as_root() { if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi; }
 
-install_packages() {
+install_packages() { # install_packages PKG...
     local missing=()
-    for p in "${PACKAGES[@]}"; do
+    for p in "$@"; do
         dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
     done
-    # Node.js (for the OpenAI-client and llama.cpp peer tests) may come from another repository
-    # than Debian's; only install Debian's when there is none at all.
-    command -v npm >/dev/null 2>&1 || missing+=(nodejs npm)
     if [ ${#missing[@]} -gt 0 ]; then
         echo "dev.sh: installing ${missing[*]}" >&2
         as_root apt-get update -qq
         as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >&2
     fi
+}
+
+install_test_packages() {
+    local extra=()
+    # Node.js may come from another repository than Debian's; only install Debian's when there is none
+    command -v npm >/dev/null 2>&1 || extra+=(nodejs npm)
+    install_packages "${RUN_PACKAGES[@]}" "${TEST_PACKAGES[@]}" "${extra[@]}"
 }
 
 build() { # build DIR [cmake args...]
@@ -39,23 +48,24 @@ build() { # build DIR [cmake args...]
 case "${1:-}" in
 run)
     shift
-    install_packages
-    build build -DCMAKE_BUILD_TYPE=Release
+    install_packages "${RUN_PACKAGES[@]}"
+    build build -DCMAKE_BUILD_TYPE=Release -DATTND_BUILD_TESTS=OFF
     exec ./build/attnd serve "$@"
     ;;
 bench)
     shift
-    PACKAGES+=(python3-numpy gnuplot-nox)
-    install_packages
-    build build -DCMAKE_BUILD_TYPE=Release
+    install_test_packages
+    install_packages python3-numpy gnuplot-nox
+    build build -DCMAKE_BUILD_TYPE=Release -DATTND_BUILD_TESTS=OFF
     exec tools/bench/tinyllama.sh "$@"
     ;;
 test)
-    install_packages
-    build build -DCMAKE_BUILD_TYPE=Release
+    install_test_packages
+    build build -DCMAKE_BUILD_TYPE=Release -DATTND_BUILD_TESTS=ON
     (cd build && ctest --output-on-failure)
-    build build-asan -DCMAKE_BUILD_TYPE=Debug -DATTND_SANITIZE=ON
+    build build-asan -DCMAKE_BUILD_TYPE=Debug -DATTND_SANITIZE=ON -DATTND_BUILD_TESTS=ON
     (cd build-asan && ATTND_SANITIZED=1 ctest --output-on-failure)
+    tools/fuzz/run.sh "${FUZZ_SECONDS:-15}"
     ;;
 *)
     echo "usage: scripts/dev.sh run|test|bench" >&2

@@ -59,6 +59,8 @@ typedef struct sbuf {
     char *p;
     size_t len, cap;
     bool oom;
+    tok_span *spans;      /* (n_spans) where the template's own markers are: sorted, merged */
+    size_t n_spans, cap_spans;
 } sbuf;
 
 static void sb_put(sbuf *b, const char *s, size_t n) {
@@ -79,7 +81,29 @@ static void sb_put(sbuf *b, const char *s, size_t n) {
     b->p[b->len] = '\0';
 }
 
+/* Records [start, b->len) as template markup (merged with a span it continues). */
+static void sb_mark(sbuf *b, size_t start) {
+    if (b->oom || start == b->len) return;
+    if (b->n_spans && b->spans[b->n_spans - 1].end == start) {
+        b->spans[b->n_spans - 1].end = b->len;
+        return;
+    }
+    if (b->n_spans == b->cap_spans) {
+        size_t cap = b->cap_spans ? b->cap_spans * 2 : 16;
+        tok_span *g = realloc(b->spans, cap * sizeof(*g));
+        if (!g) {
+            b->oom = true;
+            return;
+        }
+        b->spans = g;
+        b->cap_spans = cap;
+    }
+    b->spans[b->n_spans++] = (tok_span){start, b->len};
+}
+
+/* Appends n strings of template markup. */
 static void sb_cat(sbuf *b, int n, ...) {
+    size_t start = b->len;
     va_list ap;
     va_start(ap, n);
     for (int i = 0; i < n; i++) {
@@ -87,7 +111,11 @@ static void sb_cat(sbuf *b, int n, ...) {
         sb_put(b, s, strlen(s));
     }
     va_end(ap);
+    sb_mark(b, start);
 }
+
+/* Appends message content: plain text, never a marker. */
+static void sb_text(sbuf *b, const char *s) { sb_put(b, s, strlen(s)); }
 
 // ---- rendering ----------------------------------------------------------------------------
 
@@ -101,8 +129,8 @@ static int role_of(const char *r) {
     return -1;
 }
 
-attnd_status chat_render(chat_family f, const chat_msg *msgs, size_t n, char **out, attnd_err *err) {
-    *out = NULL;
+/* Renders into b (text and marker spans); on error b holds nothing to free. */
+static attnd_status render(chat_family f, const chat_msg *msgs, size_t n, sbuf *out, attnd_err *err) {
     if (n == 0) return attnd_fail(err, ATTND_ERR_INVALID, "'messages' must not be empty");
     for (size_t i = 0; i < n; i++)
         if (role_of(msgs[i].role) < 0)
@@ -116,17 +144,22 @@ attnd_status chat_render(chat_family f, const chat_msg *msgs, size_t n, char **o
         const char *c = msgs[i].content ? msgs[i].content : "";
         switch (f) {
         case CHAT_CHATML:
-            sb_cat(&b, 5, "<|im_start|>", r == R_SYSTEM ? "system" : r == R_USER ? "user" : "assistant", "\n", c,
-                   "<|im_end|>\n");
+            sb_cat(&b, 3, "<|im_start|>", r == R_SYSTEM ? "system" : r == R_USER ? "user" : "assistant", "\n");
+            sb_text(&b, c);
+            sb_cat(&b, 1, "<|im_end|>\n");
             break;
         case CHAT_LLAMA3:
-            sb_cat(&b, 5, "<|start_header_id|>", r == R_SYSTEM ? "system" : r == R_USER ? "user" : "assistant",
-                   "<|end_header_id|>\n\n", c, "<|eot_id|>");
+            sb_cat(&b, 3, "<|start_header_id|>", r == R_SYSTEM ? "system" : r == R_USER ? "user" : "assistant",
+                   "<|end_header_id|>\n\n");
+            sb_text(&b, c);
+            sb_cat(&b, 1, "<|eot_id|>");
             break;
         case CHAT_ZEPHYR:
         case CHAT_PHI3: {
             const char *end = f == CHAT_PHI3 ? "<|end|>\n" : "</s>\n";
-            sb_cat(&b, 4, r == R_SYSTEM ? "<|system|>\n" : r == R_USER ? "<|user|>\n" : "<|assistant|>\n", c, end, "");
+            sb_cat(&b, 1, r == R_SYSTEM ? "<|system|>\n" : r == R_USER ? "<|user|>\n" : "<|assistant|>\n");
+            sb_text(&b, c);
+            sb_cat(&b, 1, end);
             break;
         }
         case CHAT_GEMMA:
@@ -136,10 +169,12 @@ attnd_status chat_render(chat_family f, const chat_msg *msgs, size_t n, char **o
             }
             sb_cat(&b, 3, "<start_of_turn>", r == R_USER ? "user" : "model", "\n");
             if (r == R_USER && pending_sys) {
-                sb_cat(&b, 2, pending_sys, "\n\n");
+                sb_text(&b, pending_sys);
+                sb_cat(&b, 1, "\n\n");
                 pending_sys = NULL;
             }
-            sb_cat(&b, 2, c, "<end_of_turn>\n");
+            sb_text(&b, c);
+            sb_cat(&b, 1, "<end_of_turn>\n");
             break;
         case CHAT_LLAMA2:
         case CHAT_MISTRAL:
@@ -152,17 +187,22 @@ attnd_status chat_render(chat_family f, const chat_msg *msgs, size_t n, char **o
                 if (b.len) sb_cat(&b, 1, "<s>");
                 sb_cat(&b, 1, "[INST] ");
                 if (pending_sys) {
-                    if (f == CHAT_LLAMA2) sb_cat(&b, 3, "<<SYS>>\n", pending_sys, "\n<</SYS>>\n\n");
-                    else sb_cat(&b, 2, pending_sys, "\n\n");
+                    if (f == CHAT_LLAMA2) sb_cat(&b, 1, "<<SYS>>\n");
+                    sb_text(&b, pending_sys);
+                    sb_cat(&b, 1, f == CHAT_LLAMA2 ? "\n<</SYS>>\n\n" : "\n\n");
                     pending_sys = NULL;
                 }
-                sb_cat(&b, 2, c, " [/INST]");
+                sb_text(&b, c);
+                sb_cat(&b, 1, " [/INST]");
             } else {
-                sb_cat(&b, 3, f == CHAT_LLAMA2 ? " " : "", c, "</s>");
+                sb_cat(&b, 1, f == CHAT_LLAMA2 ? " " : "");
+                sb_text(&b, c);
+                sb_cat(&b, 1, "</s>");
             }
             break;
         default:
             free(b.p);
+            free(b.spans);
             return attnd_fail(err, ATTND_ERR_INVALID, "unknown chat family %d", (int)f);
         }
     }
@@ -178,8 +218,32 @@ attnd_status chat_render(chat_family f, const chat_msg *msgs, size_t n, char **o
     if (!b.p) sb_put(&b, "", 0); /* e.g. only a system message under Llama 2 */
     if (b.oom || !b.p) {
         free(b.p);
+        free(b.spans);
         return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory rendering the chat prompt");
     }
+    *out = b;
+    return ATTND_OK;
+}
+
+attnd_status chat_render(chat_family f, const chat_msg *msgs, size_t n, char **out, attnd_err *err) {
+    *out = NULL;
+    sbuf b = {0};
+    attnd_status st = render(f, msgs, n, &b, err);
+    if (st != ATTND_OK) return st;
+    free(b.spans);
     *out = b.p;
     return ATTND_OK;
+}
+
+attnd_status chat_encode(const tokenizer *tok, chat_family f, const chat_msg *msgs, size_t n, int32_t **ids,
+                         size_t *n_ids, attnd_err *err) {
+    *ids = NULL;
+    *n_ids = 0;
+    sbuf b = {0};
+    attnd_status st = render(f, msgs, n, &b, err);
+    if (st != ATTND_OK) return st;
+    st = tok_encode_marked(tok, b.p, b.len, true, b.spans, b.n_spans, ids, n_ids, err);
+    free(b.p);
+    free(b.spans);
+    return st;
 }

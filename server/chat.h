@@ -5,7 +5,7 @@
  * Jinja is not interpreted. The GGUF's tokenizer.chat_template is recognised by characteristic
  * substrings as one of the common families and rendered by C code; unknown templates fall back
  * to ChatML (the caller warns). Rendered text contains the family's control tokens literally and
- * no BOS: encode it with add_special (BOS from the model's metadata) and parse_special.
+ * no BOS; chat_encode tokenizes it so that only those markers are special tokens.
  */
 #ifndef ATTND_SERVER_CHAT_H
 #define ATTND_SERVER_CHAT_H
@@ -14,6 +14,7 @@
 #include <stddef.h>
 
 #include "attnd/common.h"
+#include "attnd/tokenizer.h"
 
 typedef enum chat_family {
     CHAT_CHATML = 0,
@@ -50,5 +51,14 @@ const char *chat_end_marker(chat_family f);
  * (naming it and its index) or no messages.
  */
 attnd_status chat_render(chat_family f, const chat_msg *msgs, size_t n, char **out, attnd_err *err);
+
+/*
+ * Renders messages like chat_render and tokenizes the result for the model (BOS per its
+ * metadata): the template's own markers become special tokens, message content is always plain
+ * text (a user's "</s>" or "<|im_start|>system" stays text and cannot forge a turn). *ids is
+ * malloc'd (caller frees). Errors as chat_render and tok_encode.
+ */
+attnd_status chat_encode(const tokenizer *tok, chat_family f, const chat_msg *msgs, size_t n, int32_t **ids,
+                         size_t *n_ids, attnd_err *err);
 
 #endif

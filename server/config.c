@@ -56,7 +56,7 @@ typedef struct entry {
 static const entry SETTINGS[] = {
     {"host", K_STR, OFF(host), 0, 0, F_NONEMPTY, "address to listen on (0.0.0.0 / :: = all interfaces)"},
     {"port", K_INT, OFF(port), 0, 65535, 0, "TCP port (0 = any free port)"},
-    {"max_connections", K_INT, OFF(max_connections), 1, 65535, 0, "concurrent HTTP connections"},
+    {"max_connections", K_INT, OFF(max_connections), 1, 65535, 0, "concurrent HTTP connections (503 above)"},
     {"model", K_STR, OFF(model_path), 0, 0, 0, "GGUF model file (empty = the installed default model)"},
     {"model_alias", K_STR, OFF(model_alias), 0, 0, 0, "model id in /v1/models (empty = file name)"},
     {"threads", K_INT, OFF(threads), 0, 4096, 0, "engine threads (0 = the CPUs this process may use)"},
@@ -70,13 +70,18 @@ static const entry SETTINGS[] = {
     {"max_parallel", K_INT, OFF(max_parallel), 1, 4096, 0, "sequences decoded together per step"},
     {"body_limit", K_BYTES, OFF(body_limit), 1024, 1 << 30, 0, "request body cap (k/M/G suffix ok; 413 above)"},
     {"queue_limit", K_INT, OFF(queue_limit), 1, 1000000, 0, "requests waiting for the scheduler (429 above)"},
+    {"tokenize_parallel", K_INT, OFF(tokenize_parallel), 1, 4096, 0, "/tokenize + /detokenize at once (429 above)"},
     {"max_tokens_cap", K_INT, OFF(max_tokens_cap), 1, 1 << 24, 0, "upper bound on a request's max_tokens"},
+    {"attention_max_weights", K_INT, OFF(attention_max_weights), 1, 1 << 30, 0,
+     "most attention weights one /v1/attention answer carries (400 above)"},
     {"request_timeout_s", K_INT, OFF(request_timeout_s), 1, 86400, 0, "idle HTTP connection timeout, s"},
+    {"header_timeout_s", K_INT, OFF(header_timeout_s), 1, 3600, 0, "time a connection has to send its request headers, s"},
     {"shutdown_timeout_s", K_INT, OFF(shutdown_timeout_s), 0, 3600, 0, "SIGTERM: time in-flight work gets, s"},
     {"watchdog_interval_ms", K_INT, OFF(watchdog_interval_ms), 10, 3600000, 0, "scheduler keep-alive period, ms"},
     {"api_key", K_STR, OFF(api_key), 0, 0, F_SECRET, "required Bearer token (empty = no auth)"},
-    {"api_key_file", K_KEYFILE, OFF(api_key), 0, 0, F_SECRET, "file holding the Bearer token"},
+    {"api_key_file", K_KEYFILE, OFF(api_key), 0, 0, F_SECRET, "file holding the Bearer token(s), one per line"},
     {"cors_origins", K_STR, OFF(cors_origins), 0, 0, 0, "allowed CORS origins, comma-separated, * = any"},
+    {"allowed_hosts", K_STR, OFF(allowed_hosts), 0, 0, 0, "extra Host names a loopback-bound server answers"},
     {"log_level", K_LOGLEVEL, OFF(log_level), 0, 0, 0, "error | warn | info | debug"},
     {"access_log", K_BOOL, OFF(access_log), 0, 0, 0, "one log line per request"},
     {"temperature", K_FLOAT, OFF(temperature), 0, 100, 0, "default sampling temperature"},
@@ -220,7 +225,8 @@ static int parse_log_level(const char *s) {
     return -1;
 }
 
-/* Reads a secret file: at most 4 KiB, trailing whitespace/newlines dropped, must not be empty. */
+/* Reads a secret file: at most 4 KiB, one key per line (blank lines and surrounding whitespace
+ * dropped; the keys are joined with '\n'), at least one key. */
 static attnd_status read_key_file(config *c, const char *path, const char *where, char **out, attnd_err *err) {
     FILE *f = fopen(path, "rb");
     if (!f) return attnd_fail(err, ATTND_ERR_IO, "%s: cannot read '%s': %s", where, path, strerror(errno));
@@ -230,11 +236,25 @@ static attnd_status read_key_file(config *c, const char *path, const char *where
     fclose(f);
     if (bad) return attnd_fail(err, ATTND_ERR_IO, "%s: reading '%s' failed", where, path);
     if (n == sizeof(buf)) return attnd_fail(err, ATTND_ERR_INVALID, "%s: '%s' is over 4 KiB; not a key", where, path);
-    while (n > 0 && isspace((unsigned char)buf[n - 1])) n--;
-    if (n == 0) return attnd_fail(err, ATTND_ERR_INVALID, "%s: '%s' is empty", where, path);
-    if (memchr(buf, '\0', n) || memchr(buf, '\n', n))
-        return attnd_fail(err, ATTND_ERR_INVALID, "%s: '%s' must hold one line of text", where, path);
-    *out = keep(c, buf, n);
+    if (memchr(buf, '\0', n)) return attnd_fail(err, ATTND_ERR_INVALID, "%s: '%s' is not a text file", where, path);
+    /* one key per line, surrounding blanks dropped; several keys = several tenants */
+    char keys[4097];
+    size_t k = 0;
+    for (size_t i = 0; i < n;) {
+        size_t e = i;
+        while (e < n && buf[e] != '\n') e++;
+        size_t a = i, b = e;
+        while (a < b && isspace((unsigned char)buf[a])) a++;
+        while (b > a && isspace((unsigned char)buf[b - 1])) b--;
+        if (b > a) {
+            if (k) keys[k++] = '\n';
+            memcpy(keys + k, buf + a, b - a);
+            k += b - a;
+        }
+        i = e + 1;
+    }
+    if (k == 0) return attnd_fail(err, ATTND_ERR_INVALID, "%s: '%s' is empty", where, path);
+    *out = keep(c, keys, k);
     return *out ? ATTND_OK : attnd_fail(err, ATTND_ERR_NOMEM, "out of memory");
 }
 
@@ -642,6 +662,19 @@ fail:
     config_destroy(c);
     server_settings_default(s); /* no pointers into the freed config remain */
     return st;
+}
+
+int config_scrub_argv(int argc, char **argv) {
+    int n = 0;
+    for (int i = 1; i < argc; i++) {
+        char *v = NULL;
+        if (!strcmp(argv[i], "--api-key") && i + 1 < argc) v = argv[++i];
+        else if (!strncmp(argv[i], "--api-key=", 10)) v = argv[i] + 10;
+        if (!v) continue;
+        for (; *v; v++) *v = 'x'; /* same length: the process's argument area cannot grow or shrink */
+        n++;
+    }
+    return n;
 }
 
 void config_destroy(config *c) {

@@ -60,6 +60,14 @@ typedef enum config_source {
 attnd_status config_load(config **out, server_settings *s, int argc, char **argv, char *const *envp,
                          attnd_err *err);
 
+/*
+ * Overwrites the value of every --api-key in argv (the process's own arguments, after
+ * config_load copied it) with 'x's, so `ps` and /proc/PID/cmdline no longer show the key.
+ * Returns how many were scrubbed; the caller warns that api_key_file or $ATTND_API_KEY keep
+ * the key out of the process list from the start. argv's strings must be writable.
+ */
+int config_scrub_argv(int argc, char **argv);
+
 /* Frees everything, including the strings server_settings points to. Accepts NULL. */
 void config_destroy(config *c);
 

@@ -11,7 +11,6 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
 
 #define MAX_STOPS 16
 #define MAX_STOP_LEN 256
@@ -199,6 +198,40 @@ static attnd_status parse_prompt(const json_t *body, int n_vocab, oai_request *r
     return ATTND_OK;
 }
 
+/* OpenAI features attnd does not implement are refused by name rather than silently ignored:
+ * a client asking for tool calls or JSON mode must not believe it got them. Their harmless
+ * "off" forms (null, an empty tools list, tool_choice "none", response_format "text",
+ * modalities ["text"], best_of 1, an empty suffix) are accepted, since clients send those. */
+static attnd_status refuse_unsupported(const json_t *body, const char **param, attnd_err *err) {
+    static const char *LISTS[] = {"tools", "functions"};
+    for (size_t i = 0; i < ATTND_ARRAY_LEN(LISTS); i++) {
+        const json_t *v = field(body, LISTS[i]);
+        if (v && !(json_is_array(v) && json_array_size(v) == 0))
+            return bad(param, LISTS[i], err, "'%s' is not supported by this server (no tool calling)", LISTS[i]);
+    }
+    static const char *CHOICES[] = {"tool_choice", "function_call"};
+    for (size_t i = 0; i < ATTND_ARRAY_LEN(CHOICES); i++) {
+        const json_t *v = field(body, CHOICES[i]);
+        if (v && !(json_is_string(v) && !strcmp(json_string_value(v), "none")))
+            return bad(param, CHOICES[i], err, "'%s' is not supported by this server (no tool calling)", CHOICES[i]);
+    }
+    const json_t *rf = field(body, "response_format"), *rft = json_object_get(rf, "type");
+    if (rf && !(json_is_string(rft) && !strcmp(json_string_value(rft), "text")))
+        return bad(param, "response_format", err,
+                   "'response_format' other than {\"type\": \"text\"} is not supported (no JSON mode)");
+    const json_t *mod = field(body, "modalities");
+    if (mod && !(json_is_array(mod) && json_array_size(mod) == 1 &&
+                 json_is_string(json_array_get(mod, 0)) && !strcmp(json_string_value(json_array_get(mod, 0)), "text")))
+        return bad(param, "modalities", err, "only 'modalities': [\"text\"] is supported");
+    if (field(body, "audio")) return bad(param, "audio", err, "'audio' output is not supported");
+    const json_t *best = field(body, "best_of"), *suffix = field(body, "suffix");
+    if (best && !(json_is_integer(best) && json_integer_value(best) == 1))
+        return bad(param, "best_of", err, "only 'best_of': 1 is supported");
+    if (suffix && !(json_is_string(suffix) && json_string_length(suffix) == 0))
+        return bad(param, "suffix", err, "'suffix' (insertion) is not supported");
+    return ATTND_OK;
+}
+
 attnd_status oai_parse(const json_t *body, bool chat, const server_settings *cfg, int n_vocab, oai_request *r,
                        const char **param, attnd_err *err) {
     memset(r, 0, sizeof(*r));
@@ -213,10 +246,11 @@ attnd_status oai_parse(const json_t *body, bool chat, const server_settings *cfg
     r->sp.min_p = cfg->min_p;
     r->sp.repeat_penalty = cfg->repeat_penalty;
     r->sp.repeat_last_n = cfg->repeat_last_n;
-    if (getrandom(&r->sp.seed, sizeof(r->sp.seed), 0) != (ssize_t)sizeof(r->sp.seed)) r->sp.seed = (uint64_t)rand();
+    attnd_random(&r->sp.seed, sizeof(r->sp.seed));
     if (!json_is_object(body)) return bad(param, NULL, err, "the request body must be a JSON object");
 
     attnd_status rc;
+    if ((rc = refuse_unsupported(body, param, err)) != ATTND_OK) return rc;
     if ((rc = chat ? parse_messages(body, r, param, err) : parse_prompt(body, n_vocab, r, param, err)) != ATTND_OK)
         return rc;
     const json_t *model = field(body, "model");
@@ -302,6 +336,7 @@ const char *oai_error_type(int st) {
     case 400: case 405: case 409: case 413: return "invalid_request_error";
     case 404: return "not_found_error";
     case 401: return "authentication_error";
+    case 403: case 421: return "permission_error";
     case 429: return "rate_limit_error";
     case 503: return "unavailable_error";
     default: return "server_error";
@@ -312,10 +347,12 @@ static const char *error_code(int st) {
     switch (st) {
     case 400: return "invalid_request";
     case 401: return "invalid_api_key";
+    case 403: return "forbidden_origin";
     case 404: return "not_found";
     case 405: return "method_not_allowed";
     case 409: return "conflict";
     case 413: return "request_too_large";
+    case 421: return "misdirected_request";
     case 429: return "rate_limit_exceeded";
     case 503: return "unavailable";
     default: return "internal_error";

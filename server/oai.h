@@ -43,6 +43,9 @@ typedef struct oai_request {
  * Validates a /v1/completions (chat = false) or /v1/chat/completions (chat = true) body.
  * Defaults come from cfg; n_vocab bounds token ids and logit_bias keys; max_tokens above
  * cfg->max_tokens_cap is refused. On error *param names the field (NULL for the body itself).
+ * Features not implemented (tools, tool_choice, functions, function_call, response_format other
+ * than "text", audio, modalities other than ["text"], best_of > 1, suffix) are refused by name;
+ * unknown fields and harmless ones clients send (user, stream_options, metadata, store) are not.
  * out must be freed with oai_request_free, also after an error.
  */
 attnd_status oai_parse(const json_t *body, bool chat, const server_settings *cfg, int n_vocab, oai_request *out,
@@ -51,7 +54,7 @@ void oai_request_free(oai_request *r);
 
 /* {"error": {"message", "type", "param", "code"}} (new reference). type follows the status:
  * 400/404/405/409/413 invalid_request_error (404 not_found_error), 401 authentication_error,
- * 429 rate_limit_error, 503 unavailable_error, else server_error. param may be NULL. */
+ * 403/421 permission_error, 429 rate_limit_error, 503 unavailable_error, else server_error. param may be NULL. */
 json_t *oai_error(int http_status, const char *message, const char *param);
 const char *oai_error_type(int http_status);
 

@@ -10,7 +10,7 @@
  *      and retry; with nothing left to evict, fail the newest prefilling job (503);
  *   5. sample one token per slot that produced logits, publish text to the job.
  * Everything per-step lives in buffers allocated at start (batch, logits); per-request state
- * (sampler, detokenizer stream, stop matcher, history) is allocated once at admission.
+ * (the generation pipeline of attnd/gen.h, history) is allocated once at admission.
  */
 #include "scheduler.h"
 
@@ -19,6 +19,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "attnd/buf.h"
+#include "attnd/gen.h"
 #include "slog.h"
 
 typedef struct slot {
@@ -29,13 +31,10 @@ typedef struct slot {
     bool prefilling;     /* still reading the prompt */
     int32_t next_token;  /* last sampled token, decoded in the next step */
     int n_gen;
-    bool stopped;        /* a stop string matched: nothing more is released */
     const char *end_reason; /* generation ended this step: "stop" / "length" */
     int32_t *hist;       /* (n_prompt + max_tokens + 1) prompt then generated tokens */
     int n_hist;
-    sampler *smp;
-    tok_stream *ts;
-    stop_matcher *sm;
+    gen *g;              /* sampler, detokenizer, stop strings of this request */
     int batch_n;         /* entries this slot has in the current batch */
     int row0;            /* first logits row of this slot in the current batch, -1 = none */
     uint64_t admitted;   /* admission order (newest fails first on KV exhaustion) */
@@ -53,6 +52,7 @@ struct sched {
     float *logits;        /* (rows_cap, n_vocab) */
     batch_entry *batch;   /* (max_batch) */
     slot *slots;          /* (n_slots) */
+    attn_capture *inspecting; /* captures of the running jobs that inspect attention (a list) */
     uint64_t n_admitted;
 
     pthread_t th;
@@ -72,49 +72,91 @@ struct sched {
     uint64_t rate_tok0;
 };
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 // ---- jobs ---------------------------------------------------------------------------------
 
-attnd_status sched_job_create(sched_job **out, int n_prompt, int max_tokens, int top_logprobs, bool prompt_logprobs,
-                              attnd_err *err) {
+struct sched_job {
+    // ---- input: set by sched_job_create, read-only afterwards ----
+    int32_t *prompt;          /* (n_prompt) owned */
+    int n_prompt;
+    sampler_params sp;        /* sp.bias points into `bias` */
+    logit_bias *bias;         /* (sp.n_bias) owned */
+    int max_tokens;
+    char **stops;             /* (n_stops) owned strings */
+    int n_stops;
+    int top_logprobs;
+    bool prompt_logprobs;
+    attn_capture *capture;    /* owned, may be NULL */
+    sess *se;
+    char owner[SESS_OWNER_MAX + 1]; /* whose prompt cache an anonymous job may use */
+
+    // ---- output: guarded by mu; cv signalled on every change ----
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    buf text;                 /* generated text, stop strings removed */
+    token_logprob *pieces;    /* (n_pieces) generated tokens, capacity max_tokens */
+    int n_pieces;
+    token_logprob *tops;      /* (n_pieces, top_logprobs) alternatives, best first */
+    float *prompt_lp;         /* (n_prompt) when prompt_logprobs */
+    token_logprob *prompt_tops; /* (n_prompt, top_logprobs) alternatives at each prompt position */
+    bool done;
+    const char *finish_reason;
+    attnd_status status;
+    char errmsg[256];
+    int n_cached, n_generated;
+    double prompt_ms, gen_ms;
+
+    // ---- the reader's cursor (sched_job_wait) ----
+    size_t rd_text;           /* text bytes already handed out */
+    int rd_pieces;            /* pieces already handed out */
+    buf rd;                   /* copy of the last update's text */
+
+    atomic_bool cancel;
+    atomic_int refs;
+};
+
+static void *alloc_n(size_t n, size_t size) { return malloc((n ? n : 1) * size); }
+
+attnd_status sched_job_create(sched_job **out, sched_job_spec *spec, attnd_err *err) {
     *out = NULL;
     sched_job *j = calloc(1, sizeof(*j));
-    if (!j) return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory");
+    if (!j) {
+        free(spec->prompt);
+        free(spec->bias);
+        for (int i = 0; i < spec->n_stops; i++) free(spec->stops[i]);
+        free(spec->stops), attn_capture_destroy(spec->capture);
+        spec->prompt = NULL, spec->bias = NULL, spec->stops = NULL, spec->capture = NULL;
+        return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory");
+    }
     pthread_mutex_init(&j->mu, NULL);
     pthread_cond_init(&j->cv, NULL);
     atomic_init(&j->refs, 1);
     atomic_init(&j->cancel, false);
-    j->max_tokens = max_tokens;
-    j->top_logprobs = top_logprobs;
-    j->prompt_logprobs = prompt_logprobs;
-    j->prompt = malloc((size_t)(n_prompt > 0 ? n_prompt : 1) * sizeof(int32_t));
-    j->pieces = malloc((size_t)(max_tokens > 0 ? max_tokens : 1) * sizeof(sched_piece));
-    j->text_cap = 256;
-    j->text = malloc(j->text_cap);
-    bool ok = j->prompt && j->pieces && j->text;
-    if (top_logprobs > 0) {
-        j->tops = malloc((size_t)(max_tokens > 0 ? max_tokens : 1) * top_logprobs * sizeof(token_logprob));
-        ok = ok && j->tops;
-    }
-    if (prompt_logprobs) {
-        j->prompt_lp = malloc((size_t)(n_prompt > 0 ? n_prompt : 1) * sizeof(float));
-        ok = ok && j->prompt_lp;
-        if (top_logprobs > 0) {
-            j->prompt_tops = calloc((size_t)(n_prompt > 0 ? n_prompt : 1) * top_logprobs, sizeof(token_logprob));
-            ok = ok && j->prompt_tops;
-        }
+    /* the stolen parts first: unref frees them on every path below */
+    j->prompt = spec->prompt, j->n_prompt = spec->n_prompt;
+    j->bias = spec->bias;
+    j->stops = spec->stops, j->n_stops = spec->n_stops, j->capture = spec->capture;
+    spec->prompt = NULL, spec->bias = NULL, spec->stops = NULL, spec->capture = NULL;
+    j->sp = spec->sp;
+    j->sp.bias = j->bias;
+    j->sp.n_bias = j->bias ? spec->n_bias : 0;
+    j->max_tokens = spec->max_tokens;
+    j->top_logprobs = spec->top_logprobs;
+    j->prompt_logprobs = spec->prompt_logprobs;
+    j->se = spec->se;
+    snprintf(j->owner, sizeof(j->owner), "%s", spec->owner ? spec->owner : "");
+    size_t n_prompt = (size_t)(j->n_prompt > 0 ? j->n_prompt : 0), n_gen = (size_t)(j->max_tokens > 0 ? j->max_tokens : 0);
+    size_t top = (size_t)(j->top_logprobs > 0 ? j->top_logprobs : 0);
+    j->pieces = alloc_n(n_gen, sizeof(token_logprob));
+    bool ok = j->prompt && j->pieces && buf_reserve(&j->text, 256);
+    if (top) ok = ok && (j->tops = alloc_n(n_gen * top, sizeof(token_logprob)));
+    if (j->prompt_logprobs) {
+        ok = ok && (j->prompt_lp = alloc_n(n_prompt, sizeof(float)));
+        if (top) ok = ok && (j->prompt_tops = calloc(n_prompt ? n_prompt * top : 1, sizeof(token_logprob)));
     }
     if (!ok) {
         sched_job_unref(j);
         return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory");
     }
-    j->text[0] = '\0';
-    j->n_prompt = n_prompt;
     *out = j;
     return ATTND_OK;
 }
@@ -127,37 +169,69 @@ void sched_job_unref(sched_job *j) {
     free(j->bias);
     for (int i = 0; i < j->n_stops; i++) free(j->stops[i]);
     free(j->stops);
-    free(j->text);
+    buf_free(&j->text);
     free(j->pieces);
     free(j->tops);
     free(j->prompt_lp);
-    free(j->prompt_tops);
+    free(j->prompt_tops), attn_capture_destroy(j->capture);
+    buf_free(&j->rd);
     pthread_mutex_destroy(&j->mu);
     pthread_cond_destroy(&j->cv);
     free(j);
 }
 
-/* Appends released text to the job (caller holds j->mu). */
-static void job_append_text(sched_job *j, const char *p, size_t n) {
-    if (!n) return;
-    if (j->text_len + n + 1 > j->text_cap) {
-        size_t cap = j->text_cap * 2;
-        while (cap < j->text_len + n + 1) cap *= 2;
-        char *g = realloc(j->text, cap);
-        if (!g) return; /* text dropped rather than crash; the token list stays complete */
-        j->text = g;
-        j->text_cap = cap;
-    }
-    memcpy(j->text + j->text_len, p, n);
-    j->text_len += n;
-    j->text[j->text_len] = '\0';
+bool sched_job_cancel(sched_job *j) { return atomic_exchange(&j->cancel, true); }
+
+/* Moves what is new past the reader's cursor into *u (caller holds j->mu). */
+static bool job_take_news(sched_job *j, sched_update *u) {
+    size_t n = j->text.len - j->rd_text;
+    buf_clear(&j->rd);
+    if (!buf_append(&j->rd, j->text.p + j->rd_text, n)) n = 0; /* out of memory: handed out next time */
+    *u = (sched_update){j->rd.p ? j->rd.p : "", n, j->rd_pieces, j->n_pieces, j->done};
+    j->rd_text += n;
+    j->rd_pieces = j->n_pieces;
+    return n || u->from < u->to || j->done;
 }
+
+bool sched_job_wait(sched_job *j, int timeout_ms, sched_update *u) {
+    struct timespec ts;
+    attnd_deadline(&ts, timeout_ms);
+    pthread_mutex_lock(&j->mu);
+    bool news;
+    while (!(news = job_take_news(j, u)) && timeout_ms > 0)
+        if (pthread_cond_timedwait(&j->cv, &j->mu, &ts) != 0) {
+            news = job_take_news(j, u);
+            break;
+        }
+    pthread_mutex_unlock(&j->mu);
+    return news;
+}
+
+void sched_job_output(sched_job *j, sched_output *o) {
+    pthread_mutex_lock(&j->mu);
+    *o = (sched_output){
+        .prompt = j->prompt, .n_prompt = j->n_prompt,
+        .pieces = j->pieces, .n_pieces = j->n_pieces,
+        .tops = j->tops, .top_logprobs = j->top_logprobs,
+        .prompt_lp = j->prompt_lp, .prompt_tops = j->prompt_tops,
+        .text = j->done ? j->text.p : NULL, .text_len = j->done ? j->text.len : 0,
+        .done = j->done, .finish_reason = j->finish_reason, .status = j->status, .errmsg = j->errmsg,
+        .n_cached = j->n_cached, .n_generated = j->n_generated,
+        .prompt_ms = j->prompt_ms, .gen_ms = j->gen_ms, .capture = j->capture,
+    };
+    pthread_mutex_unlock(&j->mu);
+}
+
+/* Appends released text to the job (caller holds j->mu). Out of memory drops the text rather
+ * than crash; the token list stays complete. */
+static void job_append_text(sched_job *j, const char *p, size_t n) { (void)buf_append(&j->text, p, n); }
 
 // ---- slots --------------------------------------------------------------------------------
 
 /* Ends a slot's job: publishes the outcome, returns the cache entry with the new history. */
 static void slot_finish(sched *s, slot *sl, const char *reason, attnd_status st, const char *msg) {
     sched_job *j = sl->job;
+    attn_capture_unlink(&s->inspecting, j->capture);
     if (sl->se) {
         if (sl->kv) sess_set_kv(s->store, sl->se, sl->kv, sl->n_past, kv_seq_bytes(sl->kv));
         attnd_err e;
@@ -167,17 +241,12 @@ static void slot_finish(sched *s, slot *sl, const char *reason, attnd_status st,
         else if (sess_release(s->store, sl->se, sl->hist, sl->n_hist, &e) != ATTND_OK) slog_error("%s", e.msg);
     }
     pthread_mutex_lock(&j->mu);
-    if (st == ATTND_OK && reason && !sl->stopped && sl->ts && sl->sm) {
-        /* flush held-back bytes: an unfinished UTF-8 tail, then text kept for stop matching */
-        const char *p, *e;
-        size_t n = tok_stream_flush(sl->ts, &p), ne = 0;
-        bool matched = false;
-        if (n) {
-            matched = stop_matcher_push(sl->sm, p, n, &e, &ne);
-            job_append_text(j, e, ne);
-        }
-        if (matched) reason = "stop";
-        else job_append_text(j, e, stop_matcher_flush(sl->sm, &e));
+    if (st == ATTND_OK && reason && sl->g) {
+        /* release held-back bytes: an unfinished UTF-8 tail, then text kept for stop matching */
+        const char *e;
+        size_t ne;
+        if (gen_finish(sl->g, &e, &ne) == STOP_STRING) reason = "stop";
+        job_append_text(j, e, ne);
     }
     j->finish_reason = st == ATTND_OK ? reason : NULL;
     j->status = st;
@@ -185,9 +254,7 @@ static void slot_finish(sched *s, slot *sl, const char *reason, attnd_status st,
     j->done = true;
     pthread_cond_broadcast(&j->cv);
     pthread_mutex_unlock(&j->mu);
-    sampler_destroy(sl->smp);
-    tok_stream_destroy(sl->ts);
-    stop_matcher_destroy(sl->sm);
+    gen_destroy(sl->g);
     free(sl->hist);
     sched_job_unref(j);
     memset(sl, 0, sizeof(*sl));
@@ -214,7 +281,7 @@ static attnd_status slot_start(sched *s, slot *sl, sched_job *j, attnd_err *err)
     memset(sl, 0, sizeof(*sl));
     sl->job = j;
     sl->admitted = ++s->n_admitted;
-    sl->se = j->se ? j->se : sess_acquire_anon(s->store, j->prompt, j->n_prompt, s->max_anon);
+    sl->se = j->se ? j->se : sess_acquire_anon(s->store, j->owner, j->prompt, j->n_prompt, s->max_anon);
     if (!sl->se) return attnd_fail(err, ATTND_ERR_BUSY, "no prompt cache entry free");
     sl->kv = sl->se->kv;
     if (!sl->kv) {
@@ -226,68 +293,50 @@ static attnd_status slot_start(sched *s, slot *sl, sched_job *j, attnd_err *err)
      * at least the last prompt token (its logits start generation) */
     int keep = sess_common_prefix(sl->se->tokens, sl->se->kv_len, j->prompt, j->n_prompt);
     if (keep >= j->n_prompt) keep = j->n_prompt - 1;
-    if (j->prompt_logprobs) keep = 0; /* every prompt position's logits are needed */
+    if (j->prompt_logprobs || (j->capture && !j->se)) keep = 0; /* every position's logits / rows */
     if (keep < 0) keep = 0;
     kv_seq_truncate(sl->kv, keep);
+    if (j->capture) attn_capture_link(&s->inspecting, j->capture, sl->kv);
     sl->n_past = keep;
     sl->prefilling = true;
     sl->hist = malloc((size_t)(j->n_prompt + j->max_tokens + 1) * sizeof(int32_t));
     if (!sl->hist) return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory");
     memcpy(sl->hist, j->prompt, (size_t)j->n_prompt * sizeof(int32_t));
     sl->n_hist = j->n_prompt;
-    attnd_status rc = sampler_create(&sl->smp, &j->sp, s->n_vocab, err);
+    gen_params gp = {.sp = j->sp, .stops = (const char *const *)j->stops, .n_stops = j->n_stops,
+                     .top_logprobs = j->top_logprobs};
+    attnd_status rc = gen_create(&sl->g, &gp, s->n_vocab, s->tok, j->prompt, j->n_prompt, err);
     if (rc != ATTND_OK) return rc;
-    for (int i = 0; i < j->n_prompt; i++) sampler_accept(sl->smp, j->prompt[i]);
-    if ((rc = tok_stream_create(&sl->ts, s->tok, false)) != ATTND_OK)
-        return attnd_fail(err, rc, "cannot create the detokenizer stream");
-    /* the completion continues the prompt: " there" after "Once upon a time" keeps its space */
-    tok_stream_keep_leading_space(sl->ts);
-    if ((rc = stop_matcher_create(&sl->sm, (const char *const *)j->stops, j->n_stops, err)) != ATTND_OK) return rc;
     pthread_mutex_lock(&s->mu);
     s->stats.cached_tokens += (uint64_t)keep;
     pthread_mutex_unlock(&s->mu);
     pthread_mutex_lock(&j->mu);
-    j->started = true;
     j->n_cached = keep;
     if (j->prompt_logprobs && j->n_prompt > 0) j->prompt_lp[0] = NAN;
     pthread_mutex_unlock(&j->mu);
     return ATTND_OK;
 }
 
-/* Handles one sampled token of a generating slot. */
+/* Samples one token for a generating slot and publishes what it released. */
 static void slot_token(sched *s, slot *sl, const float *row) {
     sched_job *j = sl->job;
-    int32_t id = sampler_sample(sl->smp, row);
-    sampler_accept(sl->smp, id);
-    sl->hist[sl->n_hist++] = id;
+    /* only this thread writes pieces and tops; readers see entries below n_pieces */
+    token_logprob *top = j->top_logprobs > 0 ? j->tops + (size_t)j->n_pieces * j->top_logprobs : NULL;
+    gen_token t;
+    stop_reason why = gen_next(sl->g, row, top, &t);
+    sl->hist[sl->n_hist++] = t.id;
     sl->n_gen++;
-    bool eog = tok_is_eog(s->tok, id), stopped = false;
     pthread_mutex_lock(&j->mu);
     j->n_generated = sl->n_gen;
-    if (!eog) {
-        sched_piece *pc = &j->pieces[j->n_pieces];
-        pc->token = id;
-        pc->logprob = 0;
-        if (j->top_logprobs >= 0) {
-            token_logprob chosen, dummy;
-            sampler_logprobs(row, s->n_vocab, id, j->top_logprobs,
-                             &chosen, j->top_logprobs > 0 ? j->tops + (size_t)j->n_pieces * j->top_logprobs : &dummy);
-            pc->logprob = chosen.logprob;
-        }
-        j->n_pieces++;
-        const char *p, *e;
-        size_t n = tok_stream_push(sl->ts, id, &p), ne = 0;
-        if (n) {
-            stopped = stop_matcher_push(sl->sm, p, n, &e, &ne);
-            job_append_text(j, e, ne);
-        }
+    if (why != STOP_EOG) {
+        j->pieces[j->n_pieces++] = (token_logprob){t.id, j->top_logprobs >= 0 ? t.logprob : 0};
+        job_append_text(j, t.text, t.n_text);
     }
     pthread_cond_broadcast(&j->cv);
     pthread_mutex_unlock(&j->mu);
-    sl->stopped = stopped;
-    sl->next_token = id;
+    sl->next_token = t.id;
     /* finishing waits for the end of the step (see finish_ended) */
-    if (eog || stopped) sl->end_reason = "stop";
+    if (why != STOP_NONE) sl->end_reason = "stop";
     else if (sl->n_gen >= j->max_tokens || sl->n_past >= s->n_ctx) sl->end_reason = "length";
 }
 
@@ -357,7 +406,7 @@ static void admit(sched *s) {
             slot_finish(s, sl, NULL, ATTND_ERR_NOMEM, err.msg);
             continue;
         }
-        if (j->max_tokens == 0 && !j->prompt_logprobs) slot_finish(s, sl, "length", ATTND_OK, NULL);
+        if (j->max_tokens == 0 && !j->prompt_logprobs && !j->capture) slot_finish(s, sl, "length", ATTND_OK, NULL);
     }
 }
 
@@ -442,10 +491,11 @@ static void step(sched *s) {
     bool any_decode, any_prefill;
     int n = build_batch(s, &any_decode, &any_prefill);
     if (n == 0) return;
-    double t0 = now_s();
+    double t0 = attnd_now_s();
     attnd_err err;
     attnd_status rc;
-    while ((rc = engine_eval(s->eng, s->batch, n, s->logits, &err)) == ATTND_ERR_NOMEM) {
+    /* jobs that inspect attention are hooked into the engine for the evaluations that hold them */
+    while ((rc = attn_capture_eval(s->inspecting, s->eng, s->batch, n, s->logits, &err)) == ATTND_ERR_NOMEM) {
         if (evict_one(s)) continue;
         /* nothing idle to evict: the newest request gives way */
         slot *victim = newest_prefilling(s);
@@ -460,7 +510,7 @@ static void step(sched *s) {
             if (s->slots[k].job && s->slots[k].batch_n) slot_finish(s, &s->slots[k], NULL, rc, err.msg);
         return;
     }
-    double dt = now_s() - t0;
+    double dt = attnd_now_s() - t0;
     uint64_t n_prompt_tok = 0, n_gen = 0;
     for (int k = 0; k < s->n_slots; k++) {
         slot *sl = &s->slots[k];
@@ -510,7 +560,7 @@ static void step(sched *s) {
     s->stats.generated_tokens += n_gen;
     if (any_decode) s->stats.decode_seconds += dt;
     if (any_prefill) s->stats.prompt_seconds += dt;
-    double now = now_s();
+    double now = attnd_now_s();
     if (now - s->rate_t0 >= 1.0) {
         s->stats.last_tok_per_s = (s->stats.generated_tokens - s->rate_tok0) / (now - s->rate_t0);
         s->rate_t0 = now;
@@ -540,7 +590,7 @@ static void *sched_main(void *arg) {
     double last_wd = 0, last_status = 0;
     char status[128] = "";
     for (;;) {
-        double now = now_s();
+        double now = attnd_now_s();
         if (s->hooks.on_watchdog && (now - last_wd) * 1e3 >= s->wd_ms / 2.0) {
             s->hooks.on_watchdog(s->hooks.user);
             last_wd = now;
@@ -554,10 +604,7 @@ static void *sched_main(void *arg) {
         }
         if (s->n_active == 0 && s->q_len == 0 && s->n_free == 0) {
             struct timespec ts;
-            clock_gettime(CLOCK_REALTIME, &ts);
-            long ns = ts.tv_nsec + (long)(s->wd_ms / 2) * 1000000L;
-            ts.tv_sec += ns / 1000000000L;
-            ts.tv_nsec = ns % 1000000000L;
+            attnd_deadline(&ts, s->wd_ms / 2);
             pthread_cond_timedwait(&s->wake, &s->mu, &ts);
             s->stats.kv_used = kv_pool_bytes_used(s->pool);
             pthread_mutex_unlock(&s->mu);
@@ -616,7 +663,7 @@ attnd_status sched_create(sched **out, const model *m, const tokenizer *tok, ses
     if ((rc = engine_create(&s->eng, m, s->max_batch, cfg->threads, err)) != ATTND_OK) goto fail;
     s->stats.kv_budget = kv_pool_bytes_budget(s->pool);
     s->stats.slots = s->n_slots;
-    s->rate_t0 = now_s();
+    s->rate_t0 = attnd_now_s();
     if (pthread_create(&s->th, NULL, sched_main, s) != 0) {
         rc = attnd_fail(err, ATTND_ERR_NOMEM, "cannot start the scheduler thread");
         goto fail;
@@ -700,10 +747,7 @@ void sched_free_kv(sched *s, struct kv_seq *kv) {
 
 bool sched_wait_idle(sched *s, int timeout_ms) {
     struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    long ns = ts.tv_nsec + (long)(timeout_ms % 1000) * 1000000L;
-    ts.tv_sec += timeout_ms / 1000 + ns / 1000000000L;
-    ts.tv_nsec = ns % 1000000000L;
+    attnd_deadline(&ts, timeout_ms);
     pthread_mutex_lock(&s->mu);
     while (s->n_active + s->q_len > 0)
         if (pthread_cond_timedwait(&s->idle, &s->mu, &ts) != 0) break;

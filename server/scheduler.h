@@ -2,14 +2,14 @@
  * scheduler.h — the scheduler: the one thread that owns the model's engine and every KV cache.
  *
  * HTTP threads build a sched_job (tokenized prompt, sampling, limits), submit it, and read the
- * job's output as it grows (text, tokens, logprobs) under the job's mutex. The scheduler runs
+ * job's output as it grows (text, tokens, logprobs) with sched_job_wait / sched_job_output. The scheduler runs
  * steps: each step admits queued jobs into free slots (reusing the longest cached prefix of the
  * job's session or of an anonymous prompt-cache entry), then makes ONE engine_eval call holding
  * one decode token for every generating sequence plus prefill chunks of new ones (continuous
  * batching), samples, and publishes what each job produced.
  *
- * Cancellation: set job->cancel (client gone, shutdown); the scheduler drops the sequence at the
- * start of its next step.
+ * Cancellation: sched_job_cancel (client gone) or sched_cancel_all (shutdown); the scheduler
+ * drops the sequence at the start of its next step.
  *
  * Ownership: a job is reference counted (HTTP side + scheduler side); sched_job_unref frees it.
  */
@@ -21,6 +21,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "attnd/attn_capture.h"
 #include "attnd/common.h"
 #include "attnd/engine.h"
 #include "attnd/sampler.h"
@@ -28,57 +29,88 @@
 #include "sess.h"
 #include "settings.h"
 
-/* One generated token. */
-typedef struct sched_piece {
-    int32_t token;
-    float logprob;   /* log-probability under the raw model distribution */
-} sched_piece;
+/* A generation request. Opaque: built by sched_job_create, read through sched_job_wait and
+ * sched_job_output; the job's mutex never leaves scheduler.c. */
+typedef struct sched_job sched_job;
 
-#define SCHED_TOP_MAX 20
-
-typedef struct sched_job {
-    // ---- input: set before sched_submit, read-only afterwards ----
-    int32_t *prompt;          /* (n_prompt) owned */
+/* What to generate. sched_job_create steals prompt, bias and stops (and NULLs them here),
+ * whether it succeeds or not. */
+typedef struct sched_job_spec {
+    int32_t *prompt;          /* (n_prompt) stolen */
     int n_prompt;
-    sampler_params sp;        /* sp.bias points into `bias` */
-    logit_bias *bias;         /* (sp.n_bias) owned */
-    int max_tokens;           /* >= 0; generation also ends at the context cap */
-    char **stops;             /* (n_stops) owned strings */
+    sampler_params sp;        /* sp.bias / sp.n_bias are ignored: the job points them at `bias` */
+    logit_bias *bias;         /* (n_bias) stolen, may be NULL */
+    int n_bias;
+    char **stops;             /* (n_stops) stolen strings and array, may be NULL */
     int n_stops;
+    int max_tokens;           /* >= 0; generation also ends at the context cap */
     int top_logprobs;         /* alternatives per generated token (0..20); -1 = no logprobs */
     bool prompt_logprobs;     /* echo + logprobs: log-probabilities of prompt tokens 1..n-1 */
-    sess *se;                 /* acquired named session (busy), or NULL = anonymous; the
-                                 scheduler releases it when the job ends */
+    attn_capture *capture;    /* stolen, may be NULL: records the attention of this job's
+                                 positions (attention inspection). Such a job evaluates its
+                                 whole prompt unless a named session caches a prefix, also with
+                                 max_tokens = 0; the hook is installed only for the steps that
+                                 hold such a job, so other requests never pay for it */
+    sess *se;                 /* acquired named session (busy), or NULL = anonymous; once
+                                 sched_submit succeeds the scheduler releases it when the job
+                                 ends; until then (and if create or submit fail) it stays the
+                                 caller's */
+    const char *owner;        /* the API key's owner tag (sess.h); an anonymous job uses only
+                                 this owner's prompt cache. NULL = none. Copied. */
+} sched_job_spec;
 
-    // ---- output: guarded by mu; cv signalled on every change ----
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    char *text;               /* (text_len) generated text, stop strings removed; owned */
-    size_t text_len, text_cap;
-    sched_piece *pieces;      /* (n_pieces) generated tokens, capacity max_tokens */
+/* A job with one reference, output buffers sized for max_tokens and top_logprobs. On failure
+ * the stolen parts of spec are freed. */
+attnd_status sched_job_create(sched_job **out, sched_job_spec *spec, attnd_err *err);
+void sched_job_ref(sched_job *j);
+void sched_job_unref(sched_job *j); /* accepts NULL */
+
+/* Asks the scheduler to drop the job (client gone); it does so at its next step. Returns true
+ * when the job was already cancelled. Thread-safe. */
+bool sched_job_cancel(sched_job *j);
+
+/* What changed since the previous sched_job_wait on this job (one reader per job). */
+typedef struct sched_update {
+    const char *text;         /* (text_len) text released since the previous call; borrowed,
+                                 valid until the next sched_job_wait or the last unref */
+    size_t text_len;
+    int from, to;             /* generated tokens [from, to) are new (see sched_output.pieces) */
+    bool done;                /* the job ended: sched_job_output has its outcome */
+} sched_update;
+
+/* Waits up to timeout_ms (0 = just look) until the job released text or tokens since the
+ * previous call, or ended; fills *u with what is new. Returns true when there was news or the
+ * job is done, false on timeout. */
+bool sched_job_wait(sched_job *j, int timeout_ms, sched_update *u);
+
+/* A job's output. The arrays are borrowed from the job and stay valid until the last unref;
+ * entries below the counts never change once published. */
+typedef struct sched_output {
+    const int32_t *prompt;    /* (n_prompt) */
+    int n_prompt;
+    const token_logprob *pieces; /* (n_pieces) generated tokens and their log-probabilities under
+                                    the raw model distribution (0 without logprobs) */
     int n_pieces;
-    token_logprob *tops;      /* (n_pieces, top_logprobs) alternatives, best first */
-    float *prompt_lp;         /* (n_prompt) when prompt_logprobs; [0] is NaN (nothing predicts it) */
-    token_logprob *prompt_tops; /* (n_prompt, top_logprobs) alternatives at each prompt position */
-    bool started;             /* admitted into a slot */
+    const token_logprob *tops;   /* (n_pieces, top_logprobs) alternatives, best first */
+    int top_logprobs;            /* -1 = no logprobs */
+    const float *prompt_lp;      /* (n_prompt) or NULL; [0] is NaN (nothing predicts it) */
+    const token_logprob *prompt_tops; /* (n_prompt, top_logprobs) or NULL */
+    const char *text;         /* (text_len) the whole generated text, stop strings removed;
+                                 NULL until done */
+    size_t text_len;
     bool done;
-    const char *finish_reason; /* "stop" or "length" (static strings); NULL while running or on error */
+    const char *finish_reason; /* "stop" / "length" (static); NULL while running or on error */
     attnd_status status;      /* != OK: failed, message in errmsg */
-    char errmsg[256];
+    const char *errmsg;       /* "" when none */
     int n_cached;             /* prompt tokens whose KV was reused */
     int n_generated;          /* tokens sampled, the end-of-generation token included */
     double prompt_ms, gen_ms; /* time in steps that prefilled / decoded this job */
+    const attn_capture *capture; /* the job's (sched_job_spec.capture); read it once done */
+} sched_output;
 
-    atomic_bool cancel;
-    atomic_int refs;
-} sched_job;
+/* A consistent snapshot of the job's output so far. Thread-safe. */
+void sched_job_output(sched_job *j, sched_output *out);
 
-/* A zeroed job with refs = 1, mutex and cv initialised, output buffers sized for max_tokens
- * and top_logprobs. Set the input fields (prompt etc.) after; they are freed by unref. */
-attnd_status sched_job_create(sched_job **out, int n_prompt, int max_tokens, int top_logprobs, bool prompt_logprobs,
-                              attnd_err *err);
-void sched_job_ref(sched_job *j);
-void sched_job_unref(sched_job *j); /* accepts NULL */
 
 typedef struct sched_stats {
     int active, queued, slots;

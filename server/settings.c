@@ -19,8 +19,11 @@ void server_settings_default(server_settings *s) {
     s->max_parallel = 16;
     s->body_limit = 1u << 20;
     s->queue_limit = 64;
+    s->tokenize_parallel = 4;
     s->max_tokens_cap = 4096;
+    s->attention_max_weights = 1000000;
     s->request_timeout_s = 30;
+    s->header_timeout_s = 10;
     s->shutdown_timeout_s = 10;
     s->watchdog_interval_ms = 1000;
     s->log_level = SERVER_LOG_INFO;

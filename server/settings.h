@@ -67,14 +67,19 @@ typedef struct server_settings {
     // ---- limits ----
     size_t body_limit;       /* request body cap in bytes; default 1 MiB (413 above) */
     int queue_limit;         /* requests waiting for the scheduler; default 64 (429 above) */
+    int tokenize_parallel;   /* /tokenize and /detokenize requests at once; default 4 (429 above) */
     int max_tokens_cap;      /* upper bound on max_tokens per request; default 4096 */
+    int attention_max_weights; /* most weights one POST /v1/attention answer carries; default 1000000 */
     int request_timeout_s;   /* idle HTTP connection timeout (slow loris); default 30 */
+    int header_timeout_s;    /* a connection's request headers must arrive within this; default 10 */
     int shutdown_timeout_s;  /* SIGTERM: how long in-flight work may finish; default 10 */
     int watchdog_interval_ms;/* how often on_watchdog is called at least; default 1000 */
 
     // ---- security ----
     const char *api_key;     /* required Bearer token; NULL or "" = no authentication */
     const char *cors_origins;/* comma-separated allowed origins, "*" for any; NULL = CORS off */
+    const char *allowed_hosts; /* extra Host names a loopback-bound server answers (comma-separated);
+                                * NULL = loopback names only (DNS rebinding, see origin.h) */
 
     // ---- logging ----
     server_log_level log_level; /* default SERVER_LOG_INFO */

@@ -6,11 +6,17 @@
 #ifndef ATTND_SERVER_SLOG_H
 #define ATTND_SERVER_SLOG_H
 
+#include <stddef.h>
+
 #include "settings.h"
 
 void slog_set_level(server_log_level level);
 bool slog_enabled(server_log_level level);
+/* Writes one line; control characters in the formatted message are escaped (see slog.c). */
 void slog(server_log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Copies in to out (cap bytes, NUL-terminated) with bytes < 0x20 and 0x7f as \xNN; stops
+ * before a character that would not fit. Returns the length written. */
+size_t slog_escape(char *out, size_t cap, const char *in);
 
 #define slog_error(...) slog(SERVER_LOG_ERROR, __VA_ARGS__)
 #define slog_warn(...) slog(SERVER_LOG_WARN, __VA_ARGS__)

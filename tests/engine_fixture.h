@@ -29,6 +29,8 @@ typedef struct tiny_spec {
     bool vocab;            /* also write a SentencePiece-style vocabulary (n_vocab >= 300), so
                             * that llama.cpp can load the file */
     uint64_t seed;
+    int vocab_extra;       /* with vocab: write n_vocab + vocab_extra tokens (tests of bad files) */
+    int bos_id;            /* with vocab: tokenizer.ggml.bos_token_id; 0 = 1 */
 } tiny_spec;
 
 static inline tiny_spec tiny_default(const char *arch) {
@@ -167,8 +169,8 @@ static inline int tiny_write(const char *path, const tiny_spec *sp) {
         gb_str(&b, "tokenizer.ggml.tokens");
         gb_u32(&b, GGUF_VT_ARRAY);
         gb_u32(&b, GGUF_VT_STRING);
-        gb_u64(&b, (uint64_t)sp->n_vocab);
-        for (int i = 0; i < sp->n_vocab; i++) {
+        gb_u64(&b, (uint64_t)(sp->n_vocab + sp->vocab_extra));
+        for (int i = 0; i < sp->n_vocab + sp->vocab_extra; i++) {
             char piece[32];
             if (i < 3) snprintf(piece, sizeof(piece), "%s", i == 0 ? "<unk>" : i == 1 ? "<s>" : "</s>");
             else if (i < 259) snprintf(piece, sizeof(piece), "<0x%02X>", i - 3);
@@ -178,20 +180,20 @@ static inline int tiny_write(const char *path, const tiny_spec *sp) {
         gb_str(&b, "tokenizer.ggml.scores");
         gb_u32(&b, GGUF_VT_ARRAY);
         gb_u32(&b, GGUF_VT_FLOAT32);
-        gb_u64(&b, (uint64_t)sp->n_vocab);
-        for (int i = 0; i < sp->n_vocab; i++) {
+        gb_u64(&b, (uint64_t)(sp->n_vocab + sp->vocab_extra));
+        for (int i = 0; i < sp->n_vocab + sp->vocab_extra; i++) {
             float sc = i < 259 ? 0.0f : -(float)i;
             gb_put(&b, &sc, 4);
         }
         gb_str(&b, "tokenizer.ggml.token_type");
         gb_u32(&b, GGUF_VT_ARRAY);
         gb_u32(&b, GGUF_VT_INT32);
-        gb_u64(&b, (uint64_t)sp->n_vocab);
-        for (int i = 0; i < sp->n_vocab; i++) {
+        gb_u64(&b, (uint64_t)(sp->n_vocab + sp->vocab_extra));
+        for (int i = 0; i < sp->n_vocab + sp->vocab_extra; i++) {
             int32_t ty = i == 0 ? 2 : i < 3 ? 3 : i < 259 ? 6 : 1; /* unknown, control, byte, normal */
             gb_put(&b, &ty, 4);
         }
-        kv_u32(&b, "tokenizer.ggml.bos_token_id", 1);
+        kv_u32(&b, "tokenizer.ggml.bos_token_id", (uint32_t)(sp->bos_id ? sp->bos_id : 1));
         kv_u32(&b, "tokenizer.ggml.eos_token_id", 2);
     }
     uint64_t off = 0;
@@ -272,8 +274,11 @@ static inline void ref_rmsnorm(double *out, const double *x, const gguf_tensor *
  * Logits (n_tok, n_vocab) of every position of tokens, computed from scratch in double with the
  * math written out naively: embeddings, RMSNorm, Q/K/V (+bias), RoPE (adjacent pairs for llama,
  * halves for qwen2), causal softmax attention with grouped KV heads, SwiGLU, final norm, head.
+ * attn (may be NULL) receives the softmax weights (n_layer, n_head, n_tok, n_tok): row t holds
+ * position t's weights over positions 0..t, zeros after.
  */
-static inline void ref_forward(const tiny_spec *sp, const char *path, const int32_t *tokens, int n_tok, double *logits) {
+static inline void ref_forward_attn(const tiny_spec *sp, const char *path, const int32_t *tokens, int n_tok,
+                                    double *logits, double *attn) {
     gguf_file *f;
     if (gguf_open(&f, path, NULL) != ATTND_OK) abort();
     int E = sp->n_embd, H = sp->n_head, HK = sp->n_head_kv, hd = E / H, KVD = HK * hd, F = sp->n_ff,
@@ -322,6 +327,10 @@ static inline void ref_forward(const tiny_spec *sp, const char *path, const int3
                     mx = sc[j] > mx ? sc[j] : mx;
                 }
                 for (int j = 0; j <= t; j++) sum += sc[j] = exp(sc[j] - mx);
+                if (attn) {
+                    double *row = attn + (((size_t)l * H + h) * n_tok + t) * n_tok;
+                    for (int j = 0; j < n_tok; j++) row[j] = j <= t ? sc[j] / sum : 0;
+                }
                 for (int i = 0; i < hd; i++) {
                     double a = 0;
                     for (int j = 0; j <= t; j++) a += sc[j] / sum * v[(size_t)j * KVD + kh * hd + i];
@@ -346,6 +355,10 @@ static inline void ref_forward(const tiny_spec *sp, const char *path, const int3
     }
     free(x), free(xn), free(q), free(k), free(v), free(att), free(tmp), free(g), free(u), free(sc);
     gguf_close(f);
+}
+
+static inline void ref_forward(const tiny_spec *sp, const char *path, const int32_t *tokens, int n_tok, double *logits) {
+    ref_forward_attn(sp, path, tokens, n_tok, logits, NULL);
 }
 
 #endif /* ATTND_TEST_ENGINE_FIXTURE_H */

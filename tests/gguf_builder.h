@@ -1,6 +1,6 @@
 /*
  * gguf_builder.h — (tests only) builds GGUF images byte by byte in memory, so tests can craft
- * valid and deliberately malformed files without fixtures. Header-only; every function is static.
+ * valid and deliberately malformed files without fixtures. Header-only; every function is static inline.
  */
 #ifndef ATTND_TEST_GGUF_BUILDER_H
 #define ATTND_TEST_GGUF_BUILDER_H
@@ -14,7 +14,7 @@ typedef struct gbuf {
     size_t n, cap;
 } gbuf;
 
-static void gb_bytes(gbuf *b, const void *src, size_t n) {
+static inline void gb_bytes(gbuf *b, const void *src, size_t n) {
     if (b->n + n > b->cap) {
         b->cap = (b->n + n) * 2 + 64;
         b->p = realloc(b->p, b->cap);
@@ -22,30 +22,48 @@ static void gb_bytes(gbuf *b, const void *src, size_t n) {
     memcpy(b->p + b->n, src, n);
     b->n += n;
 }
-static void gb_u8(gbuf *b, uint8_t v) { gb_bytes(b, &v, 1); }
-static void gb_u32(gbuf *b, uint32_t v) { gb_bytes(b, &v, 4); }
-static void gb_u64(gbuf *b, uint64_t v) { gb_bytes(b, &v, 8); }
-static void gb_f32(gbuf *b, float v) { gb_bytes(b, &v, 4); }
-static void gb_str(gbuf *b, const char *s) {
+static inline void gb_u8(gbuf *b, uint8_t v) { gb_bytes(b, &v, 1); }
+static inline void gb_u32(gbuf *b, uint32_t v) { gb_bytes(b, &v, 4); }
+static inline void gb_u64(gbuf *b, uint64_t v) { gb_bytes(b, &v, 8); }
+static inline void gb_f32(gbuf *b, float v) { gb_bytes(b, &v, 4); }
+static inline void gb_str(gbuf *b, const char *s) {
     gb_u64(b, strlen(s));
     gb_bytes(b, s, strlen(s));
 }
-static void gb_header(gbuf *b, uint32_t version, uint64_t n_tensors, uint64_t n_kv) {
+static inline void gb_header(gbuf *b, uint32_t version, uint64_t n_tensors, uint64_t n_kv) {
     gb_bytes(b, "GGUF", 4);
     gb_u32(b, version);
     gb_u64(b, n_tensors);
     gb_u64(b, n_kv);
 }
 /* key + type u32 (value follows) */
-static void gb_key(gbuf *b, const char *key, uint32_t type) {
+static inline void gb_key(gbuf *b, const char *key, uint32_t type) {
     gb_str(b, key);
     gb_u32(b, type);
 }
-static void gb_kv_u32(gbuf *b, const char *key, uint32_t v) { gb_key(b, key, 4); gb_u32(b, v); }
-static void gb_kv_f32(gbuf *b, const char *key, float v) { gb_key(b, key, 6); gb_f32(b, v); }
-static void gb_kv_str(gbuf *b, const char *key, const char *v) { gb_key(b, key, 8); gb_str(b, v); }
+static inline void gb_kv_u32(gbuf *b, const char *key, uint32_t v) { gb_key(b, key, 4); gb_u32(b, v); }
+static inline void gb_kv_f32(gbuf *b, const char *key, float v) { gb_key(b, key, 6); gb_f32(b, v); }
+static inline void gb_kv_str(gbuf *b, const char *key, const char *v) { gb_key(b, key, 8); gb_str(b, v); }
+/* arrays: key, ARRAY (9), element type, count, elements */
+static inline void gb_arr_head(gbuf *b, const char *key, uint32_t elem_type, uint64_t n) {
+    gb_key(b, key, 9);
+    gb_u32(b, elem_type);
+    gb_u64(b, n);
+}
+static inline void gb_kv_arr_str(gbuf *b, const char *key, const char *const *v, uint64_t n) {
+    gb_arr_head(b, key, 8, n);
+    for (uint64_t i = 0; i < n; i++) gb_str(b, v[i]);
+}
+static inline void gb_kv_arr_i32(gbuf *b, const char *key, const int32_t *v, uint64_t n) {
+    gb_arr_head(b, key, 5, n);
+    gb_bytes(b, v, n * 4);
+}
+static inline void gb_kv_arr_f32(gbuf *b, const char *key, const float *v, uint64_t n) {
+    gb_arr_head(b, key, 6, n);
+    gb_bytes(b, v, n * 4);
+}
 /* tensor info: name, dims, type, offset */
-static void gb_tensor(gbuf *b, const char *name, uint32_t n_dims, const uint64_t *ne, uint32_t type,
+static inline void gb_tensor(gbuf *b, const char *name, uint32_t n_dims, const uint64_t *ne, uint32_t type,
                       uint64_t offset) {
     gb_str(b, name);
     gb_u32(b, n_dims);
@@ -53,7 +71,7 @@ static void gb_tensor(gbuf *b, const char *name, uint32_t n_dims, const uint64_t
     gb_u32(b, type);
     gb_u64(b, offset);
 }
-static void gb_align(gbuf *b, size_t a) {
+static inline void gb_align(gbuf *b, size_t a) {
     while (b->n % a) gb_u8(b, 0);
 }
 

@@ -3,10 +3,12 @@
 #
 #   start_server NAME [serve flags...]   starts on a free port; sets NAME_PORT, NAME_PID, NAME_LOG
 #   stop_server NAME                     SIGTERM, waits, returns the exit status
-#   need_shared / need_node              skip the test (exit 0 with a message) when missing
+#   need_node                            fail the test when node is missing (scripts/dev.sh test installs it)
+#   $MODEL                               the default model, models/attnd-sotu.gguf (what users serve)
 
-ATTND_SHARED_DIR=${ATTND_SHARED_DIR:-$(dirname "$0")/../../shared}
-MODELS=$ATTND_SHARED_DIR/models
+ATTND_SOURCE_DIR=${ATTND_SOURCE_DIR:-$(cd "$(dirname "$0")/.." && pwd)}
+ATTND_DATA_DIR=${ATTND_DATA_DIR:-$ATTND_SOURCE_DIR/tests/data}
+MODEL=$ATTND_SOURCE_DIR/models/attnd-sotu.gguf
 TMP=$(mktemp -d /tmp/attnd-http-test.XXXXXX)
 SERVER_PIDS=()
 
@@ -16,17 +18,10 @@ cleanup() {
 }
 trap cleanup EXIT
 
-need_shared() {
-    if [ ! -f "$MODELS/stories260K.gguf" ]; then
-        echo "SKIP: $MODELS/stories260K.gguf not found (shared fixtures absent)"
-        exit 77
-    fi
-}
-
 need_node() {
     if ! command -v node >/dev/null; then
-        echo "SKIP: node is not installed"
-        exit 77
+        echo "FAIL: node is not installed (scripts/dev.sh test installs it)" >&2
+        exit 1
     fi
 }
 

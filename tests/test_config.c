@@ -377,6 +377,16 @@ Test(config, api_key_file_is_read_and_never_printed) {
     drop(path);
     drop(key);
 
+    /* several keys, one per line (one tenant each); blank lines and blanks around keys dropped */
+    key = temp_file("key-one\n\n  key-two \r\nkey-three");
+    snprintf(line, sizeof(line), "api_key_file = %s\n", key);
+    path = temp_file(line);
+    cr_assert_eq(load(&c, &s, NULL, &err, "--config", path, NULL), ATTND_OK, "%s", err.msg);
+    cr_assert_str_eq(s.api_key, "key-one\nkey-two\nkey-three");
+    config_destroy(c);
+    drop(path);
+    drop(key);
+
     key = temp_file("\n  \n");
     snprintf(line, sizeof(line), "api_key_file = %s\n", key);
     path = temp_file(line);
@@ -521,4 +531,21 @@ Test(config, garbage_files_are_errors_never_crashes) {
         else cr_assert(strstr(err.msg, path), "error must name the file: %s", err.msg);
         drop(path);
     }
+}
+
+Test(config, api_key_on_the_command_line_is_scrubbed_from_argv) {
+    char a0[] = "serve", a1[] = "--api-key", a2[] = "s3cret", a3[] = "--api-key=other", a4[] = "--port", a5[] = "9";
+    char *argv[] = {a0, a1, a2, a3, a4, a5, NULL};
+    server_settings s;
+    config *c = NULL;
+    attnd_err err;
+    char *envp[] = {NULL};
+    /* the later flag wins, and the value survives the scrub (config_load copied it) */
+    cr_assert_eq(config_load(&c, &s, 6, argv, envp, &err), ATTND_OK, "%s", err.msg);
+    cr_expect_eq(config_scrub_argv(6, argv), 2);
+    cr_expect_str_eq(s.api_key, "other");
+    cr_expect_str_eq(a2, "xxxxxx");
+    cr_expect_str_eq(a3, "--api-key=xxxxx");
+    cr_expect_str_eq(a5, "9", "other arguments are left alone");
+    config_destroy(c);
 }

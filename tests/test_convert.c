@@ -1,7 +1,7 @@
 /*
  * test_convert.c — the GGUF writer round-trips through the reader, and `attnd convert-llama2c`
  * turns llama2.c's stories260K checkpoint into a file whose tensors and metadata equal the
- * independently written ../shared/models/stories260K.gguf. Malformed inputs are refused.
+ * independently written tests/data/models/stories260K.gguf. Malformed inputs are refused.
  */
 #include <criterion/criterion.h>
 #include <stdio.h>
@@ -106,17 +106,15 @@ static void generate_greedy(const char *model, char *buf, size_t n) {
 }
 
 Test(convert_llama2c, stories260K_matches_the_reference_gguf_tensor_for_tensor) {
-    if (access(ATTND_SHARED_DIR "/models/stories260K.bin", R_OK) != 0)
-        cr_skip_test("%s absent: skipping the llama2.c conversion check", ATTND_SHARED_DIR);
     char out[256], args[1024];
     tmp_path(out, sizeof(out), "stories");
     snprintf(args, sizeof(args), "'%s/models/stories260K.bin' '%s/models/tok512.bin' '%s' --name stories260K",
-             ATTND_SHARED_DIR, ATTND_SHARED_DIR, out);
+             ATTND_DATA_DIR, ATTND_DATA_DIR, out);
     cr_assert_eq(run(args), 0);
     gguf_file *got, *want;
     attnd_err err;
     cr_assert_eq(gguf_open(&got, out, &err), ATTND_OK, "%s", err.msg);
-    cr_assert_eq(gguf_open(&want, ATTND_SHARED_DIR "/models/stories260K.gguf", &err), ATTND_OK, "%s", err.msg);
+    cr_assert_eq(gguf_open(&want, ATTND_DATA_DIR "/models/stories260K.gguf", &err), ATTND_OK, "%s", err.msg);
     cr_assert_eq(gguf_tensor_count(got), gguf_tensor_count(want));
     for (uint64_t i = 0; i < gguf_tensor_count(want); i++) {
         const gguf_tensor *w = gguf_tensor_at(want, i), *g = gguf_find_tensor(got, w->name);
@@ -145,29 +143,27 @@ Test(convert_llama2c, stories260K_matches_the_reference_gguf_tensor_for_tensor) 
     /* and the converted model generates what the reference file generates (greedy) */
     char g1[8192], g2[8192];
     generate_greedy(out, g1, sizeof(g1));
-    generate_greedy(ATTND_SHARED_DIR "/models/stories260K.gguf", g2, sizeof(g2));
+    generate_greedy(ATTND_DATA_DIR "/models/stories260K.gguf", g2, sizeof(g2));
     cr_assert(strstr(g1, "\"tokens\":["), "no tokens in: %s", g1);
     cr_assert_str_eq(g1, g2);
     unlink(out);
 }
 
 Test(convert_llama2c, truncated_or_mismatched_inputs_are_refused) {
-    if (access(ATTND_SHARED_DIR "/models/stories260K.bin", R_OK) != 0)
-        cr_skip_test("%s absent: skipping", ATTND_SHARED_DIR);
     char cut[256], out[256], args[1024], cmd[1024];
     snprintf(cut, sizeof(cut), "/tmp/attnd-test-cut-%d.bin", (int)getpid());
     tmp_path(out, sizeof(out), "cut");
-    snprintf(cmd, sizeof(cmd), "head -c 100000 '%s/models/stories260K.bin' > '%s'", ATTND_SHARED_DIR, cut);
+    snprintf(cmd, sizeof(cmd), "head -c 100000 '%s/models/stories260K.bin' > '%s'", ATTND_DATA_DIR, cut);
     cr_assert_eq(system(cmd), 0);
-    snprintf(args, sizeof(args), "'%s' '%s/models/tok512.bin' '%s'", cut, ATTND_SHARED_DIR, out);
+    snprintf(args, sizeof(args), "'%s' '%s/models/tok512.bin' '%s'", cut, ATTND_DATA_DIR, out);
     cr_assert_eq(run(args), 1, "a truncated checkpoint must be refused");
     /* tokenizer and checkpoint swapped: the header is nonsense */
-    snprintf(args, sizeof(args), "'%s/models/tok512.bin' '%s/models/tok512.bin' '%s'", ATTND_SHARED_DIR, ATTND_SHARED_DIR, out);
+    snprintf(args, sizeof(args), "'%s/models/tok512.bin' '%s/models/tok512.bin' '%s'", ATTND_DATA_DIR, ATTND_DATA_DIR, out);
     cr_assert_eq(run(args), 1);
     /* truncated tokenizer */
-    snprintf(cmd, sizeof(cmd), "head -c 3000 '%s/models/tok512.bin' > '%s'", ATTND_SHARED_DIR, cut);
+    snprintf(cmd, sizeof(cmd), "head -c 3000 '%s/models/tok512.bin' > '%s'", ATTND_DATA_DIR, cut);
     cr_assert_eq(system(cmd), 0);
-    snprintf(args, sizeof(args), "'%s/models/stories260K.bin' '%s' '%s'", ATTND_SHARED_DIR, cut, out);
+    snprintf(args, sizeof(args), "'%s/models/stories260K.bin' '%s' '%s'", ATTND_DATA_DIR, cut, out);
     cr_assert_eq(run(args), 1);
     cr_assert_neq(access(out, F_OK), 0, "no output file may be left behind");
     cr_assert_eq(run("only-one-arg"), 2);

@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "attnd/engine.h"
 #include "attnd/tokenizer.h"
@@ -166,4 +167,40 @@ Test(default_model, held_out_perplexity_matches_the_training_figure, .timeout = 
     cr_assert_lt(fabs(ppl - ppl_expect) / ppl_expect, 0.02, "perplexity %.3f vs %.3f", ppl, ppl_expect);
     scorer_free(&s);
     json_decref(ev);
+}
+
+// ---- finding the default model ------------------------------------------------------------------
+
+/* Runs `cmd` and returns its output (stdout + stderr, first 4 KB) in buf. */
+static int run_capture(const char *cmd, char *buf, size_t cap) {
+    FILE *p = popen(cmd, "r");
+    cr_assert(p, "%s", cmd);
+    size_t n = fread(buf, 1, cap - 1, p);
+    buf[n] = '\0';
+    return pclose(p);
+}
+
+/* A binary outside its build folder (as `cmake -B /elsewhere` leaves it: no models/ next to it)
+ * still finds the default model of the source tree it was built from. */
+Test(default_model, a_binary_in_any_folder_finds_the_source_trees_model) {
+    char top[128], dir[256], cmd[2048], out[4096];
+    snprintf(top, sizeof top, "/tmp/attnd-test-anywhere-%d", (int)getpid());
+    snprintf(dir, sizeof dir, "%s/bin", top);
+    snprintf(cmd, sizeof cmd, "mkdir -p '%s' && cp '%s' '%s/attnd'", dir, ATTND_BINARY, dir);
+    cr_assert_eq(system(cmd), 0);
+    snprintf(cmd, sizeof cmd, "cd / && env -u ATTND_MODEL '%s/attnd' info 2>&1", dir);
+    cr_assert_eq(run_capture(cmd, out, sizeof out), 0, "%s", out);
+    cr_expect(strstr(out, MODEL), "the source tree's model, not: %s", out);
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", top);
+    cr_assert_eq(system(cmd), 0);
+}
+
+Test(default_model, attnd_model_in_the_environment_comes_first) {
+    char cmd[2048], out[4096];
+    snprintf(cmd, sizeof cmd, "ATTND_MODEL='%s/models/stories260K.gguf' '%s' info 2>&1", ATTND_DATA_DIR, ATTND_BINARY);
+    cr_assert_eq(run_capture(cmd, out, sizeof out), 0, "%s", out);
+    cr_expect(strstr(out, "stories260K.gguf"), "%s", out);
+    snprintf(cmd, sizeof cmd, "ATTND_MODEL=/nonexistent.gguf '%s' info 2>&1", ATTND_BINARY);
+    cr_expect_neq(run_capture(cmd, out, sizeof out), 0, "a missing $ATTND_MODEL is an error, not a fallback");
+    cr_expect(strstr(out, "/nonexistent.gguf"), "the error names the file: %s", out);
 }

@@ -7,15 +7,15 @@
 #   - sessions spread over both instances;
 #   - after one instance is killed, new requests through nginx still succeed (passive health
 #     check + next upstream), while the dead instance's sessions are gone (404 from the other).
-# nginx runs as a plain foreground process with a config in a temp dir. Skips with a message
-# when nginx, curl, the shared fixtures or `attnd serve` are missing.
+# nginx runs as a plain foreground process with a config in a temp dir, serving the default model.
+# Fails with a message when nginx or curl is missing (scripts/dev.sh test installs them).
 set -euo pipefail
 : "${ATTND_BINARY:?}" "${ATTND_SOURCE_DIR:?}"
-MODEL="${ATTND_SHARED_DIR:-/nonexistent}/models/stories260K.gguf"
-[ -f "$MODEL" ] || { echo "SKIP: $MODEL not found (shared fixtures absent)"; exit 77; }
+MODEL="$ATTND_SOURCE_DIR/models/attnd-sotu.gguf"
+[ -f "$MODEL" ] || { echo "FAIL: $MODEL not found"; exit 1; }
 NGINX=$(command -v nginx || echo /usr/sbin/nginx)
-[ -x "$NGINX" ] || { echo "SKIP: nginx not installed (apt-get install nginx-light)"; exit 77; }
-command -v curl >/dev/null || { echo "SKIP: curl not installed"; exit 77; }
+[ -x "$NGINX" ] || { echo "FAIL: nginx not installed (scripts/dev.sh test installs nginx-light)"; exit 1; }
+command -v curl >/dev/null || { echo "FAIL: curl not installed (scripts/dev.sh test installs it)"; exit 1; }
 
 T=$(mktemp -d)
 chmod 755 "$T" # nginx workers may run as another user

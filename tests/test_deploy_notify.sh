@@ -6,15 +6,16 @@
 #     asks /health at the moment READY=1 arrives),
 #   - WATCHDOG=1 keep-alives at half of WATCHDOG_USEC,
 #   - SIGTERM -> STOPPING=1 and exit status 0,
-#   - every stderr line carries a syslog priority prefix (<3>, <4>, <6>, <7>) for journald.
-# Skips with a message when the shared fixtures or `attnd serve` are absent.
+#   - with stderr connected to the journal (JOURNAL_STREAM), every stderr line carries a syslog
+#     priority prefix (<3>, <4>, <6>, <7>) for journald; elsewhere there is none (test_http_api).
+# Runs the default model; fails with a message when curl or a C compiler is missing.
 set -euo pipefail
 : "${ATTND_BINARY:?}" "${ATTND_SOURCE_DIR:?}"
-MODEL="${ATTND_SHARED_DIR:-/nonexistent}/models/stories260K.gguf"
-[ -f "$MODEL" ] || { echo "SKIP: $MODEL not found (shared fixtures absent)"; exit 77; }
-command -v curl >/dev/null || { echo "SKIP: curl not installed"; exit 77; }
+MODEL="$ATTND_SOURCE_DIR/models/attnd-sotu.gguf"
+[ -f "$MODEL" ] || { echo "FAIL: $MODEL not found"; exit 1; }
+command -v curl >/dev/null || { echo "FAIL: curl not installed (scripts/dev.sh test installs it)"; exit 1; }
 CC=${CC:-cc}
-command -v "$CC" >/dev/null || { echo "SKIP: no C compiler for the notify listener"; exit 77; }
+command -v "$CC" >/dev/null || { echo "FAIL: no C compiler for the notify listener"; exit 1; }
 
 T=$(mktemp -d)
 PIDS=()
@@ -115,9 +116,12 @@ PIDS+=($!)
 for _ in $(seq 50); do [ -S "$T/notify.sock" ] && break; sleep 0.1; done
 [ -S "$T/notify.sock" ] || fail "listener did not start"
 
-# WATCHDOG_PID must be the service's own pid: exec keeps the pid of this bash -c.
+# WATCHDOG_PID must be the service's own pid: exec keeps the pid of this bash -c. As journald
+# does, JOURNAL_STREAM names the device:inode of the stream stderr is connected to.
+: >"$T/server.err"
+JOURNAL=$(stat -c '%d:%i' "$T/server.err")
 env -u ATTND_MODEL -u ATTND_PORT -u ATTND_CONFIG NOTIFY_SOCKET="$T/notify.sock" WATCHDOG_USEC=$WATCHDOG_USEC \
-    STATE_DIRECTORY="$T/state" CONFIGURATION_DIRECTORY="$T/etc" \
+    STATE_DIRECTORY="$T/state" CONFIGURATION_DIRECTORY="$T/etc" JOURNAL_STREAM="$JOURNAL" \
     bash -c 'export WATCHDOG_PID=$$; exec '"$EXEC" 2>"$T/server.err" >"$T/server.out" &
 SERVER=$!
 PIDS+=($SERVER)
@@ -152,7 +156,7 @@ stop_line=$(grep -n "STOPPING=1" "$T/notify.log" | head -1 | cut -d: -f1)
 [ "$stop_line" -gt "$ready_line" ] || fail "STOPPING=1 before READY=1"
 echo "ok: SIGTERM -> STOPPING=1, exit 0"
 
-# journald levels: every line on stderr must start with <N>.
+# journald levels: every line on stderr must start with <N> (stderr is the "journal" here).
 [ -s "$T/server.err" ] || fail "the server logged nothing on stderr"
 bad=$(grep -v -E '^<[0-7]>' "$T/server.err" | grep -v '^$' | head -3 || true)
 [ -z "$bad" ] || fail "stderr lines without a syslog priority prefix: $bad"

@@ -2,13 +2,13 @@
 # test_deploy_systemd.sh — the shipped unit files pass `systemd-analyze verify` and rate at most
 # 2.0 ("OK") in `systemd-analyze security --offline=true`, both as written in deploy/ (binary
 # path substituted) and as `cmake --install` writes them into a prefix.
-# Needs systemd-analyze (Debian package `systemd`); skips with a message without it.
+# Needs systemd-analyze (Debian package `systemd`, installed by scripts/dev.sh test).
 set -euo pipefail
 : "${ATTND_BINARY:?}" "${ATTND_SOURCE_DIR:?}"
 
 if ! command -v systemd-analyze >/dev/null; then
-    echo "SKIP: systemd-analyze not installed (apt-get install systemd)"
-    exit 77
+    echo "FAIL: systemd-analyze not installed (scripts/dev.sh test installs systemd)"
+    exit 1
 fi
 MAX_EXPOSURE=2.0
 T=$(mktemp -d)

@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "attnd/sampler.h"
+#include "attnd/stop.h"
 
 // ---- helpers --------------------------------------------------------------------------------
 

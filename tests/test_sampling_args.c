@@ -2,7 +2,7 @@
  * test_sampling_args.c — the sampling flags of `attnd generate` (cli/sampling_args.c), end to end
  * through the executable: bad values exit 2 naming the flag, a seed reproduces the same tokens
  * at 1 and 2 threads, --stop cuts the text, --top-logprobs and --logit-bias do what they say.
- * Tests that run a model use the shared stories260K.gguf and skip without it; the bad-value
+ * Tests that run a model use tests/data/models/stories260K.gguf; the bad-value
  * tests fail before any model is opened, so they always run.
  */
 #include <criterion/criterion.h>
@@ -13,7 +13,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#define MODEL ATTND_SHARED_DIR "/models/stories260K.gguf"
+#define MODEL ATTND_DATA_DIR "/models/stories260K.gguf"
 #define PROMPT_IDS "1,415,461,419,311,325,431,266,261,259,328,416" /* "Once upon a time" */
 
 /* Runs `attnd generate ARGS` (stderr into the output), returns the exit status; *out receives
@@ -92,7 +92,7 @@ Test(sampling_args, bad_values_exit_2_naming_the_flag) {
 }
 
 Test(sampling_args, good_values_are_accepted) {
-    if (!have_model()) cr_skip_test("no %s: skipping", MODEL);
+    cr_assert(have_model(), "no %s", MODEL);
     json_t *j = generate_json("--tokens " PROMPT_IDS " --n 4 --temp 0.7 --top-k 0 --top-p 1 --min-p 0 "
                               "--typical-p 0.95 --repeat-penalty 1.1 --repeat-last-n -1 --presence-penalty 0.5 "
                               "--frequency-penalty=-0.5 --logit-bias 3=-inf,4=false,5=2.5 --logit-bias 6=-1 "
@@ -102,7 +102,7 @@ Test(sampling_args, good_values_are_accepted) {
 }
 
 Test(sampling_args, logit_bias_outside_the_vocabulary_exits_2) {
-    if (!have_model()) cr_skip_test("no %s: skipping", MODEL);
+    cr_assert(have_model(), "no %s", MODEL);
     char *out;
     int rc = run_generate("--model '" MODEL "' --tokens 1,2 --n 2 --logit-bias 512=1", &out);
     cr_assert_eq(rc, 2, "exit %d: %s", rc, out);
@@ -113,7 +113,7 @@ Test(sampling_args, logit_bias_outside_the_vocabulary_exits_2) {
 static char *tokens_string(json_t *j) { return json_dumps(json_object_get(j, "tokens"), JSON_COMPACT); }
 
 Test(sampling_args, same_seed_same_tokens_at_one_and_two_threads) {
-    if (!have_model()) cr_skip_test("no %s: skipping", MODEL);
+    cr_assert(have_model(), "no %s", MODEL);
     char *runs[4];
     for (int r = 0; r < 4; r++) {
         json_t *j = generate_json(r % 2 ? "--tokens " PROMPT_IDS " --n 48 --temp 0.8 --seed 7 --threads 2"
@@ -136,7 +136,7 @@ Test(sampling_args, same_seed_same_tokens_at_one_and_two_threads) {
 }
 
 Test(sampling_args, stop_cuts_the_text_before_the_stop_string) {
-    if (!have_model()) cr_skip_test("no %s: skipping", MODEL);
+    cr_assert(have_model(), "no %s", MODEL);
     json_t *full = generate_json("--prompt 'Once upon a time' --n 60");
     const char *text = json_string_value(json_object_get(full, "text"));
     size_t n_tokens = json_array_size(json_object_get(full, "tokens"));
@@ -160,7 +160,7 @@ Test(sampling_args, stop_cuts_the_text_before_the_stop_string) {
 }
 
 Test(sampling_args, top_logprobs_list_each_token_best_first) {
-    if (!have_model()) cr_skip_test("no %s: skipping", MODEL);
+    cr_assert(have_model(), "no %s", MODEL);
     json_t *j = generate_json("--tokens " PROMPT_IDS " --n 6 --top-logprobs 5");
     json_t *toks = json_object_get(j, "tokens"), *lps = json_object_get(j, "logprobs");
     cr_assert_eq(json_array_size(lps), json_array_size(toks));
@@ -181,7 +181,7 @@ Test(sampling_args, top_logprobs_list_each_token_best_first) {
 }
 
 Test(sampling_args, logit_bias_bans_and_forces_tokens) {
-    if (!have_model()) cr_skip_test("no %s: skipping", MODEL);
+    cr_assert(have_model(), "no %s", MODEL);
     json_t *g = generate_json("--tokens " PROMPT_IDS " --n 1");
     json_int_t first = json_integer_value(json_array_get(json_object_get(g, "tokens"), 0));
     char args[256];
@@ -200,7 +200,7 @@ Test(sampling_args, logit_bias_bans_and_forces_tokens) {
 }
 
 Test(sampling_args, generation_ends_at_eos_unless_ignore_eos) {
-    if (!have_model()) cr_skip_test("no %s: skipping", MODEL);
+    cr_assert(have_model(), "no %s", MODEL);
     /* a huge bias makes EOS (id 2 in the llama vocabulary) the only likely token */
     json_t *e = generate_json("--tokens " PROMPT_IDS " --n 5 --logit-bias 2=100");
     json_t *toks = json_object_get(e, "tokens");

@@ -176,3 +176,39 @@ Test(oai, invalid_utf8_becomes_replacement_characters) {
     cr_assert_eq(strlen(json_string_value(s)), 9);
     json_decref(s);
 }
+
+Test(oai, unsupported_features_are_refused_by_name_not_ignored) {
+    const char *msgs = "\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]";
+    char body[512];
+    static const struct { const char *field, *value; } bad[] = {
+        {"tools", "[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}]"},
+        {"tool_choice", "\"auto\""},
+        {"tool_choice", "{\"type\":\"function\",\"function\":{\"name\":\"f\"}}"},
+        {"functions", "[{\"name\":\"f\"}]"},
+        {"function_call", "\"auto\""},
+        {"response_format", "{\"type\":\"json_object\"}"},
+        {"response_format", "{\"type\":\"json_schema\",\"json_schema\":{}}"},
+        {"modalities", "[\"text\",\"audio\"]"},
+        {"audio", "{\"voice\":\"x\"}"},
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(*bad); i++) {
+        snprintf(body, sizeof(body), "{%s,\"%s\":%s}", msgs, bad[i].field, bad[i].value);
+        expect_bad(body, true, bad[i].field);
+    }
+    expect_bad("{\"prompt\":\"a\",\"suffix\":\"b\"}", false, "suffix");
+    expect_bad("{\"prompt\":\"a\",\"best_of\":2}", false, "best_of");
+
+    /* the "off" forms and harmless fields official clients send are accepted */
+    snprintf(body, sizeof(body),
+             "{%s,\"tools\":[],\"tool_choice\":\"none\",\"functions\":null,\"response_format\":{\"type\":\"text\"},"
+             "\"modalities\":[\"text\"],\"user\":\"u1\",\"stream\":true,\"stream_options\":{\"include_usage\":true},"
+             "\"metadata\":{\"k\":\"v\"},\"store\":false,\"parallel_tool_calls\":true}", msgs);
+    oai_request r;
+    const char *param = NULL;
+    attnd_err err = {{0}};
+    cr_expect_eq(parse(body, true, &r, &param, &err), ATTND_OK, "%s (param %s)", err.msg, param ? param : "-");
+    oai_request_free(&r);
+    cr_expect_eq(parse("{\"prompt\":\"a\",\"best_of\":1,\"suffix\":\"\"}", false, &r, &param, &err), ATTND_OK, "%s",
+                 err.msg);
+    oai_request_free(&r);
+}

@@ -15,7 +15,7 @@
 #include "scheduler.h"
 #include "sess.h"
 
-#define MODEL ATTND_SHARED_DIR "/models/stories260K.gguf"
+#define MODEL ATTND_DATA_DIR "/models/stories260K.gguf"
 
 static model *m;
 static tokenizer *tok;
@@ -53,65 +53,88 @@ static void teardown(void) {
     sch = NULL, store = NULL, tok = NULL, m = NULL;
 }
 
-static bool skip(void) {
-    if (!m) cr_skip_test("%s not found (shared fixtures absent)", MODEL);
+static bool model_missing(void) {
+    cr_assert(m, "%s did not load", MODEL);
     return !m;
 }
 
 TestSuite(scheduler, .init = setup, .fini = teardown, .timeout = 120);
 
-/* A greedy job for text, EOS banned so it always runs max_tokens. */
+/* A greedy job for the prompt ids (stolen), EOS banned so it always runs max_tokens. */
+static sched_job *job_for_ids(int32_t *ids, size_t n, int max_tokens, sess *se) {
+    sched_job_spec spec = {.prompt = ids, .n_prompt = (int)n, .max_tokens = max_tokens, .top_logprobs = -1, .se = se};
+    sampler_params_default(&spec.sp);
+    spec.sp.temperature = 0;
+    spec.bias = malloc(sizeof(logit_bias));
+    spec.bias[0] = (logit_bias){tok_eos(tok), -INFINITY};
+    spec.n_bias = 1;
+    sched_job *j;
+    cr_assert_eq(sched_job_create(&j, &spec, NULL), ATTND_OK);
+    cr_assert_null(spec.prompt, "the prompt was taken over");
+    cr_assert_null(spec.bias, "the bias was taken over");
+    return j;
+}
+
 static sched_job *job_for(const char *text, int max_tokens) {
     int32_t *ids;
     size_t n;
     cr_assert_eq(tok_encode(tok, text, strlen(text), true, false, &ids, &n, NULL), ATTND_OK);
-    sched_job *j;
-    cr_assert_eq(sched_job_create(&j, (int)n, max_tokens, -1, false, NULL), ATTND_OK);
-    memcpy(j->prompt, ids, n * sizeof(int32_t));
-    free(ids);
-    sampler_params_default(&j->sp);
-    j->sp.temperature = 0;
-    j->bias = malloc(sizeof(logit_bias));
-    j->bias[0] = (logit_bias){tok_eos(tok), -INFINITY};
-    j->sp.bias = j->bias;
-    j->sp.n_bias = 1;
-    return j;
+    return job_for_ids(ids, n, max_tokens, NULL);
 }
 
-static void wait_done(sched_job *j) {
-    pthread_mutex_lock(&j->mu);
-    while (!j->done) pthread_cond_wait(&j->cv, &j->mu);
-    pthread_mutex_unlock(&j->mu);
+/* Waits for the job's end, reading its updates as the HTTP side does; returns its output and
+ * checks that the updates added up to the final text. */
+static sched_output wait_done(sched_job *j) {
+    char *text = NULL;
+    size_t len = 0;
+    sched_update u = {0};
+    int pieces = 0;
+    do {
+        if (!sched_job_wait(j, 1000, &u)) continue;
+        cr_assert_eq(u.from, pieces, "updates continue where the last one stopped");
+        pieces = u.to;
+        text = realloc(text, len + u.text_len + 1);
+        memcpy(text + len, u.text, u.text_len);
+        len += u.text_len;
+    } while (!u.done);
+    sched_output o;
+    sched_job_output(j, &o);
+    cr_assert(o.done);
+    cr_assert_eq(pieces, o.n_pieces);
+    cr_assert_eq(len, o.text_len);
+    cr_assert(len == 0 || !memcmp(text, o.text, len), "the updates spell the final text");
+    free(text);
+    return o;
 }
 
-static void tokens_of(sched_job *j, int32_t *out) {
-    for (int i = 0; i < j->n_pieces; i++) out[i] = j->pieces[i].token;
+static void tokens_of(const sched_output *o, int32_t *out) {
+    for (int i = 0; i < o->n_pieces; i++) out[i] = o->pieces[i].id;
 }
 
 Test(scheduler, a_job_generates_max_tokens_and_finishes_with_length) {
-    if (skip()) return;
+    if (model_missing()) return;
     start();
     sched_job *j = job_for("Once upon a time", 20);
     cr_assert_eq(sched_submit(sch, j, NULL), ATTND_OK);
-    wait_done(j);
-    cr_assert_eq(j->status, ATTND_OK, "%s", j->errmsg);
-    cr_assert_str_eq(j->finish_reason, "length");
-    cr_assert_eq(j->n_pieces, 20);
-    cr_assert_eq(j->n_generated, 20);
-    cr_assert_gt(j->text_len, 0);
+    sched_output o = wait_done(j);
+    cr_assert_eq(o.status, ATTND_OK, "%s", o.errmsg);
+    cr_assert_str_eq(o.finish_reason, "length");
+    cr_assert_eq(o.n_pieces, 20);
+    cr_assert_eq(o.n_generated, 20);
+    cr_assert_gt(o.text_len, 0);
     sched_job_unref(j);
 }
 
 Test(scheduler, batched_jobs_get_the_same_tokens_as_alone) {
-    if (skip()) return;
+    if (model_missing()) return;
     start();
     const char *texts[4] = {"Once upon a time", "The cat", "A", "In a small town there lived"};
     int32_t alone[4][24], together[4][24];
     for (int i = 0; i < 4; i++) {
         sched_job *j = job_for(texts[i], 24);
         sched_submit(sch, j, NULL);
-        wait_done(j);
-        tokens_of(j, alone[i]);
+        sched_output o = wait_done(j);
+        tokens_of(&o, alone[i]);
         sched_job_unref(j);
     }
     sched_stats before;
@@ -122,9 +145,9 @@ Test(scheduler, batched_jobs_get_the_same_tokens_as_alone) {
         cr_assert_eq(sched_submit(sch, js[i], NULL), ATTND_OK);
     }
     for (int i = 0; i < 4; i++) {
-        wait_done(js[i]);
-        cr_assert_eq(js[i]->n_pieces, 24);
-        tokens_of(js[i], together[i]);
+        sched_output o = wait_done(js[i]);
+        cr_assert_eq(o.n_pieces, 24);
+        tokens_of(&o, together[i]);
         cr_assert_arr_eq(alone[i], together[i], sizeof(alone[i]), "job %d differs when batched", i);
         sched_job_unref(js[i]);
     }
@@ -136,63 +159,64 @@ Test(scheduler, batched_jobs_get_the_same_tokens_as_alone) {
 }
 
 Test(scheduler, a_repeated_prompt_reuses_the_cached_prefix) {
-    if (skip()) return;
+    if (model_missing()) return;
     start();
     sched_job *a = job_for("Once upon a time there was", 4), *b = job_for("Once upon a time there was", 4);
     sched_submit(sch, a, NULL);
-    wait_done(a);
+    sched_output oa = wait_done(a);
     sched_submit(sch, b, NULL);
-    wait_done(b);
-    cr_assert_eq(a->n_cached, 0);
-    cr_assert_eq(b->n_cached, b->n_prompt - 1, "all but the last prompt token are reused");
-    cr_assert_arr_eq(a->pieces, b->pieces, sizeof(sched_piece) * 4);
+    sched_output ob = wait_done(b);
+    cr_assert_eq(oa.n_cached, 0);
+    cr_assert_eq(ob.n_cached, ob.n_prompt - 1, "all but the last prompt token are reused");
+    cr_assert_arr_eq(oa.pieces, ob.pieces, sizeof(token_logprob) * 4);
     sched_job_unref(a);
     sched_job_unref(b);
 }
 
 Test(scheduler, a_session_turn_caches_the_whole_conversation) {
-    if (skip()) return;
+    if (model_missing()) return;
     start();
     char id[SESS_ID_MAX + 1];
-    cr_assert_eq(sess_create(store, "s", id, NULL), ATTND_OK);
+    cr_assert_eq(sess_create(store, NULL, "s", id, NULL), ATTND_OK);
     sess *se;
-    cr_assert_eq(sess_acquire(store, "s", &se, NULL), ATTND_OK);
-    sched_job *a = job_for("Once upon a time", 6);
-    a->se = se;
+    cr_assert_eq(sess_acquire(store, NULL, "s", &se, NULL), ATTND_OK);
+    int32_t *ids;
+    size_t n;
+    cr_assert_eq(tok_encode(tok, "Once upon a time", 16, true, false, &ids, &n, NULL), ATTND_OK);
+    sched_job *a = job_for_ids(ids, n, 6, se);
     sched_submit(sch, a, NULL);
-    wait_done(a);
+    sched_output oa = wait_done(a);
     /* turn 2 = turn 1's tokens + its completion + more */
-    int n2 = a->n_prompt + a->n_pieces + 3;
-    sched_job *b;
-    cr_assert_eq(sched_job_create(&b, n2, 4, -1, false, NULL), ATTND_OK);
-    memcpy(b->prompt, a->prompt, a->n_prompt * sizeof(int32_t));
-    for (int i = 0; i < a->n_pieces; i++) b->prompt[a->n_prompt + i] = a->pieces[i].token;
-    for (int i = 0; i < 3; i++) b->prompt[n2 - 3 + i] = 300 + i;
-    sampler_params_default(&b->sp);
-    b->sp.temperature = 0;
-    cr_assert_eq(sess_acquire(store, "s", &se, NULL), ATTND_OK);
-    b->se = se;
+    int n2 = oa.n_prompt + oa.n_pieces + 3;
+    int32_t *p2 = malloc((size_t)n2 * sizeof(int32_t));
+    memcpy(p2, oa.prompt, oa.n_prompt * sizeof(int32_t));
+    for (int i = 0; i < oa.n_pieces; i++) p2[oa.n_prompt + i] = oa.pieces[i].id;
+    for (int i = 0; i < 3; i++) p2[n2 - 3 + i] = 300 + i;
+    cr_assert_eq(sess_acquire(store, NULL, "s", &se, NULL), ATTND_OK);
+    sched_job *b = job_for_ids(p2, (size_t)n2, 4, se);
     sched_submit(sch, b, NULL);
-    wait_done(b);
-    cr_assert_eq(b->status, ATTND_OK);
-    cr_assert_geq(b->n_cached, a->n_prompt + a->n_generated, "cached %d, turn 1 total %d", b->n_cached,
-                  a->n_prompt + a->n_generated);
+    sched_output ob = wait_done(b);
+    cr_assert_eq(ob.status, ATTND_OK);
+    cr_assert_geq(ob.n_cached, oa.n_prompt + oa.n_generated, "cached %d, turn 1 total %d", ob.n_cached,
+                  oa.n_prompt + oa.n_generated);
     sched_job_unref(a);
     sched_job_unref(b);
 }
 
 Test(scheduler, cancelling_frees_the_slot_within_a_step) {
-    if (skip()) return;
+    if (model_missing()) return;
     start();
     sched_job *j = job_for("Once upon a time", 400);
     sched_submit(sch, j, NULL);
-    pthread_mutex_lock(&j->mu);
-    while (j->n_pieces < 2) pthread_cond_wait(&j->cv, &j->mu);
-    pthread_mutex_unlock(&j->mu);
-    atomic_store(&j->cancel, true);
-    wait_done(j);
-    cr_assert_neq(j->status, ATTND_OK);
-    cr_assert_lt(j->n_pieces, 400);
+    sched_update u = {0};
+    while (u.to < 2 && !u.done) sched_job_wait(j, 1000, &u);
+    cr_assert_not(sched_job_cancel(j), "not cancelled before");
+    cr_assert(sched_job_cancel(j), "cancelled now");
+    while (!u.done) sched_job_wait(j, 1000, &u);
+    sched_output o;
+    sched_job_output(j, &o);
+    cr_assert_neq(o.status, ATTND_OK);
+    cr_assert_lt(o.n_pieces, 400);
     cr_assert(sched_wait_idle(sch, 5000));
     sched_stats st;
     sched_get_stats(sch, &st);
@@ -201,7 +225,7 @@ Test(scheduler, cancelling_frees_the_slot_within_a_step) {
 }
 
 Test(scheduler, a_full_queue_is_refused) {
-    if (skip()) return;
+    if (model_missing()) return;
     cfg.max_parallel = 1;
     cfg.queue_limit = 1;
     start();
@@ -218,7 +242,7 @@ Test(scheduler, a_full_queue_is_refused) {
 }
 
 Test(scheduler, the_kv_budget_evicts_idle_caches) {
-    if (skip()) return;
+    if (model_missing()) return;
     cfg.kv_budget_mb = 1; /* stories260K: 640 bytes a token at f16, so ~1600 tokens */
     start();
     int done = 0;
@@ -227,8 +251,8 @@ Test(scheduler, the_kv_budget_evicts_idle_caches) {
         snprintf(text, sizeof(text), "%c%c story number %d", 'A' + i, 'a' + i, i);
         sched_job *j = job_for(text, 200);
         sched_submit(sch, j, NULL);
-        wait_done(j);
-        done += j->status == ATTND_OK && j->n_pieces == 200;
+        sched_output o = wait_done(j);
+        done += o.status == ATTND_OK && o.n_pieces == 200;
         sched_job_unref(j);
     }
     cr_assert_eq(done, 12, "every job completes although their caches together exceed the budget");
@@ -239,7 +263,7 @@ Test(scheduler, the_kv_budget_evicts_idle_caches) {
 }
 
 Test(scheduler, the_watchdog_hook_ticks_while_idle) {
-    if (skip()) return;
+    if (model_missing()) return;
     start();
     usleep(300 * 1000);
     cr_assert_geq(atomic_load(&ticks), 3, "ticks: %d", atomic_load(&ticks));

@@ -2,10 +2,11 @@
  * test_tokenizer.c — the tokenizers against reference token ids, decoding and streaming, error
  * paths on malformed vocabularies, and hostile input.
  *
- * The conformance cases are /work/shared/tokenizers/<vocab>.jsonl (ATTND_SHARED_DIR): every line,
- * both `ids` (no BOS, specials as text) and `ids_with_special` (BOS per metadata, specials
- * parsed), must match exactly for all four vocabularies. Tests that need the shared folder skip
- * when it is absent. Small vocabularies built in memory cover the merge rules and load errors.
+ * The conformance cases are tests/data/tokenizers/<vocab>.jsonl: every line, both `ids` (no BOS,
+ * specials as text) and `ids_with_special` (BOS per metadata, specials parsed), must match exactly
+ * for all four vocabularies, and for the default model's own vocabulary against llama.cpp's ids
+ * (tests/data/reference-tokens-sotu.jsonl). Small vocabularies built in memory cover the merge
+ * rules and load errors.
  */
 #include <criterion/criterion.h>
 #include <jansson.h>
@@ -14,30 +15,23 @@
 #include <string.h>
 
 #include "attnd/tokenizer.h"
+#include "test_models.h"
 #include "unicode.h"
 
 // ---- helpers ----------------------------------------------------------------------------------
 
-static char *shared_path(const char *rel) {
+/* A path under tests/data (one of four rotating buffers: valid until the fourth next call). */
+static char *data_path(const char *rel) {
     static char buf[4][1024];
     static int k;
     char *p = buf[k++ % 4];
-    snprintf(p, 1024, "%s/%s", ATTND_SHARED_DIR, rel);
+    snprintf(p, 1024, "%s/%s", ATTND_DATA_DIR, rel);
     return p;
 }
 
-/* Skips the test when a shared fixture is absent (call before allocating anything). */
-static void require_shared(const char *rel) {
-    const char *path = shared_path(rel);
-    FILE *f = fopen(path, "rb");
-    if (!f) cr_skip_test("fixture %s not found (ATTND_SHARED_DIR absent)", path);
-    fclose(f);
-}
-
-/* Loads the tokenizer of a shared GGUF, or skips the test when the fixture is absent. */
-static tokenizer *load_shared(const char *rel) {
-    const char *path = shared_path(rel);
-    require_shared(rel);
+/* Loads the tokenizer of a GGUF under tests/data; the test fails when it does not load. */
+static tokenizer *load_data(const char *rel) {
+    const char *path = data_path(rel);
     gguf_file *g;
     attnd_err err = {{0}};
     cr_assert_eq(gguf_open(&g, path, &err), ATTND_OK, "%s: %s", path, err.msg);
@@ -88,12 +82,8 @@ static char *stream_all(const tokenizer *t, const int32_t *ids, size_t n, bool r
  * Runs every case of <vocab>.jsonl. nfc_lines: lines (1-based, 0-terminated) whose text is not
  * in NFC and which the tokenizer normalises, so they decode to NFC(text) instead of text.
  */
-static void run_cases(const char *vocab, const int *nfc_lines) {
-    char rel[256];
-    snprintf(rel, sizeof(rel), "tokenizers/%s.gguf", vocab);
-    tokenizer *t = load_shared(rel);
-    snprintf(rel, sizeof(rel), "tokenizers/%s.jsonl", vocab);
-    FILE *f = fopen(shared_path(rel), "rb");
+static void run_case_file(tokenizer *t, const char *vocab, const char *rel, const int *nfc_lines) {
+    FILE *f = fopen(data_path(rel), "rb");
     cr_assert(f, "cannot open %s", rel);
     char *line = NULL;
     size_t cap = 0;
@@ -158,7 +148,7 @@ static void run_cases(const char *vocab, const int *nfc_lines) {
     }
     free(line);
     fclose(f);
-    tok_destroy(t);
+    tok_destroy(t); /* the case runner owns the tokenizer */
     cr_assert_gt(n_cases, 300, "%s: only %d cases", rel, n_cases);
     cr_expect_eq(bad_ids, 0, "%s: %d/%d cases differ in ids (first bad line %d)", vocab, bad_ids, n_cases, first_bad);
     cr_expect_eq(bad_special, 0, "%s: %d/%d cases differ in ids_with_special (first bad line %d)", vocab, bad_special,
@@ -168,6 +158,14 @@ static void run_cases(const char *vocab, const int *nfc_lines) {
     cr_expect_eq(bad_stream, 0, "%s: %d streams differ from the full decode (first bad line %d)", vocab, bad_stream,
                  first_bad);
     cr_expect_eq(split, 0, "%s: %d streams released a split UTF-8 character", vocab, split);
+}
+
+static void run_cases(const char *vocab, const int *nfc_lines) {
+    char rel[256];
+    snprintf(rel, sizeof(rel), "tokenizers/%s.gguf", vocab);
+    tokenizer *t = load_data(rel);
+    snprintf(rel, sizeof(rel), "tokenizers/%s.jsonl", vocab);
+    run_case_file(t, vocab, rel, nfc_lines);
 }
 
 static const int NO_LINES[] = {0};
@@ -184,11 +182,23 @@ Test(tokenizer, gpt2_bpe_matches_reference_on_every_case) { run_cases("gpt2-bpe"
 static const int QWEN_NFD_LINES[] = {242, 244, 246, 247, 249, 251, 0};
 Test(tokenizer, qwen2_bpe_matches_hf_reference_on_every_case_including_nfc) { run_cases("qwen2-bpe", QWEN_NFD_LINES); }
 
-/* The stories260K / rand fixtures carry small SPM vocabularies; llama.cpp's prompt tokens for them
- * are in reference-greedy.json (BOS included). */
+/* The default model's own vocabulary (SentencePiece, 4096 tokens, byte fallback) against
+ * llama.cpp's ids for the same 309 texts (tests/data/regenerate.sh). */
+Test(tokenizer, default_model_vocabulary_matches_llamacpp_on_every_case) {
+    gguf_file *g;
+    attnd_err err = {{0}};
+    cr_assert_eq(gguf_open(&g, ATTND_SOURCE_DIR "/models/attnd-sotu.gguf", &err), ATTND_OK, "%s", err.msg);
+    tokenizer *t = NULL;
+    cr_assert_eq(tok_load(&t, g, &err), ATTND_OK, "%s", err.msg);
+    gguf_close(g);
+    run_case_file(t, "attnd-sotu", "reference-tokens-sotu.jsonl", NO_LINES);
+}
+
+/* The test models carry small SPM vocabularies; llama.cpp's prompt tokens for them are in
+ * reference-greedy.json (BOS included). */
 Test(tokenizer, fixture_model_vocabularies_match_llamacpp_prompt_tokens) {
-    FILE *f = fopen(shared_path("models/reference-greedy.json"), "rb");
-    if (!f) cr_skip_test("models/reference-greedy.json not found");
+    FILE *f = fopen(data_path("reference-greedy.json"), "rb");
+    cr_assert(f, "tests/data/reference-greedy.json not found");
     json_error_t jerr;
     json_t *root = json_loadf(f, 0, &jerr);
     fclose(f);
@@ -197,9 +207,15 @@ Test(tokenizer, fixture_model_vocabularies_match_llamacpp_prompt_tokens) {
     size_t i, checked = 0;
     json_t *c;
     json_array_foreach(cases, i, c) {
-        char rel[256];
-        snprintf(rel, sizeof(rel), "models/%s", json_string_value(json_object_get(c, "model")));
-        tokenizer *t = load_shared(rel);
+        char path[1024];
+        const char *rel = json_string_value(json_object_get(c, "model"));
+        test_model_path(rel, path, sizeof(path));
+        gguf_file *g;
+        attnd_err err = {{0}};
+        cr_assert_eq(gguf_open(&g, path, &err), ATTND_OK, "%s", err.msg);
+        tokenizer *t = NULL;
+        cr_assert_eq(tok_load(&t, g, &err), ATTND_OK, "%s", err.msg);
+        gguf_close(g);
         const char *prompt = json_string_value(json_object_get(c, "prompt"));
         int32_t *ids;
         size_t n;
@@ -216,7 +232,7 @@ Test(tokenizer, fixture_model_vocabularies_match_llamacpp_prompt_tokens) {
 // ---- metadata and special tokens --------------------------------------------------------------
 
 Test(tokenizer, empty_prompt_yields_only_bos) {
-    tokenizer *t = load_shared("tokenizers/llama-spm.gguf");
+    tokenizer *t = load_data("tokenizers/llama-spm.gguf");
     int32_t *ids;
     size_t n;
     cr_assert_eq(tok_encode(t, "", 0, true, false, &ids, &n, NULL), ATTND_OK);
@@ -230,7 +246,7 @@ Test(tokenizer, empty_prompt_yields_only_bos) {
 }
 
 Test(tokenizer, metadata_ids_and_flags_come_from_the_gguf) {
-    tokenizer *t = load_shared("tokenizers/llama-spm.gguf");
+    tokenizer *t = load_data("tokenizers/llama-spm.gguf");
     cr_expect_eq(tok_n_vocab(t), 32000);
     cr_expect_eq(tok_bos(t), 1);
     cr_expect_eq(tok_eos(t), 2);
@@ -244,7 +260,7 @@ Test(tokenizer, metadata_ids_and_flags_come_from_the_gguf) {
     cr_expect_eq(tok_find(t, "no such piece"), -1);
     tok_destroy(t);
 
-    t = load_shared("tokenizers/qwen2-bpe.gguf");
+    t = load_data("tokenizers/qwen2-bpe.gguf");
     cr_expect(!tok_add_bos(t));
     cr_expect_eq(tok_eos(t), 151645);
     cr_expect(tok_is_eog(t, tok_find(t, "<|im_end|>")));
@@ -255,7 +271,7 @@ Test(tokenizer, metadata_ids_and_flags_come_from_the_gguf) {
     cr_expect(!tok_is_control(t, s));
     tok_destroy(t);
 
-    t = load_shared("tokenizers/llama3-bpe.gguf");
+    t = load_data("tokenizers/llama3-bpe.gguf");
     cr_expect(tok_add_bos(t));
     cr_expect_eq(tok_bos(t), 128000);
     cr_expect(tok_is_eog(t, 128001));
@@ -265,7 +281,7 @@ Test(tokenizer, metadata_ids_and_flags_come_from_the_gguf) {
 }
 
 Test(tokenizer, control_tokens_match_only_with_parse_special) {
-    tokenizer *t = load_shared("tokenizers/llama3-bpe.gguf");
+    tokenizer *t = load_data("tokenizers/llama3-bpe.gguf");
     const char *text = "<|start_header_id|>user<|end_header_id|>";
     int32_t *ids;
     size_t n;
@@ -287,7 +303,7 @@ Test(tokenizer, control_tokens_match_only_with_parse_special) {
 }
 
 Test(tokenizer, user_defined_tokens_always_match) {
-    tokenizer *t = load_shared("tokenizers/qwen2-bpe.gguf");
+    tokenizer *t = load_data("tokenizers/qwen2-bpe.gguf");
     const char *text = "<think>";
     int32_t *ids;
     size_t n;
@@ -299,7 +315,7 @@ Test(tokenizer, user_defined_tokens_always_match) {
 }
 
 Test(tokenizer, control_tokens_decode_to_nothing_unless_rendered) {
-    tokenizer *t = load_shared("tokenizers/llama-spm.gguf");
+    tokenizer *t = load_data("tokenizers/llama-spm.gguf");
     int32_t ids[] = {1, tok_find(t, "\xE2\x96\x81Hello"), 2};
     cr_assert_geq(ids[1], 0);
     char *dec;
@@ -314,7 +330,7 @@ Test(tokenizer, control_tokens_decode_to_nothing_unless_rendered) {
 }
 
 Test(tokenizer, decode_refuses_ids_outside_the_vocabulary) {
-    tokenizer *t = load_shared("tokenizers/gpt2-bpe.gguf");
+    tokenizer *t = load_data("tokenizers/gpt2-bpe.gguf");
     int32_t ids[] = {10, 50257};
     char *dec = (char *)1;
     size_t len;
@@ -328,7 +344,7 @@ Test(tokenizer, decode_refuses_ids_outside_the_vocabulary) {
 // ---- streaming --------------------------------------------------------------------------------
 
 Test(tokenizer, stream_holds_back_a_split_character_until_complete) {
-    tokenizer *t = load_shared("tokenizers/llama-spm.gguf");
+    tokenizer *t = load_data("tokenizers/llama-spm.gguf");
     /* "é" as byte-fallback tokens <0xC3> <0xA9>, after "▁a" */
     int32_t a = tok_find(t, "\xE2\x96\x81" "a"), c3 = tok_find(t, "<0xC3>"), a9 = tok_find(t, "<0xA9>");
     cr_assert(a >= 0 && c3 >= 0 && a9 >= 0);
@@ -355,7 +371,7 @@ Test(tokenizer, stream_holds_back_a_split_character_until_complete) {
 }
 
 Test(tokenizer, stream_passes_invalid_utf8_through_without_holding_it) {
-    tokenizer *t = load_shared("tokenizers/gpt2-bpe.gguf");
+    tokenizer *t = load_data("tokenizers/gpt2-bpe.gguf");
     /* a lone continuation byte and a lead byte followed by ASCII are invalid, never "incomplete" */
     const char text[] = "x\x80y\xC3z";
     int32_t *ids;
@@ -571,6 +587,25 @@ Test(tokenizer, load_rejects_inconsistent_vocabularies) {
     cr_expect_eq(load_built(&b, &t, &err), ATTND_ERR_FORMAT);
     cr_expect(strstr(err.msg, "merges[0]"), "%s", err.msg);
     cr_expect_null(t);
+
+    static const int32_t bad_types[] = {1, 9};
+    b = (gbuf){0};
+    kv_str(&b, "tokenizer.ggml.model", "llama");
+    kv_strs(&b, "tokenizer.ggml.tokens", toks, 2);
+    kv_i32s(&b, "tokenizer.ggml.token_type", bad_types, 2);
+    cr_expect_eq(load_built(&b, &t, &err), ATTND_ERR_FORMAT, "token type 9");
+    cr_expect(strstr(err.msg, "token_type[1] = 9"), "%s", err.msg);
+
+    /* found by fuzzing: a malformed merge after a valid one leaked the merge buffer (ASan) */
+    static const char *toks3[] = {"a", "b", "ab"};
+    static const char *late_bad[] = {"a b", "ab"};
+    b = (gbuf){0};
+    kv_str(&b, "tokenizer.ggml.model", "gpt2");
+    kv_strs(&b, "tokenizer.ggml.tokens", toks3, 3);
+    kv_strs(&b, "tokenizer.ggml.merges", late_bad, 2);
+    cr_expect_eq(load_built(&b, &t, &err), ATTND_ERR_FORMAT);
+    cr_expect(strstr(err.msg, "merges[1]"), "%s", err.msg);
+    cr_expect_null(t);
     tok_destroy(NULL);
 }
 
@@ -602,7 +637,6 @@ static void roundtrip(const tokenizer *t, const char *vocab, const char *text, s
 }
 
 Test(tokenizer, invalid_utf8_and_nul_bytes_encode_and_round_trip) {
-    require_shared("tokenizers/llama-spm.gguf");
     size_t len = 1 << 16;
     char *text = malloc(len);
     uint64_t rng = 12345;
@@ -616,7 +650,7 @@ Test(tokenizer, invalid_utf8_and_nul_bytes_encode_and_round_trip) {
     for (size_t v = 0; v < ATTND_ARRAY_LEN(ALL_VOCABS); v++) {
         char rel[128];
         snprintf(rel, sizeof(rel), "tokenizers/%s.gguf", ALL_VOCABS[v]);
-        tokenizer *t = load_shared(rel);
+        tokenizer *t = load_data(rel);
         roundtrip(t, ALL_VOCABS[v], text, len, false);
         roundtrip(t, ALL_VOCABS[v], "\xFF\xFE\xC0\x80\xED\xA0\x80\xF4\x90\x80\x80 x", 14, false);
         tok_destroy(t);
@@ -625,14 +659,13 @@ Test(tokenizer, invalid_utf8_and_nul_bytes_encode_and_round_trip) {
 }
 
 Test(tokenizer, a_million_spaces_encode_and_round_trip) {
-    require_shared("tokenizers/llama-spm.gguf");
     size_t len = 1000000;
     char *text = malloc(len);
     memset(text, ' ', len);
     for (size_t v = 0; v < ATTND_ARRAY_LEN(ALL_VOCABS); v++) {
         char rel[128];
         snprintf(rel, sizeof(rel), "tokenizers/%s.gguf", ALL_VOCABS[v]);
-        tokenizer *t = load_shared(rel);
+        tokenizer *t = load_data(rel);
         roundtrip(t, ALL_VOCABS[v], text, len, true);
         tok_destroy(t);
     }
@@ -641,7 +674,6 @@ Test(tokenizer, a_million_spaces_encode_and_round_trip) {
 
 /* One 10 MB word: O(n log n) merging (about 0.5 us/byte, see docs/tokenizer.md), no recursion. */
 Test(tokenizer, a_ten_megabyte_word_encodes_and_round_trips, .timeout = 300) {
-    require_shared("tokenizers/llama-spm.gguf");
     size_t len = 10 * 1000 * 1000;
     char *text = malloc(len);
     uint64_t rng = 99;
@@ -653,7 +685,7 @@ Test(tokenizer, a_ten_megabyte_word_encodes_and_round_trips, .timeout = 300) {
     for (size_t v = 0; v < 2; v++) {
         char rel[128];
         snprintf(rel, sizeof(rel), "tokenizers/%s.gguf", vocabs[v]);
-        tokenizer *t = load_shared(rel);
+        tokenizer *t = load_data(rel);
         roundtrip(t, vocabs[v], text, len, false);
         tok_destroy(t);
     }

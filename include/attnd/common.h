@@ -37,6 +37,21 @@ typedef struct attnd_err {
 attnd_status attnd_fail(attnd_err *err, attnd_status st, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
+// ---- time ---------------------------------------------------------------------------------
+
+struct timespec;
+/* Seconds on the monotonic clock (for durations; the origin is arbitrary). */
+double attnd_now_s(void);
+/* The CLOCK_REALTIME instant timeout_ms from now, as pthread_cond_timedwait wants it. */
+void attnd_deadline(struct timespec *ts, int timeout_ms);
+
+// ---- randomness -----------------------------------------------------------------------------
+
+/* n bytes from the kernel's random source (rand() if that fails: ids stay usable). */
+void attnd_random(void *buf, size_t n);
+/* "<prefix><24 hex digits>" (96 random bits) into out, truncated to n bytes. */
+void attnd_random_id(char *out, size_t n, const char *prefix);
+
 #define ATTND_ASSERT(cond)                                                              \
     do {                                                                                \
         if (!(cond)) {                                                                  \

@@ -33,6 +33,11 @@ void gguf_writer_add_arr_str(gguf_writer *w, const char *key, const char *const 
 void gguf_writer_add_arr_f32(gguf_writer *w, const char *key, const float *values, uint64_t n);
 void gguf_writer_add_arr_i32(gguf_writer *w, const char *key, const int32_t *values, uint64_t n);
 
+/* Copies one metadata entry of a file read with gguf_open (any value type, arrays included) under
+ * its own key; the entry is serialised at once, so f may be closed afterwards. */
+struct gguf_kv;
+void gguf_writer_add_kv(gguf_writer *w, const struct gguf_kv *kv);
+
 /* ne[0] is the row length. data holds the tensor's bytes in `type` (borrowed). */
 void gguf_writer_add_tensor(gguf_writer *w, const char *name, uint32_t type, uint32_t n_dims, const uint64_t *ne,
                             const void *data);

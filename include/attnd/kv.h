@@ -29,6 +29,11 @@ size_t kv_pool_bytes_budget(const kv_pool *p);
 /* Bytes one token position takes in every layer's K and V. */
 size_t kv_pool_bytes_per_token(const kv_pool *p);
 
+/* Without a pool: bytes one token position takes (all layers' K and V) for model m, and the
+ * bytes one full context of n_ctx positions takes (whole blocks), in the given type. */
+size_t kv_bytes_per_token(const model *m, kv_type type);
+size_t kv_context_bytes(const model *m, int n_ctx, kv_type type);
+
 attnd_status kv_seq_create(kv_seq **out, kv_pool *pool, attnd_err *err);
 void kv_seq_destroy(kv_seq *s); /* returns its blocks to the pool; accepts NULL */
 int kv_seq_len(const kv_seq *s); /* tokens cached */

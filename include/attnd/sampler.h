@@ -1,5 +1,5 @@
 /*
- * sampler.h — turning logits into the next token, and stopping generation.
+ * sampler.h — turning logits into the next token, and the log-probabilities behind it.
  *
  * The chain (fixed order, as llama.cpp's default): penalties (repeat, presence, frequency over
  * the last repeat_last_n tokens) -> logit_bias -> top-k -> typical-p -> top-p -> min-p ->
@@ -12,27 +12,10 @@
  * With temperature 0 the truncation steps are skipped: the result is the argmax of the
  * penalised, biased logits. Tokens whose logit is -inf (or NaN) after bias are never drawn.
  *
- * A generation loop, as `attnd generate` and the server run it:
+ * A generation loop does not call these one by one: include/attnd/gen.h runs sampler,
+ * end-of-generation, detokenizer and stop strings (attnd/stop.h) as one pipeline.
  *
- *     sampler *s; stop_matcher *sm; attnd_err err;
- *     sampler_create(&s, &params, n_vocab, &err);        // after sampler_params_validate
- *     stop_matcher_create(&sm, stops, n_stops, &err);
- *     for (i = 0; i < n_prompt; i++) sampler_accept(s, prompt[i]);
- *     stop_reason why = STOP_NONE;
- *     for (n = 0; why == STOP_NONE; n++) {
- *         if (n == max_tokens) { why = STOP_LENGTH; break; }
- *         int32_t id = sampler_sample(s, logits);
- *         if (tok_is_eog(tok, id)) { why = STOP_EOG; break; }
- *         sampler_accept(s, id);
- *         piece = <tok_stream_push(id)>;
- *         if (stop_matcher_push(sm, piece, len, &out, &n_out)) why = STOP_STRING;
- *         send(out, n_out);
- *         ... evaluate id to get the next logits ...
- *     }
- *     if (why != STOP_STRING) send(<tok_stream_flush then stop_matcher_push>, stop_matcher_flush);
- *
- * Thread-safety: a sampler and a stop_matcher belong to one request/thread; sampler_logprobs is
- * a pure function.
+ * Thread-safety: a sampler belongs to one request/thread; sampler_logprobs is a pure function.
  */
 #ifndef ATTND_SAMPLER_H
 #define ATTND_SAMPLER_H
@@ -70,16 +53,6 @@ void sampler_params_default(sampler_params *p);
  * with a message naming the parameter; never clamps. */
 attnd_status sampler_params_validate(const sampler_params *p, int n_vocab, attnd_err *err);
 
-/* Why generation ended; STOP_NONE while it runs. */
-typedef enum stop_reason {
-    STOP_NONE = 0,
-    STOP_EOG = 1,    /* the model produced an end-of-generation token (tok_is_eog) */
-    STOP_STRING = 2, /* a stop string matched (stop_matcher_push returned true) */
-    STOP_LENGTH = 3, /* max_tokens were generated (or the context is full) */
-} stop_reason;
-/* OpenAI's finish_reason for r: "stop" (EOG, stop string), "length", or NULL for STOP_NONE. */
-const char *stop_reason_finish(stop_reason r);
-
 typedef struct sampler sampler;
 
 /* Copies params (including the bias list). Allocates all scratch for n_vocab up front. */
@@ -111,37 +84,5 @@ typedef struct token_logprob {
  * allocation. chosen must be in [0, n_vocab); top_n outside its range is a caller bug (assert). */
 void sampler_logprobs(const float *logits, int n_vocab, int32_t chosen, int top_n, token_logprob *chosen_out,
                       token_logprob *top_out);
-
-// ---- Stop strings ---------------------------------------------------------------------------
-
-/*
- * Stop strings may span tokens. Feed each decoded text piece; the matcher says how many bytes are
- * safe to emit now (text that cannot be the start of a stop string) and whether a stop string was
- * completed, in which case the text before it has been released and nothing after.
- *
- * Matching is on bytes. Generation stops at the first point where some stop string is complete
- * (if two complete at the same byte, the longer one is cut): the result is the same however the
- * text is cut into pieces. Besides a possible stop-string prefix the
- * matcher also holds back an incomplete UTF-8 character at the end of the text, so what it
- * releases never splits a character; stop_matcher_flush releases everything left.
- * With n_stops 0 the matcher only does that UTF-8 hold-back.
- */
-typedef struct stop_matcher stop_matcher;
-/* Copies the strings. Errors: ATTND_ERR_INVALID for n_stops < 0, a NULL or empty string;
- * ATTND_ERR_NOMEM. */
-attnd_status stop_matcher_create(stop_matcher **out, const char *const *stops, int n_stops, attnd_err *err);
-void stop_matcher_destroy(stop_matcher *m); /* accepts NULL */
-/* Appends piece; *emit points at bytes now safe to send (valid until the next call), *n_emit
- * their count. Returns true when a stop string matched (generation should end); afterwards
- * every push releases nothing and returns true. Allocates only when a piece is larger than
- * any seen before; if that allocation fails, releases what it safely can, returns true and
- * stop_matcher_status() says ATTND_ERR_NOMEM. */
-bool stop_matcher_push(stop_matcher *m, const char *piece, size_t len, const char **emit, size_t *n_emit);
-/* At the end of generation without a stop: releases the held-back tail (0 bytes after a stop). */
-size_t stop_matcher_flush(stop_matcher *m, const char **emit);
-/* ATTND_OK, or ATTND_ERR_NOMEM when a push could not grow its buffer. */
-attnd_status stop_matcher_status(const stop_matcher *m);
-/* The stop string that matched (borrowed, valid while m lives), or NULL. */
-const char *stop_matcher_matched(const stop_matcher *m);
 
 #endif /* ATTND_SAMPLER_H */

@@ -51,6 +51,18 @@ bool tok_token_bytes(const tokenizer *t, int32_t id, bool render_special, const 
 attnd_status tok_encode(const tokenizer *t, const char *text, size_t len, bool add_special, bool parse_special,
                         int32_t **ids, size_t *n_ids, attnd_err *err);
 
+/* A byte range [start, end) of a text. */
+typedef struct tok_span {
+    size_t start, end;
+} tok_span;
+/*
+ * Encodes text whose control tokens count only inside the given spans (sorted, disjoint): a
+ * chat prompt whose template markers are special while the messages' content is plain text, so
+ * "</s>" or "<|im_start|>" typed by a user stays text. User-defined tokens match everywhere, as
+ * in tok_encode. Otherwise as tok_encode with parse_special; ATTND_ERR_INVALID for bad spans.
+ */
+attnd_status tok_encode_marked(const tokenizer *t, const char *text, size_t len, bool add_special,
+                               const tok_span *spans, size_t n_spans, int32_t **ids, size_t *n_ids, attnd_err *err);
 /* Decodes ids to bytes (SentencePiece leading space of the first piece removed, byte tokens and
  * byte-level mapping undone). *text is malloc'd and NUL-terminated; *len excludes the NUL.
  * Control tokens decode to nothing unless render_special. */

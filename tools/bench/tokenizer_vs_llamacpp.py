@@ -4,7 +4,7 @@
 Generates random texts from a pool of tricky pieces (mixed scripts, combining marks, digits of
 several kinds, Unicode white space, contractions, emoji sequences, special-token strings), then
 tokenizes them with `attnd tokenize` and with llama.cpp (node-llama-cpp, see
-../shared/peers/llamacpp/README.md; install it once and pass its folder) and prints the
+tools/peers/llamacpp; `tools/peers/llamacpp/install.sh` installs it and prints the folder to pass) and prints the
 disagreements. Qwen texts are NFC-normalised first, because attnd (like HF) normalises Qwen input
 to NFC and llama.cpp does not; with --parse-special, Qwen's `</s>` is expected to differ
 (llama.cpp retypes that normal token as control).
@@ -76,7 +76,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--attnd", required=True)
     ap.add_argument("--peer", required=True, help="folder with node-llama-cpp installed (tokenize.mjs)")
-    ap.add_argument("--shared", default=os.path.join(os.path.dirname(__file__), "../../../shared"))
+    ap.add_argument("--shared", default=os.path.join(os.path.dirname(__file__), "../../tests/data"))
     ap.add_argument("--n", type=int, default=2000)
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--parse-special", action="store_true")
@@ -100,20 +100,21 @@ def main():
             for t in ts:
                 f.write(json.dumps({"text": t}) + "\n")
             path = f.name
+        with tempfile.NamedTemporaryFile("w", suffix=".jsonl", delete=False) as f:
+            for t in ts:  # attnd tokenize --jsonl takes /tokenize bodies
+                f.write(json.dumps({"content": t, "add_special": a.parse_special, "parse_special": a.parse_special}) + "\n")
+            ours_path = f.name
         peer_args = ["node", os.path.join(a.peer, "tokenize.mjs"), "--model", model, "--in", path]
-        ours_args = [a.attnd, "tokenize", "--model", model]
-        if a.parse_special:
-            ours_args.append("--parse-special")
-        else:
-            peer_args.append("--no-parse-special")
-            ours_args.append("--no-bos")
+        ours_args = [a.attnd, "tokenize", "--model", model, "--jsonl"]
         ref = subprocess.run(peer_args, capture_output=True, cwd=a.peer)
-        ours = subprocess.run(ours_args, stdin=open(path, "rb"), capture_output=True)
+        ours = subprocess.run(ours_args, stdin=open(ours_path, "rb"), capture_output=True)
         os.unlink(path)
-        key = "ids" if a.parse_special else "ids_nobos"
+        os.unlink(ours_path)
+        # the peer (tools/peers/llamacpp/tokenize.mjs): ids = no specials, ids_with_special = BOS + parsed
+        key = "ids_with_special" if a.parse_special else "ids"
         refd = {r["text"]: r[key] for r in lines(ref.stdout)}  # the peer skips blank lines
         got = lines(ours.stdout)
-        bad = [(t, refd[t], o["ids"]) for t, o in zip(ts, got) if t in refd and refd[t] != o["ids"]]
+        bad = [(t, refd[t], o["tokens"]) for t, o in zip(ts, got) if t in refd and refd[t] != o["tokens"]]
         expected = [b for b in bad if vocab == "qwen2-bpe" and a.parse_special and "</s>" in b[0]]
         print(f"{vocab}: {sum(t in refd for t in ts)} texts compared, {len(bad)} differ"
               + (f" ({len(expected)} of them the documented Qwen </s> retype)" if expected else ""))

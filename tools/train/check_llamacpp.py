@@ -10,7 +10,7 @@ Part of the attnd default-model pipeline (see tools/train/README.md).
    --flash-attn off --kv-type f32), must agree; at a divergence the PyTorch top-1/top-2
    logit gap is printed (a near-tie explains a divergence, a large gap is a bug).
 
-Needs the llama.cpp peer installed (see /work/shared/peers/llamacpp/README.md);
+Needs the llama.cpp peer installed (tools/peers/llamacpp/install.sh prints its folder);
 pass its folder with --peer or LLAMACPP_PEER.
 """
 import argparse
@@ -77,15 +77,15 @@ def main():
         if t not in by_text:
             continue
         ours = [sp.bos_id()] + sp.encode(t)
-        same = by_text[t]["ids"] == ours
+        same = by_text[t]["ids_with_special"] == ours
         n_same += same
         if not same:
             ok = False
-            a, b = by_text[t]["ids"], ours
+            a, b = by_text[t]["ids_with_special"], ours
             i = next((k for k in range(min(len(a), len(b))) if a[k] != b[k]), min(len(a), len(b)))
             print(f"TOKENIZER MISMATCH on {t[:40]!r}: first diff at {i}: llama.cpp {a[i:i + 8]} ours {b[i:i + 8]}")
     print(f"tokenizer: {n_same}/{len(by_text)} texts tokenized identically "
-          f"({sum(len(o['ids']) for o in out)} tokens)")
+          f"({sum(len(o['ids_with_special']) for o in out)} tokens)")
     result["tokenizer"] = {"texts": len(by_text), "identical": n_same}
 
     # 2. greedy agreement

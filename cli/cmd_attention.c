@@ -1,0 +1,239 @@
+/*
+ * cmd_attention.c — `attnd attention`: the attention weights the engine computes for a prompt
+ * (and optionally a few generated tokens), as the JSON of POST /v1/attention, an SVG heatmap,
+ * or a short text summary.
+ */
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../server/attn_api.h"
+#include "attn_view.h"
+#include "attnd/attn_capture.h"
+#include "attnd/engine.h"
+#include "attnd/tokenizer.h"
+#include "commands.h"
+
+static const char *USAGE =
+    "usage: attnd attention (--prompt TEXT | --tokens 1,2,3) [--layer L] [--head H] [--top-k K]\n"
+    "                       [--n N] [sampling flags] [--json | --svg FILE] [--model PATH]\n"
+    "                       [--threads N] [--kv-type f16|f32]\n"
+    "\n"
+    "Shows which earlier tokens each token attends to: the softmax weights the engine computes\n"
+    "over the KV cache, per layer and head. Attention weights show where a head looks, not why\n"
+    "the model answered.\n"
+    "  --prompt TEXT   prompt text (BOS added as the model asks)\n"
+    "  --tokens IDS    comma-separated prompt token ids, used as given\n"
+    "  --layer L       layer(s), e.g. 3 or 0,5 (default: every layer; --svg draws the first)\n"
+    "  --head H        head(s) (default: every head; text and --svg show their mean)\n"
+    "  --top-k K       keep the K largest weights of each row, as [position, weight] pairs\n"
+    "  --n N           also generate N tokens (greedy unless --temp) and show their rows (default 0)\n"
+    "  --json          print the JSON of POST /v1/attention\n"
+    "  --svg FILE      write a heatmap (tokens on both axes, a thumbnail per head) to FILE\n"
+    "  --model PATH    the GGUF file (default: the shipped default model)\n"
+    "  --threads N     threads (default: the CPUs this process may use)\n"
+    "  --kv-type T     KV cache type, f16 (default, as the server) or f32\n"
+    "\n";
+
+typedef struct attn_opts {
+    const char *model, *prompt, *tokens, *svg;
+    int *layers, n_layers, *heads, n_heads;
+    int top_k, n_predict, n_threads;
+    bool json;
+    kv_type kv;
+    cli_sampling sampling;
+} attn_opts;
+
+/* "3" or "0,5" into a malloc'd list. */
+static int *parse_list(const char *flag, const char *s, int *n) {
+    int32_t *ids = cli_parse_ids("attention", flag, s, n);
+    int *out = malloc(sizeof(int) * (size_t)*n);
+    if (!out) cli_usage_error("attention", "out of memory");
+    for (int i = 0; i < *n; i++) out[i] = ids[i];
+    free(ids);
+    return out;
+}
+
+static void parse_args(int argc, char **argv, attn_opts *o) {
+    *o = (attn_opts){.kv = KV_F16};
+    cli_sampling_init(&o->sampling);
+    for (int i = 1; i < argc;) {
+        const char *v;
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            fputs(USAGE, stdout);
+            fputs(CLI_SAMPLING_USAGE, stdout);
+            exit(0);
+        } else if (cli_flag_value("attention", argc, argv, &i, "--model", &v)) o->model = v;
+        else if (cli_flag_value("attention", argc, argv, &i, "--prompt", &v)) o->prompt = v;
+        else if (cli_flag_value("attention", argc, argv, &i, "--tokens", &v)) o->tokens = v;
+        else if (cli_flag_value("attention", argc, argv, &i, "--svg", &v)) o->svg = v;
+        else if (cli_flag_value("attention", argc, argv, &i, "--layer", &v)) {
+            free(o->layers);
+            o->layers = parse_list("--layer", v, &o->n_layers);
+        } else if (cli_flag_value("attention", argc, argv, &i, "--head", &v)) {
+            free(o->heads);
+            o->heads = parse_list("--head", v, &o->n_heads);
+        } else if (cli_flag_value("attention", argc, argv, &i, "--top-k", &v))
+            o->top_k = (int)cli_parse_int("attention", "--top-k", v, 0, 1 << 24);
+        else if (cli_flag_value("attention", argc, argv, &i, "--n", &v))
+            o->n_predict = (int)cli_parse_int("attention", "--n", v, 0, 1 << 20);
+        else if (cli_sampling_flag("attention", argc, argv, &i, &o->sampling)) {
+        } else if (cli_flag_value("attention", argc, argv, &i, "--threads", &v))
+            o->n_threads = (int)cli_parse_int("attention", "--threads", v, 1, 1024);
+        else if (cli_flag_value("attention", argc, argv, &i, "--kv-type", &v)) {
+            if (!strcmp(v, "f16")) o->kv = KV_F16;
+            else if (!strcmp(v, "f32")) o->kv = KV_F32;
+            else cli_usage_error("attention", "--kv-type: '%s' is not f16 or f32", v);
+        } else if (!strcmp(argv[i], "--json")) {
+            o->json = true;
+            i++;
+        } else cli_usage_error("attention", "unknown option '%s'", argv[i]);
+    }
+    if (!o->prompt == !o->tokens) cli_usage_error("attention", "give exactly one of --prompt and --tokens");
+    if (o->json && o->svg) cli_usage_error("attention", "give at most one of --json and --svg");
+    if (o->svg && o->top_k) cli_usage_error("attention", "--svg draws whole rows; leave out --top-k");
+    if (o->sampling.top_logprobs) cli_usage_error("attention", "--top-logprobs is not available here");
+}
+
+/* Display labels: each token's own text (control tokens shown), newlines and tabs visible.
+ * A malloc'd array of malloc'd strings. */
+static char **make_labels(const tokenizer *tok, const int32_t *ids, int n) {
+    char **lab = calloc((size_t)n, sizeof(char *));
+    for (int i = 0; lab && i < n; i++) {
+        const char *b = "";
+        size_t len = 0;
+        if (!tok_token_bytes(tok, ids[i], true, &b, &len)) len = 0;
+        lab[i] = malloc(len * 3 + 1); /* each byte becomes at most a 3-byte symbol */
+        if (!lab[i]) continue;
+        char *o = lab[i];
+        for (size_t k = 0; k < len; k++) {
+            if (b[k] == '\n') o += sprintf(o, "\u21b5");
+            else if (b[k] == '\t') o += sprintf(o, "\u21e5");
+            else *o++ = b[k];
+        }
+        *o = '\0';
+    }
+    return lab;
+}
+
+static void free_labels(char **lab, int n) {
+    for (int i = 0; lab && i < n; i++) free(lab[i]);
+    free(lab);
+}
+
+/* Runs the prompt (and generation) with capture c hooked; *ids receives prompt + generated. */
+static attnd_status run(const attn_opts *o, const model *m, const tokenizer *tok, attn_capture *c, int32_t *ids,
+                        int n_prompt, int *n_ids, attnd_err *err) {
+    engine *e = NULL;
+    kv_pool *pool = NULL;
+    kv_seq *s = NULL;
+    cli_gen *cg = NULL;
+    attnd_status st;
+    if ((st = engine_create(&e, m, n_prompt < 512 ? n_prompt : 512, o->n_threads, err))) goto done;
+    if ((st = kv_pool_create(&pool, m, SIZE_MAX, o->kv, err))) goto done;
+    if ((st = kv_seq_create(&s, pool, err))) goto done;
+    if ((st = cli_gen_create(&cg, &o->sampling, model_info_get(m)->n_vocab, tok, ids, n_prompt, o->n_predict, err)))
+        goto done;
+    attn_capture_bind(c, s);
+    attn_hook h;
+    attn_hook_install(&h, e, c, NULL, 0);
+    engine_gen g = {.n_predict = o->n_predict, .pick = cli_gen_pick, .pick_user = cg,
+                    .on_token = cli_gen_on_token, .token_user = cg};
+    int n_out = 0;
+    st = engine_generate(e, s, ids, n_prompt, &g, ids + n_prompt, &n_out, NULL, err);
+    attn_hook_remove(&h);
+    *n_ids = n_prompt + n_out;
+done:
+    cli_gen_destroy(cg);
+    kv_seq_destroy(s);
+    kv_pool_destroy(pool);
+    engine_destroy(e);
+    return st;
+}
+
+static int emit(const attn_opts *o, const model *m, const tokenizer *tok, const attn_capture *c, const int32_t *ids,
+                int n_ids, int n_prompt) {
+    const char *name = model_info_get(m)->name;
+    if (o->json) {
+        json_t *body = attn_api_response(name, model_info_get(m), tok, ids, n_ids, n_prompt, c);
+        char *text = body ? attn_api_dump(body) : NULL;
+        json_decref(body);
+        if (!text) return fprintf(stderr, "attnd attention: out of memory\n"), 1;
+        puts(text);
+        free(text);
+        return 0;
+    }
+    char **labels = make_labels(tok, ids, n_ids);
+    attn_view v = {.c = c, .labels = labels, .n_tokens = n_ids, .n_prompt = n_prompt, .model = name};
+    /* the main map: the one head asked for (--svg captured every head, in order), or the mean */
+    int rc = 0, hi = o->n_heads != 1 ? -1 : o->svg ? o->heads[0] : 0;
+    if (o->svg) {
+        FILE *f = fopen(o->svg, "w");
+        bool ok = f && attn_view_svg(f, &v, 0, hi);
+        if (f && fclose(f)) ok = false;
+        if (!ok) rc = 1, fprintf(stderr, "attnd attention: cannot write %s\n", o->svg);
+    } else {
+        attn_view_text(stdout, &v, hi);
+    }
+    free_labels(labels, n_ids);
+    return rc;
+}
+
+int cmd_attention(int argc, char **argv) {
+    attn_opts o;
+    parse_args(argc, argv, &o);
+    int n_prompt = 0, n_ids = 0, rc = 1;
+    int32_t *given = o.tokens ? cli_parse_ids("attention", "--tokens", o.tokens, &n_prompt) : NULL, *ids = NULL;
+    char *dflt;
+    o.model = cli_resolve_model("attention", o.model, &dflt);
+    attnd_err err;
+    model *m = NULL;
+    tokenizer *tok = NULL;
+    attn_capture *c = NULL;
+    if (model_load(&m, o.model, &err) || tok_load(&tok, model_gguf(m), &err)) goto fail;
+    const model_info *mi = model_info_get(m);
+    if (o.prompt) {
+        size_t n;
+        if (tok_encode(tok, o.prompt, strlen(o.prompt), true, true, &given, &n, &err)) goto fail;
+        n_prompt = (int)n;
+    }
+    for (int i = 0; i < n_prompt; i++)
+        if (given[i] < 0 || given[i] >= mi->n_vocab)
+            cli_usage_error("attention", "--tokens: id %d is outside 0..%d", given[i], mi->n_vocab - 1);
+    if (n_prompt < 1 || (long long)n_prompt + o.n_predict > mi->n_ctx)
+        cli_usage_error("attention", "%d prompt tokens + %d to generate: the model's context holds 1..%d", n_prompt,
+                        o.n_predict, mi->n_ctx);
+    cli_sampling_check("attention", &o.sampling, mi->n_vocab);
+    /* --svg draws one layer, with a thumbnail of every head: capture them all. */
+    attn_capture_params p = {.layers = o.layers, .n_layers = o.svg && o.n_layers ? 1 : o.n_layers,
+                             .heads = o.svg ? NULL : o.heads, .n_heads = o.svg ? 0 : o.n_heads,
+                             .top_k = o.top_k, .n_positions = n_prompt + o.n_predict};
+    static const int layer0 = 0;
+    if (o.svg && !o.n_layers) p.layers = &layer0, p.n_layers = 1;
+    const char *field;
+    if (attn_capture_check(mi, &p, &field, &err))
+        cli_usage_error("attention", "%s (%s)", err.msg,
+                        !strcmp(field, "layers") ? "--layer" : !strcmp(field, "heads") ? "--head" : "--top-k");
+    if (o.svg && o.n_heads > 1) cli_usage_error("attention", "--svg draws one head or the mean of all: give one --head");
+    if (o.svg && o.n_heads == 1 && o.heads[0] >= mi->n_head)
+        cli_usage_error("attention", "--head: %d is out of range; the model has %d heads", o.heads[0], mi->n_head);
+    if (attn_capture_create(&c, m, &p, &err)) goto fail;
+    if (!(ids = malloc(sizeof(int32_t) * (size_t)(n_prompt + o.n_predict)))) {
+        snprintf(err.msg, sizeof(err.msg), "out of memory");
+        goto fail;
+    }
+    memcpy(ids, given, sizeof(int32_t) * (size_t)n_prompt);
+    if (run(&o, m, tok, c, ids, n_prompt, &n_ids, &err)) goto fail;
+    rc = emit(&o, m, tok, c, ids, n_ids, n_prompt);
+    goto out;
+fail:
+    fprintf(stderr, "attnd attention: %s\n", err.msg);
+out:
+    attn_capture_destroy(c);
+    tok_destroy(tok);
+    model_destroy(m);
+    cli_sampling_free(&o.sampling);
+    free(o.layers), free(o.heads), free(given), free(ids), free(dflt);
+    return rc;
+}

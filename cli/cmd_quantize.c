@@ -1,0 +1,69 @@
+/*
+ * cmd_quantize.c — `attnd quantize IN.gguf OUT.gguf TYPE`: re-encode a model's weights
+ * (engine/quantize.c does the work; this file parses arguments and reports).
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "attnd/gguf.h"
+#include "attnd/quantize.h"
+#include "commands.h"
+
+static const char *USAGE =
+    "usage: attnd quantize IN.gguf OUT.gguf TYPE [--quiet]\n"
+    "\n"
+    "Writes OUT.gguf with the weights of IN.gguf (F32, F16 or BF16) re-encoded as TYPE:\n"
+    "  F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K   every 2-D weight in that type\n"
+    "  Q4_K_M                              llama.cpp's mix: Q4_K, with Q6_K for the output head\n"
+    "                                      and for attn_v/ffn_down in some layers\n"
+    "Norms and other 1-D tensors stay as they are. Rows the block size does not divide fall back\n"
+    "(Q6_K and Q4_K to Q8_0, then F16). Metadata is copied. OUT is written to a temporary file and\n"
+    "renamed, so it is never half-written. Prints one line per tensor whose type changes.\n"
+    "  --quiet   print only the summary line\n";
+
+typedef struct progress {
+    bool quiet;
+    int changed, kept;
+} progress;
+
+static void on_tensor(void *user, const char *name, uint32_t from, uint32_t to) {
+    progress *p = user;
+    if (from == to) {
+        p->kept++;
+        return;
+    }
+    p->changed++;
+    if (!p->quiet) fprintf(stderr, "  %-32s %-5s -> %s\n", name, gguf_type_name(from), gguf_type_name(to));
+}
+
+int cmd_quantize(int argc, char **argv) {
+    const char *pos[3];
+    int n_pos = 0;
+    progress p = {0};
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            fputs(USAGE, stdout);
+            return 0;
+        } else if (!strcmp(argv[i], "--quiet")) {
+            p.quiet = true;
+        } else if (argv[i][0] == '-' && argv[i][1] == '-') {
+            cli_usage_error("quantize", "unknown option '%s'", argv[i]);
+        } else if (n_pos < 3) {
+            pos[n_pos++] = argv[i];
+        } else {
+            cli_usage_error("quantize", "unexpected argument '%s'", argv[i]);
+        }
+    }
+    if (n_pos < 3) cli_usage_error("quantize", "need IN.gguf OUT.gguf TYPE");
+    quantize_target t;
+    if (quantize_target_parse(pos[2], &t) != ATTND_OK)
+        cli_usage_error("quantize", "unknown TYPE '%s' (one of %s)", pos[2], quantize_target_list());
+    attnd_err err = {{0}};
+    if (quantize_file(pos[0], pos[1], t, on_tensor, &p, &err) != ATTND_OK) {
+        fprintf(stderr, "attnd quantize: %s\n", err.msg);
+        return 1;
+    }
+    fprintf(stderr, "attnd quantize: wrote %s (%s): %d tensors re-encoded, %d kept\n", pos[1],
+            quantize_target_name(t), p.changed, p.kept);
+    return 0;
+}

@@ -1,0 +1,253 @@
+/*
+ * attn_capture.c — recording attention weights for inspection (attnd/attn_capture.h).
+ *
+ * Rows are stored by absolute position, all allocated at create so that recording allocates
+ * nothing: whole rows of one (layer, head) as a triangle (row p at offset p(p+1)/2, p + 1
+ * floats), top_k rows as fixed k-wide slots (row p at p*k, min(p + 1, k) used). A position's row
+ * is complete when every selected (layer, head) was recorded; an evaluation reports each of them
+ * once per entry, so `hits` counts modulo their number: a re-evaluated position (a session
+ * truncated and extended) starts again at 1 and is complete at the end of its evaluation, in
+ * whatever order the engine reports.
+ */
+#include "attnd/attn_capture.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+struct attn_capture {
+    int n_layers, n_heads;   /* selected */
+    int *layers;             /* (n_layers) model layer of each selected one */
+    int *heads;              /* (n_heads) */
+    int *layer_slot;         /* (model n_layer) index among the selected, or -1 */
+    int *head_slot;          /* (model n_head) */
+    int top_k, n_positions;
+    int k_slot;              /* floats per top_k row: min(top_k, n_positions); 0 = whole rows */
+    size_t block;            /* floats per (layer, head): a triangle or n_positions * top_k */
+    float *w;                /* (n_layers, n_heads, block) */
+    int32_t *ix;             /* (n_layers, n_heads, block) positions of top_k weights, or NULL */
+    int *hits;               /* (n_positions) selected (layer, head) recorded, modulo their number */
+    const kv_seq *seq;
+    attn_capture *next;      /* attn_capture_link's list */
+};
+
+// ---- parameters -----------------------------------------------------------------------------
+
+/* Checks that list[0..n) holds distinct indices in 0..limit-1. */
+static attnd_status check_list(const int *list, int n, int limit, const char *name, attnd_err *err) {
+    if (n < 0) return attnd_fail(err, ATTND_ERR_INVALID, "%s: negative count", name);
+    for (int i = 0; i < n; i++) {
+        if (list[i] < 0 || list[i] >= limit)
+            return attnd_fail(err, ATTND_ERR_INVALID, "%s: %d is out of range; the model has %d (0..%d)", name, list[i],
+                              limit, limit - 1);
+        for (int j = 0; j < i; j++)
+            if (list[j] == list[i]) return attnd_fail(err, ATTND_ERR_INVALID, "%s: %d is listed twice", name, list[i]);
+    }
+    return ATTND_OK;
+}
+
+attnd_status attn_capture_check(const model_info *mi, const attn_capture_params *p, const char **field,
+                                attnd_err *err) {
+    const char *f = NULL;
+    attnd_status st = ATTND_OK;
+    if (p->layers && (st = check_list(p->layers, p->n_layers, mi->n_layer, "layers", err))) f = "layers";
+    else if (p->heads && (st = check_list(p->heads, p->n_heads, mi->n_head, "heads", err))) f = "heads";
+    else if (p->top_k < 0) f = "top_k", st = attnd_fail(err, ATTND_ERR_INVALID, "top_k: %d is negative", p->top_k);
+    else if (p->n_positions < 1 || p->n_positions > mi->n_ctx)
+        f = "n_positions", st = attnd_fail(err, ATTND_ERR_INVALID, "%d positions; the model's context holds 1..%d",
+                                           p->n_positions, mi->n_ctx);
+    if (field) *field = f;
+    return st;
+}
+
+static int n_selected(const int *list, int n, int all) { return list && n > 0 ? n : all; }
+
+uint64_t attn_capture_count(const model_info *mi, const attn_capture_params *p) {
+    uint64_t per_head = 0, P = p->n_positions > 0 ? (uint64_t)p->n_positions : 0;
+    if (p->top_k <= 0 || (uint64_t)p->top_k >= P) per_head = P * (P + 1) / 2;
+    else {
+        uint64_t k = (uint64_t)p->top_k; /* rows 0..k-1 hold p + 1 weights, the rest k */
+        per_head = k * (k + 1) / 2 + (P - k) * k;
+    }
+    return per_head * (uint64_t)n_selected(p->layers, p->n_layers, mi->n_layer) *
+           (uint64_t)n_selected(p->heads, p->n_heads, mi->n_head);
+}
+
+// ---- lifecycle ------------------------------------------------------------------------------
+
+/* slot[i] = index of model index i among list (or -1); out = the selection (list or 0..all-1). */
+static void fill_selection(int *out, int *slot, const int *list, int n, int all) {
+    for (int i = 0; i < all; i++) slot[i] = -1;
+    int ns = n_selected(list, n, all);
+    for (int i = 0; i < ns; i++) {
+        out[i] = list && n > 0 ? list[i] : i;
+        slot[out[i]] = i;
+    }
+}
+
+attnd_status attn_capture_create(attn_capture **out, const model *m, const attn_capture_params *p, attnd_err *err) {
+    *out = NULL;
+    const model_info *mi = model_info_get(m);
+    attnd_status st = attn_capture_check(mi, p, NULL, err);
+    if (st) return st;
+    attn_capture *c = calloc(1, sizeof(*c));
+    if (!c) return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory creating an attention capture");
+    c->n_layers = n_selected(p->layers, p->n_layers, mi->n_layer);
+    c->n_heads = n_selected(p->heads, p->n_heads, mi->n_head);
+    c->n_positions = p->n_positions;
+    c->top_k = p->top_k;
+    c->k_slot = p->top_k < p->n_positions ? p->top_k : p->n_positions;
+    size_t P = (size_t)p->n_positions, blocks = (size_t)c->n_layers * (size_t)c->n_heads;
+    c->block = c->top_k ? P * (size_t)c->k_slot : P * (P + 1) / 2;
+    c->layers = malloc(sizeof(int) * (size_t)c->n_layers);
+    c->heads = malloc(sizeof(int) * (size_t)c->n_heads);
+    c->layer_slot = malloc(sizeof(int) * (size_t)mi->n_layer);
+    c->head_slot = malloc(sizeof(int) * (size_t)mi->n_head);
+    c->hits = calloc(P, sizeof(int));
+    c->w = blocks <= SIZE_MAX / sizeof(float) / c->block ? malloc(sizeof(float) * blocks * c->block) : NULL;
+    if (c->top_k && c->w) c->ix = malloc(sizeof(int32_t) * blocks * c->block);
+    if (!c->layers || !c->heads || !c->layer_slot || !c->head_slot || !c->hits || !c->w || (c->top_k && !c->ix)) {
+        st = attnd_fail(err, ATTND_ERR_NOMEM, "out of memory for %zu attention weights", blocks * c->block);
+        goto fail;
+    }
+    fill_selection(c->layers, c->layer_slot, p->layers, p->n_layers, mi->n_layer);
+    fill_selection(c->heads, c->head_slot, p->heads, p->n_heads, mi->n_head);
+    *out = c;
+    return ATTND_OK;
+fail:
+    attn_capture_destroy(c);
+    return st;
+}
+
+void attn_capture_destroy(attn_capture *c) {
+    if (!c) return;
+    free(c->layers);
+    free(c->heads);
+    free(c->layer_slot);
+    free(c->head_slot);
+    free(c->hits);
+    free(c->w);
+    free(c->ix);
+    free(c);
+}
+
+void attn_capture_bind(attn_capture *c, const kv_seq *seq) { c->seq = seq; }
+
+int attn_capture_n_layers(const attn_capture *c) { return c->n_layers; }
+int attn_capture_layer(const attn_capture *c, int li) { return c->layers[li]; }
+int attn_capture_n_heads(const attn_capture *c) { return c->n_heads; }
+int attn_capture_head(const attn_capture *c, int hi) { return c->heads[hi]; }
+int attn_capture_top_k(const attn_capture *c) { return c->top_k; }
+
+// ---- recording and reading ------------------------------------------------------------------
+
+static size_t row_offset(const attn_capture *c, int li, int hi, int pos) {
+    size_t base = ((size_t)li * (size_t)c->n_heads + (size_t)hi) * c->block;
+    return base + (c->top_k ? (size_t)pos * (size_t)c->k_slot : (size_t)pos * (size_t)(pos + 1) / 2);
+}
+
+/* Keeps the k largest of w[0..n) in ow/oi, heaviest first; equal weights keep the lower position
+ * first (insertion after equals). O(n k), no allocation. */
+static void top_k_select(float *ow, int32_t *oi, int k, const float *w, int n) {
+    int m = 0;
+    for (int j = 0; j < n; j++) {
+        if (m == k && !(w[j] > ow[k - 1])) continue;
+        int i = m < k ? m++ : k - 1;
+        for (; i > 0 && ow[i - 1] < w[j]; i--) {
+            ow[i] = ow[i - 1];
+            oi[i] = oi[i - 1];
+        }
+        ow[i] = w[j];
+        oi[i] = j;
+    }
+}
+
+static void capture_record(attn_capture *c, int layer, int head, const float *w, int n_keys) {
+    int li = c->layer_slot[layer], hi = c->head_slot[head], pos = n_keys - 1;
+    if (li < 0 || hi < 0 || pos >= c->n_positions) return;
+    size_t off = row_offset(c, li, hi, pos);
+    if (c->top_k) top_k_select(c->w + off, c->ix + off, c->k_slot, w, n_keys);
+    else memcpy(c->w + off, w, sizeof(float) * (size_t)n_keys);
+    c->hits[pos] = c->hits[pos] % (c->n_layers * c->n_heads) + 1;
+}
+
+int attn_capture_rows(const attn_capture *c, int *first) {
+    int want = c->n_layers * c->n_heads, p = 0;
+    while (p < c->n_positions && c->hits[p] != want) p++;
+    *first = p < c->n_positions ? p : 0;
+    int n = 0;
+    while (p + n < c->n_positions && c->hits[p + n] == want) n++;
+    return n;
+}
+
+int attn_capture_row(const attn_capture *c, int li, int hi, int pos, const float **w, const int32_t **ix) {
+    ATTND_ASSERT(li >= 0 && li < c->n_layers && hi >= 0 && hi < c->n_heads && pos >= 0 && pos < c->n_positions);
+    size_t off = row_offset(c, li, hi, pos);
+    *w = c->w + off;
+    if (ix) *ix = c->top_k ? c->ix + off : NULL;
+    return c->top_k && c->k_slot < pos + 1 ? c->k_slot : pos + 1;
+}
+
+// ---- the engine hook ------------------------------------------------------------------------
+
+void attn_capture_link(attn_capture **list, attn_capture *c, const kv_seq *seq) {
+    attn_capture_unlink(list, c);
+    c->seq = seq;
+    c->next = *list;
+    *list = c;
+}
+
+void attn_capture_unlink(attn_capture **list, attn_capture *c) {
+    for (attn_capture **p = list; *p; p = &(*p)->next)
+        if (*p == c) {
+            *p = c->next;
+            c->next = NULL;
+            return;
+        }
+}
+
+static attn_capture *capture_of(attn_capture *list, const kv_seq *s) {
+    while (list && list->seq != s) list = list->next;
+    return list;
+}
+
+/* The capture that records entry, or NULL. */
+static attn_capture *hook_capture(const attn_hook *h, int entry) {
+    if (!h->entries) return h->list;
+    return entry < h->n ? capture_of(h->list, h->entries[entry].seq) : NULL;
+}
+
+static bool hook_want(void *user, int entry, int layer, int head) {
+    const attn_hook *h = user;
+    const attn_capture *c = hook_capture(h, entry);
+    if (!c || c->layer_slot[layer] < 0 || c->head_slot[head] < 0) return false;
+    return !h->entries || h->entries[entry].pos < c->n_positions;
+}
+
+static void hook_record(void *user, int entry, int layer, int head, const float *weights, int n_keys) {
+    attn_capture *c = hook_capture(user, entry);
+    if (c) capture_record(c, layer, head, weights, n_keys);
+}
+
+void attn_hook_install(attn_hook *h, engine *e, attn_capture *list, const batch_entry *entries, int n) {
+    *h = (attn_hook){.e = e, .list = list, .entries = entries, .n = n};
+    engine_set_attention_cb(e, hook_record, h);
+    engine_set_attention_filter(e, hook_want);
+}
+
+void attn_hook_remove(attn_hook *h) {
+    if (!h->e) return;
+    engine_set_attention_cb(h->e, NULL, NULL);
+    engine_set_attention_filter(h->e, NULL);
+    h->e = NULL;
+}
+
+attnd_status attn_capture_eval(attn_capture *list, engine *e, const batch_entry *entries, int n, float *logits,
+                               attnd_err *err) {
+    bool any = false;
+    for (int t = 0; list && t < n && !any; t++) any = capture_of(list, entries[t].seq) != NULL;
+    attn_hook h = {0};
+    if (any) attn_hook_install(&h, e, list, entries, n);
+    attnd_status st = engine_eval(e, entries, n, logits, err);
+    attn_hook_remove(&h);
+    return st;
+}

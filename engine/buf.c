@@ -1,0 +1,41 @@
+/* buf.c — the growable byte buffer declared in attnd/buf.h: doubling growth from 256 bytes. */
+#include "attnd/buf.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+void buf_init(buf *b) { *b = (buf){0}; }
+
+void buf_free(buf *b) {
+    if (!b) return;
+    free(b->p);
+    *b = (buf){0};
+}
+
+bool buf_reserve(buf *b, size_t extra) {
+    size_t need = b->len + extra + 1;
+    if (need <= b->cap) return true;
+    if (need < b->len) return false; /* overflow */
+    size_t cap = b->cap ? b->cap : 256;
+    while (cap < need) cap *= 2;
+    char *g = realloc(b->p, cap);
+    if (!g) return false;
+    b->p = g;
+    b->cap = cap;
+    return true;
+}
+
+bool buf_append(buf *b, const void *p, size_t n) {
+    if (!buf_reserve(b, n)) return false;
+    if (n) memcpy(b->p + b->len, p, n);
+    b->len += n;
+    b->p[b->len] = '\0';
+    return true;
+}
+
+bool buf_puts(buf *b, const char *s) { return buf_append(b, s, strlen(s)); }
+
+void buf_clear(buf *b) {
+    b->len = 0;
+    if (b->p) b->p[0] = '\0';
+}

@@ -1,0 +1,31 @@
+/*
+ * cpuinfo.c — see attnd/cpuinfo.h. Thin: the decisions live in engine.c (threads) and quant.c
+ * (instruction set); this only reports them.
+ */
+#include "attnd/cpuinfo.h"
+
+#include <omp.h>
+
+#include "quant.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
+
+int cpuinfo_threads(int n) {
+    if (n > 0) return n;
+    int p = omp_get_num_procs(); /* libgomp counts the CPUs in this process's affinity mask */
+    return p > 0 ? p : 1;
+}
+
+const char *cpuinfo_isa(void) { return quant_isa_name(quant_isa_active()); }
+
+bool cpuinfo_has_amx(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    unsigned a, b, c, d;
+    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return false;
+    return (d >> 24 & 1) && (d >> 25 & 1); /* CPUID.(7,0):EDX bit 24 AMX-TILE, bit 25 AMX-INT8 */
+#else
+    return false;
+#endif
+}

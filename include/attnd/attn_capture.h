@@ -1,0 +1,117 @@
+/*
+ * attn_capture.h — recording the attention weights of one sequence as the engine computes them,
+ * for inspection (`POST /v1/attention`, `attnd attention`).
+ *
+ * A capture holds, for the layers and heads asked for, one row per position p of its sequence:
+ * the softmax weights of p's query over positions 0..p (the causal mask), or only the top_k
+ * largest as (position, weight) pairs, heaviest first. The weights are the engine's own: it
+ * scores each query against the sequence's KV cache with the kernels evaluation uses
+ * (engine_set_attention_cb), so an F16 cache gives F16-rounded keys' weights.
+ *
+ * Cost: nothing while no capture is hooked. While one is, only the selected (entry, layer, head)
+ * triples of captured sequences are computed (engine_set_attention_filter), serially, after each
+ * layer's attention; other sequences in the same batch pay nothing for them.
+ *
+ *     int layer = 2;
+ *     attn_capture_params p = {.layers = &layer, .n_layers = 1, .n_positions = n_prompt};
+ *     attn_capture *c;
+ *     attn_capture_create(&c, m, &p, &err);          // every head of layer 2, whole rows
+ *     attn_capture_bind(c, seq);
+ *     attn_hook h;
+ *     attn_hook_install(&h, e, c, NULL, 0);          // every entry is c's sequence
+ *     engine_generate(e, seq, prompt, n_prompt, &g, NULL, &n_out, NULL, &err);
+ *     attn_hook_remove(&h);
+ *     const float *w;
+ *     int n = attn_capture_row(c, 0, 1, 5, &w, NULL); // head 1, position 5: w[0..n), n = 6
+ *
+ * Thread-safety: a capture is filled by the thread that runs engine_eval and must not be read
+ * while a hook that names it is installed.
+ */
+#ifndef ATTND_ATTN_CAPTURE_H
+#define ATTND_ATTN_CAPTURE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "attnd/common.h"
+#include "attnd/engine.h"
+#include "attnd/model.h"
+
+typedef struct attn_capture_params {
+    const int *layers; /* (n_layers) layer indices, borrowed during the call; NULL or 0 = every layer */
+    int n_layers;
+    const int *heads;  /* (n_heads) query-head indices; NULL or 0 = every head */
+    int n_heads;
+    int top_k;         /* 0 = whole rows; k > 0 = the k largest weights of each row */
+    int n_positions;   /* rows are kept for positions 0..n_positions-1 (prompt + generated) */
+} attn_capture_params;
+
+/*
+ * Checks p against the model: layers and heads in range and not repeated, top_k >= 0,
+ * 1 <= n_positions <= n_ctx. ATTND_ERR_INVALID with a message; *field (may be NULL) names the
+ * parameter at fault ("layers", "heads", "top_k", "n_positions").
+ */
+attnd_status attn_capture_check(const model_info *mi, const attn_capture_params *p, const char **field,
+                                attnd_err *err);
+
+/* How many weights a capture of p returns when every one of its n_positions rows is recorded
+ * (each top_k pair counts as one): selected layers × heads × sum over rows of min(p + 1, k). */
+uint64_t attn_capture_count(const model_info *mi, const attn_capture_params *p);
+
+typedef struct attn_capture attn_capture;
+
+/* Checks p (as attn_capture_check) and allocates every row up front. ATTND_ERR_INVALID,
+ * ATTND_ERR_NOMEM. */
+attnd_status attn_capture_create(attn_capture **out, const model *m, const attn_capture_params *p, attnd_err *err);
+void attn_capture_destroy(attn_capture *c); /* accepts NULL */
+
+/* The sequence whose rows are recorded (borrowed; compared by address only). */
+void attn_capture_bind(attn_capture *c, const kv_seq *seq);
+
+int attn_capture_n_layers(const attn_capture *c); /* selected layers, in the order asked */
+int attn_capture_layer(const attn_capture *c, int li); /* model layer index of the li-th */
+int attn_capture_n_heads(const attn_capture *c);
+int attn_capture_head(const attn_capture *c, int hi);
+int attn_capture_top_k(const attn_capture *c);
+
+/* The recorded rows: positions [*first, *first + n) (every selected layer and head recorded for
+ * each). Returns n; 0 (and *first = 0) when none. Positions before *first are those whose KV a
+ * session reused: they were not evaluated, so they have no row. */
+int attn_capture_rows(const attn_capture *c, int *first);
+
+/* Row of position pos for the li-th selected layer and hi-th selected head (pos among the
+ * recorded rows). Whole rows: *w = weights over positions 0..pos, returns pos + 1, *ix = NULL.
+ * top_k: *w the weights and *ix (may be NULL) their positions, heaviest first (ties: lower
+ * position first), returns min(pos + 1, k). Borrowed, valid until attn_capture_destroy. */
+int attn_capture_row(const attn_capture *c, int li, int hi, int pos, const float **w, const int32_t **ix);
+
+/*
+ * Captures form a list (a capture is in at most one), for a caller that runs several sequences:
+ * link binds c to seq and adds it; unlink removes it (no-op when c is not in the list).
+ */
+void attn_capture_link(attn_capture **list, attn_capture *c, const kv_seq *seq);
+void attn_capture_unlink(attn_capture **list, attn_capture *c);
+
+/*
+ * Hooking captures into an engine: the next engine_eval calls record into the captures of list.
+ * entries/n: the batch those calls evaluate, so that each entry goes to the capture bound to its
+ * sequence (entries of other sequences cost nothing). entries = NULL when every entry belongs to
+ * list itself (one capture), as around engine_generate. h is caller storage; list and entries
+ * are borrowed until attn_hook_remove, which clears the engine's callback.
+ */
+typedef struct attn_hook {
+    engine *e;
+    attn_capture *list;
+    const batch_entry *entries;
+    int n;
+} attn_hook;
+
+void attn_hook_install(attn_hook *h, engine *e, attn_capture *list, const batch_entry *entries, int n);
+void attn_hook_remove(attn_hook *h); /* no-op on a zeroed hook */
+
+/* engine_eval(e, entries, n, logits, err), with list hooked for this call when one of the
+ * entries belongs to a capture of list; a plain engine_eval otherwise (list may be NULL). */
+attnd_status attn_capture_eval(attn_capture *list, engine *e, const batch_entry *entries, int n, float *logits,
+                               attnd_err *err);
+
+#endif /* ATTND_ATTN_CAPTURE_H */

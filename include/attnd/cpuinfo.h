@@ -1,0 +1,18 @@
+/*
+ * cpuinfo.h — what the engine will use on this machine, for start-up logs and `attnd info`:
+ * the thread count a request for N threads becomes, and the instruction set of the kernels.
+ */
+#ifndef ATTND_CPUINFO_H
+#define ATTND_CPUINFO_H
+
+#include <stdbool.h>
+
+/* The threads the engine runs with when asked for n: n itself when n > 0, else every CPU this
+ * process may run on (its affinity mask), as engine_create does. */
+int cpuinfo_threads(int n);
+/* The instruction set the matrix kernels use ("portable", "avx2", "avx512"; static string). */
+const char *cpuinfo_isa(void);
+/* True when the CPU has AMX tiles (AMX-TILE and AMX-INT8). The kernels do not use them yet. */
+bool cpuinfo_has_amx(void);
+
+#endif /* ATTND_CPUINFO_H */

@@ -1,0 +1,87 @@
+/*
+ * gen.h — the per-token generation pipeline, the one place that turns logits into text:
+ *
+ *     logits -> sampler (+ log-probabilities) -> end-of-generation? -> streaming detokenizer
+ *            -> stop strings -> text
+ *
+ * The server's scheduler and `attnd generate` both run it; nobody else calls tok_stream_push
+ * or stop_matcher_push on generated tokens. A gen belongs to one sequence and one thread.
+ *
+ *     gen *g; attnd_err err;
+ *     gen_params p = {.sp = params, .stops = stops, .n_stops = n, .top_logprobs = -1};
+ *     gen_create(&g, &p, n_vocab, tok, prompt, n_prompt, &err);  // prompt feeds the penalties
+ *     for (n = 0; n < max_tokens; n++) {
+ *         gen_token t;
+ *         stop_reason why = gen_next(g, logits, NULL, &t);       // samples, detokenizes, matches
+ *         send(t.text, t.n_text);
+ *         if (why != STOP_NONE) break;                           // EOG or a stop string
+ *         ... evaluate t.id to get the next logits ...
+ *     }
+ *     gen_finish(g, &text, &n_text);                             // the held-back tail
+ *     send(text, n_text);
+ *
+ * Text is released as soon as it cannot be part of a stop string and does not end inside a
+ * UTF-8 character; gen_finish releases what is held back when generation ends for another
+ * reason (length, context full). A SentencePiece leading space is kept: the text continues the
+ * prompt.
+ */
+#ifndef ATTND_GEN_H
+#define ATTND_GEN_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "attnd/common.h"
+#include "attnd/sampler.h"
+#include "attnd/stop.h"
+#include "attnd/tokenizer.h"
+
+typedef struct gen_params {
+    sampler_params sp;          /* copied (bias list included) */
+    const char *const *stops;   /* (n_stops) copied; needs a tokenizer */
+    int n_stops;
+    int top_logprobs;           /* -1: no log-probabilities; 0..SAMPLER_MAX_TOP_LOGPROBS: the
+                                   chosen token's and that many alternatives' */
+    bool ignore_eog;            /* end-of-generation tokens are ordinary tokens */
+} gen_params;
+
+typedef struct gen gen;
+
+/*
+ * tok may be NULL (a model without a usable vocabulary): tokens are still sampled, but there is
+ * no text and no end-of-generation check; stop strings then are ATTND_ERR_UNSUPPORTED. The
+ * prompt's tokens enter the penalty history (as in llama.cpp). Borrows tok for gen's lifetime.
+ * Errors: ATTND_ERR_INVALID (params), ATTND_ERR_NOMEM.
+ */
+attnd_status gen_create(gen **out, const gen_params *p, int n_vocab, const tokenizer *tok, const int32_t *prompt,
+                        int n_prompt, attnd_err *err);
+void gen_destroy(gen *g); /* accepts NULL */
+
+typedef struct gen_token {
+    int32_t id;
+    float logprob;              /* of id under the raw model distribution (top_logprobs >= 0) */
+    const char *text;           /* (n_text) text released by this token; borrowed, valid until
+                                   the next call on g */
+    size_t n_text;
+} gen_token;
+
+/*
+ * One step: samples from logits[n_vocab] (not modified), adds the token to the history, and
+ * unless it ends generation as an end-of-generation token, detokenizes it and runs the stop
+ * strings. With top_logprobs > 0, top (top_logprobs entries) receives the alternatives, best
+ * first; top NULL skips them. Returns STOP_EOG, STOP_STRING (the text before the stop string
+ * is in t, nothing after), or STOP_NONE to go on. Allocates nothing per token in steady state.
+ */
+stop_reason gen_next(gen *g, const float *logits, token_logprob *top, gen_token *t);
+
+/* Generation ended (end-of-generation token, length, context full): releases the held-back
+ * text (*text borrowed as in gen_token). Returns STOP_STRING when that tail completes a stop
+ * string (cut before it), else STOP_NONE. After a stop string, or a second time, it releases
+ * nothing. */
+stop_reason gen_finish(gen *g, const char **text, size_t *n_text);
+
+/* The stop string that matched (borrowed, valid while g lives), or NULL. */
+const char *gen_matched_stop(const gen *g);
+
+#endif /* ATTND_GEN_H */

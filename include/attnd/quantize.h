@@ -1,0 +1,68 @@
+/*
+ * quantize.h — re-encodes the weights of a GGUF model file in another tensor type
+ * (`attnd quantize IN OUT TYPE`): F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K, or the Q4_K_M mix.
+ *
+ *     quantize_target t;
+ *     if (quantize_target_parse("Q4_K_M", &t) != ATTND_OK) ...
+ *     attnd_err err;
+ *     if (quantize_file("in.gguf", "out.gguf", t, NULL, NULL, &err) != ATTND_OK) puts(err.msg);
+ *
+ * Which tensors change: 2-D (or higher) tensors whose name ends in "weight"; 1-D tensors (norms,
+ * biases) stay as they are. A plain type (Q8_0, Q4_K, ...) puts every such tensor in that type
+ * (llama-quantize's --pure). Q4_K_M is llama.cpp's mix: Q4_K, with Q6_K for the output head (the
+ * token embedding when the head is tied) and for attn_v / ffn_down in the layers llama.cpp's
+ * use_more_bits() picks (the first and last eighth, and every third layer in between).
+ * Rows that do not divide into the block size fall back as llama.cpp does: Q6_K -> Q8_0;
+ * Q4_K -> Q5_0 in llama.cpp, Q8_0 here (attnd does not compute Q5_0); then F16 when 32 does not
+ * divide either. Q8_0/Q4_0 rows that 32 does not divide become F16 (llama.cpp refuses the file).
+ * All metadata is copied; general.file_type and general.quantization_version are set. The output
+ * is written to a temporary file and renamed, so OUT is never half-written. The input must hold
+ * F32, F16 or BF16 weights: already-quantized weights are refused (quantizing twice loses more).
+ * Memory: the output tensors are held in memory until written (about the size of OUT).
+ */
+#ifndef ATTND_QUANTIZE_H
+#define ATTND_QUANTIZE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "attnd/common.h"
+
+typedef enum quantize_target {
+    QUANTIZE_F16,
+    QUANTIZE_BF16,
+    QUANTIZE_Q8_0,
+    QUANTIZE_Q4_0,
+    QUANTIZE_Q4_K,
+    QUANTIZE_Q6_K,
+    QUANTIZE_Q4_K_M,
+} quantize_target;
+
+/* "Q4_K_M" (case-insensitive) -> QUANTIZE_Q4_K_M; ATTND_ERR_INVALID for an unknown name. */
+attnd_status quantize_target_parse(const char *name, quantize_target *out);
+const char *quantize_target_name(quantize_target t);
+/* The names quantize_target_parse accepts, comma-separated (static string). */
+const char *quantize_target_list(void);
+
+/*
+ * The type tensor `name` of shape ne[0..n_dims) gets under target t, in a model with n_layer
+ * layers whose output head is (has_output) or is not (tied embedding) a tensor of its own.
+ * Returns the input type unchanged for tensors that are not quantized (1-D, not a weight).
+ */
+uint32_t quantize_tensor_type(quantize_target t, const char *name, uint32_t n_dims, const uint64_t *ne,
+                              uint32_t in_type, int n_layer, bool has_output);
+
+/* dst = the n floats of src encoded in `type` (F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K; n a multiple
+ * of the type's block size); quant_row_bytes(type, n) bytes are written. */
+void quantize_row(void *dst, const float *src, uint32_t type, int64_t n);
+
+/* Called once per tensor as it is converted (may be NULL). */
+typedef void (*quantize_progress_fn)(void *user, const char *tensor, uint32_t from_type, uint32_t to_type);
+
+/* Reads in_path, writes out_path (atomically) with weights in target t. Errors: ATTND_ERR_IO,
+ * ATTND_ERR_FORMAT (not a GGUF / malformed), ATTND_ERR_UNSUPPORTED (already quantized input,
+ * or nothing to write), ATTND_ERR_NOMEM. OUT may be IN: the old file stays readable until the rename. */
+attnd_status quantize_file(const char *in_path, const char *out_path, quantize_target t,
+                           quantize_progress_fn progress, void *user, attnd_err *err);
+
+#endif /* ATTND_QUANTIZE_H */

@@ -1,0 +1,51 @@
+/*
+ * endpoints.h — the handlers behind http.c's route table (server-private). Each one answers
+ * its request through http_respond_* and returns what MHD_queue_response returned.
+ *
+ *   endpoints.c    /health, /metrics, /v1/models, /tokenize, /detokenize, /v1/sessions...
+ *   completions.c  /v1/completions, /v1/chat/completions, llama.cpp's /completion
+ *   attention.c    /v1/attention (attention inspection)
+ */
+#ifndef ATTND_SERVER_ENDPOINTS_H
+#define ATTND_SERVER_ENDPOINTS_H
+
+#include "http.h"
+#include "oai_resp.h"
+
+enum MHD_Result ep_health(req *r);
+enum MHD_Result ep_metrics(req *r);
+enum MHD_Result ep_models(req *r);
+enum MHD_Result ep_tokenize(req *r);
+enum MHD_Result ep_detokenize(req *r);
+enum MHD_Result ep_sessions_create(req *r);
+enum MHD_Result ep_sessions_list(req *r);
+enum MHD_Result ep_session_get(req *r);
+enum MHD_Result ep_session_delete(req *r);
+
+enum MHD_Result ep_completions(req *r);
+enum MHD_Result ep_chat(req *r);
+enum MHD_Result ep_llama_completion(req *r);
+
+/* A job's output as the response builders see it (everything borrowed from o). */
+void gen_view(const sched_output *o, oai_gen *g);
+
+// ---- the steps of a generation request (completions.c), shared with attention.c ----
+/* The prompt's tokens into *ids (owned by the caller), from the chat template (r->chat), the
+ * text prompt or the token-id prompt of r->oreq. */
+attnd_status gen_prompt_tokens(req *r, int32_t **ids, size_t *n, attnd_err *err);
+/* Checks n prompt tokens against the context; returns r->oreq.max_tokens (or the default)
+ * clamped to the room left, or -1 with the 400 queued in *ret. */
+int gen_fit_context(req *r, size_t n, enum MHD_Result *ret);
+/* The named session of r->oreq.session_id, acquired (busy) into *se; NULL when none is asked
+ * for. false: an error response is queued. */
+bool gen_acquire_session(req *r, sess **se, enum MHD_Result *ret);
+/* Builds the job (stealing ids and cap, which may be NULL) and submits it as r->job. false: an
+ * error response is queued (the session, if any, is given back). */
+bool gen_submit(req *r, int32_t *ids, size_t n, int max_tokens, sess *se, attn_capture *cap, enum MHD_Result *ret);
+/* Blocks until r->job is done; false when the client left (the job is cancelled). */
+bool gen_wait_done(req *r);
+
+enum MHD_Result ep_attention(req *r);   /* attention.c: POST /v1/attention */
+enum MHD_Result ep_playground(req *r);  /* endpoints.c: GET /, the web playground */
+
+#endif

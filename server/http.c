@@ -1,0 +1,404 @@
+/*
+ * http.c — requests, responses, auth, CORS, body caps and routing for `attnd serve` (see
+ * http.h). The endpoints themselves live in endpoints.c and completions.c; streaming in sse.c.
+ */
+#define _GNU_SOURCE /* POLLRDHUP: the peer closed its side */
+#include "http.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netdb.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "endpoints.h"
+#include "origin.h"
+#include "slog.h"
+#include "sse.h"
+
+typedef enum MHD_Result (*handler_fn)(req *r);
+
+struct route {
+    const char *method;
+    const char *path;  /* exact, or a prefix ending in '/' when prefix is set */
+    bool prefix;
+    bool needs_model;  /* 503 while loading */
+    handler_fn fn;
+    const char *label; /* metrics label */
+};
+
+// ---- responses ----------------------------------------------------------------------------
+
+static void add_cors_headers(req *r, struct MHD_Response *resp) {
+    const char *origin = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Origin");
+    const char *allowed = r->srv->cors;
+    if (!origin || !allowed || !*allowed || !origin_list_has(allowed, origin, strlen(origin), true)) return;
+    MHD_add_response_header(resp, "Access-Control-Allow-Origin", origin);
+    MHD_add_response_header(resp, "Vary", "Origin");
+}
+
+enum MHD_Result http_queue(req *r, int status, struct MHD_Response *resp) {
+    add_cors_headers(r, resp);
+    r->status = status;
+    return MHD_queue_response(r->conn, (unsigned)status, resp);
+}
+
+enum MHD_Result http_respond_json_h(req *r, int status, json_t *body, const char *hname, const char *hval) {
+    char *text = body ? json_dumps(body, JSON_COMPACT) : NULL;
+    json_decref(body);
+    if (!text) {
+        text = strdup("{\"error\":{\"message\":\"out of memory\",\"type\":\"server_error\",\"param\":null,\"code\":\"internal_error\"}}");
+        status = 500;
+        if (!text) return MHD_NO;
+    }
+    /* a trailing newline: curl output stays one answer per line */
+    size_t n = strlen(text);
+    char *nl = realloc(text, n + 2);
+    if (nl) {
+        text = nl;
+        text[n++] = '\n';
+        text[n] = '\0';
+    }
+    struct MHD_Response *resp = MHD_create_response_from_buffer(n, text, MHD_RESPMEM_MUST_FREE);
+    if (!resp) {
+        free(text);
+        return MHD_NO;
+    }
+    MHD_add_response_header(resp, "Content-Type", "application/json");
+    if (hname) MHD_add_response_header(resp, hname, hval);
+    enum MHD_Result ret = http_queue(r, status, resp);
+    MHD_destroy_response(resp);
+    return ret;
+}
+
+enum MHD_Result http_respond_json(req *r, int status, json_t *body) {
+    return http_respond_json_h(r, status, body, NULL, NULL);
+}
+
+enum MHD_Result http_respond_error(req *r, int status, const char *msg, const char *param) {
+    const char *hn = NULL, *hv = NULL;
+    size_t n = strnlen(msg, sizeof(r->reason) - 1); /* cut long messages: a log line, not the answer */
+    memcpy(r->reason, msg, n);
+    r->reason[n] = '\0';
+    if (status == 429 || status == 503) hn = "Retry-After", hv = "1";
+    if (status == 401) hn = "WWW-Authenticate", hv = "Bearer";
+    return http_respond_json_h(r, status, oai_error(status, msg, param), hn, hv);
+}
+
+enum MHD_Result http_respond_text(req *r, int status, const char *ctype, char *text) {
+    struct MHD_Response *resp = MHD_create_response_from_buffer(strlen(text), text, MHD_RESPMEM_MUST_FREE);
+    if (!resp) {
+        free(text);
+        return MHD_NO;
+    }
+    MHD_add_response_header(resp, "Content-Type", ctype);
+    enum MHD_Result ret = http_queue(r, status, resp);
+    MHD_destroy_response(resp);
+    return ret;
+}
+
+int http_status_of(attnd_status st, http_ctx ctx) {
+    switch (ctx) {
+    case HTTP_CTX_SESSION:
+        if (st == ATTND_ERR_NOMEM) return 429; /* the session limit: retry after deleting one */
+        break;
+    case HTTP_CTX_ACQUIRE: return st == ATTND_ERR_NOT_FOUND ? 404 : 409;
+    case HTTP_CTX_GENERATE: return st == ATTND_ERR_NOMEM || st == ATTND_ERR_BUSY ? 503 : 500;
+    case HTTP_CTX_PARSE: return st == ATTND_ERR_INVALID ? 400 : 500;
+    case HTTP_CTX_DEFAULT: break;
+    }
+    switch (st) {
+    case ATTND_ERR_INVALID: case ATTND_ERR_FORMAT: return 400;
+    case ATTND_ERR_NOT_FOUND: return 404;
+    case ATTND_ERR_BUSY: return 409;
+    case ATTND_ERR_NOMEM: return 503;
+    default: return 500;
+    }
+}
+
+bool http_client_gone(req *r) {
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+    if (!ci) return false;
+    struct pollfd p = {.fd = ci->connect_fd, .events = POLLRDHUP};
+    return poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL));
+}
+
+json_t *http_parse_body(req *r, enum MHD_Result *ret, bool allow_empty) {
+    if (r->len == 0 && allow_empty) return json_object();
+    json_error_t je;
+    json_t *j = json_loadb(r->body ? r->body : "", r->len, 0, &je);
+    if (!j) {
+        char msg[300];
+        snprintf(msg, sizeof(msg), "invalid JSON body: %s (line %d, column %d)", je.text, je.line, je.column);
+        *ret = http_respond_error(r, 400, msg, NULL);
+        return NULL;
+    }
+    if (!json_is_object(j)) {
+        json_decref(j);
+        *ret = http_respond_error(r, 400, "the request body must be a JSON object", NULL);
+        return NULL;
+    }
+    return j;
+}
+
+// ---- routing ------------------------------------------------------------------------------
+
+static const route ROUTES[] = {
+    {"GET", "/", false, false, ep_playground, "playground"},
+    {"GET", "/health", false, false, ep_health, "health"},
+    {"GET", "/metrics", false, false, ep_metrics, "metrics"},
+    {"GET", "/v1/models", false, true, ep_models, "models"},
+    {"GET", "/models", false, true, ep_models, "models"},
+    {"POST", "/v1/completions", false, true, ep_completions, "completions"},
+    {"POST", "/completions", false, true, ep_completions, "completions"},
+    {"POST", "/completion", false, true, ep_llama_completion, "llama_completion"},
+    {"POST", "/v1/chat/completions", false, true, ep_chat, "chat_completions"},
+    {"POST", "/chat/completions", false, true, ep_chat, "chat_completions"},
+    {"POST", "/v1/attention", false, true, ep_attention, "attention"},
+    {"POST", "/attention", false, true, ep_attention, "attention"},
+    {"POST", "/tokenize", false, true, ep_tokenize, "tokenize"},
+    {"POST", "/detokenize", false, true, ep_detokenize, "detokenize"},
+    {"POST", "/v1/sessions", false, true, ep_sessions_create, "sessions"},
+    {"GET", "/v1/sessions", false, true, ep_sessions_list, "sessions"},
+    {"GET", "/v1/sessions/", true, true, ep_session_get, "session"},
+    {"DELETE", "/v1/sessions/", true, true, ep_session_delete, "session"},
+};
+
+static bool path_matches(const route *rt, const char *path) {
+    if (!rt->prefix) return !strcmp(rt->path, path);
+    size_t n = strlen(rt->path);
+    return !strncmp(rt->path, path, n) && path[n] && !strchr(path + n, '/');
+}
+
+/* Finds the route; sets *allow to the methods the path supports (for 405). */
+static const route *route_find(const char *method, const char *path, char *allow, size_t allow_n) {
+    allow[0] = '\0';
+    const route *hit = NULL;
+    for (size_t i = 0; i < ATTND_ARRAY_LEN(ROUTES); i++) {
+        if (!path_matches(&ROUTES[i], path)) continue;
+        /* HEAD is GET without the body (load-balancer health checks); MHD drops the body */
+        bool head_get = !strcmp(method, "HEAD") && !strcmp(ROUTES[i].method, "GET");
+        if (!strcmp(ROUTES[i].method, method) || head_get) hit = &ROUTES[i];
+        size_t l = strlen(allow);
+        snprintf(allow + l, allow_n - l, "%s%s", l ? ", " : "", ROUTES[i].method);
+    }
+    return hit;
+}
+
+// ---- before the body: auth, CORS preflight, caps ------------------------------------------
+
+/* Constant-time comparison of given with the kl bytes of key. */
+static bool key_equal(const char *key, size_t kl, const char *given) {
+    size_t gl = strlen(given);
+    unsigned diff = (unsigned)(gl ^ kl);
+    /* always walk the whole key: the time does not depend on where a mismatch is */
+    for (size_t i = 0; i < kl; i++) diff |= (unsigned char)key[i] ^ (unsigned char)(i < gl ? given[i] : 0);
+    return diff == 0;
+}
+
+/* The owner tag of a key: 16 hex digits of a salted FNV-1a hash (never the key itself). */
+static void owner_tag(const char *key, size_t kl, char out[SESS_OWNER_MAX + 1]) {
+    uint64_t h = 0xcbf29ce484222325ull ^ 0x6174746e64ull; /* "attnd" */
+    for (size_t i = 0; i < kl; i++) h = (h ^ (unsigned char)key[i]) * 0x100000001b3ull;
+    snprintf(out, SESS_OWNER_MAX + 1, "%016llx", (unsigned long long)h);
+}
+
+/* Checks "Authorization: Bearer <key>" against the API keys (one per line of s->api_key; every
+ * key is compared, so the time does not tell which matched). With several keys, owner gets the
+ * matching key's tag: sessions and the prompt cache are scoped to it. */
+static bool auth_ok(struct server *s, struct MHD_Connection *c, char owner[SESS_OWNER_MAX + 1]) {
+    owner[0] = '\0';
+    if (!s->api_key || !*s->api_key) return true;
+    const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
+    const char *given = h && !strncmp(h, "Bearer ", 7) ? h + 7 : NULL;
+    bool several = strchr(s->api_key, '\n') != NULL, ok = false;
+    for (const char *k = s->api_key; *k;) {
+        const char *e = strchr(k, '\n');
+        size_t kl = e ? (size_t)(e - k) : strlen(k);
+        if (given && key_equal(k, kl, given) && !ok) {
+            ok = true;
+            if (several) owner_tag(k, kl, owner);
+        }
+        k += kl + (e ? 1 : 0);
+    }
+    return ok;
+}
+
+static enum MHD_Result preflight(req *r) {
+    struct MHD_Response *resp = MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
+    if (!resp) return MHD_NO;
+    MHD_add_response_header(resp, "Access-Control-Allow-Methods", "GET, POST, DELETE, OPTIONS");
+    MHD_add_response_header(resp, "Access-Control-Allow-Headers", "Authorization, Content-Type");
+    MHD_add_response_header(resp, "Access-Control-Max-Age", "600");
+    enum MHD_Result ret = http_queue(r, 204, resp);
+    MHD_destroy_response(resp);
+    return ret;
+}
+
+static enum MHD_Result too_big(req *r) {
+    char msg[160];
+    snprintf(msg, sizeof(msg), "request body too large (limit %zu bytes)", r->srv->cfg.body_limit);
+    r->too_big = true;
+    return http_respond_error(r, 413, msg, NULL);
+}
+
+/* Checks done before the body is read: route, method, auth, Content-Length. Returns MHD_YES
+ * to continue reading, or the result of a queued error response (*done set). */
+static enum MHD_Result precheck(req *r, bool *done) {
+    struct server *s = r->srv;
+    *done = true;
+    if (!strcmp(r->method, "OPTIONS") && s->cors) return preflight(r);
+    char allow[64];
+    r->rt = route_find(r->method, r->path, allow, sizeof(allow));
+    if (!r->rt && !allow[0]) {
+        char msg[220];
+        snprintf(msg, sizeof(msg), "no endpoint %.160s", r->path);
+        return http_respond_error(r, 404, msg, NULL);
+    }
+    const char *host = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Host");
+    if (s->loopback && !origin_host_ok(host, s->cfg.allowed_hosts))
+        return http_respond_error(r, 421, "this server answers only loopback host names (add the name to allowed_hosts)",
+                                  NULL);
+    bool safe = !strcmp(r->method, "GET") || !strcmp(r->method, "HEAD") || !strcmp(r->method, "OPTIONS");
+    const char *origin = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Origin");
+    if (!safe && !origin_request_ok(origin, host, s->cors))
+        return http_respond_error(r, 403, "cross-origin request refused (the origin is not in cors_origins)", NULL);
+    /* /health and the playground page (which holds no data and asks for the key) are public */
+    if (!auth_ok(s, r->conn, r->owner) && strcmp(r->path, "/health") && strcmp(r->path, "/"))
+        return http_respond_error(r, 401, "missing or invalid API key (Authorization: Bearer ...)", NULL);
+    if (!r->rt) {
+        char msg[320];
+        snprintf(msg, sizeof(msg), "method %s is not allowed on %.120s (allowed: %s)", r->method, r->path, allow);
+        return http_respond_json_h(r, 405, oai_error(405, msg, NULL), "Allow", allow);
+    }
+    const char *cl = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Content-Length");
+    if (cl) {
+        char *end;
+        errno = 0;
+        unsigned long long v = strtoull(cl, &end, 10);
+        if (errno || end == cl || v > s->cfg.body_limit) return too_big(r);
+    }
+    *done = false;
+    return MHD_YES;
+}
+
+// ---- libmicrohttpd callbacks --------------------------------------------------------------
+
+/* The first callback of a request: its state, then the checks that need no body. */
+static enum MHD_Result request_begin(struct server *s, struct MHD_Connection *c, const char *url,
+                                     const char *method, void **con_cls) {
+    req *r = calloc(1, sizeof(*r));
+    if (!r) return MHD_NO;
+    *con_cls = r;
+    atomic_fetch_add(&s->in_flight, 1);
+    r->srv = s;
+    r->conn = c;
+    r->t0 = attnd_now_s();
+    snprintf(r->method, sizeof(r->method), "%s", method);
+    snprintf(r->path, sizeof(r->path), "%s", url);
+    if (strlen(url) >= sizeof(r->path)) r->path[sizeof(r->path) - 2] = '~'; /* never matches a route */
+    if (s->conns && !conn_request_begin(s->conns, c)) { /* answered, then the connection closes */
+        r->rt = NULL;
+        return http_respond_json_h(r, 503, oai_error(503, "too many connections; retry shortly", NULL), "Connection",
+                                   "close");
+    }
+    bool done;
+    enum MHD_Result ret = precheck(r, &done);
+    if (done) r->rt = NULL;
+    return ret;
+}
+
+/* A piece of the body; answers 413 at once instead of reading an endless chunked upload (MHD
+ * closes the connection after the response since the body was not consumed). */
+static enum MHD_Result request_body(req *r, const char *upload, size_t n) {
+    size_t limit = r->srv->cfg.body_limit;
+    if (r->too_big || r->len + n > limit) return too_big(r);
+    if (r->len + n + 1 > r->cap) {
+        size_t cap = r->cap ? r->cap * 2 : 4096;
+        while (cap < r->len + n + 1) cap *= 2;
+        if (cap > limit + 1) cap = limit + 1;
+        char *g = realloc(r->body, cap);
+        if (!g) return MHD_NO;
+        r->body = g;
+        r->cap = cap;
+    }
+    memcpy(r->body + r->len, upload, n);
+    r->len += n;
+    r->body[r->len] = '\0';
+    return MHD_YES;
+}
+
+enum MHD_Result http_on_request(void *cls, struct MHD_Connection *c, const char *url, const char *method,
+                                const char *version, const char *upload, size_t *upload_size, void **con_cls) {
+    (void)version;
+    struct server *s = cls;
+    req *r = *con_cls;
+    if (!r) return request_begin(s, c, url, method, con_cls);
+    if (r->status) { /* an early response is queued: discard whatever body still arrives */
+        *upload_size = 0;
+        return MHD_YES;
+    }
+    if (*upload_size) {
+        size_t n = *upload_size;
+        *upload_size = 0;
+        return request_body(r, upload, n);
+    }
+    if (r->too_big) return too_big(r);
+    if (!r->rt) return http_respond_error(r, 404, "no such endpoint", NULL);
+    if (r->rt->needs_model && !atomic_load(&s->ready)) return http_respond_error(r, 503, "model is loading", NULL);
+    return r->rt->fn(r);
+}
+
+/* A generation's end as the access log and the session store see it; returns tokens generated. */
+static int request_job_end(struct server *s, req *r, enum MHD_RequestTerminationCode toe) {
+    if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK || r->cancelled) {
+        if (!sched_job_cancel(r->job) || r->cancelled)
+            slog_info("client disconnected from %s %s; sequence cancelled", r->method, r->path);
+        r->cancelled = true;
+    }
+    sched_output o;
+    sched_job_output(r->job, &o);
+    if (r->sess_id[0] && o.done) {
+        attnd_err err;
+        if (sess_persist(s->store, r->owner, r->sess_id, &err) != ATTND_OK) slog_error("%s", err.msg);
+    }
+    return o.n_generated;
+}
+
+/* The client's numeric address ("127.0.0.1", "::1"), or "?" when unknown. */
+static void client_address(struct MHD_Connection *c, char *buf, size_t cap) {
+    const union MHD_ConnectionInfo *ci = c ? MHD_get_connection_info(c, MHD_CONNECTION_INFO_CLIENT_ADDRESS) : NULL;
+    const struct sockaddr *sa = ci ? ci->client_addr : NULL;
+    socklen_t len = sa && sa->sa_family == AF_INET6 ? sizeof(struct sockaddr_in6) : sizeof(struct sockaddr_in);
+    if (!sa || getnameinfo(sa, len, buf, (socklen_t)cap, NULL, 0, NI_NUMERICHOST) != 0) snprintf(buf, cap, "?");
+}
+
+void http_on_completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe) {
+    struct server *s = cls;
+    if (s->conns) conn_request_end(s->conns, c); /* keep-alive: the next headers' deadline starts */
+    req *r = *con_cls;
+    if (!r) return;
+    *con_cls = NULL;
+    double dt = attnd_now_s() - r->t0;
+    int n_gen = r->job ? request_job_end(s, r, toe) : 0;
+    int status = r->status ? r->status : 500;
+    if (r->cancelled) status = 499; /* nginx's "client closed request" */
+    metrics_request(s->met, r->rt ? r->rt->label : "other", status, dt);
+    /* the access log; a refused request says why and who asked, also at debug level without it */
+    server_log_level lvl = s->cfg.access_log ? SERVER_LOG_INFO : SERVER_LOG_DEBUG;
+    if ((s->cfg.access_log || r->reason[0]) && slog_enabled(lvl)) {
+        char addr[INET6_ADDRSTRLEN + 1];
+        client_address(c, addr, sizeof(addr));
+        slog(lvl, "%s %s %d prompt=%d gen=%d %.3fs client=%s%s%s%s", r->method, r->path, status, r->n_prompt, n_gen,
+             dt, addr, r->reason[0] ? " error=\"" : "", r->reason, r->reason[0] ? "\"" : "");
+    }
+    sched_job_unref(r->job);
+    oai_request_free(&r->oreq);
+    json_decref(r->body_json);
+    sse_free(r->sse);
+    free(r->body);
+    free(r);
+    atomic_fetch_sub(&s->in_flight, 1);
+}

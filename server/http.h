@@ -1,0 +1,119 @@
+/*
+ * http.h — the HTTP layer of `attnd serve` (server-private): the server's shared state, the
+ * per-request state, responses (JSON, text, errors with CORS headers), auth, body caps and the
+ * route table that dispatches to the endpoints (endpoints.h).
+ *
+ * libmicrohttpd runs one thread per connection. Per-request state (req) is allocated on the
+ * first access-handler call (http_on_request) and freed only in the completed callback
+ * (http_on_completed), which also writes the access log line and counts the request in
+ * /metrics. Everything before routing (auth, CORS, body cap) is common to every route.
+ */
+#ifndef ATTND_SERVER_HTTP_H
+#define ATTND_SERVER_HTTP_H
+
+#include <jansson.h>
+#include <microhttpd.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <time.h>
+
+#include "attnd/engine.h"
+#include "attnd/tokenizer.h"
+#include "chat.h"
+#include "conn.h"
+#include "metrics.h"
+#include "oai.h"
+#include "oai_resp.h"
+#include "scheduler.h"
+#include "sess.h"
+#include "settings.h"
+
+/* The server's state as the request handlers see it (lifecycle in server.c). */
+struct server {
+    server_settings cfg;
+    char *host, *model_path, *model_alias, *state_dir, *api_key, *cors, *chat_template; /* owned copies */
+    char *allowed_hosts;      /* owned copy */
+    bool loopback;            /* bound to a loopback address: Host names are checked (origin.h) */
+    struct MHD_Daemon *d;
+    conn_tracker *conns;      /* header deadline and the 503 at max_connections (conn.h) */
+    int port;
+    metrics *met;
+    // ---- set by server_load, read-only afterwards ----
+    model *m;
+    tokenizer *tok;
+    sess_store *store;
+    sched *sch;
+    chat_family family;
+    char *model_id;
+    int n_ctx, n_vocab;
+    atomic_bool ready;
+    atomic_bool stopping;
+    atomic_int in_flight;     /* requests between their first callback and completion */
+    atomic_int tok_active;    /* /tokenize and /detokenize requests running (tokenize_parallel) */
+    bool shut_down;
+};
+
+typedef struct route route;
+typedef struct sse_state sse_state;
+
+/* One request, from its first callback to its completion. */
+typedef struct req {
+    struct server *srv;
+    const route *rt;
+    struct MHD_Connection *conn;
+    char method[16];
+    char path[160];
+    double t0;
+    char *body;              /* (len) request body, NUL-terminated; owned */
+    size_t len, cap;
+    bool too_big;
+    int status;              /* response status (for the access log and metrics) */
+    int n_prompt;            /* prompt tokens, for the access log */
+    char owner[SESS_OWNER_MAX + 1]; /* the API key's owner tag ("" = one key or none; sess.h) */
+    char reason[160];        /* why the request was refused (error responses), for the log */
+    bool cancelled;          /* client went away mid-request */
+    // ---- generation in flight ----
+    sched_job *job;          /* owned reference */
+    oai_request oreq;
+    json_t *body_json;       /* keeps oreq's borrowed strings alive; owned */
+    char sess_id[SESS_ID_MAX + 1];
+    char resp_id[48];
+    oai_resp_ctx rctx;       /* what the response JSON says about this request */
+    bool chat;
+    bool llama;              /* llama.cpp's POST /completion shapes */
+    bool return_tokens;      /* llama.cpp's return_tokens: the generated ids too */
+    sse_state *sse;          /* streaming state (sse.c); owned */
+} req;
+
+/* Queues body (stolen) as a JSON response, with one extra header when hname is non-NULL. */
+enum MHD_Result http_respond_json_h(req *r, int status, json_t *body, const char *hname, const char *hval);
+enum MHD_Result http_respond_json(req *r, int status, json_t *body);
+/* An OpenAI-shaped error body; 429/503 add Retry-After, 401 WWW-Authenticate. */
+enum MHD_Result http_respond_error(req *r, int status, const char *msg, const char *param);
+enum MHD_Result http_respond_text(req *r, int status, const char *ctype, char *text /* stolen */);
+/* Queues resp (borrowed; the caller destroys it) with the CORS headers added. */
+enum MHD_Result http_queue(req *r, int status, struct MHD_Response *resp);
+
+/* The HTTP status for a module's failure status, in the context it happened. */
+typedef enum http_ctx {
+    HTTP_CTX_DEFAULT,    /* invalid/format 400, not found 404, busy 409, out of memory 503 */
+    HTTP_CTX_SESSION,    /* creating a session: out of memory (too many sessions) is 429 */
+    HTTP_CTX_ACQUIRE,    /* using a session: not found 404, anything else 409 (in use) */
+    HTTP_CTX_GENERATE,   /* a generation that failed: out of memory / busy 503, else 500 */
+    HTTP_CTX_PARSE,      /* validating a request body: invalid 400, else 500 */
+} http_ctx;
+int http_status_of(attnd_status st, http_ctx ctx);
+
+/* Parses the body as a JSON object (new reference); on failure queues the 400 and returns NULL
+ * with *ret set. allow_empty: an empty body reads as {}. */
+json_t *http_parse_body(req *r, enum MHD_Result *ret, bool allow_empty);
+
+/* True when the peer closed its side (checked without blocking). */
+bool http_client_gone(req *r);
+
+/* libmicrohttpd's access handler and completed callback (cls = the server). */
+enum MHD_Result http_on_request(void *cls, struct MHD_Connection *c, const char *url, const char *method,
+                                const char *version, const char *upload, size_t *upload_size, void **con_cls);
+void http_on_completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe);
+
+#endif

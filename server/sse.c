@@ -1,0 +1,144 @@
+/*
+ * sse.c — the streamed generation response (see sse.h): turns the job's updates into SSE
+ * events in a byte buffer that libmicrohttpd's content reader drains.
+ */
+#include "sse.h"
+
+#include <string.h>
+
+#include "attnd/buf.h"
+#include "endpoints.h"
+#include "oai_resp.h"
+
+struct sse_state {
+    bool sent_role, finished;
+    buf out;                 /* SSE bytes */
+    size_t out_off;          /* bytes of out already handed to MHD */
+    size_t text_off;         /* bytes of generated text streamed so far (logprobs text_offset) */
+};
+
+void sse_free(sse_state *st) {
+    if (!st) return;
+    buf_free(&st->out);
+    free(st);
+}
+
+/* Appends "data: <json>\n\n" (o stolen). Out of memory drops the event. */
+static void sse_event(sse_state *st, json_t *o) {
+    char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
+    json_decref(o);
+    if (!s) return;
+    size_t n = strlen(s);
+    if (buf_reserve(&st->out, n + 8)) {
+        buf_append(&st->out, "data: ", 6);
+        buf_append(&st->out, s, n);
+        buf_append(&st->out, "\n\n", 2);
+    }
+    free(s);
+}
+
+/* The end of an OpenAI stream: the final chunk (or an error), usage, [DONE]. */
+static void stream_end_oai(req *r, const oai_gen *g, const sched_output *o) {
+    sse_state *st = r->sse;
+    if (o->status != ATTND_OK) {
+        int code = http_status_of(o->status, HTTP_CTX_GENERATE);
+        sse_event(st, oai_error(code, o->errmsg[0] ? o->errmsg : "generation failed", NULL));
+    } else {
+        sse_event(st, oai_chunk(&r->rctx, r->chat ? json_object() : json_string(""), NULL, o->finish_reason));
+        if (r->oreq.include_usage) sse_event(st, oai_usage_chunk(&r->rctx, g));
+    }
+    buf_puts(&st->out, "data: [DONE]\n\n");
+    st->finished = true;
+}
+
+/* llama.cpp's stream: an event per update, ending with the stop:true event (no [DONE]). */
+static void stream_llama(req *r, const sched_update *u, const oai_gen *g, const sched_output *o) {
+    sse_state *st = r->sse;
+    if (u->text_len || (r->return_tokens && u->to > u->from))
+        sse_event(st, oai_llama_response(&r->rctx, g, u->text, u->text_len, r->return_tokens, u->from, u->to, false));
+    if (!u->done) return;
+    if (o->status != ATTND_OK)
+        sse_event(st, oai_error(503, o->errmsg[0] ? o->errmsg : "generation failed", NULL));
+    else
+        sse_event(st, oai_llama_response(&r->rctx, g, "", 0, r->return_tokens, u->to, u->to, true));
+    st->finished = true;
+}
+
+/* Turns one update of the job into SSE events. */
+static void stream_collect(req *r, const sched_update *u) {
+    sse_state *st = r->sse;
+    sched_output o;
+    oai_gen g;
+    sched_job_output(r->job, &o);
+    gen_view(&o, &g);
+    if (r->chat && !st->sent_role) {
+        json_t *d = json_object();
+        json_object_set_new(d, "role", json_string("assistant"));
+        json_object_set_new(d, "content", json_string(""));
+        sse_event(st, oai_chunk(&r->rctx, d, NULL, NULL));
+        st->sent_role = true;
+    }
+    if (r->llama) {
+        stream_llama(r, u, &g, &o);
+        return;
+    }
+    bool lp = g.top_logprobs >= 0;
+    if (u->text_len || (u->to > u->from && lp)) {
+        json_t *text = oai_string(u->text, u->text_len), *lps = NULL;
+        if (lp) {
+            size_t off = st->text_off;
+            lps = r->chat ? oai_chat_logprobs(&r->rctx, &g, u->from, u->to)
+                          : oai_completion_logprobs(&r->rctx, &g, u->from, u->to, false, &off);
+        }
+        json_t *payload = text;
+        if (r->chat) {
+            payload = json_object();
+            json_object_set_new(payload, "content", text);
+        }
+        sse_event(st, oai_chunk(&r->rctx, payload, lps, NULL));
+    }
+    st->text_off += u->text_len;
+    if (u->done) stream_end_oai(r, &g, &o);
+}
+
+static ssize_t stream_reader(void *cls, uint64_t pos, char *out, size_t max) {
+    (void)pos;
+    req *r = cls;
+    sse_state *st = r->sse;
+    while (st->out_off == st->out.len) {
+        if (st->finished) return MHD_CONTENT_READER_END_OF_STREAM;
+        buf_clear(&st->out);
+        st->out_off = 0;
+        sched_update u;
+        /* the chat role chunk goes out at once; then wait for news */
+        bool first = r->chat && !st->sent_role;
+        while (!sched_job_wait(r->job, first ? 0 : 100, &u) && !first) {
+            if (http_client_gone(r)) {
+                sched_job_cancel(r->job);
+                r->cancelled = true;
+                return MHD_CONTENT_READER_END_WITH_ERROR;
+            }
+        }
+        stream_collect(r, &u);
+    }
+    size_t n = st->out.len - st->out_off;
+    if (n > max) n = max;
+    memcpy(out, st->out.p + st->out_off, n);
+    st->out_off += n;
+    return (ssize_t)n;
+}
+
+static void stream_free(void *cls) { (void)cls; /* req owns everything; freed in completed() */ }
+
+enum MHD_Result sse_respond(req *r) {
+    r->sse = calloc(1, sizeof(*r->sse));
+    if (!r->sse) return MHD_NO;
+    struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, stream_reader, r,
+                                                                  stream_free);
+    if (!resp) return MHD_NO;
+    MHD_add_response_header(resp, "Content-Type", "text/event-stream");
+    MHD_add_response_header(resp, "Cache-Control", "no-cache");
+    enum MHD_Result ret = http_queue(r, 200, resp);
+    MHD_destroy_response(resp);
+    return ret;
+}

@@ -1,0 +1,67 @@
+/*
+ * attn_reference.c — prints the float64 reference attention weights of a GGUF model (F32/F16
+ * weights, llama or qwen2) for a list of token ids, for the shell tests that check the engine's
+ * weights over HTTP and on the command line against an independent computation
+ * (tests/test_http_attention.sh, tests/test_attention_cli.sh). The math is engine_fixture.h's
+ * ref_forward_attn, which shares no code with the engine beyond the GGUF reader.
+ *
+ *   attn_reference MODEL.gguf 1,571,262
+ *   -> {"n_layer": L, "n_head": H, "attention": [[[row 0], [row 1], ...] per head] per layer}
+ * where row i holds i + 1 weights.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "attnd/model.h"
+#include "engine_fixture.h"
+
+int main(int argc, char **argv) {
+    if (argc != 3) {
+        fprintf(stderr, "usage: attn_reference MODEL.gguf ID,ID,...\n");
+        return 2;
+    }
+    model *m;
+    attnd_err err;
+    if (model_load(&m, argv[1], &err)) {
+        fprintf(stderr, "attn_reference: %s\n", err.msg);
+        return 1;
+    }
+    const model_info *mi = model_info_get(m);
+    tiny_spec sp = {.arch = mi->arch, .n_vocab = mi->n_vocab, .n_embd = mi->n_embd, .n_layer = mi->n_layer,
+                    .n_head = mi->n_head, .n_head_kv = mi->n_head_kv, .n_ff = mi->n_ff, .n_ctx = mi->n_ctx,
+                    .rope_dims = mi->rope_dims, .rope_base = mi->rope_base, .rms_eps = mi->rms_eps};
+    int n = 0, cap = 16;
+    int32_t *ids = malloc(sizeof(int32_t) * (size_t)cap);
+    for (char *s = argv[2], *end; *s; s = *end == ',' ? end + 1 : end) {
+        long v = strtol(s, &end, 10);
+        if (end == s || v < 0 || v >= mi->n_vocab) {
+            fprintf(stderr, "attn_reference: bad token id list '%s'\n", argv[2]);
+            return 2;
+        }
+        if (n == cap) ids = realloc(ids, sizeof(int32_t) * (size_t)(cap *= 2));
+        ids[n++] = (int32_t)v;
+    }
+    double *logits = malloc(sizeof(double) * (size_t)n * (size_t)mi->n_vocab);
+    double *attn = malloc(sizeof(double) * (size_t)mi->n_layer * (size_t)mi->n_head * (size_t)n * (size_t)n);
+    ref_forward_attn(&sp, argv[1], ids, n, logits, attn);
+    printf("{\"n_layer\": %d, \"n_head\": %d, \"attention\": [", mi->n_layer, mi->n_head);
+    for (int l = 0; l < mi->n_layer; l++) {
+        printf("%s[", l ? ", " : "");
+        for (int h = 0; h < mi->n_head; h++) {
+            printf("%s[", h ? ", " : "");
+            for (int i = 0; i < n; i++) {
+                const double *row = attn + (((size_t)l * mi->n_head + h) * n + i) * n;
+                printf("%s[", i ? ", " : "");
+                for (int j = 0; j <= i; j++) printf("%s%.9g", j ? ", " : "", row[j]);
+                printf("]");
+            }
+            printf("]");
+        }
+        printf("]");
+    }
+    printf("]}\n");
+    free(ids), free(logits), free(attn);
+    model_destroy(m);
+    return 0;
+}

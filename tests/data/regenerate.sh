@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# regenerate.sh — rewrite the llama.cpp reference outputs the test suite compares against:
+#   tests/data/reference-greedy.json       llama.cpp's greedy tokens for every model x prompt
+#   tests/data/reference-tokens-sotu.jsonl llama.cpp's ids for the conformance texts, default vocabulary
+#
+#   tests/data/regenerate.sh [BUILD_DIR]    (default: build; needs BUILD_DIR/attnd, node and npm)
+#
+# The quantized variants are made with `attnd quantize` exactly as the suite makes them
+# (tests/test_models.h); llama.cpp runs through tools/peers/llamacpp (installed on first use),
+# flash attention off, F32 KV cache, one thread: the closest llama.cpp gets to exact F32 math.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/../.." && pwd)
+build=$(cd "${1:-$root/build}" && pwd)
+bin=$build/attnd
+[ -x "$bin" ] || { echo "regenerate.sh: no $bin (build first)" >&2; exit 1; }
+peer=$("$root/tools/peers/llamacpp/install.sh")
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+# model names as test_models.h spells them
+MODELS=(stories260K stories260K-F16 stories260K-BF16 stories260K-Q8_0 stories260K-Q4_0
+        attnd-sotu attnd-sotu-Q8_0 attnd-sotu-Q4_K attnd-sotu-Q4_K_M)
+PROMPTS=("Once upon a time" "We the people" "The state of the Union is" "A" "Our economy"
+         "In the year 1865, the Congress" "What is 2+2? The answer"
+         "Fellow citizens of the Senate and House of Representatives: the progress of our country in the last year has been great, and we must now turn to the work that remains. Tonight I want to speak about jobs, about schools, about the health of our people, and about the security of the Nation. Let us begin.")
+N=64
+
+path_of() { # path_of NAME -> the file (quantized into $tmp when it is a variant)
+    case $1 in
+    stories260K) echo "$root/tests/data/models/stories260K.gguf" ;;
+    attnd-sotu) echo "$root/models/attnd-sotu.gguf" ;;
+    *) local base=${1%-*} type=${1##*-}
+       [ -f "$tmp/$1.gguf" ] || "$bin" quantize --quiet "$(path_of "$base")" "$tmp/$1.gguf" "$type" >&2
+       echo "$tmp/$1.gguf" ;;
+    esac
+}
+
+cases=$tmp/cases.jsonl
+for m in "${MODELS[@]}"; do
+    file=$(path_of "$m")
+    for p in "${PROMPTS[@]}"; do
+        node "$peer/generate.mjs" --model "$file" --prompt "$p" --n $N --threads 1 --flash-attn off --kv-type f32 |
+            M="$m.gguf" P="$p" node -e '
+                const r = JSON.parse(require("fs").readFileSync(0, "utf8"));
+                process.stdout.write(JSON.stringify({model: process.env.M, prompt: process.env.P,
+                    prompt_tokens: r.prompt_tokens, tokens: r.tokens}) + "\n");' >>"$cases"
+    done
+    echo "regenerate.sh: $m done" >&2
+done
+node -e '
+    const lines = require("fs").readFileSync(process.argv[1], "utf8").trim().split("\n").map(JSON.parse);
+    const out = {generator: "llama.cpp via node-llama-cpp 3.21.1 (tools/peers/llamacpp), greedy, flash attention off, F32 KV cache, 1 thread",
+                 n: Number(process.argv[2]), cases: lines};
+    // one case per line, so a regeneration diffs line by line
+    process.stdout.write(JSON.stringify(out).replace(/\[\{/, "[\n{").replace(/\},\{"model"/g, "},\n{\"model\"") + "\n");' "$cases" $N >"$root/tests/data/reference-greedy.json"
+
+node "$peer/tokenize.mjs" --model "$root/models/attnd-sotu.gguf" --in "$root/tests/data/tokenizers/llama-spm.jsonl" \
+    >"$root/tests/data/reference-tokens-sotu.jsonl"
+echo "regenerate.sh: wrote tests/data/reference-greedy.json and tests/data/reference-tokens-sotu.jsonl" >&2

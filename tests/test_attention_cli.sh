@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# test_attention_cli.sh — `attnd attention` on the shipped model: the JSON weights (whole rows,
+# with generation, top_k) equal the float64 reference within 1e-3 with an F32 KV cache, rows are
+# causal and sum to 1; the SVG is a complete document with a labelled heatmap and head thumbnails;
+# the text summary names tokens; bad selections exit 2 naming the flag.
+set -uo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+BIN=${ATTND_BINARY:?ATTND_BINARY not set}
+REF=${ATTND_ATTN_REFERENCE:?ATTND_ATTN_REFERENCE not set}
+MODEL=$here/../models/attnd-sotu.gguf
+command -v node >/dev/null || { echo "FAIL: node is not installed (scripts/dev.sh test installs it)"; exit 1; }
+TMP=$(mktemp -d /tmp/attnd-attn-cli.XXXXXX)
+trap 'rm -rf "$TMP"' EXIT
+fail() { echo "FAIL: $*" >&2; exit 1; }
+ids_of() { node -e 'const r=JSON.parse(require("fs").readFileSync(0,"utf8")); console.log(r.tokens.map(t=>t.id).join(","))' < "$1"; }
+
+prompt="We the people of the United States, in order to form a more perfect union"
+"$BIN" attention --model "$MODEL" --kv-type f32 --prompt "$prompt" --json > "$TMP/all.json" || fail "attention --json"
+"$REF" "$MODEL" "$(ids_of "$TMP/all.json")" > "$TMP/ref.json" || fail "reference"
+node "$here/js/attention_check.mjs" "$TMP/all.json" "$TMP/ref.json" 1e-3 || fail "whole rows vs reference"
+heads=$(node -p 'JSON.parse(require("fs").readFileSync(process.argv[1])).attention.length' "$TMP/all.json")
+[ "$heads" = 24 ] || fail "default should be every layer and head (6 x 4), got $heads"
+
+# generation: the generated tokens join the positions; every token but the last has a row
+"$BIN" attention --model "$MODEL" --kv-type f32 --prompt "$prompt" --n 6 --layer 1,4 --head 2 --json > "$TMP/gen.json" ||
+    fail "attention --n"
+"$REF" "$MODEL" "$(ids_of "$TMP/gen.json")" > "$TMP/ref_gen.json" || fail "reference"
+node "$here/js/attention_check.mjs" "$TMP/gen.json" "$TMP/ref_gen.json" 1e-3 || fail "generated rows vs reference"
+node -e '
+const r = JSON.parse(require("fs").readFileSync(process.argv[1]));
+if (r.tokens.length !== r.n_prompt + 6) throw new Error(`tokens ${r.tokens.length} for n_prompt ${r.n_prompt} + 6`);
+if (r.attention.length !== 2 || r.attention[0].layer !== 1 || r.attention[1].layer !== 4 || r.attention[1].head !== 2)
+  throw new Error("selection not kept in order");
+if (r.attention[0].weights.length !== r.tokens.length - 1) throw new Error("rows should cover all but the last token");
+' "$TMP/gen.json" || fail "generation shape"
+
+"$BIN" attention --model "$MODEL" --kv-type f32 --prompt "$prompt" --top-k 3 --layer 5 --json > "$TMP/topk.json" ||
+    fail "attention --top-k"
+node "$here/js/attention_check.mjs" "$TMP/topk.json" "$TMP/ref.json" 1e-3 || fail "top_k vs reference"
+
+# SVG: a whole document, a cell per visible weight with hover text, labels, a thumbnail per head
+"$BIN" attention --model "$MODEL" --prompt "$prompt" --layer 3 --svg "$TMP/map.svg" || fail "attention --svg"
+head -c 5 "$TMP/map.svg" | grep -q '^<svg ' || fail "SVG does not start with <svg"
+tail -n 1 "$TMP/map.svg" | grep -q '^</svg>$' || fail "SVG is not closed"
+grep -q 'layer 3 · mean of 4 heads' "$TMP/map.svg" || fail "SVG title"
+grep -q '>people</text>\|> people</text>' "$TMP/map.svg" || fail "SVG token labels"
+[ "$(grep -c '<title>' "$TMP/map.svg")" -gt 20 ] || fail "SVG hover titles"
+[ "$(grep -c '>head [0-3]</text>' "$TMP/map.svg")" = 4 ] || fail "SVG thumbnails"
+grep -q 'not why the model answered' "$TMP/map.svg" || fail "SVG note"
+"$BIN" attention --model "$MODEL" --prompt "We" --head 1 --svg "$TMP/h.svg" || fail "--svg --head"
+grep -q 'layer 0 · head 1' "$TMP/h.svg" || fail "SVG of one head"
+
+out=$("$BIN" attention --model "$MODEL" --prompt "We the people" --layer 2) || fail "text summary"
+echo "$out" | grep -q '^layer 2, mean of 4 heads:' || fail "text header: $out"
+echo "$out" | grep -q "people" || fail "text rows name tokens"
+
+# bad asks: exit 2 with the flag named
+"$BIN" attention --model "$MODEL" --prompt "We" --layer 6 2> "$TMP/err"; rc=$?
+[ $rc = 2 ] && grep -q -- '--layer' "$TMP/err" && grep -q '0..5' "$TMP/err" || fail "bad --layer: rc $rc $(cat "$TMP/err")"
+"$BIN" attention --model "$MODEL" --prompt "We" --head 1,1 2> "$TMP/err"; rc=$?
+[ $rc = 2 ] && grep -q 'twice' "$TMP/err" || fail "repeated --head: rc $rc $(cat "$TMP/err")"
+"$BIN" attention --model "$MODEL" --prompt "We" --json --svg x.svg 2> /dev/null; [ $? = 2 ] || fail "--json with --svg"
+echo "ok: attnd attention"

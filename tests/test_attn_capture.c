@@ -1,0 +1,377 @@
+/*
+ * test_attn_capture.c — attention capture (attnd/attn_capture.h): the weights recorded during
+ * prefill, chunked prefill and generation equal an independent float64 forward pass within 1e-3
+ * (F32 KV cache), rows are causal and sum to 1, top_k keeps the largest weights, only the bound
+ * sequence of a batch is recorded and nothing else changes, reused (cached) positions have no
+ * rows, and bad selections are refused naming the field.
+ */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "attnd/attn_capture.h"
+#include "attnd/engine.h"
+#include "engine_fixture.h"
+
+typedef struct rig {
+    char path[256];
+    tiny_spec sp;
+    model *m;
+    engine *e;
+    kv_pool *pool;
+} rig;
+
+static void rig_open(rig *r, const char *arch, int max_batch) {
+    memset(r, 0, sizeof(*r));
+    r->sp = tiny_default(arch);
+    r->sp.n_layer = 3;
+    tiny_tmpname(r->path, sizeof(r->path), arch);
+    cr_assert_eq(tiny_write(r->path, &r->sp), 0);
+    attnd_err err;
+    cr_assert_eq(model_load(&r->m, r->path, &err), ATTND_OK, "%s", err.msg);
+    cr_assert_eq(engine_create(&r->e, r->m, max_batch, 2, &err), ATTND_OK, "%s", err.msg);
+    cr_assert_eq(kv_pool_create(&r->pool, r->m, (size_t)64 << 20, KV_F32, &err), ATTND_OK, "%s", err.msg);
+}
+
+static void rig_close(rig *r) {
+    engine_destroy(r->e);
+    kv_pool_destroy(r->pool);
+    model_destroy(r->m);
+    unlink(r->path);
+}
+
+static void random_tokens(int32_t *t, int n, int vocab, uint64_t seed) {
+    for (int i = 0; i < n; i++) t[i] = (int32_t)(tiny_rng(&seed) % (uint64_t)vocab);
+}
+
+/* Evaluates tokens[0..n) onto s in chunks of `chunk` entries (no logits wanted). */
+static void feed(engine *e, kv_seq *s, const int32_t *tokens, int n, int chunk) {
+    batch_entry b[64];
+    attnd_err err;
+    for (int done = 0; done < n;) {
+        int c = n - done < chunk ? n - done : chunk, pos0 = kv_seq_len(s);
+        for (int i = 0; i < c; i++) b[i] = (batch_entry){s, tokens[done + i], pos0 + i, false};
+        cr_assert_eq(engine_eval(e, b, c, NULL, &err), ATTND_OK, "%s", err.msg);
+        done += c;
+    }
+}
+
+/* Largest |capture - reference| over rows [first, first + n) of every selected (layer, head);
+ * also asserts each row's length and sum. ref: (n_layer, n_head, n_tok, n_tok). */
+static double worst_vs_reference(const attn_capture *c, const double *ref, int n_head, int n_tok, int first, int n) {
+    double worst = 0;
+    for (int li = 0; li < attn_capture_n_layers(c); li++)
+        for (int hi = 0; hi < attn_capture_n_heads(c); hi++)
+            for (int p = first; p < first + n; p++) {
+                const float *w;
+                const int32_t *ix;
+                int len = attn_capture_row(c, li, hi, p, &w, &ix);
+                cr_assert_eq(len, p + 1, "row %d has %d weights", p, len);
+                cr_assert_null(ix);
+                const double *rr = ref + (((size_t)attn_capture_layer(c, li) * n_head + attn_capture_head(c, hi)) *
+                                              n_tok + p) * n_tok;
+                double sum = 0;
+                for (int j = 0; j <= p; j++) {
+                    sum += w[j];
+                    worst = fmax(worst, fabs(w[j] - rr[j]));
+                }
+                cr_assert(fabs(sum - 1) < 1e-5, "row %d sums to %.8f", p, sum);
+            }
+    return worst;
+}
+
+static double *reference(const rig *r, const int32_t *tok, int n) {
+    double *logits = malloc(sizeof(double) * (size_t)n * r->sp.n_vocab);
+    double *attn = malloc(sizeof(double) * (size_t)r->sp.n_layer * r->sp.n_head * n * n);
+    ref_forward_attn(&r->sp, r->path, tok, n, logits, attn);
+    free(logits);
+    return attn;
+}
+
+// ---- values against the float64 reference -------------------------------------------------------
+
+static void check_prefill(const char *arch) {
+    rig r;
+    rig_open(&r, arch, 32);
+    enum { N = 150 }; /* > 2 KV blocks, in chunks of 32: queries of later chunks read earlier ones */
+    int32_t tok[N];
+    random_tokens(tok, N, r.sp.n_vocab, 11);
+    attn_capture *c;
+    attnd_err err;
+    attn_capture_params p = {.n_positions = N}; /* every layer and head */
+    cr_assert_eq(attn_capture_create(&c, r.m, &p, &err), ATTND_OK, "%s", err.msg);
+    kv_seq *s;
+    cr_assert_eq(kv_seq_create(&s, r.pool, &err), ATTND_OK);
+    attn_capture_bind(c, s);
+    attn_hook h;
+    attn_hook_install(&h, r.e, c, NULL, 0);
+    feed(r.e, s, tok, N, 32);
+    attn_hook_remove(&h);
+    int first, n = attn_capture_rows(c, &first);
+    cr_assert_eq(first, 0);
+    cr_assert_eq(n, N);
+    cr_assert_eq(attn_capture_n_layers(c), r.sp.n_layer);
+    cr_assert_eq(attn_capture_n_heads(c), r.sp.n_head);
+    double *ref = reference(&r, tok, N);
+    double worst = worst_vs_reference(c, ref, r.sp.n_head, N, 0, N);
+    cr_assert(worst <= 1e-3, "%s: max |capture - float64 reference| = %g", arch, worst);
+    free(ref);
+    kv_seq_destroy(s);
+    attn_capture_destroy(c);
+    rig_close(&r);
+}
+
+Test(attn_capture, llama_weights_equal_float64_reference_within_1e3) { check_prefill("llama"); }
+Test(attn_capture, qwen2_grouped_heads_equal_float64_reference_within_1e3) { check_prefill("qwen2"); }
+
+static int32_t greedy(void *user, const float *logits) {
+    (void)user;
+    return engine_argmax(logits, 48);
+}
+
+Test(attn_capture, generation_rows_follow_the_prompt_and_match_reference) {
+    rig r;
+    rig_open(&r, "llama", 16);
+    enum { NP = 20, NG = 12 };
+    int32_t all[NP + NG];
+    random_tokens(all, NP, r.sp.n_vocab, 5);
+    int layers[] = {2, 0}, heads[] = {3};
+    attn_capture_params p = {.layers = layers, .n_layers = 2, .heads = heads, .n_heads = 1, .n_positions = NP + NG};
+    attn_capture *c;
+    attnd_err err;
+    cr_assert_eq(attn_capture_create(&c, r.m, &p, &err), ATTND_OK, "%s", err.msg);
+    cr_assert_eq(attn_capture_layer(c, 0), 2);
+    cr_assert_eq(attn_capture_layer(c, 1), 0);
+    cr_assert_eq(attn_capture_head(c, 0), 3);
+    kv_seq *s;
+    cr_assert_eq(kv_seq_create(&s, r.pool, &err), ATTND_OK);
+    attn_capture_bind(c, s);
+    attn_hook h;
+    attn_hook_install(&h, r.e, c, NULL, 0);
+    engine_gen g = {.n_predict = NG, .pick = greedy};
+    int n_out;
+    cr_assert_eq(engine_generate(r.e, s, all, NP, &g, all + NP, &n_out, NULL, &err), ATTND_OK, "%s", err.msg);
+    attn_hook_remove(&h);
+    cr_assert_eq(n_out, NG);
+    /* Every evaluated position has a row: the prompt and each generated token but the last,
+     * which is never fed back. */
+    int first, n = attn_capture_rows(c, &first);
+    cr_assert_eq(first, 0);
+    cr_assert_eq(n, NP + NG - 1);
+    double *ref = reference(&r, all, NP + NG);
+    double worst = worst_vs_reference(c, ref, r.sp.n_head, NP + NG, 0, n);
+    cr_assert(worst <= 1e-3, "max |capture - float64 reference| = %g", worst);
+    free(ref);
+    kv_seq_destroy(s);
+    attn_capture_destroy(c);
+    rig_close(&r);
+}
+
+// ---- top_k ------------------------------------------------------------------------------------------
+
+Test(attn_capture, top_k_keeps_the_largest_weights_heaviest_first) {
+    rig r;
+    rig_open(&r, "llama", 128);
+    enum { N = 40, K = 5 };
+    int32_t tok[N];
+    random_tokens(tok, N, r.sp.n_vocab, 3);
+    attn_capture_params pw = {.n_positions = N}, pk = {.top_k = K, .n_positions = N};
+    attn_capture *caps[2];
+    attnd_err err;
+    cr_assert_eq(attn_capture_create(&caps[0], r.m, &pw, &err), ATTND_OK);
+    cr_assert_eq(attn_capture_create(&caps[1], r.m, &pk, &err), ATTND_OK);
+    kv_seq *a, *b;
+    cr_assert_eq(kv_seq_create(&a, r.pool, &err), ATTND_OK);
+    cr_assert_eq(kv_seq_create(&b, r.pool, &err), ATTND_OK);
+    attn_capture *list = NULL; /* both sequences in one batch, each capture bound to its own */
+    attn_capture_link(&list, caps[0], a);
+    attn_capture_link(&list, caps[1], b);
+    batch_entry batch[2 * N];
+    for (int i = 0; i < N; i++) {
+        batch[i] = (batch_entry){a, tok[i], i, false};
+        batch[N + i] = (batch_entry){b, tok[i], i, false};
+    }
+    cr_assert_eq(attn_capture_eval(list, r.e, batch, 2 * N, NULL, &err), ATTND_OK, "%s", err.msg);
+    cr_assert_eq(attn_capture_top_k(caps[1]), K);
+    for (int li = 0; li < r.sp.n_layer; li++)
+        for (int hi = 0; hi < r.sp.n_head; hi++)
+            for (int p = 0; p < N; p++) {
+                const float *w, *wk;
+                const int32_t *ix;
+                attn_capture_row(caps[0], li, hi, p, &w, NULL);
+                int nk = attn_capture_row(caps[1], li, hi, p, &wk, &ix);
+                cr_assert_eq(nk, p + 1 < K ? p + 1 : K);
+                for (int i = 0; i < nk; i++) {
+                    cr_assert(ix[i] >= 0 && ix[i] <= p);
+                    cr_assert_eq(wk[i], w[ix[i]], "pair %d of row %d is not the row's weight", i, p);
+                    if (i) cr_assert(wk[i - 1] >= wk[i], "row %d not heaviest first", p);
+                    for (int j = 0; j < i; j++) cr_assert_neq(ix[j], ix[i]);
+                }
+                /* nothing left out is heavier than the lightest kept */
+                for (int j = 0; j <= p; j++) {
+                    bool kept = false;
+                    for (int i = 0; i < nk; i++) kept |= ix[i] == j;
+                    if (!kept) cr_assert(w[j] <= wk[nk - 1], "row %d dropped a heavier weight", p);
+                }
+            }
+    kv_seq_destroy(a), kv_seq_destroy(b);
+    attn_capture_destroy(caps[0]), attn_capture_destroy(caps[1]);
+    rig_close(&r);
+}
+
+// ---- isolation -------------------------------------------------------------------------------------
+
+Test(attn_capture, only_the_bound_sequence_is_recorded_and_results_do_not_change) {
+    rig r;
+    rig_open(&r, "llama", 128);
+    enum { N = 24 };
+    int32_t ta[N], tb[N];
+    random_tokens(ta, N, r.sp.n_vocab, 21);
+    random_tokens(tb, N, r.sp.n_vocab, 22);
+    int V = r.sp.n_vocab;
+    float *plain = malloc(sizeof(float) * 2 * N * V), *hooked = malloc(sizeof(float) * 2 * N * V);
+    attnd_err err;
+    attn_capture_params p = {.n_positions = N};
+    attn_capture *c;
+    cr_assert_eq(attn_capture_create(&c, r.m, &p, &err), ATTND_OK);
+    for (int run = 0; run < 2; run++) {
+        kv_seq *a, *b;
+        cr_assert_eq(kv_seq_create(&a, r.pool, &err), ATTND_OK);
+        cr_assert_eq(kv_seq_create(&b, r.pool, &err), ATTND_OK);
+        batch_entry batch[2 * N]; /* interleaved: a0 b0 a1 b1 ... */
+        for (int i = 0; i < N; i++) {
+            batch[2 * i] = (batch_entry){a, ta[i], i, true};
+            batch[2 * i + 1] = (batch_entry){b, tb[i], i, true};
+        }
+        attn_capture *list = NULL;
+        if (run) attn_capture_link(&list, c, b);
+        cr_assert_eq(attn_capture_eval(list, r.e, batch, 2 * N, run ? hooked : plain, &err), ATTND_OK, "%s", err.msg);
+        kv_seq_destroy(a), kv_seq_destroy(b);
+    }
+    cr_assert_eq(memcmp(plain, hooked, sizeof(float) * 2 * N * V), 0, "capturing changed the logits");
+    int first, n = attn_capture_rows(c, &first);
+    cr_assert_eq(n, N);
+    double *ref = reference(&r, tb, N); /* the rows are b's, not a's */
+    double worst = worst_vs_reference(c, ref, r.sp.n_head, N, 0, N);
+    cr_assert(worst <= 1e-3, "max |capture - reference of b| = %g", worst);
+    free(ref), free(plain), free(hooked);
+    attn_capture_destroy(c);
+    rig_close(&r);
+}
+
+Test(attn_capture, reused_positions_have_no_rows) {
+    rig r;
+    rig_open(&r, "llama", 16);
+    enum { N = 30, CACHED = 12 };
+    int32_t tok[N];
+    random_tokens(tok, N, r.sp.n_vocab, 8);
+    attnd_err err;
+    kv_seq *s;
+    cr_assert_eq(kv_seq_create(&s, r.pool, &err), ATTND_OK);
+    feed(r.e, s, tok, CACHED, 16); /* a session's earlier turn, evaluated without inspection */
+    int heads[] = {1};
+    attn_capture_params p = {.heads = heads, .n_heads = 1, .n_positions = N};
+    attn_capture *c;
+    cr_assert_eq(attn_capture_create(&c, r.m, &p, &err), ATTND_OK);
+    attn_capture_bind(c, s);
+    attn_hook h;
+    attn_hook_install(&h, r.e, c, NULL, 0);
+    feed(r.e, s, tok + CACHED, N - CACHED, 16);
+    attn_hook_remove(&h);
+    int first, n = attn_capture_rows(c, &first);
+    cr_assert_eq(first, CACHED);
+    cr_assert_eq(n, N - CACHED);
+    double *ref = reference(&r, tok, N);
+    double worst = worst_vs_reference(c, ref, r.sp.n_head, N, first, n);
+    cr_assert(worst <= 1e-3, "max |capture - reference| = %g", worst);
+    free(ref);
+    kv_seq_destroy(s);
+    attn_capture_destroy(c);
+    rig_close(&r);
+}
+
+// ---- bad selections and sizes ----------------------------------------------------------------------
+
+Test(attn_capture, bad_selections_are_refused_naming_the_field) {
+    rig r;
+    rig_open(&r, "llama", 4);
+    const model_info *mi = model_info_get(r.m);
+    attnd_err err;
+    const char *field;
+    int bad_layer[] = {0, 3}, twice[] = {1, 1}, bad_head[] = {4}, neg[] = {-1};
+    attn_capture_params p = {.layers = bad_layer, .n_layers = 2, .n_positions = 8};
+    cr_assert_eq(attn_capture_check(mi, &p, &field, &err), ATTND_ERR_INVALID);
+    cr_assert_str_eq(field, "layers");
+    cr_assert(strstr(err.msg, "3") && strstr(err.msg, "0..2"), "%s", err.msg);
+    p = (attn_capture_params){.layers = twice, .n_layers = 2, .n_positions = 8};
+    cr_assert_eq(attn_capture_check(mi, &p, &field, &err), ATTND_ERR_INVALID);
+    cr_assert_str_eq(field, "layers");
+    cr_assert(strstr(err.msg, "twice"), "%s", err.msg);
+    p = (attn_capture_params){.heads = bad_head, .n_heads = 1, .n_positions = 8};
+    cr_assert_eq(attn_capture_check(mi, &p, &field, &err), ATTND_ERR_INVALID);
+    cr_assert_str_eq(field, "heads");
+    p = (attn_capture_params){.heads = neg, .n_heads = 1, .n_positions = 8};
+    cr_assert_eq(attn_capture_check(mi, &p, &field, &err), ATTND_ERR_INVALID);
+    cr_assert_str_eq(field, "heads");
+    p = (attn_capture_params){.top_k = -2, .n_positions = 8};
+    cr_assert_eq(attn_capture_check(mi, &p, &field, &err), ATTND_ERR_INVALID);
+    cr_assert_str_eq(field, "top_k");
+    p = (attn_capture_params){.n_positions = mi->n_ctx + 1};
+    cr_assert_eq(attn_capture_check(mi, &p, &field, &err), ATTND_ERR_INVALID);
+    cr_assert_str_eq(field, "n_positions");
+    attn_capture *c = (attn_capture *)&r; /* must be reset to NULL on failure */
+    cr_assert_eq(attn_capture_create(&c, r.m, &p, &err), ATTND_ERR_INVALID);
+    cr_assert_null(c);
+    p = (attn_capture_params){.n_positions = 8};
+    cr_assert_eq(attn_capture_check(mi, &p, &field, &err), ATTND_OK);
+    cr_assert_null(field);
+    rig_close(&r);
+}
+
+Test(attn_capture, count_is_layers_times_heads_times_row_lengths) {
+    model_info mi = {.n_layer = 6, .n_head = 4, .n_ctx = 256};
+    int layers[] = {1, 2}, heads[] = {0};
+    attn_capture_params p = {.n_positions = 10};
+    cr_assert_eq(attn_capture_count(&mi, &p), 6u * 4u * 55u);
+    p = (attn_capture_params){.layers = layers, .n_layers = 2, .heads = heads, .n_heads = 1, .n_positions = 10};
+    cr_assert_eq(attn_capture_count(&mi, &p), 2u * 55u);
+    p.top_k = 3; /* rows of 1, 2, 3, then 3 each */
+    cr_assert_eq(attn_capture_count(&mi, &p), 2u * (1 + 2 + 3 + 7 * 3));
+    p.top_k = 50; /* larger than any row */
+    cr_assert_eq(attn_capture_count(&mi, &p), 2u * 55u);
+}
+
+Test(attn_capture, a_truncated_and_extended_sequence_gets_its_new_rows) {
+    rig r;
+    rig_open(&r, "llama", 16);
+    enum { N = 28, KEEP = 10 };
+    int32_t first_try[N], tok[N];
+    random_tokens(first_try, N, r.sp.n_vocab, 31);
+    random_tokens(tok, N, r.sp.n_vocab, 32);
+    memcpy(tok, first_try, sizeof(int32_t) * KEEP); /* the same first KEEP tokens, then others */
+    attnd_err err;
+    kv_seq *s;
+    cr_assert_eq(kv_seq_create(&s, r.pool, &err), ATTND_OK);
+    int layers[] = {1};
+    attn_capture_params p = {.layers = layers, .n_layers = 1, .n_positions = N};
+    attn_capture *c;
+    cr_assert_eq(attn_capture_create(&c, r.m, &p, &err), ATTND_OK);
+    attn_capture_bind(c, s);
+    attn_hook h;
+    attn_hook_install(&h, r.e, c, NULL, 0);
+    feed(r.e, s, first_try, N, 16);
+    kv_seq_truncate(s, KEEP); /* as the scheduler keeps a session's common prefix */
+    feed(r.e, s, tok + KEEP, N - KEEP, 16);
+    attn_hook_remove(&h);
+    int first, n = attn_capture_rows(c, &first);
+    cr_assert_eq(first, 0);
+    cr_assert_eq(n, N);
+    double *ref = reference(&r, tok, N);
+    double worst = worst_vs_reference(c, ref, r.sp.n_head, N, 0, N);
+    cr_assert(worst <= 1e-3, "max |capture - reference of the final sequence| = %g", worst);
+    free(ref);
+    kv_seq_destroy(s);
+    attn_capture_destroy(c);
+    rig_close(&r);
+}

@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# test_cli.sh — the CLI agrees with the server where they overlap: `attnd version`, and
+# `--threads 0` meaning all CPUs in every command that takes --threads (as `serve --threads 0`);
+# `attnd info` says whether a file runs, its chat template and KV cost (and README shows it true).
+set -u
+BIN=${ATTND_BINARY:?ATTND_BINARY not set}
+fail=0
+check() { # name, actual, expected
+    if [[ "$2" != "$3" ]]; then echo "FAIL: $1"; echo "  got:      $2"; echo "  expected: $3"; fail=1
+    else echo "ok: $1"; fi
+}
+want="attnd $(sed -n 's/^project(attnd VERSION \([0-9.]*\).*/\1/p' "${ATTND_SOURCE_DIR:?}/CMakeLists.txt")"
+check "attnd version" "$("$BIN" version)" "$want"
+check "attnd --version" "$("$BIN" --version)" "$want"
+"$BIN" --help | grep -q "^  version "
+check "--help lists version" "$?" 0
+"$BIN" version extra >/dev/null 2>&1
+check "version takes no arguments" "$?" 2
+
+a=$("$BIN" generate --threads 0 --tokens 1,571,262 --n 4 --json 2>/dev/null | grep -o '"tokens": *\[[0-9, ]*\]' | head -1)
+b=$("$BIN" generate --threads 1 --tokens 1,571,262 --n 4 --json 2>/dev/null | grep -o '"tokens": *\[[0-9, ]*\]' | head -1)
+[[ -n "$a" ]]
+check "generate --threads 0 runs" "$?" 0
+check "generate --threads 0 gives what one thread gives" "$a" "$b"
+"$BIN" score --threads 0 --tokens 1,571,262,545 >/dev/null 2>&1
+check "score --threads 0 runs" "$?" 0
+"$BIN" generate --threads -1 --tokens 1 --n 1 >/dev/null 2>&1
+check "a negative thread count is a usage error" "$?" 2
+
+# attnd info says whether attnd can run a file, the chat template and the KV cost
+out=$("$BIN" info 2>&1)
+grep -q "^runs:          yes$" <<<"$out"
+check "info: the default model runs" "$?" 0
+grep -q "^chat template: chatml (fallback: the model has no template)$" <<<"$out"
+check "info: the chat template serve would use" "$?" 0
+grep -q "^KV cache:      6144 bytes/token f16 (12288 f32); a full context: 1.5 MiB f16$" <<<"$out"
+check "info: KV bytes per token (6 layers x 4 KV heads x 64 x 2 x 2 bytes)" "$?" 0
+out=$("$BIN" info --model "${ATTND_DATA_DIR:?}/tokenizers/gpt2-bpe.gguf" 2>&1)
+grep -q "^runs:          no: model has no tensor 'token_embd.weight'$" <<<"$out"
+check "info: a vocabulary-only file does not run, and says why" "$?" 0
+"$BIN" info --json | grep -q '"runs":true,"chat_template":"chatml"'
+check "info --json: runs and chat_template" "$?" 0
+
+# README's `attnd info` example is the default model's real output
+block=$(awk '/^attnd info --model M.gguf$/{on=1; next} on && /^```$/{exit} on && $0 != "..." {print}' \
+        "$ATTND_SOURCE_DIR/README.md")
+[[ -n "$block" ]]
+check "README has the attnd info example" "$?" 0
+info=$("$BIN" info)
+while IFS= read -r line; do
+    grep -qxF -- "$line" <<<"$info" || { echo "FAIL: README line not in attnd info: $line"; fail=1; }
+done <<<"$block"
+exit $fail

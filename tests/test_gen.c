@@ -1,0 +1,183 @@
+/*
+ * test_gen.c — the generation pipeline (engine/gen.c) on a nine-token SentencePiece vocabulary
+ * built in memory: greedy picks from hand-made logits, text that continues the prompt (leading
+ * space kept), end-of-generation, stop strings across tokens, UTF-8 split over byte tokens, the
+ * held-back tail at the end, log-probabilities, and a model without a vocabulary.
+ */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <string.h>
+
+#include "attnd/gen.h"
+#include "attnd/gguf.h"
+#include "gguf_builder.h"
+
+enum { UNK, BOS, EOS, HELLO, WORLD, BANG, B_E2, B_82, B_AC, N_VOCAB };
+
+static gbuf image;
+static gguf_file *file;
+static tokenizer *tok;
+
+static void setup(void) {
+    static const char *const TOKENS[N_VOCAB] = {"<unk>", "<s>", "</s>", "\xe2\x96\x81Hello", "\xe2\x96\x81world", "!",
+                                                "<0xE2>", "<0x82>", "<0xAC>"};
+    static const int32_t TYPES[N_VOCAB] = {2, 3, 3, 1, 1, 1, 6, 6, 6}; /* unknown, control, normal, byte */
+    static const float SCORES[N_VOCAB] = {0, 0, 0, -1, -2, -3, 0, 0, 0};
+    image = (gbuf){0};
+    gb_header(&image, 3, 0, 4);
+    gb_kv_str(&image, "tokenizer.ggml.model", "llama");
+    gb_kv_arr_str(&image, "tokenizer.ggml.tokens", TOKENS, N_VOCAB);
+    gb_kv_arr_i32(&image, "tokenizer.ggml.token_type", TYPES, N_VOCAB);
+    gb_kv_arr_f32(&image, "tokenizer.ggml.scores", SCORES, N_VOCAB);
+    gb_align(&image, 32);
+    attnd_err err;
+    cr_assert_eq(gguf_open_memory(&file, image.p, image.n, &err), ATTND_OK, "%s", err.msg);
+    cr_assert_eq(tok_load(&tok, file, &err), ATTND_OK, "%s", err.msg);
+}
+
+static void teardown(void) {
+    tok_destroy(tok);
+    gguf_close(file);
+    free(image.p);
+}
+
+TestSuite(gen, .init = setup, .fini = teardown);
+
+/* Logits that make id the greedy pick. */
+static const float *peak(int32_t id) {
+    static float l[N_VOCAB];
+    for (int i = 0; i < N_VOCAB; i++) l[i] = i == id ? 5.0f : 0.0f;
+    return l;
+}
+
+static gen *make(const char *const *stops, int n_stops, int top_logprobs, bool ignore_eog) {
+    gen_params p = {.stops = stops, .n_stops = n_stops, .top_logprobs = top_logprobs, .ignore_eog = ignore_eog};
+    sampler_params_default(&p.sp);
+    p.sp.temperature = 0;
+    gen *g;
+    attnd_err err;
+    const int32_t prompt[1] = {BOS};
+    cr_assert_eq(gen_create(&g, &p, N_VOCAB, tok, prompt, 1, &err), ATTND_OK, "%s", err.msg);
+    return g;
+}
+
+/* Runs the ids through g, collecting the released text into out; returns the last reason. */
+static stop_reason run(gen *g, const int32_t *ids, int n, char *out, size_t cap) {
+    size_t len = strlen(out);
+    stop_reason why = STOP_NONE;
+    for (int i = 0; i < n && why == STOP_NONE; i++) {
+        gen_token t;
+        why = gen_next(g, peak(ids[i]), NULL, &t);
+        cr_assert_eq(t.id, ids[i], "greedy picks the peak");
+        cr_assert_lt(len + t.n_text, cap);
+        memcpy(out + len, t.text, t.n_text);
+        out[len += t.n_text] = '\0';
+    }
+    return why;
+}
+
+static void finish(gen *g, char *out) {
+    const char *tail;
+    size_t n;
+    gen_finish(g, &tail, &n);
+    strncat(out, tail, n);
+}
+
+Test(gen, the_text_continues_the_prompt_with_its_leading_space) {
+    gen *g = make(NULL, 0, -1, false);
+    char text[64] = "";
+    cr_assert_eq(run(g, (const int32_t[]){HELLO, WORLD, BANG}, 3, text, sizeof(text)), STOP_NONE);
+    finish(g, text);
+    cr_assert_str_eq(text, " Hello world!");
+    gen_destroy(g);
+}
+
+Test(gen, an_end_of_generation_token_ends_without_text_unless_ignored) {
+    gen *g = make(NULL, 0, -1, false);
+    char text[64] = "";
+    cr_assert_eq(run(g, (const int32_t[]){HELLO, EOS, WORLD}, 3, text, sizeof(text)), STOP_EOG);
+    finish(g, text);
+    cr_assert_str_eq(text, " Hello");
+    gen_destroy(g);
+    g = make(NULL, 0, -1, true);
+    text[0] = '\0';
+    cr_assert_eq(run(g, (const int32_t[]){HELLO, EOS, WORLD}, 3, text, sizeof(text)), STOP_NONE);
+    finish(g, text);
+    cr_assert_str_eq(text, " Hello world", "the control token adds no text");
+    gen_destroy(g);
+}
+
+Test(gen, a_stop_string_across_tokens_cuts_before_it) {
+    const char *stops[] = {"o wor"};
+    gen *g = make(stops, 1, -1, false);
+    char text[64] = "";
+    cr_assert_eq(run(g, (const int32_t[]){HELLO, WORLD, BANG}, 3, text, sizeof(text)), STOP_STRING);
+    finish(g, text);
+    cr_assert_str_eq(text, " Hell", "the held-back 'o' is dropped with the stop string");
+    cr_assert_str_eq(gen_matched_stop(g), "o wor");
+    gen_destroy(g);
+}
+
+Test(gen, a_stop_string_in_the_held_back_tail_still_counts) {
+    const char *stops[] = {"world!!"};
+    gen *g = make(stops, 1, -1, false);
+    char text[64] = "";
+    cr_assert_eq(run(g, (const int32_t[]){HELLO, WORLD, BANG}, 3, text, sizeof(text)), STOP_NONE);
+    cr_assert_str_eq(text, " Hello ", "'world!' could still become the stop string");
+    const char *tail;
+    size_t n;
+    cr_assert_eq(gen_finish(g, &tail, &n), STOP_NONE);
+    cr_assert_eq(n, 6);
+    cr_assert_eq(memcmp(tail, "world!", 6), 0, "at the end the tail is released");
+    cr_assert_eq(gen_finish(g, &tail, &n), STOP_NONE);
+    cr_assert_eq(n, 0, "only once");
+    gen_destroy(g);
+}
+
+Test(gen, a_character_split_over_byte_tokens_comes_out_whole) {
+    gen *g = make(NULL, 0, -1, false);
+    char text[64] = "";
+    cr_assert_eq(run(g, (const int32_t[]){B_E2, B_82}, 2, text, sizeof(text)), STOP_NONE);
+    cr_assert_str_eq(text, "", "half a character is held back");
+    cr_assert_eq(run(g, (const int32_t[]){B_AC}, 1, text, sizeof(text)), STOP_NONE);
+    cr_assert_str_eq(text, "\xe2\x82\xac");
+    gen_destroy(g);
+    g = make(NULL, 0, -1, false);
+    text[0] = '\0';
+    run(g, (const int32_t[]){B_E2}, 1, text, sizeof(text));
+    finish(g, text);
+    cr_assert_str_eq(text, "\xe2", "at the end even a broken character is released (callers repair it)");
+    gen_destroy(g);
+}
+
+Test(gen, logprobs_come_from_the_raw_distribution) {
+    gen *g = make(NULL, 0, 2, false);
+    token_logprob top[2];
+    gen_token t;
+    gen_next(g, peak(WORLD), top, &t);
+    double want = 5.0 - log(exp(5.0) + (N_VOCAB - 1));
+    cr_assert_float_eq(t.logprob, want, 1e-5);
+    cr_assert_eq(top[0].id, WORLD);
+    cr_assert_float_eq(top[0].logprob, want, 1e-5);
+    cr_assert_eq(top[1].id, UNK, "ties go to the lowest id");
+    gen_destroy(g);
+}
+
+Test(gen, without_a_vocabulary_tokens_come_but_no_text_and_no_stops) {
+    gen_params p = {.top_logprobs = -1};
+    sampler_params_default(&p.sp);
+    p.sp.temperature = 0;
+    gen *g;
+    cr_assert_eq(gen_create(&g, &p, N_VOCAB, NULL, NULL, 0, NULL), ATTND_OK);
+    gen_token t;
+    cr_assert_eq(gen_next(g, peak(EOS), NULL, &t), STOP_NONE, "no vocabulary, no end-of-generation token");
+    cr_assert_eq(t.id, EOS);
+    cr_assert_eq(t.n_text, 0);
+    gen_destroy(g);
+    const char *stops[] = {"x"};
+    p.stops = stops;
+    p.n_stops = 1;
+    attnd_err err;
+    cr_assert_eq(gen_create(&g, &p, N_VOCAB, NULL, NULL, 0, &err), ATTND_ERR_UNSUPPORTED);
+    cr_assert_null(g);
+}

@@ -1,0 +1,249 @@
+/*
+ * test_quantize.c — weight re-encoding (engine/quantize.c, `attnd quantize`).
+ *
+ * Encoders are checked through the kernels' own decoder (quant_dequantize_row): the error of a
+ * round trip must stay under a bound per type. The type-choice rules (Q4_K_M mix, fallbacks)
+ * are checked by name; whole files by re-reading them: metadata equal, norms untouched, every
+ * weight close to its source. Agreement with llama.cpp on quantized default models is in
+ * test_model.c (teacher_forced_agreement_with_llama_cpp_meets_floors).
+ */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "attnd/gguf.h"
+#include "attnd/quantize.h"
+#include "quant.h"
+
+#define MODEL ATTND_SOURCE_DIR "/models/attnd-sotu.gguf"
+#define STORIES ATTND_DATA_DIR "/models/stories260K.gguf"
+
+static uint64_t rng = 0x243F6A8885A308D3ull;
+
+/* roughly normal, sd 1: sum of 4 uniforms, scaled */
+static float randn(void) {
+    float s = 0.f;
+    for (int k = 0; k < 4; k++) {
+        rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+        s += (float)((double)(rng >> 11) / 9007199254740992.0) - 0.5f;
+    }
+    return s * 1.7320508f;
+}
+
+/* Relative RMS error of x -> type -> float over n values. */
+static double roundtrip_rel_rms(uint32_t type, const float *x, int64_t n) {
+    void *q = malloc(quant_row_bytes(type, n));
+    float *y = malloc(sizeof(float) * (size_t)n);
+    quantize_row(q, x, type, n);
+    quant_dequantize_row(y, q, type, n);
+    double e = 0, s = 0;
+    for (int64_t i = 0; i < n; i++) e += (double)(y[i] - x[i]) * (y[i] - x[i]), s += (double)x[i] * x[i];
+    free(q);
+    free(y);
+    return sqrt(e / s);
+}
+
+Test(quantize, round_trips_stay_within_each_types_error_bound) {
+    enum { N = 256 * 64 };
+    static float x[N];
+    for (int i = 0; i < N; i++) x[i] = randn() * (i % 256 < 16 ? 4.f : 1.f); /* uneven blocks */
+    static const struct {
+        uint32_t type;
+        double bound; /* relative RMS error: about a third of a step of the type's grid */
+    } CASES[] = {
+        {GGUF_TYPE_F32, 0.0},     {GGUF_TYPE_F16, 0.0005}, {GGUF_TYPE_BF16, 0.004}, {GGUF_TYPE_Q8_0, 0.009},
+        {GGUF_TYPE_Q6_K, 0.035},  {GGUF_TYPE_Q4_K, 0.11},  {GGUF_TYPE_Q4_0, 0.13},
+    };
+    for (size_t c = 0; c < ATTND_ARRAY_LEN(CASES); c++) {
+        double e = roundtrip_rel_rms(CASES[c].type, x, N);
+        printf("round trip %-5s relative RMS error %.5f (bound %.4f)\n", gguf_type_name(CASES[c].type), e,
+               CASES[c].bound);
+        cr_expect(e <= CASES[c].bound, "%s: relative RMS error %.5f above %.4f", gguf_type_name(CASES[c].type), e,
+                  CASES[c].bound);
+    }
+}
+
+Test(quantize, blocks_of_zeros_and_constants_round_trip_exactly) {
+    static const uint32_t TYPES[] = {GGUF_TYPE_Q8_0, GGUF_TYPE_Q4_0, GGUF_TYPE_Q4_K, GGUF_TYPE_Q6_K};
+    float x[256], y[256];
+    uint8_t q[512];
+    for (size_t t = 0; t < ATTND_ARRAY_LEN(TYPES); t++) {
+        memset(x, 0, sizeof x);
+        quantize_row(q, x, TYPES[t], 256);
+        quant_dequantize_row(y, q, TYPES[t], 256);
+        for (int i = 0; i < 256; i++) cr_assert_eq(y[i], 0.f, "%s: zero block decodes to %g", gguf_type_name(TYPES[t]), y[i]);
+        for (int i = 0; i < 256; i++) x[i] = -0.5f; /* exactly representable by every type's grid */
+        quantize_row(q, x, TYPES[t], 256);
+        quant_dequantize_row(y, q, TYPES[t], 256);
+        for (int i = 0; i < 256; i++)
+            cr_assert_float_eq(y[i], -0.5f, 1e-3, "%s: constant block decodes to %g", gguf_type_name(TYPES[t]), y[i]);
+    }
+}
+
+// ---- type choice ------------------------------------------------------------------------------
+
+static uint32_t type_of(quantize_target t, const char *name, uint64_t ne0, int n_layer, bool has_output) {
+    uint64_t ne[2] = {ne0, 64};
+    return quantize_tensor_type(t, name, 2, ne, GGUF_TYPE_F16, n_layer, has_output);
+}
+
+Test(quantize, q4_k_m_puts_q6_k_where_llama_cpp_does) {
+    /* use_more_bits(i, 32): i < 4, i >= 28, or (i - 4) % 3 == 2 */
+    const int more[] = {0, 1, 2, 3, 6, 9, 12, 15, 18, 21, 24, 27, 28, 29, 30, 31};
+    for (int l = 0; l < 32; l++) {
+        bool want6 = false;
+        for (size_t k = 0; k < ATTND_ARRAY_LEN(more); k++) want6 |= more[k] == l;
+        char name[64];
+        snprintf(name, sizeof name, "blk.%d.attn_v.weight", l);
+        cr_expect_eq(type_of(QUANTIZE_Q4_K_M, name, 4096, 32, true), want6 ? GGUF_TYPE_Q6_K : GGUF_TYPE_Q4_K, "%s", name);
+        snprintf(name, sizeof name, "blk.%d.ffn_down.weight", l);
+        cr_expect_eq(type_of(QUANTIZE_Q4_K_M, name, 11008, 32, true), want6 ? GGUF_TYPE_Q6_K : GGUF_TYPE_Q4_K, "%s", name);
+        snprintf(name, sizeof name, "blk.%d.attn_q.weight", l);
+        cr_expect_eq(type_of(QUANTIZE_Q4_K_M, name, 4096, 32, true), GGUF_TYPE_Q4_K, "%s", name);
+    }
+    cr_expect_eq(type_of(QUANTIZE_Q4_K_M, "output.weight", 4096, 32, true), GGUF_TYPE_Q6_K);
+    cr_expect_eq(type_of(QUANTIZE_Q4_K_M, "token_embd.weight", 4096, 32, true), GGUF_TYPE_Q4_K);
+    cr_expect_eq(type_of(QUANTIZE_Q4_K_M, "token_embd.weight", 4096, 32, false), GGUF_TYPE_Q6_K,
+                 "a tied embedding is the output head");
+    cr_expect_eq(type_of(QUANTIZE_Q4_K, "output.weight", 4096, 32, true), GGUF_TYPE_Q4_K, "plain types are pure");
+}
+
+Test(quantize, rows_the_block_does_not_divide_fall_back) {
+    cr_expect_eq(type_of(QUANTIZE_Q4_K, "blk.0.ffn_down.weight", 704, 6, true), GGUF_TYPE_Q8_0);
+    cr_expect_eq(type_of(QUANTIZE_Q6_K, "blk.0.ffn_down.weight", 704, 6, true), GGUF_TYPE_Q8_0);
+    cr_expect_eq(type_of(QUANTIZE_Q4_K, "blk.0.ffn_down.weight", 172, 6, true), GGUF_TYPE_F16);
+    cr_expect_eq(type_of(QUANTIZE_Q8_0, "blk.0.ffn_down.weight", 172, 6, true), GGUF_TYPE_F16);
+    cr_expect_eq(type_of(QUANTIZE_Q4_0, "blk.0.ffn_down.weight", 172, 6, true), GGUF_TYPE_F16);
+    cr_expect_eq(type_of(QUANTIZE_BF16, "blk.0.ffn_down.weight", 172, 6, true), GGUF_TYPE_BF16);
+    uint64_t ne1[1] = {256};
+    cr_expect_eq(quantize_tensor_type(QUANTIZE_Q4_K, "blk.0.attn_norm.weight", 1, ne1, GGUF_TYPE_F32, 6, true),
+                 GGUF_TYPE_F32, "1-D tensors stay");
+}
+
+Test(quantize, type_names_parse_case_insensitively) {
+    quantize_target t;
+    cr_assert_eq(quantize_target_parse("q4_k_m", &t), ATTND_OK);
+    cr_expect_eq(t, QUANTIZE_Q4_K_M);
+    cr_assert_eq(quantize_target_parse("Q8_0", &t), ATTND_OK);
+    cr_expect_eq(t, QUANTIZE_Q8_0);
+    cr_expect_eq(quantize_target_parse("Q5_K_M", &t), ATTND_ERR_INVALID);
+    cr_expect_eq(quantize_target_parse("", &t), ATTND_ERR_INVALID);
+}
+
+// ---- files ------------------------------------------------------------------------------------
+
+static void tmpname(char *buf, size_t n, const char *tag) {
+    snprintf(buf, n, "/tmp/attnd-test-quantize-%d-%s.gguf", (int)getpid(), tag);
+}
+
+/* Every metadata entry of a is in b with the same type and value (file_type and
+ * quantization_version excepted). */
+static void expect_same_metadata(const gguf_file *a, const gguf_file *b) {
+    for (uint64_t i = 0; i < gguf_kv_count(a); i++) {
+        const gguf_kv *ka = gguf_kv_at(a, i);
+        if (!strcmp(ka->key, "general.file_type") || !strcmp(ka->key, "general.quantization_version")) continue;
+        const gguf_kv *kb = gguf_find_kv(b, ka->key);
+        cr_assert(kb, "metadata %s not copied", ka->key);
+        cr_assert_eq(ka->value.type, kb->value.type, "%s: type changed", ka->key);
+        const gguf_value *va = &ka->value, *vb = &kb->value;
+        if (va->type == GGUF_VT_STRING) {
+            cr_expect(va->v.str.len == vb->v.str.len && !memcmp(va->v.str.str, vb->v.str.str, va->v.str.len), "%s",
+                      ka->key);
+        } else if (va->type == GGUF_VT_ARRAY) {
+            cr_assert_eq(va->v.arr.type, vb->v.arr.type, "%s", ka->key);
+            cr_assert_eq(va->v.arr.n, vb->v.arr.n, "%s", ka->key);
+            for (uint64_t k = 0; va->v.arr.type == GGUF_VT_STRING && k < va->v.arr.n; k++)
+                cr_assert_str_eq(va->v.arr.strings[k].str, vb->v.arr.strings[k].str, "%s[%lu]", ka->key,
+                                 (unsigned long)k);
+        } else {
+            cr_expect_eq(va->v.u64, vb->v.u64, "%s: value changed", ka->key);
+        }
+    }
+}
+
+Test(quantize, a_quantized_file_keeps_metadata_and_norms_and_stays_close) {
+    char out[256];
+    tmpname(out, sizeof out, "q4km");
+    attnd_err err = {{0}};
+    cr_assert_eq(quantize_file(MODEL, out, QUANTIZE_Q4_K_M, NULL, NULL, &err), ATTND_OK, "%s", err.msg);
+    gguf_file *a, *b;
+    cr_assert_eq(gguf_open(&a, MODEL, &err), ATTND_OK, "%s", err.msg);
+    cr_assert_eq(gguf_open(&b, out, &err), ATTND_OK, "%s", err.msg);
+    expect_same_metadata(a, b);
+    uint32_t ft = 0;
+    cr_expect_eq(gguf_get_u32(b, "general.file_type", &ft, NULL), ATTND_OK);
+    cr_expect_eq(ft, 15, "LLAMA_FTYPE_MOSTLY_Q4_K_M");
+    cr_assert_eq(gguf_tensor_count(a), gguf_tensor_count(b));
+    int n6 = 0;
+    for (uint64_t i = 0; i < gguf_tensor_count(a); i++) {
+        const gguf_tensor *ta = gguf_tensor_at(a, i), *tb = gguf_find_tensor(b, ta->name);
+        cr_assert(tb, "%s missing", ta->name);
+        cr_assert_eq(memcmp(ta->ne, tb->ne, sizeof ta->ne), 0, "%s: shape changed", ta->name);
+        if (ta->n_dims == 1) {
+            cr_expect_eq(tb->type, ta->type);
+            cr_expect_eq(memcmp(ta->data, tb->data, ta->n_bytes), 0, "%s: a norm changed", ta->name);
+            continue;
+        }
+        n6 += tb->type == GGUF_TYPE_Q6_K;
+        int64_t nc = (int64_t)ta->ne[0];
+        float *ra = malloc(sizeof(float) * (size_t)nc), *rb = malloc(sizeof(float) * (size_t)nc);
+        double e = 0, s = 0;
+        for (uint64_t r = 0; r < ta->n_elems / ta->ne[0]; r++) {
+            quant_dequantize_row(ra, (const uint8_t *)ta->data + r * quant_row_bytes(ta->type, nc), ta->type, nc);
+            quant_dequantize_row(rb, (const uint8_t *)tb->data + r * quant_row_bytes(tb->type, nc), tb->type, nc);
+            for (int64_t k = 0; k < nc; k++) e += (double)(ra[k] - rb[k]) * (ra[k] - rb[k]), s += (double)ra[k] * ra[k];
+        }
+        cr_expect_lt(sqrt(e / s), 0.12, "%s (%s): relative RMS error %.4f", ta->name, gguf_type_name(tb->type),
+                     sqrt(e / s));
+        free(ra);
+        free(rb);
+    }
+    /* tied head (token_embd) + attn_v and ffn_down of layers 2 and 5; ffn_down rows (704) fall
+     * back to Q8_0, so: token_embd, blk.2.attn_v, blk.5.attn_v */
+    cr_expect_eq(n6, 3, "%d Q6_K tensors", n6);
+    gguf_close(a);
+    gguf_close(b);
+    unlink(out);
+}
+
+Test(quantize, bad_inputs_get_clear_errors_and_leave_no_file) {
+    char out[256];
+    tmpname(out, sizeof out, "bad");
+    attnd_err err = {{0}};
+    cr_expect_eq(quantize_file("/nonexistent/in.gguf", out, QUANTIZE_Q8_0, NULL, NULL, &err), ATTND_ERR_IO);
+    cr_expect(strstr(err.msg, "/nonexistent/in.gguf"), "%s", err.msg);
+    cr_expect_eq(quantize_file(ATTND_SOURCE_DIR "/README.md", out, QUANTIZE_Q8_0, NULL, NULL, &err), ATTND_ERR_FORMAT);
+    cr_expect_eq(access(out, F_OK), -1, "no output after a failure");
+    /* an already-quantized input is refused, naming the tensor and its type */
+    char q8[256];
+    tmpname(q8, sizeof q8, "q8");
+    cr_assert_eq(quantize_file(MODEL, q8, QUANTIZE_Q8_0, NULL, NULL, &err), ATTND_OK, "%s", err.msg);
+    cr_expect_eq(quantize_file(q8, out, QUANTIZE_Q4_K, NULL, NULL, &err), ATTND_ERR_UNSUPPORTED);
+    cr_expect(strstr(err.msg, "already quantized") && strstr(err.msg, "Q8_0"), "%s", err.msg);
+    cr_expect_eq(access(out, F_OK), -1);
+    /* an unwritable destination: an I/O error, and no temporary file left behind */
+    cr_expect_eq(quantize_file(STORIES, "/nonexistent-dir/out.gguf", QUANTIZE_Q8_0, NULL, NULL, &err), ATTND_ERR_IO);
+    cr_expect(strstr(err.msg, "/nonexistent-dir/out.gguf"), "%s", err.msg);
+    unlink(q8);
+}
+
+Test(quantize, cli_quantizes_and_refuses_unknown_types) {
+    char out[256], cmd[1024];
+    tmpname(out, sizeof out, "cli");
+    snprintf(cmd, sizeof cmd, "'%s' quantize --quiet '%s' '%s' Q8_0 2>/dev/null", ATTND_BINARY, STORIES, out);
+    cr_assert_eq(system(cmd), 0);
+    gguf_file *f;
+    attnd_err err;
+    cr_assert_eq(gguf_open(&f, out, &err), ATTND_OK, "%s", err.msg);
+    cr_expect_eq(gguf_find_tensor(f, "blk.0.attn_q.weight")->type, GGUF_TYPE_Q8_0);
+    cr_expect_eq(gguf_find_tensor(f, "blk.0.ffn_down.weight")->type, GGUF_TYPE_F16, "172-wide rows fall back");
+    gguf_close(f);
+    unlink(out);
+    snprintf(cmd, sizeof cmd, "'%s' quantize '%s' '%s' Q5_K_M 2>&1 | grep -q \"unknown TYPE 'Q5_K_M'\"", ATTND_BINARY,
+             STORIES, out);
+    cr_expect_eq(system(cmd), 0, "an unknown type is named in the error");
+    cr_expect_eq(access(out, F_OK), -1);
+}

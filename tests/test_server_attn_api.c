@@ -1,0 +1,297 @@
+/*
+ * test_server_attn_api.c — attention inspection on the server side, on the shipped model
+ * (models/attnd-sotu.gguf, no shared fixtures): the request fields (server/attn_api.c) and their
+ * errors, the size cap and its message, the response JSON built from a capture, and inspection
+ * jobs in the scheduler — their rows equal a direct capture's, a session's reused prefix has no
+ * rows, and a plain job batched next to an inspecting one gets exactly the tokens it gets alone.
+ */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <string.h>
+
+#include "attn_api.h"
+#include "attnd/engine.h"
+#include "scheduler.h"
+#include "sess.h"
+
+#define MODEL ATTND_SOURCE_DIR "/models/attnd-sotu.gguf"
+
+static model *m;
+static tokenizer *tok;
+
+static void setup(void) {
+    attnd_err err;
+    cr_assert_eq(model_load(&m, MODEL, &err), ATTND_OK, "%s", err.msg);
+    cr_assert_eq(tok_load(&tok, model_gguf(m), &err), ATTND_OK, "%s", err.msg);
+}
+
+static void teardown(void) {
+    tok_destroy(tok);
+    model_destroy(m);
+    tok = NULL, m = NULL;
+}
+
+TestSuite(attn_api, .init = setup, .fini = teardown, .timeout = 120);
+
+static attnd_status parse(const char *body, attn_api_request *r, const char **param) {
+    json_t *b = json_loads(body, 0, NULL);
+    cr_assert_not_null(b, "bad test JSON %s", body);
+    attnd_err err;
+    attnd_status st = attn_api_parse(b, r, param, &err);
+    json_decref(b);
+    return st;
+}
+
+// ---- request fields -------------------------------------------------------------------------
+
+Test(attn_api, selection_fields_are_read_and_default_to_everything) {
+    attn_api_request r;
+    const char *param;
+    cr_assert_eq(parse("{\"layers\": [3, 1], \"heads\": 2, \"top_k\": 5}", &r, &param), ATTND_OK);
+    cr_assert_eq(r.n_layers, 2);
+    cr_assert_eq(r.layers[0], 3);
+    cr_assert_eq(r.layers[1], 1);
+    cr_assert_eq(r.n_heads, 1, "one index is a one-element list");
+    cr_assert_eq(r.heads[0], 2);
+    cr_assert_eq(r.top_k, 5);
+    attn_capture_params p = attn_api_params(&r, 9);
+    cr_assert_eq(p.n_positions, 9);
+    cr_assert_eq(p.layers, r.layers);
+    attn_api_request_free(&r);
+    cr_assert_eq(parse("{\"layers\": null, \"prompt\": \"x\"}", &r, &param), ATTND_OK);
+    cr_assert_null(r.layers);
+    cr_assert_null(r.heads);
+    cr_assert_eq(r.top_k, 0);
+    attn_api_request_free(&r);
+}
+
+Test(attn_api, malformed_fields_are_refused_naming_them) {
+    static const struct { const char *body, *param; } bad[] = {
+        {"{\"layers\": []}", "layers"},       {"{\"layers\": \"all\"}", "layers"}, {"{\"layers\": [1.5]}", "layers"},
+        {"{\"heads\": [-1]}", "heads"},       {"{\"heads\": [true]}", "heads"},    {"{\"top_k\": -3}", "top_k"},
+        {"{\"top_k\": \"5\"}", "top_k"},
+    };
+    for (size_t i = 0; i < ATTND_ARRAY_LEN(bad); i++) {
+        attn_api_request r;
+        const char *param = NULL;
+        cr_assert_eq(parse(bad[i].body, &r, &param), ATTND_ERR_INVALID, "%s accepted", bad[i].body);
+        cr_assert_str_eq(param, bad[i].param, "%s", bad[i].body);
+        attn_api_request_free(&r);
+    }
+}
+
+Test(attn_api, the_cap_refuses_a_larger_ask_and_says_how_to_narrow_it) {
+    const model_info *mi = model_info_get(m); /* 6 layers x 4 heads */
+    attn_capture_params p = {.n_positions = 10};    /* 24 x 55 = 1320 weights */
+    const char *param;
+    attnd_err err;
+    cr_assert_eq(attn_api_check(mi, &p, 1320, &param, &err), ATTND_OK);
+    cr_assert_eq(attn_api_check(mi, &p, 0, &param, &err), ATTND_OK, "0 = no cap");
+    cr_assert_eq(attn_api_check(mi, &p, 1319, &param, &err), ATTND_ERR_INVALID);
+    cr_assert_str_eq(param, "layers");
+    for (const char *w = "1320\0001319\0attention_max_weights\0layers\0heads\0top_k\0"; *w; w += strlen(w) + 1)
+        cr_assert(strstr(err.msg, w), "'%s' missing from: %s", w, err.msg);
+    int one = 1;
+    p.layers = &one, p.n_layers = 1;
+    cr_assert_eq(attn_api_check(mi, &p, 100, &param, &err), ATTND_ERR_INVALID);
+    cr_assert_str_eq(param, "heads", "the next field that narrows");
+    p.heads = &one, p.n_heads = 1;
+    cr_assert_eq(attn_api_check(mi, &p, 55, &param, &err), ATTND_OK);
+    int seven = 7;
+    p.heads = &seven;
+    cr_assert_eq(attn_api_check(mi, &p, 0, &param, &err), ATTND_ERR_INVALID);
+    cr_assert_str_eq(param, "heads");
+    cr_assert(strstr(err.msg, "0..3"), "%s", err.msg);
+}
+
+// ---- response -------------------------------------------------------------------------------
+
+/* Evaluates ids on a fresh sequence with a capture of p; returns the capture. */
+static attn_capture *capture_run(const int32_t *ids, int n, attn_capture_params p) {
+    attnd_err err;
+    engine *e;
+    kv_pool *pool;
+    kv_seq *s;
+    attn_capture *c;
+    cr_assert_eq(engine_create(&e, m, 64, 1, &err), ATTND_OK);
+    cr_assert_eq(kv_pool_create(&pool, m, (size_t)16 << 20, KV_F16, &err), ATTND_OK);
+    cr_assert_eq(kv_seq_create(&s, pool, &err), ATTND_OK);
+    cr_assert_eq(attn_capture_create(&c, m, &p, &err), ATTND_OK, "%s", err.msg);
+    batch_entry b[64];
+    for (int i = 0; i < n; i++) b[i] = (batch_entry){s, ids[i], i, false};
+    attn_capture *list = NULL;
+    attn_capture_link(&list, c, s);
+    cr_assert_eq(attn_capture_eval(list, e, b, n, NULL, &err), ATTND_OK, "%s", err.msg);
+    kv_seq_destroy(s);
+    kv_pool_destroy(pool);
+    engine_destroy(e);
+    return c;
+}
+
+Test(attn_api, response_lists_tokens_and_causal_rows) {
+    int32_t ids[] = {1, 571, 262, 545};
+    int layer = 2;
+    attn_capture *c = capture_run(ids, 4, (attn_capture_params){.layers = &layer, .n_layers = 1, .n_positions = 4});
+    json_t *body = attn_api_response("sotu", model_info_get(m), tok, ids, 4, 3, c);
+    cr_assert_not_null(body);
+    cr_assert_str_eq(json_string_value(json_object_get(body, "object")), "attention");
+    cr_assert_str_eq(json_string_value(json_object_get(body, "model")), "sotu");
+    cr_assert_eq(json_integer_value(json_object_get(body, "n_layer")), 6);
+    cr_assert_eq(json_integer_value(json_object_get(body, "n_head")), 4);
+    cr_assert_eq(json_integer_value(json_object_get(body, "n_prompt")), 3);
+    cr_assert_eq(json_integer_value(json_object_get(body, "first_row")), 0);
+    json_t *toks = json_object_get(body, "tokens");
+    cr_assert_eq(json_array_size(toks), 4);
+    cr_assert_str_eq(json_string_value(json_object_get(json_array_get(toks, 0), "text")), "<s>");
+    cr_assert_str_eq(json_string_value(json_object_get(json_array_get(toks, 3), "text")), " people");
+    json_t *att = json_object_get(body, "attention");
+    cr_assert_eq(json_array_size(att), 4, "every head of layer 2");
+    for (size_t h = 0; h < 4; h++) {
+        json_t *a = json_array_get(att, h);
+        cr_assert_eq(json_integer_value(json_object_get(a, "layer")), 2);
+        cr_assert_eq(json_integer_value(json_object_get(a, "head")), (json_int_t)h);
+        json_t *rows = json_object_get(a, "weights");
+        cr_assert_eq(json_array_size(rows), 4);
+        for (size_t i = 0; i < 4; i++) {
+            json_t *row = json_array_get(rows, i);
+            cr_assert_eq(json_array_size(row), i + 1, "row %zu is causal", i);
+            double sum = 0;
+            for (size_t j = 0; j <= i; j++) sum += json_real_value(json_array_get(row, j));
+            cr_assert(fabs(sum - 1) < 1e-5, "row %zu sums to %f", i, sum);
+        }
+    }
+    char *text = attn_api_dump(body);
+    cr_assert(strstr(text, "\"weights\":[[1.0],["), "%.200s", text);
+    cr_assert_null(strstr(text, "0000000"), "weights are written with %d digits", ATTN_API_DIGITS);
+    free(text);
+    json_decref(body);
+    attn_capture_destroy(c);
+}
+
+Test(attn_api, top_k_rows_are_position_weight_pairs) {
+    int32_t ids[] = {1, 571, 262, 545, 270};
+    int head = 1;
+    attn_capture *c = capture_run(ids, 5, (attn_capture_params){.heads = &head, .n_heads = 1, .top_k = 2, .n_positions = 5});
+    json_t *body = attn_api_response("sotu", model_info_get(m), tok, ids, 5, 5, c);
+    json_t *att = json_object_get(body, "attention");
+    cr_assert_eq(json_array_size(att), 6, "every layer, head 1");
+    json_t *rows = json_object_get(json_array_get(att, 0), "weights");
+    for (size_t i = 0; i < 5; i++) {
+        json_t *row = json_array_get(rows, i);
+        cr_assert_eq(json_array_size(row), i < 2 ? i + 1 : 2);
+        for (size_t k = 0; k < json_array_size(row); k++) {
+            json_t *pair = json_array_get(row, k);
+            cr_assert_eq(json_array_size(pair), 2);
+            json_int_t pos = json_integer_value(json_array_get(pair, 0));
+            cr_assert(pos >= 0 && pos <= (json_int_t)i);
+        }
+    }
+    json_decref(body);
+    attn_capture_destroy(c);
+}
+
+// ---- inspection jobs in the scheduler ---------------------------------------------------------
+
+static sched_job *job(const int32_t *ids, int n, int max_tokens, attn_capture *cap, sess *se) {
+    sched_job_spec spec = {.n_prompt = n, .max_tokens = max_tokens, .top_logprobs = -1, .capture = cap, .se = se};
+    spec.prompt = malloc(sizeof(int32_t) * (size_t)n);
+    memcpy(spec.prompt, ids, sizeof(int32_t) * (size_t)n);
+    sampler_params_default(&spec.sp);
+    spec.sp.temperature = 0;
+    sched_job *j;
+    cr_assert_eq(sched_job_create(&j, &spec, NULL), ATTND_OK);
+    cr_assert_null(spec.capture, "the capture was taken over");
+    return j;
+}
+
+static sched_output run_to_end(sched_job *j) {
+    sched_update u;
+    do sched_job_wait(j, 1000, &u);
+    while (!u.done);
+    sched_output o;
+    sched_job_output(j, &o);
+    cr_assert_eq(o.status, ATTND_OK, "%s", o.errmsg);
+    return o;
+}
+
+Test(attn_api, scheduler_jobs_record_rows_and_leave_other_jobs_alone) {
+    sess_store *store;
+    sched *sch;
+    server_settings cfg;
+    attnd_err err;
+    cr_assert_eq(sess_store_create(&store, NULL, "t", 8, &err), ATTND_OK);
+    server_settings_default(&cfg);
+    cfg.threads = 1;
+    cr_assert_eq(sched_create(&sch, m, tok, store, &cfg, &err), ATTND_OK, "%s", err.msg);
+    int32_t a[] = {1, 571, 262, 545, 270, 262, 502}, b[] = {1, 321, 364, 1480};
+    /* b alone, then b batched with an inspecting job: the same tokens */
+    sched_job *alone = job(b, 4, 12, NULL, NULL);
+    sched_submit(sch, alone, NULL);
+    sched_output oa = run_to_end(alone);
+    cr_assert_null(oa.capture);
+    attn_capture_params p = {.n_positions = 7 + 5};
+    attn_capture *cap;
+    cr_assert_eq(attn_capture_create(&cap, m, &p, &err), ATTND_OK);
+    sched_job *insp = job(a, 7, 5, cap, NULL), *beside = job(b, 4, 12, NULL, NULL);
+    cr_assert_eq(sched_submit(sch, insp, NULL), ATTND_OK);
+    cr_assert_eq(sched_submit(sch, beside, NULL), ATTND_OK);
+    sched_output oi = run_to_end(insp), ob = run_to_end(beside);
+    cr_assert_eq(ob.n_pieces, 12);
+    for (int i = 0; i < 12; i++) cr_assert_eq(ob.pieces[i].id, oa.pieces[i].id, "token %d changed next to inspection", i);
+    /* the inspecting job: every position but the last generated one has its row */
+    cr_assert_eq(oi.capture, cap);
+    int first, n = attn_capture_rows(cap, &first);
+    cr_assert_eq(first, 0);
+    cr_assert_eq(n, 7 + 5 - 1);
+    /* a prompt-only inspection (max_tokens 0) still evaluates the prompt, even when cached */
+    attn_capture *cap2;
+    p.n_positions = 7;
+    cr_assert_eq(attn_capture_create(&cap2, m, &p, &err), ATTND_OK);
+    sched_job *again = job(a, 7, 0, cap2, NULL);
+    sched_submit(sch, again, NULL);
+    sched_output o2 = run_to_end(again);
+    cr_assert_eq(o2.n_cached, 0, "an anonymous inspection reuses nothing: every row is computed");
+    cr_assert_eq(attn_capture_rows(cap2, &first), 7);
+    const float *w1, *w2;
+    for (int pos = 0; pos < 7; pos++) {
+        int len = attn_capture_row(cap, 3, 2, pos, &w1, NULL);
+        attn_capture_row(cap2, 3, 2, pos, &w2, NULL);
+        for (int j = 0; j < len; j++) cr_assert_float_eq(w1[j], w2[j], 1e-6, "row %d differs between runs", pos);
+    }
+    sched_job_unref(alone), sched_job_unref(insp), sched_job_unref(beside), sched_job_unref(again);
+    sched_destroy(sch);
+    sess_store_destroy(store);
+}
+
+Test(attn_api, a_session_reuses_its_prefix_and_rows_start_after_it) {
+    sess_store *store;
+    sched *sch;
+    server_settings cfg;
+    attnd_err err;
+    cr_assert_eq(sess_store_create(&store, NULL, "t", 8, &err), ATTND_OK);
+    server_settings_default(&cfg);
+    cfg.threads = 1;
+    cr_assert_eq(sched_create(&sch, m, tok, store, &cfg, &err), ATTND_OK, "%s", err.msg);
+    sess *se;
+    char id[SESS_ID_MAX + 1];
+    cr_assert_eq(sess_create(store, NULL, "s1", id, &err), ATTND_OK, "%s", err.msg);
+    int32_t turn1[] = {1, 571, 262, 545}, turn2[] = {1, 571, 262, 545, 270, 262, 502, 443};
+    cr_assert_eq(sess_acquire(store, NULL, "s1", &se, &err), ATTND_OK);
+    sched_job *j1 = job(turn1, 4, 2, NULL, se); /* evaluates (and caches) the prompt */
+    sched_submit(sch, j1, NULL);
+    run_to_end(j1);
+    cr_assert_eq(sess_acquire(store, NULL, "s1", &se, &err), ATTND_OK);
+    attn_capture *cap;
+    attn_capture_params p = {.n_positions = 8};
+    cr_assert_eq(attn_capture_create(&cap, m, &p, &err), ATTND_OK);
+    sched_job *j2 = job(turn2, 8, 0, cap, se);
+    sched_submit(sch, j2, NULL);
+    sched_output o = run_to_end(j2);
+    cr_assert_gt(o.n_cached, 0, "the session's prefix is reused");
+    int first, n = attn_capture_rows(cap, &first);
+    cr_assert_eq(first, o.n_cached);
+    cr_assert_eq(first + n, 8);
+    sched_job_unref(j1), sched_job_unref(j2);
+    sched_destroy(sch);
+    sess_store_destroy(store);
+}

@@ -1,0 +1,73 @@
+/*
+ * fuzz_oai.c — (fuzzing only) OpenAI request parsing with chat-template rendering, on
+ * arbitrary bytes.
+ *
+ * Byte 0 picks chat or completions and the chat family; the rest is the request body. A body
+ * that parses is taken as far as the server takes it: chat messages rendered with the family's
+ * template and tokenized with a tiny vocabulary that has every family's markers, prompts
+ * tokenized, and error bodies built for refusals.
+ */
+#include <jansson.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "attnd/tokenizer.h"
+#include "chat.h"
+#include "fuzz_util.h"
+#include "oai.h"
+#include "settings.h"
+
+static tokenizer *g_tok;
+
+int LLVMFuzzerInitialize(int *argc, char ***argv) {
+    (void)argc, (void)argv;
+    g_tok = fuzz_tiny_tokenizer(true, NULL);
+    if (!g_tok) abort();
+    return 0;
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+    if (size < 1) return 0;
+    bool chat = data[0] & 1;
+    chat_family fam = (chat_family)((data[0] >> 1) % CHAT_FAMILY_COUNT);
+    json_error_t jerr;
+    json_t *body = json_loadb((const char *)data + 1, size - 1, 0, &jerr);
+    if (!body) return 0;
+    server_settings cfg;
+    server_settings_default(&cfg);
+    oai_request r;
+    const char *param = NULL;
+    attnd_err err;
+    int nv = tok_n_vocab(g_tok);
+    attnd_status st = oai_parse(body, chat, &cfg, nv, &r, &param, &err);
+    if (st != ATTND_OK) {
+        json_t *e = oai_error(400, err.msg, param);
+        FUZZ_CHECK(e != NULL, "no error body");
+        char *s = json_dumps(e, 0);
+        FUZZ_CHECK(s != NULL, "error body does not serialise");
+        free(s);
+        json_decref(e);
+    } else {
+        int32_t *ids = NULL;
+        size_t n = 0;
+        if (chat) {
+            FUZZ_CHECK(r.n_msgs > 0 && r.msgs, "chat request without messages");
+            if (chat_encode(g_tok, fam, r.msgs, r.n_msgs, &ids, &n, &err) == ATTND_OK) free(ids);
+            char *text = NULL;
+            if (chat_render(fam, r.msgs, r.n_msgs, &text, &err) == ATTND_OK) free(text);
+        } else if (r.prompt) {
+            if (tok_encode(g_tok, r.prompt, strlen(r.prompt), true, true, &ids, &n, &err) == ATTND_OK) free(ids);
+        } else {
+            for (int i = 0; i < r.n_prompt_ids; i++)
+                FUZZ_CHECK(r.prompt_ids[i] >= 0 && r.prompt_ids[i] < nv, "prompt id %d passed", r.prompt_ids[i]);
+        }
+        for (int i = 0; i < r.n_bias; i++)
+            FUZZ_CHECK(r.bias[i].id >= 0 && r.bias[i].id < nv, "logit_bias id %d passed", (int)r.bias[i].id);
+        FUZZ_CHECK(r.max_tokens == -1 || (r.max_tokens >= 0 && r.max_tokens <= cfg.max_tokens_cap),
+                   "max_tokens %d passed", r.max_tokens);
+    }
+    oai_request_free(&r);
+    json_decref(body);
+    return 0;
+}

@@ -1,0 +1,2 @@
+#define FUZZ_SPM 0
+#include "fuzz_tok.inc"

@@ -1,0 +1,2 @@
+#define FUZZ_SPM 1
+#include "fuzz_tok.inc"

@@ -1,0 +1,52 @@
+/*
+ * make_seeds.c — (fuzzing only) writes the binary seeds of tools/fuzz/corpus: tiny models and
+ * tokenizer-only GGUFs. Run once when the formats change (the outputs are committed):
+ *     build-fuzz/make_seeds tools/fuzz/corpus
+ * The text seeds (requests, configs, session files) are written by hand.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "../../tests/engine_fixture.h"
+#include "fuzz_util.h"
+
+static int write_file(const char *dir, const char *name, const void *p, size_t n) {
+    char path[512];
+    snprintf(path, sizeof(path), "%s/%s", dir, name);
+    FILE *f = fopen(path, "wb");
+    if (!f || fwrite(p, 1, n, f) != n) return 1;
+    return fclose(f) != 0;
+}
+
+int main(int argc, char **argv) {
+    if (argc != 2) {
+        fprintf(stderr, "usage: make_seeds CORPUS_DIR\n");
+        return 2;
+    }
+    char dir[512], path[600];
+    snprintf(dir, sizeof(dir), "%s/fuzz_gguf", argv[1]);
+    int bad = 0;
+    /* a tiny llama without and with a vocabulary, and a tiny qwen2 in F16 */
+    tiny_spec sp = tiny_default("llama");
+    sp.n_embd = 8, sp.n_ff = 8, sp.n_layer = 1, sp.n_head = 2, sp.n_head_kv = 1, sp.rope_dims = 4, sp.n_vocab = 16;
+    snprintf(path, sizeof(path), "%s/llama-novocab.gguf", dir);
+    bad |= tiny_write(path, &sp);
+    sp.vocab = true, sp.n_vocab = 300;
+    snprintf(path, sizeof(path), "%s/llama-vocab.gguf", dir);
+    bad |= tiny_write(path, &sp);
+    tiny_spec q = tiny_default("qwen2");
+    q.n_embd = 8, q.n_ff = 8, q.n_layer = 1, q.n_head = 2, q.n_head_kv = 1, q.rope_dims = 4, q.n_vocab = 16;
+    q.wtype = GGUF_TYPE_F16, q.tied = true;
+    snprintf(path, sizeof(path), "%s/qwen2-f16-tied.gguf", dir);
+    bad |= tiny_write(path, &q);
+    /* tokenizer-only files of both families */
+    size_t n;
+    uint8_t *img = fuzz_tiny_vocab_image(true, NULL, &n);
+    bad |= write_file(dir, "vocab-spm.gguf", img, n);
+    free(img);
+    img = fuzz_tiny_vocab_image(false, "llama3", &n);
+    bad |= write_file(dir, "vocab-bpe-llama3.gguf", img, n);
+    free(img);
+    if (bad) fprintf(stderr, "make_seeds: could not write every seed under %s\n", dir);
+    return bad;
+}

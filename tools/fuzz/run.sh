@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# run.sh — build every libFuzzer harness (clang, ASan + UBSan) and run each for SECONDS.
+#
+#   tools/fuzz/run.sh SECONDS [TARGET...]     default: all targets, 15 s each
+#
+# Each target starts from its seed corpus (tools/fuzz/corpus/<target>, in the repository) and
+# works in a scratch copy, so runs never change the committed seeds. Exits non-zero when any
+# target finds a crash, a leak, an out-of-memory or a timeout; the reproducer is left in
+# $FUZZ_OUT (default build-fuzz/findings) and the command to replay it is printed.
+# Environment: FUZZ_BUILD (build dir, default build-fuzz), FUZZ_JOBS (build parallelism).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+SECONDS_EACH=${1:-15}
+shift || true
+TARGETS=("$@")
+[ ${#TARGETS[@]} -gt 0 ] || TARGETS=(fuzz_gguf fuzz_tok_spm fuzz_tok_bpe fuzz_oai fuzz_config fuzz_sess)
+BUILD=${FUZZ_BUILD:-build-fuzz}
+OUT=${FUZZ_OUT:-$BUILD/findings}
+
+command -v clang >/dev/null || { echo "run.sh: clang is not installed (scripts/dev.sh installs it)" >&2; exit 2; }
+CC=clang cmake -S tools/fuzz -B "$BUILD" -DCMAKE_BUILD_TYPE=Debug >/dev/null
+cmake --build "$BUILD" -j"${FUZZ_JOBS:-$(nproc)}" >/dev/null
+
+mkdir -p "$OUT"
+failed=()
+for t in "${TARGETS[@]}"; do
+    work="$BUILD/corpus/$t"
+    rm -rf "$work" && mkdir -p "$work"
+    [ -d "tools/fuzz/corpus/$t" ] && cp -r "tools/fuzz/corpus/$t/." "$work/"
+    dict=()
+    [ -f "tools/fuzz/$t.dict" ] && dict=(-dict="tools/fuzz/$t.dict")
+    log="$OUT/$t.log"
+    echo "== $t: ${SECONDS_EACH}s" >&2
+    if ASAN_OPTIONS=detect_leaks=1:allocator_may_return_null=1 UBSAN_OPTIONS=print_stacktrace=1 \
+        "$BUILD/$t" -max_total_time="$SECONDS_EACH" -timeout=10 -rss_limit_mb=2048 -max_len=65536 \
+        -print_final_stats=1 -artifact_prefix="$OUT/$t-" "${dict[@]}" "$work" >"$log" 2>&1; then
+        grep -E "^stat::number_of_executed_units|^#[0-9]+.*DONE" "$log" | tail -1 | sed "s/^/   $t: /" >&2
+    else
+        echo "   $t: FAILED — see $log; replay with: $BUILD/$t $OUT/$t-<artifact>" >&2
+        tail -40 "$log" >&2
+        failed+=("$t")
+    fi
+done
+if [ ${#failed[@]} -gt 0 ]; then
+    echo "run.sh: findings in ${failed[*]}" >&2
+    exit 1
+fi
+echo "run.sh: ${#TARGETS[@]} targets ran ${SECONDS_EACH}s each without findings" >&2
