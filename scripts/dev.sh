@@ -16,7 +16,7 @@ cd "$(dirname "$0")/.."
 # OpenAI-client tests).
 RUN_PACKAGES=(cmake make gcc pkg-config libmicrohttpd-dev libjansson-dev libutf8proc-dev)
 TEST_PACKAGES=(libcriterion-dev curl systemd nginx-light chromium
-               clang libclang-rt-dev libomp-dev python3)  # clang + libFuzzer + OpenMP: tools/fuzz
+               clang libclang-rt-dev python3)  # clang + libFuzzer: tools/fuzz
 
 as_root() { if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi; }
 
