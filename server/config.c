@@ -59,7 +59,7 @@ static const entry SETTINGS[] = {
     {"max_connections", K_INT, OFF(max_connections), 1, 65535, 0, "concurrent HTTP connections (503 above)"},
     {"model", K_STR, OFF(model_path), 0, 0, 0, "GGUF model file (empty = the installed default model)"},
     {"model_alias", K_STR, OFF(model_alias), 0, 0, 0, "model id in /v1/models (empty = file name)"},
-    {"threads", K_INT, OFF(threads), 0, 4096, 0, "engine threads (0 = all CPUs)"},
+    {"threads", K_INT, OFF(threads), 0, 4096, 0, "engine threads (0 = the CPUs this process may use)"},
     {"ctx_size", K_INT, OFF(ctx_size), 0, 1 << 24, 0, "per-sequence context cap in tokens (0 = model's)"},
     {"max_batch", K_INT, OFF(max_batch), 1, 1 << 16, 0, "most tokens per engine step"},
     {"kv_budget_mb", K_SIZE, OFF(kv_budget_mb), 1, 1 << 24, 0, "KV cache memory for all sessions, MiB"},
