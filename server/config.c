@@ -716,7 +716,7 @@ int config_source_of(const config *c, const char *key, const char **origin) {
  * a '"' in a value that needs quoting: the format has no escapes). */
 static const char *quoted(const char *v, char *buf, size_t cap) {
     size_t n = strlen(v);
-    if (strchr(v, '\n') || strchr(v, '\r') || n + 3 > cap) return NULL;
+    if (strchr(v, '\n') || n + 3 > cap) return NULL; /* a line ends at '\n' only */
     bool quote = n == 0 || isspace((unsigned char)v[0]) || isspace((unsigned char)v[n - 1]) || v[0] == '"' ||
                  v[0] == '#';
     for (size_t i = 1; i < n && !quote; i++) quote = v[i] == '#' && isspace((unsigned char)v[i - 1]);

@@ -571,6 +571,19 @@ Test(config, printed_values_with_quotes_and_hashes_read_back_the_same) {
     config_destroy(c);
     drop(path);
 
+    /* a carriage return inside a value is an ordinary byte to the parser, so it prints */
+    path = temp_file("host = a\rb\n");
+    cr_assert_eq(load(&c, &s, NULL, &err, "--config", path, NULL), ATTND_OK, "%s", err.msg);
+    out = print_to_string(c, &s);
+    again = temp_file(out);
+    cr_assert_eq(load(&c2, &s2, NULL, &err, "--config", again, NULL), ATTND_OK, "%s\n%s", err.msg, out);
+    cr_expect_str_eq(s2.host, "a\rb");
+    config_destroy(c2);
+    free(out);
+    drop(again);
+    config_destroy(c);
+    drop(path);
+
     /* a value no config line can hold (from the environment) is printed as a comment */
     char *env[] = {"ATTND_CORS_ORIGINS= \"x\" ", NULL};
     cr_assert_eq(load(&c, &s, env, &err, NULL), ATTND_OK, "%s", err.msg);
