@@ -720,10 +720,16 @@ int config_source_of(const config *c, const char *key, const char **origin) {
 // ---- output ------------------------------------------------------------------------------------
 
 /* A string as the file syntax reads it back: quoted when bare text would be misread. */
+/* v as a config-file value: bare when the parser would read it back unchanged, else in double
+ * quotes. NULL when neither works (a value from the environment or a flag holding a newline, or
+ * a '"' in a value that needs quoting: the format has no escapes). */
 static const char *quoted(const char *v, char *buf, size_t cap) {
     size_t n = strlen(v);
-    bool quote = n == 0 || isspace((unsigned char)v[0]) || isspace((unsigned char)v[n - 1]) || strchr(v, '#') ||
-                 v[0] == '"';
+    if (strchr(v, '\n') || n + 3 > cap) return NULL; /* a line ends at '\n' only */
+    bool quote = n == 0 || isspace((unsigned char)v[0]) || isspace((unsigned char)v[n - 1]) || v[0] == '"' ||
+                 v[0] == '#';
+    for (size_t i = 1; i < n && !quote; i++) quote = v[i] == '#' && isspace((unsigned char)v[i - 1]);
+    if (quote && strchr(v, '"')) return NULL;
     snprintf(buf, cap, quote ? "\"%s\"" : "%s", v);
     return buf;
 }
@@ -738,7 +744,9 @@ void config_print(const config *c, const server_settings *s, FILE *out) {
         const char *field = (const char *)s + e->off;
         char val[PATH_MAX + 8];
         if (e->kind == K_KEYFILE) {
-            if (sl->raw) fprintf(out, "%-20s = %-30s # %s\n", e->key, quoted(sl->raw, val, sizeof(val)), origin);
+            if (sl->raw && quoted(sl->raw, val, sizeof(val)))
+                fprintf(out, "%-20s = %-30s # %s\n", e->key, val, origin);
+            else if (sl->raw) fprintf(out, "# %-18s   (a path a config file cannot hold)  # %s\n", e->key, origin);
             else fprintf(out, "# %-18s   (not set)\n", e->key);
             continue;
         }
@@ -757,8 +765,12 @@ void config_print(const config *c, const server_settings *s, FILE *out) {
         case K_STR:
         case K_CHAT: {
             const char *v = *(const char *const *)field;
-            if (v) quoted(v, val, sizeof(val));
-            else val[0] = '\0';
+            if (!v) {
+                val[0] = '\0';
+            } else if (!quoted(v, val, sizeof(val))) {
+                fprintf(out, "# %-18s   (a value a config file cannot hold)  # %s\n", e->key, origin);
+                continue;
+            }
             break;
         }
         case K_INT: snprintf(val, sizeof(val), "%d", *(const int *)field); break;

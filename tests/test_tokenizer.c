@@ -303,6 +303,36 @@ Test(tokenizer, control_tokens_match_only_with_parse_special) {
     tok_destroy(t);
 }
 
+Test(tokenizer, marked_encoding_matches_control_tokens_only_inside_the_spans) {
+    tokenizer *t = load_data("tokenizers/llama3-bpe.gguf");
+    const char *text = "<|start_header_id|>user<|end_header_id|>";
+    int32_t hdr = tok_find(t, "<|start_header_id|>"), end = tok_find(t, "<|end_header_id|>");
+    int32_t *ids;
+    size_t n;
+    attnd_err err;
+    tok_span first = {0, 19}; /* the first marker only */
+    cr_assert_eq(tok_encode_marked(t, text, strlen(text), false, &first, 1, &ids, &n, &err), ATTND_OK, "%s", err.msg);
+    cr_expect_eq(ids[0], hdr);
+    for (size_t i = 1; i < n; i++) cr_expect(ids[i] != end && !tok_is_control(t, ids[i]), "control id %d", ids[i]);
+    free(ids);
+    tok_span cut = {0, 5}; /* a span that ends inside a marker does not make it special */
+    cr_assert_eq(tok_encode_marked(t, text, strlen(text), false, &cut, 1, &ids, &n, &err), ATTND_OK);
+    for (size_t i = 0; i < n; i++) cr_expect(!tok_is_control(t, ids[i]), "control id %d", ids[i]);
+    free(ids);
+    tok_span both[] = {{0, 19}, {23, 40}};
+    cr_assert_eq(tok_encode_marked(t, text, strlen(text), false, both, 2, &ids, &n, &err), ATTND_OK);
+    cr_expect_eq(n, 3);
+    cr_expect_eq(ids[2], end);
+    free(ids);
+    tok_span bad[] = {{10, 20}, {15, 30}};
+    cr_expect_eq(tok_encode_marked(t, text, strlen(text), false, bad, 2, &ids, &n, &err), ATTND_ERR_INVALID,
+                 "overlapping spans");
+    tok_span past = {0, 41};
+    cr_expect_eq(tok_encode_marked(t, text, strlen(text), false, &past, 1, &ids, &n, &err), ATTND_ERR_INVALID);
+    cr_expect_null(ids);
+    tok_destroy(t);
+}
+
 Test(tokenizer, user_defined_tokens_always_match) {
     tokenizer *t = load_data("tokenizers/qwen2-bpe.gguf");
     const char *text = "<think>";
