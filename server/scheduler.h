@@ -62,6 +62,16 @@ typedef struct sched_job_spec {
 /* A job with one reference, output buffers sized for max_tokens and top_logprobs. On failure
  * the stolen parts of spec are freed. */
 attnd_status sched_job_create(sched_job **out, sched_job_spec *spec, attnd_err *err);
+/*
+ * A job continuing parent's prompt with its own sampling seed: one of n choices. The prompt is
+ * read once, by the parent; when its prefill ends the fork starts from the parent's KV blocks,
+ * shared (kv_seq_fork: only the partly filled last block is copied, when the fork first writes
+ * into it), and samples its first token from the same logits with its own sampler. Call before
+ * submitting parent and do not submit the fork: it goes with its parent, and fails with it when
+ * the parent ends before its prompt is read. The parent must not want prompt log-probabilities.
+ * *out is the caller's reference. Errors: NOMEM.
+ */
+attnd_status sched_job_fork(sched_job **out, sched_job *parent, uint64_t seed, attnd_err *err);
 void sched_job_ref(sched_job *j);
 void sched_job_unref(sched_job *j); /* accepts NULL */
 

@@ -411,8 +411,7 @@ void sess_take_all_kv(sess_store *st, void (*fn)(struct kv_seq *kv)) {
 
 // ---- persistence --------------------------------------------------------------------------
 
-/* Writes text to path atomically: a unique temp file in the same directory, fsync, rename. */
-static attnd_status write_atomic(const char *path, const char *text, attnd_err *err) {
+attnd_status sess_write_atomic(const char *path, const char *text, attnd_err *err) {
     size_t n = strlen(path) + 32;
     char *tmp = malloc(n);
     if (!tmp) return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory");
@@ -468,7 +467,7 @@ attnd_status sess_persist(sess_store *st, const char *owner, const char *id, att
     char *text = json_dumps(root, JSON_COMPACT);
     json_decref(root);
     attnd_status rc = (!text || !path) ? attnd_fail(err, ATTND_ERR_NOMEM, "out of memory")
-                                       : write_atomic(path, text, err);
+                                       : sess_write_atomic(path, text, err);
     free(text);
     if (rc == ATTND_OK) {
         pthread_mutex_lock(&st->mu);

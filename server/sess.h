@@ -103,6 +103,10 @@ json_t *sess_info_json(sess_store *st, const char *owner, const char *id);
 json_t *sess_list_json(sess_store *st, const char *owner);
 int sess_count(sess_store *st);
 
+/* Writes text to path atomically: a unique temp file in the same directory, fsync, rename (the
+ * store's files and other state kept next to them use it). ATTND_ERR_IO, ATTND_ERR_NOMEM. */
+attnd_status sess_write_atomic(const char *path, const char *text, attnd_err *err);
+
 /* Length of the common prefix of a[0..na) and b[0..nb). */
 int sess_common_prefix(const int32_t *a, int na, const int32_t *b, int nb);
 

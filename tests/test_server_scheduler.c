@@ -268,3 +268,105 @@ Test(scheduler, the_watchdog_hook_ticks_while_idle) {
     usleep(300 * 1000);
     cr_assert_geq(atomic_load(&ticks), 3, "ticks: %d", atomic_load(&ticks));
 }
+
+// ---- forks: n choices of one prompt (on the repository's own model) ------------------------
+
+#define OWN_MODEL ATTND_SOURCE_DIR "/models/attnd-sotu.gguf"
+
+static void setup_own(void) {
+    attnd_err err;
+    cr_assert_eq(model_load(&m, OWN_MODEL, &err), ATTND_OK, "%s", err.msg);
+    cr_assert_eq(tok_load(&tok, model_gguf(m), &err), ATTND_OK, "%s", err.msg);
+    cr_assert_eq(sess_store_create(&store, NULL, "t", 16, &err), ATTND_OK);
+    server_settings_default(&cfg);
+    cfg.threads = 1;
+    cfg.max_parallel = 4;
+    cfg.queue_limit = 8;
+    start();
+}
+
+TestSuite(sched_fork, .init = setup_own, .fini = teardown, .timeout = 120);
+
+/* A job for text with the given temperature and seed; EOS banned so it runs max_tokens. */
+static sched_job *job_seeded(const char *text, int max_tokens, float temperature, uint64_t seed) {
+    sched_job *j;
+    int32_t *ids;
+    size_t n;
+    cr_assert_eq(tok_encode(tok, text, strlen(text), true, false, &ids, &n, NULL), ATTND_OK);
+    sched_job_spec spec = {.prompt = ids, .n_prompt = (int)n, .max_tokens = max_tokens, .top_logprobs = -1};
+    sampler_params_default(&spec.sp);
+    spec.sp.temperature = temperature;
+    spec.sp.seed = seed;
+    spec.bias = malloc(sizeof(logit_bias));
+    spec.bias[0] = (logit_bias){tok_eos(tok), -INFINITY};
+    spec.n_bias = 1;
+    cr_assert_eq(sched_job_create(&j, &spec, NULL), ATTND_OK);
+    return j;
+}
+
+/* Runs a parent and 3 forks (seeds 1..3) and collects every choice's tokens (4, 12). */
+static void run_forked(const char *text, float temperature, int32_t toks[4][12], sched_output *outs) {
+    sched_job *j[4];
+    j[0] = job_seeded(text, 12, temperature, 100);
+    for (int i = 1; i < 4; i++) cr_assert_eq(sched_job_fork(&j[i], j[0], 100 + (uint64_t)i, NULL), ATTND_OK);
+    cr_assert_eq(sched_submit(sch, j[0], NULL), ATTND_OK);
+    for (int i = 0; i < 4; i++) {
+        outs[i] = wait_done(j[i]);
+        cr_assert_eq(outs[i].status, ATTND_OK, "choice %d: %s", i, outs[i].errmsg);
+        cr_assert_eq(outs[i].n_pieces, 12);
+        tokens_of(&outs[i], toks[i]);
+    }
+    for (int i = 0; i < 4; i++) sched_job_unref(j[i]);
+}
+
+Test(sched_fork, forks_read_the_prompt_once_and_continue_it_as_the_parent_does) {
+    const char *text = "The state of the union is strong, and our economy";
+    int32_t toks[4][12], alone[12];
+    sched_output outs[4];
+    run_forked(text, 0, toks, outs);
+    sched_stats st;
+    sched_get_stats(sch, &st);
+    cr_assert_eq(st.prompt_tokens, (uint64_t)outs[0].n_prompt, "the prompt was evaluated once, by the parent");
+    for (int i = 1; i < 4; i++) {
+        cr_assert_eq(outs[i].n_cached, outs[i].n_prompt, "a fork's whole prompt comes from the parent's cache");
+        cr_assert_eq(memcmp(toks[i], toks[0], sizeof(toks[0])), 0, "greedy forks continue exactly as the parent");
+    }
+    /* and as the same job run on its own, on a fresh cache */
+    sched_job *j = job_seeded(text, 12, 0, 7);
+    cr_assert_eq(sched_submit(sch, j, NULL), ATTND_OK);
+    sched_output o = wait_done(j);
+    tokens_of(&o, alone);
+    cr_assert_eq(memcmp(alone, toks[0], sizeof(alone)), 0);
+    sched_job_unref(j);
+}
+
+Test(sched_fork, sampled_forks_differ_and_repeat_with_their_seeds) {
+    const char *text = "Our economy";
+    int32_t a[4][12], b[4][12];
+    sched_output outs[4];
+    run_forked(text, 1.0f, a, outs);
+    run_forked(text, 1.0f, b, outs);
+    int differ = 0;
+    for (int i = 0; i < 4; i++) {
+        cr_assert_eq(memcmp(a[i], b[i], sizeof(a[i])), 0, "choice %d is reproducible from its seed", i);
+        differ += i > 0 && memcmp(a[i], a[0], sizeof(a[0])) != 0;
+    }
+    cr_assert_geq(differ, 2, "each fork samples with its own seed");
+}
+
+Test(sched_fork, forks_of_a_parent_that_never_runs_fail_with_it) {
+    sched_job *p = job_seeded("Our economy", 4, 0, 1), *f;
+    cr_assert_eq(sched_job_fork(&f, p, 2, NULL), ATTND_OK);
+    sched_job_cancel(p);
+    cr_assert_eq(sched_submit(sch, p, NULL), ATTND_OK);
+    sched_output o = wait_done(f);
+    cr_assert_neq(o.status, ATTND_OK);
+    cr_assert(sched_wait_idle(sch, 5000), "nothing is left running");
+    sched_job_unref(f);
+    sched_job_unref(p);
+    /* a fork never submitted at all is freed with its parent */
+    p = job_seeded("Our economy", 4, 0, 1);
+    cr_assert_eq(sched_job_fork(&f, p, 2, NULL), ATTND_OK);
+    sched_job_unref(f);
+    sched_job_unref(p);
+}
