@@ -3,7 +3,7 @@
  * F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K. Weights are never dequantized as a whole; kernels
  * read blocks straight from the mmap. Block layouts follow the GGUF/ggml spec.
  *
- * Pure functions: output first, then inputs, then sizes. Parallel (OpenMP) over output rows
+ * Pure functions: output first, then inputs, then sizes. Parallel (the pool of threads.h) over output rows
  * inside quant_matmul only. A portable C path is always present and correct; vectorised paths
  * (AVX2/AVX-512...) are chosen at run time.
  */
@@ -38,7 +38,7 @@ size_t quant_scratch_bytes(uint32_t wtype, int n_tok, int64_t n_cols);
 void quant_matmul(float *out, const void *w, uint32_t wtype, int64_t n_rows, int64_t n_cols, const float *x,
                   int n_tok, void *scratch, int n_threads);
 
-/* ---- additions (kernels helper) ---------------------------------------------------------- */
+/* ---- scalar conversions and helpers ------------------------------------------------------- */
 
 /* Scalar conversions, round-to-nearest-even, exact for subnormals, inf and nan. */
 float quant_f16_to_f32(uint16_t h);

@@ -374,10 +374,8 @@ bool gen_submit_all(req *r, enum MHD_Result *ret) {
 static enum MHD_Result generate(req *r, bool chat) {
     struct server *s = r->srv;
     enum MHD_Result ret = MHD_NO;
-    if (atomic_load(&s->stopping)) return http_respond_error(r, 503, "server is shutting down", NULL);
-    json_t *b = http_parse_body(r, &ret, false);
+    json_t *b = http_work_body(r, &ret);
     if (!b) return ret;
-    r->body_json = b;
     r->chat = chat;
     if (r->llama && !llama_fields(r, b, &ret)) return ret;
     const char *param = NULL;

@@ -143,6 +143,14 @@ json_t *http_parse_body(req *r, enum MHD_Result *ret, bool allow_empty) {
     return j;
 }
 
+json_t *http_work_body(req *r, enum MHD_Result *ret) {
+    if (atomic_load(&r->srv->stopping)) {
+        *ret = http_respond_error(r, 503, "server is shutting down", NULL);
+        return NULL;
+    }
+    return r->body_json = http_parse_body(r, ret, false);
+}
+
 // ---- routing ------------------------------------------------------------------------------
 
 static const route ROUTES[] = {

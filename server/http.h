@@ -118,6 +118,11 @@ int http_status_of(attnd_status st, http_ctx ctx);
  * with *ret set. allow_empty: an empty body reads as {}. */
 json_t *http_parse_body(req *r, enum MHD_Result *ret, bool allow_empty);
 
+/* The body of a request that will start work (generation, attention): 503 while shutting down,
+ * else http_parse_body; the object is kept in r->body_json (freed with the request) and
+ * returned borrowed. */
+json_t *http_work_body(req *r, enum MHD_Result *ret);
+
 /* True when the peer closed its side (checked without blocking). */
 bool http_client_gone(req *r);
 

@@ -32,12 +32,6 @@ struct sess_store {
     void *kv_sink_user;
 };
 
-static int64_t now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 bool sess_id_valid(const char *id) {
     if (!id || !*id || *id == '.') return false;
     size_t n = 0;
@@ -167,7 +161,7 @@ static void load_one(sess_store *st, const char *fname) {
     snprintf(s->id, sizeof(s->id), "%s", id);
     snprintf(s->owner, sizeof(s->owner), "%s", owner);
     json_t *c = json_object_get(root, "created"), *u = json_object_get(root, "last_used");
-    s->created_ms = json_is_integer(c) ? json_integer_value(c) : now_ms();
+    s->created_ms = json_is_integer(c) ? json_integer_value(c) : (int64_t)attnd_unix_ms();
     s->last_use_ms = json_is_integer(u) ? json_integer_value(u) : s->created_ms;
     s->next = st->head;
     st->head = s;
@@ -299,7 +293,7 @@ int sess_expire(sess_store *st) {
     for (;;) {
         pthread_mutex_lock(&st->mu);
         sess *victim = NULL;
-        int64_t now = now_ms();
+        int64_t now = (int64_t)attnd_unix_ms();
         for (sess *s = st->head; s && st->ttl_ms && !victim; s = s->next)
             if (!s->anon && !s->busy && now - s->last_use_ms > st->ttl_ms) victim = s;
         if (victim) slog_info("session '%s' expired (unused for more than %lld s)", victim->id, (long long)(st->ttl_ms / 1000));
@@ -357,7 +351,7 @@ attnd_status sess_create(sess_store *st, const char *owner, const char *id, char
         } else {
             snprintf(s->id, sizeof(s->id), "%s", id);
             snprintf(s->owner, sizeof(s->owner), "%s", own(owner));
-            s->created_ms = s->last_use_ms = now_ms();
+            s->created_ms = s->last_use_ms = (int64_t)attnd_unix_ms();
             s->version = 1; /* an empty session is persisted too, so it survives a restart */
             s->next = st->head;
             st->head = s;
@@ -403,7 +397,7 @@ sess *sess_acquire_anon(sess_store *st, const char *owner, const int32_t *tokens
         pick = calloc(1, sizeof(*pick));
         if (pick) {
             pick->anon = true;
-            pick->created_ms = pick->last_use_ms = now_ms();
+            pick->created_ms = pick->last_use_ms = (int64_t)attnd_unix_ms();
             pick->next = st->head;
             st->head = pick;
             st->n_anon++;
@@ -425,7 +419,7 @@ attnd_status sess_release(sess_store *st, sess *s, const int32_t *tokens, int n,
     attnd_status rc = set_tokens(s, tokens, n);
     if (rc == ATTND_OK) s->version++;
     s->busy = false;
-    s->last_use_ms = now_ms();
+    s->last_use_ms = (int64_t)attnd_unix_ms();
     pthread_mutex_unlock(&st->mu);
     return rc == ATTND_OK ? ATTND_OK : attnd_fail(err, rc, "out of memory saving the session history");
 }
