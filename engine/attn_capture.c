@@ -4,10 +4,10 @@
  * Rows are stored by absolute position, all allocated at create so that recording allocates
  * nothing: whole rows of one (layer, head) as a triangle (row p at offset p(p+1)/2, p + 1
  * floats), top_k rows as fixed k-wide slots (row p at p*k, min(p + 1, k) used). A position's row
- * is complete when every selected (layer, head) was recorded in the same evaluation; `hits`
- * counts them, restarting at the first selected (layer, head), which the engine always reports
- * first for an entry (layers in order, then heads in order), so a re-evaluated position (a
- * session truncated and extended) is counted afresh.
+ * is complete when every selected (layer, head) was recorded; an evaluation reports each of them
+ * once per entry, so `hits` counts modulo their number: a re-evaluated position (a session
+ * truncated and extended) starts again at 1 and is complete at the end of its evaluation, in
+ * whatever order the engine reports.
  */
 #include "attnd/attn_capture.h"
 
@@ -20,13 +20,12 @@ struct attn_capture {
     int *heads;              /* (n_heads) */
     int *layer_slot;         /* (model n_layer) index among the selected, or -1 */
     int *head_slot;          /* (model n_head) */
-    int first_layer, first_head; /* smallest selected: reported first for an entry */
     int top_k, n_positions;
     int k_slot;              /* floats per top_k row: min(top_k, n_positions); 0 = whole rows */
     size_t block;            /* floats per (layer, head): a triangle or n_positions * top_k */
     float *w;                /* (n_layers, n_heads, block) */
     int32_t *ix;             /* (n_layers, n_heads, block) positions of top_k weights, or NULL */
-    int *hits;               /* (n_positions) selected (layer, head) recorded in the last eval */
+    int *hits;               /* (n_positions) selected (layer, head) recorded, modulo their number */
     const kv_seq *seq;
     attn_capture *next;      /* attn_capture_link's list */
 };
@@ -76,16 +75,13 @@ uint64_t attn_capture_count(const model_info *mi, const attn_capture_params *p) 
 // ---- lifecycle ------------------------------------------------------------------------------
 
 /* slot[i] = index of model index i among list (or -1); out = the selection (list or 0..all-1). */
-static int fill_selection(int *out, int *slot, const int *list, int n, int all) {
-    int first = all;
+static void fill_selection(int *out, int *slot, const int *list, int n, int all) {
     for (int i = 0; i < all; i++) slot[i] = -1;
     int ns = n_selected(list, n, all);
     for (int i = 0; i < ns; i++) {
         out[i] = list && n > 0 ? list[i] : i;
         slot[out[i]] = i;
-        first = out[i] < first ? out[i] : first;
     }
-    return first;
 }
 
 attnd_status attn_capture_create(attn_capture **out, const model *m, const attn_capture_params *p, attnd_err *err) {
@@ -113,8 +109,8 @@ attnd_status attn_capture_create(attn_capture **out, const model *m, const attn_
         st = attnd_fail(err, ATTND_ERR_NOMEM, "out of memory for %zu attention weights", blocks * c->block);
         goto fail;
     }
-    c->first_layer = fill_selection(c->layers, c->layer_slot, p->layers, p->n_layers, mi->n_layer);
-    c->first_head = fill_selection(c->heads, c->head_slot, p->heads, p->n_heads, mi->n_head);
+    fill_selection(c->layers, c->layer_slot, p->layers, p->n_layers, mi->n_layer);
+    fill_selection(c->heads, c->head_slot, p->heads, p->n_heads, mi->n_head);
     *out = c;
     return ATTND_OK;
 fail:
@@ -171,8 +167,7 @@ static void capture_record(attn_capture *c, int layer, int head, const float *w,
     size_t off = row_offset(c, li, hi, pos);
     if (c->top_k) top_k_select(c->w + off, c->ix + off, c->k_slot, w, n_keys);
     else memcpy(c->w + off, w, sizeof(float) * (size_t)n_keys);
-    if (layer == c->first_layer && head == c->first_head) c->hits[pos] = 1;
-    else c->hits[pos]++;
+    c->hits[pos] = c->hits[pos] % (c->n_layers * c->n_heads) + 1;
 }
 
 int attn_capture_rows(const attn_capture *c, int *first) {

@@ -38,7 +38,7 @@ size_t quant_scratch_bytes(uint32_t wtype, int n_tok, int64_t n_cols);
 void quant_matmul(float *out, const void *w, uint32_t wtype, int64_t n_rows, int64_t n_cols, const float *x,
                   int n_tok, void *scratch, int n_threads);
 
-/* ---- additions (kernels helper) ---------------------------------------------------------- */
+/* ---- scalar conversions and helpers ------------------------------------------------------- */
 
 /* Scalar conversions, round-to-nearest-even, exact for subnormals, inf and nan. */
 float quant_f16_to_f32(uint16_t h);

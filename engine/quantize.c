@@ -10,13 +10,17 @@
 #include "attnd/quantize.h"
 
 #include <math.h>
+#include <stdatomic.h>
+#include <stdbool.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
 #include "attnd/gguf.h"
 #include "attnd/gguf_writer.h"
 #include "quant.h"
+#include "threads.h"
 
 #define QK 32    /* Q8_0 / Q4_0 block */
 #define QK_K 256 /* k-quant super-block */
@@ -253,6 +257,32 @@ void quantize_row(void *dst, const float *src, uint32_t type, int64_t n) {
 
 // ---- files ------------------------------------------------------------------------------------
 
+/* One conversion as pool tasks: task c converts rows [c * per, (c + 1) * per). */
+typedef struct convert_job {
+    const gguf_tensor *t;
+    uint32_t type;
+    uint8_t *dst;
+    int64_t n_cols, n_rows, per;
+    size_t in_row, out_row;
+    atomic_bool nomem;
+} convert_job;
+
+static void convert_rows(void *ctx, int c, int worker) {
+    (void)worker;
+    convert_job *j = ctx;
+    float *row = malloc(sizeof(float) * (size_t)j->n_cols); /* (n_cols) one row as F32 */
+    if (!row) {
+        atomic_store(&j->nomem, true);
+        return;
+    }
+    int64_t r1 = (c + 1) * j->per < j->n_rows ? (c + 1) * j->per : j->n_rows;
+    for (int64_t r = c * j->per; r < r1; r++) {
+        quant_dequantize_row(row, (const uint8_t *)j->t->data + (size_t)r * j->in_row, j->t->type, j->n_cols);
+        quantize_row(j->dst + (size_t)r * j->out_row, row, j->type, j->n_cols);
+    }
+    free(row);
+}
+
 /* Converts the rows of tensor t into `type`; *out receives a malloc'd buffer of the new bytes. */
 static attnd_status convert_tensor(const gguf_tensor *t, uint32_t type, void **out, uint64_t *n_bytes,
                                    attnd_err *err) {
@@ -261,23 +291,10 @@ static attnd_status convert_tensor(const gguf_tensor *t, uint32_t type, void **o
     *n_bytes = (uint64_t)out_row * (uint64_t)n_rows;
     uint8_t *dst = malloc(*n_bytes ? *n_bytes : 1);
     if (!dst) return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory converting %s", t->name);
-    bool nomem = false;
-#pragma omp parallel
-    {
-        float *row = malloc(sizeof(float) * (size_t)n_cols);
-        if (!row) {
-#pragma omp atomic write
-            nomem = true;
-        }
-#pragma omp for schedule(static)
-        for (int64_t r = 0; r < n_rows; r++) {
-            if (!row) continue;
-            quant_dequantize_row(row, (const uint8_t *)t->data + (size_t)r * in_row, t->type, n_cols);
-            quantize_row(dst + (size_t)r * out_row, row, type, n_cols);
-        }
-        free(row);
-    }
-    if (nomem) {
+    convert_job j = {t, type, dst, n_cols, n_rows, (n_rows + 63) / 64, in_row, out_row, false};
+    if (j.per < 1) j.per = 1;
+    threads_run(threads_default(), (int)((n_rows + j.per - 1) / j.per), convert_rows, &j);
+    if (atomic_load(&j.nomem)) {
         free(dst);
         return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory converting %s", t->name);
     }

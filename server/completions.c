@@ -100,7 +100,7 @@ bool gen_acquire_session(req *r, sess **se, enum MHD_Result *ret) {
         return false;
     }
     attnd_err err;
-    attnd_status st = sess_acquire(r->srv->store, id, se, &err);
+    attnd_status st = sess_acquire(r->srv->store, r->owner, id, se, &err);
     if (st != ATTND_OK) {
         *ret = http_respond_error(r, http_status_of(st, HTTP_CTX_ACQUIRE), err.msg, "session_id");
         return false;
@@ -117,7 +117,7 @@ static void job_spec(req *r, int32_t *ids, size_t n, int max_tokens, sess *se, a
     *spec = (sched_job_spec){
         .prompt = ids, .n_prompt = (int)n, .sp = q->sp, .bias = q->bias, .n_bias = q->sp.n_bias,
         .stops = q->stops, .n_stops = q->n_stops, .max_tokens = max_tokens, .top_logprobs = q->logprobs,
-        .prompt_logprobs = !r->chat && q->echo && q->logprobs >= 0, .capture = cap, .se = se,
+        .prompt_logprobs = !r->chat && q->echo && q->logprobs >= 0, .capture = cap, .se = se, .owner = r->owner,
     };
     q->bias = NULL, q->stops = NULL, q->n_stops = 0;
     if (!r->chat) return;
@@ -199,10 +199,8 @@ static enum MHD_Result respond_whole(req *r) {
 static enum MHD_Result generate(req *r, bool chat) {
     struct server *s = r->srv;
     enum MHD_Result ret = MHD_NO;
-    if (atomic_load(&s->stopping)) return http_respond_error(r, 503, "server is shutting down", NULL);
-    json_t *b = http_parse_body(r, &ret, false);
+    json_t *b = http_work_body(r, &ret);
     if (!b) return ret;
-    r->body_json = b;
     r->chat = chat;
     if (r->llama && !llama_fields(r, b, &ret)) return ret;
     const char *param = NULL;

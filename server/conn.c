@@ -13,7 +13,7 @@
 
 typedef struct tconn {
     int fd;
-    double waiting_since;     /* monotonic s when it started waiting for headers; 0 = in a request */
+    double deadline;          /* monotonic s by which request headers must have arrived; 0 = in a request */
     struct tconn *prev, *next;
 } tconn;
 
@@ -22,7 +22,7 @@ struct conn_tracker {
     pthread_cond_t cv;
     pthread_t thread;
     bool stop;
-    int max_connections, header_timeout_s;
+    int max_connections, header_timeout_s, idle_timeout_s;
     int n_open;
     tconn *head;
 };
@@ -33,16 +33,16 @@ static double mono_s(void) {
     return (double)ts.tv_sec + ts.tv_nsec / 1e9;
 }
 
-/* The watchdog: twice a second, shut down connections past their header deadline. */
+/* The watchdog: twice a second, shut down connections past their deadline. */
 static void *watchdog(void *arg) {
     conn_tracker *ct = arg;
     pthread_mutex_lock(&ct->mu);
     while (!ct->stop) {
         double now = mono_s();
         for (tconn *t = ct->head; t; t = t->next)
-            if (t->waiting_since > 0 && now - t->waiting_since > ct->header_timeout_s) {
+            if (t->deadline > 0 && now > t->deadline) {
                 shutdown(t->fd, SHUT_RDWR); /* MHD sees the end of the stream and closes the fd */
-                t->waiting_since = 0;
+                t->deadline = 0;
                 slog_debug("closed a connection that sent no complete request headers within %d s",
                            ct->header_timeout_s);
             }
@@ -56,12 +56,14 @@ static void *watchdog(void *arg) {
     return NULL;
 }
 
-attnd_status conn_tracker_create(conn_tracker **out, int max_connections, int header_timeout_s, attnd_err *err) {
+attnd_status conn_tracker_create(conn_tracker **out, int max_connections, int header_timeout_s, int idle_timeout_s,
+                                 attnd_err *err) {
     *out = NULL;
     conn_tracker *ct = calloc(1, sizeof(*ct));
     if (!ct) return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory");
     ct->max_connections = max_connections > 0 ? max_connections : 1;
     ct->header_timeout_s = header_timeout_s > 0 ? header_timeout_s : 1;
+    ct->idle_timeout_s = idle_timeout_s > 0 ? idle_timeout_s : 0;
     pthread_mutex_init(&ct->mu, NULL);
     pthread_cond_init(&ct->cv, NULL);
     if (pthread_create(&ct->thread, NULL, watchdog, ct) != 0) {
@@ -95,7 +97,7 @@ void conn_on_notify(void *cls, struct MHD_Connection *c, void **socket_context, 
         tconn *t = calloc(1, sizeof(*t));
         if (t && ci) {
             t->fd = ci->connect_fd;
-            t->waiting_since = mono_s();
+            t->deadline = mono_s() + ct->header_timeout_s;
             t->next = ct->head;
             if (ct->head) ct->head->prev = t;
             ct->head = t;
@@ -127,7 +129,7 @@ static tconn *conn_of(struct MHD_Connection *c) {
 bool conn_request_begin(conn_tracker *ct, struct MHD_Connection *c) {
     tconn *t = conn_of(c);
     pthread_mutex_lock(&ct->mu);
-    if (t) t->waiting_since = 0;
+    if (t) t->deadline = 0;
     bool ok = ct->n_open <= ct->max_connections;
     pthread_mutex_unlock(&ct->mu);
     return ok;
@@ -136,6 +138,8 @@ bool conn_request_begin(conn_tracker *ct, struct MHD_Connection *c) {
 void conn_request_end(conn_tracker *ct, struct MHD_Connection *c) {
     tconn *t = conn_of(c);
     pthread_mutex_lock(&ct->mu);
-    if (t) t->waiting_since = mono_s();
+    /* an idle keep-alive connection is MHD's to time out (idle_timeout_s); a next request that
+     * starts within it gets header_timeout_s more, so trickled headers are still bounded */
+    if (t) t->deadline = mono_s() + ct->idle_timeout_s + ct->header_timeout_s;
     pthread_mutex_unlock(&ct->mu);
 }

@@ -1,10 +1,11 @@
 /*
  * conn.h — the server's view of its TCP connections, for two protections libmicrohttpd does not
  * give by itself:
- *   - a header deadline: a connection must deliver its request headers within
- *     header_timeout_s of opening (or of its previous response, on keep-alive); otherwise it is
- *     closed. MHD's own timeout only bounds *idle* time, so a client sending one header line
- *     every few seconds could hold a slot for ever.
+ *   - a header deadline: a new connection must deliver its request headers within
+ *     header_timeout_s; after a response, a keep-alive connection gets MHD's idle timeout plus
+ *     header_timeout_s for the next request's headers. Otherwise it is closed. MHD's own timeout
+ *     only bounds *idle* time, so a client sending one header line every few seconds could hold
+ *     a slot for ever.
  *   - answering at the limit: MHD accepts up to twice max_connections; a request arriving while
  *     more than max_connections are open is answered 503 (and its connection closed) instead of
  *     the connection being reset unanswered.
@@ -23,8 +24,10 @@
 
 typedef struct conn_tracker conn_tracker;
 
-/* Starts the watchdog thread. max_connections > 0, header_timeout_s > 0. */
-attnd_status conn_tracker_create(conn_tracker **out, int max_connections, int header_timeout_s, attnd_err *err);
+/* Starts the watchdog thread. max_connections > 0, header_timeout_s > 0; idle_timeout_s is
+ * MHD's connection timeout (request_timeout_s). */
+attnd_status conn_tracker_create(conn_tracker **out, int max_connections, int header_timeout_s, int idle_timeout_s,
+                                 attnd_err *err);
 /* Stops the watchdog. Call after MHD_stop_daemon (no connection left). Accepts NULL. */
 void conn_tracker_destroy(conn_tracker *ct);
 

@@ -214,12 +214,13 @@ enum MHD_Result ep_sessions_create(req *r) {
     if (id && !json_is_null(id) && !json_is_string(id)) {
         ret = http_respond_error(r, 400, "'id' must be a string", "id");
     } else {
-        attnd_status st = sess_create(r->srv->store, json_is_string(id) ? json_string_value(id) : NULL, out, &err);
+        const char *want = json_is_string(id) ? json_string_value(id) : NULL;
+        attnd_status st = sess_create(r->srv->store, r->owner, want, out, &err);
         int code = http_status_of(st, HTTP_CTX_SESSION);
         if (st != ATTND_OK) ret = http_respond_error(r, code, err.msg, code == 400 || code == 409 ? "id" : NULL);
         else {
-            if (sess_persist(r->srv->store, out, &err) != ATTND_OK) slog_error("%s", err.msg);
-            json_t *o = sess_info_json(r->srv->store, out);
+            if (sess_persist(r->srv->store, r->owner, out, &err) != ATTND_OK) slog_error("%s", err.msg);
+            json_t *o = sess_info_json(r->srv->store, r->owner, out);
             ret = o ? http_respond_json(r, 200, o) : http_respond_error(r, 404, "session vanished", NULL);
         }
     }
@@ -227,13 +228,15 @@ enum MHD_Result ep_sessions_create(req *r) {
     return ret;
 }
 
-enum MHD_Result ep_sessions_list(req *r) { return http_respond_json(r, 200, sess_list_json(r->srv->store)); }
+enum MHD_Result ep_sessions_list(req *r) {
+    return http_respond_json(r, 200, sess_list_json(r->srv->store, r->owner));
+}
 
 static const char *session_id_of(req *r) { return r->path + strlen("/v1/sessions/"); }
 
 enum MHD_Result ep_session_get(req *r) {
     const char *id = session_id_of(r);
-    json_t *o = sess_id_valid(id) ? sess_info_json(r->srv->store, id) : NULL;
+    json_t *o = sess_id_valid(id) ? sess_info_json(r->srv->store, r->owner, id) : NULL;
     if (!o) {
         char msg[128];
         snprintf(msg, sizeof(msg), "session '%.64s' not found", id);
@@ -246,7 +249,7 @@ enum MHD_Result ep_session_delete(req *r) {
     const char *id = session_id_of(r);
     struct kv_seq *kv = NULL;
     attnd_err err;
-    attnd_status st = sess_id_valid(id) ? sess_delete(r->srv->store, id, &kv, &err)
+    attnd_status st = sess_id_valid(id) ? sess_delete(r->srv->store, r->owner, id, &kv, &err)
                                         : attnd_fail(&err, ATTND_ERR_NOT_FOUND, "session '%.64s' not found", id);
     if (st != ATTND_OK) return http_respond_error(r, http_status_of(st, HTTP_CTX_DEFAULT), err.msg, NULL);
     sched_free_kv(r->srv->sch, kv);

@@ -143,6 +143,14 @@ json_t *http_parse_body(req *r, enum MHD_Result *ret, bool allow_empty) {
     return j;
 }
 
+json_t *http_work_body(req *r, enum MHD_Result *ret) {
+    if (atomic_load(&r->srv->stopping)) {
+        *ret = http_respond_error(r, 503, "server is shutting down", NULL);
+        return NULL;
+    }
+    return r->body_json = http_parse_body(r, ret, false);
+}
+
 // ---- routing ------------------------------------------------------------------------------
 
 static const route ROUTES[] = {
@@ -189,17 +197,41 @@ static const route *route_find(const char *method, const char *path, char *allow
 
 // ---- before the body: auth, CORS preflight, caps ------------------------------------------
 
-/* Constant-time comparison of the Authorization header with "Bearer <key>". */
-static bool auth_ok(struct server *s, struct MHD_Connection *c) {
-    if (!s->api_key || !*s->api_key) return true;
-    const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
-    if (!h || strncmp(h, "Bearer ", 7) != 0) return false;
-    const char *given = h + 7;
-    size_t gl = strlen(given), kl = strlen(s->api_key);
+/* Constant-time comparison of given with the kl bytes of key. */
+static bool key_equal(const char *key, size_t kl, const char *given) {
+    size_t gl = strlen(given);
     unsigned diff = (unsigned)(gl ^ kl);
     /* always walk the whole key: the time does not depend on where a mismatch is */
-    for (size_t i = 0; i < kl; i++) diff |= (unsigned char)s->api_key[i] ^ (unsigned char)(i < gl ? given[i] : 0);
+    for (size_t i = 0; i < kl; i++) diff |= (unsigned char)key[i] ^ (unsigned char)(i < gl ? given[i] : 0);
     return diff == 0;
+}
+
+/* The owner tag of a key: 16 hex digits of a salted FNV-1a hash (never the key itself). */
+static void owner_tag(const char *key, size_t kl, char out[SESS_OWNER_MAX + 1]) {
+    uint64_t h = 0xcbf29ce484222325ull ^ 0x6174746e64ull; /* "attnd" */
+    for (size_t i = 0; i < kl; i++) h = (h ^ (unsigned char)key[i]) * 0x100000001b3ull;
+    snprintf(out, SESS_OWNER_MAX + 1, "%016llx", (unsigned long long)h);
+}
+
+/* Checks "Authorization: Bearer <key>" against the API keys (one per line of s->api_key; every
+ * key is compared, so the time does not tell which matched). With several keys, owner gets the
+ * matching key's tag: sessions and the prompt cache are scoped to it. */
+static bool auth_ok(struct server *s, struct MHD_Connection *c, char owner[SESS_OWNER_MAX + 1]) {
+    owner[0] = '\0';
+    if (!s->api_key || !*s->api_key) return true;
+    const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
+    const char *given = h && !strncmp(h, "Bearer ", 7) ? h + 7 : NULL;
+    bool several = strchr(s->api_key, '\n') != NULL, ok = false;
+    for (const char *k = s->api_key; *k;) {
+        const char *e = strchr(k, '\n');
+        size_t kl = e ? (size_t)(e - k) : strlen(k);
+        if (given && key_equal(k, kl, given) && !ok) {
+            ok = true;
+            if (several) owner_tag(k, kl, owner);
+        }
+        k += kl + (e ? 1 : 0);
+    }
+    return ok;
 }
 
 static enum MHD_Result preflight(req *r) {
@@ -242,7 +274,7 @@ static enum MHD_Result precheck(req *r, bool *done) {
     if (!safe && !origin_request_ok(origin, host, s->cors))
         return http_respond_error(r, 403, "cross-origin request refused (the origin is not in cors_origins)", NULL);
     /* /health and the playground page (which holds no data and asks for the key) are public */
-    if (strcmp(r->path, "/health") && strcmp(r->path, "/") && !auth_ok(s, r->conn))
+    if (!auth_ok(s, r->conn, r->owner) && strcmp(r->path, "/health") && strcmp(r->path, "/"))
         return http_respond_error(r, 401, "missing or invalid API key (Authorization: Bearer ...)", NULL);
     if (!r->rt) {
         char msg[320];
@@ -338,7 +370,7 @@ static int request_job_end(struct server *s, req *r, enum MHD_RequestTermination
     sched_job_output(r->job, &o);
     if (r->sess_id[0] && o.done) {
         attnd_err err;
-        if (sess_persist(s->store, r->sess_id, &err) != ATTND_OK) slog_error("%s", err.msg);
+        if (sess_persist(s->store, r->owner, r->sess_id, &err) != ATTND_OK) slog_error("%s", err.msg);
     }
     return o.n_generated;
 }

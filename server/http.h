@@ -69,6 +69,7 @@ typedef struct req {
     bool too_big;
     int status;              /* response status (for the access log and metrics) */
     int n_prompt;            /* prompt tokens, for the access log */
+    char owner[SESS_OWNER_MAX + 1]; /* the API key's owner tag ("" = one key or none; sess.h) */
     char reason[160];        /* why the request was refused (error responses), for the log */
     bool cancelled;          /* client went away mid-request */
     // ---- generation in flight ----
@@ -106,6 +107,11 @@ int http_status_of(attnd_status st, http_ctx ctx);
 /* Parses the body as a JSON object (new reference); on failure queues the 400 and returns NULL
  * with *ret set. allow_empty: an empty body reads as {}. */
 json_t *http_parse_body(req *r, enum MHD_Result *ret, bool allow_empty);
+
+/* The body of a request that will start work (generation, attention): 503 while shutting down,
+ * else http_parse_body; the object is kept in r->body_json (freed with the request) and
+ * returned borrowed. */
+json_t *http_work_body(req *r, enum MHD_Result *ret);
 
 /* True when the peer closed its side (checked without blocking). */
 bool http_client_gone(req *r);

@@ -20,12 +20,10 @@ static attnd_status bad(const char **param, const char *name, attnd_err *err, co
     __attribute__((format(printf, 4, 5)));
 static attnd_status bad(const char **param, const char *name, attnd_err *err, const char *fmt, ...) {
     *param = name;
-    if (err) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err->msg, sizeof(err->msg), fmt, ap);
-        va_end(ap);
-    }
+    va_list ap;
+    va_start(ap, fmt);
+    attnd_vfail(err, ATTND_ERR_INVALID, fmt, ap);
+    va_end(ap);
     return ATTND_ERR_INVALID;
 }
 

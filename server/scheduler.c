@@ -87,6 +87,7 @@ struct sched_job {
     bool prompt_logprobs;
     attn_capture *capture;    /* owned, may be NULL */
     sess *se;
+    char owner[SESS_OWNER_MAX + 1]; /* whose prompt cache an anonymous job may use */
 
     // ---- output: guarded by mu; cv signalled on every change ----
     pthread_mutex_t mu;
@@ -142,6 +143,7 @@ attnd_status sched_job_create(sched_job **out, sched_job_spec *spec, attnd_err *
     j->top_logprobs = spec->top_logprobs;
     j->prompt_logprobs = spec->prompt_logprobs;
     j->se = spec->se;
+    snprintf(j->owner, sizeof(j->owner), "%s", spec->owner ? spec->owner : "");
     size_t n_prompt = (size_t)(j->n_prompt > 0 ? j->n_prompt : 0), n_gen = (size_t)(j->max_tokens > 0 ? j->max_tokens : 0);
     size_t top = (size_t)(j->top_logprobs > 0 ? j->top_logprobs : 0);
     j->pieces = alloc_n(n_gen, sizeof(token_logprob));
@@ -279,7 +281,7 @@ static attnd_status slot_start(sched *s, slot *sl, sched_job *j, attnd_err *err)
     memset(sl, 0, sizeof(*sl));
     sl->job = j;
     sl->admitted = ++s->n_admitted;
-    sl->se = j->se ? j->se : sess_acquire_anon(s->store, j->prompt, j->n_prompt, s->max_anon);
+    sl->se = j->se ? j->se : sess_acquire_anon(s->store, j->owner, j->prompt, j->n_prompt, s->max_anon);
     if (!sl->se) return attnd_fail(err, ATTND_ERR_BUSY, "no prompt cache entry free");
     sl->kv = sl->se->kv;
     if (!sl->kv) {

@@ -55,6 +55,8 @@ typedef struct sched_job_spec {
                                  sched_submit succeeds the scheduler releases it when the job
                                  ends; until then (and if create or submit fail) it stays the
                                  caller's */
+    const char *owner;        /* the API key's owner tag (sess.h); an anonymous job uses only
+                                 this owner's prompt cache. NULL = none. Copied. */
 } sched_job_spec;
 
 /* A job with one reference, output buffers sized for max_tokens and top_logprobs. On failure

@@ -92,14 +92,16 @@ attnd_status server_create(server **out, const server_settings *cfg, attnd_err *
         goto fail;
     }
     int max_conns = cfg->max_connections > 0 ? cfg->max_connections : 256;
-    if ((rc = conn_tracker_create(&s->conns, max_conns, cfg->header_timeout_s > 0 ? cfg->header_timeout_s : 10, err)))
+    int idle_s = cfg->request_timeout_s > 0 ? cfg->request_timeout_s : 30;
+    if ((rc = conn_tracker_create(&s->conns, max_conns, cfg->header_timeout_s > 0 ? cfg->header_timeout_s : 10, idle_s,
+                                  err)))
         goto fail;
     int fd = -1;
     if ((rc = listen_socket(s->host, cfg->port, &fd, err)) != ATTND_OK) goto fail;
     unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_ITC | MHD_USE_POLL;
     s->d = MHD_start_daemon(flags, 0, NULL, NULL, http_on_request, s,
                             MHD_OPTION_LISTEN_SOCKET, fd,
-                            MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)(cfg->request_timeout_s > 0 ? cfg->request_timeout_s : 30),
+                            MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)idle_s,
                             /* room above max_connections, so the excess is answered 503 (conn.h) */
                             MHD_OPTION_CONNECTION_LIMIT, (unsigned)(max_conns <= 32767 ? 2 * max_conns : 65535),
                             MHD_OPTION_NOTIFY_CONNECTION, conn_on_notify, s->conns,

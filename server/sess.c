@@ -28,12 +28,6 @@ struct sess_store {
     char *model_tag;
 };
 
-static int64_t now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 bool sess_id_valid(const char *id) {
     if (!id || !*id || *id == '.') return false;
     size_t n = 0;
@@ -52,9 +46,19 @@ int sess_common_prefix(const int32_t *a, int na, const int32_t *b, int nb) {
     return i;
 }
 
-static sess *find_named(sess_store *st, const char *id) {
+static const char *own(const char *owner) { return owner ? owner : ""; }
+
+bool sess_owner_valid(const char *owner) {
+    if (!owner) return true;
+    size_t n = strlen(owner);
+    for (size_t i = 0; i < n; i++)
+        if (!((owner[i] >= '0' && owner[i] <= '9') || (owner[i] >= 'a' && owner[i] <= 'f'))) return false;
+    return n <= SESS_OWNER_MAX;
+}
+
+static sess *find_named(sess_store *st, const char *owner, const char *id) {
     for (sess *s = st->head; s; s = s->next)
-        if (!s->anon && !strcmp(s->id, id)) return s;
+        if (!s->anon && !strcmp(s->id, id) && !strcmp(s->owner, own(owner))) return s;
     return NULL;
 }
 
@@ -78,10 +82,13 @@ static attnd_status set_tokens(sess *s, const int32_t *tokens, int n) {
     return ATTND_OK;
 }
 
-static char *path_of(const sess_store *st, const char *id, const char *suffix) {
-    size_t n = strlen(st->dir) + strlen(id) + strlen(suffix) + 2;
+/* <dir>/<id><suffix>, or <dir>/<owner>~<id><suffix> for a session made with an API key among
+ * several ('~' is never part of an id). */
+static char *path_of(const sess_store *st, const char *owner, const char *id, const char *suffix) {
+    owner = own(owner);
+    size_t n = strlen(st->dir) + strlen(owner) + strlen(id) + strlen(suffix) + 3;
     char *p = malloc(n);
-    if (p) snprintf(p, n, "%s/%s%s", st->dir, id, suffix);
+    if (p) snprintf(p, n, "%s/%s%s%s%s", st->dir, owner, *owner ? "~" : "", id, suffix);
     return p;
 }
 
@@ -92,12 +99,19 @@ static void load_one(sess_store *st, const char *fname) {
     static const char SUFFIX[] = ".session.json";
     size_t fl = strlen(fname), sl = strlen(SUFFIX);
     if (fl <= sl || strcmp(fname + fl - sl, SUFFIX) != 0) return;
-    char id[SESS_ID_MAX + 1];
-    if (fl - sl > SESS_ID_MAX) return;
-    memcpy(id, fname, fl - sl);
-    id[fl - sl] = '\0';
+    char owner[SESS_OWNER_MAX + 1] = "", id[SESS_ID_MAX + 1];
+    const char *tilde = memchr(fname, '~', fl - sl), *idp = tilde ? tilde + 1 : fname;
+    if (tilde) {
+        if ((size_t)(tilde - fname) > SESS_OWNER_MAX) return;
+        memcpy(owner, fname, (size_t)(tilde - fname));
+        owner[tilde - fname] = '\0';
+        if (!*owner || !sess_owner_valid(owner)) return;
+    }
+    if ((size_t)(fname + fl - sl - idp) > SESS_ID_MAX) return;
+    memcpy(id, idp, (size_t)(fname + fl - sl - idp));
+    id[fname + fl - sl - idp] = '\0';
     if (!sess_id_valid(id)) return;
-    char *path = path_of(st, id, SUFFIX);
+    char *path = path_of(st, owner, id, SUFFIX);
     if (!path) return;
     json_error_t je;
     json_t *root = json_load_file(path, 0, &je);
@@ -141,8 +155,9 @@ static void load_one(sess_store *st, const char *fname) {
     free(tmp);
     if (rc != ATTND_OK) goto done;
     snprintf(s->id, sizeof(s->id), "%s", id);
+    snprintf(s->owner, sizeof(s->owner), "%s", owner);
     json_t *c = json_object_get(root, "created"), *u = json_object_get(root, "last_used");
-    s->created_ms = json_is_integer(c) ? json_integer_value(c) : now_ms();
+    s->created_ms = json_is_integer(c) ? json_integer_value(c) : (int64_t)attnd_unix_ms();
     s->last_use_ms = json_is_integer(u) ? json_integer_value(u) : s->created_ms;
     s->next = st->head;
     st->head = s;
@@ -219,16 +234,18 @@ void sess_store_destroy(sess_store *st) {
 
 /* True when <state_dir>/<id>.session.json exists: a file load_one skipped (another model's, or
  * damaged) whose id must not be reused, or persisting would replace it. */
-static bool file_exists(const sess_store *st, const char *id) {
+static bool file_exists(const sess_store *st, const char *owner, const char *id) {
     if (!st->dir) return false;
-    char *path = path_of(st, id, ".session.json");
+    char *path = path_of(st, owner, id, ".session.json");
     struct stat sb;
     bool yes = !path || lstat(path, &sb) == 0; /* out of memory: refuse rather than risk it */
     free(path);
     return yes;
 }
 
-attnd_status sess_create(sess_store *st, const char *id, char out_id[SESS_ID_MAX + 1], attnd_err *err) {
+attnd_status sess_create(sess_store *st, const char *owner, const char *id, char out_id[SESS_ID_MAX + 1],
+                         attnd_err *err) {
+    if (!sess_owner_valid(owner)) return attnd_fail(err, ATTND_ERR_INVALID, "bad session owner tag");
     char gen[SESS_ID_MAX + 1];
     if (!id) {
         attnd_random_id(gen, sizeof(gen), "sess-");
@@ -238,9 +255,9 @@ attnd_status sess_create(sess_store *st, const char *id, char out_id[SESS_ID_MAX
     }
     pthread_mutex_lock(&st->mu);
     attnd_status rc = ATTND_OK;
-    if (find_named(st, id)) {
+    if (find_named(st, owner, id)) {
         rc = attnd_fail(err, ATTND_ERR_BUSY, "session '%s' already exists", id);
-    } else if (file_exists(st, id)) { /* another model's (or a damaged) file: never overwritten */
+    } else if (file_exists(st, owner, id)) { /* another model's (or a damaged) file: never overwritten */
         rc = attnd_fail(err, ATTND_ERR_BUSY, "session id '%s' is taken by a saved session this server did not load", id);
     } else if (st->n_named >= st->max_sessions) {
         rc = attnd_fail(err, ATTND_ERR_NOMEM, "session limit reached (%d); delete a session first", st->max_sessions);
@@ -250,7 +267,8 @@ attnd_status sess_create(sess_store *st, const char *id, char out_id[SESS_ID_MAX
             rc = attnd_fail(err, ATTND_ERR_NOMEM, "out of memory");
         } else {
             snprintf(s->id, sizeof(s->id), "%s", id);
-            s->created_ms = s->last_use_ms = now_ms();
+            snprintf(s->owner, sizeof(s->owner), "%s", own(owner));
+            s->created_ms = s->last_use_ms = (int64_t)attnd_unix_ms();
             s->version = 1; /* an empty session is persisted too, so it survives a restart */
             s->next = st->head;
             st->head = s;
@@ -262,11 +280,11 @@ attnd_status sess_create(sess_store *st, const char *id, char out_id[SESS_ID_MAX
     return rc;
 }
 
-attnd_status sess_acquire(sess_store *st, const char *id, sess **out, attnd_err *err) {
+attnd_status sess_acquire(sess_store *st, const char *owner, const char *id, sess **out, attnd_err *err) {
     *out = NULL;
     pthread_mutex_lock(&st->mu);
     attnd_status rc = ATTND_OK;
-    sess *s = id ? find_named(st, id) : NULL;
+    sess *s = id ? find_named(st, owner, id) : NULL;
     if (!s) rc = attnd_fail(err, ATTND_ERR_NOT_FOUND, "session '%s' not found", id ? id : "");
     else if (s->busy) rc = attnd_fail(err, ATTND_ERR_BUSY, "session '%s' is busy with another request", id);
     else {
@@ -277,13 +295,14 @@ attnd_status sess_acquire(sess_store *st, const char *id, sess **out, attnd_err 
     return rc;
 }
 
-sess *sess_acquire_anon(sess_store *st, const int32_t *tokens, int n, int max_anon) {
+sess *sess_acquire_anon(sess_store *st, const char *owner, const int32_t *tokens, int n, int max_anon) {
     pthread_mutex_lock(&st->mu);
     sess *best = NULL, *lru = NULL;
     int best_len = 0;
     for (sess *s = st->head; s; s = s->next) {
         if (!s->anon || s->busy) continue;
-        int l = sess_common_prefix(s->tokens, s->kv ? s->kv_len : 0, tokens, n);
+        /* another owner's cache is never matched: its prefix would tell what they asked */
+        int l = strcmp(s->owner, own(owner)) ? 0 : sess_common_prefix(s->tokens, s->kv ? s->kv_len : 0, tokens, n);
         if (l > best_len) best_len = l, best = s;
         if (!lru || s->last_use_ms < lru->last_use_ms) lru = s;
     }
@@ -294,13 +313,18 @@ sess *sess_acquire_anon(sess_store *st, const int32_t *tokens, int n, int max_an
         pick = calloc(1, sizeof(*pick));
         if (pick) {
             pick->anon = true;
-            pick->created_ms = pick->last_use_ms = now_ms();
+            pick->created_ms = pick->last_use_ms = (int64_t)attnd_unix_ms();
             pick->next = st->head;
             st->head = pick;
             st->n_anon++;
         }
     }
     if (!pick) pick = best ? best : lru;
+    if (pick && strcmp(pick->owner, own(owner))) { /* taken over: nothing of the old owner's is kept */
+        pick->n_tokens = 0;
+        pick->kv_len = 0;
+        snprintf(pick->owner, sizeof(pick->owner), "%s", own(owner));
+    }
     if (pick) pick->busy = true;
     pthread_mutex_unlock(&st->mu);
     return pick;
@@ -311,7 +335,7 @@ attnd_status sess_release(sess_store *st, sess *s, const int32_t *tokens, int n,
     attnd_status rc = set_tokens(s, tokens, n);
     if (rc == ATTND_OK) s->version++;
     s->busy = false;
-    s->last_use_ms = now_ms();
+    s->last_use_ms = (int64_t)attnd_unix_ms();
     pthread_mutex_unlock(&st->mu);
     return rc == ATTND_OK ? ATTND_OK : attnd_fail(err, rc, "out of memory saving the session history");
 }
@@ -349,12 +373,12 @@ void sess_abandon(sess_store *st, sess *s) {
     pthread_mutex_unlock(&st->mu);
 }
 
-attnd_status sess_delete(sess_store *st, const char *id, struct kv_seq **kv, attnd_err *err) {
+attnd_status sess_delete(sess_store *st, const char *owner, const char *id, struct kv_seq **kv, attnd_err *err) {
     *kv = NULL;
     pthread_mutex_lock(&st->mu);
     attnd_status rc = ATTND_OK;
     sess **pp = &st->head;
-    while (*pp && ((*pp)->anon || strcmp((*pp)->id, id))) pp = &(*pp)->next;
+    while (*pp && ((*pp)->anon || strcmp((*pp)->id, id) || strcmp((*pp)->owner, own(owner)))) pp = &(*pp)->next;
     sess *s = *pp;
     if (!s) rc = attnd_fail(err, ATTND_ERR_NOT_FOUND, "session '%s' not found", id);
     else if (s->busy) rc = attnd_fail(err, ATTND_ERR_BUSY, "session '%s' is busy with another request", id);
@@ -363,7 +387,7 @@ attnd_status sess_delete(sess_store *st, const char *id, struct kv_seq **kv, att
         st->n_named--;
         *kv = s->kv;
         if (st->dir) {
-            char *p = path_of(st, s->id, ".session.json");
+            char *p = path_of(st, s->owner, s->id, ".session.json");
             if (p && unlink(p) != 0 && errno != ENOENT) slog_warn("cannot remove %s: %s", p, strerror(errno));
             free(p);
         }
@@ -418,10 +442,10 @@ out:
     return rc;
 }
 
-attnd_status sess_persist(sess_store *st, const char *id, attnd_err *err) {
+attnd_status sess_persist(sess_store *st, const char *owner, const char *id, attnd_err *err) {
     if (!st->dir) return ATTND_OK;
     pthread_mutex_lock(&st->mu);
-    sess *s = find_named(st, id);
+    sess *s = find_named(st, owner, id);
     if (!s || s->version == s->persisted_version) {
         pthread_mutex_unlock(&st->mu);
         return ATTND_OK;
@@ -432,12 +456,13 @@ attnd_status sess_persist(sess_store *st, const char *id, attnd_err *err) {
     json_object_set_new(root, "version", json_integer(1));
     json_object_set_new(root, "id", json_string(s->id));
     json_object_set_new(root, "model", json_string(st->model_tag));
+    if (*s->owner) json_object_set_new(root, "owner", json_string(s->owner));
     json_object_set_new(root, "created", json_integer(s->created_ms));
     json_object_set_new(root, "last_used", json_integer(s->last_use_ms));
     for (int i = 0; i < s->n_tokens; i++) json_array_append_new(toks, json_integer(s->tokens[i]));
     json_object_set_new(root, "tokens", toks);
     uint64_t version = s->version;
-    char *path = path_of(st, s->id, ".session.json");
+    char *path = path_of(st, s->owner, s->id, ".session.json");
     pthread_mutex_unlock(&st->mu);
 
     char *text = json_dumps(root, JSON_COMPACT);
@@ -448,7 +473,7 @@ attnd_status sess_persist(sess_store *st, const char *id, attnd_err *err) {
     if (rc == ATTND_OK) {
         pthread_mutex_lock(&st->mu);
         /* the session may have been deleted meanwhile: then remove what we just wrote */
-        sess *again = find_named(st, id);
+        sess *again = find_named(st, owner, id);
         if (!again) unlink(path);
         else if (again->persisted_version < version) again->persisted_version = version;
         pthread_mutex_unlock(&st->mu);
@@ -464,20 +489,29 @@ int sess_persist_all(sess_store *st) {
     int n = 0;
     for (sess *s = st->head; s; s = s->next) n += !s->anon && s->version != s->persisted_version;
     char (*ids)[SESS_ID_MAX + 1] = calloc(n ? n : 1, sizeof(*ids));
+    char (*owners)[SESS_OWNER_MAX + 1] = calloc(n ? n : 1, sizeof(*owners));
     int k = 0;
-    for (sess *s = st->head; s && ids; s = s->next)
-        if (!s->anon && s->version != s->persisted_version) snprintf(ids[k++], sizeof(ids[0]), "%s", s->id);
+    for (sess *s = st->head; s && ids && owners; s = s->next)
+        if (!s->anon && s->version != s->persisted_version) {
+            snprintf(owners[k], sizeof(owners[0]), "%s", s->owner);
+            snprintf(ids[k++], sizeof(ids[0]), "%s", s->id);
+        }
     pthread_mutex_unlock(&st->mu);
-    if (!ids) return n;
+    if (!ids || !owners) {
+        free(ids);
+        free(owners);
+        return n;
+    }
     int fails = 0;
     for (int i = 0; i < k; i++) {
         attnd_err e;
-        if (sess_persist(st, ids[i], &e) != ATTND_OK) {
+        if (sess_persist(st, owners[i], ids[i], &e) != ATTND_OK) {
             slog_error("%s", e.msg);
             fails++;
         }
     }
     free(ids);
+    free(owners);
     return fails;
 }
 
@@ -496,19 +530,19 @@ static json_t *info_locked(const sess *s) {
     return o;
 }
 
-json_t *sess_info_json(sess_store *st, const char *id) {
+json_t *sess_info_json(sess_store *st, const char *owner, const char *id) {
     pthread_mutex_lock(&st->mu);
-    sess *s = find_named(st, id);
+    sess *s = find_named(st, owner, id);
     json_t *o = s ? info_locked(s) : NULL;
     pthread_mutex_unlock(&st->mu);
     return o;
 }
 
-json_t *sess_list_json(sess_store *st) {
+json_t *sess_list_json(sess_store *st, const char *owner) {
     json_t *root = json_object(), *arr = json_array();
     pthread_mutex_lock(&st->mu);
     for (sess *s = st->head; s; s = s->next)
-        if (!s->anon) json_array_append_new(arr, info_locked(s));
+        if (!s->anon && !strcmp(s->owner, own(owner))) json_array_append_new(arr, info_locked(s));
     pthread_mutex_unlock(&st->mu);
     json_object_set_new(root, "object", json_string("list"));
     json_object_set_new(root, "data", arr);

@@ -13,6 +13,11 @@
  * Files whose model tag differs from the loaded model's are left alone: not loaded, and their ids
  * cannot be created (409), so they are never overwritten. The directory must be writable.
  *
+ * Owners: with several API keys, each session and prompt-cache entry belongs to the key that
+ * made it (an owner tag derived from the key, "" or NULL = none). Every lookup takes the owner:
+ * another owner's session is "not found", not listed, and its cached prompt never matched; its
+ * file is <owner>~<id>.session.json with an "owner" field.
+ *
  * Thread-safety: every function takes the store's mutex; sess pointers handed out by
  * sess_acquire stay valid until sess_release (a busy session cannot be deleted).
  */
@@ -28,9 +33,11 @@
 struct kv_seq;
 
 #define SESS_ID_MAX 64
+#define SESS_OWNER_MAX 16 /* hex digits of an owner tag */
 
 typedef struct sess {
     char id[SESS_ID_MAX + 1]; /* "" for anonymous prompt-cache entries */
+    char owner[SESS_OWNER_MAX + 1]; /* the API key's tag ("" = none): only it can see this entry */
     bool anon;
     int32_t *tokens;          /* (n_tokens) history: every prompt and generated token, in order */
     int n_tokens, cap_tokens;
@@ -55,17 +62,20 @@ void sess_store_destroy(sess_store *st);
 
 /* True for 1..64 characters of [A-Za-z0-9._-], not starting with '.'. */
 bool sess_id_valid(const char *id);
+/* True for NULL or 0..16 lower-case hex digits. */
+bool sess_owner_valid(const char *owner);
 
 /* Creates a named session. id NULL = generate one. Copies the final id into out_id.
  * Errors: INVALID (bad id), BUSY (id taken, also by a file not loaded -> 409), NOMEM
  * (max_sessions reached, or OOM). */
-attnd_status sess_create(sess_store *st, const char *id, char out_id[SESS_ID_MAX + 1], attnd_err *err);
+attnd_status sess_create(sess_store *st, const char *owner, const char *id, char out_id[SESS_ID_MAX + 1],
+                         attnd_err *err);
 /* Marks the session busy and returns it. NOT_FOUND, or BUSY when a request is running on it. */
-attnd_status sess_acquire(sess_store *st, const char *id, sess **out, attnd_err *err);
-/* The idle anonymous entry sharing the longest prefix with tokens, marked busy; creates one
- * while fewer than max_anon exist, else reuses the least recently used idle one. NULL when all
- * are busy. */
-sess *sess_acquire_anon(sess_store *st, const int32_t *tokens, int n, int max_anon);
+attnd_status sess_acquire(sess_store *st, const char *owner, const char *id, sess **out, attnd_err *err);
+/* The idle anonymous entry of owner sharing the longest prefix with tokens, marked busy; creates
+ * one while fewer than max_anon exist, else reuses the least recently used idle one (emptied
+ * first when it belonged to another owner). NULL when all are busy. */
+sess *sess_acquire_anon(sess_store *st, const char *owner, const int32_t *tokens, int n, int max_anon);
 /* Ends a request: the history becomes tokens[0..n) (copied), busy cleared, last use now. */
 attnd_status sess_release(sess_store *st, sess *s, const int32_t *tokens, int n, attnd_err *err);
 /* Records the KV state after the scheduler changed it. */
@@ -78,19 +88,19 @@ struct kv_seq *sess_evict_lru(sess_store *st);
 void sess_abandon(sess_store *st, sess *s);
 /* Removes a named session (and its file). Hands back its KV handle in *kv for the scheduler
  * to destroy. NOT_FOUND, BUSY. */
-attnd_status sess_delete(sess_store *st, const char *id, struct kv_seq **kv, attnd_err *err);
+attnd_status sess_delete(sess_store *st, const char *owner, const char *id, struct kv_seq **kv, attnd_err *err);
 /* Detaches every KV handle (shutdown): calls fn on each. */
 void sess_take_all_kv(sess_store *st, void (*fn)(struct kv_seq *kv));
 
 /* Writes a named session's history to disk if it changed (no-op without a state dir). */
-attnd_status sess_persist(sess_store *st, const char *id, attnd_err *err);
+attnd_status sess_persist(sess_store *st, const char *owner, const char *id, attnd_err *err);
 /* Persists every changed session (shutdown). Returns the number of failures. */
 int sess_persist_all(sess_store *st);
 
 /* {"id","object":"session","tokens","kv_tokens","kv_bytes","busy","created","last_used"} (new ref) */
-json_t *sess_info_json(sess_store *st, const char *id);
+json_t *sess_info_json(sess_store *st, const char *owner, const char *id);
 /* {"object":"list","data":[...]} (new ref), named sessions only */
-json_t *sess_list_json(sess_store *st);
+json_t *sess_list_json(sess_store *st, const char *owner);
 int sess_count(sess_store *st);
 
 /* Length of the common prefix of a[0..na) and b[0..nb). */

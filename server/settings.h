@@ -3,12 +3,12 @@
  * deployment layer (systemd notify) attaches to.
  *
  * Who fills it: server_settings_default() gives safe defaults (loopback only, no API key, CORS
- * off, bounded everything); the configuration module (server/config.c, deploy branch) overlays
- * a config file, environment and flags; until then cli/cmd_serve.c parses a few flags itself.
+ * off, bounded everything); the configuration module (server/config.c) overlays a config file,
+ * environment and flags, as cli/cmd_serve.c asks it to.
  * The server reads the struct once at start and keeps its own copies of the strings it needs.
  *
- * Ownership: string fields are borrowed by the server for the duration of server_create()/
- * server_run(); whoever fills them (config module or cmd_serve.c) keeps them alive that long.
+ * Ownership: string fields are borrowed by server_create(), which copies them; whoever fills
+ * them (the config module) keeps them alive until it returns.
  * A NULL string means "not set".
  */
 #ifndef ATTND_SERVER_SETTINGS_H

@@ -341,3 +341,37 @@ Test(attn_capture, count_is_layers_times_heads_times_row_lengths) {
     p.top_k = 50; /* larger than any row */
     cr_assert_eq(attn_capture_count(&mi, &p), 2u * 55u);
 }
+
+Test(attn_capture, a_truncated_and_extended_sequence_gets_its_new_rows) {
+    rig r;
+    rig_open(&r, "llama", 16);
+    enum { N = 28, KEEP = 10 };
+    int32_t first_try[N], tok[N];
+    random_tokens(first_try, N, r.sp.n_vocab, 31);
+    random_tokens(tok, N, r.sp.n_vocab, 32);
+    memcpy(tok, first_try, sizeof(int32_t) * KEEP); /* the same first KEEP tokens, then others */
+    attnd_err err;
+    kv_seq *s;
+    cr_assert_eq(kv_seq_create(&s, r.pool, &err), ATTND_OK);
+    int layers[] = {1};
+    attn_capture_params p = {.layers = layers, .n_layers = 1, .n_positions = N};
+    attn_capture *c;
+    cr_assert_eq(attn_capture_create(&c, r.m, &p, &err), ATTND_OK);
+    attn_capture_bind(c, s);
+    attn_hook h;
+    attn_hook_install(&h, r.e, c, NULL, 0);
+    feed(r.e, s, first_try, N, 16);
+    kv_seq_truncate(s, KEEP); /* as the scheduler keeps a session's common prefix */
+    feed(r.e, s, tok + KEEP, N - KEEP, 16);
+    attn_hook_remove(&h);
+    int first, n = attn_capture_rows(c, &first);
+    cr_assert_eq(first, 0);
+    cr_assert_eq(n, N);
+    double *ref = reference(&r, tok, N);
+    double worst = worst_vs_reference(c, ref, r.sp.n_head, N, 0, N);
+    cr_assert(worst <= 1e-3, "max |capture - reference of the final sequence| = %g", worst);
+    free(ref);
+    kv_seq_destroy(s);
+    attn_capture_destroy(c);
+    rig_close(&r);
+}

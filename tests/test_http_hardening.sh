@@ -149,6 +149,35 @@ code=$(post "$tok_PORT" /tokenize '{"content":"hi</s>","with_pieces":true}')
 check "a small tokenize still answers pieces ($code)" grep -q '"piece":"</s>"' "$TMP/body"
 stop_server tok || bad "SIGTERM exit status (tok)"
 
+# ---- 11: with several API keys, sessions and the prompt cache belong to the key that made them --
+printf 'key-alpha-%s\nkey-beta-%s\n' $$ $$ >"$TMP/keys"
+start_server keys --model "$MODEL" --threads 1 --api-key-file "$TMP/keys" --state-dir "$TMP/kstate"
+KA=(-H "Authorization: Bearer key-alpha-$$")
+KB=(-H "Authorization: Bearer key-beta-$$")
+code=$(post "$keys_PORT" /v1/sessions '{"id":"mine"}' "${KA[@]}")
+check "key A creates session 'mine' ($code)" test "$code" = 200
+curl -s "${KB[@]}" "http://127.0.0.1:$keys_PORT/v1/sessions" >"$TMP/list"
+check "key B does not see it listed" bash -c "! grep -q mine '$TMP/list'"
+code=$(curl -s -o /dev/null -w '%{http_code}' "${KB[@]}" "http://127.0.0.1:$keys_PORT/v1/sessions/mine")
+check "nor by id ($code)" test "$code" = 404
+code=$(post "$keys_PORT" /v1/completions '{"prompt":"x","max_tokens":1,"session_id":"mine"}' "${KB[@]}")
+check "nor use it ($code)" test "$code" = 404
+code=$(post "$keys_PORT" /v1/sessions '{"id":"mine"}' "${KB[@]}")
+check "key B can have its own 'mine' ($code)" test "$code" = 200
+cached() { # cached_tokens of a completion of a fixed long prompt with the given key
+    post "$keys_PORT" /v1/completions \
+        '{"prompt":"The state of the union is strong, and the people of this nation are its strength.","max_tokens":1}' \
+        "$@" >/dev/null
+    sed -n 's/.*"cached_tokens":\([0-9]*\).*/\1/p' "$TMP/body"
+}
+cached "${KA[@]}" >/dev/null
+a2=$(cached "${KA[@]}")
+b1=$(cached "${KB[@]}")
+check "the same key reuses its cached prompt (${a2:-none} cached)" test "${a2:-0}" -gt 0
+check "another key does not ($b1 cached)" test "${b1:-x}" = 0
+stop_server keys || bad "SIGTERM exit status (keys)"
+check "session files are per key" test "$(ls "$TMP/kstate" | grep -c '~mine.session.json')" = 2
+
 # ---- 9: an unwritable state directory stops the start-up -------------------------------------
 touch "$TMP/plainfile"
 timeout 60 "$ATTND_BINARY" serve --host 127.0.0.1 --port 0 --model "$MODEL" --threads 1 \

@@ -274,13 +274,13 @@ Test(attn_api, a_session_reuses_its_prefix_and_rows_start_after_it) {
     cr_assert_eq(sched_create(&sch, m, tok, store, &cfg, &err), ATTND_OK, "%s", err.msg);
     sess *se;
     char id[SESS_ID_MAX + 1];
-    cr_assert_eq(sess_create(store, "s1", id, &err), ATTND_OK, "%s", err.msg);
+    cr_assert_eq(sess_create(store, NULL, "s1", id, &err), ATTND_OK, "%s", err.msg);
     int32_t turn1[] = {1, 571, 262, 545}, turn2[] = {1, 571, 262, 545, 270, 262, 502, 443};
-    cr_assert_eq(sess_acquire(store, "s1", &se, &err), ATTND_OK);
+    cr_assert_eq(sess_acquire(store, NULL, "s1", &se, &err), ATTND_OK);
     sched_job *j1 = job(turn1, 4, 2, NULL, se); /* evaluates (and caches) the prompt */
     sched_submit(sch, j1, NULL);
     run_to_end(j1);
-    cr_assert_eq(sess_acquire(store, "s1", &se, &err), ATTND_OK);
+    cr_assert_eq(sess_acquire(store, NULL, "s1", &se, &err), ATTND_OK);
     attn_capture *cap;
     attn_capture_params p = {.n_positions = 8};
     cr_assert_eq(attn_capture_create(&cap, m, &p, &err), ATTND_OK);

@@ -177,9 +177,9 @@ Test(scheduler, a_session_turn_caches_the_whole_conversation) {
     if (model_missing()) return;
     start();
     char id[SESS_ID_MAX + 1];
-    cr_assert_eq(sess_create(store, "s", id, NULL), ATTND_OK);
+    cr_assert_eq(sess_create(store, NULL, "s", id, NULL), ATTND_OK);
     sess *se;
-    cr_assert_eq(sess_acquire(store, "s", &se, NULL), ATTND_OK);
+    cr_assert_eq(sess_acquire(store, NULL, "s", &se, NULL), ATTND_OK);
     int32_t *ids;
     size_t n;
     cr_assert_eq(tok_encode(tok, "Once upon a time", 16, true, false, &ids, &n, NULL), ATTND_OK);
@@ -192,7 +192,7 @@ Test(scheduler, a_session_turn_caches_the_whole_conversation) {
     memcpy(p2, oa.prompt, oa.n_prompt * sizeof(int32_t));
     for (int i = 0; i < oa.n_pieces; i++) p2[oa.n_prompt + i] = oa.pieces[i].id;
     for (int i = 0; i < 3; i++) p2[n2 - 3 + i] = 300 + i;
-    cr_assert_eq(sess_acquire(store, "s", &se, NULL), ATTND_OK);
+    cr_assert_eq(sess_acquire(store, NULL, "s", &se, NULL), ATTND_OK);
     sched_job *b = job_for_ids(p2, (size_t)n2, 4, se);
     sched_submit(sch, b, NULL);
     sched_output ob = wait_done(b);

@@ -57,14 +57,14 @@ Test(sess, create_generates_or_takes_ids_and_refuses_duplicates) {
     sess_store *st;
     cr_assert_eq(sess_store_create(&st, NULL, "m", 10, NULL), ATTND_OK);
     char id[SESS_ID_MAX + 1], id2[SESS_ID_MAX + 1];
-    cr_assert_eq(sess_create(st, NULL, id, NULL), ATTND_OK);
+    cr_assert_eq(sess_create(st, NULL, NULL, id, NULL), ATTND_OK);
     cr_assert(sess_id_valid(id));
-    cr_assert_eq(sess_create(st, "mine", id2, NULL), ATTND_OK);
+    cr_assert_eq(sess_create(st, NULL, "mine", id2, NULL), ATTND_OK);
     cr_assert_str_eq(id2, "mine");
     attnd_err err;
-    cr_assert_eq(sess_create(st, "mine", id2, &err), ATTND_ERR_BUSY);
+    cr_assert_eq(sess_create(st, NULL, "mine", id2, &err), ATTND_ERR_BUSY);
     cr_assert(strstr(err.msg, "mine"));
-    cr_assert_eq(sess_create(st, "bad/id", id2, &err), ATTND_ERR_INVALID);
+    cr_assert_eq(sess_create(st, NULL, "bad/id", id2, &err), ATTND_ERR_INVALID);
     cr_assert_eq(sess_count(st), 2);
     sess_store_destroy(st);
 }
@@ -73,9 +73,9 @@ Test(sess, max_sessions_is_enforced) {
     sess_store *st;
     cr_assert_eq(sess_store_create(&st, NULL, "m", 2, NULL), ATTND_OK);
     char id[SESS_ID_MAX + 1];
-    cr_assert_eq(sess_create(st, "a", id, NULL), ATTND_OK);
-    cr_assert_eq(sess_create(st, "b", id, NULL), ATTND_OK);
-    cr_assert_eq(sess_create(st, "c", id, NULL), ATTND_ERR_NOMEM);
+    cr_assert_eq(sess_create(st, NULL, "a", id, NULL), ATTND_OK);
+    cr_assert_eq(sess_create(st, NULL, "b", id, NULL), ATTND_OK);
+    cr_assert_eq(sess_create(st, NULL, "c", id, NULL), ATTND_ERR_NOMEM);
     sess_store_destroy(st);
 }
 
@@ -83,19 +83,19 @@ Test(sess, a_busy_session_cannot_be_acquired_or_deleted) {
     sess_store *st;
     cr_assert_eq(sess_store_create(&st, NULL, "m", 10, NULL), ATTND_OK);
     char id[SESS_ID_MAX + 1];
-    sess_create(st, "s", id, NULL);
+    sess_create(st, NULL, "s", id, NULL);
     sess *s, *s2;
-    cr_assert_eq(sess_acquire(st, "s", &s, NULL), ATTND_OK);
-    cr_assert_eq(sess_acquire(st, "s", &s2, NULL), ATTND_ERR_BUSY);
+    cr_assert_eq(sess_acquire(st, NULL, "s", &s, NULL), ATTND_OK);
+    cr_assert_eq(sess_acquire(st, NULL, "s", &s2, NULL), ATTND_ERR_BUSY);
     struct kv_seq *kv;
-    cr_assert_eq(sess_delete(st, "s", &kv, NULL), ATTND_ERR_BUSY);
+    cr_assert_eq(sess_delete(st, NULL, "s", &kv, NULL), ATTND_ERR_BUSY);
     int32_t hist[] = {1, 2, 3};
     cr_assert_eq(sess_release(st, s, hist, 3, NULL), ATTND_OK);
-    cr_assert_eq(sess_acquire(st, "s", &s2, NULL), ATTND_OK);
+    cr_assert_eq(sess_acquire(st, NULL, "s", &s2, NULL), ATTND_OK);
     cr_assert_eq(s2->n_tokens, 3);
     sess_abandon(st, s2);
-    cr_assert_eq(sess_delete(st, "s", &kv, NULL), ATTND_OK);
-    cr_assert_eq(sess_acquire(st, "s", &s2, NULL), ATTND_ERR_NOT_FOUND);
+    cr_assert_eq(sess_delete(st, NULL, "s", &kv, NULL), ATTND_OK);
+    cr_assert_eq(sess_acquire(st, NULL, "s", &s2, NULL), ATTND_ERR_NOT_FOUND);
     sess_store_destroy(st);
 }
 
@@ -103,19 +103,19 @@ Test(sess, anonymous_entries_are_picked_by_longest_common_prefix) {
     sess_store *st;
     cr_assert_eq(sess_store_create(&st, NULL, "m", 10, NULL), ATTND_OK);
     int32_t a[] = {1, 10, 11, 12}, b[] = {1, 20, 21, 22};
-    sess *ea = sess_acquire_anon(st, a, 4, 4);
+    sess *ea = sess_acquire_anon(st, NULL, a, 4, 4);
     sess_set_kv(st, ea, fake_kv(1), 3, 100);
     sess_release(st, ea, a, 4, NULL);
-    sess *eb = sess_acquire_anon(st, b, 4, 4);
+    sess *eb = sess_acquire_anon(st, NULL, b, 4, 4);
     cr_assert_neq(ea, eb, "the only idle entry shares just BOS, so a new one is made");
     sess_set_kv(st, eb, fake_kv(2), 3, 100);
     sess_release(st, eb, b, 4, NULL);
     int32_t q[] = {1, 20, 21, 99};
-    sess *pick = sess_acquire_anon(st, q, 4, 4);
+    sess *pick = sess_acquire_anon(st, NULL, q, 4, 4);
     cr_assert_eq(pick, eb);
     cr_assert_eq(sess_common_prefix(pick->tokens, pick->kv_len, q, 4), 3);
     sess_abandon(st, pick);
-    cr_assert_eq(sess_list_json(st) ? 0 : 1, 0);
+    cr_assert_eq(sess_list_json(st, NULL) ? 0 : 1, 0);
     sess_take_all_kv(st, forget_kv);
     sess_store_destroy(st);
 }
@@ -124,19 +124,19 @@ Test(sess, eviction_takes_the_least_recently_used_idle_kv) {
     sess_store *st;
     cr_assert_eq(sess_store_create(&st, NULL, "m", 10, NULL), ATTND_OK);
     char id[SESS_ID_MAX + 1];
-    sess_create(st, "old", id, NULL);
-    sess_create(st, "new", id, NULL);
-    sess_create(st, "busy", id, NULL);
+    sess_create(st, NULL, "old", id, NULL);
+    sess_create(st, NULL, "new", id, NULL);
+    sess_create(st, NULL, "busy", id, NULL);
     sess *o, *n, *b;
     int32_t t[] = {1, 2};
-    sess_acquire(st, "old", &o, NULL);
+    sess_acquire(st, NULL, "old", &o, NULL);
     sess_set_kv(st, o, fake_kv(1), 1, 10);
     sess_release(st, o, t, 2, NULL);
     usleep(3000);
-    sess_acquire(st, "new", &n, NULL);
+    sess_acquire(st, NULL, "new", &n, NULL);
     sess_set_kv(st, n, fake_kv(2), 1, 10);
     sess_release(st, n, t, 2, NULL);
-    sess_acquire(st, "busy", &b, NULL);
+    sess_acquire(st, NULL, "busy", &b, NULL);
     sess_set_kv(st, b, fake_kv(3), 1, 10);
     cr_assert_eq(sess_evict_lru(st), fake_kv(1));
     cr_assert_null(o->kv);
@@ -152,13 +152,13 @@ Test(sess, histories_survive_a_restart_and_other_models_files_are_ignored) {
     sess_store *st;
     cr_assert_eq(sess_store_create(&st, dir, "model-A", 10, NULL), ATTND_OK);
     char id[SESS_ID_MAX + 1];
-    sess_create(st, "conv", id, NULL);
+    sess_create(st, NULL, "conv", id, NULL);
     sess *s;
-    sess_acquire(st, "conv", &s, NULL);
+    sess_acquire(st, NULL, "conv", &s, NULL);
     int32_t hist[] = {1, 415, 461, 7};
     sess_release(st, s, hist, 4, NULL);
     attnd_err err;
-    cr_assert_eq(sess_persist(st, "conv", &err), ATTND_OK, "%s", err.msg);
+    cr_assert_eq(sess_persist(st, NULL, "conv", &err), ATTND_OK, "%s", err.msg);
     sess_store_destroy(st);
 
     char path[256];
@@ -171,7 +171,7 @@ Test(sess, histories_survive_a_restart_and_other_models_files_are_ignored) {
     cr_assert(strstr(buf, "\"format\":\"attnd-session\"") && strstr(buf, "\"tokens\":[1,415,461,7]"), "%s", buf);
 
     cr_assert_eq(sess_store_create(&st, dir, "model-A", 10, NULL), ATTND_OK);
-    cr_assert_eq(sess_acquire(st, "conv", &s, NULL), ATTND_OK);
+    cr_assert_eq(sess_acquire(st, NULL, "conv", &s, NULL), ATTND_OK);
     cr_assert_eq(s->n_tokens, 4);
     cr_assert_eq(s->tokens[2], 461);
     cr_assert_null(s->kv, "KV is rebuilt on demand, never persisted");
@@ -181,7 +181,7 @@ Test(sess, histories_survive_a_restart_and_other_models_files_are_ignored) {
     cr_assert_eq(sess_store_create(&st, dir, "model-B", 10, NULL), ATTND_OK);
     cr_assert_eq(sess_count(st), 0);
     /* model A's "conv" is not model B's to take: creating it is refused, the file is untouched */
-    cr_expect_eq(sess_create(st, "conv", id, &err), ATTND_ERR_BUSY);
+    cr_expect_eq(sess_create(st, NULL, "conv", id, &err), ATTND_ERR_BUSY);
     cr_expect(strstr(err.msg, "conv"), "%s", err.msg);
     cr_expect_eq(sess_persist_all(st), 0);
     sess_store_destroy(st);
@@ -235,12 +235,62 @@ Test(sess, delete_removes_the_file) {
     sess_store *st;
     cr_assert_eq(sess_store_create(&st, dir, "m", 10, NULL), ATTND_OK);
     char id[SESS_ID_MAX + 1], path[256];
-    sess_create(st, "gone", id, NULL);
-    cr_assert_eq(sess_persist(st, "gone", NULL), ATTND_OK);
+    sess_create(st, NULL, "gone", id, NULL);
+    cr_assert_eq(sess_persist(st, NULL, "gone", NULL), ATTND_OK);
     snprintf(path, sizeof(path), "%s/gone.session.json", dir);
     cr_assert_eq(access(path, F_OK), 0);
     struct kv_seq *kv;
-    cr_assert_eq(sess_delete(st, "gone", &kv, NULL), ATTND_OK);
+    cr_assert_eq(sess_delete(st, NULL, "gone", &kv, NULL), ATTND_OK);
     cr_assert_neq(access(path, F_OK), 0);
+    sess_store_destroy(st);
+}
+
+Test(sess, owners_see_only_their_own_sessions_and_prompt_cache) {
+    sess_store *st;
+    cr_assert_eq(sess_store_create(&st, dir, "m", 10, NULL), ATTND_OK);
+    const char *a = "00000000000000aa", *b = "00000000000000bb";
+    char id[SESS_ID_MAX + 1];
+    attnd_err err;
+    cr_assert_eq(sess_create(st, a, "chat", id, &err), ATTND_OK, "%s", err.msg);
+    cr_expect_eq(sess_create(st, b, "chat", id, &err), ATTND_OK, "ids are per owner: %s", err.msg);
+    sess *s;
+    cr_expect_eq(sess_acquire(st, NULL, "chat", &s, &err), ATTND_ERR_NOT_FOUND, "no owner sees neither");
+    cr_assert_eq(sess_acquire(st, a, "chat", &s, &err), ATTND_OK);
+    int32_t hist[] = {1, 2, 3};
+    sess_release(st, s, hist, 3, NULL);
+    cr_assert_eq(sess_persist(st, a, "chat", &err), ATTND_OK, "%s", err.msg);
+    cr_assert_eq(sess_persist(st, b, "chat", &err), ATTND_OK, "%s", err.msg);
+    json_t *la = sess_list_json(st, a), *ln = sess_list_json(st, NULL);
+    cr_expect_eq(json_array_size(json_object_get(la, "data")), 1);
+    cr_expect_eq(json_array_size(json_object_get(ln, "data")), 0);
+    json_decref(la), json_decref(ln);
+    cr_expect_null(sess_info_json(st, NULL, "chat"));
+    struct kv_seq *kv;
+    cr_expect_eq(sess_delete(st, b, "nope", &kv, &err), ATTND_ERR_NOT_FOUND);
+
+    /* the prompt cache: b never matches a's cached prefix; taking a's entry over empties it */
+    int32_t prompt[] = {9, 8, 7, 6};
+    sess *an = sess_acquire_anon(st, a, prompt, 4, 1);
+    cr_assert_not_null(an);
+    sess_set_kv(st, an, fake_kv(1), 4, 64);
+    sess_release(st, an, prompt, 4, NULL);
+    sess *bn = sess_acquire_anon(st, b, prompt, 4, 1);
+    cr_assert_eq(bn, an, "the single entry is reused");
+    cr_expect_eq(bn->n_tokens, 0, "but a's history is gone");
+    cr_expect_eq(bn->kv_len, 0, "and nothing of a's KV counts as cached");
+    cr_expect_str_eq(bn->owner, b);
+    sess_abandon(st, bn);
+    sess_take_all_kv(st, forget_kv);
+    sess_store_destroy(st);
+
+    /* files are per owner and load back to the same owner */
+    char path[256];
+    snprintf(path, sizeof(path), "%s/%s~chat.session.json", dir, a);
+    cr_expect_eq(access(path, R_OK), 0, "%s", path);
+    cr_assert_eq(sess_store_create(&st, dir, "m", 10, NULL), ATTND_OK);
+    cr_assert_eq(sess_acquire(st, a, "chat", &s, &err), ATTND_OK, "%s", err.msg);
+    cr_expect_eq(s->n_tokens, 3);
+    sess_abandon(st, s);
+    cr_expect_eq(sess_acquire(st, NULL, "chat", &s, &err), ATTND_ERR_NOT_FOUND);
     sess_store_destroy(st);
 }

@@ -46,8 +46,8 @@ attnd_status engine_eval(engine *e, const batch_entry *entries, int n, float *lo
 
 /*
  * Attention inspection (off by default, no cost when off): when set, engine_eval calls cb once
- * per (layer, head, query entry) with the softmax weights over the sequence's positions 0..n_keys-1.
- * The weights pointer is valid during the call only.
+ * per (layer, head, query entry) with the softmax weights over the sequence's positions 0..n_keys-1,
+ * serially, on the thread that called engine_eval. The weights pointer is valid during the call only.
  */
 typedef void (*engine_attn_cb)(void *user, int entry, int layer, int head, const float *weights, int n_keys);
 void engine_set_attention_cb(engine *e, engine_attn_cb cb, void *user);

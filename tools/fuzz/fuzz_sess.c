@@ -37,17 +37,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     attnd_err err;
     if (sess_store_create(&st, g_dir, "m/vocab64", 4, &err) != ATTND_OK) return 0;
     sess *s = NULL;
-    if (sess_acquire(st, "fuzz", &s, &err) == ATTND_OK) {
+    if (sess_acquire(st, NULL, "fuzz", &s, &err) == ATTND_OK) {
         int n = s->n_tokens;
         int32_t *toks = malloc(((size_t)n + 1) * sizeof(int32_t));
         memcpy(toks, s->tokens, (size_t)n * sizeof(int32_t));
         toks[n] = 5;
         FUZZ_CHECK(sess_release(st, s, toks, n + 1, &err) == ATTND_OK, "release: %s", err.msg);
-        FUZZ_CHECK(sess_persist(st, "fuzz", &err) == ATTND_OK, "persist: %s", err.msg);
+        FUZZ_CHECK(sess_persist(st, NULL, "fuzz", &err) == ATTND_OK, "persist: %s", err.msg);
         sess_store_destroy(st);
         st = NULL;
         FUZZ_CHECK(sess_store_create(&st, g_dir, "m/vocab64", 4, &err) == ATTND_OK, "reopen: %s", err.msg);
-        FUZZ_CHECK(sess_acquire(st, "fuzz", &s, &err) == ATTND_OK, "reopened store lost the session: %s", err.msg);
+        FUZZ_CHECK(sess_acquire(st, NULL, "fuzz", &s, &err) == ATTND_OK, "reopened store lost the session: %s", err.msg);
         FUZZ_CHECK(s->n_tokens == n + 1 && !memcmp(s->tokens, toks, ((size_t)n + 1) * sizeof(int32_t)),
                    "history differs after persist and reload");
         sess_abandon(st, s);
