@@ -88,7 +88,7 @@ static void load_one(rstore *s, const char *fname) {
     if (id) {
         *id++ = '\0';
         if (strlen(name) > SESS_OWNER_MAX || !*name || !sess_owner_valid(name)) return;
-        snprintf(owner, sizeof(owner), "%s", name);
+        snprintf(owner, sizeof(owner), "%.16s", name); /* length checked above */
     } else {
         id = name;
     }
