@@ -8,6 +8,7 @@
  * ~/.cache/attnd/peers/llamacpp (quick when it is already there) and says where.
  * attnd and llama.cpp runs alternate, and each figure is the median of --reps runs, so a machine
  * whose load drifts affects both sides alike. A benchmark, not a test: it asserts nothing.
+ * tools/bench/tinyllama.sh drives it over model types, thread counts and prompt lengths.
  */
 #include <jansson.h>
 #include <stdint.h>
@@ -25,6 +26,7 @@
 static const char *USAGE =
     "usage: attnd bench --model PATH [--threads 1] [--prompt-len 128] [--n 128] [--reps 3]\n"
     "                   [--kv-type f16|f32] [--peer-dir DIR | --no-peer] [--growth-len N | --no-growth]\n"
+    "                   [--json]\n"
     "\n"
     "Prints attnd's prefill and decode tokens/s, the same for llama.cpp (node-llama-cpp peer) on the\n"
     "same GGUF and prompt, and their ratios; then ms/token at positions 64, 128, 256, ... of one long\n"
@@ -37,14 +39,27 @@ static const char *USAGE =
     "  --peer-dir DIR    an installed llama.cpp peer (tools/peers/llamacpp/install.sh DIR)\n"
     "  --no-peer         measure attnd only\n"
     "  --growth-len N    length of the long generation (default: the model's context, at most 2048)\n"
-    "  --no-growth       skip the long generation\n";
+    "  --no-growth       skip the long generation\n"
+    "  --json            end with one JSON line of the medians (for tools/bench/tinyllama.sh)\n";
 
 typedef struct bench_opts {
     const char *model, *peer_dir;
     int threads, prompt_len, n_gen, reps, growth_len;
-    bool no_peer, no_growth;
+    bool no_peer, no_growth, json;
     kv_type kv;
 } bench_opts;
+
+/* What one run needs: the loaded model, an engine sized for the prompt, a cache pool, and the
+ * prompt as ids and as the comma-separated list the peer takes. */
+typedef struct bench_ctx {
+    bench_opts o;
+    model *m;
+    engine *e;
+    kv_pool *pool;
+    int32_t *prompt; /* (prompt_len) */
+    char *ids;       /* "id,id,..." of prompt */
+    char *peer;      /* installed peer folder, or NULL when llama.cpp is not measured */
+} bench_ctx;
 
 static double now_ms(void) {
     struct timespec ts;
@@ -103,17 +118,20 @@ static char *find_peer(const char *given) {
 }
 
 /* One llama.cpp run; false when it failed. */
-static bool peer_run(const char *dir, const bench_opts *o, const char *ids, int n, int ctx, double *prefill_tps,
-                     double *decode_tps) {
+static bool peer_run(const bench_ctx *c, int ctx, double *prefill_tps, double *decode_tps) {
     /* the peer runs in its own directory: give it an absolute model path */
-    char *model = realpath(o->model, NULL);
+    char *model = realpath(c->o.model, NULL);
     if (!model) return false;
-    size_t cap = strlen(ids) + strlen(model) + 2048;
+    size_t cap = strlen(c->ids) + strlen(model) + strlen(c->peer) + 256;
     char *cmd = malloc(cap);
+    if (!cmd) {
+        free(model);
+        return false;
+    }
     snprintf(cmd, cap,
              "cd '%s' && node generate.mjs --model '%s' --tokens %s --n %d --threads %d --ctx %d --kv-type %s "
              "--json 2>/dev/null",
-             dir, model, ids, n, o->threads, ctx, o->kv == KV_F32 ? "f32" : "f16");
+             c->peer, model, c->ids, c->o.n_gen, c->o.threads, ctx, c->o.kv == KV_F32 ? "f32" : "f16");
     free(model);
     FILE *p = popen(cmd, "r");
     free(cmd);
@@ -130,25 +148,13 @@ static bool peer_run(const char *dir, const bench_opts *o, const char *ids, int 
     return ok;
 }
 
-typedef struct growth_log {
-    double *t; /* (n) time at which token i was chosen */
-    int n;
-} growth_log;
-
-static bool on_growth_token(void *user, int32_t id) {
-    (void)id;
-    growth_log *g = user;
-    g->t[g->n++] = now_ms();
-    return true;
-}
-
-int cmd_bench(int argc, char **argv) {
+static bench_opts parse_args(int argc, char **argv) {
     bench_opts o = {.threads = 1, .prompt_len = 128, .n_gen = 128, .reps = 3, .kv = KV_F16};
     for (int i = 1; i < argc;) {
         const char *v;
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
             fputs(USAGE, stdout);
-            return 0;
+            exit(0);
         } else if (cli_flag_value("bench", argc, argv, &i, "--model", &v)) {
             o.model = v;
         } else if (cli_flag_value("bench", argc, argv, &i, "--threads", &v)) {
@@ -168,156 +174,196 @@ int cmd_bench(int argc, char **argv) {
             else if (!strcmp(v, "f32")) o.kv = KV_F32;
             else cli_usage_error("bench", "--kv-type: '%s' is not f16 or f32", v);
         } else if (!strcmp(argv[i], "--no-peer")) {
-            o.no_peer = true;
-            i++;
+            o.no_peer = true, i++;
         } else if (!strcmp(argv[i], "--no-growth")) {
-            o.no_growth = true;
-            i++;
+            o.no_growth = true, i++;
+        } else if (!strcmp(argv[i], "--json")) {
+            o.json = true, i++;
         } else {
             cli_usage_error("bench", "unknown option '%s'", argv[i]);
         }
     }
-    char *dflt;
-    o.model = cli_resolve_model("bench", o.model, &dflt);
+    return o;
+}
 
-    int rc = 1;
-    attnd_err err;
-    model *m = NULL;
-    engine *e = NULL;
-    kv_pool *pool = NULL;
-    int32_t *prompt = NULL;
-    char *ids = NULL, *peer = NULL;
-    growth_log gl = {0};
-    double *a_pre = NULL, *a_dec = NULL, *p_pre = NULL, *p_dec = NULL;
-    if (model_load(&m, o.model, &err)) goto fail;
-    const model_info *mi = model_info_get(m);
-    if (o.prompt_len + o.n_gen > mi->n_ctx) {
-        snprintf(err.msg, sizeof(err.msg), "--prompt-len %d + --n %d exceed the context of %d", o.prompt_len,
-                 o.n_gen, mi->n_ctx);
-        goto fail;
-    }
-    if (engine_create(&e, m, o.prompt_len, o.threads, &err)) goto fail;
-    if (kv_pool_create(&pool, m, SIZE_MAX, o.kv, &err)) goto fail;
-
-    /* A fixed pseudo-random prompt (BOS first when the id exists), the same for both engines. */
-    prompt = malloc(sizeof(int32_t) * (size_t)o.prompt_len);
-    ids = malloc((size_t)o.prompt_len * 12 + 1);
-    if (!prompt || !ids) {
-        snprintf(err.msg, sizeof(err.msg), "out of memory");
-        goto fail;
-    }
+/* Loads the model, creates the engine and pool, and builds a fixed pseudo-random prompt (BOS
+ * first), the same for both engines. */
+static attnd_status bench_setup(bench_ctx *c, attnd_err *err) {
+    attnd_status st;
+    if ((st = model_load(&c->m, c->o.model, err))) return st;
+    const model_info *mi = model_info_get(c->m);
+    if (c->o.prompt_len + c->o.n_gen > mi->n_ctx)
+        return attnd_fail(err, ATTND_ERR_INVALID, "--prompt-len %d + --n %d exceed the context of %d",
+                          c->o.prompt_len, c->o.n_gen, mi->n_ctx);
+    if ((st = engine_create(&c->e, c->m, c->o.prompt_len, c->o.threads, err))) return st;
+    if ((st = kv_pool_create(&c->pool, c->m, SIZE_MAX, c->o.kv, err))) return st;
+    int n = c->o.prompt_len;
+    c->prompt = malloc(sizeof(int32_t) * (size_t)n);
+    c->ids = malloc((size_t)n * 12 + 1);
+    if (!c->prompt || !c->ids) return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory");
     uint64_t rng = 12345;
     size_t k = 0;
-    for (int i = 0; i < o.prompt_len; i++) {
+    for (int i = 0; i < n; i++) {
         rng = rng * 6364136223846793005ULL + 1442695040888963407ULL;
-        prompt[i] = i == 0 ? 1 % mi->n_vocab : (int32_t)(3 + (rng >> 33) % (uint64_t)(mi->n_vocab - 3));
-        k += (size_t)sprintf(ids + k, "%s%d", i ? "," : "", prompt[i]);
+        c->prompt[i] = i == 0 ? 1 % mi->n_vocab : (int32_t)(3 + (rng >> 33) % (uint64_t)(mi->n_vocab - 3));
+        k += (size_t)sprintf(c->ids + k, "%s%d", i ? "," : "", c->prompt[i]);
     }
-    if (!o.no_peer) peer = find_peer(o.peer_dir);
+    return ATTND_OK;
+}
 
-    printf("model %s (%s, %d layers, embd %d, vocab %d), %d thread(s), KV %s, prompt %d, generate %d\n", o.model,
-           mi->arch, mi->n_layer, mi->n_embd, mi->n_vocab, o.threads, o.kv == KV_F32 ? "f32" : "f16", o.prompt_len,
-           o.n_gen);
-    fflush(stdout);
-    a_pre = calloc((size_t)o.reps, sizeof(double)), a_dec = calloc((size_t)o.reps, sizeof(double));
-    p_pre = calloc((size_t)o.reps, sizeof(double)), p_dec = calloc((size_t)o.reps, sizeof(double));
-    if (!a_pre || !a_dec || !p_pre || !p_dec) {
-        snprintf(err.msg, sizeof(err.msg), "out of memory");
-        goto fail;
+/* One attnd run of prompt + n_gen tokens in a fresh sequence. */
+static attnd_status attnd_run(bench_ctx *c, double *prefill_tps, double *decode_tps, attnd_err *err) {
+    kv_seq *s;
+    attnd_status st = kv_seq_create(&s, c->pool, err);
+    if (st) return st;
+    engine_gen g = {.n_predict = c->o.n_gen};
+    engine_timings tm;
+    int n_out;
+    st = engine_generate(c->e, s, c->prompt, c->o.prompt_len, &g, NULL, &n_out, &tm, err);
+    kv_seq_destroy(s);
+    if (!st) {
+        *prefill_tps = c->o.prompt_len / (tm.prefill_ms / 1e3);
+        *decode_tps = tm.n_decode / (tm.decode_ms / 1e3);
     }
-    int n_peer = 0;
-    /* one untimed warm-up: page in the weights, start the thread pool */
-    for (int r = -1; r < o.reps; r++) {
-        kv_seq *s;
-        if (kv_seq_create(&s, pool, &err)) goto fail;
-        engine_gen g = {.n_predict = o.n_gen};
-        engine_timings tm;
-        int n_out;
-        attnd_status st = engine_generate(e, s, prompt, o.prompt_len, &g, NULL, &n_out, &tm, &err);
-        kv_seq_destroy(s);
-        if (st) goto fail;
-        if (r < 0) continue;
-        a_pre[r] = o.prompt_len / (tm.prefill_ms / 1e3);
-        a_dec[r] = tm.n_decode / (tm.decode_ms / 1e3);
-        if (peer && peer_run(peer, &o, ids, o.n_gen, o.prompt_len + o.n_gen + 16, &p_pre[n_peer], &p_dec[n_peer]))
+    return st;
+}
+
+/* Alternating attnd and llama.cpp runs (after one untimed attnd warm-up that pages in the
+ * weights); prints medians and ratios. */
+static attnd_status measure_speed(bench_ctx *c, attnd_err *err) {
+    int reps = c->o.reps, n_peer = 0;
+    double *v = calloc((size_t)reps * 4, sizeof(double));
+    if (!v) return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory");
+    double *a_pre = v, *a_dec = v + reps, *p_pre = v + 2 * reps, *p_dec = v + 3 * reps;
+    double scratch;
+    attnd_status st = attnd_run(c, &scratch, &scratch, err);
+    for (int r = 0; r < reps && !st; r++) {
+        st = attnd_run(c, &a_pre[r], &a_dec[r], err);
+        if (!st && c->peer &&
+            peer_run(c, c->o.prompt_len + c->o.n_gen + 16, &p_pre[n_peer], &p_dec[n_peer]))
             n_peer++;
     }
-    double ap = median(a_pre, o.reps), ad = median(a_dec, o.reps);
+    if (st) {
+        free(v);
+        return st;
+    }
+    double ap = median(a_pre, reps), ad = median(a_dec, reps);
+    double pp = n_peer ? median(p_pre, n_peer) : 0, pd = n_peer ? median(p_dec, n_peer) : 0;
     printf("%-10s %14s %14s\n", "", "prefill tok/s", "decode tok/s");
     printf("%-10s %14.1f %14.1f\n", "attnd", ap, ad);
     if (n_peer) {
-        double pp = median(p_pre, n_peer), pd = median(p_dec, n_peer);
         printf("%-10s %14.1f %14.1f\n", "llama.cpp", pp, pd);
         printf("%-10s %14.2f %14.2f   (attnd / llama.cpp, median of %d)\n", "ratio", ap / pp, ad / pd, n_peer);
-    } else if (!o.no_peer) {
+    } else if (!c->o.no_peer) {
         printf("llama.cpp: not measured (peer unavailable or failed)\n");
     }
+    if (c->o.json)
+        printf("{\"threads\": %d, \"prompt_len\": %d, \"n\": %d, \"reps\": %d, \"attnd_prefill\": %.2f, "
+               "\"attnd_decode\": %.2f, \"llamacpp_prefill\": %.2f, \"llamacpp_decode\": %.2f, \"peer_runs\": %d}\n",
+               c->o.threads, c->o.prompt_len, c->o.n_gen, reps, ap, ad, pp, pd, n_peer);
     fflush(stdout);
+    free(v);
+    return ATTND_OK;
+}
 
-    if (!o.no_growth) {
-        int len = o.growth_len ? o.growth_len : (mi->n_ctx < 2048 ? mi->n_ctx : 2048);
-        if (len > mi->n_ctx) len = mi->n_ctx;
-        gl.t = malloc(sizeof(double) * (size_t)len);
-        double *steps = malloc(sizeof(double) * (size_t)len * o.reps); /* (reps, len) ms per step */
-        double *win = malloc(sizeof(double) * 32 * (size_t)o.reps);
-        if (!gl.t || !steps || !win) {
-            free(steps), free(win);
-            snprintf(err.msg, sizeof(err.msg), "out of memory");
-            goto fail;
-        }
-        int n_steps = len;
-        for (int r = 0; r < o.reps; r++) {
-            kv_seq *s;
-            if (kv_seq_create(&s, pool, &err)) {
-                free(steps), free(win);
-                goto fail;
-            }
-            /* Prompt: one token; then len - 1 decode steps. Token i is chosen right after
-             * position i was evaluated, so t[i] - t[i-1] is the cost of the step at position i. */
-            gl.n = 0;
-            engine_gen g = {.n_predict = len - 1, .on_token = on_growth_token, .token_user = &gl};
-            int n_out;
-            attnd_status st = engine_generate(e, s, prompt, 1, &g, NULL, &n_out, NULL, &err);
-            kv_seq_destroy(s);
-            if (st) {
-                free(steps), free(win);
-                goto fail;
-            }
-            for (int i = 1; i < gl.n; i++) steps[(size_t)r * len + i] = gl.t[i] - gl.t[i - 1];
-            n_steps = gl.n;
-        }
-        printf("\ndecode cost along one generation of %d tokens (ms/token: median of positions p-16..p+15 over "
-               "%d runs):\n",
-               n_steps, o.reps);
-        printf("%8s %10s %26s\n", "position", "ms/token", "added ms per 1000 positions");
-        double prev = 0;
-        int prev_p = 0;
-        for (int p = 64; p + 16 <= n_steps; p *= 2) {
-            int nw = 0;
-            for (int r = 0; r < o.reps; r++)
-                for (int i = p - 16; i < p + 16; i++) win[nw++] = steps[(size_t)r * len + i];
-            double ms = median(win, nw);
-            if (prev_p) printf("%8d %10.4f %26.4f\n", p, ms, (ms - prev) / (p - prev_p) * 1000);
-            else printf("%8d %10.4f %26s\n", p, ms, "");
-            prev = ms, prev_p = p;
-        }
-        /* O(t) steps: ms/token = a + b*t, so the last column stays about constant (b). A step that
-         * recomputed the prefix would cost O(t^2) and that column would double at each row. */
-        free(steps), free(win);
+typedef struct growth_log {
+    double *t; /* (n) time at which token i was chosen */
+    int n;
+} growth_log;
+
+static bool on_growth_token(void *user, int32_t id) {
+    (void)id;
+    growth_log *g = user;
+    g->t[g->n++] = now_ms();
+    return true;
+}
+
+/* ms/token of the decode step at position p: the median of positions p-16..p+15 over all runs.
+ * steps is (reps, len) ms per step; win has room for 32 * reps values. */
+static double step_ms_at(const double *steps, double *win, int reps, int len, int p) {
+    int nw = 0;
+    for (int r = 0; r < reps; r++)
+        for (int i = p - 16; i < p + 16; i++) win[nw++] = steps[(size_t)r * len + i];
+    return median(win, nw);
+}
+
+/* Prints ms/token around positions 64, 128, 256, ..., and the cost at position 2000 relative to
+ * position 100 (the long-context figure of tools/bench). */
+static void print_growth(const double *steps, double *win, int reps, int len, int n_steps) {
+    printf("\ndecode cost along one generation of %d tokens (ms/token: median of positions p-16..p+15 over "
+           "%d runs):\n",
+           n_steps, reps);
+    printf("%8s %10s %26s\n", "position", "ms/token", "added ms per 1000 positions");
+    double prev = 0;
+    int prev_p = 0;
+    for (int p = 64; p + 16 <= n_steps; p *= 2) {
+        double ms = step_ms_at(steps, win, reps, len, p);
+        if (prev_p) printf("%8d %10.4f %26.4f\n", p, ms, (ms - prev) / (p - prev_p) * 1000);
+        else printf("%8d %10.4f %26s\n", p, ms, "");
+        prev = ms, prev_p = p;
     }
+    /* O(t) steps: ms/token = a + b*t, so the last column stays about constant (b). A step that
+     * recomputed the prefix would cost O(t^2) and that column would double at each row. */
+    if (n_steps >= 2016) {
+        double a = step_ms_at(steps, win, reps, len, 100), b = step_ms_at(steps, win, reps, len, 2000);
+        printf("decode at position 2000 / at position 100: %.4f / %.4f ms = %.2fx\n", b, a, b / a);
+    }
+}
+
+/* One-token prompt, then len - 1 decode steps, reps times. Token i is chosen right after position
+ * i was evaluated, so t[i] - t[i-1] is the cost of the step at position i. */
+static attnd_status measure_growth(bench_ctx *c, attnd_err *err) {
+    const model_info *mi = model_info_get(c->m);
+    int reps = c->o.reps, len = c->o.growth_len ? c->o.growth_len : (mi->n_ctx < 2048 ? mi->n_ctx : 2048);
+    if (len > mi->n_ctx) len = mi->n_ctx;
+    growth_log gl = {.t = malloc(sizeof(double) * (size_t)len)};
+    double *steps = calloc((size_t)len * reps, sizeof(double)); /* (reps, len) ms per step */
+    double *win = malloc(sizeof(double) * 32 * (size_t)reps);
+    attnd_status st = ATTND_OK;
+    if (!gl.t || !steps || !win) st = attnd_fail(err, ATTND_ERR_NOMEM, "out of memory");
+    int n_steps = len;
+    for (int r = 0; r < reps && !st; r++) {
+        kv_seq *s;
+        if ((st = kv_seq_create(&s, c->pool, err))) break;
+        gl.n = 0;
+        engine_gen g = {.n_predict = len - 1, .on_token = on_growth_token, .token_user = &gl};
+        int n_out;
+        st = engine_generate(c->e, s, c->prompt, 1, &g, NULL, &n_out, NULL, err);
+        kv_seq_destroy(s);
+        for (int i = 1; !st && i < gl.n; i++) steps[(size_t)r * len + i] = gl.t[i] - gl.t[i - 1];
+        n_steps = gl.n;
+    }
+    if (!st) print_growth(steps, win, reps, len, n_steps);
+    free(gl.t), free(steps), free(win);
+    return st;
+}
+
+int cmd_bench(int argc, char **argv) {
+    bench_ctx c = {.o = parse_args(argc, argv)};
+    char *dflt;
+    c.o.model = cli_resolve_model("bench", c.o.model, &dflt);
+    attnd_err err;
+    int rc = 1;
+    if (bench_setup(&c, &err)) goto fail;
+    if (!c.o.no_peer) c.peer = find_peer(c.o.peer_dir);
+    const model_info *mi = model_info_get(c.m);
+    printf("model %s (%s, %d layers, embd %d, vocab %d), %d thread(s), KV %s, prompt %d, generate %d\n", c.o.model,
+           mi->arch, mi->n_layer, mi->n_embd, mi->n_vocab, c.o.threads, c.o.kv == KV_F32 ? "f32" : "f16",
+           c.o.prompt_len, c.o.n_gen);
+    fflush(stdout);
+    if (measure_speed(&c, &err)) goto fail;
+    if (!c.o.no_growth && measure_growth(&c, &err)) goto fail;
     rc = 0;
     goto out;
 fail:
     fprintf(stderr, "attnd bench: %s\n", err.msg);
 out:
-    free(a_pre), free(a_dec), free(p_pre), free(p_dec);
-    free(gl.t);
-    free(peer);
-    free(ids);
-    free(prompt);
-    kv_pool_destroy(pool);
-    engine_destroy(e);
-    model_destroy(m);
+    free(c.peer);
+    free(c.ids);
+    free(c.prompt);
+    kv_pool_destroy(c.pool);
+    engine_destroy(c.e);
+    model_destroy(c.m);
     free(dflt);
     return rc;
 }

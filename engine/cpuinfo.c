@@ -4,9 +4,8 @@
  */
 #include "attnd/cpuinfo.h"
 
-#include <omp.h>
-
 #include "quant.h"
+#include "threads.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
@@ -14,8 +13,7 @@
 
 int cpuinfo_threads(int n) {
     if (n > 0) return n;
-    int p = omp_get_num_procs(); /* libgomp counts the CPUs in this process's affinity mask */
-    return p > 0 ? p : 1;
+    return threads_default(); /* affinity mask, capped by the cgroup CPU quota */
 }
 
 const char *cpuinfo_isa(void) { return quant_isa_name(quant_isa_active()); }

@@ -16,7 +16,6 @@
  * except KV blocks when a sequence crosses a block boundary.
  */
 #include <math.h>
-#include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -24,6 +23,7 @@
 #include "kv_layout.h"
 #include "model_internal.h"
 #include "quant.h"
+#include "threads.h"
 
 /* Below these amounts of work a parallel region costs more than it saves (thread wake-up is
  * several microseconds, and far worse on a loaded machine): elements of row-wise work
@@ -84,10 +84,7 @@ struct engine {
     float *cb_weights;      /* (n_ctx) softmax weights handed to attn_cb */
 };
 
-static int default_threads(void) {
-    int n = omp_get_num_procs(); /* libgomp counts the CPUs in this process's affinity mask */
-    return n > 0 ? n : 1;
-}
+static int default_threads(void) { return threads_default(); }
 
 static size_t max_scratch(size_t cur, const weight *w, int n_tok) {
     size_t s = quant_scratch_bytes(w->type, n_tok, w->cols);
@@ -205,18 +202,30 @@ void engine_set_attention_filter(engine *e, engine_attn_want want) { e->attn_wan
 
 // ---- building blocks ------------------------------------------------------------------------
 
-/* out[i] = x[i] / rms(x) * w[i] for each of n rows of dim elements (sum of squares in double,
- * as llama.cpp does, so near-ties break the same way more often). */
+typedef struct rmsnorm_job {
+    float *out;
+    const float *x, *w;
+    int dim;
+    float eps;
+} rmsnorm_job;
+
+/* Row t: out = x / rms(x) * w (sum of squares in double, as llama.cpp does, so near-ties break
+ * the same way more often). */
+static void rmsnorm_row(void *ctx, int t, int worker) {
+    (void)worker;
+    const rmsnorm_job *j = ctx;
+    const float *xr = j->x + (size_t)t * j->dim;
+    float *o = j->out + (size_t)t * j->dim;
+    double ss = 0;
+    for (int i = 0; i < j->dim; i++) ss += (double)xr[i] * xr[i];
+    float scale = (float)(1.0 / sqrt(ss / j->dim + j->eps));
+    for (int i = 0; i < j->dim; i++) o[i] = xr[i] * scale * j->w[i];
+}
+
+/* out = rmsnorm(x) * w for each of n rows of dim elements. */
 static void rmsnorm(float *out, const float *x, const float *w, int n, int dim, float eps, int n_threads) {
-#pragma omp parallel for num_threads(n_threads) if ((long)n * dim >= ROWWISE_PAR_MIN_ELEMS)
-    for (int t = 0; t < n; t++) {
-        const float *xr = x + (size_t)t * dim;
-        float *o = out + (size_t)t * dim;
-        double ss = 0;
-        for (int i = 0; i < dim; i++) ss += (double)xr[i] * xr[i];
-        float scale = (float)(1.0 / sqrt(ss / dim + eps));
-        for (int i = 0; i < dim; i++) o[i] = xr[i] * scale * w[i];
-    }
+    rmsnorm_job j = {out, x, w, dim, eps};
+    threads_run((long)n * dim >= ROWWISE_PAR_MIN_ELEMS ? n_threads : 1, n, rmsnorm_row, &j);
 }
 
 static void matmul(engine *e, float *out, const weight *w, const float *x, int n_tok) {
@@ -439,6 +448,127 @@ static attnd_status prepare(engine *e, const batch_entry *entries, int n, int *n
     return st;
 }
 
+// ---- the forward pass, one named step at a time (as in llama2.c's run.c) --------------------
+
+/* One engine_eval call: the batch and the dimensions, derived once. */
+typedef struct pass {
+    engine *e;
+    const batch_entry *entries; /* (n) */
+    int n;                      /* batch entries: the rows of every activation buffer */
+    int E, Q, KV, F;            /* n_embd, q_dim (n_head * head_dim), kv_dim, n_ff */
+    int n_qb;                   /* attention query blocks (e->qblocks) */
+    long attn_work;             /* multiply-adds of one layer's attention, to decide on threading */
+    int layer;                  /* the layer being evaluated */
+} pass;
+
+/* embed: x[t] = the embedding row of entry t's token; and each entry's rotary cos/sin. */
+static void step_embed(const pass *p) {
+    const model *m = p->e->m;
+    const model_info *mi = &m->info;
+    size_t emb_row = quant_row_bytes(m->tok_embd.type, p->E);
+    for (int t = 0; t < p->n; t++) {
+        const batch_entry *b = &p->entries[t];
+        quant_dequantize_row(p->e->x + (size_t)t * p->E, (const uint8_t *)m->tok_embd.data + emb_row * b->token,
+                             m->tok_embd.type, p->E);
+        float *cs = p->e->rope + (size_t)t * mi->rope_dims; /* (rope_dims / 2, 2) */
+        for (int i = 0; i < mi->rope_dims / 2; i++) {
+            double theta = b->pos * m->rope_inv_freq[i];
+            cs[2 * i] = (float)cos(theta);
+            cs[2 * i + 1] = (float)sin(theta);
+        }
+    }
+}
+
+/* qkv: q, k, v = xn Wq, xn Wk, xn Wv (+ biases, qwen2). */
+static void step_qkv(const pass *p, const layer_weights *L) {
+    engine *e = p->e;
+    matmul(e, e->q, &L->wq, e->xn, p->n);
+    matmul(e, e->k, &L->wk, e->xn, p->n);
+    matmul(e, e->v, &L->wv, e->xn, p->n);
+    add_bias(e->q, L->bq, p->n, p->Q);
+    add_bias(e->k, L->bk, p->n, p->KV);
+    add_bias(e->v, L->bv, p->n, p->KV);
+}
+
+/* rope: rotate every query and key head by its entry's position. */
+static void step_rope(const pass *p) {
+    const model_info *mi = &p->e->m->info;
+    rope_apply(p->e, p->e->q, p->n, mi->n_head);
+    rope_apply(p->e, p->e->k, p->n, mi->n_head_kv);
+}
+
+/* One attention task: work item w = (query block w / n_kv, kv head w % n_kv), on the scratch
+ * slot of the thread that runs it. */
+static void attend_task(void *ctx, int w, int worker) {
+    const pass *p = ctx;
+    int n_kv = p->e->m->info.n_head_kv;
+    attend(p->e, &p->e->slots[worker], p->entries, p->e->qblocks[w / n_kv], p->layer, w % n_kv);
+}
+
+/* attend: store this layer's k, v in the caches, then att = softmax(q K^T / sqrt(hd)) V per head,
+ * tiled over KV blocks. Items cost more at later positions: the pool hands them out one by one. */
+static void step_attend(pass *p, int layer) {
+    engine *e = p->e;
+    p->layer = layer;
+    kv_store(e, p->entries, p->n, layer);
+    int n_items = p->n_qb * e->m->info.n_head_kv;
+    threads_run(p->attn_work >= ATTN_PAR_MIN_MACS ? e->n_threads : 1, n_items, attend_task, p);
+    if (e->attn_cb) report_attention(e, p->entries, p->n, layer);
+}
+
+/* residual: x += tmp (the sub-layer's output). */
+static void step_residual(const pass *p) {
+    float *x = p->e->x;
+    const float *d = p->e->tmp;
+    for (size_t i = 0; i < (size_t)p->n * p->E; i++) x[i] += d[i];
+}
+
+/* swiglu: gate = silu(gate) * up, silu(g) = g / (1 + e^-g). */
+static void step_swiglu(const pass *p) {
+    engine *e = p->e;
+    int F = p->F;
+    for (int t = 0; t < p->n; t++) {
+        float *g = e->gate + (size_t)t * F, *u = e->up + (size_t)t * F;
+        for (int i = 0; i < F; i++) e->neg[i] = -g[i];
+        quant_exp(e->neg, e->neg, F); /* e^-g; overflow gives inf and silu -> -0, as it should */
+        for (int i = 0; i < F; i++) g[i] = g[i] / (1.0f + e->neg[i]) * u[i];
+    }
+}
+
+/* One decoder layer: x += attention(rmsnorm(x)); x += ffn(rmsnorm(x)). */
+static void step_layer(pass *p, int l) {
+    engine *e = p->e;
+    const model_info *mi = &e->m->info;
+    const layer_weights *L = &e->m->layers[l];
+    int n = p->n, nth = e->n_threads;
+
+    // attention sub-layer: x += Wo attend(rope(qkv(rmsnorm(x))))
+    rmsnorm(e->xn, e->x, L->attn_norm, n, p->E, mi->rms_eps, nth);
+    step_qkv(p, L);
+    step_rope(p);
+    step_attend(p, l);
+    matmul(e, e->tmp, &L->wo, e->att, n);
+    step_residual(p);
+
+    // feed-forward sub-layer: x += W_down swiglu(W_gate xn, W_up xn), xn = rmsnorm(x)
+    rmsnorm(e->xn, e->x, L->ffn_norm, n, p->E, mi->rms_eps, nth);
+    matmul(e, e->gate, &L->w_gate, e->xn, n);
+    matmul(e, e->up, &L->w_up, e->xn, n);
+    step_swiglu(p);
+    matmul(e, e->tmp, &L->w_down, e->gate, n);
+    step_residual(p);
+}
+
+/* logits: only the rows that want them go through the final norm and the output head. */
+static void step_logits(const pass *p, int n_want, float *logits) {
+    engine *e = p->e;
+    const model *m = e->m;
+    for (int w = 0; w < n_want; w++)
+        memcpy(e->tmp + (size_t)w * p->E, e->x + (size_t)e->want[w] * p->E, sizeof(float) * (size_t)p->E);
+    rmsnorm(e->xn, e->tmp, m->output_norm, n_want, p->E, m->info.rms_eps, e->n_threads);
+    matmul(e, logits, &m->output, e->xn, n_want);
+}
+
 attnd_status engine_eval(engine *e, const batch_entry *entries, int n, float *logits, attnd_err *err) {
     if (n == 0) return ATTND_OK;
     if (n < 0 || n > e->max_batch)
@@ -454,67 +584,13 @@ attnd_status engine_eval(engine *e, const batch_entry *entries, int n, float *lo
 
     const model *m = e->m;
     const model_info *mi = &m->info;
-    int E = mi->n_embd, Q = m->q_dim, KV = m->kv_dim, F = mi->n_ff, nth = e->n_threads;
-    size_t emb_row = quant_row_bytes(m->tok_embd.type, E);
+    pass p = {.e = e, .entries = entries, .n = n, .E = mi->n_embd, .Q = m->q_dim, .KV = m->kv_dim, .F = mi->n_ff};
+    p.n_qb = split_qblocks(e, entries, n);
+    for (int t = 0; t < n; t++) p.attn_work += (long)mi->n_head * mi->head_dim * (entries[t].pos + 1);
 
-    for (int t = 0; t < n; t++) {
-        quant_dequantize_row(e->x + (size_t)t * E, (const uint8_t *)m->tok_embd.data + emb_row * entries[t].token,
-                             m->tok_embd.type, E);
-        float *cs = e->rope + (size_t)t * mi->rope_dims;
-        for (int i = 0; i < mi->rope_dims / 2; i++) {
-            double theta = entries[t].pos * m->rope_inv_freq[i];
-            cs[2 * i] = (float)cos(theta);
-            cs[2 * i + 1] = (float)sin(theta);
-        }
-    }
-
-    int n_qb = split_qblocks(e, entries, n);
-    long attn_work = 0; /* multiply-adds of one layer's attention, to decide on threading */
-    for (int t = 0; t < n; t++) attn_work += (long)mi->n_head * mi->head_dim * (entries[t].pos + 1);
-
-    for (int l = 0; l < mi->n_layer; l++) {
-        const layer_weights *L = &m->layers[l];
-        // attention sub-layer
-        rmsnorm(e->xn, e->x, L->attn_norm, n, E, mi->rms_eps, nth);
-        matmul(e, e->q, &L->wq, e->xn, n);
-        matmul(e, e->k, &L->wk, e->xn, n);
-        matmul(e, e->v, &L->wv, e->xn, n);
-        add_bias(e->q, L->bq, n, Q);
-        add_bias(e->k, L->bk, n, KV);
-        add_bias(e->v, L->bv, n, KV);
-        rope_apply(e, e->q, n, mi->n_head);
-        rope_apply(e, e->k, n, mi->n_head_kv);
-        kv_store(e, entries, n, l);
-        int n_kv = mi->n_head_kv, n_items = n_qb * n_kv;
-        /* Work items (query block, kv head): later positions cost more, hence dynamic scheduling. */
-#pragma omp parallel for num_threads(nth) schedule(dynamic, 1) if (n_items > 1 && attn_work >= ATTN_PAR_MIN_MACS)
-        for (int w = 0; w < n_items; w++)
-            attend(e, &e->slots[omp_get_thread_num()], entries, e->qblocks[w / n_kv], l, w % n_kv);
-        if (e->attn_cb) report_attention(e, entries, n, l);
-        matmul(e, e->tmp, &L->wo, e->att, n);
-        for (size_t i = 0; i < (size_t)n * E; i++) e->x[i] += e->tmp[i];
-
-        // feed-forward sub-layer: down(silu(gate(x)) * up(x))
-        rmsnorm(e->xn, e->x, L->ffn_norm, n, E, mi->rms_eps, nth);
-        matmul(e, e->gate, &L->w_gate, e->xn, n);
-        matmul(e, e->up, &L->w_up, e->xn, n);
-        for (int t = 0; t < n; t++) {
-            float *g = e->gate + (size_t)t * F, *u = e->up + (size_t)t * F;
-            for (int i = 0; i < F; i++) e->neg[i] = -g[i];
-            quant_exp(e->neg, e->neg, F); /* e^-g; overflow gives inf and silu -> -0, as it should */
-            for (int i = 0; i < F; i++) g[i] = g[i] / (1.0f + e->neg[i]) * u[i];
-        }
-        matmul(e, e->tmp, &L->w_down, e->gate, n);
-        for (size_t i = 0; i < (size_t)n * E; i++) e->x[i] += e->tmp[i];
-    }
-
-    if (n_want) {
-        /* Only the rows that want logits go through the final norm and the output head. */
-        for (int w = 0; w < n_want; w++)
-            memcpy(e->tmp + (size_t)w * E, e->x + (size_t)e->want[w] * E, sizeof(float) * (size_t)E);
-        rmsnorm(e->xn, e->tmp, m->output_norm, n_want, E, mi->rms_eps, nth);
-        matmul(e, logits, &m->output, e->xn, n_want);
-    }
+    step_embed(&p);
+    for (int l = 0; l < mi->n_layer; l++) step_layer(&p, l);
+    if (n_want) step_logits(&p, n_want, logits);
 
     for (int i = 0; i < n_seqs; i++) {
         e->seqs[i]->len += e->seqs[i]->pending;

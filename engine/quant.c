@@ -21,6 +21,7 @@
 #include "attnd/common.h"
 #include "attnd/gguf.h"
 #include "quant_impl.h"
+#include "threads.h"
 
 // ---- scalar conversions ------------------------------------------------------------------------
 
@@ -670,8 +671,34 @@ void quant_f32_to_f16_row(uint16_t *dst, const float *src, int64_t n) { quant_ke
  * with other work (measured: rand-Q4_K decode at 2 threads fell from 3700 to 164 tok/s with a
  * 2^17 threshold). Decode on small models stays serial; prefill and large matrices split. */
 #define MATMUL_PAR_MIN_MACS (1 << 20)
-/* Rows handed out per scheduling unit: a multiple of the kernels' row tiles. */
+/* Rows handed out per scheduling unit: a multiple of the kernels' row tiles (AVX-512: 16). */
 #define ROW_GRAIN 16
+/* Row chunks per thread: small enough that a thread descheduled in the middle of one (the cores
+ * are shared with other work) holds back little; large enough that claiming costs nothing. */
+#define CHUNKS_PER_THREAD 16
+
+/* One quant_matmul call as pool tasks: first the activations of each token, then row chunks. */
+typedef struct matmul_job {
+    float *out;
+    const uint8_t *w;
+    size_t rb;
+    int64_t n_rows, per;
+    quant_rows_fn fn;
+    act_plan *pl;
+    int n_tok;
+} matmul_job;
+
+static void matmul_fill_task(void *ctx, int t, int worker) {
+    (void)worker;
+    act_fill(((matmul_job *)ctx)->pl, t);
+}
+
+static void matmul_rows_task(void *ctx, int c, int worker) {
+    (void)worker;
+    const matmul_job *j = ctx;
+    int64_t r0 = c * j->per, r1 = r0 + j->per < j->n_rows ? r0 + j->per : j->n_rows;
+    j->fn(j->out, j->w, j->rb, r0, r1, j->n_rows, &j->pl->a, j->n_tok);
+}
 
 void quant_matmul(float *out, const void *w, uint32_t wtype, int64_t n_rows, int64_t n_cols, const float *x,
                   int n_tok, void *scratch, int n_threads) {
@@ -694,22 +721,13 @@ void quant_matmul(float *out, const void *w, uint32_t wtype, int64_t n_rows, int
         fn(out, wb, rb, 0, n_rows, n_rows, &pl.a, n_tok);
         return;
     }
-    /* a few chunks per thread, handed out dynamically: the cores are shared with other work */
+    /* chunks claimed one at a time by the engine's pool (threads.h) */
     int64_t n_units = (n_rows + ROW_GRAIN - 1) / ROW_GRAIN;
-    int64_t n_chunks = (int64_t)n_threads * 4;
+    int64_t n_chunks = (int64_t)n_threads * CHUNKS_PER_THREAD;
     if (n_chunks > n_units) n_chunks = n_units;
     int64_t per = (n_units + n_chunks - 1) / n_chunks * ROW_GRAIN;
     n_chunks = (n_rows + per - 1) / per;
-    /* one parallel region per call: the team prepares the tokens, then (after the implicit
-     * barrier) shares out the rows */
-#pragma omp parallel num_threads(n_threads)
-    {
-#pragma omp for schedule(static)
-        for (int t = 0; t < n_tok; t++) act_fill(&pl, t);
-#pragma omp for schedule(dynamic, 1)
-        for (int64_t c = 0; c < n_chunks; c++) {
-            int64_t r0 = c * per, r1 = r0 + per < n_rows ? r0 + per : n_rows;
-            fn(out, wb, rb, r0, r1, n_rows, &pl.a, n_tok);
-        }
-    }
+    matmul_job j = {out, wb, rb, n_rows, per, fn, &pl, n_tok};
+    threads_run(n_threads, n_tok, matmul_fill_task, &j);
+    threads_run(n_threads, (int)n_chunks, matmul_rows_task, &j);
 }

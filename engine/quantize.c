@@ -10,13 +10,17 @@
 #include "attnd/quantize.h"
 
 #include <math.h>
+#include <stdatomic.h>
+#include <stdbool.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
 #include "attnd/gguf.h"
 #include "attnd/gguf_writer.h"
 #include "quant.h"
+#include "threads.h"
 
 #define QK 32    /* Q8_0 / Q4_0 block */
 #define QK_K 256 /* k-quant super-block */
@@ -76,9 +80,10 @@ uint32_t quantize_tensor_type(quantize_target t, const char *name, uint32_t n_di
                               uint32_t in_type, int n_layer, bool has_output) {
     if (n_dims < 2 || !ends_with(name, "weight")) return in_type;
     uint32_t type = t == QUANTIZE_Q4_K_M ? q4_k_m_type(name, n_layer, has_output) : TARGETS[t].type;
-    /* rows the block does not divide: llama.cpp's fallbacks (Q4_K -> Q5_0 there, Q8_0 here) */
-    if (ne[0] % gguf_type_block_elems(type)) type = type == GGUF_TYPE_F16 || type == GGUF_TYPE_BF16 ? type
-                                                                                                  : GGUF_TYPE_Q8_0;
+    /* rows the block does not divide (F16/BF16 blocks are 1 element: they always fit): llama.cpp's
+     * fallbacks, Q6_K -> Q8_0 and Q4_K -> Q5_0 there (Q8_0 here: attnd does not compute Q5_0),
+     * then F16 when 32 does not divide either */
+    if (ne[0] % gguf_type_block_elems(type)) type = GGUF_TYPE_Q8_0;
     if (ne[0] % gguf_type_block_elems(type)) type = GGUF_TYPE_F16;
     return type;
 }
@@ -252,6 +257,32 @@ void quantize_row(void *dst, const float *src, uint32_t type, int64_t n) {
 
 // ---- files ------------------------------------------------------------------------------------
 
+/* One conversion as pool tasks: task c converts rows [c * per, (c + 1) * per). */
+typedef struct convert_job {
+    const gguf_tensor *t;
+    uint32_t type;
+    uint8_t *dst;
+    int64_t n_cols, n_rows, per;
+    size_t in_row, out_row;
+    atomic_bool nomem;
+} convert_job;
+
+static void convert_rows(void *ctx, int c, int worker) {
+    (void)worker;
+    convert_job *j = ctx;
+    float *row = malloc(sizeof(float) * (size_t)j->n_cols); /* (n_cols) one row as F32 */
+    if (!row) {
+        atomic_store(&j->nomem, true);
+        return;
+    }
+    int64_t r1 = (c + 1) * j->per < j->n_rows ? (c + 1) * j->per : j->n_rows;
+    for (int64_t r = c * j->per; r < r1; r++) {
+        quant_dequantize_row(row, (const uint8_t *)j->t->data + (size_t)r * j->in_row, j->t->type, j->n_cols);
+        quantize_row(j->dst + (size_t)r * j->out_row, row, j->type, j->n_cols);
+    }
+    free(row);
+}
+
 /* Converts the rows of tensor t into `type`; *out receives a malloc'd buffer of the new bytes. */
 static attnd_status convert_tensor(const gguf_tensor *t, uint32_t type, void **out, uint64_t *n_bytes,
                                    attnd_err *err) {
@@ -260,23 +291,10 @@ static attnd_status convert_tensor(const gguf_tensor *t, uint32_t type, void **o
     *n_bytes = (uint64_t)out_row * (uint64_t)n_rows;
     uint8_t *dst = malloc(*n_bytes ? *n_bytes : 1);
     if (!dst) return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory converting %s", t->name);
-    bool nomem = false;
-#pragma omp parallel
-    {
-        float *row = malloc(sizeof(float) * (size_t)n_cols);
-        if (!row) {
-#pragma omp atomic write
-            nomem = true;
-        }
-#pragma omp for schedule(static)
-        for (int64_t r = 0; r < n_rows; r++) {
-            if (!row) continue;
-            quant_dequantize_row(row, (const uint8_t *)t->data + (size_t)r * in_row, t->type, n_cols);
-            quantize_row(dst + (size_t)r * out_row, row, type, n_cols);
-        }
-        free(row);
-    }
-    if (nomem) {
+    convert_job j = {t, type, dst, n_cols, n_rows, (n_rows + 63) / 64, in_row, out_row, false};
+    if (j.per < 1) j.per = 1;
+    threads_run(threads_default(), (int)((n_rows + j.per - 1) / j.per), convert_rows, &j);
+    if (atomic_load(&j.nomem)) {
         free(dst);
         return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory converting %s", t->name);
     }

@@ -4,6 +4,8 @@
 #   scripts/dev.sh run    install what serving needs, build, serve the default model on 127.0.0.1:8080
 #   scripts/dev.sh test   install what the tests need too, build (plain and ASan/UBSan), run the whole suite,
 #                         then every fuzz target briefly (tools/fuzz/run.sh, FUZZ_SECONDS=15 each)
+#   scripts/dev.sh bench  install what the tests need + python3-numpy and gnuplot-nox, build, and run
+#                         tools/bench/tinyllama.sh (attnd against llama.cpp; extra arguments go to it)
 #
 # Works as root or through sudo. Extra arguments after `run` go to `attnd serve`.
 set -euo pipefail
@@ -14,7 +16,7 @@ cd "$(dirname "$0")/.."
 # OpenAI-client tests).
 RUN_PACKAGES=(cmake make gcc pkg-config libmicrohttpd-dev libjansson-dev libutf8proc-dev)
 TEST_PACKAGES=(libcriterion-dev curl systemd nginx-light chromium
-               clang libclang-rt-dev libomp-dev python3)  # clang + libFuzzer + OpenMP: tools/fuzz
+               clang libclang-rt-dev python3)  # clang + libFuzzer: tools/fuzz
 
 as_root() { if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi; }
 
@@ -50,6 +52,13 @@ run)
     build build -DCMAKE_BUILD_TYPE=Release -DATTND_BUILD_TESTS=OFF
     exec ./build/attnd serve "$@"
     ;;
+bench)
+    shift
+    install_test_packages
+    install_packages python3-numpy gnuplot-nox
+    build build -DCMAKE_BUILD_TYPE=Release -DATTND_BUILD_TESTS=OFF
+    exec tools/bench/tinyllama.sh "$@"
+    ;;
 test)
     install_test_packages
     build build -DCMAKE_BUILD_TYPE=Release -DATTND_BUILD_TESTS=ON
@@ -59,7 +68,7 @@ test)
     tools/fuzz/run.sh "${FUZZ_SECONDS:-15}"
     ;;
 *)
-    echo "usage: scripts/dev.sh run|test" >&2
+    echo "usage: scripts/dev.sh run|test|bench" >&2
     exit 2
     ;;
 esac

@@ -8,7 +8,7 @@
 #include <stdbool.h>
 
 /* The threads the engine runs with when asked for n: n itself when n > 0, else every CPU this
- * process may run on (its affinity mask), as engine_create does. */
+ * process may use (its affinity mask, capped by its cgroup CPU quota), as engine_create does. */
 int cpuinfo_threads(int n);
 /* The instruction set the matrix kernels use ("portable", "avx2", "avx512"; static string). */
 const char *cpuinfo_isa(void);
