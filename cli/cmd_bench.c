@@ -278,8 +278,17 @@ static bool on_growth_token(void *user, int32_t id) {
     return true;
 }
 
-/* Prints ms/token around positions 64, 128, 256, ... (median of positions p-16..p+15 over all
- * runs). steps is (reps, len) ms per step. */
+/* ms/token of the decode step at position p: the median of positions p-16..p+15 over all runs.
+ * steps is (reps, len) ms per step; win has room for 32 * reps values. */
+static double step_ms_at(const double *steps, double *win, int reps, int len, int p) {
+    int nw = 0;
+    for (int r = 0; r < reps; r++)
+        for (int i = p - 16; i < p + 16; i++) win[nw++] = steps[(size_t)r * len + i];
+    return median(win, nw);
+}
+
+/* Prints ms/token around positions 64, 128, 256, ..., and the cost at position 2000 relative to
+ * position 100 (the long-context figure of tools/bench). */
 static void print_growth(const double *steps, double *win, int reps, int len, int n_steps) {
     printf("\ndecode cost along one generation of %d tokens (ms/token: median of positions p-16..p+15 over "
            "%d runs):\n",
@@ -288,16 +297,17 @@ static void print_growth(const double *steps, double *win, int reps, int len, in
     double prev = 0;
     int prev_p = 0;
     for (int p = 64; p + 16 <= n_steps; p *= 2) {
-        int nw = 0;
-        for (int r = 0; r < reps; r++)
-            for (int i = p - 16; i < p + 16; i++) win[nw++] = steps[(size_t)r * len + i];
-        double ms = median(win, nw);
+        double ms = step_ms_at(steps, win, reps, len, p);
         if (prev_p) printf("%8d %10.4f %26.4f\n", p, ms, (ms - prev) / (p - prev_p) * 1000);
         else printf("%8d %10.4f %26s\n", p, ms, "");
         prev = ms, prev_p = p;
     }
     /* O(t) steps: ms/token = a + b*t, so the last column stays about constant (b). A step that
      * recomputed the prefix would cost O(t^2) and that column would double at each row. */
+    if (n_steps >= 2016) {
+        double a = step_ms_at(steps, win, reps, len, 100), b = step_ms_at(steps, win, reps, len, 2000);
+        printf("decode at position 2000 / at position 100: %.4f / %.4f ms = %.2fx\n", b, a, b / a);
+    }
 }
 
 /* One-token prompt, then len - 1 decode steps, reps times. Token i is chosen right after position

@@ -3,7 +3,7 @@
  * F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K. Weights are never dequantized as a whole; kernels
  * read blocks straight from the mmap. Block layouts follow the GGUF/ggml spec.
  *
- * Pure functions: output first, then inputs, then sizes. Parallel (OpenMP) over output rows
+ * Pure functions: output first, then inputs, then sizes. Parallel (the pool of threads.h) over output rows
  * inside quant_matmul only. A portable C path is always present and correct; vectorised paths
  * (AVX2/AVX-512...) are chosen at run time.
  */

@@ -4,6 +4,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 cmake --build build -j2 --target attnd_engine >/dev/null
-gcc -std=gnu11 -O2 -Wall -Wextra -fopenmp -Iinclude -Iengine tools/bench/bench_quant.c build/libattnd_engine.a -lm \
+gcc -std=gnu11 -O2 -Wall -Wextra -pthread -Iinclude -Iengine tools/bench/bench_quant.c build/libattnd_engine.a -lm \
     -o build/bench_quant
 echo "built build/bench_quant"
