@@ -56,11 +56,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             if (chat_encode(g_tok, fam, r.msgs, r.n_msgs, &ids, &n, &err) == ATTND_OK) free(ids);
             char *text = NULL;
             if (chat_render(fam, r.msgs, r.n_msgs, &text, &err) == ATTND_OK) free(text);
-        } else if (r.prompt) {
-            if (tok_encode(g_tok, r.prompt, strlen(r.prompt), true, true, &ids, &n, &err) == ATTND_OK) free(ids);
         } else {
-            for (int i = 0; i < r.n_prompt_ids; i++)
-                FUZZ_CHECK(r.prompt_ids[i] >= 0 && r.prompt_ids[i] < nv, "prompt id %d passed", r.prompt_ids[i]);
+            for (int k = 0; k < r.n_prompts; k++) {
+                const oai_prompt *p = &r.prompts[k];
+                if (p->text) {
+                    if (tok_encode(g_tok, p->text, strlen(p->text), true, true, &ids, &n, &err) == ATTND_OK) free(ids);
+                    continue;
+                }
+                for (int i = 0; i < p->n_ids; i++)
+                    FUZZ_CHECK(p->ids[i] >= 0 && p->ids[i] < nv, "prompt id %d passed", p->ids[i]);
+            }
         }
         for (int i = 0; i < r.n_bias; i++)
             FUZZ_CHECK(r.bias[i].id >= 0 && r.bias[i].id < nv, "logit_bias id %d passed", (int)r.bias[i].id);
