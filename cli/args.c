@@ -118,3 +118,20 @@ const char *cli_resolve_model(const char *cmd, const char *model, char **owned) 
     if (!*owned) cli_usage_error(cmd, "no --model given and no default model found");
     return *owned;
 }
+
+attnd_status cli_seq_open(cli_seq *c, const model *m, int max_batch, int n_threads, kv_type kv, attnd_err *err) {
+    *c = (cli_seq){0};
+    attnd_status st;
+    if ((st = engine_create(&c->e, m, max_batch, n_threads, err)) != ATTND_OK ||
+        (st = kv_pool_create(&c->pool, m, SIZE_MAX, kv, err)) != ATTND_OK ||
+        (st = kv_seq_create(&c->s, c->pool, err)) != ATTND_OK)
+        cli_seq_close(c);
+    return st;
+}
+
+void cli_seq_close(cli_seq *c) {
+    kv_seq_destroy(c->s);
+    kv_pool_destroy(c->pool);
+    engine_destroy(c->e);
+    *c = (cli_seq){0};
+}

@@ -125,30 +125,24 @@ static void free_labels(char **lab, int n) {
 /* Runs the prompt (and generation) with capture c hooked; *ids receives prompt + generated. */
 static attnd_status run(const attn_opts *o, const model *m, const tokenizer *tok, attn_capture *c, int32_t *ids,
                         int n_prompt, int *n_ids, attnd_err *err) {
-    engine *e = NULL;
-    kv_pool *pool = NULL;
-    kv_seq *s = NULL;
+    cli_seq q = {0};
     cli_gen *cg = NULL;
     attnd_status st;
-    if ((st = engine_create(&e, m, n_prompt < 512 ? n_prompt : 512, o->n_threads, err))) goto done;
-    if ((st = kv_pool_create(&pool, m, SIZE_MAX, o->kv, err))) goto done;
-    if ((st = kv_seq_create(&s, pool, err))) goto done;
+    if ((st = cli_seq_open(&q, m, n_prompt < 512 ? n_prompt : 512, o->n_threads, o->kv, err))) goto done;
     if ((st = cli_gen_create(&cg, &o->sampling, model_info_get(m)->n_vocab, tok, ids, n_prompt, o->n_predict, err)))
         goto done;
-    attn_capture_bind(c, s);
+    attn_capture_bind(c, q.s);
     attn_hook h;
-    attn_hook_install(&h, e, c, NULL, 0);
+    attn_hook_install(&h, q.e, c, NULL, 0);
     engine_gen g = {.n_predict = o->n_predict, .pick = cli_gen_pick, .pick_user = cg,
                     .on_token = cli_gen_on_token, .token_user = cg};
     int n_out = 0;
-    st = engine_generate(e, s, ids, n_prompt, &g, ids + n_prompt, &n_out, NULL, err);
+    st = engine_generate(q.e, q.s, ids, n_prompt, &g, ids + n_prompt, &n_out, NULL, err);
     attn_hook_remove(&h);
     *n_ids = n_prompt + n_out;
 done:
     cli_gen_destroy(cg);
-    kv_seq_destroy(s);
-    kv_pool_destroy(pool);
-    engine_destroy(e);
+    cli_seq_close(&q);
     return st;
 }
 

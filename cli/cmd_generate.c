@@ -91,6 +91,40 @@ static json_t *ids_json(const int32_t *ids, int n) {
     return a;
 }
 
+/* The result: one JSON object (--json), or the text (ids without a vocabulary) then a timing
+ * line on stderr. */
+static void print_result(const gen_opts *o, bool has_tok, const int32_t *prompt, int n_prompt, const int32_t *out,
+                         int n_out, const char *text, size_t text_len, const cli_gen *cg, const engine_timings *tm) {
+    double tps = tm->decode_ms > 0 ? tm->n_decode / (tm->decode_ms / 1e3) : 0;
+    if (o->json) {
+        json_t *root = json_object();
+        json_object_set_new(root, "prompt_tokens", ids_json(prompt, n_prompt));
+        json_object_set_new(root, "tokens", ids_json(out, n_out));
+        json_object_set_new(root, "text", text_json(text, text_len));
+        if (o->sampling.top_logprobs) json_object_set_new(root, "logprobs", cli_gen_logprobs_json(cg));
+        json_t *t = json_object();
+        json_object_set_new(t, "prefill_ms", json_real(tm->prefill_ms));
+        json_object_set_new(t, "decode_ms", json_real(tm->decode_ms));
+        json_object_set_new(t, "decode_tok_per_s", json_real(tps));
+        json_object_set_new(root, "timings", t);
+        json_dumpf(root, stdout, JSON_COMPACT);
+        putchar('\n');
+        json_decref(root);
+        return;
+    }
+    /* Text when there is a vocabulary (the prompt as given, then the continuation), else ids. */
+    if (has_tok) {
+        if (o->prompt) fputs(o->prompt, stdout);
+        fwrite(text, 1, text_len, stdout);
+    } else {
+        for (int i = 0; i < n_out; i++) printf("%s%d", i ? "," : "", out[i]);
+    }
+    putchar('\n');
+    fflush(stdout); /* the timing line on stderr comes after the text */
+    fprintf(stderr, "prefill %d tokens in %.1f ms, decode %d tokens in %.1f ms (%.1f tok/s)\n", tm->n_prefill,
+            tm->prefill_ms, tm->n_decode, tm->decode_ms, tps);
+}
+
 int cmd_generate(int argc, char **argv) {
     gen_opts o;
     parse_args(argc, argv, &o);
@@ -102,9 +136,7 @@ int cmd_generate(int argc, char **argv) {
     int rc = 1;
     attnd_err err;
     model *m = NULL;
-    engine *e = NULL;
-    kv_pool *pool = NULL;
-    kv_seq *s = NULL;
+    cli_seq q = {0};
     int32_t *out = NULL;
     tokenizer *tok = NULL;
     cli_gen *cg = NULL;
@@ -134,9 +166,7 @@ int cmd_generate(int argc, char **argv) {
                  n_prompt, o.n_predict, mi->n_ctx);
         goto fail;
     }
-    if (engine_create(&e, m, n_prompt < 512 ? n_prompt : 512, o.n_threads, &err)) goto fail;
-    if (kv_pool_create(&pool, m, SIZE_MAX, o.kv, &err)) goto fail; /* a limit only; blocks come as used */
-    if (kv_seq_create(&s, pool, &err)) goto fail;
+    if (cli_seq_open(&q, m, n_prompt < 512 ? n_prompt : 512, o.n_threads, o.kv, &err)) goto fail;
     out = malloc(sizeof(*out) * (size_t)(o.n_predict ? o.n_predict : 1));
     if (!out) {
         snprintf(err.msg, sizeof(err.msg), "out of memory");
@@ -148,38 +178,11 @@ int cmd_generate(int argc, char **argv) {
                     .on_token = cli_gen_on_token, .token_user = cg};
     engine_timings tm;
     int n_out;
-    if (engine_generate(e, s, prompt, n_prompt, &g, out, &n_out, &tm, &err)) goto fail;
+    if (engine_generate(q.e, q.s, prompt, n_prompt, &g, out, &n_out, &tm, &err)) goto fail;
 
     size_t text_len = 0;
     const char *text = cli_gen_text(cg, &text_len); /* cut at a --stop string */
-    double tps = tm.decode_ms > 0 ? tm.n_decode / (tm.decode_ms / 1e3) : 0;
-    if (o.json) {
-        json_t *root = json_object();
-        json_object_set_new(root, "prompt_tokens", ids_json(prompt, n_prompt));
-        json_object_set_new(root, "tokens", ids_json(out, n_out));
-        json_object_set_new(root, "text", text_json(text, text_len));
-        if (o.sampling.top_logprobs) json_object_set_new(root, "logprobs", cli_gen_logprobs_json(cg));
-        json_t *t = json_object();
-        json_object_set_new(t, "prefill_ms", json_real(tm.prefill_ms));
-        json_object_set_new(t, "decode_ms", json_real(tm.decode_ms));
-        json_object_set_new(t, "decode_tok_per_s", json_real(tps));
-        json_object_set_new(root, "timings", t);
-        json_dumpf(root, stdout, JSON_COMPACT);
-        putchar('\n');
-        json_decref(root);
-    } else {
-        /* Text when there is a vocabulary (the prompt as given, then the continuation), else ids. */
-        if (tok) {
-            if (o.prompt) fputs(o.prompt, stdout);
-            fwrite(text, 1, text_len, stdout);
-        } else {
-            for (int i = 0; i < n_out; i++) printf("%s%d", i ? "," : "", out[i]);
-        }
-        putchar('\n');
-        fflush(stdout); /* the timing line on stderr comes after the text */
-        fprintf(stderr, "prefill %d tokens in %.1f ms, decode %d tokens in %.1f ms (%.1f tok/s)\n", tm.n_prefill,
-                tm.prefill_ms, tm.n_decode, tm.decode_ms, tps);
-    }
+    print_result(&o, tok != NULL, prompt, n_prompt, out, n_out, text, text_len, cg, &tm);
     rc = 0;
     goto out;
 fail:
@@ -189,9 +192,7 @@ out:
     cli_gen_destroy(cg);
     cli_sampling_free(&o.sampling);
     tok_destroy(tok);
-    kv_seq_destroy(s);
-    kv_pool_destroy(pool);
-    engine_destroy(e);
+    cli_seq_close(&q);
     model_destroy(m);
     free(prompt);
     free(dflt);

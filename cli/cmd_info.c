@@ -99,6 +99,27 @@ static void print_run_facts(const json_t *root) {
            json_integer_value(json_object_get(kc, "f16")) / 1048576.0);
 }
 
+/* Tensor counts by type and the parameter count into root; the first few tensors of types the
+ * engine does not compute into unsupported. Returns the parameter count. */
+static uint64_t add_tensor_summary(const gguf_file *f, json_t *root, json_t *unsupported) {
+    json_t *by_type = json_object();
+    uint64_t params = 0;
+    for (uint64_t i = 0; i < gguf_tensor_count(f); i++) {
+        const gguf_tensor *t = gguf_tensor_at(f, i);
+        const char *tn = gguf_type_name(t->type);
+        json_t *c = json_object_get(by_type, tn);
+        json_object_set_new(by_type, tn, json_integer(c ? json_integer_value(c) + 1 : 1));
+        params += t->n_elems;
+        if (!gguf_type_computable(t->type) && json_array_size(unsupported) < 8)
+            json_array_append_new(unsupported, json_string(t->name));
+    }
+    json_object_set_new(root, "tensor_count", json_integer((json_int_t)gguf_tensor_count(f)));
+    json_object_set_new(root, "tensors_by_type", by_type);
+    json_object_set_new(root, "parameters", json_integer((json_int_t)params));
+    json_object_set_new(root, "metadata_count", json_integer((json_int_t)gguf_kv_count(f)));
+    return params;
+}
+
 int cmd_info(int argc, char **argv) {
     const char *model = NULL;
     bool as_json = false;
@@ -151,22 +172,9 @@ int cmd_info(int argc, char **argv) {
     json_object_set_new(root, "tokenizer", json_string(str_or(f, "tokenizer.ggml.model", "(none)")));
     json_object_set_new(root, "tokenizer_pre", json_string(str_or(f, "tokenizer.ggml.pre", "")));
 
-    json_t *by_type = json_object();
-    uint64_t params = 0;
     json_t *unsupported = json_array();
-    for (uint64_t i = 0; i < gguf_tensor_count(f); i++) {
-        const gguf_tensor *t = gguf_tensor_at(f, i);
-        const char *tn = gguf_type_name(t->type);
-        json_t *c = json_object_get(by_type, tn);
-        json_object_set_new(by_type, tn, json_integer(c ? json_integer_value(c) + 1 : 1));
-        params += t->n_elems;
-        if (!gguf_type_computable(t->type) && json_array_size(unsupported) < 8)
-            json_array_append_new(unsupported, json_string(t->name));
-    }
-    json_object_set_new(root, "tensor_count", json_integer((json_int_t)gguf_tensor_count(f)));
-    json_object_set_new(root, "tensors_by_type", by_type);
-    json_object_set_new(root, "parameters", json_integer((json_int_t)params));
-    json_object_set_new(root, "metadata_count", json_integer((json_int_t)gguf_kv_count(f)));
+    uint64_t params = add_tensor_summary(f, root, unsupported);
+    json_t *by_type = json_object_get(root, "tensors_by_type");
     add_run_facts(root, model);
 
     if (as_json) {

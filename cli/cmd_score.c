@@ -34,49 +34,81 @@ static double logprob_of(const float *logits, int n_vocab, int32_t id) {
     return (double)logits[id] - mx - log(sum);
 }
 
-int cmd_score(int argc, char **argv) {
-    const char *model_path = NULL, *tokens_arg = NULL;
-    bool as_json = false;
-    int n_threads = 0;
-    kv_type kvt = KV_F16;
+typedef struct score_opts {
+    const char *model, *tokens;
+    bool json;
+    int n_threads;
+    kv_type kv;
+} score_opts;
+
+/* false when --help was printed. */
+static bool parse_args(int argc, char **argv, score_opts *o) {
+    *o = (score_opts){.kv = KV_F16};
     for (int i = 1; i < argc;) {
         const char *v;
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
             fputs(USAGE, stdout);
-            return 0;
+            return false;
         } else if (cli_flag_value("score", argc, argv, &i, "--model", &v)) {
-            model_path = v;
+            o->model = v;
         } else if (cli_flag_value("score", argc, argv, &i, "--tokens", &v)) {
-            tokens_arg = v;
+            o->tokens = v;
         } else if (cli_flag_value("score", argc, argv, &i, "--threads", &v)) {
-            n_threads = (int)cli_parse_int("score", "--threads", v, 0, 1024);
+            o->n_threads = (int)cli_parse_int("score", "--threads", v, 0, 1024);
         } else if (cli_flag_value("score", argc, argv, &i, "--kv-type", &v)) {
-            if (!strcmp(v, "f16")) kvt = KV_F16;
-            else if (!strcmp(v, "f32")) kvt = KV_F32;
+            if (!strcmp(v, "f16")) o->kv = KV_F16;
+            else if (!strcmp(v, "f32")) o->kv = KV_F32;
             else cli_usage_error("score", "--kv-type: '%s' is not f16 or f32", v);
         } else if (!strcmp(argv[i], "--json")) {
-            as_json = true;
+            o->json = true;
             i++;
         } else {
             cli_usage_error("score", "unknown option '%s'", argv[i]);
         }
     }
-    if (!tokens_arg) cli_usage_error("score", "--tokens is required");
+    if (!o->tokens) cli_usage_error("score", "--tokens is required");
+    return true;
+}
+
+/* The table (or JSON) of argmax and log-probability per position; steals argmax and lps. */
+static void print_scores(bool as_json, const int32_t *ids, int n, json_t *argmax, json_t *lps) {
+    if (as_json) {
+        json_t *root = json_object();
+        json_object_set_new(root, "argmax", argmax); /* steals */
+        json_object_set_new(root, "logprobs", lps);
+        json_dumpf(root, stdout, JSON_COMPACT | JSON_REAL_PRECISION(9));
+        putchar('\n');
+        json_decref(root);
+        return;
+    }
+    double total = 0;
+    printf("%5s %8s %8s %12s\n", "pos", "token", "argmax", "logprob");
+    for (int i = 1; i < n; i++) {
+        double lp = json_real_value(json_array_get(lps, i - 1));
+        total += lp;
+        printf("%5d %8d %8lld %12.6f\n", i, ids[i], (long long)json_integer_value(json_array_get(argmax, i - 1)), lp);
+    }
+    printf("mean logprob %.6f, perplexity %.4f\n", total / (n - 1), exp(-total / (n - 1)));
+    json_decref(argmax);
+    json_decref(lps);
+}
+
+int cmd_score(int argc, char **argv) {
+    score_opts o;
+    if (!parse_args(argc, argv, &o)) return 0;
     int n;
-    int32_t *ids = cli_parse_ids("score", "--tokens", tokens_arg, &n);
+    int32_t *ids = cli_parse_ids("score", "--tokens", o.tokens, &n);
     if (n < 2) cli_usage_error("score", "--tokens: need at least 2 ids to score");
     char *dflt;
-    model_path = cli_resolve_model("score", model_path, &dflt);
+    o.model = cli_resolve_model("score", o.model, &dflt);
 
     int rc = 1;
     attnd_err err;
     model *m = NULL;
-    engine *e = NULL;
-    kv_pool *pool = NULL;
-    kv_seq *s = NULL;
+    cli_seq q = {0};
     batch_entry *b = NULL;
     float *logits = NULL;
-    if (model_load(&m, model_path, &err)) goto fail;
+    if (model_load(&m, o.model, &err)) goto fail;
     const model_info *mi = model_info_get(m);
     if (n > mi->n_ctx) {
         snprintf(err.msg, sizeof(err.msg), "%d tokens exceed the model's context of %d", n, mi->n_ctx);
@@ -91,10 +123,7 @@ int cmd_score(int argc, char **argv) {
     /* One prefill of up to 512 tokens (longer sequences continue in chunks of 512), so the logits
      * buffer stays at 512 x n_vocab floats even for large vocabularies. */
     int max_batch = n < 512 ? n : 512;
-    if (engine_create(&e, m, max_batch, n_threads, &err)) goto fail;
-    /* The budget is only a limit (blocks are allocated as used); one sequence needs no cap. */
-    if (kv_pool_create(&pool, m, SIZE_MAX, kvt, &err)) goto fail;
-    if (kv_seq_create(&s, pool, &err)) goto fail;
+    if (cli_seq_open(&q, m, max_batch, o.n_threads, o.kv, &err)) goto fail;
     b = malloc(sizeof(*b) * (size_t)max_batch);
     logits = malloc(sizeof(float) * (size_t)max_batch * mi->n_vocab); /* (max_batch, n_vocab) */
     if (!b || !logits) {
@@ -105,8 +134,8 @@ int cmd_score(int argc, char **argv) {
     for (int done = 0; done < n - 1;) {
         /* positions done..done+c-1 predict tokens done+1..done+c */
         int c = (n - 1 - done) < max_batch ? n - 1 - done : max_batch;
-        for (int i = 0; i < c; i++) b[i] = (batch_entry){s, ids[done + i], done + i, true};
-        if (engine_eval(e, b, c, logits, &err)) {
+        for (int i = 0; i < c; i++) b[i] = (batch_entry){q.s, ids[done + i], done + i, true};
+        if (engine_eval(q.e, b, c, logits, &err)) {
             json_decref(argmax);
             json_decref(lps);
             goto fail;
@@ -118,26 +147,7 @@ int cmd_score(int argc, char **argv) {
         }
         done += c;
     }
-    if (as_json) {
-        json_t *root = json_object();
-        json_object_set_new(root, "argmax", argmax); /* steals */
-        json_object_set_new(root, "logprobs", lps);
-        json_dumpf(root, stdout, JSON_COMPACT | JSON_REAL_PRECISION(9));
-        putchar('\n');
-        json_decref(root);
-    } else {
-        double total = 0;
-        printf("%5s %8s %8s %12s\n", "pos", "token", "argmax", "logprob");
-        for (int i = 1; i < n; i++) {
-            double lp = json_real_value(json_array_get(lps, i - 1));
-            total += lp;
-            printf("%5d %8d %8lld %12.6f\n", i, ids[i], (long long)json_integer_value(json_array_get(argmax, i - 1)),
-                   lp);
-        }
-        printf("mean logprob %.6f, perplexity %.4f\n", total / (n - 1), exp(-total / (n - 1)));
-        json_decref(argmax);
-        json_decref(lps);
-    }
+    print_scores(o.json, ids, n, argmax, lps);
     rc = 0;
     goto out;
 fail:
@@ -145,9 +155,7 @@ fail:
 out:
     free(b);
     free(logits);
-    kv_seq_destroy(s);
-    kv_pool_destroy(pool);
-    engine_destroy(e);
+    cli_seq_close(&q);
     model_destroy(m);
     free(ids);
     free(dflt);

@@ -313,12 +313,6 @@ int cmd_detokenize(int argc, char **argv) {
 }
 
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 /* CPU time of this thread: on a machine shared with other jobs, wall time also counts the time
  * the scheduler gave to others, so both are reported. */
 static double cpu_s(void) {
@@ -354,12 +348,12 @@ static bool slurp(const char *path, char **buf, size_t *len, size_t *cap) {
 static double time_encode(const tokenizer *t, const char *text, size_t len, size_t *n_ids, double *cpu) {
     int32_t *ids;
     attnd_err err;
-    double t0 = now_s(), c0 = cpu_s();
+    double t0 = attnd_now_s(), c0 = cpu_s();
     if (tok_encode(t, text, len, false, false, &ids, n_ids, &err) != ATTND_OK) {
         fprintf(stderr, "attnd tokenize-bench: %s\n", err.msg);
         return -1;
     }
-    double dt = now_s() - t0;
+    double dt = attnd_now_s() - t0;
     *cpu = cpu_s() - c0;
     free(ids);
     return dt;
@@ -388,6 +382,40 @@ static int bench_hostile(const tokenizer *t, size_t len) {
     }
     free(text);
     return 0;
+}
+
+/* mb MiB of text: the file repeated, or (no file) the licence texts Debian ships. Owned by the
+ * caller; NULL (after a message) when there is no text or no memory. */
+static char *bench_text(const char *file, long long mb) {
+    char *src = NULL;
+    size_t src_len = 0, src_cap = 0;
+    if (file) {
+        if (!slurp(file, &src, &src_len, &src_cap)) {
+            fprintf(stderr, "attnd tokenize-bench: cannot read %s\n", file);
+            return NULL;
+        }
+    } else {
+        static const char *LICENSES[] = {"GPL-3", "LGPL-3", "GFDL-1.3", "Apache-2.0", "MPL-2.0", "Artistic", "GPL-2"};
+        for (size_t k = 0; k < ATTND_ARRAY_LEN(LICENSES); k++) {
+            char path[256];
+            snprintf(path, sizeof(path), "/usr/share/common-licenses/%s", LICENSES[k]);
+            slurp(path, &src, &src_len, &src_cap);
+        }
+    }
+    if (!src_len) {
+        fprintf(stderr, "attnd tokenize-bench: no text (give --file)\n");
+        free(src);
+        return NULL;
+    }
+    size_t len = (size_t)mb << 20;
+    char *text = malloc(len);
+    if (!text) {
+        free(src);
+        return NULL;
+    }
+    for (size_t k = 0; k < len; k += src_len) memcpy(text + k, src, len - k < src_len ? len - k : src_len);
+    free(src);
+    return text;
 }
 
 int cmd_tokenize_bench(int argc, char **argv) {
@@ -420,34 +448,9 @@ int cmd_tokenize_bench(int argc, char **argv) {
         tok_destroy(t);
         return rc;
     }
-    char *src = NULL;
-    size_t src_len = 0, src_cap = 0;
-    if (file) {
-        if (!slurp(file, &src, &src_len, &src_cap)) {
-            fprintf(stderr, "attnd tokenize-bench: cannot read %s\n", file);
-            return 1;
-        }
-    } else {
-        static const char *LICENSES[] = {"GPL-3", "LGPL-3", "GFDL-1.3", "Apache-2.0", "MPL-2.0", "Artistic", "GPL-2"};
-        for (size_t k = 0; k < ATTND_ARRAY_LEN(LICENSES); k++) {
-            char path[256];
-            snprintf(path, sizeof(path), "/usr/share/common-licenses/%s", LICENSES[k]);
-            slurp(path, &src, &src_len, &src_cap);
-        }
-    }
-    if (!src_len) {
-        fprintf(stderr, "attnd tokenize-bench: no text (give --file)\n");
-        free(src);
-        return 1;
-    }
     size_t len = (size_t)mb << 20;
-    char *text = malloc(len);
-    if (!text) {
-        free(src);
-        return 1;
-    }
-    for (size_t k = 0; k < len; k += src_len) memcpy(text + k, src, len - k < src_len ? len - k : src_len);
-    free(src);
+    char *text = bench_text(file, mb);
+    if (!text) return 1;
     tokenizer *t = load_tokenizer("tokenize-bench", model);
 
     double best = 1e30, best_dec = 1e30, best_cpu = 1e30;
@@ -455,19 +458,19 @@ int cmd_tokenize_bench(int argc, char **argv) {
     for (long long r = 0; r < repeat; r++) {
         int32_t *ids;
         attnd_err err;
-        double t0 = now_s(), c0 = cpu_s();
+        double t0 = attnd_now_s(), c0 = cpu_s();
         if (tok_encode(t, text, len, false, false, &ids, &n_ids, &err) != ATTND_OK) {
             fprintf(stderr, "attnd tokenize-bench: %s\n", err.msg);
             return 1;
         }
-        double t1 = now_s(), c1 = cpu_s();
+        double t1 = attnd_now_s(), c1 = cpu_s();
         char *out;
         size_t out_len;
         if (tok_decode(t, ids, n_ids, false, &out, &out_len, &err) != ATTND_OK) {
             fprintf(stderr, "attnd tokenize-bench: %s\n", err.msg);
             return 1;
         }
-        double t2 = now_s();
+        double t2 = attnd_now_s();
         if (out_len != len || memcmp(out, text, len))
             fprintf(stderr, "attnd tokenize-bench: note: decode(encode(text)) differs from the text\n");
         free(out);

@@ -52,6 +52,18 @@ char *cli_default_model_path(void);
  * *owned receives the malloc'd default path for the caller to free, or NULL. */
 const char *cli_resolve_model(const char *cmd, const char *model, char **owned);
 
+/* One engine and one KV sequence over a loaded model, for the commands that run a single
+ * sequence (generate, score, attention). The KV budget is only a limit (blocks come as used).
+ * Borrows m, which must outlive the cli_seq. */
+#include "attnd/engine.h"
+typedef struct cli_seq {
+    engine *e;
+    kv_pool *pool;
+    kv_seq *s;
+} cli_seq;
+attnd_status cli_seq_open(cli_seq *c, const model *m, int max_batch, int n_threads, kv_type kv, attnd_err *err);
+void cli_seq_close(cli_seq *c); /* accepts a zeroed or half-opened cli_seq */
+
 /* ---- sampling flags and generation callbacks (cli/sampling_args.c) ---- */
 
 #include "attnd/sampler.h"

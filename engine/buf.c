@@ -1,6 +1,7 @@
 /* buf.c — the growable byte buffer declared in attnd/buf.h: doubling growth from 256 bytes. */
 #include "attnd/buf.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -38,4 +39,23 @@ bool buf_puts(buf *b, const char *s) { return buf_append(b, s, strlen(s)); }
 void buf_clear(buf *b) {
     b->len = 0;
     if (b->p) b->p[0] = '\0';
+}
+
+bool buf_vprintf(buf *b, const char *fmt, va_list ap) {
+    va_list ap2;
+    va_copy(ap2, ap);
+    int n = vsnprintf(NULL, 0, fmt, ap2);
+    va_end(ap2);
+    if (n < 0 || !buf_reserve(b, (size_t)n)) return false;
+    vsnprintf(b->p + b->len, (size_t)n + 1, fmt, ap);
+    b->len += (size_t)n;
+    return true;
+}
+
+bool buf_printf(buf *b, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    bool ok = buf_vprintf(b, fmt, ap);
+    va_end(ap);
+    return ok;
 }

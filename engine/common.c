@@ -19,13 +19,16 @@ const char *attnd_status_str(attnd_status st) {
     return "unknown status";
 }
 
+attnd_status attnd_vfail(attnd_err *err, attnd_status st, const char *fmt, va_list ap) {
+    if (err) vsnprintf(err->msg, sizeof(err->msg), fmt, ap);
+    return st;
+}
+
 attnd_status attnd_fail(attnd_err *err, attnd_status st, const char *fmt, ...) {
-    if (err) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err->msg, sizeof(err->msg), fmt, ap);
-        va_end(ap);
-    }
+    va_list ap;
+    va_start(ap, fmt);
+    attnd_vfail(err, st, fmt, ap);
+    va_end(ap);
     return st;
 }
 
@@ -33,6 +36,12 @@ double attnd_now_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+long long attnd_unix_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
 void attnd_deadline(struct timespec *ts, int timeout_ms) {

@@ -4,7 +4,6 @@
  * sequence at a time. The server batches many sequences itself with engine_eval.
  */
 #include <stdlib.h>
-#include <time.h>
 
 #include "attnd/engine.h"
 
@@ -13,12 +12,6 @@ int32_t engine_argmax(const float *logits, int n_vocab) {
     for (int32_t i = 1; i < n_vocab; i++)
         if (logits[i] > logits[best]) best = i; /* strict: ties keep the lower id */
     return best;
-}
-
-static double now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
 }
 
 attnd_status engine_generate(engine *e, kv_seq *s, const int32_t *prompt, int n_prompt, const engine_gen *g,
@@ -40,7 +33,7 @@ attnd_status engine_generate(engine *e, kv_seq *s, const int32_t *prompt, int n_
         goto done;
     }
 
-    double t0 = now_ms();
+    double t0 = attnd_now_s() * 1e3;
     for (int done = 0; done < n_prompt;) {
         int c = n_prompt - done < max_batch ? n_prompt - done : max_batch;
         int pos0 = kv_seq_len(s);
@@ -49,10 +42,10 @@ attnd_status engine_generate(engine *e, kv_seq *s, const int32_t *prompt, int n_
         if ((st = engine_eval(e, b, c, logits, err))) goto done;
         done += c;
     }
-    tm.prefill_ms = now_ms() - t0;
+    tm.prefill_ms = attnd_now_s() * 1e3 - t0;
     tm.n_prefill = n_prompt;
 
-    t0 = now_ms();
+    t0 = attnd_now_s() * 1e3;
     for (int i = 0; i < g->n_predict; i++) {
         int32_t id = g->pick ? g->pick(g->pick_user, logits) : engine_argmax(logits, n_vocab);
         if (id < 0 || id >= n_vocab) {
@@ -67,7 +60,7 @@ attnd_status engine_generate(engine *e, kv_seq *s, const int32_t *prompt, int n_
         if ((st = engine_eval(e, b, 1, logits, err))) goto done;
         tm.n_decode++;
     }
-    tm.decode_ms = now_ms() - t0;
+    tm.decode_ms = attnd_now_s() * 1e3 - t0;
 
 done:
     if (timings) *timings = tm;

@@ -77,8 +77,7 @@ const char *gguf_vtype_name(gguf_vtype t) {
     return (unsigned)t < ATTND_ARRAY_LEN(names) ? names[t] : "?";
 }
 
-/* Size in the file of one scalar of type t; 0 for STRING/ARRAY/unknown. */
-static size_t scalar_size(uint32_t t) {
+size_t gguf_vtype_size(uint32_t t) {
     switch (t) {
     case GGUF_VT_UINT8: case GGUF_VT_INT8: case GGUF_VT_BOOL: return 1;
     case GGUF_VT_UINT16: case GGUF_VT_INT16: return 2;
@@ -182,7 +181,7 @@ static attnd_status cur_string(cursor *c, gguf_string *out, const char *what) {
 
 static attnd_status read_scalar(cursor *c, uint32_t type, gguf_value *out) {
     uint8_t raw[8] = {0};
-    size_t n = scalar_size(type);
+    size_t n = gguf_vtype_size(type);
     attnd_status st = cur_read(c, raw, n, "value");
     if (st) return st;
     out->type = (gguf_vtype)type;
@@ -252,7 +251,7 @@ static attnd_status read_array(cursor *c, gguf_array *arr) {
         arr->strings = strs;
         return ATTND_OK;
     }
-    size_t es = scalar_size(et);
+    size_t es = gguf_vtype_size(et);
     if (es == 0) return cur_fail(c, "unknown array element type %u", et);
     if (n > cur_left(c) / es)
         return cur_fail(c, "array of %llu %s elements extends past end of file",
@@ -269,7 +268,7 @@ static attnd_status read_value(cursor *c, uint32_t type, gguf_value *out) {
     out->type = (gguf_vtype)type;
     if (type == GGUF_VT_STRING) return cur_string(c, &out->v.str, "string value");
     if (type == GGUF_VT_ARRAY) return read_array(c, &out->v.arr);
-    if (scalar_size(type) == 0) return cur_fail(c, "unknown value type %u", type);
+    if (gguf_vtype_size(type) == 0) return cur_fail(c, "unknown value type %u", type);
     return read_scalar(c, type, out);
 }
 

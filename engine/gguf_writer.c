@@ -109,21 +109,10 @@ void gguf_writer_add_arr_i32(gguf_writer *w, const char *key, const int32_t *val
     put(w, values, n * sizeof(int32_t));
 }
 
-/* Bytes of one scalar of metadata type t (0 for strings and arrays). */
-static size_t vtype_bytes(gguf_vtype t) {
-    switch (t) {
-    case GGUF_VT_UINT8: case GGUF_VT_INT8: case GGUF_VT_BOOL: return 1;
-    case GGUF_VT_UINT16: case GGUF_VT_INT16: return 2;
-    case GGUF_VT_UINT32: case GGUF_VT_INT32: case GGUF_VT_FLOAT32: return 4;
-    case GGUF_VT_UINT64: case GGUF_VT_INT64: case GGUF_VT_FLOAT64: return 8;
-    default: return 0;
-    }
-}
-
 /* A scalar gguf_value back in its file width (little-endian, as every supported host is). */
 static void put_scalar(gguf_writer *w, const gguf_value *v) {
     uint8_t b[8];
-    size_t n = vtype_bytes(v->type);
+    size_t n = gguf_vtype_size(v->type);
     if (v->type == GGUF_VT_FLOAT32) {
         float f = (float)v->v.f64;
         memcpy(b, &f, 4);
@@ -156,7 +145,7 @@ void gguf_writer_add_kv(gguf_writer *w, const gguf_kv *kv) {
                 put(w, a->strings[i].str, (size_t)a->strings[i].len);
             }
         } else {
-            put(w, a->data, (size_t)(a->n * vtype_bytes(a->type)));
+            put(w, a->data, (size_t)(a->n * gguf_vtype_size(a->type)));
         }
     } else {
         put_scalar(w, v);

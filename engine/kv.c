@@ -1,5 +1,5 @@
 /*
- * kv.c — KV cache pools and sequences (public API in attnd/model.h, layout in kv.h).
+ * kv.c — KV cache pools and sequences (public API in attnd/kv.h, layout in kv_layout.h).
  *
  * A pool is a byte budget, not a preallocated arena: blocks are malloc'd the first time they
  * are needed and recycled through a free list afterwards, so a server configured with a large
@@ -58,6 +58,9 @@ void kv_pool_destroy(kv_pool *p) {
 size_t kv_pool_bytes_used(const kv_pool *p) { return p->used; }
 size_t kv_pool_bytes_budget(const kv_pool *p) { return p->budget; }
 size_t kv_pool_bytes_per_token(const kv_pool *p) { return p->block_bytes / KV_BLOCK; }
+size_t kv_pool_bytes_for(const kv_pool *p, int n_tokens) {
+    return (size_t)((n_tokens > 0 ? n_tokens : 0) + KV_BLOCK - 1) / KV_BLOCK * p->block_bytes;
+}
 
 size_t kv_bytes_per_token(const model *m, kv_type type) {
     const model_info *mi = model_info_get(m);
@@ -69,19 +72,26 @@ size_t kv_context_bytes(const model *m, int n_ctx, kv_type type) {
     return blocks * KV_BLOCK * kv_bytes_per_token(m, type);
 }
 
-attnd_status kv_seq_create(kv_seq **out, kv_pool *pool, attnd_err *err) {
-    *out = NULL;
-    if (!pool) return attnd_fail(err, ATTND_ERR_INVALID, "kv_seq_create: no pool");
+/* A sequence with no tokens and an empty block table sized for the whole context (so growing never
+ * reallocates); not yet counted in the pool. */
+static kv_seq *seq_alloc(kv_pool *pool) {
     kv_seq *s = calloc(1, sizeof(*s));
-    if (!s) return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory creating a KV sequence");
+    if (!s) return NULL;
     s->pool = pool;
     s->max_blocks = (pool->n_ctx + KV_BLOCK - 1) / KV_BLOCK;
-    /* The block table is sized for the whole context once, so growing never reallocates. */
     s->blocks = calloc((size_t)s->max_blocks, sizeof(*s->blocks));
     if (!s->blocks) {
         free(s);
-        return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory creating a KV sequence");
+        return NULL;
     }
+    return s;
+}
+
+attnd_status kv_seq_create(kv_seq **out, kv_pool *pool, attnd_err *err) {
+    *out = NULL;
+    if (!pool) return attnd_fail(err, ATTND_ERR_INVALID, "kv_seq_create: no pool");
+    kv_seq *s = seq_alloc(pool);
+    if (!s) return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory creating a KV sequence");
     pthread_mutex_lock(&pool->lock);
     pool->n_seqs++;
     pthread_mutex_unlock(&pool->lock);
@@ -89,7 +99,73 @@ attnd_status kv_seq_create(kv_seq **out, kv_pool *pool, attnd_err *err) {
     return ATTND_OK;
 }
 
-/* Returns blocks[keep..n_blocks) to the pool. */
+attnd_status kv_seq_fork(kv_seq **out, const kv_seq *parent, attnd_err *err) {
+    *out = NULL;
+    if (!parent) return attnd_fail(err, ATTND_ERR_INVALID, "kv_seq_fork: no parent sequence");
+    ATTND_ASSERT(parent->pending == 0);
+    kv_pool *p = parent->pool;
+    kv_seq *s = seq_alloc(p);
+    if (!s) return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory forking a KV sequence");
+    pthread_mutex_lock(&p->lock);
+    for (int i = 0; i < parent->n_blocks; i++) {
+        s->blocks[i] = parent->blocks[i];
+        s->blocks[i]->refs++;
+    }
+    s->n_blocks = parent->n_blocks;
+    s->len = parent->len;
+    p->n_seqs++;
+    pthread_mutex_unlock(&p->lock);
+    *out = s;
+    return ATTND_OK;
+}
+
+// ---- blocks (pool lock held) ----------------------------------------------------------------
+
+/* One block with a single holder, from the free list or the allocator; NULL when out of memory.
+ * The caller has checked the budget. */
+static kv_block *block_take(kv_pool *p) {
+    kv_block *b = p->free_list;
+    if (b) {
+        p->free_list = b->next_free;
+        p->n_free--;
+    } else {
+        b = aligned_alloc(64, KV_BLOCK_HEADER + p->block_bytes);
+        if (!b) return NULL;
+        /* Attention reads whole key tiles, also past a sequence's last position (those scores are
+         * ignored); zeroing keeps those reads defined. */
+        memset(b, 0, KV_BLOCK_HEADER + p->block_bytes);
+    }
+    b->next_free = NULL;
+    b->refs = 1;
+    p->used += p->block_bytes;
+    return b;
+}
+
+/* Drops one holder of b. The last one returns it to the pool: onto the free list, or onto
+ * *to_free for the caller to free once the lock is released. */
+static void block_unref(kv_pool *p, kv_block *b, kv_block **to_free) {
+    ATTND_ASSERT(b->refs > 0);
+    if (--b->refs > 0) return;
+    p->used -= p->block_bytes;
+    if (p->n_free < KV_FREE_KEEP) {
+        b->next_free = p->free_list;
+        p->free_list = b;
+        p->n_free++;
+    } else {
+        b->next_free = *to_free;
+        *to_free = b;
+    }
+}
+
+static void free_chain(kv_block *b) {
+    while (b) {
+        kv_block *next = b->next_free;
+        free(b);
+        b = next;
+    }
+}
+
+/* Gives up blocks[keep..n_blocks). */
 static void release_blocks(kv_seq *s, int keep) {
     kv_pool *p = s->pool;
     kv_block *to_free = NULL; /* freed outside the lock */
@@ -97,23 +173,13 @@ static void release_blocks(kv_seq *s, int keep) {
     while (s->n_blocks > keep) {
         kv_block *b = s->blocks[--s->n_blocks];
         s->blocks[s->n_blocks] = NULL;
-        if (p->n_free < KV_FREE_KEEP) {
-            b->next_free = p->free_list;
-            p->free_list = b;
-            p->n_free++;
-        } else {
-            b->next_free = to_free;
-            to_free = b;
-        }
-        p->used -= p->block_bytes;
+        block_unref(p, b, &to_free);
     }
     pthread_mutex_unlock(&p->lock);
-    while (to_free) {
-        kv_block *next = to_free->next_free;
-        free(to_free);
-        to_free = next;
-    }
+    free_chain(to_free);
 }
+
+// ---- sequences ------------------------------------------------------------------------------
 
 void kv_seq_destroy(kv_seq *s) {
     if (!s) return;
@@ -129,6 +195,15 @@ void kv_seq_destroy(kv_seq *s) {
 int kv_seq_len(const kv_seq *s) { return s->len; }
 size_t kv_seq_bytes(const kv_seq *s) { return (size_t)s->n_blocks * s->pool->block_bytes; }
 
+size_t kv_seq_bytes_shared(const kv_seq *s) {
+    kv_pool *p = s->pool;
+    size_t n = 0;
+    pthread_mutex_lock(&p->lock);
+    for (int i = 0; i < s->n_blocks; i++) n += s->blocks[i]->refs > 1;
+    pthread_mutex_unlock(&p->lock);
+    return n * p->block_bytes;
+}
+
 void kv_seq_truncate(kv_seq *s, int n) {
     ATTND_ASSERT(n >= 0);
     if (n >= s->len) return;
@@ -136,52 +211,96 @@ void kv_seq_truncate(kv_seq *s, int n) {
     release_blocks(s, (n + KV_BLOCK - 1) / KV_BLOCK);
 }
 
+// ---- reservation ----------------------------------------------------------------------------
+
+/* Blocks the batch needs (pool lock held): new ones past each sequence's last block, plus a copy
+ * of each shared block a sequence is about to write into. A sequence that will copy gives up its
+ * hold on the shared block now (cow_from remembers it), so when every holder writes in the same
+ * batch the last one keeps the original instead of copying it. */
+static size_t plan_blocks(kv_seq *const *seqs, int n) {
+    size_t need = 0;
+    for (int i = 0; i < n; i++) {
+        kv_seq *s = seqs[i];
+        int want = (s->len + s->pending + KV_BLOCK - 1) / KV_BLOCK;
+        ATTND_ASSERT(want <= s->max_blocks);
+        if (want > s->n_blocks) need += (size_t)(want - s->n_blocks);
+        s->cow_from = NULL;
+        if (s->pending > 0 && s->len % KV_BLOCK != 0) {
+            kv_block *b = s->blocks[s->len / KV_BLOCK];
+            if (b->refs > 1) {
+                b->refs--;
+                s->cow_from = b;
+                need++;
+            }
+        }
+    }
+    return need;
+}
+
+static void unplan_blocks(kv_seq *const *seqs, int n) {
+    for (int i = 0; i < n; i++) {
+        if (seqs[i]->cow_from) seqs[i]->cow_from->refs++;
+        seqs[i]->cow_from = NULL;
+    }
+}
+
+/* Hands the blocks on chain (exactly as many as plan_blocks counted) to the sequences: copies
+ * first, then new blocks at the end. */
+static void install_blocks(kv_pool *p, kv_seq *const *seqs, int n, kv_block *chain) {
+    for (int i = 0; i < n; i++) {
+        kv_seq *s = seqs[i];
+        int want = (s->len + s->pending + KV_BLOCK - 1) / KV_BLOCK;
+        if (s->cow_from) {
+            kv_block *b = chain;
+            chain = b->next_free;
+            b->next_free = NULL;
+            memcpy(kv_block_data(b), kv_block_data(s->cow_from), p->block_bytes);
+            s->blocks[s->len / KV_BLOCK] = b;
+            s->cow_from = NULL;
+        }
+        while (s->n_blocks < want) {
+            kv_block *b = chain;
+            chain = b->next_free;
+            b->next_free = NULL;
+            s->blocks[s->n_blocks++] = b;
+        }
+    }
+    ATTND_ASSERT(chain == NULL);
+}
+
 attnd_status kv_reserve(kv_seq *const *seqs, int n, attnd_err *err) {
     if (n == 0) return ATTND_OK;
     kv_pool *p = seqs[0]->pool;
-    size_t need = 0;
-    for (int i = 0; i < n; i++) {
-        ATTND_ASSERT(seqs[i]->pool == p);
-        int want = (seqs[i]->len + seqs[i]->pending + KV_BLOCK - 1) / KV_BLOCK;
-        ATTND_ASSERT(want <= seqs[i]->max_blocks);
-        if (want > seqs[i]->n_blocks) need += (size_t)(want - seqs[i]->n_blocks);
-    }
-    if (need == 0) return ATTND_OK;
+    for (int i = 0; i < n; i++) ATTND_ASSERT(seqs[i]->pool == p);
     pthread_mutex_lock(&p->lock);
+    size_t need = plan_blocks(seqs, n);
     if (need * p->block_bytes > p->budget - p->used) {
         size_t used = p->used;
+        unplan_blocks(seqs, n);
         pthread_mutex_unlock(&p->lock);
         return attnd_fail(err, ATTND_ERR_NOMEM,
                           "KV cache budget exhausted: %zu more bytes needed, %zu of %zu in use", need * p->block_bytes,
                           used, p->budget);
     }
-    int done = 0; /* sequences fully served, for rollback */
-    for (; done < n; done++) {
-        kv_seq *s = seqs[done];
-        int want = (s->len + s->pending + KV_BLOCK - 1) / KV_BLOCK;
-        while (s->n_blocks < want) {
-            kv_block *b = p->free_list;
-            if (b) {
-                p->free_list = b->next_free;
-                p->n_free--;
-            } else {
-                b = aligned_alloc(64, KV_BLOCK_HEADER + p->block_bytes);
-                if (!b) goto nomem;
-                /* Attention reads whole key tiles, also past a sequence's last position (those
-                 * scores are ignored); zeroing keeps those reads defined. */
-                memset(b, 0, KV_BLOCK_HEADER + p->block_bytes);
+    kv_block *chain = NULL; /* the blocks taken, linked through next_free */
+    for (size_t i = 0; i < need; i++) {
+        kv_block *b = block_take(p);
+        if (!b) {
+            kv_block *to_free = NULL;
+            while (chain) {
+                kv_block *next = chain->next_free;
+                block_unref(p, chain, &to_free);
+                chain = next;
             }
-            s->blocks[s->n_blocks++] = b;
-            p->used += p->block_bytes;
+            unplan_blocks(seqs, n);
+            pthread_mutex_unlock(&p->lock);
+            free_chain(to_free);
+            return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory allocating KV cache blocks");
         }
+        b->next_free = chain;
+        chain = b;
     }
+    install_blocks(p, seqs, n, chain);
     pthread_mutex_unlock(&p->lock);
     return ATTND_OK;
-
-nomem:
-    pthread_mutex_unlock(&p->lock);
-    /* Undo: between evaluations a sequence holds exactly the blocks its len needs, so dropping
-     * back to that returns every block this call took. */
-    for (int i = 0; i <= done && i < n; i++) release_blocks(seqs[i], (seqs[i]->len + KV_BLOCK - 1) / KV_BLOCK);
-    return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory allocating KV cache blocks");
 }

@@ -12,6 +12,12 @@
  * Blocks come from a pool with a byte budget; memory grows with the tokens actually held.
  * Reserving room for a batch is separate from committing it, so a batch that does not fit
  * leaves every sequence exactly as it was.
+ *
+ * Blocks are reference-counted: a forked sequence (kv_seq_fork) holds its parent's blocks rather
+ * than copies, and a block with more than one holder is read-only. kv_reserve gives a sequence its
+ * own copy of a shared block before the sequence writes into it (copy-on-write; only the block at
+ * a sequence's length can be partly filled, so at most one block per sequence is copied). The
+ * pool's byte count counts every block once, however many sequences hold it.
  */
 #ifndef ATTND_KV_LAYOUT_H
 #define ATTND_KV_LAYOUT_H
@@ -31,6 +37,7 @@
 
 typedef struct kv_block {
     struct kv_block *next_free; /* free-list link while the block sits in the pool */
+    int refs;                   /* sequences holding the block (under the pool lock); > 1 = read-only */
     /* the payload follows, aligned to 64 bytes (see kv_block_data) */
 } kv_block;
 
@@ -54,6 +61,7 @@ struct kv_seq {
     int max_blocks;        /* capacity of blocks[]: ceil(n_ctx / KV_BLOCK) */
     kv_block **blocks;     /* (max_blocks) */
     int pending;           /* engine scratch: entries of the current batch for this sequence */
+    kv_block *cow_from;    /* kv_reserve scratch: the shared block this sequence is about to copy */
 };
 
 /* Bytes before a block's payload: keeps the payload 64-byte aligned for vector loads. */
@@ -76,9 +84,10 @@ static inline void *kv_v_row(const kv_seq *s, int layer, int pos) {
 }
 
 /*
- * Makes sure every sequence in seqs[0..n) holds blocks for len + pending positions, taking them
- * from the pool. All or nothing: on ATTND_ERR_NOMEM (budget or malloc) no sequence gains a block.
- * The caller has checked len + pending <= n_ctx.
+ * Makes sure every sequence in seqs[0..n) (distinct) holds blocks for len + pending positions,
+ * taking them from the pool, and that each block it is about to write into is its own (a shared,
+ * partly filled last block is copied first). All or nothing: on ATTND_ERR_NOMEM (budget or malloc)
+ * no sequence gains or swaps a block. The caller has checked len + pending <= n_ctx.
  */
 attnd_status kv_reserve(kv_seq *const *seqs, int n, attnd_err *err);
 

@@ -103,70 +103,59 @@ static attnd_status check_vocabulary(const gguf_file *f, int n_vocab, attnd_err 
     return st;
 }
 
-attnd_status model_load(model **out, const char *path, attnd_err *err) {
-    *out = NULL;
-    attnd_status st;
-    model *m = calloc(1, sizeof(*m));
-    if (!m) return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory loading a model");
-    if ((st = gguf_open(&m->f, path, err))) goto fail;
+/* The architecture and hyper-parameters, checked against what the engine computes. */
+static attnd_status read_hparams(model *m, attnd_err *err) {
     const gguf_file *f = m->f;
     model_info *mi = &m->info;
-
+    attnd_status st;
     const char *arch;
-    if ((st = gguf_get_str(f, "general.architecture", &arch, err))) goto fail;
+    if ((st = gguf_get_str(f, "general.architecture", &arch, err))) return st;
     if (!strcmp(arch, "llama")) {
         m->arch = ARCH_LLAMA;
     } else if (!strcmp(arch, "qwen2")) {
         m->arch = ARCH_QWEN2;
     } else {
-        st = attnd_fail(err, ATTND_ERR_UNSUPPORTED,
+        return attnd_fail(err, ATTND_ERR_UNSUPPORTED,
                         "architecture '%.100s' is not supported (attnd runs 'llama' and 'qwen2')", arch);
-        goto fail;
     }
     mi->arch = arch;
     if (gguf_get_str(f, "general.name", &mi->name, NULL) != ATTND_OK) mi->name = "";
 
     uint32_t n_ctx, n_embd, n_layer, n_ff, n_head, n_head_kv, key_len, val_len, rope_dims;
-    if ((st = arch_u32(f, arch, "context_length", true, 0, &n_ctx, err))) goto fail;
-    if ((st = arch_u32(f, arch, "embedding_length", true, 0, &n_embd, err))) goto fail;
-    if ((st = arch_u32(f, arch, "block_count", true, 0, &n_layer, err))) goto fail;
-    if ((st = arch_u32(f, arch, "feed_forward_length", true, 0, &n_ff, err))) goto fail;
-    if ((st = arch_u32(f, arch, "attention.head_count", true, 0, &n_head, err))) goto fail;
-    if ((st = arch_u32(f, arch, "attention.head_count_kv", false, n_head, &n_head_kv, err))) goto fail;
+    if ((st = arch_u32(f, arch, "context_length", true, 0, &n_ctx, err))) return st;
+    if ((st = arch_u32(f, arch, "embedding_length", true, 0, &n_embd, err))) return st;
+    if ((st = arch_u32(f, arch, "block_count", true, 0, &n_layer, err))) return st;
+    if ((st = arch_u32(f, arch, "feed_forward_length", true, 0, &n_ff, err))) return st;
+    if ((st = arch_u32(f, arch, "attention.head_count", true, 0, &n_head, err))) return st;
+    if ((st = arch_u32(f, arch, "attention.head_count_kv", false, n_head, &n_head_kv, err))) return st;
     if (n_head == 0 || n_embd == 0 || n_layer == 0 || n_ff == 0 || n_ctx == 0 || n_head_kv == 0) {
-        st = attnd_fail(err, ATTND_ERR_FORMAT, "a hyper-parameter of '%s' is zero", arch);
-        goto fail;
+        return attnd_fail(err, ATTND_ERR_FORMAT, "a hyper-parameter of '%s' is zero", arch);
     }
-    if ((st = arch_u32(f, arch, "attention.key_length", false, n_embd / n_head, &key_len, err))) goto fail;
-    if ((st = arch_u32(f, arch, "attention.value_length", false, key_len, &val_len, err))) goto fail;
-    if ((st = arch_u32(f, arch, "rope.dimension_count", false, key_len, &rope_dims, err))) goto fail;
-    if ((st = arch_f32(f, arch, "attention.layer_norm_rms_epsilon", true, 0, &mi->rms_eps, err))) goto fail;
-    if ((st = arch_f32(f, arch, "rope.freq_base", false, 10000.0f, &mi->rope_base, err))) goto fail;
+    if ((st = arch_u32(f, arch, "attention.key_length", false, n_embd / n_head, &key_len, err))) return st;
+    if ((st = arch_u32(f, arch, "attention.value_length", false, key_len, &val_len, err))) return st;
+    if ((st = arch_u32(f, arch, "rope.dimension_count", false, key_len, &rope_dims, err))) return st;
+    if ((st = arch_f32(f, arch, "attention.layer_norm_rms_epsilon", true, 0, &mi->rms_eps, err))) return st;
+    if ((st = arch_f32(f, arch, "rope.freq_base", false, 10000.0f, &mi->rope_base, err))) return st;
 
     /* Sanity limits keep every later size computation far from overflow. */
     if (n_embd > (1u << 16) || n_ff > (1u << 18) || n_layer > 1024 || n_head > 1024 || n_ctx > (1u << 24)) {
-        st = attnd_fail(err, ATTND_ERR_UNSUPPORTED, "hyper-parameters of '%s' are out of the supported range", arch);
-        goto fail;
+        return attnd_fail(err, ATTND_ERR_UNSUPPORTED, "hyper-parameters of '%s' are out of the supported range", arch);
     }
     if (n_head % n_head_kv != 0) {
-        st = attnd_fail(err, ATTND_ERR_FORMAT, "head_count %u is not a multiple of head_count_kv %u", n_head,
+        return attnd_fail(err, ATTND_ERR_FORMAT, "head_count %u is not a multiple of head_count_kv %u", n_head,
                         n_head_kv);
-        goto fail;
     }
     if (key_len == 0 || key_len != val_len || key_len % 2 != 0 || key_len > 1024) {
-        st = attnd_fail(err, ATTND_ERR_UNSUPPORTED, "head size %u (key) / %u (value) is not supported", key_len,
+        return attnd_fail(err, ATTND_ERR_UNSUPPORTED, "head size %u (key) / %u (value) is not supported", key_len,
                         val_len);
-        goto fail;
     }
     if (rope_dims == 0 || rope_dims % 2 != 0 || rope_dims > key_len) {
-        st = attnd_fail(err, ATTND_ERR_FORMAT, "rope.dimension_count %u does not fit head size %u", rope_dims,
+        return attnd_fail(err, ATTND_ERR_FORMAT, "rope.dimension_count %u does not fit head size %u", rope_dims,
                         key_len);
-        goto fail;
     }
     if (!(mi->rms_eps > 0) || !(mi->rope_base > 0) || !isfinite(mi->rope_base)) {
-        st = attnd_fail(err, ATTND_ERR_FORMAT, "rms epsilon %g or rope base %g is not positive", mi->rms_eps,
+        return attnd_fail(err, ATTND_ERR_FORMAT, "rms epsilon %g or rope base %g is not positive", mi->rms_eps,
                         mi->rope_base);
-        goto fail;
     }
     mi->n_ctx = (int)n_ctx;
     mi->n_embd = (int)n_embd;
@@ -178,6 +167,52 @@ attnd_status model_load(model **out, const char *path, attnd_err *err) {
     mi->rope_dims = (int)rope_dims;
     m->q_dim = mi->n_head * mi->head_dim;
     m->kv_dim = mi->n_head_kv * mi->head_dim;
+    return ATTND_OK;
+}
+
+/* Layer l's weights: matrices mapped in place, norms and biases as float vectors. */
+static attnd_status load_layer(model *m, int l, attnd_err *err) {
+    const gguf_file *f = m->f;
+    int64_t E = m->info.n_embd, Q = m->q_dim, KV = m->kv_dim, F = m->info.n_ff;
+    attnd_status st;
+    layer_weights *L = &m->layers[l];
+    char name[96];
+#define MAT(field, suffix, r, c)                                                    \
+    snprintf(name, sizeof(name), "blk.%d.%s.weight", l, suffix);                    \
+    if ((st = find_matrix(f, name, r, c, true, &L->field, err))) return st;
+#define VEC(field, suffix, ext, n, req)                                             \
+    snprintf(name, sizeof(name), "blk.%d.%s.%s", l, suffix, ext);                   \
+    if ((st = load_vector(f, name, n, req, &L->field, err))) return st;
+    VEC(attn_norm, "attn_norm", "weight", E, true);
+    MAT(wq, "attn_q", Q, E);
+    MAT(wk, "attn_k", KV, E);
+    MAT(wv, "attn_v", KV, E);
+    MAT(wo, "attn_output", E, Q);
+    /* qwen2 always has q/k/v biases; some llama-architecture files do too. */
+    bool req_bias = m->arch == ARCH_QWEN2;
+    VEC(bq, "attn_q", "bias", Q, req_bias);
+    VEC(bk, "attn_k", "bias", KV, req_bias);
+    VEC(bv, "attn_v", "bias", KV, req_bias);
+    VEC(ffn_norm, "ffn_norm", "weight", E, true);
+    MAT(w_gate, "ffn_gate", F, E);
+    MAT(w_up, "ffn_up", F, E);
+    MAT(w_down, "ffn_down", E, F);
+#undef MAT
+#undef VEC
+    return ATTND_OK;
+}
+
+attnd_status model_load(model **out, const char *path, attnd_err *err) {
+    *out = NULL;
+    attnd_status st;
+    model *m = calloc(1, sizeof(*m));
+    if (!m) return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory loading a model");
+    if ((st = gguf_open(&m->f, path, err))) goto fail;
+    const gguf_file *f = m->f;
+    model_info *mi = &m->info;
+
+    if ((st = read_hparams(m, err))) goto fail;
+    uint32_t n_layer = (uint32_t)mi->n_layer;
 
     const gguf_tensor *te = gguf_find_tensor(f, "token_embd.weight");
     if (!te) {
@@ -190,7 +225,7 @@ attnd_status model_load(model **out, const char *path, attnd_err *err) {
     }
     mi->n_vocab = (int)te->ne[1];
     if ((st = check_vocabulary(f, mi->n_vocab, err))) goto fail;
-    int64_t V = mi->n_vocab, E = mi->n_embd, Q = m->q_dim, KV = m->kv_dim, F = mi->n_ff;
+    int64_t V = mi->n_vocab, E = mi->n_embd;
     if ((st = find_matrix(f, "token_embd.weight", V, E, true, &m->tok_embd, err))) goto fail;
     if ((st = find_matrix(f, "output.weight", V, E, false, &m->output, err))) goto fail;
     if (!m->output.data) m->output = m->tok_embd; /* tied embeddings */
@@ -201,32 +236,8 @@ attnd_status model_load(model **out, const char *path, attnd_err *err) {
         st = attnd_fail(err, ATTND_ERR_NOMEM, "out of memory loading a model");
         goto fail;
     }
-    for (int l = 0; l < mi->n_layer; l++) {
-        layer_weights *L = &m->layers[l];
-        char name[96];
-#define MAT(field, suffix, r, c)                                                        \
-    snprintf(name, sizeof(name), "blk.%d.%s.weight", l, suffix);                        \
-    if ((st = find_matrix(f, name, r, c, true, &L->field, err))) goto fail;
-#define VEC(field, suffix, ext, n, req)                                                 \
-    snprintf(name, sizeof(name), "blk.%d.%s.%s", l, suffix, ext);                       \
-    if ((st = load_vector(f, name, n, req, &L->field, err))) goto fail;
-        VEC(attn_norm, "attn_norm", "weight", E, true);
-        MAT(wq, "attn_q", Q, E);
-        MAT(wk, "attn_k", KV, E);
-        MAT(wv, "attn_v", KV, E);
-        MAT(wo, "attn_output", E, Q);
-        /* qwen2 always has q/k/v biases; some llama-architecture files do too. */
-        bool req_bias = m->arch == ARCH_QWEN2;
-        VEC(bq, "attn_q", "bias", Q, req_bias);
-        VEC(bk, "attn_k", "bias", KV, req_bias);
-        VEC(bv, "attn_v", "bias", KV, req_bias);
-        VEC(ffn_norm, "ffn_norm", "weight", E, true);
-        MAT(w_gate, "ffn_gate", F, E);
-        MAT(w_up, "ffn_up", F, E);
-        MAT(w_down, "ffn_down", E, F);
-#undef MAT
-#undef VEC
-    }
+    for (int l = 0; l < mi->n_layer; l++)
+        if ((st = load_layer(m, l, err))) goto fail;
 
     m->rope_inv_freq = malloc(sizeof(double) * (size_t)(mi->rope_dims / 2));
     if (!m->rope_inv_freq) {

@@ -80,9 +80,10 @@ uint32_t quantize_tensor_type(quantize_target t, const char *name, uint32_t n_di
                               uint32_t in_type, int n_layer, bool has_output) {
     if (n_dims < 2 || !ends_with(name, "weight")) return in_type;
     uint32_t type = t == QUANTIZE_Q4_K_M ? q4_k_m_type(name, n_layer, has_output) : TARGETS[t].type;
-    /* rows the block does not divide: llama.cpp's fallbacks (Q4_K -> Q5_0 there, Q8_0 here) */
-    if (ne[0] % gguf_type_block_elems(type)) type = type == GGUF_TYPE_F16 || type == GGUF_TYPE_BF16 ? type
-                                                                                                  : GGUF_TYPE_Q8_0;
+    /* rows the block does not divide (F16/BF16 blocks are 1 element: they always fit): llama.cpp's
+     * fallbacks, Q6_K -> Q8_0 and Q4_K -> Q5_0 there (Q8_0 here: attnd does not compute Q5_0),
+     * then F16 when 32 does not divide either */
+    if (ne[0] % gguf_type_block_elems(type)) type = GGUF_TYPE_Q8_0;
     if (ne[0] % gguf_type_block_elems(type)) type = GGUF_TYPE_F16;
     return type;
 }

@@ -41,6 +41,14 @@ static void rng_seed(rng *r, uint64_t seed) {
     for (int i = 0; i < 4; i++) r->s[i] = splitmix64(&seed);
 }
 
+uint64_t sampler_seed_stream(uint64_t seed, int k) {
+    if (k == 0) return seed;
+    /* not seed + k * step: splitmix64 walks seed by its own step, so such seeds would give the
+     * same sequence shifted by k */
+    uint64_t x = seed ^ ((uint64_t)k * 0xd1b54a32d192ed03ULL);
+    return splitmix64(&x);
+}
+
 static uint64_t rng_next(rng *r) {
     uint64_t *s = r->s;
     uint64_t result = rotl(s[1] * 5, 7) * 9;

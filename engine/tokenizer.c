@@ -430,63 +430,63 @@ static attnd_status build_spm_pairs(tokenizer *t, attnd_err *err) {
     return ATTND_OK;
 }
 
-attnd_status tok_load(tokenizer **out, const gguf_file *f, attnd_err *err) {
-    *out = NULL;
+/* The tokenizer family (tokenizer.ggml.model) and, for BPE, its pre-tokenizer. */
+static attnd_status read_kind(tokenizer *t, const gguf_file *f, attnd_err *err) {
     attnd_status st;
-    tokenizer *t = calloc(1, sizeof(*t));
-    if (!t) return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory for the tokenizer");
-    uint32_t *cp_to_byte = NULL;
-
     const char *model;
-    if ((st = gguf_get_str(f, "tokenizer.ggml.model", &model, err)) != ATTND_OK) goto fail;
+    if ((st = gguf_get_str(f, "tokenizer.ggml.model", &model, err)) != ATTND_OK) return st;
     if (!strcmp(model, "llama")) {
         t->kind = KIND_SPM;
     } else if (!strcmp(model, "gpt2")) {
         t->kind = KIND_BPE;
     } else {
-        st = attnd_fail(err, ATTND_ERR_UNSUPPORTED, "tokenizer.ggml.model \"%s\" is not supported (only \"llama\" and \"gpt2\")", model);
-        goto fail;
+        return attnd_fail(err, ATTND_ERR_UNSUPPORTED, "tokenizer.ggml.model \"%s\" is not supported (only \"llama\" and \"gpt2\")", model);
     }
     if (t->kind == KIND_BPE) {
         const char *pre = NULL;
         if (gguf_get_str(f, "tokenizer.ggml.pre", &pre, NULL) != ATTND_OK) pre = NULL;
         t->pre = tok_pre_find(pre);
         if (!t->pre) {
-            st = attnd_fail(err, ATTND_ERR_UNSUPPORTED, "tokenizer.ggml.pre \"%s\" is not a known pre-tokenizer", pre);
-            goto fail;
+            return attnd_fail(err, ATTND_ERR_UNSUPPORTED, "tokenizer.ggml.pre \"%s\" is not a known pre-tokenizer", pre);
         }
     }
+    return ATTND_OK;
+}
 
-    const gguf_array *toks, *types = NULL, *scores = NULL;
-    if ((st = gguf_get_arr(f, "tokenizer.ggml.tokens", GGUF_VT_STRING, &toks, err)) != ATTND_OK) goto fail;
-    if (toks->n == 0 || toks->n > INT32_MAX / 2) {
-        st = attnd_fail(err, ATTND_ERR_FORMAT, "tokenizer.ggml.tokens has %llu entries", (unsigned long long)toks->n);
-        goto fail;
+/* The vocabulary arrays, their lengths checked against each other (types, scores optional). */
+static attnd_status read_arrays(tokenizer *t, const gguf_file *f, const gguf_array **toks, const gguf_array **types,
+                                const gguf_array **scores, attnd_err *err) {
+    attnd_status st;
+    *types = *scores = NULL;
+    if ((st = gguf_get_arr(f, "tokenizer.ggml.tokens", GGUF_VT_STRING, toks, err)) != ATTND_OK) return st;
+    if ((*toks)->n == 0 || (*toks)->n > INT32_MAX / 2) {
+        return attnd_fail(err, ATTND_ERR_FORMAT, "tokenizer.ggml.tokens has %llu entries", (unsigned long long)(*toks)->n);
     }
-    t->n_vocab = (int32_t)toks->n;
+    t->n_vocab = (int32_t)(*toks)->n;
     if (gguf_find_kv(f, "tokenizer.ggml.token_type")) {
-        if ((st = gguf_get_arr(f, "tokenizer.ggml.token_type", GGUF_VT_INT32, &types, err)) != ATTND_OK) goto fail;
-        if (types->n != toks->n) {
-            st = attnd_fail(err, ATTND_ERR_FORMAT, "tokenizer.ggml.token_type has %llu entries for %d tokens",
-                            (unsigned long long)types->n, t->n_vocab);
-            goto fail;
+        if ((st = gguf_get_arr(f, "tokenizer.ggml.token_type", GGUF_VT_INT32, types, err)) != ATTND_OK) return st;
+        if ((*types)->n != (*toks)->n) {
+            return attnd_fail(err, ATTND_ERR_FORMAT, "tokenizer.ggml.token_type has %llu entries for %d tokens",
+                              (unsigned long long)(*types)->n, t->n_vocab);
         }
     }
     if (gguf_find_kv(f, "tokenizer.ggml.scores")) {
-        if ((st = gguf_get_arr(f, "tokenizer.ggml.scores", GGUF_VT_FLOAT32, &scores, err)) != ATTND_OK) goto fail;
-        if (scores->n != toks->n) {
-            st = attnd_fail(err, ATTND_ERR_FORMAT, "tokenizer.ggml.scores has %llu entries for %d tokens",
-                            (unsigned long long)scores->n, t->n_vocab);
-            goto fail;
+        if ((st = gguf_get_arr(f, "tokenizer.ggml.scores", GGUF_VT_FLOAT32, scores, err)) != ATTND_OK) return st;
+        if ((*scores)->n != (*toks)->n) {
+            return attnd_fail(err, ATTND_ERR_FORMAT, "tokenizer.ggml.scores has %llu entries for %d tokens",
+                              (unsigned long long)(*scores)->n, t->n_vocab);
         }
     }
+    return ATTND_OK;
+}
 
+/* Every per-token table, sized from the vocabulary strings. */
+static attnd_status alloc_tables(tokenizer *t, const gguf_array *toks, attnd_err *err) {
     size_t nv = (size_t)t->n_vocab, total = 0;
     for (size_t i = 0; i < nv; i++) {
         total += toks->strings[i].len + 1;
         if (toks->strings[i].len > UINT32_MAX / 8 || total > UINT32_MAX / 8) {
-            st = attnd_fail(err, ATTND_ERR_FORMAT, "tokenizer.ggml.tokens: vocabulary strings too long");
-            goto fail;
+            return attnd_fail(err, ATTND_ERR_FORMAT, "tokenizer.ggml.tokens: vocabulary strings too long");
         }
     }
     t->text = malloc(total);
@@ -498,14 +498,19 @@ attnd_status tok_load(tokenizer **out, const gguf_file *f, attnd_err *err) {
     t->type = malloc(nv);
     t->eog = calloc(nv, sizeof(bool));
     t->special = malloc(nv * sizeof(int32_t));
-    cp_to_byte = malloc(0x144 * sizeof(uint32_t));
     if (t->kind == KIND_SPM) t->score = malloc(nv * sizeof(float));
     if (!t->text || !t->text_off || !t->text_len || !t->dec || !t->dec_off || !t->dec_len || !t->type || !t->eog ||
-        !t->special || !cp_to_byte || (t->kind == KIND_SPM && !t->score)) {
-        st = attnd_fail(err, ATTND_ERR_NOMEM, "out of memory for a %d-token vocabulary", t->n_vocab);
-        goto fail;
+        !t->special || (t->kind == KIND_SPM && !t->score)) {
+        return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory for a %d-token vocabulary", t->n_vocab);
     }
-    size_t pos = 0;
+    return ATTND_OK;
+}
+
+/* Token texts, types and scores into the tables, and the text -> id index. */
+static attnd_status fill_tokens(tokenizer *t, const gguf_array *toks, const gguf_array *types,
+                                const gguf_array *scores, attnd_err *err) {
+    attnd_status st;
+    size_t nv = (size_t)t->n_vocab, pos = 0;
     for (size_t i = 0; i < nv; i++) {
         t->text_off[i] = (uint32_t)pos;
         t->text_len[i] = (uint32_t)toks->strings[i].len;
@@ -514,9 +519,8 @@ attnd_status tok_load(tokenizer **out, const gguf_file *f, attnd_err *err) {
         t->text[pos++] = '\0';
         int32_t ty = types ? ((const int32_t *)types->data)[i] : TT_NORMAL;
         if (ty < 0 || ty > TT_BYTE) { /* 0 is "undefined" in llama.cpp: read as normal */
-            st = attnd_fail(err, ATTND_ERR_FORMAT, "tokenizer.ggml.token_type[%zu] = %d is not a token type", i,
-                            (int)ty);
-            goto fail;
+            return attnd_fail(err, ATTND_ERR_FORMAT, "tokenizer.ggml.token_type[%zu] = %d is not a token type", i,
+                              (int)ty);
         }
         t->type[i] = ty >= TT_NORMAL ? (uint8_t)ty : TT_NORMAL;
         if (t->score) {
@@ -525,15 +529,20 @@ attnd_status tok_load(tokenizer **out, const gguf_file *f, attnd_err *err) {
         }
     }
     if ((st = strmap_init(&t->by_text, nv, t->text, t->text_off, t->text_len)) != ATTND_OK) {
-        st = attnd_fail(err, st, "out of memory for the vocabulary index");
-        goto fail;
+        return attnd_fail(err, st, "out of memory for the vocabulary index");
     }
     for (size_t i = 0; i < nv; i++) strmap_put(&t->by_text, (int32_t)i);
+    return ATTND_OK;
+}
 
+/* The bytes every token decodes to, and the token of every raw byte (byte fallback). */
+static attnd_status build_decoded(tokenizer *t, attnd_err *err) {
+    uint32_t *cp_to_byte = malloc(0x144 * sizeof(uint32_t));
+    if (!cp_to_byte) return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory for a %d-token vocabulary", t->n_vocab);
     /* Decoded bytes of every token. */
     for (uint32_t c = 0; c < 0x144; c++) cp_to_byte[c] = 256;
     for (unsigned b = 0; b < 256; b++) cp_to_byte[byte_to_cp(b)] = b;
-    pos = 0;
+    size_t nv = (size_t)t->n_vocab, pos = 0;
     for (size_t i = 0; i < nv; i++) {
         t->dec_off[i] = (uint32_t)pos;
         t->dec_len[i] = (uint32_t)decode_token(t, (int32_t)i, cp_to_byte, t->dec + pos);
@@ -556,17 +565,18 @@ attnd_status tok_load(tokenizer **out, const gguf_file *f, attnd_err *err) {
         }
         t->byte_tok[b] = id;
     }
+    free(cp_to_byte);
+    return ATTND_OK;
+}
 
-    /* Special strings matched in the text: control, user-defined and unknown tokens. */
-    size_t n_special = 0;
+/* Special strings matched in the text: control, user-defined and unknown tokens. */
+static attnd_status build_specials(tokenizer *t, attnd_err *err) {
+    size_t nv = (size_t)t->n_vocab, n_special = 0;
     for (size_t i = 0; i < nv; i++)
         if ((t->type[i] == TT_CONTROL || t->type[i] == TT_USER || t->type[i] == TT_UNKNOWN) && t->text_len[i] > 0)
             n_special++;
     special_rec *recs = malloc((n_special ? n_special : 1) * sizeof(*recs));
-    if (!recs) {
-        st = attnd_fail(err, ATTND_ERR_NOMEM, "out of memory for special tokens");
-        goto fail;
-    }
+    if (!recs) return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory for special tokens");
     for (size_t i = 0; i < nv; i++)
         if ((t->type[i] == TT_CONTROL || t->type[i] == TT_USER || t->type[i] == TT_UNKNOWN) && t->text_len[i] > 0)
             recs[t->n_special++] = (special_rec){(unsigned char)t->text[t->text_off[i]], t->text_len[i], (int32_t)i};
@@ -577,8 +587,12 @@ attnd_status tok_load(tokenizer **out, const gguf_file *f, attnd_err *err) {
         while (k < t->n_special && (unsigned char)t->text[t->text_off[t->special[k]]] < b) k++;
         t->special_at[b] = k;
     }
+    return ATTND_OK;
+}
 
-    /* Special ids and flags. SPM's conventional ids apply when the keys are absent. */
+/* Special ids and flags. SPM's conventional ids apply when the keys are absent. */
+static attnd_status read_special_ids(tokenizer *t, const gguf_file *f, attnd_err *err) {
+    attnd_status st;
     bool spm = t->kind == KIND_SPM;
     if ((st = read_id(f, "tokenizer.ggml.bos_token_id", t->n_vocab, spm ? 1 : -1, &t->bos, err)) != ATTND_OK ||
         (st = read_id(f, "tokenizer.ggml.eos_token_id", t->n_vocab, spm ? 2 : -1, &t->eos, err)) != ATTND_OK ||
@@ -586,7 +600,7 @@ attnd_status tok_load(tokenizer **out, const gguf_file *f, attnd_err *err) {
         (st = read_id(f, "tokenizer.ggml.eot_token_id", t->n_vocab, -1, &t->eot, err)) != ATTND_OK ||
         (st = read_id(f, "tokenizer.ggml.eom_token_id", t->n_vocab, -1, &t->eom, err)) != ATTND_OK ||
         (st = read_id(f, "tokenizer.ggml.padding_token_id", t->n_vocab, -1, &t->pad, err)) != ATTND_OK)
-        goto fail;
+        return st;
     t->add_bos = read_bool(f, "tokenizer.ggml.add_bos_token", spm) && t->bos >= 0;
     t->add_eos = read_bool(f, "tokenizer.ggml.add_eos_token", false) && t->eos >= 0;
     t->add_space_prefix = read_bool(f, "tokenizer.ggml.add_space_prefix", spm);
@@ -597,8 +611,14 @@ attnd_status tok_load(tokenizer **out, const gguf_file *f, attnd_err *err) {
         int32_t id = strmap_get(&t->by_text, EOG_TEXTS[k], strlen(EOG_TEXTS[k]));
         if (id >= 0 && t->type[id] == TT_CONTROL) t->eog[id] = true;
     }
+    return ATTND_OK;
+}
 
-    if (spm) {
+/* The merge machinery: SPM's pair table and shortcuts, or BPE's merges. */
+static attnd_status prepare_merges(tokenizer *t, const gguf_file *f, attnd_err *err) {
+    attnd_status st;
+    size_t nv = (size_t)t->n_vocab;
+    if (t->kind == KIND_SPM) {
         /* Can a merge join a non-space character to a following U+2581? If no token contains
          * U+2581 after something other than U+2581, text can be cut before every such U+2581 and
          * the pieces merged independently with the same result (no candidate pair spans a cut). */
@@ -613,30 +633,40 @@ attnd_status tok_load(tokenizer **out, const gguf_file *f, attnd_err *err) {
                     break;
                 }
         }
-        if ((st = build_spm_pairs(t, err)) != ATTND_OK) goto fail;
+        if ((st = build_spm_pairs(t, err)) != ATTND_OK) return st;
         for (int c = 0; c < 128; c++) {
             char ch = (char)c;
             t->spm_ascii[c] = spm_lookup(t, &ch, 1);
         }
         t->spm_space = spm_lookup(t, SPM_SPACE, 3);
     } else {
-        if ((st = load_merges(t, f, err)) != ATTND_OK) goto fail;
+        if ((st = load_merges(t, f, err)) != ATTND_OK) return st;
         if (t->pre->ignore_merges) {
             if ((st = strmap_init(&t->by_bytes, nv, t->dec, t->dec_off, t->dec_len)) != ATTND_OK) {
-                st = attnd_fail(err, st, "out of memory for the vocabulary index");
-                goto fail;
+                return attnd_fail(err, st, "out of memory for the vocabulary index");
             }
             for (size_t i = 0; i < nv; i++)
                 if (t->type[i] == TT_NORMAL) strmap_put(&t->by_bytes, (int32_t)i);
         }
     }
-    free(cp_to_byte);
+    return ATTND_OK;
+}
+
+attnd_status tok_load(tokenizer **out, const gguf_file *f, attnd_err *err) {
+    *out = NULL;
+    attnd_status st;
+    tokenizer *t = calloc(1, sizeof(*t));
+    if (!t) return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory for the tokenizer");
+    const gguf_array *toks, *types, *scores;
+    if ((st = read_kind(t, f, err)) != ATTND_OK || (st = read_arrays(t, f, &toks, &types, &scores, err)) != ATTND_OK ||
+        (st = alloc_tables(t, toks, err)) != ATTND_OK || (st = fill_tokens(t, toks, types, scores, err)) != ATTND_OK ||
+        (st = build_decoded(t, err)) != ATTND_OK || (st = build_specials(t, err)) != ATTND_OK ||
+        (st = read_special_ids(t, f, err)) != ATTND_OK || (st = prepare_merges(t, f, err)) != ATTND_OK) {
+        tok_destroy(t);
+        return st;
+    }
     *out = t;
     return ATTND_OK;
-fail:
-    free(cp_to_byte);
-    tok_destroy(t);
-    return st;
 }
 
 void tok_destroy(tokenizer *t) {

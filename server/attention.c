@@ -90,10 +90,8 @@ static enum MHD_Result respond(req *r) {
 enum MHD_Result ep_attention(req *r) {
     struct server *s = r->srv;
     enum MHD_Result ret = MHD_NO;
-    if (atomic_load(&s->stopping)) return http_respond_error(r, 503, "server is shutting down", NULL);
-    json_t *b = http_parse_body(r, &ret, false);
+    json_t *b = http_work_body(r, &ret);
     if (!b) return ret;
-    r->body_json = b;
     attn_api_request ar;
     if (!read_selection(r, b, &ar, &ret)) goto out;
     const char *param = NULL;

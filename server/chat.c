@@ -135,8 +135,8 @@ static attnd_status render(chat_family f, const chat_msg *msgs, size_t n, sbuf *
     for (size_t i = 0; i < n; i++)
         if (role_of(msgs[i].role) < 0)
             return attnd_fail(err, ATTND_ERR_INVALID,
-                              "messages[%zu].role: '%s' is not one of system, user, assistant", i,
-                              msgs[i].role ? msgs[i].role : "(null)");
+                              "messages[%zu].role '%s' is not supported; the roles are system, developer, user, "
+                              "assistant", i, msgs[i].role ? msgs[i].role : "(null)");
     sbuf b = {0};
     const char *pending_sys = NULL; /* families without a system role merge it into the next user turn */
     for (size_t i = 0; i < n; i++) {

@@ -62,12 +62,15 @@ static const entry SETTINGS[] = {
     {"threads", K_INT, OFF(threads), 0, 4096, 0, "engine threads (0 = the CPUs this process may use)"},
     {"ctx_size", K_INT, OFF(ctx_size), 0, 1 << 24, 0, "per-sequence context cap in tokens (0 = model's)"},
     {"max_batch", K_INT, OFF(max_batch), 1, 1 << 16, 0, "most tokens per engine step"},
+    {"prefill_budget_ms", K_INT, OFF(prefill_budget_ms), 0, 600000, 0, "step time while a prompt prefills beside streams, ms (0 = auto)"},
     {"kv_budget_mb", K_SIZE, OFF(kv_budget_mb), 1, 1 << 24, 0, "KV cache memory for all sessions, MiB"},
     {"kv_f32", K_BOOL, OFF(kv_f32), 0, 0, 0, "keep the KV cache in f32 instead of f16"},
     {"chat_template", K_CHAT, OFF(chat_template), 0, 0, 0, "chat template family override (empty = detect)"},
     {"max_sessions", K_INT, OFF(max_sessions), 1, 1000000, 0, "named sessions kept"},
     {"state_dir", K_STR, OFF(state_dir), 0, 0, 0, "session state directory (empty = no persistence)"},
     {"max_parallel", K_INT, OFF(max_parallel), 1, 4096, 0, "sequences decoded together per step"},
+    {"session_ttl_s", K_INT, OFF(session_ttl_s), 0, 1 << 30, 0, "idle sessions are removed after this, s (0 = never)"},
+    {"session_evict_lru", K_BOOL, OFF(session_evict_lru), 0, 0, 0, "at max_sessions evict the least recently used idle one"},
     {"body_limit", K_BYTES, OFF(body_limit), 1024, 1 << 30, 0, "request body cap (k/M/G suffix ok; 413 above)"},
     {"queue_limit", K_INT, OFF(queue_limit), 1, 1000000, 0, "requests waiting for the scheduler (429 above)"},
     {"tokenize_parallel", K_INT, OFF(tokenize_parallel), 1, 4096, 0, "/tokenize + /detokenize at once (429 above)"},
@@ -77,6 +80,7 @@ static const entry SETTINGS[] = {
     {"request_timeout_s", K_INT, OFF(request_timeout_s), 1, 86400, 0, "idle HTTP connection timeout, s"},
     {"header_timeout_s", K_INT, OFF(header_timeout_s), 1, 3600, 0, "time a connection has to send its request headers, s"},
     {"shutdown_timeout_s", K_INT, OFF(shutdown_timeout_s), 0, 3600, 0, "SIGTERM: time in-flight work gets, s"},
+    {"sse_keepalive_s", K_INT, OFF(sse_keepalive_s), 0, 3600, 0, "a waiting stream sends a keep-alive comment this often, s (0 = never)"},
     {"watchdog_interval_ms", K_INT, OFF(watchdog_interval_ms), 10, 3600000, 0, "scheduler keep-alive period, ms"},
     {"api_key", K_STR, OFF(api_key), 0, 0, F_SECRET, "required Bearer token (empty = no auth)"},
     {"api_key_file", K_KEYFILE, OFF(api_key), 0, 0, F_SECRET, "file holding the Bearer token(s), one per line"},
@@ -272,22 +276,10 @@ static attnd_status set_origin(config *c, size_t i, config_source src, const cha
  * Parses `value` for SETTINGS[i] and stores it in *s, recording src/origin. `where` prefixes
  * error messages ("attnd.conf:12: key 'port'", "environment ATTND_PORT", "flag --port").
  */
-static attnd_status apply(config *c, server_settings *s, size_t i, const char *value, config_source src,
-                          const char *origin, int line, const char *where, attnd_err *err) {
+/* Parses value by the entry's kind into field (a member of the settings struct). */
+static attnd_status parse_value(config *c, size_t i, char *field, const char *value, const char *where,
+                                attnd_err *err) {
     const entry *e = &SETTINGS[i];
-    char *field = (char *)s + e->off;
-    /* api_key and api_key_file write the same field. Both non-empty in one layer is
-     * ambiguous; an empty one next to a set one in the same layer changes nothing; across
-     * layers the stronger one wins and the other no longer describes the field. */
-    int pair = -1;
-    for (size_t j = 0; j < N_SETTINGS; j++)
-        if (j != i && SETTINGS[j].off == e->off) pair = (int)j;
-    if (pair >= 0 && c->slots[pair].src == src && src != CONFIG_SRC_DEFAULT && *(const char **)field) {
-        if (*value)
-            return attnd_fail(err, ATTND_ERR_INVALID, "%s: '%s' is set too (%s); set only one of them", where,
-                              SETTINGS[pair].key, c->slots[pair].origin ? c->slots[pair].origin : "here");
-        return set_origin(c, i, src, origin, line, err);
-    }
     long long ll;
     double d;
     int b;
@@ -367,8 +359,29 @@ static attnd_status apply(config *c, server_settings *s, size_t i, const char *v
         break;
     }
     }
+    return ATTND_OK;
+}
+
+static attnd_status apply(config *c, server_settings *s, size_t i, const char *value, config_source src,
+                          const char *origin, int line, const char *where, attnd_err *err) {
+    const entry *e = &SETTINGS[i];
+    char *field = (char *)s + e->off;
+    /* api_key and api_key_file write the same field. Both non-empty in one layer is
+     * ambiguous; an empty one next to a set one in the same layer changes nothing; across
+     * layers the stronger one wins and the other no longer describes the field. */
+    int pair = -1;
+    for (size_t j = 0; j < N_SETTINGS; j++)
+        if (j != i && SETTINGS[j].off == e->off) pair = (int)j;
+    if (pair >= 0 && c->slots[pair].src == src && src != CONFIG_SRC_DEFAULT && *(const char **)field) {
+        if (*value)
+            return attnd_fail(err, ATTND_ERR_INVALID, "%s: '%s' is set too (%s); set only one of them", where,
+                              SETTINGS[pair].key, c->slots[pair].origin ? c->slots[pair].origin : "here");
+        return set_origin(c, i, src, origin, line, err);
+    }
+    attnd_status st = parse_value(c, i, field, value, where, err);
+    if (st != ATTND_OK) return st;
     if (pair >= 0 && c->slots[pair].src != src) {
-        attnd_status st = set_origin(c, (size_t)pair, CONFIG_SRC_DEFAULT, NULL, 0, err);
+        st = set_origin(c, (size_t)pair, CONFIG_SRC_DEFAULT, NULL, 0, err);
         if (st != ATTND_OK) return st;
         c->slots[pair].raw = NULL;
     }
@@ -711,10 +724,16 @@ int config_source_of(const config *c, const char *key, const char **origin) {
 // ---- output ------------------------------------------------------------------------------------
 
 /* A string as the file syntax reads it back: quoted when bare text would be misread. */
+/* v as a config-file value: bare when the parser would read it back unchanged, else in double
+ * quotes. NULL when neither works (a value from the environment or a flag holding a newline, or
+ * a '"' in a value that needs quoting: the format has no escapes). */
 static const char *quoted(const char *v, char *buf, size_t cap) {
     size_t n = strlen(v);
-    bool quote = n == 0 || isspace((unsigned char)v[0]) || isspace((unsigned char)v[n - 1]) || strchr(v, '#') ||
-                 v[0] == '"';
+    if (strchr(v, '\n') || n + 3 > cap) return NULL; /* a line ends at '\n' only */
+    bool quote = n == 0 || isspace((unsigned char)v[0]) || isspace((unsigned char)v[n - 1]) || v[0] == '"' ||
+                 v[0] == '#';
+    for (size_t i = 1; i < n && !quote; i++) quote = v[i] == '#' && isspace((unsigned char)v[i - 1]);
+    if (quote && strchr(v, '"')) return NULL;
     snprintf(buf, cap, quote ? "\"%s\"" : "%s", v);
     return buf;
 }
@@ -729,7 +748,9 @@ void config_print(const config *c, const server_settings *s, FILE *out) {
         const char *field = (const char *)s + e->off;
         char val[PATH_MAX + 8];
         if (e->kind == K_KEYFILE) {
-            if (sl->raw) fprintf(out, "%-20s = %-30s # %s\n", e->key, quoted(sl->raw, val, sizeof(val)), origin);
+            if (sl->raw && quoted(sl->raw, val, sizeof(val)))
+                fprintf(out, "%-20s = %-30s # %s\n", e->key, val, origin);
+            else if (sl->raw) fprintf(out, "# %-18s   (a path a config file cannot hold)  # %s\n", e->key, origin);
             else fprintf(out, "# %-18s   (not set)\n", e->key);
             continue;
         }
@@ -748,8 +769,12 @@ void config_print(const config *c, const server_settings *s, FILE *out) {
         case K_STR:
         case K_CHAT: {
             const char *v = *(const char *const *)field;
-            if (v) quoted(v, val, sizeof(val));
-            else val[0] = '\0';
+            if (!v) {
+                val[0] = '\0';
+            } else if (!quoted(v, val, sizeof(val))) {
+                fprintf(out, "# %-18s   (a value a config file cannot hold)  # %s\n", e->key, origin);
+                continue;
+            }
             break;
         }
         case K_INT: snprintf(val, sizeof(val), "%d", *(const int *)field); break;

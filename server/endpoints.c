@@ -47,12 +47,22 @@ enum MHD_Result ep_metrics(req *r) {
     return http_respond_text(r, 200, "text/plain; version=0.0.4", text);
 }
 
-enum MHD_Result ep_models(req *r) {
-    struct server *s = r->srv;
+static oai_model_desc model_desc(const struct server *s) {
     const model_info *mi = model_info_get(s->m);
-    oai_model_desc d = {s->model_id, (long long)time(NULL), s->n_ctx, mi->n_vocab, mi->n_ctx,
-                        (long long)mi->n_params, chat_family_name(s->family)};
+    return (oai_model_desc){s->model_id, (long long)time(NULL), s->n_ctx, mi->n_vocab, mi->n_ctx,
+                            (long long)mi->n_params, chat_family_name(s->family)};
+}
+
+enum MHD_Result ep_models(req *r) {
+    oai_model_desc d = model_desc(r->srv);
     return http_respond_json(r, 200, oai_models(&d));
+}
+
+enum MHD_Result ep_model_get(req *r) {
+    const char *id = strrchr(r->path, '/') + 1; /* the route is a prefix ending in '/' */
+    if (strcmp(id, r->srv->model_id)) return http_respond_json(r, 404, oai_error_model_not_found(id));
+    oai_model_desc d = model_desc(r->srv);
+    return http_respond_json(r, 200, oai_model(&d));
 }
 
 // ---- tokenize / detokenize ---------------------------------------------------------------

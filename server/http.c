@@ -143,6 +143,14 @@ json_t *http_parse_body(req *r, enum MHD_Result *ret, bool allow_empty) {
     return j;
 }
 
+json_t *http_work_body(req *r, enum MHD_Result *ret) {
+    if (atomic_load(&r->srv->stopping)) {
+        *ret = http_respond_error(r, 503, "server is shutting down", NULL);
+        return NULL;
+    }
+    return r->body_json = http_parse_body(r, ret, false);
+}
+
 // ---- routing ------------------------------------------------------------------------------
 
 static const route ROUTES[] = {
@@ -151,6 +159,7 @@ static const route ROUTES[] = {
     {"GET", "/metrics", false, false, ep_metrics, "metrics"},
     {"GET", "/v1/models", false, true, ep_models, "models"},
     {"GET", "/models", false, true, ep_models, "models"},
+    {"GET", "/v1/models/", true, true, ep_model_get, "model"},
     {"POST", "/v1/completions", false, true, ep_completions, "completions"},
     {"POST", "/completions", false, true, ep_completions, "completions"},
     {"POST", "/completion", false, true, ep_llama_completion, "llama_completion"},
@@ -164,6 +173,9 @@ static const route ROUTES[] = {
     {"GET", "/v1/sessions", false, true, ep_sessions_list, "sessions"},
     {"GET", "/v1/sessions/", true, true, ep_session_get, "session"},
     {"DELETE", "/v1/sessions/", true, true, ep_session_delete, "session"},
+    {"POST", "/v1/responses", false, true, ep_responses_create, "responses"},
+    {"GET", "/v1/responses/", true, true, ep_response_get, "response"},
+    {"DELETE", "/v1/responses/", true, true, ep_response_delete, "response"},
 };
 
 static bool path_matches(const route *rt, const char *path) {
@@ -354,17 +366,23 @@ enum MHD_Result http_on_request(void *cls, struct MHD_Connection *c, const char 
 /* A generation's end as the access log and the session store see it; returns tokens generated. */
 static int request_job_end(struct server *s, req *r, enum MHD_RequestTerminationCode toe) {
     if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK || r->cancelled) {
-        if (!sched_job_cancel(r->job) || r->cancelled)
-            slog_info("client disconnected from %s %s; sequence cancelled", r->method, r->path);
+        bool fresh = false; /* a job this cancels (not cancelled before) */
+        for (int k = 0; k < req_n_jobs(r); k++) fresh = !sched_job_cancel(req_job(r, k)) || fresh;
+        if (fresh || r->cancelled) slog_info("client disconnected from %s %s; sequence cancelled", r->method, r->path);
         r->cancelled = true;
     }
     sched_output o;
-    sched_job_output(r->job, &o);
+    int n_gen = 0;
+    for (int k = 0; k < req_n_jobs(r); k++) {
+        sched_job_output(req_job(r, k), &o);
+        n_gen += o.n_generated;
+    }
+    sched_job_output(r->job, &o); /* only choice 0 runs on the named session */
     if (r->sess_id[0] && o.done) {
         attnd_err err;
         if (sess_persist(s->store, r->owner, r->sess_id, &err) != ATTND_OK) slog_error("%s", err.msg);
     }
-    return o.n_generated;
+    return n_gen;
 }
 
 /* The client's numeric address ("127.0.0.1", "::1"), or "?" when unknown. */
@@ -395,9 +413,12 @@ void http_on_completed(void *cls, struct MHD_Connection *c, void **con_cls, enum
              dt, addr, r->reason[0] ? " error=\"" : "", r->reason, r->reason[0] ? "\"" : "");
     }
     sched_job_unref(r->job);
+    for (int k = 0; k < r->n_extra; k++) sched_job_unref(r->extra[k]);
+    free(r->extra);
     oai_request_free(&r->oreq);
     json_decref(r->body_json);
     sse_free(r->sse);
+    rsp_state_free(r->rsp);
     free(r->body);
     free(r);
     atomic_fetch_sub(&s->in_flight, 1);

@@ -24,6 +24,7 @@
 #include "metrics.h"
 #include "oai.h"
 #include "oai_resp.h"
+#include "rstore.h"
 #include "scheduler.h"
 #include "sess.h"
 #include "settings.h"
@@ -42,6 +43,7 @@ struct server {
     model *m;
     tokenizer *tok;
     sess_store *store;
+    rstore *responses;        /* stored /v1/responses (state_dir, like the sessions) */
     sched *sch;
     chat_family family;
     char *model_id;
@@ -55,6 +57,7 @@ struct server {
 
 typedef struct route route;
 typedef struct sse_state sse_state;
+typedef struct rsp_state rsp_state;
 
 /* One request, from its first callback to its completion. */
 typedef struct req {
@@ -73,7 +76,9 @@ typedef struct req {
     char reason[160];        /* why the request was refused (error responses), for the log */
     bool cancelled;          /* client went away mid-request */
     // ---- generation in flight ----
-    sched_job *job;          /* owned reference */
+    sched_job *job;          /* owned reference; choice 0 */
+    sched_job **extra;       /* (n_extra) owned references: choices 1.. (prompt lists, n > 1) */
+    int n_extra;
     oai_request oreq;
     json_t *body_json;       /* keeps oreq's borrowed strings alive; owned */
     char sess_id[SESS_ID_MAX + 1];
@@ -83,7 +88,12 @@ typedef struct req {
     bool llama;              /* llama.cpp's POST /completion shapes */
     bool return_tokens;      /* llama.cpp's return_tokens: the generated ids too */
     sse_state *sse;          /* streaming state (sse.c); owned */
+    rsp_state *rsp;          /* /v1/responses state (responses_http.c); owned */
 } req;
+
+/* The job of choice k (0 = r->job); choices are prompt-major: k = prompt * n + i. */
+static inline sched_job *req_job(const req *r, int k) { return k == 0 ? r->job : r->extra[k - 1]; }
+static inline int req_n_jobs(const req *r) { return r->job ? 1 + r->n_extra : 0; }
 
 /* Queues body (stolen) as a JSON response, with one extra header when hname is non-NULL. */
 enum MHD_Result http_respond_json_h(req *r, int status, json_t *body, const char *hname, const char *hval);
@@ -107,6 +117,11 @@ int http_status_of(attnd_status st, http_ctx ctx);
 /* Parses the body as a JSON object (new reference); on failure queues the 400 and returns NULL
  * with *ret set. allow_empty: an empty body reads as {}. */
 json_t *http_parse_body(req *r, enum MHD_Result *ret, bool allow_empty);
+
+/* The body of a request that will start work (generation, attention): 503 while shutting down,
+ * else http_parse_body; the object is kept in r->body_json (freed with the request) and
+ * returned borrowed. */
+json_t *http_work_body(req *r, enum MHD_Result *ret);
 
 /* True when the peer closed its side (checked without blocking). */
 bool http_client_gone(req *r);

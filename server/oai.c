@@ -20,12 +20,10 @@ static attnd_status bad(const char **param, const char *name, attnd_err *err, co
     __attribute__((format(printf, 4, 5)));
 static attnd_status bad(const char **param, const char *name, attnd_err *err, const char *fmt, ...) {
     *param = name;
-    if (err) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err->msg, sizeof(err->msg), fmt, ap);
-        va_end(ap);
-    }
+    va_list ap;
+    va_start(ap, fmt);
+    attnd_vfail(err, ATTND_ERR_INVALID, fmt, ap);
+    va_end(ap);
     return ATTND_ERR_INVALID;
 }
 
@@ -159,7 +157,8 @@ static attnd_status parse_messages(const json_t *body, oai_request *r, const cha
         if (!json_is_string(role)) return bad(param, "messages", err, "messages[%zu].role must be a string", i);
         const char *rs = json_string_value(role);
         if (strcmp(rs, "system") && strcmp(rs, "user") && strcmp(rs, "assistant") && strcmp(rs, "developer"))
-            return bad(param, "messages", err, "messages[%zu].role '%.32s' is not one of system, user, assistant", i, rs);
+            return bad(param, "messages", err, "messages[%zu].role '%.32s' is not supported; the roles are %s", i, rs,
+                       OAI_ROLES);
         char *content = NULL;
         attnd_status rc = parse_content(json_object_get(msg, "content"), i, &content, param, err);
         if (rc != ATTND_OK) return rc;
@@ -169,33 +168,72 @@ static attnd_status parse_messages(const json_t *body, oai_request *r, const cha
     return ATTND_OK;
 }
 
-static attnd_status parse_prompt(const json_t *body, int n_vocab, oai_request *r, const char **param,
-                                 attnd_err *err) {
-    const json_t *p = field(body, "prompt");
-    if (!p) return bad(param, "prompt", err, "'prompt' is required");
-    if (json_is_array(p) && json_array_size(p) == 1 &&
-        (json_is_string(json_array_get(p, 0)) || json_is_array(json_array_get(p, 0))))
-        p = json_array_get(p, 0); /* ["text"] or [[ids]]: one prompt in a list (lm-evaluation-harness) */
+/* One prompt (named `name` in errors): a string, or a non-empty array of token ids. */
+static attnd_status parse_one_prompt(const json_t *p, const char *name, int n_vocab, oai_prompt *out,
+                                     attnd_err *err) {
     if (json_is_string(p)) {
-        r->prompt = json_string_value(p);
+        out->text = json_string_value(p);
         return ATTND_OK;
     }
-    if (!json_is_array(p))
-        return bad(param, "prompt", err, "'prompt' must be a string or an array of token ids");
-    size_t n = json_array_size(p);
-    if (n == 0) return bad(param, "prompt", err, "'prompt' must not be an empty array");
-    if (json_is_array(json_array_get(p, 0)) || json_is_string(json_array_get(p, 0)))
-        return bad(param, "prompt", err, "only one prompt per request is supported");
-    r->prompt_ids = malloc(n * sizeof(int32_t));
-    if (!r->prompt_ids) return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory");
+    size_t n = json_is_array(p) ? json_array_size(p) : 0;
+    if (n == 0)
+        return attnd_fail(err, ATTND_ERR_INVALID, "'%s' must be a string or a non-empty array of token ids", name);
+    out->ids = malloc(n * sizeof(int32_t));
+    if (!out->ids) return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory");
     for (size_t i = 0; i < n; i++) {
         const json_t *t = json_array_get(p, i);
         if (!json_is_integer(t) || json_integer_value(t) < 0 || json_integer_value(t) >= n_vocab)
-            return bad(param, "prompt", err, "prompt[%zu] is not a token id in 0..%d", i, n_vocab - 1);
-        r->prompt_ids[i] = (int32_t)json_integer_value(t);
+            return attnd_fail(err, ATTND_ERR_INVALID, "%s[%zu] is not a token id in 0..%d", name, i, n_vocab - 1);
+        out->ids[i] = (int32_t)json_integer_value(t);
     }
-    r->n_prompt_ids = (int)n;
+    out->n_ids = (int)n;
     return ATTND_OK;
+}
+
+attnd_status oai_parse_prompts(const json_t *prompt, int n_vocab, int max_prompts, oai_prompt **out, int *n_out,
+                               attnd_err *err) {
+    *out = NULL;
+    *n_out = 0;
+    if (!prompt || json_is_null(prompt)) return attnd_fail(err, ATTND_ERR_INVALID, "'prompt' is required");
+    bool list = json_is_array(prompt) && json_array_size(prompt) > 0 &&
+                (json_is_string(json_array_get(prompt, 0)) || json_is_array(json_array_get(prompt, 0)));
+    size_t n = list ? json_array_size(prompt) : 1;
+    if (!json_is_string(prompt) && !json_is_array(prompt))
+        return attnd_fail(err, ATTND_ERR_INVALID,
+                          "'prompt' must be a string, an array of token ids, or an array of those");
+    if (json_is_array(prompt) && json_array_size(prompt) == 0)
+        return attnd_fail(err, ATTND_ERR_INVALID, "'prompt' must not be an empty array");
+    if (n > (size_t)max_prompts)
+        return attnd_fail(err, ATTND_ERR_INVALID, "'prompt' holds %zu prompts; this server takes at most %d per request",
+                          n, max_prompts);
+    oai_prompt *ps = calloc(n, sizeof(*ps));
+    if (!ps) return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory");
+    attnd_status st = ATTND_OK;
+    for (size_t i = 0; i < n && st == ATTND_OK; i++) {
+        char name[32] = "prompt";
+        if (list) snprintf(name, sizeof(name), "prompt[%zu]", i);
+        st = parse_one_prompt(list ? json_array_get(prompt, i) : prompt, name, n_vocab, &ps[i], err);
+    }
+    if (st != ATTND_OK) {
+        oai_prompts_free(ps, (int)n);
+        return st;
+    }
+    *out = ps;
+    *n_out = (int)n;
+    return ATTND_OK;
+}
+
+void oai_prompts_free(oai_prompt *ps, int n) {
+    if (!ps) return;
+    for (int i = 0; i < n; i++) free(ps[i].ids);
+    free(ps);
+}
+
+static attnd_status parse_prompt(const json_t *body, int n_vocab, oai_request *r, const char **param,
+                                 attnd_err *err) {
+    attnd_status st = oai_parse_prompts(field(body, "prompt"), n_vocab, OAI_MAX_PROMPTS, &r->prompts, &r->n_prompts, err);
+    if (st != ATTND_OK) *param = "prompt";
+    return st;
 }
 
 /* OpenAI features attnd does not implement are refused by name rather than silently ignored:
@@ -255,9 +293,12 @@ attnd_status oai_parse(const json_t *body, bool chat, const server_settings *cfg
         return rc;
     const json_t *model = field(body, "model");
     if (model && !json_is_string(model)) return bad(param, "model", err, "'model' must be a string");
-    int n = 1;
-    if ((rc = get_int(body, "n", 1, 1000000, &n, param, err)) != ATTND_OK) return rc;
-    if (n != 1) return bad(param, "n", err, "only n = 1 is supported");
+    r->n = 1;
+    if ((rc = get_int(body, "n", 1, OAI_MAX_N, &r->n, param, err)) != ATTND_OK) return rc;
+    int n_prompts = chat ? 1 : r->n_prompts;
+    if (n_prompts * r->n > OAI_MAX_CHOICES)
+        return bad(param, "n", err, "%d prompts x n = %d make %d choices; at most %d per request", n_prompts, r->n,
+                   n_prompts * r->n, OAI_MAX_CHOICES);
     const char *mt_name = chat && field(body, "max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
     if (field(body, mt_name)) {
         const json_t *v = field(body, mt_name);
@@ -320,7 +361,7 @@ attnd_status oai_parse(const json_t *body, bool chat, const server_settings *cfg
 
 void oai_request_free(oai_request *r) {
     if (!r) return;
-    free(r->prompt_ids);
+    oai_prompts_free(r->prompts, r->n_prompts);
     for (size_t i = 0; i < r->n_msgs; i++) free((char *)r->msgs[i].content);
     free(r->msgs);
     free(r->bias);
@@ -359,15 +400,35 @@ static const char *error_code(int st) {
     }
 }
 
-json_t *oai_error(int st, const char *message, const char *param) {
+json_t *oai_error_coded(int st, const char *type, const char *code, const char *message, const char *param) {
     json_t *e = json_object();
     json_object_set_new(e, "message", oai_string(message, strlen(message)));
-    json_object_set_new(e, "type", json_string(oai_error_type(st)));
+    json_object_set_new(e, "type", json_string(type ? type : oai_error_type(st)));
     json_object_set_new(e, "param", param ? json_string(param) : json_null());
-    json_object_set_new(e, "code", json_string(error_code(st)));
+    json_object_set_new(e, "code", json_string(code ? code : error_code(st)));
     json_t *root = json_object();
     json_object_set_new(root, "error", e);
     return root;
+}
+
+json_t *oai_error(int st, const char *message, const char *param) {
+    return oai_error_coded(st, NULL, NULL, message, param);
+}
+
+json_t *oai_error_context_length(long long n_prompt, int n_ctx, int n_reserved, const char *param) {
+    char msg[300];
+    snprintf(msg, sizeof(msg),
+             "This model's maximum context length is %d tokens, but the prompt is %lld tokens and %d more must remain "
+             "for the completion. Shorten the prompt.",
+             n_ctx, n_prompt, n_reserved);
+    return oai_error_coded(400, NULL, "context_length_exceeded", msg, param);
+}
+
+json_t *oai_error_model_not_found(const char *id) {
+    char msg[300];
+    snprintf(msg, sizeof(msg), "The model '%.200s' does not exist", id ? id : "");
+    /* OpenAI answers an unknown model with 404 and type invalid_request_error */
+    return oai_error_coded(404, "invalid_request_error", "model_not_found", msg, "model");
 }
 
 json_t *oai_string(const char *s, size_t n) {

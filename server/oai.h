@@ -19,15 +19,32 @@
 #include "chat.h"
 #include "settings.h"
 
+/* The roles a chat message may have, as error messages list them ('developer' is OpenAI's newer
+ * name for 'system'; 'tool' and 'function' results need tool calling, which attnd does not do). */
+#define OAI_ROLES "system, developer, user, assistant"
+
+/* Limits of one request: prompts in a /v1/completions list, choices per prompt (n), and
+ * choices in all (prompts x n), each of which is one sequence in the scheduler. */
+#define OAI_MAX_PROMPTS 64
+#define OAI_MAX_N 16
+#define OAI_MAX_CHOICES 64
+
+/* One prompt of a /v1/completions request: text, or token ids. */
+typedef struct oai_prompt {
+    const char *text;       /* borrowed from the request JSON; NULL when ids are given */
+    int32_t *ids;           /* (n_ids) owned */
+    int n_ids;
+} oai_prompt;
+
 typedef struct oai_request {
     bool chat;
     // ---- the prompt: exactly one of these ----
-    const char *prompt;     /* completions, text prompt (borrowed from the request JSON) */
-    int32_t *prompt_ids;    /* completions, token-id prompt (owned) */
-    int n_prompt_ids;
+    oai_prompt *prompts;    /* completions: (n_prompts) owned, texts borrowed from the request JSON */
+    int n_prompts;
     chat_msg *msgs;         /* chat (owned array; roles borrowed, contents owned) */
     size_t n_msgs;
     // ---- generation ----
+    int n;                  /* choices per prompt (1..OAI_MAX_N) */
     int max_tokens;         /* -1 = not given (server default) */
     sampler_params sp;      /* sp.bias points into bias */
     logit_bias *bias;       /* (n_bias) owned */
@@ -52,11 +69,29 @@ attnd_status oai_parse(const json_t *body, bool chat, const server_settings *cfg
                        const char **param, attnd_err *err);
 void oai_request_free(oai_request *r);
 
+/*
+ * The prompts of a /v1/completions "prompt" field, which OpenAI lets be a string, an array of
+ * token ids, or an array of strings or of token-id arrays (one completion per prompt, in order).
+ * At most max_prompts. *out (n_out entries) must be freed with oai_prompts_free; its texts are
+ * borrowed from `prompt`. Errors: ATTND_ERR_INVALID naming the offending element, ATTND_ERR_NOMEM.
+ */
+attnd_status oai_parse_prompts(const json_t *prompt, int n_vocab, int max_prompts, oai_prompt **out, int *n_out,
+                               attnd_err *err);
+void oai_prompts_free(oai_prompt *ps, int n); /* accepts NULL */
+
 /* {"error": {"message", "type", "param", "code"}} (new reference). type follows the status:
  * 400/404/405/409/413 invalid_request_error (404 not_found_error), 401 authentication_error,
  * 403/421 permission_error, 429 rate_limit_error, 503 unavailable_error, else server_error. param may be NULL. */
 json_t *oai_error(int http_status, const char *message, const char *param);
 const char *oai_error_type(int http_status);
+/* The same with OpenAI's own type and code where it has one (NULL = the status's defaults). */
+json_t *oai_error_coded(int http_status, const char *type, const char *code, const char *message,
+                        const char *param);
+/* 400 context_length_exceeded: the prompt (n_prompt tokens) plus n_reserved tokens for the
+ * completion do not fit n_ctx; the numbers are in the message (clients parse them to trim). */
+json_t *oai_error_context_length(long long n_prompt, int n_ctx, int n_reserved, const char *param);
+/* 404 model_not_found for a model id this server does not serve (param "model"). */
+json_t *oai_error_model_not_found(const char *id);
 
 /* A JSON string for bytes that may be invalid UTF-8: invalid sequences become U+FFFD
  * (new reference). */

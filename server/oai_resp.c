@@ -205,7 +205,7 @@ json_t *oai_usage_chunk(const oai_resp_ctx *c, const oai_gen *g) {
     return o;
 }
 
-json_t *oai_models(const oai_model_desc *m) {
+json_t *oai_model(const oai_model_desc *m) {
     json_t *mdl = json_object();
     json_object_set_new(mdl, "id", json_string(m->id));
     json_object_set_new(mdl, "object", json_string("model"));
@@ -218,8 +218,12 @@ json_t *oai_models(const oai_model_desc *m) {
     json_object_set_new(meta, "n_params", json_integer(m->n_params));
     json_object_set_new(meta, "chat_template", json_string(m->chat_template));
     json_object_set_new(mdl, "meta", meta);
+    return mdl;
+}
+
+json_t *oai_models(const oai_model_desc *m) {
     json_t *root = json_object(), *data = json_array();
-    json_array_append_new(data, mdl);
+    json_array_append_new(data, oai_model(m));
     json_object_set_new(root, "object", json_string("list"));
     json_object_set_new(root, "data", data);
     return root;

@@ -89,6 +89,9 @@ typedef struct oai_model_desc {
     long long n_params;
     const char *chat_template;   /* family name */
 } oai_model_desc;
+/* GET /v1/models/{id}: the model object. */
+json_t *oai_model(const oai_model_desc *m);
+/* GET /v1/models: {"object": "list", "data": [model]}. */
 json_t *oai_models(const oai_model_desc *m);
 
 #endif

@@ -2,12 +2,14 @@
  * scheduler.c — the scheduler thread: continuous batching over one engine (see scheduler.h).
  *
  * Each step:
- *   1. destroy KV handles of deleted sessions; admit queued jobs into free slots (prefix reuse);
+ *   1. destroy KV handles of deleted sessions; admit queued jobs into free slots (prefix reuse)
+ *      while their KV reservations (prompt + max_tokens, capped at the context) fit the budget;
  *   2. drop cancelled jobs;
  *   3. build ONE batch: a decode token for every generating slot, then prefill chunks of the
- *      prompts still being read, up to max_batch entries;
- *   4. engine_eval; when the KV budget is exhausted, evict the least recently used idle cache
- *      and retry; with nothing left to evict, fail the newest prefilling job (503);
+ *      prompts still being read, sized to the prefill time budget while others decode;
+ *   4. engine_eval; when the pool is full, evict the least recently used idle cache and retry
+ *      (the reservations guarantee that evicting idle caches always makes room; failing the
+ *      newest job is only a safeguard against broken accounting);
  *   5. sample one token per slot that produced logits, publish text to the job.
  * Everything per-step lives in buffers allocated at start (batch, logits); per-request state
  * (the generation pipeline of attnd/gen.h, history) is allocated once at admission.
@@ -21,210 +23,12 @@
 
 #include "attnd/buf.h"
 #include "attnd/gen.h"
+#include "sched_internal.h"
 #include "slog.h"
 
-typedef struct slot {
-    sched_job *job;      /* NULL = free */
-    sess *se;            /* cache entry (named session or anonymous), busy while here */
-    kv_seq *kv;          /* borrowed from se */
-    int n_past;          /* tokens in kv */
-    bool prefilling;     /* still reading the prompt */
-    int32_t next_token;  /* last sampled token, decoded in the next step */
-    int n_gen;
-    const char *end_reason; /* generation ended this step: "stop" / "length" */
-    int32_t *hist;       /* (n_prompt + max_tokens + 1) prompt then generated tokens */
-    int n_hist;
-    gen *g;              /* sampler, detokenizer, stop strings of this request */
-    int batch_n;         /* entries this slot has in the current batch */
-    int row0;            /* first logits row of this slot in the current batch, -1 = none */
-    uint64_t admitted;   /* admission order (newest fails first on KV exhaustion) */
-} slot;
 
-struct sched {
-    const model *m;
-    const tokenizer *tok;
-    sess_store *store;
-    server_hooks hooks;
-    int wd_ms;
-    engine *eng;
-    kv_pool *pool;
-    int n_vocab, n_ctx, max_batch, n_slots, queue_limit, max_anon, rows_cap;
-    float *logits;        /* (rows_cap, n_vocab) */
-    batch_entry *batch;   /* (max_batch) */
-    slot *slots;          /* (n_slots) */
-    attn_capture *inspecting; /* captures of the running jobs that inspect attention (a list) */
-    uint64_t n_admitted;
+static void forks_fail(sched *s, sched_job *j, attnd_status st, const char *msg);
 
-    pthread_t th;
-    bool th_started;
-    pthread_mutex_t mu;   /* guards everything below */
-    pthread_cond_t wake;  /* work arrived / stop */
-    pthread_cond_t idle;  /* a job finished */
-    sched_job **queue;    /* ring (queue_limit) */
-    int q_head, q_len;
-    kv_seq **to_free;     /* KV handles of deleted sessions */
-    int n_free, cap_free;
-    bool stop;
-    atomic_bool cancel_all; /* shutdown: cancel whatever is queued or running */
-    int n_active;
-    sched_stats stats;
-    double rate_t0;       /* tokens/s window */
-    uint64_t rate_tok0;
-};
-
-// ---- jobs ---------------------------------------------------------------------------------
-
-struct sched_job {
-    // ---- input: set by sched_job_create, read-only afterwards ----
-    int32_t *prompt;          /* (n_prompt) owned */
-    int n_prompt;
-    sampler_params sp;        /* sp.bias points into `bias` */
-    logit_bias *bias;         /* (sp.n_bias) owned */
-    int max_tokens;
-    char **stops;             /* (n_stops) owned strings */
-    int n_stops;
-    int top_logprobs;
-    bool prompt_logprobs;
-    attn_capture *capture;    /* owned, may be NULL */
-    sess *se;
-    char owner[SESS_OWNER_MAX + 1]; /* whose prompt cache an anonymous job may use */
-
-    // ---- output: guarded by mu; cv signalled on every change ----
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    buf text;                 /* generated text, stop strings removed */
-    token_logprob *pieces;    /* (n_pieces) generated tokens, capacity max_tokens */
-    int n_pieces;
-    token_logprob *tops;      /* (n_pieces, top_logprobs) alternatives, best first */
-    float *prompt_lp;         /* (n_prompt) when prompt_logprobs */
-    token_logprob *prompt_tops; /* (n_prompt, top_logprobs) alternatives at each prompt position */
-    bool done;
-    const char *finish_reason;
-    attnd_status status;
-    char errmsg[256];
-    int n_cached, n_generated;
-    double prompt_ms, gen_ms;
-
-    // ---- the reader's cursor (sched_job_wait) ----
-    size_t rd_text;           /* text bytes already handed out */
-    int rd_pieces;            /* pieces already handed out */
-    buf rd;                   /* copy of the last update's text */
-
-    atomic_bool cancel;
-    atomic_int refs;
-};
-
-static void *alloc_n(size_t n, size_t size) { return malloc((n ? n : 1) * size); }
-
-attnd_status sched_job_create(sched_job **out, sched_job_spec *spec, attnd_err *err) {
-    *out = NULL;
-    sched_job *j = calloc(1, sizeof(*j));
-    if (!j) {
-        free(spec->prompt);
-        free(spec->bias);
-        for (int i = 0; i < spec->n_stops; i++) free(spec->stops[i]);
-        free(spec->stops), attn_capture_destroy(spec->capture);
-        spec->prompt = NULL, spec->bias = NULL, spec->stops = NULL, spec->capture = NULL;
-        return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory");
-    }
-    pthread_mutex_init(&j->mu, NULL);
-    pthread_cond_init(&j->cv, NULL);
-    atomic_init(&j->refs, 1);
-    atomic_init(&j->cancel, false);
-    /* the stolen parts first: unref frees them on every path below */
-    j->prompt = spec->prompt, j->n_prompt = spec->n_prompt;
-    j->bias = spec->bias;
-    j->stops = spec->stops, j->n_stops = spec->n_stops, j->capture = spec->capture;
-    spec->prompt = NULL, spec->bias = NULL, spec->stops = NULL, spec->capture = NULL;
-    j->sp = spec->sp;
-    j->sp.bias = j->bias;
-    j->sp.n_bias = j->bias ? spec->n_bias : 0;
-    j->max_tokens = spec->max_tokens;
-    j->top_logprobs = spec->top_logprobs;
-    j->prompt_logprobs = spec->prompt_logprobs;
-    j->se = spec->se;
-    snprintf(j->owner, sizeof(j->owner), "%s", spec->owner ? spec->owner : "");
-    size_t n_prompt = (size_t)(j->n_prompt > 0 ? j->n_prompt : 0), n_gen = (size_t)(j->max_tokens > 0 ? j->max_tokens : 0);
-    size_t top = (size_t)(j->top_logprobs > 0 ? j->top_logprobs : 0);
-    j->pieces = alloc_n(n_gen, sizeof(token_logprob));
-    bool ok = j->prompt && j->pieces && buf_reserve(&j->text, 256);
-    if (top) ok = ok && (j->tops = alloc_n(n_gen * top, sizeof(token_logprob)));
-    if (j->prompt_logprobs) {
-        ok = ok && (j->prompt_lp = alloc_n(n_prompt, sizeof(float)));
-        if (top) ok = ok && (j->prompt_tops = calloc(n_prompt ? n_prompt * top : 1, sizeof(token_logprob)));
-    }
-    if (!ok) {
-        sched_job_unref(j);
-        return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory");
-    }
-    *out = j;
-    return ATTND_OK;
-}
-
-void sched_job_ref(sched_job *j) { atomic_fetch_add(&j->refs, 1); }
-
-void sched_job_unref(sched_job *j) {
-    if (!j || atomic_fetch_sub(&j->refs, 1) != 1) return;
-    free(j->prompt);
-    free(j->bias);
-    for (int i = 0; i < j->n_stops; i++) free(j->stops[i]);
-    free(j->stops);
-    buf_free(&j->text);
-    free(j->pieces);
-    free(j->tops);
-    free(j->prompt_lp);
-    free(j->prompt_tops), attn_capture_destroy(j->capture);
-    buf_free(&j->rd);
-    pthread_mutex_destroy(&j->mu);
-    pthread_cond_destroy(&j->cv);
-    free(j);
-}
-
-bool sched_job_cancel(sched_job *j) { return atomic_exchange(&j->cancel, true); }
-
-/* Moves what is new past the reader's cursor into *u (caller holds j->mu). */
-static bool job_take_news(sched_job *j, sched_update *u) {
-    size_t n = j->text.len - j->rd_text;
-    buf_clear(&j->rd);
-    if (!buf_append(&j->rd, j->text.p + j->rd_text, n)) n = 0; /* out of memory: handed out next time */
-    *u = (sched_update){j->rd.p ? j->rd.p : "", n, j->rd_pieces, j->n_pieces, j->done};
-    j->rd_text += n;
-    j->rd_pieces = j->n_pieces;
-    return n || u->from < u->to || j->done;
-}
-
-bool sched_job_wait(sched_job *j, int timeout_ms, sched_update *u) {
-    struct timespec ts;
-    attnd_deadline(&ts, timeout_ms);
-    pthread_mutex_lock(&j->mu);
-    bool news;
-    while (!(news = job_take_news(j, u)) && timeout_ms > 0)
-        if (pthread_cond_timedwait(&j->cv, &j->mu, &ts) != 0) {
-            news = job_take_news(j, u);
-            break;
-        }
-    pthread_mutex_unlock(&j->mu);
-    return news;
-}
-
-void sched_job_output(sched_job *j, sched_output *o) {
-    pthread_mutex_lock(&j->mu);
-    *o = (sched_output){
-        .prompt = j->prompt, .n_prompt = j->n_prompt,
-        .pieces = j->pieces, .n_pieces = j->n_pieces,
-        .tops = j->tops, .top_logprobs = j->top_logprobs,
-        .prompt_lp = j->prompt_lp, .prompt_tops = j->prompt_tops,
-        .text = j->done ? j->text.p : NULL, .text_len = j->done ? j->text.len : 0,
-        .done = j->done, .finish_reason = j->finish_reason, .status = j->status, .errmsg = j->errmsg,
-        .n_cached = j->n_cached, .n_generated = j->n_generated,
-        .prompt_ms = j->prompt_ms, .gen_ms = j->gen_ms, .capture = j->capture,
-    };
-    pthread_mutex_unlock(&j->mu);
-}
-
-/* Appends released text to the job (caller holds j->mu). Out of memory drops the text rather
- * than crash; the token list stays complete. */
-static void job_append_text(sched_job *j, const char *p, size_t n) { (void)buf_append(&j->text, p, n); }
 
 // ---- slots --------------------------------------------------------------------------------
 
@@ -246,7 +50,7 @@ static void slot_finish(sched *s, slot *sl, const char *reason, attnd_status st,
         const char *e;
         size_t ne;
         if (gen_finish(sl->g, &e, &ne) == STOP_STRING) reason = "stop";
-        job_append_text(j, e, ne);
+        sched_job_append_text(j, e, ne);
     }
     j->finish_reason = st == ATTND_OK ? reason : NULL;
     j->status = st;
@@ -256,24 +60,52 @@ static void slot_finish(sched *s, slot *sl, const char *reason, attnd_status st,
     pthread_mutex_unlock(&j->mu);
     gen_destroy(sl->g);
     free(sl->hist);
+    if (sl->own_kv) kv_seq_destroy(sl->kv);
+    /* forks not started yet: the prompt they continue was never read */
+    forks_fail(s, j, st != ATTND_OK ? st : ATTND_ERR_BUSY, msg ? msg : "the request ended before its prompt was read");
     sched_job_unref(j);
+    size_t reserve = sl->reserve;
+    kv_group *g = sl->group;
     memset(sl, 0, sizeof(*sl));
+    sched_group_leave(s, g);
     pthread_mutex_lock(&s->mu);
     s->n_active--;
+    s->reserved -= reserve;
     pthread_cond_broadcast(&s->idle);
     pthread_mutex_unlock(&s->mu);
 }
 
-/* A job that never got a slot. */
+/* A job that never got a slot (its forks fail with it). */
 static void job_fail_unstarted(sched *s, sched_job *j, attnd_status st, const char *msg) {
     if (j->se) sess_abandon(s->store, j->se);
+    kv_group *g = j->kv_group;
+    j->kv_group = NULL;
+    if (g) { /* a fork of an admitted job: its own part and its share of the group go back */
+        pthread_mutex_lock(&s->mu);
+        s->reserved -= g->own;
+        pthread_mutex_unlock(&s->mu);
+        sched_group_leave(s, g);
+    }
+    forks_fail(s, j, st, msg);
     pthread_mutex_lock(&j->mu);
     j->status = st;
-    snprintf(j->errmsg, sizeof(j->errmsg), "%s", msg);
+    snprintf(j->errmsg, sizeof(j->errmsg), "%.255s", msg);
     j->done = true;
     pthread_cond_broadcast(&j->cv);
     pthread_mutex_unlock(&j->mu);
     sched_job_unref(j);
+}
+
+/* The per-request generation state of a slot: history and the generation pipeline (sampler
+ * with the prompt in its penalty window, detokenizer, stop strings). */
+static attnd_status slot_init_gen(sched *s, slot *sl, sched_job *j, attnd_err *err) {
+    sl->hist = malloc((size_t)(j->n_prompt + j->max_tokens + 1) * sizeof(int32_t));
+    if (!sl->hist) return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory");
+    memcpy(sl->hist, j->prompt, (size_t)j->n_prompt * sizeof(int32_t));
+    sl->n_hist = j->n_prompt;
+    gen_params gp = {.sp = j->sp, .stops = (const char *const *)j->stops, .n_stops = j->n_stops,
+                     .top_logprobs = j->top_logprobs};
+    return gen_create(&sl->g, &gp, s->n_vocab, s->tok, j->prompt, j->n_prompt, err);
 }
 
 /* Takes a job into a free slot: picks its cache entry and keeps the longest common prefix. */
@@ -299,13 +131,7 @@ static attnd_status slot_start(sched *s, slot *sl, sched_job *j, attnd_err *err)
     if (j->capture) attn_capture_link(&s->inspecting, j->capture, sl->kv);
     sl->n_past = keep;
     sl->prefilling = true;
-    sl->hist = malloc((size_t)(j->n_prompt + j->max_tokens + 1) * sizeof(int32_t));
-    if (!sl->hist) return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory");
-    memcpy(sl->hist, j->prompt, (size_t)j->n_prompt * sizeof(int32_t));
-    sl->n_hist = j->n_prompt;
-    gen_params gp = {.sp = j->sp, .stops = (const char *const *)j->stops, .n_stops = j->n_stops,
-                     .top_logprobs = j->top_logprobs};
-    attnd_status rc = gen_create(&sl->g, &gp, s->n_vocab, s->tok, j->prompt, j->n_prompt, err);
+    attnd_status rc = slot_init_gen(s, sl, j, err);
     if (rc != ATTND_OK) return rc;
     pthread_mutex_lock(&s->mu);
     s->stats.cached_tokens += (uint64_t)keep;
@@ -330,7 +156,7 @@ static void slot_token(sched *s, slot *sl, const float *row) {
     j->n_generated = sl->n_gen;
     if (why != STOP_EOG) {
         j->pieces[j->n_pieces++] = (token_logprob){t.id, j->top_logprobs >= 0 ? t.logprob : 0};
-        job_append_text(j, t.text, t.n_text);
+        sched_job_append_text(j, t.text, t.n_text);
     }
     pthread_cond_broadcast(&j->cv);
     pthread_mutex_unlock(&j->mu);
@@ -363,9 +189,86 @@ static void finish_ended(sched *s) {
     }
 }
 
+// ---- forks (n > 1) -----------------------------------------------------------------------
+
+/* Fails j's forks that were not started (j ended before its prompt was read). */
+static void forks_fail(sched *s, sched_job *j, attnd_status st, const char *msg) {
+    while (j->forks) {
+        sched_job *f = j->forks;
+        j->forks = f->next;
+        f->next = NULL;
+        job_fail_unstarted(s, f, st, msg); /* drops the parent's reference */
+    }
+}
+
+/* j's prompt is read (its KV holds exactly the prompt, row its last logits): each fork takes a
+ * share of the blocks and a copy of the logits, and waits in the ready list for a slot. */
+static void forks_start(sched *s, slot *sl, const float *row) {
+    sched_job *j = sl->job;
+    while (j->forks) {
+        sched_job *f = j->forks;
+        j->forks = f->next;
+        f->next = NULL;
+        attnd_err err;
+        attnd_status rc = kv_seq_fork(&f->fork_kv, sl->kv, &err);
+        if (rc == ATTND_OK && !(f->first_logits = malloc((size_t)s->n_vocab * sizeof(float))))
+            rc = attnd_fail(&err, ATTND_ERR_NOMEM, "out of memory");
+        if (rc != ATTND_OK) {
+            job_fail_unstarted(s, f, rc, err.msg);
+            continue;
+        }
+        memcpy(f->first_logits, row, (size_t)s->n_vocab * sizeof(float));
+        *s->ready_tail = f;
+        s->ready_tail = &f->next;
+        pthread_mutex_lock(&s->mu);
+        s->n_active++;
+        pthread_mutex_unlock(&s->mu);
+    }
+}
+
+/* Puts the oldest ready fork into the free slot sl: its cache already holds the prompt, so it
+ * starts by sampling its first token. */
+static void fork_admit(sched *s, slot *sl) {
+    sched_job *f = s->ready;
+    s->ready = f->next;
+    if (!s->ready) s->ready_tail = &s->ready;
+    f->next = NULL;
+    memset(sl, 0, sizeof(*sl));
+    sl->job = f;
+    sl->admitted = ++s->n_admitted;
+    sl->kv = f->fork_kv;
+    sl->own_kv = true;
+    f->fork_kv = NULL;
+    sl->group = f->kv_group; /* reserved when its parent was admitted */
+    sl->reserve = sl->group ? sl->group->own : 0;
+    f->kv_group = NULL;
+    sl->n_past = f->n_prompt;
+    attnd_err err;
+    attnd_status rc = atomic_load(&f->cancel) ? attnd_fail(&err, ATTND_ERR_BUSY, "cancelled") : slot_init_gen(s, sl, f, &err);
+    if (rc != ATTND_OK) {
+        slot_finish(s, sl, NULL, rc, err.msg);
+        return;
+    }
+    pthread_mutex_lock(&s->mu);
+    s->stats.cached_tokens += (uint64_t)f->n_prompt;
+    pthread_mutex_unlock(&s->mu);
+    pthread_mutex_lock(&f->mu);
+    f->n_cached = f->n_prompt;
+    pthread_mutex_unlock(&f->mu);
+    if (f->max_tokens == 0) {
+        slot_finish(s, sl, "length", ATTND_OK, NULL);
+        return;
+    }
+    slot_token(s, sl, f->first_logits);
+    free(f->first_logits);
+    f->first_logits = NULL;
+    if (sl->end_reason) slot_finish(s, sl, sl->end_reason, ATTND_OK, NULL);
+}
+
 // ---- the loop -----------------------------------------------------------------------------
 
-static void drain_free_list(sched *s) {
+/* Destroys up to 64 KV handles of deleted or removed sessions; returns how many. */
+static int drain_free_list(sched *s) {
     pthread_mutex_lock(&s->mu);
     int n = s->n_free;
     kv_seq *local[64];
@@ -374,23 +277,24 @@ static void drain_free_list(sched *s) {
     s->n_free -= n;
     pthread_mutex_unlock(&s->mu);
     for (int i = 0; i < n; i++) kv_seq_destroy(local[i]);
+    return n;
 }
 
+
+/* Takes queued jobs into free slots while their KV reservations fit the budget: every admitted
+ * job can then grow to its end, evicting only idle caches, so none fails mid-generation. */
 static void admit(sched *s) {
     for (int k = 0; k < s->n_slots; k++) {
         if (s->slots[k].job) continue;
-        pthread_mutex_lock(&s->mu);
-        sched_job *j = NULL;
-        if (s->q_len) {
-            j = s->queue[s->q_head];
-            s->q_head = (s->q_head + 1) % s->queue_limit;
-            s->q_len--;
-            s->n_active++;
+        if (s->ready) { /* forks first: their prompt is already read, their KV reserved */
+            fork_admit(s, &s->slots[k]);
+            continue;
         }
-        pthread_mutex_unlock(&s->mu);
+        sched_job *j = sched_queue_pop_fitting(s);
         if (!j) return;
         if (atomic_load(&j->cancel)) {
-            job_fail_unstarted(s, j, ATTND_ERR_BUSY, "cancelled");
+            job_fail_unstarted(s, j, ATTND_ERR_BUSY,
+                               atomic_load(&s->cancel_all) ? "server is shutting down" : "cancelled");
             pthread_mutex_lock(&s->mu);
             s->n_active--;
             pthread_cond_broadcast(&s->idle);
@@ -400,7 +304,9 @@ static void admit(sched *s) {
         }
         attnd_err err;
         slot *sl = &s->slots[k];
-        if (slot_start(s, sl, j, &err) != ATTND_OK) {
+        attnd_status rc = slot_start(s, sl, j, &err);
+        sched_reserve(s, sl, j); /* slot_finish gives it back on every path */
+        if (rc != ATTND_OK) {
             slog_error("cannot start a request: %s", err.msg);
             if (!sl->se && j->se) sl->se = j->se;
             slot_finish(s, sl, NULL, ATTND_ERR_NOMEM, err.msg);
@@ -410,11 +316,12 @@ static void admit(sched *s) {
     }
 }
 
+
 /* Builds the step's batch into s->batch; returns its size. Prefill chunks stop where the logits
- * rows run out. */
-static int build_batch(sched *s, bool *any_decode, bool *any_prefill) {
+ * rows or the prefill cap run out; *n_prefill counts their tokens. */
+static int build_batch(sched *s, int *n_decode, int *n_prefill) {
     int n = 0, rows = 0;
-    *any_decode = *any_prefill = false;
+    *n_decode = *n_prefill = 0;
     for (int k = 0; k < s->n_slots; k++) {
         slot *sl = &s->slots[k];
         sl->batch_n = 0;
@@ -423,8 +330,10 @@ static int build_batch(sched *s, bool *any_decode, bool *any_prefill) {
         s->batch[n++] = (batch_entry){sl->kv, sl->next_token, sl->n_past, true};
         sl->batch_n = 1;
         sl->row0 = rows++;
-        *any_decode = true;
+        (*n_decode)++;
     }
+    int limit = n + sched_prefill_cap(s, *n_decode);
+    if (limit > s->max_batch) limit = s->max_batch;
     /* prefill, oldest admission first */
     for (;;) {
         slot *best = NULL;
@@ -434,11 +343,11 @@ static int build_batch(sched *s, bool *any_decode, bool *any_prefill) {
                 (!best || sl->admitted < best->admitted))
                 best = sl;
         }
-        if (!best || n >= s->max_batch) break;
+        if (!best || n >= limit) break;
         sched_job *j = best->job;
         best->row0 = -2; /* visited */
         int pos = best->n_past;
-        while (pos < j->n_prompt && n < s->max_batch) {
+        while (pos < j->n_prompt && n < limit) {
             bool want = j->prompt_logprobs || pos == j->n_prompt - 1;
             if (want && rows >= s->rows_cap) break;
             if (want && best->row0 < 0) best->row0 = rows;
@@ -447,7 +356,7 @@ static int build_batch(sched *s, bool *any_decode, bool *any_prefill) {
             best->batch_n++;
             pos++;
         }
-        if (best->batch_n) *any_prefill = true;
+        *n_prefill += best->batch_n;
     }
     return n;
 }
@@ -474,6 +383,7 @@ static slot *newest_prefilling(sched *s) {
     return pick;
 }
 
+
 static void step(sched *s) {
     if (atomic_load(&s->cancel_all)) {
         pthread_mutex_lock(&s->mu);
@@ -481,27 +391,29 @@ static void step(sched *s) {
         pthread_mutex_unlock(&s->mu);
         for (int k = 0; k < s->n_slots; k++)
             if (s->slots[k].job) atomic_store(&s->slots[k].job->cancel, true);
+        for (sched_job *f = s->ready; f; f = f->next) atomic_store(&f->cancel, true);
     }
     admit(s);
     for (int k = 0; k < s->n_slots; k++)
         if (s->slots[k].job && atomic_load(&s->slots[k].job->cancel)) {
             slog_info("request cancelled after %d generated tokens; slot freed", s->slots[k].n_gen);
-            slot_finish(s, &s->slots[k], NULL, ATTND_ERR_BUSY, "cancelled");
+            slot_finish(s, &s->slots[k], NULL, ATTND_ERR_BUSY,
+                        atomic_load(&s->cancel_all) ? "server is shutting down" : "cancelled");
         }
-    bool any_decode, any_prefill;
-    int n = build_batch(s, &any_decode, &any_prefill);
+    int n_decode, n_prefill;
+    int n = build_batch(s, &n_decode, &n_prefill);
     if (n == 0) return;
     double t0 = attnd_now_s();
     attnd_err err;
     attnd_status rc;
     /* jobs that inspect attention are hooked into the engine for the evaluations that hold them */
     while ((rc = attn_capture_eval(s->inspecting, s->eng, s->batch, n, s->logits, &err)) == ATTND_ERR_NOMEM) {
-        if (evict_one(s)) continue;
-        /* nothing idle to evict: the newest request gives way */
+        if (drain_free_list(s) || evict_one(s)) continue;
+        /* nothing idle to evict: cannot happen while reservations hold; the newest job gives way */
         slot *victim = newest_prefilling(s);
-        slog_warn("KV budget exhausted; failing the newest request");
+        slog_error("KV budget exhausted despite the reservations; failing the newest request");
         slot_finish(s, victim, NULL, ATTND_ERR_NOMEM, "KV cache budget exhausted; retry later");
-        n = build_batch(s, &any_decode, &any_prefill);
+        n = build_batch(s, &n_decode, &n_prefill);
         if (n == 0) return;
     }
     if (rc != ATTND_OK) {
@@ -511,6 +423,7 @@ static void step(sched *s) {
         return;
     }
     double dt = attnd_now_s() - t0;
+    sched_learn_costs(s, dt * 1e3, n_decode, n_prefill);
     uint64_t n_prompt_tok = 0, n_gen = 0;
     for (int k = 0; k < s->n_slots; k++) {
         slot *sl = &s->slots[k];
@@ -533,11 +446,12 @@ static void step(sched *s) {
             pthread_mutex_unlock(&j->mu);
             if (sl->n_past < j->n_prompt) continue;
             sl->prefilling = false;
+            int last_row = sl->row0 + (j->prompt_logprobs ? sl->batch_n - 1 : 0);
+            forks_start(s, sl, s->logits + (size_t)last_row * s->n_vocab);
             if (j->max_tokens == 0) {
                 slot_finish(s, sl, "length", ATTND_OK, NULL);
                 continue;
             }
-            int last_row = sl->row0 + (j->prompt_logprobs ? sl->batch_n - 1 : 0);
             slot_token(s, sl, s->logits + (size_t)last_row * s->n_vocab);
             n_gen++;
         } else {
@@ -552,14 +466,14 @@ static void step(sched *s) {
     finish_ended(s);
     /* live KV sizes of active sessions, for GET /v1/sessions */
     for (int k = 0; k < s->n_slots; k++)
-        if (s->slots[k].job) sess_set_kv(s->store, s->slots[k].se, s->slots[k].kv, s->slots[k].n_past,
+        if (s->slots[k].job && s->slots[k].se) sess_set_kv(s->store, s->slots[k].se, s->slots[k].kv, s->slots[k].n_past,
                                          kv_seq_bytes(s->slots[k].kv));
     pthread_mutex_lock(&s->mu);
     s->stats.steps++;
     s->stats.prompt_tokens += n_prompt_tok;
     s->stats.generated_tokens += n_gen;
-    if (any_decode) s->stats.decode_seconds += dt;
-    if (any_prefill) s->stats.prompt_seconds += dt;
+    if (n_decode) s->stats.decode_seconds += dt;
+    if (n_prefill) s->stats.prompt_seconds += dt;
     double now = attnd_now_s();
     if (now - s->rate_t0 >= 1.0) {
         s->stats.last_tok_per_s = (s->stats.generated_tokens - s->rate_tok0) / (now - s->rate_t0);
@@ -587,7 +501,7 @@ static void report_status(sched *s, double now, double *last, char *prev, size_t
 
 static void *sched_main(void *arg) {
     sched *s = arg;
-    double last_wd = 0, last_status = 0;
+    double last_wd = 0, last_status = 0, last_expire = 0;
     char status[128] = "";
     for (;;) {
         double now = attnd_now_s();
@@ -596,6 +510,10 @@ static void *sched_main(void *arg) {
             last_wd = now;
         }
         report_status(s, now, &last_status, status, sizeof(status));
+        if (now - last_expire >= 1.0) { /* session TTL: a cheap scan once a second */
+            sess_expire(s->store);
+            last_expire = now;
+        }
         drain_free_list(s);
         pthread_mutex_lock(&s->mu);
         if (s->stop) {
@@ -622,11 +540,16 @@ static void *sched_main(void *arg) {
 
 // ---- public -------------------------------------------------------------------------------
 
+/* Where the session store sends the KV of sessions it removes itself (TTL, LRU). */
+static void kv_sink(void *user, struct kv_seq *kv) { sched_free_kv(user, kv); }
+
+
 attnd_status sched_create(sched **out, const model *m, const tokenizer *tok, sess_store *store,
                           const server_settings *cfg, attnd_err *err) {
     *out = NULL;
     sched *s = calloc(1, sizeof(*s));
     if (!s) return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory");
+    s->ready_tail = &s->ready;
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->wake, NULL);
     pthread_cond_init(&s->idle, NULL);
@@ -660,6 +583,8 @@ attnd_status sched_create(sched **out, const model *m, const tokenizer *tok, ses
     }
     size_t budget = cfg->kv_budget_mb ? cfg->kv_budget_mb << 20 : (size_t)1 << 30;
     if ((rc = kv_pool_create(&s->pool, m, budget, cfg->kv_f32 ? KV_F32 : KV_F16, err)) != ATTND_OK) goto fail;
+    if ((rc = sched_check_budget(s, budget, err)) != ATTND_OK) goto fail;
+    s->budget_ms = cfg->prefill_budget_ms;
     if ((rc = engine_create(&s->eng, m, s->max_batch, cfg->threads, err)) != ATTND_OK) goto fail;
     s->stats.kv_budget = kv_pool_bytes_budget(s->pool);
     s->stats.slots = s->n_slots;
@@ -669,6 +594,7 @@ attnd_status sched_create(sched **out, const model *m, const tokenizer *tok, ses
         goto fail;
     }
     s->th_started = true;
+    sess_store_set_kv_sink(store, kv_sink, s);
     *out = s;
     return ATTND_OK;
 fail:
@@ -686,10 +612,20 @@ void sched_destroy(sched *s) {
         pthread_cond_broadcast(&s->wake);
         pthread_mutex_unlock(&s->mu);
         pthread_join(s->th, NULL);
+        sess_store_set_kv_sink(s->store, NULL, NULL);
     }
     /* the thread is gone: this thread now owns the engine and every KV handle */
     for (int k = 0; s->slots && k < s->n_slots; k++)
         if (s->slots[k].job) slot_finish(s, &s->slots[k], NULL, ATTND_ERR_BUSY, "server is shutting down");
+    while (s->ready) {
+        sched_job *f = s->ready;
+        s->ready = f->next;
+        f->next = NULL;
+        s->n_active--;
+        kv_seq_destroy(f->fork_kv); /* before the pool goes; the HTTP side may hold the job longer */
+        f->fork_kv = NULL;
+        job_fail_unstarted(s, f, ATTND_ERR_BUSY, "server is shutting down");
+    }
     while (s->q_len) {
         sched_job *j = s->queue[s->q_head];
         s->q_head = (s->q_head + 1) % s->queue_limit;
@@ -717,6 +653,11 @@ attnd_status sched_submit(sched *s, sched_job *j, attnd_err *err) {
     pthread_mutex_lock(&s->mu);
     attnd_status rc = ATTND_OK;
     if (s->stop) rc = attnd_fail(err, ATTND_ERR_BUSY, "server is shutting down");
+    else if (sched_group_kv_bytes(s, j) > s->stats.kv_budget)
+        rc = attnd_fail(err, ATTND_ERR_INVALID,
+                        "the request needs %zu bytes of KV cache (prompt %d + max_tokens %d tokens, %d choices sharing "
+                        "the prompt) but kv_budget_mb allows %zu bytes in all; lower max_tokens or n",
+                        sched_group_kv_bytes(s, j), j->n_prompt, j->max_tokens, 1 + sched_n_forks(j), s->stats.kv_budget);
     else if (s->q_len >= s->queue_limit)
         rc = attnd_fail(err, ATTND_ERR_BUSY, "request queue is full (%d waiting); retry later", s->q_len);
     else {
@@ -769,5 +710,6 @@ void sched_get_stats(sched *s, sched_stats *out) {
     *out = s->stats;
     out->active = s->n_active;
     out->queued = s->q_len;
+    out->kv_reserved = s->reserved;
     pthread_mutex_unlock(&s->mu);
 }

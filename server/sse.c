@@ -10,17 +10,33 @@
 #include "endpoints.h"
 #include "oai_resp.h"
 
+/* Per choice (prompt lists and n > 1 stream several jobs into one response). */
+typedef struct sse_choice {
+    size_t text_off;         /* bytes of generated text streamed so far (logprobs text_offset) */
+    bool ended;              /* its final chunk (or error) went out */
+} sse_choice;
+
 struct sse_state {
     bool sent_role, finished;
+    double last_out;         /* when bytes last went to MHD (keep-alive clock) */
     buf out;                 /* SSE bytes */
     size_t out_off;          /* bytes of out already handed to MHD */
-    size_t text_off;         /* bytes of generated text streamed so far (logprobs text_offset) */
+    int n_ended;
+    sse_choice *ch;          /* (req_n_jobs) */
 };
 
 void sse_free(sse_state *st) {
     if (!st) return;
     buf_free(&st->out);
+    free(st->ch);
     free(st);
+}
+
+/* Sets the index of a chunk's single choice (oai_chunk writes 0). */
+static json_t *at_index(json_t *chunk, int k) {
+    json_t *c = json_array_get(json_object_get(chunk, "choices"), 0);
+    if (c && k) json_object_set_new(c, "index", json_integer(k));
+    return chunk;
 }
 
 /* Appends "data: <json>\n\n" (o stolen). Out of memory drops the event. */
@@ -37,15 +53,37 @@ static void sse_event(sse_state *st, json_t *o) {
     free(s);
 }
 
-/* The end of an OpenAI stream: the final chunk (or an error), usage, [DONE]. */
-static void stream_end_oai(req *r, const oai_gen *g, const sched_output *o) {
+/* The finish_reason of a stream cut by shutdown or cancellation: the text is cut short, which
+ * "length" says in the words every OpenAI client knows (an error event would make them raise). */
+static const char *CUT_REASON = "length";
+
+/* A job cut short rather than failed (sched_job_cancel, sched_cancel_all, shutdown). */
+static bool was_cut(const sched_output *o) { return o->status == ATTND_ERR_BUSY; }
+
+/* The end of one choice: its final chunk (a cut one included), or an error event. The
+ * session's history is made durable first. */
+static void choice_end_oai(req *r, int k, const sched_output *o) {
     sse_state *st = r->sse;
-    if (o->status != ATTND_OK) {
+    gen_persist(r);
+    if (was_cut(o)) {
+        sse_event(st, at_index(oai_chunk(&r->rctx, r->chat ? json_object() : json_string(""), NULL, CUT_REASON), k));
+    } else if (o->status != ATTND_OK) {
         int code = http_status_of(o->status, HTTP_CTX_GENERATE);
         sse_event(st, oai_error(code, o->errmsg[0] ? o->errmsg : "generation failed", NULL));
     } else {
-        sse_event(st, oai_chunk(&r->rctx, r->chat ? json_object() : json_string(""), NULL, o->finish_reason));
-        if (r->oreq.include_usage) sse_event(st, oai_usage_chunk(&r->rctx, g));
+        sse_event(st, at_index(oai_chunk(&r->rctx, r->chat ? json_object() : json_string(""), NULL, o->finish_reason), k));
+    }
+    st->ch[k].ended = true;
+    st->n_ended++;
+}
+
+/* The end of an OpenAI stream, once every choice ended: usage (summed), [DONE]. */
+static void stream_end_oai(req *r) {
+    sse_state *st = r->sse;
+    if (r->oreq.include_usage) {
+        oai_gen sum;
+        gen_usage_sum(r, &sum);
+        sse_event(st, oai_usage_chunk(&r->rctx, &sum));
     }
     buf_puts(&st->out, "data: [DONE]\n\n");
     st->finished = true;
@@ -57,27 +95,32 @@ static void stream_llama(req *r, const sched_update *u, const oai_gen *g, const 
     if (u->text_len || (r->return_tokens && u->to > u->from))
         sse_event(st, oai_llama_response(&r->rctx, g, u->text, u->text_len, r->return_tokens, u->from, u->to, false));
     if (!u->done) return;
-    if (o->status != ATTND_OK)
+    gen_persist(r);
+    if (o->status != ATTND_OK && !was_cut(o))
         sse_event(st, oai_error(503, o->errmsg[0] ? o->errmsg : "generation failed", NULL));
     else
         sse_event(st, oai_llama_response(&r->rctx, g, "", 0, r->return_tokens, u->to, u->to, true));
     st->finished = true;
 }
 
-/* Turns one update of the job into SSE events. */
-static void stream_collect(req *r, const sched_update *u) {
-    sse_state *st = r->sse;
-    sched_output o;
-    oai_gen g;
-    sched_job_output(r->job, &o);
-    gen_view(&o, &g);
-    if (r->chat && !st->sent_role) {
+/* The chat role chunk of every choice, first thing in a chat stream. */
+static void send_roles(req *r) {
+    for (int k = 0; k < req_n_jobs(r); k++) {
         json_t *d = json_object();
         json_object_set_new(d, "role", json_string("assistant"));
         json_object_set_new(d, "content", json_string(""));
-        sse_event(st, oai_chunk(&r->rctx, d, NULL, NULL));
-        st->sent_role = true;
+        sse_event(r->sse, at_index(oai_chunk(&r->rctx, d, NULL, NULL), k));
     }
+    r->sse->sent_role = true;
+}
+
+/* Turns one update of choice k into SSE events. */
+static void stream_collect(req *r, int k, const sched_update *u) {
+    sse_state *st = r->sse;
+    sched_output o;
+    oai_gen g;
+    sched_job_output(req_job(r, k), &o);
+    gen_view(&o, &g);
     if (r->llama) {
         stream_llama(r, u, &g, &o);
         return;
@@ -86,7 +129,7 @@ static void stream_collect(req *r, const sched_update *u) {
     if (u->text_len || (u->to > u->from && lp)) {
         json_t *text = oai_string(u->text, u->text_len), *lps = NULL;
         if (lp) {
-            size_t off = st->text_off;
+            size_t off = st->ch[k].text_off;
             lps = r->chat ? oai_chat_logprobs(&r->rctx, &g, u->from, u->to)
                           : oai_completion_logprobs(&r->rctx, &g, u->from, u->to, false, &off);
         }
@@ -95,10 +138,46 @@ static void stream_collect(req *r, const sched_update *u) {
             payload = json_object();
             json_object_set_new(payload, "content", text);
         }
-        sse_event(st, oai_chunk(&r->rctx, payload, lps, NULL));
+        sse_event(st, at_index(oai_chunk(&r->rctx, payload, lps, NULL), k));
     }
-    st->text_off += u->text_len;
-    if (u->done) stream_end_oai(r, &g, &o);
+    st->ch[k].text_off += u->text_len;
+    if (u->done) choice_end_oai(r, k, &o);
+}
+
+/* Collects what every running choice has ready; when none has, waits up to 100 ms on the first
+ * running one. Returns false when the client left (everything cancelled). */
+static bool stream_poll(req *r) {
+    sse_state *st = r->sse;
+    int n = req_n_jobs(r), first = -1;
+    bool news = false;
+    sched_update u;
+    for (int k = 0; k < n; k++) {
+        if (st->ch[k].ended) continue;
+        if (first < 0) first = k;
+        if (sched_job_wait(req_job(r, k), 0, &u)) {
+            stream_collect(r, k, &u);
+            news = true;
+        }
+    }
+    if (news || first < 0) return true;
+    if (sched_job_wait(req_job(r, first), 100, &u)) {
+        stream_collect(r, first, &u);
+        return true;
+    }
+    if (!http_client_gone(r)) return true;
+    for (int k = 0; k < n; k++) sched_job_cancel(req_job(r, k));
+    r->cancelled = true;
+    return false;
+}
+
+/* True when a waiting stream has sent nothing for sse_keepalive_s (at most half of
+ * request_timeout_s): an SSE comment then tells proxies and clients it is alive. */
+static bool keepalive_due(req *r) {
+    const server_settings *c = &r->srv->cfg;
+    if (c->sse_keepalive_s <= 0) return false;
+    double every = c->sse_keepalive_s, half = c->request_timeout_s > 0 ? c->request_timeout_s / 2.0 : every;
+    if (half < every) every = half;
+    return attnd_now_s() - r->sse->last_out >= every;
 }
 
 static ssize_t stream_reader(void *cls, uint64_t pos, char *out, size_t max) {
@@ -109,18 +188,13 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *out, size_t max) {
         if (st->finished) return MHD_CONTENT_READER_END_OF_STREAM;
         buf_clear(&st->out);
         st->out_off = 0;
-        sched_update u;
-        /* the chat role chunk goes out at once; then wait for news */
-        bool first = r->chat && !st->sent_role;
-        while (!sched_job_wait(r->job, first ? 0 : 100, &u) && !first) {
-            if (http_client_gone(r)) {
-                sched_job_cancel(r->job);
-                r->cancelled = true;
-                return MHD_CONTENT_READER_END_WITH_ERROR;
-            }
-        }
-        stream_collect(r, &u);
+        /* the chat role chunks go out at once; then wait for news */
+        if (r->chat && !st->sent_role) send_roles(r);
+        else if (!stream_poll(r)) return MHD_CONTENT_READER_END_WITH_ERROR;
+        if (!r->llama && st->n_ended == req_n_jobs(r) && !st->finished) stream_end_oai(r);
+        if (st->out.len == 0 && keepalive_due(r)) buf_puts(&st->out, ": keep-alive\n\n");
     }
+    st->last_out = attnd_now_s();
     size_t n = st->out.len - st->out_off;
     if (n > max) n = max;
     memcpy(out, st->out.p + st->out_off, n);
@@ -132,7 +206,8 @@ static void stream_free(void *cls) { (void)cls; /* req owns everything; freed in
 
 enum MHD_Result sse_respond(req *r) {
     r->sse = calloc(1, sizeof(*r->sse));
-    if (!r->sse) return MHD_NO;
+    if (!r->sse || !(r->sse->ch = calloc((size_t)req_n_jobs(r), sizeof(sse_choice)))) return MHD_NO;
+    r->sse->last_out = attnd_now_s();
     struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, stream_reader, r,
                                                                   stream_free);
     if (!resp) return MHD_NO;

@@ -1,6 +1,6 @@
 /*
- * engine_fixture.h — test helpers for the engine tests (test_model.c, test_kv.c): a tiny GGUF
- * writer that builds random-weight llama / qwen2 models of any small shape, and an independent
+ * engine_fixture.h — test helpers for the engine tests (test_model.c, test_kv.c): tiny
+ * random-weight llama / qwen2 models of any small shape (written with gguf_builder.h), and an independent
  * float64 reference forward pass (no KV cache, full causal attention recomputed per position)
  * to check the engine against. Everything is static: each test file gets its own copy.
  *
@@ -19,6 +19,7 @@
 
 #include "attnd/gguf.h"
 #include "attnd/engine.h"
+#include "gguf_builder.h"
 
 typedef struct tiny_spec {
     const char *arch;      /* "llama" or "qwen2" */
@@ -37,43 +38,6 @@ static inline tiny_spec tiny_default(const char *arch) {
     return (tiny_spec){.arch = arch, .n_vocab = 48, .n_embd = 32, .n_layer = 2, .n_head = 4, .n_head_kv = 2,
                        .n_ff = 40, .n_ctx = 320, .rope_dims = 8, .rope_base = 10000.0f, .rms_eps = 1e-5f,
                        .wtype = GGUF_TYPE_F32, .tied = false, .seed = 7};
-}
-
-// ---- a minimal GGUF v3 writer ----------------------------------------------------------------
-
-typedef struct gbuf {
-    uint8_t *p;
-    size_t n, cap;
-} gbuf;
-
-static inline void gb_put(gbuf *b, const void *src, size_t n) {
-    if (b->n + n > b->cap) {
-        b->cap = (b->n + n) * 2 + 1024;
-        b->p = realloc(b->p, b->cap);
-    }
-    memcpy(b->p + b->n, src, n);
-    b->n += n;
-}
-static inline void gb_u32(gbuf *b, uint32_t v) { gb_put(b, &v, 4); }
-static inline void gb_u64(gbuf *b, uint64_t v) { gb_put(b, &v, 8); }
-static inline void gb_str(gbuf *b, const char *s) {
-    gb_u64(b, strlen(s));
-    gb_put(b, s, strlen(s));
-}
-static inline void kv_str(gbuf *b, const char *k, const char *v) {
-    gb_str(b, k);
-    gb_u32(b, GGUF_VT_STRING);
-    gb_str(b, v);
-}
-static inline void kv_u32(gbuf *b, const char *k, uint32_t v) {
-    gb_str(b, k);
-    gb_u32(b, GGUF_VT_UINT32);
-    gb_u32(b, v);
-}
-static inline void kv_f32(gbuf *b, const char *k, float v) {
-    gb_str(b, k);
-    gb_u32(b, GGUF_VT_FLOAT32);
-    gb_put(b, &v, 4);
 }
 
 static inline uint64_t tiny_rng(uint64_t *s) {
@@ -145,31 +109,28 @@ static inline int tiny_write(const char *path, const tiny_spec *sp) {
     }
 #undef ADD
     gbuf b = {0};
-    gb_put(&b, "GGUF", 4);
+    gb_bytes(&b, "GGUF", 4);
     gb_u32(&b, 3);
     gb_u64(&b, (uint64_t)nt);
     gb_u64(&b, sp->vocab ? 17 : 11);
     char key[96];
 #define K(s) (snprintf(key, sizeof(key), "%s.%s", sp->arch, s), key)
-    kv_str(&b, "general.architecture", sp->arch);
-    kv_str(&b, "general.name", "tiny");
-    kv_u32(&b, K("context_length"), (uint32_t)sp->n_ctx);
-    kv_u32(&b, K("embedding_length"), (uint32_t)sp->n_embd);
-    kv_u32(&b, K("block_count"), (uint32_t)sp->n_layer);
-    kv_u32(&b, K("feed_forward_length"), (uint32_t)sp->n_ff);
-    kv_u32(&b, K("attention.head_count"), (uint32_t)sp->n_head);
-    kv_u32(&b, K("attention.head_count_kv"), (uint32_t)sp->n_head_kv);
-    kv_f32(&b, K("attention.layer_norm_rms_epsilon"), sp->rms_eps);
-    kv_f32(&b, K("rope.freq_base"), sp->rope_base);
-    kv_u32(&b, K("rope.dimension_count"), (uint32_t)sp->rope_dims);
+    gb_kv_str(&b, "general.architecture", sp->arch);
+    gb_kv_str(&b, "general.name", "tiny");
+    gb_kv_u32(&b, K("context_length"), (uint32_t)sp->n_ctx);
+    gb_kv_u32(&b, K("embedding_length"), (uint32_t)sp->n_embd);
+    gb_kv_u32(&b, K("block_count"), (uint32_t)sp->n_layer);
+    gb_kv_u32(&b, K("feed_forward_length"), (uint32_t)sp->n_ff);
+    gb_kv_u32(&b, K("attention.head_count"), (uint32_t)sp->n_head);
+    gb_kv_u32(&b, K("attention.head_count_kv"), (uint32_t)sp->n_head_kv);
+    gb_kv_f32(&b, K("attention.layer_norm_rms_epsilon"), sp->rms_eps);
+    gb_kv_f32(&b, K("rope.freq_base"), sp->rope_base);
+    gb_kv_u32(&b, K("rope.dimension_count"), (uint32_t)sp->rope_dims);
 #undef K
     if (sp->vocab) {
         /* <unk>, <s>, </s>, the 256 byte tokens, then plain pieces "t259", "t260", ... */
-        kv_str(&b, "tokenizer.ggml.model", "llama");
-        gb_str(&b, "tokenizer.ggml.tokens");
-        gb_u32(&b, GGUF_VT_ARRAY);
-        gb_u32(&b, GGUF_VT_STRING);
-        gb_u64(&b, (uint64_t)(sp->n_vocab + sp->vocab_extra));
+        gb_kv_str(&b, "tokenizer.ggml.model", "llama");
+        gb_arr_head(&b, "tokenizer.ggml.tokens", GGUF_VT_STRING, (uint64_t)(sp->n_vocab + sp->vocab_extra));
         for (int i = 0; i < sp->n_vocab + sp->vocab_extra; i++) {
             char piece[32];
             if (i < 3) snprintf(piece, sizeof(piece), "%s", i == 0 ? "<unk>" : i == 1 ? "<s>" : "</s>");
@@ -177,24 +138,18 @@ static inline int tiny_write(const char *path, const tiny_spec *sp) {
             else snprintf(piece, sizeof(piece), "t%d", i);
             gb_str(&b, piece);
         }
-        gb_str(&b, "tokenizer.ggml.scores");
-        gb_u32(&b, GGUF_VT_ARRAY);
-        gb_u32(&b, GGUF_VT_FLOAT32);
-        gb_u64(&b, (uint64_t)(sp->n_vocab + sp->vocab_extra));
+        gb_arr_head(&b, "tokenizer.ggml.scores", GGUF_VT_FLOAT32, (uint64_t)(sp->n_vocab + sp->vocab_extra));
         for (int i = 0; i < sp->n_vocab + sp->vocab_extra; i++) {
             float sc = i < 259 ? 0.0f : -(float)i;
-            gb_put(&b, &sc, 4);
+            gb_bytes(&b, &sc, 4);
         }
-        gb_str(&b, "tokenizer.ggml.token_type");
-        gb_u32(&b, GGUF_VT_ARRAY);
-        gb_u32(&b, GGUF_VT_INT32);
-        gb_u64(&b, (uint64_t)(sp->n_vocab + sp->vocab_extra));
+        gb_arr_head(&b, "tokenizer.ggml.token_type", GGUF_VT_INT32, (uint64_t)(sp->n_vocab + sp->vocab_extra));
         for (int i = 0; i < sp->n_vocab + sp->vocab_extra; i++) {
             int32_t ty = i == 0 ? 2 : i < 3 ? 3 : i < 259 ? 6 : 1; /* unknown, control, byte, normal */
-            gb_put(&b, &ty, 4);
+            gb_bytes(&b, &ty, 4);
         }
-        kv_u32(&b, "tokenizer.ggml.bos_token_id", (uint32_t)(sp->bos_id ? sp->bos_id : 1));
-        kv_u32(&b, "tokenizer.ggml.eos_token_id", 2);
+        gb_kv_u32(&b, "tokenizer.ggml.bos_token_id", (uint32_t)(sp->bos_id ? sp->bos_id : 1));
+        gb_kv_u32(&b, "tokenizer.ggml.eos_token_id", 2);
     }
     uint64_t off = 0;
     for (int i = 0; i < nt; i++) {
@@ -207,20 +162,20 @@ static inline int tiny_write(const char *path, const tiny_spec *sp) {
         off += (bytes + 31) / 32 * 32;
     }
     static const uint8_t zeros[32];
-    gb_put(&b, zeros, (32 - b.n % 32) % 32);
+    gb_bytes(&b, zeros, (32 - b.n % 32) % 32);
     for (int i = 0; i < nt; i++) {
         uint64_t n = ts[i].ne[0] * ts[i].ne[1], bytes = 0;
         for (uint64_t j = 0; j < n; j++) {
             if (ts[i].type == GGUF_TYPE_F32) {
-                gb_put(&b, &ts[i].vals[j], 4);
+                gb_bytes(&b, &ts[i].vals[j], 4);
                 bytes += 4;
             } else {
                 uint16_t h = tiny_f32_to_f16(ts[i].vals[j]);
-                gb_put(&b, &h, 2);
+                gb_bytes(&b, &h, 2);
                 bytes += 2;
             }
         }
-        gb_put(&b, zeros, (32 - bytes % 32) % 32);
+        gb_bytes(&b, zeros, (32 - bytes % 32) % 32);
         free(ts[i].vals);
     }
     FILE *f = fopen(path, "wb");

@@ -1,10 +1,12 @@
 /*
- * gguf_builder.h — (tests only) builds GGUF images byte by byte in memory, so tests can craft
- * valid and deliberately malformed files without fixtures. Header-only; every function is static inline.
+ * gguf_builder.h — (tests only) the one GGUF writer of the tests: builds GGUF images byte by
+ * byte in memory, so tests can craft valid and deliberately malformed files (and tiny models and
+ * vocabularies, see engine_fixture.h) without fixtures. Header-only; every function is static inline.
  */
 #ifndef ATTND_TEST_GGUF_BUILDER_H
 #define ATTND_TEST_GGUF_BUILDER_H
 
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,6 +14,7 @@
 typedef struct gbuf {
     uint8_t *p;
     size_t n, cap;
+    uint64_t n_kv;   /* key/values written (gb_key), for a header written after them */
 } gbuf;
 
 static inline void gb_bytes(gbuf *b, const void *src, size_t n) {
@@ -40,10 +43,12 @@ static inline void gb_header(gbuf *b, uint32_t version, uint64_t n_tensors, uint
 static inline void gb_key(gbuf *b, const char *key, uint32_t type) {
     gb_str(b, key);
     gb_u32(b, type);
+    b->n_kv++;
 }
 static inline void gb_kv_u32(gbuf *b, const char *key, uint32_t v) { gb_key(b, key, 4); gb_u32(b, v); }
 static inline void gb_kv_f32(gbuf *b, const char *key, float v) { gb_key(b, key, 6); gb_f32(b, v); }
 static inline void gb_kv_str(gbuf *b, const char *key, const char *v) { gb_key(b, key, 8); gb_str(b, v); }
+static inline void gb_kv_bool(gbuf *b, const char *key, bool v) { gb_key(b, key, 7); gb_u8(b, v ? 1 : 0); }
 /* arrays: key, ARRAY (9), element type, count, elements */
 static inline void gb_arr_head(gbuf *b, const char *key, uint32_t elem_type, uint64_t n) {
     gb_key(b, key, 9);

@@ -549,3 +549,50 @@ Test(config, api_key_on_the_command_line_is_scrubbed_from_argv) {
     cr_expect_str_eq(a5, "9", "other arguments are left alone");
     config_destroy(c);
 }
+
+/* Found by fuzzing (tools/fuzz/fuzz_config): a value holding both '"' and '#' was printed in
+ * quotes, which the file format cannot read back. */
+Test(config, printed_values_with_quotes_and_hashes_read_back_the_same) {
+    char *path = temp_file("cors_origins = *https://a budget = \"::1\"   s#x\n");
+    config *c;
+    server_settings s;
+    attnd_err err;
+    cr_assert_eq(load(&c, &s, NULL, &err, "--config", path, NULL), ATTND_OK, "%s", err.msg);
+    cr_assert_str_eq(s.cors_origins, "*https://a budget = \"::1\"   s#x");
+    char *out = print_to_string(c, &s);
+    char *again = temp_file(out);
+    config *c2;
+    server_settings s2;
+    cr_assert_eq(load(&c2, &s2, NULL, &err, "--config", again, NULL), ATTND_OK, "%s\n%s", err.msg, out);
+    cr_expect_str_eq(s2.cors_origins, s.cors_origins);
+    config_destroy(c2);
+    free(out);
+    drop(again);
+    config_destroy(c);
+    drop(path);
+
+    /* a carriage return inside a value is an ordinary byte to the parser, so it prints */
+    path = temp_file("host = a\rb\n");
+    cr_assert_eq(load(&c, &s, NULL, &err, "--config", path, NULL), ATTND_OK, "%s", err.msg);
+    out = print_to_string(c, &s);
+    again = temp_file(out);
+    cr_assert_eq(load(&c2, &s2, NULL, &err, "--config", again, NULL), ATTND_OK, "%s\n%s", err.msg, out);
+    cr_expect_str_eq(s2.host, "a\rb");
+    config_destroy(c2);
+    free(out);
+    drop(again);
+    config_destroy(c);
+    drop(path);
+
+    /* a value no config line can hold (from the environment) is printed as a comment */
+    char *env[] = {"ATTND_CORS_ORIGINS= \"x\" ", NULL};
+    cr_assert_eq(load(&c, &s, env, &err, NULL), ATTND_OK, "%s", err.msg);
+    out = print_to_string(c, &s);
+    cr_expect(strstr(out, "# cors_origins"), "%s", out);
+    again = temp_file(out);
+    cr_expect_eq(load(&c2, &s2, NULL, &err, "--config", again, NULL), ATTND_OK, "%s\n%s", err.msg, out);
+    config_destroy(c2);
+    free(out);
+    drop(again);
+    config_destroy(c);
+}

@@ -17,20 +17,8 @@ NGINX=$(command -v nginx || echo /usr/sbin/nginx)
 [ -x "$NGINX" ] || { echo "FAIL: nginx not installed (scripts/dev.sh test installs nginx-light)"; exit 1; }
 command -v curl >/dev/null || { echo "FAIL: curl not installed (scripts/dev.sh test installs it)"; exit 1; }
 
-T=$(mktemp -d)
+source "$(dirname "$0")/proc_lib.sh" # $T, PIDS, cleanup on exit
 chmod 755 "$T" # nginx workers may run as another user
-PIDS=()
-cleanup() { # SIGTERM (graceful), then SIGKILL whatever is still there after 5 s
-    local p i
-    for p in "${PIDS[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
-    for p in "${PIDS[@]}"; do
-        for i in $(seq 50); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
-        kill -9 "$p" 2>/dev/null || true
-        wait "$p" 2>/dev/null || true
-    done
-    rm -rf "$T"
-}
-trap cleanup EXIT
 fail() {
     echo "FAIL: $*" >&2
     for f in "$T"/a.err "$T"/b.err "$T"/logs/error.log; do

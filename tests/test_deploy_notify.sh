@@ -17,19 +17,7 @@ command -v curl >/dev/null || { echo "FAIL: curl not installed (scripts/dev.sh t
 CC=${CC:-cc}
 command -v "$CC" >/dev/null || { echo "FAIL: no C compiler for the notify listener"; exit 1; }
 
-T=$(mktemp -d)
-PIDS=()
-cleanup() { # SIGTERM (graceful), then SIGKILL whatever is still there after 5 s
-    local p i
-    for p in "${PIDS[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
-    for p in "${PIDS[@]}"; do
-        for i in $(seq 50); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
-        kill -9 "$p" 2>/dev/null || true
-        wait "$p" 2>/dev/null || true
-    done
-    rm -rf "$T"
-}
-trap cleanup EXIT
+source "$(dirname "$0")/proc_lib.sh" # $T, PIDS, cleanup on exit
 fail() {
     echo "FAIL: $*" >&2
     echo "--- notify log" >&2; cat "$T/notify.log" >&2 || true

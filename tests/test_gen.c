@@ -83,39 +83,35 @@ static void finish(gen *g, char *out) {
     strncat(out, tail, n);
 }
 
-Test(gen, the_text_continues_the_prompt_with_its_leading_space) {
-    gen *g = make(NULL, 0, -1, false);
+/* Runs ids through a fresh gen to the end (gen_finish included) and checks how it ended, what
+ * text came out and which stop string matched. */
+static void expect_run(const char *stop, bool ignore_eog, const int32_t *ids, int n, stop_reason want,
+                       const char *want_text, const char *why) {
+    const char *stops[1] = {stop};
+    gen *g = make(stops, stop ? 1 : 0, -1, ignore_eog);
     char text[64] = "";
-    cr_assert_eq(run(g, (const int32_t[]){HELLO, WORLD, BANG}, 3, text, sizeof(text)), STOP_NONE);
+    cr_assert_eq(run(g, ids, n, text, sizeof(text)), want, "%s: stop reason", why);
     finish(g, text);
-    cr_assert_str_eq(text, " Hello world!");
+    cr_assert_str_eq(text, want_text, "%s", why);
+    if (want == STOP_STRING) cr_assert_str_eq(gen_matched_stop(g), stop);
+    else cr_assert_null(gen_matched_stop(g));
     gen_destroy(g);
+}
+
+static const int32_t HELLO_EOS_WORLD[] = {HELLO, EOS, WORLD}, HELLO_WORLD_BANG[] = {HELLO, WORLD, BANG};
+
+Test(gen, the_text_continues_the_prompt_with_its_leading_space) {
+    expect_run(NULL, false, HELLO_WORLD_BANG, 3, STOP_NONE, " Hello world!", "leading space kept");
 }
 
 Test(gen, an_end_of_generation_token_ends_without_text_unless_ignored) {
-    gen *g = make(NULL, 0, -1, false);
-    char text[64] = "";
-    cr_assert_eq(run(g, (const int32_t[]){HELLO, EOS, WORLD}, 3, text, sizeof(text)), STOP_EOG);
-    finish(g, text);
-    cr_assert_str_eq(text, " Hello");
-    gen_destroy(g);
-    g = make(NULL, 0, -1, true);
-    text[0] = '\0';
-    cr_assert_eq(run(g, (const int32_t[]){HELLO, EOS, WORLD}, 3, text, sizeof(text)), STOP_NONE);
-    finish(g, text);
-    cr_assert_str_eq(text, " Hello world", "the control token adds no text");
-    gen_destroy(g);
+    expect_run(NULL, false, HELLO_EOS_WORLD, 3, STOP_EOG, " Hello", "EOS ends");
+    expect_run(NULL, true, HELLO_EOS_WORLD, 3, STOP_NONE, " Hello world", "ignored, the control token adds no text");
 }
 
 Test(gen, a_stop_string_across_tokens_cuts_before_it) {
-    const char *stops[] = {"o wor"};
-    gen *g = make(stops, 1, -1, false);
-    char text[64] = "";
-    cr_assert_eq(run(g, (const int32_t[]){HELLO, WORLD, BANG}, 3, text, sizeof(text)), STOP_STRING);
-    finish(g, text);
-    cr_assert_str_eq(text, " Hell", "the held-back 'o' is dropped with the stop string");
-    cr_assert_str_eq(gen_matched_stop(g), "o wor");
-    gen_destroy(g);
+    expect_run("o wor", false, HELLO_WORLD_BANG, 3, STOP_STRING, " Hell",
+               "the held-back 'o' is dropped with the stop string");
 }
 
 Test(gen, a_stop_string_in_the_held_back_tail_still_counts) {

@@ -54,12 +54,13 @@ run auth "$secured_PORT"
 stop_server secured || status=1
 
 # ---- one slot, one queue place: 429 --------------------------------------------------------
-start_server tight --model "$MODEL" --max-parallel 1 --queue-limit 1 --max-sessions 1 --threads 1
+start_server tight --model "$MODEL" --max-parallel 1 --queue-limit 1 --max-sessions 1 --no-session-evict-lru --threads 1
 run busy "$tight_PORT"
 stop_server tight || status=1
 
-# ---- a KV budget (1 MiB = 170 tokens) smaller than one long prompt: 503 ------------------------------------------
-start_server small --model "$MODEL" --kv-budget-mb 1 --threads 1
+# ---- a KV budget of one 128-token context (1 MiB = 170 tokens): over-long prompts 400, idle
+# caches evicted --------------------------------------------------------------------------------
+start_server small --model "$MODEL" --kv-budget-mb 1 --ctx-size 128 --threads 1
 run kvfull "$small_PORT"
 stop_server small || status=1
 

@@ -23,7 +23,7 @@ for b in "${blocks[@]}"; do
     sed -i "s/127.0.0.1:8080/127.0.0.1:$docs_PORT/g" "$b"
     if out=$(bash -e "$b" 2>&1); then
         # each non-SSE, non-metrics answer is a JSON object
-        bad=$(printf '%s\n' "$out" | grep -v '^data: \|^$\|^#\|^attnd_' | while read -r line; do
+        bad=$(printf '%s\n' "$out" | grep -v '^data: \|^event: \|^$\|^#\|^attnd_' | while read -r line; do
             printf '%s' "$line" | node -e 'JSON.parse(require("fs").readFileSync(0,"utf8"))' 2>/dev/null || echo "$line"; done)
         if [ -n "$bad" ]; then echo "not ok - $(basename "$b"): not JSON: ${bad:0:200}"; status=1
         else echo "ok - $(basename "$b") ($(head -c 60 "$b" | tr '\n' ' ')...)"; fi

@@ -191,3 +191,227 @@ Test(kv, blocks_return_to_the_pool_when_many_sequences_come_and_go) {
     kv_pool_destroy(p);
     kv_pool_destroy(NULL);
 }
+
+// ---- forked sequences (shared blocks, copy-on-write) ---------------------------------------
+
+/* One decode step: token toks[i] for each of seqs[0..n), in one batch; logits (n, n_vocab). */
+static attnd_status step(kv_seq *const *seqs, const int32_t *toks, int n, float *logits, attnd_err *err) {
+    batch_entry b[16];
+    cr_assert(n <= 16);
+    for (int i = 0; i < n; i++) b[i] = (batch_entry){seqs[i], toks[i], kv_seq_len(seqs[i]), true};
+    return engine_eval(g_e, b, n, logits, err);
+}
+
+/* Decodes `steps` tokens per sequence, cont[i][j] for sequence i, the sequences batched
+ * together; all logits (steps, n, n_vocab) go to out. */
+static void decode_all(kv_seq *const *seqs, int n, int32_t cont[][8], int steps, float *out) {
+    attnd_err err;
+    int V = g_spec.n_vocab;
+    for (int j = 0; j < steps; j++) {
+        int32_t t[16];
+        for (int i = 0; i < n; i++) t[i] = cont[i][j];
+        cr_assert_eq(step(seqs, t, n, out + (size_t)j * n * V, &err), ATTND_OK, "%s", err.msg);
+    }
+}
+
+static size_t block_size(kv_pool *p) { return kv_pool_bytes_per_token(p) * KV_BLOCK; }
+
+/* A prompt that ends inside its second block (100 tokens), so every child's first write lands in
+ * a shared, partly filled block. The children run in the same batch shape as independent
+ * sequences that were prefilled with the same prompt in the same way: they read the same cached
+ * bytes and run the same arithmetic, so their logits are equal, not merely close. */
+Test(kv, forked_sequences_evaluate_exactly_as_independent_ones) {
+    for (int ty = 0; ty < 2; ty++) {
+        kv_pool *p;
+        attnd_err err;
+        cr_assert_eq(kv_pool_create(&p, g_m, (size_t)16 << 20, ty ? KV_F32 : KV_F16, &err), ATTND_OK);
+        int V = g_spec.n_vocab, N = 3, steps = 8;
+        int32_t prompt[100], cont[3][8];
+        tokens(prompt, 100, 11);
+        for (int i = 0; i < N; i++) tokens(cont[i], steps, 20 + (uint64_t)i);
+        float *lg = malloc(sizeof(float) * 100 * V);
+        float *a = malloc(sizeof(float) * steps * N * V), *b = malloc(sizeof(float) * steps * N * V);
+
+        kv_seq *parent, *child[3], *ind[3];
+        cr_assert_eq(kv_seq_create(&parent, p, NULL), ATTND_OK);
+        cr_assert_eq(feed(parent, prompt, 100, lg, &err), ATTND_OK, "%s", err.msg);
+        for (int i = 0; i < N; i++) {
+            cr_assert_eq(kv_seq_fork(&child[i], parent, &err), ATTND_OK, "%s", err.msg);
+            cr_assert_eq(kv_seq_len(child[i]), 100);
+            cr_assert_eq(kv_seq_create(&ind[i], p, NULL), ATTND_OK);
+            cr_assert_eq(feed(ind[i], prompt, 100, lg, &err), ATTND_OK, "%s", err.msg);
+        }
+        decode_all(child, N, cont, steps, a);
+        decode_all(ind, N, cont, steps, b);
+        cr_assert_eq(memcmp(a, b, sizeof(float) * steps * N * V), 0, "a fork evaluates as an independent sequence");
+        /* The continuations differ, so the children really are separate after the copy. */
+        cr_assert_neq(memcmp(a + (size_t)(steps - 1) * N * V, a + (size_t)(steps - 1) * N * V + V, sizeof(float) * V),
+                      0);
+        /* The parent was not disturbed by its children's writes: it continues like ind[0]. */
+        kv_seq_truncate(ind[0], 100);
+        float *pa = malloc(sizeof(float) * V), *pb = malloc(sizeof(float) * V);
+        cr_assert_eq(step(&parent, &cont[1][0], 1, pa, &err), ATTND_OK, "%s", err.msg);
+        cr_assert_eq(step(&ind[0], &cont[1][0], 1, pb, &err), ATTND_OK, "%s", err.msg);
+        cr_assert_eq(memcmp(pa, pb, sizeof(float) * V), 0);
+        for (int i = 0; i < N; i++) kv_seq_destroy(child[i]), kv_seq_destroy(ind[i]);
+        kv_seq_destroy(parent);
+        cr_assert_eq(kv_pool_bytes_used(p), 0);
+        free(lg), free(a), free(b), free(pa), free(pb);
+        kv_pool_destroy(p);
+    }
+}
+
+Test(kv, shared_blocks_are_counted_once_and_copied_only_when_written) {
+    kv_pool *p;
+    attnd_err err;
+    cr_assert_eq(kv_pool_create(&p, g_m, (size_t)16 << 20, KV_F16, &err), ATTND_OK);
+    size_t B = block_size(p);
+    int V = g_spec.n_vocab;
+    int32_t prompt[128], cont[3][8];
+    tokens(prompt, 128, 30);
+    for (int i = 0; i < 3; i++) tokens(cont[i], 8, 31 + (uint64_t)i);
+    float *lg = malloc(sizeof(float) * 128 * V);
+
+    /* A prompt ending inside a block: the partly filled block is copied by each writer. */
+    kv_seq *parent, *c[3];
+    cr_assert_eq(kv_seq_create(&parent, p, NULL), ATTND_OK);
+    cr_assert_eq(feed(parent, prompt, 100, lg, &err), ATTND_OK, "%s", err.msg);
+    for (int i = 0; i < 3; i++) cr_assert_eq(kv_seq_fork(&c[i], parent, NULL), ATTND_OK);
+    cr_assert_eq(kv_pool_bytes_used(p), 2 * B, "forking takes no memory");
+    cr_assert_eq(kv_seq_bytes(c[0]), 2 * B);
+    cr_assert_eq(kv_seq_bytes_shared(c[0]), 2 * B);
+    cr_assert_eq(kv_seq_bytes_shared(parent), 2 * B);
+    decode_all(c, 3, cont, 1, lg);
+    cr_assert_eq(kv_pool_bytes_used(p), 5 * B, "each child copied the shared last block once");
+    cr_assert_eq(kv_seq_bytes_shared(c[0]), B, "the full first block stays shared");
+    decode_all(c, 3, cont, 4, lg);
+    cr_assert_eq(kv_pool_bytes_used(p), 5 * B, "a copied block is the child's own: no further copies");
+    for (int i = 0; i < 3; i++) kv_seq_destroy(c[i]);
+    cr_assert_eq(kv_pool_bytes_used(p), 2 * B);
+    cr_assert_eq(kv_seq_bytes_shared(parent), 0);
+
+    /* Parent gone before the children write: the last writer keeps the original block. */
+    for (int i = 0; i < 3; i++) cr_assert_eq(kv_seq_fork(&c[i], parent, NULL), ATTND_OK);
+    kv_seq_destroy(parent);
+    cr_assert_eq(kv_pool_bytes_used(p), 2 * B, "the children keep the parent's blocks alive");
+    decode_all(c, 3, cont, 1, lg);
+    cr_assert_eq(kv_pool_bytes_used(p), 4 * B, "two copies, the third child writes into the original");
+    for (int i = 0; i < 3; i++) kv_seq_destroy(c[i]);
+    cr_assert_eq(kv_pool_bytes_used(p), 0);
+
+    /* A prompt ending on a block boundary: nothing shared is written, each child takes a new block. */
+    cr_assert_eq(kv_seq_create(&parent, p, NULL), ATTND_OK);
+    cr_assert_eq(feed(parent, prompt, 128, lg, &err), ATTND_OK, "%s", err.msg);
+    for (int i = 0; i < 3; i++) cr_assert_eq(kv_seq_fork(&c[i], parent, NULL), ATTND_OK);
+    decode_all(c, 3, cont, 1, lg);
+    cr_assert_eq(kv_pool_bytes_used(p), 5 * B);
+    cr_assert_eq(kv_seq_bytes_shared(c[2]), 2 * B);
+    for (int i = 0; i < 3; i++) kv_seq_destroy(c[i]);
+    kv_seq_destroy(parent);
+    cr_assert_eq(kv_pool_bytes_used(p), 0);
+    free(lg);
+    kv_pool_destroy(p);
+}
+
+/* Truncating into shared blocks, forks of forks, and every destroy order leave the other holders
+ * intact: a sibling's continuation matches an independent sequence's, and the pool ends empty. */
+Test(kv, truncate_and_destroy_in_any_order_leave_the_other_holders_intact) {
+    kv_pool *p;
+    attnd_err err;
+    cr_assert_eq(kv_pool_create(&p, g_m, (size_t)16 << 20, KV_F32, &err), ATTND_OK);
+    size_t B = block_size(p);
+    int V = g_spec.n_vocab;
+    int32_t prompt[150], other[150];
+    tokens(prompt, 150, 40);
+    tokens(other, 150, 41);
+    float *lg = malloc(sizeof(float) * 160 * V), *ref = malloc(sizeof(float) * 160 * V);
+    int orders[6][3] = {{0, 1, 2}, {0, 2, 1}, {1, 0, 2}, {1, 2, 0}, {2, 0, 1}, {2, 1, 0}};
+    for (int o = 0; o < 6; o++) {
+        kv_seq *s[3], *ind;
+        cr_assert_eq(kv_seq_create(&s[0], p, NULL), ATTND_OK);
+        cr_assert_eq(feed(s[0], prompt, 150, lg, &err), ATTND_OK, "%s", err.msg); /* 3 blocks */
+        cr_assert_eq(kv_seq_fork(&s[1], s[0], NULL), ATTND_OK);
+        kv_seq_truncate(s[1], 40); /* back into the shared first block */
+        cr_assert_eq(kv_seq_fork(&s[2], s[1], NULL), ATTND_OK); /* a fork of a fork */
+        cr_assert_eq(kv_seq_len(s[2]), 40);
+        cr_assert_eq(kv_pool_bytes_used(p), 3 * B);
+        /* s[1] rewrites positions 40.. that s[0] and s[2] still hold (s[2] only up to 40). */
+        cr_assert_eq(feed(s[1], other + 40, 60, lg, &err), ATTND_OK, "%s", err.msg);
+        cr_assert_eq(kv_pool_bytes_used(p), 5 * B, "s[1] copied block 0 and took a new block 1");
+        for (int k = 0; k < 3; k++) {
+            int victim = orders[o][k];
+            kv_seq_destroy(s[victim]);
+            s[victim] = NULL;
+            /* Each survivor continues exactly like an independent sequence of its tokens. */
+            for (int j = 0; j < 3; j++) {
+                if (!s[j]) continue;
+                int len = kv_seq_len(s[j]);
+                const int32_t *src = j == 1 ? other : prompt;
+                int32_t toks[160];
+                memcpy(toks, prompt, sizeof(int32_t) * 40);
+                memcpy(toks + 40, src + 40, sizeof(int32_t) * (size_t)(len - 40));
+                toks[len] = (int32_t)(7 + j);
+                cr_assert_eq(kv_seq_create(&ind, p, NULL), ATTND_OK);
+                cr_assert_eq(feed(ind, toks, len + 1, ref, &err), ATTND_OK, "%s", err.msg);
+                kv_seq_destroy(ind);
+                cr_assert_eq(feed(s[j], toks + len, 1, lg, &err), ATTND_OK, "%s", err.msg);
+                kv_seq_truncate(s[j], len);
+                for (int v = 0; v < V; v++)
+                    cr_assert(fabsf(lg[v] - ref[(size_t)len * V + v]) < 1e-4f, "order %d: survivor %d differs", o, j);
+            }
+        }
+        cr_assert_eq(kv_pool_bytes_used(p), 0, "order %d: every block returned", o);
+    }
+    free(lg), free(ref);
+    kv_pool_destroy(p);
+}
+
+/* The copies forked children need count against the budget like any block: a batch whose copies
+ * do not fit is refused whole and leaves every sequence and the sharing as it was. */
+Test(kv, budget_exhausted_by_copies_refuses_the_batch_and_keeps_the_sharing) {
+    kv_pool *p, *big;
+    attnd_err err;
+    cr_assert_eq(kv_pool_create(&big, g_m, (size_t)16 << 20, KV_F16, &err), ATTND_OK);
+    size_t B = block_size(big);
+    cr_assert_eq(kv_pool_create(&p, g_m, 3 * B, KV_F16, &err), ATTND_OK, "%s", err.msg);
+    int V = g_spec.n_vocab;
+    int32_t prompt[100], cont[2][8] = {{1, 2, 3, 4, 5, 6, 7, 8}, {9, 10, 11, 12, 13, 14, 15, 16}};
+    tokens(prompt, 100, 50);
+    float *lg = malloc(sizeof(float) * 100 * V), *a = malloc(sizeof(float) * 2 * V), *b = malloc(sizeof(float) * 2 * V);
+    kv_seq *parent, *c[2];
+    cr_assert_eq(kv_seq_create(&parent, p, NULL), ATTND_OK);
+    cr_assert_eq(feed(parent, prompt, 100, lg, &err), ATTND_OK, "%s", err.msg); /* 2 of 3 blocks */
+    for (int i = 0; i < 2; i++) cr_assert_eq(kv_seq_fork(&c[i], parent, NULL), ATTND_OK);
+
+    /* Both children writing needs two copies; one block is left. */
+    int32_t t[2] = {cont[0][0], cont[1][0]};
+    cr_assert_eq(step(c, t, 2, a, &err), ATTND_ERR_NOMEM);
+    cr_assert(strstr(err.msg, "budget"), "%s", err.msg);
+    cr_assert_eq(kv_seq_len(c[0]), 100);
+    cr_assert_eq(kv_seq_len(c[1]), 100);
+    cr_assert_eq(kv_pool_bytes_used(p), 2 * B);
+    cr_assert_eq(kv_seq_bytes_shared(parent), 2 * B, "a refused batch keeps the blocks shared");
+
+    /* One child fits; the other does not, until the parent lets go of the original. */
+    cr_assert_eq(step(&c[0], &t[0], 1, a, &err), ATTND_OK, "%s", err.msg);
+    cr_assert_eq(kv_pool_bytes_used(p), 3 * B);
+    cr_assert_eq(step(&c[1], &t[1], 1, a + V, &err), ATTND_ERR_NOMEM);
+    kv_seq_destroy(parent);
+    cr_assert_eq(step(&c[1], &t[1], 1, a + V, &err), ATTND_OK, "%s", err.msg);
+    cr_assert_eq(kv_pool_bytes_used(p), 3 * B, "the last holder writes into the original");
+
+    /* Both give the logits of independent sequences (evaluated in a pool with room). */
+    for (int i = 0; i < 2; i++) {
+        kv_seq *ind;
+        cr_assert_eq(kv_seq_create(&ind, big, NULL), ATTND_OK);
+        cr_assert_eq(feed(ind, prompt, 100, lg, &err), ATTND_OK, "%s", err.msg);
+        cr_assert_eq(step(&ind, &t[i], 1, b + (size_t)i * V, &err), ATTND_OK, "%s", err.msg);
+        kv_seq_destroy(ind);
+    }
+    cr_assert_eq(memcmp(a, b, sizeof(float) * 2 * V), 0);
+    for (int i = 0; i < 2; i++) kv_seq_destroy(c[i]);
+    cr_assert_eq(kv_pool_bytes_used(p), 0);
+    free(lg), free(a), free(b);
+    kv_pool_destroy(p);
+    kv_pool_destroy(big);
+}

@@ -954,3 +954,25 @@ Test(stop, empty_or_missing_stop_strings_are_rejected) {
     stop_matcher_destroy(NULL);
     sampler_destroy(NULL);
 }
+
+Test(sampler, seed_streams_start_at_the_seed_and_draw_apart) {
+    cr_assert_eq(sampler_seed_stream(42, 0), 42, "stream 0 is the request's own seed");
+    cr_assert_neq(sampler_seed_stream(42, 1), sampler_seed_stream(42, 2));
+    cr_assert_eq(sampler_seed_stream(42, 3), sampler_seed_stream(42, 3));
+    cr_assert_neq(sampler_seed_stream(42, 1), sampler_seed_stream(43, 1));
+    /* samplers on streams 0..3 over the same logits pick differently at temperature 1 */
+    enum { V = 64, DRAWS = 32 };
+    float l[V];
+    for (int i = 0; i < V; i++) l[i] = 0.0f; /* uniform: every pick is pure chance */
+    int32_t picks[4][DRAWS];
+    for (int k = 0; k < 4; k++) {
+        sampler_params p = plain(1.0f, sampler_seed_stream(7, k));
+        sampler *s;
+        cr_assert_eq(sampler_create(&s, &p, V, NULL), ATTND_OK);
+        for (int d = 0; d < DRAWS; d++) picks[k][d] = sampler_sample(s, l);
+        sampler_destroy(s);
+    }
+    for (int a = 0; a < 4; a++)
+        for (int b = a + 1; b < 4; b++)
+            cr_assert_neq(memcmp(picks[a], picks[b], sizeof(picks[a])), 0, "streams %d and %d drew the same", a, b);
+}

@@ -112,7 +112,7 @@ Test(chat, unknown_role_and_empty_list_are_refused_naming_the_problem) {
     attnd_err err;
     cr_assert_eq(chat_render(CHAT_CHATML, bad, 2, &out, &err), ATTND_ERR_INVALID);
     cr_assert_null(out);
-    cr_assert(strstr(err.msg, "messages[1]") && strstr(err.msg, "tool"), "%s", err.msg);
+    cr_assert(strstr(err.msg, "messages[1]") && strstr(err.msg, "tool") && strstr(err.msg, "developer"), "%s", err.msg);
     cr_assert_eq(chat_render(CHAT_CHATML, bad, 0, &out, &err), ATTND_ERR_INVALID);
 }
 

@@ -45,7 +45,9 @@ Test(oai, completion_fields_become_c_values) {
     const char *param;
     attnd_err err;
     cr_assert_eq(oai_parse(j, false, &cfg, 512, &r, &param, &err), ATTND_OK, "%s", err.msg);
-    cr_assert_str_eq(r.prompt, "hi");
+    cr_assert_eq(r.n_prompts, 1);
+    cr_assert_str_eq(r.prompts[0].text, "hi");
+    cr_assert_eq(r.n, 1);
     cr_assert_eq(r.max_tokens, 7);
     cr_assert_float_eq(r.sp.temperature, 0.0f, 1e-9);
     cr_assert_float_eq(r.sp.top_p, 0.5f, 1e-6);
@@ -69,13 +71,18 @@ Test(oai, token_id_prompts_are_accepted_flat_or_nested_once) {
     oai_request r;
     const char *param;
     cr_assert_eq(parse("{\"prompt\":[1,2,3]}", false, &r, &param, NULL), ATTND_OK);
-    cr_assert_eq(r.n_prompt_ids, 3);
+    cr_assert_eq(r.n_prompts, 1);
+    cr_assert_eq(r.prompts[0].n_ids, 3);
     oai_request_free(&r);
     cr_assert_eq(parse("{\"prompt\":[[1,2]]}", false, &r, &param, NULL), ATTND_OK);
-    cr_assert_eq(r.n_prompt_ids, 2);
+    cr_assert_eq(r.n_prompts, 1);
+    cr_assert_eq(r.prompts[0].n_ids, 2);
+    oai_request_free(&r);
+    cr_assert_eq(parse("{\"prompt\":[[1],[2]],\"n\":3}", false, &r, &param, NULL), ATTND_OK);
+    cr_assert_eq(r.n_prompts, 2);
+    cr_assert_eq(r.n, 3);
     oai_request_free(&r);
     expect_bad("{\"prompt\":[1,512]}", false, "prompt");
-    expect_bad("{\"prompt\":[[1],[2]]}", false, "prompt");
     expect_bad("{\"prompt\":[]}", false, "prompt");
 }
 
@@ -90,7 +97,9 @@ Test(oai, wrong_types_and_ranges_name_the_field) {
     expect_bad("{\"prompt\":\"x\",\"top_p\":0}", false, "top_p");
     expect_bad("{\"prompt\":\"x\",\"top_p\":1.5}", false, "top_p");
     expect_bad("{\"prompt\":\"x\",\"top_k\":-2}", false, "top_k");
-    expect_bad("{\"prompt\":\"x\",\"n\":2}", false, "n");
+    expect_bad("{\"prompt\":\"x\",\"n\":0}", false, "n");
+    expect_bad("{\"prompt\":\"x\",\"n\":17}", false, "n");
+    expect_bad("{\"prompt\":[\"a\",\"b\",\"c\",\"d\",\"e\"],\"n\":16}", false, "n");
     expect_bad("{\"prompt\":\"x\",\"stop\":7}", false, "stop");
     expect_bad("{\"prompt\":\"x\",\"stop\":[\"\"]}", false, "stop");
     expect_bad("{\"prompt\":\"x\",\"seed\":1.5}", false, "seed");
@@ -175,6 +184,94 @@ Test(oai, invalid_utf8_becomes_replacement_characters) {
     s = oai_string("\xed\xa0\x80", 3); /* a UTF-16 surrogate is not UTF-8 */
     cr_assert_eq(strlen(json_string_value(s)), 9);
     json_decref(s);
+}
+
+Test(oai, context_overflow_and_unknown_model_carry_openai_codes) {
+    json_t *e = oai_error_context_length(5000, 4096, 1, "messages");
+    json_t *in = json_object_get(e, "error");
+    cr_assert_str_eq(json_string_value(json_object_get(in, "code")), "context_length_exceeded");
+    cr_assert_str_eq(json_string_value(json_object_get(in, "type")), "invalid_request_error");
+    cr_assert_str_eq(json_string_value(json_object_get(in, "param")), "messages");
+    const char *msg = json_string_value(json_object_get(in, "message"));
+    cr_assert(strstr(msg, "maximum context length is 4096 tokens") && strstr(msg, "5000"), "%s", msg);
+    json_decref(e);
+    e = oai_error_model_not_found("gpt-9");
+    in = json_object_get(e, "error");
+    cr_assert_str_eq(json_string_value(json_object_get(in, "code")), "model_not_found");
+    cr_assert_str_eq(json_string_value(json_object_get(in, "param")), "model");
+    cr_assert(strstr(json_string_value(json_object_get(in, "message")), "'gpt-9'"));
+    json_decref(e);
+    e = oai_error(429, "queue full", NULL);
+    cr_assert_str_eq(json_string_value(json_object_get(json_object_get(e, "error"), "code")), "rate_limit_exceeded");
+    json_decref(e);
+}
+
+Test(oai, an_unsupported_role_is_refused_listing_the_accepted_ones) {
+    oai_request r;
+    const char *param;
+    attnd_err err;
+    cr_assert_eq(parse("{\"messages\":[{\"role\":\"tool\",\"content\":\"x\"}]}", true, &r, &param, &err), ATTND_ERR_INVALID);
+    cr_assert(strstr(err.msg, "'tool'") && strstr(err.msg, "system, developer, user, assistant"), "%s", err.msg);
+    oai_request_free(&r);
+    cr_assert_eq(parse("{\"messages\":[{\"role\":\"developer\",\"content\":\"x\"}]}", true, &r, &param, &err), ATTND_OK);
+    oai_request_free(&r);
+}
+
+/* Parses a "prompt" value with oai_parse_prompts. */
+static attnd_status prompts(const char *text, oai_prompt **ps, int *n, attnd_err *err, json_t **keep) {
+    json_error_t je;
+    *keep = json_loads(text, JSON_DECODE_ANY, &je);
+    cr_assert_not_null(*keep, "test JSON is bad: %s", je.text);
+    return oai_parse_prompts(*keep, 512, 4, ps, n, err);
+}
+
+Test(oai, prompt_lists_hold_strings_or_token_id_arrays_in_order) {
+    oai_prompt *ps;
+    int n;
+    attnd_err err;
+    json_t *j;
+    cr_assert_eq(prompts("\"one\"", &ps, &n, &err, &j), ATTND_OK);
+    cr_assert_eq(n, 1);
+    cr_assert_str_eq(ps[0].text, "one");
+    oai_prompts_free(ps, n), json_decref(j);
+    cr_assert_eq(prompts("[5, 6, 7]", &ps, &n, &err, &j), ATTND_OK, "%s", err.msg);
+    cr_assert_eq(n, 1, "a flat id array is one prompt");
+    cr_assert_eq(ps[0].n_ids, 3);
+    cr_assert_eq(ps[0].ids[2], 7);
+    oai_prompts_free(ps, n), json_decref(j);
+    cr_assert_eq(prompts("[\"a\", [1, 2], \"c\"]", &ps, &n, &err, &j), ATTND_OK, "%s", err.msg);
+    cr_assert_eq(n, 3);
+    cr_assert_str_eq(ps[0].text, "a");
+    cr_assert_null(ps[1].text);
+    cr_assert_eq(ps[1].n_ids, 2);
+    cr_assert_eq(ps[1].ids[1], 2);
+    cr_assert_str_eq(ps[2].text, "c");
+    oai_prompts_free(ps, n), json_decref(j);
+}
+
+Test(oai, bad_prompt_lists_are_refused_naming_the_element) {
+    oai_prompt *ps = (oai_prompt *)1;
+    int n = 9;
+    attnd_err err;
+    json_t *j;
+    const char *cases[][2] = {
+        {"[]", "empty"},
+        {"[\"a\", 5]", "prompt[1]"},
+        {"[\"a\", []]", "prompt[1]"},
+        {"[[1], [2, 600]]", "prompt[1][1]"},
+        {"[1, 600]", "prompt[1]"},
+        {"[\"a\",\"b\",\"c\",\"d\",\"e\"]", "at most 4"},
+        {"{}", "must be a string"},
+        {"null", "required"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        cr_assert_eq(prompts(cases[i][0], &ps, &n, &err, &j), ATTND_ERR_INVALID, "accepted %s", cases[i][0]);
+        cr_assert(strstr(err.msg, cases[i][1]), "%s: %s", cases[i][0], err.msg);
+        cr_assert_null(ps);
+        cr_assert_eq(n, 0);
+        json_decref(j);
+    }
+    oai_prompts_free(NULL, 0);
 }
 
 Test(oai, unsupported_features_are_refused_by_name_not_ignored) {

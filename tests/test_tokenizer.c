@@ -16,6 +16,7 @@
 
 #include "attnd/tokenizer.h"
 #include "test_models.h"
+#include "gguf_builder.h"
 #include "unicode.h"
 
 // ---- helpers ----------------------------------------------------------------------------------
@@ -302,6 +303,36 @@ Test(tokenizer, control_tokens_match_only_with_parse_special) {
     tok_destroy(t);
 }
 
+Test(tokenizer, marked_encoding_matches_control_tokens_only_inside_the_spans) {
+    tokenizer *t = load_data("tokenizers/llama3-bpe.gguf");
+    const char *text = "<|start_header_id|>user<|end_header_id|>";
+    int32_t hdr = tok_find(t, "<|start_header_id|>"), end = tok_find(t, "<|end_header_id|>");
+    int32_t *ids;
+    size_t n;
+    attnd_err err;
+    tok_span first = {0, 19}; /* the first marker only */
+    cr_assert_eq(tok_encode_marked(t, text, strlen(text), false, &first, 1, &ids, &n, &err), ATTND_OK, "%s", err.msg);
+    cr_expect_eq(ids[0], hdr);
+    for (size_t i = 1; i < n; i++) cr_expect(ids[i] != end && !tok_is_control(t, ids[i]), "control id %d", ids[i]);
+    free(ids);
+    tok_span cut = {0, 5}; /* a span that ends inside a marker does not make it special */
+    cr_assert_eq(tok_encode_marked(t, text, strlen(text), false, &cut, 1, &ids, &n, &err), ATTND_OK);
+    for (size_t i = 0; i < n; i++) cr_expect(!tok_is_control(t, ids[i]), "control id %d", ids[i]);
+    free(ids);
+    tok_span both[] = {{0, 19}, {23, 40}};
+    cr_assert_eq(tok_encode_marked(t, text, strlen(text), false, both, 2, &ids, &n, &err), ATTND_OK);
+    cr_expect_eq(n, 3);
+    cr_expect_eq(ids[2], end);
+    free(ids);
+    tok_span bad[] = {{10, 20}, {15, 30}};
+    cr_expect_eq(tok_encode_marked(t, text, strlen(text), false, bad, 2, &ids, &n, &err), ATTND_ERR_INVALID,
+                 "overlapping spans");
+    tok_span past = {0, 41};
+    cr_expect_eq(tok_encode_marked(t, text, strlen(text), false, &past, 1, &ids, &n, &err), ATTND_ERR_INVALID);
+    cr_expect_null(ids);
+    tok_destroy(t);
+}
+
 Test(tokenizer, user_defined_tokens_always_match) {
     tokenizer *t = load_data("tokenizers/qwen2-bpe.gguf");
     const char *text = "<think>";
@@ -389,55 +420,15 @@ Test(tokenizer, stream_passes_invalid_utf8_through_without_holding_it) {
 
 // ---- merge rules on small in-memory vocabularies ----------------------------------------------
 
-/* A GGUF v3 image with zero tensors, built from key/value writers. */
-typedef struct gbuf {
-    unsigned char *p;
-    size_t n, cap;
-    uint64_t n_kv;
-} gbuf;
-
-static void put(gbuf *b, const void *d, size_t n) {
-    while (b->n + n > b->cap) b->p = realloc(b->p, b->cap = b->cap ? b->cap * 2 : 1024);
-    memcpy(b->p + b->n, d, n);
-    b->n += n;
-}
-static void put_u32(gbuf *b, uint32_t v) { put(b, &v, 4); }
-static void put_u64(gbuf *b, uint64_t v) { put(b, &v, 8); }
-static void put_str(gbuf *b, const char *s) {
-    put_u64(b, strlen(s));
-    put(b, s, strlen(s));
-}
-static void kv_str(gbuf *b, const char *k, const char *v) {
-    put_str(b, k), put_u32(b, 8), put_str(b, v), b->n_kv++;
-}
-static void kv_u32(gbuf *b, const char *k, uint32_t v) {
-    put_str(b, k), put_u32(b, 4), put_u32(b, v), b->n_kv++;
-}
-static void kv_bool(gbuf *b, const char *k, bool v) {
-    unsigned char c = v;
-    put_str(b, k), put_u32(b, 7), put(b, &c, 1), b->n_kv++;
-}
-static void kv_strs(gbuf *b, const char *k, const char **v, size_t n) {
-    put_str(b, k), put_u32(b, 9), put_u32(b, 8), put_u64(b, n);
-    for (size_t i = 0; i < n; i++) put_str(b, v[i]);
-    b->n_kv++;
-}
-static void kv_i32s(gbuf *b, const char *k, const int32_t *v, size_t n) {
-    put_str(b, k), put_u32(b, 9), put_u32(b, 5), put_u64(b, n), put(b, v, n * 4), b->n_kv++;
-}
-static void kv_f32s(gbuf *b, const char *k, const float *v, size_t n) {
-    put_str(b, k), put_u32(b, 9), put_u32(b, 6), put_u64(b, n), put(b, v, n * 4), b->n_kv++;
-}
-
 /* Wraps the key/values in a header and loads a tokenizer; returns tok_load's status. */
 static attnd_status load_built(gbuf *kvs, tokenizer **t, attnd_err *err) {
     gbuf g = {0};
-    put(&g, "GGUF", 4);
-    put_u32(&g, 3);
-    put_u64(&g, 0);
-    put_u64(&g, kvs->n_kv);
-    put(&g, kvs->p, kvs->n);
-    while (g.n % 32) put(&g, "", 1);
+    gb_bytes(&g, "GGUF", 4);
+    gb_u32(&g, 3);
+    gb_u64(&g, 0);
+    gb_u64(&g, kvs->n_kv);
+    gb_bytes(&g, kvs->p, kvs->n);
+    while (g.n % 32) gb_bytes(&g, "", 1);
     gguf_file *f;
     attnd_status st = gguf_open_memory(&f, g.p, g.n, err);
     cr_assert_eq(st, ATTND_OK, "test GGUF: %s", err->msg);
@@ -463,11 +454,11 @@ Test(tokenizer, spm_merges_best_score_first_and_leftmost_on_ties) {
     static const float scores[] = {0, 0, 0, -1, -1, -3, -2, -1, 0};
     static const int32_t types[] = {2, 3, 3, 1, 1, 1, 1, 1, 6};
     gbuf b = {0};
-    kv_str(&b, "tokenizer.ggml.model", "llama");
-    kv_strs(&b, "tokenizer.ggml.tokens", toks, 9);
-    kv_f32s(&b, "tokenizer.ggml.scores", scores, 9);
-    kv_i32s(&b, "tokenizer.ggml.token_type", types, 9);
-    kv_bool(&b, "tokenizer.ggml.add_space_prefix", false);
+    gb_kv_str(&b, "tokenizer.ggml.model", "llama");
+    gb_kv_arr_str(&b, "tokenizer.ggml.tokens", toks, 9);
+    gb_kv_arr_f32(&b, "tokenizer.ggml.scores", scores, 9);
+    gb_kv_arr_i32(&b, "tokenizer.ggml.token_type", types, 9);
+    gb_kv_bool(&b, "tokenizer.ggml.add_space_prefix", false);
     tokenizer *t;
     attnd_err err;
     cr_assert_eq(load_built(&b, &t, &err), ATTND_OK, "%s", err.msg);
@@ -486,13 +477,13 @@ Test(tokenizer, spm_merges_characters_that_are_not_tokens_by_their_text) {
     static const float scores[] = {0, -1, -2, 0};
     static const int32_t types[] = {2, 1, 1, 6};
     gbuf b = {0};
-    kv_str(&b, "tokenizer.ggml.model", "llama");
-    kv_strs(&b, "tokenizer.ggml.tokens", toks, 4);
-    kv_f32s(&b, "tokenizer.ggml.scores", scores, 4);
-    kv_i32s(&b, "tokenizer.ggml.token_type", types, 4);
-    kv_bool(&b, "tokenizer.ggml.add_space_prefix", false);
-    kv_u32(&b, "tokenizer.ggml.bos_token_id", 0);
-    kv_u32(&b, "tokenizer.ggml.eos_token_id", 0);
+    gb_kv_str(&b, "tokenizer.ggml.model", "llama");
+    gb_kv_arr_str(&b, "tokenizer.ggml.tokens", toks, 4);
+    gb_kv_arr_f32(&b, "tokenizer.ggml.scores", scores, 4);
+    gb_kv_arr_i32(&b, "tokenizer.ggml.token_type", types, 4);
+    gb_kv_bool(&b, "tokenizer.ggml.add_space_prefix", false);
+    gb_kv_u32(&b, "tokenizer.ggml.bos_token_id", 0);
+    gb_kv_u32(&b, "tokenizer.ggml.eos_token_id", 0);
     tokenizer *t;
     attnd_err err;
     cr_assert_eq(load_built(&b, &t, &err), ATTND_OK, "%s", err.msg);
@@ -506,10 +497,10 @@ Test(tokenizer, bpe_merges_lowest_rank_first_and_leftmost_on_ties) {
     static const char *toks[] = {"a", "b", "\xC4\xA0", "aa", "ab", "\xC4\xA0" "a"};
     static const char *merges[] = {"a b", "a a", "\xC4\xA0 a"};
     gbuf b = {0};
-    kv_str(&b, "tokenizer.ggml.model", "gpt2");
-    kv_str(&b, "tokenizer.ggml.pre", "gpt-2");
-    kv_strs(&b, "tokenizer.ggml.tokens", toks, 6);
-    kv_strs(&b, "tokenizer.ggml.merges", merges, 3);
+    gb_kv_str(&b, "tokenizer.ggml.model", "gpt2");
+    gb_kv_str(&b, "tokenizer.ggml.pre", "gpt-2");
+    gb_kv_arr_str(&b, "tokenizer.ggml.tokens", toks, 6);
+    gb_kv_arr_str(&b, "tokenizer.ggml.merges", merges, 3);
     tokenizer *t;
     attnd_err err;
     cr_assert_eq(load_built(&b, &t, &err), ATTND_OK, "%s", err.msg);
@@ -529,26 +520,26 @@ Test(tokenizer, load_reports_missing_or_unsupported_metadata) {
     tokenizer *t;
     attnd_err err = {{0}};
 
-    kv_strs(&b, "tokenizer.ggml.tokens", toks, 2);
+    gb_kv_arr_str(&b, "tokenizer.ggml.tokens", toks, 2);
     cr_expect_eq(load_built(&b, &t, &err), ATTND_ERR_NOT_FOUND);
     cr_expect(strstr(err.msg, "tokenizer.ggml.model"), "%s", err.msg);
 
     b = (gbuf){0};
-    kv_str(&b, "tokenizer.ggml.model", "bert");
-    kv_strs(&b, "tokenizer.ggml.tokens", toks, 2);
+    gb_kv_str(&b, "tokenizer.ggml.model", "bert");
+    gb_kv_arr_str(&b, "tokenizer.ggml.tokens", toks, 2);
     cr_expect_eq(load_built(&b, &t, &err), ATTND_ERR_UNSUPPORTED);
     cr_expect(strstr(err.msg, "bert"), "%s", err.msg);
 
     b = (gbuf){0};
-    kv_str(&b, "tokenizer.ggml.model", "gpt2");
-    kv_str(&b, "tokenizer.ggml.pre", "no-such-pre");
-    kv_strs(&b, "tokenizer.ggml.tokens", toks, 2);
+    gb_kv_str(&b, "tokenizer.ggml.model", "gpt2");
+    gb_kv_str(&b, "tokenizer.ggml.pre", "no-such-pre");
+    gb_kv_arr_str(&b, "tokenizer.ggml.tokens", toks, 2);
     cr_expect_eq(load_built(&b, &t, &err), ATTND_ERR_UNSUPPORTED);
     cr_expect(strstr(err.msg, "no-such-pre"), "%s", err.msg);
 
     b = (gbuf){0};
-    kv_str(&b, "tokenizer.ggml.model", "gpt2");
-    kv_strs(&b, "tokenizer.ggml.tokens", toks, 2);
+    gb_kv_str(&b, "tokenizer.ggml.model", "gpt2");
+    gb_kv_arr_str(&b, "tokenizer.ggml.tokens", toks, 2);
     cr_expect_eq(load_built(&b, &t, &err), ATTND_ERR_NOT_FOUND, "BPE without merges");
     cr_expect(strstr(err.msg, "merges"), "%s", err.msg);
     cr_expect_null(t);
@@ -562,37 +553,37 @@ Test(tokenizer, load_rejects_inconsistent_vocabularies) {
     tokenizer *t;
     attnd_err err = {{0}};
 
-    kv_str(&b, "tokenizer.ggml.model", "llama");
-    kv_strs(&b, "tokenizer.ggml.tokens", toks, 2);
-    kv_i32s(&b, "tokenizer.ggml.token_type", types, 3);
+    gb_kv_str(&b, "tokenizer.ggml.model", "llama");
+    gb_kv_arr_str(&b, "tokenizer.ggml.tokens", toks, 2);
+    gb_kv_arr_i32(&b, "tokenizer.ggml.token_type", types, 3);
     cr_expect_eq(load_built(&b, &t, &err), ATTND_ERR_FORMAT);
     cr_expect(strstr(err.msg, "token_type"), "%s", err.msg);
 
     b = (gbuf){0};
-    kv_str(&b, "tokenizer.ggml.model", "llama");
-    kv_strs(&b, "tokenizer.ggml.tokens", toks, 2);
-    kv_u32(&b, "tokenizer.ggml.bos_token_id", 7);
+    gb_kv_str(&b, "tokenizer.ggml.model", "llama");
+    gb_kv_arr_str(&b, "tokenizer.ggml.tokens", toks, 2);
+    gb_kv_u32(&b, "tokenizer.ggml.bos_token_id", 7);
     cr_expect_eq(load_built(&b, &t, &err), ATTND_ERR_FORMAT);
     cr_expect(strstr(err.msg, "bos_token_id"), "%s", err.msg);
 
     b = (gbuf){0};
-    kv_str(&b, "tokenizer.ggml.model", "llama");
-    kv_strs(&b, "tokenizer.ggml.tokens", toks, 0);
+    gb_kv_str(&b, "tokenizer.ggml.model", "llama");
+    gb_kv_arr_str(&b, "tokenizer.ggml.tokens", toks, 0);
     cr_expect_eq(load_built(&b, &t, &err), ATTND_ERR_FORMAT, "empty vocabulary");
 
     b = (gbuf){0};
-    kv_str(&b, "tokenizer.ggml.model", "gpt2");
-    kv_strs(&b, "tokenizer.ggml.tokens", toks, 2);
-    kv_strs(&b, "tokenizer.ggml.merges", bad_merges, 1);
+    gb_kv_str(&b, "tokenizer.ggml.model", "gpt2");
+    gb_kv_arr_str(&b, "tokenizer.ggml.tokens", toks, 2);
+    gb_kv_arr_str(&b, "tokenizer.ggml.merges", bad_merges, 1);
     cr_expect_eq(load_built(&b, &t, &err), ATTND_ERR_FORMAT);
     cr_expect(strstr(err.msg, "merges[0]"), "%s", err.msg);
     cr_expect_null(t);
 
     static const int32_t bad_types[] = {1, 9};
     b = (gbuf){0};
-    kv_str(&b, "tokenizer.ggml.model", "llama");
-    kv_strs(&b, "tokenizer.ggml.tokens", toks, 2);
-    kv_i32s(&b, "tokenizer.ggml.token_type", bad_types, 2);
+    gb_kv_str(&b, "tokenizer.ggml.model", "llama");
+    gb_kv_arr_str(&b, "tokenizer.ggml.tokens", toks, 2);
+    gb_kv_arr_i32(&b, "tokenizer.ggml.token_type", bad_types, 2);
     cr_expect_eq(load_built(&b, &t, &err), ATTND_ERR_FORMAT, "token type 9");
     cr_expect(strstr(err.msg, "token_type[1] = 9"), "%s", err.msg);
 
@@ -600,9 +591,9 @@ Test(tokenizer, load_rejects_inconsistent_vocabularies) {
     static const char *toks3[] = {"a", "b", "ab"};
     static const char *late_bad[] = {"a b", "ab"};
     b = (gbuf){0};
-    kv_str(&b, "tokenizer.ggml.model", "gpt2");
-    kv_strs(&b, "tokenizer.ggml.tokens", toks3, 3);
-    kv_strs(&b, "tokenizer.ggml.merges", late_bad, 2);
+    gb_kv_str(&b, "tokenizer.ggml.model", "gpt2");
+    gb_kv_arr_str(&b, "tokenizer.ggml.tokens", toks3, 3);
+    gb_kv_arr_str(&b, "tokenizer.ggml.merges", late_bad, 2);
     cr_expect_eq(load_built(&b, &t, &err), ATTND_ERR_FORMAT);
     cr_expect(strstr(err.msg, "merges[1]"), "%s", err.msg);
     cr_expect_null(t);

@@ -12,6 +12,7 @@
 #ifndef ATTND_BUF_H
 #define ATTND_BUF_H
 
+#include <stdarg.h>
 #include <stdbool.h>
 #include <stddef.h>
 
@@ -27,6 +28,9 @@ bool buf_reserve(buf *b, size_t extra);
 /* Appends n bytes of p; false when out of memory (b unchanged). */
 bool buf_append(buf *b, const void *p, size_t n);
 bool buf_puts(buf *b, const char *s);
+/* Appends printf-style text; false when out of memory (b unchanged). */
+bool buf_printf(buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+bool buf_vprintf(buf *b, const char *fmt, va_list ap) __attribute__((format(printf, 2, 0)));
 /* Empties the buffer, keeping its storage. */
 void buf_clear(buf *b);
 

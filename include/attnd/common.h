@@ -9,6 +9,7 @@
 #ifndef ATTND_COMMON_H
 #define ATTND_COMMON_H
 
+#include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -36,12 +37,17 @@ typedef struct attnd_err {
  * `return attnd_fail(err, ATTND_ERR_FORMAT, "bad %s", what);`. */
 attnd_status attnd_fail(attnd_err *err, attnd_status st, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+/* attnd_fail with a va_list, for functions that add their own bookkeeping. */
+attnd_status attnd_vfail(attnd_err *err, attnd_status st, const char *fmt, va_list ap)
+    __attribute__((format(printf, 3, 0)));
 
 // ---- time ---------------------------------------------------------------------------------
 
 struct timespec;
 /* Seconds on the monotonic clock (for durations; the origin is arbitrary). */
 double attnd_now_s(void);
+/* Milliseconds since the Unix epoch (wall clock: for timestamps that outlive the process). */
+long long attnd_unix_ms(void);
 /* The CLOCK_REALTIME instant timeout_ms from now, as pthread_cond_timedwait wants it. */
 void attnd_deadline(struct timespec *ts, int timeout_ms);
 

@@ -72,6 +72,8 @@ bool gguf_type_computable(uint32_t type);
 
 /* Name of a metadata value type ("u32", "string", ...); "?" when unknown. */
 const char *gguf_vtype_name(gguf_vtype t);
+/* Bytes of one scalar of metadata type t in a file; 0 for strings, arrays and unknown types. */
+size_t gguf_vtype_size(uint32_t t);
 
 typedef struct gguf_string {
     const char *str; /* NUL-terminated copy (may also contain NULs; use len) */

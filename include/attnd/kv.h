@@ -2,9 +2,21 @@
  * kv.h — per-sequence KV caches: a kv_pool is a byte budget of KV memory handed out in blocks of
  * token positions; a kv_seq is one sequence's cache, grown block by block from its pool.
  *
+ * A sequence can be forked: the child starts with the parent's tokens by sharing the parent's
+ * blocks (reference-counted, no copy), and either side copies a shared block only when it first
+ * writes into it — the partly filled last block, at most one per sequence. n continuations of one
+ * prompt thus cost the prompt once plus one block each:
+ *
+ *     kv_seq *prompt, *child[N];
+ *     ...evaluate the prompt into `prompt`...
+ *     for (int i = 0; i < N; i++) kv_seq_fork(&child[i], prompt, &err);
+ *     kv_seq_destroy(prompt);          // the children keep the blocks alive
+ *     ...engine_eval batches of one token per child...
+ *
  * Thread-safety: a pool's block accounting is locked, so sequences not in an evaluation may be
- * created, truncated and destroyed on any thread; a sequence in an engine_eval belongs to that
- * evaluation's thread until it returns.
+ * created, forked, truncated and destroyed on any thread; a sequence in an engine_eval belongs to
+ * that evaluation's thread until it returns (and cannot be forked meanwhile). Sequences sharing
+ * blocks may be in different evaluations at once: shared blocks are only read.
  */
 #ifndef ATTND_KV_H
 #define ATTND_KV_H
@@ -24,10 +36,12 @@ typedef struct kv_seq kv_seq;
  * block is ATTND_ERR_INVALID. */
 attnd_status kv_pool_create(kv_pool **out, const model *m, size_t budget_bytes, kv_type type, attnd_err *err);
 void kv_pool_destroy(kv_pool *p); /* all its sequences must be destroyed first */
-size_t kv_pool_bytes_used(const kv_pool *p); /* blocks held by sequences */
+size_t kv_pool_bytes_used(const kv_pool *p); /* blocks held by sequences, each shared block once */
 size_t kv_pool_bytes_budget(const kv_pool *p);
 /* Bytes one token position takes in every layer's K and V. */
 size_t kv_pool_bytes_per_token(const kv_pool *p);
+/* Bytes one sequence of n_tokens holds: whole blocks, so at least n_tokens * bytes_per_token. */
+size_t kv_pool_bytes_for(const kv_pool *p, int n_tokens);
 
 /* Without a pool: bytes one token position takes (all layers' K and V) for model m, and the
  * bytes one full context of n_ctx positions takes (whole blocks), in the given type. */
@@ -37,8 +51,18 @@ size_t kv_context_bytes(const model *m, int n_ctx, kv_type type);
 attnd_status kv_seq_create(kv_seq **out, kv_pool *pool, attnd_err *err);
 void kv_seq_destroy(kv_seq *s); /* returns its blocks to the pool; accepts NULL */
 int kv_seq_len(const kv_seq *s); /* tokens cached */
-size_t kv_seq_bytes(const kv_seq *s); /* blocks it holds */
-/* Keeps the first n tokens and returns blocks no longer needed; n >= len changes nothing. */
+size_t kv_seq_bytes(const kv_seq *s); /* blocks it holds, shared ones included */
+size_t kv_seq_bytes_shared(const kv_seq *s); /* the part of kv_seq_bytes held by other sequences too */
+/* Keeps the first n tokens and gives up blocks no longer needed (a shared block goes back to the
+ * pool when its last holder gives it up); n >= len changes nothing. */
 void kv_seq_truncate(kv_seq *s, int n);
+
+/*
+ * A new sequence in parent's pool holding parent's tokens, sharing all of parent's blocks. Takes
+ * no pool memory until one of them writes into a shared block; the two are independent
+ * afterwards (truncate, extend, destroy in any order). parent is only read and must not be in an
+ * evaluation. Errors: ATTND_ERR_NOMEM (the block table could not be allocated).
+ */
+attnd_status kv_seq_fork(kv_seq **out, const kv_seq *parent, attnd_err *err);
 
 #endif /* ATTND_KV_H */

@@ -55,6 +55,11 @@ attnd_status sampler_params_validate(const sampler_params *p, int n_vocab, attnd
 
 typedef struct sampler sampler;
 
+/* The seed of the k-th of several samplers drawing from one request's seed (n > 1 choices): stream
+ * 0 is seed itself, so choice 0 of n equals the single choice of n = 1; the others are hashed
+ * apart so their random sequences do not overlap. */
+uint64_t sampler_seed_stream(uint64_t seed, int k);
+
 /* Copies params (including the bias list). Allocates all scratch for n_vocab up front. */
 attnd_status sampler_create(sampler **out, const sampler_params *p, int n_vocab, attnd_err *err);
 void sampler_destroy(sampler *s);

@@ -42,7 +42,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         FUZZ_CHECK(s2.port == s.port && s2.max_connections == s.max_connections && s2.body_limit == s.body_limit &&
                        s2.kv_budget_mb == s.kv_budget_mb && s2.log_level == s.log_level,
                    "settings differ after a print/load round trip:\n%s", out);
-        FUZZ_CHECK((!s.host && !s2.host) || (s.host && s2.host && !strcmp(s.host, s2.host)),
+        /* a value no config line can hold is printed as a comment (and then not read back) */
+        bool host_printed = !strstr(out, "# host ");
+        FUZZ_CHECK(!host_printed || (!s.host && !s2.host) || (s.host && s2.host && !strcmp(s.host, s2.host)),
                    "host differs after a round trip:\n%s", out);
         config_destroy(c2);
         close(fd2);

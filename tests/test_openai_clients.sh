@@ -1,0 +1,38 @@
+# test_openai_clients.sh — what real client libraries send beyond one completion at a time
+# (tests/js/openai_clients.mjs): the official `openai` npm package (prompt lists, n > 1,
+# models.retrieve, error codes, the Responses API) and LangChain's OpenAI.generate on three
+# prompts, against attnd with only baseURL changed. Then a restart on the same state directory:
+# a stored response is still there and its conversation continues.
+# Runs on the repository's own model (models/attnd-sotu.gguf); the packages are installed once
+# into the build directory (.npm-clients) and reused by later runs.
+set -uo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+source "$here/http_lib.sh"
+need_node
+model=$MODEL
+[ -f "$model" ] || fail "$model is missing"
+dir=$(dirname "$ATTND_BINARY")/.npm-clients
+if [ ! -f "$dir/node_modules/@langchain/openai/package.json" ] || [ ! -f "$dir/node_modules/openai/package.json" ]; then
+    mkdir -p "$dir"
+    [ -f "$dir/package.json" ] || echo '{"name":"attnd-clients-test","private":true}' > "$dir/package.json"
+    if ! (cd "$dir" && npm install --no-audit --no-fund --loglevel=error openai @langchain/openai @langchain/core >/dev/null); then
+        echo "FAIL: npm install openai @langchain/openai failed (no registry access?)" >&2
+        exit 1
+    fi
+fi
+echo "# openai $(node -p "require('$dir/node_modules/openai/package.json').version"), @langchain/openai $(node -p "require('$dir/node_modules/@langchain/openai/package.json').version")"
+# attnd-sotu is a base model: the llama2 chat layout lets it continue the user's text
+flags=(--model "$model" --threads 1 --chat-template llama2 --state-dir "$TMP/state")
+start_server srv "${flags[@]}"
+node "$here/js/openai_clients.mjs" main "$dir" "http://127.0.0.1:$srv_PORT/v1" "$TMP/stored.json"
+rc=$?
+stop_server srv || { echo "not ok - SIGTERM"; rc=1; }
+if [ -f "$TMP/stored.json" ]; then
+    start_server again "${flags[@]}"
+    node "$here/js/openai_clients.mjs" restarted "$dir" "http://127.0.0.1:$again_PORT/v1" "$TMP/stored.json" || rc=1
+    stop_server again || { echo "not ok - SIGTERM after the restart"; rc=1; }
+else
+    echo "not ok - no stored response to continue after a restart"
+    rc=1
+fi
+exit $rc

@@ -1,0 +1,266 @@
+/*
+ * test_server_responses.c — OpenAI's Responses API shapes (server/responses.c): requests become the
+ * chat body attnd runs, what is not text generation is refused naming the field, the Response
+ * object and the streamed events have OpenAI's fields and order.
+ */
+#include <criterion/criterion.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "oai.h"
+#include "responses.h"
+
+static server_settings cfg;
+static void setup(void) { server_settings_default(&cfg); }
+TestSuite(responses, .init = setup);
+
+static json_t *load(const char *text) {
+    json_error_t je;
+    json_t *j = json_loads(text, 0, &je);
+    cr_assert_not_null(j, "test JSON is bad: %s", je.text);
+    return j;
+}
+
+static void expect_bad(const char *text, const char *want_param) {
+    json_t *b = load(text);
+    responses_request r;
+    const char *param = NULL;
+    attnd_err err = {{0}};
+    cr_expect_eq(responses_parse(b, &cfg, &r, &param, &err), ATTND_ERR_INVALID, "accepted: %s", text);
+    cr_expect(param && !strcmp(param, want_param), "%s: param %s, want %s", text, param ? param : "(null)", want_param);
+    cr_expect(err.msg[0], "no message for %s", text);
+    responses_request_free(&r);
+    json_decref(b);
+}
+
+Test(responses, a_string_input_becomes_one_user_message_after_the_instructions) {
+    json_t *b = load("{\"model\":\"m\",\"input\":\"Hello\",\"instructions\":\"Be terse.\",\"max_output_tokens\":9,"
+                     "\"temperature\":0,\"top_p\":0.5,\"seed\":3,\"store\":false,\"metadata\":{\"k\":\"v\"}}");
+    responses_request r;
+    const char *param;
+    attnd_err err;
+    cr_assert_eq(responses_parse(b, &cfg, &r, &param, &err), ATTND_OK, "%s", err.msg);
+    cr_assert_str_eq(r.instructions, "Be terse.");
+    cr_assert_not(r.store);
+    cr_assert_eq(r.max_output_tokens, 9);
+    json_t *chat = responses_chat_body(&r, NULL);
+    json_t *msgs = json_object_get(chat, "messages");
+    cr_assert_eq(json_array_size(msgs), 2);
+    cr_assert_str_eq(json_string_value(json_object_get(json_array_get(msgs, 0), "role")), "system");
+    cr_assert_str_eq(json_string_value(json_object_get(json_array_get(msgs, 1), "content")), "Hello");
+    cr_assert_eq(json_integer_value(json_object_get(chat, "max_tokens")), 9);
+    /* the chat body validates like any chat completion */
+    oai_request q;
+    cr_assert_eq(oai_parse(chat, true, &cfg, 512, &q, &param, &err), ATTND_OK, "%s", err.msg);
+    cr_assert_eq(q.max_tokens, 9);
+    cr_assert_eq(q.sp.temperature, 0);
+    cr_assert_eq(q.sp.seed, 3);
+    cr_assert_eq(q.n_msgs, 2);
+    oai_request_free(&q);
+    json_decref(chat);
+    responses_request_free(&r);
+    json_decref(b);
+}
+
+Test(responses, message_items_with_text_parts_follow_the_earlier_conversation) {
+    json_t *b = load("{\"input\":[{\"role\":\"developer\",\"content\":\"d\"},"
+                     "{\"type\":\"message\",\"role\":\"user\",\"content\":[{\"type\":\"input_text\",\"text\":\"a\"},"
+                     "{\"type\":\"input_text\",\"text\":\"b\"}]}],\"previous_response_id\":\"resp_1\"}");
+    responses_request r;
+    const char *param;
+    attnd_err err;
+    cr_assert_eq(responses_parse(b, &cfg, &r, &param, &err), ATTND_OK, "%s", err.msg);
+    cr_assert(r.store, "store defaults to true");
+    cr_assert_str_eq(r.previous_id, "resp_1");
+    json_t *earlier = load("[{\"role\":\"user\",\"content\":\"q\"},{\"role\":\"assistant\",\"content\":\"r\"}]");
+    json_t *chat = responses_chat_body(&r, earlier);
+    json_t *msgs = json_object_get(chat, "messages");
+    cr_assert_eq(json_array_size(msgs), 4);
+    cr_assert_str_eq(json_string_value(json_object_get(json_array_get(msgs, 1), "content")), "r");
+    cr_assert_str_eq(json_string_value(json_object_get(json_array_get(msgs, 2), "role")), "developer");
+    cr_assert_str_eq(json_string_value(json_object_get(json_array_get(msgs, 3), "content")), "ab");
+    json_t *conv = responses_conversation(&r, earlier, "reply", 5);
+    cr_assert_eq(json_array_size(conv), 5);
+    cr_assert_str_eq(json_string_value(json_object_get(json_array_get(conv, 4), "role")), "assistant");
+    cr_assert_str_eq(json_string_value(json_object_get(json_array_get(conv, 4), "content")), "reply");
+    json_decref(conv);
+    json_decref(chat);
+    json_decref(earlier);
+    responses_request_free(&r);
+    json_decref(b);
+}
+
+Test(responses, what_is_not_text_generation_is_refused_naming_the_field) {
+    expect_bad("{\"input\":\"x\",\"tools\":[{\"type\":\"function\",\"name\":\"f\"}]}", "tools");
+    expect_bad("{\"input\":\"x\",\"tool_choice\":\"required\"}", "tool_choice");
+    expect_bad("{\"input\":\"x\",\"reasoning\":{\"effort\":\"high\"}}", "reasoning");
+    expect_bad("{\"input\":\"x\",\"text\":{\"format\":{\"type\":\"json_schema\",\"name\":\"s\",\"schema\":{}}}}",
+               "text.format");
+    expect_bad("{\"input\":\"x\",\"background\":true}", "background");
+    expect_bad("{\"input\":\"x\",\"truncation\":\"auto\"}", "truncation");
+    expect_bad("{\"input\":[{\"role\":\"user\",\"content\":[{\"type\":\"input_text\",\"text\":\"a\"},"
+               "{\"type\":\"input_image\",\"image_url\":\"http://x\"}]}]}",
+               "input[0].content[1]");
+    expect_bad("{\"input\":[{\"role\":\"user\",\"content\":\"a\"},{\"type\":\"function_call_output\",\"call_id\":\"c\","
+               "\"output\":\"o\"}]}",
+               "input[1]");
+    expect_bad("{\"input\":[{\"role\":\"tool\",\"content\":\"a\"}]}", "input[0]");
+    expect_bad("{\"input\":[]}", "input");
+    expect_bad("{\"instructions\":\"x\"}", "input");
+    expect_bad("{\"input\":\"x\",\"max_output_tokens\":-1}", "max_output_tokens");
+    expect_bad("{\"input\":\"x\",\"max_output_tokens\":100000000}", "max_output_tokens");
+    expect_bad("{\"input\":\"x\",\"metadata\":{\"k\":1}}", "metadata");
+    expect_bad("{\"input\":\"x\",\"store\":\"yes\"}", "store");
+    /* harmless defaults that clients send are accepted */
+    json_t *b = load("{\"input\":\"x\",\"tools\":[],\"tool_choice\":\"auto\",\"reasoning\":null,\"truncation\":"
+                     "\"disabled\",\"text\":{\"format\":{\"type\":\"text\"}},\"parallel_tool_calls\":true,\"include\":[]}");
+    responses_request r;
+    const char *param;
+    attnd_err err;
+    cr_assert_eq(responses_parse(b, &cfg, &r, &param, &err), ATTND_OK, "%s", err.msg);
+    responses_request_free(&r);
+    json_decref(b);
+}
+
+static responses_result result(const responses_request *q, const char *status, const char *text, bool cut) {
+    return (responses_result){.id = "resp_abc", .msg_id = "msg_abc", .model = "attnd-sotu", .created_at = 1700000000,
+                              .status = status, .text = text, .text_len = strlen(text), .cut_short = cut,
+                              .input_tokens = 12, .cached_tokens = 4, .output_tokens = 5, .req = q,
+                              .temperature = 1, .top_p = 1};
+}
+
+Test(responses, the_response_object_has_openai_fields) {
+    json_t *b = load("{\"input\":\"x\",\"instructions\":\"i\",\"metadata\":{\"k\":\"v\"}}");
+    responses_request r;
+    const char *param;
+    attnd_err err;
+    cr_assert_eq(responses_parse(b, &cfg, &r, &param, &err), ATTND_OK, "%s", err.msg);
+    responses_result res = result(&r, "completed", "Hi there", false);
+    json_t *o = responses_object(&res);
+    cr_assert_str_eq(json_string_value(json_object_get(o, "object")), "response");
+    cr_assert_str_eq(json_string_value(json_object_get(o, "status")), "completed");
+    cr_assert_str_eq(json_string_value(json_object_get(o, "instructions")), "i");
+    cr_assert(json_is_null(json_object_get(o, "incomplete_details")));
+    json_t *msg = json_array_get(json_object_get(o, "output"), 0);
+    cr_assert_str_eq(json_string_value(json_object_get(msg, "type")), "message");
+    cr_assert_str_eq(json_string_value(json_object_get(msg, "role")), "assistant");
+    json_t *part = json_array_get(json_object_get(msg, "content"), 0);
+    cr_assert_str_eq(json_string_value(json_object_get(part, "type")), "output_text");
+    cr_assert_str_eq(json_string_value(json_object_get(part, "text")), "Hi there");
+    json_t *u = json_object_get(o, "usage");
+    cr_assert_eq(json_integer_value(json_object_get(u, "input_tokens")), 12);
+    cr_assert_eq(json_integer_value(json_object_get(json_object_get(u, "input_tokens_details"), "cached_tokens")), 4);
+    cr_assert_eq(json_integer_value(json_object_get(u, "output_tokens")), 5);
+    cr_assert_eq(json_integer_value(json_object_get(u, "total_tokens")), 17);
+    cr_assert_str_eq(json_string_value(json_object_get(json_object_get(o, "metadata"), "k")), "v");
+    json_decref(o);
+
+    res = result(&r, "incomplete", "Hi", true);
+    o = responses_object(&res);
+    cr_assert_str_eq(json_string_value(json_object_get(json_object_get(o, "incomplete_details"), "reason")),
+                     "max_output_tokens");
+    json_decref(o);
+    o = responses_deleted("resp_abc");
+    cr_assert(json_is_true(json_object_get(o, "deleted")));
+    cr_assert_str_eq(json_string_value(json_object_get(o, "object")), "response.deleted");
+    json_decref(o);
+    responses_request_free(&r);
+    json_decref(b);
+}
+
+/* Splits SSE text into its events' JSON; checks each frame's event line matches its type. */
+static int events(const char *sse, json_t **out, int max) {
+    int n = 0;
+    const char *p = sse;
+    while (*p && n < max) {
+        cr_assert_eq(strncmp(p, "event: ", 7), 0, "frame starts with its event line: %.40s", p);
+        const char *nl = strchr(p, '\n');
+        char type[64];
+        snprintf(type, sizeof(type), "%.*s", (int)(nl - p - 7), p + 7);
+        cr_assert_eq(strncmp(nl + 1, "data: ", 6), 0);
+        const char *end = strstr(nl + 1, "\n\n");
+        cr_assert_not_null(end);
+        json_error_t je;
+        out[n] = json_loadb(nl + 7, (size_t)(end - nl - 7), 0, &je);
+        cr_assert_not_null(out[n], "bad event JSON: %s", je.text);
+        cr_assert_str_eq(json_string_value(json_object_get(out[n], "type")), type);
+        n++;
+        p = end + 2;
+    }
+    return n;
+}
+
+Test(responses, the_stream_has_openai_event_order_and_increasing_sequence_numbers) {
+    json_t *b = load("{\"input\":\"x\",\"stream\":true}");
+    responses_request r;
+    const char *param;
+    attnd_err err;
+    cr_assert_eq(responses_parse(b, &cfg, &r, &param, &err), ATTND_OK, "%s", err.msg);
+    responses_stream st = {0};
+    responses_result res = result(&r, "in_progress", "", false);
+    char *parts[4];
+    parts[0] = responses_stream_begin(&st, &res);
+    parts[1] = responses_stream_delta(&st, &res, "Hel", 3);
+    parts[2] = responses_stream_delta(&st, &res, "lo", 2);
+    res = result(&r, "completed", "Hello", false);
+    parts[3] = responses_stream_end(&st, &res);
+    size_t total = 1;
+    for (int i = 0; i < 4; i++) total += strlen(parts[i]);
+    char *all = calloc(1, total);
+    for (int i = 0; i < 4; i++) strcat(all, parts[i]), free(parts[i]);
+    json_t *ev[16];
+    int n = events(all, ev, 16);
+    const char *want[] = {"response.created", "response.in_progress", "response.output_item.added",
+                          "response.content_part.added", "response.output_text.delta", "response.output_text.delta",
+                          "response.output_text.done", "response.content_part.done", "response.output_item.done",
+                          "response.completed"};
+    cr_assert_eq(n, 10);
+    for (int i = 0; i < n; i++) {
+        cr_assert_str_eq(json_string_value(json_object_get(ev[i], "type")), want[i]);
+        cr_assert_eq(json_integer_value(json_object_get(ev[i], "sequence_number")), i);
+    }
+    json_t *created = json_object_get(ev[0], "response");
+    cr_assert_str_eq(json_string_value(json_object_get(created, "status")), "in_progress");
+    cr_assert_eq(json_array_size(json_object_get(created, "output")), 0);
+    cr_assert_str_eq(json_string_value(json_object_get(ev[4], "delta")), "Hel");
+    cr_assert_str_eq(json_string_value(json_object_get(ev[4], "item_id")), "msg_abc");
+    cr_assert_eq(json_integer_value(json_object_get(ev[4], "content_index")), 0);
+    cr_assert_str_eq(json_string_value(json_object_get(ev[6], "text")), "Hello");
+    json_t *done = json_object_get(ev[9], "response");
+    cr_assert_str_eq(json_string_value(json_object_get(done, "status")), "completed");
+    cr_assert_eq(json_integer_value(json_object_get(json_object_get(done, "usage"), "output_tokens")), 5);
+    for (int i = 0; i < n; i++) json_decref(ev[i]);
+    free(all);
+
+    /* cut short by max_output_tokens: the last event is response.incomplete */
+    res = result(&r, "incomplete", "He", true);
+    char *end = responses_stream_end(&st, &res);
+    cr_assert(strstr(end, "event: response.incomplete\n"), "%s", end);
+    cr_assert_null(strstr(end, "response.completed"));
+    free(end);
+    responses_request_free(&r);
+    json_decref(b);
+}
+
+Test(responses, a_failed_generation_ends_the_stream_with_response_failed) {
+    json_t *b = load("{\"input\":\"x\",\"stream\":true}");
+    responses_request r;
+    const char *param;
+    attnd_err err;
+    cr_assert_eq(responses_parse(b, &cfg, &r, &param, &err), ATTND_OK, "%s", err.msg);
+    responses_stream st = {.seq = 5};
+    responses_result res = result(&r, "failed", "", false);
+    char *sse = responses_stream_failed(&st, &res, "KV cache budget exhausted");
+    json_t *ev[2];
+    cr_assert_eq(events(sse, ev, 2), 1);
+    cr_assert_str_eq(json_string_value(json_object_get(ev[0], "type")), "response.failed");
+    cr_assert_eq(json_integer_value(json_object_get(ev[0], "sequence_number")), 5);
+    json_t *resp = json_object_get(ev[0], "response");
+    cr_assert_str_eq(json_string_value(json_object_get(resp, "status")), "failed");
+    cr_assert_str_eq(json_string_value(json_object_get(json_object_get(resp, "error"), "message")),
+                     "KV cache budget exhausted");
+    json_decref(ev[0]);
+    free(sse);
+    responses_request_free(&r);
+    json_decref(b);
+}
