@@ -52,7 +52,7 @@ done
 draw_chart() {
     [ -n "$chart" ] || return 0
     command -v gnuplot >/dev/null || { echo "tinyllama.sh: gnuplot missing (apt-get install gnuplot-nox); no chart" >&2; return 0; }
-    awk -F'\t' 'NR > 1 { printf "\"%s %st p%s\"\t%.3f\t%.3f\n", $1, $2, $3, $5 > 0 ? $4 / $5 : 0, $7 > 0 ? $6 / $7 : 0 }' "$out/tinyllama.tsv" >"$out/ratios.dat"
+    awk -F'\t' 'NR > 1 { printf "\"%s %st p%s\"\t%.3f\t%.3f\n", $1, $2, $3, ($5 > 0 ? $4 / $5 : 0), ($7 > 0 ? $6 / $7 : 0) }' "$out/tinyllama.tsv" >"$out/ratios.dat"
     gnuplot <<EOF
 set terminal pngcairo size 1100,520 font ",10" noenhanced
 set output "$chart"
@@ -112,6 +112,6 @@ done
 echo
 echo "attnd / llama.cpp (tokens/s ratios; > 1 means attnd is faster), prompt + $n generated tokens, median of $reps"
 awk -F'\t' 'NR > 1 { printf "%-7s %s thread%s prompt %-5s   prefill %5.2fx   decode %5.2fx\n",
-    $1, $2, $2 == 1 ? " " : "s", $3, $5 > 0 ? $4 / $5 : 0, $7 > 0 ? $6 / $7 : 0 }' "$res"
+    $1, $2, $2 == 1 ? " " : "s", $3, ($5 > 0 ? $4 / $5 : 0), ($7 > 0 ? $6 / $7 : 0) }' "$res"
 
 draw_chart
