@@ -1,26 +1,26 @@
 /*
- * attn_ops.c — attention loops specific to the cache layout (see attn_ops.h). The build targets baseline x86-64 (or any
- * other CPU), so the vector versions are compiled with per-function target attributes and picked
- * at run time; the portable versions are the reference and the fallback.
+ * attn_ops.c — attention loops specific to the cache layout (see attn_ops.h). The build targets
+ * baseline x86-64 (or any other CPU), so the vector versions are compiled with per-function
+ * target attributes; they sit in the kernels' one dispatch table (quant_impl.h), which picks
+ * them with the matmul kernels' instruction set. The portable versions are the reference and
+ * the fallback.
  */
 #include "attn_ops.h"
 
-#include <pthread.h>
-#include <stdlib.h>
-
 #include "kv_layout.h"
 #include "quant.h"
+#include "quant_impl.h"
 
 // ---- portable -------------------------------------------------------------------------------
 
-static void scores_t_c(float *s, const float *q, const float *KT, int cnt, int hd, float scale) {
+void attn_scores_t_portable(float *s, const float *q, const float *KT, int cnt, int hd, float scale) {
     for (int j = 0; j < cnt; j++) s[j] = 0;
     for (int i = 0; i < hd; i++)
         for (int j = 0; j < cnt; j++) s[j] += q[i] * KT[(size_t)i * KV_BLOCK + j];
     for (int j = 0; j < cnt; j++) s[j] *= scale;
 }
 
-static float max_c(const float *s, int cnt) {
+float attn_max_portable(const float *s, int cnt) {
     float m = s[0];
     for (int j = 1; j < cnt; j++) m = s[j] > m ? s[j] : m;
     return m;
@@ -30,10 +30,9 @@ static float max_c(const float *s, int cnt) {
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
-#define HAVE_X86 1
 
-__attribute__((target("avx2,fma"))) static void scores_t_avx2(float *s, const float *q, const float *KT, int cnt,
-                                                              int hd, float scale) {
+__attribute__((target("avx2,fma"))) void attn_scores_t_avx2(float *s, const float *q, const float *KT, int cnt, int hd,
+                                                            float scale) {
     __m256 sc = _mm256_set1_ps(scale);
     if (cnt > KV_BLOCK / 2) { /* a full tile: 8 independent accumulators held in registers */
         __m256 a[KV_BLOCK / 8];
@@ -58,7 +57,7 @@ __attribute__((target("avx2,fma"))) static void scores_t_avx2(float *s, const fl
     }
 }
 
-__attribute__((target("avx2,fma"))) static float max_avx2(const float *s, int cnt) {
+__attribute__((target("avx2,fma"))) float attn_max_avx2(const float *s, int cnt) {
     int j = 0;
     float m = s[0];
     if (cnt >= 8) {
@@ -85,47 +84,10 @@ float attn_exp_sum(float *s, int cnt, float mx) {
     return sum;
 }
 
-// ---- selection -----------------------------------------------------------------------------------
+// ---- dispatch ------------------------------------------------------------------------------------
 
-void (*attn_scores_t)(float *, const float *, const float *, int, int, float) = scores_t_c;
-float (*attn_max)(const float *, int) = max_c;
-static const char *ops_name = "portable";
-static pthread_once_t ops_once = PTHREAD_ONCE_INIT;
-
-static void set_portable(void) {
-    attn_scores_t = scores_t_c;
-    attn_max = max_c;
-    ops_name = "portable";
+void attn_scores_t(float *s, const float *q, const float *KT, int cnt, int hd, float scale) {
+    quant_kernels_active()->attn_scores_t(s, q, KT, cnt, hd, scale);
 }
 
-static bool set_simd(void) {
-#ifdef HAVE_X86
-    __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
-        attn_scores_t = scores_t_avx2;
-        attn_max = max_avx2;
-        ops_name = "avx2";
-        return true;
-    }
-#endif
-    return false;
-}
-
-static void select_ops(void) {
-    /* ATTND_NO_SIMD=1 forces the portable loops, as it does for the matrix kernels. */
-    const char *force = getenv("ATTND_NO_SIMD");
-    if (force && *force && *force != '0') return;
-    set_simd();
-}
-
-bool attn_ops_select(bool simd) {
-    attn_ops_init();
-    set_portable();
-    return simd && set_simd();
-}
-
-void attn_ops_init(void) { pthread_once(&ops_once, select_ops); }
-const char *attn_ops_name(void) {
-    attn_ops_init();
-    return ops_name;
-}
+float attn_max(const float *s, int cnt) { return quant_kernels_active()->attn_max(s, cnt); }

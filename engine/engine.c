@@ -25,9 +25,12 @@
 #include "quant.h"
 #include "threads.h"
 
-/* Below this many multiply-adds a parallel region costs more than it saves (thread wake-up is
- * several microseconds, and far worse on a loaded machine). */
-#define PAR_MIN_WORK 32768L
+/* Below these amounts of work a parallel region costs more than it saves (thread wake-up is
+ * several microseconds, and far worse on a loaded machine): elements of row-wise work
+ * (normalisation), and multiply-adds of one layer's attention. The matmuls have their own
+ * threshold in quant.c (MATMUL_PAR_MIN_MACS). */
+#define ROWWISE_PAR_MIN_ELEMS 32768L
+#define ATTN_PAR_MIN_MACS 32768L
 
 /* Queries per attention work item: consecutive entries of one sequence (a prefill) share each
  * converted K/V tile. */
@@ -91,7 +94,6 @@ static size_t max_scratch(size_t cur, const weight *w, int n_tok) {
 attnd_status engine_create(engine **out, const model *m, int max_batch, int n_threads, attnd_err *err) {
     *out = NULL;
     if (!m) return attnd_fail(err, ATTND_ERR_INVALID, "engine_create: no model");
-    attn_ops_init();
     if (max_batch < 1 || max_batch > (1 << 16))
         return attnd_fail(err, ATTND_ERR_INVALID, "max_batch %d is outside 1..65536", max_batch);
     engine *e = calloc(1, sizeof(*e));
@@ -223,7 +225,7 @@ static void rmsnorm_row(void *ctx, int t, int worker) {
 /* out = rmsnorm(x) * w for each of n rows of dim elements. */
 static void rmsnorm(float *out, const float *x, const float *w, int n, int dim, float eps, int n_threads) {
     rmsnorm_job j = {out, x, w, dim, eps};
-    threads_run((long)n * dim >= PAR_MIN_WORK ? n_threads : 1, n, rmsnorm_row, &j);
+    threads_run((long)n * dim >= ROWWISE_PAR_MIN_ELEMS ? n_threads : 1, n, rmsnorm_row, &j);
 }
 
 static void matmul(engine *e, float *out, const weight *w, const float *x, int n_tok) {
@@ -510,7 +512,7 @@ static void step_attend(pass *p, int layer) {
     p->layer = layer;
     kv_store(e, p->entries, p->n, layer);
     int n_items = p->n_qb * e->m->info.n_head_kv;
-    threads_run(p->attn_work >= PAR_MIN_WORK ? e->n_threads : 1, n_items, attend_task, p);
+    threads_run(p->attn_work >= ATTN_PAR_MIN_MACS ? e->n_threads : 1, n_items, attend_task, p);
     if (e->attn_cb) report_attention(e, p->entries, p->n, layer);
 }
 

@@ -58,6 +58,9 @@ void kv_pool_destroy(kv_pool *p) {
 size_t kv_pool_bytes_used(const kv_pool *p) { return p->used; }
 size_t kv_pool_bytes_budget(const kv_pool *p) { return p->budget; }
 size_t kv_pool_bytes_per_token(const kv_pool *p) { return p->block_bytes / KV_BLOCK; }
+size_t kv_pool_bytes_for(const kv_pool *p, int n_tokens) {
+    return (size_t)((n_tokens > 0 ? n_tokens : 0) + KV_BLOCK - 1) / KV_BLOCK * p->block_bytes;
+}
 
 size_t kv_bytes_per_token(const model *m, kv_type type) {
     const model_info *mi = model_info_get(m);

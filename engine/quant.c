@@ -13,6 +13,7 @@
 #include "quant.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -107,7 +108,8 @@ size_t quant_scratch_bytes(uint32_t wtype, int n_tok, int64_t n_cols) {
     case GGUF_TYPE_F16:
     case GGUF_TYPE_BF16: return SCRATCH_ALIGN + round_up(n * sizeof(float));
     case GGUF_TYPE_Q8_0:
-    case GGUF_TYPE_Q4_0: return SCRATCH_ALIGN + round_up((size_t)n_tok * (size_t)(n_cols / QK8_0) * sizeof(float)) + round_up(n);
+    case GGUF_TYPE_Q4_0:
+        return SCRATCH_ALIGN + 2 * round_up((size_t)n_tok * (size_t)(n_cols / QK8_0) * sizeof(float)) + round_up(n);
     case GGUF_TYPE_Q4_K:
     case GGUF_TYPE_Q6_K:
         return SCRATCH_ALIGN + round_up((size_t)n_tok * (size_t)(n_cols / QK_K) * sizeof(float)) + round_up(n) +
@@ -253,15 +255,6 @@ static void act_bf16(float *xr, const float *x, int64_t n) {
     for (int64_t i = 0; i < n; i++) xr[i] = quant_bf16_to_f32(quant_f32_to_bf16(x[i]));
 }
 
-static const quant_kernels *kernels_at(int isa);
-
-/* The first non-NULL entry `field` of the kernel tables, from instruction set `isa` down. */
-#define RESOLVE(isa, field, out)                                                      \
-    do {                                                                              \
-        (out) = NULL;                                                                 \
-        for (int i_ = (int)(isa); i_ >= 0 && !(out); i_--) (out) = kernels_at(i_)->field; \
-    } while (0)
-
 /* How one call prepares its activations: where each form lives in scratch and which function
  * fills it, so that the rows can be filled token by token (by one thread, or by the team). */
 typedef struct act_plan {
@@ -272,13 +265,14 @@ typedef struct act_plan {
     float *d;          /* Q8 forms: (n_tok, nb) */
     int8_t *q;         /* Q8 forms: (n_tok, n_cols) */
     int16_t *bs;       /* Q8_K form: (n_tok, n_cols / 16) */
+    int32_t *xsum;     /* Q8_0 form: (n_tok, nb) */
     quant_prep_f16_fn f16;
     quant_prep_q8_0_fn q8_0;
     quant_prep_q8_k_fn q8_k;
 } act_plan;
 
 /* Lays out wtype's activation form in scratch (nothing is computed yet). */
-static void act_plan_init(act_plan *pl, quant_isa isa, uint32_t wtype, const float *x, int n_tok, int64_t n_cols,
+static void act_plan_init(act_plan *pl, const quant_kernels *k, uint32_t wtype, const float *x, int n_tok, int64_t n_cols,
                           void *scratch) {
     memset(pl, 0, sizeof *pl);
     pl->wtype = wtype;
@@ -293,15 +287,15 @@ static void act_plan_init(act_plan *pl, quant_isa isa, uint32_t wtype, const flo
     case GGUF_TYPE_BF16:
         pl->xr = (float *)p;
         pl->a.x = pl->xr;
-        if (wtype == GGUF_TYPE_F16) RESOLVE(isa, prep_f16, pl->f16);
-        else pl->f16 = act_bf16;
+        pl->f16 = wtype == GGUF_TYPE_F16 ? k->prep_f16 : act_bf16;
         return;
     case GGUF_TYPE_Q8_0:
     case GGUF_TYPE_Q4_0:
         pl->a.nb = n_cols / QK8_0;
         pl->d = (float *)p;
-        pl->q = (int8_t *)(p + round_up((size_t)n_tok * (size_t)pl->a.nb * sizeof(float)));
-        RESOLVE(isa, prep_q8_0, pl->q8_0);
+        pl->xsum = (int32_t *)(p + round_up((size_t)n_tok * (size_t)pl->a.nb * sizeof(float)));
+        pl->q = (int8_t *)(p + 2 * round_up((size_t)n_tok * (size_t)pl->a.nb * sizeof(float)));
+        pl->q8_0 = k->prep_q8_0;
         break;
     case GGUF_TYPE_Q4_K:
     case GGUF_TYPE_Q6_K:
@@ -311,13 +305,14 @@ static void act_plan_init(act_plan *pl, quant_isa isa, uint32_t wtype, const flo
         pl->q = (int8_t *)p;
         p += round_up((size_t)n_tok * (size_t)n_cols);
         pl->bs = (int16_t *)p;
-        RESOLVE(isa, prep_q8_k, pl->q8_k);
+        pl->q8_k = k->prep_q8_k;
         break;
     default: ATTND_ASSERT(!"unsupported weight type");
     }
     pl->a.d = pl->d;
     pl->a.q = pl->q;
     pl->a.bsums = pl->bs;
+    pl->a.xsum = pl->xsum;
 }
 
 /* Prepares the activations of token t. */
@@ -325,7 +320,15 @@ static void act_fill(const act_plan *pl, int t) {
     int64_t n = pl->a.n_cols, nb = pl->a.nb;
     const float *x = pl->x + t * n;
     if (pl->f16) pl->f16(pl->xr + t * n, x, n);
-    else if (pl->q8_0) pl->q8_0(pl->d + t * nb, pl->q + t * n, x, n);
+    else if (pl->q8_0) {
+        const int8_t *q = pl->q + t * n;
+        pl->q8_0(pl->d + t * nb, pl->q + t * n, x, n);
+        for (int64_t b = 0; b < nb; b++, q += QK8_0) {
+            int32_t s = 0;
+            for (int j = 0; j < QK8_0; j++) s += q[j];
+            pl->xsum[t * nb + b] = s;
+        }
+    }
     else if (pl->q8_k) pl->q8_k(pl->d + t * nb, pl->q + t * n, pl->bs + t * (n / 16), x, n);
 }
 
@@ -524,6 +527,8 @@ const quant_kernels quant_kernels_portable = {
     .exp = exp_portable,
     .h2f = h2f_portable,
     .f2h = f2h_portable,
+    .attn_scores_t = attn_scores_t_portable,
+    .attn_max = attn_max_portable,
 };
 
 // ---- instruction-set selection -----------------------------------------------------------------
@@ -604,52 +609,60 @@ static const quant_kernels *kernels_at(int isa) {
     return &quant_kernels_portable;
 }
 
-static quant_rows_fn pick_kernel(quant_isa isa, uint32_t wtype) {
-    quant_rows_fn fn = NULL;
-    switch (wtype) {
-    case GGUF_TYPE_F32: RESOLVE(isa, f32, fn); break;
-    case GGUF_TYPE_F16: RESOLVE(isa, f16, fn); break;
-    case GGUF_TYPE_BF16: RESOLVE(isa, bf16, fn); break;
-    case GGUF_TYPE_Q8_0: RESOLVE(isa, q8_0, fn); break;
-    case GGUF_TYPE_Q4_0: RESOLVE(isa, q4_0, fn); break;
-    case GGUF_TYPE_Q4_K: RESOLVE(isa, q4_k, fn); break;
-    case GGUF_TYPE_Q6_K: RESOLVE(isa, q6_k, fn); break;
-    default: break;
+/* The first non-NULL entry `field` of the kernel tables, from instruction set `isa` down. */
+#define RESOLVE(dst, isa, field)                                                              \
+    do {                                                                                      \
+        (dst)->field = NULL;                                                                  \
+        for (int i_ = (isa); i_ >= 0 && !(dst)->field; i_--) (dst)->field = kernels_at(i_)->field; \
+    } while (0)
+
+static quant_kernels g_resolved[QUANT_ISA_AVX512 + 1];
+static pthread_once_t g_resolved_once = PTHREAD_ONCE_INIT;
+
+static void resolve_tables(void) {
+    for (int isa = 0; isa <= QUANT_ISA_AVX512; isa++) {
+        quant_kernels *k = &g_resolved[isa];
+        RESOLVE(k, isa, f32); RESOLVE(k, isa, f16); RESOLVE(k, isa, bf16); RESOLVE(k, isa, q8_0);
+        RESOLVE(k, isa, q4_0); RESOLVE(k, isa, q4_k); RESOLVE(k, isa, q6_k);
+        RESOLVE(k, isa, prep_q8_0); RESOLVE(k, isa, prep_q8_k); RESOLVE(k, isa, prep_f16);
+        RESOLVE(k, isa, dot_rows); RESOLVE(k, isa, axpy_rows); RESOLVE(k, isa, exp); RESOLVE(k, isa, h2f);
+        RESOLVE(k, isa, f2h); RESOLVE(k, isa, attn_scores_t); RESOLVE(k, isa, attn_max);
     }
-    return fn;
+}
+
+const quant_kernels *quant_kernels_active(void) {
+    pthread_once(&g_resolved_once, resolve_tables);
+    return &g_resolved[quant_isa_active()];
+}
+
+static quant_rows_fn pick_kernel(const quant_kernels *k, uint32_t wtype) {
+    switch (wtype) {
+    case GGUF_TYPE_F32: return k->f32;
+    case GGUF_TYPE_F16: return k->f16;
+    case GGUF_TYPE_BF16: return k->bf16;
+    case GGUF_TYPE_Q8_0: return k->q8_0;
+    case GGUF_TYPE_Q4_0: return k->q4_0;
+    case GGUF_TYPE_Q4_K: return k->q4_k;
+    case GGUF_TYPE_Q6_K: return k->q6_k;
+    default: return NULL;
+    }
 }
 
 // ---- vector primitives (dispatch) --------------------------------------------------------------
 
 void quant_dot_rows(float *scores, const float *q, const float *K, int64_t k_stride, int n, int hd, float scale) {
-    quant_dot_rows_fn fn;
-    RESOLVE(quant_isa_active(), dot_rows, fn);
-    fn(scores, q, K, k_stride, n, hd, scale);
+    quant_kernels_active()->dot_rows(scores, q, K, k_stride, n, hd, scale);
 }
 
 void quant_axpy_rows(float *acc, const float *p, const float *V, int64_t v_stride, int n, int hd) {
-    quant_axpy_rows_fn fn;
-    RESOLVE(quant_isa_active(), axpy_rows, fn);
-    fn(acc, p, V, v_stride, n, hd);
+    quant_kernels_active()->axpy_rows(acc, p, V, v_stride, n, hd);
 }
 
-void quant_exp(float *y, const float *x, int64_t n) {
-    quant_exp_fn fn;
-    RESOLVE(quant_isa_active(), exp, fn);
-    fn(y, x, n);
-}
+void quant_exp(float *y, const float *x, int64_t n) { quant_kernels_active()->exp(y, x, n); }
 
-void quant_f16_to_f32_row(float *dst, const uint16_t *src, int64_t n) {
-    quant_h2f_fn fn;
-    RESOLVE(quant_isa_active(), h2f, fn);
-    fn(dst, src, n);
-}
+void quant_f16_to_f32_row(float *dst, const uint16_t *src, int64_t n) { quant_kernels_active()->h2f(dst, src, n); }
 
-void quant_f32_to_f16_row(uint16_t *dst, const float *src, int64_t n) {
-    quant_f2h_fn fn;
-    RESOLVE(quant_isa_active(), f2h, fn);
-    fn(dst, src, n);
-}
+void quant_f32_to_f16_row(uint16_t *dst, const float *src, int64_t n) { quant_kernels_active()->f2h(dst, src, n); }
 
 // ---- matmul driver -----------------------------------------------------------------------------
 
@@ -657,9 +670,9 @@ void quant_f32_to_f16_row(uint16_t *dst, const float *src, int64_t n) {
  * cost: ~1-5 us to wake the team on an idle machine, but up to ~0.5 ms when the cores are shared
  * with other work (measured: rand-Q4_K decode at 2 threads fell from 3700 to 164 tok/s with a
  * 2^17 threshold). Decode on small models stays serial; prefill and large matrices split. */
-#define PAR_MIN_WORK (1 << 20)
-/* Rows handed out per scheduling unit: a multiple of the kernels' row tiles. */
-#define ROW_GRAIN 8
+#define MATMUL_PAR_MIN_MACS (1 << 20)
+/* Rows handed out per scheduling unit: a multiple of the kernels' row tiles (AVX-512: 16). */
+#define ROW_GRAIN 16
 /* Row chunks per thread: small enough that a thread descheduled in the middle of one (the cores
  * are shared with other work) holds back little; large enough that claiming costs nothing. */
 #define CHUNKS_PER_THREAD 16
@@ -693,17 +706,17 @@ void quant_matmul(float *out, const void *w, uint32_t wtype, int64_t n_rows, int
     ATTND_ASSERT(gguf_type_computable(wtype) && be > 0);
     ATTND_ASSERT(n_rows >= 0 && n_cols > 0 && n_cols % be == 0 && n_tok >= 0);
     if (n_rows == 0 || n_tok == 0) return;
-    quant_isa isa = quant_isa_active();
-    quant_rows_fn fn = pick_kernel(isa, wtype);
+    const quant_kernels *k = quant_kernels_active();
+    quant_rows_fn fn = pick_kernel(k, wtype);
     ATTND_ASSERT(fn != NULL);
     size_t rb = quant_row_bytes(wtype, n_cols);
     const uint8_t *wb = w;
 
     act_plan pl;
-    act_plan_init(&pl, isa, wtype, x, n_tok, n_cols, scratch);
+    act_plan_init(&pl, k, wtype, x, n_tok, n_cols, scratch);
 
     double work = (double)n_rows * (double)n_cols * (double)n_tok;
-    if (n_threads <= 1 || work < PAR_MIN_WORK || n_rows < 2 * ROW_GRAIN) {
+    if (n_threads <= 1 || work < MATMUL_PAR_MIN_MACS || n_rows < 2 * ROW_GRAIN) {
         for (int t = 0; t < n_tok; t++) act_fill(&pl, t);
         fn(out, wb, rb, 0, n_rows, n_rows, &pl.a, n_tok);
         return;

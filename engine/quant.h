@@ -3,9 +3,10 @@
  * F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K. Weights are never dequantized as a whole; kernels
  * read blocks straight from the mmap. Block layouts follow the GGUF/ggml spec.
  *
- * Pure functions: output first, then inputs, then sizes. Parallel (the pool of threads.h) over output rows
- * inside quant_matmul only. A portable C path is always present and correct; vectorised paths
- * (AVX2/AVX-512...) are chosen at run time.
+ * Pure functions: output first, then inputs, then sizes. Parallel (the pool of threads.h) over
+ * output rows inside quant_matmul only. A portable C path is always present and correct;
+ * vectorised paths (AVX2/AVX-512...) are chosen at run time, through one dispatch table (quant_impl.h) shared
+ * with the attention loops of attn_ops.h. No AMX path: none has been tested on AMX hardware.
  */
 #ifndef ATTND_QUANT_H
 #define ATTND_QUANT_H
@@ -32,13 +33,17 @@ size_t quant_scratch_bytes(uint32_t wtype, int n_tok, int64_t n_cols);
  * Each weight row is read once per call, whatever n_tok is (prefill is matrix-matrix work).
  * Activations are first rounded as llama.cpp rounds them (Q8_0 blocks for Q8_0/Q4_0, Q8_K for
  * Q4_K/Q6_K, f16/bf16 for F16/BF16; F32 exact). Results do not depend on n_threads, and a
- * token's outputs are bit-identical whether it is computed alone or in a batch. Reentrant: calls
+ * token's outputs are bit-identical whether it is computed alone or in a batch, with one
+ * exception: with AVX-512, quantized weights go through 16-row x 8-token register tiles from 4
+ * tokens on (prefill, batched decode) and through row-at-a-time kernels below (decode), which add
+ * the per-block terms in different float orders; there the two agree within rounding (each is
+ * bit-identical for any batch size on its side of the switch). Reentrant: calls
  * may run concurrently, each with its own scratch. Bad sizes or types are bugs (ATTND_ASSERT).
  */
 void quant_matmul(float *out, const void *w, uint32_t wtype, int64_t n_rows, int64_t n_cols, const float *x,
                   int n_tok, void *scratch, int n_threads);
 
-/* ---- scalar conversions and helpers ------------------------------------------------------- */
+// ---- conversions and instruction sets -----------------------------------------------------------
 
 /* Scalar conversions, round-to-nearest-even, exact for subnormals, inf and nan. */
 float quant_f16_to_f32(uint16_t h);

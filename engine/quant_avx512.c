@@ -1,9 +1,8 @@
 /*
  * quant_avx512.c — the kernels of quant_x86.inc compiled with AVX-512 VL + VNNI, which fuse
- * the int8 and int16 multiply-accumulate steps (vpdpbusd, vpdpwssd). Q8_0 uses 512-bit registers
- * (two blocks each: +15% decode at 768 columns, +20-40% prefill); the K-quants stay on 256-bit
- * vectors, because 512-bit versions measured slower here (512-bit integer work loses a port, and
- * spreading their sub-block scales costs shuffles).
+ * the int8 and int16 multiply-accumulate steps (vpdpbusd, vpdpwssd). Decode (1-3 tokens) uses the
+ * 256-bit row-at-a-time kernels; from 4 tokens the quantized types go through the 512-bit
+ * register tiles of quant_gemm512.inc (16 rows x 8 tokens, one lane per weight row).
  */
 #include "quant_impl.h"
 

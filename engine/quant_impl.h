@@ -35,6 +35,8 @@ typedef struct quant_act {
     const float *d;        /* Q8_0/Q4_0/K:   (n_tok, nb) block scales */
     const int8_t *q;       /* Q8_0/Q4_0/K:   (n_tok, n_cols) quantized values */
     const int16_t *bsums;  /* Q4_K/Q6_K:     (n_tok, n_cols / 16) sums of 16 consecutive q */
+    const int32_t *xsum;   /* Q8_0/Q4_0:     (n_tok, nb) sums of each block's 32 q (lets a kernel
+                              multiply unsigned-biased weights and subtract the bias once) */
 } quant_act;
 
 typedef void (*quant_rows_fn)(float *out, const uint8_t *w, size_t row_bytes, int64_t r0, int64_t r1,
@@ -51,6 +53,9 @@ typedef void (*quant_axpy_rows_fn)(float *acc, const float *p, const float *V, i
 typedef void (*quant_exp_fn)(float *y, const float *x, int64_t n);
 typedef void (*quant_h2f_fn)(float *dst, const uint16_t *src, int64_t n);
 typedef void (*quant_f2h_fn)(uint16_t *dst, const float *src, int64_t n);
+/* The attention loops of attn_ops.h (implemented in attn_ops.c). */
+typedef void (*attn_scores_t_fn)(float *s, const float *q, const float *KT, int cnt, int hd, float scale);
+typedef float (*attn_max_fn)(const float *s, int cnt);
 
 /* Per instruction set: one row-range kernel per computable weight type and the activation
  * preparations; any NULL entry falls back to the next instruction set down. */
@@ -64,12 +69,27 @@ typedef struct quant_kernels {
     quant_exp_fn exp;
     quant_h2f_fn h2f;
     quant_f2h_fn f2h;
+    attn_scores_t_fn attn_scores_t;
+    attn_max_fn attn_max;
 } quant_kernels;
 
 extern const quant_kernels quant_kernels_portable;
 #if defined(__x86_64__)
 extern const quant_kernels quant_kernels_avx2;
 extern const quant_kernels quant_kernels_avx512;
+#endif
+
+/* The one dispatch table: the kernels of the active instruction set (quant_isa_active), every
+ * entry filled (a NULL entry of an instruction set's table is taken from the next one down).
+ * Built once, thread-safely; the pointer stays valid for the life of the process. */
+const quant_kernels *quant_kernels_active(void);
+
+/* attn_ops.c's implementations, referenced by the tables */
+void attn_scores_t_portable(float *s, const float *q, const float *KT, int cnt, int hd, float scale);
+float attn_max_portable(const float *s, int cnt);
+#if defined(__x86_64__)
+void attn_scores_t_avx2(float *s, const float *q, const float *KT, int cnt, int hd, float scale);
+float attn_max_avx2(const float *s, int cnt);
 #endif
 
 /* Little-endian unaligned loads from the mapping (GGUF is little-endian, so is x86/arm64). */

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "endpoints.h"
+#include "slog.h"
 #include "sse.h"
 
 void gen_view(const sched_output *o, oai_gen *g) {
@@ -178,9 +179,12 @@ static bool make_siblings(req *r, int k0, int32_t *ids, size_t n, int max_tokens
 static bool submit(req *r, int k, sess *se, enum MHD_Result *ret) {
     struct server *s = r->srv;
     attnd_err err;
-    if (sched_submit(s->sch, req_job(r, k), &err) == ATTND_OK) return true;
+    attnd_status rc = sched_submit(s->sch, req_job(r, k), &err);
+    if (rc == ATTND_OK) return true;
     if (se) sess_abandon(s->store, se);
-    *ret = http_respond_error(r, atomic_load(&s->stopping) ? 503 : 429, err.msg, NULL);
+    /* INVALID: its KV could never fit the budget (400); else the queue is full (429) */
+    int code = atomic_load(&s->stopping) ? 503 : rc == ATTND_ERR_INVALID ? 400 : 429;
+    *ret = http_respond_error(r, code, err.msg, rc == ATTND_ERR_INVALID ? "max_tokens" : NULL);
     return false;
 }
 
@@ -221,6 +225,17 @@ static char *echo_text(req *r, int k, const sched_output *o, size_t *len) {
     return strdup(""); /* still an echo: the logprobs keep the prompt's entries */
 }
 
+void gen_hold_connection(req *r, bool waiting) {
+    unsigned t = waiting ? 0u : (unsigned)(r->srv->cfg.request_timeout_s > 0 ? r->srv->cfg.request_timeout_s : 30);
+    MHD_set_connection_option(r->conn, MHD_CONNECTION_OPTION_TIMEOUT, t);
+}
+
+void gen_persist(req *r) {
+    if (!r->sess_id[0]) return;
+    attnd_err err;
+    if (sess_persist(r->srv->store, r->owner, r->sess_id, &err) != ATTND_OK) slog_error("%s", err.msg);
+}
+
 bool gen_wait_all(req *r) {
     for (int k = 0; k < req_n_jobs(r); k++) {
         sched_update u;
@@ -233,6 +248,7 @@ bool gen_wait_all(req *r) {
                 }
         } while (!u.done);
     }
+    gen_persist(r); /* durable before the response is sent */
     return true;
 }
 
@@ -257,6 +273,7 @@ static json_t *choice_body(req *r, int k, sched_output *failed) {
  * one choice per prompt and n, in order, with the usage summed. */
 static enum MHD_Result respond_whole(req *r) {
     if (!gen_wait_all(r)) return MHD_NO;
+    gen_hold_connection(r, false); /* the idle timeout guards sending the body again */
     sched_output o;
     sched_job_output(r->job, &o);
     if (r->llama && o.status == ATTND_OK) {
@@ -369,6 +386,7 @@ static enum MHD_Result generate(req *r, bool chat) {
     r->rctx = (oai_resp_ctx){r->resp_id, s->model_id, (long long)time(NULL), r->chat, r->oreq.include_usage,
                              r->sess_id, token_bytes, s->tok};
     if (!gen_submit_all(r, &ret)) return ret;
+    gen_hold_connection(r, true);
     return r->oreq.stream ? sse_respond(r) : respond_whole(r);
 }
 

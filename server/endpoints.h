@@ -38,6 +38,14 @@ void rsp_state_free(rsp_state *st); /* accepts NULL */
  * (false: the client left; everything is cancelled). */
 bool gen_submit_all(req *r, enum MHD_Result *ret);
 bool gen_wait_all(req *r);
+/* Makes the request's session history durable (sess_persist) before its response completes:
+ * called once the session's job is done, before the body or the final stream events. No-op
+ * without a session or a state directory; a failure is logged (the reply still goes out). */
+void gen_persist(req *r);
+/* waiting: lifts the connection's idle timeout (request_timeout_s) while the request waits for
+ * the scheduler (queue, prefill), which is the server's slowness, not the client's; a vanished
+ * client is still noticed by polling (http_client_gone). false: puts it back. */
+void gen_hold_connection(req *r, bool waiting);
 
 /* A job's output as the response builders see it (everything borrowed from o). */
 void gen_view(const sched_output *o, oai_gen *g);

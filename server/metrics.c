@@ -99,6 +99,8 @@ char *metrics_render(metrics *m, const sched_stats *st, int n_sessions, int read
         metric(&o, "attnd_sequences_queued", "gauge", "Requests waiting for a slot.", "%d", st->queued);
         metric(&o, "attnd_kv_bytes_used", "gauge", "KV cache bytes in use.", "%zu", st->kv_used);
         metric(&o, "attnd_kv_bytes_budget", "gauge", "KV cache byte budget.", "%zu", st->kv_budget);
+        metric(&o, "attnd_kv_bytes_reserved", "gauge", "KV bytes reserved by running requests (admission control).",
+               "%zu", st->kv_reserved);
         metric(&o, "attnd_prompt_tokens_cached_total", "counter", "Prompt tokens reused from a KV cache.",
                "%llu", (unsigned long long)st->cached_tokens);
         metric(&o, "attnd_kv_evictions_total", "counter", "Idle KV caches evicted to stay within the budget.",

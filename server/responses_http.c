@@ -150,6 +150,7 @@ static bool rsp_collect(req *r) {
     responses_result res = result_of(r, NULL, "", 0);
     if (u.text_len) out_take(st, responses_stream_delta(&st->ev, &res, u.text, u.text_len));
     if (!u.done) return true;
+    gen_persist(r); /* the chain's session is durable before the final events */
     sched_output o;
     sched_job_output(r->job, &o);
     res = result_of(r, &o, o.text ? o.text : "", o.text_len);

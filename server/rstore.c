@@ -87,9 +87,8 @@ static void load_one(rstore *s, const char *fname) {
     char *id = strchr(name, '~');
     if (id) {
         *id++ = '\0';
-        size_t ol = strlen(name);
-        if (ol > SESS_OWNER_MAX || !ol || !sess_owner_valid(name)) return;
-        memcpy(owner, name, ol + 1); /* length checked: no truncation (GCC cannot see it in snprintf) */
+        if (strlen(name) > SESS_OWNER_MAX || !*name || !sess_owner_valid(name)) return;
+        snprintf(owner, sizeof(owner), "%.16s", name); /* length checked above */
     } else {
         id = name;
     }

@@ -1,12 +1,15 @@
 /*
  * sched_internal.h — (scheduler-private) the inside of a sched_job, shared by sched_job.c (the
  * job's life and its readers: create, fork, wait, output) and scheduler.c (the thread that fills
- * it in). Nothing outside those two files includes it.
+ * it in), and the scheduler's own state, shared by scheduler.c and sched_kv.c (KV admission and
+ * prefill pacing). Nothing outside those three files includes it.
  */
 #ifndef ATTND_SERVER_SCHED_INTERNAL_H
 #define ATTND_SERVER_SCHED_INTERNAL_H
 
+#include "attnd/attn_capture.h"
 #include "attnd/buf.h"
+#include "attnd/gen.h"
 #include "scheduler.h"
 
 struct sched_job {
@@ -50,6 +53,7 @@ struct sched_job {
                                  one reference each */
     struct sched_job *next;   /* link in a parent's forks, then in the scheduler's ready list */
     bool is_fork;
+    struct kv_group *kv_group; /* a fork's shared KV reservation, once its parent was admitted */
     kv_seq *fork_kv;          /* a started fork's cache: the parent's prompt blocks, shared;
                                  owned until a slot takes it */
     float *first_logits;      /* (n_vocab) the prompt's last logits: a started fork's first
@@ -62,5 +66,93 @@ struct sched_job {
 /* Appends released text to the job (caller holds j->mu). Out of memory drops the text rather
  * than crash; the token list stays complete. */
 void sched_job_append_text(sched_job *j, const char *p, size_t n);
+
+// ---- the scheduler's own state (scheduler.c; admission and pacing in sched_kv.c) ----------
+
+/* The KV reservation of n > 1 choices of one prompt (a job and its forks): the forks share the
+ * prompt's whole blocks, so the group reserves them once (`shared`, given back by the last
+ * member to end) plus each member's own growth. Scheduler thread only. */
+typedef struct kv_group {
+    int live;            /* members not ended yet */
+    size_t shared;       /* bytes of the prompt's whole blocks */
+    size_t own;          /* a fork's own part: the blocks it writes */
+} kv_group;
+
+typedef struct slot {
+    sched_job *job;      /* NULL = free */
+    sess *se;            /* cache entry (named session or anonymous), busy while here */
+    kv_seq *kv;          /* borrowed from se */
+    int n_past;          /* tokens in kv */
+    bool prefilling;     /* still reading the prompt */
+    int32_t next_token;  /* last sampled token, decoded in the next step */
+    int n_gen;
+    const char *end_reason; /* generation ended this step: "stop" / "length" */
+    int32_t *hist;       /* (n_prompt + max_tokens + 1) prompt then generated tokens */
+    int n_hist;
+    gen *g;              /* sampler, detokenizer, stop strings of this request */
+    int batch_n;         /* entries this slot has in the current batch */
+    int row0;            /* first logits row of this slot in the current batch, -1 = none */
+    uint64_t admitted;   /* admission order (newest fails first on KV exhaustion) */
+    size_t reserve;      /* KV bytes this job reserved for itself (see kv_group) */
+    kv_group *group;     /* n > 1 choices of one prompt: the reservation they share, or NULL */
+    bool own_kv;         /* a fork's cache: the slot destroys it (no session holds it) */
+} slot;
+
+struct sched {
+    const model *m;
+    const tokenizer *tok;
+    sess_store *store;
+    server_hooks hooks;
+    int wd_ms;
+    engine *eng;
+    kv_pool *pool;
+    int n_vocab, n_ctx, max_batch, n_slots, queue_limit, max_anon, rows_cap;
+    float *logits;        /* (rows_cap, n_vocab) */
+    batch_entry *batch;   /* (max_batch) */
+    slot *slots;          /* (n_slots) */
+    attn_capture *inspecting; /* captures of the running jobs that inspect attention (a list) */
+    uint64_t n_admitted;
+    sched_job *ready, **ready_tail; /* started forks waiting for a slot (scheduler thread only) */
+
+    pthread_t th;
+    bool th_started;
+    pthread_mutex_t mu;   /* guards everything below */
+    pthread_cond_t wake;  /* work arrived / stop */
+    pthread_cond_t idle;  /* a job finished */
+    sched_job **queue;    /* ring (queue_limit) */
+    int q_head, q_len;
+    kv_seq **to_free;     /* KV handles of deleted sessions */
+    int n_free, cap_free;
+    bool stop;
+    atomic_bool cancel_all; /* shutdown: cancel whatever is queued or running */
+    int n_active;
+    size_t reserved;      /* KV bytes reserved by the active jobs (<= stats.kv_budget) */
+    double budget_ms;     /* prefill_budget_ms setting; 0 = auto */
+    double dec_ms;        /* recent time of a decode-only step (moving average) */
+    double pf_ms_tok;     /* recent marginal time of one prefill token in a step */
+    sched_stats stats;
+    double rate_t0;       /* tokens/s window */
+    uint64_t rate_tok0;
+};
+
+/* A member of a reservation group ended: the last one gives the shared prompt blocks back
+ * (accepts NULL). */
+void sched_group_leave(sched *s, kv_group *g);
+/* The KV bytes admitting j reserves: its own need, or with forks the prompt's blocks once plus
+ * each choice's own growth. */
+size_t sched_group_kv_bytes(const sched *s, const sched_job *j);
+/* The queue's head, popped and counted active, when its reservation fits beside the running
+ * jobs' (cancelled ones whatever their size); NULL otherwise. Takes s->mu. */
+sched_job *sched_queue_pop_fitting(sched *s);
+/* Forks attached to j (choices 2..n of its prompt, not started yet). */
+int sched_n_forks(const sched_job *j);
+/* Reserves KV for j, admitted into sl, and hands its forks their group. */
+void sched_reserve(sched *s, slot *sl, sched_job *j);
+/* ATTND_ERR_INVALID, saying what would fit, when budget bytes cannot hold one full context. */
+attnd_status sched_check_budget(const sched *s, size_t budget, attnd_err *err);
+/* Prefill tokens the next step may take beside n_decode decoding sequences. */
+int sched_prefill_cap(const sched *s, int n_decode);
+/* Learns what a decode step and a prefill token cost from a step of ms milliseconds. */
+void sched_learn_costs(sched *s, double ms, int n_decode, int n_prefill);
 
 #endif

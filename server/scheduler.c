@@ -2,12 +2,14 @@
  * scheduler.c — the scheduler thread: continuous batching over one engine (see scheduler.h).
  *
  * Each step:
- *   1. destroy KV handles of deleted sessions; admit queued jobs into free slots (prefix reuse);
+ *   1. destroy KV handles of deleted sessions; admit queued jobs into free slots (prefix reuse)
+ *      while their KV reservations (prompt + max_tokens, capped at the context) fit the budget;
  *   2. drop cancelled jobs;
  *   3. build ONE batch: a decode token for every generating slot, then prefill chunks of the
- *      prompts still being read, up to max_batch entries;
- *   4. engine_eval; when the KV budget is exhausted, evict the least recently used idle cache
- *      and retry; with nothing left to evict, fail the newest prefilling job (503);
+ *      prompts still being read, sized to the prefill time budget while others decode;
+ *   4. engine_eval; when the pool is full, evict the least recently used idle cache and retry
+ *      (the reservations guarantee that evicting idle caches always makes room; failing the
+ *      newest job is only a safeguard against broken accounting);
  *   5. sample one token per slot that produced logits, publish text to the job.
  * Everything per-step lives in buffers allocated at start (batch, logits); per-request state
  * (the generation pipeline of attnd/gen.h, history) is allocated once at admission.
@@ -24,58 +26,9 @@
 #include "sched_internal.h"
 #include "slog.h"
 
-typedef struct slot {
-    sched_job *job;      /* NULL = free */
-    sess *se;            /* cache entry (named session or anonymous), busy while here */
-    kv_seq *kv;          /* borrowed from se */
-    int n_past;          /* tokens in kv */
-    bool prefilling;     /* still reading the prompt */
-    int32_t next_token;  /* last sampled token, decoded in the next step */
-    int n_gen;
-    const char *end_reason; /* generation ended this step: "stop" / "length" */
-    int32_t *hist;       /* (n_prompt + max_tokens + 1) prompt then generated tokens */
-    int n_hist;
-    gen *g;              /* sampler, detokenizer, stop strings of this request */
-    int batch_n;         /* entries this slot has in the current batch */
-    int row0;            /* first logits row of this slot in the current batch, -1 = none */
-    uint64_t admitted;   /* admission order (newest fails first on KV exhaustion) */
-    bool own_kv;         /* a fork's cache: the slot destroys it (no session holds it) */
-} slot;
-
-struct sched {
-    const model *m;
-    const tokenizer *tok;
-    sess_store *store;
-    server_hooks hooks;
-    int wd_ms;
-    engine *eng;
-    kv_pool *pool;
-    int n_vocab, n_ctx, max_batch, n_slots, queue_limit, max_anon, rows_cap;
-    float *logits;        /* (rows_cap, n_vocab) */
-    batch_entry *batch;   /* (max_batch) */
-    slot *slots;          /* (n_slots) */
-    attn_capture *inspecting; /* captures of the running jobs that inspect attention (a list) */
-    uint64_t n_admitted;
-    sched_job *ready, **ready_tail; /* started forks waiting for a slot (scheduler thread only) */
-
-    pthread_t th;
-    bool th_started;
-    pthread_mutex_t mu;   /* guards everything below */
-    pthread_cond_t wake;  /* work arrived / stop */
-    pthread_cond_t idle;  /* a job finished */
-    sched_job **queue;    /* ring (queue_limit) */
-    int q_head, q_len;
-    kv_seq **to_free;     /* KV handles of deleted sessions */
-    int n_free, cap_free;
-    bool stop;
-    atomic_bool cancel_all; /* shutdown: cancel whatever is queued or running */
-    int n_active;
-    sched_stats stats;
-    double rate_t0;       /* tokens/s window */
-    uint64_t rate_tok0;
-};
 
 static void forks_fail(sched *s, sched_job *j, attnd_status st, const char *msg);
+
 
 // ---- slots --------------------------------------------------------------------------------
 
@@ -111,9 +64,13 @@ static void slot_finish(sched *s, slot *sl, const char *reason, attnd_status st,
     /* forks not started yet: the prompt they continue was never read */
     forks_fail(s, j, st != ATTND_OK ? st : ATTND_ERR_BUSY, msg ? msg : "the request ended before its prompt was read");
     sched_job_unref(j);
+    size_t reserve = sl->reserve;
+    kv_group *g = sl->group;
     memset(sl, 0, sizeof(*sl));
+    sched_group_leave(s, g);
     pthread_mutex_lock(&s->mu);
     s->n_active--;
+    s->reserved -= reserve;
     pthread_cond_broadcast(&s->idle);
     pthread_mutex_unlock(&s->mu);
 }
@@ -121,6 +78,14 @@ static void slot_finish(sched *s, slot *sl, const char *reason, attnd_status st,
 /* A job that never got a slot (its forks fail with it). */
 static void job_fail_unstarted(sched *s, sched_job *j, attnd_status st, const char *msg) {
     if (j->se) sess_abandon(s->store, j->se);
+    kv_group *g = j->kv_group;
+    j->kv_group = NULL;
+    if (g) { /* a fork of an admitted job: its own part and its share of the group go back */
+        pthread_mutex_lock(&s->mu);
+        s->reserved -= g->own;
+        pthread_mutex_unlock(&s->mu);
+        sched_group_leave(s, g);
+    }
     forks_fail(s, j, st, msg);
     pthread_mutex_lock(&j->mu);
     j->status = st;
@@ -274,6 +239,9 @@ static void fork_admit(sched *s, slot *sl) {
     sl->kv = f->fork_kv;
     sl->own_kv = true;
     f->fork_kv = NULL;
+    sl->group = f->kv_group; /* reserved when its parent was admitted */
+    sl->reserve = sl->group ? sl->group->own : 0;
+    f->kv_group = NULL;
     sl->n_past = f->n_prompt;
     attnd_err err;
     attnd_status rc = atomic_load(&f->cancel) ? attnd_fail(&err, ATTND_ERR_BUSY, "cancelled") : slot_init_gen(s, sl, f, &err);
@@ -299,7 +267,8 @@ static void fork_admit(sched *s, slot *sl) {
 
 // ---- the loop -----------------------------------------------------------------------------
 
-static void drain_free_list(sched *s) {
+/* Destroys up to 64 KV handles of deleted or removed sessions; returns how many. */
+static int drain_free_list(sched *s) {
     pthread_mutex_lock(&s->mu);
     int n = s->n_free;
     kv_seq *local[64];
@@ -308,27 +277,24 @@ static void drain_free_list(sched *s) {
     s->n_free -= n;
     pthread_mutex_unlock(&s->mu);
     for (int i = 0; i < n; i++) kv_seq_destroy(local[i]);
+    return n;
 }
 
+
+/* Takes queued jobs into free slots while their KV reservations fit the budget: every admitted
+ * job can then grow to its end, evicting only idle caches, so none fails mid-generation. */
 static void admit(sched *s) {
     for (int k = 0; k < s->n_slots; k++) {
         if (s->slots[k].job) continue;
-        if (s->ready) { /* forks first: their prompt is already read */
+        if (s->ready) { /* forks first: their prompt is already read, their KV reserved */
             fork_admit(s, &s->slots[k]);
             continue;
         }
-        pthread_mutex_lock(&s->mu);
-        sched_job *j = NULL;
-        if (s->q_len) {
-            j = s->queue[s->q_head];
-            s->q_head = (s->q_head + 1) % s->queue_limit;
-            s->q_len--;
-            s->n_active++;
-        }
-        pthread_mutex_unlock(&s->mu);
+        sched_job *j = sched_queue_pop_fitting(s);
         if (!j) return;
         if (atomic_load(&j->cancel)) {
-            job_fail_unstarted(s, j, ATTND_ERR_BUSY, "cancelled");
+            job_fail_unstarted(s, j, ATTND_ERR_BUSY,
+                               atomic_load(&s->cancel_all) ? "server is shutting down" : "cancelled");
             pthread_mutex_lock(&s->mu);
             s->n_active--;
             pthread_cond_broadcast(&s->idle);
@@ -338,7 +304,9 @@ static void admit(sched *s) {
         }
         attnd_err err;
         slot *sl = &s->slots[k];
-        if (slot_start(s, sl, j, &err) != ATTND_OK) {
+        attnd_status rc = slot_start(s, sl, j, &err);
+        sched_reserve(s, sl, j); /* slot_finish gives it back on every path */
+        if (rc != ATTND_OK) {
             slog_error("cannot start a request: %s", err.msg);
             if (!sl->se && j->se) sl->se = j->se;
             slot_finish(s, sl, NULL, ATTND_ERR_NOMEM, err.msg);
@@ -348,11 +316,12 @@ static void admit(sched *s) {
     }
 }
 
+
 /* Builds the step's batch into s->batch; returns its size. Prefill chunks stop where the logits
- * rows run out. */
-static int build_batch(sched *s, bool *any_decode, bool *any_prefill) {
+ * rows or the prefill cap run out; *n_prefill counts their tokens. */
+static int build_batch(sched *s, int *n_decode, int *n_prefill) {
     int n = 0, rows = 0;
-    *any_decode = *any_prefill = false;
+    *n_decode = *n_prefill = 0;
     for (int k = 0; k < s->n_slots; k++) {
         slot *sl = &s->slots[k];
         sl->batch_n = 0;
@@ -361,8 +330,10 @@ static int build_batch(sched *s, bool *any_decode, bool *any_prefill) {
         s->batch[n++] = (batch_entry){sl->kv, sl->next_token, sl->n_past, true};
         sl->batch_n = 1;
         sl->row0 = rows++;
-        *any_decode = true;
+        (*n_decode)++;
     }
+    int limit = n + sched_prefill_cap(s, *n_decode);
+    if (limit > s->max_batch) limit = s->max_batch;
     /* prefill, oldest admission first */
     for (;;) {
         slot *best = NULL;
@@ -372,11 +343,11 @@ static int build_batch(sched *s, bool *any_decode, bool *any_prefill) {
                 (!best || sl->admitted < best->admitted))
                 best = sl;
         }
-        if (!best || n >= s->max_batch) break;
+        if (!best || n >= limit) break;
         sched_job *j = best->job;
         best->row0 = -2; /* visited */
         int pos = best->n_past;
-        while (pos < j->n_prompt && n < s->max_batch) {
+        while (pos < j->n_prompt && n < limit) {
             bool want = j->prompt_logprobs || pos == j->n_prompt - 1;
             if (want && rows >= s->rows_cap) break;
             if (want && best->row0 < 0) best->row0 = rows;
@@ -385,7 +356,7 @@ static int build_batch(sched *s, bool *any_decode, bool *any_prefill) {
             best->batch_n++;
             pos++;
         }
-        if (best->batch_n) *any_prefill = true;
+        *n_prefill += best->batch_n;
     }
     return n;
 }
@@ -412,6 +383,7 @@ static slot *newest_prefilling(sched *s) {
     return pick;
 }
 
+
 static void step(sched *s) {
     if (atomic_load(&s->cancel_all)) {
         pthread_mutex_lock(&s->mu);
@@ -425,22 +397,23 @@ static void step(sched *s) {
     for (int k = 0; k < s->n_slots; k++)
         if (s->slots[k].job && atomic_load(&s->slots[k].job->cancel)) {
             slog_info("request cancelled after %d generated tokens; slot freed", s->slots[k].n_gen);
-            slot_finish(s, &s->slots[k], NULL, ATTND_ERR_BUSY, "cancelled");
+            slot_finish(s, &s->slots[k], NULL, ATTND_ERR_BUSY,
+                        atomic_load(&s->cancel_all) ? "server is shutting down" : "cancelled");
         }
-    bool any_decode, any_prefill;
-    int n = build_batch(s, &any_decode, &any_prefill);
+    int n_decode, n_prefill;
+    int n = build_batch(s, &n_decode, &n_prefill);
     if (n == 0) return;
     double t0 = attnd_now_s();
     attnd_err err;
     attnd_status rc;
     /* jobs that inspect attention are hooked into the engine for the evaluations that hold them */
     while ((rc = attn_capture_eval(s->inspecting, s->eng, s->batch, n, s->logits, &err)) == ATTND_ERR_NOMEM) {
-        if (evict_one(s)) continue;
-        /* nothing idle to evict: the newest request gives way */
+        if (drain_free_list(s) || evict_one(s)) continue;
+        /* nothing idle to evict: cannot happen while reservations hold; the newest job gives way */
         slot *victim = newest_prefilling(s);
-        slog_warn("KV budget exhausted; failing the newest request");
+        slog_error("KV budget exhausted despite the reservations; failing the newest request");
         slot_finish(s, victim, NULL, ATTND_ERR_NOMEM, "KV cache budget exhausted; retry later");
-        n = build_batch(s, &any_decode, &any_prefill);
+        n = build_batch(s, &n_decode, &n_prefill);
         if (n == 0) return;
     }
     if (rc != ATTND_OK) {
@@ -450,6 +423,7 @@ static void step(sched *s) {
         return;
     }
     double dt = attnd_now_s() - t0;
+    sched_learn_costs(s, dt * 1e3, n_decode, n_prefill);
     uint64_t n_prompt_tok = 0, n_gen = 0;
     for (int k = 0; k < s->n_slots; k++) {
         slot *sl = &s->slots[k];
@@ -498,8 +472,8 @@ static void step(sched *s) {
     s->stats.steps++;
     s->stats.prompt_tokens += n_prompt_tok;
     s->stats.generated_tokens += n_gen;
-    if (any_decode) s->stats.decode_seconds += dt;
-    if (any_prefill) s->stats.prompt_seconds += dt;
+    if (n_decode) s->stats.decode_seconds += dt;
+    if (n_prefill) s->stats.prompt_seconds += dt;
     double now = attnd_now_s();
     if (now - s->rate_t0 >= 1.0) {
         s->stats.last_tok_per_s = (s->stats.generated_tokens - s->rate_tok0) / (now - s->rate_t0);
@@ -527,7 +501,7 @@ static void report_status(sched *s, double now, double *last, char *prev, size_t
 
 static void *sched_main(void *arg) {
     sched *s = arg;
-    double last_wd = 0, last_status = 0;
+    double last_wd = 0, last_status = 0, last_expire = 0;
     char status[128] = "";
     for (;;) {
         double now = attnd_now_s();
@@ -536,6 +510,10 @@ static void *sched_main(void *arg) {
             last_wd = now;
         }
         report_status(s, now, &last_status, status, sizeof(status));
+        if (now - last_expire >= 1.0) { /* session TTL: a cheap scan once a second */
+            sess_expire(s->store);
+            last_expire = now;
+        }
         drain_free_list(s);
         pthread_mutex_lock(&s->mu);
         if (s->stop) {
@@ -561,6 +539,10 @@ static void *sched_main(void *arg) {
 }
 
 // ---- public -------------------------------------------------------------------------------
+
+/* Where the session store sends the KV of sessions it removes itself (TTL, LRU). */
+static void kv_sink(void *user, struct kv_seq *kv) { sched_free_kv(user, kv); }
+
 
 attnd_status sched_create(sched **out, const model *m, const tokenizer *tok, sess_store *store,
                           const server_settings *cfg, attnd_err *err) {
@@ -601,6 +583,8 @@ attnd_status sched_create(sched **out, const model *m, const tokenizer *tok, ses
     }
     size_t budget = cfg->kv_budget_mb ? cfg->kv_budget_mb << 20 : (size_t)1 << 30;
     if ((rc = kv_pool_create(&s->pool, m, budget, cfg->kv_f32 ? KV_F32 : KV_F16, err)) != ATTND_OK) goto fail;
+    if ((rc = sched_check_budget(s, budget, err)) != ATTND_OK) goto fail;
+    s->budget_ms = cfg->prefill_budget_ms;
     if ((rc = engine_create(&s->eng, m, s->max_batch, cfg->threads, err)) != ATTND_OK) goto fail;
     s->stats.kv_budget = kv_pool_bytes_budget(s->pool);
     s->stats.slots = s->n_slots;
@@ -610,6 +594,7 @@ attnd_status sched_create(sched **out, const model *m, const tokenizer *tok, ses
         goto fail;
     }
     s->th_started = true;
+    sess_store_set_kv_sink(store, kv_sink, s);
     *out = s;
     return ATTND_OK;
 fail:
@@ -627,6 +612,7 @@ void sched_destroy(sched *s) {
         pthread_cond_broadcast(&s->wake);
         pthread_mutex_unlock(&s->mu);
         pthread_join(s->th, NULL);
+        sess_store_set_kv_sink(s->store, NULL, NULL);
     }
     /* the thread is gone: this thread now owns the engine and every KV handle */
     for (int k = 0; s->slots && k < s->n_slots; k++)
@@ -667,6 +653,11 @@ attnd_status sched_submit(sched *s, sched_job *j, attnd_err *err) {
     pthread_mutex_lock(&s->mu);
     attnd_status rc = ATTND_OK;
     if (s->stop) rc = attnd_fail(err, ATTND_ERR_BUSY, "server is shutting down");
+    else if (sched_group_kv_bytes(s, j) > s->stats.kv_budget)
+        rc = attnd_fail(err, ATTND_ERR_INVALID,
+                        "the request needs %zu bytes of KV cache (prompt %d + max_tokens %d tokens, %d choices sharing "
+                        "the prompt) but kv_budget_mb allows %zu bytes in all; lower max_tokens or n",
+                        sched_group_kv_bytes(s, j), j->n_prompt, j->max_tokens, 1 + sched_n_forks(j), s->stats.kv_budget);
     else if (s->q_len >= s->queue_limit)
         rc = attnd_fail(err, ATTND_ERR_BUSY, "request queue is full (%d waiting); retry later", s->q_len);
     else {
@@ -719,5 +710,6 @@ void sched_get_stats(sched *s, sched_stats *out) {
     *out = s->stats;
     out->active = s->n_active;
     out->queued = s->q_len;
+    out->kv_reserved = s->reserved;
     pthread_mutex_unlock(&s->mu);
 }

@@ -125,6 +125,7 @@ void sched_job_output(sched_job *j, sched_output *out);
 typedef struct sched_stats {
     int active, queued, slots;
     size_t kv_used, kv_budget;
+    size_t kv_reserved;      /* KV bytes reserved by the running jobs (admission control) */
     uint64_t prompt_tokens, generated_tokens, cached_tokens, steps;
     uint64_t evictions;      /* idle KV caches evicted to make room */
     double decode_seconds;   /* wall time of steps that decoded at least one token */
@@ -137,7 +138,9 @@ typedef struct sched sched;
 /*
  * Starts the scheduler thread. Borrows m, tok and store (they must outlive the scheduler);
  * creates the engine and KV pool from settings (threads, max_batch, kv_budget_mb, kv_f32,
- * max_parallel, queue_limit, ctx cap) and calls hooks.on_watchdog from its loop.
+ * max_parallel, queue_limit, ctx cap, prefill_budget_ms) and calls hooks.on_watchdog from its
+ * loop. ATTND_ERR_INVALID when the KV budget cannot hold one full context (the message says
+ * which kv_budget_mb or ctx_size would do).
  */
 attnd_status sched_create(sched **out, const model *m, const tokenizer *tok, sess_store *store,
                           const server_settings *cfg, attnd_err *err);
@@ -147,7 +150,10 @@ void sched_destroy(sched *s);
 
 /* The per-sequence context cap in tokens (settings.ctx_size or the model's n_ctx). */
 int sched_n_ctx(const sched *s);
-/* Queues a job (takes a reference). ATTND_ERR_BUSY when the queue is full (-> 429). */
+/* Queues a job (takes a reference). The job is admitted once its KV reservation (prompt +
+ * max_tokens + 1, capped at the context) fits beside the running jobs' reservations, so an
+ * admitted job never runs out of KV. ATTND_ERR_BUSY when the queue is full (-> 429);
+ * ATTND_ERR_INVALID when the reservation exceeds the whole budget (-> 400, it never could run). */
 attnd_status sched_submit(sched *s, sched_job *j, attnd_err *err);
 /* Hands a KV handle to the scheduler thread for destruction (session deleted). */
 void sched_free_kv(sched *s, struct kv_seq *kv);

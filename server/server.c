@@ -165,6 +165,7 @@ attnd_status server_load(server *s, attnd_err *err) {
     char tag[200];
     snprintf(tag, sizeof(tag), "%s/vocab%d", s->model_id, s->n_vocab);
     if ((rc = sess_store_create(&s->store, s->state_dir, tag, s->cfg.max_sessions, err)) != ATTND_OK) return rc;
+    sess_store_set_lifetime(s->store, (int64_t)s->cfg.session_ttl_s * 1000, s->cfg.session_evict_lru);
     if ((rc = rstore_create(&s->responses, s->state_dir, tag, s->cfg.max_sessions, err)) != ATTND_OK) return rc;
     if ((rc = sched_create(&s->sch, s->m, s->tok, s->store, &s->cfg, err)) != ATTND_OK) return rc;
     atomic_store(&s->ready, true);

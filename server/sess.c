@@ -26,6 +26,10 @@ struct sess_store {
     int max_sessions;
     char *dir;       /* NULL = no persistence */
     char *model_tag;
+    int64_t ttl_ms;  /* idle named sessions older than this are removed; 0 = never */
+    bool evict_lru;  /* at max_sessions, sess_create removes the least recently used idle one */
+    void (*kv_sink)(void *user, struct kv_seq *kv); /* takes the KV of removed sessions */
+    void *kv_sink_user;
 };
 
 bool sess_id_valid(const char *id) {
@@ -170,6 +174,13 @@ done:
     free(path);
 }
 
+/* A temporary file a crash left behind mid-write: never renamed, so never acknowledged. */
+static void remove_stale_tmp(const sess_store *st, const char *fname) {
+    char *p = path_of(st, "", fname, "");
+    if (p && unlink(p) == 0) slog_info("removed %s, left by an interrupted write", p);
+    free(p);
+}
+
 /* Creates and removes a file in dir, so an unwritable state directory is refused at start-up
  * instead of failing every later save (in the log only). */
 static attnd_status check_writable(const char *dir, attnd_err *err) {
@@ -206,7 +217,10 @@ attnd_status sess_store_create(sess_store **out, const char *state_dir, const ch
             goto fail;
         }
         struct dirent *e;
-        while ((e = readdir(d))) load_one(st, e->d_name);
+        while ((e = readdir(d))) {
+            if (strstr(e->d_name, ".session.json.tmp.")) remove_stale_tmp(st, e->d_name);
+            else load_one(st, e->d_name);
+        }
         closedir(d);
     }
     *out = st;
@@ -232,6 +246,65 @@ void sess_store_destroy(sess_store *st) {
 
 // ---- lifecycle ----------------------------------------------------------------------------
 
+void sess_store_set_lifetime(sess_store *st, int64_t ttl_ms, bool evict_lru) {
+    pthread_mutex_lock(&st->mu);
+    st->ttl_ms = ttl_ms > 0 ? ttl_ms : 0;
+    st->evict_lru = evict_lru;
+    pthread_mutex_unlock(&st->mu);
+}
+
+void sess_store_set_kv_sink(sess_store *st, void (*fn)(void *user, struct kv_seq *kv), void *user) {
+    pthread_mutex_lock(&st->mu);
+    st->kv_sink = fn;
+    st->kv_sink_user = user;
+    pthread_mutex_unlock(&st->mu);
+}
+
+/* Hands a removed session's KV to the sink (outside the lock: the sink takes its own). */
+static void give_kv(sess_store *st, struct kv_seq *kv) {
+    if (!kv) return;
+    pthread_mutex_lock(&st->mu);
+    void (*fn)(void *, struct kv_seq *) = st->kv_sink;
+    void *user = st->kv_sink_user;
+    pthread_mutex_unlock(&st->mu);
+    ATTND_ASSERT(fn != NULL); /* a KV handle exists only where a scheduler set the sink */
+    fn(user, kv);
+}
+
+/* Unlinks an idle named session from the list, removes its file and frees it (caller holds the
+ * lock); returns its KV handle for give_kv. */
+static struct kv_seq *remove_locked(sess_store *st, sess *victim) {
+    sess **pp = &st->head;
+    while (*pp != victim) pp = &(*pp)->next;
+    *pp = victim->next;
+    st->n_named--;
+    struct kv_seq *kv = victim->kv;
+    if (st->dir) {
+        char *p = path_of(st, victim->owner, victim->id, ".session.json");
+        if (p && unlink(p) != 0 && errno != ENOENT) slog_warn("cannot remove %s: %s", p, strerror(errno));
+        free(p);
+    }
+    sess_free(victim);
+    return kv;
+}
+
+int sess_expire(sess_store *st) {
+    int n = 0;
+    for (;;) {
+        pthread_mutex_lock(&st->mu);
+        sess *victim = NULL;
+        int64_t now = (int64_t)attnd_unix_ms();
+        for (sess *s = st->head; s && st->ttl_ms && !victim; s = s->next)
+            if (!s->anon && !s->busy && now - s->last_use_ms > st->ttl_ms) victim = s;
+        if (victim) slog_info("session '%s' expired (unused for more than %lld s)", victim->id, (long long)(st->ttl_ms / 1000));
+        struct kv_seq *kv = victim ? remove_locked(st, victim) : NULL;
+        pthread_mutex_unlock(&st->mu);
+        give_kv(st, kv);
+        if (!victim) return n;
+        n++;
+    }
+}
+
 /* True when <state_dir>/<id>.session.json exists: a file load_one skipped (another model's, or
  * damaged) whose id must not be reused, or persisting would replace it. */
 static bool file_exists(const sess_store *st, const char *owner, const char *id) {
@@ -255,6 +328,16 @@ attnd_status sess_create(sess_store *st, const char *owner, const char *id, char
     }
     pthread_mutex_lock(&st->mu);
     attnd_status rc = ATTND_OK;
+    struct kv_seq *evicted_kv = NULL;
+    sess *victim = NULL;
+    if (!find_named(st, owner, id) && st->n_named >= st->max_sessions && st->evict_lru) {
+        for (sess *s = st->head; s; s = s->next)
+            if (!s->anon && !s->busy && (!victim || s->last_use_ms < victim->last_use_ms)) victim = s;
+        if (victim) {
+            slog_info("session limit (%d) reached: evicting '%s', the least recently used", st->max_sessions, victim->id);
+            evicted_kv = remove_locked(st, victim);
+        }
+    }
     if (find_named(st, owner, id)) {
         rc = attnd_fail(err, ATTND_ERR_BUSY, "session '%s' already exists", id);
     } else if (file_exists(st, owner, id)) { /* another model's (or a damaged) file: never overwritten */
@@ -277,6 +360,7 @@ attnd_status sess_create(sess_store *st, const char *owner, const char *id, char
         }
     }
     pthread_mutex_unlock(&st->mu);
+    give_kv(st, evicted_kv);
     return rc;
 }
 
@@ -411,17 +495,20 @@ void sess_take_all_kv(sess_store *st, void (*fn)(struct kv_seq *kv)) {
 
 // ---- persistence --------------------------------------------------------------------------
 
-attnd_status sess_write_atomic(const char *path, const char *text, attnd_err *err) {
+/* Writes text to a new temporary file next to path and fsyncs it; *tmp_out (owned by the
+ * caller) names it. */
+static attnd_status write_tmp(const char *path, const char *text, char **tmp_out, attnd_err *err) {
     size_t n = strlen(path) + 32;
     char *tmp = malloc(n);
+    *tmp_out = NULL;
     if (!tmp) return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory");
     static unsigned long counter;
     snprintf(tmp, n, "%s.tmp.%ld.%lu", path, (long)getpid(), __atomic_add_fetch(&counter, 1, __ATOMIC_RELAXED));
-    attnd_status rc = ATTND_OK;
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0600);
     if (fd < 0) {
-        rc = attnd_fail(err, ATTND_ERR_IO, "cannot write %s: %s", tmp, strerror(errno));
-        goto out;
+        attnd_status rc = attnd_fail(err, ATTND_ERR_IO, "cannot write %s: %s", tmp, strerror(errno));
+        free(tmp);
+        return rc;
     }
     size_t len = strlen(text), off = 0;
     while (off < len) {
@@ -432,24 +519,46 @@ attnd_status sess_write_atomic(const char *path, const char *text, attnd_err *er
     }
     bool ok = off == len && fsync(fd) == 0;
     ok = close(fd) == 0 && ok;
-    if (!ok || rename(tmp, path) != 0) {
+    if (!ok) {
+        attnd_status rc = attnd_fail(err, ATTND_ERR_IO, "cannot write %s: %s", tmp, strerror(errno));
+        unlink(tmp);
+        free(tmp);
+        return rc;
+    }
+    *tmp_out = tmp;
+    return ATTND_OK;
+}
+
+/* Makes renames in path's directory durable (the new directory entry itself is on disk). */
+static attnd_status sync_dir_of(const char *path, attnd_err *err) {
+    char *dir = strdup(path);
+    if (!dir) return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory");
+    char *slash = strrchr(dir, '/');
+    if (slash) *slash = '\0';
+    int fd = open(slash ? (*dir ? dir : "/") : ".", O_RDONLY | O_DIRECTORY);
+    attnd_status rc = ATTND_OK;
+    if (fd < 0 || fsync(fd) != 0) rc = attnd_fail(err, ATTND_ERR_IO, "cannot sync directory of %s: %s", path, strerror(errno));
+    if (fd >= 0) close(fd);
+    free(dir);
+    return rc;
+}
+
+attnd_status sess_write_atomic(const char *path, const char *text, attnd_err *err) {
+    char *tmp;
+    attnd_status rc = write_tmp(path, text, &tmp, err);
+    if (rc != ATTND_OK) return rc;
+    if (rename(tmp, path) != 0) {
         rc = attnd_fail(err, ATTND_ERR_IO, "cannot write %s: %s", path, strerror(errno));
         unlink(tmp);
+    } else {
+        rc = sync_dir_of(path, err);
     }
-out:
     free(tmp);
     return rc;
 }
 
-attnd_status sess_persist(sess_store *st, const char *owner, const char *id, attnd_err *err) {
-    if (!st->dir) return ATTND_OK;
-    pthread_mutex_lock(&st->mu);
-    sess *s = find_named(st, owner, id);
-    if (!s || s->version == s->persisted_version) {
-        pthread_mutex_unlock(&st->mu);
-        return ATTND_OK;
-    }
-    /* snapshot under the lock, write outside it */
+/* The session's file contents (new string, NULL when out of memory; caller holds the lock). */
+static char *snapshot_locked(const sess_store *st, const sess *s) {
     json_t *root = json_object(), *toks = json_array();
     json_object_set_new(root, "format", json_string("attnd-session"));
     json_object_set_new(root, "version", json_integer(1));
@@ -460,23 +569,50 @@ attnd_status sess_persist(sess_store *st, const char *owner, const char *id, att
     json_object_set_new(root, "last_used", json_integer(s->last_use_ms));
     for (int i = 0; i < s->n_tokens; i++) json_array_append_new(toks, json_integer(s->tokens[i]));
     json_object_set_new(root, "tokens", toks);
+    char *text = json_dumps(root, JSON_COMPACT);
+    json_decref(root);
+    return text;
+}
+
+/*
+ * Snapshot under the lock, write and fsync the temporary file outside it, then rename under the
+ * lock only when the snapshot is newer than what is on disk (a slower writer of an older
+ * version must not win), and fsync the directory. Returns once the current version is durable.
+ */
+attnd_status sess_persist(sess_store *st, const char *owner, const char *id, attnd_err *err) {
+    if (!st->dir) return ATTND_OK;
+    pthread_mutex_lock(&st->mu);
+    sess *s = find_named(st, owner, id);
+    if (!s || s->version == s->persisted_version) {
+        pthread_mutex_unlock(&st->mu);
+        return ATTND_OK;
+    }
+    char *text = snapshot_locked(st, s);
     uint64_t version = s->version;
     char *path = path_of(st, s->owner, s->id, ".session.json");
     pthread_mutex_unlock(&st->mu);
 
-    char *text = json_dumps(root, JSON_COMPACT);
-    json_decref(root);
+    char *tmp = NULL;
     attnd_status rc = (!text || !path) ? attnd_fail(err, ATTND_ERR_NOMEM, "out of memory")
-                                       : sess_write_atomic(path, text, err);
+                                       : write_tmp(path, text, &tmp, err);
     free(text);
     if (rc == ATTND_OK) {
         pthread_mutex_lock(&st->mu);
-        /* the session may have been deleted meanwhile: then remove what we just wrote */
+        /* deleted meanwhile, or a newer version already renamed: this snapshot is dropped */
         sess *again = find_named(st, owner, id);
-        if (!again) unlink(path);
-        else if (again->persisted_version < version) again->persisted_version = version;
+        bool newer = again && again->persisted_version < version;
+        if (!newer) unlink(tmp);
+        else if (rename(tmp, path) != 0) {
+            rc = attnd_fail(err, ATTND_ERR_IO, "cannot write %s: %s", path, strerror(errno));
+            unlink(tmp);
+        } else {
+            again->persisted_version = version;
+        }
         pthread_mutex_unlock(&st->mu);
+        /* also when a newer writer renamed: its directory entry may not be synced yet */
+        if (rc == ATTND_OK && again) rc = sync_dir_of(path, err);
     }
+    free(tmp);
     free(path);
     return rc;
 }

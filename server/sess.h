@@ -65,9 +65,10 @@ bool sess_id_valid(const char *id);
 /* True for NULL or 0..16 lower-case hex digits. */
 bool sess_owner_valid(const char *owner);
 
-/* Creates a named session. id NULL = generate one. Copies the final id into out_id.
+/* Creates a named session. id NULL = generate one. Copies the final id into out_id. At
+ * max_sessions, evicts the least recently used idle session when the store allows it.
  * Errors: INVALID (bad id), BUSY (id taken, also by a file not loaded -> 409), NOMEM
- * (max_sessions reached, or OOM). */
+ * (max_sessions reached with none evictable, or OOM). */
 attnd_status sess_create(sess_store *st, const char *owner, const char *id, char out_id[SESS_ID_MAX + 1],
                          attnd_err *err);
 /* Marks the session busy and returns it. NOT_FOUND, or BUSY when a request is running on it. */
@@ -86,13 +87,26 @@ void sess_set_kv(sess_store *st, sess *s, struct kv_seq *kv, int kv_len, size_t 
 struct kv_seq *sess_evict_lru(sess_store *st);
 /* Ends a request that never reached the scheduler: clears busy, history unchanged. */
 void sess_abandon(sess_store *st, sess *s);
+/* Session lifetime: named sessions idle for more than ttl_ms are removed by sess_expire (0 =
+ * never); with evict_lru, sess_create at max_sessions removes the least recently used idle
+ * session (file included) instead of failing. Defaults: no TTL, no eviction. */
+void sess_store_set_lifetime(sess_store *st, int64_t ttl_ms, bool evict_lru);
+/* Where the KV handles of sessions removed by the store itself go (the scheduler destroys them
+ * on its thread); fn is called outside the store's lock. Must be set before any session holds
+ * KV. */
+void sess_store_set_kv_sink(sess_store *st, void (*fn)(void *user, struct kv_seq *kv), void *user);
+/* Removes the idle named sessions past the TTL (files included); returns how many. */
+int sess_expire(sess_store *st);
 /* Removes a named session (and its file). Hands back its KV handle in *kv for the scheduler
  * to destroy. NOT_FOUND, BUSY. */
 attnd_status sess_delete(sess_store *st, const char *owner, const char *id, struct kv_seq **kv, attnd_err *err);
 /* Detaches every KV handle (shutdown): calls fn on each. */
 void sess_take_all_kv(sess_store *st, void (*fn)(struct kv_seq *kv));
 
-/* Writes a named session's history to disk if it changed (no-op without a state dir). */
+/* Writes a named session's history to disk if it changed (no-op without a state dir): file
+ * fsync, rename, directory fsync, so it survives a crash once this returns OK. An older
+ * snapshot is never renamed over a newer one (per-session version counter). Start-up removes
+ * the temporary files of writes a crash interrupted. */
 attnd_status sess_persist(sess_store *st, const char *owner, const char *id, attnd_err *err);
 /* Persists every changed session (shutdown). Returns the number of failures. */
 int sess_persist_all(sess_store *st);

@@ -17,6 +17,8 @@ void server_settings_default(server_settings *s) {
     s->kv_budget_mb = 1024;
     s->max_sessions = 1024;
     s->max_parallel = 16;
+    s->session_ttl_s = 259200;
+    s->session_evict_lru = true;
     s->body_limit = 1u << 20;
     s->queue_limit = 64;
     s->tokenize_parallel = 4;
@@ -25,6 +27,7 @@ void server_settings_default(server_settings *s) {
     s->request_timeout_s = 30;
     s->header_timeout_s = 10;
     s->shutdown_timeout_s = 10;
+    s->sse_keepalive_s = 5;
     s->watchdog_interval_ms = 1000;
     s->log_level = SERVER_LOG_INFO;
     s->access_log = true;

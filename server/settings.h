@@ -55,6 +55,8 @@ typedef struct server_settings {
     int threads;             /* engine threads; <= 0 = all CPUs this process may use */
     int ctx_size;            /* per-sequence context cap; 0 = the model's context length */
     int max_batch;           /* most tokens per engine step (prefill chunk + decodes); default 512 */
+    int prefill_budget_ms;   /* a step's time while a prompt prefills beside decoding streams;
+                                0 = auto (about 4 decode steps); default 0 */
     size_t kv_budget_mb;     /* KV memory budget for all sessions together; default 1024 */
     bool kv_f32;             /* store KV as f32 instead of f16; default false */
     const char *chat_template; /* template family override by name ("chatml", "llama3", ...); NULL = detect */
@@ -63,6 +65,10 @@ typedef struct server_settings {
     int max_sessions;        /* named sessions kept (in memory and on disk); default 1024 */
     const char *state_dir;   /* where session histories persist; NULL = no persistence */
     int max_parallel;        /* sequences decoded together per step; default 16 */
+    int session_ttl_s;       /* idle named sessions older than this are removed; 0 = never;
+                                default 259200 (3 days) */
+    bool session_evict_lru;  /* at max_sessions, creating one evicts the least recently used idle
+                                session instead of answering 429; default true */
 
     // ---- limits ----
     size_t body_limit;       /* request body cap in bytes; default 1 MiB (413 above) */
@@ -73,6 +79,8 @@ typedef struct server_settings {
     int request_timeout_s;   /* idle HTTP connection timeout (slow loris); default 30 */
     int header_timeout_s;    /* a connection's request headers must arrive within this; default 10 */
     int shutdown_timeout_s;  /* SIGTERM: how long in-flight work may finish; default 10 */
+    int sse_keepalive_s;     /* a waiting stream sends ": keep-alive" this often; 0 = never;
+                                default 5 (at most half of request_timeout_s) */
     int watchdog_interval_ms;/* how often on_watchdog is called at least; default 1000 */
 
     // ---- security ----

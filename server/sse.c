@@ -18,6 +18,7 @@ typedef struct sse_choice {
 
 struct sse_state {
     bool sent_role, finished;
+    double last_out;         /* when bytes last went to MHD (keep-alive clock) */
     buf out;                 /* SSE bytes */
     size_t out_off;          /* bytes of out already handed to MHD */
     int n_ended;
@@ -52,10 +53,21 @@ static void sse_event(sse_state *st, json_t *o) {
     free(s);
 }
 
-/* The end of one choice: its final chunk, or an error event. */
+/* The finish_reason of a stream cut by shutdown or cancellation: the text is cut short, which
+ * "length" says in the words every OpenAI client knows (an error event would make them raise). */
+static const char *CUT_REASON = "length";
+
+/* A job cut short rather than failed (sched_job_cancel, sched_cancel_all, shutdown). */
+static bool was_cut(const sched_output *o) { return o->status == ATTND_ERR_BUSY; }
+
+/* The end of one choice: its final chunk (a cut one included), or an error event. The
+ * session's history is made durable first. */
 static void choice_end_oai(req *r, int k, const sched_output *o) {
     sse_state *st = r->sse;
-    if (o->status != ATTND_OK) {
+    gen_persist(r);
+    if (was_cut(o)) {
+        sse_event(st, at_index(oai_chunk(&r->rctx, r->chat ? json_object() : json_string(""), NULL, CUT_REASON), k));
+    } else if (o->status != ATTND_OK) {
         int code = http_status_of(o->status, HTTP_CTX_GENERATE);
         sse_event(st, oai_error(code, o->errmsg[0] ? o->errmsg : "generation failed", NULL));
     } else {
@@ -83,7 +95,8 @@ static void stream_llama(req *r, const sched_update *u, const oai_gen *g, const 
     if (u->text_len || (r->return_tokens && u->to > u->from))
         sse_event(st, oai_llama_response(&r->rctx, g, u->text, u->text_len, r->return_tokens, u->from, u->to, false));
     if (!u->done) return;
-    if (o->status != ATTND_OK)
+    gen_persist(r);
+    if (o->status != ATTND_OK && !was_cut(o))
         sse_event(st, oai_error(503, o->errmsg[0] ? o->errmsg : "generation failed", NULL));
     else
         sse_event(st, oai_llama_response(&r->rctx, g, "", 0, r->return_tokens, u->to, u->to, true));
@@ -157,6 +170,16 @@ static bool stream_poll(req *r) {
     return false;
 }
 
+/* True when a waiting stream has sent nothing for sse_keepalive_s (at most half of
+ * request_timeout_s): an SSE comment then tells proxies and clients it is alive. */
+static bool keepalive_due(req *r) {
+    const server_settings *c = &r->srv->cfg;
+    if (c->sse_keepalive_s <= 0) return false;
+    double every = c->sse_keepalive_s, half = c->request_timeout_s > 0 ? c->request_timeout_s / 2.0 : every;
+    if (half < every) every = half;
+    return attnd_now_s() - r->sse->last_out >= every;
+}
+
 static ssize_t stream_reader(void *cls, uint64_t pos, char *out, size_t max) {
     (void)pos;
     req *r = cls;
@@ -169,7 +192,9 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *out, size_t max) {
         if (r->chat && !st->sent_role) send_roles(r);
         else if (!stream_poll(r)) return MHD_CONTENT_READER_END_WITH_ERROR;
         if (!r->llama && st->n_ended == req_n_jobs(r) && !st->finished) stream_end_oai(r);
+        if (st->out.len == 0 && keepalive_due(r)) buf_puts(&st->out, ": keep-alive\n\n");
     }
+    st->last_out = attnd_now_s();
     size_t n = st->out.len - st->out_off;
     if (n > max) n = max;
     memcpy(out, st->out.p + st->out_off, n);
@@ -182,6 +207,7 @@ static void stream_free(void *cls) { (void)cls; /* req owns everything; freed in
 enum MHD_Result sse_respond(req *r) {
     r->sse = calloc(1, sizeof(*r->sse));
     if (!r->sse || !(r->sse->ch = calloc((size_t)req_n_jobs(r), sizeof(sse_choice)))) return MHD_NO;
+    r->sse->last_out = attnd_now_s();
     struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, stream_reader, r,
                                                                   stream_free);
     if (!resp) return MHD_NO;

@@ -28,22 +28,22 @@ Test(attn_ops, scores_and_max_match_naive_for_full_and_short_tiles) {
     }
     const int cnts[] = {1, 7, 8, 31, 33, 37, KV_BLOCK};
     for (int pass = 0; pass < 2; pass++) {
-        bool simd = attn_ops_select(pass == 0);
-        if (pass == 0 && !simd) continue; /* no AVX2 here: the portable pass still runs */
+        quant_isa saved = quant_isa_force(pass == 0 ? quant_isa_best() : QUANT_ISA_PORTABLE);
+        const char *name = quant_isa_name(quant_isa_active());
         for (size_t c = 0; c < ATTND_ARRAY_LEN(cnts); c++) {
             int cnt = cnts[c];
             float s[KV_BLOCK];
             attn_scores_t(s, q, KT, cnt, HD, 0.3f);
             double want_max = -INFINITY;
             for (int j = 0; j < cnt; j++) {
-                cr_assert_lt(fabs(s[j] - naive[j]), 1e-5, "%s cnt %d score %d: %g vs %g", attn_ops_name(), cnt, j,
+                cr_assert_lt(fabs(s[j] - naive[j]), 1e-5, "%s cnt %d score %d: %g vs %g", name, cnt, j,
                              s[j], naive[j]);
                 want_max = fmax(want_max, s[j]);
             }
-            cr_assert_eq(attn_max(s, cnt), (float)want_max, "%s cnt %d: max", attn_ops_name(), cnt);
+            cr_assert_eq(attn_max(s, cnt), (float)want_max, "%s cnt %d: max", name, cnt);
         }
+        quant_isa_force(saved);
     }
-    attn_ops_select(true);
 }
 
 Test(attn_ops, exp_sum_subtracts_the_max_and_sums_accurately) {
@@ -80,15 +80,13 @@ Test(attn_ops, model_logits_do_not_depend_on_the_instruction_set) {
     for (int i = 0; i < n; i++) tok[i] = (int32_t)(tiny_rng(&seed) % (uint64_t)V);
     quant_isa best = quant_isa_best();
     for (int pass = 0; pass < 2; pass++) {
-        attn_ops_select(pass == 0);
-        quant_isa_force(pass == 0 ? best : QUANT_ISA_PORTABLE);
+        quant_isa_force(pass == 0 ? best : QUANT_ISA_PORTABLE); /* matmuls and attention loops */
         kv_seq *s;
         cr_assert_eq(kv_seq_create(&s, pool, NULL), ATTND_OK);
         for (int i = 0; i < n; i++) b[i] = (batch_entry){s, tok[i], i, true};
         cr_assert_eq(engine_eval(e, b, n, lg[pass], &err), ATTND_OK, "%s", err.msg);
         kv_seq_destroy(s);
     }
-    attn_ops_select(true);
     quant_isa_force(best);
     for (int i = 0; i < n * V; i++) cr_assert_lt(fabsf(lg[0][i] - lg[1][i]), 1e-3f, "logit %d", i);
     free(lg[0]), free(lg[1]);

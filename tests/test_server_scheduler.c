@@ -1,8 +1,11 @@
 /*
- * test_server_scheduler.c — the scheduler (server/scheduler.c) on the stories260K fixture,
+ * test_server_scheduler.c — the scheduler (server/scheduler.c) on the stories260K fixture (and
+ * the repository's default model where a KV budget must be sized to its context),
  * without HTTP: jobs run to completion, continuous batching gives every job the same tokens as
  * running it alone, prefix reuse is reported, cancellation frees the slot, a full queue is
- * refused, the KV budget evicts idle caches, and the watchdog hook ticks.
+ * refused, the KV budget evicts idle caches, admission waits for KV instead of failing, a budget
+ * below one context is refused, a long prompt is prefilled in chunks beside a decoding stream,
+ * and the watchdog hook ticks.
  */
 #include <criterion/criterion.h>
 #include <math.h>
@@ -16,6 +19,7 @@
 #include "sess.h"
 
 #define MODEL ATTND_DATA_DIR "/models/stories260K.gguf"
+#define SOTU ATTND_SOURCE_DIR "/models/attnd-sotu.gguf" /* 256-token context, 6 KiB of KV a token */
 
 static model *m;
 static tokenizer *tok;
@@ -61,6 +65,16 @@ static bool model_missing(void) {
 TestSuite(scheduler, .init = setup, .fini = teardown, .timeout = 120);
 
 /* A greedy job for the prompt ids (stolen), EOS banned so it always runs max_tokens. */
+/* Swaps the fixture for the default model, whose 1.5 MiB context lets MiB-sized budgets hold
+ * exactly one request (stories260K's 320 KiB cannot). */
+static void use_sotu(void) {
+    tok_destroy(tok);
+    model_destroy(m);
+    attnd_err err;
+    cr_assert_eq(model_load(&m, SOTU, &err), ATTND_OK, "%s", err.msg);
+    cr_assert_eq(tok_load(&tok, model_gguf(m), &err), ATTND_OK, "%s", err.msg);
+}
+
 static sched_job *job_for_ids(int32_t *ids, size_t n, int max_tokens, sess *se) {
     sched_job_spec spec = {.prompt = ids, .n_prompt = (int)n, .max_tokens = max_tokens, .top_logprobs = -1, .se = se};
     sampler_params_default(&spec.sp);
@@ -269,6 +283,83 @@ Test(scheduler, the_watchdog_hook_ticks_while_idle) {
     cr_assert_geq(atomic_load(&ticks), 3, "ticks: %d", atomic_load(&ticks));
 }
 
+Test(scheduler, admission_waits_for_kv_instead_of_failing) {
+    if (model_missing()) return;
+    use_sotu();
+    cfg.kv_budget_mb = 2; /* 341 tokens: each job below reserves 4 of its 5 blocks */
+    cfg.queue_limit = 8;
+    start();
+    sched_job *js[6];
+    for (int i = 0; i < 6; i++) {
+        char text[32];
+        snprintf(text, sizeof(text), "Job %d of six", i);
+        js[i] = job_for(text, 200);
+        cr_assert_eq(sched_submit(sch, js[i], NULL), ATTND_OK);
+    }
+    int most_active = 0;
+    while (!sched_wait_idle(sch, 2)) {
+        sched_stats st;
+        sched_get_stats(sch, &st);
+        if (st.active > most_active) most_active = st.active;
+        cr_assert_leq(st.kv_reserved, st.kv_budget);
+    }
+    for (int i = 0; i < 6; i++) {
+        sched_output o = wait_done(js[i]);
+        cr_assert_eq(o.status, ATTND_OK, "job %d: %s", i, o.errmsg);
+        cr_assert_eq(o.n_pieces, 200, "job %d ran to its end", i);
+        sched_job_unref(js[i]);
+    }
+    cr_assert_eq(most_active, 1, "one job's reservation fills the budget, so they took turns");
+    sched_stats st;
+    sched_get_stats(sch, &st);
+    cr_assert_eq(st.kv_reserved, 0, "every reservation was given back");
+}
+
+Test(scheduler, a_budget_below_one_context_is_refused_at_creation) {
+    if (model_missing()) return;
+    use_sotu();
+    cfg.kv_budget_mb = 1; /* attnd-sotu's 256-token context needs 1.5 MiB */
+    attnd_err err;
+    cr_assert_eq(sched_create(&sch, m, tok, store, &cfg, &err), ATTND_ERR_INVALID);
+    cr_assert_null(sch);
+    cr_assert(strstr(err.msg, "kv_budget_mb >= 2"), "%s", err.msg);
+    cr_assert(strstr(err.msg, "ctx_size <= 128"), "%s", err.msg);
+}
+
+Test(scheduler, a_long_prompt_is_prefilled_in_chunks_beside_a_decoding_stream) {
+    if (model_missing()) return;
+    use_sotu();
+    cfg.prefill_budget_ms = 1; /* the smallest chunks: the cap's floor */
+    start();
+    sched_job *d = job_for("The nation", 240);
+    cr_assert_eq(sched_submit(sch, d, NULL), ATTND_OK);
+    sched_update u = {0};
+    while (u.to < 3) sched_job_wait(d, 1000, &u);
+    int32_t *ids = malloc(200 * sizeof(int32_t));
+    for (int i = 0; i < 200; i++) ids[i] = i ? 300 + i : tok_bos(tok);
+    sched_output before;
+    sched_job_output(d, &before);
+    sched_job *p = job_for_ids(ids, 200, 2, NULL);
+    cr_assert_eq(sched_submit(sch, p, NULL), ATTND_OK);
+    sched_update pu = {0};
+    while (pu.to < 1 && !pu.done) sched_job_wait(p, 1000, &pu);
+    sched_output during;
+    sched_job_output(d, &during);
+    cr_assert_lt(during.n_pieces, 240, "the stream was still running");
+    /* 200 prompt tokens in chunks of 16 or more take several steps, each with a decode token */
+    cr_assert_geq(during.n_pieces - before.n_pieces, 3, "the stream got %d tokens while the prompt was read",
+                  during.n_pieces - before.n_pieces);
+    while (!pu.done) sched_job_wait(p, 1000, &pu); /* both were read already: just wait */
+    while (!u.done) sched_job_wait(d, 1000, &u);
+    sched_output po, dout;
+    sched_job_output(p, &po);
+    sched_job_output(d, &dout);
+    cr_assert_eq(po.status, ATTND_OK);
+    cr_assert_eq(dout.n_pieces, 240);
+    sched_job_unref(p);
+    sched_job_unref(d);
+}
+
 // ---- forks: n choices of one prompt (on the repository's own model) ------------------------
 
 #define OWN_MODEL ATTND_SOURCE_DIR "/models/attnd-sotu.gguf"
@@ -369,4 +460,45 @@ Test(sched_fork, forks_of_a_parent_that_never_runs_fail_with_it) {
     cr_assert_eq(sched_job_fork(&f, p, 2, NULL), ATTND_OK);
     sched_job_unref(f);
     sched_job_unref(p);
+}
+
+Test(sched_fork, forks_reserve_the_shared_prompt_once) {
+    /* 2 MiB = 5 blocks of 64 tokens. A 70-token prompt with 50 tokens to generate needs 2 blocks
+     * alone; with forks the group reserves the prompt's 2 blocks once plus 1 block per choice
+     * (its copy of the partly filled block and its growth). */
+    sched_destroy(sch); /* the suite's scheduler, restarted with a small budget */
+    cfg.kv_budget_mb = 2;
+    attnd_err err;
+    cr_assert_eq(sched_create(&sch, m, tok, store, &cfg, &err), ATTND_OK, "%s", err.msg);
+    char text[1024] = "";
+    for (int i = 0; i < 68; i++) strcat(text, "We ");
+    sched_job *p = job_seeded(text, 50, 1.0f, 1), *f[3];
+    sched_output po;
+    sched_job_output(p, &po);
+    cr_assert_gt(po.n_prompt, 64, "a prompt past one block (%d tokens)", po.n_prompt);
+    cr_assert_lt(po.n_prompt, 78, "and under two (%d tokens)", po.n_prompt);
+    for (int i = 0; i < 3; i++) cr_assert_eq(sched_job_fork(&f[i], p, 2 + i, NULL), ATTND_OK);
+    cr_assert_eq(sched_submit(sch, p, &err), ATTND_ERR_INVALID, "4 choices need 6 blocks: never fits");
+    cr_assert(strstr(err.msg, "4 choices"), "%s", err.msg);
+    for (int i = 0; i < 3; i++) sched_job_unref(f[i]);
+    sched_job_unref(p);
+
+    p = job_seeded(text, 50, 1.0f, 1);
+    for (int i = 0; i < 2; i++) cr_assert_eq(sched_job_fork(&f[i], p, 2 + i, NULL), ATTND_OK);
+    cr_assert_eq(sched_submit(sch, p, &err), ATTND_OK, "3 choices fit in 5 blocks only because they share: %s",
+                 err.msg);
+    sched_job *all[3] = {p, f[0], f[1]};
+    for (int i = 0; i < 3; i++) {
+        sched_update u = {0};
+        while (!u.done) sched_job_wait(all[i], 1000, &u);
+        sched_output o;
+        sched_job_output(all[i], &o);
+        cr_assert_eq(o.status, ATTND_OK, "choice %d: %s", i, o.errmsg);
+        cr_assert_eq(o.n_pieces, 50);
+    }
+    cr_assert(sched_wait_idle(sch, 5000));
+    sched_stats st;
+    sched_get_stats(sch, &st);
+    cr_assert_eq(st.kv_reserved, 0, "the group's reservation was given back in full");
+    for (int i = 0; i < 3; i++) sched_job_unref(all[i]);
 }

@@ -245,6 +245,110 @@ Test(sess, delete_removes_the_file) {
     sess_store_destroy(st);
 }
 
+// ---- session lifetime and durability ---------------------------------------------------------
+
+static struct kv_seq *sunk[8];
+static int n_sunk;
+static void sink(void *user, struct kv_seq *kv) {
+    (void)user;
+    if (n_sunk < 8) sunk[n_sunk++] = kv;
+}
+
+static bool file_exists(const char *id) {
+    char p[256];
+    snprintf(p, sizeof(p), "%s/%s.session.json", dir, id);
+    return access(p, F_OK) == 0;
+}
+
+Test(sess, at_max_sessions_the_least_recently_used_idle_session_is_evicted) {
+    sess_store *st;
+    cr_assert_eq(sess_store_create(&st, dir, "m", 2, NULL), ATTND_OK);
+    sess_store_set_lifetime(st, 0, true);
+    n_sunk = 0;
+    sess_store_set_kv_sink(st, sink, NULL);
+    char id[SESS_ID_MAX + 1];
+    int32_t t[] = {1, 2, 3};
+    sess *a, *b;
+    cr_assert_eq(sess_create(st, NULL, "a", id, NULL), ATTND_OK);
+    cr_assert_eq(sess_create(st, NULL, "b", id, NULL), ATTND_OK);
+    cr_assert_eq(sess_acquire(st, NULL, "a", &a, NULL), ATTND_OK);
+    sess_set_kv(st, a, fake_kv(1), 3, 10);
+    sess_release(st, a, t, 3, NULL);
+    cr_assert_eq(sess_persist(st, NULL, "a", NULL), ATTND_OK);
+    usleep(3000);
+    cr_assert_eq(sess_acquire(st, NULL, "b", &b, NULL), ATTND_OK);
+    sess_release(st, b, t, 3, NULL);
+    cr_assert(file_exists("a"));
+    cr_assert_eq(sess_create(st, NULL, "c", id, NULL), ATTND_OK, "the limit evicts instead of refusing");
+    cr_assert_null(sess_info_json(st, NULL, "a"), "'a' was the least recently used");
+    cr_assert_not(file_exists("a"), "its file is removed too");
+    cr_assert_eq(n_sunk, 1);
+    cr_assert_eq(sunk[0], fake_kv(1), "its KV went to the scheduler");
+    /* a busy session is never evicted: with both busy, the limit refuses */
+    sess *c;
+    cr_assert_eq(sess_acquire(st, NULL, "b", &b, NULL), ATTND_OK);
+    cr_assert_eq(sess_acquire(st, NULL, "c", &c, NULL), ATTND_OK);
+    cr_assert_eq(sess_create(st, NULL, "d", id, NULL), ATTND_ERR_NOMEM);
+    sess_abandon(st, b);
+    sess_abandon(st, c);
+    sess_store_set_lifetime(st, 0, false);
+    cr_assert_eq(sess_create(st, NULL, "d", id, NULL), ATTND_ERR_NOMEM, "eviction switched off: refused");
+    sess_store_destroy(st);
+}
+
+Test(sess, idle_sessions_expire_after_the_ttl) {
+    sess_store *st;
+    cr_assert_eq(sess_store_create(&st, dir, "m", 10, NULL), ATTND_OK);
+    char id[SESS_ID_MAX + 1];
+    sess *busy;
+    cr_assert_eq(sess_create(st, NULL, "old", id, NULL), ATTND_OK);
+    cr_assert_eq(sess_create(st, NULL, "busy", id, NULL), ATTND_OK);
+    cr_assert_eq(sess_persist(st, NULL, "old", NULL), ATTND_OK);
+    cr_assert_eq(sess_acquire(st, NULL, "busy", &busy, NULL), ATTND_OK);
+    cr_assert_eq(sess_expire(st), 0, "no TTL set: nothing expires");
+    sess_store_set_lifetime(st, 20, false);
+    usleep(40 * 1000);
+    cr_assert_eq(sess_create(st, NULL, "fresh", id, NULL), ATTND_OK);
+    cr_assert_eq(sess_expire(st), 1, "only the idle, old session expires");
+    cr_assert_null(sess_info_json(st, NULL, "old"));
+    cr_assert_not(file_exists("old"));
+    json_t *j = sess_info_json(st, NULL, "busy");
+    cr_assert_not_null(j, "a busy session never expires");
+    json_decref(j);
+    cr_assert_not_null(j = sess_info_json(st, NULL, "fresh"));
+    json_decref(j);
+    sess_abandon(st, busy);
+    sess_store_destroy(st);
+}
+
+Test(sess, persist_is_durable_and_start_up_removes_interrupted_writes) {
+    sess_store *st;
+    cr_assert_eq(sess_store_create(&st, dir, "m", 10, NULL), ATTND_OK);
+    char id[SESS_ID_MAX + 1], p[256];
+    sess *s;
+    int32_t t1[] = {5, 6}, t2[] = {5, 6, 7, 8};
+    cr_assert_eq(sess_create(st, NULL, "x", id, NULL), ATTND_OK);
+    cr_assert_eq(sess_acquire(st, NULL, "x", &s, NULL), ATTND_OK);
+    sess_release(st, s, t1, 2, NULL);
+    cr_assert_eq(sess_persist(st, NULL, "x", NULL), ATTND_OK);
+    cr_assert_eq(sess_acquire(st, NULL, "x", &s, NULL), ATTND_OK);
+    sess_release(st, s, t2, 4, NULL);
+    cr_assert_eq(sess_persist(st, NULL, "x", NULL), ATTND_OK);
+    cr_assert_eq(sess_persist(st, NULL, "x", NULL), ATTND_OK, "nothing new: a no-op");
+    sess_store_destroy(st);
+    snprintf(p, sizeof(p), "%s/x.session.json.tmp.4242.7", dir);
+    FILE *f = fopen(p, "w");
+    cr_assert_not_null(f);
+    fputs("{\"partial", f);
+    fclose(f);
+    cr_assert_eq(sess_store_create(&st, dir, "m", 10, NULL), ATTND_OK);
+    cr_assert_neq(access(p, F_OK), 0, "the leftover temporary file is removed");
+    json_t *j = sess_info_json(st, NULL, "x");
+    cr_assert_eq(json_integer_value(json_object_get(j, "tokens")), 4, "the newest history is the one on disk");
+    json_decref(j);
+    sess_store_destroy(st);
+}
+
 Test(sess, owners_see_only_their_own_sessions_and_prompt_cache) {
     sess_store *st;
     cr_assert_eq(sess_store_create(&st, dir, "m", 10, NULL), ATTND_OK);

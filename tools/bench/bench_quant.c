@@ -5,6 +5,9 @@
  * A benchmark, not a test: it prints numbers and ratios, it asserts nothing.
  *
  *   tools/bench/build.sh && build/bench_quant [n_threads] [n_tok] [models]   (models: skip the per-shape table)
+ *   build/bench_quant [n_threads] [n_tok] tl [isa]   (TinyLlama-1.1B matrix shapes, best ISA only: GFLOP/s and
+ *                                               weight GB/s; for n_tok <= 16 the weights rotate through
+ *                                               96 MB of copies, so they stream from DRAM as in decode)
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -166,6 +169,52 @@ static void bench_primitives(void) {
     }
 }
 
+/* One TinyLlama-shaped matmul, seconds per call (best of 5 batches). */
+static double time_tl(uint32_t type, int64_t rows, int64_t cols, int n_tok, int n_threads) {
+    size_t wbytes = quant_row_bytes(type, cols) * (size_t)rows;
+    int copies = n_tok <= 16 ? (int)((96u << 20) / wbytes + 1) : 1;
+    uint8_t **w = malloc((size_t)copies * sizeof *w);
+    for (int i = 0; i < copies; i++) w[i] = make_weights(type, rows, cols);
+    float *x = malloc((size_t)n_tok * (size_t)cols * sizeof(float));
+    float *out = malloc((size_t)n_tok * (size_t)rows * sizeof(float));
+    for (int64_t i = 0; i < n_tok * cols; i++) x[i] = (float)(rnd() % 2001) / 1000.f - 1.f;
+    void *scratch = malloc(quant_scratch_bytes(type, n_tok, cols) + 1);
+    double flop = 2.0 * (double)rows * (double)cols * n_tok;
+    int reps = (int)(2e9 / flop) + 1; /* ~0.05 s per batch at 40 GFLOP/s */
+    if (n_tok <= 16 && reps < copies) reps = copies;
+    double best = 1e30;
+    for (int batch = 0; batch < 5; batch++) {
+        double t0 = now_s();
+        for (int i = 0; i < reps; i++) quant_matmul(out, w[i % copies], type, rows, cols, x, n_tok, scratch, n_threads);
+        double dt = (now_s() - t0) / reps;
+        if (dt < best) best = dt;
+    }
+    for (int i = 0; i < copies; i++) free(w[i]);
+    free(w);
+    free(x);
+    free(out);
+    free(scratch);
+    return best;
+}
+
+static void bench_tl(int n_threads, int n_tok, quant_isa isa) {
+    static const uint32_t types[] = {GGUF_TYPE_Q8_0, GGUF_TYPE_Q4_0, GGUF_TYPE_Q4_K, GGUF_TYPE_Q6_K};
+    static const int64_t shapes[][2] = {{2048, 2048}, {5632, 2048}, {2048, 5632}, {32000, 2048}};
+    printf("isa %s\n%-5s %-11s %10s %9s %9s\n", quant_isa_name(isa), "type", "shape", "ms/call", "GFLOP/s", "GB/s w");
+    for (size_t ti = 0; ti < sizeof types / sizeof *types; ti++)
+        for (size_t si = 0; si < sizeof shapes / sizeof *shapes; si++) {
+            int64_t rows = shapes[si][0], cols = shapes[si][1];
+            quant_isa_force(isa);
+            double t = time_tl(types[ti], rows, cols, n_tok, n_threads);
+            char shape[32];
+            snprintf(shape, sizeof shape, "%ldx%ld", (long)rows, (long)cols);
+            printf("%-5s %-11s %10.3f %9.2f %9.2f\n", gguf_type_name(types[ti]), shape, t * 1e3,
+                   2.0 * (double)rows * (double)cols * n_tok / t * 1e-9,
+                   (double)quant_row_bytes(types[ti], cols) * (double)rows / t * 1e-9);
+            fflush(stdout);
+        }
+}
+
 int main(int argc, char **argv) {
     int n_threads = argc > 1 ? atoi(argv[1]) : 1;
     int n_tok = argc > 2 ? atoi(argv[2]) : 1;
@@ -178,6 +227,14 @@ int main(int argc, char **argv) {
     quant_isa best = quant_isa_best();
     printf("threads %d, n_tok %d, best isa %s, timing by %s\n\n", n_threads, n_tok, quant_isa_name(best),
            g_cpu_clock ? "process CPU time" : "wall clock");
+    if (argc > 3 && strcmp(argv[3], "tl") == 0) {
+        /* optional 4th argument: the instruction set (portable, avx2, avx512); default the best */
+        quant_isa isa = best;
+        for (int i = 0; argc > 4 && i <= (int)best; i++)
+            if (strcmp(argv[4], quant_isa_name((quant_isa)i)) == 0) isa = (quant_isa)i;
+        bench_tl(n_threads, n_tok, isa);
+        return 0;
+    }
     printf("%-5s %-9s %10s %10s %9s %9s %9s\n", "type", "shape", "isa", "us/call", "ns/row", "GFLOP/s", "vs port.");
     const int64_t shapes[][2] = {{256, 256}, {768, 256}, {256, 768}, {1024, 256}};
     for (size_t ti = 0; ti < (only_models ? 0 : sizeof TYPES / sizeof *TYPES); ti++) {
