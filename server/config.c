@@ -7,10 +7,13 @@
  * parser, --print-config and --help are all driven by that table, so a setting added to the
  * table is automatically configurable everywhere and documented in --help.
  *
+ * The table's types are in config_internal.h; --print-config and --help are in config_print.c.
+ *
  * Layers are applied lowest precedence first (defaults, file, environment, flags), each one
  * overwriting what the previous set; a slot per setting remembers the last writer.
  */
 #include "config.h"
+#include "config_internal.h"
 
 #include "chat.h"
 
@@ -29,31 +32,8 @@ extern char **environ;
 
 // ---- the table ---------------------------------------------------------------------------------
 
-typedef enum kind {
-    K_STR,      /* const char *; "" = unset (NULL) unless NONEMPTY */
-    K_INT,      /* int within [min, max] */
-    K_SIZE,     /* size_t within [min, max] */
-    K_BYTES,    /* size_t with an optional k/M/G (binary) suffix */
-    K_FLOAT,    /* float within [min, max] */
-    K_BOOL,     /* bool: true/false/yes/no/on/off/1/0 */
-    K_LOGLEVEL, /* server_log_level: error/warn/info/debug */
-    K_KEYFILE,  /* a path whose contents become the const char * field (api_key_file) */
-    K_CHAT,     /* const char *: a chat template family name known to chat.c; "" = detect */
-} kind;
-
-enum { F_NONEMPTY = 1, F_SECRET = 2 };
-
-typedef struct entry {
-    const char *key;  /* file key; env is ATTND_<KEY>, flag is --<key with dashes> */
-    kind kind;
-    size_t off;       /* offsetof(server_settings, field) */
-    double min, max;  /* numeric range, inclusive */
-    int flags;        /* F_* */
-    const char *help; /* one line for --help */
-} entry;
-
 #define OFF(field) offsetof(server_settings, field)
-static const entry SETTINGS[] = {
+const entry config_settings[] = {
     {"host", K_STR, OFF(host), 0, 0, F_NONEMPTY, "address to listen on (0.0.0.0 / :: = all interfaces)"},
     {"port", K_INT, OFF(port), 0, 65535, 0, "TCP port (0 = any free port)"},
     {"max_connections", K_INT, OFF(max_connections), 1, 65535, 0, "concurrent HTTP connections (503 above)"},
@@ -97,24 +77,11 @@ static const entry SETTINGS[] = {
     {"max_tokens", K_INT, OFF(default_max_tokens), 1, 1 << 24, 0, "max_tokens when a request gives none"},
 };
 #undef OFF
-#define N_SETTINGS ATTND_ARRAY_LEN(SETTINGS)
+const size_t config_n_settings = ATTND_ARRAY_LEN(config_settings);
+#define SETTINGS config_settings
+#define N_SETTINGS config_n_settings
 
 // ---- the config object -------------------------------------------------------------------------
-
-typedef struct slot {
-    config_source src; /* last layer that wrote this setting */
-    char *origin;      /* "flag --port", "environment ATTND_PORT", "file:12", NULL = "default" */
-    int line;          /* config file line, when src == CONFIG_SRC_FILE */
-    char *raw;         /* K_KEYFILE: the path given (the contents are secret) */
-} slot;
-
-struct config {
-    slot slots[N_SETTINGS];
-    char **strings; /* every string a settings field points to; freed at destroy */
-    size_t n_strings, cap_strings;
-    char *file_path; /* config file read, or NULL */
-    bool help, print;
-};
 
 static char *keep(config *c, const char *s, size_t n) {
     if (c->n_strings == c->cap_strings) {
@@ -220,11 +187,11 @@ static int parse_bool(const char *s) {
     return -1;
 }
 
-static const char *LOG_LEVELS[] = {"error", "warn", "info", "debug"};
+const char *const config_log_levels[4] = {"error", "warn", "info", "debug"};
 
 static int parse_log_level(const char *s) {
     for (int i = 0; i < 4; i++)
-        if (!strcasecmp(s, LOG_LEVELS[i])) return i;
+        if (!strcasecmp(s, config_log_levels[i])) return i;
     if (!strcasecmp(s, "warning")) return SERVER_LOG_WARN;
     return -1;
 }
@@ -514,12 +481,12 @@ done:
     return st;
 }
 
-static void env_name(char *buf, size_t cap, const char *key) {
+void config_env_name(char *buf, size_t cap, const char *key) {
     snprintf(buf, cap, "ATTND_%s", key);
     for (char *p = buf; *p; p++) *p = (char)toupper((unsigned char)*p);
 }
 
-static void flag_name(char *buf, size_t cap, const char *key) {
+void config_flag_name(char *buf, size_t cap, const char *key) {
     snprintf(buf, cap, "--%s", key);
     for (char *p = buf; *p; p++)
         if (*p == '_') *p = '-';
@@ -595,6 +562,10 @@ attnd_status config_load(config **out, server_settings *s, int argc, char **argv
     server_settings_default(s);
     if (!envp) envp = environ;
     config *c = calloc(1, sizeof(*c));
+    if (c && !(c->slots = calloc(N_SETTINGS, sizeof(*c->slots)))) {
+        free(c);
+        c = NULL;
+    }
     if (!c) return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory");
     fv = calloc((size_t)(argc > 0 ? argc : 1), sizeof(*fv));
     if (!fv) {
@@ -636,7 +607,7 @@ attnd_status config_load(config **out, server_settings *s, int argc, char **argv
     // the environment
     for (size_t i = 0; i < N_SETTINGS; i++) {
         char name[64];
-        env_name(name, sizeof(name), SETTINGS[i].key);
+        config_env_name(name, sizeof(name), SETTINGS[i].key);
         const char *v = env_get(envp, name);
         if (!v || !*v) continue; /* empty = unset, as shells make it easy to export NAME= */
         char where[96];
@@ -647,7 +618,7 @@ attnd_status config_load(config **out, server_settings *s, int argc, char **argv
     // the flags
     for (size_t k = 0; k < n_fv; k++) {
         char name[64], where[80];
-        flag_name(name, sizeof(name), SETTINGS[fv[k].idx].key);
+        config_flag_name(name, sizeof(name), SETTINGS[fv[k].idx].key);
         snprintf(where, sizeof(where), "flag %s", name);
         /* A flag repeated on the command line: the last one wins, as usual for CLIs; the
          * same-layer check in apply() is only for api_key vs api_key_file. */
@@ -693,6 +664,7 @@ int config_scrub_argv(int argc, char **argv) {
 void config_destroy(config *c) {
     if (!c) return;
     for (size_t i = 0; i < N_SETTINGS; i++) free(c->slots[i].origin);
+    free(c->slots);
     for (size_t i = 0; i < c->n_strings; i++) free(c->strings[i]);
     free(c->strings);
     free(c->file_path);
@@ -719,96 +691,4 @@ int config_source_of(const config *c, const char *key, const char **origin) {
     if (idx < 0) return -1;
     if (origin) *origin = c->slots[idx].origin ? c->slots[idx].origin : "default";
     return (int)c->slots[idx].src;
-}
-
-// ---- output ------------------------------------------------------------------------------------
-
-/* A string as the file syntax reads it back: quoted when bare text would be misread. */
-/* v as a config-file value: bare when the parser would read it back unchanged, else in double
- * quotes. NULL when neither works (a value from the environment or a flag holding a newline, or
- * a '"' in a value that needs quoting: the format has no escapes). */
-static const char *quoted(const char *v, char *buf, size_t cap) {
-    size_t n = strlen(v);
-    if (strchr(v, '\n') || n + 3 > cap) return NULL; /* a line ends at '\n' only */
-    bool quote = n == 0 || isspace((unsigned char)v[0]) || isspace((unsigned char)v[n - 1]) || v[0] == '"' ||
-                 v[0] == '#';
-    for (size_t i = 1; i < n && !quote; i++) quote = v[i] == '#' && isspace((unsigned char)v[i - 1]);
-    if (quote && strchr(v, '"')) return NULL;
-    snprintf(buf, cap, quote ? "\"%s\"" : "%s", v);
-    return buf;
-}
-
-void config_print(const config *c, const server_settings *s, FILE *out) {
-    fprintf(out, "# attnd serve: effective configuration (flag > environment > config file > default)\n");
-    fprintf(out, "# config file: %s\n", c->file_path ? c->file_path : "(none)");
-    for (size_t i = 0; i < N_SETTINGS; i++) {
-        const entry *e = &SETTINGS[i];
-        const slot *sl = &c->slots[i];
-        const char *origin = sl->origin ? sl->origin : "default";
-        const char *field = (const char *)s + e->off;
-        char val[PATH_MAX + 8];
-        if (e->kind == K_KEYFILE) {
-            if (sl->raw && quoted(sl->raw, val, sizeof(val)))
-                fprintf(out, "%-20s = %-30s # %s\n", e->key, val, origin);
-            else if (sl->raw) fprintf(out, "# %-18s   (a path a config file cannot hold)  # %s\n", e->key, origin);
-            else fprintf(out, "# %-18s   (not set)\n", e->key);
-            continue;
-        }
-        if (e->flags & F_SECRET) {
-            /* Never print the key itself, only whether it is set and by what. */
-            const char *key = *(const char *const *)field;
-            bool by_file = false;
-            for (size_t j = 0; j < N_SETTINGS; j++)
-                if (SETTINGS[j].kind == K_KEYFILE && SETTINGS[j].off == e->off && c->slots[j].raw) by_file = true;
-            if (by_file) fprintf(out, "# %-18s   (set by api_key_file)\n", e->key);
-            else if (key) fprintf(out, "# %-18s = (hidden, %zu bytes)  # %s\n", e->key, strlen(key), origin);
-            else fprintf(out, "# %-18s   (not set: no authentication)\n", e->key);
-            continue;
-        }
-        switch (e->kind) {
-        case K_STR:
-        case K_CHAT: {
-            const char *v = *(const char *const *)field;
-            if (!v) {
-                val[0] = '\0';
-            } else if (!quoted(v, val, sizeof(val))) {
-                fprintf(out, "# %-18s   (a value a config file cannot hold)  # %s\n", e->key, origin);
-                continue;
-            }
-            break;
-        }
-        case K_INT: snprintf(val, sizeof(val), "%d", *(const int *)field); break;
-        case K_SIZE:
-        case K_BYTES: snprintf(val, sizeof(val), "%zu", *(const size_t *)field); break;
-        case K_FLOAT: snprintf(val, sizeof(val), "%g", (double)*(const float *)field); break;
-        case K_BOOL: snprintf(val, sizeof(val), "%s", *(const bool *)field ? "true" : "false"); break;
-        case K_LOGLEVEL: {
-            int l = (int)*(const server_log_level *)field;
-            snprintf(val, sizeof(val), "%s", l >= 0 && l < 4 ? LOG_LEVELS[l] : "info");
-            break;
-        }
-        case K_KEYFILE: val[0] = '\0'; break;
-        }
-        fprintf(out, "%-20s = %-30s # %s\n", e->key, val, origin);
-    }
-}
-
-void config_usage(FILE *out) {
-    fprintf(out, "Every setting can be given as a flag, an environment variable or a config file key\n"
-                 "(precedence in that order). Flags take '--flag VALUE' or '--flag=VALUE'; booleans\n"
-                 "also '--flag' / '--no-flag'.\n\n"
-                 "  --config FILE            config file (default: $ATTND_CONFIG, else\n"
-                 "                           $CONFIGURATION_DIRECTORY/attnd.conf under systemd)\n"
-                 "  --print-config           print the effective configuration and where each value\n"
-                 "                           came from, then exit\n"
-                 "  --help                   this text\n\n");
-    for (size_t i = 0; i < N_SETTINGS; i++) {
-        char flag[64], env[64], lhs[96];
-        flag_name(flag, sizeof(flag), SETTINGS[i].key);
-        env_name(env, sizeof(env), SETTINGS[i].key);
-        kind k = SETTINGS[i].kind;
-        const char *arg = k == K_BOOL ? "" : k == K_STR || k == K_KEYFILE || k == K_CHAT ? " STR" : " N";
-        snprintf(lhs, sizeof(lhs), "%s%s", flag, arg);
-        fprintf(out, "  %-24s %s [%s]\n", lhs, SETTINGS[i].help, env);
-    }
 }
