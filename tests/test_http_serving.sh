@@ -91,7 +91,9 @@ grep -q '"finish_reason":"length"' "$TMP/ka.txt" && grep -q '^data: \[DONE\]$' "
 wait_jobs
 
 # ---- shutdown cuts what is still queued: streams end properly, the rest get a 503 -----------
-for i in $(seq 16); do post "$q_PORT" /v1/completions "{\"prompt\":\"Queue $i\",\"max_tokens\":250,$LONG}" >/dev/null & done
+# 48 x 250 tokens queued ahead (one slot) outlast the 1 s shutdown timeout even on a quiet machine
+# (the default model decodes ~3000 tokens/s there), so the two requests behind them are cut.
+for i in $(seq 48); do post "$q_PORT" /v1/completions "{\"prompt\":\"Queue $i\",\"max_tokens\":250,$LONG}" >/dev/null & done
 sleep 0.3
 curl -sN -m 120 "http://127.0.0.1:$q_PORT/v1/chat/completions" \
     -d '{"messages":[{"role":"user","content":"hi"}],"max_tokens":50,"stream":true}' >"$TMP/cut.txt" &
