@@ -56,6 +56,52 @@ double cli_parse_double(const char *cmd, const char *flag, const char *s, double
     return v;
 }
 
+/* One table entry for argv[*i], consumed; false when no entry matches. */
+static bool match_opt(const char *cmd, int argc, char **argv, int *i, const cli_opt *o) {
+    const char *v;
+    switch (o->kind) {
+    case CLI_SET:
+    case CLI_CLEAR:
+        if (strcmp(argv[*i], o->flag)) return false;
+        *(bool *)o->dst = o->kind == CLI_SET;
+        *i += 1;
+        return true;
+    case CLI_SAMPLING: return cli_sampling_flag(cmd, argc, argv, i, o->dst);
+    case CLI_ARGS: {
+        cli_args *a = o->dst;
+        const char *arg = argv[*i];
+        if (arg[0] == '-' && arg[1]) return false;
+        if (a->n == a->max) cli_usage_error(cmd, "unexpected argument '%s'", arg);
+        a->v[a->n++] = arg;
+        *i += 1;
+        return true;
+    }
+    default: break;
+    }
+    if (!cli_flag_value(cmd, argc, argv, i, o->flag, &v)) return false;
+    if (o->kind == CLI_STR) *(const char **)o->dst = v;
+    else if (o->kind == CLI_INT) *(int *)o->dst = (int)cli_parse_int(cmd, o->flag, v, o->min, o->max);
+    else if (!strcmp(v, "f16")) *(kv_type *)o->dst = KV_F16;
+    else if (!strcmp(v, "f32")) *(kv_type *)o->dst = KV_F32;
+    else cli_usage_error(cmd, "%s: '%s' is not f16 or f32", o->flag, v);
+    return true;
+}
+
+bool cli_parse_opts(const char *cmd, const char *usage, int argc, char **argv, const cli_opt *opts, int n_opts) {
+    for (int i = 1; i < argc;) {
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            fputs(usage, stdout);
+            for (int k = 0; k < n_opts; k++)
+                if (opts[k].kind == CLI_SAMPLING) fputs(CLI_SAMPLING_USAGE, stdout);
+            return false;
+        }
+        int k = 0;
+        while (k < n_opts && !match_opt(cmd, argc, argv, &i, &opts[k])) k++;
+        if (k == n_opts) cli_usage_error(cmd, "unknown option '%s'", argv[i]);
+    }
+    return true;
+}
+
 int32_t *cli_parse_ids(const char *cmd, const char *flag, const char *s, int *n_out) {
     int cap = 16, n = 0;
     int32_t *ids = malloc(cap * sizeof(*ids));

@@ -32,7 +32,7 @@ static const char *USAGE =
     "  --json          print the JSON of POST /v1/attention\n"
     "  --svg FILE      write a heatmap (tokens on both axes, a thumbnail per head) to FILE\n"
     "  --model PATH    the GGUF file (default: the shipped default model)\n"
-    "  --threads N     threads (default: the CPUs this process may use)\n"
+    "  --threads N     threads; 0 (the default) = the CPUs this process may use\n"
     "  --kv-type T     KV cache type, f16 (default, as the server) or f32\n"
     "\n";
 
@@ -58,38 +58,24 @@ static int *parse_list(const char *flag, const char *s, int *n) {
 static void parse_args(int argc, char **argv, attn_opts *o) {
     *o = (attn_opts){.kv = KV_F16};
     cli_sampling_init(&o->sampling);
-    for (int i = 1; i < argc;) {
-        const char *v;
-        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-            fputs(USAGE, stdout);
-            fputs(CLI_SAMPLING_USAGE, stdout);
-            exit(0);
-        } else if (cli_flag_value("attention", argc, argv, &i, "--model", &v)) o->model = v;
-        else if (cli_flag_value("attention", argc, argv, &i, "--prompt", &v)) o->prompt = v;
-        else if (cli_flag_value("attention", argc, argv, &i, "--tokens", &v)) o->tokens = v;
-        else if (cli_flag_value("attention", argc, argv, &i, "--svg", &v)) o->svg = v;
-        else if (cli_flag_value("attention", argc, argv, &i, "--layer", &v)) {
-            free(o->layers);
-            o->layers = parse_list("--layer", v, &o->n_layers);
-        } else if (cli_flag_value("attention", argc, argv, &i, "--head", &v)) {
-            free(o->heads);
-            o->heads = parse_list("--head", v, &o->n_heads);
-        } else if (cli_flag_value("attention", argc, argv, &i, "--top-k", &v))
-            o->top_k = (int)cli_parse_int("attention", "--top-k", v, 0, 1 << 24);
-        else if (cli_flag_value("attention", argc, argv, &i, "--n", &v))
-            o->n_predict = (int)cli_parse_int("attention", "--n", v, 0, 1 << 20);
-        else if (cli_sampling_flag("attention", argc, argv, &i, &o->sampling)) {
-        } else if (cli_flag_value("attention", argc, argv, &i, "--threads", &v))
-            o->n_threads = (int)cli_parse_int("attention", "--threads", v, 1, 1024);
-        else if (cli_flag_value("attention", argc, argv, &i, "--kv-type", &v)) {
-            if (!strcmp(v, "f16")) o->kv = KV_F16;
-            else if (!strcmp(v, "f32")) o->kv = KV_F32;
-            else cli_usage_error("attention", "--kv-type: '%s' is not f16 or f32", v);
-        } else if (!strcmp(argv[i], "--json")) {
-            o->json = true;
-            i++;
-        } else cli_usage_error("attention", "unknown option '%s'", argv[i]);
-    }
+    const char *layers = NULL, *heads = NULL;
+    const cli_opt opts[] = {
+        CLI_OPT_STR("--model", &o->model),
+        CLI_OPT_STR("--prompt", &o->prompt),
+        CLI_OPT_STR("--tokens", &o->tokens),
+        CLI_OPT_STR("--svg", &o->svg),
+        CLI_OPT_STR("--layer", &layers),
+        CLI_OPT_STR("--head", &heads),
+        CLI_OPT_INT("--top-k", &o->top_k, 0, 1 << 24),
+        CLI_OPT_INT("--n", &o->n_predict, 0, 1 << 20),
+        CLI_OPT_SAMPLING(&o->sampling),
+        CLI_OPT_INT("--threads", &o->n_threads, 0, 1024),
+        CLI_OPT_KV("--kv-type", &o->kv),
+        CLI_OPT_SET("--json", &o->json),
+    };
+    if (!cli_parse_opts("attention", USAGE, argc, argv, opts, ATTND_ARRAY_LEN(opts))) exit(0);
+    if (layers) o->layers = parse_list("--layer", layers, &o->n_layers);
+    if (heads) o->heads = parse_list("--head", heads, &o->n_heads);
     if (!o->prompt == !o->tokens) cli_usage_error("attention", "give exactly one of --prompt and --tokens");
     if (o->json && o->svg) cli_usage_error("attention", "give at most one of --json and --svg");
     if (o->svg && o->top_k) cli_usage_error("attention", "--svg draws whole rows; leave out --top-k");

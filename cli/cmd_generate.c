@@ -43,34 +43,17 @@ typedef struct gen_opts {
 static void parse_args(int argc, char **argv, gen_opts *o) {
     *o = (gen_opts){.n_predict = 64, .kv = KV_F16};
     cli_sampling_init(&o->sampling);
-    for (int i = 1; i < argc;) {
-        const char *v;
-        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-            fputs(USAGE, stdout);
-            fputs(CLI_SAMPLING_USAGE, stdout);
-            exit(0);
-        } else if (cli_flag_value("generate", argc, argv, &i, "--model", &v)) {
-            o->model = v;
-        } else if (cli_flag_value("generate", argc, argv, &i, "--prompt", &v)) {
-            o->prompt = v;
-        } else if (cli_flag_value("generate", argc, argv, &i, "--tokens", &v)) {
-            o->tokens = v;
-        } else if (cli_flag_value("generate", argc, argv, &i, "--n", &v)) {
-            o->n_predict = (int)cli_parse_int("generate", "--n", v, 0, 1 << 24);
-        } else if (cli_sampling_flag("generate", argc, argv, &i, &o->sampling)) {
-        } else if (cli_flag_value("generate", argc, argv, &i, "--threads", &v)) {
-            o->n_threads = (int)cli_parse_int("generate", "--threads", v, 0, 1024);
-        } else if (cli_flag_value("generate", argc, argv, &i, "--kv-type", &v)) {
-            if (!strcmp(v, "f16")) o->kv = KV_F16;
-            else if (!strcmp(v, "f32")) o->kv = KV_F32;
-            else cli_usage_error("generate", "--kv-type: '%s' is not f16 or f32", v);
-        } else if (!strcmp(argv[i], "--json")) {
-            o->json = true;
-            i++;
-        } else {
-            cli_usage_error("generate", "unknown option '%s'", argv[i]);
-        }
-    }
+    const cli_opt opts[] = {
+        CLI_OPT_STR("--model", &o->model),
+        CLI_OPT_STR("--prompt", &o->prompt),
+        CLI_OPT_STR("--tokens", &o->tokens),
+        CLI_OPT_INT("--n", &o->n_predict, 0, 1 << 24),
+        CLI_OPT_SAMPLING(&o->sampling),
+        CLI_OPT_INT("--threads", &o->n_threads, 0, 1024),
+        CLI_OPT_KV("--kv-type", &o->kv),
+        CLI_OPT_SET("--json", &o->json),
+    };
+    if (!cli_parse_opts("generate", USAGE, argc, argv, opts, ATTND_ARRAY_LEN(opts))) exit(0);
     if (!o->prompt == !o->tokens) cli_usage_error("generate", "give exactly one of --prompt and --tokens");
     if (o->sampling.top_logprobs && !o->json) cli_usage_error("generate", "--top-logprobs needs --json");
 }

@@ -44,28 +44,14 @@ typedef struct score_opts {
 /* false when --help was printed. */
 static bool parse_args(int argc, char **argv, score_opts *o) {
     *o = (score_opts){.kv = KV_F16};
-    for (int i = 1; i < argc;) {
-        const char *v;
-        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-            fputs(USAGE, stdout);
-            return false;
-        } else if (cli_flag_value("score", argc, argv, &i, "--model", &v)) {
-            o->model = v;
-        } else if (cli_flag_value("score", argc, argv, &i, "--tokens", &v)) {
-            o->tokens = v;
-        } else if (cli_flag_value("score", argc, argv, &i, "--threads", &v)) {
-            o->n_threads = (int)cli_parse_int("score", "--threads", v, 0, 1024);
-        } else if (cli_flag_value("score", argc, argv, &i, "--kv-type", &v)) {
-            if (!strcmp(v, "f16")) o->kv = KV_F16;
-            else if (!strcmp(v, "f32")) o->kv = KV_F32;
-            else cli_usage_error("score", "--kv-type: '%s' is not f16 or f32", v);
-        } else if (!strcmp(argv[i], "--json")) {
-            o->json = true;
-            i++;
-        } else {
-            cli_usage_error("score", "unknown option '%s'", argv[i]);
-        }
-    }
+    const cli_opt opts[] = {
+        CLI_OPT_STR("--model", &o->model),
+        CLI_OPT_STR("--tokens", &o->tokens),
+        CLI_OPT_INT("--threads", &o->n_threads, 0, 1024),
+        CLI_OPT_KV("--kv-type", &o->kv),
+        CLI_OPT_SET("--json", &o->json),
+    };
+    if (!cli_parse_opts("score", USAGE, argc, argv, opts, ATTND_ARRAY_LEN(opts))) return false;
     if (!o->tokens) cli_usage_error("score", "--tokens is required");
     return true;
 }

@@ -38,6 +38,47 @@ bool cli_flag_value(const char *cmd, int argc, char **argv, int *i, const char *
 long long cli_parse_int(const char *cmd, const char *flag, const char *s, long long min, long long max);
 double cli_parse_double(const char *cmd, const char *flag, const char *s, double min, double max);
 
+/* ---- option tables: one table per command instead of one parse loop per command ---- */
+
+typedef enum cli_opt_kind {
+    CLI_STR,      /* --flag VALUE into (const char **)dst, borrowing argv */
+    CLI_INT,      /* --flag N into (int *)dst, N within [min, max] */
+    CLI_SET,      /* --flag alone sets (bool *)dst to true */
+    CLI_CLEAR,    /* --flag alone sets (bool *)dst to false */
+    CLI_KV,       /* --flag f16|f32 into (kv_type *)dst */
+    CLI_SAMPLING, /* flag NULL: every sampling flag into (cli_sampling *)dst; --help shows them too */
+    CLI_ARGS,     /* flag NULL: the positional arguments into (cli_args *)dst */
+} cli_opt_kind;
+
+typedef struct cli_opt {
+    const char *flag;
+    cli_opt_kind kind;
+    void *dst; /* borrowed; written as the flag is met, left as it was when the flag is absent */
+    long long min, max;
+} cli_opt;
+
+/* Table entries; each checks the type of dst. */
+#define CLI_OPT_STR(flag, dst) {(flag), CLI_STR, (1 ? (dst) : (const char **)0), 0, 0}
+#define CLI_OPT_INT(flag, dst, min, max) {(flag), CLI_INT, (1 ? (dst) : (int *)0), (min), (max)}
+#define CLI_OPT_SET(flag, dst) {(flag), CLI_SET, (1 ? (dst) : (bool *)0), 0, 0}
+#define CLI_OPT_CLEAR(flag, dst) {(flag), CLI_CLEAR, (1 ? (dst) : (bool *)0), 0, 0}
+#define CLI_OPT_KV(flag, dst) {(flag), CLI_KV, (1 ? (dst) : (kv_type *)0), 0, 0}
+#define CLI_OPT_SAMPLING(dst) {NULL, CLI_SAMPLING, (1 ? (dst) : (struct cli_sampling *)0), 0, 0}
+#define CLI_OPT_ARGS(dst) {NULL, CLI_ARGS, (1 ? (dst) : (struct cli_args *)0), 0, 0}
+
+/* Positional arguments (borrowing argv): v holds up to max of them; n counts them. */
+typedef struct cli_args {
+    const char **v;
+    int n, max;
+} cli_args;
+
+/*
+ * Parses argv[1..] against the table of cmd. --help or -h prints usage (then the sampling flags'
+ * text when the table takes them) and returns false. An unknown option, a bad or missing value
+ * and an argument the table has no room for are usage errors (exit 2); "-" alone is positional.
+ */
+bool cli_parse_opts(const char *cmd, const char *usage, int argc, char **argv, const cli_opt *opts, int n_opts);
+
 /* Parses "1,2,3" into a freshly malloc'd array (caller frees); usage error on bad ids. */
 int32_t *cli_parse_ids(const char *cmd, const char *flag, const char *s, int *n_out);
 
