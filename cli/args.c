@@ -67,6 +67,14 @@ static bool match_opt(const char *cmd, int argc, char **argv, int *i, const cli_
         *i += 1;
         return true;
     case CLI_SAMPLING: return cli_sampling_flag(cmd, argc, argv, i, o->dst);
+    case CLI_RUN: {
+        cli_run_opts *r = o->dst;
+        const cli_opt run[] = {CLI_OPT_STR("--model", &r->model), CLI_OPT_INT("--threads", &r->n_threads, 0, 1024),
+                               CLI_OPT_KV("--kv-type", &r->kv)};
+        for (size_t k = 0; k < ATTND_ARRAY_LEN(run); k++)
+            if (match_opt(cmd, argc, argv, i, &run[k])) return true;
+        return false;
+    }
     case CLI_ARGS: {
         cli_args *a = o->dst;
         const char *arg = argv[*i];
@@ -165,11 +173,18 @@ const char *cli_resolve_model(const char *cmd, const char *model, char **owned) 
     return *owned;
 }
 
-attnd_status cli_seq_open(cli_seq *c, const model *m, int max_batch, int n_threads, kv_type kv, attnd_err *err) {
+attnd_status cli_model_load(model **out, const char *cmd, const char *path, attnd_err *err) {
+    char *dflt;
+    attnd_status st = model_load(out, cli_resolve_model(cmd, path, &dflt), err);
+    free(dflt);
+    return st;
+}
+
+attnd_status cli_seq_open(cli_seq *c, const model *m, int max_batch, const cli_run_opts *r, attnd_err *err) {
     *c = (cli_seq){0};
     attnd_status st;
-    if ((st = engine_create(&c->e, m, max_batch, n_threads, err)) != ATTND_OK ||
-        (st = kv_pool_create(&c->pool, m, SIZE_MAX, kv, err)) != ATTND_OK ||
+    if ((st = engine_create(&c->e, m, max_batch, r->n_threads, err)) != ATTND_OK ||
+        (st = kv_pool_create(&c->pool, m, SIZE_MAX, r->kv, err)) != ATTND_OK ||
         (st = kv_seq_create(&c->s, c->pool, err)) != ATTND_OK)
         cli_seq_close(c);
     return st;

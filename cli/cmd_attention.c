@@ -37,11 +37,11 @@ static const char *USAGE =
     "\n";
 
 typedef struct attn_opts {
-    const char *model, *prompt, *tokens, *svg;
+    const char *prompt, *tokens, *svg;
     int *layers, n_layers, *heads, n_heads;
-    int top_k, n_predict, n_threads;
+    int top_k, n_predict;
     bool json;
-    kv_type kv;
+    cli_run_opts run; /* --model, --threads, --kv-type */
     cli_sampling sampling;
 } attn_opts;
 
@@ -56,11 +56,11 @@ static int *parse_list(const char *flag, const char *s, int *n) {
 }
 
 static void parse_args(int argc, char **argv, attn_opts *o) {
-    *o = (attn_opts){.kv = KV_F16};
+    *o = (attn_opts){0};
     cli_sampling_init(&o->sampling);
     const char *layers = NULL, *heads = NULL;
     const cli_opt opts[] = {
-        CLI_OPT_STR("--model", &o->model),
+        CLI_OPT_RUN(&o->run),
         CLI_OPT_STR("--prompt", &o->prompt),
         CLI_OPT_STR("--tokens", &o->tokens),
         CLI_OPT_STR("--svg", &o->svg),
@@ -69,8 +69,6 @@ static void parse_args(int argc, char **argv, attn_opts *o) {
         CLI_OPT_INT("--top-k", &o->top_k, 0, 1 << 24),
         CLI_OPT_INT("--n", &o->n_predict, 0, 1 << 20),
         CLI_OPT_SAMPLING(&o->sampling),
-        CLI_OPT_INT("--threads", &o->n_threads, 0, 1024),
-        CLI_OPT_KV("--kv-type", &o->kv),
         CLI_OPT_SET("--json", &o->json),
     };
     if (!cli_parse_opts("attention", USAGE, argc, argv, opts, ATTND_ARRAY_LEN(opts))) exit(0);
@@ -114,7 +112,7 @@ static attnd_status run(const attn_opts *o, const model *m, const tokenizer *tok
     cli_seq q = {0};
     cli_gen *cg = NULL;
     attnd_status st;
-    if ((st = cli_seq_open(&q, m, n_prompt < 512 ? n_prompt : 512, o->n_threads, o->kv, err))) goto done;
+    if ((st = cli_seq_open(&q, m, n_prompt < 512 ? n_prompt : 512, &o->run, err))) goto done;
     if ((st = cli_gen_create(&cg, &o->sampling, model_info_get(m)->n_vocab, tok, ids, n_prompt, o->n_predict, err)))
         goto done;
     attn_capture_bind(c, q.s);
@@ -165,13 +163,11 @@ int cmd_attention(int argc, char **argv) {
     parse_args(argc, argv, &o);
     int n_prompt = 0, n_ids = 0, rc = 1;
     int32_t *given = o.tokens ? cli_parse_ids("attention", "--tokens", o.tokens, &n_prompt) : NULL, *ids = NULL;
-    char *dflt;
-    o.model = cli_resolve_model("attention", o.model, &dflt);
     attnd_err err;
     model *m = NULL;
     tokenizer *tok = NULL;
     attn_capture *c = NULL;
-    if (model_load(&m, o.model, &err) || tok_load(&tok, model_gguf(m), &err)) goto fail;
+    if (cli_model_load(&m, "attention", o.run.model, &err) || tok_load(&tok, model_gguf(m), &err)) goto fail;
     const model_info *mi = model_info_get(m);
     if (o.prompt) {
         size_t n;
@@ -214,6 +210,6 @@ out:
     tok_destroy(tok);
     model_destroy(m);
     cli_sampling_free(&o.sampling);
-    free(o.layers), free(o.heads), free(given), free(ids), free(dflt);
+    free(o.layers), free(o.heads), free(given), free(ids);
     return rc;
 }

@@ -32,25 +32,22 @@ static const char *USAGE =
     "\n";
 
 typedef struct gen_opts {
-    const char *model, *prompt, *tokens;
+    const char *prompt, *tokens;
     int n_predict;
     cli_sampling sampling; /* --temp, --seed, --stop, --top-logprobs... (cli/sampling_args.c) */
+    cli_run_opts run;      /* --model, --threads, --kv-type */
     bool json;
-    int n_threads;
-    kv_type kv;
 } gen_opts;
 
 static void parse_args(int argc, char **argv, gen_opts *o) {
-    *o = (gen_opts){.n_predict = 64, .kv = KV_F16};
+    *o = (gen_opts){.n_predict = 64};
     cli_sampling_init(&o->sampling);
     const cli_opt opts[] = {
-        CLI_OPT_STR("--model", &o->model),
+        CLI_OPT_RUN(&o->run),
         CLI_OPT_STR("--prompt", &o->prompt),
         CLI_OPT_STR("--tokens", &o->tokens),
         CLI_OPT_INT("--n", &o->n_predict, 0, 1 << 24),
         CLI_OPT_SAMPLING(&o->sampling),
-        CLI_OPT_INT("--threads", &o->n_threads, 0, 1024),
-        CLI_OPT_KV("--kv-type", &o->kv),
         CLI_OPT_SET("--json", &o->json),
     };
     if (!cli_parse_opts("generate", USAGE, argc, argv, opts, ATTND_ARRAY_LEN(opts))) exit(0);
@@ -113,8 +110,6 @@ int cmd_generate(int argc, char **argv) {
     parse_args(argc, argv, &o);
     int n_prompt = 0;
     int32_t *prompt = o.tokens ? cli_parse_ids("generate", "--tokens", o.tokens, &n_prompt) : NULL;
-    char *dflt;
-    o.model = cli_resolve_model("generate", o.model, &dflt);
 
     int rc = 1;
     attnd_err err;
@@ -123,7 +118,7 @@ int cmd_generate(int argc, char **argv) {
     int32_t *out = NULL;
     tokenizer *tok = NULL;
     cli_gen *cg = NULL;
-    if (model_load(&m, o.model, &err)) goto fail;
+    if (cli_model_load(&m, "generate", o.run.model, &err)) goto fail;
     const model_info *mi = model_info_get(m);
     /* The tokenizer is needed for --prompt and for the text; with --tokens a model without a
      * usable vocabulary still generates ids. */
@@ -149,7 +144,7 @@ int cmd_generate(int argc, char **argv) {
                  n_prompt, o.n_predict, mi->n_ctx);
         goto fail;
     }
-    if (cli_seq_open(&q, m, n_prompt < 512 ? n_prompt : 512, o.n_threads, o.kv, &err)) goto fail;
+    if (cli_seq_open(&q, m, n_prompt < 512 ? n_prompt : 512, &o.run, &err)) goto fail;
     out = malloc(sizeof(*out) * (size_t)(o.n_predict ? o.n_predict : 1));
     if (!out) {
         snprintf(err.msg, sizeof(err.msg), "out of memory");
@@ -178,6 +173,5 @@ out:
     cli_seq_close(&q);
     model_destroy(m);
     free(prompt);
-    free(dflt);
     return rc;
 }

@@ -35,20 +35,17 @@ static double logprob_of(const float *logits, int n_vocab, int32_t id) {
 }
 
 typedef struct score_opts {
-    const char *model, *tokens;
+    const char *tokens;
+    cli_run_opts run; /* --model, --threads, --kv-type */
     bool json;
-    int n_threads;
-    kv_type kv;
 } score_opts;
 
 /* false when --help was printed. */
 static bool parse_args(int argc, char **argv, score_opts *o) {
-    *o = (score_opts){.kv = KV_F16};
+    *o = (score_opts){0};
     const cli_opt opts[] = {
-        CLI_OPT_STR("--model", &o->model),
+        CLI_OPT_RUN(&o->run),
         CLI_OPT_STR("--tokens", &o->tokens),
-        CLI_OPT_INT("--threads", &o->n_threads, 0, 1024),
-        CLI_OPT_KV("--kv-type", &o->kv),
         CLI_OPT_SET("--json", &o->json),
     };
     if (!cli_parse_opts("score", USAGE, argc, argv, opts, ATTND_ARRAY_LEN(opts))) return false;
@@ -85,8 +82,6 @@ int cmd_score(int argc, char **argv) {
     int n;
     int32_t *ids = cli_parse_ids("score", "--tokens", o.tokens, &n);
     if (n < 2) cli_usage_error("score", "--tokens: need at least 2 ids to score");
-    char *dflt;
-    o.model = cli_resolve_model("score", o.model, &dflt);
 
     int rc = 1;
     attnd_err err;
@@ -94,7 +89,7 @@ int cmd_score(int argc, char **argv) {
     cli_seq q = {0};
     batch_entry *b = NULL;
     float *logits = NULL;
-    if (model_load(&m, o.model, &err)) goto fail;
+    if (cli_model_load(&m, "score", o.run.model, &err)) goto fail;
     const model_info *mi = model_info_get(m);
     if (n > mi->n_ctx) {
         snprintf(err.msg, sizeof(err.msg), "%d tokens exceed the model's context of %d", n, mi->n_ctx);
@@ -109,7 +104,7 @@ int cmd_score(int argc, char **argv) {
     /* One prefill of up to 512 tokens (longer sequences continue in chunks of 512), so the logits
      * buffer stays at 512 x n_vocab floats even for large vocabularies. */
     int max_batch = n < 512 ? n : 512;
-    if (cli_seq_open(&q, m, max_batch, o.n_threads, o.kv, &err)) goto fail;
+    if (cli_seq_open(&q, m, max_batch, &o.run, &err)) goto fail;
     b = malloc(sizeof(*b) * (size_t)max_batch);
     logits = malloc(sizeof(float) * (size_t)max_batch * mi->n_vocab); /* (max_batch, n_vocab) */
     if (!b || !logits) {
@@ -144,6 +139,5 @@ out:
     cli_seq_close(&q);
     model_destroy(m);
     free(ids);
-    free(dflt);
     return rc;
 }

@@ -9,6 +9,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "attnd/engine.h"
+
 int cmd_info(int argc, char **argv);
 int cmd_serve(int argc, char **argv);
 int cmd_convert_llama2c(int argc, char **argv);
@@ -46,6 +48,7 @@ typedef enum cli_opt_kind {
     CLI_SET,      /* --flag alone sets (bool *)dst to true */
     CLI_CLEAR,    /* --flag alone sets (bool *)dst to false */
     CLI_KV,       /* --flag f16|f32 into (kv_type *)dst */
+    CLI_RUN,      /* flag NULL: --model, --threads, --kv-type into (cli_run_opts *)dst */
     CLI_SAMPLING, /* flag NULL: every sampling flag into (cli_sampling *)dst; --help shows them too */
     CLI_ARGS,     /* flag NULL: the positional arguments into (cli_args *)dst */
 } cli_opt_kind;
@@ -63,8 +66,16 @@ typedef struct cli_opt {
 #define CLI_OPT_SET(flag, dst) {(flag), CLI_SET, (1 ? (dst) : (bool *)0), 0, 0}
 #define CLI_OPT_CLEAR(flag, dst) {(flag), CLI_CLEAR, (1 ? (dst) : (bool *)0), 0, 0}
 #define CLI_OPT_KV(flag, dst) {(flag), CLI_KV, (1 ? (dst) : (kv_type *)0), 0, 0}
+#define CLI_OPT_RUN(dst) {NULL, CLI_RUN, (1 ? (dst) : (struct cli_run_opts *)0), 0, 0}
 #define CLI_OPT_SAMPLING(dst) {NULL, CLI_SAMPLING, (1 ? (dst) : (struct cli_sampling *)0), 0, 0}
 #define CLI_OPT_ARGS(dst) {NULL, CLI_ARGS, (1 ? (dst) : (struct cli_args *)0), 0, 0}
+
+/* The flags of the commands that run one sequence of a model (generate, score, attention). */
+typedef struct cli_run_opts {
+    const char *model; /* --model PATH (borrows argv); NULL: the default model */
+    int n_threads;     /* --threads N; 0 = the CPUs this process may use */
+    kv_type kv;        /* --kv-type f16|f32 (KV_F16 when zeroed) */
+} cli_run_opts;
 
 /* Positional arguments (borrowing argv): v holds up to max of them; n counts them. */
 typedef struct cli_args {
@@ -93,16 +104,19 @@ char *cli_default_model_path(void);
  * *owned receives the malloc'd default path for the caller to free, or NULL. */
 const char *cli_resolve_model(const char *cmd, const char *model, char **owned);
 
+/* Loads the model at path, or the default model when path is NULL (usage error naming cmd when
+ * there is none). */
+attnd_status cli_model_load(model **out, const char *cmd, const char *path, attnd_err *err);
+
 /* One engine and one KV sequence over a loaded model, for the commands that run a single
- * sequence (generate, score, attention). The KV budget is only a limit (blocks come as used).
- * Borrows m, which must outlive the cli_seq. */
-#include "attnd/engine.h"
+ * sequence (generate, score, attention), with r's threads and KV type. The KV budget is only a
+ * limit (blocks come as used). Borrows m, which must outlive the cli_seq. */
 typedef struct cli_seq {
     engine *e;
     kv_pool *pool;
     kv_seq *s;
 } cli_seq;
-attnd_status cli_seq_open(cli_seq *c, const model *m, int max_batch, int n_threads, kv_type kv, attnd_err *err);
+attnd_status cli_seq_open(cli_seq *c, const model *m, int max_batch, const cli_run_opts *r, attnd_err *err);
 void cli_seq_close(cli_seq *c); /* accepts a zeroed or half-opened cli_seq */
 
 /* ---- sampling flags and generation callbacks (cli/sampling_args.c) ---- */
