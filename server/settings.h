@@ -18,6 +18,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "attnd/sampler.h"
+
 /*
  * Lifecycle callbacks (all optional; NULL = no-op). Called from the server's own threads:
  *   on_ready      once, after the model is loaded and the port is bound (-> READY=1)
@@ -94,12 +96,8 @@ typedef struct server_settings {
     bool access_log;         /* one line per request on stderr; default true */
 
     // ---- default sampling (a request's fields override these) ----
-    float temperature;       /* default 0.8 */
-    int top_k;               /* default 40 */
-    float top_p;             /* default 0.95 */
-    float min_p;             /* default 0.05 */
-    float repeat_penalty;    /* default 1.0 */
-    int repeat_last_n;       /* default 64 */
+    sampler_params sampling; /* sampler_params_default; the config sets temperature, top_k, top_p,
+                                min_p, repeat_penalty, repeat_last_n (bias always NULL) */
     int default_max_tokens;  /* when a request gives none; default 256 */
 
     server_hooks hooks;

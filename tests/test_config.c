@@ -207,7 +207,7 @@ Test(config, file_comments_quotes_and_whitespace) {
     cr_assert(!s.access_log);
     cr_assert(s.kv_f32);
     cr_assert_eq(s.body_limit, 2u << 20);
-    cr_assert_float_eq(s.top_p, 0.5f, 1e-6);
+    cr_assert_float_eq(s.sampling.top_p, 0.5f, 1e-6);
     cr_assert_str_eq(s.chat_template, "Llama3");
     config_destroy(c);
     drop(path);
