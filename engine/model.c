@@ -16,29 +16,32 @@
 #include "model_internal.h"
 #include "quant.h"
 
-/* Reads "<arch>.<suffix>" as u32; a missing key is an error only when required. */
+/* "<arch>.<suffix>" in key. */
+static const char *arch_key(char key[128], const char *arch, const char *suffix) {
+    snprintf(key, 128, "%s.%s", arch, suffix);
+    return key;
+}
+
+/* The status of reading a key whose value the caller has preset to its default: a missing key
+ * is an error only when required. */
+static attnd_status optional(attnd_status st, bool required) {
+    return st == ATTND_ERR_NOT_FOUND && !required ? ATTND_OK : st;
+}
+
+/* Reads "<arch>.<suffix>" as u32 (dflt when missing and not required). */
 static attnd_status arch_u32(const gguf_file *f, const char *arch, const char *suffix, bool required,
                              uint32_t dflt, uint32_t *out, attnd_err *err) {
     char key[128];
-    snprintf(key, sizeof(key), "%s.%s", arch, suffix);
-    attnd_status st = gguf_get_u32(f, key, out, err);
-    if (st == ATTND_ERR_NOT_FOUND && !required) {
-        *out = dflt;
-        return ATTND_OK;
-    }
-    return st;
+    *out = dflt;
+    return optional(gguf_get_u32(f, arch_key(key, arch, suffix), out, err), required);
 }
 
+/* Reads "<arch>.<suffix>" as f32 (dflt when missing and not required). */
 static attnd_status arch_f32(const gguf_file *f, const char *arch, const char *suffix, bool required, float dflt,
                              float *out, attnd_err *err) {
     char key[128];
-    snprintf(key, sizeof(key), "%s.%s", arch, suffix);
-    attnd_status st = gguf_get_f32(f, key, out, err);
-    if (st == ATTND_ERR_NOT_FOUND && !required) {
-        *out = dflt;
-        return ATTND_OK;
-    }
-    return st;
+    *out = dflt;
+    return optional(gguf_get_f32(f, arch_key(key, arch, suffix), out, err), required);
 }
 
 /* Looks up a tensor that must be a (rows, cols) matrix of a computable type. */
