@@ -44,18 +44,24 @@ static attnd_status arch_f32(const gguf_file *f, const char *arch, const char *s
     return optional(gguf_get_f32(f, arch_key(key, arch, suffix), out, err), required);
 }
 
+/* Looks up a weight tensor of a computable type; *t is NULL when it is absent and optional. */
+static attnd_status find_weight(const gguf_file *f, const char *name, bool required, const gguf_tensor **t,
+                                attnd_err *err) {
+    *t = gguf_find_tensor(f, name);
+    if (!*t) return required ? attnd_fail(err, ATTND_ERR_FORMAT, "model has no tensor '%s'", name) : ATTND_OK;
+    if (!gguf_type_computable((*t)->type))
+        return attnd_fail(err, ATTND_ERR_UNSUPPORTED, "tensor '%s' has type %s, which attnd does not compute", name,
+                          gguf_type_name((*t)->type));
+    return ATTND_OK;
+}
+
 /* Looks up a tensor that must be a (rows, cols) matrix of a computable type. */
 static attnd_status find_matrix(const gguf_file *f, const char *name, int64_t rows, int64_t cols, bool required,
                                 weight *out, attnd_err *err) {
     memset(out, 0, sizeof(*out));
-    const gguf_tensor *t = gguf_find_tensor(f, name);
-    if (!t) {
-        if (!required) return ATTND_OK;
-        return attnd_fail(err, ATTND_ERR_FORMAT, "model has no tensor '%s'", name);
-    }
-    if (!gguf_type_computable(t->type))
-        return attnd_fail(err, ATTND_ERR_UNSUPPORTED, "tensor '%s' has type %s, which attnd does not compute", name,
-                          gguf_type_name(t->type));
+    const gguf_tensor *t;
+    attnd_status st = find_weight(f, name, required, &t, err);
+    if (st != ATTND_OK || !t) return st;
     if (t->n_dims > 2 || (int64_t)t->ne[0] != cols || (int64_t)t->ne[1] != rows)
         return attnd_fail(err, ATTND_ERR_FORMAT, "tensor '%s' has shape [%llu, %llu], expected [%lld, %lld]", name,
                           (unsigned long long)t->ne[0], (unsigned long long)t->ne[1], (long long)cols,
@@ -71,14 +77,9 @@ static attnd_status find_matrix(const gguf_file *f, const char *name, int64_t ro
 static attnd_status load_vector(const gguf_file *f, const char *name, int64_t n, bool required, float **out,
                                 attnd_err *err) {
     *out = NULL;
-    const gguf_tensor *t = gguf_find_tensor(f, name);
-    if (!t) {
-        if (!required) return ATTND_OK;
-        return attnd_fail(err, ATTND_ERR_FORMAT, "model has no tensor '%s'", name);
-    }
-    if (!gguf_type_computable(t->type))
-        return attnd_fail(err, ATTND_ERR_UNSUPPORTED, "tensor '%s' has type %s, which attnd does not compute", name,
-                          gguf_type_name(t->type));
+    const gguf_tensor *t;
+    attnd_status st = find_weight(f, name, required, &t, err);
+    if (st != ATTND_OK || !t) return st;
     if (t->n_elems != (uint64_t)n || t->ne[0] != (uint64_t)n)
         return attnd_fail(err, ATTND_ERR_FORMAT, "tensor '%s' has %llu elements, expected %lld", name,
                           (unsigned long long)t->n_elems, (long long)n);
