@@ -223,34 +223,32 @@ Test(sampler, greedy_ties_go_to_the_lowest_id) {
     sampler_destroy(s);
 }
 
+/* A sampler with p draws the argmax of each of `rounds` random logit vectors over n_vocab ids. */
+static void expect_argmax_draws(const sampler_params *p, int n_vocab, int rounds) {
+    sampler *s = make(p, n_vocab);
+    float *l = malloc(sizeof(float) * (size_t)n_vocab);
+    for (int r = 0; r < rounds; r++) {
+        random_logits(l, n_vocab, 3);
+        cr_assert_eq(sampler_sample(s, l), ref_argmax(l, n_vocab), "temperature %g", p->temperature);
+    }
+    free(l);
+    sampler_destroy(s);
+}
+
 Test(sampler, top_k_one_is_argmax_at_any_temperature) {
-    enum { V = 500 };
-    static float l[V];
     const float temps[] = {0.01f, 0.5f, 1.0f, 3.0f, 100.0f};
     for (size_t t = 0; t < ATTND_ARRAY_LEN(temps); t++) {
         sampler_params p = plain(temps[t], 42 + t);
         p.top_k = 1;
-        sampler *s = make(&p, V);
-        for (int r = 0; r < 100; r++) {
-            random_logits(l, V, 3);
-            cr_assert_eq(sampler_sample(s, l), ref_argmax(l, V), "temperature %g", temps[t]);
-        }
-        sampler_destroy(s);
+        expect_argmax_draws(&p, 500, 100);
     }
 }
 
 Test(sampler, a_vanishing_temperature_is_argmax) {
-    enum { V = 300 };
-    float l[V];
     const float temps[] = {1e-45f, 1e-30f, 1e-8f};
     for (size_t t = 0; t < ATTND_ARRAY_LEN(temps); t++) {
         sampler_params p = plain(temps[t], 4);
-        sampler *s = make(&p, V);
-        for (int r = 0; r < 50; r++) {
-            random_logits(l, V, 3);
-            cr_assert_eq(sampler_sample(s, l), ref_argmax(l, V), "temperature %g", temps[t]);
-        }
-        sampler_destroy(s);
+        expect_argmax_draws(&p, 300, 50);
     }
 }
 
