@@ -33,6 +33,15 @@ static void feed(engine *e, kv_seq *s, const int32_t *tokens, int n, int chunk) 
     }
 }
 
+/* Evaluates tokens[0..n) onto s in chunks with c bound to s and hooked into e. */
+static void feed_captured(engine *e, attn_capture *c, kv_seq *s, const int32_t *tokens, int n, int chunk) {
+    attn_capture_bind(c, s);
+    attn_hook h;
+    attn_hook_install(&h, e, c, NULL, 0);
+    feed(e, s, tokens, n, chunk);
+    attn_hook_remove(&h);
+}
+
 /* Largest |capture - reference| over rows [first, first + n) of every selected (layer, head);
  * also asserts each row's length and sum. ref: (n_layer, n_head, n_tok, n_tok). */
 static double worst_vs_reference(const attn_capture *c, const double *ref, int n_head, int n_tok, int first, int n) {
@@ -65,6 +74,16 @@ static double *reference(const tiny_rig *r, const int32_t *tok, int n) {
     return attn;
 }
 
+/* Rows [first, first + n) of c are within 1e-3 of the float64 reference of r's model over
+ * tok[0..n_tok). */
+static void expect_reference_rows(const tiny_rig *r, const attn_capture *c, const int32_t *tok, int n_tok, int first,
+                                  int n, const char *what) {
+    double *ref = reference(r, tok, n_tok);
+    double worst = worst_vs_reference(c, ref, r->sp.n_head, n_tok, first, n);
+    cr_assert(worst <= 1e-3, "%s: max |capture - float64 reference| = %g", what, worst);
+    free(ref);
+}
+
 // ---- values against the float64 reference -------------------------------------------------------
 
 static void check_prefill(const char *arch) {
@@ -77,21 +96,13 @@ static void check_prefill(const char *arch) {
     attnd_err err;
     attn_capture_params p = {.n_positions = N}; /* every layer and head */
     cr_assert_eq(attn_capture_create(&c, r.m, &p, &err), ATTND_OK, "%s", err.msg);
-    kv_seq *s = tiny_rig_seq(&r);
-    attn_capture_bind(c, s);
-    attn_hook h;
-    attn_hook_install(&h, r.e, c, NULL, 0);
-    feed(r.e, s, tok, N, 32);
-    attn_hook_remove(&h);
+    feed_captured(r.e, c, tiny_rig_seq(&r), tok, N, 32);
     int first, n = attn_capture_rows(c, &first);
     cr_assert_eq(first, 0);
     cr_assert_eq(n, N);
     cr_assert_eq(attn_capture_n_layers(c), r.sp.n_layer);
     cr_assert_eq(attn_capture_n_heads(c), r.sp.n_head);
-    double *ref = reference(&r, tok, N);
-    double worst = worst_vs_reference(c, ref, r.sp.n_head, N, 0, N);
-    cr_assert(worst <= 1e-3, "%s: max |capture - float64 reference| = %g", arch, worst);
-    free(ref);
+    expect_reference_rows(&r, c, tok, N, 0, N, arch);
     attn_capture_destroy(c);
     tiny_rig_close(&r);
 }
@@ -132,10 +143,7 @@ Test(attn_capture, generation_rows_follow_the_prompt_and_match_reference) {
     int first, n = attn_capture_rows(c, &first);
     cr_assert_eq(first, 0);
     cr_assert_eq(n, NP + NG - 1);
-    double *ref = reference(&r, all, NP + NG);
-    double worst = worst_vs_reference(c, ref, r.sp.n_head, NP + NG, 0, n);
-    cr_assert(worst <= 1e-3, "max |capture - float64 reference| = %g", worst);
-    free(ref);
+    expect_reference_rows(&r, c, all, NP + NG, 0, n, "generation");
     attn_capture_destroy(c);
     tiny_rig_close(&r);
 }
@@ -218,10 +226,8 @@ Test(attn_capture, only_the_bound_sequence_is_recorded_and_results_do_not_change
     cr_assert_eq(memcmp(plain, hooked, sizeof(float) * 2 * N * V), 0, "capturing changed the logits");
     int first, n = attn_capture_rows(c, &first);
     cr_assert_eq(n, N);
-    double *ref = reference(&r, tb, N); /* the rows are b's, not a's */
-    double worst = worst_vs_reference(c, ref, r.sp.n_head, N, 0, N);
-    cr_assert(worst <= 1e-3, "max |capture - reference of b| = %g", worst);
-    free(ref), free(plain), free(hooked);
+    expect_reference_rows(&r, c, tb, N, 0, N, "b's rows"); /* the rows are b's, not a's */
+    free(plain), free(hooked);
     attn_capture_destroy(c);
     tiny_rig_close(&r);
 }
@@ -239,18 +245,11 @@ Test(attn_capture, reused_positions_have_no_rows) {
     attn_capture_params p = {.heads = heads, .n_heads = 1, .n_positions = N};
     attn_capture *c;
     cr_assert_eq(attn_capture_create(&c, r.m, &p, &err), ATTND_OK);
-    attn_capture_bind(c, s);
-    attn_hook h;
-    attn_hook_install(&h, r.e, c, NULL, 0);
-    feed(r.e, s, tok + CACHED, N - CACHED, 16);
-    attn_hook_remove(&h);
+    feed_captured(r.e, c, s, tok + CACHED, N - CACHED, 16);
     int first, n = attn_capture_rows(c, &first);
     cr_assert_eq(first, CACHED);
     cr_assert_eq(n, N - CACHED);
-    double *ref = reference(&r, tok, N);
-    double worst = worst_vs_reference(c, ref, r.sp.n_head, N, first, n);
-    cr_assert(worst <= 1e-3, "max |capture - reference| = %g", worst);
-    free(ref);
+    expect_reference_rows(&r, c, tok, N, first, n, "rows after the cached prefix");
     attn_capture_destroy(c);
     tiny_rig_close(&r);
 }
@@ -330,10 +329,7 @@ Test(attn_capture, a_truncated_and_extended_sequence_gets_its_new_rows) {
     int first, n = attn_capture_rows(c, &first);
     cr_assert_eq(first, 0);
     cr_assert_eq(n, N);
-    double *ref = reference(&r, tok, N);
-    double worst = worst_vs_reference(c, ref, r.sp.n_head, N, 0, N);
-    cr_assert(worst <= 1e-3, "max |capture - reference of the final sequence| = %g", worst);
-    free(ref);
+    expect_reference_rows(&r, c, tok, N, 0, N, "the final sequence");
     attn_capture_destroy(c);
     tiny_rig_close(&r);
 }
