@@ -30,16 +30,22 @@ static atomic_int ticks;
 
 static void on_tick(void *u) { (void)u; atomic_fetch_add(&ticks, 1); }
 
-static void setup(void) {
-    if (access(MODEL, R_OK) != 0) return;
+/* The model at path with its tokenizer, a session store, and the settings of a small scheduler
+ * (one thread, 4 sequences at once, queue_limit waiting). */
+static void load_fixture(const char *path, int queue_limit) {
     attnd_err err;
-    cr_assert_eq(model_load(&m, MODEL, &err), ATTND_OK, "%s", err.msg);
+    cr_assert_eq(model_load(&m, path, &err), ATTND_OK, "%s", err.msg);
     cr_assert_eq(tok_load(&tok, model_gguf(m), &err), ATTND_OK, "%s", err.msg);
     cr_assert_eq(sess_store_create(&store, NULL, "t", 16, &err), ATTND_OK);
     server_settings_default(&cfg);
     cfg.threads = 1;
     cfg.max_parallel = 4;
-    cfg.queue_limit = 4;
+    cfg.queue_limit = queue_limit;
+}
+
+static void setup(void) {
+    if (access(MODEL, R_OK) != 0) return;
+    load_fixture(MODEL, 4);
     cfg.watchdog_interval_ms = 40;
     cfg.hooks.on_watchdog = on_tick;
 }
@@ -365,14 +371,7 @@ Test(scheduler, a_long_prompt_is_prefilled_in_chunks_beside_a_decoding_stream) {
 #define OWN_MODEL ATTND_SOURCE_DIR "/models/attnd-sotu.gguf"
 
 static void setup_own(void) {
-    attnd_err err;
-    cr_assert_eq(model_load(&m, OWN_MODEL, &err), ATTND_OK, "%s", err.msg);
-    cr_assert_eq(tok_load(&tok, model_gguf(m), &err), ATTND_OK, "%s", err.msg);
-    cr_assert_eq(sess_store_create(&store, NULL, "t", 16, &err), ATTND_OK);
-    server_settings_default(&cfg);
-    cfg.threads = 1;
-    cfg.max_parallel = 4;
-    cfg.queue_limit = 8;
+    load_fixture(OWN_MODEL, 8);
     start();
 }
 
