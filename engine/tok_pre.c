@@ -172,8 +172,8 @@ static size_t layout(tok_pre_buf *b, char *mem, size_t cap) {
     b->cps = block_take(&k, cap, sizeof(*b->cps));
     b->cls = block_take(&k, cap, sizeof(*b->cls));
     b->offs = block_take(&k, cap, sizeof(*b->offs));
-    b->bounds = block_take(&k, cap, sizeof(*b->bounds));
-    b->tmp = block_take(&k, cap, sizeof(*b->tmp));
+    b->bounds = block_take(&k, 2 * cap, sizeof(*b->bounds)); /* and tmp: the two halves swap roles */
+    b->tmp = b->bounds ? b->bounds + cap : NULL;
     return block_size(&k);
 }
 
