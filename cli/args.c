@@ -173,6 +173,12 @@ const char *cli_resolve_model(const char *cmd, const char *model, char **owned) 
     return *owned;
 }
 
+int cli_exit(const char *cmd, attnd_status st, const attnd_err *err) {
+    if (st == ATTND_OK) return 0;
+    fprintf(stderr, "attnd %s: %s\n", cmd, err->msg);
+    return 1;
+}
+
 attnd_status cli_model_load(model **out, const char *cmd, const char *path, attnd_err *err) {
     char *dflt;
     attnd_status st = model_load(out, cli_resolve_model(cmd, path, &dflt), err);

@@ -130,86 +130,97 @@ done:
     return st;
 }
 
-static int emit(const attn_opts *o, const model *m, const tokenizer *tok, const attn_capture *c, const int32_t *ids,
-                int n_ids, int n_prompt) {
+static attnd_status emit(const attn_opts *o, const model *m, const tokenizer *tok, const attn_capture *c,
+                         const int32_t *ids, int n_ids, int n_prompt, attnd_err *err) {
     const char *name = model_info_get(m)->name;
     if (o->json) {
         json_t *body = attn_api_response(name, model_info_get(m), tok, ids, n_ids, n_prompt, c);
         char *text = body ? attn_api_dump(body) : NULL;
         json_decref(body);
-        if (!text) return fprintf(stderr, "attnd attention: out of memory\n"), 1;
+        if (!text) return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory");
         puts(text);
         free(text);
-        return 0;
+        return ATTND_OK;
     }
     char **labels = make_labels(tok, ids, n_ids);
     attn_view v = {.c = c, .labels = labels, .n_tokens = n_ids, .n_prompt = n_prompt, .model = name};
     /* the main map: the one head asked for (--svg captured every head, in order), or the mean */
-    int rc = 0, hi = o->n_heads != 1 ? -1 : o->svg ? o->heads[0] : 0;
+    attnd_status st = ATTND_OK;
+    int hi = o->n_heads != 1 ? -1 : o->svg ? o->heads[0] : 0;
     if (o->svg) {
         FILE *f = fopen(o->svg, "w");
         bool ok = f && attn_view_svg(f, &v, 0, hi);
         if (f && fclose(f)) ok = false;
-        if (!ok) rc = 1, fprintf(stderr, "attnd attention: cannot write %s\n", o->svg);
+        if (!ok) st = attnd_fail(err, ATTND_ERR_IO, "cannot write %s", o->svg);
     } else {
         attn_view_text(stdout, &v, hi);
     }
     free_labels(labels, n_ids);
-    return rc;
+    return st;
+}
+
+/* Captures the attention over the prompt (*given: the --tokens ids, or NULL for --prompt,
+ * encoded here into a malloc'd array the caller frees) and the generated tokens, and prints it. */
+static attnd_status attention(const attn_opts *o, int32_t **given, int n_prompt, attnd_err *err) {
+    int n_ids = 0;
+    int32_t *ids = NULL;
+    model *m = NULL;
+    tokenizer *tok = NULL;
+    attn_capture *c = NULL;
+    attnd_status st;
+    if ((st = cli_model_load(&m, "attention", o->run.model, err)) || (st = tok_load(&tok, model_gguf(m), err)))
+        goto out;
+    const model_info *mi = model_info_get(m);
+    if (o->prompt) {
+        size_t n;
+        if ((st = tok_encode(tok, o->prompt, strlen(o->prompt), true, true, given, &n, err))) goto out;
+        n_prompt = (int)n;
+    }
+    for (int i = 0; i < n_prompt; i++)
+        if ((*given)[i] < 0 || (*given)[i] >= mi->n_vocab)
+            cli_usage_error("attention", "--tokens: id %d is outside 0..%d", (*given)[i], mi->n_vocab - 1);
+    if (n_prompt < 1 || (long long)n_prompt + o->n_predict > mi->n_ctx)
+        cli_usage_error("attention", "%d prompt tokens + %d to generate: the model's context holds 1..%d", n_prompt,
+                        o->n_predict, mi->n_ctx);
+    cli_sampling_check("attention", &o->sampling, mi->n_vocab);
+    /* --svg draws one layer, with a thumbnail of every head: capture them all. */
+    attn_capture_params p = {.layers = o->layers, .n_layers = o->svg && o->n_layers ? 1 : o->n_layers,
+                             .heads = o->svg ? NULL : o->heads, .n_heads = o->svg ? 0 : o->n_heads,
+                             .top_k = o->top_k, .n_positions = n_prompt + o->n_predict};
+    static const int layer0 = 0;
+    if (o->svg && !o->n_layers) p.layers = &layer0, p.n_layers = 1;
+    const char *field;
+    if (attn_capture_check(mi, &p, &field, err))
+        cli_usage_error("attention", "%s (%s)", err->msg,
+                        !strcmp(field, "layers") ? "--layer" : !strcmp(field, "heads") ? "--head" : "--top-k");
+    if (o->svg && o->n_heads > 1)
+        cli_usage_error("attention", "--svg draws one head or the mean of all: give one --head");
+    if (o->svg && o->n_heads == 1 && o->heads[0] >= mi->n_head)
+        cli_usage_error("attention", "--head: %d is out of range; the model has %d heads", o->heads[0], mi->n_head);
+    if ((st = attn_capture_create(&c, m, &p, err))) goto out;
+    if (!(ids = malloc(sizeof(int32_t) * (size_t)(n_prompt + o->n_predict)))) {
+        st = attnd_fail(err, ATTND_ERR_NOMEM, "out of memory");
+        goto out;
+    }
+    memcpy(ids, *given, sizeof(int32_t) * (size_t)n_prompt);
+    if ((st = run(o, m, tok, c, ids, n_prompt, &n_ids, err))) goto out;
+    st = emit(o, m, tok, c, ids, n_ids, n_prompt, err);
+out:
+    attn_capture_destroy(c);
+    tok_destroy(tok);
+    model_destroy(m);
+    free(ids);
+    return st;
 }
 
 int cmd_attention(int argc, char **argv) {
     attn_opts o;
     parse_args(argc, argv, &o);
-    int n_prompt = 0, n_ids = 0, rc = 1;
-    int32_t *given = o.tokens ? cli_parse_ids("attention", "--tokens", o.tokens, &n_prompt) : NULL, *ids = NULL;
+    int n_prompt = 0;
+    int32_t *given = o.tokens ? cli_parse_ids("attention", "--tokens", o.tokens, &n_prompt) : NULL;
     attnd_err err;
-    model *m = NULL;
-    tokenizer *tok = NULL;
-    attn_capture *c = NULL;
-    if (cli_model_load(&m, "attention", o.run.model, &err) || tok_load(&tok, model_gguf(m), &err)) goto fail;
-    const model_info *mi = model_info_get(m);
-    if (o.prompt) {
-        size_t n;
-        if (tok_encode(tok, o.prompt, strlen(o.prompt), true, true, &given, &n, &err)) goto fail;
-        n_prompt = (int)n;
-    }
-    for (int i = 0; i < n_prompt; i++)
-        if (given[i] < 0 || given[i] >= mi->n_vocab)
-            cli_usage_error("attention", "--tokens: id %d is outside 0..%d", given[i], mi->n_vocab - 1);
-    if (n_prompt < 1 || (long long)n_prompt + o.n_predict > mi->n_ctx)
-        cli_usage_error("attention", "%d prompt tokens + %d to generate: the model's context holds 1..%d", n_prompt,
-                        o.n_predict, mi->n_ctx);
-    cli_sampling_check("attention", &o.sampling, mi->n_vocab);
-    /* --svg draws one layer, with a thumbnail of every head: capture them all. */
-    attn_capture_params p = {.layers = o.layers, .n_layers = o.svg && o.n_layers ? 1 : o.n_layers,
-                             .heads = o.svg ? NULL : o.heads, .n_heads = o.svg ? 0 : o.n_heads,
-                             .top_k = o.top_k, .n_positions = n_prompt + o.n_predict};
-    static const int layer0 = 0;
-    if (o.svg && !o.n_layers) p.layers = &layer0, p.n_layers = 1;
-    const char *field;
-    if (attn_capture_check(mi, &p, &field, &err))
-        cli_usage_error("attention", "%s (%s)", err.msg,
-                        !strcmp(field, "layers") ? "--layer" : !strcmp(field, "heads") ? "--head" : "--top-k");
-    if (o.svg && o.n_heads > 1) cli_usage_error("attention", "--svg draws one head or the mean of all: give one --head");
-    if (o.svg && o.n_heads == 1 && o.heads[0] >= mi->n_head)
-        cli_usage_error("attention", "--head: %d is out of range; the model has %d heads", o.heads[0], mi->n_head);
-    if (attn_capture_create(&c, m, &p, &err)) goto fail;
-    if (!(ids = malloc(sizeof(int32_t) * (size_t)(n_prompt + o.n_predict)))) {
-        snprintf(err.msg, sizeof(err.msg), "out of memory");
-        goto fail;
-    }
-    memcpy(ids, given, sizeof(int32_t) * (size_t)n_prompt);
-    if (run(&o, m, tok, c, ids, n_prompt, &n_ids, &err)) goto fail;
-    rc = emit(&o, m, tok, c, ids, n_ids, n_prompt);
-    goto out;
-fail:
-    fprintf(stderr, "attnd attention: %s\n", err.msg);
-out:
-    attn_capture_destroy(c);
-    tok_destroy(tok);
-    model_destroy(m);
+    attnd_status st = attention(&o, &given, n_prompt, &err);
     cli_sampling_free(&o.sampling);
-    free(o.layers), free(o.heads), free(given), free(ids);
-    return rc;
+    free(o.layers), free(o.heads), free(given);
+    return cli_exit("attention", st, &err);
 }

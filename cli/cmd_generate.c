@@ -105,73 +105,73 @@ static void print_result(const gen_opts *o, bool has_tok, const int32_t *prompt,
             tm->prefill_ms, tm->n_decode, tm->decode_ms, tps);
 }
 
-int cmd_generate(int argc, char **argv) {
-    gen_opts o;
-    parse_args(argc, argv, &o);
-    int n_prompt = 0;
-    int32_t *prompt = o.tokens ? cli_parse_ids("generate", "--tokens", o.tokens, &n_prompt) : NULL;
-
-    int rc = 1;
-    attnd_err err;
+/* Generates from the prompt (*prompt: the --tokens ids, or NULL for --prompt, encoded here into
+ * a malloc'd array the caller frees) and prints the result. */
+static attnd_status generate(const gen_opts *o, int32_t **prompt, int n_prompt, attnd_err *err) {
     model *m = NULL;
     cli_seq q = {0};
     int32_t *out = NULL;
     tokenizer *tok = NULL;
     cli_gen *cg = NULL;
-    if (cli_model_load(&m, "generate", o.run.model, &err)) goto fail;
+    attnd_status st = cli_model_load(&m, "generate", o->run.model, err);
+    if (st != ATTND_OK) goto out;
     const model_info *mi = model_info_get(m);
     /* The tokenizer is needed for --prompt and for the text; with --tokens a model without a
      * usable vocabulary still generates ids. */
     attnd_err tok_err;
     if (tok_load(&tok, model_gguf(m), &tok_err) != ATTND_OK) {
         tok = NULL;
-        if (o.prompt) {
-            snprintf(err.msg, sizeof(err.msg), "cannot tokenize --prompt: %.400s", tok_err.msg);
-            goto fail;
+        if (o->prompt) {
+            st = attnd_fail(err, ATTND_ERR_UNSUPPORTED, "cannot tokenize --prompt: %.400s", tok_err.msg);
+            goto out;
         }
     }
-    if (o.prompt) {
+    if (o->prompt) {
         size_t n_ids;
-        if (tok_encode(tok, o.prompt, strlen(o.prompt), true, true, &prompt, &n_ids, &err)) goto fail;
+        if ((st = tok_encode(tok, o->prompt, strlen(o->prompt), true, true, prompt, &n_ids, err))) goto out;
         if (n_ids == 0) {
-            snprintf(err.msg, sizeof(err.msg), "the prompt encodes to no tokens");
-            goto fail;
+            st = attnd_fail(err, ATTND_ERR_INVALID, "the prompt encodes to no tokens");
+            goto out;
         }
         n_prompt = (int)n_ids;
     }
-    if ((long long)n_prompt + o.n_predict > mi->n_ctx) {
-        snprintf(err.msg, sizeof(err.msg), "%d prompt tokens + %d to generate exceed the model's context of %d",
-                 n_prompt, o.n_predict, mi->n_ctx);
-        goto fail;
+    if ((long long)n_prompt + o->n_predict > mi->n_ctx) {
+        st = attnd_fail(err, ATTND_ERR_INVALID, "%d prompt tokens + %d to generate exceed the model's context of %d",
+                        n_prompt, o->n_predict, mi->n_ctx);
+        goto out;
     }
-    if (cli_seq_open(&q, m, n_prompt < 512 ? n_prompt : 512, &o.run, &err)) goto fail;
-    out = malloc(sizeof(*out) * (size_t)(o.n_predict ? o.n_predict : 1));
-    if (!out) {
-        snprintf(err.msg, sizeof(err.msg), "out of memory");
-        goto fail;
+    if ((st = cli_seq_open(&q, m, n_prompt < 512 ? n_prompt : 512, &o->run, err))) goto out;
+    if (!(out = malloc(sizeof(*out) * (size_t)(o->n_predict ? o->n_predict : 1)))) {
+        st = attnd_fail(err, ATTND_ERR_NOMEM, "out of memory");
+        goto out;
     }
-    cli_sampling_check("generate", &o.sampling, mi->n_vocab);
-    if (cli_gen_create(&cg, &o.sampling, mi->n_vocab, tok, prompt, n_prompt, o.n_predict, &err)) goto fail;
-    engine_gen g = {.n_predict = o.n_predict, .pick = cli_gen_pick, .pick_user = cg,
+    cli_sampling_check("generate", &o->sampling, mi->n_vocab);
+    if ((st = cli_gen_create(&cg, &o->sampling, mi->n_vocab, tok, *prompt, n_prompt, o->n_predict, err))) goto out;
+    engine_gen g = {.n_predict = o->n_predict, .pick = cli_gen_pick, .pick_user = cg,
                     .on_token = cli_gen_on_token, .token_user = cg};
     engine_timings tm;
     int n_out;
-    if (engine_generate(q.e, q.s, prompt, n_prompt, &g, out, &n_out, &tm, &err)) goto fail;
-
+    if ((st = engine_generate(q.e, q.s, *prompt, n_prompt, &g, out, &n_out, &tm, err))) goto out;
     size_t text_len = 0;
     const char *text = cli_gen_text(cg, &text_len); /* cut at a --stop string */
-    print_result(&o, tok != NULL, prompt, n_prompt, out, n_out, text, text_len, cg, &tm);
-    rc = 0;
-    goto out;
-fail:
-    fprintf(stderr, "attnd generate: %s\n", err.msg);
+    print_result(o, tok != NULL, *prompt, n_prompt, out, n_out, text, text_len, cg, &tm);
 out:
     free(out);
     cli_gen_destroy(cg);
-    cli_sampling_free(&o.sampling);
     tok_destroy(tok);
     cli_seq_close(&q);
     model_destroy(m);
+    return st;
+}
+
+int cmd_generate(int argc, char **argv) {
+    gen_opts o;
+    parse_args(argc, argv, &o);
+    int n_prompt = 0;
+    int32_t *prompt = o.tokens ? cli_parse_ids("generate", "--tokens", o.tokens, &n_prompt) : NULL;
+    attnd_err err;
+    attnd_status st = generate(&o, &prompt, n_prompt, &err);
+    cli_sampling_free(&o.sampling);
     free(prompt);
-    return rc;
+    return cli_exit("generate", st, &err);
 }

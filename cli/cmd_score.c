@@ -76,51 +76,41 @@ static void print_scores(bool as_json, const int32_t *ids, int n, json_t *argmax
     json_decref(lps);
 }
 
-int cmd_score(int argc, char **argv) {
-    score_opts o;
-    if (!parse_args(argc, argv, &o)) return 0;
-    int n;
-    int32_t *ids = cli_parse_ids("score", "--tokens", o.tokens, &n);
-    if (n < 2) cli_usage_error("score", "--tokens: need at least 2 ids to score");
-
-    int rc = 1;
-    attnd_err err;
+/* Scores ids[0..n) (n >= 2) with o's model and prints the result. */
+static attnd_status score(const score_opts *o, const int32_t *ids, int n, attnd_err *err) {
     model *m = NULL;
     cli_seq q = {0};
     batch_entry *b = NULL;
     float *logits = NULL;
-    if (cli_model_load(&m, "score", o.run.model, &err)) goto fail;
+    json_t *argmax = json_array(), *lps = json_array();
+    attnd_status st = cli_model_load(&m, "score", o->run.model, err);
+    if (st != ATTND_OK) goto out;
     const model_info *mi = model_info_get(m);
     if (n > mi->n_ctx) {
-        snprintf(err.msg, sizeof(err.msg), "%d tokens exceed the model's context of %d", n, mi->n_ctx);
-        goto fail;
+        st = attnd_fail(err, ATTND_ERR_INVALID, "%d tokens exceed the model's context of %d", n, mi->n_ctx);
+        goto out;
     }
     for (int i = 0; i < n; i++)
         if (ids[i] >= mi->n_vocab) {
-            snprintf(err.msg, sizeof(err.msg), "token id %d is outside the vocabulary (0..%d)", ids[i],
-                     mi->n_vocab - 1);
-            goto fail;
+            st = attnd_fail(err, ATTND_ERR_INVALID, "token id %d is outside the vocabulary (0..%d)", ids[i],
+                            mi->n_vocab - 1);
+            goto out;
         }
     /* One prefill of up to 512 tokens (longer sequences continue in chunks of 512), so the logits
      * buffer stays at 512 x n_vocab floats even for large vocabularies. */
     int max_batch = n < 512 ? n : 512;
-    if (cli_seq_open(&q, m, max_batch, &o.run, &err)) goto fail;
+    if ((st = cli_seq_open(&q, m, max_batch, &o->run, err)) != ATTND_OK) goto out;
     b = malloc(sizeof(*b) * (size_t)max_batch);
     logits = malloc(sizeof(float) * (size_t)max_batch * mi->n_vocab); /* (max_batch, n_vocab) */
-    if (!b || !logits) {
-        snprintf(err.msg, sizeof(err.msg), "out of memory");
-        goto fail;
+    if (!b || !logits || !argmax || !lps) {
+        st = attnd_fail(err, ATTND_ERR_NOMEM, "out of memory");
+        goto out;
     }
-    json_t *argmax = json_array(), *lps = json_array();
     for (int done = 0; done < n - 1;) {
         /* positions done..done+c-1 predict tokens done+1..done+c */
         int c = (n - 1 - done) < max_batch ? n - 1 - done : max_batch;
         for (int i = 0; i < c; i++) b[i] = (batch_entry){q.s, ids[done + i], done + i, true};
-        if (engine_eval(q.e, b, c, logits, &err)) {
-            json_decref(argmax);
-            json_decref(lps);
-            goto fail;
-        }
+        if ((st = engine_eval(q.e, b, c, logits, err)) != ATTND_OK) goto out;
         for (int i = 0; i < c; i++) {
             const float *lg = logits + (size_t)i * mi->n_vocab;
             json_array_append_new(argmax, json_integer(engine_argmax(lg, mi->n_vocab)));
@@ -128,16 +118,26 @@ int cmd_score(int argc, char **argv) {
         }
         done += c;
     }
-    print_scores(o.json, ids, n, argmax, lps);
-    rc = 0;
-    goto out;
-fail:
-    fprintf(stderr, "attnd score: %s\n", err.msg);
+    print_scores(o->json, ids, n, argmax, lps); /* steals both */
+    argmax = lps = NULL;
 out:
+    json_decref(argmax);
+    json_decref(lps);
     free(b);
     free(logits);
     cli_seq_close(&q);
     model_destroy(m);
+    return st;
+}
+
+int cmd_score(int argc, char **argv) {
+    score_opts o;
+    if (!parse_args(argc, argv, &o)) return 0;
+    int n;
+    int32_t *ids = cli_parse_ids("score", "--tokens", o.tokens, &n);
+    if (n < 2) cli_usage_error("score", "--tokens: need at least 2 ids to score");
+    attnd_err err;
+    attnd_status st = score(&o, ids, n, &err);
     free(ids);
-    return rc;
+    return cli_exit("score", st, &err);
 }

@@ -104,6 +104,10 @@ char *cli_default_model_path(void);
  * *owned receives the malloc'd default path for the caller to free, or NULL. */
 const char *cli_resolve_model(const char *cmd, const char *model, char **owned);
 
+/* The exit status of a command whose work ended with st: 0, or 1 after printing
+ * "attnd <cmd>: <err->msg>" on stderr. */
+int cli_exit(const char *cmd, attnd_status st, const attnd_err *err);
+
 /* Loads the model at path, or the default model when path is NULL (usage error naming cmd when
  * there is none). */
 attnd_status cli_model_load(model **out, const char *cmd, const char *path, attnd_err *err);
