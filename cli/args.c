@@ -67,6 +67,11 @@ static bool match_opt(const char *cmd, int argc, char **argv, int *i, const cli_
         *i += 1;
         return true;
     case CLI_SAMPLING: return cli_sampling_flag(cmd, argc, argv, i, o->dst);
+    case CLI_PROMPT: {
+        cli_prompt *p = o->dst;
+        const cli_opt prompt[] = {CLI_OPT_STR("--prompt", &p->text), CLI_OPT_STR("--tokens", &p->tokens)};
+        return match_opt(cmd, argc, argv, i, &prompt[0]) || match_opt(cmd, argc, argv, i, &prompt[1]);
+    }
     case CLI_RUN: {
         cli_run_opts *r = o->dst;
         const cli_opt run[] = {CLI_OPT_STR("--model", &r->model), CLI_OPT_INT("--threads", &r->n_threads, 0, 1024),
@@ -133,6 +138,26 @@ int32_t *cli_parse_ids(const char *cmd, const char *flag, const char *s, int *n_
     if (n == 0) cli_usage_error(cmd, "%s: no token ids given", flag);
     *n_out = n;
     return ids;
+}
+
+void cli_prompt_check(const char *cmd, cli_prompt *p) {
+    if (!p->text == !p->tokens) cli_usage_error(cmd, "give exactly one of --prompt and --tokens");
+    if (p->tokens) p->ids = cli_parse_ids(cmd, "--tokens", p->tokens, &p->n);
+}
+
+attnd_status cli_prompt_encode(cli_prompt *p, const tokenizer *tok, attnd_err *err) {
+    if (!p->text) return ATTND_OK;
+    size_t n = 0;
+    free(p->ids);
+    p->ids = NULL;
+    attnd_status st = tok_encode(tok, p->text, strlen(p->text), true, true, &p->ids, &n, err);
+    p->n = (int)n;
+    return st;
+}
+
+void cli_prompt_free(cli_prompt *p) {
+    free(p->ids);
+    *p = (cli_prompt){0};
 }
 
 static char *existing(const char *dir, const char *rel) {

@@ -37,7 +37,8 @@ static const char *USAGE =
     "\n";
 
 typedef struct attn_opts {
-    const char *prompt, *tokens, *svg;
+    const char *svg;
+    cli_prompt prompt; /* --prompt or --tokens */
     int *layers, n_layers, *heads, n_heads;
     int top_k, n_predict;
     bool json;
@@ -61,8 +62,7 @@ static void parse_args(int argc, char **argv, attn_opts *o) {
     const char *layers = NULL, *heads = NULL;
     const cli_opt opts[] = {
         CLI_OPT_RUN(&o->run),
-        CLI_OPT_STR("--prompt", &o->prompt),
-        CLI_OPT_STR("--tokens", &o->tokens),
+        CLI_OPT_PROMPT(&o->prompt),
         CLI_OPT_STR("--svg", &o->svg),
         CLI_OPT_STR("--layer", &layers),
         CLI_OPT_STR("--head", &heads),
@@ -74,7 +74,7 @@ static void parse_args(int argc, char **argv, attn_opts *o) {
     if (!cli_parse_opts("attention", USAGE, argc, argv, opts, ATTND_ARRAY_LEN(opts))) exit(0);
     if (layers) o->layers = parse_list("--layer", layers, &o->n_layers);
     if (heads) o->heads = parse_list("--head", heads, &o->n_heads);
-    if (!o->prompt == !o->tokens) cli_usage_error("attention", "give exactly one of --prompt and --tokens");
+    cli_prompt_check("attention", &o->prompt);
     if (o->json && o->svg) cli_usage_error("attention", "give at most one of --json and --svg");
     if (o->svg && o->top_k) cli_usage_error("attention", "--svg draws whole rows; leave out --top-k");
     if (o->sampling.top_logprobs) cli_usage_error("attention", "--top-logprobs is not available here");
@@ -159,9 +159,9 @@ static attnd_status emit(const attn_opts *o, const model *m, const tokenizer *to
     return st;
 }
 
-/* Captures the attention over the prompt (*given: the --tokens ids, or NULL for --prompt,
- * encoded here into a malloc'd array the caller frees) and the generated tokens, and prints it. */
-static attnd_status attention(const attn_opts *o, int32_t **given, int n_prompt, attnd_err *err) {
+/* Captures the attention over the prompt (--prompt is encoded here) and the generated tokens,
+ * and prints it. */
+static attnd_status attention(attn_opts *o, attnd_err *err) {
     int n_ids = 0;
     int32_t *ids = NULL;
     model *m = NULL;
@@ -171,14 +171,12 @@ static attnd_status attention(const attn_opts *o, int32_t **given, int n_prompt,
     if ((st = cli_model_load(&m, "attention", o->run.model, err)) || (st = tok_load(&tok, model_gguf(m), err)))
         goto out;
     const model_info *mi = model_info_get(m);
-    if (o->prompt) {
-        size_t n;
-        if ((st = tok_encode(tok, o->prompt, strlen(o->prompt), true, true, given, &n, err))) goto out;
-        n_prompt = (int)n;
-    }
+    if ((st = cli_prompt_encode(&o->prompt, tok, err))) goto out;
+    const int32_t *given = o->prompt.ids;
+    int n_prompt = o->prompt.n;
     for (int i = 0; i < n_prompt; i++)
-        if ((*given)[i] < 0 || (*given)[i] >= mi->n_vocab)
-            cli_usage_error("attention", "--tokens: id %d is outside 0..%d", (*given)[i], mi->n_vocab - 1);
+        if (given[i] < 0 || given[i] >= mi->n_vocab)
+            cli_usage_error("attention", "--tokens: id %d is outside 0..%d", given[i], mi->n_vocab - 1);
     if (n_prompt < 1 || (long long)n_prompt + o->n_predict > mi->n_ctx)
         cli_usage_error("attention", "%d prompt tokens + %d to generate: the model's context holds 1..%d", n_prompt,
                         o->n_predict, mi->n_ctx);
@@ -202,7 +200,7 @@ static attnd_status attention(const attn_opts *o, int32_t **given, int n_prompt,
         st = attnd_fail(err, ATTND_ERR_NOMEM, "out of memory");
         goto out;
     }
-    memcpy(ids, *given, sizeof(int32_t) * (size_t)n_prompt);
+    memcpy(ids, given, sizeof(int32_t) * (size_t)n_prompt);
     if ((st = run(o, m, tok, c, ids, n_prompt, &n_ids, err))) goto out;
     st = emit(o, m, tok, c, ids, n_ids, n_prompt, err);
 out:
@@ -216,11 +214,10 @@ out:
 int cmd_attention(int argc, char **argv) {
     attn_opts o;
     parse_args(argc, argv, &o);
-    int n_prompt = 0;
-    int32_t *given = o.tokens ? cli_parse_ids("attention", "--tokens", o.tokens, &n_prompt) : NULL;
     attnd_err err;
-    attnd_status st = attention(&o, &given, n_prompt, &err);
+    attnd_status st = attention(&o, &err);
+    cli_prompt_free(&o.prompt);
     cli_sampling_free(&o.sampling);
-    free(o.layers), free(o.heads), free(given);
+    free(o.layers), free(o.heads);
     return cli_exit("attention", st, &err);
 }

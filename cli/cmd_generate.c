@@ -32,7 +32,7 @@ static const char *USAGE =
     "\n";
 
 typedef struct gen_opts {
-    const char *prompt, *tokens;
+    cli_prompt prompt;     /* --prompt or --tokens */
     int n_predict;
     cli_sampling sampling; /* --temp, --seed, --stop, --top-logprobs... (cli/sampling_args.c) */
     cli_run_opts run;      /* --model, --threads, --kv-type */
@@ -44,14 +44,13 @@ static void parse_args(int argc, char **argv, gen_opts *o) {
     cli_sampling_init(&o->sampling);
     const cli_opt opts[] = {
         CLI_OPT_RUN(&o->run),
-        CLI_OPT_STR("--prompt", &o->prompt),
-        CLI_OPT_STR("--tokens", &o->tokens),
+        CLI_OPT_PROMPT(&o->prompt),
         CLI_OPT_INT("--n", &o->n_predict, 0, 1 << 24),
         CLI_OPT_SAMPLING(&o->sampling),
         CLI_OPT_SET("--json", &o->json),
     };
     if (!cli_parse_opts("generate", USAGE, argc, argv, opts, ATTND_ARRAY_LEN(opts))) exit(0);
-    if (!o->prompt == !o->tokens) cli_usage_error("generate", "give exactly one of --prompt and --tokens");
+    cli_prompt_check("generate", &o->prompt);
     if (o->sampling.top_logprobs && !o->json) cli_usage_error("generate", "--top-logprobs needs --json");
 }
 
@@ -94,7 +93,7 @@ static void print_result(const gen_opts *o, bool has_tok, const int32_t *prompt,
     }
     /* Text when there is a vocabulary (the prompt as given, then the continuation), else ids. */
     if (has_tok) {
-        if (o->prompt) fputs(o->prompt, stdout);
+        if (o->prompt.text) fputs(o->prompt.text, stdout);
         fwrite(text, 1, text_len, stdout);
     } else {
         for (int i = 0; i < n_out; i++) printf("%s%d", i ? "," : "", out[i]);
@@ -105,9 +104,8 @@ static void print_result(const gen_opts *o, bool has_tok, const int32_t *prompt,
             tm->prefill_ms, tm->n_decode, tm->decode_ms, tps);
 }
 
-/* Generates from the prompt (*prompt: the --tokens ids, or NULL for --prompt, encoded here into
- * a malloc'd array the caller frees) and prints the result. */
-static attnd_status generate(const gen_opts *o, int32_t **prompt, int n_prompt, attnd_err *err) {
+/* Generates a continuation of the prompt (--prompt is encoded here) and prints the result. */
+static attnd_status generate(gen_opts *o, attnd_err *err) {
     model *m = NULL;
     cli_seq q = {0};
     int32_t *out = NULL;
@@ -121,19 +119,17 @@ static attnd_status generate(const gen_opts *o, int32_t **prompt, int n_prompt, 
     attnd_err tok_err;
     if (tok_load(&tok, model_gguf(m), &tok_err) != ATTND_OK) {
         tok = NULL;
-        if (o->prompt) {
+        if (o->prompt.text) {
             st = attnd_fail(err, ATTND_ERR_UNSUPPORTED, "cannot tokenize --prompt: %.400s", tok_err.msg);
             goto out;
         }
     }
-    if (o->prompt) {
-        size_t n_ids;
-        if ((st = tok_encode(tok, o->prompt, strlen(o->prompt), true, true, prompt, &n_ids, err))) goto out;
-        if (n_ids == 0) {
-            st = attnd_fail(err, ATTND_ERR_INVALID, "the prompt encodes to no tokens");
-            goto out;
-        }
-        n_prompt = (int)n_ids;
+    if ((st = cli_prompt_encode(&o->prompt, tok, err))) goto out;
+    const int32_t *prompt = o->prompt.ids;
+    int n_prompt = o->prompt.n;
+    if (n_prompt == 0) {
+        st = attnd_fail(err, ATTND_ERR_INVALID, "the prompt encodes to no tokens");
+        goto out;
     }
     if ((long long)n_prompt + o->n_predict > mi->n_ctx) {
         st = attnd_fail(err, ATTND_ERR_INVALID, "%d prompt tokens + %d to generate exceed the model's context of %d",
@@ -146,15 +142,15 @@ static attnd_status generate(const gen_opts *o, int32_t **prompt, int n_prompt, 
         goto out;
     }
     cli_sampling_check("generate", &o->sampling, mi->n_vocab);
-    if ((st = cli_gen_create(&cg, &o->sampling, mi->n_vocab, tok, *prompt, n_prompt, o->n_predict, err))) goto out;
+    if ((st = cli_gen_create(&cg, &o->sampling, mi->n_vocab, tok, prompt, n_prompt, o->n_predict, err))) goto out;
     engine_gen g = {.n_predict = o->n_predict, .pick = cli_gen_pick, .pick_user = cg,
                     .on_token = cli_gen_on_token, .token_user = cg};
     engine_timings tm;
     int n_out;
-    if ((st = engine_generate(q.e, q.s, *prompt, n_prompt, &g, out, &n_out, &tm, err))) goto out;
+    if ((st = engine_generate(q.e, q.s, prompt, n_prompt, &g, out, &n_out, &tm, err))) goto out;
     size_t text_len = 0;
     const char *text = cli_gen_text(cg, &text_len); /* cut at a --stop string */
-    print_result(o, tok != NULL, *prompt, n_prompt, out, n_out, text, text_len, cg, &tm);
+    print_result(o, tok != NULL, prompt, n_prompt, out, n_out, text, text_len, cg, &tm);
 out:
     free(out);
     cli_gen_destroy(cg);
@@ -167,11 +163,9 @@ out:
 int cmd_generate(int argc, char **argv) {
     gen_opts o;
     parse_args(argc, argv, &o);
-    int n_prompt = 0;
-    int32_t *prompt = o.tokens ? cli_parse_ids("generate", "--tokens", o.tokens, &n_prompt) : NULL;
     attnd_err err;
-    attnd_status st = generate(&o, &prompt, n_prompt, &err);
+    attnd_status st = generate(&o, &err);
+    cli_prompt_free(&o.prompt);
     cli_sampling_free(&o.sampling);
-    free(prompt);
     return cli_exit("generate", st, &err);
 }

@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 #include "attnd/engine.h"
+#include "attnd/tokenizer.h"
 
 int cmd_info(int argc, char **argv);
 int cmd_serve(int argc, char **argv);
@@ -49,6 +50,7 @@ typedef enum cli_opt_kind {
     CLI_CLEAR,    /* --flag alone sets (bool *)dst to false */
     CLI_KV,       /* --flag f16|f32 into (kv_type *)dst */
     CLI_RUN,      /* flag NULL: --model, --threads, --kv-type into (cli_run_opts *)dst */
+    CLI_PROMPT,   /* flag NULL: --prompt, --tokens into (cli_prompt *)dst */
     CLI_SAMPLING, /* flag NULL: every sampling flag into (cli_sampling *)dst; --help shows them too */
     CLI_ARGS,     /* flag NULL: the positional arguments into (cli_args *)dst */
 } cli_opt_kind;
@@ -67,6 +69,7 @@ typedef struct cli_opt {
 #define CLI_OPT_CLEAR(flag, dst) {(flag), CLI_CLEAR, (1 ? (dst) : (bool *)0), 0, 0}
 #define CLI_OPT_KV(flag, dst) {(flag), CLI_KV, (1 ? (dst) : (kv_type *)0), 0, 0}
 #define CLI_OPT_RUN(dst) {NULL, CLI_RUN, (1 ? (dst) : (struct cli_run_opts *)0), 0, 0}
+#define CLI_OPT_PROMPT(dst) {NULL, CLI_PROMPT, (1 ? (dst) : (struct cli_prompt *)0), 0, 0}
 #define CLI_OPT_SAMPLING(dst) {NULL, CLI_SAMPLING, (1 ? (dst) : (struct cli_sampling *)0), 0, 0}
 #define CLI_OPT_ARGS(dst) {NULL, CLI_ARGS, (1 ? (dst) : (struct cli_args *)0), 0, 0}
 
@@ -76,6 +79,14 @@ typedef struct cli_run_opts {
     int n_threads;     /* --threads N; 0 = the CPUs this process may use */
     kv_type kv;        /* --kv-type f16|f32 (KV_F16 when zeroed) */
 } cli_run_opts;
+
+/* The prompt of generate and attention: --prompt TEXT or --tokens IDS, exactly one. */
+typedef struct cli_prompt {
+    const char *text;   /* --prompt (borrows argv): encoded with the model's vocabulary, BOS as it asks */
+    const char *tokens; /* --tokens (borrows argv): ids used exactly as given */
+    int32_t *ids;       /* (n) owned: --tokens' ids (cli_prompt_check), or the text once encoded */
+    int n;
+} cli_prompt;
 
 /* Positional arguments (borrowing argv): v holds up to max of them; n counts them. */
 typedef struct cli_args {
@@ -89,6 +100,12 @@ typedef struct cli_args {
  * and an argument the table has no room for are usage errors (exit 2); "-" alone is positional.
  */
 bool cli_parse_opts(const char *cmd, const char *usage, int argc, char **argv, const cli_opt *opts, int n_opts);
+
+/* After parsing: exactly one of --prompt and --tokens, and --tokens' ids parsed (usage errors). */
+void cli_prompt_check(const char *cmd, cli_prompt *p);
+/* For --prompt: its text encoded with tok into p->ids (nothing to do for --tokens). */
+attnd_status cli_prompt_encode(cli_prompt *p, const tokenizer *tok, attnd_err *err);
+void cli_prompt_free(cli_prompt *p);
 
 /* Parses "1,2,3" into a freshly malloc'd array (caller frees); usage error on bad ids. */
 int32_t *cli_parse_ids(const char *cmd, const char *flag, const char *s, int *n_out);
@@ -126,7 +143,6 @@ void cli_seq_close(cli_seq *c); /* accepts a zeroed or half-opened cli_seq */
 /* ---- sampling flags and generation callbacks (cli/sampling_args.c) ---- */
 
 #include "attnd/sampler.h"
-#include "attnd/tokenizer.h"
 
 /* The sampling flags of a command line. params.bias points into bias; stops borrow argv. */
 typedef struct cli_sampling {
