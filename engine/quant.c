@@ -529,6 +529,7 @@ const quant_kernels quant_kernels_portable = {
     .f2h = f2h_portable,
     .attn_scores_t = attn_scores_t_portable,
     .attn_max = attn_max_portable,
+    .attn_tile = attn_tile_portable,
 };
 
 // ---- instruction-set selection -----------------------------------------------------------------
@@ -627,6 +628,7 @@ static void resolve_tables(void) {
         RESOLVE(k, isa, prep_q8_0); RESOLVE(k, isa, prep_q8_k); RESOLVE(k, isa, prep_f16);
         RESOLVE(k, isa, dot_rows); RESOLVE(k, isa, axpy_rows); RESOLVE(k, isa, exp); RESOLVE(k, isa, h2f);
         RESOLVE(k, isa, f2h); RESOLVE(k, isa, attn_scores_t); RESOLVE(k, isa, attn_max);
+        RESOLVE(k, isa, attn_tile);
     }
 }
 

@@ -56,6 +56,8 @@ typedef void (*quant_f2h_fn)(uint16_t *dst, const float *src, int64_t n);
 /* The attention loops of attn_ops.h (implemented in attn_ops.c). */
 typedef void (*attn_scores_t_fn)(float *s, const float *q, const float *KT, int cnt, int hd, float scale);
 typedef float (*attn_max_fn)(const float *s, int cnt);
+struct attn_tile;
+typedef void (*attn_tile_fn)(const struct attn_tile *t);
 
 /* Per instruction set: one row-range kernel per computable weight type and the activation
  * preparations; any NULL entry falls back to the next instruction set down. */
@@ -71,6 +73,7 @@ typedef struct quant_kernels {
     quant_f2h_fn f2h;
     attn_scores_t_fn attn_scores_t;
     attn_max_fn attn_max;
+    attn_tile_fn attn_tile;
 } quant_kernels;
 
 extern const quant_kernels quant_kernels_portable;
@@ -87,9 +90,12 @@ const quant_kernels *quant_kernels_active(void);
 /* attn_ops.c's implementations, referenced by the tables */
 void attn_scores_t_portable(float *s, const float *q, const float *KT, int cnt, int hd, float scale);
 float attn_max_portable(const float *s, int cnt);
+void attn_tile_portable(const struct attn_tile *t);
 #if defined(__x86_64__)
 void attn_scores_t_avx2(float *s, const float *q, const float *KT, int cnt, int hd, float scale);
 float attn_max_avx2(const float *s, int cnt);
+void attn_tile_avx2(const struct attn_tile *t);
+void attn_tile_avx512(const struct attn_tile *t);
 #endif
 
 /* Little-endian unaligned loads from the mapping (GGUF is little-endian, so is x86/arm64). */
