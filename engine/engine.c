@@ -233,7 +233,7 @@ static void rmsnorm(float *out, const float *x, const float *w, int n, int dim, 
 }
 
 static void matmul(engine *e, float *out, const weight *w, const float *x, int n_tok) {
-    quant_matmul(out, w->data, w->type, w->rows, w->cols, x, n_tok, e->mm_scratch, e->n_threads);
+    quant_matmul_packed(out, w->data, w->packed, w->type, w->rows, w->cols, x, n_tok, e->mm_scratch, e->n_threads);
 }
 
 static void add_bias(float *x, const float *b, int n, int dim) {
@@ -309,14 +309,15 @@ static const float *v_tile(const kv_seq *s, int layer, int b, int cnt, int g, in
     return buf;
 }
 
-/* Asks for kv head g's key and value tiles of block b into the cache while the previous tile is
- * worked on: they are two sequential runs, but short ones the hardware prefetchers pick up late. */
-static void kv_prefetch(const kv_seq *s, int layer, int b, int g, int hd) {
+/* Asks for kv head g's key and value tiles of block b into L2 while earlier tiles are worked on:
+ * they are two sequential runs, but short ones the hardware prefetchers pick up late. Always
+ * inlined: GCC takes a function made only of prefetches for one without effect and drops its calls. */
+static inline __attribute__((always_inline)) void kv_prefetch(const kv_seq *s, int layer, int b, int g, int hd) {
     size_t bytes = (size_t)hd * KV_BLOCK * s->pool->elt;
     const char *k = (const char *)kv_k_block(s, layer, b) + (size_t)g * bytes, *v = kv_v_tile(s, layer, b, g);
     for (size_t o = 0; o < bytes; o += 64) {
-        __builtin_prefetch(k + o);
-        __builtin_prefetch(v + o);
+        __builtin_prefetch(k + o, 0, 2);
+        __builtin_prefetch(v + o, 0, 2);
     }
 }
 
@@ -342,7 +343,8 @@ static void attend(const engine *e, attn_slot *sl, const batch_entry *entries, q
     memset(sl->acc, 0, sizeof(float) * (size_t)qb.n * G * hd);
     attn_tile t = {.hd = hd, .group = G, .v_stride = hd, .scale = 1.0f / sqrtf((float)hd)};
     for (int b = 0, base = 0; base < n_keys_max; b++, base += KV_BLOCK) {
-        if (base + KV_BLOCK < n_keys_max) kv_prefetch(seq, layer, b + 1, g, hd);
+        if (b == 0 && base + KV_BLOCK < n_keys_max) kv_prefetch(seq, layer, 1, g, hd);
+        if (base + 2 * KV_BLOCK < n_keys_max) kv_prefetch(seq, layer, b + 2, g, hd); /* two tiles ahead */
         t.cnt = n_keys_max - base < KV_BLOCK ? n_keys_max - base : KV_BLOCK;
         t.KT = k_tile(seq, layer, b, g, hd, sl->kt);
         t.V = v_tile(seq, layer, b, t.cnt, g, hd, sl->v_tile);

@@ -59,10 +59,22 @@ typedef float (*attn_max_fn)(const float *s, int cnt);
 struct attn_tile;
 typedef void (*attn_tile_fn)(const struct attn_tile *t);
 
+/* Packed weights (quant.h): 16-row groups of PACK_ROWS rows, group g at data + g * group_bytes. A
+ * packed row-range kernel takes (data, group_bytes) for (w, row_bytes), r0 a multiple of 16. */
+#define PACK_ROWS 16
+struct quant_packed {
+    uint32_t wtype;
+    int64_t n_rows, n_cols;
+    size_t group_bytes; /* Q4_0: nb * (4 * 64 + 32): the nibble vectors of every block, then the scales */
+    size_t bytes;
+    uint8_t *data;      /* (ceil(n_rows / 16) * group_bytes), 64-byte aligned */
+};
+
 /* Per instruction set: one row-range kernel per computable weight type and the activation
  * preparations; any NULL entry falls back to the next instruction set down. */
 typedef struct quant_kernels {
     quant_rows_fn f32, f16, bf16, q8_0, q4_0, q4_k, q6_k;
+    quant_rows_fn q4_0_packed; /* decode (1-3 tokens) over quant_pack's Q4_0 layout; NULL: none */
     quant_prep_q8_0_fn prep_q8_0;
     quant_prep_q8_k_fn prep_q8_k;
     quant_prep_f16_fn prep_f16;
