@@ -206,6 +206,30 @@ static attnd_status load_layer(model *m, int l, attnd_err *err) {
     return ATTND_OK;
 }
 
+/* The seven matrices of a layer. */
+#define LAYER_MATRICES 7
+static void layer_matrices(layer_weights *L, weight *out[LAYER_MATRICES]) {
+    weight *lw[LAYER_MATRICES] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
+    memcpy(out, lw, sizeof lw);
+}
+
+static void pack_matrix(model *m, weight *w) {
+    w->packed = quant_pack(w->data, w->type, w->rows, w->cols);
+    m->packed_bytes += quant_packed_bytes(w->packed);
+}
+
+/* Packed copies for the decode kernels where the instruction set has one for the type (quant_pack);
+ * without one (or without the memory) a matrix is read from the mapping as it is. token_embd is
+ * only looked up by row: never packed, even when the output head is tied to it. */
+static void pack_matrices(model *m) {
+    pack_matrix(m, &m->output);
+    for (int l = 0; l < m->info.n_layer; l++) {
+        weight *lw[LAYER_MATRICES];
+        layer_matrices(&m->layers[l], lw);
+        for (int i = 0; i < LAYER_MATRICES; i++) pack_matrix(m, lw[i]);
+    }
+}
+
 attnd_status model_load(model **out, const char *path, attnd_err *err) {
     *out = NULL;
     attnd_status st;
@@ -252,6 +276,7 @@ attnd_status model_load(model **out, const char *path, attnd_err *err) {
         m->rope_inv_freq[i] = pow((double)mi->rope_base, -2.0 * i / mi->rope_dims);
 
     for (uint64_t i = 0; i < gguf_tensor_count(f); i++) mi->n_params += gguf_tensor_at(f, i)->n_elems;
+    pack_matrices(m);
     *out = m;
     return ATTND_OK;
 
@@ -270,9 +295,13 @@ void model_destroy(model *m) {
             free(L->bq);
             free(L->bk);
             free(L->bv);
+            weight *lw[LAYER_MATRICES];
+            layer_matrices(L, lw);
+            for (int i = 0; i < LAYER_MATRICES; i++) quant_packed_destroy(lw[i]->packed);
         }
         free(m->layers);
     }
+    quant_packed_destroy(m->output.packed); /* never set on tok_embd, even when output is tied to it */
     free(m->output_norm);
     free(m->rope_inv_freq);
     gguf_close(m->f);
