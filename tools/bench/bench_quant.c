@@ -9,7 +9,8 @@
  *                                               weight GB/s; for n_tok <= 16 the weights rotate through
  *                                               96 MB of copies, so they stream from DRAM as in decode)
  *   build/bench_quant [n_threads] [n_tok] tlpack   (Q4_0 at those shapes: the mapped layout against the copy
- *                                               packed at load, alternating in one process; packing cost)
+ *                                               packed at load, alternating in one process; packing cost;
+ *                                               tlpackhot: one copy of the weights, cached when it fits)
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -220,7 +221,7 @@ static void bench_tl(int n_threads, int n_tok, quant_isa isa) {
 /* Q4_0 at TinyLlama shapes, read from the mapping's layout (A) and from quant_pack's copy (B), in
  * alternating batches in this one process (so a busy machine slows both alike): ms per call,
  * weight GB/s, B/A speed ratio, and the packing's cost (bytes, ms per MB of weights). */
-static void bench_tl_packed(int n_threads, int n_tok) {
+static void bench_tl_packed(int n_threads, int n_tok, int hot) {
     static const int64_t shapes[][2] = {{2048, 2048}, {5632, 2048}, {2048, 5632}, {32000, 2048}};
     const uint32_t type = GGUF_TYPE_Q4_0;
     printf("Q4_0 mapped (A) vs packed at load (B), isa %s, alternating batches, best of 7\n", quant_isa_name(quant_isa_active()));
@@ -228,7 +229,7 @@ static void bench_tl_packed(int n_threads, int n_tok) {
     for (size_t si = 0; si < sizeof shapes / sizeof *shapes; si++) {
         int64_t rows = shapes[si][0], cols = shapes[si][1];
         size_t wbytes = quant_row_bytes(type, cols) * (size_t)rows;
-        int copies = (int)((96u << 20) / wbytes + 1);
+        int copies = hot ? 1 : (int)((96u << 20) / wbytes + 1);
         uint8_t **w = malloc((size_t)copies * sizeof *w);
         quant_packed **pk = malloc((size_t)copies * sizeof *pk);
         double pack_s = 0;
@@ -246,7 +247,7 @@ static void bench_tl_packed(int n_threads, int n_tok) {
         float *out = malloc((size_t)n_tok * (size_t)rows * sizeof(float));
         for (int64_t i = 0; i < n_tok * cols; i++) x[i] = (float)(rnd() % 2001) / 1000.f - 1.f;
         void *scratch = malloc(quant_scratch_bytes(type, n_tok, cols) + 1);
-        int reps = copies * 4;
+        int reps = hot ? 40 : copies * 4;
         double best[2] = {1e30, 1e30};
         for (int batch = 0; batch < 14; batch++) {
             int b = batch % 2;
@@ -282,8 +283,8 @@ int main(int argc, char **argv) {
     quant_isa best = quant_isa_best();
     printf("threads %d, n_tok %d, best isa %s, timing by %s\n\n", n_threads, n_tok, quant_isa_name(best),
            g_cpu_clock ? "process CPU time" : "wall clock");
-    if (argc > 3 && strcmp(argv[3], "tlpack") == 0) {
-        bench_tl_packed(n_threads, n_tok);
+    if (argc > 3 && (strcmp(argv[3], "tlpack") == 0 || strcmp(argv[3], "tlpackhot") == 0)) {
+        bench_tl_packed(n_threads, n_tok, strcmp(argv[3], "tlpackhot") == 0);
         return 0;
     }
     if (argc > 3 && strcmp(argv[3], "tl") == 0) {
