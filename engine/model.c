@@ -16,43 +16,52 @@
 #include "model_internal.h"
 #include "quant.h"
 
-/* Reads "<arch>.<suffix>" as u32; a missing key is an error only when required. */
+/* "<arch>.<suffix>" in key. */
+static const char *arch_key(char key[128], const char *arch, const char *suffix) {
+    snprintf(key, 128, "%s.%s", arch, suffix);
+    return key;
+}
+
+/* The status of reading a key whose value the caller has preset to its default: a missing key
+ * is an error only when required. */
+static attnd_status optional(attnd_status st, bool required) {
+    return st == ATTND_ERR_NOT_FOUND && !required ? ATTND_OK : st;
+}
+
+/* Reads "<arch>.<suffix>" as u32 (dflt when missing and not required). */
 static attnd_status arch_u32(const gguf_file *f, const char *arch, const char *suffix, bool required,
                              uint32_t dflt, uint32_t *out, attnd_err *err) {
     char key[128];
-    snprintf(key, sizeof(key), "%s.%s", arch, suffix);
-    attnd_status st = gguf_get_u32(f, key, out, err);
-    if (st == ATTND_ERR_NOT_FOUND && !required) {
-        *out = dflt;
-        return ATTND_OK;
-    }
-    return st;
+    *out = dflt;
+    return optional(gguf_get_u32(f, arch_key(key, arch, suffix), out, err), required);
 }
 
+/* Reads "<arch>.<suffix>" as f32 (dflt when missing and not required). */
 static attnd_status arch_f32(const gguf_file *f, const char *arch, const char *suffix, bool required, float dflt,
                              float *out, attnd_err *err) {
     char key[128];
-    snprintf(key, sizeof(key), "%s.%s", arch, suffix);
-    attnd_status st = gguf_get_f32(f, key, out, err);
-    if (st == ATTND_ERR_NOT_FOUND && !required) {
-        *out = dflt;
-        return ATTND_OK;
-    }
-    return st;
+    *out = dflt;
+    return optional(gguf_get_f32(f, arch_key(key, arch, suffix), out, err), required);
+}
+
+/* Looks up a weight tensor of a computable type; *t is NULL when it is absent and optional. */
+static attnd_status find_weight(const gguf_file *f, const char *name, bool required, const gguf_tensor **t,
+                                attnd_err *err) {
+    *t = gguf_find_tensor(f, name);
+    if (!*t) return required ? attnd_fail(err, ATTND_ERR_FORMAT, "model has no tensor '%s'", name) : ATTND_OK;
+    if (!gguf_type_computable((*t)->type))
+        return attnd_fail(err, ATTND_ERR_UNSUPPORTED, "tensor '%s' has type %s, which attnd does not compute", name,
+                          gguf_type_name((*t)->type));
+    return ATTND_OK;
 }
 
 /* Looks up a tensor that must be a (rows, cols) matrix of a computable type. */
 static attnd_status find_matrix(const gguf_file *f, const char *name, int64_t rows, int64_t cols, bool required,
                                 weight *out, attnd_err *err) {
     memset(out, 0, sizeof(*out));
-    const gguf_tensor *t = gguf_find_tensor(f, name);
-    if (!t) {
-        if (!required) return ATTND_OK;
-        return attnd_fail(err, ATTND_ERR_FORMAT, "model has no tensor '%s'", name);
-    }
-    if (!gguf_type_computable(t->type))
-        return attnd_fail(err, ATTND_ERR_UNSUPPORTED, "tensor '%s' has type %s, which attnd does not compute", name,
-                          gguf_type_name(t->type));
+    const gguf_tensor *t;
+    attnd_status st = find_weight(f, name, required, &t, err);
+    if (st != ATTND_OK || !t) return st;
     if (t->n_dims > 2 || (int64_t)t->ne[0] != cols || (int64_t)t->ne[1] != rows)
         return attnd_fail(err, ATTND_ERR_FORMAT, "tensor '%s' has shape [%llu, %llu], expected [%lld, %lld]", name,
                           (unsigned long long)t->ne[0], (unsigned long long)t->ne[1], (long long)cols,
@@ -68,14 +77,9 @@ static attnd_status find_matrix(const gguf_file *f, const char *name, int64_t ro
 static attnd_status load_vector(const gguf_file *f, const char *name, int64_t n, bool required, float **out,
                                 attnd_err *err) {
     *out = NULL;
-    const gguf_tensor *t = gguf_find_tensor(f, name);
-    if (!t) {
-        if (!required) return ATTND_OK;
-        return attnd_fail(err, ATTND_ERR_FORMAT, "model has no tensor '%s'", name);
-    }
-    if (!gguf_type_computable(t->type))
-        return attnd_fail(err, ATTND_ERR_UNSUPPORTED, "tensor '%s' has type %s, which attnd does not compute", name,
-                          gguf_type_name(t->type));
+    const gguf_tensor *t;
+    attnd_status st = find_weight(f, name, required, &t, err);
+    if (st != ATTND_OK || !t) return st;
     if (t->n_elems != (uint64_t)n || t->ne[0] != (uint64_t)n)
         return attnd_fail(err, ATTND_ERR_FORMAT, "tensor '%s' has %llu elements, expected %lld", name,
                           (unsigned long long)t->n_elems, (long long)n);
