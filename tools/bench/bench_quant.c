@@ -218,15 +218,16 @@ static void bench_tl(int n_threads, int n_tok, quant_isa isa) {
         }
 }
 
-/* Q4_0 at TinyLlama shapes, read from the mapping's layout (A) and from quant_pack's copy (B), in
+/* Q4_0 and Q4_K at TinyLlama shapes, read from the mapping's layout (A) and from quant_pack's copy (B), in
  * alternating batches in this one process (so a busy machine slows both alike): ms per call,
  * weight GB/s, B/A speed ratio, and the packing's cost (bytes, ms per MB of weights). */
 static void bench_tl_packed(int n_threads, int n_tok, int hot) {
     static const int64_t shapes[][2] = {{2048, 2048}, {5632, 2048}, {2048, 5632}, {32000, 2048}};
-    const uint32_t type = GGUF_TYPE_Q4_0;
-    printf("Q4_0 mapped (A) vs packed at load (B), isa %s, alternating batches, best of 7\n", quant_isa_name(quant_isa_active()));
-    printf("%-11s %9s %9s %8s %8s %7s %12s\n", "shape", "A ms", "B ms", "A GB/s", "B GB/s", "B/A", "pack ms/MB");
+    printf("mapped (A) vs packed at load (B), isa %s, alternating batches, best of 7\n", quant_isa_name(quant_isa_active()));
+    printf("%-5s %-11s %9s %9s %8s %8s %7s %12s\n", "type", "shape", "A ms", "B ms", "A GB/s", "B GB/s", "B/A", "pack ms/MB");
+    for (size_t ti = 0; ti < 2; ti++)
     for (size_t si = 0; si < sizeof shapes / sizeof *shapes; si++) {
+        const uint32_t type = ti == 0 ? GGUF_TYPE_Q4_0 : GGUF_TYPE_Q4_K;
         int64_t rows = shapes[si][0], cols = shapes[si][1];
         size_t wbytes = quant_row_bytes(type, cols) * (size_t)rows;
         int copies = hot ? 1 : (int)((96u << 20) / wbytes + 1);
@@ -240,7 +241,7 @@ static void bench_tl_packed(int n_threads, int n_tok, int hot) {
             pack_s += now_s() - t0;
         }
         if (!pk[0]) {
-            printf("no packed kernel for Q4_0 on this instruction set\n");
+            printf("no packed kernel for %s on this instruction set\n", gguf_type_name(type));
             return;
         }
         float *x = malloc((size_t)n_tok * (size_t)cols * sizeof(float));
@@ -260,7 +261,7 @@ static void bench_tl_packed(int n_threads, int n_tok, int hot) {
         }
         char shape[32];
         snprintf(shape, sizeof shape, "%ldx%ld", (long)rows, (long)cols);
-        printf("%-11s %9.3f %9.3f %8.2f %8.2f %6.2fx %12.3f\n", shape, best[0] * 1e3, best[1] * 1e3, wbytes / best[0] * 1e-9,
+        printf("%-5s %-11s %9.3f %9.3f %8.2f %8.2f %6.2fx %12.3f\n", gguf_type_name(type), shape, best[0] * 1e3, best[1] * 1e3, wbytes / best[0] * 1e-9,
                wbytes / best[1] * 1e-9, best[0] / best[1], pack_s * 1e3 / ((double)wbytes * copies / (1 << 20)));
         fflush(stdout);
         for (int i = 0; i < copies; i++) {
