@@ -56,6 +56,65 @@ double cli_parse_double(const char *cmd, const char *flag, const char *s, double
     return v;
 }
 
+/* One table entry for argv[*i], consumed; false when no entry matches. */
+static bool match_opt(const char *cmd, int argc, char **argv, int *i, const cli_opt *o) {
+    const char *v;
+    switch (o->kind) {
+    case CLI_SET:
+    case CLI_CLEAR:
+        if (strcmp(argv[*i], o->flag)) return false;
+        *(bool *)o->dst = o->kind == CLI_SET;
+        *i += 1;
+        return true;
+    case CLI_SAMPLING: return cli_sampling_flag(cmd, argc, argv, i, o->dst);
+    case CLI_PROMPT: {
+        cli_prompt *p = o->dst;
+        const cli_opt prompt[] = {CLI_OPT_STR("--prompt", &p->text), CLI_OPT_STR("--tokens", &p->tokens)};
+        return match_opt(cmd, argc, argv, i, &prompt[0]) || match_opt(cmd, argc, argv, i, &prompt[1]);
+    }
+    case CLI_RUN: {
+        cli_run_opts *r = o->dst;
+        const cli_opt run[] = {CLI_OPT_STR("--model", &r->model), CLI_OPT_INT("--threads", &r->n_threads, 0, 1024),
+                               CLI_OPT_KV("--kv-type", &r->kv)};
+        for (size_t k = 0; k < ATTND_ARRAY_LEN(run); k++)
+            if (match_opt(cmd, argc, argv, i, &run[k])) return true;
+        return false;
+    }
+    case CLI_ARGS: {
+        cli_args *a = o->dst;
+        const char *arg = argv[*i];
+        if (arg[0] == '-' && arg[1]) return false;
+        if (a->n == a->max) cli_usage_error(cmd, "unexpected argument '%s'", arg);
+        a->v[a->n++] = arg;
+        *i += 1;
+        return true;
+    }
+    default: break;
+    }
+    if (!cli_flag_value(cmd, argc, argv, i, o->flag, &v)) return false;
+    if (o->kind == CLI_STR) *(const char **)o->dst = v;
+    else if (o->kind == CLI_INT) *(int *)o->dst = (int)cli_parse_int(cmd, o->flag, v, o->min, o->max);
+    else if (!strcmp(v, "f16")) *(kv_type *)o->dst = KV_F16;
+    else if (!strcmp(v, "f32")) *(kv_type *)o->dst = KV_F32;
+    else cli_usage_error(cmd, "%s: '%s' is not f16 or f32", o->flag, v);
+    return true;
+}
+
+bool cli_parse_opts(const char *cmd, const char *usage, int argc, char **argv, const cli_opt *opts, int n_opts) {
+    for (int i = 1; i < argc;) {
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            fputs(usage, stdout);
+            for (int k = 0; k < n_opts; k++)
+                if (opts[k].kind == CLI_SAMPLING) fputs(CLI_SAMPLING_USAGE, stdout);
+            return false;
+        }
+        int k = 0;
+        while (k < n_opts && !match_opt(cmd, argc, argv, &i, &opts[k])) k++;
+        if (k == n_opts) cli_usage_error(cmd, "unknown option '%s'", argv[i]);
+    }
+    return true;
+}
+
 int32_t *cli_parse_ids(const char *cmd, const char *flag, const char *s, int *n_out) {
     int cap = 16, n = 0;
     int32_t *ids = malloc(cap * sizeof(*ids));
@@ -79,6 +138,26 @@ int32_t *cli_parse_ids(const char *cmd, const char *flag, const char *s, int *n_
     if (n == 0) cli_usage_error(cmd, "%s: no token ids given", flag);
     *n_out = n;
     return ids;
+}
+
+void cli_prompt_check(const char *cmd, cli_prompt *p) {
+    if (!p->text == !p->tokens) cli_usage_error(cmd, "give exactly one of --prompt and --tokens");
+    if (p->tokens) p->ids = cli_parse_ids(cmd, "--tokens", p->tokens, &p->n);
+}
+
+attnd_status cli_prompt_encode(cli_prompt *p, const tokenizer *tok, attnd_err *err) {
+    if (!p->text) return ATTND_OK;
+    size_t n = 0;
+    free(p->ids);
+    p->ids = NULL;
+    attnd_status st = tok_encode(tok, p->text, strlen(p->text), true, true, &p->ids, &n, err);
+    p->n = (int)n;
+    return st;
+}
+
+void cli_prompt_free(cli_prompt *p) {
+    free(p->ids);
+    *p = (cli_prompt){0};
 }
 
 static char *existing(const char *dir, const char *rel) {
@@ -119,11 +198,24 @@ const char *cli_resolve_model(const char *cmd, const char *model, char **owned) 
     return *owned;
 }
 
-attnd_status cli_seq_open(cli_seq *c, const model *m, int max_batch, int n_threads, kv_type kv, attnd_err *err) {
+int cli_exit(const char *cmd, attnd_status st, const attnd_err *err) {
+    if (st == ATTND_OK) return 0;
+    fprintf(stderr, "attnd %s: %s\n", cmd, err->msg);
+    return 1;
+}
+
+attnd_status cli_model_load(model **out, const char *cmd, const char *path, attnd_err *err) {
+    char *dflt;
+    attnd_status st = model_load(out, cli_resolve_model(cmd, path, &dflt), err);
+    free(dflt);
+    return st;
+}
+
+attnd_status cli_seq_open(cli_seq *c, const model *m, int max_batch, const cli_run_opts *r, attnd_err *err) {
     *c = (cli_seq){0};
     attnd_status st;
-    if ((st = engine_create(&c->e, m, max_batch, n_threads, err)) != ATTND_OK ||
-        (st = kv_pool_create(&c->pool, m, SIZE_MAX, kv, err)) != ATTND_OK ||
+    if ((st = engine_create(&c->e, m, max_batch, r->n_threads, err)) != ATTND_OK ||
+        (st = kv_pool_create(&c->pool, m, SIZE_MAX, r->kv, err)) != ATTND_OK ||
         (st = kv_seq_create(&c->s, c->pool, err)) != ATTND_OK)
         cli_seq_close(c);
     return st;

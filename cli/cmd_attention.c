@@ -32,16 +32,17 @@ static const char *USAGE =
     "  --json          print the JSON of POST /v1/attention\n"
     "  --svg FILE      write a heatmap (tokens on both axes, a thumbnail per head) to FILE\n"
     "  --model PATH    the GGUF file (default: the shipped default model)\n"
-    "  --threads N     threads (default: the CPUs this process may use)\n"
+    "  --threads N     threads; 0 (the default) = the CPUs this process may use\n"
     "  --kv-type T     KV cache type, f16 (default, as the server) or f32\n"
     "\n";
 
 typedef struct attn_opts {
-    const char *model, *prompt, *tokens, *svg;
+    const char *svg;
+    cli_prompt prompt; /* --prompt or --tokens */
     int *layers, n_layers, *heads, n_heads;
-    int top_k, n_predict, n_threads;
+    int top_k, n_predict;
     bool json;
-    kv_type kv;
+    cli_run_opts run; /* --model, --threads, --kv-type */
     cli_sampling sampling;
 } attn_opts;
 
@@ -56,41 +57,24 @@ static int *parse_list(const char *flag, const char *s, int *n) {
 }
 
 static void parse_args(int argc, char **argv, attn_opts *o) {
-    *o = (attn_opts){.kv = KV_F16};
+    *o = (attn_opts){0};
     cli_sampling_init(&o->sampling);
-    for (int i = 1; i < argc;) {
-        const char *v;
-        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-            fputs(USAGE, stdout);
-            fputs(CLI_SAMPLING_USAGE, stdout);
-            exit(0);
-        } else if (cli_flag_value("attention", argc, argv, &i, "--model", &v)) o->model = v;
-        else if (cli_flag_value("attention", argc, argv, &i, "--prompt", &v)) o->prompt = v;
-        else if (cli_flag_value("attention", argc, argv, &i, "--tokens", &v)) o->tokens = v;
-        else if (cli_flag_value("attention", argc, argv, &i, "--svg", &v)) o->svg = v;
-        else if (cli_flag_value("attention", argc, argv, &i, "--layer", &v)) {
-            free(o->layers);
-            o->layers = parse_list("--layer", v, &o->n_layers);
-        } else if (cli_flag_value("attention", argc, argv, &i, "--head", &v)) {
-            free(o->heads);
-            o->heads = parse_list("--head", v, &o->n_heads);
-        } else if (cli_flag_value("attention", argc, argv, &i, "--top-k", &v))
-            o->top_k = (int)cli_parse_int("attention", "--top-k", v, 0, 1 << 24);
-        else if (cli_flag_value("attention", argc, argv, &i, "--n", &v))
-            o->n_predict = (int)cli_parse_int("attention", "--n", v, 0, 1 << 20);
-        else if (cli_sampling_flag("attention", argc, argv, &i, &o->sampling)) {
-        } else if (cli_flag_value("attention", argc, argv, &i, "--threads", &v))
-            o->n_threads = (int)cli_parse_int("attention", "--threads", v, 1, 1024);
-        else if (cli_flag_value("attention", argc, argv, &i, "--kv-type", &v)) {
-            if (!strcmp(v, "f16")) o->kv = KV_F16;
-            else if (!strcmp(v, "f32")) o->kv = KV_F32;
-            else cli_usage_error("attention", "--kv-type: '%s' is not f16 or f32", v);
-        } else if (!strcmp(argv[i], "--json")) {
-            o->json = true;
-            i++;
-        } else cli_usage_error("attention", "unknown option '%s'", argv[i]);
-    }
-    if (!o->prompt == !o->tokens) cli_usage_error("attention", "give exactly one of --prompt and --tokens");
+    const char *layers = NULL, *heads = NULL;
+    const cli_opt opts[] = {
+        CLI_OPT_RUN(&o->run),
+        CLI_OPT_PROMPT(&o->prompt),
+        CLI_OPT_STR("--svg", &o->svg),
+        CLI_OPT_STR("--layer", &layers),
+        CLI_OPT_STR("--head", &heads),
+        CLI_OPT_INT("--top-k", &o->top_k, 0, 1 << 24),
+        CLI_OPT_INT("--n", &o->n_predict, 0, 1 << 20),
+        CLI_OPT_SAMPLING(&o->sampling),
+        CLI_OPT_SET("--json", &o->json),
+    };
+    if (!cli_parse_opts("attention", USAGE, argc, argv, opts, ATTND_ARRAY_LEN(opts))) exit(0);
+    if (layers) o->layers = parse_list("--layer", layers, &o->n_layers);
+    if (heads) o->heads = parse_list("--head", heads, &o->n_heads);
+    cli_prompt_check("attention", &o->prompt);
     if (o->json && o->svg) cli_usage_error("attention", "give at most one of --json and --svg");
     if (o->svg && o->top_k) cli_usage_error("attention", "--svg draws whole rows; leave out --top-k");
     if (o->sampling.top_logprobs) cli_usage_error("attention", "--top-logprobs is not available here");
@@ -128,7 +112,7 @@ static attnd_status run(const attn_opts *o, const model *m, const tokenizer *tok
     cli_seq q = {0};
     cli_gen *cg = NULL;
     attnd_status st;
-    if ((st = cli_seq_open(&q, m, n_prompt < 512 ? n_prompt : 512, o->n_threads, o->kv, err))) goto done;
+    if ((st = cli_seq_open(&q, m, n_prompt < 512 ? n_prompt : 512, &o->run, err))) goto done;
     if ((st = cli_gen_create(&cg, &o->sampling, model_info_get(m)->n_vocab, tok, ids, n_prompt, o->n_predict, err)))
         goto done;
     attn_capture_bind(c, q.s);
@@ -146,88 +130,94 @@ done:
     return st;
 }
 
-static int emit(const attn_opts *o, const model *m, const tokenizer *tok, const attn_capture *c, const int32_t *ids,
-                int n_ids, int n_prompt) {
+static attnd_status emit(const attn_opts *o, const model *m, const tokenizer *tok, const attn_capture *c,
+                         const int32_t *ids, int n_ids, int n_prompt, attnd_err *err) {
     const char *name = model_info_get(m)->name;
     if (o->json) {
         json_t *body = attn_api_response(name, model_info_get(m), tok, ids, n_ids, n_prompt, c);
         char *text = body ? attn_api_dump(body) : NULL;
         json_decref(body);
-        if (!text) return fprintf(stderr, "attnd attention: out of memory\n"), 1;
+        if (!text) return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory");
         puts(text);
         free(text);
-        return 0;
+        return ATTND_OK;
     }
     char **labels = make_labels(tok, ids, n_ids);
     attn_view v = {.c = c, .labels = labels, .n_tokens = n_ids, .n_prompt = n_prompt, .model = name};
     /* the main map: the one head asked for (--svg captured every head, in order), or the mean */
-    int rc = 0, hi = o->n_heads != 1 ? -1 : o->svg ? o->heads[0] : 0;
+    attnd_status st = ATTND_OK;
+    int hi = o->n_heads != 1 ? -1 : o->svg ? o->heads[0] : 0;
     if (o->svg) {
         FILE *f = fopen(o->svg, "w");
         bool ok = f && attn_view_svg(f, &v, 0, hi);
         if (f && fclose(f)) ok = false;
-        if (!ok) rc = 1, fprintf(stderr, "attnd attention: cannot write %s\n", o->svg);
+        if (!ok) st = attnd_fail(err, ATTND_ERR_IO, "cannot write %s", o->svg);
     } else {
         attn_view_text(stdout, &v, hi);
     }
     free_labels(labels, n_ids);
-    return rc;
+    return st;
+}
+
+/* Captures the attention over the prompt (--prompt is encoded here) and the generated tokens,
+ * and prints it. */
+static attnd_status attention(attn_opts *o, attnd_err *err) {
+    int n_ids = 0;
+    int32_t *ids = NULL;
+    model *m = NULL;
+    tokenizer *tok = NULL;
+    attn_capture *c = NULL;
+    attnd_status st;
+    if ((st = cli_model_load(&m, "attention", o->run.model, err)) || (st = tok_load(&tok, model_gguf(m), err)))
+        goto out;
+    const model_info *mi = model_info_get(m);
+    if ((st = cli_prompt_encode(&o->prompt, tok, err))) goto out;
+    const int32_t *given = o->prompt.ids;
+    int n_prompt = o->prompt.n;
+    for (int i = 0; i < n_prompt; i++)
+        if (given[i] < 0 || given[i] >= mi->n_vocab)
+            cli_usage_error("attention", "--tokens: id %d is outside 0..%d", given[i], mi->n_vocab - 1);
+    if (n_prompt < 1 || (long long)n_prompt + o->n_predict > mi->n_ctx)
+        cli_usage_error("attention", "%d prompt tokens + %d to generate: the model's context holds 1..%d", n_prompt,
+                        o->n_predict, mi->n_ctx);
+    cli_sampling_check("attention", &o->sampling, mi->n_vocab);
+    /* --svg draws one layer, with a thumbnail of every head: capture them all. */
+    attn_capture_params p = {.layers = o->layers, .n_layers = o->svg && o->n_layers ? 1 : o->n_layers,
+                             .heads = o->svg ? NULL : o->heads, .n_heads = o->svg ? 0 : o->n_heads,
+                             .top_k = o->top_k, .n_positions = n_prompt + o->n_predict};
+    static const int layer0 = 0;
+    if (o->svg && !o->n_layers) p.layers = &layer0, p.n_layers = 1;
+    const char *field;
+    if (attn_capture_check(mi, &p, &field, err))
+        cli_usage_error("attention", "%s (%s)", err->msg,
+                        !strcmp(field, "layers") ? "--layer" : !strcmp(field, "heads") ? "--head" : "--top-k");
+    if (o->svg && o->n_heads > 1)
+        cli_usage_error("attention", "--svg draws one head or the mean of all: give one --head");
+    if (o->svg && o->n_heads == 1 && o->heads[0] >= mi->n_head)
+        cli_usage_error("attention", "--head: %d is out of range; the model has %d heads", o->heads[0], mi->n_head);
+    if ((st = attn_capture_create(&c, m, &p, err))) goto out;
+    if (!(ids = malloc(sizeof(int32_t) * (size_t)(n_prompt + o->n_predict)))) {
+        st = attnd_fail(err, ATTND_ERR_NOMEM, "out of memory");
+        goto out;
+    }
+    memcpy(ids, given, sizeof(int32_t) * (size_t)n_prompt);
+    if ((st = run(o, m, tok, c, ids, n_prompt, &n_ids, err))) goto out;
+    st = emit(o, m, tok, c, ids, n_ids, n_prompt, err);
+out:
+    attn_capture_destroy(c);
+    tok_destroy(tok);
+    model_destroy(m);
+    free(ids);
+    return st;
 }
 
 int cmd_attention(int argc, char **argv) {
     attn_opts o;
     parse_args(argc, argv, &o);
-    int n_prompt = 0, n_ids = 0, rc = 1;
-    int32_t *given = o.tokens ? cli_parse_ids("attention", "--tokens", o.tokens, &n_prompt) : NULL, *ids = NULL;
-    char *dflt;
-    o.model = cli_resolve_model("attention", o.model, &dflt);
     attnd_err err;
-    model *m = NULL;
-    tokenizer *tok = NULL;
-    attn_capture *c = NULL;
-    if (model_load(&m, o.model, &err) || tok_load(&tok, model_gguf(m), &err)) goto fail;
-    const model_info *mi = model_info_get(m);
-    if (o.prompt) {
-        size_t n;
-        if (tok_encode(tok, o.prompt, strlen(o.prompt), true, true, &given, &n, &err)) goto fail;
-        n_prompt = (int)n;
-    }
-    for (int i = 0; i < n_prompt; i++)
-        if (given[i] < 0 || given[i] >= mi->n_vocab)
-            cli_usage_error("attention", "--tokens: id %d is outside 0..%d", given[i], mi->n_vocab - 1);
-    if (n_prompt < 1 || (long long)n_prompt + o.n_predict > mi->n_ctx)
-        cli_usage_error("attention", "%d prompt tokens + %d to generate: the model's context holds 1..%d", n_prompt,
-                        o.n_predict, mi->n_ctx);
-    cli_sampling_check("attention", &o.sampling, mi->n_vocab);
-    /* --svg draws one layer, with a thumbnail of every head: capture them all. */
-    attn_capture_params p = {.layers = o.layers, .n_layers = o.svg && o.n_layers ? 1 : o.n_layers,
-                             .heads = o.svg ? NULL : o.heads, .n_heads = o.svg ? 0 : o.n_heads,
-                             .top_k = o.top_k, .n_positions = n_prompt + o.n_predict};
-    static const int layer0 = 0;
-    if (o.svg && !o.n_layers) p.layers = &layer0, p.n_layers = 1;
-    const char *field;
-    if (attn_capture_check(mi, &p, &field, &err))
-        cli_usage_error("attention", "%s (%s)", err.msg,
-                        !strcmp(field, "layers") ? "--layer" : !strcmp(field, "heads") ? "--head" : "--top-k");
-    if (o.svg && o.n_heads > 1) cli_usage_error("attention", "--svg draws one head or the mean of all: give one --head");
-    if (o.svg && o.n_heads == 1 && o.heads[0] >= mi->n_head)
-        cli_usage_error("attention", "--head: %d is out of range; the model has %d heads", o.heads[0], mi->n_head);
-    if (attn_capture_create(&c, m, &p, &err)) goto fail;
-    if (!(ids = malloc(sizeof(int32_t) * (size_t)(n_prompt + o.n_predict)))) {
-        snprintf(err.msg, sizeof(err.msg), "out of memory");
-        goto fail;
-    }
-    memcpy(ids, given, sizeof(int32_t) * (size_t)n_prompt);
-    if (run(&o, m, tok, c, ids, n_prompt, &n_ids, &err)) goto fail;
-    rc = emit(&o, m, tok, c, ids, n_ids, n_prompt);
-    goto out;
-fail:
-    fprintf(stderr, "attnd attention: %s\n", err.msg);
-out:
-    attn_capture_destroy(c);
-    tok_destroy(tok);
-    model_destroy(m);
+    attnd_status st = attention(&o, &err);
+    cli_prompt_free(&o.prompt);
     cli_sampling_free(&o.sampling);
-    free(o.layers), free(o.heads), free(given), free(ids), free(dflt);
-    return rc;
+    free(o.layers), free(o.heads);
+    return cli_exit("attention", st, &err);
 }

@@ -150,39 +150,20 @@ static bool peer_run(const bench_ctx *c, int ctx, double *prefill_tps, double *d
 
 static bench_opts parse_args(int argc, char **argv) {
     bench_opts o = {.threads = 1, .prompt_len = 128, .n_gen = 128, .reps = 3, .kv = KV_F16};
-    for (int i = 1; i < argc;) {
-        const char *v;
-        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-            fputs(USAGE, stdout);
-            exit(0);
-        } else if (cli_flag_value("bench", argc, argv, &i, "--model", &v)) {
-            o.model = v;
-        } else if (cli_flag_value("bench", argc, argv, &i, "--threads", &v)) {
-            o.threads = (int)cli_parse_int("bench", "--threads", v, 1, 1024);
-        } else if (cli_flag_value("bench", argc, argv, &i, "--prompt-len", &v)) {
-            o.prompt_len = (int)cli_parse_int("bench", "--prompt-len", v, 1, 1 << 16);
-        } else if (cli_flag_value("bench", argc, argv, &i, "--n", &v)) {
-            o.n_gen = (int)cli_parse_int("bench", "--n", v, 2, 1 << 16);
-        } else if (cli_flag_value("bench", argc, argv, &i, "--reps", &v)) {
-            o.reps = (int)cli_parse_int("bench", "--reps", v, 1, 100);
-        } else if (cli_flag_value("bench", argc, argv, &i, "--growth-len", &v)) {
-            o.growth_len = (int)cli_parse_int("bench", "--growth-len", v, 128, 1 << 20);
-        } else if (cli_flag_value("bench", argc, argv, &i, "--peer-dir", &v)) {
-            o.peer_dir = v;
-        } else if (cli_flag_value("bench", argc, argv, &i, "--kv-type", &v)) {
-            if (!strcmp(v, "f16")) o.kv = KV_F16;
-            else if (!strcmp(v, "f32")) o.kv = KV_F32;
-            else cli_usage_error("bench", "--kv-type: '%s' is not f16 or f32", v);
-        } else if (!strcmp(argv[i], "--no-peer")) {
-            o.no_peer = true, i++;
-        } else if (!strcmp(argv[i], "--no-growth")) {
-            o.no_growth = true, i++;
-        } else if (!strcmp(argv[i], "--json")) {
-            o.json = true, i++;
-        } else {
-            cli_usage_error("bench", "unknown option '%s'", argv[i]);
-        }
-    }
+    const cli_opt opts[] = {
+        CLI_OPT_STR("--model", &o.model),
+        CLI_OPT_INT("--threads", &o.threads, 1, 1024), /* passed to llama.cpp too: no 0 here */
+        CLI_OPT_INT("--prompt-len", &o.prompt_len, 1, 1 << 16),
+        CLI_OPT_INT("--n", &o.n_gen, 2, 1 << 16),
+        CLI_OPT_INT("--reps", &o.reps, 1, 100),
+        CLI_OPT_INT("--growth-len", &o.growth_len, 128, 1 << 20),
+        CLI_OPT_STR("--peer-dir", &o.peer_dir),
+        CLI_OPT_KV("--kv-type", &o.kv),
+        CLI_OPT_SET("--no-peer", &o.no_peer),
+        CLI_OPT_SET("--no-growth", &o.no_growth),
+        CLI_OPT_SET("--json", &o.json),
+    };
+    if (!cli_parse_opts("bench", USAGE, argc, argv, opts, ATTND_ARRAY_LEN(opts))) exit(0);
     return o;
 }
 

@@ -233,23 +233,11 @@ static void write_tensors(gguf_writer *w, const l2c *c) {
 
 /* The three positional arguments and --name; false when --help was printed. */
 static bool parse_args(int argc, char **argv, const char *pos[3], const char **name) {
-    int n_pos = 0;
+    cli_args args = {pos, 0, 3};
     *name = NULL;
-    for (int i = 1; i < argc;) {
-        const char *v;
-        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-            fputs(USAGE, stdout);
-            return false;
-        } else if (cli_flag_value("convert-llama2c", argc, argv, &i, "--name", &v)) {
-            *name = v;
-        } else if (argv[i][0] == '-' && argv[i][1]) {
-            cli_usage_error("convert-llama2c", "unknown option '%s'", argv[i]);
-        } else {
-            if (n_pos == 3) cli_usage_error("convert-llama2c", "too many arguments");
-            pos[n_pos++] = argv[i++];
-        }
-    }
-    if (n_pos != 3) cli_usage_error("convert-llama2c", "expected CHECKPOINT.bin TOKENIZER.bin OUT.gguf");
+    const cli_opt opts[] = {CLI_OPT_STR("--name", name), CLI_OPT_ARGS(&args)};
+    if (!cli_parse_opts("convert-llama2c", USAGE, argc, argv, opts, ATTND_ARRAY_LEN(opts))) return false;
+    if (args.n != 3) cli_usage_error("convert-llama2c", "expected CHECKPOINT.bin TOKENIZER.bin OUT.gguf");
     return true;
 }
 

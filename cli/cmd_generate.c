@@ -32,46 +32,25 @@ static const char *USAGE =
     "\n";
 
 typedef struct gen_opts {
-    const char *model, *prompt, *tokens;
+    cli_prompt prompt;     /* --prompt or --tokens */
     int n_predict;
     cli_sampling sampling; /* --temp, --seed, --stop, --top-logprobs... (cli/sampling_args.c) */
+    cli_run_opts run;      /* --model, --threads, --kv-type */
     bool json;
-    int n_threads;
-    kv_type kv;
 } gen_opts;
 
 static void parse_args(int argc, char **argv, gen_opts *o) {
-    *o = (gen_opts){.n_predict = 64, .kv = KV_F16};
+    *o = (gen_opts){.n_predict = 64};
     cli_sampling_init(&o->sampling);
-    for (int i = 1; i < argc;) {
-        const char *v;
-        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-            fputs(USAGE, stdout);
-            fputs(CLI_SAMPLING_USAGE, stdout);
-            exit(0);
-        } else if (cli_flag_value("generate", argc, argv, &i, "--model", &v)) {
-            o->model = v;
-        } else if (cli_flag_value("generate", argc, argv, &i, "--prompt", &v)) {
-            o->prompt = v;
-        } else if (cli_flag_value("generate", argc, argv, &i, "--tokens", &v)) {
-            o->tokens = v;
-        } else if (cli_flag_value("generate", argc, argv, &i, "--n", &v)) {
-            o->n_predict = (int)cli_parse_int("generate", "--n", v, 0, 1 << 24);
-        } else if (cli_sampling_flag("generate", argc, argv, &i, &o->sampling)) {
-        } else if (cli_flag_value("generate", argc, argv, &i, "--threads", &v)) {
-            o->n_threads = (int)cli_parse_int("generate", "--threads", v, 0, 1024);
-        } else if (cli_flag_value("generate", argc, argv, &i, "--kv-type", &v)) {
-            if (!strcmp(v, "f16")) o->kv = KV_F16;
-            else if (!strcmp(v, "f32")) o->kv = KV_F32;
-            else cli_usage_error("generate", "--kv-type: '%s' is not f16 or f32", v);
-        } else if (!strcmp(argv[i], "--json")) {
-            o->json = true;
-            i++;
-        } else {
-            cli_usage_error("generate", "unknown option '%s'", argv[i]);
-        }
-    }
-    if (!o->prompt == !o->tokens) cli_usage_error("generate", "give exactly one of --prompt and --tokens");
+    const cli_opt opts[] = {
+        CLI_OPT_RUN(&o->run),
+        CLI_OPT_PROMPT(&o->prompt),
+        CLI_OPT_INT("--n", &o->n_predict, 0, 1 << 24),
+        CLI_OPT_SAMPLING(&o->sampling),
+        CLI_OPT_SET("--json", &o->json),
+    };
+    if (!cli_parse_opts("generate", USAGE, argc, argv, opts, ATTND_ARRAY_LEN(opts))) exit(0);
+    cli_prompt_check("generate", &o->prompt);
     if (o->sampling.top_logprobs && !o->json) cli_usage_error("generate", "--top-logprobs needs --json");
 }
 
@@ -114,7 +93,7 @@ static void print_result(const gen_opts *o, bool has_tok, const int32_t *prompt,
     }
     /* Text when there is a vocabulary (the prompt as given, then the continuation), else ids. */
     if (has_tok) {
-        if (o->prompt) fputs(o->prompt, stdout);
+        if (o->prompt.text) fputs(o->prompt.text, stdout);
         fwrite(text, 1, text_len, stdout);
     } else {
         for (int i = 0; i < n_out; i++) printf("%s%d", i ? "," : "", out[i]);
@@ -125,76 +104,68 @@ static void print_result(const gen_opts *o, bool has_tok, const int32_t *prompt,
             tm->prefill_ms, tm->n_decode, tm->decode_ms, tps);
 }
 
-int cmd_generate(int argc, char **argv) {
-    gen_opts o;
-    parse_args(argc, argv, &o);
-    int n_prompt = 0;
-    int32_t *prompt = o.tokens ? cli_parse_ids("generate", "--tokens", o.tokens, &n_prompt) : NULL;
-    char *dflt;
-    o.model = cli_resolve_model("generate", o.model, &dflt);
-
-    int rc = 1;
-    attnd_err err;
+/* Generates a continuation of the prompt (--prompt is encoded here) and prints the result. */
+static attnd_status generate(gen_opts *o, attnd_err *err) {
     model *m = NULL;
     cli_seq q = {0};
     int32_t *out = NULL;
     tokenizer *tok = NULL;
     cli_gen *cg = NULL;
-    if (model_load(&m, o.model, &err)) goto fail;
+    attnd_status st = cli_model_load(&m, "generate", o->run.model, err);
+    if (st != ATTND_OK) goto out;
     const model_info *mi = model_info_get(m);
     /* The tokenizer is needed for --prompt and for the text; with --tokens a model without a
      * usable vocabulary still generates ids. */
     attnd_err tok_err;
     if (tok_load(&tok, model_gguf(m), &tok_err) != ATTND_OK) {
         tok = NULL;
-        if (o.prompt) {
-            snprintf(err.msg, sizeof(err.msg), "cannot tokenize --prompt: %.400s", tok_err.msg);
-            goto fail;
+        if (o->prompt.text) {
+            st = attnd_fail(err, ATTND_ERR_UNSUPPORTED, "cannot tokenize --prompt: %.400s", tok_err.msg);
+            goto out;
         }
     }
-    if (o.prompt) {
-        size_t n_ids;
-        if (tok_encode(tok, o.prompt, strlen(o.prompt), true, true, &prompt, &n_ids, &err)) goto fail;
-        if (n_ids == 0) {
-            snprintf(err.msg, sizeof(err.msg), "the prompt encodes to no tokens");
-            goto fail;
-        }
-        n_prompt = (int)n_ids;
+    if ((st = cli_prompt_encode(&o->prompt, tok, err))) goto out;
+    const int32_t *prompt = o->prompt.ids;
+    int n_prompt = o->prompt.n;
+    if (n_prompt == 0) {
+        st = attnd_fail(err, ATTND_ERR_INVALID, "the prompt encodes to no tokens");
+        goto out;
     }
-    if ((long long)n_prompt + o.n_predict > mi->n_ctx) {
-        snprintf(err.msg, sizeof(err.msg), "%d prompt tokens + %d to generate exceed the model's context of %d",
-                 n_prompt, o.n_predict, mi->n_ctx);
-        goto fail;
+    if ((long long)n_prompt + o->n_predict > mi->n_ctx) {
+        st = attnd_fail(err, ATTND_ERR_INVALID, "%d prompt tokens + %d to generate exceed the model's context of %d",
+                        n_prompt, o->n_predict, mi->n_ctx);
+        goto out;
     }
-    if (cli_seq_open(&q, m, n_prompt < 512 ? n_prompt : 512, o.n_threads, o.kv, &err)) goto fail;
-    out = malloc(sizeof(*out) * (size_t)(o.n_predict ? o.n_predict : 1));
-    if (!out) {
-        snprintf(err.msg, sizeof(err.msg), "out of memory");
-        goto fail;
+    if ((st = cli_seq_open(&q, m, n_prompt < 512 ? n_prompt : 512, &o->run, err))) goto out;
+    if (!(out = malloc(sizeof(*out) * (size_t)(o->n_predict ? o->n_predict : 1)))) {
+        st = attnd_fail(err, ATTND_ERR_NOMEM, "out of memory");
+        goto out;
     }
-    cli_sampling_check("generate", &o.sampling, mi->n_vocab);
-    if (cli_gen_create(&cg, &o.sampling, mi->n_vocab, tok, prompt, n_prompt, o.n_predict, &err)) goto fail;
-    engine_gen g = {.n_predict = o.n_predict, .pick = cli_gen_pick, .pick_user = cg,
+    cli_sampling_check("generate", &o->sampling, mi->n_vocab);
+    if ((st = cli_gen_create(&cg, &o->sampling, mi->n_vocab, tok, prompt, n_prompt, o->n_predict, err))) goto out;
+    engine_gen g = {.n_predict = o->n_predict, .pick = cli_gen_pick, .pick_user = cg,
                     .on_token = cli_gen_on_token, .token_user = cg};
     engine_timings tm;
     int n_out;
-    if (engine_generate(q.e, q.s, prompt, n_prompt, &g, out, &n_out, &tm, &err)) goto fail;
-
+    if ((st = engine_generate(q.e, q.s, prompt, n_prompt, &g, out, &n_out, &tm, err))) goto out;
     size_t text_len = 0;
     const char *text = cli_gen_text(cg, &text_len); /* cut at a --stop string */
-    print_result(&o, tok != NULL, prompt, n_prompt, out, n_out, text, text_len, cg, &tm);
-    rc = 0;
-    goto out;
-fail:
-    fprintf(stderr, "attnd generate: %s\n", err.msg);
+    print_result(o, tok != NULL, prompt, n_prompt, out, n_out, text, text_len, cg, &tm);
 out:
     free(out);
     cli_gen_destroy(cg);
-    cli_sampling_free(&o.sampling);
     tok_destroy(tok);
     cli_seq_close(&q);
     model_destroy(m);
-    free(prompt);
-    free(dflt);
-    return rc;
+    return st;
+}
+
+int cmd_generate(int argc, char **argv) {
+    gen_opts o;
+    parse_args(argc, argv, &o);
+    attnd_err err;
+    attnd_status st = generate(&o, &err);
+    cli_prompt_free(&o.prompt);
+    cli_sampling_free(&o.sampling);
+    return cli_exit("generate", st, &err);
 }

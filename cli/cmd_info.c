@@ -123,20 +123,8 @@ static uint64_t add_tensor_summary(const gguf_file *f, json_t *root, json_t *uns
 int cmd_info(int argc, char **argv) {
     const char *model = NULL;
     bool as_json = false;
-    for (int i = 1; i < argc;) {
-        const char *v;
-        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-            fputs(USAGE, stdout);
-            return 0;
-        } else if (cli_flag_value("info", argc, argv, &i, "--model", &v)) {
-            model = v;
-        } else if (!strcmp(argv[i], "--json")) {
-            as_json = true;
-            i++;
-        } else {
-            cli_usage_error("info", "unknown option '%s'", argv[i]);
-        }
-    }
+    const cli_opt opts[] = {CLI_OPT_STR("--model", &model), CLI_OPT_SET("--json", &as_json)};
+    if (!cli_parse_opts("info", USAGE, argc, argv, opts, ATTND_ARRAY_LEN(opts))) return 0;
     char *dflt;
     model = cli_resolve_model("info", model, &dflt);
 

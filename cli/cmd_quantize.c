@@ -38,23 +38,11 @@ static void on_tensor(void *user, const char *name, uint32_t from, uint32_t to) 
 
 int cmd_quantize(int argc, char **argv) {
     const char *pos[3];
-    int n_pos = 0;
     progress p = {0};
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-            fputs(USAGE, stdout);
-            return 0;
-        } else if (!strcmp(argv[i], "--quiet")) {
-            p.quiet = true;
-        } else if (argv[i][0] == '-' && argv[i][1] == '-') {
-            cli_usage_error("quantize", "unknown option '%s'", argv[i]);
-        } else if (n_pos < 3) {
-            pos[n_pos++] = argv[i];
-        } else {
-            cli_usage_error("quantize", "unexpected argument '%s'", argv[i]);
-        }
-    }
-    if (n_pos < 3) cli_usage_error("quantize", "need IN.gguf OUT.gguf TYPE");
+    cli_args args = {pos, 0, 3};
+    const cli_opt opts[] = {CLI_OPT_SET("--quiet", &p.quiet), CLI_OPT_ARGS(&args)};
+    if (!cli_parse_opts("quantize", USAGE, argc, argv, opts, ATTND_ARRAY_LEN(opts))) return 0;
+    if (args.n < 3) cli_usage_error("quantize", "need IN.gguf OUT.gguf TYPE");
     quantize_target t;
     if (quantize_target_parse(pos[2], &t) != ATTND_OK)
         cli_usage_error("quantize", "unknown TYPE '%s' (one of %s)", pos[2], quantize_target_list());

@@ -35,37 +35,20 @@ static double logprob_of(const float *logits, int n_vocab, int32_t id) {
 }
 
 typedef struct score_opts {
-    const char *model, *tokens;
+    const char *tokens;
+    cli_run_opts run; /* --model, --threads, --kv-type */
     bool json;
-    int n_threads;
-    kv_type kv;
 } score_opts;
 
 /* false when --help was printed. */
 static bool parse_args(int argc, char **argv, score_opts *o) {
-    *o = (score_opts){.kv = KV_F16};
-    for (int i = 1; i < argc;) {
-        const char *v;
-        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-            fputs(USAGE, stdout);
-            return false;
-        } else if (cli_flag_value("score", argc, argv, &i, "--model", &v)) {
-            o->model = v;
-        } else if (cli_flag_value("score", argc, argv, &i, "--tokens", &v)) {
-            o->tokens = v;
-        } else if (cli_flag_value("score", argc, argv, &i, "--threads", &v)) {
-            o->n_threads = (int)cli_parse_int("score", "--threads", v, 0, 1024);
-        } else if (cli_flag_value("score", argc, argv, &i, "--kv-type", &v)) {
-            if (!strcmp(v, "f16")) o->kv = KV_F16;
-            else if (!strcmp(v, "f32")) o->kv = KV_F32;
-            else cli_usage_error("score", "--kv-type: '%s' is not f16 or f32", v);
-        } else if (!strcmp(argv[i], "--json")) {
-            o->json = true;
-            i++;
-        } else {
-            cli_usage_error("score", "unknown option '%s'", argv[i]);
-        }
-    }
+    *o = (score_opts){0};
+    const cli_opt opts[] = {
+        CLI_OPT_RUN(&o->run),
+        CLI_OPT_STR("--tokens", &o->tokens),
+        CLI_OPT_SET("--json", &o->json),
+    };
+    if (!cli_parse_opts("score", USAGE, argc, argv, opts, ATTND_ARRAY_LEN(opts))) return false;
     if (!o->tokens) cli_usage_error("score", "--tokens is required");
     return true;
 }
@@ -93,53 +76,41 @@ static void print_scores(bool as_json, const int32_t *ids, int n, json_t *argmax
     json_decref(lps);
 }
 
-int cmd_score(int argc, char **argv) {
-    score_opts o;
-    if (!parse_args(argc, argv, &o)) return 0;
-    int n;
-    int32_t *ids = cli_parse_ids("score", "--tokens", o.tokens, &n);
-    if (n < 2) cli_usage_error("score", "--tokens: need at least 2 ids to score");
-    char *dflt;
-    o.model = cli_resolve_model("score", o.model, &dflt);
-
-    int rc = 1;
-    attnd_err err;
+/* Scores ids[0..n) (n >= 2) with o's model and prints the result. */
+static attnd_status score(const score_opts *o, const int32_t *ids, int n, attnd_err *err) {
     model *m = NULL;
     cli_seq q = {0};
     batch_entry *b = NULL;
     float *logits = NULL;
-    if (model_load(&m, o.model, &err)) goto fail;
+    json_t *argmax = json_array(), *lps = json_array();
+    attnd_status st = cli_model_load(&m, "score", o->run.model, err);
+    if (st != ATTND_OK) goto out;
     const model_info *mi = model_info_get(m);
     if (n > mi->n_ctx) {
-        snprintf(err.msg, sizeof(err.msg), "%d tokens exceed the model's context of %d", n, mi->n_ctx);
-        goto fail;
+        st = attnd_fail(err, ATTND_ERR_INVALID, "%d tokens exceed the model's context of %d", n, mi->n_ctx);
+        goto out;
     }
     for (int i = 0; i < n; i++)
         if (ids[i] >= mi->n_vocab) {
-            snprintf(err.msg, sizeof(err.msg), "token id %d is outside the vocabulary (0..%d)", ids[i],
-                     mi->n_vocab - 1);
-            goto fail;
+            st = attnd_fail(err, ATTND_ERR_INVALID, "token id %d is outside the vocabulary (0..%d)", ids[i],
+                            mi->n_vocab - 1);
+            goto out;
         }
     /* One prefill of up to 512 tokens (longer sequences continue in chunks of 512), so the logits
      * buffer stays at 512 x n_vocab floats even for large vocabularies. */
     int max_batch = n < 512 ? n : 512;
-    if (cli_seq_open(&q, m, max_batch, o.n_threads, o.kv, &err)) goto fail;
+    if ((st = cli_seq_open(&q, m, max_batch, &o->run, err)) != ATTND_OK) goto out;
     b = malloc(sizeof(*b) * (size_t)max_batch);
     logits = malloc(sizeof(float) * (size_t)max_batch * mi->n_vocab); /* (max_batch, n_vocab) */
-    if (!b || !logits) {
-        snprintf(err.msg, sizeof(err.msg), "out of memory");
-        goto fail;
+    if (!b || !logits || !argmax || !lps) {
+        st = attnd_fail(err, ATTND_ERR_NOMEM, "out of memory");
+        goto out;
     }
-    json_t *argmax = json_array(), *lps = json_array();
     for (int done = 0; done < n - 1;) {
         /* positions done..done+c-1 predict tokens done+1..done+c */
         int c = (n - 1 - done) < max_batch ? n - 1 - done : max_batch;
         for (int i = 0; i < c; i++) b[i] = (batch_entry){q.s, ids[done + i], done + i, true};
-        if (engine_eval(q.e, b, c, logits, &err)) {
-            json_decref(argmax);
-            json_decref(lps);
-            goto fail;
-        }
+        if ((st = engine_eval(q.e, b, c, logits, err)) != ATTND_OK) goto out;
         for (int i = 0; i < c; i++) {
             const float *lg = logits + (size_t)i * mi->n_vocab;
             json_array_append_new(argmax, json_integer(engine_argmax(lg, mi->n_vocab)));
@@ -147,17 +118,26 @@ int cmd_score(int argc, char **argv) {
         }
         done += c;
     }
-    print_scores(o.json, ids, n, argmax, lps);
-    rc = 0;
-    goto out;
-fail:
-    fprintf(stderr, "attnd score: %s\n", err.msg);
+    print_scores(o->json, ids, n, argmax, lps); /* steals both */
+    argmax = lps = NULL;
 out:
+    json_decref(argmax);
+    json_decref(lps);
     free(b);
     free(logits);
     cli_seq_close(&q);
     model_destroy(m);
+    return st;
+}
+
+int cmd_score(int argc, char **argv) {
+    score_opts o;
+    if (!parse_args(argc, argv, &o)) return 0;
+    int n;
+    int32_t *ids = cli_parse_ids("score", "--tokens", o.tokens, &n);
+    if (n < 2) cli_usage_error("score", "--tokens: need at least 2 ids to score");
+    attnd_err err;
+    attnd_status st = score(&o, ids, n, &err);
     free(ids);
-    free(dflt);
-    return rc;
+    return cli_exit("score", st, &err);
 }

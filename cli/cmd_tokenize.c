@@ -179,27 +179,15 @@ static const char *tokenize_line(void *ctx, const char *line, size_t len, char *
 int cmd_tokenize(int argc, char **argv) {
     const char *model = NULL, *text = NULL;
     tokenize_ctx c = {.parse_special = true};
-    for (int i = 1; i < argc;) {
-        const char *v;
-        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-            fputs(USAGE_TOK, stdout);
-            return 0;
-        } else if (cli_flag_value("tokenize", argc, argv, &i, "--model", &v)) {
-            model = v;
-        } else if (cli_flag_value("tokenize", argc, argv, &i, "--text", &v)) {
-            text = v;
-        } else if (!strcmp(argv[i], "--jsonl")) {
-            c.jsonl = true, i++;
-        } else if (!strcmp(argv[i], "--add-special")) {
-            c.add_special = true, i++;
-        } else if (!strcmp(argv[i], "--no-parse-special")) {
-            c.parse_special = false, i++;
-        } else if (!strcmp(argv[i], "--with-pieces")) {
-            c.with_pieces = true, i++;
-        } else {
-            cli_usage_error("tokenize", "unknown option '%s'", argv[i]);
-        }
-    }
+    const cli_opt opts[] = {
+        CLI_OPT_STR("--model", &model),
+        CLI_OPT_STR("--text", &text),
+        CLI_OPT_SET("--jsonl", &c.jsonl),
+        CLI_OPT_SET("--add-special", &c.add_special),
+        CLI_OPT_CLEAR("--no-parse-special", &c.parse_special),
+        CLI_OPT_SET("--with-pieces", &c.with_pieces),
+    };
+    if (!cli_parse_opts("tokenize", USAGE_TOK, argc, argv, opts, ATTND_ARRAY_LEN(opts))) return 0;
     if (text && c.jsonl) cli_usage_error("tokenize", "--text and --jsonl do not go together");
     c.t = load_tokenizer("tokenize", model);
     int rc = 0;
@@ -281,21 +269,12 @@ static const char *detokenize_line(void *ctx, const char *line, size_t len, char
 int cmd_detokenize(int argc, char **argv) {
     const char *model = NULL, *tokens = NULL;
     bool render_special = false;
-    for (int i = 1; i < argc;) {
-        const char *v;
-        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-            fputs(USAGE_DETOK, stdout);
-            return 0;
-        } else if (cli_flag_value("detokenize", argc, argv, &i, "--model", &v)) {
-            model = v;
-        } else if (cli_flag_value("detokenize", argc, argv, &i, "--tokens", &v)) {
-            tokens = v;
-        } else if (!strcmp(argv[i], "--render-special")) {
-            render_special = true, i++;
-        } else {
-            cli_usage_error("detokenize", "unknown option '%s'", argv[i]);
-        }
-    }
+    const cli_opt opts[] = {
+        CLI_OPT_STR("--model", &model),
+        CLI_OPT_STR("--tokens", &tokens),
+        CLI_OPT_SET("--render-special", &render_special),
+    };
+    if (!cli_parse_opts("detokenize", USAGE_DETOK, argc, argv, opts, ATTND_ARRAY_LEN(opts))) return 0;
     int n_ids = 0;
     int32_t *ids = tokens ? cli_parse_ids("detokenize", "--tokens", tokens, &n_ids) : NULL;
     detokenize_ctx c = {load_tokenizer("detokenize", model), render_special};
@@ -386,7 +365,7 @@ static int bench_hostile(const tokenizer *t, size_t len) {
 
 /* mb MiB of text: the file repeated, or (no file) the licence texts Debian ships. Owned by the
  * caller; NULL (after a message) when there is no text or no memory. */
-static char *bench_text(const char *file, long long mb) {
+static char *bench_text(const char *file, int mb) {
     char *src = NULL;
     size_t src_len = 0, src_cap = 0;
     if (file) {
@@ -420,34 +399,23 @@ static char *bench_text(const char *file, long long mb) {
 
 int cmd_tokenize_bench(int argc, char **argv) {
     const char *model = NULL, *file = NULL;
-    long long mb = 4, repeat = 3;
-    bool hostile = false, mb_given = false;
-    for (int i = 1; i < argc;) {
-        const char *v;
-        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-            fputs(USAGE_BENCH, stdout);
-            return 0;
-        } else if (cli_flag_value("tokenize-bench", argc, argv, &i, "--model", &v)) {
-            model = v;
-        } else if (cli_flag_value("tokenize-bench", argc, argv, &i, "--file", &v)) {
-            file = v;
-        } else if (cli_flag_value("tokenize-bench", argc, argv, &i, "--mb", &v)) {
-            mb = cli_parse_int("tokenize-bench", "--mb", v, 1, 1024);
-            mb_given = true;
-        } else if (!strcmp(argv[i], "--hostile")) {
-            hostile = true, i++;
-        } else if (cli_flag_value("tokenize-bench", argc, argv, &i, "--repeat", &v)) {
-            repeat = cli_parse_int("tokenize-bench", "--repeat", v, 1, 100);
-        } else {
-            cli_usage_error("tokenize-bench", "unknown option '%s'", argv[i]);
-        }
-    }
+    int mb = 0, repeat = 3; /* mb 0: not given (4 MB of prose, 10 MB of hostile text) */
+    bool hostile = false;
+    const cli_opt opts[] = {
+        CLI_OPT_STR("--model", &model),
+        CLI_OPT_STR("--file", &file),
+        CLI_OPT_INT("--mb", &mb, 1, 1024),
+        CLI_OPT_SET("--hostile", &hostile),
+        CLI_OPT_INT("--repeat", &repeat, 1, 100),
+    };
+    if (!cli_parse_opts("tokenize-bench", USAGE_BENCH, argc, argv, opts, ATTND_ARRAY_LEN(opts))) return 0;
     if (hostile) {
         tokenizer *t = load_tokenizer("tokenize-bench", model);
-        int rc = bench_hostile(t, (size_t)(mb_given ? mb : 10) * 1000000);
+        int rc = bench_hostile(t, (size_t)(mb ? mb : 10) * 1000000);
         tok_destroy(t);
         return rc;
     }
+    if (!mb) mb = 4;
     size_t len = (size_t)mb << 20;
     char *text = bench_text(file, mb);
     if (!text) return 1;
@@ -455,7 +423,7 @@ int cmd_tokenize_bench(int argc, char **argv) {
 
     double best = 1e30, best_dec = 1e30, best_cpu = 1e30;
     size_t n_ids = 0;
-    for (long long r = 0; r < repeat; r++) {
+    for (int r = 0; r < repeat; r++) {
         int32_t *ids;
         attnd_err err;
         double t0 = attnd_now_s(), c0 = cpu_s();
@@ -485,7 +453,7 @@ int cmd_tokenize_bench(int argc, char **argv) {
     /* A prompt-sized text on its own (each call starts with an empty word cache). */
     size_t small = len < (128u << 10) ? len : (128u << 10), n_small = 0;
     double best_small = 1e30, best_small_cpu = 1e30;
-    for (long long r = 0; r < repeat * 5; r++) {
+    for (int r = 0; r < repeat * 5; r++) {
         double cpu, dt = time_encode(t, text, small, &n_small, &cpu);
         if (dt < 0) return 1;
         if (dt < best_small) best_small = dt;

@@ -9,6 +9,9 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "attnd/engine.h"
+#include "attnd/tokenizer.h"
+
 int cmd_info(int argc, char **argv);
 int cmd_serve(int argc, char **argv);
 int cmd_convert_llama2c(int argc, char **argv);
@@ -38,6 +41,72 @@ bool cli_flag_value(const char *cmd, int argc, char **argv, int *i, const char *
 long long cli_parse_int(const char *cmd, const char *flag, const char *s, long long min, long long max);
 double cli_parse_double(const char *cmd, const char *flag, const char *s, double min, double max);
 
+/* ---- option tables: one table per command instead of one parse loop per command ---- */
+
+typedef enum cli_opt_kind {
+    CLI_STR,      /* --flag VALUE into (const char **)dst, borrowing argv */
+    CLI_INT,      /* --flag N into (int *)dst, N within [min, max] */
+    CLI_SET,      /* --flag alone sets (bool *)dst to true */
+    CLI_CLEAR,    /* --flag alone sets (bool *)dst to false */
+    CLI_KV,       /* --flag f16|f32 into (kv_type *)dst */
+    CLI_RUN,      /* flag NULL: --model, --threads, --kv-type into (cli_run_opts *)dst */
+    CLI_PROMPT,   /* flag NULL: --prompt, --tokens into (cli_prompt *)dst */
+    CLI_SAMPLING, /* flag NULL: every sampling flag into (cli_sampling *)dst; --help shows them too */
+    CLI_ARGS,     /* flag NULL: the positional arguments into (cli_args *)dst */
+} cli_opt_kind;
+
+typedef struct cli_opt {
+    const char *flag;
+    cli_opt_kind kind;
+    void *dst; /* borrowed; written as the flag is met, left as it was when the flag is absent */
+    long long min, max;
+} cli_opt;
+
+/* Table entries; each checks the type of dst. */
+#define CLI_OPT_STR(flag, dst) {(flag), CLI_STR, (1 ? (dst) : (const char **)0), 0, 0}
+#define CLI_OPT_INT(flag, dst, min, max) {(flag), CLI_INT, (1 ? (dst) : (int *)0), (min), (max)}
+#define CLI_OPT_SET(flag, dst) {(flag), CLI_SET, (1 ? (dst) : (bool *)0), 0, 0}
+#define CLI_OPT_CLEAR(flag, dst) {(flag), CLI_CLEAR, (1 ? (dst) : (bool *)0), 0, 0}
+#define CLI_OPT_KV(flag, dst) {(flag), CLI_KV, (1 ? (dst) : (kv_type *)0), 0, 0}
+#define CLI_OPT_RUN(dst) {NULL, CLI_RUN, (1 ? (dst) : (struct cli_run_opts *)0), 0, 0}
+#define CLI_OPT_PROMPT(dst) {NULL, CLI_PROMPT, (1 ? (dst) : (struct cli_prompt *)0), 0, 0}
+#define CLI_OPT_SAMPLING(dst) {NULL, CLI_SAMPLING, (1 ? (dst) : (struct cli_sampling *)0), 0, 0}
+#define CLI_OPT_ARGS(dst) {NULL, CLI_ARGS, (1 ? (dst) : (struct cli_args *)0), 0, 0}
+
+/* The flags of the commands that run one sequence of a model (generate, score, attention). */
+typedef struct cli_run_opts {
+    const char *model; /* --model PATH (borrows argv); NULL: the default model */
+    int n_threads;     /* --threads N; 0 = the CPUs this process may use */
+    kv_type kv;        /* --kv-type f16|f32 (KV_F16 when zeroed) */
+} cli_run_opts;
+
+/* The prompt of generate and attention: --prompt TEXT or --tokens IDS, exactly one. */
+typedef struct cli_prompt {
+    const char *text;   /* --prompt (borrows argv): encoded with the model's vocabulary, BOS as it asks */
+    const char *tokens; /* --tokens (borrows argv): ids used exactly as given */
+    int32_t *ids;       /* (n) owned: --tokens' ids (cli_prompt_check), or the text once encoded */
+    int n;
+} cli_prompt;
+
+/* Positional arguments (borrowing argv): v holds up to max of them; n counts them. */
+typedef struct cli_args {
+    const char **v;
+    int n, max;
+} cli_args;
+
+/*
+ * Parses argv[1..] against the table of cmd. --help or -h prints usage (then the sampling flags'
+ * text when the table takes them) and returns false. An unknown option, a bad or missing value
+ * and an argument the table has no room for are usage errors (exit 2); "-" alone is positional.
+ */
+bool cli_parse_opts(const char *cmd, const char *usage, int argc, char **argv, const cli_opt *opts, int n_opts);
+
+/* After parsing: exactly one of --prompt and --tokens, and --tokens' ids parsed (usage errors). */
+void cli_prompt_check(const char *cmd, cli_prompt *p);
+/* For --prompt: its text encoded with tok into p->ids (nothing to do for --tokens). */
+attnd_status cli_prompt_encode(cli_prompt *p, const tokenizer *tok, attnd_err *err);
+void cli_prompt_free(cli_prompt *p);
+
 /* Parses "1,2,3" into a freshly malloc'd array (caller frees); usage error on bad ids. */
 int32_t *cli_parse_ids(const char *cmd, const char *flag, const char *s, int *n_out);
 
@@ -52,22 +121,28 @@ char *cli_default_model_path(void);
  * *owned receives the malloc'd default path for the caller to free, or NULL. */
 const char *cli_resolve_model(const char *cmd, const char *model, char **owned);
 
+/* The exit status of a command whose work ended with st: 0, or 1 after printing
+ * "attnd <cmd>: <err->msg>" on stderr. */
+int cli_exit(const char *cmd, attnd_status st, const attnd_err *err);
+
+/* Loads the model at path, or the default model when path is NULL (usage error naming cmd when
+ * there is none). */
+attnd_status cli_model_load(model **out, const char *cmd, const char *path, attnd_err *err);
+
 /* One engine and one KV sequence over a loaded model, for the commands that run a single
- * sequence (generate, score, attention). The KV budget is only a limit (blocks come as used).
- * Borrows m, which must outlive the cli_seq. */
-#include "attnd/engine.h"
+ * sequence (generate, score, attention), with r's threads and KV type. The KV budget is only a
+ * limit (blocks come as used). Borrows m, which must outlive the cli_seq. */
 typedef struct cli_seq {
     engine *e;
     kv_pool *pool;
     kv_seq *s;
 } cli_seq;
-attnd_status cli_seq_open(cli_seq *c, const model *m, int max_batch, int n_threads, kv_type kv, attnd_err *err);
+attnd_status cli_seq_open(cli_seq *c, const model *m, int max_batch, const cli_run_opts *r, attnd_err *err);
 void cli_seq_close(cli_seq *c); /* accepts a zeroed or half-opened cli_seq */
 
 /* ---- sampling flags and generation callbacks (cli/sampling_args.c) ---- */
 
 #include "attnd/sampler.h"
-#include "attnd/tokenizer.h"
 
 /* The sampling flags of a command line. params.bias points into bias; stops borrow argv. */
 typedef struct cli_sampling {

@@ -7,6 +7,8 @@
  */
 #include "attn_ops.h"
 
+#include <math.h>
+
 #include "kv_layout.h"
 #include "quant.h"
 #include "quant_impl.h"
@@ -84,6 +86,202 @@ float attn_exp_sum(float *s, int cnt, float mx) {
     return sum;
 }
 
+/* Below this, e^x counts as 0 (see attn_tile in attn_ops.h). */
+#define ATTN_EXP_FLOOR -87.0f
+
+/* The grouped tile step row by row, from an instruction set's primitives (the portable
+ * reference, and AVX2); always inlined, so each caller calls its own set directly. */
+static inline __attribute__((always_inline)) void tile_step_rows(const attn_tile *t, attn_scores_t_fn scores,
+                                                                  attn_max_fn amax, quant_exp_fn ex,
+                                                                  quant_axpy_rows_fn axpy) {
+    int hd = t->hd;
+    for (int r = 0; r < t->R; r++) {
+        int cnt = t->cnt0 + r / t->group < t->cnt ? t->cnt0 + r / t->group : t->cnt;
+        float *s = t->p + (size_t)r * KV_BLOCK, *acc = t->acc + (size_t)r * hd;
+        scores(s, t->q + (size_t)r * hd, t->KT, cnt, hd, t->scale);
+        float m = amax(s, cnt);
+        if (m > t->run_max[r]) { /* a larger max: rescale what was accumulated under the old one */
+            float c = expf(t->run_max[r] - m);
+            t->run_sum[r] *= c;
+            for (int i = 0; i < hd; i++) acc[i] *= c;
+            t->run_max[r] = m;
+        }
+        for (int j = 0; j < cnt; j++) {
+            float d = s[j] - t->run_max[r];
+            s[j] = d < ATTN_EXP_FLOOR ? -INFINITY : d;
+        }
+        ex(s, s, cnt);
+        float sum = 0;
+        for (int j = 0; j < cnt; j++) sum += s[j];
+        t->run_sum[r] += sum;
+        axpy(acc, s, t->V, t->v_stride, cnt, hd);
+    }
+}
+
+void attn_tile_portable(const attn_tile *t) {
+    const quant_kernels *k = &quant_kernels_portable;
+    tile_step_rows(t, attn_scores_t_portable, attn_max_portable, k->exp, k->axpy_rows);
+}
+
+#if defined(__x86_64__) && defined(__GNUC__)
+void attn_tile_avx2(const attn_tile *t) {
+    const quant_kernels *k = &quant_kernels_avx2;
+    tile_step_rows(t, attn_scores_t_avx2, attn_max_avx2, k->exp, k->axpy_rows);
+}
+
+// ---- AVX-512: register tiles of 4 query rows ----------------------------------------------------
+//
+// Scores: 4 rows x up to 64 positions (16 accumulators); each key row of the tile (64 floats)
+// is loaded once for the 4 query rows. Values: 4 rows x up to 64 columns of acc in registers
+// across the tile, each value row loaded once for the 4 rows. Compiled for AVX-512F only; the
+// callers choose it through the dispatch table when the CPU has it.
+
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx2,fma,avx512f"))), apply_to = function)
+#else
+#pragma GCC push_options
+#pragma GCC target("avx2,fma,avx512f")
+#endif
+
+#define AT_RB 4 /* query rows per register tile */
+#define AT_INLINE inline __attribute__((always_inline))
+
+/* e^x for x <= 0 (as exp_ps in quant_x86.inc: n ln2 + r, degree-7 polynomial); lanes below
+ * ATTN_EXP_FLOOR, -inf included, give 0. */
+static AT_INLINE __m512 at_exp(__m512 x) {
+    __mmask16 ok = _mm512_cmp_ps_mask(x, _mm512_set1_ps(ATTN_EXP_FLOOR), _CMP_GE_OQ);
+    x = _mm512_max_ps(x, _mm512_set1_ps(ATTN_EXP_FLOOR));
+    __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440054690583e-4f), r);
+    __m512 p = _mm512_set1_ps(1.f / 5040);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.f / 720));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.f / 120));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.f / 24));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.f / 6));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.f));
+    __m512i e = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
+    return _mm512_maskz_mul_ps(ok, p, _mm512_castsi512_ps(e));
+}
+
+/* lanes of position vector v (positions 16v..16v+15) below cnt */
+static inline __mmask16 at_mask(int cnt, int v) {
+    int n = cnt - 16 * v;
+    return n >= 16 ? (__mmask16)0xFFFF : n <= 0 ? (__mmask16)0 : (__mmask16)((1u << n) - 1);
+}
+
+/* s[rr][v] = q_rr . (positions 16v.. of KT), rows q + rr * hd */
+static AT_INLINE void at_scores(__m512 s[AT_RB][4], const float *q, const float *KT, int hd, const int nr, const int nv) {
+    for (int rr = 0; rr < nr; rr++)
+        for (int v = 0; v < nv; v++) s[rr][v] = _mm512_setzero_ps();
+    for (int i = 0; i < hd; i++) {
+        __m512 k[4];
+        for (int v = 0; v < nv; v++) k[v] = _mm512_loadu_ps(KT + (size_t)i * KV_BLOCK + 16 * v);
+        for (int rr = 0; rr < nr; rr++) {
+            __m512 qb = _mm512_set1_ps(q[(size_t)rr * hd + i]);
+            for (int v = 0; v < nv; v++) s[rr][v] = _mm512_fmadd_ps(qb, k[v], s[rr][v]);
+        }
+    }
+}
+
+/* Scores, mask, softmax bookkeeping of rows r..r+nr-1: weights into t->p, rescale factors into c */
+static AT_INLINE void at_softmax(const attn_tile *t, int r, float c[AT_RB], const int nr, const int nv) {
+    __m512 s[AT_RB][4];
+    at_scores(s, t->q + (size_t)r * t->hd, t->KT, t->hd, nr, nv);
+    const __m512 sc = _mm512_set1_ps(t->scale), ninf = _mm512_set1_ps(-INFINITY);
+    for (int rr = 0; rr < nr; rr++) {
+        int cnt = t->cnt0 + (r + rr) / t->group < t->cnt ? t->cnt0 + (r + rr) / t->group : t->cnt;
+        __m512 mx = ninf;
+        for (int v = 0; v < nv; v++) {
+            s[rr][v] = _mm512_mask_mul_ps(ninf, at_mask(cnt, v), s[rr][v], sc);
+            mx = _mm512_max_ps(mx, s[rr][v]);
+        }
+        float m_old = t->run_max[r + rr], m = _mm512_reduce_max_ps(mx);
+        m = m > m_old ? m : m_old;
+        c[rr] = m > m_old ? expf(m_old - m) : 1.f;
+        t->run_max[r + rr] = m;
+        __m512 mv = _mm512_set1_ps(m), sum = _mm512_setzero_ps();
+        float *p = t->p + (size_t)(r + rr) * KV_BLOCK;
+        for (int v = 0; v < nv; v++) {
+            __m512 e = at_exp(_mm512_sub_ps(s[rr][v], mv));
+            _mm512_storeu_ps(p + 16 * v, e);
+            sum = _mm512_add_ps(sum, e);
+        }
+        t->run_sum[r + rr] = t->run_sum[r + rr] * c[rr] + _mm512_reduce_add_ps(sum);
+    }
+}
+
+/* acc rows r..r+nr-1, columns c0..c0+16nw-1: acc = acc * c + sum_j p_j V_j over j < cnt */
+static AT_INLINE void at_values(const attn_tile *t, int r, int c0, int cnt, const float c[AT_RB], const int nr,
+                                const int nw) {
+    __m512 a[AT_RB][4];
+    for (int rr = 0; rr < nr; rr++)
+        for (int w = 0; w < nw; w++)
+            a[rr][w] = _mm512_mul_ps(_mm512_loadu_ps(t->acc + (size_t)(r + rr) * t->hd + c0 + 16 * w), _mm512_set1_ps(c[rr]));
+    const float *p = t->p + (size_t)r * KV_BLOCK;
+    for (int j = 0; j < cnt; j++) {
+        const float *vr = t->V + (size_t)j * t->v_stride + c0;
+        __m512 v[4];
+        for (int w = 0; w < nw; w++) v[w] = _mm512_loadu_ps(vr + 16 * w);
+        for (int rr = 0; rr < nr; rr++) {
+            __m512 pb = _mm512_set1_ps(p[(size_t)rr * KV_BLOCK + j]);
+            for (int w = 0; w < nw; w++) a[rr][w] = _mm512_fmadd_ps(pb, v[w], a[rr][w]);
+        }
+    }
+    for (int rr = 0; rr < nr; rr++)
+        for (int w = 0; w < nw; w++) _mm512_storeu_ps(t->acc + (size_t)(r + rr) * t->hd + c0 + 16 * w, a[rr][w]);
+}
+
+/* One register tile of nr rows: nr and the vector counts become constants per case. */
+#define AT_CASES4(CALL, X) \
+    switch (X) {           \
+    case 1: CALL(1); break; \
+    case 2: CALL(2); break; \
+    case 3: CALL(3); break; \
+    default: CALL(4); break; \
+    }
+
+static AT_INLINE void at_rows(const attn_tile *t, int r, const int nr) {
+    float c[AT_RB];
+    int nv = (t->cnt + 15) / 16;
+#define AT_SM(NV) at_softmax(t, r, c, nr, NV)
+    AT_CASES4(AT_SM, nv)
+#undef AT_SM
+    /* the last row of the tile sees the most positions; the others' weights past theirs are 0 */
+    int last = t->cnt0 + (r + nr - 1) / t->group, cnt = last < t->cnt ? last : t->cnt;
+    for (int c0 = 0; c0 < t->hd; c0 += 64) {
+        int nw = (t->hd - c0) / 16;
+#define AT_VAL(NW) at_values(t, r, c0, cnt, c, nr, NW)
+        AT_CASES4(AT_VAL, nw)
+#undef AT_VAL
+    }
+}
+
+void attn_tile_avx512(const attn_tile *t) {
+    if (t->hd % 16 != 0) { /* the register tiles take whole vectors of head_dim */
+        attn_tile_avx2(t);
+        return;
+    }
+    int r = 0;
+    for (; r + AT_RB <= t->R; r += AT_RB) at_rows(t, r, AT_RB);
+    switch (t->R - r) {
+    case 1: at_rows(t, r, 1); break;
+    case 2: at_rows(t, r, 2); break;
+    case 3: at_rows(t, r, 3); break;
+    default: break;
+    }
+}
+
+#if defined(__clang__)
+#pragma clang attribute pop
+#else
+#pragma GCC pop_options
+#endif
+#endif
+
 // ---- dispatch ------------------------------------------------------------------------------------
 
 void attn_scores_t(float *s, const float *q, const float *KT, int cnt, int hd, float scale) {
@@ -91,3 +289,5 @@ void attn_scores_t(float *s, const float *q, const float *KT, int cnt, int hd, f
 }
 
 float attn_max(const float *s, int cnt) { return quant_kernels_active()->attn_max(s, cnt); }
+
+void attn_tile_step(const attn_tile *t) { quant_kernels_active()->attn_tile(t); }

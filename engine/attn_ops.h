@@ -3,8 +3,9 @@
  * query against a key tile stored transposed (hd, KV_BLOCK), and the max and exp-sum of a tile's
  * scores for the online softmax. Generic vector work (F16 rows, value accumulation, exp) uses the
  * kernels' primitives in quant.h. A portable version always exists; an AVX2/FMA version runs
- * when the kernels' instruction set (quant_isa_active) is AVX2 or better: both come from the
- * kernels' one dispatch table, so ATTND_NO_SIMD=1 and quant_isa_force choose for both.
+ * when the kernels' instruction set (quant_isa_active) is AVX2 or better, and the grouped tile
+ * step (attn_tile_step) has an AVX-512 version too: all come from the kernels' one dispatch
+ * table, so ATTND_NO_SIMD=1 and quant_isa_force choose for all of them.
  * Thread-safe: pure functions.
  */
 #ifndef ATTND_ATTN_OPS_H
@@ -22,5 +23,31 @@ float attn_max(const float *s, int cnt);
 
 /* s[j] = exp(s[j] - mx) for j < cnt (cnt <= KV_BLOCK); returns their sum. */
 float attn_exp_sum(float *s, int cnt, float mx);
+
+/*
+ * One step of the online softmax for R query rows against one cache tile of one kv head: the
+ * rows are the query heads that share the kv head (grouped-query attention), `group` per query,
+ * for consecutive queries of one sequence, so the tile is read once for all of them. Row r sees
+ * the first cnt_r = min(cnt, cnt0 + r / group) positions of the tile (the causal mask of a
+ * prefill; every row sees all cnt in decode). For each row: scores s = q K^T * scale, then
+ *     m' = max(run_max, max s);  acc = acc * e^(run_max - m') + sum_j e^(s_j - m') V_j;
+ *     run_sum = run_sum * e^(run_max - m') + sum_j e^(s_j - m');  run_max = m'
+ * Scores below the running max by more than 87 count as 0 (e^-87 < 2^-125: below float's
+ * resolution next to the max's weight of 1).
+ */
+typedef struct attn_tile {
+    float *acc;        /* (R, hd) running weighted sums of values, updated */
+    float *run_max;    /* (R) running maxima (-INFINITY before the first tile), updated */
+    float *run_sum;    /* (R) running sums of weights, updated */
+    float *p;          /* (R, KV_BLOCK) scratch (scores, then weights) */
+    const float *q;    /* (R, hd) query rows */
+    const float *KT;   /* (hd, KV_BLOCK) keys, transposed (the cache's key tile as F32) */
+    const float *V;    /* (cnt, hd) values, row j at V + j * v_stride */
+    int R, hd, cnt, cnt0, group;
+    int v_stride;
+    float scale;
+} attn_tile;
+
+void attn_tile_step(const attn_tile *t);
 
 #endif /* ATTND_ATTN_OPS_H */

@@ -41,6 +41,8 @@ typedef struct attn_slot {
     float *v_tile;   /* (KV_BLOCK, head_dim) */
     float *kt;       /* (head_dim, KV_BLOCK): keys of one block (transposed, as cached), as F32 */
     float *scores;   /* (KV_BLOCK) */
+    float *qrows;    /* (ATTN_QBLOCK, group, head_dim): the query rows of one work item */
+    float *p;        /* (ATTN_QBLOCK, group, KV_BLOCK): their scores, then weights, for one tile */
     float *acc;      /* (ATTN_QBLOCK, group, head_dim): running weighted sums of values */
     float *run_max;  /* (ATTN_QBLOCK, group) */
     float *run_sum;  /* (ATTN_QBLOCK, group) */
@@ -134,7 +136,7 @@ attnd_status engine_create(engine **out, const model *m, int max_batch, int n_th
     e->mm_scratch = malloc(scratch ? scratch : 1);
 
     size_t QB = ATTN_QBLOCK;
-    size_t slot_floats = 2 * KV_BLOCK * hd + KV_BLOCK + QB * G * hd + 2 * QB * G;
+    size_t slot_floats = 2 * KV_BLOCK * hd + KV_BLOCK + 2 * QB * G * hd + QB * G * KV_BLOCK + 2 * QB * G;
     e->slot_mem = malloc(sizeof(float) * slot_floats * (size_t)e->n_slots);
     e->slots = calloc((size_t)e->n_slots, sizeof(*e->slots));
 
@@ -150,6 +152,8 @@ attnd_status engine_create(engine **out, const model *m, int max_batch, int n_th
         s->v_tile = p, p += KV_BLOCK * hd;
         s->kt = p, p += KV_BLOCK * hd;
         s->scores = p, p += KV_BLOCK;
+        s->qrows = p, p += QB * G * hd;
+        s->p = p, p += QB * G * KV_BLOCK;
         s->acc = p, p += QB * G * hd;
         s->run_max = p, p += QB * G;
         s->run_sum = p;
@@ -229,7 +233,7 @@ static void rmsnorm(float *out, const float *x, const float *w, int n, int dim, 
 }
 
 static void matmul(engine *e, float *out, const weight *w, const float *x, int n_tok) {
-    quant_matmul(out, w->data, w->type, w->rows, w->cols, x, n_tok, e->mm_scratch, e->n_threads);
+    quant_matmul_packed(out, w->data, w->packed, w->type, w->rows, w->cols, x, n_tok, e->mm_scratch, e->n_threads);
 }
 
 static void add_bias(float *x, const float *b, int n, int dim) {
@@ -262,24 +266,26 @@ static void rope_apply(const engine *e, float *x, int n, int n_heads) {
     }
 }
 
-/* Writes each entry's K (as a column of the transposed key tile) and V (as a row) of `layer`
- * into its sequence's cache at its position. */
+/* Writes each entry's K (as a column of the transposed key tile) and V (as a row of each kv
+ * head's value tile) of `layer` into its sequence's cache at its position. */
 static void kv_store(engine *e, const batch_entry *entries, int n, int layer) {
-    int KV = e->m->kv_dim;
+    int KV = e->m->kv_dim, hd = e->m->info.head_dim, n_kv = e->m->info.n_head_kv;
     for (int t = 0; t < n; t++) {
         const kv_seq *s = entries[t].seq;
-        int pos = entries[t].pos, slot = pos % KV_BLOCK;
+        int pos = entries[t].pos, b = pos / KV_BLOCK, slot = pos % KV_BLOCK;
         const float *kr = e->k + (size_t)t * KV, *vr = e->v + (size_t)t * KV;
-        void *kd = kv_k_block(s, layer, pos / KV_BLOCK), *vd = kv_v_row(s, layer, pos);
+        void *kd = kv_k_block(s, layer, b);
         if (s->pool->type == KV_F32) {
             float *kc = (float *)kd + slot;
             for (int i = 0; i < KV; i++) kc[(size_t)i * KV_BLOCK] = kr[i];
-            memcpy(vd, vr, sizeof(float) * (size_t)KV);
+            for (int g = 0; g < n_kv; g++)
+                memcpy((float *)kv_v_tile(s, layer, b, g) + (size_t)slot * hd, vr + (size_t)g * hd, sizeof(float) * (size_t)hd);
         } else {
             uint16_t *kc = (uint16_t *)kd + slot;
             quant_f32_to_f16_row(e->k16, kr, KV);
             for (int i = 0; i < KV; i++) kc[(size_t)i * KV_BLOCK] = e->k16[i];
-            quant_f32_to_f16_row(vd, vr, KV);
+            for (int g = 0; g < n_kv; g++)
+                quant_f32_to_f16_row((uint16_t *)kv_v_tile(s, layer, b, g) + (size_t)slot * hd, vr + (size_t)g * hd, hd);
         }
     }
 }
@@ -294,66 +300,64 @@ static const float *k_tile(const kv_seq *s, int layer, int b, int g, int hd, flo
     return buf;
 }
 
-/* The values of kv head g at positions base..base+cnt-1 (one block) as F32 rows with stride
- * *stride: in place (F32 cache) or converted into buf (KV_BLOCK, hd). */
-static const float *v_tile(const kv_seq *s, int layer, int base, int cnt, int g, int hd, float *buf,
-                           int *stride) {
+/* The values of kv head g in block b (its first cnt rows) as a (cnt, hd) F32 tile: in place
+ * (F32 cache) or converted into buf (KV_BLOCK, hd). */
+static const float *v_tile(const kv_seq *s, int layer, int b, int cnt, int g, int hd, float *buf) {
     const kv_pool *p = s->pool;
-    if (p->type == KV_F32) {
-        *stride = p->kv_dim;
-        return (const float *)kv_v_row(s, layer, base) + (size_t)g * hd;
-    }
-    const uint16_t *src = (const uint16_t *)kv_v_row(s, layer, base) + (size_t)g * hd;
-    for (int j = 0; j < cnt; j++) quant_f16_to_f32_row(buf + (size_t)j * hd, src + (size_t)j * p->kv_dim, hd);
-    *stride = hd;
+    if (p->type == KV_F32) return kv_v_tile(s, layer, b, g);
+    quant_f16_to_f32_row(buf, kv_v_tile(s, layer, b, g), (int64_t)cnt * hd);
     return buf;
 }
 
-
+/* Asks for kv head g's key and value tiles of block b into L2 while earlier tiles are worked on:
+ * they are two sequential runs, but short ones the hardware prefetchers pick up late. Always
+ * inlined: GCC takes a function made only of prefetches for one without effect and drops its calls. */
+static inline __attribute__((always_inline)) void kv_prefetch(const kv_seq *s, int layer, int b, int g, int hd) {
+    size_t bytes = (size_t)hd * KV_BLOCK * s->pool->elt;
+    const char *k = (const char *)kv_k_block(s, layer, b) + (size_t)g * bytes, *v = kv_v_tile(s, layer, b, g);
+    for (size_t o = 0; o < bytes; o += 64) {
+        __builtin_prefetch(k + o, 0, 2);
+        __builtin_prefetch(v + o, 0, 2);
+    }
+}
 
 /*
  * Attention of the query block qb (entries of one sequence at consecutive positions) for the
- * query heads sharing kv head g. Each cache tile is converted once and used by every query of
- * the block that reaches it; query i sees positions 0..pos_i only (the causal mask).
+ * query heads sharing kv head g (qb.n * G query rows). Each cache tile is converted once and
+ * used by every row that reaches it, all rows at once (attn_tile_step); query i sees positions
+ * 0..pos_i only (the causal mask).
  */
 static void attend(const engine *e, attn_slot *sl, const batch_entry *entries, qblock qb, int layer, int g) {
     const model_info *mi = &e->m->info;
     int hd = mi->head_dim, G = mi->n_head / mi->n_head_kv, Q = e->m->q_dim;
     const kv_seq *seq = entries[qb.start].seq;
     int pos0 = entries[qb.start].pos, n_keys_max = pos0 + qb.n;
-    float scale = 1.0f / sqrtf((float)hd);
 
+    for (int qi = 0; qi < qb.n; qi++) /* (G, hd) of each query */
+        memcpy(sl->qrows + (size_t)qi * G * hd, e->q + (size_t)(qb.start + qi) * Q + (size_t)g * G * hd,
+               sizeof(float) * (size_t)G * hd);
     for (int i = 0; i < qb.n * G; i++) {
         sl->run_max[i] = -INFINITY;
         sl->run_sum[i] = 0;
     }
     memset(sl->acc, 0, sizeof(float) * (size_t)qb.n * G * hd);
-    for (int base = 0; base < n_keys_max; base += KV_BLOCK) {
-        int tile_cnt = n_keys_max - base < KV_BLOCK ? n_keys_max - base : KV_BLOCK;
-        int vs;
-        const float *KT = k_tile(seq, layer, base / KV_BLOCK, g, hd, sl->kt);
-        const float *V = v_tile(seq, layer, base, tile_cnt, g, hd, sl->v_tile, &vs);
-        for (int qi = 0; qi < qb.n; qi++) {
-            int n_keys = pos0 + qi + 1;
-            if (base >= n_keys) continue;
-            int cnt = n_keys - base < tile_cnt ? n_keys - base : tile_cnt;
-            const float *q = e->q + (size_t)(qb.start + qi) * Q + (size_t)g * G * hd; /* (G, hd) */
-            for (int h = 0; h < G; h++) {
-                int k = qi * G + h;
-                float *acc = sl->acc + (size_t)k * hd;
-                attn_scores_t(sl->scores, q + (size_t)h * hd, KT, cnt, hd, scale);
-                float tile_max = attn_max(sl->scores, cnt);
-                if (tile_max > sl->run_max[k]) {
-                    /* A larger max: rescale what was accumulated under the old one. */
-                    float c = expf(sl->run_max[k] - tile_max);
-                    sl->run_sum[k] *= c;
-                    for (int i = 0; i < hd; i++) acc[i] *= c;
-                    sl->run_max[k] = tile_max;
-                }
-                sl->run_sum[k] += attn_exp_sum(sl->scores, cnt, sl->run_max[k]);
-                quant_axpy_rows(acc, sl->scores, V, vs, cnt, hd);
-            }
-        }
+    attn_tile t = {.hd = hd, .group = G, .v_stride = hd, .scale = 1.0f / sqrtf((float)hd)};
+    for (int b = 0, base = 0; base < n_keys_max; b++, base += KV_BLOCK) {
+        if (b == 0 && base + KV_BLOCK < n_keys_max) kv_prefetch(seq, layer, 1, g, hd);
+        if (base + 2 * KV_BLOCK < n_keys_max) kv_prefetch(seq, layer, b + 2, g, hd); /* two tiles ahead */
+        t.cnt = n_keys_max - base < KV_BLOCK ? n_keys_max - base : KV_BLOCK;
+        t.KT = k_tile(seq, layer, b, g, hd, sl->kt);
+        t.V = v_tile(seq, layer, b, t.cnt, g, hd, sl->v_tile);
+        int qi0 = base > pos0 ? base - pos0 : 0; /* the first query that reaches this tile */
+        size_t r0 = (size_t)qi0 * G;
+        t.cnt0 = pos0 + qi0 + 1 - base < t.cnt ? pos0 + qi0 + 1 - base : t.cnt;
+        t.R = (qb.n - qi0) * G;
+        t.q = sl->qrows + r0 * hd;
+        t.acc = sl->acc + r0 * hd;
+        t.p = sl->p + r0 * KV_BLOCK;
+        t.run_max = sl->run_max + r0;
+        t.run_sum = sl->run_sum + r0;
+        attn_tile_step(&t);
     }
     for (int qi = 0; qi < qb.n; qi++) {
         float *out = e->att + (size_t)(qb.start + qi) * Q + (size_t)g * G * hd; /* (G, hd) */

@@ -316,18 +316,27 @@ static const char *sort_names(gguf_file *f, uint64_t n, uint64_t **out, name_of_
 // ---------------------------------------------------------------------------------------------
 // Parsing
 
+/* Reads the name (`what`) of entry i: errors say "<entry> i: ..." until it is read, then
+ * "<named> '<name>': ...". An empty name (unless allowed) and an embedded NUL are refused. */
+static attnd_status read_name(cursor *c, const char *entry, uint64_t i, const char *what, const char *named,
+                              bool allow_empty, const char **out) {
+    gguf_string name = {0};
+    attnd_status st;
+    snprintf(c->where, sizeof(c->where), "%s %llu", entry, (unsigned long long)i);
+    if ((st = cur_string(c, &name, what))) return st;
+    if (name.len == 0 && !allow_empty) return cur_fail(c, "empty %s", what);
+    if (strlen(name.str) != name.len) return cur_fail(c, "%s contains a NUL byte", what);
+    snprintf(c->where, sizeof(c->where), "%s '%.200s'", named, name.str);
+    *out = name.str;
+    return ATTND_OK;
+}
+
 static attnd_status parse_kvs(cursor *c) {
     gguf_file *f = c->f;
     attnd_status st;
     for (uint64_t i = 0; i < f->n_kv; i++) {
         gguf_kv *kv = &f->kvs[i];
-        gguf_string key;
-        snprintf(c->where, sizeof(c->where), "metadata entry %llu", (unsigned long long)i);
-        if ((st = cur_string(c, &key, "key"))) return st;
-        if (key.len == 0) return cur_fail(c, "empty key");
-        if (strlen(key.str) != key.len) return cur_fail(c, "key contains a NUL byte");
-        kv->key = key.str;
-        snprintf(c->where, sizeof(c->where), "key '%.200s'", key.str);
+        if ((st = read_name(c, "metadata entry", i, "key", "key", false, &kv->key))) return st;
         uint32_t type = 0;
         if ((st = cur_u32(c, &type, "value type"))) return st;
         if ((st = read_value(c, type, &kv->value))) return st;
@@ -356,12 +365,7 @@ static attnd_status parse_tensor_infos(cursor *c) {
     attnd_status st;
     for (uint64_t i = 0; i < f->n_tensors; i++) {
         gguf_tensor *t = &f->tensors[i];
-        gguf_string name;
-        snprintf(c->where, sizeof(c->where), "tensor %llu", (unsigned long long)i);
-        if ((st = cur_string(c, &name, "tensor name"))) return st;
-        if (strlen(name.str) != name.len) return cur_fail(c, "tensor name contains a NUL byte");
-        t->name = name.str;
-        snprintf(c->where, sizeof(c->where), "tensor '%.200s'", name.str);
+        if ((st = read_name(c, "tensor", i, "tensor name", "tensor", true, &t->name))) return st;
         if ((st = cur_u32(c, &t->n_dims, "n_dims"))) return st;
         if (t->n_dims < 1 || t->n_dims > GGUF_MAX_DIMS)
             return cur_fail(c, "n_dims %u is outside 1..%d", t->n_dims, GGUF_MAX_DIMS);

@@ -24,6 +24,7 @@ attnd_status kv_pool_create(kv_pool **out, const model *m, size_t budget_bytes, 
     p->type = type;
     p->n_layer = mi->n_layer;
     p->kv_dim = mi->n_head_kv * mi->head_dim;
+    p->head_dim = mi->head_dim;
     p->n_ctx = mi->n_ctx;
     p->elt = type == KV_F16 ? 2 : 4;
     p->block_bytes = (size_t)2 * p->n_layer * KV_BLOCK * p->kv_dim * p->elt;

@@ -5,9 +5,12 @@
  * A sequence's cache is a list of fixed-size blocks of KV_BLOCK token positions. One block holds
  * every layer's keys and values for its positions. Keys are stored transposed, so that one kv
  * head's keys in a block form a contiguous (head_dim, KV_BLOCK) tile with consecutive positions
- * adjacent: attention scores vectorise over positions with no transposition at read time.
+ * adjacent: attention scores vectorise over positions with no transposition at read time. Values
+ * are stored head by head, so one kv head's values in a block are a contiguous (KV_BLOCK,
+ * head_dim) tile as well: attention reads each of its tiles as one sequential run.
  *
- *     block: K (n_layer, kv_dim, KV_BLOCK) then V (n_layer, KV_BLOCK, kv_dim), elements of kv_type
+ *     block: K (n_layer, kv_dim, KV_BLOCK) then V (n_layer, n_head_kv, KV_BLOCK, head_dim),
+ *     elements of kv_type (kv_dim = n_head_kv * head_dim)
  *
  * Blocks come from a pool with a byte budget; memory grows with the tokens actually held.
  * Reserving room for a batch is separate from committing it, so a batch that does not fit
@@ -45,6 +48,7 @@ struct kv_pool {
     const model *m;
     kv_type type;
     int n_layer, kv_dim, n_ctx;
+    int head_dim;          /* kv_dim = n_head_kv * head_dim */
     size_t elt;            /* bytes per cached element (2 for F16, 4 for F32) */
     size_t block_bytes;    /* payload bytes of one block */
     size_t budget, used;   /* bytes; used counts blocks held by sequences */
@@ -75,12 +79,12 @@ static inline void *kv_k_block(const kv_seq *s, int layer, int block) {
     return kv_block_data(s->blocks[block]) + (size_t)layer * p->kv_dim * KV_BLOCK * p->elt;
 }
 
-/* The value row (kv_dim elements) of `layer` at position pos, which must lie inside the blocks
- * the sequence holds. Rows of consecutive positions in one block are adjacent. */
-static inline void *kv_v_row(const kv_seq *s, int layer, int pos) {
+/* The values of kv head g of `layer` in block `block` of s: (KV_BLOCK, head_dim) elements of the
+ * pool type, the row of position block * KV_BLOCK + j at j * head_dim. */
+static inline void *kv_v_tile(const kv_seq *s, int layer, int block, int g) {
     const kv_pool *p = s->pool;
-    size_t row = ((size_t)p->n_layer + (size_t)layer) * KV_BLOCK + (size_t)(pos % KV_BLOCK);
-    return kv_block_data(s->blocks[pos / KV_BLOCK]) + row * (size_t)p->kv_dim * p->elt;
+    size_t off = ((size_t)p->n_layer + (size_t)layer) * p->kv_dim * KV_BLOCK + (size_t)g * KV_BLOCK * p->head_dim;
+    return kv_block_data(s->blocks[block]) + off * p->elt;
 }
 
 /*

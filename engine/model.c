@@ -16,43 +16,52 @@
 #include "model_internal.h"
 #include "quant.h"
 
-/* Reads "<arch>.<suffix>" as u32; a missing key is an error only when required. */
+/* "<arch>.<suffix>" in key. */
+static const char *arch_key(char key[128], const char *arch, const char *suffix) {
+    snprintf(key, 128, "%s.%s", arch, suffix);
+    return key;
+}
+
+/* The status of reading a key whose value the caller has preset to its default: a missing key
+ * is an error only when required. */
+static attnd_status optional(attnd_status st, bool required) {
+    return st == ATTND_ERR_NOT_FOUND && !required ? ATTND_OK : st;
+}
+
+/* Reads "<arch>.<suffix>" as u32 (dflt when missing and not required). */
 static attnd_status arch_u32(const gguf_file *f, const char *arch, const char *suffix, bool required,
                              uint32_t dflt, uint32_t *out, attnd_err *err) {
     char key[128];
-    snprintf(key, sizeof(key), "%s.%s", arch, suffix);
-    attnd_status st = gguf_get_u32(f, key, out, err);
-    if (st == ATTND_ERR_NOT_FOUND && !required) {
-        *out = dflt;
-        return ATTND_OK;
-    }
-    return st;
+    *out = dflt;
+    return optional(gguf_get_u32(f, arch_key(key, arch, suffix), out, err), required);
 }
 
+/* Reads "<arch>.<suffix>" as f32 (dflt when missing and not required). */
 static attnd_status arch_f32(const gguf_file *f, const char *arch, const char *suffix, bool required, float dflt,
                              float *out, attnd_err *err) {
     char key[128];
-    snprintf(key, sizeof(key), "%s.%s", arch, suffix);
-    attnd_status st = gguf_get_f32(f, key, out, err);
-    if (st == ATTND_ERR_NOT_FOUND && !required) {
-        *out = dflt;
-        return ATTND_OK;
-    }
-    return st;
+    *out = dflt;
+    return optional(gguf_get_f32(f, arch_key(key, arch, suffix), out, err), required);
+}
+
+/* Looks up a weight tensor of a computable type; *t is NULL when it is absent and optional. */
+static attnd_status find_weight(const gguf_file *f, const char *name, bool required, const gguf_tensor **t,
+                                attnd_err *err) {
+    *t = gguf_find_tensor(f, name);
+    if (!*t) return required ? attnd_fail(err, ATTND_ERR_FORMAT, "model has no tensor '%s'", name) : ATTND_OK;
+    if (!gguf_type_computable((*t)->type))
+        return attnd_fail(err, ATTND_ERR_UNSUPPORTED, "tensor '%s' has type %s, which attnd does not compute", name,
+                          gguf_type_name((*t)->type));
+    return ATTND_OK;
 }
 
 /* Looks up a tensor that must be a (rows, cols) matrix of a computable type. */
 static attnd_status find_matrix(const gguf_file *f, const char *name, int64_t rows, int64_t cols, bool required,
                                 weight *out, attnd_err *err) {
     memset(out, 0, sizeof(*out));
-    const gguf_tensor *t = gguf_find_tensor(f, name);
-    if (!t) {
-        if (!required) return ATTND_OK;
-        return attnd_fail(err, ATTND_ERR_FORMAT, "model has no tensor '%s'", name);
-    }
-    if (!gguf_type_computable(t->type))
-        return attnd_fail(err, ATTND_ERR_UNSUPPORTED, "tensor '%s' has type %s, which attnd does not compute", name,
-                          gguf_type_name(t->type));
+    const gguf_tensor *t;
+    attnd_status st = find_weight(f, name, required, &t, err);
+    if (st != ATTND_OK || !t) return st;
     if (t->n_dims > 2 || (int64_t)t->ne[0] != cols || (int64_t)t->ne[1] != rows)
         return attnd_fail(err, ATTND_ERR_FORMAT, "tensor '%s' has shape [%llu, %llu], expected [%lld, %lld]", name,
                           (unsigned long long)t->ne[0], (unsigned long long)t->ne[1], (long long)cols,
@@ -68,14 +77,9 @@ static attnd_status find_matrix(const gguf_file *f, const char *name, int64_t ro
 static attnd_status load_vector(const gguf_file *f, const char *name, int64_t n, bool required, float **out,
                                 attnd_err *err) {
     *out = NULL;
-    const gguf_tensor *t = gguf_find_tensor(f, name);
-    if (!t) {
-        if (!required) return ATTND_OK;
-        return attnd_fail(err, ATTND_ERR_FORMAT, "model has no tensor '%s'", name);
-    }
-    if (!gguf_type_computable(t->type))
-        return attnd_fail(err, ATTND_ERR_UNSUPPORTED, "tensor '%s' has type %s, which attnd does not compute", name,
-                          gguf_type_name(t->type));
+    const gguf_tensor *t;
+    attnd_status st = find_weight(f, name, required, &t, err);
+    if (st != ATTND_OK || !t) return st;
     if (t->n_elems != (uint64_t)n || t->ne[0] != (uint64_t)n)
         return attnd_fail(err, ATTND_ERR_FORMAT, "tensor '%s' has %llu elements, expected %lld", name,
                           (unsigned long long)t->n_elems, (long long)n);
@@ -202,6 +206,30 @@ static attnd_status load_layer(model *m, int l, attnd_err *err) {
     return ATTND_OK;
 }
 
+/* The seven matrices of a layer. */
+#define LAYER_MATRICES 7
+static void layer_matrices(layer_weights *L, weight *out[LAYER_MATRICES]) {
+    weight *lw[LAYER_MATRICES] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
+    memcpy(out, lw, sizeof lw);
+}
+
+static void pack_matrix(model *m, weight *w) {
+    w->packed = quant_pack(w->data, w->type, w->rows, w->cols);
+    m->packed_bytes += quant_packed_bytes(w->packed);
+}
+
+/* Packed copies for the decode kernels where the instruction set has one for the type (quant_pack);
+ * without one (or without the memory) a matrix is read from the mapping as it is. token_embd is
+ * only looked up by row: never packed, even when the output head is tied to it. */
+static void pack_matrices(model *m) {
+    pack_matrix(m, &m->output);
+    for (int l = 0; l < m->info.n_layer; l++) {
+        weight *lw[LAYER_MATRICES];
+        layer_matrices(&m->layers[l], lw);
+        for (int i = 0; i < LAYER_MATRICES; i++) pack_matrix(m, lw[i]);
+    }
+}
+
 attnd_status model_load(model **out, const char *path, attnd_err *err) {
     *out = NULL;
     attnd_status st;
@@ -248,6 +276,7 @@ attnd_status model_load(model **out, const char *path, attnd_err *err) {
         m->rope_inv_freq[i] = pow((double)mi->rope_base, -2.0 * i / mi->rope_dims);
 
     for (uint64_t i = 0; i < gguf_tensor_count(f); i++) mi->n_params += gguf_tensor_at(f, i)->n_elems;
+    pack_matrices(m);
     *out = m;
     return ATTND_OK;
 
@@ -266,9 +295,13 @@ void model_destroy(model *m) {
             free(L->bq);
             free(L->bk);
             free(L->bv);
+            weight *lw[LAYER_MATRICES];
+            layer_matrices(L, lw);
+            for (int i = 0; i < LAYER_MATRICES; i++) quant_packed_destroy(lw[i]->packed);
         }
         free(m->layers);
     }
+    quant_packed_destroy(m->output.packed); /* never set on tok_embd, even when output is tied to it */
     free(m->output_norm);
     free(m->rope_inv_freq);
     gguf_close(m->f);

@@ -15,6 +15,7 @@ typedef struct weight {
     const void *data;
     uint32_t type;
     int64_t rows, cols;
+    struct quant_packed *packed; /* owned: a decode kernel's copy made at load (quant_pack), or NULL */
 } weight;
 
 typedef struct layer_weights {
@@ -36,6 +37,7 @@ struct model {
     weight output;           /* (n_vocab, n_embd); token_embd when the file has no output.weight */
     layer_weights *layers;   /* (n_layer) */
     double *rope_inv_freq;   /* (rope_dims / 2): base^(-2i / rope_dims) */
+    size_t packed_bytes;     /* memory of the weights' packed copies (weight.packed) */
 };
 
 #endif /* ATTND_MODEL_INTERNAL_H */

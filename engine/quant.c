@@ -529,6 +529,7 @@ const quant_kernels quant_kernels_portable = {
     .f2h = f2h_portable,
     .attn_scores_t = attn_scores_t_portable,
     .attn_max = attn_max_portable,
+    .attn_tile = attn_tile_portable,
 };
 
 // ---- instruction-set selection -----------------------------------------------------------------
@@ -623,10 +624,11 @@ static void resolve_tables(void) {
     for (int isa = 0; isa <= QUANT_ISA_AVX512; isa++) {
         quant_kernels *k = &g_resolved[isa];
         RESOLVE(k, isa, f32); RESOLVE(k, isa, f16); RESOLVE(k, isa, bf16); RESOLVE(k, isa, q8_0);
-        RESOLVE(k, isa, q4_0); RESOLVE(k, isa, q4_k); RESOLVE(k, isa, q6_k);
+        RESOLVE(k, isa, q4_0); RESOLVE(k, isa, q4_k); RESOLVE(k, isa, q6_k); RESOLVE(k, isa, q4_0_packed);
         RESOLVE(k, isa, prep_q8_0); RESOLVE(k, isa, prep_q8_k); RESOLVE(k, isa, prep_f16);
         RESOLVE(k, isa, dot_rows); RESOLVE(k, isa, axpy_rows); RESOLVE(k, isa, exp); RESOLVE(k, isa, h2f);
         RESOLVE(k, isa, f2h); RESOLVE(k, isa, attn_scores_t); RESOLVE(k, isa, attn_max);
+        RESOLVE(k, isa, attn_tile);
     }
 }
 
@@ -663,6 +665,53 @@ void quant_exp(float *y, const float *x, int64_t n) { quant_kernels_active()->ex
 void quant_f16_to_f32_row(float *dst, const uint16_t *src, int64_t n) { quant_kernels_active()->h2f(dst, src, n); }
 
 void quant_f32_to_f16_row(uint16_t *dst, const float *src, int64_t n) { quant_kernels_active()->f2h(dst, src, n); }
+
+// ---- weights repacked at load -------------------------------------------------------------------
+
+/* Q4_0 rows -> quant_pack's layout (quant_impl.h): per 16-row group and block b, at 256 b the 16
+ * bytes of nibbles of each row split in four dwords, dword k of row i at 64 k + 4 i; at
+ * 256 nb + 32 b the rows' 16 f16 scales. Rows past n_rows stay zero (scale 0). */
+static void pack_q4_0(uint8_t *dst, const uint8_t *w, size_t rb, int64_t n_rows, int64_t nb, size_t group_bytes) {
+    for (int64_t r = 0; r < n_rows; r++) {
+        uint8_t *q = dst + (size_t)(r / PACK_ROWS) * group_bytes, *d = q + (size_t)nb * 256;
+        int i = (int)(r % PACK_ROWS);
+        const uint8_t *src = w + (size_t)r * rb;
+        for (int64_t b = 0; b < nb; b++, src += Q4_0_BYTES) {
+            memcpy(d + b * 32 + 2 * i, src, 2);
+            for (int k = 0; k < 4; k++) memcpy(q + b * 256 + 64 * k + 4 * i, src + 2 + 4 * k, 4);
+        }
+    }
+}
+
+quant_packed *quant_pack(const void *w, uint32_t wtype, int64_t n_rows, int64_t n_cols) {
+    const char *no = getenv("ATTND_NO_REPACK");
+    if (no && *no && strcmp(no, "0") != 0) return NULL;
+    if (wtype != GGUF_TYPE_Q4_0 || !quant_kernels_active()->q4_0_packed || n_rows <= 0 || n_cols <= 0 ||
+        n_cols % QK4_0 != 0)
+        return NULL;
+    quant_packed *pk = calloc(1, sizeof *pk);
+    if (!pk) return NULL;
+    int64_t nb = n_cols / QK4_0, n_groups = (n_rows + PACK_ROWS - 1) / PACK_ROWS;
+    *pk = (quant_packed){.wtype = wtype, .n_rows = n_rows, .n_cols = n_cols};
+    pk->group_bytes = round_up((size_t)nb * (4 * 64 + 32)); /* keeps every group 64-byte aligned */
+    pk->bytes = (size_t)n_groups * pk->group_bytes;
+    pk->data = aligned_alloc(SCRATCH_ALIGN, pk->bytes);
+    if (!pk->data) {
+        free(pk);
+        return NULL;
+    }
+    memset(pk->data + (size_t)(n_groups - 1) * pk->group_bytes, 0, pk->group_bytes); /* padding rows */
+    pack_q4_0(pk->data, w, quant_row_bytes(wtype, n_cols), n_rows, nb, pk->group_bytes);
+    return pk;
+}
+
+void quant_packed_destroy(quant_packed *pk) {
+    if (!pk) return;
+    free(pk->data);
+    free(pk);
+}
+
+size_t quant_packed_bytes(const quant_packed *pk) { return pk ? pk->bytes : 0; }
 
 // ---- matmul driver -----------------------------------------------------------------------------
 
@@ -702,6 +751,11 @@ static void matmul_rows_task(void *ctx, int c, int worker) {
 
 void quant_matmul(float *out, const void *w, uint32_t wtype, int64_t n_rows, int64_t n_cols, const float *x,
                   int n_tok, void *scratch, int n_threads) {
+    quant_matmul_packed(out, w, NULL, wtype, n_rows, n_cols, x, n_tok, scratch, n_threads);
+}
+
+void quant_matmul_packed(float *out, const void *w, const quant_packed *pk, uint32_t wtype, int64_t n_rows,
+                         int64_t n_cols, const float *x, int n_tok, void *scratch, int n_threads) {
     uint32_t be = gguf_type_block_elems(wtype);
     ATTND_ASSERT(gguf_type_computable(wtype) && be > 0);
     ATTND_ASSERT(n_rows >= 0 && n_cols > 0 && n_cols % be == 0 && n_tok >= 0);
@@ -711,6 +765,12 @@ void quant_matmul(float *out, const void *w, uint32_t wtype, int64_t n_rows, int
     ATTND_ASSERT(fn != NULL);
     size_t rb = quant_row_bytes(wtype, n_cols);
     const uint8_t *wb = w;
+    if (pk && wtype == GGUF_TYPE_Q4_0 && k->q4_0_packed) {
+        ATTND_ASSERT(pk->wtype == wtype && pk->n_rows == n_rows && pk->n_cols == n_cols);
+        fn = k->q4_0_packed;
+        wb = pk->data;
+        rb = pk->group_bytes;
+    }
 
     act_plan pl;
     act_plan_init(&pl, k, wtype, x, n_tok, n_cols, scratch);

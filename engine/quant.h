@@ -43,6 +43,30 @@ size_t quant_scratch_bytes(uint32_t wtype, int n_tok, int64_t n_cols);
 void quant_matmul(float *out, const void *w, uint32_t wtype, int64_t n_rows, int64_t n_cols, const float *x,
                   int n_tok, void *scratch, int n_threads);
 
+// ---- weights repacked at load ------------------------------------------------------------------
+
+/*
+ * A weight matrix copied, once at load, into the layout of a decode kernel: Q4_0 on AVX-512, 16
+ * rows interleaved block by block (for each block: 4 x 64 bytes, bytes 4k..4k+3 of the 16 rows'
+ * nibbles side by side, then the 16 scales), so that one activation load and one nibble unpack
+ * serve 16 rows and the rows stream from one sequential run. Same bytes as the original (18 per
+ * 32 weights) in anonymous memory; the mapping stays as it was and is what every other path reads.
+ */
+typedef struct quant_packed quant_packed;
+
+/* The packed copy of (n_rows, n_cols) weights of wtype at w (borrowed only during the call), or
+ * NULL when the active instruction set has no packed kernel for wtype, when the environment has
+ * ATTND_NO_REPACK=1, or when memory is short (the matmul then reads w as it is: slower, same
+ * results within rounding). Owned by the caller: quant_packed_destroy (NULL accepted). */
+quant_packed *quant_pack(const void *w, uint32_t wtype, int64_t n_rows, int64_t n_cols);
+void quant_packed_destroy(quant_packed *pk);
+size_t quant_packed_bytes(const quant_packed *pk); /* 0 for NULL */
+
+/* quant_matmul, reading the packed copy pk (may be NULL) where the active instruction set has a
+ * kernel for it (decode: fewer than 4 tokens) and w everywhere else. */
+void quant_matmul_packed(float *out, const void *w, const quant_packed *pk, uint32_t wtype, int64_t n_rows,
+                         int64_t n_cols, const float *x, int n_tok, void *scratch, int n_threads);
+
 // ---- conversions and instruction sets -----------------------------------------------------------
 
 /* Scalar conversions, round-to-nearest-even, exact for subnormals, inf and nan. */

@@ -56,11 +56,25 @@ typedef void (*quant_f2h_fn)(uint16_t *dst, const float *src, int64_t n);
 /* The attention loops of attn_ops.h (implemented in attn_ops.c). */
 typedef void (*attn_scores_t_fn)(float *s, const float *q, const float *KT, int cnt, int hd, float scale);
 typedef float (*attn_max_fn)(const float *s, int cnt);
+struct attn_tile;
+typedef void (*attn_tile_fn)(const struct attn_tile *t);
+
+/* Packed weights (quant.h): 16-row groups of PACK_ROWS rows, group g at data + g * group_bytes. A
+ * packed row-range kernel takes (data, group_bytes) for (w, row_bytes), r0 a multiple of 16. */
+#define PACK_ROWS 16
+struct quant_packed {
+    uint32_t wtype;
+    int64_t n_rows, n_cols;
+    size_t group_bytes; /* Q4_0: nb * (4 * 64 + 32): the nibble vectors of every block, then the scales */
+    size_t bytes;
+    uint8_t *data;      /* (ceil(n_rows / 16) * group_bytes), 64-byte aligned */
+};
 
 /* Per instruction set: one row-range kernel per computable weight type and the activation
  * preparations; any NULL entry falls back to the next instruction set down. */
 typedef struct quant_kernels {
     quant_rows_fn f32, f16, bf16, q8_0, q4_0, q4_k, q6_k;
+    quant_rows_fn q4_0_packed; /* decode (1-3 tokens) over quant_pack's Q4_0 layout; NULL: none */
     quant_prep_q8_0_fn prep_q8_0;
     quant_prep_q8_k_fn prep_q8_k;
     quant_prep_f16_fn prep_f16;
@@ -71,6 +85,7 @@ typedef struct quant_kernels {
     quant_f2h_fn f2h;
     attn_scores_t_fn attn_scores_t;
     attn_max_fn attn_max;
+    attn_tile_fn attn_tile;
 } quant_kernels;
 
 extern const quant_kernels quant_kernels_portable;
@@ -87,9 +102,12 @@ const quant_kernels *quant_kernels_active(void);
 /* attn_ops.c's implementations, referenced by the tables */
 void attn_scores_t_portable(float *s, const float *q, const float *KT, int cnt, int hd, float scale);
 float attn_max_portable(const float *s, int cnt);
+void attn_tile_portable(const struct attn_tile *t);
 #if defined(__x86_64__)
 void attn_scores_t_avx2(float *s, const float *q, const float *KT, int cnt, int hd, float scale);
 float attn_max_avx2(const float *s, int cnt);
+void attn_tile_avx2(const struct attn_tile *t);
+void attn_tile_avx512(const struct attn_tile *t);
 #endif
 
 /* Little-endian unaligned loads from the mapping (GGUF is little-endian, so is x86/arm64). */

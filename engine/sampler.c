@@ -20,6 +20,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "block.h"
+
 // ---- Random generator -----------------------------------------------------------------------
 
 /* xoshiro256** (Blackman & Vigna), state filled by splitmix64 from the 64-bit seed so that any
@@ -184,7 +186,25 @@ struct sampler {
     float *adj;             /* (n_vocab) adjusted logit, valid where touched */
 
     cand *cand; /* (n_vocab) candidates of the current sample */
+
+    char *mem; /* owns every array above (engine/block.h) */
 };
+
+/* Lays out the sampler's arrays in mem (block.h); returns the bytes they need. */
+static size_t layout(sampler *s, char *mem, int n_bias, int repeat_last_n) {
+    size_t v = (size_t)s->n_vocab;
+    block b = {.mem = mem};
+    s->bias = block_take(&b, (size_t)n_bias, sizeof(*s->bias));
+    s->ring = block_take(&b, repeat_last_n > 0 ? (size_t)repeat_last_n : 0, sizeof(*s->ring));
+    s->count = block_take(&b, v, sizeof(*s->count));
+    s->seen = block_take(&b, v, sizeof(*s->seen));
+    s->seen_pos = block_take(&b, v, sizeof(*s->seen_pos));
+    s->touched = block_take(&b, v, sizeof(*s->touched));
+    s->touched_ids = block_take(&b, v, sizeof(*s->touched_ids));
+    s->adj = block_take(&b, v, sizeof(*s->adj));
+    s->cand = block_take(&b, v, sizeof(*s->cand));
+    return block_size(&b);
+}
 
 attnd_status sampler_create(sampler **out, const sampler_params *p, int n_vocab, attnd_err *err) {
     *out = NULL;
@@ -194,30 +214,15 @@ attnd_status sampler_create(sampler **out, const sampler_params *p, int n_vocab,
     if (!s) return attnd_fail(err, ATTND_ERR_NOMEM, "sampler: out of memory");
     s->params = *p;
     s->n_vocab = n_vocab;
-    s->params.bias = NULL;
-    if (p->n_bias > 0) {
-        s->bias = malloc(sizeof(*s->bias) * (size_t)p->n_bias);
-        if (!s->bias) goto nomem;
-        memcpy(s->bias, p->bias, sizeof(*s->bias) * (size_t)p->n_bias);
-        s->params.bias = s->bias;
-    }
+    if (!(s->mem = calloc(1, layout(s, NULL, p->n_bias, p->repeat_last_n)))) goto nomem;
+    layout(s, s->mem, p->n_bias, p->repeat_last_n); /* every array zeroed */
+    if (p->n_bias > 0) memcpy(s->bias, p->bias, sizeof(*s->bias) * (size_t)p->n_bias);
+    s->params.bias = s->bias;
     rng_seed(&s->rng, p->seed);
 
     s->penalize = p->repeat_last_n != 0 &&
                   (p->repeat_penalty != 1.0f || p->presence_penalty != 0.0f || p->frequency_penalty != 0.0f);
-    if (p->repeat_last_n > 0) {
-        s->ring = malloc(sizeof(*s->ring) * (size_t)p->repeat_last_n);
-        if (!s->ring) goto nomem;
-    }
     size_t v = (size_t)n_vocab;
-    s->count = calloc(v, sizeof(*s->count));
-    s->seen = malloc(sizeof(*s->seen) * v);
-    s->seen_pos = malloc(sizeof(*s->seen_pos) * v);
-    s->touched = calloc(v, 1);
-    s->touched_ids = malloc(sizeof(*s->touched_ids) * v);
-    s->adj = malloc(sizeof(*s->adj) * v);
-    s->cand = malloc(sizeof(*s->cand) * v);
-    if (!s->count || !s->seen || !s->seen_pos || !s->touched || !s->touched_ids || !s->adj || !s->cand) goto nomem;
 
     /* The fallback for logits that are all -inf: the first id not banned (validation
      * guarantees one exists). touched doubles as the marker array and is cleared again. */
@@ -235,15 +240,7 @@ nomem:
 
 void sampler_destroy(sampler *s) {
     if (!s) return;
-    free(s->bias);
-    free(s->ring);
-    free(s->count);
-    free(s->seen);
-    free(s->seen_pos);
-    free(s->touched);
-    free(s->touched_ids);
-    free(s->adj);
-    free(s->cand);
+    free(s->mem);
     free(s);
 }
 

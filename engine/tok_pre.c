@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "block.h"
 #include "unicode.h"
 
 static const tok_pre_kind KINDS[] = {
@@ -43,11 +44,7 @@ const tok_pre_kind *tok_pre_find(const char *name) {
 
 void tok_pre_buf_free(tok_pre_buf *b) {
     if (!b) return;
-    free(b->cps);
-    free(b->cls);
-    free(b->offs);
-    free(b->bounds);
-    free(b->tmp);
+    free(b->mem);
     memset(b, 0, sizeof(*b));
 }
 
@@ -169,20 +166,35 @@ static size_t match_stage(tok_pre_stage st, const view *v, size_t i) {
 
 // ---- splitting --------------------------------------------------------------------------------
 
+/* Lays out b's arrays for cap entries in mem (block.h); returns the bytes they need. */
+static size_t layout(tok_pre_buf *b, char *mem, size_t cap) {
+    block k = {.mem = mem};
+    b->cps = block_take(&k, cap, sizeof(*b->cps));
+    b->cls = block_take(&k, cap, sizeof(*b->cls));
+    b->offs = block_take(&k, cap, sizeof(*b->offs));
+    b->bounds = block_take(&k, 2 * cap, sizeof(*b->bounds)); /* and tmp: the two halves swap roles */
+    b->tmp = b->bounds ? b->bounds + cap : NULL;
+    return block_size(&k);
+}
+
+/* Room for cap entries (the contents are not kept: every split rebuilds them); false when out of
+ * memory, b unchanged. */
+static bool grow(tok_pre_buf *b, size_t cap) {
+    tok_pre_buf probe;
+    char *mem = malloc(layout(&probe, NULL, cap));
+    if (!mem) return false;
+    free(b->mem);
+    b->mem = mem;
+    b->cap = cap;
+    layout(b, mem, cap);
+    return true;
+}
+
 attnd_status tok_pre_split(const tok_pre_kind *kind, const char *text, size_t len, tok_pre_buf *b, attnd_err *err) {
     if (len >= UINT32_MAX) return attnd_fail(err, ATTND_ERR_INVALID, "text of %zu bytes is too long to tokenize", len);
     /* Decode once; a code point never takes less than a byte, so len + 1 entries suffice. */
-    if (len + 1 > b->cap_cps) {
-        size_t cap = len + 1;
-        uint32_t *cps = realloc(b->cps, cap * sizeof(*cps));
-        if (cps) b->cps = cps;
-        uint8_t *cls = realloc(b->cls, cap);
-        if (cls) b->cls = cls;
-        uint32_t *offs = realloc(b->offs, cap * sizeof(*offs));
-        if (offs) b->offs = offs;
-        if (!cps || !cls || !offs) return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory splitting %zu bytes", len);
-        b->cap_cps = cap;
-    }
+    if (len + 1 > b->cap && !grow(b, len + 1))
+        return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory splitting %zu bytes", len);
     size_t n = 0;
     for (size_t i = 0; i < len;) {
         b->offs[n] = (uint32_t)i;
@@ -195,14 +207,6 @@ attnd_status tok_pre_split(const tok_pre_kind *kind, const char *text, size_t le
 
     /* Every code point can start a word, so n + 1 bounds always suffice; two arrays are
      * swapped between stages. */
-    if (n + 1 > b->cap_bounds) {
-        uint32_t *bo = realloc(b->bounds, (n + 1) * sizeof(*bo));
-        if (bo) b->bounds = bo;
-        uint32_t *tm = realloc(b->tmp, (n + 1) * sizeof(*tm));
-        if (tm) b->tmp = tm;
-        if (!bo || !tm) return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory splitting %zu bytes", len);
-        b->cap_bounds = n + 1;
-    }
     /* The whole text as one piece, then refine stage by stage. */
     b->bounds[0] = 0;
     b->bounds[1] = (uint32_t)n;

@@ -49,15 +49,16 @@ typedef struct tok_pre_kind {
 /* The kind for a tokenizer.ggml.pre value (NULL = key absent: "default"); NULL when unknown. */
 const tok_pre_kind *tok_pre_find(const char *name);
 
-/* Working buffers for splitting, reused across calls (owned by one encode call). */
+/* Working buffers for splitting, reused across calls (owned by one encode call). Every array has
+ * room for cap entries: a text of cap - 1 bytes has at most that many code points. */
 typedef struct tok_pre_buf {
     uint32_t *cps;    /* (n_cps) code points, UNI_INVALID for stray bytes */
     uint8_t *cls;     /* (n_cps) UNI_* class bits */
     uint32_t *offs;   /* (n_cps + 1) byte offset of each code point; offs[n_cps] = text length */
-    size_t cap_cps;
     uint32_t *bounds; /* word boundaries, in code point indices: words are [bounds[k], bounds[k+1]) */
     uint32_t *tmp;    /* the same, for the stage being built */
-    size_t n_bounds, cap_bounds;
+    size_t n_bounds, cap;
+    char *mem;        /* owns the arrays (engine/block.h) */
 } tok_pre_buf;
 
 void tok_pre_buf_free(tok_pre_buf *b); /* frees the arrays; b itself is the caller's */

@@ -29,6 +29,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "block.h"
 #include "tok_pre.h"
 #include "unicode.h"
 
@@ -168,6 +169,7 @@ struct tokenizer {
     int32_t spm_ascii[128]; /* SPM: mergeable token of each ASCII character, or -1 */
     int32_t spm_space;      /* SPM: mergeable token of U+2581, or -1 */
     const tok_pre_kind *pre;
+    char *tables; /* owns text .. eog and special (engine/block.h) */
 };
 
 /* GPT-2's byte <-> character table: printable Latin-1 bytes stand for themselves, the other 68
@@ -480,6 +482,24 @@ static attnd_status read_arrays(tokenizer *t, const gguf_file *f, const gguf_arr
     return ATTND_OK;
 }
 
+/* Lays out the per-token tables in mem (block.h), with text_bytes for each string arena; returns
+ * the bytes they need. */
+static size_t layout_tables(tokenizer *t, char *mem, size_t text_bytes) {
+    size_t nv = (size_t)t->n_vocab;
+    block b = {.mem = mem};
+    t->text = block_take(&b, text_bytes, 1);
+    t->text_off = block_take(&b, nv, sizeof(*t->text_off));
+    t->text_len = block_take(&b, nv, sizeof(*t->text_len));
+    t->dec = block_take(&b, text_bytes, 1); /* a token never decodes to more bytes than its text has */
+    t->dec_off = block_take(&b, nv, sizeof(*t->dec_off));
+    t->dec_len = block_take(&b, nv, sizeof(*t->dec_len));
+    t->type = block_take(&b, nv, sizeof(*t->type));
+    t->score = block_take(&b, t->kind == KIND_SPM ? nv : 0, sizeof(*t->score));
+    t->eog = block_take(&b, nv, sizeof(*t->eog));
+    t->special = block_take(&b, nv, sizeof(*t->special));
+    return block_size(&b);
+}
+
 /* Every per-token table, sized from the vocabulary strings. */
 static attnd_status alloc_tables(tokenizer *t, const gguf_array *toks, attnd_err *err) {
     size_t nv = (size_t)t->n_vocab, total = 0;
@@ -489,20 +509,9 @@ static attnd_status alloc_tables(tokenizer *t, const gguf_array *toks, attnd_err
             return attnd_fail(err, ATTND_ERR_FORMAT, "tokenizer.ggml.tokens: vocabulary strings too long");
         }
     }
-    t->text = malloc(total);
-    t->text_off = malloc(nv * sizeof(uint32_t));
-    t->text_len = malloc(nv * sizeof(uint32_t));
-    t->dec = malloc(total); /* a token never decodes to more bytes than its text has */
-    t->dec_off = malloc(nv * sizeof(uint32_t));
-    t->dec_len = malloc(nv * sizeof(uint32_t));
-    t->type = malloc(nv);
-    t->eog = calloc(nv, sizeof(bool));
-    t->special = malloc(nv * sizeof(int32_t));
-    if (t->kind == KIND_SPM) t->score = malloc(nv * sizeof(float));
-    if (!t->text || !t->text_off || !t->text_len || !t->dec || !t->dec_off || !t->dec_len || !t->type || !t->eog ||
-        !t->special || (t->kind == KIND_SPM && !t->score)) {
+    if (!(t->tables = calloc(1, layout_tables(t, NULL, total))))
         return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory for a %d-token vocabulary", t->n_vocab);
-    }
+    layout_tables(t, t->tables, total);
     return ATTND_OK;
 }
 
@@ -671,16 +680,7 @@ attnd_status tok_load(tokenizer **out, const gguf_file *f, attnd_err *err) {
 
 void tok_destroy(tokenizer *t) {
     if (!t) return;
-    free(t->text);
-    free(t->text_off);
-    free(t->text_len);
-    free(t->dec);
-    free(t->dec_off);
-    free(t->dec_len);
-    free(t->type);
-    free(t->score);
-    free(t->eog);
-    free(t->special);
+    free(t->tables);
     free(t->by_text.slots);
     free(t->by_bytes.slots);
     free(t->merges.slots);

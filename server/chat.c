@@ -7,6 +7,8 @@
  */
 #include "chat.h"
 
+#include "attnd/buf.h"
+
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -53,39 +55,24 @@ const char *chat_end_marker(chat_family f) {
     }
 }
 
-// ---- a growable string --------------------------------------------------------------------
+// ---- the prompt being rendered -----------------------------------------------------------
 
 typedef struct sbuf {
-    char *p;
-    size_t len, cap;
-    bool oom;
+    buf text;
+    bool oom;             /* latched: an append failed, the text is incomplete */
     tok_span *spans;      /* (n_spans) where the template's own markers are: sorted, merged */
     size_t n_spans, cap_spans;
 } sbuf;
 
 static void sb_put(sbuf *b, const char *s, size_t n) {
-    if (b->oom) return;
-    if (b->len + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 256;
-        while (cap < b->len + n + 1) cap *= 2;
-        char *g = realloc(b->p, cap);
-        if (!g) {
-            b->oom = true;
-            return;
-        }
-        b->p = g;
-        b->cap = cap;
-    }
-    memcpy(b->p + b->len, s, n);
-    b->len += n;
-    b->p[b->len] = '\0';
+    if (!b->oom && !buf_append(&b->text, s, n)) b->oom = true;
 }
 
-/* Records [start, b->len) as template markup (merged with a span it continues). */
+/* Records [start, b->text.len) as template markup (merged with a span it continues). */
 static void sb_mark(sbuf *b, size_t start) {
-    if (b->oom || start == b->len) return;
+    if (b->oom || start == b->text.len) return;
     if (b->n_spans && b->spans[b->n_spans - 1].end == start) {
-        b->spans[b->n_spans - 1].end = b->len;
+        b->spans[b->n_spans - 1].end = b->text.len;
         return;
     }
     if (b->n_spans == b->cap_spans) {
@@ -98,12 +85,12 @@ static void sb_mark(sbuf *b, size_t start) {
         b->spans = g;
         b->cap_spans = cap;
     }
-    b->spans[b->n_spans++] = (tok_span){start, b->len};
+    b->spans[b->n_spans++] = (tok_span){start, b->text.len};
 }
 
 /* Appends n strings of template markup. */
 static void sb_cat(sbuf *b, int n, ...) {
-    size_t start = b->len;
+    size_t start = b->text.len;
     va_list ap;
     va_start(ap, n);
     for (int i = 0; i < n; i++) {
@@ -184,7 +171,7 @@ static attnd_status render(chat_family f, const chat_msg *msgs, size_t n, sbuf *
             }
             if (r == R_USER) {
                 /* every user turn but the first opens a new <s>: the first BOS comes from the tokenizer */
-                if (b.len) sb_cat(&b, 1, "<s>");
+                if (b.text.len) sb_cat(&b, 1, "<s>");
                 sb_cat(&b, 1, "[INST] ");
                 if (pending_sys) {
                     if (f == CHAT_LLAMA2) sb_cat(&b, 1, "<<SYS>>\n");
@@ -201,7 +188,7 @@ static attnd_status render(chat_family f, const chat_msg *msgs, size_t n, sbuf *
             }
             break;
         default:
-            free(b.p);
+            buf_free(&b.text);
             free(b.spans);
             return attnd_fail(err, ATTND_ERR_INVALID, "unknown chat family %d", (int)f);
         }
@@ -215,9 +202,9 @@ static attnd_status render(chat_family f, const chat_msg *msgs, size_t n, sbuf *
     case CHAT_GEMMA: sb_cat(&b, 1, "<start_of_turn>model\n"); break;
     default: break; /* Llama 2 / Mistral: the model answers right after [/INST] */
     }
-    if (!b.p) sb_put(&b, "", 0); /* e.g. only a system message under Llama 2 */
-    if (b.oom || !b.p) {
-        free(b.p);
+    if (!b.text.p) sb_put(&b, "", 0); /* e.g. only a system message under Llama 2 */
+    if (b.oom) {
+        buf_free(&b.text);
         free(b.spans);
         return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory rendering the chat prompt");
     }
@@ -231,7 +218,7 @@ attnd_status chat_render(chat_family f, const chat_msg *msgs, size_t n, char **o
     attnd_status st = render(f, msgs, n, &b, err);
     if (st != ATTND_OK) return st;
     free(b.spans);
-    *out = b.p;
+    *out = b.text.p; /* the buffer's storage, now the caller's */
     return ATTND_OK;
 }
 
@@ -242,8 +229,8 @@ attnd_status chat_encode(const tokenizer *tok, chat_family f, const chat_msg *ms
     sbuf b = {0};
     attnd_status st = render(f, msgs, n, &b, err);
     if (st != ATTND_OK) return st;
-    st = tok_encode_marked(tok, b.p, b.len, true, b.spans, b.n_spans, ids, n_ids, err);
-    free(b.p);
+    st = tok_encode_marked(tok, b.text.p, b.text.len, true, b.spans, b.n_spans, ids, n_ids, err);
+    buf_free(&b.text);
     free(b.spans);
     return st;
 }

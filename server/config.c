@@ -68,12 +68,12 @@ const entry config_settings[] = {
     {"allowed_hosts", K_STR, OFF(allowed_hosts), 0, 0, 0, "extra Host names a loopback-bound server answers"},
     {"log_level", K_LOGLEVEL, OFF(log_level), 0, 0, 0, "error | warn | info | debug"},
     {"access_log", K_BOOL, OFF(access_log), 0, 0, 0, "one log line per request"},
-    {"temperature", K_FLOAT, OFF(temperature), 0, 100, 0, "default sampling temperature"},
-    {"top_k", K_INT, OFF(top_k), 0, 1000000, 0, "default top-k (0 = off)"},
-    {"top_p", K_FLOAT, OFF(top_p), 0, 1, 0, "default top-p (1 = off)"},
-    {"min_p", K_FLOAT, OFF(min_p), 0, 1, 0, "default min-p (0 = off)"},
-    {"repeat_penalty", K_FLOAT, OFF(repeat_penalty), 0.01, 100, 0, "default repeat penalty (1 = off)"},
-    {"repeat_last_n", K_INT, OFF(repeat_last_n), 0, 1 << 24, 0, "tokens the repeat penalty looks back"},
+    {"temperature", K_FLOAT, OFF(sampling.temperature), 0, 100, 0, "default sampling temperature"},
+    {"top_k", K_INT, OFF(sampling.top_k), 0, 1000000, 0, "default top-k (0 = off)"},
+    {"top_p", K_FLOAT, OFF(sampling.top_p), 0, 1, 0, "default top-p (1 = off)"},
+    {"min_p", K_FLOAT, OFF(sampling.min_p), 0, 1, 0, "default min-p (0 = off)"},
+    {"repeat_penalty", K_FLOAT, OFF(sampling.repeat_penalty), 0.01, 100, 0, "default repeat penalty (1 = off)"},
+    {"repeat_last_n", K_INT, OFF(sampling.repeat_last_n), 0, 1 << 24, 0, "tokens the repeat penalty looks back"},
     {"max_tokens", K_INT, OFF(default_max_tokens), 1, 1 << 24, 0, "max_tokens when a request gives none"},
 };
 #undef OFF

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "attnd/buf.h"
 #include "slog.h"
 #include "web_assets.h"
 
@@ -83,28 +84,14 @@ static enum MHD_Result tok_busy(req *r) {
                               NULL);
 }
 
-/* A growable text buffer; oom latches. */
+/* A text being built; oom latches (an append failed, the text is incomplete). */
 typedef struct tbuf {
-    char *p;
-    size_t n, cap;
+    buf text;
     bool oom;
 } tbuf;
 
 static void tb_put(tbuf *b, const char *s, size_t n) {
-    if (b->oom) return;
-    if (b->n + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 4096;
-        while (cap < b->n + n + 1) cap *= 2;
-        char *g = realloc(b->p, cap);
-        if (!g) {
-            b->oom = true;
-            return;
-        }
-        b->p = g, b->cap = cap;
-    }
-    memcpy(b->p + b->n, s, n);
-    b->n += n;
-    b->p[b->n] = '\0';
+    if (!b->oom && !buf_append(&b->text, s, n)) b->oom = true;
 }
 
 /* {"tokens":[...]} for ids, as ids or {"id","piece"} objects; NULL when out of memory. */
@@ -130,10 +117,10 @@ static char *tokens_answer(const tokenizer *tok, const int32_t *ids, size_t n, b
     }
     tb_put(&b, "]}\n", 3);
     if (b.oom) {
-        free(b.p);
+        buf_free(&b.text);
         return NULL;
     }
-    return b.p;
+    return b.text.p; /* the buffer's storage, now the caller's */
 }
 
 static enum MHD_Result tokenize(req *r, json_t *b) {

@@ -33,7 +33,7 @@ struct route {
 
 static void add_cors_headers(req *r, struct MHD_Response *resp) {
     const char *origin = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Origin");
-    const char *allowed = r->srv->cors;
+    const char *allowed = r->srv->cfg.cors_origins;
     if (!origin || !allowed || !*allowed || !origin_list_has(allowed, origin, strlen(origin), true)) return;
     MHD_add_response_header(resp, "Access-Control-Allow-Origin", origin);
     MHD_add_response_header(resp, "Vary", "Origin");
@@ -217,16 +217,16 @@ static void owner_tag(const char *key, size_t kl, char out[SESS_OWNER_MAX + 1]) 
     snprintf(out, SESS_OWNER_MAX + 1, "%016llx", (unsigned long long)h);
 }
 
-/* Checks "Authorization: Bearer <key>" against the API keys (one per line of s->api_key; every
+/* Checks "Authorization: Bearer <key>" against the API keys (one per line of s->cfg.api_key; every
  * key is compared, so the time does not tell which matched). With several keys, owner gets the
  * matching key's tag: sessions and the prompt cache are scoped to it. */
 static bool auth_ok(struct server *s, struct MHD_Connection *c, char owner[SESS_OWNER_MAX + 1]) {
     owner[0] = '\0';
-    if (!s->api_key || !*s->api_key) return true;
+    if (!s->cfg.api_key || !*s->cfg.api_key) return true;
     const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
     const char *given = h && !strncmp(h, "Bearer ", 7) ? h + 7 : NULL;
-    bool several = strchr(s->api_key, '\n') != NULL, ok = false;
-    for (const char *k = s->api_key; *k;) {
+    bool several = strchr(s->cfg.api_key, '\n') != NULL, ok = false;
+    for (const char *k = s->cfg.api_key; *k;) {
         const char *e = strchr(k, '\n');
         size_t kl = e ? (size_t)(e - k) : strlen(k);
         if (given && key_equal(k, kl, given) && !ok) {
@@ -261,7 +261,7 @@ static enum MHD_Result too_big(req *r) {
 static enum MHD_Result precheck(req *r, bool *done) {
     struct server *s = r->srv;
     *done = true;
-    if (!strcmp(r->method, "OPTIONS") && s->cors) return preflight(r);
+    if (!strcmp(r->method, "OPTIONS") && s->cfg.cors_origins) return preflight(r);
     char allow[64];
     r->rt = route_find(r->method, r->path, allow, sizeof(allow));
     if (!r->rt && !allow[0]) {
@@ -275,7 +275,7 @@ static enum MHD_Result precheck(req *r, bool *done) {
                                   NULL);
     bool safe = !strcmp(r->method, "GET") || !strcmp(r->method, "HEAD") || !strcmp(r->method, "OPTIONS");
     const char *origin = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Origin");
-    if (!safe && !origin_request_ok(origin, host, s->cors))
+    if (!safe && !origin_request_ok(origin, host, s->cfg.cors_origins))
         return http_respond_error(r, 403, "cross-origin request refused (the origin is not in cors_origins)", NULL);
     /* /health and the playground page (which holds no data and asks for the key) are public */
     if (!auth_ok(s, r->conn, r->owner) && strcmp(r->path, "/health") && strcmp(r->path, "/"))

@@ -31,9 +31,7 @@
 
 /* The server's state as the request handlers see it (lifecycle in server.c). */
 struct server {
-    server_settings cfg;
-    char *host, *model_path, *model_alias, *state_dir, *api_key, *cors, *chat_template; /* owned copies */
-    char *allowed_hosts;      /* owned copy */
+    server_settings cfg;      /* its string settings are owned copies (server.c) */
     bool loopback;            /* bound to a loopback address: Host names are checked (origin.h) */
     struct MHD_Daemon *d;
     conn_tracker *conns;      /* header deadline and the 503 at max_connections (conn.h) */

@@ -277,13 +277,7 @@ attnd_status oai_parse(const json_t *body, bool chat, const server_settings *cfg
     r->chat = chat;
     r->max_tokens = -1;
     r->logprobs = -1;
-    sampler_params_default(&r->sp);
-    r->sp.temperature = cfg->temperature;
-    r->sp.top_k = cfg->top_k;
-    r->sp.top_p = cfg->top_p;
-    r->sp.min_p = cfg->min_p;
-    r->sp.repeat_penalty = cfg->repeat_penalty;
-    r->sp.repeat_last_n = cfg->repeat_last_n;
+    r->sp = cfg->sampling;
     attnd_random(&r->sp.seed, sizeof(r->sp.seed));
     if (!json_is_object(body)) return bad(param, NULL, err, "the request body must be a JSON object");
 

@@ -13,7 +13,7 @@
  * response.output_item.added, response.content_part.added, response.output_text.delta (one per
  * piece of text), response.output_text.done, response.content_part.done,
  * response.output_item.done, then response.completed (or response.incomplete when
- * max_output_tokens cut the text short).
+ * max_output_tokens, a cancellation or the server's shutdown cut the text short).
  */
 #ifndef ATTND_SERVER_RESPONSES_H
 #define ATTND_SERVER_RESPONSES_H

@@ -18,6 +18,7 @@
 #include "endpoints.h"
 #include "responses.h"
 #include "slog.h"
+#include "sse.h"
 
 struct rsp_state {
     responses_request rq;
@@ -28,9 +29,6 @@ struct rsp_state {
     bool new_session;               /* made for this turn: dropped if the turn fails */
     long long created;
     responses_stream ev;
-    buf out;                        /* SSE bytes not yet handed to MHD (from out_off) */
-    size_t out_off;
-    bool began, finished;
 };
 
 void rsp_state_free(rsp_state *st) {
@@ -38,15 +36,14 @@ void rsp_state_free(rsp_state *st) {
     responses_request_free(&st->rq);
     json_decref(st->chat_body);
     json_decref(st->earlier);
-    buf_free(&st->out);
     free(st);
 }
 
 /* The Response as it stands: status from the job's outcome (NULL o = just started). */
 static responses_result result_of(req *r, const sched_output *o, const char *text, size_t len) {
     rsp_state *st = r->rsp;
-    const char *status = !o || !o->done ? "in_progress" : o->status != ATTND_OK ? "failed"
-                         : o->finish_reason && !strcmp(o->finish_reason, "length") ? "incomplete" : "completed";
+    bool cut = o && o->done && (sse_was_cut(o) || (o->finish_reason && !strcmp(o->finish_reason, "length")));
+    const char *status = !o || !o->done ? "in_progress" : cut ? "incomplete" : o->status != ATTND_OK ? "failed" : "completed";
     return (responses_result){
         .id = st->id, .msg_id = st->msg_id, .model = r->srv->model_id, .created_at = st->created,
         .status = status, .text = text, .text_len = len, .cut_short = !strcmp(status, "incomplete"),
@@ -124,76 +121,41 @@ static bool parse_turn(req *r, json_t *b, enum MHD_Result *ret) {
     return false;
 }
 
-// ---- streaming ----------------------------------------------------------------------------
+// ---- streaming: the Responses API's events, through sse.c's stream loop ------------------
 
-static void out_take(rsp_state *st, char *frames) {
-    if (frames) buf_puts(&st->out, frames);
+static void out_take(buf *out, char *frames) {
+    if (frames) buf_puts(out, frames);
     free(frames);
 }
 
-/* The next frames of the stream into st->out; false when the client left. */
-static bool rsp_collect(req *r) {
-    rsp_state *st = r->rsp;
-    if (!st->began) {
-        responses_result res = result_of(r, NULL, "", 0);
-        out_take(st, responses_stream_begin(&st->ev, &res));
-        st->began = true;
-        return true;
-    }
-    sched_update u;
-    while (!sched_job_wait(r->job, 100, &u))
-        if (http_client_gone(r)) {
-            sched_job_cancel(r->job);
-            r->cancelled = true;
-            return false;
-        }
+static void rsp_begin(req *r, buf *out) {
     responses_result res = result_of(r, NULL, "", 0);
-    if (u.text_len) out_take(st, responses_stream_delta(&st->ev, &res, u.text, u.text_len));
-    if (!u.done) return true;
+    out_take(out, responses_stream_begin(&r->rsp->ev, &res));
+}
+
+/* A delta per piece of text; at the end the closing events: response.completed, or
+ * response.incomplete when the reply was cut (max_output_tokens, cancellation, shutdown), or
+ * response.failed. */
+static void rsp_update(req *r, int k, const sched_update *u, buf *out) {
+    rsp_state *st = r->rsp;
+    (void)k; /* one job: a response has one output */
+    responses_result res = result_of(r, NULL, "", 0);
+    if (u->text_len) out_take(out, responses_stream_delta(&st->ev, &res, u->text, u->text_len));
+    if (!u->done) return;
     gen_persist(r); /* the chain's session is durable before the final events */
     sched_output o;
     sched_job_output(r->job, &o);
     res = result_of(r, &o, o.text ? o.text : "", o.text_len);
-    if (o.status != ATTND_OK) {
-        out_take(st, responses_stream_failed(&st->ev, &res, o.errmsg[0] ? o.errmsg : "generation failed"));
+    if (o.status != ATTND_OK && !sse_was_cut(&o)) {
+        out_take(out, responses_stream_failed(&st->ev, &res, o.errmsg[0] ? o.errmsg : "generation failed"));
         drop_new_session(r);
     } else {
-        out_take(st, responses_stream_end(&st->ev, &res));
+        out_take(out, responses_stream_end(&st->ev, &res));
         store_response(r, &res);
     }
-    st->finished = true;
-    return true;
 }
 
-static ssize_t rsp_reader(void *cls, uint64_t pos, char *out, size_t max) {
-    (void)pos;
-    req *r = cls;
-    rsp_state *st = r->rsp;
-    while (st->out_off == st->out.len) {
-        if (st->finished) return MHD_CONTENT_READER_END_OF_STREAM;
-        buf_clear(&st->out);
-        st->out_off = 0;
-        if (!rsp_collect(r)) return MHD_CONTENT_READER_END_WITH_ERROR;
-    }
-    size_t n = st->out.len - st->out_off;
-    if (n > max) n = max;
-    memcpy(out, st->out.p + st->out_off, n);
-    st->out_off += n;
-    return (ssize_t)n;
-}
-
-static void rsp_reader_free(void *cls) { (void)cls; /* req owns the state; freed in completed() */ }
-
-static enum MHD_Result rsp_stream(req *r) {
-    struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, rsp_reader, r,
-                                                                  rsp_reader_free);
-    if (!resp) return MHD_NO;
-    MHD_add_response_header(resp, "Content-Type", "text/event-stream");
-    MHD_add_response_header(resp, "Cache-Control", "no-cache");
-    enum MHD_Result ret = http_queue(r, 200, resp);
-    MHD_destroy_response(resp);
-    return ret;
-}
+static const sse_writer RSP_WRITER = {rsp_begin, rsp_update, NULL};
 
 // ---- the endpoints ------------------------------------------------------------------------
 
@@ -218,7 +180,7 @@ enum MHD_Result ep_responses_create(req *r) {
         drop_new_session(r);
         return ret;
     }
-    if (st->rq.stream) return rsp_stream(r);
+    if (st->rq.stream) return sse_stream(r, &RSP_WRITER);
     if (!gen_wait_all(r)) return MHD_NO;
     sched_output o;
     sched_job_output(r->job, &o);

@@ -6,13 +6,11 @@
  */
 #include "rstore.h"
 
-#include <dirent.h>
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include "slog.h"
@@ -79,7 +77,9 @@ static entry *entry_make(const char *owner, const json_t *response, const json_t
 
 // ---- loading ------------------------------------------------------------------------------
 
-static void load_one(rstore *s, const char *fname) {
+/* A state directory entry (sess_state_dir_scan): a response file of this model is loaded. */
+static void load_one(void *user, const char *fname) {
+    rstore *s = user;
     size_t fl = strlen(fname), sl = strlen(SUFFIX);
     if (fl <= sl || strcmp(fname + fl - sl, SUFFIX) != 0 || fl - sl > SESS_OWNER_MAX + 1 + SESS_ID_MAX) return;
     char name[SESS_OWNER_MAX + SESS_ID_MAX + 2], owner[SESS_OWNER_MAX + 1] = "";
@@ -136,18 +136,7 @@ attnd_status rstore_create(rstore **out, const char *dir, const char *model_tag,
     if (!s->model_tag) goto fail;
     if (dir && *dir) {
         if (!(s->dir = strdup(dir))) goto fail;
-        if (mkdir(dir, 0700) != 0 && errno != EEXIST) {
-            rc = attnd_fail(err, ATTND_ERR_IO, "cannot create state directory %s: %s", dir, strerror(errno));
-            goto fail;
-        }
-        DIR *d = opendir(dir);
-        if (!d) {
-            rc = attnd_fail(err, ATTND_ERR_IO, "cannot read state directory %s: %s", dir, strerror(errno));
-            goto fail;
-        }
-        struct dirent *de;
-        while ((de = readdir(d))) load_one(s, de->d_name);
-        closedir(d);
+        if ((rc = sess_state_dir_scan(dir, load_one, s, err)) != ATTND_OK) goto fail;
     }
     *out = s;
     return ATTND_OK;

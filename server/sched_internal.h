@@ -98,6 +98,12 @@ typedef struct slot {
     bool own_kv;         /* a fork's cache: the slot destroys it (no session holds it) */
 } slot;
 
+/* Exponentially weighted sums of (position, cost) of recent prefill chunks run beside streams,
+ * for a least-squares line: a prompt token's cost in ms against the position it is read at. */
+typedef struct pace_fit {
+    double w, p, c, pp, pc; /* weight, and the weighted sums of p, c, p^2, p*c */
+} pace_fit;
+
 struct sched {
     const model *m;
     const tokenizer *tok;
@@ -129,7 +135,7 @@ struct sched {
     size_t reserved;      /* KV bytes reserved by the active jobs (<= stats.kv_budget) */
     double budget_ms;     /* prefill_budget_ms setting; 0 = auto */
     double dec_ms;        /* recent time of a decode-only step (moving average) */
-    double pf_ms_tok;     /* recent marginal time of one prefill token in a step */
+    pace_fit pf;          /* a prompt token's cost beside streams against its position */
     sched_stats stats;
     double rate_t0;       /* tokens/s window */
     uint64_t rate_tok0;
@@ -150,9 +156,11 @@ int sched_n_forks(const sched_job *j);
 void sched_reserve(sched *s, slot *sl, sched_job *j);
 /* ATTND_ERR_INVALID, saying what would fit, when budget bytes cannot hold one full context. */
 attnd_status sched_check_budget(const sched *s, size_t budget, attnd_err *err);
-/* Prefill tokens the next step may take beside n_decode decoding sequences. */
-int sched_prefill_cap(const sched *s, int n_decode);
-/* Learns what a decode step and a prefill token cost from a step of ms milliseconds. */
-void sched_learn_costs(sched *s, double ms, int n_decode, int n_prefill);
+/* Prefill tokens the next step may take beside n_decode decoding sequences, for a prompt whose
+ * next token is at position pos. */
+int sched_prefill_cap(const sched *s, int n_decode, int pos);
+/* Learns what a decode step and a prefill token cost from a step of ms milliseconds that carried
+ * n_decode decode tokens and n_prefill prompt tokens at mean position pf_pos. */
+void sched_learn_costs(sched *s, double ms, int n_decode, int n_prefill, double pf_pos);
 
 #endif

@@ -317,11 +317,29 @@ static void admit(sched *s) {
 }
 
 
+/* What a step's batch holds beside its entries. */
+typedef struct batch_shape {
+    int n_decode, n_prefill; /* decode tokens; prompt tokens */
+    double pf_pos;           /* mean position of the prompt tokens */
+} batch_shape;
+
+/* The prefilling slot admitted first that has no entries in the batch being built yet. */
+static slot *oldest_prefilling(sched *s) {
+    slot *best = NULL;
+    for (int k = 0; k < s->n_slots; k++) {
+        slot *sl = &s->slots[k];
+        if (sl->job && sl->prefilling && sl->batch_n == 0 && sl->row0 == -1 && (!best || sl->admitted < best->admitted))
+            best = sl;
+    }
+    return best;
+}
+
 /* Builds the step's batch into s->batch; returns its size. Prefill chunks stop where the logits
- * rows or the prefill cap run out; *n_prefill counts their tokens. */
-static int build_batch(sched *s, int *n_decode, int *n_prefill) {
+ * rows or the prefill cap run out. */
+static int build_batch(sched *s, batch_shape *sh) {
     int n = 0, rows = 0;
-    *n_decode = *n_prefill = 0;
+    double pos_sum = 0;
+    *sh = (batch_shape){0};
     for (int k = 0; k < s->n_slots; k++) {
         slot *sl = &s->slots[k];
         sl->batch_n = 0;
@@ -330,20 +348,13 @@ static int build_batch(sched *s, int *n_decode, int *n_prefill) {
         s->batch[n++] = (batch_entry){sl->kv, sl->next_token, sl->n_past, true};
         sl->batch_n = 1;
         sl->row0 = rows++;
-        (*n_decode)++;
+        sh->n_decode++;
     }
-    int limit = n + sched_prefill_cap(s, *n_decode);
+    /* prefill, oldest admission first; the cap is sized for the oldest prompt's position */
+    slot *best = oldest_prefilling(s);
+    int limit = best ? n + sched_prefill_cap(s, sh->n_decode, best->n_past) : n;
     if (limit > s->max_batch) limit = s->max_batch;
-    /* prefill, oldest admission first */
-    for (;;) {
-        slot *best = NULL;
-        for (int k = 0; k < s->n_slots; k++) {
-            slot *sl = &s->slots[k];
-            if (sl->job && sl->prefilling && sl->batch_n == 0 && sl->row0 == -1 &&
-                (!best || sl->admitted < best->admitted))
-                best = sl;
-        }
-        if (!best || n >= limit) break;
+    for (; best && n < limit; best = oldest_prefilling(s)) {
         sched_job *j = best->job;
         best->row0 = -2; /* visited */
         int pos = best->n_past;
@@ -354,10 +365,12 @@ static int build_batch(sched *s, int *n_decode, int *n_prefill) {
             if (want) rows++;
             s->batch[n++] = (batch_entry){best->kv, j->prompt[pos], pos, want};
             best->batch_n++;
+            pos_sum += pos;
             pos++;
         }
-        *n_prefill += best->batch_n;
+        sh->n_prefill += best->batch_n;
     }
+    sh->pf_pos = sh->n_prefill ? pos_sum / sh->n_prefill : 0;
     return n;
 }
 
@@ -384,7 +397,8 @@ static slot *newest_prefilling(sched *s) {
 }
 
 
-static void step(sched *s) {
+/* Applies cancellations: shutdown marks everything; cancelled slots are freed. */
+static void apply_cancels(sched *s) {
     if (atomic_load(&s->cancel_all)) {
         pthread_mutex_lock(&s->mu);
         for (int i = 0; i < s->q_len; i++) atomic_store(&s->queue[(s->q_head + i) % s->queue_limit]->cancel, true);
@@ -393,87 +407,72 @@ static void step(sched *s) {
             if (s->slots[k].job) atomic_store(&s->slots[k].job->cancel, true);
         for (sched_job *f = s->ready; f; f = f->next) atomic_store(&f->cancel, true);
     }
-    admit(s);
     for (int k = 0; k < s->n_slots; k++)
         if (s->slots[k].job && atomic_load(&s->slots[k].job->cancel)) {
             slog_info("request cancelled after %d generated tokens; slot freed", s->slots[k].n_gen);
             slot_finish(s, &s->slots[k], NULL, ATTND_ERR_BUSY,
                         atomic_load(&s->cancel_all) ? "server is shutting down" : "cancelled");
         }
-    int n_decode, n_prefill;
-    int n = build_batch(s, &n_decode, &n_prefill);
-    if (n == 0) return;
-    double t0 = attnd_now_s();
+}
+
+/* Evaluates the step's batch (*n entries, rebuilt if a job had to give way); false when there
+ * is nothing left to publish. */
+static bool eval_batch(sched *s, int *n, batch_shape *sh) {
     attnd_err err;
     attnd_status rc;
     /* jobs that inspect attention are hooked into the engine for the evaluations that hold them */
-    while ((rc = attn_capture_eval(s->inspecting, s->eng, s->batch, n, s->logits, &err)) == ATTND_ERR_NOMEM) {
+    while ((rc = attn_capture_eval(s->inspecting, s->eng, s->batch, *n, s->logits, &err)) == ATTND_ERR_NOMEM) {
         if (drain_free_list(s) || evict_one(s)) continue;
         /* nothing idle to evict: cannot happen while reservations hold; the newest job gives way */
         slot *victim = newest_prefilling(s);
         slog_error("KV budget exhausted despite the reservations; failing the newest request");
         slot_finish(s, victim, NULL, ATTND_ERR_NOMEM, "KV cache budget exhausted; retry later");
-        n = build_batch(s, &n_decode, &n_prefill);
-        if (n == 0) return;
+        if ((*n = build_batch(s, sh)) == 0) return false;
     }
-    if (rc != ATTND_OK) {
-        slog_error("engine_eval failed: %s", err.msg);
-        for (int k = 0; k < s->n_slots; k++)
-            if (s->slots[k].job && s->slots[k].batch_n) slot_finish(s, &s->slots[k], NULL, rc, err.msg);
-        return;
-    }
-    double dt = attnd_now_s() - t0;
-    sched_learn_costs(s, dt * 1e3, n_decode, n_prefill);
-    uint64_t n_prompt_tok = 0, n_gen = 0;
-    for (int k = 0; k < s->n_slots; k++) {
-        slot *sl = &s->slots[k];
-        if (!sl->job || !sl->batch_n) continue;
-        sched_job *j = sl->job;
-        if (sl->prefilling) {
-            int first = sl->n_past;
-            sl->n_past += sl->batch_n;
-            n_prompt_tok += sl->batch_n;
-            pthread_mutex_lock(&j->mu);
-            j->prompt_ms += dt * 1e3;
-            if (j->prompt_logprobs) /* row i predicts prompt token first+i+1 */
-                for (int i = 0; i < sl->batch_n && first + i + 1 < j->n_prompt; i++) {
-                    token_logprob lp, dummy;
-                    int p = first + i + 1, top = j->top_logprobs > 0 ? j->top_logprobs : 0;
-                    sampler_logprobs(s->logits + (size_t)(sl->row0 + i) * s->n_vocab, s->n_vocab, j->prompt[p], top,
-                                     &lp, top ? j->prompt_tops + (size_t)p * top : &dummy);
-                    j->prompt_lp[first + i + 1] = lp.logprob;
-                }
-            pthread_mutex_unlock(&j->mu);
-            if (sl->n_past < j->n_prompt) continue;
-            sl->prefilling = false;
-            int last_row = sl->row0 + (j->prompt_logprobs ? sl->batch_n - 1 : 0);
-            forks_start(s, sl, s->logits + (size_t)last_row * s->n_vocab);
-            if (j->max_tokens == 0) {
-                slot_finish(s, sl, "length", ATTND_OK, NULL);
-                continue;
-            }
-            slot_token(s, sl, s->logits + (size_t)last_row * s->n_vocab);
-            n_gen++;
-        } else {
-            sl->n_past += 1;
-            pthread_mutex_lock(&j->mu);
-            j->gen_ms += dt * 1e3;
-            pthread_mutex_unlock(&j->mu);
-            slot_token(s, sl, s->logits + (size_t)sl->row0 * s->n_vocab);
-            n_gen++;
-        }
-    }
-    finish_ended(s);
-    /* live KV sizes of active sessions, for GET /v1/sessions */
+    if (rc == ATTND_OK) return true;
+    slog_error("engine_eval failed: %s", err.msg);
     for (int k = 0; k < s->n_slots; k++)
-        if (s->slots[k].job && s->slots[k].se) sess_set_kv(s->store, s->slots[k].se, s->slots[k].kv, s->slots[k].n_past,
-                                         kv_seq_bytes(s->slots[k].kv));
+        if (s->slots[k].job && s->slots[k].batch_n) slot_finish(s, &s->slots[k], NULL, rc, err.msg);
+    return false;
+}
+
+/* A prefilling slot's chunk was evaluated: prompt logprobs, and once the whole prompt is read,
+ * its forks start and its first token is sampled. Returns the tokens generated (0 or 1). */
+static int slot_prefilled(sched *s, slot *sl, double dt) {
+    sched_job *j = sl->job;
+    int first = sl->n_past;
+    sl->n_past += sl->batch_n;
+    pthread_mutex_lock(&j->mu);
+    j->prompt_ms += dt * 1e3;
+    if (j->prompt_logprobs) /* row i predicts prompt token first+i+1 */
+        for (int i = 0; i < sl->batch_n && first + i + 1 < j->n_prompt; i++) {
+            token_logprob lp, dummy;
+            int p = first + i + 1, top = j->top_logprobs > 0 ? j->top_logprobs : 0;
+            sampler_logprobs(s->logits + (size_t)(sl->row0 + i) * s->n_vocab, s->n_vocab, j->prompt[p], top, &lp,
+                             top ? j->prompt_tops + (size_t)p * top : &dummy);
+            j->prompt_lp[first + i + 1] = lp.logprob;
+        }
+    pthread_mutex_unlock(&j->mu);
+    if (sl->n_past < j->n_prompt) return 0;
+    sl->prefilling = false;
+    int last_row = sl->row0 + (j->prompt_logprobs ? sl->batch_n - 1 : 0);
+    forks_start(s, sl, s->logits + (size_t)last_row * s->n_vocab);
+    if (j->max_tokens == 0) {
+        slot_finish(s, sl, "length", ATTND_OK, NULL);
+        return 0;
+    }
+    slot_token(s, sl, s->logits + (size_t)last_row * s->n_vocab);
+    return 1;
+}
+
+/* Counts a step of dt seconds into the statistics. */
+static void count_step(sched *s, const batch_shape *sh, double dt, uint64_t n_gen) {
     pthread_mutex_lock(&s->mu);
     s->stats.steps++;
-    s->stats.prompt_tokens += n_prompt_tok;
+    s->stats.prompt_tokens += (uint64_t)sh->n_prefill;
     s->stats.generated_tokens += n_gen;
-    if (n_decode) s->stats.decode_seconds += dt;
-    if (n_prefill) s->stats.prompt_seconds += dt;
+    if (sh->n_decode) s->stats.decode_seconds += dt;
+    if (sh->n_prefill) s->stats.prompt_seconds += dt;
     double now = attnd_now_s();
     if (now - s->rate_t0 >= 1.0) {
         s->stats.last_tok_per_s = (s->stats.generated_tokens - s->rate_tok0) / (now - s->rate_t0);
@@ -481,6 +480,39 @@ static void step(sched *s) {
         s->rate_tok0 = s->stats.generated_tokens;
     }
     pthread_mutex_unlock(&s->mu);
+}
+
+static void step(sched *s) {
+    apply_cancels(s);
+    admit(s);
+    batch_shape sh;
+    int n = build_batch(s, &sh);
+    if (n == 0) return;
+    double t0 = attnd_now_s();
+    if (!eval_batch(s, &n, &sh)) return;
+    double dt = attnd_now_s() - t0;
+    sched_learn_costs(s, dt * 1e3, sh.n_decode, sh.n_prefill, sh.pf_pos);
+    uint64_t n_gen = 0;
+    for (int k = 0; k < s->n_slots; k++) {
+        slot *sl = &s->slots[k];
+        if (!sl->job || !sl->batch_n) continue;
+        if (sl->prefilling) {
+            n_gen += (uint64_t)slot_prefilled(s, sl, dt);
+            continue;
+        }
+        sl->n_past += 1;
+        pthread_mutex_lock(&sl->job->mu);
+        sl->job->gen_ms += dt * 1e3;
+        pthread_mutex_unlock(&sl->job->mu);
+        slot_token(s, sl, s->logits + (size_t)sl->row0 * s->n_vocab);
+        n_gen++;
+    }
+    finish_ended(s);
+    /* live KV sizes of active sessions, for GET /v1/sessions */
+    for (int k = 0; k < s->n_slots; k++)
+        if (s->slots[k].job && s->slots[k].se) sess_set_kv(s->store, s->slots[k].se, s->slots[k].kv, s->slots[k].n_past,
+                                         kv_seq_bytes(s->slots[k].kv));
+    count_step(s, &sh, dt, n_gen);
 }
 
 /* A one-line status for the service manager (systemctl status), at most every 5 s and only

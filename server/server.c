@@ -26,7 +26,26 @@
 
 // ---- lifecycle ----------------------------------------------------------------------------
 
-static char *dup_or_null(const char *s) { return s ? strdup(s) : NULL; }
+/* The string settings the server keeps its own copies of in s->cfg (the caller's may go away):
+ * server_create copies them, server_destroy frees them. */
+static const size_t OWNED_STRINGS[] = {
+    offsetof(server_settings, host),          offsetof(server_settings, model_path),
+    offsetof(server_settings, model_alias),   offsetof(server_settings, state_dir),
+    offsetof(server_settings, api_key),       offsetof(server_settings, cors_origins),
+    offsetof(server_settings, chat_template), offsetof(server_settings, allowed_hosts),
+};
+
+static const char **string_setting(server_settings *c, size_t off) { return (const char **)((char *)c + off); }
+
+/* false when out of memory (the fields copied so far stay owned, the others NULL). */
+static bool copy_strings(server_settings *c) {
+    bool ok = true;
+    for (size_t i = 0; i < ATTND_ARRAY_LEN(OWNED_STRINGS); i++) {
+        const char **f = string_setting(c, OWNED_STRINGS[i]);
+        if (*f && !(*f = strdup(*f))) ok = false;
+    }
+    return ok;
+}
 
 static void status_hook(server *s, const char *msg) {
     if (s->cfg.hooks.on_status) s->cfg.hooks.on_status(s->cfg.hooks.user, msg);
@@ -61,29 +80,19 @@ attnd_status server_create(server **out, const server_settings *cfg, attnd_err *
     server *s = calloc(1, sizeof(*s));
     if (!s) return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory");
     s->cfg = *cfg;
-    s->host = dup_or_null(cfg->host ? cfg->host : "127.0.0.1");
-    s->model_path = dup_or_null(cfg->model_path);
-    s->model_alias = dup_or_null(cfg->model_alias);
-    s->state_dir = dup_or_null(cfg->state_dir);
-    s->api_key = dup_or_null(cfg->api_key);
-    s->cors = cfg->cors_origins && *cfg->cors_origins ? strdup(cfg->cors_origins) : NULL;
-    s->chat_template = dup_or_null(cfg->chat_template);
-    s->allowed_hosts = dup_or_null(cfg->allowed_hosts);
-    s->cfg.allowed_hosts = s->allowed_hosts;
-    s->loopback = origin_bind_is_loopback(s->host);
-    s->cfg.host = s->host;
-    s->cfg.model_path = s->model_path;
-    s->cfg.model_alias = s->model_alias;
-    s->cfg.state_dir = s->state_dir;
-    s->cfg.api_key = s->api_key;
-    s->cfg.cors_origins = s->cors;
-    s->cfg.chat_template = s->chat_template;
+    if (!s->cfg.host) s->cfg.host = "127.0.0.1";
+    if (s->cfg.cors_origins && !*s->cfg.cors_origins) s->cfg.cors_origins = NULL; /* "" = no CORS */
+    if (!copy_strings(&s->cfg)) {
+        server_destroy(s);
+        return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory");
+    }
+    s->loopback = origin_bind_is_loopback(s->cfg.host);
     if (s->cfg.body_limit == 0) s->cfg.body_limit = 1u << 20;
     if (s->cfg.max_tokens_cap <= 0) s->cfg.max_tokens_cap = 4096;
     if (s->cfg.default_max_tokens <= 0) s->cfg.default_max_tokens = 256;
     attnd_status rc = metrics_create(&s->met, err);
     if (rc != ATTND_OK) goto fail;
-    if (!s->model_path) {
+    if (!s->cfg.model_path) {
         rc = attnd_fail(err, ATTND_ERR_INVALID, "no model path given");
         goto fail;
     }
@@ -97,7 +106,7 @@ attnd_status server_create(server **out, const server_settings *cfg, attnd_err *
                                   err)))
         goto fail;
     int fd = -1;
-    if ((rc = listen_socket(s->host, cfg->port, &fd, err)) != ATTND_OK) goto fail;
+    if ((rc = listen_socket(s->cfg.host, cfg->port, &fd, err)) != ATTND_OK) goto fail;
     unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_ITC | MHD_USE_POLL;
     s->d = MHD_start_daemon(flags, 0, NULL, NULL, http_on_request, s,
                             MHD_OPTION_LISTEN_SOCKET, fd,
@@ -110,7 +119,7 @@ attnd_status server_create(server **out, const server_settings *cfg, attnd_err *
                             MHD_OPTION_END);
     if (!s->d) {
         close(fd);
-        rc = attnd_fail(err, ATTND_ERR_IO, "cannot start the HTTP server on %s:%d", s->host, cfg->port);
+        rc = attnd_fail(err, ATTND_ERR_IO, "cannot start the HTTP server on %s:%d", s->cfg.host, cfg->port);
         goto fail;
     }
     const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->d, MHD_DAEMON_INFO_BIND_PORT);
@@ -133,27 +142,27 @@ static void log_engine_setup(const server *s) {
               "%d tokens; state dir %s",
               cpuinfo_threads(s->cfg.threads), cpuinfo_isa(), cpuinfo_has_amx() ? " (CPU has AMX, unused)" : "",
               budget >> 20, kt == KV_F32 ? "f32" : "f16", kv_bytes_per_token(s->m, kt), per_ctx ? budget / per_ctx : 0,
-              s->n_ctx, s->state_dir ? s->state_dir : "none (sessions are not persisted)");
+              s->n_ctx, s->cfg.state_dir ? s->cfg.state_dir : "none (sessions are not persisted)");
 }
 
 attnd_status server_load(server *s, attnd_err *err) {
     status_hook(s, "loading model");
-    attnd_status rc = model_load(&s->m, s->model_path, err);
+    attnd_status rc = model_load(&s->m, s->cfg.model_path, err);
     if (rc != ATTND_OK) return rc;
     if ((rc = tok_load(&s->tok, model_gguf(s->m), err)) != ATTND_OK) return rc;
     const model_info *mi = model_info_get(s->m);
     s->n_vocab = mi->n_vocab;
     s->n_ctx = s->cfg.ctx_size > 0 && s->cfg.ctx_size < mi->n_ctx ? s->cfg.ctx_size : mi->n_ctx;
     // ---- model id: alias, else the file name without .gguf ----
-    const char *base = strrchr(s->model_path, '/');
-    base = base ? base + 1 : s->model_path;
-    s->model_id = strdup(s->model_alias ? s->model_alias : base);
+    const char *base = strrchr(s->cfg.model_path, '/');
+    base = base ? base + 1 : s->cfg.model_path;
+    s->model_id = strdup(s->cfg.model_alias ? s->cfg.model_alias : base);
     if (!s->model_id) return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory");
     size_t l = strlen(s->model_id);
-    if (!s->model_alias && l > 5 && !strcmp(s->model_id + l - 5, ".gguf")) s->model_id[l - 5] = '\0';
+    if (!s->cfg.model_alias && l > 5 && !strcmp(s->model_id + l - 5, ".gguf")) s->model_id[l - 5] = '\0';
     // ---- chat template ----
-    if (s->chat_template && *s->chat_template) {
-        if ((rc = chat_family_from_name(s->chat_template, &s->family, err)) != ATTND_OK) return rc;
+    if (s->cfg.chat_template && *s->cfg.chat_template) {
+        if ((rc = chat_family_from_name(s->cfg.chat_template, &s->family, err)) != ATTND_OK) return rc;
     } else {
         const char *tmpl = NULL;
         gguf_get_str(model_gguf(s->m), "tokenizer.chat_template", &tmpl, NULL);
@@ -164,9 +173,9 @@ attnd_status server_load(server *s, attnd_err *err) {
     // ---- sessions: the model tag ties saved token ids to this vocabulary ----
     char tag[200];
     snprintf(tag, sizeof(tag), "%s/vocab%d", s->model_id, s->n_vocab);
-    if ((rc = sess_store_create(&s->store, s->state_dir, tag, s->cfg.max_sessions, err)) != ATTND_OK) return rc;
+    if ((rc = sess_store_create(&s->store, s->cfg.state_dir, tag, s->cfg.max_sessions, err)) != ATTND_OK) return rc;
     sess_store_set_lifetime(s->store, (int64_t)s->cfg.session_ttl_s * 1000, s->cfg.session_evict_lru);
-    if ((rc = rstore_create(&s->responses, s->state_dir, tag, s->cfg.max_sessions, err)) != ATTND_OK) return rc;
+    if ((rc = rstore_create(&s->responses, s->cfg.state_dir, tag, s->cfg.max_sessions, err)) != ATTND_OK) return rc;
     if ((rc = sched_create(&s->sch, s->m, s->tok, s->store, &s->cfg, err)) != ATTND_OK) return rc;
     atomic_store(&s->ready, true);
     slog_info("model ready: %s (%s, %d layers, vocab %d, context %d, chat template %s, %d sessions restored)",
@@ -232,14 +241,8 @@ void server_destroy(server *s) {
     model_destroy(s->m);
     metrics_destroy(s->met);
     free(s->model_id);
-    free(s->host);
-    free(s->model_path);
-    free(s->model_alias);
-    free(s->state_dir);
-    free(s->api_key);
-    free(s->cors);
-    free(s->allowed_hosts);
-    free(s->chat_template);
+    for (size_t i = 0; i < ATTND_ARRAY_LEN(OWNED_STRINGS); i++)
+        free((char *)*string_setting(&s->cfg, OWNED_STRINGS[i]));
     conn_tracker_destroy(s->conns);
     free(s);
 }

@@ -193,6 +193,26 @@ static attnd_status check_writable(const char *dir, attnd_err *err) {
     return ATTND_OK;
 }
 
+attnd_status sess_state_dir_scan(const char *dir, void (*each)(void *user, const char *name), void *user,
+                                 attnd_err *err) {
+    if (mkdir(dir, 0700) != 0 && errno != EEXIST)
+        return attnd_fail(err, ATTND_ERR_IO, "cannot create state directory %s: %s", dir, strerror(errno));
+    attnd_status rc = check_writable(dir, err);
+    if (rc != ATTND_OK) return rc;
+    DIR *d = opendir(dir);
+    if (!d) return attnd_fail(err, ATTND_ERR_IO, "cannot read state directory %s: %s", dir, strerror(errno));
+    struct dirent *e;
+    while ((e = readdir(d))) each(user, e->d_name);
+    closedir(d);
+    return ATTND_OK;
+}
+
+/* A state directory entry: a session file of this model is loaded, an interrupted write removed. */
+static void load_entry(void *user, const char *name) {
+    if (strstr(name, ".session.json.tmp.")) remove_stale_tmp(user, name);
+    else load_one(user, name);
+}
+
 attnd_status sess_store_create(sess_store **out, const char *state_dir, const char *model_tag, int max_sessions,
                                attnd_err *err) {
     *out = NULL;
@@ -206,22 +226,7 @@ attnd_status sess_store_create(sess_store **out, const char *state_dir, const ch
     if (state_dir && *state_dir) {
         st->dir = strdup(state_dir);
         if (!st->dir) goto fail;
-        if (mkdir(state_dir, 0700) != 0 && errno != EEXIST) {
-            rc = attnd_fail(err, ATTND_ERR_IO, "cannot create state directory %s: %s", state_dir, strerror(errno));
-            goto fail;
-        }
-        if ((rc = check_writable(state_dir, err)) != ATTND_OK) goto fail;
-        DIR *d = opendir(state_dir);
-        if (!d) {
-            rc = attnd_fail(err, ATTND_ERR_IO, "cannot read state directory %s: %s", state_dir, strerror(errno));
-            goto fail;
-        }
-        struct dirent *e;
-        while ((e = readdir(d))) {
-            if (strstr(e->d_name, ".session.json.tmp.")) remove_stale_tmp(st, e->d_name);
-            else load_one(st, e->d_name);
-        }
-        closedir(d);
+        if ((rc = sess_state_dir_scan(state_dir, load_entry, st, err)) != ATTND_OK) goto fail;
     }
     *out = st;
     return ATTND_OK;

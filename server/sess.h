@@ -120,6 +120,10 @@ int sess_count(sess_store *st);
 /* Writes text to path atomically: a unique temp file in the same directory, fsync, rename (the
  * store's files and other state kept next to them use it). ATTND_ERR_IO, ATTND_ERR_NOMEM. */
 attnd_status sess_write_atomic(const char *path, const char *text, attnd_err *err);
+/* Opens a store's state directory: creates it (0700) when missing, checks that it is writable,
+ * and calls each(user, name) for every entry in it. ATTND_ERR_IO (message names the directory). */
+attnd_status sess_state_dir_scan(const char *dir, void (*each)(void *user, const char *name), void *user,
+                                 attnd_err *err);
 
 /* Length of the common prefix of a[0..na) and b[0..nb). */
 int sess_common_prefix(const int32_t *a, int na, const int32_t *b, int nb);

@@ -31,11 +31,6 @@ void server_settings_default(server_settings *s) {
     s->watchdog_interval_ms = 1000;
     s->log_level = SERVER_LOG_INFO;
     s->access_log = true;
-    s->temperature = 0.8f;
-    s->top_k = 40;
-    s->top_p = 0.95f;
-    s->min_p = 0.05f;
-    s->repeat_penalty = 1.0f;
-    s->repeat_last_n = 64;
+    sampler_params_default(&s->sampling);
     s->default_max_tokens = 256;
 }

@@ -18,6 +18,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "attnd/sampler.h"
+
 /*
  * Lifecycle callbacks (all optional; NULL = no-op). Called from the server's own threads:
  *   on_ready      once, after the model is loaded and the port is bound (-> READY=1)
@@ -56,7 +58,7 @@ typedef struct server_settings {
     int ctx_size;            /* per-sequence context cap; 0 = the model's context length */
     int max_batch;           /* most tokens per engine step (prefill chunk + decodes); default 512 */
     int prefill_budget_ms;   /* a step's time while a prompt prefills beside decoding streams;
-                                0 = auto (about 4 decode steps); default 0 */
+                                0 = auto (3.5 decode steps); default 0 */
     size_t kv_budget_mb;     /* KV memory budget for all sessions together; default 1024 */
     bool kv_f32;             /* store KV as f32 instead of f16; default false */
     const char *chat_template; /* template family override by name ("chatml", "llama3", ...); NULL = detect */
@@ -94,12 +96,8 @@ typedef struct server_settings {
     bool access_log;         /* one line per request on stderr; default true */
 
     // ---- default sampling (a request's fields override these) ----
-    float temperature;       /* default 0.8 */
-    int top_k;               /* default 40 */
-    float top_p;             /* default 0.95 */
-    float min_p;             /* default 0.05 */
-    float repeat_penalty;    /* default 1.0 */
-    int repeat_last_n;       /* default 64 */
+    sampler_params sampling; /* sampler_params_default; the config sets temperature, top_k, top_p,
+                                min_p, repeat_penalty, repeat_last_n (bias always NULL) */
     int default_max_tokens;  /* when a request gives none; default 256 */
 
     server_hooks hooks;

@@ -17,7 +17,8 @@ typedef struct sse_choice {
 } sse_choice;
 
 struct sse_state {
-    bool sent_role, finished;
+    const sse_writer *w;     /* borrowed (a static table) */
+    bool began, finished;
     double last_out;         /* when bytes last went to MHD (keep-alive clock) */
     buf out;                 /* SSE bytes */
     size_t out_off;          /* bytes of out already handed to MHD */
@@ -40,15 +41,15 @@ static json_t *at_index(json_t *chunk, int k) {
 }
 
 /* Appends "data: <json>\n\n" (o stolen). Out of memory drops the event. */
-static void sse_event(sse_state *st, json_t *o) {
+static void sse_event(buf *out, json_t *o) {
     char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
     json_decref(o);
     if (!s) return;
     size_t n = strlen(s);
-    if (buf_reserve(&st->out, n + 8)) {
-        buf_append(&st->out, "data: ", 6);
-        buf_append(&st->out, s, n);
-        buf_append(&st->out, "\n\n", 2);
+    if (buf_reserve(out, n + 8)) {
+        buf_append(out, "data: ", 6);
+        buf_append(out, s, n);
+        buf_append(out, "\n\n", 2);
     }
     free(s);
 }
@@ -57,74 +58,65 @@ static void sse_event(sse_state *st, json_t *o) {
  * "length" says in the words every OpenAI client knows (an error event would make them raise). */
 static const char *CUT_REASON = "length";
 
-/* A job cut short rather than failed (sched_job_cancel, sched_cancel_all, shutdown). */
-static bool was_cut(const sched_output *o) { return o->status == ATTND_ERR_BUSY; }
+bool sse_was_cut(const sched_output *o) { return o->status == ATTND_ERR_BUSY; }
 
 /* The end of one choice: its final chunk (a cut one included), or an error event. The
  * session's history is made durable first. */
-static void choice_end_oai(req *r, int k, const sched_output *o) {
-    sse_state *st = r->sse;
+static void choice_end_oai(req *r, int k, const sched_output *o, buf *out) {
     gen_persist(r);
-    if (was_cut(o)) {
-        sse_event(st, at_index(oai_chunk(&r->rctx, r->chat ? json_object() : json_string(""), NULL, CUT_REASON), k));
+    if (sse_was_cut(o)) {
+        sse_event(out, at_index(oai_chunk(&r->rctx, r->chat ? json_object() : json_string(""), NULL, CUT_REASON), k));
     } else if (o->status != ATTND_OK) {
         int code = http_status_of(o->status, HTTP_CTX_GENERATE);
-        sse_event(st, oai_error(code, o->errmsg[0] ? o->errmsg : "generation failed", NULL));
+        sse_event(out, oai_error(code, o->errmsg[0] ? o->errmsg : "generation failed", NULL));
     } else {
-        sse_event(st, at_index(oai_chunk(&r->rctx, r->chat ? json_object() : json_string(""), NULL, o->finish_reason), k));
+        sse_event(out, at_index(oai_chunk(&r->rctx, r->chat ? json_object() : json_string(""), NULL, o->finish_reason), k));
     }
-    st->ch[k].ended = true;
-    st->n_ended++;
 }
 
 /* The end of an OpenAI stream, once every choice ended: usage (summed), [DONE]. */
-static void stream_end_oai(req *r) {
-    sse_state *st = r->sse;
+static void stream_end_oai(req *r, buf *out) {
     if (r->oreq.include_usage) {
         oai_gen sum;
         gen_usage_sum(r, &sum);
-        sse_event(st, oai_usage_chunk(&r->rctx, &sum));
+        sse_event(out, oai_usage_chunk(&r->rctx, &sum));
     }
-    buf_puts(&st->out, "data: [DONE]\n\n");
-    st->finished = true;
+    buf_puts(out, "data: [DONE]\n\n");
 }
 
 /* llama.cpp's stream: an event per update, ending with the stop:true event (no [DONE]). */
-static void stream_llama(req *r, const sched_update *u, const oai_gen *g, const sched_output *o) {
-    sse_state *st = r->sse;
+static void update_llama(req *r, int k, const sched_update *u, buf *out) {
+    sched_output o;
+    oai_gen g;
+    sched_job_output(req_job(r, k), &o);
+    gen_view(&o, &g);
     if (u->text_len || (r->return_tokens && u->to > u->from))
-        sse_event(st, oai_llama_response(&r->rctx, g, u->text, u->text_len, r->return_tokens, u->from, u->to, false));
+        sse_event(out, oai_llama_response(&r->rctx, &g, u->text, u->text_len, r->return_tokens, u->from, u->to, false));
     if (!u->done) return;
     gen_persist(r);
-    if (o->status != ATTND_OK && !was_cut(o))
-        sse_event(st, oai_error(503, o->errmsg[0] ? o->errmsg : "generation failed", NULL));
+    if (o.status != ATTND_OK && !sse_was_cut(&o))
+        sse_event(out, oai_error(503, o.errmsg[0] ? o.errmsg : "generation failed", NULL));
     else
-        sse_event(st, oai_llama_response(&r->rctx, g, "", 0, r->return_tokens, u->to, u->to, true));
-    st->finished = true;
+        sse_event(out, oai_llama_response(&r->rctx, &g, "", 0, r->return_tokens, u->to, u->to, true));
 }
 
 /* The chat role chunk of every choice, first thing in a chat stream. */
-static void send_roles(req *r) {
-    for (int k = 0; k < req_n_jobs(r); k++) {
+static void begin_oai(req *r, buf *out) {
+    for (int k = 0; r->chat && k < req_n_jobs(r); k++) {
         json_t *d = json_object();
         json_object_set_new(d, "role", json_string("assistant"));
         json_object_set_new(d, "content", json_string(""));
-        sse_event(r->sse, at_index(oai_chunk(&r->rctx, d, NULL, NULL), k));
+        sse_event(out, at_index(oai_chunk(&r->rctx, d, NULL, NULL), k));
     }
-    r->sse->sent_role = true;
 }
 
-/* Turns one update of choice k into SSE events. */
-static void stream_collect(req *r, int k, const sched_update *u) {
+/* Turns one update of choice k into OpenAI chunks. */
+static void update_oai(req *r, int k, const sched_update *u, buf *out) {
     sse_state *st = r->sse;
     sched_output o;
     oai_gen g;
     sched_job_output(req_job(r, k), &o);
     gen_view(&o, &g);
-    if (r->llama) {
-        stream_llama(r, u, &g, &o);
-        return;
-    }
     bool lp = g.top_logprobs >= 0;
     if (u->text_len || (u->to > u->from && lp)) {
         json_t *text = oai_string(u->text, u->text_len), *lps = NULL;
@@ -138,10 +130,25 @@ static void stream_collect(req *r, int k, const sched_update *u) {
             payload = json_object();
             json_object_set_new(payload, "content", text);
         }
-        sse_event(st, at_index(oai_chunk(&r->rctx, payload, lps, NULL), k));
+        sse_event(out, at_index(oai_chunk(&r->rctx, payload, lps, NULL), k));
     }
     st->ch[k].text_off += u->text_len;
-    if (u->done) choice_end_oai(r, k, &o);
+    if (u->done) choice_end_oai(r, k, &o, out);
+}
+
+static const sse_writer OAI_WRITER = {begin_oai, update_oai, stream_end_oai};
+static const sse_writer LLAMA_WRITER = {NULL, update_llama, NULL};
+
+// ---- the stream loop, shared by every streamed endpoint ----------------------------------
+
+/* Hands update u of job k to the writer and counts the jobs that ended. */
+static void stream_update(req *r, int k, const sched_update *u) {
+    sse_state *st = r->sse;
+    st->w->update(r, k, u, &st->out);
+    if (u->done && !st->ch[k].ended) {
+        st->ch[k].ended = true;
+        st->n_ended++;
+    }
 }
 
 /* Collects what every running choice has ready; when none has, waits up to 100 ms on the first
@@ -155,13 +162,13 @@ static bool stream_poll(req *r) {
         if (st->ch[k].ended) continue;
         if (first < 0) first = k;
         if (sched_job_wait(req_job(r, k), 0, &u)) {
-            stream_collect(r, k, &u);
+            stream_update(r, k, &u);
             news = true;
         }
     }
     if (news || first < 0) return true;
     if (sched_job_wait(req_job(r, first), 100, &u)) {
-        stream_collect(r, first, &u);
+        stream_update(r, first, &u);
         return true;
     }
     if (!http_client_gone(r)) return true;
@@ -188,10 +195,17 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *out, size_t max) {
         if (st->finished) return MHD_CONTENT_READER_END_OF_STREAM;
         buf_clear(&st->out);
         st->out_off = 0;
-        /* the chat role chunks go out at once; then wait for news */
-        if (r->chat && !st->sent_role) send_roles(r);
-        else if (!stream_poll(r)) return MHD_CONTENT_READER_END_WITH_ERROR;
-        if (!r->llama && st->n_ended == req_n_jobs(r) && !st->finished) stream_end_oai(r);
+        /* the writer's opening frames go out at once; then wait for news */
+        if (!st->began) {
+            if (st->w->begin) st->w->begin(r, &st->out);
+            st->began = true;
+        } else if (!stream_poll(r)) {
+            return MHD_CONTENT_READER_END_WITH_ERROR;
+        }
+        if (st->n_ended == req_n_jobs(r)) {
+            if (st->w->end) st->w->end(r, &st->out);
+            st->finished = true;
+        }
         if (st->out.len == 0 && keepalive_due(r)) buf_puts(&st->out, ": keep-alive\n\n");
     }
     st->last_out = attnd_now_s();
@@ -204,9 +218,10 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *out, size_t max) {
 
 static void stream_free(void *cls) { (void)cls; /* req owns everything; freed in completed() */ }
 
-enum MHD_Result sse_respond(req *r) {
+enum MHD_Result sse_stream(req *r, const sse_writer *w) {
     r->sse = calloc(1, sizeof(*r->sse));
     if (!r->sse || !(r->sse->ch = calloc((size_t)req_n_jobs(r), sizeof(sse_choice)))) return MHD_NO;
+    r->sse->w = w;
     r->sse->last_out = attnd_now_s();
     struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, stream_reader, r,
                                                                   stream_free);
@@ -217,3 +232,5 @@ enum MHD_Result sse_respond(req *r) {
     MHD_destroy_response(resp);
     return ret;
 }
+
+enum MHD_Result sse_respond(req *r) { return sse_stream(r, r->llama ? &LLAMA_WRITER : &OAI_WRITER); }

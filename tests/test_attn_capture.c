@@ -12,37 +12,13 @@
 
 #include "attnd/attn_capture.h"
 #include "attnd/engine.h"
-#include "engine_fixture.h"
+#include "engine_rig.h"
 
-typedef struct rig {
-    char path[256];
-    tiny_spec sp;
-    model *m;
-    engine *e;
-    kv_pool *pool;
-} rig;
-
-static void rig_open(rig *r, const char *arch, int max_batch) {
-    memset(r, 0, sizeof(*r));
-    r->sp = tiny_default(arch);
-    r->sp.n_layer = 3;
-    tiny_tmpname(r->path, sizeof(r->path), arch);
-    cr_assert_eq(tiny_write(r->path, &r->sp), 0);
-    attnd_err err;
-    cr_assert_eq(model_load(&r->m, r->path, &err), ATTND_OK, "%s", err.msg);
-    cr_assert_eq(engine_create(&r->e, r->m, max_batch, 2, &err), ATTND_OK, "%s", err.msg);
-    cr_assert_eq(kv_pool_create(&r->pool, r->m, (size_t)64 << 20, KV_F32, &err), ATTND_OK, "%s", err.msg);
-}
-
-static void rig_close(rig *r) {
-    engine_destroy(r->e);
-    kv_pool_destroy(r->pool);
-    model_destroy(r->m);
-    unlink(r->path);
-}
-
-static void random_tokens(int32_t *t, int n, int vocab, uint64_t seed) {
-    for (int i = 0; i < n; i++) t[i] = (int32_t)(tiny_rng(&seed) % (uint64_t)vocab);
+/* The fixture of arch with 3 layers, F32 caches. */
+static void rig_open(tiny_rig *r, const char *arch, int max_batch) {
+    tiny_spec sp = tiny_default(arch);
+    sp.n_layer = 3;
+    tiny_rig_open(r, &sp, KV_F32, max_batch);
 }
 
 /* Evaluates tokens[0..n) onto s in chunks of `chunk` entries (no logits wanted). */
@@ -55,6 +31,15 @@ static void feed(engine *e, kv_seq *s, const int32_t *tokens, int n, int chunk) 
         cr_assert_eq(engine_eval(e, b, c, NULL, &err), ATTND_OK, "%s", err.msg);
         done += c;
     }
+}
+
+/* Evaluates tokens[0..n) onto s in chunks with c bound to s and hooked into e. */
+static void feed_captured(engine *e, attn_capture *c, kv_seq *s, const int32_t *tokens, int n, int chunk) {
+    attn_capture_bind(c, s);
+    attn_hook h;
+    attn_hook_install(&h, e, c, NULL, 0);
+    feed(e, s, tokens, n, chunk);
+    attn_hook_remove(&h);
 }
 
 /* Largest |capture - reference| over rows [first, first + n) of every selected (layer, head);
@@ -81,7 +66,7 @@ static double worst_vs_reference(const attn_capture *c, const double *ref, int n
     return worst;
 }
 
-static double *reference(const rig *r, const int32_t *tok, int n) {
+static double *reference(const tiny_rig *r, const int32_t *tok, int n) {
     double *logits = malloc(sizeof(double) * (size_t)n * r->sp.n_vocab);
     double *attn = malloc(sizeof(double) * (size_t)r->sp.n_layer * r->sp.n_head * n * n);
     ref_forward_attn(&r->sp, r->path, tok, n, logits, attn);
@@ -89,37 +74,37 @@ static double *reference(const rig *r, const int32_t *tok, int n) {
     return attn;
 }
 
+/* Rows [first, first + n) of c are within 1e-3 of the float64 reference of r's model over
+ * tok[0..n_tok). */
+static void expect_reference_rows(const tiny_rig *r, const attn_capture *c, const int32_t *tok, int n_tok, int first,
+                                  int n, const char *what) {
+    double *ref = reference(r, tok, n_tok);
+    double worst = worst_vs_reference(c, ref, r->sp.n_head, n_tok, first, n);
+    cr_assert(worst <= 1e-3, "%s: max |capture - float64 reference| = %g", what, worst);
+    free(ref);
+}
+
 // ---- values against the float64 reference -------------------------------------------------------
 
 static void check_prefill(const char *arch) {
-    rig r;
+    tiny_rig r;
     rig_open(&r, arch, 32);
     enum { N = 150 }; /* > 2 KV blocks, in chunks of 32: queries of later chunks read earlier ones */
     int32_t tok[N];
-    random_tokens(tok, N, r.sp.n_vocab, 11);
+    tiny_random_tokens(tok, N, r.sp.n_vocab, 11);
     attn_capture *c;
     attnd_err err;
     attn_capture_params p = {.n_positions = N}; /* every layer and head */
     cr_assert_eq(attn_capture_create(&c, r.m, &p, &err), ATTND_OK, "%s", err.msg);
-    kv_seq *s;
-    cr_assert_eq(kv_seq_create(&s, r.pool, &err), ATTND_OK);
-    attn_capture_bind(c, s);
-    attn_hook h;
-    attn_hook_install(&h, r.e, c, NULL, 0);
-    feed(r.e, s, tok, N, 32);
-    attn_hook_remove(&h);
+    feed_captured(r.e, c, tiny_rig_seq(&r), tok, N, 32);
     int first, n = attn_capture_rows(c, &first);
     cr_assert_eq(first, 0);
     cr_assert_eq(n, N);
     cr_assert_eq(attn_capture_n_layers(c), r.sp.n_layer);
     cr_assert_eq(attn_capture_n_heads(c), r.sp.n_head);
-    double *ref = reference(&r, tok, N);
-    double worst = worst_vs_reference(c, ref, r.sp.n_head, N, 0, N);
-    cr_assert(worst <= 1e-3, "%s: max |capture - float64 reference| = %g", arch, worst);
-    free(ref);
-    kv_seq_destroy(s);
+    expect_reference_rows(&r, c, tok, N, 0, N, arch);
     attn_capture_destroy(c);
-    rig_close(&r);
+    tiny_rig_close(&r);
 }
 
 Test(attn_capture, llama_weights_equal_float64_reference_within_1e3) { check_prefill("llama"); }
@@ -131,11 +116,11 @@ static int32_t greedy(void *user, const float *logits) {
 }
 
 Test(attn_capture, generation_rows_follow_the_prompt_and_match_reference) {
-    rig r;
+    tiny_rig r;
     rig_open(&r, "llama", 16);
     enum { NP = 20, NG = 12 };
     int32_t all[NP + NG];
-    random_tokens(all, NP, r.sp.n_vocab, 5);
+    tiny_random_tokens(all, NP, r.sp.n_vocab, 5);
     int layers[] = {2, 0}, heads[] = {3};
     attn_capture_params p = {.layers = layers, .n_layers = 2, .heads = heads, .n_heads = 1, .n_positions = NP + NG};
     attn_capture *c;
@@ -144,8 +129,7 @@ Test(attn_capture, generation_rows_follow_the_prompt_and_match_reference) {
     cr_assert_eq(attn_capture_layer(c, 0), 2);
     cr_assert_eq(attn_capture_layer(c, 1), 0);
     cr_assert_eq(attn_capture_head(c, 0), 3);
-    kv_seq *s;
-    cr_assert_eq(kv_seq_create(&s, r.pool, &err), ATTND_OK);
+    kv_seq *s = tiny_rig_seq(&r);
     attn_capture_bind(c, s);
     attn_hook h;
     attn_hook_install(&h, r.e, c, NULL, 0);
@@ -159,31 +143,25 @@ Test(attn_capture, generation_rows_follow_the_prompt_and_match_reference) {
     int first, n = attn_capture_rows(c, &first);
     cr_assert_eq(first, 0);
     cr_assert_eq(n, NP + NG - 1);
-    double *ref = reference(&r, all, NP + NG);
-    double worst = worst_vs_reference(c, ref, r.sp.n_head, NP + NG, 0, n);
-    cr_assert(worst <= 1e-3, "max |capture - float64 reference| = %g", worst);
-    free(ref);
-    kv_seq_destroy(s);
+    expect_reference_rows(&r, c, all, NP + NG, 0, n, "generation");
     attn_capture_destroy(c);
-    rig_close(&r);
+    tiny_rig_close(&r);
 }
 
 // ---- top_k ------------------------------------------------------------------------------------------
 
 Test(attn_capture, top_k_keeps_the_largest_weights_heaviest_first) {
-    rig r;
+    tiny_rig r;
     rig_open(&r, "llama", 128);
     enum { N = 40, K = 5 };
     int32_t tok[N];
-    random_tokens(tok, N, r.sp.n_vocab, 3);
+    tiny_random_tokens(tok, N, r.sp.n_vocab, 3);
     attn_capture_params pw = {.n_positions = N}, pk = {.top_k = K, .n_positions = N};
     attn_capture *caps[2];
     attnd_err err;
     cr_assert_eq(attn_capture_create(&caps[0], r.m, &pw, &err), ATTND_OK);
     cr_assert_eq(attn_capture_create(&caps[1], r.m, &pk, &err), ATTND_OK);
-    kv_seq *a, *b;
-    cr_assert_eq(kv_seq_create(&a, r.pool, &err), ATTND_OK);
-    cr_assert_eq(kv_seq_create(&b, r.pool, &err), ATTND_OK);
+    kv_seq *a = tiny_rig_seq(&r), *b = tiny_rig_seq(&r);
     attn_capture *list = NULL; /* both sequences in one batch, each capture bound to its own */
     attn_capture_link(&list, caps[0], a);
     attn_capture_link(&list, caps[1], b);
@@ -215,20 +193,19 @@ Test(attn_capture, top_k_keeps_the_largest_weights_heaviest_first) {
                     if (!kept) cr_assert(w[j] <= wk[nk - 1], "row %d dropped a heavier weight", p);
                 }
             }
-    kv_seq_destroy(a), kv_seq_destroy(b);
     attn_capture_destroy(caps[0]), attn_capture_destroy(caps[1]);
-    rig_close(&r);
+    tiny_rig_close(&r);
 }
 
 // ---- isolation -------------------------------------------------------------------------------------
 
 Test(attn_capture, only_the_bound_sequence_is_recorded_and_results_do_not_change) {
-    rig r;
+    tiny_rig r;
     rig_open(&r, "llama", 128);
     enum { N = 24 };
     int32_t ta[N], tb[N];
-    random_tokens(ta, N, r.sp.n_vocab, 21);
-    random_tokens(tb, N, r.sp.n_vocab, 22);
+    tiny_random_tokens(ta, N, r.sp.n_vocab, 21);
+    tiny_random_tokens(tb, N, r.sp.n_vocab, 22);
     int V = r.sp.n_vocab;
     float *plain = malloc(sizeof(float) * 2 * N * V), *hooked = malloc(sizeof(float) * 2 * N * V);
     attnd_err err;
@@ -236,9 +213,7 @@ Test(attn_capture, only_the_bound_sequence_is_recorded_and_results_do_not_change
     attn_capture *c;
     cr_assert_eq(attn_capture_create(&c, r.m, &p, &err), ATTND_OK);
     for (int run = 0; run < 2; run++) {
-        kv_seq *a, *b;
-        cr_assert_eq(kv_seq_create(&a, r.pool, &err), ATTND_OK);
-        cr_assert_eq(kv_seq_create(&b, r.pool, &err), ATTND_OK);
+        kv_seq *a = tiny_rig_seq(&r), *b = tiny_rig_seq(&r);
         batch_entry batch[2 * N]; /* interleaved: a0 b0 a1 b1 ... */
         for (int i = 0; i < N; i++) {
             batch[2 * i] = (batch_entry){a, ta[i], i, true};
@@ -247,54 +222,42 @@ Test(attn_capture, only_the_bound_sequence_is_recorded_and_results_do_not_change
         attn_capture *list = NULL;
         if (run) attn_capture_link(&list, c, b);
         cr_assert_eq(attn_capture_eval(list, r.e, batch, 2 * N, run ? hooked : plain, &err), ATTND_OK, "%s", err.msg);
-        kv_seq_destroy(a), kv_seq_destroy(b);
     }
     cr_assert_eq(memcmp(plain, hooked, sizeof(float) * 2 * N * V), 0, "capturing changed the logits");
     int first, n = attn_capture_rows(c, &first);
     cr_assert_eq(n, N);
-    double *ref = reference(&r, tb, N); /* the rows are b's, not a's */
-    double worst = worst_vs_reference(c, ref, r.sp.n_head, N, 0, N);
-    cr_assert(worst <= 1e-3, "max |capture - reference of b| = %g", worst);
-    free(ref), free(plain), free(hooked);
+    expect_reference_rows(&r, c, tb, N, 0, N, "b's rows"); /* the rows are b's, not a's */
+    free(plain), free(hooked);
     attn_capture_destroy(c);
-    rig_close(&r);
+    tiny_rig_close(&r);
 }
 
 Test(attn_capture, reused_positions_have_no_rows) {
-    rig r;
+    tiny_rig r;
     rig_open(&r, "llama", 16);
     enum { N = 30, CACHED = 12 };
     int32_t tok[N];
-    random_tokens(tok, N, r.sp.n_vocab, 8);
+    tiny_random_tokens(tok, N, r.sp.n_vocab, 8);
     attnd_err err;
-    kv_seq *s;
-    cr_assert_eq(kv_seq_create(&s, r.pool, &err), ATTND_OK);
+    kv_seq *s = tiny_rig_seq(&r);
     feed(r.e, s, tok, CACHED, 16); /* a session's earlier turn, evaluated without inspection */
     int heads[] = {1};
     attn_capture_params p = {.heads = heads, .n_heads = 1, .n_positions = N};
     attn_capture *c;
     cr_assert_eq(attn_capture_create(&c, r.m, &p, &err), ATTND_OK);
-    attn_capture_bind(c, s);
-    attn_hook h;
-    attn_hook_install(&h, r.e, c, NULL, 0);
-    feed(r.e, s, tok + CACHED, N - CACHED, 16);
-    attn_hook_remove(&h);
+    feed_captured(r.e, c, s, tok + CACHED, N - CACHED, 16);
     int first, n = attn_capture_rows(c, &first);
     cr_assert_eq(first, CACHED);
     cr_assert_eq(n, N - CACHED);
-    double *ref = reference(&r, tok, N);
-    double worst = worst_vs_reference(c, ref, r.sp.n_head, N, first, n);
-    cr_assert(worst <= 1e-3, "max |capture - reference| = %g", worst);
-    free(ref);
-    kv_seq_destroy(s);
+    expect_reference_rows(&r, c, tok, N, first, n, "rows after the cached prefix");
     attn_capture_destroy(c);
-    rig_close(&r);
+    tiny_rig_close(&r);
 }
 
 // ---- bad selections and sizes ----------------------------------------------------------------------
 
 Test(attn_capture, bad_selections_are_refused_naming_the_field) {
-    rig r;
+    tiny_rig r;
     rig_open(&r, "llama", 4);
     const model_info *mi = model_info_get(r.m);
     attnd_err err;
@@ -326,7 +289,7 @@ Test(attn_capture, bad_selections_are_refused_naming_the_field) {
     p = (attn_capture_params){.n_positions = 8};
     cr_assert_eq(attn_capture_check(mi, &p, &field, &err), ATTND_OK);
     cr_assert_null(field);
-    rig_close(&r);
+    tiny_rig_close(&r);
 }
 
 Test(attn_capture, count_is_layers_times_heads_times_row_lengths) {
@@ -343,16 +306,15 @@ Test(attn_capture, count_is_layers_times_heads_times_row_lengths) {
 }
 
 Test(attn_capture, a_truncated_and_extended_sequence_gets_its_new_rows) {
-    rig r;
+    tiny_rig r;
     rig_open(&r, "llama", 16);
     enum { N = 28, KEEP = 10 };
     int32_t first_try[N], tok[N];
-    random_tokens(first_try, N, r.sp.n_vocab, 31);
-    random_tokens(tok, N, r.sp.n_vocab, 32);
+    tiny_random_tokens(first_try, N, r.sp.n_vocab, 31);
+    tiny_random_tokens(tok, N, r.sp.n_vocab, 32);
     memcpy(tok, first_try, sizeof(int32_t) * KEEP); /* the same first KEEP tokens, then others */
     attnd_err err;
-    kv_seq *s;
-    cr_assert_eq(kv_seq_create(&s, r.pool, &err), ATTND_OK);
+    kv_seq *s = tiny_rig_seq(&r);
     int layers[] = {1};
     attn_capture_params p = {.layers = layers, .n_layers = 1, .n_positions = N};
     attn_capture *c;
@@ -367,11 +329,7 @@ Test(attn_capture, a_truncated_and_extended_sequence_gets_its_new_rows) {
     int first, n = attn_capture_rows(c, &first);
     cr_assert_eq(first, 0);
     cr_assert_eq(n, N);
-    double *ref = reference(&r, tok, N);
-    double worst = worst_vs_reference(c, ref, r.sp.n_head, N, 0, N);
-    cr_assert(worst <= 1e-3, "max |capture - reference of the final sequence| = %g", worst);
-    free(ref);
-    kv_seq_destroy(s);
+    expect_reference_rows(&r, c, tok, N, 0, N, "the final sequence");
     attn_capture_destroy(c);
-    rig_close(&r);
+    tiny_rig_close(&r);
 }

@@ -1,7 +1,8 @@
 /*
  * test_attn_ops.c — the layout-specific attention loops: the vector version (when this CPU has
  * it) and the portable one agree with a naive float64 computation of tile scores and maxima; the
- * exp-sum of a tile is accurate; whole-model logits do not depend on which versions run.
+ * exp-sum of a tile is accurate; the grouped tile step of every instruction set gives the float64
+ * softmax, tile edges and causal masks included; whole-model logits do not depend on which versions run.
  */
 #include <criterion/criterion.h>
 #include <math.h>
@@ -58,6 +59,81 @@ Test(attn_ops, exp_sum_subtracts_the_max_and_sums_accurately) {
     cr_assert_lt(fabs(sum - want) / want, 1e-6, "sum %g vs %g", sum, want);
     cr_assert_lt(fabs(s[9] - exp((double)x9 - 2.0)), 1e-7);
     cr_assert_eq(s[0], 1.0f, "exp(0) is exactly 1");
+}
+
+/*
+ * Runs attention of nq consecutive queries at positions pos0.. (group query heads each, sharing
+ * one kv head) over keys/values 0..pos0+nq-1 tile by tile through attn_tile_step, as the engine
+ * does, and checks each output row against a float64 softmax. K is (n, hd), V (n, hd).
+ */
+static void check_grouped(const float *q, const float *K, const float *V, int hd, int group, int nq, int pos0,
+                          double tol, const char *what) {
+    int R = nq * group, n_keys_max = pos0 + nq;
+    float *acc = calloc((size_t)R * hd, sizeof(float)), *p = malloc(sizeof(float) * (size_t)R * KV_BLOCK);
+    float *mx = malloc(sizeof(float) * (size_t)R), *sum = calloc((size_t)R, sizeof(float));
+    float *KT = malloc(sizeof(float) * (size_t)hd * KV_BLOCK);
+    for (int r = 0; r < R; r++) mx[r] = -INFINITY;
+    float scale = 1.0f / sqrtf((float)hd);
+    for (int base = 0; base < n_keys_max; base += KV_BLOCK) {
+        int cnt = n_keys_max - base < KV_BLOCK ? n_keys_max - base : KV_BLOCK;
+        for (int i = 0; i < hd; i++) /* columns past cnt hold garbage-like values: never used */
+            for (int j = 0; j < KV_BLOCK; j++) KT[i * KV_BLOCK + j] = j < cnt ? K[(size_t)(base + j) * hd + i] : 1e30f;
+        int qi0 = base > pos0 ? base - pos0 : 0;
+        attn_tile t = {.acc = acc + (size_t)qi0 * group * hd, .run_max = mx + qi0 * group, .run_sum = sum + qi0 * group,
+                       .p = p, .q = q + (size_t)qi0 * group * hd, .KT = KT, .V = V + (size_t)base * hd,
+                       .R = (nq - qi0) * group, .hd = hd, .cnt = cnt, .group = group, .v_stride = hd, .scale = scale};
+        t.cnt0 = pos0 + qi0 + 1 - base < cnt ? pos0 + qi0 + 1 - base : cnt;
+        attn_tile_step(&t);
+    }
+    double *w = malloc(sizeof(double) * (size_t)n_keys_max);
+    for (int r = 0; r < R; r++) {
+        int n_keys = pos0 + r / group + 1;
+        double m = -INFINITY, z = 0;
+        for (int j = 0; j < n_keys; j++) {
+            double d = 0;
+            for (int i = 0; i < hd; i++) d += (double)q[(size_t)r * hd + i] * K[(size_t)j * hd + i];
+            w[j] = d * scale;
+            m = fmax(m, w[j]);
+        }
+        for (int j = 0; j < n_keys; j++) z += w[j] = exp(w[j] - m);
+        for (int i = 0; i < hd; i++) {
+            double want = 0;
+            for (int j = 0; j < n_keys; j++) want += w[j] / z * V[(size_t)j * hd + i];
+            float got = acc[(size_t)r * hd + i] / sum[r];
+            cr_assert_lt(fabs(got - want), tol, "%s %s hd %d group %d nq %d pos0 %d row %d col %d: %g vs %g",
+                         what, quant_isa_name(quant_isa_active()), hd, group, nq, pos0, r, i, got, want);
+        }
+    }
+    free(acc), free(p), free(mx), free(sum), free(KT), free(w);
+}
+
+Test(attn_ops, grouped_tile_step_matches_float64_softmax_for_every_isa) {
+    enum { MAXN = 3 * KV_BLOCK + 40, MAXR = 40 * 8, MAXHD = 128 };
+    static float q[MAXR * MAXHD], K[MAXN * MAXHD], V[MAXN * MAXHD];
+    const int hds[] = {16, 40, 64, 128}; /* 40: not whole 16-float vectors */
+    const struct { int group, nq, pos0; } cases[] = {
+        {8, 1, 0},  {8, 1, 63}, {8, 1, 64}, {8, 1, 150},  {8, 1, 3 * KV_BLOCK + 39}, /* decode */
+        {8, 16, 0}, {8, 16, 56}, {8, 5, 100}, {4, 9, 30}, {1, 33, 0}, {1, 33, 47}, {1, 2, 129}, /* prefill */
+    };
+    quant_isa saved = quant_isa_active();
+    for (int isa = QUANT_ISA_PORTABLE; isa <= (int)quant_isa_best(); isa++) {
+        quant_isa_force((quant_isa)isa);
+        for (size_t h = 0; h < ATTND_ARRAY_LEN(hds); h++)
+            for (size_t c = 0; c < ATTND_ARRAY_LEN(cases); c++) {
+                int hd = hds[h], nq = cases[c].nq, group = cases[c].group, n = cases[c].pos0 + nq;
+                cr_assert(n <= MAXN && nq * group <= MAXR);
+                /* keys growing with position: the running max rises tile after tile (rescaling) */
+                fill(q, nq * group * hd, 11 + c, 1), fill(V, n * hd, 13 + c, 1);
+                fill(K, n * hd, 12 + c, 1);
+                for (int j = 0; j < n; j++) K[(size_t)j * hd] += 0.02f * (float)j;
+                check_grouped(q, K, V, hd, group, nq, cases[c].pos0, 2e-6, "mild");
+                /* sharp scores: most weights far below the max (the exp floor), some rows one-hot */
+                fill(q, nq * group * hd, 21 + c, 40), fill(K, n * hd, 22 + c, 4);
+                /* scores near +-50 carry float32 rounding of ~5e-5, which the weights inherit */
+                check_grouped(q, K, V, hd, group, nq, cases[c].pos0, 2e-4, "sharp");
+            }
+    }
+    quant_isa_force(saved);
 }
 
 Test(attn_ops, model_logits_do_not_depend_on_the_instruction_set) {

@@ -44,6 +44,17 @@ static attnd_status load(config **c, server_settings *s, char **env, attnd_err *
     return config_load(c, s, argc, argv, env ? env : empty_env, err);
 }
 
+/* Loads `text` as the only config file (no arguments, empty environment), which must succeed;
+ * the file is gone again when this returns. */
+static config *load_text(const char *text, server_settings *s) {
+    char *path = temp_file(text);
+    config *c;
+    attnd_err err;
+    cr_assert_eq(load(&c, s, NULL, &err, "--config", path, NULL), ATTND_OK, "%s\n%s", err.msg, text);
+    drop(path);
+    return c;
+}
+
 /* config_print into a malloc'd string. */
 static char *print_to_string(const config *c, const server_settings *s) {
     char *buf = NULL;
@@ -185,47 +196,36 @@ Test(config, systemd_directories_give_the_file_and_state_dir) {
 // ---- file syntax -------------------------------------------------------------------------------
 
 Test(config, file_comments_quotes_and_whitespace) {
-    char *path = temp_file("\r\n   # indented comment\n"
-                           "cors_origins = \"http://a.example#x\"   # quoted keeps '#'\n"
-                           "host=0.0.0.0# no space: part of the value? no -> error expected elsewhere\n");
-    config *c;
     server_settings s;
-    attnd_err err;
     /* "0.0.0.0# no" has no space before '#', so it is one value — which is fine for a string. */
-    cr_assert_eq(load(&c, &s, NULL, &err, "--config", path, NULL), ATTND_OK, "%s", err.msg);
+    config *c = load_text("\r\n   # indented comment\n"
+                          "cors_origins = \"http://a.example#x\"   # quoted keeps '#'\n"
+                          "host=0.0.0.0# no space: part of the value? no -> error expected elsewhere\n",
+                          &s);
     cr_assert_str_eq(s.cors_origins, "http://a.example#x");
     cr_assert(strncmp(s.host, "0.0.0.0#", 8) == 0);
     config_destroy(c);
-    drop(path);
 
-    path = temp_file("  port   =   9000   # comment\r\nmodel_alias = \" spaced \"\nlog_level = WARNING\n"
-                     "access_log = off\nkv_f32 = yes\nbody_limit = 2M\ntop_p = 0.5\nchat_template = Llama3\n");
-    cr_assert_eq(load(&c, &s, NULL, &err, "--config", path, NULL), ATTND_OK, "%s", err.msg);
+    c = load_text("  port   =   9000   # comment\r\nmodel_alias = \" spaced \"\nlog_level = WARNING\n"
+                  "access_log = off\nkv_f32 = yes\nbody_limit = 2M\ntop_p = 0.5\nchat_template = Llama3\n",
+                  &s);
     cr_assert_eq(s.port, 9000);
     cr_assert_str_eq(s.model_alias, " spaced ");
     cr_assert_eq(s.log_level, SERVER_LOG_WARN);
     cr_assert(!s.access_log);
     cr_assert(s.kv_f32);
     cr_assert_eq(s.body_limit, 2u << 20);
-    cr_assert_float_eq(s.top_p, 0.5f, 1e-6);
+    cr_assert_float_eq(s.sampling.top_p, 0.5f, 1e-6);
     cr_assert_str_eq(s.chat_template, "Llama3");
     config_destroy(c);
-    drop(path);
 }
 
 Test(config, empty_file_and_file_without_final_newline) {
-    char *path = temp_file("");
-    config *c;
     server_settings s;
-    attnd_err err;
-    cr_assert_eq(load(&c, &s, NULL, &err, "--config", path, NULL), ATTND_OK, "%s", err.msg);
-    config_destroy(c);
-    drop(path);
-    path = temp_file("port = 1234");
-    cr_assert_eq(load(&c, &s, NULL, &err, "--config", path, NULL), ATTND_OK, "%s", err.msg);
+    config_destroy(load_text("", &s));
+    config *c = load_text("port = 1234", &s);
     cr_assert_eq(s.port, 1234);
     config_destroy(c);
-    drop(path);
 }
 
 /* Loads `text` as the config file and expects an error mentioning each of `needles`. */
@@ -552,47 +552,37 @@ Test(config, api_key_on_the_command_line_is_scrubbed_from_argv) {
 
 /* Found by fuzzing (tools/fuzz/fuzz_config): a value holding both '"' and '#' was printed in
  * quotes, which the file format cannot read back. */
+/* Prints what c holds and loads the print back as a config file. */
+static config *reload_print(const config *c, const server_settings *s, server_settings *s2) {
+    char *out = print_to_string(c, s);
+    config *c2 = load_text(out, s2);
+    free(out);
+    return c2;
+}
+
 Test(config, printed_values_with_quotes_and_hashes_read_back_the_same) {
-    char *path = temp_file("cors_origins = *https://a budget = \"::1\"   s#x\n");
-    config *c;
-    server_settings s;
-    attnd_err err;
-    cr_assert_eq(load(&c, &s, NULL, &err, "--config", path, NULL), ATTND_OK, "%s", err.msg);
+    server_settings s, s2;
+    config *c = load_text("cors_origins = *https://a budget = \"::1\"   s#x\n", &s);
     cr_assert_str_eq(s.cors_origins, "*https://a budget = \"::1\"   s#x");
-    char *out = print_to_string(c, &s);
-    char *again = temp_file(out);
-    config *c2;
-    server_settings s2;
-    cr_assert_eq(load(&c2, &s2, NULL, &err, "--config", again, NULL), ATTND_OK, "%s\n%s", err.msg, out);
+    config *c2 = reload_print(c, &s, &s2);
     cr_expect_str_eq(s2.cors_origins, s.cors_origins);
     config_destroy(c2);
-    free(out);
-    drop(again);
     config_destroy(c);
-    drop(path);
 
     /* a carriage return inside a value is an ordinary byte to the parser, so it prints */
-    path = temp_file("host = a\rb\n");
-    cr_assert_eq(load(&c, &s, NULL, &err, "--config", path, NULL), ATTND_OK, "%s", err.msg);
-    out = print_to_string(c, &s);
-    again = temp_file(out);
-    cr_assert_eq(load(&c2, &s2, NULL, &err, "--config", again, NULL), ATTND_OK, "%s\n%s", err.msg, out);
+    c = load_text("host = a\rb\n", &s);
+    c2 = reload_print(c, &s, &s2);
     cr_expect_str_eq(s2.host, "a\rb");
     config_destroy(c2);
-    free(out);
-    drop(again);
     config_destroy(c);
-    drop(path);
 
     /* a value no config line can hold (from the environment) is printed as a comment */
     char *env[] = {"ATTND_CORS_ORIGINS= \"x\" ", NULL};
+    attnd_err err;
     cr_assert_eq(load(&c, &s, env, &err, NULL), ATTND_OK, "%s", err.msg);
-    out = print_to_string(c, &s);
+    char *out = print_to_string(c, &s);
     cr_expect(strstr(out, "# cors_origins"), "%s", out);
-    again = temp_file(out);
-    cr_expect_eq(load(&c2, &s2, NULL, &err, "--config", again, NULL), ATTND_OK, "%s\n%s", err.msg, out);
-    config_destroy(c2);
     free(out);
-    drop(again);
+    config_destroy(reload_print(c, &s, &s2));
     config_destroy(c);
 }

@@ -47,6 +47,13 @@ static gbuf valid_file(void) {
     return b;
 }
 
+/* The header of a version-3 file with no tensors and one metadata entry, then that entry's key
+ * and value type (the value is the caller's to write). */
+static void one_entry(gbuf *b, const char *key, uint32_t type) {
+    gb_header(b, 3, 0, 1);
+    gb_key(b, key, type);
+}
+
 Test(gguf, valid_file_parses_with_values_and_tensors) {
     gbuf b = valid_file();
     gguf_file *f;
@@ -176,23 +183,20 @@ Test(gguf, oversized_string_and_array_lengths_are_refused) {
     expect_refused(&b, "length");
 
     gbuf c = {0};
-    gb_header(&c, 3, 0, 1);
-    gb_key(&c, "k", 8);
+    one_entry(&c, "k", 8);
     gb_u64(&c, (uint64_t)1 << 62);
     gb_bytes(&c, "abcdefghijklmnop", 16);
     expect_refused(&c, "length");
 
     gbuf d = {0};
-    gb_header(&d, 3, 0, 1);
-    gb_key(&d, "arr", 9);
+    one_entry(&d, "arr", 9);
     gb_u32(&d, 6);
     gb_u64(&d, (uint64_t)1 << 61); /* * 4 bytes overflows size_t arithmetic if unchecked */
     gb_bytes(&d, "abcdefghijklmnop", 16);
     expect_refused(&d, "past end of file");
 
     gbuf e = {0};
-    gb_header(&e, 3, 0, 1);
-    gb_key(&e, "arr", 9);
+    one_entry(&e, "arr", 9);
     gb_u32(&e, 8);
     gb_u64(&e, UINT64_MAX / 2);
     gb_bytes(&e, "abcdefghijklmnop", 16);
@@ -200,9 +204,7 @@ Test(gguf, oversized_string_and_array_lengths_are_refused) {
 
     gbuf g = {0}; /* a string inside a string array whose length runs past the end */
     gb_header(&g, 3, 0, 1);
-    gb_key(&g, "arr", 9);
-    gb_u32(&g, 8);
-    gb_u64(&g, 2);
+    gb_arr_head(&g, "arr", 8, 2);
     gb_str(&g, "ok");
     gb_u64(&g, 1000);
     gb_bytes(&g, "short", 5);
@@ -211,16 +213,13 @@ Test(gguf, oversized_string_and_array_lengths_are_refused) {
 
 Test(gguf, unknown_and_nested_value_types_are_refused) {
     gbuf b = {0};
-    gb_header(&b, 3, 0, 1);
-    gb_key(&b, "k", 13);
+    one_entry(&b, "k", 13);
     gb_u64(&b, 0);
     expect_refused(&b, "unknown value type 13");
 
     gbuf c = {0};
     gb_header(&c, 3, 0, 1);
-    gb_key(&c, "k", 9);
-    gb_u32(&c, 9);
-    gb_u64(&c, 1);
+    gb_arr_head(&c, "k", 9, 1);
     gb_u32(&c, 4);
     gb_u64(&c, 1);
     gb_u32(&c, 7);
@@ -228,15 +227,12 @@ Test(gguf, unknown_and_nested_value_types_are_refused) {
 
     gbuf d = {0};
     gb_header(&d, 3, 0, 1);
-    gb_key(&d, "k", 9);
-    gb_u32(&d, 77);
-    gb_u64(&d, 1);
+    gb_arr_head(&d, "k", 77, 1);
     gb_u64(&d, 0);
     expect_refused(&d, "unknown array element type");
 
     gbuf e = {0};
-    gb_header(&e, 3, 0, 1);
-    gb_key(&e, "flag", 7);
+    one_entry(&e, "flag", 7);
     gb_u8(&e, 2);
     expect_refused(&e, "bool");
 }

@@ -82,10 +82,16 @@ done
 sleep 0.3
 curl -sN -m 300 "http://127.0.0.1:$q_PORT/v1/completions" -d '{"prompt":"The nation","max_tokens":5,"stream":true}' >"$TMP/ka.txt" &
 ka_pid=$!
+curl -sN -m 300 "http://127.0.0.1:$q_PORT/v1/responses" -d '{"input":"hi","max_output_tokens":5,"stream":true,"store":false}' \
+    >"$TMP/ka_rsp.txt" &
+ka_rsp_pid=$!
 sleep 2.5
 kill "${blockers[@]}" 2>/dev/null
-wait "$ka_pid"
+wait "$ka_pid" "$ka_rsp_pid"
 grep -q '^: keep-alive$' "$TMP/ka.txt" && ok "a waiting stream sends ': keep-alive' comments" || bad "no keep-alive comment"
+grep -q '^: keep-alive$' "$TMP/ka_rsp.txt" && grep -Eq '^event: response.(completed|incomplete)$' "$TMP/ka_rsp.txt" &&
+    ok "a waiting /v1/responses stream sends ': keep-alive' comments, then its events" ||
+    bad "responses keep-alive: $(grep -v "^data" "$TMP/ka_rsp.txt" | head -c 600)"
 grep -q '"finish_reason":"length"' "$TMP/ka.txt" && grep -q '^data: \[DONE\]$' "$TMP/ka.txt" &&
     ok "a stream queued past request_timeout_s still gets its tokens and [DONE]" || bad "queued stream: $(head -c 300 "$TMP/ka.txt")"
 wait_jobs
@@ -100,9 +106,14 @@ curl -sN -m 120 "http://127.0.0.1:$q_PORT/v1/chat/completions" \
 cut_pid=$!
 code "$q_PORT" /v1/completions '{"prompt":"cut me","max_tokens":50}' "$TMP/cut.json" >"$TMP/cut.code" &
 cutw_pid=$!
+curl -sN -m 120 "http://127.0.0.1:$q_PORT/v1/responses" -d '{"input":"hi","max_output_tokens":50,"stream":true,"store":false}' \
+    >"$TMP/cut_rsp.txt" &
+cutr_pid=$!
 sleep 0.5
 kill -TERM "$q_PID"
-wait "$cut_pid" "$cutw_pid"
+wait "$cut_pid" "$cutw_pid" "$cutr_pid"
+grep -q '^event: response.incomplete$' "$TMP/cut_rsp.txt" && ! grep -q 'response.failed' "$TMP/cut_rsp.txt" &&
+    ok "a /v1/responses stream cut by shutdown ends with response.incomplete" || bad "cut responses stream: $(tail -c 400 "$TMP/cut_rsp.txt")"
 grep -q '"finish_reason":"length"' "$TMP/cut.txt" && [ "$(tail -n 2 "$TMP/cut.txt" | head -n 1)" = "data: [DONE]" ] &&
     ok "a stream cut by shutdown ends with a finish_reason and [DONE]" || bad "cut stream: $(tail -c 400 "$TMP/cut.txt")"
 [ "$(cat "$TMP/cut.code")" = 503 ] && grep -q '"error"' "$TMP/cut.json" && ok "a non-streamed request cut by shutdown is a 503 JSON error" ||

@@ -16,33 +16,16 @@
 
 #include "attnd/engine.h"
 #include "attnd/tokenizer.h"
-#include "engine_fixture.h"
+#include "engine_rig.h"
 #include "test_models.h"
 
 // ---- helpers ----------------------------------------------------------------------------------
 
-typedef struct rig {
-    char path[256];
-    model *m;
-    engine *e;
-    kv_pool *pool;
-} rig;
-
-static void rig_open(rig *r, const tiny_spec *sp, kv_type kv, int max_batch) {
-    memset(r, 0, sizeof(*r));
-    tiny_tmpname(r->path, sizeof(r->path), sp->arch);
-    cr_assert_eq(tiny_write(r->path, sp), 0, "cannot write %s", r->path);
-    attnd_err err;
-    cr_assert_eq(model_load(&r->m, r->path, &err), ATTND_OK, "%s", err.msg);
-    cr_assert_eq(engine_create(&r->e, r->m, max_batch, 2, &err), ATTND_OK, "%s", err.msg);
-    cr_assert_eq(kv_pool_create(&r->pool, r->m, (size_t)64 << 20, kv, &err), ATTND_OK, "%s", err.msg);
-}
-
-static void rig_close(rig *r) {
-    engine_destroy(r->e);
-    kv_pool_destroy(r->pool);
-    model_destroy(r->m);
-    unlink(r->path);
+/* The default fixture of arch; returns its vocabulary size. */
+static int open_default(tiny_rig *r, const char *arch, kv_type kv, int max_batch) {
+    tiny_spec sp = tiny_default(arch);
+    tiny_rig_open(r, &sp, kv, max_batch);
+    return sp.n_vocab;
 }
 
 /* Evaluates tokens[0..n) as one prefill of s, logits for every entry into logits (n, n_vocab). */
@@ -61,9 +44,6 @@ static float max_abs_diff(const float *a, const float *b, size_t n) {
     return d;
 }
 
-static void random_tokens(int32_t *t, int n, int vocab, uint64_t seed) {
-    for (int i = 0; i < n; i++) t[i] = (int32_t)(tiny_rng(&seed) % (uint64_t)vocab);
-}
 
 // ---- forward pass against the float64 reference ------------------------------------------------
 
@@ -71,16 +51,14 @@ static void random_tokens(int32_t *t, int n, int vocab, uint64_t seed) {
  * rel_tol: 2e-4 for F32 weights (float32 sums); F16 weights get more, because the kernels round
  * activations to F16 as llama.cpp does (relative error 2^-11 per element). */
 static void check_against_reference(const tiny_spec *sp, int n_tok, double rel_tol) {
-    rig r;
-    rig_open(&r, sp, KV_F32, n_tok);
+    tiny_rig r;
+    tiny_rig_open(&r, sp, KV_F32, n_tok);
     int V = sp->n_vocab;
     int32_t *tok = malloc(sizeof(int32_t) * n_tok);
-    random_tokens(tok, n_tok, V, 99);
+    tiny_random_tokens(tok, n_tok, V, 99);
     float *lg = malloc(sizeof(float) * (size_t)n_tok * V);
     double *ref = malloc(sizeof(double) * (size_t)n_tok * V);
-    kv_seq *s;
-    cr_assert_eq(kv_seq_create(&s, r.pool, NULL), ATTND_OK);
-    prefill(r.e, s, tok, n_tok, lg);
+    prefill(r.e, tiny_rig_seq(&r), tok, n_tok, lg);
     ref_forward(sp, r.path, tok, n_tok, ref);
     double worst = 0, scale = 0;
     for (size_t i = 0; i < (size_t)n_tok * V; i++) {
@@ -89,9 +67,8 @@ static void check_against_reference(const tiny_spec *sp, int n_tok, double rel_t
     }
     cr_assert(scale > 0.1, "degenerate fixture: logits all near zero");
     cr_assert(worst <= rel_tol * scale, "%s: max |engine - reference| = %g (logit scale %g)", sp->arch, worst, scale);
-    kv_seq_destroy(s);
     free(tok), free(lg), free(ref);
-    rig_close(&r);
+    tiny_rig_close(&r);
 }
 
 Test(model, llama_prefill_matches_float64_reference) {
@@ -121,47 +98,39 @@ Test(model, f16_weights_match_reference) {
 // ---- prefill / decode / batch consistency ---------------------------------------------------------
 
 Test(model, decode_after_prefill_equals_prefill_of_whole_sequence) {
-    tiny_spec sp = tiny_default("llama");
     for (int kv = 0; kv < 2; kv++) {
-        rig r;
-        rig_open(&r, &sp, kv ? KV_F32 : KV_F16, 128);
-        int n = 100, V = sp.n_vocab;
+        tiny_rig r;
+        int n = 100, V = open_default(&r, "llama", kv ? KV_F32 : KV_F16, 128);
         int32_t tok[100];
-        random_tokens(tok, n, V, 5);
+        tiny_random_tokens(tok, n, V, 5);
         float *whole = malloc(sizeof(float) * (size_t)n * V), *step = malloc(sizeof(float) * V);
-        kv_seq *b;
-        cr_assert_eq(kv_seq_create(&b, r.pool, NULL), ATTND_OK);
+        kv_seq *b = tiny_rig_seq(&r);
         prefill(r.e, b, tok, 70, whole); /* b now holds the first 70 positions */
         float *ref = malloc(sizeof(float) * (size_t)n * V);
-        kv_seq *c;
-        cr_assert_eq(kv_seq_create(&c, r.pool, NULL), ATTND_OK);
-        prefill(r.e, c, tok, n, ref);
+        prefill(r.e, tiny_rig_seq(&r), tok, n, ref);
         for (int i = 70; i < n; i++) {
             prefill(r.e, b, &tok[i], 1, step);
             float d = max_abs_diff(step, ref + (size_t)i * V, (size_t)V);
             cr_assert(d < 1e-4f, "kv %s: position %d: decode differs from prefill by %g", kv ? "f32" : "f16", i, d);
         }
         cr_assert_eq(kv_seq_len(b), n);
-        kv_seq_destroy(b), kv_seq_destroy(c);
         free(whole), free(step), free(ref);
-        rig_close(&r);
+        tiny_rig_close(&r);
     }
 }
 
 Test(model, batched_decode_of_several_sequences_equals_each_alone) {
-    tiny_spec sp = tiny_default("qwen2");
-    rig r;
-    rig_open(&r, &sp, KV_F16, 64);
-    int V = sp.n_vocab;
+    tiny_rig r;
+    int V = open_default(&r, "qwen2", KV_F16, 64);
     enum { NS = 4 };
     int lens[NS] = {3, 64, 17, 90};
     kv_seq *s[NS], *solo[NS];
     int32_t tok[NS][100];
     float *lg = malloc(sizeof(float) * 100 * V), *batch_lg = malloc(sizeof(float) * NS * V);
     for (int i = 0; i < NS; i++) {
-        random_tokens(tok[i], 100, V, 11 + i);
-        cr_assert_eq(kv_seq_create(&s[i], r.pool, NULL), ATTND_OK);
-        cr_assert_eq(kv_seq_create(&solo[i], r.pool, NULL), ATTND_OK);
+        tiny_random_tokens(tok[i], 100, V, 11 + i);
+        s[i] = tiny_rig_seq(&r);
+        solo[i] = tiny_rig_seq(&r);
         for (int done = 0; done < lens[i]; done += 64) {
             int c = lens[i] - done < 64 ? lens[i] - done : 64;
             prefill(r.e, s[i], tok[i] + done, c, lg);
@@ -179,25 +148,21 @@ Test(model, batched_decode_of_several_sequences_equals_each_alone) {
             cr_assert(d < 1e-5f, "sequence %d step %d: batched decode differs from solo by %g", i, step, d);
         }
     }
-    for (int i = 0; i < NS; i++) kv_seq_destroy(s[i]), kv_seq_destroy(solo[i]);
     free(lg), free(batch_lg);
-    rig_close(&r);
+    tiny_rig_close(&r);
 }
 
 /* One batch holding a 40-token prefill of a new sequence, single decode tokens of two others,
  * and a sequence whose entries are interleaved with another's: each entry's logits equal those of
  * evaluating its sequence alone. */
 Test(model, mixed_prefill_decode_and_interleaved_batch_equals_separate_evals) {
-    tiny_spec sp = tiny_default("llama");
-    rig r;
-    rig_open(&r, &sp, KV_F16, 64);
-    int V = sp.n_vocab;
+    tiny_rig r;
+    int V = open_default(&r, "llama", KV_F16, 64);
     int32_t ta[40], tb[30], tc[30], td[6];
-    random_tokens(ta, 40, V, 31), random_tokens(tb, 30, V, 32), random_tokens(tc, 30, V, 33);
-    random_tokens(td, 6, V, 34);
-    kv_seq *a, *b, *c, *d, *ra, *rb, *rc, *rd;
-    kv_seq **all[] = {&a, &b, &c, &d, &ra, &rb, &rc, &rd};
-    for (size_t i = 0; i < ATTND_ARRAY_LEN(all); i++) cr_assert_eq(kv_seq_create(all[i], r.pool, NULL), ATTND_OK);
+    tiny_random_tokens(ta, 40, V, 31), tiny_random_tokens(tb, 30, V, 32), tiny_random_tokens(tc, 30, V, 33);
+    tiny_random_tokens(td, 6, V, 34);
+    kv_seq *a = tiny_rig_seq(&r), *b = tiny_rig_seq(&r), *c = tiny_rig_seq(&r), *d = tiny_rig_seq(&r);
+    kv_seq *ra = tiny_rig_seq(&r), *rb = tiny_rig_seq(&r), *rc = tiny_rig_seq(&r), *rd = tiny_rig_seq(&r);
     float *lg = malloc(sizeof(float) * 64 * V), *ref = malloc(sizeof(float) * 64 * V);
     /* history: b and c hold 29 tokens, d holds 2 */
     prefill(r.e, b, tb, 29, lg), prefill(r.e, rb, tb, 29, lg);
@@ -231,52 +196,40 @@ Test(model, mixed_prefill_decode_and_interleaved_batch_equals_separate_evals) {
     }
     cr_assert_eq(kv_seq_len(a), 40);
     cr_assert_eq(kv_seq_len(d), 6);
-    for (size_t i = 0; i < ATTND_ARRAY_LEN(all); i++) kv_seq_destroy(*all[i]);
     free(lg), free(ref), free(ra_lg), free(rd_lg);
-    rig_close(&r);
+    tiny_rig_close(&r);
 }
 
 Test(model, logits_only_for_entries_that_want_them) {
-    tiny_spec sp = tiny_default("llama");
-    rig r;
-    rig_open(&r, &sp, KV_F32, 16);
-    int V = sp.n_vocab;
+    tiny_rig r;
+    int V = open_default(&r, "llama", KV_F32, 16);
     int32_t tok[10];
-    random_tokens(tok, 10, V, 3);
+    tiny_random_tokens(tok, 10, V, 3);
     float all[10 * 48], some[2 * 48];
-    kv_seq *a, *b;
-    cr_assert_eq(kv_seq_create(&a, r.pool, NULL), ATTND_OK);
-    cr_assert_eq(kv_seq_create(&b, r.pool, NULL), ATTND_OK);
-    prefill(r.e, a, tok, 10, all);
+    kv_seq *b = tiny_rig_seq(&r);
+    prefill(r.e, tiny_rig_seq(&r), tok, 10, all);
     batch_entry be[10];
     for (int i = 0; i < 10; i++) be[i] = (batch_entry){b, tok[i], i, i == 4 || i == 9};
     cr_assert_eq(engine_eval(r.e, be, 10, some, NULL), ATTND_OK);
     cr_assert(max_abs_diff(some, all + 4 * V, (size_t)V) < 1e-5f);
     cr_assert(max_abs_diff(some + V, all + 9 * V, (size_t)V) < 1e-5f);
-    kv_seq_destroy(a), kv_seq_destroy(b);
-    rig_close(&r);
+    tiny_rig_close(&r);
 }
 
 Test(model, results_do_not_depend_on_thread_count) {
-    tiny_spec sp = tiny_default("llama");
-    rig r;
-    rig_open(&r, &sp, KV_F16, 64);
-    int V = sp.n_vocab;
+    tiny_rig r;
+    int V = open_default(&r, "llama", KV_F16, 64);
     int32_t tok[50];
-    random_tokens(tok, 50, V, 8);
+    tiny_random_tokens(tok, 50, V, 8);
     float *one = malloc(sizeof(float) * 50 * V), *two = malloc(sizeof(float) * 50 * V);
-    kv_seq *a, *b;
-    cr_assert_eq(kv_seq_create(&a, r.pool, NULL), ATTND_OK);
-    cr_assert_eq(kv_seq_create(&b, r.pool, NULL), ATTND_OK);
     engine_set_threads(r.e, 1);
     cr_assert_eq(engine_threads(r.e), 1);
-    prefill(r.e, a, tok, 50, one);
+    prefill(r.e, tiny_rig_seq(&r), tok, 50, one);
     engine_set_threads(r.e, 2);
-    prefill(r.e, b, tok, 50, two);
+    prefill(r.e, tiny_rig_seq(&r), tok, 50, two);
     cr_assert_eq(memcmp(one, two, sizeof(float) * 50 * V), 0, "1 and 2 threads give different logits");
-    kv_seq_destroy(a), kv_seq_destroy(b);
     free(one), free(two);
-    rig_close(&r);
+    tiny_rig_close(&r);
 }
 
 // ---- bad input ------------------------------------------------------------------------------------
@@ -284,10 +237,9 @@ Test(model, results_do_not_depend_on_thread_count) {
 Test(model, invalid_batches_are_refused_and_change_nothing) {
     tiny_spec sp = tiny_default("llama");
     sp.n_ctx = 8;
-    rig r;
-    rig_open(&r, &sp, KV_F16, 16);
-    kv_seq *s;
-    cr_assert_eq(kv_seq_create(&s, r.pool, NULL), ATTND_OK);
+    tiny_rig r;
+    tiny_rig_open(&r, &sp, KV_F16, 16);
+    kv_seq *s = tiny_rig_seq(&r);
     float lg[48 * 16];
     attnd_err err;
     batch_entry bad_tok[1] = {{s, 48, 0, true}};
@@ -307,54 +259,48 @@ Test(model, invalid_batches_are_refused_and_change_nothing) {
     cr_assert_eq(kv_seq_len(s), 8);
     batch_entry want_no_buf[1] = {{s, 1, 8, true}};
     cr_assert_eq(engine_eval(r.e, want_no_buf, 1, NULL, &err), ATTND_ERR_INVALID);
-    kv_seq_destroy(s);
-    rig_close(&r);
+    tiny_rig_close(&r);
 }
 
-/* Writes a copy of src with the first occurrence of `from` replaced by `to` (same length). */
-static void patched_copy(const char *src, const char *dst, const void *from, const void *to, size_t len) {
-    FILE *f = fopen(src, "rb");
-    cr_assert(f);
+/* Loads the default llama fixture with the first occurrence of `from` in its file replaced by
+ * `to` (len bytes): the load must fail with `want`, leave *out NULL, and say why in err. */
+static void load_patched(const void *from, const void *to, size_t len, attnd_status want, attnd_err *err) {
+    tiny_spec sp = tiny_default("llama");
+    char path[256];
+    tiny_tmpname(path, sizeof(path), "patched");
+    cr_assert_eq(tiny_write(path, &sp), 0);
+    FILE *f = fopen(path, "rb");
+    cr_assert_not_null(f);
     fseek(f, 0, SEEK_END);
     long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    uint8_t *buf = malloc((size_t)n);
+    rewind(f);
+    char *buf = malloc((size_t)n);
     cr_assert_eq(fread(buf, 1, (size_t)n, f), (size_t)n);
     fclose(f);
-    uint8_t *hit = memmem(buf, (size_t)n, from, len);
-    cr_assert(hit, "pattern not found in %s", src);
+    char *hit = memmem(buf, (size_t)n, from, len);
+    cr_assert(hit, "pattern not found in the fixture");
     memcpy(hit, to, len);
-    f = fopen(dst, "wb");
+    f = fopen(path, "wb");
     cr_assert_eq(fwrite(buf, 1, (size_t)n, f), (size_t)n);
     fclose(f);
     free(buf);
+    model *m = (model *)1;
+    cr_assert_eq(model_load(&m, path, err), want, "%s", err->msg);
+    cr_assert_null(m);
+    unlink(path);
 }
 
 Test(model, unsupported_architecture_is_refused_by_name) {
-    tiny_spec sp = tiny_default("llama");
-    char src[256], dst[256];
-    tiny_tmpname(src, sizeof(src), "src");
-    tiny_tmpname(dst, sizeof(dst), "bloom");
-    cr_assert_eq(tiny_write(src, &sp), 0);
     /* the value of general.architecture: u64 length 5, then the bytes */
     uint8_t from[13] = {5, 0, 0, 0, 0, 0, 0, 0, 'l', 'l', 'a', 'm', 'a'}, to[13];
     memcpy(to, from, 8);
     memcpy(to + 8, "bloom", 5);
-    patched_copy(src, dst, from, to, sizeof(from));
-    model *m = (model *)1;
     attnd_err err;
-    cr_assert_eq(model_load(&m, dst, &err), ATTND_ERR_UNSUPPORTED);
-    cr_assert_null(m);
+    load_patched(from, to, sizeof(from), ATTND_ERR_UNSUPPORTED, &err);
     cr_assert(strstr(err.msg, "bloom"), "message names the architecture: %s", err.msg);
-    unlink(src), unlink(dst);
 }
 
 Test(model, unsupported_tensor_type_is_refused_by_name) {
-    tiny_spec sp = tiny_default("llama");
-    char src[256], dst[256];
-    tiny_tmpname(src, sizeof(src), "src");
-    tiny_tmpname(dst, sizeof(dst), "q41");
-    cr_assert_eq(tiny_write(src, &sp), 0);
     /* tensor info of blk.1.attn_v.weight: name, n_dims 2, ne (32, 16), type F32 -> Q4_1 */
     const char *name = "blk.1.attn_v.weight";
     size_t nl = strlen(name);
@@ -370,28 +316,18 @@ Test(model, unsupported_tensor_type_is_refused_by_name) {
     memcpy(to, from, len);
     ty = GGUF_TYPE_Q4_1;
     memcpy(to + len - 4, &ty, 4);
-    patched_copy(src, dst, from, to, len);
-    model *m;
     attnd_err err;
-    cr_assert_eq(model_load(&m, dst, &err), ATTND_ERR_UNSUPPORTED);
+    load_patched(from, to, len, ATTND_ERR_UNSUPPORTED, &err);
     cr_assert(strstr(err.msg, "Q4_1") && strstr(err.msg, name), "message names type and tensor: %s", err.msg);
-    unlink(src), unlink(dst);
 }
 
 Test(model, missing_tensor_and_bad_file_are_refused_with_a_message) {
-    tiny_spec sp = tiny_default("llama");
-    char src[256], dst[256];
-    tiny_tmpname(src, sizeof(src), "src");
-    tiny_tmpname(dst, sizeof(dst), "noffn");
-    cr_assert_eq(tiny_write(src, &sp), 0);
-    patched_copy(src, dst, "blk.1.ffn_up.weight", "blk.1.ffn_uq.weight", 19);
-    model *m;
     attnd_err err;
-    cr_assert_eq(model_load(&m, dst, &err), ATTND_ERR_FORMAT);
+    load_patched("blk.1.ffn_up.weight", "blk.1.ffn_uq.weight", 19, ATTND_ERR_FORMAT, &err);
     cr_assert(strstr(err.msg, "blk.1.ffn_up.weight"), "%s", err.msg);
+    model *m;
     cr_assert_neq(model_load(&m, "/nonexistent/model.gguf", &err), ATTND_OK);
     cr_assert(err.msg[0]);
-    unlink(src), unlink(dst);
 }
 
 /* Writes sp, loads it and expects a format error whose message contains want. */
@@ -428,9 +364,8 @@ Test(model, broken_tokenizer_metadata_is_refused_at_load) {
 }
 
 Test(model, info_reports_hyperparameters) {
-    tiny_spec sp = tiny_default("qwen2");
-    rig r;
-    rig_open(&r, &sp, KV_F16, 4);
+    tiny_rig r;
+    open_default(&r, "qwen2", KV_F16, 4);
     const model_info *mi = model_info_get(r.m);
     cr_assert_str_eq(mi->arch, "qwen2");
     cr_assert_eq(mi->n_vocab, 48);
@@ -440,7 +375,7 @@ Test(model, info_reports_hyperparameters) {
     cr_assert_float_eq(mi->rms_eps, 1e-5f, 1e-9f);
     cr_assert_eq(engine_max_batch(r.e), 4);
     cr_assert_eq(engine_model(r.e), r.m);
-    rig_close(&r);
+    tiny_rig_close(&r);
 }
 
 // ---- attention inspection ---------------------------------------------------------------------------
@@ -462,28 +397,24 @@ static void on_attn(void *user, int entry, int layer, int head, const float *w, 
 }
 
 Test(model, attention_callback_sees_normalised_weights_per_layer_head_entry) {
-    tiny_spec sp = tiny_default("llama");
-    rig r;
-    rig_open(&r, &sp, KV_F16, 32);
+    tiny_rig r;
+    open_default(&r, "llama", KV_F16, 32);
+    const tiny_spec sp = r.sp;
     int32_t tok[20];
-    random_tokens(tok, 20, sp.n_vocab, 4);
+    tiny_random_tokens(tok, 20, sp.n_vocab, 4);
     float *lg = malloc(sizeof(float) * 20 * sp.n_vocab), *lg2 = malloc(sizeof(float) * 20 * sp.n_vocab);
-    kv_seq *a, *b;
-    cr_assert_eq(kv_seq_create(&a, r.pool, NULL), ATTND_OK);
-    cr_assert_eq(kv_seq_create(&b, r.pool, NULL), ATTND_OK);
     attn_log log = {0};
     engine_set_attention_cb(r.e, on_attn, &log);
-    prefill(r.e, a, tok, 20, lg);
+    prefill(r.e, tiny_rig_seq(&r), tok, 20, lg);
     engine_set_attention_cb(r.e, NULL, NULL);
-    prefill(r.e, b, tok, 20, lg2);
+    prefill(r.e, tiny_rig_seq(&r), tok, 20, lg2);
     cr_assert_eq(log.calls, 20 * sp.n_layer * sp.n_head);
     cr_assert_eq(log.bad_len, 0);
     cr_assert_eq(log.bad_sum, 0);
     cr_assert_float_eq(log.first_row_first, 1.0f, 1e-6f);
     cr_assert_eq(memcmp(lg, lg2, sizeof(float) * 20 * sp.n_vocab), 0, "inspection changed the results");
-    kv_seq_destroy(a), kv_seq_destroy(b);
     free(lg), free(lg2);
-    rig_close(&r);
+    tiny_rig_close(&r);
 }
 
 // ---- generation loop -----------------------------------------------------------------------------
@@ -494,14 +425,12 @@ static bool stop_at_third(void *user, int32_t id) {
 }
 
 Test(model, generate_is_greedy_and_stops_when_asked) {
-    tiny_spec sp = tiny_default("llama");
-    rig r;
-    rig_open(&r, &sp, KV_F32, 8);
-    kv_seq *s, *t;
-    cr_assert_eq(kv_seq_create(&s, r.pool, NULL), ATTND_OK);
-    cr_assert_eq(kv_seq_create(&t, r.pool, NULL), ATTND_OK);
+    tiny_rig r;
+    open_default(&r, "llama", KV_F32, 8);
+    const tiny_spec sp = r.sp;
+    kv_seq *s = tiny_rig_seq(&r);
     int32_t prompt[12];
-    random_tokens(prompt, 12, sp.n_vocab, 21); /* 12 > max_batch 8: prefill in two chunks */
+    tiny_random_tokens(prompt, 12, sp.n_vocab, 21); /* 12 > max_batch 8: prefill in two chunks */
     int32_t out[10];
     int n_out;
     engine_gen g = {.n_predict = 10};
@@ -528,11 +457,10 @@ Test(model, generate_is_greedy_and_stops_when_asked) {
     int count = 0;
     g.on_token = stop_at_third;
     g.token_user = &count;
-    cr_assert_eq(engine_generate(r.e, t, prompt, 12, &g, out, &n_out, NULL, &err), ATTND_OK, "%s", err.msg);
+    cr_assert_eq(engine_generate(r.e, tiny_rig_seq(&r), prompt, 12, &g, out, &n_out, NULL, &err), ATTND_OK, "%s", err.msg);
     cr_assert_eq(n_out, 3);
     free(ref);
-    kv_seq_destroy(s), kv_seq_destroy(t);
-    rig_close(&r);
+    tiny_rig_close(&r);
 }
 
 Test(model, argmax_ties_go_to_lowest_id) {
@@ -568,21 +496,18 @@ static void greedy_matches_llama_cpp(const char *arch, const int32_t *want) {
     tiny_spec sp = tiny_default(arch);
     sp.vocab = true, sp.n_vocab = 320, sp.n_ctx = 512, sp.n_embd = 64, sp.n_head = 4, sp.n_head_kv = 2;
     sp.n_ff = 96, sp.rope_dims = 16;
-    rig r;
-    rig_open(&r, &sp, KV_F32, 8);
+    tiny_rig r;
+    tiny_rig_open(&r, &sp, KV_F32, 8);
     const int32_t prompt[7] = {1, 300, 301, 302, 260, 270, 280};
     int32_t out[100];
     int n_out;
-    kv_seq *s;
-    cr_assert_eq(kv_seq_create(&s, r.pool, NULL), ATTND_OK);
     engine_gen g = {.n_predict = 100};
     attnd_err err;
-    cr_assert_eq(engine_generate(r.e, s, prompt, 7, &g, out, &n_out, NULL, &err), ATTND_OK, "%s", err.msg);
+    cr_assert_eq(engine_generate(r.e, tiny_rig_seq(&r), prompt, 7, &g, out, &n_out, NULL, &err), ATTND_OK, "%s", err.msg);
     cr_assert_eq(n_out, 100);
     for (int i = 0; i < 100; i++)
         cr_assert_eq(out[i], want[i], "%s: token %d: attnd %d, llama.cpp %d", arch, i, out[i], want[i]);
-    kv_seq_destroy(s);
-    rig_close(&r);
+    tiny_rig_close(&r);
 }
 
 Test(model, qwen2_greedy_reproduces_llama_cpp_on_generated_model) { greedy_matches_llama_cpp("qwen2", LLAMACPP_QWEN2); }

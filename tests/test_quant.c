@@ -564,6 +564,56 @@ Test(quant, matmul_every_batch_size_to_33_at_tile_edges_agrees_with_portable) {
     }
 }
 
+/* Q4_0 weights packed at load (quant_pack): where the instruction set has a packed kernel, every
+ * batch size and thread count, row counts around the 16-row groups and a matrix large enough to
+ * split between threads, against the portable path on the original rows; elsewhere no copy. */
+Test(quant, q4_0_packed_at_load_agrees_with_portable_at_group_edges) {
+    enum { T = 33 };
+    const int64_t rows[] = {1, 16, 37, 1029};
+    const int64_t n_cols = 33 * 32;
+    const uint32_t type = GGUF_TYPE_Q4_0;
+    for (size_t ri = 0; ri < sizeof rows / sizeof *rows; ri++) {
+        int64_t R = rows[ri];
+        int max_tok = R > 100 ? 5 : T;
+        uint8_t *w = malloc(quant_row_bytes(type, n_cols) * (size_t)R);
+        random_weights(w, type, R, n_cols);
+        float *x = malloc(T * (size_t)n_cols * sizeof(float));
+        for (int64_t j = 0; j < T * n_cols; j++) x[j] = rndf() * (1.0f + (float)(j % 7));
+        float *ref = malloc(T * (size_t)R * sizeof(float)), *out = malloc(T * (size_t)R * sizeof(float));
+        size_t sb;
+        uint8_t *scratch = scratch_for(type, T, n_cols, &sb);
+        quant_isa saved = quant_isa_force(QUANT_ISA_PORTABLE);
+        quant_matmul(ref, w, type, R, n_cols, x, max_tok, scratch, 1);
+        for (int isa = QUANT_ISA_PORTABLE; isa <= (int)quant_isa_best(); isa++) {
+            quant_isa_force((quant_isa)isa);
+            quant_packed *pk = quant_pack(w, type, R, n_cols);
+            if (isa == QUANT_ISA_AVX512) cr_assert(pk && quant_packed_bytes(pk) >= quant_row_bytes(type, n_cols) * (size_t)R);
+            else cr_assert_null(pk, "%s has no packed Q4_0 kernel", quant_isa_name((quant_isa)isa));
+            for (int n_tok = 1; n_tok <= max_tok; n_tok++)
+                for (int threads = 1; threads <= 2; threads++) {
+                    memset(out, 0xFF, T * (size_t)R * sizeof(float)); /* nan: unwritten shows */
+                    quant_matmul_packed(out, w, pk, type, R, n_cols, x, n_tok, scratch, threads);
+                    for (int64_t k = 0; k < (int64_t)n_tok * R; k++)
+                        cr_assert(fabsf(out[k] - ref[k]) <= 1e-4f * (fabsf(ref[k]) + 1.0f),
+                                  "%s packed, %ld rows, n_tok %d threads %d [%ld]: %g vs portable %g",
+                                  quant_isa_name((quant_isa)isa), (long)R, n_tok, threads, (long)k, out[k], ref[k]);
+                }
+            quant_packed_destroy(pk);
+        }
+        setenv("ATTND_NO_REPACK", "1", 1);
+        cr_assert_null(quant_pack(w, type, R, n_cols), "ATTND_NO_REPACK=1 turns packing off");
+        unsetenv("ATTND_NO_REPACK");
+        quant_isa_force(saved);
+        free(scratch);
+        free(w);
+        free(x);
+        free(ref);
+        free(out);
+    }
+    quant_packed_destroy(NULL);
+    cr_assert_eq(quant_packed_bytes(NULL), 0);
+}
+
 /* From 4 tokens on, every instruction set gives a token the same bits whatever the batch size
  * and however the rows are split: the first n tokens of a 33-token call, for n = 4..33. */
 Test(quant, matmul_results_from_four_tokens_do_not_depend_on_batch_size) {

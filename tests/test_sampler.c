@@ -223,34 +223,32 @@ Test(sampler, greedy_ties_go_to_the_lowest_id) {
     sampler_destroy(s);
 }
 
+/* A sampler with p draws the argmax of each of `rounds` random logit vectors over n_vocab ids. */
+static void expect_argmax_draws(const sampler_params *p, int n_vocab, int rounds) {
+    sampler *s = make(p, n_vocab);
+    float *l = malloc(sizeof(float) * (size_t)n_vocab);
+    for (int r = 0; r < rounds; r++) {
+        random_logits(l, n_vocab, 3);
+        cr_assert_eq(sampler_sample(s, l), ref_argmax(l, n_vocab), "temperature %g", p->temperature);
+    }
+    free(l);
+    sampler_destroy(s);
+}
+
 Test(sampler, top_k_one_is_argmax_at_any_temperature) {
-    enum { V = 500 };
-    static float l[V];
     const float temps[] = {0.01f, 0.5f, 1.0f, 3.0f, 100.0f};
     for (size_t t = 0; t < ATTND_ARRAY_LEN(temps); t++) {
         sampler_params p = plain(temps[t], 42 + t);
         p.top_k = 1;
-        sampler *s = make(&p, V);
-        for (int r = 0; r < 100; r++) {
-            random_logits(l, V, 3);
-            cr_assert_eq(sampler_sample(s, l), ref_argmax(l, V), "temperature %g", temps[t]);
-        }
-        sampler_destroy(s);
+        expect_argmax_draws(&p, 500, 100);
     }
 }
 
 Test(sampler, a_vanishing_temperature_is_argmax) {
-    enum { V = 300 };
-    float l[V];
     const float temps[] = {1e-45f, 1e-30f, 1e-8f};
     for (size_t t = 0; t < ATTND_ARRAY_LEN(temps); t++) {
         sampler_params p = plain(temps[t], 4);
-        sampler *s = make(&p, V);
-        for (int r = 0; r < 50; r++) {
-            random_logits(l, V, 3);
-            cr_assert_eq(sampler_sample(s, l), ref_argmax(l, V), "temperature %g", temps[t]);
-        }
-        sampler_destroy(s);
+        expect_argmax_draws(&p, 300, 50);
     }
 }
 
@@ -388,44 +386,57 @@ static int cmp_desc_by(const void *a, const void *b, void *ctx) {
     return x - y;
 }
 
+/* How many of the ids in order it takes for their probabilities exp(l - ref) / sum to reach mass
+ * (all n when they never do). */
+static int mass_cut(const float *l, const int *order, int n, double ref, double sum, double mass) {
+    double cum = 0;
+    for (int i = 0; i < n; i++) {
+        cum += exp(l[order[i]] - ref) / sum;
+        if (cum >= mass) return i + 1;
+    }
+    return n;
+}
+
+/* Draws 400 ids from s over logits l (n_vocab): each must be one of the first keep of the n
+ * ranked ids in order (or the id just inside or outside that edge, which rounding in the
+ * cumulative sum may move by one), and at least 396 strictly among them. */
+static void expect_draws_within(sampler *s, const float *l, int n_vocab, const int *order, int n, int keep,
+                                const char *what) {
+    bool *allowed = calloc((size_t)n_vocab, sizeof(bool));
+    for (int i = 0; i < keep; i++) allowed[order[i]] = true;
+    int hits = 0;
+    for (int i = 0; i < 400; i++) {
+        int32_t id = sampler_sample(s, l);
+        bool edge = (keep < n && id == order[keep]) || (keep > 1 && id == order[keep - 1]);
+        cr_assert(allowed[id] || edge, "%s: id %d outside the first %d", what, id, keep);
+        hits += allowed[id];
+    }
+    cr_assert_gt(hits, 395, "%s", what);
+    free(allowed);
+}
+
 /* A flat distribution over a large vocabulary makes top-p's partial selection run several
  * rounds; the emitted ids must stay inside the nucleus a full sort computes. */
 Test(sampler, top_p_and_top_k_on_a_large_vocabulary_match_a_full_sort) {
     enum { V = 20000 };
     static float l[V];
     static int order[V];
-    static bool allowed[V];
     random_logits(l, V, 1);
     for (int i = 0; i < V; i++) order[i] = i;
     qsort_r(order, V, sizeof(int), cmp_desc_by, l);
     const struct { int k; float p; } cases[] = {{0, 0.5f}, {3000, 0.9f}, {700, 1.0f}, {0, 0.02f}};
     for (size_t c = 0; c < ATTND_ARRAY_LEN(cases); c++) {
         int n = cases[c].k ? cases[c].k : V;
-        double sum = 0, cum = 0;
+        double sum = 0;
         for (int i = 0; i < n; i++) sum += exp(l[order[i]] - l[order[0]]);
-        int keep = n;
-        for (int i = 0; i < n; i++) {
-            cum += exp(l[order[i]] - l[order[0]]) / sum;
-            if (cum >= cases[c].p) {
-                keep = i + 1;
-                break;
-            }
-        }
-        memset(allowed, 0, sizeof(allowed));
-        for (int i = 0; i < keep; i++) allowed[order[i]] = true;
+        int keep = mass_cut(l, order, n, l[order[0]], sum, cases[c].p);
         sampler_params p = plain(1.0f, 100 + c);
         p.top_k = cases[c].k;
         p.top_p = cases[c].p;
         sampler *s = make(&p, V);
-        int hits = 0;
-        for (int i = 0; i < 400; i++) {
-            int32_t id = sampler_sample(s, l);
-            /* Rounding in the cumulative sum may move the edge by one token. */
-            bool edge = (keep < n && id == order[keep]) || (keep > 1 && id == order[keep - 1]);
-            cr_assert(allowed[id] || edge, "case %zu: id %d outside the nucleus of %d", c, id, keep);
-            hits += allowed[id];
-        }
-        cr_assert_gt(hits, 395);
+        char what[32];
+        snprintf(what, sizeof(what), "case %zu (nucleus)", c);
+        expect_draws_within(s, l, V, order, n, keep, what);
         sampler_destroy(s);
     }
 }
@@ -445,7 +456,6 @@ Test(sampler, typical_p_on_a_large_vocabulary_matches_the_definition) {
     enum { V = 20000 };
     static float l[V];
     static int order[V];
-    static bool allowed[V];
     random_logits(l, V, 4);
     double max = -INFINITY, sum = 0, entropy = 0;
     for (int i = 0; i < V; i++) max = fmax(max, l[i]);
@@ -457,28 +467,12 @@ Test(sampler, typical_p_on_a_large_vocabulary_matches_the_definition) {
     typical_centre = max + log(sum) - entropy;
     for (int i = 0; i < V; i++) order[i] = i;
     qsort_r(order, V, sizeof(int), cmp_typical_ref, l);
-    double cum = 0;
-    int keep = V;
-    for (int i = 0; i < V; i++) {
-        cum += exp(l[order[i]] - max) / sum;
-        if (cum >= 0.3) {
-            keep = i + 1;
-            break;
-        }
-    }
-    for (int i = 0; i < keep; i++) allowed[order[i]] = true;
+    int keep = mass_cut(l, order, V, max, sum, 0.3);
+    cr_assert_lt(keep, V / 2, "the test should cut a real part of the vocabulary (kept %d)", keep);
     sampler_params p = plain(1.0f, 31);
     p.typical_p = 0.3f;
     sampler *s = make(&p, V);
-    int hits = 0;
-    for (int i = 0; i < 400; i++) {
-        int32_t id = sampler_sample(s, l);
-        bool edge = id == order[keep] || id == order[keep - 1];
-        cr_assert(allowed[id] || edge, "id %d outside the typical set of %d", id, keep);
-        hits += allowed[id];
-    }
-    cr_assert_gt(hits, 395);
-    cr_assert_lt(keep, V / 2, "the test should cut a real part of the vocabulary (kept %d)", keep);
+    expect_draws_within(s, l, V, order, V, keep, "the typical set");
     sampler_destroy(s);
 }
 
@@ -620,12 +614,10 @@ enum { DV = 3000, DN = 300 };
 static float det_logits[DN][DV];
 
 static void run_sequence(uint64_t seed, int32_t *out) {
-    sampler_params p;
-    sampler_params_default(&p);
-    p.seed = seed;
-    p.repeat_penalty = 1.1f;
-    p.top_k = 0;
+    sampler_params p = plain(0.8f, seed); /* with top-p, min-p and the repeat penalty on */
     p.top_p = 0.9f;
+    p.min_p = 0.05f;
+    p.repeat_penalty = 1.1f;
     sampler *s = make(&p, DV);
     for (int t = 0; t < DN; t++) {
         out[t] = sampler_sample(s, det_logits[t]);
@@ -770,37 +762,46 @@ Test(stop, stop_inside_one_piece_returns_text_before_it) {
     cr_assert_str_eq(r.text, "hello ");
 }
 
+/* One push into a matcher: the piece, whether push says stop, and the bytes it releases. */
+typedef struct push_step {
+    const char *piece, *released;
+    bool stop;
+} push_step;
+
+/* A matcher for stops (NULL: none) fed the steps in order, each checked; the caller destroys it. */
+static stop_matcher *push_steps(const char *const *stops, int n_stops, const push_step *steps, int n_steps) {
+    stop_matcher *m;
+    cr_assert_eq(stop_matcher_create(&m, stops, n_stops, NULL), ATTND_OK);
+    for (int i = 0; i < n_steps; i++) {
+        const char *out;
+        size_t n, want = strlen(steps[i].released);
+        cr_assert_eq(stop_matcher_push(m, steps[i].piece, strlen(steps[i].piece), &out, &n), steps[i].stop,
+                     "step %d: push said the wrong thing about stopping", i);
+        cr_assert_eq(n, want, "step %d: released %zu bytes, want %zu", i, n, want);
+        cr_assert(n == 0 || memcmp(out, steps[i].released, n) == 0, "step %d: released other bytes", i);
+    }
+    return m;
+}
+
 Test(stop, stop_split_across_pieces_is_held_then_cut) {
     const char *stops[] = {"STOP"};
-    stop_matcher *m;
-    cr_assert_eq(stop_matcher_create(&m, stops, 1, NULL), ATTND_OK);
-    const char *out;
-    size_t n;
-    cr_assert_not(stop_matcher_push(m, "hel", 3, &out, &n));
-    cr_assert_eq(n, 3);
-    cr_assert_not(stop_matcher_push(m, "lo ST", 5, &out, &n));
-    cr_assert_eq(n, 3); /* "lo " released, "ST" held */
-    cr_assert_eq(memcmp(out, "lo ", 3), 0);
-    cr_assert(stop_matcher_push(m, "OP and more", 11, &out, &n));
-    cr_assert_eq(n, 0);
+    const push_step steps[] = {
+        {"hel", "hel", false},
+        {"lo ST", "lo ", false}, /* "ST" held */
+        {"OP and more", "", true},
+        {"x", "", true}, /* pushes after a stop keep saying stop */
+    };
+    stop_matcher *m = push_steps(stops, 1, steps, ATTND_ARRAY_LEN(steps));
     cr_assert_str_eq(stop_matcher_matched(m), "STOP");
-    cr_assert(stop_matcher_push(m, "x", 1, &out, &n), "pushes after a stop keep saying stop");
-    cr_assert_eq(n, 0);
+    const char *out;
     cr_assert_eq(stop_matcher_flush(m, &out), 0);
     stop_matcher_destroy(m);
 }
 
 Test(stop, a_false_start_is_released) {
     const char *stops[] = {"STOP"};
-    stop_matcher *m;
-    cr_assert_eq(stop_matcher_create(&m, stops, 1, NULL), ATTND_OK);
-    const char *out;
-    size_t n;
-    cr_assert_not(stop_matcher_push(m, "ST", 2, &out, &n));
-    cr_assert_eq(n, 0);
-    cr_assert_not(stop_matcher_push(m, "AR", 2, &out, &n));
-    cr_assert_eq(n, 4);
-    cr_assert_eq(memcmp(out, "STAR", 4), 0);
+    const push_step steps[] = {{"ST", "", false}, {"AR", "STAR", false}};
+    stop_matcher *m = push_steps(stops, 1, steps, ATTND_ARRAY_LEN(steps));
     cr_assert_null(stop_matcher_matched(m));
     stop_matcher_destroy(m);
 }
@@ -853,27 +854,19 @@ Test(stop, flush_releases_a_held_prefix_at_the_end) {
 }
 
 Test(stop, utf8_characters_are_never_split) {
-    stop_matcher *m;
-    cr_assert_eq(stop_matcher_create(&m, NULL, 0, NULL), ATTND_OK);
+    const push_step steps[] = {
+        {"caf\xc3", "caf", false},
+        {"\xa9!", "\xc3\xa9!", false},
+        /* A 4-byte character in three pieces. */
+        {"\xf0\x9f", "", false},
+        {"\x98", "", false},
+        {"\x80", "\xf0\x9f\x98\x80", false},
+        /* Invalid bytes are not held forever. */
+        {"\xe2" "A", "\xe2" "A", false},
+        {"\xe2", "", false},
+    };
+    stop_matcher *m = push_steps(NULL, 0, steps, ATTND_ARRAY_LEN(steps));
     const char *out;
-    size_t n;
-    cr_assert_not(stop_matcher_push(m, "caf\xc3", 4, &out, &n));
-    cr_assert_eq(n, 3);
-    cr_assert_not(stop_matcher_push(m, "\xa9!", 2, &out, &n));
-    cr_assert_eq(n, 3);
-    cr_assert_eq(memcmp(out, "\xc3\xa9!", 3), 0);
-    /* A 4-byte character in three pieces. */
-    cr_assert_not(stop_matcher_push(m, "\xf0\x9f", 2, &out, &n));
-    cr_assert_eq(n, 0);
-    cr_assert_not(stop_matcher_push(m, "\x98", 1, &out, &n));
-    cr_assert_eq(n, 0);
-    cr_assert_not(stop_matcher_push(m, "\x80", 1, &out, &n));
-    cr_assert_eq(n, 4);
-    /* Invalid bytes are not held forever. */
-    cr_assert_not(stop_matcher_push(m, "\xe2" "A", 2, &out, &n));
-    cr_assert_eq(n, 2);
-    cr_assert_not(stop_matcher_push(m, "\xe2", 1, &out, &n));
-    cr_assert_eq(n, 0);
     cr_assert_eq(stop_matcher_flush(m, &out), 1, "flush releases an incomplete tail as-is");
     stop_matcher_destroy(m);
 }

@@ -42,47 +42,60 @@ static bool pending(int fd) {
     return recv(fd, &c, 1, MSG_DONTWAIT | MSG_PEEK) >= 0;
 }
 
+/* A fresh socket path (nothing there). */
 static void temp_path(char *buf, size_t cap) {
     snprintf(buf, cap, "/tmp/attnd-sdnotify-test-%d-%ld.sock", (int)getpid(), (long)time(NULL));
     unlink(buf);
 }
 
-Test(sdnotify, ready_status_stopping_reach_a_path_socket) {
-    char path[108];
-    temp_path(path, sizeof(path));
-    int fd = listen_at(path);
+/* A notifier and the socket the test listens on: a fresh path, or an abstract '@name'. */
+typedef struct peer {
+    char name[108];
+    int fd;
     sdnotify *n;
+} peer;
+
+static void peer_open(peer *p, bool abstract, const char *watchdog_usec) {
+    if (abstract) snprintf(p->name, sizeof(p->name), "@attnd-sdnotify-test-%d", (int)getpid());
+    else temp_path(p->name, sizeof(p->name));
+    p->fd = listen_at(p->name);
     attnd_err err;
-    cr_assert_eq(sdnotify_create(&n, path, NULL, NULL, &err), ATTND_OK, "%s", err.msg);
-    cr_assert(sdnotify_enabled(n));
+    cr_assert_eq(sdnotify_create(&p->n, p->name, watchdog_usec, NULL, &err), ATTND_OK, "%s", err.msg);
+}
+
+static void peer_close(peer *p) {
+    sdnotify_destroy(p->n);
+    close(p->fd);
+    if (p->name[0] != '@') unlink(p->name);
+}
+
+/* The next datagram is `want` (only its start when prefix: systemd may append fields). */
+static void expect_msg(const peer *p, const char *want, bool prefix, const char *why) {
     char buf[600];
-    cr_assert_eq(sdnotify_status(n, "loading model\nstories260K"), ATTND_OK);
-    recv_msg(fd, buf, sizeof(buf));
-    cr_assert_str_eq(buf, "STATUS=loading model stories260K", "newlines must not start a new assignment");
-    cr_assert_eq(sdnotify_ready(n), ATTND_OK);
-    recv_msg(fd, buf, sizeof(buf));
-    cr_assert_str_eq(buf, "READY=1");
-    cr_assert_eq(sdnotify_stopping(n), ATTND_OK);
-    recv_msg(fd, buf, sizeof(buf));
-    cr_assert(!strncmp(buf, "STOPPING=1", 10), "got '%s'", buf);
-    sdnotify_destroy(n);
-    close(fd);
-    unlink(path);
+    recv_msg(p->fd, buf, sizeof(buf));
+    bool ok = prefix ? !strncmp(buf, want, strlen(want)) : !strcmp(buf, want);
+    cr_assert(ok, "got '%s', want '%s': %s", buf, want, why);
+}
+
+Test(sdnotify, ready_status_stopping_reach_a_path_socket) {
+    peer p;
+    peer_open(&p, false, NULL);
+    cr_assert(sdnotify_enabled(p.n));
+    cr_assert_eq(sdnotify_status(p.n, "loading model\nstories260K"), ATTND_OK);
+    expect_msg(&p, "STATUS=loading model stories260K", false, "newlines must not start a new assignment");
+    cr_assert_eq(sdnotify_ready(p.n), ATTND_OK);
+    expect_msg(&p, "READY=1", false, "ready");
+    cr_assert_eq(sdnotify_stopping(p.n), ATTND_OK);
+    expect_msg(&p, "STOPPING=1", true, "stopping");
+    peer_close(&p);
 }
 
 Test(sdnotify, abstract_socket_names_start_with_at) {
-    char name[64];
-    snprintf(name, sizeof(name), "@attnd-sdnotify-test-%d", (int)getpid());
-    int fd = listen_at(name);
-    sdnotify *n;
-    attnd_err err;
-    cr_assert_eq(sdnotify_create(&n, name, NULL, NULL, &err), ATTND_OK, "%s", err.msg);
-    cr_assert_eq(sdnotify_ready(n), ATTND_OK);
-    char buf[64];
-    recv_msg(fd, buf, sizeof(buf));
-    cr_assert(!strncmp(buf, "READY=1", 7), "got '%s'", buf);
-    sdnotify_destroy(n);
-    close(fd);
+    peer p;
+    peer_open(&p, true, NULL);
+    cr_assert_eq(sdnotify_ready(p.n), ATTND_OK);
+    expect_msg(&p, "READY=1", true, "ready");
+    peer_close(&p);
 }
 
 Test(sdnotify, unset_socket_makes_every_call_a_no_op) {
@@ -99,27 +112,17 @@ Test(sdnotify, unset_socket_makes_every_call_a_no_op) {
 }
 
 Test(sdnotify, watchdog_sends_at_half_the_interval) {
-    char path[108];
-    temp_path(path, sizeof(path));
-    int fd = listen_at(path);
-    sdnotify *n;
-    attnd_err err;
-    /* 400 ms watchdog -> keep-alive every 200 ms */
-    cr_assert_eq(sdnotify_create(&n, path, "400000", NULL, &err), ATTND_OK, "%s", err.msg);
-    cr_assert_eq(sdnotify_watchdog_interval_usec(n), 200000u);
-    char buf[64];
-    cr_assert_eq(sdnotify_watchdog(n), ATTND_OK);
-    recv_msg(fd, buf, sizeof(buf));
-    cr_assert_str_eq(buf, "WATCHDOG=1", "the first tick sends at once");
-    cr_assert_eq(sdnotify_watchdog(n), ATTND_OK);
-    cr_assert(!pending(fd), "a second tick right away must not send");
+    peer p;
+    peer_open(&p, false, "400000"); /* 400 ms watchdog -> keep-alive every 200 ms */
+    cr_assert_eq(sdnotify_watchdog_interval_usec(p.n), 200000u);
+    cr_assert_eq(sdnotify_watchdog(p.n), ATTND_OK);
+    expect_msg(&p, "WATCHDOG=1", false, "the first tick sends at once");
+    cr_assert_eq(sdnotify_watchdog(p.n), ATTND_OK);
+    cr_assert(!pending(p.fd), "a second tick right away must not send");
     usleep(250000);
-    cr_assert_eq(sdnotify_watchdog(n), ATTND_OK);
-    recv_msg(fd, buf, sizeof(buf));
-    cr_assert_str_eq(buf, "WATCHDOG=1", "a tick after the interval sends again");
-    sdnotify_destroy(n);
-    close(fd);
-    unlink(path);
+    cr_assert_eq(sdnotify_watchdog(p.n), ATTND_OK);
+    expect_msg(&p, "WATCHDOG=1", false, "a tick after the interval sends again");
+    peer_close(&p);
 }
 
 Test(sdnotify, watchdog_for_another_pid_is_off) {
@@ -168,34 +171,24 @@ Test(sdnotify, nobody_listening_is_an_error_not_a_crash) {
 }
 
 Test(sdnotify, attach_fills_the_server_hooks_and_bounds_the_tick) {
-    char path[108];
-    temp_path(path, sizeof(path));
-    int fd = listen_at(path);
-    sdnotify *n;
+    peer p;
     /* 600 ms watchdog -> keep-alives every 300 ms, so the scheduler must tick at least that often */
-    cr_assert_eq(sdnotify_create(&n, path, "600000", NULL, NULL), ATTND_OK);
+    peer_open(&p, false, "600000");
     server_settings s;
     server_settings_default(&s);
     s.watchdog_interval_ms = 1000;
-    sdnotify_attach(n, &s);
+    sdnotify_attach(p.n, &s);
     cr_assert_eq(s.watchdog_interval_ms, 300);
-    cr_assert_eq(s.hooks.user, n);
-    char buf[64];
+    cr_assert_eq(s.hooks.user, p.n);
     s.hooks.on_status(s.hooks.user, "loading");
-    recv_msg(fd, buf, sizeof(buf));
-    cr_assert_str_eq(buf, "STATUS=loading");
+    expect_msg(&p, "STATUS=loading", false, "on_status");
     s.hooks.on_ready(s.hooks.user);
-    recv_msg(fd, buf, sizeof(buf));
-    cr_assert(!strncmp(buf, "READY=1", 7), "got '%s'", buf);
+    expect_msg(&p, "READY=1", true, "on_ready");
     s.hooks.on_watchdog(s.hooks.user);
-    recv_msg(fd, buf, sizeof(buf));
-    cr_assert_str_eq(buf, "WATCHDOG=1");
+    expect_msg(&p, "WATCHDOG=1", false, "on_watchdog");
     s.hooks.on_stopping(s.hooks.user);
-    recv_msg(fd, buf, sizeof(buf));
-    cr_assert(!strncmp(buf, "STOPPING=1", 10), "got '%s'", buf);
-    sdnotify_destroy(n);
-    close(fd);
-    unlink(path);
+    expect_msg(&p, "STOPPING=1", true, "on_stopping");
+    peer_close(&p);
 
     /* Without a watchdog the tick is left alone; a NULL notifier gives no-op hooks. */
     server_settings_default(&s);

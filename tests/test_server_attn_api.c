@@ -214,27 +214,47 @@ static sched_output run_to_end(sched_job *j) {
     return o;
 }
 
-Test(attn_api, scheduler_jobs_record_rows_and_leave_other_jobs_alone) {
+/* A one-thread scheduler over the test model with an in-memory session store. */
+typedef struct rig {
     sess_store *store;
     sched *sch;
+} rig;
+
+static void rig_open(rig *r) {
     server_settings cfg;
     attnd_err err;
-    cr_assert_eq(sess_store_create(&store, NULL, "t", 8, &err), ATTND_OK);
+    cr_assert_eq(sess_store_create(&r->store, NULL, "t", 8, &err), ATTND_OK);
     server_settings_default(&cfg);
     cfg.threads = 1;
-    cr_assert_eq(sched_create(&sch, m, tok, store, &cfg, &err), ATTND_OK, "%s", err.msg);
+    cr_assert_eq(sched_create(&r->sch, m, tok, r->store, &cfg, &err), ATTND_OK, "%s", err.msg);
+}
+
+static void rig_close(rig *r) {
+    sched_destroy(r->sch);
+    sess_store_destroy(r->store);
+}
+
+/* Submits j to r and runs it to the end (successfully). */
+static sched_output run_job(rig *r, sched_job *j) {
+    cr_assert_eq(sched_submit(r->sch, j, NULL), ATTND_OK);
+    return run_to_end(j);
+}
+
+Test(attn_api, scheduler_jobs_record_rows_and_leave_other_jobs_alone) {
+    rig r;
+    rig_open(&r);
+    attnd_err err;
     int32_t a[] = {1, 571, 262, 545, 270, 262, 502}, b[] = {1, 321, 364, 1480};
     /* b alone, then b batched with an inspecting job: the same tokens */
     sched_job *alone = job(b, 4, 12, NULL, NULL);
-    sched_submit(sch, alone, NULL);
-    sched_output oa = run_to_end(alone);
+    sched_output oa = run_job(&r, alone);
     cr_assert_null(oa.capture);
     attn_capture_params p = {.n_positions = 7 + 5};
     attn_capture *cap;
     cr_assert_eq(attn_capture_create(&cap, m, &p, &err), ATTND_OK);
     sched_job *insp = job(a, 7, 5, cap, NULL), *beside = job(b, 4, 12, NULL, NULL);
-    cr_assert_eq(sched_submit(sch, insp, NULL), ATTND_OK);
-    cr_assert_eq(sched_submit(sch, beside, NULL), ATTND_OK);
+    cr_assert_eq(sched_submit(r.sch, insp, NULL), ATTND_OK);
+    cr_assert_eq(sched_submit(r.sch, beside, NULL), ATTND_OK);
     sched_output oi = run_to_end(insp), ob = run_to_end(beside);
     cr_assert_eq(ob.n_pieces, 12);
     for (int i = 0; i < 12; i++) cr_assert_eq(ob.pieces[i].id, oa.pieces[i].id, "token %d changed next to inspection", i);
@@ -248,8 +268,7 @@ Test(attn_api, scheduler_jobs_record_rows_and_leave_other_jobs_alone) {
     p.n_positions = 7;
     cr_assert_eq(attn_capture_create(&cap2, m, &p, &err), ATTND_OK);
     sched_job *again = job(a, 7, 0, cap2, NULL);
-    sched_submit(sch, again, NULL);
-    sched_output o2 = run_to_end(again);
+    sched_output o2 = run_job(&r, again);
     cr_assert_eq(o2.n_cached, 0, "an anonymous inspection reuses nothing: every row is computed");
     cr_assert_eq(attn_capture_rows(cap2, &first), 7);
     const float *w1, *w2;
@@ -259,39 +278,30 @@ Test(attn_api, scheduler_jobs_record_rows_and_leave_other_jobs_alone) {
         for (int j = 0; j < len; j++) cr_assert_float_eq(w1[j], w2[j], 1e-6, "row %d differs between runs", pos);
     }
     sched_job_unref(alone), sched_job_unref(insp), sched_job_unref(beside), sched_job_unref(again);
-    sched_destroy(sch);
-    sess_store_destroy(store);
+    rig_close(&r);
 }
 
 Test(attn_api, a_session_reuses_its_prefix_and_rows_start_after_it) {
-    sess_store *store;
-    sched *sch;
-    server_settings cfg;
+    rig r;
+    rig_open(&r);
     attnd_err err;
-    cr_assert_eq(sess_store_create(&store, NULL, "t", 8, &err), ATTND_OK);
-    server_settings_default(&cfg);
-    cfg.threads = 1;
-    cr_assert_eq(sched_create(&sch, m, tok, store, &cfg, &err), ATTND_OK, "%s", err.msg);
     sess *se;
     char id[SESS_ID_MAX + 1];
-    cr_assert_eq(sess_create(store, NULL, "s1", id, &err), ATTND_OK, "%s", err.msg);
+    cr_assert_eq(sess_create(r.store, NULL, "s1", id, &err), ATTND_OK, "%s", err.msg);
     int32_t turn1[] = {1, 571, 262, 545}, turn2[] = {1, 571, 262, 545, 270, 262, 502, 443};
-    cr_assert_eq(sess_acquire(store, NULL, "s1", &se, &err), ATTND_OK);
+    cr_assert_eq(sess_acquire(r.store, NULL, "s1", &se, &err), ATTND_OK);
     sched_job *j1 = job(turn1, 4, 2, NULL, se); /* evaluates (and caches) the prompt */
-    sched_submit(sch, j1, NULL);
-    run_to_end(j1);
-    cr_assert_eq(sess_acquire(store, NULL, "s1", &se, &err), ATTND_OK);
+    run_job(&r, j1);
+    cr_assert_eq(sess_acquire(r.store, NULL, "s1", &se, &err), ATTND_OK);
     attn_capture *cap;
     attn_capture_params p = {.n_positions = 8};
     cr_assert_eq(attn_capture_create(&cap, m, &p, &err), ATTND_OK);
     sched_job *j2 = job(turn2, 8, 0, cap, se);
-    sched_submit(sch, j2, NULL);
-    sched_output o = run_to_end(j2);
+    sched_output o = run_job(&r, j2);
     cr_assert_gt(o.n_cached, 0, "the session's prefix is reused");
     int first, n = attn_capture_rows(cap, &first);
     cr_assert_eq(first, o.n_cached);
     cr_assert_eq(first + n, 8);
     sched_job_unref(j1), sched_job_unref(j2);
-    sched_destroy(sch);
-    sess_store_destroy(store);
+    rig_close(&r);
 }

@@ -33,13 +33,19 @@ static void expect_bad(const char *text, const char *want_param) {
     json_decref(b);
 }
 
+/* Parses the body text into *r, which must succeed; returns the body, which r borrows from. */
+static json_t *parse_ok(const char *text, responses_request *r) {
+    json_t *b = load(text);
+    const char *param = NULL;
+    attnd_err err = {{0}};
+    cr_assert_eq(responses_parse(b, &cfg, r, &param, &err), ATTND_OK, "%s: %s", text, err.msg);
+    return b;
+}
+
 Test(responses, a_string_input_becomes_one_user_message_after_the_instructions) {
-    json_t *b = load("{\"model\":\"m\",\"input\":\"Hello\",\"instructions\":\"Be terse.\",\"max_output_tokens\":9,"
-                     "\"temperature\":0,\"top_p\":0.5,\"seed\":3,\"store\":false,\"metadata\":{\"k\":\"v\"}}");
     responses_request r;
-    const char *param;
-    attnd_err err;
-    cr_assert_eq(responses_parse(b, &cfg, &r, &param, &err), ATTND_OK, "%s", err.msg);
+    json_t *b = parse_ok("{\"model\":\"m\",\"input\":\"Hello\",\"instructions\":\"Be terse.\",\"max_output_tokens\":9,"
+                       "\"temperature\":0,\"top_p\":0.5,\"seed\":3,\"store\":false,\"metadata\":{\"k\":\"v\"}}", &r);
     cr_assert_str_eq(r.instructions, "Be terse.");
     cr_assert_not(r.store);
     cr_assert_eq(r.max_output_tokens, 9);
@@ -51,6 +57,8 @@ Test(responses, a_string_input_becomes_one_user_message_after_the_instructions) 
     cr_assert_eq(json_integer_value(json_object_get(chat, "max_tokens")), 9);
     /* the chat body validates like any chat completion */
     oai_request q;
+    const char *param;
+    attnd_err err;
     cr_assert_eq(oai_parse(chat, true, &cfg, 512, &q, &param, &err), ATTND_OK, "%s", err.msg);
     cr_assert_eq(q.max_tokens, 9);
     cr_assert_eq(q.sp.temperature, 0);
@@ -63,13 +71,10 @@ Test(responses, a_string_input_becomes_one_user_message_after_the_instructions) 
 }
 
 Test(responses, message_items_with_text_parts_follow_the_earlier_conversation) {
-    json_t *b = load("{\"input\":[{\"role\":\"developer\",\"content\":\"d\"},"
-                     "{\"type\":\"message\",\"role\":\"user\",\"content\":[{\"type\":\"input_text\",\"text\":\"a\"},"
-                     "{\"type\":\"input_text\",\"text\":\"b\"}]}],\"previous_response_id\":\"resp_1\"}");
     responses_request r;
-    const char *param;
-    attnd_err err;
-    cr_assert_eq(responses_parse(b, &cfg, &r, &param, &err), ATTND_OK, "%s", err.msg);
+    json_t *b = parse_ok("{\"input\":[{\"role\":\"developer\",\"content\":\"d\"},"
+                       "{\"type\":\"message\",\"role\":\"user\",\"content\":[{\"type\":\"input_text\",\"text\":\"a\"},"
+                       "{\"type\":\"input_text\",\"text\":\"b\"}]}],\"previous_response_id\":\"resp_1\"}", &r);
     cr_assert(r.store, "store defaults to true");
     cr_assert_str_eq(r.previous_id, "resp_1");
     json_t *earlier = load("[{\"role\":\"user\",\"content\":\"q\"},{\"role\":\"assistant\",\"content\":\"r\"}]");
@@ -112,12 +117,10 @@ Test(responses, what_is_not_text_generation_is_refused_naming_the_field) {
     expect_bad("{\"input\":\"x\",\"metadata\":{\"k\":1}}", "metadata");
     expect_bad("{\"input\":\"x\",\"store\":\"yes\"}", "store");
     /* harmless defaults that clients send are accepted */
-    json_t *b = load("{\"input\":\"x\",\"tools\":[],\"tool_choice\":\"auto\",\"reasoning\":null,\"truncation\":"
-                     "\"disabled\",\"text\":{\"format\":{\"type\":\"text\"}},\"parallel_tool_calls\":true,\"include\":[]}");
     responses_request r;
-    const char *param;
-    attnd_err err;
-    cr_assert_eq(responses_parse(b, &cfg, &r, &param, &err), ATTND_OK, "%s", err.msg);
+    json_t *b = parse_ok("{\"input\":\"x\",\"tools\":[],\"tool_choice\":\"auto\",\"reasoning\":null,\"truncation\":"
+                       "\"disabled\",\"text\":{\"format\":{\"type\":\"text\"}},\"parallel_tool_calls\":true,\"include\":[]}",
+                         &r);
     responses_request_free(&r);
     json_decref(b);
 }
@@ -130,11 +133,8 @@ static responses_result result(const responses_request *q, const char *status, c
 }
 
 Test(responses, the_response_object_has_openai_fields) {
-    json_t *b = load("{\"input\":\"x\",\"instructions\":\"i\",\"metadata\":{\"k\":\"v\"}}");
     responses_request r;
-    const char *param;
-    attnd_err err;
-    cr_assert_eq(responses_parse(b, &cfg, &r, &param, &err), ATTND_OK, "%s", err.msg);
+    json_t *b = parse_ok("{\"input\":\"x\",\"instructions\":\"i\",\"metadata\":{\"k\":\"v\"}}", &r);
     responses_result res = result(&r, "completed", "Hi there", false);
     json_t *o = responses_object(&res);
     cr_assert_str_eq(json_string_value(json_object_get(o, "object")), "response");
@@ -191,11 +191,8 @@ static int events(const char *sse, json_t **out, int max) {
 }
 
 Test(responses, the_stream_has_openai_event_order_and_increasing_sequence_numbers) {
-    json_t *b = load("{\"input\":\"x\",\"stream\":true}");
     responses_request r;
-    const char *param;
-    attnd_err err;
-    cr_assert_eq(responses_parse(b, &cfg, &r, &param, &err), ATTND_OK, "%s", err.msg);
+    json_t *b = parse_ok("{\"input\":\"x\",\"stream\":true}", &r);
     responses_stream st = {0};
     responses_result res = result(&r, "in_progress", "", false);
     char *parts[4];
@@ -243,11 +240,8 @@ Test(responses, the_stream_has_openai_event_order_and_increasing_sequence_number
 }
 
 Test(responses, a_failed_generation_ends_the_stream_with_response_failed) {
-    json_t *b = load("{\"input\":\"x\",\"stream\":true}");
     responses_request r;
-    const char *param;
-    attnd_err err;
-    cr_assert_eq(responses_parse(b, &cfg, &r, &param, &err), ATTND_OK, "%s", err.msg);
+    json_t *b = parse_ok("{\"input\":\"x\",\"stream\":true}", &r);
     responses_stream st = {.seq = 5};
     responses_result res = result(&r, "failed", "", false);
     char *sse = responses_stream_failed(&st, &res, "KV cache budget exhausted");

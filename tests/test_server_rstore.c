@@ -26,6 +26,31 @@ static void teardown(void) {
 
 TestSuite(rstore, .init = setup, .fini = teardown);
 
+/* A store of up to max responses for model, kept in state_dir (NULL: in memory). */
+static rstore *open_store(const char *state_dir, const char *model, int max) {
+    rstore *s;
+    attnd_err err = {{0}};
+    cr_assert_eq(rstore_create(&s, state_dir, model, max, &err), ATTND_OK, "%s", err.msg);
+    return s;
+}
+
+/* A store restarted over dir for model holds n responses. */
+static void expect_stored(const char *model, int n, const char *why) {
+    rstore *s = open_store(dir, model, 8);
+    cr_assert_eq(rstore_count(s), n, "%s", why);
+    rstore_destroy(s);
+}
+
+/* Writes text as the file dir/name. */
+static void write_file(const char *name, const char *text) {
+    char path[128];
+    snprintf(path, sizeof(path), "%s/%s", dir, name);
+    FILE *f = fopen(path, "w");
+    cr_assert_not_null(f, "%s", path);
+    fputs(text, f);
+    fclose(f);
+}
+
 static json_t *response(const char *id, const char *text) {
     return json_pack("{s:s,s:s,s:[{s:s,s:[{s:s,s:s}]}]}", "id", id, "object", "response", "output", "type", "message",
                      "content", "type", "output_text", "text", text);
@@ -48,16 +73,15 @@ static const char *reply_of(json_t *conv) {
 }
 
 Test(rstore, stored_responses_survive_a_restart) {
-    rstore *s;
     attnd_err err;
-    cr_assert_eq(rstore_create(&s, dir, "model-a", 8, &err), ATTND_OK, "%s", err.msg);
+    rstore *s = open_store(dir, "model-a", 8);
     put(s, "resp_1", "resp_1", "first");
     put(s, "resp_2", "resp_1", "second");
     put(s, "resp_2", "resp_1", "second, again"); /* replaces */
     cr_assert_eq(rstore_count(s), 2);
     rstore_destroy(s);
 
-    cr_assert_eq(rstore_create(&s, dir, "model-a", 8, &err), ATTND_OK, "%s", err.msg);
+    s = open_store(dir, "model-a", 8);
     cr_assert_eq(rstore_count(s), 2);
     json_t *r, *c;
     char session[SESS_ID_MAX + 1];
@@ -77,15 +101,12 @@ Test(rstore, stored_responses_survive_a_restart) {
     rstore_destroy(s);
 
     /* another model's store sees none of them */
-    cr_assert_eq(rstore_create(&s, dir, "model-b", 8, &err), ATTND_OK, "%s", err.msg);
-    cr_assert_eq(rstore_count(s), 0);
-    rstore_destroy(s);
+    expect_stored("model-b", 0, "another model's store");
 }
 
 Test(rstore, deleting_the_last_response_of_a_session_orphans_it) {
-    rstore *s;
     attnd_err err;
-    cr_assert_eq(rstore_create(&s, dir, "m", 8, &err), ATTND_OK, "%s", err.msg);
+    rstore *s = open_store(dir, "m", 8);
     put(s, "resp_a", "resp_a", "a");
     put(s, "resp_b", "resp_a", "b");
     char orphan[SESS_ID_MAX + 1];
@@ -95,15 +116,12 @@ Test(rstore, deleting_the_last_response_of_a_session_orphans_it) {
     cr_assert_eq(rstore_delete(s, NULL, "resp_b", orphan, &err), ATTND_OK, "%s", err.msg);
     cr_assert_str_eq(orphan, "resp_a");
     rstore_destroy(s);
-    cr_assert_eq(rstore_create(&s, dir, "m", 8, &err), ATTND_OK, "%s", err.msg);
-    cr_assert_eq(rstore_count(s), 0, "deleted responses' files are gone");
-    rstore_destroy(s);
+    expect_stored("m", 0, "deleted responses' files are gone");
 }
 
 Test(rstore, limits_bad_entries_and_damaged_files_are_refused) {
-    rstore *s;
     attnd_err err;
-    cr_assert_eq(rstore_create(&s, NULL, "m", 2, &err), ATTND_OK, "%s", err.msg);
+    rstore *s = open_store(NULL, "m", 2);
     put(s, "resp_1", "resp_1", "x");
     put(s, "resp_2", "resp_2", "y");
     json_t *r = response("resp_3", "z"), *c = conversation("z");
@@ -117,33 +135,23 @@ Test(rstore, limits_bad_entries_and_damaged_files_are_refused) {
     json_decref(c);
     rstore_destroy(s);
 
-    char path[128];
-    snprintf(path, sizeof(path), "%s/resp_bad.response.json", dir);
-    FILE *f = fopen(path, "w");
-    fputs("{\"format\": \"attnd-response\", \"version\": 1, \"model\": \"m\", \"response\": {\"id\": \"resp_other\"},"
-          " \"session\": \"s\", \"conversation\": []}",
-          f);
-    fclose(f);
-    snprintf(path, sizeof(path), "%s/resp_trunc.response.json", dir);
-    f = fopen(path, "w");
-    fputs("{\"format\": \"attnd-resp", f);
-    fclose(f);
-    cr_assert_eq(rstore_create(&s, dir, "m", 8, &err), ATTND_OK, "%s", err.msg);
-    cr_assert_eq(rstore_count(s), 0, "a file whose id does not match its name, and a truncated one, are skipped");
-    rstore_destroy(s);
+    write_file("resp_bad.response.json",
+               "{\"format\": \"attnd-response\", \"version\": 1, \"model\": \"m\", \"response\": {\"id\": "
+               "\"resp_other\"}, \"session\": \"s\", \"conversation\": []}");
+    write_file("resp_trunc.response.json", "{\"format\": \"attnd-resp");
+    expect_stored("m", 0, "a file whose id does not match its name, and a truncated one, are skipped");
 }
 
 Test(rstore, another_owners_response_is_not_found_also_after_a_restart) {
-    rstore *s;
     attnd_err err;
-    cr_assert_eq(rstore_create(&s, dir, "m", 8, &err), ATTND_OK, "%s", err.msg);
+    rstore *s = open_store(dir, "m", 8);
     json_t *r = response("resp_k", "mine"), *c = conversation("mine");
     cr_assert_eq(rstore_put(s, "ab12", r, c, "resp_k", &err), ATTND_OK, "%s", err.msg);
     cr_assert_eq(rstore_put(s, "XYZ", r, c, "resp_k", &err), ATTND_ERR_INVALID, "an owner tag is hex");
     json_decref(r);
     json_decref(c);
     rstore_destroy(s);
-    cr_assert_eq(rstore_create(&s, dir, "m", 8, &err), ATTND_OK, "%s", err.msg);
+    s = open_store(dir, "m", 8);
     cr_assert_eq(rstore_get(s, NULL, "resp_k", NULL, NULL, NULL, &err), ATTND_ERR_NOT_FOUND);
     cr_assert_eq(rstore_get(s, "cd34", "resp_k", NULL, NULL, NULL, &err), ATTND_ERR_NOT_FOUND);
     cr_assert_eq(rstore_delete(s, "cd34", "resp_k", NULL, &err), ATTND_ERR_NOT_FOUND);

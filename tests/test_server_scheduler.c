@@ -15,6 +15,7 @@
 
 #include "attnd/engine.h"
 #include "attnd/tokenizer.h"
+#include "sched_internal.h" /* the pacing functions, tested on their own below */
 #include "scheduler.h"
 #include "sess.h"
 
@@ -30,16 +31,22 @@ static atomic_int ticks;
 
 static void on_tick(void *u) { (void)u; atomic_fetch_add(&ticks, 1); }
 
-static void setup(void) {
-    if (access(MODEL, R_OK) != 0) return;
+/* The model at path with its tokenizer, a session store, and the settings of a small scheduler
+ * (one thread, 4 sequences at once, queue_limit waiting). */
+static void load_fixture(const char *path, int queue_limit) {
     attnd_err err;
-    cr_assert_eq(model_load(&m, MODEL, &err), ATTND_OK, "%s", err.msg);
+    cr_assert_eq(model_load(&m, path, &err), ATTND_OK, "%s", err.msg);
     cr_assert_eq(tok_load(&tok, model_gguf(m), &err), ATTND_OK, "%s", err.msg);
     cr_assert_eq(sess_store_create(&store, NULL, "t", 16, &err), ATTND_OK);
     server_settings_default(&cfg);
     cfg.threads = 1;
     cfg.max_parallel = 4;
-    cfg.queue_limit = 4;
+    cfg.queue_limit = queue_limit;
+}
+
+static void setup(void) {
+    if (access(MODEL, R_OK) != 0) return;
+    load_fixture(MODEL, 4);
     cfg.watchdog_interval_ms = 40;
     cfg.hooks.on_watchdog = on_tick;
 }
@@ -346,7 +353,7 @@ Test(scheduler, a_long_prompt_is_prefilled_in_chunks_beside_a_decoding_stream) {
     sched_output during;
     sched_job_output(d, &during);
     cr_assert_lt(during.n_pieces, 240, "the stream was still running");
-    /* 200 prompt tokens in chunks of 16 or more take several steps, each with a decode token */
+    /* 200 prompt tokens in chunks of a few tokens take many steps, each with a decode token */
     cr_assert_geq(during.n_pieces - before.n_pieces, 3, "the stream got %d tokens while the prompt was read",
                   during.n_pieces - before.n_pieces);
     while (!pu.done) sched_job_wait(p, 1000, &pu); /* both were read already: just wait */
@@ -360,19 +367,59 @@ Test(scheduler, a_long_prompt_is_prefilled_in_chunks_beside_a_decoding_stream) {
     sched_job_unref(d);
 }
 
+/*
+ * Prefill pacing on its own, against a simulated machine: a step costs 20 ms of decode plus, per
+ * prompt token, 1 ms + 1 ms per 1000 tokens already read (attention over the prefix: steeper
+ * than on the TinyLlama shape), and on a budget of 100 ms the chunks must shrink as the prompt
+ * grows, so every step after the first few stays within the budget while the prompt still uses
+ * most of it.
+ */
+static double sim_step_ms(int pos, int chunk) {
+    double ms = 20;
+    for (int i = 0; i < chunk; i++) ms += 1.0 + (pos + i) / 1000.0;
+    return ms;
+}
+
+Test(sched_pacing, chunks_follow_the_growing_cost_of_a_long_prompt) {
+    sched s = {.max_batch = 512, .budget_ms = 100};
+    sched_learn_costs(&s, 20, 2, 0, 0); /* a decode-only step: 20 ms */
+    cr_assert_eq(sched_prefill_cap(&s, 0, 0), 512, "a prompt alone goes in max_batch chunks");
+    sched_learn_costs(&s, 900, 0, 512, 256); /* alone, it teaches nothing about pacing */
+    int pos = 0, steps = 0, first_cap = 0, last_cap = 0;
+    while (pos < 3000) {
+        int cap = sched_prefill_cap(&s, 2, pos);
+        double ms = sim_step_ms(pos, cap);
+        if (steps == 5) first_cap = cap;
+        if (steps >= 5) {
+            cr_assert_leq(ms, 100 * 1.05, "step %d at position %d: %d tokens took %.1f ms", steps, pos, cap, ms);
+            cr_assert_geq(ms, 100 * 0.85, "step %d at position %d: %d tokens used only %.1f ms", steps, pos, cap, ms);
+        }
+        sched_learn_costs(&s, ms, 2, cap, pos + (cap - 1) / 2.0);
+        pos += cap;
+        last_cap = cap;
+        steps++;
+    }
+    cr_assert_lt(last_cap, first_cap, "the chunks shrink as attention over the prefix grows (%d -> %d)", first_cap,
+                 last_cap);
+}
+
+Test(sched_pacing, the_auto_budget_is_a_few_decode_steps_and_the_prompt_always_moves) {
+    sched s = {.max_batch = 512};
+    sched_learn_costs(&s, 30, 2, 0, 0);
+    cr_assert_eq(sched_prefill_cap(&s, 2, 0), 8, "before any chunk was measured: a small first chunk");
+    sched_learn_costs(&s, 30 + 8 * 5.0, 2, 8, 3.5); /* 5 ms per prompt token */
+    int cap = sched_prefill_cap(&s, 2, 8);
+    cr_assert(cap >= 14 && cap <= 15, "auto budget 3.5 x 30 ms: (105 - 30) / 5 = 15 tokens, got %d", cap);
+    s.budget_ms = 1;
+    cr_assert_eq(sched_prefill_cap(&s, 2, 8), 4, "a budget below one decode step still moves the prompt");
+}
+
 // ---- forks: n choices of one prompt (on the repository's own model) ------------------------
 
 #define OWN_MODEL ATTND_SOURCE_DIR "/models/attnd-sotu.gguf"
 
 static void setup_own(void) {
-    attnd_err err;
-    cr_assert_eq(model_load(&m, OWN_MODEL, &err), ATTND_OK, "%s", err.msg);
-    cr_assert_eq(tok_load(&tok, model_gguf(m), &err), ATTND_OK, "%s", err.msg);
-    cr_assert_eq(sess_store_create(&store, NULL, "t", 16, &err), ATTND_OK);
-    server_settings_default(&cfg);
-    cfg.threads = 1;
-    cfg.max_parallel = 4;
-    cfg.queue_limit = 8;
+    load_fixture(OWN_MODEL, 8);
     start();
 }
 

@@ -6,6 +6,7 @@
  */
 #include <criterion/criterion.h>
 #include <dirent.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -40,6 +41,31 @@ TestSuite(sess, .init = make_dir, .fini = remove_dir);
 static struct kv_seq *fake_kv(int i) { return (struct kv_seq *)(uintptr_t)(0x1000 + i * 16); }
 static void forget_kv(struct kv_seq *kv) { (void)kv; }
 
+/* A store of up to max sessions for model, persisted in state_dir (NULL: in memory), holding the
+ * named sessions given after max (NULL-terminated). */
+static sess_store *new_store(const char *state_dir, const char *model, int max, ...) {
+    sess_store *st;
+    attnd_err err = {{0}};
+    cr_assert_eq(sess_store_create(&st, state_dir, model, max, &err), ATTND_OK, "%s", err.msg);
+    char id[SESS_ID_MAX + 1];
+    va_list ap;
+    va_start(ap, max);
+    for (const char *name; (name = va_arg(ap, const char *));)
+        cr_assert_eq(sess_create(st, NULL, name, id, &err), ATTND_OK, "%s", err.msg);
+    va_end(ap);
+    return st;
+}
+
+/* A turn of session `name`: acquired, given fake KV i (when i > 0) holding 1 position, and
+ * released with the history t (n). Returns the session (idle again). */
+static sess *take_turn(sess_store *st, const char *name, int i, const int32_t *t, int n) {
+    sess *s;
+    cr_assert_eq(sess_acquire(st, NULL, name, &s, NULL), ATTND_OK, "acquire %s", name);
+    if (i > 0) sess_set_kv(st, s, fake_kv(i), 1, 10);
+    cr_assert_eq(sess_release(st, s, t, n, NULL), ATTND_OK, "release %s", name);
+    return s;
+}
+
 Test(sess, ids_are_validated) {
     cr_assert(sess_id_valid("a"));
     cr_assert(sess_id_valid("123e4567-e89b-12d3-a456-426614174000"));
@@ -54,8 +80,7 @@ Test(sess, ids_are_validated) {
 }
 
 Test(sess, create_generates_or_takes_ids_and_refuses_duplicates) {
-    sess_store *st;
-    cr_assert_eq(sess_store_create(&st, NULL, "m", 10, NULL), ATTND_OK);
+    sess_store *st = new_store(NULL, "m", 10, NULL);
     char id[SESS_ID_MAX + 1], id2[SESS_ID_MAX + 1];
     cr_assert_eq(sess_create(st, NULL, NULL, id, NULL), ATTND_OK);
     cr_assert(sess_id_valid(id));
@@ -70,20 +95,14 @@ Test(sess, create_generates_or_takes_ids_and_refuses_duplicates) {
 }
 
 Test(sess, max_sessions_is_enforced) {
-    sess_store *st;
-    cr_assert_eq(sess_store_create(&st, NULL, "m", 2, NULL), ATTND_OK);
+    sess_store *st = new_store(NULL, "m", 2, "a", "b", NULL);
     char id[SESS_ID_MAX + 1];
-    cr_assert_eq(sess_create(st, NULL, "a", id, NULL), ATTND_OK);
-    cr_assert_eq(sess_create(st, NULL, "b", id, NULL), ATTND_OK);
     cr_assert_eq(sess_create(st, NULL, "c", id, NULL), ATTND_ERR_NOMEM);
     sess_store_destroy(st);
 }
 
 Test(sess, a_busy_session_cannot_be_acquired_or_deleted) {
-    sess_store *st;
-    cr_assert_eq(sess_store_create(&st, NULL, "m", 10, NULL), ATTND_OK);
-    char id[SESS_ID_MAX + 1];
-    sess_create(st, NULL, "s", id, NULL);
+    sess_store *st = new_store(NULL, "m", 10, "s", NULL);
     sess *s, *s2;
     cr_assert_eq(sess_acquire(st, NULL, "s", &s, NULL), ATTND_OK);
     cr_assert_eq(sess_acquire(st, NULL, "s", &s2, NULL), ATTND_ERR_BUSY);
@@ -100,8 +119,7 @@ Test(sess, a_busy_session_cannot_be_acquired_or_deleted) {
 }
 
 Test(sess, anonymous_entries_are_picked_by_longest_common_prefix) {
-    sess_store *st;
-    cr_assert_eq(sess_store_create(&st, NULL, "m", 10, NULL), ATTND_OK);
+    sess_store *st = new_store(NULL, "m", 10, NULL);
     int32_t a[] = {1, 10, 11, 12}, b[] = {1, 20, 21, 22};
     sess *ea = sess_acquire_anon(st, NULL, a, 4, 4);
     sess_set_kv(st, ea, fake_kv(1), 3, 100);
@@ -121,21 +139,12 @@ Test(sess, anonymous_entries_are_picked_by_longest_common_prefix) {
 }
 
 Test(sess, eviction_takes_the_least_recently_used_idle_kv) {
-    sess_store *st;
-    cr_assert_eq(sess_store_create(&st, NULL, "m", 10, NULL), ATTND_OK);
-    char id[SESS_ID_MAX + 1];
-    sess_create(st, NULL, "old", id, NULL);
-    sess_create(st, NULL, "new", id, NULL);
-    sess_create(st, NULL, "busy", id, NULL);
-    sess *o, *n, *b;
+    sess_store *st = new_store(NULL, "m", 10, "old", "new", "busy", NULL);
+    sess *b;
     int32_t t[] = {1, 2};
-    sess_acquire(st, NULL, "old", &o, NULL);
-    sess_set_kv(st, o, fake_kv(1), 1, 10);
-    sess_release(st, o, t, 2, NULL);
+    sess *o = take_turn(st, "old", 1, t, 2);
     usleep(3000);
-    sess_acquire(st, NULL, "new", &n, NULL);
-    sess_set_kv(st, n, fake_kv(2), 1, 10);
-    sess_release(st, n, t, 2, NULL);
+    take_turn(st, "new", 2, t, 2);
     sess_acquire(st, NULL, "busy", &b, NULL);
     sess_set_kv(st, b, fake_kv(3), 1, 10);
     cr_assert_eq(sess_evict_lru(st), fake_kv(1));
@@ -149,14 +158,10 @@ Test(sess, eviction_takes_the_least_recently_used_idle_kv) {
 }
 
 Test(sess, histories_survive_a_restart_and_other_models_files_are_ignored) {
-    sess_store *st;
-    cr_assert_eq(sess_store_create(&st, dir, "model-A", 10, NULL), ATTND_OK);
+    sess_store *st = new_store(dir, "model-A", 10, "conv", NULL);
     char id[SESS_ID_MAX + 1];
-    sess_create(st, NULL, "conv", id, NULL);
-    sess *s;
-    sess_acquire(st, NULL, "conv", &s, NULL);
     int32_t hist[] = {1, 415, 461, 7};
-    sess_release(st, s, hist, 4, NULL);
+    sess *s = take_turn(st, "conv", 0, hist, 4);
     attnd_err err;
     cr_assert_eq(sess_persist(st, NULL, "conv", &err), ATTND_OK, "%s", err.msg);
     sess_store_destroy(st);
@@ -170,7 +175,7 @@ Test(sess, histories_survive_a_restart_and_other_models_files_are_ignored) {
     fclose(f);
     cr_assert(strstr(buf, "\"format\":\"attnd-session\"") && strstr(buf, "\"tokens\":[1,415,461,7]"), "%s", buf);
 
-    cr_assert_eq(sess_store_create(&st, dir, "model-A", 10, NULL), ATTND_OK);
+    st = new_store(dir, "model-A", 10, NULL);
     cr_assert_eq(sess_acquire(st, NULL, "conv", &s, NULL), ATTND_OK);
     cr_assert_eq(s->n_tokens, 4);
     cr_assert_eq(s->tokens[2], 461);
@@ -178,7 +183,7 @@ Test(sess, histories_survive_a_restart_and_other_models_files_are_ignored) {
     sess_abandon(st, s);
     sess_store_destroy(st);
 
-    cr_assert_eq(sess_store_create(&st, dir, "model-B", 10, NULL), ATTND_OK);
+    st = new_store(dir, "model-B", 10, NULL);
     cr_assert_eq(sess_count(st), 0);
     /* model A's "conv" is not model B's to take: creating it is refused, the file is untouched */
     cr_expect_eq(sess_create(st, NULL, "conv", id, &err), ATTND_ERR_BUSY);
@@ -225,17 +230,14 @@ Test(sess, damaged_files_are_skipped_not_fatal) {
     f = fopen(path, "w");
     fputs("not json", f);
     fclose(f);
-    sess_store *st;
-    cr_assert_eq(sess_store_create(&st, dir, "m", 10, NULL), ATTND_OK);
+    sess_store *st = new_store(dir, "m", 10, NULL);
     cr_assert_eq(sess_count(st), 0);
     sess_store_destroy(st);
 }
 
 Test(sess, delete_removes_the_file) {
-    sess_store *st;
-    cr_assert_eq(sess_store_create(&st, dir, "m", 10, NULL), ATTND_OK);
-    char id[SESS_ID_MAX + 1], path[256];
-    sess_create(st, NULL, "gone", id, NULL);
+    sess_store *st = new_store(dir, "m", 10, "gone", NULL);
+    char path[256];
     cr_assert_eq(sess_persist(st, NULL, "gone", NULL), ATTND_OK);
     snprintf(path, sizeof(path), "%s/gone.session.json", dir);
     cr_assert_eq(access(path, F_OK), 0);
@@ -261,23 +263,19 @@ static bool file_exists(const char *id) {
 }
 
 Test(sess, at_max_sessions_the_least_recently_used_idle_session_is_evicted) {
-    sess_store *st;
-    cr_assert_eq(sess_store_create(&st, dir, "m", 2, NULL), ATTND_OK);
+    sess_store *st = new_store(dir, "m", 2, NULL);
     sess_store_set_lifetime(st, 0, true);
     n_sunk = 0;
     sess_store_set_kv_sink(st, sink, NULL);
     char id[SESS_ID_MAX + 1];
     int32_t t[] = {1, 2, 3};
-    sess *a, *b;
+    sess *b;
     cr_assert_eq(sess_create(st, NULL, "a", id, NULL), ATTND_OK);
     cr_assert_eq(sess_create(st, NULL, "b", id, NULL), ATTND_OK);
-    cr_assert_eq(sess_acquire(st, NULL, "a", &a, NULL), ATTND_OK);
-    sess_set_kv(st, a, fake_kv(1), 3, 10);
-    sess_release(st, a, t, 3, NULL);
+    take_turn(st, "a", 1, t, 3);
     cr_assert_eq(sess_persist(st, NULL, "a", NULL), ATTND_OK);
     usleep(3000);
-    cr_assert_eq(sess_acquire(st, NULL, "b", &b, NULL), ATTND_OK);
-    sess_release(st, b, t, 3, NULL);
+    take_turn(st, "b", 0, t, 3);
     cr_assert(file_exists("a"));
     cr_assert_eq(sess_create(st, NULL, "c", id, NULL), ATTND_OK, "the limit evicts instead of refusing");
     cr_assert_null(sess_info_json(st, NULL, "a"), "'a' was the least recently used");
@@ -297,8 +295,7 @@ Test(sess, at_max_sessions_the_least_recently_used_idle_session_is_evicted) {
 }
 
 Test(sess, idle_sessions_expire_after_the_ttl) {
-    sess_store *st;
-    cr_assert_eq(sess_store_create(&st, dir, "m", 10, NULL), ATTND_OK);
+    sess_store *st = new_store(dir, "m", 10, NULL);
     char id[SESS_ID_MAX + 1];
     sess *busy;
     cr_assert_eq(sess_create(st, NULL, "old", id, NULL), ATTND_OK);
@@ -322,8 +319,7 @@ Test(sess, idle_sessions_expire_after_the_ttl) {
 }
 
 Test(sess, persist_is_durable_and_start_up_removes_interrupted_writes) {
-    sess_store *st;
-    cr_assert_eq(sess_store_create(&st, dir, "m", 10, NULL), ATTND_OK);
+    sess_store *st = new_store(dir, "m", 10, NULL);
     char id[SESS_ID_MAX + 1], p[256];
     sess *s;
     int32_t t1[] = {5, 6}, t2[] = {5, 6, 7, 8};
@@ -341,7 +337,7 @@ Test(sess, persist_is_durable_and_start_up_removes_interrupted_writes) {
     cr_assert_not_null(f);
     fputs("{\"partial", f);
     fclose(f);
-    cr_assert_eq(sess_store_create(&st, dir, "m", 10, NULL), ATTND_OK);
+    st = new_store(dir, "m", 10, NULL);
     cr_assert_neq(access(p, F_OK), 0, "the leftover temporary file is removed");
     json_t *j = sess_info_json(st, NULL, "x");
     cr_assert_eq(json_integer_value(json_object_get(j, "tokens")), 4, "the newest history is the one on disk");
@@ -350,8 +346,7 @@ Test(sess, persist_is_durable_and_start_up_removes_interrupted_writes) {
 }
 
 Test(sess, owners_see_only_their_own_sessions_and_prompt_cache) {
-    sess_store *st;
-    cr_assert_eq(sess_store_create(&st, dir, "m", 10, NULL), ATTND_OK);
+    sess_store *st = new_store(dir, "m", 10, NULL);
     const char *a = "00000000000000aa", *b = "00000000000000bb";
     char id[SESS_ID_MAX + 1];
     attnd_err err;
@@ -391,7 +386,7 @@ Test(sess, owners_see_only_their_own_sessions_and_prompt_cache) {
     char path[256];
     snprintf(path, sizeof(path), "%s/%s~chat.session.json", dir, a);
     cr_expect_eq(access(path, R_OK), 0, "%s", path);
-    cr_assert_eq(sess_store_create(&st, dir, "m", 10, NULL), ATTND_OK);
+    st = new_store(dir, "m", 10, NULL);
     cr_assert_eq(sess_acquire(st, a, "chat", &s, &err), ATTND_OK, "%s", err.msg);
     cr_expect_eq(s->n_tokens, 3);
     sess_abandon(st, s);

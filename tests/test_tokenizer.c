@@ -42,6 +42,23 @@ static tokenizer *load_data(const char *rel) {
     return t;
 }
 
+/* tok_encode of len bytes of text, which must succeed; *n receives the count (caller frees). */
+static int32_t *encode(const tokenizer *t, const char *text, size_t len, bool add_special, bool parse_special,
+                       size_t *n) {
+    int32_t *ids;
+    attnd_err err = {{0}};
+    cr_assert_eq(tok_encode(t, text, len, add_special, parse_special, &ids, n, &err), ATTND_OK, "%s", err.msg);
+    return ids;
+}
+
+/* tok_decode, which must succeed; *len receives the length (caller frees). */
+static char *decode(const tokenizer *t, const int32_t *ids, size_t n, bool render_special, size_t *len) {
+    char *dec;
+    attnd_err err = {{0}};
+    cr_assert_eq(tok_decode(t, ids, n, render_special, &dec, len, &err), ATTND_OK, "%s", err.msg);
+    return dec;
+}
+
 static bool ids_equal(const int32_t *a, size_t na, json_t *b) {
     if (na != json_array_size(b)) return false;
     for (size_t i = 0; i < na; i++)
@@ -218,9 +235,8 @@ Test(tokenizer, fixture_model_vocabularies_match_llamacpp_prompt_tokens) {
         cr_assert_eq(tok_load(&t, g, &err), ATTND_OK, "%s", err.msg);
         gguf_close(g);
         const char *prompt = json_string_value(json_object_get(c, "prompt"));
-        int32_t *ids;
         size_t n;
-        cr_assert_eq(tok_encode(t, prompt, strlen(prompt), true, false, &ids, &n, NULL), ATTND_OK);
+        int32_t *ids = encode(t, prompt, strlen(prompt), true, false, &n);
         cr_expect(ids_equal(ids, n, json_object_get(c, "prompt_tokens")), "%s: \"%s\"", rel, prompt);
         free(ids);
         tok_destroy(t);
@@ -234,13 +250,12 @@ Test(tokenizer, fixture_model_vocabularies_match_llamacpp_prompt_tokens) {
 
 Test(tokenizer, empty_prompt_yields_only_bos) {
     tokenizer *t = load_data("tokenizers/llama-spm.gguf");
-    int32_t *ids;
     size_t n;
-    cr_assert_eq(tok_encode(t, "", 0, true, false, &ids, &n, NULL), ATTND_OK);
+    int32_t *ids = encode(t, "", 0, true, false, &n);
     cr_assert_eq(n, 1);
     cr_assert_eq(ids[0], tok_bos(t));
     free(ids);
-    cr_assert_eq(tok_encode(t, "", 0, false, false, &ids, &n, NULL), ATTND_OK);
+    ids = encode(t, "", 0, false, false, &n);
     cr_assert_eq(n, 0);
     free(ids);
     tok_destroy(t);
@@ -284,19 +299,17 @@ Test(tokenizer, metadata_ids_and_flags_come_from_the_gguf) {
 Test(tokenizer, control_tokens_match_only_with_parse_special) {
     tokenizer *t = load_data("tokenizers/llama3-bpe.gguf");
     const char *text = "<|start_header_id|>user<|end_header_id|>";
-    int32_t *ids;
     size_t n;
-    cr_assert_eq(tok_encode(t, text, strlen(text), false, true, &ids, &n, NULL), ATTND_OK);
+    int32_t *ids = encode(t, text, strlen(text), false, true, &n);
     cr_assert_eq(n, 3);
     cr_expect_eq(ids[0], tok_find(t, "<|start_header_id|>"));
     cr_expect_eq(ids[2], tok_find(t, "<|end_header_id|>"));
     free(ids);
-    cr_assert_eq(tok_encode(t, text, strlen(text), false, false, &ids, &n, NULL), ATTND_OK);
+    ids = encode(t, text, strlen(text), false, false, &n);
     cr_expect_gt(n, 3);
     for (size_t i = 0; i < n; i++) cr_expect(!tok_is_control(t, ids[i]), "control id %d from plain text", ids[i]);
-    char *dec;
     size_t len;
-    cr_assert_eq(tok_decode(t, ids, n, false, &dec, &len, NULL), ATTND_OK);
+    char *dec = decode(t, ids, n, false, &len);
     cr_expect_str_eq(dec, text);
     free(dec);
     free(ids);
@@ -336,9 +349,8 @@ Test(tokenizer, marked_encoding_matches_control_tokens_only_inside_the_spans) {
 Test(tokenizer, user_defined_tokens_always_match) {
     tokenizer *t = load_data("tokenizers/qwen2-bpe.gguf");
     const char *text = "<think>";
-    int32_t *ids;
     size_t n;
-    cr_assert_eq(tok_encode(t, text, strlen(text), false, false, &ids, &n, NULL), ATTND_OK);
+    int32_t *ids = encode(t, text, strlen(text), false, false, &n);
     cr_assert_eq(n, 1);
     cr_expect_eq(ids[0], tok_find(t, "<think>"));
     free(ids);
@@ -349,12 +361,11 @@ Test(tokenizer, control_tokens_decode_to_nothing_unless_rendered) {
     tokenizer *t = load_data("tokenizers/llama-spm.gguf");
     int32_t ids[] = {1, tok_find(t, "\xE2\x96\x81Hello"), 2};
     cr_assert_geq(ids[1], 0);
-    char *dec;
     size_t len;
-    cr_assert_eq(tok_decode(t, ids, 3, false, &dec, &len, NULL), ATTND_OK);
+    char *dec = decode(t, ids, 3, false, &len);
     cr_expect_str_eq(dec, "Hello", "BOS hidden, dummy-prefix space dropped");
     free(dec);
-    cr_assert_eq(tok_decode(t, ids, 3, true, &dec, &len, NULL), ATTND_OK);
+    dec = decode(t, ids, 3, true, &len);
     cr_expect_str_eq(dec, "<s> Hello</s>");
     free(dec);
     tok_destroy(t);
@@ -405,9 +416,8 @@ Test(tokenizer, stream_passes_invalid_utf8_through_without_holding_it) {
     tokenizer *t = load_data("tokenizers/gpt2-bpe.gguf");
     /* a lone continuation byte and a lead byte followed by ASCII are invalid, never "incomplete" */
     const char text[] = "x\x80y\xC3z";
-    int32_t *ids;
     size_t n;
-    cr_assert_eq(tok_encode(t, text, sizeof(text) - 1, false, false, &ids, &n, NULL), ATTND_OK);
+    int32_t *ids = encode(t, text, sizeof(text) - 1, false, false, &n);
     bool split;
     size_t len;
     char *out = stream_all(t, ids, n, false, &len, &split);
@@ -441,9 +451,8 @@ static attnd_status load_built(gbuf *kvs, tokenizer **t, attnd_err *err) {
 }
 
 static void expect_ids(const tokenizer *t, const char *text, const int32_t *want, size_t n_want) {
-    int32_t *ids;
     size_t n;
-    cr_assert_eq(tok_encode(t, text, strlen(text), false, false, &ids, &n, NULL), ATTND_OK);
+    int32_t *ids = encode(t, text, strlen(text), false, false, &n);
     cr_expect_eq(n, n_want, "\"%s\": %zu ids, want %zu", text, n, n_want);
     for (size_t i = 0; i < n && i < n_want; i++) cr_expect_eq(ids[i], want[i], "\"%s\": id %zu", text, i);
     free(ids);

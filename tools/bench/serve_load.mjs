@@ -41,6 +41,12 @@ const tps = (runs) => { // aggregate decode tokens/s from first to last token ov
   return runs.reduce((n, r) => n + r.times.length - 1, 0) / ((last - first) / 1000);
 };
 const fmt = (x, d = 2) => x.toFixed(d);
+// a counter of GET /metrics (Prometheus text)
+const metric = async (name) => {
+  const text = await (await fetch(BASE + '/metrics')).text();
+  const line = text.split('\n').find((l) => l.startsWith(name + ' '));
+  return line ? Number(line.split(' ')[1]) : NaN;
+};
 
 async function main() {
   const models = await (await fetch(BASE + '/v1/models')).json();
@@ -53,10 +59,13 @@ async function main() {
   console.log(`1. one stream: ${fmt(tps1, 1)} tok/s; attnd generate --threads 2: ${fmt(GEN_TPS, 1)} tok/s;` +
               ` ratio ${fmt(tps1 / GEN_TPS)} (target >= 0.9)`);
 
+  const steps0 = await metric('attnd_engine_steps_total'), gen0 = await metric('attnd_generated_tokens_total');
   const many = await Promise.all(Array.from({ length: STREAMS }, (_, i) =>
     streamTimes({ prompt: `Stream ${i} of the nation`, max_tokens: TOK })));
   const tpsN = tps(many);
-  console.log(`2. ${STREAMS} streams: ${fmt(tpsN, 1)} tok/s together; ratio to one stream ${fmt(tpsN / tps1)} (target >= 5)`);
+  const perStep = ((await metric('attnd_generated_tokens_total')) - gen0) / ((await metric('attnd_engine_steps_total')) - steps0);
+  console.log(`2. ${STREAMS} streams: ${fmt(tpsN, 1)} tok/s together; ratio to one stream ${fmt(tpsN / tps1)} (target >= 5);` +
+              ` ${fmt(perStep, 1)} tokens per engine step`);
 
   // the long prompt alone: its prefill time is its time to first token on an idle server
   const ids = (salt) => Array.from({ length: LONG }, (_, i) => 3 + ((i * 7 + salt) % 3000));

@@ -1,0 +1,60 @@
+/*
+ * engine_rig.h — (tests only) a generated model (engine_fixture.h) written to a temporary file,
+ * loaded, with an engine and a cache pool, and the sequences a test makes: the setup the engine
+ * tests share. Every step asserts, so a test that gets a rig has a working one.
+ */
+#ifndef ATTND_TEST_ENGINE_RIG_H
+#define ATTND_TEST_ENGINE_RIG_H
+
+#include <criterion/criterion.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "attnd/engine.h"
+#include "engine_fixture.h"
+
+typedef struct tiny_rig {
+    char path[256];
+    tiny_spec sp;
+    model *m;
+    engine *e;
+    kv_pool *pool;
+    kv_seq *seqs[8]; /* made by tiny_rig_seq, destroyed by tiny_rig_close */
+    int n_seqs;
+} tiny_rig;
+
+/* Writes sp, loads it, and makes an engine (2 threads) for batches of up to max_batch entries and
+ * a 64 MiB pool of kv-typed caches. */
+static inline void tiny_rig_open(tiny_rig *r, const tiny_spec *sp, kv_type kv, int max_batch) {
+    memset(r, 0, sizeof(*r));
+    r->sp = *sp;
+    tiny_tmpname(r->path, sizeof(r->path), sp->arch);
+    cr_assert_eq(tiny_write(r->path, sp), 0, "cannot write %s", r->path);
+    attnd_err err;
+    cr_assert_eq(model_load(&r->m, r->path, &err), ATTND_OK, "%s", err.msg);
+    cr_assert_eq(engine_create(&r->e, r->m, max_batch, 2, &err), ATTND_OK, "%s", err.msg);
+    cr_assert_eq(kv_pool_create(&r->pool, r->m, (size_t)64 << 20, kv, &err), ATTND_OK, "%s", err.msg);
+}
+
+/* A new empty sequence in r's pool, owned by r. */
+static inline kv_seq *tiny_rig_seq(tiny_rig *r) {
+    cr_assert_lt(r->n_seqs, (int)(sizeof(r->seqs) / sizeof(r->seqs[0])));
+    kv_seq **s = &r->seqs[r->n_seqs++];
+    cr_assert_eq(kv_seq_create(s, r->pool, NULL), ATTND_OK);
+    return *s;
+}
+
+static inline void tiny_rig_close(tiny_rig *r) {
+    for (int i = 0; i < r->n_seqs; i++) kv_seq_destroy(r->seqs[i]);
+    engine_destroy(r->e);
+    kv_pool_destroy(r->pool);
+    model_destroy(r->m);
+    unlink(r->path);
+}
+
+/* n token ids below vocab, the same for the same seed. */
+static inline void tiny_random_tokens(int32_t *t, int n, int vocab, uint64_t seed) {
+    for (int i = 0; i < n; i++) t[i] = (int32_t)(tiny_rng(&seed) % (uint64_t)vocab);
+}
+
+#endif
