@@ -14,6 +14,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "block.h"
+
 struct attn_capture {
     int n_layers, n_heads;   /* selected */
     int *layers;             /* (n_layers) model layer of each selected one */
@@ -28,6 +30,7 @@ struct attn_capture {
     int *hits;               /* (n_positions) selected (layer, head) recorded, modulo their number */
     const kv_seq *seq;
     attn_capture *next;      /* attn_capture_link's list */
+    char *mem;               /* owns every array above (engine/block.h) */
 };
 
 // ---- parameters -----------------------------------------------------------------------------
@@ -84,6 +87,24 @@ static void fill_selection(int *out, int *slot, const int *list, int n, int all)
     }
 }
 
+/* Selected (layer, head) pairs: the number of blocks of c->w. */
+static size_t n_blocks(const attn_capture *c) { return (size_t)c->n_layers * (size_t)c->n_heads; }
+
+/* Lays out the capture's arrays in mem (block.h); returns the bytes they need (SIZE_MAX when
+ * the weights do not fit in memory at all). */
+static size_t layout(attn_capture *c, char *mem, const model_info *mi) {
+    size_t n_w = n_blocks(c) <= SIZE_MAX / c->block ? n_blocks(c) * c->block : SIZE_MAX;
+    block b = {.mem = mem};
+    c->layers = block_take(&b, (size_t)c->n_layers, sizeof(*c->layers));
+    c->heads = block_take(&b, (size_t)c->n_heads, sizeof(*c->heads));
+    c->layer_slot = block_take(&b, (size_t)mi->n_layer, sizeof(*c->layer_slot));
+    c->head_slot = block_take(&b, (size_t)mi->n_head, sizeof(*c->head_slot));
+    c->hits = block_take(&b, (size_t)c->n_positions, sizeof(*c->hits));
+    c->w = block_take(&b, n_w, sizeof(*c->w));
+    c->ix = block_take(&b, c->top_k ? n_w : 0, sizeof(*c->ix));
+    return block_size(&b);
+}
+
 attnd_status attn_capture_create(attn_capture **out, const model *m, const attn_capture_params *p, attnd_err *err) {
     *out = NULL;
     const model_info *mi = model_info_get(m);
@@ -96,19 +117,13 @@ attnd_status attn_capture_create(attn_capture **out, const model *m, const attn_
     c->n_positions = p->n_positions;
     c->top_k = p->top_k;
     c->k_slot = p->top_k < p->n_positions ? p->top_k : p->n_positions;
-    size_t P = (size_t)p->n_positions, blocks = (size_t)c->n_layers * (size_t)c->n_heads;
+    size_t P = (size_t)p->n_positions, blocks = n_blocks(c);
     c->block = c->top_k ? P * (size_t)c->k_slot : P * (P + 1) / 2;
-    c->layers = malloc(sizeof(int) * (size_t)c->n_layers);
-    c->heads = malloc(sizeof(int) * (size_t)c->n_heads);
-    c->layer_slot = malloc(sizeof(int) * (size_t)mi->n_layer);
-    c->head_slot = malloc(sizeof(int) * (size_t)mi->n_head);
-    c->hits = calloc(P, sizeof(int));
-    c->w = blocks <= SIZE_MAX / sizeof(float) / c->block ? malloc(sizeof(float) * blocks * c->block) : NULL;
-    if (c->top_k && c->w) c->ix = malloc(sizeof(int32_t) * blocks * c->block);
-    if (!c->layers || !c->heads || !c->layer_slot || !c->head_slot || !c->hits || !c->w || (c->top_k && !c->ix)) {
+    if (!(c->mem = calloc(1, layout(c, NULL, mi)))) {
         st = attnd_fail(err, ATTND_ERR_NOMEM, "out of memory for %zu attention weights", blocks * c->block);
         goto fail;
     }
+    layout(c, c->mem, mi);
     fill_selection(c->layers, c->layer_slot, p->layers, p->n_layers, mi->n_layer);
     fill_selection(c->heads, c->head_slot, p->heads, p->n_heads, mi->n_head);
     *out = c;
@@ -120,13 +135,7 @@ fail:
 
 void attn_capture_destroy(attn_capture *c) {
     if (!c) return;
-    free(c->layers);
-    free(c->heads);
-    free(c->layer_slot);
-    free(c->head_slot);
-    free(c->hits);
-    free(c->w);
-    free(c->ix);
+    free(c->mem);
     free(c);
 }
 

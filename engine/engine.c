@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "attn_ops.h"
+#include "block.h"
 #include "kv_layout.h"
 #include "model_internal.h"
 #include "quant.h"
@@ -84,6 +85,8 @@ struct engine {
     engine_attn_want attn_want; /* which (entry, layer, head) attn_cb wants; NULL = all */
     void *attn_user;
     float *cb_weights;      /* (n_ctx) softmax weights handed to attn_cb */
+
+    char *mem;              /* owns every array above (engine/block.h) */
 };
 
 static int default_threads(void) { return threads_default(); }
@@ -91,6 +94,48 @@ static int default_threads(void) { return threads_default(); }
 static size_t max_scratch(size_t cur, const weight *w, int n_tok) {
     size_t s = quant_scratch_bytes(w->type, n_tok, w->cols);
     return s > cur ? s : cur;
+}
+
+/* Floats of one attention scratch slot (attn_slot). */
+static size_t slot_floats(const model_info *mi) {
+    size_t hd = (size_t)mi->head_dim, G = (size_t)(mi->n_head / mi->n_head_kv), QB = ATTN_QBLOCK;
+    return 2 * KV_BLOCK * hd + KV_BLOCK + 2 * QB * G * hd + QB * G * KV_BLOCK + 2 * QB * G;
+}
+
+/* Lays out the engine's buffers in mem (block.h), sized for e->max_batch entries and e->n_slots
+ * threads; returns the bytes they need. */
+static size_t layout(engine *e, char *mem) {
+    const model *m = e->m;
+    const model_info *mi = &m->info;
+    size_t B = (size_t)e->max_batch, E = (size_t)mi->n_embd, F = (size_t)mi->n_ff;
+    size_t Q = (size_t)m->q_dim, KV = (size_t)m->kv_dim;
+    size_t scratch = max_scratch(0, &m->output, e->max_batch);
+    for (int l = 0; l < mi->n_layer; l++) {
+        const layer_weights *L = &m->layers[l];
+        const weight *ws[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
+        for (size_t i = 0; i < ATTND_ARRAY_LEN(ws); i++) scratch = max_scratch(scratch, ws[i], e->max_batch);
+    }
+    block b = {.mem = mem};
+    e->x = block_take(&b, B * E, sizeof(float));
+    e->xn = block_take(&b, B * E, sizeof(float));
+    e->q = block_take(&b, B * Q, sizeof(float));
+    e->k = block_take(&b, B * KV, sizeof(float));
+    e->v = block_take(&b, B * KV, sizeof(float));
+    e->att = block_take(&b, B * Q, sizeof(float));
+    e->tmp = block_take(&b, B * E, sizeof(float));
+    e->gate = block_take(&b, B * F, sizeof(float));
+    e->up = block_take(&b, B * F, sizeof(float));
+    e->rope = block_take(&b, B * (size_t)mi->rope_dims, sizeof(float));
+    e->k16 = block_take(&b, KV, sizeof(uint16_t));
+    e->neg = block_take(&b, F, sizeof(float));
+    e->mm_scratch = block_take(&b, scratch ? scratch : 1, 1); /* quant_matmul wants one even if unused */
+    e->seqs = block_take(&b, B, sizeof(*e->seqs));
+    e->want = block_take(&b, B, sizeof(*e->want));
+    e->qblocks = block_take(&b, B, sizeof(*e->qblocks));
+    e->slot_mem = block_take(&b, slot_floats(mi) * (size_t)e->n_slots, sizeof(float));
+    e->slots = block_take(&b, (size_t)e->n_slots, sizeof(*e->slots));
+    e->cb_weights = block_take(&b, (size_t)mi->n_ctx, sizeof(float));
+    return block_size(&b);
 }
 
 attnd_status engine_create(engine **out, const model *m, int max_batch, int n_threads, attnd_err *err) {
@@ -101,53 +146,20 @@ attnd_status engine_create(engine **out, const model *m, int max_batch, int n_th
     engine *e = calloc(1, sizeof(*e));
     if (!e) return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory creating an engine");
     const model_info *mi = &m->info;
-    size_t B = (size_t)max_batch, E = (size_t)mi->n_embd, F = (size_t)mi->n_ff;
-    size_t Q = (size_t)m->q_dim, KV = (size_t)m->kv_dim, hd = (size_t)mi->head_dim;
-    size_t G = (size_t)(mi->n_head / mi->n_head_kv);
     e->m = m;
     e->max_batch = max_batch;
     e->n_threads = n_threads > 0 ? n_threads : default_threads();
     e->n_slots = e->n_threads > default_threads() ? e->n_threads : default_threads();
 
-    e->x = malloc(sizeof(float) * B * E);
-    e->xn = malloc(sizeof(float) * B * E);
-    e->q = malloc(sizeof(float) * B * Q);
-    e->k = malloc(sizeof(float) * B * KV);
-    e->v = malloc(sizeof(float) * B * KV);
-    e->att = malloc(sizeof(float) * B * Q);
-    e->tmp = malloc(sizeof(float) * B * E);
-    e->gate = malloc(sizeof(float) * B * F);
-    e->up = malloc(sizeof(float) * B * F);
-    e->rope = malloc(sizeof(float) * B * (size_t)mi->rope_dims);
-    e->k16 = malloc(sizeof(uint16_t) * KV);
-    e->neg = malloc(sizeof(float) * F);
-    e->seqs = malloc(sizeof(*e->seqs) * B);
-    e->want = malloc(sizeof(*e->want) * B);
-    e->qblocks = malloc(sizeof(*e->qblocks) * B);
-    e->cb_weights = malloc(sizeof(float) * (size_t)mi->n_ctx);
-
-    size_t scratch = 0;
-    scratch = max_scratch(scratch, &m->output, max_batch);
-    for (int l = 0; l < mi->n_layer; l++) {
-        const layer_weights *L = &m->layers[l];
-        const weight *ws[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
-        for (size_t i = 0; i < ATTND_ARRAY_LEN(ws); i++) scratch = max_scratch(scratch, ws[i], max_batch);
-    }
-    e->mm_scratch = malloc(scratch ? scratch : 1);
-
-    size_t QB = ATTN_QBLOCK;
-    size_t slot_floats = 2 * KV_BLOCK * hd + KV_BLOCK + 2 * QB * G * hd + QB * G * KV_BLOCK + 2 * QB * G;
-    e->slot_mem = malloc(sizeof(float) * slot_floats * (size_t)e->n_slots);
-    e->slots = calloc((size_t)e->n_slots, sizeof(*e->slots));
-
-    if (!e->x || !e->xn || !e->q || !e->k || !e->v || !e->att || !e->tmp || !e->gate || !e->up || !e->rope || !e->k16 || !e->neg ||
-        !e->seqs || !e->want || !e->qblocks || !e->cb_weights || !e->mm_scratch || !e->slot_mem || !e->slots) {
+    if (!(e->mem = calloc(1, layout(e, NULL)))) {
         engine_destroy(e);
         return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory creating an engine for %d tokens per batch",
                           max_batch);
     }
+    layout(e, e->mem);
+    size_t hd = (size_t)mi->head_dim, G = (size_t)(mi->n_head / mi->n_head_kv), QB = ATTN_QBLOCK;
     for (int t = 0; t < e->n_slots; t++) {
-        float *p = e->slot_mem + slot_floats * (size_t)t;
+        float *p = e->slot_mem + slot_floats(mi) * (size_t)t;
         attn_slot *s = &e->slots[t];
         s->v_tile = p, p += KV_BLOCK * hd;
         s->kt = p, p += KV_BLOCK * hd;
@@ -164,25 +176,7 @@ attnd_status engine_create(engine **out, const model *m, int max_batch, int n_th
 
 void engine_destroy(engine *e) {
     if (!e) return;
-    free(e->x);
-    free(e->xn);
-    free(e->q);
-    free(e->k);
-    free(e->v);
-    free(e->att);
-    free(e->tmp);
-    free(e->gate);
-    free(e->up);
-    free(e->rope);
-    free(e->k16);
-    free(e->neg);
-    free(e->seqs);
-    free(e->want);
-    free(e->qblocks);
-    free(e->cb_weights);
-    free(e->mm_scratch);
-    free(e->slot_mem);
-    free(e->slots);
+    free(e->mem);
     free(e);
 }
 
