@@ -374,33 +374,92 @@ static void trim(const char **b, const char **e) {
     while (*e > *b && isspace((unsigned char)(*e)[-1])) (*e)--;
 }
 
-static attnd_status load_file(config *c, server_settings *s, const char *path, attnd_err *err) {
-    attnd_status st = ATTND_OK;
-    char *text = NULL;
+/* Reads the config file at path into *text (NUL-terminated; the caller frees it): at most 1 MiB
+ * and no NUL bytes, so that a wrong path (a model!) is refused cheaply. */
+static attnd_status read_text(const char *path, char **text, attnd_err *err) {
+    *text = NULL;
     FILE *f = fopen(path, "rb");
     if (!f) return attnd_fail(err, ATTND_ERR_IO, "config file '%s': %s", path, strerror(errno));
-    /* A config file is small; 1 MiB is a generous cap that keeps a wrong path (a model!) cheap. */
     const size_t cap = 1u << 20;
-    text = malloc(cap + 1);
-    if (!text) {
-        st = attnd_fail(err, ATTND_ERR_NOMEM, "out of memory");
-        goto done;
-    }
-    size_t n = fread(text, 1, cap + 1, f);
-    if (ferror(f)) {
-        st = attnd_fail(err, ATTND_ERR_IO, "config file '%s': read failed", path);
-        goto done;
-    }
-    if (n > cap) {
+    attnd_status st = ATTND_OK;
+    char *t = malloc(cap + 1);
+    size_t n = t ? fread(t, 1, cap + 1, f) : 0;
+    if (!t) st = attnd_fail(err, ATTND_ERR_NOMEM, "out of memory");
+    else if (ferror(f)) st = attnd_fail(err, ATTND_ERR_IO, "config file '%s': read failed", path);
+    else if (n > cap)
         st = attnd_fail(err, ATTND_ERR_INVALID, "config file '%s': larger than 1 MiB; is it a config file?", path);
-        goto done;
-    }
-    text[n] = '\0';
-    if (memchr(text, '\0', n)) {
+    else if (memchr(t, '\0', n))
         st = attnd_fail(err, ATTND_ERR_INVALID, "config file '%s': contains NUL bytes; is it a text file?", path);
-        goto done;
+    fclose(f);
+    if (st != ATTND_OK) {
+        free(t);
+        return st;
     }
+    t[n] = '\0';
+    *text = t;
+    return ATTND_OK;
+}
 
+/* Narrows [*vb, *ve), the trimmed text after '=', to the value: "quoted" (kept verbatim) or bare
+ * up to a ' #' comment. loc names the line in the error. */
+static attnd_status value_range(const char **vb, const char **ve, const char *loc, attnd_err *err) {
+    if (*vb < *ve && **vb == '"') {
+        const char *q = memchr(*vb + 1, '"', (size_t)(*ve - *vb - 1));
+        const char *rest = q ? q + 1 : NULL;
+        if (rest) while (rest < *ve && isspace((unsigned char)*rest)) rest++;
+        if (!q || (rest < *ve && *rest != '#'))
+            return attnd_fail(err, ATTND_ERR_INVALID, "%s: unterminated quote or text after the closing quote", loc);
+        (*vb)++;
+        *ve = q;
+        return ATTND_OK;
+    }
+    for (const char *h = *vb; h < *ve; h++)
+        if (*h == '#' && (h == *vb || isspace((unsigned char)h[-1]))) {
+            *ve = h;
+            break;
+        }
+    trim(vb, ve);
+    return ATTND_OK;
+}
+
+/* Applies line number `line` of the file, [b, e): trimmed, neither blank nor a comment. */
+static attnd_status load_line(config *c, server_settings *s, const char *path, int line, const char *b,
+                              const char *e, attnd_err *err) {
+    const char *eq = memchr(b, '=', (size_t)(e - b));
+    if (!eq)
+        return attnd_fail(err, ATTND_ERR_INVALID, "%s:%d: expected 'key = value', got '%.*s'", path, line,
+                          (int)(e - b > 60 ? 60 : e - b), b);
+    const char *kb = b, *ke = eq;
+    trim(&kb, &ke);
+    size_t kn = (size_t)(ke - kb);
+    int idx = find_key(kb, kn);
+    if (idx < 0) {
+        char hint[96];
+        return attnd_fail(err, ATTND_ERR_INVALID, "%s:%d: key '%.*s': unknown setting%s", path, line,
+                          (int)(kn > 60 ? 60 : kn), kb, suggest(hint, sizeof(hint), kb, kn, false));
+    }
+    char loc[PATH_MAX + 96];
+    snprintf(loc, sizeof(loc), "%s:%d: key '%s'", path, line, SETTINGS[idx].key);
+    if (c->slots[idx].src == CONFIG_SRC_FILE)
+        return attnd_fail(err, ATTND_ERR_INVALID, "%s: repeats line %d", loc, c->slots[idx].line);
+    const char *vb = eq + 1, *ve = e;
+    trim(&vb, &ve);
+    attnd_status st = value_range(&vb, &ve, loc, err);
+    if (st != ATTND_OK) return st;
+    char *value = strndup(vb, (size_t)(ve - vb));
+    if (!value) return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory");
+    char origin[PATH_MAX + 16];
+    snprintf(origin, sizeof(origin), "%s:%d", path, line);
+    st = apply(c, s, (size_t)idx, value, CONFIG_SRC_FILE, origin, line, loc, err);
+    free(value);
+    return st;
+}
+
+/* Applies the config file at path, line by line; stops at the first bad line. */
+static attnd_status load_file(config *c, server_settings *s, const char *path, attnd_err *err) {
+    char *text;
+    attnd_status st = read_text(path, &text, err);
+    if (st != ATTND_OK) return st;
     int line = 0;
     for (char *p = text; *p || p == text;) {
         line++;
@@ -409,69 +468,10 @@ static attnd_status load_file(config *c, server_settings *s, const char *path, a
         const char *b = p, *e = end;
         p = nl ? nl + 1 : end;
         trim(&b, &e);
-        if (b == e || *b == '#') {
-            if (!nl) break;
-            continue;
-        }
-        char loc[PATH_MAX + 96];
-        const char *eq = memchr(b, '=', (size_t)(e - b));
-        if (!eq) {
-            st = attnd_fail(err, ATTND_ERR_INVALID, "%s:%d: expected 'key = value', got '%.*s'", path, line,
-                            (int)(e - b > 60 ? 60 : e - b), b);
-            goto done;
-        }
-        const char *kb = b, *ke = eq;
-        trim(&kb, &ke);
-        size_t kn = (size_t)(ke - kb);
-        int idx = find_key(kb, kn);
-        if (idx < 0) {
-            char hint[96];
-            st = attnd_fail(err, ATTND_ERR_INVALID, "%s:%d: key '%.*s': unknown setting%s", path, line,
-                            (int)(kn > 60 ? 60 : kn), kb, suggest(hint, sizeof(hint), kb, kn, false));
-            goto done;
-        }
-        snprintf(loc, sizeof(loc), "%s:%d: key '%s'", path, line, SETTINGS[idx].key);
-        if (c->slots[idx].src == CONFIG_SRC_FILE) {
-            st = attnd_fail(err, ATTND_ERR_INVALID, "%s: repeats line %d", loc, c->slots[idx].line);
-            goto done;
-        }
-        /* The value: "quoted" (kept verbatim) or bare up to a ' #' comment. */
-        const char *vb = eq + 1, *ve = e;
-        trim(&vb, &ve);
-        if (vb < ve && *vb == '"') {
-            const char *q = memchr(vb + 1, '"', (size_t)(ve - vb - 1));
-            const char *rest = q ? q + 1 : NULL;
-            if (rest) while (rest < ve && isspace((unsigned char)*rest)) rest++;
-            if (!q || (rest < ve && *rest != '#')) {
-                st = attnd_fail(err, ATTND_ERR_INVALID, "%s: unterminated quote or text after the closing quote",
-                                loc);
-                goto done;
-            }
-            vb++;
-            ve = q;
-        } else {
-            for (const char *h = vb; h < ve; h++)
-                if (*h == '#' && (h == vb || isspace((unsigned char)h[-1]))) {
-                    ve = h;
-                    break;
-                }
-            trim(&vb, &ve);
-        }
-        char *value = strndup(vb, (size_t)(ve - vb));
-        if (!value) {
-            st = attnd_fail(err, ATTND_ERR_NOMEM, "out of memory");
-            goto done;
-        }
-        char origin[PATH_MAX + 16];
-        snprintf(origin, sizeof(origin), "%s:%d", path, line);
-        st = apply(c, s, (size_t)idx, value, CONFIG_SRC_FILE, origin, line, loc, err);
-        free(value);
-        if (st != ATTND_OK) goto done;
+        if (b != e && *b != '#' && (st = load_line(c, s, path, line, b, e, err)) != ATTND_OK) break;
         if (!nl) break;
     }
-done:
     free(text);
-    fclose(f);
     return st;
 }
 
