@@ -228,9 +228,7 @@ enum MHD_Result sse_stream(req *r, const sse_writer *w) {
     if (!resp) return MHD_NO;
     MHD_add_response_header(resp, "Content-Type", "text/event-stream");
     MHD_add_response_header(resp, "Cache-Control", "no-cache");
-    enum MHD_Result ret = http_queue(r, 200, resp);
-    MHD_destroy_response(resp);
-    return ret;
+    return http_send(r, 200, resp);
 }
 
 enum MHD_Result sse_respond(req *r) { return sse_stream(r, r->llama ? &LLAMA_WRITER : &OAI_WRITER); }
