@@ -801,6 +801,7 @@ typedef struct enc {
     int32_t *hpos;        /* (cap_sym) index in heap, -1 when absent */
     uint64_t *heap;       /* (n_heap) merge priority << 32 | symbol, see heap_set */
     size_t n_heap, cap_sym;
+    char *sym_mem; /* owns prev, next, sid, hpos and heap (engine/block.h) */
     char *buf; /* escaped SPM text or NFC text */
     size_t cap_buf;
     tok_pre_buf pre;
@@ -809,11 +810,7 @@ typedef struct enc {
 } enc;
 
 static void enc_free(enc *e) {
-    free(e->prev);
-    free(e->next);
-    free(e->sid);
-    free(e->hpos);
-    free(e->heap);
+    free(e->sym_mem);
     free(e->buf);
     tok_pre_buf_free(&e->pre);
     wcache_free(&e->cache);
@@ -847,20 +844,29 @@ static attnd_status emit(enc *e, int32_t id) {
     return ATTND_OK;
 }
 
+/* Lays out the symbol arrays, cap elements each, in mem (block.h); returns the bytes they need. */
+static size_t layout_sym(enc *e, char *mem, size_t cap) {
+    block b = {.mem = mem};
+    e->prev = block_take(&b, cap, sizeof(*e->prev));
+    e->next = block_take(&b, cap, sizeof(*e->next));
+    e->sid = block_take(&b, cap, sizeof(*e->sid));
+    e->hpos = block_take(&b, cap, sizeof(*e->hpos));
+    e->heap = block_take(&b, cap, sizeof(*e->heap));
+    return block_size(&b);
+}
+
+/* Room for n symbols. What the arrays held is dropped: each word fills them afresh. */
 static attnd_status reserve_sym(enc *e, size_t n) {
     if (n <= e->cap_sym) return ATTND_OK;
     size_t cap = e->cap_sym ? e->cap_sym : 256;
     while (cap < n) cap *= 2;
-    void *p;
-#define GROW(field)                                              \
-    if (!(p = realloc(e->field, cap * sizeof(*e->field)))) goto oom; \
-    e->field = p;
-    GROW(prev) GROW(next) GROW(sid) GROW(hpos) GROW(heap)
-#undef GROW
+    free(e->sym_mem);
+    e->cap_sym = 0;
+    if (!(e->sym_mem = malloc(layout_sym(e, NULL, cap))))
+        return attnd_fail(e->err, ATTND_ERR_NOMEM, "out of memory tokenizing a %zu-byte word", n);
+    layout_sym(e, e->sym_mem, cap);
     e->cap_sym = cap;
     return ATTND_OK;
-oom:
-    return attnd_fail(e->err, ATTND_ERR_NOMEM, "out of memory tokenizing a %zu-byte word", n);
 }
 
 /*
