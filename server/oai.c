@@ -16,9 +16,7 @@
 #define MAX_STOP_LEN 256
 #define MAX_BIAS 1024
 
-static attnd_status bad(const char **param, const char *name, attnd_err *err, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static attnd_status bad(const char **param, const char *name, attnd_err *err, const char *fmt, ...) {
+attnd_status oai_bad(const char **param, const char *name, attnd_err *err, const char *fmt, ...) {
     *param = name;
     va_list ap;
     va_start(ap, fmt);
@@ -27,56 +25,64 @@ static attnd_status bad(const char **param, const char *name, attnd_err *err, co
     return ATTND_ERR_INVALID;
 }
 
-/* A field that is absent or JSON null counts as not given. */
-static const json_t *field(const json_t *body, const char *name) {
+const json_t *oai_field(const json_t *body, const char *name) {
     const json_t *v = json_object_get(body, name);
     return json_is_null(v) ? NULL : v;
 }
 
 static attnd_status get_num(const json_t *body, const char *name, double lo, double hi, float *out,
                             const char **param, attnd_err *err) {
-    const json_t *v = field(body, name);
+    const json_t *v = oai_field(body, name);
     if (!v) return ATTND_OK;
-    if (!json_is_number(v)) return bad(param, name, err, "'%s' must be a number", name);
+    if (!json_is_number(v)) return oai_bad(param, name, err, "'%s' must be a number", name);
     double d = json_number_value(v);
-    if (!isfinite(d) || d < lo || d > hi) return bad(param, name, err, "'%s' must be between %g and %g", name, lo, hi);
+    if (!isfinite(d) || d < lo || d > hi) return oai_bad(param, name, err, "'%s' must be between %g and %g", name, lo, hi);
     *out = (float)d;
     return ATTND_OK;
 }
 
 static attnd_status get_int(const json_t *body, const char *name, long long lo, long long hi, int *out,
                             const char **param, attnd_err *err) {
-    const json_t *v = field(body, name);
+    const json_t *v = oai_field(body, name);
     if (!v) return ATTND_OK;
-    if (!json_is_integer(v)) return bad(param, name, err, "'%s' must be an integer", name);
+    if (!json_is_integer(v)) return oai_bad(param, name, err, "'%s' must be an integer", name);
     long long x = json_integer_value(v);
-    if (x < lo || x > hi) return bad(param, name, err, "'%s' must be between %lld and %lld", name, lo, hi);
+    if (x < lo || x > hi) return oai_bad(param, name, err, "'%s' must be between %lld and %lld", name, lo, hi);
     *out = (int)x;
     return ATTND_OK;
 }
 
-static attnd_status get_bool(const json_t *body, const char *name, bool *out, const char **param, attnd_err *err) {
-    const json_t *v = field(body, name);
+attnd_status oai_get_bool(const json_t *body, const char *name, bool *out, const char **param, attnd_err *err) {
+    const json_t *v = oai_field(body, name);
     if (!v) return ATTND_OK;
-    if (!json_is_boolean(v)) return bad(param, name, err, "'%s' must be a boolean", name);
+    if (!json_is_boolean(v)) return oai_bad(param, name, err, "'%s' must be a boolean", name);
     *out = json_is_true(v);
     return ATTND_OK;
 }
 
+attnd_status oai_get_string(const json_t *body, const char *name, const char **out, const char **param,
+                            attnd_err *err) {
+    const json_t *v = oai_field(body, name);
+    if (!v) return ATTND_OK;
+    if (!json_is_string(v)) return oai_bad(param, name, err, "'%s' must be a string", name);
+    if (out) *out = json_string_value(v);
+    return ATTND_OK;
+}
+
 static attnd_status parse_stop(const json_t *body, oai_request *r, const char **param, attnd_err *err) {
-    const json_t *v = field(body, "stop");
+    const json_t *v = oai_field(body, "stop");
     if (!v) return ATTND_OK;
     size_t n = json_is_string(v) ? 1 : json_is_array(v) ? json_array_size(v) : (size_t)-1;
-    if (n == (size_t)-1) return bad(param, "stop", err, "'stop' must be a string or an array of strings");
-    if (n > MAX_STOPS) return bad(param, "stop", err, "'stop' has %zu entries; at most %d are allowed", n, MAX_STOPS);
+    if (n == (size_t)-1) return oai_bad(param, "stop", err, "'stop' must be a string or an array of strings");
+    if (n > MAX_STOPS) return oai_bad(param, "stop", err, "'stop' has %zu entries; at most %d are allowed", n, MAX_STOPS);
     r->stops = calloc(n ? n : 1, sizeof(char *));
     if (!r->stops) return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory");
     for (size_t i = 0; i < n; i++) {
         const json_t *s = json_is_string(v) ? v : json_array_get(v, i);
-        if (!json_is_string(s)) return bad(param, "stop", err, "'stop[%zu]' must be a string", i);
+        if (!json_is_string(s)) return oai_bad(param, "stop", err, "'stop[%zu]' must be a string", i);
         size_t len = json_string_length(s);
-        if (len == 0) return bad(param, "stop", err, "'stop' strings must not be empty");
-        if (len > MAX_STOP_LEN) return bad(param, "stop", err, "'stop' strings may be at most %d bytes", MAX_STOP_LEN);
+        if (len == 0) return oai_bad(param, "stop", err, "'stop' strings must not be empty");
+        if (len > MAX_STOP_LEN) return oai_bad(param, "stop", err, "'stop' strings may be at most %d bytes", MAX_STOP_LEN);
         r->stops[i] = strdup(json_string_value(s));
         if (!r->stops[i]) return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory");
         r->n_stops++;
@@ -85,11 +91,11 @@ static attnd_status parse_stop(const json_t *body, oai_request *r, const char **
 }
 
 static attnd_status parse_bias(const json_t *body, int n_vocab, oai_request *r, const char **param, attnd_err *err) {
-    const json_t *v = field(body, "logit_bias");
+    const json_t *v = oai_field(body, "logit_bias");
     if (!v) return ATTND_OK;
-    if (!json_is_object(v)) return bad(param, "logit_bias", err, "'logit_bias' must be an object of token id -> bias");
+    if (!json_is_object(v)) return oai_bad(param, "logit_bias", err, "'logit_bias' must be an object of token id -> bias");
     size_t n = json_object_size(v);
-    if (n > MAX_BIAS) return bad(param, "logit_bias", err, "'logit_bias' has more than %d entries", MAX_BIAS);
+    if (n > MAX_BIAS) return oai_bad(param, "logit_bias", err, "'logit_bias' has more than %d entries", MAX_BIAS);
     r->bias = calloc(n ? n : 1, sizeof(*r->bias));
     if (!r->bias) return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory");
     const char *key;
@@ -98,10 +104,10 @@ static attnd_status parse_bias(const json_t *body, int n_vocab, oai_request *r, 
         char *end;
         long long id = strtoll(key, &end, 10);
         if (end == key || *end || id < 0 || id >= n_vocab)
-            return bad(param, "logit_bias", err, "'logit_bias' key '%.32s' is not a token id below %d", key, n_vocab);
+            return oai_bad(param, "logit_bias", err, "'logit_bias' key '%.32s' is not a token id below %d", key, n_vocab);
         if (!json_is_number(val) || !isfinite(json_number_value(val)) || json_number_value(val) < -100 ||
             json_number_value(val) > 100)
-            return bad(param, "logit_bias", err, "'logit_bias' values must be numbers between -100 and 100");
+            return oai_bad(param, "logit_bias", err, "'logit_bias' values must be numbers between -100 and 100");
         double b = json_number_value(val);
         /* -100 means "never" in OpenAI's API */
         r->bias[r->n_bias++] = (logit_bias){(int32_t)id, b <= -100 ? -INFINITY : (float)b};
@@ -123,7 +129,7 @@ static attnd_status parse_content(const json_t *c, size_t i, char **out, const c
             const json_t *part = json_array_get(c, k), *type = json_object_get(part, "type"),
                          *text = json_object_get(part, "text");
             if (!json_is_string(type) || strcmp(json_string_value(type), "text") || !json_is_string(text))
-                return bad(param, "messages", err, "messages[%zu].content[%zu]: only {\"type\": \"text\", \"text\": ...} parts are supported", i, k);
+                return oai_bad(param, "messages", err, "messages[%zu].content[%zu]: only {\"type\": \"text\", \"text\": ...} parts are supported", i, k);
             total += json_string_length(text);
         }
         *out = malloc(total);
@@ -137,27 +143,27 @@ static attnd_status parse_content(const json_t *c, size_t i, char **out, const c
             (*out)[o] = '\0';
         }
     } else {
-        return bad(param, "messages", err, "messages[%zu].content must be a string or an array of text parts", i);
+        return oai_bad(param, "messages", err, "messages[%zu].content must be a string or an array of text parts", i);
     }
     return *out ? ATTND_OK : attnd_fail(err, ATTND_ERR_NOMEM, "out of memory");
 }
 
 static attnd_status parse_messages(const json_t *body, oai_request *r, const char **param, attnd_err *err) {
-    const json_t *m = field(body, "messages");
-    if (!m) return bad(param, "messages", err, "'messages' is required");
+    const json_t *m = oai_field(body, "messages");
+    if (!m) return oai_bad(param, "messages", err, "'messages' is required");
     if (!json_is_array(m) || json_array_size(m) == 0)
-        return bad(param, "messages", err, "'messages' must be a non-empty array");
+        return oai_bad(param, "messages", err, "'messages' must be a non-empty array");
     size_t n = json_array_size(m);
     r->msgs = calloc(n, sizeof(*r->msgs));
     if (!r->msgs) return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory");
     for (size_t i = 0; i < n; i++) {
         const json_t *msg = json_array_get(m, i);
-        if (!json_is_object(msg)) return bad(param, "messages", err, "messages[%zu] must be an object", i);
+        if (!json_is_object(msg)) return oai_bad(param, "messages", err, "messages[%zu] must be an object", i);
         const json_t *role = json_object_get(msg, "role");
-        if (!json_is_string(role)) return bad(param, "messages", err, "messages[%zu].role must be a string", i);
+        if (!json_is_string(role)) return oai_bad(param, "messages", err, "messages[%zu].role must be a string", i);
         const char *rs = json_string_value(role);
         if (strcmp(rs, "system") && strcmp(rs, "user") && strcmp(rs, "assistant") && strcmp(rs, "developer"))
-            return bad(param, "messages", err, "messages[%zu].role '%.32s' is not supported; the roles are %s", i, rs,
+            return oai_bad(param, "messages", err, "messages[%zu].role '%.32s' is not supported; the roles are %s", i, rs,
                        OAI_ROLES);
         char *content = NULL;
         attnd_status rc = parse_content(json_object_get(msg, "content"), i, &content, param, err);
@@ -231,7 +237,7 @@ void oai_prompts_free(oai_prompt *ps, int n) {
 
 static attnd_status parse_prompt(const json_t *body, int n_vocab, oai_request *r, const char **param,
                                  attnd_err *err) {
-    attnd_status st = oai_parse_prompts(field(body, "prompt"), n_vocab, OAI_MAX_PROMPTS, &r->prompts, &r->n_prompts, err);
+    attnd_status st = oai_parse_prompts(oai_field(body, "prompt"), n_vocab, OAI_MAX_PROMPTS, &r->prompts, &r->n_prompts, err);
     if (st != ATTND_OK) *param = "prompt";
     return st;
 }
@@ -243,30 +249,30 @@ static attnd_status parse_prompt(const json_t *body, int n_vocab, oai_request *r
 static attnd_status refuse_unsupported(const json_t *body, const char **param, attnd_err *err) {
     static const char *LISTS[] = {"tools", "functions"};
     for (size_t i = 0; i < ATTND_ARRAY_LEN(LISTS); i++) {
-        const json_t *v = field(body, LISTS[i]);
+        const json_t *v = oai_field(body, LISTS[i]);
         if (v && !(json_is_array(v) && json_array_size(v) == 0))
-            return bad(param, LISTS[i], err, "'%s' is not supported by this server (no tool calling)", LISTS[i]);
+            return oai_bad(param, LISTS[i], err, "'%s' is not supported by this server (no tool calling)", LISTS[i]);
     }
     static const char *CHOICES[] = {"tool_choice", "function_call"};
     for (size_t i = 0; i < ATTND_ARRAY_LEN(CHOICES); i++) {
-        const json_t *v = field(body, CHOICES[i]);
+        const json_t *v = oai_field(body, CHOICES[i]);
         if (v && !(json_is_string(v) && !strcmp(json_string_value(v), "none")))
-            return bad(param, CHOICES[i], err, "'%s' is not supported by this server (no tool calling)", CHOICES[i]);
+            return oai_bad(param, CHOICES[i], err, "'%s' is not supported by this server (no tool calling)", CHOICES[i]);
     }
-    const json_t *rf = field(body, "response_format"), *rft = json_object_get(rf, "type");
+    const json_t *rf = oai_field(body, "response_format"), *rft = json_object_get(rf, "type");
     if (rf && !(json_is_string(rft) && !strcmp(json_string_value(rft), "text")))
-        return bad(param, "response_format", err,
+        return oai_bad(param, "response_format", err,
                    "'response_format' other than {\"type\": \"text\"} is not supported (no JSON mode)");
-    const json_t *mod = field(body, "modalities");
+    const json_t *mod = oai_field(body, "modalities");
     if (mod && !(json_is_array(mod) && json_array_size(mod) == 1 &&
                  json_is_string(json_array_get(mod, 0)) && !strcmp(json_string_value(json_array_get(mod, 0)), "text")))
-        return bad(param, "modalities", err, "only 'modalities': [\"text\"] is supported");
-    if (field(body, "audio")) return bad(param, "audio", err, "'audio' output is not supported");
-    const json_t *best = field(body, "best_of"), *suffix = field(body, "suffix");
+        return oai_bad(param, "modalities", err, "only 'modalities': [\"text\"] is supported");
+    if (oai_field(body, "audio")) return oai_bad(param, "audio", err, "'audio' output is not supported");
+    const json_t *best = oai_field(body, "best_of"), *suffix = oai_field(body, "suffix");
     if (best && !(json_is_integer(best) && json_integer_value(best) == 1))
-        return bad(param, "best_of", err, "only 'best_of': 1 is supported");
+        return oai_bad(param, "best_of", err, "only 'best_of': 1 is supported");
     if (suffix && !(json_is_string(suffix) && json_string_length(suffix) == 0))
-        return bad(param, "suffix", err, "'suffix' (insertion) is not supported");
+        return oai_bad(param, "suffix", err, "'suffix' (insertion) is not supported");
     return ATTND_OK;
 }
 
@@ -279,27 +285,26 @@ attnd_status oai_parse(const json_t *body, bool chat, const server_settings *cfg
     r->logprobs = -1;
     r->sp = cfg->sampling;
     attnd_random(&r->sp.seed, sizeof(r->sp.seed));
-    if (!json_is_object(body)) return bad(param, NULL, err, "the request body must be a JSON object");
+    if (!json_is_object(body)) return oai_bad(param, NULL, err, "the request body must be a JSON object");
 
     attnd_status rc;
     if ((rc = refuse_unsupported(body, param, err)) != ATTND_OK) return rc;
     if ((rc = chat ? parse_messages(body, r, param, err) : parse_prompt(body, n_vocab, r, param, err)) != ATTND_OK)
         return rc;
-    const json_t *model = field(body, "model");
-    if (model && !json_is_string(model)) return bad(param, "model", err, "'model' must be a string");
+    if ((rc = oai_get_string(body, "model", NULL, param, err)) != ATTND_OK) return rc;
     r->n = 1;
     if ((rc = get_int(body, "n", 1, OAI_MAX_N, &r->n, param, err)) != ATTND_OK) return rc;
     int n_prompts = chat ? 1 : r->n_prompts;
     if (n_prompts * r->n > OAI_MAX_CHOICES)
-        return bad(param, "n", err, "%d prompts x n = %d make %d choices; at most %d per request", n_prompts, r->n,
+        return oai_bad(param, "n", err, "%d prompts x n = %d make %d choices; at most %d per request", n_prompts, r->n,
                    n_prompts * r->n, OAI_MAX_CHOICES);
-    const char *mt_name = chat && field(body, "max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
-    if (field(body, mt_name)) {
-        const json_t *v = field(body, mt_name);
+    const char *mt_name = chat && oai_field(body, "max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
+    if (oai_field(body, mt_name)) {
+        const json_t *v = oai_field(body, mt_name);
         if (!json_is_integer(v) || json_integer_value(v) < 0)
-            return bad(param, mt_name, err, "'%s' must be a non-negative integer", mt_name);
+            return oai_bad(param, mt_name, err, "'%s' must be a non-negative integer", mt_name);
         if (json_integer_value(v) > cfg->max_tokens_cap)
-            return bad(param, mt_name, err, "'%s' is %lld; this server allows at most %d", mt_name,
+            return oai_bad(param, mt_name, err, "'%s' is %lld; this server allows at most %d", mt_name,
                        (long long)json_integer_value(v), cfg->max_tokens_cap);
         r->max_tokens = (int)json_integer_value(v);
     }
@@ -313,43 +318,39 @@ attnd_status oai_parse(const json_t *body, bool chat, const server_settings *cfg
         (rc = get_int(body, "top_k", 0, n_vocab, &r->sp.top_k, param, err)) ||
         (rc = get_int(body, "repeat_last_n", -1, 1 << 20, &r->sp.repeat_last_n, param, err)))
         return rc;
-    if (r->sp.top_p == 0) return bad(param, "top_p", err, "'top_p' must be greater than 0");
-    const json_t *seed = field(body, "seed");
+    if (r->sp.top_p == 0) return oai_bad(param, "top_p", err, "'top_p' must be greater than 0");
+    const json_t *seed = oai_field(body, "seed");
     if (seed) {
-        if (!json_is_integer(seed)) return bad(param, "seed", err, "'seed' must be an integer");
+        if (!json_is_integer(seed)) return oai_bad(param, "seed", err, "'seed' must be an integer");
         r->sp.seed = (uint64_t)json_integer_value(seed);
     }
-    if ((rc = get_bool(body, "stream", &r->stream, param, err)) != ATTND_OK) return rc;
-    const json_t *so = field(body, "stream_options");
+    if ((rc = oai_get_bool(body, "stream", &r->stream, param, err)) != ATTND_OK) return rc;
+    const json_t *so = oai_field(body, "stream_options");
     if (so) {
-        if (!json_is_object(so)) return bad(param, "stream_options", err, "'stream_options' must be an object");
-        if ((rc = get_bool(so, "include_usage", &r->include_usage, param, err)) != ATTND_OK) return rc;
+        if (!json_is_object(so)) return oai_bad(param, "stream_options", err, "'stream_options' must be an object");
+        if ((rc = oai_get_bool(so, "include_usage", &r->include_usage, param, err)) != ATTND_OK) return rc;
     }
     if (chat) {
         bool lp = false;
-        if ((rc = get_bool(body, "logprobs", &lp, param, err)) != ATTND_OK) return rc;
+        if ((rc = oai_get_bool(body, "logprobs", &lp, param, err)) != ATTND_OK) return rc;
         int top = 0;
         if ((rc = get_int(body, "top_logprobs", 0, 20, &top, param, err)) != ATTND_OK) return rc;
-        if (field(body, "top_logprobs") && !lp)
-            return bad(param, "top_logprobs", err, "'top_logprobs' requires 'logprobs': true");
+        if (oai_field(body, "top_logprobs") && !lp)
+            return oai_bad(param, "top_logprobs", err, "'top_logprobs' requires 'logprobs': true");
         r->logprobs = lp ? top : -1;
     } else {
         if ((rc = get_int(body, "logprobs", 0, 20, &r->logprobs, param, err)) != ATTND_OK) return rc;
-        if ((rc = get_bool(body, "echo", &r->echo, param, err)) != ATTND_OK) return rc;
-        if (r->echo && r->stream) return bad(param, "echo", err, "'echo' cannot be combined with 'stream'");
+        if ((rc = oai_get_bool(body, "echo", &r->echo, param, err)) != ATTND_OK) return rc;
+        if (r->echo && r->stream) return oai_bad(param, "echo", err, "'echo' cannot be combined with 'stream'");
     }
-    const json_t *user = field(body, "user");
-    if (user && !json_is_string(user)) return bad(param, "user", err, "'user' must be a string");
-    const json_t *sid = field(body, "session_id");
-    if (sid) {
-        if (!json_is_string(sid)) return bad(param, "session_id", err, "'session_id' must be a string");
-        r->session_id = json_string_value(sid);
-    }
+    if ((rc = oai_get_string(body, "user", NULL, param, err)) != ATTND_OK ||
+        (rc = oai_get_string(body, "session_id", &r->session_id, param, err)) != ATTND_OK)
+        return rc;
     if ((rc = parse_stop(body, r, param, err)) != ATTND_OK) return rc;
     if ((rc = parse_bias(body, n_vocab, r, param, err)) != ATTND_OK) return rc;
     attnd_err verr;
     if (sampler_params_validate(&r->sp, n_vocab, &verr) != ATTND_OK)
-        return bad(param, NULL, err, "%s", verr.msg);
+        return oai_bad(param, NULL, err, "%s", verr.msg);
     return ATTND_OK;
 }
 

@@ -7,7 +7,6 @@
  */
 #include "responses.h"
 
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,25 +15,6 @@
 
 #define MAX_METADATA 16
 
-static attnd_status bad(const char **param, const char *name, attnd_err *err, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static attnd_status bad(const char **param, const char *name, attnd_err *err, const char *fmt, ...) {
-    *param = name;
-    if (err) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err->msg, sizeof(err->msg), fmt, ap);
-        va_end(ap);
-    }
-    return ATTND_ERR_INVALID;
-}
-
-/* A field that is absent or JSON null counts as not given. */
-static const json_t *field(const json_t *o, const char *name) {
-    const json_t *v = json_object_get(o, name);
-    return json_is_null(v) ? NULL : v;
-}
-
 static bool str_is(const json_t *v, const char *s) { return json_is_string(v) && !strcmp(json_string_value(v), s); }
 
 // ---- refusing what is not text generation ------------------------------------------------
@@ -42,32 +22,32 @@ static bool str_is(const json_t *v, const char *s) { return json_is_string(v) &&
 /* Fields that ask for more than text generation: refused rather than ignored. */
 static attnd_status refuse_unsupported(const json_t *b, const char **param, attnd_err *err) {
     const json_t *v;
-    if ((v = field(b, "tools")) && !(json_is_array(v) && json_array_size(v) == 0))
-        return bad(param, "tools", err, "'tools' is not supported: attnd generates text only (no tool calling)");
-    if ((v = field(b, "tool_choice")) && !str_is(v, "none") && !str_is(v, "auto"))
-        return bad(param, "tool_choice", err, "'tool_choice' is not supported: attnd has no tools to call");
-    if ((v = field(b, "reasoning")) && (!json_is_object(v) || field(v, "effort") || field(v, "summary")))
-        return bad(param, "reasoning", err, "'reasoning' is not supported: this model has no reasoning mode");
-    const json_t *text = field(b, "text");
-    if (text && !json_is_object(text)) return bad(param, "text", err, "'text' must be an object");
-    const json_t *fmt = text ? field(text, "format") : NULL;
+    if ((v = oai_field(b, "tools")) && !(json_is_array(v) && json_array_size(v) == 0))
+        return oai_bad(param, "tools", err, "'tools' is not supported: attnd generates text only (no tool calling)");
+    if ((v = oai_field(b, "tool_choice")) && !str_is(v, "none") && !str_is(v, "auto"))
+        return oai_bad(param, "tool_choice", err, "'tool_choice' is not supported: attnd has no tools to call");
+    if ((v = oai_field(b, "reasoning")) && (!json_is_object(v) || oai_field(v, "effort") || oai_field(v, "summary")))
+        return oai_bad(param, "reasoning", err, "'reasoning' is not supported: this model has no reasoning mode");
+    const json_t *text = oai_field(b, "text");
+    if (text && !json_is_object(text)) return oai_bad(param, "text", err, "'text' must be an object");
+    const json_t *fmt = text ? oai_field(text, "format") : NULL;
     if (fmt && !(json_is_object(fmt) && str_is(json_object_get(fmt, "type"), "text")))
-        return bad(param, "text.format", err,
+        return oai_bad(param, "text.format", err,
                    "'text.format' must be {\"type\": \"text\"}: structured output (json_schema, json_object) is not "
                    "supported");
-    if (text && field(text, "verbosity") && !str_is(field(text, "verbosity"), "medium"))
-        return bad(param, "text.verbosity", err, "'text.verbosity' is not supported");
-    if ((v = field(b, "background")) && !json_is_false(v))
-        return bad(param, "background", err, "'background' responses are not supported");
-    if ((v = field(b, "include")) && !(json_is_array(v) && json_array_size(v) == 0))
-        return bad(param, "include", err, "'include' is not supported");
+    if (text && oai_field(text, "verbosity") && !str_is(oai_field(text, "verbosity"), "medium"))
+        return oai_bad(param, "text.verbosity", err, "'text.verbosity' is not supported");
+    if ((v = oai_field(b, "background")) && !json_is_false(v))
+        return oai_bad(param, "background", err, "'background' responses are not supported");
+    if ((v = oai_field(b, "include")) && !(json_is_array(v) && json_array_size(v) == 0))
+        return oai_bad(param, "include", err, "'include' is not supported");
     static const char *const never[] = {"conversation", "prompt", "context_management", "max_tool_calls"};
     for (size_t i = 0; i < sizeof(never) / sizeof(never[0]); i++)
-        if (field(b, never[i])) return bad(param, never[i], err, "'%s' is not supported", never[i]);
-    if ((v = field(b, "top_logprobs")) && !(json_is_integer(v) && json_integer_value(v) == 0))
-        return bad(param, "top_logprobs", err, "'top_logprobs' is not supported by /v1/responses; use /v1/chat/completions");
-    if ((v = field(b, "truncation")) && !str_is(v, "disabled"))
-        return bad(param, "truncation", err,
+        if (oai_field(b, never[i])) return oai_bad(param, never[i], err, "'%s' is not supported", never[i]);
+    if ((v = oai_field(b, "top_logprobs")) && !(json_is_integer(v) && json_integer_value(v) == 0))
+        return oai_bad(param, "top_logprobs", err, "'top_logprobs' is not supported by /v1/responses; use /v1/chat/completions");
+    if ((v = oai_field(b, "truncation")) && !str_is(v, "disabled"))
+        return oai_bad(param, "truncation", err,
                    "'truncation' must be \"disabled\": attnd does not drop earlier turns (send a shorter conversation)");
     return ATTND_OK;
 }
@@ -80,7 +60,7 @@ static json_t *item_text(const json_t *content, size_t i, const char **param, at
     if (json_is_string(content)) return json_incref((json_t *)content);
     if (!json_is_array(content)) {
         snprintf(name, sizeof(name), "input[%zu].content", i);
-        *st = bad(param, name, err, "'input[%zu].content' must be a string or an array of text parts", i);
+        *st = oai_bad(param, name, err, "'input[%zu].content' must be a string or an array of text parts", i);
         return NULL;
     }
     size_t total = 0;
@@ -88,7 +68,7 @@ static json_t *item_text(const json_t *content, size_t i, const char **param, at
         const json_t *part = json_array_get(content, k), *type = json_object_get(part, "type");
         if (!(str_is(type, "input_text") || str_is(type, "output_text")) || !json_is_string(json_object_get(part, "text"))) {
             snprintf(name, sizeof(name), "input[%zu].content[%zu]", i, k);
-            *st = bad(param, name, err, "'input[%zu].content[%zu]' of type '%.32s' is not supported: attnd takes text only",
+            *st = oai_bad(param, name, err, "'input[%zu].content[%zu]' of type '%.32s' is not supported: attnd takes text only",
                       i, k, json_is_string(type) ? json_string_value(type) : "?");
             return NULL;
         }
@@ -107,7 +87,7 @@ static json_t *item_text(const json_t *content, size_t i, const char **param, at
     }
     json_t *s = json_stringn(buf, o);
     free(buf);
-    if (!s) *st = bad(param, "input", err, "'input[%zu].content' is not valid UTF-8", i);
+    if (!s) *st = oai_bad(param, "input", err, "'input[%zu].content' is not valid UTF-8", i);
     return s;
 }
 
@@ -116,17 +96,17 @@ static json_t *input_item(const json_t *item, size_t i, const char **param, attn
     static _Thread_local char name[64]; /* *param must outlive the call: one per thread */
     snprintf(name, sizeof(name), "input[%zu]", i);
     if (!json_is_object(item)) {
-        *st = bad(param, name, err, "'input[%zu]' must be a message object", i);
+        *st = oai_bad(param, name, err, "'input[%zu]' must be a message object", i);
         return NULL;
     }
-    const json_t *type = field(item, "type"), *role = json_object_get(item, "role");
+    const json_t *type = oai_field(item, "type"), *role = json_object_get(item, "role");
     if (type && !str_is(type, "message")) {
-        *st = bad(param, name, err, "'input[%zu]' of type '%.32s' is not supported: attnd takes messages only", i,
+        *st = oai_bad(param, name, err, "'input[%zu]' of type '%.32s' is not supported: attnd takes messages only", i,
                   json_is_string(type) ? json_string_value(type) : "?");
         return NULL;
     }
     if (!(str_is(role, "user") || str_is(role, "assistant") || str_is(role, "system") || str_is(role, "developer"))) {
-        *st = bad(param, name, err, "'input[%zu].role' must be one of %s", i, OAI_ROLES);
+        *st = oai_bad(param, name, err, "'input[%zu].role' must be one of %s", i, OAI_ROLES);
         return NULL;
     }
     json_t *text = item_text(json_object_get(item, "content"), i, param, err, st);
@@ -135,8 +115,8 @@ static json_t *input_item(const json_t *item, size_t i, const char **param, attn
 }
 
 static attnd_status parse_input(const json_t *b, responses_request *r, const char **param, attnd_err *err) {
-    const json_t *in = field(b, "input");
-    if (!in) return bad(param, "input", err, "'input' is required");
+    const json_t *in = oai_field(b, "input");
+    if (!in) return oai_bad(param, "input", err, "'input' is required");
     r->input = json_array();
     if (!r->input) return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory");
     if (json_is_string(in)) {
@@ -144,7 +124,7 @@ static attnd_status parse_input(const json_t *b, responses_request *r, const cha
         return ATTND_OK;
     }
     if (!json_is_array(in) || json_array_size(in) == 0)
-        return bad(param, "input", err, "'input' must be a string or a non-empty array of messages");
+        return oai_bad(param, "input", err, "'input' must be a string or a non-empty array of messages");
     for (size_t i = 0; i < json_array_size(in); i++) {
         attnd_status st = ATTND_ERR_NOMEM;
         json_t *m = input_item(json_array_get(in, i), i, param, err, &st);
@@ -162,43 +142,29 @@ static const char *const SAMPLING[] = {"temperature", "top_p", "seed", "top_k", 
 
 static attnd_status parse_scalars(const json_t *b, const server_settings *cfg, responses_request *r,
                                   const char **param, attnd_err *err) {
+    attnd_status st;
+    if ((st = oai_get_string(b, "model", NULL, param, err)) ||
+        (st = oai_get_string(b, "instructions", &r->instructions, param, err)) ||
+        (st = oai_get_string(b, "previous_response_id", &r->previous_id, param, err)) ||
+        (st = oai_get_bool(b, "store", &r->store, param, err)) || (st = oai_get_bool(b, "stream", &r->stream, param, err)))
+        return st;
     const json_t *v;
-    if ((v = field(b, "model")) && !json_is_string(v)) return bad(param, "model", err, "'model' must be a string");
-    if ((v = field(b, "instructions"))) {
-        if (!json_is_string(v)) return bad(param, "instructions", err, "'instructions' must be a string");
-        r->instructions = json_string_value(v);
-    }
-    if ((v = field(b, "previous_response_id"))) {
-        if (!json_is_string(v)) return bad(param, "previous_response_id", err, "'previous_response_id' must be a string");
-        r->previous_id = json_string_value(v);
-    }
-    if ((v = field(b, "store"))) {
-        if (!json_is_boolean(v)) return bad(param, "store", err, "'store' must be a boolean");
-        r->store = json_is_true(v);
-    }
-    if ((v = field(b, "stream"))) {
-        if (!json_is_boolean(v)) return bad(param, "stream", err, "'stream' must be a boolean");
-        r->stream = json_is_true(v);
-    }
-    if ((v = field(b, "max_output_tokens"))) {
+    if ((v = oai_field(b, "max_output_tokens"))) {
         if (!json_is_integer(v) || json_integer_value(v) < 0)
-            return bad(param, "max_output_tokens", err, "'max_output_tokens' must be a non-negative integer");
+            return oai_bad(param, "max_output_tokens", err, "'max_output_tokens' must be a non-negative integer");
         if (json_integer_value(v) > cfg->max_tokens_cap)
-            return bad(param, "max_output_tokens", err, "'max_output_tokens' is %lld; this server allows at most %d",
+            return oai_bad(param, "max_output_tokens", err, "'max_output_tokens' is %lld; this server allows at most %d",
                        (long long)json_integer_value(v), cfg->max_tokens_cap);
         r->max_output_tokens = (int)json_integer_value(v);
     }
-    if ((v = field(b, "user"))) {
-        if (!json_is_string(v)) return bad(param, "user", err, "'user' must be a string");
-        r->user = json_string_value(v);
-    }
-    if ((v = field(b, "metadata"))) {
+    if ((st = oai_get_string(b, "user", &r->user, param, err))) return st;
+    if ((v = oai_field(b, "metadata"))) {
         if (!json_is_object(v) || json_object_size(v) > MAX_METADATA)
-            return bad(param, "metadata", err, "'metadata' must be an object of at most %d strings", MAX_METADATA);
+            return oai_bad(param, "metadata", err, "'metadata' must be an object of at most %d strings", MAX_METADATA);
         const char *k;
         json_t *x;
         json_object_foreach((json_t *)v, k, x) {
-            if (!json_is_string(x)) return bad(param, "metadata", err, "'metadata' values must be strings");
+            if (!json_is_string(x)) return oai_bad(param, "metadata", err, "'metadata' values must be strings");
         }
         json_object_update(r->metadata, (json_t *)v);
     }
@@ -214,7 +180,7 @@ attnd_status responses_parse(const json_t *b, const server_settings *cfg, respon
     r->metadata = json_object();
     r->sampling = json_object();
     if (!r->metadata || !r->sampling) return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory");
-    if (!json_is_object(b)) return bad(param, NULL, err, "the request body must be a JSON object");
+    if (!json_is_object(b)) return oai_bad(param, NULL, err, "the request body must be a JSON object");
     attnd_status st;
     if ((st = refuse_unsupported(b, param, err)) != ATTND_OK) return st;
     if ((st = parse_scalars(b, cfg, r, param, err)) != ATTND_OK) return st;
