@@ -183,8 +183,8 @@ struct cli_gen {
     stop_reason why;         /* of the last token */
     int top_n;               /* --top-logprobs */
     int n_max, n;            /* tokens room was made for, tokens picked */
-    token_logprob *chosen;   /* (n_max) */
-    token_logprob *top;      /* (n_max, top_n) */
+    token_logprob *chosen;   /* (n_max) owns top too: one allocation */
+    token_logprob *top;      /* (n_max, top_n), just after chosen */
     bool has_tok;
     buf text;                /* what the pipeline released */
 };
@@ -203,12 +203,12 @@ attnd_status cli_gen_create(cli_gen **out, const cli_sampling *o, int n_vocab, c
     g->top_n = o->top_logprobs;
     g->n_max = n_predict;
     if (o->top_logprobs > 0 && n_predict > 0) {
-        g->chosen = malloc(sizeof(*g->chosen) * (size_t)n_predict);
-        g->top = malloc(sizeof(*g->top) * (size_t)n_predict * (size_t)o->top_logprobs);
-        if (!g->chosen || !g->top) {
+        g->chosen = malloc(sizeof(*g->chosen) * (size_t)n_predict * (1 + (size_t)o->top_logprobs));
+        if (!g->chosen) {
             st = attnd_fail(err, ATTND_ERR_NOMEM, "out of memory for %d tokens' logprobs", n_predict);
             goto fail;
         }
+        g->top = g->chosen + n_predict;
     }
     *out = g;
     return ATTND_OK;
@@ -221,7 +221,6 @@ void cli_gen_destroy(cli_gen *g) {
     if (!g) return;
     gen_destroy(g->g);
     free(g->chosen);
-    free(g->top);
     buf_free(&g->text);
     free(g);
 }

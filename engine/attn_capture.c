@@ -117,20 +117,18 @@ attnd_status attn_capture_create(attn_capture **out, const model *m, const attn_
     c->n_positions = p->n_positions;
     c->top_k = p->top_k;
     c->k_slot = p->top_k < p->n_positions ? p->top_k : p->n_positions;
-    size_t P = (size_t)p->n_positions, blocks = n_blocks(c);
+    size_t P = (size_t)p->n_positions;
     c->block = c->top_k ? P * (size_t)c->k_slot : P * (P + 1) / 2;
+    size_t n_weights = n_blocks(c) * c->block;
     if (!(c->mem = calloc(1, layout(c, NULL, mi)))) {
-        st = attnd_fail(err, ATTND_ERR_NOMEM, "out of memory for %zu attention weights", blocks * c->block);
-        goto fail;
+        attn_capture_destroy(c);
+        return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory for %zu attention weights", n_weights);
     }
     layout(c, c->mem, mi);
     fill_selection(c->layers, c->layer_slot, p->layers, p->n_layers, mi->n_layer);
     fill_selection(c->heads, c->head_slot, p->heads, p->n_heads, mi->n_head);
     *out = c;
     return ATTND_OK;
-fail:
-    attn_capture_destroy(c);
-    return st;
 }
 
 void attn_capture_destroy(attn_capture *c) {
