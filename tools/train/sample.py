@@ -7,6 +7,9 @@ Part of the attnd default-model pipeline (see tools/train/README.md).
 Prompt ids = [BOS] + sentencepiece.encode(prompt).  Temperature 0 is greedy argmax;
 temperature 0.8 samples from softmax(logits / 0.8) with a fixed torch seed (full
 vocabulary, no top-k/top-p).  Generation stops at EOS or after --n tokens.
+For a model with the ChatML markers (v2), chat samples too: the prompt is the conversation
+rendered and tokenized as attnd and llama.cpp do (chat.py, with the assistant-turn opening),
+and generation stops at <|im_end|> (or EOS).
 """
 import argparse
 import json
@@ -18,6 +21,7 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 import sentencepiece as spm
 import torch
 
+import chat
 from export import model_from_gguf
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -27,6 +31,10 @@ PROMPTS = ["Fellow citizens of the Senate and House of Representatives:",
            "The state of the Union is",
            "Tonight, I ask the Congress to",
            "Our economy"]
+QUESTIONS = ["What is the state of the Union?",
+             "What should we do about education?",
+             "Tell me about the tariff.",
+             "What can you tell me about the Navy?"]
 
 
 def main():
@@ -48,10 +56,23 @@ def main():
             out = model.generate(ids, n, temperature=temp, seed=args.seed + i)
             if sp.eos_id() in out:
                 out = out[:out.index(sp.eos_id())]
-            text = sp.decode(ids[1:] + out)
+            text = chat.decode(sp, ids[1:] + out)
             hdr = f"temperature {temp}" + ("" if temp == 0 else f", seed {args.seed + i}")
             lines.append(f"* {hdr}, prompt {json.dumps(p)}:\n\n  > {text}\n")
             print(f"[{hdr}] {text}\n", flush=True)
+    if model.cfg.vocab == sp.get_piece_size() + len(chat.SPECIALS):
+        _, im_end = chat.special_ids(sp)
+        for temp in (0.0, 0.8):
+            for i, q in enumerate(QUESTIONS):
+                ids, _ = chat.encode_chat(sp, [{"role": "user", "content": q}], add_generation_prompt=True)
+                out = model.generate(ids, min(args.n, model.cfg.ctx - len(ids)), temperature=temp,
+                                     seed=args.seed + i)
+                stop = [k for k, t in enumerate(out) if t in (im_end, sp.eos_id())]
+                out = out[:stop[0]] if stop else out
+                text = sp.decode(out)
+                hdr = f"chat, temperature {temp}" + ("" if temp == 0 else f", seed {args.seed + i}")
+                lines.append(f"* {hdr}, user {json.dumps(q)}:\n\n  > {text}\n")
+                print(f"[{hdr}] {q} -> {text}\n", flush=True)
     with open(args.out, "w") as f:
         f.write("\n".join(lines))
 

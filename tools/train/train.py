@@ -4,7 +4,9 @@
 Part of the attnd default-model pipeline (see tools/train/README.md).
 
 Reads tools/train/work/{train,dev}.bin (written by prepare.py).  Samples random
-ctx+1 token windows from the training stream, trains with AdamW under bf16 autocast
+ctx+1 token windows from the training stream (with --chat-frac, that share of each batch's rows
+are instead ctx+1 windows of the dialogue stream chat_train.* (dialogues.py) starting at a random
+dialogue's BOS, and only their assistant tokens count in the loss), trains with AdamW under bf16 autocast
 (CPU AMX), and schedules the learning rate by ELAPSED WALL TIME (linear warmup, then
 cosine down to 10 % of the peak at --minutes), because this machine's speed varies.
 Every --eval-every seconds the loss on the dev speeches (2017+, never trained on) is
@@ -14,6 +16,10 @@ state.  Progress (step, loss, tokens/s, elapsed, ETA) is printed as it goes.
 The machine is shared with other jobs, so the thread count adapts: training runs in
 20-second windows, tokens/s is tracked per thread count (1 .. --threads), and each window
 uses the best count so far, trying another one every 6th window.
+
+--init-gguf continues from a released GGUF (model v1): its weights are loaded as stored, the
+token embedding grows to --vocab rows (new rows -- the chat markers -- start at the mean
+embedding plus a little noise), and the context may grow (RoPE has no learned positions).
 """
 import argparse
 import copy
@@ -99,6 +105,48 @@ class ThreadPicker:
             f"{n}:{'-' if r is None else int(r)}" for n, r in self.rate.items()))
 
 
+def chat_windows(ids, msk, starts, ctx, n=None):
+    """[n, ctx+1] windows starting at dialogue starts (with room for ctx+1 tokens), and masks."""
+    st = starts[starts + ctx + 1 <= len(ids)]
+    if n is not None:
+        st = st[:n]
+    x = np.stack([ids[s:s + ctx + 1] for s in st]).astype(np.int64)
+    m = np.stack([msk[s:s + ctx + 1] for s in st]).astype(np.float32)
+    return torch.from_numpy(x), torch.from_numpy(m)
+
+
+@torch.no_grad()
+def chat_dev_loss(model, x, m, bs=8):
+    """Mean loss over the dev dialogues' assistant tokens (the trained part)."""
+    model.eval()
+    tot = cnt = 0.0
+    for i in range(0, len(x), bs):
+        w, k = x[i:i + bs], m[i:i + bs, 1:]
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            logits = model(w[:, :-1])
+        loss = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), w[:, 1:].reshape(-1),
+                               reduction="none")
+        tot += float((loss * k.reshape(-1)).sum())
+        cnt += float(k.sum())
+    model.train()
+    return tot / max(cnt, 1.0)
+
+
+def init_from_gguf(model, path, seed):
+    """Copy a GGUF model's weights into model (which may have a larger vocabulary and context)."""
+    from export import model_from_gguf
+    old, _ = model_from_gguf(path)
+    sd = old.state_dict()
+    emb = sd["tok_embeddings.weight"]
+    n_old, n_new = emb.shape[0], model.cfg.vocab
+    if n_new > n_old:
+        g = torch.Generator().manual_seed(seed)
+        extra = emb.mean(0, keepdim=True) + 0.02 * torch.randn(n_new - n_old, emb.shape[1], generator=g)
+        sd["tok_embeddings.weight"] = torch.cat([emb, extra])
+    model.load_state_dict(sd, strict=True)
+    print(f"initialized from {path}: vocab {n_old} -> {n_new}, ctx {old.cfg.ctx} -> {model.cfg.ctx}")
+
+
 def lr_at(frac, peak, warm):
     if frac < warm:
         return peak * frac / warm
@@ -131,6 +179,10 @@ def main():
     ap.add_argument("--ema", type=float, default=0.0,
                     help="keep an exponential moving average of the weights with this per-step decay "
                          "(e.g. 0.998); dev evaluation and the saved checkpoints then use the average")
+    ap.add_argument("--init-gguf", default=None, help="continue from a released GGUF's weights (see above)")
+    ap.add_argument("--chat-frac", type=float, default=0.0,
+                    help="share of each batch's rows taken from the dialogue stream chat_train.*")
+    ap.add_argument("--chat-dev-windows", type=int, default=48)
     ap.add_argument("--init", default=None,
                     help="start from this checkpoint's weights (a second stage; fresh optimizer)")
     args = ap.parse_args()
@@ -151,6 +203,20 @@ def main():
         assert ck["config"] == cfg.to_dict(), (ck["config"], cfg.to_dict())
         model.load_state_dict(ck["model"])
         print(f"initialized from {args.init} ({ck.get('eval')})")
+    if args.init_gguf:
+        init_from_gguf(model, args.init_gguf, args.seed)
+    n_chat = int(round(args.batch * args.chat_frac))
+    if n_chat:
+        cids = np.fromfile(os.path.join(WORK, "chat_train.bin"), dtype=np.uint16).astype(np.int64)
+        cmsk = np.fromfile(os.path.join(WORK, "chat_train.msk"), dtype=np.uint8)
+        cst = np.fromfile(os.path.join(WORK, "chat_train.idx"), dtype=np.int64)
+        cst = cst[cst + cfg.ctx + 1 <= len(cids)]
+        cdx, cdm = chat_windows(np.fromfile(os.path.join(WORK, "chat_dev.bin"), dtype=np.uint16),
+                                np.fromfile(os.path.join(WORK, "chat_dev.msk"), dtype=np.uint8),
+                                np.fromfile(os.path.join(WORK, "chat_dev.idx"), dtype=np.int64),
+                                cfg.ctx, args.chat_dev_windows)
+        print(f"chat: {n_chat}/{args.batch} rows per batch from {len(cst)} dialogues "
+              f"({len(cids):,} tokens); dev {len(cdx)} dialogue windows", flush=True)
     dw = dev_windows(dev, cfg.ctx)[:args.dev_windows]
     print(f"config {cfg.to_dict()}")
     print(f"params {model.n_params():,}  train tokens {len(train):,}  dev windows {len(dw)}x{cfg.ctx}",
@@ -171,6 +237,7 @@ def main():
     last_eval = t0
     last_log = t0
     tokens = 0
+    chat_tokens = 0
     tok_since = 0
     step = 0
     ema = None
@@ -185,9 +252,12 @@ def main():
 
     def evaluate(elapsed):
         nonlocal best
-        dl = dev_loss(ema_model if ema_model is not None else model, dw)
+        m = ema_model if ema_model is not None else model
+        dl = dev_loss(m, dw)
         rec = {"step": step, "elapsed_s": round(elapsed, 1), "tokens": tokens,
                "epochs": round(tokens / len(train), 3), "train_loss_ema": ema, "dev_loss": dl}
+        if n_chat:
+            rec["chat_dev_loss"] = chat_dev_loss(m, cdx, cdm)
         history.append(rec)
         tag = ""
         if dl < best:
@@ -195,7 +265,8 @@ def main():
             save("best.pt", {"eval": rec})
             tag = "  (best, saved)"
         print(f"EVAL step {step} elapsed {elapsed / 60:.1f}m epochs {rec['epochs']:.2f} "
-              f"dev_loss {dl:.4f}{tag}", flush=True)
+              f"dev_loss {dl:.4f}" + (f" chat_dev_loss {rec['chat_dev_loss']:.4f}" if n_chat else "") +
+              tag, flush=True)
 
     while True:
         elapsed = time.time() - t0
@@ -204,12 +275,19 @@ def main():
         lr = lr_at(elapsed / budget, args.lr, args.warmup)
         for g in opt.param_groups:
             g["lr"] = lr
-        starts = rng.integers(0, hi, size=args.batch)
-        batch = torch.from_numpy(np.stack([train[s:s + cfg.ctx + 1] for s in starts]))
+        starts = rng.integers(0, hi, size=args.batch - n_chat)
+        rows = [train[s:s + cfg.ctx + 1] for s in starts]
+        weights = [np.ones(cfg.ctx + 1, dtype=np.float32)] * len(rows)
+        for s in rng.choice(cst, size=n_chat) if n_chat else []:
+            rows.append(cids[s:s + cfg.ctx + 1])
+            weights.append(cmsk[s:s + cfg.ctx + 1].astype(np.float32))
+        batch = torch.from_numpy(np.stack(rows))
+        wt = torch.from_numpy(np.stack(weights))[:, 1:].reshape(-1)
         x, y = batch[:, :-1], batch[:, 1:]
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=not args.no_bf16):
             logits = model(x)
-        loss = F.cross_entropy(logits.float().reshape(-1, cfg.vocab), y.reshape(-1))
+        nll = F.cross_entropy(logits.float().reshape(-1, cfg.vocab), y.reshape(-1), reduction="none")
+        loss = (nll * wt).sum() / wt.sum()
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -220,6 +298,7 @@ def main():
                     pe.mul_(args.ema).add_(p, alpha=1.0 - args.ema)
         step += 1
         tokens += x.numel()
+        chat_tokens += n_chat * cfg.ctx
         tok_since += x.numel()
         lv = float(loss)
         ema = lv if ema is None else 0.98 * ema + 0.02 * lv
@@ -244,7 +323,7 @@ def main():
     evaluate(elapsed)
     save("last.pt", {"eval": history[-1]})
     summary = {"config": cfg.to_dict(), "params": model.n_params(), "args": vars(args),
-               "steps": step, "tokens": tokens, "train_tokens": int(len(train)),
+               "steps": step, "tokens": tokens, "chat_tokens": chat_tokens, "train_tokens": int(len(train)),
                "wall_s": round(time.time() - t0, 1), "avg_tok_per_s": round(tokens / elapsed, 1),
                "best_dev_loss": best, "history": history}
     with open(os.path.join(args.out, "summary.json"), "w") as f:
