@@ -132,9 +132,12 @@ static void run_chunks(bench *b, int rounds) {
 
 /* Only batch B, for a profiler: 50 steps. */
 static void run_only(bench *b, int B) {
-    double dt = time_steps(b, B, 0, 0);
-    for (int i = 0; i < 5; i++) dt += time_steps(b, B, 0, 0);
-    printf("batch %d: %.1f tokens/s\n", B, B * STEPS * 6 / dt);
+    double dt = time_steps(b, B, 0, 0), cpu = b->cpu;
+    for (int i = 0; i < 5; i++) {
+        dt += time_steps(b, B, 0, 0);
+        cpu += b->cpu;
+    }
+    printf("batch %d: %.1f tokens/s, %.2f cpu ms/token\n", B, B * STEPS * 6 / dt, cpu * 1e3 / (B * STEPS * 6));
 }
 
 int main(int argc, char **argv) {
