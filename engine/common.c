@@ -2,6 +2,8 @@
 #include "attnd/common.h"
 
 #include <stdarg.h>
+#include <stdint.h>
+#include <string.h>
 #include <sys/random.h>
 #include <time.h>
 
@@ -62,4 +64,20 @@ void attnd_random_id(char *out, size_t n, const char *prefix) {
     attnd_random(rnd, sizeof(rnd));
     int o = snprintf(out, n, "%s", prefix);
     for (size_t i = 0; i < sizeof(rnd) && o >= 0 && (size_t)o + 2 < n; i++) o += snprintf(out + o, n - (size_t)o, "%02x", rnd[i]);
+}
+
+bool attnd_grow(void *arr, size_t *cap, size_t need, size_t elem, size_t first) {
+    if (need <= *cap) return true;
+    size_t c = *cap ? *cap : (first ? first : 1);
+    while (c < need) {
+        if (c > SIZE_MAX / 2) return false;
+        c *= 2;
+    }
+    if (elem && c > SIZE_MAX / elem) return false;
+    void *old, *p;
+    memcpy(&old, arr, sizeof(old)); /* *arr is some T *: read and written as bytes, no aliasing */
+    if (!(p = realloc(old, c * elem))) return false;
+    memcpy(arr, &p, sizeof(p));
+    *cap = c;
+    return true;
 }

@@ -112,13 +112,7 @@ struct gguf_file {
 };
 
 static void *file_alloc(gguf_file *f, size_t n) {
-    if (f->n_allocs == f->cap_allocs) {
-        size_t cap = f->cap_allocs ? f->cap_allocs * 2 : 64;
-        void **p = realloc(f->allocs, cap * sizeof(*p));
-        if (!p) return NULL;
-        f->allocs = p;
-        f->cap_allocs = cap;
-    }
+    if (!attnd_grow(&f->allocs, &f->cap_allocs, f->n_allocs + 1, sizeof(*f->allocs), 64)) return NULL;
     void *p = malloc(n ? n : 1);
     if (p) f->allocs[f->n_allocs++] = p;
     return p;

@@ -47,16 +47,10 @@ void gguf_writer_destroy(gguf_writer *w) {
 
 static void put(gguf_writer *w, const void *p, size_t n) {
     if (w->failed) return;
-    if (w->kv_len + n > w->kv_cap) {
-        size_t cap = (w->kv_len + n) * 2 + 256;
-        uint8_t *g = realloc(w->kv, cap);
-        if (!g) {
-            w->failed = true;
-            snprintf(w->fail_msg, sizeof(w->fail_msg), "out of memory");
-            return;
-        }
-        w->kv = g;
-        w->kv_cap = cap;
+    if (!attnd_grow(&w->kv, &w->kv_cap, w->kv_len + n, 1, 256)) {
+        w->failed = true;
+        snprintf(w->fail_msg, sizeof(w->fail_msg), "out of memory");
+        return;
     }
     memcpy(w->kv + w->kv_len, p, n);
     w->kv_len += n;
@@ -161,16 +155,10 @@ void gguf_writer_add_tensor(gguf_writer *w, const char *name, uint32_t type, uin
         snprintf(w->fail_msg, sizeof(w->fail_msg), "tensor '%.200s': bad type or shape", name);
         return;
     }
-    if (w->n_tensors == w->cap_tensors) {
-        size_t cap = w->cap_tensors ? w->cap_tensors * 2 : 32;
-        wtensor *g = realloc(w->tensors, cap * sizeof(*g));
-        if (!g) {
-            w->failed = true;
-            snprintf(w->fail_msg, sizeof(w->fail_msg), "out of memory");
-            return;
-        }
-        w->tensors = g;
-        w->cap_tensors = cap;
+    if (!attnd_grow(&w->tensors, &w->cap_tensors, w->n_tensors + 1, sizeof(*w->tensors), 32)) {
+        w->failed = true;
+        snprintf(w->fail_msg, sizeof(w->fail_msg), "out of memory");
+        return;
     }
     wtensor *t = &w->tensors[w->n_tensors];
     memset(t, 0, sizeof(*t));

@@ -15,6 +15,7 @@
 #include "attnd/tokenizer.h"
 #include "model_internal.h"
 #include "quant.h"
+#include "threads.h"
 
 /* "<arch>.<suffix>" in key. */
 static const char *arch_key(char key[128], const char *arch, const char *suffix) {
@@ -213,21 +214,25 @@ static void layer_matrices(layer_weights *L, weight *out[LAYER_MATRICES]) {
     memcpy(out, lw, sizeof lw);
 }
 
-static void pack_matrix(model *m, weight *w) {
+static void pack_task(void *ctx, int i, int worker) {
+    (void)worker;
+    weight *w = ((weight **)ctx)[i];
     w->packed = quant_pack(w->data, w->type, w->rows, w->cols);
-    m->packed_bytes += quant_packed_bytes(w->packed);
 }
 
-/* Packed copies for the decode kernels where the instruction set has one for the type (quant_pack);
- * without one (or without the memory) a matrix is read from the mapping as it is. token_embd is
- * only looked up by row: never packed, even when the output head is tied to it. */
+/* Packed copies for the decode kernels where the instruction set has one for the type (quant_pack),
+ * made on the engine's thread pool; without one (or without the memory) a matrix is read from the
+ * mapping as it is. token_embd is only looked up by row: never packed, even when the output head
+ * is tied to it. */
 static void pack_matrices(model *m) {
-    pack_matrix(m, &m->output);
-    for (int l = 0; l < m->info.n_layer; l++) {
-        weight *lw[LAYER_MATRICES];
-        layer_matrices(&m->layers[l], lw);
-        for (int i = 0; i < LAYER_MATRICES; i++) pack_matrix(m, lw[i]);
-    }
+    int n = 0, cap = 1 + LAYER_MATRICES * m->info.n_layer;
+    weight **ws = malloc(sizeof(*ws) * (size_t)cap);
+    if (!ws) return; /* no copies: slower, same results */
+    ws[n++] = &m->output;
+    for (int l = 0; l < m->info.n_layer; l++, n += LAYER_MATRICES) layer_matrices(&m->layers[l], ws + n);
+    threads_run(threads_default(), n, pack_task, ws);
+    for (int i = 0; i < n; i++) m->packed_bytes += quant_packed_bytes(ws[i]->packed);
+    free(ws);
 }
 
 attnd_status model_load(model **out, const char *path, attnd_err *err) {

@@ -625,6 +625,7 @@ static void resolve_tables(void) {
         quant_kernels *k = &g_resolved[isa];
         RESOLVE(k, isa, f32); RESOLVE(k, isa, f16); RESOLVE(k, isa, bf16); RESOLVE(k, isa, q8_0);
         RESOLVE(k, isa, q4_0); RESOLVE(k, isa, q4_k); RESOLVE(k, isa, q6_k); RESOLVE(k, isa, q4_0_packed);
+        RESOLVE(k, isa, q4_k_packed);
         RESOLVE(k, isa, prep_q8_0); RESOLVE(k, isa, prep_q8_k); RESOLVE(k, isa, prep_f16);
         RESOLVE(k, isa, dot_rows); RESOLVE(k, isa, axpy_rows); RESOLVE(k, isa, exp); RESOLVE(k, isa, h2f);
         RESOLVE(k, isa, f2h); RESOLVE(k, isa, attn_scores_t); RESOLVE(k, isa, attn_max);
@@ -668,17 +669,41 @@ void quant_f32_to_f16_row(uint16_t *dst, const float *src, int64_t n) { quant_ke
 
 // ---- weights repacked at load -------------------------------------------------------------------
 
-/* Q4_0 rows -> quant_pack's layout (quant_impl.h): per 16-row group and block b, at 256 b the 16
- * bytes of nibbles of each row split in four dwords, dword k of row i at 64 k + 4 i; at
- * 256 nb + 32 b the rows' 16 f16 scales. Rows past n_rows stay zero (scale 0). */
+/* Q4_0 rows -> quant_pack's layout (quant_impl.h): per 16-row group, pairs of blocks of
+ * PACK_Q40_PAIR bytes; block b's nibbles at PACK_Q40_PAIR (b / 2) + 256 (b % 2), the 16 bytes of
+ * each row split in four dwords, dword k of row i at 64 k + 4 i; its rows' 16 f16 scales at
+ * PACK_Q40_PAIR (b / 2) + 512 + 32 (b % 2). Rows past n_rows (and an odd last block's partner)
+ * stay zero (scale 0). */
 static void pack_q4_0(uint8_t *dst, const uint8_t *w, size_t rb, int64_t n_rows, int64_t nb, size_t group_bytes) {
     for (int64_t r = 0; r < n_rows; r++) {
-        uint8_t *q = dst + (size_t)(r / PACK_ROWS) * group_bytes, *d = q + (size_t)nb * 256;
+        uint8_t *g = dst + (size_t)(r / PACK_ROWS) * group_bytes;
         int i = (int)(r % PACK_ROWS);
         const uint8_t *src = w + (size_t)r * rb;
         for (int64_t b = 0; b < nb; b++, src += Q4_0_BYTES) {
-            memcpy(d + b * 32 + 2 * i, src, 2);
-            for (int k = 0; k < 4; k++) memcpy(q + b * 256 + 64 * k + 4 * i, src + 2 + 4 * k, 4);
+            uint8_t *pair = g + (size_t)(b / 2) * PACK_Q40_PAIR;
+            memcpy(pair + 512 + 32 * (b % 2) + 2 * i, src, 2);
+            for (int k = 0; k < 4; k++) memcpy(pair + 256 * (b % 2) + 64 * k + 4 * i, src + 2 + 4 * k, 4);
+        }
+    }
+}
+
+/* Q4_K rows -> quant_pack's layout (PACK_Q4K_BYTES per group and super-block, quant_impl.h). */
+static void pack_q4_k(uint8_t *dst, const uint8_t *w, size_t rb, int64_t n_rows, int64_t nsb, size_t group_bytes) {
+    for (int64_t r = 0; r < n_rows; r++) {
+        int i = (int)(r % PACK_ROWS);
+        const uint8_t *src = w + (size_t)r * rb;
+        for (int64_t b = 0; b < nsb; b++, src += Q4_K_BYTES) {
+            uint8_t *q = dst + (size_t)(r / PACK_ROWS) * group_bytes + (size_t)b * PACK_Q4K_BYTES;
+            for (int k = 0; k < 32; k++) memcpy(q + 64 * k + 4 * i, src + 16 + 4 * k, 4);
+            uint8_t sc[8], mn[8];
+            quant_q4k_scales(src + 4, sc, mn);
+            uint8_t *s = q + 32 * 64;
+            for (int h = 0; h < 2; h++) {
+                memcpy(s + 64 * h + 4 * i, sc + 4 * h, 4);
+                memcpy(s + 128 + 64 * h + 4 * i, mn + 4 * h, 4);
+            }
+            memcpy(s + 256 + 2 * i, src, 2);      /* d */
+            memcpy(s + 256 + 32 + 2 * i, src + 2, 2); /* dmin */
         }
     }
 }
@@ -686,14 +711,16 @@ static void pack_q4_0(uint8_t *dst, const uint8_t *w, size_t rb, int64_t n_rows,
 quant_packed *quant_pack(const void *w, uint32_t wtype, int64_t n_rows, int64_t n_cols) {
     const char *no = getenv("ATTND_NO_REPACK");
     if (no && *no && strcmp(no, "0") != 0) return NULL;
-    if (wtype != GGUF_TYPE_Q4_0 || !quant_kernels_active()->q4_0_packed || n_rows <= 0 || n_cols <= 0 ||
-        n_cols % QK4_0 != 0)
-        return NULL;
+    const quant_kernels *k = quant_kernels_active();
+    int q4_0 = wtype == GGUF_TYPE_Q4_0 && k->q4_0_packed, q4_k = wtype == GGUF_TYPE_Q4_K && k->q4_k_packed;
+    uint32_t be = gguf_type_block_elems(wtype);
+    if (!(q4_0 || q4_k) || n_rows <= 0 || n_cols <= 0 || n_cols % be != 0) return NULL;
     quant_packed *pk = calloc(1, sizeof *pk);
     if (!pk) return NULL;
-    int64_t nb = n_cols / QK4_0, n_groups = (n_rows + PACK_ROWS - 1) / PACK_ROWS;
+    int64_t nb = n_cols / be, n_groups = (n_rows + PACK_ROWS - 1) / PACK_ROWS;
     *pk = (quant_packed){.wtype = wtype, .n_rows = n_rows, .n_cols = n_cols};
-    pk->group_bytes = round_up((size_t)nb * (4 * 64 + 32)); /* keeps every group 64-byte aligned */
+    /* round_up keeps every group 64-byte aligned */
+    pk->group_bytes = q4_0 ? (size_t)(nb + 1) / 2 * PACK_Q40_PAIR : (size_t)nb * PACK_Q4K_BYTES;
     pk->bytes = (size_t)n_groups * pk->group_bytes;
     pk->data = aligned_alloc(SCRATCH_ALIGN, pk->bytes);
     if (!pk->data) {
@@ -701,7 +728,11 @@ quant_packed *quant_pack(const void *w, uint32_t wtype, int64_t n_rows, int64_t 
         return NULL;
     }
     memset(pk->data + (size_t)(n_groups - 1) * pk->group_bytes, 0, pk->group_bytes); /* padding rows */
-    pack_q4_0(pk->data, w, quant_row_bytes(wtype, n_cols), n_rows, nb, pk->group_bytes);
+    if (q4_0 && nb % 2) /* an odd last block's partner */
+        for (int64_t g = 0; g < n_groups; g++)
+            memset(pk->data + (size_t)g * pk->group_bytes + (size_t)(nb / 2) * PACK_Q40_PAIR + 256, 0, PACK_Q40_PAIR - 256);
+    if (q4_0) pack_q4_0(pk->data, w, quant_row_bytes(wtype, n_cols), n_rows, nb, pk->group_bytes);
+    else pack_q4_k(pk->data, w, quant_row_bytes(wtype, n_cols), n_rows, nb, pk->group_bytes);
     return pk;
 }
 
@@ -765,9 +796,10 @@ void quant_matmul_packed(float *out, const void *w, const quant_packed *pk, uint
     ATTND_ASSERT(fn != NULL);
     size_t rb = quant_row_bytes(wtype, n_cols);
     const uint8_t *wb = w;
-    if (pk && wtype == GGUF_TYPE_Q4_0 && k->q4_0_packed) {
+    quant_rows_fn pfn = wtype == GGUF_TYPE_Q4_0 ? k->q4_0_packed : wtype == GGUF_TYPE_Q4_K ? k->q4_k_packed : NULL;
+    if (pk && pfn) {
         ATTND_ASSERT(pk->wtype == wtype && pk->n_rows == n_rows && pk->n_cols == n_cols);
-        fn = k->q4_0_packed;
+        fn = pfn;
         wb = pk->data;
         rb = pk->group_bytes;
     }

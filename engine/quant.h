@@ -46,11 +46,13 @@ void quant_matmul(float *out, const void *w, uint32_t wtype, int64_t n_rows, int
 // ---- weights repacked at load ------------------------------------------------------------------
 
 /*
- * A weight matrix copied, once at load, into the layout of a decode kernel: Q4_0 on AVX-512, 16
- * rows interleaved block by block (for each block: 4 x 64 bytes, bytes 4k..4k+3 of the 16 rows'
- * nibbles side by side, then the 16 scales), so that one activation load and one nibble unpack
- * serve 16 rows and the rows stream from one sequential run. Same bytes as the original (18 per
- * 32 weights) in anonymous memory; the mapping stays as it was and is what every other path reads.
+ * A weight matrix copied, once at load, into the layout of the AVX-512 kernels: Q4_0 and Q4_K,
+ * 16 rows interleaved block by block with the nibbles left packed (each 64-byte vector holds 4
+ * bytes of each of 16 rows; scales travel with their blocks), so that one activation load and
+ * one nibble unpack serve 16 rows, each lane ends as one row's result, and the rows stream as
+ * one sequential run. Q4_0 keeps its 18 bytes per row and block, Q4_K takes 148 bytes per row
+ * and super-block for 144 (its 6-bit scales unpacked); the copy is anonymous memory, the mapping
+ * stays as it was (its pages are not read again once packed).
  */
 typedef struct quant_packed quant_packed;
 
@@ -63,7 +65,9 @@ void quant_packed_destroy(quant_packed *pk);
 size_t quant_packed_bytes(const quant_packed *pk); /* 0 for NULL */
 
 /* quant_matmul, reading the packed copy pk (may be NULL) where the active instruction set has a
- * kernel for it (decode: fewer than 4 tokens) and w everywhere else. */
+ * kernel for it, w otherwise. On the packed path a token's result is bit-identical whatever the
+ * batch size; it agrees with the mapped path within rounding (block terms summed per row in
+ * block order either way, but in other groupings). */
 void quant_matmul_packed(float *out, const void *w, const quant_packed *pk, uint32_t wtype, int64_t n_rows,
                          int64_t n_cols, const float *x, int n_tok, void *scratch, int n_threads);
 

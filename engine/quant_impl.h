@@ -62,10 +62,18 @@ typedef void (*attn_tile_fn)(const struct attn_tile *t);
 /* Packed weights (quant.h): 16-row groups of PACK_ROWS rows, group g at data + g * group_bytes. A
  * packed row-range kernel takes (data, group_bytes) for (w, row_bytes), r0 a multiple of 16. */
 #define PACK_ROWS 16
+/* Q4_0, per 16-row group and pair of blocks: 2 x 4 x 64 bytes of nibbles, then 2 x 16 f16 scales
+ * (one run: the scales travel with their nibbles). 18 bytes per row and block, as mapped. */
+#define PACK_Q40_PAIR (2 * 4 * 64 + 64)
+/* Q4_K, per 16-row group and super-block: 32 x 64 bytes of nibbles (bytes 4k..4k+3 of each row's
+ * 128, side by side), then 2 x 64 bytes of scales and 2 x 64 of mins (the 6-bit values unpacked
+ * to bytes, 4 per row per vector), then 16 d and 16 dmin as f16: 148 bytes per row, 144 mapped. */
+#define PACK_Q4K_BYTES (32 * 64 + 4 * 64 + 64)
 struct quant_packed {
     uint32_t wtype;
     int64_t n_rows, n_cols;
-    size_t group_bytes; /* Q4_0: nb * (4 * 64 + 32): the nibble vectors of every block, then the scales */
+    size_t group_bytes; /* Q4_0: ceil(nb / 2) * PACK_Q40_PAIR, pairs of blocks; Q4_K: nb * PACK_Q4K_BYTES,
+                           super-block after super-block (a multiple of 64 either way) */
     size_t bytes;
     uint8_t *data;      /* (ceil(n_rows / 16) * group_bytes), 64-byte aligned */
 };
@@ -74,7 +82,7 @@ struct quant_packed {
  * preparations; any NULL entry falls back to the next instruction set down. */
 typedef struct quant_kernels {
     quant_rows_fn f32, f16, bf16, q8_0, q4_0, q4_k, q6_k;
-    quant_rows_fn q4_0_packed; /* decode (1-3 tokens) over quant_pack's Q4_0 layout; NULL: none */
+    quant_rows_fn q4_0_packed, q4_k_packed; /* over quant_pack's layouts; NULL: none */
     quant_prep_q8_0_fn prep_q8_0;
     quant_prep_q8_k_fn prep_q8_k;
     quant_prep_f16_fn prep_f16;

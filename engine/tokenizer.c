@@ -757,17 +757,6 @@ static const wentry *wcache_get(const wcache *c, const char *p, size_t n, uint64
     }
 }
 
-static bool grow_arr(void **p, size_t *cap, size_t need, size_t elem) {
-    if (need <= *cap) return true;
-    size_t c = *cap ? *cap * 2 : 256;
-    while (c < need) c *= 2;
-    void *np = realloc(*p, c * elem);
-    if (!np) return false;
-    *p = np;
-    *cap = c;
-    return true;
-}
-
 /* Remembers that p[0..n) gives ids[0..k). Best effort: a failed allocation only skips caching. */
 static void wcache_put(wcache *c, const char *p, size_t n, uint64_t h, const int32_t *ids, size_t k) {
     if (c->n_ent >= WCACHE_MAX_ENTRIES) return;
@@ -784,9 +773,9 @@ static void wcache_put(wcache *c, const char *p, size_t n, uint64_t h, const int
         c->slots = slots;
         c->mask = cap - 1;
     }
-    if (!grow_arr((void **)&c->ent, &c->cap_ent, c->n_ent + 1, sizeof(wentry)) ||
-        !grow_arr((void **)&c->keys, &c->cap_keys, c->n_keys + n, 1) ||
-        !grow_arr((void **)&c->ids, &c->cap_ids, c->n_ids + k, sizeof(int32_t)))
+    if (!attnd_grow(&c->ent, &c->cap_ent, c->n_ent + 1, sizeof(*c->ent), 256) ||
+        !attnd_grow(&c->keys, &c->cap_keys, c->n_keys + n, 1, 256) ||
+        !attnd_grow(&c->ids, &c->cap_ids, c->n_ids + k, sizeof(*c->ids), 256))
         return;
     wentry *e = &c->ent[c->n_ent];
     *e = (wentry){h, (uint32_t)c->n_keys, (uint32_t)n, (uint32_t)c->n_ids, (uint32_t)k};
@@ -852,12 +841,8 @@ static attnd_status cached(enc *e, const char *p, size_t len,
 }
 
 static attnd_status emit(enc *e, int32_t id) {
-    if (e->n_ids == e->cap_ids) {
-        size_t cap = e->cap_ids ? e->cap_ids * 2 : 64;
-        int32_t *n = realloc(e->ids, cap * sizeof(*n));
-        if (!n) return attnd_fail(e->err, ATTND_ERR_NOMEM, "out of memory for %zu token ids", cap);
-        e->ids = n, e->cap_ids = cap;
-    }
+    if (!attnd_grow(&e->ids, &e->cap_ids, e->n_ids + 1, sizeof(*e->ids), 64))
+        return attnd_fail(e->err, ATTND_ERR_NOMEM, "out of memory for %zu token ids", e->n_ids + 1);
     e->ids[e->n_ids++] = id;
     return ATTND_OK;
 }

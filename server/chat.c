@@ -75,15 +75,9 @@ static void sb_mark(sbuf *b, size_t start) {
         b->spans[b->n_spans - 1].end = b->text.len;
         return;
     }
-    if (b->n_spans == b->cap_spans) {
-        size_t cap = b->cap_spans ? b->cap_spans * 2 : 16;
-        tok_span *g = realloc(b->spans, cap * sizeof(*g));
-        if (!g) {
-            b->oom = true;
-            return;
-        }
-        b->spans = g;
-        b->cap_spans = cap;
+    if (!attnd_grow(&b->spans, &b->cap_spans, b->n_spans + 1, sizeof(*b->spans), 16)) {
+        b->oom = true;
+        return;
     }
     b->spans[b->n_spans++] = (tok_span){start, b->text.len};
 }

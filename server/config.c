@@ -84,13 +84,7 @@ const size_t config_n_settings = ATTND_ARRAY_LEN(config_settings);
 // ---- the config object -------------------------------------------------------------------------
 
 static char *keep(config *c, const char *s, size_t n) {
-    if (c->n_strings == c->cap_strings) {
-        size_t cap = c->cap_strings ? c->cap_strings * 2 : 16;
-        char **g = realloc(c->strings, cap * sizeof(*g));
-        if (!g) return NULL;
-        c->strings = g;
-        c->cap_strings = cap;
-    }
+    if (!attnd_grow(&c->strings, &c->cap_strings, c->n_strings + 1, sizeof(*c->strings), 16)) return NULL;
     char *d = malloc(n + 1);
     if (!d) return NULL;
     memcpy(d, s, n);

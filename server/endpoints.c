@@ -26,9 +26,7 @@ enum MHD_Result ep_playground(req *r) {
                             "connect-src 'self'; img-src data:; frame-ancestors 'none'");
     MHD_add_response_header(resp, "X-Content-Type-Options", "nosniff");
     MHD_add_response_header(resp, "Cache-Control", "no-cache");
-    enum MHD_Result ret = http_queue(r, 200, resp);
-    MHD_destroy_response(resp);
-    return ret;
+    return http_send(r, 200, resp);
 }
 
 enum MHD_Result ep_health(req *r) {

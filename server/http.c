@@ -45,6 +45,13 @@ enum MHD_Result http_queue(req *r, int status, struct MHD_Response *resp) {
     return MHD_queue_response(r->conn, (unsigned)status, resp);
 }
 
+enum MHD_Result http_send(req *r, int status, struct MHD_Response *resp) {
+    if (!resp) return MHD_NO;
+    enum MHD_Result ret = http_queue(r, status, resp);
+    MHD_destroy_response(resp);
+    return ret;
+}
+
 enum MHD_Result http_respond_json_h(req *r, int status, json_t *body, const char *hname, const char *hval) {
     char *text = body ? json_dumps(body, JSON_COMPACT) : NULL;
     json_decref(body);
@@ -68,9 +75,7 @@ enum MHD_Result http_respond_json_h(req *r, int status, json_t *body, const char
     }
     MHD_add_response_header(resp, "Content-Type", "application/json");
     if (hname) MHD_add_response_header(resp, hname, hval);
-    enum MHD_Result ret = http_queue(r, status, resp);
-    MHD_destroy_response(resp);
-    return ret;
+    return http_send(r, status, resp);
 }
 
 enum MHD_Result http_respond_json(req *r, int status, json_t *body) {
@@ -94,9 +99,7 @@ enum MHD_Result http_respond_text(req *r, int status, const char *ctype, char *t
         return MHD_NO;
     }
     MHD_add_response_header(resp, "Content-Type", ctype);
-    enum MHD_Result ret = http_queue(r, status, resp);
-    MHD_destroy_response(resp);
-    return ret;
+    return http_send(r, status, resp);
 }
 
 int http_status_of(attnd_status st, http_ctx ctx) {
@@ -244,9 +247,7 @@ static enum MHD_Result preflight(req *r) {
     MHD_add_response_header(resp, "Access-Control-Allow-Methods", "GET, POST, DELETE, OPTIONS");
     MHD_add_response_header(resp, "Access-Control-Allow-Headers", "Authorization, Content-Type");
     MHD_add_response_header(resp, "Access-Control-Max-Age", "600");
-    enum MHD_Result ret = http_queue(r, 204, resp);
-    MHD_destroy_response(resp);
-    return ret;
+    return http_send(r, 204, resp);
 }
 
 static enum MHD_Result too_big(req *r) {

@@ -101,6 +101,9 @@ enum MHD_Result http_respond_error(req *r, int status, const char *msg, const ch
 enum MHD_Result http_respond_text(req *r, int status, const char *ctype, char *text /* stolen */);
 /* Queues resp (borrowed; the caller destroys it) with the CORS headers added. */
 enum MHD_Result http_queue(req *r, int status, struct MHD_Response *resp);
+/* http_queue, then destroys resp (stolen): queue -> destroy -> return in one call. A NULL resp
+ * (its creation failed) is MHD_NO. */
+enum MHD_Result http_send(req *r, int status, struct MHD_Response *resp);
 
 /* The HTTP status for a module's failure status, in the context it happened. */
 typedef enum http_ctx {

@@ -1,11 +1,15 @@
 /*
  * test_buf.c — the growable buffer (engine/buf.c): appends keep it NUL-terminated, growth keeps
- * the contents, printf appends formatted text of any length, clear keeps the storage.
+ * the contents, printf appends formatted text of any length, clear keeps the storage; and the
+ * growable arrays of attnd_grow (engine/common.c).
  */
 #include <criterion/criterion.h>
+#include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "attnd/buf.h"
+#include "attnd/common.h"
 
 Test(buf, appends_stay_nul_terminated_across_growth) {
     buf b;
@@ -44,4 +48,24 @@ Test(buf, printf_appends_formatted_text_of_any_length) {
     cr_assert_str_eq(b.p, "");
     cr_assert_eq(b.cap, cap, "clear keeps the storage");
     buf_free(&b);
+}
+
+// ---- attnd_grow (attnd/common.h): the growable arrays beside the byte buffer ------------------
+
+Test(grow, doubles_from_first_keeps_contents_and_refuses_overflow) {
+    int32_t *v = NULL;
+    size_t cap = 0;
+    cr_assert(attnd_grow(&v, &cap, 1, sizeof(*v), 16));
+    cr_assert_eq(cap, 16);
+    for (int i = 0; i < 16; i++) v[i] = i;
+    cr_assert(attnd_grow(&v, &cap, 16, sizeof(*v), 16), "enough room already");
+    cr_assert_eq(cap, 16);
+    cr_assert(attnd_grow(&v, &cap, 100, sizeof(*v), 16));
+    cr_assert_eq(cap, 128);
+    for (int i = 0; i < 16; i++) cr_assert_eq(v[i], i, "growth kept element %d", i);
+    int32_t *before = v;
+    cr_assert_not(attnd_grow(&v, &cap, SIZE_MAX / 2, sizeof(*v), 16), "a size past SIZE_MAX is refused");
+    cr_assert_eq(v, before);
+    cr_assert_eq(cap, 128, "a refused growth changes nothing");
+    free(v);
 }

@@ -564,14 +564,14 @@ Test(quant, matmul_every_batch_size_to_33_at_tile_edges_agrees_with_portable) {
     }
 }
 
-/* Q4_0 weights packed at load (quant_pack): where the instruction set has a packed kernel, every
- * batch size and thread count, row counts around the 16-row groups and a matrix large enough to
- * split between threads, against the portable path on the original rows; elsewhere no copy. */
-Test(quant, q4_0_packed_at_load_agrees_with_portable_at_group_edges) {
+/* Q4_0 and Q4_K weights packed at load (quant_pack): where the instruction set has a packed
+ * kernel, every batch size and thread count, row counts around the 16-row groups and a matrix
+ * large enough to split between threads, against the portable path on the original rows;
+ * elsewhere no copy. Several blocks / super-blocks per row. */
+static void check_packed(uint32_t type) {
     enum { T = 33 };
     const int64_t rows[] = {1, 16, 37, 1029};
-    const int64_t n_cols = 33 * 32;
-    const uint32_t type = GGUF_TYPE_Q4_0;
+    const int64_t n_cols = long_cols_for(type);
     for (size_t ri = 0; ri < sizeof rows / sizeof *rows; ri++) {
         int64_t R = rows[ri];
         int max_tok = R > 100 ? 5 : T;
@@ -588,15 +588,16 @@ Test(quant, q4_0_packed_at_load_agrees_with_portable_at_group_edges) {
             quant_isa_force((quant_isa)isa);
             quant_packed *pk = quant_pack(w, type, R, n_cols);
             if (isa == QUANT_ISA_AVX512) cr_assert(pk && quant_packed_bytes(pk) >= quant_row_bytes(type, n_cols) * (size_t)R);
-            else cr_assert_null(pk, "%s has no packed Q4_0 kernel", quant_isa_name((quant_isa)isa));
+            else cr_assert_null(pk, "%s has no packed kernel", quant_isa_name((quant_isa)isa));
             for (int n_tok = 1; n_tok <= max_tok; n_tok++)
                 for (int threads = 1; threads <= 2; threads++) {
                     memset(out, 0xFF, T * (size_t)R * sizeof(float)); /* nan: unwritten shows */
                     quant_matmul_packed(out, w, pk, type, R, n_cols, x, n_tok, scratch, threads);
                     for (int64_t k = 0; k < (int64_t)n_tok * R; k++)
                         cr_assert(fabsf(out[k] - ref[k]) <= 1e-4f * (fabsf(ref[k]) + 1.0f),
-                                  "%s packed, %ld rows, n_tok %d threads %d [%ld]: %g vs portable %g",
-                                  quant_isa_name((quant_isa)isa), (long)R, n_tok, threads, (long)k, out[k], ref[k]);
+                                  "%s packed %s, %ld rows, n_tok %d threads %d [%ld]: %g vs portable %g",
+                                  quant_isa_name((quant_isa)isa), gguf_type_name(type), (long)R, n_tok, threads, (long)k,
+                                  out[k], ref[k]);
                 }
             quant_packed_destroy(pk);
         }
@@ -610,6 +611,16 @@ Test(quant, q4_0_packed_at_load_agrees_with_portable_at_group_edges) {
         free(ref);
         free(out);
     }
+}
+
+Test(quant, q4_0_packed_at_load_agrees_with_portable_at_group_edges) { check_packed(GGUF_TYPE_Q4_0); }
+Test(quant, q4_k_packed_at_load_agrees_with_portable_at_group_edges) { check_packed(GGUF_TYPE_Q4_K); }
+
+Test(quant, packing_a_type_without_packed_kernel_gives_no_copy) {
+    uint8_t *w = malloc(quant_row_bytes(GGUF_TYPE_Q8_0, 256) * 16);
+    random_weights(w, GGUF_TYPE_Q8_0, 16, 256);
+    cr_assert_null(quant_pack(w, GGUF_TYPE_Q8_0, 16, 256));
+    free(w);
     quant_packed_destroy(NULL);
     cr_assert_eq(quant_packed_bytes(NULL), 0);
 }

@@ -10,6 +10,7 @@
 #define ATTND_COMMON_H
 
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -57,6 +58,14 @@ void attnd_deadline(struct timespec *ts, int timeout_ms);
 void attnd_random(void *buf, size_t n);
 /* "<prefix><24 hex digits>" (96 random bits) into out, truncated to n bytes. */
 void attnd_random_id(char *out, size_t n, const char *prefix);
+
+/*
+ * Growable arrays: makes room for need elements of elem bytes in the array *arr (a T **, passed
+ * as void *) of capacity *cap, which doubles from `first`. False when out of memory or when the
+ * size overflows (then *arr and *cap are unchanged). The caller keeps the element count:
+ *     if (!attnd_grow(&v->items, &v->cap, v->n + 1, sizeof(*v->items), 16)) ... out of memory ...
+ */
+bool attnd_grow(void *arr, size_t *cap, size_t need, size_t elem, size_t first);
 
 #define ATTND_ASSERT(cond)                                                              \
     do {                                                                                \

@@ -9,7 +9,8 @@
  *                                               weight GB/s; for n_tok <= 16 the weights rotate through
  *                                               96 MB of copies, so they stream from DRAM as in decode)
  *   build/bench_quant [n_threads] [n_tok] tlpack   (Q4_0 at those shapes: the mapped layout against the copy
- *                                               packed at load, alternating in one process; packing cost)
+ *                                               packed at load, alternating in one process; packing cost;
+ *                                               tlpackhot: one copy of the weights, cached when it fits)
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -217,18 +218,19 @@ static void bench_tl(int n_threads, int n_tok, quant_isa isa) {
         }
 }
 
-/* Q4_0 at TinyLlama shapes, read from the mapping's layout (A) and from quant_pack's copy (B), in
+/* Q4_0 and Q4_K at TinyLlama shapes, read from the mapping's layout (A) and from quant_pack's copy (B), in
  * alternating batches in this one process (so a busy machine slows both alike): ms per call,
  * weight GB/s, B/A speed ratio, and the packing's cost (bytes, ms per MB of weights). */
-static void bench_tl_packed(int n_threads, int n_tok) {
+static void bench_tl_packed(int n_threads, int n_tok, int hot) {
     static const int64_t shapes[][2] = {{2048, 2048}, {5632, 2048}, {2048, 5632}, {32000, 2048}};
-    const uint32_t type = GGUF_TYPE_Q4_0;
-    printf("Q4_0 mapped (A) vs packed at load (B), isa %s, alternating batches, best of 7\n", quant_isa_name(quant_isa_active()));
-    printf("%-11s %9s %9s %8s %8s %7s %12s\n", "shape", "A ms", "B ms", "A GB/s", "B GB/s", "B/A", "pack ms/MB");
+    printf("mapped (A) vs packed at load (B), isa %s, alternating batches, best of 7\n", quant_isa_name(quant_isa_active()));
+    printf("%-5s %-11s %9s %9s %8s %8s %7s %12s\n", "type", "shape", "A ms", "B ms", "A GB/s", "B GB/s", "B/A", "pack ms/MB");
+    for (size_t ti = 0; ti < 2; ti++)
     for (size_t si = 0; si < sizeof shapes / sizeof *shapes; si++) {
+        const uint32_t type = ti == 0 ? GGUF_TYPE_Q4_0 : GGUF_TYPE_Q4_K;
         int64_t rows = shapes[si][0], cols = shapes[si][1];
         size_t wbytes = quant_row_bytes(type, cols) * (size_t)rows;
-        int copies = (int)((96u << 20) / wbytes + 1);
+        int copies = hot ? 1 : (int)((96u << 20) / wbytes + 1);
         uint8_t **w = malloc((size_t)copies * sizeof *w);
         quant_packed **pk = malloc((size_t)copies * sizeof *pk);
         double pack_s = 0;
@@ -239,14 +241,14 @@ static void bench_tl_packed(int n_threads, int n_tok) {
             pack_s += now_s() - t0;
         }
         if (!pk[0]) {
-            printf("no packed kernel for Q4_0 on this instruction set\n");
+            printf("no packed kernel for %s on this instruction set\n", gguf_type_name(type));
             return;
         }
         float *x = malloc((size_t)n_tok * (size_t)cols * sizeof(float));
         float *out = malloc((size_t)n_tok * (size_t)rows * sizeof(float));
         for (int64_t i = 0; i < n_tok * cols; i++) x[i] = (float)(rnd() % 2001) / 1000.f - 1.f;
         void *scratch = malloc(quant_scratch_bytes(type, n_tok, cols) + 1);
-        int reps = copies * 4;
+        int reps = hot ? 40 : copies * 4;
         double best[2] = {1e30, 1e30};
         for (int batch = 0; batch < 14; batch++) {
             int b = batch % 2;
@@ -259,7 +261,7 @@ static void bench_tl_packed(int n_threads, int n_tok) {
         }
         char shape[32];
         snprintf(shape, sizeof shape, "%ldx%ld", (long)rows, (long)cols);
-        printf("%-11s %9.3f %9.3f %8.2f %8.2f %6.2fx %12.3f\n", shape, best[0] * 1e3, best[1] * 1e3, wbytes / best[0] * 1e-9,
+        printf("%-5s %-11s %9.3f %9.3f %8.2f %8.2f %6.2fx %12.3f\n", gguf_type_name(type), shape, best[0] * 1e3, best[1] * 1e3, wbytes / best[0] * 1e-9,
                wbytes / best[1] * 1e-9, best[0] / best[1], pack_s * 1e3 / ((double)wbytes * copies / (1 << 20)));
         fflush(stdout);
         for (int i = 0; i < copies; i++) {
@@ -282,8 +284,8 @@ int main(int argc, char **argv) {
     quant_isa best = quant_isa_best();
     printf("threads %d, n_tok %d, best isa %s, timing by %s\n\n", n_threads, n_tok, quant_isa_name(best),
            g_cpu_clock ? "process CPU time" : "wall clock");
-    if (argc > 3 && strcmp(argv[3], "tlpack") == 0) {
-        bench_tl_packed(n_threads, n_tok);
+    if (argc > 3 && (strcmp(argv[3], "tlpack") == 0 || strcmp(argv[3], "tlpackhot") == 0)) {
+        bench_tl_packed(n_threads, n_tok, strcmp(argv[3], "tlpackhot") == 0);
         return 0;
     }
     if (argc > 3 && strcmp(argv[3], "tl") == 0) {
