@@ -31,9 +31,9 @@ check "a negative thread count is a usage error" "$?" 2
 out=$("$BIN" info 2>&1)
 grep -q "^runs:          yes$" <<<"$out"
 check "info: the default model runs" "$?" 0
-grep -q "^chat template: chatml (fallback: the model has no template)$" <<<"$out"
+grep -q "^chat template: chatml (detected from tokenizer.chat_template)$" <<<"$out"
 check "info: the chat template serve would use" "$?" 0
-grep -q "^KV cache:      6144 bytes/token f16 (12288 f32); a full context: 1.5 MiB f16$" <<<"$out"
+grep -q "^KV cache:      6144 bytes/token f16 (12288 f32); a full context: 3.0 MiB f16$" <<<"$out"
 check "info: KV bytes per token (6 layers x 4 KV heads x 64 x 2 x 2 bytes)" "$?" 0
 out=$("$BIN" info --model "${ATTND_DATA_DIR:?}/tokenizers/gpt2-bpe.gguf" 2>&1)
 grep -q "^runs:          no: model has no tensor 'token_embd.weight'$" <<<"$out"

@@ -131,6 +131,37 @@ Test(default_model, loads_and_describes_itself) {
     model_destroy(m);
 }
 
+/* Model v2 (issue 17): a 512-token context, ChatML stored as its template, and <|im_end|> a control
+ * token that ends generation (so an assistant turn stops there, in attnd as in llama.cpp). */
+Test(default_model, is_a_chatml_model_with_a_512_token_context) {
+    model *m;
+    tokenizer *t;
+    attnd_err err;
+    cr_assert_eq(model_load(&m, MODEL, &err), ATTND_OK, "%s", err.msg);
+    cr_assert_eq(tok_load(&t, model_gguf(m), &err), ATTND_OK, "%s", err.msg);
+    cr_assert_geq(model_info_get(m)->n_ctx, 512);
+    const char *tmpl;
+    cr_assert_eq(gguf_get_str(model_gguf(m), "tokenizer.chat_template", &tmpl, &err), ATTND_OK, "%s", err.msg);
+    cr_assert(strstr(tmpl, "<|im_start|>") && strstr(tmpl, "<|im_end|>"), "%s", tmpl);
+    const char *marks[] = {"<|im_start|>", "<|im_end|>"};
+    for (int k = 0; k < 2; k++) {
+        int32_t *ids;
+        size_t n;
+        cr_assert_eq(tok_encode(t, marks[k], strlen(marks[k]), false, true, &ids, &n, &err), ATTND_OK, "%s", err.msg);
+        cr_assert_eq(n, 1, "%s is one token, not %zu", marks[k], n);
+        cr_assert_str_eq(tok_piece(t, ids[0]), marks[k]);
+        cr_assert(tok_is_control(t, ids[0]), "%s is a control token", marks[k]);
+        cr_assert_eq(tok_is_eog(t, ids[0]), k == 1, "only <|im_end|> ends generation");
+        free(ids);
+    }
+    json_t *ev = load_eval();
+    double bpb = json_real_value(json_object_get(json_object_get(ev, "total"), "bits_per_byte"));
+    cr_assert_leq(bpb, 1.45, "issue 17's held-out target: %.4f bits/byte", bpb);
+    json_decref(ev);
+    tok_destroy(t);
+    model_destroy(m);
+}
+
 Test(default_model, held_out_perplexity_matches_the_training_figure, .timeout = 900) {
     json_t *ev = load_eval();
     scorer s;

@@ -26,8 +26,8 @@ if [ $rc -ne 0 ] && grep -q "cannot hold one full context" <<<"$out" && grep -q 
     ok "a budget below one context is a start-up error naming the budget that fits"
 else bad "tiny KV budget at start-up (rc $rc): $out"; fi
 
-# ---- 2 MiB holds one 256-token context: 8 concurrent requests take turns, none fails --------
-start_server kv --model "$MODEL" --kv-budget-mb 2 --max-parallel 8 --threads 1
+# ---- 3 MiB holds one 512-token context: 8 concurrent requests take turns, none fails --------
+start_server kv --model "$MODEL" --kv-budget-mb 3 --max-parallel 8 --threads 1
 for i in $(seq 8); do
     code "$kv_PORT" /v1/completions "{\"prompt\":\"The nation $i\",\"max_tokens\":200,$LONG}" "$TMP/kv$i.json" \
         >"$TMP/kv$i.code" &
@@ -40,8 +40,8 @@ for i in $(seq 8); do
 done
 [ $n -eq 8 ] && ok "8 of 8 concurrent requests succeed on a KV budget that holds one" ||
     bad "only $n of 8 requests succeeded: $(cat "$TMP"/kv*.code)"
-c=$(code "$kv_PORT" /v1/completions "{\"prompt\":[$(seq -s, 5 300)],\"max_tokens\":4}" "$TMP/long.json")
-[ "$c" = 400 ] && grep -q "context length is 256" "$TMP/long.json" && ok "a request that can never fit is a 400 naming the limit" ||
+c=$(code "$kv_PORT" /v1/completions "{\"prompt\":[$(seq -s, 5 600)],\"max_tokens\":4}" "$TMP/long.json")
+[ "$c" = 400 ] && grep -q "context length is 512" "$TMP/long.json" && ok "a request that can never fit is a 400 naming the limit" ||
     bad "over-long request: $c $(cat "$TMP/long.json")"
 stop_server kv || bad "SIGTERM (kv)"
 

@@ -1,8 +1,8 @@
 /*
  * test_models.h — (tests only) where the test models are, and the quantized variants the suite
  * makes itself: test_model_path("stories260K-Q8_0.gguf") runs `attnd quantize` on
- * tests/data/models/stories260K.gguf into the build folder's test-models/ the first time it is asked for
- * (quantize writes to a temporary file and renames, so concurrent tests are safe). The
+ * tests/data/models/stories260K.gguf into the build folder's test-models/ the first time it is asked for,
+ * and again whenever the source model is newer than the variant (quantize writes to a temporary file and renames, so concurrent tests are safe). The
  * committed llama.cpp references (tests/data/reference-greedy.json) were made from the same
  * variants by tests/data/regenerate.sh.
  *
@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 static inline const char *test_model_base_path(const char *base, char *buf, size_t cap) {
@@ -38,10 +39,13 @@ static inline const char *test_model_path(const char *name, char *buf, size_t ca
     snprintf(base, sizeof base, "%.*s", (int)(dash - name), name);
     snprintf(type, sizeof type, "%.*s", (int)(dot - dash - 1), dash + 1);
     snprintf(buf, cap, "%s/%s", ATTND_TEST_TMP, name);
-    if (access(buf, R_OK) == 0) return buf;
     char src[1024], cmd[4096];
+    test_model_base_path(base, src, sizeof src);
+    /* a variant made before its source last changed (a new default model) is made again */
+    struct stat vs, ss;
+    if (stat(buf, &vs) == 0 && (stat(src, &ss) != 0 || vs.st_mtime > ss.st_mtime)) return buf;
     snprintf(cmd, sizeof cmd, "mkdir -p '%s' && '%s' quantize --quiet '%s' '%s' %s 2>&1", ATTND_TEST_TMP, ATTND_BINARY,
-             test_model_base_path(base, src, sizeof src), buf, type);
+             src, buf, type);
     cr_assert_eq(system(cmd), 0, "could not make %s: %s", name, cmd);
     return buf;
 }

@@ -21,8 +21,8 @@ if [ ! -f "$dir/node_modules/@langchain/openai/package.json" ] || [ ! -f "$dir/n
     fi
 fi
 echo "# openai $(node -p "require('$dir/node_modules/openai/package.json').version"), @langchain/openai $(node -p "require('$dir/node_modules/@langchain/openai/package.json').version")"
-# attnd-sotu is a base model: the llama2 chat layout lets it continue the user's text
-flags=(--model "$model" --threads 1 --chat-template llama2 --state-dir "$TMP/state")
+# the model's own chat template (ChatML, stored in the GGUF): no --chat-template
+flags=(--model "$model" --threads 1 --state-dir "$TMP/state")
 start_server srv "${flags[@]}"
 node "$here/js/openai_clients.mjs" main "$dir" "http://127.0.0.1:$srv_PORT/v1" "$TMP/stored.json"
 rc=$?

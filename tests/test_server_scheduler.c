@@ -20,7 +20,7 @@
 #include "sess.h"
 
 #define MODEL ATTND_DATA_DIR "/models/stories260K.gguf"
-#define SOTU ATTND_SOURCE_DIR "/models/attnd-sotu.gguf" /* 256-token context, 6 KiB of KV a token */
+#define SOTU ATTND_SOURCE_DIR "/models/attnd-sotu.gguf" /* 6 KiB of KV a token; capped at 256 tokens below */
 
 static model *m;
 static tokenizer *tok;
@@ -72,9 +72,10 @@ static bool model_missing(void) {
 TestSuite(scheduler, .init = setup, .fini = teardown, .timeout = 120);
 
 /* A greedy job for the prompt ids (stolen), EOS banned so it always runs max_tokens. */
-/* Swaps the fixture for the default model, whose 1.5 MiB context lets MiB-sized budgets hold
- * exactly one request (stories260K's 320 KiB cannot). */
+/* Swaps the fixture for the default model capped at a 256-token context (ctx_size), whose 1.5 MiB
+ * lets MiB-sized budgets hold exactly one request (stories260K's 320 KiB cannot). */
 static void use_sotu(void) {
+    cfg.ctx_size = 256; /* the model has 512; the budgets below are sized for 256 */
     tok_destroy(tok);
     model_destroy(m);
     attnd_err err;
@@ -420,6 +421,7 @@ Test(sched_pacing, the_auto_budget_is_a_few_decode_steps_and_the_prompt_always_m
 
 static void setup_own(void) {
     load_fixture(OWN_MODEL, 8);
+    cfg.ctx_size = 256; /* the block counts below are sized for a 256-token context */
     start();
 }
 
