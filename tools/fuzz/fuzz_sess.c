@@ -40,7 +40,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (sess_acquire(st, NULL, "fuzz", &s, &err) == ATTND_OK) {
         int n = s->n_tokens;
         int32_t *toks = malloc(((size_t)n + 1) * sizeof(int32_t));
-        memcpy(toks, s->tokens, (size_t)n * sizeof(int32_t));
+        if (n) memcpy(toks, s->tokens, (size_t)n * sizeof(int32_t)); /* an empty history may have no array */
         toks[n] = 5;
         FUZZ_CHECK(sess_release(st, s, toks, n + 1, &err) == ATTND_OK, "release: %s", err.msg);
         FUZZ_CHECK(sess_persist(st, NULL, "fuzz", &err) == ATTND_OK, "persist: %s", err.msg);
