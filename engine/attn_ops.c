@@ -6,6 +6,7 @@
  * the fallback.
  */
 #include "attn_ops.h"
+#include "isa_target.h"
 
 #include <math.h>
 
@@ -136,12 +137,7 @@ void attn_tile_avx2(const attn_tile *t) {
 // across the tile, each value row loaded once for the 4 rows. Compiled for AVX-512F only; the
 // callers choose it through the dispatch table when the CPU has it.
 
-#if defined(__clang__)
-#pragma clang attribute push(__attribute__((target("avx2,fma,avx512f"))), apply_to = function)
-#else
-#pragma GCC push_options
-#pragma GCC target("avx2,fma,avx512f")
-#endif
+ISA_TARGET_BEGIN("avx2,fma,avx512f")
 
 #define AT_RB 4 /* query rows per register tile */
 #define AT_INLINE inline __attribute__((always_inline))
@@ -275,11 +271,7 @@ void attn_tile_avx512(const attn_tile *t) {
     }
 }
 
-#if defined(__clang__)
-#pragma clang attribute pop
-#else
-#pragma GCC pop_options
-#endif
+ISA_TARGET_END
 #endif
 
 // ---- dispatch ------------------------------------------------------------------------------------

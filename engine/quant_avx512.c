@@ -5,21 +5,13 @@
  * register tiles of quant_gemm512.inc (16 rows x 8 tokens, one lane per weight row).
  */
 #include "quant_impl.h"
+#include "isa_target.h"
 
 #if defined(__x86_64__)
-#if defined(__clang__)
-#pragma clang attribute push(__attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni"))), apply_to = function)
-#else
-#pragma GCC push_options
-#pragma GCC target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")
-#endif
+ISA_TARGET_BEGIN("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")
 #define QX_VNNI 1
 #define QX_512 1
 #define QX_TABLE quant_kernels_avx512
 #include "quant_x86.inc"
-#if defined(__clang__)
-#pragma clang attribute pop
-#else
-#pragma GCC pop_options
-#endif
+ISA_TARGET_END
 #endif

@@ -54,6 +54,12 @@ static void one_entry(gbuf *b, const char *key, uint32_t type) {
     gb_key(b, key, type);
 }
 
+/* A file whose only metadata entry is an array of n elements of elem_type; the elements follow. */
+static void one_array(gbuf *b, const char *key, uint32_t elem_type, uint64_t n) {
+    gb_header(b, 3, 0, 1);
+    gb_arr_head(b, key, elem_type, n);
+}
+
 Test(gguf, valid_file_parses_with_values_and_tensors) {
     gbuf b = valid_file();
     gguf_file *f;
@@ -203,8 +209,7 @@ Test(gguf, oversized_string_and_array_lengths_are_refused) {
     expect_refused(&e, "cannot fit");
 
     gbuf g = {0}; /* a string inside a string array whose length runs past the end */
-    gb_header(&g, 3, 0, 1);
-    gb_arr_head(&g, "arr", 8, 2);
+    one_array(&g, "arr", 8, 2);
     gb_str(&g, "ok");
     gb_u64(&g, 1000);
     gb_bytes(&g, "short", 5);
@@ -218,16 +223,14 @@ Test(gguf, unknown_and_nested_value_types_are_refused) {
     expect_refused(&b, "unknown value type 13");
 
     gbuf c = {0};
-    gb_header(&c, 3, 0, 1);
-    gb_arr_head(&c, "k", 9, 1);
+    one_array(&c, "k", 9, 1);
     gb_u32(&c, 4);
     gb_u64(&c, 1);
     gb_u32(&c, 7);
     expect_refused(&c, "nested");
 
     gbuf d = {0};
-    gb_header(&d, 3, 0, 1);
-    gb_arr_head(&d, "k", 77, 1);
+    one_array(&d, "k", 77, 1);
     gb_u64(&d, 0);
     expect_refused(&d, "unknown array element type");
 

@@ -141,6 +141,19 @@ static double model_stream_s(uint32_t attn_t, uint32_t down_t, int n_threads, in
     return best;
 }
 
+/* One line per instruction set up to best: the matmul time of one step of the rand-Q8_0 and
+ * rand-Q4_K models as step_s measures it (weights shared or streamed). */
+static void print_model_steps(double (*step_s)(uint32_t, uint32_t, int, int), quant_isa best, int n_threads,
+                              int n_tok) {
+    for (int isa = QUANT_ISA_PORTABLE; isa <= (int)best; isa++) {
+        quant_isa_force((quant_isa)isa);
+        double q8 = step_s(GGUF_TYPE_Q8_0, GGUF_TYPE_Q8_0, n_threads, n_tok);
+        double q4k = step_s(GGUF_TYPE_Q4_K, GGUF_TYPE_Q6_K, n_threads, n_tok);
+        printf("  %-8s rand-Q8_0 %8.1f us (%6.0f steps/s)   rand-Q4_K %8.1f us (%6.0f steps/s)\n",
+               quant_isa_name((quant_isa)isa), q8 * 1e6, 1 / q8, q4k * 1e6, 1 / q4k);
+    }
+}
+
 /* ns per element of the vector primitives, per ISA (attention over 256 keys of head size 32). */
 static void bench_primitives(void) {
     enum { NK = 256, HD = 32, NE = 4096 };
@@ -315,21 +328,9 @@ int main(int argc, char **argv) {
         }
     }
     printf("\nmatmul time of one step (n_tok %d) of the rand-* models:\n", n_tok);
-    for (int isa = QUANT_ISA_PORTABLE; isa <= (int)best; isa++) {
-        quant_isa_force((quant_isa)isa);
-        double q8 = model_token_s(GGUF_TYPE_Q8_0, GGUF_TYPE_Q8_0, n_threads, n_tok);
-        double q4k = model_token_s(GGUF_TYPE_Q4_K, GGUF_TYPE_Q6_K, n_threads, n_tok);
-        printf("  %-8s rand-Q8_0 %8.1f us (%6.0f steps/s)   rand-Q4_K %8.1f us (%6.0f steps/s)\n",
-               quant_isa_name((quant_isa)isa), q8 * 1e6, 1 / q8, q4k * 1e6, 1 / q4k);
-    }
+    print_model_steps(model_token_s, best, n_threads, n_tok);
     bench_primitives();
     printf("\nthe same with each layer's weights in separate buffers (streamed, as in a model):\n");
-    for (int isa = QUANT_ISA_PORTABLE; isa <= (int)best; isa++) {
-        quant_isa_force((quant_isa)isa);
-        double q8 = model_stream_s(GGUF_TYPE_Q8_0, GGUF_TYPE_Q8_0, n_threads, n_tok);
-        double q4k = model_stream_s(GGUF_TYPE_Q4_K, GGUF_TYPE_Q6_K, n_threads, n_tok);
-        printf("  %-8s rand-Q8_0 %8.1f us (%6.0f steps/s)   rand-Q4_K %8.1f us (%6.0f steps/s)\n",
-               quant_isa_name((quant_isa)isa), q8 * 1e6, 1 / q8, q4k * 1e6, 1 / q4k);
-    }
+    print_model_steps(model_stream_s, best, n_threads, n_tok);
     return 0;
 }

