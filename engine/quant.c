@@ -113,7 +113,8 @@ size_t quant_scratch_bytes(uint32_t wtype, int n_tok, int64_t n_cols) {
     case GGUF_TYPE_Q4_K:
     case GGUF_TYPE_Q6_K:
         return SCRATCH_ALIGN + round_up((size_t)n_tok * (size_t)(n_cols / QK_K) * sizeof(float)) + round_up(n) +
-               round_up((size_t)n_tok * (size_t)(n_cols / 16) * sizeof(int16_t));
+               round_up((size_t)n_tok * (size_t)(n_cols / 16) * sizeof(int16_t)) +
+               round_up((size_t)n_tok * (size_t)(n_cols / 32) * sizeof(int16_t));
     default: return 0; /* F32 reads the activations in place */
     }
 }
@@ -265,6 +266,7 @@ typedef struct act_plan {
     float *d;          /* Q8 forms: (n_tok, nb) */
     int8_t *q;         /* Q8 forms: (n_tok, n_cols) */
     int16_t *bs;       /* Q8_K form: (n_tok, n_cols / 16) */
+    int16_t *bs32;     /* Q8_K form: (n_tok, n_cols / 32) */
     int32_t *xsum;     /* Q8_0 form: (n_tok, nb) */
     quant_prep_f16_fn f16;
     quant_prep_q8_0_fn q8_0;
@@ -305,6 +307,8 @@ static void act_plan_init(act_plan *pl, const quant_kernels *k, uint32_t wtype, 
         pl->q = (int8_t *)p;
         p += round_up((size_t)n_tok * (size_t)n_cols);
         pl->bs = (int16_t *)p;
+        p += round_up((size_t)n_tok * (size_t)(n_cols / 16) * sizeof(int16_t));
+        pl->bs32 = (int16_t *)p;
         pl->q8_k = k->prep_q8_k;
         break;
     default: ATTND_ASSERT(!"unsupported weight type");
@@ -312,6 +316,7 @@ static void act_plan_init(act_plan *pl, const quant_kernels *k, uint32_t wtype, 
     pl->a.d = pl->d;
     pl->a.q = pl->q;
     pl->a.bsums = pl->bs;
+    pl->a.bsum32 = pl->bs32;
     pl->a.xsum = pl->xsum;
 }
 
@@ -329,7 +334,11 @@ static void act_fill(const act_plan *pl, int t) {
             pl->xsum[t * nb + b] = s;
         }
     }
-    else if (pl->q8_k) pl->q8_k(pl->d + t * nb, pl->q + t * n, pl->bs + t * (n / 16), x, n);
+    else if (pl->q8_k) {
+        const int16_t *bs = pl->bs + t * (n / 16);
+        pl->q8_k(pl->d + t * nb, pl->q + t * n, pl->bs + t * (n / 16), x, n);
+        for (int64_t j = 0; j < n / 32; j++) pl->bs32[t * (n / 32) + j] = (int16_t)(bs[2 * j] + bs[2 * j + 1]); /* |.| <= 4096 */
+    }
 }
 
 // ---- portable kernels --------------------------------------------------------------------------
