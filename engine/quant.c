@@ -744,8 +744,30 @@ static void pack_q6_k_word(uint8_t l0[2], uint8_t l1[2], uint8_t h[2], const uin
 }
 #undef F2
 
+/* The unpack is linear over GF(2), so is its solution: a word's six stored bytes are the XOR of
+ * one table entry per 6-bit value (t[k][v]: the solution for value v at input k, p[0] p[1] q[0]
+ * ... s[1], zeros elsewhere; bytes l0[0..1], l1[0..1], h[0..1] from the low end). */
+typedef struct q6_pack_tab {
+    uint64_t t[8][64];
+} q6_pack_tab;
+
+static void q6_pack_tab_init(q6_pack_tab *tab) {
+    for (int k = 0; k < 8; k++)
+        for (int v = 0; v < 64; v++) {
+            uint8_t in[8] = {0}, l0[2], l1[2], h[2];
+            in[k] = (uint8_t)v;
+            pack_q6_k_word(l0, l1, h, in, in + 2, in + 4, in + 6);
+            uint8_t o[6] = {l0[0], l0[1], l1[0], l1[1], h[0], h[1]};
+            uint64_t u = 0;
+            for (int i = 0; i < 6; i++) u |= (uint64_t)o[i] << (8 * i);
+            tab->t[k][v] = u;
+        }
+}
+
 /* Q6_K rows -> quant_pack's layout (PACK_Q6K_BYTES per group and super-block, then the d). */
 static void pack_q6_k(uint8_t *dst, const uint8_t *w, size_t rb, int64_t n_rows, int64_t nsb, size_t group_bytes) {
+    q6_pack_tab tab;
+    q6_pack_tab_init(&tab);
     for (int64_t r = 0; r < n_rows; r++) {
         int i = (int)(r % PACK_ROWS);
         const uint8_t *src = w + (size_t)r * rb;
@@ -755,10 +777,12 @@ static void pack_q6_k(uint8_t *dst, const uint8_t *w, size_t rb, int64_t n_rows,
             q6_k_values(v, src);
             for (int p = 0; p < 8; p++) memcpy(sb + 32 * p + 2 * i, src + 192 + 2 * p, 2);
             for (int j = 0; j < 16; j++)
-                for (int h = 0; h < 2; h++) {
+                for (int h = 0; h < 2; h++) { /* W0..W3 are weights 16j + 4k.., this word their bytes 2h, 2h + 1 */
                     uint8_t *q = sb + 256 + 192 * j + 4 * i + 2 * h;
                     const uint8_t *x = v + 16 * j + 2 * h;
-                    pack_q6_k_word(q, q + 64, q + 128, x, x + 4, x + 8, x + 12);
+                    uint64_t u = 0;
+                    for (int k = 0; k < 8; k++) u ^= tab.t[k][x[4 * (k / 2) + k % 2]];
+                    for (int o = 0; o < 6; o++) q[64 * (o / 2) + o % 2] = (uint8_t)(u >> (8 * o));
                 }
             memcpy(g + (size_t)nsb * PACK_Q6K_BYTES + 32 * (size_t)b + 2 * i, src + 208, 2); /* d */
         }
