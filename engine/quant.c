@@ -634,7 +634,7 @@ static void resolve_tables(void) {
         quant_kernels *k = &g_resolved[isa];
         RESOLVE(k, isa, f32); RESOLVE(k, isa, f16); RESOLVE(k, isa, bf16); RESOLVE(k, isa, q8_0);
         RESOLVE(k, isa, q4_0); RESOLVE(k, isa, q4_k); RESOLVE(k, isa, q6_k); RESOLVE(k, isa, q4_0_packed);
-        RESOLVE(k, isa, q4_k_packed);
+        RESOLVE(k, isa, q4_k_packed); RESOLVE(k, isa, q6_k_packed);
         RESOLVE(k, isa, prep_q8_0); RESOLVE(k, isa, prep_q8_k); RESOLVE(k, isa, prep_f16);
         RESOLVE(k, isa, dot_rows); RESOLVE(k, isa, axpy_rows); RESOLVE(k, isa, exp); RESOLVE(k, isa, h2f);
         RESOLVE(k, isa, f2h); RESOLVE(k, isa, attn_scores_t); RESOLVE(k, isa, attn_max);
@@ -717,19 +717,103 @@ static void pack_q4_k(uint8_t *dst, const uint8_t *w, size_t rb, int64_t n_rows,
     }
 }
 
+/* The 6-bit values (0..63, without the -32) of one Q6_K super-block, in column order. */
+static void q6_k_values(uint8_t v[QK_K], const uint8_t *blk) {
+    const uint8_t *ql = blk, *qh = blk + 128;
+    for (int n = 0; n < 2; n++)
+        for (int l = 0; l < 32; l++) {
+            uint8_t lo = ql[64 * n + l], hi = ql[64 * n + 32 + l], h = qh[32 * n + l];
+            v[128 * n + l] = (uint8_t)((lo & 0xF) | (h & 3) << 4);
+            v[128 * n + 32 + l] = (uint8_t)((hi & 0xF) | (h >> 2 & 3) << 4);
+            v[128 * n + 64 + l] = (uint8_t)((lo >> 4) | (h >> 4 & 3) << 4);
+            v[128 * n + 96 + l] = (uint8_t)((hi >> 4) | (h >> 6 & 3) << 4);
+        }
+}
+
+/* 2-bit field f (bits 2f, 2f + 1) of x */
+#define F2(x, f) ((unsigned)((x) >> (2 * (f))) & 3u)
+
+/* One 16-bit word of L0, L1 and H (PACK_Q6K_BYTES, quant_impl.h): the bytes whose unpacking gives
+ * the 6-bit values p[0..1] (in W0), q (W1), r (W2), s (W3). Written as 2-bit fields a0..h1 (4 per
+ * byte), each equation of the unpack solved in turn: every step uses fields set before it. */
+static void pack_q6_k_word(uint8_t l0[2], uint8_t l1[2], uint8_t h[2], const uint8_t p[2], const uint8_t q[2],
+                           const uint8_t r[2], const uint8_t s[2]) {
+    unsigned a0[4], a1[4], b0[4], b1[4], h0[4], h1[4];
+    h1[3] = F2(q[1], 2), h1[0] = F2(s[1], 2), b0[0] = F2(r[0], 0), b0[2] = F2(s[0], 0), b0[3] = F2(s[0], 1);
+    h0[1] = F2(r[0], 2) ^ b0[2], a1[0] = F2(p[1], 0) ^ h1[0], h0[3] = F2(q[0], 2) ^ a1[0];
+    b1[0] = F2(r[1], 0) ^ h0[3], h0[0] = F2(s[0], 2) ^ b1[0], b0[1] = F2(r[0], 1) ^ h0[0];
+    b1[1] = F2(r[1], 1) ^ h1[0], b1[3] = F2(s[1], 1) ^ h0[3], a0[2] = F2(q[0], 0) ^ h0[1];
+    h0[2] = F2(p[0], 2) ^ a0[2], a0[3] = F2(q[0], 1) ^ h0[2], b1[2] = F2(s[1], 0) ^ h0[2];
+    h1[1] = F2(r[1], 2) ^ b1[2], a1[1] = F2(p[1], 1) ^ h1[1], a0[0] = F2(p[0], 0) ^ h0[0];
+    a0[1] = F2(p[0], 1) ^ h0[1], a1[2] = F2(q[1], 0) ^ h1[1], h1[2] = F2(p[1], 2) ^ a1[2];
+    a1[3] = F2(q[1], 1) ^ h1[2];
+#define JOIN(v) (uint8_t)((v)[0] | (v)[1] << 2 | (v)[2] << 4 | (v)[3] << 6)
+    l0[0] = JOIN(a0), l0[1] = JOIN(a1), l1[0] = JOIN(b0), l1[1] = JOIN(b1), h[0] = JOIN(h0), h[1] = JOIN(h1);
+#undef JOIN
+}
+#undef F2
+
+/* The unpack is linear over GF(2), so is its solution: a word's six stored bytes are the XOR of
+ * one table entry per 6-bit value (t[k][v]: the solution for value v at input k, p[0] p[1] q[0]
+ * ... s[1], zeros elsewhere; bytes l0[0..1], l1[0..1], h[0..1] from the low end). */
+typedef struct q6_pack_tab {
+    uint64_t t[8][64];
+} q6_pack_tab;
+
+static void q6_pack_tab_init(q6_pack_tab *tab) {
+    for (int k = 0; k < 8; k++)
+        for (int v = 0; v < 64; v++) {
+            uint8_t in[8] = {0}, l0[2], l1[2], h[2];
+            in[k] = (uint8_t)v;
+            pack_q6_k_word(l0, l1, h, in, in + 2, in + 4, in + 6);
+            uint8_t o[6] = {l0[0], l0[1], l1[0], l1[1], h[0], h[1]};
+            uint64_t u = 0;
+            for (int i = 0; i < 6; i++) u |= (uint64_t)o[i] << (8 * i);
+            tab->t[k][v] = u;
+        }
+}
+
+/* Q6_K rows -> quant_pack's layout (PACK_Q6K_BYTES per group and super-block, then the d). */
+static void pack_q6_k(uint8_t *dst, const uint8_t *w, size_t rb, int64_t n_rows, int64_t nsb, size_t group_bytes) {
+    q6_pack_tab tab;
+    q6_pack_tab_init(&tab);
+    for (int64_t r = 0; r < n_rows; r++) {
+        int i = (int)(r % PACK_ROWS);
+        const uint8_t *src = w + (size_t)r * rb;
+        uint8_t *g = dst + (size_t)(r / PACK_ROWS) * group_bytes;
+        for (int64_t b = 0; b < nsb; b++, src += Q6_K_BYTES) {
+            uint8_t *sb = g + (size_t)b * PACK_Q6K_BYTES, v[QK_K];
+            q6_k_values(v, src);
+            for (int p = 0; p < 8; p++) memcpy(sb + 32 * p + 2 * i, src + 192 + 2 * p, 2);
+            for (int j = 0; j < 16; j++)
+                for (int h = 0; h < 2; h++) { /* W0..W3 are weights 16j + 4k.., this word their bytes 2h, 2h + 1 */
+                    uint8_t *q = sb + 256 + 192 * j + 4 * i + 2 * h;
+                    const uint8_t *x = v + 16 * j + 2 * h;
+                    uint64_t u = 0;
+                    for (int k = 0; k < 8; k++) u ^= tab.t[k][x[4 * (k / 2) + k % 2]];
+                    for (int o = 0; o < 6; o++) q[64 * (o / 2) + o % 2] = (uint8_t)(u >> (8 * o));
+                }
+            memcpy(g + (size_t)nsb * PACK_Q6K_BYTES + 32 * (size_t)b + 2 * i, src + 208, 2); /* d */
+        }
+    }
+}
+
 quant_packed *quant_pack(const void *w, uint32_t wtype, int64_t n_rows, int64_t n_cols) {
     const char *no = getenv("ATTND_NO_REPACK");
     if (no && *no && strcmp(no, "0") != 0) return NULL;
     const quant_kernels *k = quant_kernels_active();
     int q4_0 = wtype == GGUF_TYPE_Q4_0 && k->q4_0_packed, q4_k = wtype == GGUF_TYPE_Q4_K && k->q4_k_packed;
+    int q6_k = wtype == GGUF_TYPE_Q6_K && k->q6_k_packed;
     uint32_t be = gguf_type_block_elems(wtype);
-    if (!(q4_0 || q4_k) || n_rows <= 0 || n_cols <= 0 || n_cols % be != 0) return NULL;
+    if (!(q4_0 || q4_k || q6_k) || n_rows <= 0 || n_cols <= 0 || n_cols % be != 0) return NULL;
     quant_packed *pk = calloc(1, sizeof *pk);
     if (!pk) return NULL;
     int64_t nb = n_cols / be, n_groups = (n_rows + PACK_ROWS - 1) / PACK_ROWS;
     *pk = (quant_packed){.wtype = wtype, .n_rows = n_rows, .n_cols = n_cols};
     /* round_up keeps every group 64-byte aligned */
-    pk->group_bytes = q4_0 ? (size_t)(nb + 1) / 2 * PACK_Q40_PAIR : (size_t)nb * PACK_Q4K_BYTES;
+    pk->group_bytes = q4_0 ? (size_t)(nb + 1) / 2 * PACK_Q40_PAIR
+                      : q4_k ? (size_t)nb * PACK_Q4K_BYTES
+                             : (size_t)nb * PACK_Q6K_BYTES + ((size_t)nb * 32 + 63) / 64 * 64;
     pk->bytes = (size_t)n_groups * pk->group_bytes;
     pk->data = aligned_alloc(SCRATCH_ALIGN, pk->bytes);
     if (!pk->data) {
@@ -740,8 +824,10 @@ quant_packed *quant_pack(const void *w, uint32_t wtype, int64_t n_rows, int64_t 
     if (q4_0 && nb % 2) /* an odd last block's partner */
         for (int64_t g = 0; g < n_groups; g++)
             memset(pk->data + (size_t)g * pk->group_bytes + (size_t)(nb / 2) * PACK_Q40_PAIR + 256, 0, PACK_Q40_PAIR - 256);
-    if (q4_0) pack_q4_0(pk->data, w, quant_row_bytes(wtype, n_cols), n_rows, nb, pk->group_bytes);
-    else pack_q4_k(pk->data, w, quant_row_bytes(wtype, n_cols), n_rows, nb, pk->group_bytes);
+    size_t rb = quant_row_bytes(wtype, n_cols);
+    if (q4_0) pack_q4_0(pk->data, w, rb, n_rows, nb, pk->group_bytes);
+    else if (q4_k) pack_q4_k(pk->data, w, rb, n_rows, nb, pk->group_bytes);
+    else pack_q6_k(pk->data, w, rb, n_rows, nb, pk->group_bytes);
     return pk;
 }
 
@@ -816,7 +902,10 @@ static matmul_part matmul_part_of(const quant_kernels *k, const quant_mm *m, int
     ATTND_ASSERT(m->n_rows >= 0 && n_cols > 0 && n_cols % be == 0);
     matmul_part p = {m->out, m->w, quant_row_bytes(m->wtype, n_cols), m->n_rows, m->n_rows, 1, pick_kernel(k, m->wtype)};
     ATTND_ASSERT(p.fn != NULL);
-    quant_rows_fn pfn = m->wtype == GGUF_TYPE_Q4_0 ? k->q4_0_packed : m->wtype == GGUF_TYPE_Q4_K ? k->q4_k_packed : NULL;
+    quant_rows_fn pfn = m->wtype == GGUF_TYPE_Q4_0   ? k->q4_0_packed
+                        : m->wtype == GGUF_TYPE_Q4_K ? k->q4_k_packed
+                        : m->wtype == GGUF_TYPE_Q6_K ? k->q6_k_packed
+                                                     : NULL;
     if (m->pk && pfn) {
         ATTND_ASSERT(m->pk->wtype == m->wtype && m->pk->n_rows == m->n_rows && m->pk->n_cols == n_cols);
         p.fn = pfn;

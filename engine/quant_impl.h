@@ -71,11 +71,21 @@ typedef void (*attn_tile_fn)(const struct attn_tile *t);
  * 128, side by side), then 2 x 64 bytes of scales and 2 x 64 of mins (the 6-bit values unpacked
  * to bytes, 4 per row per vector), then 16 d and 16 dmin as f16: 148 bytes per row, 144 mapped. */
 #define PACK_Q4K_BYTES (32 * 64 + 4 * 64 + 64)
+/* Q6_K, per 16-row group and super-block: 8 x 32 bytes of scales (pair p: bytes 2i, 2i + 1 are
+ * row i's sc[2p], sc[2p + 1]), then per sub-block j (weights 16j..16j+15) three 64-byte vectors
+ * L0, L1, H, 4 bytes per row (row i at 4i). Its four weight vectors (weights 16j + 4k.., k < 4)
+ * are, per byte, W0 = 63 & (L0 ^ H), W1 = 63 & ((L0 >> 4) ^ (H >> 2)), W2 = 63 & (L1 ^ (H << 2)),
+ * W3 = 63 & ((L1 >> 4) ^ (H << 4)) with 16-bit shifts: the 6-bit values are stored as the one
+ * solution of those XOR equations (pack_q6_k), so each vector costs one vpternlogd (plus 5 shifts
+ * per 4). The group's d (16 f16 per super-block) follow its last super-block: 210 bytes per row
+ * and super-block, as mapped. */
+#define PACK_Q6K_BYTES (8 * 32 + 16 * 3 * 64)
 struct quant_packed {
     uint32_t wtype;
     int64_t n_rows, n_cols;
     size_t group_bytes; /* Q4_0: ceil(nb / 2) * PACK_Q40_PAIR, pairs of blocks; Q4_K: nb * PACK_Q4K_BYTES,
-                           super-block after super-block (a multiple of 64 either way) */
+                           super-block after super-block; Q6_K: nb * PACK_Q6K_BYTES then the d of each
+                           super-block, 32 bytes each, rounded up (a multiple of 64 in every case) */
     size_t bytes;
     uint8_t *data;      /* (ceil(n_rows / 16) * group_bytes), 64-byte aligned */
 };
@@ -84,7 +94,7 @@ struct quant_packed {
  * preparations; any NULL entry falls back to the next instruction set down. */
 typedef struct quant_kernels {
     quant_rows_fn f32, f16, bf16, q8_0, q4_0, q4_k, q6_k;
-    quant_rows_fn q4_0_packed, q4_k_packed; /* over quant_pack's layouts; NULL: none */
+    quant_rows_fn q4_0_packed, q4_k_packed, q6_k_packed; /* over quant_pack's layouts; NULL: none */
     quant_prep_q8_0_fn prep_q8_0;
     quant_prep_q8_k_fn prep_q8_k;
     quant_prep_f16_fn prep_f16;

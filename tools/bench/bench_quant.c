@@ -8,14 +8,16 @@
  *   build/bench_quant [n_threads] [n_tok] tl [isa]   (TinyLlama-1.1B matrix shapes, best ISA only: GFLOP/s and
  *                                               weight GB/s; for n_tok <= 16 the weights rotate through
  *                                               96 MB of copies, so they stream from DRAM as in decode)
- *   build/bench_quant [n_threads] [n_tok] tlpack   (Q4_0 at those shapes: the mapped layout against the copy
- *                                               packed at load, alternating in one process; packing cost;
- *                                               tlpackhot: one copy of the weights, cached when it fits)
+ *   build/bench_quant [n_threads] [n_tok] tlpack [type]   (Q4_0, Q4_K, Q6_K, or only `type`, at those
+ *                                               shapes: the mapped layout against the copy packed at load,
+ *                                               alternating in one process; packing cost; tlpackhot: one
+ *                                               copy of the weights, cached when it fits)
  */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 
 #include "attnd/gguf.h"
@@ -231,16 +233,19 @@ static void bench_tl(int n_threads, int n_tok, quant_isa isa) {
         }
 }
 
-/* Q4_0 and Q4_K at TinyLlama shapes, read from the mapping's layout (A) and from quant_pack's copy (B), in
- * alternating batches in this one process (so a busy machine slows both alike): ms per call,
- * weight GB/s, B/A speed ratio, and the packing's cost (bytes, ms per MB of weights). */
-static void bench_tl_packed(int n_threads, int n_tok, int hot) {
+/* Q4_0, Q4_K and Q6_K (or only the type named `only`) at TinyLlama shapes, read from the mapping's
+ * layout (A) and from quant_pack's copy (B), in alternating batches in this one process (so a busy
+ * machine slows both alike): ms per call, weight GB/s, B/A speed ratio, and the packing's cost
+ * (ms per MB of weights). */
+static void bench_tl_packed(int n_threads, int n_tok, int hot, const char *only) {
     static const int64_t shapes[][2] = {{2048, 2048}, {5632, 2048}, {2048, 5632}, {32000, 2048}};
+    static const uint32_t types[] = {GGUF_TYPE_Q4_0, GGUF_TYPE_Q4_K, GGUF_TYPE_Q6_K};
     printf("mapped (A) vs packed at load (B), isa %s, alternating batches, best of 7\n", quant_isa_name(quant_isa_active()));
     printf("%-5s %-11s %9s %9s %8s %8s %7s %12s\n", "type", "shape", "A ms", "B ms", "A GB/s", "B GB/s", "B/A", "pack ms/MB");
-    for (size_t ti = 0; ti < 2; ti++)
+    for (size_t ti = 0; ti < sizeof types / sizeof *types; ti++)
     for (size_t si = 0; si < sizeof shapes / sizeof *shapes; si++) {
-        const uint32_t type = ti == 0 ? GGUF_TYPE_Q4_0 : GGUF_TYPE_Q4_K;
+        const uint32_t type = types[ti];
+        if (only && strcasecmp(only, gguf_type_name(type)) != 0) break;
         int64_t rows = shapes[si][0], cols = shapes[si][1];
         size_t wbytes = quant_row_bytes(type, cols) * (size_t)rows;
         int copies = hot ? 1 : (int)((96u << 20) / wbytes + 1);
@@ -298,7 +303,7 @@ int main(int argc, char **argv) {
     printf("threads %d, n_tok %d, best isa %s, timing by %s\n\n", n_threads, n_tok, quant_isa_name(best),
            g_cpu_clock ? "process CPU time" : "wall clock");
     if (argc > 3 && (strcmp(argv[3], "tlpack") == 0 || strcmp(argv[3], "tlpackhot") == 0)) {
-        bench_tl_packed(n_threads, n_tok, strcmp(argv[3], "tlpackhot") == 0);
+        bench_tl_packed(n_threads, n_tok, strcmp(argv[3], "tlpackhot") == 0, argc > 4 ? argv[4] : NULL);
         return 0;
     }
     if (argc > 3 && strcmp(argv[3], "tl") == 0) {
