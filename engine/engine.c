@@ -230,6 +230,13 @@ static void matmul(engine *e, float *out, const weight *w, const float *x, int n
     quant_matmul_packed(out, w->data, w->packed, w->type, w->rows, w->cols, x, n_tok, e->mm_scratch, e->n_threads);
 }
 
+/* Up to QUANT_MM_MAX weights of the same width against the same x, in one pass of the pool. */
+static void matmul_many(engine *e, int n_w, float *const *out, const weight *const *w, const float *x, int n_tok) {
+    quant_mm mm[QUANT_MM_MAX];
+    for (int i = 0; i < n_w; i++) mm[i] = (quant_mm){out[i], w[i]->data, w[i]->packed, w[i]->type, w[i]->rows};
+    quant_matmul_many(mm, n_w, w[0]->cols, x, n_tok, e->mm_scratch, e->n_threads);
+}
+
 static void add_bias(float *x, const float *b, int n, int dim) {
     if (!b) return;
     for (int t = 0; t < n; t++)
@@ -480,9 +487,7 @@ static void step_embed(const pass *p) {
 /* qkv: q, k, v = xn Wq, xn Wk, xn Wv (+ biases, qwen2). */
 static void step_qkv(const pass *p, const layer_weights *L) {
     engine *e = p->e;
-    matmul(e, e->q, &L->wq, e->xn, p->n);
-    matmul(e, e->k, &L->wk, e->xn, p->n);
-    matmul(e, e->v, &L->wv, e->xn, p->n);
+    matmul_many(e, 3, (float *const[]){e->q, e->k, e->v}, (const weight *const[]){&L->wq, &L->wk, &L->wv}, e->xn, p->n);
     add_bias(e->q, L->bq, p->n, p->Q);
     add_bias(e->k, L->bk, p->n, p->KV);
     add_bias(e->v, L->bv, p->n, p->KV);
@@ -550,8 +555,7 @@ static void step_layer(pass *p, int l) {
 
     // feed-forward sub-layer: x += W_down swiglu(W_gate xn, W_up xn), xn = rmsnorm(x)
     rmsnorm(e->xn, e->x, L->ffn_norm, n, p->E, mi->rms_eps, nth);
-    matmul(e, e->gate, &L->w_gate, e->xn, n);
-    matmul(e, e->up, &L->w_up, e->xn, n);
+    matmul_many(e, 2, (float *const[]){e->gate, e->up}, (const weight *const[]){&L->w_gate, &L->w_up}, e->xn, n);
     step_swiglu(p);
     matmul(e, e->tmp, &L->w_down, e->gate, n);
     step_residual(p);

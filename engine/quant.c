@@ -113,7 +113,8 @@ size_t quant_scratch_bytes(uint32_t wtype, int n_tok, int64_t n_cols) {
     case GGUF_TYPE_Q4_K:
     case GGUF_TYPE_Q6_K:
         return SCRATCH_ALIGN + round_up((size_t)n_tok * (size_t)(n_cols / QK_K) * sizeof(float)) + round_up(n) +
-               round_up((size_t)n_tok * (size_t)(n_cols / 16) * sizeof(int16_t));
+               round_up((size_t)n_tok * (size_t)(n_cols / 16) * sizeof(int16_t)) +
+               round_up((size_t)n_tok * (size_t)(n_cols / 32) * sizeof(int16_t));
     default: return 0; /* F32 reads the activations in place */
     }
 }
@@ -265,6 +266,7 @@ typedef struct act_plan {
     float *d;          /* Q8 forms: (n_tok, nb) */
     int8_t *q;         /* Q8 forms: (n_tok, n_cols) */
     int16_t *bs;       /* Q8_K form: (n_tok, n_cols / 16) */
+    int16_t *bs32;     /* Q8_K form: (n_tok, n_cols / 32) */
     int32_t *xsum;     /* Q8_0 form: (n_tok, nb) */
     quant_prep_f16_fn f16;
     quant_prep_q8_0_fn q8_0;
@@ -305,6 +307,8 @@ static void act_plan_init(act_plan *pl, const quant_kernels *k, uint32_t wtype, 
         pl->q = (int8_t *)p;
         p += round_up((size_t)n_tok * (size_t)n_cols);
         pl->bs = (int16_t *)p;
+        p += round_up((size_t)n_tok * (size_t)(n_cols / 16) * sizeof(int16_t));
+        pl->bs32 = (int16_t *)p;
         pl->q8_k = k->prep_q8_k;
         break;
     default: ATTND_ASSERT(!"unsupported weight type");
@@ -312,6 +316,7 @@ static void act_plan_init(act_plan *pl, const quant_kernels *k, uint32_t wtype, 
     pl->a.d = pl->d;
     pl->a.q = pl->q;
     pl->a.bsums = pl->bs;
+    pl->a.bsum32 = pl->bs32;
     pl->a.xsum = pl->xsum;
 }
 
@@ -329,7 +334,11 @@ static void act_fill(const act_plan *pl, int t) {
             pl->xsum[t * nb + b] = s;
         }
     }
-    else if (pl->q8_k) pl->q8_k(pl->d + t * nb, pl->q + t * n, pl->bs + t * (n / 16), x, n);
+    else if (pl->q8_k) {
+        const int16_t *bs = pl->bs + t * (n / 16);
+        pl->q8_k(pl->d + t * nb, pl->q + t * n, pl->bs + t * (n / 16), x, n);
+        for (int64_t j = 0; j < n / 32; j++) pl->bs32[t * (n / 32) + j] = (int16_t)(bs[2 * j] + bs[2 * j + 1]); /* |.| <= 4096 */
+    }
 }
 
 // ---- portable kernels --------------------------------------------------------------------------
@@ -843,13 +852,20 @@ size_t quant_packed_bytes(const quant_packed *pk) { return pk ? pk->bytes : 0; }
  * are shared with other work) holds back little; large enough that claiming costs nothing. */
 #define CHUNKS_PER_THREAD 16
 
-/* One quant_matmul call as pool tasks: first the activations of each token, then row chunks. */
-typedef struct matmul_job {
+/* One weight of a matmul job: its rows in chunks of `per`. */
+typedef struct matmul_part {
     float *out;
-    const uint8_t *w;
+    const uint8_t *w; /* the mapping, or the packed copy (rb = its group bytes) */
     size_t rb;
-    int64_t n_rows, per;
+    int64_t n_rows, per, n_chunks;
     quant_rows_fn fn;
+} matmul_part;
+
+/* One matmul call as pool tasks: first the activations of each token, then every part's row
+ * chunks, numbered part after part. */
+typedef struct matmul_job {
+    matmul_part part[QUANT_MM_MAX];
+    int n_part;
     act_plan *pl;
     int n_tok;
 } matmul_job;
@@ -862,8 +878,50 @@ static void matmul_fill_task(void *ctx, int t, int worker) {
 static void matmul_rows_task(void *ctx, int c, int worker) {
     (void)worker;
     const matmul_job *j = ctx;
-    int64_t r0 = c * j->per, r1 = r0 + j->per < j->n_rows ? r0 + j->per : j->n_rows;
-    j->fn(j->out, j->w, j->rb, r0, r1, j->n_rows, &j->pl->a, j->n_tok);
+    const matmul_part *p = j->part;
+    while (c >= p->n_chunks) c -= (int)(p++)->n_chunks;
+    int64_t r0 = c * p->per, r1 = r0 + p->per < p->n_rows ? r0 + p->per : p->n_rows;
+    p->fn(p->out, p->w, p->rb, r0, r1, p->n_rows, &j->pl->a, j->n_tok);
+}
+
+/* Which activation form wtype's kernels read: weights of one form can share it. */
+static int act_form(uint32_t wtype) {
+    switch (wtype) {
+    case GGUF_TYPE_Q8_0:
+    case GGUF_TYPE_Q4_0: return GGUF_TYPE_Q8_0;
+    case GGUF_TYPE_Q4_K:
+    case GGUF_TYPE_Q6_K: return GGUF_TYPE_Q4_K;
+    default: return (int)wtype;
+    }
+}
+
+/* m's kernel and the bytes it reads (the packed copy where the instruction set has a kernel for it). */
+static matmul_part matmul_part_of(const quant_kernels *k, const quant_mm *m, int64_t n_cols) {
+    uint32_t be = gguf_type_block_elems(m->wtype);
+    ATTND_ASSERT(gguf_type_computable(m->wtype) && be > 0);
+    ATTND_ASSERT(m->n_rows >= 0 && n_cols > 0 && n_cols % be == 0);
+    matmul_part p = {m->out, m->w, quant_row_bytes(m->wtype, n_cols), m->n_rows, m->n_rows, 1, pick_kernel(k, m->wtype)};
+    ATTND_ASSERT(p.fn != NULL);
+    quant_rows_fn pfn = m->wtype == GGUF_TYPE_Q4_0   ? k->q4_0_packed
+                        : m->wtype == GGUF_TYPE_Q4_K ? k->q4_k_packed
+                        : m->wtype == GGUF_TYPE_Q6_K ? k->q6_k_packed
+                                                     : NULL;
+    if (m->pk && pfn) {
+        ATTND_ASSERT(m->pk->wtype == m->wtype && m->pk->n_rows == m->n_rows && m->pk->n_cols == n_cols);
+        p.fn = pfn;
+        p.w = m->pk->data;
+        p.rb = m->pk->group_bytes;
+    }
+    return p;
+}
+
+/* Splits p's rows into chunks for n_threads: a multiple of ROW_GRAIN each, CHUNKS_PER_THREAD a thread. */
+static void matmul_part_split(matmul_part *p, int n_threads) {
+    int64_t n_units = (p->n_rows + ROW_GRAIN - 1) / ROW_GRAIN;
+    int64_t n_chunks = (int64_t)n_threads * CHUNKS_PER_THREAD;
+    if (n_chunks > n_units) n_chunks = n_units;
+    p->per = (n_units + n_chunks - 1) / n_chunks * ROW_GRAIN;
+    p->n_chunks = (p->n_rows + p->per - 1) / p->per;
 }
 
 void quant_matmul(float *out, const void *w, uint32_t wtype, int64_t n_rows, int64_t n_cols, const float *x,
@@ -873,42 +931,45 @@ void quant_matmul(float *out, const void *w, uint32_t wtype, int64_t n_rows, int
 
 void quant_matmul_packed(float *out, const void *w, const quant_packed *pk, uint32_t wtype, int64_t n_rows,
                          int64_t n_cols, const float *x, int n_tok, void *scratch, int n_threads) {
-    uint32_t be = gguf_type_block_elems(wtype);
-    ATTND_ASSERT(gguf_type_computable(wtype) && be > 0);
-    ATTND_ASSERT(n_rows >= 0 && n_cols > 0 && n_cols % be == 0 && n_tok >= 0);
-    if (n_rows == 0 || n_tok == 0) return;
+    quant_mm m = {out, w, pk, wtype, n_rows};
+    quant_matmul_many(&m, 1, n_cols, x, n_tok, scratch, n_threads);
+}
+
+void quant_matmul_many(const quant_mm *mm, int n_mm, int64_t n_cols, const float *x, int n_tok, void *scratch,
+                       int n_threads) {
+    ATTND_ASSERT(n_mm >= 1 && n_mm <= QUANT_MM_MAX && n_tok >= 0);
+    for (int i = 1; i < n_mm; i++)
+        if (act_form(mm[i].wtype) != act_form(mm[0].wtype)) { /* activations rounded differently: one by one */
+            for (int m = 0; m < n_mm; m++) quant_matmul_many(&mm[m], 1, n_cols, x, n_tok, scratch, n_threads);
+            return;
+        }
     const quant_kernels *k = quant_kernels_active();
-    quant_rows_fn fn = pick_kernel(k, wtype);
-    ATTND_ASSERT(fn != NULL);
-    size_t rb = quant_row_bytes(wtype, n_cols);
-    const uint8_t *wb = w;
-    quant_rows_fn pfn = wtype == GGUF_TYPE_Q4_0   ? k->q4_0_packed
-                        : wtype == GGUF_TYPE_Q4_K ? k->q4_k_packed
-                        : wtype == GGUF_TYPE_Q6_K ? k->q6_k_packed
-                                                  : NULL;
-    if (pk && pfn) {
-        ATTND_ASSERT(pk->wtype == wtype && pk->n_rows == n_rows && pk->n_cols == n_cols);
-        fn = pfn;
-        wb = pk->data;
-        rb = pk->group_bytes;
+    matmul_job j = {.n_tok = n_tok};
+    double work = 0;
+    int64_t rows = 0;
+    for (int i = 0; i < n_mm; i++) {
+        matmul_part p = matmul_part_of(k, &mm[i], n_cols);
+        if (p.n_rows == 0) continue;
+        j.part[j.n_part++] = p;
+        work += (double)p.n_rows * (double)n_cols * (double)n_tok;
+        rows += p.n_rows;
     }
+    if (j.n_part == 0 || n_tok == 0) return;
 
     act_plan pl;
-    act_plan_init(&pl, k, wtype, x, n_tok, n_cols, scratch);
-
-    double work = (double)n_rows * (double)n_cols * (double)n_tok;
-    if (n_threads <= 1 || work < MATMUL_PAR_MIN_MACS || n_rows < 2 * ROW_GRAIN) {
+    act_plan_init(&pl, k, mm[0].wtype, x, n_tok, n_cols, scratch);
+    j.pl = &pl;
+    if (n_threads <= 1 || work < MATMUL_PAR_MIN_MACS || rows < 2 * ROW_GRAIN) {
         for (int t = 0; t < n_tok; t++) act_fill(&pl, t);
-        fn(out, wb, rb, 0, n_rows, n_rows, &pl.a, n_tok);
+        for (int i = 0; i < j.n_part; i++) matmul_rows_task(&j, i, 0); /* chunk i: all of part i's rows */
         return;
     }
     /* chunks claimed one at a time by the engine's pool (threads.h) */
-    int64_t n_units = (n_rows + ROW_GRAIN - 1) / ROW_GRAIN;
-    int64_t n_chunks = (int64_t)n_threads * CHUNKS_PER_THREAD;
-    if (n_chunks > n_units) n_chunks = n_units;
-    int64_t per = (n_units + n_chunks - 1) / n_chunks * ROW_GRAIN;
-    n_chunks = (n_rows + per - 1) / per;
-    matmul_job j = {out, wb, rb, n_rows, per, fn, &pl, n_tok};
+    int64_t n_chunks = 0;
+    for (int i = 0; i < j.n_part; i++) {
+        matmul_part_split(&j.part[i], n_threads);
+        n_chunks += j.part[i].n_chunks;
+    }
     threads_run(n_threads, n_tok, matmul_fill_task, &j);
     threads_run(n_threads, (int)n_chunks, matmul_rows_task, &j);
 }

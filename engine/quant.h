@@ -71,6 +71,25 @@ size_t quant_packed_bytes(const quant_packed *pk); /* 0 for NULL */
 void quant_matmul_packed(float *out, const void *w, const quant_packed *pk, uint32_t wtype, int64_t n_rows,
                          int64_t n_cols, const float *x, int n_tok, void *scratch, int n_threads);
 
+/* One weight of quant_matmul_many: out (n_tok, n_rows) = x w^T, w of wtype read through its
+ * packed copy pk when there is one (as quant_matmul_packed). */
+typedef struct quant_mm {
+    float *out;
+    const void *w;
+    const quant_packed *pk;
+    uint32_t wtype;
+    int64_t n_rows;
+} quant_mm;
+
+/* quant_matmul_packed for n_mm (<= QUANT_MM_MAX) weights of the same n_cols against the same x,
+ * with the same results: when their types round the activations alike (Q4_K with Q6_K, Q4_0 with
+ * Q8_0, ...) the activations are rounded once and all their rows go to the pool as one region
+ * (one wake-up and one barrier instead of one per weight: q, k and v; gate and up). scratch:
+ * the largest quant_scratch_bytes of their types. */
+#define QUANT_MM_MAX 4
+void quant_matmul_many(const quant_mm *mm, int n_mm, int64_t n_cols, const float *x, int n_tok, void *scratch,
+                       int n_threads);
+
 // ---- conversions and instruction sets -----------------------------------------------------------
 
 /* Scalar conversions, round-to-nearest-even, exact for subnormals, inf and nan. */

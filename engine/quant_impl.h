@@ -35,6 +35,8 @@ typedef struct quant_act {
     const float *d;        /* Q8_0/Q4_0/K:   (n_tok, nb) block scales */
     const int8_t *q;       /* Q8_0/Q4_0/K:   (n_tok, n_cols) quantized values */
     const int16_t *bsums;  /* Q4_K/Q6_K:     (n_tok, n_cols / 16) sums of 16 consecutive q */
+    const int16_t *bsum32; /* Q4_K/Q6_K:     (n_tok, n_cols / 32) sums of 32 consecutive q (Q4_K's
+                              sub-blocks: a dword holds two, for its minimums two at a time) */
     const int32_t *xsum;   /* Q8_0/Q4_0:     (n_tok, nb) sums of each block's 32 q (lets a kernel
                               multiply unsigned-biased weights and subtract the bias once) */
 } quant_act;

@@ -100,6 +100,10 @@ typedef struct slot {
 
 /* Exponentially weighted sums of (position, cost) of recent prefill chunks run beside streams,
  * for a least-squares line: a prompt token's cost in ms against the position it is read at. */
+/* Decode step sizes whose cost the pacing learns separately (a step of 8 tokens costs ~1.5-3x
+ * one of 1 on the TinyLlama shape: the weights are read once, the arithmetic grows). */
+#define SCHED_DEC_SIZES 32
+
 typedef struct pace_fit {
     double w, p, c, pp, pc; /* weight, and the weighted sums of p, c, p^2, p*c */
 } pace_fit;
@@ -134,7 +138,8 @@ struct sched {
     int n_active;
     size_t reserved;      /* KV bytes reserved by the active jobs (<= stats.kv_budget) */
     double budget_ms;     /* prefill_budget_ms setting; 0 = auto */
-    double dec_ms;        /* recent time of a decode-only step (moving average) */
+    double dec_ms[SCHED_DEC_SIZES]; /* recent time of a decode-only step of n + 1 tokens (moving
+                                       average; 0 = none seen; the last entry: that many or more) */
     pace_fit pf;          /* a prompt token's cost beside streams against its position */
     sched_stats stats;
     double rate_t0;       /* tokens/s window */
@@ -156,9 +161,9 @@ int sched_n_forks(const sched_job *j);
 void sched_reserve(sched *s, slot *sl, sched_job *j);
 /* ATTND_ERR_INVALID, saying what would fit, when budget bytes cannot hold one full context. */
 attnd_status sched_check_budget(const sched *s, size_t budget, attnd_err *err);
-/* Prefill tokens the next step may take beside n_decode decoding sequences, for a prompt whose
- * next token is at position pos. */
-int sched_prefill_cap(const sched *s, int n_decode, int pos);
+/* Prefill tokens the next step may take beside n_decode decoding sequences, for n_prompts prompts
+ * being read, the oldest of which has its next token at position pos. */
+int sched_prefill_cap(const sched *s, int n_decode, int n_prompts, int pos);
 /* Learns what a decode step and a prefill token cost from a step of ms milliseconds that carried
  * n_decode decode tokens and n_prefill prompt tokens at mean position pf_pos. */
 void sched_learn_costs(sched *s, double ms, int n_decode, int n_prefill, double pf_pos);

@@ -92,7 +92,7 @@ void sched_reserve(sched *s, slot *sl, sched_job *j) {
  * TinyLlama-shaped Q4_K_M model on 2 quiet cores (tools/bench/serve_load.sh): at 3.5 the prompt's
  * time to first token was 1.64x its time alone, at 4.0 1.51-1.54x, at 4.5 1.37-1.38x with the
  * streams' p99 gap 4.7-4.8x their quiet median (issue 12's targets: <= 1.5x and <= 5x). */
-enum { PACE_FIRST_CHUNK = 8, PACE_MIN_CHUNK = 4 };
+enum { PACE_FIRST_CHUNK = 32, PACE_MIN_CHUNK = 4 };
 static const double PACE_AUTO_STEPS = 4.5, PACE_DECODE_ALPHA = 0.3, PACE_FIT_DECAY = 0.75, PACE_MIN_SPREAD = 32;
 
 /* The line's cost at position pos and its slope (ms per token, per token of position); false
@@ -108,18 +108,37 @@ static bool pace_line(const pace_fit *f, double pos, double *cost, double *slope
     return true;
 }
 
-/* Prefill tokens this step may take beside n_decode decoding streams, for a prompt at position
- * pos. Alone, a prompt goes in max_batch-sized chunks (its fastest); beside streams, the chunk
- * is sized so the step lasts about the prefill budget (prefill_budget_ms, or PACE_AUTO_STEPS
- * decode steps when 0): n tokens from pos cost n * (c + slope * n / 2) by the learned line, so
- * n solves slope/2 n^2 + c n = budget - decode step. The streams keep a steady pace while the
- * prompt still moves at most of its solo speed. */
-int sched_prefill_cap(const sched *s, int n_decode, int pos) {
-    double c, slope;
+/* The decode step cost for n tokens: learned for n, else for the nearest smaller n learned (a
+ * lower bound: more tokens never cost less), else the nearest larger; 0 when none was seen. */
+static double dec_cost(const sched *s, int n) {
+    int i = (n < SCHED_DEC_SIZES ? n : SCHED_DEC_SIZES) - 1;
+    for (int k = i; k >= 0; k--)
+        if (s->dec_ms[k] > 0) return s->dec_ms[k];
+    for (int k = i + 1; k < SCHED_DEC_SIZES; k++)
+        if (s->dec_ms[k] > 0) return s->dec_ms[k];
+    return 0;
+}
+
+/* Prefill tokens this step may take beside n_decode decoding streams, for n_prompts prompts being
+ * read, the oldest at position pos. Alone, prompts go in max_batch-sized chunks (their fastest);
+ * beside streams, the chunk is sized so the step lasts about the prefill budget
+ * (prefill_budget_ms, or PACE_AUTO_STEPS decode steps of n_decode tokens when 0): n tokens from
+ * pos cost n * (c + slope * n / 2) by the learned line, so n solves slope/2 n^2 + c n = budget -
+ * decode step. The streams keep a steady pace while the prompt still moves at most of its solo
+ * speed. When prompts outnumber the streams (a burst of requests), the budget is shared per
+ * request: it grows by n_prompts / n_decode, so the newcomers start together instead of one per
+ * step behind streams that are only a few tokens ahead. */
+int sched_prefill_cap(const sched *s, int n_decode, int n_prompts, int pos) {
+    double c, slope, dec = dec_cost(s, n_decode);
     if (n_decode == 0) return s->max_batch;
-    if (!pace_line(&s->pf, pos, &c, &slope)) return PACE_FIRST_CHUNK < s->max_batch ? PACE_FIRST_CHUNK : s->max_batch;
-    double budget = s->budget_ms > 0 ? s->budget_ms : PACE_AUTO_STEPS * s->dec_ms, room = budget - s->dec_ms;
-    double cap = room <= 0 ? 0 : slope > 0 ? (sqrt(c * c + 2 * slope * room) - c) / slope : room / c;
+    double share = n_prompts > n_decode ? (double)n_prompts / n_decode : 1;
+    double cap;
+    if (!pace_line(&s->pf, pos, &c, &slope) || dec <= 0) {
+        cap = PACE_FIRST_CHUNK * share;
+    } else {
+        double budget = (s->budget_ms > 0 ? s->budget_ms : PACE_AUTO_STEPS * dec) * share, room = budget - dec;
+        cap = room <= 0 ? 0 : slope > 0 ? (sqrt(c * c + 2 * slope * room) - c) / slope : room / c;
+    }
     if (cap < PACE_MIN_CHUNK) cap = PACE_MIN_CHUNK; /* the prompt always moves */
     return cap < s->max_batch ? (int)cap : s->max_batch;
 }
@@ -134,12 +153,15 @@ int sched_prefill_cap(const sched *s, int n_decode, int pos) {
  * (weights decaying by PACE_FIT_DECAY a chunk) and followed along the prompt by its slope.
  */
 void sched_learn_costs(sched *s, double ms, int n_decode, int n_prefill, double pf_pos) {
+    if (n_decode == 0) return; /* a prompt alone: max_batch chunks, nothing to pace */
     if (n_prefill == 0) {
-        s->dec_ms = s->dec_ms > 0 ? (1 - PACE_DECODE_ALPHA) * s->dec_ms + PACE_DECODE_ALPHA * ms : ms;
+        double *d = &s->dec_ms[(n_decode < SCHED_DEC_SIZES ? n_decode : SCHED_DEC_SIZES) - 1];
+        *d = *d > 0 ? (1 - PACE_DECODE_ALPHA) * *d + PACE_DECODE_ALPHA * ms : ms;
         return;
     }
-    if (n_decode == 0) return; /* a prompt alone: max_batch chunks, nothing to pace */
-    double c = (ms - s->dec_ms) / n_prefill;
+    double dec = dec_cost(s, n_decode);
+    if (dec <= 0) return; /* no decode step measured yet: the prompt's share is unknown */
+    double c = (ms - dec) / n_prefill;
     if (c <= 0) return;
     pace_fit *f = &s->pf;
     const double d = PACE_FIT_DECAY;

@@ -351,8 +351,10 @@ static int build_batch(sched *s, batch_shape *sh) {
         sh->n_decode++;
     }
     /* prefill, oldest admission first; the cap is sized for the oldest prompt's position */
+    int n_prompts = 0;
+    for (int k = 0; k < s->n_slots; k++) n_prompts += s->slots[k].job && s->slots[k].prefilling;
     slot *best = oldest_prefilling(s);
-    int limit = best ? n + sched_prefill_cap(s, sh->n_decode, best->n_past) : n;
+    int limit = best ? n + sched_prefill_cap(s, sh->n_decode, n_prompts, best->n_past) : n;
     if (limit > s->max_batch) limit = s->max_batch;
     for (; best && n < limit; best = oldest_prefilling(s)) {
         sched_job *j = best->job;

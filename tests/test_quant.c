@@ -628,6 +628,62 @@ Test(quant, packing_a_type_without_packed_kernel_gives_no_copy) {
 
 /* From 4 tokens on, every instruction set gives a token the same bits whatever the batch size
  * and however the rows are split: the first n tokens of a 33-token call, for n = 4..33. */
+/* quant_matmul_many against one quant_matmul_packed per weight: bit-identical, whether the weights
+ * share their activations (Q4_K packed, Q6_K, Q4_K mapped) or not (Q4_0 beside Q4_K). */
+static void check_many(const uint32_t *types, const int64_t *rows, int n_mm, int pack) {
+    enum { T = 9, C = 512 };
+    uint8_t *w[QUANT_MM_MAX];
+    quant_packed *pk[QUANT_MM_MAX];
+    float *want[QUANT_MM_MAX], *got[QUANT_MM_MAX];
+    float *x = malloc(T * C * sizeof(float));
+    for (int64_t j = 0; j < T * C; j++) x[j] = rndf() * (1.0f + (float)(j % 5));
+    size_t sb = 0, b;
+    for (int i = 0; i < n_mm; i++) {
+        w[i] = malloc(quant_row_bytes(types[i], C) * (size_t)rows[i]);
+        random_weights(w[i], types[i], rows[i], C);
+        pk[i] = pack && i == 0 ? quant_pack(w[i], types[i], rows[i], C) : NULL;
+        want[i] = malloc(T * (size_t)rows[i] * sizeof(float));
+        got[i] = malloc(T * (size_t)rows[i] * sizeof(float));
+        free(scratch_for(types[i], T, C, &b));
+        if (b > sb) sb = b;
+    }
+    uint8_t *scratch = malloc(sb + 1);
+    for (int n_tok = 1; n_tok <= T; n_tok += 4)
+        for (int threads = 1; threads <= 2; threads++) {
+            quant_mm mm[QUANT_MM_MAX];
+            for (int i = 0; i < n_mm; i++) {
+                quant_matmul_packed(want[i], w[i], pk[i], types[i], rows[i], C, x, n_tok, scratch + 1, threads);
+                memset(got[i], 0xFF, T * (size_t)rows[i] * sizeof(float));
+                mm[i] = (quant_mm){got[i], w[i], pk[i], types[i], rows[i]};
+            }
+            quant_matmul_many(mm, n_mm, C, x, n_tok, scratch + 1, threads);
+            for (int i = 0; i < n_mm; i++)
+                cr_assert(memcmp(got[i], want[i], (size_t)n_tok * (size_t)rows[i] * sizeof(float)) == 0,
+                          "weight %d (%s, %ld rows), %d tokens, %d threads: not what it gives alone", i,
+                          gguf_type_name(types[i]), (long)rows[i], n_tok, threads);
+        }
+    for (int i = 0; i < n_mm; i++) {
+        quant_packed_destroy(pk[i]);
+        free(w[i]);
+        free(want[i]);
+        free(got[i]);
+    }
+    free(scratch);
+    free(x);
+}
+
+Test(quant, matmul_many_equals_one_matmul_per_weight) {
+    const uint32_t shared[] = {GGUF_TYPE_Q4_K, GGUF_TYPE_Q6_K, GGUF_TYPE_Q4_K};
+    const int64_t shared_rows[] = {300, 64, 17};
+    check_many(shared, shared_rows, 3, 1);
+    const uint32_t mixed[] = {GGUF_TYPE_Q4_0, GGUF_TYPE_Q4_K};
+    const int64_t mixed_rows[] = {48, 100};
+    check_many(mixed, mixed_rows, 2, 1);
+    const uint32_t tiny[] = {GGUF_TYPE_Q8_0, GGUF_TYPE_F32};
+    const int64_t tiny_rows[] = {5, 3};
+    check_many(tiny, tiny_rows, 2, 0);
+}
+
 Test(quant, matmul_results_from_four_tokens_do_not_depend_on_batch_size) {
     enum { T = 33 };
     for (size_t i = 0; i < sizeof Q_TYPES / sizeof *Q_TYPES; i++) {

@@ -384,11 +384,11 @@ static double sim_step_ms(int pos, int chunk) {
 Test(sched_pacing, chunks_follow_the_growing_cost_of_a_long_prompt) {
     sched s = {.max_batch = 512, .budget_ms = 100};
     sched_learn_costs(&s, 20, 2, 0, 0); /* a decode-only step: 20 ms */
-    cr_assert_eq(sched_prefill_cap(&s, 0, 0), 512, "a prompt alone goes in max_batch chunks");
+    cr_assert_eq(sched_prefill_cap(&s, 0, 1, 0), 512, "a prompt alone goes in max_batch chunks");
     sched_learn_costs(&s, 900, 0, 512, 256); /* alone, it teaches nothing about pacing */
     int pos = 0, steps = 0, first_cap = 0, last_cap = 0;
     while (pos < 3000) {
-        int cap = sched_prefill_cap(&s, 2, pos);
+        int cap = sched_prefill_cap(&s, 2, 1, pos);
         double ms = sim_step_ms(pos, cap);
         if (steps == 5) first_cap = cap;
         if (steps >= 5) {
@@ -407,12 +407,29 @@ Test(sched_pacing, chunks_follow_the_growing_cost_of_a_long_prompt) {
 Test(sched_pacing, the_auto_budget_is_a_few_decode_steps_and_the_prompt_always_moves) {
     sched s = {.max_batch = 512};
     sched_learn_costs(&s, 30, 2, 0, 0);
-    cr_assert_eq(sched_prefill_cap(&s, 2, 0), 8, "before any chunk was measured: a small first chunk");
+    cr_assert_eq(sched_prefill_cap(&s, 2, 1, 0), 32, "before any chunk was measured: a first chunk of about a budget");
     sched_learn_costs(&s, 30 + 8 * 5.0, 2, 8, 3.5); /* 5 ms per prompt token */
-    int cap = sched_prefill_cap(&s, 2, 8);
+    int cap = sched_prefill_cap(&s, 2, 1, 8);
     cr_assert(cap >= 20 && cap <= 21, "auto budget 4.5 x 30 ms: (135 - 30) / 5 = 21 tokens, got %d", cap);
     s.budget_ms = 1;
-    cr_assert_eq(sched_prefill_cap(&s, 2, 8), 4, "a budget below one decode step still moves the prompt");
+    cr_assert_eq(sched_prefill_cap(&s, 2, 1, 8), 4, "a budget below one decode step still moves the prompt");
+}
+
+Test(sched_pacing, a_prompt_is_paced_against_the_decode_cost_of_the_streams_beside_it) {
+    sched s = {.max_batch = 512};
+    sched_learn_costs(&s, 100, 1, 8, 4); /* no decode step measured yet: nothing to learn */
+    cr_assert_eq(sched_prefill_cap(&s, 1, 1, 8), 32, "still the first chunk");
+    sched_learn_costs(&s, 20, 1, 0, 0);  /* one stream: 20 ms a step */
+    sched_learn_costs(&s, 50, 8, 0, 0);  /* eight: 50 ms */
+    sched_learn_costs(&s, 50 + 10 * 5.0, 8, 10, 5); /* beside eight: 5 ms per prompt token, not (100 - 20) / 10 */
+    int cap = sched_prefill_cap(&s, 8, 1, 10);
+    cr_assert(cap >= 34 && cap <= 35, "4.5 x 50 ms: (225 - 50) / 5 = 35 tokens, got %d", cap);
+    cap = sched_prefill_cap(&s, 4, 1, 10);
+    cr_assert(cap >= 13 && cap <= 14, "4 streams, not measured: paced as the one measured below, (90 - 20) / 5 = 14, got %d",
+              cap);
+    cap = sched_prefill_cap(&s, 1, 7, 10);
+    cr_assert(cap >= 121 && cap <= 122, "7 prompts beside one stream share 7 budgets: (630 - 20) / 5 = 122, got %d", cap);
+    cr_assert_eq(sched_prefill_cap(&s, 8, 7, 10), sched_prefill_cap(&s, 8, 1, 10), "fewer prompts than streams: one budget");
 }
 
 // ---- forks: n choices of one prompt (on the repository's own model) ------------------------
