@@ -773,16 +773,16 @@ static void q6_pack_tab_init(q6_pack_tab *tab) {
         }
 }
 
-/* Q6_K rows -> quant_pack's layout (PACK_Q6K_BYTES per group and super-block, then the d). */
+/* Q6_K rows -> quant_pack's layout (the d, then PACK_Q6K_BYTES per group and super-block). */
 static void pack_q6_k(uint8_t *dst, const uint8_t *w, size_t rb, int64_t n_rows, int64_t nsb, size_t group_bytes) {
     q6_pack_tab tab;
     q6_pack_tab_init(&tab);
     for (int64_t r = 0; r < n_rows; r++) {
         int i = (int)(r % PACK_ROWS);
         const uint8_t *src = w + (size_t)r * rb;
-        uint8_t *g = dst + (size_t)(r / PACK_ROWS) * group_bytes;
+        uint8_t *g = dst + (size_t)(r / PACK_ROWS) * group_bytes, *body = g + PACK_Q6K_HEAD(nsb);
         for (int64_t b = 0; b < nsb; b++, src += Q6_K_BYTES) {
-            uint8_t *sb = g + (size_t)b * PACK_Q6K_BYTES, v[QK_K];
+            uint8_t *sb = body + (size_t)b * PACK_Q6K_BYTES, v[QK_K];
             q6_k_values(v, src);
             for (int p = 0; p < 8; p++) memcpy(sb + 32 * p + 2 * i, src + 192 + 2 * p, 2);
             for (int j = 0; j < 16; j++)
@@ -793,7 +793,7 @@ static void pack_q6_k(uint8_t *dst, const uint8_t *w, size_t rb, int64_t n_rows,
                     for (int k = 0; k < 8; k++) u ^= tab.t[k][x[4 * (k / 2) + k % 2]];
                     for (int o = 0; o < 6; o++) q[64 * (o / 2) + o % 2] = (uint8_t)(u >> (8 * o));
                 }
-            memcpy(g + (size_t)nsb * PACK_Q6K_BYTES + 32 * (size_t)b + 2 * i, src + 208, 2); /* d */
+            memcpy(g + 32 * (size_t)b + 2 * i, src + 208, 2); /* d */
         }
     }
 }
@@ -813,7 +813,7 @@ quant_packed *quant_pack(const void *w, uint32_t wtype, int64_t n_rows, int64_t 
     /* round_up keeps every group 64-byte aligned */
     pk->group_bytes = q4_0 ? (size_t)(nb + 1) / 2 * PACK_Q40_PAIR
                       : q4_k ? (size_t)nb * PACK_Q4K_BYTES
-                             : (size_t)nb * PACK_Q6K_BYTES + ((size_t)nb * 32 + 63) / 64 * 64;
+                             : PACK_Q6K_HEAD(nb) + (size_t)nb * PACK_Q6K_BYTES;
     pk->bytes = (size_t)n_groups * pk->group_bytes;
     pk->data = aligned_alloc(SCRATCH_ALIGN, pk->bytes);
     if (!pk->data) {

@@ -46,13 +46,14 @@ void quant_matmul(float *out, const void *w, uint32_t wtype, int64_t n_rows, int
 // ---- weights repacked at load ------------------------------------------------------------------
 
 /*
- * A weight matrix copied, once at load, into the layout of the AVX-512 kernels: Q4_0 and Q4_K,
- * 16 rows interleaved block by block with the nibbles left packed (each 64-byte vector holds 4
- * bytes of each of 16 rows; scales travel with their blocks), so that one activation load and
- * one nibble unpack serve 16 rows, each lane ends as one row's result, and the rows stream as
- * one sequential run. Q4_0 keeps its 18 bytes per row and block, Q4_K takes 148 bytes per row
- * and super-block for 144 (its 6-bit scales unpacked); the copy is anonymous memory, the mapping
- * stays as it was (its pages are not read again once packed).
+ * A weight matrix copied, once at load, into the layout of the AVX-512 kernels: Q4_0, Q4_K and
+ * Q6_K, 16 rows interleaved block by block with the weights left packed (each 64-byte vector holds
+ * 4 bytes of each of 16 rows; scales travel with their blocks), so that one activation load and
+ * one unpack serve 16 rows, each lane ends as one row's result, and the rows stream as one
+ * sequential run. Q4_0 keeps its 18 bytes per row and block and Q6_K its 210 per super-block
+ * (its 6-bit values re-encoded so that one vpternlogd unpacks a vector), Q4_K takes 148 bytes
+ * per row and super-block for 144 (its 6-bit scales unpacked); the copy is anonymous memory, the
+ * mapping stays as it was (its pages are not read again once packed).
  */
 typedef struct quant_packed quant_packed;
 

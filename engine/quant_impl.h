@@ -77,15 +77,16 @@ typedef void (*attn_tile_fn)(const struct attn_tile *t);
  * are, per byte, W0 = 63 & (L0 ^ H), W1 = 63 & ((L0 >> 4) ^ (H >> 2)), W2 = 63 & (L1 ^ (H << 2)),
  * W3 = 63 & ((L1 >> 4) ^ (H << 4)) with 16-bit shifts: the 6-bit values are stored as the one
  * solution of those XOR equations (pack_q6_k), so each vector costs one vpternlogd (plus 5 shifts
- * per 4). The group's d (16 f16 per super-block) follow its last super-block: 210 bytes per row
- * and super-block, as mapped. */
+ * per 4). The group starts with its d (16 f16 per super-block, PACK_Q6K_HEAD bytes), so that it is
+ * one sequential run: 210 bytes per row and super-block, as mapped. */
 #define PACK_Q6K_BYTES (8 * 32 + 16 * 3 * 64)
+#define PACK_Q6K_HEAD(nb) (((size_t)(nb) * 32 + 63) / 64 * 64)
 struct quant_packed {
     uint32_t wtype;
     int64_t n_rows, n_cols;
     size_t group_bytes; /* Q4_0: ceil(nb / 2) * PACK_Q40_PAIR, pairs of blocks; Q4_K: nb * PACK_Q4K_BYTES,
-                           super-block after super-block; Q6_K: nb * PACK_Q6K_BYTES then the d of each
-                           super-block, 32 bytes each, rounded up (a multiple of 64 in every case) */
+                           super-block after super-block; Q6_K: PACK_Q6K_HEAD(nb) + nb * PACK_Q6K_BYTES
+                           (a multiple of 64 in every case) */
     size_t bytes;
     uint8_t *data;      /* (ceil(n_rows / 16) * group_bytes), 64-byte aligned */
 };

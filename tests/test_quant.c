@@ -566,7 +566,8 @@ Test(quant, matmul_every_batch_size_to_33_at_tile_edges_agrees_with_portable) {
 
 /* Q4_0, Q4_K and Q6_K weights packed at load (quant_pack): where the instruction set has a packed
  * kernel, every batch size and thread count, row counts around the 16-row groups and a matrix
- * large enough to split between threads, against the portable path on the original rows;
+ * large enough to split between threads, against the portable path on the original rows and
+ * bit for bit against the same tokens in the largest batch;
  * elsewhere no copy. Several blocks / super-blocks per row. */
 static void check_packed(uint32_t type) {
     enum { T = 33 };
@@ -580,6 +581,7 @@ static void check_packed(uint32_t type) {
         float *x = malloc(T * (size_t)n_cols * sizeof(float));
         for (int64_t j = 0; j < T * n_cols; j++) x[j] = rndf() * (1.0f + (float)(j % 7));
         float *ref = malloc(T * (size_t)R * sizeof(float)), *out = malloc(T * (size_t)R * sizeof(float));
+        float *full = malloc(T * (size_t)R * sizeof(float));
         size_t sb;
         uint8_t *scratch = scratch_for(type, T, n_cols, &sb);
         quant_isa saved = quant_isa_force(QUANT_ISA_PORTABLE);
@@ -589,6 +591,7 @@ static void check_packed(uint32_t type) {
             quant_packed *pk = quant_pack(w, type, R, n_cols);
             if (isa == QUANT_ISA_AVX512) cr_assert(pk && quant_packed_bytes(pk) >= quant_row_bytes(type, n_cols) * (size_t)R);
             else cr_assert_null(pk, "%s has no packed kernel", quant_isa_name((quant_isa)isa));
+            if (pk) quant_matmul_packed(full, w, pk, type, R, n_cols, x, max_tok, scratch, 1);
             for (int n_tok = 1; n_tok <= max_tok; n_tok++)
                 for (int threads = 1; threads <= 2; threads++) {
                     memset(out, 0xFF, T * (size_t)R * sizeof(float)); /* nan: unwritten shows */
@@ -598,6 +601,10 @@ static void check_packed(uint32_t type) {
                                   "%s packed %s, %ld rows, n_tok %d threads %d [%ld]: %g vs portable %g",
                                   quant_isa_name((quant_isa)isa), gguf_type_name(type), (long)R, n_tok, threads, (long)k,
                                   out[k], ref[k]);
+                    /* packed: the same bits whatever the batch and the thread count */
+                    cr_assert(!pk || memcmp(out, full, (size_t)n_tok * (size_t)R * sizeof(float)) == 0,
+                              "packed %s, %ld rows: %d tokens, %d threads differ from the same tokens in a batch of %d",
+                              gguf_type_name(type), (long)R, n_tok, threads, max_tok);
                 }
             quant_packed_destroy(pk);
         }
@@ -610,6 +617,7 @@ static void check_packed(uint32_t type) {
         free(x);
         free(ref);
         free(out);
+        free(full);
     }
 }
 
