@@ -784,7 +784,7 @@ static void pack_q6_k(uint8_t *dst, const uint8_t *w, size_t rb, int64_t n_rows,
         for (int64_t b = 0; b < nsb; b++, src += Q6_K_BYTES) {
             uint8_t *sb = body + (size_t)b * PACK_Q6K_BYTES, v[QK_K];
             q6_k_values(v, src);
-            for (int p = 0; p < 8; p++) memcpy(sb + 32 * p + 2 * i, src + 192 + 2 * p, 2);
+            for (int j = 0; j < 16; j++) sb[16 * j + i] = src[192 + j]; /* scales */
             for (int j = 0; j < 16; j++)
                 for (int h = 0; h < 2; h++) { /* W0..W3 are weights 16j + 4k.., this word their bytes 2h, 2h + 1 */
                     uint8_t *q = sb + 256 + 192 * j + 4 * i + 2 * h;

@@ -71,15 +71,14 @@ typedef void (*attn_tile_fn)(const struct attn_tile *t);
  * 128, side by side), then 2 x 64 bytes of scales and 2 x 64 of mins (the 6-bit values unpacked
  * to bytes, 4 per row per vector), then 16 d and 16 dmin as f16: 148 bytes per row, 144 mapped. */
 #define PACK_Q4K_BYTES (32 * 64 + 4 * 64 + 64)
-/* Q6_K, per 16-row group and super-block: 8 x 32 bytes of scales (pair p: bytes 2i, 2i + 1 are
- * row i's sc[2p], sc[2p + 1]), then per sub-block j (weights 16j..16j+15) three 64-byte vectors
- * L0, L1, H, 4 bytes per row (row i at 4i). Its four weight vectors (weights 16j + 4k.., k < 4)
- * are, per byte, W0 = 63 & (L0 ^ H), W1 = 63 & ((L0 >> 4) ^ (H >> 2)), W2 = 63 & (L1 ^ (H << 2)),
+/* Q6_K, per 16-row group and super-block: 16 x 16 bytes of scales (byte 16j + i: row i's sc[j]),
+ * then per sub-block j (weights 16j..16j+15) three 64-byte vectors L0, L1, H, 4 bytes per row
+ * (row i at 4i). Its four weight vectors (weights 16j + 4k.., k < 4) are, per byte, W0 = 63 & (L0 ^ H), W1 = 63 & ((L0 >> 4) ^ (H >> 2)), W2 = 63 & (L1 ^ (H << 2)),
  * W3 = 63 & ((L1 >> 4) ^ (H << 4)) with 16-bit shifts: the 6-bit values are stored as the one
  * solution of those XOR equations (pack_q6_k), so each vector costs one vpternlogd (plus 5 shifts
  * per 4). The group starts with its d (16 f16 per super-block, PACK_Q6K_HEAD bytes), so that it is
  * one sequential run: 210 bytes per row and super-block, as mapped. */
-#define PACK_Q6K_BYTES (8 * 32 + 16 * 3 * 64)
+#define PACK_Q6K_BYTES (16 * 16 + 16 * 3 * 64)
 #define PACK_Q6K_HEAD(nb) (((size_t)(nb) * 32 + 63) / 64 * 64)
 struct quant_packed {
     uint32_t wtype;
