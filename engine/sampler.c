@@ -448,10 +448,25 @@ static double exp_shifted(cand *c, int n, float max, float inv_temp) {
 // ---- The chain ------------------------------------------------------------------------------
 
 /* Greedy: the argmax of the adjusted logits, in one read of the caller's array. */
+/* Scans skip runs of SKIP_RUN ids that cannot change their result: none touched and no raw
+ * logit above the bar (a NaN compares false, as its -inf would). The test is branch-free, so the
+ * compiler vectorises it: most of a large vocabulary is passed over at a few ns per run. */
+enum { SKIP_RUN = 16 };
+
+static inline bool run_passes(const sampler *s, const float *logits, int i, float bar) {
+    int hit = 0;
+    for (int j = 0; j < SKIP_RUN; j++) hit |= (logits[i + j] > bar) | s->touched[i + j];
+    return hit != 0;
+}
+
 static int32_t pick_greedy(const sampler *s, const float *logits) {
     int32_t best = -1;
     float best_l = -INFINITY;
     for (int i = 0; i < s->n_vocab; i++) {
+        if (i % SKIP_RUN == 0 && i + SKIP_RUN <= s->n_vocab && !run_passes(s, logits, i, best_l)) {
+            i += SKIP_RUN - 1; /* nothing above the best so far: ties keep the lower id */
+            continue;
+        }
         float l = adjusted(s, logits, i);
         if (l > best_l) { /* strictly: the lowest id wins ties; NaN was read as -inf */
             best = i;
@@ -482,6 +497,12 @@ static int gather_top_k(sampler *s, const float *logits, int k) {
     cand *c = s->cand;
     int n = 0;
     for (int i = 0; i < s->n_vocab; i++) {
+        /* once the heap is full, an id enters only above its worst logit (ties lose: lower ids
+         * came first) */
+        if (n == k && i % SKIP_RUN == 0 && i + SKIP_RUN <= s->n_vocab && !run_passes(s, logits, i, c[0].logit)) {
+            i += SKIP_RUN - 1;
+            continue;
+        }
         float l = adjusted(s, logits, i);
         if (l == -INFINITY) continue;
         cand x = {i, l, -l, 0};

@@ -586,6 +586,44 @@ Test(sampler, logit_bias_adds_and_minus_infinity_bans) {
     sampler_destroy(s);
 }
 
+/* The greedy and top-k scans pass over runs of ids whose raw logits cannot win: a token brought
+ * up by a bias from far below, one banned at the top, ties across runs, NaN and the vocabulary's
+ * ragged tail must come out as a plain scan of the adjusted logits would have them. */
+Test(sampler, large_vocabulary_scans_skip_nothing_that_matters) {
+    enum { V = 4101 }; /* runs of 16 and a 5-id tail */
+    static float l[V];
+    for (int i = 0; i < V; i++) l[i] = roundf((float)(test_uniform() * 2 - 1) * 64) / 64; /* many ties */
+    l[77] = l[3001] = NAN;
+    l[17] = l[3000] = 2.0f; /* the raw maximum, tied across runs */
+    sampler_params p = plain(0, 1);
+    sampler *s = make(&p, V);
+    cr_assert_eq(sampler_sample(s, l), 17, "greedy: the lower id of a tie in two runs");
+    sampler_destroy(s);
+
+    logit_bias b[3] = {{17, -INFINITY}, {3000, -INFINITY}, {V - 2, 0}};
+    for (int target = 0; target < 3; target++) {
+        int id = target == 0 ? 2050 : target == 1 ? V - 2 : 33; /* mid-run, tail, second run */
+        l[id] = -0.99f;
+        b[2] = (logit_bias){id, 4.0f}; /* -0.99 + 4 beats every other logit (<= 1) */
+        p = plain(0, 2);
+        p.bias = b;
+        p.n_bias = 3;
+        s = make(&p, V);
+        cr_assert_eq(sampler_sample(s, l), id, "greedy: id %d raised from below by its bias", id);
+        sampler_destroy(s);
+        p = plain(0.05f, 3); /* top-k through the heap (40 < V / 8): the raised id, never the banned */
+        p.top_k = 40;
+        p.bias = b;
+        p.n_bias = 3;
+        s = make(&p, V);
+        for (int i = 0; i < 200; i++) {
+            int32_t got = sampler_sample(s, l);
+            cr_assert(got == id, "top-k draw %d: %d, want %d (its logit is 2 above the rest at T 0.05)", i, got, id);
+        }
+        sampler_destroy(s);
+    }
+}
+
 Test(sampler, non_finite_logits_are_handled) {
     /* NaN and -inf never drawn; a +inf logit wins outright. */
     float l[5] = {NAN, -INFINITY, 0.0f, 1.0f, NAN};
