@@ -17,6 +17,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "attnd/common.h"
 #include "attnd/gguf.h"
@@ -798,6 +799,21 @@ static void pack_q6_k(uint8_t *dst, const uint8_t *w, size_t rb, int64_t n_rows,
     }
 }
 
+/* Packed copies are read start to end once per token: on 4 KB pages that is a TLB miss every 64
+ * lines. Copies of 2 MB and more are asked to live on huge pages (where the kernel's policy is
+ * "madvise"; a no-op where it is "never", and already so where it is "always"). */
+#define HUGE_PAGE ((size_t)2 << 20)
+
+static void *packed_alloc(size_t bytes) {
+    if (bytes < HUGE_PAGE) return aligned_alloc(SCRATCH_ALIGN, bytes);
+    size_t rounded = (bytes + HUGE_PAGE - 1) & ~(HUGE_PAGE - 1);
+    void *p = aligned_alloc(HUGE_PAGE, rounded);
+#ifdef MADV_HUGEPAGE
+    if (p) (void)madvise(p, rounded, MADV_HUGEPAGE); /* advice only: failure changes nothing */
+#endif
+    return p;
+}
+
 quant_packed *quant_pack(const void *w, uint32_t wtype, int64_t n_rows, int64_t n_cols) {
     const char *no = getenv("ATTND_NO_REPACK");
     if (no && *no && strcmp(no, "0") != 0) return NULL;
@@ -815,7 +831,7 @@ quant_packed *quant_pack(const void *w, uint32_t wtype, int64_t n_rows, int64_t 
                       : q4_k ? (size_t)nb * PACK_Q4K_BYTES
                              : PACK_Q6K_HEAD(nb) + (size_t)nb * PACK_Q6K_BYTES;
     pk->bytes = (size_t)n_groups * pk->group_bytes;
-    pk->data = aligned_alloc(SCRATCH_ALIGN, pk->bytes);
+    pk->data = packed_alloc(pk->bytes);
     if (!pk->data) {
         free(pk);
         return NULL;
