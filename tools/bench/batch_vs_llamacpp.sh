@@ -14,8 +14,8 @@
 # "cpu x1" is the same ratio in process CPU time per token (what a step costs when neighbours
 # disturb the wall clock). Read the ratios, not the absolute figures, on a busy machine.
 # Needs: cmake and a C compiler, node + npm.
-set -euo pipefail
 # shellcheck disable=SC2016 # the single-quoted node programs are JavaScript, not shell
+set -euo pipefail
 cd "$(dirname "$0")/../.."
 [ $# -ge 1 ] || { sed -n '2,16p' "$0" >&2; exit 2; }
 model=$1 threads=${2:-2} reps=${3:-3} n=${4:-64} pairs=${5:-1}
@@ -45,8 +45,12 @@ for p in $(seq 1 "$pairs"); do
     ' "$p"
 done >"$out/rows.txt"
 
+for tool in attnd peer; do
+    grep -q "^$tool " "$out/rows.txt" || { echo "batch_vs_llamacpp.sh: no batch rows from $tool (its output: $out)" >&2; trap - EXIT; exit 1; }
+done
 head -n1 "$out/attnd.1.txt"
 grep '^#' "$out/peer.1.txt"
+echo "# below: medians over $pairs pair(s) of the two runs"
 node -e '
     const lines = require("fs").readFileSync(process.argv[1], "utf8").trim().split("\n").map((l) => l.split(" "));
     const med = (v) => { const s = [...v].sort((a, b) => a - b), h = s.length >> 1; return s.length % 2 ? s[h] : (s[h - 1] + s[h]) / 2; };
