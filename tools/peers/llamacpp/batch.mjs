@@ -12,7 +12,9 @@
 // prefilled together; then all B sequences decode greedily (argmax, end-of-generation tokens do not
 // stop them) in lock step: every step asks each sequence's evaluate() generator for its next token
 // in the same tick, and node-llama-cpp's batching dispatcher puts the B pending one-token decodes
-// into one llama_decode. Only the decode phase is timed: from the moment every sequence has its
+// into one llama_decode. llama.cpp runs such a context with kv_unified = false (its log with
+// --verbose): each sequence has its own KV stream and attends only to its own cells, as attnd's
+// sequences do. Only the decode phase is timed: from the moment every sequence has its
 // first token (that one comes from the prefill) to the moment every sequence has n more, i.e.
 // exactly n batched steps; aggregate tokens/s = B * n / that time. The process CPU time of the same
 // span (all llama.cpp threads, spin-waits included, and node's own) is reported per token too: on
