@@ -27,6 +27,8 @@
 // that batched fully has exactly n decode calls of exactly B tokens each; the table prints the
 // decode calls and the smallest/largest batch, the JSON line carries them and `batched` (true only
 // when every step was one decode of B tokens), and a warning goes to stderr otherwise.
+// (Checked both ways: stepping the generators one after another instead of in the same tick
+// gives 4 n decodes of 1 token at B = 4, and the warning.)
 //
 // Output: a table on stdout (batch, tokens/s, x batch1, ms/step, cpu ms/token, x batch1, decode
 // calls, tokens per decode), then one JSON line with the same per B (medians) and the settings.
