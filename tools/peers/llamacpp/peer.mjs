@@ -1,4 +1,4 @@
-// peer.mjs — what generate.mjs and tokenize.mjs share: option parsing and loading llama.cpp.
+// peer.mjs — what generate.mjs, tokenize.mjs and batch.mjs share: option parsing and loading llama.cpp.
 //
 // llama.cpp comes from node-llama-cpp's prebuilt CPU libraries. Nothing is downloaded or compiled
 // here, ever: build "never", skipDownload, gpu false. If the prebuilt library does not load, the
