@@ -800,16 +800,17 @@ static void pack_q6_k(uint8_t *dst, const uint8_t *w, size_t rb, int64_t n_rows,
 }
 
 /* Packed copies are read start to end once per token: on 4 KB pages that is a TLB miss every 64
- * lines. Copies of 2 MB and more are asked to live on huge pages (where the kernel's policy is
- * "madvise"; a no-op where it is "never", and already so where it is "always"). */
+ * lines. The whole 2 MB pages of a copy are asked to be huge pages (where the kernel's policy is
+ * "madvise"; a no-op where it is "never", and already so where it is "always"); its tail stays on
+ * small pages, so no memory is spent on rounding up. */
 #define HUGE_PAGE ((size_t)2 << 20)
 
 static void *packed_alloc(size_t bytes) {
     if (bytes < HUGE_PAGE) return aligned_alloc(SCRATCH_ALIGN, bytes);
-    size_t rounded = (bytes + HUGE_PAGE - 1) & ~(HUGE_PAGE - 1);
-    void *p = aligned_alloc(HUGE_PAGE, rounded);
+    void *p = NULL;
+    if (posix_memalign(&p, HUGE_PAGE, bytes) != 0) return NULL;
 #ifdef MADV_HUGEPAGE
-    if (p) (void)madvise(p, rounded, MADV_HUGEPAGE); /* advice only: failure changes nothing */
+    (void)madvise(p, bytes & ~(HUGE_PAGE - 1), MADV_HUGEPAGE); /* advice only: failure changes nothing */
 #endif
     return p;
 }
