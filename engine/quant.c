@@ -158,26 +158,26 @@ static void dequant_q4_k(float *y, const uint8_t *src, int64_t nb) {
     }
 }
 
-static void dequant_q6_k(float *y, const uint8_t *src, int64_t nb) {
-    for (int64_t b = 0; b < nb; b++, src += Q6_K_BYTES) {
-        const uint8_t *ql = src, *qh = src + 128;
-        const int8_t *sc = (const int8_t *)(src + 192);
-        float d = quant_f16_to_f32(quant_ld16(src + 208));
-        /* two halves of 128; in each, ql[l] / ql[l+32] hold the low nibbles of elements
-         * l, l+32 (low nibble) and l+64, l+96 (high nibble); qh[l] their 2-bit tops */
-        for (int n = 0; n < 2; n++, ql += 64, qh += 32, sc += 8, y += 128) {
-            for (int l = 0; l < 32; l++) {
-                int is = l / 16;
-                int q1 = ((ql[l] & 0xF) | (((qh[l] >> 0) & 3) << 4)) - 32;
-                int q2 = ((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) - 32;
-                int q3 = ((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32;
-                int q4 = ((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32;
-                y[l] = d * (float)(sc[is + 0] * q1);
-                y[l + 32] = d * (float)(sc[is + 2] * q2);
-                y[l + 64] = d * (float)(sc[is + 4] * q3);
-                y[l + 96] = d * (float)(sc[is + 6] * q4);
-            }
+/* The 6-bit values (0..63, without the -32) of one Q6_K super-block, in column order. */
+static void q6_k_values(uint8_t v[QK_K], const uint8_t *blk) {
+    const uint8_t *ql = blk, *qh = blk + 128;
+    for (int n = 0; n < 2; n++)
+        for (int l = 0; l < 32; l++) {
+            uint8_t lo = ql[64 * n + l], hi = ql[64 * n + 32 + l], h = qh[32 * n + l];
+            v[128 * n + l] = (uint8_t)((lo & 0xF) | (h & 3) << 4);
+            v[128 * n + 32 + l] = (uint8_t)((hi & 0xF) | (h >> 2 & 3) << 4);
+            v[128 * n + 64 + l] = (uint8_t)((lo >> 4) | (h >> 4 & 3) << 4);
+            v[128 * n + 96 + l] = (uint8_t)((hi >> 4) | (h >> 6 & 3) << 4);
         }
+}
+
+static void dequant_q6_k(float *y, const uint8_t *src, int64_t nb) {
+    uint8_t v[QK_K];
+    for (int64_t b = 0; b < nb; b++, src += Q6_K_BYTES, y += QK_K) {
+        const int8_t *sc = (const int8_t *)(src + 192); /* one per 16 elements */
+        float d = quant_f16_to_f32(quant_ld16(src + 208));
+        q6_k_values(v, src);
+        for (int e = 0; e < QK_K; e++) y[e] = d * (float)(sc[e / 16] * (v[e] - 32));
     }
 }
 
@@ -336,8 +336,8 @@ static void act_fill(const act_plan *pl, int t) {
         }
     }
     else if (pl->q8_k) {
-        const int16_t *bs = pl->bs + t * (n / 16);
-        pl->q8_k(pl->d + t * nb, pl->q + t * n, pl->bs + t * (n / 16), x, n);
+        int16_t *bs = pl->bs + t * (n / 16);
+        pl->q8_k(pl->d + t * nb, pl->q + t * n, bs, x, n);
         for (int64_t j = 0; j < n / 32; j++) pl->bs32[t * (n / 32) + j] = (int16_t)(bs[2 * j] + bs[2 * j + 1]); /* |.| <= 4096 */
     }
 }
@@ -661,6 +661,16 @@ static quant_rows_fn pick_kernel(const quant_kernels *k, uint32_t wtype) {
     }
 }
 
+/* The kernel over quant_pack's layout of wtype; NULL: wtype is not packed on this instruction set. */
+static quant_rows_fn packed_kernel(const quant_kernels *k, uint32_t wtype) {
+    switch (wtype) {
+    case GGUF_TYPE_Q4_0: return k->q4_0_packed;
+    case GGUF_TYPE_Q4_K: return k->q4_k_packed;
+    case GGUF_TYPE_Q6_K: return k->q6_k_packed;
+    default: return NULL;
+    }
+}
+
 // ---- vector primitives (dispatch) --------------------------------------------------------------
 
 void quant_dot_rows(float *scores, const float *q, const float *K, int64_t k_stride, int n, int hd, float scale) {
@@ -716,19 +726,6 @@ static void pack_q4_k(uint8_t *dst, const uint8_t *w, size_t rb, int64_t n_rows,
             memcpy(s + 256 + 32 + 2 * i, src + 2, 2); /* dmin */
         }
     }
-}
-
-/* The 6-bit values (0..63, without the -32) of one Q6_K super-block, in column order. */
-static void q6_k_values(uint8_t v[QK_K], const uint8_t *blk) {
-    const uint8_t *ql = blk, *qh = blk + 128;
-    for (int n = 0; n < 2; n++)
-        for (int l = 0; l < 32; l++) {
-            uint8_t lo = ql[64 * n + l], hi = ql[64 * n + 32 + l], h = qh[32 * n + l];
-            v[128 * n + l] = (uint8_t)((lo & 0xF) | (h & 3) << 4);
-            v[128 * n + 32 + l] = (uint8_t)((hi & 0xF) | (h >> 2 & 3) << 4);
-            v[128 * n + 64 + l] = (uint8_t)((lo >> 4) | (h >> 4 & 3) << 4);
-            v[128 * n + 96 + l] = (uint8_t)((hi >> 4) | (h >> 6 & 3) << 4);
-        }
 }
 
 /* 2-bit field f (bits 2f, 2f + 1) of x */
@@ -819,10 +816,9 @@ quant_packed *quant_pack(const void *w, uint32_t wtype, int64_t n_rows, int64_t 
     const char *no = getenv("ATTND_NO_REPACK");
     if (no && *no && strcmp(no, "0") != 0) return NULL;
     const quant_kernels *k = quant_kernels_active();
-    int q4_0 = wtype == GGUF_TYPE_Q4_0 && k->q4_0_packed, q4_k = wtype == GGUF_TYPE_Q4_K && k->q4_k_packed;
-    int q6_k = wtype == GGUF_TYPE_Q6_K && k->q6_k_packed;
+    int q4_0 = wtype == GGUF_TYPE_Q4_0, q4_k = wtype == GGUF_TYPE_Q4_K;
     uint32_t be = gguf_type_block_elems(wtype);
-    if (!(q4_0 || q4_k || q6_k) || n_rows <= 0 || n_cols <= 0 || n_cols % be != 0) return NULL;
+    if (!packed_kernel(k, wtype) || n_rows <= 0 || n_cols <= 0 || n_cols % be != 0) return NULL;
     quant_packed *pk = calloc(1, sizeof *pk);
     if (!pk) return NULL;
     int64_t nb = n_cols / be, n_groups = (n_rows + PACK_ROWS - 1) / PACK_ROWS;
@@ -919,10 +915,7 @@ static matmul_part matmul_part_of(const quant_kernels *k, const quant_mm *m, int
     ATTND_ASSERT(m->n_rows >= 0 && n_cols > 0 && n_cols % be == 0);
     matmul_part p = {m->out, m->w, quant_row_bytes(m->wtype, n_cols), m->n_rows, m->n_rows, 1, pick_kernel(k, m->wtype)};
     ATTND_ASSERT(p.fn != NULL);
-    quant_rows_fn pfn = m->wtype == GGUF_TYPE_Q4_0   ? k->q4_0_packed
-                        : m->wtype == GGUF_TYPE_Q4_K ? k->q4_k_packed
-                        : m->wtype == GGUF_TYPE_Q6_K ? k->q6_k_packed
-                                                     : NULL;
+    quant_rows_fn pfn = packed_kernel(k, m->wtype);
     if (m->pk && pfn) {
         ATTND_ASSERT(m->pk->wtype == m->wtype && m->pk->n_rows == m->n_rows && m->pk->n_cols == n_cols);
         p.fn = pfn;
