@@ -38,8 +38,10 @@ n=0
 for i in $(seq 8); do
     [ "$(cat "$TMP/kv$i.code")" = 200 ] && grep -q '"completion_tokens":200' "$TMP/kv$i.json" && n=$((n + 1))
 done
-[ $n -eq 8 ] && ok "8 of 8 concurrent requests succeed on a KV budget that holds one" ||
+if [ $n -eq 8 ]; then ok "8 of 8 concurrent requests succeed on a KV budget that holds one"; else
     bad "only $n of 8 requests succeeded: $(cat "$TMP"/kv*.code)"
+    for i in $(seq 8); do grep -q '"completion_tokens":200' "$TMP/kv$i.json" || echo "# request $i: $(head -c 800 "$TMP/kv$i.json")"; done
+fi
 c=$(code "$kv_PORT" /v1/completions "{\"prompt\":[$(seq -s, 5 600)],\"max_tokens\":4}" "$TMP/long.json")
 [ "$c" = 400 ] && grep -q "context length is 512" "$TMP/long.json" && ok "a request that can never fit is a 400 naming the limit" ||
     bad "over-long request: $c $(cat "$TMP/long.json")"
