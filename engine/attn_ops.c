@@ -90,11 +90,25 @@ float attn_exp_sum(float *s, int cnt, float mx) {
 /* Below this, e^x counts as 0 (see attn_tile in attn_ops.h). */
 #define ATTN_EXP_FLOOR -87.0f
 
+/* t with F32 tiles: t itself, or (F16 tiles) *f32, a copy of t whose tiles are t's converted by
+ * h2f (exactly) into t's scratch. */
+static inline __attribute__((always_inline)) const attn_tile *tile_as_f32(const attn_tile *t, attn_tile *f32,
+                                                                           quant_h2f_fn h2f) {
+    if (!t->KT16) return t;
+    *f32 = *t;
+    h2f(t->kt_buf, t->KT16, (int64_t)t->hd * KV_BLOCK);
+    h2f(t->v_buf, t->V16, (int64_t)(t->cnt - 1) * t->v_stride + t->hd);
+    f32->KT = t->kt_buf, f32->V = t->v_buf, f32->KT16 = f32->V16 = NULL;
+    return f32;
+}
+
 /* The grouped tile step row by row, from an instruction set's primitives (the portable
  * reference, and AVX2); always inlined, so each caller calls its own set directly. */
 static inline __attribute__((always_inline)) void tile_step_rows(const attn_tile *t, attn_scores_t_fn scores,
                                                                   attn_max_fn amax, quant_exp_fn ex,
-                                                                  quant_axpy_rows_fn axpy) {
+                                                                  quant_axpy_rows_fn axpy, quant_h2f_fn h2f) {
+    attn_tile f32;
+    t = tile_as_f32(t, &f32, h2f);
     int hd = t->hd;
     for (int r = 0; r < t->R; r++) {
         int cnt = t->cnt0 + r / t->group < t->cnt ? t->cnt0 + r / t->group : t->cnt;
@@ -121,21 +135,23 @@ static inline __attribute__((always_inline)) void tile_step_rows(const attn_tile
 
 void attn_tile_portable(const attn_tile *t) {
     const quant_kernels *k = &quant_kernels_portable;
-    tile_step_rows(t, attn_scores_t_portable, attn_max_portable, k->exp, k->axpy_rows);
+    tile_step_rows(t, attn_scores_t_portable, attn_max_portable, k->exp, k->axpy_rows, k->h2f);
 }
 
 #if defined(__x86_64__) && defined(__GNUC__)
 void attn_tile_avx2(const attn_tile *t) {
     const quant_kernels *k = &quant_kernels_avx2;
-    tile_step_rows(t, attn_scores_t_avx2, attn_max_avx2, k->exp, k->axpy_rows);
+    tile_step_rows(t, attn_scores_t_avx2, attn_max_avx2, k->exp, k->axpy_rows, k->h2f);
 }
 
 // ---- AVX-512: register tiles of 4 query rows ----------------------------------------------------
 //
 // Scores: 4 rows x up to 64 positions (16 accumulators); each key row of the tile (64 floats)
 // is loaded once for the 4 query rows. Values: 4 rows x up to 64 columns of acc in registers
-// across the tile, each value row loaded once for the 4 rows. Compiled for AVX-512F only; the
-// callers choose it through the dispatch table when the CPU has it.
+// across the tile, each value row loaded once for the 4 rows. F16 tiles (an F16 cache's) are
+// read as they are, each vector converted as it is loaded (vcvtph2ps, exact), so no converted
+// copy of the tile is written and read again. Compiled for AVX-512F only; the callers choose it
+// through the dispatch table when the CPU has it.
 
 ISA_TARGET_BEGIN("avx2,fma,avx512f")
 
@@ -169,13 +185,20 @@ static inline __mmask16 at_mask(int cnt, int v) {
     return n >= 16 ? (__mmask16)0xFFFF : n <= 0 ? (__mmask16)0 : (__mmask16)((1u << n) - 1);
 }
 
-/* s[rr][v] = q_rr . (positions 16v.. of KT), rows q + rr * hd */
-static AT_INLINE void at_scores(__m512 s[AT_RB][4], const float *q, const float *KT, int hd, const int nr, const int nv) {
+/* 16 floats from element i of a tile: of x (F32), or of x16 converted (F16) when f16 */
+static AT_INLINE __m512 at_load(const float *x, const uint16_t *x16, size_t i, const int f16) {
+    return f16 ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(x16 + i))) : _mm512_loadu_ps(x + i);
+}
+
+/* s[rr][v] = q_rr . (positions 16v.. of t's key tile), rows q + rr * hd */
+static AT_INLINE void at_scores(__m512 s[AT_RB][4], const float *q, const attn_tile *t, const int nr, const int nv,
+                                const int f16) {
+    int hd = t->hd;
     for (int rr = 0; rr < nr; rr++)
         for (int v = 0; v < nv; v++) s[rr][v] = _mm512_setzero_ps();
     for (int i = 0; i < hd; i++) {
         __m512 k[4];
-        for (int v = 0; v < nv; v++) k[v] = _mm512_loadu_ps(KT + (size_t)i * KV_BLOCK + 16 * v);
+        for (int v = 0; v < nv; v++) k[v] = at_load(t->KT, t->KT16, (size_t)i * KV_BLOCK + 16 * v, f16);
         for (int rr = 0; rr < nr; rr++) {
             __m512 qb = _mm512_set1_ps(q[(size_t)rr * hd + i]);
             for (int v = 0; v < nv; v++) s[rr][v] = _mm512_fmadd_ps(qb, k[v], s[rr][v]);
@@ -184,9 +207,10 @@ static AT_INLINE void at_scores(__m512 s[AT_RB][4], const float *q, const float 
 }
 
 /* Scores, mask, softmax bookkeeping of rows r..r+nr-1: weights into t->p, rescale factors into c */
-static AT_INLINE void at_softmax(const attn_tile *t, int r, float c[AT_RB], const int nr, const int nv) {
+static AT_INLINE void at_softmax(const attn_tile *t, int r, float c[AT_RB], const int nr, const int nv,
+                                 const int f16) {
     __m512 s[AT_RB][4];
-    at_scores(s, t->q + (size_t)r * t->hd, t->KT, t->hd, nr, nv);
+    at_scores(s, t->q + (size_t)r * t->hd, t, nr, nv, f16);
     const __m512 sc = _mm512_set1_ps(t->scale), ninf = _mm512_set1_ps(-INFINITY);
     for (int rr = 0; rr < nr; rr++) {
         int cnt = t->cnt0 + (r + rr) / t->group < t->cnt ? t->cnt0 + (r + rr) / t->group : t->cnt;
@@ -212,16 +236,16 @@ static AT_INLINE void at_softmax(const attn_tile *t, int r, float c[AT_RB], cons
 
 /* acc rows r..r+nr-1, columns c0..c0+16nw-1: acc = acc * c + sum_j p_j V_j over j < cnt */
 static AT_INLINE void at_values(const attn_tile *t, int r, int c0, int cnt, const float c[AT_RB], const int nr,
-                                const int nw) {
+                                const int nw, const int f16) {
     __m512 a[AT_RB][4];
     for (int rr = 0; rr < nr; rr++)
         for (int w = 0; w < nw; w++)
             a[rr][w] = _mm512_mul_ps(_mm512_loadu_ps(t->acc + (size_t)(r + rr) * t->hd + c0 + 16 * w), _mm512_set1_ps(c[rr]));
     const float *p = t->p + (size_t)r * KV_BLOCK;
     for (int j = 0; j < cnt; j++) {
-        const float *vr = t->V + (size_t)j * t->v_stride + c0;
+        size_t vr = (size_t)j * t->v_stride + c0;
         __m512 v[4];
-        for (int w = 0; w < nw; w++) v[w] = _mm512_loadu_ps(vr + 16 * w);
+        for (int w = 0; w < nw; w++) v[w] = at_load(t->V, t->V16, vr + 16 * w, f16);
         for (int rr = 0; rr < nr; rr++) {
             __m512 pb = _mm512_set1_ps(p[(size_t)rr * KV_BLOCK + j]);
             for (int w = 0; w < nw; w++) a[rr][w] = _mm512_fmadd_ps(pb, v[w], a[rr][w]);
@@ -240,19 +264,31 @@ static AT_INLINE void at_values(const attn_tile *t, int r, int c0, int cnt, cons
     default: CALL(4); break; \
     }
 
-static AT_INLINE void at_rows(const attn_tile *t, int r, const int nr) {
+static AT_INLINE void at_rows(const attn_tile *t, int r, const int nr, const int f16) {
     float c[AT_RB];
     int nv = (t->cnt + 15) / 16;
-#define AT_SM(NV) at_softmax(t, r, c, nr, NV)
+#define AT_SM(NV) at_softmax(t, r, c, nr, NV, f16)
     AT_CASES4(AT_SM, nv)
 #undef AT_SM
     /* the last row of the tile sees the most positions; the others' weights past theirs are 0 */
     int last = t->cnt0 + (r + nr - 1) / t->group, cnt = last < t->cnt ? last : t->cnt;
     for (int c0 = 0; c0 < t->hd; c0 += 64) {
         int nw = (t->hd - c0) / 16;
-#define AT_VAL(NW) at_values(t, r, c0, cnt, c, nr, NW)
+#define AT_VAL(NW) at_values(t, r, c0, cnt, c, nr, NW, f16)
         AT_CASES4(AT_VAL, nw)
 #undef AT_VAL
+    }
+}
+
+/* The tile step over F32 tiles, or F16 ones when f16 (a constant: one specialisation each) */
+static AT_INLINE void at_tile(const attn_tile *t, const int f16) {
+    int r = 0;
+    for (; r + AT_RB <= t->R; r += AT_RB) at_rows(t, r, AT_RB, f16);
+    switch (t->R - r) {
+    case 1: at_rows(t, r, 1, f16); break;
+    case 2: at_rows(t, r, 2, f16); break;
+    case 3: at_rows(t, r, 3, f16); break;
+    default: break;
     }
 }
 
@@ -261,14 +297,10 @@ void attn_tile_avx512(const attn_tile *t) {
         attn_tile_avx2(t);
         return;
     }
-    int r = 0;
-    for (; r + AT_RB <= t->R; r += AT_RB) at_rows(t, r, AT_RB);
-    switch (t->R - r) {
-    case 1: at_rows(t, r, 1); break;
-    case 2: at_rows(t, r, 2); break;
-    case 3: at_rows(t, r, 3); break;
-    default: break;
-    }
+    if (t->KT16)
+        at_tile(t, 1);
+    else
+        at_tile(t, 0);
 }
 
 ISA_TARGET_END

@@ -43,6 +43,13 @@ typedef struct attn_tile {
     const float *q;    /* (R, hd) query rows */
     const float *KT;   /* (hd, KV_BLOCK) keys, transposed (the cache's key tile as F32) */
     const float *V;    /* (cnt, hd) values, row j at V + j * v_stride */
+    /* Or, when KT16 is set (then V16 too; KT and V are not read), the tiles as F16 with the same
+     * layouts (an F16 cache's, read in place). The AVX-512 step reads them directly; the others
+     * first convert them (exactly) into kt_buf and v_buf, so every step gives the same result
+     * as with the tiles converted to F32 beforehand. */
+    const uint16_t *KT16, *V16;
+    float *kt_buf;     /* (hd, KV_BLOCK) scratch for KT16 as F32 */
+    float *v_buf;      /* (cnt, v_stride) scratch for V16 as F32 */
     int R, hd, cnt, cnt0, group;
     int v_stride;
     float scale;

@@ -39,8 +39,9 @@
 
 /* Per-thread attention scratch, in floats, for one (query block, kv head) work item. */
 typedef struct attn_slot {
-    float *v_tile;   /* (KV_BLOCK, head_dim) */
-    float *kt;       /* (head_dim, KV_BLOCK): keys of one block (transposed, as cached), as F32 */
+    float *v_tile;   /* (KV_BLOCK, head_dim): an F16 value tile as F32, for tile steps that convert */
+    float *kt;       /* (head_dim, KV_BLOCK): an F16 key tile (transposed, as cached) as F32, likewise,
+                        and for report_attention */
     float *scores;   /* (KV_BLOCK) */
     float *qrows;    /* (ATTN_QBLOCK, group, head_dim): the query rows of one work item */
     float *p;        /* (ATTN_QBLOCK, group, KV_BLOCK): their scores, then weights, for one tile */
@@ -294,20 +295,19 @@ static void kv_store(engine *e, const batch_entry *entries, int n, int layer) {
 /* The keys of kv head g in block b of s as a (hd, KV_BLOCK) F32 tile: read in place from an F32
  * cache, converted into buf (hd, KV_BLOCK) from an F16 one. */
 static const float *k_tile(const kv_seq *s, int layer, int b, int g, int hd, float *buf) {
-    const kv_pool *p = s->pool;
-    size_t off = (size_t)g * hd * KV_BLOCK;
-    if (p->type == KV_F32) return (const float *)kv_k_block(s, layer, b) + off;
-    quant_f16_to_f32_row(buf, (const uint16_t *)kv_k_block(s, layer, b) + off, (int64_t)hd * KV_BLOCK);
+    if (s->pool->type == KV_F32) return kv_k_tile(s, layer, b, g);
+    quant_f16_to_f32_row(buf, kv_k_tile(s, layer, b, g), (int64_t)hd * KV_BLOCK);
     return buf;
 }
 
-/* The values of kv head g in block b (its first cnt rows) as a (cnt, hd) F32 tile: in place
- * (F32 cache) or converted into buf (KV_BLOCK, hd). */
-static const float *v_tile(const kv_seq *s, int layer, int b, int cnt, int g, int hd, float *buf) {
-    const kv_pool *p = s->pool;
-    if (p->type == KV_F32) return kv_v_tile(s, layer, b, g);
-    quant_f16_to_f32_row(buf, kv_v_tile(s, layer, b, g), (int64_t)cnt * hd);
-    return buf;
+/* Points t at kv head g's key and value tiles of block b of s, in place: F32 ones, or F16 ones
+ * that the tile step reads as they are or converts into t's scratch (attn_tile). */
+static void tile_source(attn_tile *t, const kv_seq *s, int layer, int b, int g) {
+    const void *k = kv_k_tile(s, layer, b, g), *v = kv_v_tile(s, layer, b, g);
+    if (s->pool->type == KV_F32)
+        t->KT = k, t->V = v;
+    else
+        t->KT16 = k, t->V16 = v;
 }
 
 /* Asks for kv head g's key and value tiles of block b into L2 while earlier tiles are worked on:
@@ -315,7 +315,7 @@ static const float *v_tile(const kv_seq *s, int layer, int b, int cnt, int g, in
  * inlined: GCC takes a function made only of prefetches for one without effect and drops its calls. */
 static inline __attribute__((always_inline)) void kv_prefetch(const kv_seq *s, int layer, int b, int g, int hd) {
     size_t bytes = (size_t)hd * KV_BLOCK * s->pool->elt;
-    const char *k = (const char *)kv_k_block(s, layer, b) + (size_t)g * bytes, *v = kv_v_tile(s, layer, b, g);
+    const char *k = kv_k_tile(s, layer, b, g), *v = kv_v_tile(s, layer, b, g);
     for (size_t o = 0; o < bytes; o += 64) {
         __builtin_prefetch(k + o, 0, 2);
         __builtin_prefetch(v + o, 0, 2);
@@ -324,9 +324,9 @@ static inline __attribute__((always_inline)) void kv_prefetch(const kv_seq *s, i
 
 /*
  * Attention of the query block qb (entries of one sequence at consecutive positions) for the
- * query heads sharing kv head g (qb.n * G query rows). Each cache tile is converted once and
- * used by every row that reaches it, all rows at once (attn_tile_step); query i sees positions
- * 0..pos_i only (the causal mask).
+ * query heads sharing kv head g (qb.n * G query rows). Each cache tile is read (and converted,
+ * if the tile step must) once for every row that reaches it, all rows at once (attn_tile_step);
+ * query i sees positions 0..pos_i only (the causal mask).
  */
 static void attend(const engine *e, attn_slot *sl, const batch_entry *entries, qblock qb, int layer, int g) {
     const model_info *mi = &e->m->info;
@@ -342,13 +342,13 @@ static void attend(const engine *e, attn_slot *sl, const batch_entry *entries, q
         sl->run_sum[i] = 0;
     }
     memset(sl->acc, 0, sizeof(float) * (size_t)qb.n * G * hd);
-    attn_tile t = {.hd = hd, .group = G, .v_stride = hd, .scale = 1.0f / sqrtf((float)hd)};
+    attn_tile t = {.kt_buf = sl->kt, .v_buf = sl->v_tile, .hd = hd, .group = G, .v_stride = hd,
+                   .scale = 1.0f / sqrtf((float)hd)};
     for (int b = 0, base = 0; base < n_keys_max; b++, base += KV_BLOCK) {
         if (b == 0 && base + KV_BLOCK < n_keys_max) kv_prefetch(seq, layer, 1, g, hd);
         if (base + 2 * KV_BLOCK < n_keys_max) kv_prefetch(seq, layer, b + 2, g, hd); /* two tiles ahead */
         t.cnt = n_keys_max - base < KV_BLOCK ? n_keys_max - base : KV_BLOCK;
-        t.KT = k_tile(seq, layer, b, g, hd, sl->kt);
-        t.V = v_tile(seq, layer, b, t.cnt, g, hd, sl->v_tile);
+        tile_source(&t, seq, layer, b, g);
         int qi0 = base > pos0 ? base - pos0 : 0; /* the first query that reaches this tile */
         size_t r0 = (size_t)qi0 * G;
         t.cnt0 = pos0 + qi0 + 1 - base < t.cnt ? pos0 + qi0 + 1 - base : t.cnt;

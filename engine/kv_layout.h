@@ -79,6 +79,12 @@ static inline void *kv_k_block(const kv_seq *s, int layer, int block) {
     return kv_block_data(s->blocks[block]) + (size_t)layer * p->kv_dim * KV_BLOCK * p->elt;
 }
 
+/* The keys of kv head g of `layer` in block `block` of s: a (head_dim, KV_BLOCK) tile of elements of
+ * the pool type, transposed (position j of the tile's row i at i * KV_BLOCK + j). */
+static inline void *kv_k_tile(const kv_seq *s, int layer, int block, int g) {
+    return (uint8_t *)kv_k_block(s, layer, block) + (size_t)g * s->pool->head_dim * KV_BLOCK * s->pool->elt;
+}
+
 /* The values of kv head g of `layer` in block `block` of s: (KV_BLOCK, head_dim) elements of the
  * pool type, the row of position block * KV_BLOCK + j at j * head_dim. */
 static inline void *kv_v_tile(const kv_seq *s, int layer, int block, int g) {

@@ -2,7 +2,9 @@
  * test_attn_ops.c — the layout-specific attention loops: the vector version (when this CPU has
  * it) and the portable one agree with a naive float64 computation of tile scores and maxima; the
  * exp-sum of a tile is accurate; the grouped tile step of every instruction set gives the float64
- * softmax, tile edges and causal masks included; whole-model logits do not depend on which versions run.
+ * softmax, tile edges and causal masks included, and F16 tiles (read directly by AVX-512) give
+ * bit for bit what the same tiles converted to F32 give; whole-model logits do not depend on
+ * which versions run.
  */
 #include <criterion/criterion.h>
 #include <math.h>
@@ -134,6 +136,98 @@ Test(attn_ops, grouped_tile_step_matches_float64_softmax_for_every_isa) {
             }
     }
     quant_isa_force(saved);
+}
+
+/* One tile's operands as an F16 cache holds them, and a running state from earlier tiles. */
+typedef struct f16_case {
+    int hd, cnt, cnt0, group, R;
+    uint16_t KT16[128 * KV_BLOCK], V16[KV_BLOCK * 128];
+    float q[16 * 128], acc[16 * 128], run_max[16], run_sum[16];
+} f16_case;
+
+static void f16_case_fill(f16_case *c, uint64_t seed) {
+    float x;
+    for (int i = 0; i < c->hd * KV_BLOCK; i++) { /* past cnt: NaN, which no step may read */
+        x = tiny_uniform(&seed, 2);
+        c->KT16[i] = i % KV_BLOCK < c->cnt ? quant_f32_to_f16(x) : 0x7E00;
+        x = tiny_uniform(&seed, 1);
+        c->V16[i] = i / c->hd < c->cnt ? quant_f32_to_f16(x) : 0x7E00;
+    }
+    fill(c->q, c->R * c->hd, seed + 1, 1);
+    fill(c->acc, c->R * c->hd, seed + 2, 1);
+    for (int r = 0; r < c->R; r++) { /* odd rows start here; even ones carry a max this tile may pass */
+        c->run_max[r] = r % 2 ? -INFINITY : 0.5f * (float)(r % 3);
+        c->run_sum[r] = r % 2 ? 0 : 2.5f;
+        if (r % 2) memset(c->acc + (size_t)r * c->hd, 0, sizeof(float) * (size_t)c->hd);
+    }
+}
+
+/* Runs attn_tile_step of the active instruction set on c's state, out (acc, then max, then sum per
+ * row), over the F16 tiles as they are (kt_buf and v_buf NULL when the step must not need them),
+ * or over them converted to F32 first (f32). */
+static void f16_case_step(const f16_case *c, float *out, bool f32, bool scratch) {
+    static float kt[128 * KV_BLOCK], v[KV_BLOCK * 128], p[16 * KV_BLOCK];
+    int hd = c->hd, R = c->R;
+    float *acc = out, *mx = out + R * hd, *sum = mx + R;
+    memcpy(acc, c->acc, sizeof(float) * (size_t)R * hd);
+    memcpy(mx, c->run_max, sizeof(float) * (size_t)R);
+    memcpy(sum, c->run_sum, sizeof(float) * (size_t)R);
+    attn_tile t = {.acc = acc, .run_max = mx, .run_sum = sum, .p = p, .q = c->q, .R = R, .hd = hd, .cnt = c->cnt,
+                   .cnt0 = c->cnt0, .group = c->group, .v_stride = hd, .scale = 1.0f / sqrtf((float)hd)};
+    if (f32) {
+        for (int i = 0; i < hd * KV_BLOCK; i++) {
+            kt[i] = quant_f16_to_f32(c->KT16[i]);
+            v[i] = quant_f16_to_f32(c->V16[i]);
+        }
+        t.KT = kt, t.V = v;
+    } else {
+        t.KT16 = c->KT16, t.V16 = c->V16;
+        memset(kt, 0xFF, sizeof(kt)), memset(v, 0xFF, sizeof(v)); /* NaN: what a step converts, it writes */
+        if (scratch) t.kt_buf = kt, t.v_buf = v;
+    }
+    attn_tile_step(&t);
+}
+
+Test(attn_ops, f16_tiles_give_the_step_of_tiles_converted_to_f32_first) {
+    static f16_case c;
+    static float want[16 * 128 + 32], got[16 * 128 + 32], ref[16 * 128 + 32];
+    const int hds[] = {64, 128, 40}, cnts[] = {1, 15, 16, 17, 63, 64}; /* 40: AVX-512 hands over to AVX2 */
+    const struct { int group, R, prefill; } shapes[] = {
+        {8, 8, 0}, {8, 16, 1}, {1, 5, 1}, {3, 9, 0}, {2, 6, 1}, {5, 15, 1}, {1, 7, 0}, /* R % 4 != 0 mostly */
+    };
+    quant_isa saved = quant_isa_active();
+    int n_direct = 0;
+    for (size_t h = 0; h < ATTND_ARRAY_LEN(hds); h++)
+        for (size_t k = 0; k < ATTND_ARRAY_LEN(cnts); k++)
+            for (size_t sh = 0; sh < ATTND_ARRAY_LEN(shapes); sh++) {
+                c.hd = hds[h], c.cnt = cnts[k], c.group = shapes[sh].group, c.R = shapes[sh].R;
+                int nq = c.R / c.group; /* a prefill's last query sees all cnt, its first cnt - nq + 1 */
+                c.cnt0 = shapes[sh].prefill && c.cnt > nq ? c.cnt - nq + 1 : c.cnt;
+                f16_case_fill(&c, 100 * h + 10 * k + sh);
+                size_t n = (size_t)c.R * (c.hd + 2);
+                quant_isa_force(QUANT_ISA_PORTABLE);
+                f16_case_step(&c, ref, true, true);
+                for (int isa = QUANT_ISA_PORTABLE; isa <= (int)quant_isa_best(); isa++) {
+                    quant_isa_force((quant_isa)isa);
+                    /* AVX-512 reads F16 tiles directly: it is handed no scratch to convert them into */
+                    bool direct = isa == QUANT_ISA_AVX512 && c.hd % 16 == 0;
+                    n_direct += direct;
+                    f16_case_step(&c, want, true, true);
+                    f16_case_step(&c, got, false, !direct);
+                    cr_assert_eq(memcmp(got, want, sizeof(float) * n), 0,
+                                 "%s hd %d cnt %d group %d R %d: F16 tiles differ from F32 ones",
+                                 quant_isa_name((quant_isa)isa), c.hd, c.cnt, c.group, c.R);
+                    for (int r = 0; r < c.R; r++) /* the softmax output agrees with the portable one's */
+                        for (int i = 0; i < c.hd; i++) {
+                            float a = got[r * c.hd + i] / got[c.R * c.hd + c.R + r];
+                            float b = ref[r * c.hd + i] / ref[c.R * c.hd + c.R + r];
+                            cr_assert_lt(fabsf(a - b), 2e-6f, "%s hd %d cnt %d group %d R %d row %d col %d: %g vs %g",
+                                         quant_isa_name((quant_isa)isa), c.hd, c.cnt, c.group, c.R, r, i, a, b);
+                        }
+                }
+            }
+    quant_isa_force(saved);
+    cr_assert_eq(n_direct > 0, quant_isa_best() >= QUANT_ISA_AVX512, "the direct F16 path ran where the CPU has it");
 }
 
 Test(attn_ops, model_logits_do_not_depend_on_the_instruction_set) {
