@@ -28,9 +28,10 @@
 
 /* Below these amounts of work a parallel region costs more than it saves (thread wake-up is
  * several microseconds, and far worse on a loaded machine): elements of row-wise work
- * (normalisation), and multiply-adds of one layer's attention. The matmuls have their own
+ * (normalisation, SwiGLU: from 8 decode streams of a 2048-wide model), and multiply-adds of one
+ * layer's attention. The matmuls have their own
  * threshold in quant.c (MATMUL_PAR_MIN_MACS). */
-#define ROWWISE_PAR_MIN_ELEMS 32768L
+#define ROWWISE_PAR_MIN_ELEMS 16384L
 #define ATTN_PAR_MIN_MACS 32768L
 
 /* Queries per attention work item: consecutive entries of one sequence (a prefill) share each
@@ -73,7 +74,7 @@ struct engine {
     float *up;              /* (B, n_ff) */
     float *rope;            /* (B, rope_dims / 2, 2): cos, sin of each entry's position */
     uint16_t *k16;          /* (kv_dim) one key row as F16, before it is scattered into a tile */
-    float *neg;             /* (n_ff) e^-gate of one row, for SiLU */
+    float *neg;             /* (n_slots, n_ff) e^-gate of one row per thread, for SiLU */
     void *mm_scratch;       /* quant_matmul scratch for B rows of the widest weight */
 
     kv_seq **seqs;          /* (B) distinct sequences of the current batch */
@@ -128,7 +129,7 @@ static size_t layout(engine *e, char *mem) {
     e->up = block_take(&b, B * F, sizeof(float));
     e->rope = block_take(&b, B * (size_t)mi->rope_dims, sizeof(float));
     e->k16 = block_take(&b, KV, sizeof(uint16_t));
-    e->neg = block_take(&b, F, sizeof(float));
+    e->neg = block_take(&b, F * (size_t)e->n_slots, sizeof(float));
     e->mm_scratch = block_take(&b, scratch ? scratch : 1, 1); /* quant_matmul wants one even if unused */
     e->seqs = block_take(&b, B, sizeof(*e->seqs));
     e->want = block_take(&b, B, sizeof(*e->want));
@@ -526,16 +527,19 @@ static void step_residual(const pass *p) {
     for (size_t i = 0; i < (size_t)p->n * p->E; i++) x[i] += d[i];
 }
 
-/* swiglu: gate = silu(gate) * up, silu(g) = g / (1 + e^-g). */
-static void step_swiglu(const pass *p) {
+/* swiglu of entry t: gate = silu(gate) * up, silu(g) = g / (1 + e^-g). */
+static void swiglu_row(void *ctx, int t, int worker) {
+    const pass *p = ctx;
     engine *e = p->e;
     int F = p->F;
-    for (int t = 0; t < p->n; t++) {
-        float *g = e->gate + (size_t)t * F, *u = e->up + (size_t)t * F;
-        for (int i = 0; i < F; i++) e->neg[i] = -g[i];
-        quant_exp(e->neg, e->neg, F); /* e^-g; overflow gives inf and silu -> -0, as it should */
-        for (int i = 0; i < F; i++) g[i] = g[i] / (1.0f + e->neg[i]) * u[i];
-    }
+    float *g = e->gate + (size_t)t * F, *u = e->up + (size_t)t * F, *neg = e->neg + (size_t)worker * F;
+    for (int i = 0; i < F; i++) neg[i] = -g[i];
+    quant_exp(neg, neg, F); /* e^-g; overflow gives inf and silu -> -0, as it should */
+    for (int i = 0; i < F; i++) g[i] = g[i] / (1.0f + neg[i]) * u[i];
+}
+
+static void step_swiglu(pass *p) {
+    threads_run((long)p->n * p->F >= ROWWISE_PAR_MIN_ELEMS ? p->e->n_threads : 1, p->n, swiglu_row, p);
 }
 
 /* One decoder layer: x += attention(rmsnorm(x)); x += ffn(rmsnorm(x)). */

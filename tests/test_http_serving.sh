@@ -14,8 +14,9 @@ MODEL=$ATTND_SOURCE_DIR/models/attnd-sotu.gguf
 status=0
 ok() { echo "ok - $*"; }
 bad() { echo "not ok - $*"; status=1; }
-# a request that runs its whole max_tokens: the end-of-text token (id 2) banned
-LONG='"logit_bias":{"2":-100}'
+# a request that runs its whole max_tokens: both end-of-generation tokens banned, </s> (id 2)
+# and the chat turn's end <|im_end|> (id 4097), which plain completions sample now and then
+LONG='"logit_bias":{"2":-100,"4097":-100}'
 post() { curl -s -m 120 "http://127.0.0.1:$1$2" -H 'Content-Type: application/json' -d "$3"; }
 code() { curl -s -m 120 -o "$4" -w '%{http_code}' "http://127.0.0.1:$1$2" -H 'Content-Type: application/json' -d "$3"; }
 

@@ -1,19 +1,16 @@
 #!/usr/bin/env bash
 # serve_load.sh — issue 12's serving targets on MODEL: `attnd serve` started with NO tuning flags
 # or environment (as a user would), against `attnd generate --threads 2` on the same model.
-#   tools/bench/serve_load.sh MODEL [--tokens 128] [--streams 8] [--long 1500]
-# Prints (see serve_load.mjs): one stream vs generate (target >= 0.9x), 8 streams vs 1 (>= 5x),
-# p99 token gap of two streams while a 1500-token prompt prefills vs their quiet median (<= 5x),
-# and that prompt's time to first token vs its prefill alone (<= 1.5x). Uses ./build/attnd (a
-# Release build), node for the streaming client. Run on a quiet machine; it never fails on speed.
+#   tools/bench/serve_load.sh MODEL [--tokens 128] [--streams 8] [--long 1500] [--rounds 3]
+# Prints (see serve_load.mjs), as medians of alternating rounds: one stream vs generate (target
+# >= 0.9x), 8 streams vs 1 (>= 5x); then the p99 token gap of two streams while a 1500-token
+# prompt prefills vs their quiet median (<= 5x), and that prompt's time to first token vs its
+# prefill alone (<= 1.5x). Uses ./build/attnd (a Release build), node for the streaming client.
+# Run on a quiet machine (~3 minutes); it never fails on speed.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 model=${1:?usage: tools/bench/serve_load.sh MODEL [--tokens N] [--streams N] [--long N]}
 shift
-tokens=128
-for ((i = 1; i <= $#; i++)); do [ "${!i}" = --tokens ] && { j=$((i + 1)); tokens=${!j}; }; done
-gen_tps=$(./build/attnd generate --model "$model" --prompt "The nation" --n "$tokens" --ignore-eos --threads 2 --json |
-    grep -o '"decode_tok_per_s":[0-9.eE+-]*' | cut -d: -f2)
 log=$(mktemp)
 ./build/attnd serve --model "$model" --port 0 2>"$log" &
 pid=$!
@@ -26,4 +23,4 @@ for _ in $(seq 600); do
 done
 [ -n "$port" ] || { cat "$log" >&2; exit 1; }
 echo "# model $model; attnd serve with no flags but --model/--port; $(nproc) CPUs"
-node tools/bench/serve_load.mjs "http://127.0.0.1:$port" "$gen_tps" "$@"
+node tools/bench/serve_load.mjs "http://127.0.0.1:$port" "$model" "$@"
