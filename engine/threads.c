@@ -49,9 +49,45 @@
 #define CLAIM_MASK ((UINT64_C(1) << 20) - 1)
 #define CLAIM_GEN_MASK 0xffffffu
 
+/*
+ * Contention guard. Where the cores are shared with other busy processes, a worker descheduled
+ * in the middle of its task makes the caller wait for it, a scheduler slice at a time: two
+ * threads beside one busy neighbour decoded ~20% slower than one thread did. So the caller
+ * measures, over windows of GUARD_WINDOW_NS of parallel jobs, the share of their time it waited
+ * for tasks others held after running out of its own, and how much faster than one thread the
+ * jobs ran (one thread's time estimated from the caller's time per task). When it waited more
+ * than GUARD_WAIT_SHARE and the speed-up was below GUARD_MIN_SPEEDUP per thread (a quiet machine:
+ * 0-10% and ~1.7-1.9 of 2 for decode; the server beside its own HTTP threads and a local client
+ * up to 19% waited), the pool caps the threads a job may use at one fewer than the
+ * window used. After a back-off it tries one more thread for a window: if that runs clean the cap
+ * rises (and goes once it holds no job back); contention again soon after the last doubles the
+ * back-off, up to GUARD_BACKOFF_MAX_NS. Results do not depend on the thread count (threads.h), so
+ * the guard changes only speed.
+ */
+#define GUARD_WINDOW_NS 50000000L    /* 50 ms of parallel jobs */
+#define GUARD_WAIT_SHARE 0.2         /* contention: the caller waited this share of the window, */
+#define GUARD_MIN_SPEEDUP 0.65       /* and the jobs ran less than this times `used` faster than one thread */
+#define GUARD_BACKOFF_NS 250000000L  /* the first wait before trying one more thread */
+#define GUARD_BACKOFF_MAX_NS 4000000000L
+
+typedef struct guard {
+    int cap;           /* most threads a job may use now; 0: no cap */
+    int probing;       /* this window runs one thread above the cap */
+    long retry_at;     /* when capped: when to try one more thread */
+    long backoff_ns;   /* the current back-off */
+    long contended_at; /* the end of the last contended window */
+    /* the current window */
+    int asked;      /* the most threads a job asked for */
+    int used;       /* the most threads a job used */
+    long win_ns;    /* parallel job time */
+    long wait_ns;   /* of which the caller waited for others' tasks */
+    double solo_ns; /* estimated one-thread time of the same jobs */
+} guard;
+
 typedef struct pool {
     pthread_mutex_t lock; /* held by the caller of threads_run for the whole job */
     int n_workers;        /* workers started (the caller is not one of them) */
+    guard g;              /* under lock */
     /* the current job, written before gen is bumped */
     _Atomic int n_active; /* workers that take part: ids 1..n_active */
     _Atomic(threads_fn) fn;
@@ -96,14 +132,15 @@ static uint64_t claim_word(uint32_t gen, int n_tasks, int next) {
            (uint64_t)next;
 }
 
-/* Takes and runs tasks of job `gen` until none is left. */
-static void run_tasks(pool *p, uint32_t gen, threads_fn fn, void *ctx, int worker) {
-    for (;;) {
+/* Takes and runs tasks of job `gen` until none is left; returns how many it ran. */
+static int run_tasks(pool *p, uint32_t gen, threads_fn fn, void *ctx, int worker) {
+    for (int ran = 0;;) {
         uint64_t c = atomic_load(&p->claim);
         int next = (int)(c & CLAIM_MASK), n = (int)(c >> CLAIM_IDX_BITS & CLAIM_MASK);
-        if (c >> (CLAIM_IDX_BITS + CLAIM_N_BITS) != (gen & CLAIM_GEN_MASK) || next >= n) return;
+        if (c >> (CLAIM_IDX_BITS + CLAIM_N_BITS) != (gen & CLAIM_GEN_MASK) || next >= n) return ran;
         if (!atomic_compare_exchange_weak(&p->claim, &c, c + 1)) continue;
         fn(ctx, next, worker);
+        ran++;
         if (atomic_fetch_add(&p->done, 1) + 1 == (uint32_t)n && atomic_load(&p->caller_asleep))
             futex_wake_all(&p->done);
     }
@@ -158,6 +195,50 @@ static void wait_done(pool *p, uint32_t n) {
     }
 }
 
+static void guard_new_window(guard *g) {
+    g->asked = g->used = 0;
+    g->win_ns = g->wait_ns = 0;
+    g->solo_ns = 0;
+}
+
+/* The threads a job asked for n_threads may use now (under lock): n_threads, or the guard's cap,
+ * raised by one for a probe window once the back-off has passed. */
+static int guard_threads(guard *g, int n_threads, long now) {
+    if (g->cap && n_threads > g->cap && !g->probing && now >= g->retry_at) {
+        g->probing = 1;
+        guard_new_window(g);
+    }
+    g->asked = n_threads > g->asked ? n_threads : g->asked;
+    if (!g->cap || n_threads <= g->cap) return n_threads;
+    return g->probing ? g->cap + 1 : g->cap;
+}
+
+/* Counts a parallel job (threads used, wall time, the caller's wait, the estimated one-thread
+ * time) into the window and, at its end, moves the cap (under lock). */
+static void guard_count(guard *g, int used, long job_ns, long wait_ns, double solo_ns, long now) {
+    if (g->cap && !g->probing) return; /* capped: nothing to learn until the next probe */
+    g->used = used > g->used ? used : g->used;
+    g->win_ns += job_ns;
+    g->wait_ns += wait_ns;
+    g->solo_ns += solo_ns;
+    if (g->win_ns < GUARD_WINDOW_NS) return;
+    int contended = g->wait_ns > GUARD_WAIT_SHARE * g->win_ns && g->solo_ns < GUARD_MIN_SPEEDUP * g->used * g->win_ns;
+    if (contended) {
+        /* contention again soon after the last: the neighbour stays, so wait longer to retry */
+        int again = g->backoff_ns && now - g->contended_at < 4 * g->backoff_ns;
+        g->backoff_ns = again ? 2 * g->backoff_ns : GUARD_BACKOFF_NS;
+        if (g->backoff_ns > GUARD_BACKOFF_MAX_NS) g->backoff_ns = GUARD_BACKOFF_MAX_NS;
+        g->contended_at = now;
+        g->cap = g->used - 1 > 1 ? g->used - 1 : 1;
+    } else if (g->probing) {
+        g->cap++; /* the probe was clean: keep the thread */
+    }
+    if (g->cap >= g->asked) g->cap = 0; /* holds no job back */
+    g->retry_at = now + g->backoff_ns;
+    g->probing = 0;
+    guard_new_window(g);
+}
+
 void threads_run(int n_threads, int n_tasks, threads_fn fn, void *ctx) {
     if (n_tasks <= 0) return;
     pool *p = &g_pool;
@@ -165,8 +246,16 @@ void threads_run(int n_threads, int n_tasks, threads_fn fn, void *ctx) {
         for (int i = 0; i < n_tasks; i++) fn(ctx, i, 0);
         return;
     }
+    long t0 = now_ns();
+    n_threads = guard_threads(&p->g, n_threads, t0);
+    if (n_threads <= 1) {
+        pthread_mutex_unlock(&p->lock);
+        for (int i = 0; i < n_tasks; i++) fn(ctx, i, 0);
+        return;
+    }
     grow(p, n_threads - 1);
-    atomic_store(&p->n_active, n_threads - 1 < p->n_workers ? n_threads - 1 : p->n_workers);
+    int n_active = n_threads - 1 < p->n_workers ? n_threads - 1 : p->n_workers;
+    atomic_store(&p->n_active, n_active);
     atomic_store(&p->fn, fn);
     atomic_store(&p->ctx, ctx);
     atomic_store(&p->done, 0);
@@ -174,9 +263,22 @@ void threads_run(int n_threads, int n_tasks, threads_fn fn, void *ctx) {
     atomic_store(&p->claim, claim_word(gen, n_tasks, 0));
     atomic_store(&p->gen, gen);
     if (atomic_load(&p->sleepers)) futex_wake_all(&p->gen);
-    run_tasks(p, gen, fn, ctx, 0);
+    int own = run_tasks(p, gen, fn, ctx, 0);
+    long t1 = now_ns();
     wait_done(p, (uint32_t)n_tasks);
+    long t2 = now_ns();
+    /* one thread's time for the job, estimated from the caller's time per task */
+    double solo = own ? (double)(t1 - t0) * n_tasks / own : (double)(t2 - t0);
+    guard_count(&p->g, n_active + 1, t2 - t0, t2 - t1, solo, t2);
     pthread_mutex_unlock(&p->lock);
+}
+
+int threads_cap(void) {
+    pool *p = &g_pool;
+    pthread_mutex_lock(&p->lock);
+    int cap = p->g.cap;
+    pthread_mutex_unlock(&p->lock);
+    return cap;
 }
 
 /* The quota in cpu.max of the cgroup v2 folder dir, in CPUs rounded up; 0 when unlimited. */

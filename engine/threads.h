@@ -10,7 +10,10 @@
  *   - tasks are claimed one at a time from a shared counter, so a thread that is descheduled
  *     delays at most the one task it holds, and the caller takes whatever nobody claimed;
  *   - idle workers spin for a bounded time (THREADS_SPIN_NS) and then sleep on a futex, as does
- *     the caller while it waits for tasks in flight, so their core goes to whoever needs it.
+ *     the caller while it waits for tasks in flight, so their core goes to whoever needs it;
+ *   - a contention guard (threads.c) caps the threads of a job at one fewer while the caller
+ *     spends much of its time waiting for descheduled workers, and retries after a back-off:
+ *     beside one busy process, one thread decodes faster than two that keep waiting for each other.
  *
  * One process-wide pool, created on first use, grows to the largest n_threads asked for. Calls
  * from different threads are serialised: a call that finds the pool busy runs its tasks on the
@@ -30,5 +33,8 @@ void threads_run(int n_threads, int n_tasks, threads_fn fn, void *ctx);
 /* The number of CPUs this process may use: those in its affinity mask, capped by its cgroup v2
  * CPU quota (cpu.max, rounded up) when one is set. At least 1. */
 int threads_default(void);
+
+/* The contention guard's cap on the threads of a job now (threads.c), 0 when there is none. */
+int threads_cap(void);
 
 #endif /* ATTND_THREADS_H */

@@ -2,7 +2,9 @@
  * test_threads.c — the engine's worker pool (engine/threads.h): every task runs exactly once,
  * worker ids stay below the thread count and are never shared by two tasks running at once,
  * a call that finds the pool busy still completes (on its own thread), jobs follow each other
- * without losing or repeating tasks, and the default thread count is within the affinity mask.
+ * without losing or repeating tasks, the contention guard caps the pool at one thread while a
+ * worker straggles and lifts the cap once it stops, and the default thread count is within the
+ * affinity mask.
  */
 #define _GNU_SOURCE
 #include <criterion/criterion.h>
@@ -10,6 +12,8 @@
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "threads.h"
 
@@ -88,6 +92,51 @@ Test(threads, concurrent_callers_all_complete) {
     for (int i = 0; i < 3; i++) cr_assert_eq(pthread_create(&t[i], NULL, race, &r[i]), 0);
     for (int i = 0; i < 3; i++) pthread_join(t[i], NULL);
     for (int i = 0; i < 3; i++) cr_assert_eq(r[i].ok, 1, "caller %d lost or repeated a task", i);
+}
+
+/* Jobs whose tasks take a worker long (as when its thread is descheduled mid-task by a busy
+ * neighbour: usleep) and the caller ~20 us of work; or, with slow = 0, ~20 us on any thread. */
+typedef struct straggle_job {
+    int slow;
+    _Atomic int on_worker; /* tasks run by a worker (not the caller) */
+} straggle_job;
+
+static void straggle_task(void *ctx, int task, int worker) {
+    (void)task;
+    straggle_job *j = ctx;
+    if (worker != 0) atomic_fetch_add(&j->on_worker, 1);
+    if (worker != 0 && j->slow) {
+        usleep(2000);
+        return;
+    }
+    volatile double x = 0;
+    for (int i = 0; i < 20000; i++) x += i;
+}
+
+static double mono_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+/* Runs 16-task jobs on 2 threads until threads_cap() == want or `limit` seconds pass. */
+static int run_until_cap(straggle_job *j, int want, double limit) {
+    double t0 = mono_s();
+    while (threads_cap() != want && mono_s() - t0 < limit) threads_run(2, 16, straggle_task, j);
+    return threads_cap();
+}
+
+Test(threads, a_straggling_worker_caps_the_pool_and_the_cap_lifts_when_it_stops) {
+    straggle_job j = {.slow = 1};
+    cr_assert_eq(threads_cap(), 0, "a fresh pool has no cap");
+    cr_assert_eq(run_until_cap(&j, 1, 5.0), 1, "the caller waited on a straggling worker, yet no cap");
+    atomic_store(&j.on_worker, 0);
+    for (int k = 0; k < 20; k++) threads_run(2, 16, straggle_task, &j);
+    cr_assert_eq(atomic_load(&j.on_worker), 0, "capped at one thread, a worker still took tasks");
+    /* the neighbour leaves: after the back-off the guard tries two threads again, finds them
+     * useful and drops the cap */
+    j.slow = 0;
+    cr_assert_eq(run_until_cap(&j, 0, 20.0), 0, "the straggling stopped, yet the cap stayed");
 }
 
 Test(threads, default_count_is_within_the_affinity_mask) {
