@@ -193,6 +193,11 @@ void engine_set_threads(engine *e, int n_threads) {
 
 int engine_threads(const engine *e) { return e->n_threads; }
 
+int engine_threads_in_use(const engine *e) {
+    int cap = threads_cap();
+    return cap && cap < e->n_threads ? cap : e->n_threads;
+}
+
 void engine_set_attention_cb(engine *e, engine_attn_cb cb, void *user) {
     e->attn_cb = cb;
     e->attn_user = user;

@@ -746,4 +746,6 @@ void sched_get_stats(sched *s, sched_stats *out) {
     out->queued = s->q_len;
     out->kv_reserved = s->reserved;
     pthread_mutex_unlock(&s->mu);
+    out->threads = engine_threads(s->eng);
+    out->threads_in_use = engine_threads_in_use(s->eng);
 }

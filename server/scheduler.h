@@ -131,6 +131,8 @@ typedef struct sched_stats {
     double decode_seconds;   /* wall time of steps that decoded at least one token */
     double prompt_seconds;   /* wall time of steps that prefilled */
     double last_tok_per_s;   /* generated tokens/s over the last few seconds */
+    int threads;             /* engine threads configured */
+    int threads_in_use;      /* of which a step may use now (engine_threads_in_use) */
 } sched_stats;
 
 typedef struct sched sched;

@@ -31,6 +31,10 @@ const model *engine_model(const engine *e); /* borrowed */
  * engine_create, CPUs), the threads whose scratch the engine allocated up front. */
 void engine_set_threads(engine *e, int n_threads);
 int engine_threads(const engine *e);
+/* The threads a step may use now: engine_threads, or fewer while the worker pool's contention
+ * guard holds a thread back (other busy processes kept descheduling a worker; see
+ * engine/threads.c). Results never depend on it. */
+int engine_threads_in_use(const engine *e);
 
 /*
  * Evaluates n entries in one pass over the weights: any mix of several tokens of one sequence
