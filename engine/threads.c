@@ -58,10 +58,10 @@
  * jobs ran (one thread's time estimated from the caller's time per task). When it waited more
  * than GUARD_WAIT_SHARE and the speed-up was below GUARD_MIN_SPEEDUP per thread (a quiet machine:
  * 0-10% and ~1.7-1.9 of 2 for decode; the server beside its own HTTP threads and a local client
- * up to 19% waited), the pool caps the threads a job may use at one fewer than the
- * window used. After a back-off it tries one more thread for a window: if that runs clean the cap
- * rises (and goes once it holds no job back); contention again soon after the last doubles the
- * back-off, up to GUARD_BACKOFF_MAX_NS. Results do not depend on the thread count (threads.h), so
+ * up to 19% waited, and now and then one window more), twice in a row, the pool caps the threads
+ * a job may use at one fewer than the window used. After a back-off it tries one more thread for
+ * a window: if that runs clean the cap rises (and goes once it holds no job back); contention
+ * again soon after the last doubles the back-off, up to GUARD_BACKOFF_MAX_NS. Results do not depend on the thread count (threads.h), so
  * the guard changes only speed.
  */
 #define GUARD_WINDOW_NS 50000000L    /* 50 ms of parallel jobs */
@@ -73,6 +73,7 @@
 typedef struct guard {
     int cap;           /* most threads a job may use now; 0: no cap */
     int probing;       /* this window runs one thread above the cap */
+    int strikes;       /* contended windows in a row while uncapped */
     long retry_at;     /* when capped: when to try one more thread */
     long backoff_ns;   /* the current back-off */
     long contended_at; /* the end of the last contended window */
@@ -223,6 +224,13 @@ static void guard_count(guard *g, int used, long job_ns, long wait_ns, double so
     g->solo_ns += solo_ns;
     if (g->win_ns < GUARD_WINDOW_NS) return;
     int contended = g->wait_ns > GUARD_WAIT_SHARE * g->win_ns && g->solo_ns < GUARD_MIN_SPEEDUP * g->used * g->win_ns;
+    /* uncapped, one contended window may be a burst of the process's own other threads (HTTP,
+     * a local client): a thread goes only after two in a row */
+    if (contended && !g->cap && ++g->strikes < 2) {
+        guard_new_window(g);
+        return;
+    }
+    g->strikes = 0;
     if (contended) {
         /* contention again soon after the last: the neighbour stays, so wait longer to retry */
         int again = g->backoff_ns && now - g->contended_at < 4 * g->backoff_ns;
