@@ -88,13 +88,14 @@ void sched_reserve(sched *s, slot *sl, sched_job *j) {
 /* Pacing a prompt beside streams: the first chunk before any cost is known, the least a prompt
  * moves per step, how fast the learned costs follow, and the spread of positions below which
  * the cost's growth along the prompt is not estimated (a line through points a few tokens apart
- * would be mostly noise). The auto budget is 3.5 decode steps, measured on the
- * TinyLlama-shaped Q4_K_M model on 2 cores (tools/bench/serve_load.sh, two runs each; the host's
- * memory bandwidth varies from run to run): at 4.5 the streams' p99 gap was 4.3-5.9x their quiet
- * median with the prompt's time to first token 1.09-1.10x its time alone, at 3.5 3.6-4.5x and
- * 1.13-1.33x (issue 12's targets: <= 5x and <= 1.5x). */
+ * would be mostly noise). The auto budget is 3 decode steps, measured on the TinyLlama-shaped
+ * Q4_K_M model on 2 cores (tools/bench/serve_load.sh; the host's memory bandwidth varies from
+ * run to run): at 4.5 the streams' p99 gap was 4.3-5.9x their quiet median with the prompt's
+ * time to first token 1.09-1.10x its time alone, at 3.5 3.6-5.2x and 1.13-1.33x (one run over
+ * the gap's target, in a slow hour), at 3 3.2-3.8x and 1.16-1.21x (three runs; issue 12's
+ * targets: <= 5x and <= 1.5x). */
 enum { PACE_FIRST_CHUNK = 32, PACE_MIN_CHUNK = 4 };
-static const double PACE_AUTO_STEPS = 3.5, PACE_DECODE_ALPHA = 0.3, PACE_FIT_DECAY = 0.75, PACE_MIN_SPREAD = 32;
+static const double PACE_AUTO_STEPS = 3.0, PACE_DECODE_ALPHA = 0.3, PACE_FIT_DECAY = 0.75, PACE_MIN_SPREAD = 32;
 
 /* The line's cost at position pos and its slope (ms per token, per token of position); false
  * when nothing was measured yet. The slope is never negative (attention only grows), and the

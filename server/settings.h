@@ -58,7 +58,7 @@ typedef struct server_settings {
     int ctx_size;            /* per-sequence context cap; 0 = the model's context length */
     int max_batch;           /* most tokens per engine step (prefill chunk + decodes); default 512 */
     int prefill_budget_ms;   /* a step's time while a prompt prefills beside decoding streams;
-                                0 = auto (3.5 decode steps); default 0 */
+                                0 = auto (3 decode steps); default 0 */
     size_t kv_budget_mb;     /* KV memory budget for all sessions together; default 1024 */
     bool kv_f32;             /* store KV as f32 instead of f16; default false */
     const char *chat_template; /* template family override by name ("chatml", "llama3", ...); NULL = detect */
