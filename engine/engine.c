@@ -29,8 +29,7 @@
 /* Below these amounts of work a parallel region costs more than it saves (thread wake-up is
  * several microseconds, and far worse on a loaded machine): elements of row-wise work
  * (normalisation, SwiGLU: from 8 decode streams of a 2048-wide model), and multiply-adds of one
- * layer's attention. The matmuls have their own
- * threshold in quant.c (MATMUL_PAR_MIN_MACS). */
+ * layer's attention. The matmuls have their own threshold in quant.c (MATMUL_PAR_MIN_MACS). */
 #define ROWWISE_PAR_MIN_ELEMS 16384L
 #define ATTN_PAR_MIN_MACS 32768L
 

@@ -71,7 +71,8 @@
 #define GUARD_BACKOFF_MAX_NS 4000000000L
 
 typedef struct guard {
-    int cap;           /* most threads a job may use now; 0: no cap */
+    _Atomic int cap;   /* most threads a job may use now; 0: no cap (written under lock, read by
+                          threads_cap without it, so a /metrics poll never holds up a job) */
     int probing;       /* this window runs one thread above the cap */
     int strikes;       /* contended windows in a row while uncapped */
     long retry_at;     /* when capped: when to try one more thread */
@@ -281,13 +282,7 @@ void threads_run(int n_threads, int n_tasks, threads_fn fn, void *ctx) {
     pthread_mutex_unlock(&p->lock);
 }
 
-int threads_cap(void) {
-    pool *p = &g_pool;
-    pthread_mutex_lock(&p->lock);
-    int cap = p->g.cap;
-    pthread_mutex_unlock(&p->lock);
-    return cap;
-}
+int threads_cap(void) { return atomic_load(&g_pool.g.cap); }
 
 /* The quota in cpu.max of the cgroup v2 folder dir, in CPUs rounded up; 0 when unlimited. */
 static int cpu_max_of(const char *dir) {
