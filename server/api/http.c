@@ -432,9 +432,9 @@ void http_on_completed(void *cls, struct MHD_Connection *c, void **con_cls, enum
     if ((s->cfg.access_log || r->reason[0]) && slog_enabled(lvl)) {
         char addr[INET6_ADDRSTRLEN + 1];
         client_address(c, addr, sizeof(addr));
-        slog(lvl, "%s %s %d prompt=%d gen=%d %.3fs client=%s%s%s%s%s%s", r->method, r->path, status, r->n_prompt,
-             n_gen, dt, addr, r->resp_id[0] ? " id=" : "", r->resp_id, r->reason[0] ? " error=\"" : "", r->reason,
-             r->reason[0] ? "\"" : "");
+        slog(lvl, "%s %s %d prompt=%d gen=%d %.3fs %s%s%sclient=%s%s%s%s", r->method, r->path, status, r->n_prompt,
+             n_gen, dt, r->resp_id[0] ? "id=" : "", r->resp_id, r->resp_id[0] ? " " : "", addr,
+             r->reason[0] ? " error=\"" : "", r->reason, r->reason[0] ? "\"" : "");
     }
     sched_job_unref(r->job);
     for (int k = 0; k < r->n_extra; k++) sched_job_unref(r->extra[k]);
