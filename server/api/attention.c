@@ -120,7 +120,7 @@ enum MHD_Result ep_attention(req *r) {
     }
     r->n_prompt = (int)n;
     if (!genreq_submit(r, ids, n, max_tokens, se, cap, &ret)) goto out;
-    ret = genreq_wait_all(r) ? respond(r) : MHD_NO;
+    if (genreq_wait_all(r, &ret)) ret = respond(r);
 out:
     attn_api_request_free(&ar);
     return ret;

@@ -85,10 +85,11 @@ static json_t *at_index(json_t *chunk, int k) {
 static const char *CUT_REASON = "length";
 
 /* The end of one choice: its final chunk (a cut one included), or an error event. The
- * session's history is made durable first. */
+ * session's history is made durable first: a turn that could not be saved ends in an error. */
 static void choice_end_oai(req *r, int k, const sched_output *o, buf *out) {
-    genreq_persist(r);
-    if (genreq_was_cut(o)) {
+    if (!genreq_persist(r)) {
+        sse_event(out, oai_error(r->unsaved, r->unsaved_msg, r->unsaved == 409 ? "session_id" : NULL));
+    } else if (genreq_was_cut(o)) {
         sse_event(out, at_index(oai_chunk(&r->rctx, r->chat ? json_object() : json_string(""), NULL, CUT_REASON), k));
     } else if (o->status != ATTND_OK) {
         int code = http_status_of(o->status, HTTP_CTX_GENERATE);
@@ -117,8 +118,9 @@ static void update_llama(req *r, int k, const sched_update *u, buf *out) {
     if (u->text_len || (r->return_tokens && u->to > u->from))
         sse_event(out, oai_llama_response(&r->rctx, &g, u->text, u->text_len, r->return_tokens, u->from, u->to, false));
     if (!u->done) return;
-    genreq_persist(r);
-    if (o.status != ATTND_OK && !genreq_was_cut(&o))
+    if (!genreq_persist(r))
+        sse_event(out, oai_error(r->unsaved, r->unsaved_msg, r->unsaved == 409 ? "session_id" : NULL));
+    else if (o.status != ATTND_OK && !genreq_was_cut(&o))
         sse_event(out, oai_error(503, o.errmsg[0] ? o.errmsg : "generation failed", NULL));
     else
         sse_event(out, oai_llama_response(&r->rctx, &g, "", 0, r->return_tokens, u->to, u->to, true));
@@ -175,7 +177,8 @@ static enum MHD_Result respond_stream(req *r) {
 /* Blocks until the job is done (or the client leaves), then answers with the whole response:
  * one choice per prompt and n, in order, with the usage summed. */
 static enum MHD_Result respond_whole(req *r) {
-    if (!genreq_wait_all(r)) return MHD_NO;
+    enum MHD_Result ret;
+    if (!genreq_wait_all(r, &ret)) return ret;
     genreq_hold_connection(r, false); /* the idle timeout guards sending the body again */
     sched_output o;
     sched_job_output(r->job, &o);

@@ -248,7 +248,7 @@ enum MHD_Result ep_session_delete(req *r) {
     attnd_err err;
     attnd_status st = sess_id_valid(id) ? sess_delete(r->srv->store, r->owner, id, &kv, &err)
                                         : attnd_fail(&err, ATTND_ERR_NOT_FOUND, "session '%.64s' not found", id);
-    if (st != ATTND_OK) return http_respond_error(r, http_status_of(st, HTTP_CTX_DEFAULT), err.msg, NULL);
+    if (st != ATTND_OK) return http_respond_error(r, http_status_of(st, HTTP_CTX_SESSION), err.msg, NULL);
     sched_free_kv(r->srv->sch, kv);
     json_t *o = json_object();
     json_object_set_new(o, "id", json_string(id));

@@ -86,6 +86,7 @@ bool genreq_acquire_session(req *r, sess **se, enum MHD_Result *ret) {
         return false;
     }
     snprintf(r->sess_id, sizeof(r->sess_id), "%s", id);
+    r->sess_turn = (*se)->turn; /* set by sess_acquire, which only this request can call now */
     return true;
 }
 
@@ -196,13 +197,19 @@ void genreq_hold_connection(req *r, bool waiting) {
     MHD_set_connection_option(r->conn, MHD_CONNECTION_OPTION_TIMEOUT, t);
 }
 
-void genreq_persist(req *r) {
-    if (!r->sess_id[0]) return;
+bool genreq_persist(req *r) {
+    if (!r->sess_id[0] || r->unsaved) return !r->unsaved;
     attnd_err err;
-    if (sess_persist(r->srv->store, r->owner, r->sess_id, &err) != ATTND_OK) slog_error("%s", err.msg);
+    attnd_status st = sess_persist_turn(r->srv->store, r->owner, r->sess_id, r->sess_turn, &err);
+    if (st == ATTND_OK) return true;
+    slog_error("%s", err.msg);
+    r->unsaved = http_status_of(st, HTTP_CTX_SAVE);
+    snprintf(r->unsaved_msg, sizeof(r->unsaved_msg), "%.255s", err.msg);
+    return false;
 }
 
-bool genreq_wait_all(req *r) {
+bool genreq_wait_all(req *r, enum MHD_Result *ret) {
+    *ret = MHD_NO;
     for (int k = 0; k < req_n_jobs(r); k++) {
         sched_update u;
         do {
@@ -214,8 +221,9 @@ bool genreq_wait_all(req *r) {
                 }
         } while (!u.done);
     }
-    genreq_persist(r); /* durable before the response is sent */
-    return true;
+    if (genreq_persist(r)) return true; /* durable before the response is sent */
+    *ret = http_respond_error(r, r->unsaved, r->unsaved_msg, r->unsaved == 409 ? "session_id" : NULL);
+    return false;
 }
 
 static bool submit_choices(req *r, enum MHD_Result *ret) {

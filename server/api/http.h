@@ -94,6 +94,9 @@ typedef struct req {
     oai_request oreq;
     json_t *body_json;       /* keeps oreq's borrowed strings alive; owned */
     char sess_id[SESS_ID_MAX + 1];
+    uint64_t sess_turn;      /* which acquire of the session this request's turn is (sess.h) */
+    int unsaved;             /* the turn's history could not be saved: the HTTP status, else 0 */
+    char unsaved_msg[256];   /* why (the error body or event says it) */
     char resp_id[48];
     const char *prompt_param; /* the body field prompt errors name; NULL = "messages"/"prompt" */
     oai_resp_ctx rctx;       /* what the response JSON says about this request */
@@ -128,10 +131,13 @@ enum MHD_Result http_send(req *r, int status, struct MHD_Response *resp);
 /* The HTTP status for a module's failure status, in the context it happened. */
 typedef enum http_ctx {
     HTTP_CTX_DEFAULT,    /* invalid/format 400, not found 404, busy 409, out of memory 503 */
-    HTTP_CTX_SESSION,    /* creating a session: out of memory (too many sessions) is 429 */
-    HTTP_CTX_ACQUIRE,    /* using a session: not found 404, anything else 409 (in use) */
+    HTTP_CTX_SESSION,    /* creating or deleting a session: out of memory (too many sessions) is
+                            429, the shared session store unreachable 503 */
+    HTTP_CTX_ACQUIRE,    /* using a session: not found 404, store unreachable or out of memory
+                            503, anything else 409 (in use) */
     HTTP_CTX_GENERATE,   /* a generation that failed: out of memory / busy 503, else 500 */
     HTTP_CTX_PARSE,      /* validating a request body: invalid 400, else 500 */
+    HTTP_CTX_SAVE,       /* saving a turn: superseded or gone 409 (a race), else 503 (retry) */
 } http_ctx;
 int http_status_of(attnd_status st, http_ctx ctx);
 

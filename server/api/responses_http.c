@@ -145,12 +145,13 @@ static void rsp_update(req *r, int k, const sched_update *u, buf *out) {
     responses_result res = result_of(r, NULL, "", 0);
     if (u->text_len) out_take(out, responses_stream_delta(&st->ev, &res, u->text, u->text_len));
     if (!u->done) return;
-    genreq_persist(r); /* the chain's session is durable before the final events */
+    bool saved = genreq_persist(r); /* the chain's session is durable before the final events */
     sched_output o;
     sched_job_output(r->job, &o);
     res = result_of(r, &o, o.text ? o.text : "", o.text_len);
-    if (o.status != ATTND_OK && !genreq_was_cut(&o)) {
-        out_take(out, responses_stream_failed(&st->ev, &res, o.errmsg[0] ? o.errmsg : "generation failed"));
+    if (!saved || (o.status != ATTND_OK && !genreq_was_cut(&o))) {
+        const char *why = !saved ? r->unsaved_msg : o.errmsg[0] ? o.errmsg : "generation failed";
+        out_take(out, responses_stream_failed(&st->ev, &res, why));
         drop_new_session(r);
     } else {
         out_take(out, responses_stream_end(&st->ev, &res));
@@ -186,7 +187,11 @@ enum MHD_Result ep_responses_create(req *r) {
         return ret;
     }
     if (st->rq.stream) return sse_stream(r, &RSP_WRITER);
-    if (!genreq_wait_all(r)) return MHD_NO;
+    enum MHD_Result wret;
+    if (!genreq_wait_all(r, &wret)) {
+        if (r->unsaved) drop_new_session(r);
+        return wret;
+    }
     sched_output o;
     sched_job_output(r->job, &o);
     if (o.status != ATTND_OK) {

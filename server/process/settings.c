@@ -19,6 +19,8 @@ void server_settings_default(server_settings *s) {
     s->max_parallel = 16;
     s->session_ttl_s = 259200;
     s->session_evict_lru = true;
+    s->session_store_prefix = "attnd:session:";
+    s->session_store_ttl_s = 259200;
     s->body_limit = 1u << 20;
     s->queue_limit = 64;
     s->tokenize_parallel = 4;

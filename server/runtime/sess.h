@@ -47,10 +47,14 @@ typedef struct sess {
     bool busy;                /* a request is running on it */
     int64_t created_ms, last_use_ms;
     uint64_t version, persisted_version;
+    /* shared store only (sess_store_share): the stored version tokens came from, and which
+     * acquire (turn) of this copy last released and was last saved */
+    uint64_t rversion, turn, released_turn, saved_turn;
     struct sess *next;
 } sess;
 
 typedef struct sess_store sess_store;
+struct sessredis;
 
 /* state_dir may be NULL (no persistence); it is created when missing, and ATTND_ERR_IO when it
  * cannot be created, read or written. model_tag identifies the vocabulary the token ids belong
@@ -59,6 +63,23 @@ attnd_status sess_store_create(sess_store **out, const char *state_dir, const ch
                                attnd_err *err);
 /* All KV handles must have been released by the scheduler first (sess_take_kv). */
 void sess_store_destroy(sess_store *st);
+
+/*
+ * Shared mode: named sessions live in a shared store (sess_redis.h; several instances use the
+ * same one) and the entries here are a cache of it, with their KV. Takes ownership of shared;
+ * call once, before serving, on a store made without a state directory.
+ *   - sess_create writes the new (empty) record there first: an id taken on any instance is 409;
+ *   - sess_acquire reads the record every time: a session made or continued on another instance
+ *     is loaded, and a local copy keeps the KV of the history it shares with the record (the
+ *     rest is recomputed); one deleted elsewhere is 404;
+ *   - sess_persist_turn writes the turn's history if the record still has the version it was
+ *     read at; a turn of another request (another instance) saved since makes it BUSY (409) and
+ *     nothing is merged;
+ *   - sess_delete removes the record; get/list read the records.
+ * An unreachable store is ATTND_ERR_IO ("retry shortly"); it recovers by itself. At
+ * max_sessions the least recently used idle local copy is dropped (the record stays).
+ */
+void sess_store_share(sess_store *st, struct sessredis *shared);
 
 /* The state directory's rules (statedir.h), for ids and owners that never reach a file too:
  * 1..64 characters of [A-Za-z0-9._-], not starting with '.'. */
@@ -109,6 +130,11 @@ void sess_take_all_kv(sess_store *st, void (*fn)(struct kv_seq *kv));
  * snapshot is never renamed over a newer one (per-session version counter). Start-up removes
  * the temporary files of writes a crash interrupted. */
 attnd_status sess_persist(sess_store *st, const char *owner, const char *id, attnd_err *err);
+/* sess_persist for the turn that acquired the session as acquire number turn (the sess's turn
+ * field right after sess_acquire): in shared mode, that turn's history is written, or BUSY when
+ * the session was acquired again since (the turn was superseded, never saved). turn 0 = the
+ * latest. Same as sess_persist without a shared store. */
+attnd_status sess_persist_turn(sess_store *st, const char *owner, const char *id, uint64_t turn, attnd_err *err);
 /* Persists every changed session (shutdown). Returns the number of failures. */
 int sess_persist_all(sess_store *st);
 
