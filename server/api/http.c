@@ -30,25 +30,55 @@ struct route {
 
 // ---- responses ----------------------------------------------------------------------------
 
+const char *http_header_get(req *r, const char *name) {
+    if (r->io) return r->io->header(r, name);
+    return MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, name);
+}
+
 static void add_cors_headers(req *r, struct MHD_Response *resp) {
-    const char *origin = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Origin");
+    const char *origin = http_header_get(r, "Origin");
     const char *allowed = r->srv->cfg.cors_origins;
     if (!origin || !allowed || !*allowed || !origin_list_has(allowed, origin, strlen(origin), true)) return;
     MHD_add_response_header(resp, "Access-Control-Allow-Origin", origin);
     MHD_add_response_header(resp, "Vary", "Origin");
 }
 
-enum MHD_Result http_queue(req *r, int status, struct MHD_Response *resp) {
-    add_cors_headers(r, resp);
-    r->status = status;
-    return MHD_queue_response(r->conn, (unsigned)status, resp);
-}
-
-enum MHD_Result http_send(req *r, int status, struct MHD_Response *resp) {
+/* Queues resp (stolen: queue -> destroy -> return) with its headers and the CORS headers. A NULL
+ * resp (its creation failed) is MHD_NO. */
+static enum MHD_Result send_mhd(req *r, int status, struct MHD_Response *resp, const http_header *h, int n) {
     if (!resp) return MHD_NO;
-    enum MHD_Result ret = http_queue(r, status, resp);
+    for (int i = 0; i < n; i++) MHD_add_response_header(resp, h[i].name, h[i].value);
+    add_cors_headers(r, resp);
+    enum MHD_Result ret = MHD_queue_response(r->conn, (unsigned)status, resp);
     MHD_destroy_response(resp);
     return ret;
+}
+
+enum MHD_Result http_reply(req *r, int status, char *body, size_t len, bool owned, const http_header *h, int n) {
+    r->status = status;
+    if (r->io) {
+        enum MHD_Result ret = r->io->reply(r, status, body, len, h, n);
+        if (owned) free(body);
+        return ret;
+    }
+    struct MHD_Response *resp =
+        MHD_create_response_from_buffer(len, body, owned ? MHD_RESPMEM_MUST_FREE : MHD_RESPMEM_PERSISTENT);
+    if (!resp && owned) free(body);
+    return send_mhd(r, status, resp, h, n);
+}
+
+/* MHD's free callback of a stream: the request owns the reader's state (freed with it). */
+static void stream_free(void *cls) { (void)cls; }
+
+enum MHD_Result http_reply_stream(req *r, int status, http_reader reader, void *cls, const http_header *h, int n) {
+    r->status = status;
+    if (r->io) return r->io->stream(r, status, reader, cls, h, n);
+    return send_mhd(r, status, MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, reader, cls, stream_free), h,
+                    n);
+}
+
+void http_idle_timeout(req *r, unsigned seconds) {
+    if (r->conn) MHD_set_connection_option(r->conn, MHD_CONNECTION_OPTION_TIMEOUT, seconds);
 }
 
 enum MHD_Result http_respond_json_h(req *r, int status, json_t *body, const char *hname, const char *hval) {
@@ -67,14 +97,8 @@ enum MHD_Result http_respond_json_h(req *r, int status, json_t *body, const char
         text[n++] = '\n';
         text[n] = '\0';
     }
-    struct MHD_Response *resp = MHD_create_response_from_buffer(n, text, MHD_RESPMEM_MUST_FREE);
-    if (!resp) {
-        free(text);
-        return MHD_NO;
-    }
-    MHD_add_response_header(resp, "Content-Type", "application/json");
-    if (hname) MHD_add_response_header(resp, hname, hval);
-    return http_send(r, status, resp);
+    http_header h[2] = {{"Content-Type", "application/json"}, {hname, hval}};
+    return http_reply(r, status, text, n, true, h, hname ? 2 : 1);
 }
 
 enum MHD_Result http_respond_json(req *r, int status, json_t *body) {
@@ -92,13 +116,8 @@ enum MHD_Result http_respond_error(req *r, int status, const char *msg, const ch
 }
 
 enum MHD_Result http_respond_text(req *r, int status, const char *ctype, char *text) {
-    struct MHD_Response *resp = MHD_create_response_from_buffer(strlen(text), text, MHD_RESPMEM_MUST_FREE);
-    if (!resp) {
-        free(text);
-        return MHD_NO;
-    }
-    MHD_add_response_header(resp, "Content-Type", ctype);
-    return http_send(r, status, resp);
+    http_header h = {"Content-Type", ctype};
+    return http_reply(r, status, text, strlen(text), true, &h, 1);
 }
 
 int http_status_of(attnd_status st, http_ctx ctx) {
@@ -121,6 +140,7 @@ int http_status_of(attnd_status st, http_ctx ctx) {
 }
 
 bool http_client_gone(req *r) {
+    if (r->io) return r->io->client_gone(r);
     const union MHD_ConnectionInfo *ci = MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
     if (!ci) return false;
     struct pollfd p = {.fd = ci->connect_fd, .events = POLLRDHUP};
@@ -227,10 +247,11 @@ static void owner_tag(const char *key, size_t kl, char out[SESS_OWNER_MAX + 1]) 
 /* Checks "Authorization: Bearer <key>" against the API keys (one per line of s->cfg.api_key; every
  * key is compared, so the time does not tell which matched). With several keys, owner gets the
  * matching key's tag: sessions and the prompt cache are scoped to it. */
-static bool auth_ok(struct server *s, struct MHD_Connection *c, char owner[SESS_OWNER_MAX + 1]) {
+static bool auth_ok(req *r, char owner[SESS_OWNER_MAX + 1]) {
+    struct server *s = r->srv;
     owner[0] = '\0';
     if (!s->cfg.api_key || !*s->cfg.api_key) return true;
-    const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
+    const char *h = http_header_get(r, "Authorization");
     const char *given = h && !strncmp(h, "Bearer ", 7) ? h + 7 : NULL;
     bool several = strchr(s->cfg.api_key, '\n') != NULL, ok = false;
     for (const char *k = s->cfg.api_key; *k;) {
@@ -246,12 +267,10 @@ static bool auth_ok(struct server *s, struct MHD_Connection *c, char owner[SESS_
 }
 
 static enum MHD_Result preflight(req *r) {
-    struct MHD_Response *resp = MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
-    if (!resp) return MHD_NO;
-    MHD_add_response_header(resp, "Access-Control-Allow-Methods", "GET, POST, DELETE, OPTIONS");
-    MHD_add_response_header(resp, "Access-Control-Allow-Headers", "Authorization, Content-Type");
-    MHD_add_response_header(resp, "Access-Control-Max-Age", "600");
-    return http_send(r, 204, resp);
+    static const http_header h[] = {{"Access-Control-Allow-Methods", "GET, POST, DELETE, OPTIONS"},
+                                    {"Access-Control-Allow-Headers", "Authorization, Content-Type"},
+                                    {"Access-Control-Max-Age", "600"}};
+    return http_reply(r, 204, (char *)"", 0, false, h, (int)ATTND_ARRAY_LEN(h));
 }
 
 static enum MHD_Result too_big(req *r) {
@@ -274,23 +293,23 @@ static enum MHD_Result precheck(req *r, bool *done) {
         snprintf(msg, sizeof(msg), "no endpoint %.160s", r->path);
         return http_respond_error(r, 404, msg, NULL);
     }
-    const char *host = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Host");
+    const char *host = http_header_get(r, "Host");
     if (s->loopback && !origin_host_ok(host, s->cfg.allowed_hosts))
         return http_respond_error(r, 421, "this server answers only loopback host names (add the name to allowed_hosts)",
                                   NULL);
     bool safe = !strcmp(r->method, "GET") || !strcmp(r->method, "HEAD") || !strcmp(r->method, "OPTIONS");
-    const char *origin = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Origin");
+    const char *origin = http_header_get(r, "Origin");
     if (!safe && !origin_request_ok(origin, host, s->cfg.cors_origins))
         return http_respond_error(r, 403, "cross-origin request refused (the origin is not in cors_origins)", NULL);
     /* /health and the playground page (which holds no data and asks for the key) are public */
-    if (!auth_ok(s, r->conn, r->owner) && strcmp(r->path, "/health") && strcmp(r->path, "/"))
+    if (!auth_ok(r, r->owner) && strcmp(r->path, "/health") && strcmp(r->path, "/"))
         return http_respond_error(r, 401, "missing or invalid API key (Authorization: Bearer ...)", NULL);
     if (!r->rt) {
         char msg[320];
         snprintf(msg, sizeof(msg), "method %s is not allowed on %.120s (allowed: %s)", r->method, r->path, allow);
         return http_respond_json_h(r, 405, oai_error(405, msg, NULL), "Allow", allow);
     }
-    const char *cl = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Content-Length");
+    const char *cl = http_header_get(r, "Content-Length");
     if (cl) {
         char *end;
         errno = 0;
@@ -304,18 +323,30 @@ static enum MHD_Result precheck(req *r, bool *done) {
 // ---- libmicrohttpd callbacks --------------------------------------------------------------
 
 /* The first callback of a request: its state, then the checks that need no body. */
-static enum MHD_Result request_begin(struct server *s, struct MHD_Connection *c, const char *url,
-                                     const char *method, void **con_cls) {
+static req *request_new(struct server *s, struct MHD_Connection *c, const char *url, const char *method,
+                        const req_io *io) {
     req *r = calloc(1, sizeof(*r));
-    if (!r) return MHD_NO;
-    *con_cls = r;
+    if (!r) return NULL;
     atomic_fetch_add(&s->in_flight, 1);
     r->srv = s;
     r->conn = c;
+    r->io = io;
     r->t0 = attnd_now_s();
     snprintf(r->method, sizeof(r->method), "%s", method);
     snprintf(r->path, sizeof(r->path), "%s", url);
     if (strlen(url) >= sizeof(r->path)) r->path[sizeof(r->path) - 2] = '~'; /* never matches a route */
+    return r;
+}
+
+req *http_req_create(struct server *s, const char *method, const char *url, const req_io *io) {
+    return request_new(s, NULL, url, method, io);
+}
+
+static enum MHD_Result request_begin(struct server *s, struct MHD_Connection *c, const char *url,
+                                     const char *method, void **con_cls) {
+    req *r = request_new(s, c, url, method, NULL);
+    if (!r) return MHD_NO;
+    *con_cls = r;
     if (s->conns && !conn_request_begin(s->conns, c)) { /* answered, then the connection closes */
         r->rt = NULL;
         return http_respond_json_h(r, 503, oai_error(503, "too many connections; retry shortly", NULL), "Connection",
@@ -347,6 +378,14 @@ static enum MHD_Result request_body(req *r, const char *upload, size_t n) {
     return MHD_YES;
 }
 
+/* The whole body is in: the route's handler. */
+static enum MHD_Result dispatch(req *r) {
+    if (r->too_big) return too_big(r);
+    if (!r->rt) return http_respond_error(r, 404, "no such endpoint", NULL);
+    if (r->rt->needs_model && !atomic_load(&r->srv->ready)) return http_respond_error(r, 503, "model is loading", NULL);
+    return r->rt->fn(r);
+}
+
 enum MHD_Result http_on_request(void *cls, struct MHD_Connection *c, const char *url, const char *method,
                                 const char *version, const char *upload, size_t *upload_size, void **con_cls) {
     (void)version;
@@ -362,10 +401,18 @@ enum MHD_Result http_on_request(void *cls, struct MHD_Connection *c, const char 
         *upload_size = 0;
         return request_body(r, upload, n);
     }
-    if (r->too_big) return too_big(r);
-    if (!r->rt) return http_respond_error(r, 404, "no such endpoint", NULL);
-    if (r->rt->needs_model && !atomic_load(&s->ready)) return http_respond_error(r, 503, "model is loading", NULL);
-    return r->rt->fn(r);
+    return dispatch(r);
+}
+
+enum MHD_Result http_req_run(req *r, const char *body, size_t len) {
+    bool done;
+    enum MHD_Result ret = precheck(r, &done);
+    if (done) {
+        r->rt = NULL;
+        return ret;
+    }
+    if (len && (ret = request_body(r, body, len)) != MHD_YES) return ret;
+    return r->status ? MHD_YES : dispatch(r);
 }
 
 /* A generation's end as the access log and the session store see it; returns tokens generated. */
@@ -404,6 +451,12 @@ void http_on_completed(void *cls, struct MHD_Connection *c, void **con_cls, enum
     req *r = *con_cls;
     if (!r) return;
     *con_cls = NULL;
+    http_req_end(r, toe);
+}
+
+void http_req_end(req *r, enum MHD_RequestTerminationCode toe) {
+    struct server *s = r->srv;
+    struct MHD_Connection *c = r->conn;
     double dt = attnd_now_s() - r->t0;
     int n_gen = r->job ? request_job_end(s, r, toe) : 0;
     int status = r->status ? r->status : 500;
