@@ -3,7 +3,8 @@
 #
 #   scripts/dev.sh run    install what serving needs, build, serve the default model on 127.0.0.1:8080
 #   scripts/dev.sh test   install what the tests need too, build (plain and ASan/UBSan), run the whole suite,
-#                         then every fuzz target briefly (tools/fuzz/run.sh, FUZZ_SECONDS=15 each)
+#                         the server and scheduler tests under ThreadSanitizer, then every fuzz target
+#                         briefly (tools/fuzz/run.sh, FUZZ_SECONDS=15 each). Warnings are errors here.
 #   scripts/dev.sh bench  install what the tests need + python3-numpy and gnuplot-nox, build, and run
 #                         tools/bench/tinyllama.sh (attnd against llama.cpp; extra arguments go to it)
 #
@@ -39,17 +40,30 @@ install_test_packages() {
     install_packages "${RUN_PACKAGES[@]}" "${TEST_PACKAGES[@]}" "${extra[@]}"
 }
 
-build() { # build DIR [cmake args...]
+build() { # build DIR [cmake args...]: everything
     local dir=$1; shift
     cmake -S . -B "$dir" "$@" >/dev/null
     cmake --build "$dir" -j"$(nproc)"
+}
+
+# The threads meet in the server (MHD's connection threads, the scheduler thread, the engine's
+# worker pool): its Criterion tests run under ThreadSanitizer too. Only those are built there, so
+# the extra build stays a few minutes on two cores.
+tsan_tests() {
+    local targets=()
+    for t in tests/test_server_*.c; do targets+=(--target "$(basename "$t" .c)"); done
+    cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DATTND_TSAN=ON -DATTND_WERROR=ON \
+        -DATTND_BUILD_TESTS=ON >/dev/null
+    cmake --build build-tsan -j"$(nproc)" "${targets[@]}"
+    (cd build-tsan && TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" \
+        ctest -R '^test_server_' --output-on-failure)
 }
 
 case "${1:-}" in
 run)
     shift
     install_packages "${RUN_PACKAGES[@]}"
-    build build -DCMAKE_BUILD_TYPE=Release -DATTND_BUILD_TESTS=OFF
+    build build -DCMAKE_BUILD_TYPE=Release -DATTND_WERROR=ON -DATTND_BUILD_TESTS=OFF
     exec ./build/attnd serve "$@"
     ;;
 bench)
@@ -61,10 +75,11 @@ bench)
     ;;
 test)
     install_test_packages
-    build build -DCMAKE_BUILD_TYPE=Release -DATTND_BUILD_TESTS=ON
+    build build -DCMAKE_BUILD_TYPE=Release -DATTND_WERROR=ON -DATTND_BUILD_TESTS=ON
     (cd build && ctest --output-on-failure)
-    build build-asan -DCMAKE_BUILD_TYPE=Debug -DATTND_SANITIZE=ON -DATTND_BUILD_TESTS=ON
+    build build-asan -DCMAKE_BUILD_TYPE=Debug -DATTND_SANITIZE=ON -DATTND_WERROR=ON -DATTND_BUILD_TESTS=ON
     (cd build-asan && ATTND_SANITIZED=1 ctest --output-on-failure)
+    tsan_tests
     tools/fuzz/run.sh "${FUZZ_SECONDS:-15}"
     ;;
 *)
