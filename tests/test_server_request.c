@@ -17,8 +17,8 @@
 
 #include "attnd/engine.h"
 #include "attnd/tokenizer.h"
-#include "endpoints.h"
 #include "http.h"
+#include "routes.h"
 
 #define MODEL ATTND_DATA_DIR "/models/stories260K.gguf"
 
@@ -27,6 +27,8 @@ static struct server srv;
 static void setup(void) {
     attnd_err err;
     server_settings_default(&srv.cfg);
+    srv.routes = http_routes;
+    srv.n_routes = http_n_routes;
     srv.cfg.threads = 1;
     srv.cfg.max_parallel = 4;
     srv.cfg.body_limit = 4096;
@@ -247,6 +249,10 @@ Test(request, the_checks_before_the_body_refuse_bad_keys_and_big_bodies) {
     cr_assert_eq(c.status, 401);
     cr_assert_not_null(strstr(c.headers, "WWW-Authenticate: Bearer"));
     free(c.body);
+    rec h = {0};
+    run(&h, "GET", "/health", NULL);
+    cr_assert_eq(h.status, 200, "/health is open: the route table says so");
+    free(h.body);
     rec d = {.req_headers = {"Authorization", "Bearer sekrit"}};
     run(&d, "GET", "/v1/models", NULL);
     cr_assert_eq(d.status, 200, "%s", d.body);

@@ -13,20 +13,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "endpoints.h"
 #include "origin.h"
 #include "slog.h"
-
-typedef enum MHD_Result (*handler_fn)(req *r);
-
-struct route {
-    const char *method;
-    const char *path;  /* exact, or a prefix ending in '/' when prefix is set */
-    bool prefix;
-    bool needs_model;  /* 503 while loading */
-    handler_fn fn;
-    const char *label; /* metrics label */
-};
 
 // ---- responses ----------------------------------------------------------------------------
 
@@ -180,48 +168,28 @@ void req_set(req *r, req_slot s, void *p, void (*free_fn)(void *p)) {
 
 // ---- routing ------------------------------------------------------------------------------
 
-static const route ROUTES[] = {
-    {"GET", "/", false, false, ep_playground, "playground"},
-    {"GET", "/health", false, false, ep_health, "health"},
-    {"GET", "/metrics", false, false, ep_metrics, "metrics"},
-    {"GET", "/v1/models", false, true, ep_models, "models"},
-    {"GET", "/models", false, true, ep_models, "models"},
-    {"GET", "/v1/models/", true, true, ep_model_get, "model"},
-    {"POST", "/v1/completions", false, true, ep_completions, "completions"},
-    {"POST", "/completions", false, true, ep_completions, "completions"},
-    {"POST", "/completion", false, true, ep_llama_completion, "llama_completion"},
-    {"POST", "/v1/chat/completions", false, true, ep_chat, "chat_completions"},
-    {"POST", "/chat/completions", false, true, ep_chat, "chat_completions"},
-    {"POST", "/v1/attention", false, true, ep_attention, "attention"},
-    {"POST", "/attention", false, true, ep_attention, "attention"},
-    {"POST", "/tokenize", false, true, ep_tokenize, "tokenize"},
-    {"POST", "/detokenize", false, true, ep_detokenize, "detokenize"},
-    {"POST", "/v1/sessions", false, true, ep_sessions_create, "sessions"},
-    {"GET", "/v1/sessions", false, true, ep_sessions_list, "sessions"},
-    {"GET", "/v1/sessions/", true, true, ep_session_get, "session"},
-    {"DELETE", "/v1/sessions/", true, true, ep_session_delete, "session"},
-    {"POST", "/v1/responses", false, true, ep_responses_create, "responses"},
-    {"GET", "/v1/responses/", true, true, ep_response_get, "response"},
-    {"DELETE", "/v1/responses/", true, true, ep_response_delete, "response"},
-};
-
 static bool path_matches(const route *rt, const char *path) {
-    if (!rt->prefix) return !strcmp(rt->path, path);
+    if (!(rt->flags & ROUTE_PREFIX)) return !strcmp(rt->path, path);
     size_t n = strlen(rt->path);
     return !strncmp(rt->path, path, n) && path[n] && !strchr(path + n, '/');
 }
 
-/* Finds the route; sets *allow to the methods the path supports (for 405). */
-static const route *route_find(const char *method, const char *path, char *allow, size_t allow_n) {
+/* Finds the route in the server's table; sets *allow to the methods the path supports (for
+ * 405) and *open when a route of the path needs no API key. */
+static const route *route_find(const struct server *s, const char *method, const char *path, char *allow,
+                               size_t allow_n, bool *open) {
     allow[0] = '\0';
+    *open = false;
     const route *hit = NULL;
-    for (size_t i = 0; i < ATTND_ARRAY_LEN(ROUTES); i++) {
-        if (!path_matches(&ROUTES[i], path)) continue;
+    for (size_t i = 0; i < s->n_routes; i++) {
+        const route *rt = &s->routes[i];
+        if (!path_matches(rt, path)) continue;
         /* HEAD is GET without the body (load-balancer health checks); MHD drops the body */
-        bool head_get = !strcmp(method, "HEAD") && !strcmp(ROUTES[i].method, "GET");
-        if (!strcmp(ROUTES[i].method, method) || head_get) hit = &ROUTES[i];
+        bool head_get = !strcmp(method, "HEAD") && !strcmp(rt->method, "GET");
+        if (!strcmp(rt->method, method) || head_get) hit = rt;
+        *open = *open || (rt->flags & ROUTE_OPEN);
         size_t l = strlen(allow);
-        snprintf(allow + l, allow_n - l, "%s%s", l ? ", " : "", ROUTES[i].method);
+        snprintf(allow + l, allow_n - l, "%s%s", l ? ", " : "", rt->method);
     }
     return hit;
 }
@@ -287,7 +255,8 @@ static enum MHD_Result precheck(req *r, bool *done) {
     *done = true;
     if (!strcmp(r->method, "OPTIONS") && s->cfg.cors_origins) return preflight(r);
     char allow[64];
-    r->rt = route_find(r->method, r->path, allow, sizeof(allow));
+    bool open;
+    r->rt = route_find(s, r->method, r->path, allow, sizeof(allow), &open);
     if (!r->rt && !allow[0]) {
         char msg[220];
         snprintf(msg, sizeof(msg), "no endpoint %.160s", r->path);
@@ -301,8 +270,7 @@ static enum MHD_Result precheck(req *r, bool *done) {
     const char *origin = http_header_get(r, "Origin");
     if (!safe && !origin_request_ok(origin, host, s->cfg.cors_origins))
         return http_respond_error(r, 403, "cross-origin request refused (the origin is not in cors_origins)", NULL);
-    /* /health and the playground page (which holds no data and asks for the key) are public */
-    if (!auth_ok(r, r->owner) && strcmp(r->path, "/health") && strcmp(r->path, "/"))
+    if (!auth_ok(r, r->owner) && !open)
         return http_respond_error(r, 401, "missing or invalid API key (Authorization: Bearer ...)", NULL);
     if (!r->rt) {
         char msg[320];
@@ -382,7 +350,7 @@ static enum MHD_Result request_body(req *r, const char *upload, size_t n) {
 static enum MHD_Result dispatch(req *r) {
     if (r->too_big) return too_big(r);
     if (!r->rt) return http_respond_error(r, 404, "no such endpoint", NULL);
-    if (r->rt->needs_model && !atomic_load(&r->srv->ready)) return http_respond_error(r, 503, "model is loading", NULL);
+    if ((r->rt->flags & ROUTE_MODEL) && !atomic_load(&r->srv->ready)) return http_respond_error(r, 503, "model is loading", NULL);
     return r->rt->fn(r);
 }
 

@@ -29,6 +29,24 @@
 #include "sess.h"
 #include "settings.h"
 
+typedef struct req req;
+
+/* What a route needs or allows. */
+enum {
+    ROUTE_PREFIX = 1, /* path is a prefix ending in '/': one more path segment follows */
+    ROUTE_MODEL = 2,  /* needs the model: 503 while loading */
+    ROUTE_OPEN = 4,   /* answered without an API key (/health; the playground holds no data) */
+};
+
+/* One endpoint (routes.c holds them all). */
+typedef struct route {
+    const char *method;
+    const char *path;
+    enum MHD_Result (*fn)(req *r); /* answers through http_respond_* (endpoints.h) */
+    const char *label; /* metrics label */
+    int flags;         /* ROUTE_* */
+} route;
+
 /* The server's state as the request handlers see it (lifecycle in server.c). */
 struct server {
     server_settings cfg;      /* its string settings are owned copies (server.c) */
@@ -37,6 +55,8 @@ struct server {
     conn_tracker *conns;      /* header deadline and the 503 at max_connections (conn.h) */
     int port;
     metrics *met;
+    const route *routes;      /* (n_routes) the endpoints (routes.c), borrowed */
+    size_t n_routes;
     // ---- set by server_load, read-only afterwards ----
     model *m;
     tokenizer *tok;
@@ -53,8 +73,6 @@ struct server {
     bool shut_down;
 };
 
-typedef struct route route;
-typedef struct req req;
 
 /* One response header. */
 typedef struct http_header {
