@@ -5,8 +5,10 @@
 #     one instance, and every turn of a session is answered by that instance (also when the id
 #     is only in the path, /v1/sessions/{id});
 #   - sessions spread over both instances;
+#   - requests without a session id go to the instance with the fewest connections;
 #   - after one instance is killed, new requests through nginx still succeed (passive health
-#     check + next upstream), while the dead instance's sessions are gone (404 from the other).
+#     check + next upstream), while the dead instance's sessions are gone (404 from the other:
+#     each instance keeps its own sessions here; test_deploy_failover.sh shares them).
 # nginx runs as a plain foreground process with a config in a temp dir, serving the default model.
 # Fails with a message when nginx or curl is missing (scripts/dev.sh test installs them).
 set -euo pipefail
@@ -145,6 +147,22 @@ grep -q '^data: \[DONE\]' "$T/stream" || { cat "$T/stream"; fail "stream through
 [ "$(grep -c '^data: {' "$T/stream")" -ge 2 ] || { cat "$T/stream"; fail "stream through nginx has too few events"; }
 echo "ok: streamed completion through nginx is complete"
 
+# Without a session id: least connections. A request whose body is still arriving holds its
+# instance (nginx passes bodies on as they come); every short request meanwhile goes to the
+# other one (round robin would alternate).
+exec 5<>"/dev/tcp/127.0.0.1/$PN"
+printf 'POST /v1/completions HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{"prompt":' >&5
+sleep 0.5
+seen=""
+for i in $(seq 6); do
+    read -r code up < <(via_nginx POST /v1/completions "" '{"prompt":"Once","max_tokens":1,"temperature":0}')
+    [ "$code" = 200 ] || { cat "$T/body"; fail "anonymous request $i beside a held one: HTTP $code"; }
+    seen+="$up "
+done
+exec 5>&-
+[ "$(echo $seen | tr ' ' '\n' | sort -u | wc -l)" = 1 ] || fail "requests without a session id went to $seen while one instance was busy: not least-connections"
+echo "ok: requests without a session id go to the least busy instance ($seen)"
+
 # Kill instance A. New work through nginx must keep succeeding on B.
 { kill -9 "$PID_a"; wait "$PID_a"; } 2>/dev/null || true
 for i in $(seq 8); do
@@ -160,7 +178,8 @@ read -r code up < <(via_nginx POST /v1/completions "$sid" \
 [ "$code" = 200 ] || fail "new session's turn after failover: HTTP $code"
 echo "ok: after killing $PA, new requests and new sessions succeed via $PB"
 
-# The honest limit: sessions that lived on A are not on B.
+# The honest limit without a shared session store (test_deploy_failover.sh runs with one):
+# sessions that lived on A are not on B.
 for sid in "${!HOME_OF[@]}"; do
     [ "${HOME_OF[$sid]}" = "$PA" ] || continue
     read -r code up < <(via_nginx GET "/v1/sessions/$sid" "$sid")
