@@ -147,20 +147,31 @@ grep -q '^data: \[DONE\]' "$T/stream" || { cat "$T/stream"; fail "stream through
 [ "$(grep -c '^data: {' "$T/stream")" -ge 2 ] || { cat "$T/stream"; fail "stream through nginx has too few events"; }
 echo "ok: streamed completion through nginx is complete"
 
-# Without a session id: least connections. A request whose body is still arriving holds its
-# instance (nginx passes bodies on as they come); every short request meanwhile goes to the
-# other one (round robin would alternate).
-exec 5<>"/dev/tcp/127.0.0.1/$PN"
-printf 'POST /v1/completions HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{"prompt":' >&5
-sleep 0.5
+# Without a session id: least connections. One request is held on a stopped (SIGSTOP) instance
+# B, which accepts the connection but never answers; every short request meanwhile goes to A
+# (round robin would send every other one to B, where it would hang until curl gives up).
+kill -STOP "$PID_b"
+held=""
+for i in $(seq 4); do # ties alternate between the two: within two tries one is held by B
+    curl -s -o /dev/null -H 'Content-Type: application/json' "http://127.0.0.1:$PN/v1/completions" --max-time 60 \
+        --data '{"prompt":"Once","max_tokens":1,"temperature":0}' &
+    p=$!
+    sleep 0.5
+    if kill -0 "$p" 2>/dev/null; then held=$p; break; fi
+    wait "$p" || true
+done
+[ -n "$held" ] || { kill -CONT "$PID_b"; fail "no request reached the stopped instance $PB in 4 tries"; }
 seen=""
 for i in $(seq 6); do
-    read -r code up < <(via_nginx POST /v1/completions "" '{"prompt":"Once","max_tokens":1,"temperature":0}')
-    [ "$code" = 200 ] || { cat "$T/body"; fail "anonymous request $i beside a held one: HTTP $code"; }
+    code=$(curl -s -o "$T/body" -D "$T/headers" -H 'Content-Type: application/json' --max-time 10 -w '%{http_code}' \
+        "http://127.0.0.1:$PN/v1/completions" --data '{"prompt":"Once","max_tokens":1,"temperature":0}' || true)
+    up=$(tr -d '\r' <"$T/headers" | sed -n 's/^X-Attnd-Upstream: .*:\([0-9]*\)$/\1/Ip' | tail -1)
+    [ "$code" = 200 ] || { kill -CONT "$PID_b"; fail "anonymous request $i beside one held by $PB: HTTP $code (via ${up:-?})"; }
     seen+="$up "
 done
-exec 5>&-
-[ "$(echo $seen | tr ' ' '\n' | sort -u | wc -l)" = 1 ] || fail "requests without a session id went to $seen while one instance was busy: not least-connections"
+kill -CONT "$PID_b"
+wait "$held" || fail "the request held on the stopped instance did not complete after SIGCONT"
+[ "$(echo $seen | tr ' ' '\n' | sort -u)" = "$PA" ] || fail "requests without a session id went to $seen while $PB held one: not least-connections"
 echo "ok: requests without a session id go to the least busy instance ($seen)"
 
 # Kill instance A. New work through nginx must keep succeeding on B.

@@ -39,7 +39,8 @@ static attnd_status shared_acquire(sess_store *st, const char *owner, const char
 static attnd_status shared_delete(sess_store *st, const char *owner, const char *id, struct kv_seq **kv,
                                   attnd_err *err);
 static attnd_status shared_persist(sess_store *st, const char *owner, const char *id, uint64_t turn, attnd_err *err);
-static bool shared_get_info(sess_store *st, const char *owner, const char *id, sess_info *out);
+static attnd_status shared_get_info(sess_store *st, const char *owner, const char *id, sess_info *out,
+                                    attnd_err *err);
 static int shared_list_info(sess_store *st, const char *owner, sess_info **out);
 
 bool sess_id_valid(const char *id) { return statedir_id_valid(id); }
@@ -511,13 +512,20 @@ static void info_locked(const sess *s, sess_info *out) {
     out->last_use_ms = s->last_use_ms;
 }
 
-bool sess_get_info(sess_store *st, const char *owner, const char *id, sess_info *out) {
-    if (st->shared) return shared_get_info(st, owner, id, out);
+attnd_status sess_lookup_info(sess_store *st, const char *owner, const char *id, sess_info *out, attnd_err *err) {
+    if (st->shared) return shared_get_info(st, owner, id, out, err);
     pthread_mutex_lock(&st->mu);
     sess *s = find_named(st, owner, id);
     if (s) info_locked(s, out);
     pthread_mutex_unlock(&st->mu);
-    return s != NULL;
+    return s ? ATTND_OK : attnd_fail(err, ATTND_ERR_NOT_FOUND, "session '%s' not found", id);
+}
+
+bool sess_get_info(sess_store *st, const char *owner, const char *id, sess_info *out) {
+    attnd_err e;
+    attnd_status rc = sess_lookup_info(st, owner, id, out, &e);
+    if (rc != ATTND_OK && rc != ATTND_ERR_NOT_FOUND) slog_warn("%s", e.msg);
+    return rc == ATTND_OK;
 }
 
 int sess_list_info(sess_store *st, const char *owner, sess_info **out) {
@@ -688,19 +696,17 @@ static void shared_info_locked(sess_store *st, const char *owner, const char *id
     out->kv_bytes = s->kv ? s->kv_bytes : 0;
 }
 
-static bool shared_get_info(sess_store *st, const char *owner, const char *id, sess_info *out) {
+static attnd_status shared_get_info(sess_store *st, const char *owner, const char *id, sess_info *out,
+                                    attnd_err *err) {
     sessredis_rec rec;
-    attnd_err e;
-    attnd_status rc = sessredis_get(st->shared, own(owner), id, &rec, &e);
-    if (rc != ATTND_OK) {
-        if (rc != ATTND_ERR_NOT_FOUND) slog_warn("%s", e.msg);
-        return false;
-    }
+    attnd_status rc = sessredis_get(st->shared, own(owner), id, &rec, err);
+    if (rc == ATTND_ERR_FORMAT) rc = attnd_fail(err, ATTND_ERR_NOT_FOUND, "session '%s' not found (its record is damaged)", id);
+    if (rc != ATTND_OK) return rc;
     pthread_mutex_lock(&st->mu);
     shared_info_locked(st, owner, id, &rec, out);
     pthread_mutex_unlock(&st->mu);
     sessredis_rec_free(&rec);
-    return true;
+    return ATTND_OK;
 }
 
 typedef struct list_acc {

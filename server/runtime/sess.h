@@ -149,6 +149,8 @@ typedef struct sess_info {
 
 /* Copies owner's named session id into *out; false when there is none. */
 bool sess_get_info(sess_store *st, const char *owner, const char *id, sess_info *out);
+/* sess_get_info with the reason: NOT_FOUND, or IO when the shared store is unreachable. */
+attnd_status sess_lookup_info(sess_store *st, const char *owner, const char *id, sess_info *out, attnd_err *err);
 /* *out = owner's named sessions, most recently created first (new array, caller frees); returns
  * how many, -1 when out of memory (*out NULL). */
 int sess_list_info(sess_store *st, const char *owner, sess_info **out);
