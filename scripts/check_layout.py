@@ -7,6 +7,8 @@
   2. The server's layers: server/runtime/ includes nothing from server/api/ and never
      <microhttpd.h> (the scheduler and the stores know no HTTP).
   3. docs/README.md's file map names every .c file of engine/, server/ and cli/.
+  4. docs/server.md names every path of the route table (server/api/routes.c) in backticks:
+     `POST /v1/completions`, `/completions`, `GET /v1/models/{id}`...
 
 Prints one line per violation and exits 1 when there is any; exits 0 silently otherwise.
 Usage: check_layout.py [--objects BUILD_DIR] [SOURCE_DIR]
@@ -131,6 +133,13 @@ def main():
         if base not in named and f not in named and not any(
                 "*" in n and re.fullmatch(n.replace(".", r"\.").replace("*", ".*"), base) for n in named):
             problems.append(f"docs/README.md: the file map does not name {f}")
+    routes = open(os.path.join(ROOT, "server/api/routes.c"), encoding="utf-8").read()
+    server_md = open(os.path.join(ROOT, "docs/server.md"), encoding="utf-8").read()
+    quoted = " ".join(span for line in server_md.splitlines() for span in line.split("`")[1::2])
+    for method, path, flags in re.findall(r'\{"(\w+)", "([^"]*)", \w+, "\w+", ([A-Z_| 0]+)\}', routes):
+        shown = path + "{id}" if "ROUTE_PREFIX" in flags else path
+        if not re.search(r"(^|[\s(])" + re.escape(shown) + r"($|[\s),])", quoted):
+            problems.append(f"docs/server.md: the route {method} {shown} (routes.c) is not named")
     for p in problems:
         print(p)
     return 1 if problems else 0
