@@ -76,7 +76,7 @@ static attnd_status listen_socket(const char *host, int port, int *fd, attnd_err
     return ATTND_OK;
 }
 
-attnd_status server_create(server **out, const server_settings *cfg, attnd_err *err) {
+attnd_status server_create_unbound(server **out, const server_settings *cfg, attnd_err *err) {
     *out = NULL;
     server *s = calloc(1, sizeof(*s));
     if (!s) return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory");
@@ -94,11 +94,20 @@ attnd_status server_create(server **out, const server_settings *cfg, attnd_err *
     if (s->cfg.max_tokens_cap <= 0) s->cfg.max_tokens_cap = 4096;
     if (s->cfg.default_max_tokens <= 0) s->cfg.default_max_tokens = 256;
     attnd_status rc = metrics_create(&s->met, err);
-    if (rc != ATTND_OK) goto fail;
-    if (!s->cfg.model_path) {
-        rc = attnd_fail(err, ATTND_ERR_INVALID, "no model path given");
-        goto fail;
+    if (rc == ATTND_OK && !s->cfg.model_path) rc = attnd_fail(err, ATTND_ERR_INVALID, "no model path given");
+    if (rc != ATTND_OK) {
+        server_destroy(s);
+        return rc;
     }
+    *out = s;
+    return ATTND_OK;
+}
+
+attnd_status server_create(server **out, const server_settings *cfg, attnd_err *err) {
+    server *s;
+    attnd_status rc = server_create_unbound(&s, cfg, err);
+    *out = NULL;
+    if (rc != ATTND_OK) return rc;
     if (cfg->port < 0 || cfg->port > 65535) {
         rc = attnd_fail(err, ATTND_ERR_INVALID, "port %d is outside 0..65535", cfg->port);
         goto fail;
