@@ -1,6 +1,6 @@
 /*
  * test_server_oai.c — validation of OpenAI-style request bodies and the error shape
- * (server/oai.c): every field's wrong type or range is refused with the field named; valid
+ * (server/api/oai.c): every field's wrong type or range is refused with the field named; valid
  * bodies become the expected C values; invalid UTF-8 never reaches JSON unescaped.
  */
 #include <criterion/criterion.h>

@@ -1,5 +1,5 @@
 /*
- * test_server_scheduler.c — the scheduler (server/scheduler.c) on the stories260K fixture (and
+ * test_server_scheduler.c — the scheduler (server/runtime/scheduler.c) on the stories260K fixture (and
  * the repository's default model where a KV budget must be sized to its context),
  * without HTTP: jobs run to completion, continuous batching gives every job the same tokens as
  * running it alone, prefix reuse is reported, cancellation frees the slot, a full queue is
