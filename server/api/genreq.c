@@ -73,6 +73,15 @@ bool genreq_acquire_session(req *r, sess **se, enum MHD_Result *ret) {
     attnd_err err;
     attnd_status st = sess_acquire(r->srv->store, r->owner, id, se, &err);
     if (st != ATTND_OK) {
+        /* behind a proxy that routes by session (deploy/nginx), an id only in the body cannot be
+         * seen, so the turn may reach an instance that never had the session */
+        const char *hdr = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "X-Session-Id");
+        if (st == ATTND_ERR_NOT_FOUND && !(hdr && !strcmp(hdr, id))) {
+            size_t n = strlen(err.msg);
+            snprintf(err.msg + n, sizeof(err.msg) - n,
+                     "; behind a load balancer, send the id in the X-Session-Id header too, so that every turn "
+                     "reaches the instance holding the session");
+        }
         *ret = http_respond_error(r, http_status_of(st, HTTP_CTX_ACQUIRE), err.msg, "session_id");
         return false;
     }
@@ -88,7 +97,7 @@ static bool job_spec(req *r, int32_t *ids, size_t n, int max_tokens, sess *se, u
     *spec = (sched_job_spec){
         .prompt = ids, .n_prompt = (int)n, .sp = q->sp, .n_bias = q->n_bias, .max_tokens = max_tokens,
         .top_logprobs = q->logprobs, .prompt_logprobs = !r->chat && q->echo && q->logprobs >= 0, .se = se,
-        .owner = r->owner,
+        .owner = r->owner, .request_id = r->request_id,
     };
     spec->sp.seed = seed;
     bool ok = true;

@@ -37,6 +37,7 @@ static enum MHD_Result send_mhd(req *r, int status, struct MHD_Response *resp, c
     if (!resp) return MHD_NO;
     for (int i = 0; i < n; i++) MHD_add_response_header(resp, h[i].name, h[i].value);
     add_cors_headers(r, resp);
+    if (r->request_id[0]) MHD_add_response_header(resp, "X-Request-Id", r->request_id);
     enum MHD_Result ret = MHD_queue_response(r->conn, (unsigned)status, resp);
     MHD_destroy_response(resp);
     return ret;
@@ -100,7 +101,10 @@ enum MHD_Result http_respond_error(req *r, int status, const char *msg, const ch
     r->reason[n] = '\0';
     if (status == 429 || status == 503) hn = "Retry-After", hv = "1";
     if (status == 401) hn = "WWW-Authenticate", hv = "Bearer";
-    return http_respond_json_h(r, status, oai_error(status, msg, param), hn, hv);
+    json_t *body = oai_error(status, msg, param);
+    json_t *e = json_object_get(body, "error");
+    if (e && r->request_id[0]) json_object_set_new(e, "request_id", json_string(r->request_id));
+    return http_respond_json_h(r, status, body, hn, hv);
 }
 
 enum MHD_Result http_respond_text(req *r, int status, const char *ctype, char *text) {
@@ -303,6 +307,12 @@ static req *request_new(struct server *s, struct MHD_Connection *c, const char *
     snprintf(r->method, sizeof(r->method), "%s", method);
     snprintf(r->path, sizeof(r->path), "%s", url);
     if (strlen(url) >= sizeof(r->path)) r->path[sizeof(r->path) - 2] = '~'; /* never matches a route */
+    /* the client's id ties its logs to ours; one that cannot go into a header or a log line as
+     * it is gets replaced (the answer's X-Request-Id says by what) */
+    const char *rid = http_header_get(r, "X-Request-Id");
+    if (rid && slog_request_id_valid(rid)) snprintf(r->request_id, sizeof(r->request_id), "%s", rid);
+    else attnd_random_id(r->request_id, sizeof(r->request_id), "req-");
+    slog_set_request(r->request_id);
     return r;
 }
 
@@ -354,12 +364,11 @@ static enum MHD_Result dispatch(req *r) {
     return r->rt->fn(r);
 }
 
-enum MHD_Result http_on_request(void *cls, struct MHD_Connection *c, const char *url, const char *method,
-                                const char *version, const char *upload, size_t *upload_size, void **con_cls) {
-    (void)version;
-    struct server *s = cls;
+static enum MHD_Result on_request(struct server *s, struct MHD_Connection *c, const char *url, const char *method,
+                                  const char *upload, size_t *upload_size, void **con_cls) {
     req *r = *con_cls;
     if (!r) return request_begin(s, c, url, method, con_cls);
+    slog_set_request(r->request_id);
     if (r->status) { /* an early response is queued: discard whatever body still arrives */
         *upload_size = 0;
         return MHD_YES;
@@ -370,6 +379,14 @@ enum MHD_Result http_on_request(void *cls, struct MHD_Connection *c, const char 
         return request_body(r, upload, n);
     }
     return dispatch(r);
+}
+
+enum MHD_Result http_on_request(void *cls, struct MHD_Connection *c, const char *url, const char *method,
+                                const char *version, const char *upload, size_t *upload_size, void **con_cls) {
+    (void)version;
+    enum MHD_Result ret = on_request(cls, c, url, method, upload, upload_size, con_cls);
+    slog_set_request(NULL); /* the MHD thread serves other connections next */
+    return ret;
 }
 
 enum MHD_Result http_req_run(req *r, const char *body, size_t len) {
@@ -425,6 +442,7 @@ void http_on_completed(void *cls, struct MHD_Connection *c, void **con_cls, enum
 void http_req_end(req *r, enum MHD_RequestTerminationCode toe) {
     struct server *s = r->srv;
     struct MHD_Connection *c = r->conn;
+    slog_set_request(r->request_id);
     double dt = attnd_now_s() - r->t0;
     int n_gen = r->job ? request_job_end(s, r, toe) : 0;
     int status = r->status ? r->status : 500;
@@ -435,8 +453,9 @@ void http_req_end(req *r, enum MHD_RequestTerminationCode toe) {
     if ((s->cfg.access_log || r->reason[0]) && slog_enabled(lvl)) {
         char addr[INET6_ADDRSTRLEN + 1];
         client_address(c, addr, sizeof(addr));
-        slog(lvl, "%s %s %d prompt=%d gen=%d %.3fs client=%s%s%s%s", r->method, r->path, status, r->n_prompt, n_gen,
-             dt, addr, r->reason[0] ? " error=\"" : "", r->reason, r->reason[0] ? "\"" : "");
+        slog(lvl, "%s %s %d prompt=%d gen=%d %.3fs %s%s%sclient=%s%s%s%s", r->method, r->path, status, r->n_prompt,
+             n_gen, dt, r->resp_id[0] ? "id=" : "", r->resp_id, r->resp_id[0] ? " " : "", addr,
+             r->reason[0] ? " error=\"" : "", r->reason, r->reason[0] ? "\"" : "");
     }
     sched_job_unref(r->job);
     for (int k = 0; k < r->n_extra; k++) sched_job_unref(r->extra[k]);
@@ -446,6 +465,7 @@ void http_req_end(req *r, enum MHD_RequestTerminationCode toe) {
     for (int i = 0; i < REQ_SLOT_COUNT; i++)
         if (r->ctx[i].p) r->ctx[i].free_fn(r->ctx[i].p);
     free(r->body);
+    slog_set_request(NULL);
     free(r);
     atomic_fetch_sub(&s->in_flight, 1);
 }
