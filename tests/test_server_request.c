@@ -6,7 +6,7 @@
  *
  * What is checked: whole and streamed answers agree, the route table's 404/405, the checks before
  * the body (auth, body cap), validation errors, n > 1 choices, sessions, the Responses API's
- * store and follow-ups, and llama.cpp's /completion.
+ * store and follow-ups, llama.cpp's /completion, and /v1/attention.
  */
 #include <criterion/criterion.h>
 #include <jansson.h>
@@ -245,4 +245,29 @@ Test(request, llama_completion_takes_n_predict_and_streams_until_stop) {
     cr_assert_null(strstr(c.body, "[DONE]"), "llama.cpp's stream has no [DONE]");
     cr_assert_not_null(strstr(c.body, "\"stop\":true"), "it ends with the stop event: %.300s", c.body);
     free(c.body);
+}
+
+Test(request, attention_answers_one_row_per_position_of_each_head_asked_for) {
+    json_t *j = post_json("/v1/attention", "{\"prompt\": \"Once upon\", \"layers\": [0], \"heads\": [1]}", 200);
+    cr_assert_str_eq(json_string_value(json_object_get(j, "object")), "attention");
+    json_int_t n_prompt = json_integer_value(json_object_get(j, "n_prompt"));
+    cr_assert_gt(n_prompt, 1);
+    json_t *heads = json_object_get(j, "attention");
+    cr_assert_eq(json_array_size(heads), 1, "one layer x one head");
+    json_t *h = json_array_get(heads, 0);
+    cr_assert_eq(json_integer_value(json_object_get(h, "layer")), 0);
+    cr_assert_eq(json_integer_value(json_object_get(h, "head")), 1);
+    json_t *rows = json_object_get(h, "weights");
+    cr_assert_eq((json_int_t)json_array_size(rows), n_prompt - json_integer_value(json_object_get(j, "first_row")));
+    json_t *last = json_array_get(rows, json_array_size(rows) - 1);
+    double sum = 0;
+    for (size_t i = 0; i < json_array_size(last); i++) sum += json_number_value(json_array_get(last, i));
+    cr_assert_float_eq(sum, 1.0, 1e-3, "a softmax row sums to 1 (%f)", sum);
+    json_decref(j);
+    j = post_json("/v1/attention", "{\"prompt\": \"Once\", \"layers\": [99]}", 400);
+    cr_assert_str_eq(json_string_value(json_object_get(json_object_get(j, "error"), "param")), "layers");
+    json_decref(j);
+    j = post_json("/v1/attention", "{\"prompt\": \"Once\", \"stream\": true}", 400);
+    cr_assert_str_eq(json_string_value(json_object_get(json_object_get(j, "error"), "param")), "stream");
+    json_decref(j);
 }
