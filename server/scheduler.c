@@ -7,9 +7,11 @@
  *   2. drop cancelled jobs;
  *   3. build ONE batch: a decode token for every generating slot, then prefill chunks of the
  *      prompts still being read, sized to the prefill time budget while others decode;
- *   4. engine_eval; when the pool is full, evict the least recently used idle cache and retry
- *      (the reservations guarantee that evicting idle caches always makes room; failing the
- *      newest job is only a safeguard against broken accounting);
+ *   4. engine_eval; when the pool is full, evict the least recently used cache no slot is
+ *      using (idle ones first, then those of sessions whose turn still waits in the queue) and
+ *      retry: the reservations count only running jobs, so every other cache must stay
+ *      evictable, and then evicting always makes room; failing the newest job is only a
+ *      safeguard against broken accounting;
  *   5. sample one token per slot that produced logits, publish text to the job.
  * Everything per-step lives in buffers allocated at start (batch, logits); per-request state
  * (the generation pipeline of attnd/gen.h, history) is allocated once at admission.
@@ -115,7 +117,8 @@ static attnd_status slot_start(sched *s, slot *sl, sched_job *j, attnd_err *err)
     sl->admitted = ++s->n_admitted;
     sl->se = j->se ? j->se : sess_acquire_anon(s->store, j->owner, j->prompt, j->n_prompt, s->max_anon);
     if (!sl->se) return attnd_fail(err, ATTND_ERR_BUSY, "no prompt cache entry free");
-    sl->kv = sl->se->kv;
+    sess_set_running(s->store, sl->se, true); /* its KV is in use from here: never evicted */
+    sl->kv = sl->se->kv; /* NULL when evicted while the job was queued */
     if (!sl->kv) {
         attnd_status rc = kv_seq_create(&sl->kv, s->pool, err);
         if (rc != ATTND_OK) return rc;
@@ -312,7 +315,9 @@ static void admit(sched *s) {
             slot_finish(s, sl, NULL, ATTND_ERR_NOMEM, err.msg);
             continue;
         }
-        if (j->max_tokens == 0 && !j->prompt_logprobs && !j->capture) slot_finish(s, sl, "length", ATTND_OK, NULL);
+        /* nothing to generate; with forks the prompt is still read, for them to start from */
+        if (j->max_tokens == 0 && !j->prompt_logprobs && !j->capture && !j->forks)
+            slot_finish(s, sl, "length", ATTND_OK, NULL);
     }
 }
 

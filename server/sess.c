@@ -414,7 +414,7 @@ sess *sess_acquire_anon(sess_store *st, const char *owner, const int32_t *tokens
         pick->kv_len = 0;
         snprintf(pick->owner, sizeof(pick->owner), "%s", own(owner));
     }
-    if (pick) pick->busy = true;
+    if (pick) pick->busy = pick->running = true; /* the scheduler acquires these for a slot */
     pthread_mutex_unlock(&st->mu);
     return pick;
 }
@@ -424,6 +424,7 @@ attnd_status sess_release(sess_store *st, sess *s, const int32_t *tokens, int n,
     attnd_status rc = set_tokens(s, tokens, n);
     if (rc == ATTND_OK) s->version++;
     s->busy = false;
+    s->running = false;
     s->last_use_ms = (int64_t)attnd_unix_ms();
     pthread_mutex_unlock(&st->mu);
     return rc == ATTND_OK ? ATTND_OK : attnd_fail(err, rc, "out of memory saving the session history");
@@ -441,8 +442,10 @@ struct kv_seq *sess_evict_lru(sess_store *st) {
     pthread_mutex_lock(&st->mu);
     sess *pick = NULL;
     for (sess *s = st->head; s; s = s->next) {
-        if (s->busy || !s->kv) continue;
-        if (!pick || s->last_use_ms < pick->last_use_ms || (s->last_use_ms == pick->last_use_ms && s->anon))
+        if (s->running || !s->kv) continue;
+        if (!pick || (pick->busy && !s->busy) ||
+            (pick->busy == s->busy && (s->last_use_ms < pick->last_use_ms ||
+                                       (s->last_use_ms == pick->last_use_ms && s->anon))))
             pick = s;
     }
     struct kv_seq *kv = NULL;
@@ -456,9 +459,16 @@ struct kv_seq *sess_evict_lru(sess_store *st) {
     return kv;
 }
 
+void sess_set_running(sess_store *st, sess *s, bool running) {
+    pthread_mutex_lock(&st->mu);
+    s->running = running;
+    pthread_mutex_unlock(&st->mu);
+}
+
 void sess_abandon(sess_store *st, sess *s) {
     pthread_mutex_lock(&st->mu);
     s->busy = false;
+    s->running = false;
     pthread_mutex_unlock(&st->mu);
 }
 

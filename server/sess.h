@@ -44,7 +44,10 @@ typedef struct sess {
     struct kv_seq *kv;        /* owned by the scheduler; NULL = evicted (rebuilt from tokens) */
     int kv_len;               /* tokens of `tokens` whose KV is in kv */
     size_t kv_bytes;
-    bool busy;                /* a request is running on it */
+    bool busy;                /* a request holds it: queued for the scheduler, or running */
+    bool running;             /* in a scheduler slot: its KV is in use and cannot be evicted
+                                 (a busy session still queued can lose its KV: the scheduler
+                                 rebuilds it from the tokens when the job starts) */
     int64_t created_ms, last_use_ms;
     uint64_t version, persisted_version;
     struct sess *next;
@@ -81,10 +84,15 @@ sess *sess_acquire_anon(sess_store *st, const char *owner, const int32_t *tokens
 attnd_status sess_release(sess_store *st, sess *s, const int32_t *tokens, int n, attnd_err *err);
 /* Records the KV state after the scheduler changed it. */
 void sess_set_kv(sess_store *st, sess *s, struct kv_seq *kv, int kv_len, size_t kv_bytes);
-/* Detaches and returns the KV handle of the idle entry used least recently (anonymous ones
- * before named ones of the same age), or NULL when no idle entry holds KV. The caller (the
- * scheduler) destroys it; the entry keeps its token history. */
+/* Detaches and returns the KV handle of the entry used least recently that is not running in a
+ * scheduler slot (idle entries first, anonymous before named of the same age; then sessions
+ * whose request still waits in the queue: admission does not count their KV, so it must stay
+ * evictable), or NULL when none holds KV. The caller (the scheduler) destroys it; the entry
+ * keeps its token history. */
 struct kv_seq *sess_evict_lru(sess_store *st);
+/* The scheduler took the entry into a slot (running = true) or let it go: only a running
+ * entry's KV is out of sess_evict_lru's reach. sess_release and sess_abandon clear it. */
+void sess_set_running(sess_store *st, sess *s, bool running);
 /* Ends a request that never reached the scheduler: clears busy, history unchanged. */
 void sess_abandon(sess_store *st, sess *s);
 /* Session lifetime: named sessions idle for more than ttl_ms are removed by sess_expire (0 =
