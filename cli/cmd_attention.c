@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../server/attn_api.h"
+#include "../server/api/attn_api.h"
 #include "attn_view.h"
 #include "attnd/attn_capture.h"
 #include "attnd/engine.h"
