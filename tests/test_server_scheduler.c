@@ -671,8 +671,8 @@ static int admission_round(unsigned *seed, int n_ctx, int n_sess, sched_output *
             char id[16];
             snprintf(id, sizeof(id), "p%d", si);
             const sched_output *o = hist_job[si] ? &hist[si] : NULL;
-            if (o && o->n_prompt + o->n_pieces + 4 >= n_ctx) o = NULL; /* too long: starts afresh */
             int n_new = 1 + (int)(rand_r(seed) % 16);
+            if (o && o->n_prompt + o->n_pieces + n_new >= n_ctx) o = NULL; /* too long: starts afresh */
             jobs[n++] = (adm_job){session_turn(id, o, seed, n_new, max_tokens), si, max_tokens};
             sess_used[si] = true;
             continue;

@@ -55,6 +55,8 @@ const entry config_settings[] = {
     {"queue_limit", K_INT, OFF(queue_limit), 1, 1000000, 0, "requests waiting for the scheduler (429 above)"},
     {"tokenize_parallel", K_INT, OFF(tokenize_parallel), 1, 4096, 0, "/tokenize + /detokenize at once (429 above)"},
     {"max_tokens_cap", K_INT, OFF(max_tokens_cap), 1, 1 << 24, 0, "upper bound on a request's max_tokens"},
+    {"max_request_tokens", K_INT, OFF(max_request_tokens), 1, 1 << 30, 0,
+     "upper bound on max_tokens x n x prompts of one request (400 above)"},
     {"attention_max_weights", K_INT, OFF(attention_max_weights), 1, 1 << 30, 0,
      "most attention weights one /v1/attention answer carries (400 above)"},
     {"request_timeout_s", K_INT, OFF(request_timeout_s), 1, 86400, 0, "idle HTTP connection timeout, s"},

@@ -89,6 +89,7 @@ attnd_status server_create(server **out, const server_settings *cfg, attnd_err *
     s->loopback = origin_bind_is_loopback(s->cfg.host);
     if (s->cfg.body_limit == 0) s->cfg.body_limit = 1u << 20;
     if (s->cfg.max_tokens_cap <= 0) s->cfg.max_tokens_cap = 4096;
+    if (s->cfg.max_request_tokens <= 0) s->cfg.max_request_tokens = 32768;
     if (s->cfg.default_max_tokens <= 0) s->cfg.default_max_tokens = 256;
     attnd_status rc = metrics_create(&s->met, err);
     if (rc != ATTND_OK) goto fail;

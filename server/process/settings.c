@@ -23,6 +23,7 @@ void server_settings_default(server_settings *s) {
     s->queue_limit = 64;
     s->tokenize_parallel = 4;
     s->max_tokens_cap = 4096;
+    s->max_request_tokens = 32768;
     s->attention_max_weights = 1000000;
     s->request_timeout_s = 30;
     s->header_timeout_s = 10;

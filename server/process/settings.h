@@ -77,6 +77,8 @@ typedef struct server_settings {
     int queue_limit;         /* requests waiting for the scheduler; default 64 (429 above) */
     int tokenize_parallel;   /* /tokenize and /detokenize requests at once; default 4 (429 above) */
     int max_tokens_cap;      /* upper bound on max_tokens per request; default 4096 */
+    int max_request_tokens;  /* upper bound on max_tokens x n x prompts per request (400 above);
+                                default 32768 */
     int attention_max_weights; /* most weights one POST /v1/attention answer carries; default 1000000 */
     int request_timeout_s;   /* idle HTTP connection timeout (slow loris); default 30 */
     int header_timeout_s;    /* a connection's request headers must arrive within this; default 10 */

@@ -692,6 +692,8 @@ attnd_status sched_submit(sched *s, sched_job *j, attnd_err *err) {
     pthread_mutex_lock(&s->mu);
     attnd_status rc = ATTND_OK;
     if (s->stop) rc = attnd_fail(err, ATTND_ERR_BUSY, "server is shutting down");
+    else if (j->n_prompt < 1 || j->n_prompt + (j->max_tokens > 0) > s->n_ctx)
+        rc = attnd_fail(err, ATTND_ERR_INVALID, "the prompt has %d tokens; the context holds %d", j->n_prompt, s->n_ctx);
     else if (sched_group_kv_bytes(s, j) > s->stats.kv_budget)
         rc = attnd_fail(err, ATTND_ERR_INVALID,
                         "the request needs %zu bytes of KV cache (prompt %d + max_tokens %d tokens, %d choices sharing "
