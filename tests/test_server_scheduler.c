@@ -83,8 +83,11 @@ static void use_sotu(void) {
     cr_assert_eq(tok_load(&tok, model_gguf(m), &err), ATTND_OK, "%s", err.msg);
 }
 
+static const char *cur_tenant; /* the tenant of the jobs job_for_ids makes (NULL = none) */
+
 static sched_job *job_for_ids(int32_t *ids, size_t n, int max_tokens, sess *se) {
-    sched_job_spec spec = {.prompt = ids, .n_prompt = (int)n, .max_tokens = max_tokens, .top_logprobs = -1, .se = se};
+    sched_job_spec spec = {.prompt = ids, .n_prompt = (int)n, .max_tokens = max_tokens, .top_logprobs = -1, .se = se,
+                           .tenant = cur_tenant};
     sampler_params_default(&spec.sp);
     spec.sp.temperature = 0;
     spec.bias = malloc(sizeof(logit_bias));
@@ -649,8 +652,8 @@ Test(sched_admission, a_queued_session_turn_never_starves_the_stream_before_it) 
 }
 
 /* One randomized admission run: a scheduler with a random shape and budget, rounds of requests
- * (single prompts, arrays of prompts, n > 1 choices, turns of named sessions) submitted
- * together. Returns the jobs that failed after submit accepted them (mid-stream failures). */
+ * (single prompts, arrays of prompts, n > 1 choices, turns of named sessions; of three tenants)
+ * submitted together. Returns the jobs that failed after submit accepted them (mid-stream failures). */
 typedef struct adm_job {
     sched_job *j;
     int sess;   /* the session index, or -1 */
@@ -664,6 +667,8 @@ static int admission_round(unsigned *seed, int n_ctx, int n_sess, sched_output *
     bool sess_used[4] = {false};
     int n_req = 1 + (int)(rand_r(seed) % 6);
     for (int r = 0; r < n_req && n < 24; r++) {
+        static const char *tenants[3] = {NULL, "key:a", "addr:10.0.0.2"};
+        cur_tenant = tenants[rand_r(seed) % 3];
         int kind = (int)(rand_r(seed) % 5), len = 1 + (int)(rand_r(seed) % (unsigned)(n_ctx - 1));
         int max_tokens = (int)(rand_r(seed) % (unsigned)(n_ctx + 1));
         int si = n_sess ? (int)(rand_r(seed) % (unsigned)n_sess) : -1;
@@ -773,4 +778,89 @@ Test(sched_admission, random_mixes_never_fail_an_admitted_job) {
     cr_log_info("%d randomized admission runs: %d jobs completed, %d failed after admission", runs, ok, failed);
     cr_assert_eq(failed, 0, "%d admitted jobs failed in %d runs", failed, runs);
     cr_assert_gt(ok, runs, "the runs did run jobs");
+}
+
+// ---- fair admission across tenants ---------------------------------------------------------
+
+TestSuite(sched_fair, .init = setup, .fini = teardown, .timeout = 120);
+
+/* A greedy job of tenant for text, EOS banned. */
+static sched_job *job_of(const char *tenant, const char *text, int max_tokens) {
+    int32_t *ids;
+    size_t n;
+    cr_assert_eq(tok_encode(tok, text, strlen(text), true, false, &ids, &n, NULL), ATTND_OK);
+    sched_job_spec spec = {.prompt = ids, .n_prompt = (int)n, .max_tokens = max_tokens, .top_logprobs = -1,
+                           .tenant = tenant};
+    sampler_params_default(&spec.sp);
+    spec.sp.temperature = 0;
+    spec.bias = malloc(sizeof(logit_bias));
+    spec.bias[0] = (logit_bias){tok_eos(tok), -INFINITY};
+    spec.n_bias = 1;
+    sched_job *j;
+    cr_assert_eq(sched_job_create(&j, &spec, NULL), ATTND_OK);
+    return j;
+}
+
+static bool job_done(sched_job *j) {
+    sched_output o;
+    sched_job_output(j, &o);
+    return o.done;
+}
+
+Test(sched_fair, a_short_request_of_another_tenant_runs_beside_a_long_batch) {
+    if (model_missing()) return;
+    cfg.max_parallel = 2;
+    cfg.queue_limit = 16;
+    start();
+    sched_job *big[8];
+    for (int i = 0; i < 8; i++) {
+        big[i] = job_of("key:a", "Once upon a time", 400);
+        cr_assert_eq(sched_submit(sch, big[i], NULL), ATTND_OK);
+    }
+    sched_update u = {0};
+    while (u.to < 2 && !u.done) sched_job_wait(big[0], 1000, &u); /* the batch is running */
+    sched_job *small = job_of("key:b", "The cat", 4);
+    cr_assert_eq(sched_submit(sch, small, NULL), ATTND_OK);
+    sched_output o = wait_done(small);
+    cr_assert_eq(o.status, ATTND_OK, "%s", o.errmsg);
+    cr_assert_eq(o.n_pieces, 4);
+    /* it took the slot one tenant cannot hold: the batch's first two are still generating */
+    cr_assert_not(job_done(big[0]), "the short request did not wait for the batch");
+    sched_stats st;
+    sched_get_stats(sch, &st);
+    cr_assert_eq(st.slots, 2, "max_parallel as configured");
+    sched_cancel_all(sch);
+    cr_assert(sched_wait_idle(sch, 10000));
+    for (int i = 0; i < 8; i++) sched_job_unref(big[i]);
+    sched_job_unref(small);
+}
+
+Test(sched_fair, tenants_take_turns_in_the_queue) {
+    if (model_missing()) return;
+    cfg.max_parallel = 1; /* two slots, one each at most */
+    cfg.queue_limit = 16;
+    start();
+    const char *who[3] = {"addr:10.0.0.1", "addr:10.0.0.2", "addr:10.0.0.3"};
+    sched_job *js[3][4];
+    for (int t = 0; t < 3; t++)
+        for (int i = 0; i < 4; i++) {
+            js[t][i] = job_of(who[t], "Once upon a time", 60);
+            cr_assert_eq(sched_submit(sch, js[t][i], NULL), ATTND_OK);
+        }
+    /* first come, first served would start the third tenant after all eight others */
+    sched_output o = wait_done(js[2][0]);
+    cr_assert_eq(o.status, ATTND_OK, "%s", o.errmsg);
+    int a_done = 0;
+    for (int i = 0; i < 4; i++) a_done += job_done(js[0][i]);
+    cr_assert_leq(a_done, 2, "the first tenant had %d of 4 done before the third's first", a_done);
+    for (int t = 0; t < 3; t++)
+        for (int i = 0; i < 4; i++) {
+            sched_output oi;
+            if (t == 2 && i == 0) sched_job_output(js[t][i], &oi); /* read above */
+            else oi = wait_done(js[t][i]);
+            cr_assert_eq(oi.status, ATTND_OK, "%s", oi.errmsg);
+            cr_assert_eq(oi.n_pieces, 60);
+            sched_job_unref(js[t][i]);
+        }
+    cr_assert(sched_wait_idle(sch, 5000));
 }

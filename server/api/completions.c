@@ -108,10 +108,11 @@ bool gen_acquire_session(req *r, sess **se, enum MHD_Result *ret) {
  * false: out of memory (ids freed). */
 static bool job_spec(req *r, int32_t *ids, size_t n, int max_tokens, sess *se, uint64_t seed, sched_job_spec *spec) {
     const oai_request *q = &r->oreq;
+    http_tenant(r, r->tenant, sizeof(r->tenant));
     *spec = (sched_job_spec){
         .prompt = ids, .n_prompt = (int)n, .sp = q->sp, .n_bias = q->n_bias, .max_tokens = max_tokens,
         .top_logprobs = q->logprobs, .prompt_logprobs = !r->chat && q->echo && q->logprobs >= 0, .se = se,
-        .owner = r->owner,
+        .owner = r->owner, .tenant = r->tenant,
     };
     spec->sp.seed = seed;
     bool ok = true;

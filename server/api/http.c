@@ -386,12 +386,21 @@ static int request_job_end(struct server *s, req *r, enum MHD_RequestTermination
     return n_gen;
 }
 
-/* The client's numeric address ("127.0.0.1", "::1"), or "?" when unknown. */
-static void client_address(struct MHD_Connection *c, char *buf, size_t cap) {
+void http_client_address(struct MHD_Connection *c, char *buf, size_t cap) {
     const union MHD_ConnectionInfo *ci = c ? MHD_get_connection_info(c, MHD_CONNECTION_INFO_CLIENT_ADDRESS) : NULL;
     const struct sockaddr *sa = ci ? ci->client_addr : NULL;
     socklen_t len = sa && sa->sa_family == AF_INET6 ? sizeof(struct sockaddr_in6) : sizeof(struct sockaddr_in);
     if (!sa || getnameinfo(sa, len, buf, (socklen_t)cap, NULL, 0, NI_NUMERICHOST) != 0) snprintf(buf, cap, "?");
+}
+
+void http_tenant(const req *r, char *buf, size_t cap) {
+    if (r->owner[0]) {
+        snprintf(buf, cap, "key:%s", r->owner);
+        return;
+    }
+    char addr[INET6_ADDRSTRLEN + 1];
+    http_client_address(r->conn, addr, sizeof(addr));
+    snprintf(buf, cap, "addr:%s", addr);
 }
 
 void http_on_completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe) {
@@ -409,7 +418,7 @@ void http_on_completed(void *cls, struct MHD_Connection *c, void **con_cls, enum
     server_log_level lvl = s->cfg.access_log ? SERVER_LOG_INFO : SERVER_LOG_DEBUG;
     if ((s->cfg.access_log || r->reason[0]) && slog_enabled(lvl)) {
         char addr[INET6_ADDRSTRLEN + 1];
-        client_address(c, addr, sizeof(addr));
+        http_client_address(c, addr, sizeof(addr));
         slog(lvl, "%s %s %d prompt=%d gen=%d %.3fs client=%s%s%s%s", r->method, r->path, status, r->n_prompt, n_gen,
              dt, addr, r->reason[0] ? " error=\"" : "", r->reason, r->reason[0] ? "\"" : "");
     }

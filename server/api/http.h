@@ -71,6 +71,7 @@ typedef struct req {
     int status;              /* response status (for the access log and metrics) */
     int n_prompt;            /* prompt tokens, for the access log */
     char owner[SESS_OWNER_MAX + 1]; /* the API key's owner tag ("" = one key or none; sess.h) */
+    char tenant[SCHED_TENANT_MAX + 1]; /* who asked, for fair admission (http_tenant) */
     char reason[160];        /* why the request was refused (error responses), for the log */
     bool cancelled;          /* client went away mid-request */
     // ---- generation in flight ----
@@ -123,6 +124,12 @@ json_t *http_parse_body(req *r, enum MHD_Result *ret, bool allow_empty);
  * else http_parse_body; the object is kept in r->body_json (freed with the request) and
  * returned borrowed. */
 json_t *http_work_body(req *r, enum MHD_Result *ret);
+
+/* The client's numeric address ("127.0.0.1", "::1") into buf, or "?" when unknown. */
+void http_client_address(struct MHD_Connection *c, char *buf, size_t cap);
+/* Who asked, for the scheduler's fair admission: "key:<owner>" with several API keys, else
+ * "addr:<client address>" (into buf, SCHED_TENANT_MAX + 1 bytes). */
+void http_tenant(const req *r, char *buf, size_t cap);
 
 /* True when the peer closed its side (checked without blocking). */
 bool http_client_gone(req *r);
