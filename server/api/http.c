@@ -312,10 +312,16 @@ static enum MHD_Result request_begin(struct server *s, struct MHD_Connection *c,
     snprintf(r->method, sizeof(r->method), "%s", method);
     snprintf(r->path, sizeof(r->path), "%s", url);
     if (strlen(url) >= sizeof(r->path)) r->path[sizeof(r->path) - 2] = '~'; /* never matches a route */
-    if (s->conns && !conn_request_begin(s->conns, c)) { /* answered, then the connection closes */
+    /* monitoring is answered past the connection limits (a reserved slot) */
+    bool reserved = !strcmp(r->path, "/health") || !strcmp(r->path, "/metrics");
+    conn_verdict v = s->conns ? conn_request_begin(s->conns, c, reserved) : CONN_OK;
+    if (v != CONN_OK) { /* answered, then the connection closes */
         r->rt = NULL;
-        return http_respond_json_h(r, 503, oai_error(503, "too many connections; retry shortly", NULL), "Connection",
-                                   "close");
+        int code = v == CONN_FULL ? 503 : 429;
+        const char *msg = v == CONN_FULL ? "too many connections; retry shortly"
+                                         : "too many connections from this address (max_connections_per_address)";
+        snprintf(r->reason, sizeof(r->reason), "%s", msg);
+        return http_respond_json_h(r, code, oai_error(code, msg, NULL), "Connection", "close");
     }
     bool done;
     enum MHD_Result ret = precheck(r, &done);
@@ -323,11 +329,20 @@ static enum MHD_Result request_begin(struct server *s, struct MHD_Connection *c,
     return ret;
 }
 
-/* A piece of the body; answers 413 at once instead of reading an endless chunked upload (MHD
- * closes the connection after the response since the body was not consumed). */
+/* A piece of the body. Past the limit (a chunked upload: the Content-Length case is answered
+ * before any body) the rest is read and dropped, and the 413 is queued once the upload ends:
+ * MHD cannot send a response queued in the middle of an upload and would only close the
+ * connection. An upload that goes on past 4 times the limit (at least 1 MiB) is cut; one that
+ * trickles is cut at body_timeout_s (conn.h). */
 static enum MHD_Result request_body(req *r, const char *upload, size_t n) {
     size_t limit = r->srv->cfg.body_limit;
-    if (r->too_big || r->len + n > limit) return too_big(r);
+    if (r->too_big || r->len + n > limit) {
+        if (!r->too_big) slog_info("%s %s: request body over %zu bytes; reading it to answer 413", r->method, r->path, limit);
+        r->too_big = true;
+        r->dropped += n;
+        size_t most = limit < ((size_t)1 << 18) ? (size_t)1 << 20 : 4 * limit;
+        return r->dropped > most ? MHD_NO : MHD_YES;
+    }
     if (r->len + n + 1 > r->cap) {
         size_t cap = r->cap ? r->cap * 2 : 4096;
         while (cap < r->len + n + 1) cap *= 2;
@@ -358,6 +373,7 @@ enum MHD_Result http_on_request(void *cls, struct MHD_Connection *c, const char 
         *upload_size = 0;
         return request_body(r, upload, n);
     }
+    if (s->conns) conn_body_done(s->conns, c); /* the body is in: no deadline while it is answered */
     if (r->too_big) return too_big(r);
     if (!r->rt) return http_respond_error(r, 404, "no such endpoint", NULL);
     if (r->rt->needs_model && !atomic_load(&s->ready)) return http_respond_error(r, 503, "model is loading", NULL);
@@ -386,12 +402,7 @@ static int request_job_end(struct server *s, req *r, enum MHD_RequestTermination
     return n_gen;
 }
 
-void http_client_address(struct MHD_Connection *c, char *buf, size_t cap) {
-    const union MHD_ConnectionInfo *ci = c ? MHD_get_connection_info(c, MHD_CONNECTION_INFO_CLIENT_ADDRESS) : NULL;
-    const struct sockaddr *sa = ci ? ci->client_addr : NULL;
-    socklen_t len = sa && sa->sa_family == AF_INET6 ? sizeof(struct sockaddr_in6) : sizeof(struct sockaddr_in);
-    if (!sa || getnameinfo(sa, len, buf, (socklen_t)cap, NULL, 0, NI_NUMERICHOST) != 0) snprintf(buf, cap, "?");
-}
+void http_client_address(struct MHD_Connection *c, char *buf, size_t cap) { conn_client_address(c, buf, cap); }
 
 void http_tenant(const req *r, char *buf, size_t cap) {
     if (r->owner[0]) {

@@ -68,6 +68,7 @@ typedef struct req {
     char *body;              /* (len) request body, NUL-terminated; owned */
     size_t len, cap;
     bool too_big;
+    size_t dropped;          /* body bytes read past the limit (answered 413 when it ends) */
     int status;              /* response status (for the access log and metrics) */
     int n_prompt;            /* prompt tokens, for the access log */
     char owner[SESS_OWNER_MAX + 1]; /* the API key's owner tag ("" = one key or none; sess.h) */

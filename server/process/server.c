@@ -103,9 +103,10 @@ attnd_status server_create(server **out, const server_settings *cfg, attnd_err *
     }
     int max_conns = cfg->max_connections > 0 ? cfg->max_connections : 256;
     int idle_s = cfg->request_timeout_s > 0 ? cfg->request_timeout_s : 30;
-    if ((rc = conn_tracker_create(&s->conns, max_conns, cfg->header_timeout_s > 0 ? cfg->header_timeout_s : 10, idle_s,
-                                  err)))
-        goto fail;
+    conn_limits lim = {.max_connections = max_conns, .header_timeout_s = cfg->header_timeout_s > 0 ? cfg->header_timeout_s : 10,
+                       .idle_timeout_s = idle_s, .body_timeout_s = cfg->body_timeout_s > 0 ? cfg->body_timeout_s : 20,
+                       .per_address = cfg->max_connections_per_address};
+    if ((rc = conn_tracker_create(&s->conns, &lim, err))) goto fail;
     int fd = -1;
     if ((rc = listen_socket(s->cfg.host, cfg->port, &fd, err)) != ATTND_OK) goto fail;
     unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_ITC | MHD_USE_POLL;

@@ -27,6 +27,7 @@ void server_settings_default(server_settings *s) {
     s->attention_max_weights = 1000000;
     s->request_timeout_s = 30;
     s->header_timeout_s = 10;
+    s->body_timeout_s = 20;
     s->shutdown_timeout_s = 10;
     s->sse_keepalive_s = 5;
     s->watchdog_interval_ms = 1000;

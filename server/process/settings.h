@@ -82,6 +82,9 @@ typedef struct server_settings {
     int attention_max_weights; /* most weights one POST /v1/attention answer carries; default 1000000 */
     int request_timeout_s;   /* idle HTTP connection timeout (slow loris); default 30 */
     int header_timeout_s;    /* a connection's request headers must arrive within this; default 10 */
+    int body_timeout_s;      /* a request's body must arrive within this of its headers; default 20 */
+    int max_connections_per_address; /* connections one client address may hold (429 above);
+                                0 = half of max_connections; default 0 */
     int shutdown_timeout_s;  /* SIGTERM: how long in-flight work may finish; default 10 */
     int sse_keepalive_s;     /* a waiting stream sends ": keep-alive" this often; 0 = never;
                                 default 5 (at most half of request_timeout_s) */
