@@ -50,6 +50,7 @@ struct server {
     atomic_bool stopping;
     atomic_int in_flight;     /* requests between their first callback and completion */
     atomic_int tok_active;    /* /tokenize and /detokenize requests running (tokenize_parallel) */
+    atomic_int attn_active;   /* /v1/attention requests running (attention_parallel) */
     bool shut_down;
 };
 

@@ -17,6 +17,9 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 
 #include "attnd/cpuinfo.h"
 #include "attnd/kv.h"
@@ -77,6 +80,12 @@ static attnd_status listen_socket(const char *host, int port, int *fd, attnd_err
 
 attnd_status server_create(server **out, const server_settings *cfg, attnd_err *err) {
     *out = NULL;
+#ifdef __GLIBC__
+    /* blocks of 256 KiB and more (an attention answer, a big request's JSON) are mapped and go
+     * back to the system when freed; glibc would otherwise raise the threshold after the first
+     * such free and keep the next ones in its per-thread arenas for good */
+    mallopt(M_MMAP_THRESHOLD, 256 * 1024);
+#endif
     server *s = calloc(1, sizeof(*s));
     if (!s) return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory");
     s->cfg = *cfg;

@@ -25,6 +25,8 @@ void server_settings_default(server_settings *s) {
     s->max_tokens_cap = 4096;
     s->max_request_tokens = 32768;
     s->attention_max_weights = 1000000;
+    s->attention_max_bytes = (size_t)16 << 20;
+    s->attention_parallel = 2;
     s->request_timeout_s = 30;
     s->header_timeout_s = 10;
     s->body_timeout_s = 20;

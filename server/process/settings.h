@@ -80,6 +80,8 @@ typedef struct server_settings {
     int max_request_tokens;  /* upper bound on max_tokens x n x prompts per request (400 above);
                                 default 32768 */
     int attention_max_weights; /* most weights one POST /v1/attention answer carries; default 1000000 */
+    size_t attention_max_bytes; /* most bytes of JSON one /v1/attention answer takes; default 16 MiB */
+    int attention_parallel;  /* /v1/attention requests at once; default 2 (429 above) */
     int request_timeout_s;   /* idle HTTP connection timeout (slow loris); default 30 */
     int header_timeout_s;    /* a connection's request headers must arrive within this; default 10 */
     int body_timeout_s;      /* a request's body must arrive within this of its headers; default 20 */
