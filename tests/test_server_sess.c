@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "sess.h"
+#include "sess_json.h"
 
 static char dir[64];
 
@@ -138,7 +139,7 @@ Test(sess, anonymous_entries_are_picked_by_longest_common_prefix) {
     sess_store_destroy(st);
 }
 
-Test(sess, eviction_takes_the_least_recently_used_idle_kv) {
+Test(sess, eviction_takes_the_least_recently_used_kv_no_slot_uses) {
     sess_store *st = new_store(NULL, "m", 10, "old", "new", "busy", NULL);
     sess *b;
     int32_t t[] = {1, 2};
@@ -151,9 +152,14 @@ Test(sess, eviction_takes_the_least_recently_used_idle_kv) {
     cr_assert_null(o->kv);
     cr_assert_eq(o->n_tokens, 2, "the history stays");
     cr_assert_eq(sess_evict_lru(st), fake_kv(2));
-    cr_assert_null(sess_evict_lru(st), "a busy session's KV is never evicted");
+    /* busy but still queued: admission does not count its KV, so it must stay evictable */
+    cr_assert_eq(sess_evict_lru(st), fake_kv(3), "a queued session's KV goes after the idle ones");
+    sess_set_kv(st, b, fake_kv(3), 1, 10);
+    sess_set_running(st, b, true);
+    cr_assert_null(sess_evict_lru(st), "a running session's KV is never evicted");
     sess_set_kv(st, b, NULL, 0, 0);
     sess_abandon(st, b);
+    cr_assert_not(b->running, "abandoning clears running");
     sess_store_destroy(st);
 }
 
