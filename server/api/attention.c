@@ -153,7 +153,7 @@ enum MHD_Result ep_attention(req *r) {
     }
     r->n_prompt = (int)n;
     if (!genreq_submit(r, ids, n, max_tokens, se, cap, &ret)) goto out;
-    ret = genreq_wait_all(r) ? respond(r) : MHD_NO;
+    ret = !genreq_wait_all(r) ? MHD_NO : r->unsaved ? genreq_respond_unsaved(r) : respond(r);
 out:
     attn_api_request_free(&ar);
     atomic_fetch_sub(&s->attn_active, 1);

@@ -5,6 +5,7 @@
  */
 #include "genreq.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -197,11 +198,23 @@ void genreq_hold_connection(req *r, bool waiting) {
     MHD_set_connection_option(r->conn, MHD_CONNECTION_OPTION_TIMEOUT, t);
 }
 
-void genreq_persist(req *r) {
-    if (!r->sess_id[0]) return;
+bool genreq_persist(req *r) {
+    if (!r->sess_id[0]) return true;
+    if (r->unsaved) return false;
     attnd_err err;
-    if (sess_persist(r->srv->store, r->owner, r->sess_id, &err) != ATTND_OK) slog_error("%s", err.msg);
+    int e = 0;
+    if (sess_persist(r->srv->store, r->owner, r->sess_id, &e, &err) == ATTND_OK) return true;
+    slog_error("%s", err.msg);
+    r->unsaved = e == ENOSPC || e == EDQUOT ? 507 : 503;
+    snprintf(r->unsaved_msg, sizeof(r->unsaved_msg),
+             "session '%s' could not be saved (%.60s): this turn is not part of it; retry later", r->sess_id,
+             e ? strerror(e) : err.msg);
+    return false;
 }
+
+enum MHD_Result genreq_respond_unsaved(req *r) { return http_respond_error(r, r->unsaved, r->unsaved_msg, "session_id"); }
+
+json_t *genreq_unsaved_error(const req *r) { return oai_error(r->unsaved, r->unsaved_msg, "session_id"); }
 
 bool genreq_wait_all(req *r) {
     for (int k = 0; k < req_n_jobs(r); k++) {

@@ -418,7 +418,7 @@ static int request_job_end(struct server *s, req *r, enum MHD_RequestTermination
     sched_job_output(r->job, &o); /* only choice 0 runs on the named session */
     if (r->sess_id[0] && o.done) {
         attnd_err err;
-        if (sess_persist(s->store, r->owner, r->sess_id, &err) != ATTND_OK) slog_error("%s", err.msg);
+        if (sess_persist(s->store, r->owner, r->sess_id, NULL, &err) != ATTND_OK) slog_error("%s", err.msg);
     }
     return n_gen;
 }

@@ -82,6 +82,8 @@ typedef struct req {
     char *body;              /* (len) request body, NUL-terminated; owned */
     size_t len, cap;
     bool too_big;
+    int unsaved;             /* the session turn could not be made durable: 507 / 503 (genreq.h) */
+    char unsaved_msg[200];
     size_t dropped;          /* body bytes read past the limit (answered 413 when it ends) */
     int status;              /* response status (for the access log and metrics) */
     int n_prompt;            /* prompt tokens, for the access log */
