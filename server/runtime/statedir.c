@@ -90,7 +90,9 @@ bool statedir_id_valid(const char *id) {
               c == '-'))
             return false;
     }
-    return n <= STATEDIR_ID_MAX;
+    /* "<entry><suffix>.tmp." marks an interrupted write's file (statedir_scan removes those): an
+     * id holding ".tmp." could name an entry that looks like one */
+    return n <= STATEDIR_ID_MAX && !strstr(id, ".tmp.");
 }
 
 bool statedir_owner_valid(const char *owner) {

@@ -38,7 +38,8 @@ typedef struct statedir statedir;
 /* A written, fsynced temporary file not yet renamed over its target (statedir_stage). */
 typedef struct statedir_staged statedir_staged;
 
-/* True for 1..64 characters of [A-Za-z0-9._-], not starting with '.'. */
+/* True for 1..64 characters of [A-Za-z0-9._-], not starting with '.' and without ".tmp." (the
+ * mark of a temporary file). */
 bool statedir_id_valid(const char *id);
 /* True for NULL or 0..16 lower-case hex digits ("" and NULL = no owner). */
 bool statedir_owner_valid(const char *owner);
