@@ -160,7 +160,8 @@ Test(shared, a_write_names_the_version_it_read_and_exactly_one_racer_wins) {
     int32_t a[] = {1, 2, 3}, b[] = {1, 2, 9};
     sessredis_rec v1 = rec_of(1, NULL, 0), v2a = rec_of(2, a, 3), v2b = rec_of(2, b, 3), got;
     cr_assert_eq(sessredis_put(r, "", "s", 0, &v1, &err), ATTND_OK, "%s", err.msg);
-    cr_assert_eq(sessredis_put(r, "", "s", 0, &v1, &err), ATTND_OK, "repeating the very same write is not a conflict");
+    cr_assert_eq(sessredis_put(r, "", "s", 0, &v1, &err), ATTND_ERR_BUSY,
+                 "another create of the same id, even with the very same record (same millisecond)");
     sessredis_rec other = rec_of(1, a, 1);
     cr_assert_eq(sessredis_put(r, "", "s", 0, &other, &err), ATTND_ERR_BUSY, "the id is taken");
     cr_assert(strstr(err.msg, "already exists"), "%s", err.msg);
@@ -225,7 +226,7 @@ static attnd_status turn(sess_store *st, const char *owner, const char *id, cons
     uint64_t t = s->turn;
     if (kv) sess_set_kv(st, s, fake_kv(kv), n, 100);
     cr_assert_eq(sess_release(st, s, hist, n, &err), ATTND_OK);
-    return sess_persist_turn(st, owner, id, t, &err);
+    return sess_persist_turn(st, owner, id, t, NULL, &err);
 }
 
 static void drop_kv(sess_store *st) {
@@ -248,7 +249,7 @@ Test(shared, any_instance_continues_any_session_and_reuses_its_own_kv) {
     cr_assert_eq(s->kv_len, 0);
     uint64_t t = s->turn;
     cr_assert_eq(sess_release(b, s, h2, 6, &err), ATTND_OK);
-    cr_assert_eq(sess_persist_turn(b, NULL, "chat", t, &err), ATTND_OK, "%s", err.msg);
+    cr_assert_eq(sess_persist_turn(b, NULL, "chat", t, NULL, &err), ATTND_OK, "%s", err.msg);
     /* back on A: the stored history extends A's, so A's KV of the first 4 tokens is kept */
     cr_assert_eq(sess_acquire(a, NULL, "chat", &s, &err), ATTND_OK, "%s", err.msg);
     cr_assert_eq(s->n_tokens, 6);
@@ -258,7 +259,7 @@ Test(shared, any_instance_continues_any_session_and_reuses_its_own_kv) {
     t = s->turn;
     sess_set_kv(a, s, fake_kv(1), 8, 100);
     cr_assert_eq(sess_release(a, s, h3, 8, &err), ATTND_OK);
-    cr_assert_eq(sess_persist_turn(a, NULL, "chat", t, &err), ATTND_OK, "%s", err.msg);
+    cr_assert_eq(sess_persist_turn(a, NULL, "chat", t, NULL, &err), ATTND_OK, "%s", err.msg);
     sess_info info;
     cr_assert(sess_get_info(b, NULL, "chat", &info));
     cr_assert_eq(info.n_tokens, 8, "B sees A's last turn");
@@ -285,8 +286,8 @@ Test(shared, a_turn_racing_on_two_instances_is_refused_never_merged) {
     sess_set_kv(a, sa, fake_kv(1), 4, 100);
     cr_assert_eq(sess_release(a, sa, ha, 4, &err), ATTND_OK);
     cr_assert_eq(sess_release(b, sb, hb, 4, &err), ATTND_OK);
-    cr_assert_eq(sess_persist_turn(b, NULL, "race", tb, &err), ATTND_OK, "%s", err.msg);
-    cr_assert_eq(sess_persist_turn(a, NULL, "race", ta, &err), ATTND_ERR_BUSY, "the slower turn is refused");
+    cr_assert_eq(sess_persist_turn(b, NULL, "race", tb, NULL, &err), ATTND_OK, "%s", err.msg);
+    cr_assert_eq(sess_persist_turn(a, NULL, "race", ta, NULL, &err), ATTND_ERR_BUSY, "the slower turn is refused");
     /* A's next turn starts from B's history; A's KV keeps only the shared prefix */
     cr_assert_eq(sess_acquire(a, NULL, "race", &sa, &err), ATTND_OK);
     cr_assert_arr_eq(sa->tokens, hb, sizeof(hb), "the stored history is B's alone");
@@ -312,8 +313,8 @@ Test(shared, a_superseded_turn_is_not_saved) {
     uint64_t t2 = s->turn;
     cr_assert_eq(s->n_tokens, 0, "turn 2 starts from the stored history");
     cr_assert_eq(sess_release(a, s, h2, 2, &err), ATTND_OK);
-    cr_assert_eq(sess_persist_turn(a, NULL, "s", t1, &err), ATTND_ERR_BUSY, "turn 1 was superseded");
-    cr_assert_eq(sess_persist_turn(a, NULL, "s", t2, &err), ATTND_OK, "%s", err.msg);
+    cr_assert_eq(sess_persist_turn(a, NULL, "s", t1, NULL, &err), ATTND_ERR_BUSY, "turn 1 was superseded");
+    cr_assert_eq(sess_persist_turn(a, NULL, "s", t2, NULL, &err), ATTND_OK, "%s", err.msg);
     sess_info info;
     cr_assert(sess_get_info(a, NULL, "s", &info));
     cr_assert_eq(info.n_tokens, 2);
@@ -337,8 +338,8 @@ Test(shared, ownership_and_deletion_carry_over) {
     free(list);
     cr_assert_eq(turn(b, "ab12", "mine", h, 3, 2), ATTND_OK, "its own key continues it on B");
     struct kv_seq *kv = NULL;
-    cr_assert_eq(sess_delete(a, "cd34", "mine", &kv, &err), ATTND_ERR_NOT_FOUND);
-    cr_assert_eq(sess_delete(a, "ab12", "mine", &kv, &err), ATTND_OK, "%s", err.msg);
+    cr_assert_eq(sess_delete(a, "cd34", "mine", &kv, NULL, &err), ATTND_ERR_NOT_FOUND);
+    cr_assert_eq(sess_delete(a, "ab12", "mine", &kv, NULL, &err), ATTND_OK, "%s", err.msg);
     int before = sunk;
     cr_assert_eq(sess_acquire(b, "ab12", "mine", &s, &err), ATTND_ERR_NOT_FOUND, "deleted on A: gone on B");
     cr_assert_eq(sunk, before + 1, "B's local copy went, its KV to the scheduler");
@@ -358,7 +359,7 @@ Test(shared, a_store_that_is_down_refuses_and_then_serves_again) {
     uint64_t t = s->turn;
     cr_assert_eq(sess_release(a, s, h, 2, &err), ATTND_OK);
     redis_stop();
-    cr_assert_eq(sess_persist_turn(a, NULL, "s", t, &err), ATTND_ERR_IO, "a failed write is never acknowledged");
+    cr_assert_eq(sess_persist_turn(a, NULL, "s", t, NULL, &err), ATTND_ERR_IO, "a failed write is never acknowledged");
     cr_assert_eq(sess_acquire(a, NULL, "s", &s, &err), ATTND_ERR_IO);
     cr_assert_eq(sess_create(a, NULL, "t", id, &err), ATTND_ERR_IO);
     redis_start();

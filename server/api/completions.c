@@ -85,10 +85,10 @@ static json_t *at_index(json_t *chunk, int k) {
 static const char *CUT_REASON = "length";
 
 /* The end of one choice: its final chunk (a cut one included), or an error event. The
- * session's history is made durable first: a turn that could not be saved ends in an error. */
+ * session's history is made durable first. */
 static void choice_end_oai(req *r, int k, const sched_output *o, buf *out) {
-    if (!genreq_persist(r)) {
-        sse_event(out, oai_error(r->unsaved, r->unsaved_msg, r->unsaved == 409 ? "session_id" : NULL));
+    if (!genreq_persist(r)) { /* not saved: an error event, never a "stop" the client would trust */
+        sse_event(out, genreq_unsaved_error(r));
     } else if (genreq_was_cut(o)) {
         sse_event(out, at_index(oai_chunk(&r->rctx, r->chat ? json_object() : json_string(""), NULL, CUT_REASON), k));
     } else if (o->status != ATTND_OK) {
@@ -119,7 +119,7 @@ static void update_llama(req *r, int k, const sched_update *u, buf *out) {
         sse_event(out, oai_llama_response(&r->rctx, &g, u->text, u->text_len, r->return_tokens, u->from, u->to, false));
     if (!u->done) return;
     if (!genreq_persist(r))
-        sse_event(out, oai_error(r->unsaved, r->unsaved_msg, r->unsaved == 409 ? "session_id" : NULL));
+        sse_event(out, genreq_unsaved_error(r));
     else if (o.status != ATTND_OK && !genreq_was_cut(&o))
         sse_event(out, oai_error(503, o.errmsg[0] ? o.errmsg : "generation failed", NULL));
     else
@@ -177,8 +177,8 @@ static enum MHD_Result respond_stream(req *r) {
 /* Blocks until the job is done (or the client leaves), then answers with the whole response:
  * one choice per prompt and n, in order, with the usage summed. */
 static enum MHD_Result respond_whole(req *r) {
-    enum MHD_Result ret;
-    if (!genreq_wait_all(r, &ret)) return ret;
+    if (!genreq_wait_all(r)) return MHD_NO;
+    if (r->unsaved) return genreq_respond_unsaved(r); /* never a 200 for a turn a restart loses */
     genreq_hold_connection(r, false); /* the idle timeout guards sending the body again */
     sched_output o;
     sched_job_output(r->job, &o);

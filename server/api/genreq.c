@@ -5,6 +5,7 @@
  */
 #include "genreq.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -95,10 +96,11 @@ bool genreq_acquire_session(req *r, sess **se, enum MHD_Result *ret) {
  * false: out of memory (ids freed). */
 static bool job_spec(req *r, int32_t *ids, size_t n, int max_tokens, sess *se, uint64_t seed, sched_job_spec *spec) {
     const oai_request *q = &r->oreq;
+    http_tenant(r, r->tenant, sizeof(r->tenant));
     *spec = (sched_job_spec){
         .prompt = ids, .n_prompt = (int)n, .sp = q->sp, .n_bias = q->n_bias, .max_tokens = max_tokens,
         .top_logprobs = q->logprobs, .prompt_logprobs = !r->chat && q->echo && q->logprobs >= 0, .se = se,
-        .owner = r->owner, .request_id = r->request_id,
+        .owner = r->owner, .request_id = r->request_id, .tenant = r->tenant,
     };
     spec->sp.seed = seed;
     bool ok = true;
@@ -198,18 +200,31 @@ void genreq_hold_connection(req *r, bool waiting) {
 }
 
 bool genreq_persist(req *r) {
-    if (!r->sess_id[0] || r->unsaved) return !r->unsaved;
+    if (!r->sess_id[0]) return true;
+    if (r->unsaved) return false;
     attnd_err err;
-    attnd_status st = sess_persist_turn(r->srv->store, r->owner, r->sess_id, r->sess_turn, &err);
+    int e = 0;
+    attnd_status st = sess_persist_turn(r->srv->store, r->owner, r->sess_id, r->sess_turn, &e, &err);
     if (st == ATTND_OK) return true;
     slog_error("%s", err.msg);
-    r->unsaved = http_status_of(st, HTTP_CTX_SAVE);
-    snprintf(r->unsaved_msg, sizeof(r->unsaved_msg), "%.255s", err.msg);
+    if (st == ATTND_ERR_BUSY || st == ATTND_ERR_NOT_FOUND || (st == ATTND_ERR_IO && !e)) {
+        /* the shared store: another turn saved first (409), or it is unreachable (503) */
+        r->unsaved = st == ATTND_ERR_IO ? 503 : 409;
+        snprintf(r->unsaved_msg, sizeof(r->unsaved_msg), "%.199s", err.msg);
+        return false;
+    }
+    r->unsaved = e == ENOSPC || e == EDQUOT ? 507 : 503;
+    snprintf(r->unsaved_msg, sizeof(r->unsaved_msg),
+             "session '%s' could not be saved (%.60s): this turn is not part of it; retry later", r->sess_id,
+             e ? strerror(e) : err.msg);
     return false;
 }
 
-bool genreq_wait_all(req *r, enum MHD_Result *ret) {
-    *ret = MHD_NO;
+enum MHD_Result genreq_respond_unsaved(req *r) { return http_respond_error(r, r->unsaved, r->unsaved_msg, "session_id"); }
+
+json_t *genreq_unsaved_error(const req *r) { return oai_error(r->unsaved, r->unsaved_msg, "session_id"); }
+
+bool genreq_wait_all(req *r) {
     for (int k = 0; k < req_n_jobs(r); k++) {
         sched_update u;
         do {
@@ -221,9 +236,8 @@ bool genreq_wait_all(req *r, enum MHD_Result *ret) {
                 }
         } while (!u.done);
     }
-    if (genreq_persist(r)) return true; /* durable before the response is sent */
-    *ret = http_respond_error(r, r->unsaved, r->unsaved_msg, r->unsaved == 409 ? "session_id" : NULL);
-    return false;
+    genreq_persist(r); /* durable before the response is sent */
+    return true;
 }
 
 static bool submit_choices(req *r, enum MHD_Result *ret) {

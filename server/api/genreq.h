@@ -34,17 +34,19 @@ bool genreq_submit(req *r, int32_t *ids, size_t n, int max_tokens, sess *se, att
 /* Tokenizes and submits every choice of r->oreq (false: an error response is queued and what was
  * submitted is cancelled). */
 bool genreq_submit_all(req *r, enum MHD_Result *ret);
-/* Waits for every job, then genreq_persist. false: *ret is what the handler returns: MHD_NO when
- * the client left (everything is cancelled), or the queued error response of a turn that could
- * not be saved (409 superseded by another request's turn, 503 store unavailable). */
-bool genreq_wait_all(req *r, enum MHD_Result *ret);
-/* Makes the request's session history durable (sess_persist_turn) before its response
- * completes: called once the session's job is done, before the body or the final stream events.
- * true without a session or a state directory. false: the turn is not saved, so it must not be
- * acknowledged: r->unsaved (the HTTP status) and r->unsaved_msg say why, and the caller answers
- * with that error (a stream: an error event instead of its final chunk). Later calls repeat the
- * first answer. */
+/* Waits for every job, then genreq_persist; false: the client left (everything is cancelled). */
+bool genreq_wait_all(req *r);
+/* Makes the request's session history durable (sess_persist_turn) before its response completes:
+ * called once the session's job is done, before the body or the final stream events. No-op
+ * (true) without a session or a state directory. false: the turn could not be saved (the
+ * session is back to its saved history) and must not be acknowledged: r->unsaved holds the
+ * status (507 for a full disk or quota, 409 when the shared session store holds another turn
+ * saved since this one read it, else 503) and stays set, so a later call fails too. */
 bool genreq_persist(req *r);
+/* The error answer of an unsaved turn (genreq_persist false): 507, or 503 with Retry-After. */
+enum MHD_Result genreq_respond_unsaved(req *r);
+/* Its error object, for a stream's last event (new reference). */
+json_t *genreq_unsaved_error(const req *r);
 /* waiting: lifts the connection's idle timeout (request_timeout_s) while the request waits for
  * the scheduler (queue, prefill), which is the server's slowness, not the client's; a vanished
  * client is still noticed by polling (http_client_gone). false: puts it back. */

@@ -71,6 +71,7 @@ struct server {
     atomic_bool stopping;
     atomic_int in_flight;     /* requests between their first callback and completion */
     atomic_int tok_active;    /* /tokenize and /detokenize requests running (tokenize_parallel) */
+    atomic_int attn_active;   /* /v1/attention requests running (attention_parallel) */
     bool shut_down;
 };
 
@@ -124,9 +125,13 @@ struct req {
     char *body;              /* (len) request body, NUL-terminated; owned */
     size_t len, cap;
     bool too_big;
+    int unsaved;             /* the session turn could not be made durable: 507 / 409 / 503 (genreq.h) */
+    char unsaved_msg[200];
+    size_t dropped;          /* body bytes read past the limit (answered 413 when it ends) */
     int status;              /* response status (for the access log and metrics) */
     int n_prompt;            /* prompt tokens, for the access log */
     char owner[SESS_OWNER_MAX + 1]; /* the API key's owner tag ("" = one key or none; sess.h) */
+    char tenant[SCHED_TENANT_MAX + 1]; /* who asked, for fair admission (http_tenant) */
     char reason[160];        /* why the request was refused (error responses), for the log */
     char request_id[SLOG_REQUEST_ID_MAX + 1]; /* X-Request-Id: the client's, or one made here */
     bool cancelled;          /* client went away mid-request */
@@ -138,8 +143,6 @@ struct req {
     json_t *body_json;       /* keeps oreq's borrowed strings alive; owned */
     char sess_id[SESS_ID_MAX + 1];
     uint64_t sess_turn;      /* which acquire of the session this request's turn is (sess.h) */
-    int unsaved;             /* the turn's history could not be saved: the HTTP status, else 0 */
-    char unsaved_msg[256];   /* why (the error body or event says it) */
     char resp_id[48];
     const char *prompt_param; /* the body field prompt errors name; NULL = "messages"/"prompt" */
     oai_resp_ctx rctx;       /* what the response JSON says about this request */
@@ -185,7 +188,6 @@ typedef enum http_ctx {
                             503, anything else 409 (in use) */
     HTTP_CTX_GENERATE,   /* a generation that failed: out of memory / busy 503, else 500 */
     HTTP_CTX_PARSE,      /* validating a request body: invalid 400, else 500 */
-    HTTP_CTX_SAVE,       /* saving a turn: superseded or gone 409 (a race), else 503 (retry) */
 } http_ctx;
 int http_status_of(attnd_status st, http_ctx ctx);
 
@@ -197,6 +199,12 @@ json_t *http_parse_body(req *r, enum MHD_Result *ret, bool allow_empty);
  * else http_parse_body; the object is kept in r->body_json (freed with the request) and
  * returned borrowed. */
 json_t *http_work_body(req *r, enum MHD_Result *ret);
+
+/* The client's numeric address ("127.0.0.1", "::1") into buf, or "?" when unknown. */
+void http_client_address(struct MHD_Connection *c, char *buf, size_t cap);
+/* Who asked, for the scheduler's fair admission: "key:<owner>" with several API keys, else
+ * "addr:<client address>" (into buf, SCHED_TENANT_MAX + 1 bytes). */
+void http_tenant(const req *r, char *buf, size_t cap);
 
 /* True when the peer closed its side (checked without blocking). */
 bool http_client_gone(req *r);

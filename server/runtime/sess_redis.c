@@ -33,17 +33,18 @@ struct sessredis {
 
 /*
  * KEYS[1] the record; ARGV: expected version ("0" = must not exist), new version, record text,
- * TTL in seconds ("0" = none). Returns 1 written (or already written by this very call's earlier
- * try), 0 another version is stored (or the record exists on create), -1 the record is gone.
+ * TTL in seconds ("0" = none), a random id of this write. Returns 1 written (or already written
+ * by this very write's earlier try: the stored write id is its own), 0 another version is stored
+ * (or the record exists on create), -1 the record is gone.
  */
 static const char PUT_SCRIPT[] =
     "local cur = redis.call('HGET', KEYS[1], 'v')\n"
-    "if cur == ARGV[2] and redis.call('HGET', KEYS[1], 'rec') == ARGV[3] then return 1 end\n"
+    "if cur == ARGV[2] and redis.call('HGET', KEYS[1], 'w') == ARGV[5] then return 1 end\n"
     "if ARGV[1] == '0' then\n"
     "  if cur then return 0 end\n"
     "elseif not cur then return -1\n"
     "elseif cur ~= ARGV[1] then return 0 end\n"
-    "redis.call('HSET', KEYS[1], 'v', ARGV[2], 'rec', ARGV[3])\n"
+    "redis.call('HSET', KEYS[1], 'v', ARGV[2], 'rec', ARGV[3], 'w', ARGV[5])\n"
     "if ARGV[4] ~= '0' then redis.call('EXPIRE', KEYS[1], ARGV[4]) end\n"
     "return 1\n";
 
@@ -273,10 +274,12 @@ attnd_status sessredis_put(sessredis *r, const char *owner, const char *id, uint
     snprintf(sv_expect, sizeof(sv_expect), "%" PRIu64, expect);
     snprintf(sv_new, sizeof(sv_new), "%" PRIu64, rec->version);
     snprintf(sv_ttl, sizeof(sv_ttl), "%d", r->ttl_s);
-    const char *argv[] = {"EVAL", PUT_SCRIPT, "1", key, sv_expect, sv_new, text, sv_ttl};
-    size_t lens[8];
-    for (int i = 0; i < 8; i++) lens[i] = strlen(argv[i]);
-    redisReply *rep = command(r, 8, argv, lens, err);
+    char write_id[40]; /* tells a retry of this write (its answer lost) from another writer's */
+    attnd_random_id(write_id, sizeof(write_id), "");
+    const char *argv[] = {"EVAL", PUT_SCRIPT, "1", key, sv_expect, sv_new, text, sv_ttl, write_id};
+    size_t lens[9];
+    for (int i = 0; i < 9; i++) lens[i] = strlen(argv[i]);
+    redisReply *rep = command(r, 9, argv, lens, err);
     free(text);
     if (!rep) return ATTND_ERR_IO;
     if (rep->type != REDIS_REPLY_INTEGER) return reply_error(r, rep, err);

@@ -6,6 +6,7 @@
  * A record is one Redis hash at <prefix>[<owner>~]<id> (the state directory's names, sess.h):
  *   v    the session's version: 1 when created (empty), +1 for every acknowledged turn
  *   rec  the session file's JSON (sess_file.h): id, owner, model tag, times, token history
+ *   w    a random id of the write that stored it (a retry of that write is not a conflict)
  * A write names the version it read (sessredis_put's expect); a Lua script compares and writes
  * atomically on the server, so of two turns racing from the same version exactly one wins and the
  * other is refused, never merged. Every write sets the key's TTL (ttl_s; 0 = none), so an idle
