@@ -156,9 +156,17 @@ def wait_redis():
     fail("redis-server did not start")
 
 
+NAMES = {str(PA): "a", str(PB): "b"}
+
+
 def upstream(hdr):
-    u = hdr.get("x-attnd-upstream", "")
-    return {str(PA): "a", str(PB): "b"}.get(u.rsplit(":", 1)[-1], "?")
+    """The instance that answered (the last of nginx's tries)."""
+    return NAMES.get(hdr.get("x-attnd-upstream", "").rsplit(":", 1)[-1], "?")
+
+
+def reached(hdr):
+    """Every instance nginx tried for the request: each may have loaded the session."""
+    return [NAMES.get(u.strip().rsplit(":", 1)[-1], "?") for u in hdr.get("x-attnd-upstream", "").split(",") if u.strip()]
 
 
 def turn_body(sid, prompt):
@@ -245,6 +253,8 @@ def tracked():
             st, hdr, j, dt = request(PN, "POST", "/v1/completions", turn_body(sid, prompt), sid=sid)
             if st == 200:
                 break
+            for i in reached(hdr):  # a try that failed after loading the session (e.g. its save)
+                fresh[i] = False
             if expect_first_try:
                 fail("failover turn: HTTP %d %s (expected success at the first try)" % (st, j))
             time.sleep(0.2)
@@ -261,7 +271,8 @@ def tracked():
             if cached == 0:
                 fail("a turn on %s, which served the turn before, reused nothing" % inst)
             reuse.append(dt)
-        fresh[inst] = False
+        for i in reached(hdr) + [inst]:
+            fresh[i] = False
         last = inst
         prompt += j["choices"][0]["text"] + " and"
         return inst, n, cached
