@@ -29,7 +29,7 @@ for tool in redis-server python3 curl; do
 done
 
 source "$(dirname "$0")/proc_lib.sh" # $T, PIDS, cleanup on exit (python stops what it starts)
-chmod 755 "$T" # nginx workers may run as another user
+source "$(dirname "$0")/nginx_lib.sh" # nginx_config
 
 # Four loopback ports the kernel picks (bound together, so distinct; free when released).
 read -r PR PA PB PN < <(python3 -c '
@@ -38,32 +38,9 @@ ss = [socket.socket() for _ in range(4)]
 for s in ss: s.bind(("127.0.0.1", 0))
 print(*[s.getsockname()[1] for s in ss])')
 
-mkdir -p "$T/logs" "$T/tmp" "$T/redis"
-chmod 777 "$T/tmp"
-sed -e "s/127\.0\.0\.1:8081/127.0.0.1:$PA/" -e "s/127\.0\.0\.1:8082/127.0.0.1:$PB/" \
-    -e "s/listen 127\.0\.0\.1:8080;/listen 127.0.0.1:$PN;/" -e "s/fail_timeout=10s/fail_timeout=1s/" \
-    "$ATTND_SOURCE_DIR/deploy/nginx/attnd.conf" >"$T/attnd.conf"
-for want in "127.0.0.1:$PA " "127.0.0.1:$PB " "listen 127.0.0.1:$PN;" "fail_timeout=1s"; do
-    grep -q "$want" "$T/attnd.conf" || { echo "FAIL: could not substitute '$want' into deploy/nginx/attnd.conf"; exit 1; }
-done
-cat >"$T/nginx.conf" <<CONF
-daemon off;
-master_process off;
-worker_processes 1;
-pid $T/nginx.pid;
-error_log $T/logs/error.log warn;
-events { worker_connections 512; }
-http {
-    access_log off;
-    client_body_temp_path $T/tmp/body;
-    proxy_temp_path $T/tmp/proxy;
-    fastcgi_temp_path $T/tmp/fastcgi;
-    uwsgi_temp_path $T/tmp/uwsgi;
-    scgi_temp_path $T/tmp/scgi;
-    include $T/attnd.conf;
-}
-CONF
-"$NGINX" -t -q -p "$T" -e "$T/logs/error.log" -c "$T/nginx.conf" 2>"$T/nginx-t.log" || { cat "$T/nginx-t.log"; echo "FAIL: nginx -t"; exit 1; }
+mkdir -p "$T/redis"
+nginx_config "$PA" "$PB" "$PN" "s/fail_timeout=10s/fail_timeout=1s/" || exit 1
+grep -q "fail_timeout=1s" "$T/attnd.conf" || { echo "FAIL: no fail_timeout=10s in deploy/nginx/attnd.conf"; exit 1; }
 
 NGINX_BIN=$NGINX; export T PR PA PB PN MODEL NGINX_BIN # (nginx itself reads $NGINX)
 python3 - <<'PY'

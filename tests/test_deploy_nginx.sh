@@ -20,6 +20,7 @@ NGINX=$(command -v nginx || echo /usr/sbin/nginx)
 command -v curl >/dev/null || { echo "FAIL: curl not installed (scripts/dev.sh test installs it)"; exit 1; }
 
 source "$(dirname "$0")/proc_lib.sh" # $T, PIDS, cleanup on exit
+source "$(dirname "$0")/nginx_lib.sh" # nginx_config
 chmod 755 "$T" # nginx workers may run as another user
 fail() {
     echo "FAIL: $*" >&2
@@ -58,31 +59,7 @@ start_instance a "$PA"
 start_instance b "$PB"
 
 # nginx: the shipped snippet with its example ports replaced by ours.
-mkdir -p "$T/logs" "$T/tmp"
-chmod 777 "$T/tmp"
-sed -e "s/127\.0\.0\.1:8081/127.0.0.1:$PA/" -e "s/127\.0\.0\.1:8082/127.0.0.1:$PB/" \
-    -e "s/listen 127\.0\.0\.1:8080;/listen 127.0.0.1:$PN;/" "$ATTND_SOURCE_DIR/deploy/nginx/attnd.conf" >"$T/attnd.conf"
-for want in "127.0.0.1:$PA " "127.0.0.1:$PB " "listen 127.0.0.1:$PN;"; do
-    grep -q "$want" "$T/attnd.conf" || fail "could not substitute '$want' into deploy/nginx/attnd.conf"
-done
-cat >"$T/nginx.conf" <<CONF
-daemon off;
-master_process off;
-worker_processes 1;
-pid $T/nginx.pid;
-error_log $T/logs/error.log warn;
-events { worker_connections 256; }
-http {
-    access_log $T/logs/access.log;
-    client_body_temp_path $T/tmp/body;
-    proxy_temp_path $T/tmp/proxy;
-    fastcgi_temp_path $T/tmp/fastcgi;
-    uwsgi_temp_path $T/tmp/uwsgi;
-    scgi_temp_path $T/tmp/scgi;
-    include $T/attnd.conf;
-}
-CONF
-"$NGINX" -t -q -p "$T" -e "$T/logs/error.log" -c "$T/nginx.conf" 2>"$T/nginx-t.log" || { cat "$T/nginx-t.log"; fail "nginx -t"; }
+nginx_config "$PA" "$PB" "$PN" || fail "nginx configuration"
 "$NGINX" -p "$T" -e "$T/logs/error.log" -c "$T/nginx.conf" 2>>"$T/logs/error.log" &
 PIDS+=($!)
 
