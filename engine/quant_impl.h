@@ -1,7 +1,8 @@
 /*
- * quant_impl.h — (private to engine/quant*.c) what the portable driver in quant.c shares with
- * the instruction-set specific kernel files (quant_avx2.c, quant_avx512.c): the prepared
- * activation view, block layouts, and the row-range kernel signature.
+ * quant_impl.h — (private to engine/quant*.c) what the driver (quant.c), the reference kernels
+ * and instruction-set table (quant_ref.c), the packing (quant_pack.c) and the instruction-set
+ * specific kernel files (quant_avx2.c, quant_avx512.c) share: the prepared activation view, block
+ * layouts, the packed layouts, the row-range kernel signature and the dispatch table.
  *
  * A row-range kernel computes out[t * n_rows + r] for r0 <= r < r1 and every token t, reading
  * each weight row once and reusing it (hot in L1) for all n_tok activation rows.
@@ -12,6 +13,8 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
+
+#include "quant_types.h"
 
 /* Block geometry (GGUF/ggml spec). */
 #define QK8_0 32   /* Q8_0: f16 d; int8 qs[32]                                         34 bytes */
@@ -44,7 +47,7 @@ typedef struct quant_act {
 typedef void (*quant_rows_fn)(float *out, const uint8_t *w, size_t row_bytes, int64_t r0, int64_t r1,
                               int64_t n_rows, const quant_act *a, int n_tok);
 
-/* Activation preparation (see quant.c): Q8_0 form, Q8_K form, f16 rounding; n a block multiple. */
+/* Activation preparation (see quant_ref.c): Q8_0 form, Q8_K form, f16 rounding; n a block multiple. */
 typedef void (*quant_prep_q8_0_fn)(float *d, int8_t *q, const float *x, int64_t n);
 typedef void (*quant_prep_q8_k_fn)(float *d, int8_t *q, int16_t *bsums, const float *x, int64_t n);
 typedef void (*quant_prep_f16_fn)(float *xr, const float *x, int64_t n);
@@ -90,11 +93,12 @@ struct quant_packed {
     uint8_t *data;      /* (ceil(n_rows / 16) * group_bytes), 64-byte aligned */
 };
 
-/* Per instruction set: one row-range kernel per computable weight type and the activation
- * preparations; any NULL entry falls back to the next instruction set down. */
+/* Per instruction set: one row-range kernel per computable weight type (indexed by QT_*, the
+ * dense index of quant_types.h) and the activation preparations; any NULL entry falls back to the
+ * next instruction set down (the portable table fills every rows[] entry). */
 typedef struct quant_kernels {
-    quant_rows_fn f32, f16, bf16, q8_0, q4_0, q4_k, q6_k;
-    quant_rows_fn q4_0_packed, q4_k_packed, q6_k_packed; /* over quant_pack's layouts; NULL: none */
+    quant_rows_fn rows[QT_COUNT];
+    quant_rows_fn packed[QT_COUNT]; /* over quant_pack's layouts; NULL: the type is not packed */
     quant_prep_q8_0_fn prep_q8_0;
     quant_prep_q8_k_fn prep_q8_k;
     quant_prep_f16_fn prep_f16;
@@ -136,6 +140,17 @@ static inline uint16_t quant_ld16(const uint8_t *p) {
     memcpy(&v, p, sizeof v);
     return v;
 }
+
+/* The kernel over quant_pack's layout of wtype in table k; NULL: wtype is not packed there. */
+static inline quant_rows_fn quant_packed_kernel(const quant_kernels *k, uint32_t wtype) {
+    int qt = quant_type_index(wtype);
+    return qt < 0 ? NULL : k->packed[qt];
+}
+
+/* The 6-bit values (0..63, without the -32) of one Q6_K super-block, in column order (quant_format.c). */
+void quant_q6k_values(uint8_t v[QK_K], const uint8_t *blk);
+/* bf16 rounding of activations (quant_ref.c; one version for every instruction set). */
+void quant_act_bf16(float *xr, const float *x, int64_t n);
 
 /* Q4_K: unpacks the 8 six-bit scales and 8 six-bit mins from the 12 packed bytes. */
 static inline void quant_q4k_scales(const uint8_t *s, uint8_t sc[8], uint8_t mn[8]) {
