@@ -39,7 +39,8 @@ size_t quant_scratch_bytes(uint32_t wtype, int n_tok, int64_t n_cols) {
     case QUANT_ACT_F16:
     case QUANT_ACT_BF16: return SCRATCH_ALIGN + round_up(n * sizeof(float));
     case QUANT_ACT_Q8_0:
-        return SCRATCH_ALIGN + 2 * round_up((size_t)n_tok * (size_t)(n_cols / QK8_0) * sizeof(float)) + round_up(n);
+    case QUANT_ACT_Q8_1:
+        return SCRATCH_ALIGN + 3 * round_up((size_t)n_tok * (size_t)(n_cols / QK8_0) * sizeof(float)) + round_up(n);
     case QUANT_ACT_Q8_K:
         return SCRATCH_ALIGN + round_up((size_t)n_tok * (size_t)(n_cols / QK_K) * sizeof(float)) + round_up(n) +
                round_up((size_t)n_tok * (size_t)(n_cols / 16) * sizeof(int16_t)) +
@@ -61,6 +62,8 @@ typedef struct act_plan {
     int16_t *bs;       /* Q8_K form: (n_tok, n_cols / 16) */
     int16_t *bs32;     /* Q8_K form: (n_tok, n_cols / 32) */
     int32_t *xsum;     /* Q8_0 form: (n_tok, nb) */
+    float *s;          /* Q8_1 form: (n_tok, nb) */
+    int q8_1;          /* the Q8_1 form: Q8_0's plus s */
     quant_prep_f16_fn f16;
     quant_prep_q8_0_fn q8_0;
     quant_prep_q8_k_fn q8_k;
@@ -85,12 +88,17 @@ static void act_plan_init(act_plan *pl, const quant_kernels *k, uint32_t wtype, 
         pl->f16 = act_form(wtype) == QUANT_ACT_F16 ? k->prep_f16 : quant_act_bf16;
         return;
     case QUANT_ACT_Q8_0:
+    case QUANT_ACT_Q8_1: {
         pl->a.nb = n_cols / QK8_0;
+        size_t per = round_up((size_t)n_tok * (size_t)pl->a.nb * sizeof(float));
         pl->d = (float *)p;
-        pl->xsum = (int32_t *)(p + round_up((size_t)n_tok * (size_t)pl->a.nb * sizeof(float)));
-        pl->q = (int8_t *)(p + 2 * round_up((size_t)n_tok * (size_t)pl->a.nb * sizeof(float)));
+        pl->xsum = (int32_t *)(p + per);
+        pl->s = (float *)(p + 2 * per);
+        pl->q = (int8_t *)(p + 3 * per);
         pl->q8_0 = k->prep_q8_0;
+        pl->q8_1 = act_form(wtype) == QUANT_ACT_Q8_1;
         break;
+    }
     case QUANT_ACT_Q8_K:
         pl->a.nb = n_cols / QK_K;
         pl->d = (float *)p;
@@ -109,6 +117,7 @@ static void act_plan_init(act_plan *pl, const quant_kernels *k, uint32_t wtype, 
     pl->a.bsums = pl->bs;
     pl->a.bsum32 = pl->bs32;
     pl->a.xsum = pl->xsum;
+    pl->a.s = pl->q8_1 ? pl->s : NULL;
 }
 
 /* Prepares the activations of token t. */
@@ -124,6 +133,7 @@ static void act_fill(const act_plan *pl, int t) {
             for (int j = 0; j < QK8_0; j++) s += q[j];
             pl->xsum[t * nb + b] = s;
         }
+        if (pl->q8_1) quant_act_q8_1_sums(pl->s + t * nb, pl->xsum + t * nb, x, n);
     }
     else if (pl->q8_k) {
         int16_t *bs = pl->bs + t * (n / 16);

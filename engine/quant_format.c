@@ -153,6 +153,136 @@ static void dequant_q6_k(float *y, const uint8_t *src, int64_t nb) {
     }
 }
 
+const int8_t quant_iq4nl_values[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+const int8_t quant_mxfp4_values[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+
+static uint32_t ld32(const uint8_t *p) {
+    uint32_t v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+
+/* Q4_1/Q5_1/Q5_0/IQ4_NL/MXFP4 share the 16 bytes of nibbles of Q4_0: element j is the low
+ * nibble of byte j, element j + 16 its high nibble; Q5's fifth bits are bit j of qh. */
+static void nibbles32(uint8_t v[32], const uint8_t *qs, uint32_t qh) {
+    for (int j = 0; j < 16; j++) {
+        v[j] = (uint8_t)((qs[j] & 0xF) | ((qh >> j) & 1) << 4);
+        v[j + 16] = (uint8_t)((qs[j] >> 4) | ((qh >> (j + 16)) & 1) << 4);
+    }
+}
+
+static void dequant_q4_1(float *y, const uint8_t *src, int64_t nb) {
+    uint8_t v[32];
+    for (int64_t b = 0; b < nb; b++, src += Q4_1_BYTES, y += 32) {
+        float d = quant_f16_to_f32(quant_ld16(src)), m = quant_f16_to_f32(quant_ld16(src + 2));
+        nibbles32(v, src + 4, 0);
+        for (int j = 0; j < 32; j++) y[j] = (float)v[j] * d + m;
+    }
+}
+
+static void dequant_q5_0(float *y, const uint8_t *src, int64_t nb) {
+    uint8_t v[32];
+    for (int64_t b = 0; b < nb; b++, src += Q5_0_BYTES, y += 32) {
+        float d = quant_f16_to_f32(quant_ld16(src));
+        nibbles32(v, src + 6, ld32(src + 2));
+        for (int j = 0; j < 32; j++) y[j] = (float)(v[j] - 16) * d;
+    }
+}
+
+static void dequant_q5_1(float *y, const uint8_t *src, int64_t nb) {
+    uint8_t v[32];
+    for (int64_t b = 0; b < nb; b++, src += Q5_1_BYTES, y += 32) {
+        float d = quant_f16_to_f32(quant_ld16(src)), m = quant_f16_to_f32(quant_ld16(src + 2));
+        nibbles32(v, src + 8, ld32(src + 4));
+        for (int j = 0; j < 32; j++) y[j] = (float)v[j] * d + m;
+    }
+}
+
+static void dequant_iq4_nl(float *y, const uint8_t *src, int64_t nb) {
+    uint8_t v[32];
+    for (int64_t b = 0; b < nb; b++, src += IQ4_NL_BYTES, y += 32) {
+        float d = quant_f16_to_f32(quant_ld16(src));
+        nibbles32(v, src + 2, 0);
+        for (int j = 0; j < 32; j++) y[j] = d * (float)quant_iq4nl_values[v[j]];
+    }
+}
+
+static void dequant_mxfp4(float *y, const uint8_t *src, int64_t nb) {
+    uint8_t v[32];
+    for (int64_t b = 0; b < nb; b++, src += MXFP4_BYTES, y += 32) {
+        float d = quant_e8m0_half(src[0]);
+        nibbles32(v, src + 1, 0);
+        for (int j = 0; j < 32; j++) y[j] = (float)quant_mxfp4_values[v[j]] * d;
+    }
+}
+
+/* Q2_K: element 128h + 32k + l (h < 2, k < 4, l < 32) is bits 2k, 2k + 1 of qs[32h + l]; its
+ * sub-block of 16 is 8h + 2k + l / 16, whose scales byte holds the scale (low nibble) and the
+ * min (high nibble): x = d * sc * q - dmin * mn. */
+static void dequant_q2_k(float *y, const uint8_t *src, int64_t nb) {
+    for (int64_t b = 0; b < nb; b++, src += Q2_K_BYTES, y += QK_K) {
+        const uint8_t *sc = src, *qs = src + 16;
+        float d = quant_f16_to_f32(quant_ld16(src + 80)), dmin = quant_f16_to_f32(quant_ld16(src + 82));
+        for (int e = 0; e < QK_K; e++) {
+            int h = e / 128, k = e % 128 / 32, l = e % 32, s = sc[e / 16];
+            int q = (qs[32 * h + l] >> (2 * k)) & 3;
+            y[e] = d * (float)(s & 0xF) * (float)q - dmin * (float)(s >> 4);
+        }
+    }
+}
+
+/* The 3-bit values (-4..3) of one Q3_K super-block, in element order: the low 2 bits as Q2_K's,
+ * the third bit is bit 4h + k of hmask[l] (set: +0, clear: -4). */
+static void q3_k_values(int8_t v[QK_K], const uint8_t *blk) {
+    const uint8_t *hm = blk, *qs = blk + 32;
+    for (int e = 0; e < QK_K; e++) {
+        int h = e / 128, k = e % 128 / 32, l = e % 32;
+        int q = (qs[32 * h + l] >> (2 * k)) & 3;
+        v[e] = (int8_t)(q - ((hm[l] >> (4 * h + k)) & 1 ? 0 : 4));
+    }
+}
+
+static void dequant_q3_k(float *y, const uint8_t *src, int64_t nb) {
+    int8_t v[QK_K], sc[16];
+    for (int64_t b = 0; b < nb; b++, src += Q3_K_BYTES, y += QK_K) {
+        float d = quant_f16_to_f32(quant_ld16(src + 108));
+        q3_k_values(v, src);
+        quant_q3k_scales(src + 96, sc);
+        for (int e = 0; e < QK_K; e++) y[e] = d * (float)sc[e / 16] * (float)v[e];
+    }
+}
+
+/* Q5_K: Q4_K's layout with a fifth bit per element, bit 2p + (high nibble) of qh[l] for element
+ * 64p + 32 (high nibble) + l. */
+static void dequant_q5_k(float *y, const uint8_t *src, int64_t nb) {
+    for (int64_t b = 0; b < nb; b++, src += Q5_K_BYTES) {
+        float d = quant_f16_to_f32(quant_ld16(src)), dmin = quant_f16_to_f32(quant_ld16(src + 2));
+        uint8_t sc[8], mn[8];
+        quant_q4k_scales(src + 4, sc, mn);
+        const uint8_t *qh = src + 16, *q = src + 48;
+        for (int p = 0; p < 4; p++, q += 32, y += 64) {
+            float d1 = d * sc[2 * p], m1 = dmin * mn[2 * p], d2 = d * sc[2 * p + 1], m2 = dmin * mn[2 * p + 1];
+            for (int l = 0; l < 32; l++) y[l] = d1 * (float)((q[l] & 0xF) | ((qh[l] >> (2 * p)) & 1) << 4) - m1;
+            for (int l = 0; l < 32; l++) y[32 + l] = d2 * (float)((q[l] >> 4) | ((qh[l] >> (2 * p + 1)) & 1) << 4) - m2;
+        }
+    }
+}
+
+/* IQ4_XS: sub-block j of 32 (scale sc[j]) keeps its nibbles in qs[16j .. 16j + 16), as IQ4_NL. */
+static void dequant_iq4_xs(float *y, const uint8_t *src, int64_t nb) {
+    int8_t sc[8];
+    uint8_t v[32];
+    for (int64_t b = 0; b < nb; b++, src += IQ4_XS_BYTES) {
+        float d = quant_f16_to_f32(quant_ld16(src));
+        quant_iq4xs_scales(src, sc);
+        for (int j = 0; j < 8; j++, y += 32) {
+            float dl = d * (float)sc[j];
+            nibbles32(v, src + 8 + 16 * j, 0);
+            for (int i = 0; i < 32; i++) y[i] = dl * (float)quant_iq4nl_values[v[i]];
+        }
+    }
+}
+
 // ---- the type-traits table ---------------------------------------------------------------------
 
 const quant_traits quant_traits_table[QT_COUNT] = {

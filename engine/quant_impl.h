@@ -25,6 +25,17 @@
 #define Q4_0_BYTES 18
 #define Q4_K_BYTES 144
 #define Q6_K_BYTES 210
+/* 32-element blocks */
+#define Q4_1_BYTES 20   /* f16 d, m; uint8 qs[16]; x = d * q + m                                  */
+#define Q5_0_BYTES 22   /* f16 d; uint8 qh[4] (bit j: element j's fifth bit); qs[16]; d * (q - 16) */
+#define Q5_1_BYTES 24   /* f16 d, m; uint8 qh[4]; qs[16]; x = d * q + m                            */
+#define IQ4_NL_BYTES 18 /* f16 d; uint8 qs[16]; x = d * quant_iq4nl_values[q]                      */
+#define MXFP4_BYTES 17  /* uint8 e (E8M0); qs[16]; x = 2^(e - 128) * quant_mxfp4_values[q]         */
+/* 256-element super-blocks */
+#define Q2_K_BYTES 84   /* uint8 scales[16] (low: scale, high: min); qs[64]; f16 d, dmin          */
+#define Q3_K_BYTES 110  /* uint8 hmask[32]; qs[64]; scales[12] (16 x 6 bits, minus 32); f16 d      */
+#define Q5_K_BYTES 176  /* f16 d, dmin; scales[12] (as Q4_K); qh[32]; qs[128]                      */
+#define IQ4_XS_BYTES 136 /* f16 d; uint16 scales_h; uint8 scales_l[4]; qs[128] (8 x 6-bit scales) */
 
 /*
  * Activations prepared once per quant_matmul call (in the caller's scratch), in whatever form
@@ -42,6 +53,8 @@ typedef struct quant_act {
                               sub-blocks: a dword holds two, for its minimums two at a time) */
     const int32_t *xsum;   /* Q8_0/Q4_0:     (n_tok, nb) sums of each block's 32 q (lets a kernel
                               multiply unsigned-biased weights and subtract the bias once) */
+    const float *s;        /* Q8_1 form:     (n_tok, nb) d * (sum of the block's q), rounded to f16
+                              precision as llama.cpp's block_q8_1.s (Q4_1/Q5_1 minimums) */
 } quant_act;
 
 typedef void (*quant_rows_fn)(float *out, const uint8_t *w, size_t row_bytes, int64_t r0, int64_t r1,
@@ -151,6 +164,36 @@ static inline quant_rows_fn quant_packed_kernel(const quant_kernels *k, uint32_t
 void quant_q6k_values(uint8_t v[QK_K], const uint8_t *blk);
 /* bf16 rounding of activations (quant_ref.c; one version for every instruction set). */
 void quant_act_bf16(float *xr, const float *x, int64_t n);
+/* The Q8_1 form's s[b] = f16(amax_b / 127 * xsum[b]) for the n values x (as llama.cpp's
+ * quantize_row_q8_1: the unrounded scale times the sum of the block's q, stored as f16). */
+void quant_act_q8_1_sums(float *s, const int32_t *xsum, const float *x, int64_t n);
+
+/* The 4-bit codebooks of IQ4_NL/IQ4_XS and of MXFP4 (E2M1 values doubled; quant_format.c). */
+extern const int8_t quant_iq4nl_values[16];
+extern const int8_t quant_mxfp4_values[16];
+
+/* MXFP4's E8M0 block scale halved: 2^(e - 128) (the codebook is doubled), exact for every e. */
+static inline float quant_e8m0_half(uint8_t e) {
+    uint32_t bits = e < 2 ? 0x00200000u << e : (uint32_t)(e - 1) << 23;
+    float f;
+    memcpy(&f, &bits, sizeof f);
+    return f;
+}
+
+/* Q3_K: the 16 six-bit scales of the 12 packed bytes, less 32 (-32..31). Scale j's low 4 bits are
+ * nibble j / 8 of byte j % 8, its high 2 bits the 2-bit field j / 4 of byte 8 + j % 4. */
+static inline void quant_q3k_scales(const uint8_t *s, int8_t sc[16]) {
+    for (int j = 0; j < 16; j++) {
+        int lo = (s[j % 8] >> (4 * (j / 8))) & 0xF, hi = (s[8 + j % 4] >> (2 * (j / 4))) & 3;
+        sc[j] = (int8_t)((lo | hi << 4) - 32);
+    }
+}
+
+/* IQ4_XS: the 8 six-bit sub-block scales, less 32 (-32..31). */
+static inline void quant_iq4xs_scales(const uint8_t *blk, int8_t sc[8]) {
+    uint16_t h = quant_ld16(blk + 2);
+    for (int j = 0; j < 8; j++) sc[j] = (int8_t)((((blk[4 + j / 2] >> (4 * (j % 2))) & 0xF) | ((h >> (2 * j)) & 3) << 4) - 32);
+}
 
 /* Q4_K: unpacks the 8 six-bit scales and 8 six-bit mins from the 12 packed bytes. */
 static inline void quant_q4k_scales(const uint8_t *s, uint8_t sc[8], uint8_t mn[8]) {

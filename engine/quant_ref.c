@@ -239,6 +239,192 @@ static void rows_q6_k(float *out, const uint8_t *w, size_t rb, int64_t r0, int64
             out[t * n_rows + r] = dot_q6_k(w + r * rb, a->d + t * a->nb, a->q + t * a->n_cols, a->nb);
 }
 
+/* The Q8_1 form's block sums (quant_impl.h). */
+void quant_act_q8_1_sums(float *s, const int32_t *xsum, const float *x, int64_t n) {
+    for (int64_t b = 0; b < n / QK8_0; b++, x += QK8_0) {
+        float amax = 0.f;
+        for (int j = 0; j < QK8_0; j++) amax = fmaxf(amax, fabsf(x[j]));
+        s[b] = quant_f16_to_f32(quant_f32_to_f16(amax / 127.f * (float)xsum[b]));
+    }
+}
+
+// ---- portable kernels of the types added after the first seven ---------------------------------
+//
+// One signature: the dot product of weight row w with token t's prepared activations. Integer
+// sums are exact; the float terms follow llama.cpp's reference dot products (ggml_vec_dot_*).
+
+static uint32_t ld32(const uint8_t *p) {
+    uint32_t v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+
+/* sum over a 32-block of (nibble j [+ 16 * qh bit j]) * y[j], with Q4_0's element order */
+static int32_t dot_nib32(const uint8_t *qs, uint32_t qh, const int8_t *y, const int8_t *map) {
+    int32_t s = 0;
+    for (int j = 0; j < 16; j++) {
+        int lo = (qs[j] & 0xF) | ((qh >> j) & 1) << 4, hi = (qs[j] >> 4) | ((qh >> (j + 16)) & 1) << 4;
+        s += (map ? map[lo] : lo) * y[j] + (map ? map[hi] : hi) * y[j + 16];
+    }
+    return s;
+}
+
+static float dot_q4_1(const uint8_t *w, const quant_act *a, int t) {
+    const float *xd = a->d + t * a->nb, *xs = a->s + t * a->nb;
+    const int8_t *xq = a->q + t * a->n_cols;
+    float sum = 0.f;
+    for (int64_t b = 0; b < a->nb; b++, w += Q4_1_BYTES, xq += 32) {
+        int32_t si = dot_nib32(w + 4, 0, xq, NULL);
+        sum += quant_f16_to_f32(quant_ld16(w)) * xd[b] * (float)si + quant_f16_to_f32(quant_ld16(w + 2)) * xs[b];
+    }
+    return sum;
+}
+
+static float dot_q5_1(const uint8_t *w, const quant_act *a, int t) {
+    const float *xd = a->d + t * a->nb, *xs = a->s + t * a->nb;
+    const int8_t *xq = a->q + t * a->n_cols;
+    float sum = 0.f;
+    for (int64_t b = 0; b < a->nb; b++, w += Q5_1_BYTES, xq += 32) {
+        int32_t si = dot_nib32(w + 8, ld32(w + 4), xq, NULL);
+        sum += quant_f16_to_f32(quant_ld16(w)) * xd[b] * (float)si + quant_f16_to_f32(quant_ld16(w + 2)) * xs[b];
+    }
+    return sum;
+}
+
+static float dot_q5_0(const uint8_t *w, const quant_act *a, int t) {
+    const float *xd = a->d + t * a->nb;
+    const int8_t *xq = a->q + t * a->n_cols;
+    const int32_t *xsum = a->xsum + t * a->nb;
+    float sum = 0.f;
+    for (int64_t b = 0; b < a->nb; b++, w += Q5_0_BYTES, xq += 32) {
+        int32_t si = dot_nib32(w + 6, ld32(w + 2), xq, NULL) - 16 * xsum[b]; /* (q - 16) . y */
+        sum += (float)si * (quant_f16_to_f32(quant_ld16(w)) * xd[b]);
+    }
+    return sum;
+}
+
+static float dot_iq4_nl(const uint8_t *w, const quant_act *a, int t) {
+    const float *xd = a->d + t * a->nb;
+    const int8_t *xq = a->q + t * a->n_cols;
+    float sum = 0.f;
+    for (int64_t b = 0; b < a->nb; b++, w += IQ4_NL_BYTES, xq += 32)
+        sum += (float)dot_nib32(w + 2, 0, xq, quant_iq4nl_values) * (quant_f16_to_f32(quant_ld16(w)) * xd[b]);
+    return sum;
+}
+
+static float dot_mxfp4(const uint8_t *w, const quant_act *a, int t) {
+    const float *xd = a->d + t * a->nb;
+    const int8_t *xq = a->q + t * a->n_cols;
+    float sum = 0.f;
+    for (int64_t b = 0; b < a->nb; b++, w += MXFP4_BYTES, xq += 32)
+        sum += (float)dot_nib32(w + 1, 0, xq, quant_mxfp4_values) * (xd[b] * quant_e8m0_half(w[0]));
+    return sum;
+}
+
+/* Q2_K: sum of d sc_j (q . y)_j - dmin mn_j (sum y)_j over the 16 sub-blocks of 16 */
+static float dot_q2_k(const uint8_t *w, const quant_act *a, int t) {
+    const int64_t nb = a->nb;
+    const float *xd = a->d + t * nb;
+    const int8_t *xq = a->q + t * a->n_cols;
+    const int16_t *bs = a->bsums + t * (a->n_cols / 16);
+    float sum = 0.f;
+    for (int64_t b = 0; b < nb; b++, w += Q2_K_BYTES, xq += QK_K, bs += 16) {
+        const uint8_t *sc = w, *qs = w + 16;
+        int32_t summs = 0, isum = 0;
+        for (int j = 0; j < 16; j++) summs += bs[j] * (sc[j] >> 4);
+        for (int e0 = 0; e0 < QK_K; e0 += 16) {
+            int32_t si = 0;
+            for (int e = e0; e < e0 + 16; e++) si += xq[e] * ((qs[32 * (e / 128) + e % 32] >> (2 * (e % 128 / 32))) & 3);
+            isum += (sc[e0 / 16] & 0xF) * si;
+        }
+        float dall = xd[b] * quant_f16_to_f32(quant_ld16(w + 80)), dmin = xd[b] * quant_f16_to_f32(quant_ld16(w + 82));
+        sum += dall * (float)isum - dmin * (float)summs;
+    }
+    return sum;
+}
+
+static float dot_q3_k(const uint8_t *w, const quant_act *a, int t) {
+    const int64_t nb = a->nb;
+    const float *xd = a->d + t * nb;
+    const int8_t *xq = a->q + t * a->n_cols;
+    float sum = 0.f;
+    for (int64_t b = 0; b < nb; b++, w += Q3_K_BYTES, xq += QK_K) {
+        const uint8_t *hm = w, *qs = w + 32;
+        int8_t sc[16];
+        quant_q3k_scales(w + 96, sc);
+        int32_t isum = 0;
+        for (int e0 = 0; e0 < QK_K; e0 += 16) {
+            int32_t si = 0;
+            for (int e = e0; e < e0 + 16; e++) {
+                int h = e / 128, k = e % 128 / 32, l = e % 32;
+                int q = ((qs[32 * h + l] >> (2 * k)) & 3) - ((hm[l] >> (4 * h + k)) & 1 ? 0 : 4);
+                si += q * xq[e];
+            }
+            isum += sc[e0 / 16] * si;
+        }
+        sum += quant_f16_to_f32(quant_ld16(w + 108)) * xd[b] * (float)isum;
+    }
+    return sum;
+}
+
+static float dot_q5_k(const uint8_t *w, const quant_act *a, int t) {
+    const int64_t nb = a->nb;
+    const float *xd = a->d + t * nb;
+    const int8_t *xq = a->q + t * a->n_cols;
+    const int16_t *bs = a->bsums + t * (a->n_cols / 16);
+    float sum = 0.f;
+    for (int64_t b = 0; b < nb; b++, w += Q5_K_BYTES, xq += QK_K, bs += 16) {
+        uint8_t sc[8], mn[8];
+        quant_q4k_scales(w + 4, sc, mn);
+        int32_t summins = 0, sumi = 0;
+        for (int j = 0; j < 8; j++) summins += mn[j] * (bs[2 * j] + bs[2 * j + 1]);
+        const uint8_t *qh = w + 16, *q = w + 48;
+        for (int p = 0; p < 4; p++, q += 32) {
+            int32_t s1 = 0, s2 = 0;
+            for (int l = 0; l < 32; l++) {
+                s1 += ((q[l] & 0xF) | ((qh[l] >> (2 * p)) & 1) << 4) * xq[64 * p + l];
+                s2 += ((q[l] >> 4) | ((qh[l] >> (2 * p + 1)) & 1) << 4) * xq[64 * p + 32 + l];
+            }
+            sumi += sc[2 * p] * s1 + sc[2 * p + 1] * s2;
+        }
+        float d = quant_f16_to_f32(quant_ld16(w)) * xd[b], dmin = quant_f16_to_f32(quant_ld16(w + 2)) * xd[b];
+        sum += d * (float)sumi - dmin * (float)summins;
+    }
+    return sum;
+}
+
+static float dot_iq4_xs(const uint8_t *w, const quant_act *a, int t) {
+    const int64_t nb = a->nb;
+    const float *xd = a->d + t * nb;
+    const int8_t *xq = a->q + t * a->n_cols;
+    float sum = 0.f;
+    for (int64_t b = 0; b < nb; b++, w += IQ4_XS_BYTES, xq += QK_K) {
+        int8_t sc[8];
+        quant_iq4xs_scales(w, sc);
+        int32_t isum = 0;
+        for (int j = 0; j < 8; j++) isum += sc[j] * dot_nib32(w + 8 + 16 * j, 0, xq + 32 * j, quant_iq4nl_values);
+        sum += quant_f16_to_f32(quant_ld16(w)) * xd[b] * (float)isum;
+    }
+    return sum;
+}
+
+#define ROWS_OF_DOT(NAME, DOT)                                                                               \
+    static void NAME(float *out, const uint8_t *w, size_t rb, int64_t r0, int64_t r1, int64_t n_rows,        \
+                     const quant_act *a, int n_tok) {                                                        \
+        for (int64_t r = r0; r < r1; r++)                                                                    \
+            for (int t = 0; t < n_tok; t++) out[t * n_rows + r] = DOT(w + r * rb, a, t);                     \
+    }
+
+ROWS_OF_DOT(rows_q4_1, dot_q4_1)
+ROWS_OF_DOT(rows_q5_0, dot_q5_0)
+ROWS_OF_DOT(rows_q5_1, dot_q5_1)
+ROWS_OF_DOT(rows_iq4_nl, dot_iq4_nl)
+ROWS_OF_DOT(rows_mxfp4, dot_mxfp4)
+ROWS_OF_DOT(rows_q2_k, dot_q2_k)
+ROWS_OF_DOT(rows_q3_k, dot_q3_k)
+ROWS_OF_DOT(rows_q5_k, dot_q5_k)
+ROWS_OF_DOT(rows_iq4_xs, dot_iq4_xs)
+
 // ---- portable vector primitives ----------------------------------------------------------------
 
 static void dot_rows_portable(float *scores, const float *q, const float *K, int64_t ks, int n, int hd, float scale) {

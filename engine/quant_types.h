@@ -25,7 +25,16 @@
     X(Q8_0, q8_0, Q8_0)    \
     X(Q4_0, q4_0, Q8_0)    \
     X(Q4_K, q4_k, Q8_K)    \
-    X(Q6_K, q6_k, Q8_K)
+    X(Q6_K, q6_k, Q8_K)    \
+    X(Q4_1, q4_1, Q8_1)    \
+    X(Q5_0, q5_0, Q8_0)    \
+    X(Q5_1, q5_1, Q8_1)    \
+    X(IQ4_NL, iq4_nl, Q8_0) \
+    X(MXFP4, mxfp4, Q8_0)  \
+    X(Q2_K, q2_k, Q8_K)    \
+    X(Q3_K, q3_k, Q8_K)    \
+    X(Q5_K, q5_k, Q8_K)    \
+    X(IQ4_XS, iq4_xs, Q8_K)
 
 /* Dense index of a computable type: QT_F32, QT_F16, ... (kernel tables are arrays of QT_COUNT). */
 typedef enum quant_type_idx {
@@ -41,6 +50,7 @@ typedef enum quant_act_form {
     QUANT_ACT_F16,  /* rounded to f16, kept as floats */
     QUANT_ACT_BF16, /* rounded to bf16, kept as floats */
     QUANT_ACT_Q8_0, /* blocks of 32: f16-precision d, int8 q, and the sums of each block's q */
+    QUANT_ACT_Q8_1, /* Q8_0's, plus s = d * (sum of q) at f16 precision (for types with a minimum) */
     QUANT_ACT_Q8_K, /* super-blocks of 256: f32 d, int8 q, sums of 16 and of 32 */
 } quant_act_form;
 

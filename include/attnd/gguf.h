@@ -59,7 +59,10 @@ typedef enum gguf_type {
     GGUF_TYPE_Q5_K = 13,
     GGUF_TYPE_Q6_K = 14,
     GGUF_TYPE_Q8_K = 15,
+    GGUF_TYPE_IQ4_NL = 20,
+    GGUF_TYPE_IQ4_XS = 23,
     GGUF_TYPE_BF16 = 30,
+    GGUF_TYPE_MXFP4 = 39,
 } gguf_type;
 
 /* Name ("Q4_K"), or NULL for a type id attnd does not know. */
