@@ -16,10 +16,10 @@
 #include "attnd/model.h"
 #include "attnd/tokenizer.h"
 #include "commands.h"
-#include "../server/config.h"
-#include "../server/sdnotify.h"
-#include "../server/server.h"
-#include "../server/slog.h"
+#include "../server/process/config.h"
+#include "../server/process/sdnotify.h"
+#include "../server/process/server.h"
+#include "../server/process/slog.h"
 
 static void hook_ready(void *u) { sdnotify_ready(u); }
 static void hook_status(void *u, const char *s) { sdnotify_status(u, s); }

@@ -10,8 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "jinja/jinja.h"
-#include "jinja/jinja_json.h"
+#include "jinja.h"
+#include "jinja_json.h"
 
 #define TDIR ATTND_DATA_DIR "/templates/"
 

@@ -167,12 +167,27 @@ Test(oai_resp, the_llama_answer_reports_limit_counts_and_token_ids) {
 }
 
 Test(oai_resp, the_model_list_has_one_model_with_meta) {
-    oai_model_desc d = {"tiny", 1, 256, 512, 2048, 260000, "chatml"};
+    oai_model_desc d = {"tiny", 1, 256, 512, 2048, 260000, "chatml", NULL, 0};
     json_t *o = oai_models(&d);
     cr_assert_str_eq(json_string_value(AT(o, "object")), "list");
     cr_assert_str_eq(json_string_value(AT(o, "data", "0", "id")), "tiny");
     cr_assert_eq(json_integer_value(AT(o, "data", "0", "context_length")), 256);
     cr_assert_eq(json_integer_value(AT(o, "data", "0", "meta", "n_params")), 260000);
     cr_assert_str_eq(json_string_value(AT(o, "data", "0", "meta", "chat_template")), "chatml");
+    cr_assert_null(AT(o, "data", "0", "meta", "defaults"), "no defaults given, none shown");
+    json_decref(o);
+}
+
+Test(oai_resp, the_model_shows_the_servers_sampling_defaults_as_typed) {
+    sampler_params p;
+    sampler_params_default(&p);
+    p.repeat_penalty = 1.15f;
+    oai_model_desc d = {"tiny", 1, 256, 512, 2048, 260000, "chatml", &p, 300};
+    json_t *o = oai_model(&d);
+    cr_assert_eq(json_integer_value(AT(o, "meta", "defaults", "max_tokens")), 300);
+    cr_assert_eq(json_real_value(AT(o, "meta", "defaults", "temperature")), 0.8, "0.8f shown as 0.8");
+    cr_assert_eq(json_real_value(AT(o, "meta", "defaults", "repeat_penalty")), 1.15);
+    cr_assert_eq(json_integer_value(AT(o, "meta", "defaults", "top_k")), p.top_k);
+    cr_assert_eq(json_integer_value(AT(o, "meta", "defaults", "repeat_last_n")), p.repeat_last_n);
     json_decref(o);
 }

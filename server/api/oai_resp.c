@@ -4,6 +4,8 @@
  */
 #include "oai_resp.h"
 
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "oai.h"
@@ -205,6 +207,13 @@ json_t *oai_usage_chunk(const oai_resp_ctx *c, const oai_gen *g) {
     return o;
 }
 
+/* A float setting as the number a user typed (0.8, not 0.800000011920929). */
+static json_t *json_setting(float v) {
+    char t[32];
+    snprintf(t, sizeof(t), "%.7g", (double)v);
+    return json_real(strtod(t, NULL));
+}
+
 json_t *oai_model(const oai_model_desc *m) {
     json_t *mdl = json_object();
     json_object_set_new(mdl, "id", json_string(m->id));
@@ -217,6 +226,17 @@ json_t *oai_model(const oai_model_desc *m) {
     json_object_set_new(meta, "n_ctx_train", json_integer(m->n_ctx_train));
     json_object_set_new(meta, "n_params", json_integer(m->n_params));
     json_object_set_new(meta, "chat_template", json_string(m->chat_template));
+    if (m->defaults) { /* what a request that sets nothing gets: clients (the playground) start from it */
+        json_t *d = json_object();
+        json_object_set_new(d, "max_tokens", json_integer(m->default_max_tokens));
+        json_object_set_new(d, "temperature", json_setting(m->defaults->temperature));
+        json_object_set_new(d, "top_k", json_integer(m->defaults->top_k));
+        json_object_set_new(d, "top_p", json_setting(m->defaults->top_p));
+        json_object_set_new(d, "min_p", json_setting(m->defaults->min_p));
+        json_object_set_new(d, "repeat_penalty", json_setting(m->defaults->repeat_penalty));
+        json_object_set_new(d, "repeat_last_n", json_integer(m->defaults->repeat_last_n));
+        json_object_set_new(meta, "defaults", d);
+    }
     json_object_set_new(mdl, "meta", meta);
     return mdl;
 }

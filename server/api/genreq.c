@@ -1,21 +1,21 @@
 /*
- * completions.c — the generation endpoints: POST /v1/completions, /v1/chat/completions and
- * llama.cpp's /completion (see endpoints.h).
- *
- * A handler validates the body (oai.c), tokenizes the prompt (chat template for chat), acquires
- * the named session if one is given, submits a job to the scheduler and then either streams
- * (sse.c) or blocks until the job is done and answers with the whole response (oai_resp.c).
- * It never calls the engine and never touches the job's insides.
+ * genreq.c — the generation request (see genreq.h): a request's prompts become scheduler jobs,
+ * and the request waits for them. Completions, the Responses API and attention are its peers.
+ * It never calls the engine and never touches a job's insides.
  */
+#include "genreq.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "endpoints.h"
 #include "slog.h"
-#include "sse.h"
 
-void gen_view(const sched_output *o, oai_gen *g) {
+const char *genreq_prompt_param(const req *r) {
+    return r->prompt_param ? r->prompt_param : r->chat ? "messages" : "prompt";
+}
+
+void genreq_view(const sched_output *o, oai_gen *g) {
     *g = (oai_gen){
         .text = o->text ? o->text : "", .text_len = o->text_len,
         .pieces = o->pieces, .n_pieces = o->n_pieces,
@@ -28,32 +28,9 @@ void gen_view(const sched_output *o, oai_gen *g) {
     };
 }
 
-static bool token_bytes(void *user, int32_t id, const char **p, size_t *n) {
-    return tok_token_bytes((const tokenizer *)user, id, false, p, n);
-}
-
-/* llama.cpp's /completion names max_tokens n_predict (-1 = until the context is full) and can
- * return the generated ids; maps them onto the OpenAI fields. false: a 400 is queued. */
-static bool llama_fields(req *r, json_t *b, enum MHD_Result *ret) {
-    json_t *np = json_object_get(b, "n_predict");
-    if (np && !json_is_integer(np)) {
-        *ret = http_respond_error(r, 400, "'n_predict' must be an integer", "n_predict");
-        return false;
-    }
-    if (np && json_integer_value(np) >= 0) json_object_set(b, "max_tokens", np);
-    else if (np) json_object_set_new(b, "max_tokens", json_integer(r->srv->cfg.max_tokens_cap));
-    json_t *rt = json_object_get(b, "return_tokens");
-    if (rt && !json_is_boolean(rt)) {
-        *ret = http_respond_error(r, 400, "'return_tokens' must be a boolean", "return_tokens");
-        return false;
-    }
-    r->return_tokens = json_is_true(rt);
-    return true;
-}
-
 /* The tokens of prompt p into *ids (owned by the caller): the chat template, a text prompt or
  * token ids. */
-static attnd_status prompt_tokens(req *r, int p, int32_t **ids, size_t *n, attnd_err *err) {
+attnd_status genreq_prompt_tokens(req *r, int p, int32_t **ids, size_t *n, attnd_err *err) {
     struct server *s = r->srv;
     const oai_request *q = &r->oreq;
     *ids = NULL, *n = 0;
@@ -68,9 +45,9 @@ static attnd_status prompt_tokens(req *r, int p, int32_t **ids, size_t *n, attnd
     return ATTND_OK;
 }
 
-int gen_fit_context(req *r, size_t n, enum MHD_Result *ret) {
+int genreq_fit_context(req *r, size_t n, enum MHD_Result *ret) {
     struct server *s = r->srv;
-    const char *pname = r->rsp ? "input" : r->chat ? "messages" : "prompt";
+    const char *pname = genreq_prompt_param(r);
     int need = r->oreq.max_tokens == 0 ? 0 : 1;
     if (n == 0) {
         *ret = http_respond_error(r, 400, "the prompt is empty (no tokens)", pname);
@@ -85,7 +62,7 @@ int gen_fit_context(req *r, size_t n, enum MHD_Result *ret) {
     return max_tokens > room ? room : max_tokens;
 }
 
-bool gen_acquire_session(req *r, sess **se, enum MHD_Result *ret) {
+bool genreq_acquire_session(req *r, sess **se, enum MHD_Result *ret) {
     const char *id = r->oreq.session_id;
     *se = NULL;
     if (!id) return true;
@@ -96,6 +73,15 @@ bool gen_acquire_session(req *r, sess **se, enum MHD_Result *ret) {
     attnd_err err;
     attnd_status st = sess_acquire(r->srv->store, r->owner, id, se, &err);
     if (st != ATTND_OK) {
+        /* behind a proxy that routes by session (deploy/nginx), an id only in the body cannot be
+         * seen, so the turn may reach an instance that never had the session */
+        const char *hdr = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "X-Session-Id");
+        if (st == ATTND_ERR_NOT_FOUND && !(hdr && !strcmp(hdr, id))) {
+            size_t n = strlen(err.msg);
+            snprintf(err.msg + n, sizeof(err.msg) - n,
+                     "; behind a load balancer, send the id in the X-Session-Id header too, so that every turn "
+                     "reaches the instance holding the session");
+        }
         *ret = http_respond_error(r, http_status_of(st, HTTP_CTX_ACQUIRE), err.msg, "session_id");
         return false;
     }
@@ -188,15 +174,11 @@ static bool submit(req *r, int k, sess *se, enum MHD_Result *ret) {
     return false;
 }
 
-attnd_status gen_prompt_tokens(req *r, int32_t **ids, size_t *n, attnd_err *err) { return prompt_tokens(r, 0, ids, n, err); }
-
-bool gen_submit(req *r, int32_t *ids, size_t n, int max_tokens, sess *se, attn_capture *cap, enum MHD_Result *ret) {
+bool genreq_submit(req *r, int32_t *ids, size_t n, int max_tokens, sess *se, attn_capture *cap, enum MHD_Result *ret) {
     return make_job(r, 0, ids, n, max_tokens, se, cap, ret) && submit(r, 0, se, ret);
 }
 
-bool gen_wait_done(req *r) { return gen_wait_all(r); }
-
-void gen_usage_sum(const req *r, oai_gen *sum) {
+void genreq_usage_sum(const req *r, oai_gen *sum) {
     *sum = (oai_gen){0};
     for (int k = 0; k < req_n_jobs(r); k++) {
         sched_output o;
@@ -209,34 +191,18 @@ void gen_usage_sum(const req *r, oai_gen *sum) {
     }
 }
 
-/* The prompt of choice k as echoed back (completions with echo): the text as given, or the
- * token-id prompt decoded. Owned by the caller; NULL when not echoing (or out of memory). */
-static char *echo_text(req *r, int k, const sched_output *o, size_t *len) {
-    *len = 0;
-    if (r->chat || !r->oreq.echo) return NULL;
-    const char *text = r->oreq.prompts[k / r->oreq.n].text;
-    if (text) {
-        *len = strlen(text);
-        return strdup(text);
-    }
-    char *d = NULL;
-    if (tok_decode(r->srv->tok, o->prompt, (size_t)o->n_prompt, false, &d, len, NULL) == ATTND_OK) return d;
-    *len = 0;
-    return strdup(""); /* still an echo: the logprobs keep the prompt's entries */
-}
-
-void gen_hold_connection(req *r, bool waiting) {
+void genreq_hold_connection(req *r, bool waiting) {
     unsigned t = waiting ? 0u : (unsigned)(r->srv->cfg.request_timeout_s > 0 ? r->srv->cfg.request_timeout_s : 30);
     MHD_set_connection_option(r->conn, MHD_CONNECTION_OPTION_TIMEOUT, t);
 }
 
-void gen_persist(req *r) {
+void genreq_persist(req *r) {
     if (!r->sess_id[0]) return;
     attnd_err err;
     if (sess_persist(r->srv->store, r->owner, r->sess_id, &err) != ATTND_OK) slog_error("%s", err.msg);
 }
 
-bool gen_wait_all(req *r) {
+bool genreq_wait_all(req *r) {
     for (int k = 0; k < req_n_jobs(r); k++) {
         sched_update u;
         do {
@@ -248,63 +214,8 @@ bool gen_wait_all(req *r) {
                 }
         } while (!u.done);
     }
-    gen_persist(r); /* durable before the response is sent */
+    genreq_persist(r); /* durable before the response is sent */
     return true;
-}
-
-/* Choice k's whole response; NULL with *failed set when its job failed. */
-static json_t *choice_body(req *r, int k, sched_output *failed) {
-    sched_output o;
-    sched_job_output(req_job(r, k), &o);
-    if (o.status != ATTND_OK) {
-        *failed = o;
-        return NULL;
-    }
-    oai_gen g;
-    gen_view(&o, &g);
-    size_t echo_len;
-    char *echo = echo_text(r, k, &o, &echo_len);
-    json_t *body = oai_final(&r->rctx, &g, echo, echo_len);
-    free(echo);
-    return body;
-}
-
-/* Blocks until the job is done (or the client leaves), then answers with the whole response:
- * one choice per prompt and n, in order, with the usage summed. */
-static enum MHD_Result respond_whole(req *r) {
-    if (!gen_wait_all(r)) return MHD_NO;
-    gen_hold_connection(r, false); /* the idle timeout guards sending the body again */
-    sched_output o;
-    sched_job_output(r->job, &o);
-    if (r->llama && o.status == ATTND_OK) {
-        oai_gen g;
-        gen_view(&o, &g);
-        return http_respond_json(r, 200, oai_llama_response(&r->rctx, &g, g.text, g.text_len, r->return_tokens, 0,
-                                                            g.n_pieces, true));
-    }
-    sched_output failed;
-    json_t *body = choice_body(r, 0, &failed);
-    json_t *choices = json_object_get(body, "choices");
-    for (int k = 1; body && k < req_n_jobs(r); k++) {
-        json_t *other = choice_body(r, k, &failed), *c = json_array_get(json_object_get(other, "choices"), 0);
-        if (c) {
-            json_object_set_new(c, "index", json_integer(k));
-            json_array_append(choices, c);
-        } else {
-            json_decref(body);
-            body = NULL;
-        }
-        json_decref(other);
-    }
-    if (!body)
-        return http_respond_error(r, http_status_of(failed.status, HTTP_CTX_GENERATE),
-                                  failed.errmsg[0] ? failed.errmsg : "generation failed", NULL);
-    if (req_n_jobs(r) > 1) {
-        oai_gen sum;
-        gen_usage_sum(r, &sum);
-        json_object_set_new(body, "usage", oai_usage(&sum));
-    }
-    return http_respond_json(r, 200, body);
 }
 
 static bool submit_choices(req *r, enum MHD_Result *ret) {
@@ -327,14 +238,14 @@ static bool submit_choices(req *r, enum MHD_Result *ret) {
         int k0 = p * q->n;
         int32_t *ids;
         size_t n;
-        if (prompt_tokens(r, p, &ids, &n, &err) != ATTND_OK) {
+        if (genreq_prompt_tokens(r, p, &ids, &n, &err) != ATTND_OK) {
             free(ids);
-            *ret = http_respond_error(r, 400, err.msg, r->rsp ? "input" : r->chat ? "messages" : "prompt");
+            *ret = http_respond_error(r, 400, err.msg, genreq_prompt_param(r));
             return false;
         }
-        int max_tokens = gen_fit_context(r, n, ret);
+        int max_tokens = genreq_fit_context(r, n, ret);
         sess *se = NULL;
-        if (max_tokens < 0 || (p == 0 && !gen_acquire_session(r, &se, ret))) {
+        if (max_tokens < 0 || (p == 0 && !genreq_acquire_session(r, &se, ret))) {
             free(ids);
             return false;
         }
@@ -364,35 +275,12 @@ static bool submit_choices(req *r, enum MHD_Result *ret) {
     return true;
 }
 
-bool gen_submit_all(req *r, enum MHD_Result *ret) {
+bool genreq_submit_all(req *r, enum MHD_Result *ret) {
     if (submit_choices(r, ret)) return true;
     /* an error answer ends the request: what was already submitted stops too */
     for (int k = 0; k < req_n_jobs(r); k++) sched_job_cancel(req_job(r, k));
     return false;
 }
 
-static enum MHD_Result generate(req *r, bool chat) {
-    struct server *s = r->srv;
-    enum MHD_Result ret = MHD_NO;
-    json_t *b = http_work_body(r, &ret);
-    if (!b) return ret;
-    r->chat = chat;
-    if (r->llama && !llama_fields(r, b, &ret)) return ret;
-    const char *param = NULL;
-    attnd_err err;
-    attnd_status st = oai_parse(b, chat, &s->cfg, s->n_vocab, &r->oreq, &param, &err);
-    if (st != ATTND_OK) return http_respond_error(r, http_status_of(st, HTTP_CTX_PARSE), err.msg, param);
-    attnd_random_id(r->resp_id, sizeof(r->resp_id), r->chat ? "chatcmpl-" : "cmpl-");
-    r->rctx = (oai_resp_ctx){r->resp_id, s->model_id, (long long)time(NULL), r->chat, r->oreq.include_usage,
-                             r->sess_id, token_bytes, s->tok};
-    if (!gen_submit_all(r, &ret)) return ret;
-    gen_hold_connection(r, true);
-    return r->oreq.stream ? sse_respond(r) : respond_whole(r);
-}
 
-enum MHD_Result ep_completions(req *r) { return generate(r, false); }
-enum MHD_Result ep_chat(req *r) { return generate(r, true); }
-enum MHD_Result ep_llama_completion(req *r) {
-    r->llama = true;
-    return generate(r, false);
-}
+bool genreq_was_cut(const sched_output *o) { return o->status == ATTND_ERR_BUSY; }

@@ -88,6 +88,8 @@ typedef struct oai_model_desc {
     int context_length, n_vocab, n_ctx_train;
     long long n_params;
     const char *chat_template;   /* family name */
+    const sampler_params *defaults; /* the server's sampling defaults (borrowed) */
+    int default_max_tokens;         /* max_tokens when a request gives none */
 } oai_model_desc;
 /* GET /v1/models/{id}: the model object. */
 json_t *oai_model(const oai_model_desc *m);

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "attnd/buf.h"
+#include "sess_json.h"
 #include "slog.h"
 #include "web_assets.h"
 
@@ -49,7 +50,8 @@ enum MHD_Result ep_metrics(req *r) {
 static oai_model_desc model_desc(const struct server *s) {
     const model_info *mi = model_info_get(s->m);
     return (oai_model_desc){s->model_id, (long long)time(NULL), s->n_ctx, mi->n_vocab, mi->n_ctx,
-                            (long long)mi->n_params, chat_family_name(s->family)};
+                            (long long)mi->n_params, chat_family_name(s->family), &s->cfg.sampling,
+                            s->cfg.default_max_tokens};
 }
 
 enum MHD_Result ep_models(req *r) {

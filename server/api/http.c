@@ -1,6 +1,6 @@
 /*
  * http.c — requests, responses, auth, CORS, body caps and routing for `attnd serve` (see
- * http.h). The endpoints themselves live in endpoints.c and completions.c; streaming in sse.c.
+ * http.h). The endpoints live in endpoints.c, completions.c, responses_http.c and attention.c.
  */
 #define _GNU_SOURCE /* POLLRDHUP: the peer closed its side */
 #include "http.h"
@@ -16,7 +16,6 @@
 #include "endpoints.h"
 #include "origin.h"
 #include "slog.h"
-#include "sse.h"
 
 typedef enum MHD_Result (*handler_fn)(req *r);
 
@@ -152,6 +151,11 @@ json_t *http_work_body(req *r, enum MHD_Result *ret) {
         return NULL;
     }
     return r->body_json = http_parse_body(r, ret, false);
+}
+
+void req_set(req *r, req_slot s, void *p, void (*free_fn)(void *p)) {
+    ATTND_ASSERT(r->ctx[s].p == NULL);
+    r->ctx[s] = (req_ctx){p, free_fn ? free_fn : free};
 }
 
 // ---- routing ------------------------------------------------------------------------------
@@ -418,8 +422,8 @@ void http_on_completed(void *cls, struct MHD_Connection *c, void **con_cls, enum
     free(r->extra);
     oai_request_free(&r->oreq);
     json_decref(r->body_json);
-    sse_free(r->sse);
-    rsp_state_free(r->rsp);
+    for (int i = 0; i < REQ_SLOT_COUNT; i++)
+        if (r->ctx[i].p) r->ctx[i].free_fn(r->ctx[i].p);
     free(r->body);
     free(r);
     atomic_fetch_sub(&s->in_flight, 1);
