@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # dev.sh — set up a Debian machine for attnd, build it, and either serve or test.
 #
-#   scripts/dev.sh run    install what serving needs, build, serve the default model on 127.0.0.1:8080
+#   scripts/dev.sh run    install what serving needs, build, install attnd to /usr/local (on PATH), and
+#                         serve the default model on 127.0.0.1:8080
 #   scripts/dev.sh test   install what the tests need too, build (plain and ASan/UBSan), run the whole suite,
 #                         then every fuzz target briefly (tools/fuzz/run.sh, FUZZ_SECONDS=15 each)
 #   scripts/dev.sh bench  install what the tests need + python3-numpy and gnuplot-nox, build, and run
@@ -50,7 +51,10 @@ run)
     shift
     install_packages "${RUN_PACKAGES[@]}"
     build build -DCMAKE_BUILD_TYPE=Release -DATTND_BUILD_TESTS=OFF
-    exec ./build/attnd serve "$@"
+    # on PATH from now on: /usr/local/bin/attnd, the default model and the units beside it
+    as_root cmake --install build --prefix /usr/local >/dev/null
+    echo "dev.sh: installed $(command -v attnd || echo /usr/local/bin/attnd); serving (Ctrl-C stops it)" >&2
+    exec /usr/local/bin/attnd serve "$@"
     ;;
 bench)
     shift

@@ -4,7 +4,8 @@
 # time-to-first-token per request, one inter-token gap per token after a sequence's first);
 # the Prometheus config and alert rules load (`promtool check`), the rules pass their unit tests
 # (deploy/prometheus/alerts.test.yml), and every metric the Grafana dashboard queries is one the
-# server exports. Needs promtool (Debian `prometheus`, installed by scripts/dev.sh test).
+# server exports; X-Request-Id comes back (the client's, or a new one), in error bodies and in the
+# request's log lines. Needs promtool (Debian `prometheus`, installed by scripts/dev.sh test).
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 source "$here/http_lib.sh"
@@ -44,6 +45,23 @@ check "2xx by class" "$(val 'attnd_requests_by_class_total{endpoint="completions
 for g in attnd_requests_waiting attnd_requests_running attnd_requests_swapped attnd_kv_cache_usage_ratio attnd_sessions; do
     [ -n "$(val $g)" ] || { echo "FAIL: gauge $g missing"; rc=1; }
 done
+
+# request ids: the client's is kept, a bad one replaced, and both tie the logs to the answer
+hdr() { curl -s -D - -o "$TMP/body" "$@" | tr -d '\r' | sed -n 's/^[Xx]-[Rr]equest-[Ii]d: //p'; }
+check "a client's X-Request-Id comes back" "$(hdr -H 'X-Request-Id: trace-77.a:b_c' "$base/health")" "trace-77.a:b_c"
+made=$(hdr -H 'X-Request-Id: bad id with spaces' "$base/health")
+[[ "$made" =~ ^req-[0-9a-f]{24}$ ]] && echo "ok: a malformed id is replaced ($made)" || { echo "FAIL: replaced id '$made'"; rc=1; }
+made=$(hdr "$base/v1/nothing")
+[[ "$made" =~ ^req-[0-9a-f]{24}$ ]] && echo "ok: an id is made when none is sent" || { echo "FAIL: made id '$made'"; rc=1; }
+check "an error body carries the id" "$(node -p 'JSON.parse(require("fs").readFileSync(process.argv[1])).error.request_id' "$TMP/body")" "$made"
+hdr -H 'X-Request-Id: turn-9' "$base/v1/completions" -H 'Content-Type: application/json' \
+    -d '{"prompt":"We","max_tokens":2}' >/dev/null
+sleep 0.2
+grep -q "attnd\[info\] req=turn-9 POST /v1/completions 200 .* id=cmpl-" "$srv_LOG" &&
+    echo "ok: the access log line has the request id and the completion id" ||
+    { echo "FAIL: no access log line for turn-9"; grep turn-9 "$srv_LOG"; rc=1; }
+grep -q "req=$made GET /v1/nothing 404" "$srv_LOG" && echo "ok: a refused request's log line has its id" ||
+    { echo "FAIL: no log line for $made"; rc=1; }
 
 # every metric the dashboard queries exists
 names=$(node -e '

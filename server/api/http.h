@@ -28,6 +28,7 @@
 #include "scheduler.h"
 #include "sess.h"
 #include "settings.h"
+#include "slog.h"
 
 /* The server's state as the request handlers see it (lifecycle in server.c). */
 struct server {
@@ -84,6 +85,7 @@ typedef struct req {
     int n_prompt;            /* prompt tokens, for the access log */
     char owner[SESS_OWNER_MAX + 1]; /* the API key's owner tag ("" = one key or none; sess.h) */
     char reason[160];        /* why the request was refused (error responses), for the log */
+    char request_id[SLOG_REQUEST_ID_MAX + 1]; /* X-Request-Id: the client's, or one made here */
     bool cancelled;          /* client went away mid-request */
     // ---- generation in flight ----
     sched_job *job;          /* owned reference; choice 0 */

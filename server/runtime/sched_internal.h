@@ -26,6 +26,7 @@ struct sched_job {
     attn_capture *capture;    /* owned, may be NULL */
     sess *se;
     char owner[SESS_OWNER_MAX + 1]; /* whose prompt cache an anonymous job may use */
+    char request_id[72];      /* the HTTP request's id, for log lines ("" = none) */
     double t_submit;          /* attnd_now_s() when sched_submit queued it (set under the
                                  scheduler's mutex, before the scheduler thread sees the job) */
 

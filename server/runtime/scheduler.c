@@ -61,6 +61,9 @@ static void observe(sched *s, sched_hist k, double v) {
 /* Ends a slot's job: publishes the outcome, returns the cache entry with the new history. */
 static void slot_finish(sched *s, slot *sl, const char *reason, attnd_status st, const char *msg) {
     sched_job *j = sl->job;
+    char rid[sizeof(j->request_id)]; /* what this logs is about j's request (j may go first) */
+    memcpy(rid, j->request_id, sizeof(rid));
+    slog_set_request(rid);
     if (st == ATTND_OK) {
         if (!j->is_fork) {
             observe(s, SCHED_H_E2E, attnd_now_s() - j->t_submit);
@@ -101,6 +104,7 @@ static void slot_finish(sched *s, slot *sl, const char *reason, attnd_status st,
     kv_group *g = sl->group;
     memset(sl, 0, sizeof(*sl));
     sched_group_leave(s, g);
+    slog_set_request(NULL);
     pthread_mutex_lock(&s->mu);
     s->n_active--;
     s->reserved -= reserve;

@@ -58,6 +58,8 @@ typedef struct sched_job_spec {
                                  caller's */
     const char *owner;        /* the API key's owner tag (sess.h); an anonymous job uses only
                                  this owner's prompt cache. NULL = none. Copied. */
+    const char *request_id;   /* the HTTP request's id, for the scheduler's log lines about the
+                                 job; NULL = none. Copied (at most 64 characters). */
 } sched_job_spec;
 
 /* A job with one reference, output buffers sized for max_tokens and top_logprobs. On failure
