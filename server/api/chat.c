@@ -31,24 +31,33 @@ typedef struct family_spec {
     const char *user_again;         /* before every user turn but the first (its own <s>) */
 } family_spec;
 
+#define TURNS(s, u, a) {s, u, a}
 static const family_spec FAMILIES[CHAT_FAMILY_COUNT] = {
-    [CHAT_CHATML] = {"chatml", "<|im_end|>",
-                     {"<|im_start|>system\n", "<|im_start|>user\n", "<|im_start|>assistant\n"},
-                     {"<|im_end|>\n", "<|im_end|>\n", "<|im_end|>\n"}, "<|im_start|>assistant\n"},
-    [CHAT_LLAMA2] = {"llama2", "</s>", {"", "[INST] ", " "}, {"", " [/INST]", "</s>"}, "", true,
-                     "<<SYS>>\n", "\n<</SYS>>\n\n", "<s>"},
-    [CHAT_LLAMA3] = {"llama3", "<|eot_id|>",
-                     {"<|start_header_id|>system<|end_header_id|>\n\n", "<|start_header_id|>user<|end_header_id|>\n\n",
-                      "<|start_header_id|>assistant<|end_header_id|>\n\n"},
-                     {"<|eot_id|>", "<|eot_id|>", "<|eot_id|>"}, "<|start_header_id|>assistant<|end_header_id|>\n\n"},
-    [CHAT_MISTRAL] = {"mistral", "</s>", {"", "[INST] ", ""}, {"", " [/INST]", "</s>"}, "", true, "", "\n\n", "<s>"},
-    [CHAT_ZEPHYR] = {"zephyr", "</s>", {"<|system|>\n", "<|user|>\n", "<|assistant|>\n"}, {"</s>\n", "</s>\n", "</s>\n"},
-                     "<|assistant|>\n"},
-    [CHAT_GEMMA] = {"gemma", "<end_of_turn>", {"", "<start_of_turn>user\n", "<start_of_turn>model\n"},
-                    {"", "<end_of_turn>\n", "<end_of_turn>\n"}, "<start_of_turn>model\n", true, "", "\n\n", NULL},
-    [CHAT_PHI3] = {"phi3", "<|end|>", {"<|system|>\n", "<|user|>\n", "<|assistant|>\n"},
-                   {"<|end|>\n", "<|end|>\n", "<|end|>\n"}, "<|assistant|>\n"},
+    [CHAT_CHATML] = {.name = "chatml", .end_marker = "<|im_end|>",
+                     .open = TURNS("<|im_start|>system\n", "<|im_start|>user\n", "<|im_start|>assistant\n"),
+                     .close = TURNS("<|im_end|>\n", "<|im_end|>\n", "<|im_end|>\n"), .gen_prompt = "<|im_start|>assistant\n"},
+    [CHAT_LLAMA2] = {.name = "llama2", .end_marker = "</s>", .open = TURNS("", "[INST] ", " "),
+                     .close = TURNS("", " [/INST]", "</s>"), .gen_prompt = "", .fold_system = true,
+                     .sys_open = "<<SYS>>\n", .sys_close = "\n<</SYS>>\n\n", .user_again = "<s>"},
+    [CHAT_LLAMA3] = {.name = "llama3", .end_marker = "<|eot_id|>",
+                     .open = TURNS("<|start_header_id|>system<|end_header_id|>\n\n",
+                                   "<|start_header_id|>user<|end_header_id|>\n\n",
+                                   "<|start_header_id|>assistant<|end_header_id|>\n\n"),
+                     .close = TURNS("<|eot_id|>", "<|eot_id|>", "<|eot_id|>"),
+                     .gen_prompt = "<|start_header_id|>assistant<|end_header_id|>\n\n"},
+    [CHAT_MISTRAL] = {.name = "mistral", .end_marker = "</s>", .open = TURNS("", "[INST] ", ""),
+                      .close = TURNS("", " [/INST]", "</s>"), .gen_prompt = "", .fold_system = true, .sys_open = "",
+                      .sys_close = "\n\n", .user_again = "<s>"},
+    [CHAT_ZEPHYR] = {.name = "zephyr", .end_marker = "</s>", .open = TURNS("<|system|>\n", "<|user|>\n", "<|assistant|>\n"),
+                     .close = TURNS("</s>\n", "</s>\n", "</s>\n"), .gen_prompt = "<|assistant|>\n"},
+    [CHAT_GEMMA] = {.name = "gemma", .end_marker = "<end_of_turn>",
+                    .open = TURNS("", "<start_of_turn>user\n", "<start_of_turn>model\n"),
+                    .close = TURNS("", "<end_of_turn>\n", "<end_of_turn>\n"), .gen_prompt = "<start_of_turn>model\n",
+                    .fold_system = true, .sys_open = "", .sys_close = "\n\n"},
+    [CHAT_PHI3] = {.name = "phi3", .end_marker = "<|end|>", .open = TURNS("<|system|>\n", "<|user|>\n", "<|assistant|>\n"),
+                   .close = TURNS("<|end|>\n", "<|end|>\n", "<|end|>\n"), .gen_prompt = "<|assistant|>\n"},
 };
+#undef TURNS
 
 /* Recognition by characteristic markers, most specific first (Phi-3 and Zephyr share <|user|>). */
 static const struct { const char *a, *b; chat_family f; } DETECT[] = {
