@@ -175,9 +175,8 @@ static int name_in(const char *const *list, const char *name) {
 
 jinja_value *jinja_method(jinja_ctx *c, jinja_value *v, const char *name) {
     jbuiltin fn = NULL;
-    int which = -1;
-    if (v->kind == JV_STR && (which = name_in(STR_METHODS, name)) >= 0) fn = m_str;
-    else if (v->kind == JV_DICT && (which = name_in(DICT_METHODS, name)) >= 0) fn = m_dict;
+    if (v->kind == JV_STR && name_in(STR_METHODS, name) >= 0) fn = m_str;
+    else if (v->kind == JV_DICT && name_in(DICT_METHODS, name) >= 0) fn = m_dict;
     else if ((v->kind == JV_DICT || v->kind == JV_LIST) && name_in(UNSAFE, name) >= 0) fn = m_unsafe;
     else if (v->kind == JV_LOOP && !strcmp(name, "cycle")) fn = m_cycle;
     if (!fn) return NULL;
@@ -635,14 +634,17 @@ static jinja_value *f_unique(FARGS) {
     return out;
 }
 
-static const struct { const char *name; filter_fn fn; } FILTERS[] = {
-    {"tojson", f_tojson}, {"trim", f_trim}, {"length", f_length}, {"count", f_length}, {"first", f_first},
-    {"last", f_last}, {"join", f_join}, {"default", f_default}, {"d", f_default}, {"upper", f_upper},
-    {"lower", f_lower}, {"capitalize", f_capitalize}, {"title", f_title}, {"replace", f_replace},
-    {"selectattr", f_selectattr}, {"rejectattr", f_rejectattr}, {"select", f_select}, {"reject", f_reject},
-    {"map", f_map}, {"items", f_items}, {"list", f_list}, {"string", f_string}, {"safe", f_safe},
-    {"int", f_int}, {"float", f_float}, {"round", f_round}, {"abs", f_abs}, {"reverse", f_reverse},
-    {"indent", f_indent}, {"unique", f_unique},
+/* soft: the filter takes an undefined value as jinja2's Undefined lets it (an empty string or
+ * sequence); the others fail on one, as in jinja2. */
+static const struct { const char *name; filter_fn fn; bool soft; } FILTERS[] = {
+    {"tojson", f_tojson, false}, {"trim", f_trim, true}, {"length", f_length, true}, {"count", f_length, true},
+    {"first", f_first, true}, {"last", f_last, true}, {"join", f_join, true}, {"default", f_default, true},
+    {"d", f_default, true}, {"upper", f_upper, true}, {"lower", f_lower, true}, {"capitalize", f_capitalize, true},
+    {"title", f_title, true}, {"replace", f_replace, true}, {"selectattr", f_selectattr, true},
+    {"rejectattr", f_rejectattr, true}, {"select", f_select, true}, {"reject", f_reject, true}, {"map", f_map, true},
+    {"items", f_items, true}, {"list", f_list, true}, {"string", f_string, true}, {"safe", f_safe, true},
+    {"int", f_int, false}, {"float", f_float, false}, {"round", f_round, false}, {"abs", f_abs, false},
+    {"reverse", f_reverse, true}, {"indent", f_indent, false}, {"unique", f_unique, true},
 };
 
 jinja_value *jinja_call_filter(jinja_ctx *c, const char *name, jinja_value *v, jinja_value **a, size_t n,
@@ -650,11 +652,7 @@ jinja_value *jinja_call_filter(jinja_ctx *c, const char *name, jinja_value *v, j
     if (!jinja_step(c)) return NULL;
     for (size_t i = 0; i < ATTND_ARRAY_LEN(FILTERS); i++)
         if (!strcmp(FILTERS[i].name, name)) {
-            bool soft = !strcmp(name, "default") || !strcmp(name, "d") || !strcmp(name, "length") ||
-                        !strcmp(name, "count") || !strcmp(name, "items") || !strcmp(name, "string") ||
-                        !strcmp(name, "trim") || !strcmp(name, "list") || !strcmp(name, "safe") ||
-                        !strcmp(name, "first") || !strcmp(name, "last") || !strcmp(name, "join");
-            if (v->kind == JV_UNDEF && !soft)
+            if (v->kind == JV_UNDEF && !FILTERS[i].soft)
                 return jfail(c, "'%s' is undefined (filter '%s')", v->undef ? v->undef : "value", name);
             return FILTERS[i].fn(c, v, a, n, kwn, kwv, n_kw);
         }

@@ -367,7 +367,7 @@ static jinja_value *call_macro(jinja_ctx *c, jinja_value *fn, jinja_value **args
     }
     if (caller && !frame_set(c, f, "caller", caller)) goto done;
     c->out = &out;
-    if (exec(c, m->kind == N_MACRO ? m->b : m->b)) result = jv_str_sb(c, &out);
+    if (exec(c, m->b)) result = jv_str_sb(c, &out);
 done:
     jsb_free(&out);
     c->out = saved_out, c->frame = saved, c->caller = caller;
@@ -543,16 +543,21 @@ static bool exec_for(jinja_ctx *c, const jnode *n) {
     return ok;
 }
 
+/* A block's output as a string (a set block, a filter block), then through its filters. */
+static jinja_value *capture(jinja_ctx *c, const jnode *body, const jnode *filters) {
+    jsb *saved = c->out, out = {.limit = c->lim.max_output};
+    c->out = &out;
+    bool ok = exec(c, body);
+    c->out = saved;
+    jinja_value *v = ok ? jv_str_sb(c, &out) : NULL;
+    jsb_free(&out);
+    return v && filters ? eval_filter(c, filters, v) : v;
+}
+
 static bool exec_set(jinja_ctx *c, const jnode *n) {
     jinja_value *v;
     if (n->kind == N_SET_BLOCK) {
-        jsb *saved = c->out, out = {.limit = c->lim.max_output};
-        c->out = &out;
-        bool ok = exec(c, n->b);
-        c->out = saved;
-        v = ok ? jv_str_sb(c, &out) : NULL;
-        jsb_free(&out);
-        if (v && n->a) v = eval_filter(c, n->a, v);
+        v = capture(c, n->b, n->a);
     } else {
         v = eval(c, n->a);
     }
@@ -564,8 +569,7 @@ static bool exec_set(jinja_ctx *c, const jnode *n) {
         if (ns->kind != JV_NS) return jfail(c, "cannot assign attribute on non-namespace object '%s'", n->name), false;
         return jv_dict_put(c, ns, jv_cstr(c, n->attr), v);
     }
-    if (n->kind == N_SET || n->n_names == 1) return n->n_names == 1 ? frame_set(c, c->frame, n->name, v) : bind_targets(c, c->frame, n, v);
-    return true;
+    return n->n_names == 1 ? frame_set(c, c->frame, n->name, v) : bind_targets(c, c->frame, n, v);
 }
 
 static jinja_value *make_macro(jinja_ctx *c, const jnode *n, const char *name) {
@@ -603,17 +607,10 @@ static bool exec_stmt(jinja_ctx *c, const jnode *n) {
         jv_to_str(c->out, v);
         return true;
     }
-    case N_FILTER_BLOCK: {
-        jsb *saved = c->out, out = {.limit = c->lim.max_output};
-        c->out = &out;
-        bool ok = exec(c, n->b);
-        c->out = saved;
-        v = ok ? jv_str_sb(c, &out) : NULL;
-        jsb_free(&out);
-        if (!v || !(v = eval_filter(c, n->a, v))) return false;
+    case N_FILTER_BLOCK:
+        if (!(v = capture(c, n->b, n->a))) return false;
         jv_to_str(c->out, v);
         return true;
-    }
     case N_BREAK: c->brk = 1; return true;
     case N_CONTINUE: c->brk = 2; return true;
     default: return jfail(c, "internal: a statement of kind %d", (int)n->kind), false;
