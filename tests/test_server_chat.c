@@ -381,3 +381,29 @@ Test(chat, template_precedence_file_then_config_then_builtin) {
     cr_expect_eq(chat_template_load(&ct, NULL, NULL, "vicuna", NULL, &err), ATTND_ERR_NOT_FOUND);
     chat_template_free(&ct);
 }
+
+Test(chat, content_parts_reach_templates_that_read_them) {
+    chat_template ct;
+    json_t *raw = json_loads("[{\"role\": \"user\", \"content\": [{\"type\": \"text\", \"text\": \"a\"}, "
+                             "{\"type\": \"text\", \"text\": \"b\"}]}]", 0, NULL);
+    const chat_msg m[] = {{"user", "ab"}};
+    chat_request rq = {m, 1, raw, NULL, NULL, true};
+    jinja_output o;
+    attnd_err err;
+    /* Gemma 3 style: iterates parts when content is not a string */
+    load(&ct, "{% for m in messages %}{% if m.content is string %}{{ m.content }}{% else %}"
+              "{% for p in m.content %}[{{ p.text }}]{% endfor %}{% endif %}{% endfor %}", NULL, NULL, NULL);
+    cr_expect(ct.content_parts);
+    cr_assert_eq(chat_template_render(&ct, &rq, &o, &err), ATTND_OK, "%s", err.msg);
+    cr_expect_str_eq(o.text, "[a][b]");
+    jinja_output_free(&o);
+    chat_template_free(&ct);
+    /* ChatML concatenates content as a string: it gets the parts joined */
+    load(&ct, CHATML_JINJA, NULL, NULL, NULL);
+    cr_expect_not(ct.content_parts);
+    cr_assert_eq(chat_template_render(&ct, &rq, &o, &err), ATTND_OK, "%s", err.msg);
+    cr_expect_str_eq(o.text, "<|im_start|>user\nab<|im_end|>\n<|im_start|>assistant\n");
+    jinja_output_free(&o);
+    chat_template_free(&ct);
+    json_decref(raw);
+}

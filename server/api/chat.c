@@ -222,6 +222,28 @@ static char *token_text(const tokenizer *tok, int32_t id) {
     return strdup(p ? p : "");
 }
 
+
+/* Whether the template shows a text part's text when content comes as parts. */
+static bool reads_parts(const chat_template *ct) {
+    static const char *PROBE = "attnd-probe-7f3a";
+    json_t *raw = json_pack("[{s:s,s:[{s:s,s:s}]}]", "role", "user", "content", "type", "text", "text", PROBE);
+    const chat_msg m = {"user", ""};
+    chat_request rq = {&m, 1, raw, NULL, NULL, true};
+    chat_template probe = *ct;
+    probe.content_parts = true;
+    jinja_output o = {0};
+    bool yes = raw && chat_template_render(&probe, &rq, &o, NULL) == ATTND_OK && strstr(o.text, PROBE);
+    jinja_output_free(&o);
+    json_decref(raw);
+    return yes;
+}
+
+static attnd_status loaded_jinja(chat_template *ct, chat_source src) {
+    ct->source = src;
+    ct->content_parts = reads_parts(ct);
+    return ATTND_OK;
+}
+
 static attnd_status load_file(chat_template *ct, const char *path, attnd_err *err) {
     FILE *f = fopen(path, "rb");
     if (!f) return attnd_fail(err, ATTND_ERR_IO, "chat_template_file %s: cannot open", path);
@@ -236,8 +258,7 @@ static attnd_status load_file(chat_template *ct, const char *path, attnd_err *er
     attnd_status st = jinja_parse(b.p ? b.p : "", b.len, &ct->jinja, &e);
     buf_free(&b);
     if (st != ATTND_OK) return attnd_fail(err, st, "chat_template_file %s: %s", path, e.msg);
-    ct->source = CHAT_SRC_FILE;
-    return ATTND_OK;
+    return loaded_jinja(ct, CHAT_SRC_FILE);
 }
 
 attnd_status chat_template_load(chat_template *ct, const char *gguf_jinja, const char *file_path,
@@ -253,10 +274,7 @@ attnd_status chat_template_load(chat_template *ct, const char *gguf_jinja, const
     if (have_family) chat_family_from_name(family_name, &ct->family, NULL);
     attnd_err e = {{0}};
     if (gguf_jinja && *gguf_jinja) {
-        if (jinja_parse(gguf_jinja, strlen(gguf_jinja), &ct->jinja, &e) == ATTND_OK) {
-            ct->source = CHAT_SRC_GGUF;
-            return ATTND_OK;
-        }
+        if (jinja_parse(gguf_jinja, strlen(gguf_jinja), &ct->jinja, &e) == ATTND_OK) return loaded_jinja(ct, CHAT_SRC_GGUF);
         if (e.msg[0] == '\0') snprintf(e.msg, sizeof(e.msg), "out of memory");
     }
     if (file_path && *file_path) return load_file(ct, file_path, err);
@@ -298,13 +316,15 @@ static jinja_value *tool_calls_value(jinja_ctx *c, const json_t *calls) {
 
 /* One message: role ('developer' as 'system', as the built-in families render it), content as a
  * string, and the fields a template may read when the client sent them. All of it is data. */
-static jinja_value *message_value(jinja_ctx *c, const chat_msg *m, const json_t *raw) {
+static jinja_value *message_value(jinja_ctx *c, const chat_msg *m, const json_t *raw, bool parts) {
     static const char *const PASS[] = {"tool_call_id", "name", "reasoning_content"};
     jinja_value *d = jinja_dict(c);
     const char *role = !strcmp(m->role, "developer") ? "system" : m->role;
     const char *content = m->content ? m->content : "";
     jinja_dict_set(c, d, "role", jinja_str(c, role, strlen(role), JINJA_DATA));
-    jinja_dict_set(c, d, "content", jinja_str(c, content, strlen(content), JINJA_DATA));
+    const json_t *sent = json_object_get(raw, "content");
+    if (parts && json_is_array(sent)) jinja_dict_set(c, d, "content", jinja_from_json(c, sent, JINJA_DATA));
+    else jinja_dict_set(c, d, "content", jinja_str(c, content, strlen(content), JINJA_DATA));
     if (!json_is_object(raw)) return d;
     const json_t *calls = json_object_get(raw, "tool_calls");
     if (json_is_array(calls)) jinja_dict_set(c, d, "tool_calls", tool_calls_value(c, calls));
@@ -320,7 +340,7 @@ static jinja_value *message_value(jinja_ctx *c, const chat_msg *m, const json_t 
 static void set_vars(jinja_ctx *c, const chat_template *ct, const chat_request *rq) {
     if (json_is_object(rq->kwargs)) jinja_set_json_vars(c, rq->kwargs, JINJA_DATA);
     jinja_value *msgs = jinja_list(c);
-    for (size_t i = 0; i < rq->n_msgs; i++) jinja_list_push(c, msgs, message_value(c, &rq->msgs[i], json_array_get(rq->raw, i)));
+    for (size_t i = 0; i < rq->n_msgs; i++) jinja_list_push(c, msgs, message_value(c, &rq->msgs[i], json_array_get(rq->raw, i), ct->content_parts));
     jinja_ctx_set(c, "messages", msgs);
     if (json_is_array(rq->tools) && json_array_size(rq->tools))
         jinja_ctx_set(c, "tools", jinja_from_json(c, rq->tools, JINJA_DATA));

@@ -9,6 +9,9 @@
  *   2. the configured Jinja file (chat_template_file / --chat-template-file), or the configured
  *      built-in family (chat_template / --chat-template);
  *   3. the built-in family recognised from the GGUF's template text, else ChatML (a warning).
+ * A message's content reaches a Jinja template as the client sent it (a string, or text parts)
+ * when a probe at load shows the template reads parts; otherwise as one string, the parts joined
+ * (what llama.cpp does too).
  * The built-in families (ChatML, Llama 2 and 3, Mistral, Zephyr, Gemma, Phi-3) are rendered
  * from a table of their markers.
  *
@@ -85,6 +88,7 @@ typedef struct chat_template {
     chat_family family;     /* the built-in rendering when jinja is NULL; the end marker always */
     jinja_template *jinja;  /* owned; NULL = render family */
     chat_source source;
+    bool content_parts;     /* the Jinja template reads content given as [{"type": "text", ...}] parts */
     char *bos, *eos;        /* the model's BOS / EOS text as bos_token / eos_token (owned) */
     char why[600];          /* for CHAT_SRC_DETECTED / FALLBACK: what was wrong, for the warning */
 } chat_template;
