@@ -258,3 +258,21 @@ Test(jinja, client_text_stays_data_through_concatenation_and_filters) {
     jinja_output_free(&out);
     json_decref(v);
 }
+
+Test(jinja, one_line_templates_render_as_jinja2_renders_them) {
+    json_t *sem = load_json(TDIR "semantics.json");
+    size_t i, bad = 0;
+    json_t *c;
+    json_array_foreach(sem, i, c) {
+        const char *src = json_string_value(json_object_get(c, "template"));
+        const char *want = json_string_value(json_object_get(c, "text"));
+        char err[600] = "";
+        char *got = render_str(src, NULL, err, sizeof(err));
+        bool ok = want ? got && !strcmp(got, want) : !got;
+        if (!ok && bad++ < 8) cr_log_error("%s\n  got:  %s\n  want: %s", src, got ? got : err, want ? want : "an error");
+        free(got);
+    }
+    cr_expect_eq(bad, 0, "%zu of %zu one-line templates differ from jinja2", bad, json_array_size(sem));
+    cr_expect_geq(json_array_size(sem), 30);
+    json_decref(sem);
+}

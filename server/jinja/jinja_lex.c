@@ -234,11 +234,12 @@ static bool tag_end(lexer *L, char tag, attnd_status *st) {
 
 static attnd_status lex_tag(lexer *L, char tag) {
     static const char *ops2[] = {"**", "//", "==", "!=", "<=", ">="};
+    int open = 0; /* unclosed brackets: "}}" inside {'k': {}} does not end the tag (as in jinja2) */
     for (;;) {
         while (L->pos < L->n && isspace((unsigned char)L->s[L->pos])) L->line += L->s[L->pos++] == '\n';
         if (L->pos >= L->n) return lex_fail(L, tag == '{' ? "unclosed '{{'" : "unclosed '{%'");
         attnd_status st = ATTND_OK;
-        if (tag_end(L, tag, &st)) return st;
+        if (open <= 0 && tag_end(L, tag, &st)) return st;
         char ch = L->s[L->pos];
         if (isalpha((unsigned char)ch) || ch == '_') {
             size_t i = L->pos;
@@ -256,6 +257,7 @@ static attnd_status lex_tag(lexer *L, char tag) {
             if (!k && strchr("+-*/%~<>()[]{},.:|=", ch)) k = 1;
             if (!k) return lex_fail(L, "unexpected character in a tag");
             if (!emit(L, T_OP, L->s + L->pos, k)) return ATTND_ERR_NOMEM;
+            if (k == 1) open += strchr("([{", ch) ? 1 : strchr(")]}", ch) ? -1 : 0;
             L->pos += k;
         }
     }

@@ -2,7 +2,9 @@
 """render_reference.py — the expected renderings of tests/data/templates, made by jinja2 exactly
 as Hugging Face's apply_chat_template configures it (ImmutableSandboxedEnvironment, trim_blocks,
 lstrip_blocks, loop controls, the {% generation %} tag, HF's tojson, raise_exception and a fixed
-strftime_now clock). Writes expected.json: {template: {case: {"text": ...} | {"error": ...}}}.
+strftime_now clock). Writes expected.json: {template: {case: {"text": ...} | {"error": ...}}}, and
+semantics.json: each line of semantics.txt (one-line templates exercising Python value semantics,
+filters, tests and methods) with its rendering or error.
 
     python3 tests/data/templates/render_reference.py      # Debian: python3-jinja2
 """
@@ -74,6 +76,17 @@ def main():
                 out[name][cname] = {"error_kind": "TypeError", "detail": str(e)}
     with open(os.path.join(HERE, "expected.json"), "w", encoding="utf-8") as f:
         json.dump(out, f, indent=1, ensure_ascii=False, sort_keys=True)
+        f.write("\n")
+    sem = []
+    for line in open(os.path.join(HERE, "semantics.txt"), encoding="utf-8").read().split("\n"):
+        if not line:
+            continue
+        try:
+            sem.append({"template": line, "text": env.from_string(line).render()})
+        except Exception as e:  # noqa: BLE001 - any failure: the C engine must fail too
+            sem.append({"template": line, "error_kind": type(e).__name__, "detail": str(e)})
+    with open(os.path.join(HERE, "semantics.json"), "w", encoding="utf-8") as f:
+        json.dump(sem, f, indent=1, ensure_ascii=False)
         f.write("\n")
     n = sum(len(v) for v in out.values())
     print("%d templates, %d renderings (jinja2 %s)" % (len(out), n, jinja2.__version__), file=sys.stderr)
