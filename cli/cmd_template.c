@@ -10,6 +10,7 @@
 #include <time.h>
 
 #include "attnd/gguf.h"
+#include "attnd/tokenizer.h"
 #include "commands.h"
 #include "../server/jinja/jinja.h"
 #include "../server/jinja/jinja_json.h"
@@ -19,7 +20,8 @@ static const char *USAGE =
     "\n"
     "Renders a Jinja chat template as Hugging Face's apply_chat_template does and prints the text.\n"
     "  --model PATH      the GGUF file whose tokenizer.chat_template is rendered (default: the\n"
-    "                    shipped model)\n"
+    "                    shipped model); its BOS / EOS text is bos_token / eos_token unless the\n"
+    "                    variables give them\n"
     "  --template FILE   render this template file instead\n"
     "  --vars FILE       a JSON object of the template's variables: messages, tools,\n"
     "                    add_generation_prompt, bos_token, eos_token and any others (kwargs such as\n"
@@ -51,8 +53,19 @@ static char *read_file(const char *path, size_t *len) {
     return p;
 }
 
-/* The template source: --template's file or the model's tokenizer.chat_template. Exits 1. */
-static char *template_source(const char *model, const char *file, size_t *len) {
+/* The model's BOS / EOS token text as bos_token / eos_token, unless the variables give them. */
+static void model_tokens(gguf_file *g, json_t *defaults) {
+    tokenizer *t = NULL;
+    if (tok_load(&t, g, NULL) != ATTND_OK) return;
+    const char *bos = tok_bos(t) >= 0 ? tok_piece(t, tok_bos(t)) : NULL, *eos = tok_eos(t) >= 0 ? tok_piece(t, tok_eos(t)) : NULL;
+    json_object_set_new(defaults, "bos_token", json_string(bos ? bos : ""));
+    json_object_set_new(defaults, "eos_token", json_string(eos ? eos : ""));
+    tok_destroy(t);
+}
+
+/* The template source: --template's file or the model's tokenizer.chat_template (then its BOS /
+ * EOS text goes into defaults). Exits 1. */
+static char *template_source(const char *model, const char *file, size_t *len, json_t *defaults) {
     if (file) {
         char *s = read_file(file, len);
         if (!s) fprintf(stderr, "attnd template: cannot read %s\n", file), exit(1);
@@ -68,6 +81,7 @@ static char *template_source(const char *model, const char *file, size_t *len) {
         fprintf(stderr, "attnd template: %s has no tokenizer.chat_template\n", model), exit(1);
     char *s = strdup(t);
     *len = strlen(t);
+    model_tokens(g, defaults);
     gguf_close(g);
     free(dflt);
     return s;
@@ -91,12 +105,15 @@ int cmd_template(int argc, char **argv) {
         if (!end || *end) cli_usage_error("template", "--now must look like 2025-03-14T09:26:53");
     }
     size_t len = 0, vlen = 0;
-    char *src = template_source(model, file, &len);
+    json_t *defaults = json_object();
+    char *src = template_source(model, file, &len, defaults);
     char *vars_text = vars_path ? read_file(vars_path, &vlen) : read_all(stdin, &vlen);
     if (!src || !vars_text) fprintf(stderr, "attnd template: cannot read the variables\n"), exit(1);
     json_error_t jerr;
     json_t *vars = json_loadb(vars_text, vlen, 0, &jerr);
     if (!json_is_object(vars)) fprintf(stderr, "attnd template: the variables must be a JSON object (%s)\n", jerr.text), exit(1);
+    json_object_update_missing(vars, defaults);
+    json_decref(defaults);
     jinja_template *t = NULL;
     attnd_err err;
     jinja_ctx *c = jinja_ctx_create(NULL);
