@@ -72,6 +72,11 @@ static void add_run_facts(json_t *root, const char *path) {
                             json_string(found ? "detected from tokenizer.chat_template"
                                               : tmpl && *tmpl ? "fallback: the model's template is not recognised"
                                                               : "fallback: the model has no template"));
+        chat_template ct;
+        attnd_err terr;
+        if (chat_template_load(&ct, tmpl, NULL, NULL, t, &terr) == ATTND_OK)
+            json_object_set_new(root, "chat_template_rendering", json_string(chat_source_str(&ct)));
+        chat_template_free(&ct);
         int n_ctx = model_info_get(m)->n_ctx;
         json_object_set_new(root, "kv_bytes_per_token",
                             json_pack("{s:I, s:I}", "f16", (json_int_t)kv_bytes_per_token(m, KV_F16), "f32",
@@ -93,6 +98,8 @@ static void print_run_facts(const json_t *root) {
     printf("runs:          yes\n");
     printf("chat template: %s (%s)\n", json_string_value(json_object_get(root, "chat_template")),
            json_string_value(json_object_get(root, "chat_template_source")));
+    if (json_object_get(root, "chat_template_rendering"))
+        printf("chat template rendering: %s\n", json_string_value(json_object_get(root, "chat_template_rendering")));
     printf("KV cache:      %" JSON_INTEGER_FORMAT " bytes/token f16 (%" JSON_INTEGER_FORMAT " f32); a full context: "
            "%.1f MiB f16\n",
            json_integer_value(json_object_get(kt, "f16")), json_integer_value(json_object_get(kt, "f32")),
