@@ -95,6 +95,119 @@ Test(model, f16_weights_match_reference) {
     check_against_reference(&sp, 40, 2e-3);
 }
 
+/* Writes sp, loads it and expects ATTND_ERR_UNSUPPORTED whose message contains want. */
+static void expect_unsupported(const tiny_spec *sp, const char *tag, const char *want) {
+    char path[256];
+    tiny_tmpname(path, sizeof(path), tag);
+    cr_assert_eq(tiny_write(path, sp), 0);
+    model *m = NULL;
+    attnd_err err = {{0}};
+    cr_expect_eq(model_load(&m, path, &err), ATTND_ERR_UNSUPPORTED, "%s: %s", tag, err.msg);
+    cr_expect(strstr(err.msg, want), "%s: %s", tag, err.msg);
+    cr_expect_null(m);
+    unlink(path);
+}
+
+// ---- the other families against the float64 reference ---------------------------------------------
+
+Test(model, qwen3_qk_norm_and_explicit_head_dim_match_reference) {
+    tiny_spec sp = tiny_default("qwen3");
+    sp.head_dim = 16, sp.rope_dims = 16; /* q_dim 64 != n_embd 32, as Qwen3's head_dim 128 */
+    check_against_reference(&sp, 80, 2e-4);
+}
+
+Test(model, smollm3_skips_rope_on_every_fourth_layer) {
+    tiny_spec sp = tiny_default("smollm3");
+    sp.n_layer = 4; /* layer 3 has no RoPE */
+    check_against_reference(&sp, 70, 2e-4);
+    /* The same weights as llama (the fixture writes them alike): the NoPE layer must change the result. */
+    tiny_rig a, b;
+    tiny_rig_open(&a, &sp, KV_F32, 16);
+    sp.arch = "llama";
+    tiny_rig_open(&b, &sp, KV_F32, 16);
+    int32_t tok[16];
+    tiny_random_tokens(tok, 16, sp.n_vocab, 5);
+    float la[16 * 48], lb[16 * 48];
+    prefill(a.e, tiny_rig_seq(&a), tok, 16, la);
+    prefill(b.e, tiny_rig_seq(&b), tok, 16, lb);
+    cr_assert_gt(max_abs_diff(la + 48, lb + 48, 15 * 48), 1e-3f, "NoPE layer computed as a RoPE layer");
+    cr_assert_eq(memcmp(la, lb, 48 * sizeof(float)), 0, "position 0 rotates by nothing either way");
+    tiny_rig_close(&a), tiny_rig_close(&b);
+}
+
+Test(model, gemma2_softcaps_window_and_post_norms_match_reference) {
+    tiny_spec sp = tiny_default("gemma2");
+    sp.window = 70, sp.attn_softcap = 2.0f, sp.final_softcap = 3.0f; /* small caps, so they bite */
+    sp.n_layer = 3, sp.tied = true;
+    check_against_reference(&sp, 150, 2e-4); /* the local layers' window crosses tiles */
+}
+
+Test(model, gemma3_local_and_global_layers_match_reference) {
+    tiny_spec sp = tiny_default("gemma3");
+    sp.n_layer = 7, sp.window = 40, sp.head_dim = 16, sp.rope_dims = 16, sp.rope_base = 1e6f;
+    sp.rope_linear = 8.0f; /* global layers only; the local ones use base 10000 unscaled */
+    check_against_reference(&sp, 150, 2e-4);
+}
+
+Test(model, phi3_fused_qkv_and_gate_up_match_reference) {
+    tiny_spec sp = tiny_default("phi3");
+    check_against_reference(&sp, 70, 2e-4);
+}
+
+Test(model, llama3_rope_freqs_and_rope_scaling_match_reference) {
+    tiny_spec sp = tiny_default("llama");
+    sp.rope_freqs = true;
+    check_against_reference(&sp, 100, 2e-4);
+    sp.rope_freqs = false, sp.rope_linear = 4.0f;
+    check_against_reference(&sp, 100, 2e-4);
+    sp.rope_linear = 0, sp.rope_yarn = 4.0f, sp.yarn_orig_ctx = 64;
+    check_against_reference(&sp, 100, 2e-4);
+    sp.arch = "qwen2", sp.rope_yarn = 0, sp.rope_freqs = true;
+    check_against_reference(&sp, 60, 2e-4);
+}
+
+/* Gemma 3's decode over a sliding window (F16 and F32 caches, the window crossing several blocks):
+ * each step equals the whole sequence's prefill. */
+Test(model, sliding_window_decode_equals_prefill) {
+    for (int kv = 0; kv < 2; kv++) {
+        tiny_spec sp = tiny_default("gemma3");
+        sp.n_layer = 6, sp.window = 72, sp.head_dim = 16, sp.rope_dims = 16;
+        tiny_rig r;
+        tiny_rig_open(&r, &sp, kv ? KV_F32 : KV_F16, 256);
+        int n = 230, V = sp.n_vocab;
+        int32_t tok[230];
+        tiny_random_tokens(tok, n, V, 9);
+        float *ref = malloc(sizeof(float) * (size_t)n * V), *step = malloc(sizeof(float) * V);
+        prefill(r.e, tiny_rig_seq(&r), tok, n, ref);
+        kv_seq *b = tiny_rig_seq(&r);
+        prefill(r.e, b, tok, 150, ref + 0 * V); /* overwrites row 0..149 with the same values */
+        for (int i = 150; i < n; i++) {
+            prefill(r.e, b, &tok[i], 1, step);
+            float d = max_abs_diff(step, ref + (size_t)i * V, (size_t)V);
+            cr_assert(d < 1e-4f, "kv %d: position %d: decode differs from prefill by %g", kv, i, d);
+        }
+        free(ref), free(step);
+        tiny_rig_close(&r);
+    }
+}
+
+// ---- refusing what attnd would not compute ----------------------------------------------------------
+
+Test(model, unapplied_keys_and_unread_tensors_refuse_the_file_by_name) {
+    tiny_spec sp = tiny_default("llama");
+    sp.extra_key = "attention.sliding_window"; /* llama.cpp's llama has no window: attnd would ignore it */
+    expect_unsupported(&sp, "key", "llama.attention.sliding_window");
+    sp.extra_key = "rope.scaling.type_x";
+    expect_unsupported(&sp, "key2", "llama.rope.scaling.type_x");
+    sp.extra_key = NULL, sp.extra_tensor = "blk.0.attn_q_norm.weight"; /* qwen3's, in a llama file */
+    expect_unsupported(&sp, "tensor", "blk.0.attn_q_norm.weight");
+    sp = tiny_default("phi3");
+    sp.extra_tensor = "rope_factors_long.weight"; /* LongRoPE, not applied yet */
+    expect_unsupported(&sp, "longrope", "rope_factors_long.weight");
+    sp = tiny_default("qwen3moe");
+    expect_unsupported(&sp, "moe", "qwen3moe");
+}
+
 // ---- prefill / decode / batch consistency ---------------------------------------------------------
 
 Test(model, decode_after_prefill_equals_prefill_of_whole_sequence) {
