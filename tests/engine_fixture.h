@@ -248,16 +248,14 @@ static inline int tiny_write(const char *path, const tiny_spec *sp) {
     static const uint8_t zeros[32];
     gb_bytes(&b, zeros, (32 - b.n % 32) % 32);
     for (int i = 0; i < nt; i++) {
-        uint64_t n = ts[i].ne[0] * ts[i].ne[1], bytes = 0;
-        for (uint64_t j = 0; j < n; j++) {
-            if (ts[i].type == GGUF_TYPE_F32) {
-                gb_bytes(&b, &ts[i].vals[j], 4);
-                bytes += 4;
-            } else {
-                uint16_t h = tiny_f32_to_f16(ts[i].vals[j]);
-                gb_bytes(&b, &h, 2);
-                bytes += 2;
-            }
+        uint64_t n = ts[i].ne[0] * ts[i].ne[1], bytes = n * (ts[i].type == GGUF_TYPE_F32 ? 4 : 2);
+        if (ts[i].type == GGUF_TYPE_F32) {
+            gb_bytes(&b, ts[i].vals, bytes);
+        } else {
+            uint16_t *h = malloc(bytes);
+            for (uint64_t j = 0; j < n; j++) h[j] = tiny_f32_to_f16(ts[i].vals[j]);
+            gb_bytes(&b, h, bytes);
+            free(h);
         }
         gb_bytes(&b, zeros, (32 - bytes % 32) % 32);
         free(ts[i].vals);
@@ -278,12 +276,24 @@ static inline void tiny_tmpname(char *buf, size_t n, const char *tag) {
 
 // ---- independent float64 reference -----------------------------------------------------------
 
+/* The value of F16 bits h (every one of them, computed once: the real-shape models read millions). */
+static inline double ref_f16(uint16_t h) {
+    static double *table;
+    if (!table) {
+        double *t = malloc(sizeof(double) * 65536);
+        for (uint32_t b = 0; b < 65536; b++) {
+            int e = (b >> 10) & 0x1f, man = b & 0x3ff;
+            double v = e ? ldexp(1.0 + man / 1024.0, e - 15) : ldexp(man / 1024.0, -14);
+            t[b] = (b & 0x8000) ? -v : v;
+        }
+        table = t;
+    }
+    return table[h];
+}
+
 static inline double ref_elem(const gguf_tensor *t, uint64_t i) {
     if (t->type == GGUF_TYPE_F32) return ((const float *)t->data)[i];
-    uint16_t h = ((const uint16_t *)t->data)[i];
-    int e = (h >> 10) & 0x1f, man = h & 0x3ff;
-    double v = e ? ldexp(1.0 + man / 1024.0, e - 15) : ldexp(man / 1024.0, -14);
-    return (h & 0x8000) ? -v : v;
+    return ref_f16(((const uint16_t *)t->data)[i]);
 }
 
 static inline const gguf_tensor *ref_t(const gguf_file *f, const char *name) { return gguf_find_tensor(f, name); }

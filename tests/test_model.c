@@ -17,6 +17,7 @@
 #include "attnd/engine.h"
 #include "attnd/tokenizer.h"
 #include "engine_rig.h"
+#include "family_specs.h"
 #include "test_models.h"
 
 // ---- helpers ----------------------------------------------------------------------------------
@@ -626,6 +627,51 @@ static void greedy_matches_llama_cpp(const char *arch, const int32_t *want) {
 Test(model, qwen2_greedy_reproduces_llama_cpp_on_generated_model) { greedy_matches_llama_cpp("qwen2", LLAMACPP_QWEN2); }
 
 Test(model, llama_greedy_reproduces_llama_cpp_on_generated_model) { greedy_matches_llama_cpp("llama", LLAMACPP_LLAMA); }
+
+/* tests/data/reference-families.json: llama.cpp's 100 greedy tokens for the small generated model
+ * of each family (tests/family_specs.h; tests/data/regenerate.sh writes them with tiny_model, the
+ * same files as here). attnd reproduces every token: qwen3's QK-norm and head_dim, smollm3's NoPE
+ * layers, gemma2's soft-caps and windows, gemma3's local/global layers and bases, phi3's fused
+ * matrices, all as llama.cpp computes them. */
+Test(model, every_family_greedy_reproduces_llama_cpp_on_generated_model) {
+    json_error_t je;
+    json_t *refj = json_load_file(ATTND_DATA_DIR "/reference-families.json", 0, &je);
+    cr_assert(refj, "tests/data/reference-families.json: %s", je.text);
+    json_t *cases = json_object_get(refj, "cases");
+    cr_assert_eq(json_array_size(cases), N_FAMILIES);
+    for (size_t i = 0; i < N_FAMILIES; i++) {
+        json_t *c = json_array_get(cases, i);
+        cr_assert_str_eq(json_string_value(json_object_get(c, "family")), FAMILY_NAMES[i]);
+        json_t *want = json_object_get(c, "tokens");
+        cr_assert_eq(json_array_size(want), FAMILY_N_GEN);
+        tiny_spec sp = family_small(FAMILY_NAMES[i]);
+        tiny_rig r;
+        tiny_rig_open(&r, &sp, KV_F32, 8);
+        int32_t out[FAMILY_N_GEN];
+        int n_out;
+        engine_gen g = {.n_predict = FAMILY_N_GEN};
+        attnd_err err;
+        cr_assert_eq(engine_generate(r.e, tiny_rig_seq(&r), FAMILY_PROMPT, 7, &g, out, &n_out, NULL, &err), ATTND_OK,
+                     "%s", err.msg);
+        cr_assert_eq(n_out, FAMILY_N_GEN);
+        for (int t = 0; t < FAMILY_N_GEN; t++)
+            cr_assert_eq(out[t], json_integer_value(json_array_get(want, (size_t)t)), "%s: token %d: attnd %d, llama.cpp %lld",
+                         FAMILY_NAMES[i], t, out[t], (long long)json_integer_value(json_array_get(want, (size_t)t)));
+        tiny_rig_close(&r);
+    }
+    json_decref(refj);
+}
+
+/* Released models' shapes (tests/family_specs.h: Qwen3-0.6B's 16/8 heads of 128, Gemma-3-1B's
+ * 4/1 heads of 256 and 5 local layers, Phi-3-mini's 32 heads of 96, fused), fewer layers, F16
+ * weights, against the float64 reference. */
+Test(model, real_family_shapes_match_float64_reference, .timeout = 300) {
+    const char *names[] = {"qwen3-0.6b", "gemma3-1b", "phi3-mini"};
+    for (size_t i = 0; i < ATTND_ARRAY_LEN(names); i++) {
+        tiny_spec sp = family_real(names[i]);
+        check_against_reference(&sp, 6, 2e-3);
+    }
+}
 
 // ---- agreement with llama.cpp on the test models -------------------------------------------------
 

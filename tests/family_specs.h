@@ -1,0 +1,60 @@
+/*
+ * family_specs.h — (tests only) the generated models of each family that attnd is compared on:
+ * small ones with a vocabulary that llama.cpp loads (greedy references in
+ * tests/data/reference-families.json, made by tests/data/regenerate.sh through tests/tiny_model.c),
+ * and ones with a released model's real attention and FFN shape at reduced depth (checked against
+ * the float64 reference in test_model.c). Shared by test_model.c and tiny_model.c so both write
+ * the very same files.
+ */
+#ifndef ATTND_TEST_FAMILY_SPECS_H
+#define ATTND_TEST_FAMILY_SPECS_H
+
+#include <string.h>
+
+#include "engine_fixture.h"
+
+/* The families of the llama.cpp comparison, in the order of reference-families.json. */
+static const char *const FAMILY_NAMES[] = {"qwen3", "smollm3", "gemma2", "gemma3", "phi3"};
+#define N_FAMILIES (sizeof(FAMILY_NAMES) / sizeof(FAMILY_NAMES[0]))
+
+/* Prompt of the llama.cpp comparison (ids; no BOS added) and the tokens generated after it. */
+static const int32_t FAMILY_PROMPT[7] = {1, 300, 301, 302, 260, 270, 280};
+#define FAMILY_N_GEN 100
+
+/* The small model of family `arch` that llama.cpp runs: 64 wide, vocabulary of 320. llama.cpp
+ * wants rope.dimension_count = head size for these families. Windows are short, so that the
+ * 107 positions cross them. */
+static inline tiny_spec family_small(const char *arch) {
+    tiny_spec sp = tiny_default(arch);
+    sp.vocab = true, sp.n_vocab = 320, sp.n_ctx = 512, sp.n_embd = 64, sp.n_head = 4, sp.n_head_kv = 2;
+    sp.n_ff = 96, sp.rope_dims = 16;
+    if (!strcmp(arch, "qwen3")) sp.head_dim = 32, sp.rope_dims = 32, sp.rope_base = 1e6f, sp.rms_eps = 1e-6f;
+    if (!strcmp(arch, "smollm3")) sp.n_layer = 4;
+    if (!strcmp(arch, "gemma2"))
+        sp.n_layer = 4, sp.window = 24, sp.attn_softcap = 50.0f, sp.final_softcap = 30.0f, sp.tied = true,
+        sp.rms_eps = 1e-6f;
+    if (!strcmp(arch, "gemma3"))
+        sp.n_layer = 6, sp.window = 24, sp.head_dim = 32, sp.rope_dims = 32, sp.rope_base = 1e6f, sp.tied = true,
+        sp.rms_eps = 1e-6f;
+    return sp;
+}
+
+/* A released model's shape, fewer layers (enough for every kind of layer the family has) and a
+ * vocabulary of 512. F16 weights keep the files small. */
+static inline tiny_spec family_real(const char *name) {
+    tiny_spec sp = tiny_default("llama");
+    sp.n_vocab = 512, sp.wtype = GGUF_TYPE_F16, sp.n_ctx = 4096, sp.rms_eps = 1e-6f;
+    if (!strcmp(name, "qwen3-0.6b")) { /* Qwen3-0.6B */
+        sp.arch = "qwen3", sp.n_embd = 1024, sp.n_head = 16, sp.n_head_kv = 8, sp.head_dim = 128, sp.rope_dims = 128;
+        sp.n_ff = 3072, sp.rope_base = 1e6f, sp.n_layer = 2, sp.tied = true;
+    } else if (!strcmp(name, "gemma3-1b")) { /* Gemma-3-1B: 5 local layers (window 512), then a global one */
+        sp.arch = "gemma3", sp.n_embd = 1152, sp.n_head = 4, sp.n_head_kv = 1, sp.head_dim = 256, sp.rope_dims = 256;
+        sp.n_ff = 6912, sp.rope_base = 1e6f, sp.n_layer = 6, sp.window = 512, sp.tied = true;
+    } else if (!strcmp(name, "phi3-mini")) { /* Phi-3-mini: head_dim 96, no GQA */
+        sp.arch = "phi3", sp.n_embd = 3072, sp.n_head = 32, sp.n_head_kv = 32, sp.rope_dims = 96, sp.n_ff = 8192;
+        sp.n_layer = 1, sp.rms_eps = 1e-5f;
+    }
+    return sp;
+}
+
+#endif
