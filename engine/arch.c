@@ -17,6 +17,7 @@ static const char *const KEYS_NONE[] = {NULL};
 static const char *const KEYS_GEMMA2[] = {"attention.sliding_window", "attn_logit_softcapping",
                                           "final_logit_softcapping", NULL};
 static const char *const KEYS_GEMMA3[] = {"attention.sliding_window", NULL};
+static const char *const KEYS_MOE[] = {"expert_count", "expert_used_count", "expert_feed_forward_length", NULL};
 
 static const arch_desc ARCHS[] = {
     {.name = "llama", .rope = ROPE_ADJACENT, .qkv_bias = NEED_OPTIONAL, .keys = KEYS_NONE},
@@ -29,6 +30,8 @@ static const arch_desc ARCHS[] = {
      .act = ACT_GELU_TANH, .swa_pattern = 6, .swa_rope_base = 10000.0f, .wide_scale_layers = 62,
      .keys = KEYS_GEMMA3},
     {.name = "phi3", .rope = ROPE_NEOX, .fused_qkv = true, .fused_gate_up = true, .keys = KEYS_NONE},
+    /* router softmax over all experts, top expert_used_count, their weights renormalised to sum 1 */
+    {.name = "qwen3moe", .rope = ROPE_NEOX, .qk_norm = true, .moe = true, .keys = KEYS_MOE},
 };
 
 /* Keys every family reads (model.c) or that change nothing attnd computes. */
@@ -47,7 +50,7 @@ const arch_desc *arch_find(const char *name) {
     return NULL;
 }
 
-const char *arch_names(void) { return "llama, qwen2, qwen3, smollm3, gemma2, gemma3, phi3"; }
+const char *arch_names(void) { return "llama, qwen2, qwen3, qwen3moe, smollm3, gemma2, gemma3, phi3"; }
 
 static bool in_list(const char *const *list, const char *s) {
     for (; *list; list++)

@@ -72,6 +72,15 @@ struct engine {
     float *gate;            /* (B, n_ff) */
     float *up;              /* (B, n_ff) */
     float *fused;           /* (B, max(q_dim + 2 kv_dim, 2 n_ff)): a fused projection's output, or NULL */
+
+    /* Mixture of Experts (NULL for dense models); K = n_expert_used, FE = n_ff_exp */
+    float *moe_logits;      /* (B, n_expert) router logits, then probabilities */
+    int *moe_sel;           /* (B, K) the experts each entry uses, most probable first */
+    float *moe_w;           /* (B, K) their weights */
+    int *moe_slots;         /* (B) the (entry * K + k) slots routed to one expert */
+    float *moe_x;           /* (B, n_embd) those entries' normalised inputs, gathered */
+    float *moe_g, *moe_u;   /* (B, FE) */
+    float *moe_o;           /* (B * K, n_embd) each slot's expert output */
     float *rope;            /* (ROPE_TABLES, B, rope_dims / 2, 2): cos, sin of each entry's position */
     uint16_t *k16;          /* (kv_dim) one key row as F16, before it is scattered into a tile */
     float *neg;             /* (n_slots, n_ff) e^-gate of one row per thread, for SiLU */
@@ -117,6 +126,9 @@ static size_t layout(engine *e, char *mem) {
         const weight *ws[] = {&L->wq, &L->wk, &L->wv, &L->wqkv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
         for (size_t i = 0; i < ATTND_ARRAY_LEN(ws); i++)
             if (ws[i]->data) scratch = max_scratch(scratch, ws[i], e->max_batch);
+        const weight *ex[] = {&L->gate_exps, &L->down_exps}; /* expert slices: the widths of these */
+        for (size_t i = 0; i < ATTND_ARRAY_LEN(ex); i++)
+            if (ex[i]->data) scratch = max_scratch(scratch, ex[i], e->max_batch);
         if (L->wqkv.data && (size_t)L->wqkv.rows > fused) fused = (size_t)L->wqkv.rows;
         if (!L->w_gate.data && (size_t)L->w_up.rows > fused) fused = (size_t)L->w_up.rows;
     }
@@ -132,6 +144,15 @@ static size_t layout(engine *e, char *mem) {
     e->up = block_take(&b, B * F, sizeof(float));
     e->fused = block_take(&b, B * fused, sizeof(float));
     e->rope = block_take(&b, ROPE_TABLES * B * (size_t)mi->rope_dims, sizeof(float));
+    size_t NE = (size_t)m->n_expert, K = (size_t)m->n_expert_used, FE = (size_t)m->n_ff_exp;
+    e->moe_logits = block_take(&b, B * NE, sizeof(float));
+    e->moe_sel = block_take(&b, B * K, sizeof(int));
+    e->moe_w = block_take(&b, B * K, sizeof(float));
+    e->moe_slots = block_take(&b, NE ? B : 0, sizeof(int));
+    e->moe_x = block_take(&b, NE ? B * E : 0, sizeof(float));
+    e->moe_g = block_take(&b, B * FE, sizeof(float));
+    e->moe_u = block_take(&b, B * FE, sizeof(float));
+    e->moe_o = block_take(&b, B * K * E, sizeof(float));
     e->k16 = block_take(&b, KV, sizeof(uint16_t));
     e->neg = block_take(&b, F * (size_t)e->n_slots, sizeof(float));
     e->mm_scratch = block_take(&b, scratch ? scratch : 1, 1); /* quant_matmul wants one even if unused */
@@ -612,6 +633,80 @@ static void step_gated_ffn(pass *p, const layer_weights *L) {
     threads_run((long)p->n * p->F >= ROWWISE_PAR_MIN_ELEMS ? e->n_threads : 1, p->n, gelu ? geglu_row : swiglu_row, p);
 }
 
+/* route: each entry's router probabilities (softmax over every expert), its K most probable
+ * experts (ties to the lower id) and their probabilities renormalised to sum 1. */
+static void moe_route(pass *p, const layer_weights *L) {
+    engine *e = p->e;
+    const model *m = e->m;
+    int NE = m->n_expert, K = m->n_expert_used;
+    matmul(e, e->moe_logits, &L->router, e->xn, p->n);
+    for (int t = 0; t < p->n; t++) {
+        float *pr = e->moe_logits + (size_t)t * NE, mx = -INFINITY;
+        double sum = 0; /* as llama.cpp's softmax: the sum in double, then times its reciprocal */
+        for (int x = 0; x < NE; x++) mx = pr[x] > mx ? pr[x] : mx;
+        for (int x = 0; x < NE; x++) sum += pr[x] = expf(pr[x] - mx);
+        float inv = (float)(1.0 / sum);
+        for (int x = 0; x < NE; x++) pr[x] *= inv;
+        int *sel = e->moe_sel + (size_t)t * K;
+        float *w = e->moe_w + (size_t)t * K, wsum = 0;
+        for (int k = 0; k < K; k++) { /* K is small: selection by repeated scans */
+            int best = -1;
+            for (int x = 0; x < NE; x++) {
+                bool taken = false;
+                for (int j = 0; j < k && !taken; j++) taken = sel[j] == x;
+                if (!taken && (best < 0 || pr[x] > pr[best])) best = x;
+            }
+            sel[k] = best;
+            wsum += w[k] = pr[best];
+        }
+        for (int k = 0; k < K; k++) w[k] /= wsum;
+    }
+}
+
+/* The slice of expert matrix w (n_expert * rows, cols) that is expert x's (rows, cols). */
+static weight expert_slice(const weight *w, int x, int64_t rows) {
+    size_t row_bytes = quant_row_bytes(w->type, w->cols);
+    return (weight){.data = (const uint8_t *)w->data + (size_t)x * (size_t)rows * row_bytes, .type = w->type,
+                    .rows = rows, .cols = w->cols};
+}
+
+/* moe: tmp = sum over each entry's K experts of weight * W_down,x act(W_gate,x xn) * (W_up,x xn),
+ * the experts' outputs added in the order of their probability. Entries are grouped by expert,
+ * so each expert's rows are read once per step and unused experts not at all. */
+static void step_moe(pass *p, const layer_weights *L) {
+    engine *e = p->e;
+    const model *m = e->m;
+    int K = m->n_expert_used, FE = m->n_ff_exp, E = p->E;
+    moe_route(p, L);
+    for (int x = 0; x < m->n_expert; x++) {
+        int cnt = 0;
+        for (int s = 0; s < p->n * K; s++)
+            if (e->moe_sel[s] == x) {
+                e->moe_slots[cnt] = s;
+                memcpy(e->moe_x + (size_t)cnt++ * E, e->xn + (size_t)(s / K) * E, sizeof(float) * (size_t)E);
+            }
+        if (!cnt) continue;
+        weight g = expert_slice(&L->gate_exps, x, FE), u = expert_slice(&L->up_exps, x, FE);
+        weight d = expert_slice(&L->down_exps, x, E);
+        matmul_many(e, 2, (float *const[]){e->moe_g, e->moe_u}, (const weight *const[]){&g, &u}, e->moe_x, cnt);
+        for (int c = 0; c < cnt; c++) { /* silu(g) * u, as swiglu_row */
+            float *gr = e->moe_g + (size_t)c * FE, *ur = e->moe_u + (size_t)c * FE;
+            for (int i = 0; i < FE; i++) gr[i] = gr[i] / (1.0f + expf(-gr[i])) * ur[i];
+        }
+        matmul(e, e->moe_x, &d, e->moe_g, cnt);
+        for (int c = 0; c < cnt; c++)
+            memcpy(e->moe_o + (size_t)e->moe_slots[c] * E, e->moe_x + (size_t)c * E, sizeof(float) * (size_t)E);
+    }
+    for (int t = 0; t < p->n; t++) {
+        float *out = e->tmp + (size_t)t * E;
+        for (int k = 0; k < K; k++) {
+            const float *o = e->moe_o + ((size_t)t * K + k) * E;
+            float w = e->moe_w[(size_t)t * K + k];
+            for (int i = 0; i < E; i++) out[i] = k ? out[i] + o[i] * w : o[i] * w;
+        }
+    }
+}
+
 /* One decoder layer: x += post(attention(rmsnorm(x))); x += post(ffn(rmsnorm(x))), where post is
  * the family's output norm of a sub-layer, or nothing. */
 static void step_layer(pass *p, int l) {
@@ -631,8 +726,12 @@ static void step_layer(pass *p, int l) {
 
     // feed-forward sub-layer: x += W_down act(W_gate xn) * (W_up xn), xn = rmsnorm(x)
     rmsnorm(e->xn, e->x, L->ffn_norm, n, p->E, mi->rms_eps, nth);
-    step_gated_ffn(p, L);
-    matmul(e, e->tmp, &L->w_down, e->gate, n);
+    if (L->router.data) {
+        step_moe(p, L);
+    } else {
+        step_gated_ffn(p, L);
+        matmul(e, e->tmp, &L->w_down, e->gate, n);
+    }
     if (L->post_ffn_norm) rmsnorm(e->tmp, e->tmp, L->post_ffn_norm, n, p->E, mi->rms_eps, nth);
     step_residual(p);
 }

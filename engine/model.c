@@ -229,6 +229,23 @@ static attnd_status read_attention(model *m, const char *arch, attnd_err *err) {
     return ATTND_OK;
 }
 
+/* Mixture of Experts: how many experts, how many each token uses, their FFN width. */
+static attnd_status read_experts(model *m, const char *arch, attnd_err *err) {
+    if (!m->arch->moe) return ATTND_OK;
+    uint32_t n, used, ff;
+    attnd_status st;
+    if ((st = arch_u32(m->f, arch, "expert_count", true, 0, &n, err))) return st;
+    if ((st = arch_u32(m->f, arch, "expert_used_count", true, 0, &used, err))) return st;
+    if ((st = arch_u32(m->f, arch, "expert_feed_forward_length", true, 0, &ff, err))) return st;
+    if (n == 0 || n > 1024 || used == 0 || used > n || ff == 0 || ff > (1u << 18))
+        return attnd_fail(err, ATTND_ERR_FORMAT, "experts of '%s' out of range: %u experts, %u used, width %u", arch, n,
+                          used, ff);
+    m->info.n_expert = m->n_expert = (int)n;
+    m->info.n_expert_used = m->n_expert_used = (int)used;
+    m->info.n_ff_exp = m->n_ff_exp = (int)ff;
+    return ATTND_OK;
+}
+
 // ---- rotary position tables -----------------------------------------------------------------
 
 /* The file's RoPE scaling: linear (positions divided by the factor) or YaRN (NTK-by-parts
@@ -328,7 +345,7 @@ static attnd_status make_rope_tables(model *m, const char *arch, attnd_err *err)
  * family has comes from its description. */
 static attnd_status load_layer(model *m, int l, attnd_err *err) {
     const arch_desc *d = m->arch;
-    int64_t E = m->info.n_embd, Q = m->q_dim, KV = m->kv_dim, F = m->info.n_ff, HD = m->info.head_dim;
+    int64_t E = m->info.n_embd, Q = m->q_dim, KV = m->kv_dim, HD = m->info.head_dim;
     attnd_status st;
     layer_weights *L = &m->layers[l];
     char name[96];
@@ -362,16 +379,48 @@ static attnd_status load_layer(model *m, int l, attnd_err *err) {
         VEC(post_ffn_norm, "post_ffw_norm", "weight", E, true);
     }
     VEC(ffn_norm, "ffn_norm", "weight", E, true);
-    if (d->fused_gate_up) {
-        MAT(w_up, "ffn_up", 2 * F, E);
-    } else {
-        MAT(w_gate, "ffn_gate", F, E);
-        MAT(w_up, "ffn_up", F, E);
-    }
-    MAT(w_down, "ffn_down", E, F);
 #undef MAT
 #undef VEC
     return ATTND_OK;
+}
+
+/* A 3-D expert tensor [cols, rows, n_expert] as one (n_expert * rows, cols) matrix. */
+static attnd_status find_experts(model *m, const char *name, int64_t rows, int64_t cols, weight *out, attnd_err *err) {
+    memset(out, 0, sizeof(*out));
+    const gguf_tensor *t;
+    attnd_status st = find_weight(m, name, true, &t, err);
+    if (st) return st;
+    if (t->n_dims != 3 || (int64_t)t->ne[0] != cols || (int64_t)t->ne[1] != rows || (int64_t)t->ne[2] != m->n_expert)
+        return attnd_fail(err, ATTND_ERR_FORMAT, "tensor '%s' has shape [%llu, %llu, %llu], expected [%lld, %lld, %d]",
+                          name, (unsigned long long)t->ne[0], (unsigned long long)t->ne[1],
+                          (unsigned long long)t->ne[2], (long long)cols, (long long)rows, m->n_expert);
+    *out = (weight){.data = t->data, .type = t->type, .rows = rows * m->n_expert, .cols = cols};
+    return ATTND_OK;
+}
+
+/* Layer l's feed-forward weights: a router and its experts, or one gated FFN (fused or not). */
+static attnd_status load_ffn(model *m, int l, attnd_err *err) {
+    const arch_desc *d = m->arch;
+    int64_t E = m->info.n_embd, F = m->info.n_ff;
+    layer_weights *L = &m->layers[l];
+    attnd_status st;
+    char name[96];
+#define NAME(suffix) (snprintf(name, sizeof(name), "blk.%d.%s.weight", l, suffix), name)
+    if (d->moe) {
+        int64_t FE = m->n_ff_exp;
+        if ((st = find_matrix(m, NAME("ffn_gate_inp"), m->n_expert, E, true, &L->router, err))) return st;
+        if ((st = find_experts(m, NAME("ffn_gate_exps"), FE, E, &L->gate_exps, err))) return st;
+        if ((st = find_experts(m, NAME("ffn_up_exps"), FE, E, &L->up_exps, err))) return st;
+        return find_experts(m, NAME("ffn_down_exps"), E, FE, &L->down_exps, err);
+    }
+    if (d->fused_gate_up) {
+        if ((st = find_matrix(m, NAME("ffn_up"), 2 * F, E, true, &L->w_up, err))) return st;
+    } else {
+        if ((st = find_matrix(m, NAME("ffn_gate"), F, E, true, &L->w_gate, err))) return st;
+        if ((st = find_matrix(m, NAME("ffn_up"), F, E, true, &L->w_up, err))) return st;
+    }
+    return find_matrix(m, NAME("ffn_down"), E, F, true, &L->w_down, err);
+#undef NAME
 }
 
 /* Every tensor of the file is read by some step: one that none reads (LongRoPE factors, a
@@ -385,10 +434,11 @@ static attnd_status check_all_read(const model *m, attnd_err *err) {
     return ATTND_OK;
 }
 
-/* The matrices of a layer (those a family lacks are empty: no data). */
-#define LAYER_MATRICES 8
+/* The 2-D matrices of a layer (those a family lacks are empty: no data). The experts are read in
+ * slices from the mapping, not packed. */
+#define LAYER_MATRICES 9
 static void layer_matrices(layer_weights *L, weight *out[LAYER_MATRICES]) {
-    weight *lw[LAYER_MATRICES] = {&L->wq, &L->wk, &L->wv, &L->wqkv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
+    weight *lw[LAYER_MATRICES] = {&L->wq, &L->wk, &L->wv, &L->wqkv, &L->wo, &L->w_gate, &L->w_up, &L->w_down, &L->router};
     memcpy(out, lw, sizeof lw);
 }
 
@@ -430,7 +480,7 @@ static attnd_status load_weights(model *m, attnd_err *err) {
     if (!m->output.data) m->output = m->tok_embd; /* tied embeddings */
     if ((st = load_vector(m, "output_norm.weight", E, true, &m->output_norm, err))) return st;
     for (int l = 0; l < mi->n_layer; l++)
-        if ((st = load_layer(m, l, err))) return st;
+        if ((st = load_layer(m, l, err)) || (st = load_ffn(m, l, err))) return st;
     return ATTND_OK;
 }
 
@@ -449,7 +499,7 @@ attnd_status model_load(model **out, const char *path, attnd_err *err) {
         st = attnd_fail(err, ATTND_ERR_NOMEM, "out of memory loading a model");
         goto fail;
     }
-    if ((st = read_attention(m, arch, err))) goto fail;
+    if ((st = read_attention(m, arch, err)) || (st = read_experts(m, arch, err))) goto fail;
     if ((st = load_weights(m, err))) goto fail;
     if ((st = make_rope_tables(m, arch, err))) goto fail;
     if ((st = check_all_read(m, err))) goto fail;

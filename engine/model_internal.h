@@ -39,6 +39,9 @@ typedef struct layer_weights {
     weight w_gate, w_up;     /* (n_ff, n_embd); fused (arch fused_gate_up): w_up (2 n_ff, n_embd), gate
                                 rows first, and w_gate empty */
     weight w_down;           /* (n_embd, n_ff) */
+    weight router;           /* (n_expert, n_embd) ffn_gate_inp (arch moe), or empty; then no dense FFN */
+    weight gate_exps, up_exps; /* (n_expert * n_ff_exp, n_embd): expert x's rows from x * n_ff_exp */
+    weight down_exps;        /* (n_expert * n_embd, n_ff_exp): expert x's rows from x * n_embd */
     bool rope;               /* false: a NoPE layer (no rotation of q and k) */
     int window;              /* 0: global attention; W > 0: sees positions pos - W + 1 .. pos */
     int rope_table;          /* ROPE_GLOBAL or ROPE_LOCAL */
@@ -59,7 +62,7 @@ struct model {
     float final_softcap;     /* > 0: the same for the output logits */
     float embd_scale;        /* embeddings times this (1 unless the family scales them) */
     int max_window;          /* the widest sliding window of any layer; 0 when all are global */
-    int n_local;             /* layers with a sliding window */
+    int n_expert, n_expert_used, n_ff_exp; /* Mixture of Experts (arch moe); 0 otherwise */
     size_t packed_bytes;     /* memory of the weights' packed copies (weight.packed) */
     uint8_t *tensor_read;    /* load scratch: (gguf_tensor_count) 1 = a step reads the tensor */
 };

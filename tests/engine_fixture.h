@@ -42,13 +42,14 @@ typedef struct tiny_spec {
     float rope_yarn;       /* > 0: rope.scaling.type yarn with this factor ... */
     int yarn_orig_ctx;     /* ... and rope.scaling.original_context_length */
     bool rope_freqs;       /* write rope_freqs.weight (Llama 3's frequency factors) */
+    int n_expert, n_expert_used, n_ff_exp; /* qwen3moe: experts, used per token, their width */
     const char *extra_key; /* tests of refusal: also write "<arch>.<extra_key>" = 1 (u32) ... */
     const char *extra_tensor; /* ... or an F32 vector of n_embd elements of this name */
 } tiny_spec;
 
 /* What a family computes, as llama.cpp does it (written independently of engine/arch.c). */
 typedef struct tiny_family {
-    bool neox, bias, qk_norm, post_norms, embd_scale, gelu, fused_qkv, fused_gate_up;
+    bool neox, bias, qk_norm, post_norms, embd_scale, gelu, fused_qkv, fused_gate_up, moe;
     int swa_pattern;       /* layer l local unless l % pattern == pattern - 1 */
     double swa_base;       /* local layers' RoPE base, unscaled (0: as global layers) */
     int nope_step;         /* layer l without RoPE when (l + 1) % step == 0 */
@@ -59,7 +60,8 @@ static inline tiny_family tiny_family_of(const char *a) {
     tiny_family f = {0};
     f.neox = strcmp(a, "llama") && strcmp(a, "smollm3");
     f.bias = !strcmp(a, "qwen2");
-    f.qk_norm = !strcmp(a, "qwen3") || !strcmp(a, "gemma3");
+    f.qk_norm = !strcmp(a, "qwen3") || !strcmp(a, "gemma3") || !strcmp(a, "qwen3moe");
+    f.moe = !strcmp(a, "qwen3moe");
     f.post_norms = f.embd_scale = f.gelu = !strncmp(a, "gemma", 5);
     f.fused_qkv = f.fused_gate_up = !strcmp(a, "phi3");
     f.swa_pattern = !strcmp(a, "gemma2") ? 2 : !strcmp(a, "gemma3") ? 6 : 0;
@@ -96,7 +98,7 @@ static inline uint16_t tiny_f32_to_f16(float f) {
 typedef struct tiny_tensor {
     char name[64];
     int n_dims;
-    uint64_t ne[2];
+    uint64_t ne[3];
     uint32_t type;
     float *vals; /* (n_elems) F32 values, converted when written */
 } tiny_tensor;
@@ -115,11 +117,18 @@ static inline int tiny_tensors(const tiny_spec *sp, tiny_tensor *ts) {
         snprintf(t->name, sizeof(t->name), "%s", nm);                                   \
         t->ne[0] = d0;                                                                  \
         t->ne[1] = d1;                                                                  \
+        t->ne[2] = 1;                                                                   \
         t->n_dims = d1 > 1 ? 2 : 1;                                                     \
         t->type = ty;                                                                   \
         t->vals = malloc(sizeof(float) * d0 * d1);                                      \
         for (uint64_t i_ = 0; i_ < (uint64_t)(d0) * (d1); i_++)                         \
             t->vals[i_] = (offs) + tiny_uniform(&rng, scale);                           \
+    } while (0)
+    /* a 3-D expert tensor [d0, d1, n_expert], written as the 2-D (d0, d1 * n_expert) then reshaped */
+#define ADD3(nm, d0, d1, ty, scale)                                                     \
+    do {                                                                                \
+        ADD(nm, d0, (uint64_t)(d1) * (uint64_t)sp->n_expert, ty, scale, 0.0f);          \
+        ts[nt - 1].ne[1] = d1, ts[nt - 1].ne[2] = (uint64_t)sp->n_expert, ts[nt - 1].n_dims = 3; \
     } while (0)
     char nm[64];
     uint64_t E = (uint64_t)sp->n_embd, F = (uint64_t)sp->n_ff;
@@ -151,16 +160,23 @@ static inline int tiny_tensors(const tiny_spec *sp, tiny_tensor *ts) {
         ADD(NAME("attn_output.weight"), (uint64_t)qd, E, sp->wtype, 1.0f / sqrtf((float)qd) * 1.7f, 0.0f);
         if (fam.post_norms) ADD(NAME("post_attention_norm.weight"), E, 1, GGUF_TYPE_F32, 0.2f, 1.0f);
         ADD(NAME("ffn_norm.weight"), E, 1, GGUF_TYPE_F32, 0.2f, 1.0f);
-        if (fam.fused_gate_up) {
+        if (fam.moe) {
+            uint64_t FE = (uint64_t)sp->n_ff_exp;
+            ADD(NAME("ffn_gate_inp.weight"), E, (uint64_t)sp->n_expert, GGUF_TYPE_F32, 2.0f * ws, 0.0f);
+            ADD3(NAME("ffn_gate_exps.weight"), E, FE, sp->wtype, ws);
+            ADD3(NAME("ffn_up_exps.weight"), E, FE, sp->wtype, ws);
+            ADD3(NAME("ffn_down_exps.weight"), FE, E, sp->wtype, 1.7f / sqrtf((float)FE));
+        } else if (fam.fused_gate_up) {
             ADD(NAME("ffn_up.weight"), E, 2 * F, sp->wtype, ws, 0.0f);
         } else {
             ADD(NAME("ffn_gate.weight"), E, F, sp->wtype, ws, 0.0f);
             ADD(NAME("ffn_up.weight"), E, F, sp->wtype, ws, 0.0f);
         }
-        ADD(NAME("ffn_down.weight"), F, E, sp->wtype, 1.7f / sqrtf((float)sp->n_ff), 0.0f);
+        if (!fam.moe) ADD(NAME("ffn_down.weight"), F, E, sp->wtype, 1.7f / sqrtf((float)sp->n_ff), 0.0f);
         if (fam.post_norms) ADD(NAME("post_ffw_norm.weight"), E, 1, GGUF_TYPE_F32, 0.2f, 1.0f);
 #undef NAME
     }
+#undef ADD3
 #undef ADD
     return nt;
 }
@@ -195,6 +211,11 @@ static inline uint64_t tiny_keys(gbuf *b, const tiny_spec *sp) {
     }
     if (sp->rope_yarn > 0) gb_kv_u32(b, K("rope.scaling.original_context_length"), (uint32_t)sp->yarn_orig_ctx);
     if (sp->extra_key) gb_kv_u32(b, K(sp->extra_key), 1);
+    if (sp->n_expert) {
+        gb_kv_u32(b, K("expert_count"), (uint32_t)sp->n_expert);
+        gb_kv_u32(b, K("expert_used_count"), (uint32_t)sp->n_expert_used);
+        gb_kv_u32(b, K("expert_feed_forward_length"), (uint32_t)sp->n_ff_exp);
+    }
 #undef K
     if (sp->vocab) {
         n += 6;
@@ -242,13 +263,13 @@ static inline int tiny_write(const char *path, const tiny_spec *sp) {
         for (int d = 0; d < ts[i].n_dims; d++) gb_u64(&b, ts[i].ne[d]);
         gb_u32(&b, ts[i].type);
         gb_u64(&b, off);
-        uint64_t bytes = ts[i].ne[0] * ts[i].ne[1] * (ts[i].type == GGUF_TYPE_F32 ? 4 : 2);
+        uint64_t bytes = ts[i].ne[0] * ts[i].ne[1] * ts[i].ne[2] * (ts[i].type == GGUF_TYPE_F32 ? 4 : 2);
         off += (bytes + 31) / 32 * 32;
     }
     static const uint8_t zeros[32];
     gb_bytes(&b, zeros, (32 - b.n % 32) % 32);
     for (int i = 0; i < nt; i++) {
-        uint64_t n = ts[i].ne[0] * ts[i].ne[1], bytes = n * (ts[i].type == GGUF_TYPE_F32 ? 4 : 2);
+        uint64_t n = ts[i].ne[0] * ts[i].ne[1] * ts[i].ne[2], bytes = n * (ts[i].type == GGUF_TYPE_F32 ? 4 : 2);
         if (ts[i].type == GGUF_TYPE_F32) {
             gb_bytes(&b, ts[i].vals, bytes);
         } else {
@@ -432,11 +453,56 @@ static inline void ref_attention(ref_run *r, int l, int t, double *attn) {
     }
 }
 
+/* rows [r0, r0 + n) of a matrix tensor (a 3-D expert tensor read as 2-D) times x */
+static inline void ref_matvec_rows(double *out, const gguf_tensor *w, uint64_t r0, uint64_t n, const double *x) {
+    uint64_t cols = w->ne[0];
+    for (uint64_t r = 0; r < n; r++) {
+        double s = 0;
+        for (uint64_t c = 0; c < cols; c++) s += ref_elem(w, (r0 + r) * cols + c) * x[c];
+        out[r] = s;
+    }
+}
+
+/* x += the MoE FFN of r->xn: softmax of the router over every expert, the n_expert_used most
+ * probable, their probabilities renormalised, each one's SwiGLU FFN. */
+static inline void ref_moe(ref_run *r, int l, double *x) {
+    const tiny_spec *sp = r->sp;
+    int NE = sp->n_expert, K = sp->n_expert_used, FE = sp->n_ff_exp, E = r->E;
+    double *pr = malloc(sizeof(double) * NE), mx = -INFINITY, z = 0, wsum = 0;
+    int *sel = malloc(sizeof(int) * K);
+    ref_matvec(pr, ref_tl(r->f, l, "ffn_gate_inp.weight"), r->xn);
+    for (int i = 0; i < NE; i++) mx = pr[i] > mx ? pr[i] : mx;
+    for (int i = 0; i < NE; i++) z += pr[i] = exp(pr[i] - mx);
+    for (int k = 0; k < K; k++) {
+        int best = -1;
+        for (int i = 0; i < NE; i++) {
+            bool used = false;
+            for (int j = 0; j < k; j++) used |= sel[j] == i;
+            if (!used && (best < 0 || pr[i] > pr[best])) best = i;
+        }
+        sel[k] = best;
+        wsum += pr[best] / z;
+    }
+    for (int k = 0; k < K; k++) {
+        int ex = sel[k];
+        ref_matvec_rows(r->g, ref_tl(r->f, l, "ffn_gate_exps.weight"), (uint64_t)ex * FE, FE, r->xn);
+        ref_matvec_rows(r->u, ref_tl(r->f, l, "ffn_up_exps.weight"), (uint64_t)ex * FE, FE, r->xn);
+        for (int i = 0; i < FE; i++) r->g[i] = r->g[i] / (1 + exp(-r->g[i])) * r->u[i];
+        ref_matvec_rows(r->tmp, ref_tl(r->f, l, "ffn_down_exps.weight"), (uint64_t)ex * E, E, r->g);
+        for (int i = 0; i < E; i++) x[i] += pr[ex] / z / wsum * r->tmp[i];
+    }
+    free(pr), free(sel);
+}
+
 /* x[t] += post(ffn(rmsnorm(x[t]))) of layer l: gated (SwiGLU or GeGLU, fused or not). */
 static inline void ref_ffn(ref_run *r, int l, int t) {
     int E = r->E, F = r->F;
     double *x = r->x + (size_t)t * E;
     ref_rmsnorm(r->xn, x, ref_tl(r->f, l, "ffn_norm.weight"), E, r->sp->rms_eps);
+    if (r->fam.moe) {
+        ref_moe(r, l, x);
+        return;
+    }
     if (r->fam.fused_gate_up) {
         ref_matvec(r->big, ref_tl(r->f, l, "ffn_up.weight"), r->xn);
         memcpy(r->g, r->big, sizeof(double) * F);
@@ -475,7 +541,8 @@ static inline void ref_forward_attn(const tiny_spec *sp, const char *path, const
     r.q = malloc(sizeof(double) * (size_t)n_tok * r.QD);
     r.k = malloc(sizeof(double) * (size_t)n_tok * r.KVD), r.v = malloc(sizeof(double) * (size_t)n_tok * r.KVD);
     r.xn = malloc(sizeof(double) * E), r.att = malloc(sizeof(double) * r.QD), r.tmp = malloc(sizeof(double) * E);
-    r.g = malloc(sizeof(double) * r.F), r.u = malloc(sizeof(double) * r.F), r.sc = malloc(sizeof(double) * n_tok);
+    size_t gw = (size_t)(r.F > sp->n_ff_exp ? r.F : sp->n_ff_exp);
+    r.g = malloc(sizeof(double) * gw), r.u = malloc(sizeof(double) * gw), r.sc = malloc(sizeof(double) * n_tok);
     r.big = malloc(sizeof(double) * (size_t)big);
     const gguf_tensor *emb = ref_t(r.f, "token_embd.weight");
     double es = r.fam.embd_scale ? sqrt((double)E) : 1;

@@ -14,7 +14,7 @@
 #include "engine_fixture.h"
 
 /* The families of the llama.cpp comparison, in the order of reference-families.json. */
-static const char *const FAMILY_NAMES[] = {"qwen3", "smollm3", "gemma2", "gemma3", "phi3"};
+static const char *const FAMILY_NAMES[] = {"qwen3", "smollm3", "gemma2", "gemma3", "phi3", "qwen3moe"};
 #define N_FAMILIES (sizeof(FAMILY_NAMES) / sizeof(FAMILY_NAMES[0]))
 
 /* Prompt of the llama.cpp comparison (ids; no BOS added) and the tokens generated after it. */
@@ -36,6 +36,9 @@ static inline tiny_spec family_small(const char *arch) {
     if (!strcmp(arch, "gemma3"))
         sp.n_layer = 6, sp.window = 24, sp.head_dim = 32, sp.rope_dims = 32, sp.rope_base = 1e6f, sp.tied = true,
         sp.rms_eps = 1e-6f;
+    if (!strcmp(arch, "qwen3moe"))
+        sp.head_dim = 32, sp.rope_dims = 32, sp.rope_base = 1e6f, sp.rms_eps = 1e-6f, sp.n_expert = 8,
+        sp.n_expert_used = 2, sp.n_ff_exp = 32;
     return sp;
 }
 
@@ -53,6 +56,11 @@ static inline tiny_spec family_real(const char *name) {
     } else if (!strcmp(name, "phi3-mini")) { /* Phi-3-mini: head_dim 96, no GQA */
         sp.arch = "phi3", sp.n_embd = 3072, sp.n_head = 32, sp.n_head_kv = 32, sp.rope_dims = 96, sp.n_ff = 8192;
         sp.n_layer = 1, sp.rms_eps = 1e-5f;
+    } else if (!strcmp(name, "qwen3-30b-a3b")) { /* Qwen3-30B-A3B's dims, top-8 experts of width 768, but 16
+                                                    experts instead of 128 (the file stays at 150 MB) */
+        sp.arch = "qwen3moe", sp.n_embd = 2048, sp.n_head = 32, sp.n_head_kv = 4, sp.head_dim = 128;
+        sp.rope_dims = 128, sp.n_ff = 6144, sp.rope_base = 1e6f, sp.n_layer = 1, sp.n_expert = 16;
+        sp.n_expert_used = 8, sp.n_ff_exp = 768;
     }
     return sp;
 }

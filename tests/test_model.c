@@ -167,29 +167,51 @@ Test(model, llama3_rope_freqs_and_rope_scaling_match_reference) {
     check_against_reference(&sp, 60, 2e-4);
 }
 
-/* Gemma 3's decode over a sliding window (F16 and F32 caches, the window crossing several blocks):
- * each step equals the whole sequence's prefill. */
-Test(model, sliding_window_decode_equals_prefill) {
+Test(model, qwen3moe_routing_and_experts_match_reference) {
+    tiny_spec sp = tiny_default("qwen3moe");
+    sp.n_expert = 8, sp.n_expert_used = 3, sp.n_ff_exp = 24, sp.head_dim = 16, sp.rope_dims = 16;
+    check_against_reference(&sp, 70, 2e-4); /* a prefill: tokens grouped by expert */
+    sp.wtype = GGUF_TYPE_F16;
+    check_against_reference(&sp, 20, 2e-3);
+}
+
+/* Decoding sp's model one token at a time after a prefill of n0 (F16 and F32 caches) gives the
+ * logits of the whole sequence's prefill, position by position. */
+static void decode_equals_prefill(const tiny_spec *spec, int n0) {
     for (int kv = 0; kv < 2; kv++) {
-        tiny_spec sp = tiny_default("gemma3");
-        sp.n_layer = 6, sp.window = 72, sp.head_dim = 16, sp.rope_dims = 16;
+        tiny_spec sp = *spec;
         tiny_rig r;
         tiny_rig_open(&r, &sp, kv ? KV_F32 : KV_F16, 256);
         int n = 230, V = sp.n_vocab;
         int32_t tok[230];
         tiny_random_tokens(tok, n, V, 9);
         float *ref = malloc(sizeof(float) * (size_t)n * V), *step = malloc(sizeof(float) * V);
+        float *head = malloc(sizeof(float) * (size_t)n0 * V);
         prefill(r.e, tiny_rig_seq(&r), tok, n, ref);
         kv_seq *b = tiny_rig_seq(&r);
-        prefill(r.e, b, tok, 150, ref + 0 * V); /* overwrites row 0..149 with the same values */
-        for (int i = 150; i < n; i++) {
+        prefill(r.e, b, tok, n0, head);
+        for (int i = n0; i < n; i++) {
             prefill(r.e, b, &tok[i], 1, step);
             float d = max_abs_diff(step, ref + (size_t)i * V, (size_t)V);
-            cr_assert(d < 1e-4f, "kv %d: position %d: decode differs from prefill by %g", kv, i, d);
+            cr_assert(d < 1e-4f, "%s kv %d: position %d: decode differs from prefill by %g", sp.arch, kv, i, d);
         }
-        free(ref), free(step);
+        free(ref), free(step), free(head);
         tiny_rig_close(&r);
     }
+}
+
+/* Gemma 3's decode over a sliding window that crosses several blocks. */
+Test(model, sliding_window_decode_equals_prefill) {
+    tiny_spec sp = tiny_default("gemma3");
+    sp.n_layer = 6, sp.window = 72, sp.head_dim = 16, sp.rope_dims = 16;
+    decode_equals_prefill(&sp, 150);
+}
+
+/* MoE decode (one token, its own experts) against the prefill (tokens grouped by expert). */
+Test(model, moe_decode_equals_prefill) {
+    tiny_spec sp = tiny_default("qwen3moe");
+    sp.n_expert = 8, sp.n_expert_used = 2, sp.n_ff_exp = 24;
+    decode_equals_prefill(&sp, 200);
 }
 
 // ---- refusing what attnd would not compute ----------------------------------------------------------
@@ -206,7 +228,8 @@ Test(model, unapplied_keys_and_unread_tensors_refuse_the_file_by_name) {
     sp.extra_tensor = "rope_factors_long.weight"; /* LongRoPE, not applied yet */
     expect_unsupported(&sp, "longrope", "rope_factors_long.weight");
     sp = tiny_default("qwen3moe");
-    expect_unsupported(&sp, "moe", "qwen3moe");
+    sp.n_expert = 4, sp.n_expert_used = 2, sp.n_ff_exp = 16, sp.extra_key = "expert_gating_func";
+    expect_unsupported(&sp, "moe", "qwen3moe.expert_gating_func");
 }
 
 // ---- prefill / decode / batch consistency ---------------------------------------------------------
@@ -663,10 +686,11 @@ Test(model, every_family_greedy_reproduces_llama_cpp_on_generated_model) {
 }
 
 /* Released models' shapes (tests/family_specs.h: Qwen3-0.6B's 16/8 heads of 128, Gemma-3-1B's
- * 4/1 heads of 256 and 5 local layers, Phi-3-mini's 32 heads of 96, fused), fewer layers, F16
- * weights, against the float64 reference. */
+ * 4/1 heads of 256 and 5 local layers, Phi-3-mini's 32 heads of 96, fused, Qwen3-30B-A3B's
+ * 32/4 heads and top-8 experts of 768), fewer layers (and experts), F16 weights, against the
+ * float64 reference. */
 Test(model, real_family_shapes_match_float64_reference, .timeout = 300) {
-    const char *names[] = {"qwen3-0.6b", "gemma3-1b", "phi3-mini"};
+    const char *names[] = {"qwen3-0.6b", "gemma3-1b", "phi3-mini", "qwen3-30b-a3b"};
     for (size_t i = 0; i < ATTND_ARRAY_LEN(names); i++) {
         tiny_spec sp = family_real(names[i]);
         check_against_reference(&sp, 6, 2e-3);

@@ -45,6 +45,8 @@ typedef struct model_info {
     uint64_t n_params;
     int n_local_layers; /* layers with sliding-window attention (0: every layer is global) */
     int window;         /* their window in positions (0 when none) */
+    int n_expert, n_expert_used, n_ff_exp; /* Mixture of Experts: experts, used per token, their FFN
+                                              width (0 for dense models) */
 } model_info;
 
 /* Loads and validates a GGUF model. Refuses unknown architectures and tensor types the engine
