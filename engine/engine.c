@@ -434,7 +434,7 @@ static void report_attention(engine *e, const batch_entry *entries, int n, int l
             const float *q = e->q + (size_t)t * Q + (size_t)h * hd;
             int g = h / G;
             float mx = -INFINITY;
-            for (int base = 0; base < n_keys; base += KV_BLOCK) {
+            for (int base = lo / KV_BLOCK * KV_BLOCK; base < n_keys; base += KV_BLOCK) { /* blocks in view */
                 int cnt = n_keys - base < KV_BLOCK ? n_keys - base : KV_BLOCK;
                 const float *KT = k_tile(s, layer, base / KV_BLOCK, g, hd, e->slots[0].kt);
                 attn_scores_t(e->slots[0].scores, q, KT, cnt, hd, scale); /* same scores as attend */
@@ -775,6 +775,7 @@ attnd_status engine_eval(engine *e, const batch_entry *entries, int n, float *lo
     for (int i = 0; i < n_seqs; i++) {
         e->seqs[i]->len += e->seqs[i]->pending;
         e->seqs[i]->pending = 0;
+        kv_seq_trim_window(e->seqs[i]); /* local layers' blocks no later query sees */
     }
     return ATTND_OK;
 }

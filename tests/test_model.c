@@ -18,6 +18,7 @@
 #include "attnd/tokenizer.h"
 #include "engine_rig.h"
 #include "family_specs.h"
+#include "kv_layout.h"
 #include "test_models.h"
 
 // ---- helpers ----------------------------------------------------------------------------------
@@ -212,6 +213,92 @@ Test(model, moe_decode_equals_prefill) {
     tiny_spec sp = tiny_default("qwen3moe");
     sp.n_expert = 8, sp.n_expert_used = 2, sp.n_ff_exp = 24;
     decode_equals_prefill(&sp, 200);
+}
+
+// ---- sliding-window memory ---------------------------------------------------------------------------
+
+/* Gemma 3 shaped: 5 local layers (window 72) and 1 global one, F16 cache. */
+static tiny_spec swa_spec(void) {
+    tiny_spec sp = tiny_default("gemma3");
+    sp.n_layer = 6, sp.window = 72, sp.head_dim = 16, sp.rope_dims = 16, sp.n_ctx = 1024;
+    return sp;
+}
+
+/* Blocks of s whose local part is still held. */
+static int local_blocks(const kv_seq *s) {
+    int n = 0;
+    for (int b = 0; b < s->n_blocks; b++) n += s->blocks[b]->local != NULL;
+    return n;
+}
+
+Test(model, sliding_window_layers_hold_a_bounded_number_of_blocks_and_compute_the_same) {
+    tiny_spec sp = swa_spec();
+    tiny_rig r;
+    tiny_rig_open(&r, &sp, KV_F16, 600);
+    int V = sp.n_vocab, n = 600;
+    int32_t tok[610];
+    tiny_random_tokens(tok, 610, V, 17);
+    float *whole = malloc(sizeof(float) * (size_t)n * V), *part = malloc(sizeof(float) * 100 * (size_t)V);
+    kv_seq *a = tiny_rig_seq(&r), *b = tiny_rig_seq(&r);
+    prefill(r.e, b, tok, n, whole); /* one batch: nothing freed while it runs */
+    const kv_pool *p = r.pool;
+    cr_assert_gt(p->local_bytes, 4 * p->global_bytes, "5 local layers for 1 global");
+    for (int done = 0; done < n; done += 100) {
+        prefill(r.e, a, tok + done, 100, part);
+        cr_assert_leq(local_blocks(a), (72 + 63) / 64 + 1, "at %d: %d local parts held", done + 100, local_blocks(a));
+        cr_assert_eq(kv_seq_bytes(a), (size_t)a->n_blocks * p->global_bytes + (size_t)local_blocks(a) * p->local_bytes);
+    }
+    cr_assert_eq(a->n_blocks, 10);
+    cr_assert_lt(max_abs_diff(part, whole + 500 * (size_t)V, 100 * (size_t)V), 1e-4f, "chunked differs from whole");
+    /* a's memory: 10 global parts and at most 3 local ones; b still holds all 10 of each until trimmed */
+    cr_assert_leq(kv_seq_bytes(a), kv_context_bytes(r.m, n, KV_F16));
+    cr_assert_lt(kv_seq_bytes(a), kv_pool_bytes_for(r.pool, n) / 2);
+    /* decode on: a and b agree */
+    float la[48], lb[48];
+    for (int i = n; i < n + 10; i++) {
+        prefill(r.e, a, &tok[i], 1, la);
+        prefill(r.e, b, &tok[i], 1, lb);
+        cr_assert_lt(max_abs_diff(la, lb, (size_t)V), 1e-4f, "position %d", i);
+    }
+    cr_assert_eq(kv_pool_bytes_used(r.pool), kv_seq_bytes(a) + kv_seq_bytes(b));
+    free(whole), free(part);
+    tiny_rig_close(&r);
+}
+
+Test(model, sliding_window_truncation_and_forks_stay_exact) {
+    tiny_spec sp = swa_spec();
+    tiny_rig r;
+    tiny_rig_open(&r, &sp, KV_F32, 600);
+    int V = sp.n_vocab, n = 600;
+    int32_t tok[600];
+    tiny_random_tokens(tok, n, V, 23);
+    float *whole = malloc(sizeof(float) * (size_t)n * V), *part = malloc(sizeof(float) * 100 * (size_t)V);
+    prefill(r.e, tiny_rig_seq(&r), tok, n, whole);
+    kv_seq *a = tiny_rig_seq(&r);
+    for (int done = 0; done < n; done += 100) prefill(r.e, a, tok + done, 100, part);
+    cr_assert_eq(a->lmin, 512, "blocks 0..7 are out of every window at 600 (72 back: 529)");
+    /* the window of position 590 starts at 519, still held: kept */
+    kv_seq_truncate(a, 590);
+    cr_assert_eq(kv_seq_len(a), 590);
+    prefill(r.e, a, tok + 590, 10, part);
+    cr_assert_lt(max_abs_diff(part, whole + 590 * (size_t)V, 10 * (size_t)V), 1e-4f, "re-extended after truncation");
+    /* a fork continues exactly as its parent */
+    kv_seq *f;
+    cr_assert_eq(kv_seq_fork(&f, a, NULL), ATTND_OK);
+    kv_seq_truncate(a, 595), kv_seq_truncate(f, 595);
+    prefill(r.e, f, tok + 595, 5, part);
+    cr_assert_lt(max_abs_diff(part, whole + 595 * (size_t)V, 5 * (size_t)V), 1e-4f, "fork");
+    prefill(r.e, a, tok + 595, 5, part);
+    cr_assert_lt(max_abs_diff(part, whole + 595 * (size_t)V, 5 * (size_t)V), 1e-4f, "parent after fork");
+    kv_seq_destroy(f);
+    /* the window of position 560 would start at 489, freed: nothing is kept, and a refill is exact */
+    kv_seq_truncate(a, 560);
+    cr_assert_eq(kv_seq_len(a), 0);
+    cr_assert_eq(a->lmin, 0);
+    for (int done = 0; done < n; done += 100) prefill(r.e, a, tok + done, 100, part);
+    cr_assert_lt(max_abs_diff(part, whole + 500 * (size_t)V, 100 * (size_t)V), 1e-4f, "refilled");
+    free(whole), free(part);
+    tiny_rig_close(&r);
 }
 
 // ---- refusing what attnd would not compute ----------------------------------------------------------
