@@ -263,21 +263,24 @@ void kv_seq_truncate(kv_seq *s, int n) {
 void kv_seq_trim_window(kv_seq *s) {
     kv_pool *p = s->pool;
     if (!p->n_local) return;
-    uint8_t *gone[16]; /* freed outside the lock */
-    int n_gone = 0;
-    pthread_mutex_lock(&p->lock);
-    for (int b = s->lmin / KV_BLOCK; b < s->n_blocks && (b + 1) * KV_BLOCK <= s->len - p->window + 1 && n_gone < 16;
-         b++) {
-        kv_block *blk = s->blocks[b];
-        if (blk->refs == 1 && blk->local) { /* a shared one stays for its other holders */
-            gone[n_gone++] = blk->local;
-            blk->local = NULL;
-            p->used -= p->local_bytes;
+    int n_gone;
+    do { /* up to 16 blocks a round, each round's parts freed outside the lock */
+        uint8_t *gone[16];
+        n_gone = 0;
+        pthread_mutex_lock(&p->lock);
+        for (int b = s->lmin / KV_BLOCK;
+             b < s->n_blocks && (b + 1) * KV_BLOCK <= s->len - p->window + 1 && n_gone < 16; b++) {
+            kv_block *blk = s->blocks[b];
+            if (blk->refs == 1 && blk->local) { /* a shared one stays for its other holders */
+                gone[n_gone++] = blk->local;
+                blk->local = NULL;
+                p->used -= p->local_bytes;
+            }
+            s->lmin = (b + 1) * KV_BLOCK;
         }
-        s->lmin = (b + 1) * KV_BLOCK;
-    }
-    pthread_mutex_unlock(&p->lock);
-    for (int i = 0; i < n_gone; i++) free(gone[i]);
+        pthread_mutex_unlock(&p->lock);
+        for (int i = 0; i < n_gone; i++) free(gone[i]);
+    } while (n_gone == 16);
 }
 
 // ---- reservation ----------------------------------------------------------------------------

@@ -265,6 +265,25 @@ Test(model, sliding_window_layers_hold_a_bounded_number_of_blocks_and_compute_th
     tiny_rig_close(&r);
 }
 
+/* One 600-token prefill frees the local parts of all but the last blocks at once (more than one
+ * round of kv_seq_trim_window's 16). */
+Test(model, a_long_prefill_frees_every_block_out_of_the_window) {
+    tiny_spec sp = swa_spec();
+    sp.window = 8, sp.n_ctx = 2048;
+    tiny_rig r;
+    tiny_rig_open(&r, &sp, KV_F16, 1200);
+    int32_t *tok = malloc(sizeof(int32_t) * 1200);
+    tiny_random_tokens(tok, 1200, sp.n_vocab, 3);
+    batch_entry *b = malloc(sizeof(*b) * 1200);
+    kv_seq *s = tiny_rig_seq(&r);
+    for (int i = 0; i < 1200; i++) b[i] = (batch_entry){s, tok[i], i, false};
+    cr_assert_eq(engine_eval(r.e, b, 1200, NULL, NULL), ATTND_OK);
+    cr_assert_eq(s->n_blocks, 19);
+    cr_assert_leq(local_blocks(s), 2, "%d local parts held", local_blocks(s));
+    free(tok), free(b);
+    tiny_rig_close(&r);
+}
+
 Test(model, sliding_window_truncation_and_forks_stay_exact) {
     tiny_spec sp = swa_spec();
     tiny_rig r;
