@@ -18,6 +18,8 @@ static const char *const KEYS_GEMMA2[] = {"attention.sliding_window", "attn_logi
                                           "final_logit_softcapping", NULL};
 static const char *const KEYS_GEMMA3[] = {"attention.sliding_window", NULL};
 static const char *const KEYS_MOE[] = {"expert_count", "expert_used_count", "expert_feed_forward_length", NULL};
+static const char *const KEYS_GPT_OSS[] = {"expert_count", "expert_used_count", "expert_feed_forward_length",
+                                           "attention.sliding_window", NULL};
 
 static const arch_desc ARCHS[] = {
     {.name = "llama", .rope = ROPE_ADJACENT, .qkv_bias = NEED_OPTIONAL, .keys = KEYS_NONE},
@@ -32,6 +34,11 @@ static const arch_desc ARCHS[] = {
     {.name = "phi3", .rope = ROPE_NEOX, .fused_qkv = true, .fused_gate_up = true, .keys = KEYS_NONE},
     /* router softmax over all experts, top expert_used_count, their weights renormalised to sum 1 */
     {.name = "qwen3moe", .rope = ROPE_NEOX, .qk_norm = true, .moe = true, .keys = KEYS_MOE},
+    /* biases everywhere, sinks, even layers local (window required), the FFN's input norm is
+     * post_attention_norm; the experts are MXFP4 in released files (attnd: not yet) */
+    {.name = "gpt-oss", .rope = ROPE_NEOX, .qkv_bias = NEED_YES, .attn_out_bias = true, .sinks = true,
+     .act = ACT_SWIGLU_OAI, .moe = true, .moe_biases = true, .moe_softmax_topk = true, .swa_pattern = 2,
+     .ffn_norm = "post_attention_norm", .keys = KEYS_GPT_OSS},
 };
 
 /* Keys every family reads (model.c) or that change nothing attnd computes. */
@@ -50,7 +57,7 @@ const arch_desc *arch_find(const char *name) {
     return NULL;
 }
 
-const char *arch_names(void) { return "llama, qwen2, qwen3, qwen3moe, smollm3, gemma2, gemma3, phi3"; }
+const char *arch_names(void) { return "llama, qwen2, qwen3, qwen3moe, smollm3, gemma2, gemma3, phi3, gpt-oss"; }
 
 static bool in_list(const char *const *list, const char *s) {
     for (; *list; list++)

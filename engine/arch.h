@@ -16,7 +16,8 @@
 typedef enum arch_rope_pairs { ROPE_ADJACENT = 0, ROPE_NEOX = 1 } arch_rope_pairs;
 
 /* The gated feed-forward's activation on the gate: silu (SwiGLU) or gelu, tanh form (GeGLU). */
-typedef enum arch_act { ACT_SILU = 0, ACT_GELU_TANH = 1 } arch_act;
+/* ACT_SWIGLU_OAI (gpt-oss): gate g clamped above at 7, up u to [-7, 7], then g sigmoid(1.702 g) (u + 1). */
+typedef enum arch_act { ACT_SILU = 0, ACT_GELU_TANH = 1, ACT_SWIGLU_OAI = 2 } arch_act;
 
 /* Whether a tensor of every layer is absent, optional or required. */
 typedef enum arch_need { NEED_NO = 0, NEED_OPTIONAL = 1, NEED_YES = 2 } arch_need;
@@ -32,6 +33,13 @@ typedef struct arch_desc {
     bool fused_qkv;            /* attn_qkv (q_dim + 2 kv_dim rows) instead of attn_q/k/v */
     bool fused_gate_up;        /* ffn_up holds the gate's n_ff rows, then up's; no ffn_gate */
     bool moe;                  /* router ffn_gate_inp and experts ffn_{gate,up,down}_exps; no dense FFN */
+    bool moe_biases;           /* ffn_gate_inp.bias and ffn_{gate,up,down}_exps.bias */
+    /* Expert weights: false = softmax over every expert, the top k renormalised to 1 (Qwen3-MoE);
+     * true = the top k logits, then a softmax over those k (gpt-oss). */
+    bool moe_softmax_topk;
+    bool attn_out_bias;        /* attn_output.bias */
+    bool sinks;                /* attn_sinks (n_head): a per-head logit in every softmax's denominator */
+    const char *ffn_norm;      /* the FFN's input norm tensor ("blk.N.<name>.weight"); NULL = ffn_norm */
     /* Sliding-window attention: with swa_pattern n > 0, layer l is local (sees the last `window`
      * positions) unless l % n == n - 1; the window is <arch>.attention.sliding_window, or
      * swa_default when the file has none (0: the key is required). */

@@ -370,9 +370,12 @@ static void attend(const engine *e, attn_slot *sl, const batch_entry *entries, q
     for (int qi = 0; qi < qb.n; qi++) /* (G, hd) of each query */
         memcpy(sl->qrows + (size_t)qi * G * hd, e->q + (size_t)(qb.start + qi) * Q + (size_t)g * G * hd,
                sizeof(float) * (size_t)G * hd);
+    /* a sink (gpt-oss) is one more logit in each head's softmax, with no value: the running max
+     * and sum start from it instead of from nothing */
+    const float *sinks = e->m->layers[layer].sinks;
     for (int i = 0; i < qb.n * G; i++) {
-        sl->run_max[i] = -INFINITY;
-        sl->run_sum[i] = 0;
+        sl->run_max[i] = sinks ? sinks[g * G + i % G] : -INFINITY;
+        sl->run_sum[i] = sinks ? 1.0f : 0;
     }
     memset(sl->acc, 0, sizeof(float) * (size_t)qb.n * G * hd);
     attn_tile t = {.kt_buf = sl->kt, .v_buf = sl->v_tile, .hd = hd, .group = G, .v_stride = hd,
@@ -446,7 +449,9 @@ static void report_attention(engine *e, const batch_entry *entries, int n, int l
                 else if (cap > 0) *w = tanhf(*w * (1.0f / cap)) * cap;
                 mx = *w > mx ? *w : mx;
             }
-            double sum = 0;
+            const float *sinks = e->m->layers[layer].sinks;
+            if (sinks && sinks[h] > mx) mx = sinks[h];
+            double sum = sinks ? expf(sinks[h] - mx) : 0;
             for (int j = 0; j < n_keys; j++) sum += e->cb_weights[j] = expf(e->cb_weights[j] - mx);
             for (int j = 0; j < n_keys; j++) e->cb_weights[j] = (float)(e->cb_weights[j] / sum);
             e->attn_cb(e->attn_user, t, layer, h, e->cb_weights, n_keys);
@@ -633,20 +638,29 @@ static void step_gated_ffn(pass *p, const layer_weights *L) {
     threads_run((long)p->n * p->F >= ROWWISE_PAR_MIN_ELEMS ? e->n_threads : 1, p->n, gelu ? geglu_row : swiglu_row, p);
 }
 
-/* route: each entry's router probabilities (softmax over every expert), its K most probable
- * experts (ties to the lower id) and their probabilities renormalised to sum 1. */
+/* softmax of x[0..n) in place: the sum in double, then times its reciprocal, as llama.cpp's */
+static void softmax_inplace(float *x, int n) {
+    float mx = -INFINITY;
+    double sum = 0;
+    for (int i = 0; i < n; i++) mx = x[i] > mx ? x[i] : mx;
+    for (int i = 0; i < n; i++) sum += x[i] = expf(x[i] - mx);
+    float inv = (float)(1.0 / sum);
+    for (int i = 0; i < n; i++) x[i] *= inv;
+}
+
+/* route: each entry's K experts (ties to the lower id) and their weights. Qwen3-MoE: the K most
+ * probable of a softmax over every expert, their probabilities renormalised to sum 1; gpt-oss
+ * (moe_softmax_topk): the K largest logits (router bias added), a softmax over those K. */
 static void moe_route(pass *p, const layer_weights *L) {
     engine *e = p->e;
     const model *m = e->m;
     int NE = m->n_expert, K = m->n_expert_used;
+    bool topk_first = m->arch->moe_softmax_topk;
     matmul(e, e->moe_logits, &L->router, e->xn, p->n);
+    add_bias(e->moe_logits, L->router_b, p->n, NE);
     for (int t = 0; t < p->n; t++) {
-        float *pr = e->moe_logits + (size_t)t * NE, mx = -INFINITY;
-        double sum = 0; /* as llama.cpp's softmax: the sum in double, then times its reciprocal */
-        for (int x = 0; x < NE; x++) mx = pr[x] > mx ? pr[x] : mx;
-        for (int x = 0; x < NE; x++) sum += pr[x] = expf(pr[x] - mx);
-        float inv = (float)(1.0 / sum);
-        for (int x = 0; x < NE; x++) pr[x] *= inv;
+        float *pr = e->moe_logits + (size_t)t * NE;
+        if (!topk_first) softmax_inplace(pr, NE);
         int *sel = e->moe_sel + (size_t)t * K;
         float *w = e->moe_w + (size_t)t * K, wsum = 0;
         for (int k = 0; k < K; k++) { /* K is small: selection by repeated scans */
@@ -659,7 +673,23 @@ static void moe_route(pass *p, const layer_weights *L) {
             sel[k] = best;
             wsum += w[k] = pr[best];
         }
-        for (int k = 0; k < K; k++) w[k] /= wsum;
+        if (topk_first)
+            softmax_inplace(w, K);
+        else
+            for (int k = 0; k < K; k++) w[k] /= wsum;
+    }
+}
+
+/* g[i] = act(g[i], u[i]) for i < n: silu(g) u, or gpt-oss's clamped form (arch.h ACT_SWIGLU_OAI). */
+static void expert_act(float *g, const float *u, int n, arch_act act) {
+    if (act != ACT_SWIGLU_OAI) {
+        for (int i = 0; i < n; i++) g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+        return;
+    }
+    const float alpha = 1.702f, limit = 7.0f;
+    for (int i = 0; i < n; i++) {
+        float x = g[i] < limit ? g[i] : limit, y = u[i] < -limit ? -limit : u[i] > limit ? limit : u[i];
+        g[i] = x / (1.0f + expf(-alpha * x)) * (y + 1.0f);
     }
 }
 
@@ -689,11 +719,11 @@ static void step_moe(pass *p, const layer_weights *L) {
         weight g = expert_slice(&L->gate_exps, x, FE), u = expert_slice(&L->up_exps, x, FE);
         weight d = expert_slice(&L->down_exps, x, E);
         matmul_many(e, 2, (float *const[]){e->moe_g, e->moe_u}, (const weight *const[]){&g, &u}, e->moe_x, cnt);
-        for (int c = 0; c < cnt; c++) { /* silu(g) * u, as swiglu_row */
-            float *gr = e->moe_g + (size_t)c * FE, *ur = e->moe_u + (size_t)c * FE;
-            for (int i = 0; i < FE; i++) gr[i] = gr[i] / (1.0f + expf(-gr[i])) * ur[i];
-        }
+        if (L->gate_exps_b) add_bias(e->moe_g, L->gate_exps_b + (size_t)x * FE, cnt, FE);
+        if (L->up_exps_b) add_bias(e->moe_u, L->up_exps_b + (size_t)x * FE, cnt, FE);
+        expert_act(e->moe_g, e->moe_u, cnt * FE, m->arch->act);
         matmul(e, e->moe_x, &d, e->moe_g, cnt);
+        if (L->down_exps_b) add_bias(e->moe_x, L->down_exps_b + (size_t)x * E, cnt, E);
         for (int c = 0; c < cnt; c++)
             memcpy(e->moe_o + (size_t)e->moe_slots[c] * E, e->moe_x + (size_t)c * E, sizeof(float) * (size_t)E);
     }
@@ -721,6 +751,7 @@ static void step_layer(pass *p, int l) {
     step_rope(p, L);
     step_attend(p, l);
     matmul(e, e->tmp, &L->wo, e->att, n);
+    add_bias(e->tmp, L->bo, n, p->E);
     if (L->post_attn_norm) rmsnorm(e->tmp, e->tmp, L->post_attn_norm, n, p->E, mi->rms_eps, nth);
     step_residual(p);
 

@@ -85,19 +85,26 @@ static attnd_status find_matrix(model *m, const char *name, int64_t rows, int64_
     return ATTND_OK;
 }
 
-/* Copies a vector tensor of n elements out as F32 (*out malloc'd; NULL when absent and optional). */
-static attnd_status load_vector(model *m, const char *name, int64_t n, bool required, float **out, attnd_err *err) {
+/* Copies an (outer, n) tensor out as F32 (*out malloc'd; NULL when absent and optional): a vector
+ * when outer is 1, one vector per expert otherwise. */
+static attnd_status load_vectors(model *m, const char *name, int64_t n, int64_t outer, bool required, float **out,
+                                 attnd_err *err) {
     *out = NULL;
     const gguf_tensor *t;
     attnd_status st = find_weight(m, name, required, &t, err);
     if (st != ATTND_OK || !t) return st;
-    if (t->n_elems != (uint64_t)n || t->ne[0] != (uint64_t)n)
+    if (t->n_elems != (uint64_t)(n * outer) || t->ne[0] != (uint64_t)n)
         return attnd_fail(err, ATTND_ERR_FORMAT, "tensor '%s' has %llu elements, expected %lld", name,
-                          (unsigned long long)t->n_elems, (long long)n);
-    *out = malloc(sizeof(float) * (size_t)n);
+                          (unsigned long long)t->n_elems, (long long)(n * outer));
+    *out = malloc(sizeof(float) * (size_t)(n * outer));
     if (!*out) return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory loading '%s'", name);
-    quant_dequantize_row(*out, t->data, t->type, n);
+    size_t row = quant_row_bytes(t->type, n);
+    for (int64_t i = 0; i < outer; i++) quant_dequantize_row(*out + i * n, (const uint8_t *)t->data + row * i, t->type, n);
     return ATTND_OK;
+}
+
+static attnd_status load_vector(model *m, const char *name, int64_t n, bool required, float **out, attnd_err *err) {
+    return load_vectors(m, name, n, 1, required, out, err);
 }
 
 /* The tokenizer metadata, when the file has any, must load (every special id inside the
@@ -370,6 +377,12 @@ static attnd_status load_layer(model *m, int l, attnd_err *err) {
         VEC(bk, "attn_k", "bias", KV, req);
         VEC(bv, "attn_v", "bias", KV, req);
     }
+    if (d->attn_out_bias) {
+        VEC(bo, "attn_output", "bias", E, true);
+    }
+    if (d->sinks) {
+        VEC(sinks, "attn_sinks", "weight", m->info.n_head, true);
+    }
     if (d->qk_norm) {
         VEC(q_norm, "attn_q_norm", "weight", HD, true);
         VEC(k_norm, "attn_k_norm", "weight", HD, true);
@@ -378,7 +391,7 @@ static attnd_status load_layer(model *m, int l, attnd_err *err) {
         VEC(post_attn_norm, "post_attention_norm", "weight", E, true);
         VEC(post_ffn_norm, "post_ffw_norm", "weight", E, true);
     }
-    VEC(ffn_norm, "ffn_norm", "weight", E, true);
+    VEC(ffn_norm, d->ffn_norm ? d->ffn_norm : "ffn_norm", "weight", E, true);
 #undef MAT
 #undef VEC
     return ATTND_OK;
@@ -411,7 +424,15 @@ static attnd_status load_ffn(model *m, int l, attnd_err *err) {
         if ((st = find_matrix(m, NAME("ffn_gate_inp"), m->n_expert, E, true, &L->router, err))) return st;
         if ((st = find_experts(m, NAME("ffn_gate_exps"), FE, E, &L->gate_exps, err))) return st;
         if ((st = find_experts(m, NAME("ffn_up_exps"), FE, E, &L->up_exps, err))) return st;
-        return find_experts(m, NAME("ffn_down_exps"), E, FE, &L->down_exps, err);
+        if ((st = find_experts(m, NAME("ffn_down_exps"), E, FE, &L->down_exps, err))) return st;
+        if (!d->moe_biases) return ATTND_OK;
+#define BIAS(suffix) (snprintf(name, sizeof(name), "blk.%d.%s.bias", l, suffix), name)
+        int NE = m->n_expert;
+        if ((st = load_vectors(m, BIAS("ffn_gate_inp"), NE, 1, true, &L->router_b, err))) return st;
+        if ((st = load_vectors(m, BIAS("ffn_gate_exps"), FE, NE, true, &L->gate_exps_b, err))) return st;
+        if ((st = load_vectors(m, BIAS("ffn_up_exps"), FE, NE, true, &L->up_exps_b, err))) return st;
+        return load_vectors(m, BIAS("ffn_down_exps"), E, NE, true, &L->down_exps_b, err);
+#undef BIAS
     }
     if (d->fused_gate_up) {
         if ((st = find_matrix(m, NAME("ffn_up"), 2 * F, E, true, &L->w_up, err))) return st;
@@ -521,8 +542,9 @@ void model_destroy(model *m) {
     if (m->layers) {
         for (int l = 0; l < m->info.n_layer; l++) {
             layer_weights *L = &m->layers[l];
-            float *vecs[] = {L->attn_norm, L->ffn_norm, L->bq, L->bk, L->bv, L->q_norm, L->k_norm,
-                             L->post_attn_norm, L->post_ffn_norm};
+            float *vecs[] = {L->attn_norm, L->ffn_norm, L->bq, L->bk, L->bv, L->bo, L->sinks, L->q_norm,
+                             L->k_norm, L->post_attn_norm, L->post_ffn_norm, L->router_b, L->gate_exps_b,
+                             L->up_exps_b, L->down_exps_b};
             for (size_t i = 0; i < ATTND_ARRAY_LEN(vecs); i++) free(vecs[i]);
             weight *lw[LAYER_MATRICES];
             layer_matrices(L, lw);

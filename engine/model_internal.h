@@ -32,6 +32,8 @@ typedef struct layer_weights {
     weight wq, wk, wv, wo;   /* (q_dim, n_embd), (kv_dim, n_embd) x2, (n_embd, q_dim); wq..wv empty when fused */
     weight wqkv;             /* (q_dim + 2 kv_dim, n_embd): q, k, v rows fused (arch fused_qkv), or empty */
     float *bq, *bk, *bv;     /* (q_dim), (kv_dim), (kv_dim), or NULL when the file has none */
+    float *bo;               /* (n_embd) attn_output.bias (arch attn_out_bias), or NULL */
+    float *sinks;            /* (n_head) attention sink logits (arch sinks), or NULL */
     float *q_norm, *k_norm;  /* (head_dim) per-head RMSNorm before RoPE (arch qk_norm), or NULL */
     float *post_attn_norm;   /* (n_embd) RMSNorm of the attention output (arch post_norms), or NULL */
     float *ffn_norm;         /* (n_embd) */
@@ -42,6 +44,9 @@ typedef struct layer_weights {
     weight router;           /* (n_expert, n_embd) ffn_gate_inp (arch moe), or empty; then no dense FFN */
     weight gate_exps, up_exps; /* (n_expert * n_ff_exp, n_embd): expert x's rows from x * n_ff_exp */
     weight down_exps;        /* (n_expert * n_embd, n_ff_exp): expert x's rows from x * n_embd */
+    float *router_b;         /* (n_expert) (arch moe_biases), or NULL */
+    float *gate_exps_b, *up_exps_b; /* (n_expert, n_ff_exp), or NULL */
+    float *down_exps_b;      /* (n_expert, n_embd), or NULL */
     bool rope;               /* false: a NoPE layer (no rotation of q and k) */
     int window;              /* 0: global attention; W > 0: sees positions pos - W + 1 .. pos */
     int rope_table;          /* ROPE_GLOBAL or ROPE_LOCAL */

@@ -50,6 +50,8 @@ typedef struct tiny_spec {
 /* What a family computes, as llama.cpp does it (written independently of engine/arch.c). */
 typedef struct tiny_family {
     bool neox, bias, qk_norm, post_norms, embd_scale, gelu, fused_qkv, fused_gate_up, moe;
+    bool gpt_oss;          /* o bias, sinks, post_attention_norm as the FFN norm, expert biases, top-k
+                              then softmax, the clamped SwiGLU */
     int swa_pattern;       /* layer l local unless l % pattern == pattern - 1 */
     double swa_base;       /* local layers' RoPE base, unscaled (0: as global layers) */
     int nope_step;         /* layer l without RoPE when (l + 1) % step == 0 */
@@ -61,10 +63,12 @@ static inline tiny_family tiny_family_of(const char *a) {
     f.neox = strcmp(a, "llama") && strcmp(a, "smollm3");
     f.bias = !strcmp(a, "qwen2");
     f.qk_norm = !strcmp(a, "qwen3") || !strcmp(a, "gemma3") || !strcmp(a, "qwen3moe");
-    f.moe = !strcmp(a, "qwen3moe");
+    f.gpt_oss = !strcmp(a, "gpt-oss");
+    f.moe = !strcmp(a, "qwen3moe") || f.gpt_oss;
+    f.bias |= f.gpt_oss;
     f.post_norms = f.embd_scale = f.gelu = !strncmp(a, "gemma", 5);
     f.fused_qkv = f.fused_gate_up = !strcmp(a, "phi3");
-    f.swa_pattern = !strcmp(a, "gemma2") ? 2 : !strcmp(a, "gemma3") ? 6 : 0;
+    f.swa_pattern = !strcmp(a, "gemma2") || f.gpt_oss ? 2 : !strcmp(a, "gemma3") ? 6 : 0;
     f.swa_base = !strcmp(a, "gemma3") ? 10000.0 : 0;
     f.nope_step = !strcmp(a, "smollm3") ? 4 : 0;
     f.wide_layers = !strcmp(a, "gemma2") ? 46 : !strcmp(a, "gemma3") ? 62 : 0;
@@ -158,14 +162,25 @@ static inline int tiny_tensors(const tiny_spec *sp, tiny_tensor *ts) {
             ADD(NAME("attn_k_norm.weight"), (uint64_t)hd, 1, GGUF_TYPE_F32, 0.2f, 1.0f);
         }
         ADD(NAME("attn_output.weight"), (uint64_t)qd, E, sp->wtype, 1.0f / sqrtf((float)qd) * 1.7f, 0.0f);
+        if (fam.gpt_oss) {
+            ADD(NAME("attn_output.bias"), E, 1, GGUF_TYPE_F32, 0.5f, 0.0f);
+            ADD(NAME("attn_sinks.weight"), (uint64_t)sp->n_head, 1, GGUF_TYPE_F32, 2.0f, 0.0f);
+        }
         if (fam.post_norms) ADD(NAME("post_attention_norm.weight"), E, 1, GGUF_TYPE_F32, 0.2f, 1.0f);
-        ADD(NAME("ffn_norm.weight"), E, 1, GGUF_TYPE_F32, 0.2f, 1.0f);
+        ADD(NAME(fam.gpt_oss ? "post_attention_norm.weight" : "ffn_norm.weight"), E, 1, GGUF_TYPE_F32, 0.2f, 1.0f);
         if (fam.moe) {
             uint64_t FE = (uint64_t)sp->n_ff_exp;
             ADD(NAME("ffn_gate_inp.weight"), E, (uint64_t)sp->n_expert, GGUF_TYPE_F32, 2.0f * ws, 0.0f);
             ADD3(NAME("ffn_gate_exps.weight"), E, FE, sp->wtype, ws);
             ADD3(NAME("ffn_up_exps.weight"), E, FE, sp->wtype, ws);
             ADD3(NAME("ffn_down_exps.weight"), FE, E, sp->wtype, 1.7f / sqrtf((float)FE));
+            if (fam.gpt_oss) {
+                uint64_t NE = (uint64_t)sp->n_expert;
+                ADD(NAME("ffn_gate_inp.bias"), NE, 1, GGUF_TYPE_F32, 0.5f, 0.0f);
+                ADD(NAME("ffn_gate_exps.bias"), FE, NE, GGUF_TYPE_F32, 0.5f, 0.0f);
+                ADD(NAME("ffn_up_exps.bias"), FE, NE, GGUF_TYPE_F32, 0.5f, 0.0f);
+                ADD(NAME("ffn_down_exps.bias"), E, NE, GGUF_TYPE_F32, 0.5f, 0.0f);
+            }
         } else if (fam.fused_gate_up) {
             ADD(NAME("ffn_up.weight"), E, 2 * F, sp->wtype, ws, 0.0f);
         } else {
@@ -440,6 +455,10 @@ static inline void ref_attention(ref_run *r, int l, int t, double *attn) {
             r->sc[j] = s;
             mx = s > mx ? s : mx;
         }
+        const gguf_tensor *sk = r->fam.gpt_oss ? ref_tl(r->f, l, "attn_sinks.weight") : NULL;
+        double sink = sk ? ref_elem(sk, (uint64_t)h) : -INFINITY; /* one more logit, no value */
+        if (sink > mx) mx = sink;
+        if (sk) sum = exp(sink - mx);
         for (int j = j0; j <= t; j++) sum += r->sc[j] = exp(r->sc[j] - mx);
         if (attn) {
             double *row = attn + (((size_t)l * H + h) * n_tok + t) * n_tok;
@@ -470,9 +489,11 @@ static inline void ref_moe(ref_run *r, int l, double *x) {
     int NE = sp->n_expert, K = sp->n_expert_used, FE = sp->n_ff_exp, E = r->E;
     double *pr = malloc(sizeof(double) * NE), mx = -INFINITY, z = 0, wsum = 0;
     int *sel = malloc(sizeof(int) * K);
+    bool oss = r->fam.gpt_oss;
     ref_matvec(pr, ref_tl(r->f, l, "ffn_gate_inp.weight"), r->xn);
+    for (int i = 0; oss && i < NE; i++) pr[i] += ref_elem(ref_tl(r->f, l, "ffn_gate_inp.bias"), (uint64_t)i);
     for (int i = 0; i < NE; i++) mx = pr[i] > mx ? pr[i] : mx;
-    for (int i = 0; i < NE; i++) z += pr[i] = exp(pr[i] - mx);
+    for (int i = 0; i < NE; i++) z += pr[i] = exp(pr[i] - mx); /* the order is that of the logits either way */
     for (int k = 0; k < K; k++) {
         int best = -1;
         for (int i = 0; i < NE; i++) {
@@ -483,12 +504,24 @@ static inline void ref_moe(ref_run *r, int l, double *x) {
         sel[k] = best;
         wsum += pr[best] / z;
     }
+    /* the top k's weights: renormalised probabilities, or (gpt-oss) a softmax over their logits,
+     * which is the same ratio of exponentials */
     for (int k = 0; k < K; k++) {
         int ex = sel[k];
         ref_matvec_rows(r->g, ref_tl(r->f, l, "ffn_gate_exps.weight"), (uint64_t)ex * FE, FE, r->xn);
         ref_matvec_rows(r->u, ref_tl(r->f, l, "ffn_up_exps.weight"), (uint64_t)ex * FE, FE, r->xn);
-        for (int i = 0; i < FE; i++) r->g[i] = r->g[i] / (1 + exp(-r->g[i])) * r->u[i];
+        for (int i = 0; i < FE; i++) {
+            if (!oss) {
+                r->g[i] = r->g[i] / (1 + exp(-r->g[i])) * r->u[i];
+                continue;
+            }
+            double gx = r->g[i] + ref_elem(ref_tl(r->f, l, "ffn_gate_exps.bias"), (uint64_t)ex * FE + i);
+            double ux = r->u[i] + ref_elem(ref_tl(r->f, l, "ffn_up_exps.bias"), (uint64_t)ex * FE + i);
+            gx = gx < 7 ? gx : 7, ux = ux < -7 ? -7 : ux > 7 ? 7 : ux;
+            r->g[i] = gx / (1 + exp(-1.702 * gx)) * (ux + 1);
+        }
         ref_matvec_rows(r->tmp, ref_tl(r->f, l, "ffn_down_exps.weight"), (uint64_t)ex * E, E, r->g);
+        for (int i = 0; oss && i < E; i++) r->tmp[i] += ref_elem(ref_tl(r->f, l, "ffn_down_exps.bias"), (uint64_t)ex * E + i);
         for (int i = 0; i < E; i++) x[i] += pr[ex] / z / wsum * r->tmp[i];
     }
     free(pr), free(sel);
@@ -498,7 +531,8 @@ static inline void ref_moe(ref_run *r, int l, double *x) {
 static inline void ref_ffn(ref_run *r, int l, int t) {
     int E = r->E, F = r->F;
     double *x = r->x + (size_t)t * E;
-    ref_rmsnorm(r->xn, x, ref_tl(r->f, l, "ffn_norm.weight"), E, r->sp->rms_eps);
+    ref_rmsnorm(r->xn, x, ref_tl(r->f, l, r->fam.gpt_oss ? "post_attention_norm.weight" : "ffn_norm.weight"), E,
+                r->sp->rms_eps);
     if (r->fam.moe) {
         ref_moe(r, l, x);
         return;
@@ -553,6 +587,8 @@ static inline void ref_forward_attn(const tiny_spec *sp, const char *path, const
         for (int t = 0; t < n_tok; t++) {
             ref_attention(&r, l, t, attn);
             ref_matvec(r.tmp, ref_tl(r.f, l, "attn_output.weight"), r.att);
+            if (r.fam.gpt_oss)
+                for (int i = 0; i < E; i++) r.tmp[i] += ref_elem(ref_tl(r.f, l, "attn_output.bias"), (uint64_t)i);
             if (r.fam.post_norms)
                 ref_rmsnorm(r.tmp, r.tmp, ref_tl(r.f, l, "post_attention_norm.weight"), E, sp->rms_eps);
             for (int i = 0; i < E; i++) r.x[(size_t)t * E + i] += r.tmp[i];

@@ -14,7 +14,7 @@
 #include "engine_fixture.h"
 
 /* The families of the llama.cpp comparison, in the order of reference-families.json. */
-static const char *const FAMILY_NAMES[] = {"qwen3", "smollm3", "gemma2", "gemma3", "phi3", "qwen3moe"};
+static const char *const FAMILY_NAMES[] = {"qwen3", "smollm3", "gemma2", "gemma3", "phi3", "qwen3moe", "gpt-oss"};
 #define N_FAMILIES (sizeof(FAMILY_NAMES) / sizeof(FAMILY_NAMES[0]))
 
 /* Prompt of the llama.cpp comparison (ids; no BOS added) and the tokens generated after it. */
@@ -36,6 +36,9 @@ static inline tiny_spec family_small(const char *arch) {
     if (!strcmp(arch, "gemma3"))
         sp.n_layer = 6, sp.window = 24, sp.head_dim = 32, sp.rope_dims = 32, sp.rope_base = 1e6f, sp.tied = true,
         sp.rms_eps = 1e-6f;
+    if (!strcmp(arch, "gpt-oss"))
+        sp.head_dim = 32, sp.rope_dims = 32, sp.rope_base = 150000.0f, sp.rms_eps = 1e-5f, sp.n_expert = 8,
+        sp.n_expert_used = 4, sp.n_ff_exp = 32, sp.window = 16, sp.rope_yarn = 32.0f, sp.yarn_orig_ctx = 64;
     if (!strcmp(arch, "qwen3moe"))
         sp.head_dim = 32, sp.rope_dims = 32, sp.rope_base = 1e6f, sp.rms_eps = 1e-6f, sp.n_expert = 8,
         sp.n_expert_used = 2, sp.n_ff_exp = 32;

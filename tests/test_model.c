@@ -201,6 +201,13 @@ static void decode_equals_prefill(const tiny_spec *spec, int n0) {
     }
 }
 
+Test(model, gpt_oss_sinks_biases_window_and_clamped_experts_match_reference) {
+    tiny_spec sp = tiny_default("gpt-oss");
+    sp.n_expert = 8, sp.n_expert_used = 4, sp.n_ff_exp = 24, sp.head_dim = 16, sp.rope_dims = 16;
+    sp.window = 40, sp.n_layer = 3, sp.rope_yarn = 8.0f, sp.yarn_orig_ctx = 64;
+    check_against_reference(&sp, 120, 2e-4);
+}
+
 /* Gemma 3's decode over a sliding window that crosses several blocks. */
 Test(model, sliding_window_decode_equals_prefill) {
     tiny_spec sp = tiny_default("gemma3");

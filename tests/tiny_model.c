@@ -3,7 +3,7 @@
  * tests/data/regenerate.sh (llama.cpp's references are made from exactly the files the suite
  * generates).
  *
- *   tiny_model FAMILY OUT.gguf     FAMILY: qwen3, smollm3, gemma2, gemma3, phi3, qwen3moe (small)
+ *   tiny_model FAMILY OUT.gguf     FAMILY: see tiny_model --list (the small model)
  *   tiny_model --list              the families, one a line
  */
 #include <stdio.h>
