@@ -64,6 +64,11 @@ static inline tiny_spec family_real(const char *name) {
         sp.arch = "qwen3moe", sp.n_embd = 2048, sp.n_head = 32, sp.n_head_kv = 4, sp.head_dim = 128;
         sp.rope_dims = 128, sp.n_ff = 6144, sp.rope_base = 1e6f, sp.n_layer = 1, sp.n_expert = 16;
         sp.n_expert_used = 8, sp.n_ff_exp = 768;
+    } else if (!strcmp(name, "gpt-oss-20b")) { /* gpt-oss-20b's dims (64/8 heads of 64, width 2880, window
+                                                  128, top 4), 4 experts of its 32, F16 instead of MXFP4 */
+        sp.arch = "gpt-oss", sp.n_embd = 2880, sp.n_head = 64, sp.n_head_kv = 8, sp.head_dim = 64, sp.rope_dims = 64;
+        sp.n_ff = 2880, sp.rope_base = 150000.0f, sp.n_layer = 2, sp.n_expert = 4, sp.n_expert_used = 4;
+        sp.n_ff_exp = 2880, sp.window = 128, sp.rope_yarn = 32.0f, sp.yarn_orig_ctx = 4096, sp.rms_eps = 1e-5f;
     }
     return sp;
 }
