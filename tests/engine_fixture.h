@@ -109,92 +109,108 @@ typedef struct tiny_tensor {
 
 #define TINY_MAX_TENSORS 1024
 
-/* The tensors of sp's model, with their random values. */
-static inline int tiny_tensors(const tiny_spec *sp, tiny_tensor *ts) {
-    tiny_family fam = tiny_family_of(sp->arch);
-    int hd = tiny_head_dim(sp), qd = hd * sp->n_head, kvd = hd * sp->n_head_kv;
-    int nt = 0;
-    uint64_t rng = sp->seed;
-#define ADD(nm, d0, d1, ty, scale, offs)                                                \
-    do {                                                                                \
-        tiny_tensor *t = &ts[nt++];                                                     \
-        snprintf(t->name, sizeof(t->name), "%s", nm);                                   \
-        t->ne[0] = d0;                                                                  \
-        t->ne[1] = d1;                                                                  \
-        t->ne[2] = 1;                                                                   \
-        t->n_dims = d1 > 1 ? 2 : 1;                                                     \
-        t->type = ty;                                                                   \
-        t->vals = malloc(sizeof(float) * d0 * d1);                                      \
-        for (uint64_t i_ = 0; i_ < (uint64_t)(d0) * (d1); i_++)                         \
-            t->vals[i_] = (offs) + tiny_uniform(&rng, scale);                           \
+/* Appends tensor nm (d0, d1) of type ty with values offs + uniform(scale) to ts[*nt]. */
+static inline void tiny_add(tiny_tensor *ts, int *nt, uint64_t *rng, const char *nm, uint64_t d0, uint64_t d1,
+                            uint32_t ty, float scale, float offs) {
+    tiny_tensor *t = &ts[(*nt)++];
+    snprintf(t->name, sizeof(t->name), "%s", nm);
+    t->ne[0] = d0, t->ne[1] = d1, t->ne[2] = 1;
+    t->n_dims = d1 > 1 ? 2 : 1;
+    t->type = ty;
+    t->vals = malloc(sizeof(float) * d0 * d1);
+    for (uint64_t i = 0; i < d0 * d1; i++) t->vals[i] = offs + tiny_uniform(rng, scale);
+}
+
+#define ADD(nm, d0, d1, ty, scale, offs) tiny_add(ts, nt, rng, nm, (uint64_t)(d0), (uint64_t)(d1), ty, scale, offs)
+/* a 3-D expert tensor [d0, d1, n_expert], written as the 2-D (d0, d1 * n_expert) then reshaped */
+#define ADD3(nm, d0, d1, ty, scale)                                                                  \
+    do {                                                                                             \
+        ADD(nm, d0, (uint64_t)(d1) * (uint64_t)sp->n_expert, ty, scale, 0.0f);                       \
+        ts[*nt - 1].ne[1] = d1, ts[*nt - 1].ne[2] = (uint64_t)sp->n_expert, ts[*nt - 1].n_dims = 3; \
     } while (0)
-    /* a 3-D expert tensor [d0, d1, n_expert], written as the 2-D (d0, d1 * n_expert) then reshaped */
-#define ADD3(nm, d0, d1, ty, scale)                                                     \
-    do {                                                                                \
-        ADD(nm, d0, (uint64_t)(d1) * (uint64_t)sp->n_expert, ty, scale, 0.0f);          \
-        ts[nt - 1].ne[1] = d1, ts[nt - 1].ne[2] = (uint64_t)sp->n_expert, ts[nt - 1].n_dims = 3; \
-    } while (0)
+#define NAME(s) (snprintf(nm, sizeof(nm), "blk.%d.%s", l, s), nm)
+
+/* Layer l's feed-forward tensors, from its norm on: experts (with gpt-oss's biases) or a gated FFN. */
+static inline void tiny_ffn_tensors(const tiny_spec *sp, const tiny_family *fam, int l, tiny_tensor *ts, int *nt,
+                                    uint64_t *rng) {
     char nm[64];
     uint64_t E = (uint64_t)sp->n_embd, F = (uint64_t)sp->n_ff;
+    float ws = 1.0f / sqrtf((float)sp->n_embd) * 1.7f;
+    ADD(NAME(fam->gpt_oss ? "post_attention_norm.weight" : "ffn_norm.weight"), E, 1, GGUF_TYPE_F32, 0.2f, 1.0f);
+    if (fam->moe) {
+        uint64_t FE = (uint64_t)sp->n_ff_exp, NE = (uint64_t)sp->n_expert;
+        ADD(NAME("ffn_gate_inp.weight"), E, NE, GGUF_TYPE_F32, 2.0f * ws, 0.0f);
+        ADD3(NAME("ffn_gate_exps.weight"), E, FE, sp->wtype, ws);
+        ADD3(NAME("ffn_up_exps.weight"), E, FE, sp->wtype, ws);
+        ADD3(NAME("ffn_down_exps.weight"), FE, E, sp->wtype, 1.7f / sqrtf((float)FE));
+        if (fam->gpt_oss) {
+            ADD(NAME("ffn_gate_inp.bias"), NE, 1, GGUF_TYPE_F32, 0.5f, 0.0f);
+            ADD(NAME("ffn_gate_exps.bias"), FE, NE, GGUF_TYPE_F32, 0.5f, 0.0f);
+            ADD(NAME("ffn_up_exps.bias"), FE, NE, GGUF_TYPE_F32, 0.5f, 0.0f);
+            ADD(NAME("ffn_down_exps.bias"), E, NE, GGUF_TYPE_F32, 0.5f, 0.0f);
+        }
+    } else if (fam->fused_gate_up) {
+        ADD(NAME("ffn_up.weight"), E, 2 * F, sp->wtype, ws, 0.0f);
+    } else {
+        ADD(NAME("ffn_gate.weight"), E, F, sp->wtype, ws, 0.0f);
+        ADD(NAME("ffn_up.weight"), E, F, sp->wtype, ws, 0.0f);
+    }
+    if (!fam->moe) ADD(NAME("ffn_down.weight"), F, E, sp->wtype, 1.7f / sqrtf((float)sp->n_ff), 0.0f);
+    if (fam->post_norms) ADD(NAME("post_ffw_norm.weight"), E, 1, GGUF_TYPE_F32, 0.2f, 1.0f);
+}
+
+/* Layer l's tensors up to its FFN norm. */
+static inline void tiny_attn_tensors(const tiny_spec *sp, const tiny_family *fam, int l, tiny_tensor *ts, int *nt,
+                                     uint64_t *rng) {
+    char nm[64];
+    int hd = tiny_head_dim(sp), qd = hd * sp->n_head, kvd = hd * sp->n_head_kv;
+    uint64_t E = (uint64_t)sp->n_embd;
+    float ws = 1.0f / sqrtf((float)sp->n_embd) * 1.7f;
+    ADD(NAME("attn_norm.weight"), E, 1, GGUF_TYPE_F32, 0.2f, 1.0f);
+    if (fam->fused_qkv) {
+        ADD(NAME("attn_qkv.weight"), E, (uint64_t)(qd + 2 * kvd), sp->wtype, ws, 0.0f);
+    } else {
+        ADD(NAME("attn_q.weight"), E, (uint64_t)qd, sp->wtype, ws, 0.0f);
+        ADD(NAME("attn_k.weight"), E, (uint64_t)kvd, sp->wtype, ws, 0.0f);
+        ADD(NAME("attn_v.weight"), E, (uint64_t)kvd, sp->wtype, ws, 0.0f);
+    }
+    if (fam->bias) {
+        ADD(NAME("attn_q.bias"), (uint64_t)qd, 1, GGUF_TYPE_F32, 0.5f, 0.0f);
+        ADD(NAME("attn_k.bias"), (uint64_t)kvd, 1, GGUF_TYPE_F32, 0.5f, 0.0f);
+        ADD(NAME("attn_v.bias"), (uint64_t)kvd, 1, GGUF_TYPE_F32, 0.5f, 0.0f);
+    }
+    if (fam->qk_norm) {
+        ADD(NAME("attn_q_norm.weight"), (uint64_t)hd, 1, GGUF_TYPE_F32, 0.2f, 1.0f);
+        ADD(NAME("attn_k_norm.weight"), (uint64_t)hd, 1, GGUF_TYPE_F32, 0.2f, 1.0f);
+    }
+    ADD(NAME("attn_output.weight"), (uint64_t)qd, E, sp->wtype, 1.0f / sqrtf((float)qd) * 1.7f, 0.0f);
+    if (fam->gpt_oss) {
+        ADD(NAME("attn_output.bias"), E, 1, GGUF_TYPE_F32, 0.5f, 0.0f);
+        ADD(NAME("attn_sinks.weight"), (uint64_t)sp->n_head, 1, GGUF_TYPE_F32, 2.0f, 0.0f);
+    }
+    if (fam->post_norms) ADD(NAME("post_attention_norm.weight"), E, 1, GGUF_TYPE_F32, 0.2f, 1.0f);
+}
+#undef NAME
+
+/* The tensors of sp's model, with their random values (the same for the same spec). */
+static inline int tiny_tensors(const tiny_spec *sp, tiny_tensor *ts) {
+    tiny_family fam = tiny_family_of(sp->arch);
+    int n = 0, *nt = &n;
+    uint64_t seed = sp->seed, *rng = &seed;
+    uint64_t E = (uint64_t)sp->n_embd;
     ADD("token_embd.weight", E, (uint64_t)sp->n_vocab, sp->wtype, fam.embd_scale ? 1.0f / sqrtf((float)E) : 1.0f, 0.0f);
     ADD("output_norm.weight", E, 1, GGUF_TYPE_F32, 0.2f, 1.0f);
     if (!sp->tied) ADD("output.weight", E, (uint64_t)sp->n_vocab, sp->wtype, 0.5f, 0.0f);
     if (sp->rope_freqs) ADD("rope_freqs.weight", (uint64_t)sp->rope_dims / 2, 1, GGUF_TYPE_F32, 3.0f, 4.0f);
     if (sp->extra_tensor) ADD(sp->extra_tensor, E, 1, GGUF_TYPE_F32, 1.0f, 0.0f);
     for (int l = 0; l < sp->n_layer; l++) {
-        float ws = 1.0f / sqrtf((float)sp->n_embd) * 1.7f;
-#define NAME(s) (snprintf(nm, sizeof(nm), "blk.%d.%s", l, s), nm)
-        ADD(NAME("attn_norm.weight"), E, 1, GGUF_TYPE_F32, 0.2f, 1.0f);
-        if (fam.fused_qkv) {
-            ADD(NAME("attn_qkv.weight"), E, (uint64_t)(qd + 2 * kvd), sp->wtype, ws, 0.0f);
-        } else {
-            ADD(NAME("attn_q.weight"), E, (uint64_t)qd, sp->wtype, ws, 0.0f);
-            ADD(NAME("attn_k.weight"), E, (uint64_t)kvd, sp->wtype, ws, 0.0f);
-            ADD(NAME("attn_v.weight"), E, (uint64_t)kvd, sp->wtype, ws, 0.0f);
-        }
-        if (fam.bias) {
-            ADD(NAME("attn_q.bias"), (uint64_t)qd, 1, GGUF_TYPE_F32, 0.5f, 0.0f);
-            ADD(NAME("attn_k.bias"), (uint64_t)kvd, 1, GGUF_TYPE_F32, 0.5f, 0.0f);
-            ADD(NAME("attn_v.bias"), (uint64_t)kvd, 1, GGUF_TYPE_F32, 0.5f, 0.0f);
-        }
-        if (fam.qk_norm) {
-            ADD(NAME("attn_q_norm.weight"), (uint64_t)hd, 1, GGUF_TYPE_F32, 0.2f, 1.0f);
-            ADD(NAME("attn_k_norm.weight"), (uint64_t)hd, 1, GGUF_TYPE_F32, 0.2f, 1.0f);
-        }
-        ADD(NAME("attn_output.weight"), (uint64_t)qd, E, sp->wtype, 1.0f / sqrtf((float)qd) * 1.7f, 0.0f);
-        if (fam.gpt_oss) {
-            ADD(NAME("attn_output.bias"), E, 1, GGUF_TYPE_F32, 0.5f, 0.0f);
-            ADD(NAME("attn_sinks.weight"), (uint64_t)sp->n_head, 1, GGUF_TYPE_F32, 2.0f, 0.0f);
-        }
-        if (fam.post_norms) ADD(NAME("post_attention_norm.weight"), E, 1, GGUF_TYPE_F32, 0.2f, 1.0f);
-        ADD(NAME(fam.gpt_oss ? "post_attention_norm.weight" : "ffn_norm.weight"), E, 1, GGUF_TYPE_F32, 0.2f, 1.0f);
-        if (fam.moe) {
-            uint64_t FE = (uint64_t)sp->n_ff_exp;
-            ADD(NAME("ffn_gate_inp.weight"), E, (uint64_t)sp->n_expert, GGUF_TYPE_F32, 2.0f * ws, 0.0f);
-            ADD3(NAME("ffn_gate_exps.weight"), E, FE, sp->wtype, ws);
-            ADD3(NAME("ffn_up_exps.weight"), E, FE, sp->wtype, ws);
-            ADD3(NAME("ffn_down_exps.weight"), FE, E, sp->wtype, 1.7f / sqrtf((float)FE));
-            if (fam.gpt_oss) {
-                uint64_t NE = (uint64_t)sp->n_expert;
-                ADD(NAME("ffn_gate_inp.bias"), NE, 1, GGUF_TYPE_F32, 0.5f, 0.0f);
-                ADD(NAME("ffn_gate_exps.bias"), FE, NE, GGUF_TYPE_F32, 0.5f, 0.0f);
-                ADD(NAME("ffn_up_exps.bias"), FE, NE, GGUF_TYPE_F32, 0.5f, 0.0f);
-                ADD(NAME("ffn_down_exps.bias"), E, NE, GGUF_TYPE_F32, 0.5f, 0.0f);
-            }
-        } else if (fam.fused_gate_up) {
-            ADD(NAME("ffn_up.weight"), E, 2 * F, sp->wtype, ws, 0.0f);
-        } else {
-            ADD(NAME("ffn_gate.weight"), E, F, sp->wtype, ws, 0.0f);
-            ADD(NAME("ffn_up.weight"), E, F, sp->wtype, ws, 0.0f);
-        }
-        if (!fam.moe) ADD(NAME("ffn_down.weight"), F, E, sp->wtype, 1.7f / sqrtf((float)sp->n_ff), 0.0f);
-        if (fam.post_norms) ADD(NAME("post_ffw_norm.weight"), E, 1, GGUF_TYPE_F32, 0.2f, 1.0f);
-#undef NAME
+        tiny_attn_tensors(sp, &fam, l, ts, nt, rng);
+        tiny_ffn_tensors(sp, &fam, l, ts, nt, rng);
     }
+    return n;
+}
 #undef ADD3
 #undef ADD
-    return nt;
-}
 
 /* The "<arch>." keys and the vocabulary of sp; returns how many keys were written. */
 static inline uint64_t tiny_keys(gbuf *b, const tiny_spec *sp) {
