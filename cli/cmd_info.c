@@ -13,7 +13,7 @@
 #include "attnd/model.h"
 #include "attnd/tokenizer.h"
 #include "commands.h"
-#include "../server/chat.h"
+#include "../server/api/chat.h"
 
 static const char *USAGE =
     "usage: attnd info [--model PATH] [--json]\n"

@@ -27,6 +27,12 @@ check "score --threads 0 runs" "$?" 0
 "$BIN" generate --threads -1 --tokens 1 --n 1 >/dev/null 2>&1
 check "a negative thread count is a usage error" "$?" 2
 
+# attnd bench: --model is optional (the default model), as its usage says
+"$BIN" bench --help 2>&1 | grep -q '^usage: attnd bench \[--model PATH\]'
+check "bench usage: --model is optional" "$?" 0
+"$BIN" bench --no-peer --no-growth --reps 1 --prompt-len 8 --n 4 2>&1 | grep -q '^attnd  *[0-9.]*  *[0-9.]*$'
+check "bench runs without --model" "$?" 0
+
 # attnd info says whether attnd can run a file, the chat template and the KV cost
 out=$("$BIN" info 2>&1)
 out0=$out
