@@ -225,9 +225,12 @@ int cmd_info(int argc, char **argv) {
             first = false;
         }
         printf(")\nparameters:    %" PRIu64 " (%.2f M)\n", params, params / 1e6);
-        if (json_array_size(unsupported))
-            printf("note:          some tensors use types the engine does not compute (e.g. %s)\n",
-                   json_string_value(json_array_get(unsupported, 0)));
+        if (json_array_size(unsupported)) {
+            const gguf_tensor *ut = gguf_find_tensor(f, json_string_value(json_array_get(unsupported, 0)));
+            printf("note:          some tensors use types the engine does not compute (e.g. %s, %s); re-quantize\n"
+                   "               from the F16/BF16 model with `attnd quantize` (e.g. to Q4_K_M or IQ4_XS)\n",
+                   ut->name, gguf_type_name(ut->type));
+        }
         print_run_facts(root);
     }
     json_decref(unsupported);

@@ -542,8 +542,9 @@ Test(model, invalid_batches_are_refused_and_change_nothing) {
 
 /* Loads the default llama fixture with the first occurrence of `from` in its file replaced by
  * `to` (len bytes): the load must fail with `want`, leave *out NULL, and say why in err. */
-static void load_patched(const void *from, const void *to, size_t len, attnd_status want, attnd_err *err) {
-    tiny_spec sp = tiny_default("llama");
+static void load_patched_spec(const tiny_spec *spec, const void *from, const void *to, size_t len, attnd_status want,
+                              attnd_err *err) {
+    tiny_spec sp = *spec;
     char path[256];
     tiny_tmpname(path, sizeof(path), "patched");
     cr_assert_eq(tiny_write(path, &sp), 0);
@@ -568,6 +569,23 @@ static void load_patched(const void *from, const void *to, size_t len, attnd_sta
     unlink(path);
 }
 
+static void load_patched(const void *from, const void *to, size_t len, attnd_status want, attnd_err *err) {
+    tiny_spec sp = tiny_default("llama");
+    load_patched_spec(&sp, from, to, len, want, err);
+}
+
+/* The tensor info of `name` as the fixture writes it: name, n_dims 2, ne (ne0, ne1), type F32;
+ * *len its bytes (the type is the last 4). */
+static void tensor_info_bytes(uint8_t *buf, size_t *len, const char *name, uint64_t ne0, uint64_t ne1) {
+    size_t nl = strlen(name);
+    uint32_t nd = 2, ty = GGUF_TYPE_F32;
+    memcpy(buf, name, nl), *len = nl;
+    memcpy(buf + *len, &nd, 4), *len += 4;
+    memcpy(buf + *len, &ne0, 8), *len += 8;
+    memcpy(buf + *len, &ne1, 8), *len += 8;
+    memcpy(buf + *len, &ty, 4), *len += 4;
+}
+
 Test(model, unsupported_architecture_is_refused_by_name) {
     /* the value of general.architecture: u64 length 5, then the bytes */
     uint8_t from[13] = {5, 0, 0, 0, 0, 0, 0, 0, 'l', 'l', 'a', 'm', 'a'}, to[13];
@@ -579,24 +597,34 @@ Test(model, unsupported_architecture_is_refused_by_name) {
 }
 
 Test(model, unsupported_tensor_type_is_refused_by_name) {
-    /* tensor info of blk.1.attn_v.weight: name, n_dims 2, ne (32, 16), type F32 -> Q4_1 */
+    /* tensor info of blk.1.attn_v.weight: (32, 16) F32 -> Q8_1 (an activation type, never a weight) */
     const char *name = "blk.1.attn_v.weight";
-    size_t nl = strlen(name);
     uint8_t from[64], to[64];
-    size_t len = 0;
-    memcpy(from, name, nl), len = nl;
-    uint32_t nd = 2, ty = GGUF_TYPE_F32;
-    uint64_t ne0 = 32, ne1 = 16;
-    memcpy(from + len, &nd, 4), len += 4;
-    memcpy(from + len, &ne0, 8), len += 8;
-    memcpy(from + len, &ne1, 8), len += 8;
-    memcpy(from + len, &ty, 4), len += 4;
+    size_t len;
+    tensor_info_bytes(from, &len, name, 32, 16);
     memcpy(to, from, len);
-    ty = GGUF_TYPE_Q4_1;
+    uint32_t ty = GGUF_TYPE_Q8_1;
     memcpy(to + len - 4, &ty, 4);
     attnd_err err;
     load_patched(from, to, len, ATTND_ERR_UNSUPPORTED, &err);
-    cr_assert(strstr(err.msg, "Q4_1") && strstr(err.msg, name), "message names type and tensor: %s", err.msg);
+    cr_assert(strstr(err.msg, "Q8_1") && strstr(err.msg, name), "message names type and tensor: %s", err.msg);
+}
+
+Test(model, lattice_iq_weights_are_refused_with_what_to_do_instead) {
+    /* rows of 256 so that the IQ2_XS super-blocks fit: attn_q (256, 256) F32 -> IQ2_XS */
+    tiny_spec sp = tiny_default("llama");
+    sp.n_embd = 256, sp.n_head = 4, sp.n_head_kv = 4, sp.n_ff = 256;
+    const char *name = "blk.0.attn_q.weight";
+    uint8_t from[64], to[64];
+    size_t len;
+    tensor_info_bytes(from, &len, name, 256, 256);
+    memcpy(to, from, len);
+    uint32_t ty = 17; /* IQ2_XS */
+    memcpy(to + len - 4, &ty, 4);
+    attnd_err err;
+    load_patched_spec(&sp, from, to, len, ATTND_ERR_UNSUPPORTED, &err);
+    cr_assert(strstr(err.msg, "IQ2_XS") && strstr(err.msg, name) && strstr(err.msg, "attnd quantize"),
+              "names the type and the tensor, and says what to do: %s", err.msg);
 }
 
 Test(model, missing_tensor_and_bad_file_are_refused_with_a_message) {
@@ -853,6 +881,16 @@ static const struct {
     {"stories260K.gguf", 1.00},         {"stories260K-F16.gguf", 0.99},     {"stories260K-BF16.gguf", 0.97},
     {"stories260K-Q8_0.gguf", 0.93},    {"stories260K-Q4_0.gguf", 0.90},    {"attnd-sotu.gguf", 0.97},
     {"attnd-sotu-Q8_0.gguf", 0.90},     {"attnd-sotu-Q4_K.gguf", 0.85},     {"attnd-sotu-Q4_K_M.gguf", 0.85},
+    /* issue 27: every new type and mix, on the default model (256 wide: k-quants except the 704-wide
+     * ffn_down, which falls back) and on generated 896 / 960-wide models (the fallbacks). Measured
+     * 97.7-99.8 % when the references were made (one thread, this build); floors 90 %. */
+    {"attnd-sotu-Q2_K.gguf", 0.90},     {"attnd-sotu-Q3_K_S.gguf", 0.90},   {"attnd-sotu-Q3_K_M.gguf", 0.90},
+    {"attnd-sotu-Q4_K_S.gguf", 0.90},   {"attnd-sotu-Q5_K_S.gguf", 0.90},   {"attnd-sotu-Q5_K_M.gguf", 0.90},
+    {"attnd-sotu-Q4_1.gguf", 0.90},     {"attnd-sotu-Q5_0.gguf", 0.90},     {"attnd-sotu-Q5_1.gguf", 0.90},
+    {"attnd-sotu-IQ4_NL.gguf", 0.90},   {"attnd-sotu-IQ4_XS.gguf", 0.90},   {"attnd-sotu-MXFP4.gguf", 0.90},
+    {"qwen896-Q4_K_M.gguf", 0.90},      {"qwen896-Q5_K_M.gguf", 0.90},      {"qwen896-Q2_K.gguf", 0.90},
+    {"qwen896-IQ4_XS.gguf", 0.90},      {"llama960-Q4_K_M.gguf", 0.90},     {"llama960-Q5_K_M.gguf", 0.90},
+    {"llama960-Q3_K_M.gguf", 0.90},
 };
 
 static json_t *load_reference(void) {

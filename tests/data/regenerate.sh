@@ -5,7 +5,8 @@
 #   tests/data/reference-families.json     llama.cpp's greedy tokens for the generated model of each
 #                                          family (tests/family_specs.h, written by BUILD_DIR/tiny_model)
 #
-#   tests/data/regenerate.sh [BUILD_DIR]    (default: build; needs BUILD_DIR/attnd, node and npm)
+#   tests/data/regenerate.sh [BUILD_DIR]    (default: build; needs BUILD_DIR/attnd and
+#                                            BUILD_DIR/make_tiny, node and npm)
 #
 # The quantized variants are made with `attnd quantize` exactly as the suite makes them
 # (tests/test_models.h); llama.cpp runs through tools/peers/llamacpp (installed on first use),
@@ -21,7 +22,11 @@ trap 'rm -rf "$tmp"' EXIT
 
 # model names as test_models.h spells them
 MODELS=(stories260K stories260K-F16 stories260K-BF16 stories260K-Q8_0 stories260K-Q4_0
-        attnd-sotu attnd-sotu-Q8_0 attnd-sotu-Q4_K attnd-sotu-Q4_K_M)
+        attnd-sotu attnd-sotu-Q8_0 attnd-sotu-Q4_K attnd-sotu-Q4_K_M
+        attnd-sotu-Q2_K attnd-sotu-Q3_K_S attnd-sotu-Q3_K_M attnd-sotu-Q4_K_S attnd-sotu-Q5_K_S attnd-sotu-Q5_K_M
+        attnd-sotu-Q4_1 attnd-sotu-Q5_0 attnd-sotu-Q5_1 attnd-sotu-IQ4_NL attnd-sotu-IQ4_XS attnd-sotu-MXFP4
+        qwen896-Q4_K_M qwen896-Q5_K_M qwen896-Q2_K qwen896-IQ4_XS
+        llama960-Q4_K_M llama960-Q5_K_M llama960-Q3_K_M)
 PROMPTS=("Once upon a time" "We the people" "The state of the Union is" "A" "Our economy"
          "In the year 1865, the Congress" "What is 2+2? The answer"
          "Fellow citizens of the Senate and House of Representatives: the progress of our country in the last year has been great, and we must now turn to the work that remains. Tonight I want to speak about jobs, about schools, about the health of our people, and about the security of the Nation. Let us begin.")
@@ -31,6 +36,9 @@ path_of() { # path_of NAME -> the file (quantized into $tmp when it is a variant
     case $1 in
     stories260K) echo "$root/tests/data/models/stories260K.gguf" ;;
     attnd-sotu) echo "$root/models/attnd-sotu.gguf" ;;
+    qwen896 | llama960) # generated random-weight models (tests/make_tiny.c), as test_models.h makes them
+       [ -f "$tmp/$1.gguf" ] || "$build/make_tiny" "$tmp/$1.gguf" "$1" >&2
+       echo "$tmp/$1.gguf" ;;
     *) local base=${1%-*} type=${1##*-}
        [ -f "$tmp/$1.gguf" ] || "$bin" quantize --quiet "$(path_of "$base")" "$tmp/$1.gguf" "$type" >&2
        echo "$tmp/$1.gguf" ;;
