@@ -105,7 +105,7 @@ static long new_set(parser *ps, const grange *r, size_t n, bool neg) {
         nomem(ps);
         return -1;
     }
-    memcpy(ps->ranges + ps->n_ranges, r, n * sizeof(*r));
+    if (n) memcpy(ps->ranges + ps->n_ranges, r, n * sizeof(*r));
     ps->sets[ps->n_sets] = (gset){(uint32_t)ps->n_ranges, (uint32_t)n, neg};
     ps->n_ranges += n;
     return (long)ps->n_sets++;

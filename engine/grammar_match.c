@@ -184,6 +184,7 @@ struct grammar_state {
     size_t cap_work;
     int32_t *remap;        /* (cap_remap) pool compaction */
     size_t cap_remap;
+    size_t budget;         /* expansion work left in this step */
     glevel *levels;        /* (cap_levels) the trie walk's path */
     size_t cap_levels;
     attnd_status st;
@@ -227,16 +228,18 @@ static bool push_work(grammar_state *s, size_t *n, int32_t x) {
     return true;
 }
 
-/* Work items an expansion may take: beyond it, an ambiguous grammar's extra stacks are dropped. */
-enum { MAX_EXPAND = 1 << 16 };
+/* Expansion work one step (one character, all stacks) may take: beyond it, a pathologically
+ * ambiguous grammar's further stacks are dropped rather than letting a step take seconds. */
+enum { MAX_STEP_WORK = 1 << 14 };
 
 /* Expands stack x until every resulting top is a character set (or the stack is empty), and
  * adds the results to tb[from..). */
 static void expand(grammar_state *s, size_t from, int32_t x) {
     const grammar *g = s->g;
-    size_t n = 0, budget = MAX_EXPAND;
+    size_t n = 0;
     if (!push_work(s, &n, x)) return;
-    while (n && budget-- && s->st == ATTND_OK) {
+    while (n && s->budget && s->st == ATTND_OK) {
+        s->budget--;
         x = s->work[--n];
         for (;;) {
             if (x == -1) { add_stack(s, from, -1); break; }
@@ -289,6 +292,7 @@ static bool set_meets(const grammar *g, const gset *set, uint32_t lo, uint32_t h
 /* The stacks of in[a..b) after code point c, appended to tb; the new range in *out. */
 static void step_cp(grammar_state *s, size_t a, size_t b, uint32_t c, glevel *out) {
     out->a = s->tb_len;
+    s->budget = MAX_STEP_WORK;
     for (size_t i = a; i < b && s->st == ATTND_OK; i++) {
         int32_t x = s->tb[i];
         if (x < 0) continue;
@@ -341,6 +345,7 @@ static bool step_byte(grammar_state *s, const glevel *in, unsigned char byte, gl
 static void start_stacks(grammar_state *s) {
     const grammar *g = s->g;
     s->pool.len = 0, s->tb_len = 0;
+    s->budget = MAX_STEP_WORK;
     for (uint32_t k = g->alt_first[g->root]; k < g->alt_first[g->root + 1] && s->st == ATTND_OK; k++) {
         uint32_t a = g->alts[k];
         int32_t x = gelem_done(g->el[a].type) ? -1 : node_new(s, (int32_t)a, -1);
