@@ -16,7 +16,7 @@ cd "$(dirname "$0")/.."
 # OpenAI-client tests).
 RUN_PACKAGES=(cmake make gcc pkg-config libmicrohttpd-dev libjansson-dev libutf8proc-dev)
 TEST_PACKAGES=(libcriterion-dev curl systemd nginx-light chromium
-               clang libclang-rt-dev python3)  # clang + libFuzzer: tools/fuzz
+               clang libclang-rt-dev python3 prometheus)  # clang + libFuzzer: tools/fuzz; promtool
 
 as_root() { if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi; }
 

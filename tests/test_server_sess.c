@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "sess.h"
+#include "sess_json.h"
 
 static char dir[64];
 

@@ -13,6 +13,7 @@
 
 #include "attn_api.h"
 #include "endpoints.h"
+#include "genreq.h"
 
 /* Reads the inspection fields and leaves the body as oai_parse should see it: "top_k" is the
  * attention cut here; top-k sampling may be asked for as "sampling_top_k". false: 400 queued. */
@@ -104,22 +105,22 @@ enum MHD_Result ep_attention(req *r) {
     if (r->oreq.max_tokens < 0) r->oreq.max_tokens = 0; /* inspection of the prompt alone by default */
     int32_t *ids;
     size_t n;
-    if (gen_prompt_tokens(r, &ids, &n, &err) != ATTND_OK) {
+    if (genreq_prompt_tokens(r, 0, &ids, &n, &err) != ATTND_OK) {
         free(ids);
-        ret = http_respond_error(r, 400, err.msg, r->chat ? "messages" : "prompt");
+        ret = http_respond_error(r, 400, err.msg, genreq_prompt_param(r));
         goto out;
     }
-    int max_tokens = gen_fit_context(r, n, &ret);
+    int max_tokens = genreq_fit_context(r, n, &ret);
     attn_capture *cap = max_tokens >= 0 ? make_capture(r, &ar, (int)n + max_tokens, &ret) : NULL;
     sess *se = NULL;
-    if (!cap || !gen_acquire_session(r, &se, &ret)) {
+    if (!cap || !genreq_acquire_session(r, &se, &ret)) {
         attn_capture_destroy(cap);
         free(ids);
         goto out;
     }
     r->n_prompt = (int)n;
-    if (!gen_submit(r, ids, n, max_tokens, se, cap, &ret)) goto out;
-    ret = gen_wait_done(r) ? respond(r) : MHD_NO;
+    if (!genreq_submit(r, ids, n, max_tokens, se, cap, &ret)) goto out;
+    ret = genreq_wait_all(r) ? respond(r) : MHD_NO;
 out:
     attn_api_request_free(&ar);
     return ret;

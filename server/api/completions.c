@@ -2,31 +2,18 @@
  * completions.c — the generation endpoints: POST /v1/completions, /v1/chat/completions and
  * llama.cpp's /completion (see endpoints.h).
  *
- * A handler validates the body (oai.c), tokenizes the prompt (chat template for chat), acquires
- * the named session if one is given, submits a job to the scheduler and then either streams
- * (sse.c) or blocks until the job is done and answers with the whole response (oai_resp.c).
- * It never calls the engine and never touches the job's insides.
+ * A handler validates the body (oai.c), hands it to the generation request (genreq.c: tokenize,
+ * session, jobs) and then either streams through sse.c's loop with its own writers (OpenAI
+ * chunks, llama.cpp events) or blocks until the jobs are done and answers with the whole
+ * response (oai_resp.c).
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "endpoints.h"
-#include "slog.h"
+#include "genreq.h"
 #include "sse.h"
-
-void gen_view(const sched_output *o, oai_gen *g) {
-    *g = (oai_gen){
-        .text = o->text ? o->text : "", .text_len = o->text_len,
-        .pieces = o->pieces, .n_pieces = o->n_pieces,
-        .tops = o->tops, .top_logprobs = o->top_logprobs,
-        .prompt = o->prompt, .n_prompt = o->n_prompt,
-        .prompt_lp = o->prompt_lp, .prompt_tops = o->prompt_tops,
-        .finish_reason = o->finish_reason,
-        .n_cached = o->n_cached, .n_generated = o->n_generated,
-        .prompt_ms = o->prompt_ms, .gen_ms = o->gen_ms,
-    };
-}
 
 static bool token_bytes(void *user, int32_t id, const char **p, size_t *n) {
     return tok_token_bytes((const tokenizer *)user, id, false, p, n);
@@ -51,164 +38,6 @@ static bool llama_fields(req *r, json_t *b, enum MHD_Result *ret) {
     return true;
 }
 
-/* The tokens of prompt p into *ids (owned by the caller): the chat template, a text prompt or
- * token ids. */
-static attnd_status prompt_tokens(req *r, int p, int32_t **ids, size_t *n, attnd_err *err) {
-    struct server *s = r->srv;
-    const oai_request *q = &r->oreq;
-    *ids = NULL, *n = 0;
-    /* chat: only the template's markers are special tokens, never the messages' content */
-    if (r->chat) return chat_encode(s->tok, s->family, q->msgs, q->n_msgs, ids, n, err);
-    const oai_prompt *pr = &q->prompts[p];
-    if (pr->text) return tok_encode(s->tok, pr->text, strlen(pr->text), true, true, ids, n, err);
-    *ids = malloc((size_t)(pr->n_ids ? pr->n_ids : 1) * sizeof(int32_t));
-    if (!*ids) return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory");
-    *n = (size_t)pr->n_ids;
-    memcpy(*ids, pr->ids, *n * sizeof(int32_t));
-    return ATTND_OK;
-}
-
-int gen_fit_context(req *r, size_t n, enum MHD_Result *ret) {
-    struct server *s = r->srv;
-    const char *pname = r->rsp ? "input" : r->chat ? "messages" : "prompt";
-    int need = r->oreq.max_tokens == 0 ? 0 : 1;
-    if (n == 0) {
-        *ret = http_respond_error(r, 400, "the prompt is empty (no tokens)", pname);
-        return -1;
-    }
-    if (n + (size_t)need > (size_t)s->n_ctx) {
-        *ret = http_respond_json(r, 400, oai_error_context_length((long long)n, s->n_ctx, need, pname));
-        return -1;
-    }
-    int room = s->n_ctx - (int)n;
-    int max_tokens = r->oreq.max_tokens >= 0 ? r->oreq.max_tokens : s->cfg.default_max_tokens;
-    return max_tokens > room ? room : max_tokens;
-}
-
-bool gen_acquire_session(req *r, sess **se, enum MHD_Result *ret) {
-    const char *id = r->oreq.session_id;
-    *se = NULL;
-    if (!id) return true;
-    if (!sess_id_valid(id)) {
-        *ret = http_respond_error(r, 400, "'session_id' must be 1..64 characters of A-Z a-z 0-9 . _ -", "session_id");
-        return false;
-    }
-    attnd_err err;
-    attnd_status st = sess_acquire(r->srv->store, r->owner, id, se, &err);
-    if (st != ATTND_OK) {
-        *ret = http_respond_error(r, http_status_of(st, HTTP_CTX_ACQUIRE), err.msg, "session_id");
-        return false;
-    }
-    snprintf(r->sess_id, sizeof(r->sess_id), "%s", id);
-    return true;
-}
-
-/* The job spec for one choice: the prompt (stolen), sampling with the choice's seed, and copies
- * of the request's stops and bias; chat adds the template's end-of-turn marker as a stop string.
- * false: out of memory (ids freed). */
-static bool job_spec(req *r, int32_t *ids, size_t n, int max_tokens, sess *se, uint64_t seed, sched_job_spec *spec) {
-    const oai_request *q = &r->oreq;
-    *spec = (sched_job_spec){
-        .prompt = ids, .n_prompt = (int)n, .sp = q->sp, .n_bias = q->n_bias, .max_tokens = max_tokens,
-        .top_logprobs = q->logprobs, .prompt_logprobs = !r->chat && q->echo && q->logprobs >= 0, .se = se,
-        .owner = r->owner,
-    };
-    spec->sp.seed = seed;
-    bool ok = true;
-    if (q->n_bias && (ok = (spec->bias = malloc((size_t)q->n_bias * sizeof(*q->bias)))))
-        memcpy(spec->bias, q->bias, (size_t)q->n_bias * sizeof(*q->bias));
-    if (ok) ok = (spec->stops = calloc((size_t)q->n_stops + 1, sizeof(char *))) != NULL;
-    for (int i = 0; ok && i < q->n_stops; i++) ok = (spec->stops[spec->n_stops++] = strdup(q->stops[i])) != NULL;
-    /* the turn's end marker stops generation even where the vocabulary spells it as text */
-    if (ok && r->chat) ok = (spec->stops[spec->n_stops++] = strdup(chat_end_marker(r->srv->family))) != NULL;
-    if (ok) return true;
-    free(ids);
-    free(spec->bias);
-    for (int i = 0; spec->stops && i < spec->n_stops; i++) free(spec->stops[i]);
-    free(spec->stops);
-    return false;
-}
-
-/* Builds choice k's job into its place in r (r->job or r->extra). false: an error response is
- * queued (the session, if any, is given back). */
-static bool make_job(req *r, int k, int32_t *ids, size_t n, int max_tokens, sess *se, attn_capture *cap,
-                     enum MHD_Result *ret) {
-    sched_job_spec spec;
-    attnd_err err;
-    sched_job *j = NULL;
-    uint64_t seed = sampler_seed_stream(r->oreq.sp.seed, k % r->oreq.n);
-    if (!job_spec(r, ids, n, max_tokens, se, seed, &spec)) {
-        attn_capture_destroy(cap);
-        attnd_fail(&err, ATTND_ERR_NOMEM, "out of memory");
-    } else if ((spec.capture = cap), sched_job_create(&j, &spec, &err) == ATTND_OK) {
-        if (k == 0) r->job = j;
-        else r->extra[r->n_extra++] = j;
-        return true;
-    }
-    if (se) sess_abandon(r->srv->store, se);
-    *ret = http_respond_error(r, 503, err.msg, NULL);
-    return false;
-}
-
-/* The n - 1 other choices of the prompt whose first choice is k0: forks of its job, which read
- * the prompt once and share its KV blocks; separate jobs where every prompt position's logits
- * are wanted (echo with logprobs). */
-static bool make_siblings(req *r, int k0, int32_t *ids, size_t n, int max_tokens, enum MHD_Result *ret) {
-    const oai_request *q = &r->oreq;
-    sched_job *parent = req_job(r, k0);
-    bool fork = !(!r->chat && q->echo && q->logprobs >= 0);
-    attnd_err err;
-    for (int i = 1; i < q->n; i++) {
-        if (!fork) {
-            int32_t *copy = malloc(n * sizeof(int32_t));
-            if (copy) memcpy(copy, ids, n * sizeof(int32_t));
-            if (copy && make_job(r, k0 + i, copy, n, max_tokens, NULL, NULL, ret)) continue;
-            if (!copy) *ret = http_respond_error(r, 503, "out of memory", NULL);
-            return false;
-        }
-        if (sched_job_fork(&r->extra[r->n_extra], parent, sampler_seed_stream(q->sp.seed, i), &err) != ATTND_OK) {
-            *ret = http_respond_error(r, 503, err.msg, NULL);
-            return false;
-        }
-        r->n_extra++;
-    }
-    return true;
-}
-
-/* Submits choice k's job (forks go with their parent). */
-static bool submit(req *r, int k, sess *se, enum MHD_Result *ret) {
-    struct server *s = r->srv;
-    attnd_err err;
-    attnd_status rc = sched_submit(s->sch, req_job(r, k), &err);
-    if (rc == ATTND_OK) return true;
-    if (se) sess_abandon(s->store, se);
-    /* INVALID: its KV could never fit the budget (400); else the queue is full (429) */
-    int code = atomic_load(&s->stopping) ? 503 : rc == ATTND_ERR_INVALID ? 400 : 429;
-    *ret = http_respond_error(r, code, err.msg, rc == ATTND_ERR_INVALID ? "max_tokens" : NULL);
-    return false;
-}
-
-attnd_status gen_prompt_tokens(req *r, int32_t **ids, size_t *n, attnd_err *err) { return prompt_tokens(r, 0, ids, n, err); }
-
-bool gen_submit(req *r, int32_t *ids, size_t n, int max_tokens, sess *se, attn_capture *cap, enum MHD_Result *ret) {
-    return make_job(r, 0, ids, n, max_tokens, se, cap, ret) && submit(r, 0, se, ret);
-}
-
-bool gen_wait_done(req *r) { return gen_wait_all(r); }
-
-void gen_usage_sum(const req *r, oai_gen *sum) {
-    *sum = (oai_gen){0};
-    for (int k = 0; k < req_n_jobs(r); k++) {
-        sched_output o;
-        sched_job_output(req_job(r, k), &o);
-        if (k % r->oreq.n == 0) { /* n choices of one prompt read it once */
-            sum->n_prompt += o.n_prompt;
-            sum->n_cached += o.n_cached;
-        }
-        sum->n_generated += o.n_generated;
-    }
-}
-
 /* The prompt of choice k as echoed back (completions with echo): the text as given, or the
  * token-id prompt decoded. Owned by the caller; NULL when not echoing (or out of memory). */
 static char *echo_text(req *r, int k, const sched_output *o, size_t *len) {
@@ -225,33 +54,6 @@ static char *echo_text(req *r, int k, const sched_output *o, size_t *len) {
     return strdup(""); /* still an echo: the logprobs keep the prompt's entries */
 }
 
-void gen_hold_connection(req *r, bool waiting) {
-    unsigned t = waiting ? 0u : (unsigned)(r->srv->cfg.request_timeout_s > 0 ? r->srv->cfg.request_timeout_s : 30);
-    MHD_set_connection_option(r->conn, MHD_CONNECTION_OPTION_TIMEOUT, t);
-}
-
-void gen_persist(req *r) {
-    if (!r->sess_id[0]) return;
-    attnd_err err;
-    if (sess_persist(r->srv->store, r->owner, r->sess_id, &err) != ATTND_OK) slog_error("%s", err.msg);
-}
-
-bool gen_wait_all(req *r) {
-    for (int k = 0; k < req_n_jobs(r); k++) {
-        sched_update u;
-        do {
-            while (!sched_job_wait(req_job(r, k), 100, &u))
-                if (http_client_gone(r)) {
-                    for (int i = 0; i < req_n_jobs(r); i++) sched_job_cancel(req_job(r, i));
-                    r->cancelled = true;
-                    return false;
-                }
-        } while (!u.done);
-    }
-    gen_persist(r); /* durable before the response is sent */
-    return true;
-}
-
 /* Choice k's whole response; NULL with *failed set when its job failed. */
 static json_t *choice_body(req *r, int k, sched_output *failed) {
     sched_output o;
@@ -261,7 +63,7 @@ static json_t *choice_body(req *r, int k, sched_output *failed) {
         return NULL;
     }
     oai_gen g;
-    gen_view(&o, &g);
+    genreq_view(&o, &g);
     size_t echo_len;
     char *echo = echo_text(r, k, &o, &echo_len);
     json_t *body = oai_final(&r->rctx, &g, echo, echo_len);
@@ -269,16 +71,117 @@ static json_t *choice_body(req *r, int k, sched_output *failed) {
     return body;
 }
 
+// ---- streaming: OpenAI chunks and llama.cpp events, through sse.c's stream loop -----------
+
+/* Sets the index of a chunk's single choice (oai_chunk writes 0). */
+static json_t *at_index(json_t *chunk, int k) {
+    json_t *c = json_array_get(json_object_get(chunk, "choices"), 0);
+    if (c && k) json_object_set_new(c, "index", json_integer(k));
+    return chunk;
+}
+
+/* The finish_reason of a stream cut by shutdown or cancellation: the text is cut short, which
+ * "length" says in the words every OpenAI client knows (an error event would make them raise). */
+static const char *CUT_REASON = "length";
+
+/* The end of one choice: its final chunk (a cut one included), or an error event. The
+ * session's history is made durable first. */
+static void choice_end_oai(req *r, int k, const sched_output *o, buf *out) {
+    genreq_persist(r);
+    if (genreq_was_cut(o)) {
+        sse_event(out, at_index(oai_chunk(&r->rctx, r->chat ? json_object() : json_string(""), NULL, CUT_REASON), k));
+    } else if (o->status != ATTND_OK) {
+        int code = http_status_of(o->status, HTTP_CTX_GENERATE);
+        sse_event(out, oai_error(code, o->errmsg[0] ? o->errmsg : "generation failed", NULL));
+    } else {
+        sse_event(out, at_index(oai_chunk(&r->rctx, r->chat ? json_object() : json_string(""), NULL, o->finish_reason), k));
+    }
+}
+
+/* The end of an OpenAI stream, once every choice ended: usage (summed), [DONE]. */
+static void stream_end_oai(req *r, buf *out) {
+    if (r->oreq.include_usage) {
+        oai_gen sum;
+        genreq_usage_sum(r, &sum);
+        sse_event(out, oai_usage_chunk(&r->rctx, &sum));
+    }
+    buf_puts(out, "data: [DONE]\n\n");
+}
+
+/* llama.cpp's stream: an event per update, ending with the stop:true event (no [DONE]). */
+static void update_llama(req *r, int k, const sched_update *u, buf *out) {
+    sched_output o;
+    oai_gen g;
+    sched_job_output(req_job(r, k), &o);
+    genreq_view(&o, &g);
+    if (u->text_len || (r->return_tokens && u->to > u->from))
+        sse_event(out, oai_llama_response(&r->rctx, &g, u->text, u->text_len, r->return_tokens, u->from, u->to, false));
+    if (!u->done) return;
+    genreq_persist(r);
+    if (o.status != ATTND_OK && !genreq_was_cut(&o))
+        sse_event(out, oai_error(503, o.errmsg[0] ? o.errmsg : "generation failed", NULL));
+    else
+        sse_event(out, oai_llama_response(&r->rctx, &g, "", 0, r->return_tokens, u->to, u->to, true));
+}
+
+/* The chat role chunk of every choice, first thing in a chat stream. */
+static void begin_oai(req *r, buf *out) {
+    for (int k = 0; r->chat && k < req_n_jobs(r); k++) {
+        json_t *d = json_object();
+        json_object_set_new(d, "role", json_string("assistant"));
+        json_object_set_new(d, "content", json_string(""));
+        sse_event(out, at_index(oai_chunk(&r->rctx, d, NULL, NULL), k));
+    }
+}
+
+/* Turns one update of choice k into OpenAI chunks. */
+static void update_oai(req *r, int k, const sched_update *u, buf *out) {
+    size_t *text_off = req_get(r, REQ_SLOT_ENDPOINT);
+    sched_output o;
+    oai_gen g;
+    sched_job_output(req_job(r, k), &o);
+    genreq_view(&o, &g);
+    bool lp = g.top_logprobs >= 0;
+    if (u->text_len || (u->to > u->from && lp)) {
+        json_t *text = oai_string(u->text, u->text_len), *lps = NULL;
+        if (lp) {
+            size_t off = text_off[k];
+            lps = r->chat ? oai_chat_logprobs(&r->rctx, &g, u->from, u->to)
+                          : oai_completion_logprobs(&r->rctx, &g, u->from, u->to, false, &off);
+        }
+        json_t *payload = text;
+        if (r->chat) {
+            payload = json_object();
+            json_object_set_new(payload, "content", text);
+        }
+        sse_event(out, at_index(oai_chunk(&r->rctx, payload, lps, NULL), k));
+    }
+    text_off[k] += u->text_len;
+    if (u->done) choice_end_oai(r, k, &o, out);
+}
+
+static const sse_writer OAI_WRITER = {begin_oai, update_oai, stream_end_oai};
+static const sse_writer LLAMA_WRITER = {NULL, update_llama, NULL};
+
+/* Streams r's jobs: the endpoint's state is each choice's text offset (bytes of generated text
+ * streamed so far, for the logprobs' text_offset). */
+static enum MHD_Result respond_stream(req *r) {
+    size_t *text_off = calloc((size_t)req_n_jobs(r), sizeof(size_t));
+    if (!text_off) return MHD_NO;
+    req_set(r, REQ_SLOT_ENDPOINT, text_off, NULL);
+    return sse_stream(r, r->llama ? &LLAMA_WRITER : &OAI_WRITER);
+}
+
 /* Blocks until the job is done (or the client leaves), then answers with the whole response:
  * one choice per prompt and n, in order, with the usage summed. */
 static enum MHD_Result respond_whole(req *r) {
-    if (!gen_wait_all(r)) return MHD_NO;
-    gen_hold_connection(r, false); /* the idle timeout guards sending the body again */
+    if (!genreq_wait_all(r)) return MHD_NO;
+    genreq_hold_connection(r, false); /* the idle timeout guards sending the body again */
     sched_output o;
     sched_job_output(r->job, &o);
     if (r->llama && o.status == ATTND_OK) {
         oai_gen g;
-        gen_view(&o, &g);
+        genreq_view(&o, &g);
         return http_respond_json(r, 200, oai_llama_response(&r->rctx, &g, g.text, g.text_len, r->return_tokens, 0,
                                                             g.n_pieces, true));
     }
@@ -301,74 +204,10 @@ static enum MHD_Result respond_whole(req *r) {
                                   failed.errmsg[0] ? failed.errmsg : "generation failed", NULL);
     if (req_n_jobs(r) > 1) {
         oai_gen sum;
-        gen_usage_sum(r, &sum);
+        genreq_usage_sum(r, &sum);
         json_object_set_new(body, "usage", oai_usage(&sum));
     }
     return http_respond_json(r, 200, body);
-}
-
-static bool submit_choices(req *r, enum MHD_Result *ret) {
-    const oai_request *q = &r->oreq;
-    int n_prompts = r->chat ? 1 : q->n_prompts, n_choices = n_prompts * q->n;
-    attnd_err err;
-    if (r->llama && n_choices > 1) {
-        *ret = http_respond_error(r, 400, "/completion takes one prompt; use /v1/completions for prompt lists", "prompt");
-        return false;
-    }
-    if (q->session_id && n_prompts > 1) {
-        *ret = http_respond_error(r, 400, "'session_id' works with one prompt, not a list", "session_id");
-        return false;
-    }
-    if (n_choices > 1 && !(r->extra = calloc((size_t)n_choices - 1, sizeof(*r->extra)))) {
-        *ret = http_respond_error(r, 503, "out of memory", NULL);
-        return false;
-    }
-    for (int p = 0; p < n_prompts; p++) {
-        int k0 = p * q->n;
-        int32_t *ids;
-        size_t n;
-        if (prompt_tokens(r, p, &ids, &n, &err) != ATTND_OK) {
-            free(ids);
-            *ret = http_respond_error(r, 400, err.msg, r->rsp ? "input" : r->chat ? "messages" : "prompt");
-            return false;
-        }
-        int max_tokens = gen_fit_context(r, n, ret);
-        sess *se = NULL;
-        if (max_tokens < 0 || (p == 0 && !gen_acquire_session(r, &se, ret))) {
-            free(ids);
-            return false;
-        }
-        r->n_prompt += (int)n;
-        bool fork = !(!r->chat && q->echo && q->logprobs >= 0);
-        int32_t *copy = q->n > 1 && !fork ? malloc(n * sizeof(int32_t)) : NULL;
-        if (copy) memcpy(copy, ids, n * sizeof(int32_t));
-        else if (q->n > 1 && !fork) {
-            free(ids);
-            if (se) sess_abandon(r->srv->store, se);
-            *ret = http_respond_error(r, 503, "out of memory", NULL);
-            return false;
-        }
-        if (!make_job(r, k0, ids, n, max_tokens, se, NULL, ret)) {
-            free(copy);
-            return false;
-        }
-        bool ok = make_siblings(r, k0, copy, n, max_tokens, ret);
-        free(copy);
-        if (!ok) {
-            if (se) sess_abandon(r->srv->store, se);
-            return false;
-        }
-        for (int i = 0; i < q->n; i++)
-            if ((i == 0 || !fork) && !submit(r, k0 + i, i == 0 ? se : NULL, ret)) return false;
-    }
-    return true;
-}
-
-bool gen_submit_all(req *r, enum MHD_Result *ret) {
-    if (submit_choices(r, ret)) return true;
-    /* an error answer ends the request: what was already submitted stops too */
-    for (int k = 0; k < req_n_jobs(r); k++) sched_job_cancel(req_job(r, k));
-    return false;
 }
 
 static enum MHD_Result generate(req *r, bool chat) {
@@ -385,9 +224,9 @@ static enum MHD_Result generate(req *r, bool chat) {
     attnd_random_id(r->resp_id, sizeof(r->resp_id), r->chat ? "chatcmpl-" : "cmpl-");
     r->rctx = (oai_resp_ctx){r->resp_id, s->model_id, (long long)time(NULL), r->chat, r->oreq.include_usage,
                              r->sess_id, token_bytes, s->tok};
-    if (!gen_submit_all(r, &ret)) return ret;
-    gen_hold_connection(r, true);
-    return r->oreq.stream ? sse_respond(r) : respond_whole(r);
+    if (!genreq_submit_all(r, &ret)) return ret;
+    genreq_hold_connection(r, true);
+    return r->oreq.stream ? respond_stream(r) : respond_whole(r);
 }
 
 enum MHD_Result ep_completions(req *r) { return generate(r, false); }

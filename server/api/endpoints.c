@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "attnd/buf.h"
+#include "sess_json.h"
 #include "slog.h"
 #include "web_assets.h"
 

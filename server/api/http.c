@@ -1,6 +1,6 @@
 /*
  * http.c — requests, responses, auth, CORS, body caps and routing for `attnd serve` (see
- * http.h). The endpoints themselves live in endpoints.c and completions.c; streaming in sse.c.
+ * http.h). The endpoints live in endpoints.c, completions.c, responses_http.c and attention.c.
  */
 #define _GNU_SOURCE /* POLLRDHUP: the peer closed its side */
 #include "http.h"
@@ -16,7 +16,6 @@
 #include "endpoints.h"
 #include "origin.h"
 #include "slog.h"
-#include "sse.h"
 
 typedef enum MHD_Result (*handler_fn)(req *r);
 
@@ -41,6 +40,7 @@ static void add_cors_headers(req *r, struct MHD_Response *resp) {
 
 enum MHD_Result http_queue(req *r, int status, struct MHD_Response *resp) {
     add_cors_headers(r, resp);
+    if (r->request_id[0]) MHD_add_response_header(resp, "X-Request-Id", r->request_id);
     r->status = status;
     return MHD_queue_response(r->conn, (unsigned)status, resp);
 }
@@ -89,7 +89,10 @@ enum MHD_Result http_respond_error(req *r, int status, const char *msg, const ch
     r->reason[n] = '\0';
     if (status == 429 || status == 503) hn = "Retry-After", hv = "1";
     if (status == 401) hn = "WWW-Authenticate", hv = "Bearer";
-    return http_respond_json_h(r, status, oai_error(status, msg, param), hn, hv);
+    json_t *body = oai_error(status, msg, param);
+    json_t *e = json_object_get(body, "error");
+    if (e && r->request_id[0]) json_object_set_new(e, "request_id", json_string(r->request_id));
+    return http_respond_json_h(r, status, body, hn, hv);
 }
 
 enum MHD_Result http_respond_text(req *r, int status, const char *ctype, char *text) {
@@ -152,6 +155,11 @@ json_t *http_work_body(req *r, enum MHD_Result *ret) {
         return NULL;
     }
     return r->body_json = http_parse_body(r, ret, false);
+}
+
+void req_set(req *r, req_slot s, void *p, void (*free_fn)(void *p)) {
+    ATTND_ASSERT(r->ctx[s].p == NULL);
+    r->ctx[s] = (req_ctx){p, free_fn ? free_fn : free};
 }
 
 // ---- routing ------------------------------------------------------------------------------
@@ -312,6 +320,12 @@ static enum MHD_Result request_begin(struct server *s, struct MHD_Connection *c,
     snprintf(r->method, sizeof(r->method), "%s", method);
     snprintf(r->path, sizeof(r->path), "%s", url);
     if (strlen(url) >= sizeof(r->path)) r->path[sizeof(r->path) - 2] = '~'; /* never matches a route */
+    /* the client's id ties its logs to ours; one that cannot go into a header or a log line as
+     * it is gets replaced (the answer's X-Request-Id says by what) */
+    const char *rid = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "X-Request-Id");
+    if (rid && slog_request_id_valid(rid)) snprintf(r->request_id, sizeof(r->request_id), "%s", rid);
+    else attnd_random_id(r->request_id, sizeof(r->request_id), "req-");
+    slog_set_request(r->request_id);
     if (s->conns && !conn_request_begin(s->conns, c)) { /* answered, then the connection closes */
         r->rt = NULL;
         return http_respond_json_h(r, 503, oai_error(503, "too many connections; retry shortly", NULL), "Connection",
@@ -343,12 +357,11 @@ static enum MHD_Result request_body(req *r, const char *upload, size_t n) {
     return MHD_YES;
 }
 
-enum MHD_Result http_on_request(void *cls, struct MHD_Connection *c, const char *url, const char *method,
-                                const char *version, const char *upload, size_t *upload_size, void **con_cls) {
-    (void)version;
-    struct server *s = cls;
+static enum MHD_Result on_request(struct server *s, struct MHD_Connection *c, const char *url, const char *method,
+                                  const char *upload, size_t *upload_size, void **con_cls) {
     req *r = *con_cls;
     if (!r) return request_begin(s, c, url, method, con_cls);
+    slog_set_request(r->request_id);
     if (r->status) { /* an early response is queued: discard whatever body still arrives */
         *upload_size = 0;
         return MHD_YES;
@@ -362,6 +375,14 @@ enum MHD_Result http_on_request(void *cls, struct MHD_Connection *c, const char 
     if (!r->rt) return http_respond_error(r, 404, "no such endpoint", NULL);
     if (r->rt->needs_model && !atomic_load(&s->ready)) return http_respond_error(r, 503, "model is loading", NULL);
     return r->rt->fn(r);
+}
+
+enum MHD_Result http_on_request(void *cls, struct MHD_Connection *c, const char *url, const char *method,
+                                const char *version, const char *upload, size_t *upload_size, void **con_cls) {
+    (void)version;
+    enum MHD_Result ret = on_request(cls, c, url, method, upload, upload_size, con_cls);
+    slog_set_request(NULL); /* the MHD thread serves other connections next */
+    return ret;
 }
 
 /* A generation's end as the access log and the session store see it; returns tokens generated. */
@@ -400,6 +421,7 @@ void http_on_completed(void *cls, struct MHD_Connection *c, void **con_cls, enum
     req *r = *con_cls;
     if (!r) return;
     *con_cls = NULL;
+    slog_set_request(r->request_id);
     double dt = attnd_now_s() - r->t0;
     int n_gen = r->job ? request_job_end(s, r, toe) : 0;
     int status = r->status ? r->status : 500;
@@ -410,17 +432,19 @@ void http_on_completed(void *cls, struct MHD_Connection *c, void **con_cls, enum
     if ((s->cfg.access_log || r->reason[0]) && slog_enabled(lvl)) {
         char addr[INET6_ADDRSTRLEN + 1];
         client_address(c, addr, sizeof(addr));
-        slog(lvl, "%s %s %d prompt=%d gen=%d %.3fs client=%s%s%s%s", r->method, r->path, status, r->n_prompt, n_gen,
-             dt, addr, r->reason[0] ? " error=\"" : "", r->reason, r->reason[0] ? "\"" : "");
+        slog(lvl, "%s %s %d prompt=%d gen=%d %.3fs %s%s%sclient=%s%s%s%s", r->method, r->path, status, r->n_prompt,
+             n_gen, dt, r->resp_id[0] ? "id=" : "", r->resp_id, r->resp_id[0] ? " " : "", addr,
+             r->reason[0] ? " error=\"" : "", r->reason, r->reason[0] ? "\"" : "");
     }
     sched_job_unref(r->job);
     for (int k = 0; k < r->n_extra; k++) sched_job_unref(r->extra[k]);
     free(r->extra);
     oai_request_free(&r->oreq);
     json_decref(r->body_json);
-    sse_free(r->sse);
-    rsp_state_free(r->rsp);
+    for (int i = 0; i < REQ_SLOT_COUNT; i++)
+        if (r->ctx[i].p) r->ctx[i].free_fn(r->ctx[i].p);
     free(r->body);
+    slog_set_request(NULL);
     free(r);
     atomic_fetch_sub(&s->in_flight, 1);
 }

@@ -28,6 +28,7 @@
 #include "scheduler.h"
 #include "sess.h"
 #include "settings.h"
+#include "slog.h"
 
 /* The server's state as the request handlers see it (lifecycle in server.c). */
 struct server {
@@ -54,8 +55,20 @@ struct server {
 };
 
 typedef struct route route;
-typedef struct sse_state sse_state;
-typedef struct rsp_state rsp_state;
+
+/* The per-request state of the modules serving a request, opaque to http.c (as nginx's
+ * per-module ctx): each slot holds one module's state and the destructor the completed callback
+ * runs on it. */
+typedef enum req_slot {
+    REQ_SLOT_STREAM,   /* the stream loop's (sse.c) */
+    REQ_SLOT_ENDPOINT, /* the endpoint's: its stream writer's or its turn's state */
+    REQ_SLOT_COUNT,
+} req_slot;
+
+typedef struct req_ctx {
+    void *p;                /* owned through free_fn */
+    void (*free_fn)(void *p);
+} req_ctx;
 
 /* One request, from its first callback to its completion. */
 typedef struct req {
@@ -72,6 +85,7 @@ typedef struct req {
     int n_prompt;            /* prompt tokens, for the access log */
     char owner[SESS_OWNER_MAX + 1]; /* the API key's owner tag ("" = one key or none; sess.h) */
     char reason[160];        /* why the request was refused (error responses), for the log */
+    char request_id[SLOG_REQUEST_ID_MAX + 1]; /* X-Request-Id: the client's, or one made here */
     bool cancelled;          /* client went away mid-request */
     // ---- generation in flight ----
     sched_job *job;          /* owned reference; choice 0 */
@@ -81,13 +95,19 @@ typedef struct req {
     json_t *body_json;       /* keeps oreq's borrowed strings alive; owned */
     char sess_id[SESS_ID_MAX + 1];
     char resp_id[48];
+    const char *prompt_param; /* the body field prompt errors name; NULL = "messages"/"prompt" */
     oai_resp_ctx rctx;       /* what the response JSON says about this request */
     bool chat;
     bool llama;              /* llama.cpp's POST /completion shapes */
     bool return_tokens;      /* llama.cpp's return_tokens: the generated ids too */
-    sse_state *sse;          /* streaming state (sse.c); owned */
-    rsp_state *rsp;          /* /v1/responses state (responses_http.c); owned */
+    req_ctx ctx[REQ_SLOT_COUNT]; /* freed in the completed callback, in slot order */
 } req;
+
+/* Slot s's state (NULL when none was set). */
+static inline void *req_get(const req *r, req_slot s) { return r->ctx[s].p; }
+/* Gives p (owned from now on; NULL allowed) to slot s with its destructor (NULL = free()).
+ * ATTND_ASSERTs that the slot is empty: one owner per slot. */
+void req_set(req *r, req_slot s, void *p, void (*free_fn)(void *p));
 
 /* The job of choice k (0 = r->job); choices are prompt-major: k = prompt * n + i. */
 static inline sched_job *req_job(const req *r, int k) { return k == 0 ? r->job : r->extra[k - 1]; }

@@ -3,9 +3,9 @@
  * OpenAI's Responses API for text on attnd's durable sessions.
  *
  * A turn is a chat completion underneath: responses.c turns the body (plus the stored
- * conversation of previous_response_id) into chat messages, and completions.c's machinery
- * tokenizes and runs them. With store (OpenAI's default) the turn runs on a named session
- * shared by its whole chain of follow-ups (the first response's id), so each follow-up reuses
+ * conversation of previous_response_id) into chat messages, and the generation request
+ * (genreq.c) tokenizes and runs them. With store (OpenAI's default) the turn runs on a named
+ * session shared by its whole chain of follow-ups (the first response's id), so each follow-up reuses
  * the KV cache of the turns before it; the Response object and the conversation go to the
  * response store (rstore.c), which lives in state_dir next to the sessions and so survives a
  * restart.
@@ -16,11 +16,13 @@
 
 #include "attnd/buf.h"
 #include "endpoints.h"
+#include "genreq.h"
 #include "responses.h"
 #include "slog.h"
 #include "sse.h"
 
-struct rsp_state {
+/* The turn's state: the request's REQ_SLOT_ENDPOINT. */
+typedef struct rsp_state {
     responses_request rq;
     json_t *chat_body;              /* owned; r->oreq borrows from it */
     json_t *earlier;                /* owned; the conversation before this turn, NULL = none */
@@ -29,10 +31,10 @@ struct rsp_state {
     bool new_session;               /* made for this turn: dropped if the turn fails */
     long long created;
     responses_stream ev;
-};
+} rsp_state;
 
-void rsp_state_free(rsp_state *st) {
-    if (!st) return;
+static void rsp_state_free(void *p) {
+    rsp_state *st = p;
     responses_request_free(&st->rq);
     json_decref(st->chat_body);
     json_decref(st->earlier);
@@ -41,8 +43,8 @@ void rsp_state_free(rsp_state *st) {
 
 /* The Response as it stands: status from the job's outcome (NULL o = just started). */
 static responses_result result_of(req *r, const sched_output *o, const char *text, size_t len) {
-    rsp_state *st = r->rsp;
-    bool cut = o && o->done && (sse_was_cut(o) || (o->finish_reason && !strcmp(o->finish_reason, "length")));
+    rsp_state *st = req_get(r, REQ_SLOT_ENDPOINT);
+    bool cut = o && o->done && (genreq_was_cut(o) || (o->finish_reason && !strcmp(o->finish_reason, "length")));
     const char *status = !o || !o->done ? "in_progress" : cut ? "incomplete" : o->status != ATTND_OK ? "failed" : "completed";
     return (responses_result){
         .id = st->id, .msg_id = st->msg_id, .model = r->srv->model_id, .created_at = st->created,
@@ -56,7 +58,7 @@ static responses_result result_of(req *r, const sched_output *o, const char *tex
 /* Keeps a finished response for GET and follow-ups (store: true). A failure is logged: the
  * answer itself is still good. */
 static void store_response(req *r, const responses_result *res) {
-    rsp_state *st = r->rsp;
+    rsp_state *st = req_get(r, REQ_SLOT_ENDPOINT);
     if (!st->rq.store || !st->session[0]) return;
     json_t *obj = responses_object(res), *conv = responses_conversation(&st->rq, st->earlier, res->text, res->text_len);
     attnd_err err;
@@ -69,7 +71,7 @@ static void store_response(req *r, const responses_result *res) {
 /* The session this turn runs on: the chain's (created when missing), or none when it is busy
  * with another turn or no more sessions may be made (the turn then runs uncached but right). */
 static void pick_session(req *r) {
-    rsp_state *st = r->rsp;
+    rsp_state *st = req_get(r, REQ_SLOT_ENDPOINT);
     sess_store *store = r->srv->store;
     if (!st->rq.store) return;
     if (!st->session[0]) snprintf(st->session, sizeof(st->session), "%s", st->id);
@@ -83,14 +85,14 @@ static void pick_session(req *r) {
         slog_info("response %s runs without its session %s: %s", st->id, st->session, err.msg);
         return;
     }
-    sess_abandon(store, se); /* gen_submit_all acquires it again */
+    sess_abandon(store, se); /* genreq_submit_all acquires it again */
     r->oreq.session_id = st->session;
 }
 
 /* A turn that failed stores nothing: the session made for it goes too (the scheduler has
  * released it by the time the job reports its end). */
 static void drop_new_session(req *r) {
-    rsp_state *st = r->rsp;
+    rsp_state *st = req_get(r, REQ_SLOT_ENDPOINT);
     struct kv_seq *kv = NULL;
     attnd_err err;
     if (st->new_session && sess_delete(r->srv->store, r->owner, st->session, &kv, &err) == ATTND_OK) sched_free_kv(r->srv->sch, kv);
@@ -98,10 +100,10 @@ static void drop_new_session(req *r) {
     r->sess_id[0] = '\0'; /* nothing to persist */
 }
 
-/* Parses the turn into r->rsp and r->oreq; false: a 4xx is queued. */
+/* Parses the turn into the turn state and r->oreq; false: a 4xx is queued. */
 static bool parse_turn(req *r, json_t *b, enum MHD_Result *ret) {
     struct server *s = r->srv;
-    rsp_state *st = r->rsp;
+    rsp_state *st = req_get(r, REQ_SLOT_ENDPOINT);
     const char *param = NULL;
     attnd_err err;
     attnd_status rc = responses_parse(b, &s->cfg, &st->rq, &param, &err);
@@ -130,23 +132,24 @@ static void out_take(buf *out, char *frames) {
 
 static void rsp_begin(req *r, buf *out) {
     responses_result res = result_of(r, NULL, "", 0);
-    out_take(out, responses_stream_begin(&r->rsp->ev, &res));
+    rsp_state *st = req_get(r, REQ_SLOT_ENDPOINT);
+    out_take(out, responses_stream_begin(&st->ev, &res));
 }
 
 /* A delta per piece of text; at the end the closing events: response.completed, or
  * response.incomplete when the reply was cut (max_output_tokens, cancellation, shutdown), or
  * response.failed. */
 static void rsp_update(req *r, int k, const sched_update *u, buf *out) {
-    rsp_state *st = r->rsp;
+    rsp_state *st = req_get(r, REQ_SLOT_ENDPOINT);
     (void)k; /* one job: a response has one output */
     responses_result res = result_of(r, NULL, "", 0);
     if (u->text_len) out_take(out, responses_stream_delta(&st->ev, &res, u->text, u->text_len));
     if (!u->done) return;
-    gen_persist(r); /* the chain's session is durable before the final events */
+    genreq_persist(r); /* the chain's session is durable before the final events */
     sched_output o;
     sched_job_output(r->job, &o);
     res = result_of(r, &o, o.text ? o.text : "", o.text_len);
-    if (o.status != ATTND_OK && !sse_was_cut(&o)) {
+    if (o.status != ATTND_OK && !genreq_was_cut(&o)) {
         out_take(out, responses_stream_failed(&st->ev, &res, o.errmsg[0] ? o.errmsg : "generation failed"));
         drop_new_session(r);
     } else {
@@ -167,21 +170,23 @@ enum MHD_Result ep_responses_create(req *r) {
     if (!b) return ret;
     r->body_json = b;
     r->chat = true;
-    if (!(r->rsp = calloc(1, sizeof(*r->rsp)))) return http_respond_error(r, 503, "out of memory", NULL);
+    r->prompt_param = "input";
+    rsp_state *st = calloc(1, sizeof(*st));
+    if (!st) return http_respond_error(r, 503, "out of memory", NULL);
+    req_set(r, REQ_SLOT_ENDPOINT, st, rsp_state_free);
     if (!parse_turn(r, b, &ret)) return ret;
-    rsp_state *st = r->rsp;
     attnd_random_id(st->id, sizeof(st->id), "resp_");
     attnd_random_id(st->msg_id, sizeof(st->msg_id), "msg_");
     st->created = (long long)time(NULL);
     snprintf(r->resp_id, sizeof(r->resp_id), "%s", st->id);
     r->rctx = (oai_resp_ctx){r->resp_id, s->model_id, st->created, true, false, r->sess_id, NULL, NULL};
     pick_session(r);
-    if (!gen_submit_all(r, &ret)) {
+    if (!genreq_submit_all(r, &ret)) {
         drop_new_session(r);
         return ret;
     }
     if (st->rq.stream) return sse_stream(r, &RSP_WRITER);
-    if (!gen_wait_all(r)) return MHD_NO;
+    if (!genreq_wait_all(r)) return MHD_NO;
     sched_output o;
     sched_job_output(r->job, &o);
     if (o.status != ATTND_OK) {

@@ -1,7 +1,7 @@
 /*
- * sse.h — streamed generation responses (server-private): Server-Sent Events carrying OpenAI
- * chunks ("data: {...}\n\n" ... "data: [DONE]\n\n"), llama.cpp's /completion events, or (with
- * the writer of responses_http.c) the Responses API's semantic events.
+ * sse.h — streamed generation responses (server-private): Server-Sent Events written by the
+ * endpoint's writer: OpenAI chunks ("data: {...}\n\n" ... "data: [DONE]\n\n") and llama.cpp's
+ * /completion events (completions.c), or the Responses API's semantic events (responses_http.c).
  *
  * One stream loop serves them all: libmicrohttpd pulls the stream from its connection thread;
  * the loop waits on the request's jobs (sched_job_wait, 100 ms ticks), polls the socket between
@@ -25,13 +25,10 @@ typedef struct sse_writer {
 } sse_writer;
 
 /* Queues a streamed response of r's submitted jobs written by w (borrowed; a static table).
- * The stream state is owned by r and freed by sse_free (from the completed callback). */
+ * The loop's state is r's REQ_SLOT_STREAM (freed with the request); a writer keeps its own in
+ * REQ_SLOT_ENDPOINT. */
 enum MHD_Result sse_stream(req *r, const sse_writer *w);
-/* sse_stream with the OpenAI chunk writer, or llama.cpp's for /completion (r->llama). */
-enum MHD_Result sse_respond(req *r);
-/* A job that ended cut short (cancelled, server shutdown) rather than failed: its stream ends
- * as a normal one whose text was cut ("length", "incomplete"), which clients accept. */
-bool sse_was_cut(const sched_output *o);
-void sse_free(sse_state *st); /* accepts NULL */
+/* Appends the event "data: <json>\n\n" (o stolen; NULL or out of memory: nothing). */
+void sse_event(buf *out, json_t *o);
 
 #endif

@@ -7,6 +7,7 @@
 #include "attnd/buf.h"
 
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -67,6 +68,58 @@ static void metric(buf *o, const char *name, const char *type, const char *help,
     buf_puts(o, "\n");
 }
 
+/* The scheduler's distributions, by sched_hist, as Prometheus names them. */
+static const struct {
+    const char *name, *help;
+} HISTS[SCHED_H_COUNT] = {
+    [SCHED_H_QUEUE] = {"attnd_request_queue_time_seconds", "Time a request waited for a scheduler slot."},
+    [SCHED_H_TTFT] = {"attnd_time_to_first_token_seconds", "Time from queueing a request to its first token."},
+    [SCHED_H_ITL] = {"attnd_inter_token_latency_seconds", "Time between consecutive tokens of one sequence."},
+    [SCHED_H_E2E] = {"attnd_e2e_request_latency_seconds", "Time from queueing to the end of requests that ended well."},
+    [SCHED_H_PROMPT] = {"attnd_request_prompt_tokens", "Prompt tokens per request."},
+    [SCHED_H_GEN] = {"attnd_request_generation_tokens", "Generated tokens per sequence (each of n choices counts)."},
+};
+
+static void histogram(buf *o, const char *name, const char *help, const histo *h) {
+    buf_printf(o, "# HELP %s %s\n# TYPE %s histogram\n", name, help, name);
+    for (int i = 0; i < h->n; i++)
+        buf_printf(o, "%s_bucket{le=\"%g\"} %llu\n", name, h->le[i], (unsigned long long)histo_cumulative(h, i));
+    buf_printf(o, "%s_bucket{le=\"+Inf\"} %llu\n%s_sum %.6f\n%s_count %llu\n", name, (unsigned long long)h->count, name,
+               h->sum, name, (unsigned long long)h->count);
+}
+
+/* Requests by endpoint and status class (2xx, 4xx, 5xx...), summed over the (endpoint, status)
+ * series. Caller holds m->mu. */
+static void by_class(buf *o, const metrics *m) {
+    buf_printf(o, "# HELP attnd_requests_by_class_total HTTP requests by endpoint and status class.\n"
+                  "# TYPE attnd_requests_by_class_total counter\n");
+    for (int i = 0; i < m->n; i++) {
+        int cls = m->s[i].status / 100;
+        bool first = true; /* the first series of this (endpoint, class) prints the sum */
+        for (int k = 0; k < i && first; k++)
+            first = !(m->s[k].status / 100 == cls && !strcmp(m->s[k].endpoint, m->s[i].endpoint));
+        if (!first) continue;
+        uint64_t n = 0;
+        for (int k = i; k < m->n; k++)
+            if (m->s[k].status / 100 == cls && !strcmp(m->s[k].endpoint, m->s[i].endpoint)) n += m->s[k].count;
+        buf_printf(o, "attnd_requests_by_class_total{endpoint=\"%s\",class=\"%dxx\"} %llu\n", m->s[i].endpoint, cls,
+                   (unsigned long long)n);
+    }
+}
+
+/* The gauges a load-aware router reads (the Gateway API Inference Extension's model-server
+ * protocol: queued requests, running requests, KV-cache utilisation as a fraction). */
+static void routing_gauges(buf *o, const sched_stats *st) {
+    metric(o, "attnd_requests_waiting", "gauge", "Requests queued for a scheduler slot.", "%d", st->queued);
+    metric(o, "attnd_requests_running", "gauge", "Requests (sequences) in scheduler slots.", "%d", st->active);
+    metric(o, "attnd_requests_swapped", "gauge",
+           "Requests whose KV was moved out while running: always 0 (attnd never preempts a running request).", "0");
+    double use = st->kv_budget ? (double)st->kv_reserved / (double)st->kv_budget : 0;
+    metric(o, "attnd_kv_cache_usage_ratio", "gauge",
+           "KV cache reserved by running requests as a fraction of the budget (0-1); idle caches are evictable and "
+           "not counted.", "%.6f", use > 1 ? 1.0 : use);
+}
+
 char *metrics_render(metrics *m, const sched_stats *st, int n_sessions, int ready) {
     buf o;
     buf_init(&o);
@@ -81,6 +134,7 @@ char *metrics_render(metrics *m, const sched_stats *st, int n_sessions, int read
     for (int i = 0; i < m->n; i++)
         buf_printf(&o, "attnd_request_seconds_total{endpoint=\"%s\",status=\"%d\"} %.6f\n", m->s[i].endpoint,
                    m->s[i].status, m->s[i].seconds);
+    by_class(&o, m);
     pthread_mutex_unlock(&m->mu);
     metric(&o, "attnd_ready", "gauge", "1 when the model is loaded.", "%d", ready);
     metric(&o, "attnd_sessions", "gauge", "Named sessions.", "%d", n_sessions);
@@ -111,6 +165,8 @@ char *metrics_render(metrics *m, const sched_stats *st, int n_sessions, int read
         metric(&o, "attnd_engine_threads_in_use", "gauge",
                "Engine threads a step may use now: fewer while other busy processes keep descheduling one.", "%d",
                st->threads_in_use);
+        routing_gauges(&o, st);
+        for (int k = 0; k < SCHED_H_COUNT; k++) histogram(&o, HISTS[k].name, HISTS[k].help, &st->hist[k]);
     }
     return o.p;
 }

@@ -19,6 +19,20 @@
 #include <time.h>
 
 static atomic_int g_level = SERVER_LOG_INFO;
+static _Thread_local const char *t_request; /* slog_set_request */
+
+void slog_set_request(const char *id) { t_request = id && *id ? id : NULL; }
+
+bool slog_request_id_valid(const char *id) {
+    size_t n = 0;
+    for (const char *p = id; *p; p++, n++) {
+        char c = *p;
+        bool ok = (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '.' || c == '_' ||
+                  c == ':' || c == '-';
+        if (!ok || n >= SLOG_REQUEST_ID_MAX) return false;
+    }
+    return n > 0;
+}
 
 void slog_set_level(server_log_level level) { atomic_store(&g_level, (int)level); }
 
@@ -73,5 +87,8 @@ void slog(server_log_level level, const char *fmt, ...) {
     char prio[8] = "";
     if (atomic_load(&journal)) snprintf(prio, sizeof(prio), "<%d>", PRIORITY[level & 3]);
     /* one fprintf per line so lines from different threads do not interleave */
-    fprintf(stderr, "%s%s.%03ldZ attnd[%s] %s\n", prio, when, ts.tv_nsec / 1000000, NAMES[level & 3], msg);
+    if (t_request)
+        fprintf(stderr, "%s%s.%03ldZ attnd[%s] req=%s %s\n", prio, when, ts.tv_nsec / 1000000, NAMES[level & 3],
+                t_request, msg);
+    else fprintf(stderr, "%s%s.%03ldZ attnd[%s] %s\n", prio, when, ts.tv_nsec / 1000000, NAMES[level & 3], msg);
 }

@@ -6,14 +6,14 @@
  */
 #include "rstore.h"
 
-#include <errno.h>
 #include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "slog.h"
+#include "statedir.h"
 
 typedef struct entry {
     char id[SESS_ID_MAX + 1];
@@ -27,7 +27,7 @@ struct rstore {
     pthread_mutex_t mu;
     entry *head;
     int n, max;
-    char *dir;       /* NULL = memory only */
+    statedir *sd;    /* NULL = memory only */
     char *model_tag;
 };
 
@@ -48,18 +48,11 @@ static entry **find(rstore *s, const char *owner, const char *id) {
     return p;
 }
 
-static char *path_of(const rstore *s, const char *owner, const char *id) {
-    size_t n = strlen(s->dir) + strlen(owner) + strlen(id) + sizeof(SUFFIX) + 3;
-    char *p = malloc(n);
-    if (p) snprintf(p, n, "%s/%s%s%s%s", s->dir, owner, *owner ? "~" : "", id, SUFFIX);
-    return p;
-}
-
 /* An entry from a parsed file or a put: validates the pieces and copies them. */
 static entry *entry_make(const char *owner, const json_t *response, const json_t *conversation, const char *session) {
     const json_t *id = json_object_get(response, "id");
-    if (!json_is_string(id) || !sess_id_valid(json_string_value(id)) || !json_is_array(conversation) || !session ||
-        !sess_id_valid(session) || !sess_owner_valid(owner))
+    if (!json_is_string(id) || !statedir_id_valid(json_string_value(id)) || !json_is_array(conversation) || !session ||
+        !statedir_id_valid(session) || !statedir_owner_valid(owner))
         return NULL;
     entry *e = calloc(1, sizeof(*e));
     if (!e) return NULL;
@@ -77,31 +70,25 @@ static entry *entry_make(const char *owner, const json_t *response, const json_t
 
 // ---- loading ------------------------------------------------------------------------------
 
-/* A state directory entry (sess_state_dir_scan): a response file of this model is loaded. */
-static void load_one(void *user, const char *fname) {
+/* A state directory entry (statedir_scan): a response file of this model is loaded. */
+static void load_one(void *user, const char *owner, const char *id) {
     rstore *s = user;
-    size_t fl = strlen(fname), sl = strlen(SUFFIX);
-    if (fl <= sl || strcmp(fname + fl - sl, SUFFIX) != 0 || fl - sl > SESS_OWNER_MAX + 1 + SESS_ID_MAX) return;
-    char name[SESS_OWNER_MAX + SESS_ID_MAX + 2], owner[SESS_OWNER_MAX + 1] = "";
-    snprintf(name, sizeof(name), "%.*s", (int)(fl - sl), fname);
-    char *id = strchr(name, '~');
-    if (id) {
-        *id++ = '\0';
-        if (strlen(name) > SESS_OWNER_MAX || !*name || !sess_owner_valid(name)) return;
-        snprintf(owner, sizeof(owner), "%.16s", name); /* length checked above */
-    } else {
-        id = name;
-    }
-    if (!sess_id_valid(id)) return;
-    char *path = path_of(s, owner, id);
+    char *path = statedir_path(s->sd, owner, id, SUFFIX);
     if (!path) return;
+    char *text = NULL;
+    size_t len = 0;
+    attnd_err re;
     json_error_t je;
-    json_t *root = json_load_file(path, 0, &je);
     const char *why = NULL;
+    json_t *root = NULL;
+    bool read = statedir_read(s->sd, owner, id, SUFFIX, SIZE_MAX, &text, &len, NULL, &re) == ATTND_OK;
+    if (read) root = json_loadb(text, len, 0, &je);
+    free(text);
     entry *e = NULL;
     json_t *fmt = json_object_get(root, "format"), *ver = json_object_get(root, "version"),
            *model = json_object_get(root, "model"), *sess = json_object_get(root, "session");
-    if (!root) why = je.text;
+    if (!read) why = re.msg;
+    else if (!root) why = je.text;
     else if (!json_is_string(fmt) || strcmp(json_string_value(fmt), "attnd-response") || !json_is_integer(ver) ||
              json_integer_value(ver) != 1)
         why = "not an attnd-response v1 file";
@@ -135,8 +122,8 @@ attnd_status rstore_create(rstore **out, const char *dir, const char *model_tag,
     s->model_tag = strdup(model_tag ? model_tag : "");
     if (!s->model_tag) goto fail;
     if (dir && *dir) {
-        if (!(s->dir = strdup(dir))) goto fail;
-        if ((rc = sess_state_dir_scan(dir, load_one, s, err)) != ATTND_OK) goto fail;
+        if ((rc = statedir_open(&s->sd, dir, NULL, err)) != ATTND_OK) goto fail;
+        if ((rc = statedir_scan(s->sd, SUFFIX, load_one, s, NULL, err)) != ATTND_OK) goto fail;
     }
     *out = s;
     return ATTND_OK;
@@ -153,7 +140,7 @@ void rstore_destroy(rstore *s) {
         entry_free(e);
     }
     pthread_mutex_destroy(&s->mu);
-    free(s->dir);
+    statedir_close(s->sd);
     free(s->model_tag);
     free(s);
 }
@@ -161,14 +148,13 @@ void rstore_destroy(rstore *s) {
 // ---- entries ------------------------------------------------------------------------------
 
 static attnd_status persist(const rstore *s, const entry *e, attnd_err *err) {
-    if (!s->dir) return ATTND_OK;
+    if (!s->sd) return ATTND_OK;
     json_t *root = json_pack("{s:s,s:i,s:s,s:s,s:s,s:O,s:O}", "format", "attnd-response", "version", 1, "model",
                              s->model_tag, "owner", e->owner, "session", e->session, "response", e->response,
                              "conversation", e->conversation);
     char *text = root ? json_dumps(root, JSON_COMPACT) : NULL;
-    char *path = path_of(s, e->owner, e->id);
-    attnd_status rc = text && path ? sess_write_atomic(path, text, err) : attnd_fail(err, ATTND_ERR_NOMEM, "out of memory");
-    free(path);
+    attnd_status rc = text ? statedir_write(s->sd, e->owner, e->id, SUFFIX, text, strlen(text), NULL, err)
+                           : attnd_fail(err, ATTND_ERR_NOMEM, "out of memory");
     free(text);
     json_decref(root);
     return rc;
@@ -235,9 +221,8 @@ attnd_status rstore_delete(rstore *s, const char *owner, const char *id, char or
         for (entry *o = s->head; o && !shared; o = o->next)
             shared = !strcmp(o->session, e->session) && !strcmp(o->owner, e->owner);
         if (!shared && orphan) snprintf(orphan, SESS_ID_MAX + 1, "%s", e->session);
-        char *path = s->dir ? path_of(s, e->owner, id) : NULL;
-        if (path && unlink(path) != 0 && errno != ENOENT) slog_warn("cannot remove %s: %s", path, strerror(errno));
-        free(path);
+        attnd_err re;
+        if (s->sd && statedir_remove(s->sd, e->owner, id, SUFFIX, NULL, &re) != ATTND_OK) slog_warn("%s", re.msg);
     }
     pthread_mutex_unlock(&s->mu);
     if (!e) return attnd_fail(err, ATTND_ERR_NOT_FOUND, "no stored response with id '%.64s'", id);

@@ -26,6 +26,9 @@ struct sched_job {
     attn_capture *capture;    /* owned, may be NULL */
     sess *se;
     char owner[SESS_OWNER_MAX + 1]; /* whose prompt cache an anonymous job may use */
+    char request_id[72];      /* the HTTP request's id, for log lines ("" = none) */
+    double t_submit;          /* attnd_now_s() when sched_submit queued it (set under the
+                                 scheduler's mutex, before the scheduler thread sees the job) */
 
     // ---- output: guarded by mu; cv signalled on every change ----
     pthread_mutex_t mu;
@@ -96,6 +99,7 @@ typedef struct slot {
     size_t reserve;      /* KV bytes this job reserved for itself (see kv_group) */
     kv_group *group;     /* n > 1 choices of one prompt: the reservation they share, or NULL */
     bool own_kv;         /* a fork's cache: the slot destroys it (no session holds it) */
+    double t_last;       /* when this sequence's last token was sampled; 0 = none yet */
 } slot;
 
 /* Exponentially weighted sums of (position, cost) of recent prefill chunks run beside streams,

@@ -40,6 +40,7 @@ attnd_status sched_job_create(sched_job **out, sched_job_spec *spec, attnd_err *
     j->prompt_logprobs = spec->prompt_logprobs;
     j->se = spec->se;
     snprintf(j->owner, sizeof(j->owner), "%s", spec->owner ? spec->owner : "");
+    snprintf(j->request_id, sizeof(j->request_id), "%.64s", spec->request_id ? spec->request_id : "");
     size_t n_prompt = (size_t)(j->n_prompt > 0 ? j->n_prompt : 0), n_gen = (size_t)(j->max_tokens > 0 ? j->max_tokens : 0);
     size_t top = (size_t)(j->top_logprobs > 0 ? j->top_logprobs : 0);
     j->pieces = alloc_n(n_gen, sizeof(token_logprob));

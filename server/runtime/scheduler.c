@@ -29,12 +29,48 @@
 
 static void forks_fail(sched *s, sched_job *j, attnd_status st, const char *msg);
 
+// ---- latency distributions -----------------------------------------------------------------
+
+/* Bucket bounds for CPU serving: a 1B model decodes at 20-60 ms a token and prefills 100-300
+ * tokens/s on two cores, a 7B one several times slower, so the latency bounds reach minutes. */
+static const double H_QUEUE[] = {0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120};
+static const double H_TTFT[] = {0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 4, 8, 15, 30, 60, 120};
+static const double H_ITL[] = {0.005, 0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.15, 0.25, 0.5, 1, 2.5, 5};
+static const double H_E2E[] = {0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 40, 80, 160, 320, 640};
+static const double H_TOKENS[] = {1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768};
+
+static void hist_init_all(sched_stats *st) {
+    static const struct { const double *le; int n; } B[SCHED_H_COUNT] = {
+        [SCHED_H_QUEUE] = {H_QUEUE, ATTND_ARRAY_LEN(H_QUEUE)}, [SCHED_H_TTFT] = {H_TTFT, ATTND_ARRAY_LEN(H_TTFT)},
+        [SCHED_H_ITL] = {H_ITL, ATTND_ARRAY_LEN(H_ITL)},       [SCHED_H_E2E] = {H_E2E, ATTND_ARRAY_LEN(H_E2E)},
+        [SCHED_H_PROMPT] = {H_TOKENS, ATTND_ARRAY_LEN(H_TOKENS)}, [SCHED_H_GEN] = {H_TOKENS, ATTND_ARRAY_LEN(H_TOKENS)},
+    };
+    for (int k = 0; k < SCHED_H_COUNT; k++) histo_init(&st->hist[k], B[k].le, B[k].n);
+}
+
+/* Scheduler thread: one observation, under the mutex sched_get_stats copies them under. */
+static void observe(sched *s, sched_hist k, double v) {
+    pthread_mutex_lock(&s->mu);
+    histo_observe(&s->stats.hist[k], v);
+    pthread_mutex_unlock(&s->mu);
+}
+
 
 // ---- slots --------------------------------------------------------------------------------
 
 /* Ends a slot's job: publishes the outcome, returns the cache entry with the new history. */
 static void slot_finish(sched *s, slot *sl, const char *reason, attnd_status st, const char *msg) {
     sched_job *j = sl->job;
+    char rid[sizeof(j->request_id)]; /* what this logs is about j's request (j may go first) */
+    memcpy(rid, j->request_id, sizeof(rid));
+    slog_set_request(rid);
+    if (st == ATTND_OK) {
+        if (!j->is_fork) {
+            observe(s, SCHED_H_E2E, attnd_now_s() - j->t_submit);
+            observe(s, SCHED_H_PROMPT, j->n_prompt);
+        }
+        observe(s, SCHED_H_GEN, sl->n_gen);
+    }
     attn_capture_unlink(&s->inspecting, j->capture);
     if (sl->se) {
         if (sl->kv) sess_set_kv(s->store, sl->se, sl->kv, sl->n_past, kv_seq_bytes(sl->kv));
@@ -68,6 +104,7 @@ static void slot_finish(sched *s, slot *sl, const char *reason, attnd_status st,
     kv_group *g = sl->group;
     memset(sl, 0, sizeof(*sl));
     sched_group_leave(s, g);
+    slog_set_request(NULL);
     pthread_mutex_lock(&s->mu);
     s->n_active--;
     s->reserved -= reserve;
@@ -113,6 +150,7 @@ static attnd_status slot_start(sched *s, slot *sl, sched_job *j, attnd_err *err)
     memset(sl, 0, sizeof(*sl));
     sl->job = j;
     sl->admitted = ++s->n_admitted;
+    observe(s, SCHED_H_QUEUE, attnd_now_s() - j->t_submit);
     sl->se = j->se ? j->se : sess_acquire_anon(s->store, j->owner, j->prompt, j->n_prompt, s->max_anon);
     if (!sl->se) return attnd_fail(err, ATTND_ERR_BUSY, "no prompt cache entry free");
     sl->kv = sl->se->kv;
@@ -152,6 +190,10 @@ static void slot_token(sched *s, slot *sl, const float *row) {
     stop_reason why = gen_next(sl->g, row, top, &t);
     sl->hist[sl->n_hist++] = t.id;
     sl->n_gen++;
+    double now = attnd_now_s();
+    if (sl->t_last > 0) observe(s, SCHED_H_ITL, now - sl->t_last);
+    else if (!j->is_fork) observe(s, SCHED_H_TTFT, now - j->t_submit);
+    sl->t_last = now;
     pthread_mutex_lock(&j->mu);
     j->n_generated = sl->n_gen;
     if (why != STOP_EOG) {
@@ -621,6 +663,7 @@ attnd_status sched_create(sched **out, const model *m, const tokenizer *tok, ses
     s->budget_ms = cfg->prefill_budget_ms;
     if ((rc = engine_create(&s->eng, m, s->max_batch, cfg->threads, err)) != ATTND_OK) goto fail;
     s->stats.kv_budget = kv_pool_bytes_budget(s->pool);
+    hist_init_all(&s->stats);
     s->stats.slots = s->n_slots;
     s->rate_t0 = attnd_now_s();
     if (pthread_create(&s->th, NULL, sched_main, s) != 0) {
@@ -696,6 +739,7 @@ attnd_status sched_submit(sched *s, sched_job *j, attnd_err *err) {
         rc = attnd_fail(err, ATTND_ERR_BUSY, "request queue is full (%d waiting); retry later", s->q_len);
     else {
         sched_job_ref(j);
+        j->t_submit = attnd_now_s(); /* queue wait, time to first token and duration count from here */
         s->queue[(s->q_head + s->q_len) % s->queue_limit] = j;
         s->q_len++;
         pthread_cond_signal(&s->wake);

@@ -26,6 +26,7 @@
 #include "attnd/engine.h"
 #include "attnd/sampler.h"
 #include "attnd/tokenizer.h"
+#include "histo.h"
 #include "sess.h"
 #include "settings.h"
 
@@ -57,6 +58,8 @@ typedef struct sched_job_spec {
                                  caller's */
     const char *owner;        /* the API key's owner tag (sess.h); an anonymous job uses only
                                  this owner's prompt cache. NULL = none. Copied. */
+    const char *request_id;   /* the HTTP request's id, for the scheduler's log lines about the
+                                 job; NULL = none. Copied (at most 64 characters). */
 } sched_job_spec;
 
 /* A job with one reference, output buffers sized for max_tokens and top_logprobs. On failure
@@ -122,6 +125,18 @@ typedef struct sched_output {
 void sched_job_output(sched_job *j, sched_output *out);
 
 
+/* The latency and size distributions the scheduler records (what SLOs are written in). Bounds
+ * are chosen for CPU serving; see sched_hist_bounds in scheduler.c and docs/server.md. */
+typedef enum sched_hist {
+    SCHED_H_QUEUE,  /* seconds from submission to a slot (n > 1: the first choice) */
+    SCHED_H_TTFT,   /* seconds from submission to the first generated token */
+    SCHED_H_ITL,    /* seconds between consecutive tokens of one sequence */
+    SCHED_H_E2E,    /* seconds from submission to the end, requests that ended well */
+    SCHED_H_PROMPT, /* prompt tokens per request */
+    SCHED_H_GEN,    /* generated tokens per sequence (each of n choices counts) */
+    SCHED_H_COUNT
+} sched_hist;
+
 typedef struct sched_stats {
     int active, queued, slots;
     size_t kv_used, kv_budget;
@@ -133,6 +148,7 @@ typedef struct sched_stats {
     double last_tok_per_s;   /* generated tokens/s over the last few seconds */
     int threads;             /* engine threads configured */
     int threads_in_use;      /* of which a step may use now (engine_threads_in_use) */
+    histo hist[SCHED_H_COUNT]; /* latency and size distributions (sched_hist) */
 } sched_stats;
 
 typedef struct sched sched;

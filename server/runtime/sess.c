@@ -6,25 +6,24 @@
  */
 #include "sess.h"
 
-#include <dirent.h>
-#include <errno.h>
-#include <fcntl.h>
 #include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <time.h>
-#include <unistd.h>
 
+#include "sess_file.h"
 #include "slog.h"
+#include "statedir.h"
+
+_Static_assert(SESS_ID_MAX == STATEDIR_ID_MAX && SESS_OWNER_MAX == STATEDIR_OWNER_MAX, "one id rule for every file");
 
 struct sess_store {
     pthread_mutex_t mu;
     sess *head;
     int n_named, n_anon;
     int max_sessions;
-    char *dir;       /* NULL = no persistence */
+    statedir *sd;    /* NULL = no persistence */
     char *model_tag;
     int64_t ttl_ms;  /* idle named sessions older than this are removed; 0 = never */
     bool evict_lru;  /* at max_sessions, sess_create removes the least recently used idle one */
@@ -32,17 +31,7 @@ struct sess_store {
     void *kv_sink_user;
 };
 
-bool sess_id_valid(const char *id) {
-    if (!id || !*id || *id == '.') return false;
-    size_t n = 0;
-    for (const char *p = id; *p; p++, n++) {
-        char c = *p;
-        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' || c == '_' ||
-              c == '-'))
-            return false;
-    }
-    return n <= SESS_ID_MAX;
-}
+bool sess_id_valid(const char *id) { return statedir_id_valid(id); }
 
 int sess_common_prefix(const int32_t *a, int na, const int32_t *b, int nb) {
     int n = na < nb ? na : nb, i = 0;
@@ -52,13 +41,7 @@ int sess_common_prefix(const int32_t *a, int na, const int32_t *b, int nb) {
 
 static const char *own(const char *owner) { return owner ? owner : ""; }
 
-bool sess_owner_valid(const char *owner) {
-    if (!owner) return true;
-    size_t n = strlen(owner);
-    for (size_t i = 0; i < n; i++)
-        if (!((owner[i] >= '0' && owner[i] <= '9') || (owner[i] >= 'a' && owner[i] <= 'f'))) return false;
-    return n <= SESS_OWNER_MAX;
-}
+bool sess_owner_valid(const char *owner) { return statedir_owner_valid(owner); }
 
 static sess *find_named(sess_store *st, const char *owner, const char *id) {
     for (sess *s = st->head; s; s = s->next)
@@ -86,83 +69,39 @@ static attnd_status set_tokens(sess *s, const int32_t *tokens, int n) {
     return ATTND_OK;
 }
 
-/* <dir>/<id><suffix>, or <dir>/<owner>~<id><suffix> for a session made with an API key among
- * several ('~' is never part of an id). */
-static char *path_of(const sess_store *st, const char *owner, const char *id, const char *suffix) {
-    owner = own(owner);
-    size_t n = strlen(st->dir) + strlen(owner) + strlen(id) + strlen(suffix) + 3;
-    char *p = malloc(n);
-    if (p) snprintf(p, n, "%s/%s%s%s%s", st->dir, owner, *owner ? "~" : "", id, suffix);
-    return p;
-}
-
 // ---- loading ------------------------------------------------------------------------------
 
-/* Loads one <id>.session.json; silently skips other models' files, warns on damaged ones. */
-static void load_one(sess_store *st, const char *fname) {
-    static const char SUFFIX[] = ".session.json";
-    size_t fl = strlen(fname), sl = strlen(SUFFIX);
-    if (fl <= sl || strcmp(fname + fl - sl, SUFFIX) != 0) return;
-    char owner[SESS_OWNER_MAX + 1] = "", id[SESS_ID_MAX + 1];
-    const char *tilde = memchr(fname, '~', fl - sl), *idp = tilde ? tilde + 1 : fname;
-    if (tilde) {
-        if ((size_t)(tilde - fname) > SESS_OWNER_MAX) return;
-        memcpy(owner, fname, (size_t)(tilde - fname));
-        owner[tilde - fname] = '\0';
-        if (!*owner || !sess_owner_valid(owner)) return;
-    }
-    if ((size_t)(fname + fl - sl - idp) > SESS_ID_MAX) return;
-    memcpy(id, idp, (size_t)(fname + fl - sl - idp));
-    id[fname + fl - sl - idp] = '\0';
-    if (!sess_id_valid(id)) return;
-    char *path = path_of(st, owner, id, SUFFIX);
-    if (!path) return;
-    json_error_t je;
-    json_t *root = json_load_file(path, 0, &je);
+/* Loads one [<owner>~]<id>.session.json (statedir_scan); silently skips other models' files,
+ * warns on damaged ones. */
+static void load_one(void *user, const char *owner, const char *id) {
+    sess_store *st = user;
+    char *text = NULL, *path = statedir_path(st->sd, owner, id, SESS_FILE_SUFFIX);
+    size_t len;
+    attnd_err e;
+    sess_file f = {0};
     sess *s = NULL;
     const char *why = NULL;
-    if (!root) {
-        why = je.text;
+    if (!path) return;
+    if (statedir_read(st->sd, owner, id, SESS_FILE_SUFFIX, SIZE_MAX, &text, &len, NULL, &e) != ATTND_OK) {
+        why = e.msg;
         goto done;
     }
-    json_t *fmt = json_object_get(root, "format"), *ver = json_object_get(root, "version");
-    json_t *model = json_object_get(root, "model"), *toks = json_object_get(root, "tokens");
-    if (!json_is_string(fmt) || strcmp(json_string_value(fmt), "attnd-session") || !json_is_integer(ver) ||
-        json_integer_value(ver) != 1 || !json_is_array(toks)) {
-        why = "not an attnd-session v1 file";
+    sess_file_result r = sess_file_decode(text, len, st->model_tag, &f);
+    if (r == SESS_FILE_OTHER_MODEL) goto done;
+    if (r == SESS_FILE_DAMAGED) {
+        why = f.why;
         goto done;
     }
-    if (!json_is_string(model) || strcmp(json_string_value(model), st->model_tag)) goto done; /* other model */
     if (st->n_named >= st->max_sessions) {
         why = "max_sessions reached";
         goto done;
     }
     s = calloc(1, sizeof(*s));
-    if (!s) goto done;
-    size_t n = json_array_size(toks);
-    if (n > (size_t)1 << 24) {
-        why = "too many tokens";
-        goto done;
-    }
-    int32_t *tmp = malloc((n ? n : 1) * sizeof(*tmp));
-    if (!tmp) goto done;
-    for (size_t i = 0; i < n; i++) {
-        json_t *t = json_array_get(toks, i);
-        if (!json_is_integer(t) || json_integer_value(t) < 0 || json_integer_value(t) > INT32_MAX) {
-            free(tmp);
-            why = "a token is not a non-negative integer";
-            goto done;
-        }
-        tmp[i] = (int32_t)json_integer_value(t);
-    }
-    attnd_status rc = set_tokens(s, tmp, (int)n);
-    free(tmp);
-    if (rc != ATTND_OK) goto done;
+    if (!s || set_tokens(s, f.tokens, f.n_tokens) != ATTND_OK) goto done;
     snprintf(s->id, sizeof(s->id), "%s", id);
     snprintf(s->owner, sizeof(s->owner), "%s", owner);
-    json_t *c = json_object_get(root, "created"), *u = json_object_get(root, "last_used");
-    s->created_ms = json_is_integer(c) ? json_integer_value(c) : (int64_t)attnd_unix_ms();
-    s->last_use_ms = json_is_integer(u) ? json_integer_value(u) : s->created_ms;
+    s->created_ms = f.created_ms;
+    s->last_use_ms = f.last_use_ms;
     s->next = st->head;
     st->head = s;
     st->n_named++;
@@ -170,47 +109,9 @@ static void load_one(sess_store *st, const char *fname) {
 done:
     if (why) slog_warn("session file %s skipped: %s", path, why);
     sess_free(s);
-    json_decref(root);
+    free(f.tokens);
+    free(text);
     free(path);
-}
-
-/* A temporary file a crash left behind mid-write: never renamed, so never acknowledged. */
-static void remove_stale_tmp(const sess_store *st, const char *fname) {
-    char *p = path_of(st, "", fname, "");
-    if (p && unlink(p) == 0) slog_info("removed %s, left by an interrupted write", p);
-    free(p);
-}
-
-/* Creates and removes a file in dir, so an unwritable state directory is refused at start-up
- * instead of failing every later save (in the log only). */
-static attnd_status check_writable(const char *dir, attnd_err *err) {
-    char path[4096];
-    snprintf(path, sizeof(path), "%s/.attnd-write-test-XXXXXX", dir);
-    int fd = mkstemp(path);
-    if (fd < 0) return attnd_fail(err, ATTND_ERR_IO, "state directory %s is not writable: %s", dir, strerror(errno));
-    close(fd);
-    unlink(path);
-    return ATTND_OK;
-}
-
-attnd_status sess_state_dir_scan(const char *dir, void (*each)(void *user, const char *name), void *user,
-                                 attnd_err *err) {
-    if (mkdir(dir, 0700) != 0 && errno != EEXIST)
-        return attnd_fail(err, ATTND_ERR_IO, "cannot create state directory %s: %s", dir, strerror(errno));
-    attnd_status rc = check_writable(dir, err);
-    if (rc != ATTND_OK) return rc;
-    DIR *d = opendir(dir);
-    if (!d) return attnd_fail(err, ATTND_ERR_IO, "cannot read state directory %s: %s", dir, strerror(errno));
-    struct dirent *e;
-    while ((e = readdir(d))) each(user, e->d_name);
-    closedir(d);
-    return ATTND_OK;
-}
-
-/* A state directory entry: a session file of this model is loaded, an interrupted write removed. */
-static void load_entry(void *user, const char *name) {
-    if (strstr(name, ".session.json.tmp.")) remove_stale_tmp(user, name);
-    else load_one(user, name);
 }
 
 attnd_status sess_store_create(sess_store **out, const char *state_dir, const char *model_tag, int max_sessions,
@@ -224,9 +125,8 @@ attnd_status sess_store_create(sess_store **out, const char *state_dir, const ch
     st->model_tag = strdup(model_tag ? model_tag : "");
     if (!st->model_tag) goto fail;
     if (state_dir && *state_dir) {
-        st->dir = strdup(state_dir);
-        if (!st->dir) goto fail;
-        if ((rc = sess_state_dir_scan(state_dir, load_entry, st, err)) != ATTND_OK) goto fail;
+        if ((rc = statedir_open(&st->sd, state_dir, NULL, err)) != ATTND_OK) goto fail;
+        if ((rc = statedir_scan(st->sd, SESS_FILE_SUFFIX, load_one, st, NULL, err)) != ATTND_OK) goto fail;
     }
     *out = st;
     return ATTND_OK;
@@ -244,7 +144,7 @@ void sess_store_destroy(sess_store *st) {
         sess_free(s);
     }
     pthread_mutex_destroy(&st->mu);
-    free(st->dir);
+    statedir_close(st->sd);
     free(st->model_tag);
     free(st);
 }
@@ -276,6 +176,13 @@ static void give_kv(sess_store *st, struct kv_seq *kv) {
     fn(user, kv);
 }
 
+/* Removes a named session's file (logged when that fails: the session is gone either way). */
+static void remove_file(sess_store *st, const sess *s) {
+    attnd_err e;
+    if (st->sd && statedir_remove(st->sd, s->owner, s->id, SESS_FILE_SUFFIX, NULL, &e) != ATTND_OK)
+        slog_warn("%s", e.msg);
+}
+
 /* Unlinks an idle named session from the list, removes its file and frees it (caller holds the
  * lock); returns its KV handle for give_kv. */
 static struct kv_seq *remove_locked(sess_store *st, sess *victim) {
@@ -284,11 +191,7 @@ static struct kv_seq *remove_locked(sess_store *st, sess *victim) {
     *pp = victim->next;
     st->n_named--;
     struct kv_seq *kv = victim->kv;
-    if (st->dir) {
-        char *p = path_of(st, victim->owner, victim->id, ".session.json");
-        if (p && unlink(p) != 0 && errno != ENOENT) slog_warn("cannot remove %s: %s", p, strerror(errno));
-        free(p);
-    }
+    remove_file(st, victim);
     sess_free(victim);
     return kv;
 }
@@ -313,12 +216,7 @@ int sess_expire(sess_store *st) {
 /* True when <state_dir>/<id>.session.json exists: a file load_one skipped (another model's, or
  * damaged) whose id must not be reused, or persisting would replace it. */
 static bool file_exists(const sess_store *st, const char *owner, const char *id) {
-    if (!st->dir) return false;
-    char *path = path_of(st, owner, id, ".session.json");
-    struct stat sb;
-    bool yes = !path || lstat(path, &sb) == 0; /* out of memory: refuse rather than risk it */
-    free(path);
-    return yes;
+    return st->sd && statedir_exists(st->sd, owner, id, SESS_FILE_SUFFIX);
 }
 
 attnd_status sess_create(sess_store *st, const char *owner, const char *id, char out_id[SESS_ID_MAX + 1],
@@ -475,11 +373,7 @@ attnd_status sess_delete(sess_store *st, const char *owner, const char *id, stru
         *pp = s->next;
         st->n_named--;
         *kv = s->kv;
-        if (st->dir) {
-            char *p = path_of(st, s->owner, s->id, ".session.json");
-            if (p && unlink(p) != 0 && errno != ENOENT) slog_warn("cannot remove %s: %s", p, strerror(errno));
-            free(p);
-        }
+        remove_file(st, s);
         sess_free(s);
     }
     pthread_mutex_unlock(&st->mu);
@@ -500,83 +394,9 @@ void sess_take_all_kv(sess_store *st, void (*fn)(struct kv_seq *kv)) {
 
 // ---- persistence --------------------------------------------------------------------------
 
-/* Writes text to a new temporary file next to path and fsyncs it; *tmp_out (owned by the
- * caller) names it. */
-static attnd_status write_tmp(const char *path, const char *text, char **tmp_out, attnd_err *err) {
-    size_t n = strlen(path) + 32;
-    char *tmp = malloc(n);
-    *tmp_out = NULL;
-    if (!tmp) return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory");
-    static unsigned long counter;
-    snprintf(tmp, n, "%s.tmp.%ld.%lu", path, (long)getpid(), __atomic_add_fetch(&counter, 1, __ATOMIC_RELAXED));
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-    if (fd < 0) {
-        attnd_status rc = attnd_fail(err, ATTND_ERR_IO, "cannot write %s: %s", tmp, strerror(errno));
-        free(tmp);
-        return rc;
-    }
-    size_t len = strlen(text), off = 0;
-    while (off < len) {
-        ssize_t w = write(fd, text + off, len - off);
-        if (w < 0 && errno == EINTR) continue;
-        if (w <= 0) break;
-        off += (size_t)w;
-    }
-    bool ok = off == len && fsync(fd) == 0;
-    ok = close(fd) == 0 && ok;
-    if (!ok) {
-        attnd_status rc = attnd_fail(err, ATTND_ERR_IO, "cannot write %s: %s", tmp, strerror(errno));
-        unlink(tmp);
-        free(tmp);
-        return rc;
-    }
-    *tmp_out = tmp;
-    return ATTND_OK;
-}
-
-/* Makes renames in path's directory durable (the new directory entry itself is on disk). */
-static attnd_status sync_dir_of(const char *path, attnd_err *err) {
-    char *dir = strdup(path);
-    if (!dir) return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory");
-    char *slash = strrchr(dir, '/');
-    if (slash) *slash = '\0';
-    int fd = open(slash ? (*dir ? dir : "/") : ".", O_RDONLY | O_DIRECTORY);
-    attnd_status rc = ATTND_OK;
-    if (fd < 0 || fsync(fd) != 0) rc = attnd_fail(err, ATTND_ERR_IO, "cannot sync directory of %s: %s", path, strerror(errno));
-    if (fd >= 0) close(fd);
-    free(dir);
-    return rc;
-}
-
-attnd_status sess_write_atomic(const char *path, const char *text, attnd_err *err) {
-    char *tmp;
-    attnd_status rc = write_tmp(path, text, &tmp, err);
-    if (rc != ATTND_OK) return rc;
-    if (rename(tmp, path) != 0) {
-        rc = attnd_fail(err, ATTND_ERR_IO, "cannot write %s: %s", path, strerror(errno));
-        unlink(tmp);
-    } else {
-        rc = sync_dir_of(path, err);
-    }
-    free(tmp);
-    return rc;
-}
-
 /* The session's file contents (new string, NULL when out of memory; caller holds the lock). */
 static char *snapshot_locked(const sess_store *st, const sess *s) {
-    json_t *root = json_object(), *toks = json_array();
-    json_object_set_new(root, "format", json_string("attnd-session"));
-    json_object_set_new(root, "version", json_integer(1));
-    json_object_set_new(root, "id", json_string(s->id));
-    json_object_set_new(root, "model", json_string(st->model_tag));
-    if (*s->owner) json_object_set_new(root, "owner", json_string(s->owner));
-    json_object_set_new(root, "created", json_integer(s->created_ms));
-    json_object_set_new(root, "last_used", json_integer(s->last_use_ms));
-    for (int i = 0; i < s->n_tokens; i++) json_array_append_new(toks, json_integer(s->tokens[i]));
-    json_object_set_new(root, "tokens", toks);
-    char *text = json_dumps(root, JSON_COMPACT);
-    json_decref(root);
-    return text;
+    return sess_file_encode(s->id, s->owner, st->model_tag, s->created_ms, s->last_use_ms, s->tokens, s->n_tokens);
 }
 
 /*
@@ -585,7 +405,7 @@ static char *snapshot_locked(const sess_store *st, const sess *s) {
  * version must not win), and fsync the directory. Returns once the current version is durable.
  */
 attnd_status sess_persist(sess_store *st, const char *owner, const char *id, attnd_err *err) {
-    if (!st->dir) return ATTND_OK;
+    if (!st->sd) return ATTND_OK;
     pthread_mutex_lock(&st->mu);
     sess *s = find_named(st, owner, id);
     if (!s || s->version == s->persisted_version) {
@@ -594,36 +414,35 @@ attnd_status sess_persist(sess_store *st, const char *owner, const char *id, att
     }
     char *text = snapshot_locked(st, s);
     uint64_t version = s->version;
-    char *path = path_of(st, s->owner, s->id, ".session.json");
+    char file_owner[SESS_OWNER_MAX + 1], file_id[SESS_ID_MAX + 1];
+    snprintf(file_owner, sizeof(file_owner), "%s", s->owner);
+    snprintf(file_id, sizeof(file_id), "%s", s->id);
     pthread_mutex_unlock(&st->mu);
 
-    char *tmp = NULL;
-    attnd_status rc = (!text || !path) ? attnd_fail(err, ATTND_ERR_NOMEM, "out of memory")
-                                       : write_tmp(path, text, &tmp, err);
+    statedir_staged *staged = NULL;
+    attnd_status rc = !text ? attnd_fail(err, ATTND_ERR_NOMEM, "out of memory")
+                            : statedir_stage(st->sd, file_owner, file_id, SESS_FILE_SUFFIX, text, strlen(text),
+                                             &staged, NULL, err);
     free(text);
-    if (rc == ATTND_OK) {
-        pthread_mutex_lock(&st->mu);
-        /* deleted meanwhile, or a newer version already renamed: this snapshot is dropped */
-        sess *again = find_named(st, owner, id);
-        bool newer = again && again->persisted_version < version;
-        if (!newer) unlink(tmp);
-        else if (rename(tmp, path) != 0) {
-            rc = attnd_fail(err, ATTND_ERR_IO, "cannot write %s: %s", path, strerror(errno));
-            unlink(tmp);
-        } else {
-            again->persisted_version = version;
-        }
-        pthread_mutex_unlock(&st->mu);
-        /* also when a newer writer renamed: its directory entry may not be synced yet */
-        if (rc == ATTND_OK && again) rc = sync_dir_of(path, err);
+    if (rc != ATTND_OK) return rc;
+    pthread_mutex_lock(&st->mu);
+    /* deleted meanwhile, or a newer version already renamed: this snapshot is dropped */
+    sess *again = find_named(st, owner, id);
+    bool newer = again && again->persisted_version < version;
+    attnd_err discard_err;
+    if (!newer) {
+        if (statedir_discard(st->sd, staged, NULL, &discard_err) != ATTND_OK) slog_warn("%s", discard_err.msg);
+    } else if ((rc = statedir_commit(st->sd, staged, NULL, err)) == ATTND_OK) {
+        again->persisted_version = version;
     }
-    free(tmp);
-    free(path);
+    pthread_mutex_unlock(&st->mu);
+    /* also when a newer writer renamed: its directory entry may not be synced yet */
+    if (rc == ATTND_OK && again) rc = statedir_sync(st->sd, NULL, err);
     return rc;
 }
 
 int sess_persist_all(sess_store *st) {
-    if (!st->dir) return 0;
+    if (!st->sd) return 0;
     /* collect ids first: persisting takes the lock itself */
     pthread_mutex_lock(&st->mu);
     int n = 0;
@@ -655,38 +474,37 @@ int sess_persist_all(sess_store *st) {
     return fails;
 }
 
-// ---- JSON views ---------------------------------------------------------------------------
+// ---- views --------------------------------------------------------------------------------
 
-static json_t *info_locked(const sess *s) {
-    json_t *o = json_object();
-    json_object_set_new(o, "id", json_string(s->id));
-    json_object_set_new(o, "object", json_string("session"));
-    json_object_set_new(o, "tokens", json_integer(s->n_tokens));
-    json_object_set_new(o, "kv_tokens", json_integer(s->kv ? s->kv_len : 0));
-    json_object_set_new(o, "kv_bytes", json_integer((json_int_t)s->kv_bytes));
-    json_object_set_new(o, "busy", json_boolean(s->busy));
-    json_object_set_new(o, "created", json_integer(s->created_ms / 1000));
-    json_object_set_new(o, "last_used", json_integer(s->last_use_ms / 1000));
-    return o;
+static void info_locked(const sess *s, sess_info *out) {
+    snprintf(out->id, sizeof(out->id), "%s", s->id);
+    out->n_tokens = s->n_tokens;
+    out->kv_tokens = s->kv ? s->kv_len : 0;
+    out->kv_bytes = s->kv_bytes;
+    out->busy = s->busy;
+    out->created_ms = s->created_ms;
+    out->last_use_ms = s->last_use_ms;
 }
 
-json_t *sess_info_json(sess_store *st, const char *owner, const char *id) {
+bool sess_get_info(sess_store *st, const char *owner, const char *id, sess_info *out) {
     pthread_mutex_lock(&st->mu);
     sess *s = find_named(st, owner, id);
-    json_t *o = s ? info_locked(s) : NULL;
+    if (s) info_locked(s, out);
     pthread_mutex_unlock(&st->mu);
-    return o;
+    return s != NULL;
 }
 
-json_t *sess_list_json(sess_store *st, const char *owner) {
-    json_t *root = json_object(), *arr = json_array();
+int sess_list_info(sess_store *st, const char *owner, sess_info **out) {
+    *out = NULL;
     pthread_mutex_lock(&st->mu);
-    for (sess *s = st->head; s; s = s->next)
-        if (!s->anon && !strcmp(s->owner, own(owner))) json_array_append_new(arr, info_locked(s));
+    int n = 0, k = 0;
+    for (sess *s = st->head; s; s = s->next) n += !s->anon && !strcmp(s->owner, own(owner));
+    sess_info *v = calloc(n ? (size_t)n : 1, sizeof(*v));
+    for (sess *s = st->head; s && v; s = s->next)
+        if (!s->anon && !strcmp(s->owner, own(owner))) info_locked(s, &v[k++]);
     pthread_mutex_unlock(&st->mu);
-    json_object_set_new(root, "object", json_string("list"));
-    json_object_set_new(root, "data", arr);
-    return root;
+    *out = v;
+    return v ? k : -1;
 }
 
 int sess_count(sess_store *st) {

@@ -7,7 +7,7 @@
  * sessions hold KV memory. The store itself never calls the engine.
  *
  * On disk (when a state directory is configured) every named session is one JSON file,
- * <state_dir>/<id>.session.json, written atomically (temp file, fsync, rename):
+ * <state_dir>/<id>.session.json (sess_file.h), written atomically by statedir.h:
  *   {"format": "attnd-session", "version": 1, "id": "...", "model": "<model tag>",
  *    "created": <unix ms>, "last_used": <unix ms>, "tokens": [1, 415, ...]}
  * Files whose model tag differs from the loaded model's are left alone: not loaded, and their ids
@@ -24,8 +24,8 @@
 #ifndef ATTND_SERVER_SESS_H
 #define ATTND_SERVER_SESS_H
 
-#include <jansson.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "attnd/common.h"
@@ -60,7 +60,8 @@ attnd_status sess_store_create(sess_store **out, const char *state_dir, const ch
 /* All KV handles must have been released by the scheduler first (sess_take_kv). */
 void sess_store_destroy(sess_store *st);
 
-/* True for 1..64 characters of [A-Za-z0-9._-], not starting with '.'. */
+/* The state directory's rules (statedir.h), for ids and owners that never reach a file too:
+ * 1..64 characters of [A-Za-z0-9._-], not starting with '.'. */
 bool sess_id_valid(const char *id);
 /* True for NULL or 0..16 lower-case hex digits. */
 bool sess_owner_valid(const char *owner);
@@ -111,19 +112,21 @@ attnd_status sess_persist(sess_store *st, const char *owner, const char *id, att
 /* Persists every changed session (shutdown). Returns the number of failures. */
 int sess_persist_all(sess_store *st);
 
-/* {"id","object":"session","tokens","kv_tokens","kv_bytes","busy","created","last_used"} (new ref) */
-json_t *sess_info_json(sess_store *st, const char *owner, const char *id);
-/* {"object":"list","data":[...]} (new ref), named sessions only */
-json_t *sess_list_json(sess_store *st, const char *owner);
-int sess_count(sess_store *st);
+/* A named session as the API shows it: a copy taken under the lock (sess_json.h renders it). */
+typedef struct sess_info {
+    char id[SESS_ID_MAX + 1];
+    int n_tokens, kv_tokens;
+    size_t kv_bytes;
+    bool busy;
+    int64_t created_ms, last_use_ms;
+} sess_info;
 
-/* Writes text to path atomically: a unique temp file in the same directory, fsync, rename (the
- * store's files and other state kept next to them use it). ATTND_ERR_IO, ATTND_ERR_NOMEM. */
-attnd_status sess_write_atomic(const char *path, const char *text, attnd_err *err);
-/* Opens a store's state directory: creates it (0700) when missing, checks that it is writable,
- * and calls each(user, name) for every entry in it. ATTND_ERR_IO (message names the directory). */
-attnd_status sess_state_dir_scan(const char *dir, void (*each)(void *user, const char *name), void *user,
-                                 attnd_err *err);
+/* Copies owner's named session id into *out; false when there is none. */
+bool sess_get_info(sess_store *st, const char *owner, const char *id, sess_info *out);
+/* *out = owner's named sessions, most recently created first (new array, caller frees); returns
+ * how many, -1 when out of memory (*out NULL). */
+int sess_list_info(sess_store *st, const char *owner, sess_info **out);
+int sess_count(sess_store *st);
 
 /* Length of the common prefix of a[0..na) and b[0..nb). */
 int sess_common_prefix(const int32_t *a, int na, const int32_t *b, int nb);
