@@ -24,6 +24,7 @@ struct sched_job {
     int top_logprobs;
     bool prompt_logprobs;
     attn_capture *capture;    /* owned, may be NULL */
+    grammar *grammar;         /* a reference, may be NULL */
     sess *se;
     char owner[SESS_OWNER_MAX + 1]; /* whose prompt cache an anonymous job may use */
     char request_id[72];      /* the HTTP request's id, for log lines ("" = none) */
@@ -115,6 +116,8 @@ typedef struct pace_fit {
 struct sched {
     const model *m;
     const tokenizer *tok;
+    grammar_vocab *gvocab;   /* the vocabulary index for grammars: built at the first job that
+                                has one (scheduler thread), owned */
     sess_store *store;
     server_hooks hooks;
     int wd_ms;
