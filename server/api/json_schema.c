@@ -267,6 +267,14 @@ static size_t utf8_len(const char *p, const char *end) {
     return (size_t)(end - p) < n ? (size_t)(end - p) : n;
 }
 
+/* The code point of the UTF-8 sequence p[n] (as far as it goes). */
+static uint32_t utf8_cp(const char *p, size_t n) {
+    const unsigned char *u = (const unsigned char *)p;
+    uint32_t v = n == 1 ? u[0] : n == 2 ? (u[0] & 0x1Fu) : n == 3 ? (u[0] & 0x0Fu) : (u[0] & 0x07u);
+    for (size_t i = 1; i < n; i++) v = v << 6 | (u[i] & 0x3Fu);
+    return v;
+}
+
 /* A class member character for GBNF (escaped where a GBNF class needs it). */
 static bool rx_class_char(rx *r, buf *o, const char *ch, size_t n, bool neg) {
     unsigned char b = (unsigned char)*ch;
@@ -307,10 +315,12 @@ static bool rx_class(rx *r, buf *o) {
         if (!rx_class_char(r, o, r->p, n, neg)) return false;
         r->p += n;
         if (r->p + 1 < r->end && *r->p == '-' && r->p[1] != ']') {
+            uint32_t lo = utf8_cp(r->p - n, n);
             r->p++;
             n = utf8_len(r->p, r->end);
-            if (*r->p == '\\' || !cput(r->c, o, "-") || !rx_class_char(r, o, r->p, n, neg))
-                return r->c->st == ATTND_OK ? rx_fail(r, "an escaped range end") : false;
+            if (*r->p == '\\') return rx_fail(r, "an escaped range end");
+            if (utf8_cp(r->p, n) < lo) return rx_fail(r, "a backwards range");
+            if (!cput(r->c, o, "-") || !rx_class_char(r, o, r->p, n, neg)) return false;
             r->p += n;
         }
     }
@@ -368,8 +378,16 @@ static bool rx_quantifier(rx *r, buf *o) {
     } else if (ch == '{') {
         const char *close = memchr(r->p, '}', (size_t)(r->end - r->p));
         if (!close) return rx_fail(r, "an unclosed repetition");
-        for (const char *q = r->p + 1; q < close; q++)
-            if (!((*q >= '0' && *q <= '9') || *q == ',')) return rx_fail(r, "this repetition");
+        long m = -1, x = -1, *cur = &m;
+        int commas = 0;
+        for (const char *q = r->p + 1; q < close; q++) {
+            if (*q == ',' && !commas++) cur = &x;
+            else if (*q >= '0' && *q <= '9' && (*cur < 0 ? 0 : *cur) <= GRAMMAR_MAX_REPEAT)
+                *cur = (*cur < 0 ? 0 : *cur * 10) + (*q - '0');
+            else return rx_fail(r, "this repetition");
+        }
+        if (m < 0 || m > GRAMMAR_MAX_REPEAT || x > GRAMMAR_MAX_REPEAT || (x >= 0 && x < m))
+            return rx_fail(r, "this repetition");
         if (!buf_append(o, r->p, (size_t)(close - r->p) + 1)) return cfail(r->c, ATTND_ERR_NOMEM, "out of memory");
         r->p = close + 1;
     } else return true;
