@@ -166,7 +166,7 @@ typedef struct gpool {
 typedef struct glevel {
     size_t a, b;
     uint32_t cp;
-    int need;
+    int need, total;         /* bytes still to come, and the whole character's length */
     size_t pool_end, tb_end; /* what the level's stacks use; deeper levels start from here */
 } glevel;
 
@@ -177,7 +177,7 @@ struct grammar_state {
     int32_t *tops;         /* (n_tops) the committed stacks */
     size_t n_tops, cap_tops;
     uint32_t cp;           /* the committed partial character */
-    int need;
+    int need, total;
     int32_t *tb;           /* stacks of trial steps */
     size_t tb_len, tb_cap;
     int32_t *work;         /* expansion worklist */
@@ -305,9 +305,17 @@ static void step_cp(grammar_state *s, size_t a, size_t b, uint32_t c, glevel *ou
     out->b = s->tb_len;
 }
 
-/* Whether some stack of tb[a..b) can take a character that starts with the partial cp. */
-static bool partial_viable(const grammar_state *s, size_t a, size_t b, uint32_t cp, int need) {
+/* The smallest code point a UTF-8 sequence of n bytes may encode (shorter forms are overlong). */
+static uint32_t utf8_min(int n) { return n == 2 ? 0x80 : n == 3 ? 0x800 : n == 4 ? 0x10000 : 0; }
+
+/* Whether some stack of tb[a..b) can take a character that starts with the partial cp (need
+ * more bytes to come of a total-byte sequence): overlong and out-of-range completions do not
+ * count. */
+static bool partial_viable(const grammar_state *s, size_t a, size_t b, uint32_t cp, int need, int total) {
     uint32_t lo = cp << (6 * need), hi = lo | ((1u << (6 * need)) - 1);
+    if (lo < utf8_min(total)) lo = utf8_min(total);
+    if (hi > 0x10FFFF) hi = 0x10FFFF;
+    if (lo > hi) return false;
     for (size_t i = a; i < b; i++) {
         int32_t x = s->tb[i];
         if (x >= 0 && set_meets(s->g, &s->g->sets[s->g->el[s->pool.n[x].pos].v], lo, hi)) return true;
@@ -325,8 +333,9 @@ static bool step_byte(grammar_state *s, const glevel *in, unsigned char byte, gl
             return out->b > out->a && s->st == ATTND_OK;
         }
         int need = (byte & 0xE0) == 0xC0 ? 1 : (byte & 0xF0) == 0xE0 ? 2 : (byte & 0xF8) == 0xF0 ? 3 : 0;
-        if (!need || byte < 0xC2) return false; /* a continuation byte, an overlong lead, or not UTF-8 */
+        if (!need || byte < 0xC2 || byte > 0xF4) return false; /* a continuation byte, overlong, or not UTF-8 */
         out->need = need;
+        out->total = need + 1;
         out->cp = need == 1 ? (byte & 0x1Fu) : need == 2 ? (byte & 0x0Fu) : (byte & 0x07u);
     } else {
         if ((byte & 0xC0) != 0x80) return false;
@@ -334,12 +343,12 @@ static bool step_byte(grammar_state *s, const glevel *in, unsigned char byte, gl
         out->need = in->need - 1;
         if (out->need == 0) {
             uint32_t c = out->cp;
-            if (c > 0x10FFFF) return false;
+            if (c > 0x10FFFF || c < utf8_min(in->total) || (c >= 0xD800 && c <= 0xDFFF)) return false;
             step_cp(s, in->a, in->b, c, out);
             return out->b > out->a && s->st == ATTND_OK;
         }
     }
-    return partial_viable(s, out->a, out->b, out->cp, out->need);
+    return partial_viable(s, out->a, out->b, out->cp, out->need, out->total);
 }
 
 static void start_stacks(grammar_state *s) {
@@ -357,7 +366,7 @@ static void start_stacks(grammar_state *s) {
     memcpy(s->tops, s->tb, s->tb_len * sizeof(*s->tops));
     s->n_tops = s->tb_len;
     s->committed = s->pool.len;
-    s->cp = 0, s->need = 0;
+    s->cp = 0, s->need = 0, s->total = 0;
     s->tb_len = 0;
 }
 
@@ -403,7 +412,7 @@ static bool load_committed(grammar_state *s, glevel *l) {
     }
     memcpy(s->tb, s->tops, s->n_tops * sizeof(*s->tb));
     s->tb_len = s->n_tops;
-    *l = (glevel){0, s->n_tops, s->cp, s->need, s->pool.len, s->tb_len};
+    *l = (glevel){0, s->n_tops, s->cp, s->need, s->total, s->pool.len, s->tb_len};
     return true;
 }
 
@@ -460,7 +469,7 @@ bool grammar_state_accept(grammar_state *s, const char *bytes, size_t n) {
     if (n == 0) return s->st == ATTND_OK;
     bool ok = run_bytes(s, bytes, n, &l);
     if (ok && !compact(s, l.a, l.b)) s->st = ATTND_ERR_NOMEM, ok = false;
-    if (ok) s->cp = l.cp, s->need = l.need;
+    if (ok) s->cp = l.cp, s->need = l.need, s->total = l.total;
     s->pool.len = s->committed, s->tb_len = 0;
     return ok;
 }

@@ -155,6 +155,11 @@ Test(grammar, non_ascii_characters_match_whole_and_split) {
     REJECTS(g, "\xc4"); /* no allowed character starts with this byte */
     REJECTS(g, "\xff");
     REJECTS("root ::= [^a]", "\x80"); /* a continuation byte alone is not UTF-8 */
+    REJECTS("root ::= \"}\"", "\xe0\x81\xbd"); /* an overlong '}' is not '}' */
+    REJECTS("root ::= .", "\xc1\xbd");
+    REJECTS("root ::= .", "\xed\xa0\x80"); /* a surrogate */
+    REJECTS("root ::= [\\x00-\\x7f]", "\xe0"); /* only overlong 3-byte forms could be below 0x80 */
+    REJECTS("root ::= .", "\xf4\x90"); /* beyond U+10FFFF */
 }
 
 Test(grammar, a_json_like_grammar) {

@@ -283,8 +283,10 @@ Test(oai, unsupported_features_are_refused_by_name_not_ignored) {
         {"tool_choice", "{\"type\":\"function\",\"function\":{\"name\":\"f\"}}"},
         {"functions", "[{\"name\":\"f\"}]"},
         {"function_call", "\"auto\""},
-        {"response_format", "{\"type\":\"json_object\"}"},
-        {"response_format", "{\"type\":\"json_schema\",\"json_schema\":{}}"},
+        {"response_format", "{\"type\":\"xml\"}"},
+        {"response_format", "{\"type\":\"json_schema\",\"json_schema\":{\"schema\":{\"not\":{}}}}"},
+        {"grammar", "\"root ::= nothing\""},
+        {"json_schema", "{\"type\":\"number\",\"multipleOf\":3}"},
         {"modalities", "[\"text\",\"audio\"]"},
         {"audio", "{\"voice\":\"x\"}"},
     };
@@ -307,5 +309,46 @@ Test(oai, unsupported_features_are_refused_by_name_not_ignored) {
     oai_request_free(&r);
     cr_expect_eq(parse("{\"prompt\":\"a\",\"best_of\":1,\"suffix\":\"\"}", false, &r, &param, &err), ATTND_OK, "%s",
                  err.msg);
+    oai_request_free(&r);
+}
+
+Test(oai, structured_output_fields_compile_into_a_grammar) {
+    static const struct { const char *fields; oai_format f; } ok[] = {
+        {"\"response_format\":{\"type\":\"json_object\"}", OAI_FORMAT_JSON_OBJECT},
+        {"\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"x\",\"strict\":true,"
+         "\"schema\":{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"}},\"required\":[\"a\"]}}}",
+         OAI_FORMAT_JSON_SCHEMA},
+        {"\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"x\"}}", OAI_FORMAT_JSON_SCHEMA},
+        {"\"json_schema\":{\"type\":\"string\"}", OAI_FORMAT_JSON_SCHEMA},
+        {"\"grammar\":\"root ::= [a-z]+\"", OAI_FORMAT_GRAMMAR},
+        {"\"grammar\":\"\"", OAI_FORMAT_TEXT},
+        {"\"response_format\":{\"type\":\"text\"}", OAI_FORMAT_TEXT},
+    };
+    for (size_t i = 0; i < sizeof(ok) / sizeof(*ok); i++) {
+        char body[600];
+        snprintf(body, sizeof(body), "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],%s}", ok[i].fields);
+        oai_request r;
+        const char *param = NULL;
+        attnd_err err = {{0}};
+        cr_assert_eq(parse(body, true, &r, &param, &err), ATTND_OK, "%s: %s", ok[i].fields, err.msg);
+        cr_expect_eq(r.format, ok[i].f, "%s", ok[i].fields);
+        cr_expect_eq(r.grammar != NULL, ok[i].f != OAI_FORMAT_TEXT, "%s", ok[i].fields);
+        oai_request_free(&r);
+    }
+    expect_bad("{\"prompt\":\"a\",\"grammar\":\"root ::= \\\"a\\\"\",\"json_schema\":{}}", false, "grammar");
+    expect_bad("{\"prompt\":\"a\",\"grammar\":7}", false, "grammar");
+    expect_bad("{\"prompt\":\"a\",\"response_format\":\"json\"}", false, "response_format");
+}
+
+Test(oai, an_unsupported_schema_keyword_is_named_in_the_400) {
+    oai_request r;
+    const char *param = NULL;
+    attnd_err err = {{0}};
+    cr_assert_eq(parse("{\"prompt\":\"a\",\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"schema\":"
+                       "{\"type\":\"object\",\"properties\":{\"n\":{\"type\":\"integer\",\"multipleOf\":5}}}}}}",
+                       false, &r, &param, &err),
+                 ATTND_ERR_INVALID);
+    cr_assert_str_eq(param, "response_format");
+    cr_assert(strstr(err.msg, "'multipleOf'") && strstr(err.msg, "/properties/n"), "%s", err.msg);
     oai_request_free(&r);
 }

@@ -99,8 +99,8 @@ Test(responses, what_is_not_text_generation_is_refused_naming_the_field) {
     expect_bad("{\"input\":\"x\",\"tools\":[{\"type\":\"function\",\"name\":\"f\"}]}", "tools");
     expect_bad("{\"input\":\"x\",\"tool_choice\":\"required\"}", "tool_choice");
     expect_bad("{\"input\":\"x\",\"reasoning\":{\"effort\":\"high\"}}", "reasoning");
-    expect_bad("{\"input\":\"x\",\"text\":{\"format\":{\"type\":\"json_schema\",\"name\":\"s\",\"schema\":{}}}}",
-               "text.format");
+    expect_bad("{\"input\":\"x\",\"text\":{\"format\":{\"type\":\"json_schema\",\"name\":\"s\"}}}", "text.format");
+    expect_bad("{\"input\":\"x\",\"text\":{\"format\":{\"type\":\"yaml\"}}}", "text.format");
     expect_bad("{\"input\":\"x\",\"background\":true}", "background");
     expect_bad("{\"input\":\"x\",\"truncation\":\"auto\"}", "truncation");
     expect_bad("{\"input\":[{\"role\":\"user\",\"content\":[{\"type\":\"input_text\",\"text\":\"a\"},"

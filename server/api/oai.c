@@ -5,7 +5,9 @@
  */
 #include "oai.h"
 
+#include "attnd/buf.h"
 #include "attnd/utf8.h"
+#include "json_schema.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -242,6 +244,73 @@ static attnd_status parse_prompt(const json_t *body, int n_vocab, oai_request *r
     return st;
 }
 
+// ---- structured output ----------------------------------------------------------------------
+
+/* Compiles GBNF text into r->grammar; a grammar that does not compile is the field's fault. */
+static attnd_status compile_into(oai_request *r, oai_format f, const char *text, size_t len, const char *name,
+                                 const char **param, attnd_err *err) {
+    attnd_err gerr;
+    attnd_status st = grammar_compile(&r->grammar, text, len, &gerr);
+    if (st == ATTND_ERR_NOMEM) return attnd_fail(err, st, "out of memory");
+    if (st != ATTND_OK) return oai_bad(param, name, err, "'%s': %s", name, gerr.msg);
+    r->format = f;
+    return ATTND_OK;
+}
+
+static attnd_status schema_into(oai_request *r, const json_t *schema, const char *name, const char **param,
+                                attnd_err *err) {
+    buf g = {0};
+    attnd_err serr;
+    attnd_status st = json_schema_to_gbnf(schema, &g, &serr);
+    if (st == ATTND_OK) st = compile_into(r, OAI_FORMAT_JSON_SCHEMA, g.p, g.len, name, param, err);
+    else if (st == ATTND_ERR_NOMEM) attnd_fail(err, st, "out of memory");
+    else st = oai_bad(param, name, err, "'%s': %s", name, serr.msg);
+    buf_free(&g);
+    return st;
+}
+
+/* response_format (OpenAI), and grammar / json_schema (llama.cpp): at most one of them. */
+static attnd_status parse_format(const json_t *body, oai_request *r, const char **param, attnd_err *err) {
+    const json_t *rf = oai_field(body, "response_format"), *gr = oai_field(body, "grammar"),
+                 *js = oai_field(body, "json_schema");
+    const json_t *rft = json_object_get(rf, "type");
+    bool rf_on = rf && !(json_is_string(rft) && !strcmp(json_string_value(rft), "text"));
+    if ((rf_on + !!gr + !!js) > 1)
+        return oai_bad(param, gr ? "grammar" : "json_schema", err,
+                   "give at most one of 'response_format', 'grammar' and 'json_schema'");
+    if (gr) {
+        if (!json_is_string(gr)) return oai_bad(param, "grammar", err, "'grammar' must be a string (GBNF)");
+        if (json_string_length(gr) == 0) return ATTND_OK; /* llama.cpp clients send "" for none */
+        return compile_into(r, OAI_FORMAT_GRAMMAR, json_string_value(gr), json_string_length(gr), "grammar", param, err);
+    }
+    if (js) {
+        if (!json_is_object(js) && !json_is_boolean(js))
+            return oai_bad(param, "json_schema", err, "'json_schema' must be a JSON Schema object");
+        return schema_into(r, js, "json_schema", param, err);
+    }
+    if (!rf) return ATTND_OK;
+    if (!json_is_object(rf) || !json_is_string(rft))
+        return oai_bad(param, "response_format", err, "'response_format' must be an object with a string 'type'");
+    const char *t = json_string_value(rft);
+    if (!strcmp(t, "text")) return ATTND_OK;
+    if (!strcmp(t, "json_object")) {
+        const char *any = json_schema_any_object_gbnf();
+        attnd_status st = compile_into(r, OAI_FORMAT_JSON_OBJECT, any, strlen(any), "response_format", param, err);
+        return st;
+    }
+    if (strcmp(t, "json_schema"))
+        return oai_bad(param, "response_format", err,
+                   "'response_format.type' '%.32s' is not one of text, json_object, json_schema", t);
+    const json_t *spec = json_object_get(rf, "json_schema"), *schema = json_object_get(spec, "schema");
+    if (!json_is_object(spec))
+        return oai_bad(param, "response_format", err, "'response_format.json_schema' must be an object with a 'schema'");
+    if (!schema || json_is_null(schema)) { /* a schema-less json_schema format: any JSON object */
+        const char *any = json_schema_any_object_gbnf();
+        return compile_into(r, OAI_FORMAT_JSON_SCHEMA, any, strlen(any), "response_format", param, err);
+    }
+    return schema_into(r, schema, "response_format", param, err);
+}
+
 /* OpenAI features attnd does not implement are refused by name rather than silently ignored:
  * a client asking for tool calls or JSON mode must not believe it got them. Their harmless
  * "off" forms (null, an empty tools list, tool_choice "none", response_format "text",
@@ -259,10 +328,6 @@ static attnd_status refuse_unsupported(const json_t *body, const char **param, a
         if (v && !(json_is_string(v) && !strcmp(json_string_value(v), "none")))
             return oai_bad(param, CHOICES[i], err, "'%s' is not supported by this server (no tool calling)", CHOICES[i]);
     }
-    const json_t *rf = oai_field(body, "response_format"), *rft = json_object_get(rf, "type");
-    if (rf && !(json_is_string(rft) && !strcmp(json_string_value(rft), "text")))
-        return oai_bad(param, "response_format", err,
-                   "'response_format' other than {\"type\": \"text\"} is not supported (no JSON mode)");
     const json_t *mod = oai_field(body, "modalities");
     if (mod && !(json_is_array(mod) && json_array_size(mod) == 1 &&
                  json_is_string(json_array_get(mod, 0)) && !strcmp(json_string_value(json_array_get(mod, 0)), "text")))
@@ -348,6 +413,7 @@ attnd_status oai_parse(const json_t *body, bool chat, const server_settings *cfg
         return rc;
     if ((rc = parse_stop(body, r, param, err)) != ATTND_OK) return rc;
     if ((rc = parse_bias(body, n_vocab, r, param, err)) != ATTND_OK) return rc;
+    if ((rc = parse_format(body, r, param, err)) != ATTND_OK) return rc;
     attnd_err verr;
     if (sampler_params_validate(&r->sp, n_vocab, &verr) != ATTND_OK)
         return oai_bad(param, NULL, err, "%s", verr.msg);
@@ -362,6 +428,7 @@ void oai_request_free(oai_request *r) {
     free(r->bias);
     for (int i = 0; i < r->n_stops; i++) free(r->stops[i]);
     free(r->stops);
+    grammar_unref(r->grammar);
     memset(r, 0, sizeof(*r));
 }
 

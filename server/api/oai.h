@@ -15,6 +15,7 @@
 #include <stdint.h>
 
 #include "attnd/common.h"
+#include "attnd/grammar.h"
 #include "attnd/sampler.h"
 #include "chat.h"
 #include "settings.h"
@@ -36,6 +37,16 @@ typedef struct oai_prompt {
     int n_ids;
 } oai_prompt;
 
+/* What the output must be: free text, any JSON object (response_format json_object), JSON
+ * under a schema (response_format json_schema, llama.cpp's json_schema), or a GBNF grammar
+ * (llama.cpp's grammar). */
+typedef enum oai_format {
+    OAI_FORMAT_TEXT = 0,
+    OAI_FORMAT_JSON_OBJECT,
+    OAI_FORMAT_JSON_SCHEMA,
+    OAI_FORMAT_GRAMMAR,
+} oai_format;
+
 typedef struct oai_request {
     bool chat;
     // ---- the prompt: exactly one of these ----
@@ -54,14 +65,21 @@ typedef struct oai_request {
     bool stream, include_usage, echo;
     int logprobs;           /* alternatives per token (0..20); -1 = no logprobs */
     const char *session_id; /* borrowed; NULL = none */
+    // ---- structured output ----
+    oai_format format;      /* what constrains the output */
+    grammar *grammar;       /* owned reference; NULL for OAI_FORMAT_TEXT */
 } oai_request;
 
 /*
  * Validates a /v1/completions (chat = false) or /v1/chat/completions (chat = true) body.
  * Defaults come from cfg; n_vocab bounds token ids and logit_bias keys; max_tokens above
  * cfg->max_tokens_cap is refused. On error *param names the field (NULL for the body itself).
- * Features not implemented (tools, tool_choice, functions, function_call, response_format other
- * than "text", audio, modalities other than ["text"], best_of > 1, suffix) are refused by name;
+ * Structured output: response_format {"type": "text" | "json_object" | "json_schema",
+ * "json_schema": {"name", "schema", "strict"}}, and llama.cpp's "grammar" (GBNF) and
+ * "json_schema" (a schema) on every endpoint, compile into r->grammar; a schema keyword the
+ * conversion does not cover is a 400 naming it (json_schema.h).
+ * Features not implemented (tools, tool_choice, functions, function_call, audio, modalities
+ * other than ["text"], best_of > 1, suffix) are refused by name;
  * unknown fields and harmless ones clients send (user, stream_options, metadata, store) are not.
  * out must be freed with oai_request_free, also after an error.
  */

@@ -30,11 +30,12 @@ static attnd_status refuse_unsupported(const json_t *b, const char **param, attn
         return oai_bad(param, "reasoning", err, "'reasoning' is not supported: this model has no reasoning mode");
     const json_t *text = oai_field(b, "text");
     if (text && !json_is_object(text)) return oai_bad(param, "text", err, "'text' must be an object");
-    const json_t *fmt = text ? oai_field(text, "format") : NULL;
-    if (fmt && !(json_is_object(fmt) && str_is(json_object_get(fmt, "type"), "text")))
+    const json_t *fmt = text ? oai_field(text, "format") : NULL, *ft = json_object_get(fmt, "type");
+    if (fmt && !(json_is_object(fmt) && (str_is(ft, "text") || str_is(ft, "json_object") || str_is(ft, "json_schema"))))
         return oai_bad(param, "text.format", err,
-                   "'text.format' must be {\"type\": \"text\"}: structured output (json_schema, json_object) is not "
-                   "supported");
+                   "'text.format' must be {\"type\": \"text\" | \"json_object\" | \"json_schema\", ...}");
+    if (str_is(ft, "json_schema") && !json_is_object(json_object_get(fmt, "schema")))
+        return oai_bad(param, "text.format", err, "'text.format' of type json_schema needs a 'schema' object");
     if (text && oai_field(text, "verbosity") && !str_is(oai_field(text, "verbosity"), "medium"))
         return oai_bad(param, "text.verbosity", err, "'text.verbosity' is not supported");
     if ((v = oai_field(b, "background")) && !json_is_false(v))
@@ -171,6 +172,21 @@ static attnd_status parse_scalars(const json_t *b, const server_settings *cfg, r
     return ATTND_OK;
 }
 
+/* text.format {type json_schema, name, schema, strict} | {type json_object} becomes chat's
+ * response_format in the sampling fields, which oai_parse compiles (naming "response_format"
+ * in its errors). */
+static attnd_status format_to_sampling(const json_t *b, responses_request *r, attnd_err *err) {
+    const json_t *fmt = oai_field(oai_field(b, "text"), "format"), *ft = json_object_get(fmt, "type");
+    json_t *rf = NULL;
+    if (str_is(ft, "json_object")) rf = json_pack("{s:s}", "type", "json_object");
+    else if (str_is(ft, "json_schema"))
+        rf = json_pack("{s:s,s:{s:O}}", "type", "json_schema", "json_schema", "schema", json_object_get(fmt, "schema"));
+    else return ATTND_OK;
+    if (!rf || json_object_set_new(r->sampling, "response_format", rf))
+        return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory");
+    return ATTND_OK;
+}
+
 attnd_status responses_parse(const json_t *b, const server_settings *cfg, responses_request *r, const char **param,
                              attnd_err *err) {
     memset(r, 0, sizeof(*r));
@@ -189,7 +205,7 @@ attnd_status responses_parse(const json_t *b, const server_settings *cfg, respon
         json_t *v = json_object_get(b, SAMPLING[i]);
         if (v && !json_is_null(v)) json_object_set(r->sampling, SAMPLING[i], v);
     }
-    return ATTND_OK;
+    return format_to_sampling(b, r, err);
 }
 
 void responses_request_free(responses_request *r) {
