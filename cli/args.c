@@ -3,7 +3,6 @@
 
 #include <errno.h>
 #include <limits.h>
-#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -43,16 +42,6 @@ long long cli_parse_int(const char *cmd, const char *flag, const char *s, long l
     if (errno || end == s || *end != '\0')
         cli_usage_error(cmd, "%s: '%s' is not an integer", flag, s);
     if (v < min || v > max) cli_usage_error(cmd, "%s: %lld is outside %lld..%lld", flag, v, min, max);
-    return v;
-}
-
-double cli_parse_double(const char *cmd, const char *flag, const char *s, double min, double max) {
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (errno || end == s || *end != '\0' || isnan(v))
-        cli_usage_error(cmd, "%s: '%s' is not a number", flag, s);
-    if (v < min || v > max) cli_usage_error(cmd, "%s: %g is outside %g..%g", flag, v, min, max);
     return v;
 }
 

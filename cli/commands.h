@@ -39,7 +39,6 @@ bool cli_flag_value(const char *cmd, int argc, char **argv, int *i, const char *
 /* Strict number parsing: the whole string must be a number within [min, max], else usage error
  * naming the flag. */
 long long cli_parse_int(const char *cmd, const char *flag, const char *s, long long min, long long max);
-double cli_parse_double(const char *cmd, const char *flag, const char *s, double min, double max);
 
 /* ---- option tables: one table per command instead of one parse loop per command ---- */
 
@@ -185,8 +184,6 @@ bool cli_gen_on_token(void *user, int32_t id);
 /* The generated text, cut before the stop string that ended it, once generation is over
  * (borrowed, valid while g lives; "" without a tokenizer). */
 const char *cli_gen_text(cli_gen *g, size_t *len);
-/* The stop string that ended generation, or NULL. */
-const char *cli_gen_matched_stop(const cli_gen *g);
 /* [{"id","logprob","top_logprobs":[{"id","logprob"}...]}...] per generated token (new reference;
  * -inf logprobs are null). */
 struct json_t *cli_gen_logprobs_json(const cli_gen *g);

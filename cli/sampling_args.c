@@ -251,8 +251,6 @@ const char *cli_gen_text(cli_gen *g, size_t *len) {
     return g->text.p ? g->text.p : "";
 }
 
-const char *cli_gen_matched_stop(const cli_gen *g) { return gen_matched_stop(g->g); }
-
 /* A logprob as JSON: -inf (a banned or impossible token) has no JSON number, so null. */
 static json_t *logprob_json(float lp) { return isfinite(lp) ? json_real(lp) : json_null(); }
 

@@ -1,5 +1,5 @@
 /*
- * engine.c — batched evaluation of the decoder (engine_* in attnd/model.h).
+ * engine.c — batched evaluation of the decoder (engine_* in attnd/engine.h).
  *
  * One engine_eval call runs every entry of the batch through the layers together: the weight
  * matrices are applied to all entries at once (quant_matmul reads each weight row once per call,

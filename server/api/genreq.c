@@ -195,7 +195,7 @@ void genreq_usage_sum(const req *r, oai_gen *sum) {
 
 void genreq_hold_connection(req *r, bool waiting) {
     unsigned t = waiting ? 0u : (unsigned)(r->srv->cfg.request_timeout_s > 0 ? r->srv->cfg.request_timeout_s : 30);
-    MHD_set_connection_option(r->conn, MHD_CONNECTION_OPTION_TIMEOUT, t);
+    http_idle_timeout(r, t);
 }
 
 void genreq_persist(req *r) {

@@ -22,6 +22,7 @@
 #include "attnd/kv.h"
 #include "http.h"
 #include "origin.h"
+#include "routes.h"
 #include "slog.h"
 
 // ---- lifecycle ----------------------------------------------------------------------------
@@ -80,6 +81,8 @@ attnd_status server_create(server **out, const server_settings *cfg, attnd_err *
     server *s = calloc(1, sizeof(*s));
     if (!s) return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory");
     s->cfg = *cfg;
+    s->routes = http_routes;
+    s->n_routes = http_n_routes;
     if (!s->cfg.host) s->cfg.host = "127.0.0.1";
     if (s->cfg.cors_origins && !*s->cfg.cors_origins) s->cfg.cors_origins = NULL; /* "" = no CORS */
     if (!copy_strings(&s->cfg)) {

@@ -2,9 +2,10 @@
  * settings.h — every knob `attnd serve` has, as one plain struct, plus the lifecycle hooks the
  * deployment layer (systemd notify) attaches to.
  *
- * Who fills it: server_settings_default() gives safe defaults (loopback only, no API key, CORS
- * off, bounded everything); the configuration module (server/config.c) overlays a config file,
- * environment and flags, as cli/cmd_serve.c asks it to.
+ * Who fills it: server_settings_default() gives safe defaults, from the settings table in
+ * config.c where every setting is described once (loopback only, no API key, CORS off, bounded
+ * everything); the configuration module (config.c) overlays a config file, environment and
+ * flags, as cli/cmd_serve.c asks it to.
  * The server reads the struct once at start and keeps its own copies of the strings it needs.
  *
  * Ownership: string fields are borrowed by server_create(), which copies them; whoever fills

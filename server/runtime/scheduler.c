@@ -729,7 +729,6 @@ void sched_destroy(sched *s) {
     free(s);
 }
 
-int sched_n_ctx(const sched *s) { return s->n_ctx; }
 
 attnd_status sched_submit(sched *s, sched_job *j, attnd_err *err) {
     pthread_mutex_lock(&s->mu);
