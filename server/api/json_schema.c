@@ -807,14 +807,23 @@ static bool emit_prims(conv *c) {
     return true;
 }
 
-attnd_status json_schema_to_gbnf(const json_t *schema, buf *out, attnd_err *err) {
-    conv c = {.root = schema, .err = err};
-    buf root = {0};
-    if (gen(&c, schema, &root) && emit_prims(&c))
-        if (!buf_printf(out, "root ::= \" \"? %s\n", root.p) || !buf_append(out, c.rules.p, c.rules.len))
-            c.st = attnd_fail(err, ATTND_ERR_NOMEM, "out of memory");
-    buf_free(&root);
+attnd_status json_schema_rules(const json_t *const *schemas, size_t n, buf *out, attnd_err *err) {
+    conv c = {.err = err};
+    for (size_t i = 0; i < n && c.st == ATTND_OK; i++) {
+        buf expr = {0};
+        c.root = schemas[i];
+        c.path[0] = '\0';
+        if (gen(&c, schemas[i], &expr)) cprintf(&c, &c.rules, "s%zu ::= %s\n", i, expr.p);
+        buf_free(&expr);
+    }
+    if (c.st == ATTND_OK && emit_prims(&c) && !buf_append(out, c.rules.p, c.rules.len))
+        c.st = attnd_fail(err, ATTND_ERR_NOMEM, "out of memory");
     buf_free(&c.rules);
     free(c.refs);
     return c.st;
+}
+
+attnd_status json_schema_to_gbnf(const json_t *schema, buf *out, attnd_err *err) {
+    if (!buf_puts(out, "root ::= \" \"? s0\n")) return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory");
+    return json_schema_rules(&schema, 1, out, err);
 }

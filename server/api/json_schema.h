@@ -36,6 +36,11 @@
  */
 attnd_status json_schema_to_gbnf(const json_t *schema, buf *out, attnd_err *err);
 
+/* Several schemas in one grammar (tool calling): appends "sK ::= <schema K>" for each, with
+ * the rules they need (no root rule; the caller writes one that refers to s0, s1, ...). Errors
+ * as json_schema_to_gbnf. */
+attnd_status json_schema_rules(const json_t *const *schemas, size_t n, buf *out, attnd_err *err);
+
 /* The grammar of any JSON object (response_format json_object). Static text. */
 const char *json_schema_any_object_gbnf(void);
 
