@@ -18,11 +18,12 @@
 #include "attnd/grammar.h"
 #include "attnd/sampler.h"
 #include "chat.h"
+#include "toolcall.h"
 #include "settings.h"
 
 /* The roles a chat message may have, as error messages list them ('developer' is OpenAI's newer
- * name for 'system'; 'tool' and 'function' results need tool calling, which attnd does not do). */
-#define OAI_ROLES "system, developer, user, assistant"
+ * name for 'system'; 'tool' carries a tool's result back). */
+#define OAI_ROLES "system, developer, user, assistant, tool"
 
 /* Limits of one request: prompts in a /v1/completions list, choices per prompt (n), and
  * choices in all (prompts x n), each of which is one sequence in the scheduler. */
@@ -45,6 +46,7 @@ typedef enum oai_format {
     OAI_FORMAT_JSON_OBJECT,
     OAI_FORMAT_JSON_SCHEMA,
     OAI_FORMAT_GRAMMAR,
+    OAI_FORMAT_TOOL_CALL,   /* tool_choice required / named: a call is forced */
 } oai_format;
 
 typedef struct oai_request {
@@ -68,6 +70,8 @@ typedef struct oai_request {
     // ---- structured output ----
     oai_format format;      /* what constrains the output */
     grammar *grammar;       /* owned reference; NULL for OAI_FORMAT_TEXT */
+    // ---- tools (chat) ----
+    toolcall_spec tools;    /* tools.tools is NULL when the request has none */
 } oai_request;
 
 /*
@@ -78,7 +82,11 @@ typedef struct oai_request {
  * "json_schema": {"name", "schema", "strict"}}, and llama.cpp's "grammar" (GBNF) and
  * "json_schema" (a schema) on every endpoint, compile into r->grammar; a schema keyword the
  * conversion does not cover is a 400 naming it (json_schema.h).
- * Features not implemented (tools, tool_choice, functions, function_call, audio, modalities
+ * Tools (chat): "tools", "tool_choice", "parallel_tool_calls" into r->tools (toolcall.h); the
+ * tools are described in the system message (Hermes style, for the built-in families), history
+ * messages' tool_calls and role "tool" results are rendered as the model writes them, and
+ * tool_choice required / named compiles the forcing grammar (then response_format is a 400).
+ * Features not implemented (functions, function_call, audio, modalities
  * other than ["text"], best_of > 1, suffix) are refused by name;
  * unknown fields and harmless ones clients send (user, stream_options, metadata, store) are not.
  * out must be freed with oai_request_free, also after an error.

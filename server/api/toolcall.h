@@ -91,4 +91,9 @@ json_t *toolcall_parser_reasoning(const toolcall_parser *p);
 json_t *toolcall_parser_calls(const toolcall_parser *p);
 int toolcall_parser_n_calls(const toolcall_parser *p);
 
+/* A whole chat choice ({"message": {...}, "finish_reason"}, changed in place) for the output
+ * text[n]: content, reasoning_content and tool_calls split out, finish_reason "tool_calls" when
+ * the answer is calls. false: out of memory (choice unchanged). */
+bool toolcall_apply(json_t *choice, const char *text, size_t n, bool calls);
+
 #endif

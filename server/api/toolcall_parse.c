@@ -64,7 +64,7 @@ static void delta_text(json_t *deltas, const char *key, const char *s, size_t n)
 }
 
 static void emit_content(toolcall_parser *p, const char *s, size_t n, json_t *deltas) {
-    if (!p->started && p->after_reasoning)
+    if (!p->started && (p->after_reasoning || p->calls)) /* blank lines before a call or answer go */
         while (n && (*s == '\n' || *s == ' ' || *s == '\r' || *s == '\t')) s++, n--;
     if (!n) return;
     p->started = true;
@@ -380,3 +380,29 @@ json_t *toolcall_parser_calls(const toolcall_parser *p) {
 }
 
 int toolcall_parser_n_calls(const toolcall_parser *p) { return (int)json_array_size(p->tool_calls); }
+
+// ---- a chat choice ------------------------------------------------------------------------
+
+bool toolcall_apply(json_t *choice, const char *text, size_t n, bool calls) {
+    toolcall_parser *p = toolcall_parser_create(calls);
+    json_t *deltas = json_array(), *msg = json_object_get(choice, "message");
+    if (!p || !deltas || !msg) {
+        toolcall_parser_destroy(p);
+        json_decref(deltas);
+        return false;
+    }
+    toolcall_parser_feed(p, text, n, deltas);
+    toolcall_parser_finish(p, deltas);
+    json_object_set_new(msg, "content", toolcall_parser_content(p));
+    json_t *r = toolcall_parser_reasoning(p), *tc = toolcall_parser_calls(p);
+    if (r) json_object_set_new(msg, "reasoning_content", r);
+    if (tc) {
+        json_object_set_new(msg, "tool_calls", tc);
+        const json_t *fr = json_object_get(choice, "finish_reason");
+        if (json_is_string(fr) && !strcmp(json_string_value(fr), "stop"))
+            json_object_set_new(choice, "finish_reason", json_string("tool_calls"));
+    }
+    json_decref(deltas);
+    toolcall_parser_destroy(p);
+    return true;
+}
