@@ -130,7 +130,7 @@ async function responses(model) {
   const notkept = await rejects(() => client.responses.retrieve(nostore.id));
   check(notkept && notkept.status === 404, 'store: false keeps nothing', notkept && notkept.status);
 
-  for (const [field, body] of [['tools', { tools: [{ type: 'function', name: 'f', parameters: {} }] }],
+  for (const [field, body] of [['tools', { tools: [{ type: 'web_search' }] }],
                                ['reasoning', { reasoning: { effort: 'high' } }],
                                ['text.format', { text: { format: { type: 'yaml' } } }]]) {
     const e = await rejects(() => client.responses.create({ model, input: 'x', ...body }));
