@@ -10,7 +10,7 @@
 #include "json_schema.h"
 #include "oai.h"
 
-enum { MAX_TOOLS = 128, MAX_NAME = 64 };
+enum { MAX_TOOLS = 128, MAX_NAME = 64, MAX_PARALLEL = 4 };
 
 static bool name_ok(const char *s) {
     size_t n = strlen(s);
@@ -148,7 +148,10 @@ attnd_status toolcall_grammar(const toolcall_spec *s, buf *out, attnd_err *err) 
     size_t n = json_array_size(s->tools);
     const json_t **schemas = calloc(n ? n : 1, sizeof(*schemas));
     if (!schemas) return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory");
-    bool ok = buf_printf(out, "root ::= \" \"? call%s\n", s->parallel ? " ( \"\\n\" call )*" : "") &&
+    /* parallel: up to MAX_PARALLEL calls, so a sampling model cannot loop on calls until its
+     * length runs out */
+    bool ok = (s->parallel ? buf_printf(out, "root ::= \" \"? call ( \"\\n\" call ){0,%d}\n", MAX_PARALLEL - 1)
+                           : buf_puts(out, "root ::= \" \"? call\n")) &&
               buf_puts(out, "call ::= \"<tool_call>\\n{\\\"name\\\": \" ( ");
     bool first = true;
     for (size_t i = 0; ok && i < n; i++) {
