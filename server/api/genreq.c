@@ -103,6 +103,7 @@ static bool job_spec(req *r, int32_t *ids, size_t n, int max_tokens, sess *se, u
         .prompt = ids, .n_prompt = (int)n, .sp = q->sp, .n_bias = q->n_bias, .max_tokens = max_tokens,
         .top_logprobs = q->logprobs, .prompt_logprobs = !r->chat && q->echo && q->logprobs >= 0, .se = se,
         .owner = r->owner, .request_id = r->request_id, .tenant = r->tenant,
+        .grammar = q->grammar ? grammar_ref(q->grammar) : NULL,
     };
     spec->sp.seed = seed;
     bool ok = true;
@@ -117,6 +118,7 @@ static bool job_spec(req *r, int32_t *ids, size_t n, int max_tokens, sess *se, u
     free(spec->bias);
     for (int i = 0; spec->stops && i < spec->n_stops; i++) free(spec->stops[i]);
     free(spec->stops);
+    grammar_unref(spec->grammar);
     return false;
 }
 
