@@ -70,6 +70,11 @@ sess_file_result sess_file_decode(const char *text, size_t len, const char *mode
         json_t *c = json_object_get(root, "created"), *u = json_object_get(root, "last_used");
         out->created_ms = json_is_integer(c) ? json_integer_value(c) : (int64_t)attnd_unix_ms();
         out->last_use_ms = json_is_integer(u) ? json_integer_value(u) : out->created_ms;
+        json_t *id = json_object_get(root, "id"), *owner = json_object_get(root, "owner");
+        if (json_is_string(id) && strlen(json_string_value(id)) < sizeof(out->id))
+            snprintf(out->id, sizeof(out->id), "%s", json_string_value(id));
+        if (json_is_string(owner) && strlen(json_string_value(owner)) < sizeof(out->owner))
+            snprintf(out->owner, sizeof(out->owner), "%s", json_string_value(owner));
     }
     json_decref(root);
     return r;

@@ -21,6 +21,8 @@ typedef struct sess_file {
     int32_t *tokens; /* (n_tokens) owned: the caller frees it (also on DAMAGED: NULL then) */
     int n_tokens;
     int64_t created_ms, last_use_ms; /* missing in the file: now, and created_ms */
+    char id[65], owner[17];          /* as the file says ("" when missing or too long): a
+                                        shared store checks them against the record's key */
     char why[160];   /* on DAMAGED */
 } sess_file;
 
