@@ -125,6 +125,28 @@ Test(oai, max_tokens_above_the_server_cap_is_refused_with_the_numbers) {
     oai_request_free(&r);
 }
 
+Test(oai, a_request_asking_more_than_max_request_tokens_in_all_is_refused_naming_the_cap) {
+    oai_request r;
+    const char *param;
+    attnd_err err;
+    cfg.max_request_tokens = 1000;
+    /* 4 prompts x n 2 x 200 = 1600 > 1000 */
+    cr_assert_eq(parse("{\"prompt\":[\"a\",\"b\",\"c\",\"d\"],\"n\":2,\"max_tokens\":200}", false, &r, &param, &err),
+                 ATTND_ERR_INVALID);
+    cr_assert_str_eq(param, "max_tokens");
+    cr_assert(strstr(err.msg, "max_request_tokens") && strstr(err.msg, "1000") && strstr(err.msg, "1600"), "%s", err.msg);
+    oai_request_free(&r);
+    /* without max_tokens the configured default counts: 4 x 300 = 1200 */
+    cfg.default_max_tokens = 300;
+    cr_assert_eq(parse("{\"prompt\":[\"a\",\"b\",\"c\",\"d\"]}", false, &r, &param, &err), ATTND_ERR_INVALID);
+    cr_assert(strstr(err.msg, "1200"), "%s", err.msg);
+    oai_request_free(&r);
+    /* at the cap: accepted */
+    cr_assert_eq(parse("{\"prompt\":[\"a\",\"b\"],\"n\":2,\"max_tokens\":250}", false, &r, &param, &err), ATTND_OK,
+                 "%s", err.msg);
+    oai_request_free(&r);
+}
+
 Test(oai, chat_messages_are_validated) {
     expect_bad("{\"messages\":[]}", true, "messages");
     expect_bad("{\"messages\":\"hi\"}", true, "messages");

@@ -5,6 +5,7 @@
  */
 #include "genreq.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -94,10 +95,11 @@ bool genreq_acquire_session(req *r, sess **se, enum MHD_Result *ret) {
  * false: out of memory (ids freed). */
 static bool job_spec(req *r, int32_t *ids, size_t n, int max_tokens, sess *se, uint64_t seed, sched_job_spec *spec) {
     const oai_request *q = &r->oreq;
+    http_tenant(r, r->tenant, sizeof(r->tenant));
     *spec = (sched_job_spec){
         .prompt = ids, .n_prompt = (int)n, .sp = q->sp, .n_bias = q->n_bias, .max_tokens = max_tokens,
         .top_logprobs = q->logprobs, .prompt_logprobs = !r->chat && q->echo && q->logprobs >= 0, .se = se,
-        .owner = r->owner, .request_id = r->request_id,
+        .owner = r->owner, .request_id = r->request_id, .tenant = r->tenant,
     };
     spec->sp.seed = seed;
     bool ok = true;
@@ -196,11 +198,23 @@ void genreq_hold_connection(req *r, bool waiting) {
     http_idle_timeout(r, t);
 }
 
-void genreq_persist(req *r) {
-    if (!r->sess_id[0]) return;
+bool genreq_persist(req *r) {
+    if (!r->sess_id[0]) return true;
+    if (r->unsaved) return false;
     attnd_err err;
-    if (sess_persist(r->srv->store, r->owner, r->sess_id, &err) != ATTND_OK) slog_error("%s", err.msg);
+    int e = 0;
+    if (sess_persist(r->srv->store, r->owner, r->sess_id, &e, &err) == ATTND_OK) return true;
+    slog_error("%s", err.msg);
+    r->unsaved = e == ENOSPC || e == EDQUOT ? 507 : 503;
+    snprintf(r->unsaved_msg, sizeof(r->unsaved_msg),
+             "session '%s' could not be saved (%.60s): this turn is not part of it; retry later", r->sess_id,
+             e ? strerror(e) : err.msg);
+    return false;
 }
+
+enum MHD_Result genreq_respond_unsaved(req *r) { return http_respond_error(r, r->unsaved, r->unsaved_msg, "session_id"); }
+
+json_t *genreq_unsaved_error(const req *r) { return oai_error(r->unsaved, r->unsaved_msg, "session_id"); }
 
 bool genreq_wait_all(req *r) {
     for (int k = 0; k < req_n_jobs(r); k++) {

@@ -308,6 +308,13 @@ attnd_status oai_parse(const json_t *body, bool chat, const server_settings *cfg
                        (long long)json_integer_value(v), cfg->max_tokens_cap);
         r->max_tokens = (int)json_integer_value(v);
     }
+    /* what the whole request may generate: one request must not hold the engine for minutes */
+    long long per = r->max_tokens >= 0 ? r->max_tokens : cfg->default_max_tokens;
+    if (cfg->max_request_tokens > 0 && per * n_prompts * r->n > cfg->max_request_tokens)
+        return oai_bad(param, mt_name, err,
+                       "%s %lld x n %d x %d prompts = %lld tokens; this server allows at most %d per request "
+                       "(max_request_tokens)", mt_name, per, r->n, n_prompts, per * n_prompts * r->n,
+                       cfg->max_request_tokens);
     if ((rc = get_num(body, "temperature", 0, 100, &r->sp.temperature, param, err)) ||
         (rc = get_num(body, "top_p", 0, 1, &r->sp.top_p, param, err)) ||
         (rc = get_num(body, "min_p", 0, 1, &r->sp.min_p, param, err)) ||

@@ -17,6 +17,9 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 
 #include "attnd/cpuinfo.h"
 #include "attnd/kv.h"
@@ -78,6 +81,12 @@ static attnd_status listen_socket(const char *host, int port, int *fd, attnd_err
 
 attnd_status server_create_unbound(server **out, const server_settings *cfg, attnd_err *err) {
     *out = NULL;
+#ifdef __GLIBC__
+    /* blocks of 256 KiB and more (an attention answer, a big request's JSON) are mapped and go
+     * back to the system when freed; glibc would otherwise raise the threshold after the first
+     * such free and keep the next ones in its per-thread arenas for good */
+    mallopt(M_MMAP_THRESHOLD, 256 * 1024);
+#endif
     server *s = calloc(1, sizeof(*s));
     if (!s) return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory");
     s->cfg = *cfg;
@@ -92,6 +101,7 @@ attnd_status server_create_unbound(server **out, const server_settings *cfg, att
     s->loopback = origin_bind_is_loopback(s->cfg.host);
     if (s->cfg.body_limit == 0) s->cfg.body_limit = 1u << 20;
     if (s->cfg.max_tokens_cap <= 0) s->cfg.max_tokens_cap = 4096;
+    if (s->cfg.max_request_tokens <= 0) s->cfg.max_request_tokens = 32768;
     if (s->cfg.default_max_tokens <= 0) s->cfg.default_max_tokens = 256;
     attnd_status rc = metrics_create(&s->met, err);
     if (rc == ATTND_OK && !s->cfg.model_path) rc = attnd_fail(err, ATTND_ERR_INVALID, "no model path given");
@@ -114,9 +124,10 @@ attnd_status server_create(server **out, const server_settings *cfg, attnd_err *
     }
     int max_conns = cfg->max_connections > 0 ? cfg->max_connections : 256;
     int idle_s = cfg->request_timeout_s > 0 ? cfg->request_timeout_s : 30;
-    if ((rc = conn_tracker_create(&s->conns, max_conns, cfg->header_timeout_s > 0 ? cfg->header_timeout_s : 10, idle_s,
-                                  err)))
-        goto fail;
+    conn_limits lim = {.max_connections = max_conns, .header_timeout_s = cfg->header_timeout_s > 0 ? cfg->header_timeout_s : 10,
+                       .idle_timeout_s = idle_s, .body_timeout_s = cfg->body_timeout_s > 0 ? cfg->body_timeout_s : 20,
+                       .per_address = cfg->max_connections_per_address};
+    if ((rc = conn_tracker_create(&s->conns, &lim, err))) goto fail;
     int fd = -1;
     if ((rc = listen_socket(s->cfg.host, cfg->port, &fd, err)) != ATTND_OK) goto fail;
     unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_ITC | MHD_USE_POLL;

@@ -78,9 +78,16 @@ typedef struct server_settings {
     int queue_limit;         /* requests waiting for the scheduler; default 64 (429 above) */
     int tokenize_parallel;   /* /tokenize and /detokenize requests at once; default 4 (429 above) */
     int max_tokens_cap;      /* upper bound on max_tokens per request; default 4096 */
+    int max_request_tokens;  /* upper bound on max_tokens x n x prompts per request (400 above);
+                                default 32768 */
     int attention_max_weights; /* most weights one POST /v1/attention answer carries; default 1000000 */
+    size_t attention_max_bytes; /* most bytes of JSON one /v1/attention answer takes; default 16 MiB */
+    int attention_parallel;  /* /v1/attention requests at once; default 2 (429 above) */
     int request_timeout_s;   /* idle HTTP connection timeout (slow loris); default 30 */
     int header_timeout_s;    /* a connection's request headers must arrive within this; default 10 */
+    int body_timeout_s;      /* a request's body must arrive within this of its headers; default 20 */
+    int max_connections_per_address; /* connections one client address may hold (429 above);
+                                0 = half of max_connections; default 0 */
     int shutdown_timeout_s;  /* SIGTERM: how long in-flight work may finish; default 10 */
     int sse_keepalive_s;     /* a waiting stream sends ": keep-alive" this often; 0 = never;
                                 default 5 (at most half of request_timeout_s) */
