@@ -331,3 +331,18 @@ Test(oai, unsupported_features_are_refused_by_name_not_ignored) {
                  err.msg);
     oai_request_free(&r);
 }
+
+Test(oai, chat_template_kwargs_and_the_messages_reach_the_template) {
+    json_t *j = json_loads("{\"messages\": [{\"role\": \"user\", \"content\": \"hi\", \"name\": \"bob\"}], "
+                           "\"chat_template_kwargs\": {\"enable_thinking\": false}}", 0, NULL);
+    oai_request r = {0};
+    const char *param = NULL;
+    attnd_err err;
+    cr_assert_eq(oai_parse(j, true, &cfg, 512, &r, &param, &err), ATTND_OK, "%s", err.msg);
+    cr_expect(json_is_false(json_object_get(r.template_kwargs, "enable_thinking")));
+    cr_expect_str_eq(json_string_value(json_object_get(json_array_get(r.messages_json, 0), "name")), "bob");
+    oai_request_free(&r);
+    json_decref(j);
+    expect_bad("{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}], \"chat_template_kwargs\": [1]}", true,
+               "chat_template_kwargs");
+}

@@ -69,7 +69,7 @@ struct server {
     sess_store *store;
     rstore *responses;        /* stored /v1/responses (state_dir, like the sessions) */
     sched *sch;
-    chat_family family;
+    chat_template chat;       /* the chat template and where it came from (chat.h) */
     char *model_id;
     int n_ctx, n_vocab;
     atomic_bool ready;
