@@ -4,6 +4,8 @@
   1. The quoted includes of server/ and cli/ form a DAG: no file reaches itself. With a build
      directory (--objects DIR), also the modules: a .c file depends on the .c files defining the
      functions and data it uses (from the object files' symbols), and no module reaches itself.
+     The .c files that share a private header (x_internal.h: the scheduler's, the config's, the
+     Jinja interpreter's) are one module: they are one unit split into files.
   2. The server's layers: server/runtime/ includes nothing from server/api/ and never
      <microhttpd.h> (the scheduler and the stores know no HTTP).
   3. docs/README.md's file map names every .c file of engine/, server/ and cli/.
@@ -25,7 +27,9 @@ OBJECTS = None
 if ARGS[:1] == ["--objects"]:
     OBJECTS, ARGS = ARGS[1], ARGS[2:]
 ROOT = os.path.abspath(ARGS[0] if ARGS else os.path.join(os.path.dirname(__file__), ".."))
-SERVER_DIRS = ["server/runtime", "server/api", "server/process"]
+# every folder of server/ is an include directory of the server (CMakeLists.txt's SERVER_INCLUDE_DIRS)
+SERVER_DIRS = sorted("server/" + d for d in os.listdir(os.path.join(ROOT, "server"))
+                     if os.path.isdir(os.path.join(ROOT, "server", d)) and d != "web")
 INCLUDE = re.compile(r'^\s*#\s*include\s+([<"])([^>"]+)[>"]', re.M)
 
 
@@ -136,7 +140,31 @@ def module_graph(build):
                 used[src].add(parts[1])
             elif len(parts) == 3 and parts[1] in "TDRBC":
                 defined[parts[2]] = src
-    return {src: sorted({defined[u] for u in us if u in defined and defined[u] != src}) for src, us in used.items()}
+    unit = {src: internal_header(src) or src for src in objs}
+    graph = {}
+    for src, us in used.items():
+        deps = {unit[defined[u]] for u in us if u in defined}
+        graph.setdefault(unit[src], set()).update(deps - {unit[src]})
+    return {m: sorted(d) for m, d in graph.items()}
+
+
+def internal_header(src):
+    """The x_internal.h a source file includes, directly or through its own headers (its module's
+    private header), or None."""
+    seen, todo = set(), [src]
+    while todo:
+        f = todo.pop(0)
+        path = os.path.join(ROOT, f)
+        if f in seen or not os.path.isfile(path):
+            continue
+        seen.add(f)
+        for kind, name in INCLUDE.findall(open(path, encoding="utf-8", errors="replace").read()):
+            p = resolve(f, name) if kind == '"' else None
+            if p and os.path.basename(p).endswith("_internal.h"):
+                return p
+            if p:
+                todo.append(p)
+    return None
 
 
 def main():
