@@ -1,6 +1,6 @@
 /*
  * test_server_attn_api.c — attention inspection on the server side, on the shipped model
- * (models/attnd-sotu.gguf, no shared fixtures): the request fields (server/attn_api.c) and their
+ * (models/attnd-sotu.gguf, no shared fixtures): the request fields (server/api/attn_api.c) and their
  * errors, the size cap and its message, the response JSON built from a capture, and inspection
  * jobs in the scheduler — their rows equal a direct capture's, a session's reused prefix has no
  * rows, and a plain job batched next to an inspecting one gets exactly the tokens it gets alone.

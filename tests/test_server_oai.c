@@ -1,6 +1,6 @@
 /*
  * test_server_oai.c — validation of OpenAI-style request bodies and the error shape
- * (server/oai.c): every field's wrong type or range is refused with the field named; valid
+ * (server/api/oai.c): every field's wrong type or range is refused with the field named; valid
  * bodies become the expected C values; invalid UTF-8 never reaches JSON unescaped.
  */
 #include <criterion/criterion.h>
@@ -330,4 +330,19 @@ Test(oai, unsupported_features_are_refused_by_name_not_ignored) {
     cr_expect_eq(parse("{\"prompt\":\"a\",\"best_of\":1,\"suffix\":\"\"}", false, &r, &param, &err), ATTND_OK, "%s",
                  err.msg);
     oai_request_free(&r);
+}
+
+Test(oai, chat_template_kwargs_and_the_messages_reach_the_template) {
+    json_t *j = json_loads("{\"messages\": [{\"role\": \"user\", \"content\": \"hi\", \"name\": \"bob\"}], "
+                           "\"chat_template_kwargs\": {\"enable_thinking\": false}}", 0, NULL);
+    oai_request r = {0};
+    const char *param = NULL;
+    attnd_err err;
+    cr_assert_eq(oai_parse(j, true, &cfg, 512, &r, &param, &err), ATTND_OK, "%s", err.msg);
+    cr_expect(json_is_false(json_object_get(r.template_kwargs, "enable_thinking")));
+    cr_expect_str_eq(json_string_value(json_object_get(json_array_get(r.messages_json, 0), "name")), "bob");
+    oai_request_free(&r);
+    json_decref(j);
+    expect_bad("{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}], \"chat_template_kwargs\": [1]}", true,
+               "chat_template_kwargs");
 }

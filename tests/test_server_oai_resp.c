@@ -1,5 +1,5 @@
 /*
- * test_server_oai_resp.c — the generation endpoints' response JSON (server/oai_resp.c), built
+ * test_server_oai_resp.c — the generation endpoints' response JSON (server/api/oai_resp.c), built
  * from plain C data with a fake three-token vocabulary: the OpenAI completion, chat and chunk
  * shapes, both logprobs layouts (with echo's prompt entries), usage, timings, llama.cpp's
  * /completion answer and the model list.

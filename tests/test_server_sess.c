@@ -1,5 +1,5 @@
 /*
- * test_server_sess.c — the session store (server/sess.c): ids, busy/409 semantics, prefix
+ * test_server_sess.c — the session store (server/runtime/sess.c): ids, busy/409 semantics, prefix
  * reuse of anonymous entries, LRU eviction of KV handles, and the on-disk format surviving a
  * "restart" (a second store over the same directory). KV handles are opaque here: fake
  * non-NULL pointers stand in for the scheduler's kv_seqs, since the store never dereferences them.

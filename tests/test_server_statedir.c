@@ -4,9 +4,12 @@
  * writes that replace a file whole, staged writes that are committed or discarded without a
  * temporary file left, and failures that carry the errno of the call that failed.
  */
+#define _GNU_SOURCE /* nftw */
 #include <criterion/criterion.h>
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,15 +21,17 @@
 static char dir[64];
 
 static void make_dir(void) {
-    snprintf(dir, sizeof(dir), "/tmp/attnd-statedir-test-XXXXXX");
+    strcpy(dir, "/tmp/attnd-statedir-test-XXXXXX");
     cr_assert_not_null(mkdtemp(dir));
 }
 
-static void remove_dir(void) {
-    char cmd[128];
-    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
-    cr_assert_eq(system(cmd), 0);
+static int remove_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw) {
+    (void)sb, (void)flag, (void)ftw;
+    return remove(path);
 }
+
+/* Everything under dir, depth first (some tests leave directories in it). */
+static void remove_dir(void) { cr_assert_eq(nftw(dir, remove_entry, 8, FTW_DEPTH | FTW_PHYS), 0); }
 
 TestSuite(statedir, .init = make_dir, .fini = remove_dir);
 
@@ -43,10 +48,10 @@ static statedir *open_dir(void) {
 static void put_file(const char *name, const char *text) {
     char p[256];
     snprintf(p, sizeof(p), "%s/%s", dir, name);
-    FILE *f = fopen(p, "w");
-    cr_assert_not_null(f, "%s", p);
-    fputs(text, f);
-    fclose(f);
+    int fd = open(p, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    cr_assert_geq(fd, 0, "%s", p);
+    cr_assert_eq(write(fd, text, strlen(text)), (ssize_t)strlen(text));
+    close(fd);
 }
 
 static bool exists(const char *name) {

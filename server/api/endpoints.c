@@ -20,16 +20,15 @@
 /* The playground page, from the binary. Its policy allows requests to this server only (the page
  * needs nothing else), and no framing by other sites. */
 enum MHD_Result ep_playground(req *r) {
-    struct MHD_Response *resp =
-        MHD_create_response_from_buffer(attnd_playground_html_len, (void *)attnd_playground_html, MHD_RESPMEM_PERSISTENT);
-    if (!resp) return MHD_NO;
-    MHD_add_response_header(resp, "Content-Type", "text/html; charset=utf-8");
-    MHD_add_response_header(resp, "Content-Security-Policy",
-                            "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; "
-                            "connect-src 'self'; img-src data:; frame-ancestors 'none'");
-    MHD_add_response_header(resp, "X-Content-Type-Options", "nosniff");
-    MHD_add_response_header(resp, "Cache-Control", "no-cache");
-    return http_send(r, 200, resp);
+    static const http_header h[] = {
+        {"Content-Type", "text/html; charset=utf-8"},
+        {"Content-Security-Policy", "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; "
+                                    "connect-src 'self'; img-src data:; frame-ancestors 'none'"},
+        {"X-Content-Type-Options", "nosniff"},
+        {"Cache-Control", "no-cache"},
+    };
+    return http_reply(r, 200, (char *)attnd_playground_html, attnd_playground_html_len, false, h,
+                      (int)ATTND_ARRAY_LEN(h));
 }
 
 enum MHD_Result ep_health(req *r) {
@@ -75,7 +74,7 @@ enum MHD_Result ep_metrics(req *r) {
 static oai_model_desc model_desc(const struct server *s) {
     const model_info *mi = model_info_get(s->m);
     return (oai_model_desc){s->model_id, (long long)time(NULL), s->n_ctx, mi->n_vocab, mi->n_ctx,
-                            (long long)mi->n_params, chat_family_name(s->family), &s->cfg.sampling,
+                            (long long)mi->n_params, chat_family_name(s->chat.family), &s->cfg.sampling,
                             s->cfg.default_max_tokens};
 }
 

@@ -13,43 +13,61 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "endpoints.h"
 #include "origin.h"
 #include "slog.h"
 
-typedef enum MHD_Result (*handler_fn)(req *r);
-
-struct route {
-    const char *method;
-    const char *path;  /* exact, or a prefix ending in '/' when prefix is set */
-    bool prefix;
-    bool needs_model;  /* 503 while loading */
-    handler_fn fn;
-    const char *label; /* metrics label */
-};
-
 // ---- responses ----------------------------------------------------------------------------
 
+const char *http_header_get(req *r, const char *name) {
+    if (r->io) return r->io->header(r, name);
+    return MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, name);
+}
+
 static void add_cors_headers(req *r, struct MHD_Response *resp) {
-    const char *origin = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Origin");
+    const char *origin = http_header_get(r, "Origin");
     const char *allowed = r->srv->cfg.cors_origins;
     if (!origin || !allowed || !*allowed || !origin_list_has(allowed, origin, strlen(origin), true)) return;
     MHD_add_response_header(resp, "Access-Control-Allow-Origin", origin);
     MHD_add_response_header(resp, "Vary", "Origin");
 }
 
-enum MHD_Result http_queue(req *r, int status, struct MHD_Response *resp) {
+/* Queues resp (stolen: queue -> destroy -> return) with its headers and the CORS headers. A NULL
+ * resp (its creation failed) is MHD_NO. */
+static enum MHD_Result send_mhd(req *r, int status, struct MHD_Response *resp, const http_header *h, int n) {
+    if (!resp) return MHD_NO;
+    for (int i = 0; i < n; i++) MHD_add_response_header(resp, h[i].name, h[i].value);
     add_cors_headers(r, resp);
     if (r->request_id[0]) MHD_add_response_header(resp, "X-Request-Id", r->request_id);
-    r->status = status;
-    return MHD_queue_response(r->conn, (unsigned)status, resp);
-}
-
-enum MHD_Result http_send(req *r, int status, struct MHD_Response *resp) {
-    if (!resp) return MHD_NO;
-    enum MHD_Result ret = http_queue(r, status, resp);
+    enum MHD_Result ret = MHD_queue_response(r->conn, (unsigned)status, resp);
     MHD_destroy_response(resp);
     return ret;
+}
+
+enum MHD_Result http_reply(req *r, int status, char *body, size_t len, bool owned, const http_header *h, int n) {
+    r->status = status;
+    if (r->io) {
+        enum MHD_Result ret = r->io->reply(r, status, body, len, h, n);
+        if (owned) free(body);
+        return ret;
+    }
+    struct MHD_Response *resp =
+        MHD_create_response_from_buffer(len, body, owned ? MHD_RESPMEM_MUST_FREE : MHD_RESPMEM_PERSISTENT);
+    if (!resp && owned) free(body);
+    return send_mhd(r, status, resp, h, n);
+}
+
+/* MHD's free callback of a stream: the request owns the reader's state (freed with it). */
+static void stream_free(void *cls) { (void)cls; }
+
+enum MHD_Result http_reply_stream(req *r, int status, http_reader reader, void *cls, const http_header *h, int n) {
+    r->status = status;
+    if (r->io) return r->io->stream(r, status, reader, cls, h, n);
+    return send_mhd(r, status, MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, reader, cls, stream_free), h,
+                    n);
+}
+
+void http_idle_timeout(req *r, unsigned seconds) {
+    if (r->conn) MHD_set_connection_option(r->conn, MHD_CONNECTION_OPTION_TIMEOUT, seconds);
 }
 
 enum MHD_Result http_respond_json_h(req *r, int status, json_t *body, const char *hname, const char *hval) {
@@ -68,14 +86,8 @@ enum MHD_Result http_respond_json_h(req *r, int status, json_t *body, const char
         text[n++] = '\n';
         text[n] = '\0';
     }
-    struct MHD_Response *resp = MHD_create_response_from_buffer(n, text, MHD_RESPMEM_MUST_FREE);
-    if (!resp) {
-        free(text);
-        return MHD_NO;
-    }
-    MHD_add_response_header(resp, "Content-Type", "application/json");
-    if (hname) MHD_add_response_header(resp, hname, hval);
-    return http_send(r, status, resp);
+    http_header h[2] = {{"Content-Type", "application/json"}, {hname, hval}};
+    return http_reply(r, status, text, n, true, h, hname ? 2 : 1);
 }
 
 enum MHD_Result http_respond_json(req *r, int status, json_t *body) {
@@ -96,13 +108,8 @@ enum MHD_Result http_respond_error(req *r, int status, const char *msg, const ch
 }
 
 enum MHD_Result http_respond_text(req *r, int status, const char *ctype, char *text) {
-    struct MHD_Response *resp = MHD_create_response_from_buffer(strlen(text), text, MHD_RESPMEM_MUST_FREE);
-    if (!resp) {
-        free(text);
-        return MHD_NO;
-    }
-    MHD_add_response_header(resp, "Content-Type", ctype);
-    return http_send(r, status, resp);
+    http_header h = {"Content-Type", ctype};
+    return http_reply(r, status, text, strlen(text), true, &h, 1);
 }
 
 int http_status_of(attnd_status st, http_ctx ctx) {
@@ -125,6 +132,7 @@ int http_status_of(attnd_status st, http_ctx ctx) {
 }
 
 bool http_client_gone(req *r) {
+    if (r->io) return r->io->client_gone(r);
     const union MHD_ConnectionInfo *ci = MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
     if (!ci) return false;
     struct pollfd p = {.fd = ci->connect_fd, .events = POLLRDHUP};
@@ -164,48 +172,28 @@ void req_set(req *r, req_slot s, void *p, void (*free_fn)(void *p)) {
 
 // ---- routing ------------------------------------------------------------------------------
 
-static const route ROUTES[] = {
-    {"GET", "/", false, false, ep_playground, "playground"},
-    {"GET", "/health", false, false, ep_health, "health"},
-    {"GET", "/metrics", false, false, ep_metrics, "metrics"},
-    {"GET", "/v1/models", false, true, ep_models, "models"},
-    {"GET", "/models", false, true, ep_models, "models"},
-    {"GET", "/v1/models/", true, true, ep_model_get, "model"},
-    {"POST", "/v1/completions", false, true, ep_completions, "completions"},
-    {"POST", "/completions", false, true, ep_completions, "completions"},
-    {"POST", "/completion", false, true, ep_llama_completion, "llama_completion"},
-    {"POST", "/v1/chat/completions", false, true, ep_chat, "chat_completions"},
-    {"POST", "/chat/completions", false, true, ep_chat, "chat_completions"},
-    {"POST", "/v1/attention", false, true, ep_attention, "attention"},
-    {"POST", "/attention", false, true, ep_attention, "attention"},
-    {"POST", "/tokenize", false, true, ep_tokenize, "tokenize"},
-    {"POST", "/detokenize", false, true, ep_detokenize, "detokenize"},
-    {"POST", "/v1/sessions", false, true, ep_sessions_create, "sessions"},
-    {"GET", "/v1/sessions", false, true, ep_sessions_list, "sessions"},
-    {"GET", "/v1/sessions/", true, true, ep_session_get, "session"},
-    {"DELETE", "/v1/sessions/", true, true, ep_session_delete, "session"},
-    {"POST", "/v1/responses", false, true, ep_responses_create, "responses"},
-    {"GET", "/v1/responses/", true, true, ep_response_get, "response"},
-    {"DELETE", "/v1/responses/", true, true, ep_response_delete, "response"},
-};
-
 static bool path_matches(const route *rt, const char *path) {
-    if (!rt->prefix) return !strcmp(rt->path, path);
+    if (!(rt->flags & ROUTE_PREFIX)) return !strcmp(rt->path, path);
     size_t n = strlen(rt->path);
     return !strncmp(rt->path, path, n) && path[n] && !strchr(path + n, '/');
 }
 
-/* Finds the route; sets *allow to the methods the path supports (for 405). */
-static const route *route_find(const char *method, const char *path, char *allow, size_t allow_n) {
+/* Finds the route in the server's table; sets *allow to the methods the path supports (for
+ * 405) and *open when a route of the path needs no API key. */
+static const route *route_find(const struct server *s, const char *method, const char *path, char *allow,
+                               size_t allow_n, bool *open) {
     allow[0] = '\0';
+    *open = false;
     const route *hit = NULL;
-    for (size_t i = 0; i < ATTND_ARRAY_LEN(ROUTES); i++) {
-        if (!path_matches(&ROUTES[i], path)) continue;
+    for (size_t i = 0; i < s->n_routes; i++) {
+        const route *rt = &s->routes[i];
+        if (!path_matches(rt, path)) continue;
         /* HEAD is GET without the body (load-balancer health checks); MHD drops the body */
-        bool head_get = !strcmp(method, "HEAD") && !strcmp(ROUTES[i].method, "GET");
-        if (!strcmp(ROUTES[i].method, method) || head_get) hit = &ROUTES[i];
+        bool head_get = !strcmp(method, "HEAD") && !strcmp(rt->method, "GET");
+        if (!strcmp(rt->method, method) || head_get) hit = rt;
+        *open = *open || (rt->flags & ROUTE_OPEN);
         size_t l = strlen(allow);
-        snprintf(allow + l, allow_n - l, "%s%s", l ? ", " : "", ROUTES[i].method);
+        snprintf(allow + l, allow_n - l, "%s%s", l ? ", " : "", rt->method);
     }
     return hit;
 }
@@ -231,10 +219,11 @@ static void owner_tag(const char *key, size_t kl, char out[SESS_OWNER_MAX + 1]) 
 /* Checks "Authorization: Bearer <key>" against the API keys (one per line of s->cfg.api_key; every
  * key is compared, so the time does not tell which matched). With several keys, owner gets the
  * matching key's tag: sessions and the prompt cache are scoped to it. */
-static bool auth_ok(struct server *s, struct MHD_Connection *c, char owner[SESS_OWNER_MAX + 1]) {
+static bool auth_ok(req *r, char owner[SESS_OWNER_MAX + 1]) {
+    struct server *s = r->srv;
     owner[0] = '\0';
     if (!s->cfg.api_key || !*s->cfg.api_key) return true;
-    const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
+    const char *h = http_header_get(r, "Authorization");
     const char *given = h && !strncmp(h, "Bearer ", 7) ? h + 7 : NULL;
     bool several = strchr(s->cfg.api_key, '\n') != NULL, ok = false;
     for (const char *k = s->cfg.api_key; *k;) {
@@ -250,12 +239,10 @@ static bool auth_ok(struct server *s, struct MHD_Connection *c, char owner[SESS_
 }
 
 static enum MHD_Result preflight(req *r) {
-    struct MHD_Response *resp = MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
-    if (!resp) return MHD_NO;
-    MHD_add_response_header(resp, "Access-Control-Allow-Methods", "GET, POST, DELETE, OPTIONS");
-    MHD_add_response_header(resp, "Access-Control-Allow-Headers", "Authorization, Content-Type");
-    MHD_add_response_header(resp, "Access-Control-Max-Age", "600");
-    return http_send(r, 204, resp);
+    static const http_header h[] = {{"Access-Control-Allow-Methods", "GET, POST, DELETE, OPTIONS"},
+                                    {"Access-Control-Allow-Headers", "Authorization, Content-Type"},
+                                    {"Access-Control-Max-Age", "600"}};
+    return http_reply(r, 204, (char *)"", 0, false, h, (int)ATTND_ARRAY_LEN(h));
 }
 
 static enum MHD_Result too_big(req *r) {
@@ -272,29 +259,29 @@ static enum MHD_Result precheck(req *r, bool *done) {
     *done = true;
     if (!strcmp(r->method, "OPTIONS") && s->cfg.cors_origins) return preflight(r);
     char allow[64];
-    r->rt = route_find(r->method, r->path, allow, sizeof(allow));
+    bool open;
+    r->rt = route_find(s, r->method, r->path, allow, sizeof(allow), &open);
     if (!r->rt && !allow[0]) {
         char msg[220];
         snprintf(msg, sizeof(msg), "no endpoint %.160s", r->path);
         return http_respond_error(r, 404, msg, NULL);
     }
-    const char *host = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Host");
+    const char *host = http_header_get(r, "Host");
     if (s->loopback && !origin_host_ok(host, s->cfg.allowed_hosts))
         return http_respond_error(r, 421, "this server answers only loopback host names (add the name to allowed_hosts)",
                                   NULL);
     bool safe = !strcmp(r->method, "GET") || !strcmp(r->method, "HEAD") || !strcmp(r->method, "OPTIONS");
-    const char *origin = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Origin");
+    const char *origin = http_header_get(r, "Origin");
     if (!safe && !origin_request_ok(origin, host, s->cfg.cors_origins))
         return http_respond_error(r, 403, "cross-origin request refused (the origin is not in cors_origins)", NULL);
-    /* /health and the playground page (which holds no data and asks for the key) are public */
-    if (!auth_ok(s, r->conn, r->owner) && strcmp(r->path, "/health") && strcmp(r->path, "/"))
+    if (!auth_ok(r, r->owner) && !open)
         return http_respond_error(r, 401, "missing or invalid API key (Authorization: Bearer ...)", NULL);
     if (!r->rt) {
         char msg[320];
         snprintf(msg, sizeof(msg), "method %s is not allowed on %.120s (allowed: %s)", r->method, r->path, allow);
         return http_respond_json_h(r, 405, oai_error(405, msg, NULL), "Allow", allow);
     }
-    const char *cl = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Content-Length");
+    const char *cl = http_header_get(r, "Content-Length");
     if (cl) {
         char *end;
         errno = 0;
@@ -308,24 +295,36 @@ static enum MHD_Result precheck(req *r, bool *done) {
 // ---- libmicrohttpd callbacks --------------------------------------------------------------
 
 /* The first callback of a request: its state, then the checks that need no body. */
-static enum MHD_Result request_begin(struct server *s, struct MHD_Connection *c, const char *url,
-                                     const char *method, void **con_cls) {
+static req *request_new(struct server *s, struct MHD_Connection *c, const char *url, const char *method,
+                        const req_io *io) {
     req *r = calloc(1, sizeof(*r));
-    if (!r) return MHD_NO;
-    *con_cls = r;
+    if (!r) return NULL;
     atomic_fetch_add(&s->in_flight, 1);
     r->srv = s;
     r->conn = c;
+    r->io = io;
     r->t0 = attnd_now_s();
     snprintf(r->method, sizeof(r->method), "%s", method);
     snprintf(r->path, sizeof(r->path), "%s", url);
     if (strlen(url) >= sizeof(r->path)) r->path[sizeof(r->path) - 2] = '~'; /* never matches a route */
     /* the client's id ties its logs to ours; one that cannot go into a header or a log line as
      * it is gets replaced (the answer's X-Request-Id says by what) */
-    const char *rid = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "X-Request-Id");
+    const char *rid = http_header_get(r, "X-Request-Id");
     if (rid && slog_request_id_valid(rid)) snprintf(r->request_id, sizeof(r->request_id), "%s", rid);
     else attnd_random_id(r->request_id, sizeof(r->request_id), "req-");
     slog_set_request(r->request_id);
+    return r;
+}
+
+req *http_req_create(struct server *s, const char *method, const char *url, const req_io *io) {
+    return request_new(s, NULL, url, method, io);
+}
+
+static enum MHD_Result request_begin(struct server *s, struct MHD_Connection *c, const char *url,
+                                     const char *method, void **con_cls) {
+    req *r = request_new(s, c, url, method, NULL);
+    if (!r) return MHD_NO;
+    *con_cls = r;
     /* monitoring is answered past the connection limits (a reserved slot) */
     bool reserved = !strcmp(r->path, "/health") || !strcmp(r->path, "/metrics");
     conn_verdict v = s->conns ? conn_request_begin(s->conns, c, reserved) : CONN_OK;
@@ -372,6 +371,14 @@ static enum MHD_Result request_body(req *r, const char *upload, size_t n) {
     return MHD_YES;
 }
 
+/* The whole body is in: the route's handler. */
+static enum MHD_Result dispatch(req *r) {
+    if (r->too_big) return too_big(r);
+    if (!r->rt) return http_respond_error(r, 404, "no such endpoint", NULL);
+    if ((r->rt->flags & ROUTE_MODEL) && !atomic_load(&r->srv->ready)) return http_respond_error(r, 503, "model is loading", NULL);
+    return r->rt->fn(r);
+}
+
 static enum MHD_Result on_request(struct server *s, struct MHD_Connection *c, const char *url, const char *method,
                                   const char *upload, size_t *upload_size, void **con_cls) {
     req *r = *con_cls;
@@ -387,10 +394,7 @@ static enum MHD_Result on_request(struct server *s, struct MHD_Connection *c, co
         return request_body(r, upload, n);
     }
     if (s->conns) conn_body_done(s->conns, c); /* the body is in: no deadline while it is answered */
-    if (r->too_big) return too_big(r);
-    if (!r->rt) return http_respond_error(r, 404, "no such endpoint", NULL);
-    if (r->rt->needs_model && !atomic_load(&s->ready)) return http_respond_error(r, 503, "model is loading", NULL);
-    return r->rt->fn(r);
+    return dispatch(r);
 }
 
 enum MHD_Result http_on_request(void *cls, struct MHD_Connection *c, const char *url, const char *method,
@@ -399,6 +403,17 @@ enum MHD_Result http_on_request(void *cls, struct MHD_Connection *c, const char 
     enum MHD_Result ret = on_request(cls, c, url, method, upload, upload_size, con_cls);
     slog_set_request(NULL); /* the MHD thread serves other connections next */
     return ret;
+}
+
+enum MHD_Result http_req_run(req *r, const char *body, size_t len) {
+    bool done;
+    enum MHD_Result ret = precheck(r, &done);
+    if (done) {
+        r->rt = NULL;
+        return ret;
+    }
+    if (len && (ret = request_body(r, body, len)) != MHD_YES) return ret;
+    return r->status ? MHD_YES : dispatch(r);
 }
 
 /* A generation's end as the access log and the session store see it; returns tokens generated. */
@@ -441,6 +456,12 @@ void http_on_completed(void *cls, struct MHD_Connection *c, void **con_cls, enum
     req *r = *con_cls;
     if (!r) return;
     *con_cls = NULL;
+    http_req_end(r, toe);
+}
+
+void http_req_end(req *r, enum MHD_RequestTerminationCode toe) {
+    struct server *s = r->srv;
+    struct MHD_Connection *c = r->conn;
     slog_set_request(r->request_id);
     double dt = attnd_now_s() - r->t0;
     int n_gen = r->job ? request_job_end(s, r, toe) : 0;

@@ -30,6 +30,24 @@
 #include "settings.h"
 #include "slog.h"
 
+typedef struct req req;
+
+/* What a route needs or allows. */
+enum {
+    ROUTE_PREFIX = 1, /* path is a prefix ending in '/': one more path segment follows */
+    ROUTE_MODEL = 2,  /* needs the model: 503 while loading */
+    ROUTE_OPEN = 4,   /* answered without an API key (/health; the playground holds no data) */
+};
+
+/* One endpoint (routes.c holds them all). */
+typedef struct route {
+    const char *method;
+    const char *path;
+    enum MHD_Result (*fn)(req *r); /* answers through http_respond_* (endpoints.h) */
+    const char *label; /* metrics label */
+    int flags;         /* ROUTE_* */
+} route;
+
 /* The server's state as the request handlers see it (lifecycle in server.c). */
 struct server {
     server_settings cfg;      /* its string settings are owned copies (server.c) */
@@ -38,13 +56,15 @@ struct server {
     conn_tracker *conns;      /* header deadline and the 503 at max_connections (conn.h) */
     int port;
     metrics *met;
+    const route *routes;      /* (n_routes) the endpoints (routes.c), borrowed */
+    size_t n_routes;
     // ---- set by server_load, read-only afterwards ----
     model *m;
     tokenizer *tok;
     sess_store *store;
     rstore *responses;        /* stored /v1/responses (state_dir, like the sessions) */
     sched *sch;
-    chat_family family;
+    chat_template chat;       /* the chat template and where it came from (chat.h) */
     char *model_id;
     int n_ctx, n_vocab;
     atomic_bool ready;
@@ -55,7 +75,29 @@ struct server {
     bool shut_down;
 };
 
-typedef struct route route;
+
+/* One response header. */
+typedef struct http_header {
+    const char *name, *value;
+} http_header;
+
+/* libmicrohttpd's content reader: the next bytes of a streamed body at out (at most max). */
+typedef ssize_t (*http_reader)(void *cls, uint64_t pos, char *out, size_t max);
+
+/*
+ * Where a request's answer goes when it has no libmicrohttpd connection: the tests' recorder
+ * (tests/test_server_request.c), so the request layer runs without a socket. NULL (the server)
+ * = the request's MHD connection. Every function is called on the request's thread.
+ */
+typedef struct req_io {
+    /* A whole answer: len bytes of body (borrowed for the call), n headers. */
+    enum MHD_Result (*reply)(req *r, int status, const char *body, size_t len, const http_header *h, int n);
+    /* A streamed answer: read it with reader(cls, ...) until MHD_CONTENT_READER_END_*. */
+    enum MHD_Result (*stream)(req *r, int status, http_reader reader, void *cls, const http_header *h, int n);
+    const char *(*header)(req *r, const char *name); /* a request header, NULL when absent */
+    bool (*client_gone)(req *r);
+    void *user;
+} req_io;
 
 /* The per-request state of the modules serving a request, opaque to http.c (as nginx's
  * per-module ctx): each slot holds one module's state and the destructor the completed callback
@@ -72,10 +114,11 @@ typedef struct req_ctx {
 } req_ctx;
 
 /* One request, from its first callback to its completion. */
-typedef struct req {
+struct req {
     struct server *srv;
     const route *rt;
-    struct MHD_Connection *conn;
+    struct MHD_Connection *conn;  /* NULL with io */
+    const req_io *io;        /* NULL = answer through conn (borrowed) */
     char method[16];
     char path[160];
     double t0;
@@ -106,7 +149,7 @@ typedef struct req {
     bool llama;              /* llama.cpp's POST /completion shapes */
     bool return_tokens;      /* llama.cpp's return_tokens: the generated ids too */
     req_ctx ctx[REQ_SLOT_COUNT]; /* freed in the completed callback, in slot order */
-} req;
+};
 
 /* Slot s's state (NULL when none was set). */
 static inline void *req_get(const req *r, req_slot s) { return r->ctx[s].p; }
@@ -118,17 +161,22 @@ void req_set(req *r, req_slot s, void *p, void (*free_fn)(void *p));
 static inline sched_job *req_job(const req *r, int k) { return k == 0 ? r->job : r->extra[k - 1]; }
 static inline int req_n_jobs(const req *r) { return r->job ? 1 + r->n_extra : 0; }
 
+/* A whole answer of len bytes (body stolen when owned, else static) with n headers, through the
+ * connection (CORS headers added) or r->io. */
+enum MHD_Result http_reply(req *r, int status, char *body, size_t len, bool owned, const http_header *h, int n);
+/* A streamed answer read from reader(cls) with n headers. */
+enum MHD_Result http_reply_stream(req *r, int status, http_reader reader, void *cls, const http_header *h, int n);
+/* A request header (NULL when absent). */
+const char *http_header_get(req *r, const char *name);
+/* Sets the connection's idle timeout in seconds (0 = none); nothing without a connection. */
+void http_idle_timeout(req *r, unsigned seconds);
+
 /* Queues body (stolen) as a JSON response, with one extra header when hname is non-NULL. */
 enum MHD_Result http_respond_json_h(req *r, int status, json_t *body, const char *hname, const char *hval);
 enum MHD_Result http_respond_json(req *r, int status, json_t *body);
 /* An OpenAI-shaped error body; 429/503 add Retry-After, 401 WWW-Authenticate. */
 enum MHD_Result http_respond_error(req *r, int status, const char *msg, const char *param);
 enum MHD_Result http_respond_text(req *r, int status, const char *ctype, char *text /* stolen */);
-/* Queues resp (borrowed; the caller destroys it) with the CORS headers added. */
-enum MHD_Result http_queue(req *r, int status, struct MHD_Response *resp);
-/* http_queue, then destroys resp (stolen): queue -> destroy -> return in one call. A NULL resp
- * (its creation failed) is MHD_NO. */
-enum MHD_Result http_send(req *r, int status, struct MHD_Response *resp);
 
 /* The HTTP status for a module's failure status, in the context it happened. */
 typedef enum http_ctx {
@@ -157,6 +205,14 @@ void http_tenant(const req *r, char *buf, size_t cap);
 
 /* True when the peer closed its side (checked without blocking). */
 bool http_client_gone(req *r);
+
+/* The request layer without libmicrohttpd (the tests): a request of method on url answered
+ * through io (borrowed), run with body (len bytes) as the server runs one: the checks before the
+ * body, the body, the route's handler. End it with http_req_end. NULL when out of memory. */
+req *http_req_create(struct server *s, const char *method, const char *url, const req_io *io);
+enum MHD_Result http_req_run(req *r, const char *body, size_t len);
+/* The completed callback's work: the jobs' end, metrics, the access log, freeing r. */
+void http_req_end(req *r, enum MHD_RequestTerminationCode toe);
 
 /* libmicrohttpd's access handler and completed callback (cls = the server). */
 enum MHD_Result http_on_request(void *cls, struct MHD_Connection *c, const char *url, const char *method,

@@ -155,6 +155,7 @@ static attnd_status parse_messages(const json_t *body, oai_request *r, const cha
         return oai_bad(param, "messages", err, "'messages' must be a non-empty array");
     size_t n = json_array_size(m);
     r->msgs = calloc(n, sizeof(*r->msgs));
+    r->messages_json = m;
     if (!r->msgs) return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory");
     for (size_t i = 0; i < n; i++) {
         const json_t *msg = json_array_get(m, i);
@@ -353,6 +354,12 @@ attnd_status oai_parse(const json_t *body, bool chat, const server_settings *cfg
     if ((rc = oai_get_string(body, "user", NULL, param, err)) != ATTND_OK ||
         (rc = oai_get_string(body, "session_id", &r->session_id, param, err)) != ATTND_OK)
         return rc;
+    if (chat) {
+        const json_t *kw = oai_field(body, "chat_template_kwargs");
+        if (kw && !json_is_object(kw))
+            return oai_bad(param, "chat_template_kwargs", err, "'chat_template_kwargs' must be an object");
+        r->template_kwargs = kw;
+    }
     if ((rc = parse_stop(body, r, param, err)) != ATTND_OK) return rc;
     if ((rc = parse_bias(body, n_vocab, r, param, err)) != ATTND_OK) return rc;
     attnd_err verr;

@@ -118,8 +118,6 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *out, size_t max) {
     return (ssize_t)n;
 }
 
-static void stream_free(void *cls) { (void)cls; /* req owns everything; freed in completed() */ }
-
 enum MHD_Result sse_stream(req *r, const sse_writer *w) {
     sse_state *st = calloc(1, sizeof(*st));
     if (!st) return MHD_NO;
@@ -127,10 +125,6 @@ enum MHD_Result sse_stream(req *r, const sse_writer *w) {
     if (!(st->ended = calloc((size_t)req_n_jobs(r), sizeof(bool)))) return MHD_NO;
     st->w = w;
     st->last_out = attnd_now_s();
-    struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, stream_reader, r,
-                                                                  stream_free);
-    if (!resp) return MHD_NO;
-    MHD_add_response_header(resp, "Content-Type", "text/event-stream");
-    MHD_add_response_header(resp, "Cache-Control", "no-cache");
-    return http_send(r, 200, resp);
+    static const http_header h[] = {{"Content-Type", "text/event-stream"}, {"Cache-Control", "no-cache"}};
+    return http_reply_stream(r, 200, stream_reader, r, h, (int)ATTND_ARRAY_LEN(h));
 }

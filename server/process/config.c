@@ -3,9 +3,10 @@
  * (see config.h for the rules).
  *
  * One table (SETTINGS) describes every setting once: its key, its type and range, where it
- * lives in server_settings, and a help line. The file parser, the environment reader, the flag
- * parser, --print-config and --help are all driven by that table, so a setting added to the
- * table is automatically configurable everywhere and documented in --help.
+ * lives in server_settings, its default and a help line. The defaults (server_settings_default),
+ * the file parser, the environment reader, the flag parser, --print-config and --help are all
+ * driven by that table, so a setting added to the table is automatically configurable
+ * everywhere and documented in --help.
  *
  * The table's types are in config_internal.h; --print-config and --help are in config_print.c.
  *
@@ -34,60 +35,87 @@ extern char **environ;
 
 #define OFF(field) offsetof(server_settings, field)
 const entry config_settings[] = {
-    {"host", K_STR, OFF(host), 0, 0, F_NONEMPTY, "address to listen on (0.0.0.0 / :: = all interfaces)"},
-    {"port", K_INT, OFF(port), 0, 65535, 0, "TCP port (0 = any free port)"},
-    {"max_connections", K_INT, OFF(max_connections), 1, 65535, 0, "concurrent HTTP connections (503 above)"},
-    {"max_connections_per_address", K_INT, OFF(max_connections_per_address), 0, 65535, 0,
+    {"host", K_STR, OFF(host), 0, 0, F_NONEMPTY, "127.0.0.1", "address to listen on (0.0.0.0 / :: = all interfaces)"},
+    {"port", K_INT, OFF(port), 0, 65535, 0, "8080", "TCP port (0 = any free port)"},
+    {"max_connections", K_INT, OFF(max_connections), 1, 65535, 0, "256", "concurrent HTTP connections (503 above)"},
+    {"max_connections_per_address", K_INT, OFF(max_connections_per_address), 0, 65535, 0, "0",
      "connections one client address may hold (429 above; 0 = half of max_connections)"},
-    {"model", K_STR, OFF(model_path), 0, 0, 0, "GGUF model file (empty = the installed default model)"},
-    {"model_alias", K_STR, OFF(model_alias), 0, 0, 0, "model id in /v1/models (empty = file name)"},
-    {"threads", K_INT, OFF(threads), 0, 4096, 0, "engine threads (0 = the CPUs this process may use)"},
-    {"ctx_size", K_INT, OFF(ctx_size), 0, 1 << 24, 0, "per-sequence context cap in tokens (0 = model's)"},
-    {"max_batch", K_INT, OFF(max_batch), 1, 1 << 16, 0, "most tokens per engine step"},
-    {"prefill_budget_ms", K_INT, OFF(prefill_budget_ms), 0, 600000, 0, "step time while a prompt prefills beside streams, ms (0 = auto)"},
-    {"kv_budget_mb", K_SIZE, OFF(kv_budget_mb), 1, 1 << 24, 0, "KV cache memory for all sessions, MiB"},
-    {"kv_f32", K_BOOL, OFF(kv_f32), 0, 0, 0, "keep the KV cache in f32 instead of f16"},
-    {"chat_template", K_CHAT, OFF(chat_template), 0, 0, 0, "chat template family override (empty = detect)"},
-    {"max_sessions", K_INT, OFF(max_sessions), 1, 1000000, 0, "named sessions kept"},
-    {"state_dir", K_STR, OFF(state_dir), 0, 0, 0, "session state directory (empty = no persistence)"},
-    {"max_parallel", K_INT, OFF(max_parallel), 1, 4096, 0, "sequences decoded together per step"},
-    {"session_ttl_s", K_INT, OFF(session_ttl_s), 0, 1 << 30, 0, "idle sessions are removed after this, s (0 = never)"},
-    {"session_evict_lru", K_BOOL, OFF(session_evict_lru), 0, 0, 0, "at max_sessions evict the least recently used idle one"},
-    {"body_limit", K_BYTES, OFF(body_limit), 1024, 1 << 30, 0, "request body cap (k/M/G suffix ok; 413 above)"},
-    {"queue_limit", K_INT, OFF(queue_limit), 1, 1000000, 0, "requests waiting for the scheduler (429 above)"},
-    {"tokenize_parallel", K_INT, OFF(tokenize_parallel), 1, 4096, 0, "/tokenize + /detokenize at once (429 above)"},
-    {"max_tokens_cap", K_INT, OFF(max_tokens_cap), 1, 1 << 24, 0, "upper bound on a request's max_tokens"},
-    {"max_request_tokens", K_INT, OFF(max_request_tokens), 1, 1 << 30, 0,
+    {"model", K_STR, OFF(model_path), 0, 0, 0, NULL, "GGUF model file (empty = the installed default model)"},
+    {"model_alias", K_STR, OFF(model_alias), 0, 0, 0, NULL, "model id in /v1/models (empty = file name)"},
+    {"threads", K_INT, OFF(threads), 0, 4096, 0, "0", "engine threads (0 = the CPUs this process may use)"},
+    {"ctx_size", K_INT, OFF(ctx_size), 0, 1 << 24, 0, "0", "per-sequence context cap in tokens (0 = model's)"},
+    {"max_batch", K_INT, OFF(max_batch), 1, 1 << 16, 0, "512", "most tokens per engine step"},
+    {"prefill_budget_ms", K_INT, OFF(prefill_budget_ms), 0, 600000, 0, "0", "step time while a prompt prefills beside streams, ms (0 = auto)"},
+    {"kv_budget_mb", K_SIZE, OFF(kv_budget_mb), 1, 1 << 24, 0, "1024", "KV cache memory for all sessions, MiB"},
+    {"kv_f32", K_BOOL, OFF(kv_f32), 0, 0, 0, "false", "keep the KV cache in f32 instead of f16"},
+    {"chat_template", K_CHAT, OFF(chat_template), 0, 0, 0, NULL, "built-in chat template family for a model without its own (empty = detect)"},
+    {"chat_template_file", K_STR, OFF(chat_template_file), 0, 0, 0, NULL, "Jinja chat template file for a model without its own"},
+    {"max_sessions", K_INT, OFF(max_sessions), 1, 1000000, 0, "1024", "named sessions kept"},
+    {"state_dir", K_STR, OFF(state_dir), 0, 0, 0, NULL, "session state directory (empty = no persistence)"},
+    {"max_parallel", K_INT, OFF(max_parallel), 1, 4096, 0, "16", "sequences decoded together per step"},
+    {"session_ttl_s", K_INT, OFF(session_ttl_s), 0, 1 << 30, 0, "259200", "idle sessions are removed after this, s (0 = never)"},
+    {"session_evict_lru", K_BOOL, OFF(session_evict_lru), 0, 0, 0, "true", "at max_sessions evict the least recently used idle one"},
+    {"body_limit", K_BYTES, OFF(body_limit), 1024, 1 << 30, 0, "1048576", "request body cap (k/M/G suffix ok; 413 above)"},
+    {"queue_limit", K_INT, OFF(queue_limit), 1, 1000000, 0, "64", "requests waiting for the scheduler (429 above)"},
+    {"tokenize_parallel", K_INT, OFF(tokenize_parallel), 1, 4096, 0, "4", "/tokenize + /detokenize at once (429 above)"},
+    {"max_tokens_cap", K_INT, OFF(max_tokens_cap), 1, 1 << 24, 0, "4096", "upper bound on a request's max_tokens"},
+    {"max_request_tokens", K_INT, OFF(max_request_tokens), 1, 1 << 30, 0, "32768",
      "upper bound on max_tokens x n x prompts of one request (400 above)"},
-    {"attention_max_weights", K_INT, OFF(attention_max_weights), 1, 1 << 30, 0,
+    {"attention_max_weights", K_INT, OFF(attention_max_weights), 1, 1 << 30, 0, "1000000",
      "most attention weights one /v1/attention answer carries (400 above)"},
-    {"attention_max_bytes", K_BYTES, OFF(attention_max_bytes), 1024, 1 << 30, 0,
+    {"attention_max_bytes", K_BYTES, OFF(attention_max_bytes), 1024, 1 << 30, 0, "16777216",
      "most bytes of JSON one /v1/attention answer takes (k/M/G suffix ok; 400 above)"},
-    {"attention_parallel", K_INT, OFF(attention_parallel), 1, 4096, 0, "/v1/attention requests at once (429 above)"},
-    {"request_timeout_s", K_INT, OFF(request_timeout_s), 1, 86400, 0, "idle HTTP connection timeout, s"},
-    {"header_timeout_s", K_INT, OFF(header_timeout_s), 1, 3600, 0, "time a connection has to send its request headers, s"},
-    {"body_timeout_s", K_INT, OFF(body_timeout_s), 1, 86400, 0, "time a request has to send its body after its headers, s"},
-    {"shutdown_timeout_s", K_INT, OFF(shutdown_timeout_s), 0, 3600, 0, "SIGTERM: time in-flight work gets, s"},
-    {"sse_keepalive_s", K_INT, OFF(sse_keepalive_s), 0, 3600, 0, "a waiting stream sends a keep-alive comment this often, s (0 = never)"},
-    {"watchdog_interval_ms", K_INT, OFF(watchdog_interval_ms), 10, 3600000, 0, "scheduler keep-alive period, ms"},
-    {"api_key", K_STR, OFF(api_key), 0, 0, F_SECRET, "required Bearer token (empty = no auth)"},
-    {"api_key_file", K_KEYFILE, OFF(api_key), 0, 0, F_SECRET, "file holding the Bearer token(s), one per line"},
-    {"cors_origins", K_STR, OFF(cors_origins), 0, 0, 0, "allowed CORS origins, comma-separated, * = any"},
-    {"allowed_hosts", K_STR, OFF(allowed_hosts), 0, 0, 0, "extra Host names a loopback-bound server answers"},
-    {"log_level", K_LOGLEVEL, OFF(log_level), 0, 0, 0, "error | warn | info | debug"},
-    {"access_log", K_BOOL, OFF(access_log), 0, 0, 0, "one log line per request"},
-    {"temperature", K_FLOAT, OFF(sampling.temperature), 0, 100, 0, "default sampling temperature"},
-    {"top_k", K_INT, OFF(sampling.top_k), 0, 1000000, 0, "default top-k (0 = off)"},
-    {"top_p", K_FLOAT, OFF(sampling.top_p), 0, 1, 0, "default top-p (1 = off)"},
-    {"min_p", K_FLOAT, OFF(sampling.min_p), 0, 1, 0, "default min-p (0 = off)"},
-    {"repeat_penalty", K_FLOAT, OFF(sampling.repeat_penalty), 0.01, 100, 0, "default repeat penalty (1 = off)"},
-    {"repeat_last_n", K_INT, OFF(sampling.repeat_last_n), 0, 1 << 24, 0, "tokens the repeat penalty looks back"},
-    {"max_tokens", K_INT, OFF(default_max_tokens), 1, 1 << 24, 0, "max_tokens when a request gives none"},
+    {"attention_parallel", K_INT, OFF(attention_parallel), 1, 4096, 0, "2", "/v1/attention requests at once (429 above)"},
+    {"request_timeout_s", K_INT, OFF(request_timeout_s), 1, 86400, 0, "30", "idle HTTP connection timeout, s"},
+    {"header_timeout_s", K_INT, OFF(header_timeout_s), 1, 3600, 0, "10", "time a connection has to send its request headers, s"},
+    {"body_timeout_s", K_INT, OFF(body_timeout_s), 1, 86400, 0, "20", "time a request has to send its body after its headers, s"},
+    {"shutdown_timeout_s", K_INT, OFF(shutdown_timeout_s), 0, 3600, 0, "10", "SIGTERM: time in-flight work gets, s"},
+    {"sse_keepalive_s", K_INT, OFF(sse_keepalive_s), 0, 3600, 0, "5", "a waiting stream sends a keep-alive comment this often, s (0 = never)"},
+    {"watchdog_interval_ms", K_INT, OFF(watchdog_interval_ms), 10, 3600000, 0, "1000", "scheduler keep-alive period, ms"},
+    {"api_key", K_STR, OFF(api_key), 0, 0, F_SECRET, NULL, "required Bearer token (empty = no auth)"},
+    {"api_key_file", K_KEYFILE, OFF(api_key), 0, 0, F_SECRET, NULL, "file holding the Bearer token(s), one per line"},
+    {"cors_origins", K_STR, OFF(cors_origins), 0, 0, 0, NULL, "allowed CORS origins, comma-separated, * = any"},
+    {"allowed_hosts", K_STR, OFF(allowed_hosts), 0, 0, 0, NULL, "extra Host names a loopback-bound server answers"},
+    {"log_level", K_LOGLEVEL, OFF(log_level), 0, 0, 0, "info", "error | warn | info | debug"},
+    {"access_log", K_BOOL, OFF(access_log), 0, 0, 0, "true", "one log line per request"},
+    {"temperature", K_FLOAT, OFF(sampling.temperature), 0, 100, F_ENGINE, NULL, "default sampling temperature"},
+    {"top_k", K_INT, OFF(sampling.top_k), 0, 1000000, F_ENGINE, NULL, "default top-k (0 = off)"},
+    {"top_p", K_FLOAT, OFF(sampling.top_p), 0, 1, F_ENGINE, NULL, "default top-p (1 = off)"},
+    {"min_p", K_FLOAT, OFF(sampling.min_p), 0, 1, F_ENGINE, NULL, "default min-p (0 = off)"},
+    {"repeat_penalty", K_FLOAT, OFF(sampling.repeat_penalty), 0.01, 100, F_ENGINE, NULL, "default repeat penalty (1 = off)"},
+    {"repeat_last_n", K_INT, OFF(sampling.repeat_last_n), 0, 1 << 24, F_ENGINE, NULL, "tokens the repeat penalty looks back"},
+    {"max_tokens", K_INT, OFF(default_max_tokens), 1, 1 << 24, 0, "256", "max_tokens when a request gives none"},
 };
 #undef OFF
 const size_t config_n_settings = ATTND_ARRAY_LEN(config_settings);
 #define SETTINGS config_settings
 #define N_SETTINGS config_n_settings
+
+// ---- the defaults ------------------------------------------------------------------------------
+
+static int parse_bool(const char *s);
+static int parse_log_level(const char *s);
+
+/* Writes entry e's default into s (the table's defaults are well-formed: test_config checks). */
+static void store_default(const entry *e, server_settings *s) {
+    char *field = (char *)s + e->off;
+    const char *d = e->def;
+    switch (e->kind) {
+    case K_STR: case K_CHAT: case K_KEYFILE: *(const char **)field = d; break;
+    case K_INT: *(int *)field = d ? (int)strtol(d, NULL, 10) : 0; break;
+    case K_SIZE: case K_BYTES: *(size_t *)field = d ? (size_t)strtoull(d, NULL, 10) : 0; break;
+    case K_FLOAT: *(float *)field = d ? strtof(d, NULL) : 0.0f; break;
+    case K_BOOL: *(bool *)field = d && parse_bool(d) == 1; break;
+    case K_LOGLEVEL: *(server_log_level *)field = (server_log_level)(d ? parse_log_level(d) : 0); break;
+    }
+}
+
+void server_settings_default(server_settings *s) {
+    memset(s, 0, sizeof(*s));
+    sampler_params_default(&s->sampling);
+    for (size_t i = 0; i < N_SETTINGS; i++)
+        if (!(SETTINGS[i].flags & F_ENGINE)) store_default(&SETTINGS[i], s);
+}
 
 // ---- the config object -------------------------------------------------------------------------
 

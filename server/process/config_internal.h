@@ -21,7 +21,11 @@ typedef enum kind {
     K_CHAT,     /* const char *: a chat template family name known to chat.c; "" = detect */
 } kind;
 
-enum { F_NONEMPTY = 1, F_SECRET = 2 };
+enum {
+    F_NONEMPTY = 1,
+    F_SECRET = 2,
+    F_ENGINE = 4, /* the default is the engine's (sampler_params_default), not the table's */
+};
 
 typedef struct entry {
     const char *key;  /* file key; env is ATTND_<KEY>, flag is --<key with dashes> */
@@ -29,6 +33,7 @@ typedef struct entry {
     size_t off;       /* offsetof(server_settings, field) */
     double min, max;  /* numeric range, inclusive */
     int flags;        /* F_* */
+    const char *def;  /* the default, as a value of the setting would be written; NULL = unset/0 */
     const char *help; /* one line for --help */
 } entry;
 

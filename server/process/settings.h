@@ -2,9 +2,10 @@
  * settings.h — every knob `attnd serve` has, as one plain struct, plus the lifecycle hooks the
  * deployment layer (systemd notify) attaches to.
  *
- * Who fills it: server_settings_default() gives safe defaults (loopback only, no API key, CORS
- * off, bounded everything); the configuration module (server/config.c) overlays a config file,
- * environment and flags, as cli/cmd_serve.c asks it to.
+ * Who fills it: server_settings_default() gives safe defaults, from the settings table in
+ * config.c where every setting is described once (loopback only, no API key, CORS off, bounded
+ * everything); the configuration module (config.c) overlays a config file, environment and
+ * flags, as cli/cmd_serve.c asks it to.
  * The server reads the struct once at start and keeps its own copies of the strings it needs.
  *
  * Ownership: string fields are borrowed by server_create(), which copies them; whoever fills
@@ -61,7 +62,9 @@ typedef struct server_settings {
                                 0 = auto (3 decode steps); default 0 */
     size_t kv_budget_mb;     /* KV memory budget for all sessions together; default 1024 */
     bool kv_f32;             /* store KV as f32 instead of f16; default false */
-    const char *chat_template; /* template family override by name ("chatml", "llama3", ...); NULL = detect */
+    const char *chat_template; /* built-in family by name ("chatml", "llama3", ...) for a model without a
+                                * template of its own; NULL = detect */
+    const char *chat_template_file; /* a Jinja chat template file for a model without one; NULL = none */
 
     // ---- sessions ----
     int max_sessions;        /* named sessions kept (in memory and on disk); default 1024 */

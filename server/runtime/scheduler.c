@@ -171,6 +171,7 @@ static attnd_status slot_start(sched *s, slot *sl, sched_job *j, attnd_err *err)
     if (j->prompt_logprobs || (j->capture && !j->se)) keep = 0; /* every position's logits / rows */
     if (keep < 0) keep = 0;
     kv_seq_truncate(sl->kv, keep);
+    keep = kv_seq_len(sl->kv); /* less when a sliding window's positions were freed (kv.h) */
     if (j->capture) attn_capture_link(&s->inspecting, j->capture, sl->kv);
     sl->n_past = keep;
     sl->prefilling = true;
@@ -743,7 +744,6 @@ void sched_destroy(sched *s) {
     free(s);
 }
 
-int sched_n_ctx(const sched *s) { return s->n_ctx; }
 
 attnd_status sched_submit(sched *s, sched_job *j, attnd_err *err) {
     pthread_mutex_lock(&s->mu);

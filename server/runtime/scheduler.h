@@ -173,8 +173,6 @@ attnd_status sched_create(sched **out, const model *m, const tokenizer *tok, ses
  * all KV freed. Accepts NULL. */
 void sched_destroy(sched *s);
 
-/* The per-sequence context cap in tokens (settings.ctx_size or the model's n_ctx). */
-int sched_n_ctx(const sched *s);
 /* Queues a job (takes a reference). The job is admitted once its KV reservation (prompt +
  * max_tokens + 1, capped at the context) fits beside the running jobs' reservations, so an
  * admitted job never runs out of KV. ATTND_ERR_BUSY when the queue is full (-> 429);

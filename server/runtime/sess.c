@@ -126,18 +126,12 @@ attnd_status sess_store_create(sess_store **out, const char *state_dir, const ch
     if (!st) return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory");
     pthread_mutex_init(&st->mu, NULL);
     st->max_sessions = max_sessions > 0 ? max_sessions : 1;
-    attnd_status rc = ATTND_ERR_NOMEM;
     st->model_tag = strdup(model_tag ? model_tag : "");
-    if (!st->model_tag) goto fail;
-    if (state_dir && *state_dir) {
-        if ((rc = statedir_open(&st->sd, state_dir, NULL, err)) != ATTND_OK) goto fail;
-        if ((rc = statedir_scan(st->sd, SESS_FILE_SUFFIX, load_one, st, NULL, err)) != ATTND_OK) goto fail;
-    }
-    *out = st;
-    return ATTND_OK;
-fail:
-    if (rc == ATTND_ERR_NOMEM) attnd_fail(err, rc, "out of memory");
-    sess_store_destroy(st);
+    /* the scan loads the sessions: the store is complete before it */
+    attnd_status rc = !st->model_tag ? attnd_fail(err, ATTND_ERR_NOMEM, "out of memory")
+                                     : statedir_load(&st->sd, state_dir, SESS_FILE_SUFFIX, load_one, st, err);
+    if (rc == ATTND_OK) *out = st;
+    else sess_store_destroy(st);
     return rc;
 }
 

@@ -197,6 +197,18 @@ attnd_status statedir_scan(statedir *sd, const char *suffix, void (*each)(void *
     return ok(sys_errno);
 }
 
+attnd_status statedir_load(statedir **out, const char *dir, const char *suffix,
+                           void (*each)(void *user, const char *owner, const char *id), void *user, attnd_err *err) {
+    *out = NULL;
+    if (!dir || !*dir) return ATTND_OK;
+    attnd_status rc = statedir_open(out, dir, NULL, err);
+    if (rc == ATTND_OK && (rc = statedir_scan(*out, suffix, each, user, NULL, err)) != ATTND_OK) {
+        statedir_close(*out);
+        *out = NULL;
+    }
+    return rc;
+}
+
 // ---- files --------------------------------------------------------------------------------
 
 bool statedir_exists(const statedir *sd, const char *owner, const char *id, const char *suffix) {

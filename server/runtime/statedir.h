@@ -57,6 +57,12 @@ STATEDIR_MUST_CHECK attnd_status statedir_scan(statedir *sd, const char *suffix,
                                                void (*each)(void *user, const char *owner, const char *id),
                                                void *user, int *sys_errno, attnd_err *err);
 
+/* A store's start: dir NULL or "" = no directory (*out NULL, OK); else statedir_open, then
+ * statedir_scan(suffix, each, user). On failure *out is NULL. */
+STATEDIR_MUST_CHECK attnd_status statedir_load(statedir **out, const char *dir, const char *suffix,
+                                               void (*each)(void *user, const char *owner, const char *id),
+                                               void *user, attnd_err *err);
+
 /* <dir>/[<owner>~]<id><suffix> (new string, caller frees; NULL when out of memory). owner NULL
  * or "" = none. */
 char *statedir_path(const statedir *sd, const char *owner, const char *id, const char *suffix);

@@ -13,8 +13,8 @@ cd "$(dirname "$0")/../.."
 SECONDS_EACH=${1:-15}
 shift || true
 TARGETS=("$@")
-[ ${#TARGETS[@]} -gt 0 ] || TARGETS=(fuzz_gguf fuzz_tok_spm fuzz_tok_bpe fuzz_oai fuzz_config fuzz_sess fuzz_responses
-    fuzz_attention fuzz_rstore)
+[ ${#TARGETS[@]} -gt 0 ] || TARGETS=(fuzz_gguf fuzz_tok_spm fuzz_tok_bpe fuzz_oai fuzz_config fuzz_sess fuzz_jinja
+    fuzz_responses fuzz_attention fuzz_rstore)
 BUILD=${FUZZ_BUILD:-build-fuzz}
 OUT=${FUZZ_OUT:-$BUILD/findings}
 
