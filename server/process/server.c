@@ -26,6 +26,7 @@
 #include "http.h"
 #include "origin.h"
 #include "routes.h"
+#include "sess_redis.h"
 #include "slog.h"
 
 // ---- lifecycle ----------------------------------------------------------------------------
@@ -37,6 +38,8 @@ static const size_t OWNED_STRINGS[] = {
     offsetof(server_settings, model_alias),   offsetof(server_settings, state_dir),
     offsetof(server_settings, api_key),       offsetof(server_settings, cors_origins),
     offsetof(server_settings, chat_template), offsetof(server_settings, allowed_hosts),
+    offsetof(server_settings, chat_template_file),
+    offsetof(server_settings, session_store), offsetof(server_settings, session_store_prefix),
 };
 
 static const char **string_setting(server_settings *c, size_t off) { return (const char **)((char *)c + off); }
@@ -168,6 +171,27 @@ static void log_engine_setup(const server *s) {
               s->n_ctx, s->cfg.state_dir ? s->cfg.state_dir : "none (sessions are not persisted)");
 }
 
+/* The session store: this instance's (state_dir), or a cache of the shared one (session_store),
+ * which then holds every named session instead of state_dir. */
+static attnd_status sessions_open(server *s, const char *tag, attnd_err *err) {
+    const char *url = s->cfg.session_store && *s->cfg.session_store ? s->cfg.session_store : NULL;
+    sessredis *shared = NULL;
+    attnd_status rc = url ? sessredis_create(&shared, url, s->cfg.session_store_prefix, s->cfg.session_store_ttl_s,
+                                             tag, err)
+                          : ATTND_OK;
+    if (rc != ATTND_OK) return rc;
+    rc = sess_store_create(&s->store, url ? NULL : s->cfg.state_dir, tag, s->cfg.max_sessions, err);
+    if (rc != ATTND_OK) {
+        sessredis_destroy(shared);
+        return rc;
+    }
+    if (!url) return ATTND_OK;
+    sess_store_share(s->store, shared);
+    slog_info("sessions: shared store %s, keys %s*, TTL %d s (connects on first use)", sessredis_url(shared),
+              s->cfg.session_store_prefix ? s->cfg.session_store_prefix : "", s->cfg.session_store_ttl_s);
+    return ATTND_OK;
+}
+
 attnd_status server_load(server *s, attnd_err *err) {
     status_hook(s, "loading model");
     attnd_status rc = model_load(&s->m, s->cfg.model_path, err);
@@ -184,25 +208,28 @@ attnd_status server_load(server *s, attnd_err *err) {
     size_t l = strlen(s->model_id);
     if (!s->cfg.model_alias && l > 5 && !strcmp(s->model_id + l - 5, ".gguf")) s->model_id[l - 5] = '\0';
     // ---- chat template ----
-    if (s->cfg.chat_template && *s->cfg.chat_template) {
-        if ((rc = chat_family_from_name(s->cfg.chat_template, &s->family, err)) != ATTND_OK) return rc;
-    } else {
-        const char *tmpl = NULL;
-        gguf_get_str(model_gguf(s->m), "tokenizer.chat_template", &tmpl, NULL);
-        if (!chat_detect(tmpl, &s->family))
-            slog_warn("%s; using ChatML (set chat_template to override)",
-                      tmpl && *tmpl ? "unrecognised chat template in the model" : "the model has no chat template");
-    }
+    const char *tmpl = NULL;
+    gguf_get_str(model_gguf(s->m), "tokenizer.chat_template", &tmpl, NULL);
+    if ((rc = chat_template_load(&s->chat, tmpl, s->cfg.chat_template_file, s->cfg.chat_template, s->tok, err)) !=
+        ATTND_OK)
+        return rc;
+    if (s->chat.source == CHAT_SRC_GGUF && ((s->cfg.chat_template && *s->cfg.chat_template) ||
+                                            (s->cfg.chat_template_file && *s->cfg.chat_template_file)))
+        slog_warn("the configured chat template is not used: the model carries its own (tokenizer.chat_template)");
+    if (s->chat.source == CHAT_SRC_DETECTED || s->chat.source == CHAT_SRC_FALLBACK)
+        slog_warn("%s; using the built-in %s template (set chat_template or chat_template_file to override)",
+                  s->chat.why, chat_family_name(s->chat.family));
     // ---- sessions: the model tag ties saved token ids to this vocabulary ----
     char tag[200];
     snprintf(tag, sizeof(tag), "%s/vocab%d", s->model_id, s->n_vocab);
-    if ((rc = sess_store_create(&s->store, s->cfg.state_dir, tag, s->cfg.max_sessions, err)) != ATTND_OK) return rc;
+    if ((rc = sessions_open(s, tag, err)) != ATTND_OK) return rc;
     sess_store_set_lifetime(s->store, (int64_t)s->cfg.session_ttl_s * 1000, s->cfg.session_evict_lru);
     if ((rc = rstore_create(&s->responses, s->cfg.state_dir, tag, s->cfg.max_sessions, err)) != ATTND_OK) return rc;
     if ((rc = sched_create(&s->sch, s->m, s->tok, s->store, &s->cfg, err)) != ATTND_OK) return rc;
     atomic_store(&s->ready, true);
-    slog_info("model ready: %s (%s, %d layers, vocab %d, context %d, chat template %s, %d sessions restored)",
-              s->model_id, mi->arch, mi->n_layer, mi->n_vocab, s->n_ctx, chat_family_name(s->family),
+    slog_info("model ready: %s (%s, %d layers, vocab %d, context %d, chat template %s (%s), %d sessions restored)",
+              s->model_id, mi->arch, mi->n_layer, mi->n_vocab, s->n_ctx, chat_family_name(s->chat.family),
+              chat_source_str(&s->chat),
               sess_count(s->store));
     log_engine_setup(s);
     status_hook(s, "ready");
@@ -260,6 +287,7 @@ void server_destroy(server *s) {
     server_shutdown(s);
     sess_store_destroy(s->store);
     rstore_destroy(s->responses);
+    chat_template_free(&s->chat);
     tok_destroy(s->tok);
     model_destroy(s->m);
     metrics_destroy(s->met);

@@ -62,7 +62,9 @@ typedef struct server_settings {
                                 0 = auto (3 decode steps); default 0 */
     size_t kv_budget_mb;     /* KV memory budget for all sessions together; default 1024 */
     bool kv_f32;             /* store KV as f32 instead of f16; default false */
-    const char *chat_template; /* template family override by name ("chatml", "llama3", ...); NULL = detect */
+    const char *chat_template; /* built-in family by name ("chatml", "llama3", ...) for a model without a
+                                * template of its own; NULL = detect */
+    const char *chat_template_file; /* a Jinja chat template file for a model without one; NULL = none */
 
     // ---- sessions ----
     int max_sessions;        /* named sessions kept (in memory and on disk); default 1024 */
@@ -72,6 +74,10 @@ typedef struct server_settings {
                                 default 259200 (3 days) */
     bool session_evict_lru;  /* at max_sessions, creating one evicts the least recently used idle
                                 session instead of answering 429; default true */
+    const char *session_store; /* shared store of several instances, "redis://host:port[/db]";
+                                  NULL or "" = sessions are this instance's (state_dir) */
+    const char *session_store_prefix; /* key prefix there; default "attnd:session:" */
+    int session_store_ttl_s; /* a record unused this long expires; 0 = never; default 259200 */
 
     // ---- limits ----
     size_t body_limit;       /* request body cap in bytes; default 1 MiB (413 above) */

@@ -2,6 +2,8 @@
 # regenerate.sh — rewrite the llama.cpp reference outputs the test suite compares against:
 #   tests/data/reference-greedy.json       llama.cpp's greedy tokens for every model x prompt
 #   tests/data/reference-tokens-sotu.jsonl llama.cpp's ids for the conformance texts, default vocabulary
+#   tests/data/reference-families.json     llama.cpp's greedy tokens for the generated model of each
+#                                          family (tests/family_specs.h, written by BUILD_DIR/tiny_model)
 #
 #   tests/data/regenerate.sh [BUILD_DIR]    (default: build; needs BUILD_DIR/attnd and
 #                                            BUILD_DIR/make_tiny, node and npm)
@@ -62,6 +64,24 @@ node -e '
     // one case per line, so a regeneration diffs line by line
     process.stdout.write(JSON.stringify(out).replace(/\[\{/, "[\n{").replace(/\},\{"model"/g, "},\n{\"model\"") + "\n");' "$cases" $N >"$root/tests/data/reference-greedy.json"
 
+# the generated model of each family: the same file the suite generates (tiny_model), same prompt ids
+fam=$tmp/families.jsonl
+for f in $("$build/tiny_model" --list); do
+    "$build/tiny_model" "$f" "$tmp/$f.gguf"
+    node "$peer/generate.mjs" --model "$tmp/$f.gguf" --tokens 1,300,301,302,260,270,280 --n 100 --threads 1 \
+        --flash-attn off --kv-type f32 --json |
+        F="$f" node -e '
+            const r = JSON.parse(require("fs").readFileSync(0, "utf8"));
+            process.stdout.write(JSON.stringify({family: process.env.F, prompt_tokens: r.prompt_tokens,
+                tokens: r.tokens}) + "\n");' >>"$fam"
+    echo "regenerate.sh: family $f done" >&2
+done
+node -e '
+    const lines = require("fs").readFileSync(process.argv[1], "utf8").trim().split("\n").map(JSON.parse);
+    const out = {generator: "llama.cpp via node-llama-cpp 3.21.1 (tools/peers/llamacpp), greedy, flash attention off, F32 KV cache, 1 thread; models: tiny_model FAMILY (tests/family_specs.h)",
+                 cases: lines};
+    process.stdout.write(JSON.stringify(out).replace(/\[\{/, "[\n{").replace(/\},\{"family"/g, "},\n{\"family\"") + "\n");' "$fam" >"$root/tests/data/reference-families.json"
+
 node "$peer/tokenize.mjs" --model "$root/models/attnd-sotu.gguf" --in "$root/tests/data/tokenizers/llama-spm.jsonl" \
     >"$root/tests/data/reference-tokens-sotu.jsonl"
-echo "regenerate.sh: wrote tests/data/reference-greedy.json and tests/data/reference-tokens-sotu.jsonl" >&2
+echo "regenerate.sh: wrote tests/data/reference-greedy.json, reference-families.json and reference-tokens-sotu.jsonl" >&2
