@@ -158,6 +158,15 @@ static uint64_t add_tensor_summary(const gguf_file *f, json_t *root, json_t *uns
     return params;
 }
 
+/* The first tensor of a type the engine does not compute, and what to do about it. */
+static void print_unsupported_note(const gguf_file *f, const json_t *unsupported) {
+    if (!json_array_size(unsupported)) return;
+    const gguf_tensor *ut = gguf_find_tensor(f, json_string_value(json_array_get(unsupported, 0)));
+    printf("note:          some tensors use types the engine does not compute (e.g. %s, %s); re-quantize\n"
+           "               from the F16/BF16 model with `attnd quantize` (e.g. to Q4_K_M or IQ4_XS)\n",
+           ut->name, gguf_type_name(ut->type));
+}
+
 int cmd_info(int argc, char **argv) {
     const char *model = NULL;
     bool as_json = false;
@@ -225,12 +234,7 @@ int cmd_info(int argc, char **argv) {
             first = false;
         }
         printf(")\nparameters:    %" PRIu64 " (%.2f M)\n", params, params / 1e6);
-        if (json_array_size(unsupported)) {
-            const gguf_tensor *ut = gguf_find_tensor(f, json_string_value(json_array_get(unsupported, 0)));
-            printf("note:          some tensors use types the engine does not compute (e.g. %s, %s); re-quantize\n"
-                   "               from the F16/BF16 model with `attnd quantize` (e.g. to Q4_K_M or IQ4_XS)\n",
-                   ut->name, gguf_type_name(ut->type));
-        }
+        print_unsupported_note(f, unsupported);
         print_run_facts(root);
     }
     json_decref(unsupported);
