@@ -368,6 +368,7 @@ Test(model, unapplied_keys_and_unread_tensors_refuse_the_file_by_name) {
     sp = tiny_default("phi3");
     sp.extra_tensor = "rope_factors_long.weight"; /* LongRoPE, not applied yet */
     expect_unsupported(&sp, "longrope", "rope_factors_long.weight");
+    expect_unsupported(&sp, "longrope2", "short-context files (e.g. Phi-3-mini-4k) run"); /* and what does */
     sp = tiny_default("qwen3moe");
     sp.n_expert = 4, sp.n_expert_used = 2, sp.n_ff_exp = 16, sp.extra_key = "expert_gating_func";
     expect_unsupported(&sp, "moe", "qwen3moe.expert_gating_func");
