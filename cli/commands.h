@@ -23,6 +23,7 @@ int cmd_tokenize(int argc, char **argv);
 int cmd_detokenize(int argc, char **argv);
 int cmd_tokenize_bench(int argc, char **argv);
 int cmd_quantize(int argc, char **argv);
+int cmd_template(int argc, char **argv);
 
 /* ---- argument helpers (cli/args.c) ---- */
 

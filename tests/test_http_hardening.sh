@@ -61,8 +61,8 @@ check "it is logged escaped" grep -q 'x\\x0a<3>2026-01-01' "$main_LOG"
 
 # ---- 7: unsupported OpenAI features are refused by name ---------------------------------------
 msgs='"messages":[{"role":"user","content":"hi"}],"max_tokens":1'
-for f in 'tools:[{"type":"function","function":{"name":"f","parameters":{}}}]' 'tool_choice:"required"' \
-         'response_format:{"type":"json_object"}'; do
+for f in 'tools:[{"type":"retrieval"}]' 'tool_choice:"required"' \
+         'response_format:{"type":"json_schema","json_schema":{"schema":{"uniqueItems":true}}}'; do
     name=${f%%:*}
     code=$(post "$P" /v1/chat/completions "{$msgs,\"$name\":${f#*:}}")
     if [ "$code" = 400 ] && grep -q "\"param\":\"$name\"" "$TMP/body"; then ok "$name: 400 naming the field"

@@ -54,6 +54,26 @@ static char *echo_text(req *r, int k, const sched_output *o, size_t *len) {
     return strdup(""); /* still an echo: the logprobs keep the prompt's entries */
 }
 
+/* Whether a chat answer's tool calls are parsed out of its text (toolcall.h). */
+static bool calls_parsed(const req *r) {
+    return json_array_size(r->oreq.tools.tools) > 0 && r->oreq.tools.choice != TOOLCALL_NONE;
+}
+
+/* A chat stream's state per choice: the generated text streamed so far (the logprobs'
+ * text_offset) and the parser that splits it into content, reasoning and calls. */
+typedef struct stream_state {
+    int n;
+    size_t *text_off;         /* (n) */
+    toolcall_parser **parse;  /* (n) chat only */
+} stream_state;
+
+static void stream_state_free(void *p) {
+    stream_state *s = p;
+    for (int k = 0; s && s->parse && k < s->n; k++) toolcall_parser_destroy(s->parse[k]);
+    if (s) free(s->parse), free(s->text_off);
+    free(s);
+}
+
 /* Choice k's whole response; NULL with *failed set when its job failed. */
 static json_t *choice_body(req *r, int k, sched_output *failed) {
     sched_output o;
@@ -68,6 +88,8 @@ static json_t *choice_body(req *r, int k, sched_output *failed) {
     char *echo = echo_text(r, k, &o, &echo_len);
     json_t *body = oai_final(&r->rctx, &g, echo, echo_len);
     free(echo);
+    if (body && r->chat) toolcall_apply(json_array_get(json_object_get(body, "choices"), 0), g.text, g.text_len,
+                                        calls_parsed(r));
     return body;
 }
 
@@ -95,7 +117,11 @@ static void choice_end_oai(req *r, int k, const sched_output *o, buf *out) {
         int code = http_status_of(o->status, HTTP_CTX_GENERATE);
         sse_event(out, oai_error(code, o->errmsg[0] ? o->errmsg : "generation failed", NULL));
     } else {
-        sse_event(out, at_index(oai_chunk(&r->rctx, r->chat ? json_object() : json_string(""), NULL, o->finish_reason), k));
+        const char *finish = o->finish_reason;
+        stream_state *ss = req_get(r, REQ_SLOT_ENDPOINT);
+        if (r->chat && ss->parse && toolcall_parser_n_calls(ss->parse[k]) > 0 && finish && !strcmp(finish, "stop"))
+            finish = "tool_calls";
+        sse_event(out, at_index(oai_chunk(&r->rctx, r->chat ? json_object() : json_string(""), NULL, finish), k));
     }
 }
 
@@ -136,27 +162,37 @@ static void begin_oai(req *r, buf *out) {
     }
 }
 
+/* A chat update through choice k's parser: a chunk per delta it releases (the first carries the
+ * update's logprobs, stolen; an update that releases nothing still sends them). */
+static void chat_deltas(req *r, int k, const char *text, size_t n, bool done, json_t *lps, buf *out) {
+    stream_state *ss = req_get(r, REQ_SLOT_ENDPOINT);
+    json_t *deltas = json_array();
+    toolcall_parser_feed(ss->parse[k], text, n, deltas);
+    if (done) toolcall_parser_finish(ss->parse[k], deltas);
+    for (size_t i = 0; i < json_array_size(deltas); i++) {
+        sse_event(out, at_index(oai_chunk(&r->rctx, json_incref(json_array_get(deltas, i)), lps, NULL), k));
+        lps = NULL;
+    }
+    if (lps) sse_event(out, at_index(oai_chunk(&r->rctx, json_object(), lps, NULL), k));
+    json_decref(deltas);
+}
+
 /* Turns one update of choice k into OpenAI chunks. */
 static void update_oai(req *r, int k, const sched_update *u, buf *out) {
-    size_t *text_off = req_get(r, REQ_SLOT_ENDPOINT);
+    stream_state *ss = req_get(r, REQ_SLOT_ENDPOINT);
+    size_t *text_off = ss->text_off;
     sched_output o;
     oai_gen g;
     sched_job_output(req_job(r, k), &o);
     genreq_view(&o, &g);
     bool lp = g.top_logprobs >= 0;
-    if (u->text_len || (u->to > u->from && lp)) {
-        json_t *text = oai_string(u->text, u->text_len), *lps = NULL;
-        if (lp) {
-            size_t off = text_off[k];
-            lps = r->chat ? oai_chat_logprobs(&r->rctx, &g, u->from, u->to)
-                          : oai_completion_logprobs(&r->rctx, &g, u->from, u->to, false, &off);
-        }
-        json_t *payload = text;
-        if (r->chat) {
-            payload = json_object();
-            json_object_set_new(payload, "content", text);
-        }
-        sse_event(out, at_index(oai_chunk(&r->rctx, payload, lps, NULL), k));
+    if (r->chat) {
+        json_t *lps = lp && u->to > u->from ? oai_chat_logprobs(&r->rctx, &g, u->from, u->to) : NULL;
+        chat_deltas(r, k, u->text, u->text_len, u->done, lps, out);
+    } else if (u->text_len || (u->to > u->from && lp)) {
+        size_t off = text_off[k];
+        json_t *lps = lp ? oai_completion_logprobs(&r->rctx, &g, u->from, u->to, false, &off) : NULL;
+        sse_event(out, at_index(oai_chunk(&r->rctx, oai_string(u->text, u->text_len), lps, NULL), k));
     }
     text_off[k] += u->text_len;
     if (u->done) choice_end_oai(r, k, &o, out);
@@ -168,9 +204,16 @@ static const sse_writer LLAMA_WRITER = {NULL, update_llama, NULL};
 /* Streams r's jobs: the endpoint's state is each choice's text offset (bytes of generated text
  * streamed so far, for the logprobs' text_offset). */
 static enum MHD_Result respond_stream(req *r) {
-    size_t *text_off = calloc((size_t)req_n_jobs(r), sizeof(size_t));
-    if (!text_off) return MHD_NO;
-    req_set(r, REQ_SLOT_ENDPOINT, text_off, NULL);
+    stream_state *ss = calloc(1, sizeof(*ss));
+    if (!ss) return MHD_NO;
+    req_set(r, REQ_SLOT_ENDPOINT, ss, stream_state_free);
+    ss->n = req_n_jobs(r);
+    if (!(ss->text_off = calloc((size_t)ss->n, sizeof(size_t)))) return MHD_NO;
+    if (r->chat && !r->llama) {
+        if (!(ss->parse = calloc((size_t)ss->n, sizeof(*ss->parse)))) return MHD_NO;
+        for (int k = 0; k < ss->n; k++)
+            if (!(ss->parse[k] = toolcall_parser_create(calls_parsed(r)))) return MHD_NO;
+    }
     return sse_stream(r, r->llama ? &LLAMA_WRITER : &OAI_WRITER);
 }
 

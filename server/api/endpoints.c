@@ -74,7 +74,7 @@ enum MHD_Result ep_metrics(req *r) {
 static oai_model_desc model_desc(const struct server *s) {
     const model_info *mi = model_info_get(s->m);
     return (oai_model_desc){s->model_id, (long long)time(NULL), s->n_ctx, mi->n_vocab, mi->n_ctx,
-                            (long long)mi->n_params, chat_family_name(s->family), &s->cfg.sampling,
+                            (long long)mi->n_params, chat_family_name(s->chat.family), &s->cfg.sampling,
                             s->cfg.default_max_tokens};
 }
 

@@ -36,7 +36,10 @@ attnd_status genreq_prompt_tokens(req *r, int p, int32_t **ids, size_t *n, attnd
     const oai_request *q = &r->oreq;
     *ids = NULL, *n = 0;
     /* chat: only the template's markers are special tokens, never the messages' content */
-    if (r->chat) return chat_encode(s->tok, s->family, q->msgs, q->n_msgs, ids, n, err);
+    if (r->chat) {
+        chat_request cr = {q->msgs, q->n_msgs, q->messages_json, NULL, q->template_kwargs, true};
+        return chat_template_encode(&s->chat, s->tok, &cr, ids, n, err);
+    }
     const oai_prompt *pr = &q->prompts[p];
     if (pr->text) return tok_encode(s->tok, pr->text, strlen(pr->text), true, true, ids, n, err);
     *ids = malloc((size_t)(pr->n_ids ? pr->n_ids : 1) * sizeof(int32_t));
@@ -101,6 +104,7 @@ static bool job_spec(req *r, int32_t *ids, size_t n, int max_tokens, sess *se, u
         .prompt = ids, .n_prompt = (int)n, .sp = q->sp, .n_bias = q->n_bias, .max_tokens = max_tokens,
         .top_logprobs = q->logprobs, .prompt_logprobs = !r->chat && q->echo && q->logprobs >= 0, .se = se,
         .owner = r->owner, .request_id = r->request_id, .tenant = r->tenant,
+        .grammar = q->grammar ? grammar_ref(q->grammar) : NULL,
     };
     spec->sp.seed = seed;
     bool ok = true;
@@ -109,12 +113,13 @@ static bool job_spec(req *r, int32_t *ids, size_t n, int max_tokens, sess *se, u
     if (ok) ok = (spec->stops = calloc((size_t)q->n_stops + 1, sizeof(char *))) != NULL;
     for (int i = 0; ok && i < q->n_stops; i++) ok = (spec->stops[spec->n_stops++] = strdup(q->stops[i])) != NULL;
     /* the turn's end marker stops generation even where the vocabulary spells it as text */
-    if (ok && r->chat) ok = (spec->stops[spec->n_stops++] = strdup(chat_end_marker(r->srv->family))) != NULL;
+    if (ok && r->chat) ok = (spec->stops[spec->n_stops++] = strdup(chat_end_marker(r->srv->chat.family))) != NULL;
     if (ok) return true;
     free(ids);
     free(spec->bias);
     for (int i = 0; spec->stops && i < spec->n_stops; i++) free(spec->stops[i]);
     free(spec->stops);
+    grammar_unref(spec->grammar);
     return false;
 }
 

@@ -1,12 +1,17 @@
 /*
  * http.h — the HTTP layer of `attnd serve` (server-private): the server's shared state, the
  * per-request state, responses (JSON, text, errors with CORS headers), auth, body caps and the
- * route table that dispatches to the endpoints (endpoints.h).
+ * dispatch through the route table (routes.c) to the endpoints (endpoints.h).
  *
  * libmicrohttpd runs one thread per connection. Per-request state (req) is allocated on the
  * first access-handler call (http_on_request) and freed only in the completed callback
  * (http_on_completed), which also writes the access log line and counts the request in
  * /metrics. Everything before routing (auth, CORS, body cap) is common to every route.
+ *
+ * The modules serving a request keep their own state in its slots (req_set: opaque, with a
+ * destructor). Everything that touches the connection goes through this file (http_reply*,
+ * http_header_get, http_client_gone, http_idle_timeout), so with a req_io in place of the
+ * connection the whole request layer runs without a socket (http_req_create/run/end).
  */
 #ifndef ATTND_SERVER_HTTP_H
 #define ATTND_SERVER_HTTP_H
@@ -64,7 +69,7 @@ struct server {
     sess_store *store;
     rstore *responses;        /* stored /v1/responses (state_dir, like the sessions) */
     sched *sch;
-    chat_family family;
+    chat_template chat;       /* the chat template and where it came from (chat.h) */
     char *model_id;
     int n_ctx, n_vocab;
     atomic_bool ready;

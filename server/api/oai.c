@@ -5,7 +5,9 @@
  */
 #include "oai.h"
 
+#include "attnd/buf.h"
 #include "attnd/utf8.h"
+#include "json_schema.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -148,6 +150,34 @@ static attnd_status parse_content(const json_t *c, size_t i, char **out, const c
     return *out ? ATTND_OK : attnd_fail(err, ATTND_ERR_NOMEM, "out of memory");
 }
 
+/* The tool side of a history message, as the built-in families' models write it: an assistant's
+ * tool_calls after its content, a tool result as the user turn that brings it back. *content is
+ * replaced (owned); *role may become "user". */
+static attnd_status tool_history(const json_t *msg, size_t i, const char **role, char **content, const char **param,
+                                 attnd_err *err) {
+    const json_t *calls = oai_field(msg, "tool_calls");
+    bool tool = !strcmp(*role, "tool");
+    if (!tool && !(calls && !strcmp(*role, "assistant"))) return ATTND_OK;
+    buf b = {0};
+    attnd_status st = ATTND_OK;
+    if (tool) {
+        *role = "user";
+        if (!toolcall_render_result(*content, &b)) st = attnd_fail(err, ATTND_ERR_NOMEM, "out of memory");
+    } else {
+        bool ok = buf_puts(&b, *content) && (!**content || buf_puts(&b, "\n"));
+        attnd_err e;
+        st = ok ? toolcall_render_calls(calls, &b, &e) : attnd_fail(err, ATTND_ERR_NOMEM, "out of memory");
+        if (st == ATTND_ERR_INVALID) st = oai_bad(param, "messages", err, "messages[%zu]: %s", i, e.msg);
+    }
+    if (st == ATTND_OK) {
+        free(*content);
+        *content = b.p ? b.p : strdup("");
+        return *content ? ATTND_OK : attnd_fail(err, ATTND_ERR_NOMEM, "out of memory");
+    }
+    buf_free(&b);
+    return st;
+}
+
 static attnd_status parse_messages(const json_t *body, oai_request *r, const char **param, attnd_err *err) {
     const json_t *m = oai_field(body, "messages");
     if (!m) return oai_bad(param, "messages", err, "'messages' is required");
@@ -155,6 +185,7 @@ static attnd_status parse_messages(const json_t *body, oai_request *r, const cha
         return oai_bad(param, "messages", err, "'messages' must be a non-empty array");
     size_t n = json_array_size(m);
     r->msgs = calloc(n, sizeof(*r->msgs));
+    r->messages_json = m;
     if (!r->msgs) return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory");
     for (size_t i = 0; i < n; i++) {
         const json_t *msg = json_array_get(m, i);
@@ -162,12 +193,17 @@ static attnd_status parse_messages(const json_t *body, oai_request *r, const cha
         const json_t *role = json_object_get(msg, "role");
         if (!json_is_string(role)) return oai_bad(param, "messages", err, "messages[%zu].role must be a string", i);
         const char *rs = json_string_value(role);
-        if (strcmp(rs, "system") && strcmp(rs, "user") && strcmp(rs, "assistant") && strcmp(rs, "developer"))
+        if (strcmp(rs, "system") && strcmp(rs, "user") && strcmp(rs, "assistant") && strcmp(rs, "developer") &&
+            strcmp(rs, "tool"))
             return oai_bad(param, "messages", err, "messages[%zu].role '%.32s' is not supported; the roles are %s", i, rs,
                        OAI_ROLES);
         char *content = NULL;
         attnd_status rc = parse_content(json_object_get(msg, "content"), i, &content, param, err);
-        if (rc != ATTND_OK) return rc;
+        if (rc == ATTND_OK) rc = tool_history(msg, i, &rs, &content, param, err);
+        if (rc != ATTND_OK) {
+            free(content);
+            return rc;
+        }
         r->msgs[i] = (chat_msg){rs, content};
         r->n_msgs++;
     }
@@ -242,27 +278,135 @@ static attnd_status parse_prompt(const json_t *body, int n_vocab, oai_request *r
     return st;
 }
 
+// ---- tools ----------------------------------------------------------------------------------
+
+/* Appends the tools' description to the first system message, or adds one in front. */
+static attnd_status describe_tools(oai_request *r, attnd_err *err) {
+    size_t at = 0;
+    while (at < r->n_msgs && strcmp(r->msgs[at].role, "system") && strcmp(r->msgs[at].role, "developer")) at++;
+    buf b = {0};
+    bool ok = at == r->n_msgs || buf_puts(&b, r->msgs[at].content);
+    ok = ok && toolcall_system_prompt(&r->tools, &b);
+    if (ok && at == r->n_msgs) {
+        chat_msg *m = realloc(r->msgs, (r->n_msgs + 1) * sizeof(*m));
+        if ((ok = m != NULL)) {
+            memmove(m + 1, m, r->n_msgs * sizeof(*m));
+            r->msgs = m, r->n_msgs++, at = 0;
+            /* the description starts with blank lines meant to follow a system text */
+            memmove(b.p, b.p + 2, b.len - 1), b.len -= 2;
+            m[0] = (chat_msg){"system", NULL};
+        }
+    }
+    if (!ok) {
+        buf_free(&b);
+        return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory");
+    }
+    free((char *)r->msgs[at].content);
+    r->msgs[at].content = b.p;
+    return ATTND_OK;
+}
+
+static attnd_status parse_tools(const json_t *body, bool chat, oai_request *r, const char **param, attnd_err *err) {
+    attnd_status st = toolcall_parse_spec(body, false, &r->tools, param, err);
+    if (st != ATTND_OK || json_array_size(r->tools.tools) == 0) return st;
+    if (!chat) return oai_bad(param, "tools", err, "'tools' needs /v1/chat/completions (or /v1/responses)");
+    if (r->tools.choice == TOOLCALL_NONE) return ATTND_OK;
+    if ((st = describe_tools(r, err)) != ATTND_OK) return st;
+    if (r->tools.choice == TOOLCALL_AUTO) return ATTND_OK;
+    if (r->grammar)
+        return oai_bad(param, "tool_choice", err, "'tool_choice' %s cannot be combined with a response format or grammar",
+                   r->tools.choice == TOOLCALL_NAMED ? "naming a function" : "required");
+    buf g = {0};
+    attnd_err terr;
+    st = toolcall_grammar(&r->tools, &g, &terr);
+    if (st == ATTND_OK) {
+        if ((st = grammar_compile(&r->grammar, g.p, g.len, &terr)) == ATTND_OK) r->format = OAI_FORMAT_TOOL_CALL;
+    }
+    buf_free(&g);
+    if (st == ATTND_ERR_NOMEM) return attnd_fail(err, st, "out of memory");
+    if (st != ATTND_OK) return oai_bad(param, "tools", err, "'tools': a tool's parameters: %s", terr.msg);
+    return ATTND_OK;
+}
+
+// ---- structured output ----------------------------------------------------------------------
+
+/* Compiles GBNF text into r->grammar; a grammar that does not compile is the field's fault. */
+static attnd_status compile_into(oai_request *r, oai_format f, const char *text, size_t len, const char *name,
+                                 const char **param, attnd_err *err) {
+    attnd_err gerr;
+    attnd_status st = grammar_compile(&r->grammar, text, len, &gerr);
+    if (st == ATTND_ERR_NOMEM) return attnd_fail(err, st, "out of memory");
+    if (st != ATTND_OK) return oai_bad(param, name, err, "'%s': %s", name, gerr.msg);
+    r->format = f;
+    return ATTND_OK;
+}
+
+static attnd_status schema_into(oai_request *r, const json_t *schema, const char *name, const char **param,
+                                attnd_err *err) {
+    buf g = {0};
+    attnd_err serr;
+    attnd_status st = json_schema_to_gbnf(schema, &g, &serr);
+    if (st == ATTND_OK) st = compile_into(r, OAI_FORMAT_JSON_SCHEMA, g.p, g.len, name, param, err);
+    else if (st == ATTND_ERR_NOMEM) attnd_fail(err, st, "out of memory");
+    else st = oai_bad(param, name, err, "'%s': %s", name, serr.msg);
+    buf_free(&g);
+    return st;
+}
+
+/* response_format (OpenAI), and grammar / json_schema (llama.cpp): at most one of them. */
+static attnd_status parse_format(const json_t *body, oai_request *r, const char **param, attnd_err *err) {
+    const json_t *rf = oai_field(body, "response_format"), *gr = oai_field(body, "grammar"),
+                 *js = oai_field(body, "json_schema");
+    const json_t *rft = json_object_get(rf, "type");
+    bool rf_on = rf && !(json_is_string(rft) && !strcmp(json_string_value(rft), "text"));
+    if ((rf_on + !!gr + !!js) > 1)
+        return oai_bad(param, gr ? "grammar" : "json_schema", err,
+                   "give at most one of 'response_format', 'grammar' and 'json_schema'");
+    if (gr) {
+        if (!json_is_string(gr)) return oai_bad(param, "grammar", err, "'grammar' must be a string (GBNF)");
+        if (json_string_length(gr) == 0) return ATTND_OK; /* llama.cpp clients send "" for none */
+        return compile_into(r, OAI_FORMAT_GRAMMAR, json_string_value(gr), json_string_length(gr), "grammar", param, err);
+    }
+    if (js) {
+        if (!json_is_object(js) && !json_is_boolean(js))
+            return oai_bad(param, "json_schema", err, "'json_schema' must be a JSON Schema object");
+        return schema_into(r, js, "json_schema", param, err);
+    }
+    if (!rf) return ATTND_OK;
+    if (!json_is_object(rf) || !json_is_string(rft))
+        return oai_bad(param, "response_format", err, "'response_format' must be an object with a string 'type'");
+    const char *t = json_string_value(rft);
+    if (!strcmp(t, "text")) return ATTND_OK;
+    if (!strcmp(t, "json_object")) {
+        const char *any = json_schema_any_object_gbnf();
+        attnd_status st = compile_into(r, OAI_FORMAT_JSON_OBJECT, any, strlen(any), "response_format", param, err);
+        return st;
+    }
+    if (strcmp(t, "json_schema"))
+        return oai_bad(param, "response_format", err,
+                   "'response_format.type' '%.32s' is not one of text, json_object, json_schema", t);
+    const json_t *spec = json_object_get(rf, "json_schema"), *schema = json_object_get(spec, "schema");
+    if (!json_is_object(spec))
+        return oai_bad(param, "response_format", err, "'response_format.json_schema' must be an object with a 'schema'");
+    if (!schema || json_is_null(schema)) { /* a schema-less json_schema format: any JSON object */
+        const char *any = json_schema_any_object_gbnf();
+        return compile_into(r, OAI_FORMAT_JSON_SCHEMA, any, strlen(any), "response_format", param, err);
+    }
+    return schema_into(r, schema, "response_format", param, err);
+}
+
 /* OpenAI features attnd does not implement are refused by name rather than silently ignored:
  * a client asking for tool calls or JSON mode must not believe it got them. Their harmless
  * "off" forms (null, an empty tools list, tool_choice "none", response_format "text",
  * modalities ["text"], best_of 1, an empty suffix) are accepted, since clients send those. */
 static attnd_status refuse_unsupported(const json_t *body, const char **param, attnd_err *err) {
-    static const char *LISTS[] = {"tools", "functions"};
-    for (size_t i = 0; i < ATTND_ARRAY_LEN(LISTS); i++) {
-        const json_t *v = oai_field(body, LISTS[i]);
-        if (v && !(json_is_array(v) && json_array_size(v) == 0))
-            return oai_bad(param, LISTS[i], err, "'%s' is not supported by this server (no tool calling)", LISTS[i]);
-    }
-    static const char *CHOICES[] = {"tool_choice", "function_call"};
-    for (size_t i = 0; i < ATTND_ARRAY_LEN(CHOICES); i++) {
-        const json_t *v = oai_field(body, CHOICES[i]);
-        if (v && !(json_is_string(v) && !strcmp(json_string_value(v), "none")))
-            return oai_bad(param, CHOICES[i], err, "'%s' is not supported by this server (no tool calling)", CHOICES[i]);
-    }
-    const json_t *rf = oai_field(body, "response_format"), *rft = json_object_get(rf, "type");
-    if (rf && !(json_is_string(rft) && !strcmp(json_string_value(rft), "text")))
-        return oai_bad(param, "response_format", err,
-                   "'response_format' other than {\"type\": \"text\"} is not supported (no JSON mode)");
+    const json_t *v = oai_field(body, "functions");
+    if (v && !(json_is_array(v) && json_array_size(v) == 0))
+        return oai_bad(param, "functions", err, "'functions' (the deprecated form) is not supported; use 'tools'");
+    v = oai_field(body, "function_call");
+    if (v && !(json_is_string(v) && !strcmp(json_string_value(v), "none")))
+        return oai_bad(param, "function_call", err, "'function_call' (the deprecated form) is not supported; use "
+                       "'tool_choice'");
     const json_t *mod = oai_field(body, "modalities");
     if (mod && !(json_is_array(mod) && json_array_size(mod) == 1 &&
                  json_is_string(json_array_get(mod, 0)) && !strcmp(json_string_value(json_array_get(mod, 0)), "text")))
@@ -273,6 +417,30 @@ static attnd_status refuse_unsupported(const json_t *body, const char **param, a
         return oai_bad(param, "best_of", err, "only 'best_of': 1 is supported");
     if (suffix && !(json_is_string(suffix) && json_string_length(suffix) == 0))
         return oai_bad(param, "suffix", err, "'suffix' (insertion) is not supported");
+    return ATTND_OK;
+}
+
+/* max_tokens (max_completion_tokens in chat) into r->max_tokens, within max_tokens_cap, and what
+ * the whole request may generate (every prompt and choice) within max_request_tokens. */
+static attnd_status parse_max_tokens(const json_t *body, bool chat, const server_settings *cfg, int n_prompts,
+                                     oai_request *r, const char **param, attnd_err *err) {
+    const char *mt_name = chat && oai_field(body, "max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
+    if (oai_field(body, mt_name)) {
+        const json_t *v = oai_field(body, mt_name);
+        if (!json_is_integer(v) || json_integer_value(v) < 0)
+            return oai_bad(param, mt_name, err, "'%s' must be a non-negative integer", mt_name);
+        if (json_integer_value(v) > cfg->max_tokens_cap)
+            return oai_bad(param, mt_name, err, "'%s' is %lld; this server allows at most %d", mt_name,
+                       (long long)json_integer_value(v), cfg->max_tokens_cap);
+        r->max_tokens = (int)json_integer_value(v);
+    }
+    /* what the whole request may generate: one request must not hold the engine for minutes */
+    long long per = r->max_tokens >= 0 ? r->max_tokens : cfg->default_max_tokens;
+    if (cfg->max_request_tokens > 0 && per * n_prompts * r->n > cfg->max_request_tokens)
+        return oai_bad(param, mt_name, err,
+                       "%s %lld x n %d x %d prompts = %lld tokens; this server allows at most %d per request "
+                       "(max_request_tokens)", mt_name, per, r->n, n_prompts, per * n_prompts * r->n,
+                       cfg->max_request_tokens);
     return ATTND_OK;
 }
 
@@ -298,23 +466,7 @@ attnd_status oai_parse(const json_t *body, bool chat, const server_settings *cfg
     if (n_prompts * r->n > OAI_MAX_CHOICES)
         return oai_bad(param, "n", err, "%d prompts x n = %d make %d choices; at most %d per request", n_prompts, r->n,
                    n_prompts * r->n, OAI_MAX_CHOICES);
-    const char *mt_name = chat && oai_field(body, "max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
-    if (oai_field(body, mt_name)) {
-        const json_t *v = oai_field(body, mt_name);
-        if (!json_is_integer(v) || json_integer_value(v) < 0)
-            return oai_bad(param, mt_name, err, "'%s' must be a non-negative integer", mt_name);
-        if (json_integer_value(v) > cfg->max_tokens_cap)
-            return oai_bad(param, mt_name, err, "'%s' is %lld; this server allows at most %d", mt_name,
-                       (long long)json_integer_value(v), cfg->max_tokens_cap);
-        r->max_tokens = (int)json_integer_value(v);
-    }
-    /* what the whole request may generate: one request must not hold the engine for minutes */
-    long long per = r->max_tokens >= 0 ? r->max_tokens : cfg->default_max_tokens;
-    if (cfg->max_request_tokens > 0 && per * n_prompts * r->n > cfg->max_request_tokens)
-        return oai_bad(param, mt_name, err,
-                       "%s %lld x n %d x %d prompts = %lld tokens; this server allows at most %d per request "
-                       "(max_request_tokens)", mt_name, per, r->n, n_prompts, per * n_prompts * r->n,
-                       cfg->max_request_tokens);
+    if ((rc = parse_max_tokens(body, chat, cfg, n_prompts, r, param, err)) != ATTND_OK) return rc;
     if ((rc = get_num(body, "temperature", 0, 100, &r->sp.temperature, param, err)) ||
         (rc = get_num(body, "top_p", 0, 1, &r->sp.top_p, param, err)) ||
         (rc = get_num(body, "min_p", 0, 1, &r->sp.min_p, param, err)) ||
@@ -353,8 +505,16 @@ attnd_status oai_parse(const json_t *body, bool chat, const server_settings *cfg
     if ((rc = oai_get_string(body, "user", NULL, param, err)) != ATTND_OK ||
         (rc = oai_get_string(body, "session_id", &r->session_id, param, err)) != ATTND_OK)
         return rc;
+    if (chat) {
+        const json_t *kw = oai_field(body, "chat_template_kwargs");
+        if (kw && !json_is_object(kw))
+            return oai_bad(param, "chat_template_kwargs", err, "'chat_template_kwargs' must be an object");
+        r->template_kwargs = kw;
+    }
     if ((rc = parse_stop(body, r, param, err)) != ATTND_OK) return rc;
     if ((rc = parse_bias(body, n_vocab, r, param, err)) != ATTND_OK) return rc;
+    if ((rc = parse_format(body, r, param, err)) != ATTND_OK) return rc;
+    if ((rc = parse_tools(body, chat, r, param, err)) != ATTND_OK) return rc;
     attnd_err verr;
     if (sampler_params_validate(&r->sp, n_vocab, &verr) != ATTND_OK)
         return oai_bad(param, NULL, err, "%s", verr.msg);
@@ -369,6 +529,8 @@ void oai_request_free(oai_request *r) {
     free(r->bias);
     for (int i = 0; i < r->n_stops; i++) free(r->stops[i]);
     free(r->stops);
+    grammar_unref(r->grammar);
+    toolcall_spec_free(&r->tools);
     memset(r, 0, sizeof(*r));
 }
 

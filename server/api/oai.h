@@ -15,13 +15,15 @@
 #include <stdint.h>
 
 #include "attnd/common.h"
+#include "attnd/grammar.h"
 #include "attnd/sampler.h"
 #include "chat.h"
+#include "toolcall.h"
 #include "settings.h"
 
 /* The roles a chat message may have, as error messages list them ('developer' is OpenAI's newer
- * name for 'system'; 'tool' and 'function' results need tool calling, which attnd does not do). */
-#define OAI_ROLES "system, developer, user, assistant"
+ * name for 'system'; 'tool' carries a tool's result back). */
+#define OAI_ROLES "system, developer, user, assistant, tool"
 
 /* Limits of one request: prompts in a /v1/completions list, choices per prompt (n), and
  * choices in all (prompts x n), each of which is one sequence in the scheduler. */
@@ -35,6 +37,17 @@ typedef struct oai_prompt {
     int32_t *ids;           /* (n_ids) owned */
     int n_ids;
 } oai_prompt;
+
+/* What the output must be: free text, any JSON object (response_format json_object), JSON
+ * under a schema (response_format json_schema, llama.cpp's json_schema), or a GBNF grammar
+ * (llama.cpp's grammar). */
+typedef enum oai_format {
+    OAI_FORMAT_TEXT = 0,
+    OAI_FORMAT_JSON_OBJECT,
+    OAI_FORMAT_JSON_SCHEMA,
+    OAI_FORMAT_GRAMMAR,
+    OAI_FORMAT_TOOL_CALL,   /* tool_choice required / named: a call is forced */
+} oai_format;
 
 typedef struct oai_request {
     bool chat;
@@ -54,14 +67,29 @@ typedef struct oai_request {
     bool stream, include_usage, echo;
     int logprobs;           /* alternatives per token (0..20); -1 = no logprobs */
     const char *session_id; /* borrowed; NULL = none */
+    const json_t *messages_json;   /* chat: the messages as sent (borrowed), for the template */
+    const json_t *template_kwargs; /* chat_template_kwargs: an object for the template (borrowed); NULL = none */
+    // ---- structured output ----
+    oai_format format;      /* what constrains the output */
+    grammar *grammar;       /* owned reference; NULL for OAI_FORMAT_TEXT */
+    // ---- tools (chat) ----
+    toolcall_spec tools;    /* tools.tools is NULL when the request has none */
 } oai_request;
 
 /*
  * Validates a /v1/completions (chat = false) or /v1/chat/completions (chat = true) body.
  * Defaults come from cfg; n_vocab bounds token ids and logit_bias keys; max_tokens above
  * cfg->max_tokens_cap is refused. On error *param names the field (NULL for the body itself).
- * Features not implemented (tools, tool_choice, functions, function_call, response_format other
- * than "text", audio, modalities other than ["text"], best_of > 1, suffix) are refused by name;
+ * Structured output: response_format {"type": "text" | "json_object" | "json_schema",
+ * "json_schema": {"name", "schema", "strict"}}, and llama.cpp's "grammar" (GBNF) and
+ * "json_schema" (a schema) on every endpoint, compile into r->grammar; a schema keyword the
+ * conversion does not cover is a 400 naming it (json_schema.h).
+ * Tools (chat): "tools", "tool_choice", "parallel_tool_calls" into r->tools (toolcall.h); the
+ * tools are described in the system message (Hermes style, for the built-in families), history
+ * messages' tool_calls and role "tool" results are rendered as the model writes them, and
+ * tool_choice required / named compiles the forcing grammar (then response_format is a 400).
+ * Features not implemented (functions, function_call, audio, modalities
+ * other than ["text"], best_of > 1, suffix) are refused by name;
  * unknown fields and harmless ones clients send (user, stream_options, metadata, store) are not.
  * out must be freed with oai_request_free, also after an error.
  */

@@ -22,19 +22,16 @@ static bool str_is(const json_t *v, const char *s) { return json_is_string(v) &&
 /* Fields that ask for more than text generation: refused rather than ignored. */
 static attnd_status refuse_unsupported(const json_t *b, const char **param, attnd_err *err) {
     const json_t *v;
-    if ((v = oai_field(b, "tools")) && !(json_is_array(v) && json_array_size(v) == 0))
-        return oai_bad(param, "tools", err, "'tools' is not supported: attnd generates text only (no tool calling)");
-    if ((v = oai_field(b, "tool_choice")) && !str_is(v, "none") && !str_is(v, "auto"))
-        return oai_bad(param, "tool_choice", err, "'tool_choice' is not supported: attnd has no tools to call");
     if ((v = oai_field(b, "reasoning")) && (!json_is_object(v) || oai_field(v, "effort") || oai_field(v, "summary")))
         return oai_bad(param, "reasoning", err, "'reasoning' is not supported: this model has no reasoning mode");
     const json_t *text = oai_field(b, "text");
     if (text && !json_is_object(text)) return oai_bad(param, "text", err, "'text' must be an object");
-    const json_t *fmt = text ? oai_field(text, "format") : NULL;
-    if (fmt && !(json_is_object(fmt) && str_is(json_object_get(fmt, "type"), "text")))
+    const json_t *fmt = text ? oai_field(text, "format") : NULL, *ft = json_object_get(fmt, "type");
+    if (fmt && !(json_is_object(fmt) && (str_is(ft, "text") || str_is(ft, "json_object") || str_is(ft, "json_schema"))))
         return oai_bad(param, "text.format", err,
-                   "'text.format' must be {\"type\": \"text\"}: structured output (json_schema, json_object) is not "
-                   "supported");
+                   "'text.format' must be {\"type\": \"text\" | \"json_object\" | \"json_schema\", ...}");
+    if (str_is(ft, "json_schema") && !json_is_object(json_object_get(fmt, "schema")))
+        return oai_bad(param, "text.format", err, "'text.format' of type json_schema needs a 'schema' object");
     if (text && oai_field(text, "verbosity") && !str_is(oai_field(text, "verbosity"), "medium"))
         return oai_bad(param, "text.verbosity", err, "'text.verbosity' is not supported");
     if ((v = oai_field(b, "background")) && !json_is_false(v))
@@ -91,6 +88,32 @@ static json_t *item_text(const json_t *content, size_t i, const char **param, at
     return s;
 }
 
+/* A function_call item as the assistant message that made the call, a function_call_output as
+ * the tool message with its result. */
+static json_t *tool_item(const json_t *item, size_t i, const char *name, const char **param, attnd_err *err,
+                         attnd_status *st) {
+    const json_t *id = json_object_get(item, "call_id");
+    if (!json_is_string(id)) {
+        *st = oai_bad(param, name, err, "'input[%zu].call_id' must be a string", i);
+        return NULL;
+    }
+    if (str_is(json_object_get(item, "type"), "function_call_output")) {
+        const json_t *out = json_object_get(item, "output");
+        if (!json_is_string(out)) {
+            *st = oai_bad(param, name, err, "'input[%zu].output' must be a string", i);
+            return NULL;
+        }
+        return json_pack("{s:s,s:O,s:O}", "role", "tool", "tool_call_id", (json_t *)id, "content", (json_t *)out);
+    }
+    const json_t *fn = json_object_get(item, "name"), *args = json_object_get(item, "arguments");
+    if (!json_is_string(fn) || !json_is_string(args)) {
+        *st = oai_bad(param, name, err, "'input[%zu]' (function_call) needs string 'name' and 'arguments'", i);
+        return NULL;
+    }
+    return json_pack("{s:s,s:s,s:[{s:O,s:s,s:{s:O,s:O}}]}", "role", "assistant", "content", "", "tool_calls", "id",
+                     (json_t *)id, "type", "function", "function", "name", (json_t *)fn, "arguments", (json_t *)args);
+}
+
 /* One input item as a chat message {"role", "content"}; NULL with *st set on error. */
 static json_t *input_item(const json_t *item, size_t i, const char **param, attnd_err *err, attnd_status *st) {
     static _Thread_local char name[64]; /* *param must outlive the call: one per thread */
@@ -100,6 +123,7 @@ static json_t *input_item(const json_t *item, size_t i, const char **param, attn
         return NULL;
     }
     const json_t *type = oai_field(item, "type"), *role = json_object_get(item, "role");
+    if (str_is(type, "function_call") || str_is(type, "function_call_output")) return tool_item(item, i, name, param, err, st);
     if (type && !str_is(type, "message")) {
         *st = oai_bad(param, name, err, "'input[%zu]' of type '%.32s' is not supported: attnd takes messages only", i,
                   json_is_string(type) ? json_string_value(type) : "?");
@@ -171,6 +195,43 @@ static attnd_status parse_scalars(const json_t *b, const server_settings *cfg, r
     return ATTND_OK;
 }
 
+/* Responses' function tools ({"type": "function", "name", ...}) and tool_choice into chat's
+ * shapes in the sampling fields; validated here so errors name Responses' fields. */
+static attnd_status tools_to_sampling(const json_t *b, responses_request *r, const char **param, attnd_err *err) {
+    toolcall_spec s;
+    attnd_status st = toolcall_parse_spec(b, true, &s, param, err);
+    json_t *tools = json_array();
+    for (size_t i = 0; st == ATTND_OK && tools && i < json_array_size(s.tools); i++)
+        json_array_append_new(tools, json_pack("{s:s,s:O}", "type", "function", "function", json_array_get(s.tools, i)));
+    if (st == ATTND_OK && json_array_size(tools)) {
+        r->tools = s.choice != TOOLCALL_NONE;
+        json_object_set(r->sampling, "tools", tools);
+        static const char *const CH[] = {"auto", "none", "required"};
+        json_object_set_new(r->sampling, "tool_choice",
+                            s.choice == TOOLCALL_NAMED ? json_pack("{s:s,s:{s:s}}", "type", "function", "function", "name", s.name)
+                                                       : json_string(CH[s.choice]));
+        json_object_set_new(r->sampling, "parallel_tool_calls", json_boolean(s.parallel));
+    }
+    json_decref(tools);
+    toolcall_spec_free(&s);
+    return st;
+}
+
+/* text.format {type json_schema, name, schema, strict} | {type json_object} becomes chat's
+ * response_format in the sampling fields, which oai_parse compiles (naming "response_format"
+ * in its errors). */
+static attnd_status format_to_sampling(const json_t *b, responses_request *r, attnd_err *err) {
+    const json_t *fmt = oai_field(oai_field(b, "text"), "format"), *ft = json_object_get(fmt, "type");
+    json_t *rf = NULL;
+    if (str_is(ft, "json_object")) rf = json_pack("{s:s}", "type", "json_object");
+    else if (str_is(ft, "json_schema"))
+        rf = json_pack("{s:s,s:{s:O}}", "type", "json_schema", "json_schema", "schema", json_object_get(fmt, "schema"));
+    else return ATTND_OK;
+    if (!rf || json_object_set_new(r->sampling, "response_format", rf))
+        return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory");
+    return ATTND_OK;
+}
+
 attnd_status responses_parse(const json_t *b, const server_settings *cfg, responses_request *r, const char **param,
                              attnd_err *err) {
     memset(r, 0, sizeof(*r));
@@ -189,7 +250,8 @@ attnd_status responses_parse(const json_t *b, const server_settings *cfg, respon
         json_t *v = json_object_get(b, SAMPLING[i]);
         if (v && !json_is_null(v)) json_object_set(r->sampling, SAMPLING[i], v);
     }
-    return ATTND_OK;
+    if ((st = tools_to_sampling(b, r, param, err)) != ATTND_OK) return st;
+    return format_to_sampling(b, r, err);
 }
 
 void responses_request_free(responses_request *r) {
@@ -243,6 +305,33 @@ static json_t *output_message(const responses_result *res, bool with_text) {
                      "assistant", "content", content);
 }
 
+/* With tools: the reply split by the tool-call parser into a message (when there is text) and
+ * function_call items. */
+static void tool_output(const responses_result *res, json_t *output) {
+    json_t *choice = json_pack("{s:{s:s},s:s}", "message", "role", "assistant", "finish_reason", "stop");
+    if (!choice || !toolcall_apply(choice, res->text, res->text_len, true)) {
+        json_array_append_new(output, output_message(res, true));
+        json_decref(choice);
+        return;
+    }
+    json_t *msg = json_object_get(choice, "message"), *content = json_object_get(msg, "content");
+    if (json_is_string(content) && json_string_length(content)) {
+        responses_result text = *res;
+        text.text = json_string_value(content), text.text_len = json_string_length(content);
+        json_array_append_new(output, output_message(&text, true));
+    }
+    json_t *calls = json_object_get(msg, "tool_calls");
+    for (size_t i = 0; i < json_array_size(calls); i++) {
+        const json_t *c = json_array_get(calls, i), *f = json_object_get(c, "function");
+        char id[40];
+        attnd_random_id(id, sizeof(id), "fc_");
+        json_array_append_new(output, json_pack("{s:s,s:s,s:s,s:O,s:O,s:O}", "type", "function_call", "id", id, "status",
+                                                "completed", "call_id", json_object_get(c, "id"), "name",
+                                                json_object_get(f, "name"), "arguments", json_object_get(f, "arguments")));
+    }
+    json_decref(choice);
+}
+
 static json_t *usage(const responses_result *res) {
     return json_pack("{s:i,s:{s:i},s:i,s:{s:i},s:i}", "input_tokens", res->input_tokens, "input_tokens_details",
                      "cached_tokens", res->cached_tokens, "output_tokens", res->output_tokens, "output_tokens_details",
@@ -260,7 +349,8 @@ json_t *responses_object(const responses_result *res) {
         json_decref(output);
         return NULL;
     }
-    if (!running) json_array_append_new(output, output_message(res, true));
+    if (!running && !q->tools) json_array_append_new(output, output_message(res, true));
+    if (!running && q->tools) tool_output(res, output);
     json_object_set_new(o, "id", json_string(res->id));
     json_object_set_new(o, "object", json_string("response"));
     json_object_set_new(o, "created_at", json_integer(res->created_at));
@@ -278,8 +368,14 @@ json_t *responses_object(const responses_result *res) {
     json_object_set_new(o, "store", json_boolean(q->store));
     json_object_set_new(o, "temperature", json_real(res->temperature));
     json_object_set_new(o, "text", json_pack("{s:{s:s}}", "format", "type", "text"));
-    json_object_set_new(o, "tool_choice", json_string("none"));
-    json_object_set_new(o, "tools", json_array());
+    const json_t *tc = json_object_get(q->sampling, "tool_choice"), *tools = json_object_get(q->sampling, "tools");
+    json_object_set_new(o, "tool_choice", tc ? json_deep_copy(tc) : json_string("none"));
+    json_t *rtools = json_array();
+    for (size_t i = 0; i < json_array_size(tools); i++) { /* back in Responses' shape */
+        json_t *t = json_deep_copy(json_object_get(json_array_get(tools, i), "function"));
+        if (t) json_object_set_new(t, "type", json_string("function")), json_array_append_new(rtools, t);
+    }
+    json_object_set_new(o, "tools", rtools);
     json_object_set_new(o, "top_p", json_real(res->top_p));
     json_object_set_new(o, "truncation", json_string("disabled"));
     json_object_set_new(o, "usage", running ? json_null() : usage(res));

@@ -35,6 +35,8 @@ typedef struct responses_request {
     json_t *sampling;         /* (owned) the body's sampling fields, as a chat completion body */
     json_t *metadata;         /* (owned) echoed back; an object, possibly empty */
     const char *user;         /* borrowed; NULL = none */
+    bool tools;               /* function tools that may be called: the reply becomes
+                                 function_call items (toolcall.h) */
 } responses_request;
 
 /*

@@ -38,6 +38,7 @@ static const size_t OWNED_STRINGS[] = {
     offsetof(server_settings, model_alias),   offsetof(server_settings, state_dir),
     offsetof(server_settings, api_key),       offsetof(server_settings, cors_origins),
     offsetof(server_settings, chat_template), offsetof(server_settings, allowed_hosts),
+    offsetof(server_settings, chat_template_file),
     offsetof(server_settings, session_store), offsetof(server_settings, session_store_prefix),
 };
 
@@ -207,15 +208,17 @@ attnd_status server_load(server *s, attnd_err *err) {
     size_t l = strlen(s->model_id);
     if (!s->cfg.model_alias && l > 5 && !strcmp(s->model_id + l - 5, ".gguf")) s->model_id[l - 5] = '\0';
     // ---- chat template ----
-    if (s->cfg.chat_template && *s->cfg.chat_template) {
-        if ((rc = chat_family_from_name(s->cfg.chat_template, &s->family, err)) != ATTND_OK) return rc;
-    } else {
-        const char *tmpl = NULL;
-        gguf_get_str(model_gguf(s->m), "tokenizer.chat_template", &tmpl, NULL);
-        if (!chat_detect(tmpl, &s->family))
-            slog_warn("%s; using ChatML (set chat_template to override)",
-                      tmpl && *tmpl ? "unrecognised chat template in the model" : "the model has no chat template");
-    }
+    const char *tmpl = NULL;
+    gguf_get_str(model_gguf(s->m), "tokenizer.chat_template", &tmpl, NULL);
+    if ((rc = chat_template_load(&s->chat, tmpl, s->cfg.chat_template_file, s->cfg.chat_template, s->tok, err)) !=
+        ATTND_OK)
+        return rc;
+    if (s->chat.source == CHAT_SRC_GGUF && ((s->cfg.chat_template && *s->cfg.chat_template) ||
+                                            (s->cfg.chat_template_file && *s->cfg.chat_template_file)))
+        slog_warn("the configured chat template is not used: the model carries its own (tokenizer.chat_template)");
+    if (s->chat.source == CHAT_SRC_DETECTED || s->chat.source == CHAT_SRC_FALLBACK)
+        slog_warn("%s; using the built-in %s template (set chat_template or chat_template_file to override)",
+                  s->chat.why, chat_family_name(s->chat.family));
     // ---- sessions: the model tag ties saved token ids to this vocabulary ----
     char tag[200];
     snprintf(tag, sizeof(tag), "%s/vocab%d", s->model_id, s->n_vocab);
@@ -224,8 +227,9 @@ attnd_status server_load(server *s, attnd_err *err) {
     if ((rc = rstore_create(&s->responses, s->cfg.state_dir, tag, s->cfg.max_sessions, err)) != ATTND_OK) return rc;
     if ((rc = sched_create(&s->sch, s->m, s->tok, s->store, &s->cfg, err)) != ATTND_OK) return rc;
     atomic_store(&s->ready, true);
-    slog_info("model ready: %s (%s, %d layers, vocab %d, context %d, chat template %s, %d sessions restored)",
-              s->model_id, mi->arch, mi->n_layer, mi->n_vocab, s->n_ctx, chat_family_name(s->family),
+    slog_info("model ready: %s (%s, %d layers, vocab %d, context %d, chat template %s (%s), %d sessions restored)",
+              s->model_id, mi->arch, mi->n_layer, mi->n_vocab, s->n_ctx, chat_family_name(s->chat.family),
+              chat_source_str(&s->chat),
               sess_count(s->store));
     log_engine_setup(s);
     status_hook(s, "ready");
@@ -283,6 +287,7 @@ void server_destroy(server *s) {
     server_shutdown(s);
     sess_store_destroy(s->store);
     rstore_destroy(s->responses);
+    chat_template_free(&s->chat);
     tok_destroy(s->tok);
     model_destroy(s->m);
     metrics_destroy(s->met);

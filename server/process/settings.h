@@ -62,7 +62,9 @@ typedef struct server_settings {
                                 0 = auto (3 decode steps); default 0 */
     size_t kv_budget_mb;     /* KV memory budget for all sessions together; default 1024 */
     bool kv_f32;             /* store KV as f32 instead of f16; default false */
-    const char *chat_template; /* template family override by name ("chatml", "llama3", ...); NULL = detect */
+    const char *chat_template; /* built-in family by name ("chatml", "llama3", ...) for a model without a
+                                * template of its own; NULL = detect */
+    const char *chat_template_file; /* a Jinja chat template file for a model without one; NULL = none */
 
     // ---- sessions ----
     int max_sessions;        /* named sessions kept (in memory and on disk); default 1024 */

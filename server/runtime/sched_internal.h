@@ -24,6 +24,7 @@ struct sched_job {
     int top_logprobs;
     bool prompt_logprobs;
     attn_capture *capture;    /* owned, may be NULL */
+    grammar *grammar;         /* a reference, may be NULL */
     sess *se;
     char owner[SESS_OWNER_MAX + 1]; /* whose prompt cache an anonymous job may use */
     char tenant[SCHED_TENANT_MAX + 1]; /* who asked (fair admission) */
@@ -126,6 +127,8 @@ typedef struct sched_tenant {
 struct sched {
     const model *m;
     const tokenizer *tok;
+    grammar_vocab *gvocab;   /* the vocabulary index for grammars: built at the first job that
+                                has one (scheduler thread), owned */
     sess_store *store;
     server_hooks hooks;
     int wd_ms;

@@ -20,7 +20,8 @@ attnd_status sched_job_create(sched_job **out, sched_job_spec *spec, attnd_err *
         free(spec->bias);
         for (int i = 0; i < spec->n_stops; i++) free(spec->stops[i]);
         free(spec->stops), attn_capture_destroy(spec->capture);
-        spec->prompt = NULL, spec->bias = NULL, spec->stops = NULL, spec->capture = NULL;
+        grammar_unref(spec->grammar);
+        spec->prompt = NULL, spec->bias = NULL, spec->stops = NULL, spec->capture = NULL, spec->grammar = NULL;
         return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory");
     }
     pthread_mutex_init(&j->mu, NULL);
@@ -31,7 +32,8 @@ attnd_status sched_job_create(sched_job **out, sched_job_spec *spec, attnd_err *
     j->prompt = spec->prompt, j->n_prompt = spec->n_prompt;
     j->bias = spec->bias;
     j->stops = spec->stops, j->n_stops = spec->n_stops, j->capture = spec->capture;
-    spec->prompt = NULL, spec->bias = NULL, spec->stops = NULL, spec->capture = NULL;
+    j->grammar = spec->grammar;
+    spec->prompt = NULL, spec->bias = NULL, spec->stops = NULL, spec->capture = NULL, spec->grammar = NULL;
     j->sp = spec->sp;
     j->sp.bias = j->bias;
     j->sp.n_bias = j->bias ? spec->n_bias : 0;
@@ -79,6 +81,7 @@ void sched_job_unref(sched_job *j) {
     free(j->tops);
     free(j->prompt_lp);
     free(j->prompt_tops), attn_capture_destroy(j->capture);
+    grammar_unref(j->grammar);
     buf_free(&j->rd);
     pthread_mutex_destroy(&j->mu);
     pthread_cond_destroy(&j->cv);
@@ -151,6 +154,7 @@ attnd_status sched_job_fork(sched_job **out, sched_job *parent, uint64_t seed, a
         .stops = dup_strings(parent->stops, parent->n_stops), .n_stops = parent->n_stops,
         .max_tokens = parent->max_tokens, .top_logprobs = parent->top_logprobs, .owner = parent->owner,
         .tenant = parent->tenant,
+        .grammar = parent->grammar ? grammar_ref(parent->grammar) : NULL,
     };
     spec.sp.seed = seed;
     if (spec.n_bias && (spec.bias = malloc((size_t)spec.n_bias * sizeof(logit_bias))))
@@ -161,6 +165,7 @@ attnd_status sched_job_fork(sched_job **out, sched_job *parent, uint64_t seed, a
         free(spec.bias);
         for (int i = 0; spec.stops && i < spec.n_stops; i++) free(spec.stops[i]);
         free(spec.stops);
+        grammar_unref(spec.grammar);
         return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory");
     }
     sched_job *c;

@@ -144,8 +144,12 @@ static attnd_status slot_init_gen(sched *s, slot *sl, sched_job *j, attnd_err *e
     if (!sl->hist) return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory");
     memcpy(sl->hist, j->prompt, (size_t)j->n_prompt * sizeof(int32_t));
     sl->n_hist = j->n_prompt;
+    if (j->grammar && !s->gvocab && s->tok) {
+        attnd_status rc = grammar_vocab_from_tokenizer(&s->gvocab, s->tok, err);
+        if (rc != ATTND_OK) return rc;
+    }
     gen_params gp = {.sp = j->sp, .stops = (const char *const *)j->stops, .n_stops = j->n_stops,
-                     .top_logprobs = j->top_logprobs};
+                     .top_logprobs = j->top_logprobs, .grammar = j->grammar, .gvocab = s->gvocab};
     return gen_create(&sl->g, &gp, s->n_vocab, s->tok, j->prompt, j->n_prompt, err);
 }
 
@@ -171,6 +175,7 @@ static attnd_status slot_start(sched *s, slot *sl, sched_job *j, attnd_err *err)
     if (j->prompt_logprobs || (j->capture && !j->se)) keep = 0; /* every position's logits / rows */
     if (keep < 0) keep = 0;
     kv_seq_truncate(sl->kv, keep);
+    keep = kv_seq_len(sl->kv); /* less when a sliding window's positions were freed (kv.h) */
     if (j->capture) attn_capture_link(&s->inspecting, j->capture, sl->kv);
     sl->n_past = keep;
     sl->prefilling = true;
@@ -740,6 +745,7 @@ void sched_destroy(sched *s) {
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->wake);
     pthread_cond_destroy(&s->idle);
+    grammar_vocab_destroy(s->gvocab);
     free(s);
 }
 

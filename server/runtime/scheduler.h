@@ -23,6 +23,7 @@
 
 #include "attnd/attn_capture.h"
 #include "attnd/common.h"
+#include "attnd/grammar.h"
 #include "attnd/engine.h"
 #include "attnd/sampler.h"
 #include "attnd/tokenizer.h"
@@ -65,6 +66,8 @@ typedef struct sched_job_spec {
                                  Copied (at most SCHED_TENANT_MAX bytes). */
     const char *request_id;   /* the HTTP request's id, for the scheduler's log lines about the
                                  job; NULL = none. Copied (at most 64 characters). */
+    grammar *grammar;         /* a reference, stolen, may be NULL: the output follows this
+                                 grammar (attnd/grammar.h); forks share it */
 } sched_job_spec;
 
 #define SCHED_TENANT_MAX 63

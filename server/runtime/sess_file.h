@@ -23,7 +23,7 @@ typedef struct sess_file {
     int64_t created_ms, last_use_ms; /* missing in the file: now, and created_ms */
     char id[65], owner[17];          /* as the file says ("" when missing or too long): a
                                         shared store checks them against the record's key */
-    char why[160];   /* on DAMAGED */
+    char why[160];                   /* on DAMAGED */
 } sess_file;
 
 /* The file's text (new string, caller frees; NULL when out of memory). owner "" = none. */
