@@ -94,6 +94,7 @@ struct engine {
 
     engine_attn_cb attn_cb; /* inspection hook; NULL = off */
     engine_attn_want attn_want; /* which (entry, layer, head) attn_cb wants; NULL = all */
+    engine_resid_cb resid_cb;   /* residual-stream inspection hook (attn_user); NULL = off */
     void *attn_user;
     float *cb_weights;      /* (n_ctx) softmax weights handed to attn_cb */
 
@@ -229,6 +230,8 @@ void engine_set_attention_cb(engine *e, engine_attn_cb cb, void *user) {
 }
 
 void engine_set_attention_filter(engine *e, engine_attn_want want) { e->attn_want = want; }
+
+void engine_set_residual_cb(engine *e, engine_resid_cb cb) { e->resid_cb = cb; }
 
 // ---- building blocks ------------------------------------------------------------------------
 
@@ -767,6 +770,13 @@ static void step_layer(pass *p, int l) {
     step_residual(p);
 }
 
+/* Inspection path (only when a residual callback is set): each entry's residual stream after
+ * layer l, handed to the callback serially. */
+static void report_residual(const pass *p, int l) {
+    for (int t = 0; t < p->n; t++)
+        p->e->resid_cb(p->e->attn_user, t, l, p->entries[t].pos, p->e->x + (size_t)t * p->E, p->E);
+}
+
 /* logits: only the rows that want them go through the final norm and the output head. */
 static void step_logits(const pass *p, int n_want, float *logits) {
     engine *e = p->e;
@@ -800,7 +810,10 @@ attnd_status engine_eval(engine *e, const batch_entry *entries, int n, float *lo
     for (int t = 0; t < n; t++) p.attn_work += (long)mi->n_head * mi->head_dim * (entries[t].pos + 1);
 
     step_embed(&p);
-    for (int l = 0; l < mi->n_layer; l++) step_layer(&p, l);
+    for (int l = 0; l < mi->n_layer; l++) {
+        step_layer(&p, l);
+        if (e->resid_cb) report_residual(&p, l);
+    }
     if (n_want) step_logits(&p, n_want, logits);
 
     for (int i = 0; i < n_seqs; i++) {

@@ -62,6 +62,14 @@ void engine_set_attention_cb(engine *e, engine_attn_cb cb, void *user);
 typedef bool (*engine_attn_want)(void *user, int entry, int layer, int head);
 void engine_set_attention_filter(engine *e, engine_attn_want want);
 
+/* Residual-stream inspection (off by default, no cost when off): when set, engine_eval calls cb
+ * once per (layer, entry) after that layer, with the entry's position and its residual stream
+ * x (n_embd floats, valid during the call only), serially, on the thread that called engine_eval
+ * (the logit lens of attnd/attn_capture.h builds on it). The user pointer is the attention
+ * callback's (engine_set_attention_cb). */
+typedef void (*engine_resid_cb)(void *user, int entry, int layer, int pos, const float *x, int n_embd);
+void engine_set_residual_cb(engine *e, engine_resid_cb cb);
+
 // ---- Generation loop ------------------------------------------------------------------------
 
 /* Index of the largest logit; ties go to the lowest id (greedy decoding). */
