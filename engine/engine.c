@@ -233,6 +233,22 @@ void engine_set_attention_filter(engine *e, engine_attn_want want) { e->attn_wan
 
 void engine_set_residual_cb(engine *e, engine_resid_cb cb) { e->resid_cb = cb; }
 
+attnd_status engine_ablation_check(const model_info *mi, const engine_ablation *a, attnd_err *err) {
+    for (int i = 0; a && i < a->n; i++) {
+        const engine_ablation_head *h = &a->heads[i];
+        if (h->layer < 0 || h->layer >= mi->n_layer)
+            return attnd_fail(err, ATTND_ERR_INVALID, "ablate[%d]: layer %d is out of range; the model has %d (0..%d)", i,
+                              h->layer, mi->n_layer, mi->n_layer - 1);
+        if (h->head < 0 || h->head >= mi->n_head)
+            return attnd_fail(err, ATTND_ERR_INVALID, "ablate[%d]: head %d is out of range; the model has %d (0..%d)", i,
+                              h->head, mi->n_head, mi->n_head - 1);
+        if (!isfinite(h->scale)) return attnd_fail(err, ATTND_ERR_INVALID, "ablate[%d]: scale is not finite", i);
+    }
+    return ATTND_OK;
+}
+
+void engine_seq_ablate(kv_seq *s, const engine_ablation *a) { s->ablation = a && a->n ? a : NULL; }
+
 // ---- building blocks ------------------------------------------------------------------------
 
 typedef struct rmsnorm_job {
@@ -512,6 +528,7 @@ typedef struct pass {
     int n_qb;                   /* attention query blocks (e->qblocks) */
     long attn_work;             /* multiply-adds of one layer's attention, to decide on threading */
     int layer;                  /* the layer being evaluated */
+    bool ablating;              /* a sequence of the batch has an ablation (engine_seq_ablate) */
 } pass;
 
 /* embed: x[t] = the embedding row of entry t's token (times the family's scale); and each
@@ -592,6 +609,20 @@ static void step_attend(pass *p, int layer) {
     int n_items = p->n_qb * e->m->info.n_head_kv;
     threads_run(p->attn_work >= ATTN_PAR_MIN_MACS ? e->n_threads : 1, n_items, attend_task, p);
     if (e->attn_cb) report_attention(e, p->entries, p->n, layer);
+}
+
+/* ablate: each entry whose sequence has an ablation scales the listed heads of this layer's
+ * attention output (before W_O). */
+static void step_ablate(const pass *p, int layer) {
+    int hd = p->e->m->info.head_dim;
+    for (int t = 0; t < p->n; t++) {
+        const engine_ablation *a = p->entries[t].seq->ablation;
+        for (int i = 0; a && i < a->n; i++) {
+            if (a->heads[i].layer != layer) continue;
+            float *o = p->e->att + (size_t)t * p->Q + (size_t)a->heads[i].head * hd, sc = a->heads[i].scale;
+            for (int k = 0; k < hd; k++) o[k] = sc == 0 ? 0.0f : o[k] * sc;
+        }
+    }
 }
 
 /* residual: x += tmp (the sub-layer's output). */
@@ -753,6 +784,7 @@ static void step_layer(pass *p, int l) {
     step_qkv(p, L);
     step_rope(p, L);
     step_attend(p, l);
+    if (p->ablating) step_ablate(p, l);
     matmul(e, e->tmp, &L->wo, e->att, n);
     add_bias(e->tmp, L->bo, n, p->E);
     if (L->post_attn_norm) rmsnorm(e->tmp, e->tmp, L->post_attn_norm, n, p->E, mi->rms_eps, nth);
@@ -807,6 +839,7 @@ attnd_status engine_eval(engine *e, const batch_entry *entries, int n, float *lo
     const model_info *mi = &m->info;
     pass p = {.e = e, .entries = entries, .n = n, .E = mi->n_embd, .Q = m->q_dim, .KV = m->kv_dim, .F = mi->n_ff};
     p.n_qb = split_qblocks(e, entries, n);
+    for (int i = 0; i < n_seqs; i++) p.ablating |= e->seqs[i]->ablation != NULL;
     for (int t = 0; t < n; t++) p.attn_work += (long)mi->n_head * mi->head_dim * (entries[t].pos + 1);
 
     step_embed(&p);

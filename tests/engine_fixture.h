@@ -585,6 +585,8 @@ typedef struct ref_extra {
                       its columns of attn_output */
     double *lens;  /* (n_layer, n_tok, n_vocab) logits of the residual stream after each layer,
                       through the final norm and the output head (soft-capped) */
+    const double *head_scale; /* (n_layer, n_head) factor on each head's output before W_O
+                                 (0 = the head ablated); NULL = 1 */
 } ref_extra;
 
 /* vnorm of every head of layer l at every position (r->v holds the layer's values). */
@@ -638,6 +640,8 @@ static inline void ref_forward_ex(const tiny_spec *sp, const char *path, const i
         if (ex && ex->vnorm) ref_vnorm(&r, l, ex->vnorm);
         for (int t = 0; t < n_tok; t++) {
             ref_attention(&r, l, t, attn);
+            for (int h = 0; ex && ex->head_scale && h < r.H; h++)
+                for (int i = 0; i < r.hd; i++) r.att[h * r.hd + i] *= ex->head_scale[l * r.H + h];
             ref_matvec(r.tmp, ref_tl(r.f, l, "attn_output.weight"), r.att);
             if (r.fam.gpt_oss)
                 for (int i = 0; i < E; i++) r.tmp[i] += ref_elem(ref_tl(r.f, l, "attn_output.bias"), (uint64_t)i);
