@@ -484,7 +484,7 @@ attnd_status sess_persist(sess_store *st, const char *owner, const char *id, int
     uint64_t version = s->version;
     int n_snap = s->n_tokens;
     int32_t *snap = malloc((size_t)(n_snap ? n_snap : 1) * sizeof(int32_t));
-    if (snap && n_snap) memcpy(snap, s->tokens, (size_t)n_snap * sizeof(int32_t)); /* may have no array */
+    if (snap && n_snap) memcpy(snap, s->tokens, (size_t)n_snap * sizeof(int32_t)); /* an empty one may have no array */
     char file_owner[SESS_OWNER_MAX + 1], file_id[SESS_ID_MAX + 1];
     snprintf(file_owner, sizeof(file_owner), "%s", s->owner);
     snprintf(file_id, sizeof(file_id), "%s", s->id);
