@@ -171,6 +171,7 @@ ISA_TARGET_BEGIN("amx-tile,amx-int8")
 static void run_op_real(int op, const amx_tilecfg *cfg, void *c, size_t sc, const void *a, size_t sa, const void *b,
                         size_t sb) {
     _tile_loadconfig(cfg);
+    __asm__ volatile("" ::: "memory"); /* the sources are written before the loads (see amx_tile.h) */
     if (c) _tile_loadd(0, c, (long)sc);
     if (a) _tile_loadd(1, a, (long)sa);
     if (b) _tile_loadd(2, b, (long)sb);

@@ -76,7 +76,13 @@ void amx_tile_run_op(int real, int op, const amx_tilecfg *cfg, void *c, size_t s
 #include <immintrin.h>
 #define TILE_CONFIG(cfg) _tile_loadconfig(cfg)
 #define TILE_RELEASE() _tile_release()
-#define TILE_LOAD(t, base, stride) _tile_loadd(t, base, (long)(stride))
+/* GCC's tileloadd asm does not say it reads memory: the barrier keeps the stores that fill the
+ * source (the unpacked weights) ahead of it */
+#define TILE_LOAD(t, base, stride)                   \
+    do {                                             \
+        __asm__ volatile("" ::: "memory");           \
+        _tile_loadd(t, base, (long)(stride));        \
+    } while (0)
 #define TILE_STORE(t, base, stride) _tile_stored(t, base, (long)(stride))
 #define TILE_ZERO(t) _tile_zero(t)
 #define TILE_DPBSSD(c, a, b) _tile_dpbssd(c, a, b)
