@@ -3,7 +3,7 @@
  * (engine/quant_amx.inc): the emulated tile instructions against a direct computation everywhere
  * and against the real instructions wherever this CPU and OS allow AMX; the emulated kernels
  * against the portable path on every CPU, at tile edges (rows, columns, depth and token counts
- * that are not multiples of 16 / 64 / the 512-column chunks), and bit for bit against the AVX-512
+ * that are not multiples of 16 / 64 / the 1024-column chunks), and bit for bit against the AVX-512
  * kernels they follow where the CPU has AVX-512; the real kernels the same way where it has AMX.
  */
 #include <criterion/criterion.h>
@@ -181,7 +181,7 @@ static void check_shape(uint32_t type, int64_t R, int64_t C, const int *toks, in
     free(w), free(x), free(ref), free(emu), free(simd), free(scratch);
 }
 
-/* Rows around the 16-row groups, depth around the 512-column chunks (Q8_0/Q4_0: 1 block, 11,
+/* Rows around the 16-row groups, depth around the 1024-column chunks (Q8_0/Q4_0: 1 block, 11,
  * 16 and 33 blocks; K-quants: 1, 2 and 5 super-blocks), every token count from 1 to 33 */
 Test(quant_amx, emulated_kernels_agree_with_portable_at_tile_edges_for_every_batch_to_33) {
     int toks[33];
