@@ -3,7 +3,6 @@
 
 #include <errno.h>
 #include <limits.h>
-#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -46,16 +45,6 @@ long long cli_parse_int(const char *cmd, const char *flag, const char *s, long l
     return v;
 }
 
-double cli_parse_double(const char *cmd, const char *flag, const char *s, double min, double max) {
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (errno || end == s || *end != '\0' || isnan(v))
-        cli_usage_error(cmd, "%s: '%s' is not a number", flag, s);
-    if (v < min || v > max) cli_usage_error(cmd, "%s: %g is outside %g..%g", flag, v, min, max);
-    return v;
-}
-
 /* One table entry for argv[*i], consumed; false when no entry matches. */
 static bool match_opt(const char *cmd, int argc, char **argv, int *i, const cli_opt *o) {
     const char *v;
@@ -66,7 +55,7 @@ static bool match_opt(const char *cmd, int argc, char **argv, int *i, const cli_
         *(bool *)o->dst = o->kind == CLI_SET;
         *i += 1;
         return true;
-    case CLI_SAMPLING: return cli_sampling_flag(cmd, argc, argv, i, o->dst);
+    case CLI_GROUP: return o->group(cmd, argc, argv, i, o->dst);
     case CLI_PROMPT: {
         cli_prompt *p = o->dst;
         const cli_opt prompt[] = {CLI_OPT_STR("--prompt", &p->text), CLI_OPT_STR("--tokens", &p->tokens)};
@@ -105,7 +94,7 @@ bool cli_parse_opts(const char *cmd, const char *usage, int argc, char **argv, c
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
             fputs(usage, stdout);
             for (int k = 0; k < n_opts; k++)
-                if (opts[k].kind == CLI_SAMPLING) fputs(CLI_SAMPLING_USAGE, stdout);
+                if (opts[k].kind == CLI_GROUP && opts[k].group_usage) fputs(opts[k].group_usage, stdout);
             return false;
         }
         int k = 0;

@@ -100,12 +100,14 @@ static void draw_cells(FILE *f, const attn_view *v, const grid *g, int li, int h
             colour(col, buf[j]);
             fprintf(f, "<rect x='%.2f' y='%.2f' width='%.3f' height='%.3f' fill='%s'>", g->x + j * g->cell,
                     g->y + p * g->cell, g->cell, g->cell, col);
-            if (titles) {
-                fputs("<title>", f);
+            if (titles) { /* as the playground's tooltip words it */
+                fputs("<title>token \u2018", f);
                 put_label(f, v->labels[p]);
-                fputs(" \u2192 ", f);
+                fputs("\u2019 \u2192 token \u2018", f);
                 put_label(f, v->labels[j]);
-                fprintf(f, ": %.3f</title>", buf[j]);
+                fprintf(f, "\u2019: weight %.3f (layer %d, ", buf[j], attn_capture_layer(v->c, li));
+                if (hi < 0) fputs("mean of heads)</title>", f);
+                else fprintf(f, "head %d)</title>", attn_capture_head(v->c, hi));
             }
             fputs("</rect>\n", f);
         }
@@ -157,8 +159,15 @@ bool attn_view_svg(FILE *f, const attn_view *v, int li, int hi) {
     for (int i = 0; i < R; i++) chars = label_chars(v->labels[i]) > chars ? label_chars(v->labels[i]) : chars;
     double label_w = chars * font * 0.62 + 12, side = R * cell;
     grid g = {.x = 24 + label_w, .y = 84 + label_w * 0.87, .cell = cell, .rows = R};
-    int per_line = 6, thumb = 130;
-    double thumbs_y = g.y + side + 40, W = fmax(g.x + side + 90, 24 + per_line * (thumb + 20) + 10);
+    int per_line = n_heads < 6 ? n_heads : 6, thumb = 130;
+    bool generated = v->n_prompt < R;
+    const char *about = generated ? "Each row is a token; its cells are the earlier tokens it attends to (generated "
+                                    "tokens in orange)."
+                                  : "Each row is a token; its cells are the earlier tokens it attends to.";
+    /* as wide as the content: the map with its scale (bar, ticks, labels: ~70 px), the thumbnails,
+     * and the two lines of text (12 px DejaVu Sans: ~6.4 px a character) */
+    double text_w = 24 + 6.4 * (double)(strlen(about) > strlen(NOTE) ? strlen(about) : strlen(NOTE)) + 16;
+    double thumbs_y = g.y + side + 40, W = fmax(fmax(g.x + side + 24 + 70, 24 + per_line * (thumb + 20) + 4), text_w);
     double H = thumbs_y + ((n_heads + per_line - 1) / per_line) * (thumb + 34) + 16;
     fprintf(f, "<svg xmlns='http://www.w3.org/2000/svg' width='%.0f' height='%.0f' viewBox='0 0 %.0f %.0f' "
                "font-family='" FONT "'>\n<rect width='100%%' height='100%%' fill='#fff'/>\n", W, H, W, H);
@@ -166,9 +175,8 @@ bool attn_view_svg(FILE *f, const attn_view *v, int li, int hi) {
     put_label(f, v->model);
     if (hi < 0) fprintf(f, " · layer %d · mean of %d heads</text>\n", attn_capture_layer(v->c, li), n_heads);
     else fprintf(f, " · layer %d · head %d</text>\n", attn_capture_layer(v->c, li), attn_capture_head(v->c, hi));
-    fprintf(f, "<text x='24' y='50' font-size='12' fill='#555'>Each row is a token; its cells are the earlier tokens it "
-               "attends to (generated tokens in orange).</text>\n<text x='24' y='66' font-size='12' fill='#555'>" NOTE
-               "</text>\n");
+    fprintf(f, "<text x='24' y='50' font-size='12' fill='#555'>%s</text>\n<text x='24' y='66' font-size='12' "
+               "fill='#555'>" NOTE "</text>\n", about);
     draw_frame(f, &g);
     draw_cells(f, v, &g, li, hi, buf, true);
     draw_labels(f, v, &g, font);

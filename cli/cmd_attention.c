@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../server/attn_api.h"
+#include "../server/api/attn_api.h"
 #include "attn_view.h"
 #include "attnd/attn_capture.h"
 #include "attnd/engine.h"
@@ -16,7 +16,7 @@
 #include "commands.h"
 
 static const char *USAGE =
-    "usage: attnd attention (--prompt TEXT | --tokens 1,2,3) [--layer L] [--head H] [--top-k K]\n"
+    "usage: attnd attention (--prompt TEXT | --tokens 1,2,3) [--layer L] [--head H] [--attn-top-k K]\n"
     "                       [--n N] [sampling flags] [--json | --svg FILE] [--model PATH]\n"
     "                       [--threads N] [--kv-type f16|f32]\n"
     "\n"
@@ -27,7 +27,8 @@ static const char *USAGE =
     "  --tokens IDS    comma-separated prompt token ids, used as given\n"
     "  --layer L       layer(s), e.g. 3 or 0,5 (default: every layer; --svg draws the first)\n"
     "  --head H        head(s) (default: every head; text and --svg show their mean)\n"
-    "  --top-k K       keep the K largest weights of each row, as [position, weight] pairs\n"
+    "  --attn-top-k K  keep the K largest weights of each row, as [position, weight] pairs\n"
+    "                  (--top-k is the sampling flag, as in `attnd generate`)\n"
     "  --n N           also generate N tokens (greedy unless --temp) and show their rows (default 0)\n"
     "  --json          print the JSON of POST /v1/attention\n"
     "  --svg FILE      write a heatmap (tokens on both axes, a thumbnail per head) to FILE\n"
@@ -66,7 +67,7 @@ static void parse_args(int argc, char **argv, attn_opts *o) {
         CLI_OPT_STR("--svg", &o->svg),
         CLI_OPT_STR("--layer", &layers),
         CLI_OPT_STR("--head", &heads),
-        CLI_OPT_INT("--top-k", &o->top_k, 0, 1 << 24),
+        CLI_OPT_INT("--attn-top-k", &o->top_k, 0, 1 << 24),
         CLI_OPT_INT("--n", &o->n_predict, 0, 1 << 20),
         CLI_OPT_SAMPLING(&o->sampling),
         CLI_OPT_SET("--json", &o->json),
@@ -76,7 +77,7 @@ static void parse_args(int argc, char **argv, attn_opts *o) {
     if (heads) o->heads = parse_list("--head", heads, &o->n_heads);
     cli_prompt_check("attention", &o->prompt);
     if (o->json && o->svg) cli_usage_error("attention", "give at most one of --json and --svg");
-    if (o->svg && o->top_k) cli_usage_error("attention", "--svg draws whole rows; leave out --top-k");
+    if (o->svg && o->top_k) cli_usage_error("attention", "--svg draws whole rows; leave out --attn-top-k");
     if (o->sampling.top_logprobs) cli_usage_error("attention", "--top-logprobs is not available here");
 }
 
@@ -190,7 +191,7 @@ static attnd_status attention(attn_opts *o, attnd_err *err) {
     const char *field;
     if (attn_capture_check(mi, &p, &field, err))
         cli_usage_error("attention", "%s (%s)", err->msg,
-                        !strcmp(field, "layers") ? "--layer" : !strcmp(field, "heads") ? "--head" : "--top-k");
+                        !strcmp(field, "layers") ? "--layer" : !strcmp(field, "heads") ? "--head" : "--attn-top-k");
     if (o->svg && o->n_heads > 1)
         cli_usage_error("attention", "--svg draws one head or the mean of all: give one --head");
     if (o->svg && o->n_heads == 1 && o->heads[0] >= mi->n_head)

@@ -25,19 +25,22 @@
 #include "commands.h"
 
 static const char *USAGE =
-    "usage: attnd bench --model PATH [--threads 1] [--prompt-len 128] [--n 128] [--reps 3]\n"
+    "usage: attnd bench [--model PATH] [--threads 1] [--prompt-len 128] [--n 128] [--reps 3]\n"
     "                   [--kv-type f16|f32] [--peer-dir DIR | --no-peer] [--growth-len N | --no-growth]\n"
     "                   [--json]\n"
     "\n"
     "Prints attnd's prefill and decode tokens/s, the same for llama.cpp (node-llama-cpp peer) on the\n"
     "same GGUF and prompt, and their ratios; then ms/token at positions 64, 128, 256, ... of one long\n"
     "greedy generation.\n"
+    "  --model PATH      the GGUF file (default: the shipped default model)\n"
     "  --threads N       threads for both engines (default 1: stable on a shared machine)\n"
     "  --prompt-len P    prompt tokens for the prefill measurement (default 128)\n"
     "  --n N             tokens to generate for the decode measurement (default 128)\n"
     "  --reps R          runs per engine; medians are reported (default 3)\n"
     "  --kv-type T       KV cache type for both engines (default f16, llama.cpp's default)\n"
-    "  --peer-dir DIR    an installed llama.cpp peer (tools/peers/llamacpp/install.sh DIR)\n"
+    "  --peer-dir DIR    an installed llama.cpp peer (tools/peers/llamacpp/install.sh DIR); without it\n"
+    "                    the peer is installed from npm on first use (~730 MB), after saying so (and\n"
+    "                    asking, on a terminal)\n"
     "  --no-peer         measure attnd only\n"
     "  --growth-len N    length of the long generation (default: the model's context, at most 2048)\n"
     "  --no-growth       skip the long generation\n"
@@ -83,6 +86,34 @@ static bool is_dir(const char *p) {
     return stat(p, &st) == 0 && S_ISDIR(st.st_mode);
 }
 
+/* The folder the peer's install.sh installs into when given none (its own rule). */
+static void peer_target(char *out, size_t n) {
+    const char *d = getenv("ATTND_PEER_DIR"), *x = getenv("XDG_CACHE_HOME"), *h = getenv("HOME");
+    if (d && *d) snprintf(out, n, "%s", d);
+    else if (x && *x) snprintf(out, n, "%s/attnd/peers/llamacpp", x);
+    else snprintf(out, n, "%s/.cache/attnd/peers/llamacpp", h ? h : ".");
+}
+
+/* Says what an install of the peer will do before it happens, and on a terminal asks; true to go
+ * on (already installed, a yes, or no terminal to ask on). */
+static bool peer_consent(void) {
+    char dir[PATH_MAX], mod[PATH_MAX + 32];
+    peer_target(dir, sizeof(dir));
+    snprintf(mod, sizeof(mod), "%s/node_modules/node-llama-cpp", dir);
+    if (is_dir(mod)) return true;
+    fprintf(stderr, "attnd bench: llama.cpp is measured through node-llama-cpp (npm), which is not installed.\n"
+                    "attnd bench: installing it from the npm registry into %s (~730 MB, 15-30 s);\n"
+                    "attnd bench: --no-peer measures attnd alone, --peer-dir DIR uses another install.\n", dir);
+    if (!isatty(STDIN_FILENO) || !isatty(STDERR_FILENO)) return true;
+    fprintf(stderr, "Install it now? [Y/n] ");
+    char line[16] = "";
+    if (!fgets(line, sizeof(line), stdin) || line[0] == 'n' || line[0] == 'N') {
+        fprintf(stderr, "attnd bench: not installing; run again with --no-peer to measure attnd alone\n");
+        return false;
+    }
+    return true;
+}
+
 /* Finds (or installs) the llama.cpp peer; NULL when unavailable (reason printed). The peer's
  * sources are tools/peers/llamacpp (installed next to the binary as share/attnd/peers/llamacpp);
  * its install.sh puts node-llama-cpp into $ATTND_PEER_DIR or ~/.cache/attnd/peers/llamacpp. */
@@ -105,7 +136,7 @@ static char *find_peer(const char *given) {
         if (access(buf, X_OK) == 0) snprintf(src, sizeof(src), "%.2000s/../share/attnd/peers/llamacpp", exe);
     }
     if (!*src) snprintf(src, sizeof(src), "%s", ATTND_PEER_SOURCE_DIR);
-    fprintf(stderr, "attnd bench: llama.cpp peer: %s/install.sh (installs node-llama-cpp once, ~30 s)\n", src);
+    if (!peer_consent()) return NULL;
     snprintf(buf, sizeof(buf), "'%.2000s/install.sh'", src);
     FILE *p = popen(buf, "r");
     char dir[PATH_MAX] = "";

@@ -1,6 +1,6 @@
 /*
- * cmd_serve.c — `attnd serve`: settings from flags/env/config file (server/config.c), systemd
- * notifications (server/sdnotify.c) wired to the server's hooks, then serve until SIGINT or
+ * cmd_serve.c — `attnd serve`: settings from flags/env/config file (server/process/config.c), systemd
+ * notifications (server/process/sdnotify.c) wired to the server's hooks, then serve until SIGINT or
  * SIGTERM and shut down gracefully (exit 0).
  *
  * Signals are blocked in every thread before any is created and taken synchronously with
@@ -16,10 +16,10 @@
 #include "attnd/model.h"
 #include "attnd/tokenizer.h"
 #include "commands.h"
-#include "../server/config.h"
-#include "../server/sdnotify.h"
-#include "../server/server.h"
-#include "../server/slog.h"
+#include "../server/process/config.h"
+#include "../server/process/sdnotify.h"
+#include "../server/process/server.h"
+#include "../server/process/slog.h"
 
 static void hook_ready(void *u) { sdnotify_ready(u); }
 static void hook_status(void *u, const char *s) { sdnotify_status(u, s); }

@@ -125,7 +125,8 @@ static void parse_bias(const char *cmd, const char *flag, const char *s, cli_sam
     o->params.n_bias = o->n_bias;
 }
 
-bool cli_sampling_flag(const char *cmd, int argc, char **argv, int *i, cli_sampling *o) {
+bool cli_sampling_flag(const char *cmd, int argc, char **argv, int *i, void *sampling) {
+    cli_sampling *o = sampling;
     const char *v;
     sampler_params *p = &o->params;
     if (cli_flag_value(cmd, argc, argv, i, "--temp", &v)) {
@@ -250,8 +251,6 @@ const char *cli_gen_text(cli_gen *g, size_t *len) {
     *len = g->text.len;
     return g->text.p ? g->text.p : "";
 }
-
-const char *cli_gen_matched_stop(const cli_gen *g) { return gen_matched_stop(g->g); }
 
 /* A logprob as JSON: -inf (a banned or impossible token) has no JSON number, so null. */
 static json_t *logprob_json(float lp) { return isfinite(lp) ? json_real(lp) : json_null(); }

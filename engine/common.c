@@ -7,20 +7,6 @@
 #include <sys/random.h>
 #include <time.h>
 
-const char *attnd_status_str(attnd_status st) {
-    switch (st) {
-    case ATTND_OK: return "ok";
-    case ATTND_ERR_IO: return "I/O error";
-    case ATTND_ERR_FORMAT: return "format error";
-    case ATTND_ERR_NOMEM: return "out of memory";
-    case ATTND_ERR_UNSUPPORTED: return "unsupported";
-    case ATTND_ERR_INVALID: return "invalid argument";
-    case ATTND_ERR_NOT_FOUND: return "not found";
-    case ATTND_ERR_BUSY: return "busy";
-    }
-    return "unknown status";
-}
-
 attnd_status attnd_vfail(attnd_err *err, attnd_status st, const char *fmt, va_list ap) {
     if (err) vsnprintf(err->msg, sizeof(err->msg), fmt, ap);
     return st;

@@ -1,11 +1,15 @@
 /*
- * gen.c — the per-token generation pipeline (see gen.h): sampler, end-of-generation,
+ * gen.c — the per-token generation pipeline (see gen.h): sampler (+ grammar), end-of-generation,
  * streaming detokenizer, stop strings, in that order, with log-probabilities on the side.
+ * With a grammar, the sampled token is checked against it (a walk over its bytes); only when
+ * it is rejected is the whole vocabulary masked (one trie walk) and the token drawn again from
+ * the masked logits, so an output the model already writes in the grammar costs almost nothing.
  * Everything is allocated in gen_create; a step allocates only when the stop matcher meets a
  * piece longer than any before, or gen_finish joins the held-back tail.
  */
 #include "attnd/gen.h"
 
+#include <math.h>
 #include <stdlib.h>
 
 #include "attnd/buf.h"
@@ -21,7 +25,25 @@ struct gen {
     stop_reason ended;        /* STOP_EOG / STOP_STRING: no more tokens are detokenized */
     bool finished;            /* gen_finish ran, or a stop string cut the text */
     buf tail;                 /* gen_finish's joined tail */
+    grammar_state *gs;        /* NULL without a grammar */
+    const grammar_vocab *gv;  /* borrowed */
+    unsigned char *allowed;   /* (n_vocab) the grammar's mask, when it is needed */
+    float *masked;            /* (n_vocab) logits with the disallowed tokens at -inf */
 };
+
+/* The grammar's part of gen_create: its state and the mask buffers. */
+static attnd_status grammar_init(gen *g, const gen_params *p, attnd_err *err) {
+    if (!p->grammar) return ATTND_OK;
+    if (!g->tok) return attnd_fail(err, ATTND_ERR_UNSUPPORTED, "a grammar needs the model's vocabulary, which did not load");
+    if (!p->gvocab) return attnd_fail(err, ATTND_ERR_INVALID, "a grammar needs the vocabulary index (gvocab)");
+    g->gv = p->gvocab;
+    attnd_status st = grammar_state_create(&g->gs, p->grammar, err);
+    if (st != ATTND_OK) return st;
+    g->allowed = malloc((size_t)g->n_vocab);
+    g->masked = malloc((size_t)g->n_vocab * sizeof(float));
+    if (!g->allowed || !g->masked) return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory for the grammar's mask");
+    return ATTND_OK;
+}
 
 attnd_status gen_create(gen **out, const gen_params *p, int n_vocab, const tokenizer *tok, const int32_t *prompt,
                         int n_prompt, attnd_err *err) {
@@ -37,6 +59,7 @@ attnd_status gen_create(gen **out, const gen_params *p, int n_vocab, const token
     attnd_status st = sampler_create(&g->smp, &p->sp, n_vocab, err);
     if (st != ATTND_OK) goto fail;
     for (int i = 0; i < n_prompt; i++) sampler_accept(g->smp, prompt[i]);
+    if ((st = grammar_init(g, p, err)) != ATTND_OK) goto fail;
     if (tok) {
         if ((st = tok_stream_create(&g->ts, tok, false)) != ATTND_OK) {
             attnd_fail(err, st, "cannot create the detokenizer stream");
@@ -59,11 +82,50 @@ void gen_destroy(gen *g) {
     tok_stream_destroy(g->ts);
     stop_matcher_destroy(g->sm);
     buf_free(&g->tail);
+    grammar_state_destroy(g->gs);
+    free(g->allowed);
+    free(g->masked);
     free(g);
+}
+
+static bool is_eog(const gen *g, int32_t id) { return !g->ignore_eog && tok_is_eog(g->tok, id); }
+
+/* Whether the grammar lets id come next: end-of-generation once it is complete, otherwise a
+ * token whose bytes it accepts (a token without bytes never). */
+static bool grammar_allows(gen *g, int32_t id) {
+    if (is_eog(g, id)) return grammar_state_complete(g->gs);
+    const char *b;
+    size_t n;
+    return grammar_vocab_token(g->gv, id, &b, &n) && n > 0 && grammar_state_try(g->gs, b, n);
+}
+
+/* The token drawn from logits masked to what the grammar allows; -1 when it allows nothing. */
+static int32_t sample_masked(gen *g, const float *logits) {
+    int n_gv = grammar_vocab_size(g->gv), n = g->n_vocab < n_gv ? g->n_vocab : n_gv;
+    int count = grammar_state_mask(g->gs, g->gv, g->allowed);
+    for (int i = n; i < g->n_vocab; i++) g->allowed[i] = 0; /* ids the tokenizer does not know */
+    if (grammar_state_complete(g->gs))
+        for (int i = 0; i < n; i++)
+            if (is_eog(g, i)) g->allowed[i] = 1, count++;
+    if (count == 0) return -1;
+    int32_t best = -1;
+    for (int i = 0; i < g->n_vocab; i++) {
+        g->masked[i] = g->allowed[i] ? logits[i] : -INFINITY;
+        if (g->allowed[i] && (best < 0 || logits[i] > logits[best])) best = i;
+    }
+    int32_t id = sampler_sample(g->smp, g->masked);
+    /* every allowed token banned by logit_bias: the sampler's fallback; keep to the grammar */
+    return g->allowed[id] ? id : best;
 }
 
 stop_reason gen_next(gen *g, const float *logits, token_logprob *top, gen_token *t) {
     int32_t id = sampler_sample(g->smp, logits);
+    bool stuck = false; /* the grammar allows no token at all */
+    if (g->gs && !g->ended && !grammar_allows(g, id)) {
+        int32_t masked = sample_masked(g, logits);
+        stuck = masked < 0;
+        if (!stuck) id = masked;
+    }
     sampler_accept(g->smp, id);
     *t = (gen_token){.id = id, .text = ""};
     if (g->top_logprobs >= 0) {
@@ -72,13 +134,19 @@ stop_reason gen_next(gen *g, const float *logits, token_logprob *top, gen_token 
         t->logprob = chosen.logprob;
     }
     if (!g->tok || g->ended) return g->ended;
-    if (!g->ignore_eog && tok_is_eog(g->tok, id)) {
+    if (stuck || is_eog(g, id)) {
         return g->ended = STOP_EOG; /* control tokens decode to nothing: the matcher need not see it */
+    }
+    if (g->gs) {
+        const char *b;
+        size_t nb;
+        if (grammar_vocab_token(g->gv, id, &b, &nb)) grammar_state_accept(g->gs, b, nb);
     }
     const char *piece;
     size_t n = tok_stream_push(g->ts, id, &piece);
-    if (!n) return STOP_NONE;
-    if (stop_matcher_push(g->sm, piece, n, &t->text, &t->n_text)) g->ended = STOP_STRING, g->finished = true;
+    if (n && stop_matcher_push(g->sm, piece, n, &t->text, &t->n_text)) g->ended = STOP_STRING, g->finished = true;
+    if (!g->ended && g->gs && grammar_state_complete(g->gs) && !grammar_state_can_continue(g->gs))
+        g->ended = STOP_GRAMMAR;
     return g->ended;
 }
 

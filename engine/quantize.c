@@ -42,6 +42,9 @@ static const struct {
     [QUANTIZE_Q5_K_M] = {"Q5_K_M", GGUF_TYPE_Q5_K, 17, true}, [QUANTIZE_Q4_1] = {"Q4_1", GGUF_TYPE_Q4_1, 3, true},
     [QUANTIZE_Q5_0] = {"Q5_0", GGUF_TYPE_Q5_0, 8, true},      [QUANTIZE_Q5_1] = {"Q5_1", GGUF_TYPE_Q5_1, 9, true},
     [QUANTIZE_IQ4_NL] = {"IQ4_NL", GGUF_TYPE_IQ4_NL, 25, true}, [QUANTIZE_IQ4_XS] = {"IQ4_XS", GGUF_TYPE_IQ4_XS, 30, true},
+    /* every weight MXFP4 (llama.cpp's MXFP4_MOE puts it on the experts only; this is for testing
+     * the type on dense models) */
+    [QUANTIZE_MXFP4] = {"MXFP4", GGUF_TYPE_MXFP4, 38, false},
 };
 
 attnd_status quantize_target_parse(const char *name, quantize_target *out) {
@@ -57,7 +60,7 @@ const char *quantize_target_name(quantize_target t) { return TARGETS[t].name; }
 
 const char *quantize_target_list(void) {
     return "F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K, Q2_K, Q3_K_S, Q3_K_M, Q4_K_S, Q4_K_M, Q5_K_S, Q5_K_M, Q4_1, Q5_0, Q5_1, "
-           "IQ4_NL, IQ4_XS";
+           "IQ4_NL, IQ4_XS, MXFP4";
 }
 
 /* llama.cpp's use_more_bits(): the first and last eighth of the layers, and every third between. */

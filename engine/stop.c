@@ -177,7 +177,8 @@ size_t stop_matcher_flush(stop_matcher *m, const char **emit) {
 const char *stop_reason_finish(stop_reason r) {
     switch (r) {
     case STOP_EOG:
-    case STOP_STRING: return "stop";
+    case STOP_STRING:
+    case STOP_GRAMMAR: return "stop";
     case STOP_LENGTH: return "length";
     case STOP_NONE: break;
     }

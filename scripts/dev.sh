@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # dev.sh — set up a Debian machine for attnd, build it, and either serve or test.
 #
-#   scripts/dev.sh run    install what serving needs, build, serve the default model on 127.0.0.1:8080
+#   scripts/dev.sh run    install what serving needs, build, install attnd to /usr/local (on PATH), and
+#                         serve the default model on 127.0.0.1:8080
 #   scripts/dev.sh test   install what the tests need too, build (plain and ASan/UBSan), run the whole suite,
-#                         then every fuzz target briefly (tools/fuzz/run.sh, FUZZ_SECONDS=15 each)
+#                         the server's threads under ThreadSanitizer (stress_server), then every fuzz target
+#                         briefly (tools/fuzz/run.sh, FUZZ_SECONDS=15 each). Warnings are errors here.
 #   scripts/dev.sh bench  install what the tests need + python3-numpy and gnuplot-nox, build, and run
 #                         tools/bench/tinyllama.sh (attnd against llama.cpp; extra arguments go to it)
 #
@@ -11,12 +13,12 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# Serving needs a compiler and three libraries; the tests also need Criterion, curl, systemd's
-# analyzer, nginx, a headless browser (the attention page) and Node.js (the HTTP and
-# OpenAI-client tests).
-RUN_PACKAGES=(cmake make gcc pkg-config libmicrohttpd-dev libjansson-dev libutf8proc-dev)
-TEST_PACKAGES=(libcriterion-dev curl systemd nginx-light chromium
-               clang libclang-rt-dev python3)  # clang + libFuzzer: tools/fuzz
+# Serving needs a compiler and four libraries; the tests also need Criterion, curl, systemd's
+# analyzer, nginx, Redis (the shared session store), a headless browser (the attention page) and
+# Node.js (the HTTP and OpenAI-client tests).
+RUN_PACKAGES=(cmake make gcc pkg-config libmicrohttpd-dev libjansson-dev libutf8proc-dev libhiredis-dev)
+TEST_PACKAGES=(libcriterion-dev curl systemd nginx-light chromium redis-server
+               clang libclang-rt-dev python3 prometheus)  # clang + libFuzzer: tools/fuzz; promtool
 
 as_root() { if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi; }
 
@@ -39,18 +41,33 @@ install_test_packages() {
     install_packages "${RUN_PACKAGES[@]}" "${TEST_PACKAGES[@]}" "${extra[@]}"
 }
 
-build() { # build DIR [cmake args...]
+build() { # build DIR [cmake args...]: everything
     local dir=$1; shift
     cmake -S . -B "$dir" "$@" >/dev/null
     cmake --build "$dir" -j"$(nproc)"
+}
+
+# The threads meet in the server (MHD's connection threads, the scheduler thread, the engine's
+# worker pool): tests/stress_server.c drives them all at once under ThreadSanitizer. Criterion's
+# runner cannot start under TSan (Snaipe/Criterion#274), so the stress program is a plain one, and
+# only it is built there: the extra build stays a few minutes on two cores.
+tsan_tests() {
+    cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DATTND_TSAN=ON -DATTND_WERROR=ON \
+        -DATTND_BUILD_TESTS=ON >/dev/null
+    cmake --build build-tsan -j"$(nproc)" --target stress_server
+    (cd build-tsan && TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" \
+        ctest -R '^stress_server$' --output-on-failure)
 }
 
 case "${1:-}" in
 run)
     shift
     install_packages "${RUN_PACKAGES[@]}"
-    build build -DCMAKE_BUILD_TYPE=Release -DATTND_BUILD_TESTS=OFF
-    exec ./build/attnd serve "$@"
+    build build -DCMAKE_BUILD_TYPE=Release -DATTND_WERROR=ON -DATTND_BUILD_TESTS=OFF
+    # on PATH from now on: /usr/local/bin/attnd, the default model and the units beside it
+    as_root cmake --install build --prefix /usr/local >/dev/null
+    echo "dev.sh: installed $(command -v attnd || echo /usr/local/bin/attnd); serving (Ctrl-C stops it)" >&2
+    exec /usr/local/bin/attnd serve "$@"
     ;;
 bench)
     shift
@@ -61,10 +78,11 @@ bench)
     ;;
 test)
     install_test_packages
-    build build -DCMAKE_BUILD_TYPE=Release -DATTND_BUILD_TESTS=ON
+    build build -DCMAKE_BUILD_TYPE=Release -DATTND_WERROR=ON -DATTND_BUILD_TESTS=ON
     (cd build && ctest --output-on-failure)
-    build build-asan -DCMAKE_BUILD_TYPE=Debug -DATTND_SANITIZE=ON -DATTND_BUILD_TESTS=ON
+    build build-asan -DCMAKE_BUILD_TYPE=Debug -DATTND_SANITIZE=ON -DATTND_WERROR=ON -DATTND_BUILD_TESTS=ON
     (cd build-asan && ATTND_SANITIZED=1 ctest --output-on-failure)
+    tsan_tests
     tools/fuzz/run.sh "${FUZZ_SECONDS:-15}"
     ;;
 *)

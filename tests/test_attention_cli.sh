@@ -34,8 +34,8 @@ if (r.attention.length !== 2 || r.attention[0].layer !== 1 || r.attention[1].lay
 if (r.attention[0].weights.length !== r.tokens.length - 1) throw new Error("rows should cover all but the last token");
 ' "$TMP/gen.json" || fail "generation shape"
 
-"$BIN" attention --model "$MODEL" --kv-type f32 --prompt "$prompt" --top-k 3 --layer 5 --json > "$TMP/topk.json" ||
-    fail "attention --top-k"
+"$BIN" attention --model "$MODEL" --kv-type f32 --prompt "$prompt" --attn-top-k 3 --layer 5 --json > "$TMP/topk.json" ||
+    fail "attention --attn-top-k"
 node "$here/js/attention_check.mjs" "$TMP/topk.json" "$TMP/ref.json" 1e-3 || fail "top_k vs reference"
 
 # SVG: a whole document, a cell per visible weight with hover text, labels, a thumbnail per head
@@ -60,4 +60,22 @@ echo "$out" | grep -q "people" || fail "text rows name tokens"
 "$BIN" attention --model "$MODEL" --prompt "We" --head 1,1 2> "$TMP/err"; rc=$?
 [ $rc = 2 ] && grep -q 'twice' "$TMP/err" || fail "repeated --head: rc $rc $(cat "$TMP/err")"
 "$BIN" attention --model "$MODEL" --prompt "We" --json --svg x.svg 2> /dev/null; [ $? = 2 ] || fail "--json with --svg"
+# --top-k is sampling's: top-k 1 at temperature 1 generates what greedy does, whatever the seed
+"$BIN" attention --model "$MODEL" --prompt "$prompt" --n 8 --layer 0 --json > "$TMP/greedy.json" || fail "greedy --n 8"
+"$BIN" attention --model "$MODEL" --prompt "$prompt" --n 8 --layer 0 --temp 1 --top-k 1 --seed 7 --json \
+    > "$TMP/topk1.json" || fail "sampling --top-k 1"
+[ "$(ids_of "$TMP/greedy.json")" = "$(ids_of "$TMP/topk1.json")" ] || fail "--top-k 1 did not reach the sampler"
+"$BIN" attention --model "$MODEL" --prompt "$prompt" --n 8 --layer 0 --temp 1 --top-k 0 --seed 7 --json \
+    > "$TMP/topk0.json" || fail "sampling --top-k 0"
+[ "$(ids_of "$TMP/greedy.json")" != "$(ids_of "$TMP/topk0.json")" ] || fail "temperature 1 without top-k gave greedy text"
+
+# the SVG is as wide as what it draws, and speaks of generated tokens only when there are some
+svg_width() { sed -n "1s/^<svg [^>]*width='\([0-9]*\)'.*/\1/p" "$1"; }
+w=$(svg_width "$TMP/map.svg")
+[ -n "$w" ] && [ "$w" -lt 800 ] || fail "SVG of a short prompt is $w px wide"
+grep -q 'orange' "$TMP/map.svg" && fail "SVG without generated tokens mentions orange"
+"$BIN" attention --model "$MODEL" --prompt "$prompt" --n 3 --layer 3 --svg "$TMP/gen.svg" || fail "--svg --n"
+grep -q 'orange' "$TMP/gen.svg" || fail "SVG with generated tokens does not say how they are shown"
+grep -q "<title>token ‘.*’ → token ‘.*’: weight [01]\.[0-9]\{3\} (layer 3, mean of heads)</title>" "$TMP/map.svg" ||
+    fail "SVG hover text"
 echo "ok: attnd attention"

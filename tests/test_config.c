@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "config.h"
+#include "config_internal.h" /* the settings table */
 
 // ---- helpers -----------------------------------------------------------------------------------
 
@@ -585,4 +586,49 @@ Test(config, printed_values_with_quotes_and_hashes_read_back_the_same) {
     free(out);
     config_destroy(reload_print(c, &s, &s2));
     config_destroy(c);
+}
+
+// ---- the table is the single source of the defaults ---------------------------------------------
+
+/* True when field of a and b holds the same value for the entry's kind. */
+static bool same_field(const entry *e, const server_settings *a, const server_settings *b) {
+    const char *fa = (const char *)a + e->off, *fb = (const char *)b + e->off;
+    switch (e->kind) {
+    case K_STR: case K_CHAT: case K_KEYFILE: {
+        const char *sa = *(const char *const *)fa, *sb = *(const char *const *)fb;
+        return sa == sb || (sa && sb && !strcmp(sa, sb));
+    }
+    case K_INT: return *(const int *)fa == *(const int *)fb;
+    case K_SIZE: case K_BYTES: return *(const size_t *)fa == *(const size_t *)fb;
+    case K_FLOAT: return *(const float *)fa == *(const float *)fb;
+    case K_BOOL: return *(const bool *)fa == *(const bool *)fb;
+    case K_LOGLEVEL: return *(const server_log_level *)fa == *(const server_log_level *)fb;
+    }
+    return false;
+}
+
+Test(config, every_default_of_the_table_reads_back_as_itself) {
+    server_settings d;
+    server_settings_default(&d);
+    int checked = 0;
+    for (size_t i = 0; i < config_n_settings; i++) {
+        const entry *e = &config_settings[i];
+        if (!e->def) continue;
+        char text[256];
+        snprintf(text, sizeof(text), "%s = %s\n", e->key, e->def);
+        server_settings s;
+        config *c = load_text(text, &s); /* fails the test when the default is out of range */
+        cr_assert(same_field(e, &s, &d), "%s: the default '%s' written to a file reads back differently", e->key,
+                  e->def);
+        config_destroy(c);
+        checked++;
+    }
+    cr_assert_gt(checked, 20);
+    cr_assert_eq(d.port, 8080);
+    cr_assert(d.session_evict_lru && d.access_log && !d.kv_f32);
+    cr_assert_eq(d.log_level, SERVER_LOG_INFO);
+    cr_assert_eq(d.body_limit, (size_t)1 << 20);
+    sampler_params sp;
+    sampler_params_default(&sp);
+    cr_assert_eq(d.sampling.temperature, sp.temperature, "sampling defaults are the engine's");
 }

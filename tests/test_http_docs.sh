@@ -1,12 +1,18 @@
-# test_http_docs.sh — the curl examples of docs/server.md run against a real server: every
-# ```sh block, with the port substituted, must exit 0 (curl -f fails on HTTP errors) and every
-# JSON answer must parse; where a `# => OUTPUT` line follows a curl line, the answer must be exactly
-# that (on the shipped default model).
+# test_http_docs.sh — the examples of docs/server.md and README.md run against a real server:
+# every ```sh block that calls the server or `attnd`, with the port substituted and the build's
+# attnd first on PATH, must exit 0 (curl -f fails on HTTP errors) and every JSON answer must
+# parse; where a `# => OUTPUT` line follows a curl line, the answer must be exactly that (on the
+# shipped default model). Every other `attnd ...` line in README.md's code blocks runs too: with a
+# model file the reader downloads first, the default model stands in, and `attnd serve` lines
+# are checked with --print-config (flags and values valid) instead of serving. The README stays
+# within 300 lines.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 source "$here/http_lib.sh"
 src=${ATTND_SOURCE_DIR:-$here/..}
 start_server docs --model "$MODEL" --threads 1
+mkdir -p "$TMP/bin" && ln -sf "$ATTND_BINARY" "$TMP/bin/attnd"
+export PATH="$TMP/bin:$PATH"
 # the sh blocks that call the server on 127.0.0.1:8080, one file each, from docs/server.md and
 # from README.md (where the lead folds the server docs in)
 for doc in "$src/docs/server.md" "$src/README.md"; do
@@ -15,7 +21,7 @@ for doc in "$src/docs/server.md" "$src/README.md"; do
         /^```(sh|bash|shell)$/ {n++; f=sprintf("%s/block-%s-%02d.sh", dir, tag, n); on=1; next}
         /^```$/ {on=0} on {print > f}' "$doc"
 done
-for b in "$TMP"/block-*.sh; do grep -q "curl .*127.0.0.1:8080" "$b" || rm -f "$b"; done
+for b in "$TMP"/block-*.sh; do grep -q "curl .*127.0.0.1:8080\|^attnd " "$b" || rm -f "$b"; done
 blocks=("$TMP"/block-*.sh)
 [ -f "${blocks[0]}" ] && [ ${#blocks[@]} -ge 4 ] || fail "expected the curl examples in docs/server.md or README.md"
 status=0
@@ -45,6 +51,25 @@ for doc in "$src/docs/server.md" "$src/README.md"; do
     done < <(awk '/^curl / {c=$0; next} c != "" && /^# => / {printf "%s%c%s%c", c, 0, substr($0, 6), 0} {c=""}' "$doc")
 done
 [ $pairs -ge 4 ] || { echo "not ok - expected at least 4 '# =>' examples, found $pairs"; status=1; }
+
+# every `attnd ...` line of README.md's other code blocks (the ```sh ones ran above)
+n_cmd=0
+while IFS= read -r line; do
+    cmd=${line#\$ }
+    cmd=${cmd%%#*}
+    eval "argv=($cmd)" # the README's own quoting
+    for i in "${!argv[@]}"; do # a model the reader downloads: the default model stands in
+        if [ "${argv[$i]}" = --model ] && [ ! -f "${argv[$((i + 1))]:-}" ]; then argv[$((i + 1))]=$MODEL; fi
+    done
+    [ "${argv[1]:-}" = serve ] && argv+=(--print-config)
+    n_cmd=$((n_cmd + 1))
+    if (cd "$TMP" && timeout 120 "${argv[@]}" >/dev/null 2>"$TMP/cmd.err"); then echo "ok - README: ${cmd:0:70}"
+    else echo "not ok - README: $cmd: $(head -c 300 "$TMP/cmd.err")"; status=1; fi
+done < <(awk '/^```/ {if (on) on = 0; else {on = 1; sh = /^```(sh|bash|shell)$/}; next} on && !sh && /^(\$ )?attnd / {print}' \
+         "$src/README.md")
+[ $n_cmd -ge 2 ] || { echo "not ok - expected attnd commands in README.md's code blocks, found $n_cmd"; status=1; }
+lines=$(wc -l < "$src/README.md")
+[ "$lines" -le 300 ] && echo "ok - README.md is $lines lines" || { echo "not ok - README.md is $lines lines (at most 300)"; status=1; }
 
 stop_server docs || { echo "not ok - SIGTERM"; status=1; }
 exit $status

@@ -1170,8 +1170,11 @@ Test(quant, new_types_matmul_matches_float64_reference) {
         matmul_case(type, 37, cols_for(type), 1, 0);
         matmul_case(type, 29, cols_for(type), 7, 0);
         matmul_case(type, 23, cols_for(type), 1, 1); /* exactly representable activations */
-        matmul_case(type, ((1 << 20) / cols_for(type) + 40) | 1, cols_for(type), 1, 0); /* parallel */
     }
+    /* above the parallel threshold: the activation forms filled by the pool (Q8_1 and Q8_0; Q8_K
+     * is covered by Q4_K above, and the row split does not depend on the type) */
+    matmul_case(GGUF_TYPE_Q4_1, ((1 << 20) / 352 + 40) | 1, 352, 1, 0);
+    matmul_case(GGUF_TYPE_Q5_0, ((1 << 20) / 352 + 40) | 1, 352, 1, 0);
 }
 
 Test(quant, new_types_every_batch_size_to_33_at_tile_edges_agrees_with_portable) {

@@ -17,6 +17,7 @@
 #include "attnd/gguf.h"
 #include "attnd/quantize.h"
 #include "quant.h"
+#include "test_models.h"
 
 #define MODEL ATTND_SOURCE_DIR "/models/attnd-sotu.gguf"
 #define STORIES ATTND_DATA_DIR "/models/stories260K.gguf"
@@ -324,4 +325,39 @@ Test(quantize, cli_quantizes_and_refuses_unknown_types) {
              STORIES, out);
     cr_expect_eq(system(cmd), 0, "an unknown type is named in the error");
     cr_expect_eq(access(out, F_OK), -1);
+}
+
+/* A Q4_K_M and a Q5_K_M file of the generated 896-wide qwen2 model (tests/make_tiny.c, 2 layers,
+ * ffn_down rows 1024): the types per tensor llama.cpp's mix gives it, fallbacks included. */
+Test(quantize, k_quant_mixes_of_a_896_wide_file_hold_llama_cpps_types_per_tensor) {
+    static const struct {
+        const char *file, *tensor;
+        uint32_t type;
+    } WANT[] = {
+        {"qwen896-Q4_K_M.gguf", "token_embd.weight", GGUF_TYPE_Q5_0},
+        {"qwen896-Q4_K_M.gguf", "output.weight", GGUF_TYPE_Q8_0},
+        {"qwen896-Q4_K_M.gguf", "blk.0.attn_q.weight", GGUF_TYPE_Q5_0},
+        {"qwen896-Q4_K_M.gguf", "blk.0.attn_v.weight", GGUF_TYPE_Q5_0},
+        {"qwen896-Q4_K_M.gguf", "blk.1.attn_v.weight", GGUF_TYPE_Q8_0}, /* use_more_bits(1, 2) */
+        {"qwen896-Q4_K_M.gguf", "blk.0.ffn_down.weight", GGUF_TYPE_Q4_K},
+        {"qwen896-Q4_K_M.gguf", "blk.1.ffn_down.weight", GGUF_TYPE_Q6_K},
+        {"qwen896-Q4_K_M.gguf", "blk.1.attn_q.bias", GGUF_TYPE_F32},
+        {"qwen896-Q5_K_M.gguf", "blk.0.ffn_gate.weight", GGUF_TYPE_Q5_1},
+        {"qwen896-Q5_K_M.gguf", "blk.0.ffn_down.weight", GGUF_TYPE_Q5_K},
+        {"qwen896-Q5_K_M.gguf", "blk.1.ffn_down.weight", GGUF_TYPE_Q6_K},
+        {"qwen896-Q5_K_M.gguf", "blk.1.attn_v.weight", GGUF_TYPE_Q8_0},
+        {"qwen896-Q5_K_M.gguf", "output.weight", GGUF_TYPE_Q8_0},
+    };
+    for (size_t i = 0; i < ATTND_ARRAY_LEN(WANT); i++) {
+        char path[1024];
+        test_model_path(WANT[i].file, path, sizeof path);
+        gguf_file *f;
+        attnd_err err;
+        cr_assert_eq(gguf_open(&f, path, &err), ATTND_OK, "%s", err.msg);
+        const gguf_tensor *t = gguf_find_tensor(f, WANT[i].tensor);
+        cr_assert(t, "%s: no %s", WANT[i].file, WANT[i].tensor);
+        cr_expect_eq(t->type, WANT[i].type, "%s %s: %s, want %s", WANT[i].file, WANT[i].tensor, gguf_type_name(t->type),
+                     gguf_type_name(WANT[i].type));
+        gguf_close(f);
+    }
 }

@@ -1,12 +1,15 @@
 /*
- * test_server_metrics.c — the Prometheus rendering of server/metrics.c: request counters by
- * endpoint and status, scheduler gauges when a model is loaded, nothing of them while loading.
+ * test_server_metrics.c — the Prometheus rendering of server/process/metrics.c: request counters by
+ * endpoint and status, scheduler gauges when a model is loaded, nothing of them while loading;
+ * the latency histograms (cumulative buckets), the routing gauges and status classes.
  */
 #include <criterion/criterion.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "metrics.h"
+
+static const double LE[] = {0.1, 0.5, 1, 5};
 
 Test(metrics, requests_are_counted_by_endpoint_and_status) {
     metrics *m;
@@ -41,6 +44,39 @@ Test(metrics, scheduler_series_are_rendered_when_ready) {
                           "attnd_tokens_per_second 12.500\n", "attnd_kv_evictions_total 1\n",
                           "attnd_engine_threads 2\n", "attnd_engine_threads_in_use 1\n"};
     for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++) cr_assert(strstr(t, want[i]), "missing %s", want[i]);
+    free(t);
+    metrics_destroy(m);
+}
+
+Test(metrics, histograms_routing_gauges_and_status_classes) {
+    metrics *m;
+    cr_assert_eq(metrics_create(&m, NULL), ATTND_OK);
+    metrics_request(m, "completions", 200, 0.5);
+    metrics_request(m, "completions", 201, 0.5);
+    metrics_request(m, "completions", 503, 0.1);
+    sched_stats st = {.active = 2, .queued = 5, .kv_budget = 1000, .kv_reserved = 250};
+    for (int k = 0; k < SCHED_H_COUNT; k++) histo_init(&st.hist[k], LE, 4);
+    histo_observe(&st.hist[SCHED_H_TTFT], 0.3);
+    histo_observe(&st.hist[SCHED_H_TTFT], 2);
+    char *t = metrics_render(m, &st, 0, 1);
+    const char *want[] = {
+        "# TYPE attnd_time_to_first_token_seconds histogram\n",
+        "attnd_time_to_first_token_seconds_bucket{le=\"0.1\"} 0\n",
+        "attnd_time_to_first_token_seconds_bucket{le=\"0.5\"} 1\n",
+        "attnd_time_to_first_token_seconds_bucket{le=\"5\"} 2\n",
+        "attnd_time_to_first_token_seconds_bucket{le=\"+Inf\"} 2\n",
+        "attnd_time_to_first_token_seconds_sum 2.300000\n",
+        "attnd_time_to_first_token_seconds_count 2\n",
+        "attnd_inter_token_latency_seconds_count 0\n",
+        "attnd_requests_waiting 5\n",
+        "attnd_requests_running 2\n",
+        "attnd_requests_swapped 0\n",
+        "attnd_kv_cache_usage_ratio 0.250000\n",
+        "attnd_requests_by_class_total{endpoint=\"completions\",class=\"2xx\"} 2\n",
+        "attnd_requests_by_class_total{endpoint=\"completions\",class=\"5xx\"} 1\n",
+    };
+    for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++) cr_assert(strstr(t, want[i]), "missing %s in\n%s", want[i], t);
+    cr_assert_eq(strstr(strstr(t, "class=\"2xx\"") + 1, "class=\"2xx\""), NULL, "one 2xx series per endpoint");
     free(t);
     metrics_destroy(m);
 }

@@ -1,6 +1,6 @@
 /*
  * test_server_oai.c — validation of OpenAI-style request bodies and the error shape
- * (server/oai.c): every field's wrong type or range is refused with the field named; valid
+ * (server/api/oai.c): every field's wrong type or range is refused with the field named; valid
  * bodies become the expected C values; invalid UTF-8 never reaches JSON unescaped.
  */
 #include <criterion/criterion.h>
@@ -125,6 +125,28 @@ Test(oai, max_tokens_above_the_server_cap_is_refused_with_the_numbers) {
     oai_request_free(&r);
 }
 
+Test(oai, a_request_asking_more_than_max_request_tokens_in_all_is_refused_naming_the_cap) {
+    oai_request r;
+    const char *param;
+    attnd_err err;
+    cfg.max_request_tokens = 1000;
+    /* 4 prompts x n 2 x 200 = 1600 > 1000 */
+    cr_assert_eq(parse("{\"prompt\":[\"a\",\"b\",\"c\",\"d\"],\"n\":2,\"max_tokens\":200}", false, &r, &param, &err),
+                 ATTND_ERR_INVALID);
+    cr_assert_str_eq(param, "max_tokens");
+    cr_assert(strstr(err.msg, "max_request_tokens") && strstr(err.msg, "1000") && strstr(err.msg, "1600"), "%s", err.msg);
+    oai_request_free(&r);
+    /* without max_tokens the configured default counts: 4 x 300 = 1200 */
+    cfg.default_max_tokens = 300;
+    cr_assert_eq(parse("{\"prompt\":[\"a\",\"b\",\"c\",\"d\"]}", false, &r, &param, &err), ATTND_ERR_INVALID);
+    cr_assert(strstr(err.msg, "1200"), "%s", err.msg);
+    oai_request_free(&r);
+    /* at the cap: accepted */
+    cr_assert_eq(parse("{\"prompt\":[\"a\",\"b\"],\"n\":2,\"max_tokens\":250}", false, &r, &param, &err), ATTND_OK,
+                 "%s", err.msg);
+    oai_request_free(&r);
+}
+
 Test(oai, chat_messages_are_validated) {
     expect_bad("{\"messages\":[]}", true, "messages");
     expect_bad("{\"messages\":\"hi\"}", true, "messages");
@@ -210,8 +232,8 @@ Test(oai, an_unsupported_role_is_refused_listing_the_accepted_ones) {
     oai_request r;
     const char *param;
     attnd_err err;
-    cr_assert_eq(parse("{\"messages\":[{\"role\":\"tool\",\"content\":\"x\"}]}", true, &r, &param, &err), ATTND_ERR_INVALID);
-    cr_assert(strstr(err.msg, "'tool'") && strstr(err.msg, "system, developer, user, assistant"), "%s", err.msg);
+    cr_assert_eq(parse("{\"messages\":[{\"role\":\"function\",\"content\":\"x\"}]}", true, &r, &param, &err), ATTND_ERR_INVALID);
+    cr_assert(strstr(err.msg, "'function'") && strstr(err.msg, "system, developer, user, assistant, tool"), "%s", err.msg);
     oai_request_free(&r);
     cr_assert_eq(parse("{\"messages\":[{\"role\":\"developer\",\"content\":\"x\"}]}", true, &r, &param, &err), ATTND_OK);
     oai_request_free(&r);
@@ -278,13 +300,15 @@ Test(oai, unsupported_features_are_refused_by_name_not_ignored) {
     const char *msgs = "\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]";
     char body[512];
     static const struct { const char *field, *value; } bad[] = {
-        {"tools", "[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}]"},
-        {"tool_choice", "\"auto\""},
+        {"tools", "[{\"type\":\"code_interpreter\"}]"},
+        {"tool_choice", "\"required\""},
         {"tool_choice", "{\"type\":\"function\",\"function\":{\"name\":\"f\"}}"},
         {"functions", "[{\"name\":\"f\"}]"},
         {"function_call", "\"auto\""},
-        {"response_format", "{\"type\":\"json_object\"}"},
-        {"response_format", "{\"type\":\"json_schema\",\"json_schema\":{}}"},
+        {"response_format", "{\"type\":\"xml\"}"},
+        {"response_format", "{\"type\":\"json_schema\",\"json_schema\":{\"schema\":{\"not\":{}}}}"},
+        {"grammar", "\"root ::= nothing\""},
+        {"json_schema", "{\"type\":\"number\",\"multipleOf\":3}"},
         {"modalities", "[\"text\",\"audio\"]"},
         {"audio", "{\"voice\":\"x\"}"},
     };
@@ -308,4 +332,93 @@ Test(oai, unsupported_features_are_refused_by_name_not_ignored) {
     cr_expect_eq(parse("{\"prompt\":\"a\",\"best_of\":1,\"suffix\":\"\"}", false, &r, &param, &err), ATTND_OK, "%s",
                  err.msg);
     oai_request_free(&r);
+}
+
+Test(oai, chat_template_kwargs_and_the_messages_reach_the_template) {
+    json_t *j = json_loads("{\"messages\": [{\"role\": \"user\", \"content\": \"hi\", \"name\": \"bob\"}], "
+                           "\"chat_template_kwargs\": {\"enable_thinking\": false}}", 0, NULL);
+    oai_request r = {0};
+    const char *param = NULL;
+    attnd_err err;
+    cr_assert_eq(oai_parse(j, true, &cfg, 512, &r, &param, &err), ATTND_OK, "%s", err.msg);
+    cr_expect(json_is_false(json_object_get(r.template_kwargs, "enable_thinking")));
+    cr_expect_str_eq(json_string_value(json_object_get(json_array_get(r.messages_json, 0), "name")), "bob");
+    oai_request_free(&r);
+    json_decref(j);
+    expect_bad("{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}], \"chat_template_kwargs\": [1]}", true,
+               "chat_template_kwargs");
+}
+
+Test(oai, structured_output_fields_compile_into_a_grammar) {
+    static const struct { const char *fields; oai_format f; } ok[] = {
+        {"\"response_format\":{\"type\":\"json_object\"}", OAI_FORMAT_JSON_OBJECT},
+        {"\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"x\",\"strict\":true,"
+         "\"schema\":{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"}},\"required\":[\"a\"]}}}",
+         OAI_FORMAT_JSON_SCHEMA},
+        {"\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"x\"}}", OAI_FORMAT_JSON_SCHEMA},
+        {"\"json_schema\":{\"type\":\"string\"}", OAI_FORMAT_JSON_SCHEMA},
+        {"\"grammar\":\"root ::= [a-z]+\"", OAI_FORMAT_GRAMMAR},
+        {"\"grammar\":\"\"", OAI_FORMAT_TEXT},
+        {"\"response_format\":{\"type\":\"text\"}", OAI_FORMAT_TEXT},
+    };
+    for (size_t i = 0; i < sizeof(ok) / sizeof(*ok); i++) {
+        char body[600];
+        snprintf(body, sizeof(body), "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],%s}", ok[i].fields);
+        oai_request r;
+        const char *param = NULL;
+        attnd_err err = {{0}};
+        cr_assert_eq(parse(body, true, &r, &param, &err), ATTND_OK, "%s: %s", ok[i].fields, err.msg);
+        cr_expect_eq(r.format, ok[i].f, "%s", ok[i].fields);
+        cr_expect_eq(r.grammar != NULL, ok[i].f != OAI_FORMAT_TEXT, "%s", ok[i].fields);
+        oai_request_free(&r);
+    }
+    expect_bad("{\"prompt\":\"a\",\"grammar\":\"root ::= \\\"a\\\"\",\"json_schema\":{}}", false, "grammar");
+    expect_bad("{\"prompt\":\"a\",\"grammar\":7}", false, "grammar");
+    expect_bad("{\"prompt\":\"a\",\"response_format\":\"json\"}", false, "response_format");
+}
+
+Test(oai, an_unsupported_schema_keyword_is_named_in_the_400) {
+    oai_request r;
+    const char *param = NULL;
+    attnd_err err = {{0}};
+    cr_assert_eq(parse("{\"prompt\":\"a\",\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"schema\":"
+                       "{\"type\":\"object\",\"properties\":{\"n\":{\"type\":\"integer\",\"multipleOf\":5}}}}}}",
+                       false, &r, &param, &err),
+                 ATTND_ERR_INVALID);
+    cr_assert_str_eq(param, "response_format");
+    cr_assert(strstr(err.msg, "'multipleOf'") && strstr(err.msg, "/properties/n"), "%s", err.msg);
+    oai_request_free(&r);
+}
+
+Test(oai, tools_are_described_and_history_rendered) {
+    oai_request r;
+    const char *param = NULL;
+    attnd_err err = {{0}};
+    const char *body =
+        "{\"messages\":[{\"role\":\"user\",\"content\":\"weather?\"},{\"role\":\"assistant\",\"content\":null,"
+        "\"tool_calls\":[{\"id\":\"c1\",\"type\":\"function\",\"function\":{\"name\":\"w\",\"arguments\":\"{\\\"c\\\":1}\"}}]},"
+        "{\"role\":\"tool\",\"tool_call_id\":\"c1\",\"content\":\"sunny\"}],"
+        "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"w\",\"parameters\":{\"type\":\"object\"}}}]}";
+    cr_assert_eq(parse(body, true, &r, &param, &err), ATTND_OK, "%s", err.msg);
+    cr_assert_eq(r.n_msgs, 4, "a system message describing the tools comes first");
+    cr_assert_str_eq(r.msgs[0].role, "system");
+    cr_assert(strstr(r.msgs[0].content, "<tools>") && strstr(r.msgs[0].content, "\"name\":\"w\""), "%s", r.msgs[0].content);
+    cr_assert_str_eq(r.msgs[2].content, "<tool_call>\n{\"name\":\"w\",\"arguments\":{\"c\":1}}\n</tool_call>");
+    cr_assert_str_eq(r.msgs[3].role, "user");
+    cr_assert_str_eq(r.msgs[3].content, "<tool_response>\nsunny\n</tool_response>");
+    cr_assert_null(r.grammar, "auto: no grammar");
+    oai_request_free(&r);
+
+    cr_assert_eq(parse("{\"messages\":[{\"role\":\"system\",\"content\":\"Be brief.\"},{\"role\":\"user\",\"content\":\"x\"}],"
+                       "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"w\"}}],\"tool_choice\":\"required\"}",
+                       true, &r, &param, &err), ATTND_OK, "%s", err.msg);
+    cr_assert_eq(r.n_msgs, 2);
+    cr_assert(!strncmp(r.msgs[0].content, "Be brief.\n\n# Tools", 18), "%s", r.msgs[0].content);
+    cr_assert_eq(r.format, OAI_FORMAT_TOOL_CALL);
+    cr_assert_not_null(r.grammar);
+    oai_request_free(&r);
+    expect_bad("{\"prompt\":\"x\",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"w\"}}]}", false, "tools");
+    expect_bad("{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":[{\"type\":\"function\",\"function\":"
+               "{\"name\":\"w\"}}],\"tool_choice\":\"required\",\"response_format\":{\"type\":\"json_object\"}}",
+               true, "tool_choice");
 }

@@ -1,5 +1,5 @@
 /*
- * test_server_oai_resp.c — the generation endpoints' response JSON (server/oai_resp.c), built
+ * test_server_oai_resp.c — the generation endpoints' response JSON (server/api/oai_resp.c), built
  * from plain C data with a fake three-token vocabulary: the OpenAI completion, chat and chunk
  * shapes, both logprobs layouts (with echo's prompt entries), usage, timings, llama.cpp's
  * /completion answer and the model list.
@@ -159,6 +159,16 @@ Test(oai_resp, the_llama_answer_reports_limit_counts_and_token_ids) {
     cr_assert_eq(json_integer_value(AT(o, "tokens_evaluated")), 2);
     cr_assert_eq(json_integer_value(AT(o, "tokens_cached")), 1);
     json_decref(o);
+    g.finish_reason = "stop";
+    o = oai_llama_response(&c, &g, "", 0, false, 2, 2, true);
+    cr_assert_str_eq(json_string_value(AT(o, "stop_type")), "eos");
+    cr_assert(json_is_true(AT(o, "stopped_eos")));
+    json_decref(o);
+    g.finish_reason = NULL; /* cut by shutdown or cancellation */
+    o = oai_llama_response(&c, &g, "", 0, false, 2, 2, true);
+    cr_assert_str_eq(json_string_value(AT(o, "stop_type")), "none", "a cut stream is neither eos nor a limit");
+    cr_assert(json_is_false(AT(o, "stopped_eos")) && json_is_false(AT(o, "stopped_limit")));
+    json_decref(o);
     o = oai_llama_response(&c, &g, "wor", 3, false, 0, 0, false);
     cr_assert(json_is_false(AT(o, "stop")));
     cr_assert_null(AT(o, "tokens"), "ids only when return_tokens");
@@ -167,12 +177,27 @@ Test(oai_resp, the_llama_answer_reports_limit_counts_and_token_ids) {
 }
 
 Test(oai_resp, the_model_list_has_one_model_with_meta) {
-    oai_model_desc d = {"tiny", 1, 256, 512, 2048, 260000, "chatml"};
+    oai_model_desc d = {"tiny", 1, 256, 512, 2048, 260000, "chatml", NULL, 0};
     json_t *o = oai_models(&d);
     cr_assert_str_eq(json_string_value(AT(o, "object")), "list");
     cr_assert_str_eq(json_string_value(AT(o, "data", "0", "id")), "tiny");
     cr_assert_eq(json_integer_value(AT(o, "data", "0", "context_length")), 256);
     cr_assert_eq(json_integer_value(AT(o, "data", "0", "meta", "n_params")), 260000);
     cr_assert_str_eq(json_string_value(AT(o, "data", "0", "meta", "chat_template")), "chatml");
+    cr_assert_null(AT(o, "data", "0", "meta", "defaults"), "no defaults given, none shown");
+    json_decref(o);
+}
+
+Test(oai_resp, the_model_shows_the_servers_sampling_defaults_as_typed) {
+    sampler_params p;
+    sampler_params_default(&p);
+    p.repeat_penalty = 1.15f;
+    oai_model_desc d = {"tiny", 1, 256, 512, 2048, 260000, "chatml", &p, 300};
+    json_t *o = oai_model(&d);
+    cr_assert_eq(json_integer_value(AT(o, "meta", "defaults", "max_tokens")), 300);
+    cr_assert_eq(json_real_value(AT(o, "meta", "defaults", "temperature")), 0.8, "0.8f shown as 0.8");
+    cr_assert_eq(json_real_value(AT(o, "meta", "defaults", "repeat_penalty")), 1.15);
+    cr_assert_eq(json_integer_value(AT(o, "meta", "defaults", "top_k")), p.top_k);
+    cr_assert_eq(json_integer_value(AT(o, "meta", "defaults", "repeat_last_n")), p.repeat_last_n);
     json_decref(o);
 }

@@ -1,5 +1,5 @@
 /*
- * test_server_responses.c — OpenAI's Responses API shapes (server/responses.c): requests become the
+ * test_server_responses.c — OpenAI's Responses API shapes (server/api/responses.c): requests become the
  * chat body attnd runs, what is not text generation is refused naming the field, the Response
  * object and the streamed events have OpenAI's fields and order.
  */
@@ -96,17 +96,17 @@ Test(responses, message_items_with_text_parts_follow_the_earlier_conversation) {
 }
 
 Test(responses, what_is_not_text_generation_is_refused_naming_the_field) {
-    expect_bad("{\"input\":\"x\",\"tools\":[{\"type\":\"function\",\"name\":\"f\"}]}", "tools");
+    expect_bad("{\"input\":\"x\",\"tools\":[{\"type\":\"web_search\"}]}", "tools");
     expect_bad("{\"input\":\"x\",\"tool_choice\":\"required\"}", "tool_choice");
     expect_bad("{\"input\":\"x\",\"reasoning\":{\"effort\":\"high\"}}", "reasoning");
-    expect_bad("{\"input\":\"x\",\"text\":{\"format\":{\"type\":\"json_schema\",\"name\":\"s\",\"schema\":{}}}}",
-               "text.format");
+    expect_bad("{\"input\":\"x\",\"text\":{\"format\":{\"type\":\"json_schema\",\"name\":\"s\"}}}", "text.format");
+    expect_bad("{\"input\":\"x\",\"text\":{\"format\":{\"type\":\"yaml\"}}}", "text.format");
     expect_bad("{\"input\":\"x\",\"background\":true}", "background");
     expect_bad("{\"input\":\"x\",\"truncation\":\"auto\"}", "truncation");
     expect_bad("{\"input\":[{\"role\":\"user\",\"content\":[{\"type\":\"input_text\",\"text\":\"a\"},"
                "{\"type\":\"input_image\",\"image_url\":\"http://x\"}]}]}",
                "input[0].content[1]");
-    expect_bad("{\"input\":[{\"role\":\"user\",\"content\":\"a\"},{\"type\":\"function_call_output\",\"call_id\":\"c\","
+    expect_bad("{\"input\":[{\"role\":\"user\",\"content\":\"a\"},{\"type\":\"function_call_output\",\"call_id\":7,"
                "\"output\":\"o\"}]}",
                "input[1]");
     expect_bad("{\"input\":[{\"role\":\"tool\",\"content\":\"a\"}]}", "input[0]");

@@ -1,5 +1,5 @@
 /*
- * test_server_slog.c — the server log (server/slog.c): one call is one line, whatever a client
+ * test_server_slog.c — the server log (server/process/slog.c): one call is one line, whatever a client
  * put into the message.
  */
 #include <criterion/criterion.h>
@@ -60,4 +60,41 @@ Test(slog, lines_carry_syslog_priorities_only_when_stderr_is_the_journal) {
     log_one_line(buf, sizeof(buf), true);
     cr_expect(!strncmp(buf, "<6>", 3), "%s", buf);
     cr_expect_eq(strchr(buf, '\n'), buf + strlen(buf) - 1, "more than one line: %s", buf);
+}
+
+Test(slog, request_ids_are_short_and_safe_for_a_header_and_a_log_line) {
+    cr_expect(slog_request_id_valid("req-0123abc"));
+    cr_expect(slog_request_id_valid("4bf92f35.77b3:da6a_3ce9-29"));
+    cr_expect(!slog_request_id_valid(""));
+    cr_expect(!slog_request_id_valid("a b"));
+    cr_expect(!slog_request_id_valid("x\ny"));
+    cr_expect(!slog_request_id_valid("caf\xc3\xa9"));
+    char id[80];
+    memset(id, 'a', 64);
+    id[64] = '\0';
+    cr_expect(slog_request_id_valid(id), "64 characters");
+    id[64] = 'a', id[65] = '\0';
+    cr_expect(!slog_request_id_valid(id), "65 characters");
+}
+
+Test(slog, a_thread_working_for_a_request_tags_its_lines) {
+    char path[] = "/tmp/attnd-slog-XXXXXX";
+    int fd = mkstemp(path);
+    cr_assert_geq(fd, 0);
+    int saved = dup(STDERR_FILENO);
+    fflush(stderr);
+    dup2(fd, STDERR_FILENO);
+    slog_set_request("req-42");
+    slog_info("one");
+    slog_set_request(NULL);
+    slog_info("two");
+    fflush(stderr);
+    dup2(saved, STDERR_FILENO);
+    close(saved);
+    char buf[512] = {0};
+    cr_assert_gt(pread(fd, buf, sizeof(buf) - 1, 0), 0);
+    close(fd);
+    unlink(path);
+    cr_expect(strstr(buf, "attnd[info] req=req-42 one\n"), "%s", buf);
+    cr_expect(strstr(buf, "attnd[info] two\n"), "%s", buf);
 }

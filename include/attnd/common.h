@@ -26,9 +26,6 @@ typedef enum attnd_status {
     ATTND_ERR_BUSY = -7,        /* the resource is in use or a queue is full */
 } attnd_status;
 
-/* Human-readable name of a status ("format error"); never NULL. */
-const char *attnd_status_str(attnd_status st);
-
 /* An error message buffer. Callers may pass NULL wherever an attnd_err * is taken. */
 typedef struct attnd_err {
     char msg[512];

@@ -33,6 +33,7 @@
 #include <stdint.h>
 
 #include "attnd/common.h"
+#include "attnd/grammar.h"
 #include "attnd/sampler.h"
 #include "attnd/stop.h"
 #include "attnd/tokenizer.h"
@@ -44,6 +45,15 @@ typedef struct gen_params {
     int top_logprobs;           /* -1: no log-probabilities; 0..SAMPLER_MAX_TOP_LOGPROBS: the
                                    chosen token's and that many alternatives' */
     bool ignore_eog;            /* end-of-generation tokens are ordinary tokens */
+    const grammar *grammar;     /* borrowed for gen's lifetime; NULL = unconstrained. The
+                                   output is a sentence of it: a sampled token the grammar
+                                   rejects is drawn again from the distribution masked to the
+                                   tokens it allows (every sampler stage applies), an
+                                   end-of-generation token is allowed only once the grammar is
+                                   complete, and generation ends (STOP_GRAMMAR) when it is
+                                   complete and allows nothing more. Needs a tokenizer. */
+    const grammar_vocab *gvocab; /* borrowed; the tokenizer's vocabulary index, required with
+                                   a grammar (built once per model and shared) */
 } gen_params;
 
 typedef struct gen gen;
@@ -71,7 +81,9 @@ typedef struct gen_token {
  * unless it ends generation as an end-of-generation token, detokenizes it and runs the stop
  * strings. With top_logprobs > 0, top (top_logprobs entries) receives the alternatives, best
  * first; top NULL skips them. Returns STOP_EOG, STOP_STRING (the text before the stop string
- * is in t, nothing after), or STOP_NONE to go on. Allocates nothing per token in steady state.
+ * is in t, nothing after), STOP_GRAMMAR (t's text completes the grammar's sentence), or
+ * STOP_NONE to go on. When the grammar allows no token of the vocabulary at all, the step ends
+ * generation as STOP_EOG does (t carries no text). Allocates nothing per token in steady state.
  */
 stop_reason gen_next(gen *g, const float *logits, token_logprob *top, gen_token *t);
 

@@ -50,6 +50,7 @@ typedef enum quantize_target {
     QUANTIZE_Q5_1,
     QUANTIZE_IQ4_NL,
     QUANTIZE_IQ4_XS,
+    QUANTIZE_MXFP4, /* plain: every weight MXFP4 */
 } quantize_target;
 
 /* "Q4_K_M" (case-insensitive) -> QUANTIZE_Q4_K_M; ATTND_ERR_INVALID for an unknown name. */

@@ -17,8 +17,10 @@ typedef enum stop_reason {
     STOP_EOG = 1,    /* the model produced an end-of-generation token (tok_is_eog) */
     STOP_STRING = 2, /* a stop string matched (stop_matcher_push returned true) */
     STOP_LENGTH = 3, /* max_tokens were generated (or the context is full) */
+    STOP_GRAMMAR = 4, /* the grammar is complete and allows nothing more (or nothing at all) */
 } stop_reason;
-/* OpenAI's finish_reason for r: "stop" (EOG, stop string), "length", or NULL for STOP_NONE. */
+/* OpenAI's finish_reason for r: "stop" (EOG, stop string, grammar), "length", or NULL for
+ * STOP_NONE. */
 const char *stop_reason_finish(stop_reason r);
 
 /*

@@ -130,9 +130,9 @@ async function responses(model) {
   const notkept = await rejects(() => client.responses.retrieve(nostore.id));
   check(notkept && notkept.status === 404, 'store: false keeps nothing', notkept && notkept.status);
 
-  for (const [field, body] of [['tools', { tools: [{ type: 'function', name: 'f', parameters: {} }] }],
+  for (const [field, body] of [['tools', { tools: [{ type: 'web_search' }] }],
                                ['reasoning', { reasoning: { effort: 'high' } }],
-                               ['text.format', { text: { format: { type: 'json_schema', name: 's', schema: {} } } }]]) {
+                               ['text.format', { text: { format: { type: 'yaml' } } }]]) {
     const e = await rejects(() => client.responses.create({ model, input: 'x', ...body }));
     check(e && e.status === 400 && e.param === field, `unsupported ${field} is a 400 naming it`, e && { status: e.status, param: e.param });
   }

@@ -55,6 +55,14 @@ const page = await open(base + "/");
 await page.waitForFunction(() => document.getElementById("model").textContent.includes("attnd-sotu"));
 ok("the page loads and names the model");
 
+// the sampling fields start from the server's own defaults (the same seed gives curl's text)
+const defaults = await page.evaluate(async () => (await (await fetch("/v1/models")).json()).data[0].meta.defaults);
+for (const k of ["temperature", "top_p", "top_k", "min_p", "repeat_penalty"]) {
+  const v = await page.$eval("#" + k, (e) => Number(e.value));
+  assert.equal(v, defaults[k], `${k}: the page shows ${v}, the server's default is ${defaults[k]}`);
+}
+ok(`sampling fields show the server's defaults (${JSON.stringify(defaults)})`);
+
 await page.$eval('[data-testid="prompt"]', (e) => (e.value = ""));
 await page.type('[data-testid="prompt"]', "We the people of the United States, in order to form");
 await setValue(page, "#max_tokens", "20");
@@ -92,16 +100,65 @@ const lit = await page.$$eval("#strip .tok", (s) => s.filter((e) => e.style.back
 assert.equal(lit, 13, "token 12 should shade itself and the 12 before it");
 ok("hovering a token shades the earlier tokens it attends to");
 
+// hovering a cell of the map names both tokens, the weight, the layer and the head
+const cell = await page.$eval('[data-testid="attention"] canvas', (c) => {
+  const b = c.getBoundingClientRect();
+  return { x: b.left + b.width - 6, y: b.top + b.height - 6 }; // the last row's last column: itself
+});
+await page.mouse.move(cell.x, cell.y);
+const tipText = await text(page, "#tip");
+assert.match(tipText, /^token ‘.+’ → token ‘.+’: weight [01]\.\d{3} \(layer 3, head 2\)$/, `tooltip: ${tipText}`);
+ok(`the map's tooltip reads: ${tipText}`);
+
 await page.evaluate(() => window.scrollTo(0, 0));
 await page.screenshot({ path: shot, fullPage: true });
 ok(`screenshot kept: ${shot}`);
 
-// chat mode: the user's turn and the model's answer join the conversation
+// a 200-token map: it fits its box, and its labels stay readable (>= 9 px, thinned out)
+const long = Array.from({ length: 60 }, (_, i) => ["We the people", "of the United States", "in order to form"][i % 3]).join(", ");
+await page.$eval('[data-testid="prompt"]', (e, v) => (e.value = v), long);
+await setValue(page, "#max_tokens", "8");
+await page.click('[data-testid="generate"]');
+await page.waitForFunction(() => /^\d+ tokens · layer/.test(document.getElementById("attnstatus").textContent) &&
+                           Number(document.getElementById("attnstatus").textContent.split(" ")[0]) >= 200,
+                           { timeout: 60000 });
+const big = await page.$eval('[data-testid="attention"]', (box) => {
+  const c = box.querySelector("canvas");
+  return { n: Number(document.getElementById("attnstatus").textContent.split(" ")[0]), px: Number(c.dataset.labelPx),
+           every: Number(c.dataset.labelEvery), cw: c.getBoundingClientRect().width, bw: box.clientWidth };
+});
+assert.ok(big.px >= 9, `labels at ${big.px} px`);
+assert.ok(big.cw <= big.bw, `the map (${big.cw} px) is wider than its box (${big.bw} px)`);
+assert.ok(big.every > 1, "at 200 tokens the labels should thin out");
+const sel = await page.$eval('[data-testid="head"]', (e) => {
+  const ctx = document.createElement("canvas").getContext("2d");
+  ctx.font = getComputedStyle(e).font;
+  return { need: Math.max(...[...e.options].map((o) => ctx.measureText(o.text).width)), have: e.clientWidth };
+});
+assert.ok(sel.have >= sel.need + 16, `the head selector (${sel.have} px) cuts its longest option (${Math.round(sel.need)} px)`);
+await page.evaluate(() => window.scrollTo(0, 0));
+const shot200 = shot.replace(/\.png$/, "-200.png");
+await page.screenshot({ path: shot200, fullPage: true });
+ok(`${big.n} tokens: the map fits (${Math.round(big.cw)} of ${big.bw} px), labels ${big.px} px, one every ${big.every}; ${shot200}`);
+
+// chat mode: the user's turn and the model's answer join the conversation, the reply shown once
 await page.click("#tab-chat");
 await page.type('[data-testid="prompt"]', "What is the state of the Union?");
 await page.click('[data-testid="generate"]');
 await page.waitForFunction(() => document.querySelectorAll("#chatlog .msg").length === 2, { timeout: 60000 });
-ok("chat mode keeps the conversation");
+await page.waitForFunction(() => !document.getElementById("generate").disabled, { timeout: 60000 });
+const chatView = await page.evaluate(() => ({
+  reply: document.querySelectorAll("#chatlog .msg")[1].textContent.replace(/^assistant/, ""),
+  shaded: document.querySelectorAll("#chatlog .msg")[1].querySelectorAll(".tok").length,
+  outputShown: document.getElementById("output").offsetParent !== null,
+}));
+assert.ok(chatView.reply.trim().length > 0, "empty reply");
+assert.ok(chatView.shaded > 0, "the reply bubble is not shaded by probability");
+assert.equal(chatView.outputShown, false, "in chat the reply must not also appear under Output");
+const seen = await page.evaluate((r) => document.querySelector("section .card").innerText.split(r).length - 1,
+                                 chatView.reply.trim());
+assert.equal(seen, 1, `the reply appears ${seen} times on the page`);
+ok("chat mode keeps the conversation and shows the reply once, shaded");
 
 if (keyedBase) {
   const p2 = await open(keyedBase + "/");

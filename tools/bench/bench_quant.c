@@ -5,9 +5,10 @@
  * A benchmark, not a test: it prints numbers and ratios, it asserts nothing.
  *
  *   tools/bench/build.sh && build/bench_quant [n_threads] [n_tok] [models]   (models: skip the per-shape table)
- *   build/bench_quant [n_threads] [n_tok] tl [isa]   (TinyLlama-1.1B matrix shapes, best ISA only: GFLOP/s and
- *                                               weight GB/s, the kernel path that ran (amx tiles or not), weights
- *                                               packed where the ISA packs them, as a model loads them; for n_tok <= 16 the weights rotate through
+ *   build/bench_quant [n_threads] [n_tok] tl [isa]   (TinyLlama-1.1B matrix shapes, every quantized type incl.
+ *                                               those of issue 27, best ISA only: GFLOP/s and weight GB/s, the
+ *                                               kernel path that ran (amx tiles or not), weights packed where the
+ *                                               ISA packs them, as a model loads them; for n_tok <= 16 the weights rotate through
  *                                               96 MB of copies, so they stream from DRAM as in decode)
  *   build/bench_quant [n_threads] [n_tok] tlpack [type]   (Q4_0, Q4_K, Q6_K, or only `type`, at those
  *                                               shapes: the mapped layout against the copy packed at load,
@@ -22,6 +23,7 @@
 #include <time.h>
 
 #include "attnd/gguf.h"
+#include "attnd/quantize.h"
 #include "quant.h"
 
 /* With one thread, the process's CPU time: on a shared machine it leaves out the time other
@@ -63,7 +65,15 @@ static uint8_t *make_weights(uint32_t type, int64_t rows, int64_t cols) {
             case GGUF_TYPE_Q4_0: if (c % 32 == 0) memcpy(p + c / 32 * 18, &h, 2); break;
             case GGUF_TYPE_Q4_K: if (c % 256 == 0) { memcpy(p + c / 256 * 144, &h, 2); memcpy(p + c / 256 * 144 + 2, &h, 2); } break;
             case GGUF_TYPE_Q6_K: if (c % 256 == 0) memcpy(p + c / 256 * 210 + 208, &h, 2); break;
+            default: break; /* the types of issue 27: encoded from floats below */
             }
+        }
+        if (type == GGUF_TYPE_Q4_1 || type == GGUF_TYPE_Q5_0 || type == GGUF_TYPE_Q5_1 || type == GGUF_TYPE_IQ4_NL ||
+            type == GGUF_TYPE_MXFP4 || type == GGUF_TYPE_Q2_K || type == GGUF_TYPE_Q3_K || type == GGUF_TYPE_Q5_K ||
+            type == GGUF_TYPE_IQ4_XS) {
+            static float row[8192];
+            for (int64_t c = 0; c < cols && c < 8192; c++) row[c] = (float)(rnd() % 2001) / 100000.f - 0.01f;
+            quantize_row(p, row, type, cols);
         }
     }
     return w;
@@ -234,7 +244,10 @@ static const char *kernel_path(quant_isa isa, uint32_t type, int n_tok) {
 }
 
 static void bench_tl(int n_threads, int n_tok, quant_isa isa) {
-    static const uint32_t types[] = {GGUF_TYPE_Q8_0, GGUF_TYPE_Q4_0, GGUF_TYPE_Q4_K, GGUF_TYPE_Q6_K};
+    static const uint32_t types[] = {GGUF_TYPE_Q8_0, GGUF_TYPE_Q4_0, GGUF_TYPE_Q4_K, GGUF_TYPE_Q6_K,
+                                     /* issue 27 */
+                                     GGUF_TYPE_Q4_1, GGUF_TYPE_Q5_0, GGUF_TYPE_Q5_1, GGUF_TYPE_IQ4_NL, GGUF_TYPE_MXFP4,
+                                     GGUF_TYPE_Q2_K, GGUF_TYPE_Q3_K, GGUF_TYPE_Q5_K, GGUF_TYPE_IQ4_XS};
     static const int64_t shapes[][2] = {{2048, 2048}, {5632, 2048}, {2048, 5632}, {32000, 2048}};
     printf("isa %s\n%-5s %-11s %-13s %10s %9s %9s\n", quant_isa_name(isa), "type", "shape", "kernel", "ms/call", "GFLOP/s",
            "GB/s w");

@@ -1,0 +1,50 @@
+/*
+ * grammar_internal.h — the compiled form of a grammar, shared by the compiler (grammar.c) and
+ * the matcher (grammar_match.c). Not a public header.
+ *
+ * Every rule is a run of elements in one flat array: its alternatives one after another, each
+ * ended by G_ALT except the last, which G_END ends. A parse position is an element index; the
+ * element at a position inside an alternative is a character set (G_CHARS) or a rule reference
+ * (G_REF), and a position at G_ALT / G_END means the alternative is done.
+ */
+#ifndef ATTND_GRAMMAR_INTERNAL_H
+#define ATTND_GRAMMAR_INTERNAL_H
+
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "attnd/grammar.h"
+
+enum { G_END = 0, G_ALT = 1, G_REF = 2, G_CHARS = 3 };
+
+typedef struct gelem {
+    uint32_t type; /* G_* */
+    uint32_t v;    /* G_REF: rule id; G_CHARS: set index */
+} gelem;
+
+typedef struct grange {
+    uint32_t lo, hi; /* code points, inclusive */
+} grange;
+
+typedef struct gset {
+    uint32_t first, n; /* ranges[first .. first + n) */
+    uint32_t neg;      /* 1: every code point outside the ranges (`.` is neg with n = 0) */
+} gset;
+
+struct grammar {
+    atomic_int refs;
+    gelem *el;            /* (n_el) */
+    size_t n_el;
+    uint32_t *alt_first;  /* (n_rules + 1) rule r's alternatives are alts[alt_first[r] .. alt_first[r + 1]) */
+    uint32_t *alts;       /* start position of every alternative */
+    int n_rules;
+    uint32_t root;
+    gset *sets;           /* (n_sets) */
+    size_t n_sets;
+    grange *ranges;       /* (n_ranges) */
+    size_t n_ranges;
+};
+
+static inline int gelem_done(uint32_t type) { return type == G_END || type == G_ALT; }
+
+#endif

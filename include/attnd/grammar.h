@@ -1,0 +1,97 @@
+/*
+ * grammar.h — grammar-constrained generation: GBNF grammars (the syntax of llama.cpp's `grammar`
+ * field) compiled once, a per-sequence parse state, and the vocabulary index that turns a state
+ * into the set of tokens allowed next.
+ *
+ *     grammar *g;  grammar_vocab *v;  grammar_state *st;
+ *     grammar_compile(&g, "root ::= \"yes\" | \"no\"", len, &err);      // once per request
+ *     grammar_vocab_from_tokenizer(&v, tok, &err);                       // once per model
+ *     grammar_state_create(&st, g, &err);                                // once per sequence
+ *     if (!grammar_state_accept(st, bytes, n)) ... the token is not allowed here ...
+ *     grammar_state_mask(st, v, allowed);                                // every allowed token
+ *     grammar_state_complete(st);                                        // a whole sentence?
+ *
+ * Syntax: `name ::= alternatives` rules (names [A-Za-z0-9_-]+; `root` is the start), `|`
+ * alternation, sequences, `( … )` groups, `"literal"` strings, `[a-z0-9_]` / `[^"\\]` character
+ * classes with ranges and negation, `.` (any character), `*` `+` `?` `{m}` `{m,}` `{m,n}` `{,n}`
+ * repetition, `#` comments, and the escapes \n \r \t \\ \" \' \[ \] \- \^ \/ \xHH \uHHHH
+ * \UHHHHHHHH. A rule continues over newlines after `::=`, after `|` and inside parentheses;
+ * elsewhere a newline ends it. Left recursion is refused (it could never consume input).
+ *
+ * Matching is on Unicode code points of UTF-8 text; a token may end inside a character (the
+ * state remembers the partial character). Invalid UTF-8 is never accepted.
+ *
+ * Cost: the state is a set of parse stacks (the grammar's ambiguity at this point; one or a few
+ * for JSON). Checking a token is a walk over its bytes. grammar_state_mask walks a trie of the
+ * vocabulary once, pruning every subtree whose prefix the grammar rejects. Pathologically
+ * ambiguous grammars are cut at GRAMMAR_MAX_STACKS stacks per state.
+ *
+ * Thread-safety: a compiled grammar and a grammar_vocab are immutable (share them between
+ * threads and sequences); a grammar_state belongs to one sequence and one thread.
+ */
+#ifndef ATTND_GRAMMAR_H
+#define ATTND_GRAMMAR_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "attnd/common.h"
+#include "attnd/tokenizer.h"
+
+/* Limits on what a grammar may compile into (requests are untrusted). */
+#define GRAMMAR_MAX_RULES 8192     /* rules, counting the ones groups and repetition create */
+#define GRAMMAR_MAX_ELEMENTS 262144
+#define GRAMMAR_MAX_REPEAT 4096    /* m and n of {m,n} */
+#define GRAMMAR_MAX_STACKS 256     /* parse stacks kept per state */
+
+typedef struct grammar grammar;
+
+/*
+ * Compiles the GBNF text src[len] (not NUL-terminated needed). *out has one reference.
+ * Errors: ATTND_ERR_INVALID with a message naming the line and column (syntax, an undefined
+ * rule, no `root`, left recursion, a limit above), ATTND_ERR_NOMEM.
+ */
+attnd_status grammar_compile(grammar **out, const char *src, size_t len, attnd_err *err);
+/* Takes another reference (returns g); unref drops one and frees the last. Thread-safe. */
+grammar *grammar_ref(grammar *g);
+void grammar_unref(grammar *g); /* accepts NULL */
+int grammar_n_rules(const grammar *g);
+
+/* ---- the vocabulary index ---- */
+typedef struct grammar_vocab grammar_vocab;
+/* Token id i decodes to bytes[i][0..lens[i]) (0 bytes: a control token, never allowed by a
+ * grammar). Copies everything. Errors: ATTND_ERR_INVALID, ATTND_ERR_NOMEM. */
+attnd_status grammar_vocab_create(grammar_vocab **out, int n_vocab, const char *const *bytes, const size_t *lens,
+                                  attnd_err *err);
+/* Each id's bytes as tok_token_bytes gives them (control tokens: none). Borrows nothing. */
+attnd_status grammar_vocab_from_tokenizer(grammar_vocab **out, const tokenizer *tok, attnd_err *err);
+void grammar_vocab_destroy(grammar_vocab *v); /* accepts NULL */
+int grammar_vocab_size(const grammar_vocab *v);
+/* The bytes of id (borrowed while v lives); false for an id outside the vocabulary. */
+bool grammar_vocab_token(const grammar_vocab *v, int32_t id, const char **bytes, size_t *len);
+
+/* ---- the per-sequence state ---- */
+typedef struct grammar_state grammar_state;
+/* At the start of the grammar. Borrows g, which must outlive the state. Errors: NOMEM. */
+attnd_status grammar_state_create(grammar_state **out, const grammar *g, attnd_err *err);
+void grammar_state_destroy(grammar_state *s); /* accepts NULL */
+/* Back to the start of the grammar. */
+void grammar_state_reset(grammar_state *s);
+/* Whether bytes[n] may come next (the state is left as it was). n = 0 is always true. */
+bool grammar_state_try(grammar_state *s, const char *bytes, size_t n);
+/* Consumes bytes[n] when they may come next and returns true; otherwise returns false and the
+ * state is left as it was. */
+bool grammar_state_accept(grammar_state *s, const char *bytes, size_t n);
+/* The text so far is a whole sentence of the grammar (no partial character pending). */
+bool grammar_state_complete(const grammar_state *s);
+/* More text may follow (false for a complete sentence the grammar cannot extend). */
+bool grammar_state_can_continue(const grammar_state *s);
+/* allowed[grammar_vocab_size(v)] := 1 for every token whose bytes may come next, else 0 (tokens
+ * without bytes are 0: end-of-generation is the caller's decision, see complete). Returns the
+ * number allowed. One walk of the vocabulary trie. */
+int grammar_state_mask(grammar_state *s, const grammar_vocab *v, unsigned char *allowed);
+/* ATTND_OK, or ATTND_ERR_NOMEM once a step could not grow its buffers (then nothing is accepted). */
+attnd_status grammar_state_status(const grammar_state *s);
+
+#endif /* ATTND_GRAMMAR_H */

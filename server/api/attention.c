@@ -1,0 +1,162 @@
+/*
+ * attention.c — POST /v1/attention (and /attention): the attention weights the engine computes
+ * for a prompt, and for the tokens it generates when max_tokens > 0 (see attn_api.h for the JSON).
+ *
+ * The request runs as an ordinary generation job (same validation, API key, session, queue and
+ * scheduler as a completion) carrying an attn_capture: the scheduler hooks it into the engine
+ * only for the steps that evaluate this job's tokens. The selection and the size of the answer
+ * are checked before anything is queued, and the capture's memory is allocated then, bounded by
+ * attention_max_weights.
+ */
+#include <stdlib.h>
+#include <string.h>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
+
+#include "attn_api.h"
+#include "endpoints.h"
+#include "genreq.h"
+
+/* Reads the inspection fields and leaves the body as oai_parse should see it: "top_k" is the
+ * attention cut here; top-k sampling may be asked for as "sampling_top_k". false: 400 queued. */
+static bool read_selection(req *r, json_t *b, attn_api_request *ar, enum MHD_Result *ret) {
+    const char *param = NULL;
+    attnd_err err;
+    if (attn_api_parse(b, ar, &param, &err) != ATTND_OK) {
+        *ret = http_respond_error(r, 400, err.msg, param);
+        return false;
+    }
+    json_object_del(b, "top_k");
+    json_t *stk = json_object_get(b, "sampling_top_k");
+    if (stk) json_object_set(b, "top_k", stk);
+    if (json_is_true(json_object_get(b, "stream"))) {
+        *ret = http_respond_error(r, 400, "'stream' is not available on /v1/attention", "stream");
+        return false;
+    }
+    /* a prompt is a completion; messages (and no prompt) go through the chat template */
+    r->chat = !json_object_get(b, "prompt") && json_object_get(b, "messages");
+    return true;
+}
+
+/* Validates the selection against the model and the cap, and allocates the capture. */
+static attn_capture *make_capture(req *r, const attn_api_request *ar, int n_positions, enum MHD_Result *ret) {
+    struct server *s = r->srv;
+    attn_capture_params p = attn_api_params(ar, n_positions);
+    const char *param = NULL;
+    attnd_err err;
+    if (attn_api_check(model_info_get(s->m), &p, (uint64_t)s->cfg.attention_max_weights,
+                       (uint64_t)s->cfg.attention_max_bytes, &param, &err)) {
+        *ret = http_respond_error(r, 400, err.msg, param);
+        return NULL;
+    }
+    attn_capture *c;
+    if (attn_capture_create(&c, s->m, &p, &err) != ATTND_OK) {
+        *ret = http_respond_error(r, 503, err.msg, NULL);
+        return NULL;
+    }
+    return c;
+}
+
+/* The answer once the job is done: attn_api's object plus the generation's outcome. */
+static enum MHD_Result respond(req *r) {
+    struct server *s = r->srv;
+    sched_output o;
+    sched_job_output(r->job, &o);
+    if (o.status != ATTND_OK)
+        return http_respond_error(r, http_status_of(o.status, HTTP_CTX_GENERATE),
+                                  o.errmsg[0] ? o.errmsg : "evaluation failed", NULL);
+    int n_ids = o.n_prompt + o.n_pieces;
+    int32_t *ids = malloc(sizeof(int32_t) * (size_t)n_ids);
+    json_t *body = NULL;
+    if (ids) {
+        memcpy(ids, o.prompt, sizeof(int32_t) * (size_t)o.n_prompt);
+        for (int i = 0; i < o.n_pieces; i++) ids[o.n_prompt + i] = o.pieces[i].id;
+        body = attn_api_head(s->model_id, model_info_get(s->m), s->tok, ids, n_ids, o.n_prompt, o.capture);
+        free(ids);
+    }
+    if (!body) return http_respond_error(r, 503, "out of memory building the attention response", NULL);
+    json_object_set_new(body, "text", oai_string(o.text ? o.text : "", o.text_len));
+    json_object_set_new(body, "finish_reason", o.finish_reason ? json_string(o.finish_reason) : json_null());
+    json_object_set_new(body, "usage", json_pack("{s:i, s:i, s:{s:i}}", "prompt_tokens", (json_int_t)o.n_prompt,
+                                                 "completion_tokens", (json_int_t)o.n_generated,
+                                                 "prompt_tokens_details", "cached_tokens", (json_int_t)o.n_cached));
+    if (r->sess_id[0]) json_object_set_new(body, "session_id", json_string(r->sess_id));
+    size_t len = 0;
+    char *text = attn_api_dump_with(body, o.capture, &len), *line = NULL;
+    json_decref(body);
+    if (text && (line = realloc(text, len + 2))) memcpy(line + len, "\n", 2); /* one JSON document per line, as elsewhere */
+    else free(text);
+    if (!line) return http_respond_error(r, 503, "out of memory building the attention response", NULL);
+    return http_respond_text(r, 200, "application/json", line);
+}
+
+/* Returns freed heap pages to the system: an inspection's capture and JSON run to hundreds of
+ * MB, which glibc's per-thread arenas would otherwise keep after the request (64 asks at once
+ * left 719 MB behind). */
+static void trim_heap(void) {
+#ifdef __GLIBC__
+    malloc_trim(0);
+#endif
+}
+
+/* At most attention_parallel inspections at once: each holds its capture and its answer's text
+ * (up to attention_max_bytes). false: the 429 is queued. */
+static bool attention_slot(req *r, enum MHD_Result *ret) {
+    struct server *s = r->srv;
+    int limit = s->cfg.attention_parallel > 0 ? s->cfg.attention_parallel : 2;
+    if (atomic_fetch_add(&s->attn_active, 1) < limit) return true;
+    atomic_fetch_sub(&s->attn_active, 1);
+    *ret = http_respond_error(r, 429, "too many attention inspections at once (attention_parallel); retry shortly", NULL);
+    return false;
+}
+
+enum MHD_Result ep_attention(req *r) {
+    struct server *s = r->srv;
+    enum MHD_Result ret = MHD_NO;
+    json_t *b = http_work_body(r, &ret);
+    if (!b) return ret;
+    attn_api_request ar = {0};
+    if (!attention_slot(r, &ret)) return ret;
+    if (!read_selection(r, b, &ar, &ret)) goto out;
+    const char *param = NULL;
+    attnd_err err;
+    attnd_status st = oai_parse(b, r->chat, &s->cfg, s->n_vocab, &r->oreq, &param, &err);
+    if (st != ATTND_OK) {
+        ret = http_respond_error(r, http_status_of(st, HTTP_CTX_PARSE), err.msg, param);
+        goto out;
+    }
+    if (!r->chat && r->oreq.n_prompts > 1) { /* only the first would be inspected */
+        ret = http_respond_error(r, 400, "/v1/attention inspects one prompt; send the others as separate requests",
+                                 "prompt");
+        goto out;
+    }
+    if (r->oreq.n > 1) {
+        ret = http_respond_error(r, 400, "'n' must be 1 on /v1/attention (one inspection per request)", "n");
+        goto out;
+    }
+    if (r->oreq.max_tokens < 0) r->oreq.max_tokens = 0; /* inspection of the prompt alone by default */
+    int32_t *ids;
+    size_t n;
+    if (genreq_prompt_tokens(r, 0, &ids, &n, &err) != ATTND_OK) {
+        free(ids);
+        ret = http_respond_error(r, 400, err.msg, genreq_prompt_param(r));
+        goto out;
+    }
+    int max_tokens = genreq_fit_context(r, n, &ret);
+    attn_capture *cap = max_tokens >= 0 ? make_capture(r, &ar, (int)n + max_tokens, &ret) : NULL;
+    sess *se = NULL;
+    if (!cap || !genreq_acquire_session(r, &se, &ret)) {
+        attn_capture_destroy(cap);
+        free(ids);
+        goto out;
+    }
+    r->n_prompt = (int)n;
+    if (!genreq_submit(r, ids, n, max_tokens, se, cap, &ret)) goto out;
+    ret = !genreq_wait_all(r) ? MHD_NO : r->unsaved ? genreq_respond_unsaved(r) : respond(r);
+out:
+    attn_api_request_free(&ar);
+    atomic_fetch_sub(&s->attn_active, 1);
+    trim_heap(); /* the capture and the parsed body are gone: give their pages back */
+    return ret;
+}

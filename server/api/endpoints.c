@@ -1,0 +1,299 @@
+/*
+ * endpoints.c — the small endpoints of `attnd serve`: health, metrics, the model list,
+ * tokenize/detokenize and the sessions API (see endpoints.h).
+ */
+#include "endpoints.h"
+#include "statedir.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "attnd/buf.h"
+#include "sess_json.h"
+#include "slog.h"
+#include "web_assets.h"
+
+// ---- simple endpoints ---------------------------------------------------------------------
+
+/* The playground page, from the binary. Its policy allows requests to this server only (the page
+ * needs nothing else), and no framing by other sites. */
+enum MHD_Result ep_playground(req *r) {
+    static const http_header h[] = {
+        {"Content-Type", "text/html; charset=utf-8"},
+        {"Content-Security-Policy", "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; "
+                                    "connect-src 'self'; img-src data:; frame-ancestors 'none'"},
+        {"X-Content-Type-Options", "nosniff"},
+        {"Cache-Control", "no-cache"},
+    };
+    return http_reply(r, 200, (char *)attnd_playground_html, attnd_playground_html_len, false, h,
+                      (int)ATTND_ARRAY_LEN(h));
+}
+
+enum MHD_Result ep_health(req *r) {
+    if (!atomic_load(&r->srv->ready)) return http_respond_error(r, 503, "model is loading", NULL);
+    json_t *o = json_object();
+    statedir_stats sd;
+    statedir_health(&sd);
+    /* still serving, but what it acknowledges cannot be saved until the state dir works again */
+    json_object_set_new(o, "status", json_string(sd.degraded ? "degraded" : "ok"));
+    if (r->srv->cfg.state_dir)
+        json_object_set_new(o, "state_dir", json_pack("{s:s, s:I}", "status", sd.degraded ? "failing" : "ok",
+                                                      "write_failures", (json_int_t)sd.failures));
+    return http_respond_json(r, 200, o);
+}
+
+enum MHD_Result ep_metrics(req *r) {
+    struct server *s = r->srv;
+    sched_stats st;
+    bool have = s->sch != NULL && atomic_load(&s->ready);
+    if (have) sched_get_stats(s->sch, &st);
+    char *text = metrics_render(s->met, have ? &st : NULL, have ? sess_count(s->store) : 0, atomic_load(&s->ready));
+    if (!text) return http_respond_error(r, 500, "out of memory", NULL);
+    statedir_stats sd;
+    statedir_health(&sd);
+    char extra[400];
+    int n = snprintf(extra, sizeof(extra),
+                     "# HELP attnd_state_write_failures_total State directory writes and removals that failed.\n"
+                     "# TYPE attnd_state_write_failures_total counter\nattnd_state_write_failures_total %lu\n"
+                     "# HELP attnd_state_degraded 1 while the last state directory write failed.\n"
+                     "# TYPE attnd_state_degraded gauge\nattnd_state_degraded %d\n",
+                     sd.failures, sd.degraded ? 1 : 0);
+    size_t len = strlen(text);
+    char *all = realloc(text, len + (size_t)n + 1);
+    if (!all) {
+        free(text);
+        return http_respond_error(r, 500, "out of memory", NULL);
+    }
+    memcpy(all + len, extra, (size_t)n + 1);
+    text = all;
+    return http_respond_text(r, 200, "text/plain; version=0.0.4", text);
+}
+
+static oai_model_desc model_desc(const struct server *s) {
+    const model_info *mi = model_info_get(s->m);
+    return (oai_model_desc){s->model_id, (long long)time(NULL), s->n_ctx, mi->n_vocab, mi->n_ctx,
+                            (long long)mi->n_params, chat_family_name(s->chat.family), &s->cfg.sampling,
+                            s->cfg.default_max_tokens};
+}
+
+enum MHD_Result ep_models(req *r) {
+    oai_model_desc d = model_desc(r->srv);
+    return http_respond_json(r, 200, oai_models(&d));
+}
+
+enum MHD_Result ep_model_get(req *r) {
+    const char *id = strrchr(r->path, '/') + 1; /* the route is a prefix ending in '/' */
+    if (strcmp(id, r->srv->model_id)) return http_respond_json(r, 404, oai_error_model_not_found(id));
+    oai_model_desc d = model_desc(r->srv);
+    return http_respond_json(r, 200, oai_model(&d));
+}
+
+// ---- tokenize / detokenize ---------------------------------------------------------------
+
+/* Tokenizing runs on the connection's thread, outside the scheduler's queue; these requests are
+ * bounded like generation instead: at most tokenize_parallel at once (429 above), and the
+ * answer is written as text (a few bytes per token) rather than as a JSON tree (~150 bytes per
+ * token), so a body of body_limit bytes cannot turn into hundreds of MB. */
+static bool tok_gate_enter(struct server *s) {
+    int limit = s->cfg.tokenize_parallel > 0 ? s->cfg.tokenize_parallel : 4;
+    if (atomic_fetch_add(&s->tok_active, 1) < limit) return true;
+    atomic_fetch_sub(&s->tok_active, 1);
+    return false;
+}
+
+static enum MHD_Result tok_busy(req *r) {
+    return http_respond_error(r, 429, "too many tokenize/detokenize requests at once (tokenize_parallel); retry shortly",
+                              NULL);
+}
+
+/* A text being built; oom latches (an append failed, the text is incomplete). */
+typedef struct tbuf {
+    buf text;
+    bool oom;
+} tbuf;
+
+static void tb_put(tbuf *b, const char *s, size_t n) {
+    if (!b->oom && !buf_append(&b->text, s, n)) b->oom = true;
+}
+
+/* {"tokens":[...]} for ids, as ids or {"id","piece"} objects; NULL when out of memory. */
+static char *tokens_answer(const tokenizer *tok, const int32_t *ids, size_t n, bool pieces) {
+    tbuf b = {0};
+    tb_put(&b, "{\"tokens\":[", 11);
+    char num[48];
+    for (size_t i = 0; i < n && !b.oom; i++) {
+        if (i) tb_put(&b, ",", 1);
+        if (!pieces) {
+            tb_put(&b, num, (size_t)snprintf(num, sizeof(num), "%d", ids[i]));
+            continue;
+        }
+        const char *piece = tok_piece(tok, ids[i]);
+        json_t *js = oai_string(piece ? piece : "", piece ? strlen(piece) : 0);
+        char *q = js ? json_dumps(js, JSON_ENCODE_ANY | JSON_COMPACT) : NULL;
+        json_decref(js);
+        if (!q) b.oom = true;
+        tb_put(&b, num, (size_t)snprintf(num, sizeof(num), "{\"id\":%d,\"piece\":", ids[i]));
+        if (q) tb_put(&b, q, strlen(q));
+        tb_put(&b, "}", 1);
+        free(q);
+    }
+    tb_put(&b, "]}\n", 3);
+    if (b.oom) {
+        buf_free(&b.text);
+        return NULL;
+    }
+    return b.text.p; /* the buffer's storage, now the caller's */
+}
+
+static enum MHD_Result tokenize(req *r, json_t *b) {
+    json_t *content = json_object_get(b, "content"), *as = json_object_get(b, "add_special"),
+           *ps = json_object_get(b, "parse_special"), *wp = json_object_get(b, "with_pieces");
+    if (!json_is_string(content)) return http_respond_error(r, 400, "'content' must be a string", "content");
+    if (as && !json_is_boolean(as)) return http_respond_error(r, 400, "'add_special' must be a boolean", "add_special");
+    if (ps && !json_is_boolean(ps))
+        return http_respond_error(r, 400, "'parse_special' must be a boolean", "parse_special");
+    if (wp && !json_is_boolean(wp)) return http_respond_error(r, 400, "'with_pieces' must be a boolean", "with_pieces");
+    int32_t *ids = NULL;
+    size_t n = 0;
+    attnd_err err;
+    if (tok_encode(r->srv->tok, json_string_value(content), json_string_length(content), json_is_true(as),
+                   !ps || json_is_true(ps), &ids, &n, &err) != ATTND_OK)
+        return http_respond_error(r, 400, err.msg, "content");
+    char *text = tokens_answer(r->srv->tok, ids, n, json_is_true(wp));
+    free(ids);
+    if (!text) return http_respond_error(r, 500, "out of memory", NULL);
+    return http_respond_text(r, 200, "application/json", text);
+}
+
+enum MHD_Result ep_tokenize(req *r) {
+    if (!tok_gate_enter(r->srv)) return tok_busy(r);
+    enum MHD_Result ret = MHD_NO;
+    json_t *b = http_parse_body(r, &ret, false);
+    if (b) ret = tokenize(r, b);
+    json_decref(b);
+    atomic_fetch_sub(&r->srv->tok_active, 1);
+    return ret;
+}
+
+static enum MHD_Result detokenize(req *r) {
+    enum MHD_Result ret = MHD_NO;
+    json_t *b = http_parse_body(r, &ret, false);
+    if (!b) return ret;
+    json_t *toks = json_object_get(b, "tokens");
+    size_t n = json_array_size(toks);
+    int32_t *ids = json_is_array(toks) ? malloc((n ? n : 1) * sizeof(int32_t)) : NULL;
+    if (!json_is_array(toks)) {
+        ret = http_respond_error(r, 400, "'tokens' must be an array of token ids", "tokens");
+    } else if (!ids) {
+        ret = http_respond_error(r, 500, "out of memory", NULL);
+    } else {
+        size_t i = 0;
+        for (; i < n; i++) {
+            json_t *t = json_array_get(toks, i);
+            if (!json_is_integer(t) || json_integer_value(t) < 0 || json_integer_value(t) >= r->srv->n_vocab) break;
+            ids[i] = (int32_t)json_integer_value(t);
+        }
+        char *text = NULL;
+        size_t len = 0;
+        attnd_err err;
+        if (i < n) {
+            char msg[128];
+            snprintf(msg, sizeof(msg), "tokens[%zu] is not a token id in 0..%d", i, r->srv->n_vocab - 1);
+            ret = http_respond_error(r, 400, msg, "tokens");
+        } else if (tok_decode(r->srv->tok, ids, n, false, &text, &len, &err) != ATTND_OK) {
+            ret = http_respond_error(r, 400, err.msg, "tokens");
+        } else {
+            json_t *o = json_object();
+            json_object_set_new(o, "content", oai_string(text, len));
+            ret = http_respond_json(r, 200, o);
+        }
+        free(text);
+    }
+    free(ids);
+    json_decref(b);
+    return ret;
+}
+
+enum MHD_Result ep_detokenize(req *r) {
+    if (!tok_gate_enter(r->srv)) return tok_busy(r);
+    enum MHD_Result ret = detokenize(r);
+    atomic_fetch_sub(&r->srv->tok_active, 1);
+    return ret;
+}
+
+// ---- sessions -----------------------------------------------------------------------------
+
+enum MHD_Result ep_sessions_create(req *r) {
+    enum MHD_Result ret = MHD_NO;
+    json_t *b = http_parse_body(r, &ret, true);
+    if (!b) return ret;
+    json_t *id = json_object_get(b, "id");
+    char out[SESS_ID_MAX + 1];
+    attnd_err err;
+    if (id && !json_is_null(id) && !json_is_string(id)) {
+        ret = http_respond_error(r, 400, "'id' must be a string", "id");
+    } else {
+        const char *want = json_is_string(id) ? json_string_value(id) : NULL;
+        attnd_status st = sess_create(r->srv->store, r->owner, want, out, &err);
+        int code = http_status_of(st, HTTP_CTX_SESSION);
+        if (st != ATTND_OK) ret = http_respond_error(r, code, err.msg, code == 400 || code == 409 ? "id" : NULL);
+        else {
+            int e = 0;
+            if (sess_persist(r->srv->store, r->owner, out, &e, &err) != ATTND_OK) { /* removed again */
+                slog_error("%s", err.msg);
+                char msg[200];
+                snprintf(msg, sizeof(msg), "session '%s' could not be saved (%s); retry later", out,
+                         e ? strerror(e) : "I/O error");
+                json_decref(b);
+                return http_respond_error(r, e == ENOSPC || e == EDQUOT ? 507 : 503, msg, NULL);
+            }
+            json_t *o = sess_info_json(r->srv->store, r->owner, out);
+            ret = o ? http_respond_json(r, 200, o) : http_respond_error(r, 404, "session vanished", NULL);
+        }
+    }
+    json_decref(b);
+    return ret;
+}
+
+enum MHD_Result ep_sessions_list(req *r) {
+    json_t *list = sess_list_json(r->srv->store, r->owner);
+    if (!list) return http_respond_error(r, 503, "sessions cannot be listed now (out of memory, or the shared session store is unreachable)", NULL);
+    return http_respond_json(r, 200, list);
+}
+
+static const char *session_id_of(req *r) { return r->path + strlen("/v1/sessions/"); }
+
+enum MHD_Result ep_session_get(req *r) {
+    const char *id = session_id_of(r);
+    sess_info info;
+    attnd_err err;
+    attnd_status st = sess_id_valid(id) ? sess_lookup_info(r->srv->store, r->owner, id, &info, &err)
+                                        : attnd_fail(&err, ATTND_ERR_NOT_FOUND, "session '%.64s' not found", id);
+    if (st != ATTND_OK) return http_respond_error(r, http_status_of(st, HTTP_CTX_SESSION), err.msg, NULL);
+    return http_respond_json(r, 200, sess_info_to_json(&info));
+}
+
+enum MHD_Result ep_session_delete(req *r) {
+    const char *id = session_id_of(r);
+    struct kv_seq *kv = NULL;
+    attnd_err err;
+    int e = 0;
+    attnd_status st = sess_id_valid(id) ? sess_delete(r->srv->store, r->owner, id, &kv, &e, &err)
+                                        : attnd_fail(&err, ATTND_ERR_NOT_FOUND, "session '%.64s' not found", id);
+    if (st == ATTND_ERR_IO) { /* the file (or record) stays, and so does the session */
+        char msg[200];
+        snprintf(msg, sizeof(msg), "session '%.64s' could not be deleted (%.80s); retry later", id,
+                 e ? strerror(e) : err.msg);
+        return http_respond_error(r, e == ENOSPC || e == EDQUOT ? 507 : 503, msg, NULL);
+    }
+    if (st != ATTND_OK) return http_respond_error(r, http_status_of(st, HTTP_CTX_DEFAULT), err.msg, NULL);
+    sched_free_kv(r->srv->sch, kv);
+    json_t *o = json_object();
+    json_object_set_new(o, "id", json_string(id));
+    json_object_set_new(o, "object", json_string("session.deleted"));
+    json_object_set_new(o, "deleted", json_true());
+    return http_respond_json(r, 200, o);
+}
+

@@ -1,0 +1,39 @@
+/*
+ * endpoints.h — the handlers behind http.c's route table (server-private). Each one answers
+ * its request through http_respond_* and returns what MHD_queue_response returned.
+ *
+ *   endpoints.c    /health, /metrics, /v1/models, /tokenize, /detokenize, /v1/sessions...
+ *   completions.c  /v1/completions, /v1/chat/completions, llama.cpp's /completion
+ *   responses_http.c  /v1/responses (OpenAI's Responses API on durable sessions)
+ *   attention.c    /v1/attention (attention inspection)
+ *
+ * The three generation endpoints share genreq.h (the steps from a body to the scheduler's jobs)
+ * and sse.h (the stream loop); each keeps its own stream writer and per-request state.
+ */
+#ifndef ATTND_SERVER_ENDPOINTS_H
+#define ATTND_SERVER_ENDPOINTS_H
+
+#include "http.h"
+
+enum MHD_Result ep_health(req *r);
+enum MHD_Result ep_metrics(req *r);
+enum MHD_Result ep_models(req *r);
+enum MHD_Result ep_model_get(req *r);
+enum MHD_Result ep_tokenize(req *r);
+enum MHD_Result ep_detokenize(req *r);
+enum MHD_Result ep_sessions_create(req *r);
+enum MHD_Result ep_sessions_list(req *r);
+enum MHD_Result ep_session_get(req *r);
+enum MHD_Result ep_session_delete(req *r);
+
+enum MHD_Result ep_completions(req *r);
+enum MHD_Result ep_chat(req *r);
+enum MHD_Result ep_llama_completion(req *r);
+
+enum MHD_Result ep_responses_create(req *r);
+enum MHD_Result ep_response_get(req *r);
+enum MHD_Result ep_response_delete(req *r);
+enum MHD_Result ep_attention(req *r);   /* attention.c: POST /v1/attention */
+enum MHD_Result ep_playground(req *r);  /* endpoints.c: GET /, the web playground */
+
+#endif

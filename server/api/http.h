@@ -1,0 +1,230 @@
+/*
+ * http.h — the HTTP layer of `attnd serve` (server-private): the server's shared state, the
+ * per-request state, responses (JSON, text, errors with CORS headers), auth, body caps and the
+ * dispatch through the route table (routes.c) to the endpoints (endpoints.h).
+ *
+ * libmicrohttpd runs one thread per connection. Per-request state (req) is allocated on the
+ * first access-handler call (http_on_request) and freed only in the completed callback
+ * (http_on_completed), which also writes the access log line and counts the request in
+ * /metrics. Everything before routing (auth, CORS, body cap) is common to every route.
+ *
+ * The modules serving a request keep their own state in its slots (req_set: opaque, with a
+ * destructor). Everything that touches the connection goes through this file (http_reply*,
+ * http_header_get, http_client_gone, http_idle_timeout), so with a req_io in place of the
+ * connection the whole request layer runs without a socket (http_req_create/run/end).
+ */
+#ifndef ATTND_SERVER_HTTP_H
+#define ATTND_SERVER_HTTP_H
+
+#include <jansson.h>
+#include <microhttpd.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <time.h>
+
+#include "attnd/engine.h"
+#include "attnd/tokenizer.h"
+#include "chat.h"
+#include "conn.h"
+#include "metrics.h"
+#include "oai.h"
+#include "oai_resp.h"
+#include "rstore.h"
+#include "scheduler.h"
+#include "sess.h"
+#include "settings.h"
+#include "slog.h"
+
+typedef struct req req;
+
+/* What a route needs or allows. */
+enum {
+    ROUTE_PREFIX = 1, /* path is a prefix ending in '/': one more path segment follows */
+    ROUTE_MODEL = 2,  /* needs the model: 503 while loading */
+    ROUTE_OPEN = 4,   /* answered without an API key (/health; the playground holds no data) */
+};
+
+/* One endpoint (routes.c holds them all). */
+typedef struct route {
+    const char *method;
+    const char *path;
+    enum MHD_Result (*fn)(req *r); /* answers through http_respond_* (endpoints.h) */
+    const char *label; /* metrics label */
+    int flags;         /* ROUTE_* */
+} route;
+
+/* The server's state as the request handlers see it (lifecycle in server.c). */
+struct server {
+    server_settings cfg;      /* its string settings are owned copies (server.c) */
+    bool loopback;            /* bound to a loopback address: Host names are checked (origin.h) */
+    struct MHD_Daemon *d;
+    conn_tracker *conns;      /* header deadline and the 503 at max_connections (conn.h) */
+    int port;
+    metrics *met;
+    const route *routes;      /* (n_routes) the endpoints (routes.c), borrowed */
+    size_t n_routes;
+    // ---- set by server_load, read-only afterwards ----
+    model *m;
+    tokenizer *tok;
+    sess_store *store;
+    rstore *responses;        /* stored /v1/responses (state_dir, like the sessions) */
+    sched *sch;
+    chat_template chat;       /* the chat template and where it came from (chat.h) */
+    char *model_id;
+    int n_ctx, n_vocab;
+    atomic_bool ready;
+    atomic_bool stopping;
+    atomic_int in_flight;     /* requests between their first callback and completion */
+    atomic_int tok_active;    /* /tokenize and /detokenize requests running (tokenize_parallel) */
+    atomic_int attn_active;   /* /v1/attention requests running (attention_parallel) */
+    bool shut_down;
+};
+
+
+/* One response header. */
+typedef struct http_header {
+    const char *name, *value;
+} http_header;
+
+/* libmicrohttpd's content reader: the next bytes of a streamed body at out (at most max). */
+typedef ssize_t (*http_reader)(void *cls, uint64_t pos, char *out, size_t max);
+
+/*
+ * Where a request's answer goes when it has no libmicrohttpd connection: the tests' recorder
+ * (tests/test_server_request.c), so the request layer runs without a socket. NULL (the server)
+ * = the request's MHD connection. Every function is called on the request's thread.
+ */
+typedef struct req_io {
+    /* A whole answer: len bytes of body (borrowed for the call), n headers. */
+    enum MHD_Result (*reply)(req *r, int status, const char *body, size_t len, const http_header *h, int n);
+    /* A streamed answer: read it with reader(cls, ...) until MHD_CONTENT_READER_END_*. */
+    enum MHD_Result (*stream)(req *r, int status, http_reader reader, void *cls, const http_header *h, int n);
+    const char *(*header)(req *r, const char *name); /* a request header, NULL when absent */
+    bool (*client_gone)(req *r);
+    void *user;
+} req_io;
+
+/* The per-request state of the modules serving a request, opaque to http.c (as nginx's
+ * per-module ctx): each slot holds one module's state and the destructor the completed callback
+ * runs on it. */
+typedef enum req_slot {
+    REQ_SLOT_STREAM,   /* the stream loop's (sse.c) */
+    REQ_SLOT_ENDPOINT, /* the endpoint's: its stream writer's or its turn's state */
+    REQ_SLOT_COUNT,
+} req_slot;
+
+typedef struct req_ctx {
+    void *p;                /* owned through free_fn */
+    void (*free_fn)(void *p);
+} req_ctx;
+
+/* One request, from its first callback to its completion. */
+struct req {
+    struct server *srv;
+    const route *rt;
+    struct MHD_Connection *conn;  /* NULL with io */
+    const req_io *io;        /* NULL = answer through conn (borrowed) */
+    char method[16];
+    char path[160];
+    double t0;
+    char *body;              /* (len) request body, NUL-terminated; owned */
+    size_t len, cap;
+    bool too_big;
+    int unsaved;             /* the session turn could not be made durable: 507 / 409 / 503 (genreq.h) */
+    char unsaved_msg[200];
+    size_t dropped;          /* body bytes read past the limit (answered 413 when it ends) */
+    int status;              /* response status (for the access log and metrics) */
+    int n_prompt;            /* prompt tokens, for the access log */
+    char owner[SESS_OWNER_MAX + 1]; /* the API key's owner tag ("" = one key or none; sess.h) */
+    char tenant[SCHED_TENANT_MAX + 1]; /* who asked, for fair admission (http_tenant) */
+    char reason[160];        /* why the request was refused (error responses), for the log */
+    char request_id[SLOG_REQUEST_ID_MAX + 1]; /* X-Request-Id: the client's, or one made here */
+    bool cancelled;          /* client went away mid-request */
+    // ---- generation in flight ----
+    sched_job *job;          /* owned reference; choice 0 */
+    sched_job **extra;       /* (n_extra) owned references: choices 1.. (prompt lists, n > 1) */
+    int n_extra;
+    oai_request oreq;
+    json_t *body_json;       /* keeps oreq's borrowed strings alive; owned */
+    char sess_id[SESS_ID_MAX + 1];
+    uint64_t sess_turn;      /* which acquire of the session this request's turn is (sess.h) */
+    char resp_id[48];
+    const char *prompt_param; /* the body field prompt errors name; NULL = "messages"/"prompt" */
+    oai_resp_ctx rctx;       /* what the response JSON says about this request */
+    bool chat;
+    bool llama;              /* llama.cpp's POST /completion shapes */
+    bool return_tokens;      /* llama.cpp's return_tokens: the generated ids too */
+    req_ctx ctx[REQ_SLOT_COUNT]; /* freed in the completed callback, in slot order */
+};
+
+/* Slot s's state (NULL when none was set). */
+static inline void *req_get(const req *r, req_slot s) { return r->ctx[s].p; }
+/* Gives p (owned from now on; NULL allowed) to slot s with its destructor (NULL = free()).
+ * ATTND_ASSERTs that the slot is empty: one owner per slot. */
+void req_set(req *r, req_slot s, void *p, void (*free_fn)(void *p));
+
+/* The job of choice k (0 = r->job); choices are prompt-major: k = prompt * n + i. */
+static inline sched_job *req_job(const req *r, int k) { return k == 0 ? r->job : r->extra[k - 1]; }
+static inline int req_n_jobs(const req *r) { return r->job ? 1 + r->n_extra : 0; }
+
+/* A whole answer of len bytes (body stolen when owned, else static) with n headers, through the
+ * connection (CORS headers added) or r->io. */
+enum MHD_Result http_reply(req *r, int status, char *body, size_t len, bool owned, const http_header *h, int n);
+/* A streamed answer read from reader(cls) with n headers. */
+enum MHD_Result http_reply_stream(req *r, int status, http_reader reader, void *cls, const http_header *h, int n);
+/* A request header (NULL when absent). */
+const char *http_header_get(req *r, const char *name);
+/* Sets the connection's idle timeout in seconds (0 = none); nothing without a connection. */
+void http_idle_timeout(req *r, unsigned seconds);
+
+/* Queues body (stolen) as a JSON response, with one extra header when hname is non-NULL. */
+enum MHD_Result http_respond_json_h(req *r, int status, json_t *body, const char *hname, const char *hval);
+enum MHD_Result http_respond_json(req *r, int status, json_t *body);
+/* An OpenAI-shaped error body; 429/503 add Retry-After, 401 WWW-Authenticate. */
+enum MHD_Result http_respond_error(req *r, int status, const char *msg, const char *param);
+enum MHD_Result http_respond_text(req *r, int status, const char *ctype, char *text /* stolen */);
+
+/* The HTTP status for a module's failure status, in the context it happened. */
+typedef enum http_ctx {
+    HTTP_CTX_DEFAULT,    /* invalid/format 400, not found 404, busy 409, out of memory 503 */
+    HTTP_CTX_SESSION,    /* creating or deleting a session: out of memory (too many sessions) is
+                            429, the shared session store unreachable 503 */
+    HTTP_CTX_ACQUIRE,    /* using a session: not found 404, store unreachable or out of memory
+                            503, anything else 409 (in use) */
+    HTTP_CTX_GENERATE,   /* a generation that failed: out of memory / busy 503, else 500 */
+    HTTP_CTX_PARSE,      /* validating a request body: invalid 400, else 500 */
+} http_ctx;
+int http_status_of(attnd_status st, http_ctx ctx);
+
+/* Parses the body as a JSON object (new reference); on failure queues the 400 and returns NULL
+ * with *ret set. allow_empty: an empty body reads as {}. */
+json_t *http_parse_body(req *r, enum MHD_Result *ret, bool allow_empty);
+
+/* The body of a request that will start work (generation, attention): 503 while shutting down,
+ * else http_parse_body; the object is kept in r->body_json (freed with the request) and
+ * returned borrowed. */
+json_t *http_work_body(req *r, enum MHD_Result *ret);
+
+/* The client's numeric address ("127.0.0.1", "::1") into buf, or "?" when unknown. */
+void http_client_address(struct MHD_Connection *c, char *buf, size_t cap);
+/* Who asked, for the scheduler's fair admission: "key:<owner>" with several API keys, else
+ * "addr:<client address>" (into buf, SCHED_TENANT_MAX + 1 bytes). */
+void http_tenant(const req *r, char *buf, size_t cap);
+
+/* True when the peer closed its side (checked without blocking). */
+bool http_client_gone(req *r);
+
+/* The request layer without libmicrohttpd (the tests): a request of method on url answered
+ * through io (borrowed), run with body (len bytes) as the server runs one: the checks before the
+ * body, the body, the route's handler. End it with http_req_end. NULL when out of memory. */
+req *http_req_create(struct server *s, const char *method, const char *url, const req_io *io);
+enum MHD_Result http_req_run(req *r, const char *body, size_t len);
+/* The completed callback's work: the jobs' end, metrics, the access log, freeing r. */
+void http_req_end(req *r, enum MHD_RequestTerminationCode toe);
+
+/* libmicrohttpd's access handler and completed callback (cls = the server). */
+enum MHD_Result http_on_request(void *cls, struct MHD_Connection *c, const char *url, const char *method,
+                                const char *version, const char *upload, size_t *upload_size, void **con_cls);
+void http_on_completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe);
+
+#endif

@@ -1,0 +1,829 @@
+/*
+ * json_schema.c — JSON Schema to GBNF (see json_schema.h).
+ *
+ * One recursive walk: each schema node becomes a GBNF expression; objects, arrays and $ref
+ * targets become rules of their own (rN), so repetition copies a reference and a recursive
+ * $ref is just a rule that names itself. Shared pieces (strings, numbers, whitespace, dates...)
+ * are emitted once at the end, as the walk asked for them. Every keyword of a node is checked
+ * against what the walk understands before anything is generated for it.
+ */
+#include "json_schema.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "attnd/grammar.h"
+
+enum {
+    P_WS = 1 << 0, P_STRING = 1 << 1, P_CHAR = 1 << 2, P_NUMBER = 1 << 3, P_INTEGER = 1 << 4, P_VALUE = 1 << 5,
+    P_OBJECT = 1 << 6, P_ARRAY = 1 << 7, P_DATE = 1 << 8, P_TIME = 1 << 9, P_UUID = 1 << 10, P_EMAIL = 1 << 11,
+    P_URI = 1 << 12, P_UNUMBER = 1 << 13, P_PNUMBER = 1 << 14,
+};
+
+enum { MAX_DEPTH = 64, MAX_RULES = 4096, MAX_BOUND_DIGITS = 15 };
+
+typedef struct ref_memo {
+    const json_t *node;
+    int id;
+} ref_memo;
+
+typedef struct conv {
+    const json_t *root;
+    buf rules;          /* rule definitions so far */
+    int n_rules;
+    ref_memo *refs;
+    size_t n_refs, cap_refs;
+    unsigned prims;
+    int depth;
+    char path[256];     /* JSON pointer of the node at hand, for messages */
+    attnd_err *err;
+    attnd_status st;
+} conv;
+
+__attribute__((format(printf, 3, 4))) static bool cfail(conv *c, attnd_status st, const char *fmt, ...) {
+    if (c->st != ATTND_OK) return false;
+    char msg[400];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    c->st = attnd_fail(c->err, st, "%s (at '%s' in the schema)", msg, c->path[0] ? c->path : "/");
+    return false;
+}
+
+static bool cput(conv *c, buf *b, const char *s) {
+    if (c->st != ATTND_OK) return false;
+    if (!buf_puts(b, s)) return cfail(c, ATTND_ERR_NOMEM, "out of memory");
+    return true;
+}
+
+__attribute__((format(printf, 3, 4))) static bool cprintf(conv *c, buf *b, const char *fmt, ...) {
+    if (c->st != ATTND_OK) return false;
+    va_list ap;
+    va_start(ap, fmt);
+    bool ok = buf_vprintf(b, fmt, ap);
+    va_end(ap);
+    return ok || cfail(c, ATTND_ERR_NOMEM, "out of memory");
+}
+
+/* A GBNF string literal for bytes s[n]. */
+static bool put_literal(conv *c, buf *b, const char *s, size_t n) {
+    if (!cput(c, b, "\"")) return false;
+    for (size_t i = 0; i < n; i++) {
+        unsigned char ch = (unsigned char)s[i];
+        char tmp[8];
+        if (ch == '"' || ch == '\\') snprintf(tmp, sizeof(tmp), "\\%c", ch);
+        else if (ch < 0x20 || ch == 0x7f) snprintf(tmp, sizeof(tmp), "\\x%02X", ch);
+        else tmp[0] = (char)ch, tmp[1] = 0;
+        if (!cput(c, b, tmp)) return false;
+    }
+    return cput(c, b, "\"");
+}
+
+/* The literal of a JSON value as compact JSON text. */
+static bool put_json_literal(conv *c, buf *b, const json_t *v) {
+    char *text = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
+    if (!text) return cfail(c, ATTND_ERR_NOMEM, "out of memory");
+    bool ok = put_literal(c, b, text, strlen(text));
+    free(text);
+    return ok;
+}
+
+/* Defines "rN ::= body" and appends rN to expr. */
+static bool define_rule(conv *c, int id, const buf *body) {
+    return cprintf(c, &c->rules, "r%d ::= %s\n", id, body->p && body->len ? body->p : "\"\"");
+}
+
+static int new_rule_id(conv *c) {
+    if (c->n_rules >= MAX_RULES) {
+        cfail(c, ATTND_ERR_UNSUPPORTED, "the schema needs more than %d grammar rules", MAX_RULES);
+        return -1;
+    }
+    return c->n_rules++;
+}
+
+// ---- keywords -------------------------------------------------------------------------------
+
+static const char *const ANNOTATIONS[] = {"title", "description", "default", "examples", "$schema", "$id",
+                                          "$comment", "deprecated", "readOnly", "writeOnly", "$defs",
+                                          "definitions", "strict", "$anchor", "contentMediaType",
+                                          "contentEncoding"};
+static const char *const HANDLED[] = {"type", "properties", "required", "additionalProperties", "items",
+                                      "prefixItems", "additionalItems", "minItems", "maxItems", "enum", "const",
+                                      "anyOf", "oneOf", "allOf", "$ref", "nullable", "minLength", "maxLength",
+                                      "format", "pattern", "minimum", "maximum", "exclusiveMinimum",
+                                      "exclusiveMaximum", "uniqueItems"};
+
+static bool in_list(const char *k, const char *const *list, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (!strcmp(k, list[i])) return true;
+    return false;
+}
+
+static bool check_keywords(conv *c, const json_t *s) {
+    const char *k;
+    json_t *v;
+    json_object_foreach((json_t *)s, k, v) {
+        if (!strncmp(k, "x-", 2) || in_list(k, ANNOTATIONS, ATTND_ARRAY_LEN(ANNOTATIONS))) continue;
+        if (!in_list(k, HANDLED, ATTND_ARRAY_LEN(HANDLED)))
+            return cfail(c, ATTND_ERR_UNSUPPORTED, "JSON Schema keyword '%.64s' is not supported", k);
+    }
+    const json_t *u = json_object_get(s, "uniqueItems");
+    if (u && !json_is_false(u))
+        return cfail(c, ATTND_ERR_UNSUPPORTED, "JSON Schema keyword 'uniqueItems' is not supported (only false)");
+    return true;
+}
+
+/* An optional non-negative integer keyword (absent: def). */
+static bool get_count(conv *c, const json_t *s, const char *name, long long def, long long max, long long *out) {
+    const json_t *v = json_object_get(s, name);
+    *out = def;
+    if (!v) return true;
+    if (!json_is_integer(v) || json_integer_value(v) < 0)
+        return cfail(c, ATTND_ERR_INVALID, "'%s' must be a non-negative integer", name);
+    if (json_integer_value(v) > max)
+        return cfail(c, ATTND_ERR_UNSUPPORTED, "'%s' above %lld is not supported", name, max);
+    *out = json_integer_value(v);
+    return true;
+}
+
+// ---- the walk -------------------------------------------------------------------------------
+
+static bool gen(conv *c, const json_t *s, buf *expr);
+
+/* gen for a child at path + "/" + seg. */
+static bool gen_child(conv *c, const json_t *s, const char *seg, buf *expr) {
+    size_t len = strlen(c->path);
+    snprintf(c->path + len, sizeof(c->path) - len, "/%s", seg);
+    bool ok = gen(c, s, expr);
+    if (c->st == ATTND_OK) c->path[len] = '\0';
+    return ok;
+}
+
+/* A child schema as a rule reference (so that repeating it copies one element). */
+static bool gen_child_rule(conv *c, const json_t *s, const char *seg, buf *expr) {
+    int id = new_rule_id(c);
+    buf body = {0};
+    bool ok = id >= 0 && gen_child(c, s, seg, &body) && define_rule(c, id, &body) && cprintf(c, expr, "r%d", id);
+    buf_free(&body);
+    return ok;
+}
+
+static const json_t *resolve_ref(conv *c, const char *ref) {
+    if (ref[0] != '#') {
+        cfail(c, ATTND_ERR_UNSUPPORTED, "'$ref' '%.100s': only references inside the schema (#...) are supported", ref);
+        return NULL;
+    }
+    const json_t *node = c->root;
+    const char *p = ref + 1;
+    while (*p == '/') {
+        p++;
+        char seg[256];
+        size_t n = 0;
+        for (; *p && *p != '/'; p++) {
+            char ch = *p;
+            if (ch == '~' && (p[1] == '0' || p[1] == '1')) ch = *++p == '0' ? '~' : '/';
+            if (n + 1 < sizeof(seg)) seg[n++] = ch;
+        }
+        seg[n] = '\0';
+        node = json_is_object(node) ? json_object_get(node, seg) : NULL;
+        if (!node) break;
+    }
+    if (!node || *p) cfail(c, ATTND_ERR_INVALID, "'$ref' '%.100s' points at nothing in the schema", ref);
+    return node && !*p ? node : NULL;
+}
+
+static bool gen_ref(conv *c, const char *ref, buf *expr) {
+    const json_t *target = resolve_ref(c, ref);
+    if (!target) return false;
+    for (size_t i = 0; i < c->n_refs; i++)
+        if (c->refs[i].node == target) return cprintf(c, expr, "r%d", c->refs[i].id);
+    int id = new_rule_id(c);
+    if (id < 0) return false;
+    if (!attnd_grow(&c->refs, &c->cap_refs, c->n_refs + 1, sizeof(*c->refs), 8))
+        return cfail(c, ATTND_ERR_NOMEM, "out of memory");
+    c->refs[c->n_refs++] = (ref_memo){target, id}; /* before the body: a recursive $ref finds it */
+    buf body = {0};
+    char save[sizeof(c->path)];
+    memcpy(save, c->path, sizeof(save));
+    snprintf(c->path, sizeof(c->path), "%.250s", ref + 1);
+    bool ok = gen(c, target, &body) && define_rule(c, id, &body);
+    if (ok) memcpy(c->path, save, sizeof(save));
+    buf_free(&body);
+    return ok && cprintf(c, expr, "r%d", id);
+}
+
+/* anyOf / oneOf: ( a | b | ... ). */
+static bool gen_alternatives(conv *c, const json_t *list, const char *name, buf *expr) {
+    if (!json_is_array(list) || json_array_size(list) == 0)
+        return cfail(c, ATTND_ERR_INVALID, "'%s' must be a non-empty array of schemas", name);
+    if (!cput(c, expr, "( ")) return false;
+    for (size_t i = 0; i < json_array_size(list); i++) {
+        char seg[48];
+        snprintf(seg, sizeof(seg), "%s/%zu", name, i);
+        if ((i && !cput(c, expr, " | ")) || !gen_child(c, json_array_get(list, i), seg, expr)) return false;
+    }
+    return cput(c, expr, " )");
+}
+
+static bool gen_enum(conv *c, const json_t *list, buf *expr) {
+    if (!json_is_array(list) || json_array_size(list) == 0)
+        return cfail(c, ATTND_ERR_INVALID, "'enum' must be a non-empty array");
+    if (!cput(c, expr, "( ")) return false;
+    for (size_t i = 0; i < json_array_size(list); i++)
+        if ((i && !cput(c, expr, " | ")) || !put_json_literal(c, expr, json_array_get(list, i))) return false;
+    return cput(c, expr, " )");
+}
+
+
+// ---- patterns -------------------------------------------------------------------------------
+
+/* A regular expression (the subset JSON Schema users write) inside a JSON string: every
+ * character is matched as it appears in JSON text, escaped where JSON must escape it. */
+typedef struct rx {
+    conv *c;
+    const char *p, *end, *start;
+} rx;
+
+static bool rx_fail(rx *r, const char *what) {
+    return cfail(r->c, ATTND_ERR_UNSUPPORTED, "'pattern': %s is not supported (at offset %d)", what,
+                 (int)(r->p - r->start));
+}
+
+/* One character (UTF-8 sequence of n bytes) as JSON text, as a GBNF literal. */
+static bool rx_literal(rx *r, buf *o, const char *ch, size_t n) {
+    char j[8];
+    if (n == 1 && (*ch == '"' || *ch == '\\')) j[0] = '\\', j[1] = *ch, n = 2;
+    else if (n == 1 && (unsigned char)*ch < 0x20) n = (size_t)snprintf(j, sizeof(j), "\\u%04x", (unsigned char)*ch);
+    else memcpy(j, ch, n);
+    return cput(r->c, o, " ") && put_literal(r->c, o, j, n);
+}
+
+static size_t utf8_len(const char *p, const char *end) {
+    unsigned char b = (unsigned char)*p;
+    size_t n = b < 0x80 ? 1 : (b & 0xE0) == 0xC0 ? 2 : (b & 0xF0) == 0xE0 ? 3 : 4;
+    return (size_t)(end - p) < n ? (size_t)(end - p) : n;
+}
+
+/* The code point of the UTF-8 sequence p[n] (as far as it goes). */
+static uint32_t utf8_cp(const char *p, size_t n) {
+    const unsigned char *u = (const unsigned char *)p;
+    uint32_t v = n == 1 ? u[0] : n == 2 ? (u[0] & 0x1Fu) : n == 3 ? (u[0] & 0x0Fu) : (u[0] & 0x07u);
+    for (size_t i = 1; i < n; i++) v = v << 6 | (u[i] & 0x3Fu);
+    return v;
+}
+
+/* A class member character for GBNF (escaped where a GBNF class needs it). */
+static bool rx_class_char(rx *r, buf *o, const char *ch, size_t n, bool neg) {
+    unsigned char b = (unsigned char)*ch;
+    if (!neg && n == 1 && (b == '"' || b == '\\' || b < 0x20)) return rx_fail(r, "a class holding '\"', '\\' or a control character");
+    if (n == 1 && (b == ']' || b == '\\' || b == '-' || b == '^')) return cprintf(r->c, o, "\\%c", b);
+    if (n == 1 && b < 0x20) return cprintf(r->c, o, "\\x%02X", b);
+    if (!buf_append(o, ch, n)) return cfail(r->c, ATTND_ERR_NOMEM, "out of memory");
+    return true;
+}
+
+static const char *rx_shorthand(char e) {
+    switch (e) {
+    case 'd': return "0-9";
+    case 'w': return "a-zA-Z0-9_";
+    case 's': return " ";
+    default: return NULL;
+    }
+}
+
+static bool rx_class(rx *r, buf *o) {
+    r->p++;
+    bool neg = r->p < r->end && *r->p == '^';
+    if (neg) r->p++;
+    if (!cput(r->c, o, neg ? " [^" : " [")) return false;
+    for (bool first = true; r->p < r->end && (*r->p != ']' || first); first = false) {
+        if (*r->p == '\\' && r->p + 1 < r->end) {
+            char e = r->p[1];
+            r->p += 2;
+            if (rx_shorthand(e)) {
+                if (!cput(r->c, o, rx_shorthand(e))) return false;
+                continue;
+            }
+            if (e == 'n' || e == 't' || e == 'r' || strchr("dDwWsSbB", e)) return rx_fail(r, "this escape in a class");
+            if (!rx_class_char(r, o, &e, 1, neg)) return false;
+            continue;
+        }
+        size_t n = utf8_len(r->p, r->end);
+        if (!rx_class_char(r, o, r->p, n, neg)) return false;
+        r->p += n;
+        if (r->p + 1 < r->end && *r->p == '-' && r->p[1] != ']') {
+            uint32_t lo = utf8_cp(r->p - n, n);
+            r->p++;
+            n = utf8_len(r->p, r->end);
+            if (*r->p == '\\') return rx_fail(r, "an escaped range end");
+            if (utf8_cp(r->p, n) < lo) return rx_fail(r, "a backwards range");
+            if (!cput(r->c, o, "-") || !rx_class_char(r, o, r->p, n, neg)) return false;
+            r->p += n;
+        }
+    }
+    if (r->p >= r->end) return rx_fail(r, "an unclosed class");
+    r->p++;
+    return cput(r->c, o, neg ? "\"\\\\\\x00-\\x1f]" : "]");
+}
+
+static bool rx_alt(rx *r, buf *o);
+
+static bool rx_escape(rx *r, buf *o) {
+    char e = r->p[1];
+    r->p += 2;
+    if (rx_shorthand(e)) return cprintf(r->c, o, " [%s]", rx_shorthand(e));
+    if (e == 'D' || e == 'W' || e == 'S')
+        return cprintf(r->c, o, " [^%s\"\\\\\\x00-\\x1f]", rx_shorthand((char)(e - 'A' + 'a')));
+    if (e == 'n' || e == 't' || e == 'r') return cprintf(r->c, o, " \"\\\\%c\"", e);
+    if (strchr(".*+?()[]{}|\\/^$-", e)) return rx_literal(r, o, &e, 1);
+    return rx_fail(r, "this escape");
+}
+
+static bool rx_atom(rx *r, buf *o) {
+    char ch = *r->p;
+    if (ch == '(') {
+        r->p++;
+        if (r->p < r->end && *r->p == '?') {
+            if (r->p + 1 < r->end && r->p[1] == ':') r->p += 2;
+            else return rx_fail(r, "a lookaround or named group");
+        }
+        if (!cput(r->c, o, " (") || !rx_alt(r, o)) return false;
+        if (r->p >= r->end || *r->p != ')') return rx_fail(r, "an unclosed group");
+        r->p++;
+        return cput(r->c, o, " )");
+    }
+    if (ch == '[') return rx_class(r, o);
+    if (ch == '.') {
+        r->p++;
+        r->c->prims |= P_CHAR;
+        return cput(r->c, o, " char");
+    }
+    if (ch == '\\' && r->p + 1 < r->end) return rx_escape(r, o);
+    if (ch == '^' || ch == '$') return rx_fail(r, "an anchor inside the pattern");
+    if (strchr("*+?{", ch)) return rx_fail(r, "a quantifier without an atom");
+    size_t n = utf8_len(r->p, r->end);
+    bool ok = rx_literal(r, o, r->p, n);
+    r->p += n;
+    return ok;
+}
+
+static bool rx_quantifier(rx *r, buf *o) {
+    char ch = *r->p;
+    if (ch == '*' || ch == '+' || ch == '?') {
+        r->p++;
+        if (!cprintf(r->c, o, "%c", ch)) return false;
+    } else if (ch == '{') {
+        const char *close = memchr(r->p, '}', (size_t)(r->end - r->p));
+        if (!close) return rx_fail(r, "an unclosed repetition");
+        long m = -1, x = -1, *cur = &m;
+        int commas = 0;
+        for (const char *q = r->p + 1; q < close; q++) {
+            if (*q == ',' && !commas++) cur = &x;
+            else if (*q >= '0' && *q <= '9' && (*cur < 0 ? 0 : *cur) <= GRAMMAR_MAX_REPEAT)
+                *cur = (*cur < 0 ? 0 : *cur * 10) + (*q - '0');
+            else return rx_fail(r, "this repetition");
+        }
+        if (m < 0 || m > GRAMMAR_MAX_REPEAT || x > GRAMMAR_MAX_REPEAT || (x >= 0 && x < m))
+            return rx_fail(r, "this repetition");
+        if (!buf_append(o, r->p, (size_t)(close - r->p) + 1)) return cfail(r->c, ATTND_ERR_NOMEM, "out of memory");
+        r->p = close + 1;
+    } else return true;
+    if (r->p < r->end && (*r->p == '?' || *r->p == '+')) r->p++; /* lazy / possessive: same language */
+    return true;
+}
+
+static bool rx_alt(rx *r, buf *o) {
+    for (;;) {
+        bool empty = true;
+        while (r->p < r->end && *r->p != '|' && *r->p != ')') {
+            if (!rx_atom(r, o) || (r->p < r->end && !rx_quantifier(r, o))) return false;
+            empty = false;
+        }
+        if (empty && !cput(r->c, o, " \"\"")) return false;
+        if (r->p >= r->end || *r->p != '|') return true;
+        r->p++;
+        if (!cput(r->c, o, " |")) return false;
+    }
+}
+
+static bool json_schema_pattern(conv *c, const char *re, buf *expr) {
+    size_t n = strlen(re);
+    bool start = n && re[0] == '^', end = n > (size_t)start && re[n - 1] == '$' && (n < 2 || re[n - 2] != '\\');
+    rx r = {c, re + start, re + n - end, re};
+    c->prims |= P_CHAR;
+    /* unanchored sides match anything there */
+    if (!cput(c, expr, start ? "(" : "( char*") || !cput(c, expr, " (") || !rx_alt(&r, expr)) return false;
+    if (r.p != r.end) return rx_fail(&r, "an unbalanced ')'");
+    return cput(c, expr, end ? " ) )" : " ) char* )");
+}
+
+// ---- strings --------------------------------------------------------------------------------
+
+static bool gen_string(conv *c, const json_t *s, buf *expr) {
+    const json_t *fmt = json_object_get(s, "format"), *pat = json_object_get(s, "pattern");
+    if (pat) {
+        if (!json_is_string(pat)) return cfail(c, ATTND_ERR_INVALID, "'pattern' must be a string");
+        return cput(c, expr, "\"\\\"\" ") && json_schema_pattern(c, json_string_value(pat), expr) &&
+               cput(c, expr, " \"\\\"\"");
+    }
+    if (fmt) {
+        static const struct { const char *name; unsigned prim; const char *rule; } F[] = {
+            {"date", P_DATE, "date"}, {"time", P_TIME, "time"}, {"date-time", P_DATE | P_TIME, "date \"T\" time"},
+            {"uuid", P_UUID, "uuid"}, {"email", P_EMAIL, "email"}, {"uri", P_URI, "uri"},
+        };
+        if (!json_is_string(fmt)) return cfail(c, ATTND_ERR_INVALID, "'format' must be a string");
+        for (size_t i = 0; i < ATTND_ARRAY_LEN(F); i++)
+            if (!strcmp(json_string_value(fmt), F[i].name)) {
+                c->prims |= F[i].prim;
+                return cprintf(c, expr, "\"\\\"\" %s \"\\\"\"", F[i].rule);
+            }
+        return cfail(c, ATTND_ERR_UNSUPPORTED, "string 'format' '%.64s' is not supported (date, time, date-time, "
+                     "uuid, email, uri are)", json_string_value(fmt));
+    }
+    long long lo, hi;
+    if (!get_count(c, s, "minLength", 0, GRAMMAR_MAX_REPEAT, &lo) ||
+        !get_count(c, s, "maxLength", -1, GRAMMAR_MAX_REPEAT, &hi))
+        return false;
+    if (hi >= 0 && hi < lo) return cfail(c, ATTND_ERR_INVALID, "'maxLength' is below 'minLength'");
+    c->prims |= P_CHAR;
+    if (lo == 0 && hi < 0) return cput(c, expr, "\"\\\"\" char* \"\\\"\"");
+    if (hi < 0) return cprintf(c, expr, "\"\\\"\" char{%lld,} \"\\\"\"", lo);
+    return cprintf(c, expr, "\"\\\"\" char{%lld,%lld} \"\\\"\"", lo, hi);
+}
+
+// ---- integers and numbers -------------------------------------------------------------------
+
+/* Digits d (length n) as GBNF: equal-length decimal ranges [a, b] (no leading zeros beyond
+ * what a and b have), the classic digit-by-digit split. */
+static bool range_same_len(conv *c, buf *o, const char *a, const char *b, size_t n) {
+    if (n == 0) return cput(c, o, "\"\"");
+    if (n == 1) return cprintf(c, o, "[%c-%c]", a[0], b[0]);
+    if (a[0] == b[0]) return cprintf(c, o, "\"%c\" ", a[0]) && range_same_len(c, o, a + 1, b + 1, n - 1);
+    char nines[32], zeros[32];
+    memset(nines, '9', n - 1), memset(zeros, '0', n - 1);
+    bool a_low = !memcmp(a + 1, zeros, n - 1), b_high = !memcmp(b + 1, nines, n - 1);
+    char lo_mid = a_low ? a[0] : (char)(a[0] + 1), hi_mid = b_high ? b[0] : (char)(b[0] - 1);
+    bool first = true, ok = cput(c, o, "( ");
+    if (ok && !a_low) {
+        ok = cprintf(c, o, "\"%c\" ( ", a[0]) && range_same_len(c, o, a + 1, nines, n - 1) && cput(c, o, " )");
+        first = false;
+    }
+    if (ok && lo_mid <= hi_mid) {
+        ok = cprintf(c, o, "%s[%c-%c] [0-9]{%zu}", first ? "" : " | ", lo_mid, hi_mid, n - 1);
+        first = false;
+    }
+    if (ok && !b_high)
+        ok = cprintf(c, o, "%s\"%c\" ( ", first ? "" : " | ", b[0]) && range_same_len(c, o, zeros, b + 1, n - 1) &&
+             cput(c, o, " )");
+    return ok && cput(c, o, " )");
+}
+
+/* Non-negative integers in [lo, hi] (hi < 0: unbounded above). */
+static bool range_nonneg(conv *c, buf *o, long long lo, long long hi) {
+    char a[32], b[32];
+    int na = snprintf(a, sizeof(a), "%lld", lo);
+    int nb = hi < 0 ? 16 : snprintf(b, sizeof(b), "%lld", hi);
+    bool ok = cput(c, o, "( "), first = true;
+    for (int len = na; ok && len <= nb; len++) {
+        char x[32], y[32];
+        if (len == na) memcpy(x, a, (size_t)na + 1);
+        else x[0] = '1', memset(x + 1, '0', (size_t)len - 1), x[len] = 0;
+        if (len == nb && hi >= 0) memcpy(y, b, (size_t)nb + 1);
+        else memset(y, '9', (size_t)len), y[len] = 0;
+        if (len == 1 || x[0] != '0') {
+            ok = cput(c, o, first ? "" : " | ") && range_same_len(c, o, x, y, (size_t)len);
+            first = false;
+        }
+    }
+    return ok && cput(c, o, " )");
+}
+
+/* A bound of integer s: minimum / exclusiveMinimum (lower) or maximum / exclusiveMaximum. */
+static bool int_bound(conv *c, const json_t *s, bool lower, bool *has, long long *v) {
+    const char *incl = lower ? "minimum" : "maximum", *excl = lower ? "exclusiveMinimum" : "exclusiveMaximum";
+    const json_t *i = json_object_get(s, incl), *e = json_object_get(s, excl);
+    *has = false;
+    double best = lower ? -INFINITY : INFINITY;
+    if (i && !json_is_number(i)) return cfail(c, ATTND_ERR_INVALID, "'%s' must be a number", incl);
+    if (e && !json_is_number(e) && !json_is_boolean(e)) return cfail(c, ATTND_ERR_INVALID, "'%s' must be a number", excl);
+    if (i) {
+        double x = json_number_value(i);
+        bool ex = json_is_true(e); /* draft 4: a boolean beside the bound */
+        best = lower ? (ex ? floor(x) + 1 : ceil(x)) : (ex ? ceil(x) - 1 : floor(x));
+        *has = true;
+    }
+    if (e && json_is_number(e)) {
+        double x = json_number_value(e), y = lower ? floor(x) + 1 : ceil(x) - 1;
+        best = !*has ? y : lower ? fmax(best, y) : fmin(best, y);
+        *has = true;
+    }
+    if (*has && !(fabs(best) < 1e15))
+        return cfail(c, ATTND_ERR_UNSUPPORTED, "integer bound '%s' beyond 15 digits is not supported", i ? incl : excl);
+    *v = (long long)best;
+    return true;
+}
+
+static bool gen_integer(conv *c, const json_t *s, buf *expr) {
+    bool has_lo, has_hi;
+    long long lo = 0, hi = 0;
+    if (!int_bound(c, s, true, &has_lo, &lo) || !int_bound(c, s, false, &has_hi, &hi)) return false;
+    if (!has_lo && !has_hi) {
+        c->prims |= P_INTEGER;
+        return cput(c, expr, "integer");
+    }
+    if (has_lo && has_hi && hi < lo) return cfail(c, ATTND_ERR_INVALID, "the integer bounds leave no value");
+    bool ok = cput(c, expr, "( ");
+    bool neg = !has_lo || lo < 0, pos = !has_hi || hi >= 0;
+    if (ok && neg) { /* -x for x in [max(1, -hi), -lo] */
+        long long nlo = has_hi && hi < 0 ? -hi : 1, nhi = has_lo ? -lo : -1;
+        ok = cput(c, expr, "\"-\" ") && range_nonneg(c, expr, nlo, nhi);
+    }
+    if (ok && pos)
+        ok = cput(c, expr, neg ? " | " : "") && range_nonneg(c, expr, has_lo && lo > 0 ? lo : 0, has_hi ? hi : -1);
+    return ok && cput(c, expr, " )");
+}
+
+static bool gen_number(conv *c, const json_t *s, buf *expr) {
+    const json_t *mn = json_object_get(s, "minimum"), *emn = json_object_get(s, "exclusiveMinimum");
+    if (json_object_get(s, "maximum") || json_object_get(s, "exclusiveMaximum"))
+        return cfail(c, ATTND_ERR_UNSUPPORTED, "'%s' on a number is not supported (on an integer it is)",
+                     json_object_get(s, "maximum") ? "maximum" : "exclusiveMaximum");
+    if (emn && json_is_boolean(emn)) emn = json_is_true(emn) ? mn : NULL, mn = emn ? NULL : mn;
+    if (mn && !(json_is_number(mn) && json_number_value(mn) == 0))
+        return cfail(c, ATTND_ERR_UNSUPPORTED, "'minimum' on a number is supported only as 0");
+    if (emn && !(json_is_number(emn) && json_number_value(emn) == 0))
+        return cfail(c, ATTND_ERR_UNSUPPORTED, "'exclusiveMinimum' on a number is supported only as 0");
+    unsigned p = emn ? P_PNUMBER : mn ? P_UNUMBER : P_NUMBER;
+    c->prims |= p;
+    return cput(c, expr, emn ? "pnumber" : mn ? "unumber" : "number");
+}
+
+// ---- objects and arrays ---------------------------------------------------------------------
+
+/* additionalProperties: 0 none, 1 any value, 2 the schema ap. */
+static int extra_kind(const json_t *s, const json_t **ap) {
+    *ap = json_object_get(s, "additionalProperties");
+    if (!*ap) return json_object_get(s, "properties") ? 0 : 1;
+    if (json_is_false(*ap)) return 0;
+    if (json_is_true(*ap) || (json_is_object(*ap) && json_object_size(*ap) == 0)) return 1;
+    return 2;
+}
+
+static bool gen_object_rules(conv *c, const json_t *s, const json_t *props, int *first0) {
+    size_t n = json_object_size(props);
+    const json_t *req = json_object_get(s, "required"), *ap;
+    int kind = extra_kind(s, &ap);
+    if (req && !json_is_array(req)) return cfail(c, ATTND_ERR_INVALID, "'required' must be an array of names");
+    for (size_t i = 0; i < json_array_size(req); i++) {
+        const json_t *name = json_array_get(req, i);
+        if (!json_is_string(name)) return cfail(c, ATTND_ERR_INVALID, "'required' must be an array of names");
+        if (!json_object_get(props, json_string_value(name)))
+            return cfail(c, ATTND_ERR_UNSUPPORTED, "required property '%.64s' is not in 'properties'",
+                         json_string_value(name));
+    }
+    buf extra = {0};
+    bool ok = true;
+    if (kind) {
+        c->prims |= P_STRING | P_WS | (kind == 1 ? P_VALUE : 0);
+        int id = new_rule_id(c);
+        buf body = {0};
+        ok = id >= 0 && cput(c, &body, "string \":\" ws ") &&
+             (kind == 1 ? cput(c, &body, "value") : gen_child(c, ap, "additionalProperties", &body)) &&
+             define_rule(c, id, &body) && cprintf(c, &extra, "r%d", id);
+        buf_free(&body);
+    }
+    /* after_i: the members from i on, something before them; first_i: nothing before them */
+    int after = -1, first = -1;
+    if (ok && (after = new_rule_id(c)) >= 0 && (first = new_rule_id(c)) >= 0) {
+        ok = kind ? cprintf(c, &c->rules, "r%d ::= ( \",\" ws %s )*\nr%d ::= ( %s ( \",\" ws %s )* )?\n", after,
+                            extra.p, first, extra.p, extra.p)
+                  : cprintf(c, &c->rules, "r%d ::= \"\"\nr%d ::= \"\"\n", after, first);
+    }
+    ok = ok && after >= 0 && first >= 0;
+    /* properties in reverse, so each rule refers to the one after it */
+    const char **keys = ok && n ? calloc(n, sizeof(*keys)) : NULL;
+    if (ok && n && !keys) ok = cfail(c, ATTND_ERR_NOMEM, "out of memory");
+    size_t k = 0;
+    const char *key;
+    json_t *sub;
+    json_object_foreach((json_t *)props, key, sub) if (k < n) keys[k++] = key;
+    for (size_t i = n; ok && i-- > 0;) {
+        bool required = false;
+        for (size_t r = 0; r < json_array_size(req); r++)
+            required |= !strcmp(json_string_value(json_array_get(req, r)), keys[i]);
+        int kv = new_rule_id(c), a = new_rule_id(c), f = new_rule_id(c);
+        buf body = {0};
+        char seg[200];
+        snprintf(seg, sizeof(seg), "properties/%.180s", keys[i]);
+        json_t *js = json_string(keys[i]);
+        ok = kv >= 0 && a >= 0 && f >= 0 && js && put_json_literal(c, &body, js) && cput(c, &body, " \":\" ws ") &&
+             gen_child(c, json_object_get(props, keys[i]), seg, &body) && define_rule(c, kv, &body);
+        json_decref(js);
+        buf_free(&body);
+        if (ok && required)
+            ok = cprintf(c, &c->rules, "r%d ::= \",\" ws r%d r%d\nr%d ::= r%d r%d\n", a, kv, after, f, kv, after);
+        else if (ok)
+            ok = cprintf(c, &c->rules, "r%d ::= ( \",\" ws r%d )? r%d\nr%d ::= r%d r%d | r%d\n", a, kv, after, f, kv,
+                         after, first);
+        after = a, first = f;
+    }
+    free(keys);
+    buf_free(&extra);
+    *first0 = first;
+    return ok;
+}
+
+static bool gen_object(conv *c, const json_t *s, buf *expr) {
+    const json_t *props = json_object_get(s, "properties");
+    if (props && !json_is_object(props)) return cfail(c, ATTND_ERR_INVALID, "'properties' must be an object");
+    int first; /* no properties: jansson reads NULL as an empty object */
+    if (!gen_object_rules(c, s, props, &first)) return false;
+    c->prims |= P_WS;
+    return cprintf(c, expr, "\"{\" ws r%d ws \"}\"", first);
+}
+
+static bool gen_array(conv *c, const json_t *s, buf *expr) {
+    const json_t *items = json_object_get(s, "items"), *prefix = json_object_get(s, "prefixItems");
+    long long lo, hi;
+    if (json_object_get(s, "contains")) return cfail(c, ATTND_ERR_UNSUPPORTED, "'contains' is not supported");
+    if (!get_count(c, s, "minItems", 0, GRAMMAR_MAX_REPEAT, &lo) ||
+        !get_count(c, s, "maxItems", -1, GRAMMAR_MAX_REPEAT, &hi))
+        return false;
+    if (hi >= 0 && hi < lo) return cfail(c, ATTND_ERR_INVALID, "'maxItems' is below 'minItems'");
+    c->prims |= P_WS;
+    const json_t *tuple = prefix ? prefix : json_is_array(items) ? items : NULL;
+    if (tuple) { /* every listed item, nothing after them */
+        size_t n = json_array_size(tuple);
+        if (!json_is_array(tuple) || (long long)n < lo || (hi >= 0 && (long long)n > hi))
+            return cfail(c, ATTND_ERR_UNSUPPORTED, "a tuple ('%s') must list between minItems and maxItems items",
+                         prefix ? "prefixItems" : "items");
+        bool ok = cput(c, expr, "\"[\" ws");
+        for (size_t i = 0; ok && i < n; i++) {
+            char seg[48];
+            snprintf(seg, sizeof(seg), "%s/%zu", prefix ? "prefixItems" : "items", i);
+            ok = cput(c, expr, i ? " \",\" ws " : " ") && gen_child_rule(c, json_array_get(tuple, i), seg, expr);
+        }
+        return ok && cput(c, expr, " ws \"]\"");
+    }
+    buf item = {0};
+    bool ok;
+    if (!items || json_is_true(items)) {
+        c->prims |= P_VALUE;
+        ok = cput(c, &item, "value");
+    } else {
+        ok = gen_child_rule(c, items, "items", &item);
+    }
+    if (ok && hi == 0) ok = cput(c, expr, "\"[\" ws \"]\"");
+    else if (ok) {
+        char rep[64];
+        if (hi < 0) snprintf(rep, sizeof(rep), "{%lld,}", lo > 0 ? lo - 1 : 0);
+        else snprintf(rep, sizeof(rep), "{%lld,%lld}", lo > 0 ? lo - 1 : 0, hi - 1);
+        ok = cprintf(c, expr, "\"[\" ws %s%s ( \",\" ws %s )%s%s ws \"]\"", lo == 0 ? "( " : "", item.p, item.p, rep,
+                     lo == 0 ? " )?" : "");
+    }
+    buf_free(&item);
+    return ok;
+}
+
+// ---- dispatch -------------------------------------------------------------------------------
+
+static bool gen_typed(conv *c, const json_t *s, const char *type, buf *expr) {
+    if (!strcmp(type, "string")) return gen_string(c, s, expr);
+    if (!strcmp(type, "integer")) return gen_integer(c, s, expr);
+    if (!strcmp(type, "number")) return gen_number(c, s, expr);
+    if (!strcmp(type, "boolean")) return cput(c, expr, "( \"true\" | \"false\" )");
+    if (!strcmp(type, "null")) return cput(c, expr, "\"null\"");
+    if (!strcmp(type, "object")) return gen_object(c, s, expr);
+    if (!strcmp(type, "array")) return gen_array(c, s, expr);
+    return cfail(c, ATTND_ERR_INVALID, "'type' '%.32s' is not a JSON Schema type", type);
+}
+
+/* The node's type(s), or inferred from its keywords; NULL with *any for "any value". */
+static bool gen_types(conv *c, const json_t *s, buf *expr) {
+    const json_t *t = json_object_get(s, "type");
+    if (json_is_string(t)) return gen_typed(c, s, json_string_value(t), expr);
+    if (json_is_array(t) && json_array_size(t) > 0) {
+        bool ok = cput(c, expr, "( ");
+        for (size_t i = 0; ok && i < json_array_size(t); i++) {
+            const json_t *x = json_array_get(t, i);
+            if (!json_is_string(x)) return cfail(c, ATTND_ERR_INVALID, "'type' must be a string or array of strings");
+            ok = cput(c, expr, i ? " | " : "") && gen_typed(c, s, json_string_value(x), expr);
+        }
+        return ok && cput(c, expr, " )");
+    }
+    if (t) return cfail(c, ATTND_ERR_INVALID, "'type' must be a string or a non-empty array of strings");
+    if (json_object_get(s, "properties") || json_object_get(s, "additionalProperties")) return gen_object(c, s, expr);
+    if (json_object_get(s, "items") || json_object_get(s, "prefixItems")) return gen_array(c, s, expr);
+    if (json_object_get(s, "pattern") || json_object_get(s, "format") || json_object_get(s, "minLength") ||
+        json_object_get(s, "maxLength"))
+        return gen_string(c, s, expr);
+    c->prims |= P_VALUE;
+    return cput(c, expr, "value");
+}
+
+static bool gen(conv *c, const json_t *s, buf *expr) {
+    if (c->st != ATTND_OK) return false;
+    if (json_is_true(s)) {
+        c->prims |= P_VALUE;
+        return cput(c, expr, "value");
+    }
+    if (json_is_false(s)) return cfail(c, ATTND_ERR_UNSUPPORTED, "the schema 'false' matches nothing");
+    if (!json_is_object(s)) return cfail(c, ATTND_ERR_INVALID, "a schema must be an object or a boolean");
+    if (++c->depth > MAX_DEPTH) return cfail(c, ATTND_ERR_UNSUPPORTED, "the schema nests deeper than %d", MAX_DEPTH);
+    bool ok = check_keywords(c, s);
+    const json_t *ref = json_object_get(s, "$ref"), *nullable = json_object_get(s, "nullable");
+    bool or_null = json_is_true(nullable);
+    if (ok && or_null) ok = cput(c, expr, "( ");
+    if (!ok) {
+    } else if (ref) {
+        ok = json_is_string(ref) ? gen_ref(c, json_string_value(ref), expr)
+                                 : cfail(c, ATTND_ERR_INVALID, "'$ref' must be a string");
+    } else if (json_object_get(s, "const")) {
+        ok = put_json_literal(c, expr, json_object_get(s, "const"));
+    } else if (json_object_get(s, "enum")) {
+        ok = gen_enum(c, json_object_get(s, "enum"), expr);
+    } else if (json_object_get(s, "anyOf") || json_object_get(s, "oneOf")) {
+        const char *name = json_object_get(s, "anyOf") ? "anyOf" : "oneOf";
+        ok = gen_alternatives(c, json_object_get(s, name), name, expr);
+    } else if (json_object_get(s, "allOf")) {
+        const json_t *all = json_object_get(s, "allOf");
+        ok = json_is_array(all) && json_array_size(all) == 1
+                 ? gen_child(c, json_array_get(all, 0), "allOf/0", expr)
+                 : cfail(c, ATTND_ERR_UNSUPPORTED, "'allOf' is supported with one schema only");
+    } else {
+        ok = gen_types(c, s, expr);
+    }
+    if (ok && or_null) ok = cput(c, expr, " | \"null\" )");
+    c->depth--;
+    return ok;
+}
+
+// ---- shared rules ---------------------------------------------------------------------------
+
+static const char ANY_OBJECT[] =
+    "root ::= \" \"? object\n"
+    "value ::= object | array | string | number | \"true\" | \"false\" | \"null\"\n"
+    "object ::= \"{\" ws ( string \":\" ws value ( \",\" ws string \":\" ws value )* )? ws \"}\"\n"
+    "array ::= \"[\" ws ( value ( \",\" ws value )* )? ws \"]\"\n"
+    "string ::= \"\\\"\" char* \"\\\"\"\n"
+    "char ::= [^\"\\\\\\x00-\\x1f] | \"\\\\\" ( [\"\\\\/bfnrt] | \"u\" [0-9a-fA-F]{4} )\n"
+    "number ::= \"-\"? unumber\n"
+    "unumber ::= ( \"0\" | [1-9] [0-9]{0,15} ) ( \".\" [0-9]{1,16} )? ( [eE] [-+]? [0-9]{1,3} )?\n"
+    "ws ::= ( \" \" | \"\\n\" \" \"{0,16} )?\n";
+
+const char *json_schema_any_object_gbnf(void) { return ANY_OBJECT; }
+
+static bool emit_prims(conv *c) {
+    unsigned p = c->prims;
+    if (p & P_VALUE) p |= P_OBJECT | P_ARRAY | P_STRING | P_NUMBER;
+    if (p & (P_OBJECT | P_ARRAY)) p |= P_VALUE | P_STRING | P_NUMBER | P_WS;
+    if (p & P_STRING) p |= P_CHAR;
+    if (p & (P_NUMBER | P_PNUMBER)) p |= P_UNUMBER;
+    static const struct { unsigned bit; const char *text; } R[] = {
+        {P_VALUE, "value ::= object | array | string | number | \"true\" | \"false\" | \"null\"\n"},
+        {P_OBJECT, "object ::= \"{\" ws ( string \":\" ws value ( \",\" ws string \":\" ws value )* )? ws \"}\"\n"},
+        {P_ARRAY, "array ::= \"[\" ws ( value ( \",\" ws value )* )? ws \"]\"\n"},
+        {P_STRING, "string ::= \"\\\"\" char* \"\\\"\"\n"},
+        {P_CHAR, "char ::= [^\"\\\\\\x00-\\x1f] | \"\\\\\" ( [\"\\\\/bfnrt] | \"u\" [0-9a-fA-F]{4} )\n"},
+        {P_NUMBER, "number ::= \"-\"? unumber\n"},
+        {P_UNUMBER, "unumber ::= ( \"0\" | [1-9] [0-9]{0,15} ) ( \".\" [0-9]{1,16} )? ( [eE] [-+]? [0-9]{1,3} )?\n"},
+        {P_PNUMBER, "pnumber ::= ( [1-9] [0-9]{0,15} ( \".\" [0-9]{1,16} )? | \"0.\" \"0\"{0,15} [1-9] [0-9]{0,15} ) "
+                    "( [eE] [-+]? [0-9]{1,3} )?\n"},
+        {P_INTEGER, "integer ::= \"-\"? ( \"0\" | [1-9] [0-9]{0,15} )\n"},
+        {P_WS, "ws ::= ( \" \" | \"\\n\" \" \"{0,16} )?\n"},
+        {P_DATE, "date ::= [0-9]{4} \"-\" ( \"0\" [1-9] | \"1\" [0-2] ) \"-\" ( \"0\" [1-9] | [12] [0-9] | \"3\" [01] )\n"},
+        {P_TIME, "time ::= ( [01] [0-9] | \"2\" [0-3] ) \":\" [0-5] [0-9] \":\" [0-5] [0-9] ( \".\" [0-9]{1,6} )? "
+                 "( \"Z\" | [+-] ( [01] [0-9] | \"2\" [0-3] ) \":\" [0-5] [0-9] )\n"},
+        {P_UUID, "uuid ::= hex{8} \"-\" hex{4} \"-\" hex{4} \"-\" hex{4} \"-\" hex{12}\nhex ::= [0-9a-f]\n"},
+        {P_EMAIL, "email ::= [a-zA-Z0-9._%+-]{1,64} \"@\" [a-zA-Z0-9-]{1,63} ( \".\" [a-zA-Z0-9-]{1,63} )* \".\" "
+                  "[a-zA-Z]{2,24}\n"},
+        {P_URI, "uri ::= [a-zA-Z] [a-zA-Z0-9+.-]{0,31} \":\" [^\"\\\\\\x00-\\x20]{1,2000}\n"},
+    };
+    for (size_t i = 0; i < ATTND_ARRAY_LEN(R); i++)
+        if ((p & R[i].bit) && !cput(c, &c->rules, R[i].text)) return false;
+    return true;
+}
+
+attnd_status json_schema_rules(const json_t *const *schemas, size_t n, buf *out, attnd_err *err) {
+    conv c = {.err = err};
+    for (size_t i = 0; i < n && c.st == ATTND_OK; i++) {
+        buf expr = {0};
+        c.root = schemas[i];
+        c.path[0] = '\0';
+        if (gen(&c, schemas[i], &expr)) cprintf(&c, &c.rules, "s%zu ::= %s\n", i, expr.p);
+        buf_free(&expr);
+    }
+    if (c.st == ATTND_OK && emit_prims(&c) && !buf_append(out, c.rules.p, c.rules.len))
+        c.st = attnd_fail(err, ATTND_ERR_NOMEM, "out of memory");
+    buf_free(&c.rules);
+    free(c.refs);
+    return c.st;
+}
+
+attnd_status json_schema_to_gbnf(const json_t *schema, buf *out, attnd_err *err) {
+    if (!buf_puts(out, "root ::= \" \"? s0\n")) return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory");
+    return json_schema_rules(&schema, 1, out, err);
+}

@@ -1,0 +1,47 @@
+/*
+ * json_schema.h — JSON Schema to GBNF (attnd/grammar.h), for structured output: the grammar
+ * whose sentences are exactly the compact-ish JSON texts the schema describes, as far as a
+ * context-free grammar can say it.
+ *
+ * Covered: type (one or a list), properties in their order with required and optional ones,
+ * additionalProperties (false / true / a schema; absent means none beyond the properties when
+ * properties are given), nested objects, items / prefixItems with minItems / maxItems, enum,
+ * const, anyOf / oneOf (oneOf's exclusivity is not enforced), allOf with one member, $ref to
+ * "#", "#/$defs/…" and "#/definitions/…" (recursion allowed), nullable, string minLength /
+ * maxLength / format (date, time, date-time, uuid, email, uri) / pattern (literals, classes,
+ * \d \w \s, ., groups, |, * + ? {m,n}, ^ $), integer minimum / maximum / exclusive bounds
+ * (exactly), number minimum 0 (no sign). Annotations (title, description, default, examples,
+ * $schema, $id, $comment, deprecated, readOnly, writeOnly, x-…) are ignored. Anything else —
+ * multipleOf, uniqueItems, patternProperties, not, if/then/else, a bound on a number that a
+ * grammar cannot express, an unknown keyword — is refused, naming it: never silently dropped.
+ *
+ * Whitespace is the server's choice: none, or one space after ':' and ',' , or a newline with
+ * up to 16 spaces of indentation before a member, so pretty-printed output is allowed but
+ * endless whitespace is not. Numbers have at most 16 integer and 16 fraction digits.
+ *
+ * Pure functions of JSON in, text out (no model, no HTTP).
+ */
+#ifndef ATTND_SERVER_JSON_SCHEMA_H
+#define ATTND_SERVER_JSON_SCHEMA_H
+
+#include <jansson.h>
+
+#include "attnd/buf.h"
+#include "attnd/common.h"
+
+/*
+ * Appends the grammar for schema (borrowed) to out. Errors: ATTND_ERR_UNSUPPORTED for a keyword
+ * or value this conversion does not cover, ATTND_ERR_INVALID for a malformed schema (err->msg
+ * names the keyword and where it is, as a JSON pointer), ATTND_ERR_NOMEM.
+ */
+attnd_status json_schema_to_gbnf(const json_t *schema, buf *out, attnd_err *err);
+
+/* Several schemas in one grammar (tool calling): appends "sK ::= <schema K>" for each, with
+ * the rules they need (no root rule; the caller writes one that refers to s0, s1, ...). Errors
+ * as json_schema_to_gbnf. */
+attnd_status json_schema_rules(const json_t *const *schemas, size_t n, buf *out, attnd_err *err);
+
+/* The grammar of any JSON object (response_format json_object). Static text. */
+const char *json_schema_any_object_gbnf(void);
+
+#endif

@@ -1,0 +1,101 @@
+/*
+ * responses.h — OpenAI's Responses API (POST /v1/responses) for text, as pure functions: a request
+ * body becomes the chat request attnd runs (instructions + earlier turns + input as chat
+ * messages), and a generation becomes the Response object or its stream of semantic events. No
+ * model, no HTTP, no store: the endpoint looks up previous_response_id itself and hands its
+ * conversation in.
+ *
+ * What is not text generation (tools, reasoning, images and files, structured output, background
+ * runs) is refused with ATTND_ERR_INVALID and *param naming the field, never silently ignored.
+ *
+ * Streaming: every event is an SSE frame "event: <type>\ndata: <json>\n\n" whose JSON carries
+ * "type" and an increasing "sequence_number". The order is response.created, response.in_progress,
+ * response.output_item.added, response.content_part.added, response.output_text.delta (one per
+ * piece of text), response.output_text.done, response.content_part.done,
+ * response.output_item.done, then response.completed (or response.incomplete when
+ * max_output_tokens, a cancellation or the server's shutdown cut the text short).
+ */
+#ifndef ATTND_SERVER_RESPONSES_H
+#define ATTND_SERVER_RESPONSES_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "attnd/common.h"
+#include "settings.h"
+
+typedef struct responses_request {
+    json_t *input;            /* (owned) this turn's messages: [{"role", "content": string}, ...] */
+    const char *instructions; /* borrowed from the body; NULL = none */
+    const char *previous_id;  /* borrowed; NULL = a new conversation */
+    bool store;               /* keep the response for GET and follow-ups (OpenAI's default: true) */
+    bool stream;
+    int max_output_tokens;    /* -1 = not given */
+    json_t *sampling;         /* (owned) the body's sampling fields, as a chat completion body */
+    json_t *metadata;         /* (owned) echoed back; an object, possibly empty */
+    const char *user;         /* borrowed; NULL = none */
+    bool tools;               /* function tools that may be called: the reply becomes
+                                 function_call items (toolcall.h) */
+} responses_request;
+
+/*
+ * Validates a /v1/responses body. max_output_tokens is checked against cfg->max_tokens_cap. On
+ * error *param names the field (e.g. "tools", "input[1].content[0]"). out is always initialised
+ * and must be freed with responses_request_free. The borrowed strings live as long as body.
+ */
+attnd_status responses_parse(const json_t *body, const server_settings *cfg, responses_request *out,
+                             const char **param, attnd_err *err);
+void responses_request_free(responses_request *r); /* accepts NULL */
+
+/*
+ * The chat completion body that runs this turn (new reference): r->sampling plus "messages" =
+ * instructions as a system message, then the earlier conversation (borrowed array of
+ * {"role", "content"} with the assistant's replies, or NULL), then r->input; "max_tokens" from
+ * max_output_tokens. Instructions of earlier turns are not carried over (as in OpenAI's API).
+ * NULL when out of memory.
+ */
+json_t *responses_chat_body(const responses_request *r, const json_t *earlier);
+
+/* The conversation to store for follow-ups (new reference): earlier + r->input + the reply as
+ * an assistant message. */
+json_t *responses_conversation(const responses_request *r, const json_t *earlier, const char *reply,
+                               size_t reply_len);
+
+/* A finished or running generation as the Response object reports it. */
+typedef struct responses_result {
+    const char *id;           /* "resp_..." */
+    const char *msg_id;       /* "msg_..." id of the output message */
+    const char *model;
+    long long created_at;     /* Unix seconds */
+    const char *status;       /* "in_progress", "completed", "incomplete" or "failed" */
+    const char *text;         /* (text_len) the reply so far */
+    size_t text_len;
+    bool cut_short;           /* max_output_tokens (or the context) ended the reply */
+    int input_tokens, cached_tokens, output_tokens;
+    const responses_request *req; /* echoed fields: instructions, previous_id, store, ... */
+    double temperature, top_p;
+} responses_result;
+
+/* The Response object (new reference). */
+json_t *responses_object(const responses_result *res);
+/* {"id", "object": "response.deleted", "deleted": true} (new reference). */
+json_t *responses_deleted(const char *id);
+
+/* The event stream of one response: sequence numbers and the item ids. */
+typedef struct responses_stream {
+    int seq;                  /* next sequence_number */
+} responses_stream;
+
+/* SSE frames from the start through response.content_part.added (malloc'd string, NULL when out
+ * of memory). res->status should be "in_progress". */
+char *responses_stream_begin(responses_stream *st, const responses_result *res);
+/* One response.output_text.delta frame for text[0..n) (malloc'd; NULL when out of memory). */
+char *responses_stream_delta(responses_stream *st, const responses_result *res, const char *text, size_t n);
+/* The closing frames, response.output_text.done through response.completed / .incomplete. */
+char *responses_stream_end(responses_stream *st, const responses_result *res);
+/* The closing frame of a generation that failed: response.failed, whose response has status
+ * "failed" and error {"code": "server_error", "message"}. */
+char *responses_stream_failed(responses_stream *st, const responses_result *res, const char *message);
+
+#endif

@@ -1,0 +1,226 @@
+/*
+ * responses_http.c — POST /v1/responses, GET and DELETE /v1/responses/{id} (see endpoints.h):
+ * OpenAI's Responses API for text on attnd's durable sessions.
+ *
+ * A turn is a chat completion underneath: responses.c turns the body (plus the stored
+ * conversation of previous_response_id) into chat messages, and the generation request
+ * (genreq.c) tokenizes and runs them. With store (OpenAI's default) the turn runs on a named
+ * session shared by its whole chain of follow-ups (the first response's id), so each follow-up reuses
+ * the KV cache of the turns before it; the Response object and the conversation go to the
+ * response store (rstore.c), which lives in state_dir next to the sessions and so survives a
+ * restart.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "attnd/buf.h"
+#include "endpoints.h"
+#include "genreq.h"
+#include "responses.h"
+#include "slog.h"
+#include "sse.h"
+
+/* The turn's state: the request's REQ_SLOT_ENDPOINT. */
+typedef struct rsp_state {
+    responses_request rq;
+    json_t *chat_body;              /* owned; r->oreq borrows from it */
+    json_t *earlier;                /* owned; the conversation before this turn, NULL = none */
+    char id[48], msg_id[48];
+    char session[SESS_ID_MAX + 1];  /* the chain's session; "" = none */
+    bool new_session;               /* made for this turn: dropped if the turn fails */
+    long long created;
+    responses_stream ev;
+} rsp_state;
+
+static void rsp_state_free(void *p) {
+    rsp_state *st = p;
+    responses_request_free(&st->rq);
+    json_decref(st->chat_body);
+    json_decref(st->earlier);
+    free(st);
+}
+
+/* The Response as it stands: status from the job's outcome (NULL o = just started). */
+static responses_result result_of(req *r, const sched_output *o, const char *text, size_t len) {
+    rsp_state *st = req_get(r, REQ_SLOT_ENDPOINT);
+    bool cut = o && o->done && (genreq_was_cut(o) || (o->finish_reason && !strcmp(o->finish_reason, "length")));
+    const char *status = !o || !o->done ? "in_progress" : cut ? "incomplete" : o->status != ATTND_OK ? "failed" : "completed";
+    return (responses_result){
+        .id = st->id, .msg_id = st->msg_id, .model = r->srv->model_id, .created_at = st->created,
+        .status = status, .text = text, .text_len = len, .cut_short = !strcmp(status, "incomplete"),
+        .input_tokens = o ? o->n_prompt : 0, .cached_tokens = o ? o->n_cached : 0,
+        .output_tokens = o ? o->n_generated : 0, .req = &st->rq,
+        .temperature = r->oreq.sp.temperature, .top_p = r->oreq.sp.top_p,
+    };
+}
+
+/* Keeps a finished response for GET and follow-ups (store: true). A failure is logged: the
+ * answer itself is still good. */
+static void store_response(req *r, const responses_result *res) {
+    rsp_state *st = req_get(r, REQ_SLOT_ENDPOINT);
+    if (!st->rq.store || !st->session[0]) return;
+    json_t *obj = responses_object(res), *conv = responses_conversation(&st->rq, st->earlier, res->text, res->text_len);
+    attnd_err err;
+    if (!obj || !conv || rstore_put(r->srv->responses, r->owner, obj, conv, st->session, &err) != ATTND_OK)
+        slog_error("response %s not stored: %s", st->id, obj && conv ? err.msg : "out of memory");
+    json_decref(obj);
+    json_decref(conv);
+}
+
+/* The session this turn runs on: the chain's (created when missing), or none when it is busy
+ * with another turn or no more sessions may be made (the turn then runs uncached but right). */
+static void pick_session(req *r) {
+    rsp_state *st = req_get(r, REQ_SLOT_ENDPOINT);
+    sess_store *store = r->srv->store;
+    if (!st->rq.store) return;
+    if (!st->session[0]) snprintf(st->session, sizeof(st->session), "%s", st->id);
+    char made[SESS_ID_MAX + 1];
+    sess *se = NULL;
+    attnd_err err;
+    attnd_status rc = sess_create(store, r->owner, st->session, made, &err);
+    st->new_session = rc == ATTND_OK;
+    if (rc == ATTND_OK || rc == ATTND_ERR_BUSY) rc = sess_acquire(store, r->owner, st->session, &se, &err);
+    if (rc != ATTND_OK) {
+        slog_info("response %s runs without its session %s: %s", st->id, st->session, err.msg);
+        return;
+    }
+    sess_abandon(store, se); /* genreq_submit_all acquires it again */
+    r->oreq.session_id = st->session;
+}
+
+/* A turn that failed stores nothing: the session made for it goes too (the scheduler has
+ * released it by the time the job reports its end). */
+static void drop_new_session(req *r) {
+    rsp_state *st = req_get(r, REQ_SLOT_ENDPOINT);
+    struct kv_seq *kv = NULL;
+    attnd_err err;
+    if (st->new_session && sess_delete(r->srv->store, r->owner, st->session, &kv, NULL, &err) == ATTND_OK) sched_free_kv(r->srv->sch, kv);
+    st->new_session = false;
+    r->sess_id[0] = '\0'; /* nothing to persist */
+}
+
+/* Parses the turn into the turn state and r->oreq; false: a 4xx is queued. */
+static bool parse_turn(req *r, json_t *b, enum MHD_Result *ret) {
+    struct server *s = r->srv;
+    rsp_state *st = req_get(r, REQ_SLOT_ENDPOINT);
+    const char *param = NULL;
+    attnd_err err;
+    attnd_status rc = responses_parse(b, &s->cfg, &st->rq, &param, &err);
+    if (rc == ATTND_OK && st->rq.previous_id) {
+        rc = rstore_get(s->responses, r->owner, st->rq.previous_id, NULL, &st->earlier, st->session, &err);
+        if (rc != ATTND_OK) param = "previous_response_id";
+    }
+    if (rc == ATTND_OK) {
+        st->chat_body = responses_chat_body(&st->rq, st->earlier);
+        rc = st->chat_body ? oai_parse(st->chat_body, true, &s->cfg, s->n_vocab, &r->oreq, &param, &err)
+                           : attnd_fail(&err, ATTND_ERR_NOMEM, "out of memory");
+        if (param && !strcmp(param, "messages")) param = "input";
+    }
+    if (rc == ATTND_OK) return true;
+    int status = rc == ATTND_ERR_NOT_FOUND ? 404 : http_status_of(rc, HTTP_CTX_PARSE);
+    *ret = http_respond_error(r, status, err.msg, param);
+    return false;
+}
+
+// ---- streaming: the Responses API's events, through sse.c's stream loop ------------------
+
+static void out_take(buf *out, char *frames) {
+    if (frames) buf_puts(out, frames);
+    free(frames);
+}
+
+static void rsp_begin(req *r, buf *out) {
+    responses_result res = result_of(r, NULL, "", 0);
+    rsp_state *st = req_get(r, REQ_SLOT_ENDPOINT);
+    out_take(out, responses_stream_begin(&st->ev, &res));
+}
+
+/* A delta per piece of text; at the end the closing events: response.completed, or
+ * response.incomplete when the reply was cut (max_output_tokens, cancellation, shutdown), or
+ * response.failed. */
+static void rsp_update(req *r, int k, const sched_update *u, buf *out) {
+    rsp_state *st = req_get(r, REQ_SLOT_ENDPOINT);
+    (void)k; /* one job: a response has one output */
+    responses_result res = result_of(r, NULL, "", 0);
+    if (u->text_len) out_take(out, responses_stream_delta(&st->ev, &res, u->text, u->text_len));
+    if (!u->done) return;
+    bool saved = genreq_persist(r); /* the chain's session is durable before the final events */
+    sched_output o;
+    sched_job_output(r->job, &o);
+    res = result_of(r, &o, o.text ? o.text : "", o.text_len);
+    if (!saved) {
+        out_take(out, responses_stream_failed(&st->ev, &res, r->unsaved_msg));
+    } else if (o.status != ATTND_OK && !genreq_was_cut(&o)) {
+        out_take(out, responses_stream_failed(&st->ev, &res, o.errmsg[0] ? o.errmsg : "generation failed"));
+        drop_new_session(r);
+    } else {
+        out_take(out, responses_stream_end(&st->ev, &res));
+        store_response(r, &res);
+    }
+}
+
+static const sse_writer RSP_WRITER = {rsp_begin, rsp_update, NULL};
+
+// ---- the endpoints ------------------------------------------------------------------------
+
+enum MHD_Result ep_responses_create(req *r) {
+    struct server *s = r->srv;
+    enum MHD_Result ret = MHD_NO;
+    if (atomic_load(&s->stopping)) return http_respond_error(r, 503, "server is shutting down", NULL);
+    json_t *b = http_parse_body(r, &ret, false);
+    if (!b) return ret;
+    r->body_json = b;
+    r->chat = true;
+    r->prompt_param = "input";
+    rsp_state *st = calloc(1, sizeof(*st));
+    if (!st) return http_respond_error(r, 503, "out of memory", NULL);
+    req_set(r, REQ_SLOT_ENDPOINT, st, rsp_state_free);
+    if (!parse_turn(r, b, &ret)) return ret;
+    attnd_random_id(st->id, sizeof(st->id), "resp_");
+    attnd_random_id(st->msg_id, sizeof(st->msg_id), "msg_");
+    st->created = (long long)time(NULL);
+    snprintf(r->resp_id, sizeof(r->resp_id), "%s", st->id);
+    r->rctx = (oai_resp_ctx){r->resp_id, s->model_id, st->created, true, false, r->sess_id, NULL, NULL};
+    pick_session(r);
+    if (!genreq_submit_all(r, &ret)) {
+        drop_new_session(r);
+        return ret;
+    }
+    if (st->rq.stream) return sse_stream(r, &RSP_WRITER);
+    if (!genreq_wait_all(r)) return MHD_NO;
+    if (r->unsaved) return genreq_respond_unsaved(r);
+    sched_output o;
+    sched_job_output(r->job, &o);
+    if (o.status != ATTND_OK) {
+        drop_new_session(r);
+        return http_respond_error(r, http_status_of(o.status, HTTP_CTX_GENERATE),
+                                  o.errmsg[0] ? o.errmsg : "generation failed", NULL);
+    }
+    responses_result res = result_of(r, &o, o.text ? o.text : "", o.text_len);
+    store_response(r, &res);
+    return http_respond_json(r, 200, responses_object(&res));
+}
+
+static const char *response_id_of(req *r) { return r->path + strlen("/v1/responses/"); }
+
+enum MHD_Result ep_response_get(req *r) {
+    json_t *o = NULL;
+    attnd_err err;
+    attnd_status rc = rstore_get(r->srv->responses, r->owner, response_id_of(r), &o, NULL, NULL, &err);
+    if (rc != ATTND_OK) return http_respond_error(r, http_status_of(rc, HTTP_CTX_DEFAULT), err.msg, NULL);
+    return http_respond_json(r, 200, o);
+}
+
+enum MHD_Result ep_response_delete(req *r) {
+    struct server *s = r->srv;
+    const char *id = response_id_of(r);
+    char orphan[SESS_ID_MAX + 1];
+    attnd_err err;
+    attnd_status rc = rstore_delete(s->responses, r->owner, id, orphan, &err);
+    if (rc != ATTND_OK) return http_respond_error(r, http_status_of(rc, HTTP_CTX_DEFAULT), err.msg, NULL);
+    /* the last response of a chain takes its session along (a busy one stays until next time) */
+    struct kv_seq *kv = NULL;
+    if (orphan[0] && sess_delete(s->store, r->owner, orphan, &kv, NULL, &err) == ATTND_OK) sched_free_kv(s->sch, kv);
+    return http_respond_json(r, 200, responses_deleted(id));
+}

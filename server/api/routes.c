@@ -1,0 +1,34 @@
+/*
+ * routes.c — every endpoint of `attnd serve`, once: method, path, handler, metrics label and what
+ * the request needs (see routes.h). http.c dispatches through the table the server hands it;
+ * docs/server.md's endpoint list is checked against it (scripts/check_layout.py).
+ */
+#include "routes.h"
+
+#include "endpoints.h"
+
+const route http_routes[] = {
+    {"GET", "/", ep_playground, "playground", ROUTE_OPEN},
+    {"GET", "/health", ep_health, "health", ROUTE_OPEN},
+    {"GET", "/metrics", ep_metrics, "metrics", 0},
+    {"GET", "/v1/models", ep_models, "models", ROUTE_MODEL},
+    {"GET", "/models", ep_models, "models", ROUTE_MODEL},
+    {"GET", "/v1/models/", ep_model_get, "model", ROUTE_PREFIX | ROUTE_MODEL},
+    {"POST", "/v1/completions", ep_completions, "completions", ROUTE_MODEL},
+    {"POST", "/completions", ep_completions, "completions", ROUTE_MODEL},
+    {"POST", "/completion", ep_llama_completion, "llama_completion", ROUTE_MODEL},
+    {"POST", "/v1/chat/completions", ep_chat, "chat_completions", ROUTE_MODEL},
+    {"POST", "/chat/completions", ep_chat, "chat_completions", ROUTE_MODEL},
+    {"POST", "/v1/attention", ep_attention, "attention", ROUTE_MODEL},
+    {"POST", "/attention", ep_attention, "attention", ROUTE_MODEL},
+    {"POST", "/tokenize", ep_tokenize, "tokenize", ROUTE_MODEL},
+    {"POST", "/detokenize", ep_detokenize, "detokenize", ROUTE_MODEL},
+    {"POST", "/v1/sessions", ep_sessions_create, "sessions", ROUTE_MODEL},
+    {"GET", "/v1/sessions", ep_sessions_list, "sessions", ROUTE_MODEL},
+    {"GET", "/v1/sessions/", ep_session_get, "session", ROUTE_PREFIX | ROUTE_MODEL},
+    {"DELETE", "/v1/sessions/", ep_session_delete, "session", ROUTE_PREFIX | ROUTE_MODEL},
+    {"POST", "/v1/responses", ep_responses_create, "responses", ROUTE_MODEL},
+    {"GET", "/v1/responses/", ep_response_get, "response", ROUTE_PREFIX | ROUTE_MODEL},
+    {"DELETE", "/v1/responses/", ep_response_delete, "response", ROUTE_PREFIX | ROUTE_MODEL},
+};
+const size_t http_n_routes = ATTND_ARRAY_LEN(http_routes);

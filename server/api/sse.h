@@ -1,0 +1,34 @@
+/*
+ * sse.h — streamed generation responses (server-private): Server-Sent Events written by the
+ * endpoint's writer: OpenAI chunks ("data: {...}\n\n" ... "data: [DONE]\n\n") and llama.cpp's
+ * /completion events (completions.c), or the Responses API's semantic events (responses_http.c).
+ *
+ * One stream loop serves them all: libmicrohttpd pulls the stream from its connection thread;
+ * the loop waits on the request's jobs (sched_job_wait, 100 ms ticks), polls the socket between
+ * ticks, so a vanished client cancels its sequences within about one decode step, and sends an
+ * SSE comment `: keep-alive` while nothing else goes out (sse_keepalive_s). A writer turns the
+ * jobs' updates into frames.
+ */
+#ifndef ATTND_SERVER_SSE_H
+#define ATTND_SERVER_SSE_H
+
+#include "attnd/buf.h"
+#include "http.h"
+
+/* What one kind of stream writes, appending SSE bytes to out. The loop calls begin once (may be
+ * NULL), update for every update of job k (k < req_n_jobs; u->done on its last), and end once
+ * after every job's last update (may be NULL); then the stream ends. */
+typedef struct sse_writer {
+    void (*begin)(req *r, buf *out);
+    void (*update)(req *r, int k, const sched_update *u, buf *out);
+    void (*end)(req *r, buf *out);
+} sse_writer;
+
+/* Queues a streamed response of r's submitted jobs written by w (borrowed; a static table).
+ * The loop's state is r's REQ_SLOT_STREAM (freed with the request); a writer keeps its own in
+ * REQ_SLOT_ENDPOINT. */
+enum MHD_Result sse_stream(req *r, const sse_writer *w);
+/* Appends the event "data: <json>\n\n" (o stolen; NULL or out of memory: nothing). */
+void sse_event(buf *out, json_t *o);
+
+#endif

@@ -1,0 +1,170 @@
+/*
+ * toolcall.c — a request's tools (see toolcall.h): validating "tools" / "tool_choice" /
+ * "parallel_tool_calls", the Hermes-style prompt text that describes them to a built-in chat
+ * family, the history's calls and results as text, and the grammar that forces a call.
+ */
+#include "toolcall.h"
+
+#include <string.h>
+
+#include "json_schema.h"
+#include "oai.h"
+
+enum { MAX_TOOLS = 128, MAX_NAME = 64, MAX_PARALLEL = 4 };
+
+static bool name_ok(const char *s) {
+    size_t n = strlen(s);
+    if (n == 0 || n > MAX_NAME) return false;
+    for (size_t i = 0; i < n; i++) {
+        char c = s[i];
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '-' || c == '.'))
+            return false;
+    }
+    return true;
+}
+
+/* One tool into {"name", "description", "parameters"} appended to out->tools. */
+static attnd_status parse_tool(const json_t *t, size_t i, bool rshape, toolcall_spec *out, const char **param,
+                               attnd_err *err) {
+    const json_t *type = json_object_get(t, "type");
+    if (!json_is_object(t) || !json_is_string(type) || strcmp(json_string_value(type), "function"))
+        return oai_bad(param, "tools", err, "tools[%zu] must be {\"type\": \"function\", ...}; only function tools are "
+                       "supported", i);
+    const json_t *f = rshape ? t : json_object_get(t, "function");
+    if (!json_is_object(f)) return oai_bad(param, "tools", err, "tools[%zu].function must be an object", i);
+    const json_t *name = json_object_get(f, "name"), *desc = oai_field(f, "description"),
+                 *params = oai_field(f, "parameters");
+    if (!json_is_string(name) || !name_ok(json_string_value(name)))
+        return oai_bad(param, "tools", err, "tools[%zu]: 'name' must be 1..%d characters of a-z A-Z 0-9 _ - .", i,
+                       MAX_NAME);
+    if (desc && !json_is_string(desc)) return oai_bad(param, "tools", err, "tools[%zu]: 'description' must be a string", i);
+    if (params && !json_is_object(params))
+        return oai_bad(param, "tools", err, "tools[%zu]: 'parameters' must be a JSON Schema object", i);
+    for (size_t k = 0; k < json_array_size(out->tools); k++)
+        if (!strcmp(json_string_value(json_object_get(json_array_get(out->tools, k), "name")), json_string_value(name)))
+            return oai_bad(param, "tools", err, "tools[%zu]: the name '%s' is used twice", i, json_string_value(name));
+    json_t *o = json_pack("{s:O}", "name", (json_t *)name);
+    if (o && desc) json_object_set(o, "description", (json_t *)desc);
+    if (o) json_object_set_new(o, "parameters", params ? json_incref((json_t *)params) : json_pack("{s:s}", "type", "object"));
+    if (!o || json_array_append_new(out->tools, o)) return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory");
+    return ATTND_OK;
+}
+
+static attnd_status parse_choice(const json_t *body, bool rshape, toolcall_spec *out, const char **param,
+                                 attnd_err *err) {
+    const json_t *c = oai_field(body, "tool_choice");
+    if (!c) return ATTND_OK;
+    if (json_is_string(c)) {
+        const char *s = json_string_value(c);
+        if (!strcmp(s, "auto")) out->choice = TOOLCALL_AUTO;
+        else if (!strcmp(s, "none")) out->choice = TOOLCALL_NONE;
+        else if (!strcmp(s, "required")) out->choice = TOOLCALL_REQUIRED;
+        else return oai_bad(param, "tool_choice", err, "'tool_choice' must be auto, none, required or a function");
+    } else {
+        const json_t *f = rshape ? c : json_object_get(c, "function"), *name = json_object_get(f, "name");
+        if (!json_is_object(c) || !json_is_string(name))
+            return oai_bad(param, "tool_choice", err, "'tool_choice' as an object names a function: %s",
+                           rshape ? "{\"type\": \"function\", \"name\": ...}"
+                                  : "{\"type\": \"function\", \"function\": {\"name\": ...}}");
+        out->choice = TOOLCALL_NAMED;
+        for (size_t k = 0; k < json_array_size(out->tools); k++) {
+            const json_t *n = json_object_get(json_array_get(out->tools, k), "name");
+            if (!strcmp(json_string_value(n), json_string_value(name))) out->name = json_string_value(n);
+        }
+        if (!out->name)
+            return oai_bad(param, "tool_choice", err, "'tool_choice' names '%.64s', which is not in 'tools'",
+                           json_string_value(name));
+    }
+    if ((out->choice == TOOLCALL_REQUIRED || out->choice == TOOLCALL_NAMED) && json_array_size(out->tools) == 0)
+        return oai_bad(param, "tool_choice", err, "'tool_choice' asks for a call but there are no 'tools'");
+    return ATTND_OK;
+}
+
+attnd_status toolcall_parse_spec(const json_t *body, bool rshape, toolcall_spec *out, const char **param,
+                                 attnd_err *err) {
+    memset(out, 0, sizeof(*out));
+    out->parallel = true;
+    const json_t *tools = oai_field(body, "tools");
+    if (tools && !json_is_array(tools)) return oai_bad(param, "tools", err, "'tools' must be an array");
+    if (json_array_size(tools) > MAX_TOOLS)
+        return oai_bad(param, "tools", err, "'tools' has %zu entries; at most %d are allowed", json_array_size(tools),
+                       MAX_TOOLS);
+    if (!(out->tools = json_array())) return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory");
+    attnd_status st;
+    for (size_t i = 0; i < json_array_size(tools); i++)
+        if ((st = parse_tool(json_array_get(tools, i), i, rshape, out, param, err)) != ATTND_OK) return st;
+    if ((st = parse_choice(body, rshape, out, param, err)) != ATTND_OK) return st;
+    return oai_get_bool(body, "parallel_tool_calls", &out->parallel, param, err);
+}
+
+void toolcall_spec_free(toolcall_spec *s) {
+    if (!s) return;
+    json_decref(s->tools);
+    memset(s, 0, sizeof(*s));
+}
+
+// ---- prompt text --------------------------------------------------------------------------
+
+bool toolcall_system_prompt(const toolcall_spec *s, buf *out) {
+    bool ok = buf_puts(out, "\n\n# Tools\n\nYou can call these functions (JSON signatures):\n<tools>\n");
+    for (size_t i = 0; ok && i < json_array_size(s->tools); i++) {
+        char *t = json_dumps(json_array_get(s->tools, i), JSON_COMPACT | JSON_PRESERVE_ORDER);
+        ok = t && buf_puts(out, t) && buf_puts(out, "\n");
+        free(t);
+    }
+    return ok && buf_puts(out, "</tools>\n\nTo call one, answer with its name and arguments as JSON between tags, "
+                               "one call per block:\n<tool_call>\n{\"name\": \"function_name\", \"arguments\": "
+                               "{\"argument\": \"value\"}}\n</tool_call>");
+}
+
+attnd_status toolcall_render_calls(const json_t *calls, buf *out, attnd_err *err) {
+    if (!json_is_array(calls)) return attnd_fail(err, ATTND_ERR_INVALID, "'tool_calls' must be an array");
+    for (size_t i = 0; i < json_array_size(calls); i++) {
+        const json_t *c = json_array_get(calls, i), *f = json_object_get(c, "function");
+        const json_t *name = json_object_get(f, "name"), *args = json_object_get(f, "arguments");
+        if (!json_is_string(name) || (args && !json_is_string(args) && !json_is_object(args)))
+            return attnd_fail(err, ATTND_ERR_INVALID, "'tool_calls[%zu]' must be {\"function\": {\"name\", \"arguments\"}}", i);
+        json_t *a = json_is_string(args) ? json_loads(json_string_value(args), JSON_DECODE_ANY, NULL)
+                                         : json_incref((json_t *)args);
+        if (!a) a = args ? json_incref((json_t *)args) : json_object(); /* not JSON: kept as the string */
+        json_t *o = json_pack("{s:O,s:o}", "name", (json_t *)name, "arguments", a);
+        char *t = o ? json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
+        bool ok = t && buf_puts(out, i ? "\n<tool_call>\n" : "<tool_call>\n") && buf_puts(out, t) &&
+                  buf_puts(out, "\n</tool_call>");
+        free(t);
+        json_decref(o);
+        if (!ok) return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory");
+    }
+    return ATTND_OK;
+}
+
+bool toolcall_render_result(const char *content, buf *out) {
+    return buf_puts(out, "<tool_response>\n") && buf_puts(out, content) && buf_puts(out, "\n</tool_response>");
+}
+
+// ---- the forcing grammar ------------------------------------------------------------------
+
+attnd_status toolcall_grammar(const toolcall_spec *s, buf *out, attnd_err *err) {
+    size_t n = json_array_size(s->tools);
+    const json_t **schemas = calloc(n ? n : 1, sizeof(*schemas));
+    if (!schemas) return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory");
+    /* parallel: up to MAX_PARALLEL calls, so a sampling model cannot loop on calls until its
+     * length runs out */
+    bool ok = (s->parallel ? buf_printf(out, "root ::= \" \"? call ( \"\\n\" call ){0,%d}\n", MAX_PARALLEL - 1)
+                           : buf_puts(out, "root ::= \" \"? call\n")) &&
+              buf_puts(out, "call ::= \"<tool_call>\\n{\\\"name\\\": \" ( ");
+    bool first = true;
+    for (size_t i = 0; ok && i < n; i++) {
+        const json_t *t = json_array_get(s->tools, i);
+        schemas[i] = json_object_get(t, "parameters");
+        const char *name = json_string_value(json_object_get(t, "name"));
+        if (s->choice == TOOLCALL_NAMED && strcmp(name, s->name)) continue;
+        /* names are [A-Za-z0-9_.-]: no escaping needed inside the literal */
+        ok = buf_printf(out, "%s\"\\\"%s\\\", \\\"arguments\\\": \" s%zu", first ? "" : " | ", name, i);
+        first = false;
+    }
+    ok = ok && buf_puts(out, " ) \"}\\n</tool_call>\"\n");
+    attnd_status st = ok ? json_schema_rules(schemas, n, out, err) : attnd_fail(err, ATTND_ERR_NOMEM, "out of memory");
+    free(schemas);
+    return st;
+}

@@ -1,0 +1,99 @@
+/*
+ * toolcall.h — tool calling for chat: the tool definitions and tool_choice of a request, how
+ * tools and tool history reach a model through the built-in chat families, the grammar that
+ * forces a call, and the parser that splits a model's output into content, reasoning and tool
+ * calls, whole or as it streams.
+ *
+ * The output parser recognises, wherever they start in the text:
+ *   <think> … </think>                            reasoning (reasoning_content)
+ *   <tool_call>{"name": …, "arguments": …}</tool_call>   Hermes / Qwen
+ *   <|python_tag|>{"name": …, "parameters": …}    Llama 3.x (also ";"-separated calls)
+ *   [TOOL_CALLS][{"name": …, "arguments": …}, …] Mistral
+ *   <|channel|>analysis<|message|>…<|end|>        gpt-oss harmony reasoning, and
+ *   <|channel|>commentary to=functions.NAME …<|message|>{…}<|call|>   its calls
+ * and, when the request has tools, an answer that is only a JSON object {"name", "arguments" |
+ * "parameters"} (Llama 3.x's bare JSON, the generic fallback) or an array of them. Text that
+ * could still become one of these markers is held back until it is decided, so the result is
+ * the same however the text is cut into chunks. A call whose JSON does not parse stays content.
+ *
+ * Streamed deltas follow OpenAI's chat chunks: {"content": …}, {"reasoning_content": …}, and
+ * {"tool_calls": [{"index", "id", "type": "function", "function": {"name", "arguments": ""}}]}
+ * followed by {"tool_calls": [{"index", "function": {"arguments": FRAGMENT}}]}; a call's
+ * fragments concatenate to its arguments' JSON text.
+ *
+ * Pure functions of JSON and text (no model, no HTTP). A parser belongs to one choice.
+ */
+#ifndef ATTND_SERVER_TOOLCALL_H
+#define ATTND_SERVER_TOOLCALL_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "attnd/buf.h"
+#include "attnd/common.h"
+
+typedef enum toolcall_choice {
+    TOOLCALL_AUTO = 0,   /* the model decides */
+    TOOLCALL_NONE,       /* tools are described but never parsed as calls */
+    TOOLCALL_REQUIRED,   /* a grammar forces at least one call */
+    TOOLCALL_NAMED,      /* a grammar forces a call of `name` */
+} toolcall_choice;
+
+/* A request's tools, as validated from "tools" / "tool_choice" / "parallel_tool_calls". */
+typedef struct toolcall_spec {
+    json_t *tools;       /* array of {"name", "description", "parameters"} (owned; NULL = none) */
+    toolcall_choice choice;
+    const char *name;    /* TOOLCALL_NAMED: the function (borrowed from tools) */
+    bool parallel;       /* more than one call per answer (default true) */
+} toolcall_spec;
+
+/*
+ * Validates body's "tools" (chat: [{"type": "function", "function": {"name", "description",
+ * "parameters"}}]; responses_shape: [{"type": "function", "name", ...}]), "tool_choice" ("auto",
+ * "none", "required", or a named function in either shape) and "parallel_tool_calls". *param
+ * names the offending field. out must be freed with toolcall_spec_free, also after an error.
+ */
+attnd_status toolcall_parse_spec(const json_t *body, bool responses_shape, toolcall_spec *out, const char **param,
+                                 attnd_err *err);
+void toolcall_spec_free(toolcall_spec *s);
+
+/* The system-prompt text that describes the tools to a built-in chat family (Hermes style:
+ * the tools' JSON inside <tools></tools> and the <tool_call> answer format). Appended to out.
+ * The one place the request's tools become prompt text (the Jinja path replaces it). */
+bool toolcall_system_prompt(const toolcall_spec *s, buf *out);
+/* An assistant message's tool_calls (OpenAI's array) as the text the model would have written
+ * (<tool_call>…</tool_call> lines), and a tool result as the user-side <tool_response> text. */
+attnd_status toolcall_render_calls(const json_t *tool_calls, buf *out, attnd_err *err);
+bool toolcall_render_result(const char *content, buf *out);
+
+/* The GBNF that forces a call (REQUIRED: any of the tools; NAMED: that one; parallel: one or
+ * more), each call's arguments under its parameters' schema. Appended to out. Errors: the
+ * schema conversion's (json_schema.h), naming the tool. */
+attnd_status toolcall_grammar(const toolcall_spec *s, buf *out, attnd_err *err);
+
+// ---- the output parser ----
+
+typedef struct toolcall_parser toolcall_parser;
+/* calls: whether tool calls are parsed (the request has tools and tool_choice is not none);
+ * reasoning <think> / harmony analysis is split off either way. Errors: NOMEM (NULL). */
+toolcall_parser *toolcall_parser_create(bool calls);
+void toolcall_parser_destroy(toolcall_parser *p); /* accepts NULL */
+/* Feeds text[n]; appends the deltas it can release now to deltas (a JSON array). */
+void toolcall_parser_feed(toolcall_parser *p, const char *text, size_t n, json_t *deltas);
+/* The end of the output: releases what was held back (an unfinished call as content). */
+void toolcall_parser_finish(toolcall_parser *p, json_t *deltas);
+/* After finish: the whole message's parts. content: the text outside calls and reasoning
+ * (NULL when there is none and there are calls, as OpenAI sends null); reasoning (NULL when
+ * none); calls: OpenAI's tool_calls array (new reference; NULL when none). */
+json_t *toolcall_parser_content(const toolcall_parser *p);
+json_t *toolcall_parser_reasoning(const toolcall_parser *p);
+json_t *toolcall_parser_calls(const toolcall_parser *p);
+int toolcall_parser_n_calls(const toolcall_parser *p);
+
+/* A whole chat choice ({"message": {...}, "finish_reason"}, changed in place) for the output
+ * text[n]: content, reasoning_content and tool_calls split out, finish_reason "tool_calls" when
+ * the answer is calls. false: out of memory (choice unchanged). */
+bool toolcall_apply(json_t *choice, const char *text, size_t n, bool calls);
+
+#endif

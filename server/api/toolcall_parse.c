@@ -1,0 +1,408 @@
+/*
+ * toolcall_parse.c — splitting a chat model's output into content, reasoning and tool calls
+ * (the parser of toolcall.h).
+ *
+ * A small state machine over the text not yet decided (pend): in plain text it looks for the
+ * earliest marker and holds back only a tail that could still grow into one; inside a marker it
+ * waits for the block's end (a closing tag, or the end of a balanced JSON value) and then
+ * decides. Nothing depends on where chunks were cut: a chunk boundary only ever delays text.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "attnd/common.h"
+#include "oai.h"
+#include "toolcall.h"
+
+enum mode { M_TEXT, M_THINK, M_HERMES, M_PYTAG, M_PYTAG_SEP, M_MISTRAL, M_BARE, M_HARMONY_HEAD, M_HARMONY_BODY };
+enum hkind { H_CONTENT, H_REASONING, H_CALL };
+
+struct toolcall_parser {
+    bool calls;
+    enum mode mode;
+    enum hkind hkind;      /* M_HARMONY_BODY: what the channel carries */
+    char hname[128];       /* H_CALL: the function */
+    bool started;          /* some content or a call came out (bare JSON only at the start) */
+    bool after_reasoning;  /* leading blank lines after reasoning are dropped */
+    buf pend;              /* text not decided yet */
+    buf content, reasoning;
+    json_t *tool_calls;    /* OpenAI's array */
+};
+
+static const char THINK_OPEN[] = "<think>", THINK_CLOSE[] = "</think>", HERMES_OPEN[] = "<tool_call>",
+                  HERMES_CLOSE[] = "</tool_call>", PYTAG[] = "<|python_tag|>", MISTRAL[] = "[TOOL_CALLS]",
+                  CHANNEL[] = "<|channel|>", MESSAGE[] = "<|message|>", START[] = "<|start|>assistant";
+static const char *const HARMONY_ENDS[] = {"<|end|>", "<|call|>", "<|return|>"};
+
+toolcall_parser *toolcall_parser_create(bool calls) {
+    toolcall_parser *p = calloc(1, sizeof(*p));
+    if (!p) return NULL;
+    p->calls = calls;
+    if (!(p->tool_calls = json_array())) {
+        free(p);
+        return NULL;
+    }
+    return p;
+}
+
+void toolcall_parser_destroy(toolcall_parser *p) {
+    if (!p) return;
+    buf_free(&p->pend);
+    buf_free(&p->content);
+    buf_free(&p->reasoning);
+    json_decref(p->tool_calls);
+    free(p);
+}
+
+// ---- releasing --------------------------------------------------------------------------
+
+static void delta_text(json_t *deltas, const char *key, const char *s, size_t n) {
+    if (!n) return;
+    json_t *d = json_object();
+    json_object_set_new(d, key, oai_string(s, n));
+    json_array_append_new(deltas, d);
+}
+
+static void emit_content(toolcall_parser *p, const char *s, size_t n, json_t *deltas) {
+    if (!p->started && (p->after_reasoning || p->calls)) /* blank lines before a call or answer go */
+        while (n && (*s == '\n' || *s == ' ' || *s == '\r' || *s == '\t')) s++, n--;
+    if (!n) return;
+    p->started = true;
+    buf_append(&p->content, s, n);
+    delta_text(deltas, "content", s, n);
+}
+
+static void emit_reasoning(toolcall_parser *p, const char *s, size_t n, json_t *deltas) {
+    buf_append(&p->reasoning, s, n);
+    delta_text(deltas, "reasoning_content", s, n);
+}
+
+/* Removes the first n bytes of pend. */
+static void consume(toolcall_parser *p, size_t n) {
+    memmove(p->pend.p, p->pend.p + n, p->pend.len - n);
+    p->pend.len -= n;
+    if (p->pend.p) p->pend.p[p->pend.len] = '\0';
+}
+
+/* Adds one call (arguments as JSON text) and its two stream deltas. */
+static void add_call(toolcall_parser *p, const char *name, const char *args, json_t *deltas) {
+    char id[40];
+    attnd_random_id(id, sizeof(id), "call_");
+    int index = (int)json_array_size(p->tool_calls);
+    json_array_append_new(p->tool_calls, json_pack("{s:s,s:s,s:{s:s,s:s}}", "id", id, "type", "function", "function",
+                                                   "name", name, "arguments", args));
+    json_array_append_new(deltas, json_pack("{s:[{s:i,s:s,s:s,s:{s:s,s:s}}]}", "tool_calls", "index", index, "id", id,
+                                            "type", "function", "function", "name", name, "arguments", ""));
+    json_array_append_new(deltas, json_pack("{s:[{s:i,s:{s:s}}]}", "tool_calls", "index", index, "function",
+                                            "arguments", args));
+    p->started = true;
+}
+
+/* A parsed call object {"name", "arguments" | "parameters"}: added; false when it is not one. */
+static bool take_call(toolcall_parser *p, const json_t *o, json_t *deltas) {
+    const json_t *name = json_object_get(o, "name"), *args = json_object_get(o, "arguments");
+    if (!args) args = json_object_get(o, "parameters");
+    if (!json_is_object(o) || !json_is_string(name) || json_string_length(name) == 0) return false;
+    if (args && !json_is_object(args) && !json_is_string(args)) return false;
+    char *text = !args ? strdup("{}") : json_is_string(args) ? strdup(json_string_value(args))
+                                                             : json_dumps(args, JSON_COMPACT | JSON_PRESERVE_ORDER);
+    if (!text) return false;
+    add_call(p, json_string_value(name), text, deltas);
+    free(text);
+    return true;
+}
+
+/* Calls from JSON text: an object, or an array of objects (all of them must be calls). */
+static bool take_calls_json(toolcall_parser *p, const char *s, size_t n, json_t *deltas) {
+    json_t *v = json_loadb(s, n, JSON_DECODE_ANY, NULL);
+    bool ok = json_is_object(v) || (json_is_array(v) && json_array_size(v) > 0);
+    for (size_t i = 0; ok && json_is_array(v) && i < json_array_size(v); i++) {
+        const json_t *c = json_array_get(v, i);
+        ok = json_is_object(c) && json_is_string(json_object_get(c, "name"));
+    }
+    if (ok && json_is_object(v)) ok = take_call(p, v, deltas);
+    for (size_t i = 0; ok && json_is_array(v) && i < json_array_size(v); i++) ok = take_call(p, json_array_get(v, i), deltas);
+    json_decref(v);
+    return ok;
+}
+
+// ---- scanning ---------------------------------------------------------------------------
+
+/* The length of the balanced JSON object or array at s[0] ('{' or '['), 0 while unfinished. */
+static size_t json_span(const char *s, size_t n) {
+    int depth = 0;
+    bool str = false, esc = false;
+    for (size_t i = 0; i < n; i++) {
+        char c = s[i];
+        if (str) {
+            if (esc) esc = false;
+            else if (c == '\\') esc = true;
+            else if (c == '"') str = false;
+        } else if (c == '"') str = true;
+        else if (c == '{' || c == '[') depth++;
+        else if ((c == '}' || c == ']') && --depth == 0) return i + 1;
+    }
+    return 0;
+}
+
+static size_t skip_ws(const char *s, size_t n, size_t i) {
+    while (i < n && (s[i] == ' ' || s[i] == '\n' || s[i] == '\r' || s[i] == '\t')) i++;
+    return i;
+}
+
+/* The longest tail of s[n] that is a proper prefix of m. */
+static size_t partial_tail(const char *s, size_t n, const char *m) {
+    size_t lm = strlen(m), best = 0;
+    for (size_t k = 1; k < lm && k <= n; k++)
+        if (!memcmp(s + n - k, m, k)) best = k;
+    return best;
+}
+
+/* Finds the earliest of the markers in s[n]: its index into *which and its offset, or n. */
+static size_t find_first(const char *s, size_t n, const char *const *m, size_t n_m, size_t *which) {
+    size_t best = n;
+    for (size_t i = 0; i < n_m; i++) {
+        size_t lm = strlen(m[i]);
+        for (size_t at = 0; at + lm <= n && at < best; at++)
+            if (!memcmp(s + at, m[i], lm)) {
+                best = at, *which = i;
+                break;
+            }
+    }
+    return best;
+}
+
+// ---- the modes ----------------------------------------------------------------------------
+
+/* Plain text: the earliest marker switches mode; a possible marker's prefix waits. */
+static bool step_text(toolcall_parser *p, json_t *deltas, bool final) {
+    const char *s = p->pend.p;
+    size_t n = p->pend.len;
+    if (p->calls && !p->started) { /* a bare JSON call may only be the whole answer's start */
+        size_t i = skip_ws(s, n, 0), lm = strlen(MISTRAL);
+        if (i == n && !final) return false;
+        bool mistral = n - i >= lm ? !memcmp(s + i, MISTRAL, lm) : !memcmp(s + i, MISTRAL, n - i);
+        if (mistral && n - i < lm && !final) return false; /* "[TOOL_C" could be either */
+        if (i < n && (s[i] == '{' || (s[i] == '[' && !mistral))) {
+            p->mode = M_BARE;
+            return true;
+        }
+    }
+    const char *markers[] = {THINK_OPEN, CHANNEL, START, HERMES_OPEN, PYTAG, MISTRAL};
+    size_t n_m = p->calls ? 6 : 3, which = 0;
+    size_t at = find_first(s, n, markers, n_m, &which);
+    if (at < n) {
+        emit_content(p, s, at, deltas);
+        consume(p, at + strlen(markers[which]));
+        static const enum mode next[] = {M_THINK, M_HARMONY_HEAD, M_TEXT, M_HERMES, M_PYTAG, M_MISTRAL};
+        p->mode = next[which];
+        if (which == 0) p->after_reasoning = true;
+        return true;
+    }
+    size_t hold = 0;
+    for (size_t i = 0; !final && i < n_m; i++) {
+        size_t t = partial_tail(s, n, markers[i]);
+        if (t > hold) hold = t;
+    }
+    emit_content(p, s, n - hold, deltas);
+    consume(p, n - hold);
+    return false;
+}
+
+/* Text up to the close marker goes to emit (reasoning or content); then mode back to text. */
+static bool step_until(toolcall_parser *p, const char *close, bool reasoning, json_t *deltas, bool final) {
+    const char *s = p->pend.p;
+    size_t n = p->pend.len, which = 0;
+    const char *m[] = {close};
+    size_t at = find_first(s, n, m, 1, &which);
+    size_t take = at < n ? at : n - (final ? 0 : partial_tail(s, n, close));
+    if (reasoning) emit_reasoning(p, s, take, deltas);
+    else emit_content(p, s, take, deltas);
+    consume(p, at < n ? at + strlen(close) : take);
+    if (at < n) p->mode = M_TEXT;
+    return at < n;
+}
+
+/* <tool_call> JSON </tool_call>: a call, or (not one) content as written. */
+static bool step_hermes(toolcall_parser *p, json_t *deltas, bool final) {
+    const char *m[] = {HERMES_CLOSE};
+    size_t which, at = find_first(p->pend.p, p->pend.len, m, 1, &which);
+    if (at == p->pend.len && !final) return false;
+    if (!take_calls_json(p, p->pend.p, at, deltas)) {
+        emit_content(p, HERMES_OPEN, strlen(HERMES_OPEN), deltas);
+        emit_content(p, p->pend.p, at, deltas);
+        if (at < p->pend.len) emit_content(p, HERMES_CLOSE, strlen(HERMES_CLOSE), deltas);
+    }
+    consume(p, at < p->pend.len ? at + strlen(HERMES_CLOSE) : at);
+    p->mode = M_TEXT;
+    return true;
+}
+
+/* A balanced JSON value after a marker (<|python_tag|>, [TOOL_CALLS], or none: bare JSON):
+ * calls, then for python_tag more calls after ';'. Not calls: the text as written. */
+static bool step_json(toolcall_parser *p, const char *marker, json_t *deltas, bool final) {
+    const char *s = p->pend.p;
+    size_t n = p->pend.len, i = skip_ws(s, n, 0);
+    if (i == n && !final) return false;
+    if (i == n) { /* only blanks after the marker (or after "; "): nothing more */
+        consume(p, n);
+        p->mode = M_TEXT;
+        return true;
+    }
+    size_t span = i < n && (s[i] == '{' || s[i] == '[') ? json_span(s + i, n - i) : 0;
+    if (!span && !final && i < n && (s[i] == '{' || s[i] == '[')) return false;
+    bool ok = span && take_calls_json(p, s + i, span, deltas);
+    if (!ok) { /* not a call after all: the marker and the text as written */
+        p->mode = M_TEXT;
+        p->started = true;
+        size_t take = span ? i + span : n;
+        emit_content(p, marker, strlen(marker), deltas);
+        emit_content(p, s, take, deltas);
+        consume(p, take);
+        return true;
+    }
+    consume(p, i + span);
+    p->mode = p->mode == M_PYTAG ? M_PYTAG_SEP : M_TEXT;
+    return true;
+}
+
+/* After a python_tag call: ';' and another call, or back to text. */
+static bool step_pytag_sep(toolcall_parser *p, bool final) {
+    size_t j = skip_ws(p->pend.p, p->pend.len, 0);
+    if (j == p->pend.len && !final) return false;
+    if (j < p->pend.len && p->pend.p[j] == ';') {
+        consume(p, j + 1);
+        p->mode = M_PYTAG;
+    } else {
+        p->mode = M_TEXT;
+    }
+    return true;
+}
+
+/* harmony: <|channel|>NAME [to=functions.F] [<|constrain|>json]<|message|> */
+static bool step_harmony_head(toolcall_parser *p, json_t *deltas, bool final) {
+    const char *m[] = {MESSAGE};
+    size_t which, at = find_first(p->pend.p, p->pend.len, m, 1, &which);
+    if (at == p->pend.len) {
+        if (final) {
+            emit_content(p, p->pend.p, p->pend.len, deltas);
+            consume(p, p->pend.len);
+            p->mode = M_TEXT;
+        }
+        return final;
+    }
+    char head[256];
+    snprintf(head, sizeof(head), "%.*s", (int)(at < 255 ? at : 255), p->pend.p);
+    const char *to = strstr(head, "to=functions.");
+    p->hkind = !strncmp(head, "analysis", 8) ? H_REASONING : (p->calls && to) ? H_CALL : H_CONTENT;
+    if (p->hkind == H_CALL) {
+        const char *nm = to + strlen("to=functions.");
+        size_t k = 0;
+        while (nm[k] && nm[k] != ' ' && nm[k] != '<' && k + 1 < sizeof(p->hname)) k++;
+        snprintf(p->hname, sizeof(p->hname), "%.*s", (int)k, nm);
+    }
+    consume(p, at + strlen(MESSAGE));
+    p->mode = M_HARMONY_BODY;
+    return true;
+}
+
+static bool step_harmony_body(toolcall_parser *p, json_t *deltas, bool final) {
+    size_t which = 0, n = p->pend.len;
+    size_t at = find_first(p->pend.p, n, HARMONY_ENDS, ATTND_ARRAY_LEN(HARMONY_ENDS), &which);
+    if (p->hkind == H_CALL) {
+        if (at == n && !final) return false;
+        json_t *args = json_loadb(p->pend.p, at, 0, NULL);
+        char *text = json_is_object(args) ? json_dumps(args, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
+        if (text) add_call(p, p->hname, text, deltas);
+        else emit_content(p, p->pend.p, at, deltas);
+        free(text);
+        json_decref(args);
+    } else {
+        size_t hold = 0;
+        for (size_t i = 0; at == n && !final && i < ATTND_ARRAY_LEN(HARMONY_ENDS); i++) {
+            size_t t = partial_tail(p->pend.p, n, HARMONY_ENDS[i]);
+            if (t > hold) hold = t;
+        }
+        size_t take = at < n ? at : n - hold;
+        if (p->hkind == H_REASONING) emit_reasoning(p, p->pend.p, take, deltas);
+        else emit_content(p, p->pend.p, take, deltas);
+        if (at == n) {
+            consume(p, take);
+            return false;
+        }
+    }
+    consume(p, at < n ? at + strlen(HARMONY_ENDS[which]) : at);
+    p->mode = M_TEXT;
+    return true;
+}
+
+static bool step(toolcall_parser *p, json_t *deltas, bool final) {
+    if (p->pend.len == 0) return false;
+    switch (p->mode) {
+    case M_TEXT: return step_text(p, deltas, final);
+    case M_THINK: return step_until(p, THINK_CLOSE, true, deltas, final);
+    case M_HERMES: return step_hermes(p, deltas, final);
+    case M_PYTAG: return step_json(p, PYTAG, deltas, final);
+    case M_PYTAG_SEP: return step_pytag_sep(p, final);
+    case M_MISTRAL: return step_json(p, MISTRAL, deltas, final);
+    case M_BARE: return step_json(p, "", deltas, final);
+    case M_HARMONY_HEAD: return step_harmony_head(p, deltas, final);
+    case M_HARMONY_BODY: return step_harmony_body(p, deltas, final);
+    }
+    return false;
+}
+
+void toolcall_parser_feed(toolcall_parser *p, const char *text, size_t n, json_t *deltas) {
+    if (n && !buf_append(&p->pend, text, n)) return;
+    while (step(p, deltas, false)) {}
+}
+
+void toolcall_parser_finish(toolcall_parser *p, json_t *deltas) {
+    while (step(p, deltas, true)) {}
+    p->mode = M_TEXT;
+    if (p->pend.len) { /* whatever a mode could not place */
+        emit_content(p, p->pend.p, p->pend.len, deltas);
+        consume(p, p->pend.len);
+    }
+}
+
+json_t *toolcall_parser_content(const toolcall_parser *p) {
+    if (p->content.len == 0 && json_array_size(p->tool_calls)) return json_null();
+    return oai_string(p->content.p ? p->content.p : "", p->content.len);
+}
+
+json_t *toolcall_parser_reasoning(const toolcall_parser *p) {
+    return p->reasoning.len ? oai_string(p->reasoning.p, p->reasoning.len) : NULL;
+}
+
+json_t *toolcall_parser_calls(const toolcall_parser *p) {
+    return json_array_size(p->tool_calls) ? json_incref(p->tool_calls) : NULL;
+}
+
+int toolcall_parser_n_calls(const toolcall_parser *p) { return (int)json_array_size(p->tool_calls); }
+
+// ---- a chat choice ------------------------------------------------------------------------
+
+bool toolcall_apply(json_t *choice, const char *text, size_t n, bool calls) {
+    toolcall_parser *p = toolcall_parser_create(calls);
+    json_t *deltas = json_array(), *msg = json_object_get(choice, "message");
+    if (!p || !deltas || !msg) {
+        toolcall_parser_destroy(p);
+        json_decref(deltas);
+        return false;
+    }
+    toolcall_parser_feed(p, text, n, deltas);
+    toolcall_parser_finish(p, deltas);
+    json_object_set_new(msg, "content", toolcall_parser_content(p));
+    json_t *r = toolcall_parser_reasoning(p), *tc = toolcall_parser_calls(p);
+    if (r) json_object_set_new(msg, "reasoning_content", r);
+    if (tc) {
+        json_object_set_new(msg, "tool_calls", tc);
+        const json_t *fr = json_object_get(choice, "finish_reason");
+        if (json_is_string(fr) && !strcmp(json_string_value(fr), "stop"))
+            json_object_set_new(choice, "finish_reason", json_string("tool_calls"));
+    }
+    json_decref(deltas);
+    toolcall_parser_destroy(p);
+    return true;
+}

@@ -1,0 +1,123 @@
+/*
+ * settings.h — every knob `attnd serve` has, as one plain struct, plus the lifecycle hooks the
+ * deployment layer (systemd notify) attaches to.
+ *
+ * Who fills it: server_settings_default() gives safe defaults, from the settings table in
+ * config.c where every setting is described once (loopback only, no API key, CORS off, bounded
+ * everything); the configuration module (config.c) overlays a config file, environment and
+ * flags, as cli/cmd_serve.c asks it to.
+ * The server reads the struct once at start and keeps its own copies of the strings it needs.
+ *
+ * Ownership: string fields are borrowed by server_create(), which copies them; whoever fills
+ * them (the config module) keeps them alive until it returns.
+ * A NULL string means "not set".
+ */
+#ifndef ATTND_SERVER_SETTINGS_H
+#define ATTND_SERVER_SETTINGS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "attnd/sampler.h"
+
+/*
+ * Lifecycle callbacks (all optional; NULL = no-op). Called from the server's own threads:
+ *   on_ready      once, after the model is loaded and the port is bound (-> READY=1)
+ *   on_status     a one-line human status ("loading model", "ready", "serving: 3 active, 0 queued,
+ *                 412 tokens/s" at most every 5 s when it changes) (-> STATUS=...)
+ *   on_watchdog   from the scheduler loop at least every settings.watchdog_interval_ms while
+ *                 the scheduler is alive (-> WATCHDOG=1); a stuck scheduler stops calling it
+ *   on_stopping   once, when shutdown begins (-> STOPPING=1)
+ * user is passed back unchanged.
+ */
+typedef struct server_hooks {
+    void (*on_ready)(void *user);
+    void (*on_status)(void *user, const char *status);
+    void (*on_watchdog)(void *user);
+    void (*on_stopping)(void *user);
+    void *user;
+} server_hooks;
+
+typedef enum server_log_level {
+    SERVER_LOG_ERROR = 0,
+    SERVER_LOG_WARN = 1,
+    SERVER_LOG_INFO = 2, /* default: start-up, ready, access log, disconnects */
+    SERVER_LOG_DEBUG = 3,
+} server_log_level;
+
+typedef struct server_settings {
+    // ---- network ----
+    const char *host;        /* bind address; default "127.0.0.1" (loopback only) */
+    int port;                /* default 8080; 0 = any free port (tests read it back) */
+    int max_connections;     /* concurrent HTTP connections; default 256 */
+
+    // ---- model / engine ----
+    const char *model_path;  /* GGUF file; required */
+    const char *model_alias; /* id reported by /v1/models; NULL = file name without .gguf */
+    int threads;             /* engine threads; <= 0 = all CPUs this process may use */
+    int ctx_size;            /* per-sequence context cap; 0 = the model's context length */
+    int max_batch;           /* most tokens per engine step (prefill chunk + decodes); default 512 */
+    int prefill_budget_ms;   /* a step's time while a prompt prefills beside decoding streams;
+                                0 = auto (3 decode steps); default 0 */
+    size_t kv_budget_mb;     /* KV memory budget for all sessions together; default 1024 */
+    bool kv_f32;             /* store KV as f32 instead of f16; default false */
+    const char *chat_template; /* built-in family by name ("chatml", "llama3", ...) for a model without a
+                                * template of its own; NULL = detect */
+    const char *chat_template_file; /* a Jinja chat template file for a model without one; NULL = none */
+
+    // ---- sessions ----
+    int max_sessions;        /* named sessions kept (in memory and on disk); default 1024 */
+    const char *state_dir;   /* where session histories persist; NULL = no persistence */
+    int max_parallel;        /* sequences decoded together per step; default 16 */
+    int session_ttl_s;       /* idle named sessions older than this are removed; 0 = never;
+                                default 259200 (3 days) */
+    bool session_evict_lru;  /* at max_sessions, creating one evicts the least recently used idle
+                                session instead of answering 429; default true */
+    const char *session_store; /* shared store of several instances, "redis://host:port[/db]";
+                                  NULL or "" = sessions are this instance's (state_dir) */
+    const char *session_store_prefix; /* key prefix there; default "attnd:session:" */
+    int session_store_ttl_s; /* a record unused this long expires; 0 = never; default 259200 */
+
+    // ---- limits ----
+    size_t body_limit;       /* request body cap in bytes; default 1 MiB (413 above) */
+    int queue_limit;         /* requests waiting for the scheduler; default 64 (429 above) */
+    int tokenize_parallel;   /* /tokenize and /detokenize requests at once; default 4 (429 above) */
+    int max_tokens_cap;      /* upper bound on max_tokens per request; default 4096 */
+    int max_request_tokens;  /* upper bound on max_tokens x n x prompts per request (400 above);
+                                default 32768 */
+    int attention_max_weights; /* most weights one POST /v1/attention answer carries; default 1000000 */
+    size_t attention_max_bytes; /* most bytes of JSON one /v1/attention answer takes; default 16 MiB */
+    int attention_parallel;  /* /v1/attention requests at once; default 2 (429 above) */
+    int request_timeout_s;   /* idle HTTP connection timeout (slow loris); default 30 */
+    int header_timeout_s;    /* a connection's request headers must arrive within this; default 10 */
+    int body_timeout_s;      /* a request's body must arrive within this of its headers; default 20 */
+    int max_connections_per_address; /* connections one client address may hold (429 above);
+                                0 = half of max_connections; default 0 */
+    int shutdown_timeout_s;  /* SIGTERM: how long in-flight work may finish; default 10 */
+    int sse_keepalive_s;     /* a waiting stream sends ": keep-alive" this often; 0 = never;
+                                default 5 (at most half of request_timeout_s) */
+    int watchdog_interval_ms;/* how often on_watchdog is called at least; default 1000 */
+
+    // ---- security ----
+    const char *api_key;     /* required Bearer token; NULL or "" = no authentication */
+    const char *cors_origins;/* comma-separated allowed origins, "*" for any; NULL = CORS off */
+    const char *allowed_hosts; /* extra Host names a loopback-bound server answers (comma-separated);
+                                * NULL = loopback names only (DNS rebinding, see origin.h) */
+
+    // ---- logging ----
+    server_log_level log_level; /* default SERVER_LOG_INFO */
+    bool access_log;         /* one line per request on stderr; default true */
+
+    // ---- default sampling (a request's fields override these) ----
+    sampler_params sampling; /* sampler_params_default; the config sets temperature, top_k, top_p,
+                                min_p, repeat_penalty, repeat_last_n (bias always NULL) */
+    int default_max_tokens;  /* when a request gives none; default 256 */
+
+    server_hooks hooks;
+} server_settings;
+
+/* Fills *s with the defaults documented above (all hooks NULL, model_path NULL). */
+void server_settings_default(server_settings *s);
+
+#endif /* ATTND_SERVER_SETTINGS_H */

@@ -1,0 +1,823 @@
+/*
+ * scheduler.c — the scheduler thread: continuous batching over one engine (see scheduler.h).
+ *
+ * Each step:
+ *   1. destroy KV handles of deleted sessions; admit queued jobs into free slots (prefix reuse)
+ *      while their KV reservations (prompt + max_tokens, capped at the context) fit the budget;
+ *   2. drop cancelled jobs;
+ *   3. build ONE batch: a decode token for every generating slot, then prefill chunks of the
+ *      prompts still being read, sized to the prefill time budget while others decode;
+ *   4. engine_eval; when the pool is full, evict the least recently used cache no slot is
+ *      using (idle ones first, then those of sessions whose turn still waits in the queue) and
+ *      retry: the reservations count only running jobs, so every other cache must stay
+ *      evictable, and then evicting always makes room; failing the newest job is only a
+ *      safeguard against broken accounting;
+ *   5. sample one token per slot that produced logits, publish text to the job.
+ * Everything per-step lives in buffers allocated at start (batch, logits); per-request state
+ * (the generation pipeline of attnd/gen.h, history) is allocated once at admission.
+ */
+#include "scheduler.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "attnd/buf.h"
+#include "attnd/gen.h"
+#include "sched_internal.h"
+#include "slog.h"
+
+
+static void forks_fail(sched *s, sched_job *j, attnd_status st, const char *msg);
+
+// ---- latency distributions -----------------------------------------------------------------
+
+/* Bucket bounds for CPU serving: a 1B model decodes at 20-60 ms a token and prefills 100-300
+ * tokens/s on two cores, a 7B one several times slower, so the latency bounds reach minutes. */
+static const double H_QUEUE[] = {0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120};
+static const double H_TTFT[] = {0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 4, 8, 15, 30, 60, 120};
+static const double H_ITL[] = {0.005, 0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.15, 0.25, 0.5, 1, 2.5, 5};
+static const double H_E2E[] = {0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 40, 80, 160, 320, 640};
+static const double H_TOKENS[] = {1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768};
+
+static void hist_init_all(sched_stats *st) {
+    static const struct { const double *le; int n; } B[SCHED_H_COUNT] = {
+        [SCHED_H_QUEUE] = {H_QUEUE, ATTND_ARRAY_LEN(H_QUEUE)}, [SCHED_H_TTFT] = {H_TTFT, ATTND_ARRAY_LEN(H_TTFT)},
+        [SCHED_H_ITL] = {H_ITL, ATTND_ARRAY_LEN(H_ITL)},       [SCHED_H_E2E] = {H_E2E, ATTND_ARRAY_LEN(H_E2E)},
+        [SCHED_H_PROMPT] = {H_TOKENS, ATTND_ARRAY_LEN(H_TOKENS)}, [SCHED_H_GEN] = {H_TOKENS, ATTND_ARRAY_LEN(H_TOKENS)},
+    };
+    for (int k = 0; k < SCHED_H_COUNT; k++) histo_init(&st->hist[k], B[k].le, B[k].n);
+}
+
+/* Scheduler thread: one observation, under the mutex sched_get_stats copies them under. */
+static void observe(sched *s, sched_hist k, double v) {
+    pthread_mutex_lock(&s->mu);
+    histo_observe(&s->stats.hist[k], v);
+    pthread_mutex_unlock(&s->mu);
+}
+
+
+// ---- slots --------------------------------------------------------------------------------
+
+/* Ends a slot's job: publishes the outcome, returns the cache entry with the new history. */
+static void slot_finish(sched *s, slot *sl, const char *reason, attnd_status st, const char *msg) {
+    sched_job *j = sl->job;
+    char rid[sizeof(j->request_id)]; /* what this logs is about j's request (j may go first) */
+    memcpy(rid, j->request_id, sizeof(rid));
+    slog_set_request(rid);
+    if (st == ATTND_OK) {
+        if (!j->is_fork) {
+            observe(s, SCHED_H_E2E, attnd_now_s() - j->t_submit);
+            observe(s, SCHED_H_PROMPT, j->n_prompt);
+        }
+        observe(s, SCHED_H_GEN, sl->n_gen);
+    }
+    attn_capture_unlink(&s->inspecting, j->capture);
+    if (sl->se) {
+        if (sl->kv) sess_set_kv(s->store, sl->se, sl->kv, sl->n_past, kv_seq_bytes(sl->kv));
+        attnd_err e;
+        /* the history is what the KV holds plus the last sampled token (the durable truth);
+         * a request that failed before it had one leaves the old history alone */
+        if (!sl->hist) sess_abandon(s->store, sl->se);
+        else if (sess_release(s->store, sl->se, sl->hist, sl->n_hist, &e) != ATTND_OK) slog_error("%s", e.msg);
+    }
+    pthread_mutex_lock(&j->mu);
+    if (st == ATTND_OK && reason && sl->g) {
+        /* release held-back bytes: an unfinished UTF-8 tail, then text kept for stop matching */
+        const char *e;
+        size_t ne;
+        if (gen_finish(sl->g, &e, &ne) == STOP_STRING) reason = "stop";
+        sched_job_append_text(j, e, ne);
+    }
+    j->finish_reason = st == ATTND_OK ? reason : NULL;
+    j->status = st;
+    if (msg) snprintf(j->errmsg, sizeof(j->errmsg), "%s", msg);
+    j->done = true;
+    pthread_cond_broadcast(&j->cv);
+    pthread_mutex_unlock(&j->mu);
+    gen_destroy(sl->g);
+    free(sl->hist);
+    if (sl->own_kv) kv_seq_destroy(sl->kv);
+    /* forks not started yet: the prompt they continue was never read */
+    forks_fail(s, j, st != ATTND_OK ? st : ATTND_ERR_BUSY, msg ? msg : "the request ended before its prompt was read");
+    sched_tenant_leave(s, j, true);
+    sched_job_unref(j);
+    size_t reserve = sl->reserve;
+    kv_group *g = sl->group;
+    memset(sl, 0, sizeof(*sl));
+    sched_group_leave(s, g);
+    slog_set_request(NULL);
+    pthread_mutex_lock(&s->mu);
+    s->n_active--;
+    s->reserved -= reserve;
+    pthread_cond_broadcast(&s->idle);
+    pthread_mutex_unlock(&s->mu);
+}
+
+/* A job that never got a slot (its forks fail with it). */
+static void job_fail_unstarted(sched *s, sched_job *j, attnd_status st, const char *msg) {
+    if (j->se) sess_abandon(s->store, j->se);
+    kv_group *g = j->kv_group;
+    j->kv_group = NULL;
+    if (g) { /* a fork of an admitted job: its own part and its share of the group go back */
+        pthread_mutex_lock(&s->mu);
+        s->reserved -= g->own;
+        pthread_mutex_unlock(&s->mu);
+        sched_group_leave(s, g);
+    }
+    forks_fail(s, j, st, msg);
+    sched_tenant_leave(s, j, false);
+    pthread_mutex_lock(&j->mu);
+    j->status = st;
+    snprintf(j->errmsg, sizeof(j->errmsg), "%.255s", msg);
+    j->done = true;
+    pthread_cond_broadcast(&j->cv);
+    pthread_mutex_unlock(&j->mu);
+    sched_job_unref(j);
+}
+
+/* The per-request generation state of a slot: history and the generation pipeline (sampler
+ * with the prompt in its penalty window, detokenizer, stop strings). */
+static attnd_status slot_init_gen(sched *s, slot *sl, sched_job *j, attnd_err *err) {
+    sl->hist = malloc((size_t)(j->n_prompt + j->max_tokens + 1) * sizeof(int32_t));
+    if (!sl->hist) return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory");
+    memcpy(sl->hist, j->prompt, (size_t)j->n_prompt * sizeof(int32_t));
+    sl->n_hist = j->n_prompt;
+    if (j->grammar && !s->gvocab && s->tok) {
+        attnd_status rc = grammar_vocab_from_tokenizer(&s->gvocab, s->tok, err);
+        if (rc != ATTND_OK) return rc;
+    }
+    gen_params gp = {.sp = j->sp, .stops = (const char *const *)j->stops, .n_stops = j->n_stops,
+                     .top_logprobs = j->top_logprobs, .grammar = j->grammar, .gvocab = s->gvocab};
+    return gen_create(&sl->g, &gp, s->n_vocab, s->tok, j->prompt, j->n_prompt, err);
+}
+
+/* Takes a job into a free slot: picks its cache entry and keeps the longest common prefix. */
+static attnd_status slot_start(sched *s, slot *sl, sched_job *j, attnd_err *err) {
+    memset(sl, 0, sizeof(*sl));
+    sl->job = j;
+    sl->admitted = ++s->n_admitted;
+    observe(s, SCHED_H_QUEUE, attnd_now_s() - j->t_submit);
+    sl->se = j->se ? j->se : sess_acquire_anon(s->store, j->owner, j->prompt, j->n_prompt, s->max_anon);
+    if (!sl->se) return attnd_fail(err, ATTND_ERR_BUSY, "no prompt cache entry free");
+    sess_set_running(s->store, sl->se, true); /* its KV is in use from here: never evicted */
+    sl->kv = sl->se->kv; /* NULL when evicted while the job was queued */
+    if (!sl->kv) {
+        attnd_status rc = kv_seq_create(&sl->kv, s->pool, err);
+        if (rc != ATTND_OK) return rc;
+        sess_set_kv(s->store, sl->se, sl->kv, 0, 0);
+    }
+    /* the KV holds se->tokens[0..kv_len); keep what the new prompt shares, but always evaluate
+     * at least the last prompt token (its logits start generation) */
+    int keep = sess_common_prefix(sl->se->tokens, sl->se->kv_len, j->prompt, j->n_prompt);
+    if (keep >= j->n_prompt) keep = j->n_prompt - 1;
+    if (j->prompt_logprobs || (j->capture && !j->se)) keep = 0; /* every position's logits / rows */
+    if (keep < 0) keep = 0;
+    kv_seq_truncate(sl->kv, keep);
+    keep = kv_seq_len(sl->kv); /* less when a sliding window's positions were freed (kv.h) */
+    if (j->capture) attn_capture_link(&s->inspecting, j->capture, sl->kv);
+    sl->n_past = keep;
+    sl->prefilling = true;
+    attnd_status rc = slot_init_gen(s, sl, j, err);
+    if (rc != ATTND_OK) return rc;
+    pthread_mutex_lock(&s->mu);
+    s->stats.cached_tokens += (uint64_t)keep;
+    pthread_mutex_unlock(&s->mu);
+    pthread_mutex_lock(&j->mu);
+    j->n_cached = keep;
+    if (j->prompt_logprobs && j->n_prompt > 0) j->prompt_lp[0] = NAN;
+    pthread_mutex_unlock(&j->mu);
+    return ATTND_OK;
+}
+
+/* Samples one token for a generating slot and publishes what it released. */
+static void slot_token(sched *s, slot *sl, const float *row) {
+    sched_job *j = sl->job;
+    /* only this thread writes pieces and tops; readers see entries below n_pieces */
+    token_logprob *top = j->top_logprobs > 0 ? j->tops + (size_t)j->n_pieces * j->top_logprobs : NULL;
+    gen_token t;
+    stop_reason why = gen_next(sl->g, row, top, &t);
+    sl->hist[sl->n_hist++] = t.id;
+    sl->n_gen++;
+    double now = attnd_now_s();
+    if (sl->t_last > 0) observe(s, SCHED_H_ITL, now - sl->t_last);
+    else if (!j->is_fork) observe(s, SCHED_H_TTFT, now - j->t_submit);
+    sl->t_last = now;
+    pthread_mutex_lock(&j->mu);
+    j->n_generated = sl->n_gen;
+    if (why != STOP_EOG) {
+        j->pieces[j->n_pieces++] = (token_logprob){t.id, j->top_logprobs >= 0 ? t.logprob : 0};
+        sched_job_append_text(j, t.text, t.n_text);
+    }
+    pthread_cond_broadcast(&j->cv);
+    pthread_mutex_unlock(&j->mu);
+    sl->next_token = t.id;
+    /* finishing waits for the end of the step (see finish_ended) */
+    if (why != STOP_NONE) sl->end_reason = "stop";
+    else if (sl->n_gen >= j->max_tokens || sl->n_past >= s->n_ctx) sl->end_reason = "length";
+}
+
+/*
+ * Finishes the slots whose generation ended this step. A named session's last sampled token is
+ * evaluated into its KV first (all of them in one batch, no logits), so the next turn finds the
+ * whole conversation cached: cached_tokens >= the previous turn's total.
+ */
+static void finish_ended(sched *s) {
+    int n = 0;
+    for (int k = 0; k < s->n_slots; k++) {
+        slot *sl = &s->slots[k];
+        if (sl->job && sl->end_reason && sl->job->se && sl->n_past < s->n_ctx && n < s->max_batch)
+            s->batch[n++] = (batch_entry){sl->kv, sl->next_token, sl->n_past, false};
+    }
+    attnd_err err;
+    attnd_status rc = n ? engine_eval(s->eng, s->batch, n, NULL, &err) : ATTND_ERR_INVALID;
+    if (n && rc != ATTND_OK) slog_debug("session tail not cached: %s", err.msg); /* next turn prefills it */
+    for (int k = 0; k < s->n_slots; k++) {
+        slot *sl = &s->slots[k];
+        if (!sl->job || !sl->end_reason) continue;
+        if (rc == ATTND_OK && sl->job->se && sl->n_past < s->n_ctx) sl->n_past++;
+        slot_finish(s, sl, sl->end_reason, ATTND_OK, NULL);
+    }
+}
+
+// ---- forks (n > 1) -----------------------------------------------------------------------
+
+/* Fails j's forks that were not started (j ended before its prompt was read). */
+static void forks_fail(sched *s, sched_job *j, attnd_status st, const char *msg) {
+    while (j->forks) {
+        sched_job *f = j->forks;
+        j->forks = f->next;
+        f->next = NULL;
+        job_fail_unstarted(s, f, st, msg); /* drops the parent's reference */
+    }
+}
+
+/* j's prompt is read (its KV holds exactly the prompt, row its last logits): each fork takes a
+ * share of the blocks and a copy of the logits, and waits in the ready list for a slot. */
+static void forks_start(sched *s, slot *sl, const float *row) {
+    sched_job *j = sl->job;
+    while (j->forks) {
+        sched_job *f = j->forks;
+        j->forks = f->next;
+        f->next = NULL;
+        attnd_err err;
+        attnd_status rc = kv_seq_fork(&f->fork_kv, sl->kv, &err);
+        if (rc == ATTND_OK && !(f->first_logits = malloc((size_t)s->n_vocab * sizeof(float))))
+            rc = attnd_fail(&err, ATTND_ERR_NOMEM, "out of memory");
+        if (rc != ATTND_OK) {
+            job_fail_unstarted(s, f, rc, err.msg);
+            continue;
+        }
+        memcpy(f->first_logits, row, (size_t)s->n_vocab * sizeof(float));
+        *s->ready_tail = f;
+        s->ready_tail = &f->next;
+        pthread_mutex_lock(&s->mu);
+        s->n_active++;
+        pthread_mutex_unlock(&s->mu);
+    }
+}
+
+/* Takes the oldest ready fork whose tenant may take a slot out of the ready list (its slot
+ * counted); NULL when none may. */
+static sched_job *ready_take(sched *s) {
+    sched_job **pp = &s->ready, *prev = NULL;
+    while (*pp && !sched_tenant_take_slot(s, *pp)) prev = *pp, pp = &(*pp)->next;
+    sched_job *f = *pp;
+    if (!f) return NULL;
+    *pp = f->next;
+    if (!f->next) s->ready_tail = prev ? &prev->next : &s->ready;
+    f->next = NULL;
+    return f;
+}
+
+/* Puts the ready fork f (ready_take) into the free slot sl: its cache already holds the prompt,
+ * so it starts by sampling its first token. */
+static void fork_admit(sched *s, slot *sl, sched_job *f) {
+    memset(sl, 0, sizeof(*sl));
+    sl->job = f;
+    sl->admitted = ++s->n_admitted;
+    sl->kv = f->fork_kv;
+    sl->own_kv = true;
+    f->fork_kv = NULL;
+    sl->group = f->kv_group; /* reserved when its parent was admitted */
+    sl->reserve = sl->group ? sl->group->own : 0;
+    f->kv_group = NULL;
+    sl->n_past = f->n_prompt;
+    attnd_err err;
+    attnd_status rc = atomic_load(&f->cancel) ? attnd_fail(&err, ATTND_ERR_BUSY, "cancelled") : slot_init_gen(s, sl, f, &err);
+    if (rc != ATTND_OK) {
+        slot_finish(s, sl, NULL, rc, err.msg);
+        return;
+    }
+    pthread_mutex_lock(&s->mu);
+    s->stats.cached_tokens += (uint64_t)f->n_prompt;
+    pthread_mutex_unlock(&s->mu);
+    pthread_mutex_lock(&f->mu);
+    f->n_cached = f->n_prompt;
+    pthread_mutex_unlock(&f->mu);
+    if (f->max_tokens == 0) {
+        slot_finish(s, sl, "length", ATTND_OK, NULL);
+        return;
+    }
+    slot_token(s, sl, f->first_logits);
+    free(f->first_logits);
+    f->first_logits = NULL;
+    if (sl->end_reason) slot_finish(s, sl, sl->end_reason, ATTND_OK, NULL);
+}
+
+// ---- the loop -----------------------------------------------------------------------------
+
+/* Destroys up to 64 KV handles of deleted or removed sessions; returns how many. */
+static int drain_free_list(sched *s) {
+    pthread_mutex_lock(&s->mu);
+    int n = s->n_free;
+    kv_seq *local[64];
+    if (n > 64) n = 64;
+    memcpy(local, s->to_free + s->n_free - n, (size_t)n * sizeof(*local));
+    s->n_free -= n;
+    pthread_mutex_unlock(&s->mu);
+    for (int i = 0; i < n; i++) kv_seq_destroy(local[i]);
+    return n;
+}
+
+
+/* Takes queued jobs into free slots while their KV reservations fit the budget: every admitted
+ * job can then grow to its end, evicting only idle caches, so none fails mid-generation. */
+static void admit(sched *s) {
+    for (int k = 0; k < s->n_slots; k++) {
+        if (s->slots[k].job) continue;
+        sched_job *f = s->ready ? ready_take(s) : NULL;
+        if (f) { /* forks first: their prompt is already read, their KV reserved */
+            fork_admit(s, &s->slots[k], f);
+            continue;
+        }
+        sched_job *j = sched_queue_pop_fitting(s);
+        if (!j) return;
+        if (atomic_load(&j->cancel)) {
+            job_fail_unstarted(s, j, ATTND_ERR_BUSY,
+                               atomic_load(&s->cancel_all) ? "server is shutting down" : "cancelled");
+            pthread_mutex_lock(&s->mu);
+            s->n_active--;
+            pthread_cond_broadcast(&s->idle);
+            pthread_mutex_unlock(&s->mu);
+            k--;
+            continue;
+        }
+        attnd_err err;
+        slot *sl = &s->slots[k];
+        attnd_status rc = slot_start(s, sl, j, &err);
+        sched_reserve(s, sl, j); /* slot_finish gives it back on every path */
+        if (rc != ATTND_OK) {
+            slog_error("cannot start a request: %s", err.msg);
+            if (!sl->se && j->se) sl->se = j->se;
+            slot_finish(s, sl, NULL, ATTND_ERR_NOMEM, err.msg);
+            continue;
+        }
+        /* nothing to generate; with forks the prompt is still read, for them to start from */
+        if (j->max_tokens == 0 && !j->prompt_logprobs && !j->capture && !j->forks)
+            slot_finish(s, sl, "length", ATTND_OK, NULL);
+    }
+}
+
+
+/* What a step's batch holds beside its entries. */
+typedef struct batch_shape {
+    int n_decode, n_prefill; /* decode tokens; prompt tokens */
+    double pf_pos;           /* mean position of the prompt tokens */
+} batch_shape;
+
+/* The prefilling slot admitted first that has no entries in the batch being built yet. */
+static slot *oldest_prefilling(sched *s) {
+    slot *best = NULL;
+    for (int k = 0; k < s->n_slots; k++) {
+        slot *sl = &s->slots[k];
+        if (sl->job && sl->prefilling && sl->batch_n == 0 && sl->row0 == -1 && (!best || sl->admitted < best->admitted))
+            best = sl;
+    }
+    return best;
+}
+
+/* Builds the step's batch into s->batch; returns its size. Prefill chunks stop where the logits
+ * rows or the prefill cap run out. */
+static int build_batch(sched *s, batch_shape *sh) {
+    int n = 0, rows = 0;
+    double pos_sum = 0;
+    *sh = (batch_shape){0};
+    for (int k = 0; k < s->n_slots; k++) {
+        slot *sl = &s->slots[k];
+        sl->batch_n = 0;
+        sl->row0 = -1;
+        if (!sl->job || sl->prefilling || n >= s->max_batch || rows >= s->rows_cap) continue;
+        s->batch[n++] = (batch_entry){sl->kv, sl->next_token, sl->n_past, true};
+        sl->batch_n = 1;
+        sl->row0 = rows++;
+        sh->n_decode++;
+    }
+    /* prefill, oldest admission first; the cap is sized for the oldest prompt's position */
+    int n_prompts = 0;
+    for (int k = 0; k < s->n_slots; k++) n_prompts += s->slots[k].job && s->slots[k].prefilling;
+    slot *best = oldest_prefilling(s);
+    int limit = best ? n + sched_prefill_cap(s, sh->n_decode, n_prompts, best->n_past) : n;
+    if (limit > s->max_batch) limit = s->max_batch;
+    for (; best && n < limit; best = oldest_prefilling(s)) {
+        sched_job *j = best->job;
+        best->row0 = -2; /* visited */
+        int pos = best->n_past;
+        while (pos < j->n_prompt && n < limit) {
+            bool want = j->prompt_logprobs || pos == j->n_prompt - 1;
+            if (want && rows >= s->rows_cap) break;
+            if (want && best->row0 < 0) best->row0 = rows;
+            if (want) rows++;
+            s->batch[n++] = (batch_entry){best->kv, j->prompt[pos], pos, want};
+            best->batch_n++;
+            pos_sum += pos;
+            pos++;
+        }
+        sh->n_prefill += best->batch_n;
+    }
+    sh->pf_pos = sh->n_prefill ? pos_sum / sh->n_prefill : 0;
+    return n;
+}
+
+/* Frees KV for the step: evicts one idle cache; false when there was nothing to evict. */
+static bool evict_one(sched *s) {
+    kv_seq *kv = sess_evict_lru(s->store);
+    if (!kv) return false;
+    kv_seq_destroy(kv);
+    pthread_mutex_lock(&s->mu);
+    s->stats.evictions++;
+    pthread_mutex_unlock(&s->mu);
+    return true;
+}
+
+static slot *newest_prefilling(sched *s) {
+    slot *pick = NULL;
+    for (int k = 0; k < s->n_slots; k++) {
+        slot *sl = &s->slots[k];
+        if (sl->job && (!pick || (sl->prefilling && !pick->prefilling) ||
+                        (sl->prefilling == pick->prefilling && sl->admitted > pick->admitted)))
+            pick = sl;
+    }
+    return pick;
+}
+
+
+/* Applies cancellations: shutdown marks everything; cancelled slots are freed. */
+static void apply_cancels(sched *s) {
+    if (atomic_load(&s->cancel_all)) {
+        pthread_mutex_lock(&s->mu);
+        for (int i = 0; i < s->q_len; i++) atomic_store(&s->queue[(s->q_head + i) % s->queue_limit]->cancel, true);
+        pthread_mutex_unlock(&s->mu);
+        for (int k = 0; k < s->n_slots; k++)
+            if (s->slots[k].job) atomic_store(&s->slots[k].job->cancel, true);
+        for (sched_job *f = s->ready; f; f = f->next) atomic_store(&f->cancel, true);
+    }
+    for (int k = 0; k < s->n_slots; k++)
+        if (s->slots[k].job && atomic_load(&s->slots[k].job->cancel)) {
+            slog_info("request cancelled after %d generated tokens; slot freed", s->slots[k].n_gen);
+            slot_finish(s, &s->slots[k], NULL, ATTND_ERR_BUSY,
+                        atomic_load(&s->cancel_all) ? "server is shutting down" : "cancelled");
+        }
+}
+
+/* Evaluates the step's batch (*n entries, rebuilt if a job had to give way); false when there
+ * is nothing left to publish. */
+static bool eval_batch(sched *s, int *n, batch_shape *sh) {
+    attnd_err err;
+    attnd_status rc;
+    /* jobs that inspect attention are hooked into the engine for the evaluations that hold them */
+    while ((rc = attn_capture_eval(s->inspecting, s->eng, s->batch, *n, s->logits, &err)) == ATTND_ERR_NOMEM) {
+        if (drain_free_list(s) || evict_one(s)) continue;
+        /* nothing idle to evict: cannot happen while reservations hold; the newest job gives way */
+        slot *victim = newest_prefilling(s);
+        slog_error("KV budget exhausted despite the reservations; failing the newest request");
+        slot_finish(s, victim, NULL, ATTND_ERR_NOMEM, "KV cache budget exhausted; retry later");
+        if ((*n = build_batch(s, sh)) == 0) return false;
+    }
+    if (rc == ATTND_OK) return true;
+    slog_error("engine_eval failed: %s", err.msg);
+    for (int k = 0; k < s->n_slots; k++)
+        if (s->slots[k].job && s->slots[k].batch_n) slot_finish(s, &s->slots[k], NULL, rc, err.msg);
+    return false;
+}
+
+/* A prefilling slot's chunk was evaluated: prompt logprobs, and once the whole prompt is read,
+ * its forks start and its first token is sampled. Returns the tokens generated (0 or 1). */
+static int slot_prefilled(sched *s, slot *sl, double dt) {
+    sched_job *j = sl->job;
+    int first = sl->n_past;
+    sl->n_past += sl->batch_n;
+    pthread_mutex_lock(&j->mu);
+    j->prompt_ms += dt * 1e3;
+    if (j->prompt_logprobs) /* row i predicts prompt token first+i+1 */
+        for (int i = 0; i < sl->batch_n && first + i + 1 < j->n_prompt; i++) {
+            token_logprob lp, dummy;
+            int p = first + i + 1, top = j->top_logprobs > 0 ? j->top_logprobs : 0;
+            sampler_logprobs(s->logits + (size_t)(sl->row0 + i) * s->n_vocab, s->n_vocab, j->prompt[p], top, &lp,
+                             top ? j->prompt_tops + (size_t)p * top : &dummy);
+            j->prompt_lp[first + i + 1] = lp.logprob;
+        }
+    pthread_mutex_unlock(&j->mu);
+    if (sl->n_past < j->n_prompt) return 0;
+    sl->prefilling = false;
+    int last_row = sl->row0 + (j->prompt_logprobs ? sl->batch_n - 1 : 0);
+    forks_start(s, sl, s->logits + (size_t)last_row * s->n_vocab);
+    if (j->max_tokens == 0) {
+        slot_finish(s, sl, "length", ATTND_OK, NULL);
+        return 0;
+    }
+    slot_token(s, sl, s->logits + (size_t)last_row * s->n_vocab);
+    return 1;
+}
+
+/* Counts a step of dt seconds into the statistics. */
+static void count_step(sched *s, const batch_shape *sh, double dt, uint64_t n_gen) {
+    pthread_mutex_lock(&s->mu);
+    s->stats.steps++;
+    s->stats.prompt_tokens += (uint64_t)sh->n_prefill;
+    s->stats.generated_tokens += n_gen;
+    if (sh->n_decode) s->stats.decode_seconds += dt;
+    if (sh->n_prefill) s->stats.prompt_seconds += dt;
+    double now = attnd_now_s();
+    if (now - s->rate_t0 >= 1.0) {
+        s->stats.last_tok_per_s = (s->stats.generated_tokens - s->rate_tok0) / (now - s->rate_t0);
+        s->rate_t0 = now;
+        s->rate_tok0 = s->stats.generated_tokens;
+    }
+    pthread_mutex_unlock(&s->mu);
+}
+
+static void step(sched *s) {
+    apply_cancels(s);
+    admit(s);
+    batch_shape sh;
+    int n = build_batch(s, &sh);
+    if (n == 0) return;
+    double t0 = attnd_now_s();
+    if (!eval_batch(s, &n, &sh)) return;
+    double dt = attnd_now_s() - t0;
+    sched_learn_costs(s, dt * 1e3, sh.n_decode, sh.n_prefill, sh.pf_pos);
+    uint64_t n_gen = 0;
+    for (int k = 0; k < s->n_slots; k++) {
+        slot *sl = &s->slots[k];
+        if (!sl->job || !sl->batch_n) continue;
+        if (sl->prefilling) {
+            n_gen += (uint64_t)slot_prefilled(s, sl, dt);
+            continue;
+        }
+        sl->n_past += 1;
+        pthread_mutex_lock(&sl->job->mu);
+        sl->job->gen_ms += dt * 1e3;
+        pthread_mutex_unlock(&sl->job->mu);
+        slot_token(s, sl, s->logits + (size_t)sl->row0 * s->n_vocab);
+        n_gen++;
+    }
+    finish_ended(s);
+    /* live KV sizes of active sessions, for GET /v1/sessions */
+    for (int k = 0; k < s->n_slots; k++)
+        if (s->slots[k].job && s->slots[k].se) sess_set_kv(s->store, s->slots[k].se, s->slots[k].kv, s->slots[k].n_past,
+                                         kv_seq_bytes(s->slots[k].kv));
+    count_step(s, &sh, dt, n_gen);
+}
+
+/* A one-line status for the service manager (systemctl status), at most every 5 s and only
+ * when it changed. */
+static void report_status(sched *s, double now, double *last, char *prev, size_t prev_n) {
+    if (!s->hooks.on_status || now - *last < 5.0) return;
+    *last = now;
+    pthread_mutex_lock(&s->mu);
+    int active = s->n_active, queued = s->q_len;
+    double rate = s->stats.last_tok_per_s;
+    pthread_mutex_unlock(&s->mu);
+    char line[128];
+    snprintf(line, sizeof(line), "serving: %d active, %d queued, %.0f tokens/s", active, queued, active ? rate : 0.0);
+    if (!strcmp(line, prev)) return;
+    snprintf(prev, prev_n, "%s", line);
+    s->hooks.on_status(s->hooks.user, line);
+}
+
+static void *sched_main(void *arg) {
+    sched *s = arg;
+    double last_wd = 0, last_status = 0, last_expire = 0;
+    char status[128] = "";
+    for (;;) {
+        double now = attnd_now_s();
+        if (s->hooks.on_watchdog && (now - last_wd) * 1e3 >= s->wd_ms / 2.0) {
+            s->hooks.on_watchdog(s->hooks.user);
+            last_wd = now;
+        }
+        report_status(s, now, &last_status, status, sizeof(status));
+        if (now - last_expire >= 1.0) { /* session TTL: a cheap scan once a second */
+            sess_expire(s->store);
+            last_expire = now;
+        }
+        drain_free_list(s);
+        pthread_mutex_lock(&s->mu);
+        if (s->stop) {
+            pthread_mutex_unlock(&s->mu);
+            break;
+        }
+        if (s->n_active == 0 && s->q_len == 0 && s->n_free == 0) {
+            struct timespec ts;
+            attnd_deadline(&ts, s->wd_ms / 2);
+            pthread_cond_timedwait(&s->wake, &s->mu, &ts);
+            s->stats.kv_used = kv_pool_bytes_used(s->pool);
+            pthread_mutex_unlock(&s->mu);
+            continue;
+        }
+        pthread_mutex_unlock(&s->mu);
+        step(s);
+        size_t used = kv_pool_bytes_used(s->pool);
+        pthread_mutex_lock(&s->mu);
+        s->stats.kv_used = used;
+        pthread_mutex_unlock(&s->mu);
+    }
+    return NULL;
+}
+
+// ---- public -------------------------------------------------------------------------------
+
+/* Where the session store sends the KV of sessions it removes itself (TTL, LRU). */
+static void kv_sink(void *user, struct kv_seq *kv) { sched_free_kv(user, kv); }
+
+
+attnd_status sched_create(sched **out, const model *m, const tokenizer *tok, sess_store *store,
+                          const server_settings *cfg, attnd_err *err) {
+    *out = NULL;
+    sched *s = calloc(1, sizeof(*s));
+    if (!s) return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory");
+    s->ready_tail = &s->ready;
+    pthread_mutex_init(&s->mu, NULL);
+    pthread_cond_init(&s->wake, NULL);
+    pthread_cond_init(&s->idle, NULL);
+    s->m = m;
+    s->tok = tok;
+    s->store = store;
+    s->hooks = cfg->hooks;
+    s->wd_ms = cfg->watchdog_interval_ms > 0 ? cfg->watchdog_interval_ms : 1000;
+    const model_info *mi = model_info_get(m);
+    s->n_vocab = mi->n_vocab;
+    s->n_ctx = cfg->ctx_size > 0 && cfg->ctx_size < mi->n_ctx ? cfg->ctx_size : mi->n_ctx;
+    s->tenant_slots = cfg->max_parallel > 0 ? cfg->max_parallel : 16;
+    s->n_slots = s->tenant_slots + 1; /* one more than a tenant may hold: another finds it free */
+    s->max_batch = cfg->max_batch > s->n_slots ? cfg->max_batch : s->n_slots;
+    s->queue_limit = cfg->queue_limit > 0 ? cfg->queue_limit : 1;
+    s->max_anon = s->n_slots + 4;
+    /* logits rows: one per decoding slot plus prefill rows, within ~64 MiB for big vocabularies */
+    size_t cap = ((size_t)64 << 20) / ((size_t)s->n_vocab * sizeof(float));
+    s->rows_cap = (int)(cap < (size_t)s->max_batch ? cap : (size_t)s->max_batch);
+    if (s->rows_cap < s->n_slots + 1) s->rows_cap = s->n_slots + 1;
+    if (s->rows_cap > s->max_batch) s->rows_cap = s->max_batch;
+    attnd_status rc = ATTND_ERR_NOMEM;
+    s->logits = malloc((size_t)s->rows_cap * s->n_vocab * sizeof(float));
+    s->batch = malloc((size_t)s->max_batch * sizeof(batch_entry));
+    s->slots = calloc((size_t)s->n_slots, sizeof(slot));
+    s->queue = calloc((size_t)s->queue_limit, sizeof(sched_job *));
+    s->cap_free = 16;
+    s->to_free = malloc((size_t)s->cap_free * sizeof(kv_seq *));
+    if (!s->logits || !s->batch || !s->slots || !s->queue || !s->to_free) {
+        attnd_fail(err, rc, "out of memory allocating scheduler buffers");
+        goto fail;
+    }
+    size_t budget = cfg->kv_budget_mb ? cfg->kv_budget_mb << 20 : (size_t)1 << 30;
+    if ((rc = kv_pool_create(&s->pool, m, budget, cfg->kv_f32 ? KV_F32 : KV_F16, err)) != ATTND_OK) goto fail;
+    if ((rc = sched_check_budget(s, budget, err)) != ATTND_OK) goto fail;
+    s->budget_ms = cfg->prefill_budget_ms;
+    if ((rc = engine_create(&s->eng, m, s->max_batch, cfg->threads, err)) != ATTND_OK) goto fail;
+    s->stats.kv_budget = kv_pool_bytes_budget(s->pool);
+    hist_init_all(&s->stats);
+    s->stats.slots = s->tenant_slots;
+    s->rate_t0 = attnd_now_s();
+    if (pthread_create(&s->th, NULL, sched_main, s) != 0) {
+        rc = attnd_fail(err, ATTND_ERR_NOMEM, "cannot start the scheduler thread");
+        goto fail;
+    }
+    s->th_started = true;
+    sess_store_set_kv_sink(store, kv_sink, s);
+    *out = s;
+    return ATTND_OK;
+fail:
+    sched_destroy(s);
+    return rc;
+}
+
+static void destroy_kv(struct kv_seq *kv) { kv_seq_destroy(kv); }
+
+void sched_destroy(sched *s) {
+    if (!s) return;
+    if (s->th_started) {
+        pthread_mutex_lock(&s->mu);
+        s->stop = true;
+        pthread_cond_broadcast(&s->wake);
+        pthread_mutex_unlock(&s->mu);
+        pthread_join(s->th, NULL);
+        sess_store_set_kv_sink(s->store, NULL, NULL);
+    }
+    /* the thread is gone: this thread now owns the engine and every KV handle */
+    for (int k = 0; s->slots && k < s->n_slots; k++)
+        if (s->slots[k].job) slot_finish(s, &s->slots[k], NULL, ATTND_ERR_BUSY, "server is shutting down");
+    while (s->ready) {
+        sched_job *f = s->ready;
+        s->ready = f->next;
+        f->next = NULL;
+        s->n_active--;
+        kv_seq_destroy(f->fork_kv); /* before the pool goes; the HTTP side may hold the job longer */
+        f->fork_kv = NULL;
+        job_fail_unstarted(s, f, ATTND_ERR_BUSY, "server is shutting down");
+    }
+    while (s->q_len) {
+        sched_job *j = s->queue[s->q_head];
+        s->q_head = (s->q_head + 1) % s->queue_limit;
+        s->q_len--;
+        job_fail_unstarted(s, j, ATTND_ERR_BUSY, "server is shutting down");
+    }
+    for (int i = 0; i < s->n_free; i++) kv_seq_destroy(s->to_free[i]);
+    if (s->store) sess_take_all_kv(s->store, destroy_kv);
+    engine_destroy(s->eng);
+    kv_pool_destroy(s->pool);
+    free(s->logits);
+    free(s->batch);
+    free(s->slots);
+    free(s->queue);
+    free(s->to_free);
+    free(s->tenants);
+    pthread_mutex_destroy(&s->mu);
+    pthread_cond_destroy(&s->wake);
+    pthread_cond_destroy(&s->idle);
+    grammar_vocab_destroy(s->gvocab);
+    free(s);
+}
+
+
+attnd_status sched_submit(sched *s, sched_job *j, attnd_err *err) {
+    pthread_mutex_lock(&s->mu);
+    attnd_status rc = ATTND_OK;
+    if (s->stop) rc = attnd_fail(err, ATTND_ERR_BUSY, "server is shutting down");
+    else if (j->n_prompt < 1 || j->n_prompt + (j->max_tokens > 0) > s->n_ctx)
+        rc = attnd_fail(err, ATTND_ERR_INVALID, "the prompt has %d tokens; the context holds %d", j->n_prompt, s->n_ctx);
+    else if (sched_group_kv_bytes(s, j) > s->stats.kv_budget)
+        rc = attnd_fail(err, ATTND_ERR_INVALID,
+                        "the request needs %zu bytes of KV cache (prompt %d + max_tokens %d tokens, %d choices sharing "
+                        "the prompt) but kv_budget_mb allows %zu bytes in all; lower max_tokens or n",
+                        sched_group_kv_bytes(s, j), j->n_prompt, j->max_tokens, 1 + sched_n_forks(j), s->stats.kv_budget);
+    else if (s->q_len >= s->queue_limit)
+        rc = attnd_fail(err, ATTND_ERR_BUSY, "request queue is full (%d waiting); retry later", s->q_len);
+    else if (!sched_tenant_join(s, j))
+        rc = attnd_fail(err, ATTND_ERR_BUSY, "out of memory queueing the request; retry later");
+    else {
+        sched_job_ref(j);
+        j->t_submit = attnd_now_s(); /* queue wait, time to first token and duration count from here */
+        s->queue[(s->q_head + s->q_len) % s->queue_limit] = j;
+        s->q_len++;
+        pthread_cond_signal(&s->wake);
+    }
+    pthread_mutex_unlock(&s->mu);
+    return rc;
+}
+
+void sched_free_kv(sched *s, struct kv_seq *kv) {
+    if (!kv) return;
+    pthread_mutex_lock(&s->mu);
+    if (s->n_free == s->cap_free) {
+        kv_seq **g = realloc(s->to_free, (size_t)s->cap_free * 2 * sizeof(*g));
+        if (g) {
+            s->to_free = g;
+            s->cap_free *= 2;
+        }
+    }
+    if (s->n_free < s->cap_free) s->to_free[s->n_free++] = kv;
+    else slog_error("out of memory: a KV cache is leaked until shutdown");
+    pthread_cond_signal(&s->wake);
+    pthread_mutex_unlock(&s->mu);
+}
+
+bool sched_wait_idle(sched *s, int timeout_ms) {
+    struct timespec ts;
+    attnd_deadline(&ts, timeout_ms);
+    pthread_mutex_lock(&s->mu);
+    while (s->n_active + s->q_len > 0)
+        if (pthread_cond_timedwait(&s->idle, &s->mu, &ts) != 0) break;
+    bool idle = s->n_active + s->q_len == 0;
+    pthread_mutex_unlock(&s->mu);
+    return idle;
+}
+
+void sched_cancel_all(sched *s) {
+    /* only the scheduler thread touches slots: it applies this at its next step */
+    atomic_store(&s->cancel_all, true);
+    pthread_mutex_lock(&s->mu);
+    pthread_cond_signal(&s->wake);
+    pthread_mutex_unlock(&s->mu);
+}
+
+void sched_get_stats(sched *s, sched_stats *out) {
+    pthread_mutex_lock(&s->mu);
+    *out = s->stats;
+    out->active = s->n_active;
+    out->queued = s->q_len;
+    out->kv_reserved = s->reserved;
+    pthread_mutex_unlock(&s->mu);
+    out->threads = engine_threads(s->eng);
+    out->threads_in_use = engine_threads_in_use(s->eng);
+}

@@ -1,0 +1,430 @@
+/*
+ * test_grammar.c — GBNF grammars (engine/grammar.c, grammar_match.c): every syntax element
+ * accepting and rejecting text, completeness, partial UTF-8, the errors that name what is wrong,
+ * the vocabulary mask against a token-by-token check, and the generation pipeline (gen.c) under
+ * a grammar on a small vocabulary: random logits at temperature 1 always give a sentence.
+ */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <string.h>
+
+#include "attnd/gen.h"
+#include "attnd/gguf.h"
+#include "attnd/grammar.h"
+#include "gguf_builder.h"
+
+static grammar *compile(const char *src) {
+    grammar *g;
+    attnd_err err;
+    cr_assert_eq(grammar_compile(&g, src, strlen(src), &err), ATTND_OK, "%s: %s", src, err.msg);
+    return g;
+}
+
+/* 2: text is a whole sentence; 1: a prefix of one; 0: rejected. Fed in chunks of `chunk`
+ * bytes (any chunking must give the same answer). */
+static int judge_chunked(const char *src, const char *text, size_t chunk) {
+    grammar *g = compile(src);
+    grammar_state *s;
+    cr_assert_eq(grammar_state_create(&s, g, NULL), ATTND_OK);
+    size_t n = strlen(text);
+    int r = 1;
+    for (size_t i = 0; i < n && r; i += chunk) {
+        size_t m = n - i < chunk ? n - i : chunk;
+        bool would = grammar_state_try(s, text + i, m);
+        bool did = grammar_state_accept(s, text + i, m);
+        cr_assert_eq(would, did, "try and accept agree");
+        if (!did) r = 0;
+    }
+    if (r && grammar_state_complete(s)) r = 2;
+    grammar_state_destroy(s);
+    grammar_unref(g);
+    return r;
+}
+
+static int judge(const char *src, const char *text) {
+    int r = judge_chunked(src, text, 1 << 20);
+    for (size_t c = 1; c <= 3; c++) cr_assert_eq(judge_chunked(src, text, c), r, "chunks of %zu: %s", c, text);
+    return r;
+}
+
+#define ACCEPTS(src, text) cr_assert_eq(judge(src, text), 2, "%s should accept '%s'", src, text)
+#define PREFIX(src, text) cr_assert_eq(judge(src, text), 1, "'%s' should be only a prefix for %s", text, src)
+#define REJECTS(src, text) cr_assert_eq(judge(src, text), 0, "%s should reject '%s'", src, text)
+
+static void refused(const char *src, const char *needle) {
+    grammar *g = NULL;
+    attnd_err err = {{0}};
+    cr_assert_eq(grammar_compile(&g, src, strlen(src), &err), ATTND_ERR_INVALID, "%s should not compile", src);
+    cr_assert_null(g);
+    cr_assert(strstr(err.msg, needle), "message '%s' should mention '%s'", err.msg, needle);
+}
+
+Test(grammar, a_literal_matches_exactly_and_completes_at_its_end) {
+    ACCEPTS("root ::= \"yes\"", "yes");
+    PREFIX("root ::= \"yes\"", "ye");
+    REJECTS("root ::= \"yes\"", "yo");
+    REJECTS("root ::= \"yes\"", "yess");
+}
+
+Test(grammar, alternation_sequences_and_groups) {
+    const char *g = "root ::= (\"a\" | \"bc\") \"-\" ( \"x\" \"y\" | \"z\" )";
+    ACCEPTS(g, "a-xy");
+    ACCEPTS(g, "bc-z");
+    PREFIX(g, "bc-x");
+    REJECTS(g, "b-z");
+    REJECTS(g, "a-xz");
+}
+
+Test(grammar, rules_reference_each_other_in_any_order) {
+    const char *g = "root ::= greeting \" \" name\nname ::= \"Ann\" | \"Bo\"\ngreeting ::= \"hi\"";
+    ACCEPTS(g, "hi Bo");
+    REJECTS(g, "hi Al");
+}
+
+Test(grammar, star_plus_and_optional) {
+    ACCEPTS("root ::= \"a\"*", "");
+    ACCEPTS("root ::= \"a\"*", "aaaa");
+    REJECTS("root ::= \"a\"* \"b\"", "aac");
+    PREFIX("root ::= \"a\"+", "");
+    ACCEPTS("root ::= \"a\"+", "aaa");
+    ACCEPTS("root ::= \"x\" \"a\"? \"y\"", "xy");
+    ACCEPTS("root ::= \"x\" \"a\"? \"y\"", "xay");
+    REJECTS("root ::= \"x\" \"a\"? \"y\"", "xaay");
+    ACCEPTS("root ::= (\"ab\")* \"c\"", "ababc"); /* a quantifier applies to the whole literal */
+    REJECTS("root ::= (\"ab\")* \"c\"", "abac");
+}
+
+Test(grammar, bounded_repetition) {
+    const char *g = "root ::= [0-9]{2,4}";
+    PREFIX(g, "1");
+    ACCEPTS(g, "12");
+    ACCEPTS(g, "1234");
+    REJECTS(g, "12345");
+    ACCEPTS("root ::= \"a\"{3}", "aaa");
+    PREFIX("root ::= \"a\"{3}", "aa");
+    REJECTS("root ::= \"a\"{3}", "aaaa");
+    ACCEPTS("root ::= \"a\"{2,}", "aaaaaaa");
+    PREFIX("root ::= \"a\"{2,}", "a");
+    ACCEPTS("root ::= \"a\"{,2} \"b\"", "b");
+    ACCEPTS("root ::= \"a\"{,2} \"b\"", "aab");
+    REJECTS("root ::= \"a\"{,2} \"b\"", "aaab");
+    ACCEPTS("root ::= \"x\" \"a\"{0} \"y\"", "xy");
+}
+
+Test(grammar, character_classes_ranges_and_negation) {
+    const char *g = "root ::= [a-cX_] [^0-9\\n]";
+    ACCEPTS(g, "bZ");
+    ACCEPTS(g, "_-");
+    REJECTS(g, "dZ");
+    REJECTS(g, "b5");
+    REJECTS(g, "b\n");
+    ACCEPTS(g, "X\xc3\xa9"); /* é is outside [0-9\n] */
+    ACCEPTS("root ::= [-a]", "-");
+    ACCEPTS("root ::= [a-]", "-");
+    ACCEPTS("root ::= .", "\xe2\x82\xac");
+    REJECTS("root ::= .", "ab");
+}
+
+Test(grammar, escapes_in_literals_and_classes) {
+    ACCEPTS("root ::= \"\\\"q\\\"\\\\\\n\\t\"", "\"q\"\\\n\t");
+    ACCEPTS("root ::= \"\\x41\\u00e9\\U0001F600\"", "A\xc3\xa9\xf0\x9f\x98\x80");
+    ACCEPTS("root ::= [\\]\\[\\-]+", "][-");
+    ACCEPTS("root ::= [\\x00-\\x1f]", "\x01");
+}
+
+Test(grammar, comments_and_line_continuation) {
+    const char *g = "# a comment\n"
+                    "root ::= # after the name\n"
+                    "    \"a\" |   # first\n"
+                    "    \"b\"\n"
+                    "  | \"c\"\n"
+                    "\n"
+                    "# trailing\n";
+    ACCEPTS(g, "a");
+    ACCEPTS(g, "b");
+    ACCEPTS(g, "c");
+    REJECTS(g, "d");
+    ACCEPTS("root ::= (\n  \"x\"\n  \"y\"\n)", "xy");
+}
+
+Test(grammar, non_ascii_characters_match_whole_and_split) {
+    const char *g = "root ::= \"\xc3\xa9\" [\xe2\x82\xac-\xe2\x82\xaf]";
+    ACCEPTS(g, "\xc3\xa9\xe2\x82\xac");
+    PREFIX(g, "\xc3"); /* half a character that could still be é */
+    REJECTS(g, "\xc3\xa8");
+    REJECTS(g, "\xc4"); /* no allowed character starts with this byte */
+    REJECTS(g, "\xff");
+    REJECTS("root ::= [^a]", "\x80"); /* a continuation byte alone is not UTF-8 */
+    REJECTS("root ::= \"}\"", "\xe0\x81\xbd"); /* an overlong '}' is not '}' */
+    REJECTS("root ::= .", "\xc1\xbd");
+    REJECTS("root ::= .", "\xed\xa0\x80"); /* a surrogate */
+    REJECTS("root ::= [\\x00-\\x7f]", "\xe0"); /* only overlong 3-byte forms could be below 0x80 */
+    REJECTS("root ::= .", "\xf4\x90"); /* beyond U+10FFFF */
+}
+
+Test(grammar, a_json_like_grammar) {
+    const char *g = "root ::= object\n"
+                    "value ::= object | array | string | number | \"true\" | \"false\" | \"null\"\n"
+                    "object ::= \"{\" ws ( string ws \":\" ws value ws (\",\" ws string ws \":\" ws value ws)* )? \"}\"\n"
+                    "array ::= \"[\" ws ( value ws (\",\" ws value ws)* )? \"]\"\n"
+                    "string ::= \"\\\"\" ( [^\"\\\\] | \"\\\\\" [\"\\\\/bfnrt] )* \"\\\"\"\n"
+                    "number ::= \"-\"? [0-9]+ (\".\" [0-9]+)?\n"
+                    "ws ::= [ \\t\\n]*\n";
+    ACCEPTS(g, "{}");
+    ACCEPTS(g, "{\"a\": [1, 2.5, {\"b\": null}], \"c\": \"x\\\"y\"}");
+    PREFIX(g, "{\"a\": [1, ");
+    REJECTS(g, "{\"a\" 1}");
+    REJECTS(g, "{\"a\": [1,]}");
+}
+
+Test(grammar, completeness_and_continuation) {
+    grammar *g = compile("root ::= \"a\" \"b\"*");
+    grammar_state *s;
+    cr_assert_eq(grammar_state_create(&s, g, NULL), ATTND_OK);
+    cr_assert(!grammar_state_complete(s));
+    cr_assert(grammar_state_can_continue(s));
+    cr_assert(grammar_state_accept(s, "a", 1));
+    cr_assert(grammar_state_complete(s));
+    cr_assert(grammar_state_can_continue(s), "more b's may follow");
+    cr_assert(!grammar_state_accept(s, "c", 1));
+    cr_assert(grammar_state_complete(s), "a rejected step leaves the state as it was");
+    grammar_state_reset(s);
+    cr_assert(!grammar_state_complete(s));
+    grammar_state_destroy(s);
+    grammar_unref(g);
+
+    g = compile("root ::= \"ok\"");
+    cr_assert_eq(grammar_state_create(&s, g, NULL), ATTND_OK);
+    cr_assert(grammar_state_accept(s, "ok", 2));
+    cr_assert(grammar_state_complete(s));
+    cr_assert(!grammar_state_can_continue(s));
+    grammar_state_destroy(s);
+    grammar_unref(g);
+}
+
+Test(grammar, a_long_output_keeps_the_state_small) {
+    grammar *g = compile("root ::= (\"[\" root \"]\" | \"x\")*");
+    grammar_state *s;
+    cr_assert_eq(grammar_state_create(&s, g, NULL), ATTND_OK);
+    for (int i = 0; i < 30000; i++) cr_assert(grammar_state_accept(s, i % 3 == 2 ? "]" : i % 3 ? "x" : "[", 1));
+    cr_assert(grammar_state_complete(s));
+    cr_assert(grammar_state_accept(s, "[[", 2));
+    cr_assert(!grammar_state_complete(s));
+    grammar_state_destroy(s);
+    grammar_unref(g);
+}
+
+Test(grammar, errors_name_the_problem_and_where) {
+    refused("", "no 'root'");
+    refused("rot ::= \"a\"", "no 'root'");
+    refused("root ::= foo", "'foo' is used but never defined");
+    refused("root ::= \"a\"\nroot ::= \"b\"", "defined twice");
+    refused("root ::= \"abc", "not closed");
+    refused("root ::= [abc", "not closed");
+    refused("root ::= []", "empty character class");
+    refused("root ::= [z-a]", "backwards");
+    refused("root ::= (\"a\"", "')'");
+    refused("root ::= \"a\" )", "unexpected ')'");
+    refused("root ::= * \"a\"", "follows nothing");
+    refused("root ::= \"a\"{3,2}", "maximum below its minimum");
+    refused("root ::= \"a\"{99999}", "at most");
+    refused("root ::= \"\\q\"", "unknown escape");
+    refused("root ::= \"\\x4\"", "hex digits");
+    refused("root ::= root \"a\"", "left-recursive");
+    refused("root ::= x\nx ::= \"\"? root", "left-recursive");
+    refused("root \"a\"", "'::='");
+    refused("root ::= \"a\"\n  \"b\" ::=", "line 2");
+    refused("root ::= \"\xff\"", "UTF-8");
+}
+
+Test(grammar, expansion_limits_are_errors_not_hangs) {
+    /* a literal is copied for each repetition */
+    char src[200] = "root ::= \"";
+    for (int i = 0; i < 100; i++) strcat(src, "x");
+    strcat(src, "\"{4000}");
+    refused(src, "more than");
+}
+
+// ---- the vocabulary mask --------------------------------------------------------------------
+
+static const char *const VOCAB[] = {"", "{", "}", "\"", "a", "ab", "abc", "b", ":", ",", " ", "\":", "{\"",
+                                    "1", "12", "true", "tr", "\xc3", "\xa9", "\xc3\xa9", "x\xc3", "\"}", "}}", "\n"};
+enum { N_VOCAB_STR = sizeof(VOCAB) / sizeof(VOCAB[0]) };
+
+static grammar_vocab *make_vocab(void) {
+    size_t lens[N_VOCAB_STR];
+    for (int i = 0; i < N_VOCAB_STR; i++) lens[i] = strlen(VOCAB[i]);
+    grammar_vocab *v;
+    attnd_err err;
+    cr_assert_eq(grammar_vocab_create(&v, N_VOCAB_STR, VOCAB, lens, &err), ATTND_OK, "%s", err.msg);
+    return v;
+}
+
+/* The mask equals a token-by-token check, along a path of accepted tokens. */
+static void mask_matches_checks(const char *src, const char *const *path, int n_path) {
+    grammar *g = compile(src);
+    grammar_vocab *v = make_vocab();
+    grammar_state *s;
+    cr_assert_eq(grammar_state_create(&s, g, NULL), ATTND_OK);
+    unsigned char allowed[N_VOCAB_STR];
+    for (int step = 0; step <= n_path; step++) {
+        int count = grammar_state_mask(s, v, allowed), expect = 0;
+        for (int i = 0; i < N_VOCAB_STR; i++) {
+            bool ok = VOCAB[i][0] && grammar_state_try(s, VOCAB[i], strlen(VOCAB[i]));
+            expect += ok;
+            cr_assert_eq(allowed[i], ok, "step %d, token '%s': mask %d, check %d", step, VOCAB[i], allowed[i], ok);
+        }
+        cr_assert_eq(count, expect);
+        if (step < n_path) cr_assert(grammar_state_accept(s, path[step], strlen(path[step])), "path %s", path[step]);
+    }
+    grammar_state_destroy(s);
+    grammar_vocab_destroy(v);
+    grammar_unref(g);
+}
+
+Test(grammar, the_mask_equals_checking_every_token) {
+    const char *obj = "root ::= \"{\" ( \"\\\"\" [a-c]+ \"\\\"\" \":\" \" \"? (\"true\" | [0-9]+) )? \"}\"";
+    const char *const path[] = {"{\"", "ab", "\":", " ", "12", "}"};
+    mask_matches_checks(obj, path, 6);
+    const char *const upath[] = {"x\xc3", "\xa9"};
+    mask_matches_checks("root ::= \"x\" [\xc3\xa0-\xc3\xbf]+", upath, 2);
+    mask_matches_checks("root ::= [^\"]*", NULL, 0);
+}
+
+Test(grammar, the_mask_after_a_completed_sentence_is_empty) {
+    grammar *g = compile("root ::= \"a\"");
+    grammar_vocab *v = make_vocab();
+    grammar_state *s;
+    cr_assert_eq(grammar_state_create(&s, g, NULL), ATTND_OK);
+    cr_assert(grammar_state_accept(s, "a", 1));
+    unsigned char allowed[N_VOCAB_STR];
+    cr_assert_eq(grammar_state_mask(s, v, allowed), 0);
+    grammar_state_destroy(s);
+    grammar_vocab_destroy(v);
+    grammar_unref(g);
+}
+
+// ---- generation under a grammar -------------------------------------------------------------
+
+/* A byte-level-free SentencePiece vocabulary: control tokens, then the pieces below. */
+static const char *const PIECES[] = {"<unk>", "<s>", "</s>", "{", "}", "\"", "a", "b", "ab", ":", ",",
+                                     "\xe2\x96\x81", "1", "2", "true", "false", "x", "\":", "\",", "}\n"};
+enum { G_N = sizeof(PIECES) / sizeof(PIECES[0]), G_EOS = 2 };
+
+static gbuf image;
+static gguf_file *file;
+static tokenizer *tok;
+static grammar_vocab *gvocab;
+
+static void setup(void) {
+    int32_t types[G_N];
+    float scores[G_N];
+    for (int i = 0; i < G_N; i++) types[i] = i == 0 ? 2 : i < 3 ? 3 : 1, scores[i] = -(float)i;
+    image = (gbuf){0};
+    gb_header(&image, 3, 0, 4);
+    gb_kv_str(&image, "tokenizer.ggml.model", "llama");
+    gb_kv_arr_str(&image, "tokenizer.ggml.tokens", PIECES, G_N);
+    gb_kv_arr_i32(&image, "tokenizer.ggml.token_type", types, G_N);
+    gb_kv_arr_f32(&image, "tokenizer.ggml.scores", scores, G_N);
+    gb_align(&image, 32);
+    attnd_err err;
+    cr_assert_eq(gguf_open_memory(&file, image.p, image.n, &err), ATTND_OK, "%s", err.msg);
+    cr_assert_eq(tok_load(&tok, file, &err), ATTND_OK, "%s", err.msg);
+    cr_assert_eq(grammar_vocab_from_tokenizer(&gvocab, tok, &err), ATTND_OK, "%s", err.msg);
+}
+
+static void teardown(void) {
+    grammar_vocab_destroy(gvocab);
+    tok_destroy(tok);
+    gguf_close(file);
+    free(image.p);
+}
+
+static const char *OBJ_GRAMMAR = "root ::= \"{\" ( pair (\",\" \" \"? pair)* )? \"}\"\n"
+                                 "pair ::= \"\\\"\" [ab]+ \"\\\"\" \":\" \" \"? (\"true\" | \"false\" | [12]+)\n";
+
+/* Generates up to max tokens from random logits (seeded); the text in out. */
+static stop_reason generate(const grammar *g, uint64_t seed, float temperature, int max, char *out, size_t cap) {
+    gen_params p = {.top_logprobs = -1, .grammar = g, .gvocab = gvocab};
+    sampler_params_default(&p.sp);
+    p.sp.temperature = temperature;
+    p.sp.top_k = 0, p.sp.top_p = 1, p.sp.min_p = 0;
+    p.sp.seed = seed;
+    gen *ge;
+    attnd_err err;
+    const int32_t prompt[1] = {1};
+    cr_assert_eq(gen_create(&ge, &p, G_N, tok, prompt, 1, &err), ATTND_OK, "%s", err.msg);
+    uint64_t x = seed * 2654435761u + 1;
+    size_t len = 0;
+    stop_reason why = STOP_NONE;
+    for (int n = 0; n < max && why == STOP_NONE; n++) {
+        float logits[G_N];
+        for (int i = 0; i < G_N; i++) {
+            x = x * 6364136223846793005ULL + 1442695040888963407ULL;
+            logits[i] = (float)((x >> 40) % 1000) / 100.0f;
+        }
+        logits[G_EOS] += 2; /* the model would like to stop early */
+        gen_token t;
+        why = gen_next(ge, logits, NULL, &t);
+        cr_assert_lt(len + t.n_text, cap);
+        memcpy(out + len, t.text, t.n_text);
+        len += t.n_text;
+    }
+    const char *tail;
+    size_t n_tail;
+    gen_finish(ge, &tail, &n_tail);
+    memcpy(out + len, tail, n_tail);
+    out[len + n_tail] = '\0';
+    gen_destroy(ge);
+    return why;
+}
+
+TestSuite(grammar_gen, .init = setup, .fini = teardown);
+
+Test(grammar_gen, random_logits_at_temperature_one_always_give_a_sentence) {
+    grammar *g = compile(OBJ_GRAMMAR);
+    int ended = 0;
+    for (uint64_t seed = 1; seed <= 200; seed++) {
+        char out[4096];
+        stop_reason why = generate(g, seed, 1.0f, 300, out, sizeof(out));
+        int verdict = judge(OBJ_GRAMMAR, out);
+        if (why == STOP_EOG || why == STOP_GRAMMAR) {
+            cr_assert_eq(verdict, 2, "seed %llu ended with '%s', which is not a sentence", (unsigned long long)seed, out);
+            ended++;
+        } else {
+            cr_assert_geq(verdict, 1, "seed %llu: '%s' is not even a prefix", (unsigned long long)seed, out);
+        }
+    }
+    cr_assert_gt(ended, 100, "most runs end within 300 tokens (%d did)", ended);
+    grammar_unref(g);
+}
+
+Test(grammar_gen, greedy_follows_the_grammar_and_stops_when_it_is_complete) {
+    grammar *g = compile("root ::= \"{\" \"\\\"ab\\\":\" \" \"? \"true\" \"}\"");
+    char out[256];
+    stop_reason why = generate(g, 7, 0.0f, 50, out, sizeof(out));
+    cr_assert_eq(why, STOP_GRAMMAR);
+    cr_assert(judge("root ::= \"{\" \"\\\"ab\\\":\" \" \"? \"true\" \"}\"", out) == 2, "'%s'", out);
+    cr_assert_str_eq(stop_reason_finish(why), "stop");
+    grammar_unref(g);
+}
+
+Test(grammar_gen, a_grammar_needs_its_vocabulary_index) {
+    grammar *g = compile("root ::= \"a\"");
+    gen_params p = {.top_logprobs = -1, .grammar = g};
+    sampler_params_default(&p.sp);
+    gen *ge;
+    attnd_err err;
+    cr_assert_eq(gen_create(&ge, &p, G_N, tok, NULL, 0, &err), ATTND_ERR_INVALID);
+    p.gvocab = gvocab;
+    cr_assert_eq(gen_create(&ge, &p, G_N, NULL, NULL, 0, &err), ATTND_ERR_UNSUPPORTED);
+    grammar_unref(g);
+}
+
+Test(grammar_gen, a_grammar_the_vocabulary_cannot_spell_ends_generation) {
+    grammar *g = compile("root ::= \"z\"");
+    char out[64];
+    cr_assert_eq(generate(g, 3, 1.0f, 10, out, sizeof(out)), STOP_EOG);
+    cr_assert_str_eq(out, "");
+    grammar_unref(g);
+}

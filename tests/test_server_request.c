@@ -1,0 +1,271 @@
+/*
+ * test_server_request.c — the request layer (server/api: http.c's checks and routes, the
+ * endpoints, genreq.c, sse.c's stream loop and the writers) without a socket: each request runs
+ * through http_req_run with a recorder as its transport (req_io), on a server whose model,
+ * scheduler and stores are real (the stories260K fixture) but which never binds a port.
+ *
+ * What is checked: whole and streamed answers agree, the route table's 404/405, the checks before
+ * the body (auth, body cap), validation errors, n > 1 choices, sessions, the Responses API's
+ * store and follow-ups, llama.cpp's /completion, and /v1/attention.
+ */
+#include <criterion/criterion.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "server_rig.h"
+
+#define MODEL ATTND_DATA_DIR "/models/stories260K.gguf"
+
+static struct server *srv;
+
+static void setup(void) {
+    attnd_err err;
+    srv = rig_open(MODEL, NULL, 1, &err);
+    cr_assert_not_null(srv, "%s", err.msg);
+    srv->cfg.body_limit = 4096;
+    srv->cfg.default_max_tokens = 8;
+}
+
+static void teardown(void) { server_destroy(srv); }
+
+TestSuite(request, .init = setup, .fini = teardown, .timeout = 120);
+
+typedef rig_rec rec;
+
+/* Runs method url with body (NULL = none) to its end: exactly one answer, in *c. */
+static void run(rec *c, const char *method, const char *url, const char *body) {
+    rig_run(srv, c, method, url, body);
+    cr_assert_eq(c->replies, 1, "exactly one answer to %s %s (got %d)", method, url, c->replies);
+}
+
+/* The answer's JSON (new ref); fails the test when it is not JSON. */
+static json_t *json_of(const rec *c) {
+    json_error_t je;
+    json_t *j = json_loads(c->body, 0, &je);
+    cr_assert_not_null(j, "not JSON (%s): %.200s", je.text, c->body);
+    return j;
+}
+
+static json_t *post_json(const char *url, const char *body, int want_status) {
+    rec c = {0};
+    run(&c, "POST", url, body);
+    cr_assert_eq(c.status, want_status, "%s: status %d, body %.300s", url, c.status, c.body);
+    cr_assert_not_null(strstr(c.headers, "Content-Type: application/json"), "%s", c.headers);
+    json_t *j = json_of(&c);
+    free(c.body);
+    return j;
+}
+
+/* POSTs body, which must be refused with status naming param. */
+static void expect_refused(const char *url, const char *body, int status, const char *param) {
+    json_t *j = post_json(url, body, status);
+    const char *got = json_string_value(json_object_get(json_object_get(j, "error"), "param"));
+    cr_assert(got && !strcmp(got, param), "%s %s: param %s, want %s", url, body, got ? got : "null", param);
+    json_decref(j);
+}
+
+/* The text of every "data:" event's delta (chat) or text (completion), concatenated. */
+static char *stream_text(const char *sse, bool chat, int *n_events, bool *done) {
+    char *text = calloc(1, 1);
+    size_t len = 0;
+    *n_events = 0;
+    *done = false;
+    for (const char *p = sse; (p = strstr(p, "data: ")); p += 6) {
+        const char *end = strstr(p, "\n\n");
+        cr_assert_not_null(end, "every event ends with a blank line");
+        if (!strncmp(p + 6, "[DONE]", 6)) {
+            *done = true;
+            continue;
+        }
+        json_t *ev = json_loadb(p + 6, (size_t)(end - p - 6), 0, NULL);
+        cr_assert_not_null(ev, "an event is JSON: %.100s", p);
+        (*n_events)++;
+        json_t *c0 = json_array_get(json_object_get(ev, "choices"), 0);
+        const char *t = chat ? json_string_value(json_object_get(json_object_get(c0, "delta"), "content"))
+                             : json_string_value(json_object_get(c0, "text"));
+        if (t) {
+            text = realloc(text, len + strlen(t) + 1);
+            strcpy(text + len, t);
+            len += strlen(t);
+        }
+        json_decref(ev);
+    }
+    return text;
+}
+
+// ---- tests --------------------------------------------------------------------------------
+
+#define GREEDY "\"temperature\": 0, \"max_tokens\": 6"
+
+Test(request, a_chat_completion_answers_whole_and_streamed_alike) {
+    json_t *j = post_json("/v1/chat/completions",
+                          "{\"messages\": [{\"role\": \"user\", \"content\": \"Once upon a time\"}], " GREEDY "}", 200);
+    cr_assert_str_eq(json_string_value(json_object_get(j, "object")), "chat.completion");
+    json_t *msg = json_object_get(json_array_get(json_object_get(j, "choices"), 0), "message");
+    const char *whole = json_string_value(json_object_get(msg, "content"));
+    cr_assert_not_null(whole);
+    json_int_t n_gen = json_integer_value(json_object_get(json_object_get(j, "usage"), "completion_tokens"));
+    cr_assert(n_gen >= 1 && n_gen <= 6, "completion_tokens %lld", (long long)n_gen);
+
+    rec c = {0};
+    run(&c, "POST", "/v1/chat/completions",
+        "{\"messages\": [{\"role\": \"user\", \"content\": \"Once upon a time\"}], \"stream\": true, " GREEDY "}");
+    cr_assert_eq(c.status, 200);
+    cr_assert(c.streamed && !c.stream_error);
+    cr_assert_not_null(strstr(c.headers, "Content-Type: text/event-stream"));
+    int n_events;
+    bool done;
+    char *streamed = stream_text(c.body, true, &n_events, &done);
+    cr_assert(done, "the stream ends with [DONE]");
+    cr_assert_geq(n_events, 2, "a role chunk and at least the final chunk");
+    cr_assert_str_eq(streamed, whole, "greedy: the streamed text is the whole answer's");
+    free(streamed);
+    free(c.body);
+    json_decref(j);
+}
+
+Test(request, n_choices_of_a_prompt_list_come_back_in_order) {
+    json_t *j = post_json("/v1/completions", "{\"prompt\": [\"One day\", \"The cat\"], \"n\": 2, " GREEDY "}", 200);
+    json_t *choices = json_object_get(j, "choices");
+    cr_assert_eq(json_array_size(choices), 4, "2 prompts x n = 2");
+    for (size_t i = 0; i < 4; i++)
+        cr_assert_eq(json_integer_value(json_object_get(json_array_get(choices, i), "index")), (json_int_t)i);
+    const char *a = json_string_value(json_object_get(json_array_get(choices, 0), "text"));
+    const char *b = json_string_value(json_object_get(json_array_get(choices, 1), "text"));
+    cr_assert_str_eq(a, b, "greedy: both choices of one prompt agree");
+    json_decref(j);
+}
+
+Test(request, the_route_table_answers_404_and_405_with_allow) {
+    rec c = {0};
+    run(&c, "GET", "/v1/nothing-here", NULL);
+    cr_assert_eq(c.status, 404);
+    json_t *j = json_of(&c);
+    cr_assert_not_null(json_object_get(j, "error"));
+    json_decref(j);
+    free(c.body);
+    rec d = {0};
+    run(&d, "PUT", "/v1/chat/completions", "{}");
+    cr_assert_eq(d.status, 405);
+    cr_assert_not_null(strstr(d.headers, "Allow: POST"), "%s", d.headers);
+    free(d.body);
+}
+
+Test(request, the_checks_before_the_body_refuse_bad_keys_and_big_bodies) {
+    srv->cfg.api_key = "sekrit";
+    rec c = {0};
+    run(&c, "GET", "/v1/models", NULL);
+    cr_assert_eq(c.status, 401);
+    cr_assert_not_null(strstr(c.headers, "WWW-Authenticate: Bearer"));
+    free(c.body);
+    rec h = {0};
+    run(&h, "GET", "/health", NULL);
+    cr_assert_eq(h.status, 200, "/health is open: the route table says so");
+    free(h.body);
+    rec d = {.req_headers = {"Authorization", "Bearer sekrit"}};
+    run(&d, "GET", "/v1/models", NULL);
+    cr_assert_eq(d.status, 200, "%s", d.body);
+    free(d.body);
+    srv->cfg.api_key = NULL;
+    char big[5000];
+    memset(big, ' ', sizeof(big) - 1);
+    big[sizeof(big) - 1] = '\0';
+    rec e = {0};
+    run(&e, "POST", "/v1/completions", big);
+    cr_assert_eq(e.status, 413, "the body cap is 4096 bytes");
+    free(e.body);
+}
+
+Test(request, invalid_bodies_are_refused_with_the_field_named) {
+    json_t *j = post_json("/v1/completions", "{\"prompt\": ", 400);
+    cr_assert_not_null(strstr(json_string_value(json_object_get(json_object_get(j, "error"), "message")), "JSON"));
+    json_decref(j);
+    expect_refused("/v1/chat/completions", "{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}], \"n\": 0}", 400,
+                   "n");
+    expect_refused("/v1/completions", "{\"prompt\": \"x\", \"max_tokens\": \"many\"}", 400, "max_tokens");
+}
+
+Test(request, a_session_keeps_the_history_of_its_turns) {
+    json_t *s = post_json("/v1/sessions", "{\"id\": \"story\"}", 200);
+    cr_assert_str_eq(json_string_value(json_object_get(s, "id")), "story");
+    json_decref(s);
+    json_t *j = post_json("/v1/completions", "{\"prompt\": \"Once\", \"session_id\": \"story\", " GREEDY "}", 200);
+    json_int_t n = json_integer_value(json_object_get(json_object_get(j, "usage"), "prompt_tokens")) +
+                   json_integer_value(json_object_get(json_object_get(j, "usage"), "completion_tokens"));
+    json_decref(j);
+    rec c = {0};
+    run(&c, "GET", "/v1/sessions/story", NULL);
+    cr_assert_eq(c.status, 200);
+    j = json_of(&c);
+    cr_assert_eq(json_integer_value(json_object_get(j, "tokens")), n, "the prompt and the reply are the history");
+    json_decref(j);
+    free(c.body);
+    expect_refused("/v1/completions", "{\"prompt\": \"Once\", \"session_id\": \"nope\", " GREEDY "}", 404,
+                   "session_id");
+}
+
+Test(request, a_stored_response_is_returned_and_continued) {
+    json_t *a = post_json("/v1/responses", "{\"input\": \"Once upon a time\", \"max_output_tokens\": 4}", 200);
+    const char *status = json_string_value(json_object_get(a, "status"));
+    json_int_t out = json_integer_value(json_object_get(json_object_get(a, "usage"), "output_tokens"));
+    cr_assert(!strcmp(status, "incomplete") ? out == 4 : !strcmp(status, "completed") && out < 4,
+              "status %s after %lld tokens", status, (long long)out);
+    const char *id = json_string_value(json_object_get(a, "id"));
+    cr_assert_not_null(id);
+    char url[128], body[256];
+    snprintf(url, sizeof(url), "/v1/responses/%s", id);
+    rec c = {0};
+    run(&c, "GET", url, NULL);
+    cr_assert_eq(c.status, 200);
+    json_t *got = json_of(&c);
+    cr_assert_str_eq(json_string_value(json_object_get(got, "id")), id);
+    json_decref(got);
+    free(c.body);
+    snprintf(body, sizeof(body),
+             "{\"input\": \"and then\", \"previous_response_id\": \"%s\", \"max_output_tokens\": 4}", id);
+    json_t *b = post_json("/v1/responses", body, 200);
+    json_int_t cached = json_integer_value(
+        json_object_get(json_object_get(json_object_get(b, "usage"), "input_tokens_details"), "cached_tokens"));
+    cr_assert_gt(cached, 0, "the follow-up reuses the first turn's KV");
+    json_decref(b);
+    expect_refused("/v1/responses", "{\"input\": \"x\", \"previous_response_id\": \"resp_none\"}", 404,
+                   "previous_response_id");
+    json_decref(a);
+}
+
+Test(request, llama_completion_takes_n_predict_and_streams_until_stop) {
+    json_t *j = post_json("/completion", "{\"prompt\": \"Once\", \"n_predict\": 3, \"temperature\": 0}", 200);
+    cr_assert(json_is_string(json_object_get(j, "content")));
+    cr_assert(json_is_true(json_object_get(j, "stop")));
+    json_decref(j);
+    rec c = {0};
+    run(&c, "POST", "/completion", "{\"prompt\": \"Once\", \"n_predict\": 3, \"stream\": true}");
+    cr_assert_eq(c.status, 200);
+    cr_assert_null(strstr(c.body, "[DONE]"), "llama.cpp's stream has no [DONE]");
+    cr_assert_not_null(strstr(c.body, "\"stop\":true"), "it ends with the stop event: %.300s", c.body);
+    free(c.body);
+}
+
+Test(request, attention_answers_one_row_per_position_of_each_head_asked_for) {
+    json_t *j = post_json("/v1/attention", "{\"prompt\": \"Once upon\", \"layers\": [0], \"heads\": [1]}", 200);
+    cr_assert_str_eq(json_string_value(json_object_get(j, "object")), "attention");
+    json_int_t n_prompt = json_integer_value(json_object_get(j, "n_prompt"));
+    cr_assert_gt(n_prompt, 1);
+    json_t *heads = json_object_get(j, "attention");
+    cr_assert_eq(json_array_size(heads), 1, "one layer x one head");
+    json_t *h = json_array_get(heads, 0);
+    cr_assert_eq(json_integer_value(json_object_get(h, "layer")), 0);
+    cr_assert_eq(json_integer_value(json_object_get(h, "head")), 1);
+    json_t *rows = json_object_get(h, "weights");
+    cr_assert_eq((json_int_t)json_array_size(rows), n_prompt - json_integer_value(json_object_get(j, "first_row")));
+    json_t *last = json_array_get(rows, json_array_size(rows) - 1);
+    double sum = 0;
+    for (size_t i = 0; i < json_array_size(last); i++) sum += json_number_value(json_array_get(last, i));
+    cr_assert_float_eq(sum, 1.0, 1e-3, "a softmax row sums to 1 (%f)", sum);
+    json_decref(j);
+    expect_refused("/v1/attention", "{\"prompt\": \"Once\", \"layers\": [99]}", 400, "layers");
+    expect_refused("/v1/attention", "{\"prompt\": \"Once\", \"stream\": true}", 400, "stream");
+}

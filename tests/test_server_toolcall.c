@@ -1,0 +1,271 @@
+/*
+ * test_server_toolcall.c — tool calling (server/api/toolcall.c, toolcall_parse.c): recorded
+ * outputs of each family's format parsed into content, reasoning and calls, the same under every
+ * chunking (one byte at a time, every fixed size, random cuts), streamed deltas that reassemble
+ * to the whole answer; the tools / tool_choice validation; the grammar that forces a call.
+ */
+#include <criterion/criterion.h>
+#include <string.h>
+
+#include "attnd/grammar.h"
+#include "toolcall.h"
+
+typedef struct parsed {
+    char content[2048], reasoning[1024], streamed_content[2048], streamed_reasoning[1024];
+    char names[8][64], args[8][512], streamed_args[8][512], streamed_names[8][64];
+    int n_calls, n_streamed;
+    bool content_null;
+} parsed;
+
+static void collect(json_t *deltas, parsed *out) {
+    for (size_t i = 0; i < json_array_size(deltas); i++) {
+        json_t *d = json_array_get(deltas, i), *v;
+        if ((v = json_object_get(d, "content"))) strcat(out->streamed_content, json_string_value(v));
+        if ((v = json_object_get(d, "reasoning_content"))) strcat(out->streamed_reasoning, json_string_value(v));
+        json_t *tc = json_array_get(json_object_get(d, "tool_calls"), 0);
+        if (!tc) continue;
+        int idx = (int)json_integer_value(json_object_get(tc, "index"));
+        cr_assert(idx >= 0 && idx < 8);
+        json_t *f = json_object_get(tc, "function"), *name = json_object_get(f, "name");
+        if (name) {
+            cr_assert_str_eq(json_string_value(json_object_get(tc, "type")), "function");
+            cr_assert(json_is_string(json_object_get(tc, "id")), "the first delta of a call has its id");
+            strcpy(out->streamed_names[idx], json_string_value(name));
+            if (idx + 1 > out->n_streamed) out->n_streamed = idx + 1;
+        }
+        strcat(out->streamed_args[idx], json_string_value(json_object_get(f, "arguments")));
+    }
+}
+
+/* Parses text fed in pieces: cut[i] marks where chunks end (NULL: in `size`-byte chunks). */
+static void run(const char *text, bool calls, size_t size, unsigned seed, parsed *out) {
+    memset(out, 0, sizeof(*out));
+    toolcall_parser *p = toolcall_parser_create(calls);
+    cr_assert(p);
+    json_t *deltas = json_array();
+    size_t n = strlen(text), i = 0;
+    unsigned x = seed;
+    while (i < n) {
+        size_t k = size;
+        if (seed) x = x * 1103515245u + 12345u, k = 1 + (x >> 16) % 9;
+        if (k > n - i) k = n - i;
+        toolcall_parser_feed(p, text + i, k, deltas);
+        i += k;
+    }
+    toolcall_parser_finish(p, deltas);
+    collect(deltas, out);
+    json_decref(deltas);
+    json_t *c = toolcall_parser_content(p), *r = toolcall_parser_reasoning(p), *tc = toolcall_parser_calls(p);
+    out->content_null = json_is_null(c);
+    if (json_is_string(c)) strcpy(out->content, json_string_value(c));
+    if (r) strcpy(out->reasoning, json_string_value(r));
+    out->n_calls = toolcall_parser_n_calls(p);
+    for (int k = 0; k < out->n_calls; k++) {
+        json_t *f = json_object_get(json_array_get(tc, (size_t)k), "function");
+        strcpy(out->names[k], json_string_value(json_object_get(f, "name")));
+        strcpy(out->args[k], json_string_value(json_object_get(f, "arguments")));
+        cr_assert(strncmp(json_string_value(json_object_get(json_array_get(tc, (size_t)k), "id")), "call_", 5) == 0);
+    }
+    json_decref(c), json_decref(r), json_decref(tc);
+    toolcall_parser_destroy(p);
+    /* the stream says what the whole answer says */
+    cr_assert_str_eq(out->streamed_content, out->content, "streamed content");
+    cr_assert_str_eq(out->streamed_reasoning, out->reasoning, "streamed reasoning");
+    cr_assert_eq(out->n_streamed, out->n_calls);
+    for (int k = 0; k < out->n_calls; k++) {
+        cr_assert_str_eq(out->streamed_names[k], out->names[k]);
+        cr_assert_str_eq(out->streamed_args[k], out->args[k]);
+        json_t *j = json_loads(out->streamed_args[k], JSON_DECODE_ANY, NULL);
+        cr_assert(json_is_object(j), "call %d's fragments make JSON: %s", k, out->streamed_args[k]);
+        json_decref(j);
+    }
+}
+
+/* The whole answer, then the same under every chunking. */
+static parsed *check_all_chunkings(const char *text, bool calls) {
+    static parsed whole, other;
+    run(text, calls, 1 << 20, 0, &whole);
+    for (size_t size = 1; size <= 12; size++) {
+        run(text, calls, size, 0, &other);
+        cr_assert_str_eq(other.content, whole.content, "chunks of %zu", size);
+        cr_assert_str_eq(other.reasoning, whole.reasoning, "chunks of %zu", size);
+        cr_assert_eq(other.n_calls, whole.n_calls, "chunks of %zu", size);
+        for (int k = 0; k < whole.n_calls; k++) cr_assert_str_eq(other.args[k], whole.args[k]);
+    }
+    for (unsigned seed = 1; seed <= 40; seed++) {
+        run(text, calls, 0, seed, &other);
+        cr_assert_str_eq(other.content, whole.content, "random cut %u", seed);
+        cr_assert_eq(other.n_calls, whole.n_calls, "random cut %u", seed);
+    }
+    return &whole;
+}
+
+Test(toolcall, hermes_calls_with_text_before_them) {
+    parsed *p = check_all_chunkings("Let me check.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": "
+                                    "\"Paris\", \"unit\": \"c\"}}\n</tool_call>\n<tool_call>\n{\"name\": \"get_time\", "
+                                    "\"arguments\": {\"tz\": \"CET\"}}\n</tool_call>", true);
+    cr_assert_eq(p->n_calls, 2);
+    cr_assert_str_eq(p->names[0], "get_weather");
+    cr_assert_str_eq(p->args[0], "{\"city\":\"Paris\",\"unit\":\"c\"}");
+    cr_assert_str_eq(p->names[1], "get_time");
+    cr_assert_str_eq(p->content, "Let me check.\n\n");
+}
+
+Test(toolcall, a_call_whose_json_is_broken_stays_content) {
+    parsed *p = check_all_chunkings("<tool_call>{\"name\": \"f\", \"arguments\": {</tool_call> done", true);
+    cr_assert_eq(p->n_calls, 0);
+    cr_assert_str_eq(p->content, "<tool_call>{\"name\": \"f\", \"arguments\": {</tool_call> done");
+}
+
+Test(toolcall, llama3_python_tag_and_bare_json) {
+    parsed *p = check_all_chunkings("<|python_tag|>{\"name\": \"search\", \"parameters\": {\"q\": \"a}b\"}}; "
+                                    "{\"name\": \"open\", \"parameters\": {\"id\": 3}}", true);
+    cr_assert_eq(p->n_calls, 2);
+    cr_assert_str_eq(p->args[0], "{\"q\":\"a}b\"}");
+    cr_assert_str_eq(p->names[1], "open");
+    p = check_all_chunkings("  {\"name\": \"search\", \"parameters\": {\"q\": \"x\"}}", true);
+    cr_assert_eq(p->n_calls, 1);
+    cr_assert(p->content_null, "a call alone: content is null");
+    p = check_all_chunkings("{\"answer\": 42}", true);
+    cr_assert_eq(p->n_calls, 0, "JSON that is not a call is content");
+    cr_assert_str_eq(p->content, "{\"answer\": 42}");
+    p = check_all_chunkings("{\"name\": \"search\", \"parameters\": {}}", false);
+    cr_assert_eq(p->n_calls, 0, "without tools nothing is a call");
+}
+
+Test(toolcall, mistral_tool_calls_array) {
+    parsed *p = check_all_chunkings("[TOOL_CALLS][{\"name\": \"a\", \"arguments\": {\"x\": [1, 2]}}, {\"name\": \"b\", "
+                                    "\"arguments\": \"{\\\"y\\\": true}\"}]", true);
+    cr_assert_eq(p->n_calls, 2);
+    cr_assert_str_eq(p->args[0], "{\"x\":[1,2]}");
+    cr_assert_str_eq(p->args[1], "{\"y\": true}", "string arguments are kept as written");
+}
+
+Test(toolcall, harmony_analysis_and_commentary_call) {
+    parsed *p = check_all_chunkings("<|channel|>analysis<|message|>Need the weather.<|end|><|start|>assistant<|channel|>"
+                                    "commentary to=functions.get_weather <|constrain|>json<|message|>{\"city\":\"Oslo\"}"
+                                    "<|call|>", true);
+    cr_assert_str_eq(p->reasoning, "Need the weather.");
+    cr_assert_eq(p->n_calls, 1);
+    cr_assert_str_eq(p->names[0], "get_weather");
+    cr_assert_str_eq(p->args[0], "{\"city\":\"Oslo\"}");
+    p = check_all_chunkings("<|channel|>analysis<|message|>think<|end|><|start|>assistant<|channel|>final<|message|>Hi!",
+                            false);
+    cr_assert_str_eq(p->reasoning, "think");
+    cr_assert_str_eq(p->content, "Hi!");
+}
+
+Test(toolcall, think_blocks_become_reasoning_content) {
+    parsed *p = check_all_chunkings("<think>\nThe user wants JSON.\n</think>\n\n{\"a\": 1}", false);
+    cr_assert_str_eq(p->reasoning, "\nThe user wants JSON.\n");
+    cr_assert_str_eq(p->content, "{\"a\": 1}", "the blank lines after reasoning are dropped");
+    p = check_all_chunkings("<think>hmm</think><tool_call>{\"name\":\"f\",\"arguments\":{}}</tool_call>", true);
+    cr_assert_str_eq(p->reasoning, "hmm");
+    cr_assert_eq(p->n_calls, 1);
+    cr_assert_str_eq(p->args[0], "{}");
+    p = check_all_chunkings("a < b and <thin ice>, [TOOL_CALL", true);
+    cr_assert_str_eq(p->content, "a < b and <thin ice>, [TOOL_CALL", "marker prefixes that never complete are text");
+    p = check_all_chunkings("<think>never closed", false);
+    cr_assert_str_eq(p->reasoning, "never closed");
+}
+
+// ---- the request side ---------------------------------------------------------------------
+
+static attnd_status spec_of(const char *body_text, bool rshape, toolcall_spec *s, const char **param) {
+    json_t *b = json_loads(body_text, 0, NULL);
+    cr_assert(b, "%s", body_text);
+    attnd_err err;
+    attnd_status st = toolcall_parse_spec(b, rshape, s, param, &err);
+    json_decref(b);
+    return st;
+}
+
+static const char *TOOLS = "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"description\":\"d\","
+                           "\"parameters\":{\"type\":\"object\",\"properties\":{\"city\":{\"type\":\"string\"},\"days\":"
+                           "{\"type\":\"integer\",\"minimum\":1,\"maximum\":7}},\"required\":[\"city\",\"days\"]}}},"
+                           "{\"type\":\"function\",\"function\":{\"name\":\"ping\"}}]";
+
+Test(toolcall, tools_and_tool_choice_are_validated) {
+    toolcall_spec s;
+    const char *param = NULL;
+    char body[2048];
+    snprintf(body, sizeof(body), "{%s,\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"ping\"}},"
+             "\"parallel_tool_calls\":false}", TOOLS);
+    cr_assert_eq(spec_of(body, false, &s, &param), ATTND_OK);
+    cr_assert_eq(s.choice, TOOLCALL_NAMED);
+    cr_assert_str_eq(s.name, "ping");
+    cr_assert(!s.parallel);
+    toolcall_spec_free(&s);
+    cr_assert_eq(spec_of("{\"tools\":[{\"type\":\"function\",\"name\":\"f\"}],\"tool_choice\":{\"type\":\"function\","
+                         "\"name\":\"f\"}}", true, &s, &param), ATTND_OK);
+    cr_assert_eq(s.choice, TOOLCALL_NAMED);
+    toolcall_spec_free(&s);
+    static const struct { const char *body, *param; } bad[] = {
+        {"{\"tools\":{}}", "tools"},
+        {"{\"tools\":[{\"type\":\"retrieval\"}]}", "tools"},
+        {"{\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"has space\"}}]}", "tools"},
+        {"{\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":3}}]}", "tools"},
+        {"{\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}},{\"type\":\"function\",\"function\":{\"name\":\"f\"}}]}", "tools"},
+        {"{\"tool_choice\":\"required\"}", "tool_choice"},
+        {"{\"tool_choice\":\"sometimes\"}", "tool_choice"},
+        {"{\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}],\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"g\"}}}", "tool_choice"},
+        {"{\"parallel_tool_calls\":\"yes\"}", "parallel_tool_calls"},
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(*bad); i++) {
+        param = NULL;
+        cr_assert_eq(spec_of(bad[i].body, false, &s, &param), ATTND_ERR_INVALID, "%s", bad[i].body);
+        cr_assert_str_eq(param, bad[i].param, "%s", bad[i].body);
+        toolcall_spec_free(&s);
+    }
+}
+
+static bool sentence(const grammar *g, const char *text) {
+    grammar_state *st;
+    cr_assert_eq(grammar_state_create(&st, g, NULL), ATTND_OK);
+    bool ok = grammar_state_accept(st, text, strlen(text)) && grammar_state_complete(st);
+    grammar_state_destroy(st);
+    return ok;
+}
+
+Test(toolcall, the_forcing_grammar_accepts_only_valid_calls) {
+    toolcall_spec s;
+    const char *param;
+    char body[2048];
+    snprintf(body, sizeof(body), "{%s,\"tool_choice\":\"required\"}", TOOLS);
+    cr_assert_eq(spec_of(body, false, &s, &param), ATTND_OK);
+    buf gb = {0};
+    attnd_err err;
+    cr_assert_eq(toolcall_grammar(&s, &gb, &err), ATTND_OK, "%s", err.msg);
+    grammar *g;
+    cr_assert_eq(grammar_compile(&g, gb.p, gb.len, &err), ATTND_OK, "%s\n%s", err.msg, gb.p);
+    const char *good = "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Rome\", \"days\": 3}}\n"
+                       "</tool_call>";
+    cr_assert(sentence(g, good));
+    cr_assert(sentence(g, "<tool_call>\n{\"name\": \"ping\", \"arguments\": {}}\n</tool_call>\n<tool_call>\n{\"name\": "
+                          "\"ping\", \"arguments\": {}}\n</tool_call>"), "parallel calls");
+    cr_assert(!sentence(g, "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Rome\", \"days\": 9}}\n"
+                           "</tool_call>"), "arguments follow the schema");
+    cr_assert(!sentence(g, "<tool_call>\n{\"name\": \"nope\", \"arguments\": {}}\n</tool_call>"));
+    cr_assert(!sentence(g, "Sure!"));
+    /* and what the grammar forces is what the parser reads */
+    parsed out;
+    run(good, true, 3, 0, &out);
+    cr_assert_eq(out.n_calls, 1);
+    cr_assert_str_eq(out.args[0], "{\"city\":\"Rome\",\"days\":3}");
+    grammar_unref(g);
+    buf_free(&gb);
+    toolcall_spec_free(&s);
+}
+
+Test(toolcall, history_renders_as_the_model_would_write_it) {
+    json_t *calls = json_loads("[{\"id\":\"call_1\",\"type\":\"function\",\"function\":{\"name\":\"f\",\"arguments\":"
+                               "\"{\\\"a\\\": 1}\"}}]", 0, NULL);
+    buf b = {0};
+    cr_assert_eq(toolcall_render_calls(calls, &b, NULL), ATTND_OK);
+    cr_assert_str_eq(b.p, "<tool_call>\n{\"name\":\"f\",\"arguments\":{\"a\":1}}\n</tool_call>");
+    buf_clear(&b);
+    cr_assert(toolcall_render_result("22 C", &b));
+    cr_assert_str_eq(b.p, "<tool_response>\n22 C\n</tool_response>");
+    json_decref(calls);
+    buf_free(&b);
+}
