@@ -170,6 +170,34 @@ static void print_unsupported_note(const gguf_file *f, const json_t *unsupported
            ut->name, gguf_type_name(ut->type));
 }
 
+/* The human-readable form of what root holds (the JSON form is root itself). */
+static void print_text(const gguf_file *f, const char *model, const json_t *root, const json_t *unsupported,
+                       uint64_t params) {
+    const char *arch = json_string_value(json_object_get(root, "architecture"));
+    json_t *hp = json_object_get(root, "hyperparameters"), *by_type = json_object_get(root, "tensors_by_type");
+    uint64_t vocab = (uint64_t)json_integer_value(json_object_get(root, "vocab_size"));
+    printf("file:          %s (%" PRIu64 " bytes, GGUF v%u)\n", model, gguf_file_size(f), gguf_version(f));
+    printf("name:          %s\n", str_or(f, "general.name", "(none)"));
+    printf("architecture:  %s\n", arch);
+    const char *k;
+    json_t *v;
+    json_object_foreach(hp, k, v) {
+        if (json_is_real(v)) printf("  %-32s %g\n", k, json_real_value(v));
+        else printf("  %-32s %" JSON_INTEGER_FORMAT "\n", k, json_integer_value(v));
+    }
+    printf("tokenizer:     %s%s%s, vocab %" PRIu64 "\n", str_or(f, "tokenizer.ggml.model", "(none)"),
+           *str_or(f, "tokenizer.ggml.pre", "") ? " / pre " : "", str_or(f, "tokenizer.ggml.pre", ""), vocab);
+    printf("tensors:       %" PRIu64 " (", gguf_tensor_count(f));
+    bool first = true;
+    json_object_foreach(by_type, k, v) {
+        printf("%s%s: %" JSON_INTEGER_FORMAT, first ? "" : ", ", k, json_integer_value(v));
+        first = false;
+    }
+    printf(")\nparameters:    %" PRIu64 " (%.2f M)\n", params, params / 1e6);
+    print_unsupported_note(f, unsupported);
+    print_run_facts(root);
+}
+
 int cmd_info(int argc, char **argv) {
     const char *model = NULL;
     bool as_json = false;
@@ -212,33 +240,13 @@ int cmd_info(int argc, char **argv) {
 
     json_t *unsupported = json_array();
     uint64_t params = add_tensor_summary(f, root, unsupported);
-    json_t *by_type = json_object_get(root, "tensors_by_type");
     add_run_facts(root, model);
 
     if (as_json) {
         json_dumpf(root, stdout, JSON_COMPACT);
         putchar('\n');
     } else {
-        printf("file:          %s (%" PRIu64 " bytes, GGUF v%u)\n", model, gguf_file_size(f), gguf_version(f));
-        printf("name:          %s\n", str_or(f, "general.name", "(none)"));
-        printf("architecture:  %s\n", arch);
-        const char *k;
-        json_t *v;
-        json_object_foreach(hp, k, v) {
-            if (json_is_real(v)) printf("  %-32s %g\n", k, json_real_value(v));
-            else printf("  %-32s %" JSON_INTEGER_FORMAT "\n", k, json_integer_value(v));
-        }
-        printf("tokenizer:     %s%s%s, vocab %" PRIu64 "\n", str_or(f, "tokenizer.ggml.model", "(none)"),
-               *str_or(f, "tokenizer.ggml.pre", "") ? " / pre " : "", str_or(f, "tokenizer.ggml.pre", ""), vocab);
-        printf("tensors:       %" PRIu64 " (", gguf_tensor_count(f));
-        bool first = true;
-        json_object_foreach(by_type, k, v) {
-            printf("%s%s: %" JSON_INTEGER_FORMAT, first ? "" : ", ", k, json_integer_value(v));
-            first = false;
-        }
-        printf(")\nparameters:    %" PRIu64 " (%.2f M)\n", params, params / 1e6);
-        print_unsupported_note(f, unsupported);
-        print_run_facts(root);
+        print_text(f, model, root, unsupported, params);
     }
     json_decref(unsupported);
     json_decref(root);

@@ -128,7 +128,7 @@ def module_graph(build):
             if not f.endswith(".c.o"):
                 continue
             m = re.search(r"/CMakeFiles/(attnd_server|attnd)\.dir/((?:server|cli)/.*)\.o$", os.path.join(d, f))
-            if m:
+            if m and os.path.isfile(os.path.join(ROOT, m.group(2))):  # not an object of a removed file
                 objs[m.group(2)] = os.path.join(d, f)
     defined, used = {}, {}
     for src, obj in objs.items():

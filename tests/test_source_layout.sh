@@ -7,8 +7,8 @@ set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 src=${ATTND_SOURCE_DIR:-$here/..}
 build=${ATTND_BUILD_DIR:-$src/build}
-command -v python3 >/dev/null || { echo "skip - python3 is not installed"; exit 77; }
-command -v nm >/dev/null || { echo "skip - nm is not installed"; exit 77; }
+command -v python3 >/dev/null || { echo "not ok - python3 is not installed (scripts/dev.sh test installs it)"; exit 1; }
+command -v nm >/dev/null || { echo "not ok - nm is not installed (binutils, with gcc)"; exit 1; }
 if out=$(python3 "$src/scripts/check_layout.py" --objects "$build" "$src"); then
     echo "ok - includes and modules form a DAG, runtime/ knows no API, the maps are complete"
 else
