@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "attnd/cpuinfo.h"
 #include "attnd/gguf.h"
 #include "attnd/kv.h"
 #include "attnd/model.h"
@@ -98,6 +99,7 @@ static void add_run_facts(json_t *root, const char *path) {
         json_object_set_new(root, "kv_bytes_per_context",
                             json_pack("{s:I, s:I}", "f16", (json_int_t)kv_context_bytes(m, n_ctx, KV_F16), "f32",
                                       (json_int_t)kv_context_bytes(m, n_ctx, KV_F32)));
+        json_object_set_new(root, "kernels", json_string(cpuinfo_kernels()));
         add_layer_kv(root, m);
     }
     tok_destroy(t);
@@ -111,6 +113,7 @@ static void print_run_facts(const json_t *root) {
     }
     json_t *kt = json_object_get(root, "kv_bytes_per_token"), *kc = json_object_get(root, "kv_bytes_per_context");
     printf("runs:          yes\n");
+    printf("kernels:       %s\n", json_string_value(json_object_get(root, "kernels")));
     printf("chat template: %s (%s)\n", json_string_value(json_object_get(root, "chat_template")),
            json_string_value(json_object_get(root, "chat_template_source")));
     if (json_object_get(root, "chat_template_rendering"))
