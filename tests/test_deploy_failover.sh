@@ -32,12 +32,23 @@ done
 source "$(dirname "$0")/proc_lib.sh" # $T, PIDS, cleanup on exit (python stops what it starts)
 source "$(dirname "$0")/nginx_lib.sh" # nginx_config
 
-# Four loopback ports the kernel picks (bound together, so distinct; free when released).
+# Four distinct free loopback ports below Linux's ephemeral range (32768-60999), so that no outgoing
+# connection (curl, nginx to an upstream, Redis clients) can take one between our check and the bind.
 read -r PR PA PB PN < <(python3 -c '
-import socket
-ss = [socket.socket() for _ in range(4)]
-for s in ss: s.bind(("127.0.0.1", 0))
-print(*[s.getsockname()[1] for s in ss])')
+import random, socket
+ports = []
+while len(ports) < 4:
+    p = random.randrange(20000, 32000)
+    s = socket.socket()
+    try:
+        s.bind(("127.0.0.1", p))
+    except OSError:
+        continue
+    finally:
+        s.close()
+    if p not in ports:
+        ports.append(p)
+print(*ports)')
 
 mkdir -p "$T/redis"
 nginx_config "$PA" "$PB" "$PN" "s/fail_timeout=10s/fail_timeout=1s/" || exit 1

@@ -34,7 +34,8 @@ USED=" "
 free_port() {
     local p
     for _ in $(seq 50); do
-        p=$((20000 + RANDOM % 30000))
+        p=$((20000 + RANDOM % 12000)) # below Linux's ephemeral range (32768-60999): no outgoing
+                                      # connection of this machine can be holding it by the time we bind
         [[ "$USED" == *" $p "* ]] && continue
         (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null && continue
         USED+="$p "

@@ -17,6 +17,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "sess.h"
@@ -90,14 +91,20 @@ static pid_t redis_pid;
 static int redis_port;
 static char redis_url[64];
 
-/* A loopback port nothing listens on now (the kernel picks it). */
+/* A free loopback port below Linux's ephemeral range (32768-60999): no outgoing connection of
+ * this machine can take it between this check and redis-server's bind. */
 static int free_port(void) {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t len = sizeof(a);
-    cr_assert(fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0 && getsockname(fd, (struct sockaddr *)&a, &len) == 0);
-    close(fd);
-    return ntohs(a.sin_port);
+    srand((unsigned)getpid() ^ (unsigned)time(NULL));
+    for (int tries = 0; tries < 200; tries++) {
+        int port = 20000 + rand() % 12000, fd = socket(AF_INET, SOCK_STREAM, 0);
+        struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+                                .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+        bool ok = fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0;
+        if (fd >= 0) close(fd);
+        if (ok) return port;
+    }
+    cr_assert_fail("no free loopback port in 20000..31999");
+    return 0;
 }
 
 static bool port_answers(int port) {
