@@ -55,7 +55,7 @@ static bool match_opt(const char *cmd, int argc, char **argv, int *i, const cli_
         *(bool *)o->dst = o->kind == CLI_SET;
         *i += 1;
         return true;
-    case CLI_SAMPLING: return cli_sampling_flag(cmd, argc, argv, i, o->dst);
+    case CLI_GROUP: return o->group(cmd, argc, argv, i, o->dst);
     case CLI_PROMPT: {
         cli_prompt *p = o->dst;
         const cli_opt prompt[] = {CLI_OPT_STR("--prompt", &p->text), CLI_OPT_STR("--tokens", &p->tokens)};
@@ -94,7 +94,7 @@ bool cli_parse_opts(const char *cmd, const char *usage, int argc, char **argv, c
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
             fputs(usage, stdout);
             for (int k = 0; k < n_opts; k++)
-                if (opts[k].kind == CLI_SAMPLING) fputs(CLI_SAMPLING_USAGE, stdout);
+                if (opts[k].kind == CLI_GROUP && opts[k].group_usage) fputs(opts[k].group_usage, stdout);
             return false;
         }
         int k = 0;

@@ -52,6 +52,20 @@ static const char *str_or(const gguf_file *f, const char *key, const char *dflt)
     return gguf_get_str(f, key, &s, NULL) == ATTND_OK ? s : dflt;
 }
 
+/* Per token, f16: the global layers' KV bytes, the sliding-window (local) layers' and their window
+ * (a local layer keeps only its window's positions). */
+static void add_layer_kv(json_t *root, const model *m) {
+    const model_info *mi = model_info_get(m);
+    json_object_set_new(root, "kv_layers",
+                        json_pack("{s:i, s:i, s:i, s:I, s:I}", "global", mi->n_layer - mi->n_local_layers, "local",
+                                  mi->n_local_layers, "window", mi->window, "global_bytes_per_token_f16",
+                                  (json_int_t)kv_layer_bytes_per_token(m, KV_F16, false), "local_bytes_per_token_f16",
+                                  (json_int_t)kv_layer_bytes_per_token(m, KV_F16, true)));
+    if (mi->n_expert)
+        json_object_set_new(root, "experts", json_pack("{s:i, s:i, s:i}", "count", mi->n_expert, "used",
+                                                       mi->n_expert_used, "feed_forward_length", mi->n_ff_exp));
+}
+
 /* What running the file would mean: "runs" (and "refused" with the reason when not), the chat
  * template serve would pick, KV bytes per token and per full context. Adds them to root. */
 static void add_run_facts(json_t *root, const char *path) {
@@ -72,6 +86,11 @@ static void add_run_facts(json_t *root, const char *path) {
                             json_string(found ? "detected from tokenizer.chat_template"
                                               : tmpl && *tmpl ? "fallback: the model's template is not recognised"
                                                               : "fallback: the model has no template"));
+        chat_template ct;
+        attnd_err terr;
+        if (chat_template_load(&ct, tmpl, NULL, NULL, t, &terr) == ATTND_OK)
+            json_object_set_new(root, "chat_template_rendering", json_string(chat_source_str(&ct)));
+        chat_template_free(&ct);
         int n_ctx = model_info_get(m)->n_ctx;
         json_object_set_new(root, "kv_bytes_per_token",
                             json_pack("{s:I, s:I}", "f16", (json_int_t)kv_bytes_per_token(m, KV_F16), "f32",
@@ -79,6 +98,7 @@ static void add_run_facts(json_t *root, const char *path) {
         json_object_set_new(root, "kv_bytes_per_context",
                             json_pack("{s:I, s:I}", "f16", (json_int_t)kv_context_bytes(m, n_ctx, KV_F16), "f32",
                                       (json_int_t)kv_context_bytes(m, n_ctx, KV_F32)));
+        add_layer_kv(root, m);
     }
     tok_destroy(t);
     model_destroy(m);
@@ -93,10 +113,28 @@ static void print_run_facts(const json_t *root) {
     printf("runs:          yes\n");
     printf("chat template: %s (%s)\n", json_string_value(json_object_get(root, "chat_template")),
            json_string_value(json_object_get(root, "chat_template_source")));
+    if (json_object_get(root, "chat_template_rendering"))
+        printf("chat template rendering: %s\n", json_string_value(json_object_get(root, "chat_template_rendering")));
     printf("KV cache:      %" JSON_INTEGER_FORMAT " bytes/token f16 (%" JSON_INTEGER_FORMAT " f32); a full context: "
            "%.1f MiB f16\n",
            json_integer_value(json_object_get(kt, "f16")), json_integer_value(json_object_get(kt, "f32")),
            json_integer_value(json_object_get(kc, "f16")) / 1048576.0);
+    json_t *kl = json_object_get(root, "kv_layers");
+    printf("KV per layer:  %" JSON_INTEGER_FORMAT " global layers: %" JSON_INTEGER_FORMAT " bytes/token f16",
+           json_integer_value(json_object_get(kl, "global")),
+           json_integer_value(json_object_get(kl, "global_bytes_per_token_f16")));
+    if (json_integer_value(json_object_get(kl, "local")))
+        printf("; %" JSON_INTEGER_FORMAT " local layers (window %" JSON_INTEGER_FORMAT "): %" JSON_INTEGER_FORMAT
+               " bytes/token f16, held for the window only",
+               json_integer_value(json_object_get(kl, "local")), json_integer_value(json_object_get(kl, "window")),
+               json_integer_value(json_object_get(kl, "local_bytes_per_token_f16")));
+    printf("\n");
+    json_t *ex = json_object_get(root, "experts");
+    if (ex)
+        printf("experts:       %" JSON_INTEGER_FORMAT " of %" JSON_INTEGER_FORMAT " per token, width %" JSON_INTEGER_FORMAT
+               "\n",
+               json_integer_value(json_object_get(ex, "used")), json_integer_value(json_object_get(ex, "count")),
+               json_integer_value(json_object_get(ex, "feed_forward_length")));
 }
 
 /* Tensor counts by type and the parameter count into root; the first few tensors of types the
@@ -187,9 +225,12 @@ int cmd_info(int argc, char **argv) {
             first = false;
         }
         printf(")\nparameters:    %" PRIu64 " (%.2f M)\n", params, params / 1e6);
-        if (json_array_size(unsupported))
-            printf("note:          some tensors use types the engine does not compute (e.g. %s)\n",
-                   json_string_value(json_array_get(unsupported, 0)));
+        if (json_array_size(unsupported)) {
+            const gguf_tensor *ut = gguf_find_tensor(f, json_string_value(json_array_get(unsupported, 0)));
+            printf("note:          some tensors use types the engine does not compute (e.g. %s, %s); re-quantize\n"
+                   "               from the F16/BF16 model with `attnd quantize` (e.g. to Q4_K_M or IQ4_XS)\n",
+                   ut->name, gguf_type_name(ut->type));
+        }
         print_run_facts(root);
     }
     json_decref(unsupported);

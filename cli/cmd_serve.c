@@ -1,6 +1,6 @@
 /*
- * cmd_serve.c — `attnd serve`: settings from flags/env/config file (server/config.c), systemd
- * notifications (server/sdnotify.c) wired to the server's hooks, then serve until SIGINT or
+ * cmd_serve.c — `attnd serve`: settings from flags/env/config file (server/process/config.c), systemd
+ * notifications (server/process/sdnotify.c) wired to the server's hooks, then serve until SIGINT or
  * SIGTERM and shut down gracefully (exit 0).
  *
  * Signals are blocked in every thread before any is created and taken synchronously with

@@ -23,6 +23,7 @@ int cmd_tokenize(int argc, char **argv);
 int cmd_detokenize(int argc, char **argv);
 int cmd_tokenize_bench(int argc, char **argv);
 int cmd_quantize(int argc, char **argv);
+int cmd_template(int argc, char **argv);
 
 /* ---- argument helpers (cli/args.c) ---- */
 
@@ -50,7 +51,7 @@ typedef enum cli_opt_kind {
     CLI_KV,       /* --flag f16|f32 into (kv_type *)dst */
     CLI_RUN,      /* flag NULL: --model, --threads, --kv-type into (cli_run_opts *)dst */
     CLI_PROMPT,   /* flag NULL: --prompt, --tokens into (cli_prompt *)dst */
-    CLI_SAMPLING, /* flag NULL: every sampling flag into (cli_sampling *)dst; --help shows them too */
+    CLI_GROUP,    /* flag NULL: a group of flags parsed by group() into dst; --help shows group_usage */
     CLI_ARGS,     /* flag NULL: the positional arguments into (cli_args *)dst */
 } cli_opt_kind;
 
@@ -59,18 +60,25 @@ typedef struct cli_opt {
     cli_opt_kind kind;
     void *dst; /* borrowed; written as the flag is met, left as it was when the flag is absent */
     long long min, max;
+    /* CLI_GROUP: parses argv[*i] into dst when it is one of the group's flags (advancing *i) */
+    bool (*group)(const char *cmd, int argc, char **argv, int *i, void *dst);
+    const char *group_usage;
 } cli_opt;
 
 /* Table entries; each checks the type of dst. */
-#define CLI_OPT_STR(flag, dst) {(flag), CLI_STR, (1 ? (dst) : (const char **)0), 0, 0}
-#define CLI_OPT_INT(flag, dst, min, max) {(flag), CLI_INT, (1 ? (dst) : (int *)0), (min), (max)}
-#define CLI_OPT_SET(flag, dst) {(flag), CLI_SET, (1 ? (dst) : (bool *)0), 0, 0}
-#define CLI_OPT_CLEAR(flag, dst) {(flag), CLI_CLEAR, (1 ? (dst) : (bool *)0), 0, 0}
-#define CLI_OPT_KV(flag, dst) {(flag), CLI_KV, (1 ? (dst) : (kv_type *)0), 0, 0}
-#define CLI_OPT_RUN(dst) {NULL, CLI_RUN, (1 ? (dst) : (struct cli_run_opts *)0), 0, 0}
-#define CLI_OPT_PROMPT(dst) {NULL, CLI_PROMPT, (1 ? (dst) : (struct cli_prompt *)0), 0, 0}
-#define CLI_OPT_SAMPLING(dst) {NULL, CLI_SAMPLING, (1 ? (dst) : (struct cli_sampling *)0), 0, 0}
-#define CLI_OPT_ARGS(dst) {NULL, CLI_ARGS, (1 ? (dst) : (struct cli_args *)0), 0, 0}
+#define CLI_OPT_STR(f_, d_) {.flag = (f_), .kind = CLI_STR, .dst = (1 ? (d_) : (const char **)0)}
+#define CLI_OPT_INT(f_, d_, lo, hi) \
+    {.flag = (f_), .kind = CLI_INT, .dst = (1 ? (d_) : (int *)0), .min = (lo), .max = (hi)}
+#define CLI_OPT_SET(f_, d_) {.flag = (f_), .kind = CLI_SET, .dst = (1 ? (d_) : (bool *)0)}
+#define CLI_OPT_CLEAR(f_, d_) {.flag = (f_), .kind = CLI_CLEAR, .dst = (1 ? (d_) : (bool *)0)}
+#define CLI_OPT_KV(f_, d_) {.flag = (f_), .kind = CLI_KV, .dst = (1 ? (d_) : (kv_type *)0)}
+#define CLI_OPT_RUN(d_) {.kind = CLI_RUN, .dst = (1 ? (d_) : (struct cli_run_opts *)0)}
+#define CLI_OPT_PROMPT(d_) {.kind = CLI_PROMPT, .dst = (1 ? (d_) : (struct cli_prompt *)0)}
+/* every sampling flag (sampling_args.c) into d_, a cli_sampling * */
+#define CLI_OPT_SAMPLING(d_)                                                                                   \
+    {.kind = CLI_GROUP, .dst = (1 ? (d_) : (struct cli_sampling *)0), .group = cli_sampling_flag,           \
+     .group_usage = CLI_SAMPLING_USAGE}
+#define CLI_OPT_ARGS(d_) {.kind = CLI_ARGS, .dst = (1 ? (d_) : (struct cli_args *)0)}
 
 /* The flags of the commands that run one sequence of a model (generate, score, attention). */
 typedef struct cli_run_opts {
@@ -159,9 +167,9 @@ extern const char *const CLI_SAMPLING_USAGE;
 /* sampler_params_default, except temperature 0: the CLI is greedy unless --temp is given. */
 void cli_sampling_init(cli_sampling *o);
 void cli_sampling_free(cli_sampling *o);
-/* If argv[*i] is a sampling flag, parses its value into o, advances *i and returns true; a bad
- * value is a usage error (exit 2) naming the flag. */
-bool cli_sampling_flag(const char *cmd, int argc, char **argv, int *i, cli_sampling *o);
+/* If argv[*i] is a sampling flag, parses its value into sampling (a cli_sampling *), advances *i
+ * and returns true; a bad value is a usage error (exit 2) naming the flag. */
+bool cli_sampling_flag(const char *cmd, int argc, char **argv, int *i, void *sampling);
 /* Once the vocabulary size is known: --logit-bias ids in range, and the whole set valid;
  * usage error otherwise. */
 void cli_sampling_check(const char *cmd, const cli_sampling *o, int n_vocab);

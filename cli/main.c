@@ -35,6 +35,7 @@ static const command COMMANDS[] = {
     {"tokenize", cmd_tokenize, "text to token ids, as POST /tokenize answers"},
     {"detokenize", cmd_detokenize, "token ids to text, as POST /detokenize answers"},
     {"quantize", cmd_quantize, "re-encode a model's weights (F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K, Q4_K_M)"},
+    {"template", cmd_template, "render a chat template (the model's or a file's) with JSON variables"},
     {"version", cmd_version, "print the version"},
     {"tokenize-bench", cmd_tokenize_bench, "measure tokenizer speed (MB/s) on a few MB of prose"},
 };

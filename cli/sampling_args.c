@@ -125,7 +125,8 @@ static void parse_bias(const char *cmd, const char *flag, const char *s, cli_sam
     o->params.n_bias = o->n_bias;
 }
 
-bool cli_sampling_flag(const char *cmd, int argc, char **argv, int *i, cli_sampling *o) {
+bool cli_sampling_flag(const char *cmd, int argc, char **argv, int *i, void *sampling) {
+    cli_sampling *o = sampling;
     const char *v;
     sampler_params *p = &o->params;
     if (cli_flag_value(cmd, argc, argv, i, "--temp", &v)) {

@@ -112,8 +112,13 @@ static inline __attribute__((always_inline)) void tile_step_rows(const attn_tile
     int hd = t->hd;
     for (int r = 0; r < t->R; r++) {
         int cnt = t->cnt0 + r / t->group < t->cnt ? t->cnt0 + r / t->group : t->cnt;
+        int lo = t->window ? t->qrel0 + r / t->group - t->window + 1 : 0; /* the row's first position in view */
+        if (lo >= cnt) continue;
         float *s = t->p + (size_t)r * KV_BLOCK, *acc = t->acc + (size_t)r * hd;
         scores(s, t->q + (size_t)r * hd, t->KT, cnt, hd, t->scale);
+        if (t->softcap > 0)
+            for (int j = 0; j < cnt; j++) s[j] = tanhf(s[j] * (1.0f / t->softcap)) * t->softcap;
+        for (int j = 0; j < lo; j++) s[j] = -INFINITY;
         float m = amax(s, cnt);
         if (m > t->run_max[r]) { /* a larger max: rescale what was accumulated under the old one */
             float c = expf(t->run_max[r] - m);
@@ -214,9 +219,11 @@ static AT_INLINE void at_softmax(const attn_tile *t, int r, float c[AT_RB], cons
     const __m512 sc = _mm512_set1_ps(t->scale), ninf = _mm512_set1_ps(-INFINITY);
     for (int rr = 0; rr < nr; rr++) {
         int cnt = t->cnt0 + (r + rr) / t->group < t->cnt ? t->cnt0 + (r + rr) / t->group : t->cnt;
+        int lo = t->window ? t->qrel0 + (r + rr) / t->group - t->window + 1 : 0; /* first in view */
         __m512 mx = ninf;
         for (int v = 0; v < nv; v++) {
-            s[rr][v] = _mm512_mask_mul_ps(ninf, at_mask(cnt, v), s[rr][v], sc);
+            __mmask16 keep = at_mask(cnt, v) & (__mmask16)~at_mask(lo, v);
+            s[rr][v] = _mm512_mask_mul_ps(ninf, keep, s[rr][v], sc);
             mx = _mm512_max_ps(mx, s[rr][v]);
         }
         float m_old = t->run_max[r + rr], m = _mm512_reduce_max_ps(mx);
@@ -293,7 +300,7 @@ static AT_INLINE void at_tile(const attn_tile *t, const int f16) {
 }
 
 void attn_tile_avx512(const attn_tile *t) {
-    if (t->hd % 16 != 0) { /* the register tiles take whole vectors of head_dim */
+    if (t->hd % 16 != 0 || t->softcap > 0) { /* the register tiles take whole vectors of head_dim, no tanh */
         attn_tile_avx2(t);
         return;
     }

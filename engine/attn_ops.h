@@ -32,6 +32,7 @@ float attn_exp_sum(float *s, int cnt, float mx);
  * prefill; every row sees all cnt in decode). For each row: scores s = q K^T * scale, then
  *     m' = max(run_max, max s);  acc = acc * e^(run_max - m') + sum_j e^(s_j - m') V_j;
  *     run_sum = run_sum * e^(run_max - m') + sum_j e^(s_j - m');  run_max = m'
+ * (With a window, only the positions of row r's window; with softcap, capped scores.)
  * Scores below the running max by more than 87 count as 0 (e^-87 < 2^-125: below float's
  * resolution next to the max's weight of 1).
  */
@@ -53,6 +54,14 @@ typedef struct attn_tile {
     int R, hd, cnt, cnt0, group;
     int v_stride;
     float scale;
+    /* Gemma 2's attention soft-capping: > 0 turns each scaled score s into cap * tanh(s / cap)
+     * before the softmax; 0 = off. */
+    float softcap;
+    /* A sliding window: > 0 hides from row r the positions before q_r - window + 1, where
+     * q_r = qrel0 + r / group is the row's query position relative to the tile (so row r sees
+     * [max(0, q_r - window + 1), cnt_r)); a row that sees none of the tile is left as it was.
+     * 0 = no window (qrel0 unused). */
+    int window, qrel0;
 } attn_tile;
 
 void attn_tile_step(const attn_tile *t);

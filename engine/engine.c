@@ -71,7 +71,17 @@ struct engine {
     float *tmp;             /* (B, n_embd) sub-layer output before the residual add */
     float *gate;            /* (B, n_ff) */
     float *up;              /* (B, n_ff) */
-    float *rope;            /* (B, rope_dims / 2, 2): cos, sin of each entry's position */
+    float *fused;           /* (B, max(q_dim + 2 kv_dim, 2 n_ff)): a fused projection's output, or NULL */
+
+    /* Mixture of Experts (NULL for dense models); K = n_expert_used, FE = n_ff_exp */
+    float *moe_logits;      /* (B, n_expert) router logits, then probabilities */
+    int *moe_sel;           /* (B, K) the experts each entry uses, most probable first */
+    float *moe_w;           /* (B, K) their weights */
+    int *moe_slots;         /* (B) the (entry * K + k) slots routed to one expert */
+    float *moe_x;           /* (B, n_embd) those entries' normalised inputs, gathered */
+    float *moe_g, *moe_u;   /* (B, FE) */
+    float *moe_o;           /* (B * K, n_embd) each slot's expert output */
+    float *rope;            /* (ROPE_TABLES, B, rope_dims / 2, 2): cos, sin of each entry's position */
     uint16_t *k16;          /* (kv_dim) one key row as F16, before it is scattered into a tile */
     float *neg;             /* (n_slots, n_ff) e^-gate of one row per thread, for SiLU */
     void *mm_scratch;       /* quant_matmul scratch for B rows of the widest weight */
@@ -110,11 +120,17 @@ static size_t layout(engine *e, char *mem) {
     const model_info *mi = &m->info;
     size_t B = (size_t)e->max_batch, E = (size_t)mi->n_embd, F = (size_t)mi->n_ff;
     size_t Q = (size_t)m->q_dim, KV = (size_t)m->kv_dim;
-    size_t scratch = max_scratch(0, &m->output, e->max_batch);
+    size_t scratch = max_scratch(0, &m->output, e->max_batch), fused = 0;
     for (int l = 0; l < mi->n_layer; l++) {
         const layer_weights *L = &m->layers[l];
-        const weight *ws[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
-        for (size_t i = 0; i < ATTND_ARRAY_LEN(ws); i++) scratch = max_scratch(scratch, ws[i], e->max_batch);
+        const weight *ws[] = {&L->wq, &L->wk, &L->wv, &L->wqkv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
+        for (size_t i = 0; i < ATTND_ARRAY_LEN(ws); i++)
+            if (ws[i]->data) scratch = max_scratch(scratch, ws[i], e->max_batch);
+        const weight *ex[] = {&L->gate_exps, &L->down_exps}; /* expert slices: the widths of these */
+        for (size_t i = 0; i < ATTND_ARRAY_LEN(ex); i++)
+            if (ex[i]->data) scratch = max_scratch(scratch, ex[i], e->max_batch);
+        if (L->wqkv.data && (size_t)L->wqkv.rows > fused) fused = (size_t)L->wqkv.rows;
+        if (!L->w_gate.data && (size_t)L->w_up.rows > fused) fused = (size_t)L->w_up.rows;
     }
     block b = {.mem = mem};
     e->x = block_take(&b, B * E, sizeof(float));
@@ -126,7 +142,17 @@ static size_t layout(engine *e, char *mem) {
     e->tmp = block_take(&b, B * E, sizeof(float));
     e->gate = block_take(&b, B * F, sizeof(float));
     e->up = block_take(&b, B * F, sizeof(float));
-    e->rope = block_take(&b, B * (size_t)mi->rope_dims, sizeof(float));
+    e->fused = block_take(&b, B * fused, sizeof(float));
+    e->rope = block_take(&b, ROPE_TABLES * B * (size_t)mi->rope_dims, sizeof(float));
+    size_t NE = (size_t)m->n_expert, K = (size_t)m->n_expert_used, FE = (size_t)m->n_ff_exp;
+    e->moe_logits = block_take(&b, B * NE, sizeof(float));
+    e->moe_sel = block_take(&b, B * K, sizeof(int));
+    e->moe_w = block_take(&b, B * K, sizeof(float));
+    e->moe_slots = block_take(&b, NE ? B : 0, sizeof(int));
+    e->moe_x = block_take(&b, NE ? B * E : 0, sizeof(float));
+    e->moe_g = block_take(&b, B * FE, sizeof(float));
+    e->moe_u = block_take(&b, B * FE, sizeof(float));
+    e->moe_o = block_take(&b, B * K * E, sizeof(float));
     e->k16 = block_take(&b, KV, sizeof(uint16_t));
     e->neg = block_take(&b, F * (size_t)e->n_slots, sizeof(float));
     e->mm_scratch = block_take(&b, scratch ? scratch : 1, 1); /* quant_matmul wants one even if unused */
@@ -250,16 +276,16 @@ static void add_bias(float *x, const float *b, int n, int dim) {
 }
 
 /*
- * Rotates n_heads heads of head_dim in each of n rows by the entry's position. llama: pairs of
- * adjacent elements (2i, 2i+1) (the GGUF converter permuted Q/K for this); qwen2 ("NEOX"):
- * pairs (i, i + rope_dims/2). Elements past rope_dims are left as they are.
+ * Rotates n_heads heads of head_dim in each of n rows by the entry's position, with the cos/sin of
+ * rotary table `table`. ROPE_ADJACENT: pairs (2i, 2i+1) (llama's GGUF converter permuted Q/K for
+ * this); ROPE_NEOX: pairs (i, i + rope_dims/2). Elements past rope_dims are left as they are.
  */
-static void rope_apply(const engine *e, float *x, int n, int n_heads) {
+static void rope_apply(const engine *e, float *x, int n, int n_heads, int table, int max_batch) {
     const model_info *mi = &e->m->info;
     int hd = mi->head_dim, half = mi->rope_dims / 2;
-    bool neox = e->m->arch == ARCH_QWEN2;
+    bool neox = e->m->arch->rope == ROPE_NEOX;
     for (int t = 0; t < n; t++) {
-        const float *cs = e->rope + (size_t)t * mi->rope_dims; /* (half, 2) */
+        const float *cs = e->rope + ((size_t)table * max_batch + t) * mi->rope_dims; /* (half, 2) */
         for (int h = 0; h < n_heads; h++) {
             float *v = x + ((size_t)t * n_heads + h) * hd;
             for (int i = 0; i < half; i++) {
@@ -331,10 +357,12 @@ static inline __attribute__((always_inline)) void kv_prefetch(const kv_seq *s, i
  * Attention of the query block qb (entries of one sequence at consecutive positions) for the
  * query heads sharing kv head g (qb.n * G query rows). Each cache tile is read (and converted,
  * if the tile step must) once for every row that reaches it, all rows at once (attn_tile_step);
- * query i sees positions 0..pos_i only (the causal mask).
+ * query i sees positions 0..pos_i only (the causal mask), and on a layer with a sliding window W
+ * only pos_i - W + 1..pos_i: tiles wholly before the block's first window are not read.
  */
 static void attend(const engine *e, attn_slot *sl, const batch_entry *entries, qblock qb, int layer, int g) {
     const model_info *mi = &e->m->info;
+    int window = e->m->layers[layer].window;
     int hd = mi->head_dim, G = mi->n_head / mi->n_head_kv, Q = e->m->q_dim;
     const kv_seq *seq = entries[qb.start].seq;
     int pos0 = entries[qb.start].pos, n_keys_max = pos0 + qb.n;
@@ -342,21 +370,26 @@ static void attend(const engine *e, attn_slot *sl, const batch_entry *entries, q
     for (int qi = 0; qi < qb.n; qi++) /* (G, hd) of each query */
         memcpy(sl->qrows + (size_t)qi * G * hd, e->q + (size_t)(qb.start + qi) * Q + (size_t)g * G * hd,
                sizeof(float) * (size_t)G * hd);
+    /* a sink (gpt-oss) is one more logit in each head's softmax, with no value: the running max
+     * and sum start from it instead of from nothing */
+    const float *sinks = e->m->layers[layer].sinks;
     for (int i = 0; i < qb.n * G; i++) {
-        sl->run_max[i] = -INFINITY;
-        sl->run_sum[i] = 0;
+        sl->run_max[i] = sinks ? sinks[g * G + i % G] : -INFINITY;
+        sl->run_sum[i] = sinks ? 1.0f : 0;
     }
     memset(sl->acc, 0, sizeof(float) * (size_t)qb.n * G * hd);
     attn_tile t = {.kt_buf = sl->kt, .v_buf = sl->v_tile, .hd = hd, .group = G, .v_stride = hd,
-                   .scale = 1.0f / sqrtf((float)hd)};
-    for (int b = 0, base = 0; base < n_keys_max; b++, base += KV_BLOCK) {
-        if (b == 0 && base + KV_BLOCK < n_keys_max) kv_prefetch(seq, layer, 1, g, hd);
+                   .scale = e->m->attn_scale, .softcap = e->m->attn_softcap, .window = window};
+    int b0 = window && pos0 - window + 1 > 0 ? (pos0 - window + 1) / KV_BLOCK : 0; /* the first tile in view */
+    for (int b = b0, base = b0 * KV_BLOCK; base < n_keys_max; b++, base += KV_BLOCK) {
+        if (b == b0 && base + KV_BLOCK < n_keys_max) kv_prefetch(seq, layer, b + 1, g, hd);
         if (base + 2 * KV_BLOCK < n_keys_max) kv_prefetch(seq, layer, b + 2, g, hd); /* two tiles ahead */
         t.cnt = n_keys_max - base < KV_BLOCK ? n_keys_max - base : KV_BLOCK;
         tile_source(&t, seq, layer, b, g);
         int qi0 = base > pos0 ? base - pos0 : 0; /* the first query that reaches this tile */
         size_t r0 = (size_t)qi0 * G;
         t.cnt0 = pos0 + qi0 + 1 - base < t.cnt ? pos0 + qi0 + 1 - base : t.cnt;
+        t.qrel0 = pos0 + qi0 - base;
         t.R = (qb.n - qi0) * G;
         t.q = sl->qrows + r0 * hd;
         t.acc = sl->acc + r0 * hd;
@@ -394,24 +427,31 @@ static int split_qblocks(engine *e, const batch_entry *entries, int n) {
  * handed to the callback serially, on the calling thread. */
 static void report_attention(engine *e, const batch_entry *entries, int n, int layer) {
     const model_info *mi = &e->m->info;
-    int hd = mi->head_dim, G = mi->n_head / mi->n_head_kv, Q = e->m->q_dim;
-    float scale = 1.0f / sqrtf((float)hd);
+    int hd = mi->head_dim, G = mi->n_head / mi->n_head_kv, Q = e->m->q_dim, window = e->m->layers[layer].window;
+    float scale = e->m->attn_scale, cap = e->m->attn_softcap;
     for (int t = 0; t < n; t++) {
         const kv_seq *s = entries[t].seq;
-        int n_keys = entries[t].pos + 1;
+        int n_keys = entries[t].pos + 1, lo = window && n_keys > window ? n_keys - window : 0; /* first in view */
         for (int h = 0; h < mi->n_head; h++) {
             if (e->attn_want && !e->attn_want(e->attn_user, t, layer, h)) continue;
             const float *q = e->q + (size_t)t * Q + (size_t)h * hd;
             int g = h / G;
             float mx = -INFINITY;
-            for (int base = 0; base < n_keys; base += KV_BLOCK) {
+            for (int base = lo / KV_BLOCK * KV_BLOCK; base < n_keys; base += KV_BLOCK) { /* blocks in view */
                 int cnt = n_keys - base < KV_BLOCK ? n_keys - base : KV_BLOCK;
                 const float *KT = k_tile(s, layer, base / KV_BLOCK, g, hd, e->slots[0].kt);
                 attn_scores_t(e->slots[0].scores, q, KT, cnt, hd, scale); /* same scores as attend */
                 memcpy(e->cb_weights + base, e->slots[0].scores, sizeof(float) * (size_t)cnt);
             }
-            for (int j = 0; j < n_keys; j++) mx = e->cb_weights[j] > mx ? e->cb_weights[j] : mx;
-            double sum = 0;
+            for (int j = 0; j < n_keys; j++) {
+                float *w = &e->cb_weights[j];
+                if (j < lo) *w = -INFINITY; /* outside the sliding window: weight 0 */
+                else if (cap > 0) *w = tanhf(*w * (1.0f / cap)) * cap;
+                mx = *w > mx ? *w : mx;
+            }
+            const float *sinks = e->m->layers[layer].sinks;
+            if (sinks && sinks[h] > mx) mx = sinks[h];
+            double sum = sinks ? expf(sinks[h] - mx) : 0;
             for (int j = 0; j < n_keys; j++) sum += e->cb_weights[j] = expf(e->cb_weights[j] - mx);
             for (int j = 0; j < n_keys; j++) e->cb_weights[j] = (float)(e->cb_weights[j] / sum);
             e->attn_cb(e->attn_user, t, layer, h, e->cb_weights, n_keys);
@@ -471,38 +511,65 @@ typedef struct pass {
     int layer;                  /* the layer being evaluated */
 } pass;
 
-/* embed: x[t] = the embedding row of entry t's token; and each entry's rotary cos/sin. */
+/* embed: x[t] = the embedding row of entry t's token (times the family's scale); and each
+ * entry's rotary cos/sin in every table the model has. */
 static void step_embed(const pass *p) {
     const model *m = p->e->m;
     const model_info *mi = &m->info;
     size_t emb_row = quant_row_bytes(m->tok_embd.type, p->E);
     for (int t = 0; t < p->n; t++) {
         const batch_entry *b = &p->entries[t];
-        quant_dequantize_row(p->e->x + (size_t)t * p->E, (const uint8_t *)m->tok_embd.data + emb_row * b->token,
-                             m->tok_embd.type, p->E);
-        float *cs = p->e->rope + (size_t)t * mi->rope_dims; /* (rope_dims / 2, 2) */
-        for (int i = 0; i < mi->rope_dims / 2; i++) {
-            double theta = b->pos * m->rope_inv_freq[i];
-            cs[2 * i] = (float)cos(theta);
-            cs[2 * i + 1] = (float)sin(theta);
+        float *x = p->e->x + (size_t)t * p->E;
+        quant_dequantize_row(x, (const uint8_t *)m->tok_embd.data + emb_row * b->token, m->tok_embd.type, p->E);
+        if (m->embd_scale != 1.0f)
+            for (int i = 0; i < p->E; i++) x[i] *= m->embd_scale;
+        for (int r = 0; r < ROPE_TABLES; r++) {
+            const rope_table *rt = &m->rope[r];
+            if (!rt->inv_freq) continue;
+            float *cs = p->e->rope + ((size_t)r * p->e->max_batch + t) * mi->rope_dims; /* (rope_dims / 2, 2) */
+            for (int i = 0; i < mi->rope_dims / 2; i++) {
+                double theta = b->pos * rt->inv_freq[i];
+                cs[2 * i] = (float)cos(theta);
+                cs[2 * i + 1] = (float)sin(theta);
+                if (rt->mscale != 1.0f) cs[2 * i] *= rt->mscale, cs[2 * i + 1] *= rt->mscale;
+            }
         }
     }
 }
 
-/* qkv: q, k, v = xn Wq, xn Wk, xn Wv (+ biases, qwen2). */
+/* Copies columns [c0, c0 + w) of each of n rows of src (n, src_w) into dst (n, w). */
+static void split_cols(float *dst, const float *src, int n, int src_w, int c0, int w) {
+    for (int t = 0; t < n; t++) memcpy(dst + (size_t)t * w, src + (size_t)t * src_w + c0, sizeof(float) * (size_t)w);
+}
+
+/* qkv: q, k, v = xn Wq, xn Wk, xn Wv (one fused matrix, or three) + biases; then each head of q
+ * and k RMS-normalised where the family says (QK-norm). */
 static void step_qkv(const pass *p, const layer_weights *L) {
     engine *e = p->e;
-    matmul_many(e, 3, (float *const[]){e->q, e->k, e->v}, (const weight *const[]){&L->wq, &L->wk, &L->wv}, e->xn, p->n);
+    if (L->wqkv.data) {
+        int W = p->Q + 2 * p->KV;
+        matmul(e, e->fused, &L->wqkv, e->xn, p->n);
+        split_cols(e->q, e->fused, p->n, W, 0, p->Q);
+        split_cols(e->k, e->fused, p->n, W, p->Q, p->KV);
+        split_cols(e->v, e->fused, p->n, W, p->Q + p->KV, p->KV);
+    } else {
+        matmul_many(e, 3, (float *const[]){e->q, e->k, e->v}, (const weight *const[]){&L->wq, &L->wk, &L->wv}, e->xn,
+                    p->n);
+    }
     add_bias(e->q, L->bq, p->n, p->Q);
     add_bias(e->k, L->bk, p->n, p->KV);
     add_bias(e->v, L->bv, p->n, p->KV);
+    const model_info *mi = &e->m->info;
+    if (L->q_norm) rmsnorm(e->q, e->q, L->q_norm, p->n * mi->n_head, mi->head_dim, mi->rms_eps, e->n_threads);
+    if (L->k_norm) rmsnorm(e->k, e->k, L->k_norm, p->n * mi->n_head_kv, mi->head_dim, mi->rms_eps, e->n_threads);
 }
 
-/* rope: rotate every query and key head by its entry's position. */
-static void step_rope(const pass *p) {
+/* rope: rotate every query and key head by its entry's position (not on a NoPE layer). */
+static void step_rope(const pass *p, const layer_weights *L) {
     const model_info *mi = &p->e->m->info;
-    rope_apply(p->e, p->e->q, p->n, mi->n_head);
-    rope_apply(p->e, p->e->k, p->n, mi->n_head_kv);
+    if (!L->rope) return;
+    rope_apply(p->e, p->e->q, p->n, mi->n_head, L->rope_table, p->e->max_batch);
+    rope_apply(p->e, p->e->k, p->n, mi->n_head_kv, L->rope_table, p->e->max_batch);
 }
 
 /* One attention task: work item w = (query block w / n_kv, kv head w % n_kv), on the scratch
@@ -542,11 +609,136 @@ static void swiglu_row(void *ctx, int t, int worker) {
     for (int i = 0; i < F; i++) g[i] = g[i] / (1.0f + neg[i]) * u[i];
 }
 
-static void step_swiglu(pass *p) {
-    threads_run((long)p->n * p->F >= ROWWISE_PAR_MIN_ELEMS ? p->e->n_threads : 1, p->n, swiglu_row, p);
+/* geglu of entry t: gate = gelu(gate) * up, gelu in its tanh form
+ * 0.5 g (1 + tanh(sqrt(2/pi) (g + 0.044715 g^3))). */
+static void geglu_row(void *ctx, int t, int worker) {
+    (void)worker;
+    const pass *p = ctx;
+    int F = p->F;
+    float *g = p->e->gate + (size_t)t * F, *u = p->e->up + (size_t)t * F;
+    const float c = 0.7978845608028654f; /* sqrt(2/pi) */
+    for (int i = 0; i < F; i++) {
+        float x = g[i];
+        g[i] = 0.5f * x * (1.0f + tanhf(c * (x + 0.044715f * x * x * x))) * u[i];
+    }
 }
 
-/* One decoder layer: x += attention(rmsnorm(x)); x += ffn(rmsnorm(x)). */
+/* ffn: gate, up = xn W_gate, xn W_up (one fused matrix, gate rows first, or two); gate = act(gate) * up. */
+static void step_gated_ffn(pass *p, const layer_weights *L) {
+    engine *e = p->e;
+    if (!L->w_gate.data) {
+        matmul(e, e->fused, &L->w_up, e->xn, p->n);
+        split_cols(e->gate, e->fused, p->n, 2 * p->F, 0, p->F);
+        split_cols(e->up, e->fused, p->n, 2 * p->F, p->F, p->F);
+    } else {
+        matmul_many(e, 2, (float *const[]){e->gate, e->up}, (const weight *const[]){&L->w_gate, &L->w_up}, e->xn,
+                    p->n);
+    }
+    bool gelu = e->m->arch->act == ACT_GELU_TANH;
+    threads_run((long)p->n * p->F >= ROWWISE_PAR_MIN_ELEMS ? e->n_threads : 1, p->n, gelu ? geglu_row : swiglu_row, p);
+}
+
+/* softmax of x[0..n) in place: the sum in double, then times its reciprocal, as llama.cpp's */
+static void softmax_inplace(float *x, int n) {
+    float mx = -INFINITY;
+    double sum = 0;
+    for (int i = 0; i < n; i++) mx = x[i] > mx ? x[i] : mx;
+    for (int i = 0; i < n; i++) sum += x[i] = expf(x[i] - mx);
+    float inv = (float)(1.0 / sum);
+    for (int i = 0; i < n; i++) x[i] *= inv;
+}
+
+/* route: each entry's K experts (ties to the lower id) and their weights. Qwen3-MoE: the K most
+ * probable of a softmax over every expert, their probabilities renormalised to sum 1; gpt-oss
+ * (moe_softmax_topk): the K largest logits (router bias added), a softmax over those K. */
+static void moe_route(pass *p, const layer_weights *L) {
+    engine *e = p->e;
+    const model *m = e->m;
+    int NE = m->n_expert, K = m->n_expert_used;
+    bool topk_first = m->arch->moe_softmax_topk;
+    matmul(e, e->moe_logits, &L->router, e->xn, p->n);
+    add_bias(e->moe_logits, L->router_b, p->n, NE);
+    for (int t = 0; t < p->n; t++) {
+        float *pr = e->moe_logits + (size_t)t * NE;
+        if (!topk_first) softmax_inplace(pr, NE);
+        int *sel = e->moe_sel + (size_t)t * K;
+        float *w = e->moe_w + (size_t)t * K, wsum = 0;
+        for (int k = 0; k < K; k++) { /* K is small: selection by repeated scans */
+            int best = -1;
+            for (int x = 0; x < NE; x++) {
+                bool taken = false;
+                for (int j = 0; j < k && !taken; j++) taken = sel[j] == x;
+                if (!taken && (best < 0 || pr[x] > pr[best])) best = x;
+            }
+            sel[k] = best;
+            wsum += w[k] = pr[best];
+        }
+        if (topk_first)
+            softmax_inplace(w, K);
+        else
+            for (int k = 0; k < K; k++) w[k] /= wsum;
+    }
+}
+
+/* g[i] = act(g[i], u[i]) for i < n: silu(g) u, or gpt-oss's clamped form (arch.h ACT_SWIGLU_OAI). */
+static void expert_act(float *g, const float *u, int n, arch_act act) {
+    if (act != ACT_SWIGLU_OAI) {
+        for (int i = 0; i < n; i++) g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+        return;
+    }
+    const float alpha = 1.702f, limit = 7.0f;
+    for (int i = 0; i < n; i++) {
+        float x = g[i] < limit ? g[i] : limit, y = u[i] < -limit ? -limit : u[i] > limit ? limit : u[i];
+        g[i] = x / (1.0f + expf(-alpha * x)) * (y + 1.0f);
+    }
+}
+
+/* The slice of expert matrix w (n_expert * rows, cols) that is expert x's (rows, cols). */
+static weight expert_slice(const weight *w, int x, int64_t rows) {
+    size_t row_bytes = quant_row_bytes(w->type, w->cols);
+    return (weight){.data = (const uint8_t *)w->data + (size_t)x * (size_t)rows * row_bytes, .type = w->type,
+                    .rows = rows, .cols = w->cols};
+}
+
+/* moe: tmp = sum over each entry's K experts of weight * W_down,x act(W_gate,x xn) * (W_up,x xn),
+ * the experts' outputs added in the order of their probability. Entries are grouped by expert,
+ * so each expert's rows are read once per step and unused experts not at all. */
+static void step_moe(pass *p, const layer_weights *L) {
+    engine *e = p->e;
+    const model *m = e->m;
+    int K = m->n_expert_used, FE = m->n_ff_exp, E = p->E;
+    moe_route(p, L);
+    for (int x = 0; x < m->n_expert; x++) {
+        int cnt = 0;
+        for (int s = 0; s < p->n * K; s++)
+            if (e->moe_sel[s] == x) {
+                e->moe_slots[cnt] = s;
+                memcpy(e->moe_x + (size_t)cnt++ * E, e->xn + (size_t)(s / K) * E, sizeof(float) * (size_t)E);
+            }
+        if (!cnt) continue;
+        weight g = expert_slice(&L->gate_exps, x, FE), u = expert_slice(&L->up_exps, x, FE);
+        weight d = expert_slice(&L->down_exps, x, E);
+        matmul_many(e, 2, (float *const[]){e->moe_g, e->moe_u}, (const weight *const[]){&g, &u}, e->moe_x, cnt);
+        if (L->gate_exps_b) add_bias(e->moe_g, L->gate_exps_b + (size_t)x * FE, cnt, FE);
+        if (L->up_exps_b) add_bias(e->moe_u, L->up_exps_b + (size_t)x * FE, cnt, FE);
+        expert_act(e->moe_g, e->moe_u, cnt * FE, m->arch->act);
+        matmul(e, e->moe_x, &d, e->moe_g, cnt);
+        if (L->down_exps_b) add_bias(e->moe_x, L->down_exps_b + (size_t)x * E, cnt, E);
+        for (int c = 0; c < cnt; c++)
+            memcpy(e->moe_o + (size_t)e->moe_slots[c] * E, e->moe_x + (size_t)c * E, sizeof(float) * (size_t)E);
+    }
+    for (int t = 0; t < p->n; t++) {
+        float *out = e->tmp + (size_t)t * E;
+        for (int k = 0; k < K; k++) {
+            const float *o = e->moe_o + ((size_t)t * K + k) * E;
+            float w = e->moe_w[(size_t)t * K + k];
+            for (int i = 0; i < E; i++) out[i] = k ? out[i] + o[i] * w : o[i] * w;
+        }
+    }
+}
+
+/* One decoder layer: x += post(attention(rmsnorm(x))); x += post(ffn(rmsnorm(x))), where post is
+ * the family's output norm of a sub-layer, or nothing. */
 static void step_layer(pass *p, int l) {
     engine *e = p->e;
     const model_info *mi = &e->m->info;
@@ -556,16 +748,22 @@ static void step_layer(pass *p, int l) {
     // attention sub-layer: x += Wo attend(rope(qkv(rmsnorm(x))))
     rmsnorm(e->xn, e->x, L->attn_norm, n, p->E, mi->rms_eps, nth);
     step_qkv(p, L);
-    step_rope(p);
+    step_rope(p, L);
     step_attend(p, l);
     matmul(e, e->tmp, &L->wo, e->att, n);
+    add_bias(e->tmp, L->bo, n, p->E);
+    if (L->post_attn_norm) rmsnorm(e->tmp, e->tmp, L->post_attn_norm, n, p->E, mi->rms_eps, nth);
     step_residual(p);
 
-    // feed-forward sub-layer: x += W_down swiglu(W_gate xn, W_up xn), xn = rmsnorm(x)
+    // feed-forward sub-layer: x += W_down act(W_gate xn) * (W_up xn), xn = rmsnorm(x)
     rmsnorm(e->xn, e->x, L->ffn_norm, n, p->E, mi->rms_eps, nth);
-    matmul_many(e, 2, (float *const[]){e->gate, e->up}, (const weight *const[]){&L->w_gate, &L->w_up}, e->xn, n);
-    step_swiglu(p);
-    matmul(e, e->tmp, &L->w_down, e->gate, n);
+    if (L->router.data) {
+        step_moe(p, L);
+    } else {
+        step_gated_ffn(p, L);
+        matmul(e, e->tmp, &L->w_down, e->gate, n);
+    }
+    if (L->post_ffn_norm) rmsnorm(e->tmp, e->tmp, L->post_ffn_norm, n, p->E, mi->rms_eps, nth);
     step_residual(p);
 }
 
@@ -577,6 +775,9 @@ static void step_logits(const pass *p, int n_want, float *logits) {
         memcpy(e->tmp + (size_t)w * p->E, e->x + (size_t)e->want[w] * p->E, sizeof(float) * (size_t)p->E);
     rmsnorm(e->xn, e->tmp, m->output_norm, n_want, p->E, m->info.rms_eps, e->n_threads);
     matmul(e, logits, &m->output, e->xn, n_want);
+    float cap = m->final_softcap;
+    if (cap > 0)
+        for (size_t i = 0; i < (size_t)n_want * m->info.n_vocab; i++) logits[i] = tanhf(logits[i] * (1.0f / cap)) * cap;
 }
 
 attnd_status engine_eval(engine *e, const batch_entry *entries, int n, float *logits, attnd_err *err) {
@@ -605,6 +806,7 @@ attnd_status engine_eval(engine *e, const batch_entry *entries, int n, float *lo
     for (int i = 0; i < n_seqs; i++) {
         e->seqs[i]->len += e->seqs[i]->pending;
         e->seqs[i]->pending = 0;
+        kv_seq_trim_window(e->seqs[i]); /* local layers' blocks no later query sees */
     }
     return ATTND_OK;
 }

@@ -28,21 +28,22 @@ typedef struct type_info {
     const char *name;
     uint32_t block_elems;
     uint32_t block_bytes;
-    bool computable;
 } type_info;
 
+/* Every type id a file may carry (names and block geometry). Which of them the engine computes is
+ * engine/quant_types.h's list: gguf_type_computable lives with it, in quant_format.c. */
 static const type_info TYPES[] = {
-    {0, "F32", 1, 4, true},        {1, "F16", 1, 2, true},        {2, "Q4_0", 32, 18, true},
-    {3, "Q4_1", 32, 20, false},    {6, "Q5_0", 32, 22, false},    {7, "Q5_1", 32, 24, false},
-    {8, "Q8_0", 32, 34, true},     {9, "Q8_1", 32, 36, false},    {10, "Q2_K", 256, 84, false},
-    {11, "Q3_K", 256, 110, false}, {12, "Q4_K", 256, 144, true},  {13, "Q5_K", 256, 176, false},
-    {14, "Q6_K", 256, 210, true},  {15, "Q8_K", 256, 292, false}, {16, "IQ2_XXS", 256, 66, false},
-    {17, "IQ2_XS", 256, 74, false}, {18, "IQ3_XXS", 256, 98, false}, {19, "IQ1_S", 256, 50, false},
-    {20, "IQ4_NL", 32, 18, false}, {21, "IQ3_S", 256, 110, false}, {22, "IQ2_S", 256, 82, false},
-    {23, "IQ4_XS", 256, 136, false}, {24, "I8", 1, 1, false},     {25, "I16", 1, 2, false},
-    {26, "I32", 1, 4, false},      {27, "I64", 1, 8, false},      {28, "F64", 1, 8, false},
-    {29, "IQ1_M", 256, 56, false}, {30, "BF16", 1, 2, true},      {34, "TQ1_0", 256, 54, false},
-    {35, "TQ2_0", 256, 66, false}, {39, "MXFP4", 32, 17, false},
+    {0, "F32", 1, 4},        {1, "F16", 1, 2},        {2, "Q4_0", 32, 18},
+    {3, "Q4_1", 32, 20},    {6, "Q5_0", 32, 22},    {7, "Q5_1", 32, 24},
+    {8, "Q8_0", 32, 34},     {9, "Q8_1", 32, 36},    {10, "Q2_K", 256, 84},
+    {11, "Q3_K", 256, 110}, {12, "Q4_K", 256, 144},  {13, "Q5_K", 256, 176},
+    {14, "Q6_K", 256, 210},  {15, "Q8_K", 256, 292}, {16, "IQ2_XXS", 256, 66},
+    {17, "IQ2_XS", 256, 74}, {18, "IQ3_XXS", 256, 98}, {19, "IQ1_S", 256, 50},
+    {20, "IQ4_NL", 32, 18}, {21, "IQ3_S", 256, 110}, {22, "IQ2_S", 256, 82},
+    {23, "IQ4_XS", 256, 136}, {24, "I8", 1, 1},     {25, "I16", 1, 2},
+    {26, "I32", 1, 4},      {27, "I64", 1, 8},      {28, "F64", 1, 8},
+    {29, "IQ1_M", 256, 56}, {30, "BF16", 1, 2},      {34, "TQ1_0", 256, 54},
+    {35, "TQ2_0", 256, 66}, {39, "MXFP4", 32, 17},
 };
 
 static const type_info *type_lookup(uint32_t id) {
@@ -64,11 +65,6 @@ uint32_t gguf_type_block_elems(uint32_t type) {
 uint32_t gguf_type_block_bytes(uint32_t type) {
     const type_info *t = type_lookup(type);
     return t ? t->block_bytes : 0;
-}
-
-bool gguf_type_computable(uint32_t type) {
-    const type_info *t = type_lookup(type);
-    return t && t->computable;
 }
 
 const char *gguf_vtype_name(gguf_vtype t) {

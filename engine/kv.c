@@ -27,12 +27,24 @@ attnd_status kv_pool_create(kv_pool **out, const model *m, size_t budget_bytes, 
     p->head_dim = mi->head_dim;
     p->n_ctx = mi->n_ctx;
     p->elt = type == KV_F16 ? 2 : 4;
-    p->block_bytes = (size_t)2 * p->n_layer * KV_BLOCK * p->kv_dim * p->elt;
-    p->budget = budget_bytes;
-    if (pthread_mutex_init(&p->lock, NULL) != 0) {
-        free(p);
-        return attnd_fail(err, ATTND_ERR_NOMEM, "cannot create the KV pool lock");
+    p->layer_local = calloc((size_t)p->n_layer, 1);
+    p->layer_slot = calloc((size_t)p->n_layer, sizeof(int));
+    if (!p->layer_local || !p->layer_slot || pthread_mutex_init(&p->lock, NULL) != 0) {
+        free(p->layer_local), free(p->layer_slot), free(p);
+        return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory creating the KV pool");
     }
+    int n_global = 0;
+    for (int l = 0; l < p->n_layer; l++) {
+        int w = m->layers[l].window;
+        p->layer_local[l] = w > 0;
+        p->layer_slot[l] = w > 0 ? p->n_local++ : n_global++;
+        if (w > p->window) p->window = w;
+    }
+    size_t per_layer = (size_t)2 * KV_BLOCK * p->kv_dim * p->elt;
+    p->global_bytes = per_layer * (size_t)n_global;
+    p->local_bytes = per_layer * (size_t)p->n_local;
+    p->block_bytes = p->global_bytes + p->local_bytes;
+    p->budget = budget_bytes;
     if (budget_bytes < p->block_bytes) {
         attnd_status st = attnd_fail(err, ATTND_ERR_INVALID,
                                      "KV budget of %zu bytes is less than one block (%d tokens = %zu bytes)",
@@ -49,10 +61,12 @@ void kv_pool_destroy(kv_pool *p) {
     ATTND_ASSERT(p->n_seqs == 0);
     for (kv_block *b = p->free_list; b;) {
         kv_block *next = b->next_free;
+        free(b->local);
         free(b);
         b = next;
     }
     pthread_mutex_destroy(&p->lock);
+    free(p->layer_local), free(p->layer_slot);
     free(p);
 }
 
@@ -68,9 +82,18 @@ size_t kv_bytes_per_token(const model *m, kv_type type) {
     return (size_t)2 * mi->n_layer * mi->n_head_kv * mi->head_dim * (type == KV_F16 ? 2 : 4);
 }
 
+size_t kv_layer_bytes_per_token(const model *m, kv_type type, bool local) {
+    const model_info *mi = model_info_get(m);
+    int n = local ? mi->n_local_layers : mi->n_layer - mi->n_local_layers;
+    return (size_t)2 * n * mi->n_head_kv * mi->head_dim * (type == KV_F16 ? 2 : 4);
+}
+
 size_t kv_context_bytes(const model *m, int n_ctx, kv_type type) {
     size_t blocks = ((size_t)n_ctx + KV_BLOCK - 1) / KV_BLOCK;
-    return blocks * KV_BLOCK * kv_bytes_per_token(m, type);
+    /* the local layers hold the blocks of their window and the ones it straddles: see kv_seq_trim_window */
+    size_t w = (size_t)model_info_get(m)->window, local = w ? (w + KV_BLOCK - 1) / KV_BLOCK + 1 : 0;
+    if (local > blocks) local = blocks;
+    return KV_BLOCK * (blocks * kv_layer_bytes_per_token(m, type, false) + local * kv_layer_bytes_per_token(m, type, true));
 }
 
 /* A sequence with no tokens and an empty block table sized for the whole context (so growing never
@@ -114,6 +137,7 @@ attnd_status kv_seq_fork(kv_seq **out, const kv_seq *parent, attnd_err *err) {
     }
     s->n_blocks = parent->n_blocks;
     s->len = parent->len;
+    s->lmin = parent->lmin;
     p->n_seqs++;
     pthread_mutex_unlock(&p->lock);
     *out = s;
@@ -130,11 +154,18 @@ static kv_block *block_take(kv_pool *p) {
         p->free_list = b->next_free;
         p->n_free--;
     } else {
-        b = aligned_alloc(64, KV_BLOCK_HEADER + p->block_bytes);
+        b = aligned_alloc(64, KV_BLOCK_HEADER + p->global_bytes);
         if (!b) return NULL;
         /* Attention reads whole key tiles, also past a sequence's last position (those scores are
          * ignored); zeroing keeps those reads defined. */
-        memset(b, 0, KV_BLOCK_HEADER + p->block_bytes);
+        memset(b, 0, KV_BLOCK_HEADER + p->global_bytes);
+    }
+    if (p->local_bytes && !b->local) {
+        if (!(b->local = aligned_alloc(64, p->local_bytes))) {
+            free(b);
+            return NULL;
+        }
+        memset(b->local, 0, p->local_bytes);
     }
     b->next_free = NULL;
     b->refs = 1;
@@ -147,7 +178,7 @@ static kv_block *block_take(kv_pool *p) {
 static void block_unref(kv_pool *p, kv_block *b, kv_block **to_free) {
     ATTND_ASSERT(b->refs > 0);
     if (--b->refs > 0) return;
-    p->used -= p->block_bytes;
+    p->used -= p->global_bytes + (b->local ? p->local_bytes : 0);
     if (p->n_free < KV_FREE_KEEP) {
         b->next_free = p->free_list;
         p->free_list = b;
@@ -161,6 +192,7 @@ static void block_unref(kv_pool *p, kv_block *b, kv_block **to_free) {
 static void free_chain(kv_block *b) {
     while (b) {
         kv_block *next = b->next_free;
+        free(b->local);
         free(b);
         b = next;
     }
@@ -194,22 +226,61 @@ void kv_seq_destroy(kv_seq *s) {
 }
 
 int kv_seq_len(const kv_seq *s) { return s->len; }
-size_t kv_seq_bytes(const kv_seq *s) { return (size_t)s->n_blocks * s->pool->block_bytes; }
+/* Bytes of blocks[i] of s: its payload, and its local part while it has one. */
+static size_t held_bytes(const kv_seq *s, int i) {
+    return s->pool->global_bytes + (s->blocks[i]->local ? s->pool->local_bytes : 0);
+}
+
+size_t kv_seq_bytes(const kv_seq *s) {
+    kv_pool *p = s->pool;
+    size_t n = 0;
+    pthread_mutex_lock(&p->lock);
+    for (int i = 0; i < s->n_blocks; i++) n += held_bytes(s, i);
+    pthread_mutex_unlock(&p->lock);
+    return n;
+}
 
 size_t kv_seq_bytes_shared(const kv_seq *s) {
     kv_pool *p = s->pool;
     size_t n = 0;
     pthread_mutex_lock(&p->lock);
-    for (int i = 0; i < s->n_blocks; i++) n += s->blocks[i]->refs > 1;
+    for (int i = 0; i < s->n_blocks; i++) n += s->blocks[i]->refs > 1 ? held_bytes(s, i) : 0;
     pthread_mutex_unlock(&p->lock);
-    return n * p->block_bytes;
+    return n;
 }
 
 void kv_seq_truncate(kv_seq *s, int n) {
     ATTND_ASSERT(n >= 0);
     if (n >= s->len) return;
+    const kv_pool *p = s->pool;
+    /* the next query (position n) sees n - window + 1..: gone below lmin? then keep nothing */
+    if (p->n_local && n > 0 && (n - p->window + 1 > 0 ? n - p->window + 1 : 0) < s->lmin) n = 0;
     s->len = n;
+    if (n == 0) s->lmin = 0;
     release_blocks(s, (n + KV_BLOCK - 1) / KV_BLOCK);
+}
+
+void kv_seq_trim_window(kv_seq *s) {
+    kv_pool *p = s->pool;
+    if (!p->n_local) return;
+    int n_gone;
+    do { /* up to 16 blocks a round, each round's parts freed outside the lock */
+        uint8_t *gone[16];
+        n_gone = 0;
+        pthread_mutex_lock(&p->lock);
+        for (int b = s->lmin / KV_BLOCK;
+             b < s->n_blocks && (b + 1) * KV_BLOCK <= s->len - p->window + 1 && n_gone < 16; b++) {
+            kv_block *blk = s->blocks[b];
+            if (blk->refs == 1 && blk->local) { /* a shared one stays for its other holders */
+                gone[n_gone++] = blk->local;
+                blk->local = NULL;
+                p->used -= p->local_bytes;
+            }
+            s->lmin = (b + 1) * KV_BLOCK;
+        }
+        pthread_mutex_unlock(&p->lock);
+        for (int i = 0; i < n_gone; i++) free(gone[i]);
+    } while (n_gone == 16);
 }
 
 // ---- reservation ----------------------------------------------------------------------------
@@ -255,7 +326,9 @@ static void install_blocks(kv_pool *p, kv_seq *const *seqs, int n, kv_block *cha
             kv_block *b = chain;
             chain = b->next_free;
             b->next_free = NULL;
-            memcpy(kv_block_data(b), kv_block_data(s->cow_from), p->block_bytes);
+            memcpy(kv_block_data(b), kv_block_data(s->cow_from), p->global_bytes);
+            ATTND_ASSERT(!p->local_bytes || s->cow_from->local); /* the block at len is always in view */
+            if (p->local_bytes) memcpy(b->local, s->cow_from->local, p->local_bytes);
             s->blocks[s->len / KV_BLOCK] = b;
             s->cow_from = NULL;
         }

@@ -12,6 +12,14 @@
  *     block: K (n_layer, kv_dim, KV_BLOCK) then V (n_layer, n_head_kv, KV_BLOCK, head_dim),
  *     elements of kv_type (kv_dim = n_head_kv * head_dim)
  *
+ * A model with sliding-window layers keeps their part of a block apart: the global layers' K and
+ * V in the block's payload as above (n_layer there = the global layers), the local layers' in a
+ * separate allocation (kv_block.local, same layout over the local layers). Once every later
+ * query of the sequence is past a block by more than the window, the block's local part is
+ * freed (kv_seq_trim_window): the local layers hold about window + 2 blocks of positions however
+ * long the sequence grows. Positions below kv_seq.lmin may have lost their local part; a
+ * truncation that would need them again truncates to 0 instead.
+ *
  * Blocks come from a pool with a byte budget; memory grows with the tokens actually held.
  * Reserving room for a batch is separate from committing it, so a batch that does not fit
  * leaves every sequence exactly as it was.
@@ -26,6 +34,7 @@
 #define ATTND_KV_LAYOUT_H
 
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "attnd/engine.h"
@@ -41,6 +50,7 @@
 typedef struct kv_block {
     struct kv_block *next_free; /* free-list link while the block sits in the pool */
     int refs;                   /* sequences holding the block (under the pool lock); > 1 = read-only */
+    uint8_t *local;             /* the local layers' part (local_bytes), or NULL: none, or freed */
     /* the payload follows, aligned to 64 bytes (see kv_block_data) */
 } kv_block;
 
@@ -50,7 +60,13 @@ struct kv_pool {
     int n_layer, kv_dim, n_ctx;
     int head_dim;          /* kv_dim = n_head_kv * head_dim */
     size_t elt;            /* bytes per cached element (2 for F16, 4 for F32) */
-    size_t block_bytes;    /* payload bytes of one block */
+    size_t block_bytes;    /* bytes of one whole block: global_bytes + local_bytes */
+    size_t global_bytes;   /* payload bytes of one block: the global layers' K and V */
+    size_t local_bytes;    /* bytes of one block's local part (0 without sliding-window layers) */
+    int n_local;           /* sliding-window layers */
+    int window;            /* their window (positions) */
+    uint8_t *layer_local;  /* (n_layer) 1 = the layer's K/V live in the local part */
+    int *layer_slot;       /* (n_layer) the layer's index among the layers of its part */
     size_t budget, used;   /* bytes; used counts blocks held by sequences */
     int n_seqs;            /* live sequences (destroy asserts 0) */
     kv_block *free_list;   /* blocks released by sequences, reused before malloc */
@@ -64,6 +80,7 @@ struct kv_seq {
     int n_blocks;          /* blocks held (>= ceil(len / KV_BLOCK); more while a batch is pending) */
     int max_blocks;        /* capacity of blocks[]: ceil(n_ctx / KV_BLOCK) */
     kv_block **blocks;     /* (max_blocks) */
+    int lmin;              /* positions below may have lost their local part (multiple of KV_BLOCK) */
     int pending;           /* engine scratch: entries of the current batch for this sequence */
     kv_block *cow_from;    /* kv_reserve scratch: the shared block this sequence is about to copy */
 };
@@ -73,10 +90,21 @@ struct kv_seq {
 
 static inline uint8_t *kv_block_data(kv_block *b) { return (uint8_t *)b + KV_BLOCK_HEADER; }
 
+/* The part of block `block` of s holding `layer`, the layers in that part, and the layer's slot. */
+static inline uint8_t *kv_part(const kv_seq *s, int layer, int block, int *n_in_part, int *slot) {
+    const kv_pool *p = s->pool;
+    bool local = p->layer_local[layer];
+    *n_in_part = local ? p->n_local : p->n_layer - p->n_local;
+    *slot = p->layer_slot[layer];
+    return local ? s->blocks[block]->local : kv_block_data(s->blocks[block]);
+}
+
 /* The keys of `layer` in block `block` of s: (kv_dim, KV_BLOCK) elements of the pool type. */
 static inline void *kv_k_block(const kv_seq *s, int layer, int block) {
     const kv_pool *p = s->pool;
-    return kv_block_data(s->blocks[block]) + (size_t)layer * p->kv_dim * KV_BLOCK * p->elt;
+    int n, slot;
+    uint8_t *base = kv_part(s, layer, block, &n, &slot);
+    return base + (size_t)slot * p->kv_dim * KV_BLOCK * p->elt;
 }
 
 /* The keys of kv head g of `layer` in block `block` of s: a (head_dim, KV_BLOCK) tile of elements of
@@ -89,8 +117,10 @@ static inline void *kv_k_tile(const kv_seq *s, int layer, int block, int g) {
  * pool type, the row of position block * KV_BLOCK + j at j * head_dim. */
 static inline void *kv_v_tile(const kv_seq *s, int layer, int block, int g) {
     const kv_pool *p = s->pool;
-    size_t off = ((size_t)p->n_layer + (size_t)layer) * p->kv_dim * KV_BLOCK + (size_t)g * KV_BLOCK * p->head_dim;
-    return kv_block_data(s->blocks[block]) + off * p->elt;
+    int n, slot;
+    uint8_t *base = kv_part(s, layer, block, &n, &slot);
+    size_t off = ((size_t)n + (size_t)slot) * p->kv_dim * KV_BLOCK + (size_t)g * KV_BLOCK * p->head_dim;
+    return base + off * p->elt;
 }
 
 /*
@@ -100,5 +130,10 @@ static inline void *kv_v_tile(const kv_seq *s, int layer, int block, int g) {
  * no sequence gains or swaps a block. The caller has checked len + pending <= n_ctx.
  */
 attnd_status kv_reserve(kv_seq *const *seqs, int n, attnd_err *err);
+
+/* Frees the local part of every block of s that no later query of s can see (every position of
+ * it more than the window before s's length) and that s alone holds, and moves lmin past them.
+ * Called after each evaluation; nothing to do without sliding-window layers. */
+void kv_seq_trim_window(kv_seq *s);
 
 #endif /* ATTND_KV_LAYOUT_H */

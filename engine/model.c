@@ -1,11 +1,13 @@
 /*
- * model.c — loading a Llama-family model from GGUF: hyper-parameters, weight lookup and
- * validation (public API in attnd/model.h, layout in model_internal.h).
+ * model.c — loading a decoder model from GGUF: hyper-parameters, weight lookup and validation,
+ * as the family's description says (arch.h; public API in attnd/model.h, layout in
+ * model_internal.h).
  *
  * Everything a later evaluation relies on is checked here, once: the architecture, every shape
  * against the hyper-parameters, every weight type against what the kernels compute. So a file
  * that loads can be evaluated without further checks, and a file that does not load says which
- * key or tensor is wrong. Weight matrices are referenced in the mapping, never copied.
+ * key or tensor is wrong. A key of the family that attnd does not apply, or a tensor that no step
+ * reads, refuses the file by name. Weight matrices are referenced in the mapping, never copied.
  */
 #include <math.h>
 #include <stdio.h>
@@ -45,23 +47,35 @@ static attnd_status arch_f32(const gguf_file *f, const char *arch, const char *s
     return optional(gguf_get_f32(f, arch_key(key, arch, suffix), out, err), required);
 }
 
+/* Notes that a step reads t: at the end of the load every tensor must have been (check_all_read). */
+static void mark_read(model *m, const gguf_tensor *t) {
+    const gguf_tensor *first = gguf_tensor_at(m->f, 0);
+    uint64_t n = gguf_tensor_count(m->f), i = (uint64_t)(t - first);
+    if (i >= n || gguf_tensor_at(m->f, i) != t)
+        for (i = 0; i < n && gguf_tensor_at(m->f, i) != t; i++) {}
+    if (i < n) m->tensor_read[i] = 1;
+}
+
 /* Looks up a weight tensor of a computable type; *t is NULL when it is absent and optional. */
-static attnd_status find_weight(const gguf_file *f, const char *name, bool required, const gguf_tensor **t,
-                                attnd_err *err) {
-    *t = gguf_find_tensor(f, name);
+static attnd_status find_weight(model *m, const char *name, bool required, const gguf_tensor **t, attnd_err *err) {
+    *t = gguf_find_tensor(m->f, name);
     if (!*t) return required ? attnd_fail(err, ATTND_ERR_FORMAT, "model has no tensor '%s'", name) : ATTND_OK;
     if (!gguf_type_computable((*t)->type))
-        return attnd_fail(err, ATTND_ERR_UNSUPPORTED, "tensor '%s' has type %s, which attnd does not compute", name,
-                          gguf_type_name((*t)->type));
+        return attnd_fail(err, ATTND_ERR_UNSUPPORTED,
+                          "tensor '%s' has type %s, which attnd does not compute (the IQ1-IQ3 lattice types are not "
+                          "implemented); re-quantize the model from its F16/BF16 file with `attnd quantize` "
+                          "(e.g. to Q4_K_M or IQ4_XS)",
+                          name, gguf_type_name((*t)->type));
+    mark_read(m, *t);
     return ATTND_OK;
 }
 
 /* Looks up a tensor that must be a (rows, cols) matrix of a computable type. */
-static attnd_status find_matrix(const gguf_file *f, const char *name, int64_t rows, int64_t cols, bool required,
-                                weight *out, attnd_err *err) {
+static attnd_status find_matrix(model *m, const char *name, int64_t rows, int64_t cols, bool required, weight *out,
+                                attnd_err *err) {
     memset(out, 0, sizeof(*out));
     const gguf_tensor *t;
-    attnd_status st = find_weight(f, name, required, &t, err);
+    attnd_status st = find_weight(m, name, required, &t, err);
     if (st != ATTND_OK || !t) return st;
     if (t->n_dims > 2 || (int64_t)t->ne[0] != cols || (int64_t)t->ne[1] != rows)
         return attnd_fail(err, ATTND_ERR_FORMAT, "tensor '%s' has shape [%llu, %llu], expected [%lld, %lld]", name,
@@ -74,20 +88,26 @@ static attnd_status find_matrix(const gguf_file *f, const char *name, int64_t ro
     return ATTND_OK;
 }
 
-/* Copies a vector tensor of n elements out as F32 (*out malloc'd; NULL when absent and optional). */
-static attnd_status load_vector(const gguf_file *f, const char *name, int64_t n, bool required, float **out,
-                                attnd_err *err) {
+/* Copies an (outer, n) tensor out as F32 (*out malloc'd; NULL when absent and optional): a vector
+ * when outer is 1, one vector per expert otherwise. */
+static attnd_status load_vectors(model *m, const char *name, int64_t n, int64_t outer, bool required, float **out,
+                                 attnd_err *err) {
     *out = NULL;
     const gguf_tensor *t;
-    attnd_status st = find_weight(f, name, required, &t, err);
+    attnd_status st = find_weight(m, name, required, &t, err);
     if (st != ATTND_OK || !t) return st;
-    if (t->n_elems != (uint64_t)n || t->ne[0] != (uint64_t)n)
+    if (t->n_elems != (uint64_t)(n * outer) || t->ne[0] != (uint64_t)n)
         return attnd_fail(err, ATTND_ERR_FORMAT, "tensor '%s' has %llu elements, expected %lld", name,
-                          (unsigned long long)t->n_elems, (long long)n);
-    *out = malloc(sizeof(float) * (size_t)n);
+                          (unsigned long long)t->n_elems, (long long)(n * outer));
+    *out = malloc(sizeof(float) * (size_t)(n * outer));
     if (!*out) return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory loading '%s'", name);
-    quant_dequantize_row(*out, t->data, t->type, n);
+    size_t row = quant_row_bytes(t->type, n);
+    for (int64_t i = 0; i < outer; i++) quant_dequantize_row(*out + i * n, (const uint8_t *)t->data + row * i, t->type, n);
     return ATTND_OK;
+}
+
+static attnd_status load_vector(model *m, const char *name, int64_t n, bool required, float **out, attnd_err *err) {
+    return load_vectors(m, name, n, 1, required, out, err);
 }
 
 /* The tokenizer metadata, when the file has any, must load (every special id inside the
@@ -108,23 +128,33 @@ static attnd_status check_vocabulary(const gguf_file *f, int n_vocab, attnd_err 
     return st;
 }
 
-/* The architecture and hyper-parameters, checked against what the engine computes. */
-static attnd_status read_hparams(model *m, attnd_err *err) {
+/* Every "<arch>." key of the file is one attnd applies (or knows to change nothing): a key that
+ * would change the computation and is ignored would compute another model without a word. */
+static attnd_status check_keys(const model *m, const char *arch, attnd_err *err) {
+    size_t al = strlen(arch);
+    for (uint64_t i = 0; i < gguf_kv_count(m->f); i++) {
+        const char *k = gguf_kv_at(m->f, i)->key;
+        if (strncmp(k, arch, al) || k[al] != '.') continue;
+        if (!arch_key_known(m->arch, k + al + 1))
+            return attnd_fail(err, ATTND_ERR_UNSUPPORTED, "key '%.120s' is not applied by attnd's '%s' (refusing the "
+                              "file rather than computing another model)", k, arch);
+    }
+    return ATTND_OK;
+}
+
+/* The architecture, its description and the shape keys, checked against what the engine computes. */
+static attnd_status read_shape(model *m, const char **arch_out, attnd_err *err) {
     const gguf_file *f = m->f;
     model_info *mi = &m->info;
     attnd_status st;
     const char *arch;
     if ((st = gguf_get_str(f, "general.architecture", &arch, err))) return st;
-    if (!strcmp(arch, "llama")) {
-        m->arch = ARCH_LLAMA;
-    } else if (!strcmp(arch, "qwen2")) {
-        m->arch = ARCH_QWEN2;
-    } else {
-        return attnd_fail(err, ATTND_ERR_UNSUPPORTED,
-                        "architecture '%.100s' is not supported (attnd runs 'llama' and 'qwen2')", arch);
-    }
-    mi->arch = arch;
+    if (!(m->arch = arch_find(arch)))
+        return attnd_fail(err, ATTND_ERR_UNSUPPORTED, "architecture '%.100s' is not supported (attnd runs %s)", arch,
+                          arch_names());
+    *arch_out = mi->arch = arch;
     if (gguf_get_str(f, "general.name", &mi->name, NULL) != ATTND_OK) mi->name = "";
+    if ((st = check_keys(m, arch, err))) return st;
 
     uint32_t n_ctx, n_embd, n_layer, n_ff, n_head, n_head_kv, key_len, val_len, rope_dims;
     if ((st = arch_u32(f, arch, "context_length", true, 0, &n_ctx, err))) return st;
@@ -175,49 +205,271 @@ static attnd_status read_hparams(model *m, attnd_err *err) {
     return ATTND_OK;
 }
 
-/* Layer l's weights: matrices mapped in place, norms and biases as float vectors. */
-static attnd_status load_layer(model *m, int l, attnd_err *err) {
+/* Sliding windows, soft-capping and the query scale, as the family and the file say. */
+static attnd_status read_attention(model *m, const char *arch, attnd_err *err) {
+    const arch_desc *d = m->arch;
+    model_info *mi = &m->info;
+    attnd_status st;
+    uint32_t window = 0;
+    if (d->swa_pattern &&
+        (st = arch_u32(m->f, arch, "attention.sliding_window", d->swa_default == 0, (uint32_t)d->swa_default, &window,
+                       err)))
+        return st;
+    if (d->swa_pattern && (window == 0 || window > (1u << 24)))
+        return attnd_fail(err, ATTND_ERR_FORMAT, "%s.attention.sliding_window %u is out of range", arch, window);
+    m->attn_softcap = m->final_softcap = 0;
+    if (d->softcap) {
+        if ((st = arch_f32(m->f, arch, "attn_logit_softcapping", false, 0, &m->attn_softcap, err))) return st;
+        if ((st = arch_f32(m->f, arch, "final_logit_softcapping", false, 0, &m->final_softcap, err))) return st;
+        if (!(m->attn_softcap >= 0) || !(m->final_softcap >= 0) || !isfinite(m->attn_softcap + m->final_softcap))
+            return attnd_fail(err, ATTND_ERR_FORMAT, "soft-capping values of '%s' are not finite and >= 0", arch);
+    }
+    bool wide = d->wide_scale_layers && mi->n_layer == d->wide_scale_layers;
+    m->attn_scale = 1.0f / sqrtf((float)(wide ? mi->n_embd / mi->n_head : mi->head_dim));
+    m->embd_scale = d->embd_scale ? sqrtf((float)mi->n_embd) : 1.0f;
+    for (int l = 0; l < mi->n_layer; l++) {
+        layer_weights *L = &m->layers[l];
+        L->rope = !(d->nope_step && (l + 1) % d->nope_step == 0);
+        L->window = d->swa_pattern && l % d->swa_pattern != d->swa_pattern - 1 ? (int)window : 0;
+        L->rope_table = L->window && d->swa_rope_base > 0 ? ROPE_LOCAL : ROPE_GLOBAL;
+        if (L->window) mi->n_local_layers++;
+        if (L->window > m->max_window) m->max_window = L->window;
+    }
+    mi->window = m->max_window;
+    return ATTND_OK;
+}
+
+/* Mixture of Experts: how many experts, how many each token uses, their FFN width. */
+static attnd_status read_experts(model *m, const char *arch, attnd_err *err) {
+    if (!m->arch->moe) return ATTND_OK;
+    uint32_t n, used, ff;
+    attnd_status st;
+    if ((st = arch_u32(m->f, arch, "expert_count", true, 0, &n, err))) return st;
+    if ((st = arch_u32(m->f, arch, "expert_used_count", true, 0, &used, err))) return st;
+    if ((st = arch_u32(m->f, arch, "expert_feed_forward_length", true, 0, &ff, err))) return st;
+    if (n == 0 || n > 1024 || used == 0 || used > n || ff == 0 || ff > (1u << 18))
+        return attnd_fail(err, ATTND_ERR_FORMAT, "experts of '%s' out of range: %u experts, %u used, width %u", arch, n,
+                          used, ff);
+    m->info.n_expert = m->n_expert = (int)n;
+    m->info.n_expert_used = m->n_expert_used = (int)used;
+    m->info.n_ff_exp = m->n_ff_exp = (int)ff;
+    return ATTND_OK;
+}
+
+// ---- rotary position tables -----------------------------------------------------------------
+
+/* The file's RoPE scaling: linear (positions divided by the factor) or YaRN (NTK-by-parts
+ * interpolation, with cos and sin scaled), as llama.cpp applies them; refuses the others. */
+typedef struct rope_scaling {
+    bool yarn;
+    float freq_scale;          /* 1 / factor; 1 without scaling */
+    float attn_factor, beta_fast, beta_slow;
+    uint32_t n_ctx_orig;
+} rope_scaling;
+
+static attnd_status read_rope_scaling(const model *m, const char *arch, rope_scaling *rs, attnd_err *err) {
     const gguf_file *f = m->f;
-    int64_t E = m->info.n_embd, Q = m->q_dim, KV = m->kv_dim, F = m->info.n_ff;
+    char key[128];
+    const char *type = "linear"; /* llama.cpp's default when only a factor is given */
+    attnd_status st = gguf_get_str(f, arch_key(key, arch, "rope.scaling.type"), &type, err);
+    if (st != ATTND_OK && st != ATTND_ERR_NOT_FOUND) return st;
+    float factor = 0;
+    if ((st = arch_f32(f, arch, "rope.scaling.factor", false, 0, &factor, err))) return st;
+    *rs = (rope_scaling){.freq_scale = 1.0f, .attn_factor = 1.0f, .beta_fast = 32.0f, .beta_slow = 1.0f};
+    if (!strcmp(type, "none")) return ATTND_OK;
+    if (strcmp(type, "linear") && strcmp(type, "yarn"))
+        return attnd_fail(err, ATTND_ERR_UNSUPPORTED, "%s.rope.scaling.type '%.40s' is not supported (attnd applies "
+                          "none, linear and yarn)", arch, type);
+    if (!(factor >= 0) || !isfinite(factor) || (factor > 0 && factor < 1e-3f))
+        return attnd_fail(err, ATTND_ERR_FORMAT, "%s.rope.scaling.factor %g is out of range", arch, factor);
+    rs->freq_scale = factor == 0 ? 1.0f : 1.0f / factor;
+    rs->yarn = !strcmp(type, "yarn");
+    if (!rs->yarn) return ATTND_OK;
+    if ((st = arch_u32(f, arch, "rope.scaling.original_context_length", false, (uint32_t)m->info.n_ctx,
+                       &rs->n_ctx_orig, err)))
+        return st;
+    if ((st = arch_f32(f, arch, "rope.scaling.attn_factor", false, 1.0f, &rs->attn_factor, err))) return st;
+    if ((st = arch_f32(f, arch, "rope.scaling.yarn_beta_fast", false, 32.0f, &rs->beta_fast, err))) return st;
+    if ((st = arch_f32(f, arch, "rope.scaling.yarn_beta_slow", false, 1.0f, &rs->beta_slow, err))) return st;
+    if (rs->n_ctx_orig == 0 || !(rs->attn_factor > 0) || !(rs->beta_fast > 0) || !(rs->beta_slow > 0))
+        return attnd_fail(err, ATTND_ERR_FORMAT, "YaRN parameters of '%s' are out of range", arch);
+    return ATTND_OK;
+}
+
+/* YaRN's correction dimension: the pair index whose wavelength fits n_rot turns in n_ctx_orig. */
+static double yarn_corr_dim(int n_dims, uint32_t n_ctx_orig, double n_rot, double base) {
+    return n_dims * log(n_ctx_orig / (n_rot * 2 * M_PI)) / (2 * log(base));
+}
+
+/* t = base^(-2i / dims) per pair, scaled as rs says, divided by the file's rope_freqs factors (Llama 3:
+ * `factors`, NULL when none). */
+static attnd_status rope_table_make(rope_table *t, int dims, double base, const rope_scaling *rs,
+                                    const float *factors) {
+    t->inv_freq = malloc(sizeof(double) * (size_t)(dims / 2));
+    if (!t->inv_freq) return ATTND_ERR_NOMEM;
+    t->mscale = 1.0f;
+    double lo = 0, hi = 0;
+    if (rs->yarn) {
+        lo = fmax(0, floor(yarn_corr_dim(dims, rs->n_ctx_orig, rs->beta_fast, base)));
+        hi = fmin(dims - 1, ceil(yarn_corr_dim(dims, rs->n_ctx_orig, rs->beta_slow, base)));
+        t->mscale = rs->attn_factor * (1.0f + 0.1f * logf(1.0f / rs->freq_scale));
+    }
+    for (int i = 0; i < dims / 2; i++) {
+        double f = pow(base, -2.0 * i / dims), s = rs->freq_scale;
+        if (rs->yarn) { /* mix of interpolated (low frequencies) and extrapolated (high) */
+            double ramp = 1 - fmin(1, fmax(0, (i - lo) / fmax(0.001, hi - lo)));
+            s = s * (1 - ramp) + ramp;
+        }
+        t->inv_freq[i] = f * s / (factors ? factors[i] : 1.0);
+    }
+    return ATTND_OK;
+}
+
+/* The global table (the file's base, scaling and rope_freqs) and, when local layers have their own
+ * base, the local one (unscaled, as llama.cpp computes Gemma 3's). */
+static attnd_status make_rope_tables(model *m, const char *arch, attnd_err *err) {
+    const model_info *mi = &m->info;
+    rope_scaling rs;
+    attnd_status st;
+    if ((st = read_rope_scaling(m, arch, &rs, err))) return st;
+    float *factors = NULL; /* Llama 3's frequency factors */
+    if ((st = load_vector(m, "rope_freqs.weight", mi->rope_dims / 2, false, &factors, err))) return st;
+    for (int i = 0; factors && i < mi->rope_dims / 2; i++)
+        if (!(factors[i] > 0) || !isfinite(factors[i])) {
+            free(factors);
+            return attnd_fail(err, ATTND_ERR_FORMAT, "rope_freqs.weight[%d] = %g is not a positive factor", i,
+                              factors[i]);
+        }
+    st = rope_table_make(&m->rope[ROPE_GLOBAL], mi->rope_dims, mi->rope_base, &rs, factors);
+    free(factors);
+    if (!st && m->arch->swa_rope_base > 0 && mi->n_local_layers) {
+        rope_scaling none = {.freq_scale = 1.0f, .attn_factor = 1.0f};
+        st = rope_table_make(&m->rope[ROPE_LOCAL], mi->rope_dims, m->arch->swa_rope_base, &none, NULL);
+    }
+    return st ? attnd_fail(err, st, "out of memory loading a model") : ATTND_OK;
+}
+
+// ---- layers ---------------------------------------------------------------------------------
+
+/* Layer l's weights: matrices mapped in place, norms and biases as float vectors; which ones the
+ * family has comes from its description. */
+static attnd_status load_layer(model *m, int l, attnd_err *err) {
+    const arch_desc *d = m->arch;
+    int64_t E = m->info.n_embd, Q = m->q_dim, KV = m->kv_dim, HD = m->info.head_dim;
     attnd_status st;
     layer_weights *L = &m->layers[l];
     char name[96];
 #define MAT(field, suffix, r, c)                                                    \
     snprintf(name, sizeof(name), "blk.%d.%s.weight", l, suffix);                    \
-    if ((st = find_matrix(f, name, r, c, true, &L->field, err))) return st;
+    if ((st = find_matrix(m, name, r, c, true, &L->field, err))) return st;
 #define VEC(field, suffix, ext, n, req)                                             \
     snprintf(name, sizeof(name), "blk.%d.%s.%s", l, suffix, ext);                   \
-    if ((st = load_vector(f, name, n, req, &L->field, err))) return st;
+    if ((st = load_vector(m, name, n, req, &L->field, err))) return st;
     VEC(attn_norm, "attn_norm", "weight", E, true);
-    MAT(wq, "attn_q", Q, E);
-    MAT(wk, "attn_k", KV, E);
-    MAT(wv, "attn_v", KV, E);
+    if (d->fused_qkv) {
+        MAT(wqkv, "attn_qkv", Q + 2 * KV, E);
+    } else {
+        MAT(wq, "attn_q", Q, E);
+        MAT(wk, "attn_k", KV, E);
+        MAT(wv, "attn_v", KV, E);
+    }
     MAT(wo, "attn_output", E, Q);
-    /* qwen2 always has q/k/v biases; some llama-architecture files do too. */
-    bool req_bias = m->arch == ARCH_QWEN2;
-    VEC(bq, "attn_q", "bias", Q, req_bias);
-    VEC(bk, "attn_k", "bias", KV, req_bias);
-    VEC(bv, "attn_v", "bias", KV, req_bias);
-    VEC(ffn_norm, "ffn_norm", "weight", E, true);
-    MAT(w_gate, "ffn_gate", F, E);
-    MAT(w_up, "ffn_up", F, E);
-    MAT(w_down, "ffn_down", E, F);
+    if (d->qkv_bias != NEED_NO) {
+        bool req = d->qkv_bias == NEED_YES;
+        VEC(bq, "attn_q", "bias", Q, req);
+        VEC(bk, "attn_k", "bias", KV, req);
+        VEC(bv, "attn_v", "bias", KV, req);
+    }
+    if (d->attn_out_bias) {
+        VEC(bo, "attn_output", "bias", E, true);
+    }
+    if (d->sinks) {
+        VEC(sinks, "attn_sinks", "weight", m->info.n_head, true);
+    }
+    if (d->qk_norm) {
+        VEC(q_norm, "attn_q_norm", "weight", HD, true);
+        VEC(k_norm, "attn_k_norm", "weight", HD, true);
+    }
+    if (d->post_norms) {
+        VEC(post_attn_norm, "post_attention_norm", "weight", E, true);
+        VEC(post_ffn_norm, "post_ffw_norm", "weight", E, true);
+    }
+    VEC(ffn_norm, d->ffn_norm ? d->ffn_norm : "ffn_norm", "weight", E, true);
 #undef MAT
 #undef VEC
     return ATTND_OK;
 }
 
-/* The seven matrices of a layer. */
-#define LAYER_MATRICES 7
+/* A 3-D expert tensor [cols, rows, n_expert] as one (n_expert * rows, cols) matrix. */
+static attnd_status find_experts(model *m, const char *name, int64_t rows, int64_t cols, weight *out, attnd_err *err) {
+    memset(out, 0, sizeof(*out));
+    const gguf_tensor *t;
+    attnd_status st = find_weight(m, name, true, &t, err);
+    if (st) return st;
+    if (t->n_dims != 3 || (int64_t)t->ne[0] != cols || (int64_t)t->ne[1] != rows || (int64_t)t->ne[2] != m->n_expert)
+        return attnd_fail(err, ATTND_ERR_FORMAT, "tensor '%s' has shape [%llu, %llu, %llu], expected [%lld, %lld, %d]",
+                          name, (unsigned long long)t->ne[0], (unsigned long long)t->ne[1],
+                          (unsigned long long)t->ne[2], (long long)cols, (long long)rows, m->n_expert);
+    *out = (weight){.data = t->data, .type = t->type, .rows = rows * m->n_expert, .cols = cols};
+    return ATTND_OK;
+}
+
+/* Layer l's feed-forward weights: a router and its experts, or one gated FFN (fused or not). */
+static attnd_status load_ffn(model *m, int l, attnd_err *err) {
+    const arch_desc *d = m->arch;
+    int64_t E = m->info.n_embd, F = m->info.n_ff;
+    layer_weights *L = &m->layers[l];
+    attnd_status st;
+    char name[96];
+#define NAME(suffix) (snprintf(name, sizeof(name), "blk.%d.%s.weight", l, suffix), name)
+    if (d->moe) {
+        int64_t FE = m->n_ff_exp;
+        if ((st = find_matrix(m, NAME("ffn_gate_inp"), m->n_expert, E, true, &L->router, err))) return st;
+        if ((st = find_experts(m, NAME("ffn_gate_exps"), FE, E, &L->gate_exps, err))) return st;
+        if ((st = find_experts(m, NAME("ffn_up_exps"), FE, E, &L->up_exps, err))) return st;
+        if ((st = find_experts(m, NAME("ffn_down_exps"), E, FE, &L->down_exps, err))) return st;
+        if (!d->moe_biases) return ATTND_OK;
+#define BIAS(suffix) (snprintf(name, sizeof(name), "blk.%d.%s.bias", l, suffix), name)
+        int NE = m->n_expert;
+        if ((st = load_vectors(m, BIAS("ffn_gate_inp"), NE, 1, true, &L->router_b, err))) return st;
+        if ((st = load_vectors(m, BIAS("ffn_gate_exps"), FE, NE, true, &L->gate_exps_b, err))) return st;
+        if ((st = load_vectors(m, BIAS("ffn_up_exps"), FE, NE, true, &L->up_exps_b, err))) return st;
+        return load_vectors(m, BIAS("ffn_down_exps"), E, NE, true, &L->down_exps_b, err);
+#undef BIAS
+    }
+    if (d->fused_gate_up) {
+        if ((st = find_matrix(m, NAME("ffn_up"), 2 * F, E, true, &L->w_up, err))) return st;
+    } else {
+        if ((st = find_matrix(m, NAME("ffn_gate"), F, E, true, &L->w_gate, err))) return st;
+        if ((st = find_matrix(m, NAME("ffn_up"), F, E, true, &L->w_up, err))) return st;
+    }
+    return find_matrix(m, NAME("ffn_down"), E, F, true, &L->w_down, err);
+#undef NAME
+}
+
+/* Every tensor of the file is read by some step: one that none reads (LongRoPE factors, a
+ * family's extra norm) would be a part of the model silently left out. */
+static attnd_status check_all_read(const model *m, attnd_err *err) {
+    for (uint64_t i = 0; i < gguf_tensor_count(m->f); i++)
+        if (!m->tensor_read[i])
+            return attnd_fail(err, ATTND_ERR_UNSUPPORTED, "tensor '%.100s' is not read by any step of attnd's '%s' "
+                              "(refusing the file rather than computing another model)",
+                              gguf_tensor_at(m->f, i)->name, m->info.arch);
+    return ATTND_OK;
+}
+
+/* The 2-D matrices of a layer (those a family lacks are empty: no data). The experts are read in
+ * slices from the mapping, not packed. */
+#define LAYER_MATRICES 9
 static void layer_matrices(layer_weights *L, weight *out[LAYER_MATRICES]) {
-    weight *lw[LAYER_MATRICES] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
+    weight *lw[LAYER_MATRICES] = {&L->wq, &L->wk, &L->wv, &L->wqkv, &L->wo, &L->w_gate, &L->w_up, &L->w_down, &L->router};
     memcpy(out, lw, sizeof lw);
 }
 
 static void pack_task(void *ctx, int i, int worker) {
     (void)worker;
     weight *w = ((weight **)ctx)[i];
-    w->packed = quant_pack(w->data, w->type, w->rows, w->cols);
+    if (w->data) w->packed = quant_pack(w->data, w->type, w->rows, w->cols);
 }
 
 /* Packed copies for the decode kernels where the instruction set has one for the type (quant_pack),
@@ -235,52 +487,50 @@ static void pack_matrices(model *m) {
     free(ws);
 }
 
+/* The embeddings, the output head and norm, and every layer, after the shape is known. */
+static attnd_status load_weights(model *m, attnd_err *err) {
+    const gguf_file *f = m->f;
+    model_info *mi = &m->info;
+    attnd_status st;
+    const gguf_tensor *te = gguf_find_tensor(f, "token_embd.weight");
+    if (!te) return attnd_fail(err, ATTND_ERR_FORMAT, "model has no tensor 'token_embd.weight'");
+    if (te->n_dims != 2 || te->ne[1] == 0 || te->ne[1] > (1u << 22))
+        return attnd_fail(err, ATTND_ERR_FORMAT, "tensor 'token_embd.weight' is not a (vocab, embd) matrix");
+    mi->n_vocab = (int)te->ne[1];
+    if ((st = check_vocabulary(f, mi->n_vocab, err))) return st;
+    int64_t V = mi->n_vocab, E = mi->n_embd;
+    if ((st = find_matrix(m, "token_embd.weight", V, E, true, &m->tok_embd, err))) return st;
+    if ((st = find_matrix(m, "output.weight", V, E, false, &m->output, err))) return st;
+    if (!m->output.data) m->output = m->tok_embd; /* tied embeddings */
+    if ((st = load_vector(m, "output_norm.weight", E, true, &m->output_norm, err))) return st;
+    for (int l = 0; l < mi->n_layer; l++)
+        if ((st = load_layer(m, l, err)) || (st = load_ffn(m, l, err))) return st;
+    return ATTND_OK;
+}
+
 attnd_status model_load(model **out, const char *path, attnd_err *err) {
     *out = NULL;
     attnd_status st;
+    const char *arch = NULL;
     model *m = calloc(1, sizeof(*m));
     if (!m) return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory loading a model");
     if ((st = gguf_open(&m->f, path, err))) goto fail;
-    const gguf_file *f = m->f;
     model_info *mi = &m->info;
-
-    if ((st = read_hparams(m, err))) goto fail;
-    uint32_t n_layer = (uint32_t)mi->n_layer;
-
-    const gguf_tensor *te = gguf_find_tensor(f, "token_embd.weight");
-    if (!te) {
-        st = attnd_fail(err, ATTND_ERR_FORMAT, "model has no tensor 'token_embd.weight'");
-        goto fail;
-    }
-    if (te->n_dims != 2 || te->ne[1] == 0 || te->ne[1] > (1u << 22)) {
-        st = attnd_fail(err, ATTND_ERR_FORMAT, "tensor 'token_embd.weight' is not a (vocab, embd) matrix");
-        goto fail;
-    }
-    mi->n_vocab = (int)te->ne[1];
-    if ((st = check_vocabulary(f, mi->n_vocab, err))) goto fail;
-    int64_t V = mi->n_vocab, E = mi->n_embd;
-    if ((st = find_matrix(f, "token_embd.weight", V, E, true, &m->tok_embd, err))) goto fail;
-    if ((st = find_matrix(f, "output.weight", V, E, false, &m->output, err))) goto fail;
-    if (!m->output.data) m->output = m->tok_embd; /* tied embeddings */
-    if ((st = load_vector(f, "output_norm.weight", E, true, &m->output_norm, err))) goto fail;
-
-    m->layers = calloc(n_layer, sizeof(*m->layers));
-    if (!m->layers) {
+    if ((st = read_shape(m, &arch, err))) goto fail;
+    m->layers = calloc((size_t)mi->n_layer, sizeof(*m->layers));
+    m->tensor_read = calloc(gguf_tensor_count(m->f) + 1, 1);
+    if (!m->layers || !m->tensor_read) {
         st = attnd_fail(err, ATTND_ERR_NOMEM, "out of memory loading a model");
         goto fail;
     }
-    for (int l = 0; l < mi->n_layer; l++)
-        if ((st = load_layer(m, l, err))) goto fail;
+    if ((st = read_attention(m, arch, err)) || (st = read_experts(m, arch, err))) goto fail;
+    if ((st = load_weights(m, err))) goto fail;
+    if ((st = make_rope_tables(m, arch, err))) goto fail;
+    if ((st = check_all_read(m, err))) goto fail;
+    free(m->tensor_read);
+    m->tensor_read = NULL;
 
-    m->rope_inv_freq = malloc(sizeof(double) * (size_t)(mi->rope_dims / 2));
-    if (!m->rope_inv_freq) {
-        st = attnd_fail(err, ATTND_ERR_NOMEM, "out of memory loading a model");
-        goto fail;
-    }
-    for (int i = 0; i < mi->rope_dims / 2; i++)
-        m->rope_inv_freq[i] = pow((double)mi->rope_base, -2.0 * i / mi->rope_dims);
-
-    for (uint64_t i = 0; i < gguf_tensor_count(f); i++) mi->n_params += gguf_tensor_at(f, i)->n_elems;
+    for (uint64_t i = 0; i < gguf_tensor_count(m->f); i++) mi->n_params += gguf_tensor_at(m->f, i)->n_elems;
     pack_matrices(m);
     *out = m;
     return ATTND_OK;
@@ -295,11 +545,10 @@ void model_destroy(model *m) {
     if (m->layers) {
         for (int l = 0; l < m->info.n_layer; l++) {
             layer_weights *L = &m->layers[l];
-            free(L->attn_norm);
-            free(L->ffn_norm);
-            free(L->bq);
-            free(L->bk);
-            free(L->bv);
+            float *vecs[] = {L->attn_norm, L->ffn_norm, L->bq, L->bk, L->bv, L->bo, L->sinks, L->q_norm,
+                             L->k_norm, L->post_attn_norm, L->post_ffn_norm, L->router_b, L->gate_exps_b,
+                             L->up_exps_b, L->down_exps_b};
+            for (size_t i = 0; i < ATTND_ARRAY_LEN(vecs); i++) free(vecs[i]);
             weight *lw[LAYER_MATRICES];
             layer_matrices(L, lw);
             for (int i = 0; i < LAYER_MATRICES; i++) quant_packed_destroy(lw[i]->packed);
@@ -308,7 +557,8 @@ void model_destroy(model *m) {
     }
     quant_packed_destroy(m->output.packed); /* never set on tok_embd, even when output is tied to it */
     free(m->output_norm);
-    free(m->rope_inv_freq);
+    for (int i = 0; i < ROPE_TABLES; i++) free(m->rope[i].inv_freq);
+    free(m->tensor_read);
     gguf_close(m->f);
     free(m);
 }

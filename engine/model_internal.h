@@ -6,9 +6,8 @@
 #ifndef ATTND_MODEL_INTERNAL_H
 #define ATTND_MODEL_INTERNAL_H
 
+#include "arch.h"
 #include "attnd/engine.h"
-
-typedef enum model_arch { ARCH_LLAMA = 0, ARCH_QWEN2 = 1 } model_arch;
 
 /* A weight matrix in the mapping: (rows, cols) with rows contiguous, elements of `type`. */
 typedef struct weight {
@@ -18,26 +17,59 @@ typedef struct weight {
     struct quant_packed *packed; /* owned: a decode kernel's copy made at load (quant_pack), or NULL */
 } weight;
 
+/* A rotary table: position p rotates pair i by p * inv_freq[i], and cos and sin are scaled by
+ * mscale (YaRN's attention factor; 1 otherwise). */
+typedef struct rope_table {
+    double *inv_freq;        /* (rope_dims / 2): base^(-2i / rope_dims), with the file's scaling */
+    float mscale;
+} rope_table;
+
+/* Which rotary table a layer uses. */
+enum { ROPE_GLOBAL = 0, ROPE_LOCAL = 1, ROPE_TABLES = 2 };
+
 typedef struct layer_weights {
     float *attn_norm;        /* (n_embd) */
-    weight wq, wk, wv, wo;   /* (q_dim, n_embd), (kv_dim, n_embd) x2, (n_embd, q_dim) */
+    weight wq, wk, wv, wo;   /* (q_dim, n_embd), (kv_dim, n_embd) x2, (n_embd, q_dim); wq..wv empty when fused */
+    weight wqkv;             /* (q_dim + 2 kv_dim, n_embd): q, k, v rows fused (arch fused_qkv), or empty */
     float *bq, *bk, *bv;     /* (q_dim), (kv_dim), (kv_dim), or NULL when the file has none */
+    float *bo;               /* (n_embd) attn_output.bias (arch attn_out_bias), or NULL */
+    float *sinks;            /* (n_head) attention sink logits (arch sinks), or NULL */
+    float *q_norm, *k_norm;  /* (head_dim) per-head RMSNorm before RoPE (arch qk_norm), or NULL */
+    float *post_attn_norm;   /* (n_embd) RMSNorm of the attention output (arch post_norms), or NULL */
     float *ffn_norm;         /* (n_embd) */
-    weight w_gate, w_up;     /* (n_ff, n_embd) */
+    float *post_ffn_norm;    /* (n_embd) RMSNorm of the FFN output, or NULL */
+    weight w_gate, w_up;     /* (n_ff, n_embd); fused (arch fused_gate_up): w_up (2 n_ff, n_embd), gate
+                                rows first, and w_gate empty */
     weight w_down;           /* (n_embd, n_ff) */
+    weight router;           /* (n_expert, n_embd) ffn_gate_inp (arch moe), or empty; then no dense FFN */
+    weight gate_exps, up_exps; /* (n_expert * n_ff_exp, n_embd): expert x's rows from x * n_ff_exp */
+    weight down_exps;        /* (n_expert * n_embd, n_ff_exp): expert x's rows from x * n_embd */
+    float *router_b;         /* (n_expert) (arch moe_biases), or NULL */
+    float *gate_exps_b, *up_exps_b; /* (n_expert, n_ff_exp), or NULL */
+    float *down_exps_b;      /* (n_expert, n_embd), or NULL */
+    bool rope;               /* false: a NoPE layer (no rotation of q and k) */
+    int window;              /* 0: global attention; W > 0: sees positions pos - W + 1 .. pos */
+    int rope_table;          /* ROPE_GLOBAL or ROPE_LOCAL */
 } layer_weights;
 
 struct model {
     gguf_file *f;
     model_info info;
-    model_arch arch;
+    const arch_desc *arch;
     int q_dim, kv_dim;       /* n_head * head_dim, n_head_kv * head_dim */
     weight tok_embd;         /* (n_vocab, n_embd) */
     float *output_norm;      /* (n_embd) */
     weight output;           /* (n_vocab, n_embd); token_embd when the file has no output.weight */
     layer_weights *layers;   /* (n_layer) */
-    double *rope_inv_freq;   /* (rope_dims / 2): base^(-2i / rope_dims) */
+    rope_table rope[ROPE_TABLES]; /* global layers', local layers' (inv_freq NULL when no layer is local) */
+    float attn_scale;        /* query scale: 1/sqrt(head_dim) unless the family says otherwise */
+    float attn_softcap;      /* > 0: scores become cap * tanh(score / cap) before the softmax */
+    float final_softcap;     /* > 0: the same for the output logits */
+    float embd_scale;        /* embeddings times this (1 unless the family scales them) */
+    int max_window;          /* the widest sliding window of any layer; 0 when all are global */
+    int n_expert, n_expert_used, n_ff_exp; /* Mixture of Experts (arch moe); 0 otherwise */
     size_t packed_bytes;     /* memory of the weights' packed copies (weight.packed) */
+    uint8_t *tensor_read;    /* load scratch: (gguf_tensor_count) 1 = a step reads the tensor */
 };
 
 #endif /* ATTND_MODEL_INTERNAL_H */

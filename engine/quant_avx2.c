@@ -1,7 +1,7 @@
 /*
  * quant_avx2.c — AVX2 + FMA + F16C kernels for quant_matmul: the body is quant_x86.inc,
  * compiled here without VNNI. The target is set for this region only (ISA_TARGET_BEGIN of
- * isa_target.h), so the rest of the binary stays baseline x86-64; quant.c calls these kernels
+ * isa_target.h), so the rest of the binary stays baseline x86-64; quant_ref.c selects these kernels
  * only after CPUID (and XGETBV, for OS support) reported the features.
  */
 #include "quant_impl.h"

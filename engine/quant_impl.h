@@ -1,7 +1,8 @@
 /*
- * quant_impl.h — (private to engine/quant*.c) what the portable driver in quant.c shares with
- * the instruction-set specific kernel files (quant_avx2.c, quant_avx512.c): the prepared
- * activation view, block layouts, and the row-range kernel signature.
+ * quant_impl.h — (private to engine/quant*.c) what the driver (quant.c), the reference kernels
+ * and instruction-set table (quant_ref.c), the packing (quant_pack.c) and the instruction-set
+ * specific kernel files (quant_avx2.c, quant_avx512.c) share: the prepared activation view, block
+ * layouts, the packed layouts, the row-range kernel signature and the dispatch table.
  *
  * A row-range kernel computes out[t * n_rows + r] for r0 <= r < r1 and every token t, reading
  * each weight row once and reusing it (hot in L1) for all n_tok activation rows.
@@ -13,6 +14,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "quant_types.h"
+
 /* Block geometry (GGUF/ggml spec). */
 #define QK8_0 32   /* Q8_0: f16 d; int8 qs[32]                                         34 bytes */
 #define QK4_0 32   /* Q4_0: f16 d; uint8 qs[16]                                        18 bytes */
@@ -22,6 +25,17 @@
 #define Q4_0_BYTES 18
 #define Q4_K_BYTES 144
 #define Q6_K_BYTES 210
+/* 32-element blocks */
+#define Q4_1_BYTES 20   /* f16 d, m; uint8 qs[16]; x = d * q + m                                  */
+#define Q5_0_BYTES 22   /* f16 d; uint8 qh[4] (bit j: element j's fifth bit); qs[16]; d * (q - 16) */
+#define Q5_1_BYTES 24   /* f16 d, m; uint8 qh[4]; qs[16]; x = d * q + m                            */
+#define IQ4_NL_BYTES 18 /* f16 d; uint8 qs[16]; x = d * quant_iq4nl_values[q]                      */
+#define MXFP4_BYTES 17  /* uint8 e (E8M0); qs[16]; x = 2^(e - 128) * quant_mxfp4_values[q]         */
+/* 256-element super-blocks */
+#define Q2_K_BYTES 84   /* uint8 scales[16] (low: scale, high: min); qs[64]; f16 d, dmin          */
+#define Q3_K_BYTES 110  /* uint8 hmask[32]; qs[64]; scales[12] (16 x 6 bits, minus 32); f16 d      */
+#define Q5_K_BYTES 176  /* f16 d, dmin; scales[12] (as Q4_K); qh[32]; qs[128]                      */
+#define IQ4_XS_BYTES 136 /* f16 d; uint16 scales_h; uint8 scales_l[4]; qs[128] (8 x 6-bit scales) */
 
 /*
  * Activations prepared once per quant_matmul call (in the caller's scratch), in whatever form
@@ -39,12 +53,14 @@ typedef struct quant_act {
                               sub-blocks: a dword holds two, for its minimums two at a time) */
     const int32_t *xsum;   /* Q8_0/Q4_0:     (n_tok, nb) sums of each block's 32 q (lets a kernel
                               multiply unsigned-biased weights and subtract the bias once) */
+    const float *s;        /* Q8_1 form:     (n_tok, nb) d * (sum of the block's q), rounded to f16
+                              precision as llama.cpp's block_q8_1.s (Q4_1/Q5_1 minimums) */
 } quant_act;
 
 typedef void (*quant_rows_fn)(float *out, const uint8_t *w, size_t row_bytes, int64_t r0, int64_t r1,
                               int64_t n_rows, const quant_act *a, int n_tok);
 
-/* Activation preparation (see quant.c): Q8_0 form, Q8_K form, f16 rounding; n a block multiple. */
+/* Activation preparation (see quant_ref.c): Q8_0 form, Q8_K form, f16 rounding; n a block multiple. */
 typedef void (*quant_prep_q8_0_fn)(float *d, int8_t *q, const float *x, int64_t n);
 typedef void (*quant_prep_q8_k_fn)(float *d, int8_t *q, int16_t *bsums, const float *x, int64_t n);
 typedef void (*quant_prep_f16_fn)(float *xr, const float *x, int64_t n);
@@ -90,11 +106,12 @@ struct quant_packed {
     uint8_t *data;      /* (ceil(n_rows / 16) * group_bytes), 64-byte aligned */
 };
 
-/* Per instruction set: one row-range kernel per computable weight type and the activation
- * preparations; any NULL entry falls back to the next instruction set down. */
+/* Per instruction set: one row-range kernel per computable weight type (indexed by QT_*, the
+ * dense index of quant_types.h) and the activation preparations; any NULL entry falls back to the
+ * next instruction set down (the portable table fills every rows[] entry). */
 typedef struct quant_kernels {
-    quant_rows_fn f32, f16, bf16, q8_0, q4_0, q4_k, q6_k;
-    quant_rows_fn q4_0_packed, q4_k_packed, q6_k_packed; /* over quant_pack's layouts; NULL: none */
+    quant_rows_fn rows[QT_COUNT];
+    quant_rows_fn packed[QT_COUNT]; /* over quant_pack's layouts; NULL: the type is not packed */
     quant_prep_q8_0_fn prep_q8_0;
     quant_prep_q8_k_fn prep_q8_k;
     quant_prep_f16_fn prep_f16;
@@ -135,6 +152,47 @@ static inline uint16_t quant_ld16(const uint8_t *p) {
     uint16_t v;
     memcpy(&v, p, sizeof v);
     return v;
+}
+
+/* The kernel over quant_pack's layout of wtype in table k; NULL: wtype is not packed there. */
+static inline quant_rows_fn quant_packed_kernel(const quant_kernels *k, uint32_t wtype) {
+    int qt = quant_type_index(wtype);
+    return qt < 0 ? NULL : k->packed[qt];
+}
+
+/* The 6-bit values (0..63, without the -32) of one Q6_K super-block, in column order (quant_format.c). */
+void quant_q6k_values(uint8_t v[QK_K], const uint8_t *blk);
+/* bf16 rounding of activations (quant_ref.c; one version for every instruction set). */
+void quant_act_bf16(float *xr, const float *x, int64_t n);
+/* The Q8_1 form's s[b] = f16(amax_b / 127 * xsum[b]) for the n values x (as llama.cpp's
+ * quantize_row_q8_1: the unrounded scale times the sum of the block's q, stored as f16). */
+void quant_act_q8_1_sums(float *s, const int32_t *xsum, const float *x, int64_t n);
+
+/* The 4-bit codebooks of IQ4_NL/IQ4_XS and of MXFP4 (E2M1 values doubled; quant_format.c). */
+extern const int8_t quant_iq4nl_values[16];
+extern const int8_t quant_mxfp4_values[16];
+
+/* MXFP4's E8M0 block scale halved: 2^(e - 128) (the codebook is doubled), exact for every e. */
+static inline float quant_e8m0_half(uint8_t e) {
+    uint32_t bits = e < 2 ? 0x00200000u << e : (uint32_t)(e - 1) << 23;
+    float f;
+    memcpy(&f, &bits, sizeof f);
+    return f;
+}
+
+/* Q3_K: the 16 six-bit scales of the 12 packed bytes, less 32 (-32..31). Scale j's low 4 bits are
+ * nibble j / 8 of byte j % 8, its high 2 bits the 2-bit field j / 4 of byte 8 + j % 4. */
+static inline void quant_q3k_scales(const uint8_t *s, int8_t sc[16]) {
+    for (int j = 0; j < 16; j++) {
+        int lo = (s[j % 8] >> (4 * (j / 8))) & 0xF, hi = (s[8 + j % 4] >> (2 * (j / 4))) & 3;
+        sc[j] = (int8_t)((lo | hi << 4) - 32);
+    }
+}
+
+/* IQ4_XS: the 8 six-bit sub-block scales, less 32 (-32..31). */
+static inline void quant_iq4xs_scales(const uint8_t *blk, int8_t sc[8]) {
+    uint16_t h = quant_ld16(blk + 2);
+    for (int j = 0; j < 8; j++) sc[j] = (int8_t)((((blk[4 + j / 2] >> (4 * (j % 2))) & 0xF) | ((h >> (2 * j)) & 3) << 4) - 32);
 }
 
 /* Q4_K: unpacks the 8 six-bit scales and 8 six-bit mins from the 12 packed bytes. */

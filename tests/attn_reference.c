@@ -30,7 +30,8 @@ int main(int argc, char **argv) {
     const model_info *mi = model_info_get(m);
     tiny_spec sp = {.arch = mi->arch, .n_vocab = mi->n_vocab, .n_embd = mi->n_embd, .n_layer = mi->n_layer,
                     .n_head = mi->n_head, .n_head_kv = mi->n_head_kv, .n_ff = mi->n_ff, .n_ctx = mi->n_ctx,
-                    .rope_dims = mi->rope_dims, .rope_base = mi->rope_base, .rms_eps = mi->rms_eps};
+                    .rope_dims = mi->rope_dims, .rope_base = mi->rope_base, .rms_eps = mi->rms_eps,
+                    .head_dim = mi->head_dim, .window = mi->window};
     int n = 0, cap = 16;
     int32_t *ids = malloc(sizeof(int32_t) * (size_t)cap);
     for (char *s = argv[2], *end; *s; s = *end == ',' ? end + 1 : end) {

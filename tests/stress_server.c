@@ -21,15 +21,11 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "attnd/engine.h"
-#include "attnd/tokenizer.h"
-#include "http.h"
-#include "routes.h"
-#include "slog.h"
+#include "server_rig.h"
 
 #define N_THREADS 4
 
-static struct server srv;
+static struct server *srv;
 static int rounds = 3;
 static char state_dir[64];
 static pthread_mutex_t fail_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -48,57 +44,11 @@ static void failf(const char *fmt, ...) {
     va_end(ap);
 }
 
-// ---- the recorder (one per request) -------------------------------------------------------
+typedef rig_rec rec;
 
-typedef struct rec {
-    int status;
-    char *body;
-    size_t len;
-} rec;
-
-static void append(rec *c, const char *p, size_t n) {
-    char *g = realloc(c->body, c->len + n + 1);
-    if (!g) abort();
-    c->body = g;
-    memcpy(c->body + c->len, p, n);
-    c->len += n;
-    c->body[c->len] = '\0';
-}
-
-static enum MHD_Result on_reply(req *r, int status, const char *body, size_t len, const http_header *h, int n) {
-    (void)h, (void)n;
-    rec *c = r->io->user;
-    c->status = status;
-    append(c, body, len);
-    return MHD_YES;
-}
-
-static enum MHD_Result on_stream(req *r, int status, http_reader reader, void *cls, const http_header *h, int n) {
-    (void)h, (void)n;
-    rec *c = r->io->user;
-    c->status = status;
-    append(c, "", 0);
-    char chunk[256];
-    for (uint64_t pos = 0;;) {
-        ssize_t got = reader(cls, pos, chunk, sizeof(chunk));
-        if (got < 0) break;
-        append(c, chunk, (size_t)got);
-        pos += (uint64_t)got;
-    }
-    return MHD_YES;
-}
-
-static const char *no_header(req *r, const char *name) { return (void)r, (void)name, NULL; }
-static bool never_gone(req *r) { return (void)r, false; }
-
-/* Runs one request to its end; the answer is in *c (caller frees c->body). */
 static void run(rec *c, const char *method, const char *url, const char *body) {
     *c = (rec){0};
-    req_io io = {on_reply, on_stream, no_header, never_gone, c};
-    req *r = http_req_create(&srv, method, url, &io);
-    if (!r) abort();
-    http_req_run(r, body, body ? strlen(body) : 0);
-    http_req_end(r, MHD_REQUEST_TERMINATED_COMPLETED_OK);
+    rig_run(srv, c, method, url, body);
 }
 
 /* POSTs body and returns the JSON answer when its status is want (NULL, logged, otherwise). */
@@ -212,37 +162,15 @@ static void *worker(void *arg) {
 
 static bool open_server(const char *model_path) {
     attnd_err err;
-    server_settings_default(&srv.cfg);
-    srv.routes = http_routes;
-    srv.n_routes = http_n_routes;
-    srv.cfg.threads = 2;
-    srv.cfg.max_parallel = 4;
-    srv.cfg.access_log = false;
-    srv.cfg.state_dir = state_dir;
-    if (metrics_create(&srv.met, &err) != ATTND_OK || model_load(&srv.m, model_path, &err) != ATTND_OK ||
-        tok_load(&srv.tok, model_gguf(srv.m), &err) != ATTND_OK ||
-        sess_store_create(&srv.store, state_dir, "stress", 64, &err) != ATTND_OK ||
-        rstore_create(&srv.responses, state_dir, "stress", 64, &err) != ATTND_OK ||
-        sched_create(&srv.sch, srv.m, srv.tok, srv.store, &srv.cfg, &err) != ATTND_OK) {
+    if (!(srv = rig_open(model_path, state_dir, 2, &err))) {
         fprintf(stderr, "stress_server: %s\n", err.msg);
         return false;
     }
-    srv.model_id = "stress";
-    srv.n_ctx = model_info_get(srv.m)->n_ctx;
-    srv.n_vocab = model_info_get(srv.m)->n_vocab;
-    atomic_store(&srv.ready, true);
+    srv->cfg.access_log = false;
     return true;
 }
 
-static void close_server(void) {
-    sess_persist_all(srv.store);
-    sched_destroy(srv.sch);
-    rstore_destroy(srv.responses);
-    sess_store_destroy(srv.store);
-    tok_destroy(srv.tok);
-    model_destroy(srv.m);
-    metrics_destroy(srv.met);
-}
+static void close_server(void) { server_destroy(srv); /* drains, persists every session */ }
 
 int main(int argc, char **argv) {
     if (argc < 2) {

@@ -66,10 +66,11 @@ Test(attn_ops, exp_sum_subtracts_the_max_and_sums_accurately) {
 /*
  * Runs attention of nq consecutive queries at positions pos0.. (group query heads each, sharing
  * one kv head) over keys/values 0..pos0+nq-1 tile by tile through attn_tile_step, as the engine
- * does, and checks each output row against a float64 softmax. K is (n, hd), V (n, hd).
+ * does, and checks each output row against a float64 softmax. K is (n, hd), V (n, hd). window > 0:
+ * each query sees only its last `window` positions; cap > 0: scores soft-capped (cap tanh(s/cap)).
  */
-static void check_grouped(const float *q, const float *K, const float *V, int hd, int group, int nq, int pos0,
-                          double tol, const char *what) {
+static void check_grouped_wc(const float *q, const float *K, const float *V, int hd, int group, int nq, int pos0,
+                             double tol, const char *what, int window, float cap) {
     int R = nq * group, n_keys_max = pos0 + nq;
     float *acc = calloc((size_t)R * hd, sizeof(float)), *p = malloc(sizeof(float) * (size_t)R * KV_BLOCK);
     float *mx = malloc(sizeof(float) * (size_t)R), *sum = calloc((size_t)R, sizeof(float));
@@ -83,30 +84,37 @@ static void check_grouped(const float *q, const float *K, const float *V, int hd
         int qi0 = base > pos0 ? base - pos0 : 0;
         attn_tile t = {.acc = acc + (size_t)qi0 * group * hd, .run_max = mx + qi0 * group, .run_sum = sum + qi0 * group,
                        .p = p, .q = q + (size_t)qi0 * group * hd, .KT = KT, .V = V + (size_t)base * hd,
-                       .R = (nq - qi0) * group, .hd = hd, .cnt = cnt, .group = group, .v_stride = hd, .scale = scale};
+                       .R = (nq - qi0) * group, .hd = hd, .cnt = cnt, .group = group, .v_stride = hd, .scale = scale,
+                       .softcap = cap, .window = window, .qrel0 = pos0 + qi0 - base};
         t.cnt0 = pos0 + qi0 + 1 - base < cnt ? pos0 + qi0 + 1 - base : cnt;
         attn_tile_step(&t);
     }
     double *w = malloc(sizeof(double) * (size_t)n_keys_max);
     for (int r = 0; r < R; r++) {
-        int n_keys = pos0 + r / group + 1;
+        int n_keys = pos0 + r / group + 1, j0 = window && n_keys > window ? n_keys - window : 0;
         double m = -INFINITY, z = 0;
-        for (int j = 0; j < n_keys; j++) {
+        for (int j = j0; j < n_keys; j++) {
             double d = 0;
             for (int i = 0; i < hd; i++) d += (double)q[(size_t)r * hd + i] * K[(size_t)j * hd + i];
             w[j] = d * scale;
+            if (cap > 0) w[j] = cap * tanh(w[j] / cap);
             m = fmax(m, w[j]);
         }
-        for (int j = 0; j < n_keys; j++) z += w[j] = exp(w[j] - m);
+        for (int j = j0; j < n_keys; j++) z += w[j] = exp(w[j] - m);
         for (int i = 0; i < hd; i++) {
             double want = 0;
-            for (int j = 0; j < n_keys; j++) want += w[j] / z * V[(size_t)j * hd + i];
+            for (int j = j0; j < n_keys; j++) want += w[j] / z * V[(size_t)j * hd + i];
             float got = acc[(size_t)r * hd + i] / sum[r];
             cr_assert_lt(fabs(got - want), tol, "%s %s hd %d group %d nq %d pos0 %d row %d col %d: %g vs %g",
                          what, quant_isa_name(quant_isa_active()), hd, group, nq, pos0, r, i, got, want);
         }
     }
     free(acc), free(p), free(mx), free(sum), free(KT), free(w);
+}
+
+static void check_grouped(const float *q, const float *K, const float *V, int hd, int group, int nq, int pos0,
+                          double tol, const char *what) {
+    check_grouped_wc(q, K, V, hd, group, nq, pos0, tol, what, 0, 0);
 }
 
 Test(attn_ops, grouped_tile_step_matches_float64_softmax_for_every_isa) {
@@ -133,6 +141,31 @@ Test(attn_ops, grouped_tile_step_matches_float64_softmax_for_every_isa) {
                 fill(q, nq * group * hd, 21 + c, 40), fill(K, n * hd, 22 + c, 4);
                 /* scores near +-50 carry float32 rounding of ~5e-5, which the weights inherit */
                 check_grouped(q, K, V, hd, group, nq, cases[c].pos0, 2e-4, "sharp");
+            }
+    }
+    quant_isa_force(saved);
+}
+
+/* Sliding windows (rows that see part of a tile, all of it, or none) and soft-capping (which the
+ * AVX-512 step hands to the AVX2 one), every instruction set. */
+Test(attn_ops, window_and_softcap_match_float64_softmax_for_every_isa) {
+    enum { MAXN = 3 * KV_BLOCK + 40, MAXR = 40 * 8, MAXHD = 128 };
+    static float q[MAXR * MAXHD], K[MAXN * MAXHD], V[MAXN * MAXHD];
+    const int hds[] = {16, 40, 64, 128};
+    const struct { int group, nq, pos0, window; float cap; } cases[] = {
+        {8, 1, 150, 70, 0}, {8, 1, 150, 1, 0}, {8, 16, 56, 40, 0}, {4, 9, 100, 20, 0}, {1, 33, 47, 5, 0},
+        {1, 33, 100, 64, 0}, {8, 1, 150, 0, 5.0f}, {4, 9, 100, 20, 3.0f}, {2, 16, 60, 200, 1.0f},
+    };
+    quant_isa saved = quant_isa_active();
+    for (int isa = QUANT_ISA_PORTABLE; isa <= (int)quant_isa_best(); isa++) {
+        quant_isa_force((quant_isa)isa);
+        for (size_t h = 0; h < ATTND_ARRAY_LEN(hds); h++)
+            for (size_t c = 0; c < ATTND_ARRAY_LEN(cases); c++) {
+                int hd = hds[h], nq = cases[c].nq, group = cases[c].group, n = cases[c].pos0 + nq;
+                cr_assert(n <= MAXN && nq * group <= MAXR);
+                fill(q, nq * group * hd, 31 + c, 3), fill(K, n * hd, 32 + c, 1), fill(V, n * hd, 33 + c, 1);
+                check_grouped_wc(q, K, V, hd, group, nq, cases[c].pos0, 2e-5, "window/cap", cases[c].window,
+                                 cases[c].cap);
             }
     }
     quant_isa_force(saved);

@@ -35,6 +35,7 @@ check "bench runs without --model" "$?" 0
 
 # attnd info says whether attnd can run a file, the chat template and the KV cost
 out=$("$BIN" info 2>&1)
+out0=$out
 grep -q "^runs:          yes$" <<<"$out"
 check "info: the default model runs" "$?" 0
 grep -q "^chat template: chatml (detected from tokenizer.chat_template)$" <<<"$out"
@@ -46,6 +47,14 @@ grep -q "^runs:          no: model has no tensor 'token_embd.weight'$" <<<"$out"
 check "info: a vocabulary-only file does not run, and says why" "$?" 0
 "$BIN" info --json | grep -q '"runs":true,"chat_template":"chatml"'
 check "info --json: runs and chat_template" "$?" 0
+grep -q "^KV per layer:  6 global layers: 6144 bytes/token f16$" <<<"$out0"
+check "info: KV bytes per token of the global layers" "$?" 0
+# a Gemma 3 shaped file (tiny_model): 5 local layers of window 24, 1 global; 1 x 2 x 32 x 2 x 2 bytes each
+gm=$(mktemp --suffix .gguf)
+"${ATTND_BUILD_DIR:?}/tiny_model" gemma3 "$gm"
+grep -q "^KV per layer:  1 global layers: 256 bytes/token f16; 5 local layers (window 24): 1280 bytes/token f16, held for the window only$" <<<"$("$BIN" info --model "$gm" 2>&1)"
+check "info: KV bytes per token of the local and global layers, and the window" "$?" 0
+rm -f "$gm"
 
 # README's `attnd info` example is the default model's real output
 block=$(awk '/^attnd info --model M.gguf$/{on=1; next} on && /^```$/{exit} on && $0 != "..." {print}' \

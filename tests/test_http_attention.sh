@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # test_http_attention.sh — POST /v1/attention on a real server with the shipped model (F32 KV
 # cache): weights against the float64 reference, generation, top_k, chat, sessions, bad asks
-# (tests/js/http_attention.mjs); the cap on the answer's size (attention_max_weights); the API
-# key; and GET / serving the playground without a key.
+# (tests/js/http_attention.mjs); the caps on the answer's size (attention_max_weights,
+# attention_max_bytes) and on inspections at once (attention_parallel); one prompt per request;
+# the API key; and GET / serving the playground without a key.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 source "$here/http_lib.sh"
@@ -40,3 +41,24 @@ grep -qi "^content-security-policy: .*connect-src 'self'" "$TMP/headers" || fail
 grep -q 'not why the model answered' <<< "$page" || fail "the page's note"
 echo "ok: the API key applies to /v1/attention; GET / serves the playground without one"
 stop_server cap || fail "server exit status"
+
+# the answer's bytes are capped too; one inspection at a time; one prompt per request
+start_server lim --model "$MODEL" --threads 1 --attention-max-bytes 16k --attention-parallel 1
+url="http://127.0.0.1:$lim_PORT"
+body=$(curl -s "$url/v1/attention" -d '{"prompt": "The state of the union is strong and the people"}')
+grep -q '"param":"layers"' <<< "$body" && grep -q attention_max_bytes <<< "$body" ||
+    fail "over the byte cap: $body"
+echo "ok: an answer over attention_max_bytes is a 400 naming the cap"
+body=$(curl -s -w ' %{http_code}' "$url/v1/attention" -d '{"prompt": ["We", "the people"], "layers": [0], "heads": [0]}')
+grep -q '"param":"prompt"' <<< "$body" && grep -q ' 400$' <<< "$body" || fail "a list of prompts: $body"
+echo "ok: a list of prompts is a 400 (it would inspect only the first)"
+for i in 1 2 3 4; do
+    curl -s -o /dev/null -w '%{http_code}\n' "$url/v1/attention" \
+        -d '{"prompt": "We", "layers": [0], "heads": [0], "top_k": 1, "max_tokens": 96}' >"$TMP/acode$i" &
+done
+wait $(jobs -p | grep -v -w -e "$lim_PID")
+codes=$(cat "$TMP"/acode? | sort | tr '\n' ' ')
+grep -q 200 <<< "$codes" && grep -q 429 <<< "$codes" && ! grep -qv -e 200 -e 429 <<< "$(cat "$TMP"/acode?)" ||
+    fail "4 inspections at once with attention_parallel 1: $codes"
+echo "ok: inspections beyond attention_parallel get 429 ($codes)"
+stop_server lim || fail "server exit status"

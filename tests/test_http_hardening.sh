@@ -111,8 +111,10 @@ for i in 1 2 3 4; do # one header line a second, never finishing
     slow_pids+=($!)
 done
 sleep 0.5
-code=$(curl -s -o "$TMP/body" -w '%{http_code}' -m 5 "http://127.0.0.1:$tight_PORT/health")
+code=$(curl -s -o "$TMP/body" -w '%{http_code}' -m 5 "http://127.0.0.1:$tight_PORT/v1/models")
 check "at the connection limit a request is answered 503, not reset ($code)" test "$code" = 503
+code=$(curl -s -o /dev/null -w '%{http_code}' -m 5 "http://127.0.0.1:$tight_PORT/health")
+check "while /health is answered from the reserved slot ($code)" test "$code" = 200
 sleep 3
 code=$(curl -s -o /dev/null -w '%{http_code}' -m 5 "http://127.0.0.1:$tight_PORT/health")
 check "after header_timeout_s the slow connections are gone and /health answers ($code)" test "$code" = 200

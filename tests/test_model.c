@@ -17,6 +17,8 @@
 #include "attnd/engine.h"
 #include "attnd/tokenizer.h"
 #include "engine_rig.h"
+#include "family_specs.h"
+#include "kv_layout.h"
 #include "test_models.h"
 
 // ---- helpers ----------------------------------------------------------------------------------
@@ -93,6 +95,282 @@ Test(model, f16_weights_match_reference) {
     tiny_spec sp = tiny_default("qwen2");
     sp.wtype = GGUF_TYPE_F16;
     check_against_reference(&sp, 40, 2e-3);
+}
+
+/* Writes sp, loads it and expects ATTND_ERR_UNSUPPORTED whose message contains want. */
+static void expect_unsupported(const tiny_spec *sp, const char *tag, const char *want) {
+    char path[256];
+    tiny_tmpname(path, sizeof(path), tag);
+    cr_assert_eq(tiny_write(path, sp), 0);
+    model *m = NULL;
+    attnd_err err = {{0}};
+    cr_expect_eq(model_load(&m, path, &err), ATTND_ERR_UNSUPPORTED, "%s: %s", tag, err.msg);
+    cr_expect(strstr(err.msg, want), "%s: %s", tag, err.msg);
+    cr_expect_null(m);
+    unlink(path);
+}
+
+// ---- the other families against the float64 reference ---------------------------------------------
+
+Test(model, qwen3_qk_norm_and_explicit_head_dim_match_reference) {
+    tiny_spec sp = tiny_default("qwen3");
+    sp.head_dim = 16, sp.rope_dims = 16; /* q_dim 64 != n_embd 32, as Qwen3's head_dim 128 */
+    check_against_reference(&sp, 80, 2e-4);
+}
+
+Test(model, smollm3_skips_rope_on_every_fourth_layer) {
+    tiny_spec sp = tiny_default("smollm3");
+    sp.n_layer = 4; /* layer 3 has no RoPE */
+    check_against_reference(&sp, 70, 2e-4);
+    /* The same weights as llama (the fixture writes them alike): the NoPE layer must change the result. */
+    tiny_rig a, b;
+    tiny_rig_open(&a, &sp, KV_F32, 16);
+    sp.arch = "llama";
+    tiny_rig_open(&b, &sp, KV_F32, 16);
+    int32_t tok[16];
+    tiny_random_tokens(tok, 16, sp.n_vocab, 5);
+    float la[16 * 48], lb[16 * 48];
+    prefill(a.e, tiny_rig_seq(&a), tok, 16, la);
+    prefill(b.e, tiny_rig_seq(&b), tok, 16, lb);
+    cr_assert_gt(max_abs_diff(la + 48, lb + 48, 15 * 48), 1e-3f, "NoPE layer computed as a RoPE layer");
+    cr_assert_eq(memcmp(la, lb, 48 * sizeof(float)), 0, "position 0 rotates by nothing either way");
+    tiny_rig_close(&a), tiny_rig_close(&b);
+}
+
+Test(model, gemma2_softcaps_window_and_post_norms_match_reference) {
+    tiny_spec sp = tiny_default("gemma2");
+    sp.window = 70, sp.attn_softcap = 2.0f, sp.final_softcap = 3.0f; /* small caps, so they bite */
+    sp.n_layer = 3, sp.tied = true;
+    check_against_reference(&sp, 150, 2e-4); /* the local layers' window crosses tiles */
+}
+
+Test(model, gemma3_local_and_global_layers_match_reference) {
+    tiny_spec sp = tiny_default("gemma3");
+    sp.n_layer = 7, sp.window = 40, sp.head_dim = 16, sp.rope_dims = 16, sp.rope_base = 1e6f;
+    sp.rope_linear = 8.0f; /* global layers only; the local ones use base 10000 unscaled */
+    check_against_reference(&sp, 150, 2e-4);
+}
+
+Test(model, phi3_fused_qkv_and_gate_up_match_reference) {
+    tiny_spec sp = tiny_default("phi3");
+    check_against_reference(&sp, 70, 2e-4);
+}
+
+Test(model, llama3_rope_freqs_and_rope_scaling_match_reference) {
+    tiny_spec sp = tiny_default("llama");
+    sp.rope_freqs = true;
+    check_against_reference(&sp, 100, 2e-4);
+    sp.rope_freqs = false, sp.rope_linear = 4.0f;
+    check_against_reference(&sp, 100, 2e-4);
+    sp.rope_linear = 0, sp.rope_yarn = 4.0f, sp.yarn_orig_ctx = 64;
+    check_against_reference(&sp, 100, 2e-4);
+    sp.arch = "qwen2", sp.rope_yarn = 0, sp.rope_freqs = true;
+    check_against_reference(&sp, 60, 2e-4);
+}
+
+Test(model, qwen3moe_routing_and_experts_match_reference) {
+    tiny_spec sp = tiny_default("qwen3moe");
+    sp.n_expert = 8, sp.n_expert_used = 3, sp.n_ff_exp = 24, sp.head_dim = 16, sp.rope_dims = 16;
+    check_against_reference(&sp, 70, 2e-4); /* a prefill: tokens grouped by expert */
+    sp.wtype = GGUF_TYPE_F16;
+    check_against_reference(&sp, 20, 2e-3);
+}
+
+/* Decoding sp's model one token at a time after a prefill of n0 (F16 and F32 caches) gives the
+ * logits of the whole sequence's prefill, position by position. */
+static void decode_equals_prefill(const tiny_spec *spec, int n0) {
+    for (int kv = 0; kv < 2; kv++) {
+        tiny_spec sp = *spec;
+        tiny_rig r;
+        tiny_rig_open(&r, &sp, kv ? KV_F32 : KV_F16, 256);
+        int n = 230, V = sp.n_vocab;
+        int32_t tok[230];
+        tiny_random_tokens(tok, n, V, 9);
+        float *ref = malloc(sizeof(float) * (size_t)n * V), *step = malloc(sizeof(float) * V);
+        float *head = malloc(sizeof(float) * (size_t)n0 * V);
+        prefill(r.e, tiny_rig_seq(&r), tok, n, ref);
+        kv_seq *b = tiny_rig_seq(&r);
+        prefill(r.e, b, tok, n0, head);
+        for (int i = n0; i < n; i++) {
+            prefill(r.e, b, &tok[i], 1, step);
+            float d = max_abs_diff(step, ref + (size_t)i * V, (size_t)V);
+            cr_assert(d < 1e-4f, "%s kv %d: position %d: decode differs from prefill by %g", sp.arch, kv, i, d);
+        }
+        free(ref), free(step), free(head);
+        tiny_rig_close(&r);
+    }
+}
+
+Test(model, gpt_oss_sinks_biases_window_and_clamped_experts_match_reference) {
+    tiny_spec sp = tiny_default("gpt-oss");
+    sp.n_expert = 8, sp.n_expert_used = 4, sp.n_ff_exp = 24, sp.head_dim = 16, sp.rope_dims = 16;
+    sp.window = 40, sp.n_layer = 3, sp.rope_yarn = 8.0f, sp.yarn_orig_ctx = 64;
+    check_against_reference(&sp, 120, 2e-4);
+}
+
+/* Gemma 3's decode over a sliding window that crosses several blocks. */
+Test(model, sliding_window_decode_equals_prefill) {
+    tiny_spec sp = tiny_default("gemma3");
+    sp.n_layer = 6, sp.window = 72, sp.head_dim = 16, sp.rope_dims = 16;
+    decode_equals_prefill(&sp, 150);
+}
+
+/* MoE: several sequences decoded in one batch (their tokens grouped by expert) give each one's
+ * logits alone. */
+Test(model, moe_batched_decode_equals_each_alone) {
+    tiny_spec sp = tiny_default("qwen3moe");
+    sp.n_expert = 8, sp.n_expert_used = 2, sp.n_ff_exp = 24;
+    tiny_rig r;
+    tiny_rig_open(&r, &sp, KV_F32, 64);
+    enum { NS = 4 };
+    int V = sp.n_vocab;
+    kv_seq *s[NS], *solo[NS];
+    int32_t tok[NS][40];
+    float lg[40 * 48], batch_lg[NS * 48];
+    for (int i = 0; i < NS; i++) {
+        tiny_random_tokens(tok[i], 40, V, 50 + i);
+        s[i] = tiny_rig_seq(&r), solo[i] = tiny_rig_seq(&r);
+        prefill(r.e, s[i], tok[i], 30 + i, lg);
+        prefill(r.e, solo[i], tok[i], 30 + i, lg);
+    }
+    batch_entry b[NS];
+    for (int i = 0; i < NS; i++) b[i] = (batch_entry){s[i], tok[i][30 + i], 30 + i, true};
+    cr_assert_eq(engine_eval(r.e, b, NS, batch_lg, NULL), ATTND_OK);
+    for (int i = 0; i < NS; i++) {
+        prefill(r.e, solo[i], &tok[i][30 + i], 1, lg);
+        cr_assert_lt(max_abs_diff(lg, batch_lg + (size_t)i * V, (size_t)V), 1e-4f, "sequence %d", i);
+    }
+    tiny_rig_close(&r);
+}
+
+/* MoE decode (one token, its own experts) against the prefill (tokens grouped by expert). */
+Test(model, moe_decode_equals_prefill) {
+    tiny_spec sp = tiny_default("qwen3moe");
+    sp.n_expert = 8, sp.n_expert_used = 2, sp.n_ff_exp = 24;
+    decode_equals_prefill(&sp, 200);
+}
+
+// ---- sliding-window memory ---------------------------------------------------------------------------
+
+/* Gemma 3 shaped: 5 local layers (window 72) and 1 global one, F16 cache. */
+static tiny_spec swa_spec(void) {
+    tiny_spec sp = tiny_default("gemma3");
+    sp.n_layer = 6, sp.window = 72, sp.head_dim = 16, sp.rope_dims = 16, sp.n_ctx = 1024;
+    return sp;
+}
+
+/* Blocks of s whose local part is still held. */
+static int local_blocks(const kv_seq *s) {
+    int n = 0;
+    for (int b = 0; b < s->n_blocks; b++) n += s->blocks[b]->local != NULL;
+    return n;
+}
+
+Test(model, sliding_window_layers_hold_a_bounded_number_of_blocks_and_compute_the_same) {
+    tiny_spec sp = swa_spec();
+    tiny_rig r;
+    tiny_rig_open(&r, &sp, KV_F16, 600);
+    int V = sp.n_vocab, n = 600;
+    int32_t tok[610];
+    tiny_random_tokens(tok, 610, V, 17);
+    float *whole = malloc(sizeof(float) * (size_t)n * V), *part = malloc(sizeof(float) * 100 * (size_t)V);
+    kv_seq *a = tiny_rig_seq(&r), *b = tiny_rig_seq(&r);
+    prefill(r.e, b, tok, n, whole); /* one batch: nothing freed while it runs */
+    const kv_pool *p = r.pool;
+    cr_assert_gt(p->local_bytes, 4 * p->global_bytes, "5 local layers for 1 global");
+    for (int done = 0; done < n; done += 100) {
+        prefill(r.e, a, tok + done, 100, part);
+        cr_assert_leq(local_blocks(a), (72 + 63) / 64 + 1, "at %d: %d local parts held", done + 100, local_blocks(a));
+        cr_assert_eq(kv_seq_bytes(a), (size_t)a->n_blocks * p->global_bytes + (size_t)local_blocks(a) * p->local_bytes);
+    }
+    cr_assert_eq(a->n_blocks, 10);
+    cr_assert_lt(max_abs_diff(part, whole + 500 * (size_t)V, 100 * (size_t)V), 1e-4f, "chunked differs from whole");
+    /* a's memory: 10 global parts and at most 3 local ones; b still holds all 10 of each until trimmed */
+    cr_assert_leq(kv_seq_bytes(a), kv_context_bytes(r.m, n, KV_F16));
+    cr_assert_lt(kv_seq_bytes(a), kv_pool_bytes_for(r.pool, n) / 2);
+    /* decode on: a and b agree */
+    float la[48], lb[48];
+    for (int i = n; i < n + 10; i++) {
+        prefill(r.e, a, &tok[i], 1, la);
+        prefill(r.e, b, &tok[i], 1, lb);
+        cr_assert_lt(max_abs_diff(la, lb, (size_t)V), 1e-4f, "position %d", i);
+    }
+    cr_assert_eq(kv_pool_bytes_used(r.pool), kv_seq_bytes(a) + kv_seq_bytes(b));
+    free(whole), free(part);
+    tiny_rig_close(&r);
+}
+
+/* One 600-token prefill frees the local parts of all but the last blocks at once (more than one
+ * round of kv_seq_trim_window's 16). */
+Test(model, a_long_prefill_frees_every_block_out_of_the_window) {
+    tiny_spec sp = swa_spec();
+    sp.window = 8, sp.n_ctx = 2048;
+    tiny_rig r;
+    tiny_rig_open(&r, &sp, KV_F16, 1200);
+    int32_t *tok = malloc(sizeof(int32_t) * 1200);
+    tiny_random_tokens(tok, 1200, sp.n_vocab, 3);
+    batch_entry *b = malloc(sizeof(*b) * 1200);
+    kv_seq *s = tiny_rig_seq(&r);
+    for (int i = 0; i < 1200; i++) b[i] = (batch_entry){s, tok[i], i, false};
+    cr_assert_eq(engine_eval(r.e, b, 1200, NULL, NULL), ATTND_OK);
+    cr_assert_eq(s->n_blocks, 19);
+    cr_assert_leq(local_blocks(s), 2, "%d local parts held", local_blocks(s));
+    free(tok), free(b);
+    tiny_rig_close(&r);
+}
+
+Test(model, sliding_window_truncation_and_forks_stay_exact) {
+    tiny_spec sp = swa_spec();
+    tiny_rig r;
+    tiny_rig_open(&r, &sp, KV_F32, 600);
+    int V = sp.n_vocab, n = 600;
+    int32_t tok[600];
+    tiny_random_tokens(tok, n, V, 23);
+    float *whole = malloc(sizeof(float) * (size_t)n * V), *part = malloc(sizeof(float) * 100 * (size_t)V);
+    prefill(r.e, tiny_rig_seq(&r), tok, n, whole);
+    kv_seq *a = tiny_rig_seq(&r);
+    for (int done = 0; done < n; done += 100) prefill(r.e, a, tok + done, 100, part);
+    cr_assert_eq(a->lmin, 512, "blocks 0..7 are out of every window at 600 (72 back: 529)");
+    /* the window of position 590 starts at 519, still held: kept */
+    kv_seq_truncate(a, 590);
+    cr_assert_eq(kv_seq_len(a), 590);
+    prefill(r.e, a, tok + 590, 10, part);
+    cr_assert_lt(max_abs_diff(part, whole + 590 * (size_t)V, 10 * (size_t)V), 1e-4f, "re-extended after truncation");
+    /* a fork continues exactly as its parent */
+    kv_seq *f;
+    cr_assert_eq(kv_seq_fork(&f, a, NULL), ATTND_OK);
+    kv_seq_truncate(a, 595), kv_seq_truncate(f, 595);
+    prefill(r.e, f, tok + 595, 5, part);
+    cr_assert_lt(max_abs_diff(part, whole + 595 * (size_t)V, 5 * (size_t)V), 1e-4f, "fork");
+    prefill(r.e, a, tok + 595, 5, part);
+    cr_assert_lt(max_abs_diff(part, whole + 595 * (size_t)V, 5 * (size_t)V), 1e-4f, "parent after fork");
+    kv_seq_destroy(f);
+    /* the window of position 560 would start at 489, freed: nothing is kept, and a refill is exact */
+    kv_seq_truncate(a, 560);
+    cr_assert_eq(kv_seq_len(a), 0);
+    cr_assert_eq(a->lmin, 0);
+    for (int done = 0; done < n; done += 100) prefill(r.e, a, tok + done, 100, part);
+    cr_assert_lt(max_abs_diff(part, whole + 500 * (size_t)V, 100 * (size_t)V), 1e-4f, "refilled");
+    free(whole), free(part);
+    tiny_rig_close(&r);
+}
+
+// ---- refusing what attnd would not compute ----------------------------------------------------------
+
+Test(model, unapplied_keys_and_unread_tensors_refuse_the_file_by_name) {
+    tiny_spec sp = tiny_default("llama");
+    sp.extra_key = "attention.sliding_window"; /* llama.cpp's llama has no window: attnd would ignore it */
+    expect_unsupported(&sp, "key", "llama.attention.sliding_window");
+    sp.extra_key = "rope.scaling.type_x";
+    expect_unsupported(&sp, "key2", "llama.rope.scaling.type_x");
+    sp.extra_key = NULL, sp.extra_tensor = "blk.0.attn_q_norm.weight"; /* qwen3's, in a llama file */
+    expect_unsupported(&sp, "tensor", "blk.0.attn_q_norm.weight");
+    sp = tiny_default("phi3");
+    sp.extra_tensor = "rope_factors_long.weight"; /* LongRoPE, not applied yet */
+    expect_unsupported(&sp, "longrope", "rope_factors_long.weight");
+    sp = tiny_default("qwen3moe");
+    sp.n_expert = 4, sp.n_expert_used = 2, sp.n_ff_exp = 16, sp.extra_key = "expert_gating_func";
+    expect_unsupported(&sp, "moe", "qwen3moe.expert_gating_func");
 }
 
 // ---- prefill / decode / batch consistency ---------------------------------------------------------
@@ -264,8 +542,9 @@ Test(model, invalid_batches_are_refused_and_change_nothing) {
 
 /* Loads the default llama fixture with the first occurrence of `from` in its file replaced by
  * `to` (len bytes): the load must fail with `want`, leave *out NULL, and say why in err. */
-static void load_patched(const void *from, const void *to, size_t len, attnd_status want, attnd_err *err) {
-    tiny_spec sp = tiny_default("llama");
+static void load_patched_spec(const tiny_spec *spec, const void *from, const void *to, size_t len, attnd_status want,
+                              attnd_err *err) {
+    tiny_spec sp = *spec;
     char path[256];
     tiny_tmpname(path, sizeof(path), "patched");
     cr_assert_eq(tiny_write(path, &sp), 0);
@@ -290,6 +569,23 @@ static void load_patched(const void *from, const void *to, size_t len, attnd_sta
     unlink(path);
 }
 
+static void load_patched(const void *from, const void *to, size_t len, attnd_status want, attnd_err *err) {
+    tiny_spec sp = tiny_default("llama");
+    load_patched_spec(&sp, from, to, len, want, err);
+}
+
+/* The tensor info of `name` as the fixture writes it: name, n_dims 2, ne (ne0, ne1), type F32;
+ * *len its bytes (the type is the last 4). */
+static void tensor_info_bytes(uint8_t *buf, size_t *len, const char *name, uint64_t ne0, uint64_t ne1) {
+    size_t nl = strlen(name);
+    uint32_t nd = 2, ty = GGUF_TYPE_F32;
+    memcpy(buf, name, nl), *len = nl;
+    memcpy(buf + *len, &nd, 4), *len += 4;
+    memcpy(buf + *len, &ne0, 8), *len += 8;
+    memcpy(buf + *len, &ne1, 8), *len += 8;
+    memcpy(buf + *len, &ty, 4), *len += 4;
+}
+
 Test(model, unsupported_architecture_is_refused_by_name) {
     /* the value of general.architecture: u64 length 5, then the bytes */
     uint8_t from[13] = {5, 0, 0, 0, 0, 0, 0, 0, 'l', 'l', 'a', 'm', 'a'}, to[13];
@@ -301,24 +597,34 @@ Test(model, unsupported_architecture_is_refused_by_name) {
 }
 
 Test(model, unsupported_tensor_type_is_refused_by_name) {
-    /* tensor info of blk.1.attn_v.weight: name, n_dims 2, ne (32, 16), type F32 -> Q4_1 */
+    /* tensor info of blk.1.attn_v.weight: (32, 16) F32 -> Q8_1 (an activation type, never a weight) */
     const char *name = "blk.1.attn_v.weight";
-    size_t nl = strlen(name);
     uint8_t from[64], to[64];
-    size_t len = 0;
-    memcpy(from, name, nl), len = nl;
-    uint32_t nd = 2, ty = GGUF_TYPE_F32;
-    uint64_t ne0 = 32, ne1 = 16;
-    memcpy(from + len, &nd, 4), len += 4;
-    memcpy(from + len, &ne0, 8), len += 8;
-    memcpy(from + len, &ne1, 8), len += 8;
-    memcpy(from + len, &ty, 4), len += 4;
+    size_t len;
+    tensor_info_bytes(from, &len, name, 32, 16);
     memcpy(to, from, len);
-    ty = GGUF_TYPE_Q4_1;
+    uint32_t ty = GGUF_TYPE_Q8_1;
     memcpy(to + len - 4, &ty, 4);
     attnd_err err;
     load_patched(from, to, len, ATTND_ERR_UNSUPPORTED, &err);
-    cr_assert(strstr(err.msg, "Q4_1") && strstr(err.msg, name), "message names type and tensor: %s", err.msg);
+    cr_assert(strstr(err.msg, "Q8_1") && strstr(err.msg, name), "message names type and tensor: %s", err.msg);
+}
+
+Test(model, lattice_iq_weights_are_refused_with_what_to_do_instead) {
+    /* rows of 256 so that the IQ2_XS super-blocks fit: attn_q (256, 256) F32 -> IQ2_XS */
+    tiny_spec sp = tiny_default("llama");
+    sp.n_embd = 256, sp.n_head = 4, sp.n_head_kv = 4, sp.n_ff = 256;
+    const char *name = "blk.0.attn_q.weight";
+    uint8_t from[64], to[64];
+    size_t len;
+    tensor_info_bytes(from, &len, name, 256, 256);
+    memcpy(to, from, len);
+    uint32_t ty = 17; /* IQ2_XS */
+    memcpy(to + len - 4, &ty, 4);
+    attnd_err err;
+    load_patched_spec(&sp, from, to, len, ATTND_ERR_UNSUPPORTED, &err);
+    cr_assert(strstr(err.msg, "IQ2_XS") && strstr(err.msg, name) && strstr(err.msg, "attnd quantize"),
+              "names the type and the tensor, and says what to do: %s", err.msg);
 }
 
 Test(model, missing_tensor_and_bad_file_are_refused_with_a_message) {
@@ -514,6 +820,55 @@ Test(model, qwen2_greedy_reproduces_llama_cpp_on_generated_model) { greedy_match
 
 Test(model, llama_greedy_reproduces_llama_cpp_on_generated_model) { greedy_matches_llama_cpp("llama", LLAMACPP_LLAMA); }
 
+/* tests/data/reference-families.json: llama.cpp's 100 greedy tokens for the small generated model
+ * of each family (tests/family_specs.h; tests/data/regenerate.sh writes them with tiny_model, the
+ * same files as here). attnd reproduces every token: qwen3's QK-norm and head_dim, smollm3's NoPE
+ * layers, gemma2's soft-caps and windows, gemma3's local/global layers and bases, phi3's fused
+ * matrices, all as llama.cpp computes them. */
+Test(model, every_family_greedy_reproduces_llama_cpp_on_generated_model) {
+    json_error_t je;
+    json_t *refj = json_load_file(ATTND_DATA_DIR "/reference-families.json", 0, &je);
+    cr_assert(refj, "tests/data/reference-families.json: %s", je.text);
+    json_t *cases = json_object_get(refj, "cases");
+    cr_assert_eq(json_array_size(cases), N_FAMILIES);
+    for (size_t i = 0; i < N_FAMILIES; i++) {
+        json_t *c = json_array_get(cases, i);
+        cr_assert_str_eq(json_string_value(json_object_get(c, "family")), FAMILY_NAMES[i]);
+        json_t *want = json_object_get(c, "tokens");
+        cr_assert_eq(json_array_size(want), FAMILY_N_GEN);
+        tiny_spec sp = family_small(FAMILY_NAMES[i]);
+        tiny_rig r;
+        tiny_rig_open(&r, &sp, KV_F32, 8);
+        int32_t out[FAMILY_N_GEN];
+        int n_out;
+        engine_gen g = {.n_predict = FAMILY_N_GEN};
+        attnd_err err;
+        cr_assert_eq(engine_generate(r.e, tiny_rig_seq(&r), FAMILY_PROMPT, 7, &g, out, &n_out, NULL, &err), ATTND_OK,
+                     "%s", err.msg);
+        cr_assert_eq(n_out, FAMILY_N_GEN);
+        for (int t = 0; t < FAMILY_N_GEN; t++)
+            cr_assert_eq(out[t], json_integer_value(json_array_get(want, (size_t)t)), "%s: token %d: attnd %d, llama.cpp %lld",
+                         FAMILY_NAMES[i], t, out[t], (long long)json_integer_value(json_array_get(want, (size_t)t)));
+        tiny_rig_close(&r);
+    }
+    json_decref(refj);
+}
+
+/* Released models' shapes (tests/family_specs.h: Qwen3-0.6B's 16/8 heads of 128, Gemma-3-1B's
+ * 4/1 heads of 256 and window 512, Phi-3-mini's 32 heads of 96, fused, Qwen3-30B-A3B's 32/4 heads
+ * and top-8 experts of 768, gpt-oss-20b's 64/8 heads of 64 and top 4 of width 2880), fewer layers
+ * (and experts), F16 weights, 4 positions, against the float64 reference. */
+static void real_shape(const char *name) {
+    tiny_spec sp = family_real(name);
+    check_against_reference(&sp, 4, 2e-3);
+}
+
+Test(model, qwen3_0_6b_shape_matches_float64_reference) { real_shape("qwen3-0.6b"); }
+Test(model, gemma3_1b_shape_matches_float64_reference) { real_shape("gemma3-1b"); }
+Test(model, phi3_mini_shape_matches_float64_reference) { real_shape("phi3-mini"); }
+Test(model, qwen3_30b_a3b_shape_matches_float64_reference) { real_shape("qwen3-30b-a3b"); }
+Test(model, gpt_oss_20b_shape_matches_float64_reference) { real_shape("gpt-oss-20b"); }
+
 // ---- agreement with llama.cpp on the test models -------------------------------------------------
 
 /* tests/data/reference-greedy.json: llama.cpp's greedy continuations (tests/data/regenerate.sh);
@@ -526,6 +881,16 @@ static const struct {
     {"stories260K.gguf", 1.00},         {"stories260K-F16.gguf", 0.99},     {"stories260K-BF16.gguf", 0.97},
     {"stories260K-Q8_0.gguf", 0.93},    {"stories260K-Q4_0.gguf", 0.90},    {"attnd-sotu.gguf", 0.97},
     {"attnd-sotu-Q8_0.gguf", 0.90},     {"attnd-sotu-Q4_K.gguf", 0.85},     {"attnd-sotu-Q4_K_M.gguf", 0.85},
+    /* issue 27: every new type and mix, on the default model (256 wide: k-quants except the 704-wide
+     * ffn_down, which falls back) and on generated 896 / 960-wide models (the fallbacks). Measured
+     * 97.7-99.8 % when the references were made (one thread, this build); floors 90 %. */
+    {"attnd-sotu-Q2_K.gguf", 0.90},     {"attnd-sotu-Q3_K_S.gguf", 0.90},   {"attnd-sotu-Q3_K_M.gguf", 0.90},
+    {"attnd-sotu-Q4_K_S.gguf", 0.90},   {"attnd-sotu-Q5_K_S.gguf", 0.90},   {"attnd-sotu-Q5_K_M.gguf", 0.90},
+    {"attnd-sotu-Q4_1.gguf", 0.90},     {"attnd-sotu-Q5_0.gguf", 0.90},     {"attnd-sotu-Q5_1.gguf", 0.90},
+    {"attnd-sotu-IQ4_NL.gguf", 0.90},   {"attnd-sotu-IQ4_XS.gguf", 0.90},   {"attnd-sotu-MXFP4.gguf", 0.90},
+    {"qwen896-Q4_K_M.gguf", 0.90},      {"qwen896-Q5_K_M.gguf", 0.90},      {"qwen896-Q2_K.gguf", 0.90},
+    {"qwen896-IQ4_XS.gguf", 0.90},      {"llama960-Q4_K_M.gguf", 0.90},     {"llama960-Q5_K_M.gguf", 0.90},
+    {"llama960-Q3_K_M.gguf", 0.90},
 };
 
 static json_t *load_reference(void) {

@@ -84,15 +84,71 @@ static void random_weights(uint8_t *w, uint32_t type, int64_t n_rows, int64_t n_
     case GGUF_TYPE_Q6_K:
         for (int64_t b = 0; b < n / 256; b++) put16(w + 210 * b + 208, quant_f32_to_f16(0.0005f + 0.0002f * rndf()));
         break;
+    case GGUF_TYPE_Q4_1:
+    case GGUF_TYPE_Q5_1:
+        for (int64_t b = 0; b < n / 32; b++) {
+            uint8_t *blk = w + (type == GGUF_TYPE_Q4_1 ? 20 : 24) * b;
+            put16(blk, quant_f32_to_f16(type == GGUF_TYPE_Q4_1 ? 0.1f + 0.05f * rndf() : 0.05f + 0.02f * rndf()));
+            put16(blk + 2, quant_f32_to_f16(-0.8f + 0.5f * rndf()));
+        }
+        break;
+    case GGUF_TYPE_Q5_0:
+        for (int64_t b = 0; b < n / 32; b++) put16(w + 22 * b, quant_f32_to_f16(0.05f + 0.05f * rndf()));
+        break;
+    case GGUF_TYPE_IQ4_NL:
+        for (int64_t b = 0; b < n / 32; b++) put16(w + 18 * b, quant_f32_to_f16(0.005f + 0.002f * rndf()));
+        break;
+    case GGUF_TYPE_MXFP4:
+        for (int64_t b = 0; b < n / 32; b++) w[17 * b] = (uint8_t)(118 + rnd() % 8); /* 2^-10 .. 2^-3 */
+        break;
+    case GGUF_TYPE_Q2_K:
+        for (int64_t b = 0; b < n / 256; b++) {
+            put16(w + 84 * b + 80, quant_f32_to_f16(0.01f + 0.004f * rndf()));
+            put16(w + 84 * b + 82, quant_f32_to_f16(0.01f + 0.004f * rndf()));
+        }
+        break;
+    case GGUF_TYPE_Q3_K:
+        for (int64_t b = 0; b < n / 256; b++) put16(w + 110 * b + 108, quant_f32_to_f16(0.004f + 0.002f * rndf()));
+        break;
+    case GGUF_TYPE_Q5_K:
+        for (int64_t b = 0; b < n / 256; b++) {
+            put16(w + 176 * b, quant_f32_to_f16(0.001f + 0.0005f * rndf()));
+            put16(w + 176 * b + 2, quant_f32_to_f16(0.004f + 0.001f * rndf()));
+        }
+        break;
+    case GGUF_TYPE_IQ4_XS:
+        for (int64_t b = 0; b < n / 256; b++) put16(w + 136 * b, quant_f32_to_f16(0.0002f + 0.0001f * rndf()));
+        break;
     default: cr_assert_fail("type %u", type);
     }
+}
+
+/* The types added after the first seven (issue 27): kept apart so the tests above that pin
+ * behaviour of the first seven (bit-exact float sums with exactly representable activations,
+ * register tiles) stay as they were. */
+static const uint32_t NEW_TYPES[] = {GGUF_TYPE_Q4_1,   GGUF_TYPE_Q5_0, GGUF_TYPE_Q5_1, GGUF_TYPE_IQ4_NL, GGUF_TYPE_MXFP4,
+                                     GGUF_TYPE_Q2_K,   GGUF_TYPE_Q3_K, GGUF_TYPE_Q5_K, GGUF_TYPE_IQ4_XS};
+#define N_NEW_TYPES (sizeof NEW_TYPES / sizeof *NEW_TYPES)
+
+/* Q4_1/Q5_1 read activations in the Q8_1 form, whose s = d * sum(q) is kept at f16 precision:
+ * the minimum m of a block then adds up to |m| |s| 2^-11 of rounding over the exact sum. */
+static double q8_1_min_err(uint32_t type, const uint8_t *row, const float *x, int64_t n_cols) {
+    if (type != GGUF_TYPE_Q4_1 && type != GGUF_TYPE_Q5_1) return 0;
+    size_t bb = type == GGUF_TYPE_Q4_1 ? 20 : 24;
+    double e = 0;
+    for (int64_t b = 0; b < n_cols / 32; b++) {
+        double m = fabs(quant_f16_to_f32((uint16_t)(row[bb * b + 2] | row[bb * b + 3] << 8))), sx = 0;
+        for (int j = 0; j < 32; j++) sx += fabs(x[32 * b + j]);
+        e += m * (sx * 1.01 + 1e-6) * 0x1p-11;
+    }
+    return e;
 }
 
 /* Largest error the activation rounding of `type` may add to element i of a block, as a
  * fraction of the block's largest magnitude (Q8 forms) or of |x_i| (f16/bf16). */
 static double act_err(uint32_t type, const float *x, int64_t i) {
     double amax = 0;
-    int64_t bs = (type == GGUF_TYPE_Q4_K || type == GGUF_TYPE_Q6_K) ? 256 : 32;
+    int64_t bs = gguf_type_block_elems(type) == 256 ? 256 : 32;
     switch (type) {
     case GGUF_TYPE_F32: return 0;
     case GGUF_TYPE_F16: return fabs(x[i]) * 0x1p-11 + 0x1p-25;
@@ -120,7 +176,7 @@ static void check_matmul(const float *out, const uint8_t *w, uint32_t type, int6
                 mag += fabs((double)row[c] * xt[c]);
                 if (!exact_act) bound += fabs(row[c]) * act_err(type, xt, c);
             }
-            double tol = bound + 2e-6 * mag + 1e-6;
+            double tol = bound + 2e-6 * mag + 1e-6 + q8_1_min_err(type, w + r * rb, xt, n_cols);
             double got = out[t * n_rows + r];
             cr_assert(fabs(got - ref) <= tol, "%s: %s row %ld tok %d: got %.9g want %.9g (tol %.3g)", what,
                       gguf_type_name(type), (long)r, t, got, ref, tol);
@@ -448,7 +504,7 @@ static int64_t cols_for(uint32_t type) {
     case GGUF_TYPE_BF16: return 172; /* not a multiple of any vector width: tails get exercised */
     case GGUF_TYPE_Q8_0:
     case GGUF_TYPE_Q4_0: return 352; /* 11 blocks */
-    default: return 768;             /* 3 super-blocks */
+    default: return gguf_type_block_elems(type) == 32 ? 352 : 768; /* 3 super-blocks */
     }
 }
 
@@ -521,47 +577,48 @@ Test(quant, matmul_prefill_equals_token_by_token_decode) {
 
 /* Columns spanning several of the tiles' repacking chunks (16 blocks / 2 super-blocks) with a
  * partial last one: 33 Q8_0/Q4_0 blocks, 5 super-blocks. */
-static int64_t long_cols_for(uint32_t type) { return type == GGUF_TYPE_Q8_0 || type == GGUF_TYPE_Q4_0 ? 33 * 32 : 5 * 256; }
+static int64_t long_cols_for(uint32_t type) { return gguf_type_block_elems(type) == 32 ? 33 * 32 : 5 * 256; }
 
 static const uint32_t Q_TYPES[] = {GGUF_TYPE_Q8_0, GGUF_TYPE_Q4_0, GGUF_TYPE_Q4_K, GGUF_TYPE_Q6_K};
 
 /* Every batch size from 1 to 33 (token tiles of 8 with every remainder, the decode / tile switch
  * at 4), rows not a multiple of the 16-row tile, several blocks per row: each instruction set and
  * thread count against the portable path (which is checked against the float64 reference). */
-Test(quant, matmul_every_batch_size_to_33_at_tile_edges_agrees_with_portable) {
+static void batch_sizes_agree_with_portable(uint32_t type) {
     enum { T = 33, R = 37 };
-    for (size_t i = 0; i < sizeof Q_TYPES / sizeof *Q_TYPES; i++) {
-        uint32_t type = Q_TYPES[i];
-        int64_t n_cols = long_cols_for(type);
-        uint8_t *w = malloc(quant_row_bytes(type, n_cols) * R);
-        random_weights(w, type, R, n_cols);
-        float *x = malloc(T * (size_t)n_cols * sizeof(float));
-        for (int64_t j = 0; j < T * n_cols; j++) x[j] = rndf() * (1.0f + (float)(j % 7));
-        float *ref = malloc(T * R * sizeof(float)), *out = malloc(T * R * sizeof(float));
-        size_t sb;
-        uint8_t *scratch = scratch_for(type, T, n_cols, &sb);
-        quant_isa saved = quant_isa_force(QUANT_ISA_PORTABLE);
-        quant_matmul(ref, w, type, R, n_cols, x, T, scratch + 1, 1);
-        check_matmul(ref, w, type, R, n_cols, x, T, 0, "portable, 33 tokens");
-        for (int isa = QUANT_ISA_PORTABLE + 1; isa <= (int)quant_isa_best(); isa++) {
-            quant_isa_force((quant_isa)isa);
-            for (int n_tok = 1; n_tok <= T; n_tok++)
-                for (int threads = 1; threads <= 2; threads++) {
-                    memset(out, 0xFF, T * R * sizeof(float)); /* nan: unwritten shows */
-                    quant_matmul(out, w, type, R, n_cols, x, n_tok, scratch + 1, threads);
-                    for (int64_t k = 0; k < (int64_t)n_tok * R; k++)
-                        cr_assert(fabsf(out[k] - ref[k]) <= 1e-4f * (fabsf(ref[k]) + 1.0f),
-                                  "%s %s n_tok %d threads %d [%ld]: %g vs portable %g", quant_isa_name((quant_isa)isa),
-                                  gguf_type_name(type), n_tok, threads, (long)k, out[k], ref[k]);
-                }
-        }
-        quant_isa_force(saved);
-        free(scratch);
-        free(w);
-        free(x);
-        free(ref);
-        free(out);
+    int64_t n_cols = long_cols_for(type);
+    uint8_t *w = malloc(quant_row_bytes(type, n_cols) * R);
+    random_weights(w, type, R, n_cols);
+    float *x = malloc(T * (size_t)n_cols * sizeof(float));
+    for (int64_t j = 0; j < T * n_cols; j++) x[j] = rndf() * (1.0f + (float)(j % 7));
+    float *ref = malloc(T * R * sizeof(float)), *out = malloc(T * R * sizeof(float));
+    size_t sb;
+    uint8_t *scratch = scratch_for(type, T, n_cols, &sb);
+    quant_isa saved = quant_isa_force(QUANT_ISA_PORTABLE);
+    quant_matmul(ref, w, type, R, n_cols, x, T, scratch + 1, 1);
+    check_matmul(ref, w, type, R, n_cols, x, T, 0, "portable, 33 tokens");
+    for (int isa = QUANT_ISA_PORTABLE + 1; isa <= (int)quant_isa_best(); isa++) {
+        quant_isa_force((quant_isa)isa);
+        for (int n_tok = 1; n_tok <= T; n_tok++)
+            for (int threads = 1; threads <= 2; threads++) {
+                memset(out, 0xFF, T * R * sizeof(float)); /* nan: unwritten shows */
+                quant_matmul(out, w, type, R, n_cols, x, n_tok, scratch + 1, threads);
+                for (int64_t k = 0; k < (int64_t)n_tok * R; k++)
+                    cr_assert(fabsf(out[k] - ref[k]) <= 1e-4f * (fabsf(ref[k]) + 1.0f),
+                              "%s %s n_tok %d threads %d [%ld]: %g vs portable %g", quant_isa_name((quant_isa)isa),
+                              gguf_type_name(type), n_tok, threads, (long)k, out[k], ref[k]);
+            }
     }
+    quant_isa_force(saved);
+    free(scratch);
+    free(w);
+    free(x);
+    free(ref);
+    free(out);
+}
+
+Test(quant, matmul_every_batch_size_to_33_at_tile_edges_agrees_with_portable) {
+    for (size_t i = 0; i < sizeof Q_TYPES / sizeof *Q_TYPES; i++) batch_sizes_agree_with_portable(Q_TYPES[i]);
 }
 
 /* Q4_0, Q4_K and Q6_K weights packed at load (quant_pack): where the instruction set has a packed
@@ -945,4 +1002,227 @@ Test(quant, f16_row_conversions_match_scalar_for_every_isa) {
         }
     }
     quant_isa_force(saved);
+}
+
+// ---- the types of issue 27: hand-built blocks, bit for bit -------------------------------------
+
+/* Q4_1 / Q5_1 / Q5_0 / IQ4_NL / MXFP4 keep element j of a 32-block in the low nibble of byte j
+ * and element j + 16 in its high nibble; Q5's fifth bit of element j is bit j of the 32-bit qh. */
+static void pack_nibbles32(uint8_t *qs, uint8_t *qh, const uint8_t v[32]) {
+    uint32_t h = 0;
+    for (int j = 0; j < 16; j++) qs[j] = (uint8_t)((v[j] & 15) | (v[j + 16] & 15) << 4);
+    for (int j = 0; j < 32; j++) h |= (uint32_t)(v[j] >> 4) << j;
+    if (qh) memcpy(qh, &h, 4);
+}
+
+Test(quant, q4_1_and_q5_1_blocks_dequantize_to_d_times_q_plus_m) {
+    uint8_t v[32], b41[20], b51[24];
+    for (int j = 0; j < 32; j++) v[j] = (uint8_t)((j * 11 + 3) & 31);
+    put16(b41, 0x3800), put16(b41 + 2, 0xC100); /* d = 0.5, m = -2.5 */
+    uint8_t v4[32];
+    for (int j = 0; j < 32; j++) v4[j] = v[j] & 15;
+    pack_nibbles32(b41 + 4, NULL, v4);
+    put16(b51, 0x3400), put16(b51 + 2, 0x3C00); /* d = 0.25, m = 1 */
+    pack_nibbles32(b51 + 8, b51 + 4, v);
+    float y[32];
+    quant_dequantize_row(y, b41, GGUF_TYPE_Q4_1, 32);
+    for (int j = 0; j < 32; j++) cr_assert_eq(y[j], 0.5f * v4[j] - 2.5f, "Q4_1 elem %d: %g", j, y[j]);
+    quant_dequantize_row(y, b51, GGUF_TYPE_Q5_1, 32);
+    for (int j = 0; j < 32; j++) cr_assert_eq(y[j], 0.25f * v[j] + 1.0f, "Q5_1 elem %d: %g", j, y[j]);
+}
+
+Test(quant, q5_0_block_dequantizes_with_its_fifth_bits_from_qh) {
+    uint8_t v[32], blk[22];
+    for (int j = 0; j < 32; j++) v[j] = (uint8_t)((j * 7 + 5) & 31);
+    put16(blk, 0xB800); /* d = -0.5 */
+    pack_nibbles32(blk + 6, blk + 2, v);
+    float y[32];
+    quant_dequantize_row(y, blk, GGUF_TYPE_Q5_0, 32);
+    for (int j = 0; j < 32; j++) cr_assert_eq(y[j], -0.5f * (v[j] - 16), "elem %d: %g", j, y[j]);
+}
+
+Test(quant, iq4_nl_and_mxfp4_blocks_decode_through_their_codebooks) {
+    static const int iq4nl[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+    static const float e2m1[16] = {0, .5f, 1, 1.5f, 2, 3, 4, 6, -0.f, -.5f, -1, -1.5f, -2, -3, -4, -6};
+    uint8_t v[32], bnl[18], bmx[17];
+    for (int j = 0; j < 32; j++) v[j] = (uint8_t)((j * 5 + 1) & 15);
+    put16(bnl, 0x2C00); /* d = 1/16 */
+    pack_nibbles32(bnl + 2, NULL, v);
+    float y[32];
+    quant_dequantize_row(y, bnl, GGUF_TYPE_IQ4_NL, 32);
+    for (int j = 0; j < 32; j++) cr_assert_eq(y[j], iq4nl[v[j]] / 16.0f, "IQ4_NL elem %d: %g", j, y[j]);
+    /* MXFP4: E8M0 scale 2^(e - 127) times the E2M1 value; e = 130: x8; e = 0 and 1: tiny, still exact */
+    const uint8_t es[3] = {130, 0, 1};
+    const float scale[3] = {8.0f, 0x1p-127f, 0x1p-126f};
+    for (int k = 0; k < 3; k++) {
+        bmx[0] = es[k];
+        pack_nibbles32(bmx + 1, NULL, v);
+        quant_dequantize_row(y, bmx, GGUF_TYPE_MXFP4, 32);
+        for (int j = 0; j < 32; j++)
+            cr_assert_eq(y[j], e2m1[v[j]] * scale[k], "MXFP4 e=%d elem %d: %g want %g", es[k], j, y[j], e2m1[v[j]] * scale[k]);
+    }
+}
+
+/* Element e = 128h + 32k + l of a Q2_K/Q3_K super-block: bits 2k, 2k + 1 of qs[32h + l]; Q3_K's
+ * third bit (set: value as is, clear: minus 4) is bit 4h + k of hmask[l]. Sub-block e / 16. */
+static void pack_2bit(uint8_t *qs, const uint8_t v[256]) {
+    memset(qs, 0, 64);
+    for (int e = 0; e < 256; e++) qs[32 * (e / 128) + e % 32] |= (uint8_t)((v[e] & 3) << (2 * (e % 128 / 32)));
+}
+
+Test(quant, q2_k_superblock_dequantizes_with_four_bit_scales_and_mins) {
+    uint8_t blk[84], v[256];
+    for (int j = 0; j < 16; j++) blk[j] = (uint8_t)(((j * 5) & 15) | ((15 - j) << 4));
+    for (int e = 0; e < 256; e++) v[e] = (uint8_t)((e * 3 + e / 7) & 3);
+    pack_2bit(blk + 16, v);
+    put16(blk + 80, 0x3400), put16(blk + 82, 0x3000); /* d = 0.25, dmin = 0.125 */
+    float y[256];
+    quant_dequantize_row(y, blk, GGUF_TYPE_Q2_K, 256);
+    for (int e = 0; e < 256; e++) {
+        float want = 0.25f * (blk[e / 16] & 15) * v[e] - 0.125f * (blk[e / 16] >> 4);
+        cr_assert_eq(y[e], want, "elem %d: %g want %g", e, y[e], want);
+    }
+}
+
+Test(quant, q3_k_superblock_dequantizes_with_hmask_and_six_bit_scales) {
+    uint8_t blk[110], v[256];
+    int sc[16];
+    memset(blk, 0, sizeof blk);
+    for (int e = 0; e < 256; e++) v[e] = (uint8_t)((e * 5 + e / 9) & 7); /* 3 bits: value v - 4 */
+    pack_2bit(blk + 32, v);
+    for (int e = 0; e < 256; e++)
+        if (v[e] & 4) blk[e % 32] |= (uint8_t)(1u << (4 * (e / 128) + e % 128 / 32));
+    /* 16 six-bit scales: low nibble of scale j in byte j % 8 (nibble j / 8), top 2 bits in byte
+     * 8 + j % 4 (field j / 4) */
+    for (int j = 0; j < 16; j++) {
+        sc[j] = (j * 23 + 7) & 63;
+        blk[96 + j % 8] |= (uint8_t)((sc[j] & 15) << (4 * (j / 8)));
+        blk[96 + 8 + j % 4] |= (uint8_t)((sc[j] >> 4) << (2 * (j / 4)));
+    }
+    put16(blk + 108, 0x2C00); /* d = 1/16 */
+    float y[256];
+    quant_dequantize_row(y, blk, GGUF_TYPE_Q3_K, 256);
+    for (int e = 0; e < 256; e++) {
+        float want = 0.0625f * (float)(sc[e / 16] - 32) * (float)((int)v[e] - 4);
+        cr_assert_eq(y[e], want, "elem %d: %g want %g", e, y[e], want);
+    }
+}
+
+Test(quant, q5_k_superblock_dequantizes_like_q4_k_with_a_fifth_bit) {
+    const uint8_t sc[8] = {3, 63, 17, 40, 5, 48, 1, 33}, mn[8] = {0, 9, 63, 16, 41, 2, 31, 58};
+    uint8_t blk[176], v[256];
+    memset(blk, 0, sizeof blk);
+    put16(blk, 0x3400), put16(blk + 2, 0x3000);
+    pack_q4k_scales(blk + 4, sc, mn);
+    for (int e = 0; e < 256; e++) {
+        v[e] = (uint8_t)((e * 13 + e / 5) & 31);
+        /* chunk p = e / 64 of 64: its first 32 in the low nibbles of qs[32p..], the next 32 high;
+         * the fifth bit in qh[e % 32] at bit 2p (low) or 2p + 1 (high) */
+        int p = e / 64, hi = e % 64 >= 32;
+        blk[48 + 32 * p + e % 32] |= (uint8_t)((v[e] & 15) << (4 * hi));
+        blk[16 + e % 32] |= (uint8_t)((v[e] >> 4) << (2 * p + hi));
+    }
+    float y[256];
+    quant_dequantize_row(y, blk, GGUF_TYPE_Q5_K, 256);
+    for (int e = 0; e < 256; e++) {
+        float want = 0.25f * sc[e / 32] * v[e] - 0.125f * mn[e / 32];
+        cr_assert_eq(y[e], want, "elem %d: %g want %g", e, y[e], want);
+    }
+}
+
+Test(quant, iq4_xs_superblock_dequantizes_with_six_bit_scales_and_the_iq4_nl_codebook) {
+    static const int iq4nl[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+    uint8_t blk[136], v[256];
+    int sc[8];
+    memset(blk, 0, sizeof blk);
+    put16(blk, 0x2400); /* d = 1/64 */
+    uint16_t h = 0;
+    for (int j = 0; j < 8; j++) {
+        sc[j] = (j * 29 + 3) & 63;
+        blk[4 + j / 2] |= (uint8_t)((sc[j] & 15) << (4 * (j % 2)));
+        h |= (uint16_t)((sc[j] >> 4) << (2 * j));
+    }
+    put16(blk + 2, h);
+    for (int e = 0; e < 256; e++) v[e] = (uint8_t)((e * 7 + e / 3) & 15);
+    for (int j = 0; j < 8; j++) pack_nibbles32(blk + 8 + 16 * j, NULL, v + 32 * j);
+    float y[256];
+    quant_dequantize_row(y, blk, GGUF_TYPE_IQ4_XS, 256);
+    for (int e = 0; e < 256; e++) {
+        float want = (1.0f / 64) * (float)(sc[e / 32] - 32) * (float)iq4nl[v[e]];
+        cr_assert_eq(y[e], want, "elem %d: %g want %g", e, y[e], want);
+    }
+}
+
+Test(quant, new_types_are_computable_and_lattice_iq_types_are_not) {
+    for (size_t i = 0; i < N_NEW_TYPES; i++) cr_assert(gguf_type_computable(NEW_TYPES[i]), "%s", gguf_type_name(NEW_TYPES[i]));
+    const uint32_t refused[] = {16, 17, 18, 19, 21, 22, 29}; /* IQ2_XXS IQ2_XS IQ3_XXS IQ1_S IQ3_S IQ2_S IQ1_M */
+    for (size_t i = 0; i < sizeof refused / sizeof *refused; i++) cr_assert(!gguf_type_computable(refused[i]));
+    cr_assert_eq(quant_row_bytes(GGUF_TYPE_Q5_K, 512), 2 * 176);
+    cr_assert_eq(quant_row_bytes(GGUF_TYPE_MXFP4, 64), 2 * 17);
+    cr_assert_geq(quant_scratch_bytes(GGUF_TYPE_Q4_1, 2, 64), 2 * 64 + 3 * 2 * 2 * sizeof(float));
+}
+
+// ---- the types of issue 27: matmul -------------------------------------------------------------
+
+Test(quant, new_types_matmul_matches_float64_reference) {
+    for (size_t i = 0; i < N_NEW_TYPES; i++) {
+        uint32_t type = NEW_TYPES[i];
+        matmul_case(type, 37, cols_for(type), 1, 0);
+        matmul_case(type, 29, cols_for(type), 7, 0);
+        matmul_case(type, 23, cols_for(type), 1, 1); /* exactly representable activations */
+        matmul_case(type, ((1 << 20) / cols_for(type) + 40) | 1, cols_for(type), 1, 0); /* parallel */
+    }
+}
+
+Test(quant, new_types_every_batch_size_to_33_at_tile_edges_agrees_with_portable) {
+    for (size_t i = 0; i < N_NEW_TYPES; i++) batch_sizes_agree_with_portable(NEW_TYPES[i]);
+}
+
+Test(quant, new_types_give_a_token_the_same_result_alone_or_in_a_batch) {
+    enum { T = 6 };
+    for (size_t i = 0; i < N_NEW_TYPES; i++) {
+        uint32_t type = NEW_TYPES[i];
+        int64_t n_rows = 45, n_cols = cols_for(type);
+        uint8_t *w = malloc(quant_row_bytes(type, n_cols) * (size_t)n_rows);
+        random_weights(w, type, n_rows, n_cols);
+        float *x = malloc(T * (size_t)n_cols * sizeof(float)), *all = malloc(T * (size_t)n_rows * sizeof(float));
+        float *one = malloc((size_t)n_rows * sizeof(float));
+        for (int64_t j = 0; j < T * n_cols; j++) x[j] = rndf();
+        size_t sb;
+        uint8_t *scratch = scratch_for(type, T, n_cols, &sb);
+        quant_isa saved = quant_isa_active();
+        for (int isa = QUANT_ISA_PORTABLE; isa <= (int)quant_isa_best(); isa++) {
+            quant_isa_force((quant_isa)isa);
+            quant_matmul(all, w, type, n_rows, n_cols, x, T, scratch, 2);
+            for (int t = 0; t < T; t++) {
+                quant_matmul(one, w, type, n_rows, n_cols, x + t * n_cols, 1, scratch, 1);
+                for (int64_t r = 0; r < n_rows; r++)
+                    cr_assert(fabsf(one[r] - all[t * n_rows + r]) <= 1e-5f * (fabsf(one[r]) + 1.0f), "%s %s tok %d row %ld",
+                              quant_isa_name((quant_isa)isa), gguf_type_name(type), t, (long)r);
+            }
+        }
+        quant_isa_force(saved);
+        free(scratch);
+        free(w);
+        free(x);
+        free(all);
+        free(one);
+    }
+}
+
+Test(quant, new_types_matmul_of_zero_activations_is_zero) {
+    for (size_t i = 0; i < N_NEW_TYPES; i++) {
+        uint32_t type = NEW_TYPES[i];
+        int64_t n_cols = cols_for(type);
+        uint8_t *w = malloc(quant_row_bytes(type, n_cols) * 9);
+        random_weights(w, type, 9, n_cols);
+        float *x = calloc((size_t)n_cols, sizeof(float)), out[9];
+        size_t sb;
+        uint8_t *scratch = scratch_for(type, 1, n_cols, &sb);
+        quant_matmul(out, w, type, 9, n_cols, x, 1, scratch, 1);
+        for (int r = 0; r < 9; r++) cr_assert_eq(out[r], 0.0f, "%s row %d: %g", gguf_type_name(type), r, out[r]);
+        free(scratch);
+        free(w);
+        free(x);
+    }
 }

@@ -17,6 +17,7 @@
 #include "attnd/gguf.h"
 #include "attnd/quantize.h"
 #include "quant.h"
+#include "test_models.h"
 
 #define MODEL ATTND_SOURCE_DIR "/models/attnd-sotu.gguf"
 #define STORIES ATTND_DATA_DIR "/models/stories260K.gguf"
@@ -56,6 +57,10 @@ Test(quantize, round_trips_stay_within_each_types_error_bound) {
     } CASES[] = {
         {GGUF_TYPE_F32, 0.0},     {GGUF_TYPE_F16, 0.0005}, {GGUF_TYPE_BF16, 0.004}, {GGUF_TYPE_Q8_0, 0.009},
         {GGUF_TYPE_Q6_K, 0.035},  {GGUF_TYPE_Q4_K, 0.11},  {GGUF_TYPE_Q4_0, 0.13},
+        /* the types of issue 27 */
+        {GGUF_TYPE_Q5_K, 0.055},  {GGUF_TYPE_Q5_0, 0.065}, {GGUF_TYPE_Q5_1, 0.06},  {GGUF_TYPE_Q4_1, 0.12},
+        {GGUF_TYPE_IQ4_NL, 0.11}, {GGUF_TYPE_IQ4_XS, 0.11}, {GGUF_TYPE_Q3_K, 0.22}, {GGUF_TYPE_Q2_K, 0.45},
+        {GGUF_TYPE_MXFP4, 0.2},
     };
     for (size_t c = 0; c < ATTND_ARRAY_LEN(CASES); c++) {
         double e = roundtrip_rel_rms(CASES[c].type, x, N);
@@ -67,7 +72,9 @@ Test(quantize, round_trips_stay_within_each_types_error_bound) {
 }
 
 Test(quantize, blocks_of_zeros_and_constants_round_trip_exactly) {
-    static const uint32_t TYPES[] = {GGUF_TYPE_Q8_0, GGUF_TYPE_Q4_0, GGUF_TYPE_Q4_K, GGUF_TYPE_Q6_K};
+    static const uint32_t TYPES[] = {GGUF_TYPE_Q8_0, GGUF_TYPE_Q4_0, GGUF_TYPE_Q4_K, GGUF_TYPE_Q6_K,
+                                     GGUF_TYPE_Q4_1, GGUF_TYPE_Q5_0, GGUF_TYPE_Q5_1, GGUF_TYPE_IQ4_NL,
+                                     GGUF_TYPE_MXFP4, GGUF_TYPE_Q2_K, GGUF_TYPE_Q3_K, GGUF_TYPE_Q5_K, GGUF_TYPE_IQ4_XS};
     float x[256], y[256];
     uint8_t q[512];
     for (size_t t = 0; t < ATTND_ARRAY_LEN(TYPES); t++) {
@@ -112,7 +119,7 @@ Test(quantize, q4_k_m_puts_q6_k_where_llama_cpp_does) {
 }
 
 Test(quantize, rows_the_block_does_not_divide_fall_back) {
-    cr_expect_eq(type_of(QUANTIZE_Q4_K, "blk.0.ffn_down.weight", 704, 6, true), GGUF_TYPE_Q8_0);
+    cr_expect_eq(type_of(QUANTIZE_Q4_K, "blk.0.ffn_down.weight", 704, 6, true), GGUF_TYPE_Q5_0, "as llama.cpp");
     cr_expect_eq(type_of(QUANTIZE_Q6_K, "blk.0.ffn_down.weight", 704, 6, true), GGUF_TYPE_Q8_0);
     cr_expect_eq(type_of(QUANTIZE_Q4_K, "blk.0.ffn_down.weight", 172, 6, true), GGUF_TYPE_F16);
     cr_expect_eq(type_of(QUANTIZE_Q8_0, "blk.0.ffn_down.weight", 172, 6, true), GGUF_TYPE_F16);
@@ -123,13 +130,85 @@ Test(quantize, rows_the_block_does_not_divide_fall_back) {
                  GGUF_TYPE_F32, "1-D tensors stay");
 }
 
+/* The mixes on a Qwen2.5-0.5B-shaped model: 24 layers, rows 896 wide (not a multiple of 256) except
+ * ffn_down's 4864, 14 query heads on 2 KV heads, tied embedding: llama.cpp's choices per tensor. */
+static uint32_t qwen_type(quantize_target t, const char *tensor, int layer) {
+    char name[64];
+    uint64_t ne[2] = {strstr(tensor, "ffn_down") ? 4864 : 896, 128};
+    if (layer >= 0) snprintf(name, sizeof name, "blk.%d.%s.weight", layer, tensor);
+    else snprintf(name, sizeof name, "%s.weight", tensor);
+    quantize_model m = {24, false, 7, 1};
+    return quantize_tensor_type_for(t, name, 2, ne, GGUF_TYPE_BF16, &m);
+}
+
+Test(quantize, mixes_on_a_896_wide_model_make_llama_cpp_choices_and_fallbacks) {
+    for (int l = 0; l < 24; l++) {
+        bool more = l < 3 || l >= 21 || (l - 3) % 3 == 2;
+        /* Q4_K_M: Q4_K -> Q5_0 and Q6_K -> Q8_0 on 896-wide rows */
+        cr_expect_eq(qwen_type(QUANTIZE_Q4_K_M, "attn_q", l), GGUF_TYPE_Q5_0, "layer %d", l);
+        cr_expect_eq(qwen_type(QUANTIZE_Q4_K_M, "attn_v", l), more ? GGUF_TYPE_Q8_0 : GGUF_TYPE_Q5_0, "layer %d", l);
+        cr_expect_eq(qwen_type(QUANTIZE_Q4_K_M, "ffn_down", l), more ? GGUF_TYPE_Q6_K : GGUF_TYPE_Q4_K, "layer %d", l);
+        /* Q5_K_M: Q5_K -> Q5_1 */
+        cr_expect_eq(qwen_type(QUANTIZE_Q5_K_M, "ffn_up", l), GGUF_TYPE_Q5_1, "layer %d", l);
+        cr_expect_eq(qwen_type(QUANTIZE_Q5_K_M, "attn_v", l), more ? GGUF_TYPE_Q8_0 : GGUF_TYPE_Q5_1, "layer %d", l);
+        cr_expect_eq(qwen_type(QUANTIZE_Q5_K_M, "ffn_down", l), more ? GGUF_TYPE_Q6_K : GGUF_TYPE_Q5_K, "layer %d", l);
+        cr_expect_eq(qwen_type(QUANTIZE_Q5_K_S, "ffn_down", l), GGUF_TYPE_Q5_K, "layer %d", l);
+        /* Q2_K: attn_v Q4_K (n_gqa >= 4) -> Q5_0, attn_output Q3_K -> IQ4_NL, ffn_down Q3_K */
+        cr_expect_eq(qwen_type(QUANTIZE_Q2_K, "attn_v", l), GGUF_TYPE_Q5_0, "layer %d", l);
+        cr_expect_eq(qwen_type(QUANTIZE_Q2_K, "attn_output", l), GGUF_TYPE_IQ4_NL, "layer %d", l);
+        cr_expect_eq(qwen_type(QUANTIZE_Q2_K, "ffn_down", l), GGUF_TYPE_Q3_K, "layer %d", l);
+        cr_expect_eq(qwen_type(QUANTIZE_Q2_K, "attn_q", l), GGUF_TYPE_IQ4_NL, "layer %d", l);
+        /* Q3_K_M: attn_v Q5_K in layers 0-1 (-> Q5_1), else Q4_K (-> Q5_0); ffn_down Q5_K below 24/16 */
+        cr_expect_eq(qwen_type(QUANTIZE_Q3_K_M, "attn_v", l), l < 2 ? GGUF_TYPE_Q5_1 : GGUF_TYPE_Q5_0, "layer %d", l);
+        cr_expect_eq(qwen_type(QUANTIZE_Q3_K_M, "ffn_down", l), l < 1 ? GGUF_TYPE_Q5_K : GGUF_TYPE_Q4_K, "layer %d", l);
+        cr_expect_eq(qwen_type(QUANTIZE_Q3_K_M, "attn_output", l), GGUF_TYPE_Q5_0, "layer %d", l);
+        cr_expect_eq(qwen_type(QUANTIZE_Q3_K_S, "ffn_gate", l), GGUF_TYPE_IQ4_NL, "layer %d", l);
+        /* Q4_K_S: Q5_K for attn_v of layers 0-3 and ffn_down of the first eighth */
+        cr_expect_eq(qwen_type(QUANTIZE_Q4_K_S, "attn_v", l), l < 4 ? GGUF_TYPE_Q5_1 : GGUF_TYPE_Q5_0, "layer %d", l);
+        cr_expect_eq(qwen_type(QUANTIZE_Q4_K_S, "ffn_down", l), l < 3 ? GGUF_TYPE_Q5_K : GGUF_TYPE_Q4_K, "layer %d", l);
+        /* IQ4_XS: -> IQ4_NL on 896 rows; attn_v Q5_K (n_gqa >= 4) -> Q5_1; ffn_down Q5_K in the first eighth */
+        cr_expect_eq(qwen_type(QUANTIZE_IQ4_XS, "attn_k", l), GGUF_TYPE_IQ4_NL, "layer %d", l);
+        cr_expect_eq(qwen_type(QUANTIZE_IQ4_XS, "attn_v", l), GGUF_TYPE_Q5_1, "layer %d", l);
+        cr_expect_eq(qwen_type(QUANTIZE_IQ4_XS, "ffn_down", l), l < 3 ? GGUF_TYPE_Q5_K : GGUF_TYPE_IQ4_XS, "layer %d", l);
+        cr_expect_eq(qwen_type(QUANTIZE_IQ4_NL, "ffn_down", l), l < 3 ? GGUF_TYPE_Q5_K : GGUF_TYPE_IQ4_NL, "layer %d", l);
+        /* the legacy mixes are their type, except the head */
+        cr_expect_eq(qwen_type(QUANTIZE_Q4_1, "ffn_down", l), GGUF_TYPE_Q4_1, "layer %d", l);
+        cr_expect_eq(qwen_type(QUANTIZE_Q5_0, "attn_v", l), GGUF_TYPE_Q5_0, "layer %d", l);
+        cr_expect_eq(qwen_type(QUANTIZE_Q5_1, "attn_q", l), GGUF_TYPE_Q5_1, "layer %d", l);
+    }
+    /* the tied embedding is the head: Q6_K -> Q8_0 on 896 rows, in every mix */
+    const quantize_target mixes[] = {QUANTIZE_Q2_K, QUANTIZE_Q3_K_S, QUANTIZE_Q4_K_M, QUANTIZE_Q5_K_M, QUANTIZE_Q4_1,
+                                     QUANTIZE_Q5_0, QUANTIZE_IQ4_NL, QUANTIZE_IQ4_XS};
+    for (size_t i = 0; i < ATTND_ARRAY_LEN(mixes); i++)
+        cr_expect_eq(qwen_type(mixes[i], "token_embd", -1), GGUF_TYPE_Q8_0, "%s", quantize_target_name(mixes[i]));
+    /* an untied head on 1024-wide rows is Q6_K; its embedding keeps the mix's type */
+    quantize_model m = {16, true, 4, 1};
+    uint64_t ne[2] = {1024, 100};
+    cr_expect_eq(quantize_tensor_type_for(QUANTIZE_Q5_0, "output.weight", 2, ne, GGUF_TYPE_F16, &m), GGUF_TYPE_Q6_K);
+    cr_expect_eq(quantize_tensor_type_for(QUANTIZE_Q5_0, "token_embd.weight", 2, ne, GGUF_TYPE_F16, &m), GGUF_TYPE_Q5_0);
+    cr_expect_eq(quantize_tensor_type_for(QUANTIZE_Q2_K, "token_embd.weight", 2, ne, GGUF_TYPE_F16, &m), GGUF_TYPE_Q2_K);
+    /* eight experts: attn_v and attn_k Q8_0; the router is never quantized */
+    quantize_model moe = {16, true, 4, 8};
+    cr_expect_eq(quantize_tensor_type_for(QUANTIZE_Q4_K_M, "blk.3.attn_v.weight", 2, ne, GGUF_TYPE_F16, &moe), GGUF_TYPE_Q8_0);
+    cr_expect_eq(quantize_tensor_type_for(QUANTIZE_Q4_K_M, "blk.3.attn_k.weight", 2, ne, GGUF_TYPE_F16, &moe), GGUF_TYPE_Q8_0);
+    cr_expect_eq(quantize_tensor_type_for(QUANTIZE_Q4_K_M, "blk.3.ffn_gate_inp.weight", 2, ne, GGUF_TYPE_F32, &moe),
+                 GGUF_TYPE_F32);
+    /* 32 does not divide a 1000-wide row: F16 after the fallback */
+    uint64_t odd[2] = {1000, 4};
+    cr_expect_eq(quantize_tensor_type_for(QUANTIZE_IQ4_XS, "blk.0.attn_q.weight", 2, odd, GGUF_TYPE_F32, &m), GGUF_TYPE_F16);
+}
+
 Test(quantize, type_names_parse_case_insensitively) {
     quantize_target t;
     cr_assert_eq(quantize_target_parse("q4_k_m", &t), ATTND_OK);
     cr_expect_eq(t, QUANTIZE_Q4_K_M);
     cr_assert_eq(quantize_target_parse("Q8_0", &t), ATTND_OK);
     cr_expect_eq(t, QUANTIZE_Q8_0);
-    cr_expect_eq(quantize_target_parse("Q5_K_M", &t), ATTND_ERR_INVALID);
+    cr_assert_eq(quantize_target_parse("q5_k_m", &t), ATTND_OK);
+    cr_expect_eq(t, QUANTIZE_Q5_K_M);
+    cr_assert_eq(quantize_target_parse("IQ4_XS", &t), ATTND_OK);
+    cr_expect_eq(t, QUANTIZE_IQ4_XS);
+    cr_expect_eq(quantize_target_parse("Q7_K", &t), ATTND_ERR_INVALID);
     cr_expect_eq(quantize_target_parse("", &t), ATTND_ERR_INVALID);
 }
 
@@ -242,8 +321,43 @@ Test(quantize, cli_quantizes_and_refuses_unknown_types) {
     cr_expect_eq(gguf_find_tensor(f, "blk.0.ffn_down.weight")->type, GGUF_TYPE_F16, "172-wide rows fall back");
     gguf_close(f);
     unlink(out);
-    snprintf(cmd, sizeof cmd, "'%s' quantize '%s' '%s' Q5_K_M 2>&1 | grep -q \"unknown TYPE 'Q5_K_M'\"", ATTND_BINARY,
+    snprintf(cmd, sizeof cmd, "'%s' quantize '%s' '%s' Q7_K 2>&1 | grep -q \"unknown TYPE 'Q7_K'\"", ATTND_BINARY,
              STORIES, out);
     cr_expect_eq(system(cmd), 0, "an unknown type is named in the error");
     cr_expect_eq(access(out, F_OK), -1);
+}
+
+/* A Q4_K_M and a Q5_K_M file of the generated 896-wide qwen2 model (tests/make_tiny.c, 2 layers,
+ * ffn_down rows 1024): the types per tensor llama.cpp's mix gives it, fallbacks included. */
+Test(quantize, k_quant_mixes_of_a_896_wide_file_hold_llama_cpps_types_per_tensor) {
+    static const struct {
+        const char *file, *tensor;
+        uint32_t type;
+    } WANT[] = {
+        {"qwen896-Q4_K_M.gguf", "token_embd.weight", GGUF_TYPE_Q5_0},
+        {"qwen896-Q4_K_M.gguf", "output.weight", GGUF_TYPE_Q8_0},
+        {"qwen896-Q4_K_M.gguf", "blk.0.attn_q.weight", GGUF_TYPE_Q5_0},
+        {"qwen896-Q4_K_M.gguf", "blk.0.attn_v.weight", GGUF_TYPE_Q5_0},
+        {"qwen896-Q4_K_M.gguf", "blk.1.attn_v.weight", GGUF_TYPE_Q8_0}, /* use_more_bits(1, 2) */
+        {"qwen896-Q4_K_M.gguf", "blk.0.ffn_down.weight", GGUF_TYPE_Q4_K},
+        {"qwen896-Q4_K_M.gguf", "blk.1.ffn_down.weight", GGUF_TYPE_Q6_K},
+        {"qwen896-Q4_K_M.gguf", "blk.1.attn_q.bias", GGUF_TYPE_F32},
+        {"qwen896-Q5_K_M.gguf", "blk.0.ffn_gate.weight", GGUF_TYPE_Q5_1},
+        {"qwen896-Q5_K_M.gguf", "blk.0.ffn_down.weight", GGUF_TYPE_Q5_K},
+        {"qwen896-Q5_K_M.gguf", "blk.1.ffn_down.weight", GGUF_TYPE_Q6_K},
+        {"qwen896-Q5_K_M.gguf", "blk.1.attn_v.weight", GGUF_TYPE_Q8_0},
+        {"qwen896-Q5_K_M.gguf", "output.weight", GGUF_TYPE_Q8_0},
+    };
+    for (size_t i = 0; i < ATTND_ARRAY_LEN(WANT); i++) {
+        char path[1024];
+        test_model_path(WANT[i].file, path, sizeof path);
+        gguf_file *f;
+        attnd_err err;
+        cr_assert_eq(gguf_open(&f, path, &err), ATTND_OK, "%s", err.msg);
+        const gguf_tensor *t = gguf_find_tensor(f, WANT[i].tensor);
+        cr_assert(t, "%s: no %s", WANT[i].file, WANT[i].tensor);
+        cr_expect_eq(t->type, WANT[i].type, "%s %s: %s, want %s", WANT[i].file, WANT[i].tensor, gguf_type_name(t->type),
+                     gguf_type_name(WANT[i].type));
+        gguf_close(f);
+    }
 }

@@ -1,6 +1,6 @@
 /*
  * test_server_attn_api.c — attention inspection on the server side, on the shipped model
- * (models/attnd-sotu.gguf, no shared fixtures): the request fields (server/attn_api.c) and their
+ * (models/attnd-sotu.gguf, no shared fixtures): the request fields (server/api/attn_api.c) and their
  * errors, the size cap and its message, the response JSON built from a capture, and inspection
  * jobs in the scheduler — their rows equal a direct capture's, a session's reused prefix has no
  * rows, and a plain job batched next to an inspecting one gets exactly the tokens it gets alone.
@@ -85,23 +85,38 @@ Test(attn_api, the_cap_refuses_a_larger_ask_and_says_how_to_narrow_it) {
     attn_capture_params p = {.n_positions = 10};    /* 24 x 55 = 1320 weights */
     const char *param;
     attnd_err err;
-    cr_assert_eq(attn_api_check(mi, &p, 1320, &param, &err), ATTND_OK);
-    cr_assert_eq(attn_api_check(mi, &p, 0, &param, &err), ATTND_OK, "0 = no cap");
-    cr_assert_eq(attn_api_check(mi, &p, 1319, &param, &err), ATTND_ERR_INVALID);
+    cr_assert_eq(attn_api_check(mi, &p, 1320, 0, &param, &err), ATTND_OK);
+    cr_assert_eq(attn_api_check(mi, &p, 0, 0, &param, &err), ATTND_OK, "0 = no cap");
+    cr_assert_eq(attn_api_check(mi, &p, 1319, 0, &param, &err), ATTND_ERR_INVALID);
     cr_assert_str_eq(param, "layers");
     for (const char *w = "1320\0001319\0attention_max_weights\0layers\0heads\0top_k\0"; *w; w += strlen(w) + 1)
         cr_assert(strstr(err.msg, w), "'%s' missing from: %s", w, err.msg);
     int one = 1;
     p.layers = &one, p.n_layers = 1;
-    cr_assert_eq(attn_api_check(mi, &p, 100, &param, &err), ATTND_ERR_INVALID);
+    cr_assert_eq(attn_api_check(mi, &p, 100, 0, &param, &err), ATTND_ERR_INVALID);
     cr_assert_str_eq(param, "heads", "the next field that narrows");
     p.heads = &one, p.n_heads = 1;
-    cr_assert_eq(attn_api_check(mi, &p, 55, &param, &err), ATTND_OK);
+    cr_assert_eq(attn_api_check(mi, &p, 55, 0, &param, &err), ATTND_OK);
     int seven = 7;
     p.heads = &seven;
-    cr_assert_eq(attn_api_check(mi, &p, 0, &param, &err), ATTND_ERR_INVALID);
+    cr_assert_eq(attn_api_check(mi, &p, 0, 0, &param, &err), ATTND_ERR_INVALID);
     cr_assert_str_eq(param, "heads");
     cr_assert(strstr(err.msg, "0..3"), "%s", err.msg);
+}
+
+Test(attn_api, the_byte_cap_refuses_an_answer_too_long_to_send_and_names_it) {
+    const model_info *mi = model_info_get(m);
+    attn_capture_params p = {.n_positions = 10}; /* 1320 weights */
+    const char *param;
+    attnd_err err;
+    uint64_t bytes = attn_api_bytes(mi, &p);
+    cr_assert_geq(bytes, 1320 * 12, "every weight at its longest (%llu)", (unsigned long long)bytes);
+    cr_assert_eq(attn_api_check(mi, &p, 0, bytes, &param, &err), ATTND_OK);
+    cr_assert_eq(attn_api_check(mi, &p, 0, bytes - 1, &param, &err), ATTND_ERR_INVALID);
+    cr_assert(strstr(err.msg, "attention_max_bytes"), "%s", err.msg);
+    cr_assert_str_eq(param, "layers");
+    p.top_k = 2; /* fewer weights, but each a [position, weight] pair */
+    cr_assert_gt(attn_api_bytes(mi, &p) / attn_capture_count(mi, &p), bytes / 1320, "a pair costs more than a weight");
 }
 
 // ---- response -------------------------------------------------------------------------------
@@ -126,6 +141,26 @@ static attn_capture *capture_run(const int32_t *ids, int n, attn_capture_params 
     kv_pool_destroy(pool);
     engine_destroy(e);
     return c;
+}
+
+/* The text written straight from the capture (what the server sends) is the same JSON, weight
+ * for weight and to the digit, as the tree's (what the CLI prints). */
+static void expect_same_text(const json_t *tree, const attn_capture *c, const int32_t *ids, int n_ids, int n_prompt) {
+    json_t *head = attn_api_head("sotu", model_info_get(m), tok, ids, n_ids, n_prompt, c);
+    size_t len = 0;
+    char *text = attn_api_dump_with(head, c, &len), *want = attn_api_dump(tree);
+    cr_assert_not_null(text);
+    cr_assert_eq(len, strlen(text));
+    json_error_t je;
+    json_t *back = json_loads(text, 0, &je), *want_tree = json_loads(want, 0, &je);
+    cr_assert_not_null(back, "%s: %.200s", je.text, text);
+    cr_assert(json_equal(back, want_tree), "the same JSON");
+    cr_assert_eq(strlen(want), len, "the same text length");
+    cr_assert(strstr(text, "\"attention\":[") && strstr(want, "\"attention\":["));
+    cr_assert_str_eq(strstr(text, "\"attention\":["), strstr(want, "\"attention\":["), "the weights to the digit");
+    free(text), free(want);
+    json_decref(want_tree);
+    json_decref(back), json_decref(head);
 }
 
 Test(attn_api, response_lists_tokens_and_causal_rows) {
@@ -164,6 +199,7 @@ Test(attn_api, response_lists_tokens_and_causal_rows) {
     cr_assert(strstr(text, "\"weights\":[[1.0],["), "%.200s", text);
     cr_assert_null(strstr(text, "0000000"), "weights are written with %d digits", ATTN_API_DIGITS);
     free(text);
+    expect_same_text(body, c, ids, 4, 3);
     json_decref(body);
     attn_capture_destroy(c);
 }
@@ -186,6 +222,7 @@ Test(attn_api, top_k_rows_are_position_weight_pairs) {
             cr_assert(pos >= 0 && pos <= (json_int_t)i);
         }
     }
+    expect_same_text(body, c, ids, 5, 5);
     json_decref(body);
     attn_capture_destroy(c);
 }

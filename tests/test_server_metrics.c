@@ -1,5 +1,5 @@
 /*
- * test_server_metrics.c — the Prometheus rendering of server/metrics.c: request counters by
+ * test_server_metrics.c — the Prometheus rendering of server/process/metrics.c: request counters by
  * endpoint and status, scheduler gauges when a model is loaded, nothing of them while loading;
  * the latency histograms (cumulative buckets), the routing gauges and status classes.
  */

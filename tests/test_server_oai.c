@@ -1,6 +1,6 @@
 /*
  * test_server_oai.c — validation of OpenAI-style request bodies and the error shape
- * (server/oai.c): every field's wrong type or range is refused with the field named; valid
+ * (server/api/oai.c): every field's wrong type or range is refused with the field named; valid
  * bodies become the expected C values; invalid UTF-8 never reaches JSON unescaped.
  */
 #include <criterion/criterion.h>
@@ -122,6 +122,28 @@ Test(oai, max_tokens_above_the_server_cap_is_refused_with_the_numbers) {
     cfg.max_tokens_cap = 100;
     cr_assert_eq(parse("{\"prompt\":\"x\",\"max_tokens\":101}", false, &r, &param, &err), ATTND_ERR_INVALID);
     cr_assert(strstr(err.msg, "101") && strstr(err.msg, "100"), "%s", err.msg);
+    oai_request_free(&r);
+}
+
+Test(oai, a_request_asking_more_than_max_request_tokens_in_all_is_refused_naming_the_cap) {
+    oai_request r;
+    const char *param;
+    attnd_err err;
+    cfg.max_request_tokens = 1000;
+    /* 4 prompts x n 2 x 200 = 1600 > 1000 */
+    cr_assert_eq(parse("{\"prompt\":[\"a\",\"b\",\"c\",\"d\"],\"n\":2,\"max_tokens\":200}", false, &r, &param, &err),
+                 ATTND_ERR_INVALID);
+    cr_assert_str_eq(param, "max_tokens");
+    cr_assert(strstr(err.msg, "max_request_tokens") && strstr(err.msg, "1000") && strstr(err.msg, "1600"), "%s", err.msg);
+    oai_request_free(&r);
+    /* without max_tokens the configured default counts: 4 x 300 = 1200 */
+    cfg.default_max_tokens = 300;
+    cr_assert_eq(parse("{\"prompt\":[\"a\",\"b\",\"c\",\"d\"]}", false, &r, &param, &err), ATTND_ERR_INVALID);
+    cr_assert(strstr(err.msg, "1200"), "%s", err.msg);
+    oai_request_free(&r);
+    /* at the cap: accepted */
+    cr_assert_eq(parse("{\"prompt\":[\"a\",\"b\"],\"n\":2,\"max_tokens\":250}", false, &r, &param, &err), ATTND_OK,
+                 "%s", err.msg);
     oai_request_free(&r);
 }
 
@@ -310,6 +332,21 @@ Test(oai, unsupported_features_are_refused_by_name_not_ignored) {
     cr_expect_eq(parse("{\"prompt\":\"a\",\"best_of\":1,\"suffix\":\"\"}", false, &r, &param, &err), ATTND_OK, "%s",
                  err.msg);
     oai_request_free(&r);
+}
+
+Test(oai, chat_template_kwargs_and_the_messages_reach_the_template) {
+    json_t *j = json_loads("{\"messages\": [{\"role\": \"user\", \"content\": \"hi\", \"name\": \"bob\"}], "
+                           "\"chat_template_kwargs\": {\"enable_thinking\": false}}", 0, NULL);
+    oai_request r = {0};
+    const char *param = NULL;
+    attnd_err err;
+    cr_assert_eq(oai_parse(j, true, &cfg, 512, &r, &param, &err), ATTND_OK, "%s", err.msg);
+    cr_expect(json_is_false(json_object_get(r.template_kwargs, "enable_thinking")));
+    cr_expect_str_eq(json_string_value(json_object_get(json_array_get(r.messages_json, 0), "name")), "bob");
+    oai_request_free(&r);
+    json_decref(j);
+    expect_bad("{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}], \"chat_template_kwargs\": [1]}", true,
+               "chat_template_kwargs");
 }
 
 Test(oai, structured_output_fields_compile_into_a_grammar) {

@@ -1,5 +1,5 @@
 /*
- * test_server_oai_resp.c — the generation endpoints' response JSON (server/oai_resp.c), built
+ * test_server_oai_resp.c — the generation endpoints' response JSON (server/api/oai_resp.c), built
  * from plain C data with a fake three-token vocabulary: the OpenAI completion, chat and chunk
  * shapes, both logprobs layouts (with echo's prompt entries), usage, timings, llama.cpp's
  * /completion answer and the model list.
@@ -158,6 +158,16 @@ Test(oai_resp, the_llama_answer_reports_limit_counts_and_token_ids) {
     cr_assert(json_is_true(AT(o, "stopped_limit")));
     cr_assert_eq(json_integer_value(AT(o, "tokens_evaluated")), 2);
     cr_assert_eq(json_integer_value(AT(o, "tokens_cached")), 1);
+    json_decref(o);
+    g.finish_reason = "stop";
+    o = oai_llama_response(&c, &g, "", 0, false, 2, 2, true);
+    cr_assert_str_eq(json_string_value(AT(o, "stop_type")), "eos");
+    cr_assert(json_is_true(AT(o, "stopped_eos")));
+    json_decref(o);
+    g.finish_reason = NULL; /* cut by shutdown or cancellation */
+    o = oai_llama_response(&c, &g, "", 0, false, 2, 2, true);
+    cr_assert_str_eq(json_string_value(AT(o, "stop_type")), "none", "a cut stream is neither eos nor a limit");
+    cr_assert(json_is_false(AT(o, "stopped_eos")) && json_is_false(AT(o, "stopped_limit")));
     json_decref(o);
     o = oai_llama_response(&c, &g, "wor", 3, false, 0, 0, false);
     cr_assert(json_is_false(AT(o, "stop")));

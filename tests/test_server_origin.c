@@ -1,5 +1,5 @@
 /*
- * test_server_origin.c — the Origin and Host rules (server/origin.c) against cross-site
+ * test_server_origin.c — the Origin and Host rules (server/api/origin.c) against cross-site
  * requests and DNS rebinding.
  */
 #include <criterion/criterion.h>

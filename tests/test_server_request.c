@@ -6,7 +6,7 @@
  *
  * What is checked: whole and streamed answers agree, the route table's 404/405, the checks before
  * the body (auth, body cap), validation errors, n > 1 choices, sessions, the Responses API's
- * store and follow-ups, and llama.cpp's /completion.
+ * store and follow-ups, llama.cpp's /completion, and /v1/attention.
  */
 #include <criterion/criterion.h>
 #include <jansson.h>
@@ -15,126 +15,30 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "attnd/engine.h"
-#include "attnd/tokenizer.h"
-#include "http.h"
-#include "routes.h"
+#include "server_rig.h"
 
 #define MODEL ATTND_DATA_DIR "/models/stories260K.gguf"
 
-static struct server srv;
+static struct server *srv;
 
 static void setup(void) {
     attnd_err err;
-    server_settings_default(&srv.cfg);
-    srv.routes = http_routes;
-    srv.n_routes = http_n_routes;
-    srv.cfg.threads = 1;
-    srv.cfg.max_parallel = 4;
-    srv.cfg.body_limit = 4096;
-    srv.cfg.max_tokens_cap = 4096;
-    srv.cfg.default_max_tokens = 8;
-    cr_assert_eq(metrics_create(&srv.met, &err), ATTND_OK, "%s", err.msg);
-    cr_assert_eq(model_load(&srv.m, MODEL, &err), ATTND_OK, "%s", err.msg);
-    cr_assert_eq(tok_load(&srv.tok, model_gguf(srv.m), &err), ATTND_OK, "%s", err.msg);
-    cr_assert_eq(sess_store_create(&srv.store, NULL, "t", 16, &err), ATTND_OK, "%s", err.msg);
-    cr_assert_eq(rstore_create(&srv.responses, NULL, "t", 16, &err), ATTND_OK, "%s", err.msg);
-    cr_assert_eq(sched_create(&srv.sch, srv.m, srv.tok, srv.store, &srv.cfg, &err), ATTND_OK, "%s", err.msg);
-    srv.model_id = "stories260K";
-    srv.n_ctx = model_info_get(srv.m)->n_ctx;
-    srv.n_vocab = model_info_get(srv.m)->n_vocab;
-    atomic_store(&srv.ready, true);
+    srv = rig_open(MODEL, NULL, 1, &err);
+    cr_assert_not_null(srv, "%s", err.msg);
+    srv->cfg.body_limit = 4096;
+    srv->cfg.default_max_tokens = 8;
 }
 
-static void teardown(void) {
-    sched_destroy(srv.sch);
-    rstore_destroy(srv.responses);
-    sess_store_destroy(srv.store);
-    tok_destroy(srv.tok);
-    model_destroy(srv.m);
-    metrics_destroy(srv.met);
-    memset(&srv, 0, sizeof(srv));
-}
+static void teardown(void) { server_destroy(srv); }
 
 TestSuite(request, .init = setup, .fini = teardown, .timeout = 120);
 
-// ---- the recorder: a transport that keeps what the request layer sends ------------------
+typedef rig_rec rec;
 
-typedef struct rec {
-    int status, replies;
-    bool streamed, stream_error;
-    char *body;                   /* (len) the answer's bytes, NUL-terminated */
-    size_t len;
-    char headers[2048];           /* "Name: value\n" each */
-    const char *req_headers[8];   /* name, value pairs of the request */
-    bool gone;                    /* the client has left (never, here: see test_server_scheduler) */
-} rec;
-
-static void rec_append(rec *c, const char *p, size_t n) {
-    c->body = realloc(c->body, c->len + n + 1);
-    cr_assert_not_null(c->body);
-    memcpy(c->body + c->len, p, n);
-    c->len += n;
-    c->body[c->len] = '\0';
-}
-
-static void rec_headers(rec *c, const http_header *h, int n) {
-    for (int i = 0; i < n; i++) {
-        size_t l = strlen(c->headers);
-        snprintf(c->headers + l, sizeof(c->headers) - l, "%s: %s\n", h[i].name, h[i].value);
-    }
-}
-
-static enum MHD_Result rec_reply(req *r, int status, const char *body, size_t len, const http_header *h, int n) {
-    rec *c = r->io->user;
-    c->status = status;
-    c->replies++;
-    rec_headers(c, h, n);
-    rec_append(c, body, len);
-    return MHD_YES;
-}
-
-/* Drains the stream as libmicrohttpd would, on the request's thread. */
-static enum MHD_Result rec_stream(req *r, int status, http_reader reader, void *cls, const http_header *h, int n) {
-    rec *c = r->io->user;
-    c->status = status;
-    c->replies++;
-    c->streamed = true;
-    rec_headers(c, h, n);
-    rec_append(c, "", 0);
-    char chunk[512];
-    uint64_t pos = 0;
-    for (;;) {
-        ssize_t got = reader(cls, pos, chunk, sizeof(chunk));
-        if (got == MHD_CONTENT_READER_END_OF_STREAM) break;
-        if (got == MHD_CONTENT_READER_END_WITH_ERROR) {
-            c->stream_error = true;
-            break;
-        }
-        cr_assert_geq(got, 0);
-        rec_append(c, chunk, (size_t)got);
-        pos += (uint64_t)got;
-    }
-    return MHD_YES;
-}
-
-static const char *rec_header(req *r, const char *name) {
-    rec *c = r->io->user;
-    for (int i = 0; i < 8 && c->req_headers[i]; i += 2)
-        if (!strcasecmp(c->req_headers[i], name)) return c->req_headers[i + 1];
-    return NULL;
-}
-
-static bool rec_gone(req *r) { return ((rec *)r->io->user)->gone; }
-
-/* Runs method url with body (NULL = none) to its end; the answer is in *c (caller frees c->body). */
+/* Runs method url with body (NULL = none) to its end: exactly one answer, in *c. */
 static void run(rec *c, const char *method, const char *url, const char *body) {
-    req_io io = {rec_reply, rec_stream, rec_header, rec_gone, c};
-    req *r = http_req_create(&srv, method, url, &io);
-    cr_assert_not_null(r);
-    http_req_run(r, body, body ? strlen(body) : 0);
+    rig_run(srv, c, method, url, body);
     cr_assert_eq(c->replies, 1, "exactly one answer to %s %s (got %d)", method, url, c->replies);
-    http_req_end(r, MHD_REQUEST_TERMINATED_COMPLETED_OK);
 }
 
 /* The answer's JSON (new ref); fails the test when it is not JSON. */
@@ -243,7 +147,7 @@ Test(request, the_route_table_answers_404_and_405_with_allow) {
 }
 
 Test(request, the_checks_before_the_body_refuse_bad_keys_and_big_bodies) {
-    srv.cfg.api_key = "sekrit";
+    srv->cfg.api_key = "sekrit";
     rec c = {0};
     run(&c, "GET", "/v1/models", NULL);
     cr_assert_eq(c.status, 401);
@@ -257,7 +161,7 @@ Test(request, the_checks_before_the_body_refuse_bad_keys_and_big_bodies) {
     run(&d, "GET", "/v1/models", NULL);
     cr_assert_eq(d.status, 200, "%s", d.body);
     free(d.body);
-    srv.cfg.api_key = NULL;
+    srv->cfg.api_key = NULL;
     char big[5000];
     memset(big, ' ', sizeof(big) - 1);
     big[sizeof(big) - 1] = '\0';
@@ -341,4 +245,29 @@ Test(request, llama_completion_takes_n_predict_and_streams_until_stop) {
     cr_assert_null(strstr(c.body, "[DONE]"), "llama.cpp's stream has no [DONE]");
     cr_assert_not_null(strstr(c.body, "\"stop\":true"), "it ends with the stop event: %.300s", c.body);
     free(c.body);
+}
+
+Test(request, attention_answers_one_row_per_position_of_each_head_asked_for) {
+    json_t *j = post_json("/v1/attention", "{\"prompt\": \"Once upon\", \"layers\": [0], \"heads\": [1]}", 200);
+    cr_assert_str_eq(json_string_value(json_object_get(j, "object")), "attention");
+    json_int_t n_prompt = json_integer_value(json_object_get(j, "n_prompt"));
+    cr_assert_gt(n_prompt, 1);
+    json_t *heads = json_object_get(j, "attention");
+    cr_assert_eq(json_array_size(heads), 1, "one layer x one head");
+    json_t *h = json_array_get(heads, 0);
+    cr_assert_eq(json_integer_value(json_object_get(h, "layer")), 0);
+    cr_assert_eq(json_integer_value(json_object_get(h, "head")), 1);
+    json_t *rows = json_object_get(h, "weights");
+    cr_assert_eq((json_int_t)json_array_size(rows), n_prompt - json_integer_value(json_object_get(j, "first_row")));
+    json_t *last = json_array_get(rows, json_array_size(rows) - 1);
+    double sum = 0;
+    for (size_t i = 0; i < json_array_size(last); i++) sum += json_number_value(json_array_get(last, i));
+    cr_assert_float_eq(sum, 1.0, 1e-3, "a softmax row sums to 1 (%f)", sum);
+    json_decref(j);
+    j = post_json("/v1/attention", "{\"prompt\": \"Once\", \"layers\": [99]}", 400);
+    cr_assert_str_eq(json_string_value(json_object_get(json_object_get(j, "error"), "param")), "layers");
+    json_decref(j);
+    j = post_json("/v1/attention", "{\"prompt\": \"Once\", \"stream\": true}", 400);
+    cr_assert_str_eq(json_string_value(json_object_get(json_object_get(j, "error"), "param")), "stream");
+    json_decref(j);
 }

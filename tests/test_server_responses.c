@@ -1,5 +1,5 @@
 /*
- * test_server_responses.c — OpenAI's Responses API shapes (server/responses.c): requests become the
+ * test_server_responses.c — OpenAI's Responses API shapes (server/api/responses.c): requests become the
  * chat body attnd runs, what is not text generation is refused naming the field, the Response
  * object and the streamed events have OpenAI's fields and order.
  */

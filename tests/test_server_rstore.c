@@ -1,5 +1,5 @@
 /*
- * test_server_rstore.c — stored responses (server/rstore.c): what is put comes back as copies,
+ * test_server_rstore.c — stored responses (server/runtime/rstore.c): what is put comes back as copies,
  * survives a restart through the state directory, other models' and damaged files are left
  * alone, deleting the last response of a session reports the session as orphaned.
  */

@@ -1,5 +1,5 @@
 /*
- * test_server_sess.c — the session store (server/sess.c): ids, busy/409 semantics, prefix
+ * test_server_sess.c — the session store (server/runtime/sess.c): ids, busy/409 semantics, prefix
  * reuse of anonymous entries, LRU eviction of KV handles, and the on-disk format surviving a
  * "restart" (a second store over the same directory). KV handles are opaque here: fake
  * non-NULL pointers stand in for the scheduler's kv_seqs, since the store never dereferences them.
@@ -108,13 +108,13 @@ Test(sess, a_busy_session_cannot_be_acquired_or_deleted) {
     cr_assert_eq(sess_acquire(st, NULL, "s", &s, NULL), ATTND_OK);
     cr_assert_eq(sess_acquire(st, NULL, "s", &s2, NULL), ATTND_ERR_BUSY);
     struct kv_seq *kv;
-    cr_assert_eq(sess_delete(st, NULL, "s", &kv, NULL), ATTND_ERR_BUSY);
+    cr_assert_eq(sess_delete(st, NULL, "s", &kv, NULL, NULL), ATTND_ERR_BUSY);
     int32_t hist[] = {1, 2, 3};
     cr_assert_eq(sess_release(st, s, hist, 3, NULL), ATTND_OK);
     cr_assert_eq(sess_acquire(st, NULL, "s", &s2, NULL), ATTND_OK);
     cr_assert_eq(s2->n_tokens, 3);
     sess_abandon(st, s2);
-    cr_assert_eq(sess_delete(st, NULL, "s", &kv, NULL), ATTND_OK);
+    cr_assert_eq(sess_delete(st, NULL, "s", &kv, NULL, NULL), ATTND_OK);
     cr_assert_eq(sess_acquire(st, NULL, "s", &s2, NULL), ATTND_ERR_NOT_FOUND);
     sess_store_destroy(st);
 }
@@ -139,7 +139,7 @@ Test(sess, anonymous_entries_are_picked_by_longest_common_prefix) {
     sess_store_destroy(st);
 }
 
-Test(sess, eviction_takes_the_least_recently_used_idle_kv) {
+Test(sess, eviction_takes_the_least_recently_used_kv_no_slot_uses) {
     sess_store *st = new_store(NULL, "m", 10, "old", "new", "busy", NULL);
     sess *b;
     int32_t t[] = {1, 2};
@@ -152,9 +152,14 @@ Test(sess, eviction_takes_the_least_recently_used_idle_kv) {
     cr_assert_null(o->kv);
     cr_assert_eq(o->n_tokens, 2, "the history stays");
     cr_assert_eq(sess_evict_lru(st), fake_kv(2));
-    cr_assert_null(sess_evict_lru(st), "a busy session's KV is never evicted");
+    /* busy but still queued: admission does not count its KV, so it must stay evictable */
+    cr_assert_eq(sess_evict_lru(st), fake_kv(3), "a queued session's KV goes after the idle ones");
+    sess_set_kv(st, b, fake_kv(3), 1, 10);
+    sess_set_running(st, b, true);
+    cr_assert_null(sess_evict_lru(st), "a running session's KV is never evicted");
     sess_set_kv(st, b, NULL, 0, 0);
     sess_abandon(st, b);
+    cr_assert_not(b->running, "abandoning clears running");
     sess_store_destroy(st);
 }
 
@@ -164,7 +169,7 @@ Test(sess, histories_survive_a_restart_and_other_models_files_are_ignored) {
     int32_t hist[] = {1, 415, 461, 7};
     sess *s = take_turn(st, "conv", 0, hist, 4);
     attnd_err err;
-    cr_assert_eq(sess_persist(st, NULL, "conv", &err), ATTND_OK, "%s", err.msg);
+    cr_assert_eq(sess_persist(st, NULL, "conv", NULL, &err), ATTND_OK, "%s", err.msg);
     sess_store_destroy(st);
 
     char path[256];
@@ -239,11 +244,11 @@ Test(sess, damaged_files_are_skipped_not_fatal) {
 Test(sess, delete_removes_the_file) {
     sess_store *st = new_store(dir, "m", 10, "gone", NULL);
     char path[256];
-    cr_assert_eq(sess_persist(st, NULL, "gone", NULL), ATTND_OK);
+    cr_assert_eq(sess_persist(st, NULL, "gone", NULL, NULL), ATTND_OK);
     snprintf(path, sizeof(path), "%s/gone.session.json", dir);
     cr_assert_eq(access(path, F_OK), 0);
     struct kv_seq *kv;
-    cr_assert_eq(sess_delete(st, NULL, "gone", &kv, NULL), ATTND_OK);
+    cr_assert_eq(sess_delete(st, NULL, "gone", &kv, NULL, NULL), ATTND_OK);
     cr_assert_neq(access(path, F_OK), 0);
     sess_store_destroy(st);
 }
@@ -274,7 +279,7 @@ Test(sess, at_max_sessions_the_least_recently_used_idle_session_is_evicted) {
     cr_assert_eq(sess_create(st, NULL, "a", id, NULL), ATTND_OK);
     cr_assert_eq(sess_create(st, NULL, "b", id, NULL), ATTND_OK);
     take_turn(st, "a", 1, t, 3);
-    cr_assert_eq(sess_persist(st, NULL, "a", NULL), ATTND_OK);
+    cr_assert_eq(sess_persist(st, NULL, "a", NULL, NULL), ATTND_OK);
     usleep(3000);
     take_turn(st, "b", 0, t, 3);
     cr_assert(file_exists("a"));
@@ -301,7 +306,7 @@ Test(sess, idle_sessions_expire_after_the_ttl) {
     sess *busy;
     cr_assert_eq(sess_create(st, NULL, "old", id, NULL), ATTND_OK);
     cr_assert_eq(sess_create(st, NULL, "busy", id, NULL), ATTND_OK);
-    cr_assert_eq(sess_persist(st, NULL, "old", NULL), ATTND_OK);
+    cr_assert_eq(sess_persist(st, NULL, "old", NULL, NULL), ATTND_OK);
     cr_assert_eq(sess_acquire(st, NULL, "busy", &busy, NULL), ATTND_OK);
     cr_assert_eq(sess_expire(st), 0, "no TTL set: nothing expires");
     sess_store_set_lifetime(st, 20, false);
@@ -327,11 +332,11 @@ Test(sess, persist_is_durable_and_start_up_removes_interrupted_writes) {
     cr_assert_eq(sess_create(st, NULL, "x", id, NULL), ATTND_OK);
     cr_assert_eq(sess_acquire(st, NULL, "x", &s, NULL), ATTND_OK);
     sess_release(st, s, t1, 2, NULL);
-    cr_assert_eq(sess_persist(st, NULL, "x", NULL), ATTND_OK);
+    cr_assert_eq(sess_persist(st, NULL, "x", NULL, NULL), ATTND_OK);
     cr_assert_eq(sess_acquire(st, NULL, "x", &s, NULL), ATTND_OK);
     sess_release(st, s, t2, 4, NULL);
-    cr_assert_eq(sess_persist(st, NULL, "x", NULL), ATTND_OK);
-    cr_assert_eq(sess_persist(st, NULL, "x", NULL), ATTND_OK, "nothing new: a no-op");
+    cr_assert_eq(sess_persist(st, NULL, "x", NULL, NULL), ATTND_OK);
+    cr_assert_eq(sess_persist(st, NULL, "x", NULL, NULL), ATTND_OK, "nothing new: a no-op");
     sess_store_destroy(st);
     snprintf(p, sizeof(p), "%s/x.session.json.tmp.4242.7", dir);
     FILE *f = fopen(p, "w");
@@ -358,15 +363,15 @@ Test(sess, owners_see_only_their_own_sessions_and_prompt_cache) {
     cr_assert_eq(sess_acquire(st, a, "chat", &s, &err), ATTND_OK);
     int32_t hist[] = {1, 2, 3};
     sess_release(st, s, hist, 3, NULL);
-    cr_assert_eq(sess_persist(st, a, "chat", &err), ATTND_OK, "%s", err.msg);
-    cr_assert_eq(sess_persist(st, b, "chat", &err), ATTND_OK, "%s", err.msg);
+    cr_assert_eq(sess_persist(st, a, "chat", NULL, &err), ATTND_OK, "%s", err.msg);
+    cr_assert_eq(sess_persist(st, b, "chat", NULL, &err), ATTND_OK, "%s", err.msg);
     json_t *la = sess_list_json(st, a), *ln = sess_list_json(st, NULL);
     cr_expect_eq(json_array_size(json_object_get(la, "data")), 1);
     cr_expect_eq(json_array_size(json_object_get(ln, "data")), 0);
     json_decref(la), json_decref(ln);
     cr_expect_null(sess_info_json(st, NULL, "chat"));
     struct kv_seq *kv;
-    cr_expect_eq(sess_delete(st, b, "nope", &kv, &err), ATTND_ERR_NOT_FOUND);
+    cr_expect_eq(sess_delete(st, b, "nope", &kv, NULL, &err), ATTND_ERR_NOT_FOUND);
 
     /* the prompt cache: b never matches a's cached prefix; taking a's entry over empties it */
     int32_t prompt[] = {9, 8, 7, 6};

@@ -1,5 +1,5 @@
 /*
- * test_server_slog.c — the server log (server/slog.c): one call is one line, whatever a client
+ * test_server_slog.c — the server log (server/process/slog.c): one call is one line, whatever a client
  * put into the message.
  */
 #include <criterion/criterion.h>

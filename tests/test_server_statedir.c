@@ -4,9 +4,12 @@
  * writes that replace a file whole, staged writes that are committed or discarded without a
  * temporary file left, and failures that carry the errno of the call that failed.
  */
+#define _GNU_SOURCE /* nftw */
 #include <criterion/criterion.h>
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,15 +21,17 @@
 static char dir[64];
 
 static void make_dir(void) {
-    snprintf(dir, sizeof(dir), "/tmp/attnd-statedir-test-XXXXXX");
+    strcpy(dir, "/tmp/attnd-statedir-test-XXXXXX");
     cr_assert_not_null(mkdtemp(dir));
 }
 
-static void remove_dir(void) {
-    char cmd[128];
-    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
-    cr_assert_eq(system(cmd), 0);
+static int remove_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw) {
+    (void)sb, (void)flag, (void)ftw;
+    return remove(path);
 }
+
+/* Everything under dir, depth first (some tests leave directories in it). */
+static void remove_dir(void) { cr_assert_eq(nftw(dir, remove_entry, 8, FTW_DEPTH | FTW_PHYS), 0); }
 
 TestSuite(statedir, .init = make_dir, .fini = remove_dir);
 
@@ -43,10 +48,10 @@ static statedir *open_dir(void) {
 static void put_file(const char *name, const char *text) {
     char p[256];
     snprintf(p, sizeof(p), "%s/%s", dir, name);
-    FILE *f = fopen(p, "w");
-    cr_assert_not_null(f, "%s", p);
-    fputs(text, f);
-    fclose(f);
+    int fd = open(p, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    cr_assert_geq(fd, 0, "%s", p);
+    cr_assert_eq(write(fd, text, strlen(text)), (ssize_t)strlen(text));
+    close(fd);
 }
 
 static bool exists(const char *name) {
@@ -82,6 +87,8 @@ Test(statedir, ids_and_owners_follow_one_rule) {
     cr_assert_not(statedir_id_valid(".hidden"));
     cr_assert_not(statedir_id_valid("a/b"));
     cr_assert_not(statedir_id_valid("o~id"), "'~' separates the owner, so no id holds one");
+    cr_assert_not(statedir_id_valid("x.session.json.tmp.1"), "its file would look like an interrupted write's");
+    cr_assert(statedir_id_valid("x.tmp"));
     char long_id[STATEDIR_ID_MAX + 2];
     memset(long_id, 'a', sizeof(long_id) - 1);
     long_id[STATEDIR_ID_MAX + 1] = '\0';
@@ -244,5 +251,59 @@ Test(statedir, failed_writes_and_reads_carry_errno_and_keep_the_old_file) {
     cr_assert_null(text);
     cr_assert_eq(statedir_read(sd, NULL, "absent", ".x.json", 9, &text, &len, &e, &err), ATTND_ERR_IO);
     cr_assert_eq(e, ENOENT, "errno %d", e);
+    statedir_close(sd);
+}
+
+// ---- injected faults (the test hook of statedir.h) ---------------------------------------------
+
+/* Every step of a write failing with each errno: the call fails with that errno, the old
+ * contents stay, no temporary file is left, and the health counters see it; with the fault
+ * gone the next write works and clears "degraded". */
+Test(statedir, an_injected_fault_at_any_step_fails_the_write_and_leaves_the_old_file) {
+    statedir *sd = open_dir();
+    attnd_err err;
+    int e = 0;
+    cr_assert_eq(statedir_write(sd, "", "f", ".x.json", "old", 3, &e, &err), ATTND_OK, "%s", err.msg);
+    char fault[128];
+    snprintf(fault, sizeof(fault), "%s/../attnd-fault-%d", dir, (int)getpid());
+    setenv("ATTND_FAULT_FILE", fault, 1);
+    static const char *steps[] = {"open", "write", "fsync", "rename", "dirsync"};
+    static const struct { const char *name; int e; } errs[] = {{"ENOSPC", ENOSPC}, {"EROFS", EROFS}, {"EIO", EIO}};
+    for (size_t i = 0; i < 5; i++)
+        for (size_t k = 0; k < 3; k++) {
+            FILE *f = fopen(fault, "w");
+            fprintf(f, "%s %s\n", steps[i], errs[k].name);
+            fclose(f);
+            statedir_stats before, after;
+            statedir_health(&before);
+            attnd_status rc = statedir_write(sd, "", "f", ".x.json", "new", 3, &e, &err);
+            statedir_health(&after);
+            cr_assert_eq(rc, ATTND_ERR_IO, "%s %s", steps[i], errs[k].name);
+            cr_assert_eq(e, errs[k].e, "%s: errno %d", steps[i], e);
+            cr_assert(after.degraded && after.failures == before.failures + 1);
+            cr_assert_eq(count_named(".tmp."), 0, "%s: no temporary file left", steps[i]);
+            char *text = read_entry(sd, "", "f");
+            /* a failed directory sync comes after the rename: the new file is in place, unsynced */
+            cr_assert_str_eq(text, i == 4 ? "new" : "old", "%s %s", steps[i], errs[k].name);
+            free(text);
+            if (i == 4) cr_assert_eq(statedir_write(sd, "", "f", ".x.json", "old", 3, NULL, &err), ATTND_ERR_IO);
+            if (i == 4) { /* put "old" back without the fault */
+                unlink(fault);
+                cr_assert_eq(statedir_write(sd, "", "f", ".x.json", "old", 3, NULL, &err), ATTND_OK);
+            }
+        }
+    FILE *f = fopen(fault, "w");
+    fprintf(f, "unlink EROFS\n");
+    fclose(f);
+    cr_assert_eq(statedir_remove(sd, "", "f", ".x.json", &e, &err), ATTND_ERR_IO);
+    cr_assert_eq(e, EROFS);
+    cr_assert(exists("f.x.json"), "a removal that failed leaves the file");
+    unlink(fault);
+    cr_assert_eq(statedir_remove(sd, "", "f", ".x.json", &e, &err), ATTND_OK, "%s", err.msg);
+    cr_assert_not(exists("f.x.json"));
+    statedir_stats h;
+    statedir_health(&h);
+    cr_assert_not(h.degraded, "a durable change clears degraded");
+    unsetenv("ATTND_FAULT_FILE");
     statedir_close(sd);
 }

@@ -59,7 +59,10 @@ typedef enum gguf_type {
     GGUF_TYPE_Q5_K = 13,
     GGUF_TYPE_Q6_K = 14,
     GGUF_TYPE_Q8_K = 15,
+    GGUF_TYPE_IQ4_NL = 20,
+    GGUF_TYPE_IQ4_XS = 23,
     GGUF_TYPE_BF16 = 30,
+    GGUF_TYPE_MXFP4 = 39,
 } gguf_type;
 
 /* Name ("Q4_K"), or NULL for a type id attnd does not know. */
@@ -67,7 +70,7 @@ const char *gguf_type_name(uint32_t type);
 /* Elements per block and bytes per block; 0 for unknown types. */
 uint32_t gguf_type_block_elems(uint32_t type);
 uint32_t gguf_type_block_bytes(uint32_t type);
-/* True for the types the engine computes with: F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K. */
+/* True for the types the engine computes with (the list is engine/quant_types.h's QUANT_TYPE_LIST). */
 bool gguf_type_computable(uint32_t type);
 
 /* Name of a metadata value type ("u32", "string", ...); "?" when unknown. */

@@ -46,6 +46,10 @@ size_t kv_pool_bytes_for(const kv_pool *p, int n_tokens);
 /* Without a pool: bytes one token position takes (all layers' K and V) for model m, and the
  * bytes one full context of n_ctx positions takes (whole blocks), in the given type. */
 size_t kv_bytes_per_token(const model *m, kv_type type);
+/* The part of kv_bytes_per_token of the sliding-window (local = true) or the other layers. A
+ * sequence keeps the local layers' positions only while a later query can see them, so they hold
+ * about window + 2 blocks of positions however long the sequence: kv_context_bytes counts that. */
+size_t kv_layer_bytes_per_token(const model *m, kv_type type, bool local);
 size_t kv_context_bytes(const model *m, int n_ctx, kv_type type);
 
 attnd_status kv_seq_create(kv_seq **out, kv_pool *pool, attnd_err *err);
@@ -54,7 +58,9 @@ int kv_seq_len(const kv_seq *s); /* tokens cached */
 size_t kv_seq_bytes(const kv_seq *s); /* blocks it holds, shared ones included */
 size_t kv_seq_bytes_shared(const kv_seq *s); /* the part of kv_seq_bytes held by other sequences too */
 /* Keeps the first n tokens and gives up blocks no longer needed (a shared block goes back to the
- * pool when its last holder gives it up); n >= len changes nothing. */
+ * pool when its last holder gives it up); n >= len changes nothing. With sliding-window layers,
+ * positions that fell out of every window were freed: when position n's window would need them,
+ * the sequence is truncated to 0 instead (kv_seq_len says what was kept). */
 void kv_seq_truncate(kv_seq *s, int n);
 
 /*

@@ -1,5 +1,6 @@
 /*
- * model.h — Llama-family decoder weights loaded from a GGUF file. The KV caches are in kv.h,
+ * model.h — decoder-only transformer weights (llama, qwen2/3, gemma2/3, phi3, smollm3) loaded
+ * from a GGUF file. The KV caches are in kv.h,
  * evaluation and the generation loop in engine.h. Knows nothing about HTTP, tokenizers or sampling.
  *
  * Objects and ownership:
@@ -36,12 +37,16 @@
 typedef struct model model;
 
 typedef struct model_info {
-    const char *arch; /* "llama" or "qwen2" */
+    const char *arch; /* general.architecture: "llama", "qwen2", "qwen3", "gemma3", ... */
     const char *name; /* general.name or "" */
     int n_vocab, n_ctx, n_embd, n_layer, n_head, n_head_kv, head_dim, n_ff;
     float rms_eps, rope_base;
     int rope_dims;
     uint64_t n_params;
+    int n_local_layers; /* layers with sliding-window attention (0: every layer is global) */
+    int window;         /* their window in positions (0 when none) */
+    int n_expert, n_expert_used, n_ff_exp; /* Mixture of Experts: experts, used per token, their FFN
+                                              width (0 for dense models) */
 } model_info;
 
 /* Loads and validates a GGUF model. Refuses unknown architectures and tensor types the engine

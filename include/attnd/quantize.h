@@ -1,6 +1,7 @@
 /*
  * quantize.h — re-encodes the weights of a GGUF model file in another tensor type
- * (`attnd quantize IN OUT TYPE`): F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K, or the Q4_K_M mix.
+ * (`attnd quantize IN OUT TYPE`): F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K (plain), or one of llama.cpp's
+ * mixes Q2_K, Q3_K_S, Q3_K_M, Q4_K_S, Q4_K_M, Q5_K_S, Q5_K_M, Q4_1, Q5_0, Q5_1, IQ4_NL, IQ4_XS.
  *
  *     quantize_target t;
  *     if (quantize_target_parse("Q4_K_M", &t) != ATTND_OK) ...
@@ -9,12 +10,14 @@
  *
  * Which tensors change: 2-D (or higher) tensors whose name ends in "weight"; 1-D tensors (norms,
  * biases) stay as they are. A plain type (Q8_0, Q4_K, ...) puts every such tensor in that type
- * (llama-quantize's --pure). Q4_K_M is llama.cpp's mix: Q4_K, with Q6_K for the output head (the
- * token embedding when the head is tied) and for attn_v / ffn_down in the layers llama.cpp's
- * use_more_bits() picks (the first and last eighth, and every third layer in between).
- * Rows that do not divide into the block size fall back as llama.cpp does: Q6_K -> Q8_0;
- * Q4_K -> Q5_0 in llama.cpp, Q8_0 here (attnd does not compute Q5_0); then F16 when 32 does not
- * divide either. Q8_0/Q4_0 rows that 32 does not divide become F16 (llama.cpp refuses the file).
+ * (llama-quantize's --pure). A mix makes llama.cpp's per-tensor choices (llama_tensor_get_type):
+ * e.g. Q4_K_M is Q4_K, with Q6_K for the output head (the token embedding when the head is tied)
+ * and for attn_v / ffn_down in the layers llama.cpp's use_more_bits() picks (the first and last
+ * eighth, and every third layer in between); Q2_K, Q3_K_M, Q4_K_S, IQ4_NL/XS give attn_v,
+ * ffn_down and attn_output their own types; Q4_1, Q5_0, Q5_1 are their type with a Q6_K head.
+ * Rows that do not divide into the block size fall back as llama.cpp does: Q2_K, Q3_K, IQ4_XS ->
+ * IQ4_NL; Q4_K -> Q5_0; Q5_K -> Q5_1; Q6_K -> Q8_0; then F16 when 32 does not divide either.
+ * Q8_0/Q4_0 rows that 32 does not divide become F16 (llama.cpp refuses the file).
  * All metadata is copied; general.file_type and general.quantization_version are set. The output
  * is written to a temporary file and renamed, so OUT is never half-written. The input must hold
  * F32, F16 or BF16 weights: already-quantized weights are refused (quantizing twice loses more).
@@ -36,6 +39,18 @@ typedef enum quantize_target {
     QUANTIZE_Q4_K,
     QUANTIZE_Q6_K,
     QUANTIZE_Q4_K_M,
+    QUANTIZE_Q2_K,
+    QUANTIZE_Q3_K_S,
+    QUANTIZE_Q3_K_M,
+    QUANTIZE_Q4_K_S,
+    QUANTIZE_Q5_K_S,
+    QUANTIZE_Q5_K_M,
+    QUANTIZE_Q4_1,
+    QUANTIZE_Q5_0,
+    QUANTIZE_Q5_1,
+    QUANTIZE_IQ4_NL,
+    QUANTIZE_IQ4_XS,
+    QUANTIZE_MXFP4, /* plain: every weight MXFP4 */
 } quantize_target;
 
 /* "Q4_K_M" (case-insensitive) -> QUANTIZE_Q4_K_M; ATTND_ERR_INVALID for an unknown name. */
@@ -52,8 +67,21 @@ const char *quantize_target_list(void);
 uint32_t quantize_tensor_type(quantize_target t, const char *name, uint32_t n_dims, const uint64_t *ne,
                               uint32_t in_type, int n_layer, bool has_output);
 
-/* dst = the n floats of src encoded in `type` (F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K; n a multiple
- * of the type's block size); quant_row_bytes(type, n) bytes are written. */
+/* What the mixes look at besides a tensor's name and shape (read from the file's metadata). */
+typedef struct quantize_model {
+    int n_layer;     /* <arch>.block_count */
+    bool has_output; /* output.weight is a tensor of its own (not tied to token_embd) */
+    int n_gqa;       /* query heads per KV head (1 when unknown) */
+    int n_expert;    /* experts per MoE layer (1: dense) */
+} quantize_model;
+
+/* quantize_tensor_type with the whole model description (quantize_tensor_type: n_gqa = n_expert = 1). */
+uint32_t quantize_tensor_type_for(quantize_target t, const char *name, uint32_t n_dims, const uint64_t *ne,
+                                  uint32_t in_type, const quantize_model *m);
+
+/* dst = the n floats of src encoded in `type` (F32, F16, BF16 or any quantized type the engine
+ * computes, gguf_type_computable; n a multiple of the type's block size); quant_row_bytes(type, n)
+ * bytes are written. */
 void quantize_row(void *dst, const float *src, uint32_t type, int64_t n);
 
 /* Called once per tensor as it is converted (may be NULL). */

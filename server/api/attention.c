@@ -10,6 +10,9 @@
  */
 #include <stdlib.h>
 #include <string.h>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 
 #include "attn_api.h"
 #include "endpoints.h"
@@ -42,7 +45,8 @@ static attn_capture *make_capture(req *r, const attn_api_request *ar, int n_posi
     attn_capture_params p = attn_api_params(ar, n_positions);
     const char *param = NULL;
     attnd_err err;
-    if (attn_api_check(model_info_get(s->m), &p, (uint64_t)s->cfg.attention_max_weights, &param, &err)) {
+    if (attn_api_check(model_info_get(s->m), &p, (uint64_t)s->cfg.attention_max_weights,
+                       (uint64_t)s->cfg.attention_max_bytes, &param, &err)) {
         *ret = http_respond_error(r, 400, err.msg, param);
         return NULL;
     }
@@ -68,8 +72,7 @@ static enum MHD_Result respond(req *r) {
     if (ids) {
         memcpy(ids, o.prompt, sizeof(int32_t) * (size_t)o.n_prompt);
         for (int i = 0; i < o.n_pieces; i++) ids[o.n_prompt + i] = o.pieces[i].id;
-        body = attn_api_response(s->model_id, model_info_get(s->m), s->tok, ids, n_ids, o.n_prompt,
-                                 o.capture);
+        body = attn_api_head(s->model_id, model_info_get(s->m), s->tok, ids, n_ids, o.n_prompt, o.capture);
         free(ids);
     }
     if (!body) return http_respond_error(r, 503, "out of memory building the attention response", NULL);
@@ -79,13 +82,33 @@ static enum MHD_Result respond(req *r) {
                                                  "completion_tokens", (json_int_t)o.n_generated,
                                                  "prompt_tokens_details", "cached_tokens", (json_int_t)o.n_cached));
     if (r->sess_id[0]) json_object_set_new(body, "session_id", json_string(r->sess_id));
-    char *text = attn_api_dump(body), *line = NULL;
+    size_t len = 0;
+    char *text = attn_api_dump_with(body, o.capture, &len), *line = NULL;
     json_decref(body);
-    size_t len = text ? strlen(text) : 0;
     if (text && (line = realloc(text, len + 2))) memcpy(line + len, "\n", 2); /* one JSON document per line, as elsewhere */
     else free(text);
     if (!line) return http_respond_error(r, 503, "out of memory building the attention response", NULL);
     return http_respond_text(r, 200, "application/json", line);
+}
+
+/* Returns freed heap pages to the system: an inspection's capture and JSON run to hundreds of
+ * MB, which glibc's per-thread arenas would otherwise keep after the request (64 asks at once
+ * left 719 MB behind). */
+static void trim_heap(void) {
+#ifdef __GLIBC__
+    malloc_trim(0);
+#endif
+}
+
+/* At most attention_parallel inspections at once: each holds its capture and its answer's text
+ * (up to attention_max_bytes). false: the 429 is queued. */
+static bool attention_slot(req *r, enum MHD_Result *ret) {
+    struct server *s = r->srv;
+    int limit = s->cfg.attention_parallel > 0 ? s->cfg.attention_parallel : 2;
+    if (atomic_fetch_add(&s->attn_active, 1) < limit) return true;
+    atomic_fetch_sub(&s->attn_active, 1);
+    *ret = http_respond_error(r, 429, "too many attention inspections at once (attention_parallel); retry shortly", NULL);
+    return false;
 }
 
 enum MHD_Result ep_attention(req *r) {
@@ -93,13 +116,23 @@ enum MHD_Result ep_attention(req *r) {
     enum MHD_Result ret = MHD_NO;
     json_t *b = http_work_body(r, &ret);
     if (!b) return ret;
-    attn_api_request ar;
+    attn_api_request ar = {0};
+    if (!attention_slot(r, &ret)) return ret;
     if (!read_selection(r, b, &ar, &ret)) goto out;
     const char *param = NULL;
     attnd_err err;
     attnd_status st = oai_parse(b, r->chat, &s->cfg, s->n_vocab, &r->oreq, &param, &err);
     if (st != ATTND_OK) {
         ret = http_respond_error(r, http_status_of(st, HTTP_CTX_PARSE), err.msg, param);
+        goto out;
+    }
+    if (!r->chat && r->oreq.n_prompts > 1) { /* only the first would be inspected */
+        ret = http_respond_error(r, 400, "/v1/attention inspects one prompt; send the others as separate requests",
+                                 "prompt");
+        goto out;
+    }
+    if (r->oreq.n > 1) {
+        ret = http_respond_error(r, 400, "'n' must be 1 on /v1/attention (one inspection per request)", "n");
         goto out;
     }
     if (r->oreq.max_tokens < 0) r->oreq.max_tokens = 0; /* inspection of the prompt alone by default */
@@ -120,8 +153,10 @@ enum MHD_Result ep_attention(req *r) {
     }
     r->n_prompt = (int)n;
     if (!genreq_submit(r, ids, n, max_tokens, se, cap, &ret)) goto out;
-    ret = genreq_wait_all(r) ? respond(r) : MHD_NO;
+    ret = !genreq_wait_all(r) ? MHD_NO : r->unsaved ? genreq_respond_unsaved(r) : respond(r);
 out:
     attn_api_request_free(&ar);
+    atomic_fetch_sub(&s->attn_active, 1);
+    trim_heap(); /* the capture and the parsed body are gone: give their pages back */
     return ret;
 }

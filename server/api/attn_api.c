@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "attnd/buf.h"
 #include "attnd/utf8.h"
 
 // ---- request --------------------------------------------------------------------------------
@@ -71,8 +72,20 @@ attn_capture_params attn_api_params(const attn_api_request *r, int n_positions) 
                                  .n_heads = r->n_heads, .top_k = r->top_k, .n_positions = n_positions};
 }
 
+/* The most JSON text one weight takes: "1.23457e-05," whole, "[1048576,1.23457e-05]," as a pair;
+ * a row adds "[]," and a head its object's keys. */
+enum { ATTN_WEIGHT_BYTES = 12, ATTN_PAIR_BYTES = 22, ATTN_ROW_BYTES = 3, ATTN_HEAD_BYTES = 48 };
+
+uint64_t attn_api_bytes(const model_info *mi, const attn_capture_params *p) {
+    uint64_t layers = p->layers ? (uint64_t)p->n_layers : (uint64_t)mi->n_layer;
+    uint64_t heads = p->heads ? (uint64_t)p->n_heads : (uint64_t)mi->n_head;
+    uint64_t per = p->top_k ? ATTN_PAIR_BYTES : ATTN_WEIGHT_BYTES;
+    return attn_capture_count(mi, p) * per + layers * heads * ((uint64_t)p->n_positions * ATTN_ROW_BYTES + ATTN_HEAD_BYTES) +
+           (uint64_t)p->n_positions * 64; /* the tokens list: id and a short text each */
+}
+
 attnd_status attn_api_check(const model_info *mi, const attn_capture_params *p, uint64_t max_values,
-                            const char **param, attnd_err *err) {
+                            uint64_t max_bytes, const char **param, attnd_err *err) {
     const char *field = NULL;
     attnd_status st = attn_capture_check(mi, p, &field, err);
     if (st) {
@@ -80,6 +93,16 @@ attnd_status attn_api_check(const model_info *mi, const attn_capture_params *p, 
         return st;
     }
     uint64_t n = attn_capture_count(mi, p);
+    uint64_t bytes = attn_api_bytes(mi, p);
+    if (max_bytes && bytes > max_bytes) {
+        *param = !p->layers ? "layers" : !p->heads ? "heads" : "prompt";
+        return attnd_fail(err, ATTND_ERR_INVALID,
+                          "this answer would take up to %llu bytes (%llu weights, %d positions); the server sends at "
+                          "most %llu (attention_max_bytes): narrow 'layers' or 'heads', lower 'top_k', or shorten "
+                          "the prompt or max_tokens",
+                          (unsigned long long)bytes, (unsigned long long)n, p->n_positions,
+                          (unsigned long long)max_bytes);
+    }
     if (max_values && n > max_values) {
         /* point at the first field that would narrow the ask */
         *param = !p->layers ? "layers" : !p->heads ? "heads" : !p->top_k ? "top_k" : "prompt";
@@ -142,6 +165,19 @@ static json_t *head_json(const attn_capture *c, int li, int hi, int first, int n
                      (json_int_t)attn_capture_head(c, hi), "weights", rows);
 }
 
+json_t *attn_api_head(const char *model_name, const model_info *mi, const tokenizer *tok, const int32_t *ids,
+                      int n_ids, int n_prompt, const attn_capture *c) {
+    int first;
+    attn_capture_rows(c, &first);
+    json_t *tokens = attn_api_tokens(tok, ids, n_ids);
+    if (!tokens) return NULL;
+    /* "o" steals the array, also when json_pack fails. */
+    return json_pack("{s:s, s:s, s:i, s:i, s:i, s:i, s:o}", "object", "attention", "model",
+                     model_name ? model_name : "", "n_layer", (json_int_t)mi->n_layer, "n_head",
+                     (json_int_t)mi->n_head, "n_prompt", (json_int_t)n_prompt, "first_row", (json_int_t)first,
+                     "tokens", tokens);
+}
+
 json_t *attn_api_response(const char *model_name, const model_info *mi, const tokenizer *tok, const int32_t *ids,
                           int n_ids, int n_prompt, const attn_capture *c) {
     int first, n_rows = attn_capture_rows(c, &first);
@@ -152,17 +188,72 @@ json_t *attn_api_response(const char *model_name, const model_info *mi, const to
                 json_decref(heads);
                 heads = NULL;
             }
-    json_t *tokens = attn_api_tokens(tok, ids, n_ids);
-    if (!heads || !tokens) {
-        json_decref(heads);
-        json_decref(tokens);
+    json_t *body = heads ? attn_api_head(model_name, mi, tok, ids, n_ids, n_prompt, c) : NULL;
+    if (!body || json_object_set_new(body, "attention", heads)) { /* set_new steals heads */
+        if (!body) json_decref(heads);
+        json_decref(body);
         return NULL;
     }
-    /* "o" steals both arrays, also when json_pack fails. */
-    return json_pack("{s:s, s:s, s:i, s:i, s:i, s:i, s:o, s:o}", "object", "attention", "model",
-                     model_name ? model_name : "", "n_layer", (json_int_t)mi->n_layer, "n_head",
-                     (json_int_t)mi->n_head, "n_prompt", (json_int_t)n_prompt, "first_row", (json_int_t)first,
-                     "tokens", tokens, "attention", heads);
+    return body;
+}
+
+// ---- the answer as text, written straight from the capture ---------------------------------
+
+/* A weight as jansson writes a real with ATTN_API_DIGITS digits: %g, and ".0" when that looks
+ * like an integer, so both writers give the same text. */
+static bool put_weight(buf *b, double w) {
+    char t[32];
+    int n = snprintf(t, sizeof(t), "%.*g", ATTN_API_DIGITS, w);
+    if (!strpbrk(t, ".eEn")) n += snprintf(t + n, sizeof(t) - (size_t)n, ".0");
+    return buf_append(b, t, (size_t)n);
+}
+
+/* "[...rows...]" of the li-th layer and hi-th head. */
+static bool put_rows(buf *b, const attn_capture *c, int li, int hi, int first, int n_rows) {
+    bool ok = buf_append(b, "[", 1);
+    for (int r = 0; ok && r < n_rows; r++) {
+        const float *w;
+        const int32_t *ix;
+        int n = attn_capture_row(c, li, hi, first + r, &w, &ix);
+        ok = buf_append(b, r ? ",[" : "[", r ? 2 : 1);
+        for (int j = 0; ok && j < n; j++) {
+            if (j) ok = buf_append(b, ",", 1);
+            if (ok && ix) ok = buf_printf(b, "[%d,", (int)ix[j]);
+            if (ok) ok = put_weight(b, (double)w[j]);
+            if (ok && ix) ok = buf_append(b, "]", 1);
+        }
+        if (ok) ok = buf_append(b, "]", 1);
+    }
+    return ok && buf_append(b, "]", 1);
+}
+
+char *attn_api_dump_with(const json_t *head, const attn_capture *c, size_t *len) {
+    char *h = attn_api_dump(head);
+    size_t hn = h ? strlen(h) : 0;
+    if (!h || hn < 2 || h[hn - 1] != '}') {
+        free(h);
+        return NULL;
+    }
+    buf b;
+    buf_init(&b);
+    bool ok = buf_append(&b, h, hn - 1); /* the head's fields, then "attention" last */
+    free(h);
+    if (ok) ok = buf_puts(&b, hn > 2 ? ",\"attention\":[" : "\"attention\":[");
+    int first, n_rows = attn_capture_rows(c, &first), k = 0;
+    for (int li = 0; ok && li < attn_capture_n_layers(c); li++)
+        for (int hi = 0; ok && hi < attn_capture_n_heads(c); hi++, k++) {
+            ok = buf_printf(&b, "%s{\"layer\":%d,\"head\":%d,\"weights\":", k ? "," : "", attn_capture_layer(c, li),
+                            attn_capture_head(c, hi));
+            if (ok) ok = put_rows(&b, c, li, hi, first, n_rows);
+            if (ok) ok = buf_append(&b, "}", 1);
+        }
+    if (ok) ok = buf_append(&b, "]}", 2);
+    if (!ok) {
+        buf_free(&b);
+        return NULL;
+    }
+    *len = b.len;
+    return b.p;
 }
 
 char *attn_api_dump(const json_t *body) { return json_dumps(body, JSON_COMPACT | JSON_REAL_PRECISION(ATTN_API_DIGITS)); }

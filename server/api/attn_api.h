@@ -54,13 +54,18 @@ attn_capture_params attn_api_params(const attn_api_request *r, int n_positions);
 
 /*
  * Checks p against the model (layer or head out of range: the message names the field and the
- * model's range) and against max_values, the most weights one response may carry (0 = no cap):
- * a larger ask is refused with a message giving the count, the cap and how to narrow it.
+ * model's range), against max_bytes, the most bytes one answer may take (attn_api_bytes; 0 = no
+ * cap; the message names attention_max_bytes), and against max_values, the most weights one
+ * response may carry (0 = no cap): a larger ask is refused with a message giving the count, the
+ * cap and how to narrow it.
  * ATTND_ERR_INVALID with *param = "layers", "heads", "top_k", or "max_tokens"/"prompt" when
  * the context is exceeded.
  */
 attnd_status attn_api_check(const model_info *mi, const attn_capture_params *p, uint64_t max_values,
-                            const char **param, attnd_err *err);
+                            uint64_t max_bytes, const char **param, attnd_err *err);
+/* The most bytes of JSON text the answer for p can take (weights at their longest, rows, heads
+ * and the token list): what max_bytes is checked against. */
+uint64_t attn_api_bytes(const model_info *mi, const attn_capture_params *p);
 
 /* [{"id", "text"}, ...] for ids[0..n): text is the token's own bytes (control tokens rendered,
  * invalid UTF-8 as U+FFFD). New reference; NULL when out of memory. */
@@ -77,5 +82,15 @@ json_t *attn_api_response(const char *model_name, const model_info *mi, const to
 /* body as compact JSON text with ATTN_API_DIGITS digits per weight (malloc'd; NULL when out of
  * memory). */
 char *attn_api_dump(const json_t *body);
+
+/* attn_api_response's object without "attention" (new reference; NULL when out of memory), for
+ * attn_api_dump_with. */
+json_t *attn_api_head(const char *model_name, const model_info *mi, const tokenizer *tok, const int32_t *ids,
+                      int n_ids, int n_prompt, const attn_capture *c);
+/* The text of head (borrowed; the caller may have added fields) with "attention" written last,
+ * straight from the capture: the same JSON as attn_api_dump of attn_api_response, without a
+ * JSON node per weight (a million weights as nodes took ~100 MB, the text ~10). malloc'd, *len
+ * bytes; NULL when out of memory. */
+char *attn_api_dump_with(const json_t *head, const attn_capture *c, size_t *len);
 
 #endif

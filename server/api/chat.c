@@ -1,27 +1,77 @@
 /*
- * chat.c — recognising and rendering the common chat-template families (see chat.h).
+ * chat.c — the chat template of a server (see chat.h): choosing it, the table of built-in
+ * families, the mapping from a chat request to Hugging Face's template variables, and
+ * tokenization that lets only the template's own text hold special tokens.
  *
- * The layouts follow each family's published template (as found in the models' GGUF
- * tokenizer.chat_template): where a family has no system role (Mistral, Gemma) the system text
- * is prepended to the first user message, as those templates do.
+ * The built-in layouts follow each family's published template: where a family has no system
+ * role (Mistral, Gemma, Llama 2) the system text is folded into the first user message, as those
+ * templates do.
  */
 #include "chat.h"
 
 #include "attnd/buf.h"
+#include "jinja_json.h"
 
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
-static const char *NAMES[CHAT_FAMILY_COUNT] = {"chatml", "llama2", "llama3", "mistral", "zephyr", "gemma", "phi3"};
+// ---- the built-in families, as data ------------------------------------------------------------
 
-const char *chat_family_name(chat_family f) { return (unsigned)f < CHAT_FAMILY_COUNT ? NAMES[f] : "?"; }
+enum { R_SYSTEM, R_USER, R_ASSISTANT };
+
+typedef struct family_spec {
+    const char *name;
+    const char *end_marker;
+    const char *open[3], *close[3]; /* markup around a turn's content, by role */
+    const char *gen_prompt;         /* the opening of the assistant's turn */
+    bool fold_system;               /* no system role: its text opens the next user turn */
+    const char *sys_open, *sys_close;
+    const char *user_again;         /* before every user turn but the first (its own <s>) */
+} family_spec;
+
+#define TURNS(s, u, a) {s, u, a}
+static const family_spec FAMILIES[CHAT_FAMILY_COUNT] = {
+    [CHAT_CHATML] = {.name = "chatml", .end_marker = "<|im_end|>",
+                     .open = TURNS("<|im_start|>system\n", "<|im_start|>user\n", "<|im_start|>assistant\n"),
+                     .close = TURNS("<|im_end|>\n", "<|im_end|>\n", "<|im_end|>\n"), .gen_prompt = "<|im_start|>assistant\n"},
+    [CHAT_LLAMA2] = {.name = "llama2", .end_marker = "</s>", .open = TURNS("", "[INST] ", " "),
+                     .close = TURNS("", " [/INST]", "</s>"), .gen_prompt = "", .fold_system = true,
+                     .sys_open = "<<SYS>>\n", .sys_close = "\n<</SYS>>\n\n", .user_again = "<s>"},
+    [CHAT_LLAMA3] = {.name = "llama3", .end_marker = "<|eot_id|>",
+                     .open = TURNS("<|start_header_id|>system<|end_header_id|>\n\n",
+                                   "<|start_header_id|>user<|end_header_id|>\n\n",
+                                   "<|start_header_id|>assistant<|end_header_id|>\n\n"),
+                     .close = TURNS("<|eot_id|>", "<|eot_id|>", "<|eot_id|>"),
+                     .gen_prompt = "<|start_header_id|>assistant<|end_header_id|>\n\n"},
+    [CHAT_MISTRAL] = {.name = "mistral", .end_marker = "</s>", .open = TURNS("", "[INST] ", ""),
+                      .close = TURNS("", " [/INST]", "</s>"), .gen_prompt = "", .fold_system = true, .sys_open = "",
+                      .sys_close = "\n\n", .user_again = "<s>"},
+    [CHAT_ZEPHYR] = {.name = "zephyr", .end_marker = "</s>", .open = TURNS("<|system|>\n", "<|user|>\n", "<|assistant|>\n"),
+                     .close = TURNS("</s>\n", "</s>\n", "</s>\n"), .gen_prompt = "<|assistant|>\n"},
+    [CHAT_GEMMA] = {.name = "gemma", .end_marker = "<end_of_turn>",
+                    .open = TURNS("", "<start_of_turn>user\n", "<start_of_turn>model\n"),
+                    .close = TURNS("", "<end_of_turn>\n", "<end_of_turn>\n"), .gen_prompt = "<start_of_turn>model\n",
+                    .fold_system = true, .sys_open = "", .sys_close = "\n\n"},
+    [CHAT_PHI3] = {.name = "phi3", .end_marker = "<|end|>", .open = TURNS("<|system|>\n", "<|user|>\n", "<|assistant|>\n"),
+                   .close = TURNS("<|end|>\n", "<|end|>\n", "<|end|>\n"), .gen_prompt = "<|assistant|>\n"},
+};
+#undef TURNS
+
+/* Recognition by characteristic markers, most specific first (Phi-3 and Zephyr share <|user|>). */
+static const struct { const char *a, *b; chat_family f; } DETECT[] = {
+    {"<|start_header_id|>", NULL, CHAT_LLAMA3}, {"<|im_start|>", NULL, CHAT_CHATML},
+    {"<start_of_turn>", NULL, CHAT_GEMMA},      {"<|user|>", "<|end|>", CHAT_PHI3},
+    {"<|user|>", NULL, CHAT_ZEPHYR},            {"[INST]", "<<SYS>>", CHAT_LLAMA2},
+    {"[INST]", NULL, CHAT_MISTRAL},
+};
+
+const char *chat_family_name(chat_family f) { return (unsigned)f < CHAT_FAMILY_COUNT ? FAMILIES[f].name : "?"; }
 
 attnd_status chat_family_from_name(const char *name, chat_family *out, attnd_err *err) {
     for (int i = 0; i < CHAT_FAMILY_COUNT; i++)
-        if (name && !strcasecmp(name, NAMES[i])) {
+        if (name && !strcasecmp(name, FAMILIES[i].name)) {
             *out = (chat_family)i;
             return ATTND_OK;
         }
@@ -33,26 +83,16 @@ attnd_status chat_family_from_name(const char *name, chat_family *out, attnd_err
 bool chat_detect(const char *t, chat_family *out) {
     *out = CHAT_CHATML;
     if (!t || !*t) return false;
-    /* Order matters: more specific markers first (Phi-3 and Zephyr share <|user|>). */
-    if (strstr(t, "<|start_header_id|>")) *out = CHAT_LLAMA3;
-    else if (strstr(t, "<|im_start|>")) *out = CHAT_CHATML;
-    else if (strstr(t, "<start_of_turn>")) *out = CHAT_GEMMA;
-    else if (strstr(t, "<|user|>") && strstr(t, "<|end|>")) *out = CHAT_PHI3;
-    else if (strstr(t, "<|user|>")) *out = CHAT_ZEPHYR;
-    else if (strstr(t, "[INST]") && strstr(t, "<<SYS>>")) *out = CHAT_LLAMA2;
-    else if (strstr(t, "[INST]")) *out = CHAT_MISTRAL;
-    else return false;
-    return true;
+    for (size_t i = 0; i < ATTND_ARRAY_LEN(DETECT); i++)
+        if (strstr(t, DETECT[i].a) && (!DETECT[i].b || strstr(t, DETECT[i].b))) {
+            *out = DETECT[i].f;
+            return true;
+        }
+    return false;
 }
 
 const char *chat_end_marker(chat_family f) {
-    switch (f) {
-    case CHAT_LLAMA3: return "<|eot_id|>";
-    case CHAT_GEMMA: return "<end_of_turn>";
-    case CHAT_PHI3: return "<|end|>";
-    case CHAT_ZEPHYR: case CHAT_LLAMA2: case CHAT_MISTRAL: return "</s>";
-    default: return "<|im_end|>";
-    }
+    return (unsigned)f < CHAT_FAMILY_COUNT ? FAMILIES[f].end_marker : FAMILIES[CHAT_CHATML].end_marker;
 }
 
 // ---- the prompt being rendered -----------------------------------------------------------
@@ -68,8 +108,10 @@ static void sb_put(sbuf *b, const char *s, size_t n) {
     if (!b->oom && !buf_append(&b->text, s, n)) b->oom = true;
 }
 
-/* Records [start, b->text.len) as template markup (merged with a span it continues). */
-static void sb_mark(sbuf *b, size_t start) {
+/* Appends template markup, recording it as a span (merged with a span it continues). */
+static void sb_mark(sbuf *b, const char *s) {
+    size_t start = b->text.len;
+    sb_put(b, s, strlen(s));
     if (b->oom || start == b->text.len) return;
     if (b->n_spans && b->spans[b->n_spans - 1].end == start) {
         b->spans[b->n_spans - 1].end = b->text.len;
@@ -82,25 +124,8 @@ static void sb_mark(sbuf *b, size_t start) {
     b->spans[b->n_spans++] = (tok_span){start, b->text.len};
 }
 
-/* Appends n strings of template markup. */
-static void sb_cat(sbuf *b, int n, ...) {
-    size_t start = b->text.len;
-    va_list ap;
-    va_start(ap, n);
-    for (int i = 0; i < n; i++) {
-        const char *s = va_arg(ap, const char *);
-        sb_put(b, s, strlen(s));
-    }
-    va_end(ap);
-    sb_mark(b, start);
-}
-
 /* Appends message content: plain text, never a marker. */
 static void sb_text(sbuf *b, const char *s) { sb_put(b, s, strlen(s)); }
-
-// ---- rendering ----------------------------------------------------------------------------
-
-enum { R_SYSTEM, R_USER, R_ASSISTANT };
 
 static int role_of(const char *r) {
     if (!r) return -1;
@@ -110,92 +135,43 @@ static int role_of(const char *r) {
     return -1;
 }
 
-/* Renders into b (text and marker spans); on error b holds nothing to free. */
-static attnd_status render(chat_family f, const chat_msg *msgs, size_t n, sbuf *out, attnd_err *err) {
+static attnd_status check_roles(const chat_msg *msgs, size_t n, attnd_err *err) {
     if (n == 0) return attnd_fail(err, ATTND_ERR_INVALID, "'messages' must not be empty");
     for (size_t i = 0; i < n; i++)
         if (role_of(msgs[i].role) < 0)
             return attnd_fail(err, ATTND_ERR_INVALID,
                               "messages[%zu].role '%s' is not supported; the roles are system, developer, user, "
                               "assistant", i, msgs[i].role ? msgs[i].role : "(null)");
+    return ATTND_OK;
+}
+
+/* Renders family f from its table row into b (text and marker spans). */
+static attnd_status render(chat_family f, const chat_msg *msgs, size_t n, sbuf *out, attnd_err *err) {
+    if ((unsigned)f >= CHAT_FAMILY_COUNT) return attnd_fail(err, ATTND_ERR_INVALID, "unknown chat family %d", (int)f);
+    attnd_status st = check_roles(msgs, n, err);
+    if (st != ATTND_OK) return st;
+    const family_spec *fs = &FAMILIES[f];
     sbuf b = {0};
-    const char *pending_sys = NULL; /* families without a system role merge it into the next user turn */
+    const char *pending_sys = NULL; /* families without a system role fold it into the next user turn */
     for (size_t i = 0; i < n; i++) {
         int r = role_of(msgs[i].role);
         const char *c = msgs[i].content ? msgs[i].content : "";
-        switch (f) {
-        case CHAT_CHATML:
-            sb_cat(&b, 3, "<|im_start|>", r == R_SYSTEM ? "system" : r == R_USER ? "user" : "assistant", "\n");
-            sb_text(&b, c);
-            sb_cat(&b, 1, "<|im_end|>\n");
-            break;
-        case CHAT_LLAMA3:
-            sb_cat(&b, 3, "<|start_header_id|>", r == R_SYSTEM ? "system" : r == R_USER ? "user" : "assistant",
-                   "<|end_header_id|>\n\n");
-            sb_text(&b, c);
-            sb_cat(&b, 1, "<|eot_id|>");
-            break;
-        case CHAT_ZEPHYR:
-        case CHAT_PHI3: {
-            const char *end = f == CHAT_PHI3 ? "<|end|>\n" : "</s>\n";
-            sb_cat(&b, 1, r == R_SYSTEM ? "<|system|>\n" : r == R_USER ? "<|user|>\n" : "<|assistant|>\n");
-            sb_text(&b, c);
-            sb_cat(&b, 1, end);
-            break;
+        if (r == R_SYSTEM && fs->fold_system) {
+            pending_sys = c;
+            continue;
         }
-        case CHAT_GEMMA:
-            if (r == R_SYSTEM) {
-                pending_sys = c;
-                break;
-            }
-            sb_cat(&b, 3, "<start_of_turn>", r == R_USER ? "user" : "model", "\n");
-            if (r == R_USER && pending_sys) {
-                sb_text(&b, pending_sys);
-                sb_cat(&b, 1, "\n\n");
-                pending_sys = NULL;
-            }
-            sb_text(&b, c);
-            sb_cat(&b, 1, "<end_of_turn>\n");
-            break;
-        case CHAT_LLAMA2:
-        case CHAT_MISTRAL:
-            if (r == R_SYSTEM) {
-                pending_sys = c;
-                break;
-            }
-            if (r == R_USER) {
-                /* every user turn but the first opens a new <s>: the first BOS comes from the tokenizer */
-                if (b.text.len) sb_cat(&b, 1, "<s>");
-                sb_cat(&b, 1, "[INST] ");
-                if (pending_sys) {
-                    if (f == CHAT_LLAMA2) sb_cat(&b, 1, "<<SYS>>\n");
-                    sb_text(&b, pending_sys);
-                    sb_cat(&b, 1, f == CHAT_LLAMA2 ? "\n<</SYS>>\n\n" : "\n\n");
-                    pending_sys = NULL;
-                }
-                sb_text(&b, c);
-                sb_cat(&b, 1, " [/INST]");
-            } else {
-                sb_cat(&b, 1, f == CHAT_LLAMA2 ? " " : "");
-                sb_text(&b, c);
-                sb_cat(&b, 1, "</s>");
-            }
-            break;
-        default:
-            buf_free(&b.text);
-            free(b.spans);
-            return attnd_fail(err, ATTND_ERR_INVALID, "unknown chat family %d", (int)f);
+        if (r == R_USER && fs->user_again && b.text.len) sb_mark(&b, fs->user_again);
+        sb_mark(&b, fs->open[r]);
+        if (r == R_USER && pending_sys) {
+            sb_mark(&b, fs->sys_open);
+            sb_text(&b, pending_sys);
+            sb_mark(&b, fs->sys_close);
+            pending_sys = NULL;
         }
+        sb_text(&b, c);
+        sb_mark(&b, fs->close[r]);
     }
-    /* the opening of the assistant's turn */
-    switch (f) {
-    case CHAT_CHATML: sb_cat(&b, 1, "<|im_start|>assistant\n"); break;
-    case CHAT_LLAMA3: sb_cat(&b, 1, "<|start_header_id|>assistant<|end_header_id|>\n\n"); break;
-    case CHAT_ZEPHYR:
-    case CHAT_PHI3: sb_cat(&b, 1, "<|assistant|>\n"); break;
-    case CHAT_GEMMA: sb_cat(&b, 1, "<start_of_turn>model\n"); break;
-    default: break; /* Llama 2 / Mistral: the model answers right after [/INST] */
-    }
+    sb_mark(&b, fs->gen_prompt);
     if (!b.text.p) sb_put(&b, "", 0); /* e.g. only a system message under Llama 2 */
     if (b.oom) {
         buf_free(&b.text);
@@ -226,5 +202,204 @@ attnd_status chat_encode(const tokenizer *tok, chat_family f, const chat_msg *ms
     st = tok_encode_marked(tok, b.text.p, b.text.len, true, b.spans, b.n_spans, ids, n_ids, err);
     buf_free(&b.text);
     free(b.spans);
+    return st;
+}
+
+// ---- choosing the server's template ----------------------------------------------------------------
+
+const char *chat_source_str(const chat_template *ct) {
+    switch (ct->source) {
+    case CHAT_SRC_GGUF: return "Jinja from tokenizer.chat_template";
+    case CHAT_SRC_FILE: return "Jinja from chat_template_file";
+    case CHAT_SRC_CONFIGURED: return "built-in, configured by chat_template";
+    case CHAT_SRC_DETECTED: return "built-in, recognised in tokenizer.chat_template";
+    default: return "built-in fallback";
+    }
+}
+
+static char *token_text(const tokenizer *tok, int32_t id) {
+    const char *p = tok && id >= 0 ? tok_piece(tok, id) : NULL;
+    return strdup(p ? p : "");
+}
+
+
+/* Whether the template shows a text part's text when content comes as parts. */
+static bool reads_parts(const chat_template *ct) {
+    static const char *PROBE = "attnd-probe-7f3a";
+    json_t *raw = json_pack("[{s:s,s:[{s:s,s:s}]}]", "role", "user", "content", "type", "text", "text", PROBE);
+    const chat_msg m = {"user", ""};
+    chat_request rq = {&m, 1, raw, NULL, NULL, true};
+    chat_template probe = *ct;
+    probe.content_parts = true;
+    jinja_output o = {0};
+    bool yes = raw && chat_template_render(&probe, &rq, &o, NULL) == ATTND_OK && strstr(o.text, PROBE);
+    jinja_output_free(&o);
+    json_decref(raw);
+    return yes;
+}
+
+static attnd_status loaded_jinja(chat_template *ct, chat_source src) {
+    ct->source = src;
+    ct->content_parts = reads_parts(ct);
+    return ATTND_OK;
+}
+
+static attnd_status load_file(chat_template *ct, const char *path, attnd_err *err) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return attnd_fail(err, ATTND_ERR_IO, "chat_template_file %s: cannot open", path);
+    buf b = {0};
+    char chunk[8192];
+    size_t k;
+    bool ok = true;
+    while (ok && (k = fread(chunk, 1, sizeof(chunk), f)) > 0) ok = buf_append(&b, chunk, k);
+    fclose(f);
+    if (!ok) return buf_free(&b), attnd_fail(err, ATTND_ERR_NOMEM, "out of memory");
+    attnd_err e;
+    attnd_status st = jinja_parse(b.p ? b.p : "", b.len, &ct->jinja, &e);
+    buf_free(&b);
+    if (st != ATTND_OK) return attnd_fail(err, st, "chat_template_file %s: %s", path, e.msg);
+    return loaded_jinja(ct, CHAT_SRC_FILE);
+}
+
+attnd_status chat_template_load(chat_template *ct, const char *gguf_jinja, const char *file_path,
+                                const char *family_name, const tokenizer *tok, attnd_err *err) {
+    *ct = (chat_template){0};
+    ct->bos = token_text(tok, tok ? tok_bos(tok) : -1);
+    ct->eos = token_text(tok, tok ? tok_eos(tok) : -1);
+    if (!ct->bos || !ct->eos) return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory");
+    bool have_family = family_name && *family_name;
+    attnd_status st = have_family ? chat_family_from_name(family_name, &ct->family, err) : ATTND_OK;
+    if (st != ATTND_OK) return st;
+    bool detected = chat_detect(gguf_jinja, &ct->family) || have_family;
+    if (have_family) chat_family_from_name(family_name, &ct->family, NULL);
+    attnd_err e = {{0}};
+    if (gguf_jinja && *gguf_jinja) {
+        if (jinja_parse(gguf_jinja, strlen(gguf_jinja), &ct->jinja, &e) == ATTND_OK) return loaded_jinja(ct, CHAT_SRC_GGUF);
+        if (e.msg[0] == '\0') snprintf(e.msg, sizeof(e.msg), "out of memory");
+    }
+    if (file_path && *file_path) return load_file(ct, file_path, err);
+    if (have_family) {
+        ct->source = CHAT_SRC_CONFIGURED;
+    } else {
+        ct->source = detected ? CHAT_SRC_DETECTED : CHAT_SRC_FALLBACK;
+        snprintf(ct->why, sizeof(ct->why), "%s%s", !gguf_jinja || !*gguf_jinja ? "the model has no chat template"
+                                                   : "the model's chat template does not parse: ", e.msg);
+    }
+    return ATTND_OK;
+}
+
+void chat_template_free(chat_template *ct) {
+    if (!ct) return;
+    jinja_template_destroy(ct->jinja);
+    free(ct->bos);
+    free(ct->eos);
+    *ct = (chat_template){0};
+}
+
+// ---- a request as Hugging Face's template variables: the one place they are made ------------------
+
+/* OpenAI sends a tool call's arguments as a JSON string; HF templates expect the object. */
+static jinja_value *tool_calls_value(jinja_ctx *c, const json_t *calls) {
+    json_t *copy = json_deep_copy(calls);
+    size_t i;
+    json_t *call;
+    json_array_foreach(copy, i, call) {
+        json_t *fn = json_object_get(call, "function"), *args = json_object_get(fn, "arguments");
+        json_t *parsed = json_is_string(args) ? json_loads(json_string_value(args), 0, NULL) : NULL;
+        if (json_is_object(parsed)) json_object_set(fn, "arguments", parsed);
+        json_decref(parsed);
+    }
+    jinja_value *v = jinja_from_json(c, copy, JINJA_DATA);
+    json_decref(copy);
+    return v;
+}
+
+/* One message: role ('developer' as 'system', as the built-in families render it), content as a
+ * string, and the fields a template may read when the client sent them. All of it is data. */
+static jinja_value *message_value(jinja_ctx *c, const chat_msg *m, const json_t *raw, bool parts) {
+    static const char *const PASS[] = {"tool_call_id", "name", "reasoning_content"};
+    jinja_value *d = jinja_dict(c);
+    const char *role = !strcmp(m->role, "developer") ? "system" : m->role;
+    const char *content = m->content ? m->content : "";
+    jinja_dict_set(c, d, "role", jinja_str(c, role, strlen(role), JINJA_DATA));
+    const json_t *sent = json_object_get(raw, "content");
+    if (parts && json_is_array(sent)) jinja_dict_set(c, d, "content", jinja_from_json(c, sent, JINJA_DATA));
+    else jinja_dict_set(c, d, "content", jinja_str(c, content, strlen(content), JINJA_DATA));
+    if (!json_is_object(raw)) return d;
+    const json_t *calls = json_object_get(raw, "tool_calls");
+    if (json_is_array(calls)) jinja_dict_set(c, d, "tool_calls", tool_calls_value(c, calls));
+    for (size_t i = 0; i < ATTND_ARRAY_LEN(PASS); i++) {
+        const json_t *v = json_object_get(raw, PASS[i]);
+        if (v && !json_is_null(v)) jinja_dict_set(c, d, PASS[i], jinja_from_json(c, v, JINJA_DATA));
+    }
+    return d;
+}
+
+/* messages, tools, add_generation_prompt, bos_token, eos_token, and the request's
+ * chat_template_kwargs (which cannot replace the others). */
+static void set_vars(jinja_ctx *c, const chat_template *ct, const chat_request *rq) {
+    if (json_is_object(rq->kwargs)) jinja_set_json_vars(c, rq->kwargs, JINJA_DATA);
+    jinja_value *msgs = jinja_list(c);
+    for (size_t i = 0; i < rq->n_msgs; i++) jinja_list_push(c, msgs, message_value(c, &rq->msgs[i], json_array_get(rq->raw, i), ct->content_parts));
+    jinja_ctx_set(c, "messages", msgs);
+    if (json_is_array(rq->tools) && json_array_size(rq->tools))
+        jinja_ctx_set(c, "tools", jinja_from_json(c, rq->tools, JINJA_DATA));
+    jinja_ctx_set(c, "add_generation_prompt", jinja_bool(c, rq->add_generation_prompt));
+    jinja_ctx_set(c, "bos_token", jinja_str(c, ct->bos, strlen(ct->bos), JINJA_LITERAL));
+    jinja_ctx_set(c, "eos_token", jinja_str(c, ct->eos, strlen(ct->eos), JINJA_LITERAL));
+}
+
+/* A built-in family's rendering as segments: its marker spans literal, the rest data. */
+static attnd_status family_output(const chat_template *ct, const chat_request *rq, jinja_output *out, attnd_err *err) {
+    sbuf b = {0};
+    attnd_status st = render(ct->family, rq->msgs, rq->n_msgs, &b, err);
+    if (st != ATTND_OK) return st;
+    out->segs = malloc((2 * b.n_spans + 1) * sizeof(*out->segs));
+    if (!out->segs) return buf_free(&b.text), free(b.spans), attnd_fail(err, ATTND_ERR_NOMEM, "out of memory");
+    size_t at = 0;
+    for (size_t i = 0; i <= b.n_spans; i++) {
+        size_t start = i < b.n_spans ? b.spans[i].start : b.text.len;
+        if (start > at) out->segs[out->n_segs++] = (jinja_seg){at, start - at, true};
+        if (i < b.n_spans) out->segs[out->n_segs++] = (jinja_seg){start, b.spans[i].end - start, false};
+        if (i < b.n_spans) at = b.spans[i].end;
+    }
+    free(b.spans);
+    out->text = b.text.p, out->len = b.text.len;
+    return ATTND_OK;
+}
+
+attnd_status chat_template_render(const chat_template *ct, const chat_request *rq, jinja_output *out,
+                                  attnd_err *err) {
+    *out = (jinja_output){0};
+    if (!ct->jinja) return family_output(ct, rq, out, err);
+    if (rq->n_msgs == 0) return attnd_fail(err, ATTND_ERR_INVALID, "'messages' must not be empty");
+    for (size_t i = 0; i < rq->n_msgs; i++) /* the template decides which roles it takes */
+        if (!rq->msgs[i].role) return attnd_fail(err, ATTND_ERR_INVALID, "messages[%zu] has no role", i);
+    attnd_status st;
+    jinja_ctx *c = jinja_ctx_create(NULL);
+    if (!c) return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory");
+    set_vars(c, ct, rq);
+    st = jinja_render(c, ct->jinja, out, err);
+    jinja_ctx_destroy(c);
+    return st;
+}
+
+attnd_status chat_template_encode(const chat_template *ct, const tokenizer *tok, const chat_request *rq,
+                                  int32_t **ids, size_t *n_ids, attnd_err *err) {
+    *ids = NULL, *n_ids = 0;
+    jinja_output o;
+    attnd_status st = chat_template_render(ct, rq, &o, err);
+    if (st != ATTND_OK) return st;
+    tok_span *spans = malloc((o.n_segs + 1) * sizeof(*spans));
+    size_t n = 0;
+    for (size_t i = 0; spans && i < o.n_segs; i++)
+        if (!o.segs[i].from_data) spans[n++] = (tok_span){o.segs[i].off, o.segs[i].off + o.segs[i].len};
+    /* a template that writes bos_token itself gets no second one from the tokenizer */
+    size_t bl = strlen(ct->bos);
+    bool has_bos = bl && n && spans[0].start == 0 && spans[0].end >= bl && !memcmp(o.text, ct->bos, bl);
+    if (!spans) st = attnd_fail(err, ATTND_ERR_NOMEM, "out of memory");
+    else st = tok_encode_marked(tok, o.text, o.len, !has_bos, spans, n, ids, n_ids, err);
+    free(spans);
+    jinja_output_free(&o);
     return st;
 }

@@ -109,8 +109,9 @@ static const char *CUT_REASON = "length";
 /* The end of one choice: its final chunk (a cut one included), or an error event. The
  * session's history is made durable first. */
 static void choice_end_oai(req *r, int k, const sched_output *o, buf *out) {
-    genreq_persist(r);
-    if (genreq_was_cut(o)) {
+    if (!genreq_persist(r)) { /* not saved: an error event, never a "stop" the client would trust */
+        sse_event(out, genreq_unsaved_error(r));
+    } else if (genreq_was_cut(o)) {
         sse_event(out, at_index(oai_chunk(&r->rctx, r->chat ? json_object() : json_string(""), NULL, CUT_REASON), k));
     } else if (o->status != ATTND_OK) {
         int code = http_status_of(o->status, HTTP_CTX_GENERATE);
@@ -143,8 +144,9 @@ static void update_llama(req *r, int k, const sched_update *u, buf *out) {
     if (u->text_len || (r->return_tokens && u->to > u->from))
         sse_event(out, oai_llama_response(&r->rctx, &g, u->text, u->text_len, r->return_tokens, u->from, u->to, false));
     if (!u->done) return;
-    genreq_persist(r);
-    if (o.status != ATTND_OK && !genreq_was_cut(&o))
+    if (!genreq_persist(r))
+        sse_event(out, genreq_unsaved_error(r));
+    else if (o.status != ATTND_OK && !genreq_was_cut(&o))
         sse_event(out, oai_error(503, o.errmsg[0] ? o.errmsg : "generation failed", NULL));
     else
         sse_event(out, oai_llama_response(&r->rctx, &g, "", 0, r->return_tokens, u->to, u->to, true));
@@ -219,6 +221,7 @@ static enum MHD_Result respond_stream(req *r) {
  * one choice per prompt and n, in order, with the usage summed. */
 static enum MHD_Result respond_whole(req *r) {
     if (!genreq_wait_all(r)) return MHD_NO;
+    if (r->unsaved) return genreq_respond_unsaved(r); /* never a 200 for a turn a restart loses */
     genreq_hold_connection(r, false); /* the idle timeout guards sending the body again */
     sched_output o;
     sched_job_output(r->job, &o);

@@ -1,11 +1,14 @@
 /*
- * conn.c — connection tracking: the request-header deadline and the 503 at the connection limit
- * (see conn.h).
+ * conn.c — connection tracking: the request-header and body deadlines, the 503 at the
+ * connection limit and the per-address cap (see conn.h).
  */
 #include "conn.h"
 
+#include <netdb.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/socket.h>
 #include <time.h>
 
@@ -13,7 +16,10 @@
 
 typedef struct tconn {
     int fd;
-    double deadline;          /* monotonic s by which request headers must have arrived; 0 = in a request */
+    double deadline;          /* monotonic s by which the request headers (or the body, in_body)
+                                 must have arrived; 0 = none (a request being answered) */
+    bool in_body;             /* the deadline is the body's */
+    char addr[CONN_ADDR_MAX]; /* the peer's numeric address */
     struct tconn *prev, *next;
 } tconn;
 
@@ -22,7 +28,7 @@ struct conn_tracker {
     pthread_cond_t cv;
     pthread_t thread;
     bool stop;
-    int max_connections, header_timeout_s, idle_timeout_s;
+    conn_limits lim;
     int n_open;
     tconn *head;
 };
@@ -43,8 +49,11 @@ static void *watchdog(void *arg) {
             if (t->deadline > 0 && now > t->deadline) {
                 shutdown(t->fd, SHUT_RDWR); /* MHD sees the end of the stream and closes the fd */
                 t->deadline = 0;
-                slog_debug("closed a connection that sent no complete request headers within %d s",
-                           ct->header_timeout_s);
+                if (t->in_body)
+                    slog_info("closed a connection from %s whose request body did not arrive within %d s", t->addr,
+                              ct->lim.body_timeout_s);
+                else
+                    slog_debug("closed a connection from %s that sent no complete request headers in time", t->addr);
             }
         struct timespec until;
         clock_gettime(CLOCK_REALTIME, &until);
@@ -56,14 +65,16 @@ static void *watchdog(void *arg) {
     return NULL;
 }
 
-attnd_status conn_tracker_create(conn_tracker **out, int max_connections, int header_timeout_s, int idle_timeout_s,
-                                 attnd_err *err) {
+attnd_status conn_tracker_create(conn_tracker **out, const conn_limits *lim, attnd_err *err) {
     *out = NULL;
     conn_tracker *ct = calloc(1, sizeof(*ct));
     if (!ct) return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory");
-    ct->max_connections = max_connections > 0 ? max_connections : 1;
-    ct->header_timeout_s = header_timeout_s > 0 ? header_timeout_s : 1;
-    ct->idle_timeout_s = idle_timeout_s > 0 ? idle_timeout_s : 0;
+    ct->lim = *lim;
+    if (ct->lim.max_connections < 1) ct->lim.max_connections = 1;
+    if (ct->lim.header_timeout_s < 1) ct->lim.header_timeout_s = 1;
+    if (ct->lim.idle_timeout_s < 0) ct->lim.idle_timeout_s = 0;
+    if (ct->lim.body_timeout_s < 1) ct->lim.body_timeout_s = 1;
+    if (ct->lim.per_address < 1) ct->lim.per_address = ct->lim.max_connections / 2 > 0 ? ct->lim.max_connections / 2 : 1;
     pthread_mutex_init(&ct->mu, NULL);
     pthread_cond_init(&ct->cv, NULL);
     if (pthread_create(&ct->thread, NULL, watchdog, ct) != 0) {
@@ -89,23 +100,42 @@ void conn_tracker_destroy(conn_tracker *ct) {
     free(ct);
 }
 
+void conn_client_address(struct MHD_Connection *c, char *buf, size_t cap) {
+    const union MHD_ConnectionInfo *ci = c ? MHD_get_connection_info(c, MHD_CONNECTION_INFO_CLIENT_ADDRESS) : NULL;
+    const struct sockaddr *sa = ci ? ci->client_addr : NULL;
+    socklen_t len = sa && sa->sa_family == AF_INET6 ? sizeof(struct sockaddr_in6) : sizeof(struct sockaddr_in);
+    if (!sa || getnameinfo(sa, len, buf, (socklen_t)cap, NULL, 0, NI_NUMERICHOST) != 0) snprintf(buf, cap, "?");
+}
+
+/* Open connections from addr (lock held). */
+static int count_from(const conn_tracker *ct, const char *addr) {
+    int n = 0;
+    for (const tconn *t = ct->head; t; t = t->next) n += !strcmp(t->addr, addr);
+    return n;
+}
+
+/* A new connection: its header deadline. One from an address already at its cap gets only a
+ * second to send its headers (enough for a client's request, answered 429), so one address
+ * trickling headers cannot fill the slots MHD accepts. */
+static tconn *conn_started(conn_tracker *ct, struct MHD_Connection *c) {
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    tconn *t = ci ? calloc(1, sizeof(*t)) : NULL;
+    if (!t) return NULL;
+    t->fd = ci->connect_fd;
+    conn_client_address(c, t->addr, sizeof(t->addr));
+    bool over = count_from(ct, t->addr) >= ct->lim.per_address;
+    t->deadline = mono_s() + (over ? 1 : ct->lim.header_timeout_s);
+    t->next = ct->head;
+    if (ct->head) ct->head->prev = t;
+    ct->head = t;
+    return t;
+}
+
 void conn_on_notify(void *cls, struct MHD_Connection *c, void **socket_context, enum MHD_ConnectionNotificationCode toe) {
     conn_tracker *ct = cls;
     pthread_mutex_lock(&ct->mu);
     if (toe == MHD_CONNECTION_NOTIFY_STARTED) {
-        const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
-        tconn *t = calloc(1, sizeof(*t));
-        if (t && ci) {
-            t->fd = ci->connect_fd;
-            t->deadline = mono_s() + ct->header_timeout_s;
-            t->next = ct->head;
-            if (ct->head) ct->head->prev = t;
-            ct->head = t;
-        } else {
-            free(t);
-            t = NULL;
-        }
-        *socket_context = t;
+        *socket_context = conn_started(ct, c);
         ct->n_open++;
     } else if (toe == MHD_CONNECTION_NOTIFY_CLOSED) {
         tconn *t = *socket_context;
@@ -126,13 +156,25 @@ static tconn *conn_of(struct MHD_Connection *c) {
     return ci ? ci->socket_context : NULL;
 }
 
-bool conn_request_begin(conn_tracker *ct, struct MHD_Connection *c) {
+conn_verdict conn_request_begin(conn_tracker *ct, struct MHD_Connection *c, bool reserved) {
     tconn *t = conn_of(c);
     pthread_mutex_lock(&ct->mu);
-    if (t) t->deadline = 0;
-    bool ok = ct->n_open <= ct->max_connections;
+    conn_verdict v = CONN_OK;
+    if (!reserved && ct->n_open > ct->lim.max_connections) v = CONN_FULL;
+    else if (!reserved && t && count_from(ct, t->addr) > ct->lim.per_address) v = CONN_ADDRESS_FULL;
+    if (t) { /* the body must follow within body_timeout_s */
+        t->deadline = mono_s() + ct->lim.body_timeout_s;
+        t->in_body = true;
+    }
     pthread_mutex_unlock(&ct->mu);
-    return ok;
+    return v;
+}
+
+void conn_body_done(conn_tracker *ct, struct MHD_Connection *c) {
+    tconn *t = conn_of(c);
+    pthread_mutex_lock(&ct->mu);
+    if (t) t->deadline = 0, t->in_body = false;
+    pthread_mutex_unlock(&ct->mu);
 }
 
 void conn_request_end(conn_tracker *ct, struct MHD_Connection *c) {
@@ -140,6 +182,6 @@ void conn_request_end(conn_tracker *ct, struct MHD_Connection *c) {
     pthread_mutex_lock(&ct->mu);
     /* an idle keep-alive connection is MHD's to time out (idle_timeout_s); a next request that
      * starts within it gets header_timeout_s more, so trickled headers are still bounded */
-    if (t) t->deadline = mono_s() + ct->idle_timeout_s + ct->header_timeout_s;
+    if (t) t->deadline = mono_s() + ct->lim.idle_timeout_s + ct->lim.header_timeout_s, t->in_body = false;
     pthread_mutex_unlock(&ct->mu);
 }

@@ -1,14 +1,18 @@
 /*
- * conn.h — the server's view of its TCP connections, for two protections libmicrohttpd does not
+ * conn.h — the server's view of its TCP connections, for protections libmicrohttpd does not
  * give by itself:
  *   - a header deadline: a new connection must deliver its request headers within
  *     header_timeout_s; after a response, a keep-alive connection gets MHD's idle timeout plus
  *     header_timeout_s for the next request's headers. Otherwise it is closed. MHD's own timeout
  *     only bounds *idle* time, so a client sending one header line every few seconds could hold
  *     a slot for ever.
+ *   - a body deadline: once the headers are in, the body must arrive within body_timeout_s, so
+ *     a client sending one body byte every few seconds is cut like one trickling headers.
  *   - answering at the limit: MHD accepts up to twice max_connections; a request arriving while
  *     more than max_connections are open is answered 503 (and its connection closed) instead of
- *     the connection being reset unanswered.
+ *     the connection being reset unanswered, except /health and /metrics (a reserved slot).
+ *   - a per-address cap: one client address holds at most per_address connections; beyond it
+ *     a request is answered 429 and a new connection has one second for its headers.
  *
  * A watchdog thread closes late connections with shutdown(2) on their socket, which MHD sees as
  * the peer going away; the fd itself is only ever closed by MHD. Thread-safe: every function
@@ -24,19 +28,39 @@
 
 typedef struct conn_tracker conn_tracker;
 
-/* Starts the watchdog thread. max_connections > 0, header_timeout_s > 0; idle_timeout_s is
- * MHD's connection timeout (request_timeout_s). */
-attnd_status conn_tracker_create(conn_tracker **out, int max_connections, int header_timeout_s, int idle_timeout_s,
-                                 attnd_err *err);
+#define CONN_ADDR_MAX 64 /* a numeric IPv6 address fits */
+
+typedef struct conn_limits {
+    int max_connections;  /* requests beyond this many open connections get 503 */
+    int header_timeout_s; /* a connection's request headers must arrive within this */
+    int idle_timeout_s;   /* MHD's connection timeout (request_timeout_s) */
+    int body_timeout_s;   /* a request's body must arrive within this of its headers */
+    int per_address;      /* connections one client address may hold (429 above); < 1 = half
+                             of max_connections */
+} conn_limits;
+
+/* Starts the watchdog thread (limits copied; the ones below 1 are raised to 1). */
+attnd_status conn_tracker_create(conn_tracker **out, const conn_limits *lim, attnd_err *err);
 /* Stops the watchdog. Call after MHD_stop_daemon (no connection left). Accepts NULL. */
 void conn_tracker_destroy(conn_tracker *ct);
 
 /* MHD_OPTION_NOTIFY_CONNECTION callback; cls is the tracker. */
 void conn_on_notify(void *cls, struct MHD_Connection *c, void **socket_context, enum MHD_ConnectionNotificationCode toe);
 
-/* A request's headers arrived on c (its first callback): the deadline no longer applies.
- * Returns false when more than max_connections connections are open: answer 503 and close. */
-bool conn_request_begin(conn_tracker *ct, struct MHD_Connection *c);
+typedef enum conn_verdict {
+    CONN_OK,
+    CONN_FULL,         /* more than max_connections are open: answer 503 and close */
+    CONN_ADDRESS_FULL, /* its address holds more than per_address: answer 429 and close */
+} conn_verdict;
+
+/* A request's headers arrived on c (its first callback): the header deadline no longer
+ * applies, the body's (body_timeout_s) starts. reserved: /health and /metrics, answered past
+ * both limits (up to the connections MHD accepts), so monitoring sees a server under a flood. */
+conn_verdict conn_request_begin(conn_tracker *ct, struct MHD_Connection *c, bool reserved);
+/* c's request body is complete (the handler runs now, however long): no deadline. */
+void conn_body_done(conn_tracker *ct, struct MHD_Connection *c);
+/* The peer's numeric address ("127.0.0.1", "::1") into buf, "?" when unknown. */
+void conn_client_address(struct MHD_Connection *c, char *buf, size_t cap);
 /* c's request completed: the deadline for the next request's headers starts now. */
 void conn_request_end(conn_tracker *ct, struct MHD_Connection *c);
 

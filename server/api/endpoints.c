@@ -3,7 +3,9 @@
  * tokenize/detokenize and the sessions API (see endpoints.h).
  */
 #include "endpoints.h"
+#include "statedir.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,7 +34,13 @@ enum MHD_Result ep_playground(req *r) {
 enum MHD_Result ep_health(req *r) {
     if (!atomic_load(&r->srv->ready)) return http_respond_error(r, 503, "model is loading", NULL);
     json_t *o = json_object();
-    json_object_set_new(o, "status", json_string("ok"));
+    statedir_stats sd;
+    statedir_health(&sd);
+    /* still serving, but what it acknowledges cannot be saved until the state dir works again */
+    json_object_set_new(o, "status", json_string(sd.degraded ? "degraded" : "ok"));
+    if (r->srv->cfg.state_dir)
+        json_object_set_new(o, "state_dir", json_pack("{s:s, s:I}", "status", sd.degraded ? "failing" : "ok",
+                                                      "write_failures", (json_int_t)sd.failures));
     return http_respond_json(r, 200, o);
 }
 
@@ -43,13 +51,30 @@ enum MHD_Result ep_metrics(req *r) {
     if (have) sched_get_stats(s->sch, &st);
     char *text = metrics_render(s->met, have ? &st : NULL, have ? sess_count(s->store) : 0, atomic_load(&s->ready));
     if (!text) return http_respond_error(r, 500, "out of memory", NULL);
+    statedir_stats sd;
+    statedir_health(&sd);
+    char extra[400];
+    int n = snprintf(extra, sizeof(extra),
+                     "# HELP attnd_state_write_failures_total State directory writes and removals that failed.\n"
+                     "# TYPE attnd_state_write_failures_total counter\nattnd_state_write_failures_total %lu\n"
+                     "# HELP attnd_state_degraded 1 while the last state directory write failed.\n"
+                     "# TYPE attnd_state_degraded gauge\nattnd_state_degraded %d\n",
+                     sd.failures, sd.degraded ? 1 : 0);
+    size_t len = strlen(text);
+    char *all = realloc(text, len + (size_t)n + 1);
+    if (!all) {
+        free(text);
+        return http_respond_error(r, 500, "out of memory", NULL);
+    }
+    memcpy(all + len, extra, (size_t)n + 1);
+    text = all;
     return http_respond_text(r, 200, "text/plain; version=0.0.4", text);
 }
 
 static oai_model_desc model_desc(const struct server *s) {
     const model_info *mi = model_info_get(s->m);
     return (oai_model_desc){s->model_id, (long long)time(NULL), s->n_ctx, mi->n_vocab, mi->n_ctx,
-                            (long long)mi->n_params, chat_family_name(s->family), &s->cfg.sampling,
+                            (long long)mi->n_params, chat_family_name(s->chat.family), &s->cfg.sampling,
                             s->cfg.default_max_tokens};
 }
 
@@ -215,7 +240,15 @@ enum MHD_Result ep_sessions_create(req *r) {
         int code = http_status_of(st, HTTP_CTX_SESSION);
         if (st != ATTND_OK) ret = http_respond_error(r, code, err.msg, code == 400 || code == 409 ? "id" : NULL);
         else {
-            if (sess_persist(r->srv->store, r->owner, out, &err) != ATTND_OK) slog_error("%s", err.msg);
+            int e = 0;
+            if (sess_persist(r->srv->store, r->owner, out, &e, &err) != ATTND_OK) { /* removed again */
+                slog_error("%s", err.msg);
+                char msg[200];
+                snprintf(msg, sizeof(msg), "session '%s' could not be saved (%s); retry later", out,
+                         e ? strerror(e) : "I/O error");
+                json_decref(b);
+                return http_respond_error(r, e == ENOSPC || e == EDQUOT ? 507 : 503, msg, NULL);
+            }
             json_t *o = sess_info_json(r->srv->store, r->owner, out);
             ret = o ? http_respond_json(r, 200, o) : http_respond_error(r, 404, "session vanished", NULL);
         }
@@ -245,8 +278,14 @@ enum MHD_Result ep_session_delete(req *r) {
     const char *id = session_id_of(r);
     struct kv_seq *kv = NULL;
     attnd_err err;
-    attnd_status st = sess_id_valid(id) ? sess_delete(r->srv->store, r->owner, id, &kv, &err)
+    int e = 0;
+    attnd_status st = sess_id_valid(id) ? sess_delete(r->srv->store, r->owner, id, &kv, &e, &err)
                                         : attnd_fail(&err, ATTND_ERR_NOT_FOUND, "session '%.64s' not found", id);
+    if (st == ATTND_ERR_IO) { /* the file stays, and so does the session: a restart would bring it back */
+        char msg[200];
+        snprintf(msg, sizeof(msg), "session '%.64s' could not be deleted (%s); retry later", id, e ? strerror(e) : "I/O error");
+        return http_respond_error(r, e == ENOSPC || e == EDQUOT ? 507 : 503, msg, NULL);
+    }
     if (st != ATTND_OK) return http_respond_error(r, http_status_of(st, HTTP_CTX_DEFAULT), err.msg, NULL);
     sched_free_kv(r->srv->sch, kv);
     json_t *o = json_object();

@@ -5,6 +5,7 @@
  */
 #include "genreq.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,7 +36,10 @@ attnd_status genreq_prompt_tokens(req *r, int p, int32_t **ids, size_t *n, attnd
     const oai_request *q = &r->oreq;
     *ids = NULL, *n = 0;
     /* chat: only the template's markers are special tokens, never the messages' content */
-    if (r->chat) return chat_encode(s->tok, s->family, q->msgs, q->n_msgs, ids, n, err);
+    if (r->chat) {
+        chat_request cr = {q->msgs, q->n_msgs, q->messages_json, NULL, q->template_kwargs, true};
+        return chat_template_encode(&s->chat, s->tok, &cr, ids, n, err);
+    }
     const oai_prompt *pr = &q->prompts[p];
     if (pr->text) return tok_encode(s->tok, pr->text, strlen(pr->text), true, true, ids, n, err);
     *ids = malloc((size_t)(pr->n_ids ? pr->n_ids : 1) * sizeof(int32_t));
@@ -94,10 +98,11 @@ bool genreq_acquire_session(req *r, sess **se, enum MHD_Result *ret) {
  * false: out of memory (ids freed). */
 static bool job_spec(req *r, int32_t *ids, size_t n, int max_tokens, sess *se, uint64_t seed, sched_job_spec *spec) {
     const oai_request *q = &r->oreq;
+    http_tenant(r, r->tenant, sizeof(r->tenant));
     *spec = (sched_job_spec){
         .prompt = ids, .n_prompt = (int)n, .sp = q->sp, .n_bias = q->n_bias, .max_tokens = max_tokens,
         .top_logprobs = q->logprobs, .prompt_logprobs = !r->chat && q->echo && q->logprobs >= 0, .se = se,
-        .owner = r->owner, .request_id = r->request_id,
+        .owner = r->owner, .request_id = r->request_id, .tenant = r->tenant,
         .grammar = q->grammar ? grammar_ref(q->grammar) : NULL,
     };
     spec->sp.seed = seed;
@@ -107,7 +112,7 @@ static bool job_spec(req *r, int32_t *ids, size_t n, int max_tokens, sess *se, u
     if (ok) ok = (spec->stops = calloc((size_t)q->n_stops + 1, sizeof(char *))) != NULL;
     for (int i = 0; ok && i < q->n_stops; i++) ok = (spec->stops[spec->n_stops++] = strdup(q->stops[i])) != NULL;
     /* the turn's end marker stops generation even where the vocabulary spells it as text */
-    if (ok && r->chat) ok = (spec->stops[spec->n_stops++] = strdup(chat_end_marker(r->srv->family))) != NULL;
+    if (ok && r->chat) ok = (spec->stops[spec->n_stops++] = strdup(chat_end_marker(r->srv->chat.family))) != NULL;
     if (ok) return true;
     free(ids);
     free(spec->bias);
@@ -198,11 +203,23 @@ void genreq_hold_connection(req *r, bool waiting) {
     http_idle_timeout(r, t);
 }
 
-void genreq_persist(req *r) {
-    if (!r->sess_id[0]) return;
+bool genreq_persist(req *r) {
+    if (!r->sess_id[0]) return true;
+    if (r->unsaved) return false;
     attnd_err err;
-    if (sess_persist(r->srv->store, r->owner, r->sess_id, &err) != ATTND_OK) slog_error("%s", err.msg);
+    int e = 0;
+    if (sess_persist(r->srv->store, r->owner, r->sess_id, &e, &err) == ATTND_OK) return true;
+    slog_error("%s", err.msg);
+    r->unsaved = e == ENOSPC || e == EDQUOT ? 507 : 503;
+    snprintf(r->unsaved_msg, sizeof(r->unsaved_msg),
+             "session '%s' could not be saved (%.60s): this turn is not part of it; retry later", r->sess_id,
+             e ? strerror(e) : err.msg);
+    return false;
 }
+
+enum MHD_Result genreq_respond_unsaved(req *r) { return http_respond_error(r, r->unsaved, r->unsaved_msg, "session_id"); }
+
+json_t *genreq_unsaved_error(const req *r) { return oai_error(r->unsaved, r->unsaved_msg, "session_id"); }
 
 bool genreq_wait_all(req *r) {
     for (int k = 0; k < req_n_jobs(r); k++) {

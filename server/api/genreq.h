@@ -38,8 +38,14 @@ bool genreq_submit_all(req *r, enum MHD_Result *ret);
 bool genreq_wait_all(req *r);
 /* Makes the request's session history durable (sess_persist) before its response completes:
  * called once the session's job is done, before the body or the final stream events. No-op
- * without a session or a state directory; a failure is logged (the reply still goes out). */
-void genreq_persist(req *r);
+ * (true) without a session or a state directory. false: the turn could not be saved (the
+ * session is back to its saved history) and must not be acknowledged: r->unsaved holds the
+ * status (507 for a full disk or quota, else 503) and stays set, so a later call fails too. */
+bool genreq_persist(req *r);
+/* The error answer of an unsaved turn (genreq_persist false): 507, or 503 with Retry-After. */
+enum MHD_Result genreq_respond_unsaved(req *r);
+/* Its error object, for a stream's last event (new reference). */
+json_t *genreq_unsaved_error(const req *r);
 /* waiting: lifts the connection's idle timeout (request_timeout_s) while the request waits for
  * the scheduler (queue, prefill), which is the server's slowness, not the client's; a vanished
  * client is still noticed by polling (http_client_gone). false: puts it back. */

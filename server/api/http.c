@@ -325,10 +325,16 @@ static enum MHD_Result request_begin(struct server *s, struct MHD_Connection *c,
     req *r = request_new(s, c, url, method, NULL);
     if (!r) return MHD_NO;
     *con_cls = r;
-    if (s->conns && !conn_request_begin(s->conns, c)) { /* answered, then the connection closes */
+    /* monitoring is answered past the connection limits (a reserved slot) */
+    bool reserved = !strcmp(r->path, "/health") || !strcmp(r->path, "/metrics");
+    conn_verdict v = s->conns ? conn_request_begin(s->conns, c, reserved) : CONN_OK;
+    if (v != CONN_OK) { /* answered, then the connection closes */
         r->rt = NULL;
-        return http_respond_json_h(r, 503, oai_error(503, "too many connections; retry shortly", NULL), "Connection",
-                                   "close");
+        int code = v == CONN_FULL ? 503 : 429;
+        const char *msg = v == CONN_FULL ? "too many connections; retry shortly"
+                                         : "too many connections from this address (max_connections_per_address)";
+        snprintf(r->reason, sizeof(r->reason), "%s", msg);
+        return http_respond_json_h(r, code, oai_error(code, msg, NULL), "Connection", "close");
     }
     bool done;
     enum MHD_Result ret = precheck(r, &done);
@@ -336,11 +342,20 @@ static enum MHD_Result request_begin(struct server *s, struct MHD_Connection *c,
     return ret;
 }
 
-/* A piece of the body; answers 413 at once instead of reading an endless chunked upload (MHD
- * closes the connection after the response since the body was not consumed). */
+/* A piece of the body. Past the limit (a chunked upload: the Content-Length case is answered
+ * before any body) the rest is read and dropped, and the 413 is queued once the upload ends:
+ * MHD cannot send a response queued in the middle of an upload and would only close the
+ * connection. An upload that goes on past 4 times the limit (at least 1 MiB) is cut; one that
+ * trickles is cut at body_timeout_s (conn.h). */
 static enum MHD_Result request_body(req *r, const char *upload, size_t n) {
     size_t limit = r->srv->cfg.body_limit;
-    if (r->too_big || r->len + n > limit) return too_big(r);
+    if (r->too_big || r->len + n > limit) {
+        if (!r->too_big) slog_info("%s %s: request body over %zu bytes; reading it to answer 413", r->method, r->path, limit);
+        r->too_big = true;
+        r->dropped += n;
+        size_t most = limit < ((size_t)1 << 18) ? (size_t)1 << 20 : 4 * limit;
+        return r->dropped > most ? MHD_NO : MHD_YES;
+    }
     if (r->len + n + 1 > r->cap) {
         size_t cap = r->cap ? r->cap * 2 : 4096;
         while (cap < r->len + n + 1) cap *= 2;
@@ -378,6 +393,7 @@ static enum MHD_Result on_request(struct server *s, struct MHD_Connection *c, co
         *upload_size = 0;
         return request_body(r, upload, n);
     }
+    if (s->conns) conn_body_done(s->conns, c); /* the body is in: no deadline while it is answered */
     return dispatch(r);
 }
 
@@ -417,17 +433,21 @@ static int request_job_end(struct server *s, req *r, enum MHD_RequestTermination
     sched_job_output(r->job, &o); /* only choice 0 runs on the named session */
     if (r->sess_id[0] && o.done) {
         attnd_err err;
-        if (sess_persist(s->store, r->owner, r->sess_id, &err) != ATTND_OK) slog_error("%s", err.msg);
+        if (sess_persist(s->store, r->owner, r->sess_id, NULL, &err) != ATTND_OK) slog_error("%s", err.msg);
     }
     return n_gen;
 }
 
-/* The client's numeric address ("127.0.0.1", "::1"), or "?" when unknown. */
-static void client_address(struct MHD_Connection *c, char *buf, size_t cap) {
-    const union MHD_ConnectionInfo *ci = c ? MHD_get_connection_info(c, MHD_CONNECTION_INFO_CLIENT_ADDRESS) : NULL;
-    const struct sockaddr *sa = ci ? ci->client_addr : NULL;
-    socklen_t len = sa && sa->sa_family == AF_INET6 ? sizeof(struct sockaddr_in6) : sizeof(struct sockaddr_in);
-    if (!sa || getnameinfo(sa, len, buf, (socklen_t)cap, NULL, 0, NI_NUMERICHOST) != 0) snprintf(buf, cap, "?");
+void http_client_address(struct MHD_Connection *c, char *buf, size_t cap) { conn_client_address(c, buf, cap); }
+
+void http_tenant(const req *r, char *buf, size_t cap) {
+    if (r->owner[0]) {
+        snprintf(buf, cap, "key:%s", r->owner);
+        return;
+    }
+    char addr[INET6_ADDRSTRLEN + 1];
+    http_client_address(r->conn, addr, sizeof(addr));
+    snprintf(buf, cap, "addr:%s", addr);
 }
 
 void http_on_completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe) {
@@ -452,7 +472,7 @@ void http_req_end(req *r, enum MHD_RequestTerminationCode toe) {
     server_log_level lvl = s->cfg.access_log ? SERVER_LOG_INFO : SERVER_LOG_DEBUG;
     if ((s->cfg.access_log || r->reason[0]) && slog_enabled(lvl)) {
         char addr[INET6_ADDRSTRLEN + 1];
-        client_address(c, addr, sizeof(addr));
+        http_client_address(c, addr, sizeof(addr));
         slog(lvl, "%s %s %d prompt=%d gen=%d %.3fs %s%s%sclient=%s%s%s%s", r->method, r->path, status, r->n_prompt,
              n_gen, dt, r->resp_id[0] ? "id=" : "", r->resp_id, r->resp_id[0] ? " " : "", addr,
              r->reason[0] ? " error=\"" : "", r->reason, r->reason[0] ? "\"" : "");

@@ -64,13 +64,14 @@ struct server {
     sess_store *store;
     rstore *responses;        /* stored /v1/responses (state_dir, like the sessions) */
     sched *sch;
-    chat_family family;
+    chat_template chat;       /* the chat template and where it came from (chat.h) */
     char *model_id;
     int n_ctx, n_vocab;
     atomic_bool ready;
     atomic_bool stopping;
     atomic_int in_flight;     /* requests between their first callback and completion */
     atomic_int tok_active;    /* /tokenize and /detokenize requests running (tokenize_parallel) */
+    atomic_int attn_active;   /* /v1/attention requests running (attention_parallel) */
     bool shut_down;
 };
 
@@ -124,9 +125,13 @@ struct req {
     char *body;              /* (len) request body, NUL-terminated; owned */
     size_t len, cap;
     bool too_big;
+    int unsaved;             /* the session turn could not be made durable: 507 / 503 (genreq.h) */
+    char unsaved_msg[200];
+    size_t dropped;          /* body bytes read past the limit (answered 413 when it ends) */
     int status;              /* response status (for the access log and metrics) */
     int n_prompt;            /* prompt tokens, for the access log */
     char owner[SESS_OWNER_MAX + 1]; /* the API key's owner tag ("" = one key or none; sess.h) */
+    char tenant[SCHED_TENANT_MAX + 1]; /* who asked, for fair admission (http_tenant) */
     char reason[160];        /* why the request was refused (error responses), for the log */
     char request_id[SLOG_REQUEST_ID_MAX + 1]; /* X-Request-Id: the client's, or one made here */
     bool cancelled;          /* client went away mid-request */
@@ -191,6 +196,12 @@ json_t *http_parse_body(req *r, enum MHD_Result *ret, bool allow_empty);
  * else http_parse_body; the object is kept in r->body_json (freed with the request) and
  * returned borrowed. */
 json_t *http_work_body(req *r, enum MHD_Result *ret);
+
+/* The client's numeric address ("127.0.0.1", "::1") into buf, or "?" when unknown. */
+void http_client_address(struct MHD_Connection *c, char *buf, size_t cap);
+/* Who asked, for the scheduler's fair admission: "key:<owner>" with several API keys, else
+ * "addr:<client address>" (into buf, SCHED_TENANT_MAX + 1 bytes). */
+void http_tenant(const req *r, char *buf, size_t cap);
 
 /* True when the peer closed its side (checked without blocking). */
 bool http_client_gone(req *r);

@@ -185,6 +185,7 @@ static attnd_status parse_messages(const json_t *body, oai_request *r, const cha
         return oai_bad(param, "messages", err, "'messages' must be a non-empty array");
     size_t n = json_array_size(m);
     r->msgs = calloc(n, sizeof(*r->msgs));
+    r->messages_json = m;
     if (!r->msgs) return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory");
     for (size_t i = 0; i < n; i++) {
         const json_t *msg = json_array_get(m, i);
@@ -451,6 +452,13 @@ attnd_status oai_parse(const json_t *body, bool chat, const server_settings *cfg
                        (long long)json_integer_value(v), cfg->max_tokens_cap);
         r->max_tokens = (int)json_integer_value(v);
     }
+    /* what the whole request may generate: one request must not hold the engine for minutes */
+    long long per = r->max_tokens >= 0 ? r->max_tokens : cfg->default_max_tokens;
+    if (cfg->max_request_tokens > 0 && per * n_prompts * r->n > cfg->max_request_tokens)
+        return oai_bad(param, mt_name, err,
+                       "%s %lld x n %d x %d prompts = %lld tokens; this server allows at most %d per request "
+                       "(max_request_tokens)", mt_name, per, r->n, n_prompts, per * n_prompts * r->n,
+                       cfg->max_request_tokens);
     if ((rc = get_num(body, "temperature", 0, 100, &r->sp.temperature, param, err)) ||
         (rc = get_num(body, "top_p", 0, 1, &r->sp.top_p, param, err)) ||
         (rc = get_num(body, "min_p", 0, 1, &r->sp.min_p, param, err)) ||
@@ -489,6 +497,12 @@ attnd_status oai_parse(const json_t *body, bool chat, const server_settings *cfg
     if ((rc = oai_get_string(body, "user", NULL, param, err)) != ATTND_OK ||
         (rc = oai_get_string(body, "session_id", &r->session_id, param, err)) != ATTND_OK)
         return rc;
+    if (chat) {
+        const json_t *kw = oai_field(body, "chat_template_kwargs");
+        if (kw && !json_is_object(kw))
+            return oai_bad(param, "chat_template_kwargs", err, "'chat_template_kwargs' must be an object");
+        r->template_kwargs = kw;
+    }
     if ((rc = parse_stop(body, r, param, err)) != ATTND_OK) return rc;
     if ((rc = parse_bias(body, n_vocab, r, param, err)) != ATTND_OK) return rc;
     if ((rc = parse_format(body, r, param, err)) != ATTND_OK) return rc;

@@ -67,6 +67,8 @@ typedef struct oai_request {
     bool stream, include_usage, echo;
     int logprobs;           /* alternatives per token (0..20); -1 = no logprobs */
     const char *session_id; /* borrowed; NULL = none */
+    const json_t *messages_json;   /* chat: the messages as sent (borrowed), for the template */
+    const json_t *template_kwargs; /* chat_template_kwargs: an object for the template (borrowed); NULL = none */
     // ---- structured output ----
     oai_format format;      /* what constrains the output */
     grammar *grammar;       /* owned reference; NULL for OAI_FORMAT_TEXT */

@@ -138,10 +138,11 @@ json_t *oai_llama_response(const oai_resp_ctx *c, const oai_gen *g, const char *
     json_object_set_new(o, "tokens_predicted", json_integer(g->n_generated));
     json_object_set_new(o, "tokens_evaluated", json_integer(g->n_prompt));
     json_object_set_new(o, "tokens_cached", json_integer(g->n_cached));
-    bool limit = g->finish_reason && !strcmp(g->finish_reason, "length");
-    json_object_set_new(o, "stop_type", json_string(limit ? "limit" : "eos"));
+    /* no finish_reason: the stream was cut (shutdown, cancellation), which is neither */
+    bool limit = g->finish_reason && !strcmp(g->finish_reason, "length"), cut = !g->finish_reason;
+    json_object_set_new(o, "stop_type", json_string(cut ? "none" : limit ? "limit" : "eos"));
     json_object_set_new(o, "stopped_limit", json_boolean(limit));
-    json_object_set_new(o, "stopped_eos", json_boolean(!limit));
+    json_object_set_new(o, "stopped_eos", json_boolean(!limit && !cut));
     json_object_set_new(o, "timings", oai_timings(g));
     if (has_session(c)) json_object_set_new(o, "session_id", json_string(c->session_id));
     return o;

@@ -44,7 +44,8 @@ typedef struct oai_gen {
     int n_prompt;
     const float *prompt_lp;      /* (n_prompt) or NULL: log-probabilities of the prompt tokens */
     const token_logprob *prompt_tops; /* (n_prompt, top_logprobs) or NULL */
-    const char *finish_reason;   /* "stop" / "length"; NULL reads as "stop" */
+    const char *finish_reason;   /* "stop" / "length"; NULL reads as "stop" in OpenAI shapes and as
+                                    a cut stream (stop_type "none") in llama.cpp's */
     int n_cached, n_generated;
     double prompt_ms, gen_ms;
 } oai_gen;

@@ -95,7 +95,7 @@ static void drop_new_session(req *r) {
     rsp_state *st = req_get(r, REQ_SLOT_ENDPOINT);
     struct kv_seq *kv = NULL;
     attnd_err err;
-    if (st->new_session && sess_delete(r->srv->store, r->owner, st->session, &kv, &err) == ATTND_OK) sched_free_kv(r->srv->sch, kv);
+    if (st->new_session && sess_delete(r->srv->store, r->owner, st->session, &kv, NULL, &err) == ATTND_OK) sched_free_kv(r->srv->sch, kv);
     st->new_session = false;
     r->sess_id[0] = '\0'; /* nothing to persist */
 }
@@ -145,11 +145,13 @@ static void rsp_update(req *r, int k, const sched_update *u, buf *out) {
     responses_result res = result_of(r, NULL, "", 0);
     if (u->text_len) out_take(out, responses_stream_delta(&st->ev, &res, u->text, u->text_len));
     if (!u->done) return;
-    genreq_persist(r); /* the chain's session is durable before the final events */
+    bool saved = genreq_persist(r); /* the chain's session is durable before the final events */
     sched_output o;
     sched_job_output(r->job, &o);
     res = result_of(r, &o, o.text ? o.text : "", o.text_len);
-    if (o.status != ATTND_OK && !genreq_was_cut(&o)) {
+    if (!saved) {
+        out_take(out, responses_stream_failed(&st->ev, &res, r->unsaved_msg));
+    } else if (o.status != ATTND_OK && !genreq_was_cut(&o)) {
         out_take(out, responses_stream_failed(&st->ev, &res, o.errmsg[0] ? o.errmsg : "generation failed"));
         drop_new_session(r);
     } else {
@@ -187,6 +189,7 @@ enum MHD_Result ep_responses_create(req *r) {
     }
     if (st->rq.stream) return sse_stream(r, &RSP_WRITER);
     if (!genreq_wait_all(r)) return MHD_NO;
+    if (r->unsaved) return genreq_respond_unsaved(r);
     sched_output o;
     sched_job_output(r->job, &o);
     if (o.status != ATTND_OK) {
@@ -218,6 +221,6 @@ enum MHD_Result ep_response_delete(req *r) {
     if (rc != ATTND_OK) return http_respond_error(r, http_status_of(rc, HTTP_CTX_DEFAULT), err.msg, NULL);
     /* the last response of a chain takes its session along (a busy one stays until next time) */
     struct kv_seq *kv = NULL;
-    if (orphan[0] && sess_delete(s->store, r->owner, orphan, &kv, &err) == ATTND_OK) sched_free_kv(s->sch, kv);
+    if (orphan[0] && sess_delete(s->store, r->owner, orphan, &kv, NULL, &err) == ATTND_OK) sched_free_kv(s->sch, kv);
     return http_respond_json(r, 200, responses_deleted(id));
 }

@@ -17,6 +17,9 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 
 #include "attnd/cpuinfo.h"
 #include "attnd/kv.h"
@@ -34,6 +37,7 @@ static const size_t OWNED_STRINGS[] = {
     offsetof(server_settings, model_alias),   offsetof(server_settings, state_dir),
     offsetof(server_settings, api_key),       offsetof(server_settings, cors_origins),
     offsetof(server_settings, chat_template), offsetof(server_settings, allowed_hosts),
+    offsetof(server_settings, chat_template_file),
 };
 
 static const char **string_setting(server_settings *c, size_t off) { return (const char **)((char *)c + off); }
@@ -76,8 +80,14 @@ static attnd_status listen_socket(const char *host, int port, int *fd, attnd_err
     return ATTND_OK;
 }
 
-attnd_status server_create(server **out, const server_settings *cfg, attnd_err *err) {
+attnd_status server_create_unbound(server **out, const server_settings *cfg, attnd_err *err) {
     *out = NULL;
+#ifdef __GLIBC__
+    /* blocks of 256 KiB and more (an attention answer, a big request's JSON) are mapped and go
+     * back to the system when freed; glibc would otherwise raise the threshold after the first
+     * such free and keep the next ones in its per-thread arenas for good */
+    mallopt(M_MMAP_THRESHOLD, 256 * 1024);
+#endif
     server *s = calloc(1, sizeof(*s));
     if (!s) return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory");
     s->cfg = *cfg;
@@ -92,22 +102,33 @@ attnd_status server_create(server **out, const server_settings *cfg, attnd_err *
     s->loopback = origin_bind_is_loopback(s->cfg.host);
     if (s->cfg.body_limit == 0) s->cfg.body_limit = 1u << 20;
     if (s->cfg.max_tokens_cap <= 0) s->cfg.max_tokens_cap = 4096;
+    if (s->cfg.max_request_tokens <= 0) s->cfg.max_request_tokens = 32768;
     if (s->cfg.default_max_tokens <= 0) s->cfg.default_max_tokens = 256;
     attnd_status rc = metrics_create(&s->met, err);
-    if (rc != ATTND_OK) goto fail;
-    if (!s->cfg.model_path) {
-        rc = attnd_fail(err, ATTND_ERR_INVALID, "no model path given");
-        goto fail;
+    if (rc == ATTND_OK && !s->cfg.model_path) rc = attnd_fail(err, ATTND_ERR_INVALID, "no model path given");
+    if (rc != ATTND_OK) {
+        server_destroy(s);
+        return rc;
     }
+    *out = s;
+    return ATTND_OK;
+}
+
+attnd_status server_create(server **out, const server_settings *cfg, attnd_err *err) {
+    server *s;
+    attnd_status rc = server_create_unbound(&s, cfg, err);
+    *out = NULL;
+    if (rc != ATTND_OK) return rc;
     if (cfg->port < 0 || cfg->port > 65535) {
         rc = attnd_fail(err, ATTND_ERR_INVALID, "port %d is outside 0..65535", cfg->port);
         goto fail;
     }
     int max_conns = cfg->max_connections > 0 ? cfg->max_connections : 256;
     int idle_s = cfg->request_timeout_s > 0 ? cfg->request_timeout_s : 30;
-    if ((rc = conn_tracker_create(&s->conns, max_conns, cfg->header_timeout_s > 0 ? cfg->header_timeout_s : 10, idle_s,
-                                  err)))
-        goto fail;
+    conn_limits lim = {.max_connections = max_conns, .header_timeout_s = cfg->header_timeout_s > 0 ? cfg->header_timeout_s : 10,
+                       .idle_timeout_s = idle_s, .body_timeout_s = cfg->body_timeout_s > 0 ? cfg->body_timeout_s : 20,
+                       .per_address = cfg->max_connections_per_address};
+    if ((rc = conn_tracker_create(&s->conns, &lim, err))) goto fail;
     int fd = -1;
     if ((rc = listen_socket(s->cfg.host, cfg->port, &fd, err)) != ATTND_OK) goto fail;
     unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_ITC | MHD_USE_POLL;
@@ -164,15 +185,17 @@ attnd_status server_load(server *s, attnd_err *err) {
     size_t l = strlen(s->model_id);
     if (!s->cfg.model_alias && l > 5 && !strcmp(s->model_id + l - 5, ".gguf")) s->model_id[l - 5] = '\0';
     // ---- chat template ----
-    if (s->cfg.chat_template && *s->cfg.chat_template) {
-        if ((rc = chat_family_from_name(s->cfg.chat_template, &s->family, err)) != ATTND_OK) return rc;
-    } else {
-        const char *tmpl = NULL;
-        gguf_get_str(model_gguf(s->m), "tokenizer.chat_template", &tmpl, NULL);
-        if (!chat_detect(tmpl, &s->family))
-            slog_warn("%s; using ChatML (set chat_template to override)",
-                      tmpl && *tmpl ? "unrecognised chat template in the model" : "the model has no chat template");
-    }
+    const char *tmpl = NULL;
+    gguf_get_str(model_gguf(s->m), "tokenizer.chat_template", &tmpl, NULL);
+    if ((rc = chat_template_load(&s->chat, tmpl, s->cfg.chat_template_file, s->cfg.chat_template, s->tok, err)) !=
+        ATTND_OK)
+        return rc;
+    if (s->chat.source == CHAT_SRC_GGUF && ((s->cfg.chat_template && *s->cfg.chat_template) ||
+                                            (s->cfg.chat_template_file && *s->cfg.chat_template_file)))
+        slog_warn("the configured chat template is not used: the model carries its own (tokenizer.chat_template)");
+    if (s->chat.source == CHAT_SRC_DETECTED || s->chat.source == CHAT_SRC_FALLBACK)
+        slog_warn("%s; using the built-in %s template (set chat_template or chat_template_file to override)",
+                  s->chat.why, chat_family_name(s->chat.family));
     // ---- sessions: the model tag ties saved token ids to this vocabulary ----
     char tag[200];
     snprintf(tag, sizeof(tag), "%s/vocab%d", s->model_id, s->n_vocab);
@@ -181,8 +204,9 @@ attnd_status server_load(server *s, attnd_err *err) {
     if ((rc = rstore_create(&s->responses, s->cfg.state_dir, tag, s->cfg.max_sessions, err)) != ATTND_OK) return rc;
     if ((rc = sched_create(&s->sch, s->m, s->tok, s->store, &s->cfg, err)) != ATTND_OK) return rc;
     atomic_store(&s->ready, true);
-    slog_info("model ready: %s (%s, %d layers, vocab %d, context %d, chat template %s, %d sessions restored)",
-              s->model_id, mi->arch, mi->n_layer, mi->n_vocab, s->n_ctx, chat_family_name(s->family),
+    slog_info("model ready: %s (%s, %d layers, vocab %d, context %d, chat template %s (%s), %d sessions restored)",
+              s->model_id, mi->arch, mi->n_layer, mi->n_vocab, s->n_ctx, chat_family_name(s->chat.family),
+              chat_source_str(&s->chat),
               sess_count(s->store));
     log_engine_setup(s);
     status_hook(s, "ready");
@@ -240,6 +264,7 @@ void server_destroy(server *s) {
     server_shutdown(s);
     sess_store_destroy(s->store);
     rstore_destroy(s->responses);
+    chat_template_free(&s->chat);
     tok_destroy(s->tok);
     model_destroy(s->m);
     metrics_destroy(s->met);

@@ -20,6 +20,9 @@
 typedef struct server server;
 
 attnd_status server_create(server **out, const server_settings *cfg, attnd_err *err);
+/* server_create without the port (no libmicrohttpd daemon): requests reach it only through the
+ * request layer's own entry points (http_req_create/run/end in api/http.h), as the tests do. */
+attnd_status server_create_unbound(server **out, const server_settings *cfg, attnd_err *err);
 /* The port actually bound (useful with port 0). */
 int server_port(const server *s);
 /* Loads the model and starts serving generation requests; calls hooks.on_ready. */

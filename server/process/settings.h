@@ -62,7 +62,9 @@ typedef struct server_settings {
                                 0 = auto (3 decode steps); default 0 */
     size_t kv_budget_mb;     /* KV memory budget for all sessions together; default 1024 */
     bool kv_f32;             /* store KV as f32 instead of f16; default false */
-    const char *chat_template; /* template family override by name ("chatml", "llama3", ...); NULL = detect */
+    const char *chat_template; /* built-in family by name ("chatml", "llama3", ...) for a model without a
+                                * template of its own; NULL = detect */
+    const char *chat_template_file; /* a Jinja chat template file for a model without one; NULL = none */
 
     // ---- sessions ----
     int max_sessions;        /* named sessions kept (in memory and on disk); default 1024 */
@@ -78,9 +80,16 @@ typedef struct server_settings {
     int queue_limit;         /* requests waiting for the scheduler; default 64 (429 above) */
     int tokenize_parallel;   /* /tokenize and /detokenize requests at once; default 4 (429 above) */
     int max_tokens_cap;      /* upper bound on max_tokens per request; default 4096 */
+    int max_request_tokens;  /* upper bound on max_tokens x n x prompts per request (400 above);
+                                default 32768 */
     int attention_max_weights; /* most weights one POST /v1/attention answer carries; default 1000000 */
+    size_t attention_max_bytes; /* most bytes of JSON one /v1/attention answer takes; default 16 MiB */
+    int attention_parallel;  /* /v1/attention requests at once; default 2 (429 above) */
     int request_timeout_s;   /* idle HTTP connection timeout (slow loris); default 30 */
     int header_timeout_s;    /* a connection's request headers must arrive within this; default 10 */
+    int body_timeout_s;      /* a request's body must arrive within this of its headers; default 20 */
+    int max_connections_per_address; /* connections one client address may hold (429 above);
+                                0 = half of max_connections; default 0 */
     int shutdown_timeout_s;  /* SIGTERM: how long in-flight work may finish; default 10 */
     int sse_keepalive_s;     /* a waiting stream sends ": keep-alive" this often; 0 = never;
                                 default 5 (at most half of request_timeout_s) */

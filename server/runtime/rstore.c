@@ -118,19 +118,17 @@ attnd_status rstore_create(rstore **out, const char *dir, const char *model_tag,
     if (!s) return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory");
     pthread_mutex_init(&s->mu, NULL);
     s->max = max_entries > 0 ? max_entries : 1;
-    attnd_status rc = ATTND_ERR_NOMEM;
-    s->model_tag = strdup(model_tag ? model_tag : "");
-    if (!s->model_tag) goto fail;
-    if (dir && *dir) {
-        if ((rc = statedir_open(&s->sd, dir, NULL, err)) != ATTND_OK) goto fail;
-        if ((rc = statedir_scan(s->sd, SUFFIX, load_one, s, NULL, err)) != ATTND_OK) goto fail;
+    if (!(s->model_tag = strdup(model_tag ? model_tag : ""))) {
+        rstore_destroy(s);
+        return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory");
+    }
+    attnd_status rc = statedir_load(&s->sd, dir, SUFFIX, load_one, s, err); /* loads every response */
+    if (rc != ATTND_OK) {
+        rstore_destroy(s);
+        return rc;
     }
     *out = s;
     return ATTND_OK;
-fail:
-    if (rc == ATTND_ERR_NOMEM) attnd_fail(err, rc, "out of memory");
-    rstore_destroy(s);
-    return rc;
 }
 
 void rstore_destroy(rstore *s) {

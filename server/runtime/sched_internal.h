@@ -27,6 +27,8 @@ struct sched_job {
     grammar *grammar;         /* a reference, may be NULL */
     sess *se;
     char owner[SESS_OWNER_MAX + 1]; /* whose prompt cache an anonymous job may use */
+    char tenant[SCHED_TENANT_MAX + 1]; /* who asked (fair admission) */
+    int tenant_ix;            /* its entry in the scheduler's tenants while submitted; -1 = none */
     char request_id[72];      /* the HTTP request's id, for log lines ("" = none) */
     double t_submit;          /* attnd_now_s() when sched_submit queued it (set under the
                                  scheduler's mutex, before the scheduler thread sees the job) */
@@ -113,6 +115,15 @@ typedef struct pace_fit {
     double w, p, c, pp, pc; /* weight, and the weighted sums of p, c, p^2, p*c */
 } pace_fit;
 
+/* A client as fair admission sees it (sched_kv.c): one API key, or one address without keys. */
+typedef struct sched_tenant {
+    char name[SCHED_TENANT_MAX + 1];
+    int live;            /* its jobs queued or running (forks included); 0 = the entry is free */
+    int running;         /* slots its jobs hold */
+    double served;       /* tokens charged at admission (prompt + max_tokens x choices) */
+    unsigned mark;       /* scratch for the queue scan */
+} sched_tenant;
+
 struct sched {
     const model *m;
     const tokenizer *tok;
@@ -124,6 +135,7 @@ struct sched {
     engine *eng;
     kv_pool *pool;
     int n_vocab, n_ctx, max_batch, n_slots, queue_limit, max_anon, rows_cap;
+    int tenant_slots;     /* most slots one tenant holds (max_parallel; n_slots has one more) */
     float *logits;        /* (rows_cap, n_vocab) */
     batch_entry *batch;   /* (max_batch) */
     slot *slots;          /* (n_slots) */
@@ -144,6 +156,9 @@ struct sched {
     atomic_bool cancel_all; /* shutdown: cancel whatever is queued or running */
     int n_active;
     size_t reserved;      /* KV bytes reserved by the active jobs (<= stats.kv_budget) */
+    sched_tenant *tenants; /* (n_tenants) fair admission's accounts */
+    int n_tenants, cap_tenants;
+    unsigned scan;        /* the current queue scan's mark */
     double budget_ms;     /* prefill_budget_ms setting; 0 = auto */
     double dec_ms[SCHED_DEC_SIZES]; /* recent time of a decode-only step of n + 1 tokens (moving
                                        average; 0 = none seen; the last entry: that many or more) */
@@ -159,9 +174,20 @@ void sched_group_leave(sched *s, kv_group *g);
 /* The KV bytes admitting j reserves: its own need, or with forks the prompt's blocks once plus
  * each choice's own growth. */
 size_t sched_group_kv_bytes(const sched *s, const sched_job *j);
-/* The queue's head, popped and counted active, when its reservation fits beside the running
- * jobs' (cancelled ones whatever their size); NULL otherwise. Takes s->mu. */
+/* The next queued job to admit, popped and counted active: cancelled ones first, else the first
+ * queued job of the tenant served least so far (tenants at their slot share skipped) when its
+ * reservation fits beside the running jobs'; NULL otherwise (it waits, so a big request is not
+ * overtaken for ever). Charges the tenant and counts its slot. Takes s->mu. */
 sched_job *sched_queue_pop_fitting(sched *s);
+/* Counts j and its forks into its tenant's account at submission (s->mu held). false: out of
+ * memory. */
+bool sched_tenant_join(sched *s, sched_job *j);
+/* j ended (in a slot: in_slot; or never started): its tenant's account forgets it. Takes s->mu.
+ * Accepts a job that was never counted. */
+void sched_tenant_leave(sched *s, sched_job *j, bool in_slot);
+/* A ready fork can take a slot only while its tenant holds fewer than its share; true and the
+ * slot counted when it may. Takes s->mu. */
+bool sched_tenant_take_slot(sched *s, sched_job *j);
 /* Forks attached to j (choices 2..n of its prompt, not started yet). */
 int sched_n_forks(const sched_job *j);
 /* Reserves KV for j, admitted into sl, and hands its forks their group. */

@@ -42,6 +42,8 @@ attnd_status sched_job_create(sched_job **out, sched_job_spec *spec, attnd_err *
     j->prompt_logprobs = spec->prompt_logprobs;
     j->se = spec->se;
     snprintf(j->owner, sizeof(j->owner), "%s", spec->owner ? spec->owner : "");
+    snprintf(j->tenant, sizeof(j->tenant), "%s", spec->tenant ? spec->tenant : "");
+    j->tenant_ix = -1;
     snprintf(j->request_id, sizeof(j->request_id), "%.64s", spec->request_id ? spec->request_id : "");
     size_t n_prompt = (size_t)(j->n_prompt > 0 ? j->n_prompt : 0), n_gen = (size_t)(j->max_tokens > 0 ? j->max_tokens : 0);
     size_t top = (size_t)(j->top_logprobs > 0 ? j->top_logprobs : 0);
@@ -151,6 +153,7 @@ attnd_status sched_job_fork(sched_job **out, sched_job *parent, uint64_t seed, a
         .n_prompt = parent->n_prompt, .sp = parent->sp, .n_bias = parent->sp.n_bias,
         .stops = dup_strings(parent->stops, parent->n_stops), .n_stops = parent->n_stops,
         .max_tokens = parent->max_tokens, .top_logprobs = parent->top_logprobs, .owner = parent->owner,
+        .tenant = parent->tenant,
         .grammar = parent->grammar ? grammar_ref(parent->grammar) : NULL,
     };
     spec.sp.seed = seed;

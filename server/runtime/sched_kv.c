@@ -1,12 +1,13 @@
 /*
  * sched_kv.c — the scheduler's KV admission control and prefill pacing (see scheduler.h):
  * the reservation a job makes when it is admitted (prompt + max_tokens, capped at the context;
- * n > 1 choices share the prompt's blocks), the start-up check that the budget holds one full
+ * n > 1 choices share the prompt's blocks), which queued job goes next (turns across tenants), the start-up check that the budget holds one full
  * context, and the size of a prefill chunk beside decoding streams. Scheduler thread only,
  * except where s->mu is taken.
  */
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "sched_internal.h"
 #include "slog.h"
@@ -49,17 +50,125 @@ size_t sched_group_kv_bytes(const sched *s, const sched_job *j) {
     return kv_pool_bytes_for(s->pool, j->n_prompt) + (size_t)(1 + nf) * own;
 }
 
-/* The queue's head when its KV reservation fits beside the running jobs' (FIFO: a big request
- * is not overtaken forever by small ones), popped and counted active; NULL otherwise. Cancelled
- * jobs are popped whatever their size. */
+// ---- fair admission ------------------------------------------------------------------------
+/*
+ * Admission takes turns across tenants (API keys, or client addresses without keys) by the
+ * tokens each was charged (start-time fair queueing over tokens): the next job is the first
+ * queued one of the tenant charged least, and admitting it charges its prompt plus max_tokens
+ * for each choice. A tenant that had nothing queued or running comes back at the least charge
+ * among the active ones: idle time earns no credit, past use costs nothing later. Within a
+ * tenant the order stays first come, first served, and a tenant whose next job waits for KV
+ * holds the others back too (else small requests would overtake a big one for ever). One tenant
+ * holds at most max_parallel slots of the max_parallel + 1, so a request from another tenant
+ * finds a slot at once, beside however many long jobs one client submitted.
+ */
+
+/* The charge of admitting j: its prompt, read once, and max_tokens for every choice. */
+static double job_charge(const sched_job *j) {
+    return (double)j->n_prompt + (double)(j->max_tokens > 0 ? j->max_tokens : 0) * (1 + sched_n_forks(j));
+}
+
+/* The entry of name: an existing one, else a free one or a new one (s->mu held); -1 when out of
+ * memory. A tenant coming back starts at the least charge among the active tenants. */
+static int tenant_find(sched *s, const char *name) {
+    int free_ix = -1;
+    double least = -1;
+    for (int i = 0; i < s->n_tenants; i++) {
+        sched_tenant *t = &s->tenants[i];
+        if (t->live == 0) {
+            if (free_ix < 0) free_ix = i;
+            continue;
+        }
+        if (!strcmp(t->name, name)) return i;
+        if (least < 0 || t->served < least) least = t->served;
+    }
+    if (free_ix < 0) {
+        if (s->n_tenants == s->cap_tenants) {
+            int cap = s->cap_tenants ? 2 * s->cap_tenants : 16;
+            sched_tenant *g = realloc(s->tenants, (size_t)cap * sizeof(*g));
+            if (!g) return -1;
+            s->tenants = g;
+            s->cap_tenants = cap;
+        }
+        free_ix = s->n_tenants++;
+    }
+    sched_tenant *t = &s->tenants[free_ix];
+    *t = (sched_tenant){.served = least >= 0 ? least : 0};
+    snprintf(t->name, sizeof(t->name), "%s", name);
+    return free_ix;
+}
+
+bool sched_tenant_join(sched *s, sched_job *j) {
+    int ix = tenant_find(s, j->tenant);
+    if (ix < 0) return false;
+    j->tenant_ix = ix;
+    s->tenants[ix].live++;
+    for (sched_job *f = j->forks; f; f = f->next) {
+        f->tenant_ix = ix;
+        s->tenants[ix].live++;
+    }
+    return true;
+}
+
+void sched_tenant_leave(sched *s, sched_job *j, bool in_slot) {
+    if (j->tenant_ix < 0) return;
+    pthread_mutex_lock(&s->mu);
+    sched_tenant *t = &s->tenants[j->tenant_ix];
+    t->live--;
+    if (in_slot) t->running--;
+    ATTND_ASSERT(t->live >= 0 && t->running >= 0);
+    pthread_mutex_unlock(&s->mu);
+    j->tenant_ix = -1;
+}
+
+bool sched_tenant_take_slot(sched *s, sched_job *j) {
+    if (j->tenant_ix < 0) return true;
+    pthread_mutex_lock(&s->mu);
+    sched_tenant *t = &s->tenants[j->tenant_ix];
+    bool ok = t->running < s->tenant_slots || atomic_load(&j->cancel);
+    if (ok) t->running++;
+    pthread_mutex_unlock(&s->mu);
+    return ok;
+}
+
+/* The queue position to admit next (s->mu held): a cancelled job, else the first job of the
+ * least charged tenant below its slot share; -1 when none. */
+static int queue_pick(sched *s) {
+    int best = -1;
+    s->scan++;
+    for (int i = 0; i < s->q_len; i++) {
+        sched_job *j = s->queue[(s->q_head + i) % s->queue_limit];
+        if (atomic_load(&j->cancel)) return i;
+        sched_tenant *t = &s->tenants[j->tenant_ix];
+        if (t->mark == s->scan) continue; /* only a tenant's first queued job competes */
+        t->mark = s->scan;
+        if (t->running >= s->tenant_slots) continue;
+        if (best < 0) {
+            best = i;
+            continue;
+        }
+        const sched_tenant *b = &s->tenants[s->queue[(s->q_head + best) % s->queue_limit]->tenant_ix];
+        if (t->served < b->served || (t->served == b->served && t->running < b->running)) best = i;
+    }
+    return best;
+}
+
 sched_job *sched_queue_pop_fitting(sched *s) {
     pthread_mutex_lock(&s->mu);
-    sched_job *j = s->q_len ? s->queue[s->q_head] : NULL;
+    int i = queue_pick(s);
+    sched_job *j = i >= 0 ? s->queue[(s->q_head + i) % s->queue_limit] : NULL;
     if (j && !atomic_load(&j->cancel) && s->reserved + sched_group_kv_bytes(s, j) > s->stats.kv_budget) j = NULL;
     if (j) {
+        for (int k = i; k > 0; k--) /* close the gap: the jobs before it move up one place */
+            s->queue[(s->q_head + k) % s->queue_limit] = s->queue[(s->q_head + k - 1) % s->queue_limit];
         s->q_head = (s->q_head + 1) % s->queue_limit;
         s->q_len--;
         s->n_active++;
+        if (!atomic_load(&j->cancel)) { /* a cancelled one never takes its slot */
+            sched_tenant *t = &s->tenants[j->tenant_ix];
+            t->served += job_charge(j);
+            t->running++;
+        }
     }
     pthread_mutex_unlock(&s->mu);
     return j;

@@ -7,9 +7,11 @@
  *   2. drop cancelled jobs;
  *   3. build ONE batch: a decode token for every generating slot, then prefill chunks of the
  *      prompts still being read, sized to the prefill time budget while others decode;
- *   4. engine_eval; when the pool is full, evict the least recently used idle cache and retry
- *      (the reservations guarantee that evicting idle caches always makes room; failing the
- *      newest job is only a safeguard against broken accounting);
+ *   4. engine_eval; when the pool is full, evict the least recently used cache no slot is
+ *      using (idle ones first, then those of sessions whose turn still waits in the queue) and
+ *      retry: the reservations count only running jobs, so every other cache must stay
+ *      evictable, and then evicting always makes room; failing the newest job is only a
+ *      safeguard against broken accounting;
  *   5. sample one token per slot that produced logits, publish text to the job.
  * Everything per-step lives in buffers allocated at start (batch, logits); per-request state
  * (the generation pipeline of attnd/gen.h, history) is allocated once at admission.
@@ -99,6 +101,7 @@ static void slot_finish(sched *s, slot *sl, const char *reason, attnd_status st,
     if (sl->own_kv) kv_seq_destroy(sl->kv);
     /* forks not started yet: the prompt they continue was never read */
     forks_fail(s, j, st != ATTND_OK ? st : ATTND_ERR_BUSY, msg ? msg : "the request ended before its prompt was read");
+    sched_tenant_leave(s, j, true);
     sched_job_unref(j);
     size_t reserve = sl->reserve;
     kv_group *g = sl->group;
@@ -124,6 +127,7 @@ static void job_fail_unstarted(sched *s, sched_job *j, attnd_status st, const ch
         sched_group_leave(s, g);
     }
     forks_fail(s, j, st, msg);
+    sched_tenant_leave(s, j, false);
     pthread_mutex_lock(&j->mu);
     j->status = st;
     snprintf(j->errmsg, sizeof(j->errmsg), "%.255s", msg);
@@ -157,7 +161,8 @@ static attnd_status slot_start(sched *s, slot *sl, sched_job *j, attnd_err *err)
     observe(s, SCHED_H_QUEUE, attnd_now_s() - j->t_submit);
     sl->se = j->se ? j->se : sess_acquire_anon(s->store, j->owner, j->prompt, j->n_prompt, s->max_anon);
     if (!sl->se) return attnd_fail(err, ATTND_ERR_BUSY, "no prompt cache entry free");
-    sl->kv = sl->se->kv;
+    sess_set_running(s->store, sl->se, true); /* its KV is in use from here: never evicted */
+    sl->kv = sl->se->kv; /* NULL when evicted while the job was queued */
     if (!sl->kv) {
         attnd_status rc = kv_seq_create(&sl->kv, s->pool, err);
         if (rc != ATTND_OK) return rc;
@@ -170,6 +175,7 @@ static attnd_status slot_start(sched *s, slot *sl, sched_job *j, attnd_err *err)
     if (j->prompt_logprobs || (j->capture && !j->se)) keep = 0; /* every position's logits / rows */
     if (keep < 0) keep = 0;
     kv_seq_truncate(sl->kv, keep);
+    keep = kv_seq_len(sl->kv); /* less when a sliding window's positions were freed (kv.h) */
     if (j->capture) attn_capture_link(&s->inspecting, j->capture, sl->kv);
     sl->n_past = keep;
     sl->prefilling = true;
@@ -272,13 +278,22 @@ static void forks_start(sched *s, slot *sl, const float *row) {
     }
 }
 
-/* Puts the oldest ready fork into the free slot sl: its cache already holds the prompt, so it
- * starts by sampling its first token. */
-static void fork_admit(sched *s, slot *sl) {
-    sched_job *f = s->ready;
-    s->ready = f->next;
-    if (!s->ready) s->ready_tail = &s->ready;
+/* Takes the oldest ready fork whose tenant may take a slot out of the ready list (its slot
+ * counted); NULL when none may. */
+static sched_job *ready_take(sched *s) {
+    sched_job **pp = &s->ready, *prev = NULL;
+    while (*pp && !sched_tenant_take_slot(s, *pp)) prev = *pp, pp = &(*pp)->next;
+    sched_job *f = *pp;
+    if (!f) return NULL;
+    *pp = f->next;
+    if (!f->next) s->ready_tail = prev ? &prev->next : &s->ready;
     f->next = NULL;
+    return f;
+}
+
+/* Puts the ready fork f (ready_take) into the free slot sl: its cache already holds the prompt,
+ * so it starts by sampling its first token. */
+static void fork_admit(sched *s, slot *sl, sched_job *f) {
     memset(sl, 0, sizeof(*sl));
     sl->job = f;
     sl->admitted = ++s->n_admitted;
@@ -332,8 +347,9 @@ static int drain_free_list(sched *s) {
 static void admit(sched *s) {
     for (int k = 0; k < s->n_slots; k++) {
         if (s->slots[k].job) continue;
-        if (s->ready) { /* forks first: their prompt is already read, their KV reserved */
-            fork_admit(s, &s->slots[k]);
+        sched_job *f = s->ready ? ready_take(s) : NULL;
+        if (f) { /* forks first: their prompt is already read, their KV reserved */
+            fork_admit(s, &s->slots[k], f);
             continue;
         }
         sched_job *j = sched_queue_pop_fitting(s);
@@ -358,7 +374,9 @@ static void admit(sched *s) {
             slot_finish(s, sl, NULL, ATTND_ERR_NOMEM, err.msg);
             continue;
         }
-        if (j->max_tokens == 0 && !j->prompt_logprobs && !j->capture) slot_finish(s, sl, "length", ATTND_OK, NULL);
+        /* nothing to generate; with forks the prompt is still read, for them to start from */
+        if (j->max_tokens == 0 && !j->prompt_logprobs && !j->capture && !j->forks)
+            slot_finish(s, sl, "length", ATTND_OK, NULL);
     }
 }
 
@@ -641,7 +659,8 @@ attnd_status sched_create(sched **out, const model *m, const tokenizer *tok, ses
     const model_info *mi = model_info_get(m);
     s->n_vocab = mi->n_vocab;
     s->n_ctx = cfg->ctx_size > 0 && cfg->ctx_size < mi->n_ctx ? cfg->ctx_size : mi->n_ctx;
-    s->n_slots = cfg->max_parallel > 0 ? cfg->max_parallel : 16;
+    s->tenant_slots = cfg->max_parallel > 0 ? cfg->max_parallel : 16;
+    s->n_slots = s->tenant_slots + 1; /* one more than a tenant may hold: another finds it free */
     s->max_batch = cfg->max_batch > s->n_slots ? cfg->max_batch : s->n_slots;
     s->queue_limit = cfg->queue_limit > 0 ? cfg->queue_limit : 1;
     s->max_anon = s->n_slots + 4;
@@ -668,7 +687,7 @@ attnd_status sched_create(sched **out, const model *m, const tokenizer *tok, ses
     if ((rc = engine_create(&s->eng, m, s->max_batch, cfg->threads, err)) != ATTND_OK) goto fail;
     s->stats.kv_budget = kv_pool_bytes_budget(s->pool);
     hist_init_all(&s->stats);
-    s->stats.slots = s->n_slots;
+    s->stats.slots = s->tenant_slots;
     s->rate_t0 = attnd_now_s();
     if (pthread_create(&s->th, NULL, sched_main, s) != 0) {
         rc = attnd_fail(err, ATTND_ERR_NOMEM, "cannot start the scheduler thread");
@@ -722,6 +741,7 @@ void sched_destroy(sched *s) {
     free(s->slots);
     free(s->queue);
     free(s->to_free);
+    free(s->tenants);
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->wake);
     pthread_cond_destroy(&s->idle);
@@ -734,6 +754,8 @@ attnd_status sched_submit(sched *s, sched_job *j, attnd_err *err) {
     pthread_mutex_lock(&s->mu);
     attnd_status rc = ATTND_OK;
     if (s->stop) rc = attnd_fail(err, ATTND_ERR_BUSY, "server is shutting down");
+    else if (j->n_prompt < 1 || j->n_prompt + (j->max_tokens > 0) > s->n_ctx)
+        rc = attnd_fail(err, ATTND_ERR_INVALID, "the prompt has %d tokens; the context holds %d", j->n_prompt, s->n_ctx);
     else if (sched_group_kv_bytes(s, j) > s->stats.kv_budget)
         rc = attnd_fail(err, ATTND_ERR_INVALID,
                         "the request needs %zu bytes of KV cache (prompt %d + max_tokens %d tokens, %d choices sharing "
@@ -741,6 +763,8 @@ attnd_status sched_submit(sched *s, sched_job *j, attnd_err *err) {
                         sched_group_kv_bytes(s, j), j->n_prompt, j->max_tokens, 1 + sched_n_forks(j), s->stats.kv_budget);
     else if (s->q_len >= s->queue_limit)
         rc = attnd_fail(err, ATTND_ERR_BUSY, "request queue is full (%d waiting); retry later", s->q_len);
+    else if (!sched_tenant_join(s, j))
+        rc = attnd_fail(err, ATTND_ERR_BUSY, "out of memory queueing the request; retry later");
     else {
         sched_job_ref(j);
         j->t_submit = attnd_now_s(); /* queue wait, time to first token and duration count from here */

@@ -59,11 +59,18 @@ typedef struct sched_job_spec {
                                  caller's */
     const char *owner;        /* the API key's owner tag (sess.h); an anonymous job uses only
                                  this owner's prompt cache. NULL = none. Copied. */
+    const char *tenant;       /* who asked, for fair admission ("key:<owner>", "addr:<ip>"):
+                                 queued jobs are admitted in turns across tenants, and one
+                                 tenant holds at most max_parallel slots of the max_parallel + 1
+                                 (so another tenant's request always finds one). NULL = "".
+                                 Copied (at most SCHED_TENANT_MAX bytes). */
     const char *request_id;   /* the HTTP request's id, for the scheduler's log lines about the
                                  job; NULL = none. Copied (at most 64 characters). */
     grammar *grammar;         /* a reference, stolen, may be NULL: the output follows this
                                  grammar (attnd/grammar.h); forks share it */
 } sched_job_spec;
+
+#define SCHED_TENANT_MAX 63
 
 /* A job with one reference, output buffers sized for max_tokens and top_logprobs. On failure
  * the stolen parts of spec are freed. */

@@ -52,6 +52,7 @@ static sess *find_named(sess_store *st, const char *owner, const char *id) {
 static void sess_free(sess *s) {
     if (!s) return;
     free(s->tokens);
+    free(s->disk);
     free(s);
 }
 
@@ -98,6 +99,10 @@ static void load_one(void *user, const char *owner, const char *id) {
     }
     s = calloc(1, sizeof(*s));
     if (!s || set_tokens(s, f.tokens, f.n_tokens) != ATTND_OK) goto done;
+    s->disk = f.tokens; /* what the file holds */
+    s->n_disk = f.n_tokens;
+    s->on_disk = true;
+    f.tokens = NULL;
     snprintf(s->id, sizeof(s->id), "%s", id);
     snprintf(s->owner, sizeof(s->owner), "%s", owner);
     s->created_ms = f.created_ms;
@@ -121,18 +126,12 @@ attnd_status sess_store_create(sess_store **out, const char *state_dir, const ch
     if (!st) return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory");
     pthread_mutex_init(&st->mu, NULL);
     st->max_sessions = max_sessions > 0 ? max_sessions : 1;
-    attnd_status rc = ATTND_ERR_NOMEM;
     st->model_tag = strdup(model_tag ? model_tag : "");
-    if (!st->model_tag) goto fail;
-    if (state_dir && *state_dir) {
-        if ((rc = statedir_open(&st->sd, state_dir, NULL, err)) != ATTND_OK) goto fail;
-        if ((rc = statedir_scan(st->sd, SESS_FILE_SUFFIX, load_one, st, NULL, err)) != ATTND_OK) goto fail;
-    }
-    *out = st;
-    return ATTND_OK;
-fail:
-    if (rc == ATTND_ERR_NOMEM) attnd_fail(err, rc, "out of memory");
-    sess_store_destroy(st);
+    /* the scan loads the sessions: the store is complete before it */
+    attnd_status rc = !st->model_tag ? attnd_fail(err, ATTND_ERR_NOMEM, "out of memory")
+                                     : statedir_load(&st->sd, state_dir, SESS_FILE_SUFFIX, load_one, st, err);
+    if (rc == ATTND_OK) *out = st;
+    else sess_store_destroy(st);
     return rc;
 }
 
@@ -176,10 +175,12 @@ static void give_kv(sess_store *st, struct kv_seq *kv) {
     fn(user, kv);
 }
 
-/* Removes a named session's file (logged when that fails: the session is gone either way). */
+/* Removes a named session's file (logged when that fails: a session the store removes itself,
+ * by TTL or LRU, is gone from memory either way; its file's last use lets the TTL take it again
+ * after a restart). */
 static void remove_file(sess_store *st, const sess *s) {
     attnd_err e;
-    if (st->sd && statedir_remove(st->sd, s->owner, s->id, SESS_FILE_SUFFIX, NULL, &e) != ATTND_OK)
+    if (st->sd && s->on_disk && statedir_remove(st->sd, s->owner, s->id, SESS_FILE_SUFFIX, NULL, &e) != ATTND_OK)
         slog_warn("%s", e.msg);
 }
 
@@ -312,7 +313,7 @@ sess *sess_acquire_anon(sess_store *st, const char *owner, const int32_t *tokens
         pick->kv_len = 0;
         snprintf(pick->owner, sizeof(pick->owner), "%s", own(owner));
     }
-    if (pick) pick->busy = true;
+    if (pick) pick->busy = pick->running = true; /* the scheduler acquires these for a slot */
     pthread_mutex_unlock(&st->mu);
     return pick;
 }
@@ -322,6 +323,7 @@ attnd_status sess_release(sess_store *st, sess *s, const int32_t *tokens, int n,
     attnd_status rc = set_tokens(s, tokens, n);
     if (rc == ATTND_OK) s->version++;
     s->busy = false;
+    s->running = false;
     s->last_use_ms = (int64_t)attnd_unix_ms();
     pthread_mutex_unlock(&st->mu);
     return rc == ATTND_OK ? ATTND_OK : attnd_fail(err, rc, "out of memory saving the session history");
@@ -339,8 +341,10 @@ struct kv_seq *sess_evict_lru(sess_store *st) {
     pthread_mutex_lock(&st->mu);
     sess *pick = NULL;
     for (sess *s = st->head; s; s = s->next) {
-        if (s->busy || !s->kv) continue;
-        if (!pick || s->last_use_ms < pick->last_use_ms || (s->last_use_ms == pick->last_use_ms && s->anon))
+        if (s->running || !s->kv) continue;
+        if (!pick || (pick->busy && !s->busy) ||
+            (pick->busy == s->busy && (s->last_use_ms < pick->last_use_ms ||
+                                       (s->last_use_ms == pick->last_use_ms && s->anon))))
             pick = s;
     }
     struct kv_seq *kv = NULL;
@@ -354,13 +358,22 @@ struct kv_seq *sess_evict_lru(sess_store *st) {
     return kv;
 }
 
-void sess_abandon(sess_store *st, sess *s) {
+void sess_set_running(sess_store *st, sess *s, bool running) {
     pthread_mutex_lock(&st->mu);
-    s->busy = false;
+    s->running = running;
     pthread_mutex_unlock(&st->mu);
 }
 
-attnd_status sess_delete(sess_store *st, const char *owner, const char *id, struct kv_seq **kv, attnd_err *err) {
+void sess_abandon(sess_store *st, sess *s) {
+    pthread_mutex_lock(&st->mu);
+    s->busy = false;
+    s->running = false;
+    pthread_mutex_unlock(&st->mu);
+}
+
+attnd_status sess_delete(sess_store *st, const char *owner, const char *id, struct kv_seq **kv, int *sys_errno,
+                         attnd_err *err) {
+    if (sys_errno) *sys_errno = 0;
     *kv = NULL;
     pthread_mutex_lock(&st->mu);
     attnd_status rc = ATTND_OK;
@@ -369,11 +382,12 @@ attnd_status sess_delete(sess_store *st, const char *owner, const char *id, stru
     sess *s = *pp;
     if (!s) rc = attnd_fail(err, ATTND_ERR_NOT_FOUND, "session '%s' not found", id);
     else if (s->busy) rc = attnd_fail(err, ATTND_ERR_BUSY, "session '%s' is busy with another request", id);
+    else if (st->sd && s->on_disk && (rc = statedir_remove(st->sd, s->owner, s->id, SESS_FILE_SUFFIX, sys_errno, err)))
+        slog_error("session '%s' not deleted: %s", id, err ? err->msg : "I/O error"); /* it stays, as on disk */
     else {
         *pp = s->next;
         st->n_named--;
         *kv = s->kv;
-        remove_file(st, s);
         sess_free(s);
     }
     pthread_mutex_unlock(&st->mu);
@@ -404,7 +418,39 @@ static char *snapshot_locked(const sess_store *st, const sess *s) {
  * lock only when the snapshot is newer than what is on disk (a slower writer of an older
  * version must not win), and fsync the directory. Returns once the current version is durable.
  */
-attnd_status sess_persist(sess_store *st, const char *owner, const char *id, attnd_err *err) {
+/* A write of version failed: memory goes back to what the file holds (caller holds the lock);
+ * returns the KV of a session removed because it never reached its file, for give_kv. */
+static struct kv_seq *revert_locked(sess_store *st, sess *s, uint64_t version) {
+    if (s->busy || s->version != version) return NULL; /* a newer turn's write decides */
+    if (!s->on_disk) {
+        slog_error("session '%s' removed: it could not be saved", s->id);
+        return remove_locked(st, s);
+    }
+    int keep = sess_common_prefix(s->tokens, s->kv_len, s->disk, s->n_disk);
+    if (set_tokens(s, s->disk, s->n_disk) != ATTND_OK) return NULL; /* cannot shrink: never fails */
+    s->kv_len = keep;
+    s->version = s->persisted_version;
+    slog_error("session '%s' put back to its saved history (%d tokens): the turn could not be saved", s->id,
+               s->n_disk);
+    return NULL;
+}
+
+/* The snapshot committed: the file now holds snap (stolen). */
+static void on_disk_locked(sess *s, uint64_t version, int32_t *snap, int n_snap) {
+    s->persisted_version = version;
+    free(s->disk);
+    s->disk = snap;
+    s->n_disk = n_snap;
+    s->on_disk = true;
+}
+
+/*
+ * Snapshot under the lock, write and fsync the temporary file outside it, then rename under the
+ * lock only when the snapshot is newer than what is on disk (a slower writer of an older
+ * version must not win), and fsync the directory. Returns once the current version is durable.
+ */
+attnd_status sess_persist(sess_store *st, const char *owner, const char *id, int *sys_errno, attnd_err *err) {
+    if (sys_errno) *sys_errno = 0;
     if (!st->sd) return ATTND_OK;
     pthread_mutex_lock(&st->mu);
     sess *s = find_named(st, owner, id);
@@ -414,30 +460,41 @@ attnd_status sess_persist(sess_store *st, const char *owner, const char *id, att
     }
     char *text = snapshot_locked(st, s);
     uint64_t version = s->version;
+    int n_snap = s->n_tokens;
+    int32_t *snap = malloc((size_t)(n_snap ? n_snap : 1) * sizeof(int32_t));
+    if (snap) memcpy(snap, s->tokens, (size_t)n_snap * sizeof(int32_t));
     char file_owner[SESS_OWNER_MAX + 1], file_id[SESS_ID_MAX + 1];
     snprintf(file_owner, sizeof(file_owner), "%s", s->owner);
     snprintf(file_id, sizeof(file_id), "%s", s->id);
     pthread_mutex_unlock(&st->mu);
 
     statedir_staged *staged = NULL;
-    attnd_status rc = !text ? attnd_fail(err, ATTND_ERR_NOMEM, "out of memory")
-                            : statedir_stage(st->sd, file_owner, file_id, SESS_FILE_SUFFIX, text, strlen(text),
-                                             &staged, NULL, err);
+    attnd_status rc = !text || !snap ? attnd_fail(err, ATTND_ERR_NOMEM, "out of memory")
+                                     : statedir_stage(st->sd, file_owner, file_id, SESS_FILE_SUFFIX, text,
+                                                      strlen(text), &staged, sys_errno, err);
     free(text);
-    if (rc != ATTND_OK) return rc;
     pthread_mutex_lock(&st->mu);
     /* deleted meanwhile, or a newer version already renamed: this snapshot is dropped */
     sess *again = find_named(st, owner, id);
     bool newer = again && again->persisted_version < version;
     attnd_err discard_err;
-    if (!newer) {
+    struct kv_seq *dropped = NULL;
+    if (rc != ATTND_OK) {
+        if (again) dropped = revert_locked(st, again, version);
+    } else if (!newer) {
         if (statedir_discard(st->sd, staged, NULL, &discard_err) != ATTND_OK) slog_warn("%s", discard_err.msg);
-    } else if ((rc = statedir_commit(st->sd, staged, NULL, err)) == ATTND_OK) {
-        again->persisted_version = version;
+    } else if ((rc = statedir_commit(st->sd, staged, sys_errno, err)) == ATTND_OK) {
+        on_disk_locked(again, version, snap, n_snap);
+        snap = NULL;
+    } else {
+        dropped = revert_locked(st, again, version);
     }
     pthread_mutex_unlock(&st->mu);
-    /* also when a newer writer renamed: its directory entry may not be synced yet */
-    if (rc == ATTND_OK && again) rc = statedir_sync(st->sd, NULL, err);
+    free(snap);
+    give_kv(st, dropped);
+    /* also when a newer writer renamed: its directory entry may not be synced yet; a failed
+     * sync leaves the new file in place (memory matches it) but the turn unacknowledged */
+    if (rc == ATTND_OK && again) rc = statedir_sync(st->sd, sys_errno, err);
     return rc;
 }
 
@@ -464,7 +521,7 @@ int sess_persist_all(sess_store *st) {
     int fails = 0;
     for (int i = 0; i < k; i++) {
         attnd_err e;
-        if (sess_persist(st, owners[i], ids[i], &e) != ATTND_OK) {
+        if (sess_persist(st, owners[i], ids[i], NULL, &e) != ATTND_OK) {
             slog_error("%s", e.msg);
             fails++;
         }

@@ -44,9 +44,17 @@ typedef struct sess {
     struct kv_seq *kv;        /* owned by the scheduler; NULL = evicted (rebuilt from tokens) */
     int kv_len;               /* tokens of `tokens` whose KV is in kv */
     size_t kv_bytes;
-    bool busy;                /* a request is running on it */
+    bool busy;                /* a request holds it: queued for the scheduler, or running */
+    bool running;             /* in a scheduler slot: its KV is in use and cannot be evicted
+                                 (a busy session still queued can lose its KV: the scheduler
+                                 rebuilds it from the tokens when the job starts) */
     int64_t created_ms, last_use_ms;
     uint64_t version, persisted_version;
+    int32_t *disk;            /* (n_disk) the history its file holds, when on_disk: a write that
+                                 fails puts the history back to it, so memory stays what a
+                                 restart would load */
+    int n_disk;
+    bool on_disk;
     struct sess *next;
 } sess;
 
@@ -82,10 +90,15 @@ sess *sess_acquire_anon(sess_store *st, const char *owner, const int32_t *tokens
 attnd_status sess_release(sess_store *st, sess *s, const int32_t *tokens, int n, attnd_err *err);
 /* Records the KV state after the scheduler changed it. */
 void sess_set_kv(sess_store *st, sess *s, struct kv_seq *kv, int kv_len, size_t kv_bytes);
-/* Detaches and returns the KV handle of the idle entry used least recently (anonymous ones
- * before named ones of the same age), or NULL when no idle entry holds KV. The caller (the
- * scheduler) destroys it; the entry keeps its token history. */
+/* Detaches and returns the KV handle of the entry used least recently that is not running in a
+ * scheduler slot (idle entries first, anonymous before named of the same age; then sessions
+ * whose request still waits in the queue: admission does not count their KV, so it must stay
+ * evictable), or NULL when none holds KV. The caller (the scheduler) destroys it; the entry
+ * keeps its token history. */
 struct kv_seq *sess_evict_lru(sess_store *st);
+/* The scheduler took the entry into a slot (running = true) or let it go: only a running
+ * entry's KV is out of sess_evict_lru's reach. sess_release and sess_abandon clear it. */
+void sess_set_running(sess_store *st, sess *s, bool running);
 /* Ends a request that never reached the scheduler: clears busy, history unchanged. */
 void sess_abandon(sess_store *st, sess *s);
 /* Session lifetime: named sessions idle for more than ttl_ms are removed by sess_expire (0 =
@@ -98,17 +111,24 @@ void sess_store_set_lifetime(sess_store *st, int64_t ttl_ms, bool evict_lru);
 void sess_store_set_kv_sink(sess_store *st, void (*fn)(void *user, struct kv_seq *kv), void *user);
 /* Removes the idle named sessions past the TTL (files included); returns how many. */
 int sess_expire(sess_store *st);
-/* Removes a named session (and its file). Hands back its KV handle in *kv for the scheduler
- * to destroy. NOT_FOUND, BUSY. */
-attnd_status sess_delete(sess_store *st, const char *owner, const char *id, struct kv_seq **kv, attnd_err *err);
+/* Removes a named session and its file, durably (unlink and directory fsync) before it is gone
+ * from memory. Hands back its KV handle in *kv for the scheduler to destroy. NOT_FOUND, BUSY,
+ * IO (the file could not be removed: the session stays, *sys_errno says why). */
+attnd_status sess_delete(sess_store *st, const char *owner, const char *id, struct kv_seq **kv, int *sys_errno,
+                         attnd_err *err);
 /* Detaches every KV handle (shutdown): calls fn on each. */
 void sess_take_all_kv(sess_store *st, void (*fn)(struct kv_seq *kv));
 
 /* Writes a named session's history to disk if it changed (no-op without a state dir): file
  * fsync, rename, directory fsync, so it survives a crash once this returns OK. An older
  * snapshot is never renamed over a newer one (per-session version counter). Start-up removes
- * the temporary files of writes a crash interrupted. */
-attnd_status sess_persist(sess_store *st, const char *owner, const char *id, attnd_err *err);
+ * the temporary files of writes a crash interrupted.
+ * A write that fails (IO, with the system's errno in *sys_errno when not NULL: ENOSPC, EROFS,
+ * EIO...) puts the in-memory history back to what the file holds, and a session that never
+ * reached its file is removed, so memory never holds what a restart would lose: the caller
+ * must not acknowledge the turn (507 / 503). A session busy with a newer turn is left to that
+ * turn's write. */
+attnd_status sess_persist(sess_store *st, const char *owner, const char *id, int *sys_errno, attnd_err *err);
 /* Persists every changed session (shutdown). Returns the number of failures. */
 int sess_persist_all(sess_store *st);
 

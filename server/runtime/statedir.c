@@ -5,6 +5,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <stdatomic.h>
 #include <fcntl.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -23,10 +24,48 @@ struct statedir_staged {
     char *path, *tmp;
 };
 
+// ---- health and injected faults ------------------------------------------------------------
+
+static atomic_ulong n_failures; /* writes and removals that failed, since start */
+static atomic_bool failing;     /* the last write or removal failed */
+
+void statedir_health(statedir_stats *out) {
+    out->failures = atomic_load(&n_failures);
+    out->degraded = atomic_load(&failing);
+}
+
+/* The errno the test hook injects at step, 0 = none: $ATTND_FAULT_FILE names a file whose lines
+ * are "<step> <errno name>" (steps open, write, fsync, rename, dirsync, unlink; "*" = every
+ * one). Read at each step, so a test turns a fault on and off while the server runs. */
+static int injected(const char *step) {
+    static const struct { const char *name; int e; } names[] = {
+        {"ENOSPC", ENOSPC}, {"EROFS", EROFS}, {"EIO", EIO}, {"EDQUOT", EDQUOT}, {"EACCES", EACCES}};
+    const char *path = getenv("ATTND_FAULT_FILE");
+    FILE *f = path && *path ? fopen(path, "r") : NULL;
+    if (!f) return 0;
+    char line[128], s[32], e[32];
+    int found = 0;
+    while (!found && fgets(line, sizeof(line), f))
+        if (sscanf(line, "%31s %31s", s, e) == 2 && (!strcmp(s, step) || !strcmp(s, "*")))
+            for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+                if (!strcmp(e, names[i].name)) found = names[i].e;
+    fclose(f);
+    return found;
+}
+
+/* True, with errno set, when the test hook fails this step. */
+static bool fault(const char *step) {
+    int e = injected(step);
+    if (e) errno = e;
+    return e != 0;
+}
+
 /* Fails with the errno of the system call that just failed: message "<what> <name>: <strerror>". */
 static attnd_status io_fail(int *sys_errno, attnd_err *err, const char *what, const char *name) {
     int e = errno;
     if (sys_errno) *sys_errno = e;
+    atomic_fetch_add(&n_failures, 1);
+    atomic_store(&failing, true);
     return attnd_fail(err, ATTND_ERR_IO, "%s %s: %s", what, name, strerror(e));
 }
 
@@ -51,7 +90,9 @@ bool statedir_id_valid(const char *id) {
               c == '-'))
             return false;
     }
-    return n <= STATEDIR_ID_MAX;
+    /* "<entry><suffix>.tmp." marks an interrupted write's file (statedir_scan removes those): an
+     * id holding ".tmp." could name an entry that looks like one */
+    return n <= STATEDIR_ID_MAX && !strstr(id, ".tmp.");
 }
 
 bool statedir_owner_valid(const char *owner) {
@@ -156,6 +197,18 @@ attnd_status statedir_scan(statedir *sd, const char *suffix, void (*each)(void *
     return ok(sys_errno);
 }
 
+attnd_status statedir_load(statedir **out, const char *dir, const char *suffix,
+                           void (*each)(void *user, const char *owner, const char *id), void *user, attnd_err *err) {
+    *out = NULL;
+    if (!dir || !*dir) return ATTND_OK;
+    attnd_status rc = statedir_open(out, dir, NULL, err);
+    if (rc == ATTND_OK && (rc = statedir_scan(*out, suffix, each, user, NULL, err)) != ATTND_OK) {
+        statedir_close(*out);
+        *out = NULL;
+    }
+    return rc;
+}
+
 // ---- files --------------------------------------------------------------------------------
 
 bool statedir_exists(const statedir *sd, const char *owner, const char *id, const char *suffix) {
@@ -225,7 +278,7 @@ static attnd_status write_tmp(const char *path, const char *text, size_t len, ch
     if (!tmp) return nomem(sys_errno, err);
     static unsigned long counter;
     snprintf(tmp, n, "%s.tmp.%ld.%lu", path, (long)getpid(), __atomic_add_fetch(&counter, 1, __ATOMIC_RELAXED));
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    int fd = fault("open") ? -1 : open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
     if (fd < 0) {
         attnd_status rc = io_fail(sys_errno, err, "cannot write", tmp);
         free(tmp);
@@ -234,13 +287,13 @@ static attnd_status write_tmp(const char *path, const char *text, size_t len, ch
     size_t off = 0;
     int e = 0;
     while (off < len && !e) {
-        ssize_t w = write(fd, text + off, len - off);
+        ssize_t w = fault("write") ? -1 : write(fd, text + off, len - off);
         if (w < 0 && errno == EINTR) continue;
         if (w < 0) e = errno;
         else if (w == 0) e = EIO; /* a regular file that takes nothing: no errno of its own */
         else off += (size_t)w;
     }
-    if (!e && fsync(fd) != 0) e = errno;
+    if (!e && (fault("fsync") || fsync(fd) != 0)) e = errno;
     if (close(fd) != 0 && !e) e = errno;
     if (e) {
         errno = e;
@@ -280,7 +333,7 @@ static void staged_free(statedir_staged *s) {
 attnd_status statedir_commit(statedir *sd, statedir_staged *staged, int *sys_errno, attnd_err *err) {
     (void)sd;
     attnd_status rc = ok(sys_errno);
-    if (rename(staged->tmp, staged->path) != 0) {
+    if (fault("rename") || rename(staged->tmp, staged->path) != 0) {
         rc = io_fail(sys_errno, err, "cannot write", staged->path);
         unlink(staged->tmp);
     }
@@ -299,7 +352,8 @@ attnd_status statedir_discard(statedir *sd, statedir_staged *staged, int *sys_er
 attnd_status statedir_sync(statedir *sd, int *sys_errno, attnd_err *err) {
     int fd = open(sd->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     attnd_status rc = ok(sys_errno);
-    if (fd < 0 || fsync(fd) != 0) rc = io_fail(sys_errno, err, "cannot sync directory", sd->dir);
+    if (fd < 0 || fault("dirsync") || fsync(fd) != 0) rc = io_fail(sys_errno, err, "cannot sync directory", sd->dir);
+    else atomic_store(&failing, false); /* a change made durable: the store works again */
     if (fd >= 0) close(fd);
     return rc;
 }
@@ -318,7 +372,9 @@ attnd_status statedir_remove(statedir *sd, const char *owner, const char *id, co
     char *path = statedir_path(sd, owner, id, suffix);
     if (!path) return nomem(sys_errno, err);
     attnd_status rc = ok(sys_errno);
-    if (unlink(path) != 0 && errno != ENOENT) rc = io_fail(sys_errno, err, "cannot remove", path);
+    if ((fault("unlink") || unlink(path) != 0) && errno != ENOENT) rc = io_fail(sys_errno, err, "cannot remove", path);
     free(path);
+    /* the removal survives a crash only once the directory is synced */
+    if (rc == ATTND_OK) rc = statedir_sync(sd, sys_errno, err);
     return rc;
 }

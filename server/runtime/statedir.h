@@ -38,7 +38,8 @@ typedef struct statedir statedir;
 /* A written, fsynced temporary file not yet renamed over its target (statedir_stage). */
 typedef struct statedir_staged statedir_staged;
 
-/* True for 1..64 characters of [A-Za-z0-9._-], not starting with '.'. */
+/* True for 1..64 characters of [A-Za-z0-9._-], not starting with '.' and without ".tmp." (the
+ * mark of a temporary file). */
 bool statedir_id_valid(const char *id);
 /* True for NULL or 0..16 lower-case hex digits ("" and NULL = no owner). */
 bool statedir_owner_valid(const char *owner);
@@ -56,6 +57,12 @@ STATEDIR_MUST_CHECK attnd_status statedir_scan(statedir *sd, const char *suffix,
                                                void (*each)(void *user, const char *owner, const char *id),
                                                void *user, int *sys_errno, attnd_err *err);
 
+/* A store's start: dir NULL or "" = no directory (*out NULL, OK); else statedir_open, then
+ * statedir_scan(suffix, each, user). On failure *out is NULL. */
+STATEDIR_MUST_CHECK attnd_status statedir_load(statedir **out, const char *dir, const char *suffix,
+                                               void (*each)(void *user, const char *owner, const char *id),
+                                               void *user, attnd_err *err);
+
 /* <dir>/[<owner>~]<id><suffix> (new string, caller frees; NULL when out of memory). owner NULL
  * or "" = none. */
 char *statedir_path(const statedir *sd, const char *owner, const char *id, const char *suffix);
@@ -71,7 +78,7 @@ attnd_status statedir_read(const statedir *sd, const char *owner, const char *id
  * fsync). On failure the old contents are intact and no temporary file is left. */
 STATEDIR_MUST_CHECK attnd_status statedir_write(statedir *sd, const char *owner, const char *id, const char *suffix,
                                                 const char *text, size_t len, int *sys_errno, attnd_err *err);
-/* Removes the entry; one already gone is OK. */
+/* Removes the entry durably (unlink, then the directory fsynced); one already gone is OK. */
 STATEDIR_MUST_CHECK attnd_status statedir_remove(statedir *sd, const char *owner, const char *id, const char *suffix,
                                                  int *sys_errno, attnd_err *err);
 
@@ -92,5 +99,20 @@ STATEDIR_MUST_CHECK attnd_status statedir_discard(statedir *sd, statedir_staged 
                                                   attnd_err *err);
 /* fsyncs the directory: renames and removals done before it survive a crash. */
 STATEDIR_MUST_CHECK attnd_status statedir_sync(statedir *sd, int *sys_errno, attnd_err *err);
+
+/* The state directory's health, process-wide (every statedir): writes and removals that failed
+ * since start, and whether the last one failed (cleared by the next one made durable). */
+typedef struct statedir_stats {
+    unsigned long failures;
+    bool degraded;
+} statedir_stats;
+void statedir_health(statedir_stats *out);
+
+/*
+ * Test hook: when $ATTND_FAULT_FILE names a readable file, each line "<step> <ERRNO>" fails that
+ * step of every write or removal with that errno, as if the system call had: steps open, write,
+ * fsync, rename (the commit), dirsync, unlink, or "*"; errnos ENOSPC, EROFS, EIO, EDQUOT, EACCES.
+ * The file is read at each step (delete it and the faults stop). Unset in production.
+ */
 
 #endif

@@ -2,8 +2,11 @@
 # regenerate.sh — rewrite the llama.cpp reference outputs the test suite compares against:
 #   tests/data/reference-greedy.json       llama.cpp's greedy tokens for every model x prompt
 #   tests/data/reference-tokens-sotu.jsonl llama.cpp's ids for the conformance texts, default vocabulary
+#   tests/data/reference-families.json     llama.cpp's greedy tokens for the generated model of each
+#                                          family (tests/family_specs.h, written by BUILD_DIR/tiny_model)
 #
-#   tests/data/regenerate.sh [BUILD_DIR]    (default: build; needs BUILD_DIR/attnd, node and npm)
+#   tests/data/regenerate.sh [BUILD_DIR]    (default: build; needs BUILD_DIR/attnd and
+#                                            BUILD_DIR/make_tiny, node and npm)
 #
 # The quantized variants are made with `attnd quantize` exactly as the suite makes them
 # (tests/test_models.h); llama.cpp runs through tools/peers/llamacpp (installed on first use),
@@ -19,7 +22,11 @@ trap 'rm -rf "$tmp"' EXIT
 
 # model names as test_models.h spells them
 MODELS=(stories260K stories260K-F16 stories260K-BF16 stories260K-Q8_0 stories260K-Q4_0
-        attnd-sotu attnd-sotu-Q8_0 attnd-sotu-Q4_K attnd-sotu-Q4_K_M)
+        attnd-sotu attnd-sotu-Q8_0 attnd-sotu-Q4_K attnd-sotu-Q4_K_M
+        attnd-sotu-Q2_K attnd-sotu-Q3_K_S attnd-sotu-Q3_K_M attnd-sotu-Q4_K_S attnd-sotu-Q5_K_S attnd-sotu-Q5_K_M
+        attnd-sotu-Q4_1 attnd-sotu-Q5_0 attnd-sotu-Q5_1 attnd-sotu-IQ4_NL attnd-sotu-IQ4_XS attnd-sotu-MXFP4
+        qwen896-Q4_K_M qwen896-Q5_K_M qwen896-Q2_K qwen896-IQ4_XS
+        llama960-Q4_K_M llama960-Q5_K_M llama960-Q3_K_M)
 PROMPTS=("Once upon a time" "We the people" "The state of the Union is" "A" "Our economy"
          "In the year 1865, the Congress" "What is 2+2? The answer"
          "Fellow citizens of the Senate and House of Representatives: the progress of our country in the last year has been great, and we must now turn to the work that remains. Tonight I want to speak about jobs, about schools, about the health of our people, and about the security of the Nation. Let us begin.")
@@ -29,6 +36,9 @@ path_of() { # path_of NAME -> the file (quantized into $tmp when it is a variant
     case $1 in
     stories260K) echo "$root/tests/data/models/stories260K.gguf" ;;
     attnd-sotu) echo "$root/models/attnd-sotu.gguf" ;;
+    qwen896 | llama960) # generated random-weight models (tests/make_tiny.c), as test_models.h makes them
+       [ -f "$tmp/$1.gguf" ] || "$build/make_tiny" "$tmp/$1.gguf" "$1" >&2
+       echo "$tmp/$1.gguf" ;;
     *) local base=${1%-*} type=${1##*-}
        [ -f "$tmp/$1.gguf" ] || "$bin" quantize --quiet "$(path_of "$base")" "$tmp/$1.gguf" "$type" >&2
        echo "$tmp/$1.gguf" ;;
@@ -54,6 +64,24 @@ node -e '
     // one case per line, so a regeneration diffs line by line
     process.stdout.write(JSON.stringify(out).replace(/\[\{/, "[\n{").replace(/\},\{"model"/g, "},\n{\"model\"") + "\n");' "$cases" $N >"$root/tests/data/reference-greedy.json"
 
+# the generated model of each family: the same file the suite generates (tiny_model), same prompt ids
+fam=$tmp/families.jsonl
+for f in $("$build/tiny_model" --list); do
+    "$build/tiny_model" "$f" "$tmp/$f.gguf"
+    node "$peer/generate.mjs" --model "$tmp/$f.gguf" --tokens 1,300,301,302,260,270,280 --n 100 --threads 1 \
+        --flash-attn off --kv-type f32 --json |
+        F="$f" node -e '
+            const r = JSON.parse(require("fs").readFileSync(0, "utf8"));
+            process.stdout.write(JSON.stringify({family: process.env.F, prompt_tokens: r.prompt_tokens,
+                tokens: r.tokens}) + "\n");' >>"$fam"
+    echo "regenerate.sh: family $f done" >&2
+done
+node -e '
+    const lines = require("fs").readFileSync(process.argv[1], "utf8").trim().split("\n").map(JSON.parse);
+    const out = {generator: "llama.cpp via node-llama-cpp 3.21.1 (tools/peers/llamacpp), greedy, flash attention off, F32 KV cache, 1 thread; models: tiny_model FAMILY (tests/family_specs.h)",
+                 cases: lines};
+    process.stdout.write(JSON.stringify(out).replace(/\[\{/, "[\n{").replace(/\},\{"family"/g, "},\n{\"family\"") + "\n");' "$fam" >"$root/tests/data/reference-families.json"
+
 node "$peer/tokenize.mjs" --model "$root/models/attnd-sotu.gguf" --in "$root/tests/data/tokenizers/llama-spm.jsonl" \
     >"$root/tests/data/reference-tokens-sotu.jsonl"
-echo "regenerate.sh: wrote tests/data/reference-greedy.json and tests/data/reference-tokens-sotu.jsonl" >&2
+echo "regenerate.sh: wrote tests/data/reference-greedy.json, reference-families.json and reference-tokens-sotu.jsonl" >&2

@@ -43,7 +43,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         if (n) memcpy(toks, s->tokens, (size_t)n * sizeof(int32_t)); /* an empty history may have no array */
         toks[n] = 5;
         FUZZ_CHECK(sess_release(st, s, toks, n + 1, &err) == ATTND_OK, "release: %s", err.msg);
-        FUZZ_CHECK(sess_persist(st, NULL, "fuzz", &err) == ATTND_OK, "persist: %s", err.msg);
+        FUZZ_CHECK(sess_persist(st, NULL, "fuzz", NULL, &err) == ATTND_OK, "persist: %s", err.msg);
         sess_store_destroy(st);
         st = NULL;
         FUZZ_CHECK(sess_store_create(&st, g_dir, "m/vocab64", 4, &err) == ATTND_OK, "reopen: %s", err.msg);

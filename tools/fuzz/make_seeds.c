@@ -39,6 +39,19 @@ int main(int argc, char **argv) {
     q.wtype = GGUF_TYPE_F16, q.tied = true;
     snprintf(path, sizeof(path), "%s/qwen2-f16-tied.gguf", dir);
     bad |= tiny_write(path, &q);
+    /* the other families: sliding windows and soft-caps, QK-norm and head_dim, fused matrices, experts */
+    const char *fams[] = {"gemma2", "gemma3", "phi3", "qwen3moe"};
+    for (size_t i = 0; i < sizeof(fams) / sizeof(fams[0]); i++) {
+        tiny_spec g = tiny_default(fams[i]);
+        g.n_embd = 8, g.n_ff = 8, g.n_layer = 2, g.n_head = 2, g.n_head_kv = 1, g.rope_dims = 4, g.n_vocab = 16;
+        g.head_dim = 4, g.window = 3, g.attn_softcap = i == 0 ? 50.0f : 0, g.final_softcap = i == 0 ? 30.0f : 0;
+        if (i == 1 || i == 2) g.window = 0; /* phi3 has none; gemma3 gets its key below */
+        if (i == 1) g.window = 5;
+        if (i == 2) g.head_dim = 0;
+        if (i == 3) g.window = 0, g.n_expert = 4, g.n_expert_used = 2, g.n_ff_exp = 4;
+        snprintf(path, sizeof(path), "%s/%s.gguf", dir, fams[i]);
+        bad |= tiny_write(path, &g);
+    }
     /* tokenizer-only files of both families */
     size_t n;
     uint8_t *img = fuzz_tiny_vocab_image(true, NULL, &n);

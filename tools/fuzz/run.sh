@@ -13,7 +13,7 @@ cd "$(dirname "$0")/../.."
 SECONDS_EACH=${1:-15}
 shift || true
 TARGETS=("$@")
-[ ${#TARGETS[@]} -gt 0 ] || TARGETS=(fuzz_gguf fuzz_tok_spm fuzz_tok_bpe fuzz_oai fuzz_config fuzz_sess fuzz_grammar fuzz_json_schema fuzz_toolcall)
+[ ${#TARGETS[@]} -gt 0 ] || TARGETS=(fuzz_gguf fuzz_tok_spm fuzz_tok_bpe fuzz_oai fuzz_config fuzz_sess fuzz_jinja fuzz_grammar fuzz_json_schema fuzz_toolcall)
 BUILD=${FUZZ_BUILD:-build-fuzz}
 OUT=${FUZZ_OUT:-$BUILD/findings}
 

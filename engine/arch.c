@@ -1,0 +1,70 @@
+/*
+ * arch.c — the architectures attnd runs, one row each (see arch.h). The facts are those of
+ * llama.cpp's GGUF conventions: tensor and key names, which RoPE pairing, which norms; where
+ * llama.cpp takes a fact from its own code rather than from the file (Gemma's window patterns,
+ * Gemma 3's local RoPE base, SmolLM3's NoPE step), the row carries it.
+ *
+ * Gemma's norms: the GGUF converter stores Gemma's RMSNorm weights as 1 + w (the checkpoint's
+ * convention is x * (1 + w)), so every family's norm is the same x / rms(x) * weight here.
+ */
+#include "arch.h"
+
+#include <string.h>
+
+#include "attnd/common.h"
+
+static const char *const KEYS_NONE[] = {NULL};
+static const char *const KEYS_GEMMA2[] = {"attention.sliding_window", "attn_logit_softcapping",
+                                          "final_logit_softcapping", NULL};
+static const char *const KEYS_GEMMA3[] = {"attention.sliding_window", NULL};
+static const char *const KEYS_MOE[] = {"expert_count", "expert_used_count", "expert_feed_forward_length", NULL};
+static const char *const KEYS_GPT_OSS[] = {"expert_count", "expert_used_count", "expert_feed_forward_length",
+                                           "attention.sliding_window", NULL};
+
+static const arch_desc ARCHS[] = {
+    {.name = "llama", .rope = ROPE_ADJACENT, .qkv_bias = NEED_OPTIONAL, .keys = KEYS_NONE},
+    {.name = "qwen2", .rope = ROPE_NEOX, .qkv_bias = NEED_YES, .keys = KEYS_NONE},
+    {.name = "qwen3", .rope = ROPE_NEOX, .qk_norm = true, .keys = KEYS_NONE},
+    {.name = "smollm3", .rope = ROPE_ADJACENT, .nope_step = 4, .keys = KEYS_NONE},
+    {.name = "gemma2", .rope = ROPE_NEOX, .post_norms = true, .embd_scale = true, .act = ACT_GELU_TANH,
+     .swa_pattern = 2, .swa_default = 4096, .softcap = true, .wide_scale_layers = 46, .keys = KEYS_GEMMA2},
+    {.name = "gemma3", .rope = ROPE_NEOX, .qk_norm = true, .post_norms = true, .embd_scale = true,
+     .act = ACT_GELU_TANH, .swa_pattern = 6, .swa_rope_base = 10000.0f, .wide_scale_layers = 62,
+     .keys = KEYS_GEMMA3},
+    {.name = "phi3", .rope = ROPE_NEOX, .fused_qkv = true, .fused_gate_up = true, .keys = KEYS_NONE},
+    /* router softmax over all experts, top expert_used_count, their weights renormalised to sum 1 */
+    {.name = "qwen3moe", .rope = ROPE_NEOX, .qk_norm = true, .moe = true, .keys = KEYS_MOE},
+    /* biases everywhere, sinks, even layers local (window required), the FFN's input norm is
+     * post_attention_norm; the experts are MXFP4 in released files (attnd: not yet) */
+    {.name = "gpt-oss", .rope = ROPE_NEOX, .qkv_bias = NEED_YES, .attn_out_bias = true, .sinks = true,
+     .act = ACT_SWIGLU_OAI, .moe = true, .moe_biases = true, .moe_softmax_topk = true, .swa_pattern = 2,
+     .ffn_norm = "post_attention_norm", .keys = KEYS_GPT_OSS},
+};
+
+/* Keys every family reads (model.c) or that change nothing attnd computes. */
+static const char *const KEYS_COMMON[] = {
+    "context_length", "embedding_length", "block_count", "feed_forward_length", "attention.head_count",
+    "attention.head_count_kv", "attention.key_length", "attention.value_length", "rope.dimension_count",
+    "attention.layer_norm_rms_epsilon", "rope.freq_base", "rope.scaling.type", "rope.scaling.factor",
+    "rope.scaling.original_context_length", "rope.scaling.attn_factor", "rope.scaling.yarn_beta_fast",
+    "rope.scaling.yarn_beta_slow",
+    /* informational: */
+    "vocab_size", "rope.scaling.finetuned", NULL};
+
+const arch_desc *arch_find(const char *name) {
+    for (size_t i = 0; i < ATTND_ARRAY_LEN(ARCHS); i++)
+        if (!strcmp(ARCHS[i].name, name)) return &ARCHS[i];
+    return NULL;
+}
+
+const char *arch_names(void) { return "llama, qwen2, qwen3, qwen3moe, smollm3, gemma2, gemma3, phi3, gpt-oss"; }
+
+static bool in_list(const char *const *list, const char *s) {
+    for (; *list; list++)
+        if (!strcmp(*list, s)) return true;
+    return false;
+}
+
+bool arch_key_known(const arch_desc *d, const char *suffix) {
+    return in_list(KEYS_COMMON, suffix) || in_list(d->keys, suffix);
+}

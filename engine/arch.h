@@ -1,0 +1,64 @@
+/*
+ * arch.h — (engine-private) what each supported architecture computes, in one table (arch.c).
+ *
+ * model.c reads a family's description to know which tensors and keys to expect; engine.c reads
+ * the per-layer facts model.c derives from it (layer_weights: NoPE, window, RoPE table) and the
+ * model-wide ones (model: norms, activation, scales). Neither branches on a family's name: a new
+ * family that combines known pieces is a new row of the table.
+ */
+#ifndef ATTND_ARCH_H
+#define ATTND_ARCH_H
+
+#include <stdbool.h>
+
+/* Which elements RoPE rotates together: (2i, 2i+1) (llama's converter permutes Q/K for it), or
+ * (i, i + rope_dims/2) ("NEOX"). */
+typedef enum arch_rope_pairs { ROPE_ADJACENT = 0, ROPE_NEOX = 1 } arch_rope_pairs;
+
+/* The gated feed-forward's activation on the gate: silu (SwiGLU) or gelu, tanh form (GeGLU). */
+/* ACT_SWIGLU_OAI (gpt-oss): gate g clamped above at 7, up u to [-7, 7], then g sigmoid(1.702 g) (u + 1). */
+typedef enum arch_act { ACT_SILU = 0, ACT_GELU_TANH = 1, ACT_SWIGLU_OAI = 2 } arch_act;
+
+/* Whether a tensor of every layer is absent, optional or required. */
+typedef enum arch_need { NEED_NO = 0, NEED_OPTIONAL = 1, NEED_YES = 2 } arch_need;
+
+typedef struct arch_desc {
+    const char *name;          /* general.architecture */
+    arch_rope_pairs rope;
+    arch_need qkv_bias;        /* attn_{q,k,v}.bias */
+    bool qk_norm;              /* attn_q_norm, attn_k_norm: RMSNorm of each head (head_dim) before RoPE */
+    bool post_norms;           /* post_attention_norm, post_ffw_norm: RMSNorm of each sub-layer's output */
+    bool embd_scale;           /* embeddings times sqrt(n_embd) */
+    arch_act act;
+    bool fused_qkv;            /* attn_qkv (q_dim + 2 kv_dim rows) instead of attn_q/k/v */
+    bool fused_gate_up;        /* ffn_up holds the gate's n_ff rows, then up's; no ffn_gate */
+    bool moe;                  /* router ffn_gate_inp and experts ffn_{gate,up,down}_exps; no dense FFN */
+    bool moe_biases;           /* ffn_gate_inp.bias and ffn_{gate,up,down}_exps.bias */
+    /* Expert weights: false = softmax over every expert, the top k renormalised to 1 (Qwen3-MoE);
+     * true = the top k logits, then a softmax over those k (gpt-oss). */
+    bool moe_softmax_topk;
+    bool attn_out_bias;        /* attn_output.bias */
+    bool sinks;                /* attn_sinks (n_head): a per-head logit in every softmax's denominator */
+    const char *ffn_norm;      /* the FFN's input norm tensor ("blk.N.<name>.weight"); NULL = ffn_norm */
+    /* Sliding-window attention: with swa_pattern n > 0, layer l is local (sees the last `window`
+     * positions) unless l % n == n - 1; the window is <arch>.attention.sliding_window, or
+     * swa_default when the file has none (0: the key is required). */
+    int swa_pattern, swa_default;
+    float swa_rope_base;       /* RoPE base of local layers (no scaling); 0 = as global layers */
+    int nope_step;             /* n > 0: layer l skips RoPE when (l + 1) % n == 0 */
+    bool softcap;              /* attn_logit_softcapping, final_logit_softcapping keys */
+    /* Query scale 1/sqrt(n_embd / n_head) instead of 1/sqrt(head_dim) at this depth (Gemma's
+     * 27B: llama.cpp keys it on the layer count, the file carries no scale); 0 = never. */
+    int wide_scale_layers;
+    const char *const *keys;   /* the family's own "<arch>." keys beyond the common ones, NULL-ended */
+} arch_desc;
+
+/* The description of general.architecture `name`, or NULL when attnd does not run it. */
+const arch_desc *arch_find(const char *name);
+/* "llama, qwen2, ..." for messages. */
+const char *arch_names(void);
+/* Whether "<arch>.<suffix>" is a key attnd reads and applies for d (common or the family's), or
+ * one known to change nothing. */
+bool arch_key_known(const arch_desc *d, const char *suffix);
+
+#endif /* ATTND_ARCH_H */

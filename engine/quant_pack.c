@@ -1,0 +1,180 @@
+/*
+ * quant_pack.c — weights copied once at load into the lane-per-row layouts of the AVX-512
+ * kernels (quant_pack of quant.h; the layouts are described in quant_impl.h). A type is packed
+ * only where the active instruction set's table has a packed kernel for it; the copy replaces
+ * the mapped original in use (the mapping's pages are not read again), so no weight is held twice
+ * in resident memory.
+ */
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#include "attnd/common.h"
+#include "attnd/gguf.h"
+#include "quant.h"
+#include "quant_impl.h"
+#include "quant_types.h"
+
+/* Q4_0 rows -> quant_pack's layout (quant_impl.h): per 16-row group, pairs of blocks of
+ * PACK_Q40_PAIR bytes; block b's nibbles at PACK_Q40_PAIR (b / 2) + 256 (b % 2), the 16 bytes of
+ * each row split in four dwords, dword k of row i at 64 k + 4 i; its rows' 16 f16 scales at
+ * PACK_Q40_PAIR (b / 2) + 512 + 32 (b % 2). Rows past n_rows (and an odd last block's partner)
+ * stay zero (scale 0). */
+static void pack_q4_0(uint8_t *dst, const uint8_t *w, size_t rb, int64_t n_rows, int64_t nb, size_t group_bytes) {
+    for (int64_t r = 0; r < n_rows; r++) {
+        uint8_t *g = dst + (size_t)(r / PACK_ROWS) * group_bytes;
+        int i = (int)(r % PACK_ROWS);
+        const uint8_t *src = w + (size_t)r * rb;
+        for (int64_t b = 0; b < nb; b++, src += Q4_0_BYTES) {
+            uint8_t *pair = g + (size_t)(b / 2) * PACK_Q40_PAIR;
+            memcpy(pair + 512 + 32 * (b % 2) + 2 * i, src, 2);
+            for (int k = 0; k < 4; k++) memcpy(pair + 256 * (b % 2) + 64 * k + 4 * i, src + 2 + 4 * k, 4);
+        }
+    }
+}
+
+/* Q4_K rows -> quant_pack's layout (PACK_Q4K_BYTES per group and super-block, quant_impl.h). */
+static void pack_q4_k(uint8_t *dst, const uint8_t *w, size_t rb, int64_t n_rows, int64_t nsb, size_t group_bytes) {
+    for (int64_t r = 0; r < n_rows; r++) {
+        int i = (int)(r % PACK_ROWS);
+        const uint8_t *src = w + (size_t)r * rb;
+        for (int64_t b = 0; b < nsb; b++, src += Q4_K_BYTES) {
+            uint8_t *q = dst + (size_t)(r / PACK_ROWS) * group_bytes + (size_t)b * PACK_Q4K_BYTES;
+            for (int k = 0; k < 32; k++) memcpy(q + 64 * k + 4 * i, src + 16 + 4 * k, 4);
+            uint8_t sc[8], mn[8];
+            quant_q4k_scales(src + 4, sc, mn);
+            uint8_t *s = q + 32 * 64;
+            for (int h = 0; h < 2; h++) {
+                memcpy(s + 64 * h + 4 * i, sc + 4 * h, 4);
+                memcpy(s + 128 + 64 * h + 4 * i, mn + 4 * h, 4);
+            }
+            memcpy(s + 256 + 2 * i, src, 2);      /* d */
+            memcpy(s + 256 + 32 + 2 * i, src + 2, 2); /* dmin */
+        }
+    }
+}
+
+/* 2-bit field f (bits 2f, 2f + 1) of x */
+#define F2(x, f) ((unsigned)((x) >> (2 * (f))) & 3u)
+
+/* One 16-bit word of L0, L1 and H (PACK_Q6K_BYTES, quant_impl.h): the bytes whose unpacking gives
+ * the 6-bit values p[0..1] (in W0), q (W1), r (W2), s (W3). Written as 2-bit fields a0..h1 (4 per
+ * byte), each equation of the unpack solved in turn: every step uses fields set before it. */
+static void pack_q6_k_word(uint8_t l0[2], uint8_t l1[2], uint8_t h[2], const uint8_t p[2], const uint8_t q[2],
+                           const uint8_t r[2], const uint8_t s[2]) {
+    unsigned a0[4], a1[4], b0[4], b1[4], h0[4], h1[4];
+    h1[3] = F2(q[1], 2), h1[0] = F2(s[1], 2), b0[0] = F2(r[0], 0), b0[2] = F2(s[0], 0), b0[3] = F2(s[0], 1);
+    h0[1] = F2(r[0], 2) ^ b0[2], a1[0] = F2(p[1], 0) ^ h1[0], h0[3] = F2(q[0], 2) ^ a1[0];
+    b1[0] = F2(r[1], 0) ^ h0[3], h0[0] = F2(s[0], 2) ^ b1[0], b0[1] = F2(r[0], 1) ^ h0[0];
+    b1[1] = F2(r[1], 1) ^ h1[0], b1[3] = F2(s[1], 1) ^ h0[3], a0[2] = F2(q[0], 0) ^ h0[1];
+    h0[2] = F2(p[0], 2) ^ a0[2], a0[3] = F2(q[0], 1) ^ h0[2], b1[2] = F2(s[1], 0) ^ h0[2];
+    h1[1] = F2(r[1], 2) ^ b1[2], a1[1] = F2(p[1], 1) ^ h1[1], a0[0] = F2(p[0], 0) ^ h0[0];
+    a0[1] = F2(p[0], 1) ^ h0[1], a1[2] = F2(q[1], 0) ^ h1[1], h1[2] = F2(p[1], 2) ^ a1[2];
+    a1[3] = F2(q[1], 1) ^ h1[2];
+#define JOIN(v) (uint8_t)((v)[0] | (v)[1] << 2 | (v)[2] << 4 | (v)[3] << 6)
+    l0[0] = JOIN(a0), l0[1] = JOIN(a1), l1[0] = JOIN(b0), l1[1] = JOIN(b1), h[0] = JOIN(h0), h[1] = JOIN(h1);
+#undef JOIN
+}
+#undef F2
+
+/* The unpack is linear over GF(2), so is its solution: a word's six stored bytes are the XOR of
+ * one table entry per 6-bit value (t[k][v]: the solution for value v at input k, p[0] p[1] q[0]
+ * ... s[1], zeros elsewhere; bytes l0[0..1], l1[0..1], h[0..1] from the low end). */
+typedef struct q6_pack_tab {
+    uint64_t t[8][64];
+} q6_pack_tab;
+
+static void q6_pack_tab_init(q6_pack_tab *tab) {
+    for (int k = 0; k < 8; k++)
+        for (int v = 0; v < 64; v++) {
+            uint8_t in[8] = {0}, l0[2], l1[2], h[2];
+            in[k] = (uint8_t)v;
+            pack_q6_k_word(l0, l1, h, in, in + 2, in + 4, in + 6);
+            uint8_t o[6] = {l0[0], l0[1], l1[0], l1[1], h[0], h[1]};
+            uint64_t u = 0;
+            for (int i = 0; i < 6; i++) u |= (uint64_t)o[i] << (8 * i);
+            tab->t[k][v] = u;
+        }
+}
+
+/* Q6_K rows -> quant_pack's layout (the d, then PACK_Q6K_BYTES per group and super-block). */
+static void pack_q6_k(uint8_t *dst, const uint8_t *w, size_t rb, int64_t n_rows, int64_t nsb, size_t group_bytes) {
+    q6_pack_tab tab;
+    q6_pack_tab_init(&tab);
+    for (int64_t r = 0; r < n_rows; r++) {
+        int i = (int)(r % PACK_ROWS);
+        const uint8_t *src = w + (size_t)r * rb;
+        uint8_t *g = dst + (size_t)(r / PACK_ROWS) * group_bytes, *body = g + PACK_Q6K_HEAD(nsb);
+        for (int64_t b = 0; b < nsb; b++, src += Q6_K_BYTES) {
+            uint8_t *sb = body + (size_t)b * PACK_Q6K_BYTES, v[QK_K];
+            quant_q6k_values(v, src);
+            for (int j = 0; j < 16; j++) sb[16 * j + i] = src[192 + j]; /* scales */
+            for (int j = 0; j < 16; j++)
+                for (int h = 0; h < 2; h++) { /* W0..W3 are weights 16j + 4k.., this word their bytes 2h, 2h + 1 */
+                    uint8_t *q = sb + 256 + 192 * j + 4 * i + 2 * h;
+                    const uint8_t *x = v + 16 * j + 2 * h;
+                    uint64_t u = 0;
+                    for (int k = 0; k < 8; k++) u ^= tab.t[k][x[4 * (k / 2) + k % 2]];
+                    for (int o = 0; o < 6; o++) q[64 * (o / 2) + o % 2] = (uint8_t)(u >> (8 * o));
+                }
+            memcpy(g + 32 * (size_t)b + 2 * i, src + 208, 2); /* d */
+        }
+    }
+}
+
+/* Packed copies are read start to end once per token: on 4 KB pages that is a TLB miss every 64
+ * lines. The whole 2 MB pages of a copy are asked to be huge pages (where the kernel's policy is
+ * "madvise"; a no-op where it is "never", and already so where it is "always"); its tail stays on
+ * small pages, so no memory is spent on rounding up. */
+#define HUGE_PAGE ((size_t)2 << 20)
+
+static void *packed_alloc(size_t bytes) {
+    if (bytes < HUGE_PAGE) return aligned_alloc(64, bytes);
+    void *p = NULL;
+    if (posix_memalign(&p, HUGE_PAGE, bytes) != 0) return NULL;
+#ifdef MADV_HUGEPAGE
+    (void)madvise(p, bytes & ~(HUGE_PAGE - 1), MADV_HUGEPAGE); /* advice only: failure changes nothing */
+#endif
+    return p;
+}
+
+quant_packed *quant_pack(const void *w, uint32_t wtype, int64_t n_rows, int64_t n_cols) {
+    const char *no = getenv("ATTND_NO_REPACK");
+    if (no && *no && strcmp(no, "0") != 0) return NULL;
+    int q4_0 = wtype == GGUF_TYPE_Q4_0, q4_k = wtype == GGUF_TYPE_Q4_K;
+    uint32_t be = gguf_type_block_elems(wtype);
+    if (!quant_packed_kernel(quant_kernels_active(), wtype) || n_rows <= 0 || n_cols <= 0 || n_cols % be != 0)
+        return NULL;
+    quant_packed *pk = calloc(1, sizeof *pk);
+    if (!pk) return NULL;
+    int64_t nb = n_cols / be, n_groups = (n_rows + PACK_ROWS - 1) / PACK_ROWS;
+    *pk = (quant_packed){.wtype = wtype, .n_rows = n_rows, .n_cols = n_cols};
+    /* round_up keeps every group 64-byte aligned */
+    pk->group_bytes = q4_0 ? (size_t)(nb + 1) / 2 * PACK_Q40_PAIR
+                      : q4_k ? (size_t)nb * PACK_Q4K_BYTES
+                             : PACK_Q6K_HEAD(nb) + (size_t)nb * PACK_Q6K_BYTES;
+    pk->bytes = (size_t)n_groups * pk->group_bytes;
+    pk->data = packed_alloc(pk->bytes);
+    if (!pk->data) {
+        free(pk);
+        return NULL;
+    }
+    memset(pk->data + (size_t)(n_groups - 1) * pk->group_bytes, 0, pk->group_bytes); /* padding rows */
+    if (q4_0 && nb % 2) /* an odd last block's partner */
+        for (int64_t g = 0; g < n_groups; g++)
+            memset(pk->data + (size_t)g * pk->group_bytes + (size_t)(nb / 2) * PACK_Q40_PAIR + 256, 0, PACK_Q40_PAIR - 256);
+    size_t rb = quant_row_bytes(wtype, n_cols);
+    if (q4_0) pack_q4_0(pk->data, w, rb, n_rows, nb, pk->group_bytes);
+    else if (q4_k) pack_q4_k(pk->data, w, rb, n_rows, nb, pk->group_bytes);
+    else pack_q6_k(pk->data, w, rb, n_rows, nb, pk->group_bytes);
+    return pk;
+}
+
+void quant_packed_destroy(quant_packed *pk) {
+    if (!pk) return;
+    free(pk->data);
+    free(pk);
+}
+
+size_t quant_packed_bytes(const quant_packed *pk) { return pk ? pk->bytes : 0; }
+

@@ -1,0 +1,594 @@
+/*
+ * quant_ref.c — the portable C kernels (the reference every instruction set is tested against),
+ * the activation preparations, the portable vector primitives, and the instruction-set table:
+ * which set the CPU has, which is active, and the one resolved dispatch table (quant_impl.h).
+ * Instruction-set specific kernels live in quant_avx2.c and quant_avx512.c and are picked at run
+ * time (quant_isa_*), so one binary runs on any x86-64.
+ *
+ * Arithmetic follows llama.cpp's CPU backend, so that the engine agrees with it token for token
+ * as far as possible: activations are rounded to what the weight type's dot product consumes
+ * (its activation form, quant_types.h) and the quantized dot products are exact integer sums
+ * scaled once per block. Every instruction set computes the same integers; only the order in
+ * which the per-block float terms are summed differs.
+ */
+#include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "attnd/common.h"
+#include "quant.h"
+#include "quant_impl.h"
+#include "quant_types.h"
+
+/* Round to nearest, ties to even, for |f| < 2^22, without a libm call (the magic-number trick). */
+static inline int32_t round_nearest(float f) {
+    float v = f + 12582912.f; /* 1.5 * 2^23 */
+    int32_t i;
+    memcpy(&i, &v, sizeof i);
+    return (i & 0x007FFFFF) - 0x00400000;
+}
+
+// ---- activation preparation --------------------------------------------------------------------
+
+/* Q8_0 form: per 32 values d = amax/127 (kept at f16 precision, as llama.cpp stores it) and
+ * q = round(x * 127/amax). */
+static void act_q8_0(float *d, int8_t *q, const float *x, int64_t n) {
+    for (int64_t b = 0; b < n / QK8_0; b++, x += QK8_0, q += QK8_0) {
+        float amax = 0.f;
+        for (int j = 0; j < QK8_0; j++) amax = fmaxf(amax, fabsf(x[j]));
+        float id = amax != 0.f ? 127.f / amax : 0.f;
+        d[b] = quant_f16_to_f32(quant_f32_to_f16(amax / 127.f));
+        for (int j = 0; j < QK8_0; j++) q[j] = (int8_t)round_nearest(x[j] * id);
+    }
+}
+
+/* Q8_K form: per 256 values the scale maps the value of largest magnitude to -127 (as ggml's
+ * quantize_row_q8_K does), d is an f32, and bsums hold sums of each 16 consecutive q (they let
+ * Q4_K apply its per-sub-block minimums without touching the values again). */
+static void act_q8_k(float *d, int8_t *q, int16_t *bsums, const float *x, int64_t n) {
+    for (int64_t b = 0; b < n / QK_K; b++, x += QK_K, q += QK_K, bsums += QK_K / 16) {
+        float amax = 0.f, max = 0.f;
+        for (int j = 0; j < QK_K; j++) {
+            float ax = fabsf(x[j]);
+            if (ax > amax) {
+                amax = ax;
+                max = x[j];
+            }
+        }
+        if (amax == 0.f) {
+            d[b] = 0.f;
+            memset(q, 0, QK_K);
+            memset(bsums, 0, QK_K / 16 * sizeof(int16_t));
+            continue;
+        }
+        float iscale = -127.f / max;
+        for (int j = 0; j < QK_K; j++) {
+            int32_t v = round_nearest(iscale * x[j]);
+            q[j] = (int8_t)(v > 127 ? 127 : v);
+        }
+        for (int g = 0; g < QK_K / 16; g++) {
+            int s = 0;
+            for (int j = 0; j < 16; j++) s += q[16 * g + j];
+            bsums[g] = (int16_t)s;
+        }
+        d[b] = 1.f / iscale;
+    }
+}
+
+static void act_f16(float *xr, const float *x, int64_t n) {
+    for (int64_t i = 0; i < n; i++) xr[i] = quant_f16_to_f32(quant_f32_to_f16(x[i]));
+}
+
+void quant_act_bf16(float *xr, const float *x, int64_t n) {
+    for (int64_t i = 0; i < n; i++) xr[i] = quant_bf16_to_f32(quant_f32_to_bf16(x[i]));
+}
+
+// ---- portable kernels --------------------------------------------------------------------------
+
+static float dot_f32(const float *w, const float *x, int64_t n) {
+    float acc[8] = {0};
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int k = 0; k < 8; k++) acc[k] += w[i + k] * x[i + k];
+    for (; i < n; i++) acc[0] += w[i] * x[i];
+    return ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+}
+
+/* always inlined, so each call site gets a loop specialised for its constant `bf16` */
+static inline __attribute__((always_inline)) float dot_f16(const uint8_t *w, const float *x, int64_t n, const int bf16) {
+    float acc[8] = {0};
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        float wv[8];
+        for (int k = 0; k < 8; k++) {
+            uint16_t h = quant_ld16(w + 2 * (i + k));
+            wv[k] = bf16 ? quant_bf16_to_f32(h) : quant_f16_to_f32(h);
+        }
+        for (int k = 0; k < 8; k++) acc[k] += wv[k] * x[i + k];
+    }
+    for (; i < n; i++) {
+        uint16_t h = quant_ld16(w + 2 * i);
+        acc[0] += (bf16 ? quant_bf16_to_f32(h) : quant_f16_to_f32(h)) * x[i];
+    }
+    return ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+}
+
+static float dot_q8_0(const uint8_t *w, const float *xd, const int8_t *xq, int64_t nb) {
+    float sum = 0.f;
+    for (int64_t b = 0; b < nb; b++, w += Q8_0_BYTES, xq += QK8_0) {
+        const int8_t *q = (const int8_t *)(w + 2);
+        int32_t s = 0;
+        for (int j = 0; j < QK8_0; j++) s += q[j] * xq[j];
+        sum += (float)s * (quant_f16_to_f32(quant_ld16(w)) * xd[b]);
+    }
+    return sum;
+}
+
+static float dot_q4_0(const uint8_t *w, const float *xd, const int8_t *xq, int64_t nb) {
+    float sum = 0.f;
+    for (int64_t b = 0; b < nb; b++, w += Q4_0_BYTES, xq += QK4_0) {
+        const uint8_t *q = w + 2;
+        int32_t s = 0;
+        for (int j = 0; j < QK4_0 / 2; j++) s += ((q[j] & 0xF) - 8) * xq[j] + ((q[j] >> 4) - 8) * xq[j + QK4_0 / 2];
+        sum += (float)s * (quant_f16_to_f32(quant_ld16(w)) * xd[b]);
+    }
+    return sum;
+}
+
+static float dot_q4_k(const uint8_t *w, const float *xd, const int8_t *xq, const int16_t *bsums, int64_t nb) {
+    float sum = 0.f;
+    for (int64_t b = 0; b < nb; b++, w += Q4_K_BYTES, xq += QK_K, bsums += QK_K / 16) {
+        uint8_t sc[8], mn[8];
+        quant_q4k_scales(w + 4, sc, mn);
+        int32_t summins = 0;
+        for (int j = 0; j < 8; j++) summins += mn[j] * (bsums[2 * j] + bsums[2 * j + 1]);
+        const uint8_t *q = w + 16;
+        const int8_t *y = xq;
+        int32_t sumi = 0;
+        for (int j = 0; j < 4; j++, q += 32, y += 64) {
+            int32_t s1 = 0, s2 = 0;
+            for (int l = 0; l < 32; l++) {
+                s1 += (q[l] & 0xF) * y[l];
+                s2 += (q[l] >> 4) * y[l + 32];
+            }
+            sumi += sc[2 * j] * s1 + sc[2 * j + 1] * s2;
+        }
+        float d = quant_f16_to_f32(quant_ld16(w)) * xd[b];
+        float dmin = quant_f16_to_f32(quant_ld16(w + 2)) * xd[b];
+        sum += d * (float)sumi - dmin * (float)summins;
+    }
+    return sum;
+}
+
+static float dot_q6_k(const uint8_t *w, const float *xd, const int8_t *xq, int64_t nb) {
+    float sum = 0.f;
+    for (int64_t b = 0; b < nb; b++, w += Q6_K_BYTES) {
+        const uint8_t *ql = w, *qh = w + 128;
+        const int8_t *sc = (const int8_t *)(w + 192);
+        const int8_t *y = xq + b * QK_K;
+        int32_t sumi = 0;
+        for (int n = 0; n < 2; n++, ql += 64, qh += 32, sc += 8, y += 128) {
+            /* l in [16 * is, 16 * is + 16) uses scales is, is + 2, is + 4, is + 6 */
+            for (int is = 0; is < 2; is++) {
+                int32_t s1 = 0, s2 = 0, s3 = 0, s4 = 0;
+                for (int l = 16 * is; l < 16 * is + 16; l++) {
+                    int q1 = ((ql[l] & 0xF) | (((qh[l] >> 0) & 3) << 4)) - 32;
+                    int q2 = ((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) - 32;
+                    int q3 = ((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32;
+                    int q4 = ((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32;
+                    s1 += q1 * y[l];
+                    s2 += q2 * y[l + 32];
+                    s3 += q3 * y[l + 64];
+                    s4 += q4 * y[l + 96];
+                }
+                sumi += sc[is] * s1 + sc[is + 2] * s2 + sc[is + 4] * s3 + sc[is + 6] * s4;
+            }
+        }
+        sum += quant_f16_to_f32(quant_ld16(w + 208)) * xd[b] * (float)sumi;
+    }
+    return sum;
+}
+
+static void rows_f32(float *out, const uint8_t *w, size_t rb, int64_t r0, int64_t r1, int64_t n_rows,
+                     const quant_act *a, int n_tok) {
+    for (int64_t r = r0; r < r1; r++)
+        for (int t = 0; t < n_tok; t++)
+            out[t * n_rows + r] = dot_f32((const float *)(w + r * rb), a->x + t * a->n_cols, a->n_cols);
+}
+
+static void rows_f16(float *out, const uint8_t *w, size_t rb, int64_t r0, int64_t r1, int64_t n_rows,
+                     const quant_act *a, int n_tok) {
+    for (int64_t r = r0; r < r1; r++)
+        for (int t = 0; t < n_tok; t++) out[t * n_rows + r] = dot_f16(w + r * rb, a->x + t * a->n_cols, a->n_cols, 0);
+}
+
+static void rows_bf16(float *out, const uint8_t *w, size_t rb, int64_t r0, int64_t r1, int64_t n_rows,
+                      const quant_act *a, int n_tok) {
+    for (int64_t r = r0; r < r1; r++)
+        for (int t = 0; t < n_tok; t++) out[t * n_rows + r] = dot_f16(w + r * rb, a->x + t * a->n_cols, a->n_cols, 1);
+}
+
+static void rows_q8_0(float *out, const uint8_t *w, size_t rb, int64_t r0, int64_t r1, int64_t n_rows,
+                      const quant_act *a, int n_tok) {
+    for (int64_t r = r0; r < r1; r++)
+        for (int t = 0; t < n_tok; t++)
+            out[t * n_rows + r] = dot_q8_0(w + r * rb, a->d + t * a->nb, a->q + t * a->n_cols, a->nb);
+}
+
+static void rows_q4_0(float *out, const uint8_t *w, size_t rb, int64_t r0, int64_t r1, int64_t n_rows,
+                      const quant_act *a, int n_tok) {
+    for (int64_t r = r0; r < r1; r++)
+        for (int t = 0; t < n_tok; t++)
+            out[t * n_rows + r] = dot_q4_0(w + r * rb, a->d + t * a->nb, a->q + t * a->n_cols, a->nb);
+}
+
+static void rows_q4_k(float *out, const uint8_t *w, size_t rb, int64_t r0, int64_t r1, int64_t n_rows,
+                      const quant_act *a, int n_tok) {
+    for (int64_t r = r0; r < r1; r++)
+        for (int t = 0; t < n_tok; t++)
+            out[t * n_rows + r] = dot_q4_k(w + r * rb, a->d + t * a->nb, a->q + t * a->n_cols,
+                                           a->bsums + t * (a->n_cols / 16), a->nb);
+}
+
+static void rows_q6_k(float *out, const uint8_t *w, size_t rb, int64_t r0, int64_t r1, int64_t n_rows,
+                      const quant_act *a, int n_tok) {
+    for (int64_t r = r0; r < r1; r++)
+        for (int t = 0; t < n_tok; t++)
+            out[t * n_rows + r] = dot_q6_k(w + r * rb, a->d + t * a->nb, a->q + t * a->n_cols, a->nb);
+}
+
+/* The Q8_1 form's block sums (quant_impl.h). */
+void quant_act_q8_1_sums(float *s, const int32_t *xsum, const float *x, int64_t n) {
+    for (int64_t b = 0; b < n / QK8_0; b++, x += QK8_0) {
+        float amax = 0.f;
+        for (int j = 0; j < QK8_0; j++) amax = fmaxf(amax, fabsf(x[j]));
+        s[b] = quant_f16_to_f32(quant_f32_to_f16(amax / 127.f * (float)xsum[b]));
+    }
+}
+
+// ---- portable kernels of the types added after the first seven ---------------------------------
+//
+// One signature: the dot product of weight row w with token t's prepared activations. Integer
+// sums are exact; the float terms follow llama.cpp's reference dot products (ggml_vec_dot_*).
+
+static uint32_t ld32(const uint8_t *p) {
+    uint32_t v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+
+/* sum over a 32-block of (nibble j [+ 16 * qh bit j]) * y[j], with Q4_0's element order */
+static int32_t dot_nib32(const uint8_t *qs, uint32_t qh, const int8_t *y, const int8_t *map) {
+    int32_t s = 0;
+    for (int j = 0; j < 16; j++) {
+        int lo = (qs[j] & 0xF) | ((qh >> j) & 1) << 4, hi = (qs[j] >> 4) | ((qh >> (j + 16)) & 1) << 4;
+        s += (map ? map[lo] : lo) * y[j] + (map ? map[hi] : hi) * y[j + 16];
+    }
+    return s;
+}
+
+static float dot_q4_1(const uint8_t *w, const quant_act *a, int t) {
+    const float *xd = a->d + t * a->nb, *xs = a->s + t * a->nb;
+    const int8_t *xq = a->q + t * a->n_cols;
+    float sum = 0.f;
+    for (int64_t b = 0; b < a->nb; b++, w += Q4_1_BYTES, xq += 32) {
+        int32_t si = dot_nib32(w + 4, 0, xq, NULL);
+        sum += quant_f16_to_f32(quant_ld16(w)) * xd[b] * (float)si + quant_f16_to_f32(quant_ld16(w + 2)) * xs[b];
+    }
+    return sum;
+}
+
+static float dot_q5_1(const uint8_t *w, const quant_act *a, int t) {
+    const float *xd = a->d + t * a->nb, *xs = a->s + t * a->nb;
+    const int8_t *xq = a->q + t * a->n_cols;
+    float sum = 0.f;
+    for (int64_t b = 0; b < a->nb; b++, w += Q5_1_BYTES, xq += 32) {
+        int32_t si = dot_nib32(w + 8, ld32(w + 4), xq, NULL);
+        sum += quant_f16_to_f32(quant_ld16(w)) * xd[b] * (float)si + quant_f16_to_f32(quant_ld16(w + 2)) * xs[b];
+    }
+    return sum;
+}
+
+static float dot_q5_0(const uint8_t *w, const quant_act *a, int t) {
+    const float *xd = a->d + t * a->nb;
+    const int8_t *xq = a->q + t * a->n_cols;
+    const int32_t *xsum = a->xsum + t * a->nb;
+    float sum = 0.f;
+    for (int64_t b = 0; b < a->nb; b++, w += Q5_0_BYTES, xq += 32) {
+        int32_t si = dot_nib32(w + 6, ld32(w + 2), xq, NULL) - 16 * xsum[b]; /* (q - 16) . y */
+        sum += (float)si * (quant_f16_to_f32(quant_ld16(w)) * xd[b]);
+    }
+    return sum;
+}
+
+static float dot_iq4_nl(const uint8_t *w, const quant_act *a, int t) {
+    const float *xd = a->d + t * a->nb;
+    const int8_t *xq = a->q + t * a->n_cols;
+    float sum = 0.f;
+    for (int64_t b = 0; b < a->nb; b++, w += IQ4_NL_BYTES, xq += 32)
+        sum += (float)dot_nib32(w + 2, 0, xq, quant_iq4nl_values) * (quant_f16_to_f32(quant_ld16(w)) * xd[b]);
+    return sum;
+}
+
+static float dot_mxfp4(const uint8_t *w, const quant_act *a, int t) {
+    const float *xd = a->d + t * a->nb;
+    const int8_t *xq = a->q + t * a->n_cols;
+    float sum = 0.f;
+    for (int64_t b = 0; b < a->nb; b++, w += MXFP4_BYTES, xq += 32)
+        sum += (float)dot_nib32(w + 1, 0, xq, quant_mxfp4_values) * (xd[b] * quant_e8m0_half(w[0]));
+    return sum;
+}
+
+/* Q2_K: sum of d sc_j (q . y)_j - dmin mn_j (sum y)_j over the 16 sub-blocks of 16 */
+static float dot_q2_k(const uint8_t *w, const quant_act *a, int t) {
+    const int64_t nb = a->nb;
+    const float *xd = a->d + t * nb;
+    const int8_t *xq = a->q + t * a->n_cols;
+    const int16_t *bs = a->bsums + t * (a->n_cols / 16);
+    float sum = 0.f;
+    for (int64_t b = 0; b < nb; b++, w += Q2_K_BYTES, xq += QK_K, bs += 16) {
+        const uint8_t *sc = w, *qs = w + 16;
+        int32_t summs = 0, isum = 0;
+        for (int j = 0; j < 16; j++) summs += bs[j] * (sc[j] >> 4);
+        for (int e0 = 0; e0 < QK_K; e0 += 16) {
+            int32_t si = 0;
+            for (int e = e0; e < e0 + 16; e++) si += xq[e] * ((qs[32 * (e / 128) + e % 32] >> (2 * (e % 128 / 32))) & 3);
+            isum += (sc[e0 / 16] & 0xF) * si;
+        }
+        float dall = xd[b] * quant_f16_to_f32(quant_ld16(w + 80)), dmin = xd[b] * quant_f16_to_f32(quant_ld16(w + 82));
+        sum += dall * (float)isum - dmin * (float)summs;
+    }
+    return sum;
+}
+
+static float dot_q3_k(const uint8_t *w, const quant_act *a, int t) {
+    const int64_t nb = a->nb;
+    const float *xd = a->d + t * nb;
+    const int8_t *xq = a->q + t * a->n_cols;
+    float sum = 0.f;
+    for (int64_t b = 0; b < nb; b++, w += Q3_K_BYTES, xq += QK_K) {
+        const uint8_t *hm = w, *qs = w + 32;
+        int8_t sc[16];
+        quant_q3k_scales(w + 96, sc);
+        int32_t isum = 0;
+        for (int e0 = 0; e0 < QK_K; e0 += 16) {
+            int32_t si = 0;
+            for (int e = e0; e < e0 + 16; e++) {
+                int h = e / 128, k = e % 128 / 32, l = e % 32;
+                int q = ((qs[32 * h + l] >> (2 * k)) & 3) - ((hm[l] >> (4 * h + k)) & 1 ? 0 : 4);
+                si += q * xq[e];
+            }
+            isum += sc[e0 / 16] * si;
+        }
+        sum += quant_f16_to_f32(quant_ld16(w + 108)) * xd[b] * (float)isum;
+    }
+    return sum;
+}
+
+static float dot_q5_k(const uint8_t *w, const quant_act *a, int t) {
+    const int64_t nb = a->nb;
+    const float *xd = a->d + t * nb;
+    const int8_t *xq = a->q + t * a->n_cols;
+    const int16_t *bs = a->bsums + t * (a->n_cols / 16);
+    float sum = 0.f;
+    for (int64_t b = 0; b < nb; b++, w += Q5_K_BYTES, xq += QK_K, bs += 16) {
+        uint8_t sc[8], mn[8];
+        quant_q4k_scales(w + 4, sc, mn);
+        int32_t summins = 0, sumi = 0;
+        for (int j = 0; j < 8; j++) summins += mn[j] * (bs[2 * j] + bs[2 * j + 1]);
+        const uint8_t *qh = w + 16, *q = w + 48;
+        for (int p = 0; p < 4; p++, q += 32) {
+            int32_t s1 = 0, s2 = 0;
+            for (int l = 0; l < 32; l++) {
+                s1 += ((q[l] & 0xF) | ((qh[l] >> (2 * p)) & 1) << 4) * xq[64 * p + l];
+                s2 += ((q[l] >> 4) | ((qh[l] >> (2 * p + 1)) & 1) << 4) * xq[64 * p + 32 + l];
+            }
+            sumi += sc[2 * p] * s1 + sc[2 * p + 1] * s2;
+        }
+        float d = quant_f16_to_f32(quant_ld16(w)) * xd[b], dmin = quant_f16_to_f32(quant_ld16(w + 2)) * xd[b];
+        sum += d * (float)sumi - dmin * (float)summins;
+    }
+    return sum;
+}
+
+static float dot_iq4_xs(const uint8_t *w, const quant_act *a, int t) {
+    const int64_t nb = a->nb;
+    const float *xd = a->d + t * nb;
+    const int8_t *xq = a->q + t * a->n_cols;
+    float sum = 0.f;
+    for (int64_t b = 0; b < nb; b++, w += IQ4_XS_BYTES, xq += QK_K) {
+        int8_t sc[8];
+        quant_iq4xs_scales(w, sc);
+        int32_t isum = 0;
+        for (int j = 0; j < 8; j++) isum += sc[j] * dot_nib32(w + 8 + 16 * j, 0, xq + 32 * j, quant_iq4nl_values);
+        sum += quant_f16_to_f32(quant_ld16(w)) * xd[b] * (float)isum;
+    }
+    return sum;
+}
+
+#define ROWS_OF_DOT(NAME, DOT)                                                                               \
+    static void NAME(float *out, const uint8_t *w, size_t rb, int64_t r0, int64_t r1, int64_t n_rows,        \
+                     const quant_act *a, int n_tok) {                                                        \
+        for (int64_t r = r0; r < r1; r++)                                                                    \
+            for (int t = 0; t < n_tok; t++) out[t * n_rows + r] = DOT(w + r * rb, a, t);                     \
+    }
+
+ROWS_OF_DOT(rows_q4_1, dot_q4_1)
+ROWS_OF_DOT(rows_q5_0, dot_q5_0)
+ROWS_OF_DOT(rows_q5_1, dot_q5_1)
+ROWS_OF_DOT(rows_iq4_nl, dot_iq4_nl)
+ROWS_OF_DOT(rows_mxfp4, dot_mxfp4)
+ROWS_OF_DOT(rows_q2_k, dot_q2_k)
+ROWS_OF_DOT(rows_q3_k, dot_q3_k)
+ROWS_OF_DOT(rows_q5_k, dot_q5_k)
+ROWS_OF_DOT(rows_iq4_xs, dot_iq4_xs)
+
+// ---- portable vector primitives ----------------------------------------------------------------
+
+static void dot_rows_portable(float *scores, const float *q, const float *K, int64_t ks, int n, int hd, float scale) {
+    for (int j = 0; j < n; j++) scores[j] = dot_f32(q, K + (int64_t)j * ks, hd) * scale;
+}
+
+static void axpy_rows_portable(float *acc, const float *p, const float *V, int64_t vs, int n, int hd) {
+    for (int j = 0; j < n; j++) {
+        const float *v = V + (int64_t)j * vs;
+        for (int i = 0; i < hd; i++) acc[i] += p[j] * v[i];
+    }
+}
+
+static void exp_portable(float *y, const float *x, int64_t n) {
+    for (int64_t i = 0; i < n; i++) y[i] = expf(x[i]);
+}
+
+static void h2f_portable(float *dst, const uint16_t *src, int64_t n) {
+    for (int64_t i = 0; i < n; i++) dst[i] = quant_f16_to_f32(src[i]);
+}
+
+static void f2h_portable(uint16_t *dst, const float *src, int64_t n) {
+    for (int64_t i = 0; i < n; i++) dst[i] = quant_f32_to_f16(src[i]);
+}
+
+const quant_kernels quant_kernels_portable = {
+    .rows = {
+#define QT_ROWS_(N, n, A) [QT_##N] = rows_##n,
+        QUANT_TYPE_LIST(QT_ROWS_)
+#undef QT_ROWS_
+    },
+    .prep_q8_0 = act_q8_0,
+    .prep_q8_k = act_q8_k,
+    .prep_f16 = act_f16,
+    .dot_rows = dot_rows_portable,
+    .axpy_rows = axpy_rows_portable,
+    .exp = exp_portable,
+    .h2f = h2f_portable,
+    .f2h = f2h_portable,
+    .attn_scores_t = attn_scores_t_portable,
+    .attn_max = attn_max_portable,
+    .attn_tile = attn_tile_portable,
+};
+
+// ---- instruction-set selection -----------------------------------------------------------------
+
+static _Atomic int g_isa = -1; /* -1: not chosen yet */
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <cpuid.h>
+
+/* Best instruction set from CPUID, counting a feature only when the OS also saves the registers
+ * it needs (XCR0: YMM state for AVX2; opmask and ZMM state for AVX-512). Bit positions are the
+ * Intel SDM's: leaf 1 ECX 12 FMA, 27 OSXSAVE, 28 AVX, 29 F16C; leaf 7 EBX 5 AVX2, 16 AVX512F,
+ * 30 AVX512BW, 31 AVX512VL; leaf 7 ECX 11 AVX512_VNNI. */
+static quant_isa detect_isa(void) {
+    unsigned a, b, c, d;
+    if (!__get_cpuid(1, &a, &b, &c, &d)) return QUANT_ISA_PORTABLE;
+    int fma = (c >> 12) & 1, osxsave = (c >> 27) & 1, avx = (c >> 28) & 1, f16c = (c >> 29) & 1;
+    if (!osxsave || !avx || !fma || !f16c) return QUANT_ISA_PORTABLE;
+    unsigned xlo, xhi;
+    __asm__ volatile("xgetbv" : "=a"(xlo), "=d"(xhi) : "c"(0));
+    if ((xlo & 0x6) != 0x6) return QUANT_ISA_PORTABLE; /* XMM and YMM state */
+    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return QUANT_ISA_PORTABLE;
+    if (!((b >> 5) & 1)) return QUANT_ISA_PORTABLE; /* AVX2 */
+    int avx512 = ((b >> 16) & 1) && ((b >> 30) & 1) && ((b >> 31) & 1) && ((c >> 11) & 1);
+    if (avx512 && (xlo & 0xE0) == 0xE0) return QUANT_ISA_AVX512; /* opmask, ZMM_Hi256, Hi16_ZMM state */
+    return QUANT_ISA_AVX2;
+}
+#endif
+
+quant_isa quant_isa_best(void) {
+#if defined(__x86_64__) && defined(__GNUC__)
+    static _Atomic int best = -1; /* CPUID is slow under some hypervisors: ask once */
+    int v = atomic_load_explicit(&best, memory_order_relaxed);
+    if (v < 0) {
+        v = (int)detect_isa();
+        atomic_store_explicit(&best, v, memory_order_relaxed);
+    }
+    return (quant_isa)v;
+#else
+    return QUANT_ISA_PORTABLE;
+#endif
+}
+
+quant_isa quant_isa_active(void) {
+    int isa = atomic_load_explicit(&g_isa, memory_order_relaxed);
+    if (isa < 0) {
+        const char *no = getenv("ATTND_NO_SIMD");
+        isa = (no && *no && strcmp(no, "0") != 0) ? QUANT_ISA_PORTABLE : (int)quant_isa_best();
+        atomic_store_explicit(&g_isa, isa, memory_order_relaxed);
+    }
+    return (quant_isa)isa;
+}
+
+quant_isa quant_isa_force(quant_isa isa) {
+    quant_isa prev = quant_isa_active();
+    quant_isa best = quant_isa_best();
+    if ((int)isa < 0) isa = QUANT_ISA_PORTABLE;
+    if (isa > best) isa = best;
+    atomic_store_explicit(&g_isa, (int)isa, memory_order_relaxed);
+    return prev;
+}
+
+const char *quant_isa_name(quant_isa isa) {
+    switch (isa) {
+    case QUANT_ISA_PORTABLE: return "portable";
+    case QUANT_ISA_AVX2: return "avx2";
+    case QUANT_ISA_AVX512: return "avx512";
+    }
+    return "?";
+}
+
+static const quant_kernels *kernels_at(int isa) {
+#if defined(__x86_64__)
+    if (isa == QUANT_ISA_AVX512) return &quant_kernels_avx512;
+    if (isa == QUANT_ISA_AVX2) return &quant_kernels_avx2;
+#endif
+    (void)isa;
+    return &quant_kernels_portable;
+}
+
+/* The first non-NULL entry `field` of the kernel tables, from instruction set `isa` down. */
+#define RESOLVE(dst, isa, field)                                                              \
+    do {                                                                                      \
+        (dst)->field = NULL;                                                                  \
+        for (int i_ = (isa); i_ >= 0 && !(dst)->field; i_--) (dst)->field = kernels_at(i_)->field; \
+    } while (0)
+
+static quant_kernels g_resolved[QUANT_ISA_AVX512 + 1];
+static pthread_once_t g_resolved_once = PTHREAD_ONCE_INIT;
+
+static void resolve_tables(void) {
+    for (int isa = 0; isa <= QUANT_ISA_AVX512; isa++) {
+        quant_kernels *k = &g_resolved[isa];
+        for (int t = 0; t < QT_COUNT; t++) {
+            RESOLVE(k, isa, rows[t]);
+            RESOLVE(k, isa, packed[t]);
+        }
+        RESOLVE(k, isa, prep_q8_0); RESOLVE(k, isa, prep_q8_k); RESOLVE(k, isa, prep_f16);
+        RESOLVE(k, isa, dot_rows); RESOLVE(k, isa, axpy_rows); RESOLVE(k, isa, exp); RESOLVE(k, isa, h2f);
+        RESOLVE(k, isa, f2h); RESOLVE(k, isa, attn_scores_t); RESOLVE(k, isa, attn_max);
+        RESOLVE(k, isa, attn_tile);
+    }
+}
+
+const quant_kernels *quant_kernels_active(void) {
+    pthread_once(&g_resolved_once, resolve_tables);
+    return &g_resolved[quant_isa_active()];
+}
+
+// ---- vector primitives (dispatch) --------------------------------------------------------------
+
+void quant_dot_rows(float *scores, const float *q, const float *K, int64_t k_stride, int n, int hd, float scale) {
+    quant_kernels_active()->dot_rows(scores, q, K, k_stride, n, hd, scale);
+}
+
+void quant_axpy_rows(float *acc, const float *p, const float *V, int64_t v_stride, int n, int hd) {
+    quant_kernels_active()->axpy_rows(acc, p, V, v_stride, n, hd);
+}
+
+void quant_exp(float *y, const float *x, int64_t n) { quant_kernels_active()->exp(y, x, n); }
+
+void quant_f16_to_f32_row(float *dst, const uint16_t *src, int64_t n) { quant_kernels_active()->h2f(dst, src, n); }
+
+void quant_f32_to_f16_row(uint16_t *dst, const float *src, int64_t n) { quant_kernels_active()->f2h(dst, src, n); }
+

@@ -1,0 +1,77 @@
+/*
+ * family_specs.h — (tests only) the generated models of each family that attnd is compared on:
+ * small ones with a vocabulary that llama.cpp loads (greedy references in
+ * tests/data/reference-families.json, made by tests/data/regenerate.sh through tests/tiny_model.c),
+ * and ones with a released model's real attention and FFN shape at reduced depth (checked against
+ * the float64 reference in test_model.c). Shared by test_model.c and tiny_model.c so both write
+ * the very same files.
+ */
+#ifndef ATTND_TEST_FAMILY_SPECS_H
+#define ATTND_TEST_FAMILY_SPECS_H
+
+#include <string.h>
+
+#include "engine_fixture.h"
+
+/* The families of the llama.cpp comparison, in the order of reference-families.json. */
+static const char *const FAMILY_NAMES[] = {"qwen3", "smollm3", "gemma2", "gemma3", "phi3", "qwen3moe", "gpt-oss"};
+#define N_FAMILIES (sizeof(FAMILY_NAMES) / sizeof(FAMILY_NAMES[0]))
+
+/* Prompt of the llama.cpp comparison (ids; no BOS added) and the tokens generated after it. */
+static const int32_t FAMILY_PROMPT[7] = {1, 300, 301, 302, 260, 270, 280};
+#define FAMILY_N_GEN 100
+
+/* The small model of family `arch` that llama.cpp runs: 64 wide, vocabulary of 320. llama.cpp
+ * wants rope.dimension_count = head size for these families. Windows are short, so that the
+ * 107 positions cross them. */
+static inline tiny_spec family_small(const char *arch) {
+    tiny_spec sp = tiny_default(arch);
+    sp.vocab = true, sp.n_vocab = 320, sp.n_ctx = 512, sp.n_embd = 64, sp.n_head = 4, sp.n_head_kv = 2;
+    sp.n_ff = 96, sp.rope_dims = 16;
+    if (!strcmp(arch, "qwen3")) sp.head_dim = 32, sp.rope_dims = 32, sp.rope_base = 1e6f, sp.rms_eps = 1e-6f;
+    if (!strcmp(arch, "smollm3")) sp.n_layer = 4;
+    if (!strcmp(arch, "gemma2"))
+        sp.n_layer = 4, sp.window = 24, sp.attn_softcap = 50.0f, sp.final_softcap = 30.0f, sp.tied = true,
+        sp.rms_eps = 1e-6f;
+    if (!strcmp(arch, "gemma3"))
+        sp.n_layer = 6, sp.window = 24, sp.head_dim = 32, sp.rope_dims = 32, sp.rope_base = 1e6f, sp.tied = true,
+        sp.rms_eps = 1e-6f;
+    if (!strcmp(arch, "gpt-oss"))
+        sp.head_dim = 32, sp.rope_dims = 32, sp.rope_base = 150000.0f, sp.rms_eps = 1e-5f, sp.n_expert = 8,
+        sp.n_expert_used = 4, sp.n_ff_exp = 32, sp.window = 16, sp.rope_yarn = 32.0f, sp.yarn_orig_ctx = 64;
+    if (!strcmp(arch, "qwen3moe"))
+        sp.head_dim = 32, sp.rope_dims = 32, sp.rope_base = 1e6f, sp.rms_eps = 1e-6f, sp.n_expert = 8,
+        sp.n_expert_used = 2, sp.n_ff_exp = 32;
+    return sp;
+}
+
+/* A released model's shape, fewer layers and a vocabulary of 512. F16 weights keep the files
+ * small (up to 250 MB); the depth is what the test machine can afford under ASan. */
+static inline tiny_spec family_real(const char *name) {
+    tiny_spec sp = tiny_default("llama");
+    sp.n_vocab = 512, sp.wtype = GGUF_TYPE_F16, sp.n_ctx = 4096, sp.rms_eps = 1e-6f;
+    if (!strcmp(name, "qwen3-0.6b")) { /* Qwen3-0.6B */
+        sp.arch = "qwen3", sp.n_embd = 1024, sp.n_head = 16, sp.n_head_kv = 8, sp.head_dim = 128, sp.rope_dims = 128;
+        sp.n_ff = 3072, sp.rope_base = 1e6f, sp.n_layer = 2, sp.tied = true;
+    } else if (!strcmp(name, "gemma3-1b")) { /* Gemma-3-1B: its first 2 layers, local (window 512); the
+                                                global layer and local base are checked at small size */
+        sp.arch = "gemma3", sp.n_embd = 1152, sp.n_head = 4, sp.n_head_kv = 1, sp.head_dim = 256, sp.rope_dims = 256;
+        sp.n_ff = 6912, sp.rope_base = 1e6f, sp.n_layer = 2, sp.window = 512, sp.tied = true;
+    } else if (!strcmp(name, "phi3-mini")) { /* Phi-3-mini: head_dim 96, no GQA */
+        sp.arch = "phi3", sp.n_embd = 3072, sp.n_head = 32, sp.n_head_kv = 32, sp.rope_dims = 96, sp.n_ff = 8192;
+        sp.n_layer = 1, sp.rms_eps = 1e-5f;
+    } else if (!strcmp(name, "qwen3-30b-a3b")) { /* Qwen3-30B-A3B's dims, top-8 experts of width 768, but 16
+                                                    experts instead of 128 (the file stays at 150 MB) */
+        sp.arch = "qwen3moe", sp.n_embd = 2048, sp.n_head = 32, sp.n_head_kv = 4, sp.head_dim = 128;
+        sp.rope_dims = 128, sp.n_ff = 6144, sp.rope_base = 1e6f, sp.n_layer = 1, sp.n_expert = 16;
+        sp.n_expert_used = 8, sp.n_ff_exp = 768;
+    } else if (!strcmp(name, "gpt-oss-20b")) { /* gpt-oss-20b's dims (64/8 heads of 64, width 2880, window
+                                                  128, top 4), 4 experts of its 32, F16 instead of MXFP4 */
+        sp.arch = "gpt-oss", sp.n_embd = 2880, sp.n_head = 64, sp.n_head_kv = 8, sp.head_dim = 64, sp.rope_dims = 64;
+        sp.n_ff = 2880, sp.rope_base = 150000.0f, sp.n_layer = 1, sp.n_expert = 4, sp.n_expert_used = 4;
+        sp.n_ff_exp = 2880, sp.window = 128, sp.rope_yarn = 32.0f, sp.yarn_orig_ctx = 4096, sp.rms_eps = 1e-5f;
+    }
+    return sp;
+}
+
+#endif

@@ -1,0 +1,226 @@
+# test_http_faults.sh — issue 25's fault scenarios against real `attnd serve` processes on
+# loopback, with the repository's own model: a failing state directory (ENOSPC, EROFS, EIO
+# injected at each persist step through $ATTND_FAULT_FILE, statedir.h), kill -9 while turns are
+# saved, a tight KV budget with session turns queued behind a stream, fairness between API keys,
+# slow bodies, the per-address cap and the reserved /health slot.
+#
+# The ledger: every session turn answered 200 is written down (session, the history length the
+# answer implies); after each scenario (and each restart) every session must hold at least its
+# acknowledged history, and a session whose turn was refused must hold exactly what it held
+# before. A deletion answered 200 must stay deleted across a restart.
+set -uo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+source "$here/http_lib.sh"
+[ -f "$MODEL" ] || { echo "FAIL: $MODEL not found"; exit 1; }
+status=0
+ok() { echo "ok - $*"; }
+bad() { echo "not ok - $*"; status=1; }
+check() { # check DESCRIPTION COMMAND...
+    local d=$1
+    shift
+    if "$@"; then ok "$d"; else bad "$d"; fi
+}
+FAULT=$TMP/fault
+STATE=$TMP/state
+
+# tokens_of PORT ID: the session's history length ("" when it does not exist)
+tokens_of() { curl -s "http://127.0.0.1:$1/v1/sessions/$2" | sed -n 's/.*"tokens":\([0-9]*\).*/\1/p'; }
+
+# turn PORT ID [stream]: one turn; prints the HTTP status. Every turn's prompt is longer than the
+# session's turn before (a counter per session in a file), so a later turn's history is
+# always the longer: an acknowledged non-streamed turn goes into the ledger (a file, so turns run
+# in the background count too) with the history it implies, prompt + completion tokens.
+turn() {
+    local port=$1 id=$2 stream=${3:-false} code c words
+    c=$(($(cat "$TMP/counter.$id" 2>/dev/null || echo 0) + 1)) # per session: its turns run in order
+    echo "$c" >"$TMP/counter.$id"
+    words=$(printf ' people%.0s' $(seq "$c"))
+    code=$(curl -s -o "$TMP/turn.$id" -w '%{http_code}' "http://127.0.0.1:$port/v1/completions" \
+        -d "{\"prompt\":\"We the$words\",\"max_tokens\":4,\"session_id\":\"$id\",\"stream\":$stream}")
+    if [ "$code" = 200 ] && [ "$stream" = false ]; then
+        python3 -c "import json,sys; u=json.load(open(sys.argv[1]))['usage']; print(sys.argv[2], u['prompt_tokens'] + u['completion_tokens'])" \
+            "$TMP/turn.$id" "$id" >>"$TMP/ledger"
+    fi
+    cp "$TMP/turn.$id" "$TMP/turn"
+    echo "$code"
+}
+
+# ledger_holds PORT: every session in the ledger holds at least its longest acknowledged history
+ledger_holds() {
+    local port=$1 id want have lost=0 n=0
+    while read -r id want; do
+        n=$((n + 1))
+        have=$(tokens_of "$port" "$id")
+        if [ -z "$have" ] || [ "$have" -lt "$want" ]; then
+            echo "  session $id: ${have:-gone}, acknowledged $want" >&2
+            lost=$((lost + 1))
+        fi
+    done < <(sort -k1,1 -k2,2n "$TMP/ledger" | awk '{m[$1]=$2} END {for (k in m) print k, m[k]}')
+    echo "  ledger: $n sessions, $(wc -l <"$TMP/ledger") acknowledged turns, $lost sessions short of them" >&2
+    [ "$lost" = 0 ]
+}
+forget() { grep -v "^$1 " "$TMP/ledger" >"$TMP/ledger.new"; mv "$TMP/ledger.new" "$TMP/ledger"; }
+
+serve() { start_server srv --model "$MODEL" --threads 1 --state-dir "$STATE" "$@"; P=$srv_PORT; }
+
+# ---- 1: a failing state directory: nothing unsaved is acknowledged -----------------------------
+export ATTND_FAULT_FILE=$FAULT
+serve
+for i in 1 2 3; do curl -s -o /dev/null "http://127.0.0.1:$P/v1/sessions" -d "{\"id\":\"s$i\"}"; done
+for i in 1 2 3; do turn "$P" "s$i" >/dev/null; done
+check "three sessions with an acknowledged turn each" test "$(wc -l <"$TMP/ledger")" = 3
+refused=0
+for step in open write fsync rename dirsync; do
+    for e in ENOSPC EROFS EIO; do
+        echo "$step $e" >"$FAULT"
+        before=$(tokens_of "$P" s1)
+        code=$(turn "$P" s1)
+        want=503
+        [ "$e" = ENOSPC ] && want=507
+        after=$(tokens_of "$P" s1)
+        # a failed directory sync comes after the rename: the new file may stay (memory holds it),
+        # but the turn is still not acknowledged
+        if [ "$code" = "$want" ] && { [ "$after" = "$before" ] || [ "$step" = dirsync ]; }; then
+            refused=$((refused + 1))
+        else
+            echo "  $step $e: HTTP $code, history $before -> $after" >&2
+        fi
+    done
+done
+check "a turn whose save fails at any of 5 steps with any of 3 errnos is refused (507 / 503) and the history stays ($refused of 15)" \
+    test "$refused" = 15
+echo "rename ENOSPC" >"$FAULT"
+turn "$P" s2 true >/dev/null
+check "a streamed turn that cannot be saved ends with an error event, not a finish_reason" \
+    bash -c "grep -q 'could not be saved' '$TMP/turn' && ! grep -q '\"finish_reason\":\"stop\"' '$TMP/turn'"
+curl -s "http://127.0.0.1:$P/health" >"$TMP/health"
+check "/health says degraded" grep -q '"status":"degraded"' "$TMP/health"
+check "/metrics counts the failures" bash -c "curl -s http://127.0.0.1:$P/metrics | grep -q '^attnd_state_write_failures_total [1-9]'"
+code=$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$P/v1/sessions" -d '{"id":"new1"}')
+check "a session that cannot be saved is not created ($code)" test "$code" = 507 -a -z "$(tokens_of "$P" new1)"
+echo "unlink EROFS" >"$FAULT"
+code=$(curl -s -o /dev/null -w '%{http_code}' -X DELETE "http://127.0.0.1:$P/v1/sessions/s3")
+check "a deletion that cannot be made durable is refused ($code) and the session stays" test "$code" = 503 -a -n "$(tokens_of "$P" s3)"
+rm -f "$FAULT"
+code=$(turn "$P" s1)
+check "space back: the next turn is saved ($code) and /health is ok again" \
+    bash -c "[ $code = 200 ] && curl -s http://127.0.0.1:$P/health | grep -q '\"status\":\"ok\"'"
+code=$(curl -s -o /dev/null -w '%{http_code}' -X DELETE "http://127.0.0.1:$P/v1/sessions/s3")
+check "and the deletion goes through ($code)" test "$code" = 200
+forget s3
+stop_server srv || bad "SIGTERM exit status"
+serve
+check "after a restart: no acknowledged turn lost" ledger_holds "$P"
+check "the deleted session stays deleted" test -z "$(tokens_of "$P" s3)"
+stop_server srv || bad "SIGTERM exit status"
+unset ATTND_FAULT_FILE
+
+# ---- 2: kill -9 while turns are being saved ----------------------------------------------------
+for round in 1 2 3; do
+    serve
+    for i in 1 2; do (for k in $(seq 20); do turn "$P" "s$i" >/dev/null; done) & done
+    sleep 1.$((RANDOM % 10))
+    kill -KILL "$srv_PID"
+    wait 2>/dev/null
+    serve
+    check "kill -9 round $round: no acknowledged turn lost" ledger_holds "$P"
+    stop_server srv || bad "SIGTERM exit status"
+done
+ls "$STATE" | grep -q '\.tmp\.' && bad "temporary files left after the restarts" || ok "no temporary file left"
+
+# ---- 3: KV budget: a stream never fails for a session turn queued behind it -------------------
+start_server kv --model "$MODEL" --threads 1 --kv-budget-mb 3 --max-parallel 1 --state-dir "$TMP/kvstate"
+K=$kv_PORT
+long=$(python3 -c "print(' '.join(['union'] * 300))")
+for i in 1 2 3; do
+    curl -s -o /dev/null "http://127.0.0.1:$K/v1/sessions" -d "{\"id\":\"k$i\"}"
+    curl -s -o /dev/null "http://127.0.0.1:$K/v1/completions" -d "{\"prompt\":\"$long $i\",\"max_tokens\":8,\"session_id\":\"k$i\"}"
+done
+curl -s -N "http://127.0.0.1:$K/v1/completions" \
+    -d '{"prompt":"We","max_tokens":400,"stream":true,"logit_bias":{"2":-100,"4097":-100}}' >"$TMP/stream" &
+spid=$!
+sleep 0.3
+for i in 1 2 3; do
+    curl -s -o "$TMP/kt$i" -w '%{http_code}' "http://127.0.0.1:$K/v1/completions" \
+        -d "{\"prompt\":\"$long $i more\",\"max_tokens\":4,\"session_id\":\"k$i\"}" >"$TMP/kc$i" &
+done
+wait "$spid"
+wait $(jobs -p | grep -v -w -e "$kv_PID") 2>/dev/null
+check "the stream ran to its end with no KV error" \
+    bash -c "grep -q '\\[DONE\\]' '$TMP/stream' && ! grep -q 'KV cache budget exhausted' '$TMP/stream'"
+check "and the queued turns were answered ($(cat "$TMP"/kc? | tr '\n' ' '))" \
+    bash -c "[ \"\$(cat '$TMP'/kc? | tr -d '\n')\" = 200200200 ]"
+stop_server kv || bad "SIGTERM exit status (kv)"
+
+# ---- 4: fairness: a short request of one key beside a long batch of another --------------------
+printf 'key-a-%s\nkey-b-%s\n' $$ $$ >"$TMP/keys"
+start_server fair --model "$MODEL" --threads 1 --max-parallel 2 --api-key-file "$TMP/keys"
+F=$fair_PORT
+big=()
+for i in 1 2 3 4 5 6; do
+    curl -s -o /dev/null -H "Authorization: Bearer key-a-$$" "http://127.0.0.1:$F/v1/completions" \
+        -d '{"prompt":"We","max_tokens":400,"logit_bias":{"2":-100,"4097":-100}}' &
+    big+=($!)
+done
+sleep 0.5
+code=$(curl -s -o /dev/null -w '%{http_code}' -m 60 -H "Authorization: Bearer key-b-$$" \
+    "http://127.0.0.1:$F/v1/completions" -d '{"prompt":"Hi","max_tokens":2}')
+running=0
+for p in "${big[@]}"; do kill -0 "$p" 2>/dev/null && running=$((running + 1)); done
+check "key B's short request is answered ($code) while key A's batch still runs ($running of 6)" \
+    test "$code" = 200 -a "$running" -ge 4
+for p in "${big[@]}"; do kill "$p" 2>/dev/null; wait "$p" 2>/dev/null; done
+stop_server fair || bad "SIGTERM exit status (fair)"
+
+# ---- 5: slow bodies, the per-address cap, /health's reserved slot --------------------------------
+start_server slow --model "$MODEL" --threads 1 --max-connections 32 --max-connections-per-address 6 \
+    --body-timeout-s 2 --header-timeout-s 2
+S=$slow_PORT
+slow=()
+for i in $(seq 10); do # headers at once, then a body byte a second
+    (exec 3<>"/dev/tcp/127.0.0.1/$S"
+     printf 'POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 100\r\n\r\n{' >&3
+     for k in $(seq 30); do sleep 1; printf ' ' >&3 2>/dev/null || exit 0; done) 2>/dev/null &
+    slow+=($!)
+done
+sleep 0.5
+health=0
+for i in $(seq 10); do
+    [ "$(curl -s -o /dev/null -w '%{http_code}' -m 2 "http://127.0.0.1:$S/health")" = 200 ] && health=$((health + 1))
+done
+check "/health answers beside 10 slow bodies ($health of 10)" test "$health" = 10
+code=$(curl -s -o /dev/null -w '%{http_code}' -m 5 "http://127.0.0.1:$S/v1/models")
+check "a request over the per-address cap is answered 429, not reset ($code)" test "$code" = 429
+sleep 3
+code=$(curl -s -o /dev/null -w '%{http_code}' -m 5 "http://127.0.0.1:$S/v1/models")
+check "after body_timeout_s the slow bodies are cut and requests are answered ($code)" test "$code" = 200
+check "the log says why" grep -q "request body did not arrive within 2 s" "$slow_LOG"
+for p in "${slow[@]}"; do kill "$p" 2>/dev/null; wait "$p" 2>/dev/null; done
+python3 -c "print('x' * 3000000)" >"$TMP/huge"
+code=$(curl -s -o /dev/null -w '%{http_code}' -H 'Transfer-Encoding: chunked' --data-binary @"$TMP/huge" \
+    "http://127.0.0.1:$S/v1/completions")
+check "a chunked body over body_limit gets its 413 ($code)" test "$code" = 413
+stop_server slow || bad "SIGTERM exit status (slow)"
+
+# ---- 6: attention answers leave no memory behind -------------------------------------------------
+start_server att --model "$MODEL" --threads 1 --attention-parallel 64
+A=$att_PORT
+ask=$(python3 -c "import json; print(json.dumps({'prompt': ' '.join(['the union'] * 120), 'top_k': 8}))")
+rss() { sed -n 's/^VmRSS:[[:space:]]*\([0-9]*\) kB/\1/p' "/proc/$att_PID/status"; }
+round() {
+    for i in $(seq 16); do curl -s -o /dev/null "http://127.0.0.1:$A/v1/attention" -d "$ask" & done
+    wait $(jobs -p | grep -v -w -e "$att_PID") 2>/dev/null
+}
+rss0=$(rss)
+round
+rss1=$(rss)
+round
+rss2=$(rss)
+hwm=$(sed -n 's/^VmHWM:[[:space:]]*\([0-9]*\) kB/\1/p' "/proc/$att_PID/status")
+# what stays after the first round is the KV of the 16 prompts, cached for their reuse
+echo "  RSS at start ${rss0} kB; after 16 concurrent inspections ${rss1} kB; after 16 more ${rss2} kB; peak ${hwm} kB"
+if [ -z "${ATTND_SANITIZED:-}" ]; then
+    check "a second round leaves no more memory behind (${rss1} -> ${rss2} kB)" test "$rss2" -lt $((rss1 + 16384))
+fi
+stop_server att || bad "SIGTERM exit status (att)"
+exit $status

@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# test_source_layout.sh — the source tree's structure, checked by scripts/check_layout.py: no
+# include or symbol circle in server/ and cli/, runtime/ independent of the API layer, every .c
+# file on docs/README.md's map and every route in docs/server.md. Uses the build's object files.
+set -uo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+src=${ATTND_SOURCE_DIR:-$here/..}
+build=${ATTND_BUILD_DIR:-$src/build}
+command -v python3 >/dev/null || { echo "skip - python3 is not installed"; exit 77; }
+command -v nm >/dev/null || { echo "skip - nm is not installed"; exit 77; }
+if out=$(python3 "$src/scripts/check_layout.py" --objects "$build" "$src"); then
+    echo "ok - includes and modules form a DAG, runtime/ knows no API, the maps are complete"
+else
+    printf 'not ok - %s\n' "$out" | sed '2,$s/^/not ok - /'
+    exit 1
+fi
+# the checker itself catches what it claims to: a header circle and a missing map entry
+tmp=$(mktemp -d /tmp/attnd-layout.XXXXXX)
+trap 'rm -rf "$tmp"' EXIT
+mkdir -p "$tmp/server/runtime" "$tmp/server/api" "$tmp/server/process" "$tmp/cli" "$tmp/engine" "$tmp/docs"
+printf '#include "b.h"\n' > "$tmp/server/api/a.h"
+printf '#include "a.h"\n' > "$tmp/server/api/b.h"
+printf '#include "a.h"\n' > "$tmp/server/runtime/r.c"
+printf '{"GET", "/x", ep_x, "x", 0},\n' > "$tmp/server/api/routes.c"
+printf '`r.c`\n' > "$tmp/docs/README.md"
+printf '`GET /y`\n' > "$tmp/docs/server.md"
+out=$(python3 "$src/scripts/check_layout.py" "$tmp")
+for want in "include circle: server/api/a.h -> server/api/b.h" "layering: server/runtime/r.c includes server/api/a.h" \
+            "does not name server/api/routes.c" "route GET /x"; do
+    if grep -qF "$want" <<<"$out"; then echo "ok - a planted fault is found: $want"
+    else echo "not ok - the checker missed: $want"; echo "$out"; exit 1; fi
+done
+# and a module circle from object files: a.c calls b.c, which calls a.c
+obj="$tmp/build/CMakeFiles/attnd_server.dir/server/api"
+mkdir -p "$obj"
+printf 'int b(void); int a(void) { return b(); }\n' > "$tmp/a.c"
+printf 'int a(void); int b(void) { return a(); }\n' > "$tmp/b.c"
+cc -c "$tmp/a.c" -o "$obj/a.c.o" && cc -c "$tmp/b.c" -o "$obj/b.c.o" || { echo "not ok - cc"; exit 1; }
+out=$(python3 "$src/scripts/check_layout.py" --objects "$tmp/build" "$tmp")
+if grep -qF "module circle: server/api/a.c -> server/api/b.c" <<<"$out"; then
+    echo "ok - a planted fault is found: a module circle"
+else
+    echo "not ok - the checker missed a module circle"; exit 1
+fi

@@ -1,0 +1,34 @@
+/*
+ * tiny_model.c — writes one of the generated models of tests/family_specs.h, for
+ * tests/data/regenerate.sh (llama.cpp's references are made from exactly the files the suite
+ * generates).
+ *
+ *   tiny_model FAMILY OUT.gguf     FAMILY: see tiny_model --list (the small model)
+ *   tiny_model --list              the families, one a line
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "family_specs.h"
+
+int main(int argc, char **argv) {
+    if (argc == 2 && !strcmp(argv[1], "--list")) {
+        for (size_t i = 0; i < N_FAMILIES; i++) printf("%s\n", FAMILY_NAMES[i]);
+        return 0;
+    }
+    if (argc != 3) {
+        fprintf(stderr, "usage: tiny_model FAMILY OUT.gguf | tiny_model --list\n");
+        return 2;
+    }
+    for (size_t i = 0; i < N_FAMILIES; i++) {
+        if (strcmp(argv[1], FAMILY_NAMES[i])) continue;
+        tiny_spec sp = family_small(FAMILY_NAMES[i]);
+        if (tiny_write(argv[2], &sp)) {
+            fprintf(stderr, "tiny_model: cannot write %s\n", argv[2]);
+            return 1;
+        }
+        return 0;
+    }
+    fprintf(stderr, "tiny_model: unknown family '%s'\n", argv[1]);
+    return 2;
+}
