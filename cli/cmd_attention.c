@@ -29,6 +29,11 @@ static const char *USAGE =
     "  --head H        head(s) (default: every head; text and --svg show their mean)\n"
     "  --attn-top-k K  keep the K largest weights of each row, as [position, weight] pairs\n"
     "                  (--top-k is the sampling flag, as in `attnd generate`)\n"
+    "  --weights W     attention (default): the softmax weights; norm: each weight times the norm\n"
+    "                  of what that position's value adds to the head's output (|a W_O v|),\n"
+    "                  renormalised per row\n"
+    "  --logit-lens K  with --json: the K most probable tokens of each layer's residual stream\n"
+    "                  at each position, read through the final norm and the output head\n"
     "  --n N           also generate N tokens (greedy unless --temp) and show their rows (default 0)\n"
     "  --json          print the JSON of POST /v1/attention\n"
     "  --svg FILE      write a heatmap (tokens on both axes, a thumbnail per head) to FILE\n"
@@ -41,7 +46,8 @@ typedef struct attn_opts {
     const char *svg;
     cli_prompt prompt; /* --prompt or --tokens */
     int *layers, n_layers, *heads, n_heads;
-    int top_k, n_predict;
+    int top_k, n_predict, lens_k;
+    attn_weights weights;
     bool json;
     cli_run_opts run; /* --model, --threads, --kv-type */
     cli_sampling sampling;
@@ -60,7 +66,7 @@ static int *parse_list(const char *flag, const char *s, int *n) {
 static void parse_args(int argc, char **argv, attn_opts *o) {
     *o = (attn_opts){0};
     cli_sampling_init(&o->sampling);
-    const char *layers = NULL, *heads = NULL;
+    const char *layers = NULL, *heads = NULL, *weights = NULL;
     const cli_opt opts[] = {
         CLI_OPT_RUN(&o->run),
         CLI_OPT_PROMPT(&o->prompt),
@@ -69,6 +75,8 @@ static void parse_args(int argc, char **argv, attn_opts *o) {
         CLI_OPT_STR("--head", &heads),
         CLI_OPT_INT("--attn-top-k", &o->top_k, 0, 1 << 24),
         CLI_OPT_INT("--n", &o->n_predict, 0, 1 << 20),
+        CLI_OPT_STR("--weights", &weights),
+        CLI_OPT_INT("--logit-lens", &o->lens_k, 0, 1 << 24),
         CLI_OPT_SAMPLING(&o->sampling),
         CLI_OPT_SET("--json", &o->json),
     };
@@ -78,6 +86,10 @@ static void parse_args(int argc, char **argv, attn_opts *o) {
     cli_prompt_check("attention", &o->prompt);
     if (o->json && o->svg) cli_usage_error("attention", "give at most one of --json and --svg");
     if (o->svg && o->top_k) cli_usage_error("attention", "--svg draws whole rows; leave out --attn-top-k");
+    if (weights && strcmp(weights, "attention") && strcmp(weights, "norm"))
+        cli_usage_error("attention", "--weights: '%s'; give attention or norm", weights);
+    o->weights = weights && !strcmp(weights, "norm") ? ATTN_WEIGHTS_NORM : ATTN_WEIGHTS_ATTENTION;
+    if (o->lens_k && !o->json) cli_usage_error("attention", "--logit-lens is shown with --json only");
     if (o->sampling.top_logprobs) cli_usage_error("attention", "--top-logprobs is not available here");
 }
 
@@ -185,13 +197,15 @@ static attnd_status attention(attn_opts *o, attnd_err *err) {
     /* --svg draws one layer, with a thumbnail of every head: capture them all. */
     attn_capture_params p = {.layers = o->layers, .n_layers = o->svg && o->n_layers ? 1 : o->n_layers,
                              .heads = o->svg ? NULL : o->heads, .n_heads = o->svg ? 0 : o->n_heads,
-                             .top_k = o->top_k, .n_positions = n_prompt + o->n_predict};
+                             .top_k = o->top_k, .n_positions = n_prompt + o->n_predict, .weights = o->weights,
+                             .lens_k = o->lens_k};
     static const int layer0 = 0;
     if (o->svg && !o->n_layers) p.layers = &layer0, p.n_layers = 1;
     const char *field;
     if (attn_capture_check(mi, &p, &field, err))
         cli_usage_error("attention", "%s (%s)", err->msg,
-                        !strcmp(field, "layers") ? "--layer" : !strcmp(field, "heads") ? "--head" : "--attn-top-k");
+                        !strcmp(field, "layers") ? "--layer" : !strcmp(field, "heads") ? "--head"
+                        : !strcmp(field, "logit_lens") ? "--logit-lens" : "--attn-top-k");
     if (o->svg && o->n_heads > 1)
         cli_usage_error("attention", "--svg draws one head or the mean of all: give one --head");
     if (o->svg && o->n_heads == 1 && o->heads[0] >= mi->n_head)

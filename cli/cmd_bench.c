@@ -20,6 +20,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "attnd/cpuinfo.h"
 #include "attnd/engine.h"
 #include "commands.h"
 
@@ -271,8 +272,9 @@ static attnd_status measure_speed(bench_ctx *c, attnd_err *err) {
     }
     if (c->o.json)
         printf("{\"threads\": %d, \"prompt_len\": %d, \"n\": %d, \"reps\": %d, \"attnd_prefill\": %.2f, "
-               "\"attnd_decode\": %.2f, \"llamacpp_prefill\": %.2f, \"llamacpp_decode\": %.2f, \"peer_runs\": %d}\n",
-               c->o.threads, c->o.prompt_len, c->o.n_gen, reps, ap, ad, pp, pd, n_peer);
+               "\"attnd_decode\": %.2f, \"llamacpp_prefill\": %.2f, \"llamacpp_decode\": %.2f, \"peer_runs\": %d, "
+               "\"kernels\": \"%s\"}\n",
+               c->o.threads, c->o.prompt_len, c->o.n_gen, reps, ap, ad, pp, pd, n_peer, cpuinfo_isa());
     fflush(stdout);
     free(v);
     return ATTND_OK;
@@ -359,9 +361,9 @@ int cmd_bench(int argc, char **argv) {
     if (bench_setup(&c, &err)) goto fail;
     if (!c.o.no_peer) c.peer = find_peer(c.o.peer_dir);
     const model_info *mi = model_info_get(c.m);
-    printf("model %s (%s, %d layers, embd %d, vocab %d), %d thread(s), KV %s, prompt %d, generate %d\n", c.o.model,
-           mi->arch, mi->n_layer, mi->n_embd, mi->n_vocab, c.o.threads, c.o.kv == KV_F32 ? "f32" : "f16",
-           c.o.prompt_len, c.o.n_gen);
+    printf("model %s (%s, %d layers, embd %d, vocab %d), %d thread(s), KV %s, prompt %d, generate %d\nkernels %s\n",
+           c.o.model, mi->arch, mi->n_layer, mi->n_embd, mi->n_vocab, c.o.threads, c.o.kv == KV_F32 ? "f32" : "f16",
+           c.o.prompt_len, c.o.n_gen, cpuinfo_kernels());
     fflush(stdout);
     if (measure_speed(&c, &err)) goto fail;
     if (!c.o.no_growth && measure_growth(&c, &err)) goto fail;

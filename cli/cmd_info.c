@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "attnd/cpuinfo.h"
 #include "attnd/gguf.h"
 #include "attnd/kv.h"
 #include "attnd/model.h"
@@ -98,6 +99,7 @@ static void add_run_facts(json_t *root, const char *path) {
         json_object_set_new(root, "kv_bytes_per_context",
                             json_pack("{s:I, s:I}", "f16", (json_int_t)kv_context_bytes(m, n_ctx, KV_F16), "f32",
                                       (json_int_t)kv_context_bytes(m, n_ctx, KV_F32)));
+        json_object_set_new(root, "kernels", json_string(cpuinfo_kernels()));
         add_layer_kv(root, m);
     }
     tok_destroy(t);
@@ -111,6 +113,7 @@ static void print_run_facts(const json_t *root) {
     }
     json_t *kt = json_object_get(root, "kv_bytes_per_token"), *kc = json_object_get(root, "kv_bytes_per_context");
     printf("runs:          yes\n");
+    printf("kernels:       %s\n", json_string_value(json_object_get(root, "kernels")));
     printf("chat template: %s (%s)\n", json_string_value(json_object_get(root, "chat_template")),
            json_string_value(json_object_get(root, "chat_template_source")));
     if (json_object_get(root, "chat_template_rendering"))
@@ -158,6 +161,43 @@ static uint64_t add_tensor_summary(const gguf_file *f, json_t *root, json_t *uns
     return params;
 }
 
+/* The first tensor of a type the engine does not compute, and what to do about it. */
+static void print_unsupported_note(const gguf_file *f, const json_t *unsupported) {
+    if (!json_array_size(unsupported)) return;
+    const gguf_tensor *ut = gguf_find_tensor(f, json_string_value(json_array_get(unsupported, 0)));
+    printf("note:          some tensors use types the engine does not compute (e.g. %s, %s); re-quantize\n"
+           "               from the F16/BF16 model with `attnd quantize` (e.g. to Q4_K_M or IQ4_XS)\n",
+           ut->name, gguf_type_name(ut->type));
+}
+
+/* The human-readable form of what root holds (the JSON form is root itself). */
+static void print_text(const gguf_file *f, const char *model, const json_t *root, const json_t *unsupported,
+                       uint64_t params) {
+    const char *arch = json_string_value(json_object_get(root, "architecture"));
+    json_t *hp = json_object_get(root, "hyperparameters"), *by_type = json_object_get(root, "tensors_by_type");
+    uint64_t vocab = (uint64_t)json_integer_value(json_object_get(root, "vocab_size"));
+    printf("file:          %s (%" PRIu64 " bytes, GGUF v%u)\n", model, gguf_file_size(f), gguf_version(f));
+    printf("name:          %s\n", str_or(f, "general.name", "(none)"));
+    printf("architecture:  %s\n", arch);
+    const char *k;
+    json_t *v;
+    json_object_foreach(hp, k, v) {
+        if (json_is_real(v)) printf("  %-32s %g\n", k, json_real_value(v));
+        else printf("  %-32s %" JSON_INTEGER_FORMAT "\n", k, json_integer_value(v));
+    }
+    printf("tokenizer:     %s%s%s, vocab %" PRIu64 "\n", str_or(f, "tokenizer.ggml.model", "(none)"),
+           *str_or(f, "tokenizer.ggml.pre", "") ? " / pre " : "", str_or(f, "tokenizer.ggml.pre", ""), vocab);
+    printf("tensors:       %" PRIu64 " (", gguf_tensor_count(f));
+    bool first = true;
+    json_object_foreach(by_type, k, v) {
+        printf("%s%s: %" JSON_INTEGER_FORMAT, first ? "" : ", ", k, json_integer_value(v));
+        first = false;
+    }
+    printf(")\nparameters:    %" PRIu64 " (%.2f M)\n", params, params / 1e6);
+    print_unsupported_note(f, unsupported);
+    print_run_facts(root);
+}
+
 int cmd_info(int argc, char **argv) {
     const char *model = NULL;
     bool as_json = false;
@@ -200,38 +240,13 @@ int cmd_info(int argc, char **argv) {
 
     json_t *unsupported = json_array();
     uint64_t params = add_tensor_summary(f, root, unsupported);
-    json_t *by_type = json_object_get(root, "tensors_by_type");
     add_run_facts(root, model);
 
     if (as_json) {
         json_dumpf(root, stdout, JSON_COMPACT);
         putchar('\n');
     } else {
-        printf("file:          %s (%" PRIu64 " bytes, GGUF v%u)\n", model, gguf_file_size(f), gguf_version(f));
-        printf("name:          %s\n", str_or(f, "general.name", "(none)"));
-        printf("architecture:  %s\n", arch);
-        const char *k;
-        json_t *v;
-        json_object_foreach(hp, k, v) {
-            if (json_is_real(v)) printf("  %-32s %g\n", k, json_real_value(v));
-            else printf("  %-32s %" JSON_INTEGER_FORMAT "\n", k, json_integer_value(v));
-        }
-        printf("tokenizer:     %s%s%s, vocab %" PRIu64 "\n", str_or(f, "tokenizer.ggml.model", "(none)"),
-               *str_or(f, "tokenizer.ggml.pre", "") ? " / pre " : "", str_or(f, "tokenizer.ggml.pre", ""), vocab);
-        printf("tensors:       %" PRIu64 " (", gguf_tensor_count(f));
-        bool first = true;
-        json_object_foreach(by_type, k, v) {
-            printf("%s%s: %" JSON_INTEGER_FORMAT, first ? "" : ", ", k, json_integer_value(v));
-            first = false;
-        }
-        printf(")\nparameters:    %" PRIu64 " (%.2f M)\n", params, params / 1e6);
-        if (json_array_size(unsupported)) {
-            const gguf_tensor *ut = gguf_find_tensor(f, json_string_value(json_array_get(unsupported, 0)));
-            printf("note:          some tensors use types the engine does not compute (e.g. %s, %s); re-quantize\n"
-                   "               from the F16/BF16 model with `attnd quantize` (e.g. to Q4_K_M or IQ4_XS)\n",
-                   ut->name, gguf_type_name(ut->type));
-        }
-        print_run_facts(root);
+        print_text(f, model, root, unsupported, params);
     }
     json_decref(unsupported);
     json_decref(root);

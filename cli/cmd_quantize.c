@@ -13,12 +13,15 @@ static const char *USAGE =
     "usage: attnd quantize IN.gguf OUT.gguf TYPE [--quiet]\n"
     "\n"
     "Writes OUT.gguf with the weights of IN.gguf (F32, F16 or BF16) re-encoded as TYPE:\n"
-    "  F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K   every 2-D weight in that type\n"
-    "  Q4_K_M                              llama.cpp's mix: Q4_K, with Q6_K for the output head\n"
-    "                                      and for attn_v/ffn_down in some layers\n"
+    "  F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K, MXFP4    every 2-D weight in that type\n"
+    "  Q2_K, Q3_K_S, Q3_K_M, Q4_K_S, Q4_K_M, Q5_K_S, Q5_K_M, Q4_1, Q5_0, Q5_1, IQ4_NL, IQ4_XS\n"
+    "                                              llama.cpp's mixes: its per-tensor types (e.g.\n"
+    "                                              Q4_K_M: Q6_K for the output head and for\n"
+    "                                              attn_v/ffn_down in some layers)\n"
     "Norms and other 1-D tensors stay as they are. Rows the block size does not divide fall back\n"
-    "(Q6_K and Q4_K to Q8_0, then F16). Metadata is copied. OUT is written to a temporary file and\n"
-    "renamed, so it is never half-written. Prints one line per tensor whose type changes.\n"
+    "as in llama.cpp (Q4_K to Q5_0, Q5_K to Q5_1, Q6_K to Q8_0, Q2_K/Q3_K/IQ4_XS to IQ4_NL), then\n"
+    "to F16. Metadata is copied. OUT is written to a temporary file and renamed, so it is never\n"
+    "half-written. Prints one line per tensor whose type changes.\n"
     "  --quiet   print only the summary line\n";
 
 typedef struct progress {

@@ -8,13 +8,22 @@
  * once per entry, so `hits` counts modulo their number: a re-evaluated position (a session
  * truncated and extended) starts again at 1 and is complete at the end of its evaluation, in
  * whatever order the engine reports.
+ *
+ * Norm-weighted rows (ATTN_WEIGHTS_NORM) scale α_ij by ‖W_O^h v_j‖, read from the sequence's own
+ * V cache and the layer's W_O as each position is first reached (one pass over W_O's rows per
+ * position and layer, all selected heads at once), and kept per (layer, head, position). The
+ * logit lens reads each selected layer's residual stream through the engine's residual hook.
  */
 #include "attnd/attn_capture.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "block.h"
+#include "kv_layout.h"
+#include "model_internal.h"
+#include "quant.h"
 
 struct attn_capture {
     int n_layers, n_heads;   /* selected */
@@ -28,6 +37,20 @@ struct attn_capture {
     float *w;                /* (n_layers, n_heads, block) */
     int32_t *ix;             /* (n_layers, n_heads, block) positions of top_k weights, or NULL */
     int *hits;               /* (n_positions) selected (layer, head) recorded, modulo their number */
+    attn_weights weights;
+    int lens_k, lens_slot;   /* asked; kept per row: min(lens_k, n_vocab) */
+    const model *m;
+    float *vnorm;            /* (n_layers, n_heads, n_positions) ‖W_O^h v_j‖, norm weights only */
+    int *vnorm_upto;         /* (n_layers) positions whose vnorm is computed */
+    float *vrows;            /* (n_heads, head_dim) scratch: the values of one position */
+    float *wrow;             /* (q_dim) scratch: one row of W_O as floats */
+    double *sq;              /* (n_heads) scratch */
+    float *nrow;             /* (n_positions) scratch: one norm-weighted row */
+    float *lens_p;           /* (n_layers, n_positions, lens_slot) logit-lens probabilities */
+    int32_t *lens_ix;        /* (n_layers, n_positions, lens_slot) their token ids */
+    float *lens_x;           /* (n_embd) scratch: the normalised residual */
+    float *lens_logits;      /* (n_vocab) scratch */
+    void *lens_scratch;      /* quant_matmul scratch for the output head, one row */
     const kv_seq *seq;
     attn_capture *next;      /* attn_capture_link's list */
     char *mem;               /* owns every array above (engine/block.h) */
@@ -55,6 +78,11 @@ attnd_status attn_capture_check(const model_info *mi, const attn_capture_params 
     if (p->layers && (st = check_list(p->layers, p->n_layers, mi->n_layer, "layers", err))) f = "layers";
     else if (p->heads && (st = check_list(p->heads, p->n_heads, mi->n_head, "heads", err))) f = "heads";
     else if (p->top_k < 0) f = "top_k", st = attnd_fail(err, ATTND_ERR_INVALID, "top_k: %d is negative", p->top_k);
+    else if (p->weights != ATTN_WEIGHTS_ATTENTION && p->weights != ATTN_WEIGHTS_NORM)
+        f = "weights", st = attnd_fail(err, ATTND_ERR_INVALID, "weights: unknown kind %d", (int)p->weights);
+    else if (p->lens_k < 0 || p->lens_k > mi->n_vocab)
+        f = "logit_lens", st = attnd_fail(err, ATTND_ERR_INVALID, "logit_lens: %d is outside 0..%d (the vocabulary)",
+                                          p->lens_k, mi->n_vocab);
     else if (p->n_positions < 1 || p->n_positions > mi->n_ctx)
         f = "n_positions", st = attnd_fail(err, ATTND_ERR_INVALID, "%d positions; the model's context holds 1..%d",
                                            p->n_positions, mi->n_ctx);
@@ -92,7 +120,8 @@ static size_t n_blocks(const attn_capture *c) { return (size_t)c->n_layers * (si
 
 /* Lays out the capture's arrays in mem (block.h); returns the bytes they need (SIZE_MAX when
  * the weights do not fit in memory at all). */
-static size_t layout(attn_capture *c, char *mem, const model_info *mi) {
+static size_t layout(attn_capture *c, char *mem, const model *m) {
+    const model_info *mi = &m->info;
     size_t n_w = n_blocks(c) <= SIZE_MAX / c->block ? n_blocks(c) * c->block : SIZE_MAX;
     block b = {.mem = mem};
     c->layers = block_take(&b, (size_t)c->n_layers, sizeof(*c->layers));
@@ -102,6 +131,19 @@ static size_t layout(attn_capture *c, char *mem, const model_info *mi) {
     c->hits = block_take(&b, (size_t)c->n_positions, sizeof(*c->hits));
     c->w = block_take(&b, n_w, sizeof(*c->w));
     c->ix = block_take(&b, c->top_k ? n_w : 0, sizeof(*c->ix));
+    size_t LH = n_blocks(c), P = (size_t)c->n_positions, norm = c->weights == ATTN_WEIGHTS_NORM;
+    c->vnorm = block_take(&b, norm ? LH * P : 0, sizeof(*c->vnorm));
+    c->vnorm_upto = block_take(&b, norm ? (size_t)c->n_layers : 0, sizeof(*c->vnorm_upto));
+    c->vrows = block_take(&b, norm ? (size_t)c->n_heads * (size_t)mi->head_dim : 0, sizeof(*c->vrows));
+    c->wrow = block_take(&b, norm ? (size_t)m->q_dim : 0, sizeof(*c->wrow));
+    c->sq = block_take(&b, norm ? (size_t)c->n_heads : 0, sizeof(*c->sq));
+    c->nrow = block_take(&b, norm ? P : 0, sizeof(*c->nrow));
+    size_t LK = c->lens_k ? (size_t)c->n_layers * P * (size_t)c->lens_slot : 0;
+    c->lens_p = block_take(&b, LK, sizeof(*c->lens_p));
+    c->lens_ix = block_take(&b, LK, sizeof(*c->lens_ix));
+    c->lens_x = block_take(&b, c->lens_k ? (size_t)mi->n_embd : 0, sizeof(*c->lens_x));
+    c->lens_logits = block_take(&b, c->lens_k ? (size_t)mi->n_vocab : 0, sizeof(*c->lens_logits));
+    c->lens_scratch = block_take(&b, c->lens_k ? quant_scratch_bytes(m->output.type, 1, mi->n_embd) + 64 : 0, 1);
     return block_size(&b);
 }
 
@@ -119,12 +161,16 @@ attnd_status attn_capture_create(attn_capture **out, const model *m, const attn_
     c->k_slot = p->top_k < p->n_positions ? p->top_k : p->n_positions;
     size_t P = (size_t)p->n_positions;
     c->block = c->top_k ? P * (size_t)c->k_slot : P * (P + 1) / 2;
+    c->weights = p->weights;
+    c->lens_k = p->lens_k;
+    c->lens_slot = p->lens_k;
+    c->m = m;
     size_t n_weights = n_blocks(c) * c->block;
-    if (!(c->mem = calloc(1, layout(c, NULL, mi)))) {
+    if (!(c->mem = calloc(1, layout(c, NULL, m)))) {
         attn_capture_destroy(c);
         return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory for %zu attention weights", n_weights);
     }
-    layout(c, c->mem, mi);
+    layout(c, c->mem, m);
     fill_selection(c->layers, c->layer_slot, p->layers, p->n_layers, mi->n_layer);
     fill_selection(c->heads, c->head_slot, p->heads, p->n_heads, mi->n_head);
     *out = c;
@@ -144,6 +190,8 @@ int attn_capture_layer(const attn_capture *c, int li) { return c->layers[li]; }
 int attn_capture_n_heads(const attn_capture *c) { return c->n_heads; }
 int attn_capture_head(const attn_capture *c, int hi) { return c->heads[hi]; }
 int attn_capture_top_k(const attn_capture *c) { return c->top_k; }
+attn_weights attn_capture_weights(const attn_capture *c) { return c->weights; }
+int attn_capture_lens_k(const attn_capture *c) { return c->lens_k; }
 
 // ---- recording and reading ------------------------------------------------------------------
 
@@ -168,9 +216,97 @@ static void top_k_select(float *ow, int32_t *oi, int k, const float *w, int n) {
     }
 }
 
+// ---- norm weights: ‖W_O^h v_j‖ ------------------------------------------------------------
+
+/* c->vrows = the cached values of position j of `layer` for each selected head (its kv head's). */
+static void gather_values(attn_capture *c, int layer, int j) {
+    const model_info *mi = &c->m->info;
+    int hd = mi->head_dim, G = mi->n_head / mi->n_head_kv;
+    for (int hi = 0; hi < c->n_heads; hi++) {
+        const void *tile = kv_v_tile(c->seq, layer, j / KV_BLOCK, c->heads[hi] / G);
+        size_t off = (size_t)(j % KV_BLOCK) * (size_t)hd;
+        float *dst = c->vrows + (size_t)hi * hd;
+        if (c->seq->pool->type == KV_F32) memcpy(dst, (const float *)tile + off, sizeof(float) * (size_t)hd);
+        else quant_f16_to_f32_row(dst, (const uint16_t *)tile + off, hd);
+    }
+}
+
+/* vnorm of every selected head of the li-th layer at position j: one pass over W_O's rows. */
+static void vnorm_position(attn_capture *c, int li, int j) {
+    const model *m = c->m;
+    int layer = c->layers[li], hd = m->info.head_dim, E = m->info.n_embd, Q = m->q_dim;
+    const weight *wo = &m->layers[layer].wo;
+    size_t rb = quant_row_bytes(wo->type, Q);
+    gather_values(c, layer, j);
+    for (int hi = 0; hi < c->n_heads; hi++) c->sq[hi] = 0;
+    for (int r = 0; r < E; r++) {
+        quant_dequantize_row(c->wrow, (const uint8_t *)wo->data + (size_t)r * rb, wo->type, Q);
+        for (int hi = 0; hi < c->n_heads; hi++) {
+            const float *w = c->wrow + (size_t)c->heads[hi] * hd, *v = c->vrows + (size_t)hi * hd;
+            double d = 0;
+            for (int i = 0; i < hd; i++) d += (double)w[i] * v[i];
+            c->sq[hi] += d * d;
+        }
+    }
+    for (int hi = 0; hi < c->n_heads; hi++)
+        c->vnorm[((size_t)li * c->n_heads + hi) * c->n_positions + j] = (float)sqrt(c->sq[hi]);
+}
+
+/* c->nrow[0..n) = w[j] ‖W_O^h v_j‖, normalised to sum 1 (left at 0 when every term is 0). On
+ * the first selected head of a layer, the norms of positions not yet seen are computed: a
+ * position evaluated again (a truncated session) is recomputed from there on. */
+static const float *norm_row(attn_capture *c, int li, int hi, int head, const float *w, int n) {
+    int pos = n - 1, *upto = &c->vnorm_upto[li];
+    bool first_head = true;
+    for (int k = 0; k < c->n_heads; k++) first_head &= c->heads[k] >= head;
+    if (first_head) {
+        for (int j = pos < *upto ? pos : *upto; j <= pos; j++) vnorm_position(c, li, j);
+        *upto = pos + 1;
+    }
+    const float *vn = c->vnorm + ((size_t)li * c->n_heads + hi) * c->n_positions;
+    double sum = 0;
+    for (int j = 0; j < n; j++) sum += (double)w[j] * vn[j];
+    for (int j = 0; j < n; j++) c->nrow[j] = sum > 0 ? (float)(w[j] * vn[j] / sum) : 0.0f;
+    return c->nrow;
+}
+
+// ---- the logit lens -----------------------------------------------------------------------
+
+/* The lens of the li-th layer at pos: softmax(head(norm(x))), its lens_slot most probable. */
+static void lens_record(attn_capture *c, int li, int pos, const float *x) {
+    const model *m = c->m;
+    int E = m->info.n_embd, V = m->info.n_vocab;
+    double ss = 0; /* as the engine's RMSNorm: the sum of squares in double */
+    for (int i = 0; i < E; i++) ss += (double)x[i] * x[i];
+    float scale = (float)(1.0 / sqrt(ss / E + m->info.rms_eps));
+    for (int i = 0; i < E; i++) c->lens_x[i] = x[i] * scale * m->output_norm[i];
+    float *lg = c->lens_logits, mx = -INFINITY, cap = m->final_softcap;
+    quant_matmul(lg, m->output.data, m->output.type, V, E, c->lens_x, 1, c->lens_scratch, 1);
+    for (int v = 0; v < V; v++) {
+        if (cap > 0) lg[v] = tanhf(lg[v] / cap) * cap;
+        mx = lg[v] > mx ? lg[v] : mx;
+    }
+    double sum = 0;
+    for (int v = 0; v < V; v++) sum += lg[v] = expf(lg[v] - mx);
+    for (int v = 0; v < V; v++) lg[v] = (float)(lg[v] / sum);
+    size_t off = ((size_t)li * c->n_positions + pos) * c->lens_slot;
+    top_k_select(c->lens_p + off, c->lens_ix + off, c->lens_slot, lg, V);
+}
+
+int attn_capture_lens(const attn_capture *c, int li, int pos, const float **p, const int32_t **ids) {
+    ATTND_ASSERT(c->lens_k && li >= 0 && li < c->n_layers && pos >= 0 && pos < c->n_positions);
+    size_t off = ((size_t)li * c->n_positions + pos) * c->lens_slot;
+    *p = c->lens_p + off;
+    if (ids) *ids = c->lens_ix + off;
+    return c->lens_slot;
+}
+
+// ---- recording ------------------------------------------------------------------------------
+
 static void capture_record(attn_capture *c, int layer, int head, const float *w, int n_keys) {
     int li = c->layer_slot[layer], hi = c->head_slot[head], pos = n_keys - 1;
     if (li < 0 || hi < 0 || pos >= c->n_positions) return;
+    if (c->weights == ATTN_WEIGHTS_NORM) w = norm_row(c, li, hi, head, w, n_keys);
     size_t off = row_offset(c, li, hi, pos);
     if (c->top_k) top_k_select(c->w + off, c->ix + off, c->k_slot, w, n_keys);
     else memcpy(c->w + off, w, sizeof(float) * (size_t)n_keys);
@@ -235,16 +371,26 @@ static void hook_record(void *user, int entry, int layer, int head, const float 
     if (c) capture_record(c, layer, head, weights, n_keys);
 }
 
+static void hook_resid(void *user, int entry, int layer, int pos, const float *x, int n_embd) {
+    (void)n_embd;
+    attn_capture *c = hook_capture(user, entry);
+    if (c && c->lens_k && c->layer_slot[layer] >= 0 && pos < c->n_positions) lens_record(c, c->layer_slot[layer], pos, x);
+}
+
 void attn_hook_install(attn_hook *h, engine *e, attn_capture *list, const batch_entry *entries, int n) {
     *h = (attn_hook){.e = e, .list = list, .entries = entries, .n = n};
     engine_set_attention_cb(e, hook_record, h);
     engine_set_attention_filter(e, hook_want);
+    bool lens = false;
+    for (const attn_capture *c = list; c && !lens; c = entries ? c->next : NULL) lens = c->lens_k > 0;
+    engine_set_residual_cb(e, lens ? hook_resid : NULL);
 }
 
 void attn_hook_remove(attn_hook *h) {
     if (!h->e) return;
     engine_set_attention_cb(h->e, NULL, NULL);
     engine_set_attention_filter(h->e, NULL);
+    engine_set_residual_cb(h->e, NULL);
     h->e = NULL;
 }
 

@@ -7,6 +7,8 @@
 #include "quant.h"
 #include "threads.h"
 
+#include <stdio.h>
+
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
 #endif
@@ -26,4 +28,16 @@ bool cpuinfo_has_amx(void) {
 #else
     return false;
 #endif
+}
+
+const char *cpuinfo_kernels(void) {
+    static char buf[160];
+    const char *isa = cpuinfo_isa(), *why = quant_amx_unused_reason();
+    if (quant_isa_active() == QUANT_ISA_AMX)
+        snprintf(buf, sizeof buf, "%s (AMX tiles from 16 tokens: Q8_0, Q4_0, Q4_K, Q6_K; avx512 otherwise)", isa);
+    else if (why)
+        snprintf(buf, sizeof buf, "%s (CPU has AMX: %s)", isa, why);
+    else
+        snprintf(buf, sizeof buf, "%s", isa);
+    return buf;
 }

@@ -94,6 +94,7 @@ struct engine {
 
     engine_attn_cb attn_cb; /* inspection hook; NULL = off */
     engine_attn_want attn_want; /* which (entry, layer, head) attn_cb wants; NULL = all */
+    engine_resid_cb resid_cb;   /* residual-stream inspection hook (attn_user); NULL = off */
     void *attn_user;
     float *cb_weights;      /* (n_ctx) softmax weights handed to attn_cb */
 
@@ -229,6 +230,24 @@ void engine_set_attention_cb(engine *e, engine_attn_cb cb, void *user) {
 }
 
 void engine_set_attention_filter(engine *e, engine_attn_want want) { e->attn_want = want; }
+
+void engine_set_residual_cb(engine *e, engine_resid_cb cb) { e->resid_cb = cb; }
+
+attnd_status engine_ablation_check(const model_info *mi, const engine_ablation *a, attnd_err *err) {
+    for (int i = 0; a && i < a->n; i++) {
+        const engine_ablation_head *h = &a->heads[i];
+        if (h->layer < 0 || h->layer >= mi->n_layer)
+            return attnd_fail(err, ATTND_ERR_INVALID, "ablate[%d]: layer %d is out of range; the model has %d (0..%d)", i,
+                              h->layer, mi->n_layer, mi->n_layer - 1);
+        if (h->head < 0 || h->head >= mi->n_head)
+            return attnd_fail(err, ATTND_ERR_INVALID, "ablate[%d]: head %d is out of range; the model has %d (0..%d)", i,
+                              h->head, mi->n_head, mi->n_head - 1);
+        if (!isfinite(h->scale)) return attnd_fail(err, ATTND_ERR_INVALID, "ablate[%d]: scale is not finite", i);
+    }
+    return ATTND_OK;
+}
+
+void engine_seq_ablate(kv_seq *s, const engine_ablation *a) { s->ablation = a && a->n ? a : NULL; }
 
 // ---- building blocks ------------------------------------------------------------------------
 
@@ -509,6 +528,7 @@ typedef struct pass {
     int n_qb;                   /* attention query blocks (e->qblocks) */
     long attn_work;             /* multiply-adds of one layer's attention, to decide on threading */
     int layer;                  /* the layer being evaluated */
+    bool ablating;              /* a sequence of the batch has an ablation (engine_seq_ablate) */
 } pass;
 
 /* embed: x[t] = the embedding row of entry t's token (times the family's scale); and each
@@ -589,6 +609,20 @@ static void step_attend(pass *p, int layer) {
     int n_items = p->n_qb * e->m->info.n_head_kv;
     threads_run(p->attn_work >= ATTN_PAR_MIN_MACS ? e->n_threads : 1, n_items, attend_task, p);
     if (e->attn_cb) report_attention(e, p->entries, p->n, layer);
+}
+
+/* ablate: each entry whose sequence has an ablation scales the listed heads of this layer's
+ * attention output (before W_O). */
+static void step_ablate(const pass *p, int layer) {
+    int hd = p->e->m->info.head_dim;
+    for (int t = 0; t < p->n; t++) {
+        const engine_ablation *a = p->entries[t].seq->ablation;
+        for (int i = 0; a && i < a->n; i++) {
+            if (a->heads[i].layer != layer) continue;
+            float *o = p->e->att + (size_t)t * p->Q + (size_t)a->heads[i].head * hd, sc = a->heads[i].scale;
+            for (int k = 0; k < hd; k++) o[k] = sc == 0 ? 0.0f : o[k] * sc;
+        }
+    }
 }
 
 /* residual: x += tmp (the sub-layer's output). */
@@ -750,6 +784,7 @@ static void step_layer(pass *p, int l) {
     step_qkv(p, L);
     step_rope(p, L);
     step_attend(p, l);
+    if (p->ablating) step_ablate(p, l);
     matmul(e, e->tmp, &L->wo, e->att, n);
     add_bias(e->tmp, L->bo, n, p->E);
     if (L->post_attn_norm) rmsnorm(e->tmp, e->tmp, L->post_attn_norm, n, p->E, mi->rms_eps, nth);
@@ -765,6 +800,13 @@ static void step_layer(pass *p, int l) {
     }
     if (L->post_ffn_norm) rmsnorm(e->tmp, e->tmp, L->post_ffn_norm, n, p->E, mi->rms_eps, nth);
     step_residual(p);
+}
+
+/* Inspection path (only when a residual callback is set): each entry's residual stream after
+ * layer l, handed to the callback serially. */
+static void report_residual(const pass *p, int l) {
+    for (int t = 0; t < p->n; t++)
+        p->e->resid_cb(p->e->attn_user, t, l, p->entries[t].pos, p->e->x + (size_t)t * p->E, p->E);
 }
 
 /* logits: only the rows that want them go through the final norm and the output head. */
@@ -797,10 +839,14 @@ attnd_status engine_eval(engine *e, const batch_entry *entries, int n, float *lo
     const model_info *mi = &m->info;
     pass p = {.e = e, .entries = entries, .n = n, .E = mi->n_embd, .Q = m->q_dim, .KV = m->kv_dim, .F = mi->n_ff};
     p.n_qb = split_qblocks(e, entries, n);
+    for (int i = 0; i < n_seqs; i++) p.ablating |= e->seqs[i]->ablation != NULL;
     for (int t = 0; t < n; t++) p.attn_work += (long)mi->n_head * mi->head_dim * (entries[t].pos + 1);
 
     step_embed(&p);
-    for (int l = 0; l < mi->n_layer; l++) step_layer(&p, l);
+    for (int l = 0; l < mi->n_layer; l++) {
+        step_layer(&p, l);
+        if (e->resid_cb) report_residual(&p, l);
+    }
     if (n_want) step_logits(&p, n_want, logits);
 
     for (int i = 0; i < n_seqs; i++) {

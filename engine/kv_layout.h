@@ -83,6 +83,7 @@ struct kv_seq {
     int lmin;              /* positions below may have lost their local part (multiple of KV_BLOCK) */
     int pending;           /* engine scratch: entries of the current batch for this sequence */
     kv_block *cow_from;    /* kv_reserve scratch: the shared block this sequence is about to copy */
+    const struct engine_ablation *ablation; /* engine_seq_ablate's, borrowed; NULL = none */
 };
 
 /* Bytes before a block's payload: keeps the payload 64-byte aligned for vector loads. */

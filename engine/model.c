@@ -449,12 +449,21 @@ static attnd_status load_ffn(model *m, int l, attnd_err *err) {
 
 /* Every tensor of the file is read by some step: one that none reads (LongRoPE factors, a
  * family's extra norm) would be a part of the model silently left out. */
+/* What to run instead of a file refused for a tensor that attnd knows and does not apply yet. */
+static const char *unread_hint(const char *name) {
+    if (!strncmp(name, "rope_factors_", 13))
+        return "; LongRoPE is not implemented yet: the same family's short-context files (e.g. Phi-3-mini-4k) run";
+    return "";
+}
+
 static attnd_status check_all_read(const model *m, attnd_err *err) {
     for (uint64_t i = 0; i < gguf_tensor_count(m->f); i++)
-        if (!m->tensor_read[i])
+        if (!m->tensor_read[i]) {
+            const char *name = gguf_tensor_at(m->f, i)->name;
             return attnd_fail(err, ATTND_ERR_UNSUPPORTED, "tensor '%.100s' is not read by any step of attnd's '%s' "
-                              "(refusing the file rather than computing another model)",
-                              gguf_tensor_at(m->f, i)->name, m->info.arch);
+                              "(refusing the file rather than computing another model)%s",
+                              name, m->info.arch, unread_hint(name));
+        }
     return ATTND_OK;
 }
 

@@ -5,8 +5,8 @@
  *
  * Pure functions: output first, then inputs, then sizes. Parallel (the pool of threads.h) over
  * output rows inside quant_matmul only. A portable C path is always present and correct;
- * vectorised paths (AVX2/AVX-512...) are chosen at run time, through one dispatch table (quant_impl.h) shared
- * with the attention loops of attn_ops.h. No AMX path: none has been tested on AMX hardware.
+ * vectorised paths (AVX2/AVX-512, AMX tiles for prefill) are chosen at run time, through one dispatch
+ * table (quant_impl.h) shared with the attention loops of attn_ops.h.
  */
 #ifndef ATTND_QUANT_H
 #define ATTND_QUANT_H
@@ -101,20 +101,29 @@ uint16_t quant_f32_to_bf16(float f);
 
 /*
  * Instruction sets the matmul kernels can use. The best one the CPU supports is picked at the
- * first call, unless the environment has ATTND_NO_SIMD=1 (then the portable C path is used).
+ * first call, unless the environment says otherwise: ATTND_ISA=portable|avx2|avx512|amx|amx-emu
+ * (clamped to what the CPU has; amx-emu always runs), or ATTND_NO_SIMD=1 (portable).
  */
 typedef enum quant_isa {
     QUANT_ISA_PORTABLE = 0,
     QUANT_ISA_AVX2 = 1,   /* AVX2 + FMA + F16C */
     QUANT_ISA_AVX512 = 2, /* AVX-512 F/BW/VL + VNNI */
+    QUANT_ISA_AMX = 3,    /* AVX-512 plus AMX-INT8 tiles for Q8_0/Q4_0/Q4_K/Q6_K from 16 tokens
+                             (same results as AVX-512, bit for bit); needs the OS's permission */
+    QUANT_ISA_AMX_EMU = 4, /* the AMX kernels over a C emulation of the tiles, on top of the
+                             portable path: never picked, only forced (tests, debugging) */
 } quant_isa;
+#define QUANT_ISA_COUNT 5
 
-quant_isa quant_isa_best(void);   /* best this CPU supports */
+quant_isa quant_isa_best(void);   /* best this CPU supports (never QUANT_ISA_AMX_EMU) */
 quant_isa quant_isa_active(void); /* what quant_matmul uses now */
-/* Forces `isa` (clamped to quant_isa_best) and returns the one it replaced. For tests and
- * benchmarks; not to be called while another thread is inside quant_matmul. */
+/* Forces `isa` (clamped to quant_isa_best, except QUANT_ISA_AMX_EMU) and returns the one it
+ * replaced. For tests and benchmarks; not to be called while another thread is inside quant_matmul. */
 quant_isa quant_isa_force(quant_isa isa);
 const char *quant_isa_name(quant_isa isa);
+/* Why the CPU's AMX tiles are not in use, for start-up logs: NULL when they are in use or the CPU
+ * has none; else e.g. "refused by the OS" or "ATTND_ISA=avx512" (static strings). */
+const char *quant_amx_unused_reason(void);
 
 /*
  * Vector primitives for the rest of the engine (attention, activations, f16 KV caches), with the

@@ -129,7 +129,9 @@ extern const quant_kernels quant_kernels_portable;
 #if defined(__x86_64__)
 extern const quant_kernels quant_kernels_avx2;
 extern const quant_kernels quant_kernels_avx512;
+extern const quant_kernels quant_kernels_amx; /* quant_amx.c: only the tile GEMM entries */
 #endif
+extern const quant_kernels quant_kernels_amx_emu; /* quant_amx_emu.c: the same over emulated tiles */
 
 /* The one dispatch table: the kernels of the active instruction set (quant_isa_active), every
  * entry filled (a NULL entry of an instruction set's table is taken from the next one down).

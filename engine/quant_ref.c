@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "amx_tile.h"
 #include "attnd/common.h"
 #include "quant.h"
 #include "quant_impl.h"
@@ -496,25 +497,51 @@ static quant_isa detect_isa(void) {
 }
 #endif
 
-quant_isa quant_isa_best(void) {
+/* The best set without AMX, then AMX on top when the CPU has AVX-512 and the tiles are usable. */
+static quant_isa detect_best(void) {
 #if defined(__x86_64__) && defined(__GNUC__)
-    static _Atomic int best = -1; /* CPUID is slow under some hypervisors: ask once */
-    int v = atomic_load_explicit(&best, memory_order_relaxed);
-    if (v < 0) {
-        v = (int)detect_isa();
-        atomic_store_explicit(&best, v, memory_order_relaxed);
-    }
-    return (quant_isa)v;
+    quant_isa isa = detect_isa();
+    if (isa == QUANT_ISA_AVX512 && amx_probe() == AMX_USABLE) isa = QUANT_ISA_AMX;
+    return isa;
 #else
     return QUANT_ISA_PORTABLE;
 #endif
 }
 
+quant_isa quant_isa_best(void) {
+    static _Atomic int best = -1; /* CPUID is slow under some hypervisors: ask once */
+    int v = atomic_load_explicit(&best, memory_order_relaxed);
+    if (v < 0) {
+        v = (int)detect_best();
+        atomic_store_explicit(&best, v, memory_order_relaxed);
+    }
+    return (quant_isa)v;
+}
+
+static const char *const ISA_NAMES[QUANT_ISA_COUNT] = {"portable", "avx2", "avx512", "amx", "amx-emu"};
+
+/* The choice the environment makes: ATTND_ISA (a name of ISA_NAMES), else ATTND_NO_SIMD=1. */
+static int isa_from_env(void) {
+    const char *name = getenv("ATTND_ISA");
+    if (name && *name)
+        for (int i = 0; i < QUANT_ISA_COUNT; i++)
+            if (strcmp(name, ISA_NAMES[i]) == 0) return i;
+    const char *no = getenv("ATTND_NO_SIMD");
+    if (no && *no && strcmp(no, "0") != 0) return QUANT_ISA_PORTABLE;
+    return -1;
+}
+
+static quant_isa isa_clamp(int isa) {
+    if (isa == QUANT_ISA_AMX_EMU) return QUANT_ISA_AMX_EMU;
+    if (isa < 0 || isa >= QUANT_ISA_COUNT) return QUANT_ISA_PORTABLE;
+    return isa > (int)quant_isa_best() ? quant_isa_best() : (quant_isa)isa;
+}
+
 quant_isa quant_isa_active(void) {
     int isa = atomic_load_explicit(&g_isa, memory_order_relaxed);
     if (isa < 0) {
-        const char *no = getenv("ATTND_NO_SIMD");
-        isa = (no && *no && strcmp(no, "0") != 0) ? QUANT_ISA_PORTABLE : (int)quant_isa_best();
+        int env = isa_from_env();
+        isa = (int)(env >= 0 ? isa_clamp(env) : quant_isa_best());
         atomic_store_explicit(&g_isa, isa, memory_order_relaxed);
     }
     return (quant_isa)isa;
@@ -522,43 +549,50 @@ quant_isa quant_isa_active(void) {
 
 quant_isa quant_isa_force(quant_isa isa) {
     quant_isa prev = quant_isa_active();
-    quant_isa best = quant_isa_best();
-    if ((int)isa < 0) isa = QUANT_ISA_PORTABLE;
-    if (isa > best) isa = best;
-    atomic_store_explicit(&g_isa, (int)isa, memory_order_relaxed);
+    atomic_store_explicit(&g_isa, (int)isa_clamp((int)isa), memory_order_relaxed);
     return prev;
 }
 
-const char *quant_isa_name(quant_isa isa) {
-    switch (isa) {
-    case QUANT_ISA_PORTABLE: return "portable";
-    case QUANT_ISA_AVX2: return "avx2";
-    case QUANT_ISA_AVX512: return "avx512";
-    }
-    return "?";
+const char *quant_isa_name(quant_isa isa) { return (int)isa >= 0 && isa < QUANT_ISA_COUNT ? ISA_NAMES[isa] : "?"; }
+
+const char *quant_amx_unused_reason(void) {
+    quant_isa act = quant_isa_active();
+    if (act == QUANT_ISA_AMX) return NULL;
+    amx_state st = amx_probe();
+    if (st == AMX_ABSENT) return NULL;
+    if (st == AMX_REFUSED) return "refused by the OS";
+    if (quant_isa_best() != QUANT_ISA_AMX) return "needs AVX-512";
+    return isa_from_env() >= 0 ? "turned off by ATTND_ISA / ATTND_NO_SIMD" : "not selected";
 }
 
 static const quant_kernels *kernels_at(int isa) {
+    switch (isa) {
 #if defined(__x86_64__)
-    if (isa == QUANT_ISA_AVX512) return &quant_kernels_avx512;
-    if (isa == QUANT_ISA_AVX2) return &quant_kernels_avx2;
+    case QUANT_ISA_AMX: return &quant_kernels_amx;
+    case QUANT_ISA_AVX512: return &quant_kernels_avx512;
+    case QUANT_ISA_AVX2: return &quant_kernels_avx2;
 #endif
-    (void)isa;
-    return &quant_kernels_portable;
+    case QUANT_ISA_AMX_EMU: return &quant_kernels_amx_emu;
+    default: return &quant_kernels_portable;
+    }
 }
 
+/* The set an instruction set's empty entries come from: AMX -> AVX-512 -> AVX2 -> portable;
+ * the emulated AMX sits on the portable path, so that it runs on any CPU. */
+static int isa_parent(int isa) { return isa == QUANT_ISA_AMX_EMU ? QUANT_ISA_PORTABLE : isa - 1; }
+
 /* The first non-NULL entry `field` of the kernel tables, from instruction set `isa` down. */
-#define RESOLVE(dst, isa, field)                                                              \
-    do {                                                                                      \
-        (dst)->field = NULL;                                                                  \
-        for (int i_ = (isa); i_ >= 0 && !(dst)->field; i_--) (dst)->field = kernels_at(i_)->field; \
+#define RESOLVE(dst, isa, field)                                                                              \
+    do {                                                                                                      \
+        (dst)->field = NULL;                                                                                  \
+        for (int i_ = (isa); i_ >= 0 && !(dst)->field; i_ = isa_parent(i_)) (dst)->field = kernels_at(i_)->field; \
     } while (0)
 
-static quant_kernels g_resolved[QUANT_ISA_AVX512 + 1];
+static quant_kernels g_resolved[QUANT_ISA_COUNT];
 static pthread_once_t g_resolved_once = PTHREAD_ONCE_INIT;
 
 static void resolve_tables(void) {
-    for (int isa = 0; isa <= QUANT_ISA_AVX512; isa++) {
+    for (int isa = 0; isa < QUANT_ISA_COUNT; isa++) {
         quant_kernels *k = &g_resolved[isa];
         for (int t = 0; t < QT_COUNT; t++) {
             RESOLVE(k, isa, rows[t]);

@@ -4,10 +4,14 @@
   1. The quoted includes of server/ and cli/ form a DAG: no file reaches itself. With a build
      directory (--objects DIR), also the modules: a .c file depends on the .c files defining the
      functions and data it uses (from the object files' symbols), and no module reaches itself.
+     The .c files that share a private header (x_internal.h: the scheduler's, the config's, the
+     Jinja interpreter's) are one module: they are one unit split into files.
   2. The server's layers: server/runtime/ includes nothing from server/api/ and never
      <microhttpd.h> (the scheduler and the stores know no HTTP).
   3. docs/README.md's file map names every .c file of engine/, server/ and cli/.
-  4. docs/server.md names every path of the route table (server/api/routes.c) in backticks:
+  4. No function of engine/, server/ or cli/ is longer than 80 lines (LONG_OK lists the known
+     exceptions being rewritten; an exception that is gone is simply ignored).
+  5. docs/server.md names every path of the route table (server/api/routes.c) in backticks:
      `POST /v1/completions`, `/completions`, `GET /v1/models/{id}`...
 
 Prints one line per violation and exits 1 when there is any; exits 0 silently otherwise.
@@ -23,8 +27,41 @@ OBJECTS = None
 if ARGS[:1] == ["--objects"]:
     OBJECTS, ARGS = ARGS[1], ARGS[2:]
 ROOT = os.path.abspath(ARGS[0] if ARGS else os.path.join(os.path.dirname(__file__), ".."))
-SERVER_DIRS = ["server/runtime", "server/api", "server/process"]
+# every folder of server/ is an include directory of the server (CMakeLists.txt's SERVER_INCLUDE_DIRS)
+SERVER_DIRS = sorted("server/" + d for d in os.listdir(os.path.join(ROOT, "server"))
+                     if os.path.isdir(os.path.join(ROOT, "server", d)) and d != "web")
 INCLUDE = re.compile(r'^\s*#\s*include\s+([<"])([^>"]+)[>"]', re.M)
+
+
+MAX_FUNCTION_LINES = 80
+LONG_OK = {
+    ("server/api/chat.c", "render"),  # the template families become data (issue 24, jinja work)
+}
+FUNC_START = re.compile(r"^(?!typedef|struct\s+\w+\s*\{|static const|const |enum |union |#)[A-Za-z_][^;]*?\b(\w+)\s*\(")
+
+
+def long_functions(path):
+    """(name, first line, length) of every top-level function over MAX_FUNCTION_LINES lines."""
+    lines = open(os.path.join(ROOT, path), encoding="utf-8", errors="replace").read().split("\n")
+    out, i = [], 0
+    while i < len(lines):
+        m = FUNC_START.match(lines[i])
+        if not m:
+            i += 1
+            continue
+        j = i  # the signature may span lines: the body opens where a line ends with '{'
+        while j < len(lines) and not lines[j].rstrip().endswith("{") and not lines[j].rstrip().endswith(";"):
+            j += 1
+        if j >= len(lines) or lines[j].rstrip().endswith(";"):
+            i = j + 1
+            continue
+        k = j + 1
+        while k < len(lines) and lines[k] != "}":
+            k += 1
+        if k - i + 1 > MAX_FUNCTION_LINES:
+            out.append((m.group(1), i + 1, k - i + 1))
+        i = k + 1
+    return out
 
 
 def sources(top, exts=(".c", ".h")):
@@ -91,7 +128,7 @@ def module_graph(build):
             if not f.endswith(".c.o"):
                 continue
             m = re.search(r"/CMakeFiles/(attnd_server|attnd)\.dir/((?:server|cli)/.*)\.o$", os.path.join(d, f))
-            if m:
+            if m and os.path.isfile(os.path.join(ROOT, m.group(2))):  # not an object of a removed file
                 objs[m.group(2)] = os.path.join(d, f)
     defined, used = {}, {}
     for src, obj in objs.items():
@@ -103,7 +140,31 @@ def module_graph(build):
                 used[src].add(parts[1])
             elif len(parts) == 3 and parts[1] in "TDRBC":
                 defined[parts[2]] = src
-    return {src: sorted({defined[u] for u in us if u in defined and defined[u] != src}) for src, us in used.items()}
+    unit = {src: internal_header(src) or src for src in objs}
+    graph = {}
+    for src, us in used.items():
+        deps = {unit[defined[u]] for u in us if u in defined}
+        graph.setdefault(unit[src], set()).update(deps - {unit[src]})
+    return {m: sorted(d) for m, d in graph.items()}
+
+
+def internal_header(src):
+    """The x_internal.h a source file includes, directly or through its own headers (its module's
+    private header), or None."""
+    seen, todo = set(), [src]
+    while todo:
+        f = todo.pop(0)
+        path = os.path.join(ROOT, f)
+        if f in seen or not os.path.isfile(path):
+            continue
+        seen.add(f)
+        for kind, name in INCLUDE.findall(open(path, encoding="utf-8", errors="replace").read()):
+            p = resolve(f, name) if kind == '"' else None
+            if p and os.path.basename(p).endswith("_internal.h"):
+                return p
+            if p:
+                todo.append(p)
+    return None
 
 
 def main():
@@ -133,6 +194,10 @@ def main():
         if base not in named and f not in named and not any(
                 "*" in n and re.fullmatch(n.replace(".", r"\.").replace("*", ".*"), base) for n in named):
             problems.append(f"docs/README.md: the file map does not name {f}")
+    for f in sources("engine", (".c", ".inc")) + sources("server", (".c",)) + sources("cli", (".c",)):
+        for name, line, n in long_functions(f):
+            if (f, name) not in LONG_OK:
+                problems.append(f"{f}:{line}: {name} is {n} lines (at most {MAX_FUNCTION_LINES})")
     routes = open(os.path.join(ROOT, "server/api/routes.c"), encoding="utf-8").read()
     server_md = open(os.path.join(ROOT, "docs/server.md"), encoding="utf-8").read()
     quoted = " ".join(span for line in server_md.splitlines() for span in line.split("`")[1::2])

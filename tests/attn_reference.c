@@ -5,9 +5,10 @@
  * (tests/test_http_attention.sh, tests/test_attention_cli.sh). The math is engine_fixture.h's
  * ref_forward_attn, which shares no code with the engine beyond the GGUF reader.
  *
- *   attn_reference MODEL.gguf 1,571,262
+ *   attn_reference MODEL.gguf 1,571,262 [norm]
  *   -> {"n_layer": L, "n_head": H, "attention": [[[row 0], [row 1], ...] per head] per layer}
- * where row i holds i + 1 weights.
+ * where row i holds i + 1 weights; with "norm", the norm-weighted ones (α_ij ‖W_O^h v_j‖,
+ * normalised over j), in the same shape.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,9 +17,20 @@
 #include "attnd/model.h"
 #include "engine_fixture.h"
 
+/* attn's rows (n_layer, n_head, n, n) weighted by vnorm (n_layer, n_head, n), renormalised. */
+static void norm_weight(double *attn, const double *vnorm, int n_lh, int n) {
+    for (int lh = 0; lh < n_lh; lh++)
+        for (int i = 0; i < n; i++) {
+            double *row = attn + ((size_t)lh * n + i) * n, sum = 0;
+            for (int j = 0; j <= i; j++) sum += row[j] *= vnorm[(size_t)lh * n + j];
+            for (int j = 0; j <= i; j++) row[j] = sum > 0 ? row[j] / sum : 0;
+        }
+}
+
 int main(int argc, char **argv) {
-    if (argc != 3) {
-        fprintf(stderr, "usage: attn_reference MODEL.gguf ID,ID,...\n");
+    bool norm = argc == 4 && !strcmp(argv[3], "norm");
+    if (argc != 3 && !norm) {
+        fprintf(stderr, "usage: attn_reference MODEL.gguf ID,ID,... [norm]\n");
         return 2;
     }
     model *m;
@@ -45,7 +57,9 @@ int main(int argc, char **argv) {
     }
     double *logits = malloc(sizeof(double) * (size_t)n * (size_t)mi->n_vocab);
     double *attn = malloc(sizeof(double) * (size_t)mi->n_layer * (size_t)mi->n_head * (size_t)n * (size_t)n);
-    ref_forward_attn(&sp, argv[1], ids, n, logits, attn);
+    double *vnorm = norm ? malloc(sizeof(double) * (size_t)mi->n_layer * (size_t)mi->n_head * (size_t)n) : NULL;
+    ref_forward_ex(&sp, argv[1], ids, n, logits, &(ref_extra){.attn = attn, .vnorm = vnorm});
+    if (norm) norm_weight(attn, vnorm, mi->n_layer * mi->n_head, n);
     printf("{\"n_layer\": %d, \"n_head\": %d, \"attention\": [", mi->n_layer, mi->n_head);
     for (int l = 0; l < mi->n_layer; l++) {
         printf("%s[", l ? ", " : "");
@@ -62,7 +76,7 @@ int main(int argc, char **argv) {
         printf("]");
     }
     printf("]}\n");
-    free(ids), free(logits), free(attn);
+    free(ids), free(logits), free(attn), free(vnorm);
     model_destroy(m);
     return 0;
 }

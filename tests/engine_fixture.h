@@ -575,10 +575,50 @@ static inline void ref_ffn(ref_run *r, int l, int t) {
  * QK-norm), RoPE (adjacent pairs or halves, scaled, NoPE layers skipped), causal softmax
  * attention with grouped KV heads (sliding windows, soft-capping), post-norms, SwiGLU/GeGLU,
  * final norm, head (soft-capped). attn (may be NULL) receives the softmax weights (n_layer,
- * n_head, n_tok, n_tok): row t holds position t's weights over positions 0..t, zeros elsewhere.
+ * n_head, n_tok, n_tok): row t holds position t's weights over positions 0..t, zeros elsewhere;
+ * ex (may be NULL) says what else to record (ref_extra).
  */
-static inline void ref_forward_attn(const tiny_spec *sp, const char *path, const int32_t *tokens, int n_tok,
-                                    double *logits, double *attn) {
+/* What ref_forward_ex records besides the logits (each may be NULL). */
+typedef struct ref_extra {
+    double *attn;  /* (n_layer, n_head, n_tok, n_tok) softmax weights, as ref_forward_attn */
+    double *vnorm; /* (n_layer, n_head, n_tok) ‖W_O^h v_j‖: head h's value at position j through
+                      its columns of attn_output */
+    double *lens;  /* (n_layer, n_tok, n_vocab) logits of the residual stream after each layer,
+                      through the final norm and the output head (soft-capped) */
+    const double *head_scale; /* (n_layer, n_head) factor on each head's output before W_O
+                                 (0 = the head ablated); NULL = 1 */
+} ref_extra;
+
+/* vnorm of every head of layer l at every position (r->v holds the layer's values). */
+static inline void ref_vnorm(ref_run *r, int l, double *vnorm) {
+    const gguf_tensor *wo = ref_tl(r->f, l, "attn_output.weight");
+    int hd = r->hd, H = r->H, G = r->H / r->HK;
+    for (int h = 0; h < H; h++)
+        for (int j = 0; j < r->n_tok; j++) {
+            double sq = 0;
+            for (int e = 0; e < r->E; e++) {
+                double d = 0;
+                for (int i = 0; i < hd; i++)
+                    d += ref_elem(wo, (uint64_t)e * r->QD + (uint64_t)h * hd + i) * r->v[(size_t)j * r->KVD + (h / G) * hd + i];
+                sq += d * d;
+            }
+            vnorm[((size_t)l * H + h) * r->n_tok + j] = sqrt(sq);
+        }
+}
+
+/* lg = head(final_norm(x)), soft-capped: the logits of one residual-stream row. */
+static inline void ref_head(ref_run *r, const double *x, double *lg) {
+    const gguf_tensor *out = ref_t(r->f, "output.weight");
+    if (!out) out = ref_t(r->f, "token_embd.weight");
+    ref_rmsnorm(r->xn, x, ref_t(r->f, "output_norm.weight"), r->E, r->sp->rms_eps);
+    ref_matvec(lg, out, r->xn);
+    if (r->sp->final_softcap > 0)
+        for (int i = 0; i < r->V; i++) lg[i] = r->sp->final_softcap * tanh(lg[i] / r->sp->final_softcap);
+}
+
+static inline void ref_forward_ex(const tiny_spec *sp, const char *path, const int32_t *tokens, int n_tok,
+                                  double *logits, const ref_extra *ex) {
+    double *attn = ex ? ex->attn : NULL;
     ref_run r = {.sp = sp, .fam = tiny_family_of(sp->arch), .n_tok = n_tok, .E = sp->n_embd, .H = sp->n_head,
                  .HK = sp->n_head_kv, .hd = tiny_head_dim(sp), .F = sp->n_ff, .V = sp->n_vocab};
     if (gguf_open(&r.f, path, NULL) != ATTND_OK) abort();
@@ -597,8 +637,11 @@ static inline void ref_forward_attn(const tiny_spec *sp, const char *path, const
         for (int i = 0; i < E; i++) r.x[(size_t)t * E + i] = ref_elem(emb, (uint64_t)tokens[t] * E + i) * es;
     for (int l = 0; l < sp->n_layer; l++) {
         for (int t = 0; t < n_tok; t++) ref_qkv(&r, l, t);
+        if (ex && ex->vnorm) ref_vnorm(&r, l, ex->vnorm);
         for (int t = 0; t < n_tok; t++) {
             ref_attention(&r, l, t, attn);
+            for (int h = 0; ex && ex->head_scale && h < r.H; h++)
+                for (int i = 0; i < r.hd; i++) r.att[h * r.hd + i] *= ex->head_scale[l * r.H + h];
             ref_matvec(r.tmp, ref_tl(r.f, l, "attn_output.weight"), r.att);
             if (r.fam.gpt_oss)
                 for (int i = 0; i < E; i++) r.tmp[i] += ref_elem(ref_tl(r.f, l, "attn_output.bias"), (uint64_t)i);
@@ -606,20 +649,18 @@ static inline void ref_forward_attn(const tiny_spec *sp, const char *path, const
                 ref_rmsnorm(r.tmp, r.tmp, ref_tl(r.f, l, "post_attention_norm.weight"), E, sp->rms_eps);
             for (int i = 0; i < E; i++) r.x[(size_t)t * E + i] += r.tmp[i];
             ref_ffn(&r, l, t);
+            if (ex && ex->lens) ref_head(&r, r.x + (size_t)t * E, ex->lens + ((size_t)l * n_tok + t) * r.V);
         }
     }
-    const gguf_tensor *out = ref_t(r.f, "output.weight");
-    if (!out) out = emb;
-    for (int t = 0; t < n_tok; t++) {
-        ref_rmsnorm(r.xn, r.x + (size_t)t * E, ref_t(r.f, "output_norm.weight"), E, sp->rms_eps);
-        double *lg = logits + (size_t)t * r.V;
-        ref_matvec(lg, out, r.xn);
-        if (sp->final_softcap > 0)
-            for (int i = 0; i < r.V; i++) lg[i] = sp->final_softcap * tanh(lg[i] / sp->final_softcap);
-    }
+    for (int t = 0; t < n_tok; t++) ref_head(&r, r.x + (size_t)t * E, logits + (size_t)t * r.V);
     free(r.x), free(r.q), free(r.k), free(r.v), free(r.xn), free(r.att), free(r.tmp), free(r.g), free(r.u);
     free(r.sc), free(r.big);
     gguf_close(r.f);
+}
+
+static inline void ref_forward_attn(const tiny_spec *sp, const char *path, const int32_t *tokens, int n_tok,
+                                    double *logits, double *attn) {
+    ref_forward_ex(sp, path, tokens, n_tok, logits, &(ref_extra){.attn = attn});
 }
 
 static inline void ref_forward(const tiny_spec *sp, const char *path, const int32_t *tokens, int n_tok, double *logits) {

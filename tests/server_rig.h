@@ -43,7 +43,7 @@ static inline struct server *rig_open(const char *model_path, const char *state_
 typedef struct rig_rec {
     int status, replies;
     bool streamed, stream_error;
-    char *body;                 /* (len) the answer's bytes, NUL-terminated; the caller frees it */
+    char *body; /* (len) the answer's bytes, NUL-terminated; the caller frees it */
     size_t len;
     char headers[2048];         /* "Name: value\n" each */
     const char *req_headers[8]; /* name, value pairs of the request */
@@ -68,8 +68,7 @@ static inline void rig_headers(rig_rec *c, int status, const http_header *h, int
     }
 }
 
-static inline enum MHD_Result rig_reply(req *r, int status, const char *body, size_t len, const http_header *h,
-                                        int n) {
+static inline enum MHD_Result rig_reply(req *r, int status, const char *body, size_t len, const http_header *h, int n) {
     rig_rec *c = r->io->user;
     rig_headers(c, status, h, n);
     rig_append(c, body, len);

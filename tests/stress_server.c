@@ -67,7 +67,8 @@ static json_t *post(const char *url, const char *body, int want) {
 static char *reference;
 
 static char *greedy_text(void) {
-    json_t *j = post("/v1/completions", "{\"prompt\": \"Once upon a time\", \"temperature\": 0, \"max_tokens\": 12}", 200);
+    json_t *j =
+        post("/v1/completions", "{\"prompt\": \"Once upon a time\", \"temperature\": 0, \"max_tokens\": 12}", 200);
     const char *t = json_string_value(json_object_get(json_array_get(json_object_get(j, "choices"), 0), "text"));
     char *copy = strdup(t ? t : "");
     json_decref(j);
@@ -131,8 +132,8 @@ static void response_chain(void) {
     const char *id = json_string_value(json_object_get(a, "id"));
     if (id) {
         char body[200];
-        snprintf(body, sizeof(body), "{\"input\": \"more\", \"previous_response_id\": \"%s\", \"max_output_tokens\": 4}",
-                 id);
+        snprintf(body, sizeof(body),
+                 "{\"input\": \"more\", \"previous_response_id\": \"%s\", \"max_output_tokens\": 4}", id);
         b = post("/v1/responses", body, 200);
     }
     delete_response(a);
@@ -145,7 +146,8 @@ static void *worker(void *arg) {
     int t = (int)(intptr_t)arg;
     for (int round = 0; round < rounds; round++) {
         char *text = greedy_text();
-        if (strcmp(text, reference)) failf("thread %d: greedy text differs under load: '%s' vs '%s'", t, text, reference);
+        if (strcmp(text, reference))
+            failf("thread %d: greedy text differs under load: '%s' vs '%s'", t, text, reference);
         free(text);
         streamed_chat();
         session_turns(t, round);

@@ -38,6 +38,30 @@ if (r.attention[0].weights.length !== r.tokens.length - 1) throw new Error("rows
     fail "attention --attn-top-k"
 node "$here/js/attention_check.mjs" "$TMP/topk.json" "$TMP/ref.json" 1e-3 || fail "top_k vs reference"
 
+# norm-weighted rows (--weights norm) against the float64 reference's α_ij ‖W_O^h v_j‖, normalised;
+# they are not the raw weights
+"$BIN" attention --model "$MODEL" --kv-type f32 --prompt "$prompt" --weights norm --json > "$TMP/norm.json" ||
+    fail "attention --weights norm"
+"$REF" "$MODEL" "$(ids_of "$TMP/norm.json")" norm > "$TMP/ref_norm.json" || fail "norm reference"
+node "$here/js/attention_check.mjs" "$TMP/norm.json" "$TMP/ref_norm.json" 1e-3 || fail "norm rows vs reference"
+node "$here/js/attention_check.mjs" "$TMP/norm.json" "$TMP/ref.json" 1e-2 2> /dev/null &&
+    fail "norm rows equal the raw weights"
+grep -q '"weights":"norm"' "$TMP/norm.json" || fail "the answer does not say its rows are norm-weighted"
+# the logit lens: every layer, a row per position, most probable first
+"$BIN" attention --model "$MODEL" --prompt "$prompt" --layer 0,5 --logit-lens 4 --json > "$TMP/lens.json" ||
+    fail "attention --logit-lens"
+node -e '
+const r = JSON.parse(require("fs").readFileSync(process.argv[1]));
+if (r.logit_lens.length !== 2 || r.logit_lens[1].layer !== 5) throw new Error("lens layers");
+for (const l of r.logit_lens) {
+  if (l.top.length !== r.tokens.length) throw new Error("a lens row per position");
+  for (const row of l.top) row.forEach(([id, p], i) => {
+    if (row.length !== 4 || !(p > 0 && p <= 1) || (i && row[i - 1][1] < p)) throw new Error("lens row " + JSON.stringify(row));
+  });
+}' "$TMP/lens.json" || fail "logit lens shape"
+"$BIN" attention --model "$MODEL" --prompt "We" --weights value 2> "$TMP/err"; rc=$?
+[ $rc = 2 ] && grep -q -- '--weights' "$TMP/err" || fail "bad --weights: rc $rc $(cat "$TMP/err")"
+
 # SVG: a whole document, a cell per visible weight with hover text, labels, a thumbnail per head
 "$BIN" attention --model "$MODEL" --prompt "$prompt" --layer 3 --svg "$TMP/map.svg" || fail "attention --svg"
 head -c 5 "$TMP/map.svg" | grep -q '^<svg ' || fail "SVG does not start with <svg"

@@ -254,6 +254,105 @@ Test(attn_capture, reused_positions_have_no_rows) {
     tiny_rig_close(&r);
 }
 
+// ---- norm-weighted attention and the logit lens against the float64 reference ------------------
+
+/* Largest |norm row - reference| over every (layer, head, position): the reference's α_ij times
+ * its ‖W_O^h v_j‖, normalised over j. Also asserts the norm rows differ from the raw ones
+ * somewhere by more than the tolerance (else the test would not tell them apart). */
+static double worst_norm_vs_reference(const attn_capture *c, const double *attn, const double *vnorm, int H, int n) {
+    double worst = 0, apart = 0;
+    for (int li = 0; li < attn_capture_n_layers(c); li++)
+        for (int hi = 0; hi < attn_capture_n_heads(c); hi++)
+            for (int p = 0; p < n; p++) {
+                const float *w;
+                cr_assert_eq(attn_capture_row(c, li, hi, p, &w, NULL), p + 1);
+                size_t lh = (size_t)attn_capture_layer(c, li) * H + attn_capture_head(c, hi);
+                const double *a = attn + (lh * n + p) * n, *vn = vnorm + lh * n;
+                double sum = 0;
+                for (int j = 0; j <= p; j++) sum += a[j] * vn[j];
+                for (int j = 0; j <= p; j++) {
+                    worst = fmax(worst, fabs(w[j] - a[j] * vn[j] / sum));
+                    apart = fmax(apart, fabs(w[j] - a[j]));
+                }
+            }
+    cr_assert(apart > 1e-2, "norm-weighted rows equal the raw ones (max difference %g)", apart);
+    return worst;
+}
+
+static void check_norm(const char *arch, int chunk) {
+    tiny_rig r;
+    rig_open(&r, arch, 32);
+    enum { N = 90 };
+    int32_t tok[N];
+    tiny_random_tokens(tok, N, r.sp.n_vocab, 5);
+    attn_capture *c;
+    attnd_err err;
+    int heads[] = {3, 1}; /* out of order: the norms are computed on the lowest selected head */
+    attn_capture_params p = {.heads = heads, .n_heads = 2, .n_positions = N, .weights = ATTN_WEIGHTS_NORM};
+    cr_assert_eq(attn_capture_create(&c, r.m, &p, &err), ATTND_OK, "%s", err.msg);
+    feed_captured(r.e, c, tiny_rig_seq(&r), tok, N, chunk);
+    size_t L = (size_t)r.sp.n_layer, H = (size_t)r.sp.n_head;
+    double *logits = malloc(sizeof(double) * N * r.sp.n_vocab), *attn = malloc(sizeof(double) * L * H * N * N);
+    double *vnorm = malloc(sizeof(double) * L * H * N);
+    ref_forward_ex(&r.sp, r.path, tok, N, logits, &(ref_extra){.attn = attn, .vnorm = vnorm});
+    double worst = worst_norm_vs_reference(c, attn, vnorm, r.sp.n_head, N);
+    cr_assert(worst <= 1e-3, "%s: max |norm weight - float64 reference| = %g", arch, worst);
+    free(logits), free(attn), free(vnorm);
+    attn_capture_destroy(c);
+    tiny_rig_close(&r);
+}
+
+Test(attn_capture, norm_weights_equal_float64_reference_within_1e3) { check_norm("llama", 32); }
+Test(attn_capture, norm_weights_of_grouped_heads_token_by_token_equal_reference) { check_norm("qwen2", 1); }
+
+/* The lens of every (layer, position) against the reference's softmax of its lens logits: each
+ * reported probability within 1e-3 of the reference's for that id, most probable first, and no
+ * token left out more probable than the last one reported. */
+static void expect_lens_reference(const attn_capture *c, const double *lens, int n, int V, int k) {
+    double *pr = malloc(sizeof(double) * (size_t)V);
+    for (int li = 0; li < attn_capture_n_layers(c); li++)
+        for (int p = 0; p < n; p++) {
+            const double *lg = lens + ((size_t)attn_capture_layer(c, li) * n + p) * V;
+            double mx = -INFINITY, z = 0;
+            for (int v = 0; v < V; v++) mx = fmax(mx, lg[v]);
+            for (int v = 0; v < V; v++) z += pr[v] = exp(lg[v] - mx);
+            const float *w;
+            const int32_t *ids;
+            cr_assert_eq(attn_capture_lens(c, li, p, &w, &ids), k);
+            for (int i = 0; i < k; i++) {
+                cr_assert(fabs(w[i] - pr[ids[i]] / z) <= 1e-3, "layer %d pos %d: token %d p=%g, reference %g", li, p,
+                          ids[i], w[i], pr[ids[i]] / z);
+                if (i) cr_assert(w[i] <= w[i - 1]);
+                pr[ids[i]] = -1; /* reported */
+            }
+            for (int v = 0; v < V; v++) cr_assert(pr[v] / z <= w[k - 1] + 1e-3, "token %d was left out", v);
+        }
+    free(pr);
+}
+
+Test(attn_capture, logit_lens_equals_float64_reference_within_1e3) {
+    tiny_rig r;
+    rig_open(&r, "qwen3", 32);
+    enum { N = 40, K = 5 };
+    int32_t tok[N];
+    tiny_random_tokens(tok, N, r.sp.n_vocab, 9);
+    attn_capture *c;
+    attnd_err err;
+    int layers[] = {2, 0};
+    attn_capture_params p = {.layers = layers, .n_layers = 2, .n_positions = N, .lens_k = K};
+    cr_assert_eq(attn_capture_create(&c, r.m, &p, &err), ATTND_OK, "%s", err.msg);
+    feed_captured(r.e, c, tiny_rig_seq(&r), tok, N, 16);
+    size_t V = (size_t)r.sp.n_vocab;
+    double *logits = malloc(sizeof(double) * N * V), *lens = malloc(sizeof(double) * r.sp.n_layer * N * V);
+    ref_forward_ex(&r.sp, r.path, tok, N, logits, &(ref_extra){.lens = lens});
+    expect_lens_reference(c, lens, N, (int)V, K);
+    /* the last layer's lens is the model's own next-token distribution */
+    cr_assert_eq(memcmp(lens + (size_t)2 * N * V, logits, sizeof(double) * N * V), 0);
+    free(logits), free(lens);
+    attn_capture_destroy(c);
+    tiny_rig_close(&r);
+}
+
 // ---- bad selections and sizes ----------------------------------------------------------------------
 
 Test(attn_capture, bad_selections_are_refused_naming_the_field) {
@@ -286,6 +385,12 @@ Test(attn_capture, bad_selections_are_refused_naming_the_field) {
     attn_capture *c = (attn_capture *)&r; /* must be reset to NULL on failure */
     cr_assert_eq(attn_capture_create(&c, r.m, &p, &err), ATTND_ERR_INVALID);
     cr_assert_null(c);
+    p = (attn_capture_params){.n_positions = 8, .weights = (attn_weights)7};
+    cr_assert_eq(attn_capture_check(mi, &p, &field, &err), ATTND_ERR_INVALID);
+    cr_assert_str_eq(field, "weights");
+    p = (attn_capture_params){.n_positions = 8, .lens_k = mi->n_vocab + 1};
+    cr_assert_eq(attn_capture_check(mi, &p, &field, &err), ATTND_ERR_INVALID);
+    cr_assert_str_eq(field, "logit_lens");
     p = (attn_capture_params){.n_positions = 8};
     cr_assert_eq(attn_capture_check(mi, &p, &field, &err), ATTND_OK);
     cr_assert_null(field);

@@ -42,6 +42,17 @@ grep -q "^chat template: chatml (detected from tokenizer.chat_template)$" <<<"$o
 check "info: the chat template serve would use" "$?" 0
 grep -q "^KV cache:      6144 bytes/token f16 (12288 f32); a full context: 3.0 MiB f16$" <<<"$out"
 check "info: KV bytes per token (6 layers x 4 KV heads x 64 x 2 x 2 bytes)" "$?" 0
+grep -Eq "^kernels:       (portable|avx2|avx512|amx)( \(.*\))?$" <<<"$out"
+check "info: the kernel path that runs" "$?" 0
+out=$(ATTND_ISA=portable "$BIN" info 2>&1)
+grep -q "^kernels:       portable" <<<"$out"
+check "info: ATTND_ISA=portable selects the portable kernels" "$?" 0
+if grep -q amx_int8 /proc/cpuinfo; then # an AMX CPU: the tiles, unless the OS refuses or ATTND_ISA says avx512
+    grep -Eq "^kernels:       (amx \(AMX tiles|avx512 \(CPU has AMX: refused)" <<<"$("$BIN" info 2>&1)"
+    check "info: AMX CPU: amx kernels (or why not)" "$?" 0
+    grep -q "^kernels:       avx512 (CPU has AMX: turned off by ATTND_ISA" <<<"$(ATTND_ISA=avx512 "$BIN" info 2>&1)"
+    check "info: ATTND_ISA=avx512 forces the AVX-512 path on an AMX CPU" "$?" 0
+fi
 out=$("$BIN" info --model "${ATTND_DATA_DIR:?}/tokenizers/gpt2-bpe.gguf" 2>&1)
 grep -q "^runs:          no: model has no tensor 'token_embd.weight'$" <<<"$out"
 check "info: a vocabulary-only file does not run, and says why" "$?" 0

@@ -5,8 +5,10 @@
 #     one instance, and every turn of a session is answered by that instance (also when the id
 #     is only in the path, /v1/sessions/{id});
 #   - sessions spread over both instances;
+#   - requests without a session id go to the instance with the fewest connections;
 #   - after one instance is killed, new requests through nginx still succeed (passive health
-#     check + next upstream), while the dead instance's sessions are gone (404 from the other).
+#     check + next upstream), while the dead instance's sessions are gone (404 from the other:
+#     each instance keeps its own sessions here; test_deploy_failover.sh shares them).
 # nginx runs as a plain foreground process with a config in a temp dir, serving the default model.
 # Fails with a message when nginx or curl is missing (scripts/dev.sh test installs them).
 set -euo pipefail
@@ -18,6 +20,7 @@ NGINX=$(command -v nginx || echo /usr/sbin/nginx)
 command -v curl >/dev/null || { echo "FAIL: curl not installed (scripts/dev.sh test installs it)"; exit 1; }
 
 source "$(dirname "$0")/proc_lib.sh" # $T, PIDS, cleanup on exit
+source "$(dirname "$0")/nginx_lib.sh" # nginx_config
 chmod 755 "$T" # nginx workers may run as another user
 fail() {
     echo "FAIL: $*" >&2
@@ -56,31 +59,7 @@ start_instance a "$PA"
 start_instance b "$PB"
 
 # nginx: the shipped snippet with its example ports replaced by ours.
-mkdir -p "$T/logs" "$T/tmp"
-chmod 777 "$T/tmp"
-sed -e "s/127\.0\.0\.1:8081/127.0.0.1:$PA/" -e "s/127\.0\.0\.1:8082/127.0.0.1:$PB/" \
-    -e "s/listen 127\.0\.0\.1:8080;/listen 127.0.0.1:$PN;/" "$ATTND_SOURCE_DIR/deploy/nginx/attnd.conf" >"$T/attnd.conf"
-for want in "127.0.0.1:$PA " "127.0.0.1:$PB " "listen 127.0.0.1:$PN;"; do
-    grep -q "$want" "$T/attnd.conf" || fail "could not substitute '$want' into deploy/nginx/attnd.conf"
-done
-cat >"$T/nginx.conf" <<CONF
-daemon off;
-master_process off;
-worker_processes 1;
-pid $T/nginx.pid;
-error_log $T/logs/error.log warn;
-events { worker_connections 256; }
-http {
-    access_log $T/logs/access.log;
-    client_body_temp_path $T/tmp/body;
-    proxy_temp_path $T/tmp/proxy;
-    fastcgi_temp_path $T/tmp/fastcgi;
-    uwsgi_temp_path $T/tmp/uwsgi;
-    scgi_temp_path $T/tmp/scgi;
-    include $T/attnd.conf;
-}
-CONF
-"$NGINX" -t -q -p "$T" -e "$T/logs/error.log" -c "$T/nginx.conf" 2>"$T/nginx-t.log" || { cat "$T/nginx-t.log"; fail "nginx -t"; }
+nginx_config "$PA" "$PB" "$PN" || fail "nginx configuration"
 "$NGINX" -p "$T" -e "$T/logs/error.log" -c "$T/nginx.conf" 2>>"$T/logs/error.log" &
 PIDS+=($!)
 
@@ -145,6 +124,33 @@ grep -q '^data: \[DONE\]' "$T/stream" || { cat "$T/stream"; fail "stream through
 [ "$(grep -c '^data: {' "$T/stream")" -ge 2 ] || { cat "$T/stream"; fail "stream through nginx has too few events"; }
 echo "ok: streamed completion through nginx is complete"
 
+# Without a session id: least connections. One request is held on a stopped (SIGSTOP) instance
+# B, which accepts the connection but never answers; every short request meanwhile goes to A
+# (round robin would send every other one to B, where it would hang until curl gives up).
+kill -STOP "$PID_b"
+held=""
+for i in $(seq 4); do # ties alternate between the two: within two tries one is held by B
+    curl -s -o /dev/null -H 'Content-Type: application/json' "http://127.0.0.1:$PN/v1/completions" --max-time 60 \
+        --data '{"prompt":"Once","max_tokens":1,"temperature":0}' &
+    p=$!
+    sleep 0.5
+    if kill -0 "$p" 2>/dev/null; then held=$p; break; fi
+    wait "$p" || true
+done
+[ -n "$held" ] || { kill -CONT "$PID_b"; fail "no request reached the stopped instance $PB in 4 tries"; }
+seen=""
+for i in $(seq 6); do
+    code=$(curl -s -o "$T/body" -D "$T/headers" -H 'Content-Type: application/json' --max-time 10 -w '%{http_code}' \
+        "http://127.0.0.1:$PN/v1/completions" --data '{"prompt":"Once","max_tokens":1,"temperature":0}' || true)
+    up=$(tr -d '\r' <"$T/headers" | sed -n 's/^X-Attnd-Upstream: .*:\([0-9]*\)$/\1/Ip' | tail -1)
+    [ "$code" = 200 ] || { kill -CONT "$PID_b"; fail "anonymous request $i beside one held by $PB: HTTP $code (via ${up:-?})"; }
+    seen+="$up "
+done
+kill -CONT "$PID_b"
+wait "$held" || fail "the request held on the stopped instance did not complete after SIGCONT"
+[ "$(echo $seen | tr ' ' '\n' | sort -u)" = "$PA" ] || fail "requests without a session id went to $seen while $PB held one: not least-connections"
+echo "ok: requests without a session id go to the least busy instance ($seen)"
+
 # Kill instance A. New work through nginx must keep succeeding on B.
 { kill -9 "$PID_a"; wait "$PID_a"; } 2>/dev/null || true
 for i in $(seq 8); do
@@ -160,7 +166,8 @@ read -r code up < <(via_nginx POST /v1/completions "$sid" \
 [ "$code" = 200 ] || fail "new session's turn after failover: HTTP $code"
 echo "ok: after killing $PA, new requests and new sessions succeed via $PB"
 
-# The honest limit: sessions that lived on A are not on B.
+# The honest limit without a shared session store (test_deploy_failover.sh runs with one):
+# sessions that lived on A are not on B.
 for sid in "${!HOME_OF[@]}"; do
     [ "${HOME_OF[$sid]}" = "$PA" ] || continue
     read -r code up < <(via_nginx GET "/v1/sessions/$sid" "$sid")

@@ -62,6 +62,13 @@ Test(attn_api, selection_fields_are_read_and_default_to_everything) {
     cr_assert_null(r.layers);
     cr_assert_null(r.heads);
     cr_assert_eq(r.top_k, 0);
+    cr_assert_eq(r.weights, ATTN_WEIGHTS_ATTENTION);
+    cr_assert_eq(r.lens_k, 0);
+    attn_api_request_free(&r);
+    cr_assert_eq(parse("{\"weights\": \"norm\", \"logit_lens\": 3}", &r, &param), ATTND_OK);
+    p = attn_api_params(&r, 4);
+    cr_assert_eq(p.weights, ATTN_WEIGHTS_NORM);
+    cr_assert_eq(p.lens_k, 3);
     attn_api_request_free(&r);
 }
 
@@ -70,6 +77,8 @@ Test(attn_api, malformed_fields_are_refused_naming_them) {
         {"{\"layers\": []}", "layers"},       {"{\"layers\": \"all\"}", "layers"}, {"{\"layers\": [1.5]}", "layers"},
         {"{\"heads\": [-1]}", "heads"},       {"{\"heads\": [true]}", "heads"},    {"{\"top_k\": -3}", "top_k"},
         {"{\"top_k\": \"5\"}", "top_k"},
+        {"{\"weights\": \"value\"}", "weights"}, {"{\"weights\": 1}", "weights"},
+        {"{\"logit_lens\": -1}", "logit_lens"}, {"{\"logit_lens\": \"3\"}", "logit_lens"},
     };
     for (size_t i = 0; i < ATTND_ARRAY_LEN(bad); i++) {
         attn_api_request r;
@@ -225,6 +234,45 @@ Test(attn_api, top_k_rows_are_position_weight_pairs) {
     expect_same_text(body, c, ids, 5, 5);
     json_decref(body);
     attn_capture_destroy(c);
+}
+
+Test(attn_api, norm_weights_and_the_logit_lens_are_in_the_answer) {
+    int32_t ids[] = {1, 571, 262, 545, 270};
+    int layers[] = {5, 1};
+    attn_capture_params p = {.layers = layers, .n_layers = 2, .n_positions = 5, .weights = ATTN_WEIGHTS_NORM,
+                             .lens_k = 3};
+    attn_capture *c = capture_run(ids, 5, p);
+    json_t *body = attn_api_response("sotu", model_info_get(m), tok, ids, 5, 5, c);
+    cr_assert_not_null(body);
+    cr_assert_str_eq(json_string_value(json_object_get(body, "weights")), "norm");
+    json_t *lens = json_object_get(body, "logit_lens");
+    cr_assert_eq(json_array_size(lens), 2, "one entry per selected layer");
+    cr_assert_eq(json_integer_value(json_object_get(json_array_get(lens, 0), "layer")), 5);
+    json_t *top = json_object_get(json_array_get(lens, 1), "top");
+    cr_assert_eq(json_array_size(top), 5, "a row per position");
+    for (size_t i = 0; i < 5; i++) {
+        json_t *row = json_array_get(top, i);
+        cr_assert_eq(json_array_size(row), 3);
+        double prev = 1;
+        for (size_t k = 0; k < 3; k++) {
+            double pk = json_real_value(json_array_get(json_array_get(row, k), 1));
+            cr_assert(pk > 0 && pk <= prev, "most probable first");
+            prev = pk;
+        }
+    }
+    json_t *rows = json_object_get(json_array_get(json_object_get(body, "attention"), 0), "weights");
+    double sum = 0;
+    for (size_t j = 0; j < 5; j++) sum += json_real_value(json_array_get(json_array_get(rows, 4), j));
+    cr_assert(fabs(sum - 1) < 1e-5, "norm rows are normalised (%f)", sum);
+    expect_same_text(body, c, ids, 5, 5);
+    json_decref(body);
+    attn_capture_destroy(c);
+    attn_capture_params q = p;
+    q.lens_k = model_info_get(m)->n_vocab + 1;
+    const char *param;
+    attnd_err err;
+    cr_assert_eq(attn_api_check(model_info_get(m), &q, 0, 0, &param, &err), ATTND_ERR_INVALID);
+    cr_assert_str_eq(param, "logit_lens");
 }
 
 // ---- inspection jobs in the scheduler ---------------------------------------------------------

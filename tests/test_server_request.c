@@ -59,6 +59,14 @@ static json_t *post_json(const char *url, const char *body, int want_status) {
     return j;
 }
 
+/* POSTs body, which must be refused with status naming param. */
+static void expect_refused(const char *url, const char *body, int status, const char *param) {
+    json_t *j = post_json(url, body, status);
+    const char *got = json_string_value(json_object_get(json_object_get(j, "error"), "param"));
+    cr_assert(got && !strcmp(got, param), "%s %s: param %s, want %s", url, body, got ? got : "null", param);
+    json_decref(j);
+}
+
 /* The text of every "data:" event's delta (chat) or text (completion), concatenated. */
 static char *stream_text(const char *sse, bool chat, int *n_events, bool *done) {
     char *text = calloc(1, 1);
@@ -175,12 +183,9 @@ Test(request, invalid_bodies_are_refused_with_the_field_named) {
     json_t *j = post_json("/v1/completions", "{\"prompt\": ", 400);
     cr_assert_not_null(strstr(json_string_value(json_object_get(json_object_get(j, "error"), "message")), "JSON"));
     json_decref(j);
-    j = post_json("/v1/chat/completions", "{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}], \"n\": 0}", 400);
-    cr_assert_str_eq(json_string_value(json_object_get(json_object_get(j, "error"), "param")), "n");
-    json_decref(j);
-    j = post_json("/v1/completions", "{\"prompt\": \"x\", \"max_tokens\": \"many\"}", 400);
-    cr_assert_str_eq(json_string_value(json_object_get(json_object_get(j, "error"), "param")), "max_tokens");
-    json_decref(j);
+    expect_refused("/v1/chat/completions", "{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}], \"n\": 0}", 400,
+                   "n");
+    expect_refused("/v1/completions", "{\"prompt\": \"x\", \"max_tokens\": \"many\"}", 400, "max_tokens");
 }
 
 Test(request, a_session_keeps_the_history_of_its_turns) {
@@ -198,9 +203,8 @@ Test(request, a_session_keeps_the_history_of_its_turns) {
     cr_assert_eq(json_integer_value(json_object_get(j, "tokens")), n, "the prompt and the reply are the history");
     json_decref(j);
     free(c.body);
-    j = post_json("/v1/completions", "{\"prompt\": \"Once\", \"session_id\": \"nope\", " GREEDY "}", 404);
-    cr_assert_str_eq(json_string_value(json_object_get(json_object_get(j, "error"), "param")), "session_id");
-    json_decref(j);
+    expect_refused("/v1/completions", "{\"prompt\": \"Once\", \"session_id\": \"nope\", " GREEDY "}", 404,
+                   "session_id");
 }
 
 Test(request, a_stored_response_is_returned_and_continued) {
@@ -220,17 +224,15 @@ Test(request, a_stored_response_is_returned_and_continued) {
     cr_assert_str_eq(json_string_value(json_object_get(got, "id")), id);
     json_decref(got);
     free(c.body);
-    snprintf(body, sizeof(body), "{\"input\": \"and then\", \"previous_response_id\": \"%s\", \"max_output_tokens\": 4}",
-             id);
+    snprintf(body, sizeof(body),
+             "{\"input\": \"and then\", \"previous_response_id\": \"%s\", \"max_output_tokens\": 4}", id);
     json_t *b = post_json("/v1/responses", body, 200);
     json_int_t cached = json_integer_value(
         json_object_get(json_object_get(json_object_get(b, "usage"), "input_tokens_details"), "cached_tokens"));
     cr_assert_gt(cached, 0, "the follow-up reuses the first turn's KV");
     json_decref(b);
-    json_t *e = post_json("/v1/responses", "{\"input\": \"x\", \"previous_response_id\": \"resp_none\"}", 404);
-    cr_assert_str_eq(json_string_value(json_object_get(json_object_get(e, "error"), "param")),
-                     "previous_response_id");
-    json_decref(e);
+    expect_refused("/v1/responses", "{\"input\": \"x\", \"previous_response_id\": \"resp_none\"}", 404,
+                   "previous_response_id");
     json_decref(a);
 }
 
@@ -264,10 +266,6 @@ Test(request, attention_answers_one_row_per_position_of_each_head_asked_for) {
     for (size_t i = 0; i < json_array_size(last); i++) sum += json_number_value(json_array_get(last, i));
     cr_assert_float_eq(sum, 1.0, 1e-3, "a softmax row sums to 1 (%f)", sum);
     json_decref(j);
-    j = post_json("/v1/attention", "{\"prompt\": \"Once\", \"layers\": [99]}", 400);
-    cr_assert_str_eq(json_string_value(json_object_get(json_object_get(j, "error"), "param")), "layers");
-    json_decref(j);
-    j = post_json("/v1/attention", "{\"prompt\": \"Once\", \"stream\": true}", 400);
-    cr_assert_str_eq(json_string_value(json_object_get(json_object_get(j, "error"), "param")), "stream");
-    json_decref(j);
+    expect_refused("/v1/attention", "{\"prompt\": \"Once\", \"layers\": [99]}", 400, "layers");
+    expect_refused("/v1/attention", "{\"prompt\": \"Once\", \"stream\": true}", 400, "stream");
 }

@@ -136,10 +136,10 @@ static bool saw(const seen *s, const char *name) {
 Test(statedir, scan_reports_valid_names_and_removes_interrupted_writes) {
     put_file("plain.x.json", "1");
     put_file("beef~owned.x.json", "2");
-    put_file("other.y.json", "3");             /* another suffix: not this scan's */
-    put_file("BEEF~bad-owner.x.json", "4");    /* owner not lower-case hex */
-    put_file("~no-owner.x.json", "5");         /* empty owner */
-    put_file(".x.json", "6");                  /* empty id */
+    put_file("other.y.json", "3");            /* another suffix: not this scan's */
+    put_file("BEEF~bad-owner.x.json", "4");   /* owner not lower-case hex */
+    put_file("~no-owner.x.json", "5");        /* empty owner */
+    put_file(".x.json", "6");                 /* empty id */
     put_file("plain.x.json.tmp.4242.7", "{"); /* a crash mid-write */
     put_file("other.y.json.tmp.1.1", "{");    /* another suffix's: left alone */
     statedir *sd = open_dir();

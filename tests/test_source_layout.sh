@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # test_source_layout.sh — the source tree's structure, checked by scripts/check_layout.py: no
-# include or symbol circle in server/ and cli/, runtime/ independent of the API layer, every .c
-# file on docs/README.md's map and every route in docs/server.md. Uses the build's object files.
+# include or symbol circle in server/ and cli/, runtime/ independent of the API layer, no function
+# over 80 lines, every .c file on docs/README.md's map and every route in docs/server.md. Uses the
+# build's object files.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 src=${ATTND_SOURCE_DIR:-$here/..}
 build=${ATTND_BUILD_DIR:-$src/build}
-command -v python3 >/dev/null || { echo "skip - python3 is not installed"; exit 77; }
-command -v nm >/dev/null || { echo "skip - nm is not installed"; exit 77; }
+command -v python3 >/dev/null || { echo "not ok - python3 is not installed (scripts/dev.sh test installs it)"; exit 1; }
+command -v nm >/dev/null || { echo "not ok - nm is not installed (binutils, with gcc)"; exit 1; }
 if out=$(python3 "$src/scripts/check_layout.py" --objects "$build" "$src"); then
     echo "ok - includes and modules form a DAG, runtime/ knows no API, the maps are complete"
 else
@@ -22,11 +23,13 @@ printf '#include "b.h"\n' > "$tmp/server/api/a.h"
 printf '#include "a.h"\n' > "$tmp/server/api/b.h"
 printf '#include "a.h"\n' > "$tmp/server/runtime/r.c"
 printf '{"GET", "/x", ep_x, "x", 0},\n' > "$tmp/server/api/routes.c"
+{ echo 'int long_one(void) {'; for i in $(seq 90); do echo "    int v$i = $i;"; done; echo '    return 0;'; echo '}'; } > "$tmp/server/runtime/r.c.long"
+cat "$tmp/server/runtime/r.c.long" >> "$tmp/server/runtime/r.c"
 printf '`r.c`\n' > "$tmp/docs/README.md"
 printf '`GET /y`\n' > "$tmp/docs/server.md"
 out=$(python3 "$src/scripts/check_layout.py" "$tmp")
 for want in "include circle: server/api/a.h -> server/api/b.h" "layering: server/runtime/r.c includes server/api/a.h" \
-            "does not name server/api/routes.c" "route GET /x"; do
+            "does not name server/api/routes.c" "route GET /x" "long_one is 93 lines"; do
     if grep -qF "$want" <<<"$out"; then echo "ok - a planted fault is found: $want"
     else echo "not ok - the checker missed: $want"; echo "$out"; exit 1; fi
 done

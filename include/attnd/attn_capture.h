@@ -37,6 +37,14 @@
 #include "attnd/engine.h"
 #include "attnd/model.h"
 
+/* What a row holds: the softmax weights α_ij, or the norm-weighted ones, α_ij ‖W_O^h v_j‖
+ * normalised over j (the size of what position j's value adds to the head's output, not only
+ * where the head looks). */
+typedef enum attn_weights {
+    ATTN_WEIGHTS_ATTENTION = 0,
+    ATTN_WEIGHTS_NORM = 1,
+} attn_weights;
+
 typedef struct attn_capture_params {
     const int *layers; /* (n_layers) layer indices, borrowed during the call; NULL or 0 = every layer */
     int n_layers;
@@ -44,12 +52,17 @@ typedef struct attn_capture_params {
     int n_heads;
     int top_k;         /* 0 = whole rows; k > 0 = the k largest weights of each row */
     int n_positions;   /* rows are kept for positions 0..n_positions-1 (prompt + generated) */
+    attn_weights weights; /* what the rows hold (top_k selects among those) */
+    int lens_k;        /* > 0: also the logit lens, the lens_k most probable tokens of each selected
+                          layer's residual stream at each position, read through the final norm
+                          and the output head; 0 = none */
 } attn_capture_params;
 
 /*
  * Checks p against the model: layers and heads in range and not repeated, top_k >= 0,
- * 1 <= n_positions <= n_ctx. ATTND_ERR_INVALID with a message; *field (may be NULL) names the
- * parameter at fault ("layers", "heads", "top_k", "n_positions").
+ * 1 <= n_positions <= n_ctx, weights known, 0 <= lens_k <= n_vocab. ATTND_ERR_INVALID with a
+ * message; *field (may be NULL) names the parameter at fault ("layers", "heads", "top_k",
+ * "n_positions", "weights", "logit_lens").
  */
 attnd_status attn_capture_check(const model_info *mi, const attn_capture_params *p, const char **field,
                                 attnd_err *err);
@@ -73,6 +86,8 @@ int attn_capture_layer(const attn_capture *c, int li); /* model layer index of t
 int attn_capture_n_heads(const attn_capture *c);
 int attn_capture_head(const attn_capture *c, int hi);
 int attn_capture_top_k(const attn_capture *c);
+attn_weights attn_capture_weights(const attn_capture *c);
+int attn_capture_lens_k(const attn_capture *c); /* 0 = no logit lens */
 
 /* The recorded rows: positions [*first, *first + n) (every selected layer and head recorded for
  * each). Returns n; 0 (and *first = 0) when none. Positions before *first are those whose KV a
@@ -84,6 +99,11 @@ int attn_capture_rows(const attn_capture *c, int *first);
  * top_k: *w the weights and *ix (may be NULL) their positions, heaviest first (ties: lower
  * position first), returns min(pos + 1, k). Borrowed, valid until attn_capture_destroy. */
 int attn_capture_row(const attn_capture *c, int li, int hi, int pos, const float **w, const int32_t **ix);
+
+/* Logit lens of the li-th selected layer at position pos (among the recorded rows): *p the
+ * probabilities of the most probable tokens, *ids (may be NULL) their ids, most probable first
+ * (ties: lower id first). Returns min(lens_k, n_vocab); borrowed, valid until destroy. */
+int attn_capture_lens(const attn_capture *c, int li, int pos, const float **p, const int32_t **ids);
 
 /*
  * Captures form a list (a capture is in at most one), for a caller that runs several sequences:

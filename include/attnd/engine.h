@@ -62,6 +62,34 @@ void engine_set_attention_cb(engine *e, engine_attn_cb cb, void *user);
 typedef bool (*engine_attn_want)(void *user, int entry, int layer, int head);
 void engine_set_attention_filter(engine *e, engine_attn_want want);
 
+/* Residual-stream inspection (off by default, no cost when off): when set, engine_eval calls cb
+ * once per (layer, entry) after that layer, with the entry's position and its residual stream
+ * x (n_embd floats, valid during the call only), serially, on the thread that called engine_eval
+ * (the logit lens of attnd/attn_capture.h builds on it). The user pointer is the attention
+ * callback's (engine_set_attention_cb). */
+typedef void (*engine_resid_cb)(void *user, int entry, int layer, int pos, const float *x, int n_embd);
+void engine_set_residual_cb(engine *e, engine_resid_cb cb);
+
+/*
+ * Head ablation, per sequence (no cost when no sequence of a batch has one): every evaluation
+ * of s multiplies the output of each listed (layer, query head) by its scale before the output
+ * projection W_O — 0 switches the head off. a is borrowed until it is replaced or cleared
+ * (NULL); a fork does not inherit it. Layers and heads are checked by engine_ablation_check.
+ */
+typedef struct engine_ablation_head {
+    int layer, head;
+    float scale; /* 0 = zero-ablation */
+} engine_ablation_head;
+
+typedef struct engine_ablation {
+    const engine_ablation_head *heads; /* (n), borrowed */
+    int n;
+} engine_ablation;
+
+/* ATTND_ERR_INVALID naming the entry at fault when a layer or head is out of the model's range. */
+attnd_status engine_ablation_check(const model_info *mi, const engine_ablation *a, attnd_err *err);
+void engine_seq_ablate(kv_seq *s, const engine_ablation *a);
+
 // ---- Generation loop ------------------------------------------------------------------------
 
 /* Index of the largest logit; ties go to the lowest id (greedy decoding). */

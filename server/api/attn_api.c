@@ -45,6 +45,24 @@ static attnd_status parse_list(const json_t *body, const char *field, int **list
     return ATTND_OK;
 }
 
+/* "weights" and "logit_lens" (the range of logit_lens is checked against the model later). */
+static attnd_status parse_inspection(const json_t *body, attn_api_request *out, const char **param, attnd_err *err) {
+    const json_t *w = json_object_get(body, "weights");
+    if (w && !json_is_null(w)) {
+        const char *s = json_string_value(w);
+        if (!s || (strcmp(s, "attention") && strcmp(s, "norm")))
+            return bad(param, "weights", err, "'weights' must be \"attention\" or \"norm\"");
+        out->weights = !strcmp(s, "norm") ? ATTN_WEIGHTS_NORM : ATTN_WEIGHTS_ATTENTION;
+    }
+    const json_t *k = json_object_get(body, "logit_lens");
+    if (k && !json_is_null(k)) {
+        if (!json_is_integer(k) || json_integer_value(k) < 0 || json_integer_value(k) > 1 << 24)
+            return bad(param, "logit_lens", err, "'logit_lens' must be a non-negative integer (tokens per position)");
+        out->lens_k = (int)json_integer_value(k);
+    }
+    return ATTND_OK;
+}
+
 attnd_status attn_api_parse(const json_t *body, attn_api_request *out, const char **param, attnd_err *err) {
     memset(out, 0, sizeof(*out));
     *param = NULL;
@@ -57,7 +75,7 @@ attnd_status attn_api_parse(const json_t *body, attn_api_request *out, const cha
             return bad(param, "top_k", err, "'top_k' must be a non-negative integer (0 = whole rows)");
         out->top_k = (int)json_integer_value(k);
     }
-    return ATTND_OK;
+    return parse_inspection(body, out, param, err);
 }
 
 void attn_api_request_free(attn_api_request *r) {
@@ -69,7 +87,8 @@ void attn_api_request_free(attn_api_request *r) {
 
 attn_capture_params attn_api_params(const attn_api_request *r, int n_positions) {
     return (attn_capture_params){.layers = r->layers, .n_layers = r->n_layers, .heads = r->heads,
-                                 .n_heads = r->n_heads, .top_k = r->top_k, .n_positions = n_positions};
+                                 .n_heads = r->n_heads, .top_k = r->top_k, .n_positions = n_positions,
+                                 .weights = r->weights, .lens_k = r->lens_k};
 }
 
 /* The most JSON text one weight takes: "1.23457e-05," whole, "[1048576,1.23457e-05]," as a pair;
@@ -81,7 +100,8 @@ uint64_t attn_api_bytes(const model_info *mi, const attn_capture_params *p) {
     uint64_t heads = p->heads ? (uint64_t)p->n_heads : (uint64_t)mi->n_head;
     uint64_t per = p->top_k ? ATTN_PAIR_BYTES : ATTN_WEIGHT_BYTES;
     return attn_capture_count(mi, p) * per + layers * heads * ((uint64_t)p->n_positions * ATTN_ROW_BYTES + ATTN_HEAD_BYTES) +
-           (uint64_t)p->n_positions * 64; /* the tokens list: id and a short text each */
+           (uint64_t)p->n_positions * 64 + /* the tokens list: id and a short text each */
+           layers * (uint64_t)p->n_positions * ((uint64_t)p->lens_k * ATTN_PAIR_BYTES + ATTN_ROW_BYTES);
 }
 
 attnd_status attn_api_check(const model_info *mi, const attn_capture_params *p, uint64_t max_values,
@@ -165,17 +185,44 @@ static json_t *head_json(const attn_capture *c, int li, int hi, int first, int n
                      (json_int_t)attn_capture_head(c, hi), "weights", rows);
 }
 
+/* "logit_lens": [{"layer", "top": [[[id, p], ...] per row]}] (new reference; NULL when out of
+ * memory). */
+static json_t *lens_json(const attn_capture *c, int first, int n_rows) {
+    json_t *arr = json_array();
+    for (int li = 0; arr && li < attn_capture_n_layers(c); li++) {
+        json_t *rows = json_array();
+        for (int r = 0; rows && r < n_rows; r++) {
+            const float *p;
+            const int32_t *ids;
+            int k = attn_capture_lens(c, li, first + r, &p, &ids);
+            json_t *row = json_array();
+            for (int i = 0; row && i < k; i++)
+                if (json_array_append_new(row, json_pack("[i, f]", (json_int_t)ids[i], (double)p[i])))
+                    json_decref(row), row = NULL;
+            if (json_array_append_new(rows, row)) json_decref(rows), rows = NULL;
+        }
+        json_t *o = rows ? json_pack("{s:i, s:o}", "layer", (json_int_t)attn_capture_layer(c, li), "top", rows) : NULL;
+        if (json_array_append_new(arr, o)) json_decref(arr), arr = NULL;
+    }
+    return arr;
+}
+
 json_t *attn_api_head(const char *model_name, const model_info *mi, const tokenizer *tok, const int32_t *ids,
                       int n_ids, int n_prompt, const attn_capture *c) {
-    int first;
-    attn_capture_rows(c, &first);
+    int first, n_rows = attn_capture_rows(c, &first);
     json_t *tokens = attn_api_tokens(tok, ids, n_ids);
     if (!tokens) return NULL;
+    const char *kind = attn_capture_weights(c) == ATTN_WEIGHTS_NORM ? "norm" : "attention";
     /* "o" steals the array, also when json_pack fails. */
-    return json_pack("{s:s, s:s, s:i, s:i, s:i, s:i, s:o}", "object", "attention", "model",
-                     model_name ? model_name : "", "n_layer", (json_int_t)mi->n_layer, "n_head",
-                     (json_int_t)mi->n_head, "n_prompt", (json_int_t)n_prompt, "first_row", (json_int_t)first,
-                     "tokens", tokens);
+    json_t *o = json_pack("{s:s, s:s, s:i, s:i, s:i, s:i, s:s, s:o}", "object", "attention", "model",
+                          model_name ? model_name : "", "n_layer", (json_int_t)mi->n_layer, "n_head",
+                          (json_int_t)mi->n_head, "n_prompt", (json_int_t)n_prompt, "first_row", (json_int_t)first,
+                          "weights", kind, "tokens", tokens);
+    if (o && attn_capture_lens_k(c) && json_object_set_new(o, "logit_lens", lens_json(c, first, n_rows))) {
+        json_decref(o); /* set_new steals the lens, also when it fails */
+        return NULL;
+    }
+    return o;
 }
 
 json_t *attn_api_response(const char *model_name, const model_info *mi, const tokenizer *tok, const int32_t *ids,

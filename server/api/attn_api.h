@@ -4,14 +4,18 @@
  * from an attn_capture. Pure functions of JSON and the model's sizes (no HTTP), unit-tested.
  *
  * Request fields read here: "layers" and "heads" (lists of indices, or one index; absent or null =
- * all), "top_k" (0 or absent = whole rows). The prompt, max_tokens and the sampling fields are
+ * all), "top_k" (0 or absent = whole rows), "weights" ("attention", the default, or "norm":
+ * α_ij ‖W_O^h v_j‖ normalised over j), "logit_lens" (k > 0: the k most probable tokens of each
+ * selected layer's residual stream at each position; 0 or absent = none). The prompt, max_tokens and the sampling fields are
  * read by oai_parse as for completions ("top_k" means the attention cut on this endpoint, not
  * top-k sampling).
  *
  * Response:
  *   {"object": "attention", "model": NAME, "n_layer", "n_head" (the model's), "n_prompt": N,
- *    "first_row": F,
+ *    "first_row": F, "weights": "attention" | "norm",
  *    "tokens": [{"id", "text"}, ...],                      every position, prompt then generated
+ *    "logit_lens": [{"layer", "top": [[[id, p], ...], ...]}, ...],   only when asked: row i of
+ *                                                          top is position F + i, most probable first
  *    "attention": [{"layer", "head", "weights": [row, ...]}, ...]}
  * where row i of weights belongs to position F + i and holds its weights over positions
  * 0..F+i (summing to 1), or with top_k the [position, weight] pairs of the k largest, heaviest
@@ -39,10 +43,12 @@ typedef struct attn_api_request {
     int *heads;  /* (n_heads) owned; NULL = every head */
     int n_heads;
     int top_k;   /* 0 = whole rows */
+    attn_weights weights;
+    int lens_k;  /* 0 = no logit lens */
 } attn_api_request;
 
 /*
- * Reads layers, heads and top_k from body (borrowed). Types only: ranges are checked by
+ * Reads layers, heads, top_k, weights and logit_lens from body (borrowed). Types only: ranges are checked by
  * attn_api_check against the model. ATTND_ERR_INVALID with *param = the field; out must be freed
  * with attn_api_request_free, also after an error.
  */
@@ -58,7 +64,7 @@ attn_capture_params attn_api_params(const attn_api_request *r, int n_positions);
  * cap; the message names attention_max_bytes), and against max_values, the most weights one
  * response may carry (0 = no cap): a larger ask is refused with a message giving the count, the
  * cap and how to narrow it.
- * ATTND_ERR_INVALID with *param = "layers", "heads", "top_k", or "max_tokens"/"prompt" when
+ * ATTND_ERR_INVALID with *param = "layers", "heads", "top_k", "logit_lens", or "max_tokens"/"prompt" when
  * the context is exceeded.
  */
 attnd_status attn_api_check(const model_info *mi, const attn_capture_params *p, uint64_t max_values,

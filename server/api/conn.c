@@ -19,6 +19,8 @@ typedef struct tconn {
     double deadline;          /* monotonic s by which the request headers (or the body, in_body)
                                  must have arrived; 0 = none (a request being answered) */
     bool in_body;             /* the deadline is the body's */
+    bool holds;               /* one of its address's max_connections_per_address places (from its
+                                 first admitted request until it closes) */
     char addr[CONN_ADDR_MAX]; /* the peer's numeric address */
     struct tconn *prev, *next;
 } tconn;
@@ -107,10 +109,10 @@ void conn_client_address(struct MHD_Connection *c, char *buf, size_t cap) {
     if (!sa || getnameinfo(sa, len, buf, (socklen_t)cap, NULL, 0, NI_NUMERICHOST) != 0) snprintf(buf, cap, "?");
 }
 
-/* Open connections from addr (lock held). */
+/* Connections from addr holding a place (lock held). */
 static int count_from(const conn_tracker *ct, const char *addr) {
     int n = 0;
-    for (const tconn *t = ct->head; t; t = t->next) n += !strcmp(t->addr, addr);
+    for (const tconn *t = ct->head; t; t = t->next) n += t->holds && !strcmp(t->addr, addr);
     return n;
 }
 
@@ -161,7 +163,13 @@ conn_verdict conn_request_begin(conn_tracker *ct, struct MHD_Connection *c, bool
     pthread_mutex_lock(&ct->mu);
     conn_verdict v = CONN_OK;
     if (!reserved && ct->n_open > ct->lim.max_connections) v = CONN_FULL;
-    else if (!reserved && t && count_from(ct, t->addr) > ct->lim.per_address) v = CONN_ADDRESS_FULL;
+    else if (!reserved && t && !t->holds) {
+        /* a connection takes one of its address's places with its first request and keeps it until
+         * it closes; counting only those makes the cap exact whatever order connections send their
+         * headers in (counting every open one refused early arrivals while later ones got in) */
+        if (count_from(ct, t->addr) >= ct->lim.per_address) v = CONN_ADDRESS_FULL;
+        else t->holds = true;
+    }
     if (t) { /* the body must follow within body_timeout_s */
         t->deadline = mono_s() + ct->lim.body_timeout_s;
         t->in_body = true;

@@ -258,20 +258,21 @@ enum MHD_Result ep_sessions_create(req *r) {
 }
 
 enum MHD_Result ep_sessions_list(req *r) {
-    return http_respond_json(r, 200, sess_list_json(r->srv->store, r->owner));
+    json_t *list = sess_list_json(r->srv->store, r->owner);
+    if (!list) return http_respond_error(r, 503, "sessions cannot be listed now (out of memory, or the shared session store is unreachable)", NULL);
+    return http_respond_json(r, 200, list);
 }
 
 static const char *session_id_of(req *r) { return r->path + strlen("/v1/sessions/"); }
 
 enum MHD_Result ep_session_get(req *r) {
     const char *id = session_id_of(r);
-    json_t *o = sess_id_valid(id) ? sess_info_json(r->srv->store, r->owner, id) : NULL;
-    if (!o) {
-        char msg[128];
-        snprintf(msg, sizeof(msg), "session '%.64s' not found", id);
-        return http_respond_error(r, 404, msg, NULL);
-    }
-    return http_respond_json(r, 200, o);
+    sess_info info;
+    attnd_err err;
+    attnd_status st = sess_id_valid(id) ? sess_lookup_info(r->srv->store, r->owner, id, &info, &err)
+                                        : attnd_fail(&err, ATTND_ERR_NOT_FOUND, "session '%.64s' not found", id);
+    if (st != ATTND_OK) return http_respond_error(r, http_status_of(st, HTTP_CTX_SESSION), err.msg, NULL);
+    return http_respond_json(r, 200, sess_info_to_json(&info));
 }
 
 enum MHD_Result ep_session_delete(req *r) {
@@ -281,9 +282,10 @@ enum MHD_Result ep_session_delete(req *r) {
     int e = 0;
     attnd_status st = sess_id_valid(id) ? sess_delete(r->srv->store, r->owner, id, &kv, &e, &err)
                                         : attnd_fail(&err, ATTND_ERR_NOT_FOUND, "session '%.64s' not found", id);
-    if (st == ATTND_ERR_IO) { /* the file stays, and so does the session: a restart would bring it back */
+    if (st == ATTND_ERR_IO) { /* the file (or record) stays, and so does the session */
         char msg[200];
-        snprintf(msg, sizeof(msg), "session '%.64s' could not be deleted (%s); retry later", id, e ? strerror(e) : "I/O error");
+        snprintf(msg, sizeof(msg), "session '%.64s' could not be deleted (%.80s); retry later", id,
+                 e ? strerror(e) : err.msg);
         return http_respond_error(r, e == ENOSPC || e == EDQUOT ? 507 : 503, msg, NULL);
     }
     if (st != ATTND_OK) return http_respond_error(r, http_status_of(st, HTTP_CTX_DEFAULT), err.msg, NULL);

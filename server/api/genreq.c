@@ -96,6 +96,7 @@ bool genreq_acquire_session(req *r, sess **se, enum MHD_Result *ret) {
         return false;
     }
     snprintf(r->sess_id, sizeof(r->sess_id), "%s", id);
+    r->sess_turn = (*se)->turn; /* set by sess_acquire, which only this request can call now */
     return true;
 }
 
@@ -214,8 +215,15 @@ bool genreq_persist(req *r) {
     if (r->unsaved) return false;
     attnd_err err;
     int e = 0;
-    if (sess_persist(r->srv->store, r->owner, r->sess_id, &e, &err) == ATTND_OK) return true;
+    attnd_status st = sess_persist_turn(r->srv->store, r->owner, r->sess_id, r->sess_turn, &e, &err);
+    if (st == ATTND_OK) return true;
     slog_error("%s", err.msg);
+    if (st == ATTND_ERR_BUSY || st == ATTND_ERR_NOT_FOUND || (st == ATTND_ERR_IO && !e)) {
+        /* the shared store: another turn saved first (409), or it is unreachable (503) */
+        r->unsaved = st == ATTND_ERR_IO ? 503 : 409;
+        snprintf(r->unsaved_msg, sizeof(r->unsaved_msg), "%.199s", err.msg);
+        return false;
+    }
     r->unsaved = e == ENOSPC || e == EDQUOT ? 507 : 503;
     snprintf(r->unsaved_msg, sizeof(r->unsaved_msg),
              "session '%s' could not be saved (%.60s): this turn is not part of it; retry later", r->sess_id,

@@ -36,11 +36,12 @@ bool genreq_submit(req *r, int32_t *ids, size_t n, int max_tokens, sess *se, att
 bool genreq_submit_all(req *r, enum MHD_Result *ret);
 /* Waits for every job, then genreq_persist; false: the client left (everything is cancelled). */
 bool genreq_wait_all(req *r);
-/* Makes the request's session history durable (sess_persist) before its response completes:
+/* Makes the request's session history durable (sess_persist_turn) before its response completes:
  * called once the session's job is done, before the body or the final stream events. No-op
  * (true) without a session or a state directory. false: the turn could not be saved (the
  * session is back to its saved history) and must not be acknowledged: r->unsaved holds the
- * status (507 for a full disk or quota, else 503) and stays set, so a later call fails too. */
+ * status (507 for a full disk or quota, 409 when the shared session store holds another turn
+ * saved since this one read it, else 503) and stays set, so a later call fails too. */
 bool genreq_persist(req *r);
 /* The error answer of an unsaved turn (genreq_persist false): 507, or 503 with Retry-After. */
 enum MHD_Result genreq_respond_unsaved(req *r);

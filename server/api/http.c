@@ -116,8 +116,10 @@ int http_status_of(attnd_status st, http_ctx ctx) {
     switch (ctx) {
     case HTTP_CTX_SESSION:
         if (st == ATTND_ERR_NOMEM) return 429; /* the session limit: retry after deleting one */
+        if (st == ATTND_ERR_IO) return 503;    /* the shared store: retry shortly */
         break;
-    case HTTP_CTX_ACQUIRE: return st == ATTND_ERR_NOT_FOUND ? 404 : 409;
+    case HTTP_CTX_ACQUIRE:
+        return st == ATTND_ERR_NOT_FOUND ? 404 : st == ATTND_ERR_IO || st == ATTND_ERR_NOMEM ? 503 : 409;
     case HTTP_CTX_GENERATE: return st == ATTND_ERR_NOMEM || st == ATTND_ERR_BUSY ? 503 : 500;
     case HTTP_CTX_PARSE: return st == ATTND_ERR_INVALID ? 400 : 500;
     case HTTP_CTX_DEFAULT: break;
@@ -433,7 +435,8 @@ static int request_job_end(struct server *s, req *r, enum MHD_RequestTermination
     sched_job_output(r->job, &o); /* only choice 0 runs on the named session */
     if (r->sess_id[0] && o.done) {
         attnd_err err;
-        if (sess_persist(s->store, r->owner, r->sess_id, NULL, &err) != ATTND_OK) slog_error("%s", err.msg);
+        if (sess_persist_turn(s->store, r->owner, r->sess_id, r->sess_turn, NULL, &err) != ATTND_OK && !r->unsaved)
+            slog_error("%s", err.msg);
     }
     return n_gen;
 }

@@ -1,12 +1,17 @@
 /*
  * http.h — the HTTP layer of `attnd serve` (server-private): the server's shared state, the
  * per-request state, responses (JSON, text, errors with CORS headers), auth, body caps and the
- * route table that dispatches to the endpoints (endpoints.h).
+ * dispatch through the route table (routes.c) to the endpoints (endpoints.h).
  *
  * libmicrohttpd runs one thread per connection. Per-request state (req) is allocated on the
  * first access-handler call (http_on_request) and freed only in the completed callback
  * (http_on_completed), which also writes the access log line and counts the request in
  * /metrics. Everything before routing (auth, CORS, body cap) is common to every route.
+ *
+ * The modules serving a request keep their own state in its slots (req_set: opaque, with a
+ * destructor). Everything that touches the connection goes through this file (http_reply*,
+ * http_header_get, http_client_gone, http_idle_timeout), so with a req_io in place of the
+ * connection the whole request layer runs without a socket (http_req_create/run/end).
  */
 #ifndef ATTND_SERVER_HTTP_H
 #define ATTND_SERVER_HTTP_H
@@ -125,7 +130,7 @@ struct req {
     char *body;              /* (len) request body, NUL-terminated; owned */
     size_t len, cap;
     bool too_big;
-    int unsaved;             /* the session turn could not be made durable: 507 / 503 (genreq.h) */
+    int unsaved;             /* the session turn could not be made durable: 507 / 409 / 503 (genreq.h) */
     char unsaved_msg[200];
     size_t dropped;          /* body bytes read past the limit (answered 413 when it ends) */
     int status;              /* response status (for the access log and metrics) */
@@ -142,6 +147,7 @@ struct req {
     oai_request oreq;
     json_t *body_json;       /* keeps oreq's borrowed strings alive; owned */
     char sess_id[SESS_ID_MAX + 1];
+    uint64_t sess_turn;      /* which acquire of the session this request's turn is (sess.h) */
     char resp_id[48];
     const char *prompt_param; /* the body field prompt errors name; NULL = "messages"/"prompt" */
     oai_resp_ctx rctx;       /* what the response JSON says about this request */
@@ -181,8 +187,10 @@ enum MHD_Result http_respond_text(req *r, int status, const char *ctype, char *t
 /* The HTTP status for a module's failure status, in the context it happened. */
 typedef enum http_ctx {
     HTTP_CTX_DEFAULT,    /* invalid/format 400, not found 404, busy 409, out of memory 503 */
-    HTTP_CTX_SESSION,    /* creating a session: out of memory (too many sessions) is 429 */
-    HTTP_CTX_ACQUIRE,    /* using a session: not found 404, anything else 409 (in use) */
+    HTTP_CTX_SESSION,    /* creating or deleting a session: out of memory (too many sessions) is
+                            429, the shared session store unreachable 503 */
+    HTTP_CTX_ACQUIRE,    /* using a session: not found 404, store unreachable or out of memory
+                            503, anything else 409 (in use) */
     HTTP_CTX_GENERATE,   /* a generation that failed: out of memory / busy 503, else 500 */
     HTTP_CTX_PARSE,      /* validating a request body: invalid 400, else 500 */
 } http_ctx;

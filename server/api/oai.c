@@ -445,6 +445,30 @@ static attnd_status refuse_unsupported(const json_t *body, const char **param, a
     return ATTND_OK;
 }
 
+/* max_tokens (max_completion_tokens in chat) into r->max_tokens, within max_tokens_cap, and what
+ * the whole request may generate (every prompt and choice) within max_request_tokens. */
+static attnd_status parse_max_tokens(const json_t *body, bool chat, const server_settings *cfg, int n_prompts,
+                                     oai_request *r, const char **param, attnd_err *err) {
+    const char *mt_name = chat && oai_field(body, "max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
+    if (oai_field(body, mt_name)) {
+        const json_t *v = oai_field(body, mt_name);
+        if (!json_is_integer(v) || json_integer_value(v) < 0)
+            return oai_bad(param, mt_name, err, "'%s' must be a non-negative integer", mt_name);
+        if (json_integer_value(v) > cfg->max_tokens_cap)
+            return oai_bad(param, mt_name, err, "'%s' is %lld; this server allows at most %d", mt_name,
+                       (long long)json_integer_value(v), cfg->max_tokens_cap);
+        r->max_tokens = (int)json_integer_value(v);
+    }
+    /* what the whole request may generate: one request must not hold the engine for minutes */
+    long long per = r->max_tokens >= 0 ? r->max_tokens : cfg->default_max_tokens;
+    if (cfg->max_request_tokens > 0 && per * n_prompts * r->n > cfg->max_request_tokens)
+        return oai_bad(param, mt_name, err,
+                       "%s %lld x n %d x %d prompts = %lld tokens; this server allows at most %d per request "
+                       "(max_request_tokens)", mt_name, per, r->n, n_prompts, per * n_prompts * r->n,
+                       cfg->max_request_tokens);
+    return ATTND_OK;
+}
+
 attnd_status oai_parse(const json_t *body, bool chat, const server_settings *cfg, int n_vocab, oai_request *r,
                        const char **param, attnd_err *err) {
     memset(r, 0, sizeof(*r));
@@ -467,23 +491,7 @@ attnd_status oai_parse(const json_t *body, bool chat, const server_settings *cfg
     if (n_prompts * r->n > OAI_MAX_CHOICES)
         return oai_bad(param, "n", err, "%d prompts x n = %d make %d choices; at most %d per request", n_prompts, r->n,
                    n_prompts * r->n, OAI_MAX_CHOICES);
-    const char *mt_name = chat && oai_field(body, "max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
-    if (oai_field(body, mt_name)) {
-        const json_t *v = oai_field(body, mt_name);
-        if (!json_is_integer(v) || json_integer_value(v) < 0)
-            return oai_bad(param, mt_name, err, "'%s' must be a non-negative integer", mt_name);
-        if (json_integer_value(v) > cfg->max_tokens_cap)
-            return oai_bad(param, mt_name, err, "'%s' is %lld; this server allows at most %d", mt_name,
-                       (long long)json_integer_value(v), cfg->max_tokens_cap);
-        r->max_tokens = (int)json_integer_value(v);
-    }
-    /* what the whole request may generate: one request must not hold the engine for minutes */
-    long long per = r->max_tokens >= 0 ? r->max_tokens : cfg->default_max_tokens;
-    if (cfg->max_request_tokens > 0 && per * n_prompts * r->n > cfg->max_request_tokens)
-        return oai_bad(param, mt_name, err,
-                       "%s %lld x n %d x %d prompts = %lld tokens; this server allows at most %d per request "
-                       "(max_request_tokens)", mt_name, per, r->n, n_prompts, per * n_prompts * r->n,
-                       cfg->max_request_tokens);
+    if ((rc = parse_max_tokens(body, chat, cfg, n_prompts, r, param, err)) != ATTND_OK) return rc;
     if ((rc = get_num(body, "temperature", 0, 100, &r->sp.temperature, param, err)) ||
         (rc = get_num(body, "top_p", 0, 1, &r->sp.top_p, param, err)) ||
         (rc = get_num(body, "min_p", 0, 1, &r->sp.min_p, param, err)) ||

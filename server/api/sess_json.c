@@ -5,7 +5,7 @@
 
 #include <stdlib.h>
 
-static json_t *info_json(const sess_info *s) {
+json_t *sess_info_to_json(const sess_info *s) {
     json_t *o = json_object();
     json_object_set_new(o, "id", json_string(s->id));
     json_object_set_new(o, "object", json_string("session"));
@@ -20,7 +20,7 @@ static json_t *info_json(const sess_info *s) {
 
 json_t *sess_info_json(sess_store *st, const char *owner, const char *id) {
     sess_info s;
-    return sess_get_info(st, owner, id, &s) ? info_json(&s) : NULL;
+    return sess_get_info(st, owner, id, &s) ? sess_info_to_json(&s) : NULL;
 }
 
 json_t *sess_list_json(sess_store *st, const char *owner) {
@@ -28,7 +28,7 @@ json_t *sess_list_json(sess_store *st, const char *owner) {
     int n = sess_list_info(st, owner, &v);
     if (n < 0) return NULL;
     json_t *root = json_object(), *arr = json_array();
-    for (int i = 0; i < n; i++) json_array_append_new(arr, info_json(&v[i]));
+    for (int i = 0; i < n; i++) json_array_append_new(arr, sess_info_to_json(&v[i]));
     free(v);
     json_object_set_new(root, "object", json_string("list"));
     json_object_set_new(root, "data", arr);

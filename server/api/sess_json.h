@@ -11,6 +11,8 @@
 /* {"id","object":"session","tokens","kv_tokens","kv_bytes","busy","created","last_used"} (new
  * ref), NULL when owner has no session id. */
 json_t *sess_info_json(sess_store *st, const char *owner, const char *id);
+/* The same object for a copy taken already (new ref). */
+json_t *sess_info_to_json(const sess_info *s);
 /* {"object":"list","data":[...]} (new ref), named sessions only, NULL when out of memory */
 json_t *sess_list_json(sess_store *st, const char *owner);
 

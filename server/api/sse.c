@@ -4,9 +4,8 @@
  */
 #include "sse.h"
 
-#include <string.h>
-
 #include <stdlib.h>
+#include <string.h>
 
 #include "attnd/buf.h"
 

@@ -55,6 +55,12 @@ const entry config_settings[] = {
     {"max_parallel", K_INT, OFF(max_parallel), 1, 4096, 0, "16", "sequences decoded together per step"},
     {"session_ttl_s", K_INT, OFF(session_ttl_s), 0, 1 << 30, 0, "259200", "idle sessions are removed after this, s (0 = never)"},
     {"session_evict_lru", K_BOOL, OFF(session_evict_lru), 0, 0, 0, "true", "at max_sessions evict the least recently used idle one"},
+    {"session_store", K_STR, OFF(session_store), 0, 0, 0, NULL,
+     "shared session store for several instances, redis://HOST[:PORT][/DB] (empty = local)"},
+    {"session_store_prefix", K_STR, OFF(session_store_prefix), 0, 0, 0, "attnd:session:",
+     "key prefix of the sessions in the shared store"},
+    {"session_store_ttl_s", K_INT, OFF(session_store_ttl_s), 0, 1 << 30, 0, "259200",
+     "a session unused this long leaves the shared store, s (0 = never)"},
     {"body_limit", K_BYTES, OFF(body_limit), 1024, 1 << 30, 0, "1048576", "request body cap (k/M/G suffix ok; 413 above)"},
     {"queue_limit", K_INT, OFF(queue_limit), 1, 1000000, 0, "64", "requests waiting for the scheduler (429 above)"},
     {"tokenize_parallel", K_INT, OFF(tokenize_parallel), 1, 4096, 0, "4", "/tokenize + /detokenize at once (429 above)"},
@@ -273,6 +279,22 @@ static attnd_status set_origin(config *c, size_t i, config_source src, const cha
  * Parses `value` for SETTINGS[i] and stores it in *s, recording src/origin. `where` prefixes
  * error messages ("attnd.conf:12: key 'port'", "environment ATTND_PORT", "flag --port").
  */
+/* api_key_file: the file's key(s) into field, the path kept for --print-config. */
+static attnd_status parse_key_file(config *c, size_t i, char *field, const char *value, const char *where,
+                                   attnd_err *err) {
+    if (!*value) { /* `api_key_file =` unsets, like an empty string setting */
+        *(const char **)field = NULL;
+        c->slots[i].raw = NULL;
+        return ATTND_OK;
+    }
+    char *key;
+    attnd_status st = read_key_file(c, value, where, &key, err);
+    if (st != ATTND_OK) return st;
+    *(const char **)field = key;
+    if (!(c->slots[i].raw = keep(c, value, strlen(value)))) return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory");
+    return ATTND_OK;
+}
+
 /* Parses value by the entry's kind into field (a member of the settings struct). */
 static attnd_status parse_value(config *c, size_t i, char *field, const char *value, const char *where,
                                 attnd_err *err) {
@@ -341,20 +363,7 @@ static attnd_status parse_value(config *c, size_t i, char *field, const char *va
             return attnd_fail(err, ATTND_ERR_INVALID, "%s: '%s' is not one of error, warn, info, debug", where, value);
         *(server_log_level *)field = (server_log_level)b;
         break;
-    case K_KEYFILE: {
-        if (!*value) { /* `api_key_file =` unsets, like an empty string setting */
-            *(const char **)field = NULL;
-            c->slots[i].raw = NULL;
-            break;
-        }
-        char *key;
-        attnd_status st = read_key_file(c, value, where, &key, err);
-        if (st != ATTND_OK) return st;
-        *(const char **)field = key;
-        if (!(c->slots[i].raw = keep(c, value, strlen(value))))
-            return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory");
-        break;
-    }
+    case K_KEYFILE: return parse_key_file(c, i, field, value, where, err);
     }
     return ATTND_OK;
 }
@@ -584,10 +593,72 @@ static attnd_status scan_flags(config *c, int argc, char **argv, flag_value *fv,
     return ATTND_OK;
 }
 
+/* $STATE_DIRECTORY (systemd's StateDirectory=) as the default state_dir. */
+static attnd_status apply_systemd_state(config *c, server_settings *s, char *const *envp, attnd_err *err) {
+    char dir[PATH_MAX];
+    const char *state = first_dir(env_get(envp, "STATE_DIRECTORY"), dir, sizeof(dir));
+    if (!state) return ATTND_OK;
+    int idx = find_key("state_dir", strlen("state_dir"));
+    return apply(c, s, (size_t)idx, state, CONFIG_SRC_DEFAULT, "default ($STATE_DIRECTORY)", 0, "$STATE_DIRECTORY",
+                 err);
+}
+
+/* The config file: --config, else $ATTND_CONFIG, else $CONFIGURATION_DIRECTORY/attnd.conf when it exists. */
+static attnd_status apply_file(config *c, server_settings *s, const char *path, char *const *envp, attnd_err *err) {
+    if (!path) path = env_get(envp, "ATTND_CONFIG");
+    if (path && !*path) path = NULL;
+    char dir[PATH_MAX], sysd[PATH_MAX];
+    const char *confdir = first_dir(env_get(envp, "CONFIGURATION_DIRECTORY"), dir, sizeof(dir));
+    if (!path && confdir && snprintf(sysd, sizeof(sysd), "%s/attnd.conf", confdir) < (int)sizeof(sysd) &&
+        access(sysd, F_OK) == 0)
+        path = sysd;
+    if (!path) return ATTND_OK;
+    if (!(c->file_path = strdup(path))) return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory");
+    return load_file(c, s, c->file_path, err);
+}
+
+/* ATTND_<KEY> for every setting. */
+static attnd_status apply_environment(config *c, server_settings *s, char *const *envp, attnd_err *err) {
+    for (size_t i = 0; i < N_SETTINGS; i++) {
+        char name[64];
+        config_env_name(name, sizeof(name), SETTINGS[i].key);
+        const char *v = env_get(envp, name);
+        if (!v || !*v) continue; /* empty = unset, as shells make it easy to export NAME= */
+        char where[96];
+        snprintf(where, sizeof(where), "environment %s", name);
+        attnd_status st = apply(c, s, i, v, CONFIG_SRC_ENV, where, 0, where, err);
+        if (st != ATTND_OK) return st;
+    }
+    return ATTND_OK;
+}
+
+/* The flags scan_flags collected, in order. */
+static attnd_status apply_flags(config *c, server_settings *s, const flag_value *fv, size_t n_fv, attnd_err *err) {
+    for (size_t k = 0; k < n_fv; k++) {
+        char name[64], where[80];
+        config_flag_name(name, sizeof(name), SETTINGS[fv[k].idx].key);
+        snprintf(where, sizeof(where), "flag %s", name);
+        /* A flag repeated on the command line: the last one wins, as usual for CLIs; the
+         * same-layer check in apply() is only for api_key vs api_key_file. */
+        c->slots[fv[k].idx].src = CONFIG_SRC_DEFAULT;
+        attnd_status st = apply(c, s, fv[k].idx, fv[k].value, CONFIG_SRC_FLAG, where, 0, where, err);
+        if (st != ATTND_OK) return st;
+    }
+    return ATTND_OK;
+}
+
+/* What no single setting can check on its own. */
+static attnd_status check_together(const config *c, const server_settings *s, attnd_err *err) {
+    if (s->default_max_tokens <= s->max_tokens_cap) return ATTND_OK;
+    const char *a = NULL, *b = NULL;
+    config_source_of(c, "max_tokens", &a);
+    config_source_of(c, "max_tokens_cap", &b);
+    return attnd_fail(err, ATTND_ERR_INVALID, "max_tokens = %d (%s) exceeds max_tokens_cap = %d (%s)",
+                      s->default_max_tokens, a, s->max_tokens_cap, b);
+}
+
 attnd_status config_load(config **out, server_settings *s, int argc, char **argv, char *const *envp,
                          attnd_err *err) {
-    attnd_status st = ATTND_OK;
-    flag_value *fv = NULL;
     *out = NULL;
     server_settings_default(s);
     if (!envp) envp = environ;
@@ -597,85 +668,26 @@ attnd_status config_load(config **out, server_settings *s, int argc, char **argv
         c = NULL;
     }
     if (!c) return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory");
-    fv = calloc((size_t)(argc > 0 ? argc : 1), sizeof(*fv));
-    if (!fv) {
-        st = attnd_fail(err, ATTND_ERR_NOMEM, "out of memory");
-        goto fail;
-    }
-
-    /* Flags are read first (but applied last) because they name the config file. */
+    flag_value *fv = calloc((size_t)(argc > 0 ? argc : 1), sizeof(*fv));
     size_t n_fv = 0;
     const char *path = NULL;
-    if ((st = scan_flags(c, argc, argv, fv, &n_fv, &path, err)) != ATTND_OK) goto fail;
-
-    // defaults that systemd provides through the environment
-    char dir[PATH_MAX];
-    const char *state = first_dir(env_get(envp, "STATE_DIRECTORY"), dir, sizeof(dir));
-    if (state) {
-        int idx = find_key("state_dir", strlen("state_dir"));
-        st = apply(c, s, (size_t)idx, state, CONFIG_SRC_DEFAULT, "default ($STATE_DIRECTORY)", 0, "$STATE_DIRECTORY",
-                   err);
-        if (st != ATTND_OK) goto fail;
-    }
-
-    // the config file
-    if (!path) path = env_get(envp, "ATTND_CONFIG");
-    if (path && !*path) path = NULL;
-    char sysd[PATH_MAX];
-    const char *confdir = first_dir(env_get(envp, "CONFIGURATION_DIRECTORY"), dir, sizeof(dir));
-    if (!path && confdir && snprintf(sysd, sizeof(sysd), "%s/attnd.conf", confdir) < (int)sizeof(sysd) &&
-        access(sysd, F_OK) == 0)
-        path = sysd;
-    if (path) {
-        if (!(c->file_path = strdup(path))) {
-            st = attnd_fail(err, ATTND_ERR_NOMEM, "out of memory");
-            goto fail;
-        }
-        if ((st = load_file(c, s, c->file_path, err)) != ATTND_OK) goto fail;
-    }
-
-    // the environment
-    for (size_t i = 0; i < N_SETTINGS; i++) {
-        char name[64];
-        config_env_name(name, sizeof(name), SETTINGS[i].key);
-        const char *v = env_get(envp, name);
-        if (!v || !*v) continue; /* empty = unset, as shells make it easy to export NAME= */
-        char where[96];
-        snprintf(where, sizeof(where), "environment %s", name);
-        if ((st = apply(c, s, i, v, CONFIG_SRC_ENV, where, 0, where, err)) != ATTND_OK) goto fail;
-    }
-
-    // the flags
-    for (size_t k = 0; k < n_fv; k++) {
-        char name[64], where[80];
-        config_flag_name(name, sizeof(name), SETTINGS[fv[k].idx].key);
-        snprintf(where, sizeof(where), "flag %s", name);
-        /* A flag repeated on the command line: the last one wins, as usual for CLIs; the
-         * same-layer check in apply() is only for api_key vs api_key_file. */
-        c->slots[fv[k].idx].src = CONFIG_SRC_DEFAULT;
-        if ((st = apply(c, s, fv[k].idx, fv[k].value, CONFIG_SRC_FLAG, where, 0, where, err)) != ATTND_OK)
-            goto fail;
-    }
-
-    // cross-setting checks
-    if (s->default_max_tokens > s->max_tokens_cap) {
-        const char *a = NULL, *b = NULL;
-        config_source_of(c, "max_tokens", &a);
-        config_source_of(c, "max_tokens_cap", &b);
-        st = attnd_fail(err, ATTND_ERR_INVALID, "max_tokens = %d (%s) exceeds max_tokens_cap = %d (%s)",
-                        s->default_max_tokens, a, s->max_tokens_cap, b);
-        goto fail;
-    }
-
+    /* Flags are read first (but applied last) because they name the config file. Layers go
+     * lowest precedence first: systemd's defaults, the file, the environment, the flags. */
+    attnd_status st = !fv ? attnd_fail(err, ATTND_ERR_NOMEM, "out of memory")
+                          : scan_flags(c, argc, argv, fv, &n_fv, &path, err);
+    if (st == ATTND_OK) st = apply_systemd_state(c, s, envp, err);
+    if (st == ATTND_OK) st = apply_file(c, s, path, envp, err);
+    if (st == ATTND_OK) st = apply_environment(c, s, envp, err);
+    if (st == ATTND_OK) st = apply_flags(c, s, fv, n_fv, err);
+    if (st == ATTND_OK) st = check_together(c, s, err);
     free(fv);
+    if (st != ATTND_OK) {
+        config_destroy(c);
+        server_settings_default(s); /* no pointers into the freed config remain */
+        return st;
+    }
     *out = c;
     return ATTND_OK;
-
-fail:
-    free(fv);
-    config_destroy(c);
-    server_settings_default(s); /* no pointers into the freed config remain */
-    return st;
 }
 
 int config_scrub_argv(int argc, char **argv) {

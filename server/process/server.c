@@ -26,6 +26,7 @@
 #include "http.h"
 #include "origin.h"
 #include "routes.h"
+#include "sess_redis.h"
 #include "slog.h"
 
 // ---- lifecycle ----------------------------------------------------------------------------
@@ -38,6 +39,7 @@ static const size_t OWNED_STRINGS[] = {
     offsetof(server_settings, api_key),       offsetof(server_settings, cors_origins),
     offsetof(server_settings, chat_template), offsetof(server_settings, allowed_hosts),
     offsetof(server_settings, chat_template_file),
+    offsetof(server_settings, session_store), offsetof(server_settings, session_store_prefix),
 };
 
 static const char **string_setting(server_settings *c, size_t off) { return (const char **)((char *)c + off); }
@@ -162,11 +164,32 @@ static void log_engine_setup(const server *s) {
     kv_type kt = s->cfg.kv_f32 ? KV_F32 : KV_F16;
     size_t budget = s->cfg.kv_budget_mb ? s->cfg.kv_budget_mb << 20 : (size_t)1 << 30; /* as the scheduler */
     size_t per_ctx = kv_context_bytes(s->m, s->n_ctx, kt);
-    slog_info("engine: %d threads, %s kernels%s; KV budget %zu MiB (%s, %zu bytes/token) = %zu full contexts of "
+    slog_info("engine: %d threads, %s kernels; KV budget %zu MiB (%s, %zu bytes/token) = %zu full contexts of "
               "%d tokens; state dir %s",
-              cpuinfo_threads(s->cfg.threads), cpuinfo_isa(), cpuinfo_has_amx() ? " (CPU has AMX, unused)" : "",
+              cpuinfo_threads(s->cfg.threads), cpuinfo_kernels(),
               budget >> 20, kt == KV_F32 ? "f32" : "f16", kv_bytes_per_token(s->m, kt), per_ctx ? budget / per_ctx : 0,
               s->n_ctx, s->cfg.state_dir ? s->cfg.state_dir : "none (sessions are not persisted)");
+}
+
+/* The session store: this instance's (state_dir), or a cache of the shared one (session_store),
+ * which then holds every named session instead of state_dir. */
+static attnd_status sessions_open(server *s, const char *tag, attnd_err *err) {
+    const char *url = s->cfg.session_store && *s->cfg.session_store ? s->cfg.session_store : NULL;
+    sessredis *shared = NULL;
+    attnd_status rc = url ? sessredis_create(&shared, url, s->cfg.session_store_prefix, s->cfg.session_store_ttl_s,
+                                             tag, err)
+                          : ATTND_OK;
+    if (rc != ATTND_OK) return rc;
+    rc = sess_store_create(&s->store, url ? NULL : s->cfg.state_dir, tag, s->cfg.max_sessions, err);
+    if (rc != ATTND_OK) {
+        sessredis_destroy(shared);
+        return rc;
+    }
+    if (!url) return ATTND_OK;
+    sess_store_share(s->store, shared);
+    slog_info("sessions: shared store %s, keys %s*, TTL %d s (connects on first use)", sessredis_url(shared),
+              s->cfg.session_store_prefix ? s->cfg.session_store_prefix : "", s->cfg.session_store_ttl_s);
+    return ATTND_OK;
 }
 
 attnd_status server_load(server *s, attnd_err *err) {
@@ -199,7 +222,7 @@ attnd_status server_load(server *s, attnd_err *err) {
     // ---- sessions: the model tag ties saved token ids to this vocabulary ----
     char tag[200];
     snprintf(tag, sizeof(tag), "%s/vocab%d", s->model_id, s->n_vocab);
-    if ((rc = sess_store_create(&s->store, s->cfg.state_dir, tag, s->cfg.max_sessions, err)) != ATTND_OK) return rc;
+    if ((rc = sessions_open(s, tag, err)) != ATTND_OK) return rc;
     sess_store_set_lifetime(s->store, (int64_t)s->cfg.session_ttl_s * 1000, s->cfg.session_evict_lru);
     if ((rc = rstore_create(&s->responses, s->cfg.state_dir, tag, s->cfg.max_sessions, err)) != ATTND_OK) return rc;
     if ((rc = sched_create(&s->sch, s->m, s->tok, s->store, &s->cfg, err)) != ATTND_OK) return rc;

@@ -74,6 +74,10 @@ typedef struct server_settings {
                                 default 259200 (3 days) */
     bool session_evict_lru;  /* at max_sessions, creating one evicts the least recently used idle
                                 session instead of answering 429; default true */
+    const char *session_store; /* shared store of several instances, "redis://host:port[/db]";
+                                  NULL or "" = sessions are this instance's (state_dir) */
+    const char *session_store_prefix; /* key prefix there; default "attnd:session:" */
+    int session_store_ttl_s; /* a record unused this long expires; 0 = never; default 259200 */
 
     // ---- limits ----
     size_t body_limit;       /* request body cap in bytes; default 1 MiB (413 above) */

@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "sess_file.h"
+#include "sess_redis.h"
 #include "slog.h"
 #include "statedir.h"
 
@@ -29,7 +30,18 @@ struct sess_store {
     bool evict_lru;  /* at max_sessions, sess_create removes the least recently used idle one */
     void (*kv_sink)(void *user, struct kv_seq *kv); /* takes the KV of removed sessions */
     void *kv_sink_user;
+    sessredis *shared; /* shared mode (sess_store_share): the records live there; NULL = local */
 };
+
+/* shared mode (the end of this file) */
+static attnd_status shared_create(sess_store *st, const char *owner, const char *id, attnd_err *err);
+static attnd_status shared_acquire(sess_store *st, const char *owner, const char *id, sess **out, attnd_err *err);
+static attnd_status shared_delete(sess_store *st, const char *owner, const char *id, struct kv_seq **kv,
+                                  attnd_err *err);
+static attnd_status shared_persist(sess_store *st, const char *owner, const char *id, uint64_t turn, attnd_err *err);
+static attnd_status shared_get_info(sess_store *st, const char *owner, const char *id, sess_info *out,
+                                    attnd_err *err);
+static int shared_list_info(sess_store *st, const char *owner, sess_info **out);
 
 bool sess_id_valid(const char *id) { return statedir_id_valid(id); }
 
@@ -144,6 +156,7 @@ void sess_store_destroy(sess_store *st) {
     }
     pthread_mutex_destroy(&st->mu);
     statedir_close(st->sd);
+    sessredis_destroy(st->shared);
     free(st->model_tag);
     free(st);
 }
@@ -230,6 +243,11 @@ attnd_status sess_create(sess_store *st, const char *owner, const char *id, char
     } else if (!sess_id_valid(id)) {
         return attnd_fail(err, ATTND_ERR_INVALID, "session id must be 1..64 characters of A-Z a-z 0-9 . _ - (not starting with '.')");
     }
+    if (st->shared) {
+        attnd_status src = shared_create(st, owner, id, err);
+        if (src == ATTND_OK) snprintf(out_id, SESS_ID_MAX + 1, "%s", id);
+        return src;
+    }
     pthread_mutex_lock(&st->mu);
     attnd_status rc = ATTND_OK;
     struct kv_seq *evicted_kv = NULL;
@@ -270,6 +288,7 @@ attnd_status sess_create(sess_store *st, const char *owner, const char *id, char
 
 attnd_status sess_acquire(sess_store *st, const char *owner, const char *id, sess **out, attnd_err *err) {
     *out = NULL;
+    if (st->shared && id) return shared_acquire(st, owner, id, out, err);
     pthread_mutex_lock(&st->mu);
     attnd_status rc = ATTND_OK;
     sess *s = id ? find_named(st, owner, id) : NULL;
@@ -322,6 +341,7 @@ attnd_status sess_release(sess_store *st, sess *s, const int32_t *tokens, int n,
     pthread_mutex_lock(&st->mu);
     attnd_status rc = set_tokens(s, tokens, n);
     if (rc == ATTND_OK) s->version++;
+    s->released_turn = s->turn; /* shared mode: this history is the turn's to save */
     s->busy = false;
     s->running = false;
     s->last_use_ms = (int64_t)attnd_unix_ms();
@@ -375,6 +395,7 @@ attnd_status sess_delete(sess_store *st, const char *owner, const char *id, stru
                          attnd_err *err) {
     if (sys_errno) *sys_errno = 0;
     *kv = NULL;
+    if (st->shared) return shared_delete(st, owner, id, kv, err);
     pthread_mutex_lock(&st->mu);
     attnd_status rc = ATTND_OK;
     sess **pp = &st->head;
@@ -451,6 +472,7 @@ static void on_disk_locked(sess *s, uint64_t version, int32_t *snap, int n_snap)
  */
 attnd_status sess_persist(sess_store *st, const char *owner, const char *id, int *sys_errno, attnd_err *err) {
     if (sys_errno) *sys_errno = 0;
+    if (st->shared) return shared_persist(st, owner, id, 0, err);
     if (!st->sd) return ATTND_OK;
     pthread_mutex_lock(&st->mu);
     sess *s = find_named(st, owner, id);
@@ -462,7 +484,7 @@ attnd_status sess_persist(sess_store *st, const char *owner, const char *id, int
     uint64_t version = s->version;
     int n_snap = s->n_tokens;
     int32_t *snap = malloc((size_t)(n_snap ? n_snap : 1) * sizeof(int32_t));
-    if (snap) memcpy(snap, s->tokens, (size_t)n_snap * sizeof(int32_t));
+    if (snap && n_snap) memcpy(snap, s->tokens, (size_t)n_snap * sizeof(int32_t)); /* an empty one may have no array */
     char file_owner[SESS_OWNER_MAX + 1], file_id[SESS_ID_MAX + 1];
     snprintf(file_owner, sizeof(file_owner), "%s", s->owner);
     snprintf(file_id, sizeof(file_id), "%s", s->id);
@@ -498,8 +520,14 @@ attnd_status sess_persist(sess_store *st, const char *owner, const char *id, int
     return rc;
 }
 
+attnd_status sess_persist_turn(sess_store *st, const char *owner, const char *id, uint64_t turn, int *sys_errno,
+                               attnd_err *err) {
+    if (sys_errno) *sys_errno = 0;
+    return st->shared ? shared_persist(st, owner, id, turn, err) : sess_persist(st, owner, id, sys_errno, err);
+}
+
 int sess_persist_all(sess_store *st) {
-    if (!st->sd) return 0;
+    if (!st->sd) return 0; /* shared mode too: a turn not saved yet was never acknowledged */
     /* collect ids first: persisting takes the lock itself */
     pthread_mutex_lock(&st->mu);
     int n = 0;
@@ -543,16 +571,25 @@ static void info_locked(const sess *s, sess_info *out) {
     out->last_use_ms = s->last_use_ms;
 }
 
-bool sess_get_info(sess_store *st, const char *owner, const char *id, sess_info *out) {
+attnd_status sess_lookup_info(sess_store *st, const char *owner, const char *id, sess_info *out, attnd_err *err) {
+    if (st->shared) return shared_get_info(st, owner, id, out, err);
     pthread_mutex_lock(&st->mu);
     sess *s = find_named(st, owner, id);
     if (s) info_locked(s, out);
     pthread_mutex_unlock(&st->mu);
-    return s != NULL;
+    return s ? ATTND_OK : attnd_fail(err, ATTND_ERR_NOT_FOUND, "session '%s' not found", id);
+}
+
+bool sess_get_info(sess_store *st, const char *owner, const char *id, sess_info *out) {
+    attnd_err e;
+    attnd_status rc = sess_lookup_info(st, owner, id, out, &e);
+    if (rc != ATTND_OK && rc != ATTND_ERR_NOT_FOUND) slog_warn("%s", e.msg);
+    return rc == ATTND_OK;
 }
 
 int sess_list_info(sess_store *st, const char *owner, sess_info **out) {
     *out = NULL;
+    if (st->shared) return shared_list_info(st, owner, out);
     pthread_mutex_lock(&st->mu);
     int n = 0, k = 0;
     for (sess *s = st->head; s; s = s->next) n += !s->anon && !strcmp(s->owner, own(owner));
@@ -569,4 +606,202 @@ int sess_count(sess_store *st) {
     int n = st->n_named;
     pthread_mutex_unlock(&st->mu);
     return n;
+}
+
+// ---- shared mode: the records live in the shared store, the entries here cache them --------
+
+void sess_store_share(sess_store *st, sessredis *shared) {
+    ATTND_ASSERT(st->sd == NULL && st->shared == NULL); /* one source of truth per session */
+    st->shared = shared;
+}
+
+/* A turn released its history and has not saved it yet (sess_persist_turn will). */
+static bool unsaved(const sess *s) { return s->turn && s->released_turn == s->turn && s->saved_turn != s->turn; }
+
+static attnd_status shared_create(sess_store *st, const char *owner, const char *id, attnd_err *err) {
+    int64_t now = (int64_t)attnd_unix_ms();
+    sessredis_rec rec = {.version = 1, .created_ms = now, .last_use_ms = now};
+    return sessredis_put(st->shared, own(owner), id, 0, &rec, err);
+}
+
+/* Room for one more local copy: at max_sessions the least recently used idle one with nothing
+ * left to save goes (its record stays). false when every copy is in use. Caller holds the lock. */
+static bool make_room_locked(sess_store *st, struct kv_seq **kv) {
+    if (st->n_named < st->max_sessions) return true;
+    sess *victim = NULL;
+    for (sess *s = st->head; s; s = s->next)
+        if (!s->anon && !s->busy && !unsaved(s) && (!victim || s->last_use_ms < victim->last_use_ms)) victim = s;
+    if (victim) *kv = remove_locked(st, victim);
+    return victim != NULL;
+}
+
+/* The local copy of the record, made busy for a new turn (caller holds the lock): its KV keeps
+ * the prefix its old history shares with the record's (a history saved by another instance, or
+ * one this copy failed to save, differs past it). */
+static attnd_status take_copy_locked(sess_store *st, const char *owner, const char *id, const sessredis_rec *rec,
+                                     sess **out, struct kv_seq **kv, attnd_err *err) {
+    sess *s = find_named(st, owner, id);
+    if (s && s->busy) return attnd_fail(err, ATTND_ERR_BUSY, "session '%s' is busy with another request", id);
+    if (!s) {
+        if (!make_room_locked(st, kv))
+            return attnd_fail(err, ATTND_ERR_NOMEM, "all %d sessions of this instance are in use", st->max_sessions);
+        if (!(s = calloc(1, sizeof(*s)))) return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory");
+        snprintf(s->id, sizeof(s->id), "%s", id);
+        snprintf(s->owner, sizeof(s->owner), "%s", own(owner));
+        s->next = st->head;
+        st->head = s;
+        st->n_named++;
+    }
+    int keep = s->kv ? sess_common_prefix(s->tokens, s->kv_len, rec->tokens, rec->n_tokens) : 0;
+    if (set_tokens(s, rec->tokens, rec->n_tokens) != ATTND_OK) {
+        s->kv_len = s->n_tokens = 0; /* consistent: the next acquire loads it again */
+        return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory loading session '%s'", id);
+    }
+    s->kv_len = keep;
+    s->rversion = rec->version;
+    s->created_ms = rec->created_ms;
+    s->last_use_ms = rec->last_use_ms;
+    s->version = s->persisted_version; /* nothing for the state directory: there is none */
+    s->turn++;
+    s->busy = true;
+    *out = s;
+    return ATTND_OK;
+}
+
+static attnd_status shared_acquire(sess_store *st, const char *owner, const char *id, sess **out, attnd_err *err) {
+    sessredis_rec rec;
+    attnd_status rc = sessredis_get(st->shared, own(owner), id, &rec, err);
+    if (rc == ATTND_ERR_FORMAT) { /* as a damaged file: not loaded, its id not reusable */
+        slog_warn("session '%s': its record in the shared store is damaged", id);
+        rc = attnd_fail(err, ATTND_ERR_NOT_FOUND, "session '%s' not found (its record is damaged)", id);
+    }
+    struct kv_seq *kv = NULL;
+    pthread_mutex_lock(&st->mu);
+    if (rc == ATTND_ERR_NOT_FOUND) { /* deleted or expired elsewhere: the local copy goes too */
+        sess *s = find_named(st, owner, id);
+        if (s && !s->busy) kv = remove_locked(st, s);
+    } else if (rc == ATTND_OK) {
+        rc = take_copy_locked(st, owner, id, &rec, out, &kv, err);
+    }
+    pthread_mutex_unlock(&st->mu);
+    give_kv(st, kv);
+    sessredis_rec_free(&rec);
+    return rc;
+}
+
+/* Writes the history turn released, if this copy was not acquired again since (caller: the
+ * request that ran the turn, before its response completes). */
+static attnd_status shared_persist(sess_store *st, const char *owner, const char *id, uint64_t turn, attnd_err *err) {
+    pthread_mutex_lock(&st->mu);
+    sess *s = find_named(st, owner, id);
+    attnd_status rc = ATTND_OK;
+    bool nothing = false;
+    if (s && !turn) turn = s->turn;
+    if (!s) {
+        if (turn) rc = attnd_fail(err, ATTND_ERR_NOT_FOUND, "session '%s' was removed before this turn was saved", id);
+        nothing = true;
+    } else if (s->turn != turn) {
+        rc = attnd_fail(err, ATTND_ERR_BUSY, "session '%s' was used by another request before this turn was saved", id);
+    } else if (s->released_turn != turn || s->saved_turn == turn || !s->rversion) {
+        nothing = true; /* no new history (the turn failed early), or saved already */
+    }
+    sessredis_rec rec = {0};
+    uint64_t expect = s ? s->rversion : 0;
+    if (rc == ATTND_OK && !nothing) {
+        rec = (sessredis_rec){.version = expect + 1, .created_ms = s->created_ms, .last_use_ms = s->last_use_ms,
+                              .n_tokens = s->n_tokens};
+        rec.tokens = malloc((size_t)(s->n_tokens ? s->n_tokens : 1) * sizeof(int32_t));
+        if (rec.tokens && s->n_tokens) memcpy(rec.tokens, s->tokens, (size_t)s->n_tokens * sizeof(int32_t));
+    }
+    pthread_mutex_unlock(&st->mu);
+    if (rc != ATTND_OK || nothing) return rc;
+    rc = rec.tokens ? sessredis_put(st->shared, own(owner), id, expect, &rec, err)
+                    : attnd_fail(err, ATTND_ERR_NOMEM, "out of memory");
+    pthread_mutex_lock(&st->mu);
+    if ((s = find_named(st, owner, id)) && s->turn == turn) {
+        s->saved_turn = turn; /* failed too: the next acquire loads the stored history again */
+        if (rc == ATTND_OK) s->rversion = rec.version;
+    }
+    pthread_mutex_unlock(&st->mu);
+    sessredis_rec_free(&rec);
+    return rc;
+}
+
+static attnd_status shared_delete(sess_store *st, const char *owner, const char *id, struct kv_seq **kv,
+                                  attnd_err *err) {
+    pthread_mutex_lock(&st->mu);
+    sess *s = find_named(st, owner, id);
+    bool busy = s && s->busy;
+    pthread_mutex_unlock(&st->mu);
+    if (busy) return attnd_fail(err, ATTND_ERR_BUSY, "session '%s' is busy with another request", id);
+    attnd_status rc = sessredis_delete(st->shared, own(owner), id, err);
+    if (rc != ATTND_OK && rc != ATTND_ERR_NOT_FOUND) return rc;
+    pthread_mutex_lock(&st->mu);
+    if ((s = find_named(st, owner, id)) && !s->busy) *kv = remove_locked(st, s);
+    pthread_mutex_unlock(&st->mu);
+    return rc;
+}
+
+/* The record's view, with the local copy's KV and busy state when there is one (caller holds
+ * the lock). */
+static void shared_info_locked(sess_store *st, const char *owner, const char *id, const sessredis_rec *rec,
+                               sess_info *out) {
+    *out = (sess_info){.n_tokens = rec->n_tokens, .created_ms = rec->created_ms, .last_use_ms = rec->last_use_ms};
+    snprintf(out->id, sizeof(out->id), "%s", id);
+    sess *s = find_named(st, owner, id);
+    if (!s) return;
+    out->busy = s->busy;
+    out->kv_tokens = s->kv ? sess_common_prefix(s->tokens, s->kv_len, rec->tokens, rec->n_tokens) : 0;
+    out->kv_bytes = s->kv ? s->kv_bytes : 0;
+}
+
+static attnd_status shared_get_info(sess_store *st, const char *owner, const char *id, sess_info *out,
+                                    attnd_err *err) {
+    sessredis_rec rec;
+    attnd_status rc = sessredis_get(st->shared, own(owner), id, &rec, err);
+    if (rc == ATTND_ERR_FORMAT) rc = attnd_fail(err, ATTND_ERR_NOT_FOUND, "session '%s' not found (its record is damaged)", id);
+    if (rc != ATTND_OK) return rc;
+    pthread_mutex_lock(&st->mu);
+    shared_info_locked(st, owner, id, &rec, out);
+    pthread_mutex_unlock(&st->mu);
+    sessredis_rec_free(&rec);
+    return ATTND_OK;
+}
+
+typedef struct list_acc {
+    sess_store *st;
+    const char *owner;
+    sess_info *v;
+    size_t n, cap;
+    bool oom;
+} list_acc;
+
+static void list_one(void *user, const char *id, const sessredis_rec *rec) {
+    list_acc *a = user;
+    if (a->oom || !attnd_grow(&a->v, &a->cap, a->n + 1, sizeof(*a->v), 16)) {
+        a->oom = true;
+        return;
+    }
+    pthread_mutex_lock(&a->st->mu);
+    shared_info_locked(a->st, a->owner, id, rec, &a->v[a->n++]);
+    pthread_mutex_unlock(&a->st->mu);
+}
+
+static int newest_first(const void *a, const void *b) {
+    int64_t x = ((const sess_info *)a)->created_ms, y = ((const sess_info *)b)->created_ms;
+    return x < y ? 1 : x > y ? -1 : strcmp(((const sess_info *)a)->id, ((const sess_info *)b)->id);
+}
+
+static int shared_list_info(sess_store *st, const char *owner, sess_info **out) {
+    list_acc a = {.st = st, .owner = owner};
+    attnd_err e;
+    int n = sessredis_list(st->shared, own(owner), list_one, &a, &e);
+    if (n < 0 || a.oom) {
+        if (n < 0) slog_warn("%s", e.msg);
+        free(a.v);
+        return -1;
+    }
+    if (a.n) qsort(a.v, a.n, sizeof(*a.v), newest_first);
+    *out = a.v ? a.v : calloc(1, sizeof(sess_info));
+    return *out ? (int)a.n : -1;
 }

@@ -55,10 +55,14 @@ typedef struct sess {
                                  restart would load */
     int n_disk;
     bool on_disk;
+    /* shared store only (sess_store_share): the stored version tokens came from, and which
+     * acquire (turn) of this copy last released and was last saved */
+    uint64_t rversion, turn, released_turn, saved_turn;
     struct sess *next;
 } sess;
 
 typedef struct sess_store sess_store;
+struct sessredis;
 
 /* state_dir may be NULL (no persistence); it is created when missing, and ATTND_ERR_IO when it
  * cannot be created, read or written. model_tag identifies the vocabulary the token ids belong
@@ -67,6 +71,23 @@ attnd_status sess_store_create(sess_store **out, const char *state_dir, const ch
                                attnd_err *err);
 /* All KV handles must have been released by the scheduler first (sess_take_kv). */
 void sess_store_destroy(sess_store *st);
+
+/*
+ * Shared mode: named sessions live in a shared store (sess_redis.h; several instances use the
+ * same one) and the entries here are a cache of it, with their KV. Takes ownership of shared;
+ * call once, before serving, on a store made without a state directory.
+ *   - sess_create writes the new (empty) record there first: an id taken on any instance is 409;
+ *   - sess_acquire reads the record every time: a session made or continued on another instance
+ *     is loaded, and a local copy keeps the KV of the history it shares with the record (the
+ *     rest is recomputed); one deleted elsewhere is 404;
+ *   - sess_persist_turn writes the turn's history if the record still has the version it was
+ *     read at; a turn of another request (another instance) saved since makes it BUSY (409) and
+ *     nothing is merged;
+ *   - sess_delete removes the record; get/list read the records.
+ * An unreachable store is ATTND_ERR_IO ("retry shortly"); it recovers by itself. At
+ * max_sessions the least recently used idle local copy is dropped (the record stays).
+ */
+void sess_store_share(sess_store *st, struct sessredis *shared);
 
 /* The state directory's rules (statedir.h), for ids and owners that never reach a file too:
  * 1..64 characters of [A-Za-z0-9._-], not starting with '.'. */
@@ -129,6 +150,13 @@ void sess_take_all_kv(sess_store *st, void (*fn)(struct kv_seq *kv));
  * must not acknowledge the turn (507 / 503). A session busy with a newer turn is left to that
  * turn's write. */
 attnd_status sess_persist(sess_store *st, const char *owner, const char *id, int *sys_errno, attnd_err *err);
+/* sess_persist for the turn that acquired the session as acquire number turn (the sess's turn
+ * field right after sess_acquire): in shared mode, that turn's history is written (IO when the
+ * store is unreachable, *sys_errno 0), or BUSY when the session was acquired again since (the
+ * turn was superseded, never saved) or another turn was saved first. turn 0 = the latest. Same
+ * as sess_persist without a shared store. */
+attnd_status sess_persist_turn(sess_store *st, const char *owner, const char *id, uint64_t turn, int *sys_errno,
+                               attnd_err *err);
 /* Persists every changed session (shutdown). Returns the number of failures. */
 int sess_persist_all(sess_store *st);
 
@@ -143,6 +171,8 @@ typedef struct sess_info {
 
 /* Copies owner's named session id into *out; false when there is none. */
 bool sess_get_info(sess_store *st, const char *owner, const char *id, sess_info *out);
+/* sess_get_info with the reason: NOT_FOUND, or IO when the shared store is unreachable. */
+attnd_status sess_lookup_info(sess_store *st, const char *owner, const char *id, sess_info *out, attnd_err *err);
 /* *out = owner's named sessions, most recently created first (new array, caller frees); returns
  * how many, -1 when out of memory (*out NULL). */
 int sess_list_info(sess_store *st, const char *owner, sess_info **out);

@@ -62,14 +62,17 @@ sess_file_result sess_file_decode(const char *text, size_t len, const char *mode
     if (!json_is_string(fmt) || strcmp(json_string_value(fmt), "attnd-session") || !json_is_integer(ver) ||
         json_integer_value(ver) != 1 || !json_is_array(toks))
         r = damaged(out, "not an attnd-session v1 file");
-    else if (!json_is_string(model) || strcmp(json_string_value(model), model_tag))
-        r = SESS_FILE_OTHER_MODEL;
-    else
-        r = decode_tokens(toks, out);
+    else if (!json_is_string(model) || strcmp(json_string_value(model), model_tag)) r = SESS_FILE_OTHER_MODEL;
+    else r = decode_tokens(toks, out);
     if (r == SESS_FILE_OK) {
         json_t *c = json_object_get(root, "created"), *u = json_object_get(root, "last_used");
         out->created_ms = json_is_integer(c) ? json_integer_value(c) : (int64_t)attnd_unix_ms();
         out->last_use_ms = json_is_integer(u) ? json_integer_value(u) : out->created_ms;
+        json_t *id = json_object_get(root, "id"), *owner = json_object_get(root, "owner");
+        if (json_is_string(id) && strlen(json_string_value(id)) < sizeof(out->id))
+            snprintf(out->id, sizeof(out->id), "%s", json_string_value(id));
+        if (json_is_string(owner) && strlen(json_string_value(owner)) < sizeof(out->owner))
+            snprintf(out->owner, sizeof(out->owner), "%s", json_string_value(owner));
     }
     json_decref(root);
     return r;

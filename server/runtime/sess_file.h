@@ -21,7 +21,9 @@ typedef struct sess_file {
     int32_t *tokens; /* (n_tokens) owned: the caller frees it (also on DAMAGED: NULL then) */
     int n_tokens;
     int64_t created_ms, last_use_ms; /* missing in the file: now, and created_ms */
-    char why[160];   /* on DAMAGED */
+    char id[65], owner[17];          /* as the file says ("" when missing or too long): a
+                                        shared store checks them against the record's key */
+    char why[160];                   /* on DAMAGED */
 } sess_file;
 
 /* The file's text (new string, caller frees; NULL when out of memory). owner "" = none. */

@@ -183,8 +183,9 @@ static bool remove_if_stale_tmp(const statedir *sd, const char *name, const char
     return true;
 }
 
-attnd_status statedir_scan(statedir *sd, const char *suffix, void (*each)(void *user, const char *owner, const char *id),
-                           void *user, int *sys_errno, attnd_err *err) {
+attnd_status statedir_scan(statedir *sd, const char *suffix,
+                           void (*each)(void *user, const char *owner, const char *id), void *user, int *sys_errno,
+                           attnd_err *err) {
     DIR *d = opendir(sd->dir);
     if (!d) return io_fail(sys_errno, err, "cannot read state directory", sd->dir);
     struct dirent *e;
@@ -262,8 +263,8 @@ attnd_status statedir_read(const statedir *sd, const char *owner, const char *id
     char *path = statedir_path(sd, owner, id, suffix);
     if (!path) return nomem(sys_errno, err);
     int fd = open(path, O_RDONLY | O_CLOEXEC);
-    attnd_status rc = fd < 0 ? io_fail(sys_errno, err, "cannot open", path)
-                             : read_all(fd, path, max_len, text, len, sys_errno, err);
+    attnd_status rc =
+        fd < 0 ? io_fail(sys_errno, err, "cannot open", path) : read_all(fd, path, max_len, text, len, sys_errno, err);
     if (fd >= 0) close(fd);
     free(path);
     return rc;

@@ -54,14 +54,14 @@ const char *statedir_dir(const statedir *sd);
  * ("" when none) and id, in directory order; other names are ignored. The temporary files of
  * interrupted writes of such entries are removed (and logged) instead. */
 STATEDIR_MUST_CHECK attnd_status statedir_scan(statedir *sd, const char *suffix,
-                                               void (*each)(void *user, const char *owner, const char *id),
-                                               void *user, int *sys_errno, attnd_err *err);
+                                               void (*each)(void *user, const char *owner, const char *id), void *user,
+                                               int *sys_errno, attnd_err *err);
 
 /* A store's start: dir NULL or "" = no directory (*out NULL, OK); else statedir_open, then
  * statedir_scan(suffix, each, user). On failure *out is NULL. */
 STATEDIR_MUST_CHECK attnd_status statedir_load(statedir **out, const char *dir, const char *suffix,
-                                               void (*each)(void *user, const char *owner, const char *id),
-                                               void *user, attnd_err *err);
+                                               void (*each)(void *user, const char *owner, const char *id), void *user,
+                                               attnd_err *err);
 
 /* <dir>/[<owner>~]<id><suffix> (new string, caller frees; NULL when out of memory). owner NULL
  * or "" = none. */
@@ -71,8 +71,8 @@ char *statedir_path(const statedir *sd, const char *owner, const char *id, const
 bool statedir_exists(const statedir *sd, const char *owner, const char *id, const char *suffix);
 /* The whole entry (new buffer with a NUL after the len bytes, caller frees). At most max_len
  * bytes: a longer file is ATTND_ERR_IO with sys_errno EFBIG. */
-attnd_status statedir_read(const statedir *sd, const char *owner, const char *id, const char *suffix,
-                           size_t max_len, char **text, size_t *len, int *sys_errno, attnd_err *err);
+attnd_status statedir_read(const statedir *sd, const char *owner, const char *id, const char *suffix, size_t max_len,
+                           char **text, size_t *len, int *sys_errno, attnd_err *err);
 
 /* Replaces the entry with len bytes of text, durably (temporary file, fsync, rename, directory
  * fsync). On failure the old contents are intact and no temporary file is left. */
@@ -91,10 +91,9 @@ STATEDIR_MUST_CHECK attnd_status statedir_remove(statedir *sd, const char *owner
  * and leave no temporary file.
  */
 STATEDIR_MUST_CHECK attnd_status statedir_stage(statedir *sd, const char *owner, const char *id, const char *suffix,
-                                                const char *text, size_t len, statedir_staged **staged,
-                                                int *sys_errno, attnd_err *err);
-STATEDIR_MUST_CHECK attnd_status statedir_commit(statedir *sd, statedir_staged *staged, int *sys_errno,
-                                                 attnd_err *err);
+                                                const char *text, size_t len, statedir_staged **staged, int *sys_errno,
+                                                attnd_err *err);
+STATEDIR_MUST_CHECK attnd_status statedir_commit(statedir *sd, statedir_staged *staged, int *sys_errno, attnd_err *err);
 STATEDIR_MUST_CHECK attnd_status statedir_discard(statedir *sd, statedir_staged *staged, int *sys_errno,
                                                   attnd_err *err);
 /* fsyncs the directory: renames and removals done before it survive a crash. */

@@ -66,8 +66,11 @@ node -e '
 
 # the generated model of each family: the same file the suite generates (tiny_model), same prompt ids
 fam=$tmp/families.jsonl
-for f in $("$build/tiny_model" --list); do
-    "$build/tiny_model" "$f" "$tmp/$f.gguf"
+# (and gpt-oss with its weights in MXFP4, as released files keep their experts: `attnd quantize`)
+"$build/tiny_model" gpt-oss "$tmp/gpt-oss.gguf"
+"$bin" quantize --quiet "$tmp/gpt-oss.gguf" "$tmp/gpt-oss-MXFP4.gguf" MXFP4 >&2
+for f in $("$build/tiny_model" --list) gpt-oss-MXFP4; do
+    [ -f "$tmp/$f.gguf" ] || "$build/tiny_model" "$f" "$tmp/$f.gguf"
     node "$peer/generate.mjs" --model "$tmp/$f.gguf" --tokens 1,300,301,302,260,270,280 --n 100 --threads 1 \
         --flash-attn off --kv-type f32 --json |
         F="$f" node -e '

@@ -16,11 +16,13 @@ async function post(path, body) {
   return { status: res.status, json: await res.json() };
 }
 // The response against attn_reference for its own token ids (rows causal, summing to 1, 1e-3).
+// With weights "norm", against the reference's norm-weighted rows.
 function againstReference(name, resp) {
   const ids = resp.tokens.map((t) => t.id).join(",");
   const respPath = `${tmp}/${name}.json`, refPath = `${tmp}/${name}.ref.json`;
   writeFileSync(respPath, JSON.stringify(resp));
-  writeFileSync(refPath, execFileSync(refBin, [model, ids], { maxBuffer: 1 << 28 }));
+  const args = resp.weights === "norm" ? [model, ids, "norm"] : [model, ids];
+  writeFileSync(refPath, execFileSync(refBin, args, { maxBuffer: 1 << 28 }));
   console.log(`${name}: ` + execFileSync("node", [check, respPath, refPath, "1e-3"]).toString().trim());
 }
 function ok(msg) { n++; console.log(`ok ${n}: ${msg}`); }
@@ -58,6 +60,24 @@ const greedy = await post("/v1/completions", { prompt, max_tokens: 6, temperatur
 assert.equal(r.json.text, greedy.json.choices[0].text, "the attention job generates what a completion does");
 againstReference("gen", r.json);
 ok("max_tokens > 0 generates as a completion does and adds the generated rows");
+
+// norm-weighted rows of a generation (the value norms of each new position as it is reached),
+// and the logit lens: the last layer's most probable token is what greedy decoding picks next
+r = await post("/v1/attention", { prompt, max_tokens: 5, temperature: 0, weights: "norm", logit_lens: 3 });
+assert.equal(r.status, 200, JSON.stringify(r.json));
+assert.equal(r.json.weights, "norm");
+againstReference("norm", r.json);
+const last = r.json.logit_lens.find((l) => l.layer === r.json.n_layer - 1);
+assert.equal(r.json.logit_lens.length, r.json.n_layer);
+for (let p = r.json.n_prompt - 1; p < r.json.tokens.length - 1; p++)
+  assert.equal(last.top[p][0][0], r.json.tokens[p + 1].id, `position ${p}: lens top-1 is the greedy next token`);
+r = await post("/v1/attention", { prompt, weights: "value" });
+assert.equal(r.status, 400);
+assert.equal(r.json.error.param, "weights");
+r = await post("/v1/attention", { prompt, logit_lens: 1 << 20 });
+assert.equal(r.status, 400);
+assert.equal(r.json.error.param, "logit_lens");
+ok("weights: norm equals the float64 reference; the last layer's lens predicts the greedy token");
 
 // top_k: [position, weight] pairs of the largest weights
 r = await post("/v1/attention", { prompt, top_k: 3, layers: [0, 4] });

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds build/bench_quant, build/bench_batch and build/bench_jinja against the engine library of ./build (run from the repository root,
+# Builds build/bench_quant, build/bench_batch, build/bench_jinja and build/bench_histo against the engine library of ./build (run from the repository root,
 # after `cmake --build build`). Not part of CMake: benchmarks are not shipped or tested.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -14,3 +14,6 @@ cmake --build build -j2 --target attnd_server >/dev/null
 gcc -std=gnu11 -O2 -Wall -Wextra -Iinclude -Iserver/jinja tools/bench/bench_jinja.c build/libattnd_server.a build/libattnd_engine.a -ljansson \
     -lutf8proc -lm -o build/bench_jinja
 echo "built build/bench_jinja"
+gcc -std=gnu11 -O2 -Wall -Wextra -pthread -Iinclude -Iserver/runtime tools/bench/bench_histo.c build/libattnd_server.a \
+    build/libattnd_engine.a -lm -o build/bench_histo
+echo "built build/bench_histo"

@@ -105,6 +105,7 @@ print("\t".join(sys.argv[1:4] + ["%.2f" % j.get(k, 0) for k in
       ("attnd_prefill", "llamacpp_prefill", "attnd_decode", "llamacpp_decode")] + sys.argv[4:6]))
 ' "$t" "$th" "$p" "$l0" "$l1" >>"$res"
             tail -1 "$res" | awk -F'\t' '{printf "  %-7s %s thr  prompt %-5s prefill %7.1f / %7.1f   decode %5.1f / %5.1f   (load %s -> %s)\n", $1, $2, $3, $4, $5, $6, $7, $8, $9}'
+            echo "$j" | "$py" -c 'import json, sys; print("          kernels: " + json.loads(sys.stdin.read()).get("kernels", "?"))' || true
         done
     done
 done

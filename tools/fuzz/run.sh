@@ -13,7 +13,9 @@ cd "$(dirname "$0")/../.."
 SECONDS_EACH=${1:-15}
 shift || true
 TARGETS=("$@")
-[ ${#TARGETS[@]} -gt 0 ] || TARGETS=(fuzz_gguf fuzz_tok_spm fuzz_tok_bpe fuzz_oai fuzz_config fuzz_sess fuzz_jinja fuzz_grammar fuzz_json_schema fuzz_toolcall)
+if [ ${#TARGETS[@]} -eq 0 ]; then # every tools/fuzz/fuzz_<name>.c
+    for f in tools/fuzz/fuzz_*.c; do TARGETS+=("$(basename "$f" .c)"); done
+fi
 BUILD=${FUZZ_BUILD:-build-fuzz}
 OUT=${FUZZ_OUT:-$BUILD/findings}
 

@@ -1,0 +1,24 @@
+/*
+ * quant_amx.c — the AMX tile GEMM of quant_amx.inc on the real instructions (AMX-TILE, AMX-INT8,
+ * with AVX-512 for the scaling): the table quant_kernels_amx, chosen by quant_ref.c only when
+ * amx_probe() says this process may use the tiles (CPUID, XCR0, and Linux's permission). Below
+ * AX_MIN_TOK tokens (decode, small batches) its entries hand over to the AVX-512 kernels, which
+ * give the same bits (quant_amx.inc), so the switch changes speed only.
+ */
+#include "quant_impl.h"
+#include "quant.h"
+#include "isa_target.h"
+
+#if defined(__x86_64__)
+ISA_TARGET_BEGIN("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni,amx-tile,amx-int8")
+#define AMX_TILE_REAL 1
+#define ALWAYS_INLINE inline __attribute__((always_inline))
+/* Tiles hold 16 tokens; below 16 the AVX-512 register tiles do as well or better (measured:
+ * docs/kernels.md) */
+#define AX_MIN_TOK 16
+#define AX_FALLBACK_ROWS(qt) quant_kernels_avx512.rows[qt]
+#define AX_FALLBACK_PACKED(qt) quant_kernels_avx512.packed[qt]
+#define AX_TABLE quant_kernels_amx
+#include "quant_amx.inc"
+ISA_TARGET_END
+#endif

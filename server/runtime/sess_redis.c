@@ -1,0 +1,373 @@
+/*
+ * sess_redis.c — the shared session store's Redis client (see sess_redis.h): records as
+ * session-file JSON in a hash with a version, an atomic compare-and-write in Lua, one
+ * reconnecting connection behind a mutex.
+ */
+#include "sess_redis.h"
+
+#include <hiredis/hiredis.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/time.h>
+
+#include "sess_file.h"
+#include "slog.h"
+
+#define CONNECT_TIMEOUT_MS 500
+#define COMMAND_TIMEOUT_MS 2000
+#define KEY_MAX 512
+
+struct sessredis {
+    pthread_mutex_t mu;
+    redisContext *c; /* NULL = not connected: the next call connects */
+    bool down;       /* the last call failed (logged once until it works again) */
+    char host[256];
+    int port, db;
+    char url[300];
+    char *prefix, *model_tag;
+    int ttl_s;
+};
+
+/*
+ * KEYS[1] the record; ARGV: expected version ("0" = must not exist), new version, record text,
+ * TTL in seconds ("0" = none), a random id of this write. Returns 1 written (or already written
+ * by this very write's earlier try: the stored write id is its own), 0 another version is stored
+ * (or the record exists on create), -1 the record is gone.
+ */
+static const char PUT_SCRIPT[] =
+    "local cur = redis.call('HGET', KEYS[1], 'v')\n"
+    "if cur == ARGV[2] and redis.call('HGET', KEYS[1], 'w') == ARGV[5] then return 1 end\n"
+    "if ARGV[1] == '0' then\n"
+    "  if cur then return 0 end\n"
+    "elseif not cur then return -1\n"
+    "elseif cur ~= ARGV[1] then return 0 end\n"
+    "redis.call('HSET', KEYS[1], 'v', ARGV[2], 'rec', ARGV[3], 'w', ARGV[5])\n"
+    "if ARGV[4] ~= '0' then redis.call('EXPIRE', KEYS[1], ARGV[4]) end\n"
+    "return 1\n";
+
+void sessredis_rec_free(sessredis_rec *rec) {
+    if (!rec) return;
+    free(rec->tokens);
+    rec->tokens = NULL;
+    rec->n_tokens = 0;
+}
+
+// ---- pure functions -----------------------------------------------------------------------
+
+static bool parse_uint(const char *s, size_t n, long max, long *out) {
+    long v = 0;
+    if (n == 0 || n > 9) return false;
+    for (size_t i = 0; i < n; i++) {
+        if (s[i] < '0' || s[i] > '9') return false;
+        v = v * 10 + (s[i] - '0');
+    }
+    if (v > max) return false;
+    *out = v;
+    return true;
+}
+
+attnd_status sessredis_url_parse(const char *url, char *host, size_t cap, int *port, int *db, attnd_err *err) {
+    static const char scheme[] = "redis://";
+    const char *bad = NULL;
+    if (strncmp(url, scheme, strlen(scheme))) return attnd_fail(err, ATTND_ERR_INVALID, "session_store '%.200s': must start with redis://", url);
+    const char *h = url + strlen(scheme), *end = h + strcspn(h, ":/"), *p = end;
+    long v_port = 6379, v_db = 0;
+    if (end == h) bad = "no host";
+    else if ((size_t)(end - h) >= cap) bad = "host name too long";
+    else if (strcspn(h, "@?#") < (size_t)(end - h) || strchr(h, '@')) bad = "user names, passwords and options are not supported";
+    if (!bad && *p == ':') {
+        size_t n = strcspn(p + 1, "/");
+        if (!parse_uint(p + 1, n, 65535, &v_port) || v_port == 0) bad = "the port must be 1..65535";
+        p += 1 + n;
+    }
+    if (!bad && *p == '/') {
+        size_t n = strlen(p + 1);
+        if (n && !parse_uint(p + 1, n, 1 << 20, &v_db)) bad = "the database must be a number";
+        p += 1 + n;
+    }
+    if (!bad && *p) bad = "unexpected text after the host";
+    if (bad) return attnd_fail(err, ATTND_ERR_INVALID, "session_store '%.200s': %s (redis://HOST[:PORT][/DB])", url, bad);
+    memcpy(host, h, (size_t)(end - h));
+    host[end - h] = '\0';
+    *port = (int)v_port;
+    *db = (int)v_db;
+    return ATTND_OK;
+}
+
+char *sessredis_rec_encode(const char *owner, const char *id, const char *model_tag, const sessredis_rec *rec) {
+    return sess_file_encode(id, owner ? owner : "", model_tag, rec->created_ms, rec->last_use_ms, rec->tokens,
+                            rec->n_tokens);
+}
+
+attnd_status sessredis_rec_decode(const char *version, const char *text, size_t len, const char *owner,
+                                  const char *id, const char *model_tag, sessredis_rec *out, attnd_err *err) {
+    memset(out, 0, sizeof(*out));
+    char *end = NULL;
+    unsigned long long v = version && *version >= '0' && *version <= '9' ? strtoull(version, &end, 10) : 0;
+    if (!v || *end) return attnd_fail(err, ATTND_ERR_FORMAT, "session record '%s': bad version", id);
+    sess_file f;
+    sess_file_result r = sess_file_decode(text ? text : "", text ? len : 0, model_tag, &f);
+    if (r == SESS_FILE_OTHER_MODEL) return attnd_fail(err, ATTND_ERR_UNSUPPORTED, "session '%s' belongs to another model", id);
+    if (r == SESS_FILE_DAMAGED) return attnd_fail(err, ATTND_ERR_FORMAT, "session record '%s' is damaged: %s", id, f.why);
+    if (strcmp(f.id, id) || strcmp(f.owner, owner ? owner : "")) {
+        free(f.tokens);
+        return attnd_fail(err, ATTND_ERR_FORMAT, "session record '%s' names another session or owner", id);
+    }
+    *out = (sessredis_rec){.version = v, .created_ms = f.created_ms, .last_use_ms = f.last_use_ms,
+                           .tokens = f.tokens, .n_tokens = f.n_tokens};
+    return ATTND_OK;
+}
+
+// ---- the connection -----------------------------------------------------------------------
+
+attnd_status sessredis_create(sessredis **out, const char *url, const char *prefix, int ttl_s, const char *model_tag,
+                              attnd_err *err) {
+    *out = NULL;
+    sessredis *r = calloc(1, sizeof(*r));
+    if (!r) return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory");
+    attnd_status rc = sessredis_url_parse(url, r->host, sizeof(r->host), &r->port, &r->db, err);
+    if (rc != ATTND_OK) goto fail;
+    rc = ATTND_ERR_INVALID;
+    if (prefix && strlen(prefix) > 200) {
+        attnd_fail(err, rc, "session_store_prefix is longer than 200 bytes");
+        goto fail;
+    }
+    rc = ATTND_ERR_NOMEM;
+    r->prefix = strdup(prefix ? prefix : "");
+    r->model_tag = strdup(model_tag ? model_tag : "");
+    if (!r->prefix || !r->model_tag) {
+        attnd_fail(err, rc, "out of memory");
+        goto fail;
+    }
+    snprintf(r->url, sizeof(r->url), "redis://%s:%d/%d", r->host, r->port, r->db);
+    r->ttl_s = ttl_s > 0 ? ttl_s : 0;
+    pthread_mutex_init(&r->mu, NULL);
+    *out = r;
+    return ATTND_OK;
+fail:
+    free(r->prefix);
+    free(r->model_tag);
+    free(r);
+    return rc;
+}
+
+void sessredis_destroy(sessredis *r) {
+    if (!r) return;
+    if (r->c) redisFree(r->c);
+    pthread_mutex_destroy(&r->mu);
+    free(r->prefix);
+    free(r->model_tag);
+    free(r);
+}
+
+const char *sessredis_url(const sessredis *r) { return r->url; }
+
+static struct timeval ms_tv(int ms) { return (struct timeval){.tv_sec = ms / 1000, .tv_usec = (ms % 1000) * 1000}; }
+
+/* Connects and selects the database (caller holds mu). false: r->c stays NULL, *why says. */
+static bool connect_locked(sessredis *r, char *why, size_t cap) {
+    redisContext *c = redisConnectWithTimeout(r->host, r->port, ms_tv(CONNECT_TIMEOUT_MS));
+    if (!c || c->err) {
+        snprintf(why, cap, "%s", c ? c->errstr : "out of memory");
+        if (c) redisFree(c);
+        return false;
+    }
+    redisReply *rep = NULL;
+    if (redisSetTimeout(c, ms_tv(COMMAND_TIMEOUT_MS)) != REDIS_OK ||
+        (r->db && (!(rep = redisCommand(c, "SELECT %d", r->db)) || rep->type == REDIS_REPLY_ERROR))) {
+        snprintf(why, cap, "%s", rep && rep->type == REDIS_REPLY_ERROR ? rep->str : c->errstr[0] ? c->errstr : "SELECT failed");
+        if (rep) freeReplyObject(rep);
+        redisFree(c);
+        return false;
+    }
+    if (rep) freeReplyObject(rep);
+    r->c = c;
+    return true;
+}
+
+/*
+ * One command (argv, binary-safe). A connection that fails is dropped; a reused one is retried
+ * once on a fresh connection (Redis restarted since the last call: the old socket is dead).
+ * Returns the reply (caller frees), or NULL with ATTND_ERR_IO in err. An error reply from Redis
+ * is returned as a reply (the caller decides).
+ */
+static redisReply *command(sessredis *r, int argc, const char **argv, const size_t *lens, attnd_err *err) {
+    char why[160] = "";
+    redisReply *rep = NULL;
+    pthread_mutex_lock(&r->mu);
+    for (int attempt = 0; attempt < 2 && !rep; attempt++) {
+        bool fresh = !r->c;
+        if (fresh && !connect_locked(r, why, sizeof(why))) break;
+        rep = redisCommandArgv(r->c, argc, argv, lens);
+        if (!rep) {
+            snprintf(why, sizeof(why), "%s", r->c->errstr[0] ? r->c->errstr : "no answer");
+            redisFree(r->c);
+            r->c = NULL;
+            if (fresh) break;
+        }
+    }
+    bool was_down = r->down;
+    r->down = rep == NULL;
+    pthread_mutex_unlock(&r->mu);
+    if (!rep) {
+        if (!was_down) slog_warn("session store %s unavailable: %s", r->url, why);
+        attnd_fail(err, ATTND_ERR_IO, "the session store (%s) is unavailable: %s; retry shortly", r->url, why);
+    } else if (was_down) {
+        slog_info("session store %s reachable again", r->url);
+    }
+    return rep;
+}
+
+/* <prefix>[<owner>~]<id> into key; false when too long. */
+static bool make_key(const sessredis *r, const char *owner, const char *id, char key[KEY_MAX]) {
+    int n = snprintf(key, KEY_MAX, "%s%s%s%s", r->prefix, owner && *owner ? owner : "", owner && *owner ? "~" : "", id);
+    return n > 0 && n < KEY_MAX;
+}
+
+static attnd_status reply_error(const sessredis *r, redisReply *rep, attnd_err *err) {
+    attnd_status rc = attnd_fail(err, ATTND_ERR_IO, "the session store (%s) answered: %.200s", r->url,
+                                 rep->type == REDIS_REPLY_ERROR ? rep->str : "an unexpected reply");
+    freeReplyObject(rep);
+    return rc;
+}
+
+// ---- records ------------------------------------------------------------------------------
+
+/* HMGET's answer [v, rec] decoded into out. */
+static attnd_status decode_reply(sessredis *r, redisReply *rep, const char *owner, const char *id,
+                                 sessredis_rec *out, attnd_err *err) {
+    if (rep->type != REDIS_REPLY_ARRAY || rep->elements != 2) return reply_error(r, rep, err);
+    redisReply *v = rep->element[0], *rec = rep->element[1];
+    attnd_status rc;
+    if (v->type == REDIS_REPLY_NIL) rc = attnd_fail(err, ATTND_ERR_NOT_FOUND, "session '%s' not found", id);
+    else if (v->type != REDIS_REPLY_STRING || rec->type != REDIS_REPLY_STRING)
+        rc = attnd_fail(err, ATTND_ERR_FORMAT, "session record '%s' is damaged: fields missing", id);
+    else
+        rc = sessredis_rec_decode(v->str, rec->str, rec->len, owner, id, r->model_tag, out, err);
+    freeReplyObject(rep);
+    return rc;
+}
+
+attnd_status sessredis_get(sessredis *r, const char *owner, const char *id, sessredis_rec *out, attnd_err *err) {
+    memset(out, 0, sizeof(*out));
+    char key[KEY_MAX];
+    if (!make_key(r, owner, id, key)) return attnd_fail(err, ATTND_ERR_INVALID, "session key too long");
+    const char *argv[] = {"HMGET", key, "v", "rec"};
+    size_t lens[] = {5, strlen(key), 1, 3};
+    redisReply *rep = command(r, 4, argv, lens, err);
+    if (!rep) return ATTND_ERR_IO;
+    attnd_status rc = decode_reply(r, rep, owner, id, out, err);
+    if (rc == ATTND_ERR_UNSUPPORTED) rc = attnd_fail(err, ATTND_ERR_NOT_FOUND, "session '%s' not found (it belongs to another model)", id);
+    return rc;
+}
+
+attnd_status sessredis_put(sessredis *r, const char *owner, const char *id, uint64_t expect, const sessredis_rec *rec,
+                           attnd_err *err) {
+    ATTND_ASSERT(rec->version == expect + 1);
+    char key[KEY_MAX], sv_expect[24], sv_new[24], sv_ttl[16];
+    if (!make_key(r, owner, id, key)) return attnd_fail(err, ATTND_ERR_INVALID, "session key too long");
+    char *text = sessredis_rec_encode(owner, id, r->model_tag, rec);
+    if (!text) return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory");
+    snprintf(sv_expect, sizeof(sv_expect), "%" PRIu64, expect);
+    snprintf(sv_new, sizeof(sv_new), "%" PRIu64, rec->version);
+    snprintf(sv_ttl, sizeof(sv_ttl), "%d", r->ttl_s);
+    char write_id[40]; /* tells a retry of this write (its answer lost) from another writer's */
+    attnd_random_id(write_id, sizeof(write_id), "");
+    const char *argv[] = {"EVAL", PUT_SCRIPT, "1", key, sv_expect, sv_new, text, sv_ttl, write_id};
+    size_t lens[9];
+    for (int i = 0; i < 9; i++) lens[i] = strlen(argv[i]);
+    redisReply *rep = command(r, 9, argv, lens, err);
+    free(text);
+    if (!rep) return ATTND_ERR_IO;
+    if (rep->type != REDIS_REPLY_INTEGER) return reply_error(r, rep, err);
+    long long res = rep->integer;
+    freeReplyObject(rep);
+    if (res == 1) return ATTND_OK;
+    if (res == -1) return attnd_fail(err, ATTND_ERR_NOT_FOUND, "session '%s' was deleted meanwhile", id);
+    if (expect == 0) return attnd_fail(err, ATTND_ERR_BUSY, "session '%s' already exists", id);
+    return attnd_fail(err, ATTND_ERR_BUSY,
+                      "session '%s' was changed by another request meanwhile (a turn racing on another instance?); "
+                      "this turn was not saved: read the session and resend it", id);
+}
+
+attnd_status sessredis_delete(sessredis *r, const char *owner, const char *id, attnd_err *err) {
+    char key[KEY_MAX];
+    if (!make_key(r, owner, id, key)) return attnd_fail(err, ATTND_ERR_INVALID, "session key too long");
+    const char *argv[] = {"DEL", key};
+    size_t lens[] = {3, strlen(key)};
+    redisReply *rep = command(r, 2, argv, lens, err);
+    if (!rep) return ATTND_ERR_IO;
+    if (rep->type != REDIS_REPLY_INTEGER) return reply_error(r, rep, err);
+    long long n = rep->integer;
+    freeReplyObject(rep);
+    return n > 0 ? ATTND_OK : attnd_fail(err, ATTND_ERR_NOT_FOUND, "session '%s' not found", id);
+}
+
+// ---- listing ------------------------------------------------------------------------------
+
+/* The SCAN pattern of owner's keys: the prefix with glob characters escaped, then "owner~*". */
+static void scan_pattern(const sessredis *r, const char *owner, char *pat, size_t cap) {
+    size_t k = 0;
+    for (const char *p = r->prefix; *p && k + 3 < cap; p++) {
+        if (strchr("*?[]\\", *p)) pat[k++] = '\\';
+        pat[k++] = *p;
+    }
+    snprintf(pat + k, cap - k, "%s%s*", owner && *owner ? owner : "", owner && *owner ? "~" : "");
+}
+
+/* One key SCAN found: the id it names for owner (NULL when it is another owner's). */
+static const char *id_of_key(const sessredis *r, const char *owner, const char *key) {
+    size_t np = strlen(r->prefix), no = owner && *owner ? strlen(owner) + 1 : 0;
+    if (strlen(key) <= np + no) return NULL;
+    const char *id = key + np + no;
+    return strchr(id, '~') ? NULL : id; /* without an owner, "<tag>~<id>" keys are others' */
+}
+
+/* The records of one SCAN batch (keys) handed to each. Returns how many, or a negative status. */
+static int list_batch(sessredis *r, const char *owner, redisReply *keys,
+                      void (*each)(void *, const char *, const sessredis_rec *), void *user, attnd_err *err) {
+    int n = 0;
+    for (size_t i = 0; i < keys->elements; i++) {
+        redisReply *k = keys->element[i];
+        const char *id = k->type == REDIS_REPLY_STRING ? id_of_key(r, owner, k->str) : NULL;
+        if (!id || strlen(id) > 64) continue;
+        sessredis_rec rec;
+        attnd_err e;
+        attnd_status rc = sessredis_get(r, owner, id, &rec, &e);
+        if (rc == ATTND_ERR_IO || rc == ATTND_ERR_NOMEM) {
+            if (err) *err = e;
+            return rc;
+        }
+        if (rc != ATTND_OK) continue; /* gone meanwhile, another model's, damaged */
+        each(user, id, &rec);
+        sessredis_rec_free(&rec);
+        n++;
+    }
+    return n;
+}
+
+int sessredis_list(sessredis *r, const char *owner, void (*each)(void *user, const char *id, const sessredis_rec *rec),
+                   void *user, attnd_err *err) {
+    char pat[KEY_MAX + 8], cursor[24] = "0";
+    scan_pattern(r, owner, pat, sizeof(pat));
+    int total = 0;
+    do {
+        const char *argv[] = {"SCAN", cursor, "MATCH", pat, "COUNT", "200"};
+        size_t lens[6];
+        for (int i = 0; i < 6; i++) lens[i] = strlen(argv[i]);
+        redisReply *rep = command(r, 6, argv, lens, err);
+        if (!rep) return ATTND_ERR_IO;
+        if (rep->type != REDIS_REPLY_ARRAY || rep->elements != 2 || rep->element[0]->type != REDIS_REPLY_STRING ||
+            rep->element[1]->type != REDIS_REPLY_ARRAY)
+            return reply_error(r, rep, err);
+        snprintf(cursor, sizeof(cursor), "%s", rep->element[0]->str);
+        int n = list_batch(r, owner, rep->element[1], each, user, err);
+        freeReplyObject(rep);
+        if (n < 0) return n;
+        total += n;
+    } while (strcmp(cursor, "0"));
+    return total;
+}

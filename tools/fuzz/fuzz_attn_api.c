@@ -1,0 +1,37 @@
+/*
+ * fuzz_attn_api.c — (fuzzing only) the attention-inspection request fields (server/api/attn_api.c:
+ * layers, heads, top_k, weights, logit_lens) on arbitrary bytes, then the checks against a
+ * model's sizes and the answer caps, as POST /v1/attention takes them before anything is
+ * allocated. A refusal must name a field and have a message.
+ */
+#include <jansson.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "attn_api.h"
+#include "fuzz_util.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+    if (size < 1) return 0;
+    json_error_t jerr;
+    json_t *body = json_loadb((const char *)data + 1, size - 1, 0, &jerr);
+    if (!body) return 0;
+    /* the shipped model's shape; byte 0 picks how many positions the request would cover */
+    model_info mi = {.n_layer = 6, .n_head = 4, .n_head_kv = 4, .n_vocab = 4096, .n_ctx = 512, .n_embd = 288,
+                     .head_dim = 72};
+    attn_api_request r;
+    const char *param = NULL;
+    attnd_err err;
+    attnd_status st = attn_api_parse(body, &r, &param, &err);
+    if (st != ATTND_OK) {
+        FUZZ_CHECK(param != NULL && err.msg[0], "a refusal names no field");
+    } else {
+        attn_capture_params p = attn_api_params(&r, 1 + data[0] * 2);
+        st = attn_api_check(&mi, &p, 1000000, (uint64_t)16 << 20, &param, &err);
+        FUZZ_CHECK(st == ATTND_OK || (param != NULL && err.msg[0]), "a refused selection names no field");
+        if (st == ATTND_OK) FUZZ_CHECK(attn_capture_count(&mi, &p) <= 1000000, "the cap let a larger ask through");
+    }
+    attn_api_request_free(&r);
+    json_decref(body);
+    return 0;
+}
