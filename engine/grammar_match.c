@@ -209,8 +209,10 @@ static bool same_stack(const grammar_state *s, int32_t x, int32_t y) {
 
 /* Appends stack x to tb[from..) unless it is there already or the state is full. */
 static void add_stack(grammar_state *s, size_t from, int32_t x) {
-    for (size_t i = from; i < s->tb_len; i++)
+    for (size_t i = from; i < s->tb_len; i++) {
+        if (s->budget) s->budget--; /* comparisons count as work: a step's cost stays bounded */
         if (same_stack(s, s->tb[i], x)) return;
+    }
     if (s->tb_len - from >= GRAMMAR_MAX_STACKS) return;
     if (!attnd_grow(&s->tb, &s->tb_cap, s->tb_len + 1, sizeof(*s->tb), 64)) {
         s->st = ATTND_ERR_NOMEM;

@@ -400,20 +400,22 @@ Test(oai, tools_are_described_and_history_rendered) {
         "{\"role\":\"tool\",\"tool_call_id\":\"c1\",\"content\":\"sunny\"}],"
         "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"w\",\"parameters\":{\"type\":\"object\"}}}]}";
     cr_assert_eq(parse(body, true, &r, &param, &err), ATTND_OK, "%s", err.msg);
-    cr_assert_eq(r.n_msgs, 4, "a system message describing the tools comes first");
-    cr_assert_str_eq(r.msgs[0].role, "system");
-    cr_assert(strstr(r.msgs[0].content, "<tools>") && strstr(r.msgs[0].content, "\"name\":\"w\""), "%s", r.msgs[0].content);
-    cr_assert_str_eq(r.msgs[2].content, "<tool_call>\n{\"name\":\"w\",\"arguments\":{\"c\":1}}\n</tool_call>");
-    cr_assert_str_eq(r.msgs[3].role, "user");
-    cr_assert_str_eq(r.msgs[3].content, "<tool_response>\nsunny\n</tool_response>");
+    cr_assert_eq(r.n_fmsgs, 4, "a system message describing the tools comes first");
+    cr_assert_str_eq(r.fmsgs[0].role, "system");
+    cr_assert(strstr(r.fmsgs[0].content, "<tools>") && strstr(r.fmsgs[0].content, "\"name\":\"w\""), "%s", r.fmsgs[0].content);
+    cr_assert_str_eq(r.fmsgs[2].content, "<tool_call>\n{\"name\":\"w\",\"arguments\":{\"c\":1}}\n</tool_call>");
+    cr_assert_str_eq(r.fmsgs[3].role, "user");
+    cr_assert_str_eq(r.fmsgs[3].content, "<tool_response>\nsunny\n</tool_response>");
     cr_assert_null(r.grammar, "auto: no grammar");
     oai_request_free(&r);
 
     cr_assert_eq(parse("{\"messages\":[{\"role\":\"system\",\"content\":\"Be brief.\"},{\"role\":\"user\",\"content\":\"x\"}],"
                        "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"w\"}}],\"tool_choice\":\"required\"}",
                        true, &r, &param, &err), ATTND_OK, "%s", err.msg);
+    cr_assert_eq(r.n_fmsgs, 2);
     cr_assert_eq(r.n_msgs, 2);
-    cr_assert(!strncmp(r.msgs[0].content, "Be brief.\n\n# Tools", 18), "%s", r.msgs[0].content);
+    cr_assert_str_eq(r.msgs[0].content, "Be brief.", "the messages as sent stay as they were");
+    cr_assert(!strncmp(r.fmsgs[0].content, "Be brief.\n\n# Tools", 18), "%s", r.fmsgs[0].content);
     cr_assert_eq(r.format, OAI_FORMAT_TOOL_CALL);
     cr_assert_not_null(r.grammar);
     oai_request_free(&r);

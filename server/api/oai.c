@@ -178,6 +178,28 @@ static attnd_status tool_history(const json_t *msg, size_t i, const char **role,
     return st;
 }
 
+/* The messages as the built-in families see them (r->fmsgs): tool results and calls rendered as
+ * text. Only built when some message needs it; describe_tools adds to it. */
+static attnd_status family_messages(oai_request *r, bool always, const char **param, attnd_err *err) {
+    bool need = always;
+    for (size_t i = 0; i < r->n_msgs && !need; i++)
+        need = !strcmp(r->msgs[i].role, "tool") || oai_field(json_array_get(r->messages_json, i), "tool_calls");
+    if (!need || r->fmsgs) return ATTND_OK;
+    if (!(r->fmsgs = calloc(r->n_msgs + 1, sizeof(*r->fmsgs)))) return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory");
+    for (size_t i = 0; i < r->n_msgs; i++) {
+        const char *role = r->msgs[i].role;
+        char *content = strdup(r->msgs[i].content);
+        attnd_status st = content ? tool_history(json_array_get(r->messages_json, i), i, &role, &content, param, err)
+                                  : attnd_fail(err, ATTND_ERR_NOMEM, "out of memory");
+        if (st != ATTND_OK) {
+            free(content);
+            return st;
+        }
+        r->fmsgs[r->n_fmsgs++] = (chat_msg){role, content};
+    }
+    return ATTND_OK;
+}
+
 static attnd_status parse_messages(const json_t *body, oai_request *r, const char **param, attnd_err *err) {
     const json_t *m = oai_field(body, "messages");
     if (!m) return oai_bad(param, "messages", err, "'messages' is required");
@@ -199,7 +221,6 @@ static attnd_status parse_messages(const json_t *body, oai_request *r, const cha
                        OAI_ROLES);
         char *content = NULL;
         attnd_status rc = parse_content(json_object_get(msg, "content"), i, &content, param, err);
-        if (rc == ATTND_OK) rc = tool_history(msg, i, &rs, &content, param, err);
         if (rc != ATTND_OK) {
             free(content);
             return rc;
@@ -280,18 +301,21 @@ static attnd_status parse_prompt(const json_t *body, int n_vocab, oai_request *r
 
 // ---- tools ----------------------------------------------------------------------------------
 
-/* Appends the tools' description to the first system message, or adds one in front. */
-static attnd_status describe_tools(oai_request *r, attnd_err *err) {
+/* For the built-in families: appends the tools' description to the first system message, or
+ * adds one in front (a Jinja template gets the tools themselves). */
+static attnd_status describe_tools(oai_request *r, const char **param, attnd_err *err) {
+    attnd_status st = family_messages(r, true, param, err);
+    if (st != ATTND_OK) return st;
     size_t at = 0;
-    while (at < r->n_msgs && strcmp(r->msgs[at].role, "system") && strcmp(r->msgs[at].role, "developer")) at++;
+    while (at < r->n_fmsgs && strcmp(r->fmsgs[at].role, "system") && strcmp(r->fmsgs[at].role, "developer")) at++;
     buf b = {0};
-    bool ok = at == r->n_msgs || buf_puts(&b, r->msgs[at].content);
+    bool ok = at == r->n_fmsgs || buf_puts(&b, r->fmsgs[at].content);
     ok = ok && toolcall_system_prompt(&r->tools, &b);
-    if (ok && at == r->n_msgs) {
-        chat_msg *m = realloc(r->msgs, (r->n_msgs + 1) * sizeof(*m));
+    if (ok && at == r->n_fmsgs) {
+        chat_msg *m = r->fmsgs; /* allocated with one spare entry */
         if ((ok = m != NULL)) {
-            memmove(m + 1, m, r->n_msgs * sizeof(*m));
-            r->msgs = m, r->n_msgs++, at = 0;
+            memmove(m + 1, m, r->n_fmsgs * sizeof(*m));
+            r->n_fmsgs++, at = 0;
             /* the description starts with blank lines meant to follow a system text */
             memmove(b.p, b.p + 2, b.len - 1), b.len -= 2;
             m[0] = (chat_msg){"system", NULL};
@@ -301,8 +325,8 @@ static attnd_status describe_tools(oai_request *r, attnd_err *err) {
         buf_free(&b);
         return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory");
     }
-    free((char *)r->msgs[at].content);
-    r->msgs[at].content = b.p;
+    free((char *)r->fmsgs[at].content);
+    r->fmsgs[at].content = b.p;
     return ATTND_OK;
 }
 
@@ -311,7 +335,8 @@ static attnd_status parse_tools(const json_t *body, bool chat, oai_request *r, c
     if (st != ATTND_OK || json_array_size(r->tools.tools) == 0) return st;
     if (!chat) return oai_bad(param, "tools", err, "'tools' needs /v1/chat/completions (or /v1/responses)");
     if (r->tools.choice == TOOLCALL_NONE) return ATTND_OK;
-    if ((st = describe_tools(r, err)) != ATTND_OK) return st;
+    r->tools_json = oai_field(body, "tools");
+    if ((st = describe_tools(r, param, err)) != ATTND_OK) return st;
     if (r->tools.choice == TOOLCALL_AUTO) return ATTND_OK;
     if (r->grammar)
         return oai_bad(param, "tool_choice", err, "'tool_choice' %s cannot be combined with a response format or grammar",
@@ -515,6 +540,7 @@ attnd_status oai_parse(const json_t *body, bool chat, const server_settings *cfg
     if ((rc = parse_bias(body, n_vocab, r, param, err)) != ATTND_OK) return rc;
     if ((rc = parse_format(body, r, param, err)) != ATTND_OK) return rc;
     if ((rc = parse_tools(body, chat, r, param, err)) != ATTND_OK) return rc;
+    if (chat && (rc = family_messages(r, false, param, err)) != ATTND_OK) return rc;
     attnd_err verr;
     if (sampler_params_validate(&r->sp, n_vocab, &verr) != ATTND_OK)
         return oai_bad(param, NULL, err, "%s", verr.msg);
@@ -531,6 +557,8 @@ void oai_request_free(oai_request *r) {
     free(r->stops);
     grammar_unref(r->grammar);
     toolcall_spec_free(&r->tools);
+    for (size_t i = 0; i < r->n_fmsgs; i++) free((char *)r->fmsgs[i].content);
+    free(r->fmsgs);
     memset(r, 0, sizeof(*r));
 }
 

@@ -74,6 +74,13 @@ typedef struct oai_request {
     grammar *grammar;       /* owned reference; NULL for OAI_FORMAT_TEXT */
     // ---- tools (chat) ----
     toolcall_spec tools;    /* tools.tools is NULL when the request has none */
+    const json_t *tools_json; /* the body's tools (borrowed) when tool_choice is not none, else
+                                 NULL: kept for handing to a tool-aware Jinja template (not yet:
+                                 every template gets fmsgs, see genreq.c) */
+    chat_msg *fmsgs;        /* (n_fmsgs) the messages for a built-in family when they differ from
+                               msgs (tool results and calls rendered as text, the tools described
+                               in the system message; toolcall.h); NULL = use msgs. Owned. */
+    size_t n_fmsgs;
 } oai_request;
 
 /*

@@ -56,10 +56,13 @@ void toolcall_parser_destroy(toolcall_parser *p) {
 
 // ---- releasing --------------------------------------------------------------------------
 
-static void delta_text(json_t *deltas, const char *key, const char *s, size_t n) {
+/* A delta {key: text} (invalid UTF-8 made U+FFFD), whose text is also appended to whole: the
+ * whole answer is the concatenation of what was streamed, byte for byte. */
+static void delta_text(json_t *deltas, buf *whole, const char *key, const char *s, size_t n) {
     if (!n) return;
-    json_t *d = json_object();
-    json_object_set_new(d, key, oai_string(s, n));
+    json_t *d = json_object(), *str = oai_string(s, n);
+    buf_append(whole, json_string_value(str), json_string_length(str));
+    json_object_set_new(d, key, str);
     json_array_append_new(deltas, d);
 }
 
@@ -68,13 +71,11 @@ static void emit_content(toolcall_parser *p, const char *s, size_t n, json_t *de
         while (n && (*s == '\n' || *s == ' ' || *s == '\r' || *s == '\t')) s++, n--;
     if (!n) return;
     p->started = true;
-    buf_append(&p->content, s, n);
-    delta_text(deltas, "content", s, n);
+    delta_text(deltas, &p->content, "content", s, n);
 }
 
 static void emit_reasoning(toolcall_parser *p, const char *s, size_t n, json_t *deltas) {
-    buf_append(&p->reasoning, s, n);
-    delta_text(deltas, "reasoning_content", s, n);
+    delta_text(deltas, &p->reasoning, "reasoning_content", s, n);
 }
 
 /* Removes the first n bytes of pend. */
@@ -150,6 +151,18 @@ static size_t skip_ws(const char *s, size_t n, size_t i) {
     return i;
 }
 
+/* The bytes of an unfinished UTF-8 character at the end of s[n] (0 when it ends whole), held
+ * back so that no release splits a character. */
+static size_t utf8_tail(const char *s, size_t n) {
+    for (size_t k = 1; k <= 3 && k <= n; k++) {
+        unsigned char b = (unsigned char)s[n - k];
+        if ((b & 0xC0) == 0x80) continue;
+        size_t need = b >= 0xF0 ? 4 : b >= 0xE0 ? 3 : b >= 0xC0 ? 2 : 1;
+        return need > k && b >= 0xC0 ? k : 0;
+    }
+    return 0;
+}
+
 /* The longest tail of s[n] that is a proper prefix of m. */
 static size_t partial_tail(const char *s, size_t n, const char *m) {
     size_t lm = strlen(m), best = 0;
@@ -199,7 +212,7 @@ static bool step_text(toolcall_parser *p, json_t *deltas, bool final) {
         if (which == 0) p->after_reasoning = true;
         return true;
     }
-    size_t hold = 0;
+    size_t hold = final ? 0 : utf8_tail(s, n);
     for (size_t i = 0; !final && i < n_m; i++) {
         size_t t = partial_tail(s, n, markers[i]);
         if (t > hold) hold = t;
@@ -215,7 +228,8 @@ static bool step_until(toolcall_parser *p, const char *close, bool reasoning, js
     size_t n = p->pend.len, which = 0;
     const char *m[] = {close};
     size_t at = find_first(s, n, m, 1, &which);
-    size_t take = at < n ? at : n - (final ? 0 : partial_tail(s, n, close));
+    size_t tail = final ? 0 : partial_tail(s, n, close), u = final ? 0 : utf8_tail(s, n);
+    size_t take = at < n ? at : n - (tail > u ? tail : u);
     if (reasoning) emit_reasoning(p, s, take, deltas);
     else emit_content(p, s, take, deltas);
     consume(p, at < n ? at + strlen(close) : take);
@@ -255,7 +269,7 @@ static bool step_json(toolcall_parser *p, const char *marker, json_t *deltas, bo
     if (!ok) { /* not a call after all: the marker and the text as written */
         p->mode = M_TEXT;
         p->started = true;
-        size_t take = span ? i + span : n;
+        size_t take = span ? i + span : 0; /* not JSON at all: the text goes on as text */
         emit_content(p, marker, strlen(marker), deltas);
         emit_content(p, s, take, deltas);
         consume(p, take);
@@ -318,7 +332,7 @@ static bool step_harmony_body(toolcall_parser *p, json_t *deltas, bool final) {
         free(text);
         json_decref(args);
     } else {
-        size_t hold = 0;
+        size_t hold = at == n && !final ? utf8_tail(p->pend.p, n) : 0;
         for (size_t i = 0; at == n && !final && i < ATTND_ARRAY_LEN(HARMONY_ENDS); i++) {
             size_t t = partial_tail(p->pend.p, n, HARMONY_ENDS[i]);
             if (t > hold) hold = t;

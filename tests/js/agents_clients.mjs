@@ -134,12 +134,14 @@ async function structured(model) {
 
 async function responses(model) {
   const rtools = [{ type: 'function', name: 'get_weather', description: 'Weather forecast', parameters: weather }];
-  const r = await client.responses.create({ model, input: 'Weather in Oslo?', tools: rtools, tool_choice: 'required', temperature: 1, max_output_tokens: 200 });
+  const r = await client.responses.create({ model, input: 'Weather in Oslo?', tools: rtools, tool_choice: 'required', temperature: 1, seed: 3,
+                                            parallel_tool_calls: false, max_output_tokens: 100 });
   const call = r.output.find((o) => o.type === 'function_call');
   let args = null;
   try { args = JSON.parse(call.arguments); } catch { /* checked */ }
   check(call && call.name === 'get_weather' && validators.get_weather(args), 'Responses with a function tool gives a valid function_call item', r.output);
-  const next = await client.responses.create({ model, previous_response_id: r.id, tools: rtools,
+  // tool_choice none: the 512-token context holds the first turn and the result, not the tools' description again
+  const next = await client.responses.create({ model, previous_response_id: r.id, tools: rtools, tool_choice: 'none',
                                                input: [{ type: 'function_call_output', call_id: call.call_id, output: '{"forecast": "snow"}' }],
                                                temperature: 0, max_output_tokens: 12 });
   check(next.status && next.output.length >= 1, 'function_call_output continues the conversation', next.output);

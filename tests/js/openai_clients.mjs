@@ -69,8 +69,8 @@ async function chat(model) {
   check(contents[0] === c.choices[0].message.content && contents[1] === c.choices[1].message.content &&
         usage && usage.prompt_tokens === c.usage.prompt_tokens, 'streamed chat n = 2 equals the non-streamed one', { contents, usage });
 
-  const e = await rejects(() => client.chat.completions.create({ model, messages: [{ role: 'tool', content: 'x', tool_call_id: 'c' }] }));
-  check(e && e.status === 400 && /developer/.test(e.message), 'a tool message is refused listing the accepted roles', e && e.message);
+  const e = await rejects(() => client.chat.completions.create({ model, messages: [{ role: 'function', content: 'x', name: 'f' }] }));
+  check(e && e.status === 400 && /developer/.test(e.message), 'a function message is refused listing the accepted roles', e && e.message);
 }
 
 async function errors(model) {

@@ -1,0 +1,79 @@
+/*
+ * fuzz_toolcall.c — (fuzzing only) the tool-call output parser on arbitrary text.
+ *
+ * Byte 0 picks whether calls are parsed and a chunking seed; the rest is a model's output. The
+ * text is parsed whole and in chunks cut by the seed: both must give the same content, reasoning
+ * and calls, the streamed deltas must concatenate to them, and every call's arguments must be
+ * JSON.
+ */
+#include <jansson.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "attnd/buf.h"
+#include "fuzz_util.h"
+#include "toolcall.h"
+
+typedef struct result {
+    char *content, *reasoning, *calls; /* JSON texts (owned) */
+    buf streamed_content, streamed_reasoning;
+} result;
+
+static char *dump(json_t *v) {
+    char *s = v ? json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT) : strdup("null");
+    json_decref(v);
+    return s;
+}
+
+static void run(const uint8_t *text, size_t n, bool calls, unsigned seed, result *r) {
+    toolcall_parser *p = toolcall_parser_create(calls);
+    json_t *deltas = json_array();
+    FUZZ_CHECK(p && deltas, "out of memory");
+    for (size_t i = 0; i < n;) {
+        size_t k = n;
+        if (seed) seed = seed * 1103515245u + 12345u, k = 1 + (seed >> 16) % 7;
+        if (k > n - i) k = n - i;
+        toolcall_parser_feed(p, (const char *)text + i, k, deltas);
+        i += k;
+    }
+    toolcall_parser_finish(p, deltas);
+    for (size_t i = 0; i < json_array_size(deltas); i++) {
+        json_t *d = json_array_get(deltas, i), *v;
+        if ((v = json_object_get(d, "content"))) buf_puts(&r->streamed_content, json_string_value(v));
+        if ((v = json_object_get(d, "reasoning_content"))) buf_puts(&r->streamed_reasoning, json_string_value(v));
+    }
+    json_t *c = toolcall_parser_content(p), *calls_v = toolcall_parser_calls(p);
+    const char *ct = json_is_string(c) ? json_string_value(c) : "";
+    FUZZ_CHECK(!strcmp(ct, r->streamed_content.p ? r->streamed_content.p : ""), "streamed content differs");
+    for (size_t i = 0; i < json_array_size(calls_v); i++) {
+        const char *a = json_string_value(json_object_get(json_object_get(json_array_get(calls_v, i), "function"), "arguments"));
+        FUZZ_CHECK(a, "a call without arguments");
+    }
+    r->content = dump(c);
+    r->reasoning = dump(toolcall_parser_reasoning(p));
+    /* ids are random: compare the calls without them */
+    for (size_t i = 0; i < json_array_size(calls_v); i++) json_object_del(json_array_get(calls_v, i), "id");
+    r->calls = dump(calls_v);
+    json_decref(deltas);
+    toolcall_parser_destroy(p);
+}
+
+static void result_free(result *r) {
+    free(r->content), free(r->reasoning), free(r->calls);
+    buf_free(&r->streamed_content), buf_free(&r->streamed_reasoning);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+    if (size < 1 || size > 4096) return 0;
+    bool calls = data[0] & 1;
+    unsigned seed = (unsigned)data[0] >> 1 | 1;
+    result whole = {0}, cut = {0};
+    run(data + 1, size - 1, calls, 0, &whole);
+    run(data + 1, size - 1, calls, seed, &cut);
+    FUZZ_CHECK(!strcmp(whole.content, cut.content), "content depends on chunking: %s vs %s", whole.content, cut.content);
+    FUZZ_CHECK(!strcmp(whole.reasoning, cut.reasoning), "reasoning depends on chunking");
+    FUZZ_CHECK(!strcmp(whole.calls, cut.calls), "calls depend on chunking: %s vs %s", whole.calls, cut.calls);
+    result_free(&whole), result_free(&cut);
+    return 0;
+}
