@@ -18,19 +18,7 @@
 #define MAX_STOP_LEN 256
 #define MAX_BIAS 1024
 
-attnd_status oai_bad(const char **param, const char *name, attnd_err *err, const char *fmt, ...) {
-    *param = name;
-    va_list ap;
-    va_start(ap, fmt);
-    attnd_vfail(err, ATTND_ERR_INVALID, fmt, ap);
-    va_end(ap);
-    return ATTND_ERR_INVALID;
-}
 
-const json_t *oai_field(const json_t *body, const char *name) {
-    const json_t *v = json_object_get(body, name);
-    return json_is_null(v) ? NULL : v;
-}
 
 static attnd_status get_num(const json_t *body, const char *name, double lo, double hi, float *out,
                             const char **param, attnd_err *err) {
@@ -54,22 +42,7 @@ static attnd_status get_int(const json_t *body, const char *name, long long lo, 
     return ATTND_OK;
 }
 
-attnd_status oai_get_bool(const json_t *body, const char *name, bool *out, const char **param, attnd_err *err) {
-    const json_t *v = oai_field(body, name);
-    if (!v) return ATTND_OK;
-    if (!json_is_boolean(v)) return oai_bad(param, name, err, "'%s' must be a boolean", name);
-    *out = json_is_true(v);
-    return ATTND_OK;
-}
 
-attnd_status oai_get_string(const json_t *body, const char *name, const char **out, const char **param,
-                            attnd_err *err) {
-    const json_t *v = oai_field(body, name);
-    if (!v) return ATTND_OK;
-    if (!json_is_string(v)) return oai_bad(param, name, err, "'%s' must be a string", name);
-    if (out) *out = json_string_value(v);
-    return ATTND_OK;
-}
 
 static attnd_status parse_stop(const json_t *body, oai_request *r, const char **param, attnd_err *err) {
     const json_t *v = oai_field(body, "stop");

@@ -19,6 +19,7 @@
 #include "attnd/sampler.h"
 #include "chat.h"
 #include "toolcall.h"
+#include "oai_field.h"
 #include "settings.h"
 
 /* The roles a chat message may have, as error messages list them ('developer' is OpenAI's newer
@@ -113,19 +114,6 @@ void oai_request_free(oai_request *r);
 attnd_status oai_parse_prompts(const json_t *prompt, int n_vocab, int max_prompts, oai_prompt **out, int *n_out,
                                attnd_err *err);
 void oai_prompts_free(oai_prompt *ps, int n); /* accepts NULL */
-
-/* Reading one member of a request body, for the request parsers (this file's and responses.c):
- * a member that is absent or JSON null counts as not given. oai_field returns it borrowed from
- * o, or NULL. oai_bad sets *param = name (a static string) and err->msg, and returns
- * ATTND_ERR_INVALID. oai_get_bool / oai_get_string leave *out alone when the member is not
- * given, refuse another type (naming it), else set *out (a string borrowed from body; out may
- * be NULL to only check it). */
-const json_t *oai_field(const json_t *o, const char *name);
-attnd_status oai_bad(const char **param, const char *name, attnd_err *err, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-attnd_status oai_get_bool(const json_t *body, const char *name, bool *out, const char **param, attnd_err *err);
-attnd_status oai_get_string(const json_t *body, const char *name, const char **out, const char **param,
-                            attnd_err *err);
 
 /* {"error": {"message", "type", "param", "code"}} (new reference). type follows the status:
  * 400/404/405/409/413 invalid_request_error (404 not_found_error), 401 authentication_error,

@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "json_schema.h"
-#include "oai.h"
+#include "oai_field.h"
 
 enum { MAX_TOOLS = 128, MAX_NAME = 64, MAX_PARALLEL = 4 };
 
