@@ -36,9 +36,9 @@ done
 # and a module circle from object files: a.c calls b.c, which calls a.c
 obj="$tmp/build/CMakeFiles/attnd_server.dir/server/api"
 mkdir -p "$obj"
-printf 'int b(void); int a(void) { return b(); }\n' > "$tmp/a.c"
-printf 'int a(void); int b(void) { return a(); }\n' > "$tmp/b.c"
-cc -c "$tmp/a.c" -o "$obj/a.c.o" && cc -c "$tmp/b.c" -o "$obj/b.c.o" || { echo "not ok - cc"; exit 1; }
+printf 'int b(void); int a(void) { return b(); }\n' > "$tmp/server/api/a.c"
+printf 'int a(void); int b(void) { return a(); }\n' > "$tmp/server/api/b.c"
+cc -c "$tmp/server/api/a.c" -o "$obj/a.c.o" && cc -c "$tmp/server/api/b.c" -o "$obj/b.c.o" || { echo "not ok - cc"; exit 1; }
 out=$(python3 "$src/scripts/check_layout.py" --objects "$tmp/build" "$tmp")
 if grep -qF "module circle: server/api/a.c -> server/api/b.c" <<<"$out"; then
     echo "ok - a planted fault is found: a module circle"
