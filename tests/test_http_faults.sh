@@ -38,8 +38,11 @@ turn() {
     code=$(curl -s -o "$TMP/turn.$id" -w '%{http_code}' "http://127.0.0.1:$port/v1/completions" \
         -d "{\"prompt\":\"We the$words\",\"max_tokens\":4,\"session_id\":\"$id\",\"stream\":$stream}")
     if [ "$code" = 200 ] && [ "$stream" = false ]; then
-        python3 -c "import json,sys; u=json.load(open(sys.argv[1]))['usage']; print(sys.argv[2], u['prompt_tokens'] + u['completion_tokens'])" \
-            "$TMP/turn.$id" "$id" >>"$TMP/ledger"
+        local rec
+        rec=$(python3 -c "import json,sys; u=json.load(open(sys.argv[1]))['usage']; print(sys.argv[2], u['prompt_tokens'] + u['completion_tokens'])" \
+            "$TMP/turn.$id" "$id")
+        # turns run in the background too: one locked append a record, so two never interleave
+        { flock 9; printf '%s\n' "$rec" >>"$TMP/ledger"; } 9>"$TMP/ledger.lock"
     fi
     cp "$TMP/turn.$id" "$TMP/turn"
     echo "$code"
@@ -59,7 +62,7 @@ ledger_holds() {
     echo "  ledger: $n sessions, $(wc -l <"$TMP/ledger") acknowledged turns, $lost sessions short of them" >&2
     [ "$lost" = 0 ]
 }
-forget() { grep -v "^$1 " "$TMP/ledger" >"$TMP/ledger.new"; mv "$TMP/ledger.new" "$TMP/ledger"; }
+forget() { { flock 9; grep -v "^$1 " "$TMP/ledger" >"$TMP/ledger.new"; mv "$TMP/ledger.new" "$TMP/ledger"; } 9>"$TMP/ledger.lock"; }
 
 serve() { start_server srv --model "$MODEL" --threads 1 --state-dir "$STATE" "$@"; P=$srv_PORT; }
 
