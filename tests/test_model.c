@@ -156,6 +156,18 @@ Test(model, phi3_fused_qkv_and_gate_up_match_reference) {
     check_against_reference(&sp, 70, 2e-4);
 }
 
+/* Phi-3 128k's LongRoPE: short factors while the context is within the original one, long factors
+ * (and the attention factor on cos and sin) beyond it. */
+Test(model, phi3_longrope_short_and_long_factors_match_reference) {
+    tiny_spec sp = tiny_default("phi3");
+    sp.longrope_orig_ctx = 512, sp.longrope_attn = 1.19f; /* n_ctx 320: within, short factors */
+    check_against_reference(&sp, 70, 2e-4);
+    sp.longrope_orig_ctx = 64; /* beyond: long factors */
+    check_against_reference(&sp, 70, 2e-4);
+    sp.longrope_attn = 0; /* no attention factor key: 1 */
+    check_against_reference(&sp, 70, 2e-4);
+}
+
 Test(model, llama3_rope_freqs_and_rope_scaling_match_reference) {
     tiny_spec sp = tiny_default("llama");
     sp.rope_freqs = true;
@@ -365,10 +377,6 @@ Test(model, unapplied_keys_and_unread_tensors_refuse_the_file_by_name) {
     expect_unsupported(&sp, "key2", "llama.rope.scaling.type_x");
     sp.extra_key = NULL, sp.extra_tensor = "blk.0.attn_q_norm.weight"; /* qwen3's, in a llama file */
     expect_unsupported(&sp, "tensor", "blk.0.attn_q_norm.weight");
-    sp = tiny_default("phi3");
-    sp.extra_tensor = "rope_factors_long.weight"; /* LongRoPE, not applied yet */
-    expect_unsupported(&sp, "longrope", "rope_factors_long.weight");
-    expect_unsupported(&sp, "longrope2", "short-context files (e.g. Phi-3-mini-4k) run"); /* and what does */
     sp = tiny_default("qwen3moe");
     sp.n_expert = 4, sp.n_expert_used = 2, sp.n_ff_exp = 16, sp.extra_key = "expert_gating_func";
     expect_unsupported(&sp, "moe", "qwen3moe.expert_gating_func");
@@ -648,6 +656,15 @@ static void expect_refused(const tiny_spec *sp, const char *tag, const char *wan
     cr_expect(strstr(err.msg, want), "%s: %s", tag, err.msg);
     cr_expect_null(m);
     unlink(path);
+}
+
+Test(model, longrope_factors_mixed_with_rope_freqs_or_misshapen_are_refused) {
+    tiny_spec sp = tiny_default("phi3");
+    sp.longrope_orig_ctx = 64, sp.rope_freqs = true;
+    expect_refused(&sp, "longrope_mix", "not another mix");
+    sp = tiny_default("phi3");
+    sp.extra_tensor = "rope_factors_long.weight"; /* n_embd values, not rope_dims / 2 */
+    expect_refused(&sp, "longrope_shape", "rope_factors_long.weight");
 }
 
 Test(model, broken_tokenizer_metadata_is_refused_at_load) {
