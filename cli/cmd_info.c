@@ -31,7 +31,8 @@ static const char *HPARAMS[] = {
     "context_length",          "embedding_length",       "block_count",
     "feed_forward_length",     "attention.head_count",   "attention.head_count_kv",
     "attention.layer_norm_rms_epsilon", "rope.freq_base", "rope.dimension_count",
-    "vocab_size",
+    "rope.scaling.type", "rope.scaling.factor", "rope.scaling.original_context_length",
+    "rope.scaling.attn_factor", "vocab_size",
 };
 
 /* A scalar metadata value as JSON (new reference), or NULL for arrays. */
@@ -101,6 +102,8 @@ static void add_run_facts(json_t *root, const char *path) {
                                       (json_int_t)kv_context_bytes(m, n_ctx, KV_F32)));
         json_object_set_new(root, "kernels", json_string(cpuinfo_kernels()));
         add_layer_kv(root, m);
+        if (gguf_find_tensor(model_gguf(m), "rope_factors_long.weight"))
+            json_object_set_new(root, "longrope", json_string(model_info_get(m)->rope_long ? "long" : "short"));
     }
     tok_destroy(t);
     model_destroy(m);
@@ -132,6 +135,10 @@ static void print_run_facts(const json_t *root) {
                json_integer_value(json_object_get(kl, "local")), json_integer_value(json_object_get(kl, "window")),
                json_integer_value(json_object_get(kl, "local_bytes_per_token_f16")));
     printf("\n");
+    const char *lr = json_string_value(json_object_get(root, "longrope"));
+    if (lr)
+        printf("LongRoPE:      %s factors (context_length %s rope.scaling.original_context_length)\n", lr,
+               !strcmp(lr, "long") ? "beyond" : "within");
     json_t *ex = json_object_get(root, "experts");
     if (ex)
         printf("experts:       %" JSON_INTEGER_FORMAT " of %" JSON_INTEGER_FORMAT " per token, width %" JSON_INTEGER_FORMAT

@@ -65,6 +65,10 @@ gm=$(mktemp --suffix .gguf)
 "${ATTND_BUILD_DIR:?}/tiny_model" gemma3 "$gm"
 grep -q "^KV per layer:  1 global layers: 256 bytes/token f16; 5 local layers (window 24): 1280 bytes/token f16, held for the window only$" <<<"$("$BIN" info --model "$gm" 2>&1)"
 check "info: KV bytes per token of the local and global layers, and the window" "$?" 0
+# the phi3 family file carries LongRoPE: context 512, original 128
+"${ATTND_BUILD_DIR:?}/tiny_model" phi3 "$gm"
+grep -q "^LongRoPE:      long factors (context_length beyond rope.scaling.original_context_length)$" <<<"$("$BIN" info --model "$gm" 2>&1)"
+check "info: which LongRoPE factors apply" "$?" 0
 rm -f "$gm"
 
 # README's `attnd info` example is the default model's real output
