@@ -79,7 +79,7 @@ struct engine {
     float *moe_w;           /* (B, K) their weights */
     int *moe_slots;         /* (B) the (entry * K + k) slots routed to one expert */
     float *moe_x;           /* (B, n_embd) those entries' normalised inputs, gathered */
-    float *moe_g, *moe_u;   /* (B, FE) */
+    float *moe_g, *moe_u;   /* (max(B, K), FE) */
     float *moe_o;           /* (B * K, n_embd) each slot's expert output */
     float *rope;            /* (ROPE_TABLES, B, rope_dims / 2, 2): cos, sin of each entry's position */
     uint16_t *k16;          /* (kv_dim) one key row as F16, before it is scattered into a tile */
@@ -95,6 +95,7 @@ struct engine {
     engine_attn_cb attn_cb; /* inspection hook; NULL = off */
     engine_attn_want attn_want; /* which (entry, layer, head) attn_cb wants; NULL = all */
     engine_resid_cb resid_cb;   /* residual-stream inspection hook (attn_user); NULL = off */
+    engine_expert_cb expert_cb; /* expert-routing inspection hook (attn_user); NULL = off */
     void *attn_user;
     float *cb_weights;      /* (n_ctx) softmax weights handed to attn_cb */
 
@@ -151,8 +152,9 @@ static size_t layout(engine *e, char *mem) {
     e->moe_w = block_take(&b, B * K, sizeof(float));
     e->moe_slots = block_take(&b, NE ? B : 0, sizeof(int));
     e->moe_x = block_take(&b, NE ? B * E : 0, sizeof(float));
-    e->moe_g = block_take(&b, B * FE, sizeof(float));
-    e->moe_u = block_take(&b, B * FE, sizeof(float));
+    size_t BK = NE ? (B > K ? B : K) : 0; /* a prefill's gathered entries, or a decode step's K experts */
+    e->moe_g = block_take(&b, BK * FE, sizeof(float));
+    e->moe_u = block_take(&b, BK * FE, sizeof(float));
     e->moe_o = block_take(&b, B * K * E, sizeof(float));
     e->k16 = block_take(&b, KV, sizeof(uint16_t));
     e->neg = block_take(&b, F * (size_t)e->n_slots, sizeof(float));
@@ -232,6 +234,8 @@ void engine_set_attention_cb(engine *e, engine_attn_cb cb, void *user) {
 void engine_set_attention_filter(engine *e, engine_attn_want want) { e->attn_want = want; }
 
 void engine_set_residual_cb(engine *e, engine_resid_cb cb) { e->resid_cb = cb; }
+
+void engine_set_expert_cb(engine *e, engine_expert_cb cb) { e->expert_cb = cb; }
 
 attnd_status engine_ablation_check(const model_info *mi, const engine_ablation *a, attnd_err *err) {
     for (int i = 0; a && i < a->n; i++) {
@@ -734,15 +738,71 @@ static weight expert_slice(const weight *w, int x, int64_t rows) {
                     .rows = rows, .cols = w->cols};
 }
 
+/* Expert x's gate and up rows against its cnt gathered inputs moe_x, into moe_g (with the act). */
+static void expert_gate_up(pass *p, const layer_weights *L, int x, int cnt) {
+    engine *e = p->e;
+    int FE = e->m->n_ff_exp;
+    weight g = expert_slice(&L->gate_exps, x, FE), u = expert_slice(&L->up_exps, x, FE);
+    matmul_many(e, 2, (float *const[]){e->moe_g, e->moe_u}, (const weight *const[]){&g, &u}, e->moe_x, cnt);
+    if (L->gate_exps_b) add_bias(e->moe_g, L->gate_exps_b + (size_t)x * FE, cnt, FE);
+    if (L->up_exps_b) add_bias(e->moe_u, L->up_exps_b + (size_t)x * FE, cnt, FE);
+    expert_act(e->moe_g, e->moe_u, cnt * FE, e->m->arch->act);
+}
+
+/* One token (decode): its K experts share the input, so all their gate and up rows go to the
+ * pool as one region (threads split across experts and rows, one barrier instead of K); moe_g
+ * then holds K rows of FE, expert sel[k]'s in row k. */
+static void experts_gate_up_one(pass *p, const layer_weights *L) {
+    engine *e = p->e;
+    const model *m = e->m;
+    int K = m->n_expert_used, FE = m->n_ff_exp;
+    for (int k0 = 0; k0 < K; k0 += QUANT_MM_MAX / 2) {
+        int nk = K - k0 < QUANT_MM_MAX / 2 ? K - k0 : QUANT_MM_MAX / 2;
+        weight w[QUANT_MM_MAX];
+        const weight *wp[QUANT_MM_MAX];
+        float *out[QUANT_MM_MAX];
+        for (int k = 0; k < nk; k++) {
+            int x = e->moe_sel[k0 + k];
+            w[2 * k] = expert_slice(&L->gate_exps, x, FE), w[2 * k + 1] = expert_slice(&L->up_exps, x, FE);
+            out[2 * k] = e->moe_g + (size_t)(k0 + k) * FE, out[2 * k + 1] = e->moe_u + (size_t)(k0 + k) * FE;
+            wp[2 * k] = &w[2 * k], wp[2 * k + 1] = &w[2 * k + 1];
+        }
+        matmul_many(e, 2 * nk, out, wp, e->xn, 1);
+    }
+    for (int k = 0; k < K; k++) {
+        int x = e->moe_sel[k];
+        if (L->gate_exps_b) add_bias(e->moe_g + (size_t)k * FE, L->gate_exps_b + (size_t)x * FE, 1, FE);
+        if (L->up_exps_b) add_bias(e->moe_u + (size_t)k * FE, L->up_exps_b + (size_t)x * FE, 1, FE);
+    }
+    expert_act(e->moe_g, e->moe_u, K * FE, m->arch->act);
+}
+
+/* Expert x's down rows against the cnt activations at g, into moe_o's slots. */
+static void expert_down(pass *p, const layer_weights *L, int x, const float *g, const int *slots, int cnt) {
+    engine *e = p->e;
+    int E = p->E;
+    weight d = expert_slice(&L->down_exps, x, E);
+    matmul(e, e->moe_x, &d, g, cnt);
+    if (L->down_exps_b) add_bias(e->moe_x, L->down_exps_b + (size_t)x * E, cnt, E);
+    for (int c = 0; c < cnt; c++)
+        memcpy(e->moe_o + (size_t)slots[c] * E, e->moe_x + (size_t)c * E, sizeof(float) * (size_t)E);
+}
+
 /* moe: tmp = sum over each entry's K experts of weight * W_down,x act(W_gate,x xn) * (W_up,x xn),
  * the experts' outputs added in the order of their probability. Entries are grouped by expert,
  * so each expert's rows are read once per step and unused experts not at all. */
-static void step_moe(pass *p, const layer_weights *L) {
+static void step_moe(pass *p, const layer_weights *L, int l) {
     engine *e = p->e;
     const model *m = e->m;
     int K = m->n_expert_used, FE = m->n_ff_exp, E = p->E;
     moe_route(p, L);
-    for (int x = 0; x < m->n_expert; x++) {
+    for (int t = 0; e->expert_cb && t < p->n; t++)
+        e->expert_cb(e->attn_user, t, l, e->moe_sel + (size_t)t * K, e->moe_w + (size_t)t * K, K);
+    if (p->n == 1) {
+        experts_gate_up_one(p, L);
+        for (int k = 0; k < K; k++) expert_down(p, L, e->moe_sel[k], e->moe_g + (size_t)k * FE, &k, 1);
+    }
+    for (int x = 0; p->n > 1 && x < m->n_expert; x++) {
         int cnt = 0;
         for (int s = 0; s < p->n * K; s++)
             if (e->moe_sel[s] == x) {
@@ -750,16 +810,8 @@ static void step_moe(pass *p, const layer_weights *L) {
                 memcpy(e->moe_x + (size_t)cnt++ * E, e->xn + (size_t)(s / K) * E, sizeof(float) * (size_t)E);
             }
         if (!cnt) continue;
-        weight g = expert_slice(&L->gate_exps, x, FE), u = expert_slice(&L->up_exps, x, FE);
-        weight d = expert_slice(&L->down_exps, x, E);
-        matmul_many(e, 2, (float *const[]){e->moe_g, e->moe_u}, (const weight *const[]){&g, &u}, e->moe_x, cnt);
-        if (L->gate_exps_b) add_bias(e->moe_g, L->gate_exps_b + (size_t)x * FE, cnt, FE);
-        if (L->up_exps_b) add_bias(e->moe_u, L->up_exps_b + (size_t)x * FE, cnt, FE);
-        expert_act(e->moe_g, e->moe_u, cnt * FE, m->arch->act);
-        matmul(e, e->moe_x, &d, e->moe_g, cnt);
-        if (L->down_exps_b) add_bias(e->moe_x, L->down_exps_b + (size_t)x * E, cnt, E);
-        for (int c = 0; c < cnt; c++)
-            memcpy(e->moe_o + (size_t)e->moe_slots[c] * E, e->moe_x + (size_t)c * E, sizeof(float) * (size_t)E);
+        expert_gate_up(p, L, x, cnt);
+        expert_down(p, L, x, e->moe_g, e->moe_slots, cnt);
     }
     for (int t = 0; t < p->n; t++) {
         float *out = e->tmp + (size_t)t * E;
@@ -793,7 +845,7 @@ static void step_layer(pass *p, int l) {
     // feed-forward sub-layer: x += W_down act(W_gate xn) * (W_up xn), xn = rmsnorm(x)
     rmsnorm(e->xn, e->x, L->ffn_norm, n, p->E, mi->rms_eps, nth);
     if (L->router.data) {
-        step_moe(p, L);
+        step_moe(p, L, l);
     } else {
         step_gated_ffn(p, L);
         matmul(e, e->tmp, &L->w_down, e->gate, n);

@@ -188,6 +188,68 @@ Test(model, qwen3moe_routing_and_experts_match_reference) {
     check_against_reference(&sp, 20, 2e-3);
 }
 
+/* What the expert callback saw: (entry, layer) -> the experts and weights, and how many calls. */
+typedef struct expert_log {
+    int calls, k, n_layer;
+    int experts[40][4][8];
+    float weights[40][4][8];
+} expert_log;
+
+static void log_experts(void *user, int entry, int layer, const int *experts, const float *weights, int k) {
+    expert_log *g = user;
+    g->calls++;
+    g->k = k;
+    cr_assert(entry >= 0 && entry < 40 && layer >= 0 && layer < g->n_layer && k <= 8);
+    memcpy(g->experts[entry][layer], experts, sizeof(int) * (size_t)k);
+    memcpy(g->weights[entry][layer], weights, sizeof(float) * (size_t)k);
+}
+
+/* engine_set_expert_cb: every (MoE layer, entry) reports its K distinct experts, most probable
+ * first, weights summing to 1; a token decoded alone (one pass for all its experts' rows) gets the
+ * experts, weights and logits it gets inside a prefill (grouped by expert). */
+Test(model, expert_callback_reports_each_tokens_experts_alike_in_prefill_and_decode) {
+    tiny_spec sp = tiny_default("qwen3moe");
+    sp.n_expert = 8, sp.n_expert_used = 3, sp.n_ff_exp = 24, sp.head_dim = 16, sp.rope_dims = 16, sp.n_layer = 3;
+    tiny_rig r;
+    tiny_rig_open(&r, &sp, KV_F32, 64);
+    expert_log *pre = calloc(2, sizeof(*pre)), *dec = pre + 1;
+    pre->n_layer = dec->n_layer = sp.n_layer;
+    int32_t tok[30];
+    tiny_random_tokens(tok, 30, sp.n_vocab, 5);
+    float *lg = malloc(sizeof(float) * 30 * (size_t)sp.n_vocab), one[48];
+    kv_seq *a = tiny_rig_seq(&r), *b = tiny_rig_seq(&r);
+    engine_set_attention_cb(r.e, NULL, pre);
+    engine_set_expert_cb(r.e, log_experts);
+    prefill(r.e, a, tok, 30, lg);
+    cr_assert_eq(pre->calls, 30 * sp.n_layer);
+    cr_assert_eq(pre->k, 3);
+    engine_set_attention_cb(r.e, NULL, dec);
+    float *lg2 = malloc(sizeof(float) * 29 * (size_t)sp.n_vocab);
+    prefill(r.e, b, tok, 29, lg2);
+    free(lg2);
+    dec->calls = 0;
+    prefill(r.e, b, tok + 29, 1, one); /* the last token alone: its entry is 0 */
+    cr_assert_eq(dec->calls, sp.n_layer);
+    for (int l = 0; l < sp.n_layer; l++) {
+        float sum = 0;
+        for (int k = 0; k < 3; k++) {
+            int x = pre->experts[29][l][k];
+            cr_assert(x >= 0 && x < sp.n_expert, "layer %d: expert %d", l, x);
+            for (int j = 0; j < k; j++) cr_assert_neq(pre->experts[29][l][j], x, "layer %d: expert twice", l);
+            if (k) cr_assert_geq(pre->weights[29][l][k - 1], pre->weights[29][l][k], "layer %d: not by weight", l);
+            sum += pre->weights[29][l][k];
+            cr_assert_eq(dec->experts[0][l][k], x, "layer %d: decode routed to another expert", l);
+            cr_assert_float_eq(dec->weights[0][l][k], pre->weights[29][l][k], 1e-5f);
+        }
+        cr_assert_float_eq(sum, 1.0f, 1e-5f);
+    }
+    cr_assert_lt(max_abs_diff(one, lg + 29 * (size_t)sp.n_vocab, (size_t)sp.n_vocab), 1e-4f);
+    engine_set_expert_cb(r.e, NULL);
+    free(pre);
+    free(lg);
+    tiny_rig_close(&r);
+}
+
 /* Decoding sp's model one token at a time after a prefill of n0 (F16 and F32 caches) gives the
  * logits of the whole sequence's prefill, position by position. */
 static void decode_equals_prefill(const tiny_spec *spec, int n0) {
