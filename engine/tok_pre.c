@@ -109,6 +109,26 @@ static size_t match_gpt2(const view *v, size_t i) {
     return 0;
 }
 
+/* The tail shared by Llama 3's and o200k's regexes:  ?[^\s\p{L}\p{N}]+[\r\n]* (o200k: [\r\n/]*)
+ * |\s*[\r\n]+|\s+(?!\S)|\s+ at i. */
+static size_t match_punct_space(const view *v, size_t i, bool slash) {
+    size_t j = i + (v->cp[i] == ' ' ? 1 : 0);
+    if (is_other(v, j)) {
+        while (is_other(v, j)) j++;
+        while (is_crlf(v, j) || (slash && j < v->end && v->cp[j] == '/')) j++;
+        return j - i;
+    }
+    if (is_s(v, i)) {
+        /* \s*[\r\n]+ : up to and including the last CR/LF of the white-space run */
+        size_t last = 0;
+        for (j = i; is_s(v, j); j++)
+            if (v->cp[j] == '\r' || v->cp[j] == '\n') last = j + 1;
+        if (last) return last - i;
+        return match_space_run(v, i);
+    }
+    return 0;
+}
+
 static size_t match_llama3(const view *v, size_t i, size_t max_digits) {
     size_t n = match_contraction(v, i, true);
     if (n) return n;
@@ -125,22 +145,7 @@ static size_t match_llama3(const view *v, size_t i, size_t max_digits) {
         while (j - i < max_digits && is_n(v, j)) j++;
         return j - i;
     }
-    /*  ?[^\s\p{L}\p{N}]+[\r\n]* */
-    j = i + (v->cp[i] == ' ' ? 1 : 0);
-    if (is_other(v, j)) {
-        while (is_other(v, j)) j++;
-        while (is_crlf(v, j)) j++;
-        return j - i;
-    }
-    if (is_s(v, i)) {
-        /* \s*[\r\n]+ : up to and including the last CR/LF of the white-space run */
-        size_t last = 0;
-        for (j = i; is_s(v, j); j++)
-            if (v->cp[j] == '\r' || v->cp[j] == '\n') last = j + 1;
-        if (last) return last - i;
-        return match_space_run(v, i);
-    }
-    return 0;
+    return match_punct_space(v, i, false);
 }
 
 /* o200k's letter classes: U = [\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}], W = [\p{Ll}\p{Lm}\p{Lo}\p{M}] (Lm, Lo and
@@ -190,22 +195,7 @@ static size_t match_o200k(const view *v, size_t i) {
     size_t j = i;
     while (j - i < 3 && is_n(v, j)) j++;
     if (j > i) return j - i;
-    /*  ?[^\s\p{L}\p{N}]+[\r\n/]* */
-    j = i + (v->cp[i] == ' ' ? 1 : 0);
-    if (is_other(v, j)) {
-        while (is_other(v, j)) j++;
-        while (is_crlf(v, j) || (j < v->end && v->cp[j] == '/')) j++;
-        return j - i;
-    }
-    if (is_s(v, i)) {
-        /* \s*[\r\n]+ : up to and including the last CR/LF of the white-space run */
-        size_t last = 0;
-        for (j = i; is_s(v, j); j++)
-            if (v->cp[j] == '\r' || v->cp[j] == '\n') last = j + 1;
-        if (last) return last - i;
-        return match_space_run(v, i);
-    }
-    return 0;
+    return match_punct_space(v, i, true);
 }
 
 static size_t match_stage(tok_pre_stage st, const view *v, size_t i) {
