@@ -110,20 +110,33 @@ static inline __attribute__((always_inline)) const attn_tile *tile_as_f32(const 
     return f32;
 }
 
+/* An instruction set's scores and value sums over quantized tiles read in place (t->KQ, t->VQ):
+ * the same operations, in the same order, as its F32 primitives over the converted tiles. */
+typedef struct tile_q_ops {
+    void (*scores)(float *s, const float *q, const attn_tile *t, int cnt, float scale);
+    void (*axpy)(float *acc, const float *p, const attn_tile *t, int cnt);
+} tile_q_ops;
+
 /* The grouped tile step row by row, from an instruction set's primitives (the portable
- * reference, and AVX2); always inlined, so each caller calls its own set directly. */
+ * reference, and AVX2); always inlined, so each caller calls its own set directly. Quantized
+ * tiles are read in place when qops is given, else converted first. */
 static inline __attribute__((always_inline)) void tile_step_rows(const attn_tile *t, attn_scores_t_fn scores,
                                                                   attn_max_fn amax, quant_exp_fn ex,
-                                                                  quant_axpy_rows_fn axpy, quant_h2f_fn h2f) {
+                                                                  quant_axpy_rows_fn axpy, quant_h2f_fn h2f,
+                                                                  const tile_q_ops *qops) {
     attn_tile f32;
-    t = tile_as_f32(t, &f32, h2f);
+    bool direct = t->KQ && qops;
+    if (!direct) t = tile_as_f32(t, &f32, h2f);
     int hd = t->hd;
     for (int r = 0; r < t->R; r++) {
         int cnt = t->cnt0 + r / t->group < t->cnt ? t->cnt0 + r / t->group : t->cnt;
         int lo = t->window ? t->qrel0 + r / t->group - t->window + 1 : 0; /* the row's first position in view */
         if (lo >= cnt) continue;
         float *s = t->p + (size_t)r * KV_BLOCK, *acc = t->acc + (size_t)r * hd;
-        scores(s, t->q + (size_t)r * hd, t->KT, cnt, hd, t->scale);
+        if (direct)
+            qops->scores(s, t->q + (size_t)r * hd, t, cnt, t->scale);
+        else
+            scores(s, t->q + (size_t)r * hd, t->KT, cnt, hd, t->scale);
         if (t->softcap > 0)
             for (int j = 0; j < cnt; j++) s[j] = tanhf(s[j] * (1.0f / t->softcap)) * t->softcap;
         for (int j = 0; j < lo; j++) s[j] = -INFINITY;
@@ -142,19 +155,106 @@ static inline __attribute__((always_inline)) void tile_step_rows(const attn_tile
         float sum = 0;
         for (int j = 0; j < cnt; j++) sum += s[j];
         t->run_sum[r] += sum;
-        axpy(acc, s, t->V, t->v_stride, cnt, hd);
+        if (direct)
+            qops->axpy(acc, s, t, cnt);
+        else
+            axpy(acc, s, t->V, t->v_stride, cnt, hd);
     }
 }
 
 void attn_tile_portable(const attn_tile *t) {
     const quant_kernels *k = &quant_kernels_portable;
-    tile_step_rows(t, attn_scores_t_portable, attn_max_portable, k->exp, k->axpy_rows, k->h2f);
+    tile_step_rows(t, attn_scores_t_portable, attn_max_portable, k->exp, k->axpy_rows, k->h2f, NULL);
 }
 
 #if defined(__x86_64__) && defined(__GNUC__)
+// ---- AVX2: quantized tiles in place ---------------------------------------------------------------
+//
+// The loops of attn_scores_t_avx2 and of the kernels' AVX2 axpy_rows (32 columns in registers
+// across the rows), each vector of quants widened and multiplied by its scales as it is loaded:
+// d q is exact, so the results are those of the F32 loops over the converted tiles, bit for bit.
+
+#define Q2_TARGET __attribute__((target("avx2,fma,f16c")))
+#define Q2_INLINE static inline __attribute__((always_inline, target("avx2,fma,f16c")))
+
+/* 8 quants as int32: Q8_0 bytes, or Q4_0 nibbles (high ones when high) less 8 */
+Q2_INLINE __m256i q2_quants(const uint8_t *p, int high, const int q4) {
+    __m128i b = _mm_loadl_epi64((const __m128i *)p);
+    if (!q4) return _mm256_cvtepi8_epi32(b);
+    if (high) b = _mm_srli_epi16(b, 4);
+    return _mm256_sub_epi32(_mm256_cvtepu8_epi32(_mm_and_si128(b, _mm_set1_epi8(0x0F))), _mm256_set1_epi32(8));
+}
+
+/* Keys of dimension i at positions 8v..8v+7 of t's key tile, as F32 */
+Q2_INLINE __m256 q2_key(const attn_tile *t, const uint16_t *ds, int i, int v, const int q4) {
+    __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(ds + (size_t)(i / KVQ_BLOCK) * KV_BLOCK + 8 * v)));
+    int k0 = 8 * (v % 4); /* Q4_0: positions 32G + k0.. in bytes 16G + k0 % 16.., high nibbles from k0 = 16 */
+    const uint8_t *p = q4 ? t->KQ + (size_t)i * (KV_BLOCK / 2) + (size_t)(v / 4) * 16 + k0 % 16
+                          : t->KQ + (size_t)i * KV_BLOCK + 8 * v;
+    return _mm256_mul_ps(_mm256_cvtepi32_ps(q2_quants(p, k0 >= 16, q4)), d);
+}
+
+/* attn_scores_t_avx2 over t's quantized key tile */
+Q2_INLINE void q2_scores_kind(float *s, const float *q, const attn_tile *t, int cnt, float scale, const int q4) {
+    int hd = t->hd;
+    const uint16_t *ds = kvq_k_scales(t->KQ, q4 ? KV_Q4_0 : KV_Q8_0, hd);
+    __m256 sc = _mm256_set1_ps(scale);
+    if (cnt > KV_BLOCK / 2) {
+        __m256 a[KV_BLOCK / 8];
+        for (int v = 0; v < KV_BLOCK / 8; v++) a[v] = _mm256_setzero_ps();
+        for (int i = 0; i < hd; i++) {
+            __m256 qi = _mm256_set1_ps(q[i]);
+            for (int v = 0; v < KV_BLOCK / 8; v++) a[v] = _mm256_fmadd_ps(qi, q2_key(t, ds, i, v, q4), a[v]);
+        }
+        for (int v = 0; v < KV_BLOCK / 8; v++) _mm256_storeu_ps(s + 8 * v, _mm256_mul_ps(a[v], sc));
+        return;
+    }
+    for (int v = 0; v < (cnt + 7) / 8; v++) { /* hd is even: the pairs cover it */
+        __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
+        for (int i = 0; i + 2 <= hd; i += 2) {
+            a0 = _mm256_fmadd_ps(_mm256_set1_ps(q[i]), q2_key(t, ds, i, v, q4), a0);
+            a1 = _mm256_fmadd_ps(_mm256_set1_ps(q[i + 1]), q2_key(t, ds, i + 1, v, q4), a1);
+        }
+        _mm256_storeu_ps(s + 8 * v, _mm256_mul_ps(_mm256_add_ps(a0, a1), sc));
+    }
+}
+
+/* The kernels' AVX2 axpy_rows over t's quantized value tile: one GGUF block (32 columns) at a time */
+Q2_INLINE void q2_axpy_kind(float *acc, const float *p, const attn_tile *t, int n, const int q4) {
+    size_t bb = q4 ? 18 : 34, rb = (size_t)(t->hd / KVQ_BLOCK) * bb;
+    for (int i = 0; i < t->hd; i += KVQ_BLOCK) {
+        __m256 a[4];
+        for (int w = 0; w < 4; w++) a[w] = _mm256_loadu_ps(acc + i + 8 * w);
+        for (int j = 0; j < n; j++) {
+            const uint8_t *blk = t->VQ + (size_t)j * rb + (size_t)(i / KVQ_BLOCK) * bb;
+            uint16_t h;
+            memcpy(&h, blk, 2);
+            __m256 d = _mm256_set1_ps(_cvtsh_ss(h)), pj = _mm256_set1_ps(p[j]);
+            for (int w = 0; w < 4; w++) { /* Q4_0: columns 16.. are the high nibbles of bytes 0.. */
+                const uint8_t *qp = q4 ? blk + 2 + 8 * (w % 2) : blk + 2 + 8 * w;
+                __m256 v = _mm256_mul_ps(_mm256_cvtepi32_ps(q2_quants(qp, w >= 2, q4)), d);
+                a[w] = _mm256_fmadd_ps(pj, v, a[w]);
+            }
+        }
+        for (int w = 0; w < 4; w++) _mm256_storeu_ps(acc + i + 8 * w, a[w]);
+    }
+}
+
+static Q2_TARGET void q2_scores(float *s, const float *q, const attn_tile *t, int cnt, float scale) {
+    if (t->kvq == KV_Q4_0) q2_scores_kind(s, q, t, cnt, scale, 1);
+    else q2_scores_kind(s, q, t, cnt, scale, 0);
+}
+
+static Q2_TARGET void q2_axpy(float *acc, const float *p, const attn_tile *t, int cnt) {
+    if (t->kvq == KV_Q4_0) q2_axpy_kind(acc, p, t, cnt, 1);
+    else q2_axpy_kind(acc, p, t, cnt, 0);
+}
+
+static const tile_q_ops Q2_OPS = {q2_scores, q2_axpy};
+
 void attn_tile_avx2(const attn_tile *t) {
     const quant_kernels *k = &quant_kernels_avx2;
-    tile_step_rows(t, attn_scores_t_avx2, attn_max_avx2, k->exp, k->axpy_rows, k->h2f);
+    tile_step_rows(t, attn_scores_t_avx2, attn_max_avx2, k->exp, k->axpy_rows, k->h2f, &Q2_OPS);
 }
 
 // ---- AVX-512: register tiles of 4 query rows ----------------------------------------------------
