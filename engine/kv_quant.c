@@ -28,16 +28,19 @@ static uint16_t quantize_block(int8_t q[KVQ_BLOCK], const float *x, kv_type type
         float amax = 0;
         for (int i = 0; i < KVQ_BLOCK; i++) amax = fmaxf(amax, fabsf(x[i]));
         float d = amax / 127.f, id = d != 0 ? 1.f / d : 0;
-        for (int i = 0; i < KVQ_BLOCK; i++) q[i] = (int8_t)roundf(x[i] * id);
+        for (int i = 0; i < KVQ_BLOCK; i++) { /* clamped, and NaN (an inf in the block) to 0: casts stay defined */
+            float v = roundf(x[i] * id);
+            q[i] = (int8_t)(v >= 127 ? 127 : v <= -127 ? -127 : v == v ? (int)v : 0);
+        }
         return quant_f32_to_f16(d);
     }
     float amax = 0, max = 0;
     for (int i = 0; i < KVQ_BLOCK; i++)
         if (fabsf(x[i]) > amax) amax = fabsf(x[i]), max = x[i];
     float d = max / -8.f, id = d != 0 ? 1.f / d : 0;
-    for (int i = 0; i < KVQ_BLOCK; i++) {
-        int v = (int)(x[i] * id + 8.5f); /* truncation of a value >= 0 (x id >= -8): rounds */
-        q[i] = (int8_t)(v > 15 ? 15 : v < 0 ? 0 : v);
+    for (int i = 0; i < KVQ_BLOCK; i++) { /* truncating v >= 0 rounds; NaN goes to 0 */
+        float v = x[i] * id + 8.5f;
+        q[i] = (int8_t)(v >= 15 ? 15 : v > 0 ? (int)v : 0);
     }
     return quant_f32_to_f16(d);
 }

@@ -201,3 +201,28 @@ Test(kv_quant, pools_count_real_bytes_and_refuse_head_dims_off_the_block) {
     cr_assert_str_eq(kv_type_name(KV_Q4_0), "q4_0");
     tiny_rig_close(&r);
 }
+
+/* An inf or NaN in a key or value (a diverging model) makes its block's scale infinite and its
+ * quants defined values (Q8_0: 0; Q4_0: 8, NaN ones 0; no out-of-range float-to-int cast, which
+ * UBSan would flag), and leaves the other blocks of the row as they would be. */
+Test(kv_quant, a_non_finite_value_spoils_only_its_own_block) {
+    float x[64];
+    for (int i = 0; i < 64; i++) x[i] = 0.25f * (float)(i - 30);
+    x[3] = INFINITY, x[9] = NAN;
+    static uint8_t kt[KV_BLOCK * 64 * 2], vt[KV_BLOCK * 64 * 2];
+    float out[64];
+    for (size_t ti = 0; ti < ATTND_ARRAY_LEN(QTYPES); ti++) {
+        kv_type t = QTYPES[ti];
+        kvq_store_k(kt, t, 64, 5, x);
+        kvq_store_v(vt, t, 64, 0, x);
+        for (int i = 0; i < 32; i++) {
+            int want = t == KV_Q8_0 ? 0 : i == 3 || i == 9 ? 0 : 8;
+            int got = t == KV_Q8_0 ? (int8_t)vt[2 + i] : i < 16 ? vt[2 + i] & 0xF : vt[2 + i - 16] >> 4;
+            cr_assert_eq(got, want, "%s quant %d: %d", kv_type_name(t), i, got);
+        }
+        kvq_v_to_f32(out, vt, t, 64, 1);
+        float step = t == KV_Q8_0 ? 8.25f / 127 : 8.25f / 8;
+        for (int i = 32; i < 64; i++)
+            cr_assert_leq(fabsf(out[i] - x[i]), step * (t == KV_Q8_0 ? 0.57f : 1.01f), "%s elt %d", kv_type_name(t), i);
+    }
+}
