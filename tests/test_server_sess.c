@@ -401,3 +401,52 @@ Test(sess, owners_see_only_their_own_sessions_and_prompt_cache) {
     cr_expect_eq(sess_acquire(st, NULL, "chat", &s, &err), ATTND_ERR_NOT_FOUND);
     sess_store_destroy(st);
 }
+
+Test(sess, one_key_never_evicts_another_keys_sessions) {
+    sess_store *st = new_store(dir, "m", 6, NULL);
+    sess_store_set_lifetime(st, 0, true);
+    sess_store_set_quota(st, 3);
+    char id[SESS_ID_MAX + 1], name[16];
+    attnd_err err;
+    for (int i = 0; i < 3; i++) {
+        snprintf(name, sizeof(name), "a%d", i);
+        cr_assert_eq(sess_create(st, "aa", name, id, &err), ATTND_OK, "%s", err.msg);
+        usleep(2000);
+    }
+    /* key bb makes 6: from its 4th on, each evicts bb's own oldest */
+    for (int i = 0; i < 6; i++) {
+        snprintf(name, sizeof(name), "b%d", i);
+        cr_assert_eq(sess_create(st, "bb", name, id, &err), ATTND_OK, "%s", err.msg);
+        usleep(2000);
+    }
+    sess_info *v;
+    int n = sess_list_info(st, "aa", &v);
+    cr_assert_eq(n, 3, "all of aa's sessions stay (%d)", n);
+    free(v);
+    n = sess_list_info(st, "bb", &v);
+    cr_assert_eq(n, 3, "bb keeps its quota");
+    for (int i = 0; i < n; i++) cr_assert(strcmp(v[i].id, "b0") && strcmp(v[i].id, "b1") && strcmp(v[i].id, "b2"),
+                                          "bb's oldest went: %s stayed", v[i].id);
+    free(v);
+    /* bb's sessions all busy: nothing of its own to evict, and aa's are not touched */
+    sess *b[3];
+    for (int i = 0; i < 3; i++) {
+        snprintf(name, sizeof(name), "b%d", i + 3);
+        cr_assert_eq(sess_acquire(st, "bb", name, &b[i], NULL), ATTND_OK);
+    }
+    cr_assert_eq(sess_quota_check(st, "bb", &err), ATTND_ERR_NOMEM, "the check a fork calls says so too");
+    cr_assert_eq(sess_create(st, "bb", "b9", id, &err), ATTND_ERR_NOMEM);
+    cr_assert(strstr(err.msg, "max_sessions_per_key"), "the 429 names the quota: %s", err.msg);
+    cr_assert_eq(sess_quota_check(st, "aa", &err), ATTND_OK, "aa may still make one (its own oldest goes)");
+    cr_assert_eq(sess_count(st), 6);
+    for (int i = 0; i < 3; i++) sess_abandon(st, b[i]);
+    /* no per-key quota: the whole store full still takes only the creator's own */
+    sess_store_set_quota(st, 0);
+    cr_assert_eq(sess_create(st, "bb", "b10", id, &err), ATTND_OK, "%s", err.msg);
+    n = sess_list_info(st, "aa", &v);
+    cr_assert_eq(n, 3, "max_sessions reached: bb evicted its own, not aa's");
+    free(v);
+    cr_assert_eq(sess_create(st, "cc", "c0", id, &err), ATTND_ERR_NOMEM, "cc has nothing to evict");
+    cr_assert(strstr(err.msg, "max_sessions"), "%s", err.msg);
+    sess_store_destroy(st);
+}
