@@ -252,11 +252,13 @@ enum MHD_Result ep_response_delete(req *r) {
     attnd_err err;
     int e = 0;
     attnd_status rc = rstore_delete(s->responses, r->owner, id, orphan, &e, &err);
-    if (rc == ATTND_ERR_IO) /* not durably deleted: it stays, and the client hears so */
+    /* the last response of a chain takes its session along (a busy one stays until next time);
+     * also when only the directory sync of the removal failed: the response is gone then */
+    struct kv_seq *kv = NULL;
+    attnd_err serr;
+    if (orphan[0] && sess_delete(s->store, r->owner, orphan, &kv, NULL, &serr) == ATTND_OK) sched_free_kv(s->sch, kv);
+    if (rc == ATTND_ERR_IO) /* not durably deleted: the client hears so */
         return http_respond_error(r, store_failure_status(rc, e), err.msg, NULL);
     if (rc != ATTND_OK) return http_respond_error(r, http_status_of(rc, HTTP_CTX_DEFAULT), err.msg, NULL);
-    /* the last response of a chain takes its session along (a busy one stays until next time) */
-    struct kv_seq *kv = NULL;
-    if (orphan[0] && sess_delete(s->store, r->owner, orphan, &kv, NULL, &err) == ATTND_OK) sched_free_kv(s->sch, kv);
     return http_respond_json(r, 200, responses_deleted(id));
 }

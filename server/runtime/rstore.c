@@ -322,10 +322,14 @@ attnd_status rstore_delete(rstore *s, const char *owner, const char *id, char or
     expire_locked(s);
     entry **at = find(s, owner, id), *e = *at;
     attnd_status rc = e ? ATTND_OK : attnd_fail(err, ATTND_ERR_NOT_FOUND, "no stored response with id '%.64s'", id);
-    /* the file first: a response whose removal is not durable stays, as a restart would find it */
-    if (e && s->sd && (rc = statedir_remove(s->sd, e->owner, id, SUFFIX, sys_errno, err)) != ATTND_OK)
-        slog_error("response %s not deleted: %s", id, err ? err->msg : "I/O error");
-    if (rc == ATTND_OK) {
+    /* the file first: a response whose file stays stays too, as a restart would find it; one whose
+     * file went but whose directory sync failed goes (memory = disk), the answer still an error */
+    bool gone = true;
+    if (e && s->sd && (rc = statedir_remove(s->sd, e->owner, id, SUFFIX, sys_errno, err)) != ATTND_OK) {
+        gone = !statedir_exists(s->sd, e->owner, id, SUFFIX);
+        slog_error("response %s %s: %s", id, gone ? "deleted, but not durably" : "not deleted", err ? err->msg : "I/O error");
+    }
+    if (e && gone) {
         *at = e->next;
         s->n--;
         bool shared = false;

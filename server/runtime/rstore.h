@@ -71,8 +71,10 @@ attnd_status rstore_get(rstore *s, const char *owner, const char *id, json_t **r
 
 /* Removes id and its file, durably (unlink and directory fsync) before it leaves memory.
  * *orphan (may be NULL) receives the session id when no other stored response uses that session
- * any more ("" otherwise), so the caller can delete the session. NOT_FOUND, or IO when the file
- * could not be removed durably (*sys_errno says why): the response stays. */
+ * any more ("" otherwise), so the caller can delete the session. NOT_FOUND, or IO when the
+ * removal could not be made durable (*sys_errno says why): when the file could not be removed the
+ * response stays; when only the directory sync failed the file is gone and so is the response
+ * (memory = disk), though a crash might still bring it back. */
 attnd_status rstore_delete(rstore *s, const char *owner, const char *id, char orphan[SESS_ID_MAX + 1],
                            int *sys_errno, attnd_err *err);
 

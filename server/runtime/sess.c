@@ -445,20 +445,24 @@ attnd_status sess_delete(sess_store *st, const char *owner, const char *id, stru
     if (st->shared) return shared_delete(st, owner, id, kv, err);
     pthread_mutex_lock(&st->mu);
     attnd_status rc = ATTND_OK;
+    struct kv_seq *stray = NULL;
     sess **pp = &st->head;
     while (*pp && ((*pp)->anon || strcmp((*pp)->id, id) || strcmp((*pp)->owner, own(owner)))) pp = &(*pp)->next;
     sess *s = *pp;
     if (!s) rc = attnd_fail(err, ATTND_ERR_NOT_FOUND, "session '%s' not found", id);
     else if (s->busy) rc = attnd_fail(err, ATTND_ERR_BUSY, "session '%s' is busy with another request", id);
-    else if (st->sd && s->on_disk && (rc = statedir_remove(st->sd, s->owner, s->id, SESS_FILE_SUFFIX, sys_errno, err)))
+    else if (st->sd && s->on_disk && (rc = statedir_remove(st->sd, s->owner, s->id, SESS_FILE_SUFFIX, sys_errno, err)) &&
+             statedir_exists(st->sd, s->owner, s->id, SESS_FILE_SUFFIX))
         slog_error("session '%s' not deleted: %s", id, err ? err->msg : "I/O error"); /* it stays, as on disk */
-    else {
+    else { /* removed; when only the directory sync failed (rc IO), not durably: memory = disk */
         *pp = s->next;
         st->n_named--;
-        *kv = s->kv;
+        stray = s->kv;
         sess_free(s);
     }
     pthread_mutex_unlock(&st->mu);
+    if (rc == ATTND_OK) *kv = stray;
+    else give_kv(st, stray); /* a caller that sees the error frees nothing */
     return rc;
 }
 

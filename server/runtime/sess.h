@@ -149,7 +149,9 @@ void sess_store_set_kv_sink(sess_store *st, void (*fn)(void *user, struct kv_seq
 int sess_expire(sess_store *st);
 /* Removes a named session and its file, durably (unlink and directory fsync) before it is gone
  * from memory. Hands back its KV handle in *kv for the scheduler to destroy. NOT_FOUND, BUSY,
- * IO (the file could not be removed: the session stays, *sys_errno says why). */
+ * IO (*sys_errno says why): when the file could not be removed the session stays; when only the
+ * directory sync failed the file is gone and so is the session (memory = disk; its KV then goes
+ * to the store's KV sink, not *kv), though a crash might bring it back. */
 attnd_status sess_delete(sess_store *st, const char *owner, const char *id, struct kv_seq **kv, int *sys_errno,
                          attnd_err *err);
 /* Detaches every KV handle (shutdown): calls fn on each. */
