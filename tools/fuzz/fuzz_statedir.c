@@ -19,14 +19,13 @@
 #include "slog.h"
 #include "statedir.h"
 
-static char g_dir[64], g_fault[96];
+static char g_dir[64], g_fault[128];
 static statedir *g_sd;
 
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
     (void)argc, (void)argv;
-    snprintf(g_dir, sizeof(g_dir), "/tmp/attnd-fuzz-statedir-XXXXXX");
-    if (!mkdtemp(g_dir)) abort();
-    snprintf(g_fault, sizeof(g_fault), "%s.fault", g_dir);
+    /* the fault file lives in the directory too: its name is no entry's, so writes ignore it */
+    fuzz_state_dir("statedir", "faults", g_dir, g_fault);
     setenv("ATTND_FAULT_FILE", g_fault, 1);
     slog_set_level(SERVER_LOG_ERROR);
     attnd_err err;
@@ -34,12 +33,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
     return 0;
 }
 
-static void set_faults(const uint8_t *p, size_t n) {
-    FILE *f = fopen(g_fault, "wb");
-    if (!f) abort();
-    if (n) fwrite(p, 1, n, f);
-    fclose(f);
-}
+static void set_faults(const uint8_t *p, size_t n) { fuzz_write_file(g_fault, p, n); }
 
 /* The entry's text ("" and false when there is no file). */
 static bool holds(char **text, size_t *len) {
