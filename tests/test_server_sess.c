@@ -5,6 +5,7 @@
  * non-NULL pointers stand in for the scheduler's kv_seqs, since the store never dereferences them.
  */
 #include <criterion/criterion.h>
+#include <errno.h>
 #include <dirent.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -448,5 +449,33 @@ Test(sess, one_key_never_evicts_another_keys_sessions) {
     free(v);
     cr_assert_eq(sess_create(st, "cc", "c0", id, &err), ATTND_ERR_NOMEM, "cc has nothing to evict");
     cr_assert(strstr(err.msg, "max_sessions"), "%s", err.msg);
+    sess_store_destroy(st);
+}
+
+Test(sess, a_delete_whose_directory_sync_fails_is_an_error_and_memory_follows_the_disk) {
+    sess_store *st = new_store(dir, "m", 4, "keep", "gone", NULL);
+    cr_assert_eq(sess_persist(st, NULL, "keep", NULL, NULL), ATTND_OK);
+    cr_assert_eq(sess_persist(st, NULL, "gone", NULL, NULL), ATTND_OK);
+    char fault[96];
+    snprintf(fault, sizeof(fault), "%s.fault", dir);
+    setenv("ATTND_FAULT_FILE", fault, 1);
+    FILE *f = fopen(fault, "w");
+    cr_assert_not_null(f);
+    fputs("unlink EROFS keep.session\ndirsync EIO gone.session\n", f);
+    fclose(f);
+    struct kv_seq *kv;
+    int e = 0;
+    attnd_err err;
+    cr_assert_eq(sess_delete(st, NULL, "keep", &kv, &e, &err), ATTND_ERR_IO);
+    cr_assert_eq(e, EROFS);
+    cr_assert(file_exists("keep") && sess_count(st) == 2, "the file stays, so does the session");
+    cr_assert_eq(sess_delete(st, NULL, "gone", &kv, &e, &err), ATTND_ERR_IO, "not durable: an error");
+    cr_assert_eq(e, EIO);
+    cr_assert_not(file_exists("gone"));
+    cr_assert_eq(sess_count(st), 1, "the file went, so did the session: a restart finds the same");
+    unlink(fault);
+    sess_store_destroy(st);
+    st = new_store(dir, "m", 4, NULL);
+    cr_assert_eq(sess_count(st), 1);
     sess_store_destroy(st);
 }
