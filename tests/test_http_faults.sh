@@ -230,6 +230,15 @@ check "store: false still answers ($code)" test "$code" = 200
 code=$(qa a /v1/responses -d "$ask")
 check "key A stores beside B's full quota ($code)" test "$code" = 200
 stop_server quota || bad "SIGTERM exit status (quota)"
+start_server quota --model "$MODEL" --threads 1 --max-sessions 6 --api-key-file "$TMP/qkeys" --no-session-evict-lru
+Q=$quota_PORT
+for i in 1 2 3; do qa b /v1/sessions -d "{\"id\":\"b$i\"}" >/dev/null; done
+code=$(qa b /v1/sessions -d '{"id":"b4"}')
+check "without LRU, a key's 4th session of a 6-session server is a 429 naming max_sessions_per_key ($code)" \
+    bash -c "[ $code = 429 ] && grep -q max_sessions_per_key '$TMP/q'"
+code=$(qa a /v1/sessions -d '{"id":"a1"}')
+check "while the other key still makes one ($code)" test "$code" = 200
+stop_server quota || bad "SIGTERM exit status (quota)"
 
 # ---- 2: kill -9 while turns are being saved ----------------------------------------------------
 for round in 1 2 3; do
