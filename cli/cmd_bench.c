@@ -26,7 +26,7 @@
 
 static const char *USAGE =
     "usage: attnd bench [--model PATH] [--threads 1] [--prompt-len 128] [--n 128] [--reps 3]\n"
-    "                   [--kv-type f16|f32] [--peer-dir DIR | --no-peer] [--growth-len N | --no-growth]\n"
+    "                   [--kv-type f16|f32|q8_0|q4_0] [--peer-dir DIR | --no-peer] [--growth-len N | --no-growth]\n"
     "                   [--json]\n"
     "\n"
     "Prints attnd's prefill and decode tokens/s, the same for llama.cpp (node-llama-cpp peer) on the\n"
@@ -163,7 +163,7 @@ static bool peer_run(const bench_ctx *c, int ctx, double *prefill_tps, double *d
     snprintf(cmd, cap,
              "cd '%s' && node generate.mjs --model '%s' --tokens %s --n %d --threads %d --ctx %d --kv-type %s "
              "--json 2>/dev/null",
-             c->peer, model, c->ids, c->o.n_gen, c->o.threads, ctx, c->o.kv == KV_F32 ? "f32" : "f16");
+             c->peer, model, c->ids, c->o.n_gen, c->o.threads, ctx, kv_type_name(c->o.kv));
     free(model);
     FILE *p = popen(cmd, "r");
     free(cmd);
@@ -362,7 +362,7 @@ int cmd_bench(int argc, char **argv) {
     if (!c.o.no_peer) c.peer = find_peer(c.o.peer_dir);
     const model_info *mi = model_info_get(c.m);
     printf("model %s (%s, %d layers, embd %d, vocab %d), %d thread(s), KV %s, prompt %d, generate %d\nkernels %s\n",
-           c.o.model, mi->arch, mi->n_layer, mi->n_embd, mi->n_vocab, c.o.threads, c.o.kv == KV_F32 ? "f32" : "f16",
+           c.o.model, mi->arch, mi->n_layer, mi->n_embd, mi->n_vocab, c.o.threads, kv_type_name(c.o.kv),
            c.o.prompt_len, c.o.n_gen, cpuinfo_kernels());
     fflush(stdout);
     if (measure_speed(&c, &err)) goto fail;

@@ -22,6 +22,7 @@
 #include "attn_ops.h"
 #include "block.h"
 #include "kv_layout.h"
+#include "kv_quant.h"
 #include "model_internal.h"
 #include "quant.h"
 #include "threads.h"
@@ -327,7 +328,12 @@ static void kv_store(engine *e, const batch_entry *entries, int n, int layer) {
         int pos = entries[t].pos, b = pos / KV_BLOCK, slot = pos % KV_BLOCK;
         const float *kr = e->k + (size_t)t * KV, *vr = e->v + (size_t)t * KV;
         void *kd = kv_k_block(s, layer, b);
-        if (s->pool->type == KV_F32) {
+        if (kvq_is_quant(s->pool->type)) { /* each head's row quantized in blocks of 32 */
+            for (int g = 0; g < n_kv; g++) {
+                kvq_store_k(kv_k_tile(s, layer, b, g), s->pool->type, hd, slot, kr + (size_t)g * hd);
+                kvq_store_v(kv_v_tile(s, layer, b, g), s->pool->type, hd, slot, vr + (size_t)g * hd);
+            }
+        } else if (s->pool->type == KV_F32) {
             float *kc = (float *)kd + slot;
             for (int i = 0; i < KV; i++) kc[(size_t)i * KV_BLOCK] = kr[i];
             for (int g = 0; g < n_kv; g++)
@@ -343,9 +349,13 @@ static void kv_store(engine *e, const batch_entry *entries, int n, int layer) {
 }
 
 /* The keys of kv head g in block b of s as a (hd, KV_BLOCK) F32 tile: read in place from an F32
- * cache, converted into buf (hd, KV_BLOCK) from an F16 one. */
+ * cache, converted into buf (hd, KV_BLOCK) from an F16 or quantized one. */
 static const float *k_tile(const kv_seq *s, int layer, int b, int g, int hd, float *buf) {
     if (s->pool->type == KV_F32) return kv_k_tile(s, layer, b, g);
+    if (kvq_is_quant(s->pool->type)) {
+        kvq_k_to_f32(buf, kv_k_tile(s, layer, b, g), s->pool->type, hd);
+        return buf;
+    }
     quant_f16_to_f32_row(buf, kv_k_tile(s, layer, b, g), (int64_t)hd * KV_BLOCK);
     return buf;
 }
@@ -354,7 +364,9 @@ static const float *k_tile(const kv_seq *s, int layer, int b, int g, int hd, flo
  * that the tile step reads as they are or converts into t's scratch (attn_tile). */
 static void tile_source(attn_tile *t, const kv_seq *s, int layer, int b, int g) {
     const void *k = kv_k_tile(s, layer, b, g), *v = kv_v_tile(s, layer, b, g);
-    if (s->pool->type == KV_F32)
+    if (kvq_is_quant(s->pool->type))
+        t->KQ = k, t->VQ = v, t->kvq = (int)s->pool->type;
+    else if (s->pool->type == KV_F32)
         t->KT = k, t->V = v;
     else
         t->KT16 = k, t->V16 = v;
@@ -363,8 +375,8 @@ static void tile_source(attn_tile *t, const kv_seq *s, int layer, int b, int g) 
 /* Asks for kv head g's key and value tiles of block b into L2 while earlier tiles are worked on:
  * they are two sequential runs, but short ones the hardware prefetchers pick up late. Always
  * inlined: GCC takes a function made only of prefetches for one without effect and drops its calls. */
-static inline __attribute__((always_inline)) void kv_prefetch(const kv_seq *s, int layer, int b, int g, int hd) {
-    size_t bytes = (size_t)hd * KV_BLOCK * s->pool->elt;
+static inline __attribute__((always_inline)) void kv_prefetch(const kv_seq *s, int layer, int b, int g) {
+    size_t bytes = s->pool->tile_bytes;
     const char *k = kv_k_tile(s, layer, b, g), *v = kv_v_tile(s, layer, b, g);
     for (size_t o = 0; o < bytes; o += 64) {
         __builtin_prefetch(k + o, 0, 2);
@@ -401,8 +413,8 @@ static void attend(const engine *e, attn_slot *sl, const batch_entry *entries, q
                    .scale = e->m->attn_scale, .softcap = e->m->attn_softcap, .window = window};
     int b0 = window && pos0 - window + 1 > 0 ? (pos0 - window + 1) / KV_BLOCK : 0; /* the first tile in view */
     for (int b = b0, base = b0 * KV_BLOCK; base < n_keys_max; b++, base += KV_BLOCK) {
-        if (b == b0 && base + KV_BLOCK < n_keys_max) kv_prefetch(seq, layer, b + 1, g, hd);
-        if (base + 2 * KV_BLOCK < n_keys_max) kv_prefetch(seq, layer, b + 2, g, hd); /* two tiles ahead */
+        if (b == b0 && base + KV_BLOCK < n_keys_max) kv_prefetch(seq, layer, b + 1, g);
+        if (base + 2 * KV_BLOCK < n_keys_max) kv_prefetch(seq, layer, b + 2, g); /* two tiles ahead */
         t.cnt = n_keys_max - base < KV_BLOCK ? n_keys_max - base : KV_BLOCK;
         tile_source(&t, seq, layer, b, g);
         int qi0 = base > pos0 ? base - pos0 : 0; /* the first query that reaches this tile */
