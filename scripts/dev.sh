@@ -48,8 +48,9 @@ build() { # build DIR [cmake args...]: everything
     cmake --build "$dir" -j"$(nproc)"
 }
 
-# The threads meet in the server (MHD's connection threads, the scheduler thread, the engine's
-# worker pool): tests/stress_server.c drives them all at once under ThreadSanitizer. Criterion's
+# The threads meet in the server (MHD's connection threads and the connection watchdog, the
+# scheduler thread, the engine's worker pool, the file and Redis session stores):
+# tests/stress_server.c drives them all at once under ThreadSanitizer. Criterion's
 # runner cannot start under TSan (Snaipe/Criterion#274), so the stress program is a plain one, and
 # only it is built there: the extra build stays a few minutes on two cores.
 tsan_tests() {
