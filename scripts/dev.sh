@@ -83,7 +83,8 @@ test)
     build build -DCMAKE_BUILD_TYPE=Release -DATTND_WERROR=ON -DATTND_BUILD_TESTS=ON
     # in parallel, one test per core: the server tests mostly wait, so the cores stay busy
     (cd build && ctest --output-on-failure -j"$(nproc)")
-    build build-asan -DCMAKE_BUILD_TYPE=Debug -DATTND_SANITIZE=ON -DATTND_WERROR=ON -DATTND_BUILD_TESTS=ON
+    build build-asan -DCMAKE_BUILD_TYPE=Debug -DATTND_SANITIZE=ON -DATTND_WERROR=ON -DATTND_BUILD_TESTS=ON \
+        -DATTND_TEST_MODELS_DIR="$PWD/build/test-models" # reuse the Release pass's quantized models
     (cd build-asan && ATTND_SANITIZED=1 ctest --output-on-failure -j"$(nproc)")
     tsan_tests
     tools/fuzz/run.sh "${FUZZ_SECONDS:-15}"
