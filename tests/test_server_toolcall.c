@@ -235,7 +235,7 @@ Test(toolcall, the_forcing_grammar_accepts_only_valid_calls) {
     cr_assert_eq(spec_of(body, false, &s, &param), ATTND_OK);
     buf gb = {0};
     attnd_err err;
-    cr_assert_eq(toolcall_grammar(&s, &gb, &err), ATTND_OK, "%s", err.msg);
+    cr_assert_eq(toolcall_grammar(&s, TOOLCALL_FMT_HERMES, &gb, &err), ATTND_OK, "%s", err.msg);
     grammar *g;
     cr_assert_eq(grammar_compile(&g, gb.p, gb.len, &err), ATTND_OK, "%s\n%s", err.msg, gb.p);
     const char *good = "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Rome\", \"days\": 3}}\n"
@@ -254,6 +254,43 @@ Test(toolcall, the_forcing_grammar_accepts_only_valid_calls) {
     cr_assert_str_eq(out.args[0], "{\"city\":\"Rome\",\"days\":3}");
     grammar_unref(g);
     buf_free(&gb);
+    toolcall_spec_free(&s);
+}
+
+/* The Llama 3.1 and Mistral forms: what each template writes, and what the parser reads back. */
+Test(toolcall, the_forcing_grammar_writes_each_templates_format) {
+    toolcall_spec s;
+    const char *param;
+    char body[2048];
+    snprintf(body, sizeof(body), "{%s,\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"get_weather\"}}}",
+             TOOLS);
+    cr_assert_eq(spec_of(body, false, &s, &param), ATTND_OK);
+    static const struct {
+        toolcall_format f;
+        const char *good, *bad;
+    } CASES[] = {
+        {TOOLCALL_FMT_LLAMA, "{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Rome\", \"days\": 3}}",
+         "{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Rome\"}}"},
+        {TOOLCALL_FMT_MISTRAL, "[{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Rome\", \"days\": 3}}]",
+         "[{\"name\": \"ping\", \"arguments\": {}}]"},
+    };
+    for (size_t k = 0; k < ATTND_ARRAY_LEN(CASES); k++) {
+        buf gb = {0};
+        attnd_err err;
+        cr_assert_eq(toolcall_grammar(&s, CASES[k].f, &gb, &err), ATTND_OK, "%s", err.msg);
+        grammar *g;
+        cr_assert_eq(grammar_compile(&g, gb.p, gb.len, &err), ATTND_OK, "%s\n%s", err.msg, gb.p);
+        cr_expect(sentence(g, CASES[k].good), "format %d: %s\n%s", CASES[k].f, CASES[k].good, gb.p);
+        cr_expect(!sentence(g, CASES[k].bad), "format %d refuses %s", CASES[k].f, CASES[k].bad);
+        const char *trig = toolcall_trigger(CASES[k].f);
+        cr_expect(!strncmp(CASES[k].good, trig, strlen(trig)), "a call starts with its trigger %s", trig);
+        parsed out;
+        run(CASES[k].good, true, 5, 0, &out);
+        cr_expect_eq(out.n_calls, 1, "format %d parses back", CASES[k].f);
+        cr_expect_str_eq(out.args[0], "{\"city\":\"Rome\",\"days\":3}");
+        grammar_unref(g);
+        buf_free(&gb);
+    }
     toolcall_spec_free(&s);
 }
 

@@ -266,6 +266,7 @@ static enum MHD_Result generate(req *r, bool chat) {
     const char *param = NULL;
     attnd_err err;
     attnd_status st = oai_parse(b, chat, &s->cfg, s->n_vocab, &r->oreq, &param, &err);
+    if (st == ATTND_OK) st = oai_bind_template(&r->oreq, s->chat.takes_tools, s->chat.tool_format, &err);
     if (st != ATTND_OK) return http_respond_error(r, http_status_of(st, HTTP_CTX_PARSE), err.msg, param);
     attnd_random_id(r->resp_id, sizeof(r->resp_id), r->chat ? "chatcmpl-" : "cmpl-");
     r->rctx = (oai_resp_ctx){r->resp_id, s->model_id, (long long)time(NULL), r->chat, r->oreq.include_usage,

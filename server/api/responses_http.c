@@ -115,6 +115,7 @@ static bool parse_turn(req *r, json_t *b, enum MHD_Result *ret) {
         st->chat_body = responses_chat_body(&st->rq, st->earlier);
         rc = st->chat_body ? oai_parse(st->chat_body, true, &s->cfg, s->n_vocab, &r->oreq, &param, &err)
                            : attnd_fail(&err, ATTND_ERR_NOMEM, "out of memory");
+        if (rc == ATTND_OK) rc = oai_bind_template(&r->oreq, s->chat.takes_tools, s->chat.tool_format, &err);
         if (param && !strcmp(param, "messages")) param = "input";
     }
     if (rc == ATTND_OK) return true;

@@ -40,6 +40,16 @@ typedef enum toolcall_choice {
     TOOLCALL_NAMED,      /* a grammar forces a call of `name` */
 } toolcall_choice;
 
+/* How a chat template writes a call (chat.c finds it by rendering a probe call): the format
+ * the forcing grammar produces and whose opening text switches the lazy grammar on. */
+typedef enum toolcall_format {
+    TOOLCALL_FMT_HERMES = 0, /* <tool_call>\n{"name": …, "arguments": …}\n</tool_call> (Hermes, Qwen,
+                              * and the built-in families' description) */
+    TOOLCALL_FMT_LLAMA,      /* {"name": …, "parameters": …} (Llama 3.1+ JSON tool calling) */
+    TOOLCALL_FMT_MISTRAL,    /* [TOOL_CALLS] then [{"name": …, "arguments": …}] (the marker is a
+                              * control token: the grammar writes the array after it) */
+} toolcall_format;
+
 /* A request's tools, as validated from "tools" / "tool_choice" / "parallel_tool_calls". */
 typedef struct toolcall_spec {
     json_t *tools;       /* array of {"name", "description", "parameters"} (owned; NULL = none) */
@@ -67,10 +77,13 @@ bool toolcall_system_prompt(const toolcall_spec *s, buf *out);
 attnd_status toolcall_render_calls(const json_t *tool_calls, buf *out, attnd_err *err);
 bool toolcall_render_result(const char *content, buf *out);
 
-/* The GBNF that forces a call (REQUIRED: any of the tools; NAMED: that one; parallel: one or
- * more), each call's arguments under its parameters' schema. Appended to out. Errors: the
- * schema conversion's (json_schema.h), naming the tool. */
-attnd_status toolcall_grammar(const toolcall_spec *s, buf *out, attnd_err *err);
+/* The GBNF of a call in format f (REQUIRED / AUTO: any of the tools; NAMED: that one;
+ * parallel: one or more), each call's arguments under its parameters' schema. Every sentence
+ * starts with toolcall_trigger(f), so the same grammar serves the lazy start of tool_choice
+ * auto. Appended to out. Errors: the schema conversion's (json_schema.h), naming the tool. */
+attnd_status toolcall_grammar(const toolcall_spec *s, toolcall_format f, buf *out, attnd_err *err);
+/* The text that opens a call in format f (static). */
+const char *toolcall_trigger(toolcall_format f);
 
 // ---- the output parser ----
 
