@@ -89,7 +89,7 @@ static json_t *choice_body(req *r, int k, sched_output *failed) {
     json_t *body = oai_final(&r->rctx, &g, echo, echo_len);
     free(echo);
     if (body && r->chat) toolcall_apply(json_array_get(json_object_get(body, "choices"), 0), g.text, g.text_len,
-                                        calls_parsed(r));
+                                        calls_parsed(r), NULL);
     return body;
 }
 

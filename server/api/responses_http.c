@@ -36,6 +36,7 @@ typedef struct rsp_state {
 static void rsp_state_free(void *p) {
     rsp_state *st = p;
     responses_request_free(&st->rq);
+    responses_stream_free(&st->ev);
     json_decref(st->chat_body);
     json_decref(st->earlier);
     free(st);

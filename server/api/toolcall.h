@@ -14,12 +14,16 @@
  * and, when the request has tools, an answer that is only a JSON object {"name", "arguments" |
  * "parameters"} (Llama 3.x's bare JSON, the generic fallback) or an array of them. Text that
  * could still become one of these markers is held back until it is decided, so the result is
- * the same however the text is cut into chunks. A call whose JSON does not parse stays content.
+ * the same however the text is cut into chunks. A block whose JSON is no call stays content.
  *
  * Streamed deltas follow OpenAI's chat chunks: {"content": …}, {"reasoning_content": …}, and
  * {"tool_calls": [{"index", "id", "type": "function", "function": {"name", "arguments": ""}}]}
  * followed by {"tool_calls": [{"index", "function": {"arguments": FRAGMENT}}]}; a call's
- * fragments concatenate to its arguments' JSON text.
+ * fragments concatenate to its arguments' JSON text. A call of the usual shape ({"name": …,
+ * "arguments" | "parameters": {…}}, name first) opens as soon as its name and the start of its
+ * arguments are read, and the arguments then stream as they arrive, blanks outside strings
+ * dropped (the compact form, also in the whole answer); a call cut short (max_tokens, a
+ * </tool_call> inside its JSON) keeps what came. Other shapes are taken whole once complete.
  *
  * Pure functions of JSON and text (no model, no HTTP). A parser belongs to one choice.
  */
@@ -92,6 +96,9 @@ typedef struct toolcall_parser toolcall_parser;
  * reasoning <think> / harmony analysis is split off either way. Errors: NOMEM (NULL). */
 toolcall_parser *toolcall_parser_create(bool calls);
 void toolcall_parser_destroy(toolcall_parser *p); /* accepts NULL */
+/* Call ids become "call_" base "_" index (copied, up to 47 bytes; NULL or "" = random), so that
+ * two parsers of the same text name the same calls (a streamed response and its final object). */
+void toolcall_parser_set_id_base(toolcall_parser *p, const char *base);
 /* Feeds text[n]; appends the deltas it can release now to deltas (a JSON array). */
 void toolcall_parser_feed(toolcall_parser *p, const char *text, size_t n, json_t *deltas);
 /* The end of the output: releases what was held back (an unfinished call as content). */
@@ -106,7 +113,8 @@ int toolcall_parser_n_calls(const toolcall_parser *p);
 
 /* A whole chat choice ({"message": {...}, "finish_reason"}, changed in place) for the output
  * text[n]: content, reasoning_content and tool_calls split out, finish_reason "tool_calls" when
- * the answer is calls. false: out of memory (choice unchanged). */
-bool toolcall_apply(json_t *choice, const char *text, size_t n, bool calls);
+ * the answer is calls; id_base as toolcall_parser_set_id_base. false: out of memory (choice
+ * unchanged). */
+bool toolcall_apply(json_t *choice, const char *text, size_t n, bool calls, const char *id_base);
 
 #endif
