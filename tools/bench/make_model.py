@@ -9,7 +9,10 @@ takes is that of a real model of that shape).
 Types: F32, Q8_0, Q4_0, Q4_K_M (Q4_K everywhere but output and ffn_down, which are Q6_K, as
 llama.cpp's Q4_K_M mix does for those two). Quantized blocks are random bytes whose scale fields
 are set so that weights have a standard deviation of roughly 0.02 (no NaN or infinity can occur).
-The vocabulary is a SentencePiece-style one: <unk>, <s>, </s>, 256 byte tokens, then "w<i>".
+The vocabulary is a SentencePiece-style one: <unk>, <s>, </s>, 256 byte tokens, then "w<i>";
+--tokenizer TOK.gguf takes a real one instead (every tokenizer.* key of that GGUF, e.g. the 32k
+SentencePiece or the 151,936-token qwen2 BPE vocabularies of ../shared/tokenizers), so that text
+such as JSON tokenizes as it would for a real model (tools/bench/grammar_vs_llamacpp.sh).
 
 GGUF layout (v3, little endian): magic, version, tensor count, key-value count; the key-values;
 the tensor infos (name, dims innermost first, type, offset); padding to the alignment (32); data.
@@ -84,6 +87,49 @@ class Gguf:
                 f.write(b"\0" * (-len(data) % ALIGN))
 
 
+# GGUF scalar value types and their struct formats (8: string, 9: array)
+SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"}
+
+
+def tokenizer_records(path):
+    """The raw key-value records of path whose key starts with "tokenizer.", and the token count."""
+    data = open(path, "rb").read()
+    if data[:4] != b"GGUF":
+        sys.exit(f"make_model.py: {path} is not a GGUF file")
+    n_kv = struct.unpack_from("<Q", data, 16)[0]
+    pos, records, n_tokens = 24, [], 0
+
+    def skip(vtype, pos, count_out=None):
+        if vtype == VT_STR:
+            return pos + 8 + struct.unpack_from("<Q", data, pos)[0]
+        if vtype == VT_ARR:
+            etype, n = struct.unpack_from("<IQ", data, pos)
+            if count_out is not None:
+                count_out.append(n)
+            pos += 12
+            if etype in SCALARS:
+                return pos + n * struct.calcsize(SCALARS[etype])
+            for _ in range(n):
+                pos = skip(etype, pos)
+            return pos
+        return pos + struct.calcsize(SCALARS[vtype])
+
+    for _ in range(n_kv):
+        start = pos
+        klen = struct.unpack_from("<Q", data, pos)[0]
+        key = data[pos + 8:pos + 8 + klen].decode()
+        vtype = struct.unpack_from("<I", data, pos + 8 + klen)[0]
+        count = []
+        pos = skip(vtype, pos + 12 + klen, count)
+        if key.startswith("tokenizer."):
+            records.append(data[start:pos])
+            if key == "tokenizer.ggml.tokens":
+                n_tokens = count[0]
+    if not n_tokens:
+        sys.exit(f"make_model.py: {path} has no tokenizer.ggml.tokens")
+    return records, n_tokens
+
+
 def random_tensor(rng, tname, rows, cols):
     """(rows, cols) weights of type tname as bytes: random blocks with fixed, small scales."""
     _, elems, nbytes, scales = QTYPES[tname]
@@ -117,13 +163,17 @@ def build(a):
         g.add("llama." + key, VT_U32, val)
     g.add("llama.attention.layer_norm_rms_epsilon", VT_F32, 1e-5)
     g.add("llama.rope.freq_base", VT_F32, 10000.0)
-    toks, scores, types = vocabulary(a.vocab)
-    g.add("tokenizer.ggml.model", VT_STR, "llama")
-    g.add_array("tokenizer.ggml.tokens", VT_STR, toks)
-    g.add_array("tokenizer.ggml.scores", VT_F32, scores)
-    g.add_array("tokenizer.ggml.token_type", VT_I32, types)
-    for key, val in [("bos_token_id", 1), ("eos_token_id", 2), ("unknown_token_id", 0)]:
-        g.add("tokenizer.ggml." + key, VT_U32, val)
+    if a.tokenizer:
+        records, a.vocab = tokenizer_records(a.tokenizer)
+        g.kv.extend(records)
+    else:
+        toks, scores, types = vocabulary(a.vocab)
+        g.add("tokenizer.ggml.model", VT_STR, "llama")
+        g.add_array("tokenizer.ggml.tokens", VT_STR, toks)
+        g.add_array("tokenizer.ggml.scores", VT_F32, scores)
+        g.add_array("tokenizer.ggml.token_type", VT_I32, types)
+        for key, val in [("bos_token_id", 1), ("eos_token_id", 2), ("unknown_token_id", 0)]:
+            g.add("tokenizer.ggml." + key, VT_U32, val)
 
     main = "Q4_K" if a.type == "Q4_K_M" else a.type
     head = "Q6_K" if a.type == "Q4_K_M" else a.type
@@ -156,6 +206,7 @@ def main():
     ap.add_argument("--vocab", type=int, default=32000)
     ap.add_argument("--ctx", type=int, default=2048)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--tokenizer", help="take the vocabulary (every tokenizer.* key) of this GGUF; sets --vocab")
     a = ap.parse_args()
     if a.dim % a.heads or a.heads % a.kv_heads:
         sys.exit("make_model.py: --dim must divide by --heads, and --heads by --kv-heads")
