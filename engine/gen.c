@@ -225,7 +225,8 @@ static int32_t constrain(gen *g, const float *logits, int32_t id, bool *stuck) {
     if (g->phase == PH_PROBE) {
         const char *b;
         size_t n = token_bytes(g, id, &b);
-        if (n > 0 && probe_agrees(g, b, n)) return id;
+        /* a control token that writes no text (not the end) leaves the text, and the probe, as is */
+        if (n > 0 ? probe_agrees(g, b, n) : !is_eog(g, id)) return id;
         id = probe_leave(g, logits, id);
         if (g->phase == PH_PROBE) return id;
     }

@@ -347,8 +347,10 @@ static void teardown(void) {
 static const char *OBJ_GRAMMAR = "root ::= \"{\" ( pair (\",\" \" \"? pair)* )? \"}\"\n"
                                  "pair ::= \"\\\"\" [ab]+ \"\\\"\" \":\" \" \"? (\"true\" | \"false\" | [12]+)\n";
 
-/* Generates up to max tokens from random logits (seeded); the text in out. */
-static stop_reason generate(const grammar *g, uint64_t seed, float temperature, int max, char *out, size_t cap) {
+/* Generates up to max tokens under g from random logits (seeded, uniform in [0, 1000 / scale)),
+ * logits[boost] raised by 2 and logits[ban] at -inf (-1: none); the text in out. */
+static stop_reason generate_random(const grammar *g, int n_vocab, uint64_t seed, float temperature, float scale,
+                                   int boost, int ban, int max, char *out, size_t cap) {
     gen_params p = {.top_logprobs = -1, .grammar = g, .gvocab = gvocab};
     sampler_params_default(&p.sp);
     p.sp.temperature = temperature;
@@ -357,17 +359,18 @@ static stop_reason generate(const grammar *g, uint64_t seed, float temperature, 
     gen *ge;
     attnd_err err;
     const int32_t prompt[1] = {1};
-    cr_assert_eq(gen_create(&ge, &p, G_N, tok, prompt, 1, &err), ATTND_OK, "%s", err.msg);
+    cr_assert_eq(gen_create(&ge, &p, n_vocab, tok, prompt, 1, &err), ATTND_OK, "%s", err.msg);
     uint64_t x = seed * 2654435761u + 1;
     size_t len = 0;
     stop_reason why = STOP_NONE;
     for (int n = 0; n < max && why == STOP_NONE; n++) {
-        float logits[G_N];
-        for (int i = 0; i < G_N; i++) {
+        float logits[64];
+        for (int i = 0; i < n_vocab; i++) {
             x = x * 6364136223846793005ULL + 1442695040888963407ULL;
-            logits[i] = (float)((x >> 40) % 1000) / 100.0f;
+            logits[i] = (float)((x >> 40) % 1000) / scale;
         }
-        logits[G_EOS] += 2; /* the model would like to stop early */
+        if (boost >= 0) logits[boost] += 2;
+        if (ban >= 0) logits[ban] = -INFINITY;
         gen_token t;
         why = gen_next(ge, logits, NULL, &t);
         cr_assert_lt(len + t.n_text, cap);
@@ -381,6 +384,11 @@ static stop_reason generate(const grammar *g, uint64_t seed, float temperature, 
     out[len + n_tail] = '\0';
     gen_destroy(ge);
     return why;
+}
+
+/* The model would like to stop early: end-of-generation gets a boost. */
+static stop_reason generate(const grammar *g, uint64_t seed, float temperature, int max, char *out, size_t cap) {
+    return generate_random(g, G_N, seed, temperature, 100.0f, G_EOS, -1, max, out, cap);
 }
 
 TestSuite(grammar_gen, .init = setup, .fini = teardown);
@@ -444,38 +452,8 @@ enum { L_N = sizeof(L_PIECES) / sizeof(L_PIECES[0]), L_GT_BRACE = 22 };
 static void lazy_setup(void) { setup_vocab(L_PIECES, L_N); }
 TestSuite(grammar_lazy, .init = lazy_setup, .fini = teardown);
 
-/* Random logits at temperature 1 (seeded) under g, with token ban[] at -inf (-1: none); the
- * text in out. */
 static stop_reason generate_lazy(const grammar *g, uint64_t seed, int ban, int max, char *out, size_t cap) {
-    gen_params p = {.top_logprobs = -1, .grammar = g, .gvocab = gvocab};
-    sampler_params_default(&p.sp);
-    p.sp.temperature = 1, p.sp.top_k = 0, p.sp.top_p = 1, p.sp.min_p = 0, p.sp.seed = seed;
-    gen *ge;
-    attnd_err err;
-    cr_assert_eq(gen_create(&ge, &p, L_N, tok, NULL, 0, &err), ATTND_OK, "%s", err.msg);
-    uint64_t x = seed * 2654435761u + 7;
-    size_t len = 0;
-    stop_reason why = STOP_NONE;
-    for (int n = 0; n < max && why == STOP_NONE; n++) {
-        float logits[L_N];
-        for (int i = 0; i < L_N; i++) {
-            x = x * 6364136223846793005ULL + 1442695040888963407ULL;
-            logits[i] = (float)((x >> 40) % 1000) / 250.0f;
-        }
-        if (ban >= 0) logits[ban] = -INFINITY;
-        gen_token t;
-        why = gen_next(ge, logits, NULL, &t);
-        cr_assert_lt(len + t.n_text, cap);
-        memcpy(out + len, t.text, t.n_text);
-        len += t.n_text;
-    }
-    const char *tail;
-    size_t n_tail;
-    gen_finish(ge, &tail, &n_tail);
-    memcpy(out + len, tail, n_tail);
-    out[len + n_tail] = '\0';
-    gen_destroy(ge);
-    return why;
+    return generate_random(g, L_N, seed, 1.0f, 250.0f, -1, ban, max, out, cap);
 }
 
 static grammar *lazy_grammar(const char *src, const char *trigger, bool skip) {
@@ -603,6 +581,11 @@ Test(grammar_lazy, a_think_prefix_the_grammar_accepts_leaves_the_probe) {
     const int s2[] = {3, 21, 4, 10, 21, 16, 17, 2};
     scripted(g, s2, 8, out, sizeof(out), &why);
     cr_expect(!strncmp(out, "<thi", 4) || !strncmp(out, "<think", 6), "got %s", out);
+    /* a control token that writes nothing ("<s>") leaves the probe as it was */
+    const int s3[] = {1, 9, 21, 10, 16, 17, 2};
+    scripted(g, s3, 7, out, sizeof(out), &why);
+    cr_expect_str_eq(out, "<think>x</think>{}");
+    cr_expect_eq(why, STOP_GRAMMAR);
     grammar_unref(g);
 }
 

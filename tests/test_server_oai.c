@@ -454,6 +454,20 @@ static json_t *as_openai_body(const json_t *vars) {
     return body;
 }
 
+/* body through the server's path (oai_parse, oai_bind_template, oai_chat_input) and ct: the
+ * rendering in *o (the caller's). */
+static void render_request(const chat_template *ct, const json_t *body, jinja_output *o) {
+    oai_request r;
+    const char *param;
+    attnd_err err;
+    cr_assert_eq(oai_parse(body, true, &cfg, 512, &r, &param, &err), ATTND_OK, "%s", err.msg);
+    cr_assert_eq(oai_bind_template(&r, ct->takes_tools, ct->tool_format, &err), ATTND_OK, "%s", err.msg);
+    chat_request cr;
+    oai_chat_input(&r, &cr);
+    cr_assert_eq(chat_template_render(ct, &cr, o, &err), ATTND_OK, "%s", err.msg);
+    oai_request_free(&r);
+}
+
 /* The server's path (oai_parse, oai_bind_template, oai_chat_input, the template) gives the
  * rendering jinja2 gives the same conversation in Hugging Face's shape (expected.json, made by
  * tests/data/templates/render_reference.py): the template itself shows the tools and writes the
@@ -495,19 +509,12 @@ Test(oai, tool_aware_templates_get_the_tools_and_turns_as_sent) {
         for (int c = 0; c < (T[t].history ? 2 : 1); c++) {
             const char *cname = c ? "tool_call_and_result" : "tools";
             json_t *body = as_openai_body(json_object_get(cases, cname));
-            oai_request r;
-            const char *param;
-            cr_assert_eq(oai_parse(body, true, &cfg, 512, &r, &param, &err), ATTND_OK, "%s", err.msg);
-            cr_assert_eq(oai_bind_template(&r, ct.takes_tools, ct.tool_format, &err), ATTND_OK, "%s", err.msg);
-            chat_request cr;
-            oai_chat_input(&r, &cr);
             jinja_output o;
-            cr_assert_eq(chat_template_render(&ct, &cr, &o, &err), ATTND_OK, "%s/%s: %s", T[t].name, cname, err.msg);
+            render_request(&ct, body, &o);
             const char *want = json_string_value(json_object_get(json_object_get(json_object_get(expected, T[t].name), cname), "text"));
             cr_assert(want, "expected.json has %s/%s", T[t].name, cname);
             cr_expect_str_eq(o.text, want, "%s / %s", T[t].name, cname);
             jinja_output_free(&o);
-            oai_request_free(&r);
             json_decref(body);
         }
         chat_template_free(&ct);
@@ -527,19 +534,12 @@ Test(oai, other_templates_get_the_hermes_description) {
     cr_expect(!ct.takes_tools);
     json_t *cases = load_json_file(ATTND_DATA_DIR "/templates/cases.json");
     json_t *body = as_openai_body(json_object_get(cases, "tool_call_and_result"));
-    oai_request r;
-    const char *param;
-    cr_assert_eq(oai_parse(body, true, &cfg, 512, &r, &param, &err), ATTND_OK, "%s", err.msg);
-    cr_assert_eq(oai_bind_template(&r, ct.takes_tools, ct.tool_format, &err), ATTND_OK, "%s", err.msg);
-    chat_request cr;
-    oai_chat_input(&r, &cr);
     jinja_output o;
-    cr_assert_eq(chat_template_render(&ct, &cr, &o, &err), ATTND_OK, "%s", err.msg);
+    render_request(&ct, body, &o);
     cr_expect(strstr(o.text, "<|system|>\n\n# Tools") || strstr(o.text, "<|system|># Tools"), "%s", o.text);
     cr_expect(strstr(o.text, "<tool_call>\n{\"name\":\"get_weather\""), "%s", o.text);
     cr_expect(strstr(o.text, "<|user|><tool_response>\n{\"temperature\": 18"), "%s", o.text);
     jinja_output_free(&o);
-    oai_request_free(&r);
     json_decref(body);
     json_decref(cases);
     chat_template_free(&ct);
