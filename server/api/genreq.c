@@ -37,13 +37,11 @@ attnd_status genreq_prompt_tokens(req *r, int p, int32_t **ids, size_t *n, attnd
     *ids = NULL, *n = 0;
     /* chat: only the template's markers are special tokens, never the messages' content */
     if (r->chat) {
-        /* with tools or tool turns, every template (Jinja or built-in) gets the messages with the
-         * tools described and the tool turns written out in the Hermes format (oai.h's fmsgs):
-         * one format that the forcing grammar and the parser share, also for templates that know
-         * nothing of tools. Handing q->tools_json and the raw messages to a tool-aware Jinja
-         * template instead is the next step (toolcall.h). */
-        chat_request cr = {q->msgs, q->n_msgs, q->messages_json, NULL, q->template_kwargs, true};
-        if (q->fmsgs) cr = (chat_request){q->fmsgs, q->n_fmsgs, NULL, NULL, q->template_kwargs, true};
+        /* a template that shows tools gets them and the tool turns as sent; the others the
+         * Hermes description and the turns written out (oai.h's fmsgs), the format the
+         * forcing grammar and the parser share */
+        chat_request cr;
+        oai_chat_input(q, &cr);
         return chat_template_encode(&s->chat, s->tok, &cr, ids, n, err);
     }
     const oai_prompt *pr = &q->prompts[p];
