@@ -14,6 +14,7 @@
 #include <malloc.h>
 #endif
 
+#include "ablate_api.h"
 #include "attn_api.h"
 #include "endpoints.h"
 #include "genreq.h"
@@ -82,6 +83,7 @@ static enum MHD_Result respond(req *r) {
                                                  "completion_tokens", (json_int_t)o.n_generated,
                                                  "prompt_tokens_details", "cached_tokens", (json_int_t)o.n_cached));
     if (r->sess_id[0]) json_object_set_new(body, "session_id", json_string(r->sess_id));
+    if (r->oreq.n_ablate) json_object_set_new(body, "ablate", ablate_api_json(r->oreq.ablate, r->oreq.n_ablate));
     size_t len = 0;
     char *text = attn_api_dump_with(body, o.capture, &len), *line = NULL;
     json_decref(body);
@@ -135,6 +137,7 @@ enum MHD_Result ep_attention(req *r) {
         ret = http_respond_error(r, 400, "'n' must be 1 on /v1/attention (one inspection per request)", "n");
         goto out;
     }
+    if (!genreq_check_ablate(r, &ret)) goto out;
     if (r->oreq.max_tokens < 0) r->oreq.max_tokens = 0; /* inspection of the prompt alone by default */
     int32_t *ids;
     size_t n;

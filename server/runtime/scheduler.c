@@ -99,6 +99,7 @@ static void slot_finish(sched *s, slot *sl, const char *reason, attnd_status st,
     gen_destroy(sl->g);
     free(sl->hist);
     if (sl->own_kv) kv_seq_destroy(sl->kv);
+    free(sl->abl.mean_sum), free(sl->abl.mean_n);
     /* forks not started yet: the prompt they continue was never read */
     forks_fail(s, j, st != ATTND_OK ? st : ATTND_ERR_BUSY, msg ? msg : "the request ended before its prompt was read");
     sched_tenant_leave(s, j, true);
@@ -153,12 +154,34 @@ static attnd_status slot_init_gen(sched *s, slot *sl, sched_job *j, attnd_err *e
     return gen_create(&sl->g, &gp, s->n_vocab, s->tok, j->prompt, j->n_prompt, err);
 }
 
+/* An ablated job's slot: a KV cache of its own (never a session's or the prompt cache's, whose
+ * later readers would get the ablated model's keys and values), evaluated from position 0 with
+ * the ablation attached, destroyed when the job ends. */
+static attnd_status slot_start_ablated(sched *s, slot *sl, sched_job *j, attnd_err *err) {
+    ATTND_ASSERT(!j->se);
+    size_t hd = (size_t)model_info_get(engine_model(s->eng))->head_dim, n = (size_t)j->n_ablate;
+    sl->abl = (engine_ablation){.heads = j->ablate, .n = j->n_ablate, .mean_sum = calloc(n * hd, sizeof(double)),
+                                .mean_n = calloc(n, sizeof(int))};
+    if (!sl->abl.mean_sum || !sl->abl.mean_n) return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory");
+    attnd_status rc = kv_seq_create(&sl->kv, s->pool, err);
+    if (rc != ATTND_OK) return rc;
+    sl->own_kv = true;
+    engine_seq_ablate(sl->kv, &sl->abl);
+    if (j->capture) attn_capture_link(&s->inspecting, j->capture, sl->kv);
+    sl->prefilling = true;
+    pthread_mutex_lock(&j->mu);
+    if (j->prompt_logprobs && j->n_prompt > 0) j->prompt_lp[0] = NAN;
+    pthread_mutex_unlock(&j->mu);
+    return slot_init_gen(s, sl, j, err);
+}
+
 /* Takes a job into a free slot: picks its cache entry and keeps the longest common prefix. */
 static attnd_status slot_start(sched *s, slot *sl, sched_job *j, attnd_err *err) {
     memset(sl, 0, sizeof(*sl));
     sl->job = j;
     sl->admitted = ++s->n_admitted;
     observe(s, SCHED_H_QUEUE, attnd_now_s() - j->t_submit);
+    if (j->n_ablate) return slot_start_ablated(s, sl, j, err);
     sl->se = j->se ? j->se : sess_acquire_anon(s->store, j->owner, j->prompt, j->n_prompt, s->max_anon);
     if (!sl->se) return attnd_fail(err, ATTND_ERR_BUSY, "no prompt cache entry free");
     sess_set_running(s->store, sl->se, true); /* its KV is in use from here: never evicted */

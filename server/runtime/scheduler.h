@@ -68,6 +68,12 @@ typedef struct sched_job_spec {
                                  job; NULL = none. Copied (at most 64 characters). */
     grammar *grammar;         /* a reference, stolen, may be NULL: the output follows this
                                  grammar (attnd/grammar.h); forks share it */
+    engine_ablation_head *ablate; /* (n_ablate) stolen, may be NULL: heads switched off or scaled
+                                 while this job's sequence is evaluated (engine_seq_ablate;
+                                 ranges checked by the caller). Such a job never uses a session
+                                 or the prompt cache: its KV is its own, evaluated from position
+                                 0 and dropped when it ends. It cannot be forked (n = 1). */
+    int n_ablate;
 } sched_job_spec;
 
 #define SCHED_TENANT_MAX 63
