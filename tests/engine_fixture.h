@@ -590,6 +590,8 @@ typedef struct ref_extra {
     const int *head_mean;     /* (n_layer, n_head) 1: the scale is applied around the head's
                                  causal mean output over positions 0..t (mean ablation),
                                  base + scale (o - base); NULL or 0 = around zero */
+    int scale_from;           /* positions before this one are left unscaled (their outputs still
+                                 count in the means) */
 } ref_extra;
 
 /* vnorm of every head of layer l at every position (r->v holds the layer's values). */
@@ -629,7 +631,7 @@ static inline void ref_scale_heads(ref_run *r, int l, int t, const ref_extra *ex
             double *o = &r->att[h * r->hd + i];
             sum[i] += *o;
             double base = mean ? sum[i] / (t + 1) : 0;
-            *o = base + sc * (*o - base);
+            if (t >= ex->scale_from) *o = base + sc * (*o - base);
         }
     }
 }

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "attnd/ablate_sweep.h"
 #include "attnd/engine.h"
 #include "engine_rig.h"
 
@@ -163,4 +164,84 @@ Test(ablation, heads_out_of_range_are_refused_naming_the_entry) {
     bad[1] = (engine_ablation_head){.layer = 0, .head = 1, .mode = ENGINE_ABLATE_MEAN};
     cr_assert_eq(engine_ablation_check(&mi, &(engine_ablation){.heads = bad, .n = 2}, &err), ATTND_ERR_INVALID);
     cr_assert(strstr(err.msg, "running-sum"), "%s", err.msg);
+}
+
+// ---- the sweep: every head ablated in turn (attnd/ablate_sweep.h) -------------------------
+
+/* log softmax of row (V) in place. */
+static void ref_log_softmax(double *row, int V) {
+    double mx = row[0], sum = 0;
+    for (int v = 1; v < V; v++) mx = fmax(mx, row[v]);
+    for (int v = 0; v < V; v++) sum += exp(row[v] - mx);
+    for (int v = 0; v < V; v++) row[v] -= mx + log(sum);
+}
+
+/* Every head's change of log P(target) and KL(P || Q) from the sweep equals the float64
+ * reference with that head ablated from position `from` on, within 1e-3. */
+static void check_sweep(const char *arch, int from, engine_ablate_mode mode, float scale, int max_seqs) {
+    tiny_spec sp = tiny_default(arch);
+    sp.n_layer = 3;
+    tiny_rig r;
+    tiny_rig_open(&r, &sp, KV_F32, 2 * N);
+    int V = sp.n_vocab, H = sp.n_head, LH = sp.n_layer * H;
+    int32_t tok[N];
+    tiny_random_tokens(tok, N, V, 7);
+    ablate_sweep_params p = {.tokens = tok, .n_tokens = N, .target = tok[3], .from = from, .mode = mode,
+                             .scale = scale, .max_seqs = max_seqs};
+    ablate_sweep_result res;
+    attnd_err err;
+    cr_assert_eq(ablate_sweep_run(r.e, r.pool, &p, &res, &err), ATTND_OK, "%s", err.msg);
+    double *ref = malloc(sizeof(double) * N * (size_t)V), *base = malloc(sizeof(double) * (size_t)V);
+    ref_forward(&sp, r.path, tok, N, ref);
+    memcpy(base, ref + (size_t)(N - 1) * V, sizeof(double) * V);
+    ref_log_softmax(base, V);
+    cr_assert(fabs(res.base_logprob - base[p.target]) <= 1e-3, "base %g vs %g", res.base_logprob, base[p.target]);
+    double *scale_v = malloc(sizeof(double) * LH);
+    int *mean = malloc(sizeof(int) * LH);
+    double moved = 0;
+    for (int c = 0; c < LH; c++) {
+        for (int i = 0; i < LH; i++) scale_v[i] = 1, mean[i] = mode == ENGINE_ABLATE_MEAN;
+        scale_v[c] = scale;
+        ref_forward_ex(&sp, r.path, tok, N, ref, &(ref_extra){.head_scale = scale_v, .head_mean = mean, .scale_from = from});
+        double *q = ref + (size_t)(N - 1) * V, kl = 0;
+        ref_log_softmax(q, V);
+        for (int v = 0; v < V; v++) kl += exp(base[v]) * (base[v] - q[v]);
+        double dl = q[p.target] - base[p.target];
+        cr_assert(fabs(res.dlogprob[c] - dl) <= 1e-3, "%s head %d: dlogprob %g vs %g", arch, c, res.dlogprob[c], dl);
+        cr_assert(fabs(res.kl[c] - kl) <= 1e-3, "%s head %d: kl %g vs %g", arch, c, res.kl[c], kl);
+        moved = fmax(moved, kl);
+    }
+    cr_assert(moved > 1e-3, "no head moved the prediction (the sweep measured nothing)");
+    cr_assert_eq(res.n_sequences, LH + 1);
+    cr_assert(res.batch_seqs >= 1 && res.n_batches >= 2 && res.wall_ms >= 0);
+    cr_assert_eq(kv_pool_bytes_used(r.pool), 0, "the sweep left KV blocks in the pool");
+    ablate_sweep_result_free(&res);
+    free(ref), free(base), free(scale_v), free(mean);
+    tiny_rig_close(&r);
+}
+
+Test(ablation, sweep_of_every_head_over_the_whole_prompt_equals_float64_reference) {
+    check_sweep("llama", 0, ENGINE_ABLATE_ZERO, 0, 0);
+}
+
+Test(ablation, sweep_at_the_measured_position_of_forks_equals_float64_reference) {
+    check_sweep("qwen2", N - 1, ENGINE_ABLATE_ZERO, 0, 0);
+}
+
+Test(ablation, mean_sweep_from_a_shared_prefix_in_small_waves_equals_float64_reference) {
+    check_sweep("llama", 10, ENGINE_ABLATE_MEAN, 0.25f, 5); /* 12 heads in waves of 5 */
+}
+
+Test(ablation, sweep_refuses_a_bad_target_or_start) {
+    model_info mi = {.n_layer = 2, .n_head = 2, .n_vocab = 10, .n_ctx = 8};
+    int32_t tok[] = {1, 2, 3};
+    attnd_err err;
+    ablate_sweep_params p = {.tokens = tok, .n_tokens = 3, .target = 10};
+    cr_assert_eq(ablate_sweep_check(&mi, &p, &err), ATTND_ERR_INVALID);
+    cr_assert(strstr(err.msg, "target"), "%s", err.msg);
+    p.target = 9, p.from = 3;
+    cr_assert_eq(ablate_sweep_check(&mi, &p, &err), ATTND_ERR_INVALID);
+    cr_assert(strstr(err.msg, "from") && strstr(err.msg, "0..2"), "%s", err.msg);
+    p.from = 2;
+    cr_assert_eq(ablate_sweep_check(&mi, &p, &err), ATTND_OK);
 }
