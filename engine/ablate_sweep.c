@@ -19,7 +19,7 @@ attnd_status ablate_sweep_check(const model_info *mi, const ablate_sweep_params 
         if (p->tokens[i] < 0 || p->tokens[i] >= mi->n_vocab)
             return attnd_fail(err, ATTND_ERR_INVALID, "prompt: token %d at %d is outside the vocabulary",
                               (int)p->tokens[i], i);
-    if (p->target < 0 || p->target >= mi->n_vocab)
+    if (p->target < -1 || p->target >= mi->n_vocab)
         return attnd_fail(err, ATTND_ERR_INVALID, "target: token %d is outside the vocabulary (0..%d)", (int)p->target,
                           mi->n_vocab - 1);
     if (p->from < 0 || p->from >= p->n_tokens)
@@ -78,7 +78,7 @@ static attnd_status eval_span(sweep *w, kv_seq *s, int a, int b, bool want, attn
 
 /* Compares the ablated runs' logits rows [0, nk) with the plain run's: heads c0.. */
 static void measure(sweep *w, int c0, int nk, double *q_lp) {
-    int32_t t = w->p->target;
+    int32_t t = w->r->target;
     for (int i = 0; i < nk; i++) {
         int32_t top = log_softmax(q_lp, w->logits + (size_t)i * w->V, w->V);
         double kl = 0;
@@ -166,7 +166,8 @@ static attnd_status plain_run(sweep *w, kv_seq *prefix, attnd_err *err) {
     kv_seq_destroy(cont);
     if (st == ATTND_OK) {
         w->r->base_top = log_softmax(w->base_lp, w->logits, w->V);
-        w->r->base_logprob = w->base_lp[p->target];
+        w->r->target = p->target >= 0 ? p->target : w->r->base_top;
+        w->r->base_logprob = w->base_lp[w->r->target];
     }
     return st;
 }

@@ -186,7 +186,7 @@ static void check_sweep(const char *arch, int from, engine_ablate_mode mode, flo
     int V = sp.n_vocab, H = sp.n_head, LH = sp.n_layer * H;
     int32_t tok[N];
     tiny_random_tokens(tok, N, V, 7);
-    ablate_sweep_params p = {.tokens = tok, .n_tokens = N, .target = tok[3], .from = from, .mode = mode,
+    ablate_sweep_params p = {.tokens = tok, .n_tokens = N, .target = from ? tok[3] : -1, .from = from, .mode = mode,
                              .scale = scale, .max_seqs = max_seqs};
     ablate_sweep_result res;
     attnd_err err;
@@ -195,6 +195,13 @@ static void check_sweep(const char *arch, int from, engine_ablate_mode mode, flo
     ref_forward(&sp, r.path, tok, N, ref);
     memcpy(base, ref + (size_t)(N - 1) * V, sizeof(double) * V);
     ref_log_softmax(base, V);
+    if (p.target < 0) { /* the plain run's most probable token */
+        int best = 0;
+        for (int v = 1; v < V; v++) best = base[v] > base[best] ? v : best;
+        cr_assert_eq(res.target, best);
+        p.target = best;
+    }
+    cr_assert_eq(res.target, p.target);
     cr_assert(fabs(res.base_logprob - base[p.target]) <= 1e-3, "base %g vs %g", res.base_logprob, base[p.target]);
     double *scale_v = malloc(sizeof(double) * LH);
     int *mean = malloc(sizeof(int) * LH);
@@ -237,6 +244,8 @@ Test(ablation, sweep_refuses_a_bad_target_or_start) {
     int32_t tok[] = {1, 2, 3};
     attnd_err err;
     ablate_sweep_params p = {.tokens = tok, .n_tokens = 3, .target = 10};
+    cr_assert_eq(ablate_sweep_check(&mi, &(ablate_sweep_params){.tokens = tok, .n_tokens = 3, .target = -2}, &err),
+                 ATTND_ERR_INVALID);
     cr_assert_eq(ablate_sweep_check(&mi, &p, &err), ATTND_ERR_INVALID);
     cr_assert(strstr(err.msg, "target"), "%s", err.msg);
     p.target = 9, p.from = 3;

@@ -5,6 +5,8 @@
 # reuses nor fills the prompt cache (a plain request after it gets the first plain answer and
 # its cached tokens), the attention answer echoes the ablation, and bad asks are 400s naming
 # the field (a session or n > 1 with ablate, heads out of the model's range, bad modes).
+# "measure": "ablation" on /v1/attention: 24 heads with their cost, and a head's change of
+# log P(target) equals what /v1/completions with that head ablated gives (echo + logprobs).
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 source "$here/http_lib.sh"
@@ -66,4 +68,34 @@ bad v1/chat/completions '{"messages": [{"role":"user","content":"x"}], "ablate":
 bad v1/attention '{"prompt": "We", "ablate": [{"layer":0,"head":0,"mode":"half"}]}' ablate "mode"
 bad v1/attention '{"prompt": "We", "ablate": {"layer":0}}' ablate "list"
 echo "ok: bad ablations are 400s naming the field"
+
+S="The President of the United States said that the state of the union is strong and the people of the United States"
+sw=$(curl -s "$url/v1/attention" -d "{\"prompt\": \"$S\", \"measure\": \"ablation\", \"ablate_from\": 0, \"target_token\": \".\"}")
+[ "$(jq '.heads | length' <<< "$sw")" = 24 ] && [ "$(jq '.target.id == .predicted.id' <<< "$sw")" = true ] || fail "sweep: $sw"
+[ "$(jq '[.heads[] | select(.kl < 0)] | length' <<< "$sw")" = 0 ] || fail "a negative KL: $sw"
+jq -e '.cost.sequences == 25 and .cost.batch_size >= 1 and .cost.batches >= 2 and .cost.wall_ms >= 0 and .ablate_from == 0' \
+    <<< "$sw" >/dev/null || fail "sweep cost: $(jq -c .cost <<< "$sw")"
+ids=$(jq -c '[.tokens[].id] + [.target.id]' <<< "$sw")
+best=$(jq -c '.heads | max_by(.kl) | [.layer, .head, .delta_logprob]' <<< "$sw")
+read -r L H D <<< "$(jq -r '@tsv' <<< "$best")"
+echo_lp() { curl -s "$url/v1/completions" -d "{\"prompt\": $ids, \"max_tokens\": 0, \"echo\": true, \"logprobs\": 0$1}" |
+    jq '.choices[0].logprobs.token_logprobs[-1]'; }
+lp0=$(echo_lp '') lp1=$(echo_lp ", \"ablate\": [{\"layer\": $L, \"head\": $H}]")
+base=$(jq '.target.logprob' <<< "$sw")
+python3 -c "import sys; b,d,l0,l1=map(float,sys.argv[1:]); sys.exit(0 if abs(l0-b)<1e-3 and abs((l1-l0)-d)<1e-3 else 1)" \
+    "$base" "$D" "$lp0" "$lp1" || fail "sweep head ($L, $H): log P $base, change $D; completions say $lp0 -> $lp1"
+echo "ok: the sweep's biggest head (layer $L, head $H: change $D) matches an ablated completion ($lp0 -> $lp1)"
+one=$(curl -s "$url/v1/attention" -d "{\"prompt\": \"$S\", \"measure\": \"ablation\", \"target_position\": 5, \"ablate_mode\": \"mean\"}")
+jq -e '.target.position == 5 and (.tokens | length) == 5 and .ablate_from == 4 and .ablate_mode == "mean" and (.heads | length) == 24' \
+    <<< "$one" >/dev/null || fail "target_position sweep: $(jq -c 'del(.heads)' <<< "$one")"
+echo "ok: a target position measures that prompt token, from the position before it"
+bad v1/attention '{"prompt": "We the people", "measure": "heads"}' measure ablation
+bad v1/attention '{"prompt": "We the people", "measure": "ablation", "target_position": 0}' target_position ">= 1"
+bad v1/attention '{"prompt": "We the people", "measure": "ablation", "target_position": 40}' target_position "outside"
+bad v1/attention '{"prompt": "We the people", "measure": "ablation", "target_token": "the United States"}' target_token "one token"
+bad v1/attention '{"prompt": "We the people", "measure": "ablation", "ablate_from": 30}' ablate_from "measured position"
+bad v1/attention '{"prompt": "We the people", "measure": "ablation", "layers": [1]}' layers "cannot be combined"
+bad v1/attention '{"prompt": "We the people", "measure": "ablation", "max_tokens": 4}' max_tokens "cannot be combined"
+bad v1/attention '{"prompt": "We the people", "target_position": 2}' target_position "measure"
+echo "ok: bad sweeps are 400s naming the field"
 stop_server srv || fail "server exit status"

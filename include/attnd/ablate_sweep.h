@@ -37,7 +37,8 @@
 typedef struct ablate_sweep_params {
     const int32_t *tokens; /* (n_tokens) borrowed */
     int n_tokens;          /* >= 1; the prediction after position n_tokens - 1 is measured */
-    int32_t target;        /* the token whose log-probability is measured */
+    int32_t target;        /* the token whose log-probability is measured; -1 = the plain
+                              run's most probable one */
     int from;              /* 0..n_tokens-1: ablated from this position on */
     engine_ablate_mode mode;
     float scale;           /* as engine_ablation_head: 0 = removed */
@@ -46,6 +47,7 @@ typedef struct ablate_sweep_params {
 
 typedef struct ablate_sweep_result {
     int n_layer, n_head;
+    int32_t target;        /* the measured token (params' target, or the plain argmax) */
     double base_logprob;   /* log P(target) */
     int32_t base_top;      /* argmax of P */
     double *dlogprob;      /* (n_layer, n_head) log Q(target) - log P(target); owned */

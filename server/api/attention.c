@@ -19,12 +19,12 @@
 #include "endpoints.h"
 #include "genreq.h"
 
-/* Reads the inspection fields and leaves the body as oai_parse should see it: "top_k" is the
+/* Reads the inspection fields (and the ablation sweep's, ablate_api.h) and leaves the body as oai_parse should see it: "top_k" is the
  * attention cut here; top-k sampling may be asked for as "sampling_top_k". false: 400 queued. */
-static bool read_selection(req *r, json_t *b, attn_api_request *ar, enum MHD_Result *ret) {
+static bool read_selection(req *r, json_t *b, attn_api_request *ar, ablate_measure *am, enum MHD_Result *ret) {
     const char *param = NULL;
     attnd_err err;
-    if (attn_api_parse(b, ar, &param, &err) != ATTND_OK) {
+    if (attn_api_parse(b, ar, &param, &err) != ATTND_OK || ablate_api_parse_measure(b, am, &param, &err) != ATTND_OK) {
         *ret = http_respond_error(r, 400, err.msg, param);
         return false;
     }
@@ -93,6 +93,60 @@ static enum MHD_Result respond(req *r) {
     return http_respond_text(r, 200, "application/json", line);
 }
 
+// ---- "measure": "ablation": every head ablated in turn (attnd/ablate_sweep.h) ---------------
+
+typedef struct sweep_task {
+    const ablate_sweep_params *p;
+    ablate_sweep_result *r;
+} sweep_task;
+
+/* On the scheduler thread (sched_run_task): the sweep, with the server's engine and KV pool. */
+static attnd_status run_sweep(void *user, engine *e, kv_pool *pool, attnd_err *err) {
+    sweep_task *t = user;
+    return ablate_sweep_run(e, pool, t->p, t->r, err);
+}
+
+/* Refuses what a sweep does not combine with: an attention selection, ablate, generation, a
+ * session. false: the 400 is queued. */
+static bool sweep_alone(req *r, const attn_api_request *ar, enum MHD_Result *ret) {
+    const oai_request *q = &r->oreq;
+    const char *field = ar->layers ? "layers" : ar->heads ? "heads" : ar->top_k ? "top_k"
+                      : ar->weights != ATTN_WEIGHTS_ATTENTION ? "weights" : ar->lens_k ? "logit_lens"
+                      : q->n_ablate ? "ablate" : q->max_tokens > 0 ? "max_tokens" : q->session_id ? "session_id" : NULL;
+    if (!field) return true;
+    char msg[160];
+    snprintf(msg, sizeof(msg), "'%s' cannot be combined with \"measure\": \"ablation\" (it reads one prompt, every head)",
+             field);
+    *ret = http_respond_error(r, 400, msg, field);
+    return false;
+}
+
+/* The ablation sweep over prompt ids[0..n) (owned), run on the scheduler thread. */
+static enum MHD_Result measure_ablation(req *r, const ablate_measure *am, int32_t *ids, size_t n) {
+    struct server *s = r->srv;
+    ablate_sweep_params p;
+    ablate_sweep_result res = {0};
+    const char *param = NULL;
+    attnd_err err;
+    enum MHD_Result ret;
+    attnd_status st = ablate_api_sweep_params(am, s->tok, ids, (int)n, &p, &param, &err);
+    if (st == ATTND_OK) st = ablate_sweep_check(model_info_get(s->m), &p, &err);
+    if (st != ATTND_OK) {
+        ret = http_respond_error(r, 400, err.msg, param ? param : "prompt");
+    } else if ((st = sched_run_task(s->sch, run_sweep, &(sweep_task){&p, &res}, &err)) != ATTND_OK) {
+        ret = http_respond_error(r, st == ATTND_ERR_INVALID ? 400 : 503, err.msg, NULL);
+    } else {
+        json_t *body = ablate_api_sweep_json(s->model_id, s->tok, &p, (int)n, am->target_position, &res);
+        char *text = body ? json_dumps(body, JSON_COMPACT | JSON_REAL_PRECISION(ATTN_API_DIGITS)) : NULL;
+        json_decref(body);
+        ret = text ? http_respond_text(r, 200, "application/json", text)
+                   : http_respond_error(r, 503, "out of memory building the ablation answer", NULL);
+    }
+    ablate_sweep_result_free(&res);
+    free(ids);
+    return ret;
+}
+
 /* Returns freed heap pages to the system: an inspection's capture and JSON run to hundreds of
  * MB, which glibc's per-thread arenas would otherwise keep after the request (64 asks at once
  * left 719 MB behind). */
@@ -120,7 +174,8 @@ enum MHD_Result ep_attention(req *r) {
     if (!b) return ret;
     attn_api_request ar = {0};
     if (!attention_slot(r, &ret)) return ret;
-    if (!read_selection(r, b, &ar, &ret)) goto out;
+    ablate_measure am;
+    if (!read_selection(r, b, &ar, &am, &ret)) goto out;
     const char *param = NULL;
     attnd_err err;
     attnd_status st = oai_parse(b, r->chat, &s->cfg, s->n_vocab, &r->oreq, &param, &err);
@@ -137,13 +192,17 @@ enum MHD_Result ep_attention(req *r) {
         ret = http_respond_error(r, 400, "'n' must be 1 on /v1/attention (one inspection per request)", "n");
         goto out;
     }
-    if (!genreq_check_ablate(r, &ret)) goto out;
+    if (!genreq_check_ablate(r, &ret) || (am.on && !sweep_alone(r, &ar, &ret))) goto out;
     if (r->oreq.max_tokens < 0) r->oreq.max_tokens = 0; /* inspection of the prompt alone by default */
     int32_t *ids;
     size_t n;
     if (genreq_prompt_tokens(r, 0, &ids, &n, &err) != ATTND_OK) {
         free(ids);
         ret = http_respond_error(r, 400, err.msg, genreq_prompt_param(r));
+        goto out;
+    }
+    if (am.on) {
+        ret = measure_ablation(r, &am, ids, n);
         goto out;
     }
     int max_tokens = genreq_fit_context(r, n, &ret);

@@ -160,6 +160,8 @@ struct sched {
     atomic_bool cancel_all; /* shutdown: cancel whatever is queued or running */
     int n_active;
     size_t reserved;      /* KV bytes reserved by the active jobs (<= stats.kv_budget) */
+    struct sched_task *tasks; /* sched_run_task's, waiting for the scheduler thread (a list) */
+    pthread_cond_t task_done; /* a task ran */
     sched_tenant *tenants; /* (n_tenants) fair admission's accounts */
     int n_tenants, cap_tenants;
     unsigned scan;        /* the current queue scan's mark */

@@ -604,6 +604,52 @@ static void step(sched *s) {
     count_step(s, &sh, dt, n_gen);
 }
 
+// ---- tasks on the scheduler thread (sched_run_task) -----------------------------------------
+
+typedef struct sched_task {
+    sched_task_fn fn;
+    void *user;
+    attnd_status st;
+    attnd_err err;
+    bool done;
+    struct sched_task *next;
+} sched_task;
+
+/* Runs the queued tasks, oldest first (stopping: each ends BUSY without running). */
+static void run_tasks(sched *s, bool stopping) {
+    for (;;) {
+        pthread_mutex_lock(&s->mu);
+        sched_task *t = s->tasks;
+        if (t) s->tasks = t->next;
+        pthread_mutex_unlock(&s->mu);
+        if (!t) return;
+        attnd_status st = stopping ? attnd_fail(&t->err, ATTND_ERR_BUSY, "the server is stopping")
+                                   : t->fn(t->user, s->eng, s->pool, &t->err);
+        pthread_mutex_lock(&s->mu);
+        t->st = st;
+        t->done = true;
+        pthread_cond_broadcast(&s->task_done);
+        pthread_mutex_unlock(&s->mu);
+    }
+}
+
+attnd_status sched_run_task(sched *s, sched_task_fn fn, void *user, attnd_err *err) {
+    sched_task t = {.fn = fn, .user = user};
+    pthread_mutex_lock(&s->mu);
+    if (s->stop) {
+        pthread_mutex_unlock(&s->mu);
+        return attnd_fail(err, ATTND_ERR_BUSY, "the server is stopping");
+    }
+    sched_task **tail = &s->tasks;
+    while (*tail) tail = &(*tail)->next;
+    *tail = &t;
+    pthread_cond_signal(&s->wake);
+    while (!t.done) pthread_cond_wait(&s->task_done, &s->mu);
+    pthread_mutex_unlock(&s->mu);
+    if (t.st != ATTND_OK) *err = t.err;
+    return t.st;
+}
+
 /* A one-line status for the service manager (systemctl status), at most every 5 s and only
  * when it changed. */
 static void report_status(sched *s, double now, double *last, char *prev, size_t prev_n) {
@@ -636,12 +682,14 @@ static void *sched_main(void *arg) {
             last_expire = now;
         }
         drain_free_list(s);
+        run_tasks(s, false);
         pthread_mutex_lock(&s->mu);
         if (s->stop) {
             pthread_mutex_unlock(&s->mu);
+            run_tasks(s, true);
             break;
         }
-        if (s->n_active == 0 && s->q_len == 0 && s->n_free == 0) {
+        if (s->n_active == 0 && s->q_len == 0 && s->n_free == 0 && !s->tasks) {
             struct timespec ts;
             attnd_deadline(&ts, s->wd_ms / 2);
             pthread_cond_timedwait(&s->wake, &s->mu, &ts);
@@ -674,6 +722,7 @@ attnd_status sched_create(sched **out, const model *m, const tokenizer *tok, ses
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->wake, NULL);
     pthread_cond_init(&s->idle, NULL);
+    pthread_cond_init(&s->task_done, NULL);
     s->m = m;
     s->tok = tok;
     s->store = store;
@@ -768,6 +817,7 @@ void sched_destroy(sched *s) {
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->wake);
     pthread_cond_destroy(&s->idle);
+    pthread_cond_destroy(&s->task_done);
     grammar_vocab_destroy(s->gvocab);
     free(s);
 }
