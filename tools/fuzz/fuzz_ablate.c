@@ -2,7 +2,8 @@
  * fuzz_ablate.c — (fuzzing only) the "ablate" request field (server/api/ablate_api.c) on
  * arbitrary bytes, then the range check against the shipped model's shape: a refusal names
  * "ablate" with a message; an accepted list has no repeated (layer, head), only known modes and
- * finite scales, and echoes as JSON.
+ * finite scales, and echoes as JSON. Then the ablation sweep's fields ("measure": "ablation",
+ * target_position, target_token, ablate_from, ablate_mode, ablate_scale): a refusal names one.
  */
 #include <jansson.h>
 #include <math.h>
@@ -41,6 +42,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         json_decref(echo);
     }
     free(h);
+    ablate_measure am;
+    param = NULL;
+    st = ablate_api_parse_measure(body, &am, &param, &err);
+    FUZZ_CHECK(st == ATTND_OK || (param && err.msg[0]), "a sweep refusal names no field");
+    if (st == ATTND_OK && am.on) FUZZ_CHECK(isfinite(am.scale) && am.from >= -1, "a bad sweep let through");
     json_decref(body);
     return 0;
 }
