@@ -7,6 +7,8 @@
 # the field (a session or n > 1 with ablate, heads out of the model's range, bad modes).
 # "measure": "ablation" on /v1/attention: 24 heads with their cost, and a head's change of
 # log P(target) equals what /v1/completions with that head ablated gives (echo + logprobs).
+# GET /v1/heads: 24 heads, labels by the published thresholds, the same scores as `attnd heads
+# --json`, and the second answer is the cached first.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 source "$here/http_lib.sh"
@@ -98,4 +100,16 @@ bad v1/attention '{"prompt": "We the people", "measure": "ablation", "layers": [
 bad v1/attention '{"prompt": "We the people", "measure": "ablation", "max_tokens": 4}' max_tokens "cannot be combined"
 bad v1/attention '{"prompt": "We the people", "target_position": 2}' target_position "measure"
 echo "ok: bad sweeps are 400s naming the field"
+
+h1=$(curl -s "$url/v1/heads") h2=$(curl -s "$url/v1/heads")
+[ "$(jq '.heads | length' <<< "$h1")" = 24 ] || fail "heads: $h1"
+[ "$h1" = "$h2" ] || fail "the second /v1/heads answer is not the cached first"
+jq -e '.thresholds as $t | all(.heads[]; ((.previous_token >= $t.previous_token) == (.labels | index("previous_token") != null))
+    and ((.induction >= $t.induction) == (.labels | index("induction") != null))
+    and ((.sink >= $t.sink) == (.labels | index("sink") != null)))' <<< "$h1" >/dev/null || fail "labels vs thresholds: $h1"
+cli=$("$ATTND_BINARY" heads --json --model "$MODEL" --kv-type f32 --threads 1) || fail "attnd heads"
+[ "$(jq -c '[.heads[] | [.previous_token, .induction, .sink, .local, .labels]]' <<< "$cli")" = \
+  "$(jq -c '[.heads[] | [.previous_token, .induction, .sink, .local, .labels]]' <<< "$h1")" ] ||
+    fail "attnd heads and GET /v1/heads disagree"
+echo "ok: GET /v1/heads is cached and agrees with attnd heads ($(jq -c '[.heads[] | select(.labels | length > 0) | "\(.layer).\(.head) \(.labels | join(","))"]' <<< "$h1"))"
 stop_server srv || fail "server exit status"

@@ -15,6 +15,7 @@
 #endif
 
 #include "ablate_api.h"
+#include "heads_api.h"
 #include "attn_api.h"
 #include "endpoints.h"
 #include "genreq.h"
@@ -221,4 +222,50 @@ out:
     atomic_fetch_sub(&s->attn_active, 1);
     trim_heap(); /* the capture and the parsed body are gone: give their pages back */
     return ret;
+}
+
+// ---- GET /v1/heads: head roles (attnd/head_roles.h), computed once per server ---------------
+
+typedef struct heads_task {
+    const head_roles_params *p;
+    head_roles *hr;
+} heads_task;
+
+static attnd_status run_heads(void *user, engine *e, kv_pool *pool, attnd_err *err) {
+    heads_task *t = user;
+    return head_roles_compute(e, pool, t->p, t->hr, err);
+}
+
+/* The answer's text: computed on the scheduler thread the first time, then kept (a request
+ * that raced another's computation drops its own copy). NULL: *st and *err say why. */
+static const char *heads_text(struct server *s, attnd_status *st, attnd_err *err) {
+    char *text = atomic_load(&s->heads_json);
+    if (text) return text;
+    head_roles_params p;
+    int32_t *cand = NULL;
+    head_roles hr = {0};
+    *st = heads_api_params(s->tok, &p, &cand) ? sched_run_task(s->sch, run_heads, &(heads_task){&p, &hr}, err)
+                                              : attnd_fail(err, ATTND_ERR_NOMEM, "out of memory");
+    json_t *body = *st == ATTND_OK ? heads_api_json(s->model_id, &hr, &p) : NULL;
+    text = body ? json_dumps(body, JSON_COMPACT | JSON_REAL_PRECISION(ATTN_API_DIGITS)) : NULL;
+    if (*st == ATTND_OK && !text) *st = attnd_fail(err, ATTND_ERR_NOMEM, "out of memory building the heads answer");
+    json_decref(body);
+    head_roles_free(&hr);
+    free(cand);
+    char *none = NULL;
+    if (text && !atomic_compare_exchange_strong(&s->heads_json, &none, text)) {
+        free(text);
+        text = none;
+    }
+    return text;
+}
+
+enum MHD_Result ep_heads(req *r) {
+    attnd_status st = ATTND_OK;
+    attnd_err err;
+    const char *text = heads_text(r->srv, &st, &err);
+    if (!text) return http_respond_error(r, st == ATTND_ERR_NOMEM ? 503 : 500, err.msg, NULL);
+    char *copy = strdup(text);
+    return copy ? http_respond_text(r, 200, "application/json", copy)
+                : http_respond_error(r, 503, "out of memory", NULL);
 }

@@ -77,6 +77,7 @@ struct server {
     atomic_int in_flight;     /* requests between their first callback and completion */
     atomic_int tok_active;    /* /tokenize and /detokenize requests running (tokenize_parallel) */
     atomic_int attn_active;   /* /v1/attention requests running (attention_parallel) */
+    _Atomic(char *) heads_json; /* GET /v1/heads' answer once computed (the model never changes) */
     bool shut_down;
 };
 

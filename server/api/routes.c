@@ -20,6 +20,7 @@ const route http_routes[] = {
     {"POST", "/v1/chat/completions", ep_chat, "chat_completions", ROUTE_MODEL},
     {"POST", "/chat/completions", ep_chat, "chat_completions", ROUTE_MODEL},
     {"POST", "/v1/attention", ep_attention, "attention", ROUTE_MODEL},
+    {"GET", "/v1/heads", ep_heads, "heads", ROUTE_MODEL},
     {"POST", "/attention", ep_attention, "attention", ROUTE_MODEL},
     {"POST", "/tokenize", ep_tokenize, "tokenize", ROUTE_MODEL},
     {"POST", "/detokenize", ep_detokenize, "detokenize", ROUTE_MODEL},
