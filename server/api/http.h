@@ -42,6 +42,7 @@ enum {
     ROUTE_PREFIX = 1, /* path is a prefix ending in '/': one more path segment follows */
     ROUTE_MODEL = 2,  /* needs the model: 503 while loading */
     ROUTE_OPEN = 4,   /* answered without an API key (/health; the playground holds no data) */
+    ROUTE_SEGMENT = 8, /* path holds "{id}": exactly one path segment stands there */
 };
 
 /* One endpoint (routes.c holds them all). */

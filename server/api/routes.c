@@ -28,6 +28,7 @@ const route http_routes[] = {
     {"GET", "/v1/sessions", ep_sessions_list, "sessions", ROUTE_MODEL},
     {"GET", "/v1/sessions/", ep_session_get, "session", ROUTE_PREFIX | ROUTE_MODEL},
     {"DELETE", "/v1/sessions/", ep_session_delete, "session", ROUTE_PREFIX | ROUTE_MODEL},
+    {"POST", "/v1/sessions/{id}/fork", ep_session_fork, "session_fork", ROUTE_SEGMENT | ROUTE_MODEL},
     {"POST", "/v1/responses", ep_responses_create, "responses", ROUTE_MODEL},
     {"GET", "/v1/responses/", ep_response_get, "response", ROUTE_PREFIX | ROUTE_MODEL},
     {"DELETE", "/v1/responses/", ep_response_delete, "response", ROUTE_PREFIX | ROUTE_MODEL},
