@@ -37,7 +37,7 @@ typedef struct sweep {
     const ablate_sweep_params *p;
     ablate_sweep_result *r;
     int LH, hd, V, max_batch;
-    float *logits;            /* (max_batch, V) */
+    float *logits;            /* (batch_seqs, V) */
     double *base_lp;          /* (V) log P */
     batch_entry *batch;       /* (max_batch) */
     engine_ablation_head *all; /* (LH) every head, mean mode, scale 1: the plain run's sums */
@@ -123,7 +123,7 @@ static attnd_status wave(sweep *w, const kv_seq *prefix, int c0, int nk, double 
 /* The buffers of w for W runs per wave (calloc'd, freed by sweep_free). */
 static bool sweep_alloc(sweep *w, int W) {
     size_t LH = (size_t)w->LH, hd = (size_t)w->hd;
-    w->logits = malloc(sizeof(float) * (size_t)w->max_batch * w->V);
+    w->logits = malloc(sizeof(float) * (size_t)W * w->V); /* a wave's last positions (the plain run: one) */
     w->base_lp = malloc(sizeof(double) * 2 * (size_t)w->V); /* log P, then scratch for log Q */
     w->batch = malloc(sizeof(batch_entry) * (size_t)w->max_batch);
     w->all = calloc(LH, sizeof(*w->all));
