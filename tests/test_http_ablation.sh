@@ -107,7 +107,7 @@ h1=$(curl -s "$url/v1/heads") h2=$(curl -s "$url/v1/heads")
 jq -e '.thresholds as $t | all(.heads[]; ((.previous_token >= $t.previous_token) == (.labels | index("previous_token") != null))
     and ((.induction >= $t.induction) == (.labels | index("induction") != null))
     and ((.sink >= $t.sink) == (.labels | index("sink") != null)))' <<< "$h1" >/dev/null || fail "labels vs thresholds: $h1"
-cli=$("$ATTND_BINARY" heads --json --model "$MODEL" --kv-type f32 --threads 1) || fail "attnd heads"
+cli=$("$ATTND_BINARY" heads --json --no-cache --model "$MODEL" --kv-type f32 --threads 1) || fail "attnd heads"
 [ "$(jq -c '[.heads[] | [.previous_token, .induction, .sink, .local, .labels]]' <<< "$cli")" = \
   "$(jq -c '[.heads[] | [.previous_token, .induction, .sink, .local, .labels]]' <<< "$h1")" ] ||
     fail "attnd heads and GET /v1/heads disagree"
