@@ -73,8 +73,13 @@ static enum MHD_Result make_fork(req *r, sess *src, const char *want, int n) {
     }
     attnd_err kerr;
     (void)sched_run_task(s->sch, fork_kv, &(fork_task){s->store, src, dst, n}, &kerr);
-    if ((st = sess_release(s->store, dst, src->tokens, n, &err)) != ATTND_OK)
+    if ((st = sess_release(s->store, dst, src->tokens, n, &err)) != ATTND_OK) { /* out of memory: no half fork */
+        struct kv_seq *kv = NULL;
+        attnd_err derr;
+        int de = 0;
+        if (sess_delete(s->store, r->owner, out, &kv, &de, &derr) == ATTND_OK) sched_free_kv(s->sch, kv);
         return http_respond_error(r, 503, err.msg, NULL);
+    }
     int e = 0;
     if (sess_persist(s->store, r->owner, out, &e, &err) != ATTND_OK) { /* removed again */
         char msg[200];
