@@ -153,6 +153,39 @@ const upTo8 = await page.$$eval("#strip .tok", (s) => s.slice(1, 9).map((e) => e
 assert.equal(branched, upTo8, "Branch here puts the text up to the token into the prompt");
 ok(`branch from token 8: the prompt is now ${JSON.stringify(branched)}`);
 
+// with a session: Branch here forks it at the token (POST /v1/sessions/{id}/fork) and the next
+// Generate continues the branch, reusing the forked KV
+await page.click('[data-testid="use-session"]');
+await page.$eval('[data-testid="prompt"]', (e) => (e.value = "We the people of the United States, in order to form"));
+await page.click('[data-testid="generate"]');
+await page.waitForFunction(() => /session sess-\S+, 0 cached/.test(document.getElementById("genstatus").textContent),
+                           { timeout: 60000 });
+await page.waitForFunction(() => /tokens · layer/.test(document.getElementById("attnstatus").textContent), { timeout: 60000 });
+await (await page.$$("#strip .tok"))[8].click();
+await page.waitForFunction(() => document.querySelectorAll('[data-testid="ablation-grid"] td[data-layer]').length === 24 &&
+                           /sequences/.test(document.getElementById("selstatus").textContent), { timeout: 60000 });
+await page.click('[data-testid="branch"]');
+await page.waitForFunction(() => /^branch sess-\S+ of sess-\S+ at 9 tokens \(9 with KV\)$/.test(document.getElementById("genstatus").textContent),
+                           { timeout: 30000 });
+const forkMsg = await text(page, "#genstatus");
+await page.click('[data-testid="generate"]');
+await page.waitForFunction(() => /, \d+ cached$/.test(document.getElementById("genstatus").textContent), { timeout: 60000 });
+const after = await text(page, "#genstatus");
+const reused = Number(after.match(/, (\d+) cached$/)[1]);
+assert.ok(reused >= 8, `the branch's turn reused ${reused} tokens: ${after}`);
+const nSess = await page.evaluate(async () => (await (await fetch("/v1/sessions")).json()).data.length);
+assert.ok(nSess >= 2, `${nSess} sessions: the trunk and the branch`);
+await page.click('[data-testid="use-session"]');
+await page.waitForFunction(() => /tokens · layer/.test(document.getElementById("attnstatus").textContent), { timeout: 60000 });
+assert.equal(await page.$$eval('[data-testid="ablation-grid"] td', (c) => c.length), 0, "the grid of the old text stays");
+ok(`with a session: ${forkMsg}; the branch's Generate reused ${reused} cached tokens`);
+await (await page.$$("#strip .tok"))[12].click(); // for the screenshot: a selected token with its lens and grid
+await page.waitForFunction(() => /sequences/.test(document.getElementById("selstatus").textContent), { timeout: 60000 });
+const w2 = await page.$$eval('[data-testid="ablation-grid"] td[data-layer]', (c) =>
+  c.map((e) => ({ l: e.dataset.layer, h: e.dataset.head, d: Number(e.textContent) })).sort((a, b) => a.d - b.d)[0]);
+await page.click(`[data-testid="ablation-grid"] td[data-layer="${w2.l}"][data-head="${w2.h}"]`);
+await page.waitForFunction(() => document.querySelector('[data-testid="compare"] div[data-done]'), { timeout: 60000 });
+
 await page.evaluate(() => window.scrollTo(0, 0));
 await page.screenshot({ path: shot, fullPage: true });
 ok(`screenshot kept: ${shot}`);
