@@ -2,8 +2,8 @@
 # test_http_session_fork.sh — POST /v1/sessions/{id}/fork with the shipped model and a state
 # directory: the fork holds the source's history (or its first `at` tokens) and shares its KV
 # blocks (the pool's bytes in use do not grow), its next turn reuses that KV, both branches
-# continue alike and apart without disturbing each other, it survives a restart, and bad asks
-# are 404 / 400 / 409.
+# continue alike and apart without disturbing each other, it survives a restart, bad asks are
+# 404 / 400 / 409, and a fork counts against the key's session quota (429 past it).
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 source "$here/http_lib.sh"
@@ -59,3 +59,13 @@ url="http://127.0.0.1:$again_PORT"
 [ "$(curl -s "$url/v1/sessions/$cid" | jq .tokens)" = 3 ] || fail "the fork at 3 did not survive a restart"
 echo "ok: forks are durable as any session"
 stop_server again || fail "server exit status"
+
+ATTND_SESSION_EVICT_LRU=false start_server quota --model "$MODEL" --threads 1 --max-sessions-per-key 2
+url="http://127.0.0.1:$quota_PORT"
+curl -sf "$url/v1/sessions" -d '{"id": "q1"}' >/dev/null || fail "create under the quota"
+[ "$(code q1 '{"id": "q2"}')" = 200 ] || fail "a fork within the quota"
+body=$(curl -s -w ' %{http_code}' -X POST "$url/v1/sessions/q1/fork" -d '{"id": "q3"}')
+[ "${body##* }" = 429 ] && grep -q max_sessions_per_key <<< "$body" || fail "a fork past the quota: $body"
+[ "$(curl -s "$url/v1/sessions" | jq '.data | length')" = 2 ] || fail "the refused fork left a session"
+echo "ok: a fork counts against max_sessions_per_key (429 past it, nothing left behind)"
+stop_server quota || fail "server exit status"

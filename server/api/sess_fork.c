@@ -105,8 +105,11 @@ enum MHD_Result ep_session_fork(req *r) {
     sess *src = NULL;
     attnd_err err;
     if (!fork_fields(r, b, &want, &at, &ret)) goto out;
-    attnd_status st = sess_id_valid(id) ? sess_acquire(s->store, r->owner, id, &src, &err)
-                                        : attnd_fail(&err, ATTND_ERR_NOT_FOUND, "session '%.64s' not found", id);
+    /* a fork counts against the key's sessions (sess_create checks again under its lock) */
+    attnd_status st = sess_quota_check(s->store, r->owner, &err);
+    if (st == ATTND_OK)
+        st = sess_id_valid(id) ? sess_acquire(s->store, r->owner, id, &src, &err)
+                               : attnd_fail(&err, ATTND_ERR_NOT_FOUND, "session '%.64s' not found", id);
     if (st != ATTND_OK) {
         ret = http_respond_error(r, http_status_of(st, HTTP_CTX_SESSION), err.msg, NULL);
         goto out;
