@@ -7,6 +7,7 @@
 
 #include "attnd/buf.h"
 #include "attnd/utf8.h"
+#include "ablate_api.h"
 #include "json_schema.h"
 
 #include <math.h>
@@ -511,7 +512,9 @@ attnd_status oai_parse(const json_t *body, bool chat, const server_settings *cfg
     }
     if ((rc = parse_stop(body, r, param, err)) != ATTND_OK) return rc;
     if ((rc = parse_bias(body, n_vocab, r, param, err)) != ATTND_OK) return rc;
-    if ((rc = parse_format(body, r, param, err)) != ATTND_OK) return rc;
+    if ((rc = parse_format(body, r, param, err)) != ATTND_OK ||
+        (rc = ablate_api_parse(body, &r->ablate, &r->n_ablate, param, err)) != ATTND_OK)
+        return rc;
     if ((rc = parse_tools(body, chat, r, param, err)) != ATTND_OK) return rc;
     if (chat && (rc = family_messages(r, false, param, err)) != ATTND_OK) return rc;
     attnd_err verr;
@@ -532,6 +535,7 @@ void oai_request_free(oai_request *r) {
     toolcall_spec_free(&r->tools);
     for (size_t i = 0; i < r->n_fmsgs; i++) free((char *)r->fmsgs[i].content);
     free(r->fmsgs);
+    free(r->ablate);
     memset(r, 0, sizeof(*r));
 }
 

@@ -15,6 +15,7 @@
 #include <stdint.h>
 
 #include "attnd/common.h"
+#include "attnd/engine.h"
 #include "attnd/grammar.h"
 #include "attnd/sampler.h"
 #include "chat.h"
@@ -82,6 +83,9 @@ typedef struct oai_request {
                                msgs (tool results and calls rendered as text, the tools described
                                in the system message; toolcall.h); NULL = use msgs. Owned. */
     size_t n_fmsgs;
+    // ---- interventions (ablate_api.h) ----
+    engine_ablation_head *ablate; /* (n_ablate) owned; NULL = none. Ranges unchecked (no model here) */
+    int n_ablate;
 } oai_request;
 
 /*
@@ -96,6 +100,7 @@ typedef struct oai_request {
  * tools are described in the system message (Hermes style, for the built-in families), history
  * messages' tool_calls and role "tool" results are rendered as the model writes them, and
  * tool_choice required / named compiles the forcing grammar (then response_format is a 400).
+ * "ablate" (ablate_api.h) into r->ablate, its ranges left to the caller, who knows the model.
  * Features not implemented (functions, function_call, audio, modalities
  * other than ["text"], best_of > 1, suffix) are refused by name;
  * unknown fields and harmless ones clients send (user, stream_options, metadata, store) are not.
