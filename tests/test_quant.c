@@ -621,7 +621,7 @@ Test(quant, matmul_every_batch_size_to_33_at_tile_edges_agrees_with_portable) {
     for (size_t i = 0; i < sizeof Q_TYPES / sizeof *Q_TYPES; i++) batch_sizes_agree_with_portable(Q_TYPES[i]);
 }
 
-/* Q4_0, Q4_K and Q6_K weights packed at load (quant_pack): where the instruction set has a packed
+/* Q8_0, Q4_0, Q4_K and Q6_K weights packed at load (quant_pack): where the instruction set has a packed
  * kernel, every batch size and thread count, row counts around the 16-row groups and a matrix
  * large enough to split between threads, against the portable path on the original rows and
  * bit for bit against the same tokens in the largest batch;
@@ -678,14 +678,15 @@ static void check_packed(uint32_t type) {
     }
 }
 
+Test(quant, q8_0_packed_at_load_agrees_with_portable_at_group_edges) { check_packed(GGUF_TYPE_Q8_0); }
 Test(quant, q4_0_packed_at_load_agrees_with_portable_at_group_edges) { check_packed(GGUF_TYPE_Q4_0); }
 Test(quant, q4_k_packed_at_load_agrees_with_portable_at_group_edges) { check_packed(GGUF_TYPE_Q4_K); }
 Test(quant, q6_k_packed_at_load_agrees_with_portable_at_group_edges) { check_packed(GGUF_TYPE_Q6_K); }
 
 Test(quant, packing_a_type_without_packed_kernel_gives_no_copy) {
-    uint8_t *w = malloc(quant_row_bytes(GGUF_TYPE_Q8_0, 256) * 16);
-    random_weights(w, GGUF_TYPE_Q8_0, 16, 256);
-    cr_assert_null(quant_pack(w, GGUF_TYPE_Q8_0, 16, 256));
+    uint8_t *w = malloc(quant_row_bytes(GGUF_TYPE_Q5_K, 256) * 16);
+    random_weights(w, GGUF_TYPE_Q5_K, 16, 256);
+    cr_assert_null(quant_pack(w, GGUF_TYPE_Q5_K, 16, 256));
     free(w);
     quant_packed_destroy(NULL);
     cr_assert_eq(quant_packed_bytes(NULL), 0);
