@@ -616,7 +616,7 @@ const quant_kernels *quant_kernels_active(void) {
  * binary (ATTND_PF_DIST, docs/kernels.md): on the Intel Xeon (Sapphire/Emerald Rapids) the packed
  * decode kernels stream faster with a software prefetch PF_INTEL bytes ahead; AMD keeps the
  * hardware prefetchers alone (its packed kernels were measured so on Zen 4). */
-#define PF_INTEL 4096
+#define PF_INTEL 8192
 static quant_tune tune_for_cpu(void) {
     quant_tune t = {0, 0};
 #if defined(__x86_64__) && defined(__GNUC__)

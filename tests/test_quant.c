@@ -579,7 +579,11 @@ Test(quant, matmul_prefill_equals_token_by_token_decode) {
  * partial last one: 33 Q8_0/Q4_0 blocks, 5 super-blocks. */
 static int64_t long_cols_for(uint32_t type) { return gguf_type_block_elems(type) == 32 ? 33 * 32 : 5 * 256; }
 
-static const uint32_t Q_TYPES[] = {GGUF_TYPE_Q8_0, GGUF_TYPE_Q4_0, GGUF_TYPE_Q4_K, GGUF_TYPE_Q6_K};
+/* the quantized types with AVX-512 register tiles (the 32-element ones of issue 27 included) */
+static const uint32_t Q_TYPES[] = {GGUF_TYPE_Q8_0, GGUF_TYPE_Q4_0, GGUF_TYPE_Q4_K,  GGUF_TYPE_Q6_K,
+                                   GGUF_TYPE_Q4_1, GGUF_TYPE_Q5_0, GGUF_TYPE_Q5_1,  GGUF_TYPE_IQ4_NL,
+                                   GGUF_TYPE_MXFP4, GGUF_TYPE_Q2_K, GGUF_TYPE_Q3_K, GGUF_TYPE_Q5_K,
+                                   GGUF_TYPE_IQ4_XS};
 
 /* Every batch size from 1 to 33 (token tiles of 8 with every remainder, the decode / tile switch
  * at 4), rows not a multiple of the 16-row tile, several blocks per row: each instruction set and
