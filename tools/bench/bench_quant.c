@@ -5,7 +5,7 @@
  * A benchmark, not a test: it prints numbers and ratios, it asserts nothing.
  *
  *   tools/bench/build.sh && build/bench_quant [n_threads] [n_tok] [models]   (models: skip the per-shape table)
- *   build/bench_quant [n_threads] [n_tok] tl [isa]   (TinyLlama-1.1B matrix shapes, every quantized type incl.
+ *   build/bench_quant [n_threads] [n_tok] tl [isa [type]]   (TinyLlama-1.1B matrix shapes, every quantized type incl.
  *                                               those of issue 27, best ISA only: GFLOP/s and weight GB/s, the
  *                                               kernel path that ran (amx tiles or not), weights packed where the
  *                                               ISA packs them, as a model loads them; for n_tok <= 16 the weights rotate through
@@ -324,7 +324,7 @@ static const char *kernel_path(quant_isa isa, uint32_t type, int n_tok) {
     return tiled && n_tok >= 16 ? "amx tiles" : "amx (avx512)";
 }
 
-static void bench_tl(int n_threads, int n_tok, quant_isa isa) {
+static void bench_tl(int n_threads, int n_tok, quant_isa isa, const char *only) {
     static const uint32_t types[] = {GGUF_TYPE_Q8_0, GGUF_TYPE_Q4_0, GGUF_TYPE_Q4_K, GGUF_TYPE_Q6_K,
                                      /* issue 27 */
                                      GGUF_TYPE_Q4_1, GGUF_TYPE_Q5_0, GGUF_TYPE_Q5_1, GGUF_TYPE_IQ4_NL, GGUF_TYPE_MXFP4,
@@ -336,15 +336,18 @@ static void bench_tl(int n_threads, int n_tok, quant_isa isa) {
            "GB/s w", "% DRAM");
     for (size_t ti = 0; ti < sizeof types / sizeof *types; ti++)
         for (size_t si = 0; si < sizeof shapes / sizeof *shapes; si++) {
+            if (only && strcasecmp(only, gguf_type_name(types[ti])) != 0) continue;
             int64_t rows = shapes[si][0], cols = shapes[si][1];
             quant_isa_force(isa);
             double t = time_tl(types[ti], rows, cols, n_tok, n_threads);
             char shape[32];
             snprintf(shape, sizeof shape, "%ldx%ld", (long)rows, (long)cols);
             double gbs = (double)quant_row_bytes(types[ti], cols) * (double)rows / t * 1e-9;
-            printf("%-5s %-11s %-13s %10.3f %9.2f %9.2f %6.1f%%\n", gguf_type_name(types[ti]), shape,
+            char share[16] = "-"; /* prefill: the weights are cached, no share of DRAM */
+            if (dram > 0) snprintf(share, sizeof share, "%.1f%%", 100.0 * gbs / dram);
+            printf("%-5s %-11s %-13s %10.3f %9.2f %9.2f %7s\n", gguf_type_name(types[ti]), shape,
                    kernel_path(quant_isa_active(), types[ti], n_tok), t * 1e3,
-                   2.0 * (double)rows * (double)cols * n_tok / t * 1e-9, gbs, dram > 0 ? 100.0 * gbs / dram : 0.0);
+                   2.0 * (double)rows * (double)cols * n_tok / t * 1e-9, gbs, share);
             fflush(stdout);
         }
 }
@@ -431,7 +434,7 @@ int main(int argc, char **argv) {
         quant_isa isa = best;
         for (int i = 0; argc > 4 && i < QUANT_ISA_COUNT; i++)
             if (strcmp(argv[4], quant_isa_name((quant_isa)i)) == 0) isa = (quant_isa)i;
-        bench_tl(n_threads, n_tok, isa);
+        bench_tl(n_threads, n_tok, isa, argc > 5 ? argv[5] : NULL);
         return 0;
     }
     printf("%-5s %-9s %10s %10s %9s %9s %9s\n", "type", "shape", "isa", "us/call", "ns/row", "GFLOP/s", "vs port.");
