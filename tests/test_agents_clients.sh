@@ -1,28 +1,17 @@
 # test_agents_clients.sh — tool calling and structured output with the official `openai` npm
 # client (tests/js/agents_clients.mjs): forced and named tool calls, streamed tool calls that
 # reassemble to the whole answer, chat.completions.parse with a zod schema, 100 outputs at
-# temperature 1 under a nested schema validated with ajv, Responses with a function tool and
-# text.format. Runs on the repository's own model; the packages are installed once into the
-# build directory (.npm-agents) and reused by later runs.
+# temperature 1 (30 under the sanitizers) under a nested schema validated with ajv, Responses with
+# a function tool and text.format. Runs on the repository's own model; the packages are installed
+# once into the build directory (.npm-agents) and reused by later runs.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 source "$here/http_lib.sh"
 need_node
-model=$MODEL
-[ -f "$model" ] || fail "$model is missing"
-dir=$(dirname "$ATTND_BINARY")/.npm-agents
-if [ ! -f "$dir/node_modules/openai/package.json" ] || [ ! -f "$dir/node_modules/ajv/package.json" ] ||
-   [ ! -f "$dir/node_modules/zod/package.json" ]; then
-    mkdir -p "$dir"
-    [ -f "$dir/package.json" ] || echo '{"name":"attnd-agents-test","private":true}' > "$dir/package.json"
-    if ! (cd "$dir" && npm install --no-audit --no-fund --loglevel=error openai ajv zod >/dev/null); then
-        echo "FAIL: npm install openai ajv zod failed (no registry access?)" >&2
-        exit 1
-    fi
-fi
-echo "# openai $(node -p "require('$dir/node_modules/openai/package.json').version"), ajv $(node -p "require('$dir/node_modules/ajv/package.json').version"), zod $(node -p "require('$dir/node_modules/zod/package.json').version")"
-start_server srv --model "$model" --threads 1
-node "$here/js/agents_clients.mjs" "$dir" "http://127.0.0.1:$srv_PORT/v1"
+[ -f "$MODEL" ] || fail "$MODEL is missing"
+npm_packages .npm-agents openai ajv zod
+start_server srv --model "$MODEL" --threads 1
+node "$here/js/agents_clients.mjs" "$NPM_DIR" "http://127.0.0.1:$srv_PORT/v1"
 rc=$?
 stop_server srv || { echo "not ok - SIGTERM"; rc=1; }
 exit $rc

@@ -16,6 +16,7 @@
 #include "config.h"
 #include "config_internal.h"
 
+#include "attnd/kv.h"
 #include "chat.h"
 
 #include <ctype.h>
@@ -47,14 +48,25 @@ const entry config_settings[] = {
     {"max_batch", K_INT, OFF(max_batch), 1, 1 << 16, 0, "512", "most tokens per engine step"},
     {"prefill_budget_ms", K_INT, OFF(prefill_budget_ms), 0, 600000, 0, "0", "step time while a prompt prefills beside streams, ms (0 = auto)"},
     {"kv_budget_mb", K_SIZE, OFF(kv_budget_mb), 1, 1 << 24, 0, "1024", "KV cache memory for all sessions, MiB"},
-    {"kv_f32", K_BOOL, OFF(kv_f32), 0, 0, 0, "false", "keep the KV cache in f32 instead of f16"},
+    {"kv_type", K_KVTYPE, OFF(kv_type), 0, 0, 0, "f16",
+     "KV cache element type for K and V: f16 | f32 | q8_0 | q4_0 (q8_0: about half f16's bytes)"},
+    {"kv_f32", K_BOOL, OFF(kv_f32), 0, 0, 0, "false", "keep the KV cache in f32 (overrides kv_type)"},
     {"chat_template", K_CHAT, OFF(chat_template), 0, 0, 0, NULL, "built-in chat template family for a model without its own (empty = detect)"},
     {"chat_template_file", K_STR, OFF(chat_template_file), 0, 0, 0, NULL, "Jinja chat template file for a model without its own"},
     {"max_sessions", K_INT, OFF(max_sessions), 1, 1000000, 0, "1024", "named sessions kept"},
     {"state_dir", K_STR, OFF(state_dir), 0, 0, 0, NULL, "session state directory (empty = no persistence)"},
     {"max_parallel", K_INT, OFF(max_parallel), 1, 4096, 0, "16", "sequences decoded together per step"},
     {"session_ttl_s", K_INT, OFF(session_ttl_s), 0, 1 << 30, 0, "259200", "idle sessions are removed after this, s (0 = never)"},
-    {"session_evict_lru", K_BOOL, OFF(session_evict_lru), 0, 0, 0, "true", "at max_sessions evict the least recently used idle one"},
+    {"session_evict_lru", K_BOOL, OFF(session_evict_lru), 0, 0, 0, "true",
+     "at a key's quota (or max_sessions) evict that key's least recently used idle session"},
+    {"max_sessions_per_key", K_INT, OFF(max_sessions_per_key), 0, 1000000, 0, "0",
+     "named sessions one API key keeps (0 = max_sessions / the number of keys)"},
+    {"max_responses_per_key", K_INT, OFF(max_responses_per_key), 0, 1000000, 0, "0",
+     "stored /v1/responses one API key keeps (0 = max_sessions / the number of keys)"},
+    {"response_bytes_per_key", K_BYTES, OFF(response_bytes_per_key), 0, 1 << 30, 0, "67108864",
+     "bytes of stored responses one API key keeps (k/M/G suffix ok; 0 = no cap)"},
+    {"response_ttl_s", K_INT, OFF(response_ttl_s), 0, 1 << 30, 0, "2592000",
+     "stored responses are removed this long after they were stored, s (0 = never)"},
     {"session_store", K_STR, OFF(session_store), 0, 0, 0, NULL,
      "shared session store for several instances, redis://HOST[:PORT][/DB] (empty = local)"},
     {"session_store_prefix", K_STR, OFF(session_store_prefix), 0, 0, 0, "attnd:session:",
@@ -113,6 +125,12 @@ static void store_default(const entry *e, server_settings *s) {
     case K_FLOAT: *(float *)field = d ? strtof(d, NULL) : 0.0f; break;
     case K_BOOL: *(bool *)field = d && parse_bool(d) == 1; break;
     case K_LOGLEVEL: *(server_log_level *)field = (server_log_level)(d ? parse_log_level(d) : 0); break;
+    case K_KVTYPE: {
+        kv_type t = KV_F16;
+        if (d) kv_type_parse(d, &t);
+        *(int *)field = (int)t;
+        break;
+    }
     }
 }
 
@@ -363,6 +381,13 @@ static attnd_status parse_value(config *c, size_t i, char *field, const char *va
             return attnd_fail(err, ATTND_ERR_INVALID, "%s: '%s' is not one of error, warn, info, debug", where, value);
         *(server_log_level *)field = (server_log_level)b;
         break;
+    case K_KVTYPE: {
+        kv_type t;
+        if (kv_type_parse(value, &t) != ATTND_OK)
+            return attnd_fail(err, ATTND_ERR_INVALID, "%s: '%s' is not one of f16, f32, q8_0, q4_0", where, value);
+        *(int *)field = (int)t;
+        break;
+    }
     case K_KEYFILE: return parse_key_file(c, i, field, value, where, err);
     }
     return ATTND_OK;

@@ -1,7 +1,7 @@
 /*
  * server.c — the lifecycle of `attnd serve` (see server.h): bind, load the model and start the
  * scheduler, drain and stop. Requests are handled in http.c (routing, auth, caps), endpoints.c
- * and completions.c (the endpoints), sse.c (streaming) and oai_resp.c (response JSON).
+ * and completions.c (the endpoints), sse.c (streaming) and completion_body.c (response JSON).
  *
  * libmicrohttpd runs one thread per connection, so a handler may block while its request is
  * generated (non-streamed) and a streaming response's reader may block until the scheduler
@@ -161,14 +161,31 @@ int server_port(const server *s) { return s->port; }
 
 /* The start-up facts a person reading the log needs: threads, kernels, KV sizing, state dir. */
 static void log_engine_setup(const server *s) {
-    kv_type kt = s->cfg.kv_f32 ? KV_F32 : KV_F16;
+    kv_type kt = s->cfg.kv_f32 ? KV_F32 : (kv_type)s->cfg.kv_type;
     size_t budget = s->cfg.kv_budget_mb ? s->cfg.kv_budget_mb << 20 : (size_t)1 << 30; /* as the scheduler */
     size_t per_ctx = kv_context_bytes(s->m, s->n_ctx, kt);
     slog_info("engine: %d threads, %s kernels; KV budget %zu MiB (%s, %zu bytes/token) = %zu full contexts of "
               "%d tokens; state dir %s",
               cpuinfo_threads(s->cfg.threads), cpuinfo_kernels(),
-              budget >> 20, kt == KV_F32 ? "f32" : "f16", kv_bytes_per_token(s->m, kt), per_ctx ? budget / per_ctx : 0,
+              budget >> 20, kv_type_name(kt), kv_bytes_per_token(s->m, kt), per_ctx ? budget / per_ctx : 0,
               s->n_ctx, s->cfg.state_dir ? s->cfg.state_dir : "none (sessions are not persisted)");
+}
+
+/* Each API key's share of the stores (requests without a key are one tenant): the configured
+ * quota, else max_sessions split evenly between the keys. */
+static void set_tenant_quotas(server *s) {
+    int keys = 1;
+    for (const char *k = s->cfg.api_key; k && *k; k++) keys += *k == '\n' && k[1];
+    int share = s->cfg.max_sessions / keys > 0 ? s->cfg.max_sessions / keys : 1;
+    int sessions = s->cfg.max_sessions_per_key > 0 ? s->cfg.max_sessions_per_key : share;
+    int responses = s->cfg.max_responses_per_key > 0 ? s->cfg.max_responses_per_key : share;
+    sess_store_set_quota(s->store, sessions);
+    rstore_set_limits(s->responses, &(rstore_limits){.per_owner = responses,
+                                                      .per_owner_bytes = s->cfg.response_bytes_per_key,
+                                                      .ttl_ms = (int64_t)s->cfg.response_ttl_s * 1000});
+    slog_info("tenants: %d key%s, each keeps up to %d sessions and %d stored responses (%zu bytes), responses "
+              "expire after %d s", keys, keys == 1 ? "" : "s", sessions, responses, s->cfg.response_bytes_per_key,
+              s->cfg.response_ttl_s);
 }
 
 /* The session store: this instance's (state_dir), or a cache of the shared one (session_store),
@@ -225,6 +242,7 @@ attnd_status server_load(server *s, attnd_err *err) {
     if ((rc = sessions_open(s, tag, err)) != ATTND_OK) return rc;
     sess_store_set_lifetime(s->store, (int64_t)s->cfg.session_ttl_s * 1000, s->cfg.session_evict_lru);
     if ((rc = rstore_create(&s->responses, s->cfg.state_dir, tag, s->cfg.max_sessions, err)) != ATTND_OK) return rc;
+    set_tenant_quotas(s);
     if ((rc = sched_create(&s->sch, s->m, s->tok, s->store, &s->cfg, err)) != ATTND_OK) return rc;
     atomic_store(&s->ready, true);
     slog_info("model ready: %s (%s, %d layers, vocab %d, context %d, chat template %s (%s), %d sessions restored)",
