@@ -620,7 +620,7 @@ const quant_kernels *quant_kernels_active(void) {
 static quant_tune tune_for_cpu(void) {
     quant_tune t = {0, 0};
 #if defined(__x86_64__) && defined(__GNUC__)
-    unsigned a, b, c, d;
+    unsigned a = 0, b = 0, c = 0, d = 0;
     if (__get_cpuid(0, &a, &b, &c, &d) && b == 0x756e6547u && d == 0x49656e69u && c == 0x6c65746eu) /* GenuineIntel */
         t.pf_dist = PF_INTEL;
 #endif
