@@ -80,6 +80,10 @@ typedef void (*attn_tile_fn)(const struct attn_tile *t);
 /* Packed weights (quant.h): 16-row groups of PACK_ROWS rows, group g at data + g * group_bytes. A
  * packed row-range kernel takes (data, group_bytes) for (w, row_bytes), r0 a multiple of 16. */
 #define PACK_ROWS 16
+/* Q8_0, per 16-row group and pair of blocks: 2 x 8 x 64 bytes of weights made unsigned (q ^ 0x80,
+ * i.e. q + 128; vector k of a block holds bytes 4k..4k+3 of each row, row i at 4i), then 2 x 16
+ * f16 scales: 34 bytes per row and block, as mapped. */
+#define PACK_Q80_PAIR (2 * 8 * 64 + 64)
 /* Q4_0, per 16-row group and pair of blocks: 2 x 4 x 64 bytes of nibbles, then 2 x 16 f16 scales
  * (one run: the scales travel with their nibbles). 18 bytes per row and block, as mapped. */
 #define PACK_Q40_PAIR (2 * 4 * 64 + 64)
@@ -99,12 +103,23 @@ typedef void (*attn_tile_fn)(const struct attn_tile *t);
 struct quant_packed {
     uint32_t wtype;
     int64_t n_rows, n_cols;
-    size_t group_bytes; /* Q4_0: ceil(nb / 2) * PACK_Q40_PAIR, pairs of blocks; Q4_K: nb * PACK_Q4K_BYTES,
+    size_t group_bytes; /* Q8_0 / Q4_0: ceil(nb / 2) * PACK_Q80_PAIR / PACK_Q40_PAIR, pairs of blocks; Q4_K: nb * PACK_Q4K_BYTES,
                            super-block after super-block; Q6_K: PACK_Q6K_HEAD(nb) + nb * PACK_Q6K_BYTES
                            (a multiple of 64 in every case) */
     size_t bytes;
     uint8_t *data;      /* (ceil(n_rows / 16) * group_bytes), 64-byte aligned */
 };
+
+/* How far ahead the packed decode kernels ask for their weights (software prefetch), per CPU
+ * family: one kernel per instruction set, this its parameter (quant_tune_get, quant_ref.c).
+ * dist: bytes ahead of the read position (0: the hardware prefetchers alone); nta: the hint
+ * (1: non-temporal, PREFETCHNTA, so the streamed weights displace less of L2/L3; 0: into L2).
+ * ATTND_PF_DIST=bytes[,nta] overrides the choice (A/B runs in one binary). */
+typedef struct quant_tune {
+    int pf_dist;
+    int pf_nta;
+} quant_tune;
+const quant_tune *quant_tune_get(void);
 
 /* Per instruction set: one row-range kernel per computable weight type (indexed by QT_*, the
  * dense index of quant_types.h) and the activation preparations; any NULL entry falls back to the

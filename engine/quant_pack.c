@@ -15,6 +15,30 @@
 #include "quant_impl.h"
 #include "quant_types.h"
 
+/* Q8_0 rows -> quant_pack's layout (PACK_Q80_PAIR, quant_impl.h): block b's weights at
+ * PACK_Q80_PAIR (b / 2) + 512 (b % 2), dword k of row i at 64 k + 4 i, each byte q ^ 0x80; its rows'
+ * 16 f16 scales at PACK_Q80_PAIR (b / 2) + 1024 + 32 (b % 2). */
+static void pack_q8_0(uint8_t *dst, const uint8_t *w, size_t rb, int64_t n_rows, int64_t nb, size_t group_bytes) {
+    for (int64_t r0 = 0; r0 < n_rows; r0 += PACK_ROWS) { /* the copy written in order, 16 rows read side by side */
+        int nr = n_rows - r0 < PACK_ROWS ? (int)(n_rows - r0) : PACK_ROWS;
+        uint8_t *g = dst + (size_t)(r0 / PACK_ROWS) * group_bytes;
+        for (int64_t b = 0; b < nb; b++) {
+            uint8_t *pair = g + (size_t)(b / 2) * PACK_Q80_PAIR;
+            for (int i = 0; i < nr; i++) {
+                const uint8_t *src = w + (size_t)(r0 + i) * rb + (size_t)b * Q8_0_BYTES;
+                uint8_t *q = pair + 512 * (b % 2) + 4 * i;
+                memcpy(pair + 1024 + 32 * (b % 2) + 2 * i, src, 2);
+                for (int k = 0; k < 8; k++) {
+                    uint32_t v;
+                    memcpy(&v, src + 2 + 4 * k, 4);
+                    v ^= 0x80808080u;
+                    memcpy(q + 64 * k, &v, 4);
+                }
+            }
+        }
+    }
+}
+
 /* Q4_0 rows -> quant_pack's layout (quant_impl.h): per 16-row group, pairs of blocks of
  * PACK_Q40_PAIR bytes; block b's nibbles at PACK_Q40_PAIR (b / 2) + 256 (b % 2), the 16 bytes of
  * each row split in four dwords, dword k of row i at 64 k + 4 i; its rows' 16 f16 scales at
@@ -141,7 +165,7 @@ static void *packed_alloc(size_t bytes) {
 quant_packed *quant_pack(const void *w, uint32_t wtype, int64_t n_rows, int64_t n_cols) {
     const char *no = getenv("ATTND_NO_REPACK");
     if (no && *no && strcmp(no, "0") != 0) return NULL;
-    int q4_0 = wtype == GGUF_TYPE_Q4_0, q4_k = wtype == GGUF_TYPE_Q4_K;
+    int q8_0 = wtype == GGUF_TYPE_Q8_0, q4_0 = wtype == GGUF_TYPE_Q4_0, q4_k = wtype == GGUF_TYPE_Q4_K;
     uint32_t be = gguf_type_block_elems(wtype);
     if (!quant_packed_kernel(quant_kernels_active(), wtype) || n_rows <= 0 || n_cols <= 0 || n_cols % be != 0)
         return NULL;
@@ -150,7 +174,8 @@ quant_packed *quant_pack(const void *w, uint32_t wtype, int64_t n_rows, int64_t 
     int64_t nb = n_cols / be, n_groups = (n_rows + PACK_ROWS - 1) / PACK_ROWS;
     *pk = (quant_packed){.wtype = wtype, .n_rows = n_rows, .n_cols = n_cols};
     /* round_up keeps every group 64-byte aligned */
-    pk->group_bytes = q4_0 ? (size_t)(nb + 1) / 2 * PACK_Q40_PAIR
+    pk->group_bytes = q8_0   ? (size_t)(nb + 1) / 2 * PACK_Q80_PAIR
+                      : q4_0 ? (size_t)(nb + 1) / 2 * PACK_Q40_PAIR
                       : q4_k ? (size_t)nb * PACK_Q4K_BYTES
                              : PACK_Q6K_HEAD(nb) + (size_t)nb * PACK_Q6K_BYTES;
     pk->bytes = (size_t)n_groups * pk->group_bytes;
@@ -160,11 +185,14 @@ quant_packed *quant_pack(const void *w, uint32_t wtype, int64_t n_rows, int64_t 
         return NULL;
     }
     memset(pk->data + (size_t)(n_groups - 1) * pk->group_bytes, 0, pk->group_bytes); /* padding rows */
-    if (q4_0 && nb % 2) /* an odd last block's partner */
+    if ((q8_0 || q4_0) && nb % 2) { /* an odd last block's partner */
+        size_t pair = q8_0 ? PACK_Q80_PAIR : PACK_Q40_PAIR, half = q8_0 ? 512 : 256;
         for (int64_t g = 0; g < n_groups; g++)
-            memset(pk->data + (size_t)g * pk->group_bytes + (size_t)(nb / 2) * PACK_Q40_PAIR + 256, 0, PACK_Q40_PAIR - 256);
+            memset(pk->data + (size_t)g * pk->group_bytes + (size_t)(nb / 2) * pair + half, 0, pair - half);
+    }
     size_t rb = quant_row_bytes(wtype, n_cols);
-    if (q4_0) pack_q4_0(pk->data, w, rb, n_rows, nb, pk->group_bytes);
+    if (q8_0) pack_q8_0(pk->data, w, rb, n_rows, nb, pk->group_bytes);
+    else if (q4_0) pack_q4_0(pk->data, w, rb, n_rows, nb, pk->group_bytes);
     else if (q4_k) pack_q4_k(pk->data, w, rb, n_rows, nb, pk->group_bytes);
     else pack_q6_k(pk->data, w, rb, n_rows, nb, pk->group_bytes);
     return pk;

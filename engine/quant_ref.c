@@ -610,6 +610,44 @@ const quant_kernels *quant_kernels_active(void) {
     return &g_resolved[quant_isa_active()];
 }
 
+// ---- per-CPU-family parameters of the kernels (quant_tune, quant_impl.h) ----------------------
+
+/* The family's choice: CPUID leaf 0's vendor string (EBX, EDX, ECX). Measured A/B with the same
+ * binary (ATTND_PF_DIST, docs/kernels.md): on the Intel Xeon (Sapphire/Emerald Rapids) the packed
+ * decode kernels stream faster with a software prefetch PF_INTEL bytes ahead; AMD keeps the
+ * hardware prefetchers alone (its packed kernels were measured so on Zen 4). */
+#define PF_INTEL 8192
+static quant_tune tune_for_cpu(void) {
+    quant_tune t = {0, 0};
+#if defined(__x86_64__) && defined(__GNUC__)
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    if (__get_cpuid(0, &a, &b, &c, &d) && b == 0x756e6547u && d == 0x49656e69u && c == 0x6c65746eu) /* GenuineIntel */
+        t.pf_dist = PF_INTEL;
+#endif
+    return t;
+}
+
+static quant_tune g_tune;
+static pthread_once_t g_tune_once = PTHREAD_ONCE_INIT;
+
+static void tune_init(void) {
+    g_tune = tune_for_cpu();
+    const char *e = getenv("ATTND_PF_DIST");
+    if (e && *e) {
+        char *end;
+        long v = strtol(e, &end, 10);
+        if (end != e && v >= 0 && v <= (1 << 20)) {
+            g_tune.pf_dist = (int)(v / 64 * 64);
+            g_tune.pf_nta = strcmp(end, ",nta") == 0;
+        }
+    }
+}
+
+const quant_tune *quant_tune_get(void) {
+    pthread_once(&g_tune_once, tune_init);
+    return &g_tune;
+}
+
 // ---- vector primitives (dispatch) --------------------------------------------------------------
 
 void quant_dot_rows(float *scores, const float *q, const float *K, int64_t k_stride, int n, int hd, float scale) {

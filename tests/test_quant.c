@@ -568,7 +568,11 @@ Test(quant, matmul_prefill_equals_token_by_token_decode) {
  * partial last one: 33 Q8_0/Q4_0 blocks, 5 super-blocks. */
 static int64_t long_cols_for(uint32_t type) { return gguf_type_block_elems(type) == 32 ? 33 * 32 : 5 * 256; }
 
-static const uint32_t Q_TYPES[] = {GGUF_TYPE_Q8_0, GGUF_TYPE_Q4_0, GGUF_TYPE_Q4_K, GGUF_TYPE_Q6_K};
+/* the quantized types with AVX-512 register tiles (the 32-element ones of issue 27 included) */
+static const uint32_t Q_TYPES[] = {GGUF_TYPE_Q8_0, GGUF_TYPE_Q4_0, GGUF_TYPE_Q4_K,  GGUF_TYPE_Q6_K,
+                                   GGUF_TYPE_Q4_1, GGUF_TYPE_Q5_0, GGUF_TYPE_Q5_1,  GGUF_TYPE_IQ4_NL,
+                                   GGUF_TYPE_MXFP4, GGUF_TYPE_Q2_K, GGUF_TYPE_Q3_K, GGUF_TYPE_Q5_K,
+                                   GGUF_TYPE_IQ4_XS};
 
 /* Every batch size from 1 to 33 (token tiles of 8 with every remainder, the decode / tile switch
  * at 4), rows not a multiple of the 16-row tile, several blocks per row: each instruction set and
@@ -610,7 +614,7 @@ Test(quant, matmul_every_batch_size_to_33_at_tile_edges_agrees_with_portable) {
     for (size_t i = 0; i < sizeof Q_TYPES / sizeof *Q_TYPES; i++) batch_sizes_agree_with_portable(Q_TYPES[i]);
 }
 
-/* Q4_0, Q4_K and Q6_K weights packed at load (quant_pack): where the instruction set has a packed
+/* Q8_0, Q4_0, Q4_K and Q6_K weights packed at load (quant_pack): where the instruction set has a packed
  * kernel, every batch size and thread count, row counts around the 16-row groups and a matrix
  * large enough to split between threads, against the portable path on the original rows and
  * bit for bit against the same tokens in the largest batch;
@@ -667,14 +671,15 @@ static void check_packed(uint32_t type) {
     }
 }
 
+Test(quant, q8_0_packed_at_load_agrees_with_portable_at_group_edges) { check_packed(GGUF_TYPE_Q8_0); }
 Test(quant, q4_0_packed_at_load_agrees_with_portable_at_group_edges) { check_packed(GGUF_TYPE_Q4_0); }
 Test(quant, q4_k_packed_at_load_agrees_with_portable_at_group_edges) { check_packed(GGUF_TYPE_Q4_K); }
 Test(quant, q6_k_packed_at_load_agrees_with_portable_at_group_edges) { check_packed(GGUF_TYPE_Q6_K); }
 
 Test(quant, packing_a_type_without_packed_kernel_gives_no_copy) {
-    uint8_t *w = malloc(quant_row_bytes(GGUF_TYPE_Q8_0, 256) * 16);
-    random_weights(w, GGUF_TYPE_Q8_0, 16, 256);
-    cr_assert_null(quant_pack(w, GGUF_TYPE_Q8_0, 16, 256));
+    uint8_t *w = malloc(quant_row_bytes(GGUF_TYPE_Q5_K, 256) * 16);
+    random_weights(w, GGUF_TYPE_Q5_K, 16, 256);
+    cr_assert_null(quant_pack(w, GGUF_TYPE_Q5_K, 16, 256));
     free(w);
     quant_packed_destroy(NULL);
     cr_assert_eq(quant_packed_bytes(NULL), 0);

@@ -5,21 +5,27 @@
  * A benchmark, not a test: it prints numbers and ratios, it asserts nothing.
  *
  *   tools/bench/build.sh && build/bench_quant [n_threads] [n_tok] [models]   (models: skip the per-shape table)
- *   build/bench_quant [n_threads] [n_tok] tl [isa]   (TinyLlama-1.1B matrix shapes, every quantized type incl.
+ *   build/bench_quant [n_threads] [n_tok] tl [isa [type]]   (TinyLlama-1.1B matrix shapes, every quantized type incl.
  *                                               those of issue 27, best ISA only: GFLOP/s and weight GB/s, the
  *                                               kernel path that ran (amx tiles or not), weights packed where the
  *                                               ISA packs them, as a model loads them; for n_tok <= 16 the weights rotate through
  *                                               96 MB of copies, so they stream from DRAM as in decode)
- *   build/bench_quant [n_threads] [n_tok] tlpack [type]   (Q4_0, Q4_K, Q6_K, or only `type`, at those
+ *   build/bench_quant [n_threads] [n_tok] tlpack [type]   (Q8_0, Q4_0, Q4_K, Q6_K, or only `type`, at those
  *                                               shapes: the mapped layout against the copy packed at load,
  *                                               alternating in one process; packing cost; tlpackhot: one
  *                                               copy of the weights, cached when it fits)
+ * Streamed runs (tl with n_tok <= 16, tlpack) first measure the machine's DRAM read bandwidth with
+ * the same threads (256 MB read by the widest loads, best of 5) and print decode as a share of it.
+ * ATTND_PF_DIST=bytes[,nta] sets the packed decode kernels' software prefetch (quant_impl.h).
  */
+#include <immintrin.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/mman.h>
 #include <time.h>
 
 #include "attnd/gguf.h"
@@ -42,6 +48,81 @@ static uint32_t rnd(void) {
     rng ^= rng >> 7;
     rng ^= rng << 17;
     return (uint32_t)(rng >> 16);
+}
+
+// ---- the machine's DRAM read bandwidth, measured in the same run ------------------------------
+
+#define BW_BYTES ((size_t)256 << 20) /* well past any L3; on 2 MB pages where allowed, as the packed copies */
+
+typedef struct bw_part {
+    const uint8_t *p;
+    size_t n;
+    uint64_t sink;
+} bw_part;
+
+/* Every byte of [p, p + n) through the widest loads the CPU has, four independent chains. */
+#if defined(__x86_64__)
+__attribute__((target("avx512f"))) static uint64_t read_avx512(const uint8_t *p, size_t n) {
+    __m512i a0 = _mm512_setzero_si512(), a1 = a0, a2 = a0, a3 = a0;
+    for (size_t i = 0; i + 256 <= n; i += 256) {
+        a0 = _mm512_xor_si512(a0, _mm512_load_si512((const void *)(p + i)));
+        a1 = _mm512_xor_si512(a1, _mm512_load_si512((const void *)(p + i + 64)));
+        a2 = _mm512_xor_si512(a2, _mm512_load_si512((const void *)(p + i + 128)));
+        a3 = _mm512_xor_si512(a3, _mm512_load_si512((const void *)(p + i + 192)));
+    }
+    return (uint64_t)_mm512_reduce_add_epi64(_mm512_xor_si512(_mm512_xor_si512(a0, a1), _mm512_xor_si512(a2, a3)));
+}
+#endif
+
+static uint64_t read_plain(const uint8_t *p, size_t n) {
+    const uint64_t *q = (const uint64_t *)(const void *)p;
+    uint64_t a0 = 0, a1 = 0, a2 = 0, a3 = 0;
+    for (size_t i = 0; i + 4 <= n / 8; i += 4) a0 ^= q[i], a1 ^= q[i + 1], a2 ^= q[i + 2], a3 ^= q[i + 3];
+    return a0 ^ a1 ^ a2 ^ a3;
+}
+
+static void *bw_thread(void *arg) {
+    bw_part *b = arg;
+#if defined(__x86_64__)
+    if (__builtin_cpu_supports("avx512f")) {
+        b->sink = read_avx512(b->p, b->n);
+        return NULL;
+    }
+#endif
+    b->sink = read_plain(b->p, b->n);
+    return NULL;
+}
+
+/* GB/s of reading BW_BYTES from DRAM with n_threads threads (each its share), best of 5, timed as
+ * the kernels are (one thread: its CPU time). 0 when the buffer cannot be had. */
+static double dram_read_gbs(int n_threads) {
+    void *mem = NULL;
+    if (posix_memalign(&mem, (size_t)2 << 20, BW_BYTES) != 0) return 0;
+    uint8_t *buf = mem;
+#ifdef MADV_HUGEPAGE
+    (void)madvise(buf, BW_BYTES, MADV_HUGEPAGE); /* as quant_pack's copies: 2 MB pages where the kernel allows */
+#endif
+    memset(buf, 1, BW_BYTES); /* backed by pages, not the shared zero page */
+    double best = 1e30;
+    enum { MAX_T = 64 };
+    int nt = n_threads < MAX_T ? n_threads : MAX_T;
+    for (int rep = 0; rep < 5; rep++) {
+        bw_part part[MAX_T];
+        pthread_t th[MAX_T];
+        size_t per = BW_BYTES / (size_t)nt / 256 * 256;
+        double t0 = now_s();
+        for (int i = 0; i < nt; i++) {
+            part[i] = (bw_part){buf + (size_t)i * per, per, 0};
+            if (nt == 1) bw_thread(&part[0]);
+            else pthread_create(&th[i], NULL, bw_thread, &part[i]);
+        }
+        for (int i = 0; nt > 1 && i < nt; i++) pthread_join(th[i], NULL);
+        double dt = now_s() - t0;
+        if (dt < best) best = dt;
+        if (part[0].sink == 42) printf(" "); /* keeps the reads */
+    }
+    free(buf);
+    return (double)(BW_BYTES / (size_t)nt / 256 * 256) * (double)nt / best * 1e-9;
 }
 
 /* Random but well-formed weights: every f16 field set to a small finite scale. */
@@ -243,25 +324,30 @@ static const char *kernel_path(quant_isa isa, uint32_t type, int n_tok) {
     return tiled && n_tok >= 16 ? "amx tiles" : "amx (avx512)";
 }
 
-static void bench_tl(int n_threads, int n_tok, quant_isa isa) {
+static void bench_tl(int n_threads, int n_tok, quant_isa isa, const char *only) {
     static const uint32_t types[] = {GGUF_TYPE_Q8_0, GGUF_TYPE_Q4_0, GGUF_TYPE_Q4_K, GGUF_TYPE_Q6_K,
                                      /* issue 27 */
                                      GGUF_TYPE_Q4_1, GGUF_TYPE_Q5_0, GGUF_TYPE_Q5_1, GGUF_TYPE_IQ4_NL, GGUF_TYPE_MXFP4,
                                      GGUF_TYPE_Q2_K, GGUF_TYPE_Q3_K, GGUF_TYPE_Q5_K, GGUF_TYPE_IQ4_XS};
     static const int64_t shapes[][2] = {{2048, 2048}, {5632, 2048}, {2048, 5632}, {32000, 2048}};
-    printf("isa %s\n%-5s %-11s %-13s %10s %9s %9s\n", quant_isa_name(isa), "type", "shape", "kernel", "ms/call", "GFLOP/s",
-           "GB/s w");
+    double dram = n_tok <= 16 ? dram_read_gbs(n_threads) : 0;
+    if (dram > 0) printf("DRAM read bandwidth, %d thread(s), same run: %.2f GB/s (decode: %% of it below)\n", n_threads, dram);
+    printf("isa %s\n%-5s %-11s %-13s %10s %9s %9s %7s\n", quant_isa_name(isa), "type", "shape", "kernel", "ms/call", "GFLOP/s",
+           "GB/s w", "% DRAM");
     for (size_t ti = 0; ti < sizeof types / sizeof *types; ti++)
         for (size_t si = 0; si < sizeof shapes / sizeof *shapes; si++) {
+            if (only && strcasecmp(only, gguf_type_name(types[ti])) != 0) continue;
             int64_t rows = shapes[si][0], cols = shapes[si][1];
             quant_isa_force(isa);
             double t = time_tl(types[ti], rows, cols, n_tok, n_threads);
             char shape[32];
             snprintf(shape, sizeof shape, "%ldx%ld", (long)rows, (long)cols);
-            printf("%-5s %-11s %-13s %10.3f %9.2f %9.2f\n", gguf_type_name(types[ti]), shape,
+            double gbs = (double)quant_row_bytes(types[ti], cols) * (double)rows / t * 1e-9;
+            char share[16] = "-"; /* prefill: the weights are cached, no share of DRAM */
+            if (dram > 0) snprintf(share, sizeof share, "%.1f%%", 100.0 * gbs / dram);
+            printf("%-5s %-11s %-13s %10.3f %9.2f %9.2f %7s\n", gguf_type_name(types[ti]), shape,
                    kernel_path(quant_isa_active(), types[ti], n_tok), t * 1e3,
-                   2.0 * (double)rows * (double)cols * n_tok / t * 1e-9,
-                   (double)quant_row_bytes(types[ti], cols) * (double)rows / t * 1e-9);
+                   2.0 * (double)rows * (double)cols * n_tok / t * 1e-9, gbs, share);
             fflush(stdout);
         }
 }
@@ -272,13 +358,16 @@ static void bench_tl(int n_threads, int n_tok, quant_isa isa) {
  * (ms per MB of weights). */
 static void bench_tl_packed(int n_threads, int n_tok, int hot, const char *only) {
     static const int64_t shapes[][2] = {{2048, 2048}, {5632, 2048}, {2048, 5632}, {32000, 2048}};
-    static const uint32_t types[] = {GGUF_TYPE_Q4_0, GGUF_TYPE_Q4_K, GGUF_TYPE_Q6_K};
+    static const uint32_t types[] = {GGUF_TYPE_Q8_0, GGUF_TYPE_Q4_0, GGUF_TYPE_Q4_K, GGUF_TYPE_Q6_K};
+    double dram = hot ? 0 : dram_read_gbs(n_threads);
     printf("mapped (A) vs packed at load (B), isa %s, alternating batches, best of 7\n", quant_isa_name(quant_isa_active()));
-    printf("%-5s %-11s %9s %9s %8s %8s %7s %12s\n", "type", "shape", "A ms", "B ms", "A GB/s", "B GB/s", "B/A", "pack ms/MB");
+    if (dram > 0) printf("DRAM read bandwidth, %d thread(s), same run: %.2f GB/s\n", n_threads, dram);
+    printf("%-5s %-11s %9s %9s %8s %8s %7s %7s %12s\n", "type", "shape", "A ms", "B ms", "A GB/s", "B GB/s", "B/A", "B %DRAM",
+           "pack ms/MB");
     for (size_t ti = 0; ti < sizeof types / sizeof *types; ti++)
     for (size_t si = 0; si < sizeof shapes / sizeof *shapes; si++) {
         const uint32_t type = types[ti];
-        if (only && strcasecmp(only, gguf_type_name(type)) != 0) break;
+        if (only && strcasecmp(only, gguf_type_name(type)) != 0) continue;
         int64_t rows = shapes[si][0], cols = shapes[si][1];
         size_t wbytes = quant_row_bytes(type, cols) * (size_t)rows;
         int copies = hot ? 1 : (int)((96u << 20) / wbytes + 1);
@@ -312,8 +401,9 @@ static void bench_tl_packed(int n_threads, int n_tok, int hot, const char *only)
         }
         char shape[32];
         snprintf(shape, sizeof shape, "%ldx%ld", (long)rows, (long)cols);
-        printf("%-5s %-11s %9.3f %9.3f %8.2f %8.2f %6.2fx %12.3f\n", gguf_type_name(type), shape, best[0] * 1e3, best[1] * 1e3, wbytes / best[0] * 1e-9,
-               wbytes / best[1] * 1e-9, best[0] / best[1], pack_s * 1e3 / ((double)wbytes * copies / (1 << 20)));
+        printf("%-5s %-11s %9.3f %9.3f %8.2f %8.2f %6.2fx %6.1f%% %12.3f\n", gguf_type_name(type), shape, best[0] * 1e3,
+               best[1] * 1e3, wbytes / best[0] * 1e-9, wbytes / best[1] * 1e-9, best[0] / best[1],
+               dram > 0 ? 100.0 * wbytes / best[1] * 1e-9 / dram : 0.0, pack_s * 1e3 / ((double)wbytes * copies / (1 << 20)));
         fflush(stdout);
         for (int i = 0; i < copies; i++) {
             free(w[i]);
@@ -344,7 +434,7 @@ int main(int argc, char **argv) {
         quant_isa isa = best;
         for (int i = 0; argc > 4 && i < QUANT_ISA_COUNT; i++)
             if (strcmp(argv[4], quant_isa_name((quant_isa)i)) == 0) isa = (quant_isa)i;
-        bench_tl(n_threads, n_tok, isa);
+        bench_tl(n_threads, n_tok, isa, argc > 5 ? argv[5] : NULL);
         return 0;
     }
     printf("%-5s %-9s %10s %10s %9s %9s %9s\n", "type", "shape", "isa", "us/call", "ns/row", "GFLOP/s", "vs port.");
