@@ -505,6 +505,15 @@ fail:
     return st;
 }
 
+void gguf_drop_pages(const gguf_file *f, const void *p, size_t n) {
+    uintptr_t base = (uintptr_t)f->base, lo = (uintptr_t)p, hi = lo + n;
+    if (!f->mapped || lo < base || hi > base + f->size) return;
+    uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+    lo = (lo + page - 1) & ~(page - 1); /* whole pages only: a neighbour's bytes stay */
+    hi &= ~(page - 1);
+    if (hi > lo) (void)madvise((void *)lo, hi - lo, MADV_DONTNEED); /* advice: failure changes nothing */
+}
+
 void gguf_close(gguf_file *f) {
     if (!f) return;
     for (size_t i = 0; i < f->n_allocs; i++) free(f->allocs[i]);

@@ -523,7 +523,15 @@ static void pack_matrices(model *m) {
     ws[n++] = &m->output;
     for (int l = 0; l < m->info.n_layer; l++, n += LAYER_MATRICES) layer_matrices(&m->layers[l], ws + n);
     threads_run(threads_default(), n, pack_task, ws);
-    for (int i = 0; i < n; i++) m->packed_bytes += quant_packed_bytes(ws[i]->packed);
+    for (int i = 0; i < n; i++) {
+        if (!ws[i]->packed) continue;
+        m->packed_bytes += quant_packed_bytes(ws[i]->packed);
+        /* the copy replaces the mapped original in use: its pages leave resident memory (they
+         * come back from the file only if a path reads the original), except a tied output's,
+         * which the embedding lookup still reads */
+        if (ws[i]->data != m->tok_embd.data)
+            gguf_drop_pages(m->f, ws[i]->data, quant_row_bytes(ws[i]->type, ws[i]->cols) * (size_t)ws[i]->rows);
+    }
     free(ws);
 }
 

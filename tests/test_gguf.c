@@ -369,6 +369,70 @@ Test(gguf, open_reports_missing_files_and_non_gguf_files) {
     cr_assert_eq(gguf_open(&f, "/tmp", &err), ATTND_ERR_IO);
 }
 
+// ---- dropping the pages of a copied tensor ------------------------------------------------------
+
+/* The resident kilobytes of the mapping of this process that holds p (/proc/self/smaps), or -1. */
+static long mapping_rss_kb(const void *p) {
+    FILE *fp = fopen("/proc/self/smaps", "r");
+    cr_assert(fp);
+    char line[512];
+    bool inside = false;
+    long kb = -1;
+    while (fgets(line, sizeof line, fp)) {
+        unsigned long lo, hi;
+        if (sscanf(line, "%lx-%lx ", &lo, &hi) == 2 && strchr(line, '-') < strchr(line, ' '))
+            inside = (uintptr_t)p >= lo && (uintptr_t)p < hi;
+        else if (inside && sscanf(line, "Rss: %ld kB", &kb) == 1) break;
+    }
+    fclose(fp);
+    return kb;
+}
+
+/* A file with one F32 tensor of n values i * 0.5, aligned to 4096 so its pages are its own. */
+static gbuf big_tensor_file(uint64_t n) {
+    gbuf b = {0};
+    gb_header(&b, 3, 1, 1);
+    gb_kv_u32(&b, "general.alignment", 4096);
+    gb_tensor(&b, "t", 1, &n, 0 /* F32 */, 0);
+    gb_align(&b, 4096);
+    for (uint64_t i = 0; i < n; i++) gb_f32(&b, (float)i * 0.5f);
+    return b;
+}
+
+Test(gguf, dropped_pages_leave_resident_memory_and_read_back_the_same) {
+    enum { N = 1 << 20 }; /* 4 MiB of data */
+    gbuf b = big_tensor_file(N);
+    char path[] = "/tmp/attnd-test-gguf-XXXXXX";
+    int fd = mkstemp(path);
+    cr_assert_geq(fd, 0);
+    cr_assert_eq(write(fd, b.p, b.n), (ssize_t)b.n);
+    close(fd);
+    gguf_file *f;
+    attnd_err err;
+    cr_assert_eq(gguf_open(&f, path, &err), ATTND_OK, "%s", err.msg);
+    const gguf_tensor *t = gguf_find_tensor(f, "t");
+    const float *v = t->data;
+    double sum = 0;
+    for (int i = 0; i < N; i++) sum += v[i]; /* every page resident */
+    cr_assert_eq(sum, 0.5 * N * (N - 1.0) / 2);
+    long before = mapping_rss_kb(v);
+    cr_assert_geq(before, (long)N * 4 / 1024, "%ld kB resident", before);
+    gguf_drop_pages(f, t->data, t->n_bytes);
+    long after = mapping_rss_kb(v);
+    cr_assert_leq(after, before - (long)N * 4 / 1024 + 8, "%ld kB before, %ld kB after", before, after);
+    for (int i = 0; i < N; i++) cr_assert_eq(v[i], (float)i * 0.5f, "value %d read back from the file", i);
+    gguf_close(f);
+    unlink(path);
+    /* opened from memory: nothing to drop, the bytes stay */
+    cr_assert_eq(gguf_open_memory(&f, b.p, b.n, &err), ATTND_OK, "%s", err.msg);
+    t = gguf_find_tensor(f, "t");
+    gguf_drop_pages(f, t->data, t->n_bytes);
+    v = t->data;
+    for (int i = 0; i < N; i += 997) cr_assert_eq(v[i], (float)i * 0.5f);
+    gguf_close(f);
+    free(b.p);
+}
+
 // ---- the real fixtures ------------------------------------------------------------------------
 
 /* tests/data and the default model's folder; ../shared's fixtures too when that folder exists */

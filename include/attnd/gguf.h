@@ -125,6 +125,11 @@ attnd_status gguf_open(gguf_file **out, const char *path, attnd_err *err);
 /* Parses a GGUF image already in memory. `data` is borrowed and must outlive the result. */
 attnd_status gguf_open_memory(gguf_file **out, const void *data, size_t size, attnd_err *err);
 void gguf_close(gguf_file *f); /* accepts NULL */
+/* Tells the kernel that [p, p + n) of a file's mapped tensor data will not be read soon: its
+ * whole pages leave the process's resident memory and are read again from the file if touched.
+ * For a load-time copy (a packed matrix) that replaces the original in use. A no-op for a file
+ * opened from memory, or for a range outside the mapping. */
+void gguf_drop_pages(const gguf_file *f, const void *p, size_t n);
 
 uint32_t gguf_version(const gguf_file *f);
 uint64_t gguf_file_size(const gguf_file *f);
