@@ -45,6 +45,8 @@ const entry config_settings[] = {
     {"threads", K_INT, OFF(threads), 0, 4096, 0, "0", "engine threads (0 = the CPUs this process may use)"},
     {"ctx_size", K_INT, OFF(ctx_size), 0, 1 << 24, 0, "0", "per-sequence context cap in tokens (0 = model's)"},
     {"max_batch", K_INT, OFF(max_batch), 1, 1 << 16, 0, "512", "most tokens per engine step"},
+    {"draft_max", K_INT, OFF(draft_max), 0, 32, 0, "0",
+     "speculative decoding by prompt lookup: tokens drafted per step when a request does not say (0 = off)"},
     {"prefill_budget_ms", K_INT, OFF(prefill_budget_ms), 0, 600000, 0, "0", "step time while a prompt prefills beside streams, ms (0 = auto)"},
     {"kv_budget_mb", K_SIZE, OFF(kv_budget_mb), 1, 1 << 24, 0, "1024", "KV cache memory for all sessions, MiB"},
     {"kv_f32", K_BOOL, OFF(kv_f32), 0, 0, 0, "false", "keep the KV cache in f32 instead of f16"},

@@ -25,6 +25,7 @@
 
 #include "attnd/buf.h"
 #include "attnd/gen.h"
+#include "attnd/spec.h"
 #include "sched_internal.h"
 #include "slog.h"
 
@@ -398,21 +399,51 @@ static slot *oldest_prefilling(sched *s) {
     return best;
 }
 
-/* Builds the step's batch into s->batch; returns its size. Prefill chunks stop where the logits
+int sched_draft_room(int cap, int n_decode, bool prompts_waiting) {
+    int room = cap - n_decode;
+    return room <= 0 ? 0 : prompts_waiting ? room / 2 : room;
+}
+
+/* Prompt-lookup drafts for a decoding slot (speculative decoding, attnd/spec.h), at most room:
+ * never past max_tokens or the context, none for a job that inspects attention. */
+static int slot_drafts(const sched *s, slot *sl, int room) {
+    const sched_job *j = sl->job;
+    int dm = s->draft_max < 0 ? 0 : j->draft_max >= 0 ? j->draft_max : s->draft_max;
+    int left = j->max_tokens - sl->n_gen - 1, ctx = s->n_ctx - sl->n_past - 1;
+    int max = dm < room ? dm : room;
+    if (left < max) max = left;
+    if (ctx < max) max = ctx;
+    if (max <= 0 || j->capture) return 0;
+    if (max > (int)ATTND_ARRAY_LEN(sl->draft)) max = (int)ATTND_ARRAY_LEN(sl->draft);
+    return spec_lookup(sl->hist, sl->n_hist, 2, 3, max, sl->draft);
+}
+
+/* Builds the step's batch into s->batch; returns its size. Each decoding slot's token comes
+ * first; drafts take only the room the decoding slots leave (half of it while a prompt waits to
+ * prefill), so speculation backs off as the batch fills. Prefill chunks stop where the logits
  * rows or the prefill cap run out. */
 static int build_batch(sched *s, batch_shape *sh) {
-    int n = 0, rows = 0;
+    int n = 0, rows = 0, n_dec = 0, waiting = 0;
     double pos_sum = 0;
     *sh = (batch_shape){0};
+    for (int k = 0; k < s->n_slots; k++) {
+        n_dec += s->slots[k].job && !s->slots[k].prefilling;
+        waiting += s->slots[k].job && s->slots[k].prefilling;
+    }
+    int room = sched_draft_room(s->max_batch < s->rows_cap ? s->max_batch : s->rows_cap, n_dec, waiting > 0);
     for (int k = 0; k < s->n_slots; k++) {
         slot *sl = &s->slots[k];
         sl->batch_n = 0;
         sl->row0 = -1;
+        sl->n_draft = 0;
         if (!sl->job || sl->prefilling || n >= s->max_batch || rows >= s->rows_cap) continue;
         s->batch[n++] = (batch_entry){sl->kv, sl->next_token, sl->n_past, true};
         sl->batch_n = 1;
         sl->row0 = rows++;
         sh->n_decode++;
+        sl->n_draft = room > 0 ? slot_drafts(s, sl, room) : 0;
+        for (int i = 0; i < sl->n_draft; i++) s->batch[n++] = (batch_entry){sl->kv, sl->draft[i], sl->n_past + 1 + i, true};
+        rows += sl->n_draft, room -= sl->n_draft, sl->batch_n += sl->n_draft;
     }
     /* prefill, oldest admission first; the cap is sized for the oldest prompt's position */
     int n_prompts = 0;
@@ -548,6 +579,29 @@ static void count_step(sched *s, const batch_shape *sh, double dt, uint64_t n_ge
     pthread_mutex_unlock(&s->mu);
 }
 
+/* A decoding slot's rows were evaluated: samples from them in order while each token equals the
+ * next draft (attnd/spec.h), then drops the rejected drafts from the KV. Returns the tokens
+ * generated. */
+static int slot_verify(sched *s, slot *sl) {
+    int r = 0, kept = 0;
+    sl->n_past += 1; /* next_token */
+    for (;; r++) {
+        slot_token(s, sl, s->logits + (size_t)(sl->row0 + r) * s->n_vocab);
+        bool agree = r < sl->n_draft && sl->next_token == sl->draft[r];
+        kept += agree;
+        if (sl->end_reason || !agree) break;
+        sl->n_past += 1; /* the draft is the token sampled: its position holds */
+    }
+    if (sl->n_draft) {
+        kv_seq_truncate(sl->kv, sl->n_past);
+        pthread_mutex_lock(&s->mu);
+        s->stats.spec_drafted += (uint64_t)sl->n_draft;
+        s->stats.spec_accepted += (uint64_t)kept;
+        pthread_mutex_unlock(&s->mu);
+    }
+    return r + 1;
+}
+
 static void step(sched *s) {
     apply_cancels(s);
     admit(s);
@@ -566,12 +620,10 @@ static void step(sched *s) {
             n_gen += (uint64_t)slot_prefilled(s, sl, dt);
             continue;
         }
-        sl->n_past += 1;
         pthread_mutex_lock(&sl->job->mu);
         sl->job->gen_ms += dt * 1e3;
         pthread_mutex_unlock(&sl->job->mu);
-        slot_token(s, sl, s->logits + (size_t)sl->row0 * s->n_vocab);
-        n_gen++;
+        n_gen += (uint64_t)slot_verify(s, sl);
     }
     finish_ended(s);
     /* live KV sizes of active sessions, for GET /v1/sessions */
@@ -662,6 +714,7 @@ attnd_status sched_create(sched **out, const model *m, const tokenizer *tok, ses
     s->tenant_slots = cfg->max_parallel > 0 ? cfg->max_parallel : 16;
     s->n_slots = s->tenant_slots + 1; /* one more than a tenant may hold: another finds it free */
     s->max_batch = cfg->max_batch > s->n_slots ? cfg->max_batch : s->n_slots;
+    s->draft_max = spec_supported(m) ? cfg->draft_max : -1;
     s->queue_limit = cfg->queue_limit > 0 ? cfg->queue_limit : 1;
     s->max_anon = s->n_slots + 4;
     /* logits rows: one per decoding slot plus prefill rows, within ~64 MiB for big vocabularies */
