@@ -2,7 +2,8 @@
  * test_server_spec.c — speculative decoding in the scheduler (prompt lookup, draft_max): jobs get
  * the tokens and text they get without it — alone, batched, as n > 1 forks, sampled with a seed,
  * and across a session's turns — the drafted and kept tokens are counted, and speculation backs
- * off when the batch is full. Runs on the shipped model, without HTTP.
+ * off when the batch is full; the same with a draft model (the shipped model's Q4_0 copy), and a
+ * draft of another vocabulary is refused. Runs on the shipped model, without HTTP.
  */
 #include <criterion/criterion.h>
 #include <math.h>
@@ -12,6 +13,7 @@
 #include "sched_internal.h" /* sched_draft_room */
 #include "scheduler.h"
 #include "sess.h"
+#include "test_models.h"
 
 #define SOTU ATTND_SOURCE_DIR "/models/attnd-sotu.gguf"
 
@@ -224,4 +226,37 @@ Test(sched_spec, forks_and_session_turns_continue_as_without_it) {
     result rc = wait_result(c);
     same(&rc, &rb, "session turn");
     sched_job_unref(a), sched_job_unref(b), sched_job_unref(c);
+}
+
+Test(sched_spec, a_draft_model_gives_the_plain_tokens_batched_and_forked) {
+    char path[1024];
+    cfg.draft_model = test_model_path("attnd-sotu-Q4_0.gguf", path, sizeof path);
+    cfg.draft_min_p = 0.2f;
+    start();
+    sched_stats st;
+    batched_equals_plain(0, 6, &st);
+    cr_assert(st.spec_accepted > 0 && st.spec_drafted > st.spec_accepted, "drafted %llu, kept %llu",
+              (unsigned long long)st.spec_drafted, (unsigned long long)st.spec_accepted);
+    uint64_t d0 = st.spec_drafted;
+    batched_equals_plain(0.8f, 4, &st);
+    cr_assert_gt(st.spec_drafted, d0, "sampled jobs draft too");
+    result plain[3], fast[3];
+    for (int pass = 0; pass < 2; pass++) {
+        sched_job *j[3];
+        j[0] = job_text(TEXTS[1], 20, pass ? 5 : 0, 0.9f, 60);
+        for (int i = 1; i < 3; i++) cr_assert_eq(sched_job_fork(&j[i], j[0], 60 + (uint64_t)i, NULL), ATTND_OK);
+        cr_assert_eq(sched_submit(sch, j[0], NULL), ATTND_OK);
+        for (int i = 0; i < 3; i++) (pass ? fast : plain)[i] = wait_result(j[i]);
+        for (int i = 0; i < 3; i++) sched_job_unref(j[i]);
+    }
+    for (int i = 0; i < 3; i++) same(&plain[i], &fast[i], "fork with a draft model");
+}
+
+Test(sched_spec, a_draft_model_of_another_vocabulary_is_refused_at_creation) {
+    char path[1024];
+    cfg.draft_model = test_model_path("stories260K.gguf", path, sizeof path);
+    attnd_err err;
+    cr_assert_eq(sched_create(&sch, m, tok, store, &cfg, &err), ATTND_ERR_INVALID);
+    cr_assert_null(sch);
+    cr_assert(strstr(err.msg, "vocabulary differs"), "%s", err.msg);
 }

@@ -99,7 +99,8 @@ typedef struct slot {
     gen *g;              /* sampler, detokenizer, stop strings of this request */
     int batch_n;         /* entries this slot has in the current batch */
     int row0;            /* first logits row of this slot in the current batch, -1 = none */
-    int32_t draft[32];   /* (n_draft) prompt-lookup drafts after next_token in this batch */
+    int32_t draft[32];   /* (n_draft) drafts after next_token in this batch */
+    struct spec *sp;     /* the draft model's drafter for this sequence, or NULL (lookup / off) */
     int n_draft;
     uint64_t admitted;   /* admission order (newest fails first on KV exhaustion) */
     size_t reserve;      /* KV bytes this job reserved for itself (see kv_group) */
@@ -139,6 +140,10 @@ struct sched {
     kv_pool *pool;
     int n_vocab, n_ctx, max_batch, n_slots, queue_limit, max_anon, rows_cap;
     int draft_max;        /* the server's draft_max; -1: the model cannot speculate (spec.h) */
+    model *dm;            /* draft_model, or NULL (prompt lookup) */
+    engine *deng;         /* the draft model's engine, used by the scheduler thread only */
+    kv_pool *dpool;       /* the draft sequences' KV (one per speculating slot) */
+    float draft_min_p;
     int tenant_slots;     /* most slots one tenant holds (max_parallel; n_slots has one more) */
     float *logits;        /* (rows_cap, n_vocab) */
     batch_entry *batch;   /* (max_batch) */

@@ -98,6 +98,7 @@ static void slot_finish(sched *s, slot *sl, const char *reason, attnd_status st,
     pthread_cond_broadcast(&j->cv);
     pthread_mutex_unlock(&j->mu);
     gen_destroy(sl->g);
+    spec_destroy(sl->sp);
     free(sl->hist);
     if (sl->own_kv) kv_seq_destroy(sl->kv);
     /* forks not started yet: the prompt they continue was never read */
@@ -154,6 +155,27 @@ static attnd_status slot_init_gen(sched *s, slot *sl, sched_job *j, attnd_err *e
     return gen_create(&sl->g, &gp, s->n_vocab, s->tok, j->prompt, j->n_prompt, err);
 }
 
+/* The drafts per step j may take: its own draft_max, else the server's; 0 when the model cannot
+ * speculate. */
+static int job_draft_max(const sched *s, const sched_job *j) {
+    return s->draft_max < 0 ? 0 : j->draft_max >= 0 ? j->draft_max : s->draft_max;
+}
+
+/* With a draft model, the drafter of a slot that speculates, fed the prompt. Without one (out of
+ * memory), the slot falls back to prompt lookup. */
+static void slot_open_drafter(sched *s, slot *sl) {
+    if (!s->deng || job_draft_max(s, sl->job) <= 0 || sl->job->capture) return;
+    spec_params p;
+    spec_params_default(&p);
+    p.draft_max = job_draft_max(s, sl->job), p.draft = s->deng, p.draft_pool = s->dpool, p.draft_min_p = s->draft_min_p;
+    attnd_err err;
+    if (spec_create(&sl->sp, &p, &err) != ATTND_OK || spec_push(sl->sp, sl->hist, sl->n_hist, &err) != ATTND_OK) {
+        slog_debug("no draft model for this sequence: %s", err.msg);
+        spec_destroy(sl->sp);
+        sl->sp = NULL;
+    }
+}
+
 /* Takes a job into a free slot: picks its cache entry and keeps the longest common prefix. */
 static attnd_status slot_start(sched *s, slot *sl, sched_job *j, attnd_err *err) {
     memset(sl, 0, sizeof(*sl));
@@ -182,6 +204,7 @@ static attnd_status slot_start(sched *s, slot *sl, sched_job *j, attnd_err *err)
     sl->prefilling = true;
     attnd_status rc = slot_init_gen(s, sl, j, err);
     if (rc != ATTND_OK) return rc;
+    slot_open_drafter(s, sl);
     pthread_mutex_lock(&s->mu);
     s->stats.cached_tokens += (uint64_t)keep;
     pthread_mutex_unlock(&s->mu);
@@ -200,6 +223,8 @@ static void slot_token(sched *s, slot *sl, const float *row) {
     gen_token t;
     stop_reason why = gen_next(sl->g, row, top, &t);
     sl->hist[sl->n_hist++] = t.id;
+    attnd_err ignored;
+    if (sl->sp && spec_push(sl->sp, &t.id, 1, &ignored) != ATTND_OK) spec_destroy(sl->sp), sl->sp = NULL;
     sl->n_gen++;
     double now = attnd_now_s();
     if (sl->t_last > 0) observe(s, SCHED_H_ITL, now - sl->t_last);
@@ -404,18 +429,24 @@ int sched_draft_room(int cap, int n_decode, bool prompts_waiting) {
     return room <= 0 ? 0 : prompts_waiting ? room / 2 : room;
 }
 
-/* Prompt-lookup drafts for a decoding slot (speculative decoding, attnd/spec.h), at most room:
- * never past max_tokens or the context, none for a job that inspects attention. */
+/* Drafts for a decoding slot (speculative decoding, attnd/spec.h), at most room: never past
+ * max_tokens or the context, none for a job that inspects attention. The draft model's, or
+ * prompt lookup's; a draft that fails (the draft pool is full) is none. */
 static int slot_drafts(const sched *s, slot *sl, int room) {
     const sched_job *j = sl->job;
-    int dm = s->draft_max < 0 ? 0 : j->draft_max >= 0 ? j->draft_max : s->draft_max;
+    int dm = job_draft_max(s, j);
     int left = j->max_tokens - sl->n_gen - 1, ctx = s->n_ctx - sl->n_past - 1;
     int max = dm < room ? dm : room;
     if (left < max) max = left;
     if (ctx < max) max = ctx;
     if (max <= 0 || j->capture) return 0;
     if (max > (int)ATTND_ARRAY_LEN(sl->draft)) max = (int)ATTND_ARRAY_LEN(sl->draft);
-    return spec_lookup(sl->hist, sl->n_hist, 2, 3, max, sl->draft);
+    if (!sl->sp) return spec_lookup(sl->hist, sl->n_hist, 2, 3, max, sl->draft);
+    int n;
+    attnd_err err;
+    if (spec_draft(sl->sp, max, sl->draft, &n, &err) == ATTND_OK) return n;
+    slog_debug("draft model: %s", err.msg);
+    return 0;
 }
 
 /* Builds the step's batch into s->batch; returns its size. Each decoding slot's token comes
@@ -690,6 +721,22 @@ static void *sched_main(void *arg) {
 
 // ---- public -------------------------------------------------------------------------------
 
+/* The draft model of cfg->draft_model (speculative decoding): loaded, checked against the model's
+ * vocabulary, with its own engine and a KV pool of one full context per slot. */
+static attnd_status draft_open(sched *s, const server_settings *cfg, attnd_err *err) {
+    s->draft_min_p = cfg->draft_min_p;
+    if (!cfg->draft_model || !*cfg->draft_model) return ATTND_OK;
+    attnd_status rc = model_load(&s->dm, cfg->draft_model, err);
+    if (rc != ATTND_OK) return rc;
+    if ((rc = spec_vocab_check(s->m, s->dm, err)) != ATTND_OK) return rc;
+    if (!spec_supported(s->dm))
+        return attnd_fail(err, ATTND_ERR_UNSUPPORTED, "draft_model %s has sliding-window layers, which speculation "
+                          "cannot roll back", cfg->draft_model);
+    size_t budget = kv_context_bytes(s->dm, s->n_ctx, KV_F16) * (size_t)s->n_slots;
+    if ((rc = kv_pool_create(&s->dpool, s->dm, budget, KV_F16, err)) != ATTND_OK) return rc;
+    return engine_create(&s->deng, s->dm, 512, cfg->threads, err);
+}
+
 /* Where the session store sends the KV of sessions it removes itself (TTL, LRU). */
 static void kv_sink(void *user, struct kv_seq *kv) { sched_free_kv(user, kv); }
 
@@ -738,6 +785,7 @@ attnd_status sched_create(sched **out, const model *m, const tokenizer *tok, ses
     if ((rc = sched_check_budget(s, budget, err)) != ATTND_OK) goto fail;
     s->budget_ms = cfg->prefill_budget_ms;
     if ((rc = engine_create(&s->eng, m, s->max_batch, cfg->threads, err)) != ATTND_OK) goto fail;
+    if ((rc = draft_open(s, cfg, err)) != ATTND_OK) goto fail;
     s->stats.kv_budget = kv_pool_bytes_budget(s->pool);
     hist_init_all(&s->stats);
     s->stats.slots = s->tenant_slots;
@@ -788,6 +836,9 @@ void sched_destroy(sched *s) {
     for (int i = 0; i < s->n_free; i++) kv_seq_destroy(s->to_free[i]);
     if (s->store) sess_take_all_kv(s->store, destroy_kv);
     engine_destroy(s->eng);
+    engine_destroy(s->deng);
+    kv_pool_destroy(s->dpool); /* the slots' drafters went with them */
+    model_destroy(s->dm);
     kv_pool_destroy(s->pool);
     free(s->logits);
     free(s->batch);
