@@ -30,10 +30,12 @@ check "a negative thread count is a usage error" "$?" 2
 
 # speculative decoding: the same text as without, and how many drafts were kept
 P="Repeat: we will build the roads and bridges of America. Repeat: we will build the roads and bridges"
-a=$("$BIN" generate --prompt "$P" --n 24 --temp 0 --stop "America." --json 2>/dev/null | jq -c '[.tokens, .text]')
+field() { python3 -c 'import json, sys; d = json.load(sys.stdin); print(eval(sys.argv[1]))' "$1"; }
+a=$("$BIN" generate --prompt "$P" --n 24 --temp 0 --stop "America." --json 2>/dev/null | field '[d["tokens"], d["text"]]')
 b=$("$BIN" generate --prompt "$P" --n 24 --temp 0 --stop "America." --json --draft-max 6 2>/dev/null)
-check "generate --draft-max gives the plain tokens and text" "$(jq -c '[.tokens, .text]' <<<"$b")" "$a"
-check "generate --draft-max counts drafts" "$(jq '.timings.drafted > 0 and .timings.accepted <= .timings.drafted' <<<"$b")" true
+check "generate --draft-max gives the plain tokens and text" "$(field '[d["tokens"], d["text"]]' <<<"$b")" "$a"
+t='d["timings"]'
+check "generate --draft-max counts drafts" "$(field "$t['drafted'] > 0 and $t['accepted'] <= $t['drafted']" <<<"$b")" True
 "$BIN" generate --tokens 1,2 --n 2 --draft-model /nonexistent.gguf >/dev/null 2>&1
 check "--draft-model without --draft-max is a usage error" "$?" 2
 err=$("$BIN" generate --tokens 1,2 --n 2 --draft-max 4 --draft-model "${ATTND_DATA_DIR:?}/models/stories260K.gguf" 2>&1)
