@@ -3,8 +3,8 @@
 # speculation, against the acceptance rate reached, for
 #   1. prompt lookup on a repeat-this-text prompt (the shipped model, real text),
 #   2. prompt lookup on a prompt with nothing to repeat (the same model),
-#   3. a TinyLlama-1.1B-shaped Q8_0 model (tools/bench/make_model.py, random weights) with its own
-#      Q4_0 copy (`attnd quantize` of the Q8_0 file) as draft model.
+#   3. a TinyLlama-1.1B-shaped Q8_0 model with its own Q4_0 copy as draft model (both quantized by
+#      `attnd quantize` from one F16 file of random weights written by tools/bench/make_model.py).
 # Each row: one untimed warm-up, then --reps plain and speculative runs alternating, medians.
 # Greedy (--temp 0): both runs print the same tokens, which the script checks.
 #
@@ -13,7 +13,8 @@
 #
 # Options: --rows "1 2 3", --reps 3, --n 96 (tokens generated), --threads 0, --draft-max 8,
 # --attnd BIN (default build/attnd). The TinyLlama files are written once under
-# ${XDG_CACHE_HOME:-~/.cache}/attnd/bench (Q8_0 1.2 GB, its Q4_0 copy 0.6 GB). Timings on a busy
+# ${XDG_CACHE_HOME:-~/.cache}/attnd/bench (Q8_0 1.2 GB, its Q4_0 copy 0.6 GB; the F16 file they
+# come from, 2.2 GB, is removed once they exist). Timings on a busy
 # machine are meaningless: take figures in a quiet window.
 # Needs: python3-numpy (row 3), jq.
 set -euo pipefail
@@ -76,9 +77,14 @@ for r in $rows; do
         [ -n "$py" ] || { echo "spec.sh: row 3 needs python3 with numpy" >&2; exit 1; }
         cache=${XDG_CACHE_HOME:-$HOME/.cache}/attnd/bench
         mkdir -p "$cache"
-        t=$cache/tinyllama-Q8_0.gguf d=$cache/tinyllama-Q8_0-as-Q4_0.gguf
-        [ -s "$t" ] || { "$py" tools/bench/make_model.py --type Q8_0 "$t.tmp" && mv "$t.tmp" "$t"; }
-        [ -s "$d" ] || "$attnd" quantize --quiet "$t" "$d" Q4_0
+        # one F16 file (2.2 GB, removed afterwards), quantized twice: the draft is the target's own copy
+        f=$cache/tinyllama-F16.gguf t=$cache/tinyllama-F16-Q8_0.gguf d=$cache/tinyllama-F16-Q4_0.gguf
+        if [ ! -s "$t" ] || [ ! -s "$d" ]; then
+            [ -s "$f" ] || { "$py" tools/bench/make_model.py --type F16 "$f.tmp" && mv "$f.tmp" "$f"; }
+            [ -s "$t" ] || "$attnd" quantize --quiet "$f" "$t" Q8_0
+            [ -s "$d" ] || "$attnd" quantize --quiet "$f" "$d" Q4_0
+            rm -f "$f"
+        fi
         row "TinyLlama Q8_0, its Q4_0 as draft" --model "$t" --tokens 1,450,4799,310,278,3303,338 -- \
             --draft-max "$dmax" --draft-model "$d" --draft-min-p 0
         ;;
