@@ -3,7 +3,8 @@
 #
 #   scripts/dev.sh run    install what serving needs, build, install attnd to /usr/local (on PATH), and
 #                         serve the default model on 127.0.0.1:8080
-#   scripts/dev.sh test   install what the tests need too, build (plain and ASan/UBSan), run the whole suite,
+#   scripts/dev.sh test   install what the tests need too, build (plain and ASan/UBSan), run the whole suite
+#                         (ctest -j, one test per core),
 #                         the server's threads under ThreadSanitizer (stress_server), then every fuzz target
 #                         briefly (tools/fuzz/run.sh, FUZZ_SECONDS=15 each). Warnings are errors here.
 #   scripts/dev.sh bench  install what the tests need + python3-numpy and gnuplot-nox, build, and run
@@ -79,9 +80,10 @@ bench)
 test)
     install_test_packages
     build build -DCMAKE_BUILD_TYPE=Release -DATTND_WERROR=ON -DATTND_BUILD_TESTS=ON
-    (cd build && ctest --output-on-failure)
+    # in parallel, one test per core: the server tests mostly wait, so the cores stay busy
+    (cd build && ctest --output-on-failure -j"$(nproc)")
     build build-asan -DCMAKE_BUILD_TYPE=Debug -DATTND_SANITIZE=ON -DATTND_WERROR=ON -DATTND_BUILD_TESTS=ON
-    (cd build-asan && ATTND_SANITIZED=1 ctest --output-on-failure)
+    (cd build-asan && ATTND_SANITIZED=1 ctest --output-on-failure -j"$(nproc)")
     tsan_tests
     tools/fuzz/run.sh "${FUZZ_SECONDS:-15}"
     ;;

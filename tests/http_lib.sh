@@ -4,6 +4,8 @@
 #   start_server NAME [serve flags...]   starts on a free port; sets NAME_PORT, NAME_PID, NAME_LOG
 #   stop_server NAME                     SIGTERM, waits, returns the exit status
 #   need_node                            fail the test when node is missing (scripts/dev.sh test installs it)
+#   npm_packages DIR PKG...              install PKG... once into the build directory's DIR (one per
+#                                        test: parallel tests never share one); sets NPM_DIR, prints versions
 #   $MODEL                               the default model, models/attnd-sotu.gguf (what users serve)
 
 ATTND_SOURCE_DIR=${ATTND_SOURCE_DIR:-$(cd "$(dirname "$0")/.." && pwd)}
@@ -23,6 +25,25 @@ need_node() {
         echo "FAIL: node is not installed (scripts/dev.sh test installs it)" >&2
         exit 1
     fi
+}
+
+npm_packages() {
+    local name=$1 p missing=0 versions=()
+    shift
+    NPM_DIR=${ATTND_BUILD_DIR:-$(dirname "$ATTND_BINARY")}/$name
+    for p in "$@"; do [ -f "$NPM_DIR/node_modules/$p/package.json" ] || missing=1; done
+    if [ $missing = 1 ]; then
+        mkdir -p "$NPM_DIR"
+        [ -f "$NPM_DIR/package.json" ] || echo "{\"name\":\"attnd-test${name//./-}\",\"private\":true}" > "$NPM_DIR/package.json"
+        if ! (cd "$NPM_DIR" && npm install --no-audit --no-fund --loglevel=error "$@" >/dev/null); then
+            echo "FAIL: npm install $* failed (no registry access?)" >&2
+            exit 1
+        fi
+    fi
+    for p in "$@"; do versions+=("$p $(node -p "require('$NPM_DIR/node_modules/$p/package.json').version")"); done
+    local line
+    printf -v line '%s, ' "${versions[@]}"
+    echo "# ${line%, }"
 }
 
 fail() {

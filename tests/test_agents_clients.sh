@@ -10,17 +10,8 @@ source "$here/http_lib.sh"
 need_node
 model=$MODEL
 [ -f "$model" ] || fail "$model is missing"
-dir=$(dirname "$ATTND_BINARY")/.npm-agents
-if [ ! -f "$dir/node_modules/openai/package.json" ] || [ ! -f "$dir/node_modules/ajv/package.json" ] ||
-   [ ! -f "$dir/node_modules/zod/package.json" ]; then
-    mkdir -p "$dir"
-    [ -f "$dir/package.json" ] || echo '{"name":"attnd-agents-test","private":true}' > "$dir/package.json"
-    if ! (cd "$dir" && npm install --no-audit --no-fund --loglevel=error openai ajv zod >/dev/null); then
-        echo "FAIL: npm install openai ajv zod failed (no registry access?)" >&2
-        exit 1
-    fi
-fi
-echo "# openai $(node -p "require('$dir/node_modules/openai/package.json').version"), ajv $(node -p "require('$dir/node_modules/ajv/package.json').version"), zod $(node -p "require('$dir/node_modules/zod/package.json').version")"
+npm_packages .npm-agents openai ajv zod
+dir=$NPM_DIR
 start_server srv --model "$model" --threads 1
 node "$here/js/agents_clients.mjs" "$dir" "http://127.0.0.1:$srv_PORT/v1"
 rc=$?

@@ -59,8 +59,12 @@ static inline const char *test_model_path(const char *name, char *buf, size_t ca
     /* a variant made before its source last changed (a new default model) is made again */
     struct stat vs, ss;
     if (stat(buf, &vs) == 0 && (stat(src, &ss) != 0 || vs.st_mtime > ss.st_mtime)) return buf;
-    snprintf(cmd, sizeof cmd, "mkdir -p '%s' && '%s' quantize --quiet '%s' '%s' %s 2>&1", ATTND_TEST_TMP, ATTND_BINARY,
-             src, buf, type);
+    /* made under a private name and renamed into place: two tests running at once (ctest -j)
+     * never read each other's half-written file */
+    char tmp[1100];
+    snprintf(tmp, sizeof tmp, "%s.%d", buf, (int)getpid());
+    snprintf(cmd, sizeof cmd, "mkdir -p '%s' && '%s' quantize --quiet '%s' '%s' %s 2>&1 && mv '%s' '%s'", ATTND_TEST_TMP,
+             ATTND_BINARY, src, tmp, type, tmp, buf);
     cr_assert_eq(system(cmd), 0, "could not make %s: %s", name, cmd);
     return buf;
 }

@@ -5,16 +5,8 @@ set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 source "$here/http_lib.sh"
 need_node
-dir=$(dirname "$ATTND_BINARY")/.npm-openai
-if [ ! -f "$dir/node_modules/openai/package.json" ]; then
-    mkdir -p "$dir"
-    [ -f "$dir/package.json" ] || echo '{"name":"attnd-openai-test","private":true}' > "$dir/package.json"
-    if ! (cd "$dir" && npm install --no-audit --no-fund --loglevel=error openai >/dev/null); then
-        echo "FAIL: npm install openai failed (no registry access?)" >&2
-        exit 1
-    fi
-fi
-echo "# openai $(node -p "require('$dir/node_modules/openai/package.json').version")"
+npm_packages .npm-openai openai
+dir=$NPM_DIR
 start_server srv --model "$MODEL" --threads 1
 node "$here/js/openai_client.mjs" "$dir" "http://127.0.0.1:$srv_PORT/v1"
 rc=$?

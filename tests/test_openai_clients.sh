@@ -11,16 +11,8 @@ source "$here/http_lib.sh"
 need_node
 model=$MODEL
 [ -f "$model" ] || fail "$model is missing"
-dir=$(dirname "$ATTND_BINARY")/.npm-clients
-if [ ! -f "$dir/node_modules/@langchain/openai/package.json" ] || [ ! -f "$dir/node_modules/openai/package.json" ]; then
-    mkdir -p "$dir"
-    [ -f "$dir/package.json" ] || echo '{"name":"attnd-clients-test","private":true}' > "$dir/package.json"
-    if ! (cd "$dir" && npm install --no-audit --no-fund --loglevel=error openai @langchain/openai @langchain/core >/dev/null); then
-        echo "FAIL: npm install openai @langchain/openai failed (no registry access?)" >&2
-        exit 1
-    fi
-fi
-echo "# openai $(node -p "require('$dir/node_modules/openai/package.json').version"), @langchain/openai $(node -p "require('$dir/node_modules/@langchain/openai/package.json').version")"
+npm_packages .npm-clients openai @langchain/openai @langchain/core
+dir=$NPM_DIR
 # the model's own chat template (ChatML, stored in the GGUF): no --chat-template
 flags=(--model "$model" --threads 1 --state-dir "$TMP/state")
 start_server srv "${flags[@]}"

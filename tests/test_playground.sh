@@ -17,16 +17,9 @@ if [ -z "$CHROMIUM" ]; then
     exit 1
 fi
 build=${ATTND_BUILD_DIR:-$(dirname "$ATTND_BINARY")}
-dir=$build/.npm-puppeteer
-if [ ! -f "$dir/node_modules/puppeteer-core/package.json" ]; then
-    mkdir -p "$dir"
-    [ -f "$dir/package.json" ] || echo '{"name":"attnd-playground-test","private":true}' > "$dir/package.json"
-    if ! (cd "$dir" && npm install --no-audit --no-fund --loglevel=error puppeteer-core >/dev/null); then
-        echo "FAIL: npm install puppeteer-core failed (no registry access?)"
-        exit 1
-    fi
-fi
-echo "# puppeteer-core $(node -p "require('$dir/node_modules/puppeteer-core/package.json').version"), $("$CHROMIUM" --version)"
+npm_packages .npm-puppeteer puppeteer-core
+dir=$NPM_DIR
+echo "# $("$CHROMIUM" --version)"
 MODEL=$here/../models/attnd-sotu.gguf
 start_server srv --model "$MODEL" --threads 2
 start_server keyed --model "$MODEL" --threads 1 --api-key page-s3cret

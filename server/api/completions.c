@@ -5,7 +5,7 @@
  * A handler validates the body (oai.c), hands it to the generation request (genreq.c: tokenize,
  * session, jobs) and then either streams through sse.c's loop with its own writers (OpenAI
  * chunks, llama.cpp events) or blocks until the jobs are done and answers with the whole
- * response (oai_resp.c).
+ * response (completion_body.c).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -268,7 +268,7 @@ static enum MHD_Result generate(req *r, bool chat) {
     attnd_status st = oai_parse(b, chat, &s->cfg, s->n_vocab, &r->oreq, &param, &err);
     if (st != ATTND_OK) return http_respond_error(r, http_status_of(st, HTTP_CTX_PARSE), err.msg, param);
     attnd_random_id(r->resp_id, sizeof(r->resp_id), r->chat ? "chatcmpl-" : "cmpl-");
-    r->rctx = (oai_resp_ctx){r->resp_id, s->model_id, (long long)time(NULL), r->chat, r->oreq.include_usage,
+    r->rctx = (completion_body_ctx){r->resp_id, s->model_id, (long long)time(NULL), r->chat, r->oreq.include_usage,
                              r->sess_id, token_bytes, s->tok};
     if (!genreq_submit_all(r, &ret)) return ret;
     genreq_hold_connection(r, true);

@@ -14,7 +14,7 @@
 #define ATTND_SERVER_GENREQ_H
 
 #include "http.h"
-#include "oai_resp.h"
+#include "completion_body.h"
 
 /* The body field a prompt error names: r->prompt_param, else "messages" (chat) or "prompt". */
 const char *genreq_prompt_param(const req *r);

@@ -28,7 +28,7 @@
 #include "conn.h"
 #include "metrics.h"
 #include "oai.h"
-#include "oai_resp.h"
+#include "completion_body.h"
 #include "rstore.h"
 #include "scheduler.h"
 #include "sess.h"
@@ -150,7 +150,7 @@ struct req {
     uint64_t sess_turn;      /* which acquire of the session this request's turn is (sess.h) */
     char resp_id[48];
     const char *prompt_param; /* the body field prompt errors name; NULL = "messages"/"prompt" */
-    oai_resp_ctx rctx;       /* what the response JSON says about this request */
+    completion_body_ctx rctx;       /* what the response JSON says about this request */
     bool chat;
     bool llama;              /* llama.cpp's POST /completion shapes */
     bool return_tokens;      /* llama.cpp's return_tokens: the generated ids too */

@@ -181,7 +181,7 @@ enum MHD_Result ep_responses_create(req *r) {
     attnd_random_id(st->msg_id, sizeof(st->msg_id), "msg_");
     st->created = (long long)time(NULL);
     snprintf(r->resp_id, sizeof(r->resp_id), "%s", st->id);
-    r->rctx = (oai_resp_ctx){r->resp_id, s->model_id, st->created, true, false, r->sess_id, NULL, NULL};
+    r->rctx = (completion_body_ctx){r->resp_id, s->model_id, st->created, true, false, r->sess_id, NULL, NULL};
     pick_session(r);
     if (!genreq_submit_all(r, &ret)) {
         drop_new_session(r);

@@ -1,7 +1,7 @@
 /*
  * server.c — the lifecycle of `attnd serve` (see server.h): bind, load the model and start the
  * scheduler, drain and stop. Requests are handled in http.c (routing, auth, caps), endpoints.c
- * and completions.c (the endpoints), sse.c (streaming) and oai_resp.c (response JSON).
+ * and completions.c (the endpoints), sse.c (streaming) and completion_body.c (response JSON).
  *
  * libmicrohttpd runs one thread per connection, so a handler may block while its request is
  * generated (non-streamed) and a streaming response's reader may block until the scheduler

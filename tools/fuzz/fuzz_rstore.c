@@ -21,18 +21,13 @@ static char g_file[128];
 
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
     (void)argc, (void)argv;
-    snprintf(g_dir, sizeof(g_dir), "/tmp/attnd-fuzz-rstore-XXXXXX");
-    if (!mkdtemp(g_dir)) abort();
-    snprintf(g_file, sizeof(g_file), "%s/resp_fuzz.response.json", g_dir);
+    fuzz_state_dir("rstore", "resp_fuzz.response.json", g_dir, g_file);
     slog_set_level(SERVER_LOG_ERROR);
     return 0;
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-    FILE *f = fopen(g_file, "wb");
-    if (!f) abort();
-    if (size) fwrite(data, 1, size, f);
-    fclose(f);
+    fuzz_write_file(g_file, data, size);
     rstore *s = NULL;
     attnd_err err;
     if (rstore_create(&s, g_dir, "m/vocab64", 8, &err) != ATTND_OK) return 0;

@@ -1,7 +1,8 @@
 /*
  * fuzz_util.h — (fuzzing only) helpers shared by the libFuzzer harnesses in tools/fuzz/:
  * handing fuzz input to code that wants a path (a memfd seen through /proc/self/fd), and tiny
- * tokenizer vocabularies built in memory, one per family, so no harness depends on fixtures.
+ * tokenizer vocabularies built in memory, one per family, so no harness depends on fixtures; a
+ * private state directory for the store harnesses.
  * Header-only; every function is static.
  */
 #ifndef ATTND_FUZZ_UTIL_H
@@ -46,6 +47,24 @@ static inline int fuzz_memfd(const uint8_t *data, size_t size, char path[64]) {
     }
     snprintf(path, 64, "/proc/self/fd/%d", fd);
     return fd;
+}
+
+// ---- a private state directory ---------------------------------------------------------------
+
+/* Makes a fresh /tmp/attnd-fuzz-<tag>-XXXXXX directory in dir and the path of file in it in path
+ * (for the store harnesses, whose input is one file of a state directory); aborts on failure. */
+static inline void fuzz_state_dir(const char *tag, const char *file, char dir[64], char path[128]) {
+    snprintf(dir, 64, "/tmp/attnd-fuzz-%s-XXXXXX", tag);
+    if (!mkdtemp(dir)) abort();
+    snprintf(path, 128, "%s/%s", dir, file);
+}
+
+/* Writes the input as the whole file at path (aborts when it cannot). */
+static inline void fuzz_write_file(const char *path, const uint8_t *data, size_t size) {
+    FILE *f = fopen(path, "wb");
+    if (!f) abort();
+    if (size) fwrite(data, 1, size, f);
+    fclose(f);
 }
 
 // ---- GGUF images built in memory ---------------------------------------------------------------

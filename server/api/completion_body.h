@@ -1,14 +1,14 @@
 /*
- * oai_resp.h — the response JSON of the generation endpoints: OpenAI completions and chat
+ * completion_body.h — the response JSON of the generation endpoints: OpenAI completions and chat
  * completions (whole and streamed chunks), llama.cpp's /completion, usage and timings, and the
  * model list. Pure functions of plain C data to JSON (no scheduler, no HTTP, no locks), so
- * every shape is unit-testable; tests/test_server_oai_resp.c pins them.
+ * every shape is unit-testable; tests/test_server_completion_body.c pins them.
  *
  * Every builder returns a new reference (NULL only when out of memory). Nothing passed in is
  * kept: all pointers are borrowed for the call.
  */
-#ifndef ATTND_SERVER_OAI_RESP_H
-#define ATTND_SERVER_OAI_RESP_H
+#ifndef ATTND_SERVER_COMPLETION_BODY_H
+#define ATTND_SERVER_COMPLETION_BODY_H
 
 #include <jansson.h>
 #include <stdbool.h>
@@ -21,7 +21,7 @@
 typedef bool (*oai_token_bytes_fn)(void *user, int32_t id, const char **p, size_t *n);
 
 /* What is fixed for one response. */
-typedef struct oai_resp_ctx {
+typedef struct completion_body_ctx {
     const char *id;              /* "chatcmpl-..." / "cmpl-..." */
     const char *model;           /* model id */
     long long created;           /* Unix time */
@@ -30,7 +30,7 @@ typedef struct oai_resp_ctx {
     const char *session_id;      /* echoed back as "session_id"; NULL or "" = none */
     oai_token_bytes_fn token_bytes;
     void *token_user;
-} oai_resp_ctx;
+} completion_body_ctx;
 
 /* A generation's output as the builders see it. */
 typedef struct oai_gen {
@@ -53,33 +53,33 @@ typedef struct oai_gen {
 /* A token's text for logprobs (its bytes on their own, invalid UTF-8 as U+FFFD) and, when
  * bytes is non-NULL, its raw bytes as an array of integers (*bytes: new reference). Chosen
  * tokens and alternatives are named by the same function, so clients can compare them. */
-json_t *oai_token_str(const oai_resp_ctx *c, int32_t id, json_t **bytes);
+json_t *oai_token_str(const completion_body_ctx *c, int32_t id, json_t **bytes);
 
 /* Chat logprobs {"content": [...]} for generated tokens [from, to). */
-json_t *oai_chat_logprobs(const oai_resp_ctx *c, const oai_gen *g, int from, int to);
+json_t *oai_chat_logprobs(const completion_body_ctx *c, const oai_gen *g, int from, int to);
 /* Legacy completions logprobs {tokens, token_logprobs, top_logprobs, text_offset} for tokens
  * [from, to), preceded by the prompt's when with_prompt (echo). *text_off is the running
  * character offset, advanced past every token written. */
-json_t *oai_completion_logprobs(const oai_resp_ctx *c, const oai_gen *g, int from, int to, bool with_prompt,
+json_t *oai_completion_logprobs(const completion_body_ctx *c, const oai_gen *g, int from, int to, bool with_prompt,
                                 size_t *text_off);
 json_t *oai_usage(const oai_gen *g);
 /* llama.cpp-style timings (prefill and decode time of this request). */
 json_t *oai_timings(const oai_gen *g);
 /* {"id", "object", "created", "model"} */
-json_t *oai_envelope(const oai_resp_ctx *c, const char *object);
+json_t *oai_envelope(const completion_body_ctx *c, const char *object);
 
 /* The whole non-streamed completion or chat completion. echo (completions only; NULL = no
  * echo) is the prompt's text, written before the completion. */
-json_t *oai_final(const oai_resp_ctx *c, const oai_gen *g, const char *echo, size_t echo_len);
+json_t *oai_final(const completion_body_ctx *c, const oai_gen *g, const char *echo, size_t echo_len);
 /* One streamed chunk: delta_or_text (stolen) is the chat delta object or the completion text;
  * logprobs (stolen) may be NULL; finish NULL while running. */
-json_t *oai_chunk(const oai_resp_ctx *c, json_t *delta_or_text, json_t *logprobs, const char *finish);
+json_t *oai_chunk(const completion_body_ctx *c, json_t *delta_or_text, json_t *logprobs, const char *finish);
 /* The streamed usage chunk (include_usage): empty choices plus usage. */
-json_t *oai_usage_chunk(const oai_resp_ctx *c, const oai_gen *g);
+json_t *oai_usage_chunk(const completion_body_ctx *c, const oai_gen *g);
 
 /* llama.cpp's /completion answer: text (n bytes) plus, when tokens is non-NULL, the token ids
  * pieces [from, to) as "tokens"; when final, the counts, stop type and timings. */
-json_t *oai_llama_response(const oai_resp_ctx *c, const oai_gen *g, const char *text, size_t n, bool tokens,
+json_t *oai_llama_response(const completion_body_ctx *c, const oai_gen *g, const char *text, size_t n, bool tokens,
                            int from, int to, bool final);
 
 /* What GET /v1/models says about the one model. */

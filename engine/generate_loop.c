@@ -1,7 +1,9 @@
 /*
- * generate.c — the single-sequence generation loop (engine_generate, engine_argmax in
- * attnd/model.h), shared by `attnd generate`, the benchmark and anything else that drives one
- * sequence at a time. The server batches many sequences itself with engine_eval.
+ * generate_loop.c — the single-sequence generation loop (engine_generate, engine_argmax in
+ * attnd/engine.h): prefill, then decode one sequence to the end. Not to be confused with gen.c,
+ * the per-token pipeline (logits -> token -> text). Shared by `attnd generate`, the benchmark and
+ * anything else that drives one sequence at a time; the server batches many sequences itself with
+ * engine_eval.
  */
 #include <stdlib.h>
 

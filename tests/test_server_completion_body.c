@@ -1,14 +1,14 @@
 /*
- * test_server_oai_resp.c — the generation endpoints' response JSON (server/api/oai_resp.c), built
- * from plain C data with a fake three-token vocabulary: the OpenAI completion, chat and chunk
- * shapes, both logprobs layouts (with echo's prompt entries), usage, timings, llama.cpp's
- * /completion answer and the model list.
+ * test_server_completion_body.c — the generation endpoints' response JSON
+ * (server/api/completion_body.c), built from plain C data with a fake three-token vocabulary: the
+ * OpenAI completion, chat and chunk shapes, both logprobs layouts (with echo's prompt entries),
+ * usage, timings, llama.cpp's /completion answer and the model list.
  */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <string.h>
 
-#include "oai_resp.h"
+#include "completion_body.h"
 
 /* Token i is VOCAB[i]; token 2 is invalid UTF-8 on its own. */
 static const char *VOCAB[] = {"Hello", " world", "\xe2\x82"};
@@ -26,8 +26,8 @@ static const token_logprob TOPS[4] = {{0, -0.5f}, {2, -2.0f}, {1, -1.5f}, {0, -3
 static const int32_t PROMPT[2] = {1, 0};
 static const float PROMPT_LP[2] = {NAN, -0.25f};
 
-static oai_resp_ctx ctx(bool chat) {
-    return (oai_resp_ctx){"cmpl-1", "m", 1700000000, chat, false, NULL, fake_bytes, NULL};
+static completion_body_ctx ctx(bool chat) {
+    return (completion_body_ctx){"cmpl-1", "m", 1700000000, chat, false, NULL, fake_bytes, NULL};
 }
 
 static oai_gen gen(int top_logprobs) {
@@ -45,8 +45,8 @@ static json_t *at(json_t *o, const char *const *path, int n) {
 }
 #define AT(o, ...) at(o, (const char *const[]){__VA_ARGS__}, (int)(sizeof((const char *const[]){__VA_ARGS__}) / sizeof(char *)))
 
-Test(oai_resp, a_completion_has_the_openai_shape) {
-    oai_resp_ctx c = ctx(false);
+Test(completion_body, a_completion_has_the_openai_shape) {
+    completion_body_ctx c = ctx(false);
     oai_gen g = gen(-1);
     json_t *o = oai_final(&c, &g, NULL, 0);
     cr_assert_str_eq(json_string_value(AT(o, "object")), "text_completion");
@@ -65,8 +65,8 @@ Test(oai_resp, a_completion_has_the_openai_shape) {
     json_decref(o);
 }
 
-Test(oai_resp, echo_puts_the_prompt_first_and_its_logprobs_too) {
-    oai_resp_ctx c = ctx(false);
+Test(completion_body, echo_puts_the_prompt_first_and_its_logprobs_too) {
+    completion_body_ctx c = ctx(false);
     oai_gen g = gen(0);
     json_t *o = oai_final(&c, &g, " worldHello", 11);
     cr_assert_str_eq(json_string_value(AT(o, "choices", "0", "text")), " worldHelloHello world");
@@ -81,8 +81,8 @@ Test(oai_resp, echo_puts_the_prompt_first_and_its_logprobs_too) {
     json_decref(o);
 }
 
-Test(oai_resp, completion_top_logprobs_map_token_text_to_logprob) {
-    oai_resp_ctx c = ctx(false);
+Test(completion_body, completion_top_logprobs_map_token_text_to_logprob) {
+    completion_body_ctx c = ctx(false);
     oai_gen g = gen(2);
     size_t off = 100;
     json_t *lp = oai_completion_logprobs(&c, &g, 1, 2, false, &off);
@@ -94,8 +94,8 @@ Test(oai_resp, completion_top_logprobs_map_token_text_to_logprob) {
     json_decref(lp);
 }
 
-Test(oai_resp, chat_logprobs_carry_bytes_and_replace_invalid_utf8) {
-    oai_resp_ctx c = ctx(true);
+Test(completion_body, chat_logprobs_carry_bytes_and_replace_invalid_utf8) {
+    completion_body_ctx c = ctx(true);
     oai_gen g = gen(2);
     json_t *lp = oai_chat_logprobs(&c, &g, 0, 2);
     cr_assert_eq(json_array_size(AT(lp, "content")), 2);
@@ -108,8 +108,8 @@ Test(oai_resp, chat_logprobs_carry_bytes_and_replace_invalid_utf8) {
     json_decref(lp);
 }
 
-Test(oai_resp, a_chat_completion_has_an_assistant_message) {
-    oai_resp_ctx c = ctx(true);
+Test(completion_body, a_chat_completion_has_an_assistant_message) {
+    completion_body_ctx c = ctx(true);
     c.session_id = "s1";
     oai_gen g = gen(-1);
     g.finish_reason = NULL;
@@ -122,8 +122,8 @@ Test(oai_resp, a_chat_completion_has_an_assistant_message) {
     json_decref(o);
 }
 
-Test(oai_resp, chunks_name_their_object_and_say_usage_null_when_asked) {
-    oai_resp_ctx c = ctx(true);
+Test(completion_body, chunks_name_their_object_and_say_usage_null_when_asked) {
+    completion_body_ctx c = ctx(true);
     c.include_usage = true;
     json_t *d = json_object();
     json_object_set_new(d, "content", json_string("Hi"));
@@ -146,8 +146,8 @@ Test(oai_resp, chunks_name_their_object_and_say_usage_null_when_asked) {
     json_decref(o);
 }
 
-Test(oai_resp, the_llama_answer_reports_limit_counts_and_token_ids) {
-    oai_resp_ctx c = ctx(false);
+Test(completion_body, the_llama_answer_reports_limit_counts_and_token_ids) {
+    completion_body_ctx c = ctx(false);
     oai_gen g = gen(-1);
     json_t *o = oai_llama_response(&c, &g, g.text, g.text_len, true, 0, 2, true);
     cr_assert_str_eq(json_string_value(AT(o, "content")), "Hello world");
@@ -176,7 +176,7 @@ Test(oai_resp, the_llama_answer_reports_limit_counts_and_token_ids) {
     json_decref(o);
 }
 
-Test(oai_resp, the_model_list_has_one_model_with_meta) {
+Test(completion_body, the_model_list_has_one_model_with_meta) {
     oai_model_desc d = {"tiny", 1, 256, 512, 2048, 260000, "chatml", NULL, 0};
     json_t *o = oai_models(&d);
     cr_assert_str_eq(json_string_value(AT(o, "object")), "list");
@@ -188,7 +188,7 @@ Test(oai_resp, the_model_list_has_one_model_with_meta) {
     json_decref(o);
 }
 
-Test(oai_resp, the_model_shows_the_servers_sampling_defaults_as_typed) {
+Test(completion_body, the_model_shows_the_servers_sampling_defaults_as_typed) {
     sampler_params p;
     sampler_params_default(&p);
     p.repeat_penalty = 1.15f;

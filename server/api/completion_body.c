@@ -1,8 +1,8 @@
 /*
- * oai_resp.c — building the generation endpoints' response JSON (see oai_resp.h).
+ * completion_body.c — building the generation endpoints' response JSON (see completion_body.h).
  * Field order follows what OpenAI and llama.cpp send, so diffs against their answers stay small.
  */
-#include "oai_resp.h"
+#include "completion_body.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,7 +10,7 @@
 
 #include "oai.h"
 
-json_t *oai_token_str(const oai_resp_ctx *c, int32_t id, json_t **bytes) {
+json_t *oai_token_str(const completion_body_ctx *c, int32_t id, json_t **bytes) {
     const char *p = "";
     size_t n = 0;
     if (!c->token_bytes || !c->token_bytes(c->token_user, id, &p, &n)) p = "", n = 0;
@@ -22,7 +22,7 @@ json_t *oai_token_str(const oai_resp_ctx *c, int32_t id, json_t **bytes) {
 }
 
 /* {"token", "bytes", "logprob"} for one token (chat logprobs). */
-static json_t *chat_token(const oai_resp_ctx *c, const token_logprob *t) {
+static json_t *chat_token(const completion_body_ctx *c, const token_logprob *t) {
     json_t *o = json_object(), *bytes, *ts = oai_token_str(c, t->id, &bytes);
     json_object_set_new(o, "token", ts);
     json_object_set_new(o, "bytes", bytes);
@@ -30,7 +30,7 @@ static json_t *chat_token(const oai_resp_ctx *c, const token_logprob *t) {
     return o;
 }
 
-json_t *oai_chat_logprobs(const oai_resp_ctx *c, const oai_gen *g, int from, int to) {
+json_t *oai_chat_logprobs(const completion_body_ctx *c, const oai_gen *g, int from, int to) {
     json_t *content = json_array();
     for (int i = from; i < to; i++) {
         json_t *e = chat_token(c, &g->pieces[i]);
@@ -46,7 +46,7 @@ json_t *oai_chat_logprobs(const oai_resp_ctx *c, const oai_gen *g, int from, int
 }
 
 /* {"<token text>": logprob, ...} for n alternatives. */
-static json_t *top_map(const oai_resp_ctx *c, const token_logprob *tops, int n) {
+static json_t *top_map(const completion_body_ctx *c, const token_logprob *tops, int n) {
     json_t *o = json_object();
     for (int k = 0; k < n; k++) {
         json_t *ts = oai_token_str(c, tops[k].id, NULL);
@@ -61,7 +61,7 @@ typedef struct lp_arrays {
     json_t *tokens, *lps, *tops, *offs;
 } lp_arrays;
 
-static void lp_add(const oai_resp_ctx *c, lp_arrays *a, int32_t id, json_t *lp, json_t *top, size_t *text_off) {
+static void lp_add(const completion_body_ctx *c, lp_arrays *a, int32_t id, json_t *lp, json_t *top, size_t *text_off) {
     json_t *t = oai_token_str(c, id, NULL);
     json_array_append_new(a->offs, json_integer((json_int_t)*text_off));
     *text_off += json_string_length(t);
@@ -70,7 +70,7 @@ static void lp_add(const oai_resp_ctx *c, lp_arrays *a, int32_t id, json_t *lp, 
     json_array_append_new(a->tops, top);
 }
 
-json_t *oai_completion_logprobs(const oai_resp_ctx *c, const oai_gen *g, int from, int to, bool with_prompt,
+json_t *oai_completion_logprobs(const completion_body_ctx *c, const oai_gen *g, int from, int to, bool with_prompt,
                                 size_t *text_off) {
     lp_arrays a = {json_array(), json_array(), json_array(), json_array()};
     int ntop = g->top_logprobs;
@@ -112,7 +112,7 @@ json_t *oai_timings(const oai_gen *g) {
     return t;
 }
 
-json_t *oai_envelope(const oai_resp_ctx *c, const char *object) {
+json_t *oai_envelope(const completion_body_ctx *c, const char *object) {
     json_t *o = json_object();
     json_object_set_new(o, "id", json_string(c->id));
     json_object_set_new(o, "object", json_string(object));
@@ -121,9 +121,9 @@ json_t *oai_envelope(const oai_resp_ctx *c, const char *object) {
     return o;
 }
 
-static bool has_session(const oai_resp_ctx *c) { return c->session_id && c->session_id[0]; }
+static bool has_session(const completion_body_ctx *c) { return c->session_id && c->session_id[0]; }
 
-json_t *oai_llama_response(const oai_resp_ctx *c, const oai_gen *g, const char *text, size_t n, bool tokens,
+json_t *oai_llama_response(const completion_body_ctx *c, const oai_gen *g, const char *text, size_t n, bool tokens,
                            int from, int to, bool final) {
     json_t *o = json_object();
     json_object_set_new(o, "content", oai_string(text, n));
@@ -160,7 +160,7 @@ static json_t *completion_text(const oai_gen *g, const char *echo, size_t echo_l
     return s;
 }
 
-json_t *oai_final(const oai_resp_ctx *c, const oai_gen *g, const char *echo, size_t echo_len) {
+json_t *oai_final(const completion_body_ctx *c, const oai_gen *g, const char *echo, size_t echo_len) {
     json_t *o = oai_envelope(c, c->chat ? "chat.completion" : "text_completion");
     json_t *choice = json_object();
     json_object_set_new(choice, "index", json_integer(0));
@@ -187,7 +187,7 @@ json_t *oai_final(const oai_resp_ctx *c, const oai_gen *g, const char *echo, siz
     return o;
 }
 
-json_t *oai_chunk(const oai_resp_ctx *c, json_t *delta_or_text, json_t *logprobs, const char *finish) {
+json_t *oai_chunk(const completion_body_ctx *c, json_t *delta_or_text, json_t *logprobs, const char *finish) {
     json_t *o = oai_envelope(c, c->chat ? "chat.completion.chunk" : "text_completion");
     json_t *ch = json_object();
     json_object_set_new(ch, "index", json_integer(0));
@@ -201,7 +201,7 @@ json_t *oai_chunk(const oai_resp_ctx *c, json_t *delta_or_text, json_t *logprobs
     return o;
 }
 
-json_t *oai_usage_chunk(const oai_resp_ctx *c, const oai_gen *g) {
+json_t *oai_usage_chunk(const completion_body_ctx *c, const oai_gen *g) {
     json_t *o = oai_envelope(c, c->chat ? "chat.completion.chunk" : "text_completion");
     json_object_set_new(o, "choices", json_array());
     json_object_set_new(o, "usage", oai_usage(g));
