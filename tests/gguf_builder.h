@@ -80,4 +80,17 @@ static inline void gb_align(gbuf *b, size_t a) {
     while (b->n % a) gb_u8(b, 0);
 }
 
+/* A whole tokenizer-only image in *b (reset first): a SentencePiece ("llama") vocabulary of n
+ * pieces with their types and scores, no tensors. */
+static inline void gb_spm_vocab(gbuf *b, const char *const *pieces, const int32_t *types, const float *scores,
+                                uint64_t n) {
+    *b = (gbuf){0};
+    gb_header(b, 3, 0, 4);
+    gb_kv_str(b, "tokenizer.ggml.model", "llama");
+    gb_kv_arr_str(b, "tokenizer.ggml.tokens", pieces, n);
+    gb_kv_arr_i32(b, "tokenizer.ggml.token_type", types, n);
+    gb_kv_arr_f32(b, "tokenizer.ggml.scores", scores, n);
+    gb_align(b, 32);
+}
+
 #endif

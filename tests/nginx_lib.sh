@@ -1,11 +1,26 @@
 # nginx_lib.sh — for the shell tests that put the shipped deploy/nginx/attnd.conf in front of attnd
-# instances on loopback. Source it after proc_lib.sh (it needs $T) with $NGINX set.
+# instances on loopback. nginx_config needs proc_lib.sh's $T.
 #
+#   nginx_prereqs [TOOL...]
+#       fails the test with a message unless the default model, nginx and every TOOL are there;
+#       sets MODEL (the default model) and NGINX (its binary)
 #   nginx_config PORT_A PORT_B PORT_NGINX [SED_EXPR...]
 #       writes $T/attnd.conf (the shipped file, its example ports replaced by these, then the extra
 #       sed expressions) and $T/nginx.conf (a foreground nginx, no master, everything under $T),
 #       and checks them with nginx -t. Returns 1 with a message when a substitution is missing or
 #       nginx -t fails. Run nginx with: "$NGINX" -p "$T" -e "$T/logs/error.log" -c "$T/nginx.conf"
+
+nginx_prereqs() {
+    : "${ATTND_BINARY:?}" "${ATTND_SOURCE_DIR:?}"
+    MODEL="$ATTND_SOURCE_DIR/models/attnd-sotu.gguf"
+    [ -f "$MODEL" ] || { echo "FAIL: $MODEL not found"; exit 1; }
+    NGINX=$(command -v nginx || echo /usr/sbin/nginx)
+    [ -x "$NGINX" ] || { echo "FAIL: nginx not installed (scripts/dev.sh test installs nginx-light)"; exit 1; }
+    local tool
+    for tool in "$@"; do
+        command -v "$tool" >/dev/null || { echo "FAIL: $tool not installed (scripts/dev.sh test installs it)"; exit 1; }
+    done
+}
 
 nginx_config() {
     local pa=$1 pb=$2 pn=$3 e want

@@ -3,7 +3,11 @@
  * (libmicrohttpd runs one per connection) send whole and streamed completions, session turns,
  * Responses API turns and /metrics scrapes through the request layer at once (the transport is a
  * recorder, as in test_server_request.c), while the scheduler thread batches them on the engine's
- * worker pool and the session store persists to a state directory.
+ * worker pool and the session store persists to a state directory. The same server also listens
+ * on a loopback port, and each thread sends requests over real sockets too, so libmicrohttpd's
+ * connection threads, the connection tracker and its watchdog take part: a whole streamed chat,
+ * /health, and a streamed completion whose client hangs up mid-stream (its job is cancelled on the
+ * scheduler thread from the connection's).
  *
  * A plain program, not a Criterion suite: Criterion's runner cannot start under ThreadSanitizer
  * (its inheritable arena is placed where TSan keeps its shadow memory: Snaipe/Criterion#274). It
@@ -19,6 +23,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/time.h>
 #include <unistd.h>
 
 #include "server_rig.h"
@@ -142,6 +150,60 @@ static void response_chain(void) {
     json_decref(b);
 }
 
+// ---- over a real socket (libmicrohttpd's threads) ---------------------------------------------
+
+/* One HTTP/1.1 request (Connection: close) to the listening server; the answer's bytes, up to
+ * cap - 1, go to out (NUL-terminated). leave_early: the client closes its socket once the first
+ * bytes of the answer are in. Returns the answer's status, -1 when the exchange failed. */
+static int over_socket(const char *method, const char *path, const char *body, bool leave_early, char *out,
+                       size_t cap) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (fd < 0) return -1;
+    struct timeval tv = {.tv_sec = 120};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)server_port(srv))};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    char head[512];
+    size_t n_body = body ? strlen(body) : 0;
+    int hn = snprintf(head, sizeof(head),
+                      "%s %s HTTP/1.1\r\nHost: 127.0.0.1:%d\r\nContent-Type: application/json\r\n"
+                      "Content-Length: %zu\r\nConnection: close\r\n\r\n",
+                      method, path, server_port(srv), n_body);
+    size_t got = 0;
+    if (connect(fd, (struct sockaddr *)&a, sizeof(a)) == 0 && send(fd, head, (size_t)hn, MSG_NOSIGNAL) == hn &&
+        (!n_body || send(fd, body, n_body, MSG_NOSIGNAL) == (ssize_t)n_body)) {
+        for (ssize_t r; got + 1 < cap && (r = recv(fd, out + got, cap - 1 - got, 0)) > 0;) {
+            got += (size_t)r;
+            out[got] = '\0';
+            if (leave_early && strstr(out, "data: ")) break;
+        }
+    }
+    out[got] = '\0';
+    close(fd);
+    int status = -1;
+    if (sscanf(out, "HTTP/1.1 %d", &status) != 1) status = -1;
+    return status;
+}
+
+static void socket_requests(void) {
+    enum { CAP = 16384 };
+    char *b = malloc(CAP);
+    if (!b) abort();
+    int st = over_socket("POST", "/v1/chat/completions",
+                         "{\"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}], \"stream\": true, "
+                         "\"max_tokens\": 8}",
+                         false, b, CAP);
+    if (st != 200 || !strstr(b, "data: [DONE]")) failf("socket: streamed chat: status %d, %.200s", st, b);
+    st = over_socket("GET", "/health", NULL, false, b, CAP);
+    if (st != 200) failf("socket: /health: status %d, %.200s", st, b);
+    /* long enough to be still running when the client leaves */
+    st = over_socket("POST", "/v1/completions",
+                     "{\"prompt\": \"Once upon a time\", \"stream\": true, \"max_tokens\": 200}", true, b,
+                     CAP);
+    if (st != 200) failf("socket: streamed completion left early: status %d, %.200s", st, b);
+    free(b);
+}
+
 static void *worker(void *arg) {
     int t = (int)(intptr_t)arg;
     for (int round = 0; round < rounds; round++) {
@@ -150,6 +212,7 @@ static void *worker(void *arg) {
             failf("thread %d: greedy text differs under load: '%s' vs '%s'", t, text, reference);
         free(text);
         streamed_chat();
+        socket_requests();
         session_turns(t, round);
         response_chain();
         rec c;
@@ -164,7 +227,7 @@ static void *worker(void *arg) {
 
 static bool open_server(const char *model_path) {
     attnd_err err;
-    if (!(srv = rig_open(model_path, state_dir, 2, &err))) {
+    if (!(srv = rig_open_ex(model_path, state_dir, 2, true, &err))) {
         fprintf(stderr, "stress_server: %s\n", err.msg);
         return false;
     }

@@ -8,12 +8,10 @@ set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 source "$here/http_lib.sh"
 need_node
-model=$MODEL
-[ -f "$model" ] || fail "$model is missing"
+[ -f "$MODEL" ] || fail "$MODEL is missing"
 npm_packages .npm-agents openai ajv zod
-dir=$NPM_DIR
-start_server srv --model "$model" --threads 1
-node "$here/js/agents_clients.mjs" "$dir" "http://127.0.0.1:$srv_PORT/v1"
+start_server srv --model "$MODEL" --threads 1
+node "$here/js/agents_clients.mjs" "$NPM_DIR" "http://127.0.0.1:$srv_PORT/v1"
 rc=$?
 stop_server srv || { echo "not ok - SIGTERM"; rc=1; }
 exit $rc

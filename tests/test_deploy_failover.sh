@@ -20,17 +20,10 @@
 # (a restarted instance is back in nginx's rotation within a second); everything else is the
 # shipped file. Fails with a message when nginx, redis-server, curl or python3 is missing.
 set -euo pipefail
-: "${ATTND_BINARY:?}" "${ATTND_SOURCE_DIR:?}"
-MODEL="$ATTND_SOURCE_DIR/models/attnd-sotu.gguf"
-[ -f "$MODEL" ] || { echo "FAIL: $MODEL not found"; exit 1; }
-NGINX=$(command -v nginx || echo /usr/sbin/nginx)
-[ -x "$NGINX" ] || { echo "FAIL: nginx not installed (scripts/dev.sh test installs nginx-light)"; exit 1; }
-for tool in redis-server python3 curl; do
-    command -v "$tool" >/dev/null || { echo "FAIL: $tool not installed (scripts/dev.sh test installs it)"; exit 1; }
-done
+source "$(dirname "$0")/nginx_lib.sh" # nginx_prereqs, nginx_config
+nginx_prereqs redis-server python3 curl
 
 source "$(dirname "$0")/proc_lib.sh" # $T, PIDS, cleanup on exit (python stops what it starts)
-source "$(dirname "$0")/nginx_lib.sh" # nginx_config
 
 # Four distinct free loopback ports below Linux's ephemeral range (32768-60999), so that no outgoing
 # connection (curl, nginx to an upstream, Redis clients) can take one between our check and the bind.

@@ -12,15 +12,10 @@
 # nginx runs as a plain foreground process with a config in a temp dir, serving the default model.
 # Fails with a message when nginx or curl is missing (scripts/dev.sh test installs them).
 set -euo pipefail
-: "${ATTND_BINARY:?}" "${ATTND_SOURCE_DIR:?}"
-MODEL="$ATTND_SOURCE_DIR/models/attnd-sotu.gguf"
-[ -f "$MODEL" ] || { echo "FAIL: $MODEL not found"; exit 1; }
-NGINX=$(command -v nginx || echo /usr/sbin/nginx)
-[ -x "$NGINX" ] || { echo "FAIL: nginx not installed (scripts/dev.sh test installs nginx-light)"; exit 1; }
-command -v curl >/dev/null || { echo "FAIL: curl not installed (scripts/dev.sh test installs it)"; exit 1; }
+source "$(dirname "$0")/nginx_lib.sh" # nginx_prereqs, nginx_config
+nginx_prereqs curl
 
 source "$(dirname "$0")/proc_lib.sh" # $T, PIDS, cleanup on exit
-source "$(dirname "$0")/nginx_lib.sh" # nginx_config
 chmod 755 "$T" # nginx workers may run as another user
 fail() {
     echo "FAIL: $*" >&2

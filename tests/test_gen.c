@@ -23,13 +23,7 @@ static void setup(void) {
                                                 "<0xE2>", "<0x82>", "<0xAC>"};
     static const int32_t TYPES[N_VOCAB] = {2, 3, 3, 1, 1, 1, 6, 6, 6}; /* unknown, control, normal, byte */
     static const float SCORES[N_VOCAB] = {0, 0, 0, -1, -2, -3, 0, 0, 0};
-    image = (gbuf){0};
-    gb_header(&image, 3, 0, 4);
-    gb_kv_str(&image, "tokenizer.ggml.model", "llama");
-    gb_kv_arr_str(&image, "tokenizer.ggml.tokens", TOKENS, N_VOCAB);
-    gb_kv_arr_i32(&image, "tokenizer.ggml.token_type", TYPES, N_VOCAB);
-    gb_kv_arr_f32(&image, "tokenizer.ggml.scores", SCORES, N_VOCAB);
-    gb_align(&image, 32);
+    gb_spm_vocab(&image, TOKENS, TYPES, SCORES, N_VOCAB);
     attnd_err err;
     cr_assert_eq(gguf_open_memory(&file, image.p, image.n, &err), ATTND_OK, "%s", err.msg);
     cr_assert_eq(tok_load(&tok, file, &err), ATTND_OK, "%s", err.msg);

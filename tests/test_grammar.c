@@ -320,13 +320,7 @@ static void setup(void) {
     int32_t types[G_N];
     float scores[G_N];
     for (int i = 0; i < G_N; i++) types[i] = i == 0 ? 2 : i < 3 ? 3 : 1, scores[i] = -(float)i;
-    image = (gbuf){0};
-    gb_header(&image, 3, 0, 4);
-    gb_kv_str(&image, "tokenizer.ggml.model", "llama");
-    gb_kv_arr_str(&image, "tokenizer.ggml.tokens", PIECES, G_N);
-    gb_kv_arr_i32(&image, "tokenizer.ggml.token_type", types, G_N);
-    gb_kv_arr_f32(&image, "tokenizer.ggml.scores", scores, G_N);
-    gb_align(&image, 32);
+    gb_spm_vocab(&image, PIECES, types, scores, G_N);
     attnd_err err;
     cr_assert_eq(gguf_open_memory(&file, image.p, image.n, &err), ATTND_OK, "%s", err.msg);
     cr_assert_eq(tok_load(&tok, file, &err), ATTND_OK, "%s", err.msg);

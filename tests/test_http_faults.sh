@@ -118,6 +118,128 @@ check "the deleted session stays deleted" test -z "$(tokens_of "$P" s3)"
 stop_server srv || bad "SIGTERM exit status"
 unset ATTND_FAULT_FILE
 
+# ---- 1b: stored responses: a store: true answer only once the response is durable -------------
+# The ledger of responses: every POST /v1/responses answered 200 must be found after a restart;
+# one refused must be found (or not) after a restart exactly as before it: memory = disk.
+export ATTND_FAULT_FILE=$FAULT
+RSTATE=$TMP/rstate
+start_server rsp --model "$MODEL" --threads 1 --state-dir "$RSTATE"
+R=$rsp_PORT
+rcode() { curl -s -o "$TMP/rsp" -w '%{http_code}' "http://127.0.0.1:$R/v1/responses" -d "$1"; }
+rid() { python3 -c "import json,sys; print(json.load(open(sys.argv[1])).get('id', ''))" "$TMP/rsp"; }
+get_code() { curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$R/v1/responses/$1"; }
+: >"$TMP/racked"
+: >"$TMP/rrefused"
+ask='{"input":"We the people","max_output_tokens":4}'
+[ "$(rcode "$ask")" = 200 ] && rid >>"$TMP/racked"
+refused=0
+for step in open write fsync rename dirsync; do
+    for e in ENOSPC EROFS EIO; do
+        echo "$step $e .response.json" >"$FAULT"
+        code=$(rcode "$ask")
+        want=503
+        [ "$e" = ENOSPC ] && want=507
+        # the answer names no id; the store's files say what was kept (a failed sync after the
+        # rename leaves the file, and memory holds it: it must survive the restart too)
+        if [ "$code" = "$want" ] && grep -q 'could not be stored' "$TMP/rsp"; then
+            refused=$((refused + 1))
+        else
+            echo "  $step $e: HTTP $code $(head -c 200 "$TMP/rsp")" >&2
+        fi
+    done
+done
+check "a response whose file fails at any of 5 steps with any of 3 errnos is refused (507 / 503) ($refused of 15)" \
+    test "$refused" = 15
+check "a refused store leaves no temporary file" bash -c "! ls '$RSTATE' | grep -q '\\.tmp\\.'"
+echo "rename ENOSPC .response.json" >"$FAULT"
+curl -s -N "http://127.0.0.1:$R/v1/responses" -d '{"input":"We the people","max_output_tokens":4,"stream":true}' \
+    >"$TMP/rstream"
+check "a streamed response that cannot be stored ends with response.failed, not response.completed" \
+    bash -c "grep -q 'response.failed' '$TMP/rstream' && ! grep -q 'response.completed' '$TMP/rstream'"
+rm -f "$FAULT"
+[ "$(rcode "$ask")" = 200 ] && rid >>"$TMP/racked"
+victim=$(head -1 "$TMP/racked")
+echo "unlink EROFS .response.json" >"$FAULT"
+code=$(curl -s -o /dev/null -w '%{http_code}' -X DELETE "http://127.0.0.1:$R/v1/responses/$victim")
+check "a stored-response deletion that cannot be made durable is refused ($code) and it stays" \
+    test "$code" = 503 -a "$(get_code "$victim")" = 200
+rm -f "$FAULT"
+[ "$(rcode "$ask")" = 200 ] && gone=$(rid)
+echo "dirsync EIO .response.json" >"$FAULT"
+code=$(curl -s -o /dev/null -w '%{http_code}' -X DELETE "http://127.0.0.1:$R/v1/responses/$gone")
+# the file is unlinked, only its removal is not durable: memory follows the disk, the answer is an error
+check "a deletion whose directory sync fails is refused too ($code), and memory follows the disk" \
+    test "$code" = 503 -a "$(get_code "$gone")" = 404 -a ! -e "$RSTATE/$gone.response.json"
+rm -f "$FAULT"
+ls "$RSTATE" | sed -n 's/\.response\.json$//p' | sed 's/^.*~//' | sort >"$TMP/rfiles.before"
+stop_server rsp || bad "SIGTERM exit status (rsp)"
+start_server rsp --model "$MODEL" --threads 1 --state-dir "$RSTATE"
+R=$rsp_PORT
+lost=0
+while read -r id; do [ "$(get_code "$id")" = 200 ] || lost=$((lost + 1)); done <"$TMP/racked"
+check "after a restart: 0 of $(wc -l <"$TMP/racked") acknowledged responses lost ($lost)" test "$lost" = 0
+differ=0
+while read -r id; do [ "$(get_code "$id")" = 200 ] || differ=$((differ + 1)); done <"$TMP/rfiles.before"
+check "every response the store held before the restart is there after it ($differ missing)" test "$differ" = 0
+check "and nothing more ($(ls "$RSTATE" | grep -c '\.response\.json$') files, $(wc -l <"$TMP/rfiles.before") before)" \
+    test "$(ls "$RSTATE" | grep -c '\.response\.json$')" = "$(wc -l <"$TMP/rfiles.before")"
+code=$(curl -s -o /dev/null -w '%{http_code}' -X DELETE "http://127.0.0.1:$R/v1/responses/$victim")
+check "space back: the deletion goes through ($code)" test "$code" = 200
+stop_server rsp || bad "SIGTERM exit status (rsp)"
+start_server rsp --model "$MODEL" --threads 1 --state-dir "$RSTATE" --response-ttl-s 1
+R=$rsp_PORT
+check "the deleted response stays deleted after a restart" test "$(get_code "$victim")" = 404
+[ "$(rcode "$ask")" = 200 ] && young=$(rid)
+sleep 2
+check "a response past response_ttl_s is gone, file included" \
+    test "$(get_code "$young")" = 404 -a ! -e "$RSTATE/$young.response.json"
+stop_server rsp || bad "SIGTERM exit status (rsp)"
+start_server rsp --model "$MODEL" --threads 1 --state-dir "$RSTATE"
+R=$rsp_PORT
+rcode "$ask" >/dev/null
+stop_server rsp || bad "SIGTERM exit status (rsp)"
+sleep 1.5
+left=$(ls "$RSTATE" | grep -c '\.response\.json$')
+start_server rsp --model "$MODEL" --threads 1 --state-dir "$RSTATE" --response-ttl-s 1
+check "and at start-up the expired ones leave the disk ($left before, $(ls "$RSTATE" | grep -c '\.response\.json$') after)" \
+    test "$left" -gt 0 -a "$(ls "$RSTATE" | grep -c '\.response\.json$')" = 0
+stop_server rsp || bad "SIGTERM exit status (rsp)"
+unset ATTND_FAULT_FILE
+
+# ---- 1c: tenants: quotas per key, and one key never evicts another's sessions --------------------
+printf 'key-a-%s\nkey-b-%s\n' $$ $$ >"$TMP/qkeys"
+start_server quota --model "$MODEL" --threads 1 --state-dir "$TMP/qstate" --max-sessions 6 \
+    --api-key-file "$TMP/qkeys" --max-responses-per-key 2
+Q=$quota_PORT
+qa() { curl -s -o "$TMP/q" -w '%{http_code}' -H "Authorization: Bearer key-$1-$$" "http://127.0.0.1:$Q$2" "${@:3}"; }
+for i in 1 2 3; do qa a /v1/sessions -d "{\"id\":\"a$i\"}" >/dev/null; done
+made=0
+for i in 1 2 3 4 5 6; do [ "$(qa b /v1/sessions -d "{\"id\":\"b$i\"}")" = 200 ] && made=$((made + 1)); done
+a_left=0
+for i in 1 2 3; do [ "$(qa a "/v1/sessions/a$i")" = 200 ] && a_left=$((a_left + 1)); done
+check "key B making 6 sessions ($made answered) leaves key A's 3 alone ($a_left of 3)" test "$made" = 6 -a "$a_left" = 3
+check "and their files ($(ls "$TMP/qstate" | grep -c '\.session\.json$') session files: 3 of A, 3 of B)" \
+    test "$(ls "$TMP/qstate" | grep -c '\.session\.json$')" = 6
+qa b /v1/responses -d "$ask" >/dev/null
+qa b /v1/responses -d "$ask" >/dev/null
+code=$(qa b /v1/responses -d "$ask")
+check "a key's third stored response is a 429 naming max_responses_per_key ($code)" \
+    bash -c "[ $code = 429 ] && grep -q max_responses_per_key '$TMP/q'"
+code=$(qa b /v1/responses -d '{"input":"We the people","max_output_tokens":4,"store":false}')
+check "store: false still answers ($code)" test "$code" = 200
+code=$(qa a /v1/responses -d "$ask")
+check "key A stores beside B's full quota ($code)" test "$code" = 200
+stop_server quota || bad "SIGTERM exit status (quota)"
+start_server quota --model "$MODEL" --threads 1 --max-sessions 6 --api-key-file "$TMP/qkeys" --no-session-evict-lru
+Q=$quota_PORT
+for i in 1 2 3; do qa b /v1/sessions -d "{\"id\":\"b$i\"}" >/dev/null; done
+code=$(qa b /v1/sessions -d '{"id":"b4"}')
+check "without LRU, a key's 4th session of a 6-session server is a 429 naming max_sessions_per_key ($code)" \
+    bash -c "[ $code = 429 ] && grep -q max_sessions_per_key '$TMP/q'"
+code=$(qa a /v1/sessions -d '{"id":"a1"}')
+check "while the other key still makes one ($code)" test "$code" = 200
+stop_server quota || bad "SIGTERM exit status (quota)"
+
 # ---- 2: kill -9 while turns are being saved ----------------------------------------------------
 for round in 1 2 3; do
     serve

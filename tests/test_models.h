@@ -54,7 +54,7 @@ static inline const char *test_model_path(const char *name, char *buf, size_t ca
     snprintf(base, sizeof base, "%.*s", (int)(dash - name), name);
     snprintf(type, sizeof type, "%.*s", (int)(dot - dash - 1), dash + 1);
     snprintf(buf, cap, "%s/%s", ATTND_TEST_TMP, name);
-    char src[1024], cmd[4096];
+    char src[1024], cmd[8192];
     test_model_base_path(base, src, sizeof src);
     /* a variant made before its source last changed (a new default model) is made again */
     struct stat vs, ss;

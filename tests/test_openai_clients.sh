@@ -9,19 +9,17 @@ set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 source "$here/http_lib.sh"
 need_node
-model=$MODEL
-[ -f "$model" ] || fail "$model is missing"
+[ -f "$MODEL" ] || fail "$MODEL is missing"
 npm_packages .npm-clients openai @langchain/openai @langchain/core
-dir=$NPM_DIR
 # the model's own chat template (ChatML, stored in the GGUF): no --chat-template
-flags=(--model "$model" --threads 1 --state-dir "$TMP/state")
+flags=(--model "$MODEL" --threads 1 --state-dir "$TMP/state")
 start_server srv "${flags[@]}"
-node "$here/js/openai_clients.mjs" main "$dir" "http://127.0.0.1:$srv_PORT/v1" "$TMP/stored.json"
+node "$here/js/openai_clients.mjs" main "$NPM_DIR" "http://127.0.0.1:$srv_PORT/v1" "$TMP/stored.json"
 rc=$?
 stop_server srv || { echo "not ok - SIGTERM"; rc=1; }
 if [ -f "$TMP/stored.json" ]; then
     start_server again "${flags[@]}"
-    node "$here/js/openai_clients.mjs" restarted "$dir" "http://127.0.0.1:$again_PORT/v1" "$TMP/stored.json" || rc=1
+    node "$here/js/openai_clients.mjs" restarted "$NPM_DIR" "http://127.0.0.1:$again_PORT/v1" "$TMP/stored.json" || rc=1
     stop_server again || { echo "not ok - SIGTERM after the restart"; rc=1; }
 else
     echo "not ok - no stored response to continue after a restart"

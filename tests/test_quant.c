@@ -25,19 +25,8 @@
 
 // ---- helpers -----------------------------------------------------------------------------------
 
-static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
-
-static uint32_t rnd(void) {
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return (uint32_t)(rng_state >> 16);
-}
-
-/* uniform in [-1, 1) */
-static float rndf(void) { return (float)((double)(rnd() & 0xFFFFFF) / 8388608.0 - 1.0); }
-
-static void put16(uint8_t *p, uint16_t v) { memcpy(p, &v, 2); }
+#define TEST_RNG_SEED 0x9E3779B97F4A7C15ull
+#include "test_rng.h"
 
 static float bits_f32(uint32_t u) {
     float f;

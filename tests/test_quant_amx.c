@@ -16,18 +16,8 @@
 #include "attnd/gguf.h"
 #include "quant.h"
 
-static uint64_t rng_state = 0x2545F4914F6CDD1Dull;
-
-static uint32_t rnd(void) {
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return (uint32_t)(rng_state >> 16);
-}
-
-static float rndf(void) { return (float)((double)(rnd() & 0xFFFFFF) / 8388608.0 - 1.0); }
-
-static void put16(uint8_t *p, uint16_t v) { memcpy(p, &v, 2); }
+#define TEST_RNG_SEED 0x2545F4914F6CDD1Dull
+#include "test_rng.h"
 
 static int amx_real(void) { return amx_probe() == AMX_USABLE; }
 

@@ -85,9 +85,10 @@ static void use_sotu(void) {
 
 static const char *cur_tenant; /* the tenant of the jobs job_for_ids makes (NULL = none) */
 
-static sched_job *job_for_ids(int32_t *ids, size_t n, int max_tokens, sess *se) {
+/* A greedy job of the prompt ids (taken over), end-of-sequence banned so it runs max_tokens. */
+static sched_job *job_make(int32_t *ids, size_t n, int max_tokens, sess *se, const char *tenant) {
     sched_job_spec spec = {.prompt = ids, .n_prompt = (int)n, .max_tokens = max_tokens, .top_logprobs = -1, .se = se,
-                           .tenant = cur_tenant};
+                           .tenant = tenant};
     sampler_params_default(&spec.sp);
     spec.sp.temperature = 0;
     spec.bias = malloc(sizeof(logit_bias));
@@ -98,6 +99,10 @@ static sched_job *job_for_ids(int32_t *ids, size_t n, int max_tokens, sess *se) 
     cr_assert_null(spec.prompt, "the prompt was taken over");
     cr_assert_null(spec.bias, "the bias was taken over");
     return j;
+}
+
+static sched_job *job_for_ids(int32_t *ids, size_t n, int max_tokens, sess *se) {
+    return job_make(ids, n, max_tokens, se, cur_tenant);
 }
 
 static sched_job *job_for(const char *text, int max_tokens) {
@@ -794,16 +799,7 @@ static sched_job *job_of(const char *tenant, const char *text, int max_tokens) {
     int32_t *ids;
     size_t n;
     cr_assert_eq(tok_encode(tok, text, strlen(text), true, false, &ids, &n, NULL), ATTND_OK);
-    sched_job_spec spec = {.prompt = ids, .n_prompt = (int)n, .max_tokens = max_tokens, .top_logprobs = -1,
-                           .tenant = tenant};
-    sampler_params_default(&spec.sp);
-    spec.sp.temperature = 0;
-    spec.bias = malloc(sizeof(logit_bias));
-    spec.bias[0] = (logit_bias){tok_eos(tok), -INFINITY};
-    spec.n_bias = 1;
-    sched_job *j;
-    cr_assert_eq(sched_job_create(&j, &spec, NULL), ATTND_OK);
-    return j;
+    return job_make(ids, n, max_tokens, NULL, tenant);
 }
 
 static bool job_done(sched_job *j) {

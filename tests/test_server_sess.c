@@ -5,6 +5,7 @@
  * non-NULL pointers stand in for the scheduler's kv_seqs, since the store never dereferences them.
  */
 #include <criterion/criterion.h>
+#include <errno.h>
 #include <dirent.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -399,5 +400,82 @@ Test(sess, owners_see_only_their_own_sessions_and_prompt_cache) {
     cr_expect_eq(s->n_tokens, 3);
     sess_abandon(st, s);
     cr_expect_eq(sess_acquire(st, NULL, "chat", &s, &err), ATTND_ERR_NOT_FOUND);
+    sess_store_destroy(st);
+}
+
+Test(sess, one_key_never_evicts_another_keys_sessions) {
+    sess_store *st = new_store(dir, "m", 6, NULL);
+    sess_store_set_lifetime(st, 0, true);
+    sess_store_set_quota(st, 3);
+    char id[SESS_ID_MAX + 1], name[16];
+    attnd_err err;
+    for (int i = 0; i < 3; i++) {
+        snprintf(name, sizeof(name), "a%d", i);
+        cr_assert_eq(sess_create(st, "aa", name, id, &err), ATTND_OK, "%s", err.msg);
+        usleep(2000);
+    }
+    /* key bb makes 6: from its 4th on, each evicts bb's own oldest */
+    for (int i = 0; i < 6; i++) {
+        snprintf(name, sizeof(name), "b%d", i);
+        cr_assert_eq(sess_create(st, "bb", name, id, &err), ATTND_OK, "%s", err.msg);
+        usleep(2000);
+    }
+    sess_info *v;
+    int n = sess_list_info(st, "aa", &v);
+    cr_assert_eq(n, 3, "all of aa's sessions stay (%d)", n);
+    free(v);
+    n = sess_list_info(st, "bb", &v);
+    cr_assert_eq(n, 3, "bb keeps its quota");
+    for (int i = 0; i < n; i++) cr_assert(strcmp(v[i].id, "b0") && strcmp(v[i].id, "b1") && strcmp(v[i].id, "b2"),
+                                          "bb's oldest went: %s stayed", v[i].id);
+    free(v);
+    /* bb's sessions all busy: nothing of its own to evict, and aa's are not touched */
+    sess *b[3];
+    for (int i = 0; i < 3; i++) {
+        snprintf(name, sizeof(name), "b%d", i + 3);
+        cr_assert_eq(sess_acquire(st, "bb", name, &b[i], NULL), ATTND_OK);
+    }
+    cr_assert_eq(sess_quota_check(st, "bb", &err), ATTND_ERR_NOMEM, "the check a fork calls says so too");
+    cr_assert_eq(sess_create(st, "bb", "b9", id, &err), ATTND_ERR_NOMEM);
+    cr_assert(strstr(err.msg, "max_sessions_per_key"), "the 429 names the quota: %s", err.msg);
+    cr_assert_eq(sess_quota_check(st, "aa", &err), ATTND_OK, "aa may still make one (its own oldest goes)");
+    cr_assert_eq(sess_count(st), 6);
+    for (int i = 0; i < 3; i++) sess_abandon(st, b[i]);
+    /* no per-key quota: the whole store full still takes only the creator's own */
+    sess_store_set_quota(st, 0);
+    cr_assert_eq(sess_create(st, "bb", "b10", id, &err), ATTND_OK, "%s", err.msg);
+    n = sess_list_info(st, "aa", &v);
+    cr_assert_eq(n, 3, "max_sessions reached: bb evicted its own, not aa's");
+    free(v);
+    cr_assert_eq(sess_create(st, "cc", "c0", id, &err), ATTND_ERR_NOMEM, "cc has nothing to evict");
+    cr_assert(strstr(err.msg, "max_sessions"), "%s", err.msg);
+    sess_store_destroy(st);
+}
+
+Test(sess, a_delete_whose_directory_sync_fails_is_an_error_and_memory_follows_the_disk) {
+    sess_store *st = new_store(dir, "m", 4, "keep", "gone", NULL);
+    cr_assert_eq(sess_persist(st, NULL, "keep", NULL, NULL), ATTND_OK);
+    cr_assert_eq(sess_persist(st, NULL, "gone", NULL, NULL), ATTND_OK);
+    char fault[96];
+    snprintf(fault, sizeof(fault), "%s.fault", dir);
+    setenv("ATTND_FAULT_FILE", fault, 1);
+    FILE *f = fopen(fault, "w");
+    cr_assert_not_null(f);
+    fputs("unlink EROFS keep.session\ndirsync EIO gone.session\n", f);
+    fclose(f);
+    struct kv_seq *kv;
+    int e = 0;
+    attnd_err err;
+    cr_assert_eq(sess_delete(st, NULL, "keep", &kv, &e, &err), ATTND_ERR_IO);
+    cr_assert_eq(e, EROFS);
+    cr_assert(file_exists("keep") && sess_count(st) == 2, "the file stays, so does the session");
+    cr_assert_eq(sess_delete(st, NULL, "gone", &kv, &e, &err), ATTND_ERR_IO, "not durable: an error");
+    cr_assert_eq(e, EIO);
+    cr_assert_not(file_exists("gone"));
+    cr_assert_eq(sess_count(st), 1, "the file went, so did the session: a restart finds the same");
+    unlink(fault);
+    sess_store_destroy(st);
+    st = new_store(dir, "m", 4, NULL);
+    cr_assert_eq(sess_count(st), 1);
     sess_store_destroy(st);
 }

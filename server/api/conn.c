@@ -14,7 +14,7 @@
 
 #include "slog.h"
 
-typedef struct tconn {
+struct conn_slot {
     int fd;
     double deadline;          /* monotonic s by which the request headers (or the body, in_body)
                                  must have arrived; 0 = none (a request being answered) */
@@ -22,8 +22,8 @@ typedef struct tconn {
     bool holds;               /* one of its address's max_connections_per_address places (from its
                                  first admitted request until it closes) */
     char addr[CONN_ADDR_MAX]; /* the peer's numeric address */
-    struct tconn *prev, *next;
-} tconn;
+    conn_slot *prev, *next;
+};
 
 struct conn_tracker {
     pthread_mutex_t mu;
@@ -32,13 +32,31 @@ struct conn_tracker {
     bool stop;
     conn_limits lim;
     int n_open;
-    tconn *head;
+    conn_slot *head;
 };
 
-static double mono_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
+/* Shuts down the connections past their deadline at now (lock held); returns how many. */
+static int sweep_locked(conn_tracker *ct, double now) {
+    int n = 0;
+    for (conn_slot *t = ct->head; t; t = t->next)
+        if (t->deadline > 0 && now > t->deadline) {
+            shutdown(t->fd, SHUT_RDWR); /* MHD sees the end of the stream and closes the fd */
+            t->deadline = 0;
+            n++;
+            if (t->in_body)
+                slog_info("closed a connection from %s whose request body did not arrive within %d s", t->addr,
+                          ct->lim.body_timeout_s);
+            else
+                slog_debug("closed a connection from %s that sent no complete request headers in time", t->addr);
+        }
+    return n;
+}
+
+int conn_tracker_sweep(conn_tracker *ct, double now) {
+    pthread_mutex_lock(&ct->mu);
+    int n = sweep_locked(ct, now);
+    pthread_mutex_unlock(&ct->mu);
+    return n;
 }
 
 /* The watchdog: twice a second, shut down connections past their deadline. */
@@ -46,17 +64,7 @@ static void *watchdog(void *arg) {
     conn_tracker *ct = arg;
     pthread_mutex_lock(&ct->mu);
     while (!ct->stop) {
-        double now = mono_s();
-        for (tconn *t = ct->head; t; t = t->next)
-            if (t->deadline > 0 && now > t->deadline) {
-                shutdown(t->fd, SHUT_RDWR); /* MHD sees the end of the stream and closes the fd */
-                t->deadline = 0;
-                if (t->in_body)
-                    slog_info("closed a connection from %s whose request body did not arrive within %d s", t->addr,
-                              ct->lim.body_timeout_s);
-                else
-                    slog_debug("closed a connection from %s that sent no complete request headers in time", t->addr);
-            }
+        sweep_locked(ct, attnd_now_s());
         struct timespec until;
         clock_gettime(CLOCK_REALTIME, &until);
         until.tv_nsec += 500 * 1000 * 1000;
@@ -96,7 +104,7 @@ void conn_tracker_destroy(conn_tracker *ct) {
     pthread_cond_signal(&ct->cv);
     pthread_mutex_unlock(&ct->mu);
     pthread_join(ct->thread, NULL);
-    for (tconn *t = ct->head, *n; t; t = n) n = t->next, free(t);
+    for (conn_slot *t = ct->head, *n; t; t = n) n = t->next, free(t);
     pthread_cond_destroy(&ct->cv);
     pthread_mutex_destroy(&ct->mu);
     free(ct);
@@ -112,54 +120,61 @@ void conn_client_address(struct MHD_Connection *c, char *buf, size_t cap) {
 /* Connections from addr holding a place (lock held). */
 static int count_from(const conn_tracker *ct, const char *addr) {
     int n = 0;
-    for (const tconn *t = ct->head; t; t = t->next) n += t->holds && !strcmp(t->addr, addr);
+    for (const conn_slot *t = ct->head; t; t = t->next) n += t->holds && !strcmp(t->addr, addr);
     return n;
 }
 
 /* A new connection: its header deadline. One from an address already at its cap gets only a
  * second to send its headers (enough for a client's request, answered 429), so one address
  * trickling headers cannot fill the slots MHD accepts. */
-static tconn *conn_started(conn_tracker *ct, struct MHD_Connection *c) {
-    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
-    tconn *t = ci ? calloc(1, sizeof(*t)) : NULL;
-    if (!t) return NULL;
-    t->fd = ci->connect_fd;
-    conn_client_address(c, t->addr, sizeof(t->addr));
-    bool over = count_from(ct, t->addr) >= ct->lim.per_address;
-    t->deadline = mono_s() + (over ? 1 : ct->lim.header_timeout_s);
-    t->next = ct->head;
-    if (ct->head) ct->head->prev = t;
-    ct->head = t;
+conn_slot *conn_open(conn_tracker *ct, int fd, const char *addr) {
+    pthread_mutex_lock(&ct->mu);
+    ct->n_open++;
+    conn_slot *t = calloc(1, sizeof(*t));
+    if (t) {
+        t->fd = fd;
+        snprintf(t->addr, sizeof(t->addr), "%s", addr);
+        bool over = count_from(ct, t->addr) >= ct->lim.per_address;
+        t->deadline = attnd_now_s() + (over ? 1 : ct->lim.header_timeout_s);
+        t->next = ct->head;
+        if (ct->head) ct->head->prev = t;
+        ct->head = t;
+    }
+    pthread_mutex_unlock(&ct->mu);
     return t;
+}
+
+void conn_close(conn_tracker *ct, conn_slot *t) {
+    pthread_mutex_lock(&ct->mu);
+    if (t) {
+        if (t->prev) t->prev->next = t->next;
+        else ct->head = t->next;
+        if (t->next) t->next->prev = t->prev;
+        free(t);
+    }
+    ct->n_open--;
+    pthread_mutex_unlock(&ct->mu);
 }
 
 void conn_on_notify(void *cls, struct MHD_Connection *c, void **socket_context, enum MHD_ConnectionNotificationCode toe) {
     conn_tracker *ct = cls;
-    pthread_mutex_lock(&ct->mu);
     if (toe == MHD_CONNECTION_NOTIFY_STARTED) {
-        *socket_context = conn_started(ct, c);
-        ct->n_open++;
+        const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+        char addr[CONN_ADDR_MAX];
+        conn_client_address(c, addr, sizeof(addr));
+        *socket_context = conn_open(ct, ci ? ci->connect_fd : -1, addr);
     } else if (toe == MHD_CONNECTION_NOTIFY_CLOSED) {
-        tconn *t = *socket_context;
-        if (t) {
-            if (t->prev) t->prev->next = t->next;
-            else ct->head = t->next;
-            if (t->next) t->next->prev = t->prev;
-            free(t);
-        }
+        conn_close(ct, *socket_context);
         *socket_context = NULL;
-        ct->n_open--;
     }
-    pthread_mutex_unlock(&ct->mu);
 }
 
-static tconn *conn_of(struct MHD_Connection *c) {
+static conn_slot *conn_of(struct MHD_Connection *c) {
     const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
     return ci ? ci->socket_context : NULL;
 }
 
-conn_verdict conn_request_begin(conn_tracker *ct, struct MHD_Connection *c, bool reserved) {
-    tconn *t = conn_of(c);
+conn_verdict conn_slot_begin(conn_tracker *ct, conn_slot *t, bool reserved) {
     pthread_mutex_lock(&ct->mu);
     conn_verdict v = CONN_OK;
     if (!reserved && ct->n_open > ct->lim.max_connections) v = CONN_FULL;
@@ -171,25 +186,29 @@ conn_verdict conn_request_begin(conn_tracker *ct, struct MHD_Connection *c, bool
         else t->holds = true;
     }
     if (t) { /* the body must follow within body_timeout_s */
-        t->deadline = mono_s() + ct->lim.body_timeout_s;
+        t->deadline = attnd_now_s() + ct->lim.body_timeout_s;
         t->in_body = true;
     }
     pthread_mutex_unlock(&ct->mu);
     return v;
 }
 
-void conn_body_done(conn_tracker *ct, struct MHD_Connection *c) {
-    tconn *t = conn_of(c);
+void conn_slot_body_done(conn_tracker *ct, conn_slot *t) {
     pthread_mutex_lock(&ct->mu);
     if (t) t->deadline = 0, t->in_body = false;
     pthread_mutex_unlock(&ct->mu);
 }
 
-void conn_request_end(conn_tracker *ct, struct MHD_Connection *c) {
-    tconn *t = conn_of(c);
+void conn_slot_end(conn_tracker *ct, conn_slot *t) {
     pthread_mutex_lock(&ct->mu);
     /* an idle keep-alive connection is MHD's to time out (idle_timeout_s); a next request that
      * starts within it gets header_timeout_s more, so trickled headers are still bounded */
-    if (t) t->deadline = mono_s() + ct->lim.idle_timeout_s + ct->lim.header_timeout_s, t->in_body = false;
+    if (t) t->deadline = attnd_now_s() + ct->lim.idle_timeout_s + ct->lim.header_timeout_s, t->in_body = false;
     pthread_mutex_unlock(&ct->mu);
 }
+
+conn_verdict conn_request_begin(conn_tracker *ct, struct MHD_Connection *c, bool reserved) {
+    return conn_slot_begin(ct, conn_of(c), reserved);
+}
+void conn_body_done(conn_tracker *ct, struct MHD_Connection *c) { conn_slot_body_done(ct, conn_of(c)); }
+void conn_request_end(conn_tracker *ct, struct MHD_Connection *c) { conn_slot_end(ct, conn_of(c)); }

@@ -27,6 +27,7 @@
 #include "attnd/common.h"
 
 typedef struct conn_tracker conn_tracker;
+typedef struct conn_slot conn_slot; /* one tracked connection */
 
 #define CONN_ADDR_MAX 64 /* a numeric IPv6 address fits */
 
@@ -63,5 +64,20 @@ void conn_body_done(conn_tracker *ct, struct MHD_Connection *c);
 void conn_client_address(struct MHD_Connection *c, char *buf, size_t cap);
 /* c's request completed: the deadline for the next request's headers starts now. */
 void conn_request_end(conn_tracker *ct, struct MHD_Connection *c);
+
+// ---- the same without MHD (what the callbacks above call; tests/test_server_conn.c) ------------
+
+/* A connection on socket fd from addr opened (counted even when out of memory: then NULL, and
+ * the connection goes untracked). Its header deadline starts now. */
+conn_slot *conn_open(conn_tracker *ct, int fd, const char *addr);
+/* The connection t closed (t freed; NULL: an untracked one). */
+void conn_close(conn_tracker *ct, conn_slot *t);
+/* conn_request_begin, conn_body_done and conn_request_end for t (NULL: untracked). */
+conn_verdict conn_slot_begin(conn_tracker *ct, conn_slot *t, bool reserved);
+void conn_slot_body_done(conn_tracker *ct, conn_slot *t);
+void conn_slot_end(conn_tracker *ct, conn_slot *t);
+/* What the watchdog does twice a second, at a given time: shuts down (shutdown(2)) every
+ * connection past its deadline at now (attnd_now_s's clock) and clears it. Returns how many. */
+int conn_tracker_sweep(conn_tracker *ct, double now);
 
 #endif

@@ -9,7 +9,13 @@
  * the KV cache of the turns before it; the Response object and the conversation go to the
  * response store (rstore.c), which lives in state_dir next to the sessions and so survives a
  * restart.
+ *
+ * A store: true answer is given only once the response is durable: a response that could not be
+ * stored fails the turn (507 for a full disk or quota of the file system, 503 with Retry-After
+ * for another write failure, 429 naming the tenant's quota when that is full), and the session
+ * made for it goes again.
  */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,6 +35,8 @@ typedef struct rsp_state {
     char id[48], msg_id[48];
     char session[SESS_ID_MAX + 1];  /* the chain's session; "" = none */
     bool new_session;               /* made for this turn: dropped if the turn fails */
+    int store_status;               /* the response could not be stored: 507 / 503 / 429; 0 = stored */
+    char store_msg[240];
     long long created;
     responses_stream ev;
 } rsp_state;
@@ -55,17 +63,34 @@ static responses_result result_of(req *r, const sched_output *o, const char *tex
     };
 }
 
-/* Keeps a finished response for GET and follow-ups (store: true). A failure is logged: the
- * answer itself is still good. */
-static void store_response(req *r, const responses_result *res) {
+/* The status of a store that failed: 429 for a quota, 507 when the file system is full, 503
+ * (with Retry-After) for any other failure. */
+static int store_failure_status(attnd_status rc, int sys_errno) {
+    if (rc == ATTND_ERR_BUSY) return 429;
+    return rc == ATTND_ERR_IO && (sys_errno == ENOSPC || sys_errno == EDQUOT) ? 507 : 503;
+}
+
+/* Keeps a finished response for GET and follow-ups (store: true), durably; false (with
+ * st->store_status and store_msg set) when it could not be: the turn must not be acknowledged. */
+static bool store_response(req *r, const responses_result *res) {
     rsp_state *st = req_get(r, REQ_SLOT_ENDPOINT);
-    if (!st->rq.store || !st->session[0]) return;
+    if (!st->rq.store || !st->session[0]) return true;
     json_t *obj = responses_object(res), *conv = responses_conversation(&st->rq, st->earlier, res->text, res->text_len);
     attnd_err err;
-    if (!obj || !conv || rstore_put(r->srv->responses, r->owner, obj, conv, st->session, &err) != ATTND_OK)
-        slog_error("response %s not stored: %s", st->id, obj && conv ? err.msg : "out of memory");
+    int e = 0;
+    attnd_status rc = obj && conv ? rstore_put(r->srv->responses, r->owner, obj, conv, st->session, &e, &err)
+                                  : attnd_fail(&err, ATTND_ERR_NOMEM, "out of memory");
     json_decref(obj);
     json_decref(conv);
+    if (rc == ATTND_OK) return true;
+    slog_error("response %s not stored: %s", st->id, err.msg);
+    st->store_status = store_failure_status(rc, e);
+    if (rc == ATTND_ERR_BUSY)
+        snprintf(st->store_msg, sizeof(st->store_msg), "response not stored: %.200s", err.msg);
+    else
+        snprintf(st->store_msg, sizeof(st->store_msg), "response %s could not be stored (%.80s); retry later",
+                 st->id, e ? strerror(e) : err.msg);
+    return false;
 }
 
 /* The session this turn runs on: the chain's (created when missing), or none when it is busy
@@ -154,9 +179,11 @@ static void rsp_update(req *r, int k, const sched_update *u, buf *out) {
     } else if (o.status != ATTND_OK && !genreq_was_cut(&o)) {
         out_take(out, responses_stream_failed(&st->ev, &res, o.errmsg[0] ? o.errmsg : "generation failed"));
         drop_new_session(r);
+    } else if (!store_response(r, &res)) { /* stored before the answer says so */
+        out_take(out, responses_stream_failed(&st->ev, &res, st->store_msg));
+        drop_new_session(r);
     } else {
         out_take(out, responses_stream_end(&st->ev, &res));
-        store_response(r, &res);
     }
 }
 
@@ -182,6 +209,9 @@ enum MHD_Result ep_responses_create(req *r) {
     st->created = (long long)time(NULL);
     snprintf(r->resp_id, sizeof(r->resp_id), "%s", st->id);
     r->rctx = (completion_body_ctx){r->resp_id, s->model_id, st->created, true, false, r->sess_id, NULL, NULL};
+    attnd_err qerr;
+    if (st->rq.store && rstore_admit(s->responses, r->owner, &qerr) != ATTND_OK) /* full: say so before the work */
+        return http_respond_error(r, 429, qerr.msg, "store");
     pick_session(r);
     if (!genreq_submit_all(r, &ret)) {
         drop_new_session(r);
@@ -198,7 +228,10 @@ enum MHD_Result ep_responses_create(req *r) {
                                   o.errmsg[0] ? o.errmsg : "generation failed", NULL);
     }
     responses_result res = result_of(r, &o, o.text ? o.text : "", o.text_len);
-    store_response(r, &res);
+    if (!store_response(r, &res)) {
+        drop_new_session(r);
+        return http_respond_error(r, st->store_status, st->store_msg, st->store_status == 429 ? "store" : NULL);
+    }
     return http_respond_json(r, 200, responses_object(&res));
 }
 
@@ -217,10 +250,15 @@ enum MHD_Result ep_response_delete(req *r) {
     const char *id = response_id_of(r);
     char orphan[SESS_ID_MAX + 1];
     attnd_err err;
-    attnd_status rc = rstore_delete(s->responses, r->owner, id, orphan, &err);
-    if (rc != ATTND_OK) return http_respond_error(r, http_status_of(rc, HTTP_CTX_DEFAULT), err.msg, NULL);
-    /* the last response of a chain takes its session along (a busy one stays until next time) */
+    int e = 0;
+    attnd_status rc = rstore_delete(s->responses, r->owner, id, orphan, &e, &err);
+    /* the last response of a chain takes its session along (a busy one stays until next time);
+     * also when only the directory sync of the removal failed: the response is gone then */
     struct kv_seq *kv = NULL;
-    if (orphan[0] && sess_delete(s->store, r->owner, orphan, &kv, NULL, &err) == ATTND_OK) sched_free_kv(s->sch, kv);
+    attnd_err serr;
+    if (orphan[0] && sess_delete(s->store, r->owner, orphan, &kv, NULL, &serr) == ATTND_OK) sched_free_kv(s->sch, kv);
+    if (rc == ATTND_ERR_IO) /* not durably deleted: the client hears so */
+        return http_respond_error(r, store_failure_status(rc, e), err.msg, NULL);
+    if (rc != ATTND_OK) return http_respond_error(r, http_status_of(rc, HTTP_CTX_DEFAULT), err.msg, NULL);
     return http_respond_json(r, 200, responses_deleted(id));
 }

@@ -171,6 +171,23 @@ static void log_engine_setup(const server *s) {
               s->n_ctx, s->cfg.state_dir ? s->cfg.state_dir : "none (sessions are not persisted)");
 }
 
+/* Each API key's share of the stores (requests without a key are one tenant): the configured
+ * quota, else max_sessions split evenly between the keys. */
+static void set_tenant_quotas(server *s) {
+    int keys = 1;
+    for (const char *k = s->cfg.api_key; k && *k; k++) keys += *k == '\n' && k[1];
+    int share = s->cfg.max_sessions / keys > 0 ? s->cfg.max_sessions / keys : 1;
+    int sessions = s->cfg.max_sessions_per_key > 0 ? s->cfg.max_sessions_per_key : share;
+    int responses = s->cfg.max_responses_per_key > 0 ? s->cfg.max_responses_per_key : share;
+    sess_store_set_quota(s->store, sessions);
+    rstore_set_limits(s->responses, &(rstore_limits){.per_owner = responses,
+                                                      .per_owner_bytes = s->cfg.response_bytes_per_key,
+                                                      .ttl_ms = (int64_t)s->cfg.response_ttl_s * 1000});
+    slog_info("tenants: %d key%s, each keeps up to %d sessions and %d stored responses (%zu bytes), responses "
+              "expire after %d s", keys, keys == 1 ? "" : "s", sessions, responses, s->cfg.response_bytes_per_key,
+              s->cfg.response_ttl_s);
+}
+
 /* The session store: this instance's (state_dir), or a cache of the shared one (session_store),
  * which then holds every named session instead of state_dir. */
 static attnd_status sessions_open(server *s, const char *tag, attnd_err *err) {
@@ -225,6 +242,7 @@ attnd_status server_load(server *s, attnd_err *err) {
     if ((rc = sessions_open(s, tag, err)) != ATTND_OK) return rc;
     sess_store_set_lifetime(s->store, (int64_t)s->cfg.session_ttl_s * 1000, s->cfg.session_evict_lru);
     if ((rc = rstore_create(&s->responses, s->cfg.state_dir, tag, s->cfg.max_sessions, err)) != ATTND_OK) return rc;
+    set_tenant_quotas(s);
     if ((rc = sched_create(&s->sch, s->m, s->tok, s->store, &s->cfg, err)) != ATTND_OK) return rc;
     atomic_store(&s->ready, true);
     slog_info("model ready: %s (%s, %d layers, vocab %d, context %d, chat template %s (%s), %d sessions restored)",

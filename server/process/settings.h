@@ -77,8 +77,13 @@ typedef struct server_settings {
     int max_parallel;        /* sequences decoded together per step; default 16 */
     int session_ttl_s;       /* idle named sessions older than this are removed; 0 = never;
                                 default 259200 (3 days) */
-    bool session_evict_lru;  /* at max_sessions, creating one evicts the least recently used idle
-                                session instead of answering 429; default true */
+    bool session_evict_lru;  /* at a key's quota or max_sessions, creating one evicts that key's least
+                                recently used idle session instead of answering 429; default true */
+    int max_sessions_per_key; /* named sessions one API key keeps (requests without a key: one
+                                tenant); 0 = max_sessions / the number of keys; default 0 */
+    int max_responses_per_key; /* stored responses one API key keeps; 0 = max_sessions / keys */
+    size_t response_bytes_per_key; /* bytes of stored responses one key keeps; 0 = no cap; 64 MiB */
+    int response_ttl_s;      /* stored responses older than this are removed; 0 = never; 30 days */
     const char *session_store; /* shared store of several instances, "redis://host:port[/db]";
                                   NULL or "" = sessions are this instance's (state_dir) */
     const char *session_store_prefix; /* key prefix there; default "attnd:session:" */

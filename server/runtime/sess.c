@@ -24,6 +24,7 @@ struct sess_store {
     sess *head;
     int n_named, n_anon;
     int max_sessions;
+    int per_owner;   /* named sessions one owner may keep (sess_store_set_quota); 0 = no own cap */
     statedir *sd;    /* NULL = no persistence */
     char *model_tag;
     int64_t ttl_ms;  /* idle named sessions older than this are removed; 0 = never */
@@ -233,6 +234,63 @@ static bool file_exists(const sess_store *st, const char *owner, const char *id)
     return st->sd && statedir_exists(st->sd, owner, id, SESS_FILE_SUFFIX);
 }
 
+void sess_store_set_quota(sess_store *st, int per_owner) {
+    pthread_mutex_lock(&st->mu);
+    st->per_owner = per_owner > 0 ? per_owner : 0;
+    pthread_mutex_unlock(&st->mu);
+}
+
+/* owner's named sessions, and the least recently used idle one among them (caller holds the lock). */
+static int owned_locked(sess_store *st, const char *owner, sess **lru_idle) {
+    int n = 0;
+    *lru_idle = NULL;
+    for (sess *s = st->head; s; s = s->next) {
+        if (s->anon || strcmp(s->owner, own(owner))) continue;
+        n++;
+        if (!s->busy && (!*lru_idle || s->last_use_ms < (*lru_idle)->last_use_ms)) *lru_idle = s;
+    }
+    return n;
+}
+
+/* Whether owner may make one more named session (caller holds the lock; create and fork). When
+ * owner's quota or the store is full, evict_lru removes owner's own least recently used idle
+ * session (*kv gets its KV for give_kv), never another owner's; else NOMEM names the limit. */
+static attnd_status admit_locked(sess_store *st, const char *owner, struct kv_seq **kv, attnd_err *err) {
+    sess *victim;
+    int n = owned_locked(st, owner, &victim);
+    bool own_full = st->per_owner && n >= st->per_owner, all_full = st->n_named >= st->max_sessions;
+    if ((own_full || all_full) && st->evict_lru && victim) {
+        slog_info("session limit reached (%s): evicting '%s', the least recently used of its key",
+                  own_full ? "max_sessions_per_key" : "max_sessions", victim->id);
+        *kv = remove_locked(st, victim);
+        return ATTND_OK;
+    }
+    if (own_full)
+        return attnd_fail(err, ATTND_ERR_NOMEM,
+                          "this API key holds %d sessions, its quota (max_sessions_per_key)%s; delete one first", n,
+                          st->evict_lru ? ", all of them busy" : "");
+    if (all_full)
+        return attnd_fail(err, ATTND_ERR_NOMEM,
+                          "session limit reached (%d sessions in all, max_sessions); delete a session first",
+                          st->max_sessions);
+    return ATTND_OK;
+}
+
+attnd_status sess_quota_check(sess_store *st, const char *owner, attnd_err *err) {
+    if (st->shared) return ATTND_OK; /* the shared store's records have no quota here */
+    pthread_mutex_lock(&st->mu);
+    sess *victim;
+    int n = owned_locked(st, owner, &victim);
+    bool room = (!st->per_owner || n < st->per_owner) && st->n_named < st->max_sessions;
+    bool evictable = st->evict_lru && victim;
+    int max = st->max_sessions, quota = st->per_owner;
+    pthread_mutex_unlock(&st->mu);
+    if (room || evictable) return ATTND_OK;
+    if (quota && n >= quota)
+        return attnd_fail(err, ATTND_ERR_NOMEM, "this API key holds %d sessions, its quota (max_sessions_per_key); delete one first", n);
+    return attnd_fail(err, ATTND_ERR_NOMEM, "session limit reached (%d sessions in all, max_sessions); delete a session first", max);
+}
+
 attnd_status sess_create(sess_store *st, const char *owner, const char *id, char out_id[SESS_ID_MAX + 1],
                          attnd_err *err) {
     if (!sess_owner_valid(owner)) return attnd_fail(err, ATTND_ERR_INVALID, "bad session owner tag");
@@ -249,24 +307,13 @@ attnd_status sess_create(sess_store *st, const char *owner, const char *id, char
         return src;
     }
     pthread_mutex_lock(&st->mu);
-    attnd_status rc = ATTND_OK;
     struct kv_seq *evicted_kv = NULL;
-    sess *victim = NULL;
-    if (!find_named(st, owner, id) && st->n_named >= st->max_sessions && st->evict_lru) {
-        for (sess *s = st->head; s; s = s->next)
-            if (!s->anon && !s->busy && (!victim || s->last_use_ms < victim->last_use_ms)) victim = s;
-        if (victim) {
-            slog_info("session limit (%d) reached: evicting '%s', the least recently used", st->max_sessions, victim->id);
-            evicted_kv = remove_locked(st, victim);
-        }
-    }
+    attnd_status rc = ATTND_OK;
     if (find_named(st, owner, id)) {
         rc = attnd_fail(err, ATTND_ERR_BUSY, "session '%s' already exists", id);
     } else if (file_exists(st, owner, id)) { /* another model's (or a damaged) file: never overwritten */
         rc = attnd_fail(err, ATTND_ERR_BUSY, "session id '%s' is taken by a saved session this server did not load", id);
-    } else if (st->n_named >= st->max_sessions) {
-        rc = attnd_fail(err, ATTND_ERR_NOMEM, "session limit reached (%d); delete a session first", st->max_sessions);
-    } else {
+    } else if ((rc = admit_locked(st, owner, &evicted_kv, err)) == ATTND_OK) {
         sess *s = calloc(1, sizeof(*s));
         if (!s) {
             rc = attnd_fail(err, ATTND_ERR_NOMEM, "out of memory");
@@ -398,20 +445,24 @@ attnd_status sess_delete(sess_store *st, const char *owner, const char *id, stru
     if (st->shared) return shared_delete(st, owner, id, kv, err);
     pthread_mutex_lock(&st->mu);
     attnd_status rc = ATTND_OK;
+    struct kv_seq *stray = NULL;
     sess **pp = &st->head;
     while (*pp && ((*pp)->anon || strcmp((*pp)->id, id) || strcmp((*pp)->owner, own(owner)))) pp = &(*pp)->next;
     sess *s = *pp;
     if (!s) rc = attnd_fail(err, ATTND_ERR_NOT_FOUND, "session '%s' not found", id);
     else if (s->busy) rc = attnd_fail(err, ATTND_ERR_BUSY, "session '%s' is busy with another request", id);
-    else if (st->sd && s->on_disk && (rc = statedir_remove(st->sd, s->owner, s->id, SESS_FILE_SUFFIX, sys_errno, err)))
+    else if (st->sd && s->on_disk && (rc = statedir_remove(st->sd, s->owner, s->id, SESS_FILE_SUFFIX, sys_errno, err)) &&
+             statedir_exists(st->sd, s->owner, s->id, SESS_FILE_SUFFIX))
         slog_error("session '%s' not deleted: %s", id, err ? err->msg : "I/O error"); /* it stays, as on disk */
-    else {
+    else { /* removed; when only the directory sync failed (rc IO), not durably: memory = disk */
         *pp = s->next;
         st->n_named--;
-        *kv = s->kv;
+        stray = s->kv;
         sess_free(s);
     }
     pthread_mutex_unlock(&st->mu);
+    if (rc == ATTND_OK) *kv = stray;
+    else give_kv(st, stray); /* a caller that sees the error frees nothing */
     return rc;
 }
 

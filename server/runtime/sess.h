@@ -95,10 +95,24 @@ bool sess_id_valid(const char *id);
 /* True for NULL or 0..16 lower-case hex digits. */
 bool sess_owner_valid(const char *owner);
 
-/* Creates a named session. id NULL = generate one. Copies the final id into out_id. At
- * max_sessions, evicts the least recently used idle session when the store allows it.
- * Errors: INVALID (bad id), BUSY (id taken, also by a file not loaded -> 409), NOMEM
- * (max_sessions reached with none evictable, or OOM). */
+/*
+ * Tenants' capacity: each owner (API key; "" = requests without one, a single tenant) keeps at
+ * most per_owner named sessions (0 = only max_sessions bounds them). At its quota, or at
+ * max_sessions, a new session of owner evicts owner's own least recently used idle session
+ * (sess_store_set_lifetime's evict_lru), never another owner's; without one to evict it is
+ * refused (NOMEM, the message naming max_sessions_per_key or max_sessions: the API's 429).
+ * Local store only: in shared mode the records are not counted here.
+ */
+void sess_store_set_quota(sess_store *st, int per_owner);
+/* Whether owner may make one more named session now (room, or an idle one of its own to evict):
+ * OK, or NOMEM with sess_create's message. For a path that makes sessions another way (a fork)
+ * and must refuse before its work; sess_create applies the same rule under its lock. */
+attnd_status sess_quota_check(sess_store *st, const char *owner, attnd_err *err);
+
+/* Creates a named session. id NULL = generate one. Copies the final id into out_id. At owner's
+ * quota or max_sessions, evicts owner's least recently used idle session when the store allows
+ * it (sess_store_set_quota). Errors: INVALID (bad id), BUSY (id taken, also by a file not
+ * loaded -> 409), NOMEM (a quota full with none evictable, or OOM). */
 attnd_status sess_create(sess_store *st, const char *owner, const char *id, char out_id[SESS_ID_MAX + 1],
                          attnd_err *err);
 /* Marks the session busy and returns it. NOT_FOUND, or BUSY when a request is running on it. */
@@ -123,8 +137,9 @@ void sess_set_running(sess_store *st, sess *s, bool running);
 /* Ends a request that never reached the scheduler: clears busy, history unchanged. */
 void sess_abandon(sess_store *st, sess *s);
 /* Session lifetime: named sessions idle for more than ttl_ms are removed by sess_expire (0 =
- * never); with evict_lru, sess_create at max_sessions removes the least recently used idle
- * session (file included) instead of failing. Defaults: no TTL, no eviction. */
+ * never); with evict_lru, sess_create at the owner's quota or max_sessions removes that owner's
+ * least recently used idle session (file included) instead of failing. Defaults: no TTL, no
+ * eviction. */
 void sess_store_set_lifetime(sess_store *st, int64_t ttl_ms, bool evict_lru);
 /* Where the KV handles of sessions removed by the store itself go (the scheduler destroys them
  * on its thread); fn is called outside the store's lock. Must be set before any session holds
@@ -134,7 +149,9 @@ void sess_store_set_kv_sink(sess_store *st, void (*fn)(void *user, struct kv_seq
 int sess_expire(sess_store *st);
 /* Removes a named session and its file, durably (unlink and directory fsync) before it is gone
  * from memory. Hands back its KV handle in *kv for the scheduler to destroy. NOT_FOUND, BUSY,
- * IO (the file could not be removed: the session stays, *sys_errno says why). */
+ * IO (*sys_errno says why): when the file could not be removed the session stays; when only the
+ * directory sync failed the file is gone and so is the session (memory = disk; its KV then goes
+ * to the store's KV sink, not *kv), though a crash might bring it back. */
 attnd_status sess_delete(sess_store *st, const char *owner, const char *id, struct kv_seq **kv, int *sys_errno,
                          attnd_err *err);
 /* Detaches every KV handle (shutdown): calls fn on each. */

@@ -34,28 +34,38 @@ void statedir_health(statedir_stats *out) {
     out->degraded = atomic_load(&failing);
 }
 
-/* The errno the test hook injects at step, 0 = none: $ATTND_FAULT_FILE names a file whose lines
- * are "<step> <errno name>" (steps open, write, fsync, rename, dirsync, unlink; "*" = every
- * one). Read at each step, so a test turns a fault on and off while the server runs. */
-static int injected(const char *step) {
+/* The errno the test hook injects at step of the file path, 0 = none: $ATTND_FAULT_FILE names a
+ * file whose lines are "<step> <errno name> [<part of a file name>]" (steps open, write, fsync,
+ * rename, dirsync, unlink; "*" = every one; with a third word only files whose path holds it
+ * fail, and dirsync matches the file whose rename or removal it makes durable). Read at each step, so a test turns a fault on
+ * and off while the server runs. */
+static int injected(const char *step, const char *path) {
     static const struct { const char *name; int e; } names[] = {
         {"ENOSPC", ENOSPC}, {"EROFS", EROFS}, {"EIO", EIO}, {"EDQUOT", EDQUOT}, {"EACCES", EACCES}};
-    const char *path = getenv("ATTND_FAULT_FILE");
-    FILE *f = path && *path ? fopen(path, "r") : NULL;
+    const char *fpath = getenv("ATTND_FAULT_FILE");
+    FILE *f = fpath && *fpath ? fopen(fpath, "r") : NULL;
     if (!f) return 0;
-    char line[128], s[32], e[32];
+    char line[256], s[32], e[32], part[160];
     int found = 0;
-    while (!found && fgets(line, sizeof(line), f))
-        if (sscanf(line, "%31s %31s", s, e) == 2 && (!strcmp(s, step) || !strcmp(s, "*")))
-            for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
-                if (!strcmp(e, names[i].name)) found = names[i].e;
+    while (!found && fgets(line, sizeof(line), f)) {
+        int n = sscanf(line, "%31s %31s %159s", s, e, part);
+        if (n < 2 || (strcmp(s, step) && strcmp(s, "*")) || (n == 3 && (!path || !strstr(path, part)))) continue;
+        for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+            if (!strcmp(e, names[i].name)) found = names[i].e;
+    }
     fclose(f);
     return found;
 }
 
-/* True, with errno set, when the test hook fails this step. */
-static bool fault(const char *step) {
-    int e = injected(step);
+/* The file this thread last renamed or removed: a dirsync fault with a name part matches it,
+ * since the sync makes that change durable (the test hook's only state; per thread). */
+static _Thread_local char last_change[512];
+
+static void note_change(const char *path) { snprintf(last_change, sizeof(last_change), "%s", path); }
+
+/* True, with errno set, when the test hook fails this step of path. */
+static bool fault(const char *step, const char *path) {
+    int e = injected(step, path);
     if (e) errno = e;
     return e != 0;
 }
@@ -279,7 +289,7 @@ static attnd_status write_tmp(const char *path, const char *text, size_t len, ch
     if (!tmp) return nomem(sys_errno, err);
     static unsigned long counter;
     snprintf(tmp, n, "%s.tmp.%ld.%lu", path, (long)getpid(), __atomic_add_fetch(&counter, 1, __ATOMIC_RELAXED));
-    int fd = fault("open") ? -1 : open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    int fd = fault("open", tmp) ? -1 : open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
     if (fd < 0) {
         attnd_status rc = io_fail(sys_errno, err, "cannot write", tmp);
         free(tmp);
@@ -288,13 +298,13 @@ static attnd_status write_tmp(const char *path, const char *text, size_t len, ch
     size_t off = 0;
     int e = 0;
     while (off < len && !e) {
-        ssize_t w = fault("write") ? -1 : write(fd, text + off, len - off);
+        ssize_t w = fault("write", tmp) ? -1 : write(fd, text + off, len - off);
         if (w < 0 && errno == EINTR) continue;
         if (w < 0) e = errno;
         else if (w == 0) e = EIO; /* a regular file that takes nothing: no errno of its own */
         else off += (size_t)w;
     }
-    if (!e && (fault("fsync") || fsync(fd) != 0)) e = errno;
+    if (!e && (fault("fsync", tmp) || fsync(fd) != 0)) e = errno;
     if (close(fd) != 0 && !e) e = errno;
     if (e) {
         errno = e;
@@ -334,7 +344,8 @@ static void staged_free(statedir_staged *s) {
 attnd_status statedir_commit(statedir *sd, statedir_staged *staged, int *sys_errno, attnd_err *err) {
     (void)sd;
     attnd_status rc = ok(sys_errno);
-    if (fault("rename") || rename(staged->tmp, staged->path) != 0) {
+    note_change(staged->path);
+    if (fault("rename", staged->path) || rename(staged->tmp, staged->path) != 0) {
         rc = io_fail(sys_errno, err, "cannot write", staged->path);
         unlink(staged->tmp);
     }
@@ -353,7 +364,7 @@ attnd_status statedir_discard(statedir *sd, statedir_staged *staged, int *sys_er
 attnd_status statedir_sync(statedir *sd, int *sys_errno, attnd_err *err) {
     int fd = open(sd->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     attnd_status rc = ok(sys_errno);
-    if (fd < 0 || fault("dirsync") || fsync(fd) != 0) rc = io_fail(sys_errno, err, "cannot sync directory", sd->dir);
+    if (fd < 0 || fault("dirsync", last_change[0] ? last_change : sd->dir) || fsync(fd) != 0) rc = io_fail(sys_errno, err, "cannot sync directory", sd->dir);
     else atomic_store(&failing, false); /* a change made durable: the store works again */
     if (fd >= 0) close(fd);
     return rc;
@@ -373,7 +384,8 @@ attnd_status statedir_remove(statedir *sd, const char *owner, const char *id, co
     char *path = statedir_path(sd, owner, id, suffix);
     if (!path) return nomem(sys_errno, err);
     attnd_status rc = ok(sys_errno);
-    if ((fault("unlink") || unlink(path) != 0) && errno != ENOENT) rc = io_fail(sys_errno, err, "cannot remove", path);
+    note_change(path);
+    if ((fault("unlink", path) || unlink(path) != 0) && errno != ENOENT) rc = io_fail(sys_errno, err, "cannot remove", path);
     free(path);
     /* the removal survives a crash only once the directory is synced */
     if (rc == ATTND_OK) rc = statedir_sync(sd, sys_errno, err);

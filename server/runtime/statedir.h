@@ -108,10 +108,12 @@ typedef struct statedir_stats {
 void statedir_health(statedir_stats *out);
 
 /*
- * Test hook: when $ATTND_FAULT_FILE names a readable file, each line "<step> <ERRNO>" fails that
- * step of every write or removal with that errno, as if the system call had: steps open, write,
- * fsync, rename (the commit), dirsync, unlink, or "*"; errnos ENOSPC, EROFS, EIO, EDQUOT, EACCES.
- * The file is read at each step (delete it and the faults stop). Unset in production.
+ * Test hook: when $ATTND_FAULT_FILE names a readable file, each line "<step> <ERRNO> [<name
+ * part>]" fails that step of every write or removal with that errno, as if the system call had:
+ * steps open, write, fsync, rename (the commit), dirsync, unlink, or "*"; errnos ENOSPC, EROFS,
+ * EIO, EDQUOT, EACCES. With a name part (".response.json") only the files whose path holds it
+ * fail; a dirsync matches the file whose rename or removal it syncs. The file is read at each
+ * step (delete it and the faults stop). Unset in production.
  */
 
 #endif

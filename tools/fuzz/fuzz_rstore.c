@@ -35,7 +35,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     char session[SESS_ID_MAX + 1] = "";
     if (rstore_get(s, NULL, "resp_fuzz", &resp, &conv, session, &err) == ATTND_OK) {
         FUZZ_CHECK(resp != NULL, "a loaded entry without its response");
-        attnd_status put = rstore_put(s, NULL, resp, conv, session[0] ? session : NULL, &err);
+        attnd_status put = rstore_put(s, NULL, resp, conv, session[0] ? session : NULL, NULL, &err);
         rstore_destroy(s);
         s = NULL;
         if (put == ATTND_OK) {
