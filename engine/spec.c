@@ -18,6 +18,7 @@ struct spec {
     int32_t *hist;          /* (cap) confirmed tokens: prompt, then generated */
     int n_hist, cap;
     int64_t drafted, accepted;
+    int cur_max;            /* the draft length now: doubles after a fully kept draft, else the kept + 1 */
     /* with a draft model */
     kv_seq *ds;             /* the draft's sequence; holds dtok[0..kv_seq_len(ds)) */
     int32_t *dtok;          /* (n_ctx of the draft) */
@@ -85,6 +86,7 @@ attnd_status spec_create(spec **out, const spec_params *p, attnd_err *err) {
     spec *s = calloc(1, sizeof(*s));
     if (!s) return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory");
     s->p = *p;
+    s->cur_max = p->draft_max;
     if (p->draft) {
         const model_info *mi = model_info_get(engine_model(p->draft));
         s->d_ctx = mi->n_ctx, s->d_vocab = mi->n_vocab, s->d_batch = engine_max_batch(p->draft);
@@ -133,6 +135,9 @@ int spec_history_len(const spec *s) { return s->n_hist; }
 void spec_count(spec *s, int drafted, int accepted) {
     s->drafted += drafted;
     s->accepted += accepted;
+    if (drafted == 0) return;
+    s->cur_max = accepted == drafted ? 2 * s->cur_max : accepted + 1;
+    if (s->cur_max > s->p.draft_max) s->cur_max = s->p.draft_max;
 }
 
 void spec_totals(const spec *s, int64_t *drafted, int64_t *accepted) {
@@ -207,7 +212,7 @@ static attnd_status draft_model(spec *s, int max, int32_t *out, int *n_out, attn
 
 attnd_status spec_draft(spec *s, int max, int32_t *out, int *n_out, attnd_err *err) {
     *n_out = 0;
-    if (max > s->p.draft_max) max = s->p.draft_max;
+    if (max > s->cur_max) max = s->cur_max;
     if (max <= 0) return ATTND_OK;
     if (s->p.draft) return draft_model(s, max, out, n_out, err);
     *n_out = spec_lookup(s->hist, s->n_hist, s->p.ngram_min, s->p.ngram_max, max, out);

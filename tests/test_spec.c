@@ -58,6 +58,28 @@ Test(spec, parameters_out_of_range_are_refused_by_name) {
     cr_assert_null(s);
 }
 
+Test(spec, the_draft_length_follows_what_was_kept) {
+    spec_params p;
+    spec_params_default(&p);
+    spec *s;
+    attnd_err err;
+    cr_assert_eq(spec_create(&s, &p, &err), ATTND_OK);
+    int32_t h[40], out[SPEC_MAX_DRAFT];
+    for (int i = 0; i < 40; i++) h[i] = i % 13; /* repeats: lookup always has 8 to offer */
+    cr_assert_eq(spec_push(s, h, 40, &err), ATTND_OK);
+    int n, want[] = {8, 3, 6, 8, 1};
+    int kept[] = {2, 3, 6, 0, 1};
+    for (int k = 0; k < 5; k++) {
+        cr_assert_eq(spec_draft(s, SPEC_MAX_DRAFT, out, &n, &err), ATTND_OK);
+        cr_assert_eq(n, want[k], "draft %d: %d tokens, want %d", k, n, want[k]);
+        spec_count(s, n, kept[k]);
+    }
+    int64_t d, a;
+    spec_totals(s, &d, &a);
+    cr_assert(d == 8 + 3 + 6 + 8 + 1 && a == 12, "%lld drafted, %lld kept", (long long)d, (long long)a);
+    spec_destroy(s);
+}
+
 // ---- a random-weight model ----------------------------------------------------------------------
 
 /* A second rig whose model has the same shape but other weights: a poor draft. */

@@ -71,12 +71,15 @@ attnd_status spec_push(spec *s, const int32_t *ids, int n, attnd_err *err);
 void spec_reset(spec *s);
 int spec_history_len(const spec *s);
 
-/* Proposes up to max (<= draft_max) tokens continuing the history into out; *n_out may be 0.
+/* Proposes up to max (and the length spec_count set) tokens continuing the history into out;
+ * *n_out may be 0.
  * A draft model evaluates what it has not seen of the history, then one step per drafted token.
  * Errors: those of engine_eval on the draft (the caller may go on without speculation). */
 attnd_status spec_draft(spec *s, int max, int32_t *out, int *n_out, attnd_err *err);
 
-/* Counts for the caller's statistics: proposed tokens, and those the target then kept. */
+/* Counts for the caller's statistics: proposed tokens, and those the target then kept. It also
+ * sets the next draft's length: twice the last after a draft kept whole, else one more than was
+ * kept (so a drafter that guesses badly costs about one token a step), within draft_max. */
 void spec_count(spec *s, int drafted, int accepted);
 void spec_totals(const spec *s, int64_t *drafted, int64_t *accepted);
 

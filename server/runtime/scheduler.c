@@ -624,6 +624,7 @@ static int slot_verify(sched *s, slot *sl) {
         sl->n_past += 1; /* the draft is the token sampled: its position holds */
     }
     if (sl->n_draft) {
+        if (sl->sp) spec_count(sl->sp, sl->n_draft, kept);
         kv_seq_truncate(sl->kv, sl->n_past);
         pthread_mutex_lock(&s->mu);
         s->stats.spec_drafted += (uint64_t)sl->n_draft;
