@@ -83,9 +83,8 @@ static bool match_opt(const char *cmd, int argc, char **argv, int *i, const cli_
     if (!cli_flag_value(cmd, argc, argv, i, o->flag, &v)) return false;
     if (o->kind == CLI_STR) *(const char **)o->dst = v;
     else if (o->kind == CLI_INT) *(int *)o->dst = (int)cli_parse_int(cmd, o->flag, v, o->min, o->max);
-    else if (!strcmp(v, "f16")) *(kv_type *)o->dst = KV_F16;
-    else if (!strcmp(v, "f32")) *(kv_type *)o->dst = KV_F32;
-    else cli_usage_error(cmd, "%s: '%s' is not f16 or f32", o->flag, v);
+    else if (kv_type_parse(v, (kv_type *)o->dst) != ATTND_OK)
+        cli_usage_error(cmd, "%s: '%s' is not f16, f32, q8_0 or q4_0", o->flag, v);
     return true;
 }
 

@@ -18,7 +18,7 @@
 static const char *USAGE =
     "usage: attnd attention (--prompt TEXT | --tokens 1,2,3) [--layer L] [--head H] [--attn-top-k K]\n"
     "                       [--n N] [sampling flags] [--json | --svg FILE] [--model PATH]\n"
-    "                       [--threads N] [--kv-type f16|f32]\n"
+    "                       [--threads N] [--kv-type f16|f32|q8_0|q4_0]\n"
     "\n"
     "Shows which earlier tokens each token attends to: the softmax weights the engine computes\n"
     "over the KV cache, per layer and head. Attention weights show where a head looks, not why\n"
@@ -39,7 +39,7 @@ static const char *USAGE =
     "  --svg FILE      write a heatmap (tokens on both axes, a thumbnail per head) to FILE\n"
     "  --model PATH    the GGUF file (default: the shipped default model)\n"
     "  --threads N     threads; 0 (the default) = the CPUs this process may use\n"
-    "  --kv-type T     KV cache type, f16 (default, as the server) or f32\n"
+    "  --kv-type T     KV cache type: f16 (default, as the server), f32, q8_0, q4_0\n"
     "\n";
 
 typedef struct attn_opts {

@@ -26,7 +26,7 @@
 
 static const char *USAGE =
     "usage: attnd bench [--model PATH] [--threads 1] [--prompt-len 128] [--n 128] [--reps 3]\n"
-    "                   [--kv-type f16|f32] [--peer-dir DIR | --no-peer] [--growth-len N | --no-growth]\n"
+    "                   [--kv-type f16|f32|q8_0|q4_0] [--peer-dir DIR | --no-peer] [--growth-len N | --no-growth]\n"
     "                   [--json]\n"
     "\n"
     "Prints attnd's prefill and decode tokens/s, the same for llama.cpp (node-llama-cpp peer) on the\n"
@@ -163,7 +163,7 @@ static bool peer_run(const bench_ctx *c, int ctx, double *prefill_tps, double *d
     snprintf(cmd, cap,
              "cd '%s' && node generate.mjs --model '%s' --tokens %s --n %d --threads %d --ctx %d --kv-type %s "
              "--json 2>/dev/null",
-             c->peer, model, c->ids, c->o.n_gen, c->o.threads, ctx, c->o.kv == KV_F32 ? "f32" : "f16");
+             c->peer, model, c->ids, c->o.n_gen, c->o.threads, ctx, kv_type_name(c->o.kv));
     free(model);
     FILE *p = popen(cmd, "r");
     free(cmd);
@@ -241,6 +241,24 @@ static attnd_status attnd_run(bench_ctx *c, double *prefill_tps, double *decode_
     return st;
 }
 
+/* Decode time per token against the parameters a token reads ("active"): all of them but the
+ * embedding table when the file has a separate output head (a token reads one row of it), and
+ * for a Mixture of Experts not the (n_expert - used) unselected experts of each layer; so decode
+ * cost can be seen to follow active, not total, parameters. */
+static void print_params(const model *m, double attnd_tok_s, double peer_tok_s) {
+    const model_info *mi = model_info_get(m);
+    double total = (double)mi->n_params, active = total;
+    if (gguf_find_tensor(model_gguf(m), "output.weight")) active -= (double)mi->n_vocab * mi->n_embd;
+    if (mi->n_expert)
+        active -= (double)mi->n_layer * (mi->n_expert - mi->n_expert_used) * 3.0 * mi->n_embd * mi->n_ff_exp;
+    printf("parameters: %.1f M total, %.1f M active per token", total / 1e6, active / 1e6);
+    if (mi->n_expert) printf(" (%d of %d experts)", mi->n_expert_used, mi->n_expert);
+    printf("\ndecode ms/token: attnd %.2f (%.3f ms per 100 M active, %.3f per 100 M total)", 1000 / attnd_tok_s,
+           1000 / attnd_tok_s / (active / 1e8), 1000 / attnd_tok_s / (total / 1e8));
+    if (peer_tok_s > 0) printf("; llama.cpp %.2f", 1000 / peer_tok_s);
+    printf("\n");
+}
+
 /* Alternating attnd and llama.cpp runs (after one untimed attnd warm-up that pages in the
  * weights); prints medians and ratios. */
 static attnd_status measure_speed(bench_ctx *c, attnd_err *err) {
@@ -270,6 +288,7 @@ static attnd_status measure_speed(bench_ctx *c, attnd_err *err) {
     } else if (!c->o.no_peer) {
         printf("llama.cpp: not measured (peer unavailable or failed)\n");
     }
+    print_params(c->m, ad, n_peer ? pd : 0);
     if (c->o.json)
         printf("{\"threads\": %d, \"prompt_len\": %d, \"n\": %d, \"reps\": %d, \"attnd_prefill\": %.2f, "
                "\"attnd_decode\": %.2f, \"llamacpp_prefill\": %.2f, \"llamacpp_decode\": %.2f, \"peer_runs\": %d, "
@@ -362,7 +381,7 @@ int cmd_bench(int argc, char **argv) {
     if (!c.o.no_peer) c.peer = find_peer(c.o.peer_dir);
     const model_info *mi = model_info_get(c.m);
     printf("model %s (%s, %d layers, embd %d, vocab %d), %d thread(s), KV %s, prompt %d, generate %d\nkernels %s\n",
-           c.o.model, mi->arch, mi->n_layer, mi->n_embd, mi->n_vocab, c.o.threads, c.o.kv == KV_F32 ? "f32" : "f16",
+           c.o.model, mi->arch, mi->n_layer, mi->n_embd, mi->n_vocab, c.o.threads, kv_type_name(c.o.kv),
            c.o.prompt_len, c.o.n_gen, cpuinfo_kernels());
     fflush(stdout);
     if (measure_speed(&c, &err)) goto fail;

@@ -18,7 +18,7 @@
 
 static const char *USAGE =
     "usage: attnd generate --model PATH (--prompt TEXT | --tokens 1,2,3) [--n 64] [sampling flags]\n"
-    "                      [--json] [--threads N] [--kv-type f16|f32]\n"
+    "                      [--json] [--threads N] [--kv-type f16|f32|q8_0|q4_0]\n"
     "\n"
     "Generates a continuation of the prompt. With --tokens the ids are used exactly as given (no\n"
     "BOS added). Generation runs for --n tokens, until an end-of-generation token (EOS, EOT...;\n"
@@ -29,7 +29,7 @@ static const char *USAGE =
     "  --n N             tokens to generate (default 64)\n"
     "  --json            print {\"prompt_tokens\",\"tokens\",\"text\",\"timings\"} as one JSON object\n"
     "  --threads N       threads; 0 (the default) = the CPUs this process may use\n"
-    "  --kv-type T       KV cache type, f16 (default) or f32\n"
+    "  --kv-type T       KV cache type: f16 (default), f32, q8_0 or q4_0\n"
     "Speculative decoding (off; same output: docs/sampling.md):\n"
     "  --draft-max N     draft up to N tokens per step (1..32) and verify them in one batch;\n"
     "                    without --draft-model the drafts come from prompt lookup\n"

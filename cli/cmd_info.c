@@ -31,7 +31,8 @@ static const char *HPARAMS[] = {
     "context_length",          "embedding_length",       "block_count",
     "feed_forward_length",     "attention.head_count",   "attention.head_count_kv",
     "attention.layer_norm_rms_epsilon", "rope.freq_base", "rope.dimension_count",
-    "vocab_size",
+    "rope.scaling.type", "rope.scaling.factor", "rope.scaling.original_context_length",
+    "rope.scaling.attn_factor", "vocab_size",
 };
 
 /* A scalar metadata value as JSON (new reference), or NULL for arrays. */
@@ -67,6 +68,28 @@ static void add_layer_kv(json_t *root, const model *m) {
                                                        mi->n_expert_used, "feed_forward_length", mi->n_ff_exp));
 }
 
+/* The serve default of kv_budget_mb: the budget "kv_contexts_in_default_budget" counts in. */
+#define INFO_KV_BUDGET ((size_t)1024 << 20)
+
+/* KV bytes per token and per full context of every cache type the model can use (the quantized
+ * ones need head_dim a multiple of 32), and how many full contexts the default budget holds. */
+static void add_kv_sizes(json_t *root, const model *m) {
+    json_t *tok = json_object(), *ctx = json_object(), *fit = json_object();
+    int n_ctx = model_info_get(m)->n_ctx;
+    const kv_type types[] = {KV_F16, KV_F32, KV_Q8_0, KV_Q4_0};
+    for (size_t i = 0; i < ATTND_ARRAY_LEN(types); i++) {
+        if (kv_type_unsupported(m, types[i])) continue;
+        const char *name = kv_type_name(types[i]);
+        size_t per_ctx = kv_context_bytes(m, n_ctx, types[i]);
+        json_object_set_new(tok, name, json_integer((json_int_t)kv_bytes_per_token(m, types[i])));
+        json_object_set_new(ctx, name, json_integer((json_int_t)per_ctx));
+        json_object_set_new(fit, name, json_integer((json_int_t)(per_ctx ? INFO_KV_BUDGET / per_ctx : 0)));
+    }
+    json_object_set_new(root, "kv_bytes_per_token", tok);
+    json_object_set_new(root, "kv_bytes_per_context", ctx);
+    json_object_set_new(root, "kv_contexts_in_default_budget", fit);
+}
+
 /* What running the file would mean: "runs" (and "refused" with the reason when not), the chat
  * template serve would pick, KV bytes per token and per full context. Adds them to root. */
 static void add_run_facts(json_t *root, const char *path) {
@@ -92,18 +115,27 @@ static void add_run_facts(json_t *root, const char *path) {
         if (chat_template_load(&ct, tmpl, NULL, NULL, t, &terr) == ATTND_OK)
             json_object_set_new(root, "chat_template_rendering", json_string(chat_source_str(&ct)));
         chat_template_free(&ct);
-        int n_ctx = model_info_get(m)->n_ctx;
-        json_object_set_new(root, "kv_bytes_per_token",
-                            json_pack("{s:I, s:I}", "f16", (json_int_t)kv_bytes_per_token(m, KV_F16), "f32",
-                                      (json_int_t)kv_bytes_per_token(m, KV_F32)));
-        json_object_set_new(root, "kv_bytes_per_context",
-                            json_pack("{s:I, s:I}", "f16", (json_int_t)kv_context_bytes(m, n_ctx, KV_F16), "f32",
-                                      (json_int_t)kv_context_bytes(m, n_ctx, KV_F32)));
+        add_kv_sizes(root, m);
         json_object_set_new(root, "kernels", json_string(cpuinfo_kernels()));
         add_layer_kv(root, m);
+        if (gguf_find_tensor(model_gguf(m), "rope_factors_long.weight"))
+            json_object_set_new(root, "longrope", json_string(model_info_get(m)->rope_long ? "long" : "short"));
     }
     tok_destroy(t);
     model_destroy(m);
+}
+
+/* One line: bytes per token and full contexts in the default budget, per cache type. */
+static void print_kv_fit(const json_t *root) {
+    json_t *kt = json_object_get(root, "kv_bytes_per_token"), *fit = json_object_get(root, "kv_contexts_in_default_budget");
+    printf("KV types:     ");
+    const char *key;
+    json_t *v;
+    json_object_foreach(kt, key, v) {
+        printf(" %s %" JSON_INTEGER_FORMAT " bytes/token = %" JSON_INTEGER_FORMAT " contexts;", key, json_integer_value(v),
+               json_integer_value(json_object_get(fit, key)));
+    }
+    printf(" (full contexts in a %zu MiB kv_budget_mb)\n", INFO_KV_BUDGET >> 20);
 }
 
 static void print_run_facts(const json_t *root) {
@@ -122,6 +154,7 @@ static void print_run_facts(const json_t *root) {
            "%.1f MiB f16\n",
            json_integer_value(json_object_get(kt, "f16")), json_integer_value(json_object_get(kt, "f32")),
            json_integer_value(json_object_get(kc, "f16")) / 1048576.0);
+    print_kv_fit(root);
     json_t *kl = json_object_get(root, "kv_layers");
     printf("KV per layer:  %" JSON_INTEGER_FORMAT " global layers: %" JSON_INTEGER_FORMAT " bytes/token f16",
            json_integer_value(json_object_get(kl, "global")),
@@ -132,6 +165,10 @@ static void print_run_facts(const json_t *root) {
                json_integer_value(json_object_get(kl, "local")), json_integer_value(json_object_get(kl, "window")),
                json_integer_value(json_object_get(kl, "local_bytes_per_token_f16")));
     printf("\n");
+    const char *lr = json_string_value(json_object_get(root, "longrope"));
+    if (lr)
+        printf("LongRoPE:      %s factors (context_length %s rope.scaling.original_context_length)\n", lr,
+               !strcmp(lr, "long") ? "beyond" : "within");
     json_t *ex = json_object_get(root, "experts");
     if (ex)
         printf("experts:       %" JSON_INTEGER_FORMAT " of %" JSON_INTEGER_FORMAT " per token, width %" JSON_INTEGER_FORMAT

@@ -14,7 +14,7 @@
 #include "commands.h"
 
 static const char *USAGE =
-    "usage: attnd score --model PATH --tokens 1,2,3,... [--json] [--threads N] [--kv-type f16|f32]\n"
+    "usage: attnd score --model PATH --tokens 1,2,3,... [--json] [--threads N] [--kv-type f16|f32|q8_0|q4_0]\n"
     "\n"
     "Evaluates the token ids (used exactly as given, no BOS added) in one prefill and prints, for\n"
     "every position i >= 1, the argmax id predicted from positions < i and the log-probability of\n"
@@ -23,7 +23,7 @@ static const char *USAGE =
     "  --tokens IDS      comma-separated token ids (at least 2)\n"
     "  --json            print {\"argmax\":[...],\"logprobs\":[...]} (both of length n-1)\n"
     "  --threads N       threads; 0 (the default) = the CPUs this process may use\n"
-    "  --kv-type T       KV cache type, f16 (default) or f32\n";
+    "  --kv-type T       KV cache type: f16 (default), f32, q8_0 or q4_0\n";
 
 /* log softmax(logits)[id], in double so a long vocabulary sums exactly enough. */
 static double logprob_of(const float *logits, int n_vocab, int32_t id) {

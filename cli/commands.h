@@ -48,7 +48,7 @@ typedef enum cli_opt_kind {
     CLI_INT,      /* --flag N into (int *)dst, N within [min, max] */
     CLI_SET,      /* --flag alone sets (bool *)dst to true */
     CLI_CLEAR,    /* --flag alone sets (bool *)dst to false */
-    CLI_KV,       /* --flag f16|f32 into (kv_type *)dst */
+    CLI_KV,       /* --flag f16|f32|q8_0|q4_0 into (kv_type *)dst */
     CLI_RUN,      /* flag NULL: --model, --threads, --kv-type into (cli_run_opts *)dst */
     CLI_PROMPT,   /* flag NULL: --prompt, --tokens into (cli_prompt *)dst */
     CLI_GROUP,    /* flag NULL: a group of flags parsed by group() into dst; --help shows group_usage */
@@ -84,7 +84,7 @@ typedef struct cli_opt {
 typedef struct cli_run_opts {
     const char *model; /* --model PATH (borrows argv); NULL: the default model */
     int n_threads;     /* --threads N; 0 = the CPUs this process may use */
-    kv_type kv;        /* --kv-type f16|f32 (KV_F16 when zeroed) */
+    kv_type kv;        /* --kv-type f16|f32|q8_0|q4_0 (KV_F16 when zeroed) */
 } cli_run_opts;
 
 /* The prompt of generate and attention: --prompt TEXT or --tokens IDS, exactly one. */

@@ -22,6 +22,7 @@
 
 #include "block.h"
 #include "kv_layout.h"
+#include "kv_quant.h"
 #include "model_internal.h"
 #include "quant.h"
 
@@ -226,7 +227,11 @@ static void gather_values(attn_capture *c, int layer, int j) {
         const void *tile = kv_v_tile(c->seq, layer, j / KV_BLOCK, c->heads[hi] / G);
         size_t off = (size_t)(j % KV_BLOCK) * (size_t)hd;
         float *dst = c->vrows + (size_t)hi * hd;
-        if (c->seq->pool->type == KV_F32) memcpy(dst, (const float *)tile + off, sizeof(float) * (size_t)hd);
+        kv_type kt = c->seq->pool->type;
+        if (kvq_is_quant(kt)) { /* row j % KV_BLOCK of the tile, converted */
+            const uint8_t *row = (const uint8_t *)tile + (size_t)(j % KV_BLOCK) * kvq_row_bytes(kt, hd);
+            kvq_v_to_f32(dst, row, kt, hd, 1);
+        } else if (kt == KV_F32) memcpy(dst, (const float *)tile + off, sizeof(float) * (size_t)hd);
         else quant_f16_to_f32_row(dst, (const uint16_t *)tile + off, hd);
     }
 }

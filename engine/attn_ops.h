@@ -49,6 +49,13 @@ typedef struct attn_tile {
      * first convert them (exactly) into kt_buf and v_buf, so every step gives the same result
      * as with the tiles converted to F32 beforehand. */
     const uint16_t *KT16, *V16;
+    /* Or, when KQ is set (then VQ too; KT, V, KT16 and V16 are not read): Q8_0 or Q4_0 tiles (kvq,
+     * a kv_type) as kv_quant.h lays them out, head_dim a multiple of 32 and V's rows one tile row
+     * apart (v_stride unused). As for F16: the AVX-512 step reads them directly, dequantizing
+     * inside its dot products and value sums; the others convert them (exactly) into kt_buf and
+     * v_buf first. */
+    const uint8_t *KQ, *VQ;
+    int kvq;
     float *kt_buf;     /* (hd, KV_BLOCK) scratch for KT16 as F32 */
     float *v_buf;      /* (cnt, v_stride) scratch for V16 as F32 */
     int R, hd, cnt, cnt0, group;

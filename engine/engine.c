@@ -22,6 +22,7 @@
 #include "attn_ops.h"
 #include "block.h"
 #include "kv_layout.h"
+#include "kv_quant.h"
 #include "model_internal.h"
 #include "quant.h"
 #include "threads.h"
@@ -79,7 +80,7 @@ struct engine {
     float *moe_w;           /* (B, K) their weights */
     int *moe_slots;         /* (B) the (entry * K + k) slots routed to one expert */
     float *moe_x;           /* (B, n_embd) those entries' normalised inputs, gathered */
-    float *moe_g, *moe_u;   /* (B, FE) */
+    float *moe_g, *moe_u;   /* (max(B, K), FE) */
     float *moe_o;           /* (B * K, n_embd) each slot's expert output */
     float *rope;            /* (ROPE_TABLES, B, rope_dims / 2, 2): cos, sin of each entry's position */
     uint16_t *k16;          /* (kv_dim) one key row as F16, before it is scattered into a tile */
@@ -95,6 +96,7 @@ struct engine {
     engine_attn_cb attn_cb; /* inspection hook; NULL = off */
     engine_attn_want attn_want; /* which (entry, layer, head) attn_cb wants; NULL = all */
     engine_resid_cb resid_cb;   /* residual-stream inspection hook (attn_user); NULL = off */
+    engine_expert_cb expert_cb; /* expert-routing inspection hook (attn_user); NULL = off */
     void *attn_user;
     float *cb_weights;      /* (n_ctx) softmax weights handed to attn_cb */
 
@@ -151,8 +153,9 @@ static size_t layout(engine *e, char *mem) {
     e->moe_w = block_take(&b, B * K, sizeof(float));
     e->moe_slots = block_take(&b, NE ? B : 0, sizeof(int));
     e->moe_x = block_take(&b, NE ? B * E : 0, sizeof(float));
-    e->moe_g = block_take(&b, B * FE, sizeof(float));
-    e->moe_u = block_take(&b, B * FE, sizeof(float));
+    size_t BK = NE ? (B > K ? B : K) : 0; /* a prefill's gathered entries, or a decode step's K experts */
+    e->moe_g = block_take(&b, BK * FE, sizeof(float));
+    e->moe_u = block_take(&b, BK * FE, sizeof(float));
     e->moe_o = block_take(&b, B * K * E, sizeof(float));
     e->k16 = block_take(&b, KV, sizeof(uint16_t));
     e->neg = block_take(&b, F * (size_t)e->n_slots, sizeof(float));
@@ -232,6 +235,8 @@ void engine_set_attention_cb(engine *e, engine_attn_cb cb, void *user) {
 void engine_set_attention_filter(engine *e, engine_attn_want want) { e->attn_want = want; }
 
 void engine_set_residual_cb(engine *e, engine_resid_cb cb) { e->resid_cb = cb; }
+
+void engine_set_expert_cb(engine *e, engine_expert_cb cb) { e->expert_cb = cb; }
 
 attnd_status engine_ablation_check(const model_info *mi, const engine_ablation *a, attnd_err *err) {
     for (int i = 0; a && i < a->n; i++) {
@@ -327,7 +332,12 @@ static void kv_store(engine *e, const batch_entry *entries, int n, int layer) {
         int pos = entries[t].pos, b = pos / KV_BLOCK, slot = pos % KV_BLOCK;
         const float *kr = e->k + (size_t)t * KV, *vr = e->v + (size_t)t * KV;
         void *kd = kv_k_block(s, layer, b);
-        if (s->pool->type == KV_F32) {
+        if (kvq_is_quant(s->pool->type)) { /* each head's row quantized in blocks of 32 */
+            for (int g = 0; g < n_kv; g++) {
+                kvq_store_k(kv_k_tile(s, layer, b, g), s->pool->type, hd, slot, kr + (size_t)g * hd);
+                kvq_store_v(kv_v_tile(s, layer, b, g), s->pool->type, hd, slot, vr + (size_t)g * hd);
+            }
+        } else if (s->pool->type == KV_F32) {
             float *kc = (float *)kd + slot;
             for (int i = 0; i < KV; i++) kc[(size_t)i * KV_BLOCK] = kr[i];
             for (int g = 0; g < n_kv; g++)
@@ -343,9 +353,13 @@ static void kv_store(engine *e, const batch_entry *entries, int n, int layer) {
 }
 
 /* The keys of kv head g in block b of s as a (hd, KV_BLOCK) F32 tile: read in place from an F32
- * cache, converted into buf (hd, KV_BLOCK) from an F16 one. */
+ * cache, converted into buf (hd, KV_BLOCK) from an F16 or quantized one. */
 static const float *k_tile(const kv_seq *s, int layer, int b, int g, int hd, float *buf) {
     if (s->pool->type == KV_F32) return kv_k_tile(s, layer, b, g);
+    if (kvq_is_quant(s->pool->type)) {
+        kvq_k_to_f32(buf, kv_k_tile(s, layer, b, g), s->pool->type, hd);
+        return buf;
+    }
     quant_f16_to_f32_row(buf, kv_k_tile(s, layer, b, g), (int64_t)hd * KV_BLOCK);
     return buf;
 }
@@ -354,7 +368,9 @@ static const float *k_tile(const kv_seq *s, int layer, int b, int g, int hd, flo
  * that the tile step reads as they are or converts into t's scratch (attn_tile). */
 static void tile_source(attn_tile *t, const kv_seq *s, int layer, int b, int g) {
     const void *k = kv_k_tile(s, layer, b, g), *v = kv_v_tile(s, layer, b, g);
-    if (s->pool->type == KV_F32)
+    if (kvq_is_quant(s->pool->type))
+        t->KQ = k, t->VQ = v, t->kvq = (int)s->pool->type;
+    else if (s->pool->type == KV_F32)
         t->KT = k, t->V = v;
     else
         t->KT16 = k, t->V16 = v;
@@ -363,8 +379,8 @@ static void tile_source(attn_tile *t, const kv_seq *s, int layer, int b, int g) 
 /* Asks for kv head g's key and value tiles of block b into L2 while earlier tiles are worked on:
  * they are two sequential runs, but short ones the hardware prefetchers pick up late. Always
  * inlined: GCC takes a function made only of prefetches for one without effect and drops its calls. */
-static inline __attribute__((always_inline)) void kv_prefetch(const kv_seq *s, int layer, int b, int g, int hd) {
-    size_t bytes = (size_t)hd * KV_BLOCK * s->pool->elt;
+static inline __attribute__((always_inline)) void kv_prefetch(const kv_seq *s, int layer, int b, int g) {
+    size_t bytes = s->pool->tile_bytes;
     const char *k = kv_k_tile(s, layer, b, g), *v = kv_v_tile(s, layer, b, g);
     for (size_t o = 0; o < bytes; o += 64) {
         __builtin_prefetch(k + o, 0, 2);
@@ -401,8 +417,8 @@ static void attend(const engine *e, attn_slot *sl, const batch_entry *entries, q
                    .scale = e->m->attn_scale, .softcap = e->m->attn_softcap, .window = window};
     int b0 = window && pos0 - window + 1 > 0 ? (pos0 - window + 1) / KV_BLOCK : 0; /* the first tile in view */
     for (int b = b0, base = b0 * KV_BLOCK; base < n_keys_max; b++, base += KV_BLOCK) {
-        if (b == b0 && base + KV_BLOCK < n_keys_max) kv_prefetch(seq, layer, b + 1, g, hd);
-        if (base + 2 * KV_BLOCK < n_keys_max) kv_prefetch(seq, layer, b + 2, g, hd); /* two tiles ahead */
+        if (b == b0 && base + KV_BLOCK < n_keys_max) kv_prefetch(seq, layer, b + 1, g);
+        if (base + 2 * KV_BLOCK < n_keys_max) kv_prefetch(seq, layer, b + 2, g); /* two tiles ahead */
         t.cnt = n_keys_max - base < KV_BLOCK ? n_keys_max - base : KV_BLOCK;
         tile_source(&t, seq, layer, b, g);
         int qi0 = base > pos0 ? base - pos0 : 0; /* the first query that reaches this tile */
@@ -734,15 +750,71 @@ static weight expert_slice(const weight *w, int x, int64_t rows) {
                     .rows = rows, .cols = w->cols};
 }
 
+/* Expert x's gate and up rows against its cnt gathered inputs moe_x, into moe_g (with the act). */
+static void expert_gate_up(pass *p, const layer_weights *L, int x, int cnt) {
+    engine *e = p->e;
+    int FE = e->m->n_ff_exp;
+    weight g = expert_slice(&L->gate_exps, x, FE), u = expert_slice(&L->up_exps, x, FE);
+    matmul_many(e, 2, (float *const[]){e->moe_g, e->moe_u}, (const weight *const[]){&g, &u}, e->moe_x, cnt);
+    if (L->gate_exps_b) add_bias(e->moe_g, L->gate_exps_b + (size_t)x * FE, cnt, FE);
+    if (L->up_exps_b) add_bias(e->moe_u, L->up_exps_b + (size_t)x * FE, cnt, FE);
+    expert_act(e->moe_g, e->moe_u, cnt * FE, e->m->arch->act);
+}
+
+/* One token (decode): its K experts share the input, so all their gate and up rows go to the
+ * pool as one region (threads split across experts and rows, one barrier instead of K); moe_g
+ * then holds K rows of FE, expert sel[k]'s in row k. */
+static void experts_gate_up_one(pass *p, const layer_weights *L) {
+    engine *e = p->e;
+    const model *m = e->m;
+    int K = m->n_expert_used, FE = m->n_ff_exp;
+    for (int k0 = 0; k0 < K; k0 += QUANT_MM_MAX / 2) {
+        int nk = K - k0 < QUANT_MM_MAX / 2 ? K - k0 : QUANT_MM_MAX / 2;
+        weight w[QUANT_MM_MAX];
+        const weight *wp[QUANT_MM_MAX];
+        float *out[QUANT_MM_MAX];
+        for (int k = 0; k < nk; k++) {
+            int x = e->moe_sel[k0 + k];
+            w[2 * k] = expert_slice(&L->gate_exps, x, FE), w[2 * k + 1] = expert_slice(&L->up_exps, x, FE);
+            out[2 * k] = e->moe_g + (size_t)(k0 + k) * FE, out[2 * k + 1] = e->moe_u + (size_t)(k0 + k) * FE;
+            wp[2 * k] = &w[2 * k], wp[2 * k + 1] = &w[2 * k + 1];
+        }
+        matmul_many(e, 2 * nk, out, wp, e->xn, 1);
+    }
+    for (int k = 0; k < K; k++) {
+        int x = e->moe_sel[k];
+        if (L->gate_exps_b) add_bias(e->moe_g + (size_t)k * FE, L->gate_exps_b + (size_t)x * FE, 1, FE);
+        if (L->up_exps_b) add_bias(e->moe_u + (size_t)k * FE, L->up_exps_b + (size_t)x * FE, 1, FE);
+    }
+    expert_act(e->moe_g, e->moe_u, K * FE, m->arch->act);
+}
+
+/* Expert x's down rows against the cnt activations at g, into moe_o's slots. */
+static void expert_down(pass *p, const layer_weights *L, int x, const float *g, const int *slots, int cnt) {
+    engine *e = p->e;
+    int E = p->E;
+    weight d = expert_slice(&L->down_exps, x, E);
+    matmul(e, e->moe_x, &d, g, cnt);
+    if (L->down_exps_b) add_bias(e->moe_x, L->down_exps_b + (size_t)x * E, cnt, E);
+    for (int c = 0; c < cnt; c++)
+        memcpy(e->moe_o + (size_t)slots[c] * E, e->moe_x + (size_t)c * E, sizeof(float) * (size_t)E);
+}
+
 /* moe: tmp = sum over each entry's K experts of weight * W_down,x act(W_gate,x xn) * (W_up,x xn),
  * the experts' outputs added in the order of their probability. Entries are grouped by expert,
  * so each expert's rows are read once per step and unused experts not at all. */
-static void step_moe(pass *p, const layer_weights *L) {
+static void step_moe(pass *p, const layer_weights *L, int l) {
     engine *e = p->e;
     const model *m = e->m;
     int K = m->n_expert_used, FE = m->n_ff_exp, E = p->E;
     moe_route(p, L);
-    for (int x = 0; x < m->n_expert; x++) {
+    for (int t = 0; e->expert_cb && t < p->n; t++)
+        e->expert_cb(e->attn_user, t, l, e->moe_sel + (size_t)t * K, e->moe_w + (size_t)t * K, K);
+    if (p->n == 1) {
+        experts_gate_up_one(p, L);
+        for (int k = 0; k < K; k++) expert_down(p, L, e->moe_sel[k], e->moe_g + (size_t)k * FE, &k, 1);
+    }
+    for (int x = 0; p->n > 1 && x < m->n_expert; x++) {
         int cnt = 0;
         for (int s = 0; s < p->n * K; s++)
             if (e->moe_sel[s] == x) {
@@ -750,16 +822,8 @@ static void step_moe(pass *p, const layer_weights *L) {
                 memcpy(e->moe_x + (size_t)cnt++ * E, e->xn + (size_t)(s / K) * E, sizeof(float) * (size_t)E);
             }
         if (!cnt) continue;
-        weight g = expert_slice(&L->gate_exps, x, FE), u = expert_slice(&L->up_exps, x, FE);
-        weight d = expert_slice(&L->down_exps, x, E);
-        matmul_many(e, 2, (float *const[]){e->moe_g, e->moe_u}, (const weight *const[]){&g, &u}, e->moe_x, cnt);
-        if (L->gate_exps_b) add_bias(e->moe_g, L->gate_exps_b + (size_t)x * FE, cnt, FE);
-        if (L->up_exps_b) add_bias(e->moe_u, L->up_exps_b + (size_t)x * FE, cnt, FE);
-        expert_act(e->moe_g, e->moe_u, cnt * FE, m->arch->act);
-        matmul(e, e->moe_x, &d, e->moe_g, cnt);
-        if (L->down_exps_b) add_bias(e->moe_x, L->down_exps_b + (size_t)x * E, cnt, E);
-        for (int c = 0; c < cnt; c++)
-            memcpy(e->moe_o + (size_t)e->moe_slots[c] * E, e->moe_x + (size_t)c * E, sizeof(float) * (size_t)E);
+        expert_gate_up(p, L, x, cnt);
+        expert_down(p, L, x, e->moe_g, e->moe_slots, cnt);
     }
     for (int t = 0; t < p->n; t++) {
         float *out = e->tmp + (size_t)t * E;
@@ -793,7 +857,7 @@ static void step_layer(pass *p, int l) {
     // feed-forward sub-layer: x += W_down act(W_gate xn) * (W_up xn), xn = rmsnorm(x)
     rmsnorm(e->xn, e->x, L->ffn_norm, n, p->E, mi->rms_eps, nth);
     if (L->router.data) {
-        step_moe(p, L);
+        step_moe(p, L, l);
     } else {
         step_gated_ffn(p, L);
         matmul(e, e->tmp, &L->w_down, e->gate, n);

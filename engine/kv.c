@@ -10,14 +10,39 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
+#include "kv_quant.h"
 #include "model_internal.h"
+
+static const char *const KV_TYPE_NAMES[] = {"f16", "f32", "q8_0", "q4_0"};
+
+const char *kv_type_name(kv_type type) {
+    return (unsigned)type < ATTND_ARRAY_LEN(KV_TYPE_NAMES) ? KV_TYPE_NAMES[type] : "?";
+}
+
+attnd_status kv_type_parse(const char *name, kv_type *out) {
+    for (size_t i = 0; name && i < ATTND_ARRAY_LEN(KV_TYPE_NAMES); i++)
+        if (!strcasecmp(name, KV_TYPE_NAMES[i])) {
+            *out = (kv_type)i;
+            return ATTND_OK;
+        }
+    return ATTND_ERR_INVALID;
+}
+
+const char *kv_type_unsupported(const model *m, kv_type type) {
+    if ((unsigned)type >= ATTND_ARRAY_LEN(KV_TYPE_NAMES)) return "unknown KV type";
+    if (kvq_is_quant(type) && model_info_get(m)->head_dim % KVQ_BLOCK != 0)
+        return "a q8_0 / q4_0 KV cache needs head_dim a multiple of 32 (use f16)";
+    return NULL;
+}
 
 attnd_status kv_pool_create(kv_pool **out, const model *m, size_t budget_bytes, kv_type type, attnd_err *err) {
     *out = NULL;
     if (!m) return attnd_fail(err, ATTND_ERR_INVALID, "kv_pool_create: no model");
-    if (type != KV_F16 && type != KV_F32) return attnd_fail(err, ATTND_ERR_INVALID, "unknown KV type %d", (int)type);
     const model_info *mi = model_info_get(m);
+    const char *why = kv_type_unsupported(m, type);
+    if (why) return attnd_fail(err, ATTND_ERR_INVALID, "KV type %s: %s (head_dim %d)", kv_type_name(type), why, mi->head_dim);
     kv_pool *p = calloc(1, sizeof(*p));
     if (!p) return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory creating the KV pool");
     p->m = m;
@@ -26,7 +51,9 @@ attnd_status kv_pool_create(kv_pool **out, const model *m, size_t budget_bytes, 
     p->kv_dim = mi->n_head_kv * mi->head_dim;
     p->head_dim = mi->head_dim;
     p->n_ctx = mi->n_ctx;
-    p->elt = type == KV_F16 ? 2 : 4;
+    p->elt = type == KV_F16 ? 2 : 4; /* (F16 / F32 only) */
+    p->n_head_kv = mi->n_head_kv;
+    p->tile_bytes = KV_BLOCK * kvq_row_bytes(type, mi->head_dim);
     p->layer_local = calloc((size_t)p->n_layer, 1);
     p->layer_slot = calloc((size_t)p->n_layer, sizeof(int));
     if (!p->layer_local || !p->layer_slot || pthread_mutex_init(&p->lock, NULL) != 0) {
@@ -40,7 +67,7 @@ attnd_status kv_pool_create(kv_pool **out, const model *m, size_t budget_bytes, 
         p->layer_slot[l] = w > 0 ? p->n_local++ : n_global++;
         if (w > p->window) p->window = w;
     }
-    size_t per_layer = (size_t)2 * KV_BLOCK * p->kv_dim * p->elt;
+    size_t per_layer = (size_t)2 * p->n_head_kv * p->tile_bytes;
     p->global_bytes = per_layer * (size_t)n_global;
     p->local_bytes = per_layer * (size_t)p->n_local;
     p->block_bytes = p->global_bytes + p->local_bytes;
@@ -79,13 +106,13 @@ size_t kv_pool_bytes_for(const kv_pool *p, int n_tokens) {
 
 size_t kv_bytes_per_token(const model *m, kv_type type) {
     const model_info *mi = model_info_get(m);
-    return (size_t)2 * mi->n_layer * mi->n_head_kv * mi->head_dim * (type == KV_F16 ? 2 : 4);
+    return (size_t)2 * mi->n_layer * mi->n_head_kv * kvq_row_bytes(type, mi->head_dim);
 }
 
 size_t kv_layer_bytes_per_token(const model *m, kv_type type, bool local) {
     const model_info *mi = model_info_get(m);
     int n = local ? mi->n_local_layers : mi->n_layer - mi->n_local_layers;
-    return (size_t)2 * n * mi->n_head_kv * mi->head_dim * (type == KV_F16 ? 2 : 4);
+    return (size_t)2 * n * mi->n_head_kv * kvq_row_bytes(type, mi->head_dim);
 }
 
 size_t kv_context_bytes(const model *m, int n_ctx, kv_type type) {

@@ -12,6 +12,10 @@
  *     block: K (n_layer, kv_dim, KV_BLOCK) then V (n_layer, n_head_kv, KV_BLOCK, head_dim),
  *     elements of kv_type (kv_dim = n_head_kv * head_dim)
  *
+ * Q8_0 and Q4_0 caches keep the same order of tiles (one per layer and kv head, keys then values),
+ * each tile holding its positions' blocks of 32 as kv_quant.h describes; kv_pool.tile_bytes is
+ * the size of every tile, whatever the type.
+ *
  * A model with sliding-window layers keeps their part of a block apart: the global layers' K and
  * V in the block's payload as above (n_layer there = the global layers), the local layers' in a
  * separate allocation (kv_block.local, same layout over the local layers). Once every later
@@ -59,7 +63,9 @@ struct kv_pool {
     kv_type type;
     int n_layer, kv_dim, n_ctx;
     int head_dim;          /* kv_dim = n_head_kv * head_dim */
-    size_t elt;            /* bytes per cached element (2 for F16, 4 for F32) */
+    size_t elt;            /* bytes per cached element (2 for F16, 4 for F32; unused when quantized) */
+    int n_head_kv;
+    size_t tile_bytes;     /* bytes of one kv head's key (or value) tile of one layer in one block */
     size_t block_bytes;    /* bytes of one whole block: global_bytes + local_bytes */
     size_t global_bytes;   /* payload bytes of one block: the global layers' K and V */
     size_t local_bytes;    /* bytes of one block's local part (0 without sliding-window layers) */
@@ -100,28 +106,30 @@ static inline uint8_t *kv_part(const kv_seq *s, int layer, int block, int *n_in_
     return local ? s->blocks[block]->local : kv_block_data(s->blocks[block]);
 }
 
-/* The keys of `layer` in block `block` of s: (kv_dim, KV_BLOCK) elements of the pool type. */
+/* The keys of `layer` in block `block` of s: n_head_kv key tiles (F16 / F32: (kv_dim, KV_BLOCK)
+ * elements of the pool type). */
 static inline void *kv_k_block(const kv_seq *s, int layer, int block) {
     const kv_pool *p = s->pool;
     int n, slot;
     uint8_t *base = kv_part(s, layer, block, &n, &slot);
-    return base + (size_t)slot * p->kv_dim * KV_BLOCK * p->elt;
+    return base + (size_t)slot * p->n_head_kv * p->tile_bytes;
 }
 
 /* The keys of kv head g of `layer` in block `block` of s: a (head_dim, KV_BLOCK) tile of elements of
- * the pool type, transposed (position j of the tile's row i at i * KV_BLOCK + j). */
+ * the pool type, transposed (position j of the tile's row i at i * KV_BLOCK + j); Q8_0 / Q4_0 as
+ * kv_quant.h lays them out. */
 static inline void *kv_k_tile(const kv_seq *s, int layer, int block, int g) {
-    return (uint8_t *)kv_k_block(s, layer, block) + (size_t)g * s->pool->head_dim * KV_BLOCK * s->pool->elt;
+    return (uint8_t *)kv_k_block(s, layer, block) + (size_t)g * s->pool->tile_bytes;
 }
 
 /* The values of kv head g of `layer` in block `block` of s: (KV_BLOCK, head_dim) elements of the
- * pool type, the row of position block * KV_BLOCK + j at j * head_dim. */
+ * pool type, the row of position block * KV_BLOCK + j at j * head_dim (Q8_0 / Q4_0: rows of GGUF
+ * blocks, kvq_row_bytes apart: kv_quant.h). */
 static inline void *kv_v_tile(const kv_seq *s, int layer, int block, int g) {
     const kv_pool *p = s->pool;
     int n, slot;
     uint8_t *base = kv_part(s, layer, block, &n, &slot);
-    size_t off = ((size_t)n + (size_t)slot) * p->kv_dim * KV_BLOCK + (size_t)g * KV_BLOCK * p->head_dim;
-    return base + off * p->elt;
+    return base + (((size_t)n + (size_t)slot) * p->n_head_kv + (size_t)g) * p->tile_bytes;
 }
 
 /*

@@ -284,11 +284,14 @@ static attnd_status read_rope_scaling(const model *m, const char *arch, rope_sca
         return attnd_fail(err, ATTND_ERR_FORMAT, "%s.rope.scaling.factor %g is out of range", arch, factor);
     rs->freq_scale = factor == 0 ? 1.0f : 1.0f / factor;
     rs->yarn = !strcmp(type, "yarn");
+    if ((st = arch_f32(f, arch, "rope.scaling.attn_factor", false, 1.0f, &rs->attn_factor, err))) return st;
+    if (!(rs->attn_factor > 0) || !isfinite(rs->attn_factor))
+        return attnd_fail(err, ATTND_ERR_FORMAT, "%s.rope.scaling.attn_factor %g is out of range", arch,
+                          rs->attn_factor);
     if (!rs->yarn) return ATTND_OK;
     if ((st = arch_u32(f, arch, "rope.scaling.original_context_length", false, (uint32_t)m->info.n_ctx,
                        &rs->n_ctx_orig, err)))
         return st;
-    if ((st = arch_f32(f, arch, "rope.scaling.attn_factor", false, 1.0f, &rs->attn_factor, err))) return st;
     if ((st = arch_f32(f, arch, "rope.scaling.yarn_beta_fast", false, 32.0f, &rs->beta_fast, err))) return st;
     if ((st = arch_f32(f, arch, "rope.scaling.yarn_beta_slow", false, 1.0f, &rs->beta_slow, err))) return st;
     if (rs->n_ctx_orig == 0 || !(rs->attn_factor > 0) || !(rs->beta_fast > 0) || !(rs->beta_slow > 0))
@@ -307,7 +310,7 @@ static attnd_status rope_table_make(rope_table *t, int dims, double base, const 
                                     const float *factors) {
     t->inv_freq = malloc(sizeof(double) * (size_t)(dims / 2));
     if (!t->inv_freq) return ATTND_ERR_NOMEM;
-    t->mscale = 1.0f;
+    t->mscale = rs->attn_factor; /* LongRoPE's attention factor, 1 for most files */
     double lo = 0, hi = 0;
     if (rs->yarn) {
         lo = fmax(0, floor(yarn_corr_dim(dims, rs->n_ctx_orig, rs->beta_fast, base)));
@@ -325,21 +328,57 @@ static attnd_status rope_table_make(rope_table *t, int dims, double base, const 
     return ATTND_OK;
 }
 
-/* The global table (the file's base, scaling and rope_freqs) and, when local layers have their own
- * base, the local one (unscaled, as llama.cpp computes Gemma 3's). */
+/* The per-pair frequency divisors of the file, NULL when none: Llama 3's rope_freqs, or LongRoPE's
+ * (Phi-3 128k) rope_factors_long when the context attnd serves (the file's context_length) is
+ * beyond rope.scaling.original_context_length and rope_factors_short otherwise, as llama.cpp
+ * picks them for a context of that size. Both LongRoPE tensors count as read. */
+static attnd_status load_rope_factors(model *m, const char *arch, float **factors, attnd_err *err) {
+    const model_info *mi = &m->info;
+    int n = mi->rope_dims / 2;
+    float *s = NULL, *l = NULL;
+    attnd_status st;
+    if ((st = load_vector(m, "rope_freqs.weight", n, false, factors, err))) return st;
+    if ((st = load_vector(m, "rope_factors_short.weight", n, false, &s, err)) ||
+        (st = load_vector(m, "rope_factors_long.weight", n, false, &l, err)))
+        goto out;
+    if (!s != !l || (s && *factors)) {
+        st = attnd_fail(err, ATTND_ERR_FORMAT, "a file has rope_freqs.weight, or both rope_factors_short.weight "
+                        "and rope_factors_long.weight (LongRoPE), not another mix");
+        goto out;
+    }
+    if (s) {
+        uint32_t orig;
+        if ((st = arch_u32(m->f, arch, "rope.scaling.original_context_length", false, (uint32_t)mi->n_ctx, &orig,
+                           err)))
+            goto out;
+        m->info.rope_long = (uint32_t)mi->n_ctx > orig;
+        *factors = m->info.rope_long ? l : s;
+        if (m->info.rope_long) l = NULL; else s = NULL;
+    }
+    for (int i = 0; *factors && i < n; i++)
+        if (!((*factors)[i] > 0) || !isfinite((*factors)[i])) {
+            st = attnd_fail(err, ATTND_ERR_FORMAT, "RoPE frequency factor %d = %g is not positive", i, (*factors)[i]);
+            goto out;
+        }
+out:
+    free(s);
+    free(l);
+    if (st) {
+        free(*factors);
+        *factors = NULL;
+    }
+    return st;
+}
+
+/* The global table (the file's base, scaling and frequency factors) and, when local layers have
+ * their own base, the local one (unscaled, as llama.cpp computes Gemma 3's). */
 static attnd_status make_rope_tables(model *m, const char *arch, attnd_err *err) {
     const model_info *mi = &m->info;
     rope_scaling rs;
     attnd_status st;
     if ((st = read_rope_scaling(m, arch, &rs, err))) return st;
-    float *factors = NULL; /* Llama 3's frequency factors */
-    if ((st = load_vector(m, "rope_freqs.weight", mi->rope_dims / 2, false, &factors, err))) return st;
-    for (int i = 0; factors && i < mi->rope_dims / 2; i++)
-        if (!(factors[i] > 0) || !isfinite(factors[i])) {
-            free(factors);
-            return attnd_fail(err, ATTND_ERR_FORMAT, "rope_freqs.weight[%d] = %g is not a positive factor", i,
-                              factors[i]);
-        }
+    float *factors = NULL;
+    if ((st = load_rope_factors(m, arch, &factors, err))) return st;
     st = rope_table_make(&m->rope[ROPE_GLOBAL], mi->rope_dims, mi->rope_base, &rs, factors);
     free(factors);
     if (!st && m->arch->swa_rope_base > 0 && mi->n_local_layers) {
@@ -447,22 +486,14 @@ static attnd_status load_ffn(model *m, int l, attnd_err *err) {
 #undef NAME
 }
 
-/* Every tensor of the file is read by some step: one that none reads (LongRoPE factors, a
- * family's extra norm) would be a part of the model silently left out. */
-/* What to run instead of a file refused for a tensor that attnd knows and does not apply yet. */
-static const char *unread_hint(const char *name) {
-    if (!strncmp(name, "rope_factors_", 13))
-        return "; LongRoPE is not implemented yet: the same family's short-context files (e.g. Phi-3-mini-4k) run";
-    return "";
-}
-
+/* Every tensor of the file is read by some step: one that none reads (a family's extra norm) would be a part of the model silently left out. */
 static attnd_status check_all_read(const model *m, attnd_err *err) {
     for (uint64_t i = 0; i < gguf_tensor_count(m->f); i++)
         if (!m->tensor_read[i]) {
             const char *name = gguf_tensor_at(m->f, i)->name;
             return attnd_fail(err, ATTND_ERR_UNSUPPORTED, "tensor '%.100s' is not read by any step of attnd's '%s' "
-                              "(refusing the file rather than computing another model)%s",
-                              name, m->info.arch, unread_hint(name));
+                              "(refusing the file rather than computing another model)",
+                              name, m->info.arch);
         }
     return ATTND_OK;
 }

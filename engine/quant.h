@@ -87,7 +87,7 @@ typedef struct quant_mm {
  * Q8_0, ...) the activations are rounded once and all their rows go to the pool as one region
  * (one wake-up and one barrier instead of one per weight: q, k and v; gate and up). scratch:
  * the largest quant_scratch_bytes of their types. */
-#define QUANT_MM_MAX 4
+#define QUANT_MM_MAX 16 /* also a decode step's experts: gate and up of 8 */
 void quant_matmul_many(const quant_mm *mm, int n_mm, int64_t n_cols, const float *x, int n_tok, void *scratch,
                        int n_threads);
 

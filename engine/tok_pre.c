@@ -33,6 +33,8 @@ static const tok_pre_kind KINDS[] = {
     {"starcoder", {TOK_PRE_DIGIT1, TOK_PRE_GPT2}, false, false},
     {"refact", {TOK_PRE_DIGIT1, TOK_PRE_GPT2}, false, false},
     {"command-r", {TOK_PRE_DIGIT1, TOK_PRE_GPT2}, false, false},
+    /* OpenAI's o200k (GPT-4o, gpt-oss): case-aware words with contraction suffixes. */
+    {"gpt-4o", {TOK_PRE_O200K}, false, false},
 };
 
 const tok_pre_kind *tok_pre_find(const char *name) {
@@ -107,6 +109,26 @@ static size_t match_gpt2(const view *v, size_t i) {
     return 0;
 }
 
+/* The tail shared by Llama 3's and o200k's regexes:  ?[^\s\p{L}\p{N}]+[\r\n]* (o200k: [\r\n/]*)
+ * |\s*[\r\n]+|\s+(?!\S)|\s+ at i. */
+static size_t match_punct_space(const view *v, size_t i, bool slash) {
+    size_t j = i + (v->cp[i] == ' ' ? 1 : 0);
+    if (is_other(v, j)) {
+        while (is_other(v, j)) j++;
+        while (is_crlf(v, j) || (slash && j < v->end && v->cp[j] == '/')) j++;
+        return j - i;
+    }
+    if (is_s(v, i)) {
+        /* \s*[\r\n]+ : up to and including the last CR/LF of the white-space run */
+        size_t last = 0;
+        for (j = i; is_s(v, j); j++)
+            if (v->cp[j] == '\r' || v->cp[j] == '\n') last = j + 1;
+        if (last) return last - i;
+        return match_space_run(v, i);
+    }
+    return 0;
+}
+
 static size_t match_llama3(const view *v, size_t i, size_t max_digits) {
     size_t n = match_contraction(v, i, true);
     if (n) return n;
@@ -123,22 +145,57 @@ static size_t match_llama3(const view *v, size_t i, size_t max_digits) {
         while (j - i < max_digits && is_n(v, j)) j++;
         return j - i;
     }
-    /*  ?[^\s\p{L}\p{N}]+[\r\n]* */
-    j = i + (v->cp[i] == ' ' ? 1 : 0);
-    if (is_other(v, j)) {
-        while (is_other(v, j)) j++;
-        while (is_crlf(v, j)) j++;
-        return j - i;
+    return match_punct_space(v, i, false);
+}
+
+/* o200k's letter classes: U = [\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}], W = [\p{Ll}\p{Lm}\p{Lo}\p{M}] (Lm, Lo and
+ * marks are in both). */
+static inline bool is_o200k_u(const view *v, size_t i) {
+    return i < v->end && ((v->cl[i] & UNI_MARK) || ((v->cl[i] & UNI_LETTER) && !(v->cl[i] & UNI_LOWER)));
+}
+static inline bool is_o200k_w(const view *v, size_t i) {
+    return i < v->end && ((v->cl[i] & UNI_MARK) || ((v->cl[i] & UNI_LETTER) && !(v->cl[i] & UNI_UPPER)));
+}
+
+/* U*W+ (upper_first: U+W*) from j, as a backtracking engine finds it; then (?i:'s|...)? Returns
+ * the end, or 0 when the alternative does not match at j. */
+static size_t match_o200k_word(const view *v, size_t j, bool upper_first) {
+    size_t e = j;
+    while (is_o200k_u(v, e)) e++;
+    size_t end = 0;
+    if (upper_first) {
+        if (e == j) return 0;
+        for (end = e; is_o200k_w(v, end); end++) {}
+    } else if (is_o200k_w(v, e)) {
+        for (end = e; is_o200k_w(v, end); end++) {}
+    } else {
+        /* U* gives back characters until W+ can take one: the last W inside the U run ends it */
+        for (size_t q = e; q > j && !end; q--)
+            if (is_o200k_w(v, q - 1)) end = q;
+        if (!end) return 0;
     }
-    if (is_s(v, i)) {
-        /* \s*[\r\n]+ : up to and including the last CR/LF of the white-space run */
-        size_t last = 0;
-        for (j = i; is_s(v, j); j++)
-            if (v->cp[j] == '\r' || v->cp[j] == '\n') last = j + 1;
-        if (last) return last - i;
-        return match_space_run(v, i);
+    return end + match_contraction(v, end, true);
+}
+
+/* [^\r\n\p{L}\p{N}]? at i, then the word: with the optional character first, then without. */
+static size_t match_o200k_prefixed(const view *v, size_t i, bool upper_first) {
+    if (!is_l(v, i) && !is_n(v, i) && !is_crlf(v, i)) {
+        size_t end = match_o200k_word(v, i + 1, upper_first);
+        if (end) return end - i;
     }
-    return 0;
+    size_t end = match_o200k_word(v, i, upper_first);
+    return end ? end - i : 0;
+}
+
+static size_t match_o200k(const view *v, size_t i) {
+    size_t n = match_o200k_prefixed(v, i, false);
+    if (!n) n = match_o200k_prefixed(v, i, true);
+    if (n) return n;
+    /* \p{N}{1,3} */
+    size_t j = i;
+    while (j - i < 3 && is_n(v, j)) j++;
+    if (j > i) return j - i;
+    return match_punct_space(v, i, true);
 }
 
 static size_t match_stage(tok_pre_stage st, const view *v, size_t i) {
@@ -147,6 +204,7 @@ static size_t match_stage(tok_pre_stage st, const view *v, size_t i) {
     case TOK_PRE_GPT2: return match_gpt2(v, i);
     case TOK_PRE_LLAMA3: return match_llama3(v, i, 3);
     case TOK_PRE_QWEN2: return match_llama3(v, i, 1);
+    case TOK_PRE_O200K: return match_o200k(v, i);
     case TOK_PRE_PUNCT_RUN:
         while (j < v->end && ((v->cl[j] & UNI_PUNCT) || v->cp[j] == '$' || v->cp[j] == '+' || v->cp[j] == '<' ||
                               v->cp[j] == '=' || v->cp[j] == '>' || v->cp[j] == '^' || v->cp[j] == '~' ||

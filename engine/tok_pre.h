@@ -34,6 +34,10 @@ typedef enum tok_pre_stage {
     TOK_PRE_DIGIT3,
     /* \p{N} */
     TOK_PRE_DIGIT1,
+    /* [^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?|
+     * [^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|
+     * \p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+   (o200k) */
+    TOK_PRE_O200K,
 } tok_pre_stage;
 
 #define TOK_PRE_MAX_STAGES 4

@@ -515,6 +515,21 @@ static attnd_status alloc_tables(tokenizer *t, const gguf_array *toks, attnd_err
     return ATTND_OK;
 }
 
+/* o200k_harmony (gpt-oss): the channel markup a client parses out of the reply stays visible
+ * text, as llama.cpp has it: these control tokens are read as user-defined (rendered, and
+ * matched in text). Where <|return|> and <|call|> end the reply, <|end|> only closes one message
+ * (the analysis channel comes before the final one): it is user-defined too, so not an end. */
+static const char *HARMONY_VISIBLE[] = {"<|channel|>", "<|message|>", "<|start|>", "<|constrain|>", "<|end|>"};
+
+static void retype_harmony(tokenizer *t) {
+    bool ends = strmap_get(&t->by_text, "<|return|>", 10) >= 0 && strmap_get(&t->by_text, "<|call|>", 8) >= 0;
+    for (size_t k = 0; k < ATTND_ARRAY_LEN(HARMONY_VISIBLE); k++) {
+        int32_t id = strmap_get(&t->by_text, HARMONY_VISIBLE[k], strlen(HARMONY_VISIBLE[k]));
+        if (id >= 0 && t->type[id] == TT_CONTROL && (ends || strcmp(HARMONY_VISIBLE[k], "<|end|>")))
+            t->type[id] = TT_USER;
+    }
+}
+
 /* Token texts, types and scores into the tables, and the text -> id index. */
 static attnd_status fill_tokens(tokenizer *t, const gguf_array *toks, const gguf_array *types,
                                 const gguf_array *scores, attnd_err *err) {
@@ -541,6 +556,7 @@ static attnd_status fill_tokens(tokenizer *t, const gguf_array *toks, const gguf
         return attnd_fail(err, st, "out of memory for the vocabulary index");
     }
     for (size_t i = 0; i < nv; i++) strmap_put(&t->by_text, (int32_t)i);
+    retype_harmony(t);
     return ATTND_OK;
 }
 

@@ -75,9 +75,14 @@ size_t unicode_complete_prefix(const char *s, size_t len) {
 static uint8_t class_of(uint32_t cp) {
     if ((cp >= 0x09 && cp <= 0x0D) || cp == 0x85) return UNI_SPACE;
     switch (utf8proc_category((utf8proc_int32_t)cp)) {
-    case UTF8PROC_CATEGORY_LU: case UTF8PROC_CATEGORY_LL: case UTF8PROC_CATEGORY_LT:
+    case UTF8PROC_CATEGORY_LU: case UTF8PROC_CATEGORY_LT:
+        return UNI_LETTER | UNI_UPPER;
+    case UTF8PROC_CATEGORY_LL:
+        return UNI_LETTER | UNI_LOWER;
     case UTF8PROC_CATEGORY_LM: case UTF8PROC_CATEGORY_LO:
         return UNI_LETTER;
+    case UTF8PROC_CATEGORY_MN: case UTF8PROC_CATEGORY_MC: case UTF8PROC_CATEGORY_ME:
+        return UNI_MARK;
     case UTF8PROC_CATEGORY_ND: case UTF8PROC_CATEGORY_NL: case UTF8PROC_CATEGORY_NO:
         return UNI_NUMBER;
     case UTF8PROC_CATEGORY_PC: case UTF8PROC_CATEGORY_PD: case UTF8PROC_CATEGORY_PS:

@@ -1,6 +1,6 @@
 /*
  * unicode.h — the few Unicode facts the tokenizers need: strict UTF-8 decoding, a per-code-point
- * class (letter / number / punctuation / white space) for the pre-tokenizer regexes, and NFC.
+ * class (letter and its case / mark / number / punctuation / white space) for the pre-tokenizer regexes, and NFC.
  *
  * Category data comes from libutf8proc (the Unicode Character Database as compiled by the
  * utf8proc project), never from ASCII tests. White space is the Unicode White_Space property,
@@ -20,6 +20,9 @@ enum {
     UNI_NUMBER = 2, /* \p{N}: Nd Nl No */
     UNI_PUNCT = 4,  /* \p{P}: Pc Pd Ps Pe Pi Pf Po */
     UNI_SPACE = 8,  /* \s: the White_Space property */
+    UNI_MARK = 16,  /* \p{M}: Mn Mc Me */
+    UNI_UPPER = 32, /* Lu Lt (with UNI_LETTER): a letter that is neither Ll, Lm nor Lo */
+    UNI_LOWER = 64, /* Ll (with UNI_LETTER) */
 };
 
 /* Code point returned by unicode_next for a byte that does not start a valid UTF-8 sequence.

@@ -48,8 +48,9 @@ build() { # build DIR [cmake args...]: everything
     cmake --build "$dir" -j"$(nproc)"
 }
 
-# The threads meet in the server (MHD's connection threads, the scheduler thread, the engine's
-# worker pool): tests/stress_server.c drives them all at once under ThreadSanitizer. Criterion's
+# The threads meet in the server (MHD's connection threads and the connection watchdog, the
+# scheduler thread, the engine's worker pool, the file and Redis session stores):
+# tests/stress_server.c drives them all at once under ThreadSanitizer. Criterion's
 # runner cannot start under TSan (Snaipe/Criterion#274), so the stress program is a plain one, and
 # only it is built there: the extra build stays a few minutes on two cores.
 tsan_tests() {
@@ -82,7 +83,8 @@ test)
     build build -DCMAKE_BUILD_TYPE=Release -DATTND_WERROR=ON -DATTND_BUILD_TESTS=ON
     # in parallel, one test per core: the server tests mostly wait, so the cores stay busy
     (cd build && ctest --output-on-failure -j"$(nproc)")
-    build build-asan -DCMAKE_BUILD_TYPE=Debug -DATTND_SANITIZE=ON -DATTND_WERROR=ON -DATTND_BUILD_TESTS=ON
+    build build-asan -DCMAKE_BUILD_TYPE=Debug -DATTND_SANITIZE=ON -DATTND_WERROR=ON -DATTND_BUILD_TESTS=ON \
+        -DATTND_TEST_MODELS_DIR="$PWD/build/test-models" # reuse the Release pass's quantized models
     (cd build-asan && ATTND_SANITIZED=1 ctest --output-on-failure -j"$(nproc)")
     tsan_tests
     tools/fuzz/run.sh "${FUZZ_SECONDS:-15}"

@@ -42,6 +42,9 @@ typedef struct tiny_spec {
     float rope_yarn;       /* > 0: rope.scaling.type yarn with this factor ... */
     int yarn_orig_ctx;     /* ... and rope.scaling.original_context_length */
     bool rope_freqs;       /* write rope_freqs.weight (Llama 3's frequency factors) */
+    int longrope_orig_ctx; /* > 0: LongRoPE (phi3): rope_factors_short/long.weight, this
+                            * rope.scaling.original_context_length and an attn_factor */
+    float longrope_attn;   /* with longrope_orig_ctx: rope.scaling.attn_factor (0: not written) */
     int n_expert, n_expert_used, n_ff_exp; /* qwen3moe: experts, used per token, their width */
     const char *extra_key; /* tests of refusal: also write "<arch>.<extra_key>" = 1 (u32) ... */
     const char *extra_tensor; /* ... or an F32 vector of n_embd elements of this name */
@@ -202,6 +205,10 @@ static inline int tiny_tensors(const tiny_spec *sp, tiny_tensor *ts) {
     ADD("output_norm.weight", E, 1, GGUF_TYPE_F32, 0.2f, 1.0f);
     if (!sp->tied) ADD("output.weight", E, (uint64_t)sp->n_vocab, sp->wtype, 0.5f, 0.0f);
     if (sp->rope_freqs) ADD("rope_freqs.weight", (uint64_t)sp->rope_dims / 2, 1, GGUF_TYPE_F32, 3.0f, 4.0f);
+    if (sp->longrope_orig_ctx > 0) {
+        ADD("rope_factors_short.weight", (uint64_t)sp->rope_dims / 2, 1, GGUF_TYPE_F32, 0.5f, 1.5f);
+        ADD("rope_factors_long.weight", (uint64_t)sp->rope_dims / 2, 1, GGUF_TYPE_F32, 4.0f, 8.0f);
+    }
     if (sp->extra_tensor) ADD(sp->extra_tensor, E, 1, GGUF_TYPE_F32, 1.0f, 0.0f);
     for (int l = 0; l < sp->n_layer; l++) {
         tiny_attn_tensors(sp, &fam, l, ts, nt, rng);
@@ -241,6 +248,9 @@ static inline uint64_t tiny_keys(gbuf *b, const tiny_spec *sp) {
         gb_kv_f32(b, K("rope.scaling.factor"), sp->rope_yarn > 0 ? sp->rope_yarn : sp->rope_linear);
     }
     if (sp->rope_yarn > 0) gb_kv_u32(b, K("rope.scaling.original_context_length"), (uint32_t)sp->yarn_orig_ctx);
+    if (sp->longrope_orig_ctx > 0)
+        gb_kv_u32(b, K("rope.scaling.original_context_length"), (uint32_t)sp->longrope_orig_ctx);
+    if (sp->longrope_orig_ctx > 0 && sp->longrope_attn > 0) gb_kv_f32(b, K("rope.scaling.attn_factor"), sp->longrope_attn);
     if (sp->extra_key) gb_kv_u32(b, K(sp->extra_key), 1);
     if (sp->n_expert) {
         gb_kv_u32(b, K("expert_count"), (uint32_t)sp->n_expert);
@@ -392,6 +402,12 @@ static inline double ref_inv_freq(const tiny_spec *sp, const gguf_file *f, bool 
     }
     const gguf_tensor *ff = gguf_find_tensor(f, "rope_freqs.weight");
     if (ff) fr /= ref_elem(ff, (uint64_t)i);
+    if (sp->longrope_orig_ctx > 0) { /* LongRoPE: long factors when the context is beyond the original */
+        ff = gguf_find_tensor(f, sp->n_ctx > sp->longrope_orig_ctx ? "rope_factors_long.weight"
+                                                                   : "rope_factors_short.weight");
+        fr /= ref_elem(ff, (uint64_t)i);
+        if (sp->longrope_attn > 0) *mscale = sp->longrope_attn;
+    }
     return fr;
 }
 

@@ -18,10 +18,11 @@
 
 /* A server over model_path (server_load): one engine thread per `threads`, 4 sequences at once,
  * state_dir NULL = no persistence. bound: it also listens on a free loopback port (server_create,
- * port 0; server_port says which), otherwise it binds none (server_create_unbound). NULL on
- * failure, with the message in err. */
+ * port 0; server_port says which), otherwise it binds none (server_create_unbound). session_store:
+ * a "redis://..." URL for the shared session store, NULL for none. NULL on failure, with the
+ * message in err. */
 static inline struct server *rig_open_ex(const char *model_path, const char *state_dir, int threads, bool bound,
-                                         attnd_err *err) {
+                                         const char *session_store, attnd_err *err) {
     server_settings cfg;
     server_settings_default(&cfg);
     cfg.model_path = model_path;
@@ -33,6 +34,7 @@ static inline struct server *rig_open_ex(const char *model_path, const char *sta
     slog_set_level(SERVER_LOG_WARN);
     cfg.host = "127.0.0.1";
     cfg.port = 0;
+    cfg.session_store = session_store;
     struct server *srv;
     if ((bound ? server_create : server_create_unbound)(&srv, &cfg, err) != ATTND_OK) return NULL;
     if (server_load(srv, err) != ATTND_OK) {
@@ -44,7 +46,7 @@ static inline struct server *rig_open_ex(const char *model_path, const char *sta
 
 /* rig_open_ex without a port. */
 static inline struct server *rig_open(const char *model_path, const char *state_dir, int threads, attnd_err *err) {
-    return rig_open_ex(model_path, state_dir, threads, false, err);
+    return rig_open_ex(model_path, state_dir, threads, false, NULL, err);
 }
 
 // ---- the recorder -------------------------------------------------------------------------

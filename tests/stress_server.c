@@ -14,7 +14,7 @@
  * exits 0 when every answer was right, 1 with the first wrong one; ctest runs it in every build,
  * and `scripts/dev.sh test` also under -DATTND_TSAN=ON, where a race ends it with TSan's report.
  *
- *   stress_server MODEL.gguf [ROUNDS]
+ *   stress_server MODEL.gguf [ROUNDS]     (redis-server must be on PATH: scripts/dev.sh installs it)
  */
 #include <jansson.h>
 #include <pthread.h>
@@ -26,7 +26,10 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <signal.h>
 #include <sys/time.h>
+#include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "server_rig.h"
@@ -225,9 +228,9 @@ static void *worker(void *arg) {
 
 // ---- the server without a port ------------------------------------------------------------
 
-static bool open_server(const char *model_path) {
+static bool open_server(const char *model_path, const char *session_store) {
     attnd_err err;
-    if (!(srv = rig_open_ex(model_path, state_dir, 2, true, &err))) {
+    if (!(srv = rig_open_ex(model_path, state_dir, 2, true, session_store, &err))) {
         fprintf(stderr, "stress_server: %s\n", err.msg);
         return false;
     }
@@ -237,6 +240,62 @@ static bool open_server(const char *model_path) {
 
 static void close_server(void) { server_destroy(srv); /* drains, persists every session */ }
 
+/* Every thread's rounds on srv; false when a thread could not start. */
+static bool run_threads(void) {
+    reference = greedy_text();
+    pthread_t th[N_THREADS];
+    int started = 0;
+    for (int t = 0; t < N_THREADS; t++) started += pthread_create(&th[t], NULL, worker, (void *)(intptr_t)t) == 0;
+    for (int t = 0; t < started; t++) pthread_join(th[t], NULL);
+    free(reference);
+    return started == N_THREADS;
+}
+
+// ---- a redis-server of its own -----------------------------------------------------------------
+
+static bool port_answers(int port) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    bool ok = fd >= 0 && connect(fd, (struct sockaddr *)&a, sizeof(a)) == 0;
+    if (fd >= 0) close(fd);
+    return ok;
+}
+
+/* Starts redis-server (no persistence) on a free port in 20000-31999, below Linux's ephemeral
+ * range; its pid in *pid, the port returned (0 when it did not start). */
+static int redis_start(pid_t *pid) {
+    srand((unsigned)getpid() ^ (unsigned)time(NULL));
+    int port = 0;
+    for (int tries = 0; tries < 200 && !port; tries++) {
+        int p = 20000 + rand() % 12000, fd = socket(AF_INET, SOCK_STREAM, 0);
+        struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)p)};
+        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        if (fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0) port = p;
+        if (fd >= 0) close(fd);
+    }
+    char ps[16];
+    snprintf(ps, sizeof(ps), "%d", port);
+    if (!port || (*pid = fork()) < 0) return 0;
+    if (*pid == 0) {
+        if (!freopen("/dev/null", "w", stdout)) _exit(127);
+        execlp("redis-server", "redis-server", "--port", ps, "--bind", "127.0.0.1", "--save", "", "--appendonly",
+               "no", "--dir", "/tmp", (char *)NULL);
+        _exit(127);
+    }
+    for (int i = 0; i < 500 && !port_answers(port); i++) {
+        if (waitpid(*pid, NULL, WNOHANG) != 0) return 0; /* it exited: not installed, or the port was taken */
+        usleep(10000);
+    }
+    return port_answers(port) ? port : 0;
+}
+
+static void redis_stop(pid_t pid) {
+    if (pid <= 0) return;
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) {
         fprintf(stderr, "usage: stress_server MODEL.gguf [ROUNDS]\n");
@@ -245,16 +304,26 @@ int main(int argc, char **argv) {
     if (argc > 2) rounds = atoi(argv[2]) > 0 ? atoi(argv[2]) : rounds;
     slog_set_level(SERVER_LOG_WARN);
     snprintf(state_dir, sizeof(state_dir), "/tmp/attnd-stress-XXXXXX");
-    if (!mkdtemp(state_dir) || !open_server(argv[1])) return 1;
-    reference = greedy_text();
-    pthread_t th[N_THREADS];
-    for (int t = 0; t < N_THREADS; t++) pthread_create(&th[t], NULL, worker, (void *)(intptr_t)t);
-    for (int t = 0; t < N_THREADS; t++) pthread_join(th[t], NULL);
-    free(reference);
+    if (!mkdtemp(state_dir) || !open_server(argv[1], NULL)) return 1;
+    if (!run_threads()) failf("could not start %d threads", N_THREADS);
     close_server();
+    pid_t rpid = 0;
+    int rport = redis_start(&rpid);
+    if (!rport) failf("redis-server did not start (is it installed? scripts/dev.sh test installs it)");
+    else {
+        char url[64];
+        snprintf(url, sizeof(url), "redis://127.0.0.1:%d", rport);
+        if (!open_server(argv[1], url)) failf("no server on the Redis session store %s", url);
+        else {
+            if (!run_threads()) failf("could not start %d threads", N_THREADS);
+            close_server();
+        }
+    }
+    redis_stop(rpid);
     char cmd[128];
     snprintf(cmd, sizeof(cmd), "rm -rf '%s'", state_dir);
     if (system(cmd) != 0) fprintf(stderr, "stress_server: could not remove %s\n", state_dir);
-    printf("stress_server: %d threads x %d rounds, %d failures\n", N_THREADS, rounds, failures);
+    printf("stress_server: %d threads x %d rounds, file and Redis session stores, %d failures\n", N_THREADS, rounds,
+           failures);
     return failures ? 1 : 0;
 }

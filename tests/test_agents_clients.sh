@@ -1,9 +1,9 @@
 # test_agents_clients.sh — tool calling and structured output with the official `openai` npm
 # client (tests/js/agents_clients.mjs): forced and named tool calls, streamed tool calls that
 # reassemble to the whole answer, chat.completions.parse with a zod schema, 100 outputs at
-# temperature 1 under a nested schema validated with ajv, Responses with a function tool and
-# text.format. Runs on the repository's own model; the packages are installed once into the
-# build directory (.npm-agents) and reused by later runs.
+# temperature 1 (30 under the sanitizers) under a nested schema validated with ajv, Responses with
+# a function tool and text.format. Runs on the repository's own model; the packages are installed
+# once into the build directory (.npm-agents) and reused by later runs.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 source "$here/http_lib.sh"

@@ -57,6 +57,9 @@ grep -q "^chat template: chatml (detected from tokenizer.chat_template)$" <<<"$o
 check "info: the chat template serve would use" "$?" 0
 grep -q "^KV cache:      6144 bytes/token f16 (12288 f32); a full context: 3.0 MiB f16$" <<<"$out"
 check "info: KV bytes per token (6 layers x 4 KV heads x 64 x 2 x 2 bytes)" "$?" 0
+# issue 30: every KV type's real bytes, and the full contexts the default budget holds (q8_0 ~2x f16)
+grep -q "^KV types:      f16 6144 bytes/token = 341 contexts; f32 12288 bytes/token = 170 contexts; q8_0 3264 bytes/token = 642 contexts; q4_0 1728 bytes/token = 1213 contexts; (full contexts in a 1024 MiB kv_budget_mb)$" <<<"$out"
+check "info: KV bytes per token and full contexts per KV type" "$?" 0
 grep -Eq "^kernels:       (portable|avx2|avx512|amx)( \(.*\))?$" <<<"$out"
 check "info: the kernel path that runs" "$?" 0
 out=$(ATTND_ISA=portable "$BIN" info 2>&1)
@@ -80,6 +83,10 @@ gm=$(mktemp --suffix .gguf)
 "${ATTND_BUILD_DIR:?}/tiny_model" gemma3 "$gm"
 grep -q "^KV per layer:  1 global layers: 256 bytes/token f16; 5 local layers (window 24): 1280 bytes/token f16, held for the window only$" <<<"$("$BIN" info --model "$gm" 2>&1)"
 check "info: KV bytes per token of the local and global layers, and the window" "$?" 0
+# the phi3 family file carries LongRoPE: context 512, original 128
+"${ATTND_BUILD_DIR:?}/tiny_model" phi3 "$gm"
+grep -q "^LongRoPE:      long factors (context_length beyond rope.scaling.original_context_length)$" <<<"$("$BIN" info --model "$gm" 2>&1)"
+check "info: which LongRoPE factors apply" "$?" 0
 rm -f "$gm"
 
 # README's `attnd info` example is the default model's real output

@@ -603,6 +603,7 @@ static bool same_field(const entry *e, const server_settings *a, const server_se
     case K_FLOAT: return *(const float *)fa == *(const float *)fb;
     case K_BOOL: return *(const bool *)fa == *(const bool *)fb;
     case K_LOGLEVEL: return *(const server_log_level *)fa == *(const server_log_level *)fb;
+    case K_KVTYPE: return *(const int *)fa == *(const int *)fb;
     }
     return false;
 }

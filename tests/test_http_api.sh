@@ -49,6 +49,12 @@ start_server again --model "$MODEL" --state-dir "$TMP/state" --threads 1
 run restart2 "$again_PORT" "$TMP/restart.json"
 run nocors "$again_PORT"
 stop_server again || { echo "not ok - second SIGTERM"; status=1; }
+# the same state directory under a q8_0 KV cache: the start-up line counts its real bytes
+start_server kvq --model "$MODEL" --state-dir "$TMP/state" --threads 1 --kv-type q8_0
+run restart_kvq "$kvq_PORT" "$TMP/restart.json"
+grep -q "KV budget 1024 MiB (q8_0, 3264 bytes/token) = 642 full contexts of 512 tokens" "$kvq_LOG" ||
+    { echo "not ok - the start-up line counts q8_0 KV bytes (642 contexts, f16: 341)"; status=1; }
+stop_server kvq || { echo "not ok - SIGTERM (kvq)"; status=1; }
 
 # ---- API key and CORS ------------------------------------------------------------------------
 start_server secured --model "$MODEL" --api-key s3cret-key --cors-origins "http://app.example" --threads 1

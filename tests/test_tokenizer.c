@@ -200,6 +200,12 @@ Test(tokenizer, gpt2_bpe_matches_reference_on_every_case) { run_cases("gpt2-bpe"
 static const int QWEN_NFD_LINES[] = {242, 244, 246, 247, 249, 251, 0};
 Test(tokenizer, qwen2_bpe_matches_hf_reference_on_every_case_including_nfc) { run_cases("qwen2-bpe", QWEN_NFD_LINES); }
 
+/* Gemma 3's 262k SentencePiece vocabulary (no dummy prefix, user-defined whitespace runs and
+ * HTML tags) and gpt-oss's o200k_harmony BPE: llama.cpp's ids on 323 texts, except where it
+ * disagrees with the HF reference (tests/data/tokenizers/regenerate-families.sh). */
+Test(tokenizer, gemma3_spm_matches_llamacpp_on_every_case) { run_cases("gemma3-spm", NO_LINES); }
+Test(tokenizer, gpt_oss_o200k_matches_llamacpp_and_reference_on_every_case) { run_cases("gpt-oss-bpe", NO_LINES); }
+
 /* The default model's own vocabulary (SentencePiece, 4096 tokens, byte fallback) against
  * llama.cpp's ids for the same 309 texts (tests/data/regenerate.sh). */
 Test(tokenizer, default_model_vocabulary_matches_llamacpp_on_every_case) {
@@ -611,7 +617,7 @@ Test(tokenizer, load_rejects_inconsistent_vocabularies) {
 
 // ---- hostile input ----------------------------------------------------------------------------
 
-static const char *ALL_VOCABS[] = {"llama-spm", "llama3-bpe", "gpt2-bpe", "qwen2-bpe"};
+static const char *ALL_VOCABS[] = {"llama-spm", "llama3-bpe", "gpt2-bpe", "qwen2-bpe", "gemma3-spm", "gpt-oss-bpe"};
 
 /* Encodes text and checks it decodes back (to its NFC form for Qwen). */
 static void roundtrip(const tokenizer *t, const char *vocab, const char *text, size_t len, bool parse_special) {

@@ -26,14 +26,26 @@
 #include "attnd/common.h"
 #include "attnd/model.h"
 
-typedef enum kv_type { KV_F16 = 0, KV_F32 = 1 } kv_type;
+/* What the cache holds per element. Q8_0 and Q4_0 hold each position's head_dim values of a kv
+ * head in blocks of 32 with one F16 scale each (GGUF's Q8_0 / Q4_0 values): 34 / 18 bytes per 32
+ * values against F16's 64, for models whose head_dim is a multiple of 32 (kv_pool_create refuses
+ * others). Attention reads the quantized tiles directly. */
+typedef enum kv_type { KV_F16 = 0, KV_F32 = 1, KV_Q8_0 = 2, KV_Q4_0 = 3 } kv_type;
+
+/* "f16", "f32", "q8_0", "q4_0" (what kv_type_parse reads; static strings). */
+const char *kv_type_name(kv_type type);
+/* name as above (case-insensitive) into *out; ATTND_ERR_INVALID for anything else. */
+attnd_status kv_type_parse(const char *name, kv_type *out);
+/* NULL when model m can cache type; else why not (a static string, e.g. head_dim not a multiple of
+ * 32 for Q8_0 / Q4_0). */
+const char *kv_type_unsupported(const model *m, kv_type type);
 
 typedef struct kv_pool kv_pool;
 typedef struct kv_seq kv_seq;
 
 /* Sequences take memory in blocks of 64 token positions (all layers' K and V), allocated on first
  * use: the budget is a limit, not an up-front allocation (SIZE_MAX = no limit). A budget below one
- * block is ATTND_ERR_INVALID. */
+ * block, or a type m cannot cache (kv_type_unsupported), is ATTND_ERR_INVALID. */
 attnd_status kv_pool_create(kv_pool **out, const model *m, size_t budget_bytes, kv_type type, attnd_err *err);
 void kv_pool_destroy(kv_pool *p); /* all its sequences must be destroyed first */
 size_t kv_pool_bytes_used(const kv_pool *p); /* blocks held by sequences, each shared block once */

@@ -47,6 +47,8 @@ typedef struct model_info {
     int window;         /* their window in positions (0 when none) */
     int n_expert, n_expert_used, n_ff_exp; /* Mixture of Experts: experts, used per token, their FFN
                                               width (0 for dense models) */
+    bool rope_long;     /* LongRoPE: the long-context factors apply (context_length is beyond the
+                           original context); false with the short ones or without LongRoPE */
 } model_info;
 
 /* Loads and validates a GGUF model. Refuses unknown architectures and tensor types the engine

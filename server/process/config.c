@@ -16,6 +16,7 @@
 #include "config.h"
 #include "config_internal.h"
 
+#include "attnd/kv.h"
 #include "chat.h"
 
 #include <ctype.h>
@@ -52,7 +53,9 @@ const entry config_settings[] = {
     {"draft_min_p", K_FLOAT, OFF(draft_min_p), 0, 1, 0, "0.5", "the draft model's draft ends below this top probability"},
     {"prefill_budget_ms", K_INT, OFF(prefill_budget_ms), 0, 600000, 0, "0", "step time while a prompt prefills beside streams, ms (0 = auto)"},
     {"kv_budget_mb", K_SIZE, OFF(kv_budget_mb), 1, 1 << 24, 0, "1024", "KV cache memory for all sessions, MiB"},
-    {"kv_f32", K_BOOL, OFF(kv_f32), 0, 0, 0, "false", "keep the KV cache in f32 instead of f16"},
+    {"kv_type", K_KVTYPE, OFF(kv_type), 0, 0, 0, "f16",
+     "KV cache element type for K and V: f16 | f32 | q8_0 | q4_0 (q8_0: about half f16's bytes)"},
+    {"kv_f32", K_BOOL, OFF(kv_f32), 0, 0, 0, "false", "keep the KV cache in f32 (overrides kv_type)"},
     {"chat_template", K_CHAT, OFF(chat_template), 0, 0, 0, NULL, "built-in chat template family for a model without its own (empty = detect)"},
     {"chat_template_file", K_STR, OFF(chat_template_file), 0, 0, 0, NULL, "Jinja chat template file for a model without its own"},
     {"max_sessions", K_INT, OFF(max_sessions), 1, 1000000, 0, "1024", "named sessions kept"},
@@ -127,6 +130,12 @@ static void store_default(const entry *e, server_settings *s) {
     case K_FLOAT: *(float *)field = d ? strtof(d, NULL) : 0.0f; break;
     case K_BOOL: *(bool *)field = d && parse_bool(d) == 1; break;
     case K_LOGLEVEL: *(server_log_level *)field = (server_log_level)(d ? parse_log_level(d) : 0); break;
+    case K_KVTYPE: {
+        kv_type t = KV_F16;
+        if (d) kv_type_parse(d, &t);
+        *(int *)field = (int)t;
+        break;
+    }
     }
 }
 
@@ -377,6 +386,13 @@ static attnd_status parse_value(config *c, size_t i, char *field, const char *va
             return attnd_fail(err, ATTND_ERR_INVALID, "%s: '%s' is not one of error, warn, info, debug", where, value);
         *(server_log_level *)field = (server_log_level)b;
         break;
+    case K_KVTYPE: {
+        kv_type t;
+        if (kv_type_parse(value, &t) != ATTND_OK)
+            return attnd_fail(err, ATTND_ERR_INVALID, "%s: '%s' is not one of f16, f32, q8_0, q4_0", where, value);
+        *(int *)field = (int)t;
+        break;
+    }
     case K_KEYFILE: return parse_key_file(c, i, field, value, where, err);
     }
     return ATTND_OK;

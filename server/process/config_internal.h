@@ -19,6 +19,7 @@ typedef enum kind {
     K_LOGLEVEL, /* server_log_level: error/warn/info/debug */
     K_KEYFILE,  /* a path whose contents become the const char * field (api_key_file) */
     K_CHAT,     /* const char *: a chat template family name known to chat.c; "" = detect */
+    K_KVTYPE,   /* int holding a kv_type (attnd/kv.h): f16/f32/q8_0/q4_0 */
 } kind;
 
 enum {

@@ -4,6 +4,8 @@
  */
 #include "config_internal.h"
 
+#include "attnd/kv.h"
+
 #include <ctype.h>
 #include <limits.h>
 #include <stdbool.h>
@@ -74,6 +76,7 @@ void config_print(const config *c, const server_settings *s, FILE *out) {
             snprintf(val, sizeof(val), "%s", l >= 0 && l < 4 ? config_log_levels[l] : "info");
             break;
         }
+        case K_KVTYPE: snprintf(val, sizeof(val), "%s", kv_type_name((kv_type)*(const int *)field)); break;
         case K_KEYFILE: val[0] = '\0'; break;
         }
         fprintf(out, "%-20s = %-30s # %s\n", e->key, val, origin);
@@ -94,7 +97,7 @@ void config_usage(FILE *out) {
         config_flag_name(flag, sizeof(flag), config_settings[i].key);
         config_env_name(env, sizeof(env), config_settings[i].key);
         kind k = config_settings[i].kind;
-        const char *arg = k == K_BOOL ? "" : k == K_STR || k == K_KEYFILE || k == K_CHAT ? " STR" : " N";
+        const char *arg = k == K_BOOL ? "" : k == K_STR || k == K_KEYFILE || k == K_CHAT || k == K_KVTYPE ? " STR" : " N";
         snprintf(lhs, sizeof(lhs), "%s%s", flag, arg);
         fprintf(out, "  %-24s %s [%s]\n", lhs, config_settings[i].help, env);
     }

@@ -161,13 +161,13 @@ int server_port(const server *s) { return s->port; }
 
 /* The start-up facts a person reading the log needs: threads, kernels, KV sizing, state dir. */
 static void log_engine_setup(const server *s) {
-    kv_type kt = s->cfg.kv_f32 ? KV_F32 : KV_F16;
+    kv_type kt = s->cfg.kv_f32 ? KV_F32 : (kv_type)s->cfg.kv_type;
     size_t budget = s->cfg.kv_budget_mb ? s->cfg.kv_budget_mb << 20 : (size_t)1 << 30; /* as the scheduler */
     size_t per_ctx = kv_context_bytes(s->m, s->n_ctx, kt);
     slog_info("engine: %d threads, %s kernels; KV budget %zu MiB (%s, %zu bytes/token) = %zu full contexts of "
               "%d tokens; state dir %s",
               cpuinfo_threads(s->cfg.threads), cpuinfo_kernels(),
-              budget >> 20, kt == KV_F32 ? "f32" : "f16", kv_bytes_per_token(s->m, kt), per_ctx ? budget / per_ctx : 0,
+              budget >> 20, kv_type_name(kt), kv_bytes_per_token(s->m, kt), per_ctx ? budget / per_ctx : 0,
               s->n_ctx, s->cfg.state_dir ? s->cfg.state_dir : "none (sessions are not persisted)");
 }
 

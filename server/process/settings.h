@@ -66,7 +66,8 @@ typedef struct server_settings {
     int prefill_budget_ms;   /* a step's time while a prompt prefills beside decoding streams;
                                 0 = auto (3 decode steps); default 0 */
     size_t kv_budget_mb;     /* KV memory budget for all sessions together; default 1024 */
-    bool kv_f32;             /* store KV as f32 instead of f16; default false */
+    int kv_type;             /* kv_type (attnd/kv.h) of K and V; default KV_F16 */
+    bool kv_f32;             /* store KV as f32 whatever kv_type says; default false */
     const char *chat_template; /* built-in family by name ("chatml", "llama3", ...) for a model without a
                                 * template of its own; NULL = detect */
     const char *chat_template_file; /* a Jinja chat template file for a model without one; NULL = none */

@@ -782,7 +782,7 @@ attnd_status sched_create(sched **out, const model *m, const tokenizer *tok, ses
         goto fail;
     }
     size_t budget = cfg->kv_budget_mb ? cfg->kv_budget_mb << 20 : (size_t)1 << 30;
-    if ((rc = kv_pool_create(&s->pool, m, budget, cfg->kv_f32 ? KV_F32 : KV_F16, err)) != ATTND_OK) goto fail;
+    if ((rc = kv_pool_create(&s->pool, m, budget, cfg->kv_f32 ? KV_F32 : (kv_type)cfg->kv_type, err)) != ATTND_OK) goto fail;
     if ((rc = sched_check_budget(s, budget, err)) != ATTND_OK) goto fail;
     s->budget_ms = cfg->prefill_budget_ms;
     if ((rc = engine_create(&s->eng, m, s->max_batch, cfg->threads, err)) != ATTND_OK) goto fail;

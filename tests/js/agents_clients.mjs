@@ -111,7 +111,9 @@ async function structured(model) {
   const validate = ajv.compile(fmt.json_schema.schema);
   let good = 0;
   const bad = [];
-  for (let i = 0; i < 10; i++) {
+  // under the sanitizers (a server ~10x slower) 30 samples of the same check instead of 100
+  const rounds = process.env.ATTND_SANITIZED ? 3 : 10;
+  for (let i = 0; i < rounds; i++) {
     const r = await client.chat.completions.create({ model, messages: [{ role: 'user', content: 'Describe a person.' }], response_format: fmt,
                                                      temperature: 1, seed: 100 + i, n: 10, max_tokens: 400 });
     for (const c of r.choices) {
@@ -121,7 +123,7 @@ async function structured(model) {
       else bad.push({ content: c.message.content, finish: c.finish_reason, errors: validate.errors });
     }
   }
-  check(good === 100, `100 outputs at temperature 1 under a nested schema parse and validate with ajv (${good})`, bad[0]);
+  check(good === rounds * 10, `${rounds * 10} outputs at temperature 1 under a nested schema parse and validate with ajv (${good})`, bad[0]);
   const obj = await client.chat.completions.create({ model, messages: [{ role: 'user', content: 'JSON please' }], response_format: { type: 'json_object' },
                                                    temperature: 1, seed: 4, max_tokens: 300 });
   let o = null;

@@ -417,6 +417,23 @@ async function restart2() {
   check(after.json.kv_bytes > 0, 'the evicted KV was rebuilt', after.json);
 }
 
+async function restart_kvq() {
+  // issue 30: the session saved by the f16-KV servers, served by a q8_0-KV one. Session files hold
+  // tokens, not KV, so it loads and its KV is prefilled again in the new type.
+  const st = JSON.parse(fs.readFileSync(STATE, 'utf8'));
+  const s = await get('/v1/sessions/restarted');
+  check(s.status === 200 && s.json.tokens > st.tokens && s.json.kv_bytes === 0,
+        'a session saved under f16 KV loads under q8_0 KV (its tokens, no KV yet)', s.json);
+  const msgs = [st.u1, { role: 'assistant', content: st.a }, st.u2, { role: 'assistant', content: st.b },
+                { role: 'user', content: 'Where did the cat go?' }];
+  const c = await post('/v1/chat/completions', { messages: msgs, max_tokens: 8, temperature: 0, session_id: 'restarted' });
+  check(c.status === 200 && c.json.choices[0].message.content.length > 0, 'it continues under q8_0 KV', c.json);
+  const after = await get('/v1/sessions/restarted');
+  // the default model: 6 layers x 4 KV heads x 2 x 64 / 32 blocks x 34 bytes = 3264 bytes a token, 64 a block
+  check(after.json.kv_bytes > 0 && after.json.kv_bytes % (64 * 3264) === 0 && after.json.kv_bytes % (64 * 6144) !== 0,
+        'its KV was rebuilt in q8_0 blocks', after.json);
+}
+
 async function drain() {
   // SIGTERM while a stream runs: the stream still ends properly ([DONE]) and new work is refused
   // SIGTERM only once the response has started: the request is in flight, not still connecting
@@ -496,7 +513,7 @@ async function fuzz() {
   check(h.status === 200, 'the server is healthy after the fuzzing');
 }
 
-const GROUPS = { drain, session409, reference, fuzz, basics, errors, sessions, concurrency, disconnects, auth, nocors, busy, kvfull, restart1, restart2 };
+const GROUPS = { drain, session409, reference, fuzz, basics, errors, sessions, concurrency, disconnects, auth, nocors, busy, kvfull, restart1, restart2, restart_kvq };
 if (!GROUPS[group]) { console.error('unknown group ' + group); process.exit(2); }
 try { await GROUPS[group](); } catch (e) { console.log(`not ok - ${group} threw: ${e.stack}${e.cause ? " cause: " + (e.cause.stack || e.cause) : ""}`); failures++; }
 process.exit(failures ? 1 : 0);

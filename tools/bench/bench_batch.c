@@ -4,7 +4,8 @@
  * B = 1 measured in the same process. Rounds alternate the batch sizes, so a neighbour's load
  * touches them alike; medians over the rounds. Then the same for a decode step that also carries
  * a prefill chunk of C tokens (the cost the scheduler's prefill pacing learns), at prefix
- * lengths 0, 512, 1024: how a chunk's cost grows with the prompt already read.
+ * lengths 0, 512, 1024: how a chunk's cost grows with the prompt already read. Last, one
+ * stream's decode at position 2000 with an F16 KV cache and with a Q8_0 one (issue 30).
  * A benchmark, not a test: it prints numbers and ratios, asserts nothing.
  *
  *   tools/bench/build.sh && build/bench_batch MODEL [threads (default: all)] [rounds (5)] [only-B]
@@ -130,6 +131,54 @@ static void run_chunks(bench *b, int rounds) {
         printf("  %-6d %8.3f %8.3f %8.3f\n", chunks[c], per_tok[0][c], per_tok[1][c], per_tok[2][c]);
 }
 
+/* Seconds of STEPS single-token decode steps of seq at position pos (truncated back after). */
+static double time_long(bench *b, kv_seq *seq, int pos) {
+    attnd_err err;
+    double t0 = attnd_now_s();
+    for (int s = 0; s < STEPS; s++) {
+        b->batch[0] = (batch_entry){seq, 7 + s, pos + s, true};
+        if (engine_eval(b->e, b->batch, 1, b->logits, &err) != ATTND_OK) {
+            fprintf(stderr, "engine_eval: %s\n", err.msg);
+            return -1;
+        }
+    }
+    kv_seq_truncate(seq, pos);
+    return attnd_now_s() - t0;
+}
+
+/* Issue 30's target: one stream's decode at position LONG_POS with an F16 cache against a Q8_0 one
+ * (alternating rounds; the same engine and weights), and each cache's bytes per token. */
+enum { LONG_POS = 2000 };
+static void run_long_kv(bench *b, const model *m, int rounds) {
+    const kv_type types[] = {KV_F16, KV_Q8_0};
+    kv_pool *pool[2] = {NULL, NULL};
+    kv_seq *seq[2] = {NULL, NULL};
+    attnd_err err = {0};
+    double tps[2][64];
+    if (model_info_get(m)->n_ctx < LONG_POS + STEPS || kv_type_unsupported(m, KV_Q8_0)) {
+        printf("decode at position %d, f16 vs q8_0 KV: skipped (%s)\n", LONG_POS,
+               kv_type_unsupported(m, KV_Q8_0) ? kv_type_unsupported(m, KV_Q8_0) : "context too short");
+        return;
+    }
+    for (int k = 0; k < 2; k++)
+        if (kv_pool_create(&pool[k], m, (size_t)1 << 30, types[k], &err) != ATTND_OK ||
+            kv_seq_create(&seq[k], pool[k], &err) != ATTND_OK || fill(b, seq[k], 0, LONG_POS) != 0) {
+            fprintf(stderr, "bench_batch: %s\n", err.msg);
+            goto done;
+        }
+    for (int r = 0; r < rounds; r++)
+        for (int k = 0; k < 2; k++) tps[k][r] = STEPS / time_long(b, seq[k], LONG_POS);
+    printf("decode at position %d, one stream:\n  %-6s %10s %9s %14s\n", LONG_POS, "kv", "tokens/s", "x f16",
+           "bytes/token");
+    double base = median(tps[0], rounds);
+    for (int k = 0; k < 2; k++) {
+        double t = median(tps[k], rounds);
+        printf("  %-6s %10.1f %9.2f %14zu\n", kv_type_name(types[k]), t, t / base, kv_pool_bytes_per_token(pool[k]));
+    }
+done:
+    for (int k = 0; k < 2; k++) kv_seq_destroy(seq[k]), kv_pool_destroy(pool[k]);
+}
+
 /* Only batch B, for a profiler: 50 steps. */
 static void run_only(bench *b, int B) {
     double dt = time_steps(b, B, 0, 0), cpu = b->cpu;
@@ -168,6 +217,7 @@ int main(int argc, char **argv) {
     else {
         run_decode(&b, rounds);
         run_chunks(&b, rounds);
+        run_long_kv(&b, m, rounds);
     }
     rc = 0;
 fail:

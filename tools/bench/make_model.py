@@ -1,13 +1,23 @@
 #!/usr/bin/env python3
-"""make_model.py — writes a Llama-architecture GGUF with random weights of a given shape and
-weight type, for speed measurements (the text such a model produces is meaningless; the time it
-takes is that of a real model of that shape).
+"""make_model.py — writes a GGUF with random weights of a given shape and weight type, for speed
+measurements (the text such a model produces is meaningless; the time it takes is that of a real
+model of that shape).
 
     python3 tools/bench/make_model.py --type Q4_K_M OUT.gguf           # TinyLlama-1.1B shape
     python3 tools/bench/make_model.py --type Q8_0 --layers 2 OUT.gguf  # smaller, same widths
+    python3 tools/bench/make_model.py --shape qwen3-1.7b OUT.gguf      # a released model's shape
+    python3 tools/bench/make_model.py --shape qwen3-30b-a3b --layers 12 OUT.gguf   # MoE, 5 GB
+
+Shapes (--shape; the other options override its values): tinyllama (llama, the default),
+qwen3-1.7b (qwen3: 28 layers, 2048 wide, 16/8 heads of 128, QK-norm, FFN 6144, tied, vocab
+151936), gemma3-1b (gemma3: 26 layers, 1152 wide, 4/1 heads of 256, window 512 on 5 of 6 layers,
+FFN 6912, tied, vocab 262144), qwen3-30b-a3b (qwen3moe: 48 layers, 2048 wide, 32/4 heads of 128,
+128 experts of 768, 8 per token, vocab 151936; about 390 MB a layer in Q4_K_M, so fewer layers
+fit this machine).
 
 Types: F32, Q8_0, Q4_0, Q4_K_M (Q4_K everywhere but output and ffn_down, which are Q6_K, as
-llama.cpp's Q4_K_M mix does for those two). Quantized blocks are random bytes whose scale fields
+llama.cpp's Q4_K_M mix does for those two; a matrix whose rows are not whole 256-blocks takes
+llama.cpp's fallback, Q5_0 for Q4_K and Q8_0 for Q6_K; norms and the MoE router stay F32). Quantized blocks are random bytes whose scale fields
 are set so that weights have a standard deviation of roughly 0.02 (no NaN or infinity can occur).
 The vocabulary is a SentencePiece-style one: <unk>, <s>, </s>, 256 byte tokens, then "w<i>".
 
@@ -32,6 +42,8 @@ QTYPES = {
     "F32": (0, 1, 4, []),
     "F16": (1, 1, 2, []),
     "Q4_0": (2, 32, 18, [(0, 0.02 / 4.6)]),
+    # Q5_0: d, 4 bytes of high bits, 16 bytes of nibbles per 32 weights
+    "Q5_0": (6, 32, 22, [(0, 0.02 / 9.2)]),
     "Q8_0": (8, 32, 34, [(0, 0.02 / 74.0)]),
     # Q4_K: d, dmin, 12 bytes of 6-bit scales/mins, 128 bytes of nibbles per 256 weights
     "Q4_K": (12, 256, 144, [(0, 0.02 / (32 * 4.6)), (2, 0.02 / (32 * 8.0))]),
@@ -106,19 +118,51 @@ def vocabulary(n):
     return toks, scores, types
 
 
-def build(a):
-    rng = np.random.default_rng(a.seed)
-    g = Gguf()
-    hd = a.dim // a.heads
-    g.add("general.architecture", VT_STR, "llama")
-    g.add("general.name", VT_STR, f"random-{a.type}")
+SHAPES = {
+    "tinyllama": dict(arch="llama", dim=2048, ffn=5632, layers=22, heads=32, kv_heads=4, vocab=32000, ctx=2048),
+    "qwen3-1.7b": dict(arch="qwen3", dim=2048, ffn=6144, layers=28, heads=16, kv_heads=8, head_dim=128,
+                       vocab=151936, ctx=40960, rope_base=1e6, tied=True),
+    "gemma3-1b": dict(arch="gemma3", dim=1152, ffn=6912, layers=26, heads=4, kv_heads=1, head_dim=256,
+                      vocab=262144, ctx=32768, rope_base=1e6, tied=True, window=512),
+    "qwen3-30b-a3b": dict(arch="qwen3moe", dim=2048, ffn=6144, layers=48, heads=32, kv_heads=4, head_dim=128,
+                          vocab=151936, ctx=40960, rope_base=1e6, experts=128, experts_used=8, expert_ffn=768),
+}
+
+
+def qtype(tname, cols):
+    """llama.cpp's fallback for a matrix whose rows are not whole 256-element blocks."""
+    if cols % 256 == 0:
+        return tname
+    return {"Q4_K": "Q5_0", "Q6_K": "Q8_0"}.get(tname, tname)
+
+
+def mat(g, rng, name, tname, rows, cols, n_expert=0):
+    t = qtype(tname, cols)
+    if n_expert:
+        g.tensor(name, [cols, rows, n_expert], t, random_tensor(rng, t, rows * n_expert, cols))
+    else:
+        g.tensor(name, [cols, rows], t, random_tensor(rng, t, rows, cols))
+
+
+def keys(g, a, hd):
+    arch = a.arch
+    g.add("general.architecture", VT_STR, arch)
+    g.add("general.name", VT_STR, f"random-{a.shape}-{a.type}")
     g.add("general.alignment", VT_U32, ALIGN)
-    for key, val in [("context_length", a.ctx), ("embedding_length", a.dim), ("block_count", a.layers),
-                     ("feed_forward_length", a.ffn), ("attention.head_count", a.heads),
-                     ("attention.head_count_kv", a.kv_heads), ("rope.dimension_count", hd)]:
-        g.add("llama." + key, VT_U32, val)
-    g.add("llama.attention.layer_norm_rms_epsilon", VT_F32, 1e-5)
-    g.add("llama.rope.freq_base", VT_F32, 10000.0)
+    kv = [("context_length", a.ctx), ("embedding_length", a.dim), ("block_count", a.layers),
+          ("feed_forward_length", a.ffn), ("attention.head_count", a.heads),
+          ("attention.head_count_kv", a.kv_heads), ("rope.dimension_count", hd)]
+    if a.head_dim:
+        kv += [("attention.key_length", hd), ("attention.value_length", hd)]
+    if a.window:
+        kv += [("attention.sliding_window", a.window)]
+    if a.experts:
+        kv += [("expert_count", a.experts), ("expert_used_count", a.experts_used),
+               ("expert_feed_forward_length", a.expert_ffn)]
+    for key, val in kv:
+        g.add(f"{arch}.{key}", VT_U32, val)
+    g.add(f"{arch}.attention.layer_norm_rms_epsilon", VT_F32, 1e-6 if arch != "llama" else 1e-5)
+    g.add(f"{arch}.rope.freq_base", VT_F32, a.rope_base)
     toks, scores, types = vocabulary(a.vocab)
     g.add("tokenizer.ggml.model", VT_STR, "llama")
     g.add_array("tokenizer.ggml.tokens", VT_STR, toks)
@@ -127,22 +171,45 @@ def build(a):
     for key, val in [("bos_token_id", 1), ("eos_token_id", 2), ("unknown_token_id", 0)]:
         g.add("tokenizer.ggml." + key, VT_U32, val)
 
+
+def build(a):
+    rng = np.random.default_rng(a.seed)
+    g = Gguf()
+    hd = a.head_dim or a.dim // a.heads
+    keys(g, a, hd)
     main = "Q4_K" if a.type == "Q4_K_M" else a.type
     head = "Q6_K" if a.type == "Q4_K_M" else a.type
     ones = np.ones(a.dim, np.float32).tobytes()
-    kvd = a.kv_heads * hd
-    g.tensor("token_embd.weight", [a.dim, a.vocab], main, random_tensor(rng, main, a.vocab, a.dim))
+    qd, kvd = a.heads * hd, a.kv_heads * hd
+    qk_norm = a.arch in ("qwen3", "gemma3", "qwen3moe")
+    # tied: the embedding is also the output head, so it takes the head's type
+    mat(g, rng, "token_embd.weight", head if a.tied else main, a.vocab, a.dim)
     for l in range(a.layers):
         p = f"blk.{l}."
         g.tensor(p + "attn_norm.weight", [a.dim], "F32", ones)
-        for name, rows in [("attn_q", a.dim), ("attn_k", kvd), ("attn_v", kvd), ("attn_output", a.dim)]:
-            g.tensor(p + name + ".weight", [a.dim, rows], main, random_tensor(rng, main, rows, a.dim))
+        for name, rows, cols in [("attn_q", qd, a.dim), ("attn_k", kvd, a.dim), ("attn_v", kvd, a.dim),
+                                 ("attn_output", a.dim, qd)]:
+            mat(g, rng, p + name + ".weight", main, rows, cols)
+        if qk_norm:
+            for name in ("attn_q_norm", "attn_k_norm"):
+                g.tensor(p + name + ".weight", [hd], "F32", np.ones(hd, np.float32).tobytes())
+        if a.arch == "gemma3":
+            g.tensor(p + "post_attention_norm.weight", [a.dim], "F32", ones)
+            g.tensor(p + "post_ffw_norm.weight", [a.dim], "F32", ones)
         g.tensor(p + "ffn_norm.weight", [a.dim], "F32", ones)
-        g.tensor(p + "ffn_gate.weight", [a.dim, a.ffn], main, random_tensor(rng, main, a.ffn, a.dim))
-        g.tensor(p + "ffn_up.weight", [a.dim, a.ffn], main, random_tensor(rng, main, a.ffn, a.dim))
-        g.tensor(p + "ffn_down.weight", [a.ffn, a.dim], head, random_tensor(rng, head, a.dim, a.ffn))
+        if a.experts:
+            router = (rng.standard_normal((a.experts, a.dim), dtype=np.float32) * 0.02).tobytes()
+            g.tensor(p + "ffn_gate_inp.weight", [a.dim, a.experts], "F32", router)
+            mat(g, rng, p + "ffn_gate_exps.weight", main, a.expert_ffn, a.dim, a.experts)
+            mat(g, rng, p + "ffn_up_exps.weight", main, a.expert_ffn, a.dim, a.experts)
+            mat(g, rng, p + "ffn_down_exps.weight", head, a.dim, a.expert_ffn, a.experts)
+        else:
+            mat(g, rng, p + "ffn_gate.weight", main, a.ffn, a.dim)
+            mat(g, rng, p + "ffn_up.weight", main, a.ffn, a.dim)
+            mat(g, rng, p + "ffn_down.weight", head, a.dim, a.ffn)
     g.tensor("output_norm.weight", [a.dim], "F32", ones)
-    g.tensor("output.weight", [a.dim, a.vocab], head, random_tensor(rng, head, a.vocab, a.dim))
+    if not a.tied:
+        mat(g, rng, "output.weight", head, a.vocab, a.dim)
     return g
 
 
@@ -150,15 +217,16 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("out")
     ap.add_argument("--type", default="Q4_K_M", choices=["F32", "F16", "Q8_0", "Q4_0", "Q4_K_M"])
-    ap.add_argument("--dim", type=int, default=2048)
-    ap.add_argument("--ffn", type=int, default=5632)
-    ap.add_argument("--layers", type=int, default=22)
-    ap.add_argument("--heads", type=int, default=32)
-    ap.add_argument("--kv-heads", type=int, default=4)
-    ap.add_argument("--vocab", type=int, default=32000)
-    ap.add_argument("--ctx", type=int, default=2048)
+    ap.add_argument("--shape", default="tinyllama", choices=sorted(SHAPES))
+    for opt in ("dim", "ffn", "layers", "heads", "kv-heads", "vocab", "ctx"):
+        ap.add_argument("--" + opt, type=int)
     ap.add_argument("--seed", type=int, default=1)
     a = ap.parse_args()
+    shape = dict(head_dim=0, rope_base=10000.0, tied=False, window=0, experts=0, experts_used=0, expert_ffn=0)
+    shape.update(SHAPES[a.shape])
+    for k, v in shape.items():
+        if getattr(a, k, None) is None:
+            setattr(a, k, v)
     if a.dim % a.heads or a.heads % a.kv_heads:
         sys.exit("make_model.py: --dim must divide by --heads, and --heads by --kv-heads")
     build(a).write(a.out)
