@@ -82,12 +82,15 @@ Test(spec, the_draft_length_follows_what_was_kept) {
 
 // ---- a random-weight model ----------------------------------------------------------------------
 
-/* A second rig whose model has the same shape but other weights: a poor draft. */
-static void open_rig(tiny_rig *r, uint64_t seed) {
+/* A rig of the default llama fixture with the given weights' seed (another seed: a poor draft). */
+static void open_rig_kv(tiny_rig *r, uint64_t seed, kv_type kv) {
     tiny_spec sp = tiny_default("llama");
     sp.seed = seed;
-    tiny_rig_open(r, &sp, KV_F32, 64);
+    if (kv == KV_Q8_0 || kv == KV_Q4_0) sp.head_dim = 32; /* quantized KV tiles are 32 wide */
+    tiny_rig_open(r, &sp, kv, 64);
 }
+
+static void open_rig(tiny_rig *r, uint64_t seed) { open_rig_kv(r, seed, KV_F32); }
 
 /* Greedy generation of n tokens after prompt in a fresh sequence, with sp (NULL: plain). */
 static int run_greedy(tiny_rig *r, spec *sp, const int32_t *prompt, int n_prompt, int n, int32_t *out,
@@ -139,9 +142,10 @@ static void greedy_equals_plain(tiny_rig *r, spec *const *drafters, int n_drafte
     }
 }
 
-Test(spec, greedy_output_is_the_plain_output_on_a_random_model) {
+/* Rejected drafts are truncated out of quantized KV blocks too (q8_0, q4_0 tiles). */
+static void greedy_on_random(kv_type kv) {
     tiny_rig r, poor;
-    open_rig(&r, 0);
+    open_rig_kv(&r, 0, kv);
     open_rig(&poor, 77);
     attnd_err err;
     cr_assert_eq(spec_vocab_check(r.m, poor.m, &err), ATTND_OK, "%s", err.msg);
@@ -170,6 +174,12 @@ Test(spec, greedy_output_is_the_plain_output_on_a_random_model) {
     for (int d = 0; d < 4; d++) spec_destroy(sp[d]);
     tiny_rig_close(&poor);
     tiny_rig_close(&r);
+}
+
+Test(spec, greedy_output_is_the_plain_output_on_a_random_model) {
+    greedy_on_random(KV_F32);
+    greedy_on_random(KV_Q8_0);
+    greedy_on_random(KV_Q4_0);
 }
 
 Test(spec, a_draft_with_another_vocabulary_is_refused_with_a_message) {
