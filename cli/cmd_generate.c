@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "attnd/engine.h"
+#include "attnd/spec.h"
 #include "attnd/tokenizer.h"
 #include "attnd/utf8.h"
 #include "commands.h"
@@ -29,6 +30,12 @@ static const char *USAGE =
     "  --json            print {\"prompt_tokens\",\"tokens\",\"text\",\"timings\"} as one JSON object\n"
     "  --threads N       threads; 0 (the default) = the CPUs this process may use\n"
     "  --kv-type T       KV cache type: f16 (default), f32, q8_0 or q4_0\n"
+    "Speculative decoding (off; same output: docs/sampling.md):\n"
+    "  --draft-max N     draft up to N tokens per step (1..32) and verify them in one batch;\n"
+    "                    without --draft-model the drafts come from prompt lookup\n"
+    "  --draft-model P   draft with this GGUF (the target's vocabulary; Q4_0 of the same model)\n"
+    "  --draft-min-p X   stop a draft model's draft below this top probability (default 0.5)\n"
+    "  --lookup-ngram N  prompt lookup matches the last 2..N tokens (default 3)\n"
     "\n";
 
 typedef struct gen_opts {
@@ -37,10 +44,14 @@ typedef struct gen_opts {
     cli_sampling sampling; /* --temp, --seed, --stop, --top-logprobs... (cli/sampling_args.c) */
     cli_run_opts run;      /* --model, --threads, --kv-type */
     bool json;
+    int draft_max;           /* 0 = no speculation */
+    const char *draft_model; /* NULL = prompt lookup */
+    const char *draft_min_p;
+    int lookup_ngram;
 } gen_opts;
 
 static void parse_args(int argc, char **argv, gen_opts *o) {
-    *o = (gen_opts){.n_predict = 64};
+    *o = (gen_opts){.n_predict = 64, .lookup_ngram = 3};
     cli_sampling_init(&o->sampling);
     const cli_opt opts[] = {
         CLI_OPT_RUN(&o->run),
@@ -48,10 +59,53 @@ static void parse_args(int argc, char **argv, gen_opts *o) {
         CLI_OPT_INT("--n", &o->n_predict, 0, 1 << 24),
         CLI_OPT_SAMPLING(&o->sampling),
         CLI_OPT_SET("--json", &o->json),
+        CLI_OPT_INT("--draft-max", &o->draft_max, 0, SPEC_MAX_DRAFT),
+        CLI_OPT_STR("--draft-model", &o->draft_model),
+        CLI_OPT_STR("--draft-min-p", &o->draft_min_p),
+        CLI_OPT_INT("--lookup-ngram", &o->lookup_ngram, 1, 8),
     };
     if (!cli_parse_opts("generate", USAGE, argc, argv, opts, ATTND_ARRAY_LEN(opts))) exit(0);
     cli_prompt_check("generate", &o->prompt);
     if (o->sampling.top_logprobs && !o->json) cli_usage_error("generate", "--top-logprobs needs --json");
+    if ((o->draft_model || o->draft_min_p) && !o->draft_max) cli_usage_error("generate", "--draft-model and --draft-min-p need --draft-max");
+}
+
+// ---- speculative decoding -----------------------------------------------------------------------
+
+/* The drafter of --draft-max: prompt lookup, or --draft-model in its own engine and KV pool. */
+typedef struct cli_spec {
+    model *dm;
+    cli_seq dq;
+    spec *sp;
+} cli_spec;
+
+static attnd_status cli_spec_open(cli_spec *c, const gen_opts *o, const model *target, attnd_err *err) {
+    *c = (cli_spec){0};
+    if (!o->draft_max) return ATTND_OK;
+    spec_params p;
+    spec_params_default(&p);
+    p.draft_max = o->draft_max, p.ngram_max = o->lookup_ngram;
+    if (p.ngram_min > p.ngram_max) p.ngram_min = p.ngram_max;
+    if (o->draft_min_p) {
+        char *end;
+        p.draft_min_p = strtof(o->draft_min_p, &end);
+        if (end == o->draft_min_p || *end) return attnd_fail(err, ATTND_ERR_INVALID, "--draft-min-p: \"%.40s\" is not a number", o->draft_min_p);
+    }
+    if (!spec_supported(target)) fprintf(stderr, "attnd generate: speculation is off for models with sliding-window layers\n");
+    attnd_status st = ATTND_OK;
+    if (o->draft_model) {
+        if ((st = model_load(&c->dm, o->draft_model, err)) || (st = spec_vocab_check(target, c->dm, err))) return st;
+        if (!spec_supported(c->dm)) return attnd_fail(err, ATTND_ERR_UNSUPPORTED, "the draft model has sliding-window layers, which speculation cannot roll back");
+        if ((st = cli_seq_open(&c->dq, c->dm, 512, &o->run, err))) return st;
+        p.draft = c->dq.e, p.draft_pool = c->dq.pool;
+    }
+    return spec_create(&c->sp, &p, err);
+}
+
+static void cli_spec_close(cli_spec *c) {
+    spec_destroy(c->sp);
+    cli_seq_close(&c->dq);
+    model_destroy(c->dm);
 }
 
 /* A JSON string of len bytes, invalid UTF-8 sequences (a continuation cut short by --n, raw
@@ -85,6 +139,10 @@ static void print_result(const gen_opts *o, bool has_tok, const int32_t *prompt,
         json_object_set_new(t, "prefill_ms", json_real(tm->prefill_ms));
         json_object_set_new(t, "decode_ms", json_real(tm->decode_ms));
         json_object_set_new(t, "decode_tok_per_s", json_real(tps));
+        if (o->draft_max) {
+            json_object_set_new(t, "drafted", json_integer(tm->n_drafted));
+            json_object_set_new(t, "accepted", json_integer(tm->n_accepted));
+        }
         json_object_set_new(root, "timings", t);
         json_dumpf(root, stdout, JSON_COMPACT);
         putchar('\n');
@@ -102,6 +160,9 @@ static void print_result(const gen_opts *o, bool has_tok, const int32_t *prompt,
     fflush(stdout); /* the timing line on stderr comes after the text */
     fprintf(stderr, "prefill %d tokens in %.1f ms, decode %d tokens in %.1f ms (%.1f tok/s)\n", tm->n_prefill,
             tm->prefill_ms, tm->n_decode, tm->decode_ms, tps);
+    if (o->draft_max)
+        fprintf(stderr, "speculation: %d drafted, %d accepted (%.0f %%)\n", tm->n_drafted, tm->n_accepted,
+                tm->n_drafted ? 100.0 * tm->n_accepted / tm->n_drafted : 0.0);
 }
 
 /* Generates a continuation of the prompt (--prompt is encoded here) and prints the result. */
@@ -111,6 +172,7 @@ static attnd_status generate(gen_opts *o, attnd_err *err) {
     int32_t *out = NULL;
     tokenizer *tok = NULL;
     cli_gen *cg = NULL;
+    cli_spec cs = {0};
     attnd_status st = cli_model_load(&m, "generate", o->run.model, err);
     if (st != ATTND_OK) goto out;
     const model_info *mi = model_info_get(m);
@@ -136,7 +198,9 @@ static attnd_status generate(gen_opts *o, attnd_err *err) {
                         n_prompt, o->n_predict, mi->n_ctx);
         goto out;
     }
-    if ((st = cli_seq_open(&q, m, n_prompt < 512 ? n_prompt : 512, &o->run, err))) goto out;
+    int rows = o->draft_max + 1 > n_prompt ? o->draft_max + 1 : n_prompt; /* prefill chunks, verify batches */
+    if ((st = cli_seq_open(&q, m, rows < 512 ? rows : 512, &o->run, err))) goto out;
+    if ((st = cli_spec_open(&cs, o, m, err))) goto out;
     if (!(out = malloc(sizeof(*out) * (size_t)(o->n_predict ? o->n_predict : 1)))) {
         st = attnd_fail(err, ATTND_ERR_NOMEM, "out of memory");
         goto out;
@@ -144,7 +208,7 @@ static attnd_status generate(gen_opts *o, attnd_err *err) {
     cli_sampling_check("generate", &o->sampling, mi->n_vocab);
     if ((st = cli_gen_create(&cg, &o->sampling, mi->n_vocab, tok, prompt, n_prompt, o->n_predict, err))) goto out;
     engine_gen g = {.n_predict = o->n_predict, .pick = cli_gen_pick, .pick_user = cg,
-                    .on_token = cli_gen_on_token, .token_user = cg};
+                    .on_token = cli_gen_on_token, .token_user = cg, .spec = cs.sp};
     engine_timings tm;
     int n_out;
     if ((st = engine_generate(q.e, q.s, prompt, n_prompt, &g, out, &n_out, &tm, err))) goto out;
@@ -155,6 +219,7 @@ out:
     free(out);
     cli_gen_destroy(cg);
     tok_destroy(tok);
+    cli_spec_close(&cs);
     cli_seq_close(&q);
     model_destroy(m);
     return st;

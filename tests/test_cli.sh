@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # test_cli.sh — the CLI agrees with the server where they overlap: `attnd version`, and
 # `--threads 0` meaning all CPUs in every command that takes --threads (as `serve --threads 0`);
-# `attnd info` says whether a file runs, its chat template and KV cost (and README shows it true).
+# `attnd info` says whether a file runs, its chat template and KV cost (and README shows it true);
+# `generate --draft-max` (speculative decoding) prints what plain generation prints.
 set -u
 BIN=${ATTND_BINARY:?ATTND_BINARY not set}
 fail=0
@@ -26,6 +27,20 @@ check "generate --threads 0 gives what one thread gives" "$a" "$b"
 check "score --threads 0 runs" "$?" 0
 "$BIN" generate --threads -1 --tokens 1 --n 1 >/dev/null 2>&1
 check "a negative thread count is a usage error" "$?" 2
+
+# speculative decoding: the same text as without, and how many drafts were kept
+P="Repeat: we will build the roads and bridges of America. Repeat: we will build the roads and bridges"
+field() { python3 -c 'import json, sys; d = json.load(sys.stdin); print(eval(sys.argv[1]))' "$1"; }
+a=$("$BIN" generate --prompt "$P" --n 24 --temp 0 --stop "America." --json 2>/dev/null | field '[d["tokens"], d["text"]]')
+b=$("$BIN" generate --prompt "$P" --n 24 --temp 0 --stop "America." --json --draft-max 6 2>/dev/null)
+check "generate --draft-max gives the plain tokens and text" "$(field '[d["tokens"], d["text"]]' <<<"$b")" "$a"
+t='d["timings"]'
+check "generate --draft-max counts drafts" "$(field "$t['drafted'] > 0 and $t['accepted'] <= $t['drafted']" <<<"$b")" True
+"$BIN" generate --tokens 1,2 --n 2 --draft-model /nonexistent.gguf >/dev/null 2>&1
+check "--draft-model without --draft-max is a usage error" "$?" 2
+err=$("$BIN" generate --tokens 1,2 --n 2 --draft-max 4 --draft-model "${ATTND_DATA_DIR:?}/models/stories260K.gguf" 2>&1)
+grep -q "vocabulary differs" <<<"$err"
+check "a draft model of another vocabulary is refused with a message" "$?" 0
 
 # attnd bench: --model is optional (the default model), as its usage says
 "$BIN" bench --help 2>&1 | grep -q '^usage: attnd bench \[--model PATH\]'

@@ -41,7 +41,8 @@ Test(oai, completion_fields_become_c_values) {
     json_t *j = json_loads("{\"prompt\":\"hi\",\"max_tokens\":7,\"temperature\":0,\"top_p\":0.5,\"top_k\":3,"
                            "\"min_p\":0.1,\"stop\":[\"\\n\",\"END\"],\"seed\":42,\"logprobs\":2,\"echo\":true,"
                            "\"presence_penalty\":0.5,\"frequency_penalty\":-0.5,\"repeat_penalty\":1.1,"
-                           "\"logit_bias\":{\"5\":-100,\"7\":2.5},\"n\":1,\"user\":\"u\",\"session_id\":\"s1\"}", 0, NULL);
+                           "\"logit_bias\":{\"5\":-100,\"7\":2.5},\"n\":1,\"user\":\"u\",\"session_id\":\"s1\","
+                           "\"draft_max\":6}", 0, NULL);
     oai_request r;
     const char *param;
     attnd_err err;
@@ -64,6 +65,13 @@ Test(oai, completion_fields_become_c_values) {
         if (r.bias[i].id == 5) banned = isinf(r.bias[i].bias) && r.bias[i].bias < 0;
     cr_assert(banned, "-100 bans the token");
     cr_assert_str_eq(r.session_id, "s1");
+    cr_assert_eq(r.draft_max, 6);
+    oai_request_free(&r);
+    json_decref(j);
+    /* without the field, the server's setting (-1) */
+    j = json_loads("{\"prompt\":\"hi\"}", 0, NULL);
+    cr_assert_eq(oai_parse(j, false, &cfg, 512, &r, &param, &err), ATTND_OK, "%s", err.msg);
+    cr_assert_eq(r.draft_max, -1);
     oai_request_free(&r);
     json_decref(j);
 }
@@ -98,6 +106,8 @@ Test(oai, wrong_types_and_ranges_name_the_field) {
     expect_bad("{\"prompt\":\"x\",\"top_p\":0}", false, "top_p");
     expect_bad("{\"prompt\":\"x\",\"top_p\":1.5}", false, "top_p");
     expect_bad("{\"prompt\":\"x\",\"top_k\":-2}", false, "top_k");
+    expect_bad("{\"prompt\":\"x\",\"draft_max\":33}", false, "draft_max");
+    expect_bad("{\"prompt\":\"x\",\"draft_max\":-1}", false, "draft_max");
     expect_bad("{\"prompt\":\"x\",\"n\":0}", false, "n");
     expect_bad("{\"prompt\":\"x\",\"n\":17}", false, "n");
     expect_bad("{\"prompt\":[\"a\",\"b\",\"c\",\"d\",\"e\"],\"n\":16}", false, "n");

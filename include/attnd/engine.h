@@ -118,8 +118,13 @@ void engine_seq_ablate(kv_seq *s, const engine_ablation *a);
 /* Index of the largest logit; ties go to the lowest id (greedy decoding). */
 int32_t engine_argmax(const float *logits, int n_vocab);
 
+typedef struct spec spec; /* attnd/spec.h */
+
 typedef struct engine_gen {
     int n_predict;                                     /* tokens to generate at most */
+    /* Speculative decoding (attnd/spec.h), borrowed; NULL = off. Its history is reset and fed
+     * the prompt and every generated token. Off for a model spec_supported refuses. */
+    spec *spec;
     /* Picks the next token from logits[n_vocab]; NULL = greedy (engine_argmax). A negative
      * return aborts generation with ATTND_ERR_INVALID. */
     int32_t (*pick)(void *user, const float *logits);
@@ -132,13 +137,16 @@ typedef struct engine_gen {
 
 typedef struct engine_timings {
     double prefill_ms, decode_ms;
-    int n_prefill, n_decode;                           /* tokens evaluated in each phase */
+    int n_prefill, n_decode;                           /* prompt tokens; generated tokens after the first */
+    int n_drafted, n_accepted;                         /* speculation: tokens proposed, and kept */
 } engine_timings;
 
 /*
  * One sequence's generation: evaluates prompt[0..n_prompt) after what s already holds (prefill in
  * chunks of engine_max_batch, logits only for the last token), then repeatedly picks a token,
- * reports it, and evaluates it (one decode step, O(length)). out (n_predict ids, may be NULL)
+ * reports it, and evaluates it (one decode step, O(length)); with g->spec, it evaluates the token
+ * and the drafted ones as one batch and keeps the drafts the picks agree with (attnd/spec.h), so
+ * pick and on_token see the same logits and calls as without. out (n_predict ids, may be NULL)
  * receives the generated tokens and *n_out their count. The last generated token is not
  * evaluated, so s ends holding prompt + all but the last generated token. timings may be NULL.
  * Allocates nothing per token (one n_vocab logits buffer per call).

@@ -477,6 +477,8 @@ attnd_status oai_parse(const json_t *body, bool chat, const server_settings *cfg
         (rc = get_int(body, "repeat_last_n", -1, 1 << 20, &r->sp.repeat_last_n, param, err)))
         return rc;
     if (r->sp.top_p == 0) return oai_bad(param, "top_p", err, "'top_p' must be greater than 0");
+    r->draft_max = -1;
+    if ((rc = get_int(body, "draft_max", 0, 32, &r->draft_max, param, err)) != ATTND_OK) return rc;
     const json_t *seed = oai_field(body, "seed");
     if (seed) {
         if (!json_is_integer(seed)) return oai_bad(param, "seed", err, "'seed' must be an integer");

@@ -143,6 +143,10 @@ char *metrics_render(metrics *m, const sched_stats *st, int n_sessions, int read
                "%llu", (unsigned long long)st->prompt_tokens);
         metric(&o, "attnd_generated_tokens_total", "counter", "Tokens generated.",
                "%llu", (unsigned long long)st->generated_tokens);
+        metric(&o, "attnd_spec_drafted_tokens_total", "counter", "Speculative decoding: tokens drafted (prompt lookup).",
+               "%llu", (unsigned long long)st->spec_drafted);
+        metric(&o, "attnd_spec_accepted_tokens_total", "counter", "Speculative decoding: drafted tokens kept.",
+               "%llu", (unsigned long long)st->spec_accepted);
         metric(&o, "attnd_decode_seconds_total", "counter", "Wall time of engine steps that decoded.",
                "%.6f", st->decode_seconds);
         metric(&o, "attnd_prompt_seconds_total", "counter", "Wall time of engine steps that prefilled.",

@@ -58,6 +58,11 @@ typedef struct server_settings {
     int threads;             /* engine threads; <= 0 = all CPUs this process may use */
     int ctx_size;            /* per-sequence context cap; 0 = the model's context length */
     int max_batch;           /* most tokens per engine step (prefill chunk + decodes); default 512 */
+    int draft_max;           /* speculative decoding: tokens drafted per step for requests that do
+                                not say (draft_max); 0 = off (the default) */
+    const char *draft_model; /* a GGUF with the model's vocabulary drafting for requests that
+                                speculate; NULL = prompt lookup */
+    float draft_min_p;       /* the draft model stops below this top probability; default 0.5 */
     int prefill_budget_ms;   /* a step's time while a prompt prefills beside decoding streams;
                                 0 = auto (3 decode steps); default 0 */
     size_t kv_budget_mb;     /* KV memory budget for all sessions together; default 1024 */

@@ -22,6 +22,7 @@ struct sched_job {
     char **stops;             /* (n_stops) owned strings */
     int n_stops;
     int top_logprobs;
+    int draft_max;            /* prompt-lookup drafts per step; 0 = off */
     bool prompt_logprobs;
     attn_capture *capture;    /* owned, may be NULL */
     grammar *grammar;         /* a reference, may be NULL */
@@ -100,6 +101,9 @@ typedef struct slot {
     gen *g;              /* sampler, detokenizer, stop strings of this request */
     int batch_n;         /* entries this slot has in the current batch */
     int row0;            /* first logits row of this slot in the current batch, -1 = none */
+    int32_t draft[32];   /* (n_draft) drafts after next_token in this batch */
+    struct spec *sp;     /* the draft model's drafter for this sequence, or NULL (lookup / off) */
+    int n_draft;
     uint64_t admitted;   /* admission order (newest fails first on KV exhaustion) */
     size_t reserve;      /* KV bytes this job reserved for itself (see kv_group) */
     kv_group *group;     /* n > 1 choices of one prompt: the reservation they share, or NULL */
@@ -139,6 +143,11 @@ struct sched {
     engine *eng;
     kv_pool *pool;
     int n_vocab, n_ctx, max_batch, n_slots, queue_limit, max_anon, rows_cap;
+    int draft_max;        /* the server's draft_max; -1: the model cannot speculate (spec.h) */
+    model *dm;            /* draft_model, or NULL (prompt lookup) */
+    engine *deng;         /* the draft model's engine, used by the scheduler thread only */
+    kv_pool *dpool;       /* the draft sequences' KV (one per speculating slot) */
+    float draft_min_p;
     int tenant_slots;     /* most slots one tenant holds (max_parallel; n_slots has one more) */
     float *logits;        /* (rows_cap, n_vocab) */
     batch_entry *batch;   /* (max_batch) */
@@ -203,6 +212,10 @@ attnd_status sched_check_budget(const sched *s, size_t budget, attnd_err *err);
 /* Prefill tokens the next step may take beside n_decode decoding sequences, for n_prompts prompts
  * being read, the oldest of which has its next token at position pos. */
 int sched_prefill_cap(const sched *s, int n_decode, int n_prompts, int pos);
+/* Speculative decoding's share of a step of cap entries (the smaller of max_batch and the logits
+ * rows) beside n_decode decoding streams: what they leave, half of it while prompts wait to
+ * prefill, so drafting backs off as the batch fills (0 when it is full). */
+int sched_draft_room(int cap, int n_decode, bool prompts_waiting);
 /* Learns what a decode step and a prefill token cost from a step of ms milliseconds that carried
  * n_decode decode tokens and n_prefill prompt tokens at mean position pf_pos. */
 void sched_learn_costs(sched *s, double ms, int n_decode, int n_prefill, double pf_pos);

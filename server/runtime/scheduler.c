@@ -25,6 +25,7 @@
 
 #include "attnd/buf.h"
 #include "attnd/gen.h"
+#include "attnd/spec.h"
 #include "sched_internal.h"
 #include "slog.h"
 
@@ -97,6 +98,7 @@ static void slot_finish(sched *s, slot *sl, const char *reason, attnd_status st,
     pthread_cond_broadcast(&j->cv);
     pthread_mutex_unlock(&j->mu);
     gen_destroy(sl->g);
+    spec_destroy(sl->sp);
     free(sl->hist);
     if (sl->own_kv) kv_seq_destroy(sl->kv);
     free(sl->abl.mean_sum), free(sl->abl.mean_n);
@@ -175,6 +177,27 @@ static attnd_status slot_start_ablated(sched *s, slot *sl, sched_job *j, attnd_e
     return slot_init_gen(s, sl, j, err);
 }
 
+/* The drafts per step j may take: its own draft_max, else the server's; 0 when the model cannot
+ * speculate. */
+static int job_draft_max(const sched *s, const sched_job *j) {
+    return s->draft_max < 0 ? 0 : j->draft_max >= 0 ? j->draft_max : s->draft_max;
+}
+
+/* With a draft model, the drafter of a slot that speculates, fed the prompt. Without one (out of
+ * memory), the slot falls back to prompt lookup. */
+static void slot_open_drafter(sched *s, slot *sl) {
+    if (!s->deng || job_draft_max(s, sl->job) <= 0 || sl->job->capture) return;
+    spec_params p;
+    spec_params_default(&p);
+    p.draft_max = job_draft_max(s, sl->job), p.draft = s->deng, p.draft_pool = s->dpool, p.draft_min_p = s->draft_min_p;
+    attnd_err err;
+    if (spec_create(&sl->sp, &p, &err) != ATTND_OK || spec_push(sl->sp, sl->hist, sl->n_hist, &err) != ATTND_OK) {
+        slog_debug("no draft model for this sequence: %s", err.msg);
+        spec_destroy(sl->sp);
+        sl->sp = NULL;
+    }
+}
+
 /* Takes a job into a free slot: picks its cache entry and keeps the longest common prefix. */
 static attnd_status slot_start(sched *s, slot *sl, sched_job *j, attnd_err *err) {
     memset(sl, 0, sizeof(*sl));
@@ -204,6 +227,7 @@ static attnd_status slot_start(sched *s, slot *sl, sched_job *j, attnd_err *err)
     sl->prefilling = true;
     attnd_status rc = slot_init_gen(s, sl, j, err);
     if (rc != ATTND_OK) return rc;
+    slot_open_drafter(s, sl);
     pthread_mutex_lock(&s->mu);
     s->stats.cached_tokens += (uint64_t)keep;
     pthread_mutex_unlock(&s->mu);
@@ -222,6 +246,8 @@ static void slot_token(sched *s, slot *sl, const float *row) {
     gen_token t;
     stop_reason why = gen_next(sl->g, row, top, &t);
     sl->hist[sl->n_hist++] = t.id;
+    attnd_err ignored;
+    if (sl->sp && spec_push(sl->sp, &t.id, 1, &ignored) != ATTND_OK) spec_destroy(sl->sp), sl->sp = NULL;
     sl->n_gen++;
     double now = attnd_now_s();
     if (sl->t_last > 0) observe(s, SCHED_H_ITL, now - sl->t_last);
@@ -421,21 +447,58 @@ static slot *oldest_prefilling(sched *s) {
     return best;
 }
 
-/* Builds the step's batch into s->batch; returns its size. Prefill chunks stop where the logits
+int sched_draft_room(int cap, int n_decode, bool prompts_waiting) {
+    int room = cap - n_decode;
+    return room <= 0 ? 0 : prompts_waiting ? room / 2 : room;
+}
+
+/* Drafts for a decoding slot (speculative decoding, attnd/spec.h), at most room: never past
+ * max_tokens or the context, none for a job that inspects attention or ablates heads (a mean
+ * ablation's running mean would count rejected drafts). The draft model's, or prompt lookup's; a
+ * draft that fails (the draft pool is full) is none. */
+static int slot_drafts(const sched *s, slot *sl, int room) {
+    const sched_job *j = sl->job;
+    int dm = job_draft_max(s, j);
+    int left = j->max_tokens - sl->n_gen - 1, ctx = s->n_ctx - sl->n_past - 1;
+    int max = dm < room ? dm : room;
+    if (left < max) max = left;
+    if (ctx < max) max = ctx;
+    if (max <= 0 || j->capture || j->n_ablate) return 0;
+    if (max > (int)ATTND_ARRAY_LEN(sl->draft)) max = (int)ATTND_ARRAY_LEN(sl->draft);
+    if (!sl->sp) return spec_lookup(sl->hist, sl->n_hist, 2, 3, max, sl->draft);
+    int n;
+    attnd_err err;
+    if (spec_draft(sl->sp, max, sl->draft, &n, &err) == ATTND_OK) return n;
+    slog_debug("draft model: %s", err.msg);
+    return 0;
+}
+
+/* Builds the step's batch into s->batch; returns its size. Each decoding slot's token comes
+ * first; drafts take only the room the decoding slots leave (half of it while a prompt waits to
+ * prefill), so speculation backs off as the batch fills. Prefill chunks stop where the logits
  * rows or the prefill cap run out. */
 static int build_batch(sched *s, batch_shape *sh) {
-    int n = 0, rows = 0;
+    int n = 0, rows = 0, n_dec = 0, waiting = 0;
     double pos_sum = 0;
     *sh = (batch_shape){0};
+    for (int k = 0; k < s->n_slots; k++) {
+        n_dec += s->slots[k].job && !s->slots[k].prefilling;
+        waiting += s->slots[k].job && s->slots[k].prefilling;
+    }
+    int room = sched_draft_room(s->max_batch < s->rows_cap ? s->max_batch : s->rows_cap, n_dec, waiting > 0);
     for (int k = 0; k < s->n_slots; k++) {
         slot *sl = &s->slots[k];
         sl->batch_n = 0;
         sl->row0 = -1;
+        sl->n_draft = 0;
         if (!sl->job || sl->prefilling || n >= s->max_batch || rows >= s->rows_cap) continue;
         s->batch[n++] = (batch_entry){sl->kv, sl->next_token, sl->n_past, true};
         sl->batch_n = 1;
         sl->row0 = rows++;
         sh->n_decode++;
+        sl->n_draft = room > 0 ? slot_drafts(s, sl, room) : 0;
+        for (int i = 0; i < sl->n_draft; i++) s->batch[n++] = (batch_entry){sl->kv, sl->draft[i], sl->n_past + 1 + i, true};
+        rows += sl->n_draft, room -= sl->n_draft, sl->batch_n += sl->n_draft;
     }
     /* prefill, oldest admission first; the cap is sized for the oldest prompt's position */
     int n_prompts = 0;
@@ -571,6 +634,30 @@ static void count_step(sched *s, const batch_shape *sh, double dt, uint64_t n_ge
     pthread_mutex_unlock(&s->mu);
 }
 
+/* A decoding slot's rows were evaluated: samples from them in order while each token equals the
+ * next draft (attnd/spec.h), then drops the rejected drafts from the KV. Returns the tokens
+ * generated. */
+static int slot_verify(sched *s, slot *sl) {
+    int r = 0, kept = 0;
+    sl->n_past += 1; /* next_token */
+    for (;; r++) {
+        slot_token(s, sl, s->logits + (size_t)(sl->row0 + r) * s->n_vocab);
+        bool agree = r < sl->n_draft && sl->next_token == sl->draft[r];
+        kept += agree;
+        if (sl->end_reason || !agree) break;
+        sl->n_past += 1; /* the draft is the token sampled: its position holds */
+    }
+    if (sl->n_draft) {
+        if (sl->sp) spec_count(sl->sp, sl->n_draft, kept);
+        kv_seq_truncate(sl->kv, sl->n_past);
+        pthread_mutex_lock(&s->mu);
+        s->stats.spec_drafted += (uint64_t)sl->n_draft;
+        s->stats.spec_accepted += (uint64_t)kept;
+        pthread_mutex_unlock(&s->mu);
+    }
+    return r + 1;
+}
+
 static void step(sched *s) {
     apply_cancels(s);
     admit(s);
@@ -589,12 +676,10 @@ static void step(sched *s) {
             n_gen += (uint64_t)slot_prefilled(s, sl, dt);
             continue;
         }
-        sl->n_past += 1;
         pthread_mutex_lock(&sl->job->mu);
         sl->job->gen_ms += dt * 1e3;
         pthread_mutex_unlock(&sl->job->mu);
-        slot_token(s, sl, s->logits + (size_t)sl->row0 * s->n_vocab);
-        n_gen++;
+        n_gen += (uint64_t)slot_verify(s, sl);
     }
     finish_ended(s);
     /* live KV sizes of active sessions, for GET /v1/sessions */
@@ -709,6 +794,22 @@ static void *sched_main(void *arg) {
 
 // ---- public -------------------------------------------------------------------------------
 
+/* The draft model of cfg->draft_model (speculative decoding): loaded, checked against the model's
+ * vocabulary, with its own engine and a KV pool of one full context per slot. */
+static attnd_status draft_open(sched *s, const server_settings *cfg, attnd_err *err) {
+    s->draft_min_p = cfg->draft_min_p;
+    if (!cfg->draft_model || !*cfg->draft_model) return ATTND_OK;
+    attnd_status rc = model_load(&s->dm, cfg->draft_model, err);
+    if (rc != ATTND_OK) return rc;
+    if ((rc = spec_vocab_check(s->m, s->dm, err)) != ATTND_OK) return rc;
+    if (!spec_supported(s->dm))
+        return attnd_fail(err, ATTND_ERR_UNSUPPORTED, "draft_model %s has sliding-window layers, which speculation "
+                          "cannot roll back", cfg->draft_model);
+    size_t budget = kv_context_bytes(s->dm, s->n_ctx, KV_F16) * (size_t)s->n_slots;
+    if ((rc = kv_pool_create(&s->dpool, s->dm, budget, KV_F16, err)) != ATTND_OK) return rc;
+    return engine_create(&s->deng, s->dm, 512, cfg->threads, err);
+}
+
 /* Where the session store sends the KV of sessions it removes itself (TTL, LRU). */
 static void kv_sink(void *user, struct kv_seq *kv) { sched_free_kv(user, kv); }
 
@@ -734,6 +835,7 @@ attnd_status sched_create(sched **out, const model *m, const tokenizer *tok, ses
     s->tenant_slots = cfg->max_parallel > 0 ? cfg->max_parallel : 16;
     s->n_slots = s->tenant_slots + 1; /* one more than a tenant may hold: another finds it free */
     s->max_batch = cfg->max_batch > s->n_slots ? cfg->max_batch : s->n_slots;
+    s->draft_max = spec_supported(m) ? cfg->draft_max : -1;
     s->queue_limit = cfg->queue_limit > 0 ? cfg->queue_limit : 1;
     s->max_anon = s->n_slots + 4;
     /* logits rows: one per decoding slot plus prefill rows, within ~64 MiB for big vocabularies */
@@ -757,6 +859,7 @@ attnd_status sched_create(sched **out, const model *m, const tokenizer *tok, ses
     if ((rc = sched_check_budget(s, budget, err)) != ATTND_OK) goto fail;
     s->budget_ms = cfg->prefill_budget_ms;
     if ((rc = engine_create(&s->eng, m, s->max_batch, cfg->threads, err)) != ATTND_OK) goto fail;
+    if ((rc = draft_open(s, cfg, err)) != ATTND_OK) goto fail;
     s->stats.kv_budget = kv_pool_bytes_budget(s->pool);
     hist_init_all(&s->stats);
     s->stats.slots = s->tenant_slots;
@@ -807,6 +910,9 @@ void sched_destroy(sched *s) {
     for (int i = 0; i < s->n_free; i++) kv_seq_destroy(s->to_free[i]);
     if (s->store) sess_take_all_kv(s->store, destroy_kv);
     engine_destroy(s->eng);
+    engine_destroy(s->deng);
+    kv_pool_destroy(s->dpool); /* the slots' drafters went with them */
+    model_destroy(s->dm);
     kv_pool_destroy(s->pool);
     free(s->logits);
     free(s->batch);

@@ -47,6 +47,8 @@ typedef struct sched_job_spec {
     int n_stops;
     int max_tokens;           /* >= 0; generation also ends at the context cap */
     int top_logprobs;         /* alternatives per generated token (0..20); -1 = no logprobs */
+    int draft_max;            /* speculative decoding by prompt lookup: drafts per step, 0 = off,
+                                 -1 = the server's draft_max; backs off when the batch is full */
     bool prompt_logprobs;     /* echo + logprobs: log-probabilities of prompt tokens 1..n-1 */
     attn_capture *capture;    /* stolen, may be NULL: records the attention of this job's
                                  positions (attention inspection). Such a job evaluates its
@@ -159,6 +161,7 @@ typedef struct sched_stats {
     size_t kv_reserved;      /* KV bytes reserved by the running jobs (admission control) */
     uint64_t prompt_tokens, generated_tokens, cached_tokens, steps;
     uint64_t evictions;      /* idle KV caches evicted to make room */
+    uint64_t spec_drafted, spec_accepted; /* speculative decoding: tokens drafted, and kept */
     double decode_seconds;   /* wall time of steps that decoded at least one token */
     double prompt_seconds;   /* wall time of steps that prefilled */
     double last_tok_per_s;   /* generated tokens/s over the last few seconds */

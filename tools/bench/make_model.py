@@ -43,6 +43,7 @@ VT_U32, VT_I32, VT_F32, VT_BOOL, VT_STR, VT_ARR = 4, 5, 6, 7, 8, 9
 #                     [(byte offset of an f16 scale field, its value)])
 QTYPES = {
     "F32": (0, 1, 4, []),
+    "F16": (1, 1, 2, []),
     "Q4_0": (2, 32, 18, [(0, 0.02 / 4.6)]),
     # Q5_0: d, 4 bytes of high bits, 16 bytes of nibbles per 32 weights
     "Q5_0": (6, 32, 22, [(0, 0.02 / 9.2)]),
@@ -145,8 +146,9 @@ def tokenizer_records(path):
 def random_tensor(rng, tname, rows, cols):
     """(rows, cols) weights of type tname as bytes: random blocks with fixed, small scales."""
     _, elems, nbytes, scales = QTYPES[tname]
-    if tname == "F32":
-        return (rng.standard_normal((rows, cols), dtype=np.float32) * 0.02).tobytes()
+    if tname in ("F32", "F16"):
+        w = rng.standard_normal((rows, cols), dtype=np.float32) * 0.02
+        return (w if tname == "F32" else w.astype(np.float16)).tobytes()
     assert cols % elems == 0, f"{cols} columns are not whole {tname} blocks"
     blocks = rng.integers(0, 256, size=(rows * cols // elems, nbytes), dtype=np.uint8)
     for off, value in scales:
@@ -264,7 +266,7 @@ def build(a):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("out")
-    ap.add_argument("--type", default="Q4_K_M", choices=["F32", "Q8_0", "Q4_0", "Q4_K_M"])
+    ap.add_argument("--type", default="Q4_K_M", choices=["F32", "F16", "Q8_0", "Q4_0", "Q4_K_M"])
     ap.add_argument("--shape", default="tinyllama", choices=sorted(SHAPES))
     for opt in ("dim", "ffn", "layers", "heads", "kv-heads", "vocab", "ctx"):
         ap.add_argument("--" + opt, type=int)
