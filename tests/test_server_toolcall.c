@@ -141,6 +141,19 @@ Test(toolcall, arguments_arrive_as_fragments_token_by_token) {
     json_decref(deltas);
 }
 
+/* A fragment never ends inside a character, also one that the arguments form only once the blank
+ * between its bytes is dropped (outside strings, the compact form keeps no blanks): the fragments
+ * join to the arguments under every chunking. Found by fuzz_toolcall. */
+Test(toolcall, fragments_never_split_a_character_of_the_compact_arguments) {
+    args_must_parse = false;
+    static const char TEXT[] = "<tool_call>{\"name\": \"f\", \"arguments\": {\"a\": 1\xf3 \xa6\xa6\xa6, \"b\": "
+                               "\"\xe2\x82\xac<\xf0\x9f\x98\x80</x\"}}</tool_call>";
+    parsed *p = check_all_chunkings(TEXT, true);
+    cr_assert_eq(p->n_calls, 1);
+    cr_assert_str_eq(p->args[0], "{\"a\":1\xf3\xa6\xa6\xa6,\"b\":\"\xe2\x82\xac<\xf0\x9f\x98\x80</x\"}");
+    args_must_parse = true;
+}
+
 /* Once a call's name and the start of its arguments came, they stream: a call cut short keeps
  * what the model wrote. Before that point, text that is no call stays content. */
 Test(toolcall, a_call_whose_json_is_broken_keeps_what_came) {

@@ -37,6 +37,7 @@ struct toolcall_parser {
     int depth;             /* M_ARGS / M_CALL_TAIL: JSON nesting, strings tracked by in_str, esc */
     bool in_str, esc;
     buf args;              /* M_ARGS: the current call's arguments so far */
+    size_t args_sent;      /* how many bytes of args went out as fragments */
     char id_base[48];      /* call ids are id_base + "_" + index; "" = random */
 };
 
@@ -285,6 +286,7 @@ static bool open_streaming(toolcall_parser *p, size_t at, enum mode after, json_
     open_call(p, name, deltas);
     consume(p, at + args_at);
     buf_clear(&p->args);
+    p->args_sent = 0;
     p->mode = M_ARGS, p->after = after;
     p->depth = 0, p->in_str = p->esc = false;
     return true;
@@ -320,7 +322,7 @@ static int hermes_cut(const toolcall_parser *p, const char *s, size_t n, size_t 
  * keeps what the model wrote. */
 static bool step_args(toolcall_parser *p, json_t *deltas, bool final) {
     const char *s = p->pend.p;
-    size_t n = p->pend.len, limit = final ? n : n - utf8_tail(s, n), i = 0, from = p->args.len;
+    size_t n = p->pend.len, limit = final ? n : n - utf8_tail(s, n), i = 0;
     bool done = false, cut = false;
     for (; i < limit && !done && !cut; i++) {
         int c = hermes_cut(p, s, n, i);
@@ -329,7 +331,11 @@ static bool step_args(toolcall_parser *p, json_t *deltas, bool final) {
         if (scan_byte(p, s[i])) buf_append(&p->args, &s[i], 1);
         done = p->depth == 0;
     }
-    args_delta(p, p->args.p + from, p->args.len - from, deltas);
+    /* a fragment never ends inside a character, also when the loop stopped early (a possible
+     * close tag): the tail waits for the next release */
+    size_t upto = done || cut || final ? p->args.len : p->args.len - utf8_tail(p->args.p, p->args.len);
+    if (upto > p->args_sent) args_delta(p, p->args.p + p->args_sent, upto - p->args_sent, deltas);
+    if (upto > p->args_sent) p->args_sent = upto;
     consume(p, i);
     if (done || cut) close_args(p, p->args.p, p->args.len);
     if (done) p->mode = M_CALL_TAIL, p->depth = 1; /* still inside the call object */
