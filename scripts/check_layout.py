@@ -50,9 +50,10 @@ def long_functions(path):
             i += 1
             continue
         j = i  # the signature may span lines: the body opens where a line ends with '{'
-        while j < len(lines) and not lines[j].rstrip().endswith("{") and not lines[j].rstrip().endswith(";"):
+        # (a blank line first means no function: e.g. a row of macro calls, G_RUN(...))
+        while j < len(lines) and lines[j].strip() and not lines[j].rstrip().endswith(("{", ";")):
             j += 1
-        if j >= len(lines) or lines[j].rstrip().endswith(";"):
+        if j >= len(lines) or not lines[j].strip() or lines[j].rstrip().endswith(";"):
             i = j + 1
             continue
         k = j + 1

@@ -443,6 +443,31 @@ static attnd_status parse_max_tokens(const json_t *body, bool chat, const server
     return ATTND_OK;
 }
 
+/* The sampler's fields, draft_max and seed. */
+static attnd_status parse_sampling(const json_t *body, int n_vocab, oai_request *r, const char **param,
+                                   attnd_err *err) {
+    attnd_status rc;
+    if ((rc = get_num(body, "temperature", 0, 100, &r->sp.temperature, param, err)) ||
+        (rc = get_num(body, "top_p", 0, 1, &r->sp.top_p, param, err)) ||
+        (rc = get_num(body, "min_p", 0, 1, &r->sp.min_p, param, err)) ||
+        (rc = get_num(body, "typical_p", 0, 1, &r->sp.typical_p, param, err)) ||
+        (rc = get_num(body, "repeat_penalty", 0, 100, &r->sp.repeat_penalty, param, err)) ||
+        (rc = get_num(body, "presence_penalty", -2, 2, &r->sp.presence_penalty, param, err)) ||
+        (rc = get_num(body, "frequency_penalty", -2, 2, &r->sp.frequency_penalty, param, err)) ||
+        (rc = get_int(body, "top_k", 0, n_vocab, &r->sp.top_k, param, err)) ||
+        (rc = get_int(body, "repeat_last_n", -1, 1 << 20, &r->sp.repeat_last_n, param, err)))
+        return rc;
+    if (r->sp.top_p == 0) return oai_bad(param, "top_p", err, "'top_p' must be greater than 0");
+    r->draft_max = -1;
+    if ((rc = get_int(body, "draft_max", 0, 32, &r->draft_max, param, err)) != ATTND_OK) return rc;
+    const json_t *seed = oai_field(body, "seed");
+    if (seed) {
+        if (!json_is_integer(seed)) return oai_bad(param, "seed", err, "'seed' must be an integer");
+        r->sp.seed = (uint64_t)json_integer_value(seed);
+    }
+    return ATTND_OK;
+}
+
 attnd_status oai_parse(const json_t *body, bool chat, const server_settings *cfg, int n_vocab, oai_request *r,
                        const char **param, attnd_err *err) {
     memset(r, 0, sizeof(*r));
@@ -466,24 +491,7 @@ attnd_status oai_parse(const json_t *body, bool chat, const server_settings *cfg
         return oai_bad(param, "n", err, "%d prompts x n = %d make %d choices; at most %d per request", n_prompts, r->n,
                    n_prompts * r->n, OAI_MAX_CHOICES);
     if ((rc = parse_max_tokens(body, chat, cfg, n_prompts, r, param, err)) != ATTND_OK) return rc;
-    if ((rc = get_num(body, "temperature", 0, 100, &r->sp.temperature, param, err)) ||
-        (rc = get_num(body, "top_p", 0, 1, &r->sp.top_p, param, err)) ||
-        (rc = get_num(body, "min_p", 0, 1, &r->sp.min_p, param, err)) ||
-        (rc = get_num(body, "typical_p", 0, 1, &r->sp.typical_p, param, err)) ||
-        (rc = get_num(body, "repeat_penalty", 0, 100, &r->sp.repeat_penalty, param, err)) ||
-        (rc = get_num(body, "presence_penalty", -2, 2, &r->sp.presence_penalty, param, err)) ||
-        (rc = get_num(body, "frequency_penalty", -2, 2, &r->sp.frequency_penalty, param, err)) ||
-        (rc = get_int(body, "top_k", 0, n_vocab, &r->sp.top_k, param, err)) ||
-        (rc = get_int(body, "repeat_last_n", -1, 1 << 20, &r->sp.repeat_last_n, param, err)))
-        return rc;
-    if (r->sp.top_p == 0) return oai_bad(param, "top_p", err, "'top_p' must be greater than 0");
-    r->draft_max = -1;
-    if ((rc = get_int(body, "draft_max", 0, 32, &r->draft_max, param, err)) != ATTND_OK) return rc;
-    const json_t *seed = oai_field(body, "seed");
-    if (seed) {
-        if (!json_is_integer(seed)) return oai_bad(param, "seed", err, "'seed' must be an integer");
-        r->sp.seed = (uint64_t)json_integer_value(seed);
-    }
+    if ((rc = parse_sampling(body, n_vocab, r, param, err)) != ATTND_OK) return rc;
     if ((rc = oai_get_bool(body, "stream", &r->stream, param, err)) != ATTND_OK) return rc;
     const json_t *so = oai_field(body, "stream_options");
     if (so) {
