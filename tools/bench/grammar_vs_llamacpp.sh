@@ -37,8 +37,7 @@ while [ $# -gt 0 ]; do
     esac
     shift 2
 done
-shared=${ATTND_SHARED_DIR:-../shared}
-[ -d "$shared/tokenizers" ] || shared=/work/shared
+vocabs=tests/data/tokenizers # the committed vocabularies (a fresh clone has them)
 py=""
 for p in /usr/bin/python3 python3; do
     if "$p" -c 'import numpy' 2>/dev/null; then py=$p; break; fi
@@ -81,7 +80,7 @@ for voc in llama-spm qwen2-bpe; do
     m=$cache/grammar-$tag-$voc-$type.gguf
     if [ ! -s "$m" ]; then
         echo "grammar_vs_llamacpp.sh: writing $m ..." >&2
-        "$py" tools/bench/make_model.py --type "$type" "${shape[@]}" --tokenizer "$shared/tokenizers/$voc.gguf" "$m.tmp" && mv "$m.tmp" "$m"
+        "$py" tools/bench/make_model.py --type "$type" "${shape[@]}" --tokenizer "$vocabs/$voc.gguf" "$m.tmp" && mv "$m.tmp" "$m"
     fi
     eos=$("$py" -c '
 import struct, sys

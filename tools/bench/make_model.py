@@ -21,7 +21,7 @@ llama.cpp's fallback, Q5_0 for Q4_K and Q8_0 for Q6_K; norms and the MoE router 
 are set so that weights have a standard deviation of roughly 0.02 (no NaN or infinity can occur).
 The vocabulary is a SentencePiece-style one: <unk>, <s>, </s>, 256 byte tokens, then "w<i>";
 --tokenizer TOK.gguf takes a real one instead (every tokenizer.* key of that GGUF, e.g. the 32k
-SentencePiece or the 151,936-token qwen2 BPE vocabularies of ../shared/tokenizers), so that text
+SentencePiece or the 151,936-token qwen2 BPE vocabularies of tests/data/tokenizers), so that text
 such as JSON tokenizes as it would for a real model (tools/bench/grammar_vs_llamacpp.sh).
 
 GGUF layout (v3, little endian): magic, version, tensor count, key-value count; the key-values;

@@ -4,7 +4,7 @@
 # Uses ./build/attnd (build it Release for meaningful numbers). Prints numbers and ratios.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-model=${1:-../shared/models/rand-Q8_0.gguf}
+model=${1:-models/attnd-sotu.gguf} # the shipped model unless one is named
 shift || true
 log=$(mktemp)
 ./build/attnd serve --model "$model" --port 0 "$@" 2>"$log" &
