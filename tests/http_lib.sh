@@ -51,6 +51,11 @@ fail() {
     exit 1
 }
 
+# http_status CURL_ARGS...: the HTTP status of one request, its body thrown away.
+http_status() {
+    curl -s -o /dev/null -w '%{http_code}' "$@"
+}
+
 # start_server NAME [flags...]
 start_server() {
     local name=$1

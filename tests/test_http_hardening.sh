@@ -79,12 +79,12 @@ code=$(post "$P" /v1/sessions '{}' -H 'Origin: null')
 check "Origin: null cannot create sessions ($code)" test "$code" = 403
 code=$(post "$P" /v1/completions "$comp" -H "Origin: http://127.0.0.1:$P")
 check "the server's own origin is accepted ($code)" test "$code" = 200
-code=$(curl -s -o /dev/null -w '%{http_code}' -d "$comp" "http://127.0.0.1:$P/v1/completions")
+code=$(http_status -d "$comp" "http://127.0.0.1:$P/v1/completions")
 check "plain curl -d (form content type, no Origin) keeps working ($code)" test "$code" = 200
 code=$(curl -s -o "$TMP/body" -w '%{http_code}' -H 'Host: evil.example' "http://127.0.0.1:$P/v1/models")
 check "a foreign Host on a loopback server is refused ($code)" test "$code" = 421
 check "with a JSON error" grep -q '"type":"permission_error"' "$TMP/body"
-code=$(curl -s -o /dev/null -w '%{http_code}' -H "Host: localhost:$P" "http://127.0.0.1:$P/v1/models")
+code=$(http_status -H "Host: localhost:$P" "http://127.0.0.1:$P/v1/models")
 check "Host: localhost is answered ($code)" test "$code" = 200
 
 stop_server main || bad "SIGTERM exit status"
@@ -93,7 +93,7 @@ stop_server main || bad "SIGTERM exit status"
 start_server open --model "$MODEL" --threads 1 --allowed-hosts "box.lan" --cors-origins "https://app.example" \
     --api-key "k-$$-secret"
 auth=(-H "Authorization: Bearer k-$$-secret")
-code=$(curl -s -o /dev/null -w '%{http_code}' "${auth[@]}" -H 'Host: box.lan:80' "http://127.0.0.1:$open_PORT/v1/models")
+code=$(http_status "${auth[@]}" -H 'Host: box.lan:80' "http://127.0.0.1:$open_PORT/v1/models")
 check "a host listed in allowed_hosts is answered ($code)" test "$code" = 200
 code=$(post "$open_PORT" /v1/completions "$comp" "${auth[@]}" -H 'Origin: https://app.example')
 check "an origin listed in cors_origins may POST ($code)" test "$code" = 200
@@ -113,10 +113,10 @@ done
 sleep 0.5
 code=$(curl -s -o "$TMP/body" -w '%{http_code}' -m 5 "http://127.0.0.1:$tight_PORT/v1/models")
 check "at the connection limit a request is answered 503, not reset ($code)" test "$code" = 503
-code=$(curl -s -o /dev/null -w '%{http_code}' -m 5 "http://127.0.0.1:$tight_PORT/health")
+code=$(http_status -m 5 "http://127.0.0.1:$tight_PORT/health")
 check "while /health is answered from the reserved slot ($code)" test "$code" = 200
 sleep 3
-code=$(curl -s -o /dev/null -w '%{http_code}' -m 5 "http://127.0.0.1:$tight_PORT/health")
+code=$(http_status -m 5 "http://127.0.0.1:$tight_PORT/health")
 check "after header_timeout_s the slow connections are gone and /health answers ($code)" test "$code" = 200
 for _ in $(seq 100); do # a writer notices the close at its second write after it
     alive=0
@@ -160,7 +160,7 @@ code=$(post "$keys_PORT" /v1/sessions '{"id":"mine"}' "${KA[@]}")
 check "key A creates session 'mine' ($code)" test "$code" = 200
 curl -s "${KB[@]}" "http://127.0.0.1:$keys_PORT/v1/sessions" >"$TMP/list"
 check "key B does not see it listed" bash -c "! grep -q mine '$TMP/list'"
-code=$(curl -s -o /dev/null -w '%{http_code}' "${KB[@]}" "http://127.0.0.1:$keys_PORT/v1/sessions/mine")
+code=$(http_status "${KB[@]}" "http://127.0.0.1:$keys_PORT/v1/sessions/mine")
 check "nor by id ($code)" test "$code" = 404
 code=$(post "$keys_PORT" /v1/completions '{"prompt":"x","max_tokens":1,"session_id":"mine"}' "${KB[@]}")
 check "nor use it ($code)" test "$code" = 404
