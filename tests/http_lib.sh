@@ -6,6 +6,8 @@
 #   need_node                            fail the test when node is missing (scripts/dev.sh test installs it)
 #   npm_packages DIR PKG...              install PKG... once into the build directory's DIR (one per
 #                                        test: parallel tests never share one); sets NPM_DIR, prints versions
+#   ok/bad/check DESCRIPTION [COMMAND...] TAP lines; bad (or a failing check) sets status=1
+#   http_status CURL_ARGS...             the HTTP status of one request, body discarded
 #   $MODEL                               the default model, models/attnd-sotu.gguf (what users serve)
 
 ATTND_SOURCE_DIR=${ATTND_SOURCE_DIR:-$(cd "$(dirname "$0")/.." && pwd)}
@@ -49,6 +51,16 @@ npm_packages() {
 fail() {
     echo "FAIL: $*" >&2
     exit 1
+}
+
+# TAP-style results: ok/bad print a line, bad sets status=1 (the script starts with status=0
+# and exits with $status); check DESCRIPTION COMMAND... is ok when the command succeeds.
+ok() { echo "ok - $*"; }
+bad() { echo "not ok - $*"; status=1; }
+check() {
+    local d=$1
+    shift
+    if "$@"; then ok "$d"; else bad "$d"; fi
 }
 
 # http_status CURL_ARGS...: the HTTP status of one request, its body thrown away.

@@ -13,13 +13,6 @@ here=$(cd "$(dirname "$0")" && pwd)
 source "$here/http_lib.sh"
 [ -f "$MODEL" ] || { echo "FAIL: $MODEL not found"; exit 1; }
 status=0
-ok() { echo "ok - $*"; }
-bad() { echo "not ok - $*"; status=1; }
-check() { # check DESCRIPTION COMMAND...
-    local d=$1
-    shift
-    if "$@"; then ok "$d"; else bad "$d"; fi
-}
 FAULT=$TMP/fault
 STATE=$TMP/state
 

@@ -8,13 +8,6 @@ source "$here/http_lib.sh"
 MODEL=${ATTND_SOURCE_DIR:-$here/..}/models/attnd-sotu.gguf
 [ -f "$MODEL" ] || { echo "FAIL: $MODEL not found"; exit 1; }
 status=0
-ok() { echo "ok - $*"; }
-bad() { echo "not ok - $*"; status=1; }
-check() { # check DESCRIPTION COMMAND...: ok when the command succeeds
-    local d=$1
-    shift
-    if "$@"; then ok "$d"; else bad "$d"; fi
-}
 # post PORT PATH BODY [curl args...]: prints the HTTP status, the body goes to $TMP/body
 post() {
     local port=$1 path=$2 body=$3
