@@ -8,6 +8,7 @@
 #                                        test: parallel tests never share one); sets NPM_DIR, prints versions
 #   ok/bad/check DESCRIPTION [COMMAND...] TAP lines; bad (or a failing check) sets status=1
 #   http_status CURL_ARGS...             the HTTP status of one request, body discarded
+#   check_status WANT DESCRIPTION CURL_ARGS...  check that one request is answered WANT
 #   $MODEL                               the default model, models/attnd-sotu.gguf (what users serve)
 
 ATTND_SOURCE_DIR=${ATTND_SOURCE_DIR:-$(cd "$(dirname "$0")/.." && pwd)}
@@ -66,6 +67,14 @@ check() {
 # http_status CURL_ARGS...: the HTTP status of one request, its body thrown away.
 http_status() {
     curl -s -o /dev/null -w '%{http_code}' "$@"
+}
+
+# check_status WANT DESCRIPTION CURL_ARGS...: check that one request is answered WANT.
+check_status() {
+    local want=$1 d=$2 code
+    shift 2
+    code=$(http_status "$@")
+    check "$d ($code)" test "$code" = "$want"
 }
 
 # start_server NAME [flags...]

@@ -176,8 +176,7 @@ while read -r id; do [ "$(get_code "$id")" = 200 ] || differ=$((differ + 1)); do
 check "every response the store held before the restart is there after it ($differ missing)" test "$differ" = 0
 check "and nothing more ($(ls "$RSTATE" | grep -c '\.response\.json$') files, $(wc -l <"$TMP/rfiles.before") before)" \
     test "$(ls "$RSTATE" | grep -c '\.response\.json$')" = "$(wc -l <"$TMP/rfiles.before")"
-code=$(http_status -X DELETE "http://127.0.0.1:$R/v1/responses/$victim")
-check "space back: the deletion goes through ($code)" test "$code" = 200
+check_status 200 "space back: the deletion goes through" -X DELETE "http://127.0.0.1:$R/v1/responses/$victim"
 stop_server rsp || bad "SIGTERM exit status (rsp)"
 start_server rsp --model "$MODEL" --threads 1 --state-dir "$RSTATE" --response-ttl-s 1
 R=$rsp_PORT
@@ -307,11 +306,9 @@ for i in $(seq 10); do
     [ "$(http_status -m 2 "http://127.0.0.1:$S/health")" = 200 ] && health=$((health + 1))
 done
 check "/health answers beside 10 slow bodies ($health of 10)" test "$health" = 10
-code=$(http_status -m 5 "http://127.0.0.1:$S/v1/models")
-check "a request over the per-address cap is answered 429, not reset ($code)" test "$code" = 429
+check_status 429 "a request over the per-address cap is answered 429, not reset" -m 5 "http://127.0.0.1:$S/v1/models"
 sleep 3
-code=$(http_status -m 5 "http://127.0.0.1:$S/v1/models")
-check "after body_timeout_s the slow bodies are cut and requests are answered ($code)" test "$code" = 200
+check_status 200 "after body_timeout_s the slow bodies are cut and requests are answered" -m 5 "http://127.0.0.1:$S/v1/models"
 check "the log says why" grep -q "request body did not arrive within 2 s" "$slow_LOG"
 for p in "${slow[@]}"; do kill "$p" 2>/dev/null; wait "$p" 2>/dev/null; done
 python3 -c "print('x' * 3000000)" >"$TMP/huge"
