@@ -30,6 +30,7 @@ static const command COMMANDS[] = {
     {"convert-llama2c", cmd_convert_llama2c, "convert a llama2.c checkpoint + tokenizer.bin to GGUF"},
     {"generate", cmd_generate, "generate a continuation of a prompt"},
     {"attention", cmd_attention, "which earlier tokens each token attends to: JSON, SVG heatmap or text"},
+    {"heads", cmd_heads, "each attention head's role: previous-token, induction, sink, local scores"},
     {"score", cmd_score, "teacher-forced argmax and log-probabilities of a token sequence"},
     {"bench", cmd_bench, "prefill/decode speed vs llama.cpp, and decode cost along a long generation"},
     {"tokenize", cmd_tokenize, "text to token ids, as POST /tokenize answers"},

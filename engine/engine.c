@@ -248,6 +248,10 @@ attnd_status engine_ablation_check(const model_info *mi, const engine_ablation *
             return attnd_fail(err, ATTND_ERR_INVALID, "ablate[%d]: head %d is out of range; the model has %d (0..%d)", i,
                               h->head, mi->n_head, mi->n_head - 1);
         if (!isfinite(h->scale)) return attnd_fail(err, ATTND_ERR_INVALID, "ablate[%d]: scale is not finite", i);
+        if (h->mode != ENGINE_ABLATE_ZERO && h->mode != ENGINE_ABLATE_MEAN)
+            return attnd_fail(err, ATTND_ERR_INVALID, "ablate[%d]: unknown mode %d", i, (int)h->mode);
+        if (h->mode == ENGINE_ABLATE_MEAN && (!a->mean_sum || !a->mean_n))
+            return attnd_fail(err, ATTND_ERR_INVALID, "ablate[%d]: a mean ablation needs its running-sum storage", i);
     }
     return ATTND_OK;
 }
@@ -627,16 +631,27 @@ static void step_attend(pass *p, int layer) {
     if (e->attn_cb) report_attention(e, p->entries, p->n, layer);
 }
 
-/* ablate: each entry whose sequence has an ablation scales the listed heads of this layer's
- * attention output (before W_O). */
+/* ablate: each entry whose sequence has an ablation moves the listed heads of this layer's
+ * attention output (before W_O) towards their base, o = base + scale (o - base). Entries of one
+ * sequence come in increasing positions, so a mean head's running sum is causal. */
 static void step_ablate(const pass *p, int layer) {
     int hd = p->e->m->info.head_dim;
     for (int t = 0; t < p->n; t++) {
         const engine_ablation *a = p->entries[t].seq->ablation;
         for (int i = 0; a && i < a->n; i++) {
-            if (a->heads[i].layer != layer) continue;
-            float *o = p->e->att + (size_t)t * p->Q + (size_t)a->heads[i].head * hd, sc = a->heads[i].scale;
-            for (int k = 0; k < hd; k++) o[k] = sc == 0 ? 0.0f : o[k] * sc;
+            const engine_ablation_head *h = &a->heads[i];
+            if (h->layer != layer) continue;
+            float *o = p->e->att + (size_t)t * p->Q + (size_t)h->head * hd, sc = h->scale;
+            if (h->mode == ENGINE_ABLATE_MEAN) {
+                double *sum = a->mean_sum + (size_t)i * hd, inv = 1.0 / ++a->mean_n[i];
+                for (int k = 0; k < hd; k++) {
+                    sum[k] += o[k];
+                    double base = sum[k] * inv;
+                    o[k] = (float)(base + sc * (o[k] - base));
+                }
+            } else {
+                for (int k = 0; k < hd; k++) o[k] = sc == 0 ? 0.0f : o[k] * sc;
+            }
         }
     }
 }

@@ -7,11 +7,19 @@
  * the masked logits, so an output the model already writes in the grammar costs almost nothing.
  * Everything is allocated in gen_create; a step allocates only when the stop matcher meets a
  * piece longer than any before, or gen_finish joins the held-back tail.
+ *
+ * A lazy grammar (grammar.h's grammar_lazy) walks phases, one per sequence:
+ *   PROBE  the output so far is a beginning of skip_open: free while it stays one;
+ *   SKIP   inside the skipped block: free until skip_close (seen across token boundaries);
+ *   WAIT   free text until the trigger appears; the grammar then takes the trigger's bytes;
+ *   ON     the grammar constrains every token.
+ * Markers split across tokens are found through win, the last bytes of the output.
  */
 #include "attnd/gen.h"
 
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "attnd/buf.h"
 
@@ -30,7 +38,15 @@ struct gen {
     const grammar_vocab *gv;  /* borrowed */
     unsigned char *allowed;   /* (n_vocab) the grammar's mask, when it is needed */
     float *masked;            /* (n_vocab) logits with the disallowed tokens at -inf */
+    grammar_lazy lz;          /* borrowed from the grammar */
+    int phase;                /* PH_*: where the lazy grammar stands */
+    char win[2 * GRAMMAR_MAX_MARKER]; /* (n_win) PROBE: the output so far; SKIP / WAIT: its last bytes */
+    size_t n_win;
+    bool start_on;            /* WAIT: the chosen token begins the grammar (from byte feed_from) */
+    size_t feed_from;
 };
+
+enum { PH_ON = 0, PH_PROBE, PH_SKIP, PH_WAIT };
 
 /* The grammar's part of gen_create: its state and the mask buffers. */
 static attnd_status grammar_init(gen *g, const gen_params *p, attnd_err *err) {
@@ -40,6 +56,8 @@ static attnd_status grammar_init(gen *g, const gen_params *p, attnd_err *err) {
     g->gv = p->gvocab;
     attnd_status st = grammar_state_create(&g->gs, p->grammar, err);
     if (st != ATTND_OK) return st;
+    g->lz = grammar_get_lazy(p->grammar);
+    g->phase = g->lz.skip_open ? PH_PROBE : g->lz.trigger ? PH_WAIT : PH_ON;
     g->allowed = malloc((size_t)g->n_vocab);
     g->masked = malloc((size_t)g->n_vocab * sizeof(float));
     if (!g->allowed || !g->masked) return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory for the grammar's mask");
@@ -119,14 +137,144 @@ static int32_t sample_masked(gen *g, const float *logits) {
     return g->allowed[id] ? id : best;
 }
 
+// ---- the lazy phases -------------------------------------------------------------------------
+
+static size_t token_bytes(const gen *g, int32_t id, const char **b) {
+    size_t n = 0;
+    *b = "";
+    if (!is_eog(g, id) && !grammar_vocab_token(g->gv, id, b, &n)) n = 0;
+    return n;
+}
+
+/* Keeps the last keep bytes of win + b[n] in win. */
+static void win_push(gen *g, const char *b, size_t n, size_t keep) {
+    char tmp[sizeof(g->win) * 2];
+    size_t k = g->n_win;
+    memcpy(tmp, g->win, k);
+    size_t take = n > sizeof(g->win) ? sizeof(g->win) : n;
+    memcpy(tmp + k, b + n - take, take), k += take;
+    size_t from = k > keep ? k - keep : 0;
+    memmove(g->win, tmp + from, k - from);
+    g->n_win = k - from;
+}
+
+/* Where marker m starts in win + b[n] (the joined text), or -1; *after: where it ends, as an
+ * offset into b (win is kept shorter than a marker, so it ends inside b). */
+static long find_marker(const gen *g, const char *b, size_t n, const char *m, size_t *after) {
+    size_t lm = strlen(m), total = g->n_win + n;
+    for (size_t i = 0; i + lm <= total; i++) {
+        size_t k = 0;
+        while (k < lm && (i + k < g->n_win ? g->win[i + k] : b[i + k - g->n_win]) == m[k]) k++;
+        if (k == lm) {
+            *after = i + lm - g->n_win; /* the marker ends inside b: win is shorter than it */
+            return (long)i;
+        }
+    }
+    return -1;
+}
+
+/* PROBE: whether win + b[n] still agrees with skip_open over their common length. */
+static bool probe_agrees(const gen *g, const char *b, size_t n) {
+    size_t lo = strlen(g->lz.skip_open);
+    for (size_t i = 0; i < lo && i < g->n_win + n; i++)
+        if ((i < g->n_win ? g->win[i] : b[i - g->n_win]) != g->lz.skip_open[i]) return false;
+    return true;
+}
+
+/* PROBE, a token that leaves skip_open's path: the output is not a skipped block. With an
+ * empty prefix, the grammar (or the trigger search) takes over at this token. A prefix of
+ * skip_open already written goes to the grammar when it accepts it; otherwise the block must go
+ * on, and the token is drawn again among those that continue skip_open (-1: none). */
+static int32_t probe_leave(gen *g, const float *logits, int32_t id) {
+    if (g->lz.trigger) return g->phase = PH_WAIT, id; /* win is the trigger search's window */
+    grammar_state_reset(g->gs);
+    if (g->n_win == 0 || grammar_state_accept(g->gs, g->win, g->n_win)) return g->phase = PH_ON, id;
+    int32_t best = -1;
+    for (int i = 0; i < g->n_vocab; i++) {
+        const char *b;
+        size_t n = token_bytes(g, i, &b);
+        bool ok = n > 0 && probe_agrees(g, b, n);
+        g->masked[i] = ok ? logits[i] : -INFINITY;
+        if (ok && (best < 0 || logits[i] > logits[best])) best = i;
+    }
+    if (best < 0) return g->phase = PH_ON, id;
+    int32_t pick = sampler_sample(g->smp, g->masked);
+    return isinf(g->masked[pick]) ? best : pick;
+}
+
+/* WAIT: a token that completes the trigger starts the grammar at the trigger's first byte; the
+ * bytes of the trigger written before it are fed now. Rejected: drawn again from the grammar. */
+static int32_t wait_check(gen *g, const float *logits, int32_t id, bool *stuck) {
+    const char *b;
+    size_t n = token_bytes(g, id, &b), after;
+    long at = n ? find_marker(g, b, n, g->lz.trigger, &after) : -1;
+    if (at < 0) return id;
+    grammar_state_reset(g->gs);
+    if ((size_t)at < g->n_win) grammar_state_accept(g->gs, g->win + at, g->n_win - (size_t)at);
+    g->start_on = true;
+    g->feed_from = (size_t)at < g->n_win ? 0 : (size_t)at - g->n_win;
+    if (grammar_state_try(g->gs, b + g->feed_from, n - g->feed_from)) return id;
+    g->feed_from = 0;
+    int32_t masked = sample_masked(g, logits);
+    *stuck = masked < 0;
+    return *stuck ? id : masked;
+}
+
+/* The token the grammar's phase lets through: id, or one drawn again. */
+static int32_t constrain(gen *g, const float *logits, int32_t id, bool *stuck) {
+    if (g->phase == PH_PROBE) {
+        const char *b;
+        size_t n = token_bytes(g, id, &b);
+        /* a control token that writes no text (not the end) leaves the text, and the probe, as is */
+        if (n > 0 ? probe_agrees(g, b, n) : !is_eog(g, id)) return id;
+        id = probe_leave(g, logits, id);
+        if (g->phase == PH_PROBE) return id;
+    }
+    if (g->phase == PH_WAIT) return wait_check(g, logits, id, stuck);
+    if (g->phase == PH_SKIP || grammar_allows(g, id)) return id;
+    int32_t masked = sample_masked(g, logits);
+    *stuck = masked < 0;
+    return *stuck ? id : masked;
+}
+
+/* The chosen token (not end-of-generation) moves the phase on. */
+static void advance(gen *g, int32_t id) {
+    const char *b;
+    size_t n = token_bytes(g, id, &b), after;
+    switch (g->phase) {
+    case PH_ON: grammar_state_accept(g->gs, b, n); return;
+    case PH_PROBE:
+        win_push(g, b, n, sizeof(g->win));
+        if (g->n_win >= strlen(g->lz.skip_open)) {
+            g->phase = PH_SKIP; /* what follows the opening may already hold the close */
+            memmove(g->win, g->win + strlen(g->lz.skip_open), g->n_win - strlen(g->lz.skip_open));
+            g->n_win -= strlen(g->lz.skip_open);
+            if (find_marker(g, "", 0, g->lz.skip_close, &after) >= 0) g->n_win = 0, g->phase = g->lz.trigger ? PH_WAIT : PH_ON;
+        }
+        return;
+    case PH_SKIP:
+        if (find_marker(g, b, n, g->lz.skip_close, &after) >= 0) {
+            g->n_win = 0; /* the rest of this token is free; the grammar starts at the next one */
+            g->phase = g->lz.trigger ? PH_WAIT : PH_ON;
+            if (g->phase == PH_WAIT) win_push(g, b + after, n - after, strlen(g->lz.trigger) - 1);
+        } else {
+            win_push(g, b, n, strlen(g->lz.skip_close) - 1);
+        }
+        return;
+    default: /* PH_WAIT */
+        if (g->start_on) {
+            g->phase = PH_ON, g->start_on = false;
+            grammar_state_accept(g->gs, b + g->feed_from, n - g->feed_from);
+        } else {
+            win_push(g, b, n, strlen(g->lz.trigger) - 1);
+        }
+    }
+}
+
 stop_reason gen_next(gen *g, const float *logits, token_logprob *top, gen_token *t) {
     int32_t id = sampler_sample(g->smp, logits);
     bool stuck = false; /* the grammar allows no token at all */
-    if (g->gs && !g->ended && !grammar_allows(g, id)) {
-        int32_t masked = sample_masked(g, logits);
-        stuck = masked < 0;
-        if (!stuck) id = masked;
-    }
+    if (g->gs && !g->ended) id = constrain(g, logits, id, &stuck);
     sampler_accept(g->smp, id);
     *t = (gen_token){.id = id, .text = ""};
     if (g->top_logprobs >= 0) {
@@ -138,15 +286,11 @@ stop_reason gen_next(gen *g, const float *logits, token_logprob *top, gen_token 
     if (stuck || is_eog(g, id)) {
         return g->ended = STOP_EOG; /* control tokens decode to nothing: the matcher need not see it */
     }
-    if (g->gs) {
-        const char *b;
-        size_t nb;
-        if (grammar_vocab_token(g->gv, id, &b, &nb)) grammar_state_accept(g->gs, b, nb);
-    }
+    if (g->gs) advance(g, id);
     const char *piece;
     size_t n = tok_stream_push(g->ts, id, &piece);
     if (n && stop_matcher_push(g->sm, piece, n, &t->text, &t->n_text)) g->ended = STOP_STRING, g->finished = true;
-    if (!g->ended && g->gs && grammar_state_complete(g->gs) && !grammar_state_can_continue(g->gs))
+    if (!g->ended && g->gs && g->phase == PH_ON && grammar_state_complete(g->gs) && !grammar_state_can_continue(g->gs))
         g->ended = STOP_GRAMMAR;
     return g->ended;
 }

@@ -561,7 +561,36 @@ void grammar_unref(grammar *g) {
     free(g->alt_first);
     free(g->sets);
     free(g->ranges);
+    free(g->trigger);
+    free(g->skip_open);
+    free(g->skip_close);
     free(g);
 }
+
+static attnd_status dup_marker(const char *s, const char *what, char **out, attnd_err *err) {
+    if (!s) return ATTND_OK;
+    size_t n = strlen(s);
+    if (n == 0 || n > GRAMMAR_MAX_MARKER)
+        return attnd_fail(err, ATTND_ERR_INVALID, "the grammar's %s must be 1..%d bytes", what, GRAMMAR_MAX_MARKER);
+    return (*out = strdup(s)) ? ATTND_OK : attnd_fail(err, ATTND_ERR_NOMEM, "out of memory");
+}
+
+attnd_status grammar_set_lazy(grammar *g, const grammar_lazy *lz, attnd_err *err) {
+    if (!lz->skip_open != !lz->skip_close)
+        return attnd_fail(err, ATTND_ERR_INVALID, "a skipped block needs both its opening and its closing text");
+    char *t = NULL, *o = NULL, *c = NULL;
+    attnd_status st = dup_marker(lz->trigger, "trigger", &t, err);
+    if (st == ATTND_OK) st = dup_marker(lz->skip_open, "skip_open", &o, err);
+    if (st == ATTND_OK) st = dup_marker(lz->skip_close, "skip_close", &c, err);
+    if (st != ATTND_OK) {
+        free(t), free(o), free(c);
+        return st;
+    }
+    free(g->trigger), free(g->skip_open), free(g->skip_close);
+    g->trigger = t, g->skip_open = o, g->skip_close = c;
+    return ATTND_OK;
+}
+
+grammar_lazy grammar_get_lazy(const grammar *g) { return (grammar_lazy){g->trigger, g->skip_open, g->skip_close}; }
 
 int grammar_n_rules(const grammar *g) { return g->n_rules; }

@@ -43,6 +43,7 @@ struct grammar {
     size_t n_sets;
     grange *ranges;       /* (n_ranges) */
     size_t n_ranges;
+    char *trigger, *skip_open, *skip_close; /* the lazy start (grammar_set_lazy); NULL = none */
 };
 
 static inline int gelem_done(uint32_t type) { return type == G_END || type == G_ALT; }

@@ -603,6 +603,11 @@ typedef struct ref_extra {
                       through the final norm and the output head (soft-capped) */
     const double *head_scale; /* (n_layer, n_head) factor on each head's output before W_O
                                  (0 = the head ablated); NULL = 1 */
+    const int *head_mean;     /* (n_layer, n_head) 1: the scale is applied around the head's
+                                 causal mean output over positions 0..t (mean ablation),
+                                 base + scale (o - base); NULL or 0 = around zero */
+    int scale_from;           /* positions before this one are left unscaled (their outputs still
+                                 count in the means) */
 } ref_extra;
 
 /* vnorm of every head of layer l at every position (r->v holds the layer's values). */
@@ -632,6 +637,21 @@ static inline void ref_head(ref_run *r, const double *x, double *lg) {
         for (int i = 0; i < r->V; i++) lg[i] = r->sp->final_softcap * tanh(lg[i] / r->sp->final_softcap);
 }
 
+/* Head scaling (ablation) of position t's attention output r->att at layer l: around 0, or
+ * around the head's mean output over positions 0..t (msum: running sums, (n_layer, QD)). */
+static inline void ref_scale_heads(ref_run *r, int l, int t, const ref_extra *ex, double *msum) {
+    for (int h = 0; h < r->H; h++) {
+        double sc = ex->head_scale[l * r->H + h], *sum = msum + (size_t)l * r->QD + (size_t)h * r->hd;
+        bool mean = ex->head_mean && ex->head_mean[l * r->H + h];
+        for (int i = 0; i < r->hd; i++) {
+            double *o = &r->att[h * r->hd + i];
+            sum[i] += *o;
+            double base = mean ? sum[i] / (t + 1) : 0;
+            if (t >= ex->scale_from) *o = base + sc * (*o - base);
+        }
+    }
+}
+
 static inline void ref_forward_ex(const tiny_spec *sp, const char *path, const int32_t *tokens, int n_tok,
                                   double *logits, const ref_extra *ex) {
     double *attn = ex ? ex->attn : NULL;
@@ -647,6 +667,7 @@ static inline void ref_forward_ex(const tiny_spec *sp, const char *path, const i
     size_t gw = (size_t)(r.F > sp->n_ff_exp ? r.F : sp->n_ff_exp);
     r.g = malloc(sizeof(double) * gw), r.u = malloc(sizeof(double) * gw), r.sc = malloc(sizeof(double) * n_tok);
     r.big = malloc(sizeof(double) * (size_t)big);
+    double *msum = calloc((size_t)sp->n_layer * r.QD, sizeof(double)); /* (n_layer, n_head, hd) running sums */
     const gguf_tensor *emb = ref_t(r.f, "token_embd.weight");
     double es = r.fam.embd_scale ? sqrt((double)E) : 1;
     for (int t = 0; t < n_tok; t++)
@@ -656,8 +677,7 @@ static inline void ref_forward_ex(const tiny_spec *sp, const char *path, const i
         if (ex && ex->vnorm) ref_vnorm(&r, l, ex->vnorm);
         for (int t = 0; t < n_tok; t++) {
             ref_attention(&r, l, t, attn);
-            for (int h = 0; ex && ex->head_scale && h < r.H; h++)
-                for (int i = 0; i < r.hd; i++) r.att[h * r.hd + i] *= ex->head_scale[l * r.H + h];
+            if (ex && ex->head_scale) ref_scale_heads(&r, l, t, ex, msum);
             ref_matvec(r.tmp, ref_tl(r.f, l, "attn_output.weight"), r.att);
             if (r.fam.gpt_oss)
                 for (int i = 0; i < E; i++) r.tmp[i] += ref_elem(ref_tl(r.f, l, "attn_output.bias"), (uint64_t)i);
@@ -670,7 +690,7 @@ static inline void ref_forward_ex(const tiny_spec *sp, const char *path, const i
     }
     for (int t = 0; t < n_tok; t++) ref_head(&r, r.x + (size_t)t * E, logits + (size_t)t * r.V);
     free(r.x), free(r.q), free(r.k), free(r.v), free(r.xn), free(r.att), free(r.tmp), free(r.g), free(r.u);
-    free(r.sc), free(r.big);
+    free(r.sc), free(r.big), free(msum);
     gguf_close(r.f);
 }
 

@@ -5,7 +5,8 @@
 #   stop_server NAME                     SIGTERM, waits, returns the exit status
 #   need_node                            fail the test when node is missing (scripts/dev.sh test installs it)
 #   npm_packages DIR PKG...              install PKG... once into the build directory's DIR (one per
-#                                        test: parallel tests never share one); sets NPM_DIR, prints versions
+#                                        test: parallel tests never share one; PKG may be name@range);
+#                                        sets NPM_DIR, prints versions
 #   ok/bad/check DESCRIPTION [COMMAND...] TAP lines; bad (or a failing check) sets status=1
 #   http_status CURL_ARGS...             the HTTP status of one request, body discarded
 #   check_status WANT DESCRIPTION CURL_ARGS...  check that one request is answered WANT
@@ -34,7 +35,9 @@ npm_packages() {
     local name=$1 p missing=0 versions=()
     shift
     NPM_DIR=${ATTND_BUILD_DIR:-$(dirname "$ATTND_BINARY")}/$name
-    for p in "$@"; do [ -f "$NPM_DIR/node_modules/$p/package.json" ] || missing=1; done
+    # a package may carry a version range (ai@5, @langchain/openai@1): its folder is the name
+    pkg_dir() { if [[ $1 == ?*@* ]]; then echo "${1%@*}"; else echo "$1"; fi; }
+    for p in "$@"; do [ -f "$NPM_DIR/node_modules/$(pkg_dir "$p")/package.json" ] || missing=1; done
     if [ $missing = 1 ]; then
         mkdir -p "$NPM_DIR"
         [ -f "$NPM_DIR/package.json" ] || echo "{\"name\":\"attnd-test${name//./-}\",\"private\":true}" > "$NPM_DIR/package.json"
@@ -43,7 +46,9 @@ npm_packages() {
             exit 1
         fi
     fi
-    for p in "$@"; do versions+=("$p $(node -p "require('$NPM_DIR/node_modules/$p/package.json').version")"); done
+    for p in "$@"; do
+        versions+=("$(pkg_dir "$p") $(node -p "require('$NPM_DIR/node_modules/$(pkg_dir "$p")/package.json').version")")
+    done
     local line
     printf -v line '%s, ' "${versions[@]}"
     echo "# ${line%, }"

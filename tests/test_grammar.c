@@ -316,16 +316,20 @@ static gguf_file *file;
 static tokenizer *tok;
 static grammar_vocab *gvocab;
 
-static void setup(void) {
-    int32_t types[G_N];
-    float scores[G_N];
-    for (int i = 0; i < G_N; i++) types[i] = i == 0 ? 2 : i < 3 ? 3 : 1, scores[i] = -(float)i;
-    gb_spm_vocab(&image, PIECES, types, scores, G_N);
+/* The tokenizer and vocabulary index of pieces[n] (0: unk, 1-2: control, the rest normal). */
+static void setup_vocab(const char *const *pieces, int n) {
+    int32_t types[64];
+    float scores[64];
+    cr_assert_leq(n, 64);
+    for (int i = 0; i < n; i++) types[i] = i == 0 ? 2 : i < 3 ? 3 : 1, scores[i] = -(float)i;
+    gb_spm_vocab(&image, pieces, types, scores, (uint64_t)n);
     attnd_err err;
     cr_assert_eq(gguf_open_memory(&file, image.p, image.n, &err), ATTND_OK, "%s", err.msg);
     cr_assert_eq(tok_load(&tok, file, &err), ATTND_OK, "%s", err.msg);
     cr_assert_eq(grammar_vocab_from_tokenizer(&gvocab, tok, &err), ATTND_OK, "%s", err.msg);
 }
+
+static void setup(void) { setup_vocab(PIECES, G_N); }
 
 static void teardown(void) {
     grammar_vocab_destroy(gvocab);
@@ -337,8 +341,10 @@ static void teardown(void) {
 static const char *OBJ_GRAMMAR = "root ::= \"{\" ( pair (\",\" \" \"? pair)* )? \"}\"\n"
                                  "pair ::= \"\\\"\" [ab]+ \"\\\"\" \":\" \" \"? (\"true\" | \"false\" | [12]+)\n";
 
-/* Generates up to max tokens from random logits (seeded); the text in out. */
-static stop_reason generate(const grammar *g, uint64_t seed, float temperature, int max, char *out, size_t cap) {
+/* Generates up to max tokens under g from random logits (seeded, uniform in [0, 1000 / scale)),
+ * logits[boost] raised by 2 and logits[ban] at -inf (-1: none); the text in out. */
+static stop_reason generate_random(const grammar *g, int n_vocab, uint64_t seed, float temperature, float scale,
+                                   int boost, int ban, int max, char *out, size_t cap) {
     gen_params p = {.top_logprobs = -1, .grammar = g, .gvocab = gvocab};
     sampler_params_default(&p.sp);
     p.sp.temperature = temperature;
@@ -347,17 +353,18 @@ static stop_reason generate(const grammar *g, uint64_t seed, float temperature, 
     gen *ge;
     attnd_err err;
     const int32_t prompt[1] = {1};
-    cr_assert_eq(gen_create(&ge, &p, G_N, tok, prompt, 1, &err), ATTND_OK, "%s", err.msg);
+    cr_assert_eq(gen_create(&ge, &p, n_vocab, tok, prompt, 1, &err), ATTND_OK, "%s", err.msg);
     uint64_t x = seed * 2654435761u + 1;
     size_t len = 0;
     stop_reason why = STOP_NONE;
     for (int n = 0; n < max && why == STOP_NONE; n++) {
-        float logits[G_N];
-        for (int i = 0; i < G_N; i++) {
+        float logits[64];
+        for (int i = 0; i < n_vocab; i++) {
             x = x * 6364136223846793005ULL + 1442695040888963407ULL;
-            logits[i] = (float)((x >> 40) % 1000) / 100.0f;
+            logits[i] = (float)((x >> 40) % 1000) / scale;
         }
-        logits[G_EOS] += 2; /* the model would like to stop early */
+        if (boost >= 0) logits[boost] += 2;
+        if (ban >= 0) logits[ban] = -INFINITY;
         gen_token t;
         why = gen_next(ge, logits, NULL, &t);
         cr_assert_lt(len + t.n_text, cap);
@@ -371,6 +378,11 @@ static stop_reason generate(const grammar *g, uint64_t seed, float temperature, 
     out[len + n_tail] = '\0';
     gen_destroy(ge);
     return why;
+}
+
+/* The model would like to stop early: end-of-generation gets a boost. */
+static stop_reason generate(const grammar *g, uint64_t seed, float temperature, int max, char *out, size_t cap) {
+    return generate_random(g, G_N, seed, temperature, 100.0f, G_EOS, -1, max, out, cap);
 }
 
 TestSuite(grammar_gen, .init = setup, .fini = teardown);
@@ -420,5 +432,163 @@ Test(grammar_gen, a_grammar_the_vocabulary_cannot_spell_ends_generation) {
     char out[64];
     cr_assert_eq(generate(g, 3, 1.0f, 10, out, sizeof(out)), STOP_EOG);
     cr_assert_str_eq(out, "");
+    grammar_unref(g);
+}
+
+// ---- the lazy start: free reasoning, free text until the trigger ------------------------------
+
+/* Pieces that spell the markers whole and in parts, and ">{" that ends a trigger and goes on. */
+static const char *const L_PIECES[] = {"<unk>", "<s>", "</s>", "<", ">", "/", "think", "thi", "nk", "<think>",
+                                       "</think>", "</", "<tool_call>", "tool_call", "tool", "_call", "{", "}",
+                                       "a", "b", "hi", "x", ">{", "<t"};
+enum { L_N = sizeof(L_PIECES) / sizeof(L_PIECES[0]), L_GT_BRACE = 22 };
+
+static void lazy_setup(void) { setup_vocab(L_PIECES, L_N); }
+TestSuite(grammar_lazy, .init = lazy_setup, .fini = teardown);
+
+static stop_reason generate_lazy(const grammar *g, uint64_t seed, int ban, int max, char *out, size_t cap) {
+    return generate_random(g, L_N, seed, 1.0f, 250.0f, -1, ban, max, out, cap);
+}
+
+static grammar *lazy_grammar(const char *src, const char *trigger, bool skip) {
+    grammar *g = compile(src);
+    grammar_lazy lz = {trigger, skip ? "<think>" : NULL, skip ? "</think>" : NULL};
+    attnd_err err;
+    cr_assert_eq(grammar_set_lazy(g, &lz, &err), ATTND_OK, "%s", err.msg);
+    return g;
+}
+
+/* Where the constrained part of out starts: after a leading <think>…</think> block. NULL: out is
+ * still inside the block. */
+static const char *after_reasoning(const char *out) {
+    if (strncmp(out, "<think>", 7)) return out;
+    const char *c = strstr(out + 7, "</think>");
+    return c ? c + 8 : NULL;
+}
+
+static const char *JSONISH = "root ::= \"{\" [ab]* \"}\"";
+
+Test(grammar_lazy, reasoning_runs_free_and_the_answer_follows_the_grammar) {
+    grammar *g = lazy_grammar(JSONISH, NULL, true);
+    int reasoned = 0, answered = 0;
+    for (uint64_t seed = 1; seed <= 300; seed++) {
+        char out[8192];
+        stop_reason why = generate_lazy(g, seed, L_GT_BRACE, 400, out, sizeof(out));
+        const char *rest = after_reasoning(out);
+        reasoned += rest != out;
+        if (!rest) continue; /* ran out inside the reasoning: nothing was constrained yet */
+        int verdict = judge(JSONISH, rest);
+        if (why == STOP_EOG || why == STOP_GRAMMAR) {
+            cr_assert_eq(verdict, 2, "seed %d: '%s'", (int)seed, out);
+            answered++;
+        } else {
+            cr_assert_geq(verdict, 1, "seed %d: '%s' is not a prefix", (int)seed, out);
+        }
+    }
+    cr_log_info("%d of 300 reasoned, %d answered", reasoned, answered);
+    cr_expect_gt(reasoned, 5, "some runs reason first (%d)", reasoned);
+    cr_expect_gt(answered, 50, "most runs answer (%d)", answered);
+    grammar_unref(g);
+}
+
+Test(grammar_lazy, text_is_free_until_the_trigger_then_the_grammar_rules) {
+    static const char *CALL = "root ::= \"<tool_call>\" \"{\" [ab]+ \"}\"";
+    grammar *g = lazy_grammar(CALL, "<tool_call>", true);
+    int called = 0, free_ends = 0;
+    for (uint64_t seed = 1; seed <= 300; seed++) {
+        char out[8192];
+        stop_reason why = generate_lazy(g, seed, -1, 400, out, sizeof(out));
+        const char *rest = after_reasoning(out);
+        const char *call = rest ? strstr(rest, "<tool_call>") : NULL;
+        if (!call) {
+            cr_assert_neq(why, STOP_GRAMMAR, "seed %d: no call, yet the grammar ended it: '%s'", (int)seed, out);
+            free_ends += why == STOP_EOG;
+            continue;
+        }
+        int verdict = judge(CALL, call);
+        if (why == STOP_GRAMMAR || why == STOP_EOG) {
+            cr_assert_eq(verdict, 2, "seed %d: '%s'", (int)seed, out);
+            called++;
+        } else {
+            cr_assert_geq(verdict, 1, "seed %d: '%s'", (int)seed, out);
+        }
+    }
+    cr_log_info("%d of 300 called, %d ended without a call", called, free_ends);
+    cr_expect_gt(called, 20, "calls were made and completed (%d)", called);
+    cr_expect_gt(free_ends, 5, "some answers end without a call (%d)", free_ends);
+    grammar_unref(g);
+}
+
+/* A scripted model: the most likely token at each step is script[i]. */
+static void scripted(const grammar *g, const int *script, int n, char *out, size_t cap, stop_reason *why) {
+    gen_params p = {.top_logprobs = -1, .grammar = g, .gvocab = gvocab};
+    sampler_params_default(&p.sp);
+    p.sp.temperature = 0;
+    gen *ge;
+    attnd_err err;
+    cr_assert_eq(gen_create(&ge, &p, L_N, tok, NULL, 0, &err), ATTND_OK, "%s", err.msg);
+    size_t len = 0;
+    *why = STOP_NONE;
+    for (int i = 0; i < n && *why == STOP_NONE; i++) {
+        float logits[L_N];
+        for (int k = 0; k < L_N; k++) logits[k] = (float)(k % 5) * 0.1f;
+        logits[script[i]] = 10;
+        gen_token t;
+        *why = gen_next(ge, logits, NULL, &t);
+        cr_assert_lt(len + t.n_text, cap);
+        memcpy(out + len, t.text, t.n_text), len += t.n_text;
+    }
+    out[len] = '\0';
+    gen_destroy(ge);
+}
+
+Test(grammar_lazy, a_trigger_split_over_tokens_and_one_that_goes_on_inside_a_token) {
+    grammar *g = lazy_grammar("root ::= \"<tool_call>\" \"{\" [ab]+ \"}\"", "<tool_call>", false);
+    char out[512];
+    stop_reason why;
+    /* "hi" "<t" "ool" … is free; "<" "tool_call" ">{" completes the trigger inside ">{" */
+    const int s1[] = {20, 3, 13, 22, 18, 17, 2};
+    scripted(g, s1, 7, out, sizeof(out), &why);
+    cr_expect_str_eq(out, "hi<tool_call>{a}");
+    cr_expect_eq(why, STOP_GRAMMAR);
+    /* the model wants "x" after the trigger: the grammar draws "{" instead, then its best
+     * allowed token, "b" (19, above "a") */
+    const int s2[] = {21, 12, 21, 21, 17, 2};
+    scripted(g, s2, 6, out, sizeof(out), &why);
+    cr_expect_str_eq(out, "x<tool_call>{b}", "got %s", out);
+    grammar_unref(g);
+}
+
+Test(grammar_lazy, a_think_prefix_the_grammar_accepts_leaves_the_probe) {
+    /* "<" could open <think> or the answer "<b>": the next token decides, and the grammar,
+     * which accepts "<", takes the "b" */
+    grammar *g = lazy_grammar("root ::= \"<\" [ab]+ \">\"", NULL, true);
+    char out[512];
+    stop_reason why;
+    const int s1[] = {3, 19, 4, 2};
+    scripted(g, s1, 4, out, sizeof(out), &why);
+    cr_expect_str_eq(out, "<b>");
+    cr_expect_eq(why, STOP_GRAMMAR);
+    grammar_unref(g);
+    /* a grammar that refuses "<": having written "<", the output must go on into <think> */
+    g = lazy_grammar(JSONISH, NULL, true);
+    const int s2[] = {3, 21, 4, 10, 21, 16, 17, 2};
+    scripted(g, s2, 8, out, sizeof(out), &why);
+    cr_expect(!strncmp(out, "<thi", 4) || !strncmp(out, "<think", 6), "got %s", out);
+    /* a control token that writes nothing ("<s>") leaves the probe as it was */
+    const int s3[] = {1, 9, 21, 10, 16, 17, 2};
+    scripted(g, s3, 7, out, sizeof(out), &why);
+    cr_expect_str_eq(out, "<think>x</think>{}");
+    cr_expect_eq(why, STOP_GRAMMAR);
+    grammar_unref(g);
+}
+
+Test(grammar_lazy, markers_are_checked) {
+    grammar *g = compile("root ::= \"a\"");
+    attnd_err err;
+    grammar_lazy half = {NULL, "<think>", NULL}, empty = {"", NULL, NULL};
+    cr_expect_eq(grammar_set_lazy(g, &half, &err), ATTND_ERR_INVALID);
+    cr_expect_eq(grammar_set_lazy(g, &empty, &err), ATTND_ERR_INVALID);
+    cr_expect_null(grammar_get_lazy(g).trigger);
     grammar_unref(g);
 }

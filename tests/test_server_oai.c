@@ -6,6 +6,7 @@
 #include <criterion/criterion.h>
 #include <math.h>
 #include <string.h>
+#include <time.h>
 
 #include "oai.h"
 
@@ -423,4 +424,123 @@ Test(oai, tools_are_described_and_history_rendered) {
     expect_bad("{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":[{\"type\":\"function\",\"function\":"
                "{\"name\":\"w\"}}],\"tool_choice\":\"required\",\"response_format\":{\"type\":\"json_object\"}}",
                true, "tool_choice");
+}
+
+// ---- tools through the model's own template ----------------------------------------------------
+
+static json_t *load_json_file(const char *path) {
+    json_error_t je;
+    json_t *j = json_load_file(path, 0, &je);
+    cr_assert_not_null(j, "%s: %s", path, je.text);
+    return j;
+}
+
+/* The case as an OpenAI client sends it: a call's arguments as a JSON string, not an object. */
+static json_t *as_openai_body(const json_t *vars) {
+    json_t *body = json_pack("{s:O,s:O}", "messages", json_object_get(vars, "messages"), "tools",
+                             json_object_get(vars, "tools"));
+    json_t *msgs = json_deep_copy(json_object_get(body, "messages"));
+    size_t i, k;
+    json_t *m, *call;
+    json_array_foreach(msgs, i, m) {
+        json_array_foreach(json_object_get(m, "tool_calls"), k, call) {
+            json_t *fn = json_object_get(call, "function");
+            char *args = json_dumps(json_object_get(fn, "arguments"), JSON_PRESERVE_ORDER);
+            json_object_set_new(fn, "arguments", json_string(args));
+            free(args);
+        }
+    }
+    json_object_set_new(body, "messages", msgs);
+    return body;
+}
+
+/* body through the server's path (oai_parse, oai_bind_template, oai_chat_input) and ct: the
+ * rendering in *o (the caller's). */
+static void render_request(const chat_template *ct, const json_t *body, jinja_output *o) {
+    oai_request r;
+    const char *param;
+    attnd_err err;
+    cr_assert_eq(oai_parse(body, true, &cfg, 512, &r, &param, &err), ATTND_OK, "%s", err.msg);
+    cr_assert_eq(oai_bind_template(&r, ct->takes_tools, ct->tool_format, &err), ATTND_OK, "%s", err.msg);
+    chat_request cr;
+    oai_chat_input(&r, &cr);
+    cr_assert_eq(chat_template_render(ct, &cr, o, &err), ATTND_OK, "%s", err.msg);
+    oai_request_free(&r);
+}
+
+/* The server's path (oai_parse, oai_bind_template, oai_chat_input, the template) gives the
+ * rendering jinja2 gives the same conversation in Hugging Face's shape (expected.json, made by
+ * tests/data/templates/render_reference.py): the template itself shows the tools and writes the
+ * tool_calls and the role "tool" turn, no Hermes text added. */
+Test(oai, tool_aware_templates_get_the_tools_and_turns_as_sent) {
+    static const struct {
+        const char *name;
+        toolcall_format f;
+        bool history; /* the tool_call_and_result case renders (some templates refuse its ids) */
+    } T[] = {
+        {"qwen2_5", TOOLCALL_FMT_HERMES, true},      {"qwen3", TOOLCALL_FMT_HERMES, true},
+        {"qwen3-coder_30b", TOOLCALL_FMT_HERMES, true}, {"llama3_2", TOOLCALL_FMT_LLAMA, true},
+        {"llama4_latest", TOOLCALL_FMT_LLAMA, true},  {"mistral_nemo", TOOLCALL_FMT_MISTRAL, false},
+        {"granite3.3_2b", TOOLCALL_FMT_HERMES, true},
+    };
+    json_t *meta = load_json_file(ATTND_DATA_DIR "/templates/templates.json");
+    json_t *cases = load_json_file(ATTND_DATA_DIR "/templates/cases.json");
+    json_t *expected = load_json_file(ATTND_DATA_DIR "/templates/expected.json");
+    for (size_t t = 0; t < ATTND_ARRAY_LEN(T); t++) {
+        char path[512];
+        snprintf(path, sizeof(path), ATTND_DATA_DIR "/templates/%s.jinja", T[t].name);
+        FILE *f = fopen(path, "rb");
+        cr_assert(f, "%s", path);
+        static char text[1 << 16];
+        size_t n = fread(text, 1, sizeof(text) - 1, f);
+        fclose(f);
+        text[n] = '\0';
+        chat_template ct;
+        attnd_err err;
+        cr_assert_eq(chat_template_load(&ct, text, NULL, NULL, NULL, &err), ATTND_OK, "%s: %s", T[t].name, err.msg);
+        const json_t *m = json_object_get(meta, T[t].name);
+        free(ct.bos), free(ct.eos);
+        ct.bos = strdup(json_string_value(json_object_get(m, "bos_token")));
+        ct.eos = strdup(json_string_value(json_object_get(m, "eos_token")));
+        struct tm now = {.tm_year = 125, .tm_mon = 2, .tm_mday = 14, .tm_hour = 9, .tm_min = 26, .tm_sec = 53};
+        ct.now = &now; /* render_reference.py's clock */
+        cr_expect(ct.takes_tools, "%s shows tools", T[t].name);
+        cr_expect_eq(ct.tool_format, T[t].f, "%s: call format %d, want %d", T[t].name, ct.tool_format, T[t].f);
+        for (int c = 0; c < (T[t].history ? 2 : 1); c++) {
+            const char *cname = c ? "tool_call_and_result" : "tools";
+            json_t *body = as_openai_body(json_object_get(cases, cname));
+            jinja_output o;
+            render_request(&ct, body, &o);
+            const char *want = json_string_value(json_object_get(json_object_get(json_object_get(expected, T[t].name), cname), "text"));
+            cr_assert(want, "expected.json has %s/%s", T[t].name, cname);
+            cr_expect_str_eq(o.text, want, "%s / %s", T[t].name, cname);
+            jinja_output_free(&o);
+            json_decref(body);
+        }
+        chat_template_free(&ct);
+    }
+    json_decref(meta);
+    json_decref(cases);
+    json_decref(expected);
+}
+
+/* A template that knows nothing of tools keeps the Hermes description in its system message
+ * and the tool turns as text (the only way its model hears of them). */
+Test(oai, other_templates_get_the_hermes_description) {
+    static const char TPL[] = "{% for m in messages %}<|{{ m.role }}|>{{ m.content }}\n{% endfor %}";
+    chat_template ct;
+    attnd_err err;
+    cr_assert_eq(chat_template_load(&ct, TPL, NULL, NULL, NULL, &err), ATTND_OK, "%s", err.msg);
+    cr_expect(!ct.takes_tools);
+    json_t *cases = load_json_file(ATTND_DATA_DIR "/templates/cases.json");
+    json_t *body = as_openai_body(json_object_get(cases, "tool_call_and_result"));
+    jinja_output o;
+    render_request(&ct, body, &o);
+    cr_expect(strstr(o.text, "<|system|>\n\n# Tools") || strstr(o.text, "<|system|># Tools"), "%s", o.text);
+    cr_expect(strstr(o.text, "<tool_call>\n{\"name\":\"get_weather\""), "%s", o.text);
+    cr_expect(strstr(o.text, "<|user|><tool_response>\n{\"temperature\": 18"), "%s", o.text);
+    jinja_output_free(&o);
+    json_decref(body);
+    json_decref(cases);
+    chat_template_free(&ct);
 }

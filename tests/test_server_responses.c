@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "oai.h"
+#include "attnd/buf.h"
 #include "responses.h"
 
 static server_settings cfg;
@@ -255,6 +256,77 @@ Test(responses, a_failed_generation_ends_the_stream_with_response_failed) {
                      "KV cache budget exhausted");
     json_decref(ev[0]);
     free(sse);
+    responses_request_free(&r);
+    json_decref(b);
+}
+
+/* With a function tool the reply streams through the tool-call parser: the text as the message,
+ * the call as a function_call item whose arguments arrive in fragments; whatever the chunking,
+ * they concatenate to the arguments of the .done event and of the final response object, under
+ * the same ids. */
+Test(responses, a_streamed_function_call_has_its_item_and_argument_events) {
+    static const char TEXT[] = "Let me check.<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", "
+                               "\"days\": [1, 2]}}\n</tool_call>";
+    responses_request r;
+    json_t *b = parse_ok("{\"input\":\"x\",\"stream\":true,\"tools\":[{\"type\":\"function\",\"name\":\"get_weather\","
+                         "\"parameters\":{\"type\":\"object\",\"properties\":{\"city\":{\"type\":\"string\"}}}}]}", &r);
+    cr_assert(r.tools);
+    for (size_t chunk = 1; chunk <= 9; chunk += 4) {
+        responses_stream st = {0};
+        responses_result res = result(&r, "in_progress", "", false);
+        buf all = {0};
+        char *f = responses_stream_begin(&st, &res);
+        buf_puts(&all, f), free(f);
+        for (size_t i = 0; i < strlen(TEXT); i += chunk) {
+            size_t k = strlen(TEXT) - i < chunk ? strlen(TEXT) - i : chunk;
+            f = responses_stream_delta(&st, &res, TEXT + i, k);
+            buf_puts(&all, f), free(f);
+        }
+        res = result(&r, "completed", TEXT, false);
+        f = responses_stream_end(&st, &res);
+        buf_puts(&all, f), free(f);
+        responses_stream_free(&st);
+        json_t *ev[256];
+        int n = events(all.p, ev, 256);
+        char text[256] = "", args[256] = "", item[128] = "";
+        int n_arg_deltas = 0, added_call = -1, done_call = -1;
+        const json_t *final = NULL, *done_args = NULL;
+        for (int i = 0; i < n; i++) {
+            const char *type = json_string_value(json_object_get(ev[i], "type"));
+            cr_assert_eq(json_integer_value(json_object_get(ev[i], "sequence_number")), i);
+            const json_t *it = json_object_get(ev[i], "item");
+            if (!strcmp(type, "response.output_text.delta")) strcat(text, json_string_value(json_object_get(ev[i], "delta")));
+            if (!strcmp(type, "response.output_item.added") && !strcmp(json_string_value(json_object_get(it, "type")), "function_call")) {
+                added_call = i;
+                snprintf(item, sizeof(item), "%s", json_string_value(json_object_get(it, "id")));
+                cr_assert_str_eq(json_string_value(json_object_get(it, "name")), "get_weather");
+                cr_assert_str_eq(json_string_value(json_object_get(it, "status")), "in_progress");
+                cr_assert_eq(json_integer_value(json_object_get(ev[i], "output_index")), 1);
+            }
+            if (!strcmp(type, "response.function_call_arguments.delta")) {
+                cr_assert_str_eq(json_string_value(json_object_get(ev[i], "item_id")), item);
+                strcat(args, json_string_value(json_object_get(ev[i], "delta")));
+                n_arg_deltas++;
+            }
+            if (!strcmp(type, "response.function_call_arguments.done")) done_call = i, done_args = json_object_get(ev[i], "arguments");
+            if (!strcmp(type, "response.completed")) final = json_object_get(ev[i], "response");
+        }
+        cr_assert_str_eq(text, "Let me check.", "chunks of %zu", chunk);
+        cr_assert(added_call > 0 && done_call > added_call);
+        cr_assert_str_eq(args, "{\"city\":\"Paris\",\"days\":[1,2]}", "chunks of %zu", chunk);
+        cr_assert_str_eq(json_string_value(done_args), args);
+        if (chunk == 1) cr_assert_gt(n_arg_deltas, 10, "the arguments stream byte by byte (%d deltas)", n_arg_deltas);
+        cr_assert(final);
+        const json_t *out = json_object_get(final, "output"), *call = json_array_get(out, 1);
+        cr_assert_eq(json_array_size(out), 2);
+        cr_assert_str_eq(json_string_value(json_object_get(json_array_get(out, 0), "type")), "message");
+        cr_assert_str_eq(json_string_value(json_object_get(call, "type")), "function_call");
+        cr_assert_str_eq(json_string_value(json_object_get(call, "id")), item, "the same item id");
+        cr_assert_str_eq(json_string_value(json_object_get(call, "arguments")), args);
+        cr_assert(!strncmp(json_string_value(json_object_get(call, "call_id")), "call_resp_abc_", 14));
+        for (int i = 0; i < n; i++) json_decref(ev[i]);
+        buf_free(&all);
+    }
     responses_request_free(&r);
     json_decref(b);
 }

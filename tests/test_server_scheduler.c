@@ -865,3 +865,46 @@ Test(sched_fair, tenants_take_turns_in_the_queue) {
         }
     cr_assert(sched_wait_idle(sch, 5000));
 }
+
+// ---- sched_run_task: work on the scheduler thread ------------------------------------------
+
+typedef struct task_probe {
+    pthread_t caller, ran_on;
+    int calls;
+    size_t pool_used;
+    bool fail;
+} task_probe;
+
+static attnd_status probe_task(void *user, engine *e, kv_pool *pool, attnd_err *err) {
+    task_probe *t = user;
+    t->ran_on = pthread_self();
+    t->calls++;
+    kv_seq *s = NULL; /* the engine and the pool are usable here, between two steps */
+    attnd_status st = kv_seq_create(&s, pool, err);
+    batch_entry b = {s, 1, 0, false};
+    if (st == ATTND_OK) st = engine_eval(e, &b, 1, NULL, err);
+    t->pool_used = kv_pool_bytes_used(pool);
+    kv_seq_destroy(s);
+    if (st == ATTND_OK && t->fail) st = attnd_fail(err, ATTND_ERR_INVALID, "the task says no");
+    return st;
+}
+
+Test(scheduler, a_task_runs_on_the_scheduler_thread_between_steps_of_a_running_job) {
+    if (model_missing()) return;
+    start();
+    sched_job *j = job_for("Once upon a time", 40);
+    cr_assert_eq(sched_submit(sch, j, NULL), ATTND_OK);
+    task_probe t = {.caller = pthread_self()};
+    attnd_err err;
+    cr_assert_eq(sched_run_task(sch, probe_task, &t, &err), ATTND_OK, "%s", err.msg);
+    cr_assert_eq(t.calls, 1);
+    cr_assert(!pthread_equal(t.ran_on, t.caller), "the task ran on the caller's thread");
+    cr_assert_gt(t.pool_used, 0, "the task's sequence took KV from the pool");
+    t.fail = true;
+    cr_assert_eq(sched_run_task(sch, probe_task, &t, &err), ATTND_ERR_INVALID);
+    cr_assert_str_eq(err.msg, "the task says no");
+    sched_output o = wait_done(j);
+    cr_assert_eq(o.status, ATTND_OK, "%s", o.errmsg);
+    cr_assert_eq(o.n_pieces, 40, "the job ran on around the tasks");
+    sched_job_unref(j);
+}

@@ -80,21 +80,36 @@ void engine_set_expert_cb(engine *e, engine_expert_cb cb);
 
 /*
  * Head ablation, per sequence (no cost when no sequence of a batch has one): every evaluation
- * of s multiplies the output of each listed (layer, query head) by its scale before the output
- * projection W_O — 0 switches the head off. a is borrowed until it is replaced or cleared
- * (NULL); a fork does not inherit it. Layers and heads are checked by engine_ablation_check.
+ * of s replaces the output o of each listed (layer, query head), before the output projection
+ * W_O, by base + scale (o - base): base = 0 (ENGINE_ABLATE_ZERO) or the head's own mean output
+ * (ENGINE_ABLATE_MEAN) over the positions of s evaluated with this ablation so far, this one
+ * included (causal: position p's mean never sees a later position). scale 0 removes the head
+ * entirely; 1 leaves it alone. a is borrowed until it is replaced or cleared (NULL); a fork does
+ * not inherit it. Checked by engine_ablation_check.
  */
+typedef enum engine_ablate_mode {
+    ENGINE_ABLATE_ZERO = 0,
+    ENGINE_ABLATE_MEAN = 1,
+} engine_ablate_mode;
+
 typedef struct engine_ablation_head {
     int layer, head;
-    float scale; /* 0 = zero-ablation */
+    float scale;             /* 0 = the head removed */
+    engine_ablate_mode mode;
 } engine_ablation_head;
 
 typedef struct engine_ablation {
     const engine_ablation_head *heads; /* (n), borrowed */
     int n;
+    /* Mean heads only (NULL when none): the running sums of the heads' outputs, (n, head_dim),
+     * and the positions each holds, (n); the caller's storage, zeroed before the sequence's
+     * first evaluation, written by engine_eval. */
+    double *mean_sum;
+    int *mean_n;
 } engine_ablation;
 
-/* ATTND_ERR_INVALID naming the entry at fault when a layer or head is out of the model's range. */
+/* ATTND_ERR_INVALID naming the entry at fault when a layer or head is out of the model's range,
+ * a scale is not finite, a mode unknown, or a mean head has no mean_sum storage. */
 attnd_status engine_ablation_check(const model_info *mi, const engine_ablation *a, attnd_err *err);
 void engine_seq_ablate(kv_seq *s, const engine_ablation *a);
 

@@ -58,6 +58,26 @@ grammar *grammar_ref(grammar *g);
 void grammar_unref(grammar *g); /* accepts NULL */
 int grammar_n_rules(const grammar *g);
 
+/*
+ * The lazy start: where in the output the grammar begins (gen.h applies it, one state per
+ * sequence). skip_open / skip_close: a block the output opens with (its very first bytes, e.g. a
+ * reasoning block "<think>" … "</think>") runs free, and the grammar begins after the token
+ * that closes it; an output that does not open with skip_open is constrained from its start.
+ * trigger: the text runs free until trigger appears in it (outside the skipped block), and the
+ * grammar then constrains from the trigger's first byte, so its sentences must start with the
+ * trigger (tool_choice auto: "<tool_call>"). NULL fields: no such part. Strings are copied, each
+ * 1..GRAMMAR_MAX_MARKER bytes. Set before the grammar is shared (not safe against readers).
+ * Errors: ATTND_ERR_INVALID, ATTND_ERR_NOMEM (g unchanged).
+ */
+#define GRAMMAR_MAX_MARKER 48
+typedef struct grammar_lazy {
+    const char *trigger;
+    const char *skip_open, *skip_close;
+} grammar_lazy;
+attnd_status grammar_set_lazy(grammar *g, const grammar_lazy *lz, attnd_err *err);
+/* The lazy start (borrowed from g); all NULL for a grammar that constrains from the first byte. */
+grammar_lazy grammar_get_lazy(const grammar *g);
+
 /* ---- the vocabulary index ---- */
 typedef struct grammar_vocab grammar_vocab;
 /* Token id i decodes to bytes[i][0..lens[i]) (0 bytes: a control token, never allowed by a

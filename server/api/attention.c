@@ -14,16 +14,18 @@
 #include <malloc.h>
 #endif
 
+#include "ablate_api.h"
+#include "heads_api.h"
 #include "attn_api.h"
 #include "endpoints.h"
 #include "genreq.h"
 
-/* Reads the inspection fields and leaves the body as oai_parse should see it: "top_k" is the
+/* Reads the inspection fields (and the ablation sweep's, ablate_api.h) and leaves the body as oai_parse should see it: "top_k" is the
  * attention cut here; top-k sampling may be asked for as "sampling_top_k". false: 400 queued. */
-static bool read_selection(req *r, json_t *b, attn_api_request *ar, enum MHD_Result *ret) {
+static bool read_selection(req *r, json_t *b, attn_api_request *ar, ablate_measure *am, enum MHD_Result *ret) {
     const char *param = NULL;
     attnd_err err;
-    if (attn_api_parse(b, ar, &param, &err) != ATTND_OK) {
+    if (attn_api_parse(b, ar, &param, &err) != ATTND_OK || ablate_api_parse_measure(b, am, &param, &err) != ATTND_OK) {
         *ret = http_respond_error(r, 400, err.msg, param);
         return false;
     }
@@ -82,6 +84,7 @@ static enum MHD_Result respond(req *r) {
                                                  "completion_tokens", (json_int_t)o.n_generated,
                                                  "prompt_tokens_details", "cached_tokens", (json_int_t)o.n_cached));
     if (r->sess_id[0]) json_object_set_new(body, "session_id", json_string(r->sess_id));
+    if (r->oreq.n_ablate) json_object_set_new(body, "ablate", ablate_api_json(r->oreq.ablate, r->oreq.n_ablate));
     size_t len = 0;
     char *text = attn_api_dump_with(body, o.capture, &len), *line = NULL;
     json_decref(body);
@@ -89,6 +92,60 @@ static enum MHD_Result respond(req *r) {
     else free(text);
     if (!line) return http_respond_error(r, 503, "out of memory building the attention response", NULL);
     return http_respond_text(r, 200, "application/json", line);
+}
+
+// ---- "measure": "ablation": every head ablated in turn (attnd/ablate_sweep.h) ---------------
+
+typedef struct sweep_task {
+    const ablate_sweep_params *p;
+    ablate_sweep_result *r;
+} sweep_task;
+
+/* On the scheduler thread (sched_run_task): the sweep, with the server's engine and KV pool. */
+static attnd_status run_sweep(void *user, engine *e, kv_pool *pool, attnd_err *err) {
+    sweep_task *t = user;
+    return ablate_sweep_run(e, pool, t->p, t->r, err);
+}
+
+/* Refuses what a sweep does not combine with: an attention selection, ablate, generation, a
+ * session. false: the 400 is queued. */
+static bool sweep_alone(req *r, const attn_api_request *ar, enum MHD_Result *ret) {
+    const oai_request *q = &r->oreq;
+    const char *field = ar->layers ? "layers" : ar->heads ? "heads" : ar->top_k ? "top_k"
+                      : ar->weights != ATTN_WEIGHTS_ATTENTION ? "weights" : ar->lens_k ? "logit_lens"
+                      : q->n_ablate ? "ablate" : q->max_tokens > 0 ? "max_tokens" : q->session_id ? "session_id" : NULL;
+    if (!field) return true;
+    char msg[160];
+    snprintf(msg, sizeof(msg), "'%s' cannot be combined with \"measure\": \"ablation\" (it reads one prompt, every head)",
+             field);
+    *ret = http_respond_error(r, 400, msg, field);
+    return false;
+}
+
+/* The ablation sweep over prompt ids[0..n) (owned), run on the scheduler thread. */
+static enum MHD_Result measure_ablation(req *r, const ablate_measure *am, int32_t *ids, size_t n) {
+    struct server *s = r->srv;
+    ablate_sweep_params p;
+    ablate_sweep_result res = {0};
+    const char *param = NULL;
+    attnd_err err;
+    enum MHD_Result ret;
+    attnd_status st = ablate_api_sweep_params(am, s->tok, ids, (int)n, &p, &param, &err);
+    if (st == ATTND_OK) st = ablate_sweep_check(model_info_get(s->m), &p, &err);
+    if (st != ATTND_OK) {
+        ret = http_respond_error(r, 400, err.msg, param ? param : "prompt");
+    } else if ((st = sched_run_task(s->sch, run_sweep, &(sweep_task){&p, &res}, &err)) != ATTND_OK) {
+        ret = http_respond_error(r, st == ATTND_ERR_INVALID ? 400 : 503, err.msg, NULL);
+    } else {
+        json_t *body = ablate_api_sweep_json(s->model_id, s->tok, &p, (int)n, am->target_position, &res);
+        char *text = body ? json_dumps(body, JSON_COMPACT | JSON_REAL_PRECISION(ATTN_API_DIGITS)) : NULL;
+        json_decref(body);
+        ret = text ? http_respond_text(r, 200, "application/json", text)
+                   : http_respond_error(r, 503, "out of memory building the ablation answer", NULL);
+    }
+    ablate_sweep_result_free(&res);
+    free(ids);
+    return ret;
 }
 
 /* Returns freed heap pages to the system: an inspection's capture and JSON run to hundreds of
@@ -118,7 +175,8 @@ enum MHD_Result ep_attention(req *r) {
     if (!b) return ret;
     attn_api_request ar = {0};
     if (!attention_slot(r, &ret)) return ret;
-    if (!read_selection(r, b, &ar, &ret)) goto out;
+    ablate_measure am;
+    if (!read_selection(r, b, &ar, &am, &ret)) goto out;
     const char *param = NULL;
     attnd_err err;
     attnd_status st = oai_parse(b, r->chat, &s->cfg, s->n_vocab, &r->oreq, &param, &err);
@@ -135,12 +193,17 @@ enum MHD_Result ep_attention(req *r) {
         ret = http_respond_error(r, 400, "'n' must be 1 on /v1/attention (one inspection per request)", "n");
         goto out;
     }
+    if (!genreq_check_ablate(r, &ret) || (am.on && !sweep_alone(r, &ar, &ret))) goto out;
     if (r->oreq.max_tokens < 0) r->oreq.max_tokens = 0; /* inspection of the prompt alone by default */
     int32_t *ids;
     size_t n;
     if (genreq_prompt_tokens(r, 0, &ids, &n, &err) != ATTND_OK) {
         free(ids);
         ret = http_respond_error(r, 400, err.msg, genreq_prompt_param(r));
+        goto out;
+    }
+    if (am.on) {
+        ret = measure_ablation(r, &am, ids, n);
         goto out;
     }
     int max_tokens = genreq_fit_context(r, n, &ret);
@@ -159,4 +222,50 @@ out:
     atomic_fetch_sub(&s->attn_active, 1);
     trim_heap(); /* the capture and the parsed body are gone: give their pages back */
     return ret;
+}
+
+// ---- GET /v1/heads: head roles (attnd/head_roles.h), computed once per server ---------------
+
+typedef struct heads_task {
+    const head_roles_params *p;
+    head_roles *hr;
+} heads_task;
+
+static attnd_status run_heads(void *user, engine *e, kv_pool *pool, attnd_err *err) {
+    heads_task *t = user;
+    return head_roles_compute(e, pool, t->p, t->hr, err);
+}
+
+/* The answer's text: computed on the scheduler thread the first time, then kept (a request
+ * that raced another's computation drops its own copy). NULL: *st and *err say why. */
+static const char *heads_text(struct server *s, attnd_status *st, attnd_err *err) {
+    char *text = atomic_load(&s->heads_json);
+    if (text) return text;
+    head_roles_params p;
+    int32_t *cand = NULL;
+    head_roles hr = {0};
+    *st = heads_api_params(s->tok, &p, &cand) ? sched_run_task(s->sch, run_heads, &(heads_task){&p, &hr}, err)
+                                              : attnd_fail(err, ATTND_ERR_NOMEM, "out of memory");
+    json_t *body = *st == ATTND_OK ? heads_api_json(s->model_id, &hr, &p) : NULL;
+    text = body ? json_dumps(body, JSON_COMPACT | JSON_REAL_PRECISION(ATTN_API_DIGITS)) : NULL;
+    if (*st == ATTND_OK && !text) *st = attnd_fail(err, ATTND_ERR_NOMEM, "out of memory building the heads answer");
+    json_decref(body);
+    head_roles_free(&hr);
+    free(cand);
+    char *none = NULL;
+    if (text && !atomic_compare_exchange_strong(&s->heads_json, &none, text)) {
+        free(text);
+        text = none;
+    }
+    return text;
+}
+
+enum MHD_Result ep_heads(req *r) {
+    attnd_status st = ATTND_OK;
+    attnd_err err;
+    const char *text = heads_text(r->srv, &st, &err);
+    if (!text) return http_respond_error(r, st == ATTND_ERR_NOMEM ? 503 : 500, err.msg, NULL);
+    char *copy = strdup(text);
+    return copy ? http_respond_text(r, 200, "application/json", copy)
+                : http_respond_error(r, 503, "out of memory", NULL);
 }

@@ -238,9 +238,55 @@ static bool reads_parts(const chat_template *ct) {
     return yes;
 }
 
+/* The probe tool and a history that calls it, as OpenAI clients send them (HF's shapes). */
+#define PROBE_FN "attnd_probe_fn_7f3a"
+static const char PROBE_TOOLS[] =
+    "[{\"type\": \"function\", \"function\": {\"name\": \"" PROBE_FN "\", \"description\": \"probe\", "
+    "\"parameters\": {\"type\": \"object\", \"properties\": {\"attnd_probe_arg\": {\"type\": \"integer\"}}}}}]";
+static const char PROBE_HISTORY[] =
+    "[{\"role\": \"user\", \"content\": \"hi\"}, {\"role\": \"assistant\", \"content\": \"\", \"tool_calls\": "
+    "[{\"id\": \"a1b2c3d4e\", \"type\": \"function\", \"function\": {\"name\": \"" PROBE_FN "\", \"arguments\": "
+    "{\"attnd_probe_arg\": 1}}}]}, {\"role\": \"tool\", \"tool_call_id\": \"a1b2c3d4e\", \"name\": \"" PROBE_FN "\", "
+    "\"content\": \"ok\"}]";
+
+/* Renders the first n_msgs of the probe history with the probe tool and appends the text to
+ * out (nothing when the template raises: many refuse a shape they do not expect). */
+static void probe_render(const chat_template *ct, size_t n_msgs, buf *out) {
+    static const char *const ROLES[] = {"user", "assistant", "tool"};
+    static const char *const CONTENT[] = {"hi", "", "ok"};
+    json_t *tools = json_loads(PROBE_TOOLS, 0, NULL), *raw = json_loads(PROBE_HISTORY, 0, NULL);
+    chat_msg m[3];
+    for (size_t i = 0; i < 3; i++) m[i] = (chat_msg){ROLES[i], CONTENT[i]};
+    json_t *head = raw ? json_array() : NULL;
+    for (size_t i = 0; head && i < n_msgs; i++) json_array_append(head, json_array_get(raw, i));
+    chat_request rq = {m, n_msgs, head, tools, NULL, true};
+    jinja_output o = {0};
+    if (tools && head && chat_template_render(ct, &rq, &o, NULL) == ATTND_OK) buf_puts(out, o.text);
+    jinja_output_free(&o);
+    json_decref(head);
+    json_decref(raw);
+    json_decref(tools);
+}
+
+/* Whether the template shows the request's tools, and how its model writes a call: found by
+ * rendering a probe tool and a history that calls it. */
+static void probe_tools(chat_template *ct) {
+    buf b = {0};
+    probe_render(ct, 1, &b);
+    ct->takes_tools = b.p && strstr(b.p, PROBE_FN);
+    probe_render(ct, 3, &b); /* ends on the tool turn: templates that check turn order accept it */
+    const char *t = b.p ? b.p : "";
+    if (strstr(t, "<tool_call>")) ct->tool_format = TOOLCALL_FMT_HERMES;
+    else if (strstr(t, "[TOOL_CALLS]")) ct->tool_format = TOOLCALL_FMT_MISTRAL;
+    else if (strstr(t, "\"parameters\": {\"attnd_probe_arg\"")) ct->tool_format = TOOLCALL_FMT_LLAMA;
+    else ct->tool_format = TOOLCALL_FMT_HERMES;
+    buf_free(&b);
+}
+
 static attnd_status loaded_jinja(chat_template *ct, chat_source src) {
     ct->source = src;
     ct->content_parts = reads_parts(ct);
+    probe_tools(ct);
     return ATTND_OK;
 }
 
@@ -379,6 +425,7 @@ attnd_status chat_template_render(const chat_template *ct, const chat_request *r
     jinja_ctx *c = jinja_ctx_create(NULL);
     if (!c) return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory");
     set_vars(c, ct, rq);
+    if (ct->now) jinja_ctx_set_now(c, ct->now);
     st = jinja_render(c, ct->jinja, out, err);
     jinja_ctx_destroy(c);
     return st;

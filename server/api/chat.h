@@ -29,6 +29,7 @@
 #include "attnd/common.h"
 #include "attnd/tokenizer.h"
 #include "../jinja/jinja.h"
+#include "toolcall.h"
 
 typedef enum chat_family {
     CHAT_CHATML = 0,
@@ -89,7 +90,11 @@ typedef struct chat_template {
     jinja_template *jinja;  /* owned; NULL = render family */
     chat_source source;
     bool content_parts;     /* the Jinja template reads content given as [{"type": "text", ...}] parts */
+    bool takes_tools;       /* the Jinja template shows the request's `tools` (Qwen, Llama 3.1+,
+                             * Mistral, Hermes...): it gets them and the tool turns as sent */
+    toolcall_format tool_format; /* how the template's model writes a call (Hermes when unknown) */
     char *bos, *eos;        /* the model's BOS / EOS text as bos_token / eos_token (owned) */
+    const struct tm *now;   /* strftime_now's clock (borrowed); NULL = the wall clock */
     char why[600];          /* for CHAT_SRC_DETECTED / FALLBACK: what was wrong, for the warning */
 } chat_template;
 

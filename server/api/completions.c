@@ -89,7 +89,7 @@ static json_t *choice_body(req *r, int k, sched_output *failed) {
     json_t *body = oai_final(&r->rctx, &g, echo, echo_len);
     free(echo);
     if (body && r->chat) toolcall_apply(json_array_get(json_object_get(body, "choices"), 0), g.text, g.text_len,
-                                        calls_parsed(r));
+                                        calls_parsed(r), NULL);
     return body;
 }
 
@@ -266,6 +266,7 @@ static enum MHD_Result generate(req *r, bool chat) {
     const char *param = NULL;
     attnd_err err;
     attnd_status st = oai_parse(b, chat, &s->cfg, s->n_vocab, &r->oreq, &param, &err);
+    if (st == ATTND_OK) st = oai_bind_template(&r->oreq, s->chat.takes_tools, s->chat.tool_format, &err);
     if (st != ATTND_OK) return http_respond_error(r, http_status_of(st, HTTP_CTX_PARSE), err.msg, param);
     attnd_random_id(r->resp_id, sizeof(r->resp_id), r->chat ? "chatcmpl-" : "cmpl-");
     r->rctx = (completion_body_ctx){r->resp_id, s->model_id, (long long)time(NULL), r->chat, r->oreq.include_usage,

@@ -34,6 +34,8 @@ enum MHD_Result ep_responses_create(req *r);
 enum MHD_Result ep_response_get(req *r);
 enum MHD_Result ep_response_delete(req *r);
 enum MHD_Result ep_attention(req *r);   /* attention.c: POST /v1/attention */
+enum MHD_Result ep_heads(req *r);       /* attention.c: GET /v1/heads */
+enum MHD_Result ep_session_fork(req *r); /* sess_fork.c: POST /v1/sessions/{id}/fork */
 enum MHD_Result ep_playground(req *r);  /* endpoints.c: GET /, the web playground */
 
 #endif

@@ -5,6 +5,8 @@
  */
 #include "genreq.h"
 
+#include "ablate_api.h"
+
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -37,13 +39,11 @@ attnd_status genreq_prompt_tokens(req *r, int p, int32_t **ids, size_t *n, attnd
     *ids = NULL, *n = 0;
     /* chat: only the template's markers are special tokens, never the messages' content */
     if (r->chat) {
-        /* with tools or tool turns, every template (Jinja or built-in) gets the messages with the
-         * tools described and the tool turns written out in the Hermes format (oai.h's fmsgs):
-         * one format that the forcing grammar and the parser share, also for templates that know
-         * nothing of tools. Handing q->tools_json and the raw messages to a tool-aware Jinja
-         * template instead is the next step (toolcall.h). */
-        chat_request cr = {q->msgs, q->n_msgs, q->messages_json, NULL, q->template_kwargs, true};
-        if (q->fmsgs) cr = (chat_request){q->fmsgs, q->n_fmsgs, NULL, NULL, q->template_kwargs, true};
+        /* a template that shows tools gets them and the tool turns as sent; the others the
+         * Hermes description and the turns written out (oai.h's fmsgs), the format the
+         * forcing grammar and the parser share */
+        chat_request cr;
+        oai_chat_input(q, &cr);
         return chat_template_encode(&s->chat, s->tok, &cr, ids, n, err);
     }
     const oai_prompt *pr = &q->prompts[p];
@@ -117,6 +117,10 @@ static bool job_spec(req *r, int32_t *ids, size_t n, int max_tokens, sess *se, u
     if (q->n_bias && (ok = (spec->bias = malloc((size_t)q->n_bias * sizeof(*q->bias)))))
         memcpy(spec->bias, q->bias, (size_t)q->n_bias * sizeof(*q->bias));
     if (ok) ok = (spec->stops = calloc((size_t)q->n_stops + 1, sizeof(char *))) != NULL;
+    if (ok && q->n_ablate && (ok = (spec->ablate = malloc(sizeof(*q->ablate) * (size_t)q->n_ablate)))) {
+        memcpy(spec->ablate, q->ablate, sizeof(*q->ablate) * (size_t)q->n_ablate);
+        spec->n_ablate = q->n_ablate;
+    }
     for (int i = 0; ok && i < q->n_stops; i++) ok = (spec->stops[spec->n_stops++] = strdup(q->stops[i])) != NULL;
     /* the turn's end marker stops generation even where the vocabulary spells it as text */
     if (ok && r->chat) ok = (spec->stops[spec->n_stops++] = strdup(chat_end_marker(r->srv->chat.family))) != NULL;
@@ -125,6 +129,7 @@ static bool job_spec(req *r, int32_t *ids, size_t n, int max_tokens, sess *se, u
     free(spec->bias);
     for (int i = 0; spec->stops && i < spec->n_stops; i++) free(spec->stops[i]);
     free(spec->stops);
+    free(spec->ablate);
     grammar_unref(spec->grammar);
     return false;
 }
@@ -251,10 +256,29 @@ bool genreq_wait_all(req *r) {
     return true;
 }
 
+bool genreq_check_ablate(req *r, enum MHD_Result *ret) {
+    const oai_request *q = &r->oreq;
+    attnd_err err;
+    if (!q->n_ablate) return true;
+    if (ablate_api_check(model_info_get(r->srv->m), q->ablate, q->n_ablate, &err) != ATTND_OK)
+        *ret = http_respond_error(r, 400, err.msg, "ablate");
+    else if (q->session_id)
+        *ret = http_respond_error(r, 400,
+                                  "'ablate' cannot be combined with 'session_id': an ablated sequence's KV never "
+                                  "enters a session or the prompt cache",
+                                  "ablate");
+    else if (q->n > 1)
+        *ret = http_respond_error(r, 400, "'ablate' takes one choice: 'n' must be 1", "n");
+    else
+        return true;
+    return false;
+}
+
 static bool submit_choices(req *r, enum MHD_Result *ret) {
     const oai_request *q = &r->oreq;
     int n_prompts = r->chat ? 1 : q->n_prompts, n_choices = n_prompts * q->n;
     attnd_err err;
+    if (!genreq_check_ablate(r, ret)) return false;
     if (r->llama && n_choices > 1) {
         *ret = http_respond_error(r, 400, "/completion takes one prompt; use /v1/completions for prompt lists", "prompt");
         return false;

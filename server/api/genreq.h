@@ -21,6 +21,9 @@ const char *genreq_prompt_param(const req *r);
 /* Prompt p's tokens into *ids (owned by the caller): the chat template (r->chat), the text
  * prompt or the token-id prompt of r->oreq. */
 attnd_status genreq_prompt_tokens(req *r, int p, int32_t **ids, size_t *n, attnd_err *err);
+/* r->oreq's "ablate" against the model, and against what it cannot be combined with (a
+ * session, n > 1): false with the 400 queued in *ret (naming "ablate" or "n"). */
+bool genreq_check_ablate(req *r, enum MHD_Result *ret);
 /* Checks n prompt tokens against the context; returns r->oreq.max_tokens (or the default)
  * clamped to the room left, or -1 with the 400 queued in *ret. */
 int genreq_fit_context(req *r, size_t n, enum MHD_Result *ret);

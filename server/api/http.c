@@ -175,6 +175,13 @@ void req_set(req *r, req_slot s, void *p, void (*free_fn)(void *p)) {
 // ---- routing ------------------------------------------------------------------------------
 
 static bool path_matches(const route *rt, const char *path) {
+    if (rt->flags & ROUTE_SEGMENT) {
+        const char *at = strstr(rt->path, "{id}"), *tail = at + 4;
+        size_t n = (size_t)(at - rt->path), pl = strlen(path), tl = strlen(tail);
+        if (strncmp(rt->path, path, n) || pl < n + tl + 1 || strcmp(path + pl - tl, tail)) return false;
+        const char *slash = strchr(path + n, '/');
+        return !slash || slash == path + pl - tl;
+    }
     if (!(rt->flags & ROUTE_PREFIX)) return !strcmp(rt->path, path);
     size_t n = strlen(rt->path);
     return !strncmp(rt->path, path, n) && path[n] && !strchr(path + n, '/');

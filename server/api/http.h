@@ -42,6 +42,7 @@ enum {
     ROUTE_PREFIX = 1, /* path is a prefix ending in '/': one more path segment follows */
     ROUTE_MODEL = 2,  /* needs the model: 503 while loading */
     ROUTE_OPEN = 4,   /* answered without an API key (/health; the playground holds no data) */
+    ROUTE_SEGMENT = 8, /* path holds "{id}": exactly one path segment stands there */
 };
 
 /* One endpoint (routes.c holds them all). */
@@ -77,6 +78,7 @@ struct server {
     atomic_int in_flight;     /* requests between their first callback and completion */
     atomic_int tok_active;    /* /tokenize and /detokenize requests running (tokenize_parallel) */
     atomic_int attn_active;   /* /v1/attention requests running (attention_parallel) */
+    _Atomic(char *) heads_json; /* GET /v1/heads' answer once computed (the model never changes) */
     bool shut_down;
 };
 

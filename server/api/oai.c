@@ -7,6 +7,7 @@
 
 #include "attnd/buf.h"
 #include "attnd/utf8.h"
+#include "ablate_api.h"
 #include "json_schema.h"
 
 #include <math.h>
@@ -316,7 +317,7 @@ static attnd_status parse_tools(const json_t *body, bool chat, oai_request *r, c
                    r->tools.choice == TOOLCALL_NAMED ? "naming a function" : "required");
     buf g = {0};
     attnd_err terr;
-    st = toolcall_grammar(&r->tools, &g, &terr);
+    st = toolcall_grammar(&r->tools, TOOLCALL_FMT_HERMES, &g, &terr);
     if (st == ATTND_OK) {
         if ((st = grammar_compile(&r->grammar, g.p, g.len, &terr)) == ATTND_OK) r->format = OAI_FORMAT_TOOL_CALL;
     }
@@ -511,7 +512,9 @@ attnd_status oai_parse(const json_t *body, bool chat, const server_settings *cfg
     }
     if ((rc = parse_stop(body, r, param, err)) != ATTND_OK) return rc;
     if ((rc = parse_bias(body, n_vocab, r, param, err)) != ATTND_OK) return rc;
-    if ((rc = parse_format(body, r, param, err)) != ATTND_OK) return rc;
+    if ((rc = parse_format(body, r, param, err)) != ATTND_OK ||
+        (rc = ablate_api_parse(body, &r->ablate, &r->n_ablate, param, err)) != ATTND_OK)
+        return rc;
     if ((rc = parse_tools(body, chat, r, param, err)) != ATTND_OK) return rc;
     if (chat && (rc = family_messages(r, false, param, err)) != ATTND_OK) return rc;
     attnd_err verr;
@@ -532,7 +535,45 @@ void oai_request_free(oai_request *r) {
     toolcall_spec_free(&r->tools);
     for (size_t i = 0; i < r->n_fmsgs; i++) free((char *)r->fmsgs[i].content);
     free(r->fmsgs);
+    free(r->ablate);
     memset(r, 0, sizeof(*r));
+}
+
+/* tool_choice required / named in format f (when it is not the Hermes form oai_parse compiled),
+ * or auto's lazy call grammar. For auto a tool whose schema does not convert leaves the calls
+ * free (they were free before grammars existed), rather than refusing the request. */
+static attnd_status call_grammar(oai_request *r, toolcall_format f, bool lazy, attnd_err *err) {
+    buf g = {0};
+    grammar *gr = NULL;
+    attnd_err e;
+    attnd_status st = toolcall_grammar(&r->tools, f, &g, &e);
+    if (st == ATTND_OK) st = grammar_compile(&gr, g.p, g.len, &e);
+    buf_free(&g);
+    if (st == ATTND_ERR_NOMEM) return attnd_fail(err, st, "out of memory");
+    if (st != ATTND_OK) return lazy ? ATTND_OK : attnd_fail(err, st, "%s", e.msg);
+    grammar_unref(r->grammar);
+    r->grammar = gr;
+    return ATTND_OK;
+}
+
+attnd_status oai_bind_template(oai_request *r, bool takes_tools, toolcall_format f, attnd_err *err) {
+    if (!r->chat) return ATTND_OK;
+    r->template_tools = takes_tools;
+    toolcall_format use = takes_tools ? f : TOOLCALL_FMT_HERMES; /* what the prompt taught */
+    bool lazy_calls = r->tools_json && r->tools.choice == TOOLCALL_AUTO && !r->grammar;
+    attnd_status st = ATTND_OK;
+    if (lazy_calls || (r->format == OAI_FORMAT_TOOL_CALL && use != TOOLCALL_FMT_HERMES))
+        st = call_grammar(r, use, lazy_calls, err);
+    if (st != ATTND_OK || !r->grammar || r->format == OAI_FORMAT_GRAMMAR) return st; /* GBNF: as given */
+    /* reasoning is never constrained: JSON and calls start after </think> */
+    grammar_lazy lz = {lazy_calls ? toolcall_trigger(use) : NULL, "<think>", "</think>"};
+    return grammar_set_lazy(r->grammar, &lz, err);
+}
+
+void oai_chat_input(const oai_request *r, chat_request *out) {
+    if (r->template_tools) *out = (chat_request){r->msgs, r->n_msgs, r->messages_json, r->tools_json, r->template_kwargs, true};
+    else if (r->fmsgs) *out = (chat_request){r->fmsgs, r->n_fmsgs, NULL, NULL, r->template_kwargs, true};
+    else *out = (chat_request){r->msgs, r->n_msgs, r->messages_json, NULL, r->template_kwargs, true};
 }
 
 // ---- responses ----------------------------------------------------------------------------

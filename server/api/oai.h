@@ -15,6 +15,7 @@
 #include <stdint.h>
 
 #include "attnd/common.h"
+#include "attnd/engine.h"
 #include "attnd/grammar.h"
 #include "attnd/sampler.h"
 #include "chat.h"
@@ -76,12 +77,15 @@ typedef struct oai_request {
     // ---- tools (chat) ----
     toolcall_spec tools;    /* tools.tools is NULL when the request has none */
     const json_t *tools_json; /* the body's tools (borrowed) when tool_choice is not none, else
-                                 NULL: kept for handing to a tool-aware Jinja template (not yet:
-                                 every template gets fmsgs, see genreq.c) */
+                                 NULL: what a tool-aware Jinja template gets as `tools` */
+    bool template_tools;    /* oai_bind_template: the template renders tools and tool turns itself */
     chat_msg *fmsgs;        /* (n_fmsgs) the messages for a built-in family when they differ from
                                msgs (tool results and calls rendered as text, the tools described
                                in the system message; toolcall.h); NULL = use msgs. Owned. */
     size_t n_fmsgs;
+    // ---- interventions (ablate_api.h) ----
+    engine_ablation_head *ablate; /* (n_ablate) owned; NULL = none. Ranges unchecked (no model here) */
+    int n_ablate;
 } oai_request;
 
 /*
@@ -96,6 +100,7 @@ typedef struct oai_request {
  * tools are described in the system message (Hermes style, for the built-in families), history
  * messages' tool_calls and role "tool" results are rendered as the model writes them, and
  * tool_choice required / named compiles the forcing grammar (then response_format is a 400).
+ * "ablate" (ablate_api.h) into r->ablate, its ranges left to the caller, who knows the model.
  * Features not implemented (functions, function_call, audio, modalities
  * other than ["text"], best_of > 1, suffix) are refused by name;
  * unknown fields and harmless ones clients send (user, stream_options, metadata, store) are not.
@@ -104,6 +109,20 @@ typedef struct oai_request {
 attnd_status oai_parse(const json_t *body, bool chat, const server_settings *cfg, int n_vocab, oai_request *out,
                        const char **param, attnd_err *err);
 void oai_request_free(oai_request *r);
+
+/*
+ * After oai_parse, what the server's chat template changes (chat only; a no-op otherwise): a
+ * template that shows tools (takes_tools, chat.h) gets the request's tools (OpenAI's shape) and
+ * its messages as sent, tool_calls and role "tool" included, and the forcing grammar writes the
+ * call format f its model was taught; other templates keep fmsgs, the Hermes description.
+ * The grammar becomes lazy (grammar.h): a reasoning block (<think>…</think>) at the start of the
+ * answer is never constrained (JSON formats and calls; a GBNF "grammar" applies as given), and
+ * tool_choice auto gets the call grammar, switched on where the format's opening text appears.
+ * Errors: ATTND_ERR_NOMEM.
+ */
+attnd_status oai_bind_template(oai_request *r, bool takes_tools, toolcall_format f, attnd_err *err);
+/* The template's input for r's messages (pointers borrowed from r), add_generation_prompt on. */
+void oai_chat_input(const oai_request *r, chat_request *out);
 
 /*
  * The prompts of a /v1/completions "prompt" field, which OpenAI lets be a string, an array of

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "oai.h"
+#include "toolcall.h"
 
 #define MAX_METADATA 16
 
@@ -305,11 +306,16 @@ static json_t *output_message(const responses_result *res, bool with_text) {
                      "assistant", "content", content);
 }
 
+/* A function_call item's id from its call id: the stream and the final object agree. */
+static void fc_id(const char *call_id, char *out, size_t n) {
+    snprintf(out, n, "fc_%.80s", call_id && !strncmp(call_id, "call_", 5) ? call_id + 5 : call_id ? call_id : "");
+}
+
 /* With tools: the reply split by the tool-call parser into a message (when there is text) and
  * function_call items. */
 static void tool_output(const responses_result *res, json_t *output) {
     json_t *choice = json_pack("{s:{s:s},s:s}", "message", "role", "assistant", "finish_reason", "stop");
-    if (!choice || !toolcall_apply(choice, res->text, res->text_len, true)) {
+    if (!choice || !toolcall_apply(choice, res->text, res->text_len, true, res->id)) {
         json_array_append_new(output, output_message(res, true));
         json_decref(choice);
         return;
@@ -323,8 +329,8 @@ static void tool_output(const responses_result *res, json_t *output) {
     json_t *calls = json_object_get(msg, "tool_calls");
     for (size_t i = 0; i < json_array_size(calls); i++) {
         const json_t *c = json_array_get(calls, i), *f = json_object_get(c, "function");
-        char id[40];
-        attnd_random_id(id, sizeof(id), "fc_");
+        char id[96];
+        fc_id(json_string_value(json_object_get(c, "id")), id, sizeof(id));
         json_array_append_new(output, json_pack("{s:s,s:s,s:s,s:O,s:O,s:O}", "type", "function_call", "id", id, "status",
                                                 "completed", "call_id", json_object_get(c, "id"), "name",
                                                 json_object_get(f, "name"), "arguments", json_object_get(f, "arguments")));
@@ -426,59 +432,163 @@ static void frame(sse_buf *b, responses_stream *st, const char *type, json_t *ev
     free(data);
 }
 
+/* The frames (an empty string when there were none: text held back by the parser); NULL when
+ * out of memory. */
 static char *finish(sse_buf *b) {
-    if (b->failed || !b->p) {
+    if (b->failed) {
         free(b->p);
         return NULL;
     }
-    return b->p;
+    return b->p ? b->p : strdup("");
 }
 
 /* Position fields shared by the item-level events. */
-static json_t *at(const responses_result *res, bool content) {
-    json_t *o = json_pack("{s:s,s:i}", "item_id", res->msg_id, "output_index", 0);
+static json_t *item_at(const char *item_id, int output_index, bool content) {
+    json_t *o = json_pack("{s:s,s:i}", "item_id", item_id, "output_index", output_index);
     if (o && content) json_object_set_new(o, "content_index", json_integer(0));
     return o;
 }
 
-char *responses_stream_begin(responses_stream *st, const responses_result *res) {
-    sse_buf b = {0};
-    frame(&b, st, "response.created", json_pack("{s:o}", "response", responses_object(res)));
-    frame(&b, st, "response.in_progress", json_pack("{s:o}", "response", responses_object(res)));
-    frame(&b, st, "response.output_item.added", json_pack("{s:i,s:o}", "output_index", 0, "item", output_message(res, false)));
-    json_t *ev = at(res, true);
+static void open_message(sse_buf *b, responses_stream *st, const responses_result *res) {
+    frame(b, st, "response.output_item.added", json_pack("{s:i,s:o}", "output_index", st->msg_index, "item",
+                                                         output_message(res, false)));
+    json_t *ev = item_at(res->msg_id, st->msg_index, true);
     if (ev) json_object_set_new(ev, "part", json_pack("{s:s,s:s,s:[],s:[]}", "type", "output_text", "text", "",
                                                       "annotations", "logprobs"));
-    frame(&b, st, "response.content_part.added", ev);
+    frame(b, st, "response.content_part.added", ev);
+}
+
+char *responses_stream_begin(responses_stream *st, const responses_result *res) {
+    sse_buf b = {0};
+    st->msg_index = st->call_index = -1;
+    if (res->req->tools) {
+        if (!(st->tp = toolcall_parser_create(true))) return NULL;
+        toolcall_parser_set_id_base(st->tp, res->id);
+    }
+    frame(&b, st, "response.created", json_pack("{s:o}", "response", responses_object(res)));
+    frame(&b, st, "response.in_progress", json_pack("{s:o}", "response", responses_object(res)));
+    if (!st->tp) st->msg_index = st->n_items++, open_message(&b, st, res);
     return finish(&b);
 }
 
-char *responses_stream_delta(responses_stream *st, const responses_result *res, const char *text, size_t n) {
-    sse_buf b = {0};
-    json_t *ev = at(res, true);
+static void text_delta(sse_buf *b, responses_stream *st, const responses_result *res, const char *text, size_t n) {
+    json_t *ev = item_at(res->msg_id, st->msg_index, true);
     if (ev) {
         json_object_set_new(ev, "delta", oai_string(text, n));
         json_object_set_new(ev, "logprobs", json_array());
     }
-    frame(&b, st, "response.output_text.delta", ev);
+    frame(b, st, "response.output_text.delta", ev);
+}
+
+static json_t *call_item(const responses_stream *st, const char *status) {
+    return json_pack("{s:s,s:s,s:s,s:s,s:s,s:O}", "type", "function_call", "id", st->call_item, "status", status,
+                     "call_id", st->call_id, "name", st->call_name, "arguments", st->call_args);
+}
+
+static void close_call(sse_buf *b, responses_stream *st) {
+    if (st->call_index < 0) return;
+    json_t *ev = item_at(st->call_item, st->call_index, false);
+    if (ev) json_object_set(ev, "arguments", st->call_args);
+    frame(b, st, "response.function_call_arguments.done", ev);
+    frame(b, st, "response.output_item.done", json_pack("{s:i,s:o}", "output_index", st->call_index, "item",
+                                                        call_item(st, "completed")));
+    st->call_index = -1;
+}
+
+/* One parser delta as Responses events. */
+static void tool_event(sse_buf *b, responses_stream *st, const responses_result *res, const json_t *d) {
+    const json_t *c = json_object_get(d, "content"), *tc = json_array_get(json_object_get(d, "tool_calls"), 0);
+    if (json_is_string(c)) {
+        if (st->msg_index < 0) st->msg_index = st->n_items++, open_message(b, st, res);
+        text_delta(b, st, res, json_string_value(c), json_string_length(c));
+        return;
+    }
+    if (!tc) return; /* reasoning is not streamed as items */
+    const json_t *f = json_object_get(tc, "function"), *id = json_object_get(tc, "id");
+    const char *frag = json_string_value(json_object_get(f, "arguments"));
+    if (id) {
+        close_call(b, st);
+        st->call_index = st->n_items++;
+        snprintf(st->call_id, sizeof(st->call_id), "%s", json_string_value(id));
+        fc_id(st->call_id, st->call_item, sizeof(st->call_item));
+        snprintf(st->call_name, sizeof(st->call_name), "%s", json_string_value(json_object_get(f, "name")));
+        json_string_set(st->call_args, "");
+        frame(b, st, "response.output_item.added", json_pack("{s:i,s:o}", "output_index", st->call_index, "item",
+                                                             call_item(st, "in_progress")));
+    }
+    if (!frag || !*frag || st->call_index < 0) return;
+    size_t n = json_string_length(st->call_args), k = strlen(frag);
+    char *joined = malloc(n + k + 1);
+    if (!joined) return (void)(b->failed = true);
+    memcpy(joined, json_string_value(st->call_args), n), memcpy(joined + n, frag, k + 1);
+    json_string_setn(st->call_args, joined, n + k);
+    free(joined);
+    json_t *ev = item_at(st->call_item, st->call_index, false);
+    if (ev) json_object_set_new(ev, "delta", json_string(frag));
+    frame(b, st, "response.function_call_arguments.delta", ev);
+}
+
+static void tool_events(sse_buf *b, responses_stream *st, const responses_result *res, json_t *deltas) {
+    if (!deltas) return (void)(b->failed = true);
+    for (size_t i = 0; i < json_array_size(deltas); i++) tool_event(b, st, res, json_array_get(deltas, i));
+    json_decref(deltas);
+}
+
+char *responses_stream_delta(responses_stream *st, const responses_result *res, const char *text, size_t n) {
+    sse_buf b = {0};
+    if (!st->tp) {
+        text_delta(&b, st, res, text, n);
+        return finish(&b);
+    }
+    if (!st->call_args) st->call_args = json_string("");
+    json_t *deltas = json_array();
+    if (deltas) toolcall_parser_feed(st->tp, text, n, deltas);
+    tool_events(&b, st, res, deltas);
     return finish(&b);
 }
 
-char *responses_stream_end(responses_stream *st, const responses_result *res) {
-    sse_buf b = {0};
-    json_t *ev = at(res, true);
+/* The message's closing events, with its text (the whole reply without tools, else the
+ * parser's content). */
+static void close_message(sse_buf *b, responses_stream *st, const responses_result *res) {
+    json_t *ev = item_at(res->msg_id, st->msg_index, true);
     if (ev) {
         json_object_set_new(ev, "text", oai_string(res->text, res->text_len));
         json_object_set_new(ev, "logprobs", json_array());
     }
-    frame(&b, st, "response.output_text.done", ev);
-    ev = at(res, true);
+    frame(b, st, "response.output_text.done", ev);
+    ev = item_at(res->msg_id, st->msg_index, true);
     if (ev) json_object_set_new(ev, "part", output_text_part(res));
-    frame(&b, st, "response.content_part.done", ev);
-    frame(&b, st, "response.output_item.done", json_pack("{s:i,s:o}", "output_index", 0, "item", output_message(res, true)));
+    frame(b, st, "response.content_part.done", ev);
+    frame(b, st, "response.output_item.done", json_pack("{s:i,s:o}", "output_index", st->msg_index, "item",
+                                                        output_message(res, true)));
+}
+
+char *responses_stream_end(responses_stream *st, const responses_result *res) {
+    sse_buf b = {0};
+    if (st->tp) {
+        if (!st->call_args) st->call_args = json_string("");
+        json_t *deltas = json_array();
+        if (deltas) toolcall_parser_finish(st->tp, deltas);
+        tool_events(&b, st, res, deltas);
+        close_call(&b, st);
+    }
+    if (st->msg_index >= 0) {
+        responses_result text = *res;
+        json_t *content = st->tp ? toolcall_parser_content(st->tp) : NULL;
+        if (json_is_string(content)) text.text = json_string_value(content), text.text_len = json_string_length(content);
+        close_message(&b, st, &text);
+        json_decref(content);
+    }
     const char *last = res->cut_short ? "response.incomplete" : "response.completed";
     frame(&b, st, last, json_pack("{s:o}", "response", responses_object(res)));
     return finish(&b);
+}
+
+void responses_stream_free(responses_stream *st) {
+    if (!st) return;
+    toolcall_parser_destroy(st->tp);
+    json_decref(st->call_args);
+    st->tp = NULL, st->call_args = NULL;
 }
 
 char *responses_stream_failed(responses_stream *st, const responses_result *res, const char *message) {

@@ -82,10 +82,21 @@ json_t *responses_object(const responses_result *res);
 /* {"id", "object": "response.deleted", "deleted": true} (new reference). */
 json_t *responses_deleted(const char *id);
 
-/* The event stream of one response: sequence numbers and the item ids. */
+/* The event stream of one response: sequence numbers and the item ids. With tools the reply
+ * goes through the tool-call parser as it streams: the message item opens at the first text,
+ * each call is a function_call item whose arguments stream as
+ * response.function_call_arguments.delta events, and the ids are those of the final object. */
 typedef struct responses_stream {
     int seq;                  /* next sequence_number */
+    struct toolcall_parser *tp; /* with tools (owned; NULL = the reply is all text) */
+    int n_items;              /* output items opened */
+    int msg_index;            /* the message's output_index; -1 = not opened */
+    int call_index;           /* the open call's output_index; -1 = none */
+    char call_item[96], call_id[80], call_name[128];
+    json_t *call_args;        /* the open call's arguments so far (a string, owned) */
 } responses_stream;
+/* Frees what the stream holds (not st); accepts a stream that never began. */
+void responses_stream_free(responses_stream *st);
 
 /* SSE frames from the start through response.content_part.added (malloc'd string, NULL when out
  * of memory). res->status should be "in_progress". */

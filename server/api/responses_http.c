@@ -44,6 +44,7 @@ typedef struct rsp_state {
 static void rsp_state_free(void *p) {
     rsp_state *st = p;
     responses_request_free(&st->rq);
+    responses_stream_free(&st->ev);
     json_decref(st->chat_body);
     json_decref(st->earlier);
     free(st);
@@ -140,6 +141,7 @@ static bool parse_turn(req *r, json_t *b, enum MHD_Result *ret) {
         st->chat_body = responses_chat_body(&st->rq, st->earlier);
         rc = st->chat_body ? oai_parse(st->chat_body, true, &s->cfg, s->n_vocab, &r->oreq, &param, &err)
                            : attnd_fail(&err, ATTND_ERR_NOMEM, "out of memory");
+        if (rc == ATTND_OK) rc = oai_bind_template(&r->oreq, s->chat.takes_tools, s->chat.tool_format, &err);
         if (param && !strcmp(param, "messages")) param = "input";
     }
     if (rc == ATTND_OK) return true;

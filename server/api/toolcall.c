@@ -144,15 +144,43 @@ bool toolcall_render_result(const char *content, buf *out) {
 
 // ---- the forcing grammar ------------------------------------------------------------------
 
-attnd_status toolcall_grammar(const toolcall_spec *s, buf *out, attnd_err *err) {
+const char *toolcall_trigger(toolcall_format f) {
+    switch (f) {
+    case TOOLCALL_FMT_LLAMA: return "{\"name\"";
+    case TOOLCALL_FMT_MISTRAL: return "[{\"name\"";
+    default: return "<tool_call>";
+    }
+}
+
+/* GBNF literals of one call's framing in format f: before the name, between the name and the
+ * arguments, after the arguments, between two calls, and around the list. */
+typedef struct call_frame {
+    const char *open, *mid, *close, *sep, *list_open, *list_close;
+} call_frame;
+
+static call_frame frame_of(toolcall_format f) {
+    switch (f) {
+    case TOOLCALL_FMT_LLAMA: /* Llama 3.1's templates separate parallel calls with "; " */
+        return (call_frame){"\"{\\\"name\\\": \"", "\", \\\"parameters\\\": \"", "\"}\"", "\"; \"", "", ""};
+    case TOOLCALL_FMT_MISTRAL:
+        return (call_frame){"\"{\\\"name\\\": \"", "\", \\\"arguments\\\": \"", "\"}\"", "\", \"", "\"[\" ", " \"]\""};
+    default:
+        return (call_frame){"\"<tool_call>\\n{\\\"name\\\": \"", "\", \\\"arguments\\\": \"",
+                            "\"}\\n</tool_call>\"", "\"\\n\"", "", ""};
+    }
+}
+
+attnd_status toolcall_grammar(const toolcall_spec *s, toolcall_format f, buf *out, attnd_err *err) {
     size_t n = json_array_size(s->tools);
     const json_t **schemas = calloc(n ? n : 1, sizeof(*schemas));
     if (!schemas) return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory");
+    call_frame fr = frame_of(f);
     /* parallel: up to MAX_PARALLEL calls, so a sampling model cannot loop on calls until its
      * length runs out */
-    bool ok = (s->parallel ? buf_printf(out, "root ::= \" \"? call ( \"\\n\" call ){0,%d}\n", MAX_PARALLEL - 1)
-                           : buf_puts(out, "root ::= \" \"? call\n")) &&
-              buf_puts(out, "call ::= \"<tool_call>\\n{\\\"name\\\": \" ( ");
+    bool ok = (s->parallel ? buf_printf(out, "root ::= \" \"? %s call ( %s call ){0,%d}%s\n", fr.list_open, fr.sep,
+                                        MAX_PARALLEL - 1, fr.list_close)
+                           : buf_printf(out, "root ::= \" \"? %s call%s\n", fr.list_open, fr.list_close)) &&
+              buf_printf(out, "call ::= %s ( ", fr.open);
     bool first = true;
     for (size_t i = 0; ok && i < n; i++) {
         const json_t *t = json_array_get(s->tools, i);
@@ -160,10 +188,10 @@ attnd_status toolcall_grammar(const toolcall_spec *s, buf *out, attnd_err *err) 
         const char *name = json_string_value(json_object_get(t, "name"));
         if (s->choice == TOOLCALL_NAMED && strcmp(name, s->name)) continue;
         /* names are [A-Za-z0-9_.-]: no escaping needed inside the literal */
-        ok = buf_printf(out, "%s\"\\\"%s\\\", \\\"arguments\\\": \" s%zu", first ? "" : " | ", name, i);
+        ok = buf_printf(out, "%s\"\\\"%s\\\"%s s%zu", first ? "" : " | ", name, fr.mid + 1, i);
         first = false;
     }
-    ok = ok && buf_puts(out, " ) \"}\\n</tool_call>\"\n");
+    ok = ok && buf_printf(out, " ) %s\n", fr.close);
     attnd_status st = ok ? json_schema_rules(schemas, n, out, err) : attnd_fail(err, ATTND_ERR_NOMEM, "out of memory");
     free(schemas);
     return st;

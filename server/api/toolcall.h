@@ -14,12 +14,16 @@
  * and, when the request has tools, an answer that is only a JSON object {"name", "arguments" |
  * "parameters"} (Llama 3.x's bare JSON, the generic fallback) or an array of them. Text that
  * could still become one of these markers is held back until it is decided, so the result is
- * the same however the text is cut into chunks. A call whose JSON does not parse stays content.
+ * the same however the text is cut into chunks. A block whose JSON is no call stays content.
  *
  * Streamed deltas follow OpenAI's chat chunks: {"content": …}, {"reasoning_content": …}, and
  * {"tool_calls": [{"index", "id", "type": "function", "function": {"name", "arguments": ""}}]}
  * followed by {"tool_calls": [{"index", "function": {"arguments": FRAGMENT}}]}; a call's
- * fragments concatenate to its arguments' JSON text.
+ * fragments concatenate to its arguments' JSON text. A call of the usual shape ({"name": …,
+ * "arguments" | "parameters": {…}}, name first) opens as soon as its name and the start of its
+ * arguments are read, and the arguments then stream as they arrive, blanks outside strings
+ * dropped (the compact form, also in the whole answer); a call cut short (max_tokens, a
+ * </tool_call> inside its JSON) keeps what came. Other shapes are taken whole once complete.
  *
  * Pure functions of JSON and text (no model, no HTTP). A parser belongs to one choice.
  */
@@ -39,6 +43,16 @@ typedef enum toolcall_choice {
     TOOLCALL_REQUIRED,   /* a grammar forces at least one call */
     TOOLCALL_NAMED,      /* a grammar forces a call of `name` */
 } toolcall_choice;
+
+/* How a chat template writes a call (chat.c finds it by rendering a probe call): the format
+ * the forcing grammar produces and whose opening text switches the lazy grammar on. */
+typedef enum toolcall_format {
+    TOOLCALL_FMT_HERMES = 0, /* <tool_call>\n{"name": …, "arguments": …}\n</tool_call> (Hermes, Qwen,
+                              * and the built-in families' description) */
+    TOOLCALL_FMT_LLAMA,      /* {"name": …, "parameters": …} (Llama 3.1+ JSON tool calling) */
+    TOOLCALL_FMT_MISTRAL,    /* [TOOL_CALLS] then [{"name": …, "arguments": …}] (the marker is a
+                              * control token: the grammar writes the array after it) */
+} toolcall_format;
 
 /* A request's tools, as validated from "tools" / "tool_choice" / "parallel_tool_calls". */
 typedef struct toolcall_spec {
@@ -67,10 +81,13 @@ bool toolcall_system_prompt(const toolcall_spec *s, buf *out);
 attnd_status toolcall_render_calls(const json_t *tool_calls, buf *out, attnd_err *err);
 bool toolcall_render_result(const char *content, buf *out);
 
-/* The GBNF that forces a call (REQUIRED: any of the tools; NAMED: that one; parallel: one or
- * more), each call's arguments under its parameters' schema. Appended to out. Errors: the
- * schema conversion's (json_schema.h), naming the tool. */
-attnd_status toolcall_grammar(const toolcall_spec *s, buf *out, attnd_err *err);
+/* The GBNF of a call in format f (REQUIRED / AUTO: any of the tools; NAMED: that one;
+ * parallel: one or more), each call's arguments under its parameters' schema. Every sentence
+ * starts with toolcall_trigger(f), so the same grammar serves the lazy start of tool_choice
+ * auto. Appended to out. Errors: the schema conversion's (json_schema.h), naming the tool. */
+attnd_status toolcall_grammar(const toolcall_spec *s, toolcall_format f, buf *out, attnd_err *err);
+/* The text that opens a call in format f (static). */
+const char *toolcall_trigger(toolcall_format f);
 
 // ---- the output parser ----
 
@@ -79,6 +96,9 @@ typedef struct toolcall_parser toolcall_parser;
  * reasoning <think> / harmony analysis is split off either way. Errors: NOMEM (NULL). */
 toolcall_parser *toolcall_parser_create(bool calls);
 void toolcall_parser_destroy(toolcall_parser *p); /* accepts NULL */
+/* Call ids become "call_" base "_" index (copied, up to 47 bytes; NULL or "" = random), so that
+ * two parsers of the same text name the same calls (a streamed response and its final object). */
+void toolcall_parser_set_id_base(toolcall_parser *p, const char *base);
 /* Feeds text[n]; appends the deltas it can release now to deltas (a JSON array). */
 void toolcall_parser_feed(toolcall_parser *p, const char *text, size_t n, json_t *deltas);
 /* The end of the output: releases what was held back (an unfinished call as content). */
@@ -93,7 +113,8 @@ int toolcall_parser_n_calls(const toolcall_parser *p);
 
 /* A whole chat choice ({"message": {...}, "finish_reason"}, changed in place) for the output
  * text[n]: content, reasoning_content and tool_calls split out, finish_reason "tool_calls" when
- * the answer is calls. false: out of memory (choice unchanged). */
-bool toolcall_apply(json_t *choice, const char *text, size_t n, bool calls);
+ * the answer is calls; id_base as toolcall_parser_set_id_base. false: out of memory (choice
+ * unchanged). */
+bool toolcall_apply(json_t *choice, const char *text, size_t n, bool calls, const char *id_base);
 
 #endif

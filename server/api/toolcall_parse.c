@@ -7,6 +7,7 @@
  * waits for the block's end (a closing tag, or the end of a balanced JSON value) and then
  * decides. Nothing depends on where chunks were cut: a chunk boundary only ever delays text.
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -14,7 +15,12 @@
 #include "oai.h"
 #include "toolcall.h"
 
-enum mode { M_TEXT, M_THINK, M_HERMES, M_PYTAG, M_PYTAG_SEP, M_MISTRAL, M_BARE, M_HARMONY_HEAD, M_HARMONY_BODY };
+enum mode {
+    M_TEXT, M_THINK, M_HERMES, M_PYTAG, M_PYTAG_SEP, M_MISTRAL, M_BARE, M_HARMONY_HEAD, M_HARMONY_BODY,
+    M_ARGS,       /* inside a call's arguments: streamed as they come */
+    M_CALL_TAIL,  /* after them, to the end of the call object */
+    M_HERMES_END, /* after the call object, to </tool_call> */
+};
 enum hkind { H_CONTENT, H_REASONING, H_CALL };
 
 struct toolcall_parser {
@@ -27,6 +33,11 @@ struct toolcall_parser {
     buf pend;              /* text not decided yet */
     buf content, reasoning;
     json_t *tool_calls;    /* OpenAI's array */
+    enum mode after;       /* M_ARGS / M_CALL_TAIL: the mode after the call object */
+    int depth;             /* M_ARGS / M_CALL_TAIL: JSON nesting, strings tracked by in_str, esc */
+    bool in_str, esc;
+    buf args;              /* M_ARGS: the current call's arguments so far */
+    char id_base[48];      /* call ids are id_base + "_" + index; "" = random */
 };
 
 static const char THINK_OPEN[] = "<think>", THINK_CLOSE[] = "</think>", HERMES_OPEN[] = "<tool_call>",
@@ -45,11 +56,16 @@ toolcall_parser *toolcall_parser_create(bool calls) {
     return p;
 }
 
+void toolcall_parser_set_id_base(toolcall_parser *p, const char *base) {
+    snprintf(p->id_base, sizeof(p->id_base), "%s", base ? base : "");
+}
+
 void toolcall_parser_destroy(toolcall_parser *p) {
     if (!p) return;
     buf_free(&p->pend);
     buf_free(&p->content);
     buf_free(&p->reasoning);
+    buf_free(&p->args);
     json_decref(p->tool_calls);
     free(p);
 }
@@ -85,18 +101,40 @@ static void consume(toolcall_parser *p, size_t n) {
     if (p->pend.p) p->pend.p[p->pend.len] = '\0';
 }
 
-/* Adds one call (arguments as JSON text) and its two stream deltas. */
-static void add_call(toolcall_parser *p, const char *name, const char *args, json_t *deltas) {
-    char id[40];
-    attnd_random_id(id, sizeof(id), "call_");
+/* Opens a call: its entry (arguments "" until set) and its first stream delta. Returns its index. */
+static int open_call(toolcall_parser *p, const char *name, json_t *deltas) {
+    char id[64];
     int index = (int)json_array_size(p->tool_calls);
+    if (p->id_base[0]) snprintf(id, sizeof(id), "call_%s_%d", p->id_base, index);
+    else attnd_random_id(id, sizeof(id), "call_");
     json_array_append_new(p->tool_calls, json_pack("{s:s,s:s,s:{s:s,s:s}}", "id", id, "type", "function", "function",
-                                                   "name", name, "arguments", args));
+                                                   "name", name, "arguments", ""));
     json_array_append_new(deltas, json_pack("{s:[{s:i,s:s,s:s,s:{s:s,s:s}}]}", "tool_calls", "index", index, "id", id,
                                             "type", "function", "function", "name", name, "arguments", ""));
-    json_array_append_new(deltas, json_pack("{s:[{s:i,s:{s:s}}]}", "tool_calls", "index", index, "function",
-                                            "arguments", args));
     p->started = true;
+    return index;
+}
+
+/* A fragment of the last call's arguments, as a stream delta. */
+static void args_delta(toolcall_parser *p, const char *s, size_t n, json_t *deltas) {
+    if (!n) return;
+    int index = (int)json_array_size(p->tool_calls) - 1;
+    json_t *frag = oai_string(s, n);
+    json_array_append_new(deltas, json_pack("{s:[{s:i,s:{s:o}}]}", "tool_calls", "index", index, "function",
+                                            "arguments", frag));
+}
+
+/* Sets the last call's arguments (what its fragments concatenate to). */
+static void close_args(toolcall_parser *p, const char *s, size_t n) {
+    json_t *fn = json_object_get(json_array_get(p->tool_calls, json_array_size(p->tool_calls) - 1), "function");
+    json_object_set_new(fn, "arguments", oai_string(s ? s : "", n));
+}
+
+/* Adds one whole call (arguments as JSON text) and its two stream deltas. */
+static void add_call(toolcall_parser *p, const char *name, const char *args, json_t *deltas) {
+    open_call(p, name, deltas);
+    args_delta(p, args, strlen(args), deltas);
+    close_args(p, args, strlen(args));
 }
 
 /* A parsed call object {"name", "arguments" | "parameters"}: added; false when it is not one. */
@@ -185,6 +223,148 @@ static size_t find_first(const char *s, size_t n, const char *const *m, size_t n
     return best;
 }
 
+// ---- a call's head, so that its arguments can stream ----------------------------------------
+
+enum head { HEAD_NO, HEAD_MORE, HEAD_OK };
+
+/* lit at s[*i] after blanks: HEAD_OK (and *i past it), HEAD_MORE when s ends inside it. */
+static enum head head_lit(const char *s, size_t n, size_t *i, const char *lit) {
+    *i = skip_ws(s, n, *i);
+    size_t l = strlen(lit), k = 0;
+    for (; k < l && *i + k < n; k++)
+        if (s[*i + k] != lit[k]) return HEAD_NO;
+    if (k < l) return HEAD_MORE;
+    *i += l;
+    return HEAD_OK;
+}
+
+/* A JSON string at s[*i] after blanks into name[cap] (non-empty). */
+static enum head head_string(const char *s, size_t n, size_t *i, char *name, size_t cap) {
+    *i = skip_ws(s, n, *i);
+    if (*i == n) return HEAD_MORE;
+    if (s[*i] != '"') return HEAD_NO;
+    size_t j = *i + 1;
+    for (bool esc = false; j < n && (esc || s[j] != '"'); j++) esc = !esc && s[j] == '\\';
+    if (j == n) return HEAD_MORE;
+    json_t *str = json_loadb(s + *i, j + 1 - *i, JSON_DECODE_ANY, NULL);
+    bool ok = json_is_string(str) && json_string_length(str) > 0 && json_string_length(str) < cap &&
+              !memchr(json_string_value(str), 0, json_string_length(str));
+    if (ok) memcpy(name, json_string_value(str), json_string_length(str) + 1);
+    json_decref(str);
+    *i = j + 1;
+    return ok ? HEAD_OK : HEAD_NO;
+}
+
+/* {"name": "F", "arguments" | "parameters": { at s[0]: the name, and where the arguments
+ * object starts. HEAD_NO: not this shape (the call is then taken whole, or is no call). */
+static enum head call_head(const char *s, size_t n, char *name, size_t cap, size_t *args_at) {
+    size_t i = 0, save;
+    enum head h;
+    if ((h = head_lit(s, n, &i, "{")) != HEAD_OK || (h = head_lit(s, n, &i, "\"name\"")) != HEAD_OK ||
+        (h = head_lit(s, n, &i, ":")) != HEAD_OK || (h = head_string(s, n, &i, name, cap)) != HEAD_OK ||
+        (h = head_lit(s, n, &i, ",")) != HEAD_OK)
+        return h;
+    save = i;
+    if ((h = head_lit(s, n, &i, "\"arguments\"")) == HEAD_NO) i = save, h = head_lit(s, n, &i, "\"parameters\"");
+    if (h != HEAD_OK || (h = head_lit(s, n, &i, ":")) != HEAD_OK) return h;
+    i = skip_ws(s, n, i);
+    if (i == n) return HEAD_MORE;
+    if (s[i] != '{') return HEAD_NO;
+    *args_at = i;
+    return HEAD_OK;
+}
+
+/* Where a call object may start (pend at a '{'): its head opens the call and the arguments
+ * stream (true); false with *wait when more text is needed to tell, else not this shape. */
+static bool open_streaming(toolcall_parser *p, size_t at, enum mode after, json_t *deltas, bool final, bool *wait) {
+    char name[128];
+    size_t args_at = 0;
+    enum head h = call_head(p->pend.p + at, p->pend.len - at, name, sizeof(name), &args_at);
+    *wait = h == HEAD_MORE && !final;
+    if (h != HEAD_OK) return false;
+    open_call(p, name, deltas);
+    consume(p, at + args_at);
+    buf_clear(&p->args);
+    p->mode = M_ARGS, p->after = after;
+    p->depth = 0, p->in_str = p->esc = false;
+    return true;
+}
+
+/* One byte of JSON through the scanner; returns whether it is kept (blanks outside strings are
+ * not: the arguments come out compact, whatever the model's spacing). */
+static bool scan_byte(toolcall_parser *p, char c) {
+    if (p->in_str) {
+        if (p->esc) p->esc = false;
+        else if (c == '\\') p->esc = true;
+        else if (c == '"') p->in_str = false;
+        return true;
+    }
+    if (c == ' ' || c == '\n' || c == '\r' || c == '\t') return false;
+    if (c == '"') p->in_str = true;
+    else if (c == '{' || c == '[') p->depth++;
+    else if (c == '}' || c == ']') p->depth--;
+    return true;
+}
+
+/* Hermes: whether </tool_call> (outside a string) cuts the arguments at s[i]: 1 yes, 0 no, -1
+ * s ends inside what could be it. */
+static int hermes_cut(const toolcall_parser *p, const char *s, size_t n, size_t i) {
+    if (p->after != M_HERMES_END || p->in_str || s[i] != '<') return 0;
+    size_t l = strlen(HERMES_CLOSE), k = 0;
+    while (k < l && i + k < n && s[i + k] == HERMES_CLOSE[k]) k++;
+    return k == l ? 1 : i + k == n ? -1 : 0;
+}
+
+/* The arguments as they come: every byte up to the end of the object (but an unfinished UTF-8
+ * character) is released as a fragment. A Hermes close tag before that end cuts them: the call
+ * keeps what the model wrote. */
+static bool step_args(toolcall_parser *p, json_t *deltas, bool final) {
+    const char *s = p->pend.p;
+    size_t n = p->pend.len, limit = final ? n : n - utf8_tail(s, n), i = 0, from = p->args.len;
+    bool done = false, cut = false;
+    for (; i < limit && !done && !cut; i++) {
+        int c = hermes_cut(p, s, n, i);
+        if (c < 0 && !final) break;
+        if ((cut = c > 0)) break;
+        if (scan_byte(p, s[i])) buf_append(&p->args, &s[i], 1);
+        done = p->depth == 0;
+    }
+    args_delta(p, p->args.p + from, p->args.len - from, deltas);
+    consume(p, i);
+    if (done || cut) close_args(p, p->args.p, p->args.len);
+    if (done) p->mode = M_CALL_TAIL, p->depth = 1; /* still inside the call object */
+    if (cut) p->mode = M_HERMES_END;
+    return done || cut;
+}
+
+/* After the arguments: the rest of the call object (other members are dropped). */
+static bool step_call_tail(toolcall_parser *p, bool final) {
+    size_t i = 0;
+    bool done = false;
+    while (i < p->pend.len && !done) {
+        scan_byte(p, p->pend.p[i++]);
+        done = p->depth == 0;
+    }
+    consume(p, i);
+    if (done || final) p->mode = p->after;
+    return done;
+}
+
+/* After a streamed Hermes call: up to and with </tool_call>. */
+static bool step_hermes_end(toolcall_parser *p, bool final) {
+    const char *m[] = {HERMES_CLOSE};
+    size_t which, at = find_first(p->pend.p, p->pend.len, m, 1, &which);
+    if (at == p->pend.len && !final) {
+        size_t hold = partial_tail(p->pend.p, p->pend.len, HERMES_CLOSE);
+        size_t j = skip_ws(p->pend.p, p->pend.len - hold, 0);
+        consume(p, j); /* blanks go; anything else waits for the close */
+        return false;
+    }
+    consume(p, at < p->pend.len ? at + strlen(HERMES_CLOSE) : at);
+    p->mode = M_TEXT;
+    return true;
+}
+
 // ---- the modes ----------------------------------------------------------------------------
 
 /* Plain text: the earliest marker switches mode; a possible marker's prefix waits. */
@@ -239,6 +419,11 @@ static bool step_until(toolcall_parser *p, const char *close, bool reasoning, js
 
 /* <tool_call> JSON </tool_call>: a call, or (not one) content as written. */
 static bool step_hermes(toolcall_parser *p, json_t *deltas, bool final) {
+    size_t i = skip_ws(p->pend.p, p->pend.len, 0);
+    bool wait = false;
+    if (i == p->pend.len && !final) return false;
+    if (i < p->pend.len && p->pend.p[i] == '{' && open_streaming(p, i, M_HERMES_END, deltas, final, &wait)) return true;
+    if (wait) return false;
     const char *m[] = {HERMES_CLOSE};
     size_t which, at = find_first(p->pend.p, p->pend.len, m, 1, &which);
     if (at == p->pend.len && !final) return false;
@@ -263,6 +448,10 @@ static bool step_json(toolcall_parser *p, const char *marker, json_t *deltas, bo
         p->mode = M_TEXT;
         return true;
     }
+    bool wait = false;
+    if (s[i] == '{' && open_streaming(p, i, p->mode == M_PYTAG ? M_PYTAG_SEP : M_TEXT, deltas, final, &wait))
+        return true;
+    if (wait) return false;
     size_t span = i < n && (s[i] == '{' || s[i] == '[') ? json_span(s + i, n - i) : 0;
     if (!span && !final && i < n && (s[i] == '{' || s[i] == '[')) return false;
     bool ok = span && take_calls_json(p, s + i, span, deltas);
@@ -362,6 +551,9 @@ static bool step(toolcall_parser *p, json_t *deltas, bool final) {
     case M_BARE: return step_json(p, "", deltas, final);
     case M_HARMONY_HEAD: return step_harmony_head(p, deltas, final);
     case M_HARMONY_BODY: return step_harmony_body(p, deltas, final);
+    case M_ARGS: return step_args(p, deltas, final);
+    case M_CALL_TAIL: return step_call_tail(p, final);
+    case M_HERMES_END: return step_hermes_end(p, final);
     }
     return false;
 }
@@ -373,6 +565,7 @@ void toolcall_parser_feed(toolcall_parser *p, const char *text, size_t n, json_t
 
 void toolcall_parser_finish(toolcall_parser *p, json_t *deltas) {
     while (step(p, deltas, true)) {}
+    if (p->mode == M_ARGS) close_args(p, p->args.p, p->args.len); /* cut short: the call keeps what came */
     p->mode = M_TEXT;
     if (p->pend.len) { /* whatever a mode could not place */
         emit_content(p, p->pend.p, p->pend.len, deltas);
@@ -397,8 +590,9 @@ int toolcall_parser_n_calls(const toolcall_parser *p) { return (int)json_array_s
 
 // ---- a chat choice ------------------------------------------------------------------------
 
-bool toolcall_apply(json_t *choice, const char *text, size_t n, bool calls) {
+bool toolcall_apply(json_t *choice, const char *text, size_t n, bool calls, const char *id_base) {
     toolcall_parser *p = toolcall_parser_create(calls);
+    if (p) toolcall_parser_set_id_base(p, id_base);
     json_t *deltas = json_array(), *msg = json_object_get(choice, "message");
     if (!p || !deltas || !msg) {
         toolcall_parser_destroy(p);

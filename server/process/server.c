@@ -310,6 +310,7 @@ void server_destroy(server *s) {
     model_destroy(s->m);
     metrics_destroy(s->met);
     free(s->model_id);
+    free(atomic_load(&s->heads_json));
     for (size_t i = 0; i < ATTND_ARRAY_LEN(OWNED_STRINGS); i++)
         free((char *)*string_setting(&s->cfg, OWNED_STRINGS[i]));
     conn_tracker_destroy(s->conns);

@@ -25,6 +25,8 @@ struct sched_job {
     bool prompt_logprobs;
     attn_capture *capture;    /* owned, may be NULL */
     grammar *grammar;         /* a reference, may be NULL */
+    engine_ablation_head *ablate; /* (n_ablate) owned, may be NULL */
+    int n_ablate;
     sess *se;
     char owner[SESS_OWNER_MAX + 1]; /* whose prompt cache an anonymous job may use */
     char tenant[SCHED_TENANT_MAX + 1]; /* who asked (fair admission) */
@@ -101,7 +103,9 @@ typedef struct slot {
     uint64_t admitted;   /* admission order (newest fails first on KV exhaustion) */
     size_t reserve;      /* KV bytes this job reserved for itself (see kv_group) */
     kv_group *group;     /* n > 1 choices of one prompt: the reservation they share, or NULL */
-    bool own_kv;         /* a fork's cache: the slot destroys it (no session holds it) */
+    bool own_kv;         /* a fork's or an ablated job's cache: the slot destroys it (no
+                            session holds it) */
+    engine_ablation abl; /* the ablated job's (engine_seq_ablate of kv); mean sums owned */
     double t_last;       /* when this sequence's last token was sampled; 0 = none yet */
 } slot;
 
@@ -156,6 +160,8 @@ struct sched {
     atomic_bool cancel_all; /* shutdown: cancel whatever is queued or running */
     int n_active;
     size_t reserved;      /* KV bytes reserved by the active jobs (<= stats.kv_budget) */
+    struct sched_task *tasks; /* sched_run_task's, waiting for the scheduler thread (a list) */
+    pthread_cond_t task_done; /* a task ran */
     sched_tenant *tenants; /* (n_tenants) fair admission's accounts */
     int n_tenants, cap_tenants;
     unsigned scan;        /* the current queue scan's mark */

@@ -19,9 +19,10 @@ attnd_status sched_job_create(sched_job **out, sched_job_spec *spec, attnd_err *
         free(spec->prompt);
         free(spec->bias);
         for (int i = 0; i < spec->n_stops; i++) free(spec->stops[i]);
-        free(spec->stops), attn_capture_destroy(spec->capture);
+        free(spec->stops), attn_capture_destroy(spec->capture), free(spec->ablate);
         grammar_unref(spec->grammar);
         spec->prompt = NULL, spec->bias = NULL, spec->stops = NULL, spec->capture = NULL, spec->grammar = NULL;
+        spec->ablate = NULL;
         return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory");
     }
     pthread_mutex_init(&j->mu, NULL);
@@ -33,7 +34,9 @@ attnd_status sched_job_create(sched_job **out, sched_job_spec *spec, attnd_err *
     j->bias = spec->bias;
     j->stops = spec->stops, j->n_stops = spec->n_stops, j->capture = spec->capture;
     j->grammar = spec->grammar;
+    j->ablate = spec->ablate, j->n_ablate = spec->ablate ? spec->n_ablate : 0;
     spec->prompt = NULL, spec->bias = NULL, spec->stops = NULL, spec->capture = NULL, spec->grammar = NULL;
+    spec->ablate = NULL;
     j->sp = spec->sp;
     j->sp.bias = j->bias;
     j->sp.n_bias = j->bias ? spec->n_bias : 0;
@@ -80,7 +83,7 @@ void sched_job_unref(sched_job *j) {
     free(j->pieces);
     free(j->tops);
     free(j->prompt_lp);
-    free(j->prompt_tops), attn_capture_destroy(j->capture);
+    free(j->prompt_tops), attn_capture_destroy(j->capture), free(j->ablate);
     grammar_unref(j->grammar);
     buf_free(&j->rd);
     pthread_mutex_destroy(&j->mu);
@@ -147,7 +150,7 @@ static char **dup_strings(char *const *v, int n) {
 
 attnd_status sched_job_fork(sched_job **out, sched_job *parent, uint64_t seed, attnd_err *err) {
     *out = NULL;
-    ATTND_ASSERT(!parent->is_fork && !parent->prompt_logprobs);
+    ATTND_ASSERT(!parent->is_fork && !parent->prompt_logprobs && !parent->n_ablate);
     sched_job_spec spec = {
         .prompt = malloc((size_t)(parent->n_prompt ? parent->n_prompt : 1) * sizeof(int32_t)),
         .n_prompt = parent->n_prompt, .sp = parent->sp, .n_bias = parent->sp.n_bias,

@@ -99,6 +99,7 @@ static void slot_finish(sched *s, slot *sl, const char *reason, attnd_status st,
     gen_destroy(sl->g);
     free(sl->hist);
     if (sl->own_kv) kv_seq_destroy(sl->kv);
+    free(sl->abl.mean_sum), free(sl->abl.mean_n);
     /* forks not started yet: the prompt they continue was never read */
     forks_fail(s, j, st != ATTND_OK ? st : ATTND_ERR_BUSY, msg ? msg : "the request ended before its prompt was read");
     sched_tenant_leave(s, j, true);
@@ -153,12 +154,34 @@ static attnd_status slot_init_gen(sched *s, slot *sl, sched_job *j, attnd_err *e
     return gen_create(&sl->g, &gp, s->n_vocab, s->tok, j->prompt, j->n_prompt, err);
 }
 
+/* An ablated job's slot: a KV cache of its own (never a session's or the prompt cache's, whose
+ * later readers would get the ablated model's keys and values), evaluated from position 0 with
+ * the ablation attached, destroyed when the job ends. */
+static attnd_status slot_start_ablated(sched *s, slot *sl, sched_job *j, attnd_err *err) {
+    ATTND_ASSERT(!j->se);
+    size_t hd = (size_t)model_info_get(engine_model(s->eng))->head_dim, n = (size_t)j->n_ablate;
+    sl->abl = (engine_ablation){.heads = j->ablate, .n = j->n_ablate, .mean_sum = calloc(n * hd, sizeof(double)),
+                                .mean_n = calloc(n, sizeof(int))};
+    if (!sl->abl.mean_sum || !sl->abl.mean_n) return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory");
+    attnd_status rc = kv_seq_create(&sl->kv, s->pool, err);
+    if (rc != ATTND_OK) return rc;
+    sl->own_kv = true;
+    engine_seq_ablate(sl->kv, &sl->abl);
+    if (j->capture) attn_capture_link(&s->inspecting, j->capture, sl->kv);
+    sl->prefilling = true;
+    pthread_mutex_lock(&j->mu);
+    if (j->prompt_logprobs && j->n_prompt > 0) j->prompt_lp[0] = NAN;
+    pthread_mutex_unlock(&j->mu);
+    return slot_init_gen(s, sl, j, err);
+}
+
 /* Takes a job into a free slot: picks its cache entry and keeps the longest common prefix. */
 static attnd_status slot_start(sched *s, slot *sl, sched_job *j, attnd_err *err) {
     memset(sl, 0, sizeof(*sl));
     sl->job = j;
     sl->admitted = ++s->n_admitted;
     observe(s, SCHED_H_QUEUE, attnd_now_s() - j->t_submit);
+    if (j->n_ablate) return slot_start_ablated(s, sl, j, err);
     sl->se = j->se ? j->se : sess_acquire_anon(s->store, j->owner, j->prompt, j->n_prompt, s->max_anon);
     if (!sl->se) return attnd_fail(err, ATTND_ERR_BUSY, "no prompt cache entry free");
     sess_set_running(s->store, sl->se, true); /* its KV is in use from here: never evicted */
@@ -581,6 +604,52 @@ static void step(sched *s) {
     count_step(s, &sh, dt, n_gen);
 }
 
+// ---- tasks on the scheduler thread (sched_run_task) -----------------------------------------
+
+typedef struct sched_task {
+    sched_task_fn fn;
+    void *user;
+    attnd_status st;
+    attnd_err err;
+    bool done;
+    struct sched_task *next;
+} sched_task;
+
+/* Runs the queued tasks, oldest first (stopping: each ends BUSY without running). */
+static void run_tasks(sched *s, bool stopping) {
+    for (;;) {
+        pthread_mutex_lock(&s->mu);
+        sched_task *t = s->tasks;
+        if (t) s->tasks = t->next;
+        pthread_mutex_unlock(&s->mu);
+        if (!t) return;
+        attnd_status st = stopping ? attnd_fail(&t->err, ATTND_ERR_BUSY, "the server is stopping")
+                                   : t->fn(t->user, s->eng, s->pool, &t->err);
+        pthread_mutex_lock(&s->mu);
+        t->st = st;
+        t->done = true;
+        pthread_cond_broadcast(&s->task_done);
+        pthread_mutex_unlock(&s->mu);
+    }
+}
+
+attnd_status sched_run_task(sched *s, sched_task_fn fn, void *user, attnd_err *err) {
+    sched_task t = {.fn = fn, .user = user};
+    pthread_mutex_lock(&s->mu);
+    if (s->stop) {
+        pthread_mutex_unlock(&s->mu);
+        return attnd_fail(err, ATTND_ERR_BUSY, "the server is stopping");
+    }
+    sched_task **tail = &s->tasks;
+    while (*tail) tail = &(*tail)->next;
+    *tail = &t;
+    pthread_cond_signal(&s->wake);
+    while (!t.done) pthread_cond_wait(&s->task_done, &s->mu);
+    pthread_mutex_unlock(&s->mu);
+    if (t.st != ATTND_OK) *err = t.err;
+    return t.st;
+}
+
 /* A one-line status for the service manager (systemctl status), at most every 5 s and only
  * when it changed. */
 static void report_status(sched *s, double now, double *last, char *prev, size_t prev_n) {
@@ -613,12 +682,14 @@ static void *sched_main(void *arg) {
             last_expire = now;
         }
         drain_free_list(s);
+        run_tasks(s, false);
         pthread_mutex_lock(&s->mu);
         if (s->stop) {
             pthread_mutex_unlock(&s->mu);
+            run_tasks(s, true);
             break;
         }
-        if (s->n_active == 0 && s->q_len == 0 && s->n_free == 0) {
+        if (s->n_active == 0 && s->q_len == 0 && s->n_free == 0 && !s->tasks) {
             struct timespec ts;
             attnd_deadline(&ts, s->wd_ms / 2);
             pthread_cond_timedwait(&s->wake, &s->mu, &ts);
@@ -651,6 +722,7 @@ attnd_status sched_create(sched **out, const model *m, const tokenizer *tok, ses
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->wake, NULL);
     pthread_cond_init(&s->idle, NULL);
+    pthread_cond_init(&s->task_done, NULL);
     s->m = m;
     s->tok = tok;
     s->store = store;
@@ -745,6 +817,7 @@ void sched_destroy(sched *s) {
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->wake);
     pthread_cond_destroy(&s->idle);
+    pthread_cond_destroy(&s->task_done);
     grammar_vocab_destroy(s->gvocab);
     free(s);
 }

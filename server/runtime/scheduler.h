@@ -68,6 +68,12 @@ typedef struct sched_job_spec {
                                  job; NULL = none. Copied (at most 64 characters). */
     grammar *grammar;         /* a reference, stolen, may be NULL: the output follows this
                                  grammar (attnd/grammar.h); forks share it */
+    engine_ablation_head *ablate; /* (n_ablate) stolen, may be NULL: heads switched off or scaled
+                                 while this job's sequence is evaluated (engine_seq_ablate;
+                                 ranges checked by the caller). Such a job never uses a session
+                                 or the prompt cache: its KV is its own, evaluated from position
+                                 0 and dropped when it ends. It cannot be forked (n = 1). */
+    int n_ablate;
 } sched_job_spec;
 
 #define SCHED_TENANT_MAX 63
@@ -175,6 +181,15 @@ attnd_status sched_create(sched **out, const model *m, const tokenizer *tok, ses
 /* Stops the thread: every queued and active job is cancelled (finish_reason NULL, status BUSY),
  * all KV freed. Accepts NULL. */
 void sched_destroy(sched *s);
+
+/* Work for the scheduler thread itself: fn(user, e, pool, err) runs between two steps, while no
+ * job is evaluated, with the engine and the KV pool, and must leave the pool as it found it
+ * (every sequence it made destroyed). For inspections that batch sequences of their own (the
+ * ablation sweep, attnd/ablate_sweep.h); it holds up every stream for as long as it runs. */
+typedef attnd_status (*sched_task_fn)(void *user, engine *e, kv_pool *pool, attnd_err *err);
+/* Queues fn, waits until it ran and returns its status (its message in *err);
+ * ATTND_ERR_BUSY when the scheduler is stopping. Thread-safe; not from the scheduler thread. */
+attnd_status sched_run_task(sched *s, sched_task_fn fn, void *user, attnd_err *err);
 
 /* Queues a job (takes a reference). The job is admitted once its KV reservation (prompt +
  * max_tokens + 1, capped at the context) fits beside the running jobs' reservations, so an

@@ -1,7 +1,9 @@
 // playground.mjs — the web playground (GET /) in headless Chromium, driven by puppeteer-core:
 //   node playground.mjs NODE_MODULES_DIR CHROMIUM BASE_URL SCREENSHOT.png [KEYED_BASE_URL API_KEY]
 // Loads the page, generates, checks the output, the probability shading, the heatmap (drawn, not
-// blank), the layer and head pickers, the head thumbnails, hovering a token, chat mode, and — on
+// blank), the layer and head pickers, the head thumbnails and their role labels, the raw / norm
+// toggle, a selected token's logit lens and ablation grid (a click regenerates with that head
+// removed, next to the original), branching, hovering a token, chat mode, and — on
 // a second server that needs a key — the key prompt. Fails on any console error and on any
 // request that would leave the machine (every request is intercepted; only the server's own
 // origin is allowed). Keeps a screenshot of the page after a generation.
@@ -109,6 +111,80 @@ await page.mouse.move(cell.x, cell.y);
 const tipText = await text(page, "#tip");
 assert.match(tipText, /^token ‘.+’ → token ‘.+’: weight [01]\.\d{3} \(layer 3, head 2\)$/, `tooltip: ${tipText}`);
 ok(`the map's tooltip reads: ${tipText}`);
+
+// head-role labels (GET /v1/heads) under the thumbnails: layer 3 head 3 is a local head
+await page.waitForFunction(() => [...document.querySelectorAll("#thumbs .roles")].some((e) => e.textContent), { timeout: 30000 });
+const roles = await page.$$eval("#thumbs figure", (f) => f.map((e) => e.querySelector(".roles").textContent));
+const heads = await page.evaluate(async () => (await (await fetch("/v1/heads")).json()).heads.filter((h) => h.layer === 3));
+assert.deepEqual(roles, heads.map((h) => h.labels.join(", ")), `thumbnail labels ${JSON.stringify(roles)}`);
+ok(`head-role labels on the thumbnails: ${JSON.stringify(roles)}`);
+
+// the raw / norm toggle asks for norm-weighted rows and redraws
+await page.select('[data-testid="weights"]', "norm");
+await page.waitForFunction(() => /· norm$/.test(document.getElementById("attnstatus").textContent), { timeout: 30000 });
+px = await inked(page);
+assert.ok(px.k > 2000, "heatmap blank with norm weights");
+await page.select('[data-testid="weights"]', "attention");
+await page.waitForFunction(() => /heads$/.test(document.getElementById("attnstatus").textContent), { timeout: 30000 });
+ok("the raw / norm toggle redraws the map from norm-weighted rows and back");
+
+// a selected token: its logit lens, the ablation grid, a click regenerates side by side, a branch
+await (await page.$$("#strip .tok"))[8].click();
+await page.waitForFunction(() => document.querySelectorAll('[data-testid="ablation-grid"] td[data-layer]').length === 24,
+                           { timeout: 60000 });
+const lensRows = await page.$$eval('[data-testid="lens"] tr', (r) => r.length);
+assert.equal(lensRows, 7, "the lens table: a header and a row per layer");
+const sel8 = await page.evaluate(() => ({ tok: document.querySelectorAll("#strip .tok")[8].textContent,
+                                           status: document.getElementById("selstatus").textContent }));
+assert.match(sel8.status, /^token 8 .* p = \d+\.\d% · 25 sequences in \d+ ms$/, sel8.status);
+const worst = await page.$$eval('[data-testid="ablation-grid"] td[data-layer]', (c) =>
+  c.map((e) => ({ l: e.dataset.layer, h: e.dataset.head, d: Number(e.textContent) })).sort((a, b) => a.d - b.d)[0]);
+await page.click(`[data-testid="ablation-grid"] td[data-layer="${worst.l}"][data-head="${worst.h}"]`);
+await page.waitForFunction(() => document.querySelector('[data-testid="compare"] div[data-done]'), { timeout: 60000 });
+const panes = await page.$$eval('[data-testid="compare"] div', (d) => d.map((e) => e.lastChild.textContent));
+assert.equal(panes.length, 2);
+assert.equal(panes[0], out.slice("We the people of the United States, in order to form".length), "the original pane");
+assert.ok(panes[1].length > 0, "the ablated pane is empty");
+ok(`token 8 (‘${sel8.tok}’): lens of 6 layers, 24 ablation cells; removing layer ${worst.l} head ${worst.h} ` +
+   `(${worst.d}) regenerates side by side: ${JSON.stringify(panes[1].slice(0, 40))}`);
+await page.click('[data-testid="branch"]');
+const branched = await page.$eval('[data-testid="prompt"]', (e) => e.value);
+const upTo8 = await page.$$eval("#strip .tok", (s) => s.slice(1, 9).map((e) => e.textContent).join("").replace(/^ /, ""));
+assert.equal(branched, upTo8, "Branch here puts the text up to the token into the prompt");
+ok(`branch from token 8: the prompt is now ${JSON.stringify(branched)}`);
+
+// with a session: Branch here forks it at the token (POST /v1/sessions/{id}/fork) and the next
+// Generate continues the branch, reusing the forked KV
+await page.click('[data-testid="use-session"]');
+await page.$eval('[data-testid="prompt"]', (e) => (e.value = "We the people of the United States, in order to form"));
+await page.click('[data-testid="generate"]');
+await page.waitForFunction(() => /session sess-\S+, 0 cached/.test(document.getElementById("genstatus").textContent),
+                           { timeout: 60000 });
+await page.waitForFunction(() => /tokens · layer/.test(document.getElementById("attnstatus").textContent), { timeout: 60000 });
+await (await page.$$("#strip .tok"))[8].click();
+await page.waitForFunction(() => document.querySelectorAll('[data-testid="ablation-grid"] td[data-layer]').length === 24 &&
+                           /sequences/.test(document.getElementById("selstatus").textContent), { timeout: 60000 });
+await page.click('[data-testid="branch"]');
+await page.waitForFunction(() => /^branch sess-\S+ of sess-\S+ at 9 tokens \(9 with KV\)$/.test(document.getElementById("genstatus").textContent),
+                           { timeout: 30000 });
+const forkMsg = await text(page, "#genstatus");
+await page.click('[data-testid="generate"]');
+await page.waitForFunction(() => /, \d+ cached$/.test(document.getElementById("genstatus").textContent), { timeout: 60000 });
+const after = await text(page, "#genstatus");
+const reused = Number(after.match(/, (\d+) cached$/)[1]);
+assert.ok(reused >= 8, `the branch's turn reused ${reused} tokens: ${after}`);
+const nSess = await page.evaluate(async () => (await (await fetch("/v1/sessions")).json()).data.length);
+assert.ok(nSess >= 2, `${nSess} sessions: the trunk and the branch`);
+await page.click('[data-testid="use-session"]');
+await page.waitForFunction(() => /tokens · layer/.test(document.getElementById("attnstatus").textContent), { timeout: 60000 });
+assert.equal(await page.$$eval('[data-testid="ablation-grid"] td', (c) => c.length), 0, "the grid of the old text stays");
+ok(`with a session: ${forkMsg}; the branch's Generate reused ${reused} cached tokens`);
+await (await page.$$("#strip .tok"))[12].click(); // for the screenshot: a selected token with its lens and grid
+await page.waitForFunction(() => /sequences/.test(document.getElementById("selstatus").textContent), { timeout: 60000 });
+const w2 = await page.$$eval('[data-testid="ablation-grid"] td[data-layer]', (c) =>
+  c.map((e) => ({ l: e.dataset.layer, h: e.dataset.head, d: Number(e.textContent) })).sort((a, b) => a.d - b.d)[0]);
+await page.click(`[data-testid="ablation-grid"] td[data-layer="${w2.l}"][data-head="${w2.h}"]`);
+await page.waitForFunction(() => document.querySelector('[data-testid="compare"] div[data-done]'), { timeout: 60000 });
 
 await page.evaluate(() => window.scrollTo(0, 0));
 await page.screenshot({ path: shot, fullPage: true });

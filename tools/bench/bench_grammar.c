@@ -13,6 +13,9 @@
  *      build/libattnd_engine.a -ljansson -lutf8proc -lm -lpthread -fopenmp -o /tmp/bench_grammar
  *   /tmp/bench_grammar /work/shared/tokenizers/llama-spm.gguf [tokens]    # 32,000 tokens
  *   /tmp/bench_grammar /work/shared/tokenizers/qwen2-bpe.gguf [tokens]    # 151,936 tokens
+ *   /tmp/bench_grammar --gbnf                 # prints the schema's grammar (for llama.cpp, and
+ *                                             # tools/bench/grammar_vs_llamacpp.sh)
+ *   /tmp/bench_grammar --schema               # prints the schema
  * Times are thread CPU time (upper bounds on a busy machine).
  */
 #include <jansson.h>
@@ -82,8 +85,18 @@ int main(int argc, char **argv) {
         fprintf(stderr, "usage: bench_grammar TOKENIZER.gguf [tokens]\n");
         return 2;
     }
-    int n_tok = argc > 2 ? atoi(argv[2]) : 2000;
     attnd_err err;
+    if (!strcmp(argv[1], "--gbnf") || !strcmp(argv[1], "--schema")) {
+        json_t *sc = json_loads(SCHEMA, 0, NULL);
+        buf out = {0};
+        if (argv[1][2] == 's') puts(SCHEMA);
+        else if (json_schema_to_gbnf(sc, &out, &err) == ATTND_OK) fwrite(out.p, 1, out.len, stdout);
+        else fprintf(stderr, "bench_grammar: %s\n", err.msg);
+        buf_free(&out);
+        json_decref(sc);
+        return 0;
+    }
+    int n_tok = argc > 2 ? atoi(argv[2]) : 2000;
     gguf_file *f;
     tokenizer *tok;
     if (gguf_open(&f, argv[1], &err) != ATTND_OK || tok_load(&tok, f, &err) != ATTND_OK) {

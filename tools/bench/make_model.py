@@ -19,7 +19,10 @@ Types: F32, Q8_0, Q4_0, Q4_K_M (Q4_K everywhere but output and ffn_down, which a
 llama.cpp's Q4_K_M mix does for those two; a matrix whose rows are not whole 256-blocks takes
 llama.cpp's fallback, Q5_0 for Q4_K and Q8_0 for Q6_K; norms and the MoE router stay F32). Quantized blocks are random bytes whose scale fields
 are set so that weights have a standard deviation of roughly 0.02 (no NaN or infinity can occur).
-The vocabulary is a SentencePiece-style one: <unk>, <s>, </s>, 256 byte tokens, then "w<i>".
+The vocabulary is a SentencePiece-style one: <unk>, <s>, </s>, 256 byte tokens, then "w<i>";
+--tokenizer TOK.gguf takes a real one instead (every tokenizer.* key of that GGUF, e.g. the 32k
+SentencePiece or the 151,936-token qwen2 BPE vocabularies of ../shared/tokenizers), so that text
+such as JSON tokenizes as it would for a real model (tools/bench/grammar_vs_llamacpp.sh).
 
 GGUF layout (v3, little endian): magic, version, tensor count, key-value count; the key-values;
 the tensor infos (name, dims innermost first, type, offset); padding to the alignment (32); data.
@@ -96,6 +99,49 @@ class Gguf:
                 f.write(b"\0" * (-len(data) % ALIGN))
 
 
+# GGUF scalar value types and their struct formats (8: string, 9: array)
+SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"}
+
+
+def tokenizer_records(path):
+    """The raw key-value records of path whose key starts with "tokenizer.", and the token count."""
+    data = open(path, "rb").read()
+    if data[:4] != b"GGUF":
+        sys.exit(f"make_model.py: {path} is not a GGUF file")
+    n_kv = struct.unpack_from("<Q", data, 16)[0]
+    pos, records, n_tokens = 24, [], 0
+
+    def skip(vtype, pos, count_out=None):
+        if vtype == VT_STR:
+            return pos + 8 + struct.unpack_from("<Q", data, pos)[0]
+        if vtype == VT_ARR:
+            etype, n = struct.unpack_from("<IQ", data, pos)
+            if count_out is not None:
+                count_out.append(n)
+            pos += 12
+            if etype in SCALARS:
+                return pos + n * struct.calcsize(SCALARS[etype])
+            for _ in range(n):
+                pos = skip(etype, pos)
+            return pos
+        return pos + struct.calcsize(SCALARS[vtype])
+
+    for _ in range(n_kv):
+        start = pos
+        klen = struct.unpack_from("<Q", data, pos)[0]
+        key = data[pos + 8:pos + 8 + klen].decode()
+        vtype = struct.unpack_from("<I", data, pos + 8 + klen)[0]
+        count = []
+        pos = skip(vtype, pos + 12 + klen, count)
+        if key.startswith("tokenizer."):
+            records.append(data[start:pos])
+            if key == "tokenizer.ggml.tokens":
+                n_tokens = count[0]
+    if not n_tokens:
+        sys.exit(f"make_model.py: {path} has no tokenizer.ggml.tokens")
+    return records, n_tokens
+
+
 def random_tensor(rng, tname, rows, cols):
     """(rows, cols) weights of type tname as bytes: random blocks with fixed, small scales."""
     _, elems, nbytes, scales = QTYPES[tname]
@@ -161,13 +207,17 @@ def keys(g, a, hd):
         g.add(f"{arch}.{key}", VT_U32, val)
     g.add(f"{arch}.attention.layer_norm_rms_epsilon", VT_F32, 1e-6 if arch != "llama" else 1e-5)
     g.add(f"{arch}.rope.freq_base", VT_F32, a.rope_base)
-    toks, scores, types = vocabulary(a.vocab)
-    g.add("tokenizer.ggml.model", VT_STR, "llama")
-    g.add_array("tokenizer.ggml.tokens", VT_STR, toks)
-    g.add_array("tokenizer.ggml.scores", VT_F32, scores)
-    g.add_array("tokenizer.ggml.token_type", VT_I32, types)
-    for key, val in [("bos_token_id", 1), ("eos_token_id", 2), ("unknown_token_id", 0)]:
-        g.add("tokenizer.ggml." + key, VT_U32, val)
+    if a.tokenizer:
+        records, a.vocab = tokenizer_records(a.tokenizer)
+        g.kv.extend(records)
+    else:
+        toks, scores, types = vocabulary(a.vocab)
+        g.add("tokenizer.ggml.model", VT_STR, "llama")
+        g.add_array("tokenizer.ggml.tokens", VT_STR, toks)
+        g.add_array("tokenizer.ggml.scores", VT_F32, scores)
+        g.add_array("tokenizer.ggml.token_type", VT_I32, types)
+        for key, val in [("bos_token_id", 1), ("eos_token_id", 2), ("unknown_token_id", 0)]:
+            g.add("tokenizer.ggml." + key, VT_U32, val)
 
 
 def build(a):
@@ -219,6 +269,7 @@ def main():
     for opt in ("dim", "ffn", "layers", "heads", "kv-heads", "vocab", "ctx"):
         ap.add_argument("--" + opt, type=int)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--tokenizer", help="take the vocabulary (every tokenizer.* key) of this GGUF; sets --vocab")
     a = ap.parse_args()
     shape = dict(head_dim=0, rope_base=10000.0, tied=False, window=0, experts=0, experts_used=0, expert_ffn=0)
     shape.update(SHAPES[a.shape])

@@ -3,8 +3,8 @@
  *
  * Byte 0 picks whether calls are parsed and a chunking seed; the rest is a model's output. The
  * text is parsed whole and in chunks cut by the seed: both must give the same content, reasoning
- * and calls, the streamed deltas must concatenate to them, and every call's arguments must be
- * JSON.
+ * and calls, the streamed deltas must concatenate to them (content, reasoning, and each call's
+ * argument fragments to its arguments), and every call has its arguments.
  */
 #include <jansson.h>
 #include <stdint.h>
@@ -18,6 +18,7 @@
 typedef struct result {
     char *content, *reasoning, *calls; /* JSON texts (owned) */
     buf streamed_content, streamed_reasoning;
+    buf streamed_args[16];
 } result;
 
 static char *dump(json_t *v) {
@@ -42,6 +43,10 @@ static void run(const uint8_t *text, size_t n, bool calls, unsigned seed, result
         json_t *d = json_array_get(deltas, i), *v;
         if ((v = json_object_get(d, "content"))) buf_puts(&r->streamed_content, json_string_value(v));
         if ((v = json_object_get(d, "reasoning_content"))) buf_puts(&r->streamed_reasoning, json_string_value(v));
+        json_t *tc = json_array_get(json_object_get(d, "tool_calls"), 0);
+        json_int_t k = json_integer_value(json_object_get(tc, "index"));
+        const char *frag = json_string_value(json_object_get(json_object_get(tc, "function"), "arguments"));
+        if (tc && k >= 0 && k < 16 && frag) buf_puts(&r->streamed_args[k], frag);
     }
     json_t *c = toolcall_parser_content(p), *calls_v = toolcall_parser_calls(p);
     const char *ct = json_is_string(c) ? json_string_value(c) : "";
@@ -49,6 +54,10 @@ static void run(const uint8_t *text, size_t n, bool calls, unsigned seed, result
     for (size_t i = 0; i < json_array_size(calls_v); i++) {
         const char *a = json_string_value(json_object_get(json_object_get(json_array_get(calls_v, i), "function"), "arguments"));
         FUZZ_CHECK(a, "a call without arguments");
+        if (i < 16)
+            FUZZ_CHECK(!strcmp(a, r->streamed_args[i].p ? r->streamed_args[i].p : ""),
+                       "call %zu's fragments make '%s', its arguments are '%s'", i,
+                       r->streamed_args[i].p ? r->streamed_args[i].p : "", a);
     }
     r->content = dump(c);
     r->reasoning = dump(toolcall_parser_reasoning(p));
@@ -62,6 +71,7 @@ static void run(const uint8_t *text, size_t n, bool calls, unsigned seed, result
 static void result_free(result *r) {
     free(r->content), free(r->reasoning), free(r->calls);
     buf_free(&r->streamed_content), buf_free(&r->streamed_reasoning);
+    for (int i = 0; i < 16; i++) buf_free(&r->streamed_args[i]);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
