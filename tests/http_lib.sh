@@ -7,6 +7,9 @@
 #   npm_packages DIR PKG...              install PKG... once into the build directory's DIR (one per
 #                                        test: parallel tests never share one; PKG may be name@range);
 #                                        sets NPM_DIR, prints versions
+#   ok/bad/check DESCRIPTION [COMMAND...] TAP lines; bad (or a failing check) sets status=1
+#   http_status CURL_ARGS...             the HTTP status of one request, body discarded
+#   check_status WANT DESCRIPTION CURL_ARGS...  check that one request is answered WANT
 #   $MODEL                               the default model, models/attnd-sotu.gguf (what users serve)
 
 ATTND_SOURCE_DIR=${ATTND_SOURCE_DIR:-$(cd "$(dirname "$0")/.." && pwd)}
@@ -54,6 +57,29 @@ npm_packages() {
 fail() {
     echo "FAIL: $*" >&2
     exit 1
+}
+
+# TAP-style results: ok/bad print a line, bad sets status=1 (the script starts with status=0
+# and exits with $status); check DESCRIPTION COMMAND... is ok when the command succeeds.
+ok() { echo "ok - $*"; }
+bad() { echo "not ok - $*"; status=1; }
+check() {
+    local d=$1
+    shift
+    if "$@"; then ok "$d"; else bad "$d"; fi
+}
+
+# http_status CURL_ARGS...: the HTTP status of one request, its body thrown away.
+http_status() {
+    curl -s -o /dev/null -w '%{http_code}' "$@"
+}
+
+# check_status WANT DESCRIPTION CURL_ARGS...: check that one request is answered WANT.
+check_status() {
+    local want=$1 d=$2 code
+    shift 2
+    code=$(http_status "$@")
+    check "$d ($code)" test "$code" = "$want"
 }
 
 # start_server NAME [flags...]

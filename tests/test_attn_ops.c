@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "attn_ops.h"
+#include "attn_tile_fixture.h"
 #include "engine_fixture.h"
 #include "kv_layout.h"
 #include "quant.h"
@@ -188,11 +189,7 @@ static void f16_case_fill(f16_case *c, uint64_t seed) {
     }
     fill(c->q, c->R * c->hd, seed + 1, 1);
     fill(c->acc, c->R * c->hd, seed + 2, 1);
-    for (int r = 0; r < c->R; r++) { /* odd rows start here; even ones carry a max this tile may pass */
-        c->run_max[r] = r % 2 ? -INFINITY : 0.5f * (float)(r % 3);
-        c->run_sum[r] = r % 2 ? 0 : 2.5f;
-        if (r % 2) memset(c->acc + (size_t)r * c->hd, 0, sizeof(float) * (size_t)c->hd);
-    }
+    tile_fixture_running(c->run_max, c->run_sum, c->acc, c->R, c->hd);
 }
 
 /* Runs attn_tile_step of the active instruction set on c's state, out (acc, then max, then sum per
@@ -200,15 +197,10 @@ static void f16_case_fill(f16_case *c, uint64_t seed) {
  * or over them converted to F32 first (f32). */
 static void f16_case_step(const f16_case *c, float *out, bool f32, bool scratch) {
     static float kt[128 * KV_BLOCK], v[KV_BLOCK * 128], p[16 * KV_BLOCK];
-    int hd = c->hd, R = c->R;
-    float *acc = out, *mx = out + R * hd, *sum = mx + R;
-    memcpy(acc, c->acc, sizeof(float) * (size_t)R * hd);
-    memcpy(mx, c->run_max, sizeof(float) * (size_t)R);
-    memcpy(sum, c->run_sum, sizeof(float) * (size_t)R);
-    attn_tile t = {.acc = acc, .run_max = mx, .run_sum = sum, .p = p, .q = c->q, .R = R, .hd = hd, .cnt = c->cnt,
-                   .cnt0 = c->cnt0, .group = c->group, .v_stride = hd, .scale = 1.0f / sqrtf((float)hd)};
+    tile_fixture_shape sh = {.R = c->R, .hd = c->hd, .cnt = c->cnt, .cnt0 = c->cnt0, .group = c->group};
+    attn_tile t = tile_fixture_begin(out, p, c->q, c->acc, c->run_max, c->run_sum, sh);
     if (f32) {
-        for (int i = 0; i < hd * KV_BLOCK; i++) {
+        for (int i = 0; i < c->hd * KV_BLOCK; i++) {
             kt[i] = quant_f16_to_f32(c->KT16[i]);
             v[i] = quant_f16_to_f32(c->V16[i]);
         }

@@ -13,8 +13,6 @@ here=$(cd "$(dirname "$0")" && pwd)
 source "$here/http_lib.sh"
 need_node
 status=0
-ok() { echo "ok - $*"; }
-bad() { echo "not ok - $*"; status=1; }
 
 start_server chat --model "$MODEL" --threads 1
 grep -q "chat template chatml" "$chat_LOG" && ok "the model's own template is ChatML" ||

@@ -13,13 +13,6 @@ here=$(cd "$(dirname "$0")" && pwd)
 source "$here/http_lib.sh"
 [ -f "$MODEL" ] || { echo "FAIL: $MODEL not found"; exit 1; }
 status=0
-ok() { echo "ok - $*"; }
-bad() { echo "not ok - $*"; status=1; }
-check() { # check DESCRIPTION COMMAND...
-    local d=$1
-    shift
-    if "$@"; then ok "$d"; else bad "$d"; fi
-}
 FAULT=$TMP/fault
 STATE=$TMP/state
 
@@ -99,16 +92,16 @@ check "a streamed turn that cannot be saved ends with an error event, not a fini
 curl -s "http://127.0.0.1:$P/health" >"$TMP/health"
 check "/health says degraded" grep -q '"status":"degraded"' "$TMP/health"
 check "/metrics counts the failures" bash -c "curl -s http://127.0.0.1:$P/metrics | grep -q '^attnd_state_write_failures_total [1-9]'"
-code=$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$P/v1/sessions" -d '{"id":"new1"}')
+code=$(http_status "http://127.0.0.1:$P/v1/sessions" -d '{"id":"new1"}')
 check "a session that cannot be saved is not created ($code)" test "$code" = 507 -a -z "$(tokens_of "$P" new1)"
 echo "unlink EROFS" >"$FAULT"
-code=$(curl -s -o /dev/null -w '%{http_code}' -X DELETE "http://127.0.0.1:$P/v1/sessions/s3")
+code=$(http_status -X DELETE "http://127.0.0.1:$P/v1/sessions/s3")
 check "a deletion that cannot be made durable is refused ($code) and the session stays" test "$code" = 503 -a -n "$(tokens_of "$P" s3)"
 rm -f "$FAULT"
 code=$(turn "$P" s1)
 check "space back: the next turn is saved ($code) and /health is ok again" \
     bash -c "[ $code = 200 ] && curl -s http://127.0.0.1:$P/health | grep -q '\"status\":\"ok\"'"
-code=$(curl -s -o /dev/null -w '%{http_code}' -X DELETE "http://127.0.0.1:$P/v1/sessions/s3")
+code=$(http_status -X DELETE "http://127.0.0.1:$P/v1/sessions/s3")
 check "and the deletion goes through ($code)" test "$code" = 200
 forget s3
 stop_server srv || bad "SIGTERM exit status"
@@ -127,7 +120,7 @@ start_server rsp --model "$MODEL" --threads 1 --state-dir "$RSTATE"
 R=$rsp_PORT
 rcode() { curl -s -o "$TMP/rsp" -w '%{http_code}' "http://127.0.0.1:$R/v1/responses" -d "$1"; }
 rid() { python3 -c "import json,sys; print(json.load(open(sys.argv[1])).get('id', ''))" "$TMP/rsp"; }
-get_code() { curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$R/v1/responses/$1"; }
+get_code() { http_status "http://127.0.0.1:$R/v1/responses/$1"; }
 : >"$TMP/racked"
 : >"$TMP/rrefused"
 ask='{"input":"We the people","max_output_tokens":4}'
@@ -160,13 +153,13 @@ rm -f "$FAULT"
 [ "$(rcode "$ask")" = 200 ] && rid >>"$TMP/racked"
 victim=$(head -1 "$TMP/racked")
 echo "unlink EROFS .response.json" >"$FAULT"
-code=$(curl -s -o /dev/null -w '%{http_code}' -X DELETE "http://127.0.0.1:$R/v1/responses/$victim")
+code=$(http_status -X DELETE "http://127.0.0.1:$R/v1/responses/$victim")
 check "a stored-response deletion that cannot be made durable is refused ($code) and it stays" \
     test "$code" = 503 -a "$(get_code "$victim")" = 200
 rm -f "$FAULT"
 [ "$(rcode "$ask")" = 200 ] && gone=$(rid)
 echo "dirsync EIO .response.json" >"$FAULT"
-code=$(curl -s -o /dev/null -w '%{http_code}' -X DELETE "http://127.0.0.1:$R/v1/responses/$gone")
+code=$(http_status -X DELETE "http://127.0.0.1:$R/v1/responses/$gone")
 # the file is unlinked, only its removal is not durable: memory follows the disk, the answer is an error
 check "a deletion whose directory sync fails is refused too ($code), and memory follows the disk" \
     test "$code" = 503 -a "$(get_code "$gone")" = 404 -a ! -e "$RSTATE/$gone.response.json"
@@ -183,8 +176,7 @@ while read -r id; do [ "$(get_code "$id")" = 200 ] || differ=$((differ + 1)); do
 check "every response the store held before the restart is there after it ($differ missing)" test "$differ" = 0
 check "and nothing more ($(ls "$RSTATE" | grep -c '\.response\.json$') files, $(wc -l <"$TMP/rfiles.before") before)" \
     test "$(ls "$RSTATE" | grep -c '\.response\.json$')" = "$(wc -l <"$TMP/rfiles.before")"
-code=$(curl -s -o /dev/null -w '%{http_code}' -X DELETE "http://127.0.0.1:$R/v1/responses/$victim")
-check "space back: the deletion goes through ($code)" test "$code" = 200
+check_status 200 "space back: the deletion goes through" -X DELETE "http://127.0.0.1:$R/v1/responses/$victim"
 stop_server rsp || bad "SIGTERM exit status (rsp)"
 start_server rsp --model "$MODEL" --threads 1 --state-dir "$RSTATE" --response-ttl-s 1
 R=$rsp_PORT
@@ -288,7 +280,7 @@ for i in 1 2 3 4 5 6; do
     big+=($!)
 done
 sleep 0.5
-code=$(curl -s -o /dev/null -w '%{http_code}' -m 60 -H "Authorization: Bearer key-b-$$" \
+code=$(http_status -m 60 -H "Authorization: Bearer key-b-$$" \
     "http://127.0.0.1:$F/v1/completions" -d '{"prompt":"Hi","max_tokens":2}')
 running=0
 for p in "${big[@]}"; do kill -0 "$p" 2>/dev/null && running=$((running + 1)); done
@@ -311,18 +303,16 @@ done
 sleep 0.5
 health=0
 for i in $(seq 10); do
-    [ "$(curl -s -o /dev/null -w '%{http_code}' -m 2 "http://127.0.0.1:$S/health")" = 200 ] && health=$((health + 1))
+    [ "$(http_status -m 2 "http://127.0.0.1:$S/health")" = 200 ] && health=$((health + 1))
 done
 check "/health answers beside 10 slow bodies ($health of 10)" test "$health" = 10
-code=$(curl -s -o /dev/null -w '%{http_code}' -m 5 "http://127.0.0.1:$S/v1/models")
-check "a request over the per-address cap is answered 429, not reset ($code)" test "$code" = 429
+check_status 429 "a request over the per-address cap is answered 429, not reset" -m 5 "http://127.0.0.1:$S/v1/models"
 sleep 3
-code=$(curl -s -o /dev/null -w '%{http_code}' -m 5 "http://127.0.0.1:$S/v1/models")
-check "after body_timeout_s the slow bodies are cut and requests are answered ($code)" test "$code" = 200
+check_status 200 "after body_timeout_s the slow bodies are cut and requests are answered" -m 5 "http://127.0.0.1:$S/v1/models"
 check "the log says why" grep -q "request body did not arrive within 2 s" "$slow_LOG"
 for p in "${slow[@]}"; do kill "$p" 2>/dev/null; wait "$p" 2>/dev/null; done
 python3 -c "print('x' * 3000000)" >"$TMP/huge"
-code=$(curl -s -o /dev/null -w '%{http_code}' -H 'Transfer-Encoding: chunked' --data-binary @"$TMP/huge" \
+code=$(http_status -H 'Transfer-Encoding: chunked' --data-binary @"$TMP/huge" \
     "http://127.0.0.1:$S/v1/completions")
 check "a chunked body over body_limit gets its 413 ($code)" test "$code" = 413
 stop_server slow || bad "SIGTERM exit status (slow)"

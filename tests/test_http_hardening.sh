@@ -8,13 +8,6 @@ source "$here/http_lib.sh"
 MODEL=${ATTND_SOURCE_DIR:-$here/..}/models/attnd-sotu.gguf
 [ -f "$MODEL" ] || { echo "FAIL: $MODEL not found"; exit 1; }
 status=0
-ok() { echo "ok - $*"; }
-bad() { echo "not ok - $*"; status=1; }
-check() { # check DESCRIPTION COMMAND...: ok when the command succeeds
-    local d=$1
-    shift
-    if "$@"; then ok "$d"; else bad "$d"; fi
-}
 # post PORT PATH BODY [curl args...]: prints the HTTP status, the body goes to $TMP/body
 post() {
     local port=$1 path=$2 body=$3
@@ -79,13 +72,11 @@ code=$(post "$P" /v1/sessions '{}' -H 'Origin: null')
 check "Origin: null cannot create sessions ($code)" test "$code" = 403
 code=$(post "$P" /v1/completions "$comp" -H "Origin: http://127.0.0.1:$P")
 check "the server's own origin is accepted ($code)" test "$code" = 200
-code=$(curl -s -o /dev/null -w '%{http_code}' -d "$comp" "http://127.0.0.1:$P/v1/completions")
-check "plain curl -d (form content type, no Origin) keeps working ($code)" test "$code" = 200
+check_status 200 "plain curl -d (form content type, no Origin) keeps working" -d "$comp" "http://127.0.0.1:$P/v1/completions"
 code=$(curl -s -o "$TMP/body" -w '%{http_code}' -H 'Host: evil.example' "http://127.0.0.1:$P/v1/models")
 check "a foreign Host on a loopback server is refused ($code)" test "$code" = 421
 check "with a JSON error" grep -q '"type":"permission_error"' "$TMP/body"
-code=$(curl -s -o /dev/null -w '%{http_code}' -H "Host: localhost:$P" "http://127.0.0.1:$P/v1/models")
-check "Host: localhost is answered ($code)" test "$code" = 200
+check_status 200 "Host: localhost is answered" -H "Host: localhost:$P" "http://127.0.0.1:$P/v1/models"
 
 stop_server main || bad "SIGTERM exit status"
 
@@ -93,8 +84,7 @@ stop_server main || bad "SIGTERM exit status"
 start_server open --model "$MODEL" --threads 1 --allowed-hosts "box.lan" --cors-origins "https://app.example" \
     --api-key "k-$$-secret"
 auth=(-H "Authorization: Bearer k-$$-secret")
-code=$(curl -s -o /dev/null -w '%{http_code}' "${auth[@]}" -H 'Host: box.lan:80' "http://127.0.0.1:$open_PORT/v1/models")
-check "a host listed in allowed_hosts is answered ($code)" test "$code" = 200
+check_status 200 "a host listed in allowed_hosts is answered" "${auth[@]}" -H 'Host: box.lan:80' "http://127.0.0.1:$open_PORT/v1/models"
 code=$(post "$open_PORT" /v1/completions "$comp" "${auth[@]}" -H 'Origin: https://app.example')
 check "an origin listed in cors_origins may POST ($code)" test "$code" = 200
 check "the API key is not in /proc/PID/cmdline" bash -c "! tr '\\0' ' ' </proc/$open_PID/cmdline | grep -q 'k-$$-secret'"
@@ -113,10 +103,9 @@ done
 sleep 0.5
 code=$(curl -s -o "$TMP/body" -w '%{http_code}' -m 5 "http://127.0.0.1:$tight_PORT/v1/models")
 check "at the connection limit a request is answered 503, not reset ($code)" test "$code" = 503
-code=$(curl -s -o /dev/null -w '%{http_code}' -m 5 "http://127.0.0.1:$tight_PORT/health")
-check "while /health is answered from the reserved slot ($code)" test "$code" = 200
+check_status 200 "while /health is answered from the reserved slot" -m 5 "http://127.0.0.1:$tight_PORT/health"
 sleep 3
-code=$(curl -s -o /dev/null -w '%{http_code}' -m 5 "http://127.0.0.1:$tight_PORT/health")
+code=$(http_status -m 5 "http://127.0.0.1:$tight_PORT/health")
 check "after header_timeout_s the slow connections are gone and /health answers ($code)" test "$code" = 200
 for _ in $(seq 100); do # a writer notices the close at its second write after it
     alive=0
@@ -160,8 +149,7 @@ code=$(post "$keys_PORT" /v1/sessions '{"id":"mine"}' "${KA[@]}")
 check "key A creates session 'mine' ($code)" test "$code" = 200
 curl -s "${KB[@]}" "http://127.0.0.1:$keys_PORT/v1/sessions" >"$TMP/list"
 check "key B does not see it listed" bash -c "! grep -q mine '$TMP/list'"
-code=$(curl -s -o /dev/null -w '%{http_code}' "${KB[@]}" "http://127.0.0.1:$keys_PORT/v1/sessions/mine")
-check "nor by id ($code)" test "$code" = 404
+check_status 404 "nor by id" "${KB[@]}" "http://127.0.0.1:$keys_PORT/v1/sessions/mine"
 code=$(post "$keys_PORT" /v1/completions '{"prompt":"x","max_tokens":1,"session_id":"mine"}' "${KB[@]}")
 check "nor use it ($code)" test "$code" = 404
 code=$(post "$keys_PORT" /v1/sessions '{"id":"mine"}' "${KB[@]}")

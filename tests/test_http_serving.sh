@@ -12,8 +12,6 @@ source "$here/http_lib.sh"
 MODEL=$ATTND_SOURCE_DIR/models/attnd-sotu.gguf
 [ -f "$MODEL" ] || fail "$MODEL missing"
 status=0
-ok() { echo "ok - $*"; }
-bad() { echo "not ok - $*"; status=1; }
 # a request that runs its whole max_tokens: both end-of-generation tokens banned, </s> (id 2)
 # and the chat turn's end <|im_end|> (id 4097), which plain completions sample now and then
 LONG='"logit_bias":{"2":-100,"4097":-100}'

@@ -45,10 +45,17 @@ static void tokens(int32_t *t, int n, uint64_t seed) {
     for (int i = 0; i < n; i++) t[i] = (int32_t)(tiny_rng(&seed) % (uint64_t)g_spec.n_vocab);
 }
 
-Test(kv, memory_grows_by_blocks_with_tokens_held) {
+/* A 16 MiB pool of kv-typed blocks over g_m, asserted to open. */
+static kv_pool *pool_16m(kv_type kv) {
     kv_pool *p;
     attnd_err err;
-    cr_assert_eq(kv_pool_create(&p, g_m, (size_t)16 << 20, KV_F16, &err), ATTND_OK, "%s", err.msg);
+    cr_assert_eq(kv_pool_create(&p, g_m, (size_t)16 << 20, kv, &err), ATTND_OK, "%s", err.msg);
+    return p;
+}
+
+Test(kv, memory_grows_by_blocks_with_tokens_held) {
+    kv_pool *p = pool_16m(KV_F16);
+    attnd_err err;
     size_t per_tok = kv_pool_bytes_per_token(p);
     /* layers x (K and V) x kv_dim x 2 bytes */
     cr_assert_eq(per_tok, (size_t)g_spec.n_layer * 2 * (g_spec.n_embd / g_spec.n_head * g_spec.n_head_kv) * 2);
@@ -85,9 +92,8 @@ Test(kv, f32_pool_uses_twice_the_bytes_of_f16) {
 
 Test(kv, truncate_then_reextend_gives_same_logits_as_fresh_prefill) {
     for (int ty = 0; ty < 2; ty++) {
-        kv_pool *p;
+        kv_pool *p = pool_16m(ty ? KV_F32 : KV_F16);
         attnd_err err;
-        cr_assert_eq(kv_pool_create(&p, g_m, (size_t)16 << 20, ty ? KV_F32 : KV_F16, &err), ATTND_OK);
         int V = g_spec.n_vocab;
         int32_t a[150], b[150];
         tokens(a, 150, 2);
@@ -222,9 +228,8 @@ static size_t block_size(kv_pool *p) { return kv_pool_bytes_per_token(p) * KV_BL
  * bytes and run the same arithmetic, so their logits are equal, not merely close. */
 Test(kv, forked_sequences_evaluate_exactly_as_independent_ones) {
     for (int ty = 0; ty < 2; ty++) {
-        kv_pool *p;
+        kv_pool *p = pool_16m(ty ? KV_F32 : KV_F16);
         attnd_err err;
-        cr_assert_eq(kv_pool_create(&p, g_m, (size_t)16 << 20, ty ? KV_F32 : KV_F16, &err), ATTND_OK);
         int V = g_spec.n_vocab, N = 3, steps = 8;
         int32_t prompt[100], cont[3][8];
         tokens(prompt, 100, 11);
@@ -262,9 +267,8 @@ Test(kv, forked_sequences_evaluate_exactly_as_independent_ones) {
 }
 
 Test(kv, shared_blocks_are_counted_once_and_copied_only_when_written) {
-    kv_pool *p;
+    kv_pool *p = pool_16m(KV_F16);
     attnd_err err;
-    cr_assert_eq(kv_pool_create(&p, g_m, (size_t)16 << 20, KV_F16, &err), ATTND_OK);
     size_t B = block_size(p);
     int V = g_spec.n_vocab;
     int32_t prompt[128], cont[3][8];
@@ -316,9 +320,8 @@ Test(kv, shared_blocks_are_counted_once_and_copied_only_when_written) {
 /* Truncating into shared blocks, forks of forks, and every destroy order leave the other holders
  * intact: a sibling's continuation matches an independent sequence's, and the pool ends empty. */
 Test(kv, truncate_and_destroy_in_any_order_leave_the_other_holders_intact) {
-    kv_pool *p;
+    kv_pool *p = pool_16m(KV_F32);
     attnd_err err;
-    cr_assert_eq(kv_pool_create(&p, g_m, (size_t)16 << 20, KV_F32, &err), ATTND_OK);
     size_t B = block_size(p);
     int V = g_spec.n_vocab;
     int32_t prompt[150], other[150];
@@ -371,7 +374,7 @@ Test(kv, truncate_and_destroy_in_any_order_leave_the_other_holders_intact) {
 Test(kv, budget_exhausted_by_copies_refuses_the_batch_and_keeps_the_sharing) {
     kv_pool *p, *big;
     attnd_err err;
-    cr_assert_eq(kv_pool_create(&big, g_m, (size_t)16 << 20, KV_F16, &err), ATTND_OK);
+    big = pool_16m(KV_F16);
     size_t B = block_size(big);
     cr_assert_eq(kv_pool_create(&p, g_m, 3 * B, KV_F16, &err), ATTND_OK, "%s", err.msg);
     int V = g_spec.n_vocab;

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "attn_ops.h"
+#include "attn_tile_fixture.h"
 #include "attnd/attn_capture.h"
 #include "attnd/gguf.h"
 #include "engine_fixture.h"
@@ -87,24 +88,15 @@ static void q_case_fill(q_case *c, uint64_t seed) {
     kvq_k_to_f32(c->kt, c->KQ, c->type, c->hd);
     kvq_v_to_f32(c->v, c->VQ, c->type, c->hd, c->cnt);
     for (int i = 0; i < c->R * c->hd; i++) c->q[i] = tiny_uniform(&seed, 0.5f), c->acc[i] = tiny_uniform(&seed, 1);
-    for (int r = 0; r < c->R; r++) { /* odd rows start here; even ones carry a max this tile may pass */
-        c->run_max[r] = r % 2 ? -INFINITY : 0.5f * (float)(r % 3);
-        c->run_sum[r] = r % 2 ? 0 : 2.5f;
-        if (r % 2) memset(c->acc + (size_t)r * c->hd, 0, sizeof(float) * (size_t)c->hd);
-    }
+    tile_fixture_running(c->run_max, c->run_sum, c->acc, c->R, c->hd);
 }
 
 /* attn_tile_step of the active instruction set on c's state into out (acc, max, sum per row), over
  * the quantized tiles (scratch NULL when the step must not need it) or the F32 conversion. */
 static void q_case_step(const q_case *c, float *out, bool f32, bool scratch) {
     static float kt[128 * KV_BLOCK], v[KV_BLOCK * 128], p[16 * KV_BLOCK];
-    int hd = c->hd, R = c->R;
-    float *acc = out, *mx = out + R * hd, *sum = mx + R;
-    memcpy(acc, c->acc, sizeof(float) * (size_t)R * hd);
-    memcpy(mx, c->run_max, sizeof(float) * (size_t)R);
-    memcpy(sum, c->run_sum, sizeof(float) * (size_t)R);
-    attn_tile t = {.acc = acc, .run_max = mx, .run_sum = sum, .p = p, .q = c->q, .R = R, .hd = hd, .cnt = c->cnt,
-                   .cnt0 = c->cnt0, .group = c->group, .v_stride = hd, .scale = 1.0f / sqrtf((float)hd)};
+    tile_fixture_shape sh = {.R = c->R, .hd = c->hd, .cnt = c->cnt, .cnt0 = c->cnt0, .group = c->group};
+    attn_tile t = tile_fixture_begin(out, p, c->q, c->acc, c->run_max, c->run_sum, sh);
     if (f32) {
         t.KT = c->kt, t.V = c->v;
     } else {

@@ -252,27 +252,31 @@ Test(model, expert_callback_reports_each_tokens_experts_alike_in_prefill_and_dec
 
 /* Decoding sp's model one token at a time after a prefill of n0 (F16 and F32 caches) gives the
  * logits of the whole sequence's prefill, position by position. */
-static void decode_equals_prefill(const tiny_spec *spec, int n0) {
-    for (int kv = 0; kv < 2; kv++) {
-        tiny_spec sp = *spec;
-        tiny_rig r;
-        tiny_rig_open(&r, &sp, kv ? KV_F32 : KV_F16, 256);
-        int n = 230, V = sp.n_vocab;
-        int32_t tok[230];
-        tiny_random_tokens(tok, n, V, 9);
-        float *ref = malloc(sizeof(float) * (size_t)n * V), *step = malloc(sizeof(float) * V);
-        float *head = malloc(sizeof(float) * (size_t)n0 * V);
-        prefill(r.e, tiny_rig_seq(&r), tok, n, ref);
-        kv_seq *b = tiny_rig_seq(&r);
-        prefill(r.e, b, tok, n0, head);
-        for (int i = n0; i < n; i++) {
-            prefill(r.e, b, &tok[i], 1, step);
-            float d = max_abs_diff(step, ref + (size_t)i * V, (size_t)V);
-            cr_assert(d < 1e-4f, "%s kv %d: position %d: decode differs from prefill by %g", sp.arch, kv, i, d);
-        }
-        free(ref), free(step), free(head);
-        tiny_rig_close(&r);
+/* Decoding one token at a time from position n0 gives the logits of one whole prefill, with a
+ * kv-typed cache. A quantized cache agrees as closely: a prefill writes (and quantizes) each
+ * position before attention reads it, as decode does. */
+static void decode_equals_prefill_kv(const tiny_spec *sp, kv_type kv, int n0) {
+    tiny_rig r;
+    tiny_rig_open(&r, sp, kv, 256);
+    int n = 230, V = sp->n_vocab;
+    int32_t tok[230];
+    tiny_random_tokens(tok, n, V, 9);
+    float *ref = malloc(sizeof(float) * (size_t)n * V), *step = malloc(sizeof(float) * V);
+    float *head = malloc(sizeof(float) * (size_t)n0 * V);
+    prefill(r.e, tiny_rig_seq(&r), tok, n, ref);
+    kv_seq *b = tiny_rig_seq(&r);
+    prefill(r.e, b, tok, n0, head);
+    for (int i = n0; i < n; i++) {
+        prefill(r.e, b, &tok[i], 1, step);
+        float d = max_abs_diff(step, ref + (size_t)i * V, (size_t)V);
+        cr_assert(d < 1e-4f, "%s %s: position %d: decode differs from prefill by %g", sp->arch, kv_type_name(kv), i, d);
     }
+    free(ref), free(step), free(head);
+    tiny_rig_close(&r);
+}
+
+static void decode_equals_prefill(const tiny_spec *spec, int n0) {
+    for (int kv = 0; kv < 2; kv++) decode_equals_prefill_kv(spec, kv ? KV_F32 : KV_F16, n0);
 }
 
 Test(model, gpt_oss_sinks_biases_window_and_clamped_experts_match_reference) {
@@ -393,32 +397,51 @@ Test(model, a_long_prefill_frees_every_block_out_of_the_window) {
     tiny_rig_close(&r);
 }
 
-Test(model, sliding_window_truncation_and_forks_stay_exact) {
-    tiny_spec sp = swa_spec();
-    tiny_rig r;
-    tiny_rig_open(&r, &sp, KV_F32, 600);
-    int V = sp.n_vocab, n = 600;
-    int32_t tok[600];
+/* Opens r on sp with a kv-typed cache and fills tok with 600 random tokens; prefills them in one
+ * piece into whole (600, V), then into a second sequence, which it returns, in chunks of 100, the
+ * last chunk's logits left in part (100, V). The caller frees whole and part. */
+static kv_seq *prefill_whole_and_chunked(tiny_rig *r, const tiny_spec *sp, kv_type kv, int32_t tok[600],
+                                         float **whole, float **part) {
+    tiny_rig_open(r, sp, kv, 600);
+    int V = sp->n_vocab, n = 600;
     tiny_random_tokens(tok, n, V, 23);
-    float *whole = malloc(sizeof(float) * (size_t)n * V), *part = malloc(sizeof(float) * 100 * (size_t)V);
-    prefill(r.e, tiny_rig_seq(&r), tok, n, whole);
-    kv_seq *a = tiny_rig_seq(&r);
-    for (int done = 0; done < n; done += 100) prefill(r.e, a, tok + done, 100, part);
-    cr_assert_eq(a->lmin, 512, "blocks 0..7 are out of every window at 600 (72 back: 529)");
-    /* the window of position 590 starts at 519, still held: kept */
+    *whole = malloc(sizeof(float) * (size_t)n * V), *part = malloc(sizeof(float) * 100 * (size_t)V);
+    prefill(r->e, tiny_rig_seq(r), tok, n, *whole);
+    kv_seq *a = tiny_rig_seq(r);
+    for (int done = 0; done < n; done += 100) prefill(r->e, a, tok + done, 100, *part);
+    return a;
+}
+
+/* a holds the first 600 tokens of tok, whose whole prefill gave whole (n, V). Truncated to 590 and
+ * re-extended it gives whole's logits again; then a fork of it, and a itself, continue from 595
+ * (both writing into their shared, partly filled block) as whole did. */
+static void truncate_and_fork_stay_exact(tiny_rig *r, kv_seq *a, const int32_t *tok, const float *whole,
+                                         float *part) {
+    int V = r->sp.n_vocab;
     kv_seq_truncate(a, 590);
     cr_assert_eq(kv_seq_len(a), 590);
-    prefill(r.e, a, tok + 590, 10, part);
+    prefill(r->e, a, tok + 590, 10, part);
     cr_assert_lt(max_abs_diff(part, whole + 590 * (size_t)V, 10 * (size_t)V), 1e-4f, "re-extended after truncation");
-    /* a fork continues exactly as its parent */
     kv_seq *f;
     cr_assert_eq(kv_seq_fork(&f, a, NULL), ATTND_OK);
     kv_seq_truncate(a, 595), kv_seq_truncate(f, 595);
-    prefill(r.e, f, tok + 595, 5, part);
+    prefill(r->e, f, tok + 595, 5, part);
     cr_assert_lt(max_abs_diff(part, whole + 595 * (size_t)V, 5 * (size_t)V), 1e-4f, "fork");
-    prefill(r.e, a, tok + 595, 5, part);
+    prefill(r->e, a, tok + 595, 5, part);
     cr_assert_lt(max_abs_diff(part, whole + 595 * (size_t)V, 5 * (size_t)V), 1e-4f, "parent after fork");
     kv_seq_destroy(f);
+}
+
+Test(model, sliding_window_truncation_and_forks_stay_exact) {
+    tiny_spec sp = swa_spec();
+    tiny_rig r;
+    int n = 600, V = sp.n_vocab;
+    int32_t tok[600];
+    float *whole, *part;
+    kv_seq *a = prefill_whole_and_chunked(&r, &sp, KV_F32, tok, &whole, &part);
+    cr_assert_eq(a->lmin, 512, "blocks 0..7 are out of every window at 600 (72 back: 529)");
+    /* the window of position 590 starts at 519, still held: kept */
+    truncate_and_fork_stay_exact(&r, a, tok, whole, part);
     /* the window of position 560 would start at 489, freed: nothing is kept, and a refill is exact */
     kv_seq_truncate(a, 560);
     cr_assert_eq(kv_seq_len(a), 0);
@@ -1028,51 +1051,57 @@ static int32_t *case_ids(json_t *c, int *n_prompt, int *n_total) {
     return ids;
 }
 
+/* Teacher-forced top-1 agreement with llama.cpp's references (F32 cache) of `name` evaluated with
+ * a kv-typed cache, over every reference case of the model; *n_tokens gets how many were scored. */
+static double ref_agreement(json_t *cases, const char *name, kv_type kv, int *n_tokens) {
+    char path[1024];
+    test_model_path(name, path, sizeof(path));
+    model *m;
+    attnd_err err;
+    cr_assert_eq(model_load(&m, path, &err), ATTND_OK, "%s", err.msg);
+    const model_info *mi = model_info_get(m);
+    engine *e;
+    kv_pool *pool;
+    cr_assert_eq(kv_pool_create(&pool, m, (size_t)256 << 20, kv, &err), ATTND_OK, "%s", err.msg);
+    /* One thread: these models are tiny, and the test machine may be busy. */
+    cr_assert_eq(engine_create(&e, m, 512, 1, &err), ATTND_OK, "%s", err.msg);
+    float *lg = malloc(sizeof(float) * 512 * (size_t)mi->n_vocab);
+    int agree = 0, total = 0;
+    for (size_t ci = 0; ci < json_array_size(cases); ci++) {
+        json_t *c = json_array_get(cases, ci);
+        if (strcmp(json_string_value(json_object_get(c, "model")), name)) continue;
+        int np, nt;
+        int32_t *ids = case_ids(c, &np, &nt);
+        cr_assert(nt - 1 <= 512 && nt <= mi->n_ctx);
+        kv_seq *s;
+        cr_assert_eq(kv_seq_create(&s, pool, NULL), ATTND_OK);
+        prefill(e, s, ids, nt - 1, lg); /* position i predicts token i + 1 */
+        for (int i = np - 1; i < nt - 1; i++, total++)
+            agree += engine_argmax(lg + (size_t)i * mi->n_vocab, mi->n_vocab) == ids[i + 1];
+        kv_seq_destroy(s);
+        free(ids);
+    }
+    cr_assert_gt(total, 0, "no reference cases for %s", name);
+    free(lg);
+    engine_destroy(e);
+    kv_pool_destroy(pool);
+    model_destroy(m);
+    if (n_tokens) *n_tokens = total;
+    return (double)agree / total;
+}
+
 Test(model, teacher_forced_agreement_with_llama_cpp_meets_floors) {
     json_t *refj = load_reference();
     json_t *cases = json_object_get(refj, "cases");
     for (size_t fi = 0; fi < ATTND_ARRAY_LEN(FLOORS); fi++) {
-        char path[1024];
-        test_model_path(FLOORS[fi].model, path, sizeof(path));
-        model *m;
-        attnd_err err;
-        cr_assert_eq(model_load(&m, path, &err), ATTND_OK, "%s", err.msg);
-        const model_info *mi = model_info_get(m);
-        engine *e;
-        kv_pool *pool;
+        int total;
         /* F32 KV: the reference was made with llama.cpp's F32 cache. */
-        cr_assert_eq(kv_pool_create(&pool, m, (size_t)256 << 20, KV_F32, &err), ATTND_OK, "%s", err.msg);
-        /* One thread: these models are tiny, and the test machine may be busy. */
-        cr_assert_eq(engine_create(&e, m, 512, 1, &err), ATTND_OK, "%s", err.msg);
-        float *lg = malloc(sizeof(float) * 512 * (size_t)mi->n_vocab);
-        int agree = 0, total = 0;
-        for (size_t ci = 0; ci < json_array_size(cases); ci++) {
-            json_t *c = json_array_get(cases, ci);
-            if (strcmp(json_string_value(json_object_get(c, "model")), FLOORS[fi].model)) continue;
-            int np, nt;
-            int32_t *ids = case_ids(c, &np, &nt);
-            cr_assert(nt - 1 <= 512 && nt <= mi->n_ctx);
-            kv_seq *s;
-            cr_assert_eq(kv_seq_create(&s, pool, NULL), ATTND_OK);
-            prefill(e, s, ids, nt - 1, lg); /* position i predicts token i + 1 */
-            for (int i = np - 1; i < nt - 1; i++) {
-                agree += engine_argmax(lg + (size_t)i * mi->n_vocab, mi->n_vocab) == ids[i + 1];
-                total++;
-            }
-            kv_seq_destroy(s);
-            free(ids);
-        }
-        double frac = total ? (double)agree / total : 0;
-        printf("agreement %-24s %4d/%4d = %6.2f %% (floor %.0f %%)\n", FLOORS[fi].model, agree, total, 100 * frac,
+        double frac = ref_agreement(cases, FLOORS[fi].model, KV_F32, &total);
+        printf("agreement %-24s %4d tokens = %6.2f %% (floor %.0f %%)\n", FLOORS[fi].model, total, 100 * frac,
                100 * FLOORS[fi].floor);
         fflush(stdout);
-        cr_expect(total > 0, "no reference cases for %s", FLOORS[fi].model);
         cr_expect(frac >= FLOORS[fi].floor, "%s: agreement %.2f %% is below the floor %.0f %%", FLOORS[fi].model,
                   100 * frac, 100 * FLOORS[fi].floor);
-        free(lg);
-        engine_destroy(e);
-        kv_pool_destroy(pool);
-        model_destroy(m);
     }
     json_decref(refj);
 }
@@ -1196,27 +1225,6 @@ Test(model, greedy_generation_reproduces_llama2c_run_c) {
 // Kept apart from the tests above: Q8_0 / Q4_0 caches need head_dim a multiple of 32, so these
 // use generated models with head_dim 32 and the test models with head_dim 64.
 
-/* decode_equals_prefill's check for one quantized cache type: a prefill writes (and quantizes)
- * each position before attention reads it, as decode does, so the two agree as closely. */
-static void kvq_decode_equals_prefill(const tiny_spec *sp, kv_type kv, int n0) {
-    tiny_rig r;
-    tiny_rig_open(&r, sp, kv, 256);
-    int n = 230, V = sp->n_vocab;
-    int32_t tok[230];
-    tiny_random_tokens(tok, n, V, 9);
-    float *ref = malloc(sizeof(float) * (size_t)n * V), *step = malloc(sizeof(float) * V);
-    float *head = malloc(sizeof(float) * (size_t)n0 * V);
-    prefill(r.e, tiny_rig_seq(&r), tok, n, ref);
-    kv_seq *b = tiny_rig_seq(&r);
-    prefill(r.e, b, tok, n0, head);
-    for (int i = n0; i < n; i++) {
-        prefill(r.e, b, &tok[i], 1, step);
-        float d = max_abs_diff(step, ref + (size_t)i * V, (size_t)V);
-        cr_assert(d < 1e-4f, "%s %s: position %d: decode differs from prefill by %g", sp->arch, kv_type_name(kv), i, d);
-    }
-    free(ref), free(step), free(head);
-    tiny_rig_close(&r);
-}
 
 /* Sliding windows across blocks (Gemma 2 with soft-capping, Gemma 3, gpt-oss with sinks) and a
  * plain llama, each with Q8_0 and Q4_0 caches. */
@@ -1228,7 +1236,7 @@ Test(model, quantized_kv_decode_equals_prefill_with_windows_sinks_and_softcap) {
         sp.head_dim = 32, sp.rope_dims = 32;
         if (strcmp(archs[a], "llama")) sp.window = 72, sp.n_layer = 4;
         if (!strcmp(archs[a], "gpt-oss")) sp.n_expert = 8, sp.n_expert_used = 4, sp.n_ff_exp = 24;
-        for (size_t t = 0; t < ATTND_ARRAY_LEN(types); t++) kvq_decode_equals_prefill(&sp, types[t], 150);
+        for (size_t t = 0; t < ATTND_ARRAY_LEN(types); t++) decode_equals_prefill_kv(&sp, types[t], 150);
     }
 }
 
@@ -1238,65 +1246,14 @@ Test(model, quantized_kv_forks_and_window_truncation_stay_exact) {
     tiny_spec sp = tiny_default("gemma3");
     sp.n_layer = 4, sp.window = 72, sp.head_dim = 32, sp.rope_dims = 32, sp.n_ctx = 1024;
     tiny_rig r;
-    tiny_rig_open(&r, &sp, KV_Q8_0, 600);
-    int V = sp.n_vocab, n = 600;
+    int V = sp.n_vocab;
     int32_t tok[600];
-    tiny_random_tokens(tok, n, V, 23);
-    float *whole = malloc(sizeof(float) * (size_t)n * V), *part = malloc(sizeof(float) * 100 * (size_t)V);
-    prefill(r.e, tiny_rig_seq(&r), tok, n, whole);
-    kv_seq *a = tiny_rig_seq(&r);
-    for (int done = 0; done < n; done += 100) prefill(r.e, a, tok + done, 100, part);
+    float *whole, *part;
+    kv_seq *a = prefill_whole_and_chunked(&r, &sp, KV_Q8_0, tok, &whole, &part);
     cr_assert_lt(max_abs_diff(part, whole + 500 * (size_t)V, 100 * (size_t)V), 1e-4f, "chunked differs from whole");
-    kv_seq_truncate(a, 590);
-    cr_assert_eq(kv_seq_len(a), 590);
-    prefill(r.e, a, tok + 590, 10, part);
-    cr_assert_lt(max_abs_diff(part, whole + 590 * (size_t)V, 10 * (size_t)V), 1e-4f, "re-extended after truncation");
-    kv_seq *f;
-    cr_assert_eq(kv_seq_fork(&f, a, NULL), ATTND_OK);
-    kv_seq_truncate(a, 595), kv_seq_truncate(f, 595); /* both write into the shared, partly filled block */
-    prefill(r.e, f, tok + 595, 5, part);
-    cr_assert_lt(max_abs_diff(part, whole + 595 * (size_t)V, 5 * (size_t)V), 1e-4f, "fork");
-    prefill(r.e, a, tok + 595, 5, part);
-    cr_assert_lt(max_abs_diff(part, whole + 595 * (size_t)V, 5 * (size_t)V), 1e-4f, "parent after fork");
-    kv_seq_destroy(f);
+    truncate_and_fork_stay_exact(&r, a, tok, whole, part);
     free(whole), free(part);
     tiny_rig_close(&r);
-}
-
-/* Teacher-forced top-1 agreement with llama.cpp's references (F32 cache) of `name` evaluated with
- * a kv-typed cache, over every reference case of the model. */
-static double kvq_agreement(json_t *cases, const char *name, kv_type kv) {
-    char path[1024];
-    test_model_path(name, path, sizeof(path));
-    model *m;
-    attnd_err err;
-    cr_assert_eq(model_load(&m, path, &err), ATTND_OK, "%s", err.msg);
-    const model_info *mi = model_info_get(m);
-    engine *e;
-    kv_pool *pool;
-    cr_assert_eq(kv_pool_create(&pool, m, (size_t)256 << 20, kv, &err), ATTND_OK, "%s", err.msg);
-    cr_assert_eq(engine_create(&e, m, 512, 1, &err), ATTND_OK, "%s", err.msg);
-    float *lg = malloc(sizeof(float) * 512 * (size_t)mi->n_vocab);
-    int agree = 0, total = 0;
-    for (size_t ci = 0; ci < json_array_size(cases); ci++) {
-        json_t *c = json_array_get(cases, ci);
-        if (strcmp(json_string_value(json_object_get(c, "model")), name)) continue;
-        int np, nt;
-        int32_t *ids = case_ids(c, &np, &nt);
-        kv_seq *s;
-        cr_assert_eq(kv_seq_create(&s, pool, NULL), ATTND_OK);
-        prefill(e, s, ids, nt - 1, lg);
-        for (int i = np - 1; i < nt - 1; i++, total++)
-            agree += engine_argmax(lg + (size_t)i * mi->n_vocab, mi->n_vocab) == ids[i + 1];
-        kv_seq_destroy(s);
-        free(ids);
-    }
-    cr_assert_gt(total, 0, "no reference cases for %s", name);
-    free(lg);
-    engine_destroy(e);
-    kv_pool_destroy(pool);
-    model_destroy(m);
-    return (double)agree / total;
 }
 
 /* Q8_0 and Q4_0 caches on the head_dim-64 test models (stories260K's head_dim is 8). Q8_0 stays within KVQ_SLACK of the F16
@@ -1322,8 +1279,8 @@ Test(model, quantized_kv_agreement_with_llama_cpp_stays_within_a_point_of_f16) {
     json_t *refj = load_reference(), *cases = json_object_get(refj, "cases");
     for (size_t i = 0; i < ATTND_ARRAY_LEN(KVQ_FLOORS); i++) {
         const char *name = KVQ_FLOORS[i].model;
-        double f16 = kvq_agreement(cases, name, KV_F16), q8 = kvq_agreement(cases, name, KV_Q8_0),
-               q4 = kvq_agreement(cases, name, KV_Q4_0);
+        double f16 = ref_agreement(cases, name, KV_F16, NULL), q8 = ref_agreement(cases, name, KV_Q8_0, NULL),
+               q4 = ref_agreement(cases, name, KV_Q4_0, NULL);
         printf("kv agreement %-24s f16 %6.2f %%  q8_0 %6.2f %%  q4_0 %6.2f %%\n", name, 100 * f16, 100 * q8, 100 * q4);
         fflush(stdout);
         cr_expect(q8 >= f16 - KVQ_SLACK, "%s: q8_0 KV agreement %.2f %% is more than a point below f16's %.2f %%", name,

@@ -223,17 +223,26 @@ static sess_store *instance(const char *prefix) {
     return st;
 }
 
-/* One turn as the server runs it: acquire, the scheduler's release with the new history (the KV
- * holding all of it when kv > 0), then the save; returns the save's status. */
-static attnd_status turn(sess_store *st, const char *owner, const char *id, const int32_t *hist, int n, int kv) {
+/* A turn up to its save: acquire, then the scheduler's release with the new history (the KV
+ * holding all of it when kv > 0); *t gets the turn's number. Returns the acquire's status. */
+static attnd_status release_turn(sess_store *st, const char *owner, const char *id, const int32_t *hist, int n,
+                                 int kv, uint64_t *t) {
     sess *s;
     attnd_err err;
     attnd_status rc = sess_acquire(st, owner, id, &s, &err);
     if (rc != ATTND_OK) return rc;
-    uint64_t t = s->turn;
+    *t = s->turn;
     if (kv) sess_set_kv(st, s, fake_kv(kv), n, 100);
     cr_assert_eq(sess_release(st, s, hist, n, &err), ATTND_OK);
-    return sess_persist_turn(st, owner, id, t, NULL, &err);
+    return ATTND_OK;
+}
+
+/* One turn as the server runs it: release_turn, then the save; returns the save's status. */
+static attnd_status turn(sess_store *st, const char *owner, const char *id, const int32_t *hist, int n, int kv) {
+    uint64_t t;
+    attnd_err err;
+    attnd_status rc = release_turn(st, owner, id, hist, n, kv, &t);
+    return rc != ATTND_OK ? rc : sess_persist_turn(st, owner, id, t, NULL, &err);
 }
 
 static void drop_kv(sess_store *st) {
@@ -312,9 +321,8 @@ Test(shared, a_superseded_turn_is_not_saved) {
     cr_assert_eq(sess_create(a, NULL, "s", id, &err), ATTND_OK, "%s", err.msg);
     int32_t h1[] = {1, 2}, h2[] = {1, 3};
     sess *s;
-    cr_assert_eq(sess_acquire(a, NULL, "s", &s, &err), ATTND_OK);
-    uint64_t t1 = s->turn;
-    cr_assert_eq(sess_release(a, s, h1, 2, &err), ATTND_OK);
+    uint64_t t1;
+    cr_assert_eq(release_turn(a, NULL, "s", h1, 2, 0, &t1), ATTND_OK);
     /* before turn 1 saves, turn 2 acquires (a client that did not wait for the answer) */
     cr_assert_eq(sess_acquire(a, NULL, "s", &s, &err), ATTND_OK);
     uint64_t t2 = s->turn;
@@ -362,9 +370,8 @@ Test(shared, a_store_that_is_down_refuses_and_then_serves_again) {
     cr_assert_eq(sess_create(a, NULL, "s", id, &err), ATTND_OK, "%s", err.msg);
     int32_t h[] = {1, 2};
     sess *s;
-    cr_assert_eq(sess_acquire(a, NULL, "s", &s, &err), ATTND_OK);
-    uint64_t t = s->turn;
-    cr_assert_eq(sess_release(a, s, h, 2, &err), ATTND_OK);
+    uint64_t t;
+    cr_assert_eq(release_turn(a, NULL, "s", h, 2, 0, &t), ATTND_OK);
     redis_stop();
     cr_assert_eq(sess_persist_turn(a, NULL, "s", t, NULL, &err), ATTND_ERR_IO, "a failed write is never acknowledged");
     cr_assert_eq(sess_acquire(a, NULL, "s", &s, &err), ATTND_ERR_IO);

@@ -5,6 +5,7 @@
 #ifndef ATTND_SERVER_JINJA_INTERNAL_H
 #define ATTND_SERVER_JINJA_INTERNAL_H
 
+#include <stdarg.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -141,6 +142,9 @@ struct jinja_ctx {
     jinja_value *caller;     /* the call block's body inside a macro called from one */
 };
 
+/* Writes "template line <line>: <message>" into err (NULL: nowhere) and returns
+ * ATTND_ERR_FORMAT: the one shape of every parse and render error. */
+attnd_status jinja_vfail(attnd_err *err, int line, const char *fmt, va_list ap) __attribute__((format(printf, 3, 0)));
 /* Sets the render error (first one wins) and returns NULL, for `return jfail(c, ...)`. */
 jinja_value *jfail(jinja_ctx *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 jinja_value *jnomem(jinja_ctx *c);

@@ -32,12 +32,10 @@ static void *pfail(parser *P, const char *fmt, ...) __attribute__((format(printf
 static void *pfail(parser *P, const char *fmt, ...) {
     if (P->failed) return NULL;
     P->failed = true;
-    char msg[300];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof(msg), fmt, ap);
+    jinja_vfail(P->err, peek(P)->line, fmt, ap);
     va_end(ap);
-    attnd_fail(P->err, ATTND_ERR_FORMAT, "template line %d: %s", peek(P)->line, msg);
     return NULL;
 }
 

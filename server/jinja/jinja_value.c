@@ -56,16 +56,19 @@ void jarena_free(jarena *a) {
 
 // ---- errors -----------------------------------------------------------------------------------
 
+attnd_status jinja_vfail(attnd_err *err, int line, const char *fmt, va_list ap) {
+    char msg[400];
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    return attnd_fail(err, ATTND_ERR_FORMAT, "template line %d: %s", line, msg);
+}
+
 jinja_value *jfail(jinja_ctx *c, const char *fmt, ...) {
     if (c->failed) return NULL;
     c->failed = true;
-    c->st = ATTND_ERR_FORMAT;
-    char msg[400];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof(msg), fmt, ap);
+    c->st = jinja_vfail(&c->err, c->line, fmt, ap);
     va_end(ap);
-    snprintf(c->err.msg, sizeof(c->err.msg), "template line %d: %s", c->line, msg);
     return NULL;
 }
 

@@ -58,7 +58,10 @@ class Writer:
             f.write(data)
 
 
-def header(w, name, hp):
+def vocab_writer(name, hp, model, pre, tokens):
+    """A writer holding the llama header every vocab-only file carries (hp: its hyperparameters)
+    and the vocabulary's model, pre-tokenizer and tokens."""
+    w = Writer()
     w.add("general.architecture", GGUF_STR, "llama")
     w.add("general.name", GGUF_STR, name)
     w.add("general.alignment", GGUF_U32, 32)
@@ -67,6 +70,11 @@ def header(w, name, hp):
         w.add("llama." + k, GGUF_U32, hp[k])
     w.add("llama.attention.layer_norm_rms_epsilon", GGUF_F32, 1e-6)
     w.add("llama.rope.freq_base", GGUF_F32, 10000.0)
+    w.add("llama.vocab_size", GGUF_U32, len(tokens))
+    w.add("tokenizer.ggml.model", GGUF_STR, model)
+    w.add("tokenizer.ggml.pre", GGUF_STR, pre)
+    w.add("tokenizer.ggml.tokens", GGUF_ARR, tokens, GGUF_STR)
+    return w
 
 
 def looks_special(s):
@@ -104,14 +112,11 @@ def gemma3(tj, cfg, out):
             types[i] = USER
             tokens[i] = s.replace("\u2581", " ")
         scores[i] = -1000.0
-    w = Writer()
-    header(w, "gemma3-spm (Gemma 3 tokenizer, vocab only)",
-           {"context_length": 32768, "embedding_length": 1024, "block_count": 26, "feed_forward_length": 6912,
-            "rope.dimension_count": 256, "attention.head_count": 4, "attention.head_count_kv": 1})
-    w.add("llama.vocab_size", GGUF_U32, n)
-    w.add("tokenizer.ggml.model", GGUF_STR, "llama")
-    w.add("tokenizer.ggml.pre", GGUF_STR, "default")
-    w.add("tokenizer.ggml.tokens", GGUF_ARR, tokens, GGUF_STR)
+    w = vocab_writer("gemma3-spm (Gemma 3 tokenizer, vocab only)",
+                     {"context_length": 32768, "embedding_length": 1024, "block_count": 26,
+                      "feed_forward_length": 6912, "rope.dimension_count": 256, "attention.head_count": 4,
+                      "attention.head_count_kv": 1},
+                     "llama", "default", tokens)
     w.add("tokenizer.ggml.scores", GGUF_ARR, scores, GGUF_F32)
     w.add("tokenizer.ggml.token_type", GGUF_ARR, types, GGUF_I32)
     ids = {s: i for i, s in enumerate(tokens)}
@@ -142,14 +147,11 @@ def gpt_oss(tj, cfg, out):
         types[i] = CONTROL
     assert all(t is not None for t in tokens), "gpt-oss: holes in the vocabulary"
     merges = [m if isinstance(m, str) else " ".join(m) for m in tj["model"]["merges"]]
-    w = Writer()
-    header(w, "gpt-oss-bpe (o200k_harmony tokenizer, vocab only)",
-           {"context_length": 131072, "embedding_length": 4096, "block_count": 24, "feed_forward_length": 2880,
-            "rope.dimension_count": 64, "attention.head_count": 64, "attention.head_count_kv": 8})
-    w.add("llama.vocab_size", GGUF_U32, n)
-    w.add("tokenizer.ggml.model", GGUF_STR, "gpt2")
-    w.add("tokenizer.ggml.pre", GGUF_STR, "gpt-4o")
-    w.add("tokenizer.ggml.tokens", GGUF_ARR, tokens, GGUF_STR)
+    w = vocab_writer("gpt-oss-bpe (o200k_harmony tokenizer, vocab only)",
+                     {"context_length": 131072, "embedding_length": 4096, "block_count": 24,
+                      "feed_forward_length": 2880, "rope.dimension_count": 64, "attention.head_count": 64,
+                      "attention.head_count_kv": 8},
+                     "gpt2", "gpt-4o", tokens)
     w.add("tokenizer.ggml.token_type", GGUF_ARR, types, GGUF_I32)
     w.add("tokenizer.ggml.merges", GGUF_ARR, merges, GGUF_STR)
     w.add("tokenizer.ggml.bos_token_id", GGUF_U32, 199998)
