@@ -317,6 +317,13 @@ static int hermes_cut(const toolcall_parser *p, const char *s, size_t n, size_t 
     return k == l ? 1 : i + k == n ? -1 : 0;
 }
 
+/* Sends args[args_sent, upto) as the last call's next fragment. */
+static void args_release(toolcall_parser *p, size_t upto, json_t *deltas) {
+    if (upto <= p->args_sent) return;
+    args_delta(p, p->args.p + p->args_sent, upto - p->args_sent, deltas);
+    p->args_sent = upto;
+}
+
 /* The arguments as they come: every byte up to the end of the object (but an unfinished UTF-8
  * character) is released as a fragment. A Hermes close tag before that end cuts them: the call
  * keeps what the model wrote. */
@@ -333,9 +340,7 @@ static bool step_args(toolcall_parser *p, json_t *deltas, bool final) {
     }
     /* a fragment never ends inside a character, also when the loop stopped early (a possible
      * close tag): the tail waits for the next release */
-    size_t upto = done || cut || final ? p->args.len : p->args.len - utf8_tail(p->args.p, p->args.len);
-    if (upto > p->args_sent) args_delta(p, p->args.p + p->args_sent, upto - p->args_sent, deltas);
-    if (upto > p->args_sent) p->args_sent = upto;
+    args_release(p, done || cut || final ? p->args.len : p->args.len - utf8_tail(p->args.p, p->args.len), deltas);
     consume(p, i);
     if (done || cut) close_args(p, p->args.p, p->args.len);
     if (done) p->mode = M_CALL_TAIL, p->depth = 1; /* still inside the call object */
@@ -571,7 +576,10 @@ void toolcall_parser_feed(toolcall_parser *p, const char *text, size_t n, json_t
 
 void toolcall_parser_finish(toolcall_parser *p, json_t *deltas) {
     while (step(p, deltas, true)) {}
-    if (p->mode == M_ARGS) close_args(p, p->args.p, p->args.len); /* cut short: the call keeps what came */
+    if (p->mode == M_ARGS) { /* cut short: the call keeps what came, held-back tail included */
+        args_release(p, p->args.len, deltas);
+        close_args(p, p->args.p, p->args.len);
+    }
     p->mode = M_TEXT;
     if (p->pend.len) { /* whatever a mode could not place */
         emit_content(p, p->pend.p, p->pend.len, deltas);
