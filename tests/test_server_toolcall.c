@@ -214,6 +214,20 @@ Test(toolcall, harmony_analysis_and_commentary_call) {
     cr_assert_str_eq(p->content, "Hi!");
 }
 
+/* A function name that is not valid UTF-8 (the model wrote stray bytes) becomes U+FFFD in the
+ * call and in the stream, and the call's arguments stay its own, not the previous call's.
+ * Found by fuzz_toolcall. */
+Test(toolcall, a_name_of_invalid_utf8_still_makes_its_own_call) {
+    parsed *p = check_all_chunkings("<|channel|>commentary to=functions.f <|constrain|>json<|message|>{\"a\":0}<|call|>"
+                                    "<|start|>assistant<|channel|>commentary to=functions.\x8bg <|constrain|>json"
+                                    "<|message|>{\"b\":1}<|call|>", true);
+    cr_assert_eq(p->n_calls, 2);
+    cr_assert_str_eq(p->names[0], "f");
+    cr_assert_str_eq(p->args[0], "{\"a\":0}");
+    cr_assert_str_eq(p->names[1], "\xef\xbf\xbdg");
+    cr_assert_str_eq(p->args[1], "{\"b\":1}");
+}
+
 Test(toolcall, think_blocks_become_reasoning_content) {
     parsed *p = check_all_chunkings("<think>\nThe user wants JSON.\n</think>\n\n{\"a\": 1}", false);
     cr_assert_str_eq(p->reasoning, "\nThe user wants JSON.\n");

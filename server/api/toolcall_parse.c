@@ -108,10 +108,14 @@ static int open_call(toolcall_parser *p, const char *name, json_t *deltas) {
     int index = (int)json_array_size(p->tool_calls);
     if (p->id_base[0]) snprintf(id, sizeof(id), "call_%s_%d", p->id_base, index);
     else attnd_random_id(id, sizeof(id), "call_");
-    json_array_append_new(p->tool_calls, json_pack("{s:s,s:s,s:{s:s,s:s}}", "id", id, "type", "function", "function",
-                                                   "name", name, "arguments", ""));
-    json_array_append_new(deltas, json_pack("{s:[{s:i,s:s,s:s,s:{s:s,s:s}}]}", "tool_calls", "index", index, "id", id,
-                                            "type", "function", "function", "name", name, "arguments", ""));
+    /* the name as valid UTF-8 (invalid bytes U+FFFD), or json_pack would fail and the call's
+     * fragments land on the one before */
+    size_t n = strlen(name);
+    json_array_append_new(p->tool_calls, json_pack("{s:s,s:s,s:{s:o,s:s}}", "id", id, "type", "function", "function",
+                                                   "name", oai_string(name, n), "arguments", ""));
+    json_array_append_new(deltas, json_pack("{s:[{s:i,s:s,s:s,s:{s:o,s:s}}]}", "tool_calls", "index", index, "id", id,
+                                            "type", "function", "function", "name", oai_string(name, n),
+                                            "arguments", ""));
     p->started = true;
     return index;
 }
