@@ -522,7 +522,7 @@ static bool int_bound(conv *c, const json_t *s, bool lower, bool *has, long long
     }
     if (*has && !(fabs(best) < 1e15))
         return cfail(c, ATTND_ERR_UNSUPPORTED, "integer bound '%s' beyond 15 digits is not supported", i ? incl : excl);
-    *v = (long long)best;
+    *v = *has ? (long long)best : 0; /* no bound: best is infinite, and converting it is undefined */
     return true;
 }
 
