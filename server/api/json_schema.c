@@ -609,7 +609,8 @@ static bool gen_object_rules(conv *c, const json_t *s, const json_t *props, int 
     size_t k = 0;
     const char *key;
     json_t *sub;
-    json_object_foreach((json_t *)props, key, sub) if (k < n) keys[k++] = key;
+    if (props) /* the macro steps a NULL object's iterator by pointer arithmetic: undefined */
+        json_object_foreach((json_t *)props, key, sub) if (k < n) keys[k++] = key;
     for (size_t i = n; ok && i-- > 0;) {
         bool required = false;
         for (size_t r = 0; r < json_array_size(req); r++)
