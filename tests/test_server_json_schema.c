@@ -201,6 +201,9 @@ Test(json_schema, malformed_schemas_are_invalid) {
     refused("{\"type\":\"array\",\"minItems\":3,\"maxItems\":2}", ATTND_ERR_INVALID, "'maxItems'");
     refused("{\"enum\":[]}", ATTND_ERR_INVALID, "'enum'");
     refused("7", ATTND_ERR_INVALID, "must be an object");
+    /* a bad additionalProperties with properties beside it (the fuzzer's UBSan find) */
+    refused("{\"type\":\"object\",\"properties\":{\"a\":{},\"b\":{}},\"additionalProperties\":7}",
+            ATTND_ERR_INVALID, "additionalProperties");
 }
 
 Test(json_schema, annotations_are_ignored) {

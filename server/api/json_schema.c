@@ -609,7 +609,7 @@ static bool gen_object_rules(conv *c, const json_t *s, const json_t *props, int 
     size_t k = 0;
     const char *key;
     json_t *sub;
-    if (props) /* the macro steps a NULL object's iterator by pointer arithmetic: undefined */
+    if (keys) /* NULL when n is 0 or something above failed */
         json_object_foreach((json_t *)props, key, sub) if (k < n) keys[k++] = key;
     for (size_t i = n; ok && i-- > 0;) {
         bool required = false;
