@@ -85,8 +85,13 @@ grep -q "^KV per layer:  1 global layers: 256 bytes/token f16; 5 local layers (w
 check "info: KV bytes per token of the local and global layers, and the window" "$?" 0
 # the phi3 family file carries LongRoPE: context 512, original 128
 "${ATTND_BUILD_DIR:?}/tiny_model" phi3 "$gm"
-grep -q "^LongRoPE:      long factors (context_length beyond rope.scaling.original_context_length)$" <<<"$("$BIN" info --model "$gm" 2>&1)"
+grep -q "^LongRoPE:      long factors (a context of 512 beyond rope.scaling.original_context_length)$" <<<"$("$BIN" info --model "$gm" 2>&1)"
 check "info: which LongRoPE factors apply" "$?" 0
+# served with ctx_size 128 (at the original context), llama.cpp's choice: the short factors
+grep -q "^LongRoPE:      short factors (a context of 128 within rope.scaling.original_context_length)$" <<<"$("$BIN" info --model "$gm" --ctx-size 128 2>&1)"
+check "info --ctx-size: the short LongRoPE factors under a cap" "$?" 0
+grep -q "^LongRoPE:      long factors (a context of 129 beyond" <<<"$("$BIN" info --model "$gm" --ctx-size 129 2>&1)"
+check "info --ctx-size: the long factors just beyond it" "$?" 0
 rm -f "$gm"
 
 # README's `attnd info` example is the default model's real output

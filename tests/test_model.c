@@ -170,6 +170,57 @@ Test(model, phi3_longrope_short_and_long_factors_match_reference) {
     check_against_reference(&sp, 70, 2e-4);
 }
 
+/* Logits of n_tok random tokens of sp's file run at a context of cap (model_set_context), against
+ * the float64 reference of ref_sp (whose n_ctx picks its LongRoPE factors); returns the largest
+ * difference relative to the logits' scale. */
+static double capped_vs_reference(const tiny_spec *sp, int cap, const tiny_spec *ref_sp, int n_tok, bool *rope_long) {
+    char path[256];
+    tiny_tmpname(path, sizeof(path), "phi3cap");
+    cr_assert_eq(tiny_write(path, sp), 0);
+    attnd_err err;
+    model *m;
+    engine *e;
+    kv_pool *pool;
+    kv_seq *s;
+    cr_assert_eq(model_load(&m, path, &err), ATTND_OK, "%s", err.msg);
+    cr_assert_eq(model_set_context(m, cap, &err), ATTND_OK, "%s", err.msg);
+    *rope_long = model_info_get(m)->rope_long;
+    cr_assert_eq(engine_create(&e, m, n_tok, 1, &err), ATTND_OK, "%s", err.msg);
+    cr_assert_eq(kv_pool_create(&pool, m, (size_t)16 << 20, KV_F32, &err), ATTND_OK, "%s", err.msg);
+    cr_assert_eq(kv_seq_create(&s, pool, &err), ATTND_OK, "%s", err.msg);
+    int V = sp->n_vocab;
+    int32_t *tok = malloc(sizeof(int32_t) * n_tok);
+    tiny_random_tokens(tok, n_tok, V, 99);
+    float *lg = malloc(sizeof(float) * (size_t)n_tok * V);
+    double *ref = malloc(sizeof(double) * (size_t)n_tok * V), worst = 0, scale = 0;
+    prefill(e, s, tok, n_tok, lg);
+    ref_forward(ref_sp, path, tok, n_tok, ref);
+    for (size_t i = 0; i < (size_t)n_tok * V; i++) worst = fmax(worst, fabs(lg[i] - ref[i])), scale = fmax(scale, fabs(ref[i]));
+    free(tok), free(lg), free(ref);
+    kv_seq_destroy(s), kv_pool_destroy(pool), engine_destroy(e), model_destroy(m);
+    unlink(path);
+    return worst / scale;
+}
+
+/* LongRoPE under a served context cap (ctx_size): a file whose context_length (320) is beyond
+ * its original context (64) takes the short factors when run at 64 or less, as llama.cpp does
+ * for n_ctx <= the original, and the long ones at 65; float64 reference both ways, and each
+ * choice measurably differs from the other. */
+Test(model, longrope_takes_the_short_factors_under_a_context_cap) {
+    tiny_spec sp = tiny_default("phi3");
+    sp.longrope_orig_ctx = 64, sp.longrope_attn = 1.19f;
+    tiny_spec short_ref = sp;
+    short_ref.n_ctx = 64; /* the reference picks its factors from its n_ctx */
+    bool lng;
+    cr_assert_leq(capped_vs_reference(&sp, 64, &short_ref, 60, &lng), 2e-4);
+    cr_assert(!lng, "a cap at the original context: the short factors");
+    cr_assert_gt(capped_vs_reference(&sp, 64, &sp, 60, &lng), 1e-3, "the short and long factors give other logits");
+    cr_assert_leq(capped_vs_reference(&sp, 65, &sp, 60, &lng), 2e-4);
+    cr_assert(lng, "a cap beyond the original context: the long factors");
+    cr_assert_leq(capped_vs_reference(&sp, 0, &sp, 60, &lng), 2e-4);
+    cr_assert(lng, "no cap: the file's context, beyond the original");
+}
+
 Test(model, llama3_rope_freqs_and_rope_scaling_match_reference) {
     tiny_spec sp = tiny_default("llama");
     sp.rope_freqs = true;
