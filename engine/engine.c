@@ -766,7 +766,7 @@ static void step_moe(pass *p, const layer_weights *L, int l) {
         memcpy(e->moe_o + (size_t)i * E, e->xn + (size_t)(pl.slot[i] / K) * E, sizeof(float) * (size_t)E);
     moe_job j = {.L = L, .act = m->arch->act, .E = E, .FE = m->n_ff_exp, .pl = &pl, .x = e->moe_o, .g = e->moe_g,
                  .o = e->moe_o, .scratch = e->moe_scratch, .scratch_bytes = e->moe_scratch_bytes,
-                 .n_threads = e->n_threads};
+                 .max_tok = e->max_batch, .n_threads = e->n_threads};
     moe_gate_up(&j);
     moe_down(&j);
     for (int t = 0; t < p->n; t++) {

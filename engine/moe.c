@@ -7,8 +7,9 @@
  * Here a pass is one region of (group, row block) tasks, claimed one at a time: a thread that
  * finishes one expert's rows takes the next expert's without waiting for the others. Each task
  * runs the row kernels of quant_matmul on one thread over its block of rows, for all of its
- * group's entries (their activations rounded again per task: a row block of at least 16 rows
- * makes that cost at most 1/16 of the task's reads of the weights, and in practice ~1/256).
+ * group's entries, rounding their activations itself (once for gate and up together): with
+ * blocks of at least 16 rows that is at most 1/16 of the task's multiply-adds, and a decode step
+ * at 2 threads, 2 blocks per expert, rounds each expert's input twice per pass.
  */
 #include <math.h>
 #include <string.h>
@@ -20,11 +21,15 @@
 /* As quant.c: below this many multiply-adds in a pass, waking the pool costs more than it saves. */
 #define MOE_PAR_MIN_MACS (1L << 20)
 /* Row blocks: a multiple of the kernels' 16-row tiles (so a block's rows are computed as in one
- * call over the expert's whole slice), at most MOE_ROWS_MAX rows (the scratch's width), and
- * about MOE_CHUNKS_PER_THREAD of them a thread (a descheduled thread holds back little). */
+ * call over the expert's whole slice), as many rows as a worker's tiles hold for the pass's
+ * largest group (at least MOE_ROWS_MAX: a tile holds max_tok * MOE_ROWS_MAX floats, and at least
+ * MOE_TILE_MIN), and about MOE_CHUNKS_PER_THREAD of them a thread: enough that a descheduled
+ * thread holds back little, few enough that rounding the activations again per task costs
+ * little (a decode step at 2 threads: 2 blocks per expert). */
 #define MOE_ROW_GRAIN 16
 #define MOE_ROWS_MAX 256
-#define MOE_CHUNKS_PER_THREAD 16
+#define MOE_TILE_MIN 32768
+#define MOE_CHUNKS_PER_THREAD 8
 
 void moe_plan_build(moe_plan *pl, const int *sel, int n_slots, int n_expert) {
     moe_group *g = pl->groups;
@@ -40,28 +45,29 @@ void moe_plan_build(moe_plan *pl, const int *sel, int n_slots, int n_expert) {
 
 static size_t max_size(size_t a, size_t b) { return a > b ? a : b; }
 
-/* A worker's scratch: two (max_tok, MOE_ROWS_MAX) float tiles, then quant_matmul's scratch. */
+/* Floats of one of a worker's two tiles, for groups of up to max_tok entries (a multiple of 16). */
+static size_t tile_floats(int max_tok) { return max_size((size_t)max_tok * MOE_ROWS_MAX, MOE_TILE_MIN); }
+
+/* A worker's scratch: two tiles, then quant_matmul's scratch. */
 size_t moe_scratch_bytes(const layer_weights *L, int64_t n_embd, int64_t n_ff_exp, int max_tok) {
     size_t q = quant_scratch_bytes(L->gate_exps.type, max_tok, n_embd);
     q = max_size(q, quant_scratch_bytes(L->up_exps.type, max_tok, n_embd));
     q = max_size(q, quant_scratch_bytes(L->down_exps.type, max_tok, n_ff_exp));
-    size_t tiles = 2 * sizeof(float) * (size_t)max_tok * MOE_ROWS_MAX;
-    return (tiles + max_size(q, 1) + 63) / 64 * 64;
+    return (2 * sizeof(float) * tile_floats(max_tok) + max_size(q, 1) + 63) / 64 * 64;
 }
 
 /* One pass: its tasks are (group t / n_chunks, row block t % n_chunks) of per rows. */
 typedef struct moe_pass {
     const moe_job *j;
     int per, n_chunks, rows;
-    int max_tok; /* the largest group: the width of the scratch's tiles */
 } moe_pass;
 
-/* The scratch of worker w: tiles t0 and t1 ((max_tok, MOE_ROWS_MAX) each) and quant scratch. */
+/* The scratch of worker w: tiles t0 and t1 (a group's (cnt, per) block each) and quant scratch. */
 static void *worker_scratch(const moe_pass *p, int w, float **t0, float **t1) {
     char *s = p->j->scratch + (size_t)w * p->j->scratch_bytes;
     *t0 = (float *)s;
-    *t1 = *t0 + (size_t)p->max_tok * MOE_ROWS_MAX;
-    return *t1 + (size_t)p->max_tok * MOE_ROWS_MAX;
+    *t1 = *t0 + tile_floats(p->j->max_tok);
+    return *t1 + tile_floats(p->j->max_tok);
 }
 
 /* Rows [row, ...) of matrix w. */
@@ -97,8 +103,9 @@ static void gate_up_task(void *ctx, int t, int worker) {
     float *tg, *tu;
     void *qs = worker_scratch(p, worker, &tg, &tu);
     const float *x = j->x + (size_t)gr->start * j->E; /* (cnt, E) */
-    quant_matmul(tg, rows_at(&L->gate_exps, row), L->gate_exps.type, rb, j->E, x, gr->cnt, qs, 1);
-    quant_matmul(tu, rows_at(&L->up_exps, row), L->up_exps.type, rb, j->E, x, gr->cnt, qs, 1);
+    quant_mm mm[2] = {{tg, rows_at(&L->gate_exps, row), NULL, L->gate_exps.type, rb},
+                      {tu, rows_at(&L->up_exps, row), NULL, L->up_exps.type, rb}};
+    quant_matmul_many(mm, 2, j->E, x, gr->cnt, qs, 1); /* x rounded once for both */
     for (int c = 0; c < gr->cnt; c++) { /* (cnt, rb) */
         float *g = tg + (size_t)c * rb, *u = tu + (size_t)c * rb;
         add_row(g, L->gate_exps_b ? L->gate_exps_b + row : NULL, rb);
@@ -132,14 +139,17 @@ static void run_pass(const moe_job *j, int rows, double macs, threads_fn fn) {
     const moe_plan *pl = j->pl;
     if (!pl->n_groups) return;
     moe_pass p = {.j = j, .rows = rows};
-    for (int i = 0; i < pl->n_groups; i++) p.max_tok = pl->groups[i].cnt > p.max_tok ? pl->groups[i].cnt : p.max_tok;
+    int max_cnt = 1;
+    for (int i = 0; i < pl->n_groups; i++) max_cnt = pl->groups[i].cnt > max_cnt ? pl->groups[i].cnt : max_cnt;
+    ATTND_ASSERT(max_cnt <= j->max_tok);
+    int cap = (int)(tile_floats(j->max_tok) / (size_t)max_cnt / MOE_ROW_GRAIN * MOE_ROW_GRAIN); /* >= MOE_ROWS_MAX */
     int nth = macs >= MOE_PAR_MIN_MACS ? j->n_threads : 1;
     int units = (rows + MOE_ROW_GRAIN - 1) / MOE_ROW_GRAIN;
     int want = (nth * MOE_CHUNKS_PER_THREAD + pl->n_groups - 1) / pl->n_groups; /* blocks per group */
-    int least = (rows + MOE_ROWS_MAX - 1) / MOE_ROWS_MAX;
+    int least = (rows + cap - 1) / cap;
     int c = want > least ? want : least;
     if (c > units) c = units;
-    p.per = (units + c - 1) / c * MOE_ROW_GRAIN; /* <= MOE_ROWS_MAX, as c >= least */
+    p.per = (units + c - 1) / c * MOE_ROW_GRAIN; /* <= cap, as c >= least and cap is a multiple of 16 */
     p.n_chunks = (rows + p.per - 1) / p.per;
     threads_run(nth, pl->n_groups * p.n_chunks, fn, &p);
 }

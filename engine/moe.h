@@ -47,7 +47,8 @@ typedef struct moe_job {
     float *g;           /* (n_slots, FE) each sorted position's activation (moe_gate_up's output) */
     float *o;           /* (n_slots, E) each slot's expert output, in slot order (moe_down's) */
     char *scratch;      /* (n_workers, scratch_bytes) one region per worker */
-    size_t scratch_bytes; /* moe_scratch_bytes for the largest group */
+    size_t scratch_bytes; /* moe_scratch_bytes(..., max_tok) */
+    int max_tok;        /* what scratch_bytes was sized for: no group has more entries */
     int n_threads;      /* at most n_workers */
 } moe_job;
 
