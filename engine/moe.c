@@ -92,13 +92,25 @@ static void add_row(float *x, const float *b, int n) {
     for (int i = 0; b && i < n; i++) x[i] += b[i];
 }
 
+/* Task t of pass p: its group and its rows [r0, r0 + rb) of each of the group's experts' rows. */
+typedef struct moe_block {
+    const moe_group *gr;
+    int r0, rb;
+} moe_block;
+
+static moe_block block_of(const moe_pass *p, int t) {
+    int r0 = t % p->n_chunks * p->per;
+    return (moe_block){&p->j->pl->groups[t / p->n_chunks], r0, p->rows - r0 < p->per ? p->rows - r0 : p->per};
+}
+
 /* Rows [r0, r0 + rb) of the group's gate and up projections, their biases and the act, into g. */
 static void gate_up_task(void *ctx, int t, int worker) {
     const moe_pass *p = ctx;
     const moe_job *j = p->j;
     const layer_weights *L = j->L;
-    const moe_group *gr = &j->pl->groups[t / p->n_chunks];
-    int r0 = t % p->n_chunks * p->per, rb = p->rows - r0 < p->per ? p->rows - r0 : p->per, FE = j->FE;
+    moe_block bl = block_of(p, t);
+    const moe_group *gr = bl.gr;
+    int r0 = bl.r0, rb = bl.rb, FE = j->FE;
     int64_t row = (int64_t)gr->expert * FE + r0;
     float *tg, *tu;
     void *qs = worker_scratch(p, worker, &tg, &tu);
@@ -120,8 +132,9 @@ static void down_task(void *ctx, int t, int worker) {
     const moe_pass *p = ctx;
     const moe_job *j = p->j;
     const layer_weights *L = j->L;
-    const moe_group *gr = &j->pl->groups[t / p->n_chunks];
-    int r0 = t % p->n_chunks * p->per, rb = p->rows - r0 < p->per ? p->rows - r0 : p->per, E = j->E;
+    moe_block bl = block_of(p, t);
+    const moe_group *gr = bl.gr;
+    int r0 = bl.r0, rb = bl.rb, E = j->E;
     int64_t row = (int64_t)gr->expert * E + r0;
     float *td, *unused;
     void *qs = worker_scratch(p, worker, &td, &unused);
