@@ -152,21 +152,22 @@ const spec_cost *spec_costs(const spec *s) { return &s->cost; }
 
 // ---- the cost table -----------------------------------------------------------------------------
 
-#define COST_DOWN 0.7     /* a new measurement's weight when below the mean ... */
-#define COST_UP 0.25      /* ... and above it: a step is slowed by other work on the machine, never
-                           * sped up by it, so one slow step moves the estimate less */
-#define COST_SPIKE 3.0    /* a step counts as at most this many times the estimate for its size */
+#define COST_DRIFT 0.05   /* a size's estimate: the least time seen, rising this share a sample */
+#define COST_SPIKE 3.0    /* a size's first sample counts as at most this many estimates */
 #define COST_SLOPE0 0.1   /* with one size measured: each further row assumed to add this share */
 #define ACCEPT_DECAY 0.9  /* the acceptance counts' decay per draft learned */
 
+/* Other work on the machine slows a step, never speeds it up: the least time recently seen is
+ * the step's cost, and one slow step (preempted, a page fault) changes nothing. It may rise by
+ * COST_DRIFT a sample, so a lasting change (a longer context, a busier machine) comes through. */
 static void cost_mix(double *m, double ms) {
-    double w = ms < *m ? COST_DOWN : COST_UP;
-    *m = *m > 0 ? (1 - w) * *m + w * ms : ms;
+    double up = *m * (1 + COST_DRIFT);
+    *m = *m > 0 && ms > up ? up : ms;
 }
 
 void spec_cost_learn(spec_cost *c, int rows, double ms) {
     if (rows < 1 || rows > SPEC_COST_ROWS || !(ms > 0)) return;
-    double est = spec_cost_est(c, rows);
+    double est = c->ms[rows] > 0 ? 0 : spec_cost_est(c, rows);
     cost_mix(&c->ms[rows], est > 0 && ms > COST_SPIKE * est ? COST_SPIKE * est : ms);
 }
 
@@ -200,9 +201,14 @@ double spec_cost_est(const spec_cost *c, int rows) {
 
 // ---- the controller -----------------------------------------------------------------------------
 
+/* The prior: 1/2 for the draft model; n/(n + 2) for a lookup match of n tokens (a longer match is
+ * likelier to go on), worth a few drafts, so what is measured soon outweighs it. */
 void spec_ctl_init(spec_ctl *c) {
     *c = (spec_ctl){0};
-    for (int i = 0; i < SPEC_CLASSES; i++) c->hit[i] = c->miss[i] = 1, c->interval[i] = SPEC_PROBE_FIRST;
+    for (int i = 0; i < SPEC_CLASSES; i++) {
+        c->hit[i] = i ? i : 1, c->miss[i] = i ? 2 : 1;
+        c->interval[i] = SPEC_PROBE_FIRST;
+    }
 }
 
 static int ctl_class(int cls) { return cls < 0 ? 0 : cls >= SPEC_CLASSES ? SPEC_CLASSES - 1 : cls; }
@@ -242,6 +248,8 @@ int spec_ctl_plan(spec_ctl *c, int cls, spec_step *st, int max) {
     int k = ctl_best(a, st, max, &gain, &kept), k_perfect = ctl_best(1, st, max, &perfect, &ignored);
     if (gain >= SPEC_GAIN_MIN) {
         c->backed[cls] = false, c->interval[cls] = SPEC_PROBE_FIRST, c->wait[cls] = 0, c->idle[cls] = 0;
+        if (++c->explore[cls] >= SPEC_EXPLORE && k < max) /* one longer, to keep its cost measured */
+            c->explore[cls] = 0, k++, kept = ctl_kept(a, k);
     } else if (perfect < SPEC_GAIN_MIN) {
         /* the rows cost too much whatever is kept (a full batch, a compute-bound model): not the
          * acceptance's fault; a rare probe of the most promising length re-measures its cost */

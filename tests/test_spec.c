@@ -104,11 +104,13 @@ Test(spec_ctl, costs_are_measured_interpolated_and_extrapolated) {
     cr_assert_float_eq(spec_cost_est(&c, 3), 14, 1e-9, "between two sizes: the line through them");
     cr_assert_float_eq(spec_cost_est(&c, 9), 26, 1e-9, "past the largest: the line through the last two");
     spec_cost_learn(&c, 5, 28);
-    cr_assert_float_eq(spec_cost_est(&c, 5), 0.75 * 18 + 0.25 * 28, 1e-9, "a slower step moves the mean less");
-    spec_cost_learn(&c, 5, 10);
-    cr_assert_float_eq(spec_cost_est(&c, 5), 0.3 * 20.5 + 0.7 * 10, 1e-9, "a faster one more");
+    cr_assert_float_eq(spec_cost_est(&c, 5), 18 * 1.05, 1e-9, "a slower step raises the estimate by 5 %% at most");
+    spec_cost_learn(&c, 5, 19);
+    cr_assert_float_eq(spec_cost_est(&c, 5), 19, 1e-9, "one within that is taken");
+    spec_cost_learn(&c, 5, 12);
+    cr_assert_float_eq(spec_cost_est(&c, 5), 12, 1e-9, "a faster one at once");
     spec_cost_learn(&c, 7, 1000);
-    cr_assert_float_eq(c.ms[7], 3 * (13.15 + 2 * (13.15 - 10) / 4), 1e-9, "a spike counts as 3 estimates at most");
+    cr_assert_float_eq(c.ms[7], 3 * (12 + 2 * (12 - 10) / 4.0), 1e-9, "a new size's spike counts as 3 estimates");
     spec_cost_learn(&c, 0, 5), spec_cost_learn(&c, SPEC_COST_ROWS + 1, 5), spec_cost_learn(&c, 2, -1);
     cr_assert_eq(c.ms[2], 0, "sizes outside the table and bad times are ignored");
 }
@@ -121,7 +123,7 @@ Test(spec_ctl, no_draft_before_a_step_is_measured) {
     cr_assert_eq(spec_ctl_plan(&c, 3, &st, 8), 0);
     cr_assert(st.rows == 1 && st.tokens == 1, "the batch is left as it was");
     spec_cost_learn(&cost, 1, 10);
-    cr_assert_gt(spec_ctl_plan(&c, 3, &st, 8), 0, "with the step measured, the prior (1/2 kept) drafts");
+    cr_assert_gt(spec_ctl_plan(&c, 3, &st, 8), 0, "with the step measured, the prior (3/5 kept for a 3-token match) drafts");
 }
 
 Test(spec_ctl, nearly_free_verification_drafts_long_when_drafts_are_kept) {

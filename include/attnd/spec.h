@@ -78,15 +78,16 @@ int spec_history_len(const spec *s);
  * rows costs more than a 1-row step (nearly k + 1 times as much on a small, compute-bound model;
  * about the same on a large, memory-bound one), and a draft model's own steps cost time too. So
  * the draft length is chosen from measurements, per sequence:
- *   - spec_cost: the target's measured step time by rows in the batch (decayed means), and the
- *     draft model's time per drafted token; estimates between and beyond the measured sizes
- *     follow the line through the nearest measured ones;
+ *   - spec_cost: the target's measured step time by rows in the batch (the least time recently
+ *     seen: load only slows steps), and the draft model's time per drafted token; estimates
+ *     between and beyond the measured sizes follow the line through the nearest measured ones;
  *   - spec_ctl: acceptance per token a, learned per class (0: the draft model; 1..8: prompt
  *     lookup by the length of the match it proposes from), decayed; k drafts then keep
  *     a + a^2 + ... + a^k tokens on average;
  *   - the plan: the k in 1..max with the best expected throughput against the batch without
  *     them, (T + kept(k)) C(N) / (T (C(N + k) + k D)) for a batch of N rows expected to yield T
- *     tokens (a lone sequence: N = T = 1). Below SPEC_GAIN_MIN it drafts nothing. Where even
+ *     tokens (a lone sequence: N = T = 1), and every SPEC_EXPLORE plans one token more, so the
+ *     next size's cost stays measured. Below SPEC_GAIN_MIN it drafts nothing. Where even
  *     drafts always kept would not pay (a full batch, a compute-bound model), that is all, with
  *     a probe of the length that would pay best every SPEC_PROBE_MAX plans, to re-measure its
  *     cost; where the
@@ -99,6 +100,7 @@ int spec_history_len(const spec *s);
 #define SPEC_GAIN_MIN 1.05  /* the expected speed-up a draft must promise */
 #define SPEC_PROBE_FIRST 16 /* plans backed off before the first probe */
 #define SPEC_PROBE_MAX 64   /* ... and at most between probes */
+#define SPEC_EXPLORE 8      /* every this many drafting plans, one token longer than the best */
 
 typedef struct spec_cost {
     double ms[SPEC_COST_ROWS + 1]; /* ms[n]: a target step of n rows, decayed mean; 0 = not seen */
@@ -118,6 +120,7 @@ typedef struct spec_ctl {
     int interval[SPEC_CLASSES]; /* the probe interval now */
     bool backed[SPEC_CLASSES];  /* backed off: the acceptance is too low to pay */
     int idle[SPEC_CLASSES];     /* plans in a row where no acceptance could pay for the rows */
+    int explore[SPEC_CLASSES];  /* drafting plans since the last one a token longer */
 } spec_ctl;
 
 /* The batch a plan adds to, updated by it: a plan of k drafts adds k rows and the tokens it
@@ -129,7 +132,8 @@ typedef struct spec_step {
 } spec_step;
 
 void spec_ctl_init(spec_ctl *c);
-/* The acceptance per token learned for cls (the prior: 1/2). */
+/* The acceptance per token learned for cls (the prior: 1/2 for the draft model, n/(n + 2) for a
+ * lookup match of n tokens). */
 double spec_ctl_accept(const spec_ctl *c, int cls);
 /* How many of at most max drafts to propose for class cls; 0 while no step has been measured.
  * Updates st (rows, tokens) and the back-off state. */
