@@ -91,6 +91,7 @@ attnd_status spec_create(spec **out, const spec_params *p, attnd_err *err) {
     if (!s) return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory");
     s->p = *p;
     spec_ctl_init(&s->ctl);
+    if (p->draft) s->ctl.probe_limit[0] = SPEC_DRAFT_PROBES;
     if (p->draft) {
         const model_info *mi = model_info_get(engine_model(p->draft));
         s->d_ctx = mi->n_ctx, s->d_vocab = mi->n_vocab, s->d_batch = engine_max_batch(p->draft);
@@ -241,6 +242,13 @@ static int ctl_best(double a, const spec_step *st, int max, double *gain, double
     return best;
 }
 
+/* Whether cls has made all the probes it may; counts this one otherwise. */
+static bool ctl_probes_spent(spec_ctl *c, int cls) {
+    if (c->probe_limit[cls] && c->probes[cls] >= c->probe_limit[cls]) return true;
+    c->probes[cls]++;
+    return false;
+}
+
 int spec_ctl_plan(spec_ctl *c, int cls, spec_step *st, int max) {
     cls = ctl_class(cls);
     if (max <= 0 || spec_cost_est(st->cost, st->rows) <= 0) return 0;
@@ -248,19 +256,20 @@ int spec_ctl_plan(spec_ctl *c, int cls, spec_step *st, int max) {
     int k = ctl_best(a, st, max, &gain, &kept), k_perfect = ctl_best(1, st, max, &perfect, &ignored);
     if (gain >= SPEC_GAIN_MIN) {
         c->backed[cls] = false, c->interval[cls] = SPEC_PROBE_FIRST, c->wait[cls] = 0, c->idle[cls] = 0;
+        c->probes[cls] = 0;
         if (++c->explore[cls] >= SPEC_EXPLORE && k < max) /* one longer, to keep its cost measured */
             c->explore[cls] = 0, k++, kept = ctl_kept(a, k);
     } else if (perfect < SPEC_GAIN_MIN) {
         /* the rows cost too much whatever is kept (a full batch, a compute-bound model): not the
          * acceptance's fault; a rare probe of the most promising length re-measures its cost */
-        if (++c->idle[cls] < SPEC_PROBE_MAX) return 0;
+        if (++c->idle[cls] < SPEC_PROBE_MAX || ctl_probes_spent(c, cls)) return 0;
         c->idle[cls] = 0, k = k_perfect;
         kept = ctl_kept(a, k);
     } else if (!c->backed[cls]) {
         c->backed[cls] = true, c->wait[cls] = c->interval[cls];
         return 0;
-    } else if (c->wait[cls] > 0) {
-        c->wait[cls]--;
+    } else if (c->wait[cls] > 0 || ctl_probes_spent(c, cls)) {
+        c->wait[cls] -= c->wait[cls] > 0;
         return 0;
     } else { /* a probe: one token, to see whether acceptance has changed */
         k = 1, kept = a;

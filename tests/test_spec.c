@@ -153,6 +153,11 @@ Test(spec_ctl, when_rows_cost_what_they_could_save_drafting_stops_and_probes_rar
     /* a probe every SPEC_PROBE_MAX plans, only to keep the costs measured */
     cr_assert(n == 4 && probes[0] == SPEC_PROBE_MAX - 1, "%d probes, the first at %d", n, n ? probes[0] : -1);
     cr_assert(probes[1] - probes[0] == SPEC_PROBE_MAX && probes[3] - probes[2] == SPEC_PROBE_MAX);
+    /* a draft model's probes are limited (each catches its KV up first) */
+    spec_ctl_init(&c);
+    c.probe_limit[0] = 2;
+    int first;
+    cr_assert_eq(plan_many(&c, &cost, 0, 8, 600, 1, 1, &first), 2, "two probes, then none");
 }
 
 Test(spec_ctl, rejected_drafts_back_off_and_kept_probes_bring_drafting_back) {
@@ -183,6 +188,10 @@ Test(spec_ctl, rejected_drafts_back_off_and_kept_probes_bring_drafting_back) {
     cr_assert(first > 0 && first < 400, "drafting resumed (4+ tokens at plan %d)", first);
     int d2 = plan_many(&c, &cost, 0, 8, 10, 1, 8, &first);
     cr_assert(d2 >= 60, "and runs at full length again (%d in 10 plans)", d2);
+    spec_ctl_init(&c);
+    c.probe_limit[0] = SPEC_DRAFT_PROBES;
+    cr_assert_eq(plan_many(&c, &cost, 0, 8, 600, 0, 1, &first), 1 + SPEC_DRAFT_PROBES,
+                 "a draft model: its first draft, then SPEC_DRAFT_PROBES probes");
 }
 
 Test(spec_ctl, lookup_matches_learn_their_acceptance_by_length) {

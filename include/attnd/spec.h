@@ -92,7 +92,9 @@ int spec_history_len(const spec *s);
  *     a probe of the length that would pay best every SPEC_PROBE_MAX plans, to re-measure its
  *     cost; where the
  *     acceptance is what falls short, it backs off and probes (one token) at intervals doubling
- *     from SPEC_PROBE_FIRST to SPEC_PROBE_MAX; probes kept raise a and drafting resumes.
+ *     from SPEC_PROBE_FIRST to SPEC_PROBE_MAX; probes kept raise a and drafting resumes. A draft
+ *     model stops after SPEC_DRAFT_PROBES probes in a row that did not pay: each first evaluates
+ *     the tokens its KV missed while backed off, a prefill of its own that no gain repays.
  * All of it is deterministic given the measurements, which is how the tests drive it.
  */
 #define SPEC_COST_ROWS 128  /* spec_cost measures steps of 1..SPEC_COST_ROWS rows */
@@ -101,6 +103,7 @@ int spec_history_len(const spec *s);
 #define SPEC_PROBE_FIRST 16 /* plans backed off before the first probe */
 #define SPEC_PROBE_MAX 64   /* ... and at most between probes */
 #define SPEC_EXPLORE 8      /* every this many drafting plans, one token longer than the best */
+#define SPEC_DRAFT_PROBES 4 /* a draft model's probes that may fail in a row before it stops */
 
 typedef struct spec_cost {
     double ms[SPEC_COST_ROWS + 1]; /* ms[n]: a target step of n rows, decayed mean; 0 = not seen */
@@ -121,6 +124,9 @@ typedef struct spec_ctl {
     bool backed[SPEC_CLASSES];  /* backed off: the acceptance is too low to pay */
     int idle[SPEC_CLASSES];     /* plans in a row where no acceptance could pay for the rows */
     int explore[SPEC_CLASSES];  /* drafting plans since the last one a token longer */
+    int probes[SPEC_CLASSES];   /* probes since drafting last paid */
+    int probe_limit[SPEC_CLASSES]; /* then no more (0 = no limit; spec_create sets the draft
+                                      model's: each of its probes first catches its KV up) */
 } spec_ctl;
 
 /* The batch a plan adds to, updated by it: a plan of k drafts adds k rows and the tokens it
