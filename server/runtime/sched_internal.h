@@ -10,6 +10,7 @@
 #include "attnd/attn_capture.h"
 #include "attnd/buf.h"
 #include "attnd/gen.h"
+#include "attnd/spec.h"
 #include "scheduler.h"
 
 struct sched_job {
@@ -22,7 +23,8 @@ struct sched_job {
     char **stops;             /* (n_stops) owned strings */
     int n_stops;
     int top_logprobs;
-    int draft_max;            /* prompt-lookup drafts per step; 0 = off */
+    int draft_max;            /* drafts per step at most; 0 = off */
+    float draft_min_p;        /* the draft model's cut; < 0 = the server's */
     bool prompt_logprobs;
     attn_capture *capture;    /* owned, may be NULL */
     grammar *grammar;         /* a reference, may be NULL */
@@ -107,7 +109,7 @@ typedef struct slot {
     int batch_n;         /* entries this slot has in the current batch */
     int row0;            /* first logits row of this slot in the current batch, -1 = none */
     int32_t draft[32];   /* (n_draft) drafts after next_token in this batch */
-    struct spec *sp;     /* the draft model's drafter for this sequence, or NULL (lookup / off) */
+    struct spec *sp;     /* this sequence's drafter (draft model or prompt lookup), or NULL (off) */
     int n_draft;
     uint64_t admitted;   /* admission order (newest fails first on KV exhaustion) */
     size_t reserve;      /* KV bytes this job reserved for itself (see kv_group) */
@@ -152,7 +154,9 @@ struct sched {
     model *dm;            /* draft_model, or NULL (prompt lookup) */
     engine *deng;         /* the draft model's engine, used by the scheduler thread only */
     kv_pool *dpool;       /* the draft sequences' KV (one per speculating slot) */
-    float draft_min_p;
+    float draft_min_p;    /* the server's; a job's own when it sets one */
+    bool draft_adapt;     /* drafts as long as their measured cost pays (spec_ctl), else draft_max */
+    spec_cost spcost;     /* the model's step costs by rows, for the drafters' plans */
     int tenant_slots;     /* most slots one tenant holds (max_parallel; n_slots has one more) */
     float *logits;        /* (rows_cap, n_vocab) */
     batch_entry *batch;   /* (max_batch) */

@@ -185,16 +185,20 @@ static int job_draft_max(const sched *s, const sched_job *j) {
     return s->draft_max < 0 ? 0 : j->draft_max >= 0 ? j->draft_max : s->draft_max;
 }
 
-/* With a draft model, the drafter of a slot that speculates, fed the prompt. Without one (out of
- * memory), the slot falls back to prompt lookup. */
+/* The drafter of a slot that speculates, fed the prompt: the draft model's, else (none, or out of
+ * its memory) prompt lookup's; none when that fails too. */
 static void slot_open_drafter(sched *s, slot *sl) {
-    if (!s->deng || job_draft_max(s, sl->job) <= 0 || sl->job->capture) return;
+    if (job_draft_max(s, sl->job) <= 0 || sl->job->capture) return;
     spec_params p;
     spec_params_default(&p);
-    p.draft_max = job_draft_max(s, sl->job), p.draft = s->deng, p.draft_pool = s->dpool, p.draft_min_p = s->draft_min_p;
-    attnd_err err;
-    if (spec_create(&sl->sp, &p, &err) != ATTND_OK || spec_push(sl->sp, sl->hist, sl->n_hist, &err) != ATTND_OK) {
-        slog_debug("no draft model for this sequence: %s", err.msg);
+    p.draft_max = job_draft_max(s, sl->job), p.fixed = !s->draft_adapt;
+    p.draft_min_p = sl->job->draft_min_p >= 0 ? sl->job->draft_min_p : s->draft_min_p;
+    for (int lookup = !s->deng; lookup < 2 && !sl->sp; lookup++) {
+        p.draft = lookup ? NULL : s->deng, p.draft_pool = lookup ? NULL : s->dpool;
+        attnd_err err;
+        if (spec_create(&sl->sp, &p, &err) == ATTND_OK && spec_push(sl->sp, sl->hist, sl->n_hist, &err) == ATTND_OK)
+            break;
+        slog_debug("no %s for this sequence: %s", lookup ? "prompt lookup" : "draft model", err.msg);
         spec_destroy(sl->sp);
         sl->sp = NULL;
     }
@@ -455,23 +459,23 @@ int sched_draft_room(int cap, int n_decode, bool prompts_waiting) {
     return room <= 0 ? 0 : prompts_waiting ? room / 2 : room;
 }
 
-/* Drafts for a decoding slot (speculative decoding, attnd/spec.h), at most room: never past
- * max_tokens or the context, none for a job that inspects attention or ablates heads (a mean
- * ablation's running mean would count rejected drafts). The draft model's, or prompt lookup's; a
- * draft that fails (the draft pool is full) is none. */
-static int slot_drafts(const sched *s, slot *sl, int room) {
+/* Drafts for a decoding slot (speculative decoding, attnd/spec.h), at most room, as many as the
+ * slot's controller finds worth their cost in the batch st describes (which they join): never
+ * past max_tokens or the context, none for a job that inspects attention or ablates heads (a mean
+ * ablation's running mean would count rejected drafts). A draft that fails (the draft pool is
+ * full) is none. */
+static int slot_drafts(const sched *s, slot *sl, int room, spec_step *st) {
     const sched_job *j = sl->job;
     int dm = job_draft_max(s, j);
     int left = j->max_tokens - sl->n_gen - 1, ctx = s->n_ctx - sl->n_past - 1;
     int max = dm < room ? dm : room;
     if (left < max) max = left;
     if (ctx < max) max = ctx;
-    if (max <= 0 || j->capture || j->n_ablate) return 0;
+    if (max <= 0 || j->capture || j->n_ablate || !sl->sp) return 0;
     if (max > (int)ATTND_ARRAY_LEN(sl->draft)) max = (int)ATTND_ARRAY_LEN(sl->draft);
-    if (!sl->sp) return spec_lookup(sl->hist, sl->n_hist, 2, 3, max, sl->draft);
     int n;
     attnd_err err;
-    if (spec_draft(sl->sp, max, sl->draft, &n, &err) == ATTND_OK) return n;
+    if (spec_draft(sl->sp, st, max, sl->draft, &n, &err) == ATTND_OK) return n;
     slog_debug("draft model: %s", err.msg);
     return 0;
 }
@@ -506,6 +510,7 @@ static int build_batch(sched *s, batch_shape *sh) {
         waiting += s->slots[k].job && s->slots[k].prefilling;
     }
     int room = sched_draft_room(s->max_batch < s->rows_cap ? s->max_batch : s->rows_cap, n_dec, waiting > 0);
+    spec_step st = {&s->spcost, n_dec, n_dec}; /* the decoding rows, then each slot's drafts */
     for (int k = 0; k < s->n_slots; k++) {
         slot *sl = &s->slots[k];
         sl->batch_n = 0;
@@ -516,7 +521,7 @@ static int build_batch(sched *s, batch_shape *sh) {
         sl->batch_n = 1;
         sl->row0 = rows++;
         sh->n_decode++;
-        sl->n_draft = room > 0 ? slot_drafts(s, sl, room) : 0;
+        sl->n_draft = room > 0 ? slot_drafts(s, sl, room, &st) : 0;
         for (int i = 0; i < sl->n_draft; i++) s->batch[n++] = (batch_entry){sl->kv, sl->draft[i], sl->n_past + 1 + i, true};
         rows += sl->n_draft, room -= sl->n_draft, sl->batch_n += sl->n_draft;
     }
@@ -743,6 +748,7 @@ static void step(sched *s) {
     if (!ok) return;
     double dt = attnd_now_s() - t0;
     sched_learn_costs(s, dt * 1e3, sh.n_decode, sh.n_prefill, sh.pf_pos);
+    if (sh.n_prefill == 0) spec_cost_learn(&s->spcost, n, dt * 1e3); /* what drafts cost (spec.h) */
     uint64_t n_gen = 0;
     for (int k = 0; k < s->n_slots; k++) {
         slot *sl = &s->slots[k];
@@ -872,7 +878,7 @@ static void *sched_main(void *arg) {
 /* The draft model of cfg->draft_model (speculative decoding): loaded, checked against the model's
  * vocabulary, with its own engine and a KV pool of one full context per slot. */
 static attnd_status draft_open(sched *s, const server_settings *cfg, attnd_err *err) {
-    s->draft_min_p = cfg->draft_min_p;
+    s->draft_min_p = cfg->draft_min_p, s->draft_adapt = cfg->draft_adapt;
     if (!cfg->draft_model || !*cfg->draft_model) return ATTND_OK;
     attnd_status rc = model_load(&s->dm, cfg->draft_model, err);
     if (rc != ATTND_OK) return rc;
