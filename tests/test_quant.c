@@ -43,6 +43,21 @@ static uint32_t f32_bits(float f) {
 static const uint32_t ALL_TYPES[] = {GGUF_TYPE_F32,  GGUF_TYPE_F16,  GGUF_TYPE_BF16, GGUF_TYPE_Q8_0,
                                      GGUF_TYPE_Q4_0, GGUF_TYPE_Q4_K, GGUF_TYPE_Q6_K};
 
+/* The f16 field at byte off of each of n blocks of `bytes`: base + spread * rndf() (|rndf()| with abs). */
+static void f16_fields(uint8_t *w, int64_t n, size_t bytes, size_t off, float base, float spread, int abs) {
+    for (int64_t b = 0; b < n; b++) {
+        float r = rndf();
+        put16(w + bytes * (size_t)b + off, quant_f32_to_f16(base + spread * (abs ? fabsf(r) : r)));
+    }
+}
+
+/* Two such fields side by side (d and dmin, d and m) at off and off + 2. */
+static void f16_pair(uint8_t *w, int64_t n, size_t bytes, size_t off, float base0, float spread0, float base1,
+                     float spread1) {
+    f16_fields(w, n, bytes, off, base0, spread0, 0);
+    f16_fields(w, n, bytes, off + 2, base1, spread1, 0);
+}
+
 /* Fills n_rows rows of random but well-formed weights of `type` (scales kept finite and small). */
 static void random_weights(uint8_t *w, uint32_t type, int64_t n_rows, int64_t n_cols) {
     size_t rb = quant_row_bytes(type, n_cols);
@@ -58,56 +73,22 @@ static void random_weights(uint8_t *w, uint32_t type, int64_t n_rows, int64_t n_
     case GGUF_TYPE_BF16:
         for (int64_t i = 0; i < n; i++) put16(w + 2 * i, quant_f32_to_bf16(rndf()));
         break;
-    case GGUF_TYPE_Q8_0:
-        for (int64_t b = 0; b < n / 32; b++) put16(w + 34 * b, quant_f32_to_f16(0.01f + 0.01f * fabsf(rndf())));
-        break;
-    case GGUF_TYPE_Q4_0:
-        for (int64_t b = 0; b < n / 32; b++) put16(w + 18 * b, quant_f32_to_f16(0.1f + 0.1f * rndf()));
-        break;
-    case GGUF_TYPE_Q4_K:
-        for (int64_t b = 0; b < n / 256; b++) {
-            put16(w + 144 * b, quant_f32_to_f16(0.002f + 0.001f * rndf()));
-            put16(w + 144 * b + 2, quant_f32_to_f16(0.004f + 0.001f * rndf()));
-        }
-        break;
-    case GGUF_TYPE_Q6_K:
-        for (int64_t b = 0; b < n / 256; b++) put16(w + 210 * b + 208, quant_f32_to_f16(0.0005f + 0.0002f * rndf()));
-        break;
-    case GGUF_TYPE_Q4_1:
-    case GGUF_TYPE_Q5_1:
-        for (int64_t b = 0; b < n / 32; b++) {
-            uint8_t *blk = w + (type == GGUF_TYPE_Q4_1 ? 20 : 24) * b;
-            put16(blk, quant_f32_to_f16(type == GGUF_TYPE_Q4_1 ? 0.1f + 0.05f * rndf() : 0.05f + 0.02f * rndf()));
-            put16(blk + 2, quant_f32_to_f16(-0.8f + 0.5f * rndf()));
-        }
-        break;
-    case GGUF_TYPE_Q5_0:
-        for (int64_t b = 0; b < n / 32; b++) put16(w + 22 * b, quant_f32_to_f16(0.05f + 0.05f * rndf()));
-        break;
-    case GGUF_TYPE_IQ4_NL:
-        for (int64_t b = 0; b < n / 32; b++) put16(w + 18 * b, quant_f32_to_f16(0.005f + 0.002f * rndf()));
-        break;
+    /* the f16 scales (and d / dmin, d / m pairs) of each block, kept finite and small */
+    case GGUF_TYPE_Q8_0: f16_fields(w, n / 32, 34, 0, 0.01f, 0.01f, 1); break;
+    case GGUF_TYPE_Q4_0: f16_fields(w, n / 32, 18, 0, 0.1f, 0.1f, 0); break;
+    case GGUF_TYPE_Q4_K: f16_pair(w, n / 256, 144, 0, 0.002f, 0.001f, 0.004f, 0.001f); break;
+    case GGUF_TYPE_Q6_K: f16_fields(w, n / 256, 210, 208, 0.0005f, 0.0002f, 0); break;
+    case GGUF_TYPE_Q4_1: f16_pair(w, n / 32, 20, 0, 0.1f, 0.05f, -0.8f, 0.5f); break;
+    case GGUF_TYPE_Q5_1: f16_pair(w, n / 32, 24, 0, 0.05f, 0.02f, -0.8f, 0.5f); break;
+    case GGUF_TYPE_Q5_0: f16_fields(w, n / 32, 22, 0, 0.05f, 0.05f, 0); break;
+    case GGUF_TYPE_IQ4_NL: f16_fields(w, n / 32, 18, 0, 0.005f, 0.002f, 0); break;
     case GGUF_TYPE_MXFP4:
         for (int64_t b = 0; b < n / 32; b++) w[17 * b] = (uint8_t)(118 + rnd() % 8); /* 2^-10 .. 2^-3 */
         break;
-    case GGUF_TYPE_Q2_K:
-        for (int64_t b = 0; b < n / 256; b++) {
-            put16(w + 84 * b + 80, quant_f32_to_f16(0.01f + 0.004f * rndf()));
-            put16(w + 84 * b + 82, quant_f32_to_f16(0.01f + 0.004f * rndf()));
-        }
-        break;
-    case GGUF_TYPE_Q3_K:
-        for (int64_t b = 0; b < n / 256; b++) put16(w + 110 * b + 108, quant_f32_to_f16(0.004f + 0.002f * rndf()));
-        break;
-    case GGUF_TYPE_Q5_K:
-        for (int64_t b = 0; b < n / 256; b++) {
-            put16(w + 176 * b, quant_f32_to_f16(0.001f + 0.0005f * rndf()));
-            put16(w + 176 * b + 2, quant_f32_to_f16(0.004f + 0.001f * rndf()));
-        }
-        break;
-    case GGUF_TYPE_IQ4_XS:
-        for (int64_t b = 0; b < n / 256; b++) put16(w + 136 * b, quant_f32_to_f16(0.0002f + 0.0001f * rndf()));
-        break;
+    case GGUF_TYPE_Q2_K: f16_pair(w, n / 256, 84, 80, 0.01f, 0.004f, 0.01f, 0.004f); break;
+    case GGUF_TYPE_Q3_K: f16_fields(w, n / 256, 110, 108, 0.004f, 0.002f, 0); break;
+    case GGUF_TYPE_Q5_K: f16_pair(w, n / 256, 176, 0, 0.001f, 0.0005f, 0.004f, 0.001f); break;
+    case GGUF_TYPE_IQ4_XS: f16_fields(w, n / 256, 136, 0, 0.0002f, 0.0001f, 0); break;
     default: cr_assert_fail("type %u", type);
     }
 }
@@ -614,7 +595,7 @@ Test(quant, matmul_every_batch_size_to_33_at_tile_edges_agrees_with_portable) {
     for (size_t i = 0; i < sizeof Q_TYPES / sizeof *Q_TYPES; i++) batch_sizes_agree_with_portable(Q_TYPES[i]);
 }
 
-/* Q8_0, Q4_0, Q4_K and Q6_K weights packed at load (quant_pack): where the instruction set has a packed
+/* Weights packed at load (quant_pack): where the instruction set has a packed
  * kernel, every batch size and thread count, row counts around the 16-row groups and a matrix
  * large enough to split between threads, against the portable path on the original rows and
  * bit for bit against the same tokens in the largest batch;
@@ -675,6 +656,49 @@ Test(quant, q8_0_packed_at_load_agrees_with_portable_at_group_edges) { check_pac
 Test(quant, q4_0_packed_at_load_agrees_with_portable_at_group_edges) { check_packed(GGUF_TYPE_Q4_0); }
 Test(quant, q4_k_packed_at_load_agrees_with_portable_at_group_edges) { check_packed(GGUF_TYPE_Q4_K); }
 Test(quant, q6_k_packed_at_load_agrees_with_portable_at_group_edges) { check_packed(GGUF_TYPE_Q6_K); }
+
+/* the 32-element types of issue 27, packed at load (PACK_B32_PAIR) */
+static const uint32_t B32_TYPES[] = {GGUF_TYPE_Q4_1, GGUF_TYPE_Q5_0, GGUF_TYPE_Q5_1, GGUF_TYPE_IQ4_NL, GGUF_TYPE_MXFP4};
+#define N_B32_TYPES (sizeof B32_TYPES / sizeof *B32_TYPES)
+
+Test(quant, b32_types_packed_at_load_agree_with_portable_at_group_edges) {
+    for (size_t i = 0; i < N_B32_TYPES; i++) check_packed(B32_TYPES[i]);
+}
+
+/* From G_MIN_TOK (4) tokens the packed copy of a 32-element type runs the register tiles'
+ * operations in their order: bit for bit what the mapping gives, on a row count and a block count
+ * (33: two chunks of 16 and one) that are not multiples of the tile. */
+Test(quant, b32_types_packed_give_the_register_tiles_bits_from_four_tokens) {
+    enum { T = 19, R = 37 };
+    const int has512 = quant_isa_best() >= QUANT_ISA_AVX512;
+    quant_isa saved = quant_isa_force(has512 ? QUANT_ISA_AVX512 : quant_isa_best());
+    for (size_t i = 0; i < N_B32_TYPES; i++) {
+        uint32_t type = B32_TYPES[i];
+        int64_t n_cols = long_cols_for(type);
+        uint8_t *w = malloc(quant_row_bytes(type, n_cols) * R);
+        random_weights(w, type, R, n_cols);
+        float *x = malloc(T * (size_t)n_cols * sizeof(float));
+        float *a = malloc(T * R * sizeof(float)), *b = malloc(T * R * sizeof(float));
+        for (int64_t j = 0; j < T * n_cols; j++) x[j] = rndf() * (1.0f + (float)(j % 5));
+        size_t sb;
+        uint8_t *scratch = scratch_for(type, T, n_cols, &sb);
+        quant_packed *pk = quant_pack(w, type, R, n_cols);
+        cr_assert(has512 ? pk != NULL : pk == NULL, "%s: a copy exactly where AVX-512 packs", gguf_type_name(type));
+        for (int n_tok = 4; pk && n_tok <= T; n_tok += 5) {
+            quant_matmul(a, w, type, R, n_cols, x, n_tok, scratch, 1);
+            quant_matmul_packed(b, w, pk, type, R, n_cols, x, n_tok, scratch, 2);
+            cr_assert(memcmp(a, b, (size_t)n_tok * R * sizeof(float)) == 0, "%s, %d tokens: packed and mapped differ",
+                      gguf_type_name(type), n_tok);
+        }
+        quant_packed_destroy(pk);
+        free(scratch);
+        free(w);
+        free(x);
+        free(a);
+        free(b);
+    }
+    quant_isa_force(saved);
+}
 
 Test(quant, packing_a_type_without_packed_kernel_gives_no_copy) {
     uint8_t *w = malloc(quant_row_bytes(GGUF_TYPE_Q5_K, 256) * 16);
