@@ -51,6 +51,9 @@ struct sched_job {
     char errmsg[256];
     int n_cached, n_generated;
     double prompt_ms, gen_ms;
+    bool first_chunk_alone;   /* its first prompt chunk ran in a step without decode tokens (a
+                                 step of its own beside streams, or nothing was generating) */
+    uint64_t first_chunk_step; /* that step's number: the steps the scheduler had run before it */
 
     // ---- the reader's cursor (sched_job_wait) ----
     size_t rd_text;           /* text bytes already handed out */
@@ -93,6 +96,8 @@ typedef struct slot {
     kv_seq *kv;          /* borrowed from se */
     int n_past;          /* tokens in kv */
     bool prefilling;     /* still reading the prompt */
+    bool fresh;          /* admitted, no prompt chunk read yet: its first chunk may take a step
+                            of its own before the next decode step (scheduler.c, step) */
     int32_t next_token;  /* last sampled token, decoded in the next step */
     int n_gen;
     const char *end_reason; /* generation ended this step: "stop" / "length" */
@@ -154,6 +159,8 @@ struct sched {
     slot *slots;          /* (n_slots) */
     attn_capture *inspecting; /* captures of the running jobs that inspect attention (a list) */
     uint64_t n_admitted;
+    bool fresh_last;      /* the last step read fresh prompts alone: this one decodes */
+    int fresh_debt;       /* prompt tokens that step took from this one's prefill budget */
     sched_job *ready, **ready_tail; /* started forks waiting for a slot (scheduler thread only) */
 
     pthread_t th;
