@@ -116,7 +116,8 @@ static void pack_b32(uint8_t *dst, const uint8_t *w, size_t rb, int64_t n_rows, 
         int i = (int)(r % PACK_ROWS);
         const uint8_t *src = w + (size_t)r * rb;
         for (int64_t b = 0; b < nb; b++, src += f->bytes) {
-            uint8_t *pair = g + (size_t)(b / 2) * pair_bytes, *q = pair + qbytes * (size_t)(b % 2), *sc = pair + 2 * qbytes;
+            uint8_t *pair = g + (size_t)(b / 2) * pair_bytes, *q = pair + qbytes * (size_t)(b % 2),
+                    *sc = pair + 2 * qbytes;
             for (int k = 0; k < 4; k++) memcpy(q + 64 * k + 4 * i, src + f->qs + 4 * k, 4);
             if (f->h) b32_fifth_bits(q + 256 + 4 * i, src + f->qh);
             if (f->e8m0) sc[16 * (b % 2) + i] = src[0];

@@ -262,10 +262,10 @@ static uint32_t ld32(const uint8_t *p) {
 
 /* Token t's share of the prepared activations (the arrays its form has; the others NULL). */
 typedef struct act_tok {
-    const float *d, *s;    /* block scales; Q8_1: d * sum(q) per block */
-    const int8_t *q;       /* quantized values */
-    const int32_t *xsum;   /* sums of each 32-block's q */
-    const int16_t *bs;     /* Q8_K: sums of 16 */
+    const float *d, *s;  /* block scales; Q8_1: d * sum(q) per block */
+    const int8_t *q;     /* quantized values */
+    const int32_t *xsum; /* sums of each 32-block's q */
+    const int16_t *bs;   /* Q8_K: sums of 16 */
 } act_tok;
 
 static act_tok act_at(const quant_act *a, int t) {
@@ -374,21 +374,22 @@ static float blk_iq4_xs(const uint8_t *w, const act_tok *x, int64_t b) {
     int8_t sc[8];
     quant_iq4xs_scales(w, sc);
     int32_t isum = 0;
-    for (int j = 0; j < 8; j++) isum += sc[j] * dot_nib32(w + 8 + 16 * j, 0, x->q + QK_K * b + 32 * j, quant_iq4nl_values);
+    for (int j = 0; j < 8; j++)
+        isum += sc[j] * dot_nib32(w + 8 + 16 * j, 0, x->q + QK_K * b + 32 * j, quant_iq4nl_values);
     return f16_at(w) * x->d[b] * (float)isum;
 }
 
-#define ROWS_OF_BLOCKS(NAME, BLK, BYTES)                                                                     \
-    static void NAME(float *out, const uint8_t *w, size_t rb, int64_t r0, int64_t r1, int64_t n_rows,        \
-                     const quant_act *a, int n_tok) {                                                        \
-        for (int t = 0; t < n_tok; t++) {                                                                    \
-            const act_tok x = act_at(a, t);                                                                  \
-            for (int64_t r = r0; r < r1; r++) {                                                              \
-                float sum = 0.f;                                                                             \
-                for (int64_t b = 0; b < a->nb; b++) sum += BLK(w + r * rb + (size_t)b * (BYTES), &x, b);     \
-                out[t * n_rows + r] = sum;                                                                   \
-            }                                                                                                \
-        }                                                                                                    \
+#define ROWS_OF_BLOCKS(NAME, BLK, BYTES)                                                                               \
+    static void NAME(float *out, const uint8_t *w, size_t rb, int64_t r0, int64_t r1, int64_t n_rows,                  \
+                     const quant_act *a, int n_tok) {                                                                  \
+        for (int t = 0; t < n_tok; t++) {                                                                              \
+            const act_tok x = act_at(a, t);                                                                            \
+            for (int64_t r = r0; r < r1; r++) {                                                                        \
+                float sum = 0.f;                                                                                       \
+                for (int64_t b = 0; b < a->nb; b++) sum += BLK(w + r * rb + (size_t)b * (BYTES), &x, b);               \
+                out[t * n_rows + r] = sum;                                                                             \
+            }                                                                                                          \
+        }                                                                                                              \
     }
 
 ROWS_OF_BLOCKS(rows_q4_1, blk_q4_1, Q4_1_BYTES)

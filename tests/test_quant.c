@@ -207,8 +207,8 @@ static void exact_products(double *exact, double *bound, const uint8_t *w, uint3
 }
 
 /* out (n_tok x R) within the float32 rounding bound of the exact quantized products */
-static void check_exact(const float *out, const double *exact, const double *bound, int64_t R, int n_tok,
-                        uint32_t type, const char *what, int n) {
+static void check_exact(const float *out, const double *exact, const double *bound, int64_t R, int n_tok, uint32_t type,
+                        const char *what, int n) {
     for (int64_t k = 0; k < (int64_t)n_tok * R; k++)
         cr_assert(fabs(out[k] - exact[k]) <= bound[k], "%s %s (%d) [%ld]: %.9g vs exact %.12g (bound %.3g)", what,
                   gguf_type_name(type), n, (long)k, out[k], exact[k], bound[k]);
