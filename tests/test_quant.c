@@ -265,6 +265,28 @@ static void *scratch_for(uint32_t type, int n_tok, int64_t n_cols, size_t *bytes
     return malloc(*bytes + 1);
 }
 
+/* Random weights of `type` (R x C), T rows of activations (element j scaled by 1 + j % mod; mod 1:
+ * plain rndf()) and scratch for T tokens: the inputs of the matmul tests below. */
+typedef struct mm_inputs {
+    uint8_t *w, *scratch;
+    float *x;
+} mm_inputs;
+
+static mm_inputs mm_inputs_make(uint32_t type, int64_t R, int64_t C, int T, int mod) {
+    mm_inputs in = {malloc(quant_row_bytes(type, C) * (size_t)R), NULL, malloc((size_t)T * (size_t)C * sizeof(float))};
+    random_weights(in.w, type, R, C);
+    for (int64_t j = 0; j < T * C; j++) in.x[j] = rndf() * (1.0f + (float)(j % mod));
+    size_t sb;
+    in.scratch = scratch_for(type, T, C, &sb);
+    return in;
+}
+
+static void mm_inputs_free(mm_inputs *in) {
+    free(in->w);
+    free(in->x);
+    free(in->scratch);
+}
+
 // ---- conversions -------------------------------------------------------------------------------
 
 Test(quant, f16_known_values_convert_exactly) {
@@ -878,28 +900,21 @@ Test(quant, matmul_results_from_four_tokens_do_not_depend_on_batch_size) {
     for (size_t i = 0; i < sizeof Q_TYPES / sizeof *Q_TYPES; i++) {
         uint32_t type = Q_TYPES[i];
         int64_t n_rows = 53, n_cols = long_cols_for(type);
-        uint8_t *w = malloc(quant_row_bytes(type, n_cols) * (size_t)n_rows);
-        random_weights(w, type, n_rows, n_cols);
-        float *x = malloc(T * (size_t)n_cols * sizeof(float));
-        for (int64_t j = 0; j < T * n_cols; j++) x[j] = rndf() * (1.0f + (float)(j % 5));
+        mm_inputs in = mm_inputs_make(type, n_rows, n_cols, T, 5);
         float *all = malloc(T * (size_t)n_rows * sizeof(float)), *part = malloc(T * (size_t)n_rows * sizeof(float));
-        size_t sb;
-        uint8_t *scratch = scratch_for(type, T, n_cols, &sb);
         quant_isa saved = quant_isa_active();
         for (int isa = QUANT_ISA_PORTABLE; isa <= (int)quant_isa_best(); isa++) {
             quant_isa_force((quant_isa)isa);
-            quant_matmul(all, w, type, n_rows, n_cols, x, T, scratch, 1);
+            quant_matmul(all, in.w, type, n_rows, n_cols, in.x, T, in.scratch, 1);
             for (int n = 4; n < T; n++) {
-                quant_matmul(part, w, type, n_rows, n_cols, x, n, scratch, 2);
+                quant_matmul(part, in.w, type, n_rows, n_cols, in.x, n, in.scratch, 2);
                 for (int64_t k = 0; k < (int64_t)n * n_rows; k++)
                     cr_assert_eq(f32_bits(part[k]), f32_bits(all[k]), "%s %s n_tok %d [%ld]: %g vs %g",
                                  quant_isa_name((quant_isa)isa), gguf_type_name(type), n, (long)k, part[k], all[k]);
             }
         }
         quant_isa_force(saved);
-        free(scratch);
-        free(w);
-        free(x);
+        mm_inputs_free(&in);
         free(all);
         free(part);
     }
@@ -1310,28 +1325,21 @@ Test(quant, new_types_give_a_token_the_same_result_alone_or_in_a_batch) {
     for (size_t i = 0; i < N_NEW_TYPES; i++) {
         uint32_t type = NEW_TYPES[i];
         int64_t n_rows = 45, n_cols = cols_for(type);
-        uint8_t *w = malloc(quant_row_bytes(type, n_cols) * (size_t)n_rows);
-        random_weights(w, type, n_rows, n_cols);
-        float *x = malloc(T * (size_t)n_cols * sizeof(float)), *all = malloc(T * (size_t)n_rows * sizeof(float));
-        float *one = malloc((size_t)n_rows * sizeof(float));
-        for (int64_t j = 0; j < T * n_cols; j++) x[j] = rndf();
-        size_t sb;
-        uint8_t *scratch = scratch_for(type, T, n_cols, &sb);
+        mm_inputs in = mm_inputs_make(type, n_rows, n_cols, T, 1);
+        float *all = malloc(T * (size_t)n_rows * sizeof(float)), *one = malloc((size_t)n_rows * sizeof(float));
         quant_isa saved = quant_isa_active();
         for (int isa = QUANT_ISA_PORTABLE; isa <= (int)quant_isa_best(); isa++) {
             quant_isa_force((quant_isa)isa);
-            quant_matmul(all, w, type, n_rows, n_cols, x, T, scratch, 2);
+            quant_matmul(all, in.w, type, n_rows, n_cols, in.x, T, in.scratch, 2);
             for (int t = 0; t < T; t++) {
-                quant_matmul(one, w, type, n_rows, n_cols, x + t * n_cols, 1, scratch, 1);
+                quant_matmul(one, in.w, type, n_rows, n_cols, in.x + t * n_cols, 1, in.scratch, 1);
                 for (int64_t r = 0; r < n_rows; r++)
                     cr_assert(fabsf(one[r] - all[t * n_rows + r]) <= 1e-5f * (fabsf(one[r]) + 1.0f), "%s %s tok %d row %ld",
                               quant_isa_name((quant_isa)isa), gguf_type_name(type), t, (long)r);
             }
         }
         quant_isa_force(saved);
-        free(scratch);
-        free(w);
-        free(x);
+        mm_inputs_free(&in);
         free(all);
         free(one);
     }

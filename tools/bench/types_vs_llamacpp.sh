@@ -22,28 +22,24 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 
 types="Q4_1 Q5_0 Q5_1 Q2_K Q3_K_S Q3_K_M Q5_K_S Q5_K_M IQ4_NL IQ4_XS MXFP4" threads="1 2" prompt=512 n=32 reps=3
-peer="" out=build/bench attnd=build/attnd keep_f16=""
+peer_dir="" out=build/bench attnd=build/attnd keep_f16=""
+usage() { sed -n '2,21p' "$0" >&2; exit 2; }
+# --name VALUE sets the variable of that name (dashes as underscores); --keep-f16 takes no value
 while [ $# -gt 0 ]; do
     case "$1" in
-    --types) types=$2 ;;
-    --threads) threads=$2 ;;
-    --prompt) prompt=$2 ;;
-    --n) n=$2 ;;
-    --reps) reps=$2 ;;
-    --peer-dir) peer=$2 ;;
-    --out) out=$2 ;;
-    --attnd) attnd=$2 ;;
-    --keep-f16) keep_f16=1; shift; continue ;;
-    *) sed -n '2,21p' "$0" >&2; exit 2 ;;
+    --keep-f16) keep_f16=1 && shift ;;
+    --types | --threads | --prompt | --n | --reps | --peer-dir | --out | --attnd)
+        [ $# -ge 2 ] || usage
+        var=${1#--} && printf -v "${var//-/_}" '%s' "$2" && shift 2 ;;
+    *) usage ;;
     esac
-    shift 2
 done
+peer=$peer_dir
 
-py=""
-for p in /usr/bin/python3 python3; do
-    if "$p" -c 'import numpy' 2>/dev/null; then py=$p; break; fi
-done
-[ -n "$py" ] || { echo "types_vs_llamacpp.sh: needs python3 with numpy (apt-get install python3-numpy)" >&2; exit 1; }
+# Debian's python3 first: a pyenv shim earlier on PATH may lack numpy
+py=/usr/bin/python3
+"$py" -c 'import numpy' 2>/dev/null || py=python3
+"$py" -c 'import numpy' 2>/dev/null || { echo "types_vs_llamacpp.sh: needs python3 with numpy (python3-numpy)" >&2; exit 1; }
 [ -x "$attnd" ] || { echo "types_vs_llamacpp.sh: no $attnd (build it: cmake --build build --target attnd)" >&2; exit 1; }
 if [ -z "$peer" ]; then
     if [ -d /work/peer/node_modules ]; then peer=/work/peer
@@ -79,12 +75,11 @@ for t in $types; do
         j=$("$attnd" bench --model "$m" --threads "$th" --prompt-len "$prompt" --n "$n" \
             --reps "$reps" --no-growth --peer-dir "$peer" --json | tail -1) || j="{}"
         l1=$(load)
-        echo "$j" | "$py" -c '
-import json, sys
-j = json.loads(sys.stdin.read())
-print("\t".join(sys.argv[1:4] + ["%.2f" % j.get(k, 0) for k in
-      ("attnd_prefill", "llamacpp_prefill", "attnd_decode", "llamacpp_decode")] + sys.argv[4:6] + [str(j.get("kernels", "?"))]))
-' "$t" "$th" "$prompt" "$l0" "$l1" >>"$res"
+        # one row of the table: the four rates of the bench's JSON line, the loads, the kernel path
+        "$py" -c 'import json, sys
+a, j = sys.argv[1:], json.loads(sys.argv[6] or "{}")
+rates = ["%.2f" % j.get(e + "_" + p, 0) for p in ("prefill", "decode") for e in ("attnd", "llamacpp")]
+print("\t".join(a[:3] + rates + a[3:5] + [str(j.get("kernels", "?"))]))' "$t" "$th" "$prompt" "$l0" "$l1" "$j" >>"$res"
         tail -1 "$res" | awk -F'\t' '{printf "  %-7s %s thr  prefill %7.1f / %7.1f   decode %5.1f / %5.1f   (load %s -> %s)  kernels: %s\n", $1, $2, $4, $5, $6, $7, $8, $9, $10}'
     done
 done
