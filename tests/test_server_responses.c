@@ -237,6 +237,7 @@ Test(responses, the_stream_has_openai_event_order_and_increasing_sequence_number
     cr_assert(strstr(end, "event: response.incomplete\n"), "%s", end);
     cr_assert_null(strstr(end, "response.completed"));
     free(end);
+    responses_stream_free(&st);
     responses_request_free(&r);
     json_decref(b);
 }
