@@ -10,7 +10,8 @@
  *
  * A lazy grammar (grammar.h's grammar_lazy) walks phases, one per sequence:
  *   PROBE  the output so far is a beginning of skip_open: free while it stays one;
- *   SKIP   inside the skipped block: free until skip_close (seen across token boundaries);
+ *   SKIP   inside the skipped block: free until skip_close (seen across token boundaries); the
+ *          first phase when the prompt opened the block (skip_inside);
  *   WAIT   free text until the trigger appears; the grammar then takes the trigger's bytes;
  *   ON     the grammar constrains every token.
  * Markers split across tokens are found through win, the last bytes of the output.
@@ -57,7 +58,7 @@ static attnd_status grammar_init(gen *g, const gen_params *p, attnd_err *err) {
     attnd_status st = grammar_state_create(&g->gs, p->grammar, err);
     if (st != ATTND_OK) return st;
     g->lz = grammar_get_lazy(p->grammar);
-    g->phase = g->lz.skip_open ? PH_PROBE : g->lz.trigger ? PH_WAIT : PH_ON;
+    g->phase = g->lz.skip_inside ? PH_SKIP : g->lz.skip_open ? PH_PROBE : g->lz.trigger ? PH_WAIT : PH_ON;
     g->allowed = malloc((size_t)g->n_vocab);
     g->masked = malloc((size_t)g->n_vocab * sizeof(float));
     if (!g->allowed || !g->masked) return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory for the grammar's mask");

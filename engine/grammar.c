@@ -578,6 +578,8 @@ static attnd_status dup_marker(const char *s, const char *what, char **out, attn
 attnd_status grammar_set_lazy(grammar *g, const grammar_lazy *lz, attnd_err *err) {
     if (!lz->skip_open != !lz->skip_close)
         return attnd_fail(err, ATTND_ERR_INVALID, "a skipped block needs both its opening and its closing text");
+    if (lz->skip_inside && !lz->skip_close)
+        return attnd_fail(err, ATTND_ERR_INVALID, "starting inside a skipped block needs its closing text");
     char *t = NULL, *o = NULL, *c = NULL;
     attnd_status st = dup_marker(lz->trigger, "trigger", &t, err);
     if (st == ATTND_OK) st = dup_marker(lz->skip_open, "skip_open", &o, err);
@@ -588,9 +590,12 @@ attnd_status grammar_set_lazy(grammar *g, const grammar_lazy *lz, attnd_err *err
     }
     free(g->trigger), free(g->skip_open), free(g->skip_close);
     g->trigger = t, g->skip_open = o, g->skip_close = c;
+    g->skip_inside = lz->skip_inside;
     return ATTND_OK;
 }
 
-grammar_lazy grammar_get_lazy(const grammar *g) { return (grammar_lazy){g->trigger, g->skip_open, g->skip_close}; }
+grammar_lazy grammar_get_lazy(const grammar *g) {
+    return (grammar_lazy){g->trigger, g->skip_open, g->skip_close, g->skip_inside};
+}
 
 int grammar_n_rules(const grammar *g) { return g->n_rules; }

@@ -44,6 +44,7 @@ struct grammar {
     grange *ranges;       /* (n_ranges) */
     size_t n_ranges;
     char *trigger, *skip_open, *skip_close; /* the lazy start (grammar_set_lazy); NULL = none */
+    bool skip_inside;                       /* the output starts inside the skipped block */
 };
 
 static inline int gelem_done(uint32_t type) { return type == G_END || type == G_ALT; }

@@ -16,32 +16,42 @@
 #include "server.h"
 #include "slog.h"
 
-/* A server over model_path (server_load): one engine thread per `threads`, 4 sequences at once,
- * state_dir NULL = no persistence. bound: it also listens on a free loopback port (server_create,
- * port 0; server_port says which), otherwise it binds none (server_create_unbound). session_store:
- * a "redis://..." URL for the shared session store, NULL for none. NULL on failure, with the
- * message in err. */
-static inline struct server *rig_open_ex(const char *model_path, const char *state_dir, int threads, bool bound,
-                                         const char *session_store, attnd_err *err) {
-    server_settings cfg;
-    server_settings_default(&cfg);
-    cfg.model_path = model_path;
-    cfg.state_dir = state_dir;
-    cfg.threads = threads;
-    cfg.max_parallel = 4;
-    cfg.max_sessions = 64;
-    cfg.log_level = SERVER_LOG_WARN;
+/* The settings of a rig server over model_path: one engine thread per `threads`, 4 sequences at
+ * once, state_dir NULL = no persistence, logging at warnings. */
+static inline void rig_settings(server_settings *cfg, const char *model_path, const char *state_dir, int threads) {
+    server_settings_default(cfg);
+    cfg->model_path = model_path;
+    cfg->state_dir = state_dir;
+    cfg->threads = threads;
+    cfg->max_parallel = 4;
+    cfg->max_sessions = 64;
+    cfg->log_level = SERVER_LOG_WARN;
     slog_set_level(SERVER_LOG_WARN);
-    cfg.host = "127.0.0.1";
-    cfg.port = 0;
-    cfg.session_store = session_store;
+    cfg->host = "127.0.0.1";
+    cfg->port = 0;
+}
+
+/* A server with cfg, loaded (server_load). bound: it also listens on a free loopback port
+ * (server_create, port 0; server_port says which), otherwise it binds none
+ * (server_create_unbound). NULL on failure, with the message in err. */
+static inline struct server *rig_start(const server_settings *cfg, bool bound, attnd_err *err) {
     struct server *srv;
-    if ((bound ? server_create : server_create_unbound)(&srv, &cfg, err) != ATTND_OK) return NULL;
+    if ((bound ? server_create : server_create_unbound)(&srv, cfg, err) != ATTND_OK) return NULL;
     if (server_load(srv, err) != ATTND_OK) {
         server_destroy(srv);
         return NULL;
     }
     return srv;
+}
+
+/* A server over model_path (rig_settings, rig_start). session_store: a "redis://..." URL for the
+ * shared session store, NULL for none. */
+static inline struct server *rig_open_ex(const char *model_path, const char *state_dir, int threads, bool bound,
+                                         const char *session_store, attnd_err *err) {
+    server_settings cfg;
+    rig_settings(&cfg, model_path, state_dir, threads);
+    cfg.session_store = session_store;
+    return rig_start(&cfg, bound, err);
 }
 
 /* rig_open_ex without a port. */

@@ -2,8 +2,9 @@
 # client (tests/js/agents_clients.mjs): forced and named tool calls, streamed tool calls that
 # reassemble to the whole answer, chat.completions.parse with a zod schema, 100 outputs at
 # temperature 1 (30 under the sanitizers) under a nested schema validated with ajv, Responses with
-# a function tool and text.format. Runs on the repository's own model; the packages are installed
-# once into the build directory (.npm-agents) and reused by later runs.
+# a function tool and text.format, and Responses reasoning items (whole, streamed, sent back).
+# Runs on the repository's own model; the packages are installed once into the build directory
+# (.npm-agents) and reused by later runs.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 source "$here/http_lib.sh"

@@ -452,7 +452,7 @@ static stop_reason generate_lazy(const grammar *g, uint64_t seed, int ban, int m
 
 static grammar *lazy_grammar(const char *src, const char *trigger, bool skip) {
     grammar *g = compile(src);
-    grammar_lazy lz = {trigger, skip ? "<think>" : NULL, skip ? "</think>" : NULL};
+    grammar_lazy lz = {trigger, skip ? "<think>" : NULL, skip ? "</think>" : NULL, false};
     attnd_err err;
     cr_assert_eq(grammar_set_lazy(g, &lz, &err), ATTND_OK, "%s", err.msg);
     return g;
@@ -583,12 +583,50 @@ Test(grammar_lazy, a_think_prefix_the_grammar_accepts_leaves_the_probe) {
     grammar_unref(g);
 }
 
+/* The prompt opened the block (skip_inside): the output starts free, and the grammar rules only
+ * after "</think>", even where the model's first tokens are ones the grammar refuses. */
+Test(grammar_lazy, a_block_the_prompt_opened_runs_free_until_it_closes) {
+    grammar *g = compile(JSONISH);
+    grammar_lazy lz = {NULL, "<think>", "</think>", true};
+    attnd_err err;
+    cr_assert_eq(grammar_set_lazy(g, &lz, &err), ATTND_OK, "%s", err.msg);
+    cr_assert(grammar_get_lazy(g).skip_inside);
+    char out[8192];
+    stop_reason why;
+    const int s1[] = {21, 17, 18, 11, 6, 4, 16, 18, 17, 2}; /* "x}a" "</" "think" ">" "{a}" */
+    scripted(g, s1, 10, out, sizeof(out), &why);
+    cr_expect_str_eq(out, "x}a</think>{a}");
+    cr_expect_eq(why, STOP_GRAMMAR);
+    const int s2[] = {10, 21, 17, 2}; /* the model wants "x" after the close: the grammar says "{" */
+    scripted(g, s2, 4, out, sizeof(out), &why);
+    cr_expect(!strncmp(out, "</think>{", 9), "got %s", out);
+    int closed = 0;
+    for (uint64_t seed = 1; seed <= 200; seed++) {
+        stop_reason w = generate_lazy(g, seed, L_GT_BRACE, 400, out, sizeof(out));
+        const char *c = strstr(out, "</think>");
+        if (!c) continue; /* still reasoning: nothing was constrained */
+        closed++;
+        int want = w == STOP_EOG || w == STOP_GRAMMAR ? 2 : 1; /* a whole answer, or a prefix of one */
+        cr_assert_geq(judge(JSONISH, c + 8), want, "seed %d: '%s'", (int)seed, out);
+    }
+    cr_log_info("%d of 200 closed the block", closed);
+    cr_expect_gt(closed, 20, "runs close the block and answer (%d)", closed);
+    grammar_unref(g);
+    /* without skip_inside the same first token is refused: the grammar rules from the start */
+    g = lazy_grammar(JSONISH, NULL, true);
+    scripted(g, s1, 3, out, sizeof(out), &why);
+    cr_expect_eq(out[0], '{', "got %s", out);
+    grammar_unref(g);
+}
+
 Test(grammar_lazy, markers_are_checked) {
     grammar *g = compile("root ::= \"a\"");
     attnd_err err;
-    grammar_lazy half = {NULL, "<think>", NULL}, empty = {"", NULL, NULL};
+    grammar_lazy half = {NULL, "<think>", NULL, false}, empty = {"", NULL, NULL, false};
     cr_expect_eq(grammar_set_lazy(g, &half, &err), ATTND_ERR_INVALID);
     cr_expect_eq(grammar_set_lazy(g, &empty, &err), ATTND_ERR_INVALID);
+    grammar_lazy inside = {NULL, NULL, NULL, true};
+    cr_expect_eq(grammar_set_lazy(g, &inside, &err), ATTND_ERR_INVALID, "inside a block needs its close");
     cr_expect_null(grammar_get_lazy(g).trigger);
     grammar_unref(g);
 }

@@ -558,3 +558,31 @@ Test(oai, other_templates_get_the_hermes_description) {
     json_decref(cases);
     chat_template_free(&ct);
 }
+
+/* A prompt that ended inside <think>: the reply starts as reasoning, and a JSON format's lazy
+ * grammar starts inside the skipped block, so it constrains only after </think>. A GBNF grammar
+ * stays as given. */
+Test(oai, an_open_think_in_the_prompt_starts_the_grammar_inside_the_reasoning) {
+    oai_request r;
+    const char *param = NULL;
+    attnd_err err;
+    cr_assert_eq(parse("{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"response_format\":{\"type\":\"json_object\"}}",
+                       true, &r, &param, &err), ATTND_OK, "%s", err.msg);
+    cr_assert_eq(oai_bind_template(&r, false, TOOLCALL_FMT_HERMES, &err), ATTND_OK, "%s", err.msg);
+    cr_assert_not_null(grammar_get_lazy(r.grammar).skip_close);
+    cr_assert(!grammar_get_lazy(r.grammar).skip_inside);
+    cr_assert_eq(oai_open_reasoning(&r, &err), ATTND_OK, "%s", err.msg);
+    cr_assert(r.open_reasoning);
+    grammar_lazy lz = grammar_get_lazy(r.grammar);
+    cr_assert(lz.skip_inside);
+    cr_assert_str_eq(lz.skip_close, "</think>");
+    oai_request_free(&r);
+
+    cr_assert_eq(parse("{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"grammar\":\"root ::= \\\"a\\\"\"}", true, &r,
+                       &param, &err), ATTND_OK, "%s", err.msg);
+    cr_assert_eq(oai_bind_template(&r, false, TOOLCALL_FMT_HERMES, &err), ATTND_OK, "%s", err.msg);
+    cr_assert_eq(oai_open_reasoning(&r, &err), ATTND_OK, "%s", err.msg);
+    cr_assert(r.open_reasoning);
+    cr_assert(!grammar_get_lazy(r.grammar).skip_inside, "a GBNF grammar applies as given");
+    oai_request_free(&r);
+}

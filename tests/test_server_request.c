@@ -6,7 +6,8 @@
  *
  * What is checked: whole and streamed answers agree, the route table's 404/405, the checks before
  * the body (auth, body cap), validation errors, n > 1 choices, sessions, the Responses API's
- * store and follow-ups, llama.cpp's /completion, and /v1/attention.
+ * store and follow-ups, reasoning (a think block, and a template whose generation prompt opens
+ * one) as Responses items and chat reasoning_content, llama.cpp's /completion, and /v1/attention.
  */
 #include <criterion/criterion.h>
 #include <jansson.h>
@@ -236,6 +237,20 @@ Test(request, a_stored_response_is_returned_and_continued) {
     json_decref(a);
 }
 
+/* A reply that opens with <think>…</think> (held to it by a grammar) is a reasoning item and a
+ * message whose output_text has no reasoning in it. */
+Test(request, a_think_block_in_a_response_is_its_reasoning_item) {
+    json_t *a = post_json("/v1/responses", "{\"input\": \"Once\", \"temperature\": 0, \"max_output_tokens\": 30, "
+                          "\"grammar\": \"root ::= \\\"<think>\\\" [a-z]{2,6} \\\"</think>\\\" [a-z]{2,6}\"}", 200);
+    const json_t *out = json_object_get(a, "output");
+    cr_assert_eq(json_array_size(out), 2);
+    const json_t *rs = json_array_get(out, 0), *msg = json_array_get(out, 1);
+    cr_assert_str_eq(json_string_value(json_object_get(rs, "type")), "reasoning");
+    const char *answer = json_string_value(json_object_get(json_array_get(json_object_get(msg, "content"), 0), "text"));
+    cr_assert(answer && strlen(answer) >= 2 && !strchr(answer, '<'), "output_text '%s'", answer);
+    json_decref(a);
+}
+
 Test(request, llama_completion_takes_n_predict_and_streams_until_stop) {
     json_t *j = post_json("/completion", "{\"prompt\": \"Once\", \"n_predict\": 3, \"temperature\": 0}", 200);
     cr_assert(json_is_string(json_object_get(j, "content")));
@@ -268,4 +283,146 @@ Test(request, attention_answers_one_row_per_position_of_each_head_asked_for) {
     json_decref(j);
     expect_refused("/v1/attention", "{\"prompt\": \"Once\", \"layers\": [99]}", 400, "layers");
     expect_refused("/v1/attention", "{\"prompt\": \"Once\", \"stream\": true}", 400, "stream");
+}
+
+// ---- reasoning: a template whose generation prompt opens <think> ----------------------------
+
+/* ChatML that renders an assistant's reasoning_content and ends its generation prompt with an
+ * open <think>, as DeepSeek-R1 style templates do. */
+static const char R1_TEMPLATE[] =
+    "{% for m in messages %}<|im_start|>{{ m.role }}\n{% if m.reasoning_content %}<think>{{ m.reasoning_content }}"
+    "</think>{% endif %}{{ m.content }}<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n"
+    "<think>\n{% endif %}";
+static char r1_path[64];
+
+static void r1_setup(void) {
+    snprintf(r1_path, sizeof(r1_path), "/tmp/attnd-r1-XXXXXX");
+    int fd = mkstemp(r1_path);
+    cr_assert_geq(fd, 0);
+    cr_assert_eq(write(fd, R1_TEMPLATE, strlen(R1_TEMPLATE)), (ssize_t)strlen(R1_TEMPLATE));
+    close(fd);
+    server_settings cfg;
+    rig_settings(&cfg, MODEL, NULL, 1);
+    cfg.chat_template_file = r1_path;
+    attnd_err err;
+    srv = rig_start(&cfg, false, &err);
+    cr_assert_not_null(srv, "%s", err.msg);
+    srv->cfg.default_max_tokens = 40;
+}
+
+static void r1_teardown(void) {
+    server_destroy(srv);
+    unlink(r1_path);
+}
+
+TestSuite(reasoning, .init = r1_setup, .fini = r1_teardown, .timeout = 120);
+
+/* The model (random to us) is held to "reasoning</think>answer" by a GBNF grammar, greedy. */
+#define R1_GRAMMAR "\"grammar\": \"root ::= [a-z]{2,6} \\\"</think>\\\" [a-z]{2,6}\", \"temperature\": 0"
+
+static const char *part_text(const json_t *item) {
+    return json_string_value(json_object_get(json_array_get(json_object_get(item, "content"), 0), "text"));
+}
+
+Test(reasoning, a_reply_after_an_open_think_is_a_reasoning_item_and_a_message) {
+    json_t *a = post_json("/v1/responses", "{\"input\": \"Once\", " R1_GRAMMAR "}", 200);
+    const json_t *out = json_object_get(a, "output"), *rs = json_array_get(out, 0), *msg = json_array_get(out, 1);
+    cr_assert_eq(json_array_size(out), 2, "reasoning and message: %s", json_dumps(out, 0));
+    cr_assert_str_eq(json_string_value(json_object_get(rs, "type")), "reasoning");
+    cr_assert_str_eq(json_string_value(json_object_get(msg, "type")), "message");
+    const char *thought = part_text(rs), *answer = part_text(msg);
+    cr_assert(thought && strlen(thought) >= 2 && strlen(thought) <= 6 && !strchr(thought, '<'), "reasoning '%s'", thought);
+    cr_assert(answer && strlen(answer) >= 2 && strlen(answer) <= 6 && !strchr(answer, '<'), "answer '%s'", answer);
+    cr_log_info("reasoning '%s', answer '%s'", thought, answer);
+
+    /* streamed, the items and their text are the same, and the events rebuild them */
+    rec c = {0};
+    run(&c, "POST", "/v1/responses", "{\"input\": \"Once\", \"stream\": true, " R1_GRAMMAR "}");
+    cr_assert_eq(c.status, 200);
+    buf rs_text = {0}, msg_text = {0};
+    json_t *final = NULL;
+    int added = 0, done = 0;
+    for (const char *p = c.body; (p = strstr(p, "\ndata: "));) {
+        p += 7;
+        const char *end = strstr(p, "\n\n");
+        json_t *ev = json_loadb(p, (size_t)(end - p), 0, NULL);
+        cr_assert_not_null(ev);
+        const char *type = json_string_value(json_object_get(ev, "type"));
+        const json_t *d = json_object_get(ev, "delta");
+        if (!strcmp(type, "response.reasoning_text.delta")) buf_puts(&rs_text, json_string_value(d));
+        if (!strcmp(type, "response.output_text.delta")) buf_puts(&msg_text, json_string_value(d));
+        added += !strcmp(type, "response.output_item.added");
+        done += !strcmp(type, "response.output_item.done");
+        if (!strcmp(type, "response.completed")) final = json_incref(json_object_get(ev, "response"));
+        json_decref(ev);
+        p = end;
+    }
+    cr_assert(added == 2 && done == 2, "%d items added, %d done", added, done);
+    cr_assert_str_eq(rs_text.p, thought, "the streamed reasoning is the whole answer's (greedy)");
+    cr_assert_str_eq(msg_text.p, answer);
+    cr_assert_not_null(final);
+    cr_assert_str_eq(part_text(json_array_get(json_object_get(final, "output"), 0)), thought);
+    json_decref(final);
+    buf_free(&rs_text), buf_free(&msg_text);
+    free(c.body);
+
+    /* the follow-up carries the stored reasoning back through the template */
+    char body[256];
+    snprintf(body, sizeof(body), "{\"input\": \"and\", \"previous_response_id\": \"%s\", \"max_output_tokens\": 2}",
+             json_string_value(json_object_get(a, "id")));
+    json_t *b = post_json("/v1/responses", body, 200);
+    json_decref(b);
+    json_decref(a);
+}
+
+Test(reasoning, chat_completions_split_reasoning_content_after_an_open_think) {
+    static const char BODY[] = "{\"messages\": [{\"role\": \"user\", \"content\": \"Once\"}], " R1_GRAMMAR;
+    char body[512];
+    snprintf(body, sizeof(body), "%s}", BODY);
+    json_t *j = post_json("/v1/chat/completions", body, 200);
+    const json_t *msg = json_object_get(json_array_get(json_object_get(j, "choices"), 0), "message");
+    const char *thought = json_string_value(json_object_get(msg, "reasoning_content"));
+    const char *answer = json_string_value(json_object_get(msg, "content"));
+    cr_assert(thought && strlen(thought) >= 2 && !strchr(thought, '<'), "reasoning_content '%s'", thought);
+    cr_assert(answer && strlen(answer) >= 2 && !strchr(answer, '<'), "content '%s'", answer);
+    rec c = {0};
+    snprintf(body, sizeof(body), "%s, \"stream\": true}", BODY);
+    run(&c, "POST", "/v1/chat/completions", body);
+    buf streamed = {0};
+    for (const char *p = c.body; (p = strstr(p, "data: {"));) {
+        p += 6;
+        const char *end = strstr(p, "\n\n");
+        json_t *ev = json_loadb(p, (size_t)(end - p), 0, NULL);
+        const json_t *d = json_object_get(json_object_get(json_array_get(json_object_get(ev, "choices"), 0), "delta"),
+                                          "reasoning_content");
+        if (json_is_string(d)) buf_puts(&streamed, json_string_value(d));
+        json_decref(ev);
+        p = end;
+    }
+    cr_assert_str_eq(streamed.p ? streamed.p : "", thought, "delta.reasoning_content joins to the whole answer's");
+    buf_free(&streamed);
+    free(c.body);
+    json_decref(j);
+}
+
+/* A reasoning item sent back in the input is the assistant's reasoning_content, which this
+ * template renders: the prompt grows by it, and nothing is refused. */
+Test(reasoning, reasoning_items_in_the_input_reach_the_template) {
+    static const char *TURNS = "{\"role\": \"user\", \"content\": \"Once\"}, %s"
+                               "{\"type\": \"message\", \"role\": \"assistant\", \"content\": [{\"type\": \"output_text\", "
+                               "\"text\": \"there\"}]}, {\"role\": \"user\", \"content\": \"was\"}";
+    static const char *RS = "{\"type\": \"reasoning\", \"id\": \"rs_x\", \"summary\": [], \"content\": "
+                            "[{\"type\": \"reasoning_text\", \"text\": \"a long and winding thought\"}]}, ";
+    char turns[1024], body[1200];
+    snprintf(turns, sizeof(turns), TURNS, "");
+    snprintf(body, sizeof(body), "{\"input\": [%s], \"max_output_tokens\": 1, \"store\": false}", turns);
+    json_t *plain = post_json("/v1/responses", body, 200);
+    snprintf(turns, sizeof(turns), TURNS, RS);
+    snprintf(body, sizeof(body), "{\"input\": [%s], \"max_output_tokens\": 1, \"store\": false}", turns);
+    json_t *with = post_json("/v1/responses", body, 200);
+    json_int_t n0 = json_integer_value(json_object_get(json_object_get(plain, "usage"), "input_tokens"));
+    json_int_t n1 = json_integer_value(json_object_get(json_object_get(with, "usage"), "input_tokens"));
+    cr_assert_gt(n1, n0 + 5, "the reasoning is in the prompt (%lld vs %lld tokens)", (long long)n1, (long long)n0);
+    json_decref(plain);
+    json_decref(with);
 }

@@ -43,6 +43,13 @@ static json_t *parse_ok(const char *text, responses_request *r) {
     return b;
 }
 
+static responses_result result(const responses_request *q, const char *status, const char *text, bool cut) {
+    return (responses_result){.id = "resp_abc", .msg_id = "msg_abc", .model = "attnd-sotu", .created_at = 1700000000,
+                              .status = status, .text = text, .text_len = strlen(text), .cut_short = cut,
+                              .input_tokens = 12, .cached_tokens = 4, .output_tokens = 5, .req = q,
+                              .temperature = 1, .top_p = 1};
+}
+
 Test(responses, a_string_input_becomes_one_user_message_after_the_instructions) {
     responses_request r;
     json_t *b = parse_ok("{\"model\":\"m\",\"input\":\"Hello\",\"instructions\":\"Be terse.\",\"max_output_tokens\":9,"
@@ -85,7 +92,8 @@ Test(responses, message_items_with_text_parts_follow_the_earlier_conversation) {
     cr_assert_str_eq(json_string_value(json_object_get(json_array_get(msgs, 1), "content")), "r");
     cr_assert_str_eq(json_string_value(json_object_get(json_array_get(msgs, 2), "role")), "developer");
     cr_assert_str_eq(json_string_value(json_object_get(json_array_get(msgs, 3), "content")), "ab");
-    json_t *conv = responses_conversation(&r, earlier, "reply", 5);
+    responses_result res = result(&r, "completed", "reply", false);
+    json_t *conv = responses_conversation(&res, earlier);
     cr_assert_eq(json_array_size(conv), 5);
     cr_assert_str_eq(json_string_value(json_object_get(json_array_get(conv, 4), "role")), "assistant");
     cr_assert_str_eq(json_string_value(json_object_get(json_array_get(conv, 4), "content")), "reply");
@@ -124,13 +132,6 @@ Test(responses, what_is_not_text_generation_is_refused_naming_the_field) {
                          &r);
     responses_request_free(&r);
     json_decref(b);
-}
-
-static responses_result result(const responses_request *q, const char *status, const char *text, bool cut) {
-    return (responses_result){.id = "resp_abc", .msg_id = "msg_abc", .model = "attnd-sotu", .created_at = 1700000000,
-                              .status = status, .text = text, .text_len = strlen(text), .cut_short = cut,
-                              .input_tokens = 12, .cached_tokens = 4, .output_tokens = 5, .req = q,
-                              .temperature = 1, .top_p = 1};
 }
 
 Test(responses, the_response_object_has_openai_fields) {
@@ -236,6 +237,7 @@ Test(responses, the_stream_has_openai_event_order_and_increasing_sequence_number
     cr_assert(strstr(end, "event: response.incomplete\n"), "%s", end);
     cr_assert_null(strstr(end, "response.completed"));
     free(end);
+    responses_stream_free(&st);
     responses_request_free(&r);
     json_decref(b);
 }
@@ -327,6 +329,235 @@ Test(responses, a_streamed_function_call_has_its_item_and_argument_events) {
         for (int i = 0; i < n; i++) json_decref(ev[i]);
         buf_free(&all);
     }
+    responses_request_free(&r);
+    json_decref(b);
+}
+
+// ---- reasoning ----------------------------------------------------------------------------
+
+/* The whole event stream of a reply text cut into chunks of `chunk` bytes (open: the prompt
+ * ended inside <think>); returns the number of events in ev. */
+static int stream_events(const responses_request *r, const char *text, size_t chunk, bool open, json_t **ev, int max) {
+    responses_stream st = {0};
+    responses_result res = result(r, "in_progress", "", false);
+    res.open_reasoning = open;
+    buf all = {0};
+    char *f = responses_stream_begin(&st, &res);
+    cr_assert_not_null(f);
+    buf_puts(&all, f), free(f);
+    for (size_t i = 0; i < strlen(text); i += chunk) {
+        size_t k = strlen(text) - i < chunk ? strlen(text) - i : chunk;
+        f = responses_stream_delta(&st, &res, text + i, k);
+        cr_assert_not_null(f);
+        buf_puts(&all, f), free(f);
+    }
+    res = result(r, "completed", text, false);
+    res.open_reasoning = open;
+    f = responses_stream_end(&st, &res);
+    buf_puts(&all, f), free(f);
+    responses_stream_free(&st);
+    int n = events(all.p, ev, max);
+    buf_free(&all);
+    return n;
+}
+
+/* What a client rebuilds from the stream is the final object: sequence numbers count up, items
+ * are added at the next output_index, each item's .done equals the final output item, and each
+ * item's deltas join to its .done text. Returns the final response (borrowed from ev). */
+static const json_t *check_stream(json_t **ev, int n) {
+    const json_t *final = json_object_get(ev[n - 1], "response");
+    const json_t *out = json_object_get(final, "output");
+    int added = 0;
+    buf joined[8] = {{0}};
+    for (int i = 0; i < n; i++) {
+        const char *type = json_string_value(json_object_get(ev[i], "type"));
+        json_int_t at = json_integer_value(json_object_get(ev[i], "output_index"));
+        cr_assert_eq(json_integer_value(json_object_get(ev[i], "sequence_number")), i);
+        if (!strcmp(type, "response.output_item.added")) cr_assert_eq(at, added++, "items are added in order");
+        if (!strcmp(type, "response.output_item.done"))
+            cr_assert(json_equal(json_object_get(ev[i], "item"), json_array_get(out, (size_t)at)),
+                      "item %lld's .done is the final object's", (long long)at);
+        const json_t *d = json_object_get(ev[i], "delta");
+        if (json_is_string(d) && at < 8) buf_puts(&joined[at], json_string_value(d));
+        const json_t *t = json_object_get(ev[i], !strcmp(type, "response.function_call_arguments.done") ? "arguments" : "text");
+        if (strstr(type, ".done") && json_is_string(t) && at < 8)
+            cr_assert_str_eq(joined[at].p ? joined[at].p : "", json_string_value(t), "%s: the deltas make the text", type);
+    }
+    cr_assert_eq((size_t)added, json_array_size(out), "every final item was streamed");
+    for (int i = 0; i < 8; i++) buf_free(&joined[i]);
+    return final;
+}
+
+static const char *item_type(const json_t *out, size_t i) {
+    return json_string_value(json_object_get(json_array_get(out, i), "type"));
+}
+
+static const char *reasoning_text_of(const json_t *item) {
+    return json_string_value(json_object_get(json_array_get(json_object_get(item, "content"), 0), "text"));
+}
+
+Test(responses, reasoning_becomes_a_reasoning_item_before_the_message) {
+    responses_request r;
+    json_t *b = parse_ok("{\"input\":\"x\"}", &r);
+    responses_result res = result(&r, "completed", "<think>\nplan it\n</think>\n\nHello there", false);
+    json_t *o = responses_object(&res);
+    const json_t *out = json_object_get(o, "output"), *rs = json_array_get(out, 0);
+    cr_assert_eq(json_array_size(out), 2);
+    cr_assert_str_eq(item_type(out, 0), "reasoning");
+    cr_assert_str_eq(json_string_value(json_object_get(rs, "id")), "rs_abc");
+    cr_assert_str_eq(json_string_value(json_object_get(rs, "status")), "completed");
+    cr_assert(json_is_array(json_object_get(rs, "summary")) && json_array_size(json_object_get(rs, "summary")) == 0);
+    cr_assert_str_eq(json_string_value(json_object_get(json_array_get(json_object_get(rs, "content"), 0), "type")),
+                     "reasoning_text");
+    cr_assert_str_eq(reasoning_text_of(rs), "\nplan it\n");
+    cr_assert_str_eq(item_type(out, 1), "message");
+    const json_t *part = json_array_get(json_object_get(json_array_get(out, 1), "content"), 0);
+    cr_assert_str_eq(json_string_value(json_object_get(part, "text")), "Hello there", "no reasoning in output_text");
+    json_decref(o);
+
+    /* the prompt ended with an open <think>: the reply starts as reasoning */
+    res = result(&r, "completed", "plan it</think>Hello there", false);
+    res.open_reasoning = true;
+    o = responses_object(&res);
+    out = json_object_get(o, "output");
+    cr_assert_eq(json_array_size(out), 2);
+    cr_assert_str_eq(reasoning_text_of(json_array_get(out, 0)), "plan it");
+    part = json_array_get(json_object_get(json_array_get(out, 1), "content"), 0);
+    cr_assert_str_eq(json_string_value(json_object_get(part, "text")), "Hello there");
+    json_decref(o);
+
+    /* cut off while reasoning: the reasoning item is incomplete, the message empty */
+    res = result(&r, "incomplete", "<think>still going", true);
+    o = responses_object(&res);
+    out = json_object_get(o, "output");
+    cr_assert_eq(json_array_size(out), 2);
+    cr_assert_str_eq(json_string_value(json_object_get(json_array_get(out, 0), "status")), "incomplete");
+    cr_assert_str_eq(reasoning_text_of(json_array_get(out, 0)), "still going");
+    part = json_array_get(json_object_get(json_array_get(out, 1), "content"), 0);
+    cr_assert_str_eq(json_string_value(json_object_get(part, "text")), "");
+    json_decref(o);
+    responses_request_free(&r);
+    json_decref(b);
+}
+
+Test(responses, reasoning_then_a_call_are_two_items_and_no_message) {
+    responses_request r;
+    json_t *b = parse_ok("{\"input\":\"x\",\"tools\":[{\"type\":\"function\",\"name\":\"f\",\"parameters\":{\"type\":\"object\"}}]}", &r);
+    responses_result res = result(&r, "completed", "<think>call f</think>\n<tool_call>{\"name\": \"f\", \"arguments\": {}}</tool_call>", false);
+    json_t *o = responses_object(&res);
+    const json_t *out = json_object_get(o, "output");
+    cr_assert_eq(json_array_size(out), 2);
+    cr_assert_str_eq(item_type(out, 0), "reasoning");
+    cr_assert_str_eq(reasoning_text_of(json_array_get(out, 0)), "call f");
+    cr_assert_str_eq(item_type(out, 1), "function_call");
+    json_decref(o);
+    json_t *ev[64];
+    int n = stream_events(&r, res.text, 3, false, ev, 64);
+    const json_t *final = check_stream(ev, n);
+    cr_assert_eq(json_array_size(json_object_get(final, "output")), 2);
+    for (int i = 0; i < n; i++) json_decref(ev[i]);
+    responses_request_free(&r);
+    json_decref(b);
+}
+
+/* Reasoning streams as its own item before the message, whatever the chunking: its events are
+ * output_item.added, content_part.added (reasoning_text), reasoning_text.delta …, .done,
+ * content_part.done, output_item.done, and the stream rebuilds the final object. */
+Test(responses, streamed_reasoning_has_its_item_and_text_events) {
+    static const char TEXT[] = "<think>\nfirst, \xc3\xa9tude</think>\n\nThe answer<think>again</think> is 4.";
+    responses_request r;
+    json_t *b = parse_ok("{\"input\":\"x\",\"stream\":true}", &r);
+    for (size_t chunk = 1; chunk <= 13; chunk += 3) {
+        json_t *ev[512];
+        int n = stream_events(&r, TEXT, chunk, false, ev, 512);
+        const json_t *final = check_stream(ev, n), *out = json_object_get(final, "output");
+        cr_assert_eq(json_array_size(out), 3, "reasoning, message, reasoning (chunks of %zu)", chunk);
+        cr_assert_str_eq(item_type(out, 0), "reasoning");
+        cr_assert_str_eq(reasoning_text_of(json_array_get(out, 0)), "\nfirst, \xc3\xa9tude");
+        cr_assert_str_eq(item_type(out, 1), "message");
+        cr_assert_str_eq(item_type(out, 2), "reasoning");
+        cr_assert_str_eq(json_string_value(json_object_get(json_array_get(out, 2), "id")), "rs_abc_1");
+        cr_assert_str_eq(reasoning_text_of(json_array_get(out, 2)), "again");
+        const json_t *part = json_array_get(json_object_get(json_array_get(out, 1), "content"), 0);
+        cr_assert_str_eq(json_string_value(json_object_get(part, "text")), "The answer is 4.");
+        const char *want[] = {"response.created", "response.in_progress", "response.output_item.added",
+                              "response.content_part.added", "response.reasoning_text.delta"};
+        for (int i = 0; i < 5; i++) cr_assert_str_eq(json_string_value(json_object_get(ev[i], "type")), want[i]);
+        cr_assert_str_eq(json_string_value(json_object_get(json_object_get(ev[2], "item"), "type")), "reasoning");
+        cr_assert_str_eq(json_string_value(json_object_get(json_object_get(ev[3], "part"), "type")), "reasoning_text");
+        cr_assert_str_eq(json_string_value(json_object_get(ev[4], "item_id")), "rs_abc");
+        int first_text = -1, rs_done = -1;
+        for (int i = 0; i < n; i++) {
+            const char *type = json_string_value(json_object_get(ev[i], "type"));
+            if (first_text < 0 && !strcmp(type, "response.output_text.delta")) first_text = i;
+            if (rs_done < 0 && !strcmp(type, "response.output_item.done")) rs_done = i;
+        }
+        cr_assert(rs_done > 0 && rs_done < first_text, "the reasoning item is done before the answer streams");
+        for (int i = 0; i < n; i++) json_decref(ev[i]);
+    }
+    /* an open <think> in the prompt: the stream starts with the reasoning item */
+    json_t *ev[128];
+    int n = stream_events(&r, "plan</think>Done.", 2, true, ev, 128);
+    const json_t *out = json_object_get(check_stream(ev, n), "output");
+    cr_assert_eq(json_array_size(out), 2);
+    cr_assert_str_eq(reasoning_text_of(json_array_get(out, 0)), "plan");
+    for (int i = 0; i < n; i++) json_decref(ev[i]);
+    responses_request_free(&r);
+    json_decref(b);
+}
+
+/* Reasoning items sent back (explicitly, or as the stored conversation) are the assistant's
+ * reasoning_content, for a template that renders it; never a 400. */
+Test(responses, reasoning_items_in_the_input_go_to_the_next_assistant_turn) {
+    responses_request r;
+    json_t *b = parse_ok("{\"input\":[{\"role\":\"user\",\"content\":\"q\"},"
+                         "{\"type\":\"reasoning\",\"id\":\"rs_1\",\"summary\":[],\"content\":[{\"type\":\"reasoning_text\",\"text\":\"because\"}]},"
+                         "{\"type\":\"message\",\"role\":\"assistant\",\"content\":[{\"type\":\"output_text\",\"text\":\"a\"}]},"
+                         "{\"type\":\"reasoning\",\"id\":\"rs_2\",\"summary\":[{\"type\":\"summary_text\",\"text\":\"s\"}],"
+                         "\"encrypted_content\":\"xyz\"},"
+                         "{\"type\":\"reasoning\",\"id\":\"rs_3\",\"summary\":[],\"content\":[{\"type\":\"reasoning_text\",\"text\":\"lost\"}]},"
+                         "{\"role\":\"user\",\"content\":\"next\"},"
+                         "{\"type\":\"reasoning\",\"id\":\"rs_4\",\"summary\":[],\"content\":[{\"type\":\"reasoning_text\",\"text\":\"call\"}]},"
+                         "{\"type\":\"function_call\",\"call_id\":\"c1\",\"name\":\"f\",\"arguments\":\"{}\"},"
+                         "{\"type\":\"function_call_output\",\"call_id\":\"c1\",\"output\":\"4\"}]}", &r);
+    cr_assert_eq(json_array_size(r.input), 5, "reasoning items are no messages of their own");
+    const json_t *a = json_array_get(r.input, 1), *u = json_array_get(r.input, 2), *c = json_array_get(r.input, 3);
+    cr_assert_str_eq(json_string_value(json_object_get(a, "content")), "a");
+    cr_assert_str_eq(json_string_value(json_object_get(a, "reasoning_content")), "because");
+    cr_assert_str_eq(json_string_value(json_object_get(u, "role")), "user");
+    cr_assert_null(json_object_get(u, "reasoning_content"), "reasoning before a user turn is dropped");
+    cr_assert_str_eq(json_string_value(json_object_get(c, "reasoning_content")), "call");
+    cr_assert(json_is_array(json_object_get(c, "tool_calls")));
+    responses_request_free(&r);
+    json_decref(b);
+}
+
+/* The stored conversation keeps the reply split as its items are: a follow-up's template gets
+ * reasoning_content and tool_calls, not the raw text. */
+Test(responses, the_stored_reply_is_split_into_content_reasoning_and_calls) {
+    responses_request r;
+    json_t *b = parse_ok("{\"input\":\"x\",\"tools\":[{\"type\":\"function\",\"name\":\"f\",\"parameters\":{\"type\":\"object\"}}]}", &r);
+    responses_result res = result(&r, "completed", "<think>why</think>Sure.<tool_call>{\"name\": \"f\", \"arguments\": {\"a\": 1}}</tool_call>", false);
+    json_t *conv = responses_conversation(&res, NULL);
+    const json_t *m = json_array_get(conv, 1), *call = json_array_get(json_object_get(m, "tool_calls"), 0);
+    cr_assert_eq(json_array_size(conv), 2);
+    cr_assert_str_eq(json_string_value(json_object_get(m, "role")), "assistant");
+    cr_assert_str_eq(json_string_value(json_object_get(m, "content")), "Sure.");
+    cr_assert_str_eq(json_string_value(json_object_get(m, "reasoning_content")), "why");
+    cr_assert_str_eq(json_string_value(json_object_get(call, "id")), "call_resp_abc_0", "the call_id the client saw");
+    cr_assert_str_eq(json_string_value(json_object_get(json_object_get(call, "function"), "arguments")), "{\"a\":1}");
+    json_decref(conv);
+    json_t *chat = NULL;
+    res = result(&r, "completed", "plain", false);
+    conv = responses_conversation(&res, NULL);
+    m = json_array_get(conv, 1);
+    cr_assert_str_eq(json_string_value(json_object_get(m, "content")), "plain");
+    cr_assert_null(json_object_get(m, "reasoning_content"));
+    cr_assert_null(json_object_get(m, "tool_calls"));
+    chat = responses_chat_body(&r, conv);
+    cr_assert_not_null(chat);
+    json_decref(chat);
+    json_decref(conv);
     responses_request_free(&r);
     json_decref(b);
 }

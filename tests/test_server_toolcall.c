@@ -41,12 +41,14 @@ static void collect(json_t *deltas, parsed *out) {
 }
 
 static bool args_must_parse = true; /* a test of broken output turns it off */
+static bool start_open = false;     /* the prompt ended with an open <think> */
 
 /* Parses text fed in pieces: cut[i] marks where chunks end (NULL: in `size`-byte chunks). */
 static void run(const char *text, bool calls, size_t size, unsigned seed, parsed *out) {
     memset(out, 0, sizeof(*out));
     toolcall_parser *p = toolcall_parser_create(calls);
     cr_assert(p);
+    if (start_open) toolcall_parser_start_in_reasoning(p);
     json_t *deltas = json_array();
     size_t n = strlen(text), i = 0;
     unsigned x = seed;
@@ -240,6 +242,35 @@ Test(toolcall, think_blocks_become_reasoning_content) {
     cr_assert_str_eq(p->content, "a < b and <thin ice>, [TOOL_CALL", "marker prefixes that never complete are text");
     p = check_all_chunkings("<think>never closed", false);
     cr_assert_str_eq(p->reasoning, "never closed");
+}
+
+/* A DeepSeek-R1 style prompt ends with "<think>\n": the reply is reasoning up to </think>, and
+ * what follows is parsed as usual (a call, or a later think block). */
+Test(toolcall, an_open_think_in_the_prompt_starts_the_reply_as_reasoning) {
+    start_open = true;
+    parsed *p = check_all_chunkings("The user wants Paris.\n</think>\n\n<tool_call>{\"name\": \"f\", \"arguments\": "
+                                    "{\"city\": \"Paris\"}}</tool_call>", true);
+    cr_assert_str_eq(p->reasoning, "The user wants Paris.\n");
+    cr_assert(p->content_null, "no text besides the call");
+    cr_assert_eq(p->n_calls, 1);
+    cr_assert_str_eq(p->args[0], "{\"city\":\"Paris\"}");
+    p = check_all_chunkings("a <b> c</think>Answer: <think>x</think>4", false);
+    cr_assert_str_eq(p->reasoning, "a <b> cx");
+    cr_assert_str_eq(p->content, "Answer: 4");
+    p = check_all_chunkings("cut off mid-thought", false);
+    cr_assert_str_eq(p->reasoning, "cut off mid-thought");
+    cr_assert_str_eq(p->content, "");
+    start_open = false;
+    p = check_all_chunkings("a <b> c</think>Answer", false);
+    cr_assert_str_eq(p->content, "a <b> c</think>Answer", "without the open think, a stray close is text");
+
+    /* toolcall_apply takes the same start */
+    json_t *choice = json_pack("{s:{s:s},s:s}", "message", "role", "assistant", "finish_reason", "stop");
+    cr_assert(toolcall_apply(choice, "hmm</think>Hi", 13, false, true, NULL));
+    json_t *msg = json_object_get(choice, "message");
+    cr_assert_str_eq(json_string_value(json_object_get(msg, "reasoning_content")), "hmm");
+    cr_assert_str_eq(json_string_value(json_object_get(msg, "content")), "Hi");
+    json_decref(choice);
 }
 
 // ---- the request side ---------------------------------------------------------------------

@@ -65,7 +65,9 @@ int grammar_n_rules(const grammar *g);
  * that closes it; an output that does not open with skip_open is constrained from its start.
  * trigger: the text runs free until trigger appears in it (outside the skipped block), and the
  * grammar then constrains from the trigger's first byte, so its sentences must start with the
- * trigger (tool_choice auto: "<tool_call>"). NULL fields: no such part. Strings are copied, each
+ * trigger (tool_choice auto: "<tool_call>"). skip_inside: the output starts inside the skipped
+ * block (the prompt opened it, as DeepSeek-R1 style templates end with "<think>\n"): free until
+ * skip_close. NULL fields: no such part. Strings are copied, each
  * 1..GRAMMAR_MAX_MARKER bytes. Set before the grammar is shared (not safe against readers).
  * Errors: ATTND_ERR_INVALID, ATTND_ERR_NOMEM (g unchanged).
  */
@@ -73,6 +75,7 @@ int grammar_n_rules(const grammar *g);
 typedef struct grammar_lazy {
     const char *trigger;
     const char *skip_open, *skip_close;
+    bool skip_inside;
 } grammar_lazy;
 attnd_status grammar_set_lazy(grammar *g, const grammar_lazy *lz, attnd_err *err);
 /* The lazy start (borrowed from g); all NULL for a grammar that constrains from the first byte. */

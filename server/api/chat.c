@@ -228,7 +228,7 @@ static bool reads_parts(const chat_template *ct) {
     static const char *PROBE = "attnd-probe-7f3a";
     json_t *raw = json_pack("[{s:s,s:[{s:s,s:s}]}]", "role", "user", "content", "type", "text", "text", PROBE);
     const chat_msg m = {"user", ""};
-    chat_request rq = {&m, 1, raw, NULL, NULL, true};
+    chat_request rq = {&m, 1, raw, NULL, NULL, true, NULL};
     chat_template probe = *ct;
     probe.content_parts = true;
     jinja_output o = {0};
@@ -259,7 +259,7 @@ static void probe_render(const chat_template *ct, size_t n_msgs, buf *out) {
     for (size_t i = 0; i < 3; i++) m[i] = (chat_msg){ROLES[i], CONTENT[i]};
     json_t *head = raw ? json_array() : NULL;
     for (size_t i = 0; head && i < n_msgs; i++) json_array_append(head, json_array_get(raw, i));
-    chat_request rq = {m, n_msgs, head, tools, NULL, true};
+    chat_request rq = {m, n_msgs, head, tools, NULL, true, NULL};
     jinja_output o = {0};
     if (tools && head && chat_template_render(ct, &rq, &o, NULL) == ATTND_OK) buf_puts(out, o.text);
     jinja_output_free(&o);
@@ -432,12 +432,24 @@ attnd_status chat_template_render(const chat_template *ct, const chat_request *r
     return st;
 }
 
+/* The rendering ends with "<think>" (then blanks) that the template wrote, not the client. */
+static bool ends_in_open_think(const jinja_output *o) {
+    static const char OPEN[] = "<think>";
+    size_t n = o->len, l = sizeof(OPEN) - 1;
+    while (n && strchr(" \n\r\t", o->text[n - 1]) && o->text[n - 1]) n--;
+    if (n < l || memcmp(o->text + n - l, OPEN, l)) return false;
+    for (size_t i = 0; i < o->n_segs; i++) /* every byte of the marker is the template's */
+        if (o->segs[i].from_data && o->segs[i].off < n && o->segs[i].off + o->segs[i].len > n - l) return false;
+    return true;
+}
+
 attnd_status chat_template_encode(const chat_template *ct, const tokenizer *tok, const chat_request *rq,
                                   int32_t **ids, size_t *n_ids, attnd_err *err) {
     *ids = NULL, *n_ids = 0;
     jinja_output o;
     attnd_status st = chat_template_render(ct, rq, &o, err);
     if (st != ATTND_OK) return st;
+    if (rq->opens_reasoning) *rq->opens_reasoning = ends_in_open_think(&o);
     tok_span *spans = malloc((o.n_segs + 1) * sizeof(*spans));
     size_t n = 0;
     for (size_t i = 0; spans && i < o.n_segs; i++)

@@ -122,6 +122,10 @@ typedef struct chat_request {
     const json_t *tools;   /* the request's tools array (borrowed; NULL = none) */
     const json_t *kwargs;  /* chat_template_kwargs, an object (borrowed; NULL = none) */
     bool add_generation_prompt;
+    bool *opens_reasoning; /* out, set by chat_template_encode (NULL = not wanted): the prompt ends
+                            * inside a reasoning block the template opened ("<think>" and blanks,
+                            * as DeepSeek-R1 style generation prompts do), so the reply starts as
+                            * reasoning */
 } chat_request;
 
 /*

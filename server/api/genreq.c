@@ -43,8 +43,12 @@ attnd_status genreq_prompt_tokens(req *r, int p, int32_t **ids, size_t *n, attnd
          * Hermes description and the turns written out (oai.h's fmsgs), the format the
          * forcing grammar and the parser share */
         chat_request cr;
+        bool opens = false;
         oai_chat_input(q, &cr);
-        return chat_template_encode(&s->chat, s->tok, &cr, ids, n, err);
+        cr.opens_reasoning = &opens;
+        attnd_status st = chat_template_encode(&s->chat, s->tok, &cr, ids, n, err);
+        if (st == ATTND_OK && opens) st = oai_open_reasoning(&r->oreq, err);
+        return st;
     }
     const oai_prompt *pr = &q->prompts[p];
     if (pr->text) return tok_encode(s->tok, pr->text, strlen(pr->text), true, true, ids, n, err);

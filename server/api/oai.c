@@ -579,14 +579,23 @@ attnd_status oai_bind_template(oai_request *r, bool takes_tools, toolcall_format
         st = call_grammar(r, use, lazy_calls, err);
     if (st != ATTND_OK || !r->grammar || r->format == OAI_FORMAT_GRAMMAR) return st; /* GBNF: as given */
     /* reasoning is never constrained: JSON and calls start after </think> */
-    grammar_lazy lz = {lazy_calls ? toolcall_trigger(use) : NULL, "<think>", "</think>"};
+    grammar_lazy lz = {lazy_calls ? toolcall_trigger(use) : NULL, "<think>", "</think>", false};
+    return grammar_set_lazy(r->grammar, &lz, err);
+}
+
+attnd_status oai_open_reasoning(oai_request *r, attnd_err *err) {
+    r->open_reasoning = true;
+    if (!r->grammar || r->format == OAI_FORMAT_GRAMMAR) return ATTND_OK; /* GBNF: as given */
+    grammar_lazy lz = grammar_get_lazy(r->grammar);
+    if (!lz.skip_close || lz.skip_inside) return ATTND_OK;
+    lz.skip_inside = true;
     return grammar_set_lazy(r->grammar, &lz, err);
 }
 
 void oai_chat_input(const oai_request *r, chat_request *out) {
-    if (r->template_tools) *out = (chat_request){r->msgs, r->n_msgs, r->messages_json, r->tools_json, r->template_kwargs, true};
-    else if (r->fmsgs) *out = (chat_request){r->fmsgs, r->n_fmsgs, NULL, NULL, r->template_kwargs, true};
-    else *out = (chat_request){r->msgs, r->n_msgs, r->messages_json, NULL, r->template_kwargs, true};
+    if (r->template_tools) *out = (chat_request){r->msgs, r->n_msgs, r->messages_json, r->tools_json, r->template_kwargs, true, NULL};
+    else if (r->fmsgs) *out = (chat_request){r->fmsgs, r->n_fmsgs, NULL, NULL, r->template_kwargs, true, NULL};
+    else *out = (chat_request){r->msgs, r->n_msgs, r->messages_json, NULL, r->template_kwargs, true, NULL};
 }
 
 // ---- responses ----------------------------------------------------------------------------

@@ -75,6 +75,7 @@ typedef struct oai_request {
     const json_t *template_kwargs; /* chat_template_kwargs: an object for the template (borrowed); NULL = none */
     // ---- structured output ----
     oai_format format;      /* what constrains the output */
+    bool open_reasoning;    /* the rendered prompt ended inside a reasoning block (oai_open_reasoning) */
     grammar *grammar;       /* owned reference; NULL for OAI_FORMAT_TEXT */
     // ---- tools (chat) ----
     toolcall_spec tools;    /* tools.tools is NULL when the request has none */
@@ -123,6 +124,11 @@ void oai_request_free(oai_request *r);
  * Errors: ATTND_ERR_NOMEM.
  */
 attnd_status oai_bind_template(oai_request *r, bool takes_tools, toolcall_format f, attnd_err *err);
+/* The rendered prompt ended inside a reasoning block (chat_request.opens_reasoning): the reply
+ * starts as reasoning (r->open_reasoning, for the output parser), and a lazy grammar that skips
+ * a leading reasoning block begins inside it, so it constrains only after "</think>". Before the
+ * grammar is shared with a job. Errors: ATTND_ERR_NOMEM. */
+attnd_status oai_open_reasoning(oai_request *r, attnd_err *err);
 /* The template's input for r's messages (pointers borrowed from r), add_generation_prompt on. */
 void oai_chat_input(const oai_request *r, chat_request *out);
 

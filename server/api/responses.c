@@ -115,6 +115,29 @@ static json_t *tool_item(const json_t *item, size_t i, const char *name, const c
                      (json_t *)id, "type", "function", "function", "name", (json_t *)fn, "arguments", (json_t *)args);
 }
 
+/* A reasoning item (one the server returned, or a client's): its reasoning_text parts, joined
+ * to the text of the items before it (prev, stolen; NULL = none). The next assistant message
+ * gets it as reasoning_content, which a template that renders reasoning shows; an item without
+ * reasoning text (only a summary or encrypted_content) adds nothing. Never an error. */
+static json_t *add_reasoning(json_t *prev, const json_t *item) {
+    const json_t *content = json_object_get(item, "content");
+    buf b = {0};
+    bool any = false, ok = true;
+    if (prev) ok = buf_append(&b, json_string_value(prev), json_string_length(prev));
+    for (size_t k = 0; ok && k < json_array_size(content); k++) {
+        const json_t *part = json_array_get(content, k), *text = json_object_get(part, "text");
+        if (!str_is(json_object_get(part, "type"), "reasoning_text") || !json_is_string(text)) continue;
+        if (b.len) ok = buf_puts(&b, "\n");
+        ok = ok && buf_append(&b, json_string_value(text), json_string_length(text));
+        any = true;
+    }
+    json_t *joined = any && ok ? oai_string(b.p ? b.p : "", b.len) : NULL;
+    buf_free(&b);
+    if (!joined) return prev;
+    json_decref(prev);
+    return joined;
+}
+
 /* One input item as a chat message {"role", "content"}; NULL with *st set on error. */
 static json_t *input_item(const json_t *item, size_t i, const char **param, attnd_err *err, attnd_status *st) {
     static _Thread_local char name[64]; /* *param must outlive the call: one per thread */
@@ -150,12 +173,25 @@ static attnd_status parse_input(const json_t *b, responses_request *r, const cha
     }
     if (!json_is_array(in) || json_array_size(in) == 0)
         return oai_bad(param, "input", err, "'input' must be a string or a non-empty array of messages");
+    json_t *thought = NULL; /* reasoning for the next assistant message */
     for (size_t i = 0; i < json_array_size(in); i++) {
+        const json_t *item = json_array_get(in, i);
+        if (json_is_object(item) && str_is(oai_field(item, "type"), "reasoning")) {
+            thought = add_reasoning(thought, item);
+            continue;
+        }
         attnd_status st = ATTND_ERR_NOMEM;
-        json_t *m = input_item(json_array_get(in, i), i, param, err, &st);
-        if (!m) return st == ATTND_ERR_NOMEM ? attnd_fail(err, st, "out of memory") : st;
+        json_t *m = input_item(item, i, param, err, &st);
+        if (!m) {
+            json_decref(thought);
+            return st == ATTND_ERR_NOMEM ? attnd_fail(err, st, "out of memory") : st;
+        }
+        if (thought && str_is(json_object_get(m, "role"), "assistant")) json_object_set(m, "reasoning_content", thought);
+        json_decref(thought);
+        thought = NULL; /* reasoning before anything but the assistant's turn goes */
         json_array_append_new(r->input, m);
     }
+    json_decref(thought);
     return ATTND_OK;
 }
 
@@ -164,7 +200,7 @@ static attnd_status parse_input(const json_t *b, responses_request *r, const cha
 /* The sampling fields handed to oai_parse unchanged (OpenAI's and attnd's extensions). */
 static const char *const SAMPLING[] = {"temperature", "top_p", "seed", "top_k", "min_p", "typical_p", "repeat_penalty",
                                        "presence_penalty", "frequency_penalty", "repeat_last_n", "logit_bias", "stop",
-                                       "draft_max"};
+                                       "draft_max", "grammar", "json_schema"};
 
 static attnd_status parse_scalars(const json_t *b, const server_settings *cfg, responses_request *r,
                                   const char **param, attnd_err *err) {
@@ -283,130 +319,60 @@ fail:
     return NULL;
 }
 
-json_t *responses_conversation(const responses_request *r, const json_t *earlier, const char *reply, size_t n) {
-    json_t *c = earlier ? json_deep_copy(earlier) : json_array();
-    if (!c) return NULL;
-    json_array_extend(c, r->input);
-    json_array_append_new(c, json_pack("{s:s,s:o}", "role", "assistant", "content", oai_string(reply, n)));
+/* The reply as the assistant message of the stored conversation (new reference). */
+static json_t *reply_message(const responses_result *res) {
+    toolcall_parser *p = toolcall_parser_create(res->req->tools);
+    json_t *deltas = json_array(), *msg = NULL;
+    if (p && deltas) {
+        toolcall_parser_set_id_base(p, res->id);
+        if (res->open_reasoning) toolcall_parser_start_in_reasoning(p);
+        toolcall_parser_feed(p, res->text, res->text_len, deltas);
+        toolcall_parser_finish(p, deltas);
+        json_t *content = toolcall_parser_content(p), *r = toolcall_parser_reasoning(p);
+        json_t *calls = toolcall_parser_calls(p);
+        if (!json_is_string(content)) json_decref(content), content = json_string(""); /* null beside calls */
+        msg = json_pack("{s:s,s:o}", "role", "assistant", "content", content);
+        if (msg && r) json_object_set(msg, "reasoning_content", r);
+        if (msg && calls) json_object_set(msg, "tool_calls", calls);
+        json_decref(r);
+        json_decref(calls);
+    }
+    json_decref(deltas);
+    toolcall_parser_destroy(p);
+    return msg;
+}
+
+json_t *responses_conversation(const responses_result *res, const json_t *earlier) {
+    json_t *c = earlier ? json_deep_copy(earlier) : json_array(), *msg = reply_message(res);
+    if (!c || !msg) {
+        json_decref(c);
+        json_decref(msg);
+        return NULL;
+    }
+    json_array_extend(c, res->req->input);
+    json_array_append_new(c, msg);
     return c;
 }
 
-// ---- the Response object -----------------------------------------------------------------
-
-static json_t *output_text_part(const responses_result *res) {
-    return json_pack("{s:s,s:o,s:[],s:[]}", "type", "output_text", "text", oai_string(res->text, res->text_len),
-                     "annotations", "logprobs");
-}
-
-/* The assistant message; status follows the response's. */
-static json_t *output_message(const responses_result *res, bool with_text) {
-    const char *status = !strcmp(res->status, "in_progress") ? "in_progress" : res->cut_short ? "incomplete" : "completed";
-    json_t *content = json_array();
-    if (with_text) json_array_append_new(content, output_text_part(res));
-    return json_pack("{s:s,s:s,s:s,s:s,s:o}", "id", res->msg_id, "type", "message", "status", status, "role",
-                     "assistant", "content", content);
-}
-
-/* A function_call item's id from its call id: the stream and the final object agree. */
-static void fc_id(const char *call_id, char *out, size_t n) {
-    snprintf(out, n, "fc_%.80s", call_id && !strncmp(call_id, "call_", 5) ? call_id + 5 : call_id ? call_id : "");
-}
-
-/* With tools: the reply split by the tool-call parser into a message (when there is text) and
- * function_call items. */
-static void tool_output(const responses_result *res, json_t *output) {
-    json_t *choice = json_pack("{s:{s:s},s:s}", "message", "role", "assistant", "finish_reason", "stop");
-    if (!choice || !toolcall_apply(choice, res->text, res->text_len, true, res->id)) {
-        json_array_append_new(output, output_message(res, true));
-        json_decref(choice);
-        return;
-    }
-    json_t *msg = json_object_get(choice, "message"), *content = json_object_get(msg, "content");
-    if (json_is_string(content) && json_string_length(content)) {
-        responses_result text = *res;
-        text.text = json_string_value(content), text.text_len = json_string_length(content);
-        json_array_append_new(output, output_message(&text, true));
-    }
-    json_t *calls = json_object_get(msg, "tool_calls");
-    for (size_t i = 0; i < json_array_size(calls); i++) {
-        const json_t *c = json_array_get(calls, i), *f = json_object_get(c, "function");
-        char id[96];
-        fc_id(json_string_value(json_object_get(c, "id")), id, sizeof(id));
-        json_array_append_new(output, json_pack("{s:s,s:s,s:s,s:O,s:O,s:O}", "type", "function_call", "id", id, "status",
-                                                "completed", "call_id", json_object_get(c, "id"), "name",
-                                                json_object_get(f, "name"), "arguments", json_object_get(f, "arguments")));
-    }
-    json_decref(choice);
-}
-
-static json_t *usage(const responses_result *res) {
-    return json_pack("{s:i,s:{s:i},s:i,s:{s:i},s:i}", "input_tokens", res->input_tokens, "input_tokens_details",
-                     "cached_tokens", res->cached_tokens, "output_tokens", res->output_tokens, "output_tokens_details",
-                     "reasoning_tokens", 0, "total_tokens", res->input_tokens + res->output_tokens);
-}
-
-static json_t *str_or_null(const char *s) { return s ? json_string(s) : json_null(); }
-
-json_t *responses_object(const responses_result *res) {
-    const responses_request *q = res->req;
-    bool running = !strcmp(res->status, "in_progress");
-    json_t *o = json_object(), *output = json_array();
-    if (!o || !output) {
-        json_decref(o);
-        json_decref(output);
-        return NULL;
-    }
-    if (!running && !q->tools) json_array_append_new(output, output_message(res, true));
-    if (!running && q->tools) tool_output(res, output);
-    json_object_set_new(o, "id", json_string(res->id));
-    json_object_set_new(o, "object", json_string("response"));
-    json_object_set_new(o, "created_at", json_integer(res->created_at));
-    json_object_set_new(o, "status", json_string(res->status));
-    json_object_set_new(o, "error", json_null());
-    json_object_set_new(o, "incomplete_details",
-                        res->cut_short && !running ? json_pack("{s:s}", "reason", "max_output_tokens") : json_null());
-    json_object_set_new(o, "instructions", str_or_null(q->instructions));
-    json_object_set_new(o, "max_output_tokens", q->max_output_tokens >= 0 ? json_integer(q->max_output_tokens) : json_null());
-    json_object_set_new(o, "model", json_string(res->model));
-    json_object_set_new(o, "output", output);
-    json_object_set_new(o, "parallel_tool_calls", json_false());
-    json_object_set_new(o, "previous_response_id", str_or_null(q->previous_id));
-    json_object_set_new(o, "reasoning", json_pack("{s:n,s:n}", "effort", "summary"));
-    json_object_set_new(o, "store", json_boolean(q->store));
-    json_object_set_new(o, "temperature", json_real(res->temperature));
-    json_object_set_new(o, "text", json_pack("{s:{s:s}}", "format", "type", "text"));
-    const json_t *tc = json_object_get(q->sampling, "tool_choice"), *tools = json_object_get(q->sampling, "tools");
-    json_object_set_new(o, "tool_choice", tc ? json_deep_copy(tc) : json_string("none"));
-    json_t *rtools = json_array();
-    for (size_t i = 0; i < json_array_size(tools); i++) { /* back in Responses' shape */
-        json_t *t = json_deep_copy(json_object_get(json_array_get(tools, i), "function"));
-        if (t) json_object_set_new(t, "type", json_string("function")), json_array_append_new(rtools, t);
-    }
-    json_object_set_new(o, "tools", rtools);
-    json_object_set_new(o, "top_p", json_real(res->top_p));
-    json_object_set_new(o, "truncation", json_string("disabled"));
-    json_object_set_new(o, "usage", running ? json_null() : usage(res));
-    json_object_set_new(o, "user", str_or_null(q->user));
-    json_object_set_new(o, "metadata", json_deep_copy(q->metadata));
-    return o;
-}
-
-json_t *responses_deleted(const char *id) {
-    return json_pack("{s:s,s:s,s:b}", "id", id, "object", "response.deleted", "deleted", 1);
-}
-
-// ---- streamed events ---------------------------------------------------------------------
+// ---- output items: one builder for the stream and the final object -------------------------
+//
+// The reply goes through the tool-call parser (toolcall.h), which splits off reasoning and, with
+// tools, the calls. Its deltas open output items in the order they appear: a reasoning item at
+// the first reasoning text, the message at the first text of the answer, a function_call item
+// at each call. The final Response object is made by running the same builder over the whole
+// reply with its events dropped, so its items, ids and order are the stream's.
 
 typedef struct sse_buf {
     char *p;
     size_t n, cap;
     bool failed;
+    bool quiet; /* building the final object: frames are dropped */
 } sse_buf;
 
 /* Appends one event frame built from ev (stolen): type and sequence_number are added here. */
 static void frame(sse_buf *b, responses_stream *st, const char *type, json_t *ev) {
     if (!ev) b->failed = true;
-    if (b->failed) {
+    if (b->failed || b->quiet) {
         json_decref(ev);
         return;
     }
@@ -450,26 +416,44 @@ static json_t *item_at(const char *item_id, int output_index, bool content) {
     return o;
 }
 
-static void open_message(sse_buf *b, responses_stream *st, const responses_result *res) {
-    frame(b, st, "response.output_item.added", json_pack("{s:i,s:o}", "output_index", st->msg_index, "item",
-                                                         output_message(res, false)));
-    json_t *ev = item_at(res->msg_id, st->msg_index, true);
-    if (ev) json_object_set_new(ev, "part", json_pack("{s:s,s:s,s:[],s:[]}", "type", "output_text", "text", "",
-                                                      "annotations", "logprobs"));
-    frame(b, st, "response.content_part.added", ev);
+static const char *item_status(const responses_result *res) {
+    return !strcmp(res->status, "in_progress") ? "in_progress" : res->cut_short ? "incomplete" : "completed";
 }
 
-char *responses_stream_begin(responses_stream *st, const responses_result *res) {
-    sse_buf b = {0};
-    st->msg_index = st->call_index = -1;
-    if (res->req->tools) {
-        if (!(st->tp = toolcall_parser_create(true))) return NULL;
-        toolcall_parser_set_id_base(st->tp, res->id);
-    }
-    frame(&b, st, "response.created", json_pack("{s:o}", "response", responses_object(res)));
-    frame(&b, st, "response.in_progress", json_pack("{s:o}", "response", responses_object(res)));
-    if (!st->tp) st->msg_index = st->n_items++, open_message(&b, st, res);
-    return finish(&b);
+static json_t *output_text_part(const char *text, size_t n) {
+    return json_pack("{s:s,s:o,s:[],s:[]}", "type", "output_text", "text", oai_string(text, n), "annotations",
+                     "logprobs");
+}
+
+/* The assistant message (text NULL: no content part yet); status follows the response's. */
+static json_t *output_message(const responses_result *res, const char *status, const char *text, size_t n) {
+    json_t *content = json_array();
+    if (text) json_array_append_new(content, output_text_part(text, n));
+    return json_pack("{s:s,s:s,s:s,s:s,s:o}", "id", res->msg_id, "type", "message", "status", status, "role",
+                     "assistant", "content", content);
+}
+
+/* Records item (stolen) as output[index] of the final object. */
+static void item_set(sse_buf *b, responses_stream *st, int index, json_t *item) {
+    if (!item) return (void)(b->failed = true);
+    if ((size_t)index < json_array_size(st->items)) json_array_set_new(st->items, (size_t)index, item);
+    else json_array_append_new(st->items, item);
+}
+
+/* Announces output[index] = item (stolen) with response.output_item.added (or .done). */
+static void item_frame(sse_buf *b, responses_stream *st, const char *type, int index, json_t *item) {
+    item_set(b, st, index, json_incref(item));
+    frame(b, st, type, item ? json_pack("{s:i,s:o}", "output_index", index, "item", item) : NULL);
+}
+
+// ---- the message ----
+
+static void open_message(sse_buf *b, responses_stream *st, const responses_result *res) {
+    st->msg_index = st->n_items++;
+    item_frame(b, st, "response.output_item.added", st->msg_index, output_message(res, "in_progress", NULL, 0));
+    json_t *ev = item_at(res->msg_id, st->msg_index, true);
+    if (ev) json_object_set_new(ev, "part", output_text_part("", 0));
+    frame(b, st, "response.content_part.added", ev);
 }
 
 static void text_delta(sse_buf *b, responses_stream *st, const responses_result *res, const char *text, size_t n) {
@@ -481,9 +465,81 @@ static void text_delta(sse_buf *b, responses_stream *st, const responses_result 
     frame(b, st, "response.output_text.delta", ev);
 }
 
+/* The message's closing events with its whole text, text[n]. */
+static void close_message(sse_buf *b, responses_stream *st, const responses_result *res, const char *text, size_t n) {
+    json_t *ev = item_at(res->msg_id, st->msg_index, true);
+    if (ev) {
+        json_object_set_new(ev, "text", oai_string(text, n));
+        json_object_set_new(ev, "logprobs", json_array());
+    }
+    frame(b, st, "response.output_text.done", ev);
+    ev = item_at(res->msg_id, st->msg_index, true);
+    if (ev) json_object_set_new(ev, "part", output_text_part(text, n));
+    frame(b, st, "response.content_part.done", ev);
+    item_frame(b, st, "response.output_item.done", st->msg_index, output_message(res, item_status(res), text, n));
+    st->msg_closed = true;
+}
+
+// ---- reasoning ----
+
+static json_t *reasoning_item(const responses_stream *st, const char *status, bool with_text) {
+    json_t *content = json_array();
+    if (with_text) /* a copy: rs_text changes when the next reasoning item opens */
+        json_array_append_new(content, json_pack("{s:s,s:s%}", "type", "reasoning_text", "text",
+                                                 json_string_value(st->rs_text), json_string_length(st->rs_text)));
+    return json_pack("{s:s,s:s,s:[],s:o,s:s}", "id", st->rs_id, "type", "reasoning", "summary", "content", content,
+                     "status", status);
+}
+
+/* A reasoning item opens: rs_ plus the message id's tail (and _k for the k-th after the first). */
+static void open_reasoning(sse_buf *b, responses_stream *st, const responses_result *res) {
+    const char *tail = !strncmp(res->msg_id, "msg_", 4) ? res->msg_id + 4 : res->msg_id;
+    if (st->n_rs) snprintf(st->rs_id, sizeof(st->rs_id), "rs_%.56s_%d", tail, st->n_rs);
+    else snprintf(st->rs_id, sizeof(st->rs_id), "rs_%.56s", tail);
+    st->n_rs++;
+    st->rs_index = st->n_items++;
+    json_string_set(st->rs_text, "");
+    item_frame(b, st, "response.output_item.added", st->rs_index, reasoning_item(st, "in_progress", false));
+    json_t *ev = item_at(st->rs_id, st->rs_index, true);
+    if (ev) json_object_set_new(ev, "part", json_pack("{s:s,s:s}", "type", "reasoning_text", "text", ""));
+    frame(b, st, "response.content_part.added", ev);
+}
+
+static void reasoning_delta(sse_buf *b, responses_stream *st, const char *text, size_t n) {
+    size_t have = json_string_length(st->rs_text);
+    char *joined = malloc(have + n + 1);
+    if (!joined) return (void)(b->failed = true);
+    memcpy(joined, json_string_value(st->rs_text), have), memcpy(joined + have, text, n);
+    json_string_setn(st->rs_text, joined, have + n);
+    free(joined);
+    json_t *ev = item_at(st->rs_id, st->rs_index, true);
+    if (ev) json_object_set_new(ev, "delta", oai_string(text, n));
+    frame(b, st, "response.reasoning_text.delta", ev);
+}
+
+static void close_reasoning(sse_buf *b, responses_stream *st, const char *status) {
+    if (st->rs_index < 0) return;
+    json_t *ev = item_at(st->rs_id, st->rs_index, true);
+    if (ev) json_object_set(ev, "text", st->rs_text);
+    frame(b, st, "response.reasoning_text.done", ev);
+    ev = item_at(st->rs_id, st->rs_index, true);
+    if (ev) json_object_set_new(ev, "part", json_pack("{s:s,s:O}", "type", "reasoning_text", "text", st->rs_text));
+    frame(b, st, "response.content_part.done", ev);
+    item_frame(b, st, "response.output_item.done", st->rs_index, reasoning_item(st, status, true));
+    st->rs_index = -1;
+}
+
+// ---- function calls ----
+
+/* A function_call item's id from its call id: the stream and the final object agree. */
+static void fc_id(const char *call_id, char *out, size_t n) {
+    snprintf(out, n, "fc_%.80s", call_id && !strncmp(call_id, "call_", 5) ? call_id + 5 : call_id ? call_id : "");
+}
+
 static json_t *call_item(const responses_stream *st, const char *status) {
-    return json_pack("{s:s,s:s,s:s,s:s,s:s,s:O}", "type", "function_call", "id", st->call_item, "status", status,
-                     "call_id", st->call_id, "name", st->call_name, "arguments", st->call_args);
+    return json_pack("{s:s,s:s,s:s,s:s,s:s,s:s%}", "type", "function_call", "id", st->call_item, "status", status,
+                     "call_id", st->call_id, "name", st->call_name, "arguments", json_string_value(st->call_args),
+                     json_string_length(st->call_args));
 }
 
 static void close_call(sse_buf *b, responses_stream *st) {
@@ -491,33 +547,21 @@ static void close_call(sse_buf *b, responses_stream *st) {
     json_t *ev = item_at(st->call_item, st->call_index, false);
     if (ev) json_object_set(ev, "arguments", st->call_args);
     frame(b, st, "response.function_call_arguments.done", ev);
-    frame(b, st, "response.output_item.done", json_pack("{s:i,s:o}", "output_index", st->call_index, "item",
-                                                        call_item(st, "completed")));
+    item_frame(b, st, "response.output_item.done", st->call_index, call_item(st, "completed"));
     st->call_index = -1;
 }
 
-/* One parser delta as Responses events. */
-static void tool_event(sse_buf *b, responses_stream *st, const responses_result *res, const json_t *d) {
-    const json_t *c = json_object_get(d, "content"), *tc = json_array_get(json_object_get(d, "tool_calls"), 0);
-    if (json_is_string(c)) {
-        if (st->msg_index < 0) st->msg_index = st->n_items++, open_message(b, st, res);
-        text_delta(b, st, res, json_string_value(c), json_string_length(c));
-        return;
-    }
-    if (!tc) return; /* reasoning is not streamed as items */
-    const json_t *f = json_object_get(tc, "function"), *id = json_object_get(tc, "id");
-    const char *frag = json_string_value(json_object_get(f, "arguments"));
-    if (id) {
-        close_call(b, st);
-        st->call_index = st->n_items++;
-        snprintf(st->call_id, sizeof(st->call_id), "%s", json_string_value(id));
-        fc_id(st->call_id, st->call_item, sizeof(st->call_item));
-        snprintf(st->call_name, sizeof(st->call_name), "%s", json_string_value(json_object_get(f, "name")));
-        json_string_set(st->call_args, "");
-        frame(b, st, "response.output_item.added", json_pack("{s:i,s:o}", "output_index", st->call_index, "item",
-                                                             call_item(st, "in_progress")));
-    }
-    if (!frag || !*frag || st->call_index < 0) return;
+static void open_call(sse_buf *b, responses_stream *st, const json_t *id, const json_t *f) {
+    st->call_index = st->n_items++;
+    st->n_calls++;
+    snprintf(st->call_id, sizeof(st->call_id), "%s", json_string_value(id));
+    fc_id(st->call_id, st->call_item, sizeof(st->call_item));
+    snprintf(st->call_name, sizeof(st->call_name), "%s", json_string_value(json_object_get(f, "name")));
+    json_string_set(st->call_args, "");
+    item_frame(b, st, "response.output_item.added", st->call_index, call_item(st, "in_progress"));
+}
+
+static void call_delta(sse_buf *b, responses_stream *st, const char *frag) {
     size_t n = json_string_length(st->call_args), k = strlen(frag);
     char *joined = malloc(n + k + 1);
     if (!joined) return (void)(b->failed = true);
@@ -529,57 +573,172 @@ static void tool_event(sse_buf *b, responses_stream *st, const responses_result 
     frame(b, st, "response.function_call_arguments.delta", ev);
 }
 
-static void tool_events(sse_buf *b, responses_stream *st, const responses_result *res, json_t *deltas) {
+// ---- from parser deltas to items ----
+
+/* One parser delta as Responses events; an item of one kind closes the open one of another. */
+static void item_event(sse_buf *b, responses_stream *st, const responses_result *res, const json_t *d) {
+    const json_t *c = json_object_get(d, "content"), *r = json_object_get(d, "reasoning_content");
+    const json_t *tc = json_array_get(json_object_get(d, "tool_calls"), 0);
+    if (json_is_string(r)) {
+        close_call(b, st);
+        if (st->rs_index < 0) open_reasoning(b, st, res);
+        reasoning_delta(b, st, json_string_value(r), json_string_length(r));
+        return;
+    }
+    if (json_is_string(c) || tc) close_reasoning(b, st, "completed");
+    if (json_is_string(c)) {
+        close_call(b, st);
+        if (st->msg_index < 0) open_message(b, st, res);
+        text_delta(b, st, res, json_string_value(c), json_string_length(c));
+        return;
+    }
+    if (!tc) return;
+    const json_t *f = json_object_get(tc, "function"), *id = json_object_get(tc, "id");
+    const char *frag = json_string_value(json_object_get(f, "arguments"));
+    if (id) close_call(b, st), open_call(b, st, id, f);
+    if (frag && *frag && st->call_index >= 0) call_delta(b, st, frag);
+}
+
+static void item_events(sse_buf *b, responses_stream *st, const responses_result *res, json_t *deltas) {
     if (!deltas) return (void)(b->failed = true);
-    for (size_t i = 0; i < json_array_size(deltas); i++) tool_event(b, st, res, json_array_get(deltas, i));
+    for (size_t i = 0; i < json_array_size(deltas); i++) item_event(b, st, res, json_array_get(deltas, i));
     json_decref(deltas);
+}
+
+/* The builder's state before the first text; false when out of memory. */
+static bool items_start(responses_stream *st, const responses_result *res) {
+    st->msg_index = st->call_index = st->rs_index = -1;
+    st->tp = toolcall_parser_create(res->req->tools);
+    st->items = json_array();
+    st->call_args = json_string("");
+    st->rs_text = json_string("");
+    if (!st->tp || !st->items || !st->call_args || !st->rs_text) return false;
+    toolcall_parser_set_id_base(st->tp, res->id);
+    if (res->open_reasoning) toolcall_parser_start_in_reasoning(st->tp);
+    return true;
+}
+
+static void items_feed(sse_buf *b, responses_stream *st, const responses_result *res, const char *text, size_t n) {
+    json_t *deltas = json_array();
+    if (deltas) toolcall_parser_feed(st->tp, text, n, deltas);
+    item_events(b, st, res, deltas);
+}
+
+/* The end of the reply: what the parser held back, then every open item closes. A reply without
+ * calls always has its message, empty if need be. */
+static void items_end(sse_buf *b, responses_stream *st, const responses_result *res) {
+    json_t *deltas = json_array();
+    if (deltas) toolcall_parser_finish(st->tp, deltas);
+    item_events(b, st, res, deltas);
+    close_call(b, st);
+    close_reasoning(b, st, res->cut_short && st->msg_index < 0 && !st->n_calls ? "incomplete" : "completed");
+    if (st->msg_index < 0 && !st->n_calls) open_message(b, st, res);
+    if (st->msg_index >= 0 && !st->msg_closed) {
+        json_t *content = toolcall_parser_content(st->tp);
+        bool text = json_is_string(content);
+        close_message(b, st, res, text ? json_string_value(content) : "", text ? json_string_length(content) : 0);
+        json_decref(content);
+    }
+    st->ended = true;
+}
+
+/* The output items of a finished reply (new reference; NULL when out of memory). */
+static json_t *output_items(const responses_result *res) {
+    responses_stream st = {0};
+    sse_buf b = {.quiet = true};
+    json_t *items = NULL;
+    if (items_start(&st, res)) {
+        items_feed(&b, &st, res, res->text, res->text_len);
+        items_end(&b, &st, res);
+        if (!b.failed) items = json_incref(st.items);
+    }
+    responses_stream_free(&st);
+    free(b.p);
+    return items;
+}
+
+// ---- the Response object -----------------------------------------------------------------
+
+static json_t *usage(const responses_result *res) {
+    return json_pack("{s:i,s:{s:i},s:i,s:{s:i},s:i}", "input_tokens", res->input_tokens, "input_tokens_details",
+                     "cached_tokens", res->cached_tokens, "output_tokens", res->output_tokens, "output_tokens_details",
+                     "reasoning_tokens", 0, "total_tokens", res->input_tokens + res->output_tokens);
+}
+
+static json_t *str_or_null(const char *s) { return s ? json_string(s) : json_null(); }
+
+/* The request's tools, back in Responses' shape (new reference). */
+static json_t *echo_tools(const responses_request *q) {
+    const json_t *tools = json_object_get(q->sampling, "tools");
+    json_t *rtools = json_array();
+    for (size_t i = 0; rtools && i < json_array_size(tools); i++) {
+        json_t *t = json_deep_copy(json_object_get(json_array_get(tools, i), "function"));
+        if (t) json_object_set_new(t, "type", json_string("function")), json_array_append_new(rtools, t);
+    }
+    return rtools;
+}
+
+json_t *responses_object(const responses_result *res) {
+    const responses_request *q = res->req;
+    bool running = !strcmp(res->status, "in_progress");
+    json_t *o = json_object(), *output = running ? json_array() : output_items(res);
+    if (!o || !output) {
+        json_decref(o);
+        json_decref(output);
+        return NULL;
+    }
+    json_object_set_new(o, "id", json_string(res->id));
+    json_object_set_new(o, "object", json_string("response"));
+    json_object_set_new(o, "created_at", json_integer(res->created_at));
+    json_object_set_new(o, "status", json_string(res->status));
+    json_object_set_new(o, "error", json_null());
+    json_object_set_new(o, "incomplete_details",
+                        res->cut_short && !running ? json_pack("{s:s}", "reason", "max_output_tokens") : json_null());
+    json_object_set_new(o, "instructions", str_or_null(q->instructions));
+    json_object_set_new(o, "max_output_tokens", q->max_output_tokens >= 0 ? json_integer(q->max_output_tokens) : json_null());
+    json_object_set_new(o, "model", json_string(res->model));
+    json_object_set_new(o, "output", output);
+    json_object_set_new(o, "parallel_tool_calls", json_false());
+    json_object_set_new(o, "previous_response_id", str_or_null(q->previous_id));
+    json_object_set_new(o, "reasoning", json_pack("{s:n,s:n}", "effort", "summary"));
+    json_object_set_new(o, "store", json_boolean(q->store));
+    json_object_set_new(o, "temperature", json_real(res->temperature));
+    json_object_set_new(o, "text", json_pack("{s:{s:s}}", "format", "type", "text"));
+    const json_t *tc = json_object_get(q->sampling, "tool_choice");
+    json_object_set_new(o, "tool_choice", tc ? json_deep_copy(tc) : json_string("none"));
+    json_object_set_new(o, "tools", echo_tools(q));
+    json_object_set_new(o, "top_p", json_real(res->top_p));
+    json_object_set_new(o, "truncation", json_string("disabled"));
+    json_object_set_new(o, "usage", running ? json_null() : usage(res));
+    json_object_set_new(o, "user", str_or_null(q->user));
+    json_object_set_new(o, "metadata", json_deep_copy(q->metadata));
+    return o;
+}
+
+json_t *responses_deleted(const char *id) {
+    return json_pack("{s:s,s:s,s:b}", "id", id, "object", "response.deleted", "deleted", 1);
+}
+
+// ---- streamed events ---------------------------------------------------------------------
+
+char *responses_stream_begin(responses_stream *st, const responses_result *res) {
+    sse_buf b = {0};
+    if (!items_start(st, res)) return NULL;
+    frame(&b, st, "response.created", json_pack("{s:o}", "response", responses_object(res)));
+    frame(&b, st, "response.in_progress", json_pack("{s:o}", "response", responses_object(res)));
+    return finish(&b);
 }
 
 char *responses_stream_delta(responses_stream *st, const responses_result *res, const char *text, size_t n) {
     sse_buf b = {0};
-    if (!st->tp) {
-        text_delta(&b, st, res, text, n);
-        return finish(&b);
-    }
-    if (!st->call_args) st->call_args = json_string("");
-    json_t *deltas = json_array();
-    if (deltas) toolcall_parser_feed(st->tp, text, n, deltas);
-    tool_events(&b, st, res, deltas);
+    if (!st->tp) return NULL;
+    items_feed(&b, st, res, text, n);
     return finish(&b);
-}
-
-/* The message's closing events, with its text (the whole reply without tools, else the
- * parser's content). */
-static void close_message(sse_buf *b, responses_stream *st, const responses_result *res) {
-    json_t *ev = item_at(res->msg_id, st->msg_index, true);
-    if (ev) {
-        json_object_set_new(ev, "text", oai_string(res->text, res->text_len));
-        json_object_set_new(ev, "logprobs", json_array());
-    }
-    frame(b, st, "response.output_text.done", ev);
-    ev = item_at(res->msg_id, st->msg_index, true);
-    if (ev) json_object_set_new(ev, "part", output_text_part(res));
-    frame(b, st, "response.content_part.done", ev);
-    frame(b, st, "response.output_item.done", json_pack("{s:i,s:o}", "output_index", st->msg_index, "item",
-                                                        output_message(res, true)));
 }
 
 char *responses_stream_end(responses_stream *st, const responses_result *res) {
     sse_buf b = {0};
-    if (st->tp) {
-        if (!st->call_args) st->call_args = json_string("");
-        json_t *deltas = json_array();
-        if (deltas) toolcall_parser_finish(st->tp, deltas);
-        tool_events(&b, st, res, deltas);
-        close_call(&b, st);
-    }
-    if (st->msg_index >= 0) {
-        responses_result text = *res;
-        json_t *content = st->tp ? toolcall_parser_content(st->tp) : NULL;
-        if (json_is_string(content)) text.text = json_string_value(content), text.text_len = json_string_length(content);
-        close_message(&b, st, &text);
-        json_decref(content);
-    }
+    if (st->tp && !st->ended) items_end(&b, st, res);
     const char *last = res->cut_short ? "response.incomplete" : "response.completed";
     frame(&b, st, last, json_pack("{s:o}", "response", responses_object(res)));
     return finish(&b);
@@ -588,8 +747,10 @@ char *responses_stream_end(responses_stream *st, const responses_result *res) {
 void responses_stream_free(responses_stream *st) {
     if (!st) return;
     toolcall_parser_destroy(st->tp);
+    json_decref(st->items);
     json_decref(st->call_args);
-    st->tp = NULL, st->call_args = NULL;
+    json_decref(st->rs_text);
+    st->tp = NULL, st->items = st->call_args = st->rs_text = NULL;
 }
 
 char *responses_stream_failed(responses_stream *st, const responses_result *res, const char *message) {

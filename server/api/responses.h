@@ -5,15 +5,30 @@
  * model, no HTTP, no store: the endpoint looks up previous_response_id itself and hands its
  * conversation in.
  *
- * What is not text generation (tools, reasoning, images and files, structured output, background
- * runs) is refused with ATTND_ERR_INVALID and *param naming the field, never silently ignored.
+ * What is not text generation (other tool types, the `reasoning` settings, images and files,
+ * background runs) is refused with ATTND_ERR_INVALID and *param naming the field, never silently
+ * ignored.
+ *
+ * The reply goes through the tool-call parser (toolcall.h) and becomes output items in the
+ * order they appear: a `reasoning` item for the text inside the template's reasoning markers
+ * ({"type": "reasoning", "id": "rs_…", "summary": [], "content": [{"type": "reasoning_text",
+ * "text"}], "status"}), the assistant `message` with the rest of the text, and with tools a
+ * `function_call` item per call. A reply without calls always has its message.
  *
  * Streaming: every event is an SSE frame "event: <type>\ndata: <json>\n\n" whose JSON carries
- * "type" and an increasing "sequence_number". The order is response.created, response.in_progress,
- * response.output_item.added, response.content_part.added, response.output_text.delta (one per
- * piece of text), response.output_text.done, response.content_part.done,
- * response.output_item.done, then response.completed (or response.incomplete when
- * max_output_tokens, a cancellation or the server's shutdown cut the text short).
+ * "type" and an increasing "sequence_number". The order is response.created,
+ * response.in_progress, then for each item as it appears response.output_item.added and:
+ *   message:       response.content_part.added, response.output_text.delta (one per piece of
+ *                  text), response.output_text.done, response.content_part.done;
+ *   reasoning:     response.content_part.added (a reasoning_text part),
+ *                  response.reasoning_text.delta …, response.reasoning_text.done,
+ *                  response.content_part.done;
+ *   function_call: response.function_call_arguments.delta …, response.function_call_arguments.done;
+ * then its response.output_item.done (a reasoning item or call closes when the next item
+ * starts, the message at the end), and last response.completed (or response.incomplete when
+ * max_output_tokens, a cancellation or the server's shutdown cut the text short). The items,
+ * their ids and output_index are those of the final Response object, which is built by the
+ * same code over the whole reply.
  */
 #ifndef ATTND_SERVER_RESPONSES_H
 #define ATTND_SERVER_RESPONSES_H
@@ -57,11 +72,6 @@ void responses_request_free(responses_request *r); /* accepts NULL */
  */
 json_t *responses_chat_body(const responses_request *r, const json_t *earlier);
 
-/* The conversation to store for follow-ups (new reference): earlier + r->input + the reply as
- * an assistant message. */
-json_t *responses_conversation(const responses_request *r, const json_t *earlier, const char *reply,
-                               size_t reply_len);
-
 /* A finished or running generation as the Response object reports it. */
 typedef struct responses_result {
     const char *id;           /* "resp_..." */
@@ -75,35 +85,49 @@ typedef struct responses_result {
     int input_tokens, cached_tokens, output_tokens;
     const responses_request *req; /* echoed fields: instructions, previous_id, store, ... */
     double temperature, top_p;
+    bool open_reasoning;      /* the prompt ended inside a reasoning block (an open <think>): the
+                                 reply starts as reasoning */
 } responses_result;
+
+/* The conversation to store for follow-ups (new reference): earlier + res->req->input + the
+ * reply as an assistant message split as the output items are: "content", "reasoning_content"
+ * when there is reasoning (a template that renders it gets it back), "tool_calls" with the
+ * calls' ids. NULL when out of memory. */
+json_t *responses_conversation(const responses_result *res, const json_t *earlier);
 
 /* The Response object (new reference). */
 json_t *responses_object(const responses_result *res);
 /* {"id", "object": "response.deleted", "deleted": true} (new reference). */
 json_t *responses_deleted(const char *id);
 
-/* The event stream of one response: sequence numbers and the item ids. With tools the reply
- * goes through the tool-call parser as it streams: the message item opens at the first text,
- * each call is a function_call item whose arguments stream as
- * response.function_call_arguments.delta events, and the ids are those of the final object. */
+/* The event stream of one response: sequence numbers and the output items so far. */
 typedef struct responses_stream {
     int seq;                  /* next sequence_number */
-    struct toolcall_parser *tp; /* with tools (owned; NULL = the reply is all text) */
+    struct toolcall_parser *tp; /* the reply's parser (owned; NULL until begin) */
+    json_t *items;            /* the output items so far, by output_index (owned) */
     int n_items;              /* output items opened */
     int msg_index;            /* the message's output_index; -1 = not opened */
+    bool msg_closed, ended;
+    int rs_index;             /* the open reasoning item's output_index; -1 = none */
+    int n_rs;                 /* reasoning items opened */
+    char rs_id[72];
+    json_t *rs_text;          /* the open reasoning item's text so far (a string, owned) */
     int call_index;           /* the open call's output_index; -1 = none */
-    char call_item[96], call_id[80], call_name[128];
+    int n_calls;
+    char call_item[96], call_id[80], call_name[400]; /* the name, U+FFFD for each stray byte */
     json_t *call_args;        /* the open call's arguments so far (a string, owned) */
 } responses_stream;
 /* Frees what the stream holds (not st); accepts a stream that never began. */
 void responses_stream_free(responses_stream *st);
 
-/* SSE frames from the start through response.content_part.added (malloc'd string, NULL when out
- * of memory). res->status should be "in_progress". */
+/* SSE frames response.created and response.in_progress (malloc'd string, NULL when out of
+ * memory). res->status should be "in_progress". */
 char *responses_stream_begin(responses_stream *st, const responses_result *res);
-/* One response.output_text.delta frame for text[0..n) (malloc'd; NULL when out of memory). */
+/* The frames for the next piece of the reply, text[0..n): deltas, and items opening and closing
+ * (malloc'd, "" when the parser holds the text back; NULL when out of memory). */
 char *responses_stream_delta(responses_stream *st, const responses_result *res, const char *text, size_t n);
-/* The closing frames, response.output_text.done through response.completed / .incomplete. */
+/* The closing frames: what the parser held back, the open items' .done events, then
+ * response.completed / .incomplete. */
 char *responses_stream_end(responses_stream *st, const responses_result *res);
 /* The closing frame of a generation that failed: response.failed, whose response has status
  * "failed" and error {"code": "server_error", "message"}. */

@@ -61,6 +61,7 @@ static responses_result result_of(req *r, const sched_output *o, const char *tex
         .input_tokens = o ? o->n_prompt : 0, .cached_tokens = o ? o->n_cached : 0,
         .output_tokens = o ? o->n_generated : 0, .req = &st->rq,
         .temperature = r->oreq.sp.temperature, .top_p = r->oreq.sp.top_p,
+        .open_reasoning = r->oreq.open_reasoning,
     };
 }
 
@@ -76,7 +77,7 @@ static int store_failure_status(attnd_status rc, int sys_errno) {
 static bool store_response(req *r, const responses_result *res) {
     rsp_state *st = req_get(r, REQ_SLOT_ENDPOINT);
     if (!st->rq.store || !st->session[0]) return true;
-    json_t *obj = responses_object(res), *conv = responses_conversation(&st->rq, st->earlier, res->text, res->text_len);
+    json_t *obj = responses_object(res), *conv = responses_conversation(res, st->earlier);
     attnd_err err;
     int e = 0;
     attnd_status rc = obj && conv ? rstore_put(r->srv->responses, r->owner, obj, conv, st->session, &e, &err)

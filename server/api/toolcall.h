@@ -99,6 +99,9 @@ void toolcall_parser_destroy(toolcall_parser *p); /* accepts NULL */
 /* Call ids become "call_" base "_" index (copied, up to 47 bytes; NULL or "" = random), so that
  * two parsers of the same text name the same calls (a streamed response and its final object). */
 void toolcall_parser_set_id_base(toolcall_parser *p, const char *base);
+/* The output starts inside a reasoning block: the prompt ended with an open "<think>" (DeepSeek
+ * R1 style templates), so the text up to "</think>" is reasoning. Before the first feed only. */
+void toolcall_parser_start_in_reasoning(toolcall_parser *p);
 /* Feeds text[n]; appends the deltas it can release now to deltas (a JSON array). */
 void toolcall_parser_feed(toolcall_parser *p, const char *text, size_t n, json_t *deltas);
 /* The end of the output: releases what was held back (an unfinished call as content). */
@@ -113,8 +116,8 @@ int toolcall_parser_n_calls(const toolcall_parser *p);
 
 /* A whole chat choice ({"message": {...}, "finish_reason"}, changed in place) for the output
  * text[n]: content, reasoning_content and tool_calls split out, finish_reason "tool_calls" when
- * the answer is calls; id_base as toolcall_parser_set_id_base. false: out of memory (choice
- * unchanged). */
-bool toolcall_apply(json_t *choice, const char *text, size_t n, bool calls, const char *id_base);
+ * the answer is calls; in_reasoning as toolcall_parser_start_in_reasoning, id_base as
+ * toolcall_parser_set_id_base. false: out of memory (choice unchanged). */
+bool toolcall_apply(json_t *choice, const char *text, size_t n, bool calls, bool in_reasoning, const char *id_base);
 
 #endif

@@ -61,6 +61,13 @@ void toolcall_parser_set_id_base(toolcall_parser *p, const char *base) {
     snprintf(p->id_base, sizeof(p->id_base), "%s", base ? base : "");
 }
 
+void toolcall_parser_start_in_reasoning(toolcall_parser *p) {
+    if (p->mode == M_TEXT && p->pend.len == 0 && !p->started && !p->reasoning.len) {
+        p->mode = M_THINK;
+        p->after_reasoning = true;
+    }
+}
+
 void toolcall_parser_destroy(toolcall_parser *p) {
     if (!p) return;
     buf_free(&p->pend);
@@ -608,9 +615,10 @@ int toolcall_parser_n_calls(const toolcall_parser *p) { return (int)json_array_s
 
 // ---- a chat choice ------------------------------------------------------------------------
 
-bool toolcall_apply(json_t *choice, const char *text, size_t n, bool calls, const char *id_base) {
+bool toolcall_apply(json_t *choice, const char *text, size_t n, bool calls, bool in_reasoning, const char *id_base) {
     toolcall_parser *p = toolcall_parser_create(calls);
     if (p) toolcall_parser_set_id_base(p, id_base);
+    if (p && in_reasoning) toolcall_parser_start_in_reasoning(p);
     json_t *deltas = json_array(), *msg = json_object_get(choice, "message");
     if (!p || !deltas || !msg) {
         toolcall_parser_destroy(p);

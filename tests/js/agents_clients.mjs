@@ -169,9 +169,41 @@ async function responses(model) {
   check(v && validators.get_weather(v), 'Responses text.format json_schema gives valid JSON', s.output_text);
 }
 
+// Reasoning on Responses: a GBNF grammar (attnd takes llama.cpp's field) holds the model to a
+// <think> block and an answer. The block is a reasoning item, never in output_text; the stream
+// helper's accumulated response (which needs the reasoning_text part events) matches; the items
+// go back as input to a follow-up.
+async function reasoning(model) {
+  const params = { model, input: 'Think first.', temperature: 0, max_output_tokens: 60, store: false,
+                   grammar: 'root ::= "<think>" [a-z ]{4,24} "</think>" [a-z]{2,12}' };
+  const r = await client.responses.create(params);
+  const rs = r.output[0], msg = r.output[1];
+  check(r.output.length === 2 && rs.type === 'reasoning' && rs.content?.[0]?.type === 'reasoning_text' &&
+        rs.content[0].text.length >= 4 && Array.isArray(rs.summary) && msg.type === 'message' &&
+        r.output_text.length >= 2 && !r.output_text.includes('<'),
+        'a <think> block is a reasoning item before the message, and not in output_text', r.output);
+  const st = client.responses.stream(params);
+  const types = new Set();
+  let deltas = '';
+  for await (const ev of st) {
+    types.add(ev.type);
+    if (ev.type === 'response.reasoning_text.delta') deltas += ev.delta;
+  }
+  const f = await st.finalResponse();
+  check(types.has('response.reasoning_text.done') && deltas === rs.content[0].text && f.output.length === 2 &&
+        f.output[0].type === 'reasoning' && f.output[0].content[0].text === rs.content[0].text &&
+        f.output_text === r.output_text,
+        'streamed reasoning: the SDK accumulates the same reasoning item and output_text', { deltas, out: f.output });
+  const next = await client.responses.create({ model, input: [{ role: 'user', content: 'Think first.' }, ...r.output,
+                                                              { role: 'user', content: 'And then?' }],
+                                               temperature: 0, max_output_tokens: 4, store: false });
+  check(next.status === 'completed' || next.status === 'incomplete', 'the reasoning item goes back as input', next.output);
+}
+
 const model = (await client.models.list()).data[0].id;
 await forcedCalls(model);
 await streamedCalls(model);
 await structured(model);
 await responses(model);
+await reasoning(model);
 process.exit(failures ? 1 : 0);

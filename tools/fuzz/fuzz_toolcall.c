@@ -1,8 +1,9 @@
 /*
  * fuzz_toolcall.c — (fuzzing only) the tool-call output parser on arbitrary text.
  *
- * Byte 0 picks whether calls are parsed and a chunking seed; the rest is a model's output. The
- * text is parsed whole and in chunks cut by the seed: both must give the same content, reasoning
+ * Byte 0 picks whether calls are parsed (bit 0), whether the output starts inside a reasoning
+ * block (bit 7: the prompt ended with an open <think>) and a chunking seed; the rest is a
+ * model's output. The text is parsed whole and in chunks cut by the seed: both must give the same content, reasoning
  * and calls, the streamed deltas must concatenate to them (content, reasoning, and each call's
  * argument fragments to its arguments), and every call has its arguments.
  */
@@ -27,10 +28,11 @@ static char *dump(json_t *v) {
     return s;
 }
 
-static void run(const uint8_t *text, size_t n, bool calls, unsigned seed, result *r) {
+static void run(const uint8_t *text, size_t n, bool calls, bool open, unsigned seed, result *r) {
     toolcall_parser *p = toolcall_parser_create(calls);
     json_t *deltas = json_array();
     FUZZ_CHECK(p && deltas, "out of memory");
+    if (open) toolcall_parser_start_in_reasoning(p);
     for (size_t i = 0; i < n;) {
         size_t k = n;
         if (seed) seed = seed * 1103515245u + 12345u, k = 1 + (seed >> 16) % 7;
@@ -76,11 +78,11 @@ static void result_free(result *r) {
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (size < 1 || size > 4096) return 0;
-    bool calls = data[0] & 1;
+    bool calls = data[0] & 1, open = data[0] & 0x80;
     unsigned seed = (unsigned)data[0] >> 1 | 1;
     result whole = {0}, cut = {0};
-    run(data + 1, size - 1, calls, 0, &whole);
-    run(data + 1, size - 1, calls, seed, &cut);
+    run(data + 1, size - 1, calls, open, 0, &whole);
+    run(data + 1, size - 1, calls, open, seed, &cut);
     FUZZ_CHECK(!strcmp(whole.content, cut.content), "content depends on chunking: %s vs %s", whole.content, cut.content);
     FUZZ_CHECK(!strcmp(whole.reasoning, cut.reasoning), "reasoning depends on chunking");
     FUZZ_CHECK(!strcmp(whole.calls, cut.calls), "calls depend on chunking: %s vs %s", whole.calls, cut.calls);
