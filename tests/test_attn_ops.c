@@ -12,7 +12,7 @@
 
 #include "attn_ops.h"
 #include "attn_tile_fixture.h"
-#include "engine_fixture.h"
+#include "engine_rig.h"
 #include "kv_layout.h"
 #include "quant.h"
 
@@ -275,16 +275,9 @@ Test(attn_ops, f16_tiles_give_the_step_of_tiles_converted_to_f32_first) {
 
 Test(attn_ops, model_logits_do_not_depend_on_the_instruction_set) {
     tiny_spec sp = tiny_default("qwen2");
-    char path[256];
-    tiny_tmpname(path, sizeof(path), "ops");
-    cr_assert_eq(tiny_write(path, &sp), 0);
-    model *m;
-    engine *e;
-    kv_pool *pool;
+    tiny_rig r;
+    tiny_rig_open_with(&r, &sp, KV_F16, 100, 1, 16);
     attnd_err err;
-    cr_assert_eq(model_load(&m, path, &err), ATTND_OK, "%s", err.msg);
-    cr_assert_eq(engine_create(&e, m, 100, 1, &err), ATTND_OK, "%s", err.msg);
-    cr_assert_eq(kv_pool_create(&pool, m, (size_t)16 << 20, KV_F16, &err), ATTND_OK, "%s", err.msg);
     int V = sp.n_vocab, n = 100;
     batch_entry b[100];
     float *lg[2] = {malloc(sizeof(float) * n * V), malloc(sizeof(float) * n * V)};
@@ -295,16 +288,13 @@ Test(attn_ops, model_logits_do_not_depend_on_the_instruction_set) {
     for (int pass = 0; pass < 2; pass++) {
         quant_isa_force(pass == 0 ? best : QUANT_ISA_PORTABLE); /* matmuls and attention loops */
         kv_seq *s;
-        cr_assert_eq(kv_seq_create(&s, pool, NULL), ATTND_OK);
+        cr_assert_eq(kv_seq_create(&s, r.pool, NULL), ATTND_OK);
         for (int i = 0; i < n; i++) b[i] = (batch_entry){s, tok[i], i, true};
-        cr_assert_eq(engine_eval(e, b, n, lg[pass], &err), ATTND_OK, "%s", err.msg);
+        cr_assert_eq(engine_eval(r.e, b, n, lg[pass], &err), ATTND_OK, "%s", err.msg);
         kv_seq_destroy(s);
     }
     quant_isa_force(best);
     for (int i = 0; i < n * V; i++) cr_assert_lt(fabsf(lg[0][i] - lg[1][i]), 1e-3f, "logit %d", i);
     free(lg[0]), free(lg[1]);
-    kv_pool_destroy(pool);
-    engine_destroy(e);
-    model_destroy(m);
-    unlink(path);
+    tiny_rig_close(&r);
 }
