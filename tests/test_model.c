@@ -19,6 +19,7 @@
 #include "engine_rig.h"
 #include "family_specs.h"
 #include "kv_layout.h"
+#include "test_files.h"
 #include "test_models.h"
 
 // ---- helpers ----------------------------------------------------------------------------------
@@ -642,19 +643,13 @@ static void load_patched_spec(const tiny_spec *spec, const void *from, const voi
     char path[256];
     tiny_tmpname(path, sizeof(path), "patched");
     cr_assert_eq(tiny_write(path, &sp), 0);
-    FILE *f = fopen(path, "rb");
-    cr_assert_not_null(f);
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    rewind(f);
-    char *buf = malloc((size_t)n);
-    cr_assert_eq(fread(buf, 1, (size_t)n, f), (size_t)n);
-    fclose(f);
-    char *hit = memmem(buf, (size_t)n, from, len);
+    size_t n;
+    char *buf = test_read_file(path, &n);
+    char *hit = memmem(buf, n, from, len);
     cr_assert(hit, "pattern not found in the fixture");
     memcpy(hit, to, len);
-    f = fopen(path, "wb");
-    cr_assert_eq(fwrite(buf, 1, (size_t)n, f), (size_t)n);
+    FILE *f = fopen(path, "wb");
+    cr_assert_eq(fwrite(buf, 1, n, f), n);
     fclose(f);
     free(buf);
     model *m = (model *)1;
