@@ -15,6 +15,7 @@ bench_serve() {
     for _ in $(seq 600); do
         BENCH_PORT=$(grep -o 'listening on http://127.0.0.1:[0-9]*' "$log" | grep -o '[0-9]*$' || true)
         [ -n "$BENCH_PORT" ] && curl -sf "http://127.0.0.1:$BENCH_PORT/health" >/dev/null && return 0
+        kill -0 "$BENCH_PID" 2>/dev/null || break # it exited (a bad model, a bad flag)
         sleep 0.1
     done
     cat "$log" >&2
