@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "attnd/grammar.h"
+#include "grammar_sentence.h"
 #include "json_schema.h"
 
 static grammar *schema_grammar(const char *schema_text) {
@@ -23,19 +24,11 @@ static grammar *schema_grammar(const char *schema_text) {
     return g;
 }
 
-static bool sentence(const grammar *g, const char *text) {
-    grammar_state *s;
-    cr_assert_eq(grammar_state_create(&s, g, NULL), ATTND_OK);
-    bool ok = grammar_state_accept(s, text, strlen(text)) && grammar_state_complete(s);
-    grammar_state_destroy(s);
-    return ok;
-}
-
 /* Every text in yes is accepted, every one in no rejected. */
 static void check(const char *schema, const char *const *yes, const char *const *no) {
     grammar *g = schema_grammar(schema);
-    for (; yes && *yes; yes++) cr_assert(sentence(g, *yes), "%s should accept %s", schema, *yes);
-    for (; no && *no; no++) cr_assert(!sentence(g, *no), "%s should reject %s", schema, *no);
+    for (; yes && *yes; yes++) cr_assert(grammar_sentence(g, *yes), "%s should accept %s", schema, *yes);
+    for (; no && *no; no++) cr_assert(!grammar_sentence(g, *no), "%s should reject %s", schema, *no);
     grammar_unref(g);
 }
 
@@ -154,24 +147,27 @@ Test(json_schema, integer_bounds_are_exact) {
     for (int v = -40; v <= 400; v++) {
         char t[16];
         snprintf(t, sizeof(t), "%d", v);
-        cr_assert_eq(sentence(g, t), v >= -15 && v <= 207, "%d", v);
+        cr_assert_eq(grammar_sentence(g, t), v >= -15 && v <= 207, "%d", v);
     }
     grammar_unref(g);
     g = schema_grammar("{\"type\":\"integer\",\"exclusiveMinimum\":0}");
-    cr_assert(sentence(g, "1") && sentence(g, "98765") && !sentence(g, "0") && !sentence(g, "-3"));
+    cr_assert(grammar_sentence(g, "1") && grammar_sentence(g, "98765") &&
+              !grammar_sentence(g, "0") && !grammar_sentence(g, "-3"));
     grammar_unref(g);
     g = schema_grammar("{\"type\":\"integer\",\"minimum\":95}");
     for (int v = 0; v < 2000; v += 7) {
         char t[16];
         snprintf(t, sizeof(t), "%d", v);
-        cr_assert_eq(sentence(g, t), v >= 95, "%d", v);
+        cr_assert_eq(grammar_sentence(g, t), v >= 95, "%d", v);
     }
     grammar_unref(g);
     g = schema_grammar("{\"type\":\"integer\",\"maximum\":-3}");
-    cr_assert(sentence(g, "-3") && sentence(g, "-1000") && !sentence(g, "-2") && !sentence(g, "0"));
+    cr_assert(grammar_sentence(g, "-3") && grammar_sentence(g, "-1000") &&
+              !grammar_sentence(g, "-2") && !grammar_sentence(g, "0"));
     grammar_unref(g);
     g = schema_grammar("{\"type\":\"integer\",\"maximum\":12}");
-    cr_assert(sentence(g, "12") && sentence(g, "-1000") && sentence(g, "0") && !sentence(g, "13"));
+    cr_assert(grammar_sentence(g, "12") && grammar_sentence(g, "-1000") &&
+              grammar_sentence(g, "0") && !grammar_sentence(g, "13"));
     grammar_unref(g);
 }
 
@@ -217,9 +213,9 @@ Test(json_schema, the_any_object_grammar) {
     attnd_err err;
     const char *t = json_schema_any_object_gbnf();
     cr_assert_eq(grammar_compile(&g, t, strlen(t), &err), ATTND_OK, "%s", err.msg);
-    cr_assert(sentence(g, "{\"a\": [1, {\"b\": null}], \"c\": \"x\"}"));
-    cr_assert(sentence(g, "{}"));
-    cr_assert(!sentence(g, "[]"));
-    cr_assert(!sentence(g, "{\"a\"}"));
+    cr_assert(grammar_sentence(g, "{\"a\": [1, {\"b\": null}], \"c\": \"x\"}"));
+    cr_assert(grammar_sentence(g, "{}"));
+    cr_assert(!grammar_sentence(g, "[]"));
+    cr_assert(!grammar_sentence(g, "{\"a\"}"));
     grammar_unref(g);
 }
