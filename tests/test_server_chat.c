@@ -338,7 +338,7 @@ Test(chat, a_raising_template_is_a_clear_error) {
     chat_template_free(&ct);
 }
 
-Test(chat, template_precedence_file_then_config_then_builtin) {
+Test(chat, template_precedence_file_then_model_then_config_then_builtin) {
     chat_template ct;
     attnd_err err;
     /* the model's own template wins */
@@ -363,6 +363,13 @@ Test(chat, template_precedence_file_then_config_then_builtin) {
     const chat_msg m[] = {{"user", "x"}};
     chat_request rq = {m, 1, NULL, NULL, NULL, true};
     jinja_output o;
+    cr_assert_eq(chat_template_render(&ct, &rq, &o, &err), ATTND_OK, "%s", err.msg);
+    cr_expect_str_eq(o.text, "[x]");
+    jinja_output_free(&o);
+    chat_template_free(&ct);
+    /* the configured file replaces the model's own template too (llama-server's --chat-template-file) */
+    load(&ct, CHATML_JINJA, path, "llama3", NULL);
+    cr_expect_eq(ct.source, CHAT_SRC_FILE);
     cr_assert_eq(chat_template_render(&ct, &rq, &o, &err), ATTND_OK, "%s", err.msg);
     cr_expect_str_eq(o.text, "[x]");
     jinja_output_free(&o);

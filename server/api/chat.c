@@ -318,12 +318,13 @@ attnd_status chat_template_load(chat_template *ct, const char *gguf_jinja, const
     if (st != ATTND_OK) return st;
     bool detected = chat_detect(gguf_jinja, &ct->family) || have_family;
     if (have_family) chat_family_from_name(family_name, &ct->family, NULL);
+    /* a whole template named by the operator replaces the model's (a broken or outdated one) */
+    if (file_path && *file_path) return load_file(ct, file_path, err);
     attnd_err e = {{0}};
     if (gguf_jinja && *gguf_jinja) {
         if (jinja_parse(gguf_jinja, strlen(gguf_jinja), &ct->jinja, &e) == ATTND_OK) return loaded_jinja(ct, CHAT_SRC_GGUF);
         if (e.msg[0] == '\0') snprintf(e.msg, sizeof(e.msg), "out of memory");
     }
-    if (file_path && *file_path) return load_file(ct, file_path, err);
     if (have_family) {
         ct->source = CHAT_SRC_CONFIGURED;
     } else {

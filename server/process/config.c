@@ -57,7 +57,7 @@ const entry config_settings[] = {
      "KV cache element type for K and V: f16 | f32 | q8_0 | q4_0 (q8_0: about half f16's bytes)"},
     {"kv_f32", K_BOOL, OFF(kv_f32), 0, 0, 0, "false", "keep the KV cache in f32 (overrides kv_type)"},
     {"chat_template", K_CHAT, OFF(chat_template), 0, 0, 0, NULL, "built-in chat template family for a model without its own (empty = detect)"},
-    {"chat_template_file", K_STR, OFF(chat_template_file), 0, 0, 0, NULL, "Jinja chat template file for a model without its own"},
+    {"chat_template_file", K_STR, OFF(chat_template_file), 0, 0, 0, NULL, "Jinja chat template file; replaces the model's own"},
     {"max_sessions", K_INT, OFF(max_sessions), 1, 1000000, 0, "1024", "named sessions kept"},
     {"state_dir", K_STR, OFF(state_dir), 0, 0, 0, NULL, "session state directory (empty = no persistence)"},
     {"max_parallel", K_INT, OFF(max_parallel), 1, 4096, 0, "16", "sequences decoded together per step"},

@@ -230,9 +230,11 @@ attnd_status server_load(server *s, attnd_err *err) {
     if ((rc = chat_template_load(&s->chat, tmpl, s->cfg.chat_template_file, s->cfg.chat_template, s->tok, err)) !=
         ATTND_OK)
         return rc;
-    if (s->chat.source == CHAT_SRC_GGUF && ((s->cfg.chat_template && *s->cfg.chat_template) ||
-                                            (s->cfg.chat_template_file && *s->cfg.chat_template_file)))
-        slog_warn("the configured chat template is not used: the model carries its own (tokenizer.chat_template)");
+    if (s->chat.source == CHAT_SRC_GGUF && s->cfg.chat_template && *s->cfg.chat_template)
+        slog_warn("the configured chat_template family is not used: the model carries its own template "
+                  "(chat_template_file replaces it)");
+    if (s->chat.source == CHAT_SRC_FILE && tmpl && *tmpl)
+        slog_info("chat_template_file %s replaces the model's own template", s->cfg.chat_template_file);
     if (s->chat.source == CHAT_SRC_DETECTED || s->chat.source == CHAT_SRC_FALLBACK)
         slog_warn("%s; using the built-in %s template (set chat_template or chat_template_file to override)",
                   s->chat.why, chat_family_name(s->chat.family));
