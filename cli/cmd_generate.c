@@ -35,7 +35,9 @@ static const char *USAGE =
     "                    without --draft-model the drafts come from prompt lookup\n"
     "  --draft-model P   draft with this GGUF (the target's vocabulary; Q4_0 of the same model)\n"
     "  --draft-min-p X   stop a draft model's draft below this top probability (default 0.5)\n"
-    "  --lookup-ngram N  prompt lookup matches the last 2..N tokens (default 3)\n"
+    "  --lookup-ngram N  prompt lookup matches the last 2..N tokens (default 8)\n"
+    "  --draft-fixed     draft N every step; by default the draft length follows the measured\n"
+    "                    step costs and acceptance, and drafting stops where it does not pay\n"
     "\n";
 
 typedef struct gen_opts {
@@ -48,10 +50,11 @@ typedef struct gen_opts {
     const char *draft_model; /* NULL = prompt lookup */
     const char *draft_min_p;
     int lookup_ngram;
+    bool draft_fixed;
 } gen_opts;
 
 static void parse_args(int argc, char **argv, gen_opts *o) {
-    *o = (gen_opts){.n_predict = 64, .lookup_ngram = 3};
+    *o = (gen_opts){.n_predict = 64, .lookup_ngram = 8};
     cli_sampling_init(&o->sampling);
     const cli_opt opts[] = {
         CLI_OPT_RUN(&o->run),
@@ -63,11 +66,13 @@ static void parse_args(int argc, char **argv, gen_opts *o) {
         CLI_OPT_STR("--draft-model", &o->draft_model),
         CLI_OPT_STR("--draft-min-p", &o->draft_min_p),
         CLI_OPT_INT("--lookup-ngram", &o->lookup_ngram, 1, 8),
+        CLI_OPT_SET("--draft-fixed", &o->draft_fixed),
     };
     if (!cli_parse_opts("generate", USAGE, argc, argv, opts, ATTND_ARRAY_LEN(opts))) exit(0);
     cli_prompt_check("generate", &o->prompt);
     if (o->sampling.top_logprobs && !o->json) cli_usage_error("generate", "--top-logprobs needs --json");
-    if ((o->draft_model || o->draft_min_p) && !o->draft_max) cli_usage_error("generate", "--draft-model and --draft-min-p need --draft-max");
+    if ((o->draft_model || o->draft_min_p || o->draft_fixed) && !o->draft_max)
+        cli_usage_error("generate", "--draft-model, --draft-min-p and --draft-fixed need --draft-max");
 }
 
 // ---- speculative decoding -----------------------------------------------------------------------
@@ -84,7 +89,7 @@ static attnd_status cli_spec_open(cli_spec *c, const gen_opts *o, const model *t
     if (!o->draft_max) return ATTND_OK;
     spec_params p;
     spec_params_default(&p);
-    p.draft_max = o->draft_max, p.ngram_max = o->lookup_ngram;
+    p.draft_max = o->draft_max, p.ngram_max = o->lookup_ngram, p.fixed = o->draft_fixed;
     if (p.ngram_min > p.ngram_max) p.ngram_min = p.ngram_max;
     if (o->draft_min_p) {
         char *end;
@@ -124,10 +129,26 @@ static json_t *ids_json(const int32_t *ids, int n) {
     return a;
 }
 
+/* The target's measured step times by rows (the cost speculation weighs; spec.h), and the draft
+ * model's per drafted token. */
+static json_t *step_costs_json(const spec *sp) {
+    const spec_cost *c = spec_costs(sp);
+    json_t *o = json_object();
+    for (int n = 1; n <= SPEC_COST_ROWS; n++) {
+        if (c->ms[n] <= 0) continue;
+        char key[16];
+        snprintf(key, sizeof(key), "%d", n);
+        json_object_set_new(o, key, json_real(c->ms[n]));
+    }
+    if (c->draft_ms > 0) json_object_set_new(o, "draft_per_token", json_real(c->draft_ms));
+    return o;
+}
+
 /* The result: one JSON object (--json), or the text (ids without a vocabulary) then a timing
  * line on stderr. */
 static void print_result(const gen_opts *o, bool has_tok, const int32_t *prompt, int n_prompt, const int32_t *out,
-                         int n_out, const char *text, size_t text_len, const cli_gen *cg, const engine_timings *tm) {
+                         int n_out, const char *text, size_t text_len, const cli_gen *cg, const engine_timings *tm,
+                         const spec *sp) {
     double tps = tm->decode_ms > 0 ? tm->n_decode / (tm->decode_ms / 1e3) : 0;
     if (o->json) {
         json_t *root = json_object();
@@ -142,6 +163,7 @@ static void print_result(const gen_opts *o, bool has_tok, const int32_t *prompt,
         if (o->draft_max) {
             json_object_set_new(t, "drafted", json_integer(tm->n_drafted));
             json_object_set_new(t, "accepted", json_integer(tm->n_accepted));
+            if (sp) json_object_set_new(t, "step_ms", step_costs_json(sp));
         }
         json_object_set_new(root, "timings", t);
         json_dumpf(root, stdout, JSON_COMPACT);
@@ -214,7 +236,7 @@ static attnd_status generate(gen_opts *o, attnd_err *err) {
     if ((st = engine_generate(q.e, q.s, prompt, n_prompt, &g, out, &n_out, &tm, err))) goto out;
     size_t text_len = 0;
     const char *text = cli_gen_text(cg, &text_len); /* cut at a --stop string */
-    print_result(o, tok != NULL, prompt, n_prompt, out, n_out, text, text_len, cg, &tm);
+    print_result(o, tok != NULL, prompt, n_prompt, out, n_out, text, text_len, cg, &tm, cs.sp);
 out:
     free(out);
     cli_gen_destroy(cg);

@@ -17,13 +17,15 @@
 #include "../server/api/chat.h"
 
 static const char *USAGE =
-    "usage: attnd info [--model PATH] [--json]\n"
+    "usage: attnd info [--model PATH] [--ctx-size N] [--json]\n"
     "\n"
     "Prints the architecture, hyper-parameters, vocabulary size and tokenizer kind, tensor\n"
     "count by type, file size and parameter count of a GGUF model file; then whether attnd can\n"
     "run it (or why not), the chat template `attnd serve` would use, and the KV cache size per\n"
     "token and per full context.\n"
     "  --model PATH   the GGUF file (default: the shipped default model)\n"
+    "  --ctx-size N   as if served with ctx_size N (0, the default: the file's context): which\n"
+    "                 LongRoPE factors apply\n"
     "  --json         print one JSON object instead of text\n";
 
 /* Hyper-parameters printed when present, as "<arch>.<suffix>". */
@@ -92,11 +94,12 @@ static void add_kv_sizes(json_t *root, const model *m) {
 
 /* What running the file would mean: "runs" (and "refused" with the reason when not), the chat
  * template serve would pick, KV bytes per token and per full context. Adds them to root. */
-static void add_run_facts(json_t *root, const char *path) {
+static void add_run_facts(json_t *root, const char *path, int ctx_size) {
     model *m = NULL;
     tokenizer *t = NULL;
     attnd_err err = {{0}};
-    bool runs = model_load(&m, path, &err) == ATTND_OK && tok_load(&t, model_gguf(m), &err) == ATTND_OK;
+    bool runs = model_load(&m, path, &err) == ATTND_OK && model_set_context(m, ctx_size, &err) == ATTND_OK &&
+                tok_load(&t, model_gguf(m), &err) == ATTND_OK;
     json_object_set_new(root, "runs", json_boolean(runs));
     if (!runs) {
         json_object_set_new(root, "refused", json_string(err.msg));
@@ -118,8 +121,10 @@ static void add_run_facts(json_t *root, const char *path) {
         add_kv_sizes(root, m);
         json_object_set_new(root, "kernels", json_string(cpuinfo_kernels()));
         add_layer_kv(root, m);
-        if (gguf_find_tensor(model_gguf(m), "rope_factors_long.weight"))
+        if (gguf_find_tensor(model_gguf(m), "rope_factors_long.weight")) {
             json_object_set_new(root, "longrope", json_string(model_info_get(m)->rope_long ? "long" : "short"));
+            json_object_set_new(root, "longrope_context", json_integer(model_run_context(m)));
+        }
     }
     tok_destroy(t);
     model_destroy(m);
@@ -167,8 +172,8 @@ static void print_run_facts(const json_t *root) {
     printf("\n");
     const char *lr = json_string_value(json_object_get(root, "longrope"));
     if (lr)
-        printf("LongRoPE:      %s factors (context_length %s rope.scaling.original_context_length)\n", lr,
-               !strcmp(lr, "long") ? "beyond" : "within");
+        printf("LongRoPE:      %s factors (a context of %" JSON_INTEGER_FORMAT " %s rope.scaling.original_context_length)\n",
+               lr, json_integer_value(json_object_get(root, "longrope_context")), !strcmp(lr, "long") ? "beyond" : "within");
     json_t *ex = json_object_get(root, "experts");
     if (ex)
         printf("experts:       %" JSON_INTEGER_FORMAT " of %" JSON_INTEGER_FORMAT " per token, width %" JSON_INTEGER_FORMAT
@@ -238,7 +243,9 @@ static void print_text(const gguf_file *f, const char *model, const json_t *root
 int cmd_info(int argc, char **argv) {
     const char *model = NULL;
     bool as_json = false;
-    const cli_opt opts[] = {CLI_OPT_STR("--model", &model), CLI_OPT_SET("--json", &as_json)};
+    int ctx_size = 0;
+    const cli_opt opts[] = {CLI_OPT_STR("--model", &model), CLI_OPT_INT("--ctx-size", &ctx_size, 0, 1 << 24),
+                            CLI_OPT_SET("--json", &as_json)};
     if (!cli_parse_opts("info", USAGE, argc, argv, opts, ATTND_ARRAY_LEN(opts))) return 0;
     char *dflt;
     model = cli_resolve_model("info", model, &dflt);
@@ -277,7 +284,7 @@ int cmd_info(int argc, char **argv) {
 
     json_t *unsupported = json_array();
     uint64_t params = add_tensor_summary(f, root, unsupported);
-    add_run_facts(root, model);
+    add_run_facts(root, model, ctx_size);
 
     if (as_json) {
         json_dumpf(root, stdout, JSON_COMPACT);

@@ -12,7 +12,8 @@
  * Norm-weighted rows (ATTN_WEIGHTS_NORM) scale α_ij by ‖W_O^h v_j‖, read from the sequence's own
  * V cache and the layer's W_O as each position is first reached (one pass over W_O's rows per
  * position and layer, all selected heads at once), and kept per (layer, head, position). The
- * logit lens reads each selected layer's residual stream through the engine's residual hook.
+ * logit lens reads each selected layer's residual stream through the engine's residual hook,
+ * and the experts come from the engine's expert hook.
  */
 #include "attnd/attn_capture.h"
 
@@ -52,6 +53,9 @@ struct attn_capture {
     float *lens_x;           /* (n_embd) scratch: the normalised residual */
     float *lens_logits;      /* (n_vocab) scratch */
     void *lens_scratch;      /* quant_matmul scratch for the output head, one row */
+    int n_exp;               /* experts kept per row: n_expert_used when asked, else 0 */
+    int32_t *exp_ix;         /* (n_layers, n_positions, n_exp) the experts of each row */
+    float *exp_w;            /* (n_layers, n_positions, n_exp) their weights */
     const kv_seq *seq;
     attn_capture *next;      /* attn_capture_link's list */
     char *mem;               /* owns every array above (engine/block.h) */
@@ -84,6 +88,10 @@ attnd_status attn_capture_check(const model_info *mi, const attn_capture_params 
     else if (p->lens_k < 0 || p->lens_k > mi->n_vocab)
         f = "logit_lens", st = attnd_fail(err, ATTND_ERR_INVALID, "logit_lens: %d is outside 0..%d (the vocabulary)",
                                           p->lens_k, mi->n_vocab);
+    else if (p->experts && mi->n_expert == 0)
+        f = "experts", st = attnd_fail(err, ATTND_ERR_INVALID,
+                                       "experts: the model ('%s') is dense; only Mixture-of-Experts models route "
+                                       "tokens to experts", mi->arch);
     else if (p->n_positions < 1 || p->n_positions > mi->n_ctx)
         f = "n_positions", st = attnd_fail(err, ATTND_ERR_INVALID, "%d positions; the model's context holds 1..%d",
                                            p->n_positions, mi->n_ctx);
@@ -145,6 +153,9 @@ static size_t layout(attn_capture *c, char *mem, const model *m) {
     c->lens_x = block_take(&b, c->lens_k ? (size_t)mi->n_embd : 0, sizeof(*c->lens_x));
     c->lens_logits = block_take(&b, c->lens_k ? (size_t)mi->n_vocab : 0, sizeof(*c->lens_logits));
     c->lens_scratch = block_take(&b, c->lens_k ? quant_scratch_bytes(m->output.type, 1, mi->n_embd) + 64 : 0, 1);
+    size_t XK = (size_t)c->n_layers * P * (size_t)c->n_exp;
+    c->exp_ix = block_take(&b, XK, sizeof(*c->exp_ix));
+    c->exp_w = block_take(&b, XK, sizeof(*c->exp_w));
     return block_size(&b);
 }
 
@@ -165,6 +176,7 @@ attnd_status attn_capture_create(attn_capture **out, const model *m, const attn_
     c->weights = p->weights;
     c->lens_k = p->lens_k;
     c->lens_slot = p->lens_k;
+    c->n_exp = p->experts ? mi->n_expert_used : 0;
     c->m = m;
     size_t n_weights = n_blocks(c) * c->block;
     if (!(c->mem = calloc(1, layout(c, NULL, m)))) {
@@ -193,6 +205,7 @@ int attn_capture_head(const attn_capture *c, int hi) { return c->heads[hi]; }
 int attn_capture_top_k(const attn_capture *c) { return c->top_k; }
 attn_weights attn_capture_weights(const attn_capture *c) { return c->weights; }
 int attn_capture_lens_k(const attn_capture *c) { return c->lens_k; }
+int attn_capture_n_experts(const attn_capture *c) { return c->n_exp; }
 
 // ---- recording and reading ------------------------------------------------------------------
 
@@ -306,6 +319,21 @@ int attn_capture_lens(const attn_capture *c, int li, int pos, const float **p, c
     return c->lens_slot;
 }
 
+// ---- experts ------------------------------------------------------------------------------
+
+static void experts_record(attn_capture *c, int li, int pos, const int *ids, const float *w) {
+    size_t off = ((size_t)li * c->n_positions + pos) * c->n_exp;
+    for (int k = 0; k < c->n_exp; k++) c->exp_ix[off + k] = ids[k], c->exp_w[off + k] = w[k];
+}
+
+int attn_capture_experts(const attn_capture *c, int li, int pos, const int32_t **ids, const float **w) {
+    ATTND_ASSERT(li >= 0 && li < c->n_layers && pos >= 0 && pos < c->n_positions);
+    size_t off = ((size_t)li * c->n_positions + pos) * c->n_exp;
+    *ids = c->n_exp ? c->exp_ix + off : NULL;
+    if (w) *w = c->n_exp ? c->exp_w + off : NULL;
+    return c->n_exp;
+}
+
 // ---- recording ------------------------------------------------------------------------------
 
 static void capture_record(attn_capture *c, int layer, int head, const float *w, int n_keys) {
@@ -382,13 +410,23 @@ static void hook_resid(void *user, int entry, int layer, int pos, const float *x
     if (c && c->lens_k && c->layer_slot[layer] >= 0 && pos < c->n_positions) lens_record(c, c->layer_slot[layer], pos, x);
 }
 
+static void hook_experts(void *user, int entry, int layer, int pos, const int *experts, const float *weights, int k) {
+    attn_capture *c = hook_capture(user, entry);
+    if (c && c->n_exp == k && c->layer_slot[layer] >= 0 && pos < c->n_positions)
+        experts_record(c, c->layer_slot[layer], pos, experts, weights);
+}
+
 void attn_hook_install(attn_hook *h, engine *e, attn_capture *list, const batch_entry *entries, int n) {
     *h = (attn_hook){.e = e, .list = list, .entries = entries, .n = n};
     engine_set_attention_cb(e, hook_record, h);
     engine_set_attention_filter(e, hook_want);
-    bool lens = false;
-    for (const attn_capture *c = list; c && !lens; c = entries ? c->next : NULL) lens = c->lens_k > 0;
+    bool lens = false, experts = false;
+    for (const attn_capture *c = list; c; c = entries ? c->next : NULL) {
+        lens |= c->lens_k > 0, experts |= c->n_exp > 0;
+        if (!entries) break;
+    }
     engine_set_residual_cb(e, lens ? hook_resid : NULL);
+    engine_set_expert_cb(e, experts ? hook_experts : NULL);
 }
 
 void attn_hook_remove(attn_hook *h) {
@@ -396,6 +434,7 @@ void attn_hook_remove(attn_hook *h) {
     engine_set_attention_cb(h->e, NULL, NULL);
     engine_set_attention_filter(h->e, NULL);
     engine_set_residual_cb(h->e, NULL);
+    engine_set_expert_cb(h->e, NULL);
     h->e = NULL;
 }
 

@@ -24,6 +24,7 @@
 #include "kv_layout.h"
 #include "kv_quant.h"
 #include "model_internal.h"
+#include "moe.h"
 #include "quant.h"
 #include "threads.h"
 
@@ -78,10 +79,12 @@ struct engine {
     float *moe_logits;      /* (B, n_expert) router logits, then probabilities */
     int *moe_sel;           /* (B, K) the experts each entry uses, most probable first */
     float *moe_w;           /* (B, K) their weights */
-    int *moe_slots;         /* (B) the (entry * K + k) slots routed to one expert */
-    float *moe_x;           /* (B, n_embd) those entries' normalised inputs, gathered */
-    float *moe_g, *moe_u;   /* (max(B, K), FE) */
-    float *moe_o;           /* (B * K, n_embd) each slot's expert output */
+    int *moe_slots;         /* (B * K) the (entry * K + k) slots sorted by expert (moe_plan) */
+    moe_group *moe_groups;  /* (n_expert) the experts in use (moe_plan) */
+    float *moe_g;           /* (B * K, FE) each sorted slot's activation */
+    float *moe_o;           /* (B * K, n_embd) each sorted slot's input, then each slot's expert output */
+    char *moe_scratch;      /* (n_slots, moe_scratch_bytes) per-thread scratch of the expert passes */
+    size_t moe_scratch_bytes;
     float *rope;            /* (ROPE_TABLES, B, rope_dims / 2, 2): cos, sin of each entry's position */
     uint16_t *k16;          /* (kv_dim) one key row as F16, before it is scattered into a tile */
     float *neg;             /* (n_slots, n_ff) e^-gate of one row per thread, for SiLU */
@@ -105,6 +108,8 @@ struct engine {
 
 static int default_threads(void) { return threads_default(); }
 
+static size_t max_size(size_t a, size_t b) { return a > b ? a : b; }
+
 static size_t max_scratch(size_t cur, const weight *w, int n_tok) {
     size_t s = quant_scratch_bytes(w->type, n_tok, w->cols);
     return s > cur ? s : cur;
@@ -123,15 +128,14 @@ static size_t layout(engine *e, char *mem) {
     const model_info *mi = &m->info;
     size_t B = (size_t)e->max_batch, E = (size_t)mi->n_embd, F = (size_t)mi->n_ff;
     size_t Q = (size_t)m->q_dim, KV = (size_t)m->kv_dim;
-    size_t scratch = max_scratch(0, &m->output, e->max_batch), fused = 0;
+    size_t scratch = max_scratch(0, &m->output, e->max_batch), fused = 0, moe_scratch = 0;
     for (int l = 0; l < mi->n_layer; l++) {
         const layer_weights *L = &m->layers[l];
-        const weight *ws[] = {&L->wq, &L->wk, &L->wv, &L->wqkv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
+        const weight *ws[] = {&L->wq, &L->wk, &L->wv, &L->wqkv, &L->wo, &L->w_gate, &L->w_up, &L->w_down, &L->router};
         for (size_t i = 0; i < ATTND_ARRAY_LEN(ws); i++)
             if (ws[i]->data) scratch = max_scratch(scratch, ws[i], e->max_batch);
-        const weight *ex[] = {&L->gate_exps, &L->down_exps}; /* expert slices: the widths of these */
-        for (size_t i = 0; i < ATTND_ARRAY_LEN(ex); i++)
-            if (ex[i]->data) scratch = max_scratch(scratch, ex[i], e->max_batch);
+        if (L->router.data) /* the experts' passes have their own (moe.h) */
+            moe_scratch = max_size(moe_scratch, moe_scratch_bytes(L, mi->n_embd, m->n_ff_exp, e->max_batch));
         if (L->wqkv.data && (size_t)L->wqkv.rows > fused) fused = (size_t)L->wqkv.rows;
         if (!L->w_gate.data && (size_t)L->w_up.rows > fused) fused = (size_t)L->w_up.rows;
     }
@@ -151,12 +155,12 @@ static size_t layout(engine *e, char *mem) {
     e->moe_logits = block_take(&b, B * NE, sizeof(float));
     e->moe_sel = block_take(&b, B * K, sizeof(int));
     e->moe_w = block_take(&b, B * K, sizeof(float));
-    e->moe_slots = block_take(&b, NE ? B : 0, sizeof(int));
-    e->moe_x = block_take(&b, NE ? B * E : 0, sizeof(float));
-    size_t BK = NE ? (B > K ? B : K) : 0; /* a prefill's gathered entries, or a decode step's K experts */
-    e->moe_g = block_take(&b, BK * FE, sizeof(float));
-    e->moe_u = block_take(&b, BK * FE, sizeof(float));
+    e->moe_slots = block_take(&b, B * K, sizeof(int));
+    e->moe_groups = block_take(&b, NE, sizeof(*e->moe_groups));
+    e->moe_g = block_take(&b, B * K * FE, sizeof(float));
     e->moe_o = block_take(&b, B * K * E, sizeof(float));
+    e->moe_scratch_bytes = moe_scratch;
+    e->moe_scratch = block_take(&b, moe_scratch * (size_t)e->n_slots, 1);
     e->k16 = block_take(&b, KV, sizeof(uint16_t));
     e->neg = block_take(&b, F * (size_t)e->n_slots, sizeof(float));
     e->mm_scratch = block_take(&b, scratch ? scratch : 1, 1); /* quant_matmul wants one even if unused */
@@ -745,101 +749,26 @@ static void moe_route(pass *p, const layer_weights *L) {
     }
 }
 
-/* g[i] = act(g[i], u[i]) for i < n: silu(g) u, or gpt-oss's clamped form (arch.h ACT_SWIGLU_OAI). */
-static void expert_act(float *g, const float *u, int n, arch_act act) {
-    if (act != ACT_SWIGLU_OAI) {
-        for (int i = 0; i < n; i++) g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
-        return;
-    }
-    const float alpha = 1.702f, limit = 7.0f;
-    for (int i = 0; i < n; i++) {
-        float x = g[i] < limit ? g[i] : limit, y = u[i] < -limit ? -limit : u[i] > limit ? limit : u[i];
-        g[i] = x / (1.0f + expf(-alpha * x)) * (y + 1.0f);
-    }
-}
-
-/* The slice of expert matrix w (n_expert * rows, cols) that is expert x's (rows, cols). */
-static weight expert_slice(const weight *w, int x, int64_t rows) {
-    size_t row_bytes = quant_row_bytes(w->type, w->cols);
-    return (weight){.data = (const uint8_t *)w->data + (size_t)x * (size_t)rows * row_bytes, .type = w->type,
-                    .rows = rows, .cols = w->cols};
-}
-
-/* Expert x's gate and up rows against its cnt gathered inputs moe_x, into moe_g (with the act). */
-static void expert_gate_up(pass *p, const layer_weights *L, int x, int cnt) {
-    engine *e = p->e;
-    int FE = e->m->n_ff_exp;
-    weight g = expert_slice(&L->gate_exps, x, FE), u = expert_slice(&L->up_exps, x, FE);
-    matmul_many(e, 2, (float *const[]){e->moe_g, e->moe_u}, (const weight *const[]){&g, &u}, e->moe_x, cnt);
-    if (L->gate_exps_b) add_bias(e->moe_g, L->gate_exps_b + (size_t)x * FE, cnt, FE);
-    if (L->up_exps_b) add_bias(e->moe_u, L->up_exps_b + (size_t)x * FE, cnt, FE);
-    expert_act(e->moe_g, e->moe_u, cnt * FE, e->m->arch->act);
-}
-
-/* One token (decode): its K experts share the input, so all their gate and up rows go to the
- * pool as one region (threads split across experts and rows, one barrier instead of K); moe_g
- * then holds K rows of FE, expert sel[k]'s in row k. */
-static void experts_gate_up_one(pass *p, const layer_weights *L) {
-    engine *e = p->e;
-    const model *m = e->m;
-    int K = m->n_expert_used, FE = m->n_ff_exp;
-    for (int k0 = 0; k0 < K; k0 += QUANT_MM_MAX / 2) {
-        int nk = K - k0 < QUANT_MM_MAX / 2 ? K - k0 : QUANT_MM_MAX / 2;
-        weight w[QUANT_MM_MAX];
-        const weight *wp[QUANT_MM_MAX];
-        float *out[QUANT_MM_MAX];
-        for (int k = 0; k < nk; k++) {
-            int x = e->moe_sel[k0 + k];
-            w[2 * k] = expert_slice(&L->gate_exps, x, FE), w[2 * k + 1] = expert_slice(&L->up_exps, x, FE);
-            out[2 * k] = e->moe_g + (size_t)(k0 + k) * FE, out[2 * k + 1] = e->moe_u + (size_t)(k0 + k) * FE;
-            wp[2 * k] = &w[2 * k], wp[2 * k + 1] = &w[2 * k + 1];
-        }
-        matmul_many(e, 2 * nk, out, wp, e->xn, 1);
-    }
-    for (int k = 0; k < K; k++) {
-        int x = e->moe_sel[k];
-        if (L->gate_exps_b) add_bias(e->moe_g + (size_t)k * FE, L->gate_exps_b + (size_t)x * FE, 1, FE);
-        if (L->up_exps_b) add_bias(e->moe_u + (size_t)k * FE, L->up_exps_b + (size_t)x * FE, 1, FE);
-    }
-    expert_act(e->moe_g, e->moe_u, K * FE, m->arch->act);
-}
-
-/* Expert x's down rows against the cnt activations at g, into moe_o's slots. */
-static void expert_down(pass *p, const layer_weights *L, int x, const float *g, const int *slots, int cnt) {
-    engine *e = p->e;
-    int E = p->E;
-    weight d = expert_slice(&L->down_exps, x, E);
-    matmul(e, e->moe_x, &d, g, cnt);
-    if (L->down_exps_b) add_bias(e->moe_x, L->down_exps_b + (size_t)x * E, cnt, E);
-    for (int c = 0; c < cnt; c++)
-        memcpy(e->moe_o + (size_t)slots[c] * E, e->moe_x + (size_t)c * E, sizeof(float) * (size_t)E);
-}
-
 /* moe: tmp = sum over each entry's K experts of weight * W_down,x act(W_gate,x xn) * (W_up,x xn),
- * the experts' outputs added in the order of their probability. Entries are grouped by expert,
- * so each expert's rows are read once per step and unused experts not at all. */
+ * the experts' outputs added in the order of their probability. Entries are grouped by expert
+ * (moe.h), so each expert's rows are read once per step and unused experts not at all; all the
+ * experts' gate and up rows are one pass of the pool, all their down rows another. */
 static void step_moe(pass *p, const layer_weights *L, int l) {
     engine *e = p->e;
     const model *m = e->m;
-    int K = m->n_expert_used, FE = m->n_ff_exp, E = p->E;
+    int K = m->n_expert_used, E = p->E, n_slots = p->n * K;
     moe_route(p, L);
     for (int t = 0; e->expert_cb && t < p->n; t++)
-        e->expert_cb(e->attn_user, t, l, e->moe_sel + (size_t)t * K, e->moe_w + (size_t)t * K, K);
-    if (p->n == 1) {
-        experts_gate_up_one(p, L);
-        for (int k = 0; k < K; k++) expert_down(p, L, e->moe_sel[k], e->moe_g + (size_t)k * FE, &k, 1);
-    }
-    for (int x = 0; p->n > 1 && x < m->n_expert; x++) {
-        int cnt = 0;
-        for (int s = 0; s < p->n * K; s++)
-            if (e->moe_sel[s] == x) {
-                e->moe_slots[cnt] = s;
-                memcpy(e->moe_x + (size_t)cnt++ * E, e->xn + (size_t)(s / K) * E, sizeof(float) * (size_t)E);
-            }
-        if (!cnt) continue;
-        expert_gate_up(p, L, x, cnt);
-        expert_down(p, L, x, e->moe_g, e->moe_slots, cnt);
-    }
+        e->expert_cb(e->attn_user, t, l, p->entries[t].pos, e->moe_sel + (size_t)t * K, e->moe_w + (size_t)t * K, K);
+    moe_plan pl = {.groups = e->moe_groups, .slot = e->moe_slots};
+    moe_plan_build(&pl, e->moe_sel, n_slots, m->n_expert);
+    for (int i = 0; i < n_slots; i++) /* each sorted slot's input, in moe_o until moe_down writes it */
+        memcpy(e->moe_o + (size_t)i * E, e->xn + (size_t)(pl.slot[i] / K) * E, sizeof(float) * (size_t)E);
+    moe_job j = {.L = L, .act = m->arch->act, .E = E, .FE = m->n_ff_exp, .pl = &pl, .x = e->moe_o, .g = e->moe_g,
+                 .o = e->moe_o, .scratch = e->moe_scratch, .scratch_bytes = e->moe_scratch_bytes,
+                 .max_tok = e->max_batch, .n_threads = e->n_threads};
+    moe_gate_up(&j);
+    moe_down(&j);
     for (int t = 0; t < p->n; t++) {
         float *out = e->tmp + (size_t)t * E;
         for (int k = 0; k < K; k++) {

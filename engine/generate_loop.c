@@ -37,13 +37,16 @@ static attnd_status eval_next(gen_loop *L, int32_t id, int room, engine_timings 
     int max = L->max_rows - 1 < room ? L->max_rows - 1 : room;
     if (L->g->spec && max > 0) {
         attnd_err ignored;
-        if (spec_draft(L->g->spec, max, L->draft, &L->n_draft, &ignored) != ATTND_OK) L->n_draft = 0;
+        if (spec_draft(L->g->spec, NULL, max, L->draft, &L->n_draft, &ignored) != ATTND_OK) L->n_draft = 0;
     }
     int pos = kv_seq_len(L->s);
     L->b[0] = (batch_entry){L->s, id, pos, true};
     for (int i = 0; i < L->n_draft; i++) L->b[i + 1] = (batch_entry){L->s, L->draft[i], pos + 1 + i, true};
     tm->n_drafted += L->n_draft;
-    return engine_eval(L->e, L->b, L->n_draft + 1, L->logits, err);
+    double t0 = attnd_now_s();
+    attnd_status st = engine_eval(L->e, L->b, L->n_draft + 1, L->logits, err);
+    if (L->g->spec && st == ATTND_OK) spec_time(L->g->spec, L->n_draft + 1, (attnd_now_s() - t0) * 1e3);
+    return st;
 }
 
 /* Picks from the rows in order while each pick equals the next draft; reports every pick. Sets

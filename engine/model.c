@@ -53,7 +53,7 @@ static void mark_read(model *m, const gguf_tensor *t) {
     uint64_t n = gguf_tensor_count(m->f), i = (uint64_t)(t - first);
     if (i >= n || gguf_tensor_at(m->f, i) != t)
         for (i = 0; i < n && gguf_tensor_at(m->f, i) != t; i++) {}
-    if (i < n) m->tensor_read[i] = 1;
+    if (i < n && m->tensor_read) m->tensor_read[i] = 1; /* NULL after the load (model_set_context) */
 }
 
 /* Looks up a weight tensor of a computable type; *t is NULL when it is absent and optional. */
@@ -329,10 +329,11 @@ static attnd_status rope_table_make(rope_table *t, int dims, double base, const 
 }
 
 /* The per-pair frequency divisors of the file, NULL when none: Llama 3's rope_freqs, or LongRoPE's
- * (Phi-3 128k) rope_factors_long when the context attnd serves (the file's context_length) is
- * beyond rope.scaling.original_context_length and rope_factors_short otherwise, as llama.cpp
- * picks them for a context of that size. Both LongRoPE tensors count as read. */
-static attnd_status load_rope_factors(model *m, const char *arch, float **factors, attnd_err *err) {
+ * (Phi-3 128k) rope_factors_long when the context attnd serves, n_ctx (the file's context_length
+ * or the server's ctx_size, model_set_context), is beyond rope.scaling.original_context_length and
+ * rope_factors_short otherwise, as llama.cpp picks them for a context of that size. Both LongRoPE
+ * tensors count as read. */
+static attnd_status load_rope_factors(model *m, const char *arch, int n_ctx, float **factors, attnd_err *err) {
     const model_info *mi = &m->info;
     int n = mi->rope_dims / 2;
     float *s = NULL, *l = NULL;
@@ -351,7 +352,7 @@ static attnd_status load_rope_factors(model *m, const char *arch, float **factor
         if ((st = arch_u32(m->f, arch, "rope.scaling.original_context_length", false, (uint32_t)mi->n_ctx, &orig,
                            err)))
             goto out;
-        m->info.rope_long = (uint32_t)mi->n_ctx > orig;
+        m->info.rope_long = (uint32_t)n_ctx > orig;
         *factors = m->info.rope_long ? l : s;
         if (m->info.rope_long) l = NULL; else s = NULL;
     }
@@ -370,23 +371,51 @@ out:
     return st;
 }
 
-/* The global table (the file's base, scaling and frequency factors) and, when local layers have
- * their own base, the local one (unscaled, as llama.cpp computes Gemma 3's). */
-static attnd_status make_rope_tables(model *m, const char *arch, attnd_err *err) {
-    const model_info *mi = &m->info;
+/* The global table (the file's base, scaling and frequency factors) for a context of n_ctx. */
+static attnd_status make_global_rope(model *m, const char *arch, int n_ctx, rope_table *out, attnd_err *err) {
     rope_scaling rs;
     attnd_status st;
     if ((st = read_rope_scaling(m, arch, &rs, err))) return st;
     float *factors = NULL;
-    if ((st = load_rope_factors(m, arch, &factors, err))) return st;
-    st = rope_table_make(&m->rope[ROPE_GLOBAL], mi->rope_dims, mi->rope_base, &rs, factors);
+    if ((st = load_rope_factors(m, arch, n_ctx, &factors, err))) return st;
+    st = rope_table_make(out, m->info.rope_dims, m->info.rope_base, &rs, factors);
     free(factors);
-    if (!st && m->arch->swa_rope_base > 0 && mi->n_local_layers) {
-        rope_scaling none = {.freq_scale = 1.0f, .attn_factor = 1.0f};
-        st = rope_table_make(&m->rope[ROPE_LOCAL], mi->rope_dims, m->arch->swa_rope_base, &none, NULL);
-    }
     return st ? attnd_fail(err, st, "out of memory loading a model") : ATTND_OK;
 }
+
+/* The global table and, when local layers have their own base, the local one (unscaled, as
+ * llama.cpp computes Gemma 3's). */
+static attnd_status make_rope_tables(model *m, const char *arch, attnd_err *err) {
+    const model_info *mi = &m->info;
+    attnd_status st = make_global_rope(m, arch, mi->n_ctx, &m->rope[ROPE_GLOBAL], err);
+    if (!st && m->arch->swa_rope_base > 0 && mi->n_local_layers) {
+        rope_scaling none = {.freq_scale = 1.0f, .attn_factor = 1.0f};
+        if (rope_table_make(&m->rope[ROPE_LOCAL], mi->rope_dims, m->arch->swa_rope_base, &none, NULL))
+            st = attnd_fail(err, ATTND_ERR_NOMEM, "out of memory loading a model");
+    }
+    return st;
+}
+
+attnd_status model_set_context(model *m, int n_ctx, attnd_err *err) {
+    if (n_ctx <= 0 || n_ctx > m->info.n_ctx) n_ctx = m->info.n_ctx;
+    if (!gguf_find_tensor(m->f, "rope_factors_long.weight")) { /* no choice depends on it */
+        m->run_ctx = n_ctx;
+        return ATTND_OK;
+    }
+    rope_table t = {0};
+    bool was_long = m->info.rope_long;
+    attnd_status st = make_global_rope(m, m->info.arch, n_ctx, &t, err);
+    if (st) {
+        m->info.rope_long = was_long;
+        return st;
+    }
+    free(m->rope[ROPE_GLOBAL].inv_freq);
+    m->rope[ROPE_GLOBAL] = t;
+    m->run_ctx = n_ctx;
+    return ATTND_OK;
+}
+
+int model_run_context(const model *m) { return m->run_ctx; }
 
 // ---- layers ---------------------------------------------------------------------------------
 
@@ -573,6 +602,7 @@ attnd_status model_load(model **out, const char *path, attnd_err *err) {
     }
     if ((st = read_attention(m, arch, err)) || (st = read_experts(m, arch, err))) goto fail;
     if ((st = load_weights(m, err))) goto fail;
+    m->run_ctx = mi->n_ctx;
     if ((st = make_rope_tables(m, arch, err))) goto fail;
     if ((st = check_all_read(m, err))) goto fail;
     free(m->tensor_read);

@@ -69,6 +69,7 @@ struct model {
     int max_window;          /* the widest sliding window of any layer; 0 when all are global */
     int n_expert, n_expert_used, n_ff_exp; /* Mixture of Experts (arch moe); 0 otherwise */
     size_t packed_bytes;     /* memory of the weights' packed copies (weight.packed) */
+    int run_ctx;             /* the context it is run at (model_set_context): n_ctx or less */
     uint8_t *tensor_read;    /* load scratch: (gguf_tensor_count) 1 = a step reads the tensor */
 };
 

@@ -100,11 +100,22 @@ typedef void (*attn_tile_fn)(const struct attn_tile *t);
  * one sequential run: 210 bytes per row and super-block, as mapped. */
 #define PACK_Q6K_BYTES (16 * 16 + 16 * 3 * 64)
 #define PACK_Q6K_HEAD(nb) (((size_t)(nb) * 32 + 63) / 64 * 64)
+/* Q4_1, Q5_0, Q5_1, IQ4_NL and MXFP4 (the 32-element types of issue 27), per 16-row group and
+ * pair of blocks: per block PACK_B32_QBYTES(h) bytes, 4 x 64 of nibbles in Q4_0's order (vector k:
+ * qs bytes 4k..4k+3 of each row, row i at 4i: weights 4k.. low, 16 + 4k.. high), then where the
+ * type has fifth bits (h: Q5_0, Q5_1) one 64-byte vector H of them, byte 4i + j of row i holding in
+ * bit k < 4 the fifth bit of weight 4k + j and in bit 4 + k that of weight 16 + 4k + j (so vector
+ * k's bits are (H << (4 - k)) & 0x10 and (H >> k) & 0x10, one shift each); then the pair's
+ * scales: 2 x 16 f16 d (MXFP4: 2 x 16 E8M0 bytes), and where the type has a minimum (m: Q4_1,
+ * Q5_1) 2 x 16 f16 m, padded to 64 bytes. Bytes per row and block as mapped (MXFP4: 18 for 17). */
+#define PACK_B32_QBYTES(h) (256 + 64 * (h))
+#define PACK_B32_PAIR(h, m) (2 * PACK_B32_QBYTES(h) + 64 * (1 + (m)))
 struct quant_packed {
     uint32_t wtype;
     int64_t n_rows, n_cols;
     size_t group_bytes; /* Q8_0 / Q4_0: ceil(nb / 2) * PACK_Q80_PAIR / PACK_Q40_PAIR, pairs of blocks; Q4_K: nb * PACK_Q4K_BYTES,
-                           super-block after super-block; Q6_K: PACK_Q6K_HEAD(nb) + nb * PACK_Q6K_BYTES
+                           super-block after super-block; Q6_K: PACK_Q6K_HEAD(nb) + nb * PACK_Q6K_BYTES;
+                           the 32-element types: ceil(nb / 2) * PACK_B32_PAIR(h, m)
                            (a multiple of 64 in every case) */
     size_t bytes;
     uint8_t *data;      /* (ceil(n_rows / 16) * group_bytes), 64-byte aligned */

@@ -78,6 +78,55 @@ static void pack_q4_k(uint8_t *dst, const uint8_t *w, size_t rb, int64_t n_rows,
     }
 }
 
+/* Where a 32-element type's fields sit in its mapped block (quant_impl.h), -1: absent. */
+typedef struct b32_fields {
+    int bytes, qs, qh, m; /* the scale (f16 d, MXFP4's E8M0 byte) is at 0 */
+    int h, has_m, e8m0;   /* the packed layout's PACK_B32_PAIR(h, has_m) */
+} b32_fields;
+
+static int b32_fields_of(uint32_t wtype, b32_fields *f) {
+    switch (wtype) {
+    case GGUF_TYPE_Q4_1: *f = (b32_fields){Q4_1_BYTES, 4, -1, 2, 0, 1, 0}; return 1;
+    case GGUF_TYPE_Q5_0: *f = (b32_fields){Q5_0_BYTES, 6, 2, -1, 1, 0, 0}; return 1;
+    case GGUF_TYPE_Q5_1: *f = (b32_fields){Q5_1_BYTES, 8, 4, 2, 1, 1, 0}; return 1;
+    case GGUF_TYPE_IQ4_NL: *f = (b32_fields){IQ4_NL_BYTES, 2, -1, -1, 0, 0, 0}; return 1;
+    case GGUF_TYPE_MXFP4: *f = (b32_fields){MXFP4_BYTES, 1, -1, -1, 0, 0, 1}; return 1;
+    default: return 0;
+    }
+}
+
+/* The fifth bits of a block (bit j of qh: weight j) as the packed H's 4 bytes of one row: byte
+ * j's bit k < 4 is weight 4k + j's, bit 4 + k weight 16 + 4k + j's. */
+static void b32_fifth_bits(uint8_t out[4], const uint8_t *qh) {
+    uint32_t h;
+    memcpy(&h, qh, sizeof h);
+    for (int j = 0; j < 4; j++) {
+        unsigned v = 0;
+        for (int k = 0; k < 4; k++) v |= ((h >> (4 * k + j)) & 1u) << k | ((h >> (16 + 4 * k + j)) & 1u) << (4 + k);
+        out[j] = (uint8_t)v;
+    }
+}
+
+/* Q4_1 / Q5_0 / Q5_1 / IQ4_NL / MXFP4 rows -> PACK_B32_PAIR's layout (quant_impl.h). */
+static void pack_b32(uint8_t *dst, const uint8_t *w, size_t rb, int64_t n_rows, int64_t nb, size_t group_bytes,
+                     const b32_fields *f) {
+    const size_t qbytes = PACK_B32_QBYTES(f->h), pair_bytes = PACK_B32_PAIR(f->h, f->has_m);
+    for (int64_t r = 0; r < n_rows; r++) {
+        uint8_t *g = dst + (size_t)(r / PACK_ROWS) * group_bytes;
+        int i = (int)(r % PACK_ROWS);
+        const uint8_t *src = w + (size_t)r * rb;
+        for (int64_t b = 0; b < nb; b++, src += f->bytes) {
+            uint8_t *pair = g + (size_t)(b / 2) * pair_bytes, *q = pair + qbytes * (size_t)(b % 2),
+                    *sc = pair + 2 * qbytes;
+            for (int k = 0; k < 4; k++) memcpy(q + 64 * k + 4 * i, src + f->qs + 4 * k, 4);
+            if (f->h) b32_fifth_bits(q + 256 + 4 * i, src + f->qh);
+            if (f->e8m0) sc[16 * (b % 2) + i] = src[0];
+            else memcpy(sc + 32 * (b % 2) + 2 * i, src, 2);
+            if (f->has_m) memcpy(sc + 64 + 32 * (b % 2) + 2 * i, src + f->m, 2);
+        }
+    }
+}
+
 /* 2-bit field f (bits 2f, 2f + 1) of x */
 #define F2(x, f) ((unsigned)((x) >> (2 * (f))) & 3u)
 
@@ -166,6 +215,8 @@ quant_packed *quant_pack(const void *w, uint32_t wtype, int64_t n_rows, int64_t 
     const char *no = getenv("ATTND_NO_REPACK");
     if (no && *no && strcmp(no, "0") != 0) return NULL;
     int q8_0 = wtype == GGUF_TYPE_Q8_0, q4_0 = wtype == GGUF_TYPE_Q4_0, q4_k = wtype == GGUF_TYPE_Q4_K;
+    b32_fields bf = {0};
+    int b32 = b32_fields_of(wtype, &bf);
     uint32_t be = gguf_type_block_elems(wtype);
     if (!quant_packed_kernel(quant_kernels_active(), wtype) || n_rows <= 0 || n_cols <= 0 || n_cols % be != 0)
         return NULL;
@@ -176,6 +227,7 @@ quant_packed *quant_pack(const void *w, uint32_t wtype, int64_t n_rows, int64_t 
     /* round_up keeps every group 64-byte aligned */
     pk->group_bytes = q8_0   ? (size_t)(nb + 1) / 2 * PACK_Q80_PAIR
                       : q4_0 ? (size_t)(nb + 1) / 2 * PACK_Q40_PAIR
+                      : b32  ? (size_t)(nb + 1) / 2 * PACK_B32_PAIR(bf.h, bf.has_m)
                       : q4_k ? (size_t)nb * PACK_Q4K_BYTES
                              : PACK_Q6K_HEAD(nb) + (size_t)nb * PACK_Q6K_BYTES;
     pk->bytes = (size_t)n_groups * pk->group_bytes;
@@ -184,7 +236,8 @@ quant_packed *quant_pack(const void *w, uint32_t wtype, int64_t n_rows, int64_t 
         free(pk);
         return NULL;
     }
-    memset(pk->data + (size_t)(n_groups - 1) * pk->group_bytes, 0, pk->group_bytes); /* padding rows */
+    if (b32) memset(pk->data, 0, pk->bytes); /* padding rows, an odd last block's partner */
+    else memset(pk->data + (size_t)(n_groups - 1) * pk->group_bytes, 0, pk->group_bytes); /* padding rows */
     if ((q8_0 || q4_0) && nb % 2) { /* an odd last block's partner */
         size_t pair = q8_0 ? PACK_Q80_PAIR : PACK_Q40_PAIR, half = q8_0 ? 512 : 256;
         for (int64_t g = 0; g < n_groups; g++)
@@ -193,6 +246,7 @@ quant_packed *quant_pack(const void *w, uint32_t wtype, int64_t n_rows, int64_t 
     size_t rb = quant_row_bytes(wtype, n_cols);
     if (q8_0) pack_q8_0(pk->data, w, rb, n_rows, nb, pk->group_bytes);
     else if (q4_0) pack_q4_0(pk->data, w, rb, n_rows, nb, pk->group_bytes);
+    else if (b32) pack_b32(pk->data, w, rb, n_rows, nb, pk->group_bytes, &bf);
     else if (q4_k) pack_q4_k(pk->data, w, rb, n_rows, nb, pk->group_bytes);
     else pack_q6_k(pk->data, w, rb, n_rows, nb, pk->group_bytes);
     return pk;

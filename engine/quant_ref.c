@@ -260,6 +260,20 @@ static uint32_t ld32(const uint8_t *p) {
     return v;
 }
 
+/* Token t's share of the prepared activations (the arrays its form has; the others NULL). */
+typedef struct act_tok {
+    const float *d, *s;  /* block scales; Q8_1: d * sum(q) per block */
+    const int8_t *q;     /* quantized values */
+    const int32_t *xsum; /* sums of each 32-block's q */
+    const int16_t *bs;   /* Q8_K: sums of 16 */
+} act_tok;
+
+static act_tok act_at(const quant_act *a, int t) {
+    act_tok x = {a->d + t * a->nb, a->s ? a->s + t * a->nb : NULL, a->q + t * a->n_cols,
+                 a->xsum ? a->xsum + t * a->nb : NULL, a->bsums ? a->bsums + t * (a->n_cols / 16) : NULL};
+    return x;
+}
+
 /* sum over a 32-block of (nibble j [+ 16 * qh bit j]) * y[j], with Q4_0's element order */
 static int32_t dot_nib32(const uint8_t *qs, uint32_t qh, const int8_t *y, const int8_t *map) {
     int32_t s = 0;
@@ -270,161 +284,123 @@ static int32_t dot_nib32(const uint8_t *qs, uint32_t qh, const int8_t *y, const 
     return s;
 }
 
-static float dot_q4_1(const uint8_t *w, const quant_act *a, int t) {
-    const float *xd = a->d + t * a->nb, *xs = a->s + t * a->nb;
-    const int8_t *xq = a->q + t * a->n_cols;
-    float sum = 0.f;
-    for (int64_t b = 0; b < a->nb; b++, w += Q4_1_BYTES, xq += 32) {
-        int32_t si = dot_nib32(w + 4, 0, xq, NULL);
-        sum += quant_f16_to_f32(quant_ld16(w)) * xd[b] * (float)si + quant_f16_to_f32(quant_ld16(w + 2)) * xs[b];
+// Each type's term of one block b (weights at w) for one token x; a row's dot product is the sum
+// of its blocks' terms in block order (ROWS_OF_BLOCKS), as llama.cpp's reference dot products.
+
+static float f16_at(const uint8_t *p) { return quant_f16_to_f32(quant_ld16(p)); }
+
+/* Q4_1 (qs at 4) and Q5_1 (qh at 4, qs at 8): d (q . y) + m s */
+static float blk_q4_1(const uint8_t *w, const act_tok *x, int64_t b) {
+    return f16_at(w) * x->d[b] * (float)dot_nib32(w + 4, 0, x->q + 32 * b, NULL) + f16_at(w + 2) * x->s[b];
+}
+
+static float blk_q5_1(const uint8_t *w, const act_tok *x, int64_t b) {
+    return f16_at(w) * x->d[b] * (float)dot_nib32(w + 8, ld32(w + 4), x->q + 32 * b, NULL) + f16_at(w + 2) * x->s[b];
+}
+
+/* Q5_0: (q - 16) . y, times d */
+static float blk_q5_0(const uint8_t *w, const act_tok *x, int64_t b) {
+    int32_t si = dot_nib32(w + 6, ld32(w + 2), x->q + 32 * b, NULL) - 16 * x->xsum[b];
+    return (float)si * (f16_at(w) * x->d[b]);
+}
+
+static float blk_iq4_nl(const uint8_t *w, const act_tok *x, int64_t b) {
+    return (float)dot_nib32(w + 2, 0, x->q + 32 * b, quant_iq4nl_values) * (f16_at(w) * x->d[b]);
+}
+
+static float blk_mxfp4(const uint8_t *w, const act_tok *x, int64_t b) {
+    return (float)dot_nib32(w + 1, 0, x->q + 32 * b, quant_mxfp4_values) * (x->d[b] * quant_e8m0_half(w[0]));
+}
+
+/* sum over the 16 sub-blocks of 16 of sc_j (v . y)_j: v a super-block's weights decoded to integers */
+static int32_t dot_sub16(const int8_t v[QK_K], const int8_t sc[16], const int8_t *y) {
+    int32_t isum = 0;
+    for (int j = 0; j < 16; j++) {
+        int32_t si = 0;
+        for (int e = 16 * j; e < 16 * j + 16; e++) si += v[e] * y[e];
+        isum += sc[j] * si;
     }
-    return sum;
+    return isum;
 }
 
-static float dot_q5_1(const uint8_t *w, const quant_act *a, int t) {
-    const float *xd = a->d + t * a->nb, *xs = a->s + t * a->nb;
-    const int8_t *xq = a->q + t * a->n_cols;
-    float sum = 0.f;
-    for (int64_t b = 0; b < a->nb; b++, w += Q5_1_BYTES, xq += 32) {
-        int32_t si = dot_nib32(w + 8, ld32(w + 4), xq, NULL);
-        sum += quant_f16_to_f32(quant_ld16(w)) * xd[b] * (float)si + quant_f16_to_f32(quant_ld16(w + 2)) * xs[b];
+/* Q2_K: d sc_j (q . y)_j - dmin mn_j (sum y)_j over the 16 sub-blocks of 16; weight e is bits
+ * 2 (e % 128 / 32) of qs[32 (e / 128) + e % 32] */
+static float blk_q2_k(const uint8_t *w, const act_tok *x, int64_t b) {
+    int8_t v[QK_K], sc[16];
+    int32_t summs = 0;
+    for (int j = 0; j < 16; j++) {
+        sc[j] = (int8_t)(w[j] & 0xF);
+        summs += x->bs[16 * b + j] * (w[j] >> 4);
     }
-    return sum;
+    for (int e = 0; e < QK_K; e++) v[e] = (int8_t)((w[16 + 32 * (e / 128) + e % 32] >> (2 * (e % 128 / 32))) & 3);
+    float dall = x->d[b] * f16_at(w + 80), dmin = x->d[b] * f16_at(w + 82);
+    return dall * (float)dot_sub16(v, sc, x->q + QK_K * b) - dmin * (float)summs;
 }
 
-static float dot_q5_0(const uint8_t *w, const quant_act *a, int t) {
-    const float *xd = a->d + t * a->nb;
-    const int8_t *xq = a->q + t * a->n_cols;
-    const int32_t *xsum = a->xsum + t * a->nb;
-    float sum = 0.f;
-    for (int64_t b = 0; b < a->nb; b++, w += Q5_0_BYTES, xq += 32) {
-        int32_t si = dot_nib32(w + 6, ld32(w + 2), xq, NULL) - 16 * xsum[b]; /* (q - 16) . y */
-        sum += (float)si * (quant_f16_to_f32(quant_ld16(w)) * xd[b]);
+/* Q3_K: Q2_K's two bits, less 4 where the hmask bit (bit 4 (e / 128) + e % 128 / 32 of hm[e % 32]) is clear */
+static float blk_q3_k(const uint8_t *w, const act_tok *x, int64_t b) {
+    int8_t v[QK_K], sc[16];
+    quant_q3k_scales(w + 96, sc);
+    for (int e = 0; e < QK_K; e++) {
+        int h = e / 128, k = e % 128 / 32, l = e % 32;
+        v[e] = (int8_t)(((w[32 + 32 * h + l] >> (2 * k)) & 3) - ((w[l] >> (4 * h + k)) & 1 ? 0 : 4));
     }
-    return sum;
+    return f16_at(w + 108) * x->d[b] * (float)dot_sub16(v, sc, x->q + QK_K * b);
 }
 
-static float dot_iq4_nl(const uint8_t *w, const quant_act *a, int t) {
-    const float *xd = a->d + t * a->nb;
-    const int8_t *xq = a->q + t * a->n_cols;
-    float sum = 0.f;
-    for (int64_t b = 0; b < a->nb; b++, w += IQ4_NL_BYTES, xq += 32)
-        sum += (float)dot_nib32(w + 2, 0, xq, quant_iq4nl_values) * (quant_f16_to_f32(quant_ld16(w)) * xd[b]);
-    return sum;
-}
-
-static float dot_mxfp4(const uint8_t *w, const quant_act *a, int t) {
-    const float *xd = a->d + t * a->nb;
-    const int8_t *xq = a->q + t * a->n_cols;
-    float sum = 0.f;
-    for (int64_t b = 0; b < a->nb; b++, w += MXFP4_BYTES, xq += 32)
-        sum += (float)dot_nib32(w + 1, 0, xq, quant_mxfp4_values) * (xd[b] * quant_e8m0_half(w[0]));
-    return sum;
-}
-
-/* Q2_K: sum of d sc_j (q . y)_j - dmin mn_j (sum y)_j over the 16 sub-blocks of 16 */
-static float dot_q2_k(const uint8_t *w, const quant_act *a, int t) {
-    const int64_t nb = a->nb;
-    const float *xd = a->d + t * nb;
-    const int8_t *xq = a->q + t * a->n_cols;
-    const int16_t *bs = a->bsums + t * (a->n_cols / 16);
-    float sum = 0.f;
-    for (int64_t b = 0; b < nb; b++, w += Q2_K_BYTES, xq += QK_K, bs += 16) {
-        const uint8_t *sc = w, *qs = w + 16;
-        int32_t summs = 0, isum = 0;
-        for (int j = 0; j < 16; j++) summs += bs[j] * (sc[j] >> 4);
-        for (int e0 = 0; e0 < QK_K; e0 += 16) {
-            int32_t si = 0;
-            for (int e = e0; e < e0 + 16; e++) si += xq[e] * ((qs[32 * (e / 128) + e % 32] >> (2 * (e % 128 / 32))) & 3);
-            isum += (sc[e0 / 16] & 0xF) * si;
+/* Q5_K: Q4_K with the fifth bit of weight 64p + 32 hi + l at bit 2p + hi of qh[l] */
+static float blk_q5_k(const uint8_t *w, const act_tok *x, int64_t b) {
+    const int8_t *xq = x->q + QK_K * b;
+    const int16_t *bs = x->bs + 16 * b;
+    uint8_t sc[8], mn[8];
+    quant_q4k_scales(w + 4, sc, mn);
+    int32_t summins = 0, sumi = 0;
+    for (int j = 0; j < 8; j++) summins += mn[j] * (bs[2 * j] + bs[2 * j + 1]);
+    const uint8_t *qh = w + 16, *q = w + 48;
+    for (int p = 0; p < 4; p++, q += 32) {
+        int32_t s1 = 0, s2 = 0;
+        for (int l = 0; l < 32; l++) {
+            s1 += ((q[l] & 0xF) | ((qh[l] >> (2 * p)) & 1) << 4) * xq[64 * p + l];
+            s2 += ((q[l] >> 4) | ((qh[l] >> (2 * p + 1)) & 1) << 4) * xq[64 * p + 32 + l];
         }
-        float dall = xd[b] * quant_f16_to_f32(quant_ld16(w + 80)), dmin = xd[b] * quant_f16_to_f32(quant_ld16(w + 82));
-        sum += dall * (float)isum - dmin * (float)summs;
+        sumi += sc[2 * p] * s1 + sc[2 * p + 1] * s2;
     }
-    return sum;
+    float d = f16_at(w) * x->d[b], dmin = f16_at(w + 2) * x->d[b];
+    return d * (float)sumi - dmin * (float)summins;
 }
 
-static float dot_q3_k(const uint8_t *w, const quant_act *a, int t) {
-    const int64_t nb = a->nb;
-    const float *xd = a->d + t * nb;
-    const int8_t *xq = a->q + t * a->n_cols;
-    float sum = 0.f;
-    for (int64_t b = 0; b < nb; b++, w += Q3_K_BYTES, xq += QK_K) {
-        const uint8_t *hm = w, *qs = w + 32;
-        int8_t sc[16];
-        quant_q3k_scales(w + 96, sc);
-        int32_t isum = 0;
-        for (int e0 = 0; e0 < QK_K; e0 += 16) {
-            int32_t si = 0;
-            for (int e = e0; e < e0 + 16; e++) {
-                int h = e / 128, k = e % 128 / 32, l = e % 32;
-                int q = ((qs[32 * h + l] >> (2 * k)) & 3) - ((hm[l] >> (4 * h + k)) & 1 ? 0 : 4);
-                si += q * xq[e];
-            }
-            isum += sc[e0 / 16] * si;
-        }
-        sum += quant_f16_to_f32(quant_ld16(w + 108)) * xd[b] * (float)isum;
-    }
-    return sum;
+/* IQ4_XS: per sub-block of 32, the IQ4_NL codebook's values times its 6-bit scale */
+static float blk_iq4_xs(const uint8_t *w, const act_tok *x, int64_t b) {
+    int8_t sc[8];
+    quant_iq4xs_scales(w, sc);
+    int32_t isum = 0;
+    for (int j = 0; j < 8; j++)
+        isum += sc[j] * dot_nib32(w + 8 + 16 * j, 0, x->q + QK_K * b + 32 * j, quant_iq4nl_values);
+    return f16_at(w) * x->d[b] * (float)isum;
 }
 
-static float dot_q5_k(const uint8_t *w, const quant_act *a, int t) {
-    const int64_t nb = a->nb;
-    const float *xd = a->d + t * nb;
-    const int8_t *xq = a->q + t * a->n_cols;
-    const int16_t *bs = a->bsums + t * (a->n_cols / 16);
-    float sum = 0.f;
-    for (int64_t b = 0; b < nb; b++, w += Q5_K_BYTES, xq += QK_K, bs += 16) {
-        uint8_t sc[8], mn[8];
-        quant_q4k_scales(w + 4, sc, mn);
-        int32_t summins = 0, sumi = 0;
-        for (int j = 0; j < 8; j++) summins += mn[j] * (bs[2 * j] + bs[2 * j + 1]);
-        const uint8_t *qh = w + 16, *q = w + 48;
-        for (int p = 0; p < 4; p++, q += 32) {
-            int32_t s1 = 0, s2 = 0;
-            for (int l = 0; l < 32; l++) {
-                s1 += ((q[l] & 0xF) | ((qh[l] >> (2 * p)) & 1) << 4) * xq[64 * p + l];
-                s2 += ((q[l] >> 4) | ((qh[l] >> (2 * p + 1)) & 1) << 4) * xq[64 * p + 32 + l];
-            }
-            sumi += sc[2 * p] * s1 + sc[2 * p + 1] * s2;
-        }
-        float d = quant_f16_to_f32(quant_ld16(w)) * xd[b], dmin = quant_f16_to_f32(quant_ld16(w + 2)) * xd[b];
-        sum += d * (float)sumi - dmin * (float)summins;
-    }
-    return sum;
-}
-
-static float dot_iq4_xs(const uint8_t *w, const quant_act *a, int t) {
-    const int64_t nb = a->nb;
-    const float *xd = a->d + t * nb;
-    const int8_t *xq = a->q + t * a->n_cols;
-    float sum = 0.f;
-    for (int64_t b = 0; b < nb; b++, w += IQ4_XS_BYTES, xq += QK_K) {
-        int8_t sc[8];
-        quant_iq4xs_scales(w, sc);
-        int32_t isum = 0;
-        for (int j = 0; j < 8; j++) isum += sc[j] * dot_nib32(w + 8 + 16 * j, 0, xq + 32 * j, quant_iq4nl_values);
-        sum += quant_f16_to_f32(quant_ld16(w)) * xd[b] * (float)isum;
-    }
-    return sum;
-}
-
-#define ROWS_OF_DOT(NAME, DOT)                                                                               \
-    static void NAME(float *out, const uint8_t *w, size_t rb, int64_t r0, int64_t r1, int64_t n_rows,        \
-                     const quant_act *a, int n_tok) {                                                        \
-        for (int64_t r = r0; r < r1; r++)                                                                    \
-            for (int t = 0; t < n_tok; t++) out[t * n_rows + r] = DOT(w + r * rb, a, t);                     \
+#define ROWS_OF_BLOCKS(NAME, BLK, BYTES)                                                                               \
+    static void NAME(float *out, const uint8_t *w, size_t rb, int64_t r0, int64_t r1, int64_t n_rows,                  \
+                     const quant_act *a, int n_tok) {                                                                  \
+        for (int t = 0; t < n_tok; t++) {                                                                              \
+            const act_tok x = act_at(a, t);                                                                            \
+            for (int64_t r = r0; r < r1; r++) {                                                                        \
+                float sum = 0.f;                                                                                       \
+                for (int64_t b = 0; b < a->nb; b++) sum += BLK(w + r * rb + (size_t)b * (BYTES), &x, b);               \
+                out[t * n_rows + r] = sum;                                                                             \
+            }                                                                                                          \
+        }                                                                                                              \
     }
 
-ROWS_OF_DOT(rows_q4_1, dot_q4_1)
-ROWS_OF_DOT(rows_q5_0, dot_q5_0)
-ROWS_OF_DOT(rows_q5_1, dot_q5_1)
-ROWS_OF_DOT(rows_iq4_nl, dot_iq4_nl)
-ROWS_OF_DOT(rows_mxfp4, dot_mxfp4)
-ROWS_OF_DOT(rows_q2_k, dot_q2_k)
-ROWS_OF_DOT(rows_q3_k, dot_q3_k)
-ROWS_OF_DOT(rows_q5_k, dot_q5_k)
-ROWS_OF_DOT(rows_iq4_xs, dot_iq4_xs)
+ROWS_OF_BLOCKS(rows_q4_1, blk_q4_1, Q4_1_BYTES)
+ROWS_OF_BLOCKS(rows_q5_0, blk_q5_0, Q5_0_BYTES)
+ROWS_OF_BLOCKS(rows_q5_1, blk_q5_1, Q5_1_BYTES)
+ROWS_OF_BLOCKS(rows_iq4_nl, blk_iq4_nl, IQ4_NL_BYTES)
+ROWS_OF_BLOCKS(rows_mxfp4, blk_mxfp4, MXFP4_BYTES)
+ROWS_OF_BLOCKS(rows_q2_k, blk_q2_k, Q2_K_BYTES)
+ROWS_OF_BLOCKS(rows_q3_k, blk_q3_k, Q3_K_BYTES)
+ROWS_OF_BLOCKS(rows_q5_k, blk_q5_k, Q5_K_BYTES)
+ROWS_OF_BLOCKS(rows_iq4_xs, blk_iq4_xs, IQ4_XS_BYTES)
 
 // ---- portable vector primitives ----------------------------------------------------------------
 

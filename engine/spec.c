@@ -3,7 +3,9 @@
  * history, and a draft model kept in step with the history in its own KV sequence. The draft's
  * sequence holds a prefix of the tokens it was last asked about; each spec_draft rolls it back
  * to the prefix it shares with the history and evaluates the rest in chunks, so accepted drafts
- * cost the draft nothing more and rejected ones are dropped by a truncation.
+ * cost the draft nothing more and rejected ones are dropped by a truncation. The controller
+ * (spec_ctl, spec_cost) decides how many tokens each draft may have from measured step costs and
+ * the acceptance learned so far.
  */
 #include "attnd/spec.h"
 
@@ -18,7 +20,9 @@ struct spec {
     int32_t *hist;          /* (cap) confirmed tokens: prompt, then generated */
     int n_hist, cap;
     int64_t drafted, accepted;
-    int cur_max;            /* the draft length now: doubles after a fully kept draft, else the kept + 1 */
+    spec_ctl ctl;           /* acceptance per class, back-off */
+    spec_cost cost;         /* the target's step costs when the caller keeps none (spec_time) */
+    int last_cls;           /* the class of the last draft (spec_count teaches it) */
     /* with a draft model */
     kv_seq *ds;             /* the draft's sequence; holds dtok[0..kv_seq_len(ds)) */
     int32_t *dtok;          /* (n_ctx of the draft) */
@@ -28,7 +32,7 @@ struct spec {
 };
 
 void spec_params_default(spec_params *p) {
-    *p = (spec_params){.draft_max = 8, .ngram_min = 2, .ngram_max = 3, .draft_min_p = 0.5f};
+    *p = (spec_params){.draft_max = 8, .ngram_min = 2, .ngram_max = 8, .draft_min_p = 0.5f};
 }
 
 attnd_status spec_params_validate(const spec_params *p, attnd_err *err) {
@@ -86,7 +90,8 @@ attnd_status spec_create(spec **out, const spec_params *p, attnd_err *err) {
     spec *s = calloc(1, sizeof(*s));
     if (!s) return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory");
     s->p = *p;
-    s->cur_max = p->draft_max;
+    spec_ctl_init(&s->ctl);
+    if (p->draft) s->ctl.probe_limit[0] = SPEC_DRAFT_PROBES;
     if (p->draft) {
         const model_info *mi = model_info_get(engine_model(p->draft));
         s->d_ctx = mi->n_ctx, s->d_vocab = mi->n_vocab, s->d_batch = engine_max_batch(p->draft);
@@ -135,9 +140,7 @@ int spec_history_len(const spec *s) { return s->n_hist; }
 void spec_count(spec *s, int drafted, int accepted) {
     s->drafted += drafted;
     s->accepted += accepted;
-    if (drafted == 0) return;
-    s->cur_max = accepted == drafted ? 2 * s->cur_max : accepted + 1;
-    if (s->cur_max > s->p.draft_max) s->cur_max = s->p.draft_max;
+    spec_ctl_learn(&s->ctl, s->last_cls, drafted, accepted);
 }
 
 void spec_totals(const spec *s, int64_t *drafted, int64_t *accepted) {
@@ -145,9 +148,149 @@ void spec_totals(const spec *s, int64_t *drafted, int64_t *accepted) {
     *accepted = s->accepted;
 }
 
+void spec_time(spec *s, int rows, double ms) { spec_cost_learn(&s->cost, rows, ms); }
+const spec_cost *spec_costs(const spec *s) { return &s->cost; }
+
+// ---- the cost table -----------------------------------------------------------------------------
+
+#define COST_DRIFT 0.05   /* a size's estimate: the least time seen, rising this share a sample */
+#define COST_SPIKE 3.0    /* a size's first sample counts as at most this many estimates */
+#define COST_SLOPE0 0.1   /* with one size measured: each further row assumed to add this share */
+#define ACCEPT_DECAY 0.9  /* the acceptance counts' decay per draft learned */
+
+/* Other work on the machine slows a step, never speeds it up: the least time recently seen is
+ * the step's cost, and one slow step (preempted, a page fault) changes nothing. It may rise by
+ * COST_DRIFT a sample, so a lasting change (a longer context, a busier machine) comes through. */
+static void cost_mix(double *m, double ms) {
+    double up = *m * (1 + COST_DRIFT);
+    *m = *m > 0 && ms > up ? up : ms;
+}
+
+void spec_cost_learn(spec_cost *c, int rows, double ms) {
+    if (rows < 1 || rows > SPEC_COST_ROWS || !(ms > 0)) return;
+    double est = c->ms[rows] > 0 ? 0 : spec_cost_est(c, rows);
+    cost_mix(&c->ms[rows], est > 0 && ms > COST_SPIKE * est ? COST_SPIKE * est : ms);
+}
+
+void spec_cost_learn_draft(spec_cost *c, int tokens, double ms) {
+    if (ms > 0) cost_mix(&c->draft_ms, ms / (tokens > 1 ? tokens : 1));
+}
+
+/* The nearest measured sizes: up to two at or below rows (lo, lo2 < lo), one above (hi); 0 = none. */
+static void cost_near(const spec_cost *c, int rows, int *lo, int *lo2, int *hi) {
+    *lo = *lo2 = *hi = 0;
+    for (int n = rows < SPEC_COST_ROWS ? rows : SPEC_COST_ROWS; n >= 1 && !*lo2; n--)
+        if (c->ms[n] > 0) *(*lo ? lo2 : lo) = n;
+    for (int n = rows + 1; n <= SPEC_COST_ROWS && !*hi; n++)
+        if (c->ms[n] > 0) *hi = n;
+}
+
+double spec_cost_est(const spec_cost *c, int rows) {
+    if (rows < 1) rows = 1;
+    int lo, lo2, hi;
+    cost_near(c, rows, &lo, &lo2, &hi);
+    if (lo == rows) return c->ms[lo];
+    if (lo && hi) return c->ms[lo] + (c->ms[hi] - c->ms[lo]) * (rows - lo) / (hi - lo);
+    if (lo && lo2) {
+        double slope = (c->ms[lo] - c->ms[lo2]) / (lo - lo2);
+        return c->ms[lo] + (slope > 0 ? slope : 0) * (rows - lo);
+    }
+    if (lo) return c->ms[lo] * (1 + COST_SLOPE0 * (rows - lo));
+    if (hi) return c->ms[hi] / (1 + COST_SLOPE0 * (hi - rows));
+    return 0;
+}
+
+// ---- the controller -----------------------------------------------------------------------------
+
+/* The prior: 1/2 for the draft model; n/(n + 2) for a lookup match of n tokens (a longer match is
+ * likelier to go on), worth a few drafts, so what is measured soon outweighs it. */
+void spec_ctl_init(spec_ctl *c) {
+    *c = (spec_ctl){0};
+    for (int i = 0; i < SPEC_CLASSES; i++) {
+        c->hit[i] = i ? i : 1, c->miss[i] = i ? 2 : 1;
+        c->interval[i] = SPEC_PROBE_FIRST;
+    }
+}
+
+static int ctl_class(int cls) { return cls < 0 ? 0 : cls >= SPEC_CLASSES ? SPEC_CLASSES - 1 : cls; }
+
+double spec_ctl_accept(const spec_ctl *c, int cls) {
+    cls = ctl_class(cls);
+    return c->hit[cls] / (c->hit[cls] + c->miss[cls]);
+}
+
+/* The tokens k drafts keep on average: a + a^2 + ... + a^k. */
+static double ctl_kept(double a, int k) {
+    double pk = 1, sum = 0;
+    for (int i = 1; i <= k; i++) pk *= a, sum += pk;
+    return sum;
+}
+
+/* The best k in 1..max for st's batch, its expected gain (*gain) and kept tokens (*kept). */
+static int ctl_best(double a, const spec_step *st, int max, double *gain, double *kept) {
+    double cn = spec_cost_est(st->cost, st->rows), t = st->tokens > 0 ? st->tokens : 1, d = st->cost->draft_ms;
+    double pk = 1, sum = 0;
+    int best = 0;
+    *gain = 0, *kept = 0;
+    for (int k = 1; k <= max; k++) {
+        pk *= a, sum += pk;
+        double ck = spec_cost_est(st->cost, st->rows + k);
+        if (ck < cn) ck = cn; /* noise between sizes: more rows never cost less */
+        double g = (t + sum) * cn / (t * (ck + k * d));
+        if (g > *gain) *gain = g, *kept = sum, best = k;
+    }
+    return best;
+}
+
+/* Whether cls has made all the probes it may; counts this one otherwise. */
+static bool ctl_probes_spent(spec_ctl *c, int cls) {
+    if (c->probe_limit[cls] && c->probes[cls] >= c->probe_limit[cls]) return true;
+    c->probes[cls]++;
+    return false;
+}
+
+int spec_ctl_plan(spec_ctl *c, int cls, spec_step *st, int max) {
+    cls = ctl_class(cls);
+    if (max <= 0 || spec_cost_est(st->cost, st->rows) <= 0) return 0;
+    double a = spec_ctl_accept(c, cls), gain, kept, perfect, ignored;
+    int k = ctl_best(a, st, max, &gain, &kept), k_perfect = ctl_best(1, st, max, &perfect, &ignored);
+    if (gain >= SPEC_GAIN_MIN) {
+        c->backed[cls] = false, c->interval[cls] = SPEC_PROBE_FIRST, c->wait[cls] = 0, c->idle[cls] = 0;
+        c->probes[cls] = 0;
+        if (++c->explore[cls] >= SPEC_EXPLORE && k < max) /* one longer, to keep its cost measured */
+            c->explore[cls] = 0, k++, kept = ctl_kept(a, k);
+    } else if (perfect < SPEC_GAIN_MIN) {
+        /* the rows cost too much whatever is kept (a full batch, a compute-bound model): not the
+         * acceptance's fault; a rare probe of the most promising length re-measures its cost */
+        if (++c->idle[cls] < SPEC_PROBE_MAX || ctl_probes_spent(c, cls)) return 0;
+        c->idle[cls] = 0, k = k_perfect;
+        kept = ctl_kept(a, k);
+    } else if (!c->backed[cls]) {
+        c->backed[cls] = true, c->wait[cls] = c->interval[cls];
+        return 0;
+    } else if (c->wait[cls] > 0 || ctl_probes_spent(c, cls)) {
+        c->wait[cls] -= c->wait[cls] > 0;
+        return 0;
+    } else { /* a probe: one token, to see whether acceptance has changed */
+        k = 1, kept = a;
+        c->interval[cls] = 2 * c->interval[cls] < SPEC_PROBE_MAX ? 2 * c->interval[cls] : SPEC_PROBE_MAX;
+        c->wait[cls] = c->interval[cls];
+    }
+    st->rows += k, st->tokens += kept;
+    return k;
+}
+
+void spec_ctl_learn(spec_ctl *c, int cls, int drafted, int accepted) {
+    if (drafted <= 0) return;
+    cls = ctl_class(cls);
+    c->hit[cls] = ACCEPT_DECAY * c->hit[cls] + accepted;
+    c->miss[cls] = ACCEPT_DECAY * c->miss[cls] + (accepted < drafted);
+}
+
 // ---- prompt lookup ------------------------------------------------------------------------------
 
-int spec_lookup(const int32_t *hist, int n_hist, int ngram_min, int ngram_max, int max, int32_t *out) {
+int spec_lookup(const int32_t *hist, int n_hist, int ngram_min, int ngram_max, int max, int32_t *out, int *match) {
+    if (match) *match = 0;
     for (int n = ngram_max; n >= ngram_min; n--) {
         if (n >= n_hist) continue;
         const int32_t *suffix = hist + n_hist - n;
@@ -155,6 +298,7 @@ int spec_lookup(const int32_t *hist, int n_hist, int ngram_min, int ngram_max, i
             if (memcmp(hist + j, suffix, sizeof(int32_t) * (size_t)n) != 0) continue;
             int k = 0;
             for (; k < max && j + n + k < n_hist; k++) out[k] = hist[j + n + k];
+            if (match && k > 0) *match = n;
             return k;
         }
     }
@@ -210,11 +354,28 @@ static attnd_status draft_model(spec *s, int max, int32_t *out, int *n_out, attn
     return st;
 }
 
-attnd_status spec_draft(spec *s, int max, int32_t *out, int *n_out, attnd_err *err) {
+attnd_status spec_draft(spec *s, spec_step *st, int max, int32_t *out, int *n_out, attnd_err *err) {
     *n_out = 0;
-    if (max > s->cur_max) max = s->cur_max;
+    spec_step own = {&s->cost, 1, 1};
+    if (!st) st = &own;
+    if (!st->cost) st->cost = &s->cost;
+    if (max > s->p.draft_max) max = s->p.draft_max;
     if (max <= 0) return ATTND_OK;
-    if (s->p.draft) return draft_model(s, max, out, n_out, err);
-    *n_out = spec_lookup(s->hist, s->n_hist, s->p.ngram_min, s->p.ngram_max, max, out);
+    if (s->p.draft) {
+        s->last_cls = 0;
+        int k = s->p.fixed ? max : spec_ctl_plan(&s->ctl, 0, st, max);
+        if (k == 0) return ATTND_OK;
+        double t0 = attnd_now_s();
+        attnd_status rc = draft_model(s, k, out, n_out, err);
+        spec_cost_learn_draft(st->cost, k, (attnd_now_s() - t0) * 1e3);
+        return rc;
+    }
+    int32_t cand[SPEC_MAX_DRAFT];
+    int match, n = spec_lookup(s->hist, s->n_hist, s->p.ngram_min, s->p.ngram_max, max, cand, &match);
+    if (n == 0) return ATTND_OK;
+    s->last_cls = match;
+    int k = s->p.fixed ? n : spec_ctl_plan(&s->ctl, match, st, n);
+    memcpy(out, cand, sizeof(int32_t) * (size_t)k);
+    *n_out = k;
     return ATTND_OK;
 }

@@ -418,6 +418,8 @@ typedef struct ref_run {
     gguf_file *f;
     int n_tok, E, H, HK, hd, QD, KVD, F, V;
     double *x, *q, *k, *v, *xn, *att, *tmp, *g, *u, *sc, *big;
+    int *route;        /* (n_layer, n_tok, n_expert_used) or NULL: ref_moe's experts per position */
+    double *route_w;   /* (n_layer, n_tok, n_expert_used) their weights, with route */
 } ref_run;
 
 /* q, k, v of position t of layer l: projections (+ biases), QK-norm, RoPE (unless NoPE). */
@@ -513,7 +515,7 @@ static inline void ref_matvec_rows(double *out, const gguf_tensor *w, uint64_t r
 
 /* x += the MoE FFN of r->xn: softmax of the router over every expert, the n_expert_used most
  * probable, their probabilities renormalised, each one's SwiGLU FFN. */
-static inline void ref_moe(ref_run *r, int l, double *x) {
+static inline void ref_moe(ref_run *r, int l, int t, double *x) {
     const tiny_spec *sp = r->sp;
     int NE = sp->n_expert, K = sp->n_expert_used, FE = sp->n_ff_exp, E = r->E;
     double *pr = malloc(sizeof(double) * NE), mx = -INFINITY, z = 0, wsum = 0;
@@ -552,6 +554,10 @@ static inline void ref_moe(ref_run *r, int l, double *x) {
         ref_matvec_rows(r->tmp, ref_tl(r->f, l, "ffn_down_exps.weight"), (uint64_t)ex * E, E, r->g);
         for (int i = 0; oss && i < E; i++) r->tmp[i] += ref_elem(ref_tl(r->f, l, "ffn_down_exps.bias"), (uint64_t)ex * E + i);
         for (int i = 0; i < E; i++) x[i] += pr[ex] / z / wsum * r->tmp[i];
+        if (r->route) {
+            size_t at = ((size_t)l * r->n_tok + t) * K + k;
+            r->route[at] = ex, r->route_w[at] = pr[ex] / z / wsum;
+        }
     }
     free(pr), free(sel);
 }
@@ -563,7 +569,7 @@ static inline void ref_ffn(ref_run *r, int l, int t) {
     ref_rmsnorm(r->xn, x, ref_tl(r->f, l, r->fam.gpt_oss ? "post_attention_norm.weight" : "ffn_norm.weight"), E,
                 r->sp->rms_eps);
     if (r->fam.moe) {
-        ref_moe(r, l, x);
+        ref_moe(r, l, t, x);
         return;
     }
     if (r->fam.fused_gate_up) {
@@ -608,6 +614,9 @@ typedef struct ref_extra {
                                  base + scale (o - base); NULL or 0 = around zero */
     int scale_from;           /* positions before this one are left unscaled (their outputs still
                                  count in the means) */
+    int *experts;             /* (n_layer, n_tok, n_expert_used) MoE: the experts each position was
+                                 routed to, most probable first */
+    double *expert_w;         /* (n_layer, n_tok, n_expert_used) their weights (with experts) */
 } ref_extra;
 
 /* vnorm of every head of layer l at every position (r->v holds the layer's values). */
@@ -667,6 +676,7 @@ static inline void ref_forward_ex(const tiny_spec *sp, const char *path, const i
     size_t gw = (size_t)(r.F > sp->n_ff_exp ? r.F : sp->n_ff_exp);
     r.g = malloc(sizeof(double) * gw), r.u = malloc(sizeof(double) * gw), r.sc = malloc(sizeof(double) * n_tok);
     r.big = malloc(sizeof(double) * (size_t)big);
+    r.route = ex ? ex->experts : NULL, r.route_w = ex ? ex->expert_w : NULL;
     double *msum = calloc((size_t)sp->n_layer * r.QD, sizeof(double)); /* (n_layer, n_head, hd) running sums */
     const gguf_tensor *emb = ref_t(r.f, "token_embd.weight");
     double es = r.fam.embd_scale ? sqrt((double)E) : 1;

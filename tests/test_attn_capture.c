@@ -3,7 +3,8 @@
  * prefill, chunked prefill and generation equal an independent float64 forward pass within 1e-3
  * (F32 KV cache), rows are causal and sum to 1, top_k keeps the largest weights, only the bound
  * sequence of a batch is recorded and nothing else changes, reused (cached) positions have no
- * rows, and bad selections are refused naming the field.
+ * rows, the experts of a MoE model are the reference's routing, and bad selections are refused
+ * naming the field.
  */
 #include <criterion/criterion.h>
 #include <math.h>
@@ -353,6 +354,55 @@ Test(attn_capture, logit_lens_equals_float64_reference_within_1e3) {
     tiny_rig_close(&r);
 }
 
+/* MoE (qwen3moe, 8 experts, top 3): the experts each selected layer routed each position to, in
+ * a chunked prefill and then a token decoded alone, are the float64 reference's, heaviest first,
+ * with its weights within 1e-4. */
+Test(attn_capture, experts_equal_float64_reference_routing) {
+    tiny_spec sp = tiny_default("qwen3moe");
+    sp.n_layer = 3, sp.n_expert = 8, sp.n_expert_used = 3, sp.n_ff_exp = 24, sp.head_dim = 16, sp.rope_dims = 16;
+    tiny_rig r;
+    tiny_rig_open(&r, &sp, KV_F32, 16);
+    enum { N = 30, K = 3 };
+    int32_t tok[N];
+    tiny_random_tokens(tok, N, sp.n_vocab, 4);
+    attn_capture *c;
+    attnd_err err;
+    int layers[] = {2, 0}, heads[] = {1};
+    attn_capture_params p = {.layers = layers, .n_layers = 2, .heads = heads, .n_heads = 1, .n_positions = N,
+                             .experts = true};
+    cr_assert_eq(attn_capture_create(&c, r.m, &p, &err), ATTND_OK, "%s", err.msg);
+    cr_assert_eq(attn_capture_n_experts(c), K);
+    kv_seq *s = tiny_rig_seq(&r);
+    feed_captured(r.e, c, s, tok, N - 1, 7);
+    feed_captured(r.e, c, s, tok + N - 1, 1, 1); /* decode: one token, its own pass */
+    int first, n = attn_capture_rows(c, &first);
+    cr_assert_eq(n, N);
+    int *ref = malloc(sizeof(int) * sp.n_layer * N * K);
+    double *ref_w = malloc(sizeof(double) * sp.n_layer * N * K), *logits = malloc(sizeof(double) * N * sp.n_vocab);
+    ref_forward_ex(&sp, r.path, tok, N, logits, &(ref_extra){.experts = ref, .expert_w = ref_w});
+    for (int li = 0; li < 2; li++)
+        for (int pos = 0; pos < N; pos++) {
+            const int32_t *ids;
+            const float *w;
+            cr_assert_eq(attn_capture_experts(c, li, pos, &ids, &w), K);
+            size_t at = ((size_t)layers[li] * N + pos) * K;
+            for (int k = 0; k < K; k++) {
+                cr_assert_eq(ids[k], ref[at + k], "layer %d position %d: expert %d, reference %d", layers[li], pos,
+                             ids[k], ref[at + k]);
+                cr_assert(fabs(w[k] - ref_w[at + k]) < 1e-4, "layer %d position %d: weight %g, reference %g",
+                          layers[li], pos, w[k], ref_w[at + k]);
+            }
+        }
+    free(ref), free(ref_w), free(logits);
+    attn_capture_destroy(c);
+    /* off unless asked: no experts kept, and the engine's hook is not installed */
+    p.experts = false;
+    cr_assert_eq(attn_capture_create(&c, r.m, &p, &err), ATTND_OK, "%s", err.msg);
+    cr_assert_eq(attn_capture_n_experts(c), 0);
+    attn_capture_destroy(c);
+    tiny_rig_close(&r);
+}
+
 // ---- bad selections and sizes ----------------------------------------------------------------------
 
 Test(attn_capture, bad_selections_are_refused_naming_the_field) {
@@ -391,6 +441,10 @@ Test(attn_capture, bad_selections_are_refused_naming_the_field) {
     p = (attn_capture_params){.n_positions = 8, .lens_k = mi->n_vocab + 1};
     cr_assert_eq(attn_capture_check(mi, &p, &field, &err), ATTND_ERR_INVALID);
     cr_assert_str_eq(field, "logit_lens");
+    p = (attn_capture_params){.n_positions = 8, .experts = true}; /* llama: dense */
+    cr_assert_eq(attn_capture_check(mi, &p, &field, &err), ATTND_ERR_INVALID);
+    cr_assert_str_eq(field, "experts");
+    cr_assert(strstr(err.msg, "dense") && strstr(err.msg, "llama"), "%s", err.msg);
     p = (attn_capture_params){.n_positions = 8};
     cr_assert_eq(attn_capture_check(mi, &p, &field, &err), ATTND_OK);
     cr_assert_null(field);

@@ -35,7 +35,11 @@ a=$("$BIN" generate --prompt "$P" --n 24 --temp 0 --stop "America." --json 2>/de
 b=$("$BIN" generate --prompt "$P" --n 24 --temp 0 --stop "America." --json --draft-max 6 2>/dev/null)
 check "generate --draft-max gives the plain tokens and text" "$(field '[d["tokens"], d["text"]]' <<<"$b")" "$a"
 t='d["timings"]'
-check "generate --draft-max counts drafts" "$(field "$t['drafted'] > 0 and $t['accepted'] <= $t['drafted']" <<<"$b")" True
+check "generate --draft-max counts drafts" "$(field "$t['accepted'] <= $t['drafted'] and '1' in $t['step_ms']" <<<"$b")" True
+# a fixed draft length drafts whatever the costs measured (the default's choices follow timings)
+c=$("$BIN" generate --prompt "$P" --n 24 --temp 0 --stop "America." --json --draft-max 6 --draft-fixed 2>/dev/null)
+check "generate --draft-fixed gives the plain tokens and text" "$(field '[d["tokens"], d["text"]]' <<<"$c")" "$a"
+check "generate --draft-fixed drafts" "$(field "$t['drafted'] > 0 and $t['accepted'] <= $t['drafted']" <<<"$c")" True
 "$BIN" generate --tokens 1,2 --n 2 --draft-model /nonexistent.gguf >/dev/null 2>&1
 check "--draft-model without --draft-max is a usage error" "$?" 2
 err=$("$BIN" generate --tokens 1,2 --n 2 --draft-max 4 --draft-model "${ATTND_DATA_DIR:?}/models/stories260K.gguf" 2>&1)
@@ -85,8 +89,13 @@ grep -q "^KV per layer:  1 global layers: 256 bytes/token f16; 5 local layers (w
 check "info: KV bytes per token of the local and global layers, and the window" "$?" 0
 # the phi3 family file carries LongRoPE: context 512, original 128
 "${ATTND_BUILD_DIR:?}/tiny_model" phi3 "$gm"
-grep -q "^LongRoPE:      long factors (context_length beyond rope.scaling.original_context_length)$" <<<"$("$BIN" info --model "$gm" 2>&1)"
+grep -q "^LongRoPE:      long factors (a context of 512 beyond rope.scaling.original_context_length)$" <<<"$("$BIN" info --model "$gm" 2>&1)"
 check "info: which LongRoPE factors apply" "$?" 0
+# served with ctx_size 128 (at the original context), llama.cpp's choice: the short factors
+grep -q "^LongRoPE:      short factors (a context of 128 within rope.scaling.original_context_length)$" <<<"$("$BIN" info --model "$gm" --ctx-size 128 2>&1)"
+check "info --ctx-size: the short LongRoPE factors under a cap" "$?" 0
+grep -q "^LongRoPE:      long factors (a context of 129 beyond" <<<"$("$BIN" info --model "$gm" --ctx-size 129 2>&1)"
+check "info --ctx-size: the long factors just beyond it" "$?" 0
 rm -f "$gm"
 
 # README's `attnd info` example is the default model's real output

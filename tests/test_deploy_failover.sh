@@ -186,11 +186,19 @@ def create(sid):
 # ---- background clients ---------------------------------------------------------------------
 stop = threading.Event()
 outage = threading.Event()   # Redis is down (set by the main thread)
-stats = {"acked": 0, "lost": [], "conflicts": 0, "failed": 0, "outage_503": 0, "statuses": {}}
+stats = {"acked": 0, "lost": [], "conflicts": 0, "failed": 0, "outage_503": 0, "statuses": {}, "client_failures": 0}
 lock = threading.Lock()
 
 
 def client(k):
+    try:
+        client_turns(k)
+    except SystemExit:  # fail() in a thread ends only that thread: the main thread reports it
+        with lock:
+            stats["client_failures"] += 1
+
+
+def client_turns(k):
     rnd = random.Random(k)
     n_sess = 0
     while not stop.is_set():
@@ -359,6 +367,8 @@ try:
         t.join(60)
     print("\n".join(log))
     print("ok: %d kills of the serving instance; every next turn succeeded at once on the other one" % KILLS)
+    if stats["client_failures"]:
+        fail("%d client threads failed (their FAIL lines are above)" % stats["client_failures"])
     if stats["lost"]:
         fail("%d acknowledged turns lost: %s" % (len(stats["lost"]), "; ".join(stats["lost"][:5])))
     if stats["conflicts"]:

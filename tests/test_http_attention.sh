@@ -62,3 +62,30 @@ grep -q 200 <<< "$codes" && grep -q 429 <<< "$codes" && ! grep -qv -e 200 -e 429
     fail "4 inspections at once with attention_parallel 1: $codes"
 echo "ok: inspections beyond attention_parallel get 429 ($codes)"
 stop_server lim || fail "server exit status"
+
+# "experts": true on a Mixture-of-Experts model (tiny_model's qwen3moe: 8 experts, 2 a token), and
+# a 400 naming the field on the dense shipped model
+"$ATTND_BUILD_DIR/tiny_model" qwen3moe "$TMP/moe.gguf" || fail "tiny_model qwen3moe"
+start_server moe --model "$TMP/moe.gguf" --threads 1
+body=$(curl -s "http://127.0.0.1:$moe_PORT/v1/attention" \
+    -d '{"prompt": [1, 40, 77, 300], "layers": [0, 1], "heads": [0], "experts": true, "max_tokens": 2}')
+python3 - "$body" <<'PY' || fail "experts in the answer: $body"
+import json, sys
+b = json.loads(sys.argv[1])
+rows = len(b["attention"][0]["weights"])  # the prompt's and the generated tokens' (but the last)
+assert rows >= 4, rows
+assert [e["layer"] for e in b["experts"]] == [0, 1], b["experts"]
+for e in b["experts"]:
+    assert len(e["routes"]) == rows, len(e["routes"])
+    for r in e["routes"]:
+        ids, ws = [x[0] for x in r], [x[1] for x in r]
+        assert len(r) == 2 and len(set(ids)) == 2 and all(0 <= i < 8 for i in ids), r
+        assert ws[0] >= ws[1] > 0 and abs(sum(ws) - 1) < 1e-5, r
+PY
+echo "ok: a MoE model's answer lists each position's experts and weights"
+stop_server moe || fail "server exit status"
+start_server dense --model "$MODEL" --threads 1
+body=$(curl -s -w ' %{http_code}' "http://127.0.0.1:$dense_PORT/v1/attention" -d '{"prompt": "We", "experts": true}')
+grep -q '"param":"experts"' <<< "$body" && grep -q ' 400$' <<< "$body" || fail "experts on a dense model: $body"
+echo "ok: experts on a dense model is a 400 naming the field"
+stop_server dense || fail "server exit status"

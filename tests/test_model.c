@@ -18,7 +18,9 @@
 #include "attnd/tokenizer.h"
 #include "engine_rig.h"
 #include "family_specs.h"
+#include "attnd/quantize.h"
 #include "kv_layout.h"
+#include "quant.h"
 #include "test_files.h"
 #include "test_models.h"
 
@@ -169,6 +171,57 @@ Test(model, phi3_longrope_short_and_long_factors_match_reference) {
     check_against_reference(&sp, 70, 2e-4);
 }
 
+/* Logits of n_tok random tokens of sp's file run at a context of cap (model_set_context), against
+ * the float64 reference of ref_sp (whose n_ctx picks its LongRoPE factors); returns the largest
+ * difference relative to the logits' scale. */
+static double capped_vs_reference(const tiny_spec *sp, int cap, const tiny_spec *ref_sp, int n_tok, bool *rope_long) {
+    char path[256];
+    tiny_tmpname(path, sizeof(path), "phi3cap");
+    cr_assert_eq(tiny_write(path, sp), 0);
+    attnd_err err;
+    model *m;
+    engine *e;
+    kv_pool *pool;
+    kv_seq *s;
+    cr_assert_eq(model_load(&m, path, &err), ATTND_OK, "%s", err.msg);
+    cr_assert_eq(model_set_context(m, cap, &err), ATTND_OK, "%s", err.msg);
+    *rope_long = model_info_get(m)->rope_long;
+    cr_assert_eq(engine_create(&e, m, n_tok, 1, &err), ATTND_OK, "%s", err.msg);
+    cr_assert_eq(kv_pool_create(&pool, m, (size_t)16 << 20, KV_F32, &err), ATTND_OK, "%s", err.msg);
+    cr_assert_eq(kv_seq_create(&s, pool, &err), ATTND_OK, "%s", err.msg);
+    int V = sp->n_vocab;
+    int32_t *tok = malloc(sizeof(int32_t) * n_tok);
+    tiny_random_tokens(tok, n_tok, V, 99);
+    float *lg = malloc(sizeof(float) * (size_t)n_tok * V);
+    double *ref = malloc(sizeof(double) * (size_t)n_tok * V), worst = 0, scale = 0;
+    prefill(e, s, tok, n_tok, lg);
+    ref_forward(ref_sp, path, tok, n_tok, ref);
+    for (size_t i = 0; i < (size_t)n_tok * V; i++) worst = fmax(worst, fabs(lg[i] - ref[i])), scale = fmax(scale, fabs(ref[i]));
+    free(tok), free(lg), free(ref);
+    kv_seq_destroy(s), kv_pool_destroy(pool), engine_destroy(e), model_destroy(m);
+    unlink(path);
+    return worst / scale;
+}
+
+/* LongRoPE under a served context cap (ctx_size): a file whose context_length (320) is beyond
+ * its original context (64) takes the short factors when run at 64 or less, as llama.cpp does
+ * for n_ctx <= the original, and the long ones at 65; float64 reference both ways, and each
+ * choice measurably differs from the other. */
+Test(model, longrope_takes_the_short_factors_under_a_context_cap) {
+    tiny_spec sp = tiny_default("phi3");
+    sp.longrope_orig_ctx = 64, sp.longrope_attn = 1.19f;
+    tiny_spec short_ref = sp;
+    short_ref.n_ctx = 64; /* the reference picks its factors from its n_ctx */
+    bool lng;
+    cr_assert_leq(capped_vs_reference(&sp, 64, &short_ref, 60, &lng), 2e-4);
+    cr_assert(!lng, "a cap at the original context: the short factors");
+    cr_assert_gt(capped_vs_reference(&sp, 64, &sp, 60, &lng), 1e-3, "the short and long factors give other logits");
+    cr_assert_leq(capped_vs_reference(&sp, 65, &sp, 60, &lng), 2e-4);
+    cr_assert(lng, "a cap beyond the original context: the long factors");
+    cr_assert_leq(capped_vs_reference(&sp, 0, &sp, 60, &lng), 2e-4);
+    cr_assert(lng, "no cap: the file's context, beyond the original");
+}
+
 Test(model, llama3_rope_freqs_and_rope_scaling_match_reference) {
     tiny_spec sp = tiny_default("llama");
     sp.rope_freqs = true;
@@ -192,12 +245,14 @@ Test(model, qwen3moe_routing_and_experts_match_reference) {
 /* What the expert callback saw: (entry, layer) -> the experts and weights, and how many calls. */
 typedef struct expert_log {
     int calls, k, n_layer;
+    int pos[40];
     int experts[40][4][8];
     float weights[40][4][8];
 } expert_log;
 
-static void log_experts(void *user, int entry, int layer, const int *experts, const float *weights, int k) {
+static void log_experts(void *user, int entry, int layer, int pos, const int *experts, const float *weights, int k) {
     expert_log *g = user;
+    g->pos[entry] = pos;
     g->calls++;
     g->k = k;
     cr_assert(entry >= 0 && entry < 40 && layer >= 0 && layer < g->n_layer && k <= 8);
@@ -231,6 +286,8 @@ Test(model, expert_callback_reports_each_tokens_experts_alike_in_prefill_and_dec
     dec->calls = 0;
     prefill(r.e, b, tok + 29, 1, one); /* the last token alone: its entry is 0 */
     cr_assert_eq(dec->calls, sp.n_layer);
+    cr_assert_eq(pre->pos[29], 29);
+    cr_assert_eq(dec->pos[0], 29);
     for (int l = 0; l < sp.n_layer; l++) {
         float sum = 0;
         for (int k = 0; k < 3; k++) {
@@ -327,6 +384,61 @@ Test(model, moe_decode_equals_prefill) {
     tiny_spec sp = tiny_default("qwen3moe");
     sp.n_expert = 8, sp.n_expert_used = 2, sp.n_ff_exp = 24;
     decode_equals_prefill(&sp, 200);
+}
+
+/* The logits of one run over a MoE model: a prefill of 6 tokens, 2 single-token decodes, then a
+ * batch of 3 sequences' decodes (6 + 2 + 3 rows of n_vocab into out, which has room for 12). */
+static void moe_run(engine *e, kv_pool *pool, int V, float *out) {
+    kv_seq *s[3];
+    int32_t tok[8];
+    tiny_random_tokens(tok, 8, V, 21);
+    for (int i = 0; i < 3; i++) cr_assert_eq(kv_seq_create(&s[i], pool, NULL), ATTND_OK);
+    prefill(e, s[0], tok, 6, out);
+    for (int i = 0; i < 2; i++) prefill(e, s[0], &tok[6 + i], 1, out + (size_t)(6 + i) * V);
+    prefill(e, s[1], tok, 3, out + (size_t)8 * V); /* overwritten below: their logits are not kept */
+    prefill(e, s[2], tok + 2, 4, out + (size_t)8 * V);
+    batch_entry b[3] = {{s[0], tok[0], 8, true}, {s[1], tok[7], 3, true}, {s[2], tok[3], 4, true}};
+    attnd_err err;
+    cr_assert_eq(engine_eval(e, b, 3, out + (size_t)8 * V, &err), ATTND_OK, "%s", err.msg);
+    for (int i = 0; i < 3; i++) kv_seq_destroy(s[i]);
+}
+
+/* The experts' passes (moe.h) split (expert, row block) tasks across threads: the logits of 1 and
+ * 4 threads are bit-identical (decode, prefill and batched decode), on Q4_K_M experts (Q4_K gate
+ * and up, Q6_K or Q8_0 down: activations rounded per task) wide enough that every pass goes to the
+ * pool, and they agree with the portable kernels within rounding. */
+Test(model, moe_expert_passes_give_the_same_logits_on_any_number_of_threads) {
+    tiny_spec sp = tiny_default("qwen3moe");
+    sp.n_embd = 1024, sp.n_head = 8, sp.n_head_kv = 2, sp.head_dim = 64, sp.rope_dims = 64, sp.n_layer = 1;
+    sp.n_expert = 8, sp.n_expert_used = 4, sp.n_ff_exp = 512, sp.wtype = GGUF_TYPE_F16;
+    char f16[256], q[300];
+    tiny_tmpname(f16, sizeof(f16), "moe");
+    snprintf(q, sizeof(q), "%s-Q4_K_M.gguf", f16);
+    cr_assert_eq(tiny_write(f16, &sp), 0);
+    attnd_err err;
+    cr_assert_eq(quantize_file(f16, q, QUANTIZE_Q4_K_M, NULL, NULL, &err), ATTND_OK, "%s", err.msg);
+    model *m;
+    engine *e;
+    kv_pool *pool;
+    cr_assert_eq(model_load(&m, q, &err), ATTND_OK, "%s", err.msg);
+    cr_assert_eq(engine_create(&e, m, 8, 4, &err), ATTND_OK, "%s", err.msg);
+    cr_assert_eq(kv_pool_create(&pool, m, (size_t)16 << 20, KV_F32, &err), ATTND_OK, "%s", err.msg);
+    int V = sp.n_vocab;
+    size_t n = (size_t)11 * V, room = (size_t)12 * V;
+    float *one = malloc(sizeof(float) * room * 3), *four = one + room, *port = four + room;
+    engine_set_threads(e, 1);
+    moe_run(e, pool, V, one);
+    engine_set_threads(e, 4);
+    moe_run(e, pool, V, four);
+    for (size_t i = 0; i < n; i++) cr_assert_eq(one[i], four[i], "logit %zu: %.9g at 1 thread, %.9g at 4", i, one[i], four[i]);
+    quant_isa saved = quant_isa_force(QUANT_ISA_PORTABLE);
+    moe_run(e, pool, V, port);
+    quant_isa_force(saved);
+    float d = max_abs_diff(one, port, n);
+    cr_assert_lt(d, 2e-3f, "portable kernels differ by %g", d);
+    kv_pool_destroy(pool), engine_destroy(e), model_destroy(m);
+    unlink(f16), unlink(q);
+    free(one);
 }
 
 // ---- sliding-window memory ---------------------------------------------------------------------------

@@ -11,6 +11,7 @@
 
 #include "attn_api.h"
 #include "attnd/engine.h"
+#include "family_specs.h"
 #include "scheduler.h"
 #include "sess.h"
 
@@ -69,6 +70,10 @@ Test(attn_api, selection_fields_are_read_and_default_to_everything) {
     p = attn_api_params(&r, 4);
     cr_assert_eq(p.weights, ATTN_WEIGHTS_NORM);
     cr_assert_eq(p.lens_k, 3);
+    cr_assert(!p.experts);
+    attn_api_request_free(&r);
+    cr_assert_eq(parse("{\"experts\": true}", &r, &param), ATTND_OK);
+    cr_assert(attn_api_params(&r, 4).experts);
     attn_api_request_free(&r);
 }
 
@@ -79,6 +84,7 @@ Test(attn_api, malformed_fields_are_refused_naming_them) {
         {"{\"top_k\": \"5\"}", "top_k"},
         {"{\"weights\": \"value\"}", "weights"}, {"{\"weights\": 1}", "weights"},
         {"{\"logit_lens\": -1}", "logit_lens"}, {"{\"logit_lens\": \"3\"}", "logit_lens"},
+        {"{\"experts\": 1}", "experts"},      {"{\"experts\": \"yes\"}", "experts"},
     };
     for (size_t i = 0; i < ATTND_ARRAY_LEN(bad); i++) {
         attn_api_request r;
@@ -131,7 +137,7 @@ Test(attn_api, the_byte_cap_refuses_an_answer_too_long_to_send_and_names_it) {
 // ---- response -------------------------------------------------------------------------------
 
 /* Evaluates ids on a fresh sequence with a capture of p; returns the capture. */
-static attn_capture *capture_run(const int32_t *ids, int n, attn_capture_params p) {
+static attn_capture *capture_run_on(model *m, const int32_t *ids, int n, attn_capture_params p) {
     attnd_err err;
     engine *e;
     kv_pool *pool;
@@ -151,6 +157,8 @@ static attn_capture *capture_run(const int32_t *ids, int n, attn_capture_params 
     engine_destroy(e);
     return c;
 }
+
+static attn_capture *capture_run(const int32_t *ids, int n, attn_capture_params p) { return capture_run_on(m, ids, n, p); }
 
 /* The text written straight from the capture (what the server sends) is the same JSON, weight
  * for weight and to the digit, as the tree's (what the CLI prints). */
@@ -273,6 +281,59 @@ Test(attn_api, norm_weights_and_the_logit_lens_are_in_the_answer) {
     attnd_err err;
     cr_assert_eq(attn_api_check(model_info_get(m), &q, 0, 0, &param, &err), ATTND_ERR_INVALID);
     cr_assert_str_eq(param, "logit_lens");
+}
+
+/* "experts": true on a Mixture-of-Experts model (the generated qwen3moe of tests/family_specs.h:
+ * 8 experts, 2 a token): per selected layer, a row per position of its 2 distinct experts,
+ * heaviest first, weights summing to 1, in the tree and in the text the server sends alike. The
+ * shipped model is dense: a 400 naming "experts". */
+Test(attn_api, experts_are_in_the_answer_of_a_moe_model_and_refused_on_a_dense_one) {
+    tiny_spec sp = family_small("qwen3moe");
+    char path[256];
+    tiny_tmpname(path, sizeof(path), "moe");
+    cr_assert_eq(tiny_write(path, &sp), 0);
+    attnd_err err;
+    model *mm;
+    tokenizer *mt;
+    cr_assert_eq(model_load(&mm, path, &err), ATTND_OK, "%s", err.msg);
+    cr_assert_eq(tok_load(&mt, model_gguf(mm), &err), ATTND_OK, "%s", err.msg);
+    int32_t ids[] = {1, 40, 77, 300, 12, 5};
+    int layers[] = {1}, heads[] = {0};
+    attn_capture_params p = {.layers = layers, .n_layers = 1, .heads = heads, .n_heads = 1, .n_positions = 6,
+                             .experts = true};
+    const char *param;
+    cr_assert_eq(attn_api_check(model_info_get(mm), &p, 0, 0, &param, &err), ATTND_OK, "%s", err.msg);
+    attn_capture *c = capture_run_on(mm, ids, 6, p);
+    json_t *body = attn_api_response("moe", model_info_get(mm), mt, ids, 6, 6, c);
+    json_t *ex = json_object_get(body, "experts");
+    cr_assert_eq(json_array_size(ex), 1, "one entry per selected layer");
+    cr_assert_eq(json_integer_value(json_object_get(json_array_get(ex, 0), "layer")), 1);
+    json_t *routes = json_object_get(json_array_get(ex, 0), "routes");
+    cr_assert_eq(json_array_size(routes), 6, "a row per position");
+    for (size_t i = 0; i < 6; i++) {
+        json_t *row = json_array_get(routes, i);
+        cr_assert_eq(json_array_size(row), 2);
+        json_int_t a = json_integer_value(json_array_get(json_array_get(row, 0), 0));
+        json_int_t b = json_integer_value(json_array_get(json_array_get(row, 1), 0));
+        double wa = json_real_value(json_array_get(json_array_get(row, 0), 1));
+        double wb = json_real_value(json_array_get(json_array_get(row, 1), 1));
+        cr_assert(a >= 0 && a < 8 && b >= 0 && b < 8 && a != b, "experts %lld, %lld", (long long)a, (long long)b);
+        cr_assert(wa >= wb && wb > 0, "heaviest first: %g, %g", wa, wb);
+        cr_assert(fabs(wa + wb - 1) < 1e-5, "weights sum to 1: %g", wa + wb);
+    }
+    json_t *head = attn_api_head("moe", model_info_get(mm), mt, ids, 6, 6, c);
+    size_t len;
+    char *text = attn_api_dump_with(head, c, &len), *want = attn_api_dump(body);
+    cr_assert_str_eq(text, want, "the text the server sends is the tree's");
+    free(text), free(want);
+    json_decref(head), json_decref(body);
+    attn_capture_destroy(c);
+    tok_destroy(mt);
+    model_destroy(mm);
+    unlink(path);
+    cr_assert_eq(attn_api_check(model_info_get(m), &p, 0, 0, &param, &err), ATTND_ERR_INVALID);
+    cr_assert_str_eq(param, "experts");
+    cr_assert(strstr(err.msg, "dense"), "%s", err.msg);
 }
 
 // ---- inspection jobs in the scheduler ---------------------------------------------------------

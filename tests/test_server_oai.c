@@ -42,7 +42,7 @@ Test(oai, completion_fields_become_c_values) {
                            "\"min_p\":0.1,\"stop\":[\"\\n\",\"END\"],\"seed\":42,\"logprobs\":2,\"echo\":true,"
                            "\"presence_penalty\":0.5,\"frequency_penalty\":-0.5,\"repeat_penalty\":1.1,"
                            "\"logit_bias\":{\"5\":-100,\"7\":2.5},\"n\":1,\"user\":\"u\",\"session_id\":\"s1\","
-                           "\"draft_max\":6}", 0, NULL);
+                           "\"draft_max\":6,\"draft_min_p\":0.25}", 0, NULL);
     oai_request r;
     const char *param;
     attnd_err err;
@@ -66,12 +66,14 @@ Test(oai, completion_fields_become_c_values) {
     cr_assert(banned, "-100 bans the token");
     cr_assert_str_eq(r.session_id, "s1");
     cr_assert_eq(r.draft_max, 6);
+    cr_assert_float_eq(r.draft_min_p, 0.25f, 1e-9);
     oai_request_free(&r);
     json_decref(j);
     /* without the field, the server's setting (-1) */
     j = json_loads("{\"prompt\":\"hi\"}", 0, NULL);
     cr_assert_eq(oai_parse(j, false, &cfg, 512, &r, &param, &err), ATTND_OK, "%s", err.msg);
     cr_assert_eq(r.draft_max, -1);
+    cr_assert_eq(r.draft_min_p, -1, "and the server's draft_min_p");
     oai_request_free(&r);
     json_decref(j);
 }
@@ -108,6 +110,8 @@ Test(oai, wrong_types_and_ranges_name_the_field) {
     expect_bad("{\"prompt\":\"x\",\"top_k\":-2}", false, "top_k");
     expect_bad("{\"prompt\":\"x\",\"draft_max\":33}", false, "draft_max");
     expect_bad("{\"prompt\":\"x\",\"draft_max\":-1}", false, "draft_max");
+    expect_bad("{\"prompt\":\"x\",\"draft_min_p\":1.5}", false, "draft_min_p");
+    expect_bad("{\"prompt\":\"x\",\"draft_min_p\":\"high\"}", false, "draft_min_p");
     expect_bad("{\"prompt\":\"x\",\"n\":0}", false, "n");
     expect_bad("{\"prompt\":\"x\",\"n\":17}", false, "n");
     expect_bad("{\"prompt\":[\"a\",\"b\",\"c\",\"d\",\"e\"],\"n\":16}", false, "n");

@@ -866,6 +866,115 @@ Test(sched_fair, tenants_take_turns_in_the_queue) {
     cr_assert(sched_wait_idle(sch, 5000));
 }
 
+// ---- fresh prompts: a step of their own before the next decode step -------------------------
+
+/* Submits jobs from the scheduler thread, between two steps (so the next step admits them all
+ * at once), after noting the step count and how many tokens the running stream has. */
+typedef struct submit_between {
+    sched_job *stream, *jobs[2];
+    int n_jobs;
+    uint64_t steps;
+    int stream_tokens;
+} submit_between;
+
+static attnd_status submit_task(void *user, engine *e, kv_pool *pool, attnd_err *err) {
+    (void)e, (void)pool;
+    submit_between *t = user;
+    sched_stats st;
+    sched_get_stats(sch, &st);
+    t->steps = st.steps;
+    pthread_mutex_lock(&t->stream->mu);
+    t->stream_tokens = t->stream->n_generated;
+    pthread_mutex_unlock(&t->stream->mu);
+    for (int i = 0; i < t->n_jobs; i++) {
+        attnd_status rc = sched_submit(sch, t->jobs[i], err);
+        if (rc != ATTND_OK) return rc;
+    }
+    return ATTND_OK;
+}
+
+/* A greedy job of tenant reading n made-up prompt tokens. */
+static sched_job *long_prompt_job(const char *tenant, int n, int max_tokens) {
+    int32_t *ids = malloc((size_t)n * sizeof(int32_t));
+    for (int i = 0; i < n; i++) ids[i] = i ? 300 + i % 200 : tok_bos(tok);
+    return job_make(ids, (size_t)n, max_tokens, NULL, tenant);
+}
+
+Test(sched_fair, a_new_prompt_gets_its_first_token_before_the_next_decode_step_of_a_batch) {
+    if (model_missing()) return;
+    cfg.queue_limit = 16;
+    start();
+    sched_job *alone = job_of("key:a", "Once upon a time", 120);
+    cr_assert_eq(sched_submit(sch, alone, NULL), ATTND_OK);
+    sched_output solo = wait_done(alone);
+    int32_t solo_toks[120];
+    tokens_of(&solo, solo_toks);
+    sched_job_unref(alone);
+    sched_job *a = job_of("key:a", "Once upon a time", 120);
+    cr_assert_eq(sched_submit(sch, a, NULL), ATTND_OK);
+    sched_update u = {0};
+    while (u.to < 2 && !u.done) sched_job_wait(a, 1000, &u); /* decoding */
+    submit_between t = {.stream = a, .jobs = {job_of("key:b", "The cat", 4)}, .n_jobs = 1};
+    attnd_err err;
+    cr_assert_eq(sched_run_task(sch, submit_task, &t, &err), ATTND_OK, "%s", err.msg);
+    sched_output o = wait_done(t.jobs[0]);
+    cr_assert_eq(o.status, ATTND_OK, "%s", o.errmsg);
+    cr_assert_eq(o.n_pieces, 4);
+    /* its prompt (shorter than any chunk) was read, and its first token sampled, in a step that
+     * held no decode token: the stream's next token came after it */
+    cr_assert(t.jobs[0]->first_chunk_alone, "the new prompt shared its first step with the stream's decode");
+    cr_assert_eq(t.jobs[0]->first_chunk_step, t.steps, "it was read in the first step after it came");
+    cr_assert_lt(t.stream_tokens, 120, "the stream was decoding when the prompt came");
+    while (!u.done) sched_job_wait(a, 1000, &u);
+    sched_output ao;
+    sched_job_output(a, &ao);
+    cr_assert_eq(ao.status, ATTND_OK, "%s", ao.errmsg);
+    cr_assert_eq(ao.n_pieces, 120);
+    int32_t toks[120];
+    tokens_of(&ao, toks);
+    cr_assert_arr_eq(toks, solo_toks, sizeof(toks), "the stream's greedy tokens are those it gets alone");
+    sched_job_unref(t.jobs[0]);
+    sched_job_unref(a);
+}
+
+Test(sched_fair, fresh_prompts_go_in_fair_turns_with_a_decode_step_between_each) {
+    if (model_missing()) return;
+    cfg.queue_limit = 16;
+    start();
+    sched_job *a = job_of("key:a", "Once upon a time", 400);
+    cr_assert_eq(sched_submit(sch, a, NULL), ATTND_OK);
+    sched_update u = {0};
+    while (u.to < 2 && !u.done) sched_job_wait(a, 1000, &u);
+    /* both admitted in one step, key:b's first although key:a's was queued first (fair
+     * admission); each prompt is longer than the first chunk (none was measured beside a stream
+     * yet: 32 tokens per prompt waiting per stream) */
+    submit_between t = {.stream = a, .jobs = {long_prompt_job("key:a", 200, 2), long_prompt_job("key:b", 200, 2)},
+                        .n_jobs = 2};
+    attnd_err err;
+    cr_assert_eq(sched_run_task(sch, submit_task, &t, &err), ATTND_OK, "%s", err.msg);
+    for (int i = 0; i < 2; i++) {
+        sched_output o = wait_done(t.jobs[i]);
+        cr_assert_eq(o.status, ATTND_OK, "%s", o.errmsg);
+    }
+    submit_between after = {.stream = a};
+    cr_assert_eq(sched_run_task(sch, submit_task, &after, &err), ATTND_OK, "%s", err.msg);
+    cr_assert_lt(after.stream_tokens, 400, "the stream was still running");
+    /* the first step took key:b's first chunk alone; key:a's waited for a step of its own after
+     * the stream's next decode step, never two such steps in a row */
+    sched_job *ja = t.jobs[0], *jb = t.jobs[1];
+    cr_assert(jb->first_chunk_alone && ja->first_chunk_alone);
+    cr_assert_eq(jb->first_chunk_step, t.steps, "key:b's prompt was read in the first step after it came");
+    cr_assert_geq(ja->first_chunk_step, jb->first_chunk_step + 2, "key:b's step at %llu, key:a's at %llu",
+                  (unsigned long long)jb->first_chunk_step, (unsigned long long)ja->first_chunk_step);
+    /* the stream decoded one token in every step but those two */
+    int steps = (int)(after.steps - t.steps), decoded = after.stream_tokens - t.stream_tokens;
+    cr_assert_eq(steps - decoded, 2, "%d steps, %d with the stream's decode", steps, decoded);
+    sched_cancel_all(sch);
+    cr_assert(sched_wait_idle(sch, 10000));
+    for (int i = 0; i < 2; i++) sched_job_unref(t.jobs[i]);
+    sched_job_unref(a);
+}
+
 // ---- sched_run_task: work on the scheduler thread ------------------------------------------
 
 typedef struct task_probe {

@@ -382,3 +382,69 @@ Test(shared, a_store_that_is_down_refuses_and_then_serves_again) {
     sess_abandon(a, s);
     sess_store_destroy(a);
 }
+
+// ---- quotas: max_sessions_per_key counted in the shared store --------------------------------
+
+static int list_count(sess_store *st, const char *owner) {
+    sess_info *list;
+    int n = sess_list_info(st, owner, &list);
+    free(list);
+    return n;
+}
+
+Test(shared, a_key_holds_at_most_its_quota_across_instances) {
+    sess_store *a = instance("t8:"), *b;
+    attnd_err err;
+    sess_store_set_quota(a, 2);
+    cr_assert_eq(sess_store_create(&b, NULL, MODEL, 8, &err), ATTND_OK, "%s", err.msg);
+    sess_store_set_quota(b, 2); /* before sharing: the shared store takes it then */
+    sess_store_share(b, client("t8:"));
+    char id[SESS_ID_MAX + 1];
+    cr_assert_eq(sess_create(a, "ab12", "s1", id, &err), ATTND_OK, "%s", err.msg);
+    cr_assert_eq(sess_create(b, "ab12", "s2", id, &err), ATTND_OK, "%s", err.msg);
+    /* the key's two sessions live on two instances; neither may make a third */
+    cr_assert_eq(sess_create(a, "ab12", "s3", id, &err), ATTND_ERR_NOMEM);
+    cr_assert(strstr(err.msg, "max_sessions_per_key") && strstr(err.msg, "shared"), "%s", err.msg);
+    cr_assert_eq(sess_create(b, "ab12", "s3", id, &err), ATTND_ERR_NOMEM);
+    /* other keys have quotas of their own, requests without a key too */
+    cr_assert_eq(sess_create(b, "cd34", "s1", id, &err), ATTND_OK, "%s", err.msg);
+    cr_assert_eq(sess_create(a, "cd34", "s2", id, &err), ATTND_OK, "%s", err.msg);
+    cr_assert_eq(sess_create(a, NULL, "s1", id, &err), ATTND_OK, "%s", err.msg);
+    cr_assert_eq(sess_create(b, NULL, "s2", id, &err), ATTND_OK, "%s", err.msg);
+    cr_assert_eq(sess_create(b, NULL, "s3", id, &err), ATTND_ERR_NOMEM);
+    /* turns are not creations: a key at its quota keeps using its sessions */
+    int32_t h[] = {1, 2, 3};
+    cr_assert_eq(turn(b, "ab12", "s1", h, 3, 0), ATTND_OK);
+    /* listing shows the sessions, never the count's own key */
+    cr_assert_eq(list_count(b, "ab12"), 2);
+    cr_assert_eq(list_count(a, NULL), 2);
+    /* a deletion on one instance frees the place for a create on the other */
+    struct kv_seq *kv = NULL;
+    cr_assert_eq(sess_delete(a, "ab12", "s1", &kv, NULL, &err), ATTND_OK, "%s", err.msg);
+    cr_assert_eq(sess_create(b, "ab12", "s3", id, &err), ATTND_OK, "%s", err.msg);
+    cr_assert_eq(sess_create(a, "ab12", "s4", id, &err), ATTND_ERR_NOMEM);
+    cr_assert_eq(list_count(a, "ab12"), 2);
+    sess_store_destroy(a);
+    sess_store_destroy(b);
+}
+
+Test(shared, an_expired_session_leaves_its_key_s_count) {
+    sessredis *brief, *r = client("t9:"); /* a TTL of 1 s, and of 60 s */
+    attnd_err err;
+    cr_assert_eq(sessredis_create(&brief, redis_url, "t9:", 1, MODEL, &err), ATTND_OK, "%s", err.msg);
+    sessredis_set_quota(brief, 2);
+    sessredis_set_quota(r, 2);
+    sessredis_rec v1 = rec_of(1, NULL, 0), got;
+    cr_assert_eq(sessredis_put(brief, "ab12", "old", 0, &v1, &err), ATTND_OK, "%s", err.msg);
+    cr_assert_eq(sessredis_put(r, "ab12", "keep", 0, &v1, &err), ATTND_OK, "%s", err.msg);
+    cr_assert_eq(sessredis_put(r, "ab12", "new", 0, &v1, &err), ATTND_ERR_NOMEM);
+    usleep(2100 * 1000); /* Redis expires "old" after its 1 s TTL; the count outlives it */
+    cr_assert_eq(sessredis_get(r, "ab12", "old", &got, &err), ATTND_ERR_NOT_FOUND);
+    cr_assert_eq(sessredis_put(r, "ab12", "new", 0, &v1, &err), ATTND_OK, "the expired session still counted: %s",
+                 err.msg);
+    cr_assert_eq(sessredis_put(r, "ab12", "more", 0, &v1, &err), ATTND_ERR_NOMEM, "keep and new");
+    sessredis_set_quota(r, 0);
+    cr_assert_eq(sessredis_put(r, "ab12", "more", 0, &v1, &err), ATTND_OK, "0 = no cap: %s", err.msg);
+    sessredis_destroy(brief);
+    sessredis_destroy(r);
+}

@@ -3,7 +3,10 @@
  * the tokens and text they get without it — alone, batched, as n > 1 forks, sampled with a seed,
  * and across a session's turns — the drafted and kept tokens are counted, and speculation backs
  * off when the batch is full; the same with a draft model (the shipped model's Q4_0 copy), and a
- * draft of another vocabulary is refused. Runs on the shipped model, without HTTP.
+ * draft of another vocabulary is refused; a request's draft_min_p; the cost-aware controller
+ * (draft_adapt, the default) gives the same tokens. The counting tests draft at a fixed length
+ * (draft_adapt = false): the controller's choices depend on timings. Runs on the shipped model,
+ * without HTTP.
  */
 #include <criterion/criterion.h>
 #include <math.h>
@@ -22,6 +25,7 @@ static tokenizer *tok;
 static sess_store *store;
 static sched *sch;
 static server_settings cfg;
+static float job_min_p = -1; /* the jobs' draft_min_p (-1: the server's) */
 
 static void setup(void) {
     attnd_err err;
@@ -33,6 +37,8 @@ static void setup(void) {
     cfg.max_parallel = 4;
     cfg.queue_limit = 16;
     cfg.ctx_size = 256;
+    cfg.draft_adapt = false;
+    job_min_p = -1;
 }
 
 static void start(void) {
@@ -60,7 +66,7 @@ static const char *const TEXTS[] = {
 /* A job for ids (stolen) with draft_max, greedy or seeded; EOS banned so it runs max_tokens. */
 static sched_job *job_ids(int32_t *ids, size_t n, int max_tokens, int draft_max, float temp, uint64_t seed, sess *se) {
     sched_job_spec spec = {.prompt = ids, .n_prompt = (int)n, .max_tokens = max_tokens, .top_logprobs = 2,
-                           .draft_max = draft_max, .se = se};
+                           .draft_max = draft_max, .draft_min_p = job_min_p, .se = se};
     sampler_params_default(&spec.sp);
     spec.sp.temperature = temp, spec.sp.seed = seed;
     spec.bias = malloc(sizeof(logit_bias));
@@ -259,4 +265,37 @@ Test(sched_spec, a_draft_model_of_another_vocabulary_is_refused_at_creation) {
     cr_assert_eq(sched_create(&sch, m, tok, store, &cfg, &err), ATTND_ERR_INVALID);
     cr_assert_null(sch);
     cr_assert(strstr(err.msg, "vocabulary differs"), "%s", err.msg);
+}
+
+Test(sched_spec, a_request_s_draft_min_p_overrides_the_server_s) {
+    char path[1024];
+    cfg.draft_model = test_model_path("attnd-sotu-Q4_0.gguf", path, sizeof path);
+    cfg.draft_min_p = 0;
+    start();
+    sched_stats st;
+    job_min_p = 1; /* no top probability is above 1: nothing is drafted */
+    batched_equals_plain(0, 6, &st);
+    cr_assert_eq(st.spec_drafted, 0, "draft_min_p 1 drafts nothing (%llu)", (unsigned long long)st.spec_drafted);
+    job_min_p = -1; /* the server's 0: every step drafts */
+    batched_equals_plain(0, 6, &st);
+    cr_assert_gt(st.spec_drafted, 0);
+}
+
+Test(sched_spec, the_cost_aware_controller_gives_the_plain_tokens) {
+    cfg.draft_adapt = true;
+    start();
+    sched_stats st;
+    batched_equals_plain(0, 8, &st);
+    batched_equals_plain(0.8f, 8, &st);
+    result plain[3], fast[3];
+    for (int pass = 0; pass < 2; pass++) {
+        sched_job *j[3];
+        j[0] = job_text(TEXTS[0], 40, pass ? 8 : 0, 0, 0);
+        for (int i = 1; i < 3; i++) cr_assert_eq(sched_job_fork(&j[i], j[0], 70 + (uint64_t)i, NULL), ATTND_OK);
+        cr_assert_eq(sched_submit(sch, j[0], NULL), ATTND_OK);
+        for (int i = 0; i < 3; i++) (pass ? fast : plain)[i] = wait_result(j[i]);
+        for (int i = 0; i < 3; i++) sched_job_unref(j[i]);
+    }
+    for (int i = 0; i < 3; i++) same(&plain[i], &fast[i], "adaptive fork");
+    cr_assert_leq(st.spec_accepted, st.spec_drafted);
 }

@@ -56,13 +56,15 @@ typedef struct attn_capture_params {
     int lens_k;        /* > 0: also the logit lens, the lens_k most probable tokens of each selected
                           layer's residual stream at each position, read through the final norm
                           and the output head; 0 = none */
+    bool experts;      /* Mixture-of-Experts models: also the experts each selected layer routed
+                          each position to, and their weights (engine_set_expert_cb) */
 } attn_capture_params;
 
 /*
  * Checks p against the model: layers and heads in range and not repeated, top_k >= 0,
- * 1 <= n_positions <= n_ctx, weights known, 0 <= lens_k <= n_vocab. ATTND_ERR_INVALID with a
- * message; *field (may be NULL) names the parameter at fault ("layers", "heads", "top_k",
- * "n_positions", "weights", "logit_lens").
+ * 1 <= n_positions <= n_ctx, weights known, 0 <= lens_k <= n_vocab, experts only on a model that
+ * has them. ATTND_ERR_INVALID with a message; *field (may be NULL) names the parameter at fault
+ * ("layers", "heads", "top_k", "n_positions", "weights", "logit_lens", "experts").
  */
 attnd_status attn_capture_check(const model_info *mi, const attn_capture_params *p, const char **field,
                                 attnd_err *err);
@@ -88,6 +90,7 @@ int attn_capture_head(const attn_capture *c, int hi);
 int attn_capture_top_k(const attn_capture *c);
 attn_weights attn_capture_weights(const attn_capture *c);
 int attn_capture_lens_k(const attn_capture *c); /* 0 = no logit lens */
+int attn_capture_n_experts(const attn_capture *c); /* experts kept per row; 0 = none */
 
 /* The recorded rows: positions [*first, *first + n) (every selected layer and head recorded for
  * each). Returns n; 0 (and *first = 0) when none. Positions before *first are those whose KV a
@@ -104,6 +107,12 @@ int attn_capture_row(const attn_capture *c, int li, int hi, int pos, const float
  * probabilities of the most probable tokens, *ids (may be NULL) their ids, most probable first
  * (ties: lower id first). Returns min(lens_k, n_vocab); borrowed, valid until destroy. */
 int attn_capture_lens(const attn_capture *c, int li, int pos, const float **p, const int32_t **ids);
+
+/* The experts of the li-th selected layer at position pos (among the recorded rows), when the
+ * capture has them (attn_capture_params.experts): *ids the n_expert_used experts, most probable
+ * first, *w (may be NULL) their weights in the layer's sum. Returns n_expert_used, 0 without
+ * experts; borrowed, valid until destroy. */
+int attn_capture_experts(const attn_capture *c, int li, int pos, const int32_t **ids, const float **w);
 
 /*
  * Captures form a list (a capture is in at most one), for a caller that runs several sequences:

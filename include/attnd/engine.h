@@ -71,11 +71,13 @@ typedef void (*engine_resid_cb)(void *user, int entry, int layer, int pos, const
 void engine_set_residual_cb(engine *e, engine_resid_cb cb);
 
 /* Expert inspection (Mixture-of-Experts models; off by default, no cost when off): when set,
- * engine_eval calls cb once per (MoE layer, entry) with the k = n_expert_used experts the entry's
- * token was routed to, most probable first, and their weights in the layer's sum (valid during
- * the call only), serially, on the thread that called engine_eval: "which experts this token
- * used". The user pointer is the attention callback's (engine_set_attention_cb). */
-typedef void (*engine_expert_cb)(void *user, int entry, int layer, const int *experts, const float *weights, int k);
+ * engine_eval calls cb once per (MoE layer, entry) with the entry's position and the k =
+ * n_expert_used experts its token was routed to, most probable first, and their weights in the
+ * layer's sum (valid during the call only), serially, on the thread that called engine_eval:
+ * "which experts this token used". The user pointer is the attention callback's
+ * (engine_set_attention_cb). */
+typedef void (*engine_expert_cb)(void *user, int entry, int layer, int pos, const int *experts, const float *weights,
+                                 int k);
 void engine_set_expert_cb(engine *e, engine_expert_cb cb);
 
 /*

@@ -47,8 +47,9 @@ typedef struct model_info {
     int window;         /* their window in positions (0 when none) */
     int n_expert, n_expert_used, n_ff_exp; /* Mixture of Experts: experts, used per token, their FFN
                                               width (0 for dense models) */
-    bool rope_long;     /* LongRoPE: the long-context factors apply (context_length is beyond the
-                           original context); false with the short ones or without LongRoPE */
+    bool rope_long;     /* LongRoPE: the long-context factors apply (the context it is run at,
+                           model_run_context, is beyond the original context); false with the
+                           short ones or without LongRoPE */
 } model_info;
 
 /* Loads and validates a GGUF model. Refuses unknown architectures and tensor types the engine
@@ -56,6 +57,15 @@ typedef struct model_info {
 attnd_status model_load(model **out, const char *path, attnd_err *err);
 void model_destroy(model *m); /* accepts NULL */
 const model_info *model_info_get(const model *m);
+
+/* The longest sequence m will be run at, when less than the file's context_length (the server's
+ * ctx_size; 0 or more than the file's: the file's), before any engine or KV pool is made from m.
+ * What changes: a LongRoPE file (Phi-3 128k) takes its short factors when n_ctx is at most
+ * rope.scaling.original_context_length, as llama.cpp picks them for its context, and the long
+ * ones beyond (model_info.rope_long says which). model_info.n_ctx stays the file's. Errors:
+ * ATTND_ERR_NOMEM (m is unchanged then). Not thread-safe: call it right after model_load. */
+attnd_status model_set_context(model *m, int n_ctx, attnd_err *err);
+int model_run_context(const model *m); /* n_ctx of the last model_set_context, else the file's */
 /* The underlying GGUF (borrowed, valid while m lives), e.g. for the tokenizer's metadata. */
 const gguf_file *model_gguf(const model *m);
 

@@ -43,12 +43,13 @@ typedef struct spec_params {
     int draft_max;          /* tokens proposed per step at most, 1..SPEC_MAX_DRAFT */
     int ngram_min, ngram_max; /* prompt lookup: suffix lengths tried, longest first (1..8) */
     float draft_min_p;      /* draft model: stop drafting below this top probability (0..1) */
+    bool fixed;             /* propose draft_max whenever there is a proposal (no cost control) */
     engine *draft;          /* borrowed: the draft model's engine; NULL = prompt lookup */
     kv_pool *draft_pool;    /* borrowed, with draft: the pool of the draft's KV sequence */
 } spec_params;
 
-/* Defaults: draft_max 8, ngram 2..3 (single-token matches guess too often), draft_min_p 0.5,
- * prompt lookup. */
+/* Defaults: draft_max 8, ngram 2..8 (single-token matches guess too often; the match's length
+ * is what the controller learns acceptance by), draft_min_p 0.5, adaptive, prompt lookup. */
 void spec_params_default(spec_params *p);
 /* ATTND_ERR_INVALID naming the parameter out of range. */
 attnd_status spec_params_validate(const spec_params *p, attnd_err *err);
@@ -71,20 +72,103 @@ attnd_status spec_push(spec *s, const int32_t *ids, int n, attnd_err *err);
 void spec_reset(spec *s);
 int spec_history_len(const spec *s);
 
-/* Proposes up to max (and the length spec_count set) tokens continuing the history into out;
- * *n_out may be 0.
+// ---- cost-aware control -----------------------------------------------------------------------
+/*
+ * Speculation pays only where the drafts kept outweigh what they cost: a verify step of 1 + k
+ * rows costs more than a 1-row step (nearly k + 1 times as much on a small, compute-bound model;
+ * about the same on a large, memory-bound one), and a draft model's own steps cost time too. So
+ * the draft length is chosen from measurements, per sequence:
+ *   - spec_cost: the target's measured step time by rows in the batch (the least time recently
+ *     seen: load only slows steps), and the draft model's time per drafted token; estimates
+ *     between and beyond the measured sizes follow the line through the nearest measured ones;
+ *   - spec_ctl: acceptance per token a, learned per class (0: the draft model; 1..8: prompt
+ *     lookup by the length of the match it proposes from), decayed; k drafts then keep
+ *     a + a^2 + ... + a^k tokens on average;
+ *   - the plan: the k in 1..max with the best expected throughput against the batch without
+ *     them, (T + kept(k)) C(N) / (T (C(N + k) + k D)) for a batch of N rows expected to yield T
+ *     tokens (a lone sequence: N = T = 1), and every SPEC_EXPLORE plans one token more, so the
+ *     next size's cost stays measured. Below SPEC_GAIN_MIN it drafts nothing. Where even
+ *     drafts always kept would not pay (a full batch, a compute-bound model), that is all, with
+ *     a probe of the length that would pay best every SPEC_PROBE_MAX plans, to re-measure its
+ *     cost; where the
+ *     acceptance is what falls short, it backs off and probes (one token) at intervals doubling
+ *     from SPEC_PROBE_FIRST to SPEC_PROBE_MAX; probes kept raise a and drafting resumes. A draft
+ *     model stops after SPEC_DRAFT_PROBES probes in a row that did not pay: each first evaluates
+ *     the tokens its KV missed while backed off, a prefill of its own that no gain repays.
+ * All of it is deterministic given the measurements, which is how the tests drive it.
+ */
+#define SPEC_COST_ROWS 128  /* spec_cost measures steps of 1..SPEC_COST_ROWS rows */
+#define SPEC_CLASSES 9      /* 0: the draft model; n: a prompt-lookup match of n tokens (8: 8+) */
+#define SPEC_GAIN_MIN 1.05  /* the expected speed-up a draft must promise */
+#define SPEC_PROBE_FIRST 16 /* plans backed off before the first probe */
+#define SPEC_PROBE_MAX 64   /* ... and at most between probes */
+#define SPEC_EXPLORE 8      /* every this many drafting plans, one token longer than the best */
+#define SPEC_DRAFT_PROBES 4 /* a draft model's probes that may fail in a row before it stops */
+
+typedef struct spec_cost {
+    double ms[SPEC_COST_ROWS + 1]; /* ms[n]: a target step of n rows, decayed mean; 0 = not seen */
+    double draft_ms;               /* the draft model's time per drafted token; 0 = not seen */
+} spec_cost;
+
+/* Learns a target step of rows rows that took ms (rows outside 1..SPEC_COST_ROWS are ignored). */
+void spec_cost_learn(spec_cost *c, int rows, double ms);
+/* Learns a draft model's call that took ms for the `tokens` it was asked for (at least 1). */
+void spec_cost_learn_draft(spec_cost *c, int tokens, double ms);
+/* The estimated ms of a step of rows rows; 0 when nothing has been measured. */
+double spec_cost_est(const spec_cost *c, int rows);
+
+typedef struct spec_ctl {
+    double hit[SPEC_CLASSES], miss[SPEC_CLASSES]; /* decayed counts: drafts kept, drafts cut */
+    int wait[SPEC_CLASSES];     /* backed-off plans left before the next probe */
+    int interval[SPEC_CLASSES]; /* the probe interval now */
+    bool backed[SPEC_CLASSES];  /* backed off: the acceptance is too low to pay */
+    int idle[SPEC_CLASSES];     /* plans in a row where no acceptance could pay for the rows */
+    int explore[SPEC_CLASSES];  /* drafting plans since the last one a token longer */
+    int probes[SPEC_CLASSES];   /* probes since drafting last paid */
+    int probe_limit[SPEC_CLASSES]; /* then no more (0 = no limit; spec_create sets the draft
+                                      model's: each of its probes first catches its KV up) */
+} spec_ctl;
+
+/* The batch a plan adds to, updated by it: a plan of k drafts adds k rows and the tokens it
+ * expects to keep. */
+typedef struct spec_step {
+    spec_cost *cost; /* borrowed; NULL in spec_draft: the spec's own table */
+    int rows;        /* rows in the batch so far, this sequence's own token included */
+    double tokens;   /* tokens the batch is expected to yield so far */
+} spec_step;
+
+void spec_ctl_init(spec_ctl *c);
+/* The acceptance per token learned for cls (the prior: 1/2 for the draft model, n/(n + 2) for a
+ * lookup match of n tokens). */
+double spec_ctl_accept(const spec_ctl *c, int cls);
+/* How many of at most max drafts to propose for class cls; 0 while no step has been measured.
+ * Updates st (rows, tokens) and the back-off state. */
+int spec_ctl_plan(spec_ctl *c, int cls, spec_step *st, int max);
+/* Learns a draft of `drafted` tokens of class cls, `accepted` of them kept. */
+void spec_ctl_learn(spec_ctl *c, int cls, int drafted, int accepted);
+
+// ---- drafting ------------------------------------------------------------------------------------
+
+/* Proposes up to max tokens continuing the history into out; *n_out may be 0. How many comes
+ * from the controller (above) unless the spec is `fixed`; st describes the batch (NULL: a lone
+ * sequence, costed by the spec's own table, which spec_time feeds) and is updated.
  * A draft model evaluates what it has not seen of the history, then one step per drafted token.
  * Errors: those of engine_eval on the draft (the caller may go on without speculation). */
-attnd_status spec_draft(spec *s, int max, int32_t *out, int *n_out, attnd_err *err);
+attnd_status spec_draft(spec *s, spec_step *st, int max, int32_t *out, int *n_out, attnd_err *err);
 
-/* Counts for the caller's statistics: proposed tokens, and those the target then kept. It also
- * sets the next draft's length: twice the last after a draft kept whole, else one more than was
- * kept (so a drafter that guesses badly costs about one token a step), within draft_max. */
+/* A target step of rows rows took ms: teaches the spec's own cost table. */
+void spec_time(spec *s, int rows, double ms);
+/* The spec's own cost table (read-only; valid for the spec's lifetime). */
+const spec_cost *spec_costs(const spec *s);
+
+/* Counts for the caller's statistics: proposed tokens, and those the target then kept; teaches
+ * the controller the last draft's outcome. */
 void spec_count(spec *s, int drafted, int accepted);
 void spec_totals(const spec *s, int64_t *drafted, int64_t *accepted);
 
-/* Prompt lookup as a pure function over hist[0..n_hist): see the top of this file. */
-int spec_lookup(const int32_t *hist, int n_hist, int ngram_min, int ngram_max, int max, int32_t *out);
+/* Prompt lookup as a pure function over hist[0..n_hist): see the top of this file. Returns the
+ * tokens proposed; *match (may be NULL) gets the length of the match they follow (0: none). */
+int spec_lookup(const int32_t *hist, int n_hist, int ngram_min, int ngram_max, int max, int32_t *out, int *match);
 
 /* Whether speculation can roll back this model's KV cache (models with sliding-window layers free
  * positions a rollback would need: speculation is off for them). */

@@ -113,6 +113,7 @@ static bool sweep_alone(req *r, const attn_api_request *ar, enum MHD_Result *ret
     const oai_request *q = &r->oreq;
     const char *field = ar->layers ? "layers" : ar->heads ? "heads" : ar->top_k ? "top_k"
                       : ar->weights != ATTN_WEIGHTS_ATTENTION ? "weights" : ar->lens_k ? "logit_lens"
+                      : ar->experts ? "experts"
                       : q->n_ablate ? "ablate" : q->max_tokens > 0 ? "max_tokens" : q->session_id ? "session_id" : NULL;
     if (!field) return true;
     char msg[160];

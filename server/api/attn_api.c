@@ -45,7 +45,8 @@ static attnd_status parse_list(const json_t *body, const char *field, int **list
     return ATTND_OK;
 }
 
-/* "weights" and "logit_lens" (the range of logit_lens is checked against the model later). */
+/* "weights", "logit_lens" and "experts" (the range of logit_lens, and whether the model has
+ * experts, are checked against the model later). */
 static attnd_status parse_inspection(const json_t *body, attn_api_request *out, const char **param, attnd_err *err) {
     const json_t *w = json_object_get(body, "weights");
     if (w && !json_is_null(w)) {
@@ -59,6 +60,11 @@ static attnd_status parse_inspection(const json_t *body, attn_api_request *out, 
         if (!json_is_integer(k) || json_integer_value(k) < 0 || json_integer_value(k) > 1 << 24)
             return bad(param, "logit_lens", err, "'logit_lens' must be a non-negative integer (tokens per position)");
         out->lens_k = (int)json_integer_value(k);
+    }
+    const json_t *x = json_object_get(body, "experts");
+    if (x && !json_is_null(x)) {
+        if (!json_is_boolean(x)) return bad(param, "experts", err, "'experts' must be true or false");
+        out->experts = json_is_true(x);
     }
     return ATTND_OK;
 }
@@ -88,7 +94,7 @@ void attn_api_request_free(attn_api_request *r) {
 attn_capture_params attn_api_params(const attn_api_request *r, int n_positions) {
     return (attn_capture_params){.layers = r->layers, .n_layers = r->n_layers, .heads = r->heads,
                                  .n_heads = r->n_heads, .top_k = r->top_k, .n_positions = n_positions,
-                                 .weights = r->weights, .lens_k = r->lens_k};
+                                 .weights = r->weights, .lens_k = r->lens_k, .experts = r->experts};
 }
 
 /* The most JSON text one weight takes: "1.23457e-05," whole, "[1048576,1.23457e-05]," as a pair;
@@ -101,7 +107,8 @@ uint64_t attn_api_bytes(const model_info *mi, const attn_capture_params *p) {
     uint64_t per = p->top_k ? ATTN_PAIR_BYTES : ATTN_WEIGHT_BYTES;
     return attn_capture_count(mi, p) * per + layers * heads * ((uint64_t)p->n_positions * ATTN_ROW_BYTES + ATTN_HEAD_BYTES) +
            (uint64_t)p->n_positions * 64 + /* the tokens list: id and a short text each */
-           layers * (uint64_t)p->n_positions * ((uint64_t)p->lens_k * ATTN_PAIR_BYTES + ATTN_ROW_BYTES);
+           layers * (uint64_t)p->n_positions * ((uint64_t)p->lens_k * ATTN_PAIR_BYTES + ATTN_ROW_BYTES) +
+           (p->experts ? layers * (uint64_t)p->n_positions * ((uint64_t)mi->n_expert_used * ATTN_PAIR_BYTES + ATTN_ROW_BYTES) : 0);
 }
 
 attnd_status attn_api_check(const model_info *mi, const attn_capture_params *p, uint64_t max_values,
@@ -185,23 +192,30 @@ static json_t *head_json(const attn_capture *c, int li, int hi, int first, int n
                      (json_int_t)attn_capture_head(c, hi), "weights", rows);
 }
 
-/* "logit_lens": [{"layer", "top": [[[id, p], ...] per row]}] (new reference; NULL when out of
- * memory). */
-static json_t *lens_json(const attn_capture *c, int first, int n_rows) {
+/* Per position of a selected layer: n (id, value) pairs, most probable first. */
+typedef int (*pairs_fn)(const attn_capture *c, int li, int pos, const int32_t **ids, const float **v);
+
+static int lens_pairs(const attn_capture *c, int li, int pos, const int32_t **ids, const float **v) {
+    return attn_capture_lens(c, li, pos, v, ids);
+}
+
+/* [{"layer", key: [[[id, value], ...] per row]}] per selected layer (new reference; NULL when
+ * out of memory): the logit lens ("top") and the experts ("routes"). */
+static json_t *pairs_json(const attn_capture *c, int first, int n_rows, const char *key, pairs_fn get) {
     json_t *arr = json_array();
     for (int li = 0; arr && li < attn_capture_n_layers(c); li++) {
         json_t *rows = json_array();
         for (int r = 0; rows && r < n_rows; r++) {
             const float *p;
             const int32_t *ids;
-            int k = attn_capture_lens(c, li, first + r, &p, &ids);
+            int k = get(c, li, first + r, &ids, &p);
             json_t *row = json_array();
             for (int i = 0; row && i < k; i++)
                 if (json_array_append_new(row, json_pack("[i, f]", (json_int_t)ids[i], (double)p[i])))
                     json_decref(row), row = NULL;
             if (json_array_append_new(rows, row)) json_decref(rows), rows = NULL;
         }
-        json_t *o = rows ? json_pack("{s:i, s:o}", "layer", (json_int_t)attn_capture_layer(c, li), "top", rows) : NULL;
+        json_t *o = rows ? json_pack("{s:i, s:o}", "layer", (json_int_t)attn_capture_layer(c, li), key, rows) : NULL;
         if (json_array_append_new(arr, o)) json_decref(arr), arr = NULL;
     }
     return arr;
@@ -218,10 +232,12 @@ json_t *attn_api_head(const char *model_name, const model_info *mi, const tokeni
                           model_name ? model_name : "", "n_layer", (json_int_t)mi->n_layer, "n_head",
                           (json_int_t)mi->n_head, "n_prompt", (json_int_t)n_prompt, "first_row", (json_int_t)first,
                           "weights", kind, "tokens", tokens);
-    if (o && attn_capture_lens_k(c) && json_object_set_new(o, "logit_lens", lens_json(c, first, n_rows))) {
-        json_decref(o); /* set_new steals the lens, also when it fails */
-        return NULL;
-    }
+    /* set_new steals the lens and the experts, also when it fails */
+    if (o && attn_capture_lens_k(c) && json_object_set_new(o, "logit_lens", pairs_json(c, first, n_rows, "top", lens_pairs)))
+        json_decref(o), o = NULL;
+    if (o && attn_capture_n_experts(c) &&
+        json_object_set_new(o, "experts", pairs_json(c, first, n_rows, "routes", attn_capture_experts)))
+        json_decref(o), o = NULL;
     return o;
 }
 

@@ -6,7 +6,9 @@
  * Request fields read here: "layers" and "heads" (lists of indices, or one index; absent or null =
  * all), "top_k" (0 or absent = whole rows), "weights" ("attention", the default, or "norm":
  * α_ij ‖W_O^h v_j‖ normalised over j), "logit_lens" (k > 0: the k most probable tokens of each
- * selected layer's residual stream at each position; 0 or absent = none). The prompt, max_tokens and the sampling fields are
+ * selected layer's residual stream at each position; 0 or absent = none), "experts" (true: on a
+ * Mixture-of-Experts model, the experts each selected layer routed each position to and their
+ * weights; a dense model refuses it). The prompt, max_tokens and the sampling fields are
  * read by oai_parse as for completions ("top_k" means the attention cut on this endpoint, not
  * top-k sampling).
  *
@@ -16,6 +18,9 @@
  *    "tokens": [{"id", "text"}, ...],                      every position, prompt then generated
  *    "logit_lens": [{"layer", "top": [[[id, p], ...], ...]}, ...],   only when asked: row i of
  *                                                          top is position F + i, most probable first
+ *    "experts": [{"layer", "routes": [[[expert, weight], ...], ...]}, ...],   only when asked: row i
+ *                                                          of routes is position F + i, the
+ *                                                          n_expert_used experts by weight
  *    "attention": [{"layer", "head", "weights": [row, ...]}, ...]}
  * where row i of weights belongs to position F + i and holds its weights over positions
  * 0..F+i (summing to 1), or with top_k the [position, weight] pairs of the k largest, heaviest
@@ -45,10 +50,11 @@ typedef struct attn_api_request {
     int top_k;   /* 0 = whole rows */
     attn_weights weights;
     int lens_k;  /* 0 = no logit lens */
+    bool experts; /* the experts of each selected layer and position */
 } attn_api_request;
 
 /*
- * Reads layers, heads, top_k, weights and logit_lens from body (borrowed). Types only: ranges are checked by
+ * Reads layers, heads, top_k, weights, logit_lens and experts from body (borrowed). Types only: ranges are checked by
  * attn_api_check against the model. ATTND_ERR_INVALID with *param = the field; out must be freed
  * with attn_api_request_free, also after an error.
  */
@@ -64,7 +70,8 @@ attn_capture_params attn_api_params(const attn_api_request *r, int n_positions);
  * cap; the message names attention_max_bytes), and against max_values, the most weights one
  * response may carry (0 = no cap): a larger ask is refused with a message giving the count, the
  * cap and how to narrow it.
- * ATTND_ERR_INVALID with *param = "layers", "heads", "top_k", "logit_lens", or "max_tokens"/"prompt" when
+ * ATTND_ERR_INVALID with *param = "layers", "heads", "top_k", "logit_lens", "experts" (a dense
+ * model), or "max_tokens"/"prompt" when
  * the context is exceeded.
  */
 attnd_status attn_api_check(const model_info *mi, const attn_capture_params *p, uint64_t max_values,

@@ -250,7 +250,7 @@ enum MHD_Result ep_sessions_create(req *r) {
                 return http_respond_error(r, e == ENOSPC || e == EDQUOT ? 507 : 503, msg, NULL);
             }
             json_t *o = sess_info_json(r->srv->store, r->owner, out);
-            ret = o ? http_respond_json(r, 200, o) : http_respond_error(r, 404, "session vanished", NULL);
+            ret = o ? http_respond_json(r, 200, o) : http_respond_error(r, 503, "the session store could not be read back; retry later", NULL);
         }
     }
     json_decref(b);

@@ -108,7 +108,7 @@ static bool job_spec(req *r, int32_t *ids, size_t n, int max_tokens, sess *se, u
     http_tenant(r, r->tenant, sizeof(r->tenant));
     *spec = (sched_job_spec){
         .prompt = ids, .n_prompt = (int)n, .sp = q->sp, .n_bias = q->n_bias, .max_tokens = max_tokens,
-        .top_logprobs = q->logprobs, .draft_max = q->draft_max, .prompt_logprobs = !r->chat && q->echo && q->logprobs >= 0, .se = se,
+        .top_logprobs = q->logprobs, .draft_max = q->draft_max, .draft_min_p = q->draft_min_p, .prompt_logprobs = !r->chat && q->echo && q->logprobs >= 0, .se = se,
         .owner = r->owner, .request_id = r->request_id, .tenant = r->tenant,
         .grammar = q->grammar ? grammar_ref(q->grammar) : NULL,
     };

@@ -459,7 +459,10 @@ static attnd_status parse_sampling(const json_t *body, int n_vocab, oai_request 
         return rc;
     if (r->sp.top_p == 0) return oai_bad(param, "top_p", err, "'top_p' must be greater than 0");
     r->draft_max = -1;
-    if ((rc = get_int(body, "draft_max", 0, 32, &r->draft_max, param, err)) != ATTND_OK) return rc;
+    r->draft_min_p = -1;
+    if ((rc = get_int(body, "draft_max", 0, 32, &r->draft_max, param, err)) ||
+        (rc = get_num(body, "draft_min_p", 0, 1, &r->draft_min_p, param, err)))
+        return rc;
     const json_t *seed = oai_field(body, "seed");
     if (seed) {
         if (!json_is_integer(seed)) return oai_bad(param, "seed", err, "'seed' must be an integer");

@@ -68,7 +68,8 @@ typedef struct oai_request {
     int n_stops;
     bool stream, include_usage, echo;
     int logprobs;           /* alternatives per token (0..20); -1 = no logprobs */
-    int draft_max;          /* speculative decoding (prompt lookup) per step, 0..32; -1 = the server's */
+    int draft_max;          /* speculative decoding: drafts per step at most, 0..32; -1 = the server's */
+    float draft_min_p;      /* the draft model's cut, 0..1; -1 = the server's */
     const char *session_id; /* borrowed; NULL = none */
     const json_t *messages_json;   /* chat: the messages as sent (borrowed), for the template */
     const json_t *template_kwargs; /* chat_template_kwargs: an object for the template (borrowed); NULL = none */

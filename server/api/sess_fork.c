@@ -87,7 +87,7 @@ static enum MHD_Result make_fork(req *r, sess *src, const char *want, int n) {
         return http_respond_error(r, e == ENOSPC || e == EDQUOT ? 507 : 503, msg, NULL);
     }
     json_t *o = sess_info_json(s->store, r->owner, out);
-    if (!o) return http_respond_error(r, 404, "session vanished", NULL);
+    if (!o) return http_respond_error(r, 503, "the session store could not be read back; retry later", NULL);
     json_object_set_new(o, "forked_from", json_string(src->id));
     json_object_set_new(o, "at", json_integer(n));
     return http_respond_json(r, 200, o);

@@ -51,6 +51,8 @@ const entry config_settings[] = {
     {"draft_model", K_STR, OFF(draft_model), 0, 0, 0, NULL,
      "a GGUF with the model's vocabulary that drafts for speculative decoding (empty = prompt lookup)"},
     {"draft_min_p", K_FLOAT, OFF(draft_min_p), 0, 1, 0, "0.5", "the draft model's draft ends below this top probability"},
+    {"draft_adapt", K_BOOL, OFF(draft_adapt), 0, 0, 0, "true",
+     "draft only where measured step costs and acceptance say it pays (false = draft_max every step)"},
     {"prefill_budget_ms", K_INT, OFF(prefill_budget_ms), 0, 600000, 0, "0", "step time while a prompt prefills beside streams, ms (0 = auto)"},
     {"kv_budget_mb", K_SIZE, OFF(kv_budget_mb), 1, 1 << 24, 0, "1024", "KV cache memory for all sessions, MiB"},
     {"kv_type", K_KVTYPE, OFF(kv_type), 0, 0, 0, "f16",

@@ -217,6 +217,11 @@ attnd_status server_load(server *s, attnd_err *err) {
     const model_info *mi = model_info_get(s->m);
     s->n_vocab = mi->n_vocab;
     s->n_ctx = s->cfg.ctx_size > 0 && s->cfg.ctx_size < mi->n_ctx ? s->cfg.ctx_size : mi->n_ctx;
+    /* LongRoPE's factors follow the context served, as llama.cpp's follow its n_ctx */
+    if ((rc = model_set_context(s->m, s->n_ctx, err)) != ATTND_OK) return rc;
+    if (gguf_find_tensor(model_gguf(s->m), "rope_factors_long.weight"))
+        slog_info("LongRoPE: the %s factors (a context of %d %s rope.scaling.original_context_length)",
+                  mi->rope_long ? "long" : "short", s->n_ctx, mi->rope_long ? "beyond" : "within");
     // ---- model id: alias, else the file name without .gguf ----
     const char *base = strrchr(s->cfg.model_path, '/');
     base = base ? base + 1 : s->cfg.model_path;

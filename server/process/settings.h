@@ -63,6 +63,8 @@ typedef struct server_settings {
     const char *draft_model; /* a GGUF with the model's vocabulary drafting for requests that
                                 speculate; NULL = prompt lookup */
     float draft_min_p;       /* the draft model stops below this top probability; default 0.5 */
+    bool draft_adapt;        /* draft only as much as measured cost and acceptance say pays;
+                                false = draft_max every step; default true */
     int prefill_budget_ms;   /* a step's time while a prompt prefills beside decoding streams;
                                 0 = auto (3 decode steps); default 0 */
     size_t kv_budget_mb;     /* KV memory budget for all sessions together; default 1024 */

@@ -34,7 +34,13 @@ struct rstore {
     rstore_limits lim; /* per owner; zeros = none */
     statedir *sd;      /* NULL = memory only */
     char *model_tag;
+    pthread_t sweeper; /* removes expired responses on time (started with a TTL) */
+    bool sweeping, stop;
+    pthread_cond_t wake; /* the sweeper's: stop, a new TTL, or a first entry */
 };
+
+/* The longest the sweeper sleeps: the bound on a wall-clock jump's delay. */
+#define SWEEP_MAX_MS 60000
 
 static const char SUFFIX[] = ".response.json";
 
@@ -136,6 +142,7 @@ attnd_status rstore_create(rstore **out, const char *dir, const char *model_tag,
     rstore *s = calloc(1, sizeof(*s));
     if (!s) return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory");
     pthread_mutex_init(&s->mu, NULL);
+    pthread_cond_init(&s->wake, NULL);
     s->max = max_entries > 0 ? max_entries : 1;
     if (!(s->model_tag = strdup(model_tag ? model_tag : ""))) {
         rstore_destroy(s);
@@ -152,6 +159,14 @@ attnd_status rstore_create(rstore **out, const char *dir, const char *model_tag,
 
 void rstore_destroy(rstore *s) {
     if (!s) return;
+    if (s->sweeping) {
+        pthread_mutex_lock(&s->mu);
+        s->stop = true;
+        pthread_cond_signal(&s->wake);
+        pthread_mutex_unlock(&s->mu);
+        pthread_join(s->sweeper, NULL);
+    }
+    pthread_cond_destroy(&s->wake);
     for (entry *e = s->head, *n; e; e = n) {
         n = e->next;
         entry_free(e);
@@ -164,11 +179,18 @@ void rstore_destroy(rstore *s) {
 
 // ---- limits and expiry --------------------------------------------------------------------
 
+static void *sweep_main(void *arg);
+
 void rstore_set_limits(rstore *s, const rstore_limits *lim) {
     pthread_mutex_lock(&s->mu);
     s->lim = *lim;
     if (s->lim.per_owner < 0) s->lim.per_owner = 0;
     if (s->lim.ttl_ms < 0) s->lim.ttl_ms = 0;
+    if (s->lim.ttl_ms && !s->sweeping) {
+        s->sweeping = pthread_create(&s->sweeper, NULL, sweep_main, s) == 0;
+        if (!s->sweeping) slog_warn("no thread for response expiry: expired responses go when the store is next used");
+    }
+    pthread_cond_signal(&s->wake);
     pthread_mutex_unlock(&s->mu);
     rstore_count(s); /* expires what a restart loaded past the TTL */
 }
@@ -193,6 +215,35 @@ static void expire_locked(rstore *s) {
             entry_free(e);
         }
     }
+}
+
+/* Milliseconds until the first entry expires (caller holds the lock), at most SWEEP_MAX_MS; a
+ * second for one already due (expire_locked could not remove its file). */
+static int64_t next_expiry_ms_locked(const rstore *s) {
+    if (!s->lim.ttl_ms) return SWEEP_MAX_MS;
+    int64_t now = (int64_t)attnd_unix_ms(), wait = SWEEP_MAX_MS;
+    for (const entry *e = s->head; e; e = e->next) {
+        int64_t left = e->stored_ms + s->lim.ttl_ms + 1 - now;
+        if (left <= 0) left = 1000; /* due and still here: its file could not be removed; retry */
+        if (left < wait) wait = left;
+    }
+    return wait;
+}
+
+/* The sweeper: sleeps until the first entry is due, then expires what is due, so a response's
+ * file leaves the disk at its TTL without any request touching the store. A put into an empty
+ * store, a new TTL and destroy wake it (the entries it waits for only ever get younger). */
+static void *sweep_main(void *arg) {
+    rstore *s = arg;
+    pthread_mutex_lock(&s->mu);
+    while (!s->stop) {
+        expire_locked(s);
+        struct timespec until;
+        attnd_deadline(&until, (int)next_expiry_ms_locked(s));
+        pthread_cond_timedwait(&s->wake, &s->mu, &until);
+    }
+    pthread_mutex_unlock(&s->mu);
+    return NULL;
 }
 
 /* Whether owner may hold one more entry of bytes bytes (replacing old, NULL = none) (caller holds
@@ -259,7 +310,7 @@ static void insert_locked(rstore *s, entry **at, entry *e) {
         entry_free(*at);
     } else {
         e->next = NULL;
-        s->n++;
+        if (s->n++ == 0) pthread_cond_signal(&s->wake); /* the sweeper may wait for nothing */
     }
     *at = e;
 }

@@ -38,8 +38,10 @@ void rstore_destroy(rstore *s); /* accepts NULL */
  * stored more than ttl_ms ago is removed, file included (0 = never). The names are those of the
  * settings (max_responses_per_key, response_bytes_per_key, response_ttl_s), which the quota
  * errors quote. Applies at once: responses already past the TTL (loaded at start) go now; an
- * owner already over a cap keeps what it has and cannot store more. Later expiry is lazy: every
- * put, get, delete and count first removes what has expired.
+ * owner already over a cap keeps what it has and cannot store more. With a TTL, a thread of the
+ * store removes each response (memory and file) when its TTL passes, so disk is freed without
+ * any request using the store; every put, get, delete and count also first removes what has
+ * expired. A file that cannot be removed keeps its response, retried every second.
  */
 typedef struct rstore_limits {
     int per_owner;

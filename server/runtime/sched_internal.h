@@ -10,6 +10,7 @@
 #include "attnd/attn_capture.h"
 #include "attnd/buf.h"
 #include "attnd/gen.h"
+#include "attnd/spec.h"
 #include "scheduler.h"
 
 struct sched_job {
@@ -22,7 +23,8 @@ struct sched_job {
     char **stops;             /* (n_stops) owned strings */
     int n_stops;
     int top_logprobs;
-    int draft_max;            /* prompt-lookup drafts per step; 0 = off */
+    int draft_max;            /* drafts per step at most; 0 = off */
+    float draft_min_p;        /* the draft model's cut; < 0 = the server's */
     bool prompt_logprobs;
     attn_capture *capture;    /* owned, may be NULL */
     grammar *grammar;         /* a reference, may be NULL */
@@ -51,6 +53,9 @@ struct sched_job {
     char errmsg[256];
     int n_cached, n_generated;
     double prompt_ms, gen_ms;
+    bool first_chunk_alone;   /* its first prompt chunk ran in a step without decode tokens (a
+                                 step of its own beside streams, or nothing was generating) */
+    uint64_t first_chunk_step; /* that step's number: the steps the scheduler had run before it */
 
     // ---- the reader's cursor (sched_job_wait) ----
     size_t rd_text;           /* text bytes already handed out */
@@ -93,6 +98,8 @@ typedef struct slot {
     kv_seq *kv;          /* borrowed from se */
     int n_past;          /* tokens in kv */
     bool prefilling;     /* still reading the prompt */
+    bool fresh;          /* admitted, no prompt chunk read yet: its first chunk may take a step
+                            of its own before the next decode step (scheduler.c, step) */
     int32_t next_token;  /* last sampled token, decoded in the next step */
     int n_gen;
     const char *end_reason; /* generation ended this step: "stop" / "length" */
@@ -102,7 +109,7 @@ typedef struct slot {
     int batch_n;         /* entries this slot has in the current batch */
     int row0;            /* first logits row of this slot in the current batch, -1 = none */
     int32_t draft[32];   /* (n_draft) drafts after next_token in this batch */
-    struct spec *sp;     /* the draft model's drafter for this sequence, or NULL (lookup / off) */
+    struct spec *sp;     /* this sequence's drafter (draft model or prompt lookup), or NULL (off) */
     int n_draft;
     uint64_t admitted;   /* admission order (newest fails first on KV exhaustion) */
     size_t reserve;      /* KV bytes this job reserved for itself (see kv_group) */
@@ -147,13 +154,17 @@ struct sched {
     model *dm;            /* draft_model, or NULL (prompt lookup) */
     engine *deng;         /* the draft model's engine, used by the scheduler thread only */
     kv_pool *dpool;       /* the draft sequences' KV (one per speculating slot) */
-    float draft_min_p;
+    float draft_min_p;    /* the server's; a job's own when it sets one */
+    bool draft_adapt;     /* drafts as long as their measured cost pays (spec_ctl), else draft_max */
+    spec_cost spcost;     /* the model's step costs by rows, for the drafters' plans */
     int tenant_slots;     /* most slots one tenant holds (max_parallel; n_slots has one more) */
     float *logits;        /* (rows_cap, n_vocab) */
     batch_entry *batch;   /* (max_batch) */
     slot *slots;          /* (n_slots) */
     attn_capture *inspecting; /* captures of the running jobs that inspect attention (a list) */
     uint64_t n_admitted;
+    bool fresh_last;      /* the last step read fresh prompts alone: this one decodes */
+    int fresh_debt;       /* prompt tokens that step took from this one's prefill budget */
     sched_job *ready, **ready_tail; /* started forks waiting for a slot (scheduler thread only) */
 
     pthread_t th;

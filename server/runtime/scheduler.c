@@ -6,7 +6,9 @@
  *      while their KV reservations (prompt + max_tokens, capped at the context) fit the budget;
  *   2. drop cancelled jobs;
  *   3. build ONE batch: a decode token for every generating slot, then prefill chunks of the
- *      prompts still being read, sized to the prefill time budget while others decode;
+ *      prompts still being read, sized to the prefill time budget while others decode; or, when
+ *      prompts were just admitted beside decoding streams, a step of their first chunks alone
+ *      (at most one such step between two decode steps; see step);
  *   4. engine_eval; when the pool is full, evict the least recently used cache no slot is
  *      using (idle ones first, then those of sessions whose turn still waits in the queue) and
  *      retry: the reservations count only running jobs, so every other cache must stay
@@ -183,16 +185,20 @@ static int job_draft_max(const sched *s, const sched_job *j) {
     return s->draft_max < 0 ? 0 : j->draft_max >= 0 ? j->draft_max : s->draft_max;
 }
 
-/* With a draft model, the drafter of a slot that speculates, fed the prompt. Without one (out of
- * memory), the slot falls back to prompt lookup. */
+/* The drafter of a slot that speculates, fed the prompt: the draft model's, else (none, or out of
+ * its memory) prompt lookup's; none when that fails too. */
 static void slot_open_drafter(sched *s, slot *sl) {
-    if (!s->deng || job_draft_max(s, sl->job) <= 0 || sl->job->capture) return;
+    if (job_draft_max(s, sl->job) <= 0 || sl->job->capture) return;
     spec_params p;
     spec_params_default(&p);
-    p.draft_max = job_draft_max(s, sl->job), p.draft = s->deng, p.draft_pool = s->dpool, p.draft_min_p = s->draft_min_p;
-    attnd_err err;
-    if (spec_create(&sl->sp, &p, &err) != ATTND_OK || spec_push(sl->sp, sl->hist, sl->n_hist, &err) != ATTND_OK) {
-        slog_debug("no draft model for this sequence: %s", err.msg);
+    p.draft_max = job_draft_max(s, sl->job), p.fixed = !s->draft_adapt;
+    p.draft_min_p = sl->job->draft_min_p >= 0 ? sl->job->draft_min_p : s->draft_min_p;
+    for (int lookup = !s->deng; lookup < 2 && !sl->sp; lookup++) {
+        p.draft = lookup ? NULL : s->deng, p.draft_pool = lookup ? NULL : s->dpool;
+        attnd_err err;
+        if (spec_create(&sl->sp, &p, &err) == ATTND_OK && spec_push(sl->sp, sl->hist, sl->n_hist, &err) == ATTND_OK)
+            break;
+        slog_debug("no %s for this sequence: %s", lookup ? "prompt lookup" : "draft model", err.msg);
         spec_destroy(sl->sp);
         sl->sp = NULL;
     }
@@ -203,6 +209,7 @@ static attnd_status slot_start(sched *s, slot *sl, sched_job *j, attnd_err *err)
     memset(sl, 0, sizeof(*sl));
     sl->job = j;
     sl->admitted = ++s->n_admitted;
+    sl->fresh = true;
     observe(s, SCHED_H_QUEUE, attnd_now_s() - j->t_submit);
     if (j->n_ablate) return slot_start_ablated(s, sl, j, err);
     sl->se = j->se ? j->se : sess_acquire_anon(s->store, j->owner, j->prompt, j->n_prompt, s->max_anon);
@@ -452,25 +459,42 @@ int sched_draft_room(int cap, int n_decode, bool prompts_waiting) {
     return room <= 0 ? 0 : prompts_waiting ? room / 2 : room;
 }
 
-/* Drafts for a decoding slot (speculative decoding, attnd/spec.h), at most room: never past
- * max_tokens or the context, none for a job that inspects attention or ablates heads (a mean
- * ablation's running mean would count rejected drafts). The draft model's, or prompt lookup's; a
- * draft that fails (the draft pool is full) is none. */
-static int slot_drafts(const sched *s, slot *sl, int room) {
+/* Drafts for a decoding slot (speculative decoding, attnd/spec.h), at most room, as many as the
+ * slot's controller finds worth their cost in the batch st describes (which they join): never
+ * past max_tokens or the context, none for a job that inspects attention or ablates heads (a mean
+ * ablation's running mean would count rejected drafts). A draft that fails (the draft pool is
+ * full) is none. */
+static int slot_drafts(const sched *s, slot *sl, int room, spec_step *st) {
     const sched_job *j = sl->job;
     int dm = job_draft_max(s, j);
     int left = j->max_tokens - sl->n_gen - 1, ctx = s->n_ctx - sl->n_past - 1;
     int max = dm < room ? dm : room;
     if (left < max) max = left;
     if (ctx < max) max = ctx;
-    if (max <= 0 || j->capture || j->n_ablate) return 0;
+    if (max <= 0 || j->capture || j->n_ablate || !sl->sp) return 0;
     if (max > (int)ATTND_ARRAY_LEN(sl->draft)) max = (int)ATTND_ARRAY_LEN(sl->draft);
-    if (!sl->sp) return spec_lookup(sl->hist, sl->n_hist, 2, 3, max, sl->draft);
     int n;
     attnd_err err;
-    if (spec_draft(sl->sp, max, sl->draft, &n, &err) == ATTND_OK) return n;
+    if (spec_draft(sl->sp, st, max, sl->draft, &n, &err) == ATTND_OK) return n;
     slog_debug("draft model: %s", err.msg);
     return 0;
+}
+
+/* Appends the next tokens of sl's prompt to the batch, up to entry limit and the logits rows
+ * (a row for the last prompt token, or for every one with prompt logprobs); returns how many. */
+static int batch_add_chunk(sched *s, slot *sl, int *n, int *rows, int limit, double *pos_sum) {
+    sched_job *j = sl->job;
+    sl->row0 = -2; /* visited */
+    for (int pos = sl->n_past; pos < j->n_prompt && *n < limit; pos++) {
+        bool want = j->prompt_logprobs || pos == j->n_prompt - 1;
+        if (want && *rows >= s->rows_cap) break;
+        if (want && sl->row0 < 0) sl->row0 = *rows;
+        if (want) (*rows)++;
+        s->batch[(*n)++] = (batch_entry){sl->kv, j->prompt[pos], pos, want};
+        sl->batch_n++;
+        *pos_sum += pos;
+    }
+    return sl->batch_n;
 }
 
 /* Builds the step's batch into s->batch; returns its size. Each decoding slot's token comes
@@ -486,6 +510,7 @@ static int build_batch(sched *s, batch_shape *sh) {
         waiting += s->slots[k].job && s->slots[k].prefilling;
     }
     int room = sched_draft_room(s->max_batch < s->rows_cap ? s->max_batch : s->rows_cap, n_dec, waiting > 0);
+    spec_step st = {&s->spcost, n_dec, n_dec}; /* the decoding rows, then each slot's drafts */
     for (int k = 0; k < s->n_slots; k++) {
         slot *sl = &s->slots[k];
         sl->batch_n = 0;
@@ -496,34 +521,71 @@ static int build_batch(sched *s, batch_shape *sh) {
         sl->batch_n = 1;
         sl->row0 = rows++;
         sh->n_decode++;
-        sl->n_draft = room > 0 ? slot_drafts(s, sl, room) : 0;
+        sl->n_draft = room > 0 ? slot_drafts(s, sl, room, &st) : 0;
         for (int i = 0; i < sl->n_draft; i++) s->batch[n++] = (batch_entry){sl->kv, sl->draft[i], sl->n_past + 1 + i, true};
         rows += sl->n_draft, room -= sl->n_draft, sl->batch_n += sl->n_draft;
     }
-    /* prefill, oldest admission first; the cap is sized for the oldest prompt's position */
-    int n_prompts = 0;
-    for (int k = 0; k < s->n_slots; k++) n_prompts += s->slots[k].job && s->slots[k].prefilling;
+    /* prefill, oldest admission first; the cap is sized for the oldest prompt's position, less
+     * what a step of fresh prompts just before took from it (the streams' gap stays one budget) */
     slot *best = oldest_prefilling(s);
-    int limit = best ? n + sched_prefill_cap(s, sh->n_decode, n_prompts, best->n_past) : n;
+    int cap = best ? sched_prefill_cap(s, sh->n_decode, waiting, best->n_past) - s->fresh_debt : 0;
+    int limit = n + (best && cap < 1 ? 1 : cap); /* the prompt always moves */
     if (limit > s->max_batch) limit = s->max_batch;
-    for (; best && n < limit; best = oldest_prefilling(s)) {
-        sched_job *j = best->job;
-        best->row0 = -2; /* visited */
-        int pos = best->n_past;
-        while (pos < j->n_prompt && n < limit) {
-            bool want = j->prompt_logprobs || pos == j->n_prompt - 1;
-            if (want && rows >= s->rows_cap) break;
-            if (want && best->row0 < 0) best->row0 = rows;
-            if (want) rows++;
-            s->batch[n++] = (batch_entry){best->kv, j->prompt[pos], pos, want};
-            best->batch_n++;
-            pos_sum += pos;
-            pos++;
-        }
-        sh->n_prefill += best->batch_n;
-    }
+    for (; best && n < limit; best = oldest_prefilling(s)) sh->n_prefill += batch_add_chunk(s, best, &n, &rows, limit, &pos_sum);
     sh->pf_pos = sh->n_prefill ? pos_sum / sh->n_prefill : 0;
     return n;
+}
+
+/* The fresh slot (admitted, no chunk read) that goes next into a step of fresh prompts: the one
+ * admitted first, so they go in the tenants' turns of fair admission (sched_kv.c: a newcomer
+ * beside another tenant's batch is admitted before that tenant's next job). NULL when every
+ * fresh slot is in the batch already. */
+static slot *fresh_next(sched *s) {
+    slot *best = NULL;
+    for (int k = 0; k < s->n_slots; k++) {
+        slot *sl = &s->slots[k];
+        if (sl->job && sl->fresh && sl->row0 == -1 && (!best || sl->admitted < best->admitted)) best = sl;
+    }
+    return best;
+}
+
+/* Whether this step reads fresh prompts alone: some were admitted beside decoding streams and the
+ * last step was not such a step already (the streams then decode now: at most one such step
+ * between two decode steps). */
+static bool fresh_step_due(const sched *s) {
+    bool fresh = false, decoding = false;
+    for (int k = 0; k < s->n_slots; k++) {
+        const slot *sl = &s->slots[k];
+        fresh |= sl->job && sl->fresh;
+        decoding |= sl->job && !sl->prefilling;
+    }
+    return fresh && decoding && !s->fresh_last;
+}
+
+/* A step of fresh prompts: their first chunks alone, in admission order (fresh_next), within the
+ * prefill the step would have held beside the streams, so that the streams' next token comes
+ * no later than before and the newcomers' first token comes before it. */
+static int build_fresh_batch(sched *s, batch_shape *sh) {
+    int n = 0, rows = 0, n_dec = 0, waiting = 0;
+    double pos_sum = 0;
+    *sh = (batch_shape){0};
+    for (int k = 0; k < s->n_slots; k++) {
+        slot *sl = &s->slots[k];
+        sl->batch_n = 0, sl->row0 = -1, sl->n_draft = 0;
+        n_dec += sl->job && !sl->prefilling;
+        waiting += sl->job && sl->prefilling;
+    }
+    slot *sl = fresh_next(s);
+    int limit = sl ? sched_prefill_cap(s, n_dec, waiting, sl->n_past) : 0;
+    if (limit > s->max_batch) limit = s->max_batch;
+    for (; sl && n < limit; sl = fresh_next(s)) sh->n_prefill += batch_add_chunk(s, sl, &n, &rows, limit, &pos_sum);
+    sh->pf_pos = sh->n_prefill ? pos_sum / sh->n_prefill : 0;
+    return n;
+}
+
+/* The step's batch: fresh prompts alone (build_fresh_batch) or the usual one (build_batch). */
+static int build_step(sched *s, batch_shape *sh, bool fresh) {
+    return fresh ? build_fresh_batch(s, sh) : build_batch(s, sh);
 }
 
 /* Frees KV for the step: evicts one idle cache; false when there was nothing to evict. */
@@ -569,7 +631,7 @@ static void apply_cancels(sched *s) {
 
 /* Evaluates the step's batch (*n entries, rebuilt if a job had to give way); false when there
  * is nothing left to publish. */
-static bool eval_batch(sched *s, int *n, batch_shape *sh) {
+static bool eval_batch(sched *s, int *n, batch_shape *sh, bool fresh) {
     attnd_err err;
     attnd_status rc;
     /* jobs that inspect attention are hooked into the engine for the evaluations that hold them */
@@ -579,7 +641,7 @@ static bool eval_batch(sched *s, int *n, batch_shape *sh) {
         slot *victim = newest_prefilling(s);
         slog_error("KV budget exhausted despite the reservations; failing the newest request");
         slot_finish(s, victim, NULL, ATTND_ERR_NOMEM, "KV cache budget exhausted; retry later");
-        if ((*n = build_batch(s, sh)) == 0) return false;
+        if ((*n = build_step(s, sh, fresh)) == 0) return false;
     }
     if (rc == ATTND_OK) return true;
     slog_error("engine_eval failed: %s", err.msg);
@@ -588,14 +650,20 @@ static bool eval_batch(sched *s, int *n, batch_shape *sh) {
     return false;
 }
 
-/* A prefilling slot's chunk was evaluated: prompt logprobs, and once the whole prompt is read,
- * its forks start and its first token is sampled. Returns the tokens generated (0 or 1). */
-static int slot_prefilled(sched *s, slot *sl, double dt) {
+/* A prefilling slot's chunk was evaluated in a step with n_decode decode tokens: prompt
+ * logprobs, and once the whole prompt is read, its forks start and its first token is sampled.
+ * Returns the tokens generated (0 or 1). */
+static int slot_prefilled(sched *s, slot *sl, double dt, int n_decode) {
     sched_job *j = sl->job;
     int first = sl->n_past;
     sl->n_past += sl->batch_n;
     pthread_mutex_lock(&j->mu);
     j->prompt_ms += dt * 1e3;
+    if (sl->fresh) { /* stats.steps: written by this thread only */
+        j->first_chunk_alone = n_decode == 0;
+        j->first_chunk_step = s->stats.steps;
+    }
+    sl->fresh = false;
     if (j->prompt_logprobs) /* row i predicts prompt token first+i+1 */
         for (int i = 0; i < sl->batch_n && first + i + 1 < j->n_prompt; i++) {
             token_logprob lp, dummy;
@@ -658,22 +726,35 @@ static int slot_verify(sched *s, slot *sl) {
     return r + 1;
 }
 
+/*
+ * One step. Prompts admitted beside decoding streams first get a step of their own: their first
+ * chunks alone, before the streams' next decode step, so a newcomer's time to first token is the
+ * running step plus its own prefill, not a step shared with every stream's decode (with many
+ * streams on a small model that costs several times a short prefill). The bound on the streams:
+ * the step after it always decodes, and it takes its prompt tokens from that step's prefill
+ * budget (fresh_debt), so the streams' gap stays what one mixed step would have been.
+ */
 static void step(sched *s) {
     apply_cancels(s);
     admit(s);
+    bool fresh = fresh_step_due(s);
     batch_shape sh;
-    int n = build_batch(s, &sh);
+    int n = build_step(s, &sh, fresh);
     if (n == 0) return;
     double t0 = attnd_now_s();
-    if (!eval_batch(s, &n, &sh)) return;
+    bool ok = eval_batch(s, &n, &sh, fresh);
+    s->fresh_last = fresh && ok;
+    s->fresh_debt = fresh && ok ? sh.n_prefill : 0;
+    if (!ok) return;
     double dt = attnd_now_s() - t0;
     sched_learn_costs(s, dt * 1e3, sh.n_decode, sh.n_prefill, sh.pf_pos);
+    if (sh.n_prefill == 0) spec_cost_learn(&s->spcost, n, dt * 1e3); /* what drafts cost (spec.h) */
     uint64_t n_gen = 0;
     for (int k = 0; k < s->n_slots; k++) {
         slot *sl = &s->slots[k];
         if (!sl->job || !sl->batch_n) continue;
         if (sl->prefilling) {
-            n_gen += (uint64_t)slot_prefilled(s, sl, dt);
+            n_gen += (uint64_t)slot_prefilled(s, sl, dt, sh.n_decode);
             continue;
         }
         pthread_mutex_lock(&sl->job->mu);
@@ -797,7 +878,7 @@ static void *sched_main(void *arg) {
 /* The draft model of cfg->draft_model (speculative decoding): loaded, checked against the model's
  * vocabulary, with its own engine and a KV pool of one full context per slot. */
 static attnd_status draft_open(sched *s, const server_settings *cfg, attnd_err *err) {
-    s->draft_min_p = cfg->draft_min_p;
+    s->draft_min_p = cfg->draft_min_p, s->draft_adapt = cfg->draft_adapt;
     if (!cfg->draft_model || !*cfg->draft_model) return ATTND_OK;
     attnd_status rc = model_load(&s->dm, cfg->draft_model, err);
     if (rc != ATTND_OK) return rc;

@@ -47,8 +47,11 @@ typedef struct sched_job_spec {
     int n_stops;
     int max_tokens;           /* >= 0; generation also ends at the context cap */
     int top_logprobs;         /* alternatives per generated token (0..20); -1 = no logprobs */
-    int draft_max;            /* speculative decoding by prompt lookup: drafts per step, 0 = off,
-                                 -1 = the server's draft_max; backs off when the batch is full */
+    int draft_max;            /* speculative decoding: drafts per step at most, 0 = off,
+                                 -1 = the server's draft_max; backs off when the batch is full
+                                 or the drafts do not pay (attnd/spec.h) */
+    float draft_min_p;        /* the draft model's draft ends below this top probability;
+                                 < 0 = the server's draft_min_p (0 in a zeroed spec: set -1) */
     bool prompt_logprobs;     /* echo + logprobs: log-probabilities of prompt tokens 1..n-1 */
     attn_capture *capture;    /* stolen, may be NULL: records the attention of this job's
                                  positions (attention inspection). Such a job evaluates its

@@ -238,6 +238,7 @@ void sess_store_set_quota(sess_store *st, int per_owner) {
     pthread_mutex_lock(&st->mu);
     st->per_owner = per_owner > 0 ? per_owner : 0;
     pthread_mutex_unlock(&st->mu);
+    if (st->shared) sessredis_set_quota(st->shared, per_owner); /* the shared store counts there */
 }
 
 /* owner's named sessions, and the least recently used idle one among them (caller holds the lock). */
@@ -664,6 +665,7 @@ int sess_count(sess_store *st) {
 void sess_store_share(sess_store *st, sessredis *shared) {
     ATTND_ASSERT(st->sd == NULL && st->shared == NULL); /* one source of truth per session */
     st->shared = shared;
+    sessredis_set_quota(shared, st->per_owner);
 }
 
 /* A turn released its history and has not saved it yet (sess_persist_turn will). */

@@ -101,7 +101,9 @@ bool sess_owner_valid(const char *owner);
  * max_sessions, a new session of owner evicts owner's own least recently used idle session
  * (sess_store_set_lifetime's evict_lru), never another owner's; without one to evict it is
  * refused (NOMEM, the message naming max_sessions_per_key or max_sessions: the API's 429).
- * Local store only: in shared mode the records are not counted here.
+ * In shared mode the shared store counts owner's records against per_owner instead (all
+ * instances together, sess_redis.h), with no eviction: a create at the quota is refused there
+ * (NOMEM naming max_sessions_per_key); max_sessions bounds only this instance's local copies.
  */
 void sess_store_set_quota(sess_store *st, int per_owner);
 /* Whether owner may make one more named session now (room, or an idle one of its own to evict):

@@ -1,7 +1,7 @@
 /*
  * sess_redis.c — the shared session store's Redis client (see sess_redis.h): records as
- * session-file JSON in a hash with a version, an atomic compare-and-write in Lua, one
- * reconnecting connection behind a mutex.
+ * session-file JSON in a hash with a version, an atomic compare-and-write in Lua (which also
+ * counts each owner's sessions against its quota), one reconnecting connection behind a mutex.
  */
 #include "sess_redis.h"
 
@@ -29,24 +29,52 @@ struct sessredis {
     char url[300];
     char *prefix, *model_tag;
     int ttl_s;
+    int quota;       /* sessions one owner may hold (sessredis_set_quota); 0 = no cap */
 };
 
 /*
- * KEYS[1] the record; ARGV: expected version ("0" = must not exist), new version, record text,
- * TTL in seconds ("0" = none), a random id of this write. Returns 1 written (or already written
- * by this very write's earlier try: the stored write id is its own), 0 another version is stored
- * (or the record exists on create), -1 the record is gone.
+ * KEYS[1] the record, KEYS[2] its owner's set of session ids (OWNED_ID: a name no session id can
+ * have); ARGV: expected version ("0" = must not exist), new version, record text, TTL in seconds
+ * ("0" = none), a random id of this write, the owner's quota ("0" = none), the session id, the
+ * key prefix of the owner's records. Returns 1 written (or already written by this very write's
+ * earlier try: the stored write id is its own), 0 another version is stored (or the record exists
+ * on create), -1 the record is gone, -2 a create past the owner's quota.
+ * The set is counted at creation only; ids whose record expired (TTL) or was deleted by an
+ * older attnd are dropped from it then, when it looks full. Every write adds its id (a record
+ * made before the set existed joins it at its next turn) and gives the set the records' TTL,
+ * so it never expires before one of them.
  */
 static const char PUT_SCRIPT[] =
     "local cur = redis.call('HGET', KEYS[1], 'v')\n"
     "if cur == ARGV[2] and redis.call('HGET', KEYS[1], 'w') == ARGV[5] then return 1 end\n"
     "if ARGV[1] == '0' then\n"
     "  if cur then return 0 end\n"
+    "  local quota = tonumber(ARGV[6])\n"
+    "  if quota > 0 and redis.call('SCARD', KEYS[2]) >= quota then\n"
+    "    for _, id in ipairs(redis.call('SMEMBERS', KEYS[2])) do\n"
+    "      if redis.call('EXISTS', ARGV[8] .. id) == 0 then redis.call('SREM', KEYS[2], id) end\n"
+    "    end\n"
+    "    if redis.call('SCARD', KEYS[2]) >= quota then return -2 end\n"
+    "  end\n"
     "elseif not cur then return -1\n"
     "elseif cur ~= ARGV[1] then return 0 end\n"
     "redis.call('HSET', KEYS[1], 'v', ARGV[2], 'rec', ARGV[3], 'w', ARGV[5])\n"
-    "if ARGV[4] ~= '0' then redis.call('EXPIRE', KEYS[1], ARGV[4]) end\n"
+    "redis.call('SADD', KEYS[2], ARGV[7])\n"
+    "if ARGV[4] ~= '0' then\n"
+    "  redis.call('EXPIRE', KEYS[1], ARGV[4])\n"
+    "  redis.call('EXPIRE', KEYS[2], ARGV[4])\n"
+    "else redis.call('PERSIST', KEYS[2]) end\n"
     "return 1\n";
+
+/* KEYS[1] the record, KEYS[2] its owner's set; ARGV[1] the session id. Returns how many records
+ * were removed (0 or 1). */
+static const char DELETE_SCRIPT[] =
+    "local n = redis.call('DEL', KEYS[1])\n"
+    "redis.call('SREM', KEYS[2], ARGV[1])\n"
+    "return n\n";
+
+/* The owner's set's name in the id's place: session ids never start with '.' (sess.h). */
+#define OWNED_ID ".sessions"
 
 void sessredis_rec_free(sessredis_rec *rec) {
     if (!rec) return;
@@ -165,6 +193,12 @@ void sessredis_destroy(sessredis *r) {
 
 const char *sessredis_url(const sessredis *r) { return r->url; }
 
+void sessredis_set_quota(sessredis *r, int per_owner) {
+    pthread_mutex_lock(&r->mu);
+    r->quota = per_owner > 0 ? per_owner : 0;
+    pthread_mutex_unlock(&r->mu);
+}
+
 static struct timeval ms_tv(int ms) { return (struct timeval){.tv_sec = ms / 1000, .tv_usec = (ms % 1000) * 1000}; }
 
 /* Connects and selects the database (caller holds mu). false: r->c stays NULL, *why says. */
@@ -267,19 +301,25 @@ attnd_status sessredis_get(sessredis *r, const char *owner, const char *id, sess
 attnd_status sessredis_put(sessredis *r, const char *owner, const char *id, uint64_t expect, const sessredis_rec *rec,
                            attnd_err *err) {
     ATTND_ASSERT(rec->version == expect + 1);
-    char key[KEY_MAX], sv_expect[24], sv_new[24], sv_ttl[16];
-    if (!make_key(r, owner, id, key)) return attnd_fail(err, ATTND_ERR_INVALID, "session key too long");
+    char key[KEY_MAX], set[KEY_MAX], base[KEY_MAX], sv_expect[24], sv_new[24], sv_ttl[16], sv_quota[16];
+    if (!make_key(r, owner, id, key) || !make_key(r, owner, OWNED_ID, set) || !make_key(r, owner, "", base))
+        return attnd_fail(err, ATTND_ERR_INVALID, "session key too long");
     char *text = sessredis_rec_encode(owner, id, r->model_tag, rec);
     if (!text) return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory");
     snprintf(sv_expect, sizeof(sv_expect), "%" PRIu64, expect);
     snprintf(sv_new, sizeof(sv_new), "%" PRIu64, rec->version);
     snprintf(sv_ttl, sizeof(sv_ttl), "%d", r->ttl_s);
+    pthread_mutex_lock(&r->mu);
+    int quota = r->quota;
+    pthread_mutex_unlock(&r->mu);
+    snprintf(sv_quota, sizeof(sv_quota), "%d", quota);
     char write_id[40]; /* tells a retry of this write (its answer lost) from another writer's */
     attnd_random_id(write_id, sizeof(write_id), "");
-    const char *argv[] = {"EVAL", PUT_SCRIPT, "1", key, sv_expect, sv_new, text, sv_ttl, write_id};
-    size_t lens[9];
-    for (int i = 0; i < 9; i++) lens[i] = strlen(argv[i]);
-    redisReply *rep = command(r, 9, argv, lens, err);
+    const char *argv[] = {"EVAL", PUT_SCRIPT, "2", key, set, sv_expect, sv_new, text, sv_ttl, write_id, sv_quota, id, base};
+    enum { ARGC = sizeof(argv) / sizeof(*argv) };
+    size_t lens[ARGC];
+    for (int i = 0; i < ARGC; i++) lens[i] = strlen(argv[i]);
+    redisReply *rep = command(r, ARGC, argv, lens, err);
     free(text);
     if (!rep) return ATTND_ERR_IO;
     if (rep->type != REDIS_REPLY_INTEGER) return reply_error(r, rep, err);
@@ -287,6 +327,10 @@ attnd_status sessredis_put(sessredis *r, const char *owner, const char *id, uint
     freeReplyObject(rep);
     if (res == 1) return ATTND_OK;
     if (res == -1) return attnd_fail(err, ATTND_ERR_NOT_FOUND, "session '%s' was deleted meanwhile", id);
+    if (res == -2)
+        return attnd_fail(err, ATTND_ERR_NOMEM,
+                          "this API key holds %d sessions in the shared session store, its quota "
+                          "(max_sessions_per_key); delete one first", quota);
     if (expect == 0) return attnd_fail(err, ATTND_ERR_BUSY, "session '%s' already exists", id);
     return attnd_fail(err, ATTND_ERR_BUSY,
                       "session '%s' was changed by another request meanwhile (a turn racing on another instance?); "
@@ -294,11 +338,13 @@ attnd_status sessredis_put(sessredis *r, const char *owner, const char *id, uint
 }
 
 attnd_status sessredis_delete(sessredis *r, const char *owner, const char *id, attnd_err *err) {
-    char key[KEY_MAX];
-    if (!make_key(r, owner, id, key)) return attnd_fail(err, ATTND_ERR_INVALID, "session key too long");
-    const char *argv[] = {"DEL", key};
-    size_t lens[] = {3, strlen(key)};
-    redisReply *rep = command(r, 2, argv, lens, err);
+    char key[KEY_MAX], set[KEY_MAX];
+    if (!make_key(r, owner, id, key) || !make_key(r, owner, OWNED_ID, set))
+        return attnd_fail(err, ATTND_ERR_INVALID, "session key too long");
+    const char *argv[] = {"EVAL", DELETE_SCRIPT, "2", key, set, id};
+    size_t lens[6];
+    for (int i = 0; i < 6; i++) lens[i] = strlen(argv[i]);
+    redisReply *rep = command(r, 6, argv, lens, err);
     if (!rep) return ATTND_ERR_IO;
     if (rep->type != REDIS_REPLY_INTEGER) return reply_error(r, rep, err);
     long long n = rep->integer;
@@ -333,7 +379,7 @@ static int list_batch(sessredis *r, const char *owner, redisReply *keys,
     for (size_t i = 0; i < keys->elements; i++) {
         redisReply *k = keys->element[i];
         const char *id = k->type == REDIS_REPLY_STRING ? id_of_key(r, owner, k->str) : NULL;
-        if (!id || strlen(id) > 64) continue;
+        if (!id || strlen(id) > 64 || *id == '.') continue; /* '.': the owner's set (OWNED_ID) */
         sessredis_rec rec;
         attnd_err e;
         attnd_status rc = sessredis_get(r, owner, id, &rec, &e);

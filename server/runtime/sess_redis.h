@@ -12,6 +12,11 @@
  * other is refused, never merged. Every write sets the key's TTL (ttl_s; 0 = none), so an idle
  * session disappears from Redis after ttl_s.
  *
+ * Quota: a Redis set at <prefix>[<owner>~].sessions (no session id starts with '.') holds each
+ * owner's session ids; a create counts it in the same script, so instances creating at once never
+ * overshoot the owner's quota (sessredis_set_quota). Ids whose record expired are dropped from it
+ * when it looks full; sessredis_delete removes the id with the record.
+ *
  * Failures: Redis unreachable, or an answer missing within the timeout, is ATTND_ERR_IO with a
  * message naming the server; the next call reconnects by itself (once per call), so service
  * resumes when Redis returns. The first failure and the recovery are logged once each.
@@ -64,12 +69,17 @@ void sessredis_destroy(sessredis *r); /* accepts NULL */
 /* "redis://host:port" as configured, for messages. */
 const char *sessredis_url(const sessredis *r);
 
+/* Most sessions one owner may hold in the store (0 = no cap, the default): a create past it is
+ * refused (sessredis_put). */
+void sessredis_set_quota(sessredis *r, int per_owner);
+
 /* Reads owner's session id. NOT_FOUND (none, or another model's), FORMAT (damaged), IO. */
 attnd_status sessredis_get(sessredis *r, const char *owner, const char *id, sessredis_rec *out, attnd_err *err);
 /* Writes rec (rec->version = expect + 1) if the stored version is still expect; expect 0 = create
  * (no record may exist). BUSY: the stored version is another (a turn of another request, maybe
  * on another instance, won), or the record exists (create); NOT_FOUND: expect > 0 and the record
- * is gone (deleted, expired); IO. Repeating a write that went through (its answer was lost with
+ * is gone (deleted, expired); NOMEM: a create while owner holds its quota of sessions (the message
+ * names max_sessions_per_key: the API's 429); IO. Repeating a write that went through (its answer was lost with
  * the connection) is OK, not BUSY. */
 attnd_status sessredis_put(sessredis *r, const char *owner, const char *id, uint64_t expect, const sessredis_rec *rec,
                            attnd_err *err);

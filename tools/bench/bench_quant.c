@@ -10,7 +10,7 @@
  *                                               kernel path that ran (amx tiles or not), weights packed where the
  *                                               ISA packs them, as a model loads them; for n_tok <= 16 the weights rotate through
  *                                               96 MB of copies, so they stream from DRAM as in decode)
- *   build/bench_quant [n_threads] [n_tok] tlpack [type]   (Q8_0, Q4_0, Q4_K, Q6_K, or only `type`, at those
+ *   build/bench_quant [n_threads] [n_tok] tlpack [type]   (every packed type, or only `type`, at those
  *                                               shapes: the mapped layout against the copy packed at load,
  *                                               alternating in one process; packing cost; tlpackhot: one
  *                                               copy of the weights, cached when it fits)
@@ -123,6 +123,16 @@ static double dram_read_gbs(int n_threads) {
     }
     free(buf);
     return (double)(BW_BYTES / (size_t)nt / 256 * 256) * (double)nt / best * 1e-9;
+}
+
+/* Another copy of weights w (rows x cols of type) at another address: the streamed runs read
+ * copies in turn so that they come from DRAM, and encoding each (the types of issue 27 go through
+ * their quantizers) would take most of the run. */
+static uint8_t *copy_weights(const uint8_t *w, uint32_t type, int64_t rows, int64_t cols) {
+    size_t n = quant_row_bytes(type, cols) * (size_t)rows;
+    uint8_t *c = aligned_alloc(64, (n + 63) / 64 * 64);
+    memcpy(c, w, n);
+    return c;
 }
 
 /* Random but well-formed weights: every f16 field set to a small finite scale. */
@@ -286,7 +296,7 @@ static double time_tl(uint32_t type, int64_t rows, int64_t cols, int n_tok, int 
     uint8_t **w = malloc((size_t)copies * sizeof *w);
     quant_packed **pk = malloc((size_t)copies * sizeof *pk);
     for (int i = 0; i < copies; i++) {
-        w[i] = make_weights(type, rows, cols);
+        w[i] = i ? copy_weights(w[0], type, rows, cols) : make_weights(type, rows, cols);
         pk[i] = quant_pack(w[i], type, rows, cols); /* as a model loads: packed where the ISA packs it */
     }
     float *x = malloc((size_t)n_tok * (size_t)cols * sizeof(float));
@@ -352,13 +362,14 @@ static void bench_tl(int n_threads, int n_tok, quant_isa isa, const char *only) 
         }
 }
 
-/* Q4_0, Q4_K and Q6_K (or only the type named `only`) at TinyLlama shapes, read from the mapping's
+/* The packed types (or only the type named `only`) at TinyLlama shapes, read from the mapping's
  * layout (A) and from quant_pack's copy (B), in alternating batches in this one process (so a busy
  * machine slows both alike): ms per call, weight GB/s, B/A speed ratio, and the packing's cost
  * (ms per MB of weights). */
 static void bench_tl_packed(int n_threads, int n_tok, int hot, const char *only) {
     static const int64_t shapes[][2] = {{2048, 2048}, {5632, 2048}, {2048, 5632}, {32000, 2048}};
-    static const uint32_t types[] = {GGUF_TYPE_Q8_0, GGUF_TYPE_Q4_0, GGUF_TYPE_Q4_K, GGUF_TYPE_Q6_K};
+    static const uint32_t types[] = {GGUF_TYPE_Q8_0, GGUF_TYPE_Q4_0, GGUF_TYPE_Q4_K,   GGUF_TYPE_Q6_K, GGUF_TYPE_Q4_1,
+                                     GGUF_TYPE_Q5_0, GGUF_TYPE_Q5_1, GGUF_TYPE_IQ4_NL, GGUF_TYPE_MXFP4};
     double dram = hot ? 0 : dram_read_gbs(n_threads);
     printf("mapped (A) vs packed at load (B), isa %s, alternating batches, best of 7\n", quant_isa_name(quant_isa_active()));
     if (dram > 0) printf("DRAM read bandwidth, %d thread(s), same run: %.2f GB/s\n", n_threads, dram);
@@ -375,7 +386,7 @@ static void bench_tl_packed(int n_threads, int n_tok, int hot, const char *only)
         quant_packed **pk = malloc((size_t)copies * sizeof *pk);
         double pack_s = 0;
         for (int i = 0; i < copies; i++) {
-            w[i] = make_weights(type, rows, cols);
+            w[i] = i ? copy_weights(w[0], type, rows, cols) : make_weights(type, rows, cols);
             double t0 = now_s();
             pk[i] = quant_pack(w[i], type, rows, cols);
             pack_s += now_s() - t0;

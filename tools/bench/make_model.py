@@ -13,7 +13,8 @@ qwen3-1.7b (qwen3: 28 layers, 2048 wide, 16/8 heads of 128, QK-norm, FFN 6144, t
 151936), gemma3-1b (gemma3: 26 layers, 1152 wide, 4/1 heads of 256, window 512 on 5 of 6 layers,
 FFN 6912, tied, vocab 262144), qwen3-30b-a3b (qwen3moe: 48 layers, 2048 wide, 32/4 heads of 128,
 128 experts of 768, 8 per token, vocab 151936; about 390 MB a layer in Q4_K_M, so fewer layers
-fit this machine).
+fit this machine). --experts, --experts-used and --expert-ffn override a MoE shape's experts (and
+--head-dim the head width), e.g. for a smaller file of the same widths.
 
 Types: F32, Q8_0, Q4_0, Q4_K_M (Q4_K everywhere but output and ffn_down, which are Q6_K, as
 llama.cpp's Q4_K_M mix does for those two; a matrix whose rows are not whole 256-blocks takes
@@ -268,7 +269,8 @@ def main():
     ap.add_argument("out")
     ap.add_argument("--type", default="Q4_K_M", choices=["F32", "F16", "Q8_0", "Q4_0", "Q4_K_M"])
     ap.add_argument("--shape", default="tinyllama", choices=sorted(SHAPES))
-    for opt in ("dim", "ffn", "layers", "heads", "kv-heads", "vocab", "ctx"):
+    for opt in ("dim", "ffn", "layers", "heads", "kv-heads", "head-dim", "vocab", "ctx", "experts", "experts-used",
+                "expert-ffn"):
         ap.add_argument("--" + opt, type=int)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--tokenizer", help="take the vocabulary (every tokenizer.* key) of this GGUF; sets --vocab")
@@ -280,6 +282,8 @@ def main():
             setattr(a, k, v)
     if a.dim % a.heads or a.heads % a.kv_heads:
         sys.exit("make_model.py: --dim must divide by --heads, and --heads by --kv-heads")
+    if a.experts and not 0 < a.experts_used <= a.experts:
+        sys.exit("make_model.py: --experts-used must be 1..--experts")
     build(a).write(a.out)
 
 

@@ -1,0 +1,58 @@
+/*
+ * moe.h — (engine-private) the experts of a Mixture-of-Experts feed-forward layer, for engine.c.
+ *
+ * Once the router has chosen each entry's K experts (the slots entry * K + k of sel), the slots
+ * are sorted by expert (moe_plan): one group per expert in use, so each expert's rows are read
+ * once per step whatever the number of entries routed to it (a prefill, batched decode). Then two
+ * passes of the pool, each one region split by (group, row block) whatever the number of experts:
+ *   moe_gate_up:  g = act(x W_gate,x^T + b) * (x W_up,x^T + b) of each group's gathered inputs;
+ *   moe_down:     o[slot] = g W_down,x^T + b, in slot order.
+ * Results are bit-identical to one quant_matmul per expert (the row kernels compute each row on
+ * its own, and a group's entries go through them together), for any number of threads.
+ */
+#ifndef ATTND_MOE_H
+#define ATTND_MOE_H
+
+#include <stddef.h>
+
+#include "model_internal.h"
+
+/* One expert in use: its sorted slots [start, start + cnt). */
+typedef struct moe_group {
+    int expert, start, cnt;
+} moe_group;
+
+/* A step's experts: n_groups groups in increasing expert id; within a group, slots increase. */
+typedef struct moe_plan {
+    moe_group *groups; /* (n_expert) */
+    int *slot;         /* (n_slots) the slot of each sorted position */
+    int n_groups, n_slots;
+} moe_plan;
+
+/* Sorts the n_slots slots of sel (each an expert id < n_expert) into pl's groups; pl's arrays are
+ * the caller's. */
+void moe_plan_build(moe_plan *pl, const int *sel, int n_slots, int n_expert);
+
+/* Bytes of one worker's scratch for moe_gate_up and moe_down on up to max_tok entries per group. */
+size_t moe_scratch_bytes(const layer_weights *L, int64_t n_embd, int64_t n_ff_exp, int max_tok);
+
+/* The layer's experts and the buffers of one step (all borrowed for the call). */
+typedef struct moe_job {
+    const layer_weights *L;
+    arch_act act;
+    int E, FE;          /* n_embd, n_ff_exp */
+    const moe_plan *pl;
+    const float *x;     /* (n_slots, E) each sorted position's input; may be o's storage (moe_down
+                           does not read it) */
+    float *g;           /* (n_slots, FE) each sorted position's activation (moe_gate_up's output) */
+    float *o;           /* (n_slots, E) each slot's expert output, in slot order (moe_down's) */
+    char *scratch;      /* (n_workers, scratch_bytes) one region per worker */
+    size_t scratch_bytes; /* moe_scratch_bytes(..., max_tok) */
+    int max_tok;        /* what scratch_bytes was sized for: no group has more entries */
+    int n_threads;      /* at most n_workers */
+} moe_job;
+
+void moe_gate_up(const moe_job *j);
+void moe_down(const moe_job *j);
+
+#endif /* ATTND_MOE_H */

@@ -1,0 +1,92 @@
+#!/usr/bin/env bash
+# types_vs_llamacpp.sh — attnd against llama.cpp on TinyLlama-1.1B-shaped files (random weights)
+# of the weight types of issue 27, each written by attnd's own quantizer: one F16 file from
+# tools/bench/make_model.py, then `attnd quantize F16 OUT TYPE` per type. Both engines run the
+# same file (`attnd bench --peer-dir`): prefill of a 512-token prompt and decode, at 1 and 2
+# threads; prints the CPU, the kernel path attnd took, what each file holds (tensors per type,
+# from `attnd info`) and the attnd / llama.cpp ratios.
+#
+#   tools/bench/types_vs_llamacpp.sh                         # every type (about an hour on 2 cores)
+#   tools/bench/types_vs_llamacpp.sh --types Q5_0 --threads 1 --reps 1 --n 8   # one quick row
+#
+# Options: --types "Q4_1 Q5_0 ..." (any `attnd quantize` target; default below: the S mixes hold
+# the most of Q3_K / Q5_K, Q5_K_M and Q3_K_M are the usual downloads), --threads "1 2",
+# --prompt 512, --n 32 (generated tokens), --reps 3, --peer-dir DIR (default /work/peer, else
+# tools/peers/llamacpp/install.sh), --out DIR (default build/bench), --attnd BIN (default
+# build/attnd), --keep-f16 (keep the 2.2 GB F16 source afterwards).
+# Files go to ${XDG_CACHE_HOME:-~/.cache}/attnd/bench/tinyllama-F16-<TYPE>.gguf and are reused.
+# Each row is one `attnd bench` run: one untimed attnd warm-up, then --reps attnd and llama.cpp
+# runs alternating, medians of each; the load average is printed before and after each row, so
+# take the figures on a quiet machine and read the ratios.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+
+types="Q4_1 Q5_0 Q5_1 Q2_K Q3_K_S Q3_K_M Q5_K_S Q5_K_M IQ4_NL IQ4_XS MXFP4" threads="1 2" prompt=512 n=32 reps=3
+peer_dir="" out=build/bench attnd=build/attnd keep_f16=""
+usage() { sed -n '2,21p' "$0" >&2; exit 2; }
+# --name VALUE sets the variable of that name (dashes as underscores); --keep-f16 takes no value
+while [ $# -gt 0 ]; do
+    case "$1" in
+    --keep-f16) keep_f16=1 && shift ;;
+    --types | --threads | --prompt | --n | --reps | --peer-dir | --out | --attnd)
+        [ $# -ge 2 ] || usage
+        var=${1#--} && printf -v "${var//-/_}" '%s' "$2" && shift 2 ;;
+    *) usage ;;
+    esac
+done
+peer=$peer_dir
+
+# Debian's python3 first: a pyenv shim earlier on PATH may lack numpy
+py=/usr/bin/python3
+"$py" -c 'import numpy' 2>/dev/null || py=python3
+"$py" -c 'import numpy' 2>/dev/null || { echo "types_vs_llamacpp.sh: needs python3 with numpy (python3-numpy)" >&2; exit 1; }
+[ -x "$attnd" ] || { echo "types_vs_llamacpp.sh: no $attnd (build it: cmake --build build --target attnd)" >&2; exit 1; }
+if [ -z "$peer" ]; then
+    if [ -d /work/peer/node_modules ]; then peer=/work/peer
+    else peer=$(tools/peers/llamacpp/install.sh) || { echo "types_vs_llamacpp.sh: no llama.cpp peer" >&2; exit 1; }
+    fi
+fi
+
+cache=${XDG_CACHE_HOME:-$HOME/.cache}/attnd/bench
+mkdir -p "$cache" "$out"
+f16=$cache/tinyllama-F16.gguf
+for t in $types; do
+    m=$cache/tinyllama-F16-$t.gguf
+    [ -s "$m" ] && continue
+    if [ ! -s "$f16" ]; then
+        echo "types_vs_llamacpp.sh: writing $f16 ..." >&2
+        "$py" tools/bench/make_model.py --type F16 "$f16.tmp" && mv "$f16.tmp" "$f16"
+    fi
+    echo "types_vs_llamacpp.sh: attnd quantize -> $m ..." >&2
+    "$attnd" quantize --quiet "$f16" "$m.tmp" "$t" && mv "$m.tmp" "$m"
+done
+[ -n "$keep_f16" ] || rm -f "$f16"
+
+res=$out/types_vs_llamacpp.tsv
+printf 'type\tthreads\tprompt\tattnd_prefill\tllamacpp_prefill\tattnd_decode\tllamacpp_decode\tload_before\tload_after\tkernels\n' >"$res"
+load() { cut -d' ' -f1 /proc/loadavg; }
+echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(nproc) cores; attnd $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
+for t in $types; do
+    m=$cache/tinyllama-F16-$t.gguf
+    # the tensor types the file holds (attnd info's count per type)
+    echo "$t: $("$attnd" info --model "$m" 2>/dev/null | grep -m1 '^tensors:' | sed 's/^tensors: *//' || true)"
+    for th in $threads; do
+        l0=$(load)
+        j=$("$attnd" bench --model "$m" --threads "$th" --prompt-len "$prompt" --n "$n" \
+            --reps "$reps" --no-growth --peer-dir "$peer" --json | tail -1) || j="{}"
+        l1=$(load)
+        # one row of the table: the four rates of the bench's JSON line, the loads, the kernel path
+        "$py" -c 'import json, sys
+a, j = sys.argv[1:], json.loads(sys.argv[6] or "{}")
+rates = ["%.2f" % j.get(e + "_" + p, 0) for p in ("prefill", "decode") for e in ("attnd", "llamacpp")]
+print("\t".join(a[:3] + rates + a[3:5] + [str(j.get("kernels", "?"))]))' "$t" "$th" "$prompt" "$l0" "$l1" "$j" >>"$res"
+        tail -1 "$res" | awk -F'\t' '{printf "  %-7s %s thr  prefill %7.1f / %7.1f   decode %5.1f / %5.1f   (load %s -> %s)  kernels: %s\n", $1, $2, $4, $5, $6, $7, $8, $9, $10}'
+    done
+done
+
+echo
+echo "attnd / llama.cpp (tokens/s ratios; > 1 means attnd is faster), $prompt-token prompt + $n generated, median of $reps"
+echo "targets (issue 27): decode >= 1.0x, prefill >= 1.5x"
+awk -F'\t' 'NR > 1 { printf "%-7s %s thread%s   prefill %5.2fx   decode %5.2fx\n",
+    $1, $2, $2 == 1 ? " " : "s", ($5 > 0 ? $4 / $5 : 0), ($7 > 0 ? $6 / $7 : 0) }' "$res"
+echo "results: $res"
