@@ -15,6 +15,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "attnd/utf8.h"
+
 // ---- building blocks ------------------------------------------------------------------------
 
 typedef struct evec {
@@ -129,13 +131,6 @@ static void skip_space(parser *ps, bool newline_ok) {
     }
 }
 
-static int hexval(char c) {
-    if (c >= '0' && c <= '9') return c - '0';
-    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-    return -1;
-}
-
 /* One UTF-8 character of the source; false (error set) for invalid UTF-8. */
 static bool read_utf8(parser *ps, uint32_t *cp) {
     const unsigned char *s = (const unsigned char *)ps->p;
@@ -165,7 +160,7 @@ static bool read_char(parser *ps, uint32_t *cp) {
     if (digits) {
         uint32_t v = 0;
         for (int i = 0; i < digits; i++) {
-            int h = ps->p < ps->end ? hexval(*ps->p) : -1;
+            int h = ps->p < ps->end ? utf8_hex_digit(*ps->p) : -1;
             if (h < 0) return fail_at(ps, at, "'\\%c' needs %d hex digits", c, digits);
             v = v << 4 | (uint32_t)h;
             ps->p++;

@@ -29,6 +29,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "attnd/utf8.h"
 #include "block.h"
 #include "tok_pre.h"
 #include "unicode.h"
@@ -182,40 +183,10 @@ static uint32_t byte_to_cp(unsigned b) {
     return 0x100 + n;
 }
 
-static size_t put_utf8(char *out, uint32_t cp) {
-    if (cp < 0x80) {
-        out[0] = (char)cp;
-        return 1;
-    }
-    if (cp < 0x800) {
-        out[0] = (char)(0xC0 | cp >> 6);
-        out[1] = (char)(0x80 | (cp & 0x3F));
-        return 2;
-    }
-    if (cp < 0x10000) {
-        out[0] = (char)(0xE0 | cp >> 12);
-        out[1] = (char)(0x80 | ((cp >> 6) & 0x3F));
-        out[2] = (char)(0x80 | (cp & 0x3F));
-        return 3;
-    }
-    out[0] = (char)(0xF0 | cp >> 18);
-    out[1] = (char)(0x80 | ((cp >> 12) & 0x3F));
-    out[2] = (char)(0x80 | ((cp >> 6) & 0x3F));
-    out[3] = (char)(0x80 | (cp & 0x3F));
-    return 4;
-}
-
-static int hexval(char c) {
-    if (c >= '0' && c <= '9') return c - '0';
-    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-    return -1;
-}
-
 /* The byte of an SPM "<0xXX>" token, or -1 when the text is not of that form. */
 static int spm_byte_of(const char *s, size_t n) {
     if (n != 6 || memcmp(s, "<0x", 3) || s[5] != '>') return -1;
-    int hi = hexval(s[3]), lo = hexval(s[4]);
+    int hi = utf8_hex_digit(s[3]), lo = utf8_hex_digit(s[4]);
     return hi < 0 || lo < 0 ? -1 : hi * 16 + lo;
 }
 
@@ -586,7 +557,7 @@ static attnd_status build_decoded(tokenizer *t, attnd_err *err) {
                 id = strmap_get(&t->by_text, s, 1);
             }
         } else {
-            id = strmap_get(&t->by_text, s, put_utf8(s, byte_to_cp(b)));
+            id = strmap_get(&t->by_text, s, utf8_encode(s, byte_to_cp(b)));
         }
         t->byte_tok[b] = id;
     }

@@ -1,4 +1,4 @@
-/* utf8.c — UTF-8 validation and repair (see attnd/utf8.h). */
+/* utf8.c — UTF-8 validation, repair and encoding (see attnd/utf8.h). */
 #include "attnd/utf8.h"
 
 #include <stdlib.h>
@@ -51,4 +51,35 @@ char *utf8_sanitize(const char *s, size_t n, bool replace_nul, size_t *out_n) {
     o[m] = '\0';
     *out_n = m;
     return o;
+}
+
+size_t utf8_encode(char out[4], uint32_t cp) {
+    if (cp < 0x80) {
+        out[0] = (char)cp;
+        return 1;
+    }
+    if (cp < 0x800) {
+        out[0] = (char)(0xC0 | cp >> 6);
+        out[1] = (char)(0x80 | (cp & 0x3F));
+        return 2;
+    }
+    if (cp < 0x10000) {
+        out[0] = (char)(0xE0 | cp >> 12);
+        out[1] = (char)(0x80 | ((cp >> 6) & 0x3F));
+        out[2] = (char)(0x80 | (cp & 0x3F));
+        return 3;
+    }
+    if (cp > 0x10FFFF) return 0;
+    out[0] = (char)(0xF0 | cp >> 18);
+    out[1] = (char)(0x80 | ((cp >> 12) & 0x3F));
+    out[2] = (char)(0x80 | ((cp >> 6) & 0x3F));
+    out[3] = (char)(0x80 | (cp & 0x3F));
+    return 4;
+}
+
+int utf8_hex_digit(char c) {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
 }

@@ -23,17 +23,33 @@ typedef struct tiny_rig {
     int n_seqs;
 } tiny_rig;
 
+/* Loads the model file at path into r (zeroed first; r->sp is the caller's to set) with an engine
+ * of `threads` threads for batches of up to max_batch entries and a pool_mib MiB pool of kv-typed
+ * caches. The file stays the caller's: tiny_rig_close removes only what tiny_rig_open wrote. */
+static inline void tiny_rig_load(tiny_rig *r, const char *path, kv_type kv, int max_batch, int threads,
+                                 size_t pool_mib) {
+    memset(r, 0, sizeof(*r));
+    attnd_err err;
+    cr_assert_eq(model_load(&r->m, path, &err), ATTND_OK, "%s", err.msg);
+    cr_assert_eq(engine_create(&r->e, r->m, max_batch, threads, &err), ATTND_OK, "%s", err.msg);
+    cr_assert_eq(kv_pool_create(&r->pool, r->m, pool_mib << 20, kv, &err), ATTND_OK, "%s", err.msg);
+}
+
+/* Writes sp and loads it as tiny_rig_load does, with `threads` threads and a pool_mib MiB pool. */
+static inline void tiny_rig_open_with(tiny_rig *r, const tiny_spec *sp, kv_type kv, int max_batch, int threads,
+                                      size_t pool_mib) {
+    char path[sizeof(r->path)];
+    tiny_tmpname(path, sizeof(path), sp->arch);
+    cr_assert_eq(tiny_write(path, sp), 0, "cannot write %s", path);
+    tiny_rig_load(r, path, kv, max_batch, threads, pool_mib);
+    r->sp = *sp;
+    memcpy(r->path, path, sizeof(path));
+}
+
 /* Writes sp, loads it, and makes an engine (2 threads) for batches of up to max_batch entries and
  * a 64 MiB pool of kv-typed caches. */
 static inline void tiny_rig_open(tiny_rig *r, const tiny_spec *sp, kv_type kv, int max_batch) {
-    memset(r, 0, sizeof(*r));
-    r->sp = *sp;
-    tiny_tmpname(r->path, sizeof(r->path), sp->arch);
-    cr_assert_eq(tiny_write(r->path, sp), 0, "cannot write %s", r->path);
-    attnd_err err;
-    cr_assert_eq(model_load(&r->m, r->path, &err), ATTND_OK, "%s", err.msg);
-    cr_assert_eq(engine_create(&r->e, r->m, max_batch, 2, &err), ATTND_OK, "%s", err.msg);
-    cr_assert_eq(kv_pool_create(&r->pool, r->m, (size_t)64 << 20, kv, &err), ATTND_OK, "%s", err.msg);
+    tiny_rig_open_with(r, sp, kv, max_batch, 2, 64);
 }
 
 /* A new empty sequence in r's pool, owned by r. */
@@ -49,7 +65,7 @@ static inline void tiny_rig_close(tiny_rig *r) {
     engine_destroy(r->e);
     kv_pool_destroy(r->pool);
     model_destroy(r->m);
-    unlink(r->path);
+    if (r->path[0]) unlink(r->path);
 }
 
 /* n token ids below vocab, the same for the same seed. */

@@ -12,7 +12,7 @@
 
 #include "attn_ops.h"
 #include "attn_tile_fixture.h"
-#include "engine_fixture.h"
+#include "engine_rig.h"
 #include "kv_layout.h"
 #include "quant.h"
 
@@ -118,58 +118,76 @@ static void check_grouped(const float *q, const float *K, const float *V, int hd
     check_grouped_wc(q, K, V, hd, group, nq, pos0, tol, what, 0, 0);
 }
 
-Test(attn_ops, grouped_tile_step_matches_float64_softmax_for_every_isa) {
-    enum { MAXN = 3 * KV_BLOCK + 40, MAXR = 40 * 8, MAXHD = 128 };
-    static float q[MAXR * MAXHD], K[MAXN * MAXHD], V[MAXN * MAXHD];
+/* A grouped step case: group query heads share a KV head, nq query positions from pos0 on, a
+ * sliding window (0: none) and a soft-cap (0: none). */
+typedef struct grouped_case {
+    int group, nq, pos0, window;
+    float cap;
+} grouped_case;
+
+enum { GROUPED_MAXN = 3 * KV_BLOCK + 40, GROUPED_MAXR = 40 * 8, GROUPED_MAXHD = 128 };
+
+/* Operands as large as the largest case needs; check fills and checks them for case c (index ci,
+ * for seeds) at head dimension hd. */
+typedef struct grouped_operands {
+    float q[GROUPED_MAXR * GROUPED_MAXHD], K[GROUPED_MAXN * GROUPED_MAXHD], V[GROUPED_MAXN * GROUPED_MAXHD];
+} grouped_operands;
+typedef void grouped_check(grouped_operands *o, const grouped_case *c, int ci, int hd);
+
+/* Runs check on every case at every head dimension, with every instruction set this CPU has. */
+static void each_isa_head_dim_and_case(const grouped_case *cases, size_t n_cases, grouped_check *check) {
+    static grouped_operands o;
     const int hds[] = {16, 40, 64, 128}; /* 40: not whole 16-float vectors */
-    const struct { int group, nq, pos0; } cases[] = {
-        {8, 1, 0},  {8, 1, 63}, {8, 1, 64}, {8, 1, 150},  {8, 1, 3 * KV_BLOCK + 39}, /* decode */
-        {8, 16, 0}, {8, 16, 56}, {8, 5, 100}, {4, 9, 30}, {1, 33, 0}, {1, 33, 47}, {1, 2, 129}, /* prefill */
-    };
     quant_isa saved = quant_isa_active();
     for (int isa = QUANT_ISA_PORTABLE; isa <= (int)quant_isa_best(); isa++) {
         quant_isa_force((quant_isa)isa);
         for (size_t h = 0; h < ATTND_ARRAY_LEN(hds); h++)
-            for (size_t c = 0; c < ATTND_ARRAY_LEN(cases); c++) {
-                int hd = hds[h], nq = cases[c].nq, group = cases[c].group, n = cases[c].pos0 + nq;
-                cr_assert(n <= MAXN && nq * group <= MAXR);
-                /* keys growing with position: the running max rises tile after tile (rescaling) */
-                fill(q, nq * group * hd, 11 + c, 1), fill(V, n * hd, 13 + c, 1);
-                fill(K, n * hd, 12 + c, 1);
-                for (int j = 0; j < n; j++) K[(size_t)j * hd] += 0.02f * (float)j;
-                check_grouped(q, K, V, hd, group, nq, cases[c].pos0, 2e-6, "mild");
-                /* sharp scores: most weights far below the max (the exp floor), some rows one-hot */
-                fill(q, nq * group * hd, 21 + c, 40), fill(K, n * hd, 22 + c, 4);
-                /* scores near +-50 carry float32 rounding of ~5e-5, which the weights inherit */
-                check_grouped(q, K, V, hd, group, nq, cases[c].pos0, 2e-4, "sharp");
+            for (size_t c = 0; c < n_cases; c++) {
+                cr_assert(cases[c].pos0 + cases[c].nq <= GROUPED_MAXN && cases[c].nq * cases[c].group <= GROUPED_MAXR);
+                check(&o, &cases[c], (int)c, hds[h]);
             }
     }
     quant_isa_force(saved);
 }
 
+static void check_mild_and_sharp(grouped_operands *o, const grouped_case *c, int ci, int hd) {
+    int n = c->pos0 + c->nq, rows = c->nq * c->group;
+    /* keys growing with position: the running max rises tile after tile (rescaling) */
+    fill(o->q, rows * hd, 11 + ci, 1), fill(o->V, n * hd, 13 + ci, 1);
+    fill(o->K, n * hd, 12 + ci, 1);
+    for (int j = 0; j < n; j++) o->K[(size_t)j * hd] += 0.02f * (float)j;
+    check_grouped(o->q, o->K, o->V, hd, c->group, c->nq, c->pos0, 2e-6, "mild");
+    /* sharp scores: most weights far below the max (the exp floor), some rows one-hot */
+    fill(o->q, rows * hd, 21 + ci, 40), fill(o->K, n * hd, 22 + ci, 4);
+    /* scores near +-50 carry float32 rounding of ~5e-5, which the weights inherit */
+    check_grouped(o->q, o->K, o->V, hd, c->group, c->nq, c->pos0, 2e-4, "sharp");
+}
+
+Test(attn_ops, grouped_tile_step_matches_float64_softmax_for_every_isa) {
+    const grouped_case cases[] = { /* no window, no cap */
+        /* decode */
+        {8, 1, 0, 0, 0}, {8, 1, 63, 0, 0}, {8, 1, 64, 0, 0}, {8, 1, 150, 0, 0}, {8, 1, 3 * KV_BLOCK + 39, 0, 0},
+        /* prefill */
+        {8, 16, 0, 0, 0}, {8, 16, 56, 0, 0}, {8, 5, 100, 0, 0}, {4, 9, 30, 0, 0}, {1, 33, 0, 0, 0}, {1, 33, 47, 0, 0},
+        {1, 2, 129, 0, 0},
+    };
+    each_isa_head_dim_and_case(cases, ATTND_ARRAY_LEN(cases), check_mild_and_sharp);
+}
+
+static void check_window_and_cap(grouped_operands *o, const grouped_case *c, int ci, int hd) {
+    int n = c->pos0 + c->nq;
+    fill(o->q, c->nq * c->group * hd, 31 + ci, 3), fill(o->K, n * hd, 32 + ci, 1), fill(o->V, n * hd, 33 + ci, 1);
+    check_grouped_wc(o->q, o->K, o->V, hd, c->group, c->nq, c->pos0, 2e-5, "window/cap", c->window, c->cap);
+}
+
 /* Sliding windows (rows that see part of a tile, all of it, or none) and soft-capping (which the
  * AVX-512 step hands to the AVX2 one), every instruction set. */
 Test(attn_ops, window_and_softcap_match_float64_softmax_for_every_isa) {
-    enum { MAXN = 3 * KV_BLOCK + 40, MAXR = 40 * 8, MAXHD = 128 };
-    static float q[MAXR * MAXHD], K[MAXN * MAXHD], V[MAXN * MAXHD];
-    const int hds[] = {16, 40, 64, 128};
-    const struct { int group, nq, pos0, window; float cap; } cases[] = {
+    const grouped_case cases[] = {
         {8, 1, 150, 70, 0}, {8, 1, 150, 1, 0}, {8, 16, 56, 40, 0}, {4, 9, 100, 20, 0}, {1, 33, 47, 5, 0},
         {1, 33, 100, 64, 0}, {8, 1, 150, 0, 5.0f}, {4, 9, 100, 20, 3.0f}, {2, 16, 60, 200, 1.0f},
     };
-    quant_isa saved = quant_isa_active();
-    for (int isa = QUANT_ISA_PORTABLE; isa <= (int)quant_isa_best(); isa++) {
-        quant_isa_force((quant_isa)isa);
-        for (size_t h = 0; h < ATTND_ARRAY_LEN(hds); h++)
-            for (size_t c = 0; c < ATTND_ARRAY_LEN(cases); c++) {
-                int hd = hds[h], nq = cases[c].nq, group = cases[c].group, n = cases[c].pos0 + nq;
-                cr_assert(n <= MAXN && nq * group <= MAXR);
-                fill(q, nq * group * hd, 31 + c, 3), fill(K, n * hd, 32 + c, 1), fill(V, n * hd, 33 + c, 1);
-                check_grouped_wc(q, K, V, hd, group, nq, cases[c].pos0, 2e-5, "window/cap", cases[c].window,
-                                 cases[c].cap);
-            }
-    }
-    quant_isa_force(saved);
+    each_isa_head_dim_and_case(cases, ATTND_ARRAY_LEN(cases), check_window_and_cap);
 }
 
 /* One tile's operands as an F16 cache holds them, and a running state from earlier tiles. */
@@ -257,16 +275,9 @@ Test(attn_ops, f16_tiles_give_the_step_of_tiles_converted_to_f32_first) {
 
 Test(attn_ops, model_logits_do_not_depend_on_the_instruction_set) {
     tiny_spec sp = tiny_default("qwen2");
-    char path[256];
-    tiny_tmpname(path, sizeof(path), "ops");
-    cr_assert_eq(tiny_write(path, &sp), 0);
-    model *m;
-    engine *e;
-    kv_pool *pool;
+    tiny_rig r;
+    tiny_rig_open_with(&r, &sp, KV_F16, 100, 1, 16);
     attnd_err err;
-    cr_assert_eq(model_load(&m, path, &err), ATTND_OK, "%s", err.msg);
-    cr_assert_eq(engine_create(&e, m, 100, 1, &err), ATTND_OK, "%s", err.msg);
-    cr_assert_eq(kv_pool_create(&pool, m, (size_t)16 << 20, KV_F16, &err), ATTND_OK, "%s", err.msg);
     int V = sp.n_vocab, n = 100;
     batch_entry b[100];
     float *lg[2] = {malloc(sizeof(float) * n * V), malloc(sizeof(float) * n * V)};
@@ -277,16 +288,13 @@ Test(attn_ops, model_logits_do_not_depend_on_the_instruction_set) {
     for (int pass = 0; pass < 2; pass++) {
         quant_isa_force(pass == 0 ? best : QUANT_ISA_PORTABLE); /* matmuls and attention loops */
         kv_seq *s;
-        cr_assert_eq(kv_seq_create(&s, pool, NULL), ATTND_OK);
+        cr_assert_eq(kv_seq_create(&s, r.pool, NULL), ATTND_OK);
         for (int i = 0; i < n; i++) b[i] = (batch_entry){s, tok[i], i, true};
-        cr_assert_eq(engine_eval(e, b, n, lg[pass], &err), ATTND_OK, "%s", err.msg);
+        cr_assert_eq(engine_eval(r.e, b, n, lg[pass], &err), ATTND_OK, "%s", err.msg);
         kv_seq_destroy(s);
     }
     quant_isa_force(best);
     for (int i = 0; i < n * V; i++) cr_assert_lt(fabsf(lg[0][i] - lg[1][i]), 1e-3f, "logit %d", i);
     free(lg[0]), free(lg[1]);
-    kv_pool_destroy(pool);
-    engine_destroy(e);
-    model_destroy(m);
-    unlink(path);
+    tiny_rig_close(&r);
 }

@@ -19,6 +19,7 @@
 
 #include "attnd/engine.h"
 #include "attnd/tokenizer.h"
+#include "test_files.h"
 
 #define MODEL ATTND_SOURCE_DIR "/models/attnd-sotu.gguf"
 #define EVAL ATTND_SOURCE_DIR "/models/attnd-sotu.eval.json"
@@ -83,18 +84,12 @@ static double score_window(scorer *s, const int32_t *ids, int n) {
 static void score_file(scorer *s, const char *name, int max_windows, double *nats, long *count, long *bytes) {
     char path[1024];
     snprintf(path, sizeof(path), "%s/%s", HELDOUT, name);
-    FILE *f = fopen(path, "rb");
-    cr_assert(f, "cannot open %s", path);
-    fseek(f, 0, SEEK_END);
-    long len = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *text = malloc((size_t)len + 1);
-    cr_assert_eq(fread(text, 1, (size_t)len, f), (size_t)len);
-    fclose(f);
+    size_t len;
+    char *text = test_read_file(path, &len);
     int32_t *ids;
     size_t n_ids;
     attnd_err err;
-    cr_assert_eq(tok_encode(s->tok, text, (size_t)len, true, false, &ids, &n_ids, &err), ATTND_OK, "%s", err.msg);
+    cr_assert_eq(tok_encode(s->tok, text, len, true, false, &ids, &n_ids, &err), ATTND_OK, "%s", err.msg);
     cr_assert_eq(ids[0], tok_bos(s->tok));
     int w = 0;
     for (size_t k = 0; k * (size_t)(s->ctx - 1) < n_ids - 1; k++, w++) {
@@ -104,7 +99,7 @@ static void score_file(scorer *s, const char *name, int max_windows, double *nat
         *nats += score_window(s, ids + start, n);
         *count += n - 1;
     }
-    *bytes += len;
+    *bytes += (long)len;
     free(ids);
     free(text);
 }

@@ -466,6 +466,18 @@ static const char *after_reasoning(const char *out) {
     return c ? c + 8 : NULL;
 }
 
+/* Checks the constrained part of run `out` (from part on) against grammar src: whole when the
+ * grammar or an end-of-generation token stopped the run, else a prefix. True when it was whole. */
+static bool constrained_part_holds(const char *src, const char *part, stop_reason why, uint64_t seed, const char *out) {
+    int verdict = judge(src, part);
+    if (why == STOP_EOG || why == STOP_GRAMMAR) {
+        cr_assert_eq(verdict, 2, "seed %d: '%s' is not whole", (int)seed, out);
+        return true;
+    }
+    cr_assert_geq(verdict, 1, "seed %d: '%s' is not a prefix", (int)seed, out);
+    return false;
+}
+
 static const char *JSONISH = "root ::= \"{\" [ab]* \"}\"";
 
 Test(grammar_lazy, reasoning_runs_free_and_the_answer_follows_the_grammar) {
@@ -477,13 +489,7 @@ Test(grammar_lazy, reasoning_runs_free_and_the_answer_follows_the_grammar) {
         const char *rest = after_reasoning(out);
         reasoned += rest != out;
         if (!rest) continue; /* ran out inside the reasoning: nothing was constrained yet */
-        int verdict = judge(JSONISH, rest);
-        if (why == STOP_EOG || why == STOP_GRAMMAR) {
-            cr_assert_eq(verdict, 2, "seed %d: '%s'", (int)seed, out);
-            answered++;
-        } else {
-            cr_assert_geq(verdict, 1, "seed %d: '%s' is not a prefix", (int)seed, out);
-        }
+        answered += constrained_part_holds(JSONISH, rest, why, seed, out);
     }
     cr_log_info("%d of 300 reasoned, %d answered", reasoned, answered);
     cr_expect_gt(reasoned, 5, "some runs reason first (%d)", reasoned);
@@ -505,13 +511,7 @@ Test(grammar_lazy, text_is_free_until_the_trigger_then_the_grammar_rules) {
             free_ends += why == STOP_EOG;
             continue;
         }
-        int verdict = judge(CALL, call);
-        if (why == STOP_GRAMMAR || why == STOP_EOG) {
-            cr_assert_eq(verdict, 2, "seed %d: '%s'", (int)seed, out);
-            called++;
-        } else {
-            cr_assert_geq(verdict, 1, "seed %d: '%s'", (int)seed, out);
-        }
+        called += constrained_part_holds(CALL, call, why, seed, out);
     }
     cr_log_info("%d of 300 called, %d ended without a call", called, free_ends);
     cr_expect_gt(called, 20, "calls were made and completed (%d)", called);

@@ -12,6 +12,7 @@
 
 #include "jinja.h"
 #include "jinja_json.h"
+#include "test_files.h"
 
 #define TDIR ATTND_DATA_DIR "/templates/"
 
@@ -20,20 +21,6 @@ static json_t *load_json(const char *path) {
     json_t *j = json_load_file(path, 0, &e);
     cr_assert(j, "%s: %s (line %d)", path, e.text, e.line);
     return j;
-}
-
-static char *load_text(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    cr_assert(f, "cannot open %s", path);
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *s = malloc((size_t)n + 1);
-    cr_assert(s && fread(s, 1, (size_t)n, f) == (size_t)n);
-    s[n] = '\0';
-    fclose(f);
-    *len = (size_t)n;
-    return s;
 }
 
 static const struct tm NOW = {.tm_year = 125, .tm_mon = 2, .tm_mday = 14, .tm_hour = 9, .tm_min = 26, .tm_sec = 53,
@@ -104,7 +91,7 @@ Test(jinja, real_templates_render_byte_identical_to_jinja2) {
         char path[512];
         snprintf(path, sizeof(path), TDIR "%s.jinja", name);
         size_t len;
-        char *src = load_text(path, &len);
+        char *src = test_read_file(path, &len);
         n_templates++;
         json_object_foreach(cases, cname, vars) {
             json_t *want = json_object_get(json_object_get(expected, name), cname);

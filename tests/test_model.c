@@ -21,6 +21,7 @@
 #include "attnd/quantize.h"
 #include "kv_layout.h"
 #include "quant.h"
+#include "test_files.h"
 #include "test_models.h"
 
 // ---- helpers ----------------------------------------------------------------------------------
@@ -754,19 +755,13 @@ static void load_patched_spec(const tiny_spec *spec, const void *from, const voi
     char path[256];
     tiny_tmpname(path, sizeof(path), "patched");
     cr_assert_eq(tiny_write(path, &sp), 0);
-    FILE *f = fopen(path, "rb");
-    cr_assert_not_null(f);
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    rewind(f);
-    char *buf = malloc((size_t)n);
-    cr_assert_eq(fread(buf, 1, (size_t)n, f), (size_t)n);
-    fclose(f);
-    char *hit = memmem(buf, (size_t)n, from, len);
+    size_t n;
+    char *buf = test_read_file(path, &n);
+    char *hit = memmem(buf, n, from, len);
     cr_assert(hit, "pattern not found in the fixture");
     memcpy(hit, to, len);
-    f = fopen(path, "wb");
-    cr_assert_eq(fwrite(buf, 1, (size_t)n, f), (size_t)n);
+    FILE *f = fopen(path, "wb");
+    cr_assert_eq(fwrite(buf, 1, n, f), n);
     fclose(f);
     free(buf);
     model *m = (model *)1;
@@ -1085,23 +1080,20 @@ Test(model, gpt_oss_mxfp4_greedy_reproduces_llama_cpp) {
     cr_assert_eq(tiny_write(f32, &sp), 0);
     snprintf(cmd, sizeof(cmd), "'%s' quantize --quiet '%s' '%s' MXFP4 >/dev/null 2>&1", ATTND_BINARY, f32, mx);
     cr_assert_eq(system(cmd), 0, "%s", cmd);
-    model *m;
-    engine *e;
-    kv_pool *pool;
+    tiny_rig r;
+    tiny_rig_load(&r, mx, KV_F32, 8, 1, 16);
     kv_seq *s;
     attnd_err err;
-    cr_assert_eq(model_load(&m, mx, &err), ATTND_OK, "%s", err.msg);
-    cr_assert_eq(engine_create(&e, m, 8, 1, &err), ATTND_OK, "%s", err.msg);
-    cr_assert_eq(kv_pool_create(&pool, m, (size_t)16 << 20, KV_F32, &err), ATTND_OK, "%s", err.msg);
-    cr_assert_eq(kv_seq_create(&s, pool, &err), ATTND_OK, "%s", err.msg);
+    cr_assert_eq(kv_seq_create(&s, r.pool, &err), ATTND_OK, "%s", err.msg);
     int32_t out[FAMILY_N_GEN];
     int n_out;
     engine_gen g = {.n_predict = FAMILY_N_GEN};
-    cr_assert_eq(engine_generate(e, s, FAMILY_PROMPT, 7, &g, out, &n_out, NULL, &err), ATTND_OK, "%s", err.msg);
+    cr_assert_eq(engine_generate(r.e, s, FAMILY_PROMPT, 7, &g, out, &n_out, NULL, &err), ATTND_OK, "%s", err.msg);
     for (int t = 0; t < FAMILY_N_GEN; t++)
         cr_assert_eq(out[t], json_integer_value(json_array_get(want, (size_t)t)), "token %d: attnd %d, llama.cpp %lld", t,
                      out[t], (long long)json_integer_value(json_array_get(want, (size_t)t)));
-    kv_seq_destroy(s), kv_pool_destroy(pool), engine_destroy(e), model_destroy(m);
+    kv_seq_destroy(s);
+    tiny_rig_close(&r);
     unlink(f32), unlink(mx);
     json_decref(refj);
 }

@@ -4,9 +4,11 @@
  * ones it does not; unsupported keywords are refused by name.
  */
 #include <criterion/criterion.h>
+#include <limits.h>
 #include <string.h>
 
 #include "attnd/grammar.h"
+#include "grammar_sentence.h"
 #include "json_schema.h"
 
 static grammar *schema_grammar(const char *schema_text) {
@@ -23,19 +25,11 @@ static grammar *schema_grammar(const char *schema_text) {
     return g;
 }
 
-static bool sentence(const grammar *g, const char *text) {
-    grammar_state *s;
-    cr_assert_eq(grammar_state_create(&s, g, NULL), ATTND_OK);
-    bool ok = grammar_state_accept(s, text, strlen(text)) && grammar_state_complete(s);
-    grammar_state_destroy(s);
-    return ok;
-}
-
 /* Every text in yes is accepted, every one in no rejected. */
 static void check(const char *schema, const char *const *yes, const char *const *no) {
     grammar *g = schema_grammar(schema);
-    for (; yes && *yes; yes++) cr_assert(sentence(g, *yes), "%s should accept %s", schema, *yes);
-    for (; no && *no; no++) cr_assert(!sentence(g, *no), "%s should reject %s", schema, *no);
+    for (; yes && *yes; yes++) cr_assert(grammar_sentence(g, *yes), "%s should accept %s", schema, *yes);
+    for (; no && *no; no++) cr_assert(!grammar_sentence(g, *no), "%s should reject %s", schema, *no);
     grammar_unref(g);
 }
 
@@ -148,31 +142,23 @@ Test(json_schema, string_patterns) {
     check("{\"type\":\"string\",\"pattern\":\"^\\\"q\\\"$\"}", L("\"\\\"q\\\"\""), L("\"q\""));
 }
 
+/* Every integer from `from` to `to` (by step) is accepted exactly when want_lo <= v <= want_hi. */
+static void check_range(const char *schema, int from, int to, int step, int want_lo, int want_hi) {
+    grammar *g = schema_grammar(schema);
+    for (int v = from; v <= to; v += step) {
+        char t[16];
+        snprintf(t, sizeof(t), "%d", v);
+        cr_assert_eq(grammar_sentence(g, t), v >= want_lo && v <= want_hi, "%s: %d", schema, v);
+    }
+    grammar_unref(g);
+}
+
 Test(json_schema, integer_bounds_are_exact) {
-    const char *s = "{\"type\":\"integer\",\"minimum\":-15,\"maximum\":207}";
-    grammar *g = schema_grammar(s);
-    for (int v = -40; v <= 400; v++) {
-        char t[16];
-        snprintf(t, sizeof(t), "%d", v);
-        cr_assert_eq(sentence(g, t), v >= -15 && v <= 207, "%d", v);
-    }
-    grammar_unref(g);
-    g = schema_grammar("{\"type\":\"integer\",\"exclusiveMinimum\":0}");
-    cr_assert(sentence(g, "1") && sentence(g, "98765") && !sentence(g, "0") && !sentence(g, "-3"));
-    grammar_unref(g);
-    g = schema_grammar("{\"type\":\"integer\",\"minimum\":95}");
-    for (int v = 0; v < 2000; v += 7) {
-        char t[16];
-        snprintf(t, sizeof(t), "%d", v);
-        cr_assert_eq(sentence(g, t), v >= 95, "%d", v);
-    }
-    grammar_unref(g);
-    g = schema_grammar("{\"type\":\"integer\",\"maximum\":-3}");
-    cr_assert(sentence(g, "-3") && sentence(g, "-1000") && !sentence(g, "-2") && !sentence(g, "0"));
-    grammar_unref(g);
-    g = schema_grammar("{\"type\":\"integer\",\"maximum\":12}");
-    cr_assert(sentence(g, "12") && sentence(g, "-1000") && sentence(g, "0") && !sentence(g, "13"));
-    grammar_unref(g);
+    check_range("{\"type\":\"integer\",\"minimum\":-15,\"maximum\":207}", -40, 400, 1, -15, 207);
+    check("{\"type\":\"integer\",\"exclusiveMinimum\":0}", L("1", "98765"), L("0", "-3"));
+    check_range("{\"type\":\"integer\",\"minimum\":95}", 0, 1999, 7, 95, INT_MAX);
+    check("{\"type\":\"integer\",\"maximum\":-3}", L("-3", "-1000"), L("-2", "0"));
+    check("{\"type\":\"integer\",\"maximum\":12}", L("12", "-1000", "0"), L("13"));
 }
 
 Test(json_schema, number_lower_bounds_zero) {
@@ -217,9 +203,9 @@ Test(json_schema, the_any_object_grammar) {
     attnd_err err;
     const char *t = json_schema_any_object_gbnf();
     cr_assert_eq(grammar_compile(&g, t, strlen(t), &err), ATTND_OK, "%s", err.msg);
-    cr_assert(sentence(g, "{\"a\": [1, {\"b\": null}], \"c\": \"x\"}"));
-    cr_assert(sentence(g, "{}"));
-    cr_assert(!sentence(g, "[]"));
-    cr_assert(!sentence(g, "{\"a\"}"));
+    cr_assert(grammar_sentence(g, "{\"a\": [1, {\"b\": null}], \"c\": \"x\"}"));
+    cr_assert(grammar_sentence(g, "{}"));
+    cr_assert(!grammar_sentence(g, "[]"));
+    cr_assert(!grammar_sentence(g, "{\"a\"}"));
     grammar_unref(g);
 }

@@ -11,9 +11,17 @@
 
 static const double LE[] = {0.1, 0.5, 1, 5};
 
+static metrics *m; /* a fresh registry for every test */
+static void setup(void) { cr_assert_eq(metrics_create(&m, NULL), ATTND_OK); }
+static void teardown(void) { metrics_destroy(m); }
+TestSuite(metrics, .init = setup, .fini = teardown);
+
+/* Every line of want (n of them) is somewhere in the rendered text t. */
+static void expect_lines(const char *t, const char *const *want, size_t n) {
+    for (size_t i = 0; i < n; i++) cr_assert(strstr(t, want[i]), "missing %s in\n%s", want[i], t);
+}
+
 Test(metrics, requests_are_counted_by_endpoint_and_status) {
-    metrics *m;
-    cr_assert_eq(metrics_create(&m, NULL), ATTND_OK);
     metrics_request(m, "completions", 200, 0.5);
     metrics_request(m, "completions", 200, 0.25);
     metrics_request(m, "completions", 400, 0.01);
@@ -27,12 +35,9 @@ Test(metrics, requests_are_counted_by_endpoint_and_status) {
     cr_assert(strstr(t, "attnd_ready 0\n"));
     cr_assert_null(strstr(t, "attnd_kv_bytes_used"), "no scheduler series while loading");
     free(t);
-    metrics_destroy(m);
 }
 
 Test(metrics, scheduler_series_are_rendered_when_ready) {
-    metrics *m;
-    cr_assert_eq(metrics_create(&m, NULL), ATTND_OK);
     sched_stats st = {.active = 3, .queued = 2, .kv_used = 4096, .kv_budget = 1 << 20, .kv_reserved = 8192,
                       .prompt_tokens = 100, .generated_tokens = 50, .evictions = 1, .last_tok_per_s = 12.5,
                       .threads = 2, .threads_in_use = 1, .spec_drafted = 40, .spec_accepted = 30};
@@ -44,14 +49,11 @@ Test(metrics, scheduler_series_are_rendered_when_ready) {
                           "attnd_tokens_per_second 12.500\n", "attnd_kv_evictions_total 1\n",
                           "attnd_engine_threads 2\n", "attnd_engine_threads_in_use 1\n",
                           "attnd_spec_drafted_tokens_total 40\n", "attnd_spec_accepted_tokens_total 30\n"};
-    for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++) cr_assert(strstr(t, want[i]), "missing %s", want[i]);
+    expect_lines(t, want, ATTND_ARRAY_LEN(want));
     free(t);
-    metrics_destroy(m);
 }
 
 Test(metrics, histograms_routing_gauges_and_status_classes) {
-    metrics *m;
-    cr_assert_eq(metrics_create(&m, NULL), ATTND_OK);
     metrics_request(m, "completions", 200, 0.5);
     metrics_request(m, "completions", 201, 0.5);
     metrics_request(m, "completions", 503, 0.1);
@@ -76,8 +78,7 @@ Test(metrics, histograms_routing_gauges_and_status_classes) {
         "attnd_requests_by_class_total{endpoint=\"completions\",class=\"2xx\"} 2\n",
         "attnd_requests_by_class_total{endpoint=\"completions\",class=\"5xx\"} 1\n",
     };
-    for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++) cr_assert(strstr(t, want[i]), "missing %s in\n%s", want[i], t);
+    expect_lines(t, want, ATTND_ARRAY_LEN(want));
     cr_assert_eq(strstr(strstr(t, "class=\"2xx\"") + 1, "class=\"2xx\""), NULL, "one 2xx series per endpoint");
     free(t);
-    metrics_destroy(m);
 }

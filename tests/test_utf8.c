@@ -1,4 +1,4 @@
-/* test_utf8.c — UTF-8 validation and repair: valid text passes untouched, every kind of invalid
+/* test_utf8.c — UTF-8 validation, repair and encoding: valid text passes untouched, every kind of invalid
  * byte becomes exactly one U+FFFD, NUL is kept or replaced as asked. */
 #include <criterion/criterion.h>
 #include <stdlib.h>
@@ -49,4 +49,32 @@ Test(utf8, nul_is_kept_or_replaced_as_asked) {
     cr_assert_not(utf8_valid("a\0b", 3, true));
     expect_sanitized("a\0b", 3, false, "a\0b", 3);
     expect_sanitized("a\0b", 3, true, "a" FFFD "b", 5);
+}
+
+Test(utf8, encode_writes_what_char_len_reads_back) {
+    const uint32_t cps[] = {0,      0x41,   0x7F,   0x80,    0xE9,    0x7FF,   0x800,
+                            0x2581, 0xFFFD, 0xFFFF, 0x10000, 0x1F600, 0x10FFFF};
+    const size_t lens[] = {1, 1, 1, 2, 2, 2, 3, 3, 3, 3, 4, 4, 4};
+    for (size_t i = 0; i < sizeof(cps) / sizeof(cps[0]); i++) {
+        char out[4];
+        cr_assert_eq(utf8_encode(out, cps[i]), lens[i], "U+%X", cps[i]);
+        cr_expect_eq(utf8_char_len(out, lens[i]), lens[i], "U+%X reads back", cps[i]);
+    }
+    char out[4];
+    cr_expect_eq(utf8_encode(out, 0xE9), 2);
+    cr_expect_eq(memcmp(out, "\xC3\xA9", 2), 0);
+    cr_expect_eq(utf8_encode(out, 0x1F600), 4);
+    cr_expect_eq(memcmp(out, "\xF0\x9F\x98\x80", 4), 0);
+    cr_expect_eq(utf8_encode(out, 0x110000), 0, "beyond Unicode");
+}
+
+Test(utf8, hex_digits_in_both_cases) {
+    const char *digits = "0123456789abcdef", *upper = "ABCDEF";
+    for (int i = 0; i < 16; i++) cr_expect_eq(utf8_hex_digit(digits[i]), i);
+    for (int i = 0; i < 6; i++) cr_expect_eq(utf8_hex_digit(upper[i]), 10 + i);
+    cr_expect_eq(utf8_hex_digit('g'), -1);
+    cr_expect_eq(utf8_hex_digit('G'), -1);
+    cr_expect_eq(utf8_hex_digit('/'), -1);
+    cr_expect_eq(utf8_hex_digit(':'), -1);
+    cr_expect_eq(utf8_hex_digit('\0'), -1);
 }

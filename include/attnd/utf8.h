@@ -9,6 +9,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 /* Length (1..4) of the valid UTF-8 character starting s[0..n), or 0 when s does not start one
  * (a stray continuation byte, a truncated sequence, an overlong form, a surrogate, > U+10FFFF). */
@@ -21,5 +22,13 @@ bool utf8_valid(const char *s, size_t n, bool no_nul);
  * character becomes U+FFFD (also NUL bytes, when replace_nul). *out_n receives its length.
  * NULL when out of memory. */
 char *utf8_sanitize(const char *s, size_t n, bool replace_nul, size_t *out_n);
+
+/* Writes code point cp as 1 to 4 bytes at out and returns how many; 0 (nothing written) when cp
+ * is beyond U+10FFFF. Surrogates are written as they are: escapes in templates and grammars
+ * and the byte-level BPE alphabet need no more. */
+size_t utf8_encode(char out[4], uint32_t cp);
+
+/* The value (0-15) of the hex digit c, or -1 when c is not one; for \xHH, \uXXXX and <0xHH>. */
+int utf8_hex_digit(char c);
 
 #endif

@@ -12,6 +12,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "attnd/utf8.h"
+
 typedef struct lexer {
     const char *s;   /* normalised source */
     size_t n, pos;
@@ -112,23 +114,11 @@ static int lex_raw(lexer *L, size_t body, attnd_status *st) {
 
 // ---- inside a tag ---------------------------------------------------------------------------------
 
+/* Appends cp as UTF-8 at o[*k]; false (nothing written) beyond U+10FFFF. */
 static bool put_utf8(char *o, size_t *k, unsigned long cp) {
-    if (cp < 0x80) o[(*k)++] = (char)cp;
-    else if (cp < 0x800) o[(*k)++] = (char)(0xc0 | cp >> 6), o[(*k)++] = (char)(0x80 | (cp & 63));
-    else if (cp < 0x10000)
-        o[(*k)++] = (char)(0xe0 | cp >> 12), o[(*k)++] = (char)(0x80 | (cp >> 6 & 63)), o[(*k)++] = (char)(0x80 | (cp & 63));
-    else if (cp < 0x110000)
-        o[(*k)++] = (char)(0xf0 | cp >> 18), o[(*k)++] = (char)(0x80 | (cp >> 12 & 63)),
-        o[(*k)++] = (char)(0x80 | (cp >> 6 & 63)), o[(*k)++] = (char)(0x80 | (cp & 63));
-    else return false;
-    return true;
-}
-
-static int hexval(char ch) {
-    if (ch >= '0' && ch <= '9') return ch - '0';
-    if (ch >= 'a' && ch <= 'f') return ch - 'a' + 10;
-    if (ch >= 'A' && ch <= 'F') return ch - 'A' + 10;
-    return -1;
+    size_t n = cp > 0x10FFFF ? 0 : utf8_encode(o + *k, (uint32_t)cp);
+    *k += n;
+    return n > 0;
 }
 
 /* One escape after a backslash at s[*i] (Python's string-literal rules); writes to o. */
@@ -148,7 +138,8 @@ static void unescape_one(const char *s, size_t end, size_t *i, char *o, size_t *
     if (digits && *i + (size_t)digits < end) {
         unsigned long cp = 0;
         int j = 1;
-        for (; j <= digits && hexval(s[*i + (size_t)j]) >= 0; j++) cp = cp * 16 + (unsigned long)hexval(s[*i + (size_t)j]);
+        for (; j <= digits && utf8_hex_digit(s[*i + (size_t)j]) >= 0; j++)
+            cp = cp * 16 + (unsigned long)utf8_hex_digit(s[*i + (size_t)j]);
         if (j > digits && put_utf8(o, k, cp)) {
             *i += (size_t)digits + 1;
             return;

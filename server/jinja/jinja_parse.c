@@ -401,25 +401,20 @@ static const jnode *parse_not(parser *P) {
     return n;
 }
 
-static const jnode *parse_and(parser *P) {
-    const jnode *l = parse_not(P);
-    while (l && is_name(peek(P), "and")) {
-        jnode *n = node(P, E_AND, next(P)->line);
-        if (!n || !(n->b = parse_not(P))) return NULL;
+/* operand (word operand)*, left-associative: "and" over not-expressions, "or" over and-expressions */
+static const jnode *parse_logical(parser *P, const char *word, jnk kind, const jnode *(*operand)(parser *)) {
+    const jnode *l = operand(P);
+    while (l && is_name(peek(P), word)) {
+        jnode *n = node(P, kind, next(P)->line);
+        if (!n || !(n->b = operand(P))) return NULL;
         n->a = l, l = n;
     }
     return l;
 }
 
-static const jnode *parse_or(parser *P) {
-    const jnode *l = parse_and(P);
-    while (l && is_name(peek(P), "or")) {
-        jnode *n = node(P, E_OR, next(P)->line);
-        if (!n || !(n->b = parse_and(P))) return NULL;
-        n->a = l, l = n;
-    }
-    return l;
-}
+static const jnode *parse_and(parser *P) { return parse_logical(P, "and", E_AND, parse_not); }
+
+static const jnode *parse_or(parser *P) { return parse_logical(P, "or", E_OR, parse_and); }
 
 /* or-expression [if cond [else expr]] */
 static const jnode *parse_expr(parser *P) {

@@ -21,6 +21,7 @@
 # machine; the load average is printed per row.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+source tools/bench/bench_lib.sh
 
 threads=2 n=64 reps=3 type=Q8_0 small="" peer="" out=build/bench attnd=build/attnd
 while [ $# -gt 0 ]; do
@@ -91,15 +92,8 @@ for r in tokenizer_records(sys.argv[1])[0]:
     if r[8:8 + k] == b"tokenizer.ggml.eos_token_id":
         print(struct.unpack_from("<I", r, 12 + k)[0])
 ' "$m")
-    "$attnd" serve --host 127.0.0.1 --port 0 --model "$m" --threads "$threads" 2>"$work/srv.log" &
-    srv_pid=$!
-    port=""
-    for _ in $(seq 600); do
-        port=$(grep -o 'listening on http://127.0.0.1:[0-9]*' "$work/srv.log" | grep -o '[0-9]*$' || true)
-        [ -n "$port" ] && curl -sf "http://127.0.0.1:$port/health" >/dev/null && break
-        sleep 0.1
-    done
-    [ -n "$port" ] || { cat "$work/srv.log" >&2; exit 1; }
+    bench_serve "$work/srv.log" "$attnd" --host 127.0.0.1 --port 0 --model "$m" --threads "$threads"
+    srv_pid=$BENCH_PID port=$BENCH_PORT
     attnd_run() { # extra JSON members -> tokens/s
         curl -s "http://127.0.0.1:$port/completion" -d "{\"prompt\": \"$prompt\", \"n_predict\": $n, \"temperature\": 0, $1}" |
             "$py" -c 'import json, sys; print(json.load(sys.stdin)["timings"]["predicted_per_second"])'

@@ -9,18 +9,13 @@
 # Run on a quiet machine (~3 minutes); it never fails on speed.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+source tools/bench/bench_lib.sh
 model=${1:?usage: tools/bench/serve_load.sh MODEL [--tokens N] [--streams N] [--long N]}
 shift
 log=$(mktemp)
-./build/attnd serve --model "$model" --port 0 2>"$log" &
-pid=$!
+trap 'rm -f "$log"' EXIT
+bench_serve "$log" ./build/attnd --model "$model" --port 0
+pid=$BENCH_PID port=$BENCH_PORT
 trap 'kill $pid 2>/dev/null; wait $pid 2>/dev/null; rm -f "$log"' EXIT
-port=
-for _ in $(seq 600); do
-    port=$(grep -o 'listening on http://127.0.0.1:[0-9]*' "$log" | grep -o '[0-9]*$' || true)
-    [ -n "$port" ] && curl -sf "http://127.0.0.1:$port/health" >/dev/null && break
-    sleep 0.1
-done
-[ -n "$port" ] || { cat "$log" >&2; exit 1; }
 echo "# model $model; attnd serve with no flags but --model/--port; $(nproc) CPUs"
 node tools/bench/serve_load.mjs "http://127.0.0.1:$port" "$model" "$@"

@@ -43,10 +43,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     attnd_status st = oai_parse(body, chat, &cfg, nv, &r, &param, &err);
     if (st != ATTND_OK) {
         json_t *e = oai_error(400, err.msg, param);
-        FUZZ_CHECK(e != NULL, "no error body");
-        char *s = json_dumps(e, 0);
-        FUZZ_CHECK(s != NULL, "error body does not serialise");
-        free(s);
+        fuzz_check_json(e, "error body");
         json_decref(e);
     } else {
         int32_t *ids = NULL;

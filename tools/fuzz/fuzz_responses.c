@@ -83,9 +83,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     attnd_err err;
     if (responses_parse(body, &cfg, &r, &param, &err) != ATTND_OK) {
         json_t *e = oai_error(400, err.msg, param);
-        char *s = e ? json_dumps(e, 0) : NULL;
-        FUZZ_CHECK(s != NULL, "the error body does not serialise");
-        free(s);
+        fuzz_check_json(e, "error body");
         json_decref(e);
     } else {
         json_t *chat = responses_chat_body(&r, NULL);
@@ -95,10 +93,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         json_t *conv = responses_conversation(&res, NULL);
         FUZZ_CHECK(conv != NULL, "no conversation for a valid request");
         json_t *chat2 = responses_chat_body(&r, conv); /* a follow-up turn on top of it */
-        FUZZ_CHECK(chat2 != NULL, "no chat body on an earlier conversation");
-        char *s = json_dumps(chat2, 0);
-        FUZZ_CHECK(s != NULL, "the chat body does not serialise");
-        free(s);
+        fuzz_check_json(chat2, "chat body on an earlier conversation");
         json_decref(chat);
         json_decref(chat2);
         json_decref(conv);

@@ -2,7 +2,8 @@
  * fuzz_util.h — (fuzzing only) helpers shared by the libFuzzer harnesses in tools/fuzz/:
  * handing fuzz input to code that wants a path (a memfd seen through /proc/self/fd), and tiny
  * tokenizer vocabularies built in memory, one per family, so no harness depends on fixtures; a
- * private state directory for the store harnesses.
+ * private state directory for the store harnesses; the check that a JSON body a harness got
+ * serialises.
  * Header-only; every function is static.
  */
 #ifndef ATTND_FUZZ_UTIL_H
@@ -17,6 +18,8 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <jansson.h>
+
 #include "attnd/gguf.h"
 #include "attnd/tokenizer.h"
 
@@ -30,6 +33,15 @@
             abort();                                                                   \
         }                                                                              \
     } while (0)
+
+/* v (a body the code under test built: an error body, a chat body) exists and serialises; what
+ * names it in the finding. */
+static inline void fuzz_check_json(json_t *v, const char *what) {
+    FUZZ_CHECK(v != NULL, "no %s", what);
+    char *s = json_dumps(v, 0);
+    FUZZ_CHECK(s != NULL, "the %s does not serialise", what);
+    free(s);
+}
 
 /* Writes data into a fresh memfd and puts its /proc path in path; returns the fd (close it
  * after use) or -1. */
