@@ -535,10 +535,21 @@ static void layer_matrices(layer_weights *L, weight *out[LAYER_MATRICES]) {
     memcpy(out, lw, sizeof lw);
 }
 
+typedef struct {
+    model *m;
+    weight **ws;
+} pack_job;
+
+/* Each copy replaces the mapped original in use, so its pages leave resident memory as soon as it
+ * is made (they come back from the file only if a path reads the original): the load's peak stays
+ * near one matrix above the mapping. A tied output's stay: the embedding lookup still reads them. */
 static void pack_task(void *ctx, int i, int worker) {
     (void)worker;
-    weight *w = ((weight **)ctx)[i];
-    if (w->data) w->packed = quant_pack(w->data, w->type, w->rows, w->cols);
+    const pack_job *job = ctx;
+    weight *w = job->ws[i];
+    if (!w->data || !(w->packed = quant_pack(w->data, w->type, w->rows, w->cols))) return;
+    if (w->data != job->m->tok_embd.data)
+        gguf_drop_pages(job->m->f, w->data, quant_row_bytes(w->type, w->cols) * (size_t)w->rows);
 }
 
 /* Packed copies for the decode kernels where the instruction set has one for the type (quant_pack),
@@ -551,16 +562,9 @@ static void pack_matrices(model *m) {
     if (!ws) return; /* no copies: slower, same results */
     ws[n++] = &m->output;
     for (int l = 0; l < m->info.n_layer; l++, n += LAYER_MATRICES) layer_matrices(&m->layers[l], ws + n);
-    threads_run(threads_default(), n, pack_task, ws);
-    for (int i = 0; i < n; i++) {
-        if (!ws[i]->packed) continue;
-        m->packed_bytes += quant_packed_bytes(ws[i]->packed);
-        /* the copy replaces the mapped original in use: its pages leave resident memory (they
-         * come back from the file only if a path reads the original), except a tied output's,
-         * which the embedding lookup still reads */
-        if (ws[i]->data != m->tok_embd.data)
-            gguf_drop_pages(m->f, ws[i]->data, quant_row_bytes(ws[i]->type, ws[i]->cols) * (size_t)ws[i]->rows);
-    }
+    threads_run(threads_default(), n, pack_task, &(pack_job){m, ws});
+    for (int i = 0; i < n; i++)
+        if (ws[i]->packed) m->packed_bytes += quant_packed_bytes(ws[i]->packed);
     free(ws);
 }
 
