@@ -101,6 +101,8 @@ struct engine {
     engine_resid_cb resid_cb;   /* residual-stream inspection hook (attn_user); NULL = off */
     engine_expert_cb expert_cb; /* expert-routing inspection hook (attn_user); NULL = off */
     void *attn_user;
+    engine_yield_fn yield_fn; /* asked after each layer whether to give the step up; NULL = never */
+    void *yield_user;
     float *cb_weights;      /* (n_ctx) softmax weights handed to attn_cb */
 
     char *mem;              /* owns every array above (engine/block.h) */
@@ -241,6 +243,11 @@ void engine_set_attention_filter(engine *e, engine_attn_want want) { e->attn_wan
 void engine_set_residual_cb(engine *e, engine_resid_cb cb) { e->resid_cb = cb; }
 
 void engine_set_expert_cb(engine *e, engine_expert_cb cb) { e->expert_cb = cb; }
+
+void engine_set_yield(engine *e, engine_yield_fn fn, void *user) {
+    e->yield_fn = fn;
+    e->yield_user = user;
+}
 
 attnd_status engine_ablation_check(const model_info *mi, const engine_ablation *a, attnd_err *err) {
     for (int i = 0; a && i < a->n; i++) {
@@ -850,10 +857,15 @@ attnd_status engine_eval(engine *e, const batch_entry *entries, int n, float *lo
     for (int i = 0; i < n_seqs; i++) p.ablating |= e->seqs[i]->ablation != NULL;
     for (int t = 0; t < n; t++) p.attn_work += (long)mi->n_head * mi->head_dim * (entries[t].pos + 1);
 
+    bool may_yield = e->yield_fn && !p.ablating && !e->attn_cb && !e->resid_cb && !e->expert_cb;
     step_embed(&p);
     for (int l = 0; l < mi->n_layer; l++) {
         step_layer(&p, l);
         if (e->resid_cb) report_residual(&p, l);
+        if (may_yield && l + 1 < mi->n_layer && e->yield_fn(e->yield_user)) {
+            for (int i = 0; i < n_seqs; i++) e->seqs[i]->pending = 0; /* the rows written are rewritten */
+            return attnd_fail(err, ATTND_ERR_BUSY, "the step was given up after layer %d", l);
+        }
     }
     if (n_want) step_logits(&p, n_want, logits);
 

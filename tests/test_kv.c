@@ -33,12 +33,16 @@ static void teardown(void) {
 
 TestSuite(kv, .init = setup, .fini = teardown);
 
-static attnd_status feed(kv_seq *s, const int32_t *tok, int n, float *logits, attnd_err *err) {
+static attnd_status feed_on(engine *e, kv_seq *s, const int32_t *tok, int n, float *logits, attnd_err *err) {
     batch_entry b[160];
     cr_assert(n <= 160);
     int pos0 = kv_seq_len(s);
     for (int i = 0; i < n; i++) b[i] = (batch_entry){s, tok[i], pos0 + i, true};
-    return engine_eval(g_e, b, n, logits, err);
+    return engine_eval(e, b, n, logits, err);
+}
+
+static attnd_status feed(kv_seq *s, const int32_t *tok, int n, float *logits, attnd_err *err) {
+    return feed_on(g_e, s, tok, n, logits, err);
 }
 
 static void tokens(int32_t *t, int n, uint64_t seed) {
@@ -417,4 +421,79 @@ Test(kv, budget_exhausted_by_copies_refuses_the_batch_and_keeps_the_sharing) {
     free(lg), free(a), free(b);
     kv_pool_destroy(p);
     kv_pool_destroy(big);
+}
+
+/* engine_set_yield: a step given up after any layer leaves no trace. Each sequence here is a fork
+ * of one 100-token prompt (its next write lands in a shared block: the copy-on-write path); a
+ * step given up after layer L, then evaluated in full, gives the logits of the same step
+ * evaluated in full at once, bit for bit, and the prompt's other holder reads what it did. */
+typedef struct {
+    int calls, at;
+} yield_at;
+
+static bool yield_after(void *user) {
+    yield_at *y = user;
+    return y->calls++ == y->at;
+}
+
+Test(kv, a_step_given_up_after_any_layer_changes_nothing) {
+    /* a deeper copy of the fixture, so that a step can be given up after several layers */
+    tiny_spec sp = tiny_default("llama");
+    sp.n_layer = 4;
+    char path[256];
+    tiny_tmpname(path, sizeof(path), "kv-yield");
+    cr_assert_eq(tiny_write(path, &sp), 0);
+    attnd_err err;
+    model *m;
+    engine *e;
+    kv_pool *p;
+    cr_assert_eq(model_load(&m, path, &err), ATTND_OK, "%s", err.msg);
+    cr_assert_eq(engine_create(&e, m, 160, 1, &err), ATTND_OK, "%s", err.msg);
+    cr_assert_eq(kv_pool_create(&p, m, (size_t)16 << 20, KV_F16, &err), ATTND_OK, "%s", err.msg);
+    int V = sp.n_vocab, L = sp.n_layer;
+    int32_t prompt[100], next[5];
+    tokens(prompt, 100, 11);
+    tokens(next, 5, 12);
+    float *lg = malloc(sizeof(float) * 100 * V), *want = malloc(sizeof(float) * 5 * V), *got = malloc(sizeof(float) * 5 * V);
+    kv_seq *parent, *ref;
+    cr_assert_eq(kv_seq_create(&parent, p, NULL), ATTND_OK);
+    cr_assert_eq(feed_on(e, parent, prompt, 100, lg, &err), ATTND_OK, "%s", err.msg);
+    cr_assert_eq(kv_seq_fork(&ref, parent, &err), ATTND_OK, "%s", err.msg);
+    cr_assert_eq(feed_on(e, ref, next, 5, want, &err), ATTND_OK, "%s", err.msg);
+    for (int at = 0; at < L - 1; at++) {
+        kv_seq *s;
+        cr_assert_eq(kv_seq_fork(&s, parent, &err), ATTND_OK, "%s", err.msg);
+        yield_at y = {0, at};
+        engine_set_yield(e, yield_after, &y);
+        cr_assert_eq(feed_on(e, s, next, 5, got, &err), ATTND_ERR_BUSY, "the step was not given up after layer %d", at);
+        cr_expect_eq(y.calls, at + 1, "asked %d times, given up at the %d-th", y.calls, at + 1);
+        cr_assert_eq(kv_seq_len(s), 100, "a given-up step grew the sequence to %d", kv_seq_len(s));
+        engine_set_yield(e, NULL, NULL);
+        cr_assert_eq(feed_on(e, s, next, 5, got, &err), ATTND_OK, "%s", err.msg);
+        cr_assert_eq(kv_seq_len(s), 105);
+        cr_assert(!memcmp(got, want, sizeof(float) * 5 * V), "given up after layer %d: the rerun differs", at);
+        kv_seq_destroy(s);
+    }
+    /* never asked after the last layer: a yield function that always says yes cannot stop a
+     * one-layer-from-the-end step, and an ablating batch is never asked (engine.h) */
+    yield_at never = {0, -1};
+    engine_set_yield(e, yield_after, &never);
+    kv_seq *s;
+    cr_assert_eq(kv_seq_fork(&s, parent, &err), ATTND_OK, "%s", err.msg);
+    cr_assert_eq(feed_on(e, s, next, 5, got, &err), ATTND_OK, "%s", err.msg);
+    cr_expect_eq(never.calls, L - 1, "asked %d times for %d layers", never.calls, L);
+    cr_assert(!memcmp(got, want, sizeof(float) * 5 * V));
+    engine_set_yield(e, NULL, NULL);
+    /* the prompt's other holder still reads the prompt it wrote */
+    float *again = malloc(sizeof(float) * 5 * V);
+    kv_seq *ref2;
+    cr_assert_eq(kv_seq_fork(&ref2, parent, &err), ATTND_OK, "%s", err.msg);
+    cr_assert_eq(feed_on(e, ref2, next, 5, again, &err), ATTND_OK, "%s", err.msg);
+    cr_assert(!memcmp(again, want, sizeof(float) * 5 * V));
+    kv_seq_destroy(ref2), kv_seq_destroy(s), kv_seq_destroy(ref), kv_seq_destroy(parent);
+    free(lg), free(want), free(got), free(again);
+    kv_pool_destroy(p);
+    engine_destroy(e);
+    model_destroy(m);
+    unlink(path);
 }

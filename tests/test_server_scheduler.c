@@ -866,6 +866,60 @@ Test(sched_fair, tenants_take_turns_in_the_queue) {
     cr_assert(sched_wait_idle(sch, 5000));
 }
 
+/* A greedy job's tokens, alone on an idle scheduler (n of them into out). */
+static void solo_tokens(const char *tenant, const char *text, int n, int32_t *out) {
+    sched_job *j = job_of(tenant, text, n);
+    cr_assert_eq(sched_submit(sch, j, NULL), ATTND_OK);
+    sched_output o = wait_done(j);
+    cr_assert_eq(o.status, ATTND_OK, "%s", o.errmsg);
+    cr_assert_eq(o.n_pieces, n);
+    tokens_of(&o, out);
+    sched_job_unref(j);
+}
+
+/* Requests of another tenant arrive while eight streams decode: a decode step gives way to each
+ * (engine_set_yield) and is evaluated again after the newcomer's first step. Nobody's tokens
+ * change: the streams' and the newcomers' equal what each gets alone. */
+Test(sched_fair, decode_steps_give_way_to_newcomers_and_no_token_changes) {
+    if (model_missing()) return;
+    cfg.max_parallel = 8;
+    cfg.queue_limit = 32;
+    start();
+    int32_t want_big[160], want_small[6], got[160];
+    solo_tokens("key:a", "Once upon a time", 160, want_big);
+    solo_tokens("key:b", "The cat", 6, want_small);
+    sched_job *big[8];
+    for (int i = 0; i < 8; i++) {
+        big[i] = job_of("key:a", "Once upon a time", 160);
+        cr_assert_eq(sched_submit(sch, big[i], NULL), ATTND_OK);
+    }
+    for (sched_output o = {0}; o.n_pieces < 2 && !o.done; usleep(500)) sched_job_output(big[7], &o); /* all decode */
+    int newcomers = 0;
+    for (; newcomers < 20 && !job_done(big[0]); newcomers++) {
+        sched_job *small = job_of("key:b", "The cat", 6);
+        cr_assert_eq(sched_submit(sch, small, NULL), ATTND_OK);
+        sched_output o = wait_done(small);
+        cr_assert_eq(o.status, ATTND_OK, "%s", o.errmsg);
+        tokens_of(&o, got);
+        cr_assert(!memcmp(got, want_small, sizeof(want_small)), "newcomer %d's tokens differ", newcomers);
+        sched_job_unref(small);
+        usleep(700u + 300u * (unsigned)newcomers); /* arrive at different points of a step */
+    }
+    for (int i = 0; i < 8; i++) {
+        sched_output o = wait_done(big[i]);
+        cr_assert_eq(o.status, ATTND_OK, "%s", o.errmsg);
+        tokens_of(&o, got);
+        cr_assert(!memcmp(got, want_big, sizeof(want_big)), "stream %d's tokens differ", i);
+        sched_job_unref(big[i]);
+    }
+    sched_stats st;
+    sched_get_stats(sch, &st);
+    cr_log_info("%d newcomers, %llu decode steps given up", newcomers, (unsigned long long)st.steps_yielded);
+    cr_assert_gt(newcomers, 4, "the streams ended before the newcomers came");
+    cr_assert_gt(st.steps_yielded, 0, "no decode step gave way to any of %d newcomers", newcomers);
+    cr_assert_leq(st.steps_yielded, (uint64_t)newcomers, "at most one step given up per newcomer");
+}
+
 // ---- fresh prompts: a step of their own before the next decode step -------------------------
 
 /* Submits jobs from the scheduler thread, between two steps (so the next step admits them all

@@ -80,6 +80,15 @@ typedef void (*engine_expert_cb)(void *user, int entry, int layer, int pos, cons
                                  int k);
 void engine_set_expert_cb(engine *e, engine_expert_cb cb);
 
+/* Giving a step up (off by default; fn NULL): engine_eval asks fn(user) after each layer but the
+ * last whether to stop; on true it returns ATTND_ERR_BUSY having changed nothing a later call
+ * sees: no sequence grows, and evaluating the same batch again gives the same results (it writes
+ * the same KV rows again). A server uses it to let a newly arrived request start before a long
+ * step ends. Not asked for a batch with an ablating sequence, nor while an inspection hook is set
+ * (they see each layer once). */
+typedef bool (*engine_yield_fn)(void *user);
+void engine_set_yield(engine *e, engine_yield_fn fn, void *user);
+
 /*
  * Head ablation, per sequence (no cost when no sequence of a batch has one): every evaluation
  * of s replaces the output o of each listed (layer, query head), before the output projection

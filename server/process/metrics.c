@@ -165,6 +165,9 @@ char *metrics_render(metrics *m, const sched_stats *st, int n_sessions, int read
                "%llu", (unsigned long long)st->evictions);
         metric(&o, "attnd_engine_steps_total", "counter", "Batched engine evaluations.",
                "%llu", (unsigned long long)st->steps);
+        metric(&o, "attnd_engine_steps_yielded_total", "counter",
+               "Decode steps given up mid-way so that a newly arrived request starts first.", "%llu",
+               (unsigned long long)st->steps_yielded);
         metric(&o, "attnd_engine_threads", "gauge", "Engine threads configured.", "%d", st->threads);
         metric(&o, "attnd_engine_threads_in_use", "gauge",
                "Engine threads a step may use now: fewer while other busy processes keep descheduling one.", "%d",

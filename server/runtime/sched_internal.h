@@ -178,6 +178,10 @@ struct sched {
     int n_free, cap_free;
     bool stop;
     atomic_bool cancel_all; /* shutdown: cancel whatever is queued or running */
+    atomic_bool newcomer; /* a job that can take a free slot now was queued (sched_submit) */
+    bool yield_ok;        /* the step being evaluated may be given up for a newcomer (step) */
+    bool yielded;         /* it was (step_yield) */
+    bool yield_spent;     /* a step was given up since the last decode step ran: not another */
     int n_active;
     size_t reserved;      /* KV bytes reserved by the active jobs (<= stats.kv_budget) */
     struct sched_task *tasks; /* sched_run_task's, waiting for the scheduler thread (a list) */

@@ -643,7 +643,7 @@ static bool eval_batch(sched *s, int *n, batch_shape *sh, bool fresh) {
         slot_finish(s, victim, NULL, ATTND_ERR_NOMEM, "KV cache budget exhausted; retry later");
         if ((*n = build_step(s, sh, fresh)) == 0) return false;
     }
-    if (rc == ATTND_OK) return true;
+    if (rc == ATTND_OK || s->yielded) return rc == ATTND_OK;
     slog_error("engine_eval failed: %s", err.msg);
     for (int k = 0; k < s->n_slots; k++)
         if (s->slots[k].job && s->slots[k].batch_n) slot_finish(s, &s->slots[k], NULL, rc, err.msg);
@@ -726,6 +726,25 @@ static int slot_verify(sched *s, slot *sl) {
     return r + 1;
 }
 
+/* Whether the step about to run may be given up when a request that can start arrives during
+ * it (engine_set_yield): a decode step, not a step of fresh prompts, with no drafts (a drafter
+ * has moved on already), no attention capture, and none given up since the last decode step ran
+ * (the streams lose at most one step's work per step they make). */
+static bool yield_allowed(const sched *s, const batch_shape *sh, bool fresh) {
+    if (fresh || !sh->n_decode || s->yield_spent || s->inspecting) return false;
+    for (int k = 0; k < s->n_slots; k++)
+        if (s->slots[k].job && s->slots[k].n_draft) return false;
+    return true;
+}
+
+/* The engine's question after each layer (scheduler thread): give this step up now? */
+static bool step_yield(void *user) {
+    sched *s = user;
+    if (!s->yield_ok || !atomic_load(&s->newcomer)) return false;
+    s->yielded = true;
+    return true;
+}
+
 /*
  * One step. Prompts admitted beside decoding streams first get a step of their own: their first
  * chunks alone, before the streams' next decode step, so a newcomer's time to first token is the
@@ -736,13 +755,25 @@ static int slot_verify(sched *s, slot *sl) {
  */
 static void step(sched *s) {
     apply_cancels(s);
+    atomic_store(&s->newcomer, false); /* who is queued now is admitted now */
     admit(s);
     bool fresh = fresh_step_due(s);
     batch_shape sh;
     int n = build_step(s, &sh, fresh);
     if (n == 0) return;
     double t0 = attnd_now_s();
+    s->yield_ok = yield_allowed(s, &sh, fresh);
+    s->yielded = false;
     bool ok = eval_batch(s, &n, &sh, fresh);
+    s->yield_ok = false;
+    if (s->yielded) { /* nothing was published: the next step starts the newcomer, then this again */
+        s->yield_spent = true;
+        pthread_mutex_lock(&s->mu);
+        s->stats.steps_yielded++;
+        pthread_mutex_unlock(&s->mu);
+        return;
+    }
+    if (ok && sh.n_decode) s->yield_spent = false;
     s->fresh_last = fresh && ok;
     s->fresh_debt = fresh && ok ? sh.n_prefill : 0;
     if (!ok) return;
@@ -940,6 +971,7 @@ attnd_status sched_create(sched **out, const model *m, const tokenizer *tok, ses
     if ((rc = sched_check_budget(s, budget, err)) != ATTND_OK) goto fail;
     s->budget_ms = cfg->prefill_budget_ms;
     if ((rc = engine_create(&s->eng, m, s->max_batch, cfg->threads, err)) != ATTND_OK) goto fail;
+    engine_set_yield(s->eng, step_yield, s);
     if ((rc = draft_open(s, cfg, err)) != ATTND_OK) goto fail;
     s->stats.kv_budget = kv_pool_bytes_budget(s->pool);
     hist_init_all(&s->stats);
@@ -1010,6 +1042,15 @@ void sched_destroy(sched *s) {
 }
 
 
+/* Whether j (just queued, s->mu held) can take a slot at the next admission: its tenant holds
+ * fewer than its share and some slot is free. Then a running step may give way to it. */
+static bool slot_free_for(const sched *s, const sched_job *j) {
+    int running = 0;
+    for (int i = 0; i < s->n_tenants; i++) running += s->tenants[i].running;
+    return j->tenant_ix >= 0 && s->tenants[j->tenant_ix].running < s->tenant_slots && running < s->n_slots &&
+           !j->se; /* a session turn may wait for its own cache: no gain in stopping for it */
+}
+
 attnd_status sched_submit(sched *s, sched_job *j, attnd_err *err) {
     pthread_mutex_lock(&s->mu);
     attnd_status rc = ATTND_OK;
@@ -1030,6 +1071,7 @@ attnd_status sched_submit(sched *s, sched_job *j, attnd_err *err) {
         j->t_submit = attnd_now_s(); /* queue wait, time to first token and duration count from here */
         s->queue[(s->q_head + s->q_len) % s->queue_limit] = j;
         s->q_len++;
+        if (slot_free_for(s, j)) atomic_store(&s->newcomer, true);
         pthread_cond_signal(&s->wake);
     }
     pthread_mutex_unlock(&s->mu);
