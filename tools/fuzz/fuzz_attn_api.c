@@ -3,7 +3,7 @@
  * layers, heads, top_k, weights, logit_lens, experts) on arbitrary bytes, then the checks against
  * a model's sizes and the answer caps, as POST /v1/attention takes them before anything is
  * allocated. A refusal must name a field and have a message; experts on the dense model must be
- * refused, naming "experts".
+ * refused, naming "experts" when the rest of the selection is valid.
  */
 #include <jansson.h>
 #include <stdint.h>
@@ -33,7 +33,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         attn_capture_params p = attn_api_params(&r, 1 + data[0] * 2);
         st = attn_api_check(&mi, &p, 1000000, (uint64_t)16 << 20, &param, &err);
         FUZZ_CHECK(st == ATTND_OK || (param != NULL && err.msg[0]), "a refused selection names no field");
-        if (r.experts && !moe) FUZZ_CHECK(st != ATTND_OK && !strcmp(param, "experts"), "a dense model took experts");
+        if (r.experts && !moe) { /* refused; for experts itself when nothing else is wrong */
+            attn_capture_params q = p;
+            q.experts = false;
+            const char *qparam = NULL;
+            bool rest_ok = attn_api_check(&mi, &q, 1000000, (uint64_t)16 << 20, &qparam, NULL) == ATTND_OK;
+            FUZZ_CHECK(st != ATTND_OK, "a dense model took experts");
+            FUZZ_CHECK(!rest_ok || !strcmp(param, "experts"), "a dense model's experts refusal names another field");
+        }
         if (st == ATTND_OK) FUZZ_CHECK(attn_capture_count(&mi, &p) <= 1000000, "the cap let a larger ask through");
     }
     attn_api_request_free(&r);
