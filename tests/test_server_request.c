@@ -248,7 +248,24 @@ Test(request, a_think_block_in_a_response_is_its_reasoning_item) {
     cr_assert_str_eq(json_string_value(json_object_get(rs, "type")), "reasoning");
     const char *answer = json_string_value(json_object_get(json_array_get(json_object_get(msg, "content"), 0), "text"));
     cr_assert(answer && strlen(answer) >= 2 && !strchr(answer, '<'), "output_text '%s'", answer);
+    const json_t *details = json_object_get(json_object_get(a, "usage"), "output_tokens_details");
+    cr_assert_gt(json_integer_value(json_object_get(details, "reasoning_tokens")), 2, "<think>, a word and </think>");
     json_decref(a);
+}
+
+/* A reply without reasoning has none in its usage. */
+Test(request, a_reply_without_reasoning_counts_no_reasoning_tokens) {
+    json_t *j = post_json("/v1/chat/completions", "{\"messages\": [{\"role\": \"user\", \"content\": \"Once\"}], "
+                          "\"max_tokens\": 6, \"grammar\": \"root ::= [a-z ]{1,20}\"}", 200);
+    const json_t *u = json_object_get(j, "usage");
+    cr_assert_gt(json_integer_value(json_object_get(u, "completion_tokens")), 0);
+    const json_t *v = json_object_get(json_object_get(u, "completion_tokens_details"), "reasoning_tokens");
+    cr_assert(json_is_integer(v) && json_integer_value(v) == 0, "reasoning_tokens 0");
+    json_t *a = post_json("/v1/responses", "{\"input\": \"Once\", \"max_output_tokens\": 6}", 200);
+    v = json_object_get(json_object_get(json_object_get(a, "usage"), "output_tokens_details"), "reasoning_tokens");
+    cr_assert(json_is_integer(v) && json_integer_value(v) == 0, "Responses' reasoning_tokens 0");
+    json_decref(a);
+    json_decref(j);
 }
 
 Test(request, llama_completion_takes_n_predict_and_streams_until_stop) {
@@ -425,4 +442,63 @@ Test(reasoning, reasoning_items_in_the_input_reach_the_template) {
     cr_assert_gt(n1, n0 + 5, "the reasoning is in the prompt (%lld vs %lld tokens)", (long long)n1, (long long)n0);
     json_decref(plain);
     json_decref(with);
+}
+
+/* The tokens up to the one that completes "</think>" (the prompt opened the block), counted
+ * from the logprobs' tokens: what usage's reasoning_tokens must say. */
+static int think_tokens_of(const json_t *choice) {
+    const json_t *lp = json_object_get(json_object_get(choice, "logprobs"), "content");
+    buf seen = {0};
+    int n = 0;
+    for (size_t i = 0; i < json_array_size(lp) && !(seen.p && strstr(seen.p, "</think>")); i++, n++)
+        buf_puts(&seen, json_string_value(json_object_get(json_array_get(lp, i), "token")));
+    cr_assert(seen.p && strstr(seen.p, "</think>"), "the reply closes its reasoning: %s", seen.p ? seen.p : "");
+    buf_free(&seen);
+    return n;
+}
+
+static json_int_t reasoning_tokens_of(const json_t *usage, const char *details) {
+    const json_t *v = json_object_get(json_object_get(usage, details), "reasoning_tokens");
+    cr_assert(json_is_integer(v), "usage.%s.reasoning_tokens is a number", details);
+    return json_integer_value(v);
+}
+
+/* usage counts the reasoning tokens: whole, n = 2 (summed), streamed (include_usage) and in
+ * Responses; each equals the tokens the logprobs show before the answer. */
+Test(reasoning, usage_counts_the_tokens_of_the_reasoning) {
+    static const char BODY[] = "{\"messages\": [{\"role\": \"user\", \"content\": \"Once\"}], \"logprobs\": true, "
+                               R1_GRAMMAR;
+    char body[512];
+    snprintf(body, sizeof(body), "%s}", BODY);
+    json_t *j = post_json("/v1/chat/completions", body, 200);
+    const json_t *choice = json_array_get(json_object_get(j, "choices"), 0);
+    int want = think_tokens_of(choice);
+    json_int_t total = json_integer_value(json_object_get(json_object_get(j, "usage"), "completion_tokens"));
+    cr_assert_gt(total, want, "the answer has tokens of its own");
+    cr_assert_eq(reasoning_tokens_of(json_object_get(j, "usage"), "completion_tokens_details"), want);
+    cr_log_info("%d of %lld tokens were reasoning", want, (long long)total);
+
+    snprintf(body, sizeof(body), "%s, \"n\": 2}", BODY);
+    json_t *two = post_json("/v1/chat/completions", body, 200);
+    int want2 = think_tokens_of(json_array_get(json_object_get(two, "choices"), 0)) +
+                think_tokens_of(json_array_get(json_object_get(two, "choices"), 1));
+    cr_assert_eq(reasoning_tokens_of(json_object_get(two, "usage"), "completion_tokens_details"), want2);
+    json_decref(two);
+
+    rec c = {0};
+    snprintf(body, sizeof(body), "%s, \"stream\": true, \"stream_options\": {\"include_usage\": true}}", BODY);
+    run(&c, "POST", "/v1/chat/completions", body);
+    const char *u = strstr(c.body, "\"usage\":{");
+    cr_assert_not_null(u, "the stream ends with its usage: %.400s", c.body);
+    const char *line = u;
+    while (line > c.body && line[-1] != '\n') line--;
+    json_t *ev = json_loadb(line + 6, (size_t)(strstr(line, "\n\n") - line - 6), 0, NULL);
+    cr_assert_eq(reasoning_tokens_of(json_object_get(ev, "usage"), "completion_tokens_details"), want);
+    json_decref(ev);
+    free(c.body);
+
+    json_t *a = post_json("/v1/responses", "{\"input\": \"Once\", " R1_GRAMMAR "}", 200);
+    cr_assert_eq(reasoning_tokens_of(json_object_get(a, "usage"), "output_tokens_details"), want);
+    json_decref(a);
+    json_decref(j);
 }

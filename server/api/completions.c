@@ -84,6 +84,7 @@ static json_t *choice_body(req *r, int k, sched_output *failed) {
     }
     oai_gen g;
     genreq_view(&o, &g);
+    if (r->chat) g.n_reasoning = genreq_reasoning_tokens(r, &o);
     size_t echo_len;
     char *echo = echo_text(r, k, &o, &echo_len);
     json_t *body = oai_final(&r->rctx, &g, echo, echo_len);

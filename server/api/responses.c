@@ -662,7 +662,7 @@ static json_t *output_items(const responses_result *res) {
 static json_t *usage(const responses_result *res) {
     return json_pack("{s:i,s:{s:i},s:i,s:{s:i},s:i}", "input_tokens", res->input_tokens, "input_tokens_details",
                      "cached_tokens", res->cached_tokens, "output_tokens", res->output_tokens, "output_tokens_details",
-                     "reasoning_tokens", 0, "total_tokens", res->input_tokens + res->output_tokens);
+                     "reasoning_tokens", res->reasoning_tokens, "total_tokens", res->input_tokens + res->output_tokens);
 }
 
 static json_t *str_or_null(const char *s) { return s ? json_string(s) : json_null(); }
