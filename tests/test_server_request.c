@@ -502,3 +502,78 @@ Test(reasoning, usage_counts_the_tokens_of_the_reasoning) {
     json_decref(a);
     json_decref(j);
 }
+
+// ---- a Qwen3-Coder template: forced calls in its XML format -------------------------------
+
+/* The part of Qwen3-Coder's template that writes calls (its tools' description does not fit the
+ * fixture's 512-token context): a call in the history as <function=…><parameter=…>. */
+static const char CODER_TEMPLATE[] =
+    "{% for m in messages %}<|im_start|>{{ m.role }}\n{% if m.tool_calls %}{% for tc in m.tool_calls %}<tool_call>\n"
+    "<function={{ tc.function.name }}>\n{% for k, v in tc.function.arguments|items %}<parameter={{ k }}>\n{{ v }}\n"
+    "</parameter>\n{% endfor %}</function>\n</tool_call>{% endfor %}{% else %}{{ m.content }}{% endif %}<|im_end|>\n"
+    "{% endfor %}{% for t in tools %}{{ t.function.name }}{% endfor %}{% if add_generation_prompt %}"
+    "<|im_start|>assistant\n{% endif %}";
+
+static void coder_setup(void) {
+    snprintf(r1_path, sizeof(r1_path), "/tmp/attnd-coder-XXXXXX");
+    int fd = mkstemp(r1_path);
+    cr_assert_geq(fd, 0);
+    cr_assert_eq(write(fd, CODER_TEMPLATE, strlen(CODER_TEMPLATE)), (ssize_t)strlen(CODER_TEMPLATE));
+    close(fd);
+    server_settings cfg;
+    rig_settings(&cfg, MODEL, NULL, 1);
+    cfg.chat_template_file = r1_path;
+    attnd_err err;
+    srv = rig_start(&cfg, false, &err);
+    cr_assert_not_null(srv, "%s", err.msg);
+    cr_assert_eq(srv->chat.tool_format, TOOLCALL_FMT_QWEN_XML, "the template's calls are XML");
+    srv->cfg.default_max_tokens = 120;
+}
+
+TestSuite(coder, .init = coder_setup, .fini = r1_teardown, .timeout = 120);
+
+#define CODER_TOOLS                                                                                                   \
+    "\"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"set\", \"parameters\": {\"type\": \"object\", "  \
+    "\"properties\": {\"n\": {\"type\": \"integer\", \"minimum\": 0, \"maximum\": 99}, \"ok\": {\"type\": "          \
+    "\"boolean\"}}, \"required\": [\"n\", \"ok\"]}}}], \"tool_choice\": \"required\", \"parallel_tool_calls\": false"
+
+/* The random model, forced by the XML grammar, writes a call that parses into typed JSON
+ * arguments; streamed, its fragments join to the same arguments. */
+Test(coder, a_forced_call_is_written_in_xml_and_parsed_into_json) {
+    static const char BODY[] = "{\"messages\": [{\"role\": \"user\", \"content\": \"Once\"}], \"temperature\": 0, "
+                               CODER_TOOLS;
+    char body[1024];
+    snprintf(body, sizeof(body), "%s}", BODY);
+    json_t *j = post_json("/v1/chat/completions", body, 200);
+    const json_t *choice = json_array_get(json_object_get(j, "choices"), 0);
+    cr_assert_str_eq(json_string_value(json_object_get(choice, "finish_reason")), "tool_calls", "%s", json_dumps(j, 0));
+    const json_t *fn = json_object_get(json_array_get(json_object_get(json_object_get(choice, "message"), "tool_calls"), 0),
+                                       "function");
+    cr_assert_str_eq(json_string_value(json_object_get(fn, "name")), "set");
+    const char *args = json_string_value(json_object_get(fn, "arguments"));
+    json_t *a = json_loads(args ? args : "", 0, NULL);
+    cr_assert(json_is_integer(json_object_get(a, "n")) && json_is_boolean(json_object_get(a, "ok")), "arguments %s", args);
+    json_int_t n = json_integer_value(json_object_get(a, "n"));
+    cr_assert(n >= 0 && n <= 99);
+    json_decref(a);
+
+    rec c = {0};
+    snprintf(body, sizeof(body), "%s, \"stream\": true}", BODY);
+    run(&c, "POST", "/v1/chat/completions", body);
+    buf joined = {0};
+    for (const char *p = c.body; (p = strstr(p, "data: {"));) {
+        p += 6;
+        const char *end = strstr(p, "\n\n");
+        json_t *ev = json_loadb(p, (size_t)(end - p), 0, NULL);
+        const json_t *tc = json_array_get(json_object_get(json_object_get(json_array_get(json_object_get(ev, "choices"), 0),
+                                                                          "delta"), "tool_calls"), 0);
+        const json_t *frag = json_object_get(json_object_get(tc, "function"), "arguments");
+        if (json_is_string(frag)) buf_puts(&joined, json_string_value(frag));
+        json_decref(ev);
+        p = end;
+    }
+    cr_assert_str_eq(joined.p ? joined.p : "", args, "the streamed fragments join to the arguments");
+    buf_free(&joined);
+    free(c.body);
+    json_decref(j);
+}

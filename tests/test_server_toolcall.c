@@ -42,6 +42,7 @@ static void collect(json_t *deltas, parsed *out) {
 
 static bool args_must_parse = true; /* a test of broken output turns it off */
 static bool start_open = false;     /* the prompt ended with an open <think> */
+static const json_t *run_tools;     /* the request's tools (types XML calls' values); NULL = none */
 
 /* Parses text fed in pieces: cut[i] marks where chunks end (NULL: in `size`-byte chunks). */
 static void run(const char *text, bool calls, size_t size, unsigned seed, parsed *out) {
@@ -49,6 +50,7 @@ static void run(const char *text, bool calls, size_t size, unsigned seed, parsed
     toolcall_parser *p = toolcall_parser_create(calls);
     cr_assert(p);
     if (start_open) toolcall_parser_start_in_reasoning(p);
+    toolcall_parser_set_tools(p, run_tools);
     json_t *deltas = json_array();
     size_t n = strlen(text), i = 0;
     unsigned x = seed;
@@ -92,7 +94,7 @@ static void run(const char *text, bool calls, size_t size, unsigned seed, parsed
 static parsed *check_all_chunkings(const char *text, bool calls) {
     static parsed whole, other;
     run(text, calls, 1 << 20, 0, &whole);
-    for (size_t size = 1; size <= 12; size++) {
+    for (size_t size = 1; size <= 13; size++) {
         run(text, calls, size, 0, &other);
         cr_assert_str_eq(other.content, whole.content, "chunks of %zu", size);
         cr_assert_str_eq(other.reasoning, whole.reasoning, "chunks of %zu", size);
@@ -266,11 +268,68 @@ Test(toolcall, an_open_think_in_the_prompt_starts_the_reply_as_reasoning) {
 
     /* toolcall_apply takes the same start */
     json_t *choice = json_pack("{s:{s:s},s:s}", "message", "role", "assistant", "finish_reason", "stop");
-    cr_assert(toolcall_apply(choice, "hmm</think>Hi", 13, false, true, NULL));
+    cr_assert(toolcall_apply(choice, "hmm</think>Hi", 13, false, true, NULL, NULL));
     json_t *msg = json_object_get(choice, "message");
     cr_assert_str_eq(json_string_value(json_object_get(msg, "reasoning_content")), "hmm");
     cr_assert_str_eq(json_string_value(json_object_get(msg, "content")), "Hi");
     json_decref(choice);
+}
+
+// ---- Qwen3-Coder's XML calls -----------------------------------------------------------------
+
+static const char XML_TOOLS[] =
+    "[{\"type\": \"function\", \"function\": {\"name\": \"write_file\", \"parameters\": {\"type\": \"object\", "
+    "\"properties\": {\"path\": {\"type\": \"string\"}, \"content\": {\"type\": \"string\"}, \"mode\": {\"type\": "
+    "\"integer\"}, \"force\": {\"type\": \"boolean\"}, \"tags\": {\"type\": \"array\"}, \"opts\": {\"type\": "
+    "\"object\"}, \"ratio\": {\"type\": \"number\"}}}}}, {\"type\": \"function\", \"function\": {\"name\": \"ls\"}}]";
+
+/* A recorded Qwen3-Coder reply (its template's format): text, then two calls whose values are
+ * typed by the tools' schemas; a string keeps its inner newlines and markup verbatim. */
+Test(toolcall, qwen3_coder_xml_calls_become_typed_json_arguments) {
+    json_t *tools = json_loads(XML_TOOLS, 0, NULL);
+    run_tools = tools;
+    parsed *p = check_all_chunkings(
+        "I'll write it.\n<tool_call>\n<function=write_file>\n<parameter=path>\n/tmp/a b.py\n</parameter>\n"
+        "<parameter=content>\nif a < b:\n    print(\"x</y>\")\n\n</parameter>\n<parameter=mode>\n420\n</parameter>\n"
+        "<parameter=force>\ntrue\n</parameter>\n<parameter=tags>\n[\"a\", 1]\n</parameter>\n<parameter=opts>\n"
+        "{\"k\": null}\n</parameter>\n<parameter=ratio>\n0.5\n</parameter>\n</function>\n</tool_call>\n<tool_call>\n"
+        "<function=ls>\n</function>\n</tool_call>", true);
+    cr_assert_eq(p->n_calls, 2);
+    cr_assert_str_eq(p->content, "I'll write it.\n\n", "the newline between the calls is text");
+    cr_assert_str_eq(p->names[0], "write_file");
+    cr_assert_str_eq(p->args[0], "{\"path\":\"/tmp/a b.py\",\"content\":\"if a < b:\\n    print(\\\"x</y>\\\")\\n\","
+                                 "\"mode\":420,\"force\":true,\"tags\":[\"a\",1],\"opts\":{\"k\":null},\"ratio\":0.5}");
+    cr_assert_str_eq(p->names[1], "ls");
+    cr_assert_str_eq(p->args[1], "{}");
+    cr_assert_gt(p->n_fragments[0], 7, "one fragment per parameter, and the braces");
+    run_tools = NULL;
+    json_decref(tools);
+}
+
+/* A value that is not JSON stays the string; a parameter no schema types is a string; a reply
+ * cut inside a call still closes its arguments into JSON. */
+Test(toolcall, qwen3_coder_values_fall_back_to_strings_and_cut_calls_close) {
+    json_t *tools = json_loads(XML_TOOLS, 0, NULL);
+    run_tools = tools;
+    parsed *p = check_all_chunkings("<tool_call>\n<function=write_file>\n<parameter=mode>\nrw-r--r--\n</parameter>\n"
+                                    "<parameter=extra>\n42\n</parameter>\n</function>\n</tool_call>", true);
+    cr_assert_eq(p->n_calls, 1);
+    cr_assert_str_eq(p->args[0], "{\"mode\":\"rw-r--r--\",\"extra\":\"42\"}");
+    p = check_all_chunkings("<tool_call>\n<function=write_file>\n<parameter=path>\nsrc/m", true);
+    cr_assert_eq(p->n_calls, 1);
+    cr_assert_str_eq(p->args[0], "{\"path\":\"src/m\"}");
+    p = check_all_chunkings("<tool_call>\n<function=write_file>\n<parameter=pa", true);
+    cr_assert_str_eq(p->args[0], "{}");
+    run_tools = NULL;
+    /* without tools every value is a string; a function tag that is no name is content */
+    p = check_all_chunkings("<tool_call>\n<function=f>\n<parameter=n>\n1\n</parameter>\n</function>\n</tool_call>", true);
+    cr_assert_str_eq(p->args[0], "{\"n\":\"1\"}");
+    p = check_all_chunkings("<tool_call>\n<function=\nno</tool_call> after", true);
+    cr_assert_eq(p->n_calls, 0);
+    cr_assert_str_eq(p->content, "<tool_call><function=\nno</tool_call> after");
+    p = check_all_chunkings("<tool_call><function=f></function></tool_call>", false);
+    cr_assert_eq(p->n_calls, 0, "no calls parsed without tools");
+    json_decref(tools);
 }
 
 // ---- the request side ---------------------------------------------------------------------
@@ -395,6 +454,46 @@ Test(toolcall, the_forcing_grammar_writes_each_templates_format) {
         grammar_unref(g);
         buf_free(&gb);
     }
+    toolcall_spec_free(&s);
+}
+
+/* Qwen3-Coder's XML form: required and optional parameters, strings as free text without
+ * </parameter>, integers under their schema; what it accepts parses back. */
+Test(toolcall, the_forcing_grammar_writes_qwen3_coder_xml) {
+    toolcall_spec s;
+    const char *param;
+    char body[2048];
+    snprintf(body, sizeof(body), "{%s,\"tool_choice\":\"required\"}", TOOLS);
+    cr_assert_eq(spec_of(body, false, &s, &param), ATTND_OK);
+    buf gb = {0};
+    attnd_err err;
+    cr_assert_eq(toolcall_grammar(&s, TOOLCALL_FMT_QWEN_XML, &gb, &err), ATTND_OK, "%s", err.msg);
+    grammar *g;
+    cr_assert_eq(grammar_compile(&g, gb.p, gb.len, &err), ATTND_OK, "%s\n%s", err.msg, gb.p);
+    static const char GOOD[] = "<tool_call>\n<function=get_weather>\n<parameter=city>\nSan <b>Jos\u00e9</b> < 3\n"
+                               "</parameter>\n<parameter=days>\n3\n</parameter>\n</function>\n</tool_call>";
+    cr_assert(sentence(g, GOOD), "%s\n%s", GOOD, gb.p);
+    cr_assert(sentence(g, "<tool_call>\n<function=ping>\n</function>\n</tool_call>\n<tool_call>\n<function=ping>\n"
+                          "</function>\n</tool_call>"), "parallel calls");
+    cr_assert(!sentence(g, "<tool_call>\n<function=get_weather>\n<parameter=city>\nRome\n</parameter>\n"
+                           "<parameter=days>\n9\n</parameter>\n</function>\n</tool_call>"), "days is 1..7");
+    cr_assert(!sentence(g, "<tool_call>\n<function=get_weather>\n<parameter=days>\n3\n</parameter>\n</function>\n"
+                           "</tool_call>"), "city is required");
+    cr_assert(!sentence(g, "<tool_call>\n<function=get_weather>\n<parameter=city>\na</parameter>b\n</parameter>\n"
+                           "<parameter=days>\n3\n</parameter>\n</function>\n</tool_call>"), "no </parameter> in a value");
+    cr_assert(!sentence(g, "<tool_call>\n<function=nope>\n</function>\n</tool_call>"));
+    cr_assert(!strncmp(GOOD, toolcall_trigger(TOOLCALL_FMT_QWEN_XML), strlen(toolcall_trigger(TOOLCALL_FMT_QWEN_XML))));
+    json_t *tools = json_loads("[{\"name\": \"get_weather\", \"parameters\": {\"properties\": {\"city\": {\"type\": "
+                               "\"string\"}, \"days\": {\"type\": \"integer\"}}}}]", 0, NULL);
+    run_tools = tools;
+    parsed out;
+    run(GOOD, true, 5, 0, &out);
+    cr_assert_eq(out.n_calls, 1);
+    cr_assert_str_eq(out.args[0], "{\"city\":\"San <b>Jos\u00e9</b> < 3\",\"days\":3}");
+    run_tools = NULL;
+    json_decref(tools);
+    grammar_unref(g);
+    buf_free(&gb);
     toolcall_spec_free(&s);
 }
 

@@ -324,6 +324,7 @@ static json_t *reply_message(const responses_result *res) {
     toolcall_parser *p = toolcall_parser_create(res->req->tools);
     json_t *deltas = json_array(), *msg = NULL;
     if (p && deltas) {
+        toolcall_parser_set_tools(p, json_object_get(res->req->sampling, "tools"));
         toolcall_parser_set_id_base(p, res->id);
         if (res->open_reasoning) toolcall_parser_start_in_reasoning(p);
         toolcall_parser_feed(p, res->text, res->text_len, deltas);
@@ -614,6 +615,7 @@ static bool items_start(responses_stream *st, const responses_result *res) {
     st->rs_text = json_string("");
     if (!st->tp || !st->items || !st->call_args || !st->rs_text) return false;
     toolcall_parser_set_id_base(st->tp, res->id);
+    toolcall_parser_set_tools(st->tp, json_object_get(res->req->sampling, "tools"));
     if (res->open_reasoning) toolcall_parser_start_in_reasoning(st->tp);
     return true;
 }
