@@ -497,6 +497,95 @@ Test(toolcall, the_forcing_grammar_writes_qwen3_coder_xml) {
     toolcall_spec_free(&s);
 }
 
+/* A vocabulary of the printable ASCII characters one per token (id = the byte), plus special
+ * tokens without bytes named by their text (ids 128 on). */
+static const char *const SPECIALS[] = {"<|channel|>", "<|constrain|>", "<|message|>", "<|call|>", "<|tool_call|>"};
+static grammar_vocab *char_vocab(void) {
+    enum { NV = 128 + ATTND_ARRAY_LEN(SPECIALS) };
+    static char chars[128][2];
+    const char *bytes[NV], *names[NV];
+    size_t lens[NV], nlens[NV];
+    for (int i = 0; i < NV; i++) {
+        if (i < 128) chars[i][0] = (char)i, bytes[i] = names[i] = chars[i], lens[i] = nlens[i] = i >= 32 || i == '\n';
+        else bytes[i] = "", lens[i] = 0, names[i] = SPECIALS[i - 128], nlens[i] = strlen(SPECIALS[i - 128]);
+    }
+    grammar_vocab *v;
+    cr_assert_eq(grammar_vocab_create(&v, NV, bytes, lens, NULL), ATTND_OK);
+    cr_assert_eq(grammar_vocab_set_names(v, names, nlens, NULL), ATTND_OK);
+    return v;
+}
+
+/* Whether g takes the pieces whole: a piece that is a special token's name as that token, any
+ * other one character per token. */
+static bool takes_pieces(const grammar *g, const grammar_vocab *v, const char *const *pieces, int n) {
+    grammar_state *st;
+    cr_assert_eq(grammar_state_create(&st, g, NULL), ATTND_OK);
+    bool ok = true;
+    for (int i = 0; i < n && ok; i++) {
+        int special = -1;
+        for (size_t k = 0; k < ATTND_ARRAY_LEN(SPECIALS); k++)
+            if (!strcmp(pieces[i], SPECIALS[k])) special = 128 + (int)k;
+        if (special >= 0) ok = grammar_state_accept_token(st, v, special);
+        for (const char *c = pieces[i]; special < 0 && ok && *c; c++) ok = grammar_state_accept_token(st, v, *c);
+    }
+    ok = ok && grammar_state_complete(st);
+    grammar_state_destroy(st);
+    return ok;
+}
+
+/* Harmony and Granite: their markers are special tokens, which the grammar names as token
+ * terminals; the same text spelled in characters is refused. What it takes parses back. */
+Test(toolcall, the_forcing_grammar_names_harmony_and_granite_special_tokens) {
+    toolcall_spec s;
+    const char *param;
+    char body[2048];
+    snprintf(body, sizeof(body), "{%s,\"tool_choice\":\"required\"}", TOOLS);
+    cr_assert_eq(spec_of(body, false, &s, &param), ATTND_OK);
+    grammar_vocab *v = char_vocab();
+    static const char *const HARMONY[] = {"<|channel|>", "commentary to=functions.get_weather ", "<|constrain|>", "json",
+                                          "<|message|>", "{\"city\": \"Rome\", \"days\": 3}", "<|call|>"};
+    static const char *const HARMONY_SPELLED[] = {"<|channel|>", "commentary to=functions.get_weather ", "<|constrain|>",
+                                                  "json<|message|>", "{\"city\": \"Rome\", \"days\": 3}", "<|call|>"};
+    static const char *const GRANITE[] = {"<|tool_call|>", "[{\"name\": \"get_weather\", \"arguments\": {\"city\": "
+                                          "\"Rome\", \"days\": 3}}, {\"name\": \"ping\", \"arguments\": {}}]"};
+    static const char *const GRANITE_SPELLED[] = {"<|tool_call", "|>[{\"name\": \"ping\", \"arguments\": {}}]"};
+    struct {
+        toolcall_format f;
+        const char *const *good, *const *bad;
+        int n_good, n_bad;
+        const char *text; /* what the reply's text is (special tokens without text dropped) */
+        int calls;
+    } C[] = {
+        {TOOLCALL_FMT_HARMONY, HARMONY, HARMONY_SPELLED, 7, 6,
+         "<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{\"city\": \"Rome\", \"days\": 3}", 1},
+        {TOOLCALL_FMT_GRANITE, GRANITE, GRANITE_SPELLED, 2, 2, NULL, 2},
+    };
+    for (size_t k = 0; k < ATTND_ARRAY_LEN(C); k++) {
+        buf gb = {0};
+        attnd_err err;
+        cr_assert_eq(toolcall_grammar(&s, C[k].f, &gb, &err), ATTND_OK, "%s", err.msg);
+        grammar *g;
+        cr_assert_eq(grammar_compile(&g, gb.p, gb.len, &err), ATTND_OK, "%s\n%s", err.msg, gb.p);
+        cr_assert_eq(grammar_vocab_check(g, v, &err), ATTND_OK, "%s", err.msg);
+        cr_expect(takes_pieces(g, v, C[k].good, C[k].n_good), "format %d takes its call\n%s", C[k].f, gb.p);
+        cr_expect(!takes_pieces(g, v, C[k].bad, C[k].n_bad), "format %d refuses the markers spelled out", C[k].f);
+        cr_expect(toolcall_format_uses_tokens(C[k].f));
+        parsed out;
+        run(C[k].text ? C[k].text : C[k].good[1], true, 4, 0, &out);
+        cr_expect_eq(out.n_calls, C[k].calls, "format %d parses back", C[k].f);
+        cr_expect_str_eq(out.names[0], "get_weather");
+        cr_expect_str_eq(out.args[0], "{\"city\":\"Rome\",\"days\":3}");
+        grammar_unref(g);
+        buf_free(&gb);
+    }
+    /* Granite's marker, when it does reach the text, opens the array too */
+    parsed *p = check_all_chunkings("<|tool_call|>[{\"name\": \"ping\", \"arguments\": {}}]", true);
+    cr_assert_eq(p->n_calls, 1);
+    cr_assert_str_eq(p->names[0], "ping");
+    grammar_vocab_destroy(v);
+    toolcall_spec_free(&s);
+}
+
 Test(toolcall, history_renders_as_the_model_would_write_it) {
     json_t *calls = json_loads("[{\"id\":\"call_1\",\"type\":\"function\",\"function\":{\"name\":\"f\",\"arguments\":"
                                "\"{\\\"a\\\": 1}\"}}]", 0, NULL);

@@ -144,8 +144,12 @@ bool toolcall_render_result(const char *content, buf *out) {
 
 // ---- the forcing grammar ------------------------------------------------------------------
 
+bool toolcall_format_uses_tokens(toolcall_format f) { return f == TOOLCALL_FMT_HARMONY || f == TOOLCALL_FMT_GRANITE; }
+
 const char *toolcall_trigger(toolcall_format f) {
     switch (f) {
+    case TOOLCALL_FMT_HARMONY: return "<|channel|>";
+    case TOOLCALL_FMT_GRANITE: return "<|tool_call|>";
     case TOOLCALL_FMT_LLAMA: return "{\"name\"";
     case TOOLCALL_FMT_MISTRAL: return "[{\"name\"";
     default: return "<tool_call>";
@@ -164,6 +168,9 @@ static call_frame frame_of(toolcall_format f) {
         return (call_frame){"\"{\\\"name\\\": \"", "\", \\\"parameters\\\": \"", "\"}\"", "\"; \"", "", ""};
     case TOOLCALL_FMT_MISTRAL:
         return (call_frame){"\"{\\\"name\\\": \"", "\", \\\"arguments\\\": \"", "\"}\"", "\", \"", "\"[\" ", " \"]\""};
+    case TOOLCALL_FMT_GRANITE: /* the marker is a token terminal */
+        return (call_frame){"\"{\\\"name\\\": \"", "\", \\\"arguments\\\": \"", "\"}\"", "\", \"", "<|tool_call|> \"[\" ",
+                            " \"]\""};
     default:
         return (call_frame){"\"<tool_call>\\n{\\\"name\\\": \"", "\", \\\"arguments\\\": \"",
                             "\"}\\n</tool_call>\"", "\"\\n\"", "", ""};
@@ -260,8 +267,31 @@ static attnd_status xml_grammar(const toolcall_spec *s, buf *out, attnd_err *err
     return st;
 }
 
+/* Harmony: one call per message (<|call|> ends the reply), the name in the channel header, the
+ * arguments as the message; the markers are token terminals. */
+static attnd_status harmony_grammar(const toolcall_spec *s, buf *out, attnd_err *err) {
+    size_t n = json_array_size(s->tools);
+    const json_t **schemas = calloc(n ? n : 1, sizeof(*schemas));
+    if (!schemas) return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory");
+    bool ok = buf_puts(out, "root ::= <|channel|> \"commentary to=functions.\" ( ");
+    bool first = true;
+    for (size_t i = 0; ok && i < n; i++) {
+        const json_t *t = json_array_get(s->tools, i);
+        schemas[i] = json_object_get(t, "parameters");
+        const char *name = json_string_value(json_object_get(t, "name"));
+        if (s->choice == TOOLCALL_NAMED && strcmp(name, s->name)) continue;
+        ok = buf_printf(out, "%s\"%s \" <|constrain|> \"json\" <|message|> s%zu", first ? "" : " | ", name, i);
+        first = false;
+    }
+    ok = ok && buf_puts(out, " ) <|call|>\n");
+    attnd_status st = ok ? json_schema_rules(schemas, n, out, err) : attnd_fail(err, ATTND_ERR_NOMEM, "out of memory");
+    free(schemas);
+    return st;
+}
+
 attnd_status toolcall_grammar(const toolcall_spec *s, toolcall_format f, buf *out, attnd_err *err) {
     if (f == TOOLCALL_FMT_QWEN_XML) return xml_grammar(s, out, err);
+    if (f == TOOLCALL_FMT_HARMONY) return harmony_grammar(s, out, err);
     size_t n = json_array_size(s->tools);
     const json_t **schemas = calloc(n ? n : 1, sizeof(*schemas));
     if (!schemas) return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory");

@@ -9,6 +9,8 @@
  *   <tool_call>{"name": …, "arguments": …}</tool_call>   Hermes / Qwen
  *   <|python_tag|>{"name": …, "parameters": …}    Llama 3.x (also ";"-separated calls)
  *   [TOOL_CALLS][{"name": …, "arguments": …}, …] Mistral
+ *   <|tool_call|>[{"name": …, "arguments": …}, …] Granite (when the marker reaches the text;
+ *                                                  else the array is bare JSON)
  *   <|channel|>analysis<|message|>…<|end|>        gpt-oss harmony reasoning, and
  *   <|channel|>commentary to=functions.NAME …<|message|>{…}<|call|>   its calls
  *   <tool_call><function=NAME><parameter=P>VALUE</parameter>…</function></tool_call>
@@ -57,6 +59,11 @@ typedef enum toolcall_format {
     TOOLCALL_FMT_QWEN_XML,   /* <tool_call>\n<function=NAME>\n<parameter=P>\nVALUE\n</parameter>\n…
                               * </function>\n</tool_call> (Qwen3-Coder; found by <function= and
                               * <parameter= in the probe call) */
+    TOOLCALL_FMT_HARMONY,    /* gpt-oss: <|channel|>commentary to=functions.NAME <|constrain|>json
+                              * <|message|>{…}<|call|> (the markers are special tokens: the grammar
+                              * names them as token terminals) */
+    TOOLCALL_FMT_GRANITE,    /* Granite: <|tool_call|>[{"name": …, "arguments": …}] (the marker a
+                              * special token, named by the grammar) */
 } toolcall_format;
 
 /* A request's tools, as validated from "tools" / "tool_choice" / "parallel_tool_calls". */
@@ -93,6 +100,9 @@ bool toolcall_render_result(const char *content, buf *out);
 attnd_status toolcall_grammar(const toolcall_spec *s, toolcall_format f, buf *out, attnd_err *err);
 /* The text that opens a call in format f (static). */
 const char *toolcall_trigger(toolcall_format f);
+/* Whether format f's grammar names special tokens (token terminals), so it can neither start at a
+ * byte trigger (tool_choice auto leaves such calls free) nor follow a <think> probe. */
+bool toolcall_format_uses_tokens(toolcall_format f);
 
 // ---- the output parser ----
 

@@ -16,7 +16,7 @@
 #include "toolcall.h"
 
 enum mode {
-    M_TEXT, M_THINK, M_HERMES, M_PYTAG, M_PYTAG_SEP, M_MISTRAL, M_BARE, M_HARMONY_HEAD, M_HARMONY_BODY,
+    M_TEXT, M_THINK, M_HERMES, M_PYTAG, M_PYTAG_SEP, M_MISTRAL, M_GRANITE, M_BARE, M_HARMONY_HEAD, M_HARMONY_BODY,
     M_ARGS,       /* inside a call's arguments: streamed as they come */
     M_CALL_TAIL,  /* after them, to the end of the call object */
     M_HERMES_END, /* after the call object, to </tool_call> */
@@ -51,7 +51,7 @@ struct toolcall_parser {
 static const char XML_FUNC[] = "<function=", XML_FUNC_END[] = "</function>", XML_PARAM[] = "<parameter=",
                   XML_PARAM_END[] = "</parameter>";
 static const char THINK_OPEN[] = "<think>", THINK_CLOSE[] = "</think>", HERMES_OPEN[] = "<tool_call>",
-                  HERMES_CLOSE[] = "</tool_call>", PYTAG[] = "<|python_tag|>", MISTRAL[] = "[TOOL_CALLS]",
+                  HERMES_CLOSE[] = "</tool_call>", PYTAG[] = "<|python_tag|>", MISTRAL[] = "[TOOL_CALLS]", GRANITE[] = "<|tool_call|>",
                   CHANNEL[] = "<|channel|>", MESSAGE[] = "<|message|>", START[] = "<|start|>assistant";
 static const char *const HARMONY_ENDS[] = {"<|end|>", "<|call|>", "<|return|>"};
 
@@ -414,13 +414,13 @@ static bool step_text(toolcall_parser *p, json_t *deltas, bool final) {
             return true;
         }
     }
-    const char *markers[] = {THINK_OPEN, CHANNEL, START, HERMES_OPEN, PYTAG, MISTRAL};
-    size_t n_m = p->calls ? 6 : 3, which = 0;
+    const char *markers[] = {THINK_OPEN, CHANNEL, START, HERMES_OPEN, PYTAG, MISTRAL, GRANITE};
+    size_t n_m = p->calls ? 7 : 3, which = 0;
     size_t at = find_first(s, n, markers, n_m, &which);
     if (at < n) {
         emit_content(p, s, at, deltas);
         consume(p, at + strlen(markers[which]));
-        static const enum mode next[] = {M_THINK, M_HARMONY_HEAD, M_TEXT, M_HERMES, M_PYTAG, M_MISTRAL};
+        static const enum mode next[] = {M_THINK, M_HARMONY_HEAD, M_TEXT, M_HERMES, M_PYTAG, M_MISTRAL, M_GRANITE};
         p->mode = next[which];
         if (which == 0) p->after_reasoning = true;
         return true;
@@ -718,6 +718,7 @@ static bool step(toolcall_parser *p, json_t *deltas, bool final) {
     case M_PYTAG: return step_json(p, PYTAG, deltas, final);
     case M_PYTAG_SEP: return step_pytag_sep(p, final);
     case M_MISTRAL: return step_json(p, MISTRAL, deltas, final);
+    case M_GRANITE: return step_json(p, GRANITE, deltas, final);
     case M_BARE: return step_json(p, "", deltas, final);
     case M_HARMONY_HEAD: return step_harmony_head(p, deltas, final);
     case M_HARMONY_BODY: return step_harmony_body(p, deltas, final);
