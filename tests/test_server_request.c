@@ -16,6 +16,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "engine_fixture.h"
 #include "server_rig.h"
 
 #define MODEL ATTND_DATA_DIR "/models/stories260K.gguf"
@@ -577,3 +578,92 @@ Test(coder, a_forced_call_is_written_in_xml_and_parsed_into_json) {
     free(c.body);
     json_decref(j);
 }
+
+// ---- forced calls whose markers are special tokens: harmony and granite ---------------------
+
+/* A tiny random model whose vocabulary has harmony's and granite's special tokens (control
+ * tokens; the tokenizer shows harmony's channel markup as text, as llama.cpp does). */
+static const char *const SPECIAL_PIECES[] = {"<|channel|>", "<|constrain|>", "<|message|>", "<|call|>",
+                                             "<|start|>",   "<|return|>",    "<|end|>",     "<|tool_call|>"};
+static char special_model[128];
+
+static const char HARMONY_TEMPLATE[] =
+    "{% for m in messages %}<|start|>{{ m.role }}{% if m.tool_calls %}{% for tc in m.tool_calls %}<|channel|>commentary "
+    "to=functions.{{ tc.function.name }} <|constrain|>json<|message|>{{ tc.function.arguments | tojson }}<|call|>"
+    "{% endfor %}{% else %}<|message|>{{ m.content }}<|end|>{% endif %}{% endfor %}{% for t in tools %}"
+    "{{ t.function.name }}{% endfor %}{% if add_generation_prompt %}<|start|>assistant{% endif %}";
+static const char GRANITE_TEMPLATE[] =
+    "{% for m in messages %}<|start|>{{ m.role }}{% if m.tool_calls %}<|tool_call|>{{ m.tool_calls | tojson }}"
+    "{% else %}{{ m.content }}{% endif %}<|end|>{% endfor %}{% for t in tools %}{{ t.function.name }}{% endfor %}"
+    "{% if add_generation_prompt %}<|start|>assistant{% endif %}";
+
+static void special_server(const char *template, toolcall_format want) {
+    tiny_spec sp = tiny_default("llama");
+    sp.vocab = true, sp.n_vocab = 320, sp.n_ctx = 512, sp.seed = 29;
+    sp.specials = SPECIAL_PIECES, sp.n_specials = (int)ATTND_ARRAY_LEN(SPECIAL_PIECES);
+    tiny_tmpname(special_model, sizeof(special_model), "special");
+    cr_assert_eq(tiny_write(special_model, &sp), 0);
+    snprintf(r1_path, sizeof(r1_path), "/tmp/attnd-special-XXXXXX");
+    int fd = mkstemp(r1_path);
+    cr_assert_geq(fd, 0);
+    cr_assert_eq(write(fd, template, strlen(template)), (ssize_t)strlen(template));
+    close(fd);
+    server_settings cfg;
+    rig_settings(&cfg, special_model, NULL, 1);
+    cfg.chat_template_file = r1_path;
+    attnd_err err;
+    srv = rig_start(&cfg, false, &err);
+    cr_assert_not_null(srv, "%s", err.msg);
+    cr_assert_eq(srv->chat.tool_format, want, "the template's call format");
+    srv->cfg.default_max_tokens = 120;
+}
+
+static void harmony_setup(void) { special_server(HARMONY_TEMPLATE, TOOLCALL_FMT_HARMONY); }
+static void granite_setup(void) { special_server(GRANITE_TEMPLATE, TOOLCALL_FMT_GRANITE); }
+static void special_teardown(void) {
+    r1_teardown();
+    unlink(special_model);
+}
+
+TestSuite(harmony, .init = harmony_setup, .fini = special_teardown, .timeout = 120);
+TestSuite(granite, .init = granite_setup, .fini = special_teardown, .timeout = 120);
+
+/* tool_choice required on the random model: the reply is one call of "set" with arguments under
+ * its schema, and the special tokens came as tokens: each of whole[] is one logprobs entry of its
+ * own (harmony's markup, shown as text), or (whole NULL) a token without text came (granite's
+ * control token). */
+static void forced_special_call(const char *const *whole, int n_whole) {
+    static const char BODY[] = "{\"messages\": [{\"role\": \"user\", \"content\": \"Once\"}], \"temperature\": 0, "
+                               "\"logprobs\": true, " CODER_TOOLS "}";
+    json_t *j = post_json("/v1/chat/completions", BODY, 200);
+    const json_t *choice = json_array_get(json_object_get(j, "choices"), 0);
+    const json_t *msg = json_object_get(choice, "message");
+    cr_assert_str_eq(json_string_value(json_object_get(choice, "finish_reason")), "tool_calls", "%s", json_dumps(j, 0));
+    const json_t *fn = json_object_get(json_array_get(json_object_get(msg, "tool_calls"), 0), "function");
+    cr_assert_str_eq(json_string_value(json_object_get(fn, "name")), "set");
+    const char *args = json_string_value(json_object_get(fn, "arguments"));
+    json_t *a = json_loads(args ? args : "", 0, NULL);
+    cr_assert(json_is_integer(json_object_get(a, "n")) && json_is_boolean(json_object_get(a, "ok")), "arguments %s", args);
+    json_decref(a);
+    const json_t *lp = json_object_get(json_object_get(choice, "logprobs"), "content");
+    int textless = 0, found = 0;
+    buf text = {0};
+    for (size_t i = 0; i < json_array_size(lp); i++) {
+        const char *t = json_string_value(json_object_get(json_array_get(lp, i), "token"));
+        textless += t && !t[0];
+        for (int k = 0; k < n_whole; k++) found += t && !strcmp(t, whole[k]);
+        buf_puts(&text, t ? t : "");
+    }
+    if (!whole) cr_assert_geq(textless, 1, "a special token without text was generated: %s", text.p);
+    cr_assert_eq(found, n_whole, "each marker came as its own token: %s", text.p);
+    cr_log_info("%d tokens, %d without text: %s", (int)json_array_size(lp), textless, text.p ? text.p : "");
+    buf_free(&text);
+    json_decref(j);
+}
+
+Test(harmony, a_forced_call_writes_the_channel_markup_as_tokens) {
+    static const char *const MARKUP[] = {"<|channel|>", "<|constrain|>", "<|message|>"};
+    forced_special_call(MARKUP, 3);
+}
+
+Test(granite, a_forced_call_opens_with_the_tool_call_token) { forced_special_call(NULL, 0); }
