@@ -129,10 +129,11 @@ static bool parse_token(parser *ps, evec *out) {
         if (d == at + 2 || d + 1 != q || *d != ']' || id > INT32_MAX)
             return fail_at(ps, at, "a token id is <[N]> with N a non-negative integer");
         t.id = (int32_t)id, t.len = 0;
-    } else if (!(t.text = malloc(t.len))) {
+    } else if (!(t.text = malloc(t.len + 1))) {
         return nomem(ps);
     } else {
         memcpy(t.text, at, t.len);
+        t.text[t.len] = '\0';
     }
     ps->p = q + 1;
     if (!attnd_grow(&ps->toks, &ps->cap_toks, ps->n_toks + 1, sizeof(*ps->toks), 8)) {
@@ -630,3 +631,15 @@ grammar_lazy grammar_get_lazy(const grammar *g) {
 }
 
 int grammar_n_rules(const grammar *g) { return g->n_rules; }
+
+attnd_status grammar_check_tokenizer(const grammar *g, const tokenizer *tok, attnd_err *err) {
+    for (size_t i = 0; i < g->n_toks; i++) {
+        const gtoken *t = &g->toks[i];
+        if (t->id >= tok_n_vocab(tok))
+            return attnd_fail(err, ATTND_ERR_INVALID, "grammar: token <[%d]> is outside the %d-token vocabulary", (int)t->id,
+                              tok_n_vocab(tok));
+        if (t->id < 0 && tok_find(tok, t->text) < 0)
+            return attnd_fail(err, ATTND_ERR_INVALID, "grammar: %s is not a token of the vocabulary", t->text);
+    }
+    return ATTND_OK;
+}

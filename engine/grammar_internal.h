@@ -31,7 +31,7 @@ typedef struct grange {
  * in the vocabulary when a state first meets one: see grammar_match.c). */
 typedef struct gtoken {
     int32_t id;   /* -1: by text */
-    char *text;   /* (len) by text: the whole "<…>"; NULL by id */
+    char *text;   /* (len, NUL-terminated) by text: the whole "<…>"; NULL by id */
     size_t len;
 } gtoken;
 

@@ -663,6 +663,7 @@ Test(grammar_tokens, a_token_is_accepted_where_allowed_and_nowhere_else) {
     for (int k = 0; k < 2; k++) {
         grammar *g = compile(SRC[k]);
         cr_assert_eq(grammar_vocab_check(g, gvocab, NULL), ATTND_OK);
+        cr_assert_eq(grammar_check_tokenizer(g, tok, NULL), ATTND_OK);
         const int good[] = {T_OPEN, T_A, T_CLOSE, T_CALL};
         cr_assert(run_ids(g, good, 4), "%s", SRC[k]);
         const int early[] = {T_OPEN, T_CALL};
@@ -709,6 +710,8 @@ Test(grammar_tokens, names_are_checked_against_the_vocabulary_and_syntax_errors_
     grammar *g = compile("root ::= <|nope|> | <[99]>");
     attnd_err err;
     cr_assert_eq(grammar_vocab_check(g, gvocab, &err), ATTND_ERR_INVALID);
+    cr_assert(strstr(err.msg, "<|nope|>"), "%s", err.msg);
+    cr_assert_eq(grammar_check_tokenizer(g, tok, &err), ATTND_ERR_INVALID, "the tokenizer says the same");
     cr_assert(strstr(err.msg, "<|nope|>"), "%s", err.msg);
     gen_params p = {.top_logprobs = -1, .grammar = g, .gvocab = gvocab};
     sampler_params_default(&p.sp);

@@ -667,3 +667,18 @@ Test(harmony, a_forced_call_writes_the_channel_markup_as_tokens) {
 }
 
 Test(granite, a_forced_call_opens_with_the_tool_call_token) { forced_special_call(NULL, 0); }
+
+/* A GBNF grammar whose token terminal names no token of the model is refused with its name; one
+ * that names tokens by id runs. */
+Test(request, a_grammar_naming_an_unknown_token_is_refused) {
+    rec c = {0};
+    run(&c, "POST", "/completion", "{\"prompt\": \"Once\", \"n_predict\": 3, \"grammar\": \"root ::= <|nope|>\"}");
+    cr_assert_geq(c.status, 400, "%d %s", c.status, c.body);
+    cr_assert_lt(c.status, 500, "a client error: %d %s", c.status, c.body);
+    cr_assert_not_null(strstr(c.body, "<|nope|>"), "%s", c.body);
+    free(c.body);
+    json_t *j = post_json("/completion", "{\"prompt\": \"Once\", \"n_predict\": 3, \"return_tokens\": true, "
+                          "\"grammar\": \"root ::= <[2]> | [a-z ]+ <[5]>\"}", 200);
+    cr_assert(json_is_array(json_object_get(j, "tokens")));
+    json_decref(j);
+}

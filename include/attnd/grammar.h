@@ -106,8 +106,10 @@ bool grammar_vocab_token(const grammar_vocab *v, int32_t id, const char **bytes,
  * (grammar_vocab_from_tokenizer sets the GGUF's strings). Copied. Errors: ATTND_ERR_NOMEM. */
 attnd_status grammar_vocab_set_names(grammar_vocab *v, const char *const *names, const size_t *lens, attnd_err *err);
 /* ATTND_ERR_INVALID naming the first token terminal of g that v does not have (an id out of
- * range, a text no token is named), else ATTND_OK. */
+ * range, a text no token is named), else ATTND_OK. _tokenizer: the same against tok's
+ * vocabulary (before a request is queued, when its vocabulary index may not exist yet). */
 attnd_status grammar_vocab_check(const grammar *g, const grammar_vocab *v, attnd_err *err);
+attnd_status grammar_check_tokenizer(const grammar *g, const tokenizer *tok, attnd_err *err);
 
 /* ---- the per-sequence state ---- */
 typedef struct grammar_state grammar_state;

@@ -299,6 +299,10 @@ static bool submit_choices(req *r, enum MHD_Result *ret) {
     int n_prompts = r->chat ? 1 : q->n_prompts, n_choices = n_prompts * q->n;
     attnd_err err;
     if (!genreq_check_ablate(r, ret)) return false;
+    if (q->grammar && r->srv->tok && grammar_check_tokenizer(q->grammar, r->srv->tok, &err) != ATTND_OK) { /* its token terminals */
+        *ret = http_respond_error(r, 400, err.msg, q->format == OAI_FORMAT_TOOL_CALL ? "tool_choice" : "grammar");
+        return false;
+    }
     if (r->llama && n_choices > 1) {
         *ret = http_respond_error(r, 400, "/completion takes one prompt; use /v1/completions for prompt lists", "prompt");
         return false;
