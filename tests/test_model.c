@@ -1135,6 +1135,9 @@ static const struct {
     {"qwen896-Q4_K_M.gguf", 0.90},      {"qwen896-Q5_K_M.gguf", 0.90},      {"qwen896-Q2_K.gguf", 0.90},
     {"qwen896-IQ4_XS.gguf", 0.90},      {"llama960-Q4_K_M.gguf", 0.90},     {"llama960-Q5_K_M.gguf", 0.90},
     {"llama960-Q3_K_M.gguf", 0.90},
+    /* files llama.cpp's own quantizer wrote (tests/data/models/llamacpp): its blocks, its metadata */
+    {"llamacpp/attnd-sotu-Q2_K.gguf", 0.90}, {"llamacpp/attnd-sotu-Q3_K_M.gguf", 0.90},
+    {"llamacpp/attnd-sotu-IQ4_XS.gguf", 0.90},
 };
 
 static json_t *load_reference(void) {
