@@ -44,6 +44,15 @@ static inline sched *sched_rig_start(model *m, tokenizer *tok, sess_store *store
     return s;
 }
 
+/* A new session named id in store, acquired: the caller (or the job it is given to) holds it. */
+static inline sess *sched_rig_session(sess_store *store, const char *id) {
+    char made[SESS_ID_MAX + 1];
+    cr_assert_eq(sess_create(store, NULL, id, made, NULL), ATTND_OK);
+    sess *se;
+    cr_assert_eq(sess_acquire(store, NULL, id, &se, NULL), ATTND_OK);
+    return se;
+}
+
 /* Destroys the scheduler, the store, the tokenizer and the model (each may be NULL), in that
  * order, and sets the four pointers to NULL. */
 static inline void sched_rig_close(sched **sch, sess_store **store, tokenizer **tok, model **m) {

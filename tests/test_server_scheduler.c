@@ -179,10 +179,7 @@ Test(scheduler, a_repeated_prompt_reuses_the_cached_prefix) {
 Test(scheduler, a_session_turn_caches_the_whole_conversation) {
     if (model_missing()) return;
     start();
-    char id[SESS_ID_MAX + 1];
-    cr_assert_eq(sess_create(store, NULL, "s", id, NULL), ATTND_OK);
-    sess *se;
-    cr_assert_eq(sess_acquire(store, NULL, "s", &se, NULL), ATTND_OK);
+    sess *se = sched_rig_session(store, "s");
     int32_t *ids;
     size_t n;
     cr_assert_eq(tok_encode(tok, "Once upon a time", 16, true, false, &ids, &n, NULL), ATTND_OK);

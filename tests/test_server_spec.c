@@ -182,10 +182,7 @@ Test(sched_spec, forks_and_session_turns_continue_as_without_it) {
     }
     for (int i = 0; i < 3; i++) same(&plain[i], &fast[i], "fork");
     /* two turns of a named session with speculation: the second finds the first cached */
-    char id[SESS_ID_MAX + 1];
-    cr_assert_eq(sess_create(store, NULL, "s", id, NULL), ATTND_OK);
-    sess *se;
-    cr_assert_eq(sess_acquire(store, NULL, "s", &se, NULL), ATTND_OK);
+    sess *se = sched_rig_session(store, "s");
     int32_t *ids;
     size_t n;
     cr_assert_eq(tok_encode(tok, TEXTS[0], strlen(TEXTS[0]), true, false, &ids, &n, NULL), ATTND_OK);
