@@ -5,14 +5,7 @@
 # option or a value left out.
 set -u
 LIB="$(cd "$(dirname "$0")/.." && pwd)/tools/bench/bench_lib.sh"
-fail=0
-check() { # name, actual, expected
-    if [[ "$2" != "$3" ]]; then
-        echo "FAIL: $1"; echo "  got:      $2"; echo "  expected: $3"; fail=1
-    else
-        echo "ok: $1"
-    fi
-}
+source "$(dirname "$0")/check_lib.sh"
 script=$(mktemp)
 trap 'rm -f "$script"' EXIT
 cat >"$script" <<'SCRIPT'
