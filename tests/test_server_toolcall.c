@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "attnd/grammar.h"
+#include "grammar_sentence.h"
 #include "toolcall.h"
 
 typedef struct parsed {
@@ -382,14 +383,6 @@ Test(toolcall, tools_and_tool_choice_are_validated) {
     }
 }
 
-static bool sentence(const grammar *g, const char *text) {
-    grammar_state *st;
-    cr_assert_eq(grammar_state_create(&st, g, NULL), ATTND_OK);
-    bool ok = grammar_state_accept(st, text, strlen(text)) && grammar_state_complete(st);
-    grammar_state_destroy(st);
-    return ok;
-}
-
 Test(toolcall, the_forcing_grammar_accepts_only_valid_calls) {
     toolcall_spec s;
     const char *param;
@@ -403,13 +396,15 @@ Test(toolcall, the_forcing_grammar_accepts_only_valid_calls) {
     cr_assert_eq(grammar_compile(&g, gb.p, gb.len, &err), ATTND_OK, "%s\n%s", err.msg, gb.p);
     const char *good = "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Rome\", \"days\": 3}}\n"
                        "</tool_call>";
-    cr_assert(sentence(g, good));
-    cr_assert(sentence(g, "<tool_call>\n{\"name\": \"ping\", \"arguments\": {}}\n</tool_call>\n<tool_call>\n{\"name\": "
-                          "\"ping\", \"arguments\": {}}\n</tool_call>"), "parallel calls");
-    cr_assert(!sentence(g, "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Rome\", \"days\": 9}}\n"
-                           "</tool_call>"), "arguments follow the schema");
-    cr_assert(!sentence(g, "<tool_call>\n{\"name\": \"nope\", \"arguments\": {}}\n</tool_call>"));
-    cr_assert(!sentence(g, "Sure!"));
+    cr_assert(grammar_sentence(g, good));
+    cr_assert(grammar_sentence(g, "<tool_call>\n{\"name\": \"ping\", \"arguments\": {}}\n</tool_call>\n"
+                                  "<tool_call>\n{\"name\": \"ping\", \"arguments\": {}}\n</tool_call>"),
+              "parallel calls");
+    cr_assert(!grammar_sentence(g, "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Rome\", "
+                                   "\"days\": 9}}\n</tool_call>"),
+              "arguments follow the schema");
+    cr_assert(!grammar_sentence(g, "<tool_call>\n{\"name\": \"nope\", \"arguments\": {}}\n</tool_call>"));
+    cr_assert(!grammar_sentence(g, "Sure!"));
     /* and what the grammar forces is what the parser reads */
     parsed out;
     run(good, true, 3, 0, &out);
@@ -443,8 +438,8 @@ Test(toolcall, the_forcing_grammar_writes_each_templates_format) {
         cr_assert_eq(toolcall_grammar(&s, CASES[k].f, &gb, &err), ATTND_OK, "%s", err.msg);
         grammar *g;
         cr_assert_eq(grammar_compile(&g, gb.p, gb.len, &err), ATTND_OK, "%s\n%s", err.msg, gb.p);
-        cr_expect(sentence(g, CASES[k].good), "format %d: %s\n%s", CASES[k].f, CASES[k].good, gb.p);
-        cr_expect(!sentence(g, CASES[k].bad), "format %d refuses %s", CASES[k].f, CASES[k].bad);
+        cr_expect(grammar_sentence(g, CASES[k].good), "format %d: %s\n%s", CASES[k].f, CASES[k].good, gb.p);
+        cr_expect(!grammar_sentence(g, CASES[k].bad), "format %d refuses %s", CASES[k].f, CASES[k].bad);
         const char *trig = toolcall_trigger(CASES[k].f);
         cr_expect(!strncmp(CASES[k].good, trig, strlen(trig)), "a call starts with its trigger %s", trig);
         parsed out;

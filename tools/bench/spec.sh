@@ -23,20 +23,10 @@
 # Needs: python3-numpy (rows 3, 4), jq.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+source tools/bench/bench_lib.sh
 
 rows="1 2 3 4" reps=3 n=96 threads=0 dmax=8 attnd=build/attnd
-while [ $# -gt 0 ]; do
-    case "$1" in
-    --rows) rows=$2 ;;
-    --reps) reps=$2 ;;
-    --n) n=$2 ;;
-    --threads) threads=$2 ;;
-    --draft-max) dmax=$2 ;;
-    --attnd) attnd=$2 ;;
-    *) sed -n '2,24p' "$0" >&2; exit 2 ;;
-    esac
-    shift 2
-done
+bench_options '2,23' 'rows reps n threads draft-max=dmax attnd' '' "$@"
 command -v jq >/dev/null || { echo "spec.sh: needs jq" >&2; exit 1; }
 [ -x "$attnd" ] || { echo "spec.sh: $attnd missing (build it first)" >&2; exit 1; }
 
