@@ -349,6 +349,23 @@ static const char *TOOLS = "\"tools\":[{\"type\":\"function\",\"function\":{\"na
                            "{\"type\":\"integer\",\"minimum\":1,\"maximum\":7}},\"required\":[\"city\",\"days\"]}}},"
                            "{\"type\":\"function\",\"function\":{\"name\":\"ping\"}}]";
 
+/* The spec of a request with TOOLS and this tool_choice (a JSON value). */
+static void tools_spec(const char *choice, toolcall_spec *s) {
+    char body[2048];
+    const char *param = NULL;
+    snprintf(body, sizeof(body), "{%s,\"tool_choice\":%s}", TOOLS, choice);
+    cr_assert_eq(spec_of(body, false, s, &param), ATTND_OK, "%s", body);
+}
+
+/* s's forcing grammar in format f, written to gb and compiled. */
+static grammar *forcing_grammar(const toolcall_spec *s, toolcall_format f, buf *gb) {
+    attnd_err err;
+    cr_assert_eq(toolcall_grammar(s, f, gb, &err), ATTND_OK, "%s", err.msg);
+    grammar *g;
+    cr_assert_eq(grammar_compile(&g, gb->p, gb->len, &err), ATTND_OK, "%s\n%s", err.msg, gb->p);
+    return g;
+}
+
 Test(toolcall, tools_and_tool_choice_are_validated) {
     toolcall_spec s;
     const char *param = NULL;
@@ -385,15 +402,9 @@ Test(toolcall, tools_and_tool_choice_are_validated) {
 
 Test(toolcall, the_forcing_grammar_accepts_only_valid_calls) {
     toolcall_spec s;
-    const char *param;
-    char body[2048];
-    snprintf(body, sizeof(body), "{%s,\"tool_choice\":\"required\"}", TOOLS);
-    cr_assert_eq(spec_of(body, false, &s, &param), ATTND_OK);
+    tools_spec("\"required\"", &s);
     buf gb = {0};
-    attnd_err err;
-    cr_assert_eq(toolcall_grammar(&s, TOOLCALL_FMT_HERMES, &gb, &err), ATTND_OK, "%s", err.msg);
-    grammar *g;
-    cr_assert_eq(grammar_compile(&g, gb.p, gb.len, &err), ATTND_OK, "%s\n%s", err.msg, gb.p);
+    grammar *g = forcing_grammar(&s, TOOLCALL_FMT_HERMES, &gb);
     const char *good = "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Rome\", \"days\": 3}}\n"
                        "</tool_call>";
     cr_assert(grammar_sentence(g, good));
@@ -418,11 +429,7 @@ Test(toolcall, the_forcing_grammar_accepts_only_valid_calls) {
 /* The Llama 3.1 and Mistral forms: what each template writes, and what the parser reads back. */
 Test(toolcall, the_forcing_grammar_writes_each_templates_format) {
     toolcall_spec s;
-    const char *param;
-    char body[2048];
-    snprintf(body, sizeof(body), "{%s,\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"get_weather\"}}}",
-             TOOLS);
-    cr_assert_eq(spec_of(body, false, &s, &param), ATTND_OK);
+    tools_spec("{\"type\":\"function\",\"function\":{\"name\":\"get_weather\"}}", &s);
     static const struct {
         toolcall_format f;
         const char *good, *bad;
@@ -434,10 +441,7 @@ Test(toolcall, the_forcing_grammar_writes_each_templates_format) {
     };
     for (size_t k = 0; k < ATTND_ARRAY_LEN(CASES); k++) {
         buf gb = {0};
-        attnd_err err;
-        cr_assert_eq(toolcall_grammar(&s, CASES[k].f, &gb, &err), ATTND_OK, "%s", err.msg);
-        grammar *g;
-        cr_assert_eq(grammar_compile(&g, gb.p, gb.len, &err), ATTND_OK, "%s\n%s", err.msg, gb.p);
+        grammar *g = forcing_grammar(&s, CASES[k].f, &gb);
         cr_expect(grammar_sentence(g, CASES[k].good), "format %d: %s\n%s", CASES[k].f, CASES[k].good, gb.p);
         cr_expect(!grammar_sentence(g, CASES[k].bad), "format %d refuses %s", CASES[k].f, CASES[k].bad);
         const char *trig = toolcall_trigger(CASES[k].f);
@@ -456,27 +460,22 @@ Test(toolcall, the_forcing_grammar_writes_each_templates_format) {
  * </parameter>, integers under their schema; what it accepts parses back. */
 Test(toolcall, the_forcing_grammar_writes_qwen3_coder_xml) {
     toolcall_spec s;
-    const char *param;
-    char body[2048];
-    snprintf(body, sizeof(body), "{%s,\"tool_choice\":\"required\"}", TOOLS);
-    cr_assert_eq(spec_of(body, false, &s, &param), ATTND_OK);
+    tools_spec("\"required\"", &s);
     buf gb = {0};
-    attnd_err err;
-    cr_assert_eq(toolcall_grammar(&s, TOOLCALL_FMT_QWEN_XML, &gb, &err), ATTND_OK, "%s", err.msg);
-    grammar *g;
-    cr_assert_eq(grammar_compile(&g, gb.p, gb.len, &err), ATTND_OK, "%s\n%s", err.msg, gb.p);
+    grammar *g = forcing_grammar(&s, TOOLCALL_FMT_QWEN_XML, &gb);
     static const char GOOD[] = "<tool_call>\n<function=get_weather>\n<parameter=city>\nSan <b>Jos\u00e9</b> < 3\n"
                                "</parameter>\n<parameter=days>\n3\n</parameter>\n</function>\n</tool_call>";
-    cr_assert(sentence(g, GOOD), "%s\n%s", GOOD, gb.p);
-    cr_assert(sentence(g, "<tool_call>\n<function=ping>\n</function>\n</tool_call>\n<tool_call>\n<function=ping>\n"
-                          "</function>\n</tool_call>"), "parallel calls");
-    cr_assert(!sentence(g, "<tool_call>\n<function=get_weather>\n<parameter=city>\nRome\n</parameter>\n"
-                           "<parameter=days>\n9\n</parameter>\n</function>\n</tool_call>"), "days is 1..7");
-    cr_assert(!sentence(g, "<tool_call>\n<function=get_weather>\n<parameter=days>\n3\n</parameter>\n</function>\n"
-                           "</tool_call>"), "city is required");
-    cr_assert(!sentence(g, "<tool_call>\n<function=get_weather>\n<parameter=city>\na</parameter>b\n</parameter>\n"
-                           "<parameter=days>\n3\n</parameter>\n</function>\n</tool_call>"), "no </parameter> in a value");
-    cr_assert(!sentence(g, "<tool_call>\n<function=nope>\n</function>\n</tool_call>"));
+    cr_assert(grammar_sentence(g, GOOD), "%s\n%s", GOOD, gb.p);
+    cr_assert(grammar_sentence(g, "<tool_call>\n<function=ping>\n</function>\n</tool_call>\n<tool_call>\n"
+                                  "<function=ping>\n</function>\n</tool_call>"), "parallel calls");
+    cr_assert(!grammar_sentence(g, "<tool_call>\n<function=get_weather>\n<parameter=city>\nRome\n</parameter>\n"
+                                   "<parameter=days>\n9\n</parameter>\n</function>\n</tool_call>"), "days is 1..7");
+    cr_assert(!grammar_sentence(g, "<tool_call>\n<function=get_weather>\n<parameter=days>\n3\n</parameter>\n"
+                                   "</function>\n</tool_call>"), "city is required");
+    cr_assert(!grammar_sentence(g, "<tool_call>\n<function=get_weather>\n<parameter=city>\na</parameter>b\n"
+                                   "</parameter>\n<parameter=days>\n3\n</parameter>\n</function>\n</tool_call>"),
+              "no </parameter> in a value");
+    cr_assert(!grammar_sentence(g, "<tool_call>\n<function=nope>\n</function>\n</tool_call>"));
     cr_assert(!strncmp(GOOD, toolcall_trigger(TOOLCALL_FMT_QWEN_XML), strlen(toolcall_trigger(TOOLCALL_FMT_QWEN_XML))));
     json_t *tools = json_loads("[{\"name\": \"get_weather\", \"parameters\": {\"properties\": {\"city\": {\"type\": "
                                "\"string\"}, \"days\": {\"type\": \"integer\"}}}}]", 0, NULL);
@@ -532,10 +531,7 @@ static bool takes_pieces(const grammar *g, const grammar_vocab *v, const char *c
  * terminals; the same text spelled in characters is refused. What it takes parses back. */
 Test(toolcall, the_forcing_grammar_names_harmony_and_granite_special_tokens) {
     toolcall_spec s;
-    const char *param;
-    char body[2048];
-    snprintf(body, sizeof(body), "{%s,\"tool_choice\":\"required\"}", TOOLS);
-    cr_assert_eq(spec_of(body, false, &s, &param), ATTND_OK);
+    tools_spec("\"required\"", &s);
     grammar_vocab *v = char_vocab();
     static const char *const HARMONY[] = {"<|channel|>", "commentary to=functions.get_weather ", "<|constrain|>", "json",
                                           "<|message|>", "{\"city\": \"Rome\", \"days\": 3}", "<|call|>"};
@@ -557,10 +553,8 @@ Test(toolcall, the_forcing_grammar_names_harmony_and_granite_special_tokens) {
     };
     for (size_t k = 0; k < ATTND_ARRAY_LEN(C); k++) {
         buf gb = {0};
+        grammar *g = forcing_grammar(&s, C[k].f, &gb);
         attnd_err err;
-        cr_assert_eq(toolcall_grammar(&s, C[k].f, &gb, &err), ATTND_OK, "%s", err.msg);
-        grammar *g;
-        cr_assert_eq(grammar_compile(&g, gb.p, gb.len, &err), ATTND_OK, "%s\n%s", err.msg, gb.p);
         cr_assert_eq(grammar_vocab_check(g, v, &err), ATTND_OK, "%s", err.msg);
         cr_expect(takes_pieces(g, v, C[k].good, C[k].n_good), "format %d takes its call\n%s", C[k].f, gb.p);
         cr_expect(!takes_pieces(g, v, C[k].bad, C[k].n_bad), "format %d refuses the markers spelled out", C[k].f);
