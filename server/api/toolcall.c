@@ -237,6 +237,29 @@ static bool xml_params_rule(const json_t *params, size_t i, json_t *vals, buf *o
     return ok && buf_puts(out, "\n");
 }
 
+/* One alternative per tool that s allows, joined by " | ": the literal "<open>name<mid><mid2>
+ * and then the tool's schema rule s<i>. Tool i's parameters go to schemas[i]. */
+static bool tool_alternatives(const toolcall_spec *s, const char *open, const char *mid, const char *mid2,
+                              const json_t **schemas, buf *out) {
+    bool ok = true, first = true;
+    for (size_t i = 0; ok && i < json_array_size(s->tools); i++) {
+        const json_t *t = json_array_get(s->tools, i);
+        schemas[i] = json_object_get(t, "parameters");
+        const char *name = json_string_value(json_object_get(t, "name"));
+        if (s->choice == TOOLCALL_NAMED && strcmp(name, s->name)) continue;
+        ok = buf_printf(out, "%s\"%s%s%s%s s%zu", first ? "" : " | ", open, name, mid, mid2, i);
+        first = false;
+    }
+    return ok;
+}
+
+/* The n schemas as rules s0… after a grammar whose writing ok says succeeded; frees schemas. */
+static attnd_status tool_schema_rules(const json_t **schemas, size_t n, bool ok, buf *out, attnd_err *err) {
+    attnd_status st = ok ? json_schema_rules(schemas, n, out, err) : attnd_fail(err, ATTND_ERR_NOMEM, "out of memory");
+    free(schemas);
+    return st;
+}
+
 /* The XML call grammar: <tool_call>, the function, its parameters, </tool_call>. */
 static attnd_status xml_grammar(const toolcall_spec *s, buf *out, attnd_err *err) {
     size_t n = json_array_size(s->tools);
@@ -260,9 +283,7 @@ static attnd_status xml_grammar(const toolcall_spec *s, buf *out, attnd_err *err
     size_t nv = json_array_size(vals);
     const json_t **schemas = calloc(nv ? nv : 1, sizeof(*schemas));
     for (size_t k = 0; schemas && k < nv; k++) schemas[k] = json_array_get(vals, k);
-    attnd_status st = ok && schemas ? json_schema_rules(schemas, nv, out, err)
-                                    : attnd_fail(err, ATTND_ERR_NOMEM, "out of memory");
-    free(schemas);
+    attnd_status st = tool_schema_rules(schemas, nv, ok && schemas, out, err);
     json_decref(vals);
     return st;
 }
@@ -272,21 +293,10 @@ static attnd_status xml_grammar(const toolcall_spec *s, buf *out, attnd_err *err
 static attnd_status harmony_grammar(const toolcall_spec *s, buf *out, attnd_err *err) {
     size_t n = json_array_size(s->tools);
     const json_t **schemas = calloc(n ? n : 1, sizeof(*schemas));
-    if (!schemas) return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory");
-    bool ok = buf_puts(out, "root ::= <|channel|> \"commentary to=functions.\" ( ");
-    bool first = true;
-    for (size_t i = 0; ok && i < n; i++) {
-        const json_t *t = json_array_get(s->tools, i);
-        schemas[i] = json_object_get(t, "parameters");
-        const char *name = json_string_value(json_object_get(t, "name"));
-        if (s->choice == TOOLCALL_NAMED && strcmp(name, s->name)) continue;
-        ok = buf_printf(out, "%s\"%s \" <|constrain|> \"json\" <|message|> s%zu", first ? "" : " | ", name, i);
-        first = false;
-    }
-    ok = ok && buf_puts(out, " ) <|call|>\n");
-    attnd_status st = ok ? json_schema_rules(schemas, n, out, err) : attnd_fail(err, ATTND_ERR_NOMEM, "out of memory");
-    free(schemas);
-    return st;
+    bool ok = schemas && buf_puts(out, "root ::= <|channel|> \"commentary to=functions.\" ( ") &&
+              tool_alternatives(s, "", " \" <|constrain|> \"json\" <|message|>", "", schemas, out) &&
+              buf_puts(out, " ) <|call|>\n");
+    return tool_schema_rules(schemas, n, ok, out, err);
 }
 
 attnd_status toolcall_grammar(const toolcall_spec *s, toolcall_format f, buf *out, attnd_err *err) {
@@ -294,26 +304,16 @@ attnd_status toolcall_grammar(const toolcall_spec *s, toolcall_format f, buf *ou
     if (f == TOOLCALL_FMT_HARMONY) return harmony_grammar(s, out, err);
     size_t n = json_array_size(s->tools);
     const json_t **schemas = calloc(n ? n : 1, sizeof(*schemas));
-    if (!schemas) return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory");
     call_frame fr = frame_of(f);
     /* parallel: up to MAX_PARALLEL calls, so a sampling model cannot loop on calls until its
      * length runs out */
-    bool ok = (s->parallel ? buf_printf(out, "root ::= \" \"? %s call ( %s call ){0,%d}%s\n", fr.list_open, fr.sep,
+    bool ok = schemas &&
+              (s->parallel ? buf_printf(out, "root ::= \" \"? %s call ( %s call ){0,%d}%s\n", fr.list_open, fr.sep,
                                         MAX_PARALLEL - 1, fr.list_close)
                            : buf_printf(out, "root ::= \" \"? %s call%s\n", fr.list_open, fr.list_close)) &&
-              buf_printf(out, "call ::= %s ( ", fr.open);
-    bool first = true;
-    for (size_t i = 0; ok && i < n; i++) {
-        const json_t *t = json_array_get(s->tools, i);
-        schemas[i] = json_object_get(t, "parameters");
-        const char *name = json_string_value(json_object_get(t, "name"));
-        if (s->choice == TOOLCALL_NAMED && strcmp(name, s->name)) continue;
-        /* names are [A-Za-z0-9_.-]: no escaping needed inside the literal */
-        ok = buf_printf(out, "%s\"\\\"%s\\\"%s s%zu", first ? "" : " | ", name, fr.mid + 1, i);
-        first = false;
-    }
-    ok = ok && buf_printf(out, " ) %s\n", fr.close);
-    attnd_status st = ok ? json_schema_rules(schemas, n, out, err) : attnd_fail(err, ATTND_ERR_NOMEM, "out of memory");
-    free(schemas);
-    return st;
+              buf_printf(out, "call ::= %s ( ", fr.open) &&
+              /* names are [A-Za-z0-9_.-]: no escaping needed inside the literal */
+              tool_alternatives(s, "\\\"", "\\\"", fr.mid + 1, schemas, out) &&
+              buf_printf(out, " ) %s\n", fr.close);
+    return tool_schema_rules(schemas, n, ok, out, err);
 }
