@@ -98,6 +98,32 @@ static char *stream_text(const char *sse, bool chat, int *n_events, bool *done) 
     return text;
 }
 
+/* Posts body to /v1/chat/completions (a streamed request) and joins the strings that pick takes
+ * from each event's choices[0].delta; "" where there are none. The caller frees it. */
+static char *stream_join(const char *body, const json_t *(*pick)(const json_t *delta)) {
+    rec c = {0};
+    run(&c, "POST", "/v1/chat/completions", body);
+    buf joined = {0};
+    for (const char *p = c.body; (p = strstr(p, "data: {"));) {
+        p += 6;
+        const char *end = strstr(p, "\n\n");
+        json_t *ev = json_loadb(p, (size_t)(end - p), 0, NULL);
+        const json_t *s = pick(json_object_get(json_array_get(json_object_get(ev, "choices"), 0), "delta"));
+        if (json_is_string(s)) buf_puts(&joined, json_string_value(s));
+        json_decref(ev);
+        p = end;
+    }
+    free(c.body);
+    return joined.p ? joined.p : strdup("");
+}
+
+static const json_t *reasoning_of(const json_t *delta) { return json_object_get(delta, "reasoning_content"); }
+
+static const json_t *call_arguments_of(const json_t *delta) {
+    const json_t *tc = json_array_get(json_object_get(delta, "tool_calls"), 0);
+    return json_object_get(json_object_get(tc, "function"), "arguments");
+}
+
 // ---- tests --------------------------------------------------------------------------------
 
 #define GREEDY "\"temperature\": 0, \"max_tokens\": 6"
@@ -313,20 +339,24 @@ static const char R1_TEMPLATE[] =
     "<think>\n{% endif %}";
 static char r1_path[64];
 
-static void r1_setup(void) {
-    snprintf(r1_path, sizeof(r1_path), "/tmp/attnd-r1-XXXXXX");
+/* Starts srv on model with the chat template (written to r1_path, a temporary file), its
+ * replies capped at max_tokens. */
+static void template_server(const char *model, const char *template, int max_tokens) {
+    snprintf(r1_path, sizeof(r1_path), "/tmp/attnd-template-XXXXXX");
     int fd = mkstemp(r1_path);
     cr_assert_geq(fd, 0);
-    cr_assert_eq(write(fd, R1_TEMPLATE, strlen(R1_TEMPLATE)), (ssize_t)strlen(R1_TEMPLATE));
+    cr_assert_eq(write(fd, template, strlen(template)), (ssize_t)strlen(template));
     close(fd);
     server_settings cfg;
-    rig_settings(&cfg, MODEL, NULL, 1);
+    rig_settings(&cfg, model, NULL, 1);
     cfg.chat_template_file = r1_path;
     attnd_err err;
     srv = rig_start(&cfg, false, &err);
     cr_assert_not_null(srv, "%s", err.msg);
-    srv->cfg.default_max_tokens = 40;
+    srv->cfg.default_max_tokens = max_tokens;
 }
+
+static void r1_setup(void) { template_server(MODEL, R1_TEMPLATE, 40); }
 
 static void r1_teardown(void) {
     server_destroy(srv);
@@ -403,23 +433,10 @@ Test(reasoning, chat_completions_split_reasoning_content_after_an_open_think) {
     const char *answer = json_string_value(json_object_get(msg, "content"));
     cr_assert(thought && strlen(thought) >= 2 && !strchr(thought, '<'), "reasoning_content '%s'", thought);
     cr_assert(answer && strlen(answer) >= 2 && !strchr(answer, '<'), "content '%s'", answer);
-    rec c = {0};
     snprintf(body, sizeof(body), "%s, \"stream\": true}", BODY);
-    run(&c, "POST", "/v1/chat/completions", body);
-    buf streamed = {0};
-    for (const char *p = c.body; (p = strstr(p, "data: {"));) {
-        p += 6;
-        const char *end = strstr(p, "\n\n");
-        json_t *ev = json_loadb(p, (size_t)(end - p), 0, NULL);
-        const json_t *d = json_object_get(json_object_get(json_array_get(json_object_get(ev, "choices"), 0), "delta"),
-                                          "reasoning_content");
-        if (json_is_string(d)) buf_puts(&streamed, json_string_value(d));
-        json_decref(ev);
-        p = end;
-    }
-    cr_assert_str_eq(streamed.p ? streamed.p : "", thought, "delta.reasoning_content joins to the whole answer's");
-    buf_free(&streamed);
-    free(c.body);
+    char *streamed = stream_join(body, reasoning_of);
+    cr_assert_str_eq(streamed, thought, "delta.reasoning_content joins to the whole answer's");
+    free(streamed);
     json_decref(j);
 }
 
@@ -516,19 +533,8 @@ static const char CODER_TEMPLATE[] =
     "<|im_start|>assistant\n{% endif %}";
 
 static void coder_setup(void) {
-    snprintf(r1_path, sizeof(r1_path), "/tmp/attnd-coder-XXXXXX");
-    int fd = mkstemp(r1_path);
-    cr_assert_geq(fd, 0);
-    cr_assert_eq(write(fd, CODER_TEMPLATE, strlen(CODER_TEMPLATE)), (ssize_t)strlen(CODER_TEMPLATE));
-    close(fd);
-    server_settings cfg;
-    rig_settings(&cfg, MODEL, NULL, 1);
-    cfg.chat_template_file = r1_path;
-    attnd_err err;
-    srv = rig_start(&cfg, false, &err);
-    cr_assert_not_null(srv, "%s", err.msg);
+    template_server(MODEL, CODER_TEMPLATE, 120);
     cr_assert_eq(srv->chat.tool_format, TOOLCALL_FMT_QWEN_XML, "the template's calls are XML");
-    srv->cfg.default_max_tokens = 120;
 }
 
 TestSuite(coder, .init = coder_setup, .fini = r1_teardown, .timeout = 120);
@@ -558,24 +564,10 @@ Test(coder, a_forced_call_is_written_in_xml_and_parsed_into_json) {
     cr_assert(n >= 0 && n <= 99);
     json_decref(a);
 
-    rec c = {0};
     snprintf(body, sizeof(body), "%s, \"stream\": true}", BODY);
-    run(&c, "POST", "/v1/chat/completions", body);
-    buf joined = {0};
-    for (const char *p = c.body; (p = strstr(p, "data: {"));) {
-        p += 6;
-        const char *end = strstr(p, "\n\n");
-        json_t *ev = json_loadb(p, (size_t)(end - p), 0, NULL);
-        const json_t *tc = json_array_get(json_object_get(json_object_get(json_array_get(json_object_get(ev, "choices"), 0),
-                                                                          "delta"), "tool_calls"), 0);
-        const json_t *frag = json_object_get(json_object_get(tc, "function"), "arguments");
-        if (json_is_string(frag)) buf_puts(&joined, json_string_value(frag));
-        json_decref(ev);
-        p = end;
-    }
-    cr_assert_str_eq(joined.p ? joined.p : "", args, "the streamed fragments join to the arguments");
-    buf_free(&joined);
-    free(c.body);
+    char *joined = stream_join(body, call_arguments_of);
+    cr_assert_str_eq(joined, args, "the streamed fragments join to the arguments");
+    free(joined);
     json_decref(j);
 }
 
@@ -603,19 +595,8 @@ static void special_server(const char *template, toolcall_format want) {
     sp.specials = SPECIAL_PIECES, sp.n_specials = (int)ATTND_ARRAY_LEN(SPECIAL_PIECES);
     tiny_tmpname(special_model, sizeof(special_model), "special");
     cr_assert_eq(tiny_write(special_model, &sp), 0);
-    snprintf(r1_path, sizeof(r1_path), "/tmp/attnd-special-XXXXXX");
-    int fd = mkstemp(r1_path);
-    cr_assert_geq(fd, 0);
-    cr_assert_eq(write(fd, template, strlen(template)), (ssize_t)strlen(template));
-    close(fd);
-    server_settings cfg;
-    rig_settings(&cfg, special_model, NULL, 1);
-    cfg.chat_template_file = r1_path;
-    attnd_err err;
-    srv = rig_start(&cfg, false, &err);
-    cr_assert_not_null(srv, "%s", err.msg);
+    template_server(special_model, template, 120);
     cr_assert_eq(srv->chat.tool_format, want, "the template's call format");
-    srv->cfg.default_max_tokens = 120;
 }
 
 static void harmony_setup(void) { special_server(HARMONY_TEMPLATE, TOOLCALL_FMT_HARMONY); }
