@@ -457,24 +457,21 @@ static void open_message(sse_buf *b, responses_stream *st, const responses_resul
     frame(b, st, "response.content_part.added", ev);
 }
 
-static void text_delta(sse_buf *b, responses_stream *st, const responses_result *res, const char *text, size_t n) {
+/* An output_text event (type) of the message: text[n] as its key, no logprobs. */
+static void text_event(sse_buf *b, responses_stream *st, const responses_result *res, const char *type,
+                       const char *key, const char *text, size_t n) {
     json_t *ev = item_at(res->msg_id, st->msg_index, true);
     if (ev) {
-        json_object_set_new(ev, "delta", oai_string(text, n));
+        json_object_set_new(ev, key, oai_string(text, n));
         json_object_set_new(ev, "logprobs", json_array());
     }
-    frame(b, st, "response.output_text.delta", ev);
+    frame(b, st, type, ev);
 }
 
 /* The message's closing events with its whole text, text[n]. */
 static void close_message(sse_buf *b, responses_stream *st, const responses_result *res, const char *text, size_t n) {
+    text_event(b, st, res, "response.output_text.done", "text", text, n);
     json_t *ev = item_at(res->msg_id, st->msg_index, true);
-    if (ev) {
-        json_object_set_new(ev, "text", oai_string(text, n));
-        json_object_set_new(ev, "logprobs", json_array());
-    }
-    frame(b, st, "response.output_text.done", ev);
-    ev = item_at(res->msg_id, st->msg_index, true);
     if (ev) json_object_set_new(ev, "part", output_text_part(text, n));
     frame(b, st, "response.content_part.done", ev);
     item_frame(b, st, "response.output_item.done", st->msg_index, output_message(res, item_status(res), text, n));
@@ -590,7 +587,8 @@ static void item_event(sse_buf *b, responses_stream *st, const responses_result 
     if (json_is_string(c)) {
         close_call(b, st);
         if (st->msg_index < 0) open_message(b, st, res);
-        text_delta(b, st, res, json_string_value(c), json_string_length(c));
+        text_event(b, st, res, "response.output_text.delta", "delta", json_string_value(c),
+                   json_string_length(c));
         return;
     }
     if (!tc) return;
