@@ -6,6 +6,7 @@
  */
 #include <criterion/criterion.h>
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "attnd/gen.h"
@@ -523,27 +524,40 @@ Test(grammar_lazy, text_is_free_until_the_trigger_then_the_grammar_rules) {
     grammar_unref(g);
 }
 
-/* A scripted model: the most likely token at each step is script[i]. */
-static void scripted(const grammar *g, const int *script, int n, char *out, size_t cap, stop_reason *why) {
+/* A scripted model over n_vocab tokens: the best token at step i is script[i]. The tokens drawn
+ * go to ids[*n_ids] unless ids is NULL, their text to out (cap bytes) unless out is NULL. */
+static stop_reason run_script(const grammar *g, int n_vocab, const int *script, int n, int32_t *ids, int *n_ids,
+                              char *out, size_t cap) {
     gen_params p = {.top_logprobs = -1, .grammar = g, .gvocab = gvocab};
     sampler_params_default(&p.sp);
     p.sp.temperature = 0;
     gen *ge;
     attnd_err err;
-    cr_assert_eq(gen_create(&ge, &p, L_N, tok, NULL, 0, &err), ATTND_OK, "%s", err.msg);
+    cr_assert_eq(gen_create(&ge, &p, n_vocab, tok, NULL, 0, &err), ATTND_OK, "%s", err.msg);
+    float *logits = malloc((size_t)n_vocab * sizeof(*logits));
+    cr_assert_not_null(logits);
     size_t len = 0;
-    *why = STOP_NONE;
-    for (int i = 0; i < n && *why == STOP_NONE; i++) {
-        float logits[L_N];
-        for (int k = 0; k < L_N; k++) logits[k] = (float)(k % 5) * 0.1f;
+    if (ids) *n_ids = 0;
+    stop_reason why = STOP_NONE;
+    for (int i = 0; i < n && why == STOP_NONE; i++) {
+        for (int k = 0; k < n_vocab; k++) logits[k] = (float)(k % 5) * 0.1f;
         logits[script[i]] = 10;
         gen_token t;
-        *why = gen_next(ge, logits, NULL, &t);
+        why = gen_next(ge, logits, NULL, &t);
+        if (ids) ids[(*n_ids)++] = t.id;
+        if (!out) continue;
         cr_assert_lt(len + t.n_text, cap);
         memcpy(out + len, t.text, t.n_text), len += t.n_text;
     }
-    out[len] = '\0';
+    if (out) out[len] = '\0';
+    free(logits);
     gen_destroy(ge);
+    return why;
+}
+
+/* The scripted model over L_PIECES: the text drawn, and why it stopped. */
+static void scripted(const grammar *g, const int *script, int n, char *out, size_t cap, stop_reason *why) {
+    *why = run_script(g, L_N, script, n, NULL, NULL, out, cap);
 }
 
 Test(grammar_lazy, a_trigger_split_over_tokens_and_one_that_goes_on_inside_a_token) {
@@ -729,26 +743,9 @@ Test(grammar_tokens, names_are_checked_against_the_vocabulary_and_syntax_errors_
     refused("root ::= <[99999999999]>", "<[N]>");
 }
 
-/* A scripted model over T_PIECES: the best token at step i is script[i]. */
+/* The scripted model over T_PIECES: the tokens drawn. */
 static stop_reason scripted_t(const grammar *g, const int *script, int n, int32_t *ids, int *n_ids) {
-    gen_params p = {.top_logprobs = -1, .grammar = g, .gvocab = gvocab};
-    sampler_params_default(&p.sp);
-    p.sp.temperature = 0;
-    gen *ge;
-    attnd_err err;
-    cr_assert_eq(gen_create(&ge, &p, T_N, tok, NULL, 0, &err), ATTND_OK, "%s", err.msg);
-    stop_reason why = STOP_NONE;
-    *n_ids = 0;
-    for (int i = 0; i < n && why == STOP_NONE; i++) {
-        float logits[T_N];
-        for (int k = 0; k < T_N; k++) logits[k] = (float)(k % 5) * 0.1f;
-        logits[script[i]] = 10;
-        gen_token t;
-        why = gen_next(ge, logits, NULL, &t);
-        ids[(*n_ids)++] = t.id;
-    }
-    gen_destroy(ge);
-    return why;
+    return run_script(g, T_N, script, n, ids, n_ids, NULL, 0);
 }
 
 /* In generation: a model that would spell the token out, or write text, gets the token; the
