@@ -148,6 +148,8 @@ void spec_totals(const spec *s, int64_t *drafted, int64_t *accepted) {
     *accepted = s->accepted;
 }
 
+bool spec_draft_stopped(const spec *s) { return s->p.draft && !s->ds; }
+
 void spec_time(spec *s, int rows, double ms) { spec_cost_learn(&s->cost, rows, ms); }
 const spec_cost *spec_costs(const spec *s) { return &s->cost; }
 
@@ -242,16 +244,22 @@ static int ctl_best(double a, const spec_step *st, int max, double *gain, double
     return best;
 }
 
-/* Whether cls has made all the probes it may; counts this one otherwise. */
+/* Whether cls has made all the probes it may, which stops it for good; counts this one otherwise. */
 static bool ctl_probes_spent(spec_ctl *c, int cls) {
-    if (c->probe_limit[cls] && c->probes[cls] >= c->probe_limit[cls]) return true;
+    if (c->probe_limit[cls] && c->probes[cls] >= c->probe_limit[cls]) return c->stopped[cls] = true;
     c->probes[cls]++;
     return false;
 }
 
+/* The plans to wait before the next probe: the interval, or SPEC_PROBE_EAGER for a draft model
+ * none of whose tokens was ever kept (each wait is a catch-up its probe pays for). */
+static int ctl_wait(const spec_ctl *c, int cls) {
+    return c->probe_limit[cls] && !c->kept_any[cls] ? SPEC_PROBE_EAGER : c->interval[cls];
+}
+
 int spec_ctl_plan(spec_ctl *c, int cls, spec_step *st, int max) {
     cls = ctl_class(cls);
-    if (max <= 0 || spec_cost_est(st->cost, st->rows) <= 0) return 0;
+    if (c->stopped[cls] || max <= 0 || spec_cost_est(st->cost, st->rows) <= 0) return 0;
     double a = spec_ctl_accept(c, cls), gain, kept, perfect, ignored;
     int k = ctl_best(a, st, max, &gain, &kept), k_perfect = ctl_best(1, st, max, &perfect, &ignored);
     if (gain >= SPEC_GAIN_MIN) {
@@ -261,12 +269,14 @@ int spec_ctl_plan(spec_ctl *c, int cls, spec_step *st, int max) {
             c->explore[cls] = 0, k++, kept = ctl_kept(a, k);
     } else if (perfect < SPEC_GAIN_MIN) {
         /* the rows cost too much whatever is kept (a full batch, a compute-bound model): not the
-         * acceptance's fault; a rare probe of the most promising length re-measures its cost */
-        if (++c->idle[cls] < SPEC_PROBE_MAX || ctl_probes_spent(c, cls)) return 0;
+         * acceptance's fault; a rare probe of the most promising length re-measures its cost,
+         * except a draft model's (it would first catch its KV up; the batch's own steps measure
+         * the costs) */
+        if (c->probe_limit[cls] || ++c->idle[cls] < SPEC_PROBE_MAX) return 0;
         c->idle[cls] = 0, k = k_perfect;
         kept = ctl_kept(a, k);
     } else if (!c->backed[cls]) {
-        c->backed[cls] = true, c->wait[cls] = c->interval[cls];
+        c->backed[cls] = true, c->wait[cls] = ctl_wait(c, cls);
         return 0;
     } else if (c->wait[cls] > 0 || ctl_probes_spent(c, cls)) {
         c->wait[cls] -= c->wait[cls] > 0;
@@ -274,7 +284,7 @@ int spec_ctl_plan(spec_ctl *c, int cls, spec_step *st, int max) {
     } else { /* a probe: one token, to see whether acceptance has changed */
         k = 1, kept = a;
         c->interval[cls] = 2 * c->interval[cls] < SPEC_PROBE_MAX ? 2 * c->interval[cls] : SPEC_PROBE_MAX;
-        c->wait[cls] = c->interval[cls];
+        c->wait[cls] = ctl_wait(c, cls);
     }
     st->rows += k, st->tokens += kept;
     return k;
@@ -285,6 +295,7 @@ void spec_ctl_learn(spec_ctl *c, int cls, int drafted, int accepted) {
     cls = ctl_class(cls);
     c->hit[cls] = ACCEPT_DECAY * c->hit[cls] + accepted;
     c->miss[cls] = ACCEPT_DECAY * c->miss[cls] + (accepted < drafted);
+    c->kept_any[cls] |= accepted > 0;
 }
 
 // ---- prompt lookup ------------------------------------------------------------------------------
@@ -363,7 +374,9 @@ attnd_status spec_draft(spec *s, spec_step *st, int max, int32_t *out, int *n_ou
     if (max <= 0) return ATTND_OK;
     if (s->p.draft) {
         s->last_cls = 0;
+        if (!s->ds) return ATTND_OK; /* stopped for good */
         int k = s->p.fixed ? max : spec_ctl_plan(&s->ctl, 0, st, max);
+        if (s->ctl.stopped[0]) kv_seq_destroy(s->ds), s->ds = NULL; /* its KV goes, never caught up again */
         if (k == 0) return ATTND_OK;
         double t0 = attnd_now_s();
         attnd_status rc = draft_model(s, k, out, n_out, err);

@@ -93,8 +93,11 @@ int spec_history_len(const spec *s);
  *     cost; where the
  *     acceptance is what falls short, it backs off and probes (one token) at intervals doubling
  *     from SPEC_PROBE_FIRST to SPEC_PROBE_MAX; probes kept raise a and drafting resumes. A draft
- *     model stops after SPEC_DRAFT_PROBES probes in a row that did not pay: each first evaluates
- *     the tokens its KV missed while backed off, a prefill of its own that no gain repays.
+ *     model stops for good after SPEC_DRAFT_PROBES probes in a row that did not pay: each first
+ *     evaluates the tokens its KV missed while backed off, a prefill of its own that no gain
+ *     repays. Until one of its tokens has been kept, it probes every SPEC_PROBE_EAGER plans, so a
+ *     draft that never agrees is found out within a few steps, each catching up a few tokens.
+ *     Once stopped, the spec drops the draft's KV sequence and the draft model runs no more rows.
  * All of it is deterministic given the measurements, which is how the tests drive it.
  */
 #define SPEC_COST_ROWS 128  /* spec_cost measures steps of 1..SPEC_COST_ROWS rows */
@@ -103,7 +106,8 @@ int spec_history_len(const spec *s);
 #define SPEC_PROBE_FIRST 16 /* plans backed off before the first probe */
 #define SPEC_PROBE_MAX 64   /* ... and at most between probes */
 #define SPEC_EXPLORE 8      /* every this many drafting plans, one token longer than the best */
-#define SPEC_DRAFT_PROBES 4 /* a draft model's probes that may fail in a row before it stops */
+#define SPEC_DRAFT_PROBES 3 /* a draft model's probes that may fail in a row before it stops */
+#define SPEC_PROBE_EAGER 2  /* ... and its probe interval while none of its tokens was ever kept */
 
 typedef struct spec_cost {
     double ms[SPEC_COST_ROWS + 1]; /* ms[n]: a target step of n rows, decayed mean; 0 = not seen */
@@ -127,6 +131,8 @@ typedef struct spec_ctl {
     int probes[SPEC_CLASSES];   /* probes since drafting last paid */
     int probe_limit[SPEC_CLASSES]; /* then no more (0 = no limit; spec_create sets the draft
                                       model's: each of its probes first catches its KV up) */
+    bool kept_any[SPEC_CLASSES];   /* a drafted token of this class was ever kept */
+    bool stopped[SPEC_CLASSES];    /* its probes are spent: it plans nothing ever again */
 } spec_ctl;
 
 /* The batch a plan adds to, updated by it: a plan of k drafts adds k rows and the tokens it
@@ -141,8 +147,8 @@ void spec_ctl_init(spec_ctl *c);
 /* The acceptance per token learned for cls (the prior: 1/2 for the draft model, n/(n + 2) for a
  * lookup match of n tokens). */
 double spec_ctl_accept(const spec_ctl *c, int cls);
-/* How many of at most max drafts to propose for class cls; 0 while no step has been measured.
- * Updates st (rows, tokens) and the back-off state. */
+/* How many of at most max drafts to propose for class cls; 0 while no step has been measured,
+ * and for good once cls has stopped. Updates st (rows, tokens) and the back-off state. */
 int spec_ctl_plan(spec_ctl *c, int cls, spec_step *st, int max);
 /* Learns a draft of `drafted` tokens of class cls, `accepted` of them kept. */
 void spec_ctl_learn(spec_ctl *c, int cls, int drafted, int accepted);
@@ -160,6 +166,11 @@ attnd_status spec_draft(spec *s, spec_step *st, int max, int32_t *out, int *n_ou
 void spec_time(spec *s, int rows, double ms);
 /* The spec's own cost table (read-only; valid for the spec's lifetime). */
 const spec_cost *spec_costs(const spec *s);
+
+/* Whether the spec's draft model has stopped for good (its probes spent, its KV sequence
+ * dropped): spec_draft proposes nothing more for the spec's lifetime (spec_reset included).
+ * False for prompt lookup. */
+bool spec_draft_stopped(const spec *s);
 
 /* Counts for the caller's statistics: proposed tokens, and those the target then kept; teaches
  * the controller the last draft's outcome. */
