@@ -463,6 +463,56 @@ Test(spec, a_draft_model_that_never_agrees_stops_and_runs_no_more_rows) {
     tiny_rig_close(&poor);
 }
 
+/* Counts an engine's evaluations (its first row's first layer). */
+static void count_evals(void *user, int entry, int layer, int pos, const float *x, int n_embd) {
+    (void)pos, (void)x, (void)n_embd;
+    if (layer == 0 && entry == 0) ++*(int *)user;
+}
+
+Test(spec, sequences_drafting_together_cost_one_evaluation_a_position) {
+    tiny_rig d;
+    open_rig(&d, 77); /* F32 weights: the same results whatever the batch */
+    int evals = 0;
+    engine_set_attention_cb(d.e, NULL, &evals);
+    engine_set_residual_cb(d.e, count_evals);
+    spec_params p;
+    spec_params_default(&p);
+    p.draft = d.e, p.draft_pool = d.pool, p.draft_min_p = 0, p.fixed = true, p.draft_max = 4;
+    spec *one[3], *many[3];
+    attnd_err err;
+    spec_batch *b;
+    cr_assert_eq(spec_batch_create(&b, d.e, 3, &err), ATTND_OK);
+    int32_t hist[3][12];
+    for (int i = 0; i < 3; i++) {
+        cr_assert_eq(spec_create(&one[i], &p, &err), ATTND_OK);
+        cr_assert_eq(spec_create(&many[i], &p, &err), ATTND_OK);
+        for (int t = 0; t < 12; t++) hist[i][t] = (int32_t)(1 + (t * 7 + i * 5) % 40);
+        spec_push(one[i], hist[i], 6 + 3 * i, &err), spec_push(many[i], hist[i], 6 + 3 * i, &err);
+    }
+    for (int round = 0; round < 2; round++) {
+        int32_t a[3][SPEC_MAX_DRAFT], bb[3][SPEC_MAX_DRAFT], *outs[3] = {bb[0], bb[1], bb[2]};
+        int na[3], k[3];
+        for (int i = 0; i < 3; i++) cr_assert_eq(spec_draft(one[i], NULL, 4, a[i], &na[i], &err), ATTND_OK);
+        int alone = evals;
+        for (int i = 0; i < 3; i++) k[i] = spec_plan(many[i], NULL, 4);
+        cr_assert(k[0] == 4 && k[1] == 4 && k[2] == 4, "fixed: each plans draft_max");
+        cr_assert_eq(spec_draft_batch(b, many, k, outs, 3, NULL, &err), ATTND_OK, "%s", err.msg);
+        cr_assert_eq(alone, 3 * 4 * (round + 1) + 4 * round, "alone: a catch-up and 3 steps each");
+        cr_assert_eq(evals - alone, 4, "together: one catch-up and one step a position (%d)", evals - alone);
+        for (int i = 0; i < 3; i++) {
+            cr_assert_eq(k[i], na[i], "sequence %d: %d drafts, alone %d", i, k[i], na[i]);
+            cr_assert_eq(memcmp(a[i], bb[i], sizeof(int32_t) * (size_t)k[i]), 0, "sequence %d: other drafts", i);
+        }
+        /* the target kept two drafts of the first, none of the others, then its own token */
+        int32_t next[3] = {a[0][0], a[0][1], 9};
+        spec_push(one[0], next, 3, &err), spec_push(many[0], next, 3, &err);
+        for (int i = 1; i < 3; i++) spec_push(one[i], &next[2], 1, &err), spec_push(many[i], &next[2], 1, &err);
+    }
+    for (int i = 0; i < 3; i++) spec_destroy(one[i]), spec_destroy(many[i]);
+    spec_batch_destroy(b);
+    tiny_rig_close(&d);
+}
+
 Test(spec, a_draft_with_another_vocabulary_is_refused_with_a_message) {
     tiny_rig r, other;
     open_rig(&r, 0);

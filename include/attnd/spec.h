@@ -162,6 +162,35 @@ void spec_ctl_learn(spec_ctl *c, int cls, int drafted, int accepted);
  * Errors: those of engine_eval on the draft (the caller may go on without speculation). */
 attnd_status spec_draft(spec *s, spec_step *st, int max, int32_t *out, int *n_out, attnd_err *err);
 
+// ---- drafting for several sequences at once ------------------------------------------------------
+/*
+ * Sequences that speculate with one draft model (a server's slots) draft together: each plans
+ * its draft first (spec_plan: the controller's k, exactly as spec_draft would decide it), then
+ * spec_draft_batch evaluates what each has not seen yet as one batch and then one batched step
+ * per drafted position, over the sequences still drafting (a sequence stops at its k, or where
+ * its top probability falls below its draft_min_p). So n sequences drafting k tokens cost the
+ * draft model k evaluations, not n k. The drafts are what spec_draft would propose (up to the
+ * kernels' rounding between batch sizes); the target verifies them either way.
+ */
+typedef struct spec_batch spec_batch;
+
+/* Buffers for batches of up to max_seqs sequences of the draft engine (borrowed, for the batch's
+ * lifetime; used by one thread at a time). Errors: ATTND_ERR_INVALID, ATTND_ERR_NOMEM. */
+attnd_status spec_batch_create(spec_batch **out, engine *draft, int max_seqs, attnd_err *err);
+void spec_batch_destroy(spec_batch *b); /* accepts NULL */
+
+/* Whether s drafts with a draft model that has not stopped (NULL: false). */
+bool spec_uses_draft_model(const spec *s);
+/* With a draft model: how many tokens (at most max, and draft_max) s's next draft may have, as
+ * spec_draft would decide (st as there); 0 = none. Prompt lookup: 0 (use spec_draft). */
+int spec_plan(spec *s, spec_step *st, int max);
+/* Drafts sp[0..n) (n <= max_seqs), each up to k[i] tokens (its plan), into out[i]; k[i] gets how
+ * many. Specs of another draft engine, or stopped, draft nothing. cost (may be NULL) learns the
+ * draft model's time per planned token. Errors: engine_eval's on the draft (every k[i] is then 0;
+ * the caller may go on without drafts), ATTND_ERR_INVALID (n too large). */
+attnd_status spec_draft_batch(spec_batch *b, spec *const *sp, int *k, int32_t *const *out, int n, spec_cost *cost,
+                              attnd_err *err);
+
 /* A target step of rows rows took ms: teaches the spec's own cost table. */
 void spec_time(spec *s, int rows, double ms);
 /* The spec's own cost table (read-only; valid for the spec's lifetime). */
