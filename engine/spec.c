@@ -252,9 +252,9 @@ static bool ctl_probes_spent(spec_ctl *c, int cls) {
 }
 
 /* The plans to wait before the next probe: the interval, or SPEC_PROBE_EAGER for a draft model
- * none of whose tokens was ever kept (each wait is a catch-up its probe pays for). */
+ * whose drafting never paid (each wait is a catch-up its probe pays for). */
 static int ctl_wait(const spec_ctl *c, int cls) {
-    return c->probe_limit[cls] && !c->kept_any[cls] ? SPEC_PROBE_EAGER : c->interval[cls];
+    return c->probe_limit[cls] && !c->paid[cls] ? SPEC_PROBE_EAGER : c->interval[cls];
 }
 
 int spec_ctl_plan(spec_ctl *c, int cls, spec_step *st, int max) {
@@ -265,6 +265,7 @@ int spec_ctl_plan(spec_ctl *c, int cls, spec_step *st, int max) {
     if (gain >= SPEC_GAIN_MIN) {
         c->backed[cls] = false, c->interval[cls] = SPEC_PROBE_FIRST, c->wait[cls] = 0, c->idle[cls] = 0;
         c->probes[cls] = 0;
+        c->paid[cls] |= c->learned[cls] >= 2 && (st->cost->draft_ms > 0 || !c->probe_limit[cls]);
         if (++c->explore[cls] >= SPEC_EXPLORE && k < max) /* one longer, to keep its cost measured */
             c->explore[cls] = 0, k++, kept = ctl_kept(a, k);
     } else if (perfect < SPEC_GAIN_MIN) {
@@ -295,7 +296,7 @@ void spec_ctl_learn(spec_ctl *c, int cls, int drafted, int accepted) {
     cls = ctl_class(cls);
     c->hit[cls] = ACCEPT_DECAY * c->hit[cls] + accepted;
     c->miss[cls] = ACCEPT_DECAY * c->miss[cls] + (accepted < drafted);
-    c->kept_any[cls] |= accepted > 0;
+    c->learned[cls]++;
 }
 
 // ---- prompt lookup ------------------------------------------------------------------------------

@@ -223,11 +223,13 @@ Test(spec_ctl, a_draft_model_that_never_agrees_probes_soon_then_stops_for_good) 
     costs(&cost, 33, 10, 0, 0); /* rows for free, and every draft kept: still nothing */
     int first;
     cr_assert_eq(plan_many(&c, &cost, 0, 8, 100, 1, 1, &first), 0, "a stopped class never drafts again");
-    /* one that was kept once probes at the usual intervals before it stops */
+    /* one that paid once probes at the usual intervals before it stops */
     spec_ctl_init(&c);
     c.probe_limit[0] = SPEC_DRAFT_PROBES;
     costs(&cost, 33, 10, 3, 0);
-    spec_ctl_learn(&c, 0, 4, 1);
+    cost.draft_ms = 0.5;
+    plan_many(&c, &cost, 0, 8, 20, 1, 1, &first);
+    cr_assert(c.paid[0], "every draft kept: drafting paid");
     n = draft_plans(&c, &cost, 400, at, 8);
     cr_assert(n >= 2 && at[n - 1] - at[n - 2] > SPEC_PROBE_FIRST, "%d drafts, the last two %d apart", n,
               n >= 2 ? at[n - 1] - at[n - 2] : -1);

@@ -95,8 +95,9 @@ int spec_history_len(const spec *s);
  *     from SPEC_PROBE_FIRST to SPEC_PROBE_MAX; probes kept raise a and drafting resumes. A draft
  *     model stops for good after SPEC_DRAFT_PROBES probes in a row that did not pay: each first
  *     evaluates the tokens its KV missed while backed off, a prefill of its own that no gain
- *     repays. Until one of its tokens has been kept, it probes every SPEC_PROBE_EAGER plans, so a
- *     draft that never agrees is found out within a few steps, each catching up a few tokens.
+ *     repays. Until drafting has paid once on what it learned (not on the prior), it probes every
+ *     SPEC_PROBE_EAGER plans, so a draft that rarely agrees is found out within a few steps,
+ *     each catching up a few tokens; once it has, at the usual intervals (the text may change).
  *     Once stopped, the spec drops the draft's KV sequence and the draft model runs no more rows.
  * All of it is deterministic given the measurements, which is how the tests drive it.
  */
@@ -107,7 +108,7 @@ int spec_history_len(const spec *s);
 #define SPEC_PROBE_MAX 64   /* ... and at most between probes */
 #define SPEC_EXPLORE 8      /* every this many drafting plans, one token longer than the best */
 #define SPEC_DRAFT_PROBES 3 /* a draft model's probes that may fail in a row before it stops */
-#define SPEC_PROBE_EAGER 2  /* ... and its probe interval while none of its tokens was ever kept */
+#define SPEC_PROBE_EAGER 2  /* ... and its probe interval until drafting has paid once */
 
 typedef struct spec_cost {
     double ms[SPEC_COST_ROWS + 1]; /* ms[n]: a target step of n rows, decayed mean; 0 = not seen */
@@ -131,7 +132,9 @@ typedef struct spec_ctl {
     int probes[SPEC_CLASSES];   /* probes since drafting last paid */
     int probe_limit[SPEC_CLASSES]; /* then no more (0 = no limit; spec_create sets the draft
                                       model's: each of its probes first catches its KV up) */
-    bool kept_any[SPEC_CLASSES];   /* a drafted token of this class was ever kept */
+    int learned[SPEC_CLASSES];     /* drafts whose outcome was learned */
+    bool paid[SPEC_CLASSES];       /* drafting paid once on what was learned (2+ drafts, the
+                                      draft model's cost measured) */
     bool stopped[SPEC_CLASSES];    /* its probes are spent: it plans nothing ever again */
 } spec_ctl;
 
