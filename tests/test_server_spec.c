@@ -12,10 +12,8 @@
 #include <math.h>
 #include <string.h>
 
-#include "attnd/tokenizer.h"
 #include "sched_internal.h" /* sched_draft_room */
-#include "scheduler.h"
-#include "sess.h"
+#include "sched_rig.h"
 #include "test_models.h"
 
 #define SOTU ATTND_SOURCE_DIR "/models/attnd-sotu.gguf"
@@ -28,31 +26,15 @@ static server_settings cfg;
 static float job_min_p = -1; /* the jobs' draft_min_p (-1: the server's) */
 
 static void setup(void) {
-    attnd_err err;
-    cr_assert_eq(model_load(&m, SOTU, &err), ATTND_OK, "%s", err.msg);
-    cr_assert_eq(tok_load(&tok, model_gguf(m), &err), ATTND_OK, "%s", err.msg);
-    cr_assert_eq(sess_store_create(&store, NULL, "t", 16, &err), ATTND_OK);
-    server_settings_default(&cfg);
-    cfg.threads = 1;
-    cfg.max_parallel = 4;
-    cfg.queue_limit = 16;
+    sched_rig_open(SOTU, 16, &m, &tok, &store, &cfg);
     cfg.ctx_size = 256;
     cfg.draft_adapt = false;
     job_min_p = -1;
 }
 
-static void start(void) {
-    attnd_err err;
-    cr_assert_eq(sched_create(&sch, m, tok, store, &cfg, &err), ATTND_OK, "%s", err.msg);
-}
+static void start(void) { sch = sched_rig_start(m, tok, store, &cfg); }
 
-static void teardown(void) {
-    sched_destroy(sch);
-    sess_store_destroy(store);
-    tok_destroy(tok);
-    model_destroy(m);
-    sch = NULL, store = NULL, tok = NULL, m = NULL;
-}
+static void teardown(void) { sched_rig_close(&sch, &store, &tok, &m); }
 
 TestSuite(sched_spec, .init = setup, .fini = teardown, .timeout = 240);
 
@@ -200,10 +182,7 @@ Test(sched_spec, forks_and_session_turns_continue_as_without_it) {
     }
     for (int i = 0; i < 3; i++) same(&plain[i], &fast[i], "fork");
     /* two turns of a named session with speculation: the second finds the first cached */
-    char id[SESS_ID_MAX + 1];
-    cr_assert_eq(sess_create(store, NULL, "s", id, NULL), ATTND_OK);
-    sess *se;
-    cr_assert_eq(sess_acquire(store, NULL, "s", &se, NULL), ATTND_OK);
+    sess *se = sched_rig_session(store, "s");
     int32_t *ids;
     size_t n;
     cr_assert_eq(tok_encode(tok, TEXTS[0], strlen(TEXTS[0]), true, false, &ids, &n, NULL), ATTND_OK);

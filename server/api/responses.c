@@ -324,6 +324,7 @@ static json_t *reply_message(const responses_result *res) {
     toolcall_parser *p = toolcall_parser_create(res->req->tools);
     json_t *deltas = json_array(), *msg = NULL;
     if (p && deltas) {
+        toolcall_parser_set_tools(p, json_object_get(res->req->sampling, "tools"));
         toolcall_parser_set_id_base(p, res->id);
         if (res->open_reasoning) toolcall_parser_start_in_reasoning(p);
         toolcall_parser_feed(p, res->text, res->text_len, deltas);
@@ -614,6 +615,7 @@ static bool items_start(responses_stream *st, const responses_result *res) {
     st->rs_text = json_string("");
     if (!st->tp || !st->items || !st->call_args || !st->rs_text) return false;
     toolcall_parser_set_id_base(st->tp, res->id);
+    toolcall_parser_set_tools(st->tp, json_object_get(res->req->sampling, "tools"));
     if (res->open_reasoning) toolcall_parser_start_in_reasoning(st->tp);
     return true;
 }
@@ -662,7 +664,7 @@ static json_t *output_items(const responses_result *res) {
 static json_t *usage(const responses_result *res) {
     return json_pack("{s:i,s:{s:i},s:i,s:{s:i},s:i}", "input_tokens", res->input_tokens, "input_tokens_details",
                      "cached_tokens", res->cached_tokens, "output_tokens", res->output_tokens, "output_tokens_details",
-                     "reasoning_tokens", 0, "total_tokens", res->input_tokens + res->output_tokens);
+                     "reasoning_tokens", res->reasoning_tokens, "total_tokens", res->input_tokens + res->output_tokens);
 }
 
 static json_t *str_or_null(const char *s) { return s ? json_string(s) : json_null(); }

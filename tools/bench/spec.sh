@@ -31,20 +31,10 @@
 # Needs: python3-numpy (rows 3-6), jq.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+source tools/bench/bench_lib.sh
 
 rows="1 2 3 4 5 6" reps=3 n=96 threads=0 dmax=8 attnd=build/attnd
-while [ $# -gt 0 ]; do
-    case "$1" in
-    --rows) rows=$2 ;;
-    --reps) reps=$2 ;;
-    --n) n=$2 ;;
-    --threads) threads=$2 ;;
-    --draft-max) dmax=$2 ;;
-    --attnd) attnd=$2 ;;
-    *) sed -n '2,31p' "$0" >&2; exit 2 ;;
-    esac
-    shift 2
-done
+bench_options '2,31' 'rows reps n threads draft-max=dmax attnd' '' "$@"
 command -v jq >/dev/null || { echo "spec.sh: needs jq" >&2; exit 1; }
 [ -x "$attnd" ] || { echo "spec.sh: $attnd missing (build it first)" >&2; exit 1; }
 
@@ -110,8 +100,7 @@ tinyllama_files() {
     local f=$base-F16.gguf
     [ -s "$base-Q8_0.gguf" ] && [ -s "$base-Q4_0.gguf" ] && [ -s "$base-Q2_K.gguf" ] && return
     mkdir -p "$cache"
-    for p in /usr/bin/python3 python3; do "$p" -c 'import numpy' 2>/dev/null && { py=$p; break; }; done
-    [ -n "$py" ] || { echo "spec.sh: rows 3-6 need python3 with numpy" >&2; exit 1; }
+    py=$(bench_numpy_python) || exit 1 # rows 3-6
     # one F16 file (2.2 GB, removed afterwards), quantized three times
     [ -s "$f" ] || { "$py" tools/bench/make_model.py --type F16 "$@" "$f.tmp" && mv "$f.tmp" "$f"; }
     for t in Q8_0 Q4_0 Q2_K; do [ -s "$base-$t.gguf" ] || "$attnd" quantize --quiet "$f" "$base-$t.gguf" "$t"; done
