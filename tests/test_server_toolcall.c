@@ -467,16 +467,16 @@ Test(toolcall, the_forcing_grammar_writes_qwen3_coder_xml) {
     cr_assert_eq(grammar_compile(&g, gb.p, gb.len, &err), ATTND_OK, "%s\n%s", err.msg, gb.p);
     static const char GOOD[] = "<tool_call>\n<function=get_weather>\n<parameter=city>\nSan <b>Jos\u00e9</b> < 3\n"
                                "</parameter>\n<parameter=days>\n3\n</parameter>\n</function>\n</tool_call>";
-    cr_assert(sentence(g, GOOD), "%s\n%s", GOOD, gb.p);
-    cr_assert(sentence(g, "<tool_call>\n<function=ping>\n</function>\n</tool_call>\n<tool_call>\n<function=ping>\n"
+    cr_assert(grammar_sentence(g, GOOD), "%s\n%s", GOOD, gb.p);
+    cr_assert(grammar_sentence(g, "<tool_call>\n<function=ping>\n</function>\n</tool_call>\n<tool_call>\n<function=ping>\n"
                           "</function>\n</tool_call>"), "parallel calls");
-    cr_assert(!sentence(g, "<tool_call>\n<function=get_weather>\n<parameter=city>\nRome\n</parameter>\n"
+    cr_assert(!grammar_sentence(g, "<tool_call>\n<function=get_weather>\n<parameter=city>\nRome\n</parameter>\n"
                            "<parameter=days>\n9\n</parameter>\n</function>\n</tool_call>"), "days is 1..7");
-    cr_assert(!sentence(g, "<tool_call>\n<function=get_weather>\n<parameter=days>\n3\n</parameter>\n</function>\n"
+    cr_assert(!grammar_sentence(g, "<tool_call>\n<function=get_weather>\n<parameter=days>\n3\n</parameter>\n</function>\n"
                            "</tool_call>"), "city is required");
-    cr_assert(!sentence(g, "<tool_call>\n<function=get_weather>\n<parameter=city>\na</parameter>b\n</parameter>\n"
+    cr_assert(!grammar_sentence(g, "<tool_call>\n<function=get_weather>\n<parameter=city>\na</parameter>b\n</parameter>\n"
                            "<parameter=days>\n3\n</parameter>\n</function>\n</tool_call>"), "no </parameter> in a value");
-    cr_assert(!sentence(g, "<tool_call>\n<function=nope>\n</function>\n</tool_call>"));
+    cr_assert(!grammar_sentence(g, "<tool_call>\n<function=nope>\n</function>\n</tool_call>"));
     cr_assert(!strncmp(GOOD, toolcall_trigger(TOOLCALL_FMT_QWEN_XML), strlen(toolcall_trigger(TOOLCALL_FMT_QWEN_XML))));
     json_t *tools = json_loads("[{\"name\": \"get_weather\", \"parameters\": {\"properties\": {\"city\": {\"type\": "
                                "\"string\"}, \"days\": {\"type\": \"integer\"}}}}]", 0, NULL);
