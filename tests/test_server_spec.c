@@ -278,3 +278,46 @@ Test(sched_spec, the_cost_aware_controller_gives_the_plain_tokens) {
     for (int i = 0; i < 3; i++) same(&plain[i], &fast[i], "adaptive fork");
     cr_assert_leq(st.spec_accepted, st.spec_drafted);
 }
+
+/* Counts an engine's evaluations (its first row's first layer). */
+static void count_evals(void *user, int entry, int layer, int pos, const float *x, int n_embd) {
+    (void)pos, (void)x, (void)n_embd;
+    if (layer == 0 && entry == 0) ++*(int *)user;
+}
+
+Test(sched_spec, slots_drafting_with_a_draft_model_draft_together) {
+    char path[1024];
+    cfg.draft_model = test_model_path("attnd-sotu-Q4_0.gguf", path, sizeof path);
+    cfg.draft_min_p = 0; /* every draft runs its full length */
+    start();
+    int evals = 0;
+    engine_set_attention_cb(sch->deng, NULL, &evals);
+    engine_set_residual_cb(sch->deng, count_evals);
+    result plain[4], fast;
+    for (int i = 0; i < 4; i++) {
+        sched_job *j = job_text(TEXTS[i], 40, 0, 0, 0);
+        cr_assert_eq(sched_submit(sch, j, NULL), ATTND_OK);
+        plain[i] = wait_result(j);
+        sched_job_unref(j);
+    }
+    sched_stats st0, st1;
+    sched_get_stats(sch, &st0);
+    cr_assert_eq(evals, 0, "plain jobs never run the draft model");
+    sched_job *js[4];
+    for (int i = 0; i < 4; i++) {
+        js[i] = job_text(TEXTS[i], 40, 4, 0, 0);
+        cr_assert_eq(sched_submit(sch, js[i], NULL), ATTND_OK);
+    }
+    for (int i = 0; i < 4; i++) {
+        fast = wait_result(js[i]);
+        same(&plain[i], &fast, TEXTS[i]);
+        sched_job_unref(js[i]);
+    }
+    sched_get_stats(sch, &st1);
+    uint64_t steps = st1.steps - st0.steps;
+    cr_assert_gt(st1.spec_drafted, 0);
+    /* 4 drafts: a catch-up and 3 steps for all the slots together, at most, a step (one at a
+     * time it would be that for each of the 4 slots decoding at once) */
+    cr_assert(evals > 0 && (uint64_t)evals <= 4 * steps, "%d draft evaluations in %llu steps", evals,
+              (unsigned long long)steps);
+}
