@@ -279,9 +279,12 @@ static int32_t node_new(grammar_state *s, int32_t pos, int32_t parent) {
     return (int32_t)s->pool.len++;
 }
 
-static bool same_stack(const grammar_state *s, int32_t x, int32_t y) {
+/* Whether stacks x and y hold the same positions. Each node compared counts as work: a deeply
+ * recursive ambiguous grammar makes long equal chains, and a step's cost stays bounded. */
+static bool same_stack(grammar_state *s, int32_t x, int32_t y) {
     while (x != y) {
         if (x < 0 || y < 0 || s->pool.n[x].pos != s->pool.n[y].pos) return false;
+        if (s->budget) s->budget--;
         x = s->pool.n[x].parent, y = s->pool.n[y].parent;
     }
     return true;
