@@ -493,7 +493,8 @@ Test(toolcall, the_forcing_grammar_writes_qwen3_coder_xml) {
 
 /* A vocabulary of the printable ASCII characters one per token (id = the byte), plus special
  * tokens without bytes named by their text (ids 128 on). */
-static const char *const SPECIALS[] = {"<|channel|>", "<|constrain|>", "<|message|>", "<|call|>", "<|tool_call|>"};
+static const char *const SPECIALS[] = {"<|channel|>", "<|constrain|>", "<|message|>", "<|call|>",
+                                       "<|tool_call|>", "<|end|>", "<|start|>"};
 static grammar_vocab *char_vocab(void) {
     enum { NV = 128 + ATTND_ARRAY_LEN(SPECIALS) };
     static char chars[128][2];
@@ -537,6 +538,16 @@ Test(toolcall, the_forcing_grammar_names_harmony_and_granite_special_tokens) {
                                           "<|message|>", "{\"city\": \"Rome\", \"days\": 3}", "<|call|>"};
     static const char *const HARMONY_SPELLED[] = {"<|channel|>", "commentary to=functions.get_weather ", "<|constrain|>",
                                                   "json<|message|>", "{\"city\": \"Rome\", \"days\": 3}", "<|call|>"};
+    /* reasoning in the analysis channel first, then the call (but not a second analysis) */
+    static const char *const HARMONY_THINK[] = {"<|channel|>", "analysis", "<|message|>", "Rome, 3 days: <ask>.",
+                                                "<|end|>", "<|start|>", "assistant", "<|channel|>",
+                                                "commentary to=functions.get_weather ", "<|constrain|>", "json",
+                                                "<|message|>", "{\"city\": \"Rome\", \"days\": 3}", "<|call|>"};
+    static const char *const HARMONY_THINK_TWICE[] = {
+        "<|channel|>", "analysis", "<|message|>", "a", "<|end|>", "<|start|>", "assistant",
+        "<|channel|>", "analysis", "<|message|>", "b", "<|end|>", "<|start|>", "assistant",
+        "<|channel|>", "commentary to=functions.get_weather ", "<|constrain|>", "json",
+        "<|message|>", "{\"city\": \"Rome\", \"days\": 3}", "<|call|>"};
     static const char *const GRANITE[] = {"<|tool_call|>", "[{\"name\": \"get_weather\", \"arguments\": {\"city\": "
                                           "\"Rome\", \"days\": 3}}, {\"name\": \"ping\", \"arguments\": {}}]"};
     static const char *const GRANITE_SPELLED[] = {"<|tool_call", "|>[{\"name\": \"ping\", \"arguments\": {}}]"};
@@ -554,6 +565,11 @@ Test(toolcall, the_forcing_grammar_names_harmony_and_granite_special_tokens) {
     for (size_t k = 0; k < ATTND_ARRAY_LEN(C); k++) {
         buf gb = {0};
         grammar *g = forcing_grammar(&s, C[k].f, &gb);
+        if (C[k].f == TOOLCALL_FMT_HARMONY) {
+            cr_expect(takes_pieces(g, v, HARMONY_THINK, ATTND_ARRAY_LEN(HARMONY_THINK)), "analysis, then the call");
+            cr_expect(!takes_pieces(g, v, HARMONY_THINK_TWICE, ATTND_ARRAY_LEN(HARMONY_THINK_TWICE)),
+                      "one analysis message, then the call");
+        }
         attnd_err err;
         cr_assert_eq(grammar_vocab_check(g, v, &err), ATTND_OK, "%s", err.msg);
         cr_expect(takes_pieces(g, v, C[k].good, C[k].n_good), "format %d takes its call\n%s", C[k].f, gb.p);

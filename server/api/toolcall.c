@@ -289,11 +289,15 @@ static attnd_status xml_grammar(const toolcall_spec *s, buf *out, attnd_err *err
 }
 
 /* Harmony: one call per message (<|call|> ends the reply), the name in the channel header, the
- * arguments as the message; the markers are token terminals. */
+ * arguments as the message; the markers are token terminals. The model may first reason in the
+ * analysis channel, as gpt-oss is trained to (free text up to <|end|>, which no byte can write),
+ * then start the assistant's next message. */
 static attnd_status harmony_grammar(const toolcall_spec *s, buf *out, attnd_err *err) {
     size_t n = json_array_size(s->tools);
     const json_t **schemas = calloc(n ? n : 1, sizeof(*schemas));
-    bool ok = schemas && buf_puts(out, "root ::= <|channel|> \"commentary to=functions.\" ( ") &&
+    bool ok = schemas &&
+              buf_puts(out, "root ::= ( <|channel|> \"analysis\" <|message|> .* <|end|> <|start|> \"assistant\" )? "
+                            "<|channel|> \"commentary to=functions.\" ( ") &&
               tool_alternatives(s, "", " \" <|constrain|> \"json\" <|message|>", "", schemas, out) &&
               buf_puts(out, " ) <|call|>\n");
     return tool_schema_rules(schemas, n, ok, out, err);
