@@ -263,6 +263,7 @@ struct grammar_state {
     int32_t *remap;        /* (cap_remap) pool compaction */
     size_t cap_remap;
     size_t budget;         /* expansion work left in this step */
+    bool mask_cut;         /* the last mask stopped at MAX_MASK_WORK */
     glevel *levels;        /* (cap_levels) the trie walk's path */
     size_t cap_levels;
     const grammar_vocab *tv; /* the vocabulary tok_id was resolved in (NULL: not yet) */
@@ -315,7 +316,10 @@ static bool push_work(grammar_state *s, size_t *n, int32_t x) {
 
 /* Expansion work one step (one character, all stacks) may take: beyond it, a pathologically
  * ambiguous grammar's further stacks are dropped rather than letting a step take seconds. */
-enum { MAX_STEP_WORK = 1 << 14 };
+/* Work bounds, in expansions and stack-node comparisons: one step, and one whole mask (the trie
+ * walk's steps together). A mask of a JSON grammar over a 152k vocabulary stays far below the
+ * second; a pathologically ambiguous grammar spends the first at every trie node and is cut. */
+enum { MAX_STEP_WORK = 1 << 14, MAX_MASK_WORK = 1 << 26 };
 
 /* Expands stack x until every resulting top is a character set (or the stack is empty), and
  * adds the results to tb[from..). */
@@ -647,17 +651,28 @@ static int mask_tokens(grammar_state *s, const grammar_vocab *v, unsigned char *
     return count;
 }
 
+bool grammar_state_mask_was_cut(const grammar_state *s) { return s->mask_cut; }
+
 int grammar_state_mask(grammar_state *s, const grammar_vocab *v, unsigned char *allowed) {
     memset(allowed, 0, (size_t)v->n);
     if (!attnd_grow(&s->levels, &s->cap_levels, (size_t)v->max_depth + 1, sizeof(*s->levels), 16)) s->st = ATTND_ERR_NOMEM;
     if (s->st != ATTND_OK || !load_committed(s, &s->levels[0])) return 0;
     int count = 0;
+    size_t work = 0;
+    s->mask_cut = false;
     for (size_t i = 0; i < v->n_nodes && s->st == ATTND_OK; i++) {
         const vnode *nd = &v->nodes[i];
         glevel *up = &s->levels[nd->depth - 1];
         s->pool.len = up->pool_end, s->tb_len = up->tb_end; /* forget the previous sibling's subtree */
         glevel *l = &s->levels[nd->depth];
-        if (!step_byte(s, up, nd->byte, l)) {
+        if (work > MAX_MASK_WORK) {
+            s->mask_cut = true; /* the tokens not reached stay 0: what is allowed is still allowed */
+            break;
+        }
+        s->budget = MAX_STEP_WORK;
+        bool alive = step_byte(s, up, nd->byte, l);
+        work += 1 + (MAX_STEP_WORK - s->budget);
+        if (!alive) {
             i = nd->skip - 1; /* no token below this prefix can come next */
             continue;
         }

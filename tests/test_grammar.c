@@ -292,6 +292,69 @@ Test(grammar, the_mask_equals_checking_every_token) {
     mask_matches_checks("root ::= [^\"]*", NULL, 0);
 }
 
+/* A vocabulary of n pseudo-random lowercase words of 1-8 letters: a trie as large as a real
+ * vocabulary's. The words live in one malloc'd block (*store). */
+static grammar_vocab *word_vocab(int n, char **store) {
+    const char **words = malloc(sizeof(*words) * (size_t)n);
+    size_t *lens = malloc(sizeof(*lens) * (size_t)n);
+    char *p = *store = malloc((size_t)n * 9);
+    cr_assert(words && lens && p);
+    uint32_t r = 12345;
+    for (int i = 0; i < n; i++) {
+        r = r * 1103515245u + 12345u;
+        size_t len = 1 + (r >> 16) % 8;
+        words[i] = p, lens[i] = len;
+        for (size_t k = 0; k < len; k++) r = r * 1103515245u + 12345u, *p++ = (char)('a' + (r >> 16) % 26);
+        *p++ = '\0';
+    }
+    grammar_vocab *v;
+    cr_assert_eq(grammar_vocab_create(&v, n, words, lens, NULL), ATTND_OK);
+    free(words), free(lens);
+    return v;
+}
+
+/* The mask of s over v allows only tokens a check allows, and all of them unless it was cut;
+ * returns the number allowed. */
+static int mask_within_checks(grammar_state *s, const grammar_vocab *v, int n, unsigned char *allowed) {
+    int count = grammar_state_mask(s, v, allowed), got = 0;
+    bool cut = grammar_state_mask_was_cut(s);
+    for (int i = 0; i < n; i++) {
+        if (cut && !allowed[i]) continue; /* a cut mask promises only what it allows */
+        bool ok = grammar_state_try_token(s, v, i);
+        cr_assert_eq(allowed[i], ok, "token %d: mask %d, check %d", i, allowed[i], ok);
+        got += allowed[i];
+    }
+    cr_assert_eq(count, got);
+    return count;
+}
+
+/* A mask's work is bounded: under an ambiguous right-recursive grammar every trie node costs a
+ * step's whole budget, and on a 40,000-word vocabulary the walk is cut, allowing a subset of what
+ * the grammar allows (a sampled token stays valid). An ordinary grammar's mask is never cut. */
+Test(grammar, a_pathological_grammar_s_mask_is_cut_to_what_it_reached) {
+    enum { NW = 40000 };
+    char *store;
+    grammar_vocab *v = word_vocab(NW, &store);
+    unsigned char *allowed = malloc(NW);
+    grammar *amb = compile("root ::= [a-c]{0,4} (\"x\" | \"y\")? .+ root \"]\"");
+    grammar_state *s;
+    cr_assert_eq(grammar_state_create(&s, amb, NULL), ATTND_OK);
+    cr_assert(grammar_state_accept(s, "abcabxyzab", 10));
+    int count = mask_within_checks(s, v, NW, allowed);
+    cr_assert(grammar_state_mask_was_cut(s), "the ambiguous grammar's mask was not cut");
+    cr_assert_gt(count, 0, "a cut mask still allows what it reached");
+    grammar_state_destroy(s);
+    grammar *plain = compile("root ::= [a-z]+ ( \" \" [a-z]+ )*");
+    cr_assert_eq(grammar_state_create(&s, plain, NULL), ATTND_OK);
+    cr_assert(grammar_state_accept(s, "abc", 3));
+    cr_assert_eq(mask_within_checks(s, v, NW, allowed), NW, "every word may follow");
+    cr_assert(!grammar_state_mask_was_cut(s));
+    grammar_state_destroy(s);
+    grammar_unref(amb), grammar_unref(plain);
+    grammar_vocab_destroy(v);
+    free(allowed), free(store);
+}
+
 Test(grammar, the_mask_after_a_completed_sentence_is_empty) {
     grammar *g = compile("root ::= \"a\"");
     grammar_vocab *v = make_vocab();

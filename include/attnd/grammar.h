@@ -33,7 +33,9 @@
  * Cost: the state is a set of parse stacks (the grammar's ambiguity at this point; one or a few
  * for JSON). Checking a token is a walk over its bytes. grammar_state_mask walks a trie of the
  * vocabulary once, pruning every subtree whose prefix the grammar rejects. Pathologically
- * ambiguous grammars are cut at GRAMMAR_MAX_STACKS stacks per state.
+ * ambiguous grammars are cut at GRAMMAR_MAX_STACKS stacks per state, a step's work is bounded,
+ * and so is a whole mask's: a mask that reaches its bound stops walking and allows only the
+ * tokens it reached (a subset of what the grammar allows; grammar_state_mask_was_cut says so).
  *
  * Thread-safety: a compiled grammar and a grammar_vocab are immutable (share them between
  * threads and sequences); a grammar_state belongs to one sequence and one thread.
@@ -137,6 +139,8 @@ bool grammar_state_can_continue(const grammar_state *s);
  * caller's decision, see complete). Returns the number allowed. One walk of the vocabulary trie,
  * plus one look at the stacks for token terminals. */
 int grammar_state_mask(grammar_state *s, const grammar_vocab *v, unsigned char *allowed);
+/* Whether the last grammar_state_mask reached its work bound (then it allowed a subset). */
+bool grammar_state_mask_was_cut(const grammar_state *s);
 /* ATTND_OK, or ATTND_ERR_NOMEM once a step could not grow its buffers (then nothing is accepted). */
 attnd_status grammar_state_status(const grammar_state *s);
 
