@@ -91,6 +91,12 @@ typedef void (*attn_tile_fn)(const struct attn_tile *t);
  * 128, side by side), then 2 x 64 bytes of scales and 2 x 64 of mins (the 6-bit values unpacked
  * to bytes, 4 per row per vector), then 16 d and 16 dmin as f16: 148 bytes per row, 144 mapped. */
 #define PACK_Q4K_BYTES (32 * 64 + 4 * 64 + 64)
+/* Q5_K, per 16-row group and super-block: Q4_K's PACK_Q4K_BYTES (its nibbles, scales, mins, d and
+ * dmin at the same offsets), then 8 x 64 bytes of fifth bits: vector kk holds qh bytes 4kk..4kk+3
+ * of each row (row i at 4i), so the byte beside nibble vector 8p + kk's byte holds in bit 2p the
+ * fifth bit of its low nibble and in bit 2p + 1 that of its high one (sub-block s's bit is bit s:
+ * one 16-bit shift and a mask per vector). 180 bytes per row and super-block, 176 mapped. */
+#define PACK_Q5K_BYTES (PACK_Q4K_BYTES + 8 * 64)
 /* Q6_K, per 16-row group and super-block: 16 x 16 bytes of scales (byte 16j + i: row i's sc[j]),
  * then per sub-block j (weights 16j..16j+15) three 64-byte vectors L0, L1, H, 4 bytes per row
  * (row i at 4i). Its four weight vectors (weights 16j + 4k.., k < 4) are, per byte, W0 = 63 & (L0 ^ H), W1 = 63 & ((L0 >> 4) ^ (H >> 2)), W2 = 63 & (L1 ^ (H << 2)),
@@ -113,8 +119,8 @@ typedef void (*attn_tile_fn)(const struct attn_tile *t);
 struct quant_packed {
     uint32_t wtype;
     int64_t n_rows, n_cols;
-    size_t group_bytes; /* Q8_0 / Q4_0: ceil(nb / 2) * PACK_Q80_PAIR / PACK_Q40_PAIR, pairs of blocks; Q4_K: nb * PACK_Q4K_BYTES,
-                           super-block after super-block; Q6_K: PACK_Q6K_HEAD(nb) + nb * PACK_Q6K_BYTES;
+    size_t group_bytes; /* Q8_0 / Q4_0: ceil(nb / 2) * PACK_Q80_PAIR / PACK_Q40_PAIR, pairs of blocks; Q4_K / Q5_K: nb * PACK_Q4K_BYTES /
+                           PACK_Q5K_BYTES, super-block after super-block; Q6_K: PACK_Q6K_HEAD(nb) + nb * PACK_Q6K_BYTES;
                            the 32-element types: ceil(nb / 2) * PACK_B32_PAIR(h, m)
                            (a multiple of 64 in every case) */
     size_t bytes;

@@ -106,21 +106,26 @@ Test(amx_tile, probe_answers_once_and_names_its_state) {
 
 // ---- the kernels --------------------------------------------------------------------------------
 
-static const uint32_t AMX_TYPES[] = {GGUF_TYPE_Q8_0, GGUF_TYPE_Q4_0, GGUF_TYPE_Q4_K, GGUF_TYPE_Q6_K};
+static const uint32_t AMX_TYPES[] = {GGUF_TYPE_Q8_0, GGUF_TYPE_Q4_0, GGUF_TYPE_Q4_K, GGUF_TYPE_Q5_K, GGUF_TYPE_Q6_K};
 
 static void random_weights(uint8_t *w, uint32_t type, int64_t n_rows, int64_t n_cols) {
     size_t rb = quant_row_bytes(type, n_cols);
     for (size_t i = 0; i < rb * (size_t)n_rows; i++) w[i] = (uint8_t)rnd();
-    int64_t n = n_rows * n_cols;
-    for (int64_t b = 0; b < n / (type == GGUF_TYPE_Q8_0 || type == GGUF_TYPE_Q4_0 ? 32 : 256); b++) switch (type) {
-        case GGUF_TYPE_Q8_0: put16(w + 34 * b, quant_f32_to_f16(0.01f + 0.01f * fabsf(rndf()))); break;
-        case GGUF_TYPE_Q4_0: put16(w + 18 * b, quant_f32_to_f16(0.1f + 0.1f * rndf())); break;
+    const int64_t n = n_rows * n_cols;
+    const size_t bytes = gguf_type_block_bytes(type);
+    for (int64_t b = 0; b < n / gguf_type_block_elems(type); b++) {
+        uint8_t *blk = w + bytes * (size_t)b;
+        switch (type) { /* finite, small scales (and minimums) */
+        case GGUF_TYPE_Q8_0: put16(blk, quant_f32_to_f16(0.01f + 0.01f * fabsf(rndf()))); break;
+        case GGUF_TYPE_Q4_0: put16(blk, quant_f32_to_f16(0.1f + 0.1f * rndf())); break;
         case GGUF_TYPE_Q4_K:
-            put16(w + 144 * b, quant_f32_to_f16(0.002f + 0.001f * rndf()));
-            put16(w + 144 * b + 2, quant_f32_to_f16(0.004f + 0.001f * rndf()));
+        case GGUF_TYPE_Q5_K:
+            put16(blk, quant_f32_to_f16(0.002f + 0.001f * rndf()));
+            put16(blk + 2, quant_f32_to_f16(0.004f + 0.001f * rndf()));
             break;
-        default: put16(w + 210 * b + 208, quant_f32_to_f16(0.0005f + 0.0002f * rndf())); break;
+        default: put16(blk + 208, quant_f32_to_f16(0.0005f + 0.0002f * rndf())); break; /* Q6_K */
         }
+    }
 }
 
 /* out (n_tok, R) under `isa`, reading the copy packed under that set when it makes one */
@@ -136,7 +141,7 @@ static void run(float *out, quant_isa isa, const uint8_t *w, uint32_t type, int6
 
 /* One shape: the emulated kernels against the portable path (within float rounding: the portable
  * kernels add the block terms in another order), and bit for bit against AVX-512 and real AMX
- * where the CPU has them (the AVX-512 kernels of the same layout: the packed Q8_0/Q4_0/Q4_K/Q6_K
+ * where the CPU has them (the AVX-512 kernels of the same layout: the packed Q8_0/Q4_0/Q4_K/Q5_K/Q6_K
  * kernels always, mapped Q8_0's register tiles from 4 tokens), for each token count in toks. */
 static void check_shape(uint32_t type, int64_t R, int64_t C, const int *toks, int n_toks) {
     int T = 0;
