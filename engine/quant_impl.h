@@ -115,6 +115,9 @@ typedef void (*attn_tile_fn)(const struct attn_tile *t);
  * scales: 2 x 16 f16 d (MXFP4: 2 x 16 E8M0 bytes), and where the type has a minimum (m: Q4_1,
  * Q5_1) 2 x 16 f16 m, padded to 64 bytes. Bytes per row and block as mapped (MXFP4: 18 for 17). */
 #define PACK_B32_QBYTES(h) (256 + 64 * (h))
+/* Q4_1 / Q5_1: every kernel from the register tiles up (G_NB, quant_gemm512.inc; the AMX tiles)
+ * adds the minimum terms m s of a run of QUANT_MIN_RUN blocks together, after the run's blocks */
+#define QUANT_MIN_RUN 16
 #define PACK_B32_PAIR(h, m) (2 * PACK_B32_QBYTES(h) + 64 * (1 + (m)))
 struct quant_packed {
     uint32_t wtype;

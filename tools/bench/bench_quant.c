@@ -331,7 +331,8 @@ static double time_tl(uint32_t type, int64_t rows, int64_t cols, int n_tok, int 
 static const char *kernel_path(quant_isa isa, uint32_t type, int n_tok) {
     if (isa != QUANT_ISA_AMX) return quant_isa_name(isa);
     int tiled = type == GGUF_TYPE_Q8_0 || type == GGUF_TYPE_Q4_0 || type == GGUF_TYPE_Q4_K || type == GGUF_TYPE_Q6_K ||
-                type == GGUF_TYPE_Q5_K;
+                type == GGUF_TYPE_Q5_K || type == GGUF_TYPE_Q4_1 || type == GGUF_TYPE_Q5_0 || type == GGUF_TYPE_Q5_1 ||
+                type == GGUF_TYPE_IQ4_NL || type == GGUF_TYPE_MXFP4;
     return tiled && n_tok >= 128 ? "amx tiles" : "amx (avx512)"; /* AX_MIN_TOK of quant_amx.c */
 }
 
