@@ -97,6 +97,12 @@ typedef void (*attn_tile_fn)(const struct attn_tile *t);
  * fifth bit of its low nibble and in bit 2p + 1 that of its high one (sub-block s's bit is bit s:
  * one 16-bit shift and a mask per vector). 180 bytes per row and super-block, 176 mapped. */
 #define PACK_Q5K_BYTES (PACK_Q4K_BYTES + 8 * 64)
+/* IQ4_XS, per 16-row group and super-block: 32 x 64 bytes of nibbles as Q4_K's (vector k: qs bytes
+ * 4k..4k+3 of each row, so sub-block j is vectors 4j..4j+3, weights 4kk.. in the low nibbles and
+ * 16 + 4kk.. in the high ones, as IQ4_NL's blocks), then the signed sub-block scales (-32..31) as
+ * bytes, byte 16j + i row i's scale j (128 bytes), then 16 f16 d, padded to 64: 140 bytes per row
+ * and super-block, 136 mapped. */
+#define PACK_IQ4XS_BYTES (32 * 64 + 3 * 64)
 /* Q6_K, per 16-row group and super-block: 16 x 16 bytes of scales (byte 16j + i: row i's sc[j]),
  * then per sub-block j (weights 16j..16j+15) three 64-byte vectors L0, L1, H, 4 bytes per row
  * (row i at 4i). Its four weight vectors (weights 16j + 4k.., k < 4) are, per byte, W0 = 63 & (L0 ^ H), W1 = 63 & ((L0 >> 4) ^ (H >> 2)), W2 = 63 & (L1 ^ (H << 2)),
@@ -122,8 +128,8 @@ typedef void (*attn_tile_fn)(const struct attn_tile *t);
 struct quant_packed {
     uint32_t wtype;
     int64_t n_rows, n_cols;
-    size_t group_bytes; /* Q8_0 / Q4_0: ceil(nb / 2) * PACK_Q80_PAIR / PACK_Q40_PAIR, pairs of blocks; Q4_K / Q5_K: nb * PACK_Q4K_BYTES /
-                           PACK_Q5K_BYTES, super-block after super-block; Q6_K: PACK_Q6K_HEAD(nb) + nb * PACK_Q6K_BYTES;
+    size_t group_bytes; /* Q8_0 / Q4_0: ceil(nb / 2) * PACK_Q80_PAIR / PACK_Q40_PAIR, pairs of blocks; Q4_K / Q5_K / IQ4_XS: nb * PACK_Q4K_BYTES /
+                           PACK_Q5K_BYTES / PACK_IQ4XS_BYTES, super-block after super-block; Q6_K: PACK_Q6K_HEAD(nb) + nb * PACK_Q6K_BYTES;
                            the 32-element types: ceil(nb / 2) * PACK_B32_PAIR(h, m)
                            (a multiple of 64 in every case) */
     size_t bytes;

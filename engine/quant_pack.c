@@ -83,6 +83,22 @@ static void pack_q45_k(uint8_t *dst, const uint8_t *w, size_t rb, int64_t n_rows
     }
 }
 
+/* IQ4_XS rows -> quant_pack's layout (PACK_IQ4XS_BYTES per group and super-block, quant_impl.h). */
+static void pack_iq4_xs(uint8_t *dst, const uint8_t *w, size_t rb, int64_t n_rows, int64_t nsb, size_t group_bytes) {
+    for (int64_t r = 0; r < n_rows; r++) {
+        int i = (int)(r % PACK_ROWS);
+        const uint8_t *src = w + (size_t)r * rb;
+        for (int64_t b = 0; b < nsb; b++, src += IQ4_XS_BYTES) {
+            uint8_t *q = dst + (size_t)(r / PACK_ROWS) * group_bytes + (size_t)b * PACK_IQ4XS_BYTES;
+            for (int k = 0; k < 32; k++) memcpy(q + 64 * k + 4 * i, src + 8 + 4 * k, 4);
+            int8_t sc[8];
+            quant_iq4xs_scales(src, sc);
+            for (int j = 0; j < 8; j++) q[32 * 64 + 16 * j + i] = (uint8_t)sc[j];
+            memcpy(q + 32 * 64 + 128 + 2 * i, src, 2); /* d */
+        }
+    }
+}
+
 /* Where a 32-element type's fields sit in its mapped block (quant_impl.h), -1: absent. */
 typedef struct b32_fields {
     int bytes, qs, qh, m; /* the scale (f16 d, MXFP4's E8M0 byte) is at 0 */
@@ -220,7 +236,7 @@ quant_packed *quant_pack(const void *w, uint32_t wtype, int64_t n_rows, int64_t 
     const char *no = getenv("ATTND_NO_REPACK");
     if (no && *no && strcmp(no, "0") != 0) return NULL;
     int q8_0 = wtype == GGUF_TYPE_Q8_0, q4_0 = wtype == GGUF_TYPE_Q4_0, q4_k = wtype == GGUF_TYPE_Q4_K;
-    int q5_k = wtype == GGUF_TYPE_Q5_K;
+    int q5_k = wtype == GGUF_TYPE_Q5_K, iq4_xs = wtype == GGUF_TYPE_IQ4_XS;
     b32_fields bf = {0};
     int b32 = b32_fields_of(wtype, &bf);
     uint32_t be = gguf_type_block_elems(wtype);
@@ -236,6 +252,7 @@ quant_packed *quant_pack(const void *w, uint32_t wtype, int64_t n_rows, int64_t 
                       : b32  ? (size_t)(nb + 1) / 2 * PACK_B32_PAIR(bf.h, bf.has_m)
                       : q4_k ? (size_t)nb * PACK_Q4K_BYTES
                       : q5_k ? (size_t)nb * PACK_Q5K_BYTES
+                      : iq4_xs ? (size_t)nb * PACK_IQ4XS_BYTES
                              : PACK_Q6K_HEAD(nb) + (size_t)nb * PACK_Q6K_BYTES;
     pk->bytes = (size_t)n_groups * pk->group_bytes;
     pk->data = packed_alloc(pk->bytes);
@@ -255,6 +272,7 @@ quant_packed *quant_pack(const void *w, uint32_t wtype, int64_t n_rows, int64_t 
     else if (q4_0) pack_q4_0(pk->data, w, rb, n_rows, nb, pk->group_bytes);
     else if (b32) pack_b32(pk->data, w, rb, n_rows, nb, pk->group_bytes, &bf);
     else if (q4_k || q5_k) pack_q45_k(pk->data, w, rb, n_rows, nb, pk->group_bytes, q5_k);
+    else if (iq4_xs) pack_iq4_xs(pk->data, w, rb, n_rows, nb, pk->group_bytes);
     else pack_q6_k(pk->data, w, rb, n_rows, nb, pk->group_bytes);
     return pk;
 }

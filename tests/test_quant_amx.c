@@ -108,7 +108,7 @@ Test(amx_tile, probe_answers_once_and_names_its_state) {
 
 static const uint32_t AMX_TYPES[] = {GGUF_TYPE_Q8_0, GGUF_TYPE_Q4_0, GGUF_TYPE_Q4_K,   GGUF_TYPE_Q5_K,
                                      GGUF_TYPE_Q6_K, GGUF_TYPE_Q4_1, GGUF_TYPE_Q5_0,   GGUF_TYPE_Q5_1,
-                                     GGUF_TYPE_IQ4_NL, GGUF_TYPE_MXFP4};
+                                     GGUF_TYPE_IQ4_NL, GGUF_TYPE_MXFP4, GGUF_TYPE_IQ4_XS};
 
 static void random_weights(uint8_t *w, uint32_t type, int64_t n_rows, int64_t n_cols) {
     size_t rb = quant_row_bytes(type, n_cols);
@@ -133,6 +133,7 @@ static void random_weights(uint8_t *w, uint32_t type, int64_t n_rows, int64_t n_
             break;
         case GGUF_TYPE_Q5_0: put16(blk, quant_f32_to_f16(0.05f + 0.05f * rndf())); break;
         case GGUF_TYPE_IQ4_NL: put16(blk, quant_f32_to_f16(0.005f + 0.002f * rndf())); break;
+        case GGUF_TYPE_IQ4_XS: put16(blk, quant_f32_to_f16(0.0002f + 0.0001f * rndf())); break;
         default: blk[0] = (uint8_t)(118 + rnd() % 8); break; /* MXFP4: 2^-10 .. 2^-3 */
         }
     }
