@@ -128,8 +128,9 @@ typedef void (*attn_tile_fn)(const struct attn_tile *t);
 struct quant_packed {
     uint32_t wtype;
     int64_t n_rows, n_cols;
-    size_t group_bytes; /* Q8_0 / Q4_0: ceil(nb / 2) * PACK_Q80_PAIR / PACK_Q40_PAIR, pairs of blocks; Q4_K / Q5_K / IQ4_XS: nb * PACK_Q4K_BYTES /
-                           PACK_Q5K_BYTES / PACK_IQ4XS_BYTES, super-block after super-block; Q6_K: PACK_Q6K_HEAD(nb) + nb * PACK_Q6K_BYTES;
+    size_t group_bytes; /* Q8_0 / Q4_0: ceil(nb / 2) * PACK_Q80_PAIR / PACK_Q40_PAIR, pairs of blocks;
+                           Q4_K / Q5_K / IQ4_XS: nb * PACK_Q4K_BYTES / PACK_Q5K_BYTES / PACK_IQ4XS_BYTES,
+                           super-block after super-block; Q6_K: PACK_Q6K_HEAD(nb) + nb * PACK_Q6K_BYTES;
                            the 32-element types: ceil(nb / 2) * PACK_B32_PAIR(h, m)
                            (a multiple of 64 in every case) */
     size_t bytes;

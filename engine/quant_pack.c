@@ -247,13 +247,13 @@ quant_packed *quant_pack(const void *w, uint32_t wtype, int64_t n_rows, int64_t 
     int64_t nb = n_cols / be, n_groups = (n_rows + PACK_ROWS - 1) / PACK_ROWS;
     *pk = (quant_packed){.wtype = wtype, .n_rows = n_rows, .n_cols = n_cols};
     /* round_up keeps every group 64-byte aligned */
-    pk->group_bytes = q8_0   ? (size_t)(nb + 1) / 2 * PACK_Q80_PAIR
-                      : q4_0 ? (size_t)(nb + 1) / 2 * PACK_Q40_PAIR
-                      : b32  ? (size_t)(nb + 1) / 2 * PACK_B32_PAIR(bf.h, bf.has_m)
-                      : q4_k ? (size_t)nb * PACK_Q4K_BYTES
-                      : q5_k ? (size_t)nb * PACK_Q5K_BYTES
+    pk->group_bytes = q8_0     ? (size_t)(nb + 1) / 2 * PACK_Q80_PAIR
+                      : q4_0   ? (size_t)(nb + 1) / 2 * PACK_Q40_PAIR
+                      : b32    ? (size_t)(nb + 1) / 2 * PACK_B32_PAIR(bf.h, bf.has_m)
+                      : q4_k   ? (size_t)nb * PACK_Q4K_BYTES
+                      : q5_k   ? (size_t)nb * PACK_Q5K_BYTES
                       : iq4_xs ? (size_t)nb * PACK_IQ4XS_BYTES
-                             : PACK_Q6K_HEAD(nb) + (size_t)nb * PACK_Q6K_BYTES;
+                               : PACK_Q6K_HEAD(nb) + (size_t)nb * PACK_Q6K_BYTES;
     pk->bytes = (size_t)n_groups * pk->group_bytes;
     pk->data = packed_alloc(pk->bytes);
     if (!pk->data) {

@@ -106,8 +106,8 @@ Test(amx_tile, probe_answers_once_and_names_its_state) {
 
 // ---- the kernels --------------------------------------------------------------------------------
 
-static const uint32_t AMX_TYPES[] = {GGUF_TYPE_Q8_0, GGUF_TYPE_Q4_0, GGUF_TYPE_Q4_K,   GGUF_TYPE_Q5_K,
-                                     GGUF_TYPE_Q6_K, GGUF_TYPE_Q4_1, GGUF_TYPE_Q5_0,   GGUF_TYPE_Q5_1,
+static const uint32_t AMX_TYPES[] = {GGUF_TYPE_Q8_0,   GGUF_TYPE_Q4_0,  GGUF_TYPE_Q4_K,  GGUF_TYPE_Q5_K,
+                                     GGUF_TYPE_Q6_K,   GGUF_TYPE_Q4_1,  GGUF_TYPE_Q5_0,  GGUF_TYPE_Q5_1,
                                      GGUF_TYPE_IQ4_NL, GGUF_TYPE_MXFP4, GGUF_TYPE_IQ4_XS};
 
 static void random_weights(uint8_t *w, uint32_t type, int64_t n_rows, int64_t n_cols) {
