@@ -18,7 +18,7 @@
 static const char *USAGE =
     "usage: attnd attention (--prompt TEXT | --tokens 1,2,3) [--layer L] [--head H] [--attn-top-k K]\n"
     "                       [--n N] [sampling flags] [--json | --svg FILE] [--model PATH]\n"
-    "                       [--threads N] [--kv-type f16|f32|q8_0|q4_0]\n"
+    "                       [--threads N] [--kv-type f16|f32|q8_0|q4_0] [--logit-lens K] [--experts]\n"
     "\n"
     "Shows which earlier tokens each token attends to: the softmax weights the engine computes\n"
     "over the KV cache, per layer and head. Attention weights show where a head looks, not why\n"
@@ -34,6 +34,8 @@ static const char *USAGE =
     "                  renormalised per row\n"
     "  --logit-lens K  with --json: the K most probable tokens of each layer's residual stream\n"
     "                  at each position, read through the final norm and the output head\n"
+    "  --experts       with --json, on a Mixture-of-Experts model: the experts the router chose\n"
+    "                  for each token in each layer, with their weights\n"
     "  --n N           also generate N tokens (greedy unless --temp) and show their rows (default 0)\n"
     "  --json          print the JSON of POST /v1/attention\n"
     "  --svg FILE      write a heatmap (tokens on both axes, a thumbnail per head) to FILE\n"
@@ -48,7 +50,7 @@ typedef struct attn_opts {
     int *layers, n_layers, *heads, n_heads;
     int top_k, n_predict, lens_k;
     attn_weights weights;
-    bool json;
+    bool json, experts;
     cli_run_opts run; /* --model, --threads, --kv-type */
     cli_sampling sampling;
 } attn_opts;
@@ -79,6 +81,7 @@ static void parse_args(int argc, char **argv, attn_opts *o) {
         CLI_OPT_INT("--logit-lens", &o->lens_k, 0, 1 << 24),
         CLI_OPT_SAMPLING(&o->sampling),
         CLI_OPT_SET("--json", &o->json),
+        CLI_OPT_SET("--experts", &o->experts),
     };
     if (!cli_parse_opts("attention", USAGE, argc, argv, opts, ATTND_ARRAY_LEN(opts))) exit(0);
     if (layers) o->layers = parse_list("--layer", layers, &o->n_layers);
@@ -90,6 +93,7 @@ static void parse_args(int argc, char **argv, attn_opts *o) {
         cli_usage_error("attention", "--weights: '%s'; give attention or norm", weights);
     o->weights = weights && !strcmp(weights, "norm") ? ATTN_WEIGHTS_NORM : ATTN_WEIGHTS_ATTENTION;
     if (o->lens_k && !o->json) cli_usage_error("attention", "--logit-lens is shown with --json only");
+    if (o->experts && !o->json) cli_usage_error("attention", "--experts is shown with --json only");
     if (o->sampling.top_logprobs) cli_usage_error("attention", "--top-logprobs is not available here");
 }
 
@@ -198,14 +202,16 @@ static attnd_status attention(attn_opts *o, attnd_err *err) {
     attn_capture_params p = {.layers = o->layers, .n_layers = o->svg && o->n_layers ? 1 : o->n_layers,
                              .heads = o->svg ? NULL : o->heads, .n_heads = o->svg ? 0 : o->n_heads,
                              .top_k = o->top_k, .n_positions = n_prompt + o->n_predict, .weights = o->weights,
-                             .lens_k = o->lens_k};
+                             .lens_k = o->lens_k, .experts = o->experts};
     static const int layer0 = 0;
     if (o->svg && !o->n_layers) p.layers = &layer0, p.n_layers = 1;
     const char *field;
     if (attn_capture_check(mi, &p, &field, err))
         cli_usage_error("attention", "%s (%s)", err->msg,
                         !strcmp(field, "layers") ? "--layer" : !strcmp(field, "heads") ? "--head"
-                        : !strcmp(field, "logit_lens") ? "--logit-lens" : "--attn-top-k");
+                        : !strcmp(field, "logit_lens") ? "--logit-lens"
+                        : !strcmp(field, "experts")    ? "--experts"
+                                                       : "--attn-top-k");
     if (o->svg && o->n_heads > 1)
         cli_usage_error("attention", "--svg draws one head or the mean of all: give one --head");
     if (o->svg && o->n_heads == 1 && o->heads[0] >= mi->n_head)

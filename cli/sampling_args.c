@@ -190,6 +190,14 @@ struct cli_gen {
     buf text;                /* what the pipeline released */
 };
 
+void cli_gen_destroy(cli_gen *g) {
+    if (!g) return;
+    gen_destroy(g->g);
+    free(g->chosen);
+    buf_free(&g->text);
+    free(g);
+}
+
 attnd_status cli_gen_create(cli_gen **out, const cli_sampling *o, int n_vocab, const tokenizer *tok,
                             const int32_t *prompt, int n_prompt, int n_predict, attnd_err *err) {
     *out = NULL;
@@ -216,14 +224,6 @@ attnd_status cli_gen_create(cli_gen **out, const cli_sampling *o, int n_vocab, c
 fail:
     cli_gen_destroy(g);
     return st;
-}
-
-void cli_gen_destroy(cli_gen *g) {
-    if (!g) return;
-    gen_destroy(g->g);
-    free(g->chosen);
-    buf_free(&g->text);
-    free(g);
 }
 
 int32_t cli_gen_pick(void *user, const float *logits) {

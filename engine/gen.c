@@ -55,7 +55,8 @@ static attnd_status grammar_init(gen *g, const gen_params *p, attnd_err *err) {
     if (!g->tok) return attnd_fail(err, ATTND_ERR_UNSUPPORTED, "a grammar needs the model's vocabulary, which did not load");
     if (!p->gvocab) return attnd_fail(err, ATTND_ERR_INVALID, "a grammar needs the vocabulary index (gvocab)");
     g->gv = p->gvocab;
-    attnd_status st = grammar_state_create(&g->gs, p->grammar, err);
+    attnd_status st = grammar_vocab_check(p->grammar, p->gvocab, err); /* its token terminals exist */
+    if (st == ATTND_OK) st = grammar_state_create(&g->gs, p->grammar, err);
     if (st != ATTND_OK) return st;
     g->lz = grammar_get_lazy(p->grammar);
     g->phase = g->lz.skip_inside ? PH_SKIP : g->lz.skip_open ? PH_PROBE : g->lz.trigger ? PH_WAIT : PH_ON;
@@ -110,13 +111,12 @@ void gen_destroy(gen *g) {
 
 static bool is_eog(const gen *g, int32_t id) { return !g->ignore_eog && tok_is_eog(g->tok, id); }
 
-/* Whether the grammar lets id come next: end-of-generation once it is complete, otherwise a
- * token whose bytes it accepts (a token without bytes never). */
+/* Whether the grammar lets id come next: end-of-generation once it is complete (or where a
+ * token terminal names it), otherwise a token whose bytes it accepts or that a token terminal
+ * names (any other token without bytes never). */
 static bool grammar_allows(gen *g, int32_t id) {
-    if (is_eog(g, id)) return grammar_state_complete(g->gs);
-    const char *b;
-    size_t n;
-    return grammar_vocab_token(g->gv, id, &b, &n) && n > 0 && grammar_state_try(g->gs, b, n);
+    if (is_eog(g, id)) return grammar_state_complete(g->gs) || grammar_state_try_token(g->gs, g->gv, id);
+    return grammar_state_try_token(g->gs, g->gv, id);
 }
 
 /* The token drawn from logits masked to what the grammar allows; -1 when it allows nothing. */
@@ -243,7 +243,7 @@ static void advance(gen *g, int32_t id) {
     const char *b;
     size_t n = token_bytes(g, id, &b), after;
     switch (g->phase) {
-    case PH_ON: grammar_state_accept(g->gs, b, n); return;
+    case PH_ON: grammar_state_accept_token(g->gs, g->gv, id); return;
     case PH_PROBE:
         win_push(g, b, n, sizeof(g->win));
         if (g->n_win >= strlen(g->lz.skip_open)) {

@@ -284,23 +284,27 @@ static void merge_sort(const gguf_file *f, uint64_t *idx, uint64_t *tmp, uint64_
     memcpy(idx, tmp, n * sizeof(*idx));
 }
 
-/* Builds the sorted index; returns the first duplicated name, or NULL. */
-static const char *sort_names(gguf_file *f, uint64_t n, uint64_t **out, name_of_fn name, attnd_status *st) {
-    *st = ATTND_OK;
+/* Builds the sorted index *out of the n names (for lookup by name) and refuses a name twice.
+ * kind names the table in the errors ("<kind>: out of memory"), what its entries ("duplicate
+ * <what> '<name>'"). */
+static attnd_status index_names(cursor *c, uint64_t n, uint64_t **out, name_of_fn name, const char *kind,
+                                const char *what) {
+    gguf_file *f = c->f;
+    snprintf(c->where, sizeof(c->where), "%s", kind);
     uint64_t *idx = file_alloc(f, n * sizeof(*idx));
     uint64_t *tmp = malloc(n ? n * sizeof(*tmp) : 1);
     if (!idx || !tmp) {
         free(tmp);
-        *st = ATTND_ERR_NOMEM;
-        return NULL;
+        return attnd_fail(c->err, ATTND_ERR_NOMEM, "%s: out of memory", c->where);
     }
     for (uint64_t i = 0; i < n; i++) idx[i] = i;
     merge_sort(f, idx, tmp, n, name);
     free(tmp);
     *out = idx;
     for (uint64_t i = 1; i < n; i++)
-        if (strcmp(name(f, idx[i - 1]), name(f, idx[i])) == 0) return name(f, idx[i]);
-    return NULL;
+        if (strcmp(name(f, idx[i - 1]), name(f, idx[i])) == 0)
+            return cur_fail(c, "duplicate %s '%.200s'", what, name(f, idx[i]));
+    return ATTND_OK;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -331,10 +335,7 @@ static attnd_status parse_kvs(cursor *c) {
         if ((st = cur_u32(c, &type, "value type"))) return st;
         if ((st = read_value(c, type, &kv->value))) return st;
     }
-    snprintf(c->where, sizeof(c->where), "metadata");
-    const char *dup = sort_names(f, f->n_kv, &f->kv_sorted, kv_name, &st);
-    if (st) return attnd_fail(c->err, st, "metadata: out of memory");
-    if (dup) return cur_fail(c, "duplicate key '%.200s'", dup);
+    if ((st = index_names(c, f->n_kv, &f->kv_sorted, kv_name, "metadata", "key"))) return st;
 
     f->alignment = GGUF_DEFAULT_ALIGNMENT;
     const gguf_kv *al = gguf_find_kv(f, "general.alignment");
@@ -350,42 +351,43 @@ static attnd_status parse_kvs(cursor *c) {
     return ATTND_OK;
 }
 
+/* Reads tensor i's info (name, dimensions, type, offset) into t and checks that its size can be
+ * computed: the type is known, whole blocks make each row, and nothing overflows. */
+static attnd_status parse_tensor_info(cursor *c, uint64_t i, gguf_tensor *t) {
+    attnd_status st;
+    if ((st = read_name(c, "tensor", i, "tensor name", "tensor", true, &t->name))) return st;
+    if ((st = cur_u32(c, &t->n_dims, "n_dims"))) return st;
+    if (t->n_dims < 1 || t->n_dims > GGUF_MAX_DIMS)
+        return cur_fail(c, "n_dims %u is outside 1..%d", t->n_dims, GGUF_MAX_DIMS);
+    uint64_t n = 1;
+    for (int d = 0; d < GGUF_MAX_DIMS; d++) t->ne[d] = 1;
+    for (uint32_t d = 0; d < t->n_dims; d++) {
+        if ((st = cur_u64(c, &t->ne[d], "dimension"))) return st;
+        if (t->ne[d] == 0) return cur_fail(c, "dimension %u is zero", d);
+        if (t->ne[d] > (uint64_t)INT64_MAX / n)
+            return cur_fail(c, "element count overflows (dimension %u is %llu)", d,
+                            (unsigned long long)t->ne[d]);
+        n *= t->ne[d];
+    }
+    t->n_elems = n;
+    if ((st = cur_u32(c, &t->type, "type"))) return st;
+    const type_info *ti = type_lookup(t->type);
+    if (!ti) return cur_fail(c, "unknown tensor type %u", t->type);
+    if (t->ne[0] % ti->block_elems != 0)
+        return cur_fail(c, "row length %llu is not a multiple of the %s block size %u",
+                        (unsigned long long)t->ne[0], ti->name, ti->block_elems);
+    uint64_t blocks = n / ti->block_elems;
+    if (blocks > UINT64_MAX / ti->block_bytes) return cur_fail(c, "byte size overflows");
+    t->n_bytes = blocks * ti->block_bytes;
+    return cur_u64(c, &t->offset, "offset");
+}
+
 static attnd_status parse_tensor_infos(cursor *c) {
     gguf_file *f = c->f;
     attnd_status st;
-    for (uint64_t i = 0; i < f->n_tensors; i++) {
-        gguf_tensor *t = &f->tensors[i];
-        if ((st = read_name(c, "tensor", i, "tensor name", "tensor", true, &t->name))) return st;
-        if ((st = cur_u32(c, &t->n_dims, "n_dims"))) return st;
-        if (t->n_dims < 1 || t->n_dims > GGUF_MAX_DIMS)
-            return cur_fail(c, "n_dims %u is outside 1..%d", t->n_dims, GGUF_MAX_DIMS);
-        uint64_t n = 1;
-        for (int d = 0; d < GGUF_MAX_DIMS; d++) t->ne[d] = 1;
-        for (uint32_t d = 0; d < t->n_dims; d++) {
-            if ((st = cur_u64(c, &t->ne[d], "dimension"))) return st;
-            if (t->ne[d] == 0) return cur_fail(c, "dimension %u is zero", d);
-            if (t->ne[d] > (uint64_t)INT64_MAX / n)
-                return cur_fail(c, "element count overflows (dimension %u is %llu)", d,
-                                (unsigned long long)t->ne[d]);
-            n *= t->ne[d];
-        }
-        t->n_elems = n;
-        if ((st = cur_u32(c, &t->type, "type"))) return st;
-        const type_info *ti = type_lookup(t->type);
-        if (!ti) return cur_fail(c, "unknown tensor type %u", t->type);
-        if (t->ne[0] % ti->block_elems != 0)
-            return cur_fail(c, "row length %llu is not a multiple of the %s block size %u",
-                            (unsigned long long)t->ne[0], ti->name, ti->block_elems);
-        uint64_t blocks = n / ti->block_elems;
-        if (blocks > UINT64_MAX / ti->block_bytes) return cur_fail(c, "byte size overflows");
-        t->n_bytes = blocks * ti->block_bytes;
-        if ((st = cur_u64(c, &t->offset, "offset"))) return st;
-    }
-    snprintf(c->where, sizeof(c->where), "tensors");
-    const char *dup = sort_names(f, f->n_tensors, &f->tensor_sorted, tensor_name, &st);
-    if (st) return attnd_fail(c->err, st, "tensors: out of memory");
-    if (dup) return cur_fail(c, "duplicate tensor name '%.200s'", dup);
-    return ATTND_OK;
+    for (uint64_t i = 0; i < f->n_tensors; i++)
+        if ((st = parse_tensor_info(c, i, &f->tensors[i]))) return st;
+    return index_names(c, f->n_tensors, &f->tensor_sorted, tensor_name, "tensors", "tensor name");
 }
 
 static attnd_status parse(gguf_file *f, attnd_err *err) {

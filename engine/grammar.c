@@ -40,6 +40,8 @@ typedef struct parser {
     size_t n_sets, cap_sets;
     grange *ranges;
     size_t n_ranges, cap_ranges;
+    gtoken *toks;
+    size_t n_toks, cap_toks;
     size_t n_elements; /* over all rules, against GRAMMAR_MAX_ELEMENTS */
     attnd_err *err;
     attnd_status st;   /* the first error */
@@ -111,6 +113,35 @@ static long new_set(parser *ps, const grange *r, size_t n, bool neg) {
     ps->sets[ps->n_sets] = (gset){(uint32_t)ps->n_ranges, (uint32_t)n, neg};
     ps->n_ranges += n;
     return (long)ps->n_sets++;
+}
+
+/* A token terminal: <[id]> or <text> (the whole "<…>", up to the first '>') at ps->p. */
+static bool parse_token(parser *ps, evec *out) {
+    const char *at = ps->p, *q = at + 1;
+    while (q < ps->end && *q != '>' && *q != '\n' && *q != '\r' && q - at < GRAMMAR_MAX_MARKER * 4) q++;
+    if (q >= ps->end || *q != '>' || q == at + 1)
+        return fail_at(ps, at, "expected a token <[id]> or <text>, closed by '>' on the same line");
+    gtoken t = {-1, NULL, (size_t)(q + 1 - at)};
+    if (at[1] == '[') {
+        long id = 0;
+        const char *d = at + 2;
+        while (d < q && *d >= '0' && *d <= '9' && id <= INT32_MAX / 10) id = id * 10 + (*d++ - '0');
+        if (d == at + 2 || d + 1 != q || *d != ']' || id > INT32_MAX)
+            return fail_at(ps, at, "a token id is <[N]> with N a non-negative integer");
+        t.id = (int32_t)id, t.len = 0;
+    } else if (!(t.text = malloc(t.len + 1))) {
+        return nomem(ps);
+    } else {
+        memcpy(t.text, at, t.len);
+        t.text[t.len] = '\0';
+    }
+    ps->p = q + 1;
+    if (!attnd_grow(&ps->toks, &ps->cap_toks, ps->n_toks + 1, sizeof(*ps->toks), 8)) {
+        free(t.text);
+        return nomem(ps);
+    }
+    ps->toks[ps->n_toks] = t;
+    return emit(ps, out, G_TOKEN, (uint32_t)ps->n_toks++);
 }
 
 // ---- lexing ---------------------------------------------------------------------------------
@@ -335,6 +366,7 @@ static bool parse_sequence(parser *ps, long rule, bool nested) {
         bool ok;
         if (c == '"') ok = parse_literal(ps, &ps->rules[rule].body);
         else if (c == '[') ok = parse_class(ps, &ps->rules[rule].body);
+        else if (c == '<') ok = parse_token(ps, &ps->rules[rule].body);
         else if (c == '.') {
             ps->p++;
             long set = new_set(ps, NULL, 0, true);
@@ -417,7 +449,7 @@ static void find_nullable(const parser *ps, bool *nullable) {
                 if (gelem_done(b->p[i].type)) {
                     if (alt_ok) nullable[r] = changed = true;
                     alt_ok = true;
-                } else if (b->p[i].type == G_CHARS || !nullable[b->p[i].v]) alt_ok = false;
+                } else if (gelem_terminal(b->p[i].type) || !nullable[b->p[i].v]) alt_ok = false;
             }
         }
     }
@@ -458,7 +490,7 @@ static bool check_left_recursion(parser *ps, const bool *nullable) {
             gelem e = b->p[i];
             if (gelem_done(e.type)) { lead[r] = true; continue; }
             if (!lead[r]) continue;
-            if (e.type == G_CHARS) { lead[r] = false; continue; }
+            if (gelem_terminal(e.type)) { lead[r] = false; continue; }
             if (!nullable[e.v]) lead[r] = false;
             if (color[e.v] == 1) {
                 char a[80];
@@ -527,6 +559,7 @@ static grammar *layout(parser *ps) {
     g->root = (uint32_t)find_rule(ps, "root", 4);
     g->sets = ps->sets, g->n_sets = ps->n_sets, ps->sets = NULL;
     g->ranges = ps->ranges, g->n_ranges = ps->n_ranges, ps->ranges = NULL;
+    g->toks = ps->toks, g->n_toks = ps->n_toks, ps->toks = NULL, ps->n_toks = 0;
     atomic_init(&g->refs, 1);
     return g;
 }
@@ -541,6 +574,8 @@ attnd_status grammar_compile(grammar **out, const char *src, size_t len, attnd_e
     free(ps.rules);
     free(ps.sets);
     free(ps.ranges);
+    for (size_t i = 0; i < ps.n_toks; i++) free(ps.toks[i].text);
+    free(ps.toks);
     return ps.st;
 }
 
@@ -556,6 +591,8 @@ void grammar_unref(grammar *g) {
     free(g->alt_first);
     free(g->sets);
     free(g->ranges);
+    for (size_t i = 0; i < g->n_toks; i++) free(g->toks[i].text);
+    free(g->toks);
     free(g->trigger);
     free(g->skip_open);
     free(g->skip_close);
@@ -594,3 +631,15 @@ grammar_lazy grammar_get_lazy(const grammar *g) {
 }
 
 int grammar_n_rules(const grammar *g) { return g->n_rules; }
+
+attnd_status grammar_check_tokenizer(const grammar *g, const tokenizer *tok, attnd_err *err) {
+    for (size_t i = 0; i < g->n_toks; i++) {
+        const gtoken *t = &g->toks[i];
+        if (t->id >= tok_n_vocab(tok))
+            return attnd_fail(err, ATTND_ERR_INVALID, "grammar: token <[%d]> is outside the %d-token vocabulary", (int)t->id,
+                              tok_n_vocab(tok));
+        if (t->id < 0 && tok_find(tok, t->text) < 0)
+            return attnd_fail(err, ATTND_ERR_INVALID, "grammar: %s is not a token of the vocabulary", t->text);
+    }
+    return ATTND_OK;
+}

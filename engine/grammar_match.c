@@ -36,6 +36,10 @@ struct grammar_vocab {
     vnode *nodes;
     size_t n_nodes;
     uint32_t max_depth;
+    char *names;          /* every token's vocabulary string, concatenated (for <text> terminals) */
+    size_t *name_off;     /* (n + 1) */
+    int32_t *by_name;     /* (n_named) ids with a name, in name order */
+    int n_named;
 };
 
 static const grammar_vocab *g_sort_vocab; /* qsort has no context argument: set for the sort only */
@@ -118,19 +122,90 @@ attnd_status grammar_vocab_create(grammar_vocab **out, int n_vocab, const char *
     return ATTND_OK;
 }
 
-attnd_status grammar_vocab_from_tokenizer(grammar_vocab **out, const tokenizer *tok, attnd_err *err) {
-    int n = tok_n_vocab(tok);
-    const char **bytes = calloc(n > 0 ? (size_t)n : 1, sizeof(*bytes));
-    size_t *lens = calloc(n > 0 ? (size_t)n : 1, sizeof(*lens));
-    if (!bytes || !lens) {
-        free(bytes), free(lens);
+static int cmp_names(const grammar_vocab *v, int32_t id, const char *s, size_t n) {
+    size_t l = v->name_off[id + 1] - v->name_off[id];
+    int c = memcmp(v->names + v->name_off[id], s, l < n ? l : n);
+    return c ? c : l < n ? -1 : l > n;
+}
+
+static int cmp_by_name(const void *a, const void *b) {
+    const grammar_vocab *v = g_sort_vocab;
+    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    int c = cmp_names(v, x, v->names + v->name_off[y], v->name_off[y + 1] - v->name_off[y]);
+    return c ? c : x < y ? -1 : x > y;
+}
+
+attnd_status grammar_vocab_set_names(grammar_vocab *v, const char *const *names, const size_t *lens, attnd_err *err) {
+    size_t total = 0;
+    for (int i = 0; i < v->n; i++) total += lens[i];
+    char *nm = malloc(total ? total : 1);
+    size_t *off = malloc(((size_t)v->n + 1) * sizeof(*off));
+    int32_t *by = malloc((size_t)v->n * sizeof(*by));
+    if (!nm || !off || !by) {
+        free(nm), free(off), free(by);
         return attnd_fail(err, ATTND_ERR_NOMEM, "grammar: out of memory indexing the vocabulary");
     }
-    for (int i = 0; i < n; i++)
+    free(v->names), free(v->name_off), free(v->by_name);
+    v->names = nm, v->name_off = off, v->by_name = by, v->n_named = 0;
+    size_t o = 0;
+    for (int i = 0; i < v->n; i++) {
+        off[i] = o;
+        if (lens[i]) memcpy(nm + o, names[i], lens[i]), by[v->n_named++] = i;
+        o += lens[i];
+    }
+    off[v->n] = o;
+    g_sort_vocab = v;
+    qsort(by, (size_t)v->n_named, sizeof(*by), cmp_by_name);
+    g_sort_vocab = NULL;
+    return ATTND_OK;
+}
+
+/* The id whose name is s[n] (the lowest when several), or -1. */
+static int32_t find_name(const grammar_vocab *v, const char *s, size_t n) {
+    int lo = 0, hi = v->n_named;
+    while (lo < hi) {
+        int mid = lo + (hi - lo) / 2;
+        if (cmp_names(v, v->by_name[mid], s, n) < 0) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo < v->n_named && cmp_names(v, v->by_name[lo], s, n) == 0 ? v->by_name[lo] : -1;
+}
+
+attnd_status grammar_vocab_from_tokenizer(grammar_vocab **out, const tokenizer *tok, attnd_err *err) {
+    int n = tok_n_vocab(tok);
+    const char **bytes = calloc(n > 0 ? (size_t)n : 1, sizeof(*bytes)), **names = calloc(n > 0 ? (size_t)n : 1, sizeof(*names));
+    size_t *lens = calloc(n > 0 ? (size_t)n : 1, sizeof(*lens)), *nlens = calloc(n > 0 ? (size_t)n : 1, sizeof(*nlens));
+    attnd_status st = ATTND_ERR_NOMEM;
+    if (!bytes || !lens || !names || !nlens) {
+        attnd_fail(err, st, "grammar: out of memory indexing the vocabulary");
+        goto done;
+    }
+    for (int i = 0; i < n; i++) {
         if (!tok_token_bytes(tok, i, false, &bytes[i], &lens[i])) lens[i] = 0;
-    attnd_status st = grammar_vocab_create(out, n, bytes, lens, err);
-    free(bytes), free(lens);
+        names[i] = tok_piece(tok, i);
+        nlens[i] = names[i] ? strlen(names[i]) : 0;
+    }
+    st = grammar_vocab_create(out, n, bytes, lens, err);
+    if (st == ATTND_OK && (st = grammar_vocab_set_names(*out, names, nlens, err)) != ATTND_OK) {
+        grammar_vocab_destroy(*out);
+        *out = NULL;
+    }
+done:
+    free(bytes), free(lens), free(names), free(nlens);
     return st;
+}
+
+attnd_status grammar_vocab_check(const grammar *g, const grammar_vocab *v, attnd_err *err) {
+    for (size_t i = 0; i < g->n_toks; i++) {
+        const gtoken *t = &g->toks[i];
+        if (t->id >= v->n)
+            return attnd_fail(err, ATTND_ERR_INVALID, "grammar: token <[%d]> is outside the %d-token vocabulary", (int)t->id,
+                              v->n);
+        if (t->id < 0 && (!v->names || find_name(v, t->text, t->len) < 0))
+            return attnd_fail(err, ATTND_ERR_INVALID, "grammar: %.*s is not a token of the vocabulary", (int)t->len,
+                              t->text);
+    }
+    return ATTND_OK;
 }
 
 void grammar_vocab_destroy(grammar_vocab *v) {
@@ -139,6 +214,9 @@ void grammar_vocab_destroy(grammar_vocab *v) {
     free(v->off);
     free(v->sorted);
     free(v->nodes);
+    free(v->names);
+    free(v->name_off);
+    free(v->by_name);
     free(v);
 }
 
@@ -187,6 +265,8 @@ struct grammar_state {
     size_t budget;         /* expansion work left in this step */
     glevel *levels;        /* (cap_levels) the trie walk's path */
     size_t cap_levels;
+    const grammar_vocab *tv; /* the vocabulary tok_id was resolved in (NULL: not yet) */
+    int32_t *tok_id;       /* (g->n_toks) each token terminal's id; -1: none */
     attnd_status st;
 };
 
@@ -248,7 +328,7 @@ static void expand(grammar_state *s, size_t from, int32_t x) {
             gnode nd = s->pool.n[x];
             gelem e = g->el[nd.pos];
             if (gelem_done(e.type)) { x = nd.parent; continue; }
-            if (e.type == G_CHARS) { add_stack(s, from, x); break; }
+            if (gelem_terminal(e.type)) { add_stack(s, from, x); break; }
             /* a reference: the rule's alternatives on top of where this sequence continues */
             int32_t base = gelem_done(g->el[nd.pos + 1].type) ? nd.parent : node_new(s, nd.pos + 1, nd.parent);
             if (base == -2) return;
@@ -299,7 +379,7 @@ static void step_cp(grammar_state *s, size_t a, size_t b, uint32_t c, glevel *ou
         int32_t x = s->tb[i];
         if (x < 0) continue;
         gnode nd = s->pool.n[x];
-        if (!set_has(s->g, &s->g->sets[s->g->el[nd.pos].v], c)) continue;
+        if (s->g->el[nd.pos].type != G_CHARS || !set_has(s->g, &s->g->sets[s->g->el[nd.pos].v], c)) continue;
         int32_t y = node_new(s, nd.pos + 1, nd.parent);
         if (y == -2) break;
         expand(s, out->a, y);
@@ -320,7 +400,8 @@ static bool partial_viable(const grammar_state *s, size_t a, size_t b, uint32_t 
     if (lo > hi) return false;
     for (size_t i = a; i < b; i++) {
         int32_t x = s->tb[i];
-        if (x >= 0 && set_meets(s->g, &s->g->sets[s->g->el[s->pool.n[x].pos].v], lo, hi)) return true;
+        const gelem *e = x >= 0 ? &s->g->el[s->pool.n[x].pos] : NULL;
+        if (e && e->type == G_CHARS && set_meets(s->g, &s->g->sets[e->v], lo, hi)) return true;
     }
     return false;
 }
@@ -395,6 +476,7 @@ void grammar_state_destroy(grammar_state *s) {
     free(s->work);
     free(s->remap);
     free(s->levels);
+    free(s->tok_id);
     free(s);
 }
 
@@ -490,6 +572,78 @@ bool grammar_state_can_continue(const grammar_state *s) {
     return false;
 }
 
+// ---- token terminals ------------------------------------------------------------------------
+
+/* Each token terminal's id in v (resolved once per vocabulary); false when out of memory. */
+static bool resolve_tokens(grammar_state *s, const grammar_vocab *v) {
+    const grammar *g = s->g;
+    if (s->tv == v || g->n_toks == 0) return true;
+    if (!s->tok_id && !(s->tok_id = malloc(g->n_toks * sizeof(*s->tok_id)))) return false;
+    for (size_t i = 0; i < g->n_toks; i++) {
+        const gtoken *t = &g->toks[i];
+        s->tok_id[i] = t->id >= 0 ? (t->id < v->n ? t->id : -1) : v->names ? find_name(v, t->text, t->len) : -1;
+    }
+    s->tv = v;
+    return true;
+}
+
+/* The committed stacks whose top is a token terminal for id, moved past it: appended to tb as
+ * level *out (after load_committed). Empty when a character is pending. */
+static void step_token(grammar_state *s, int32_t id, glevel *out) {
+    *out = (glevel){.a = s->tb_len};
+    s->budget = MAX_STEP_WORK;
+    for (size_t i = 0; i < s->n_tops && s->need == 0 && s->st == ATTND_OK; i++) {
+        int32_t x = s->tops[i];
+        if (x < 0) continue;
+        gnode nd = s->pool.n[x];
+        const gelem *e = &s->g->el[nd.pos];
+        if (e->type != G_TOKEN || s->tok_id[e->v] != id) continue;
+        int32_t y = node_new(s, nd.pos + 1, nd.parent);
+        if (y == -2) break;
+        expand(s, out->a, y);
+    }
+    out->b = s->tb_len;
+}
+
+/* Runs token id: as a terminal that names it when some stack is at one (that reading wins),
+ * else by its bytes. keep: commit the result. */
+static bool run_token(grammar_state *s, const grammar_vocab *v, int32_t id, bool keep) {
+    glevel l;
+    if (s->st != ATTND_OK) return false;
+    if (!resolve_tokens(s, v)) s->st = ATTND_ERR_NOMEM;
+    if (s->st != ATTND_OK || !load_committed(s, &l)) return false;
+    if (s->g->n_toks) step_token(s, id, &l);
+    bool ok = s->g->n_toks && l.b > l.a && s->st == ATTND_OK;
+    if (ok && keep && !compact(s, l.a, l.b)) s->st = ATTND_ERR_NOMEM, ok = false;
+    s->pool.len = s->committed, s->tb_len = 0;
+    if (ok || s->st != ATTND_OK) return ok;
+    const char *b;
+    size_t n;
+    if (!grammar_vocab_token(v, id, &b, &n) || n == 0) return false;
+    return keep ? grammar_state_accept(s, b, n) : grammar_state_try(s, b, n);
+}
+
+bool grammar_state_try_token(grammar_state *s, const grammar_vocab *v, int32_t id) { return run_token(s, v, id, false); }
+
+bool grammar_state_accept_token(grammar_state *s, const grammar_vocab *v, int32_t id) { return run_token(s, v, id, true); }
+
+/* Marks the tokens the committed stacks' token terminals name; returns how many were new. */
+static int mask_tokens(grammar_state *s, const grammar_vocab *v, unsigned char *allowed) {
+    int count = 0;
+    if (s->g->n_toks == 0 || s->need) return 0;
+    if (!resolve_tokens(s, v)) {
+        s->st = ATTND_ERR_NOMEM;
+        return 0;
+    }
+    for (size_t i = 0; i < s->n_tops; i++) {
+        int32_t x = s->tops[i];
+        const gelem *e = x >= 0 ? &s->g->el[s->pool.n[x].pos] : NULL;
+        int32_t id = e && e->type == G_TOKEN ? s->tok_id[e->v] : -1;
+        if (id >= 0 && !allowed[id]) allowed[id] = 1, count++;
+    }
+    return count;
+}
+
 int grammar_state_mask(grammar_state *s, const grammar_vocab *v, unsigned char *allowed) {
     memset(allowed, 0, (size_t)v->n);
     if (!attnd_grow(&s->levels, &s->cap_levels, (size_t)v->max_depth + 1, sizeof(*s->levels), 16)) s->st = ATTND_ERR_NOMEM;
@@ -509,5 +663,6 @@ int grammar_state_mask(grammar_state *s, const grammar_vocab *v, unsigned char *
         count += (int)nd->tok_n;
     }
     s->pool.len = s->committed, s->tb_len = 0;
+    count += mask_tokens(s, v, allowed);
     return s->st == ATTND_OK ? count : 0;
 }

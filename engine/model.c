@@ -589,6 +589,29 @@ static attnd_status load_weights(model *m, attnd_err *err) {
     return ATTND_OK;
 }
 
+void model_destroy(model *m) {
+    if (!m) return;
+    if (m->layers) {
+        for (int l = 0; l < m->info.n_layer; l++) {
+            layer_weights *L = &m->layers[l];
+            float *vecs[] = {L->attn_norm, L->ffn_norm, L->bq, L->bk, L->bv, L->bo, L->sinks, L->q_norm,
+                             L->k_norm, L->post_attn_norm, L->post_ffn_norm, L->router_b, L->gate_exps_b,
+                             L->up_exps_b, L->down_exps_b};
+            for (size_t i = 0; i < ATTND_ARRAY_LEN(vecs); i++) free(vecs[i]);
+            weight *lw[LAYER_MATRICES];
+            layer_matrices(L, lw);
+            for (int i = 0; i < LAYER_MATRICES; i++) quant_packed_destroy(lw[i]->packed);
+        }
+        free(m->layers);
+    }
+    quant_packed_destroy(m->output.packed); /* never set on tok_embd, even when output is tied to it */
+    free(m->output_norm);
+    for (int i = 0; i < ROPE_TABLES; i++) free(m->rope[i].inv_freq);
+    free(m->tensor_read);
+    gguf_close(m->f);
+    free(m);
+}
+
 attnd_status model_load(model **out, const char *path, attnd_err *err) {
     *out = NULL;
     attnd_status st;
@@ -620,29 +643,6 @@ attnd_status model_load(model **out, const char *path, attnd_err *err) {
 fail:
     model_destroy(m);
     return st;
-}
-
-void model_destroy(model *m) {
-    if (!m) return;
-    if (m->layers) {
-        for (int l = 0; l < m->info.n_layer; l++) {
-            layer_weights *L = &m->layers[l];
-            float *vecs[] = {L->attn_norm, L->ffn_norm, L->bq, L->bk, L->bv, L->bo, L->sinks, L->q_norm,
-                             L->k_norm, L->post_attn_norm, L->post_ffn_norm, L->router_b, L->gate_exps_b,
-                             L->up_exps_b, L->down_exps_b};
-            for (size_t i = 0; i < ATTND_ARRAY_LEN(vecs); i++) free(vecs[i]);
-            weight *lw[LAYER_MATRICES];
-            layer_matrices(L, lw);
-            for (int i = 0; i < LAYER_MATRICES; i++) quant_packed_destroy(lw[i]->packed);
-        }
-        free(m->layers);
-    }
-    quant_packed_destroy(m->output.packed); /* never set on tok_embd, even when output is tied to it */
-    free(m->output_norm);
-    for (int i = 0; i < ROPE_TABLES; i++) free(m->rope[i].inv_freq);
-    free(m->tensor_read);
-    gguf_close(m->f);
-    free(m);
 }
 
 const model_info *model_info_get(const model *m) { return &m->info; }

@@ -34,7 +34,7 @@ static const struct {
     bool mix;           /* llama.cpp's per-tensor choices (false: every weight in `type`, --pure) */
 } TARGETS[] = {
     [QUANTIZE_F16] = {"F16", GGUF_TYPE_F16, 1, false},        [QUANTIZE_BF16] = {"BF16", GGUF_TYPE_BF16, 32, false},
-    [QUANTIZE_Q8_0] = {"Q8_0", GGUF_TYPE_Q8_0, 7, false},     [QUANTIZE_Q4_0] = {"Q4_0", GGUF_TYPE_Q4_0, 2, false},
+    [QUANTIZE_Q8_0] = {"Q8_0", GGUF_TYPE_Q8_0, 7, false},     [QUANTIZE_Q4_0] = {"Q4_0", GGUF_TYPE_Q4_0, 2, true},
     [QUANTIZE_Q4_K] = {"Q4_K", GGUF_TYPE_Q4_K, 14, false},    [QUANTIZE_Q6_K] = {"Q6_K", GGUF_TYPE_Q6_K, 18, false},
     [QUANTIZE_Q4_K_M] = {"Q4_K_M", GGUF_TYPE_Q4_K, 15, true}, [QUANTIZE_Q2_K] = {"Q2_K", GGUF_TYPE_Q2_K, 10, true},
     [QUANTIZE_Q3_K_S] = {"Q3_K_S", GGUF_TYPE_Q3_K, 11, true}, [QUANTIZE_Q3_K_M] = {"Q3_K_M", GGUF_TYPE_Q3_K, 12, true},
@@ -140,7 +140,7 @@ static uint32_t mix_type(quantize_target t, const char *name, const quantize_mod
 static uint32_t shape_fallback(uint32_t type) {
     switch (type) {
     case GGUF_TYPE_Q2_K:
-    case GGUF_TYPE_Q3_K:
+    case GGUF_TYPE_Q3_K: return GGUF_TYPE_Q4_0;
     case GGUF_TYPE_IQ4_XS: return GGUF_TYPE_IQ4_NL;
     case GGUF_TYPE_Q4_K: return GGUF_TYPE_Q5_0;
     case GGUF_TYPE_Q5_K: return GGUF_TYPE_Q5_1;

@@ -148,6 +148,8 @@ void spec_totals(const spec *s, int64_t *drafted, int64_t *accepted) {
     *accepted = s->accepted;
 }
 
+bool spec_draft_stopped(const spec *s) { return s->p.draft && !s->ds; }
+
 void spec_time(spec *s, int rows, double ms) { spec_cost_learn(&s->cost, rows, ms); }
 const spec_cost *spec_costs(const spec *s) { return &s->cost; }
 
@@ -242,31 +244,40 @@ static int ctl_best(double a, const spec_step *st, int max, double *gain, double
     return best;
 }
 
-/* Whether cls has made all the probes it may; counts this one otherwise. */
+/* Whether cls has made all the probes it may, which stops it for good; counts this one otherwise. */
 static bool ctl_probes_spent(spec_ctl *c, int cls) {
-    if (c->probe_limit[cls] && c->probes[cls] >= c->probe_limit[cls]) return true;
+    if (c->probe_limit[cls] && c->probes[cls] >= c->probe_limit[cls]) return c->stopped[cls] = true;
     c->probes[cls]++;
     return false;
 }
 
+/* The plans to wait before the next probe: the interval, or SPEC_PROBE_EAGER for a draft model
+ * whose drafting never paid (each wait is a catch-up its probe pays for). */
+static int ctl_wait(const spec_ctl *c, int cls) {
+    return c->probe_limit[cls] && !c->paid[cls] ? SPEC_PROBE_EAGER : c->interval[cls];
+}
+
 int spec_ctl_plan(spec_ctl *c, int cls, spec_step *st, int max) {
     cls = ctl_class(cls);
-    if (max <= 0 || spec_cost_est(st->cost, st->rows) <= 0) return 0;
+    if (c->stopped[cls] || max <= 0 || spec_cost_est(st->cost, st->rows) <= 0) return 0;
     double a = spec_ctl_accept(c, cls), gain, kept, perfect, ignored;
     int k = ctl_best(a, st, max, &gain, &kept), k_perfect = ctl_best(1, st, max, &perfect, &ignored);
     if (gain >= SPEC_GAIN_MIN) {
         c->backed[cls] = false, c->interval[cls] = SPEC_PROBE_FIRST, c->wait[cls] = 0, c->idle[cls] = 0;
         c->probes[cls] = 0;
+        c->paid[cls] |= c->learned[cls] >= 2 && (st->cost->draft_ms > 0 || !c->probe_limit[cls]);
         if (++c->explore[cls] >= SPEC_EXPLORE && k < max) /* one longer, to keep its cost measured */
             c->explore[cls] = 0, k++, kept = ctl_kept(a, k);
     } else if (perfect < SPEC_GAIN_MIN) {
         /* the rows cost too much whatever is kept (a full batch, a compute-bound model): not the
-         * acceptance's fault; a rare probe of the most promising length re-measures its cost */
-        if (++c->idle[cls] < SPEC_PROBE_MAX || ctl_probes_spent(c, cls)) return 0;
+         * acceptance's fault; a rare probe of the most promising length re-measures its cost,
+         * except a draft model's (it would first catch its KV up; the batch's own steps measure
+         * the costs) */
+        if (c->probe_limit[cls] || ++c->idle[cls] < SPEC_PROBE_MAX) return 0;
         c->idle[cls] = 0, k = k_perfect;
         kept = ctl_kept(a, k);
     } else if (!c->backed[cls]) {
-        c->backed[cls] = true, c->wait[cls] = c->interval[cls];
+        c->backed[cls] = true, c->wait[cls] = ctl_wait(c, cls);
         return 0;
     } else if (c->wait[cls] > 0 || ctl_probes_spent(c, cls)) {
         c->wait[cls] -= c->wait[cls] > 0;
@@ -274,7 +285,7 @@ int spec_ctl_plan(spec_ctl *c, int cls, spec_step *st, int max) {
     } else { /* a probe: one token, to see whether acceptance has changed */
         k = 1, kept = a;
         c->interval[cls] = 2 * c->interval[cls] < SPEC_PROBE_MAX ? 2 * c->interval[cls] : SPEC_PROBE_MAX;
-        c->wait[cls] = c->interval[cls];
+        c->wait[cls] = ctl_wait(c, cls);
     }
     st->rows += k, st->tokens += kept;
     return k;
@@ -285,6 +296,7 @@ void spec_ctl_learn(spec_ctl *c, int cls, int drafted, int accepted) {
     cls = ctl_class(cls);
     c->hit[cls] = ACCEPT_DECAY * c->hit[cls] + accepted;
     c->miss[cls] = ACCEPT_DECAY * c->miss[cls] + (accepted < drafted);
+    c->learned[cls]++;
 }
 
 // ---- prompt lookup ------------------------------------------------------------------------------
@@ -331,18 +343,24 @@ static attnd_status draft_eval(spec *s, const int32_t *toks, int n, attnd_err *e
 
 /* Rolls the draft's sequence back to what it shares with the history and evaluates the rest, so
  * dlogits predict the token after the history. */
+static int draft_rollback(spec *s);
 static attnd_status draft_sync(spec *s, attnd_err *err) {
-    int have = kv_seq_len(s->ds), c = 0;
-    while (c < have && c < s->n_hist && s->dtok[c] == s->hist[c]) c++;
-    if (c == s->n_hist) c--; /* the newest position's logits are needed again */
-    kv_seq_truncate(s->ds, c);
-    c = kv_seq_len(s->ds);
+    int c = draft_rollback(s);
     return draft_eval(s, s->hist + c, s->n_hist - c, err);
 }
 
+/* Rolls the draft's sequence back to the prefix it shares with the history; returns its length
+ * (at most n_hist - 1: the newest position's logits are needed again). */
+static int draft_rollback(spec *s) {
+    int have = kv_seq_len(s->ds), c = 0;
+    while (c < have && c < s->n_hist && s->dtok[c] == s->hist[c]) c++;
+    if (c == s->n_hist) c--;
+    kv_seq_truncate(s->ds, c);
+    return kv_seq_len(s->ds);
+}
+
 static attnd_status draft_model(spec *s, int max, int32_t *out, int *n_out, attnd_err *err) {
-    if (s->n_hist + max > s->d_ctx) max = s->d_ctx - s->n_hist;
-    if (max <= 0 || s->n_hist == 0) return ATTND_OK;
+    if (max <= 0) return ATTND_OK;
     attnd_status st = draft_sync(s, err);
     for (int k = 0; st == ATTND_OK && k < max; k++) {
         float p;
@@ -354,6 +372,21 @@ static attnd_status draft_model(spec *s, int max, int32_t *out, int *n_out, attn
     return st;
 }
 
+bool spec_uses_draft_model(const spec *s) { return s && s->ds; }
+
+int spec_plan(spec *s, spec_step *st, int max) {
+    spec_step own = {&s->cost, 1, 1};
+    if (!st) st = &own;
+    if (!st->cost) st->cost = &s->cost;
+    if (max > s->p.draft_max) max = s->p.draft_max;
+    if (!s->ds || max <= 0) return 0; /* lookup, or stopped for good */
+    s->last_cls = 0;
+    int k = s->p.fixed ? max : spec_ctl_plan(&s->ctl, 0, st, max);
+    if (s->ctl.stopped[0]) kv_seq_destroy(s->ds), s->ds = NULL; /* its KV goes, never caught up again */
+    if (s->n_hist + k > s->d_ctx) k = s->d_ctx - s->n_hist;
+    return s->n_hist > 0 && k > 0 ? k : 0;
+}
+
 attnd_status spec_draft(spec *s, spec_step *st, int max, int32_t *out, int *n_out, attnd_err *err) {
     *n_out = 0;
     spec_step own = {&s->cost, 1, 1};
@@ -362,8 +395,7 @@ attnd_status spec_draft(spec *s, spec_step *st, int max, int32_t *out, int *n_ou
     if (max > s->p.draft_max) max = s->p.draft_max;
     if (max <= 0) return ATTND_OK;
     if (s->p.draft) {
-        s->last_cls = 0;
-        int k = s->p.fixed ? max : spec_ctl_plan(&s->ctl, 0, st, max);
+        int k = spec_plan(s, st, max);
         if (k == 0) return ATTND_OK;
         double t0 = attnd_now_s();
         attnd_status rc = draft_model(s, k, out, n_out, err);
@@ -378,4 +410,113 @@ attnd_status spec_draft(spec *s, spec_step *st, int max, int32_t *out, int *n_ou
     memcpy(out, cand, sizeof(int32_t) * (size_t)k);
     *n_out = k;
     return ATTND_OK;
+}
+
+// ---- drafting for several sequences at once --------------------------------------------------------
+
+struct spec_batch {
+    engine *e;
+    int max_seqs, cap, vocab;
+    batch_entry *b; /* (cap) */
+    int *who;       /* (cap) the spec of each entry */
+    int *row_of;    /* (max_seqs) the spec of each logits row */
+    float *logits;  /* (max_seqs, vocab): one row per spec at most in an evaluation */
+    bool *going;    /* (max_seqs) still drafting */
+    int *planned;   /* (max_seqs) the tokens each may draft */
+};
+
+attnd_status spec_batch_create(spec_batch **out, engine *draft, int max_seqs, attnd_err *err) {
+    *out = NULL;
+    if (max_seqs < 1) return attnd_fail(err, ATTND_ERR_INVALID, "a draft batch needs room for a sequence");
+    spec_batch *b = calloc(1, sizeof(*b));
+    if (!b) return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory");
+    b->e = draft, b->max_seqs = max_seqs, b->cap = engine_max_batch(draft);
+    b->vocab = model_info_get(engine_model(draft))->n_vocab;
+    b->b = malloc(sizeof(batch_entry) * (size_t)b->cap);
+    b->who = malloc(sizeof(int) * (size_t)b->cap);
+    b->row_of = malloc(sizeof(int) * (size_t)max_seqs);
+    b->logits = malloc(sizeof(float) * (size_t)max_seqs * (size_t)b->vocab);
+    b->going = malloc(sizeof(bool) * (size_t)max_seqs);
+    b->planned = malloc(sizeof(int) * (size_t)max_seqs);
+    if (!b->b || !b->who || !b->row_of || !b->logits || !b->going || !b->planned) {
+        spec_batch_destroy(b);
+        return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory for the draft batch");
+    }
+    *out = b;
+    return ATTND_OK;
+}
+
+void spec_batch_destroy(spec_batch *b) {
+    if (!b) return;
+    free(b->b), free(b->who), free(b->row_of), free(b->logits), free(b->going), free(b->planned);
+    free(b);
+}
+
+/* Evaluates the m entries gathered (rows of them want logits), then records each entry's token
+ * in its spec's dtok and each logits row in its spec's dlogits. */
+static attnd_status batch_flush(spec_batch *b, spec *const *sp, int *m, int *rows, attnd_err *err) {
+    attnd_status st = *m ? engine_eval(b->e, b->b, *m, b->logits, err) : ATTND_OK;
+    for (int i = 0; st == ATTND_OK && i < *m; i++) sp[b->who[i]]->dtok[b->b[i].pos] = b->b[i].token;
+    for (int r = 0; st == ATTND_OK && r < *rows; r++)
+        memcpy(sp[b->row_of[r]]->dlogits, b->logits + (size_t)r * b->vocab, sizeof(float) * (size_t)b->vocab);
+    *m = *rows = 0;
+    return st;
+}
+
+/* Adds token id at the end of sp[i]'s draft sequence (the logits row when last), flushing first
+ * when the batch is full. */
+static attnd_status batch_add(spec_batch *b, spec *const *sp, int i, int32_t id, int pos, bool last, int *m, int *rows,
+                              attnd_err *err) {
+    attnd_status st = *m == b->cap ? batch_flush(b, sp, m, rows, err) : ATTND_OK;
+    if (st != ATTND_OK) return st;
+    if (last) b->row_of[(*rows)++] = i;
+    b->who[*m] = i;
+    b->b[(*m)++] = (batch_entry){sp[i]->ds, id, pos, last};
+    return ATTND_OK;
+}
+
+/* Every drafting spec's sequence rolled back and caught up on its history, as one batch. */
+static attnd_status batch_catch_up(spec_batch *b, spec *const *sp, int n, attnd_err *err) {
+    int m = 0, rows = 0;
+    attnd_status st = ATTND_OK;
+    for (int i = 0; st == ATTND_OK && i < n; i++) {
+        if (!b->going[i]) continue;
+        spec *s = sp[i];
+        for (int pos = draft_rollback(s); st == ATTND_OK && pos < s->n_hist; pos++)
+            st = batch_add(b, sp, i, s->hist[pos], pos, pos == s->n_hist - 1, &m, &rows, err);
+    }
+    return st == ATTND_OK ? batch_flush(b, sp, &m, &rows, err) : st;
+}
+
+attnd_status spec_draft_batch(spec_batch *b, spec *const *sp, int *k, int32_t *const *out, int n, spec_cost *cost,
+                              attnd_err *err) {
+    if (n > b->max_seqs) return attnd_fail(err, ATTND_ERR_INVALID, "%d sequences for a draft batch of %d", n, b->max_seqs);
+    int total = 0;
+    for (int i = 0; i < n; i++) {
+        b->going[i] = k[i] > 0 && sp[i]->ds && sp[i]->p.draft == b->e;
+        b->planned[i] = b->going[i] ? k[i] : 0, k[i] = 0;
+        total += b->planned[i];
+    }
+    double t0 = attnd_now_s();
+    attnd_status st = batch_catch_up(b, sp, n, err);
+    for (bool any = true; st == ATTND_OK && any;) { /* one batched step per drafted position */
+        int m = 0, rows = 0;
+        any = false;
+        for (int i = 0; st == ATTND_OK && i < n; i++) {
+            if (!b->going[i]) continue;
+            spec *s = sp[i];
+            float p;
+            int32_t id = top_token(s->dlogits, s->d_vocab, &p);
+            if (p < s->p.draft_min_p) b->going[i] = false;
+            if (!b->going[i]) continue;
+            out[i][k[i]++] = id;
+            b->going[i] = k[i] < b->planned[i];
+            if (b->going[i]) st = batch_add(b, sp, i, id, kv_seq_len(s->ds), true, &m, &rows, err), any = true;
+        }
+        if (st == ATTND_OK) st = batch_flush(b, sp, &m, &rows, err);
+    }
+    if (cost && total) spec_cost_learn_draft(cost, total, (attnd_now_s() - t0) * 1e3);
+    if (st != ATTND_OK)
+        for (int i = 0; i < n; i++) k[i] = 0;
+    return st;
 }

@@ -648,6 +648,15 @@ static attnd_status prepare_merges(tokenizer *t, const gguf_file *f, attnd_err *
     return ATTND_OK;
 }
 
+void tok_destroy(tokenizer *t) {
+    if (!t) return;
+    free(t->tables);
+    free(t->by_text.slots);
+    free(t->by_bytes.slots);
+    free(t->merges.slots);
+    free(t);
+}
+
 attnd_status tok_load(tokenizer **out, const gguf_file *f, attnd_err *err) {
     *out = NULL;
     attnd_status st;
@@ -663,15 +672,6 @@ attnd_status tok_load(tokenizer **out, const gguf_file *f, attnd_err *err) {
     }
     *out = t;
     return ATTND_OK;
-}
-
-void tok_destroy(tokenizer *t) {
-    if (!t) return;
-    free(t->tables);
-    free(t->by_text.slots);
-    free(t->by_bytes.slots);
-    free(t->merges.slots);
-    free(t);
 }
 
 int tok_n_vocab(const tokenizer *t) { return t->n_vocab; }
@@ -1227,6 +1227,13 @@ struct tok_stream {
     size_t cap_out;
 };
 
+void tok_stream_destroy(tok_stream *s) {
+    if (!s) return;
+    free(s->buf);
+    free(s->out);
+    free(s);
+}
+
 attnd_status tok_stream_create(tok_stream **out, const tokenizer *t, bool render_special) {
     *out = NULL;
     tok_stream *s = calloc(1, sizeof(*s));
@@ -1243,13 +1250,6 @@ attnd_status tok_stream_create(tok_stream **out, const tokenizer *t, bool render
     }
     *out = s;
     return ATTND_OK;
-}
-
-void tok_stream_destroy(tok_stream *s) {
-    if (!s) return;
-    free(s->buf);
-    free(s->out);
-    free(s);
 }
 
 void tok_stream_keep_leading_space(tok_stream *s) { s->strip = false; }

@@ -48,6 +48,8 @@ typedef struct tiny_spec {
     int n_expert, n_expert_used, n_ff_exp; /* qwen3moe: experts, used per token, their width */
     const char *extra_key; /* tests of refusal: also write "<arch>.<extra_key>" = 1 (u32) ... */
     const char *extra_tensor; /* ... or an F32 vector of n_embd elements of this name */
+    const char *const *specials; /* with vocab: the last n_specials pieces are these control tokens */
+    int n_specials;
 } tiny_spec;
 
 /* What a family computes, as llama.cpp does it (written independently of engine/arch.c). */
@@ -267,6 +269,8 @@ static inline uint64_t tiny_keys(gbuf *b, const tiny_spec *sp) {
             char piece[32];
             if (i < 3) snprintf(piece, sizeof(piece), "%s", i == 0 ? "<unk>" : i == 1 ? "<s>" : "</s>");
             else if (i < 259) snprintf(piece, sizeof(piece), "<0x%02X>", i - 3);
+            else if (i >= sp->n_vocab + sp->vocab_extra - sp->n_specials)
+                snprintf(piece, sizeof(piece), "%s", sp->specials[i - (sp->n_vocab + sp->vocab_extra - sp->n_specials)]);
             else snprintf(piece, sizeof(piece), "t%d", i);
             gb_str(b, piece);
         }
@@ -277,7 +281,8 @@ static inline uint64_t tiny_keys(gbuf *b, const tiny_spec *sp) {
         }
         gb_arr_head(b, "tokenizer.ggml.token_type", GGUF_VT_INT32, (uint64_t)(sp->n_vocab + sp->vocab_extra));
         for (int i = 0; i < sp->n_vocab + sp->vocab_extra; i++) {
-            int32_t ty = i == 0 ? 2 : i < 3 ? 3 : i < 259 ? 6 : 1; /* unknown, control, byte, normal */
+            bool special = i >= sp->n_vocab + sp->vocab_extra - sp->n_specials;
+            int32_t ty = i == 0 ? 2 : i < 3 || special ? 3 : i < 259 ? 6 : 1; /* unknown, control, byte, normal */
             gb_bytes(b, &ty, 4);
         }
         gb_kv_u32(b, "tokenizer.ggml.bos_token_id", (uint32_t)(sp->bos_id ? sp->bos_id : 1));

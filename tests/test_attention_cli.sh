@@ -2,7 +2,8 @@
 # test_attention_cli.sh — `attnd attention` on the shipped model: the JSON weights (whole rows,
 # with generation, top_k) equal the float64 reference within 1e-3 with an F32 KV cache, rows are
 # causal and sum to 1; the SVG is a complete document with a labelled heatmap and head thumbnails;
-# the text summary names tokens; bad selections exit 2 naming the flag.
+# the text summary names tokens; bad selections exit 2 naming the flag; --experts lists a MoE
+# model's routes.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 BIN=${ATTND_BINARY:?ATTND_BINARY not set}
@@ -102,4 +103,28 @@ grep -q 'orange' "$TMP/map.svg" && fail "SVG without generated tokens mentions o
 grep -q 'orange' "$TMP/gen.svg" || fail "SVG with generated tokens does not say how they are shown"
 grep -q "<title>token ‘.*’ → token ‘.*’: weight [01]\.[0-9]\{3\} (layer 3, mean of heads)</title>" "$TMP/map.svg" ||
     fail "SVG hover text"
+
+# --experts on a Mixture-of-Experts model (tiny_model's qwen3moe: 8 experts, 2 a token): each
+# selected layer lists, per row, two distinct experts with weights in order that sum to 1; the
+# dense shipped model is refused, naming the flag
+"${ATTND_BUILD_DIR:?}/tiny_model" qwen3moe "$TMP/moe.gguf" || fail "tiny_model qwen3moe"
+"$BIN" attention --model "$TMP/moe.gguf" --threads 1 --tokens 1,40,77,300 --n 2 --layer 0,1 --head 0 --experts --json \
+    > "$TMP/moe.json" || fail "attention --experts"
+node -e '
+const r = JSON.parse(require("fs").readFileSync(process.argv[1]));
+const rows = r.attention[0].weights.length;
+if (rows !== r.tokens.length - 1) throw new Error(`rows ${rows}`);
+if (JSON.stringify(r.experts.map(e => e.layer)) !== "[0,1]") throw new Error("expert layers");
+for (const e of r.experts) {
+  if (e.routes.length !== rows) throw new Error(`routes ${e.routes.length} for ${rows} rows`);
+  for (const rt of e.routes) {
+    const ids = rt.map(x => x[0]), ws = rt.map(x => x[1]);
+    if (rt.length !== 2 || ids[0] === ids[1] || ids.some(i => i < 0 || i >= 8)) throw new Error(JSON.stringify(rt));
+    if (!(ws[0] >= ws[1] && ws[1] > 0 && Math.abs(ws[0] + ws[1] - 1) < 1e-5)) throw new Error(JSON.stringify(rt));
+  }
+}' "$TMP/moe.json" || fail "experts shape"
+"$BIN" attention --model "$MODEL" --prompt "We" --experts --json 2> "$TMP/err" > /dev/null; rc=$?
+[ $rc = 2 ] && grep -q -- '--experts' "$TMP/err" && grep -q 'dense' "$TMP/err" || fail "--experts on a dense model: rc $rc $(cat "$TMP/err")"
+"$BIN" attention --model "$TMP/moe.gguf" --tokens 1,40 --experts 2> "$TMP/err" > /dev/null; rc=$?
+[ $rc = 2 ] && grep -q -- '--json' "$TMP/err" || fail "--experts without --json: rc $rc"
 echo "ok: attnd attention"

@@ -5,11 +5,7 @@
 # `generate --draft-max` (speculative decoding) prints what plain generation prints.
 set -u
 BIN=${ATTND_BINARY:?ATTND_BINARY not set}
-fail=0
-check() { # name, actual, expected
-    if [[ "$2" != "$3" ]]; then echo "FAIL: $1"; echo "  got:      $2"; echo "  expected: $3"; fail=1
-    else echo "ok: $1"; fi
-}
+source "$(dirname "$0")/check_lib.sh"
 want="attnd $(sed -n 's/^project(attnd VERSION \([0-9.]*\).*/\1/p' "${ATTND_SOURCE_DIR:?}/CMakeLists.txt")"
 check "attnd version" "$("$BIN" version)" "$want"
 check "attnd --version" "$("$BIN" --version)" "$want"

@@ -6,6 +6,7 @@
  */
 #include <criterion/criterion.h>
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "attnd/gen.h"
@@ -316,18 +317,22 @@ static gguf_file *file;
 static tokenizer *tok;
 static grammar_vocab *gvocab;
 
-/* The tokenizer and vocabulary index of pieces[n] (0: unk, 1-2: control, the rest normal). */
-static void setup_vocab(const char *const *pieces, int n) {
+/* The tokenizer and vocabulary index of pieces[n] (0: unk, 1-2: control, the rest normal, but
+ * the n_ctl ids in ctl: control). */
+static void setup_vocab_ctl(const char *const *pieces, int n, const int *ctl, int n_ctl) {
     int32_t types[64];
     float scores[64];
     cr_assert_leq(n, 64);
     for (int i = 0; i < n; i++) types[i] = i == 0 ? 2 : i < 3 ? 3 : 1, scores[i] = -(float)i;
+    for (int k = 0; k < n_ctl; k++) types[ctl[k]] = 3;
     gb_spm_vocab(&image, pieces, types, scores, (uint64_t)n);
     attnd_err err;
     cr_assert_eq(gguf_open_memory(&file, image.p, image.n, &err), ATTND_OK, "%s", err.msg);
     cr_assert_eq(tok_load(&tok, file, &err), ATTND_OK, "%s", err.msg);
     cr_assert_eq(grammar_vocab_from_tokenizer(&gvocab, tok, &err), ATTND_OK, "%s", err.msg);
 }
+
+static void setup_vocab(const char *const *pieces, int n) { setup_vocab_ctl(pieces, n, NULL, 0); }
 
 static void setup(void) { setup_vocab(PIECES, G_N); }
 
@@ -519,27 +524,40 @@ Test(grammar_lazy, text_is_free_until_the_trigger_then_the_grammar_rules) {
     grammar_unref(g);
 }
 
-/* A scripted model: the most likely token at each step is script[i]. */
-static void scripted(const grammar *g, const int *script, int n, char *out, size_t cap, stop_reason *why) {
+/* A scripted model over n_vocab tokens: the best token at step i is script[i]. The tokens drawn
+ * go to ids[*n_ids] unless ids is NULL, their text to out (cap bytes) unless out is NULL. */
+static stop_reason run_script(const grammar *g, int n_vocab, const int *script, int n, int32_t *ids, int *n_ids,
+                              char *out, size_t cap) {
     gen_params p = {.top_logprobs = -1, .grammar = g, .gvocab = gvocab};
     sampler_params_default(&p.sp);
     p.sp.temperature = 0;
     gen *ge;
     attnd_err err;
-    cr_assert_eq(gen_create(&ge, &p, L_N, tok, NULL, 0, &err), ATTND_OK, "%s", err.msg);
+    cr_assert_eq(gen_create(&ge, &p, n_vocab, tok, NULL, 0, &err), ATTND_OK, "%s", err.msg);
+    float *logits = malloc((size_t)n_vocab * sizeof(*logits));
+    cr_assert_not_null(logits);
     size_t len = 0;
-    *why = STOP_NONE;
-    for (int i = 0; i < n && *why == STOP_NONE; i++) {
-        float logits[L_N];
-        for (int k = 0; k < L_N; k++) logits[k] = (float)(k % 5) * 0.1f;
+    if (ids) *n_ids = 0;
+    stop_reason why = STOP_NONE;
+    for (int i = 0; i < n && why == STOP_NONE; i++) {
+        for (int k = 0; k < n_vocab; k++) logits[k] = (float)(k % 5) * 0.1f;
         logits[script[i]] = 10;
         gen_token t;
-        *why = gen_next(ge, logits, NULL, &t);
+        why = gen_next(ge, logits, NULL, &t);
+        if (ids) ids[(*n_ids)++] = t.id;
+        if (!out) continue;
         cr_assert_lt(len + t.n_text, cap);
         memcpy(out + len, t.text, t.n_text), len += t.n_text;
     }
-    out[len] = '\0';
+    if (out) out[len] = '\0';
+    free(logits);
     gen_destroy(ge);
+    return why;
+}
+
+/* The scripted model over L_PIECES: the text drawn, and why it stopped. */
+static void scripted(const grammar *g, const int *script, int n, char *out, size_t cap, stop_reason *why) {
+    *why = run_script(g, L_N, script, n, NULL, NULL, out, cap);
 }
 
 Test(grammar_lazy, a_trigger_split_over_tokens_and_one_that_goes_on_inside_a_token) {
@@ -628,5 +646,142 @@ Test(grammar_lazy, markers_are_checked) {
     grammar_lazy inside = {NULL, NULL, NULL, true};
     cr_expect_eq(grammar_set_lazy(g, &inside, &err), ATTND_ERR_INVALID, "inside a block needs its close");
     cr_expect_null(grammar_get_lazy(g).trigger);
+    grammar_unref(g);
+}
+
+// ---- token terminals: <[id]> and <text> ---------------------------------------------------------
+
+/* Special tokens <|call|> and <|start|> (control: no bytes), and the pieces that spell them. */
+static const char *const T_PIECES[] = {"<unk>", "<s>", "</s>", "<|call|>", "<|start|>", "<", "|", "call", ">",
+                                       "{", "}", "a", "<|", "|>", "start", "x"};
+enum { T_N = sizeof(T_PIECES) / sizeof(T_PIECES[0]), T_CALL = 3, T_START = 4, T_LT = 5, T_BAR = 6, T_WORD = 7,
+       T_GT = 8, T_OPEN = 9, T_CLOSE = 10, T_A = 11, T_LTBAR = 12 };
+static const int T_CTL[] = {T_CALL, T_START};
+
+static void token_setup(void) { setup_vocab_ctl(T_PIECES, T_N, T_CTL, 2); }
+TestSuite(grammar_tokens, .init = token_setup, .fini = teardown);
+
+/* Whether each of the ids in order is accepted, one after another, and the end is complete. */
+static bool run_ids(const grammar *g, const int *ids, int n) {
+    grammar_state *st;
+    cr_assert_eq(grammar_state_create(&st, g, NULL), ATTND_OK);
+    bool ok = true;
+    for (int i = 0; i < n && ok; i++) ok = grammar_state_accept_token(st, gvocab, ids[i]);
+    ok = ok && grammar_state_complete(st);
+    grammar_state_destroy(st);
+    return ok;
+}
+
+Test(grammar_tokens, a_token_is_accepted_where_allowed_and_nowhere_else) {
+    static const char *const SRC[] = {"root ::= \"{\" \"a\"* \"}\" <|call|>", "root ::= \"{\" \"a\"* \"}\" <[3]>"};
+    for (int k = 0; k < 2; k++) {
+        grammar *g = compile(SRC[k]);
+        cr_assert_eq(grammar_vocab_check(g, gvocab, NULL), ATTND_OK);
+        cr_assert_eq(grammar_check_tokenizer(g, tok, NULL), ATTND_OK);
+        const int good[] = {T_OPEN, T_A, T_CLOSE, T_CALL};
+        cr_assert(run_ids(g, good, 4), "%s", SRC[k]);
+        const int early[] = {T_OPEN, T_CALL};
+        cr_assert(!run_ids(g, early, 2), "not before its place");
+        const int spelled[] = {T_OPEN, T_CLOSE, T_LT, T_BAR, T_WORD, T_BAR, T_GT};
+        cr_assert(!run_ids(g, spelled, 7), "its text spelled out in other tokens is refused");
+        const int other[] = {T_OPEN, T_CLOSE, T_START};
+        cr_assert(!run_ids(g, other, 3), "another special token is refused");
+        /* the mask: one walk gives exactly the named token at its place, never before */
+        grammar_state *st;
+        cr_assert_eq(grammar_state_create(&st, g, NULL), ATTND_OK);
+        unsigned char allowed[T_N];
+        cr_assert_eq(grammar_state_mask(st, gvocab, allowed), 1);
+        cr_assert(allowed[T_OPEN] && !allowed[T_CALL]);
+        cr_assert(grammar_state_accept_token(st, gvocab, T_OPEN) && grammar_state_accept_token(st, gvocab, T_CLOSE));
+        cr_assert_eq(grammar_state_mask(st, gvocab, allowed), 1);
+        cr_assert(allowed[T_CALL], "only <|call|> may follow");
+        for (int id = 0; id < T_N; id++)
+            cr_assert_eq(allowed[id], grammar_state_try_token(st, gvocab, id), "mask and check agree on %d", id);
+        cr_assert(!grammar_state_complete(st));
+        grammar_state_destroy(st);
+        grammar_unref(g);
+    }
+}
+
+/* A grammar without token terminals refuses special tokens as before; the byte forms of the
+ * state see a token terminal as nothing they can match. */
+Test(grammar_tokens, special_tokens_stay_refused_without_a_terminal) {
+    grammar *g = compile("root ::= \"<|call|>\"");
+    const int spelled[] = {T_LTBAR, T_WORD, T_BAR, T_GT};
+    cr_assert(run_ids(g, spelled, 4), "the text in bytes is just text");
+    const int tok1[] = {T_CALL};
+    cr_assert(!run_ids(g, tok1, 1), "the special token is no byte of it");
+    grammar_unref(g);
+    g = compile("root ::= <|call|>");
+    grammar_state *st;
+    cr_assert_eq(grammar_state_create(&st, g, NULL), ATTND_OK);
+    cr_assert(!grammar_state_try(st, "<|call|>", 8), "bytes never match a token terminal");
+    grammar_state_destroy(st);
+    grammar_unref(g);
+}
+
+Test(grammar_tokens, names_are_checked_against_the_vocabulary_and_syntax_errors_named) {
+    grammar *g = compile("root ::= <|nope|> | <[99]>");
+    attnd_err err;
+    cr_assert_eq(grammar_vocab_check(g, gvocab, &err), ATTND_ERR_INVALID);
+    cr_assert(strstr(err.msg, "<|nope|>"), "%s", err.msg);
+    cr_assert_eq(grammar_check_tokenizer(g, tok, &err), ATTND_ERR_INVALID, "the tokenizer says the same");
+    cr_assert(strstr(err.msg, "<|nope|>"), "%s", err.msg);
+    gen_params p = {.top_logprobs = -1, .grammar = g, .gvocab = gvocab};
+    sampler_params_default(&p.sp);
+    gen *ge;
+    cr_assert_eq(gen_create(&ge, &p, T_N, tok, NULL, 0, &err), ATTND_ERR_INVALID, "generation refuses it");
+    grammar_unref(g);
+    g = compile("root ::= <[99]>");
+    cr_assert_eq(grammar_vocab_check(g, gvocab, &err), ATTND_ERR_INVALID);
+    cr_assert(strstr(err.msg, "<[99]>"), "%s", err.msg);
+    grammar_unref(g);
+    refused("root ::= <|call|", "closed by '>'");
+    refused("root ::= <>", "closed by '>'");
+    refused("root ::= <[x]>", "<[N]>");
+    refused("root ::= <[12a]>", "<[N]>");
+    refused("root ::= <[99999999999]>", "<[N]>");
+}
+
+/* The scripted model over T_PIECES: the tokens drawn. */
+static stop_reason scripted_t(const grammar *g, const int *script, int n, int32_t *ids, int *n_ids) {
+    return run_script(g, T_N, script, n, ids, n_ids, NULL, 0);
+}
+
+/* In generation: a model that would spell the token out, or write text, gets the token; the
+ * lazy start (a byte trigger) hands over to a grammar with terminals; two sequences of one
+ * grammar (n > 1, a batch) keep their own states. */
+Test(grammar_tokens, generation_draws_the_named_token_where_the_grammar_needs_it) {
+    grammar *g = compile("root ::= \"{\" \"a\"* \"}\" <|start|> \"x\" <|call|>");
+    int32_t ids[32];
+    int n;
+    const int script[] = {T_OPEN, T_CLOSE, T_LT, T_BAR, T_CALL, T_CALL, T_CALL};
+    stop_reason why = scripted_t(g, script, 7, ids, &n);
+    const int32_t want[] = {T_OPEN, T_CLOSE, T_START, 15, T_CALL};
+    cr_assert_eq(n, 5, "%d tokens", n);
+    for (int i = 0; i < 5; i++) cr_assert_eq(ids[i], want[i], "token %d is %d, want %d", i, ids[i], want[i]);
+    /* <|call|> ends generation as an end token (llama.cpp counts it one), else the grammar does */
+    cr_assert_eq(why, tok_is_eog(tok, T_CALL) ? STOP_EOG : STOP_GRAMMAR);
+    grammar_unref(g);
+
+    g = lazy_grammar("root ::= \"{\" <|start|> \"a\" \"}\"", "{", false);
+    const int lazy[] = {15, T_A, T_OPEN, T_A, T_A, T_CLOSE};
+    why = scripted_t(g, lazy, 6, ids, &n);
+    const int32_t want_lazy[] = {15, T_A, T_OPEN, T_START, T_A, T_CLOSE};
+    cr_assert_eq(n, 6);
+    for (int i = 0; i < 6; i++) cr_assert_eq(ids[i], want_lazy[i], "lazy token %d is %d", i, ids[i]);
+    cr_assert_eq(why, STOP_GRAMMAR);
+    grammar_unref(g);
+
+    /* two sequences stepped in turn, one at the terminal while the other is not */
+    g = compile("root ::= \"a\"* <|call|>");
+    grammar_state *s1, *s2;
+    cr_assert_eq(grammar_state_create(&s1, g, NULL), ATTND_OK);
+    cr_assert_eq(grammar_state_create(&s2, g, NULL), ATTND_OK);
+    cr_assert(grammar_state_accept_token(s1, gvocab, T_A));
+    cr_assert(grammar_state_accept_token(s2, gvocab, T_CALL));
+    cr_assert(grammar_state_complete(s2) && !grammar_state_complete(s1));
+    cr_assert(grammar_state_accept_token(s1, gvocab, T_CALL) && grammar_state_complete(s1));
+    grammar_state_destroy(s1), grammar_state_destroy(s2);
     grammar_unref(g);
 }

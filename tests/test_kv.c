@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "attnd/engine.h"
-#include "engine_fixture.h"
+#include "engine_rig.h"
 #include "kv_layout.h"
 
 static char g_path[256];
@@ -440,36 +440,30 @@ Test(kv, a_step_given_up_after_any_layer_changes_nothing) {
     /* a deeper copy of the fixture, so that a step can be given up after several layers */
     tiny_spec sp = tiny_default("llama");
     sp.n_layer = 4;
-    char path[256];
-    tiny_tmpname(path, sizeof(path), "kv-yield");
-    cr_assert_eq(tiny_write(path, &sp), 0);
+    tiny_rig r; /* 1 thread, batches of up to 160, a 16 MiB pool */
+    tiny_rig_open_with(&r, &sp, KV_F16, 160, 1, 16);
     attnd_err err;
-    model *m;
-    engine *e;
-    kv_pool *p;
-    cr_assert_eq(model_load(&m, path, &err), ATTND_OK, "%s", err.msg);
-    cr_assert_eq(engine_create(&e, m, 160, 1, &err), ATTND_OK, "%s", err.msg);
-    cr_assert_eq(kv_pool_create(&p, m, (size_t)16 << 20, KV_F16, &err), ATTND_OK, "%s", err.msg);
     int V = sp.n_vocab, L = sp.n_layer;
     int32_t prompt[100], next[5];
     tokens(prompt, 100, 11);
     tokens(next, 5, 12);
     float *lg = malloc(sizeof(float) * 100 * V), *want = malloc(sizeof(float) * 5 * V), *got = malloc(sizeof(float) * 5 * V);
     kv_seq *parent, *ref;
-    cr_assert_eq(kv_seq_create(&parent, p, NULL), ATTND_OK);
-    cr_assert_eq(feed_on(e, parent, prompt, 100, lg, &err), ATTND_OK, "%s", err.msg);
+    cr_assert_eq(kv_seq_create(&parent, r.pool, NULL), ATTND_OK);
+    cr_assert_eq(feed_on(r.e, parent, prompt, 100, lg, &err), ATTND_OK, "%s", err.msg);
     cr_assert_eq(kv_seq_fork(&ref, parent, &err), ATTND_OK, "%s", err.msg);
-    cr_assert_eq(feed_on(e, ref, next, 5, want, &err), ATTND_OK, "%s", err.msg);
+    cr_assert_eq(feed_on(r.e, ref, next, 5, want, &err), ATTND_OK, "%s", err.msg);
     for (int at = 0; at < L - 1; at++) {
         kv_seq *s;
         cr_assert_eq(kv_seq_fork(&s, parent, &err), ATTND_OK, "%s", err.msg);
         yield_at y = {0, at};
-        engine_set_yield(e, yield_after, &y);
-        cr_assert_eq(feed_on(e, s, next, 5, got, &err), ATTND_ERR_BUSY, "the step was not given up after layer %d", at);
+        engine_set_yield(r.e, yield_after, &y);
+        cr_assert_eq(feed_on(r.e, s, next, 5, got, &err), ATTND_ERR_BUSY, "the step was not given up after layer %d",
+                     at);
         cr_expect_eq(y.calls, at + 1, "asked %d times, given up at the %d-th", y.calls, at + 1);
         cr_assert_eq(kv_seq_len(s), 100, "a given-up step grew the sequence to %d", kv_seq_len(s));
-        engine_set_yield(e, NULL, NULL);
-        cr_assert_eq(feed_on(e, s, next, 5, got, &err), ATTND_OK, "%s", err.msg);
+        engine_set_yield(r.e, NULL, NULL);
+        cr_assert_eq(feed_on(r.e, s, next, 5, got, &err), ATTND_OK, "%s", err.msg);
         cr_assert_eq(kv_seq_len(s), 105);
         cr_assert(!memcmp(got, want, sizeof(float) * 5 * V), "given up after layer %d: the rerun differs", at);
         kv_seq_destroy(s);
@@ -477,23 +471,20 @@ Test(kv, a_step_given_up_after_any_layer_changes_nothing) {
     /* never asked after the last layer: a yield function that always says yes cannot stop a
      * one-layer-from-the-end step, and an ablating batch is never asked (engine.h) */
     yield_at never = {0, -1};
-    engine_set_yield(e, yield_after, &never);
+    engine_set_yield(r.e, yield_after, &never);
     kv_seq *s;
     cr_assert_eq(kv_seq_fork(&s, parent, &err), ATTND_OK, "%s", err.msg);
-    cr_assert_eq(feed_on(e, s, next, 5, got, &err), ATTND_OK, "%s", err.msg);
+    cr_assert_eq(feed_on(r.e, s, next, 5, got, &err), ATTND_OK, "%s", err.msg);
     cr_expect_eq(never.calls, L - 1, "asked %d times for %d layers", never.calls, L);
     cr_assert(!memcmp(got, want, sizeof(float) * 5 * V));
-    engine_set_yield(e, NULL, NULL);
+    engine_set_yield(r.e, NULL, NULL);
     /* the prompt's other holder still reads the prompt it wrote */
     float *again = malloc(sizeof(float) * 5 * V);
     kv_seq *ref2;
     cr_assert_eq(kv_seq_fork(&ref2, parent, &err), ATTND_OK, "%s", err.msg);
-    cr_assert_eq(feed_on(e, ref2, next, 5, again, &err), ATTND_OK, "%s", err.msg);
+    cr_assert_eq(feed_on(r.e, ref2, next, 5, again, &err), ATTND_OK, "%s", err.msg);
     cr_assert(!memcmp(again, want, sizeof(float) * 5 * V));
     kv_seq_destroy(ref2), kv_seq_destroy(s), kv_seq_destroy(ref), kv_seq_destroy(parent);
     free(lg), free(want), free(got), free(again);
-    kv_pool_destroy(p);
-    engine_destroy(e);
-    model_destroy(m);
-    unlink(path);
+    tiny_rig_close(&r);
 }

@@ -417,26 +417,22 @@ Test(model, moe_expert_passes_give_the_same_logits_on_any_number_of_threads) {
     cr_assert_eq(tiny_write(f16, &sp), 0);
     attnd_err err;
     cr_assert_eq(quantize_file(f16, q, QUANTIZE_Q4_K_M, NULL, NULL, &err), ATTND_OK, "%s", err.msg);
-    model *m;
-    engine *e;
-    kv_pool *pool;
-    cr_assert_eq(model_load(&m, q, &err), ATTND_OK, "%s", err.msg);
-    cr_assert_eq(engine_create(&e, m, 8, 4, &err), ATTND_OK, "%s", err.msg);
-    cr_assert_eq(kv_pool_create(&pool, m, (size_t)16 << 20, KV_F32, &err), ATTND_OK, "%s", err.msg);
+    tiny_rig r; /* 4 threads, batches of up to 8, a 16 MiB pool */
+    tiny_rig_load(&r, q, KV_F32, 8, 4, 16);
     int V = sp.n_vocab;
     size_t n = (size_t)11 * V, room = (size_t)12 * V;
     float *one = malloc(sizeof(float) * room * 3), *four = one + room, *port = four + room;
-    engine_set_threads(e, 1);
-    moe_run(e, pool, V, one);
-    engine_set_threads(e, 4);
-    moe_run(e, pool, V, four);
+    engine_set_threads(r.e, 1);
+    moe_run(r.e, r.pool, V, one);
+    engine_set_threads(r.e, 4);
+    moe_run(r.e, r.pool, V, four);
     for (size_t i = 0; i < n; i++) cr_assert_eq(one[i], four[i], "logit %zu: %.9g at 1 thread, %.9g at 4", i, one[i], four[i]);
     quant_isa saved = quant_isa_force(QUANT_ISA_PORTABLE);
-    moe_run(e, pool, V, port);
+    moe_run(r.e, r.pool, V, port);
     quant_isa_force(saved);
     float d = max_abs_diff(one, port, n);
     cr_assert_lt(d, 2e-3f, "portable kernels differ by %g", d);
-    kv_pool_destroy(pool), engine_destroy(e), model_destroy(m);
+    tiny_rig_close(&r);
     unlink(f16), unlink(q);
     free(one);
 }
@@ -1135,6 +1131,9 @@ static const struct {
     {"qwen896-Q4_K_M.gguf", 0.90},      {"qwen896-Q5_K_M.gguf", 0.90},      {"qwen896-Q2_K.gguf", 0.90},
     {"qwen896-IQ4_XS.gguf", 0.90},      {"llama960-Q4_K_M.gguf", 0.90},     {"llama960-Q5_K_M.gguf", 0.90},
     {"llama960-Q3_K_M.gguf", 0.90},
+    /* files llama.cpp's own quantizer wrote (tests/data/models/llamacpp): its blocks, its metadata */
+    {"llamacpp/attnd-sotu-Q2_K.gguf", 0.90}, {"llamacpp/attnd-sotu-Q3_K_M.gguf", 0.90},
+    {"llamacpp/attnd-sotu-IQ4_XS.gguf", 0.90},
 };
 
 static json_t *load_reference(void) {

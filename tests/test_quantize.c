@@ -14,6 +14,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <jansson.h>
+
 #include "attnd/gguf.h"
 #include "attnd/quantize.h"
 #include "quant.h"
@@ -153,16 +155,16 @@ Test(quantize, mixes_on_a_896_wide_model_make_llama_cpp_choices_and_fallbacks) {
         cr_expect_eq(qwen_type(QUANTIZE_Q5_K_M, "attn_v", l), more ? GGUF_TYPE_Q8_0 : GGUF_TYPE_Q5_1, "layer %d", l);
         cr_expect_eq(qwen_type(QUANTIZE_Q5_K_M, "ffn_down", l), more ? GGUF_TYPE_Q6_K : GGUF_TYPE_Q5_K, "layer %d", l);
         cr_expect_eq(qwen_type(QUANTIZE_Q5_K_S, "ffn_down", l), GGUF_TYPE_Q5_K, "layer %d", l);
-        /* Q2_K: attn_v Q4_K (n_gqa >= 4) -> Q5_0, attn_output Q3_K -> IQ4_NL, ffn_down Q3_K */
+        /* Q2_K: attn_v Q4_K (n_gqa >= 4) -> Q5_0, attn_output Q3_K -> Q4_0, ffn_down Q3_K */
         cr_expect_eq(qwen_type(QUANTIZE_Q2_K, "attn_v", l), GGUF_TYPE_Q5_0, "layer %d", l);
-        cr_expect_eq(qwen_type(QUANTIZE_Q2_K, "attn_output", l), GGUF_TYPE_IQ4_NL, "layer %d", l);
+        cr_expect_eq(qwen_type(QUANTIZE_Q2_K, "attn_output", l), GGUF_TYPE_Q4_0, "layer %d", l);
         cr_expect_eq(qwen_type(QUANTIZE_Q2_K, "ffn_down", l), GGUF_TYPE_Q3_K, "layer %d", l);
-        cr_expect_eq(qwen_type(QUANTIZE_Q2_K, "attn_q", l), GGUF_TYPE_IQ4_NL, "layer %d", l);
+        cr_expect_eq(qwen_type(QUANTIZE_Q2_K, "attn_q", l), GGUF_TYPE_Q4_0, "layer %d", l);
         /* Q3_K_M: attn_v Q5_K in layers 0-1 (-> Q5_1), else Q4_K (-> Q5_0); ffn_down Q5_K below 24/16 */
         cr_expect_eq(qwen_type(QUANTIZE_Q3_K_M, "attn_v", l), l < 2 ? GGUF_TYPE_Q5_1 : GGUF_TYPE_Q5_0, "layer %d", l);
         cr_expect_eq(qwen_type(QUANTIZE_Q3_K_M, "ffn_down", l), l < 1 ? GGUF_TYPE_Q5_K : GGUF_TYPE_Q4_K, "layer %d", l);
         cr_expect_eq(qwen_type(QUANTIZE_Q3_K_M, "attn_output", l), GGUF_TYPE_Q5_0, "layer %d", l);
-        cr_expect_eq(qwen_type(QUANTIZE_Q3_K_S, "ffn_gate", l), GGUF_TYPE_IQ4_NL, "layer %d", l);
+        cr_expect_eq(qwen_type(QUANTIZE_Q3_K_S, "ffn_gate", l), GGUF_TYPE_Q4_0, "layer %d", l);
         /* Q4_K_S: Q5_K for attn_v of layers 0-3 and ffn_down of the first eighth */
         cr_expect_eq(qwen_type(QUANTIZE_Q4_K_S, "attn_v", l), l < 4 ? GGUF_TYPE_Q5_1 : GGUF_TYPE_Q5_0, "layer %d", l);
         cr_expect_eq(qwen_type(QUANTIZE_Q4_K_S, "ffn_down", l), l < 3 ? GGUF_TYPE_Q5_K : GGUF_TYPE_Q4_K, "layer %d", l);
@@ -360,4 +362,46 @@ Test(quantize, k_quant_mixes_of_a_896_wide_file_hold_llama_cpps_types_per_tensor
                      gguf_type_name(WANT[i].type));
         gguf_close(f);
     }
+}
+
+/* Every tensor of every mix, on the three models, against the type llama.cpp's own quantizer gave
+ * it (tests/data/reference-quant-types.json, made by regenerate.sh with llama_model_quantize of
+ * the peer): attnd quantize writes the file a llama.cpp user would have. */
+static size_t check_types_against(const char *model, const char *mix, json_t *want) {
+    char name[128], path[1024];
+    snprintf(name, sizeof name, "%.*s-%s.gguf", (int)(strlen(model) - 5), model, mix);
+    test_model_path(name, path, sizeof path);
+    gguf_file *f;
+    attnd_err err;
+    cr_assert_eq(gguf_open(&f, path, &err), ATTND_OK, "%s: %s", name, err.msg);
+    cr_expect_eq(json_object_size(want), gguf_tensor_count(f), "%s: tensor count", name);
+    size_t differ = 0;
+    const char *tensor;
+    json_t *type;
+    json_object_foreach(want, tensor, type) {
+        const gguf_tensor *t = gguf_find_tensor(f, tensor);
+        cr_assert(t, "%s: no %s", name, tensor);
+        bool same = !strcmp(gguf_type_name(t->type), json_string_value(type));
+        cr_expect(same, "%s %s: attnd wrote %s, llama.cpp %s", name, tensor, gguf_type_name(t->type),
+                  json_string_value(type));
+        differ += !same;
+    }
+    gguf_close(f);
+    return differ;
+}
+
+Test(quantize, every_mix_gives_every_tensor_the_type_llama_cpp_s_quantizer_gives) {
+    json_error_t je;
+    json_t *ref = json_load_file(ATTND_DATA_DIR "/reference-quant-types.json", 0, &je);
+    cr_assert(ref, "reference-quant-types.json: %s", je.text);
+    json_t *cases = json_object_get(ref, "cases");
+    cr_assert_geq(json_array_size(cases), 3 * 14, "three models, fourteen mixes");
+    size_t i, differ = 0;
+    json_t *c;
+    json_array_foreach(cases, i, c) {
+        differ += check_types_against(json_string_value(json_object_get(c, "model")),
+                                      json_string_value(json_object_get(c, "mix")), json_object_get(c, "types"));
+    }
+    cr_expect_eq(differ, 0, "%zu tensors differ", differ);
+    json_decref(ref);
 }

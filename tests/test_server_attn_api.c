@@ -12,19 +12,14 @@
 #include "attn_api.h"
 #include "attnd/engine.h"
 #include "family_specs.h"
-#include "scheduler.h"
-#include "sess.h"
+#include "sched_rig.h"
 
 #define MODEL ATTND_SOURCE_DIR "/models/attnd-sotu.gguf"
 
 static model *m;
 static tokenizer *tok;
 
-static void setup(void) {
-    attnd_err err;
-    cr_assert_eq(model_load(&m, MODEL, &err), ATTND_OK, "%s", err.msg);
-    cr_assert_eq(tok_load(&tok, model_gguf(m), &err), ATTND_OK, "%s", err.msg);
-}
+static void setup(void) { sched_rig_load(MODEL, &m, &tok); }
 
 static void teardown(void) {
     tok_destroy(tok);
@@ -295,8 +290,7 @@ Test(attn_api, experts_are_in_the_answer_of_a_moe_model_and_refused_on_a_dense_o
     attnd_err err;
     model *mm;
     tokenizer *mt;
-    cr_assert_eq(model_load(&mm, path, &err), ATTND_OK, "%s", err.msg);
-    cr_assert_eq(tok_load(&mt, model_gguf(mm), &err), ATTND_OK, "%s", err.msg);
+    sched_rig_load(path, &mm, &mt);
     int32_t ids[] = {1, 40, 77, 300, 12, 5};
     int layers[] = {1}, heads[] = {0};
     attn_capture_params p = {.layers = layers, .n_layers = 1, .heads = heads, .n_heads = 1, .n_positions = 6,
@@ -372,7 +366,7 @@ static void rig_open(rig *r) {
     cr_assert_eq(sess_store_create(&r->store, NULL, "t", 8, &err), ATTND_OK);
     server_settings_default(&cfg);
     cfg.threads = 1;
-    cr_assert_eq(sched_create(&r->sch, m, tok, r->store, &cfg, &err), ATTND_OK, "%s", err.msg);
+    r->sch = sched_rig_start(m, tok, r->store, &cfg);
 }
 
 static void rig_close(rig *r) {

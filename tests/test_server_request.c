@@ -16,6 +16,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "engine_fixture.h"
 #include "server_rig.h"
 
 #define MODEL ATTND_DATA_DIR "/models/stories260K.gguf"
@@ -95,6 +96,32 @@ static char *stream_text(const char *sse, bool chat, int *n_events, bool *done) 
         json_decref(ev);
     }
     return text;
+}
+
+/* Posts body to /v1/chat/completions (a streamed request) and joins the strings that pick takes
+ * from each event's choices[0].delta; "" where there are none. The caller frees it. */
+static char *stream_join(const char *body, const json_t *(*pick)(const json_t *delta)) {
+    rec c = {0};
+    run(&c, "POST", "/v1/chat/completions", body);
+    buf joined = {0};
+    for (const char *p = c.body; (p = strstr(p, "data: {"));) {
+        p += 6;
+        const char *end = strstr(p, "\n\n");
+        json_t *ev = json_loadb(p, (size_t)(end - p), 0, NULL);
+        const json_t *s = pick(json_object_get(json_array_get(json_object_get(ev, "choices"), 0), "delta"));
+        if (json_is_string(s)) buf_puts(&joined, json_string_value(s));
+        json_decref(ev);
+        p = end;
+    }
+    free(c.body);
+    return joined.p ? joined.p : strdup("");
+}
+
+static const json_t *reasoning_of(const json_t *delta) { return json_object_get(delta, "reasoning_content"); }
+
+static const json_t *call_arguments_of(const json_t *delta) {
+    const json_t *tc = json_array_get(json_object_get(delta, "tool_calls"), 0);
+    return json_object_get(json_object_get(tc, "function"), "arguments");
 }
 
 // ---- tests --------------------------------------------------------------------------------
@@ -248,7 +275,24 @@ Test(request, a_think_block_in_a_response_is_its_reasoning_item) {
     cr_assert_str_eq(json_string_value(json_object_get(rs, "type")), "reasoning");
     const char *answer = json_string_value(json_object_get(json_array_get(json_object_get(msg, "content"), 0), "text"));
     cr_assert(answer && strlen(answer) >= 2 && !strchr(answer, '<'), "output_text '%s'", answer);
+    const json_t *details = json_object_get(json_object_get(a, "usage"), "output_tokens_details");
+    cr_assert_gt(json_integer_value(json_object_get(details, "reasoning_tokens")), 2, "<think>, a word and </think>");
     json_decref(a);
+}
+
+/* A reply without reasoning has none in its usage. */
+Test(request, a_reply_without_reasoning_counts_no_reasoning_tokens) {
+    json_t *j = post_json("/v1/chat/completions", "{\"messages\": [{\"role\": \"user\", \"content\": \"Once\"}], "
+                          "\"max_tokens\": 6, \"grammar\": \"root ::= [a-z ]{1,20}\"}", 200);
+    const json_t *u = json_object_get(j, "usage");
+    cr_assert_gt(json_integer_value(json_object_get(u, "completion_tokens")), 0);
+    const json_t *v = json_object_get(json_object_get(u, "completion_tokens_details"), "reasoning_tokens");
+    cr_assert(json_is_integer(v) && json_integer_value(v) == 0, "reasoning_tokens 0");
+    json_t *a = post_json("/v1/responses", "{\"input\": \"Once\", \"max_output_tokens\": 6}", 200);
+    v = json_object_get(json_object_get(json_object_get(a, "usage"), "output_tokens_details"), "reasoning_tokens");
+    cr_assert(json_is_integer(v) && json_integer_value(v) == 0, "Responses' reasoning_tokens 0");
+    json_decref(a);
+    json_decref(j);
 }
 
 Test(request, llama_completion_takes_n_predict_and_streams_until_stop) {
@@ -295,20 +339,24 @@ static const char R1_TEMPLATE[] =
     "<think>\n{% endif %}";
 static char r1_path[64];
 
-static void r1_setup(void) {
-    snprintf(r1_path, sizeof(r1_path), "/tmp/attnd-r1-XXXXXX");
+/* Starts srv on model with the chat template (written to r1_path, a temporary file), its
+ * replies capped at max_tokens. */
+static void template_server(const char *model, const char *template, int max_tokens) {
+    snprintf(r1_path, sizeof(r1_path), "/tmp/attnd-template-XXXXXX");
     int fd = mkstemp(r1_path);
     cr_assert_geq(fd, 0);
-    cr_assert_eq(write(fd, R1_TEMPLATE, strlen(R1_TEMPLATE)), (ssize_t)strlen(R1_TEMPLATE));
+    cr_assert_eq(write(fd, template, strlen(template)), (ssize_t)strlen(template));
     close(fd);
     server_settings cfg;
-    rig_settings(&cfg, MODEL, NULL, 1);
+    rig_settings(&cfg, model, NULL, 1);
     cfg.chat_template_file = r1_path;
     attnd_err err;
     srv = rig_start(&cfg, false, &err);
     cr_assert_not_null(srv, "%s", err.msg);
-    srv->cfg.default_max_tokens = 40;
+    srv->cfg.default_max_tokens = max_tokens;
 }
+
+static void r1_setup(void) { template_server(MODEL, R1_TEMPLATE, 40); }
 
 static void r1_teardown(void) {
     server_destroy(srv);
@@ -385,23 +433,10 @@ Test(reasoning, chat_completions_split_reasoning_content_after_an_open_think) {
     const char *answer = json_string_value(json_object_get(msg, "content"));
     cr_assert(thought && strlen(thought) >= 2 && !strchr(thought, '<'), "reasoning_content '%s'", thought);
     cr_assert(answer && strlen(answer) >= 2 && !strchr(answer, '<'), "content '%s'", answer);
-    rec c = {0};
     snprintf(body, sizeof(body), "%s, \"stream\": true}", BODY);
-    run(&c, "POST", "/v1/chat/completions", body);
-    buf streamed = {0};
-    for (const char *p = c.body; (p = strstr(p, "data: {"));) {
-        p += 6;
-        const char *end = strstr(p, "\n\n");
-        json_t *ev = json_loadb(p, (size_t)(end - p), 0, NULL);
-        const json_t *d = json_object_get(json_object_get(json_array_get(json_object_get(ev, "choices"), 0), "delta"),
-                                          "reasoning_content");
-        if (json_is_string(d)) buf_puts(&streamed, json_string_value(d));
-        json_decref(ev);
-        p = end;
-    }
-    cr_assert_str_eq(streamed.p ? streamed.p : "", thought, "delta.reasoning_content joins to the whole answer's");
-    buf_free(&streamed);
-    free(c.body);
+    char *streamed = stream_join(body, reasoning_of);
+    cr_assert_str_eq(streamed, thought, "delta.reasoning_content joins to the whole answer's");
+    free(streamed);
     json_decref(j);
 }
 
@@ -425,4 +460,206 @@ Test(reasoning, reasoning_items_in_the_input_reach_the_template) {
     cr_assert_gt(n1, n0 + 5, "the reasoning is in the prompt (%lld vs %lld tokens)", (long long)n1, (long long)n0);
     json_decref(plain);
     json_decref(with);
+}
+
+/* The tokens up to the one that completes "</think>" (the prompt opened the block), counted
+ * from the logprobs' tokens: what usage's reasoning_tokens must say. */
+static int think_tokens_of(const json_t *choice) {
+    const json_t *lp = json_object_get(json_object_get(choice, "logprobs"), "content");
+    buf seen = {0};
+    int n = 0;
+    for (size_t i = 0; i < json_array_size(lp) && !(seen.p && strstr(seen.p, "</think>")); i++, n++)
+        buf_puts(&seen, json_string_value(json_object_get(json_array_get(lp, i), "token")));
+    cr_assert(seen.p && strstr(seen.p, "</think>"), "the reply closes its reasoning: %s", seen.p ? seen.p : "");
+    buf_free(&seen);
+    return n;
+}
+
+static json_int_t reasoning_tokens_of(const json_t *usage, const char *details) {
+    const json_t *v = json_object_get(json_object_get(usage, details), "reasoning_tokens");
+    cr_assert(json_is_integer(v), "usage.%s.reasoning_tokens is a number", details);
+    return json_integer_value(v);
+}
+
+/* usage counts the reasoning tokens: whole, n = 2 (summed), streamed (include_usage) and in
+ * Responses; each equals the tokens the logprobs show before the answer. */
+Test(reasoning, usage_counts_the_tokens_of_the_reasoning) {
+    static const char BODY[] = "{\"messages\": [{\"role\": \"user\", \"content\": \"Once\"}], \"logprobs\": true, "
+                               R1_GRAMMAR;
+    char body[512];
+    snprintf(body, sizeof(body), "%s}", BODY);
+    json_t *j = post_json("/v1/chat/completions", body, 200);
+    const json_t *choice = json_array_get(json_object_get(j, "choices"), 0);
+    int want = think_tokens_of(choice);
+    json_int_t total = json_integer_value(json_object_get(json_object_get(j, "usage"), "completion_tokens"));
+    cr_assert_gt(total, want, "the answer has tokens of its own");
+    cr_assert_eq(reasoning_tokens_of(json_object_get(j, "usage"), "completion_tokens_details"), want);
+    cr_log_info("%d of %lld tokens were reasoning", want, (long long)total);
+
+    snprintf(body, sizeof(body), "%s, \"n\": 2}", BODY);
+    json_t *two = post_json("/v1/chat/completions", body, 200);
+    int want2 = think_tokens_of(json_array_get(json_object_get(two, "choices"), 0)) +
+                think_tokens_of(json_array_get(json_object_get(two, "choices"), 1));
+    cr_assert_eq(reasoning_tokens_of(json_object_get(two, "usage"), "completion_tokens_details"), want2);
+    json_decref(two);
+
+    rec c = {0};
+    snprintf(body, sizeof(body), "%s, \"stream\": true, \"stream_options\": {\"include_usage\": true}}", BODY);
+    run(&c, "POST", "/v1/chat/completions", body);
+    const char *u = strstr(c.body, "\"usage\":{");
+    cr_assert_not_null(u, "the stream ends with its usage: %.400s", c.body);
+    const char *line = u;
+    while (line > c.body && line[-1] != '\n') line--;
+    json_t *ev = json_loadb(line + 6, (size_t)(strstr(line, "\n\n") - line - 6), 0, NULL);
+    cr_assert_eq(reasoning_tokens_of(json_object_get(ev, "usage"), "completion_tokens_details"), want);
+    json_decref(ev);
+    free(c.body);
+
+    json_t *a = post_json("/v1/responses", "{\"input\": \"Once\", " R1_GRAMMAR "}", 200);
+    cr_assert_eq(reasoning_tokens_of(json_object_get(a, "usage"), "output_tokens_details"), want);
+    json_decref(a);
+    json_decref(j);
+}
+
+// ---- a Qwen3-Coder template: forced calls in its XML format -------------------------------
+
+/* The part of Qwen3-Coder's template that writes calls (its tools' description does not fit the
+ * fixture's 512-token context): a call in the history as <function=…><parameter=…>. */
+static const char CODER_TEMPLATE[] =
+    "{% for m in messages %}<|im_start|>{{ m.role }}\n{% if m.tool_calls %}{% for tc in m.tool_calls %}<tool_call>\n"
+    "<function={{ tc.function.name }}>\n{% for k, v in tc.function.arguments|items %}<parameter={{ k }}>\n{{ v }}\n"
+    "</parameter>\n{% endfor %}</function>\n</tool_call>{% endfor %}{% else %}{{ m.content }}{% endif %}<|im_end|>\n"
+    "{% endfor %}{% for t in tools %}{{ t.function.name }}{% endfor %}{% if add_generation_prompt %}"
+    "<|im_start|>assistant\n{% endif %}";
+
+static void coder_setup(void) {
+    template_server(MODEL, CODER_TEMPLATE, 120);
+    cr_assert_eq(srv->chat.tool_format, TOOLCALL_FMT_QWEN_XML, "the template's calls are XML");
+}
+
+TestSuite(coder, .init = coder_setup, .fini = r1_teardown, .timeout = 120);
+
+#define CODER_TOOLS                                                                                                   \
+    "\"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"set\", \"parameters\": {\"type\": \"object\", "  \
+    "\"properties\": {\"n\": {\"type\": \"integer\", \"minimum\": 0, \"maximum\": 99}, \"ok\": {\"type\": "          \
+    "\"boolean\"}}, \"required\": [\"n\", \"ok\"]}}}], \"tool_choice\": \"required\", \"parallel_tool_calls\": false"
+
+/* The random model, forced by the XML grammar, writes a call that parses into typed JSON
+ * arguments; streamed, its fragments join to the same arguments. */
+Test(coder, a_forced_call_is_written_in_xml_and_parsed_into_json) {
+    static const char BODY[] = "{\"messages\": [{\"role\": \"user\", \"content\": \"Once\"}], \"temperature\": 0, "
+                               CODER_TOOLS;
+    char body[1024];
+    snprintf(body, sizeof(body), "%s}", BODY);
+    json_t *j = post_json("/v1/chat/completions", body, 200);
+    const json_t *choice = json_array_get(json_object_get(j, "choices"), 0);
+    cr_assert_str_eq(json_string_value(json_object_get(choice, "finish_reason")), "tool_calls", "%s", json_dumps(j, 0));
+    const json_t *fn = json_object_get(json_array_get(json_object_get(json_object_get(choice, "message"), "tool_calls"), 0),
+                                       "function");
+    cr_assert_str_eq(json_string_value(json_object_get(fn, "name")), "set");
+    const char *args = json_string_value(json_object_get(fn, "arguments"));
+    json_t *a = json_loads(args ? args : "", 0, NULL);
+    cr_assert(json_is_integer(json_object_get(a, "n")) && json_is_boolean(json_object_get(a, "ok")), "arguments %s", args);
+    json_int_t n = json_integer_value(json_object_get(a, "n"));
+    cr_assert(n >= 0 && n <= 99);
+    json_decref(a);
+
+    snprintf(body, sizeof(body), "%s, \"stream\": true}", BODY);
+    char *joined = stream_join(body, call_arguments_of);
+    cr_assert_str_eq(joined, args, "the streamed fragments join to the arguments");
+    free(joined);
+    json_decref(j);
+}
+
+// ---- forced calls whose markers are special tokens: harmony and granite ---------------------
+
+/* A tiny random model whose vocabulary has harmony's and granite's special tokens (control
+ * tokens; the tokenizer shows harmony's channel markup as text, as llama.cpp does). */
+static const char *const SPECIAL_PIECES[] = {"<|channel|>", "<|constrain|>", "<|message|>", "<|call|>",
+                                             "<|start|>",   "<|return|>",    "<|end|>",     "<|tool_call|>"};
+static char special_model[128];
+
+static const char HARMONY_TEMPLATE[] =
+    "{% for m in messages %}<|start|>{{ m.role }}{% if m.tool_calls %}{% for tc in m.tool_calls %}<|channel|>commentary "
+    "to=functions.{{ tc.function.name }} <|constrain|>json<|message|>{{ tc.function.arguments | tojson }}<|call|>"
+    "{% endfor %}{% else %}<|message|>{{ m.content }}<|end|>{% endif %}{% endfor %}{% for t in tools %}"
+    "{{ t.function.name }}{% endfor %}{% if add_generation_prompt %}<|start|>assistant{% endif %}";
+static const char GRANITE_TEMPLATE[] =
+    "{% for m in messages %}<|start|>{{ m.role }}{% if m.tool_calls %}<|tool_call|>{{ m.tool_calls | tojson }}"
+    "{% else %}{{ m.content }}{% endif %}<|end|>{% endfor %}{% for t in tools %}{{ t.function.name }}{% endfor %}"
+    "{% if add_generation_prompt %}<|start|>assistant{% endif %}";
+
+static void special_server(const char *template, toolcall_format want) {
+    tiny_spec sp = tiny_default("llama");
+    sp.vocab = true, sp.n_vocab = 320, sp.n_ctx = 512, sp.seed = 29;
+    sp.specials = SPECIAL_PIECES, sp.n_specials = (int)ATTND_ARRAY_LEN(SPECIAL_PIECES);
+    tiny_tmpname(special_model, sizeof(special_model), "special");
+    cr_assert_eq(tiny_write(special_model, &sp), 0);
+    template_server(special_model, template, 120);
+    cr_assert_eq(srv->chat.tool_format, want, "the template's call format");
+}
+
+static void harmony_setup(void) { special_server(HARMONY_TEMPLATE, TOOLCALL_FMT_HARMONY); }
+static void granite_setup(void) { special_server(GRANITE_TEMPLATE, TOOLCALL_FMT_GRANITE); }
+static void special_teardown(void) {
+    r1_teardown();
+    unlink(special_model);
+}
+
+TestSuite(harmony, .init = harmony_setup, .fini = special_teardown, .timeout = 120);
+TestSuite(granite, .init = granite_setup, .fini = special_teardown, .timeout = 120);
+
+/* tool_choice required on the random model: the reply is one call of "set" with arguments under
+ * its schema, and the special tokens came as tokens: each of whole[] is one logprobs entry of its
+ * own (harmony's markup, shown as text), or (whole NULL) a token without text came (granite's
+ * control token). */
+static void forced_special_call(const char *const *whole, int n_whole) {
+    static const char BODY[] = "{\"messages\": [{\"role\": \"user\", \"content\": \"Once\"}], \"temperature\": 0, "
+                               "\"logprobs\": true, " CODER_TOOLS "}";
+    json_t *j = post_json("/v1/chat/completions", BODY, 200);
+    const json_t *choice = json_array_get(json_object_get(j, "choices"), 0);
+    const json_t *msg = json_object_get(choice, "message");
+    cr_assert_str_eq(json_string_value(json_object_get(choice, "finish_reason")), "tool_calls", "%s", json_dumps(j, 0));
+    const json_t *fn = json_object_get(json_array_get(json_object_get(msg, "tool_calls"), 0), "function");
+    cr_assert_str_eq(json_string_value(json_object_get(fn, "name")), "set");
+    const char *args = json_string_value(json_object_get(fn, "arguments"));
+    json_t *a = json_loads(args ? args : "", 0, NULL);
+    cr_assert(json_is_integer(json_object_get(a, "n")) && json_is_boolean(json_object_get(a, "ok")), "arguments %s", args);
+    json_decref(a);
+    const json_t *lp = json_object_get(json_object_get(choice, "logprobs"), "content");
+    int textless = 0, found = 0;
+    buf text = {0};
+    for (size_t i = 0; i < json_array_size(lp); i++) {
+        const char *t = json_string_value(json_object_get(json_array_get(lp, i), "token"));
+        textless += t && !t[0];
+        for (int k = 0; k < n_whole; k++) found += t && !strcmp(t, whole[k]);
+        buf_puts(&text, t ? t : "");
+    }
+    if (!whole) cr_assert_geq(textless, 1, "a special token without text was generated: %s", text.p);
+    cr_assert_eq(found, n_whole, "each marker came as its own token: %s", text.p);
+    cr_log_info("%d tokens, %d without text: %s", (int)json_array_size(lp), textless, text.p ? text.p : "");
+    buf_free(&text);
+    json_decref(j);
+}
+
+Test(harmony, a_forced_call_writes_the_channel_markup_as_tokens) {
+    static const char *const MARKUP[] = {"<|channel|>", "<|constrain|>", "<|message|>"};
+    forced_special_call(MARKUP, 3);
+}
+
+Test(granite, a_forced_call_opens_with_the_tool_call_token) { forced_special_call(NULL, 0); }
+
+/* A GBNF grammar whose token terminal names no token of the model is refused with its name; one
+ * that names tokens by id runs. */
+Test(request, a_grammar_naming_an_unknown_token_is_refused) {
+    rec c = {0};
+    run(&c, "POST", "/completion", "{\"prompt\": \"Once\", \"n_predict\": 3, \"grammar\": \"root ::= <|nope|>\"}");
+    cr_assert_geq(c.status, 400, "%d %s", c.status, c.body);
+    cr_assert_lt(c.status, 500, "a client error: %d %s", c.status, c.body);
+    cr_assert_not_null(strstr(c.body, "<|nope|>"), "%s", c.body);
+    free(c.body);
+    json_t *j = post_json("/completion", "{\"prompt\": \"Once\", \"n_predict\": 3, \"return_tokens\": true, "
+                          "\"grammar\": \"root ::= <[2]> | [a-z ]+ <[5]>\"}", 200);
+    cr_assert(json_is_array(json_object_get(j, "tokens")));
+    json_decref(j);
 }

@@ -561,3 +561,27 @@ Test(responses, the_stored_reply_is_split_into_content_reasoning_and_calls) {
     responses_request_free(&r);
     json_decref(b);
 }
+
+Test(responses, speculative_decoding_fields_reach_the_chat_body) {
+    responses_request r;
+    json_t *b = parse_ok("{\"input\":\"Hi\",\"draft_max\":6,\"draft_min_p\":0.25}", &r);
+    json_t *chat = responses_chat_body(&r, NULL);
+    oai_request q;
+    const char *param;
+    attnd_err err;
+    cr_assert_eq(oai_parse(chat, true, &cfg, 512, &q, &param, &err), ATTND_OK, "%s", err.msg);
+    cr_assert_eq(q.draft_max, 6);
+    cr_assert_float_eq(q.draft_min_p, 0.25f, 1e-9, "draft_min_p is passed on as chat's");
+    oai_request_free(&q);
+    json_decref(chat);
+    responses_request_free(&r);
+    json_decref(b);
+    b = parse_ok("{\"input\":\"Hi\",\"draft_min_p\":1.5}", &r);
+    chat = responses_chat_body(&r, NULL);
+    cr_assert_eq(oai_parse(chat, true, &cfg, 512, &q, &param, &err), ATTND_ERR_INVALID);
+    cr_assert(param && !strcmp(param, "draft_min_p"), "refused naming %s", param ? param : "(null)");
+    oai_request_free(&q);
+    json_decref(chat);
+    responses_request_free(&r);
+    json_decref(b);
+}

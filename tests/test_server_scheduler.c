@@ -13,11 +13,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "attnd/engine.h"
-#include "attnd/tokenizer.h"
 #include "sched_internal.h" /* the pacing functions, tested on their own below */
-#include "scheduler.h"
-#include "sess.h"
+#include "sched_rig.h"
 
 #define MODEL ATTND_DATA_DIR "/models/stories260K.gguf"
 #define SOTU ATTND_SOURCE_DIR "/models/attnd-sotu.gguf" /* 6 KiB of KV a token; capped at 256 tokens below */
@@ -31,38 +28,16 @@ static atomic_int ticks;
 
 static void on_tick(void *u) { (void)u; atomic_fetch_add(&ticks, 1); }
 
-/* The model at path with its tokenizer, a session store, and the settings of a small scheduler
- * (one thread, 4 sequences at once, queue_limit waiting). */
-static void load_fixture(const char *path, int queue_limit) {
-    attnd_err err;
-    cr_assert_eq(model_load(&m, path, &err), ATTND_OK, "%s", err.msg);
-    cr_assert_eq(tok_load(&tok, model_gguf(m), &err), ATTND_OK, "%s", err.msg);
-    cr_assert_eq(sess_store_create(&store, NULL, "t", 16, &err), ATTND_OK);
-    server_settings_default(&cfg);
-    cfg.threads = 1;
-    cfg.max_parallel = 4;
-    cfg.queue_limit = queue_limit;
-}
-
 static void setup(void) {
     if (access(MODEL, R_OK) != 0) return;
-    load_fixture(MODEL, 4);
+    sched_rig_open(MODEL, 4, &m, &tok, &store, &cfg);
     cfg.watchdog_interval_ms = 40;
     cfg.hooks.on_watchdog = on_tick;
 }
 
-static void start(void) {
-    attnd_err err;
-    cr_assert_eq(sched_create(&sch, m, tok, store, &cfg, &err), ATTND_OK, "%s", err.msg);
-}
+static void start(void) { sch = sched_rig_start(m, tok, store, &cfg); }
 
-static void teardown(void) {
-    sched_destroy(sch);
-    sess_store_destroy(store);
-    tok_destroy(tok);
-    model_destroy(m);
-    sch = NULL, store = NULL, tok = NULL, m = NULL;
-}
+static void teardown(void) { sched_rig_close(&sch, &store, &tok, &m); }
 
 static bool model_missing(void) {
     cr_assert(m, "%s did not load", MODEL);
@@ -78,9 +53,7 @@ static void use_sotu(void) {
     cfg.ctx_size = 256; /* the model has 512; the budgets below are sized for 256 */
     tok_destroy(tok);
     model_destroy(m);
-    attnd_err err;
-    cr_assert_eq(model_load(&m, SOTU, &err), ATTND_OK, "%s", err.msg);
-    cr_assert_eq(tok_load(&tok, model_gguf(m), &err), ATTND_OK, "%s", err.msg);
+    sched_rig_load(SOTU, &m, &tok);
 }
 
 static const char *cur_tenant; /* the tenant of the jobs job_for_ids makes (NULL = none) */
@@ -206,10 +179,7 @@ Test(scheduler, a_repeated_prompt_reuses_the_cached_prefix) {
 Test(scheduler, a_session_turn_caches_the_whole_conversation) {
     if (model_missing()) return;
     start();
-    char id[SESS_ID_MAX + 1];
-    cr_assert_eq(sess_create(store, NULL, "s", id, NULL), ATTND_OK);
-    sess *se;
-    cr_assert_eq(sess_acquire(store, NULL, "s", &se, NULL), ATTND_OK);
+    sess *se = sched_rig_session(store, "s");
     int32_t *ids;
     size_t n;
     cr_assert_eq(tok_encode(tok, "Once upon a time", 16, true, false, &ids, &n, NULL), ATTND_OK);
@@ -445,7 +415,7 @@ Test(sched_pacing, a_prompt_is_paced_against_the_decode_cost_of_the_streams_besi
 #define OWN_MODEL ATTND_SOURCE_DIR "/models/attnd-sotu.gguf"
 
 static void setup_own(void) {
-    load_fixture(OWN_MODEL, 8);
+    sched_rig_open(OWN_MODEL, 8, &m, &tok, &store, &cfg);
     cfg.ctx_size = 256; /* the block counts below are sized for a 256-token context */
     start();
 }
@@ -542,8 +512,8 @@ Test(sched_fork, forks_reserve_the_shared_prompt_once) {
      * (its copy of the partly filled block and its growth). */
     sched_destroy(sch); /* the suite's scheduler, restarted with a small budget */
     cfg.kv_budget_mb = 2;
+    start();
     attnd_err err;
-    cr_assert_eq(sched_create(&sch, m, tok, store, &cfg, &err), ATTND_OK, "%s", err.msg);
     char text[1024] = "";
     for (int i = 0; i < 68; i++) strcat(text, "We ");
     sched_job *p = job_seeded(text, 50, 1.0f, 1), *f[3];
@@ -582,7 +552,7 @@ Test(sched_fork, forks_reserve_the_shared_prompt_once) {
 /* stories260K at f32 KV: 1280 bytes a token, 80 KiB a 64-token block, so 1 MiB = 12 blocks and
  * a 512-token context = 8. */
 static void setup_tight(void) {
-    load_fixture(MODEL, 64);
+    sched_rig_open(MODEL, 64, &m, &tok, &store, &cfg);
     cfg.kv_f32 = true;
     cfg.kv_budget_mb = 1;
 }
@@ -743,7 +713,7 @@ static int admission_run(unsigned seed, int *n_ok) {
     cfg.max_batch = 0;
     attnd_err err;
     cr_assert_eq(sess_store_create(&store, NULL, "t", 16, &err), ATTND_OK);
-    cr_assert_eq(sched_create(&sch, m, tok, store, &cfg, &err), ATTND_OK, "%s", err.msg);
+    start();
     int n_sess = (int)(rand_r(&seed) % 5), failed = 0; /* 0..4 */
     for (int i = 0; i < n_sess; i++) {
         char id[SESS_ID_MAX + 1];

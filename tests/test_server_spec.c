@@ -12,10 +12,8 @@
 #include <math.h>
 #include <string.h>
 
-#include "attnd/tokenizer.h"
 #include "sched_internal.h" /* sched_draft_room */
-#include "scheduler.h"
-#include "sess.h"
+#include "sched_rig.h"
 #include "test_models.h"
 
 #define SOTU ATTND_SOURCE_DIR "/models/attnd-sotu.gguf"
@@ -28,31 +26,15 @@ static server_settings cfg;
 static float job_min_p = -1; /* the jobs' draft_min_p (-1: the server's) */
 
 static void setup(void) {
-    attnd_err err;
-    cr_assert_eq(model_load(&m, SOTU, &err), ATTND_OK, "%s", err.msg);
-    cr_assert_eq(tok_load(&tok, model_gguf(m), &err), ATTND_OK, "%s", err.msg);
-    cr_assert_eq(sess_store_create(&store, NULL, "t", 16, &err), ATTND_OK);
-    server_settings_default(&cfg);
-    cfg.threads = 1;
-    cfg.max_parallel = 4;
-    cfg.queue_limit = 16;
+    sched_rig_open(SOTU, 16, &m, &tok, &store, &cfg);
     cfg.ctx_size = 256;
     cfg.draft_adapt = false;
     job_min_p = -1;
 }
 
-static void start(void) {
-    attnd_err err;
-    cr_assert_eq(sched_create(&sch, m, tok, store, &cfg, &err), ATTND_OK, "%s", err.msg);
-}
+static void start(void) { sch = sched_rig_start(m, tok, store, &cfg); }
 
-static void teardown(void) {
-    sched_destroy(sch);
-    sess_store_destroy(store);
-    tok_destroy(tok);
-    model_destroy(m);
-    sch = NULL, store = NULL, tok = NULL, m = NULL;
-}
+static void teardown(void) { sched_rig_close(&sch, &store, &tok, &m); }
 
 TestSuite(sched_spec, .init = setup, .fini = teardown, .timeout = 240);
 
@@ -200,10 +182,7 @@ Test(sched_spec, forks_and_session_turns_continue_as_without_it) {
     }
     for (int i = 0; i < 3; i++) same(&plain[i], &fast[i], "fork");
     /* two turns of a named session with speculation: the second finds the first cached */
-    char id[SESS_ID_MAX + 1];
-    cr_assert_eq(sess_create(store, NULL, "s", id, NULL), ATTND_OK);
-    sess *se;
-    cr_assert_eq(sess_acquire(store, NULL, "s", &se, NULL), ATTND_OK);
+    sess *se = sched_rig_session(store, "s");
     int32_t *ids;
     size_t n;
     cr_assert_eq(tok_encode(tok, TEXTS[0], strlen(TEXTS[0]), true, false, &ids, &n, NULL), ATTND_OK);
@@ -298,4 +277,47 @@ Test(sched_spec, the_cost_aware_controller_gives_the_plain_tokens) {
     }
     for (int i = 0; i < 3; i++) same(&plain[i], &fast[i], "adaptive fork");
     cr_assert_leq(st.spec_accepted, st.spec_drafted);
+}
+
+/* Counts an engine's evaluations (its first row's first layer). */
+static void count_evals(void *user, int entry, int layer, int pos, const float *x, int n_embd) {
+    (void)pos, (void)x, (void)n_embd;
+    if (layer == 0 && entry == 0) ++*(int *)user;
+}
+
+Test(sched_spec, slots_drafting_with_a_draft_model_draft_together) {
+    char path[1024];
+    cfg.draft_model = test_model_path("attnd-sotu-Q4_0.gguf", path, sizeof path);
+    cfg.draft_min_p = 0; /* every draft runs its full length */
+    start();
+    int evals = 0;
+    engine_set_attention_cb(sch->deng, NULL, &evals);
+    engine_set_residual_cb(sch->deng, count_evals);
+    result plain[4], fast;
+    for (int i = 0; i < 4; i++) {
+        sched_job *j = job_text(TEXTS[i], 40, 0, 0, 0);
+        cr_assert_eq(sched_submit(sch, j, NULL), ATTND_OK);
+        plain[i] = wait_result(j);
+        sched_job_unref(j);
+    }
+    sched_stats st0, st1;
+    sched_get_stats(sch, &st0);
+    cr_assert_eq(evals, 0, "plain jobs never run the draft model");
+    sched_job *js[4];
+    for (int i = 0; i < 4; i++) {
+        js[i] = job_text(TEXTS[i], 40, 4, 0, 0);
+        cr_assert_eq(sched_submit(sch, js[i], NULL), ATTND_OK);
+    }
+    for (int i = 0; i < 4; i++) {
+        fast = wait_result(js[i]);
+        same(&plain[i], &fast, TEXTS[i]);
+        sched_job_unref(js[i]);
+    }
+    sched_get_stats(sch, &st1);
+    uint64_t steps = st1.steps - st0.steps;
+    cr_assert_gt(st1.spec_drafted, 0);
+    /* 4 drafts: a catch-up and 3 steps for all the slots together, at most, a step (one at a
+     * time it would be that for each of the 4 slots decoding at once) */
+    cr_assert(evals > 0 && (uint64_t)evals <= 4 * steps, "%d draft evaluations in %llu steps", evals,
+              (unsigned long long)steps);
 }

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "attnd/grammar.h"
+#include "grammar_sentence.h"
 #include "toolcall.h"
 
 typedef struct parsed {
@@ -42,6 +43,7 @@ static void collect(json_t *deltas, parsed *out) {
 
 static bool args_must_parse = true; /* a test of broken output turns it off */
 static bool start_open = false;     /* the prompt ended with an open <think> */
+static const json_t *run_tools;     /* the request's tools (types XML calls' values); NULL = none */
 
 /* Parses text fed in pieces: cut[i] marks where chunks end (NULL: in `size`-byte chunks). */
 static void run(const char *text, bool calls, size_t size, unsigned seed, parsed *out) {
@@ -49,6 +51,7 @@ static void run(const char *text, bool calls, size_t size, unsigned seed, parsed
     toolcall_parser *p = toolcall_parser_create(calls);
     cr_assert(p);
     if (start_open) toolcall_parser_start_in_reasoning(p);
+    toolcall_parser_set_tools(p, run_tools);
     json_t *deltas = json_array();
     size_t n = strlen(text), i = 0;
     unsigned x = seed;
@@ -92,7 +95,7 @@ static void run(const char *text, bool calls, size_t size, unsigned seed, parsed
 static parsed *check_all_chunkings(const char *text, bool calls) {
     static parsed whole, other;
     run(text, calls, 1 << 20, 0, &whole);
-    for (size_t size = 1; size <= 12; size++) {
+    for (size_t size = 1; size <= 13; size++) {
         run(text, calls, size, 0, &other);
         cr_assert_str_eq(other.content, whole.content, "chunks of %zu", size);
         cr_assert_str_eq(other.reasoning, whole.reasoning, "chunks of %zu", size);
@@ -266,11 +269,68 @@ Test(toolcall, an_open_think_in_the_prompt_starts_the_reply_as_reasoning) {
 
     /* toolcall_apply takes the same start */
     json_t *choice = json_pack("{s:{s:s},s:s}", "message", "role", "assistant", "finish_reason", "stop");
-    cr_assert(toolcall_apply(choice, "hmm</think>Hi", 13, false, true, NULL));
+    cr_assert(toolcall_apply(choice, "hmm</think>Hi", 13, false, true, NULL, NULL));
     json_t *msg = json_object_get(choice, "message");
     cr_assert_str_eq(json_string_value(json_object_get(msg, "reasoning_content")), "hmm");
     cr_assert_str_eq(json_string_value(json_object_get(msg, "content")), "Hi");
     json_decref(choice);
+}
+
+// ---- Qwen3-Coder's XML calls -----------------------------------------------------------------
+
+static const char XML_TOOLS[] =
+    "[{\"type\": \"function\", \"function\": {\"name\": \"write_file\", \"parameters\": {\"type\": \"object\", "
+    "\"properties\": {\"path\": {\"type\": \"string\"}, \"content\": {\"type\": \"string\"}, \"mode\": {\"type\": "
+    "\"integer\"}, \"force\": {\"type\": \"boolean\"}, \"tags\": {\"type\": \"array\"}, \"opts\": {\"type\": "
+    "\"object\"}, \"ratio\": {\"type\": \"number\"}}}}}, {\"type\": \"function\", \"function\": {\"name\": \"ls\"}}]";
+
+/* A recorded Qwen3-Coder reply (its template's format): text, then two calls whose values are
+ * typed by the tools' schemas; a string keeps its inner newlines and markup verbatim. */
+Test(toolcall, qwen3_coder_xml_calls_become_typed_json_arguments) {
+    json_t *tools = json_loads(XML_TOOLS, 0, NULL);
+    run_tools = tools;
+    parsed *p = check_all_chunkings(
+        "I'll write it.\n<tool_call>\n<function=write_file>\n<parameter=path>\n/tmp/a b.py\n</parameter>\n"
+        "<parameter=content>\nif a < b:\n    print(\"x</y>\")\n\n</parameter>\n<parameter=mode>\n420\n</parameter>\n"
+        "<parameter=force>\ntrue\n</parameter>\n<parameter=tags>\n[\"a\", 1]\n</parameter>\n<parameter=opts>\n"
+        "{\"k\": null}\n</parameter>\n<parameter=ratio>\n0.5\n</parameter>\n</function>\n</tool_call>\n<tool_call>\n"
+        "<function=ls>\n</function>\n</tool_call>", true);
+    cr_assert_eq(p->n_calls, 2);
+    cr_assert_str_eq(p->content, "I'll write it.\n\n", "the newline between the calls is text");
+    cr_assert_str_eq(p->names[0], "write_file");
+    cr_assert_str_eq(p->args[0], "{\"path\":\"/tmp/a b.py\",\"content\":\"if a < b:\\n    print(\\\"x</y>\\\")\\n\","
+                                 "\"mode\":420,\"force\":true,\"tags\":[\"a\",1],\"opts\":{\"k\":null},\"ratio\":0.5}");
+    cr_assert_str_eq(p->names[1], "ls");
+    cr_assert_str_eq(p->args[1], "{}");
+    cr_assert_gt(p->n_fragments[0], 7, "one fragment per parameter, and the braces");
+    run_tools = NULL;
+    json_decref(tools);
+}
+
+/* A value that is not JSON stays the string; a parameter no schema types is a string; a reply
+ * cut inside a call still closes its arguments into JSON. */
+Test(toolcall, qwen3_coder_values_fall_back_to_strings_and_cut_calls_close) {
+    json_t *tools = json_loads(XML_TOOLS, 0, NULL);
+    run_tools = tools;
+    parsed *p = check_all_chunkings("<tool_call>\n<function=write_file>\n<parameter=mode>\nrw-r--r--\n</parameter>\n"
+                                    "<parameter=extra>\n42\n</parameter>\n</function>\n</tool_call>", true);
+    cr_assert_eq(p->n_calls, 1);
+    cr_assert_str_eq(p->args[0], "{\"mode\":\"rw-r--r--\",\"extra\":\"42\"}");
+    p = check_all_chunkings("<tool_call>\n<function=write_file>\n<parameter=path>\nsrc/m", true);
+    cr_assert_eq(p->n_calls, 1);
+    cr_assert_str_eq(p->args[0], "{\"path\":\"src/m\"}");
+    p = check_all_chunkings("<tool_call>\n<function=write_file>\n<parameter=pa", true);
+    cr_assert_str_eq(p->args[0], "{}");
+    run_tools = NULL;
+    /* without tools every value is a string; a function tag that is no name is content */
+    p = check_all_chunkings("<tool_call>\n<function=f>\n<parameter=n>\n1\n</parameter>\n</function>\n</tool_call>", true);
+    cr_assert_str_eq(p->args[0], "{\"n\":\"1\"}");
+    p = check_all_chunkings("<tool_call>\n<function=\nno</tool_call> after", true);
+    cr_assert_eq(p->n_calls, 0);
+    cr_assert_str_eq(p->content, "<tool_call><function=\nno</tool_call> after");
+    p = check_all_chunkings("<tool_call><function=f></function></tool_call>", false);
+    cr_assert_eq(p->n_calls, 0, "no calls parsed without tools");
+    json_decref(tools);
 }
 
 // ---- the request side ---------------------------------------------------------------------
@@ -288,6 +348,23 @@ static const char *TOOLS = "\"tools\":[{\"type\":\"function\",\"function\":{\"na
                            "\"parameters\":{\"type\":\"object\",\"properties\":{\"city\":{\"type\":\"string\"},\"days\":"
                            "{\"type\":\"integer\",\"minimum\":1,\"maximum\":7}},\"required\":[\"city\",\"days\"]}}},"
                            "{\"type\":\"function\",\"function\":{\"name\":\"ping\"}}]";
+
+/* The spec of a request with TOOLS and this tool_choice (a JSON value). */
+static void tools_spec(const char *choice, toolcall_spec *s) {
+    char body[2048];
+    const char *param = NULL;
+    snprintf(body, sizeof(body), "{%s,\"tool_choice\":%s}", TOOLS, choice);
+    cr_assert_eq(spec_of(body, false, s, &param), ATTND_OK, "%s", body);
+}
+
+/* s's forcing grammar in format f, written to gb and compiled. */
+static grammar *forcing_grammar(const toolcall_spec *s, toolcall_format f, buf *gb) {
+    attnd_err err;
+    cr_assert_eq(toolcall_grammar(s, f, gb, &err), ATTND_OK, "%s", err.msg);
+    grammar *g;
+    cr_assert_eq(grammar_compile(&g, gb->p, gb->len, &err), ATTND_OK, "%s\n%s", err.msg, gb->p);
+    return g;
+}
 
 Test(toolcall, tools_and_tool_choice_are_validated) {
     toolcall_spec s;
@@ -323,34 +400,22 @@ Test(toolcall, tools_and_tool_choice_are_validated) {
     }
 }
 
-static bool sentence(const grammar *g, const char *text) {
-    grammar_state *st;
-    cr_assert_eq(grammar_state_create(&st, g, NULL), ATTND_OK);
-    bool ok = grammar_state_accept(st, text, strlen(text)) && grammar_state_complete(st);
-    grammar_state_destroy(st);
-    return ok;
-}
-
 Test(toolcall, the_forcing_grammar_accepts_only_valid_calls) {
     toolcall_spec s;
-    const char *param;
-    char body[2048];
-    snprintf(body, sizeof(body), "{%s,\"tool_choice\":\"required\"}", TOOLS);
-    cr_assert_eq(spec_of(body, false, &s, &param), ATTND_OK);
+    tools_spec("\"required\"", &s);
     buf gb = {0};
-    attnd_err err;
-    cr_assert_eq(toolcall_grammar(&s, TOOLCALL_FMT_HERMES, &gb, &err), ATTND_OK, "%s", err.msg);
-    grammar *g;
-    cr_assert_eq(grammar_compile(&g, gb.p, gb.len, &err), ATTND_OK, "%s\n%s", err.msg, gb.p);
+    grammar *g = forcing_grammar(&s, TOOLCALL_FMT_HERMES, &gb);
     const char *good = "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Rome\", \"days\": 3}}\n"
                        "</tool_call>";
-    cr_assert(sentence(g, good));
-    cr_assert(sentence(g, "<tool_call>\n{\"name\": \"ping\", \"arguments\": {}}\n</tool_call>\n<tool_call>\n{\"name\": "
-                          "\"ping\", \"arguments\": {}}\n</tool_call>"), "parallel calls");
-    cr_assert(!sentence(g, "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Rome\", \"days\": 9}}\n"
-                           "</tool_call>"), "arguments follow the schema");
-    cr_assert(!sentence(g, "<tool_call>\n{\"name\": \"nope\", \"arguments\": {}}\n</tool_call>"));
-    cr_assert(!sentence(g, "Sure!"));
+    cr_assert(grammar_sentence(g, good));
+    cr_assert(grammar_sentence(g, "<tool_call>\n{\"name\": \"ping\", \"arguments\": {}}\n</tool_call>\n"
+                                  "<tool_call>\n{\"name\": \"ping\", \"arguments\": {}}\n</tool_call>"),
+              "parallel calls");
+    cr_assert(!grammar_sentence(g, "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Rome\", "
+                                   "\"days\": 9}}\n</tool_call>"),
+              "arguments follow the schema");
+    cr_assert(!grammar_sentence(g, "<tool_call>\n{\"name\": \"nope\", \"arguments\": {}}\n</tool_call>"));
+    cr_assert(!grammar_sentence(g, "Sure!"));
     /* and what the grammar forces is what the parser reads */
     parsed out;
     run(good, true, 3, 0, &out);
@@ -364,11 +429,7 @@ Test(toolcall, the_forcing_grammar_accepts_only_valid_calls) {
 /* The Llama 3.1 and Mistral forms: what each template writes, and what the parser reads back. */
 Test(toolcall, the_forcing_grammar_writes_each_templates_format) {
     toolcall_spec s;
-    const char *param;
-    char body[2048];
-    snprintf(body, sizeof(body), "{%s,\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"get_weather\"}}}",
-             TOOLS);
-    cr_assert_eq(spec_of(body, false, &s, &param), ATTND_OK);
+    tools_spec("{\"type\":\"function\",\"function\":{\"name\":\"get_weather\"}}", &s);
     static const struct {
         toolcall_format f;
         const char *good, *bad;
@@ -380,12 +441,9 @@ Test(toolcall, the_forcing_grammar_writes_each_templates_format) {
     };
     for (size_t k = 0; k < ATTND_ARRAY_LEN(CASES); k++) {
         buf gb = {0};
-        attnd_err err;
-        cr_assert_eq(toolcall_grammar(&s, CASES[k].f, &gb, &err), ATTND_OK, "%s", err.msg);
-        grammar *g;
-        cr_assert_eq(grammar_compile(&g, gb.p, gb.len, &err), ATTND_OK, "%s\n%s", err.msg, gb.p);
-        cr_expect(sentence(g, CASES[k].good), "format %d: %s\n%s", CASES[k].f, CASES[k].good, gb.p);
-        cr_expect(!sentence(g, CASES[k].bad), "format %d refuses %s", CASES[k].f, CASES[k].bad);
+        grammar *g = forcing_grammar(&s, CASES[k].f, &gb);
+        cr_expect(grammar_sentence(g, CASES[k].good), "format %d: %s\n%s", CASES[k].f, CASES[k].good, gb.p);
+        cr_expect(!grammar_sentence(g, CASES[k].bad), "format %d refuses %s", CASES[k].f, CASES[k].bad);
         const char *trig = toolcall_trigger(CASES[k].f);
         cr_expect(!strncmp(CASES[k].good, trig, strlen(trig)), "a call starts with its trigger %s", trig);
         parsed out;
@@ -395,6 +453,125 @@ Test(toolcall, the_forcing_grammar_writes_each_templates_format) {
         grammar_unref(g);
         buf_free(&gb);
     }
+    toolcall_spec_free(&s);
+}
+
+/* Qwen3-Coder's XML form: required and optional parameters, strings as free text without
+ * </parameter>, integers under their schema; what it accepts parses back. */
+Test(toolcall, the_forcing_grammar_writes_qwen3_coder_xml) {
+    toolcall_spec s;
+    tools_spec("\"required\"", &s);
+    buf gb = {0};
+    grammar *g = forcing_grammar(&s, TOOLCALL_FMT_QWEN_XML, &gb);
+    static const char GOOD[] = "<tool_call>\n<function=get_weather>\n<parameter=city>\nSan <b>Jos\u00e9</b> < 3\n"
+                               "</parameter>\n<parameter=days>\n3\n</parameter>\n</function>\n</tool_call>";
+    cr_assert(grammar_sentence(g, GOOD), "%s\n%s", GOOD, gb.p);
+    cr_assert(grammar_sentence(g, "<tool_call>\n<function=ping>\n</function>\n</tool_call>\n<tool_call>\n"
+                                  "<function=ping>\n</function>\n</tool_call>"), "parallel calls");
+    cr_assert(!grammar_sentence(g, "<tool_call>\n<function=get_weather>\n<parameter=city>\nRome\n</parameter>\n"
+                                   "<parameter=days>\n9\n</parameter>\n</function>\n</tool_call>"), "days is 1..7");
+    cr_assert(!grammar_sentence(g, "<tool_call>\n<function=get_weather>\n<parameter=days>\n3\n</parameter>\n"
+                                   "</function>\n</tool_call>"), "city is required");
+    cr_assert(!grammar_sentence(g, "<tool_call>\n<function=get_weather>\n<parameter=city>\na</parameter>b\n"
+                                   "</parameter>\n<parameter=days>\n3\n</parameter>\n</function>\n</tool_call>"),
+              "no </parameter> in a value");
+    cr_assert(!grammar_sentence(g, "<tool_call>\n<function=nope>\n</function>\n</tool_call>"));
+    cr_assert(!strncmp(GOOD, toolcall_trigger(TOOLCALL_FMT_QWEN_XML), strlen(toolcall_trigger(TOOLCALL_FMT_QWEN_XML))));
+    json_t *tools = json_loads("[{\"name\": \"get_weather\", \"parameters\": {\"properties\": {\"city\": {\"type\": "
+                               "\"string\"}, \"days\": {\"type\": \"integer\"}}}}]", 0, NULL);
+    run_tools = tools;
+    parsed out;
+    run(GOOD, true, 5, 0, &out);
+    cr_assert_eq(out.n_calls, 1);
+    cr_assert_str_eq(out.args[0], "{\"city\":\"San <b>Jos\u00e9</b> < 3\",\"days\":3}");
+    run_tools = NULL;
+    json_decref(tools);
+    grammar_unref(g);
+    buf_free(&gb);
+    toolcall_spec_free(&s);
+}
+
+/* A vocabulary of the printable ASCII characters one per token (id = the byte), plus special
+ * tokens without bytes named by their text (ids 128 on). */
+static const char *const SPECIALS[] = {"<|channel|>", "<|constrain|>", "<|message|>", "<|call|>", "<|tool_call|>"};
+static grammar_vocab *char_vocab(void) {
+    enum { NV = 128 + ATTND_ARRAY_LEN(SPECIALS) };
+    static char chars[128][2];
+    const char *bytes[NV], *names[NV];
+    size_t lens[NV], nlens[NV];
+    for (int i = 0; i < NV; i++) {
+        if (i < 128) chars[i][0] = (char)i, bytes[i] = names[i] = chars[i], lens[i] = nlens[i] = i >= 32 || i == '\n';
+        else bytes[i] = "", lens[i] = 0, names[i] = SPECIALS[i - 128], nlens[i] = strlen(SPECIALS[i - 128]);
+    }
+    grammar_vocab *v;
+    cr_assert_eq(grammar_vocab_create(&v, NV, bytes, lens, NULL), ATTND_OK);
+    cr_assert_eq(grammar_vocab_set_names(v, names, nlens, NULL), ATTND_OK);
+    return v;
+}
+
+/* Whether g takes the pieces whole: a piece that is a special token's name as that token, any
+ * other one character per token. */
+static bool takes_pieces(const grammar *g, const grammar_vocab *v, const char *const *pieces, int n) {
+    grammar_state *st;
+    cr_assert_eq(grammar_state_create(&st, g, NULL), ATTND_OK);
+    bool ok = true;
+    for (int i = 0; i < n && ok; i++) {
+        int special = -1;
+        for (size_t k = 0; k < ATTND_ARRAY_LEN(SPECIALS); k++)
+            if (!strcmp(pieces[i], SPECIALS[k])) special = 128 + (int)k;
+        if (special >= 0) ok = grammar_state_accept_token(st, v, special);
+        for (const char *c = pieces[i]; special < 0 && ok && *c; c++) ok = grammar_state_accept_token(st, v, *c);
+    }
+    ok = ok && grammar_state_complete(st);
+    grammar_state_destroy(st);
+    return ok;
+}
+
+/* Harmony and Granite: their markers are special tokens, which the grammar names as token
+ * terminals; the same text spelled in characters is refused. What it takes parses back. */
+Test(toolcall, the_forcing_grammar_names_harmony_and_granite_special_tokens) {
+    toolcall_spec s;
+    tools_spec("\"required\"", &s);
+    grammar_vocab *v = char_vocab();
+    static const char *const HARMONY[] = {"<|channel|>", "commentary to=functions.get_weather ", "<|constrain|>", "json",
+                                          "<|message|>", "{\"city\": \"Rome\", \"days\": 3}", "<|call|>"};
+    static const char *const HARMONY_SPELLED[] = {"<|channel|>", "commentary to=functions.get_weather ", "<|constrain|>",
+                                                  "json<|message|>", "{\"city\": \"Rome\", \"days\": 3}", "<|call|>"};
+    static const char *const GRANITE[] = {"<|tool_call|>", "[{\"name\": \"get_weather\", \"arguments\": {\"city\": "
+                                          "\"Rome\", \"days\": 3}}, {\"name\": \"ping\", \"arguments\": {}}]"};
+    static const char *const GRANITE_SPELLED[] = {"<|tool_call", "|>[{\"name\": \"ping\", \"arguments\": {}}]"};
+    struct {
+        toolcall_format f;
+        const char *const *good, *const *bad;
+        int n_good, n_bad;
+        const char *text; /* what the reply's text is (special tokens without text dropped) */
+        int calls;
+    } C[] = {
+        {TOOLCALL_FMT_HARMONY, HARMONY, HARMONY_SPELLED, 7, 6,
+         "<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{\"city\": \"Rome\", \"days\": 3}", 1},
+        {TOOLCALL_FMT_GRANITE, GRANITE, GRANITE_SPELLED, 2, 2, NULL, 2},
+    };
+    for (size_t k = 0; k < ATTND_ARRAY_LEN(C); k++) {
+        buf gb = {0};
+        grammar *g = forcing_grammar(&s, C[k].f, &gb);
+        attnd_err err;
+        cr_assert_eq(grammar_vocab_check(g, v, &err), ATTND_OK, "%s", err.msg);
+        cr_expect(takes_pieces(g, v, C[k].good, C[k].n_good), "format %d takes its call\n%s", C[k].f, gb.p);
+        cr_expect(!takes_pieces(g, v, C[k].bad, C[k].n_bad), "format %d refuses the markers spelled out", C[k].f);
+        cr_expect(toolcall_format_uses_tokens(C[k].f));
+        parsed out;
+        run(C[k].text ? C[k].text : C[k].good[1], true, 4, 0, &out);
+        cr_expect_eq(out.n_calls, C[k].calls, "format %d parses back", C[k].f);
+        cr_expect_str_eq(out.names[0], "get_weather");
+        cr_expect_str_eq(out.args[0], "{\"city\":\"Rome\",\"days\":3}");
+        grammar_unref(g);
+        buf_free(&gb);
+    }
+    /* Granite's marker, when it does reach the text, opens the array too */
+    parsed *p = check_all_chunkings("<|tool_call|>[{\"name\": \"ping\", \"arguments\": {}}]", true);
+    cr_assert_eq(p->n_calls, 1);
+    cr_assert_str_eq(p->names[0], "ping");
+    grammar_vocab_destroy(v);
     toolcall_spec_free(&s);
 }
 

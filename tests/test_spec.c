@@ -153,11 +153,12 @@ Test(spec_ctl, when_rows_cost_what_they_could_save_drafting_stops_and_probes_rar
     /* a probe every SPEC_PROBE_MAX plans, only to keep the costs measured */
     cr_assert(n == 4 && probes[0] == SPEC_PROBE_MAX - 1, "%d probes, the first at %d", n, n ? probes[0] : -1);
     cr_assert(probes[1] - probes[0] == SPEC_PROBE_MAX && probes[3] - probes[2] == SPEC_PROBE_MAX);
-    /* a draft model's probes are limited (each catches its KV up first) */
+    /* a draft model does not probe for costs (each probe catches its KV up first), nor stop */
     spec_ctl_init(&c);
     c.probe_limit[0] = 2;
     int first;
-    cr_assert_eq(plan_many(&c, &cost, 0, 8, 600, 1, 1, &first), 2, "two probes, then none");
+    cr_assert_eq(plan_many(&c, &cost, 0, 8, 600, 1, 1, &first), 0, "no probes");
+    cr_assert(!c.stopped[0], "the batch, not the draft, is what does not pay");
 }
 
 Test(spec_ctl, rejected_drafts_back_off_and_kept_probes_bring_drafting_back) {
@@ -192,6 +193,48 @@ Test(spec_ctl, rejected_drafts_back_off_and_kept_probes_bring_drafting_back) {
     c.probe_limit[0] = SPEC_DRAFT_PROBES;
     cr_assert_eq(plan_many(&c, &cost, 0, 8, 600, 0, 1, &first), 1 + SPEC_DRAFT_PROBES,
                  "a draft model: its first draft, then SPEC_DRAFT_PROBES probes");
+}
+
+/* The plans at which a lone draft-model class drafts in n plans, nothing kept, into at (a ring of
+ * cap: draft d at at[d % cap]); returns how many. */
+static int draft_plans(spec_ctl *c, spec_cost *cost, int n, int *at, int cap) {
+    int m = 0;
+    for (int i = 0; i < n; i++) {
+        spec_step st = {cost, 1, 1};
+        int k = spec_ctl_plan(c, 0, &st, 8);
+        if (k) at[m % cap] = i;
+        m += k > 0;
+        spec_ctl_learn(c, 0, k, 0);
+    }
+    return m;
+}
+
+Test(spec_ctl, a_draft_model_that_never_agrees_probes_soon_then_stops_for_good) {
+    spec_ctl c;
+    spec_ctl_init(&c);
+    c.probe_limit[0] = SPEC_DRAFT_PROBES;
+    spec_cost cost;
+    costs(&cost, 33, 10, 3, 0); /* a row more costs 30 % of a step: pays from ~40 % kept */
+    int at[8];
+    int n = draft_plans(&c, &cost, 300, at, 8);
+    cr_assert_eq(n, 1 + SPEC_DRAFT_PROBES, "its first draft, then SPEC_DRAFT_PROBES probes (%d)", n);
+    cr_assert_eq(at[1], 1 + SPEC_PROBE_EAGER + 1, "backed off at plan 1, a probe after SPEC_PROBE_EAGER plans");
+    for (int i = 2; i < n; i++) cr_assert_eq(at[i] - at[i - 1], SPEC_PROBE_EAGER + 1, "probe %d at %d", i, at[i]);
+    cr_assert(c.stopped[0], "then it stops for good");
+    costs(&cost, 33, 10, 0, 0); /* rows for free, and every draft kept: still nothing */
+    int first;
+    cr_assert_eq(plan_many(&c, &cost, 0, 8, 100, 1, 1, &first), 0, "a stopped class never drafts again");
+    /* one that paid once probes at the usual intervals before it stops */
+    spec_ctl_init(&c);
+    c.probe_limit[0] = SPEC_DRAFT_PROBES;
+    costs(&cost, 33, 10, 3, 0);
+    cost.draft_ms = 0.5;
+    plan_many(&c, &cost, 0, 8, 20, 1, 1, &first);
+    cr_assert(c.paid[0], "every draft kept: drafting paid");
+    n = draft_plans(&c, &cost, 400, at, 8);
+    int gap = n >= 2 ? at[(n - 1) % 8] - at[(n - 2) % 8] : -1;
+    cr_assert(gap > SPEC_PROBE_FIRST, "%d drafts, the last two %d apart", n, gap);
+    cr_assert(c.stopped[0] && !c.stopped[1], "it stops for good too, and only its own class");
 }
 
 Test(spec_ctl, lookup_matches_learn_their_acceptance_by_length) {
@@ -372,6 +415,105 @@ Test(spec, greedy_output_is_the_plain_output_on_a_random_model) {
     greedy_on_random(KV_F32);
     greedy_on_random(KV_Q8_0);
     greedy_on_random(KV_Q4_0);
+}
+
+/* Counts the rows an engine evaluates (the residual hook runs once per row and layer). */
+static void count_rows(void *user, int entry, int layer, int pos, const float *x, int n_embd) {
+    (void)entry, (void)pos, (void)x, (void)n_embd;
+    if (layer == 0) ++*(int *)user;
+}
+
+Test(spec, a_draft_model_that_never_agrees_stops_and_runs_no_more_rows) {
+    tiny_rig poor;
+    open_rig(&poor, 77);
+    int rows = 0;
+    engine_set_attention_cb(poor.e, NULL, &rows);
+    engine_set_residual_cb(poor.e, count_rows);
+    spec_params p;
+    spec_params_default(&p);
+    p.draft = poor.e, p.draft_pool = poor.pool, p.draft_min_p = 0;
+    spec *s;
+    attnd_err err;
+    cr_assert_eq(spec_create(&s, &p, &err), ATTND_OK, "%s", err.msg);
+    /* a target step of 1 s, a row more 30 % of it: the draft's own (timed) steps weigh nothing */
+    spec_cost cost;
+    costs(&cost, 33, 1000, 300, 0);
+    int32_t prompt[6] = {1, 5, 9, 2, 7, 3}, out[SPEC_MAX_DRAFT];
+    cr_assert_eq(spec_push(s, prompt, 6, &err), ATTND_OK);
+    int drafts = 0, rows_at_stop = -1, stop = -1;
+    for (int i = 0; i < 60; i++) {
+        spec_step st = {&cost, 1, 1};
+        int n;
+        cr_assert_eq(spec_draft(s, &st, 8, out, &n, &err), ATTND_OK, "%s", err.msg);
+        drafts += n > 0;
+        spec_count(s, n, 0); /* the target never agrees */
+        int32_t next = 3 + i % 20;
+        cr_assert_eq(spec_push(s, &next, 1, &err), ATTND_OK);
+        if (spec_draft_stopped(s) && stop < 0) rows_at_stop = rows, stop = i;
+    }
+    cr_assert_eq(drafts, 1 + SPEC_DRAFT_PROBES, "its first draft and the probes (%d)", drafts);
+    cr_assert_eq(stop, 1 + (SPEC_DRAFT_PROBES + 1) * (SPEC_PROBE_EAGER + 1), "stopped at plan %d", stop);
+    cr_assert_gt(rows_at_stop, 6 + SPEC_DRAFT_PROBES, "it had caught up on the history (%d rows)", rows_at_stop);
+    cr_assert_eq(rows, rows_at_stop, "the stopped draft model ran %d rows more", rows - rows_at_stop);
+    cr_assert_eq(kv_pool_bytes_used(poor.pool), 0, "its KV sequence is gone");
+    spec_reset(s);
+    cr_assert_eq(spec_push(s, prompt, 6, &err), ATTND_OK);
+    int n;
+    spec_step st = {&cost, 1, 1};
+    cr_assert_eq(spec_draft(s, &st, 8, out, &n, &err), ATTND_OK);
+    cr_assert(n == 0 && rows == rows_at_stop, "not even for a new history");
+    spec_destroy(s);
+    tiny_rig_close(&poor);
+}
+
+/* Counts an engine's evaluations (its first row's first layer). */
+static void count_evals(void *user, int entry, int layer, int pos, const float *x, int n_embd) {
+    (void)pos, (void)x, (void)n_embd;
+    if (layer == 0 && entry == 0) ++*(int *)user;
+}
+
+Test(spec, sequences_drafting_together_cost_one_evaluation_a_position) {
+    tiny_rig d;
+    open_rig(&d, 77); /* F32 weights: the same results whatever the batch */
+    int evals = 0;
+    engine_set_attention_cb(d.e, NULL, &evals);
+    engine_set_residual_cb(d.e, count_evals);
+    spec_params p;
+    spec_params_default(&p);
+    p.draft = d.e, p.draft_pool = d.pool, p.draft_min_p = 0, p.fixed = true, p.draft_max = 4;
+    spec *one[3], *many[3];
+    attnd_err err;
+    spec_batch *b;
+    cr_assert_eq(spec_batch_create(&b, d.e, 3, &err), ATTND_OK);
+    int32_t hist[3][12];
+    for (int i = 0; i < 3; i++) {
+        cr_assert_eq(spec_create(&one[i], &p, &err), ATTND_OK);
+        cr_assert_eq(spec_create(&many[i], &p, &err), ATTND_OK);
+        for (int t = 0; t < 12; t++) hist[i][t] = (int32_t)(1 + (t * 7 + i * 5) % 40);
+        spec_push(one[i], hist[i], 6 + 3 * i, &err), spec_push(many[i], hist[i], 6 + 3 * i, &err);
+    }
+    for (int round = 0; round < 2; round++) {
+        int32_t a[3][SPEC_MAX_DRAFT], bb[3][SPEC_MAX_DRAFT], *outs[3] = {bb[0], bb[1], bb[2]};
+        int na[3], k[3];
+        for (int i = 0; i < 3; i++) cr_assert_eq(spec_draft(one[i], NULL, 4, a[i], &na[i], &err), ATTND_OK);
+        int alone = evals;
+        for (int i = 0; i < 3; i++) k[i] = spec_plan(many[i], NULL, 4);
+        cr_assert(k[0] == 4 && k[1] == 4 && k[2] == 4, "fixed: each plans draft_max");
+        cr_assert_eq(spec_draft_batch(b, many, k, outs, 3, NULL, &err), ATTND_OK, "%s", err.msg);
+        cr_assert_eq(alone, 3 * 4 * (round + 1) + 4 * round, "alone: a catch-up and 3 steps each");
+        cr_assert_eq(evals - alone, 4, "together: one catch-up and one step a position (%d)", evals - alone);
+        for (int i = 0; i < 3; i++) {
+            cr_assert_eq(k[i], na[i], "sequence %d: %d drafts, alone %d", i, k[i], na[i]);
+            cr_assert_eq(memcmp(a[i], bb[i], sizeof(int32_t) * (size_t)k[i]), 0, "sequence %d: other drafts", i);
+        }
+        /* the target kept two drafts of the first, none of the others, then its own token */
+        int32_t next[3] = {a[0][0], a[0][1], 9};
+        spec_push(one[0], next, 3, &err), spec_push(many[0], next, 3, &err);
+        for (int i = 1; i < 3; i++) spec_push(one[i], &next[2], 1, &err), spec_push(many[i], &next[2], 1, &err);
+    }
+    for (int i = 0; i < 3; i++) spec_destroy(one[i]), spec_destroy(many[i]);
+    spec_batch_destroy(b);
+    tiny_rig_close(&d);
 }
 
 Test(spec, a_draft_with_another_vocabulary_is_refused_with_a_message) {

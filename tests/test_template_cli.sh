@@ -6,11 +6,7 @@ set -u
 BIN=${ATTND_BINARY:?ATTND_BINARY not set}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-fail=0
-check() { # name, actual, expected
-    if [[ "$2" != "$3" ]]; then echo "FAIL: $1"; echo "  got:      $2"; echo "  expected: $3"; fail=1
-    else echo "ok: $1"; fi
-}
+source "$(dirname "$0")/check_lib.sh"
 vars='{"messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi {{ x }}"}], "add_generation_prompt": true}'
 got=$(printf '%s' "$vars" | "$BIN" template)
 want=$(printf '<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi {{ x }}<|im_end|>\n<|im_start|>assistant')

@@ -7,14 +7,7 @@ BIN=${ATTND_BINARY:?ATTND_BINARY not set}
 DATA=${ATTND_DATA_DIR:-$(cd "$(dirname "$0")" && pwd)/data}
 SPM="$DATA/tokenizers/llama-spm.gguf"
 L3="$DATA/tokenizers/llama3-bpe.gguf"
-fail=0
-check() { # name, actual, expected
-    if [[ "$2" != "$3" ]]; then
-        echo "FAIL: $1"; echo "  got:      $2"; echo "  expected: $3"; fail=1
-    else
-        echo "ok: $1"
-    fi
-}
+source "$(dirname "$0")/check_lib.sh"
 
 # plain text lines, defaults as POST /tokenize: no BOS, special-token text parsed
 out=$(printf 'Hello world\n\n' | "$BIN" tokenize --model "$SPM")

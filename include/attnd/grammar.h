@@ -18,6 +18,15 @@
  * \UHHHHHHHH. A rule continues over newlines after `::=`, after `|` and inside parentheses;
  * elsewhere a newline ends it. Left recursion is refused (it could never consume input).
  *
+ * Token terminals (llama.cpp's syntax): `<[200012]>` is the token with that id, `<|call|>` (any
+ * `<…>` up to the first `>`) the token whose vocabulary string is exactly that text. One matches
+ * exactly that token, never bytes: a special token the grammar does not name where it stands is
+ * refused as before, and the same text spelled out in other tokens is refused where a token
+ * terminal is required. When a token could be read both ways at one point (a token with bytes
+ * that a terminal names), the terminal reading wins. Names are resolved in the vocabulary a state
+ * is first stepped with; grammar_vocab_check says whether they all exist. (llama.cpp's negated
+ * `!<…>` is not supported.)
+ *
  * Matching is on Unicode code points of UTF-8 text; a token may end inside a character (the
  * state remembers the partial character). Invalid UTF-8 is never accepted.
  *
@@ -93,6 +102,14 @@ void grammar_vocab_destroy(grammar_vocab *v); /* accepts NULL */
 int grammar_vocab_size(const grammar_vocab *v);
 /* The bytes of id (borrowed while v lives); false for an id outside the vocabulary. */
 bool grammar_vocab_token(const grammar_vocab *v, int32_t id, const char **bytes, size_t *len);
+/* Each id's vocabulary string names[i][0..lens[i]) (0: none), which `<text>` terminals look up
+ * (grammar_vocab_from_tokenizer sets the GGUF's strings). Copied. Errors: ATTND_ERR_NOMEM. */
+attnd_status grammar_vocab_set_names(grammar_vocab *v, const char *const *names, const size_t *lens, attnd_err *err);
+/* ATTND_ERR_INVALID naming the first token terminal of g that v does not have (an id out of
+ * range, a text no token is named), else ATTND_OK. _tokenizer: the same against tok's
+ * vocabulary (before a request is queued, when its vocabulary index may not exist yet). */
+attnd_status grammar_vocab_check(const grammar *g, const grammar_vocab *v, attnd_err *err);
+attnd_status grammar_check_tokenizer(const grammar *g, const tokenizer *tok, attnd_err *err);
 
 /* ---- the per-sequence state ---- */
 typedef struct grammar_state grammar_state;
@@ -106,13 +123,19 @@ bool grammar_state_try(grammar_state *s, const char *bytes, size_t n);
 /* Consumes bytes[n] when they may come next and returns true; otherwise returns false and the
  * state is left as it was. */
 bool grammar_state_accept(grammar_state *s, const char *bytes, size_t n);
+/* Token id as the next step: through a token terminal that names it (see above), else by its
+ * bytes in v (none: false). _try leaves the state as it was; _accept consumes it when it may
+ * come next. Use these, not the byte forms, for a grammar with token terminals. */
+bool grammar_state_try_token(grammar_state *s, const grammar_vocab *v, int32_t id);
+bool grammar_state_accept_token(grammar_state *s, const grammar_vocab *v, int32_t id);
 /* The text so far is a whole sentence of the grammar (no partial character pending). */
 bool grammar_state_complete(const grammar_state *s);
 /* More text may follow (false for a complete sentence the grammar cannot extend). */
 bool grammar_state_can_continue(const grammar_state *s);
-/* allowed[grammar_vocab_size(v)] := 1 for every token whose bytes may come next, else 0 (tokens
- * without bytes are 0: end-of-generation is the caller's decision, see complete). Returns the
- * number allowed. One walk of the vocabulary trie. */
+/* allowed[grammar_vocab_size(v)] := 1 for every token whose bytes may come next or that a token
+ * terminal names here, else 0 (other tokens without bytes are 0: end-of-generation is the
+ * caller's decision, see complete). Returns the number allowed. One walk of the vocabulary trie,
+ * plus one look at the stacks for token terminals. */
 int grammar_state_mask(grammar_state *s, const grammar_vocab *v, unsigned char *allowed);
 /* ATTND_OK, or ATTND_ERR_NOMEM once a step could not grow its buffers (then nothing is accepted). */
 attnd_status grammar_state_status(const grammar_state *s);

@@ -93,8 +93,12 @@ int spec_history_len(const spec *s);
  *     cost; where the
  *     acceptance is what falls short, it backs off and probes (one token) at intervals doubling
  *     from SPEC_PROBE_FIRST to SPEC_PROBE_MAX; probes kept raise a and drafting resumes. A draft
- *     model stops after SPEC_DRAFT_PROBES probes in a row that did not pay: each first evaluates
- *     the tokens its KV missed while backed off, a prefill of its own that no gain repays.
+ *     model stops for good after SPEC_DRAFT_PROBES probes in a row that did not pay: each first
+ *     evaluates the tokens its KV missed while backed off, a prefill of its own that no gain
+ *     repays. Until drafting has paid once on what it learned (not on the prior), it probes every
+ *     SPEC_PROBE_EAGER plans, so a draft that rarely agrees is found out within a few steps,
+ *     each catching up a few tokens; once it has, at the usual intervals (the text may change).
+ *     Once stopped, the spec drops the draft's KV sequence and the draft model runs no more rows.
  * All of it is deterministic given the measurements, which is how the tests drive it.
  */
 #define SPEC_COST_ROWS 128  /* spec_cost measures steps of 1..SPEC_COST_ROWS rows */
@@ -103,7 +107,8 @@ int spec_history_len(const spec *s);
 #define SPEC_PROBE_FIRST 16 /* plans backed off before the first probe */
 #define SPEC_PROBE_MAX 64   /* ... and at most between probes */
 #define SPEC_EXPLORE 8      /* every this many drafting plans, one token longer than the best */
-#define SPEC_DRAFT_PROBES 4 /* a draft model's probes that may fail in a row before it stops */
+#define SPEC_DRAFT_PROBES 3 /* a draft model's probes that may fail in a row before it stops */
+#define SPEC_PROBE_EAGER 2  /* ... and its probe interval until drafting has paid once */
 
 typedef struct spec_cost {
     double ms[SPEC_COST_ROWS + 1]; /* ms[n]: a target step of n rows, decayed mean; 0 = not seen */
@@ -127,6 +132,10 @@ typedef struct spec_ctl {
     int probes[SPEC_CLASSES];   /* probes since drafting last paid */
     int probe_limit[SPEC_CLASSES]; /* then no more (0 = no limit; spec_create sets the draft
                                       model's: each of its probes first catches its KV up) */
+    int learned[SPEC_CLASSES];     /* drafts whose outcome was learned */
+    bool paid[SPEC_CLASSES];       /* drafting paid once on what was learned (2+ drafts, the
+                                      draft model's cost measured) */
+    bool stopped[SPEC_CLASSES];    /* its probes are spent: it plans nothing ever again */
 } spec_ctl;
 
 /* The batch a plan adds to, updated by it: a plan of k drafts adds k rows and the tokens it
@@ -141,8 +150,8 @@ void spec_ctl_init(spec_ctl *c);
 /* The acceptance per token learned for cls (the prior: 1/2 for the draft model, n/(n + 2) for a
  * lookup match of n tokens). */
 double spec_ctl_accept(const spec_ctl *c, int cls);
-/* How many of at most max drafts to propose for class cls; 0 while no step has been measured.
- * Updates st (rows, tokens) and the back-off state. */
+/* How many of at most max drafts to propose for class cls; 0 while no step has been measured,
+ * and for good once cls has stopped. Updates st (rows, tokens) and the back-off state. */
 int spec_ctl_plan(spec_ctl *c, int cls, spec_step *st, int max);
 /* Learns a draft of `drafted` tokens of class cls, `accepted` of them kept. */
 void spec_ctl_learn(spec_ctl *c, int cls, int drafted, int accepted);
@@ -156,10 +165,44 @@ void spec_ctl_learn(spec_ctl *c, int cls, int drafted, int accepted);
  * Errors: those of engine_eval on the draft (the caller may go on without speculation). */
 attnd_status spec_draft(spec *s, spec_step *st, int max, int32_t *out, int *n_out, attnd_err *err);
 
+// ---- drafting for several sequences at once ------------------------------------------------------
+/*
+ * Sequences that speculate with one draft model (a server's slots) draft together: each plans
+ * its draft first (spec_plan: the controller's k, exactly as spec_draft would decide it), then
+ * spec_draft_batch evaluates what each has not seen yet as one batch and then one batched step
+ * per drafted position, over the sequences still drafting (a sequence stops at its k, or where
+ * its top probability falls below its draft_min_p). So n sequences drafting k tokens cost the
+ * draft model k evaluations, not n k. The drafts are what spec_draft would propose (up to the
+ * kernels' rounding between batch sizes); the target verifies them either way.
+ */
+typedef struct spec_batch spec_batch;
+
+/* Buffers for batches of up to max_seqs sequences of the draft engine (borrowed, for the batch's
+ * lifetime; used by one thread at a time). Errors: ATTND_ERR_INVALID, ATTND_ERR_NOMEM. */
+attnd_status spec_batch_create(spec_batch **out, engine *draft, int max_seqs, attnd_err *err);
+void spec_batch_destroy(spec_batch *b); /* accepts NULL */
+
+/* Whether s drafts with a draft model that has not stopped (NULL: false). */
+bool spec_uses_draft_model(const spec *s);
+/* With a draft model: how many tokens (at most max, and draft_max) s's next draft may have, as
+ * spec_draft would decide (st as there); 0 = none. Prompt lookup: 0 (use spec_draft). */
+int spec_plan(spec *s, spec_step *st, int max);
+/* Drafts sp[0..n) (n <= max_seqs), each up to k[i] tokens (its plan), into out[i]; k[i] gets how
+ * many. Specs of another draft engine, or stopped, draft nothing. cost (may be NULL) learns the
+ * draft model's time per planned token. Errors: engine_eval's on the draft (every k[i] is then 0;
+ * the caller may go on without drafts), ATTND_ERR_INVALID (n too large). */
+attnd_status spec_draft_batch(spec_batch *b, spec *const *sp, int *k, int32_t *const *out, int n, spec_cost *cost,
+                              attnd_err *err);
+
 /* A target step of rows rows took ms: teaches the spec's own cost table. */
 void spec_time(spec *s, int rows, double ms);
 /* The spec's own cost table (read-only; valid for the spec's lifetime). */
 const spec_cost *spec_costs(const spec *s);
+
+/* Whether the spec's draft model has stopped for good (its probes spent, its KV sequence
+ * dropped): spec_draft proposes nothing more for the spec's lifetime (spec_reset included).
+ * False for prompt lookup. */
+bool spec_draft_stopped(const spec *s);
 
 /* Counts for the caller's statistics: proposed tokens, and those the target then kept; teaches
  * the controller the last draft's outcome. */

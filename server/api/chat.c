@@ -276,7 +276,11 @@ static void probe_tools(chat_template *ct) {
     ct->takes_tools = b.p && strstr(b.p, PROBE_FN);
     probe_render(ct, 3, &b); /* ends on the tool turn: templates that check turn order accept it */
     const char *t = b.p ? b.p : "";
-    if (strstr(t, "<tool_call>")) ct->tool_format = TOOLCALL_FMT_HERMES;
+    if (strstr(t, "to=functions." PROBE_FN)) ct->tool_format = TOOLCALL_FMT_HARMONY;
+    else if (strstr(t, "<|tool_call|>")) ct->tool_format = TOOLCALL_FMT_GRANITE;
+    else if (strstr(t, "<function=" PROBE_FN ">") && strstr(t, "<parameter=attnd_probe_arg>"))
+        ct->tool_format = TOOLCALL_FMT_QWEN_XML;
+    else if (strstr(t, "<tool_call>")) ct->tool_format = TOOLCALL_FMT_HERMES;
     else if (strstr(t, "[TOOL_CALLS]")) ct->tool_format = TOOLCALL_FMT_MISTRAL;
     else if (strstr(t, "\"parameters\": {\"attnd_probe_arg\"")) ct->tool_format = TOOLCALL_FMT_LLAMA;
     else ct->tool_format = TOOLCALL_FMT_HERMES;

@@ -98,6 +98,8 @@ json_t *oai_usage(const oai_gen *g) {
     json_object_set_new(u, "total_tokens", json_integer(g->n_prompt + g->n_generated));
     json_object_set_new(d, "cached_tokens", json_integer(g->n_cached));
     json_object_set_new(u, "prompt_tokens_details", d);
+    if (g->n_reasoning >= 0)
+        json_object_set_new(u, "completion_tokens_details", json_pack("{s:i}", "reasoning_tokens", g->n_reasoning));
     return u;
 }
 

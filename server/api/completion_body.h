@@ -47,6 +47,8 @@ typedef struct oai_gen {
     const char *finish_reason;   /* "stop" / "length"; NULL reads as "stop" in OpenAI shapes and as
                                     a cut stream (stop_type "none") in llama.cpp's */
     int n_cached, n_generated;
+    int n_reasoning;             /* generated tokens that were reasoning (reasoning.h); -1: not a chat
+                                    reply (usage has no completion_tokens_details) */
     double prompt_ms, gen_ms;
 } oai_gen;
 

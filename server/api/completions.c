@@ -84,12 +84,13 @@ static json_t *choice_body(req *r, int k, sched_output *failed) {
     }
     oai_gen g;
     genreq_view(&o, &g);
+    if (r->chat) g.n_reasoning = genreq_reasoning_tokens(r, &o);
     size_t echo_len;
     char *echo = echo_text(r, k, &o, &echo_len);
     json_t *body = oai_final(&r->rctx, &g, echo, echo_len);
     free(echo);
     if (body && r->chat) toolcall_apply(json_array_get(json_object_get(body, "choices"), 0), g.text, g.text_len,
-                                        calls_parsed(r), r->oreq.open_reasoning, NULL);
+                                        calls_parsed(r), r->oreq.open_reasoning, NULL, r->oreq.tools.tools);
     return body;
 }
 
@@ -213,6 +214,7 @@ static enum MHD_Result respond_stream(req *r) {
         if (!(ss->parse = calloc((size_t)ss->n, sizeof(*ss->parse)))) return MHD_NO;
         for (int k = 0; k < ss->n; k++) {
             if (!(ss->parse[k] = toolcall_parser_create(calls_parsed(r)))) return MHD_NO;
+            toolcall_parser_set_tools(ss->parse[k], r->oreq.tools.tools);
             if (r->oreq.open_reasoning) toolcall_parser_start_in_reasoning(ss->parse[k]);
         }
     }

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "reasoning.h"
 #include "slog.h"
 
 const char *genreq_prompt_param(const req *r) {
@@ -27,7 +28,7 @@ void genreq_view(const sched_output *o, oai_gen *g) {
         .prompt_lp = o->prompt_lp, .prompt_tops = o->prompt_tops,
         .finish_reason = o->finish_reason,
         .n_cached = o->n_cached, .n_generated = o->n_generated,
-        .prompt_ms = o->prompt_ms, .gen_ms = o->gen_ms,
+        .prompt_ms = o->prompt_ms, .gen_ms = o->gen_ms, .n_reasoning = -1,
     };
 }
 
@@ -201,8 +202,22 @@ bool genreq_submit(req *r, int32_t *ids, size_t n, int max_tokens, sess *se, att
     return make_job(r, 0, ids, n, max_tokens, se, cap, ret) && submit(r, 0, se, ret);
 }
 
+static bool special_bytes(void *user, int32_t id, const char **p, size_t *n) {
+    return tok_token_bytes((const tokenizer *)user, id, true, p, n);
+}
+
+int genreq_reasoning_tokens(const req *r, const sched_output *o) {
+    int n = o->n_pieces;
+    int32_t *ids = malloc((size_t)(n > 0 ? n : 1) * sizeof(*ids));
+    if (!ids) return 0;
+    for (int i = 0; i < n; i++) ids[i] = o->pieces[i].id;
+    int count = reasoning_count_tokens(ids, n, r->oreq.open_reasoning, special_bytes, (void *)r->srv->tok);
+    free(ids);
+    return count;
+}
+
 void genreq_usage_sum(const req *r, oai_gen *sum) {
-    *sum = (oai_gen){0};
+    *sum = (oai_gen){.n_reasoning = r->chat ? 0 : -1};
     for (int k = 0; k < req_n_jobs(r); k++) {
         sched_output o;
         sched_job_output(req_job(r, k), &o);
@@ -211,6 +226,7 @@ void genreq_usage_sum(const req *r, oai_gen *sum) {
             sum->n_cached += o.n_cached;
         }
         sum->n_generated += o.n_generated;
+        if (r->chat) sum->n_reasoning += genreq_reasoning_tokens(r, &o);
     }
 }
 
@@ -283,6 +299,10 @@ static bool submit_choices(req *r, enum MHD_Result *ret) {
     int n_prompts = r->chat ? 1 : q->n_prompts, n_choices = n_prompts * q->n;
     attnd_err err;
     if (!genreq_check_ablate(r, ret)) return false;
+    if (q->grammar && r->srv->tok && grammar_check_tokenizer(q->grammar, r->srv->tok, &err) != ATTND_OK) { /* its token terminals */
+        *ret = http_respond_error(r, 400, err.msg, q->format == OAI_FORMAT_TOOL_CALL ? "tool_choice" : "grammar");
+        return false;
+    }
     if (r->llama && n_choices > 1) {
         *ret = http_respond_error(r, 400, "/completion takes one prompt; use /v1/completions for prompt lists", "prompt");
         return false;

@@ -57,8 +57,11 @@ void genreq_hold_connection(req *r, bool waiting);
 
 /* A job's output as the response builders see it (everything borrowed from o). */
 void genreq_view(const sched_output *o, oai_gen *g);
+/* How many of job output o's generated tokens were reasoning (reasoning.h), the prompt's open
+ * <think> (oai_request.open_reasoning) taken into account. */
+int genreq_reasoning_tokens(const req *r, const sched_output *o);
 /* The usage of all of r's choices: every prompt read once (n choices share it), every choice's
- * generated tokens. Only the counts of *sum are set. */
+ * generated tokens (and, in chat, its reasoning tokens). Only the counts of *sum are set. */
 void genreq_usage_sum(const req *r, oai_gen *sum);
 /* A job that ended cut short (cancelled, server shutdown) rather than failed: its answer ends as
  * a normal one whose text was cut ("length", "incomplete"), which clients accept. */

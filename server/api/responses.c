@@ -200,7 +200,7 @@ static attnd_status parse_input(const json_t *b, responses_request *r, const cha
 /* The sampling fields handed to oai_parse unchanged (OpenAI's and attnd's extensions). */
 static const char *const SAMPLING[] = {"temperature", "top_p", "seed", "top_k", "min_p", "typical_p", "repeat_penalty",
                                        "presence_penalty", "frequency_penalty", "repeat_last_n", "logit_bias", "stop",
-                                       "draft_max", "grammar", "json_schema"};
+                                       "draft_max", "draft_min_p", "grammar", "json_schema"};
 
 static attnd_status parse_scalars(const json_t *b, const server_settings *cfg, responses_request *r,
                                   const char **param, attnd_err *err) {
@@ -324,6 +324,7 @@ static json_t *reply_message(const responses_result *res) {
     toolcall_parser *p = toolcall_parser_create(res->req->tools);
     json_t *deltas = json_array(), *msg = NULL;
     if (p && deltas) {
+        toolcall_parser_set_tools(p, json_object_get(res->req->sampling, "tools"));
         toolcall_parser_set_id_base(p, res->id);
         if (res->open_reasoning) toolcall_parser_start_in_reasoning(p);
         toolcall_parser_feed(p, res->text, res->text_len, deltas);
@@ -456,24 +457,21 @@ static void open_message(sse_buf *b, responses_stream *st, const responses_resul
     frame(b, st, "response.content_part.added", ev);
 }
 
-static void text_delta(sse_buf *b, responses_stream *st, const responses_result *res, const char *text, size_t n) {
+/* An output_text event (type) of the message: text[n] as its key, no logprobs. */
+static void text_event(sse_buf *b, responses_stream *st, const responses_result *res, const char *type,
+                       const char *key, const char *text, size_t n) {
     json_t *ev = item_at(res->msg_id, st->msg_index, true);
     if (ev) {
-        json_object_set_new(ev, "delta", oai_string(text, n));
+        json_object_set_new(ev, key, oai_string(text, n));
         json_object_set_new(ev, "logprobs", json_array());
     }
-    frame(b, st, "response.output_text.delta", ev);
+    frame(b, st, type, ev);
 }
 
 /* The message's closing events with its whole text, text[n]. */
 static void close_message(sse_buf *b, responses_stream *st, const responses_result *res, const char *text, size_t n) {
+    text_event(b, st, res, "response.output_text.done", "text", text, n);
     json_t *ev = item_at(res->msg_id, st->msg_index, true);
-    if (ev) {
-        json_object_set_new(ev, "text", oai_string(text, n));
-        json_object_set_new(ev, "logprobs", json_array());
-    }
-    frame(b, st, "response.output_text.done", ev);
-    ev = item_at(res->msg_id, st->msg_index, true);
     if (ev) json_object_set_new(ev, "part", output_text_part(text, n));
     frame(b, st, "response.content_part.done", ev);
     item_frame(b, st, "response.output_item.done", st->msg_index, output_message(res, item_status(res), text, n));
@@ -589,7 +587,8 @@ static void item_event(sse_buf *b, responses_stream *st, const responses_result 
     if (json_is_string(c)) {
         close_call(b, st);
         if (st->msg_index < 0) open_message(b, st, res);
-        text_delta(b, st, res, json_string_value(c), json_string_length(c));
+        text_event(b, st, res, "response.output_text.delta", "delta", json_string_value(c),
+                   json_string_length(c));
         return;
     }
     if (!tc) return;
@@ -614,6 +613,7 @@ static bool items_start(responses_stream *st, const responses_result *res) {
     st->rs_text = json_string("");
     if (!st->tp || !st->items || !st->call_args || !st->rs_text) return false;
     toolcall_parser_set_id_base(st->tp, res->id);
+    toolcall_parser_set_tools(st->tp, json_object_get(res->req->sampling, "tools"));
     if (res->open_reasoning) toolcall_parser_start_in_reasoning(st->tp);
     return true;
 }
@@ -662,7 +662,7 @@ static json_t *output_items(const responses_result *res) {
 static json_t *usage(const responses_result *res) {
     return json_pack("{s:i,s:{s:i},s:i,s:{s:i},s:i}", "input_tokens", res->input_tokens, "input_tokens_details",
                      "cached_tokens", res->cached_tokens, "output_tokens", res->output_tokens, "output_tokens_details",
-                     "reasoning_tokens", 0, "total_tokens", res->input_tokens + res->output_tokens);
+                     "reasoning_tokens", res->reasoning_tokens, "total_tokens", res->input_tokens + res->output_tokens);
 }
 
 static json_t *str_or_null(const char *s) { return s ? json_string(s) : json_null(); }

@@ -83,6 +83,7 @@ typedef struct responses_result {
     size_t text_len;
     bool cut_short;           /* max_output_tokens (or the context) ended the reply */
     int input_tokens, cached_tokens, output_tokens;
+    int reasoning_tokens;     /* of output_tokens, those that were reasoning (reasoning.h) */
     const responses_request *req; /* echoed fields: instructions, previous_id, store, ... */
     double temperature, top_p;
     bool open_reasoning;      /* the prompt ended inside a reasoning block (an open <think>): the

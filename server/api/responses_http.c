@@ -60,6 +60,7 @@ static responses_result result_of(req *r, const sched_output *o, const char *tex
         .status = status, .text = text, .text_len = len, .cut_short = !strcmp(status, "incomplete"),
         .input_tokens = o ? o->n_prompt : 0, .cached_tokens = o ? o->n_cached : 0,
         .output_tokens = o ? o->n_generated : 0, .req = &st->rq,
+        .reasoning_tokens = o && o->done ? genreq_reasoning_tokens(r, o) : 0, /* usage is only sent at the end */
         .temperature = r->oreq.sp.temperature, .top_p = r->oreq.sp.top_p,
         .open_reasoning = r->oreq.open_reasoning,
     };

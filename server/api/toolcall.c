@@ -144,8 +144,12 @@ bool toolcall_render_result(const char *content, buf *out) {
 
 // ---- the forcing grammar ------------------------------------------------------------------
 
+bool toolcall_format_uses_tokens(toolcall_format f) { return f == TOOLCALL_FMT_HARMONY || f == TOOLCALL_FMT_GRANITE; }
+
 const char *toolcall_trigger(toolcall_format f) {
     switch (f) {
+    case TOOLCALL_FMT_HARMONY: return "<|channel|>";
+    case TOOLCALL_FMT_GRANITE: return "<|tool_call|>";
     case TOOLCALL_FMT_LLAMA: return "{\"name\"";
     case TOOLCALL_FMT_MISTRAL: return "[{\"name\"";
     default: return "<tool_call>";
@@ -164,35 +168,152 @@ static call_frame frame_of(toolcall_format f) {
         return (call_frame){"\"{\\\"name\\\": \"", "\", \\\"parameters\\\": \"", "\"}\"", "\"; \"", "", ""};
     case TOOLCALL_FMT_MISTRAL:
         return (call_frame){"\"{\\\"name\\\": \"", "\", \\\"arguments\\\": \"", "\"}\"", "\", \"", "\"[\" ", " \"]\""};
+    case TOOLCALL_FMT_GRANITE: /* the marker is a token terminal */
+        return (call_frame){"\"{\\\"name\\\": \"", "\", \\\"arguments\\\": \"", "\"}\"", "\", \"", "<|tool_call|> \"[\" ",
+                            " \"]\""};
     default:
         return (call_frame){"\"<tool_call>\\n{\\\"name\\\": \"", "\", \\\"arguments\\\": \"",
                             "\"}\\n</tool_call>\"", "\"\\n\"", "", ""};
     }
 }
 
-attnd_status toolcall_grammar(const toolcall_spec *s, toolcall_format f, buf *out, attnd_err *err) {
-    size_t n = json_array_size(s->tools);
-    const json_t **schemas = calloc(n ? n : 1, sizeof(*schemas));
-    if (!schemas) return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory");
-    call_frame fr = frame_of(f);
-    /* parallel: up to MAX_PARALLEL calls, so a sampling model cannot loop on calls until its
-     * length runs out */
-    bool ok = (s->parallel ? buf_printf(out, "root ::= \" \"? %s call ( %s call ){0,%d}%s\n", fr.list_open, fr.sep,
-                                        MAX_PARALLEL - 1, fr.list_close)
-                           : buf_printf(out, "root ::= \" \"? %s call%s\n", fr.list_open, fr.list_close)) &&
-              buf_printf(out, "call ::= %s ( ", fr.open);
-    bool first = true;
-    for (size_t i = 0; ok && i < n; i++) {
+// ---- Qwen3-Coder's XML calls -----------------------------------------------------------------
+
+/* Free text that never holds "</parameter>" (nor ends inside what could start it): xs is any
+ * character but '<'; after '<' the rules xt1.. follow the marker, and a character off it (not
+ * '<', which starts over) returns to xs. */
+static bool xml_text_rules(buf *out) {
+    static const char M[] = "</parameter>";
+    bool ok = buf_puts(out, "xv ::= ( [^<] | \"<\" xt1 )*\n");
+    for (size_t k = 1; ok && k + 1 < sizeof(M) - 1; k++)
+        ok = buf_printf(out, "xt%zu ::= [^%c<] | \"%c\" xt%zu | \"<\" xt1\n", k, M[k], M[k], k + 1);
+    return ok && buf_printf(out, "xt%zu ::= [^%c<] | \"<\" xt1\n", sizeof(M) - 2, M[sizeof(M) - 2]);
+}
+
+/* Whether a parameter's value is free text (type "string", or no type) rather than JSON. */
+static bool xml_is_text(const json_t *schema) {
+    const json_t *t = json_object_get(schema, "type");
+    return !json_is_object(schema) || !t || (json_is_string(t) && !strcmp(json_string_value(t), "string"));
+}
+
+/* A property's schema with the tool's $defs / definitions beside it, so that its $refs resolve
+ * (new reference). */
+static json_t *xml_value_schema(const json_t *params, const json_t *prop) {
+    json_t *c = json_copy((json_t *)prop);
+    const char *keys[] = {"$defs", "definitions"};
+    for (size_t k = 0; c && k < 2; k++)
+        if (json_object_get(params, keys[k]) && !json_object_get(c, keys[k]))
+            json_object_set(c, keys[k], json_object_get(params, keys[k]));
+    return c;
+}
+
+static bool xml_required(const json_t *params, const char *name) {
+    const json_t *req = json_object_get(params, "required");
+    for (size_t i = 0; i < json_array_size(req); i++)
+        if (json_is_string(json_array_get(req, i)) && !strcmp(json_string_value(json_array_get(req, i)), name)) return true;
+    return false;
+}
+
+/* Tool i's parameters as rule p<i> (required ones in order, optional ones may be left out);
+ * the JSON-typed values are added to vals (schema sK for the K-th). */
+static bool xml_params_rule(const json_t *params, size_t i, json_t *vals, buf *out) {
+    bool ok = buf_printf(out, "p%zu ::= \"\"", i);
+    const char *name;
+    json_t *prop;
+    json_object_foreach(json_object_get(params, "properties"), name, prop) {
+        bool text = xml_is_text(prop), req = xml_required(params, name);
+        if (!text) json_array_append_new(vals, xml_value_schema(params, prop));
+        /* a property name is written inside a GBNF literal: escaped as JSON escapes it */
+        json_t *js = json_string(name);
+        char *lit = js ? json_dumps(js, JSON_ENCODE_ANY) : NULL;
+        json_decref(js);
+        ok = ok && lit && lit[0] == '"';
+        if (ok) lit[strlen(lit) - 1] = '\0';
+        ok = ok && buf_printf(out, " ( \"<parameter=\" %s>\\n\" ", lit ? lit : "\"")
+                && (text ? buf_puts(out, "xv") : buf_printf(out, "s%zu", json_array_size(vals) - 1))
+                && buf_printf(out, " \"\\n</parameter>\\n\" )%s", req ? "" : "?");
+        free(lit);
+    }
+    return ok && buf_puts(out, "\n");
+}
+
+/* One alternative per tool that s allows, joined by " | ": the literal "<open>name<mid><mid2>
+ * and then the tool's schema rule s<i>. Tool i's parameters go to schemas[i]. */
+static bool tool_alternatives(const toolcall_spec *s, const char *open, const char *mid, const char *mid2,
+                              const json_t **schemas, buf *out) {
+    bool ok = true, first = true;
+    for (size_t i = 0; ok && i < json_array_size(s->tools); i++) {
         const json_t *t = json_array_get(s->tools, i);
         schemas[i] = json_object_get(t, "parameters");
         const char *name = json_string_value(json_object_get(t, "name"));
         if (s->choice == TOOLCALL_NAMED && strcmp(name, s->name)) continue;
-        /* names are [A-Za-z0-9_.-]: no escaping needed inside the literal */
-        ok = buf_printf(out, "%s\"\\\"%s\\\"%s s%zu", first ? "" : " | ", name, fr.mid + 1, i);
+        ok = buf_printf(out, "%s\"%s%s%s%s s%zu", first ? "" : " | ", open, name, mid, mid2, i);
         first = false;
     }
-    ok = ok && buf_printf(out, " ) %s\n", fr.close);
+    return ok;
+}
+
+/* The n schemas as rules s0… after a grammar whose writing ok says succeeded; frees schemas. */
+static attnd_status tool_schema_rules(const json_t **schemas, size_t n, bool ok, buf *out, attnd_err *err) {
     attnd_status st = ok ? json_schema_rules(schemas, n, out, err) : attnd_fail(err, ATTND_ERR_NOMEM, "out of memory");
     free(schemas);
     return st;
+}
+
+/* The XML call grammar: <tool_call>, the function, its parameters, </tool_call>. */
+static attnd_status xml_grammar(const toolcall_spec *s, buf *out, attnd_err *err) {
+    size_t n = json_array_size(s->tools);
+    json_t *vals = json_array();
+    buf rules = {0};
+    bool ok = vals && (s->parallel ? buf_printf(out, "root ::= \" \"? call ( \"\\n\" call ){0,%d}\n", MAX_PARALLEL - 1)
+                                   : buf_puts(out, "root ::= \" \"? call\n")) &&
+              buf_puts(out, "call ::= \"<tool_call>\\n<function=\" ( ");
+    bool first = true;
+    for (size_t i = 0; ok && i < n; i++) {
+        const json_t *t = json_array_get(s->tools, i);
+        const char *name = json_string_value(json_object_get(t, "name"));
+        if (s->choice == TOOLCALL_NAMED && strcmp(name, s->name)) continue;
+        ok = buf_printf(out, "%s\"%s>\\n\" p%zu", first ? "" : " | ", name, i) &&
+             xml_params_rule(json_object_get(t, "parameters"), i, vals, &rules);
+        first = false;
+    }
+    ok = ok && buf_puts(out, " ) \"</function>\\n</tool_call>\"\n") && buf_append(out, rules.p, rules.len) &&
+         xml_text_rules(out);
+    buf_free(&rules);
+    size_t nv = json_array_size(vals);
+    const json_t **schemas = calloc(nv ? nv : 1, sizeof(*schemas));
+    for (size_t k = 0; schemas && k < nv; k++) schemas[k] = json_array_get(vals, k);
+    attnd_status st = tool_schema_rules(schemas, nv, ok && schemas, out, err);
+    json_decref(vals);
+    return st;
+}
+
+/* Harmony: one call per message (<|call|> ends the reply), the name in the channel header, the
+ * arguments as the message; the markers are token terminals. */
+static attnd_status harmony_grammar(const toolcall_spec *s, buf *out, attnd_err *err) {
+    size_t n = json_array_size(s->tools);
+    const json_t **schemas = calloc(n ? n : 1, sizeof(*schemas));
+    bool ok = schemas && buf_puts(out, "root ::= <|channel|> \"commentary to=functions.\" ( ") &&
+              tool_alternatives(s, "", " \" <|constrain|> \"json\" <|message|>", "", schemas, out) &&
+              buf_puts(out, " ) <|call|>\n");
+    return tool_schema_rules(schemas, n, ok, out, err);
+}
+
+attnd_status toolcall_grammar(const toolcall_spec *s, toolcall_format f, buf *out, attnd_err *err) {
+    if (f == TOOLCALL_FMT_QWEN_XML) return xml_grammar(s, out, err);
+    if (f == TOOLCALL_FMT_HARMONY) return harmony_grammar(s, out, err);
+    size_t n = json_array_size(s->tools);
+    const json_t **schemas = calloc(n ? n : 1, sizeof(*schemas));
+    call_frame fr = frame_of(f);
+    /* parallel: up to MAX_PARALLEL calls, so a sampling model cannot loop on calls until its
+     * length runs out */
+    bool ok = schemas &&
+              (s->parallel ? buf_printf(out, "root ::= \" \"? %s call ( %s call ){0,%d}%s\n", fr.list_open, fr.sep,
+                                        MAX_PARALLEL - 1, fr.list_close)
+                           : buf_printf(out, "root ::= \" \"? %s call%s\n", fr.list_open, fr.list_close)) &&
+              buf_printf(out, "call ::= %s ( ", fr.open) &&
+              /* names are [A-Za-z0-9_.-]: no escaping needed inside the literal */
+              tool_alternatives(s, "\\\"", "\\\"", fr.mid + 1, schemas, out) &&
+              buf_printf(out, " ) %s\n", fr.close);
+    return tool_schema_rules(schemas, n, ok, out, err);
 }

@@ -9,8 +9,12 @@
  *   <tool_call>{"name": …, "arguments": …}</tool_call>   Hermes / Qwen
  *   <|python_tag|>{"name": …, "parameters": …}    Llama 3.x (also ";"-separated calls)
  *   [TOOL_CALLS][{"name": …, "arguments": …}, …] Mistral
+ *   <|tool_call|>[{"name": …, "arguments": …}, …] Granite (when the marker reaches the text;
+ *                                                  else the array is bare JSON)
  *   <|channel|>analysis<|message|>…<|end|>        gpt-oss harmony reasoning, and
  *   <|channel|>commentary to=functions.NAME …<|message|>{…}<|call|>   its calls
+ *   <tool_call><function=NAME><parameter=P>VALUE</parameter>…</function></tool_call>
+ *                                                  Qwen3-Coder's XML (newlines between the tags)
  * and, when the request has tools, an answer that is only a JSON object {"name", "arguments" |
  * "parameters"} (Llama 3.x's bare JSON, the generic fallback) or an array of them. Text that
  * could still become one of these markers is held back until it is decided, so the result is
@@ -52,6 +56,14 @@ typedef enum toolcall_format {
     TOOLCALL_FMT_LLAMA,      /* {"name": …, "parameters": …} (Llama 3.1+ JSON tool calling) */
     TOOLCALL_FMT_MISTRAL,    /* [TOOL_CALLS] then [{"name": …, "arguments": …}] (the marker is a
                               * control token: the grammar writes the array after it) */
+    TOOLCALL_FMT_QWEN_XML,   /* <tool_call>\n<function=NAME>\n<parameter=P>\nVALUE\n</parameter>\n…
+                              * </function>\n</tool_call> (Qwen3-Coder; found by <function= and
+                              * <parameter= in the probe call) */
+    TOOLCALL_FMT_HARMONY,    /* gpt-oss: <|channel|>commentary to=functions.NAME <|constrain|>json
+                              * <|message|>{…}<|call|> (the markers are special tokens: the grammar
+                              * names them as token terminals) */
+    TOOLCALL_FMT_GRANITE,    /* Granite: <|tool_call|>[{"name": …, "arguments": …}] (the marker a
+                              * special token, named by the grammar) */
 } toolcall_format;
 
 /* A request's tools, as validated from "tools" / "tool_choice" / "parallel_tool_calls". */
@@ -88,6 +100,9 @@ bool toolcall_render_result(const char *content, buf *out);
 attnd_status toolcall_grammar(const toolcall_spec *s, toolcall_format f, buf *out, attnd_err *err);
 /* The text that opens a call in format f (static). */
 const char *toolcall_trigger(toolcall_format f);
+/* Whether format f's grammar names special tokens (token terminals), so it can neither start at a
+ * byte trigger (tool_choice auto leaves such calls free) nor follow a <think> probe. */
+bool toolcall_format_uses_tokens(toolcall_format f);
 
 // ---- the output parser ----
 
@@ -96,6 +111,14 @@ typedef struct toolcall_parser toolcall_parser;
  * reasoning <think> / harmony analysis is split off either way. Errors: NOMEM (NULL). */
 toolcall_parser *toolcall_parser_create(bool calls);
 void toolcall_parser_destroy(toolcall_parser *p); /* accepts NULL */
+/* The request's tools (borrowed, must outlive p): OpenAI's [{"type": "function", "function":
+ * {"name", "parameters"}}] or the validated [{"name", "parameters"}]. They type the values of
+ * Qwen3-Coder's XML calls: a parameter whose schema type is "string" (or that has no schema, or
+ * no type) keeps its text verbatim (one leading and one trailing newline trimmed); any other is
+ * read as JSON, and stays the string when its text is not JSON. A call's arguments are the JSON
+ * object of its parameters in their order, streamed as "{", one fragment per parameter once
+ * its </parameter> is read, and "}" (also when the reply is cut short inside the call). */
+void toolcall_parser_set_tools(toolcall_parser *p, const json_t *tools);
 /* Call ids become "call_" base "_" index (copied, up to 47 bytes; NULL or "" = random), so that
  * two parsers of the same text name the same calls (a streamed response and its final object). */
 void toolcall_parser_set_id_base(toolcall_parser *p, const char *base);
@@ -117,7 +140,9 @@ int toolcall_parser_n_calls(const toolcall_parser *p);
 /* A whole chat choice ({"message": {...}, "finish_reason"}, changed in place) for the output
  * text[n]: content, reasoning_content and tool_calls split out, finish_reason "tool_calls" when
  * the answer is calls; in_reasoning as toolcall_parser_start_in_reasoning, id_base as
- * toolcall_parser_set_id_base. false: out of memory (choice unchanged). */
-bool toolcall_apply(json_t *choice, const char *text, size_t n, bool calls, bool in_reasoning, const char *id_base);
+ * toolcall_parser_set_id_base, tools (NULL = none) as toolcall_parser_set_tools. false: out of
+ * memory (choice unchanged). */
+bool toolcall_apply(json_t *choice, const char *text, size_t n, bool calls, bool in_reasoning, const char *id_base,
+                    const json_t *tools);
 
 #endif

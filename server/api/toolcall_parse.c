@@ -16,10 +16,14 @@
 #include "toolcall.h"
 
 enum mode {
-    M_TEXT, M_THINK, M_HERMES, M_PYTAG, M_PYTAG_SEP, M_MISTRAL, M_BARE, M_HARMONY_HEAD, M_HARMONY_BODY,
+    M_TEXT, M_THINK, M_HERMES, M_PYTAG, M_PYTAG_SEP, M_MISTRAL, M_GRANITE, M_BARE, M_HARMONY_HEAD, M_HARMONY_BODY,
     M_ARGS,       /* inside a call's arguments: streamed as they come */
     M_CALL_TAIL,  /* after them, to the end of the call object */
     M_HERMES_END, /* after the call object, to </tool_call> */
+    M_XML_FUNC,   /* Qwen3-Coder: <tool_call> <function= read, the name to '>' */
+    M_XML_BODY,   /* between its parameters: <parameter= or </function> */
+    M_XML_PNAME,  /* <parameter= read, the name to '>' */
+    M_XML_VALUE,  /* a parameter's value, to </parameter> */
 };
 enum hkind { H_CONTENT, H_REASONING, H_CALL };
 
@@ -39,10 +43,15 @@ struct toolcall_parser {
     buf args;              /* M_ARGS: the current call's arguments so far */
     size_t args_sent;      /* how many bytes of args went out as fragments */
     char id_base[48];      /* call ids are id_base + "_" + index; "" = random */
+    const json_t *tools;   /* borrowed: types the XML calls' values; NULL = none */
+    char pname[128];       /* M_XML_VALUE: the parameter */
+    int n_params;          /* XML: parameters of the current call so far */
 };
 
+static const char XML_FUNC[] = "<function=", XML_FUNC_END[] = "</function>", XML_PARAM[] = "<parameter=",
+                  XML_PARAM_END[] = "</parameter>";
 static const char THINK_OPEN[] = "<think>", THINK_CLOSE[] = "</think>", HERMES_OPEN[] = "<tool_call>",
-                  HERMES_CLOSE[] = "</tool_call>", PYTAG[] = "<|python_tag|>", MISTRAL[] = "[TOOL_CALLS]",
+                  HERMES_CLOSE[] = "</tool_call>", PYTAG[] = "<|python_tag|>", MISTRAL[] = "[TOOL_CALLS]", GRANITE[] = "<|tool_call|>",
                   CHANNEL[] = "<|channel|>", MESSAGE[] = "<|message|>", START[] = "<|start|>assistant";
 static const char *const HARMONY_ENDS[] = {"<|end|>", "<|call|>", "<|return|>"};
 
@@ -60,6 +69,8 @@ toolcall_parser *toolcall_parser_create(bool calls) {
 void toolcall_parser_set_id_base(toolcall_parser *p, const char *base) {
     snprintf(p->id_base, sizeof(p->id_base), "%s", base ? base : "");
 }
+
+void toolcall_parser_set_tools(toolcall_parser *p, const json_t *tools) { p->tools = tools; }
 
 void toolcall_parser_start_in_reasoning(toolcall_parser *p) {
     if (p->mode == M_TEXT && p->pend.len == 0 && !p->started && !p->reasoning.len) {
@@ -403,13 +414,13 @@ static bool step_text(toolcall_parser *p, json_t *deltas, bool final) {
             return true;
         }
     }
-    const char *markers[] = {THINK_OPEN, CHANNEL, START, HERMES_OPEN, PYTAG, MISTRAL};
-    size_t n_m = p->calls ? 6 : 3, which = 0;
+    const char *markers[] = {THINK_OPEN, CHANNEL, START, HERMES_OPEN, PYTAG, MISTRAL, GRANITE};
+    size_t n_m = p->calls ? 7 : 3, which = 0;
     size_t at = find_first(s, n, markers, n_m, &which);
     if (at < n) {
         emit_content(p, s, at, deltas);
         consume(p, at + strlen(markers[which]));
-        static const enum mode next[] = {M_THINK, M_HARMONY_HEAD, M_TEXT, M_HERMES, M_PYTAG, M_MISTRAL};
+        static const enum mode next[] = {M_THINK, M_HARMONY_HEAD, M_TEXT, M_HERMES, M_PYTAG, M_MISTRAL, M_GRANITE};
         p->mode = next[which];
         if (which == 0) p->after_reasoning = true;
         return true;
@@ -446,6 +457,15 @@ static bool step_hermes(toolcall_parser *p, json_t *deltas, bool final) {
     if (i == p->pend.len && !final) return false;
     if (i < p->pend.len && p->pend.p[i] == '{' && open_streaming(p, i, M_HERMES_END, deltas, final, &wait)) return true;
     if (wait) return false;
+    size_t left = p->pend.len - i, lf = strlen(XML_FUNC);
+    if (!memcmp(p->pend.p + i, XML_FUNC, left < lf ? left : lf)) {
+        if (left < lf && !final) return false; /* "<func" could be either */
+        if (left >= lf) {
+            consume(p, i + lf);
+            p->mode = M_XML_FUNC;
+            return true;
+        }
+    }
     const char *m[] = {HERMES_CLOSE};
     size_t which, at = find_first(p->pend.p, p->pend.len, m, 1, &which);
     if (at == p->pend.len && !final) return false;
@@ -561,6 +581,134 @@ static bool step_harmony_body(toolcall_parser *p, json_t *deltas, bool final) {
     return true;
 }
 
+// ---- Qwen3-Coder's XML calls ---------------------------------------------------------------
+
+/* A tag's name up to '>' at the start of pend into name[cap]: 1 read (pend past the '>'), 0 not
+ * a name, -1 more text is needed. */
+static int xml_name(toolcall_parser *p, char *name, size_t cap, bool final) {
+    const char *s = p->pend.p;
+    for (size_t i = 0; i < p->pend.len; i++) {
+        char c = s[i];
+        if (c == '>') {
+            if (i == 0) return 0;
+            memcpy(name, s, i);
+            name[i] = '\0';
+            consume(p, i + 1);
+            return 1;
+        }
+        if (c == '<' || c == '\n' || c == '\0' || i + 1 >= cap) return 0;
+    }
+    return final ? 0 : -1;
+}
+
+/* Whether function fn's parameter pn takes its text as it is (schema type "string", or none). */
+static bool xml_param_is_text(const toolcall_parser *p, const char *fn, const char *pn) {
+    for (size_t i = 0; i < json_array_size(p->tools); i++) {
+        const json_t *t = json_array_get(p->tools, i), *f = json_object_get(t, "function");
+        if (!f) f = t;
+        const char *name = json_string_value(json_object_get(f, "name"));
+        if (!name || strcmp(name, fn)) continue;
+        const json_t *ty = json_object_get(json_object_get(json_object_get(json_object_get(f, "parameters"), "properties"), pn), "type");
+        if (json_is_string(ty)) return !strcmp(json_string_value(ty), "string");
+        for (size_t k = 0; k < json_array_size(ty); k++) /* a list of types: text when it allows a string */
+            if (json_is_string(json_array_get(ty, k)) && !strcmp(json_string_value(json_array_get(ty, k)), "string"))
+                return true;
+        return !ty;
+    }
+    return true;
+}
+
+/* Appends s to the call's arguments and sends it as a fragment. */
+static void xml_args(toolcall_parser *p, const char *s, size_t n, json_t *deltas) {
+    buf_append(&p->args, s, n);
+    args_release(p, p->args.len, deltas);
+}
+
+/* One parameter "name": value of the current call, from its text v[n]. */
+static void xml_add_param(toolcall_parser *p, const char *v, size_t n, json_t *deltas) {
+    if (n && v[0] == '\n') v++, n--;
+    if (n && v[n - 1] == '\n') n--;
+    const json_t *call = json_array_get(p->tool_calls, json_array_size(p->tool_calls) - 1);
+    const char *fn = json_string_value(json_object_get(json_object_get(call, "function"), "name"));
+    json_t *val = xml_param_is_text(p, fn ? fn : "", p->pname) ? NULL : json_loadb(v, n, JSON_DECODE_ANY, NULL);
+    if (!val) val = oai_string(v, n);
+    json_t *key = oai_string(p->pname, strlen(p->pname));
+    char *kt = json_dumps(key, JSON_ENCODE_ANY), *vt = json_dumps(val, JSON_ENCODE_ANY | JSON_COMPACT | JSON_PRESERVE_ORDER);
+    if (kt && vt) {
+        if (p->n_params++) xml_args(p, ",", 1, deltas);
+        xml_args(p, kt, strlen(kt), deltas);
+        xml_args(p, ":", 1, deltas);
+        xml_args(p, vt, strlen(vt), deltas);
+    }
+    free(kt), free(vt);
+    json_decref(key), json_decref(val);
+}
+
+/* The end of the current call's arguments: "}", and on to </tool_call>. */
+static void xml_close(toolcall_parser *p, json_t *deltas) {
+    xml_args(p, "}", 1, deltas);
+    close_args(p, p->args.p, p->args.len);
+    p->mode = M_HERMES_END;
+}
+
+/* <function=NAME>: opens the call ("{" goes out); not a name: the markers are content. */
+static bool step_xml_func(toolcall_parser *p, json_t *deltas, bool final) {
+    char name[128];
+    int r = xml_name(p, name, sizeof(name), final);
+    if (r < 0) return false;
+    if (r == 0) {
+        emit_content(p, HERMES_OPEN, strlen(HERMES_OPEN), deltas);
+        emit_content(p, XML_FUNC, strlen(XML_FUNC), deltas);
+        p->mode = M_TEXT;
+        return true;
+    }
+    open_call(p, name, deltas);
+    buf_clear(&p->args);
+    p->args_sent = 0, p->n_params = 0;
+    xml_args(p, "{", 1, deltas);
+    p->mode = M_XML_BODY;
+    return true;
+}
+
+/* Between parameters: the next <parameter=, or </function>; anything else ends the call. */
+static bool step_xml_body(toolcall_parser *p, json_t *deltas, bool final) {
+    size_t i = skip_ws(p->pend.p, p->pend.len, 0), left = p->pend.len - i;
+    consume(p, i);
+    if (left == 0) return false;
+    const char *m[] = {XML_PARAM, XML_FUNC_END};
+    for (int k = 0; k < 2; k++) {
+        size_t lm = strlen(m[k]);
+        if (memcmp(p->pend.p, m[k], left < lm ? left : lm)) continue;
+        if (left < lm && !final) return false;
+        if (left < lm) break;
+        consume(p, lm);
+        if (k == 0) p->mode = M_XML_PNAME;
+        else xml_close(p, deltas);
+        return true;
+    }
+    xml_close(p, deltas); /* not the format: the call keeps what came, the rest of the block goes */
+    return true;
+}
+
+static bool step_xml_pname(toolcall_parser *p, json_t *deltas, bool final) {
+    int r = xml_name(p, p->pname, sizeof(p->pname), final);
+    if (r < 0) return false;
+    if (r == 0) xml_close(p, deltas);
+    else p->mode = M_XML_VALUE;
+    return true;
+}
+
+/* A value, whole once its </parameter> is read (or the reply ends). */
+static bool step_xml_value(toolcall_parser *p, json_t *deltas, bool final) {
+    const char *m[] = {XML_PARAM_END};
+    size_t which, at = find_first(p->pend.p, p->pend.len, m, 1, &which);
+    if (at == p->pend.len && !final) return false;
+    xml_add_param(p, p->pend.p, at, deltas);
+    consume(p, at < p->pend.len ? at + strlen(XML_PARAM_END) : at);
+    p->mode = M_XML_BODY;
+    return true;
+}
+
 static bool step(toolcall_parser *p, json_t *deltas, bool final) {
     if (p->pend.len == 0) return false;
     switch (p->mode) {
@@ -570,12 +718,17 @@ static bool step(toolcall_parser *p, json_t *deltas, bool final) {
     case M_PYTAG: return step_json(p, PYTAG, deltas, final);
     case M_PYTAG_SEP: return step_pytag_sep(p, final);
     case M_MISTRAL: return step_json(p, MISTRAL, deltas, final);
+    case M_GRANITE: return step_json(p, GRANITE, deltas, final);
     case M_BARE: return step_json(p, "", deltas, final);
     case M_HARMONY_HEAD: return step_harmony_head(p, deltas, final);
     case M_HARMONY_BODY: return step_harmony_body(p, deltas, final);
     case M_ARGS: return step_args(p, deltas, final);
     case M_CALL_TAIL: return step_call_tail(p, final);
     case M_HERMES_END: return step_hermes_end(p, final);
+    case M_XML_FUNC: return step_xml_func(p, deltas, final);
+    case M_XML_BODY: return step_xml_body(p, deltas, final);
+    case M_XML_PNAME: return step_xml_pname(p, deltas, final);
+    case M_XML_VALUE: return step_xml_value(p, deltas, final);
     }
     return false;
 }
@@ -590,6 +743,11 @@ void toolcall_parser_finish(toolcall_parser *p, json_t *deltas) {
     if (p->mode == M_ARGS) { /* cut short: the call keeps what came, held-back tail included */
         args_release(p, p->args.len, deltas);
         close_args(p, p->args.p, p->args.len);
+    }
+    if (p->mode == M_XML_BODY || p->mode == M_XML_PNAME || p->mode == M_XML_VALUE) xml_close(p, deltas);
+    if (p->mode == M_XML_FUNC) { /* the reply ended right after <function= */
+        emit_content(p, HERMES_OPEN, strlen(HERMES_OPEN), deltas);
+        emit_content(p, XML_FUNC, strlen(XML_FUNC), deltas);
     }
     p->mode = M_TEXT;
     if (p->pend.len) { /* whatever a mode could not place */
@@ -615,9 +773,10 @@ int toolcall_parser_n_calls(const toolcall_parser *p) { return (int)json_array_s
 
 // ---- a chat choice ------------------------------------------------------------------------
 
-bool toolcall_apply(json_t *choice, const char *text, size_t n, bool calls, bool in_reasoning, const char *id_base) {
+bool toolcall_apply(json_t *choice, const char *text, size_t n, bool calls, bool in_reasoning, const char *id_base,
+                    const json_t *tools) {
     toolcall_parser *p = toolcall_parser_create(calls);
-    if (p) toolcall_parser_set_id_base(p, id_base);
+    if (p) toolcall_parser_set_id_base(p, id_base), toolcall_parser_set_tools(p, tools);
     if (p && in_reasoning) toolcall_parser_start_in_reasoning(p);
     json_t *deltas = json_array(), *msg = json_object_get(choice, "message");
     if (!p || !deltas || !msg) {

@@ -629,6 +629,12 @@ static bool exec(jinja_ctx *c, const jnode *n) {
 
 // ---- the public entry points ---------------------------------------------------------------------------------
 
+void jinja_template_destroy(jinja_template *t) {
+    if (!t) return;
+    jarena_free(&t->arena);
+    free(t);
+}
+
 attnd_status jinja_parse(const char *src, size_t len, jinja_template **out, attnd_err *err) {
     *out = NULL;
     jinja_template *t = calloc(1, sizeof(*t));
@@ -640,12 +646,6 @@ attnd_status jinja_parse(const char *src, size_t len, jinja_template **out, attn
     }
     *out = t;
     return ATTND_OK;
-}
-
-void jinja_template_destroy(jinja_template *t) {
-    if (!t) return;
-    jarena_free(&t->arena);
-    free(t);
 }
 
 jinja_ctx *jinja_ctx_create(const jinja_limits *lim) {

@@ -139,6 +139,17 @@ typedef struct sched_tenant {
     unsigned mark;       /* scratch for the queue scan */
 } sched_tenant;
 
+/* The slots that draft with the draft model in the step being built: planned one by one
+ * (slot_drafts), drafted together (spec_draft_batch). Arrays of n_slots. */
+typedef struct draft_queue {
+    spec_batch *b;
+    struct spec **sp; /* their drafters */
+    int *k;           /* their plans, then their drafts */
+    int32_t **out;    /* their draft buffers (slot.draft) */
+    slot **sl;
+    int n;
+} draft_queue;
+
 struct sched {
     const model *m;
     const tokenizer *tok;
@@ -154,6 +165,7 @@ struct sched {
     model *dm;            /* draft_model, or NULL (prompt lookup) */
     engine *deng;         /* the draft model's engine, used by the scheduler thread only */
     kv_pool *dpool;       /* the draft sequences' KV (one per speculating slot) */
+    draft_queue dq;       /* with a draft model: this step's slots drafting with it */
     float draft_min_p;    /* the server's; a job's own when it sets one */
     bool draft_adapt;     /* drafts as long as their measured cost pays (spec_ctl), else draft_max */
     spec_cost spcost;     /* the model's step costs by rows, for the drafters' plans */

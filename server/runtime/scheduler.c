@@ -463,8 +463,9 @@ int sched_draft_room(int cap, int n_decode, bool prompts_waiting) {
  * slot's controller finds worth their cost in the batch st describes (which they join): never
  * past max_tokens or the context, none for a job that inspects attention or ablates heads (a mean
  * ablation's running mean would count rejected drafts). A draft that fails (the draft pool is
- * full) is none. */
-static int slot_drafts(const sched *s, slot *sl, int room, spec_step *st) {
+ * full) is none. A draft model's are only planned here and queued, to be drafted with the other
+ * slots' (draft_together): the count is then at most what they will be. */
+static int slot_drafts(sched *s, slot *sl, int room, spec_step *st) {
     const sched_job *j = sl->job;
     int dm = job_draft_max(s, j);
     int left = j->max_tokens - sl->n_gen - 1, ctx = s->n_ctx - sl->n_past - 1;
@@ -473,11 +474,45 @@ static int slot_drafts(const sched *s, slot *sl, int room, spec_step *st) {
     if (ctx < max) max = ctx;
     if (max <= 0 || j->capture || j->n_ablate || !sl->sp) return 0;
     if (max > (int)ATTND_ARRAY_LEN(sl->draft)) max = (int)ATTND_ARRAY_LEN(sl->draft);
+    draft_queue *q = &s->dq;
+    if (q->b && spec_uses_draft_model(sl->sp)) {
+        int k = spec_plan(sl->sp, st, max);
+        if (k > 0) q->sp[q->n] = sl->sp, q->k[q->n] = k, q->out[q->n] = sl->draft, q->sl[q->n++] = sl;
+        return k;
+    }
     int n;
     attnd_err err;
     if (spec_draft(sl->sp, st, max, sl->draft, &n, &err) == ATTND_OK) return n;
     slog_debug("draft model: %s", err.msg);
     return 0;
+}
+
+/* The drafts the draft model's slots planned this step, drafted together: one catch-up batch and
+ * one batched step per drafted position for all of them (spec_draft_batch). A failure (the draft
+ * pool is full) drafts none. */
+static void draft_together(sched *s) {
+    draft_queue *q = &s->dq;
+    attnd_err err;
+    if (q->n && spec_draft_batch(q->b, q->sp, q->k, q->out, q->n, &s->spcost, &err) != ATTND_OK)
+        slog_debug("draft model: %s", err.msg);
+    for (int i = 0; i < q->n; i++) q->sl[i]->n_draft = q->k[i];
+    q->n = 0;
+}
+
+/* The decoding slots' entries (build_batch marked them with batch_n 1), each its token and then
+ * its drafts, in slot order; returns the entries, *rows their logits rows. */
+static int lay_out_decode(sched *s, int *rows) {
+    int n = 0;
+    *rows = 0;
+    for (int k = 0; k < s->n_slots; k++) {
+        slot *sl = &s->slots[k];
+        if (!sl->batch_n) continue;
+        s->batch[n++] = (batch_entry){sl->kv, sl->next_token, sl->n_past, true};
+        for (int i = 0; i < sl->n_draft; i++) s->batch[n++] = (batch_entry){sl->kv, sl->draft[i], sl->n_past + 1 + i, true};
+        sl->row0 = *rows, sl->batch_n = 1 + sl->n_draft;
+        *rows += sl->batch_n;
+    }
+    return n;
 }
 
 /* Appends the next tokens of sl's prompt to the batch, up to entry limit and the logits rows
@@ -517,14 +552,13 @@ static int build_batch(sched *s, batch_shape *sh) {
         sl->row0 = -1;
         sl->n_draft = 0;
         if (!sl->job || sl->prefilling || n >= s->max_batch || rows >= s->rows_cap) continue;
-        s->batch[n++] = (batch_entry){sl->kv, sl->next_token, sl->n_past, true};
-        sl->batch_n = 1;
-        sl->row0 = rows++;
+        sl->batch_n = 1; /* laid out below, once the drafts are known */
         sh->n_decode++;
         sl->n_draft = room > 0 ? slot_drafts(s, sl, room, &st) : 0;
-        for (int i = 0; i < sl->n_draft; i++) s->batch[n++] = (batch_entry){sl->kv, sl->draft[i], sl->n_past + 1 + i, true};
-        rows += sl->n_draft, room -= sl->n_draft, sl->batch_n += sl->n_draft;
+        n += 1 + sl->n_draft, rows += 1 + sl->n_draft, room -= sl->n_draft;
     }
+    draft_together(s);
+    n = lay_out_decode(s, &rows);
     /* prefill, oldest admission first; the cap is sized for the oldest prompt's position, less
      * what a step of fresh prompts just before took from it (the streams' gap stays one budget) */
     slot *best = oldest_prefilling(s);
@@ -919,7 +953,13 @@ static attnd_status draft_open(sched *s, const server_settings *cfg, attnd_err *
                           "cannot roll back", cfg->draft_model);
     size_t budget = kv_context_bytes(s->dm, s->n_ctx, KV_F16) * (size_t)s->n_slots;
     if ((rc = kv_pool_create(&s->dpool, s->dm, budget, KV_F16, err)) != ATTND_OK) return rc;
-    return engine_create(&s->deng, s->dm, 512, cfg->threads, err);
+    if ((rc = engine_create(&s->deng, s->dm, 512, cfg->threads, err)) != ATTND_OK) return rc;
+    draft_queue *q = &s->dq;
+    if ((rc = spec_batch_create(&q->b, s->deng, s->n_slots, err)) != ATTND_OK) return rc;
+    q->sp = malloc(sizeof(*q->sp) * (size_t)s->n_slots), q->k = malloc(sizeof(*q->k) * (size_t)s->n_slots);
+    q->out = malloc(sizeof(*q->out) * (size_t)s->n_slots), q->sl = malloc(sizeof(*q->sl) * (size_t)s->n_slots);
+    if (!q->sp || !q->k || !q->out || !q->sl) return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory for the draft queue");
+    return ATTND_OK;
 }
 
 /* Where the session store sends the KV of sessions it removes itself (TTL, LRU). */
@@ -1023,6 +1063,8 @@ void sched_destroy(sched *s) {
     for (int i = 0; i < s->n_free; i++) kv_seq_destroy(s->to_free[i]);
     if (s->store) sess_take_all_kv(s->store, destroy_kv);
     engine_destroy(s->eng);
+    spec_batch_destroy(s->dq.b);
+    free(s->dq.sp), free(s->dq.k), free(s->dq.out), free(s->dq.sl);
     engine_destroy(s->deng);
     kv_pool_destroy(s->dpool); /* the slots' drafters went with them */
     model_destroy(s->dm);

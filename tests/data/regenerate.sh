@@ -4,6 +4,10 @@
 #   tests/data/reference-tokens-sotu.jsonl llama.cpp's ids for the conformance texts, default vocabulary
 #   tests/data/reference-families.json     llama.cpp's greedy tokens for the generated model of each
 #                                          family (tests/family_specs.h, written by BUILD_DIR/tiny_model)
+#   tests/data/reference-quant-types.json  the type llama.cpp's own quantizer gives every tensor, per
+#                                          mix, of attnd-sotu, qwen896 and llama960 (attnd quantize must agree)
+#   tests/data/models/llamacpp/*.gguf      files llama.cpp's quantizer wrote, which attnd must run
+#                                          (their greedy tokens are in reference-greedy.json)
 #
 #   tests/data/regenerate.sh [BUILD_DIR]    (default: build; needs BUILD_DIR/attnd and
 #                                            BUILD_DIR/make_tiny, node and npm)
@@ -20,13 +24,41 @@ peer=$("$root/tools/peers/llamacpp/install.sh")
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
+# llama.cpp's own quantizer (tools/peers/llamacpp/quantize.c over the peer's libllama)
+cc -O2 -o "$tmp/lcpp-quantize" "$root/tools/peers/llamacpp/quantize.c" -ldl
+MIXES=(Q2_K Q3_K_S Q3_K_M Q4_K_S Q4_K_M Q5_K_S Q5_K_M Q4_0 Q4_1 Q5_0 Q5_1 IQ4_NL IQ4_XS Q8_0)
+LCPP_KEEP=(attnd-sotu-Q2_K attnd-sotu-Q3_K_M attnd-sotu-IQ4_XS) # committed: every K-quant, IQ4 and fallback type
+qtypes=$tmp/quant-types.jsonl
+mkdir -p "$root/tests/data/models/llamacpp"
+for base in attnd-sotu qwen896 llama960; do
+    case $base in
+    attnd-sotu) src=$root/models/attnd-sotu.gguf ;;
+    *) src=$tmp/$base.gguf; "$build/make_tiny" "$src" "$base" >&2 ;;
+    esac
+    for mix in "${MIXES[@]}"; do
+        out=$tmp/lcpp-$base-$mix.gguf
+        "$tmp/lcpp-quantize" "$peer" "$src" "$out" "$mix" >/dev/null 2>&1
+        node "$root/tools/peers/llamacpp/gguf_types.mjs" "$out" | M="$base.gguf" X="$mix" node -e '
+            const t = JSON.parse(require("fs").readFileSync(0, "utf8"));
+            process.stdout.write(JSON.stringify({model: process.env.M, mix: process.env.X, types: t}) + "\n");' >>"$qtypes"
+        for k in "${LCPP_KEEP[@]}"; do [ "$k" = "$base-$mix" ] && cp "$out" "$root/tests/data/models/llamacpp/$k.gguf"; done
+    done
+    echo "regenerate.sh: llama.cpp quantizer on $base done" >&2
+done
+node -e '
+    const lines = require("fs").readFileSync(process.argv[1], "utf8").trim().split("\n").map(JSON.parse);
+    const out = {generator: "llama_model_quantize of node-llama-cpp 3.21.1 (tools/peers/llamacpp/quantize.c), 1 thread", cases: lines};
+    process.stdout.write(JSON.stringify(out).replace(/\[\{/, "[\n{").replace(/\},\{"model"/g, "},\n{\"model\"") + "\n");' "$qtypes" \
+    >"$root/tests/data/reference-quant-types.json"
+
 # model names as test_models.h spells them
 MODELS=(stories260K stories260K-F16 stories260K-BF16 stories260K-Q8_0 stories260K-Q4_0
         attnd-sotu attnd-sotu-Q8_0 attnd-sotu-Q4_K attnd-sotu-Q4_K_M
         attnd-sotu-Q2_K attnd-sotu-Q3_K_S attnd-sotu-Q3_K_M attnd-sotu-Q4_K_S attnd-sotu-Q5_K_S attnd-sotu-Q5_K_M
         attnd-sotu-Q4_1 attnd-sotu-Q5_0 attnd-sotu-Q5_1 attnd-sotu-IQ4_NL attnd-sotu-IQ4_XS attnd-sotu-MXFP4
         qwen896-Q4_K_M qwen896-Q5_K_M qwen896-Q2_K qwen896-IQ4_XS
-        llama960-Q4_K_M llama960-Q5_K_M llama960-Q3_K_M)
+        llama960-Q4_K_M llama960-Q5_K_M llama960-Q3_K_M
+        llamacpp/attnd-sotu-Q2_K llamacpp/attnd-sotu-Q3_K_M llamacpp/attnd-sotu-IQ4_XS)
 PROMPTS=("Once upon a time" "We the people" "The state of the Union is" "A" "Our economy"
          "In the year 1865, the Congress" "What is 2+2? The answer"
          "Fellow citizens of the Senate and House of Representatives: the progress of our country in the last year has been great, and we must now turn to the work that remains. Tonight I want to speak about jobs, about schools, about the health of our people, and about the security of the Nation. Let us begin.")
@@ -36,6 +68,7 @@ path_of() { # path_of NAME -> the file (quantized into $tmp when it is a variant
     case $1 in
     stories260K) echo "$root/tests/data/models/stories260K.gguf" ;;
     attnd-sotu) echo "$root/models/attnd-sotu.gguf" ;;
+    llamacpp/*) echo "$root/tests/data/models/$1.gguf" ;; # written by llama.cpp's quantizer, above
     qwen896 | llama960) # generated random-weight models (tests/make_tiny.c), as test_models.h makes them
        [ -f "$tmp/$1.gguf" ] || "$build/make_tiny" "$tmp/$1.gguf" "$1" >&2
        echo "$tmp/$1.gguf" ;;

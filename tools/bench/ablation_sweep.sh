@@ -11,14 +11,9 @@
 # A timing is only worth reading on a quiet machine: the load average is printed with it.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+source tools/bench/bench_lib.sh
 model=models/attnd-sotu.gguf threads=2 tokens=64 reps=3
-while [ $# -gt 0 ]; do
-    case $1 in
-        --model) model=$2; shift 2 ;; --threads) threads=$2; shift 2 ;;
-        --tokens) tokens=$2; shift 2 ;; --reps) reps=$2; shift 2 ;;
-        *) echo "usage: $0 [--model M] [--threads N] [--tokens N] [--reps N]" >&2; exit 2 ;;
-    esac
-done
+bench_options '2,7' 'model threads tokens reps' '' "$@"
 bin=${ATTND_BINARY:-build/attnd}
 [ -x "$bin" ] || { echo "build attnd first (cmake --build build --target attnd)" >&2; exit 2; }
 log=$(mktemp /tmp/attnd-sweep.XXXXXX)

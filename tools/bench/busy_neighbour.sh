@@ -7,16 +7,11 @@
 # (target >= 0.8). Uses ./build/attnd (a Release build). A benchmark: it never fails on speed.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+source tools/bench/bench_lib.sh
 model=${1:?usage: tools/bench/busy_neighbour.sh MODEL [--tokens N] [--reps N]}
 shift
 tokens=32 reps=3
-while [ $# -gt 0 ]; do
-    case $1 in
-    --tokens) tokens=$2; shift 2 ;;
-    --reps) reps=$2; shift 2 ;;
-    *) echo "unknown option $1" >&2; exit 2 ;;
-    esac
-done
+bench_options '2,4' 'tokens reps' '' "$@"
 
 spin=
 trap '[ -n "$spin" ] && kill "$spin" 2>/dev/null; true' EXIT

@@ -24,26 +24,9 @@ cd "$(dirname "$0")/../.."
 source tools/bench/bench_lib.sh
 
 threads=2 n=64 reps=3 type=Q8_0 small="" peer="" out=build/bench attnd=build/attnd
-while [ $# -gt 0 ]; do
-    case "$1" in
-    --threads) threads=$2 ;;
-    --n) n=$2 ;;
-    --reps) reps=$2 ;;
-    --type) type=$2 ;;
-    --small) small=1; shift; continue ;;
-    --peer-dir) peer=$2 ;;
-    --out) out=$2 ;;
-    --attnd) attnd=$2 ;;
-    *) sed -n '2,22p' "$0" >&2; exit 2 ;;
-    esac
-    shift 2
-done
+bench_options '2,21' 'threads n reps type peer-dir=peer out attnd' 'small' "$@"
 vocabs=tests/data/tokenizers # the committed vocabularies (a fresh clone has them)
-py=""
-for p in /usr/bin/python3 python3; do
-    if "$p" -c 'import numpy' 2>/dev/null; then py=$p; break; fi
-done
-[ -n "$py" ] || { echo "grammar_vs_llamacpp.sh: needs python3 with numpy" >&2; exit 1; }
+py=$(bench_numpy_python) || exit 1
 [ -x "$attnd" ] && [ -f build/libattnd_engine.a ] || { cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null && cmake --build build -j"$(nproc)" >/dev/null; }
 mkdir -p "$out"
 work=$(mktemp -d)

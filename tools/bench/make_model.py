@@ -25,6 +25,25 @@ The vocabulary is a SentencePiece-style one: <unk>, <s>, </s>, 256 byte tokens, 
 SentencePiece or the 151,936-token qwen2 BPE vocabularies of tests/data/tokenizers), so that text
 such as JSON tokenizes as it would for a real model (tools/bench/grammar_vs_llamacpp.sh).
 
+--successors "0,0.5,0.9" (F16 or F32 only; the built-in vocabulary) writes a synthetic stand-in
+for a real model and its quantized copies, for speculative decoding (tools/bench/spec.sh): a model
+whose greedy output a quantized copy reproduces about as often as the share asked. The normal
+tokens (259 on) are cut into one region per share, in order. The width is split in two halves:
+the output rows read only the second. Region r has a direction v_r (second half, orthonormal),
+which every embedding of the region carries (8 per element) and every output row of the region
+reads (0.5 v_r): the next token stays in the region. A share s of the region's tokens is
+"structured": its embedding carries a direction u_i of its own in the second half (16 per element;
+orthogonal to every v_r), and the output row of its successor pi(i) (pi: a random permutation of
+the region) reads it (1.0 u_i). After a structured token its successor wins by ~39 logits, far
+above what quantization moves. The other tokens carry a direction of their own in the first half
+(8 per element), which makes the 22 random layers' input theirs but which no output row reads:
+every row of the region gets the same boost, and the argmax is decided by what the layers add, a
+near-tie that a Q4_0 or Q2_K copy breaks another way almost always (as for a random model). So a
+quantized draft agrees with the target on about a share s of the tokens after a prompt in that
+region (plus a few % by chance), and the layers cost what a real model's do. Output rows are
+random (0.02) in the second half, off every v_r; tokens outside the regions have random (0.02)
+embeddings. It is not a language model: its text means nothing.
+
 GGUF layout (v3, little endian): magic, version, tensor count, key-value count; the key-values;
 the tensor infos (name, dims innermost first, type, offset); padding to the alignment (32); data.
 Needs python3 and numpy only.
@@ -223,6 +242,48 @@ def keys(g, a, hd):
             g.add("tokenizer.ggml." + key, VT_U32, val)
 
 
+SUCC_FIRST = 259  # the first normal token of vocabulary(): <unk>, <s>, </s>, 256 bytes before it
+SUCC_EMBD_REGION, SUCC_EMBD_OWN = 0.5, 4.0  # per element, in units of the layers' residual: v_r, own direction
+SUCC_OUT_REGION, SUCC_OUT_OWN = 4.0, 1.0    # norm of v_r and u_i in an output row
+
+
+def successor_heads(a, rng):
+    """token_embd and output (vocab, dim) float32 of --successors (the docstring above)."""
+    shares = a.successors
+    n, d, half = a.vocab, a.dim, a.dim // 2
+    resid = 0.02 * np.sqrt(d * a.layers)  # roughly what the random layers add to the residual, per element
+    width = (n - SUCC_FIRST) // len(shares)
+    v = np.zeros((len(shares), d), np.float32)  # (regions, dim): orthonormal, second half
+    v[:, half:] = np.linalg.qr(rng.standard_normal((d - half, len(shares))))[0].T
+
+    def unit_second_half(rows):  # random unit rows in the second half, off every v_r
+        x = np.zeros((rows, d), np.float32)
+        x[:, half:] = rng.standard_normal((rows, d - half), dtype=np.float32)
+        x -= (x @ v.T) @ v
+        return x / np.linalg.norm(x, axis=1, keepdims=True)
+
+    embd = rng.standard_normal((n, d), dtype=np.float32) * 0.02
+    out = unit_second_half(n) * (0.02 * np.sqrt(d - half))
+    for r, share in enumerate(shares):
+        ids = SUCC_FIRST + r * width + np.arange(width)
+        structured = rng.random(width) < share
+        own = unit_second_half(width)
+        first = rng.standard_normal((width, half), dtype=np.float32)
+        own[~structured] = 0
+        own[~structured, :half] = (first / np.linalg.norm(first, axis=1, keepdims=True))[~structured]
+        embd[ids] = np.sqrt(d) * resid * (SUCC_EMBD_REGION * v[r] + SUCC_EMBD_OWN * own)
+        out[ids] += SUCC_OUT_REGION * v[r]
+        succ = ids[rng.permutation(width)]
+        out[succ[structured]] += SUCC_OUT_OWN * own[structured]
+        print(f"make_model.py: region {r}: tokens {ids[0]}..{ids[-1]}, {structured.mean():.3f} structured",
+              file=sys.stderr)
+    return embd, out
+
+
+def head_tensor(g, name, tname, w):
+    g.tensor(name, [w.shape[1], w.shape[0]], tname, (w if tname == "F32" else w.astype(np.float16)).tobytes())
+
+
 def build(a):
     rng = np.random.default_rng(a.seed)
     g = Gguf()
@@ -233,8 +294,12 @@ def build(a):
     ones = np.ones(a.dim, np.float32).tobytes()
     qd, kvd = a.heads * hd, a.kv_heads * hd
     qk_norm = a.arch in ("qwen3", "gemma3", "qwen3moe")
+    heads = successor_heads(a, np.random.default_rng(a.seed + 1)) if a.successors else None
     # tied: the embedding is also the output head, so it takes the head's type
-    mat(g, rng, "token_embd.weight", head if a.tied else main, a.vocab, a.dim)
+    if heads:
+        head_tensor(g, "token_embd.weight", main, heads[0])
+    else:
+        mat(g, rng, "token_embd.weight", head if a.tied else main, a.vocab, a.dim)
     for l in range(a.layers):
         p = f"blk.{l}."
         g.tensor(p + "attn_norm.weight", [a.dim], "F32", ones)
@@ -259,7 +324,9 @@ def build(a):
             mat(g, rng, p + "ffn_up.weight", main, a.ffn, a.dim)
             mat(g, rng, p + "ffn_down.weight", head, a.dim, a.ffn)
     g.tensor("output_norm.weight", [a.dim], "F32", ones)
-    if not a.tied:
+    if heads:
+        head_tensor(g, "output.weight", head, heads[1])
+    elif not a.tied:
         mat(g, rng, "output.weight", head, a.vocab, a.dim)
     return g
 
@@ -274,6 +341,7 @@ def main():
         ap.add_argument("--" + opt, type=int)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--tokenizer", help="take the vocabulary (every tokenizer.* key) of this GGUF; sets --vocab")
+    ap.add_argument("--successors", help="comma-separated shares of structured tokens, one region each (see above)")
     a = ap.parse_args()
     shape = dict(head_dim=0, rope_base=10000.0, tied=False, window=0, experts=0, experts_used=0, expert_ffn=0)
     shape.update(SHAPES[a.shape])
@@ -284,6 +352,16 @@ def main():
         sys.exit("make_model.py: --dim must divide by --heads, and --heads by --kv-heads")
     if a.experts and not 0 < a.experts_used <= a.experts:
         sys.exit("make_model.py: --experts-used must be 1..--experts")
+    if a.successors:
+        try:
+            a.successors = [float(x) for x in a.successors.split(",")]
+        except ValueError:
+            sys.exit(f"make_model.py: --successors {a.successors!r} is not a list of numbers")
+        if not all(0 <= x <= 1 for x in a.successors) or len(a.successors) > 64:
+            sys.exit("make_model.py: --successors takes 1..64 shares within 0..1")
+        if a.type not in ("F16", "F32") or a.tied or a.tokenizer or a.vocab - SUCC_FIRST < 64 * len(a.successors):
+            sys.exit("make_model.py: --successors needs --type F16 or F32, an untied head, the built-in vocabulary "
+                     "and 64+ normal tokens a region")
     build(a).write(a.out)
 
 

@@ -23,31 +23,13 @@
 # both engines, so read the ratios, not the absolute figures.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+source tools/bench/bench_lib.sh
 
 layers="6 12" threads="1 2" prompt=512 n=32 reps=3 experts=128 peer="" nopeer="" out=build/bench attnd=build/attnd
 [ -d /work/peer ] && peer=/work/peer
-while [ $# -gt 0 ]; do
-    case "$1" in
-    --layers) layers=$2 ;;
-    --threads) threads=$2 ;;
-    --prompt) prompt=$2 ;;
-    --n) n=$2 ;;
-    --reps) reps=$2 ;;
-    --experts) experts=$2 ;;
-    --peer-dir) peer=$2 ;;
-    --no-peer) nopeer=1; shift; continue ;;
-    --out) out=$2 ;;
-    --attnd) attnd=$2 ;;
-    *) sed -n '2,23p' "$0" >&2; exit 2 ;;
-    esac
-    shift 2
-done
+bench_options '2,23' 'layers threads prompt n reps experts peer-dir=peer out attnd' 'no-peer=nopeer' "$@"
 
-py=""
-for p in /usr/bin/python3 python3; do # Debian's first: a pyenv shim earlier on PATH may lack numpy
-    if "$p" -c 'import numpy' 2>/dev/null; then py=$p; break; fi
-done
-[ -n "$py" ] || { echo "moe.sh: needs python3 with numpy (apt-get install python3-numpy)" >&2; exit 1; }
+py=$(bench_numpy_python) || exit 1
 [ -x "$attnd" ] || { echo "moe.sh: $attnd is missing (cmake --build build --target attnd)" >&2; exit 1; }
 
 cache=${XDG_CACHE_HOME:-$HOME/.cache}/attnd/bench

@@ -22,32 +22,13 @@
 # Needs: cmake and a C compiler (to build attnd), python3-numpy, node + npm (the peer), gnuplot.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+source tools/bench/bench_lib.sh
 
 types="Q8_0 Q4_0 Q4_K_M" threads="1 2" prompts="512 2016" n=32 reps=3 peer="" out=build/bench
 chart=docs/bench-tinyllama.png attnd=build/attnd chart_only=""
-while [ $# -gt 0 ]; do
-    case "$1" in
-    --types) types=$2 ;;
-    --threads) threads=$2 ;;
-    --prompts) prompts=$2 ;;
-    --n) n=$2 ;;
-    --reps) reps=$2 ;;
-    --peer-dir) peer=$2 ;;
-    --out) out=$2 ;;
-    --chart) chart=$2 ;;
-    --attnd) attnd=$2 ;;
-    --chart-only) chart_only=1; shift; continue ;;
-    *) sed -n '2,20p' "$0" >&2; exit 2 ;;
-    esac
-    shift 2
-done
+bench_options '2,22' 'types threads prompts n reps peer-dir=peer out chart attnd' 'chart-only' "$@"
 
-# python3 with numpy: Debian's first (a pyenv shim earlier on PATH may lack numpy)
-py=""
-for p in /usr/bin/python3 python3; do
-    if "$p" -c 'import numpy' 2>/dev/null; then py=$p; break; fi
-done
-[ -n "$py" ] || { echo "tinyllama.sh: needs python3 with numpy (apt-get install python3-numpy)" >&2; exit 1; }
+py=$(bench_numpy_python) || exit 1
 
 draw_chart() {
     [ -n "$chart" ] || return 0

@@ -20,26 +20,13 @@
 # take the figures on a quiet machine and read the ratios.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+source tools/bench/bench_lib.sh
 
 types="Q4_1 Q5_0 Q5_1 Q2_K Q3_K_S Q3_K_M Q5_K_S Q5_K_M IQ4_NL IQ4_XS MXFP4" threads="1 2" prompt=512 n=32 reps=3
-peer_dir="" out=build/bench attnd=build/attnd keep_f16=""
-usage() { sed -n '2,21p' "$0" >&2; exit 2; }
-# --name VALUE sets the variable of that name (dashes as underscores); --keep-f16 takes no value
-while [ $# -gt 0 ]; do
-    case "$1" in
-    --keep-f16) keep_f16=1 && shift ;;
-    --types | --threads | --prompt | --n | --reps | --peer-dir | --out | --attnd)
-        [ $# -ge 2 ] || usage
-        var=${1#--} && printf -v "${var//-/_}" '%s' "$2" && shift 2 ;;
-    *) usage ;;
-    esac
-done
-peer=$peer_dir
+peer="" out=build/bench attnd=build/attnd keep_f16=""
+bench_options '2,20' 'types threads prompt n reps peer-dir=peer out attnd' 'keep-f16' "$@"
 
-# Debian's python3 first: a pyenv shim earlier on PATH may lack numpy
-py=/usr/bin/python3
-"$py" -c 'import numpy' 2>/dev/null || py=python3
-"$py" -c 'import numpy' 2>/dev/null || { echo "types_vs_llamacpp.sh: needs python3 with numpy (python3-numpy)" >&2; exit 1; }
+py=$(bench_numpy_python) || exit 1
 [ -x "$attnd" ] || { echo "types_vs_llamacpp.sh: no $attnd (build it: cmake --build build --target attnd)" >&2; exit 1; }
 if [ -z "$peer" ]; then
     if [ -d /work/peer/node_modules ]; then peer=/work/peer

@@ -2,8 +2,11 @@
  * fuzz_toolcall.c — (fuzzing only) the tool-call output parser on arbitrary text.
  *
  * Byte 0 picks whether calls are parsed (bit 0), whether the output starts inside a reasoning
- * block (bit 7: the prompt ended with an open <think>) and a chunking seed; the rest is a
- * model's output. The text is parsed whole and in chunks cut by the seed: both must give the same content, reasoning
+ * block (bit 7: the prompt ended with an open <think>), whether the request's tools type the
+ * values of Qwen3-Coder XML calls (bit 6: FUZZ_TOOLS) and a chunking seed; the rest is a
+ * model's output. The reasoning-token count (reasoning.h) is also taken over the text cut into
+ * the same chunks as "tokens": it counts no more tokens than there are, and none without a
+ * reasoning marker. The text is parsed whole and in chunks cut by the seed: both must give the same content, reasoning
  * and calls, the streamed deltas must concatenate to them (content, reasoning, and each call's
  * argument fragments to its arguments), and every call has its arguments.
  */
@@ -14,7 +17,14 @@
 
 #include "attnd/buf.h"
 #include "fuzz_util.h"
+#include "reasoning.h"
 #include "toolcall.h"
+
+/* Tools whose parameters have every type an XML value can be read as. */
+static const char FUZZ_TOOLS[] =
+    "[{\"type\": \"function\", \"function\": {\"name\": \"f\", \"parameters\": {\"properties\": {\"s\": "
+    "{\"type\": \"string\"}, \"i\": {\"type\": \"integer\"}, \"b\": {\"type\": \"boolean\"}, \"o\": {\"type\": "
+    "\"object\"}, \"a\": {\"type\": \"array\"}, \"n\": {\"type\": [\"number\", \"null\"]}}}}}, {\"name\": \"g\"}]";
 
 typedef struct result {
     char *content, *reasoning, *calls; /* JSON texts (owned) */
@@ -28,11 +38,12 @@ static char *dump(json_t *v) {
     return s;
 }
 
-static void run(const uint8_t *text, size_t n, bool calls, bool open, unsigned seed, result *r) {
+static void run(const uint8_t *text, size_t n, bool calls, bool open, const json_t *tools, unsigned seed, result *r) {
     toolcall_parser *p = toolcall_parser_create(calls);
     json_t *deltas = json_array();
     FUZZ_CHECK(p && deltas, "out of memory");
     if (open) toolcall_parser_start_in_reasoning(p);
+    toolcall_parser_set_tools(p, tools);
     for (size_t i = 0; i < n;) {
         size_t k = n;
         if (seed) seed = seed * 1103515245u + 12345u, k = 1 + (seed >> 16) % 7;
@@ -76,13 +87,49 @@ static void result_free(result *r) {
     for (int i = 0; i < 16; i++) buf_free(&r->streamed_args[i]);
 }
 
+/* The chunks of seed's cut as tokens: token i is text[at[i], at[i + 1]). */
+typedef struct chunks {
+    const uint8_t *text;
+    size_t at[4097];
+} chunks;
+
+static bool chunk_bytes(void *user, int32_t id, const char **p, size_t *n) {
+    const chunks *c = user;
+    *p = (const char *)c->text + c->at[id];
+    *n = c->at[id + 1] - c->at[id];
+    return true;
+}
+
+static void check_reasoning_count(const uint8_t *text, size_t n, bool open, unsigned seed) {
+    static chunks c;
+    static int32_t ids[4096];
+    int n_tok = 0;
+    c.text = text;
+    for (size_t i = 0; i < n; n_tok++) {
+        seed = seed * 1103515245u + 12345u;
+        size_t k = 1 + (seed >> 16) % 7;
+        c.at[n_tok] = i;
+        ids[n_tok] = n_tok;
+        i += k < n - i ? k : n - i;
+    }
+    c.at[n_tok] = n;
+    int count = reasoning_count_tokens(ids, n_tok, open, chunk_bytes, &c);
+    FUZZ_CHECK(count >= 0 && count <= n_tok, "%d reasoning tokens of %d", count, n_tok);
+    bool marked = open || memmem(text, n, "<think>", 7) || memmem(text, n, "<|channel|>analysis", 19);
+    FUZZ_CHECK(marked || count == 0, "%d reasoning tokens without a reasoning marker", count);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (size < 1 || size > 4096) return 0;
     bool calls = data[0] & 1, open = data[0] & 0x80;
     unsigned seed = (unsigned)data[0] >> 1 | 1;
+    static json_t *tools;
+    if (!tools) tools = json_loads(FUZZ_TOOLS, 0, NULL);
+    const json_t *use = data[0] & 0x40 ? tools : NULL;
     result whole = {0}, cut = {0};
-    run(data + 1, size - 1, calls, open, 0, &whole);
-    run(data + 1, size - 1, calls, open, seed, &cut);
+    run(data + 1, size - 1, calls, open, use, 0, &whole);
+    run(data + 1, size - 1, calls, open, use, seed, &cut);
+    check_reasoning_count(data + 1, size - 1, open, seed);
     FUZZ_CHECK(!strcmp(whole.content, cut.content), "content depends on chunking: %s vs %s", whole.content, cut.content);
     FUZZ_CHECK(!strcmp(whole.reasoning, cut.reasoning), "reasoning depends on chunking");
     FUZZ_CHECK(!strcmp(whole.calls, cut.calls), "calls depend on chunking: %s vs %s", whole.calls, cut.calls);
