@@ -103,6 +103,12 @@ typedef void (*attn_tile_fn)(const struct attn_tile *t);
  * bytes, byte 16j + i row i's scale j (128 bytes), then 16 f16 d, padded to 64: 140 bytes per row
  * and super-block, 136 mapped. */
 #define PACK_IQ4XS_BYTES (32 * 64 + 3 * 64)
+/* Q2_K, per 16-row group and super-block: 16 x 64 bytes of 2-bit fields (vector v: qs bytes
+ * 4v..4v+3 of each row, row i at 4i; bits 2k of vector 8h + 4 half + kk are weights 4 kk.. of
+ * sub-block 8h + 2k + half), then the raw scale bytes (low nibble the scale, high the minimum),
+ * byte 16j + i row i's byte j (256 bytes), then 16 f16 d and 16 f16 dmin: 84 bytes per row and
+ * super-block, as mapped. */
+#define PACK_Q2K_BYTES (16 * 64 + 256 + 64)
 /* Q6_K, per 16-row group and super-block: 16 x 16 bytes of scales (byte 16j + i: row i's sc[j]),
  * then per sub-block j (weights 16j..16j+15) three 64-byte vectors L0, L1, H, 4 bytes per row
  * (row i at 4i). Its four weight vectors (weights 16j + 4k.., k < 4) are, per byte, W0 = 63 & (L0 ^ H), W1 = 63 & ((L0 >> 4) ^ (H >> 2)), W2 = 63 & (L1 ^ (H << 2)),
@@ -129,7 +135,8 @@ struct quant_packed {
     uint32_t wtype;
     int64_t n_rows, n_cols;
     size_t group_bytes; /* Q8_0 / Q4_0: ceil(nb / 2) * PACK_Q80_PAIR / PACK_Q40_PAIR, pairs of blocks;
-                           Q4_K / Q5_K / IQ4_XS: nb * PACK_Q4K_BYTES / PACK_Q5K_BYTES / PACK_IQ4XS_BYTES,
+                           Q4_K / Q5_K / IQ4_XS / Q2_K: nb * PACK_Q4K_BYTES / PACK_Q5K_BYTES / PACK_IQ4XS_BYTES /
+                           PACK_Q2K_BYTES,
                            super-block after super-block; Q6_K: PACK_Q6K_HEAD(nb) + nb * PACK_Q6K_BYTES;
                            the 32-element types: ceil(nb / 2) * PACK_B32_PAIR(h, m)
                            (a multiple of 64 in every case) */

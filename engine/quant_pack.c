@@ -99,6 +99,21 @@ static void pack_iq4_xs(uint8_t *dst, const uint8_t *w, size_t rb, int64_t n_row
     }
 }
 
+/* Q2_K rows -> quant_pack's layout (PACK_Q2K_BYTES per group and super-block, quant_impl.h). */
+static void pack_q2_k(uint8_t *dst, const uint8_t *w, size_t rb, int64_t n_rows, int64_t nsb, size_t group_bytes) {
+    for (int64_t r = 0; r < n_rows; r++) {
+        int i = (int)(r % PACK_ROWS);
+        const uint8_t *src = w + (size_t)r * rb;
+        for (int64_t b = 0; b < nsb; b++, src += Q2_K_BYTES) {
+            uint8_t *q = dst + (size_t)(r / PACK_ROWS) * group_bytes + (size_t)b * PACK_Q2K_BYTES;
+            for (int k = 0; k < 16; k++) memcpy(q + 64 * k + 4 * i, src + 16 + 4 * k, 4);
+            for (int j = 0; j < 16; j++) q[16 * 64 + 16 * j + i] = src[j];
+            memcpy(q + 16 * 64 + 256 + 2 * i, src + 80, 2);      /* d */
+            memcpy(q + 16 * 64 + 256 + 32 + 2 * i, src + 82, 2); /* dmin */
+        }
+    }
+}
+
 /* Where a 32-element type's fields sit in its mapped block (quant_impl.h), -1: absent. */
 typedef struct b32_fields {
     int bytes, qs, qh, m; /* the scale (f16 d, MXFP4's E8M0 byte) is at 0 */
@@ -236,7 +251,7 @@ quant_packed *quant_pack(const void *w, uint32_t wtype, int64_t n_rows, int64_t 
     const char *no = getenv("ATTND_NO_REPACK");
     if (no && *no && strcmp(no, "0") != 0) return NULL;
     int q8_0 = wtype == GGUF_TYPE_Q8_0, q4_0 = wtype == GGUF_TYPE_Q4_0, q4_k = wtype == GGUF_TYPE_Q4_K;
-    int q5_k = wtype == GGUF_TYPE_Q5_K, iq4_xs = wtype == GGUF_TYPE_IQ4_XS;
+    int q5_k = wtype == GGUF_TYPE_Q5_K, iq4_xs = wtype == GGUF_TYPE_IQ4_XS, q2_k = wtype == GGUF_TYPE_Q2_K;
     b32_fields bf = {0};
     int b32 = b32_fields_of(wtype, &bf);
     uint32_t be = gguf_type_block_elems(wtype);
@@ -253,6 +268,7 @@ quant_packed *quant_pack(const void *w, uint32_t wtype, int64_t n_rows, int64_t 
                       : q4_k   ? (size_t)nb * PACK_Q4K_BYTES
                       : q5_k   ? (size_t)nb * PACK_Q5K_BYTES
                       : iq4_xs ? (size_t)nb * PACK_IQ4XS_BYTES
+                      : q2_k   ? (size_t)nb * PACK_Q2K_BYTES
                                : PACK_Q6K_HEAD(nb) + (size_t)nb * PACK_Q6K_BYTES;
     pk->bytes = (size_t)n_groups * pk->group_bytes;
     pk->data = packed_alloc(pk->bytes);
@@ -273,6 +289,7 @@ quant_packed *quant_pack(const void *w, uint32_t wtype, int64_t n_rows, int64_t 
     else if (b32) pack_b32(pk->data, w, rb, n_rows, nb, pk->group_bytes, &bf);
     else if (q4_k || q5_k) pack_q45_k(pk->data, w, rb, n_rows, nb, pk->group_bytes, q5_k);
     else if (iq4_xs) pack_iq4_xs(pk->data, w, rb, n_rows, nb, pk->group_bytes);
+    else if (q2_k) pack_q2_k(pk->data, w, rb, n_rows, nb, pk->group_bytes);
     else pack_q6_k(pk->data, w, rb, n_rows, nb, pk->group_bytes);
     return pk;
 }

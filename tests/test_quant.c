@@ -786,6 +786,7 @@ Test(quant, q4_k_packed_at_load_agrees_with_portable_at_group_edges) { check_pac
 Test(quant, q6_k_packed_at_load_agrees_with_portable_at_group_edges) { check_packed(GGUF_TYPE_Q6_K); }
 Test(quant, q5_k_packed_at_load_agrees_with_portable_at_group_edges) { check_packed(GGUF_TYPE_Q5_K); }
 Test(quant, iq4_xs_packed_at_load_agrees_with_portable_at_group_edges) { check_packed(GGUF_TYPE_IQ4_XS); }
+Test(quant, q2_k_packed_at_load_agrees_with_portable_at_group_edges) { check_packed(GGUF_TYPE_Q2_K); }
 
 /* the 32-element types of issue 27, packed at load (PACK_B32_PAIR) */
 static const uint32_t B32_TYPES[] = {GGUF_TYPE_Q4_1, GGUF_TYPE_Q5_0, GGUF_TYPE_Q5_1, GGUF_TYPE_IQ4_NL, GGUF_TYPE_MXFP4};
