@@ -34,7 +34,11 @@ const char *cpuinfo_kernels(void) {
     static char buf[160];
     const char *isa = cpuinfo_isa(), *why = quant_amx_unused_reason();
     if (quant_isa_active() == QUANT_ISA_AMX)
-        snprintf(buf, sizeof buf, "%s (AMX tiles from 128 tokens: Q8_0, Q4_0, Q4_K, Q6_K; avx512 otherwise)", isa);
+        snprintf(
+            buf, sizeof buf,
+            "%s (AMX tiles from 128 tokens: Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, MXFP4, Q4_K, Q5_K, Q6_K, IQ4_XS; "
+            "avx512 otherwise)",
+            isa);
     else if (why)
         snprintf(buf, sizeof buf, "%s (CPU has AMX: %s)", isa, why);
     else

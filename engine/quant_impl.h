@@ -91,6 +91,24 @@ typedef void (*attn_tile_fn)(const struct attn_tile *t);
  * 128, side by side), then 2 x 64 bytes of scales and 2 x 64 of mins (the 6-bit values unpacked
  * to bytes, 4 per row per vector), then 16 d and 16 dmin as f16: 148 bytes per row, 144 mapped. */
 #define PACK_Q4K_BYTES (32 * 64 + 4 * 64 + 64)
+/* Q5_K, per 16-row group and super-block: Q4_K's PACK_Q4K_BYTES (its nibbles, scales, mins, d and
+ * dmin at the same offsets), then 8 x 64 bytes of fifth bits: vector kk holds qh bytes 4kk..4kk+3
+ * of each row (row i at 4i), so the byte beside nibble vector 8p + kk's byte holds in bit 2p the
+ * fifth bit of its low nibble and in bit 2p + 1 that of its high one (sub-block s's bit is bit s:
+ * one 16-bit shift and a mask per vector). 180 bytes per row and super-block, 176 mapped. */
+#define PACK_Q5K_BYTES (PACK_Q4K_BYTES + 8 * 64)
+/* IQ4_XS, per 16-row group and super-block: 32 x 64 bytes of nibbles as Q4_K's (vector k: qs bytes
+ * 4k..4k+3 of each row, so sub-block j is vectors 4j..4j+3, weights 4kk.. in the low nibbles and
+ * 16 + 4kk.. in the high ones, as IQ4_NL's blocks), then the signed sub-block scales (-32..31) as
+ * bytes, byte 16j + i row i's scale j (128 bytes), then 16 f16 d, padded to 64: 140 bytes per row
+ * and super-block, 136 mapped. */
+#define PACK_IQ4XS_BYTES (32 * 64 + 3 * 64)
+/* Q2_K, per 16-row group and super-block: 16 x 64 bytes of 2-bit fields (vector v: qs bytes
+ * 4v..4v+3 of each row, row i at 4i; bits 2k of vector 8h + 4 half + kk are weights 4 kk.. of
+ * sub-block 8h + 2k + half), then the raw scale bytes (low nibble the scale, high the minimum),
+ * byte 16j + i row i's byte j (256 bytes), then 16 f16 d and 16 f16 dmin: 84 bytes per row and
+ * super-block, as mapped. */
+#define PACK_Q2K_BYTES (16 * 64 + 256 + 64)
 /* Q6_K, per 16-row group and super-block: 16 x 16 bytes of scales (byte 16j + i: row i's sc[j]),
  * then per sub-block j (weights 16j..16j+15) three 64-byte vectors L0, L1, H, 4 bytes per row
  * (row i at 4i). Its four weight vectors (weights 16j + 4k.., k < 4) are, per byte, W0 = 63 & (L0 ^ H), W1 = 63 & ((L0 >> 4) ^ (H >> 2)), W2 = 63 & (L1 ^ (H << 2)),
@@ -109,11 +127,16 @@ typedef void (*attn_tile_fn)(const struct attn_tile *t);
  * scales: 2 x 16 f16 d (MXFP4: 2 x 16 E8M0 bytes), and where the type has a minimum (m: Q4_1,
  * Q5_1) 2 x 16 f16 m, padded to 64 bytes. Bytes per row and block as mapped (MXFP4: 18 for 17). */
 #define PACK_B32_QBYTES(h) (256 + 64 * (h))
+/* Q4_1 / Q5_1: every kernel from the register tiles up (G_NB, quant_gemm512.inc; the AMX tiles)
+ * adds the minimum terms m s of a run of QUANT_MIN_RUN blocks together, after the run's blocks */
+#define QUANT_MIN_RUN 16
 #define PACK_B32_PAIR(h, m) (2 * PACK_B32_QBYTES(h) + 64 * (1 + (m)))
 struct quant_packed {
     uint32_t wtype;
     int64_t n_rows, n_cols;
-    size_t group_bytes; /* Q8_0 / Q4_0: ceil(nb / 2) * PACK_Q80_PAIR / PACK_Q40_PAIR, pairs of blocks; Q4_K: nb * PACK_Q4K_BYTES,
+    size_t group_bytes; /* Q8_0 / Q4_0: ceil(nb / 2) * PACK_Q80_PAIR / PACK_Q40_PAIR, pairs of blocks;
+                           Q4_K / Q5_K / IQ4_XS / Q2_K: nb * PACK_Q4K_BYTES / PACK_Q5K_BYTES / PACK_IQ4XS_BYTES /
+                           PACK_Q2K_BYTES,
                            super-block after super-block; Q6_K: PACK_Q6K_HEAD(nb) + nb * PACK_Q6K_BYTES;
                            the 32-element types: ceil(nb / 2) * PACK_B32_PAIR(h, m)
                            (a multiple of 64 in every case) */

@@ -57,14 +57,18 @@ static void pack_q4_0(uint8_t *dst, const uint8_t *w, size_t rb, int64_t n_rows,
     }
 }
 
-/* Q4_K rows -> quant_pack's layout (PACK_Q4K_BYTES per group and super-block, quant_impl.h). */
-static void pack_q4_k(uint8_t *dst, const uint8_t *w, size_t rb, int64_t n_rows, int64_t nsb, size_t group_bytes) {
+/* Q4_K / Q5_K rows -> quant_pack's layout (PACK_Q4K_BYTES / PACK_Q5K_BYTES per group and
+ * super-block, quant_impl.h); q5: Q5_K, whose nibbles follow its 32 bytes of fifth bits. */
+static void pack_q45_k(uint8_t *dst, const uint8_t *w, size_t rb, int64_t n_rows, int64_t nsb, size_t group_bytes,
+                       int q5) {
+    const size_t blk = q5 ? Q5_K_BYTES : Q4_K_BYTES, sbb = q5 ? PACK_Q5K_BYTES : PACK_Q4K_BYTES;
+    const size_t qs = q5 ? 48 : 16;
     for (int64_t r = 0; r < n_rows; r++) {
         int i = (int)(r % PACK_ROWS);
         const uint8_t *src = w + (size_t)r * rb;
-        for (int64_t b = 0; b < nsb; b++, src += Q4_K_BYTES) {
-            uint8_t *q = dst + (size_t)(r / PACK_ROWS) * group_bytes + (size_t)b * PACK_Q4K_BYTES;
-            for (int k = 0; k < 32; k++) memcpy(q + 64 * k + 4 * i, src + 16 + 4 * k, 4);
+        for (int64_t b = 0; b < nsb; b++, src += blk) {
+            uint8_t *q = dst + (size_t)(r / PACK_ROWS) * group_bytes + (size_t)b * sbb;
+            for (int k = 0; k < 32; k++) memcpy(q + 64 * k + 4 * i, src + qs + 4 * k, 4);
             uint8_t sc[8], mn[8];
             quant_q4k_scales(src + 4, sc, mn);
             uint8_t *s = q + 32 * 64;
@@ -74,6 +78,38 @@ static void pack_q4_k(uint8_t *dst, const uint8_t *w, size_t rb, int64_t n_rows,
             }
             memcpy(s + 256 + 2 * i, src, 2);      /* d */
             memcpy(s + 256 + 32 + 2 * i, src + 2, 2); /* dmin */
+            for (int kk = 0; q5 && kk < 8; kk++) memcpy(q + PACK_Q4K_BYTES + 64 * kk + 4 * i, src + 16 + 4 * kk, 4);
+        }
+    }
+}
+
+/* IQ4_XS rows -> quant_pack's layout (PACK_IQ4XS_BYTES per group and super-block, quant_impl.h). */
+static void pack_iq4_xs(uint8_t *dst, const uint8_t *w, size_t rb, int64_t n_rows, int64_t nsb, size_t group_bytes) {
+    for (int64_t r = 0; r < n_rows; r++) {
+        int i = (int)(r % PACK_ROWS);
+        const uint8_t *src = w + (size_t)r * rb;
+        for (int64_t b = 0; b < nsb; b++, src += IQ4_XS_BYTES) {
+            uint8_t *q = dst + (size_t)(r / PACK_ROWS) * group_bytes + (size_t)b * PACK_IQ4XS_BYTES;
+            for (int k = 0; k < 32; k++) memcpy(q + 64 * k + 4 * i, src + 8 + 4 * k, 4);
+            int8_t sc[8];
+            quant_iq4xs_scales(src, sc);
+            for (int j = 0; j < 8; j++) q[32 * 64 + 16 * j + i] = (uint8_t)sc[j];
+            memcpy(q + 32 * 64 + 128 + 2 * i, src, 2); /* d */
+        }
+    }
+}
+
+/* Q2_K rows -> quant_pack's layout (PACK_Q2K_BYTES per group and super-block, quant_impl.h). */
+static void pack_q2_k(uint8_t *dst, const uint8_t *w, size_t rb, int64_t n_rows, int64_t nsb, size_t group_bytes) {
+    for (int64_t r = 0; r < n_rows; r++) {
+        int i = (int)(r % PACK_ROWS);
+        const uint8_t *src = w + (size_t)r * rb;
+        for (int64_t b = 0; b < nsb; b++, src += Q2_K_BYTES) {
+            uint8_t *q = dst + (size_t)(r / PACK_ROWS) * group_bytes + (size_t)b * PACK_Q2K_BYTES;
+            for (int k = 0; k < 16; k++) memcpy(q + 64 * k + 4 * i, src + 16 + 4 * k, 4);
+            for (int j = 0; j < 16; j++) q[16 * 64 + 16 * j + i] = src[j];
+            memcpy(q + 16 * 64 + 256 + 2 * i, src + 80, 2);      /* d */
+            memcpy(q + 16 * 64 + 256 + 32 + 2 * i, src + 82, 2); /* dmin */
         }
     }
 }
@@ -215,6 +251,7 @@ quant_packed *quant_pack(const void *w, uint32_t wtype, int64_t n_rows, int64_t 
     const char *no = getenv("ATTND_NO_REPACK");
     if (no && *no && strcmp(no, "0") != 0) return NULL;
     int q8_0 = wtype == GGUF_TYPE_Q8_0, q4_0 = wtype == GGUF_TYPE_Q4_0, q4_k = wtype == GGUF_TYPE_Q4_K;
+    int q5_k = wtype == GGUF_TYPE_Q5_K, iq4_xs = wtype == GGUF_TYPE_IQ4_XS, q2_k = wtype == GGUF_TYPE_Q2_K;
     b32_fields bf = {0};
     int b32 = b32_fields_of(wtype, &bf);
     uint32_t be = gguf_type_block_elems(wtype);
@@ -225,11 +262,14 @@ quant_packed *quant_pack(const void *w, uint32_t wtype, int64_t n_rows, int64_t 
     int64_t nb = n_cols / be, n_groups = (n_rows + PACK_ROWS - 1) / PACK_ROWS;
     *pk = (quant_packed){.wtype = wtype, .n_rows = n_rows, .n_cols = n_cols};
     /* round_up keeps every group 64-byte aligned */
-    pk->group_bytes = q8_0   ? (size_t)(nb + 1) / 2 * PACK_Q80_PAIR
-                      : q4_0 ? (size_t)(nb + 1) / 2 * PACK_Q40_PAIR
-                      : b32  ? (size_t)(nb + 1) / 2 * PACK_B32_PAIR(bf.h, bf.has_m)
-                      : q4_k ? (size_t)nb * PACK_Q4K_BYTES
-                             : PACK_Q6K_HEAD(nb) + (size_t)nb * PACK_Q6K_BYTES;
+    pk->group_bytes = q8_0     ? (size_t)(nb + 1) / 2 * PACK_Q80_PAIR
+                      : q4_0   ? (size_t)(nb + 1) / 2 * PACK_Q40_PAIR
+                      : b32    ? (size_t)(nb + 1) / 2 * PACK_B32_PAIR(bf.h, bf.has_m)
+                      : q4_k   ? (size_t)nb * PACK_Q4K_BYTES
+                      : q5_k   ? (size_t)nb * PACK_Q5K_BYTES
+                      : iq4_xs ? (size_t)nb * PACK_IQ4XS_BYTES
+                      : q2_k   ? (size_t)nb * PACK_Q2K_BYTES
+                               : PACK_Q6K_HEAD(nb) + (size_t)nb * PACK_Q6K_BYTES;
     pk->bytes = (size_t)n_groups * pk->group_bytes;
     pk->data = packed_alloc(pk->bytes);
     if (!pk->data) {
@@ -247,7 +287,9 @@ quant_packed *quant_pack(const void *w, uint32_t wtype, int64_t n_rows, int64_t 
     if (q8_0) pack_q8_0(pk->data, w, rb, n_rows, nb, pk->group_bytes);
     else if (q4_0) pack_q4_0(pk->data, w, rb, n_rows, nb, pk->group_bytes);
     else if (b32) pack_b32(pk->data, w, rb, n_rows, nb, pk->group_bytes, &bf);
-    else if (q4_k) pack_q4_k(pk->data, w, rb, n_rows, nb, pk->group_bytes);
+    else if (q4_k || q5_k) pack_q45_k(pk->data, w, rb, n_rows, nb, pk->group_bytes, q5_k);
+    else if (iq4_xs) pack_iq4_xs(pk->data, w, rb, n_rows, nb, pk->group_bytes);
+    else if (q2_k) pack_q2_k(pk->data, w, rb, n_rows, nb, pk->group_bytes);
     else pack_q6_k(pk->data, w, rb, n_rows, nb, pk->group_bytes);
     return pk;
 }

@@ -784,6 +784,9 @@ Test(quant, q8_0_packed_at_load_agrees_with_portable_at_group_edges) { check_pac
 Test(quant, q4_0_packed_at_load_agrees_with_portable_at_group_edges) { check_packed(GGUF_TYPE_Q4_0); }
 Test(quant, q4_k_packed_at_load_agrees_with_portable_at_group_edges) { check_packed(GGUF_TYPE_Q4_K); }
 Test(quant, q6_k_packed_at_load_agrees_with_portable_at_group_edges) { check_packed(GGUF_TYPE_Q6_K); }
+Test(quant, q5_k_packed_at_load_agrees_with_portable_at_group_edges) { check_packed(GGUF_TYPE_Q5_K); }
+Test(quant, iq4_xs_packed_at_load_agrees_with_portable_at_group_edges) { check_packed(GGUF_TYPE_IQ4_XS); }
+Test(quant, q2_k_packed_at_load_agrees_with_portable_at_group_edges) { check_packed(GGUF_TYPE_Q2_K); }
 
 /* the 32-element types of issue 27, packed at load (PACK_B32_PAIR) */
 static const uint32_t B32_TYPES[] = {GGUF_TYPE_Q4_1, GGUF_TYPE_Q5_0, GGUF_TYPE_Q5_1, GGUF_TYPE_IQ4_NL, GGUF_TYPE_MXFP4};
@@ -829,9 +832,9 @@ Test(quant, b32_types_packed_give_the_register_tiles_bits_from_four_tokens) {
 }
 
 Test(quant, packing_a_type_without_packed_kernel_gives_no_copy) {
-    uint8_t *w = malloc(quant_row_bytes(GGUF_TYPE_Q5_K, 256) * 16);
-    random_weights(w, GGUF_TYPE_Q5_K, 16, 256);
-    cr_assert_null(quant_pack(w, GGUF_TYPE_Q5_K, 16, 256));
+    uint8_t *w = malloc(quant_row_bytes(GGUF_TYPE_F16, 256) * 16);
+    random_weights(w, GGUF_TYPE_F16, 16, 256);
+    cr_assert_null(quant_pack(w, GGUF_TYPE_F16, 16, 256));
     free(w);
     quant_packed_destroy(NULL);
     cr_assert_eq(quant_packed_bytes(NULL), 0);

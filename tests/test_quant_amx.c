@@ -106,21 +106,37 @@ Test(amx_tile, probe_answers_once_and_names_its_state) {
 
 // ---- the kernels --------------------------------------------------------------------------------
 
-static const uint32_t AMX_TYPES[] = {GGUF_TYPE_Q8_0, GGUF_TYPE_Q4_0, GGUF_TYPE_Q4_K, GGUF_TYPE_Q6_K};
+static const uint32_t AMX_TYPES[] = {GGUF_TYPE_Q8_0,   GGUF_TYPE_Q4_0,  GGUF_TYPE_Q4_K,  GGUF_TYPE_Q5_K,
+                                     GGUF_TYPE_Q6_K,   GGUF_TYPE_Q4_1,  GGUF_TYPE_Q5_0,  GGUF_TYPE_Q5_1,
+                                     GGUF_TYPE_IQ4_NL, GGUF_TYPE_MXFP4, GGUF_TYPE_IQ4_XS};
 
 static void random_weights(uint8_t *w, uint32_t type, int64_t n_rows, int64_t n_cols) {
     size_t rb = quant_row_bytes(type, n_cols);
     for (size_t i = 0; i < rb * (size_t)n_rows; i++) w[i] = (uint8_t)rnd();
-    int64_t n = n_rows * n_cols;
-    for (int64_t b = 0; b < n / (type == GGUF_TYPE_Q8_0 || type == GGUF_TYPE_Q4_0 ? 32 : 256); b++) switch (type) {
-        case GGUF_TYPE_Q8_0: put16(w + 34 * b, quant_f32_to_f16(0.01f + 0.01f * fabsf(rndf()))); break;
-        case GGUF_TYPE_Q4_0: put16(w + 18 * b, quant_f32_to_f16(0.1f + 0.1f * rndf())); break;
+    const int64_t n = n_rows * n_cols;
+    const size_t bytes = gguf_type_block_bytes(type);
+    for (int64_t b = 0; b < n / gguf_type_block_elems(type); b++) {
+        uint8_t *blk = w + bytes * (size_t)b;
+        switch (type) { /* finite, small scales (and minimums) */
+        case GGUF_TYPE_Q8_0: put16(blk, quant_f32_to_f16(0.01f + 0.01f * fabsf(rndf()))); break;
+        case GGUF_TYPE_Q4_0: put16(blk, quant_f32_to_f16(0.1f + 0.1f * rndf())); break;
         case GGUF_TYPE_Q4_K:
-            put16(w + 144 * b, quant_f32_to_f16(0.002f + 0.001f * rndf()));
-            put16(w + 144 * b + 2, quant_f32_to_f16(0.004f + 0.001f * rndf()));
+        case GGUF_TYPE_Q5_K:
+            put16(blk, quant_f32_to_f16(0.002f + 0.001f * rndf()));
+            put16(blk + 2, quant_f32_to_f16(0.004f + 0.001f * rndf()));
             break;
-        default: put16(w + 210 * b + 208, quant_f32_to_f16(0.0005f + 0.0002f * rndf())); break;
+        case GGUF_TYPE_Q6_K: put16(blk + 208, quant_f32_to_f16(0.0005f + 0.0002f * rndf())); break;
+        case GGUF_TYPE_Q4_1:
+        case GGUF_TYPE_Q5_1:
+            put16(blk, quant_f32_to_f16(0.05f + 0.02f * rndf()));
+            put16(blk + 2, quant_f32_to_f16(-0.8f + 0.5f * rndf()));
+            break;
+        case GGUF_TYPE_Q5_0: put16(blk, quant_f32_to_f16(0.05f + 0.05f * rndf())); break;
+        case GGUF_TYPE_IQ4_NL: put16(blk, quant_f32_to_f16(0.005f + 0.002f * rndf())); break;
+        case GGUF_TYPE_IQ4_XS: put16(blk, quant_f32_to_f16(0.0002f + 0.0001f * rndf())); break;
+        default: blk[0] = (uint8_t)(118 + rnd() % 8); break; /* MXFP4: 2^-10 .. 2^-3 */
         }
+    }
 }
 
 /* out (n_tok, R) under `isa`, reading the copy packed under that set when it makes one */
@@ -136,8 +152,8 @@ static void run(float *out, quant_isa isa, const uint8_t *w, uint32_t type, int6
 
 /* One shape: the emulated kernels against the portable path (within float rounding: the portable
  * kernels add the block terms in another order), and bit for bit against AVX-512 and real AMX
- * where the CPU has them (the AVX-512 kernels of the same layout: the packed Q8_0/Q4_0/Q4_K/Q6_K
- * kernels always, mapped Q8_0's register tiles from 4 tokens), for each token count in toks. */
+ * where the CPU has them (the AVX-512 kernels of the same layout: the packed Q8_0/Q4_0/Q4_K/Q5_K/Q6_K
+ * and 32-element (Q4_1/Q5_0/Q5_1/IQ4_NL/MXFP4) kernels always, mapped Q8_0's register tiles from 4 tokens), for each token count in toks. */
 static void check_shape(uint32_t type, int64_t R, int64_t C, const int *toks, int n_toks) {
     int T = 0;
     for (int i = 0; i < n_toks; i++) T = toks[i] > T ? toks[i] : T;
@@ -182,7 +198,7 @@ Test(quant_amx, emulated_kernels_agree_with_portable_at_tile_edges_for_every_bat
     for (int i = 0; i < 33; i++) toks[i] = i + 1;
     const int64_t rows[] = {1, 16, 37};
     for (size_t t = 0; t < sizeof AMX_TYPES / sizeof *AMX_TYPES; t++) {
-        int q32 = AMX_TYPES[t] == GGUF_TYPE_Q8_0 || AMX_TYPES[t] == GGUF_TYPE_Q4_0;
+        int q32 = gguf_type_block_elems(AMX_TYPES[t]) == 32;
         const int64_t cols[] = {q32 ? 32 : 256, q32 ? 352 : 512, q32 ? 512 : 1280, q32 ? 1056 : 1280};
         for (size_t r = 0; r < sizeof rows / sizeof *rows; r++)
             for (size_t c = 0; c < sizeof cols / sizeof *cols; c++)
@@ -190,12 +206,14 @@ Test(quant_amx, emulated_kernels_agree_with_portable_at_tile_edges_for_every_bat
     }
 }
 
-/* larger batches (several 16-token tiles and a remainder) on a matrix the pool splits */
+/* larger batches (several 16-token tiles and a remainder) on a matrix the pool splits; 130 and 145
+ * are past AX_MIN_TOK (128, quant_amx.c), below which the real amx set hands over to avx512, so
+ * there the real tiles run too */
 Test(quant_amx, emulated_kernels_agree_with_portable_on_larger_batches) {
-    const int toks[] = {48, 65, 100};
+    const int toks[] = {48, 65, 100, 130, 145};
     for (size_t t = 0; t < sizeof AMX_TYPES / sizeof *AMX_TYPES; t++) {
-        int q32 = AMX_TYPES[t] == GGUF_TYPE_Q8_0 || AMX_TYPES[t] == GGUF_TYPE_Q4_0;
-        check_shape(AMX_TYPES[t], 301, q32 ? 544 : 768, toks, 3);
+        int q32 = gguf_type_block_elems(AMX_TYPES[t]) == 32;
+        check_shape(AMX_TYPES[t], 301, q32 ? 544 : 768, toks, 5);
     }
 }
 

@@ -330,8 +330,10 @@ static double time_tl(uint32_t type, int64_t rows, int64_t cols, int n_tok, int 
  * for amx whether this type and batch go through the tiles. */
 static const char *kernel_path(quant_isa isa, uint32_t type, int n_tok) {
     if (isa != QUANT_ISA_AMX) return quant_isa_name(isa);
-    int tiled = type == GGUF_TYPE_Q8_0 || type == GGUF_TYPE_Q4_0 || type == GGUF_TYPE_Q4_K || type == GGUF_TYPE_Q6_K;
-    return tiled && n_tok >= 16 ? "amx tiles" : "amx (avx512)";
+    int tiled = type == GGUF_TYPE_Q8_0 || type == GGUF_TYPE_Q4_0 || type == GGUF_TYPE_Q4_K || type == GGUF_TYPE_Q6_K ||
+                type == GGUF_TYPE_Q5_K || type == GGUF_TYPE_Q4_1 || type == GGUF_TYPE_Q5_0 || type == GGUF_TYPE_Q5_1 ||
+                type == GGUF_TYPE_IQ4_NL || type == GGUF_TYPE_MXFP4 || type == GGUF_TYPE_IQ4_XS;
+    return tiled && n_tok >= 128 ? "amx tiles" : "amx (avx512)"; /* AX_MIN_TOK of quant_amx.c */
 }
 
 static void bench_tl(int n_threads, int n_tok, quant_isa isa, const char *only) {
@@ -368,8 +370,9 @@ static void bench_tl(int n_threads, int n_tok, quant_isa isa, const char *only) 
  * (ms per MB of weights). */
 static void bench_tl_packed(int n_threads, int n_tok, int hot, const char *only) {
     static const int64_t shapes[][2] = {{2048, 2048}, {5632, 2048}, {2048, 5632}, {32000, 2048}};
-    static const uint32_t types[] = {GGUF_TYPE_Q8_0, GGUF_TYPE_Q4_0, GGUF_TYPE_Q4_K,   GGUF_TYPE_Q6_K, GGUF_TYPE_Q4_1,
-                                     GGUF_TYPE_Q5_0, GGUF_TYPE_Q5_1, GGUF_TYPE_IQ4_NL, GGUF_TYPE_MXFP4};
+    static const uint32_t types[] = {GGUF_TYPE_Q8_0,  GGUF_TYPE_Q4_0, GGUF_TYPE_Q4_K,   GGUF_TYPE_Q6_K,
+                                     GGUF_TYPE_Q4_1,  GGUF_TYPE_Q5_0, GGUF_TYPE_Q5_1,   GGUF_TYPE_IQ4_NL,
+                                     GGUF_TYPE_MXFP4, GGUF_TYPE_Q5_K, GGUF_TYPE_IQ4_XS, GGUF_TYPE_Q2_K};
     double dram = hot ? 0 : dram_read_gbs(n_threads);
     printf("mapped (A) vs packed at load (B), isa %s, alternating batches, best of 7\n", quant_isa_name(quant_isa_active()));
     if (dram > 0) printf("DRAM read bandwidth, %d thread(s), same run: %.2f GB/s\n", n_threads, dram);
