@@ -106,7 +106,7 @@ attnd_status spec_create(spec **out, const spec_params *p, attnd_err *err) {
     if (p->draft) {
         const model_info *mi = model_info_get(engine_model(p->draft));
         s->d_ctx = mi->n_ctx, s->d_vocab = mi->n_vocab, s->d_batch = engine_max_batch(p->draft);
-        if (!(s->dmem = malloc(layout_draft(s, NULL)))) {
+        if (!(s->dmem = block_alloc(layout_draft(s, NULL)))) {
             st = attnd_fail(err, ATTND_ERR_NOMEM, "out of memory for the draft model's buffers");
             goto fail;
         }
