@@ -7,6 +7,7 @@
  */
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/mman.h>
 
 #include "attnd/common.h"
@@ -289,9 +290,20 @@ static void *packed_alloc(size_t bytes) {
     return p;
 }
 
-quant_packed *quant_pack(const void *w, uint32_t wtype, int64_t n_rows, int64_t n_cols) {
+/* ATTND_NO_REPACK: unset, empty or 0: packing on; the name of a weight type (Q3_K): that type kept
+ * as mapped (A/B runs of one type's packed kernel in one binary); anything else (1): all kept. */
+static int repack_off(uint32_t wtype) {
     const char *no = getenv("ATTND_NO_REPACK");
-    if (no && *no && strcmp(no, "0") != 0) return NULL;
+    if (!no || !*no || strcmp(no, "0") == 0) return 0;
+    for (uint32_t t = 0; t < 64; t++) {
+        const char *name = gguf_type_name(t);
+        if (name && strcasecmp(no, name) == 0) return t == wtype;
+    }
+    return 1;
+}
+
+quant_packed *quant_pack(const void *w, uint32_t wtype, int64_t n_rows, int64_t n_cols) {
+    if (repack_off(wtype)) return NULL;
     int q8_0 = wtype == GGUF_TYPE_Q8_0, q4_0 = wtype == GGUF_TYPE_Q4_0, q4_k = wtype == GGUF_TYPE_Q4_K;
     int q5_k = wtype == GGUF_TYPE_Q5_K, iq4_xs = wtype == GGUF_TYPE_IQ4_XS, q2_k = wtype == GGUF_TYPE_Q2_K;
     int q3_k = wtype == GGUF_TYPE_Q3_K;

@@ -769,6 +769,13 @@ static void check_packed(uint32_t type) {
         free(bound);
         setenv("ATTND_NO_REPACK", "1", 1);
         cr_assert_null(quant_pack(w, type, R, n_cols), "ATTND_NO_REPACK=1 turns packing off");
+        setenv("ATTND_NO_REPACK", gguf_type_name(type), 1);
+        cr_assert_null(quant_pack(w, type, R, n_cols), "ATTND_NO_REPACK=%s turns its packing off", gguf_type_name(type));
+        setenv("ATTND_NO_REPACK", type == GGUF_TYPE_F16 ? "Q8_0" : "F16", 1); /* another type's name */
+        quant_packed *other = quant_pack(w, type, R, n_cols);
+        cr_assert(quant_isa_active() >= QUANT_ISA_AVX512 ? other != NULL : other == NULL,
+                  "ATTND_NO_REPACK naming another type leaves %s packed", gguf_type_name(type));
+        quant_packed_destroy(other);
         unsetenv("ATTND_NO_REPACK");
         quant_isa_force(saved);
         free(scratch);
