@@ -107,8 +107,9 @@ typedef void (*attn_tile_fn)(const struct attn_tile *t);
 #define PACK_IQ4XS_BYTES (32 * 64 + 3 * 64)
 /* Q2_K, per 16-row group and super-block: 16 x 64 bytes of 2-bit fields (vector v: qs bytes
  * 4v..4v+3 of each row, row i at 4i; bits 2k of vector 8h + 4 half + kk are weights 4 kk.. of
- * sub-block 8h + 2k + half), then the raw scale bytes (low nibble the scale, high the minimum),
- * byte 16j + i row i's byte j (256 bytes), then 16 f16 d and 16 f16 dmin: 84 bytes per row and
+ * sub-block 8h + 2k + half), then the raw scale bytes (low nibble the scale, high the minimum)
+ * pair by pair, byte 32p + 2i + h row i's byte 2p + h (256 bytes: one vpmovzxbw gives a pair's
+ * two as the words of each lane), then 16 f16 d and 16 f16 dmin: 84 bytes per row and
  * super-block, as mapped. */
 #define PACK_Q2K_BYTES (16 * 64 + 256 + 64)
 /* Q3_K, per 16-row group: first each super-block's 16 d (f16; PACK_Q3K_HEAD bytes, as Q6_K's),

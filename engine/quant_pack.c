@@ -108,7 +108,7 @@ static void pack_q2_k(uint8_t *dst, const uint8_t *w, size_t rb, int64_t n_rows,
         for (int64_t b = 0; b < nsb; b++, src += Q2_K_BYTES) {
             uint8_t *q = dst + (size_t)(r / PACK_ROWS) * group_bytes + (size_t)b * PACK_Q2K_BYTES;
             for (int k = 0; k < 16; k++) memcpy(q + 64 * k + 4 * i, src + 16 + 4 * k, 4);
-            for (int j = 0; j < 16; j++) q[16 * 64 + 16 * j + i] = src[j];
+            for (int j = 0; j < 16; j++) q[16 * 64 + 32 * (j / 2) + 2 * i + j % 2] = src[j];
             memcpy(q + 16 * 64 + 256 + 2 * i, src + 80, 2);      /* d */
             memcpy(q + 16 * 64 + 256 + 32 + 2 * i, src + 82, 2); /* dmin */
         }

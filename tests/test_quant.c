@@ -848,6 +848,12 @@ Test(quant, q3_k_packed_gives_the_register_tiles_bits_from_four_tokens) {
     check_packed_tile_bits(&t, 1);
 }
 
+/* Q2_K's packed kernel too (its sub-block pairs scaled as integers by vpdpwssd). */
+Test(quant, q2_k_packed_gives_the_register_tiles_bits_from_four_tokens) {
+    const uint32_t t = GGUF_TYPE_Q2_K;
+    check_packed_tile_bits(&t, 1);
+}
+
 /* The packed Q3_K kernel holds each pair of sub-block sums of q y as the two int16 words of a
  * dword: at the extremes (every |q| and scale at its largest, activations at +-127 rounded from
  * +-amax) the results still equal the portable path's integers, to the float64 floors. */
