@@ -24,6 +24,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
 
 typedef struct block {
     char *mem;     /* NULL while measuring; borrowed */
@@ -46,5 +47,9 @@ static inline void *block_take(block *b, size_t n, size_t elem) {
 
 /* The bytes the layout needs; SIZE_MAX (which no allocation satisfies) after an overflow. */
 static inline size_t block_size(const block *b) { return b->overflow ? SIZE_MAX : b->used; }
+
+/* A zeroed block of size bytes (a layout's block_size), or NULL when out of memory or when the
+ * layout overflowed (SIZE_MAX). */
+static inline void *block_alloc(size_t size) { return size == SIZE_MAX ? NULL : calloc(1, size); }
 
 #endif

@@ -1,4 +1,5 @@
-/* common.c — status names, the error-message helper and the clocks declared in attnd/common.h. */
+/* common.c — status names, the error-message helper, the clocks and the worker-thread stop declared
+ * in attnd/common.h. */
 #include "attnd/common.h"
 
 #include <stdarg.h>
@@ -38,6 +39,14 @@ void attnd_deadline(struct timespec *ts, int timeout_ms) {
     long ns = ts->tv_nsec + (long)(timeout_ms % 1000) * 1000000L;
     ts->tv_sec += timeout_ms / 1000 + ns / 1000000000L;
     ts->tv_nsec = ns % 1000000000L;
+}
+
+void attnd_thread_stop(pthread_t th, pthread_mutex_t *mu, pthread_cond_t *wake, bool *stop) {
+    pthread_mutex_lock(mu);
+    *stop = true;
+    pthread_cond_broadcast(wake);
+    pthread_mutex_unlock(mu);
+    pthread_join(th, NULL);
 }
 
 void attnd_random(void *buf, size_t n) {

@@ -18,6 +18,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "block.h"
+
 // ---- the vocabulary trie --------------------------------------------------------------------
 
 /* Trie nodes in depth-first pre-order; a node's subtree is [i, skip). */
@@ -33,14 +35,34 @@ struct grammar_vocab {
     char *bytes;          /* every token's bytes, concatenated */
     size_t *off;          /* (n + 1) token i is bytes[off[i] .. off[i + 1]) */
     int32_t *sorted;      /* ids with bytes, in byte order */
+    char *mem;            /* the block of bytes, off and sorted (layout_tokens) */
     vnode *nodes;
     size_t n_nodes;
     uint32_t max_depth;
     char *names;          /* every token's vocabulary string, concatenated (for <text> terminals) */
     size_t *name_off;     /* (n + 1) */
     int32_t *by_name;     /* (n_named) ids with a name, in name order */
+    char *names_mem;      /* the block of names, name_off and by_name (layout_names) */
     int n_named;
 };
+
+/* Where bytes (total, at least 1), off and sorted go in v->mem, for n tokens (block.h). */
+static size_t layout_tokens(grammar_vocab *v, char *mem, int n, size_t total) {
+    block b = {.mem = mem};
+    v->bytes = block_take(&b, total ? total : 1, sizeof(*v->bytes));
+    v->off = block_take(&b, (size_t)n + 1, sizeof(*v->off));
+    v->sorted = block_take(&b, (size_t)n, sizeof(*v->sorted));
+    return block_size(&b);
+}
+
+/* Where names (total, at least 1), name_off and by_name go in v->names_mem (block.h). */
+static size_t layout_names(grammar_vocab *v, char *mem, size_t total) {
+    block b = {.mem = mem};
+    v->names = block_take(&b, total ? total : 1, sizeof(*v->names));
+    v->name_off = block_take(&b, (size_t)v->n + 1, sizeof(*v->name_off));
+    v->by_name = block_take(&b, (size_t)v->n, sizeof(*v->by_name));
+    return block_size(&b);
+}
 
 static const grammar_vocab *g_sort_vocab; /* qsort has no context argument: set for the sort only */
 
@@ -95,11 +117,11 @@ attnd_status grammar_vocab_create(grammar_vocab **out, int n_vocab, const char *
     grammar_vocab *v = calloc(1, sizeof(*v));
     size_t total = 0;
     for (int i = 0; i < n_vocab; i++) total += lens[i];
-    if (!v || !(v->off = malloc(((size_t)n_vocab + 1) * sizeof(*v->off))) || !(v->bytes = malloc(total ? total : 1)) ||
-        !(v->sorted = malloc((size_t)n_vocab * sizeof(*v->sorted)))) {
+    if (!v || !(v->mem = block_alloc(layout_tokens(v, NULL, n_vocab, total)))) {
         grammar_vocab_destroy(v);
         return attnd_fail(err, ATTND_ERR_NOMEM, "grammar: out of memory indexing the vocabulary");
     }
+    layout_tokens(v, v->mem, n_vocab, total);
     v->n = n_vocab;
     size_t o = 0, n_sorted = 0;
     for (int i = 0; i < n_vocab; i++) {
@@ -138,15 +160,16 @@ static int cmp_by_name(const void *a, const void *b) {
 attnd_status grammar_vocab_set_names(grammar_vocab *v, const char *const *names, const size_t *lens, attnd_err *err) {
     size_t total = 0;
     for (int i = 0; i < v->n; i++) total += lens[i];
-    char *nm = malloc(total ? total : 1);
-    size_t *off = malloc(((size_t)v->n + 1) * sizeof(*off));
-    int32_t *by = malloc((size_t)v->n * sizeof(*by));
-    if (!nm || !off || !by) {
-        free(nm), free(off), free(by);
-        return attnd_fail(err, ATTND_ERR_NOMEM, "grammar: out of memory indexing the vocabulary");
-    }
-    free(v->names), free(v->name_off), free(v->by_name);
-    v->names = nm, v->name_off = off, v->by_name = by, v->n_named = 0;
+    grammar_vocab probe = {.n = v->n}; /* measured aside: v keeps the names it has if this fails */
+    char *mem = block_alloc(layout_names(&probe, NULL, total));
+    if (!mem) return attnd_fail(err, ATTND_ERR_NOMEM, "grammar: out of memory indexing the vocabulary");
+    free(v->names_mem); /* the names set before, if any */
+    v->names_mem = mem;
+    layout_names(v, mem, total);
+    char *nm = v->names;
+    size_t *off = v->name_off;
+    int32_t *by = v->by_name;
+    v->n_named = 0;
     size_t o = 0;
     for (int i = 0; i < v->n; i++) {
         off[i] = o;
@@ -210,13 +233,9 @@ attnd_status grammar_vocab_check(const grammar *g, const grammar_vocab *v, attnd
 
 void grammar_vocab_destroy(grammar_vocab *v) {
     if (!v) return;
-    free(v->bytes);
-    free(v->off);
-    free(v->sorted);
+    free(v->mem);       /* bytes, off, sorted */
     free(v->nodes);
-    free(v->names);
-    free(v->name_off);
-    free(v->by_name);
+    free(v->names_mem); /* names, name_off, by_name */
     free(v);
 }
 

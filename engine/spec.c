@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "attnd/tokenizer.h"
+#include "block.h"
 
 struct spec {
     spec_params p;
@@ -29,6 +30,7 @@ struct spec {
     int d_ctx, d_vocab, d_batch;
     float *dlogits;         /* (d_vocab) of the draft's newest position */
     batch_entry *db;        /* (d_batch) */
+    char *dmem;             /* the block dtok, dlogits and db are laid out in (layout_draft) */
 };
 
 void spec_params_default(spec_params *p) {
@@ -83,6 +85,15 @@ attnd_status spec_vocab_check(const model *target, const model *draft, attnd_err
     return compare_tokens(target, draft, err);
 }
 
+/* The draft model's buffers, sized by d_ctx, d_vocab and d_batch, in one block (block.h). */
+static size_t layout_draft(spec *s, char *mem) {
+    block b = {.mem = mem};
+    s->dtok = block_take(&b, (size_t)s->d_ctx, sizeof(*s->dtok));
+    s->dlogits = block_take(&b, (size_t)s->d_vocab, sizeof(*s->dlogits));
+    s->db = block_take(&b, (size_t)s->d_batch, sizeof(*s->db));
+    return block_size(&b);
+}
+
 attnd_status spec_create(spec **out, const spec_params *p, attnd_err *err) {
     *out = NULL;
     attnd_status st = spec_params_validate(p, err);
@@ -95,13 +106,11 @@ attnd_status spec_create(spec **out, const spec_params *p, attnd_err *err) {
     if (p->draft) {
         const model_info *mi = model_info_get(engine_model(p->draft));
         s->d_ctx = mi->n_ctx, s->d_vocab = mi->n_vocab, s->d_batch = engine_max_batch(p->draft);
-        s->dtok = malloc(sizeof(int32_t) * (size_t)s->d_ctx);
-        s->dlogits = malloc(sizeof(float) * (size_t)s->d_vocab);
-        s->db = malloc(sizeof(batch_entry) * (size_t)s->d_batch);
-        if (!s->dtok || !s->dlogits || !s->db) {
+        if (!(s->dmem = block_alloc(layout_draft(s, NULL)))) {
             st = attnd_fail(err, ATTND_ERR_NOMEM, "out of memory for the draft model's buffers");
             goto fail;
         }
+        layout_draft(s, s->dmem);
         if ((st = kv_seq_create(&s->ds, p->draft_pool, err)) != ATTND_OK) goto fail;
     }
     *out = s;
@@ -115,9 +124,7 @@ void spec_destroy(spec *s) {
     if (!s) return;
     kv_seq_destroy(s->ds);
     free(s->hist);
-    free(s->dtok);
-    free(s->dlogits);
-    free(s->db);
+    free(s->dmem); /* dtok, dlogits, db */
     free(s);
 }
 

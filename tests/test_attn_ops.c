@@ -225,8 +225,7 @@ static void f16_case_step(const f16_case *c, float *out, bool f32, bool scratch)
         t.KT = kt, t.V = v;
     } else {
         t.KT16 = c->KT16, t.V16 = c->V16;
-        memset(kt, 0xFF, sizeof(kt)), memset(v, 0xFF, sizeof(v)); /* NaN: what a step converts, it writes */
-        if (scratch) t.kt_buf = kt, t.v_buf = v;
+        tile_fixture_scratch(&t, scratch);
     }
     attn_tile_step(&t);
 }

@@ -94,15 +94,14 @@ static void q_case_fill(q_case *c, uint64_t seed) {
 /* attn_tile_step of the active instruction set on c's state into out (acc, max, sum per row), over
  * the quantized tiles (scratch NULL when the step must not need it) or the F32 conversion. */
 static void q_case_step(const q_case *c, float *out, bool f32, bool scratch) {
-    static float kt[128 * KV_BLOCK], v[KV_BLOCK * 128], p[16 * KV_BLOCK];
+    static float p[16 * KV_BLOCK];
     tile_fixture_shape sh = {.R = c->R, .hd = c->hd, .cnt = c->cnt, .cnt0 = c->cnt0, .group = c->group};
     attn_tile t = tile_fixture_begin(out, p, c->q, c->acc, c->run_max, c->run_sum, sh);
     if (f32) {
         t.KT = c->kt, t.V = c->v;
     } else {
         t.KQ = c->KQ, t.VQ = c->VQ, t.kvq = (int)c->type;
-        memset(kt, 0xFF, sizeof(kt)), memset(v, 0xFF, sizeof(v)); /* NaN: what a step converts, it writes */
-        if (scratch) t.kt_buf = kt, t.v_buf = v;
+        tile_fixture_scratch(&t, scratch);
     }
     attn_tile_step(&t);
 }

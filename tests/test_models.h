@@ -2,7 +2,7 @@
  * test_models.h — (tests only) where the test models are, and the quantized variants the suite
  * makes itself: test_model_path("stories260K-Q8_0.gguf") runs `attnd quantize` on
  * tests/data/models/stories260K.gguf into the build folder's test-models/ the first time it is asked for,
- * and again whenever the source model is newer than the variant (quantize writes to a temporary file and renames, so concurrent tests are safe). The
+ * and again whenever the source model or the quantizer's code is newer than the variant (quantize writes to a temporary file and renames, so concurrent tests are safe). The
  * committed llama.cpp references (tests/data/reference-greedy.json) were made from the same
  * variants by tests/data/regenerate.sh.
  *
@@ -21,6 +21,21 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+/* Whether the file at made is missing or older than src (when given) or than any of the sources of
+ * the code that writes it (paths under the source tree, NULL-ended): a cache of made files is
+ * remade after a change to its maker, not only after a change to its input. */
+static inline bool test_model_stale(const char *made, const char *src, const char *const *makers) {
+    struct stat ms, st;
+    if (stat(made, &ms) != 0) return true;
+    if (src && stat(src, &st) == 0 && st.st_mtime >= ms.st_mtime) return true;
+    for (; *makers; makers++) {
+        char path[1024];
+        snprintf(path, sizeof path, "%s/%s", ATTND_SOURCE_DIR, *makers);
+        if (stat(path, &st) == 0 && st.st_mtime > ms.st_mtime) return true;
+    }
+    return false;
+}
+
 /* The generated models of tests/make_tiny.c ("qwen896", "llama960"): made in ATTND_TEST_TMP on
  * first use (fixed seeds, so always the same bytes). */
 static inline bool test_model_generated(const char *base) { return !strcmp(base, "qwen896") || !strcmp(base, "llama960"); }
@@ -29,8 +44,8 @@ static inline const char *test_model_base_path(const char *base, char *buf, size
     if (!strcmp(base, "attnd-sotu")) snprintf(buf, cap, "%s/models/attnd-sotu.gguf", ATTND_SOURCE_DIR);
     else if (test_model_generated(base)) {
         snprintf(buf, cap, "%s/%s.gguf", ATTND_TEST_TMP, base);
-        struct stat st;
-        if (stat(buf, &st) != 0) {
+        static const char *const makers[] = {"tests/make_tiny.c", "engine/gguf_writer.c", NULL};
+        if (test_model_stale(buf, NULL, makers)) {
             char cmd[4096], tmp[1100];
             snprintf(tmp, sizeof tmp, "%s.%d", buf, (int)getpid());
             snprintf(cmd, sizeof cmd, "mkdir -p '%s' && '%s' '%s' %s && mv '%s' '%s'", ATTND_TEST_TMP, ATTND_MAKE_TINY, tmp,
@@ -61,9 +76,10 @@ static inline const char *test_model_path(const char *name, char *buf, size_t ca
     snprintf(buf, cap, "%s/%s", ATTND_TEST_TMP, name);
     char src[1024], cmd[8192];
     test_model_base_path(base, src, sizeof src);
-    /* a variant made before its source last changed (a new default model) is made again */
-    struct stat vs, ss;
-    if (stat(buf, &vs) == 0 && (stat(src, &ss) != 0 || vs.st_mtime > ss.st_mtime)) return buf;
+    /* a variant made before its source or the quantizer last changed (a new default model, a new
+     * rule in quantize.c) is made again */
+    static const char *const makers[] = {"engine/quantize.c", "engine/quant_format.c", "engine/gguf_writer.c", NULL};
+    if (!test_model_stale(buf, src, makers)) return buf;
     /* made under a private name and renamed into place: two tests running at once (ctest -j)
      * never read each other's half-written file */
     char tmp[1100];

@@ -98,37 +98,72 @@ static void same(const result *a, const result *b, const char *what) {
     cr_assert_str_eq(a->why, b->why, "%s", what);
 }
 
-/* Each text alone without speculation, then all at once with it: the same results. */
-static void batched_equals_plain(float temp, int draft_max, sched_stats *st) {
-    result plain[4], fast;
-    for (int i = 0; i < 4; i++) {
-        sched_job *j = job_text(TEXTS[i], 40, 0, temp, 9 + (uint64_t)i);
-        cr_assert_eq(sched_submit(sch, j, NULL), ATTND_OK);
-        plain[i] = wait_result(j);
-        sched_job_unref(j);
-    }
+/* j submitted alone (the reference is dropped): what it said. */
+static result run_alone(sched_job *j) {
+    cr_assert_eq(sched_submit(sch, j, NULL), ATTND_OK);
+    result r = wait_result(j);
+    sched_job_unref(j);
+    return r;
+}
+
+/* Each text alone without speculation, 40 tokens, text i seeded seed + i. */
+static void plain_alone(result plain[4], float temp, uint64_t seed) {
+    for (int i = 0; i < 4; i++) plain[i] = run_alone(job_text(TEXTS[i], 40, 0, temp, seed + (uint64_t)i));
+}
+
+/* All the texts at once with draft_max, seeded as plain_alone: each gives plain[i]. */
+static void batched_same(const result plain[4], int draft_max, float temp, uint64_t seed) {
     sched_job *js[4];
     for (int i = 0; i < 4; i++) {
-        js[i] = job_text(TEXTS[i], 40, draft_max, temp, 9 + (uint64_t)i);
+        js[i] = job_text(TEXTS[i], 40, draft_max, temp, seed + (uint64_t)i);
         cr_assert_eq(sched_submit(sch, js[i], NULL), ATTND_OK);
     }
     for (int i = 0; i < 4; i++) {
-        fast = wait_result(js[i]);
+        result fast = wait_result(js[i]);
         same(&plain[i], &fast, TEXTS[i]);
         sched_job_unref(js[i]);
     }
+}
+
+/* Each text alone without speculation, then all at once with it: the same results. */
+static void batched_equals_plain(float temp, int draft_max, sched_stats *st) {
+    result plain[4];
+    plain_alone(plain, temp, 9);
+    batched_same(plain, draft_max, temp, 9);
     sched_get_stats(sch, st);
 }
 
-Test(sched_spec, batched_lookup_gives_the_plain_tokens_greedy_and_seeded) {
-    start();
+/* batched_equals_plain greedy with draft_max, where some drafts are kept and some refused, then
+ * seeded at 0.8 with draft_max 4, where the sampled jobs draft too. */
+static void greedy_and_seeded_equal_plain(int draft_max) {
     sched_stats st;
-    batched_equals_plain(0, 8, &st);
+    batched_equals_plain(0, draft_max, &st);
     cr_assert(st.spec_accepted > 0 && st.spec_drafted > st.spec_accepted, "drafted %llu, kept %llu",
               (unsigned long long)st.spec_drafted, (unsigned long long)st.spec_accepted);
     uint64_t d0 = st.spec_drafted;
     batched_equals_plain(0.8f, 4, &st);
     cr_assert_gt(st.spec_drafted, d0, "sampled jobs draft too");
+}
+
+/* n = 3: text's job (seeded seed) and two forks (fork_seed + 1, + 2), without speculation and
+ * then with draft_max: the same results, named what. */
+static void forks_equal_plain(const char *text, int max_tokens, int draft_max, float temp, uint64_t seed,
+                              uint64_t fork_seed, const char *what) {
+    result plain[3], fast[3];
+    for (int pass = 0; pass < 2; pass++) {
+        sched_job *j[3];
+        j[0] = job_text(text, max_tokens, pass ? draft_max : 0, temp, seed);
+        for (int i = 1; i < 3; i++) cr_assert_eq(sched_job_fork(&j[i], j[0], fork_seed + (uint64_t)i, NULL), ATTND_OK);
+        cr_assert_eq(sched_submit(sch, j[0], NULL), ATTND_OK);
+        for (int i = 0; i < 3; i++) (pass ? fast : plain)[i] = wait_result(j[i]);
+        for (int i = 0; i < 3; i++) sched_job_unref(j[i]);
+    }
+    for (int i = 0; i < 3; i++) same(&plain[i], &fast[i], what);
+}
+
+Test(sched_spec, batched_lookup_gives_the_plain_tokens_greedy_and_seeded) {
+    start();
+    greedy_and_seeded_equal_plain(8);
 }
 
 Test(sched_spec, drafts_take_only_the_room_decoding_leaves) {
@@ -153,34 +188,19 @@ Test(sched_spec, a_tight_batch_drafts_less_and_still_gives_the_plain_tokens) {
 Test(sched_spec, the_server_setting_applies_when_a_request_does_not_say) {
     cfg.draft_max = 6;
     start();
-    sched_job *j = job_text(TEXTS[0], 30, -1, 0, 0);
-    cr_assert_eq(sched_submit(sch, j, NULL), ATTND_OK);
-    wait_result(j);
-    sched_job_unref(j);
+    run_alone(job_text(TEXTS[0], 30, -1, 0, 0));
     sched_stats st;
     sched_get_stats(sch, &st);
     cr_assert_gt(st.spec_drafted, 0);
     uint64_t d0 = st.spec_drafted;
-    j = job_text(TEXTS[0], 30, 0, 0, 0); /* a request's 0 turns it off */
-    cr_assert_eq(sched_submit(sch, j, NULL), ATTND_OK);
-    wait_result(j);
-    sched_job_unref(j);
+    run_alone(job_text(TEXTS[0], 30, 0, 0, 0)); /* a request's 0 turns it off */
     sched_get_stats(sch, &st);
     cr_assert_eq(st.spec_drafted, d0);
 }
 
 Test(sched_spec, forks_and_session_turns_continue_as_without_it) {
     start();
-    result plain[3], fast[3];
-    for (int pass = 0; pass < 2; pass++) {
-        sched_job *j[3];
-        j[0] = job_text(TEXTS[2], 24, pass ? 8 : 0, 0.9f, 50);
-        for (int i = 1; i < 3; i++) cr_assert_eq(sched_job_fork(&j[i], j[0], 50 + (uint64_t)i, NULL), ATTND_OK);
-        cr_assert_eq(sched_submit(sch, j[0], NULL), ATTND_OK);
-        for (int i = 0; i < 3; i++) (pass ? fast : plain)[i] = wait_result(j[i]);
-        for (int i = 0; i < 3; i++) sched_job_unref(j[i]);
-    }
-    for (int i = 0; i < 3; i++) same(&plain[i], &fast[i], "fork");
+    forks_equal_plain(TEXTS[2], 24, 8, 0.9f, 50, 50, "fork");
     /* two turns of a named session with speculation: the second finds the first cached */
     sess *se = sched_rig_session(store, "s");
     int32_t *ids;
@@ -218,23 +238,8 @@ Test(sched_spec, a_draft_model_gives_the_plain_tokens_batched_and_forked) {
     cfg.draft_model = test_model_path("attnd-sotu-Q4_0.gguf", path, sizeof path);
     cfg.draft_min_p = 0.2f;
     start();
-    sched_stats st;
-    batched_equals_plain(0, 6, &st);
-    cr_assert(st.spec_accepted > 0 && st.spec_drafted > st.spec_accepted, "drafted %llu, kept %llu",
-              (unsigned long long)st.spec_drafted, (unsigned long long)st.spec_accepted);
-    uint64_t d0 = st.spec_drafted;
-    batched_equals_plain(0.8f, 4, &st);
-    cr_assert_gt(st.spec_drafted, d0, "sampled jobs draft too");
-    result plain[3], fast[3];
-    for (int pass = 0; pass < 2; pass++) {
-        sched_job *j[3];
-        j[0] = job_text(TEXTS[1], 20, pass ? 5 : 0, 0.9f, 60);
-        for (int i = 1; i < 3; i++) cr_assert_eq(sched_job_fork(&j[i], j[0], 60 + (uint64_t)i, NULL), ATTND_OK);
-        cr_assert_eq(sched_submit(sch, j[0], NULL), ATTND_OK);
-        for (int i = 0; i < 3; i++) (pass ? fast : plain)[i] = wait_result(j[i]);
-        for (int i = 0; i < 3; i++) sched_job_unref(j[i]);
-    }
-    for (int i = 0; i < 3; i++) same(&plain[i], &fast[i], "fork with a draft model");
+    greedy_and_seeded_equal_plain(6);
+    forks_equal_plain(TEXTS[1], 20, 5, 0.9f, 60, 60, "fork with a draft model");
 }
 
 Test(sched_spec, a_draft_model_of_another_vocabulary_is_refused_at_creation) {
@@ -266,16 +271,7 @@ Test(sched_spec, the_cost_aware_controller_gives_the_plain_tokens) {
     sched_stats st;
     batched_equals_plain(0, 8, &st);
     batched_equals_plain(0.8f, 8, &st);
-    result plain[3], fast[3];
-    for (int pass = 0; pass < 2; pass++) {
-        sched_job *j[3];
-        j[0] = job_text(TEXTS[0], 40, pass ? 8 : 0, 0, 0);
-        for (int i = 1; i < 3; i++) cr_assert_eq(sched_job_fork(&j[i], j[0], 70 + (uint64_t)i, NULL), ATTND_OK);
-        cr_assert_eq(sched_submit(sch, j[0], NULL), ATTND_OK);
-        for (int i = 0; i < 3; i++) (pass ? fast : plain)[i] = wait_result(j[i]);
-        for (int i = 0; i < 3; i++) sched_job_unref(j[i]);
-    }
-    for (int i = 0; i < 3; i++) same(&plain[i], &fast[i], "adaptive fork");
+    forks_equal_plain(TEXTS[0], 40, 8, 0, 0, 70, "adaptive fork");
     cr_assert_leq(st.spec_accepted, st.spec_drafted);
 }
 
@@ -293,26 +289,12 @@ Test(sched_spec, slots_drafting_with_a_draft_model_draft_together) {
     int evals = 0;
     engine_set_attention_cb(sch->deng, NULL, &evals);
     engine_set_residual_cb(sch->deng, count_evals);
-    result plain[4], fast;
-    for (int i = 0; i < 4; i++) {
-        sched_job *j = job_text(TEXTS[i], 40, 0, 0, 0);
-        cr_assert_eq(sched_submit(sch, j, NULL), ATTND_OK);
-        plain[i] = wait_result(j);
-        sched_job_unref(j);
-    }
+    result plain[4];
+    plain_alone(plain, 0, 0); /* greedy: the seeds (0 to 3) draw nothing */
     sched_stats st0, st1;
     sched_get_stats(sch, &st0);
     cr_assert_eq(evals, 0, "plain jobs never run the draft model");
-    sched_job *js[4];
-    for (int i = 0; i < 4; i++) {
-        js[i] = job_text(TEXTS[i], 40, 4, 0, 0);
-        cr_assert_eq(sched_submit(sch, js[i], NULL), ATTND_OK);
-    }
-    for (int i = 0; i < 4; i++) {
-        fast = wait_result(js[i]);
-        same(&plain[i], &fast, TEXTS[i]);
-        sched_job_unref(js[i]);
-    }
+    batched_same(plain, 4, 0, 0);
     sched_get_stats(sch, &st1);
     uint64_t steps = st1.steps - st0.steps;
     cr_assert_gt(st1.spec_drafted, 0);

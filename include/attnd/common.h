@@ -9,6 +9,7 @@
 #ifndef ATTND_COMMON_H
 #define ATTND_COMMON_H
 
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -48,6 +49,12 @@ double attnd_now_s(void);
 long long attnd_unix_ms(void);
 /* The CLOCK_REALTIME instant timeout_ms from now, as pthread_cond_timedwait wants it. */
 void attnd_deadline(struct timespec *ts, int timeout_ms);
+
+// ---- threads --------------------------------------------------------------------------------
+
+/* Stops a worker thread th whose loop waits on wake under mu until *stop: sets *stop under mu,
+ * wakes every waiter on wake and joins th. The caller then owns what the thread owned. */
+void attnd_thread_stop(pthread_t th, pthread_mutex_t *mu, pthread_cond_t *wake, bool *stop);
 
 // ---- randomness -----------------------------------------------------------------------------
 

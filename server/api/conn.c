@@ -99,11 +99,7 @@ attnd_status conn_tracker_create(conn_tracker **out, const conn_limits *lim, att
 
 void conn_tracker_destroy(conn_tracker *ct) {
     if (!ct) return;
-    pthread_mutex_lock(&ct->mu);
-    ct->stop = true;
-    pthread_cond_signal(&ct->cv);
-    pthread_mutex_unlock(&ct->mu);
-    pthread_join(ct->thread, NULL);
+    attnd_thread_stop(ct->thread, &ct->mu, &ct->cv, &ct->stop);
     for (conn_slot *t = ct->head, *n; t; t = n) n = t->next, free(t);
     pthread_cond_destroy(&ct->cv);
     pthread_mutex_destroy(&ct->mu);

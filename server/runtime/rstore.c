@@ -159,13 +159,7 @@ attnd_status rstore_create(rstore **out, const char *dir, const char *model_tag,
 
 void rstore_destroy(rstore *s) {
     if (!s) return;
-    if (s->sweeping) {
-        pthread_mutex_lock(&s->mu);
-        s->stop = true;
-        pthread_cond_signal(&s->wake);
-        pthread_mutex_unlock(&s->mu);
-        pthread_join(s->sweeper, NULL);
-    }
+    if (s->sweeping) attnd_thread_stop(s->sweeper, &s->mu, &s->wake, &s->stop);
     pthread_cond_destroy(&s->wake);
     for (entry *e = s->head, *n; e; e = n) {
         n = e->next;

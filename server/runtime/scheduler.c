@@ -1035,11 +1035,7 @@ static void destroy_kv(struct kv_seq *kv) { kv_seq_destroy(kv); }
 void sched_destroy(sched *s) {
     if (!s) return;
     if (s->th_started) {
-        pthread_mutex_lock(&s->mu);
-        s->stop = true;
-        pthread_cond_broadcast(&s->wake);
-        pthread_mutex_unlock(&s->mu);
-        pthread_join(s->th, NULL);
+        attnd_thread_stop(s->th, &s->mu, &s->wake, &s->stop);
         sess_store_set_kv_sink(s->store, NULL, NULL);
     }
     /* the thread is gone: this thread now owns the engine and every KV handle */

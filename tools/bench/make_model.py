@@ -9,12 +9,14 @@ model of that shape).
     python3 tools/bench/make_model.py --shape qwen3-30b-a3b --layers 12 OUT.gguf   # MoE, 5 GB
 
 Shapes (--shape; the other options override its values): tinyllama (llama, the default),
-qwen3-1.7b (qwen3: 28 layers, 2048 wide, 16/8 heads of 128, QK-norm, FFN 6144, tied, vocab
-151936), gemma3-1b (gemma3: 26 layers, 1152 wide, 4/1 heads of 256, window 512 on 5 of 6 layers,
-FFN 6912, tied, vocab 262144), qwen3-30b-a3b (qwen3moe: 48 layers, 2048 wide, 32/4 heads of 128,
-128 experts of 768, 8 per token, vocab 151936; about 390 MB a layer in Q4_K_M, so fewer layers
-fit this machine). --experts, --experts-used and --expert-ffn override a MoE shape's experts (and
---head-dim the head width), e.g. for a smaller file of the same widths.
+qwen2.5-0.5b (qwen2: 24 layers, 896 wide, 14/2 heads of 64, q/k/v biases, FFN 4864, tied, vocab
+151936; 896 is no multiple of 256, so K-quant mixes take their fallbacks), qwen3-1.7b (qwen3: 28
+layers, 2048 wide, 16/8 heads of 128, QK-norm, FFN 6144, tied, vocab 151936), gemma3-1b (gemma3: 26
+layers, 1152 wide, 4/1 heads of 256, window 512 on 5 of 6 layers, FFN 6912, tied, vocab 262144),
+qwen3-30b-a3b (qwen3moe: 48 layers, 2048 wide, 32/4 heads of 128, 128 experts of 768, 8 per token,
+vocab 151936; about 390 MB a layer in Q4_K_M, so fewer layers fit this machine). --experts,
+--experts-used and --expert-ffn override a MoE shape's experts (and --head-dim the head width), e.g.
+for a smaller file of the same widths.
 
 Types: F32, Q8_0, Q4_0, Q4_K_M (Q4_K everywhere but output and ffn_down, which are Q6_K, as
 llama.cpp's Q4_K_M mix does for those two; a matrix whose rows are not whole 256-blocks takes
@@ -188,6 +190,8 @@ SHAPES = {
     "tinyllama": dict(arch="llama", dim=2048, ffn=5632, layers=22, heads=32, kv_heads=4, vocab=32000, ctx=2048),
     "qwen3-1.7b": dict(arch="qwen3", dim=2048, ffn=6144, layers=28, heads=16, kv_heads=8, head_dim=128,
                        vocab=151936, ctx=40960, rope_base=1e6, tied=True),
+    "qwen2.5-0.5b": dict(arch="qwen2", dim=896, ffn=4864, layers=24, heads=14, kv_heads=2, head_dim=64,
+                         vocab=151936, ctx=32768, rope_base=1e6, tied=True),
     "gemma3-1b": dict(arch="gemma3", dim=1152, ffn=6912, layers=26, heads=4, kv_heads=1, head_dim=256,
                       vocab=262144, ctx=32768, rope_base=1e6, tied=True, window=512),
     "qwen3-30b-a3b": dict(arch="qwen3moe", dim=2048, ffn=6144, layers=48, heads=32, kv_heads=4, head_dim=128,
@@ -306,6 +310,9 @@ def build(a):
         for name, rows, cols in [("attn_q", qd, a.dim), ("attn_k", kvd, a.dim), ("attn_v", kvd, a.dim),
                                  ("attn_output", a.dim, qd)]:
             mat(g, rng, p + name + ".weight", main, rows, cols)
+            if a.arch == "qwen2" and name != "attn_output":  # qwen2's q, k and v carry a bias
+                bias = (rng.standard_normal(rows, dtype=np.float32) * 0.02).tobytes()
+                g.tensor(p + name + ".bias", [rows], "F32", bias)
         if qk_norm:
             for name in ("attn_q_norm", "attn_k_norm"):
                 g.tensor(p + name + ".weight", [hd], "F32", np.ones(hd, np.float32).tobytes())

@@ -15,8 +15,7 @@
 #include "fuzz_util.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-    json_error_t jerr;
-    json_t *body = json_loadb((const char *)data, size, 0, &jerr);
+    json_t *body = fuzz_body(data, size, 0);
     if (!body) return 0;
     model_info mi = {.n_layer = 6, .n_head = 4, .n_head_kv = 4, .n_vocab = 4096, .n_ctx = 512, .n_embd = 288,
                      .head_dim = 72};

@@ -15,8 +15,7 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (size < 2) return 0;
-    json_error_t jerr;
-    json_t *body = json_loadb((const char *)data + 2, size - 2, 0, &jerr);
+    json_t *body = fuzz_body(data, size, 2);
     if (!body) return 0;
     attn_api_request ar;
     const char *param = NULL;

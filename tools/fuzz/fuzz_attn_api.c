@@ -14,8 +14,7 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (size < 1) return 0;
-    json_error_t jerr;
-    json_t *body = json_loadb((const char *)data + 1, size - 1, 0, &jerr);
+    json_t *body = fuzz_body(data, size, 1);
     if (!body) return 0;
     /* the shipped model's shape, dense or (byte 0's low bit) with 8 experts, 2 a token; byte 0
      * also picks how many positions the request would cover */

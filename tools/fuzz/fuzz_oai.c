@@ -19,11 +19,13 @@
 #include "settings.h"
 
 static tokenizer *g_tok;
+static server_settings g_cfg; /* the defaults */
 
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
     (void)argc, (void)argv;
     g_tok = fuzz_tiny_tokenizer(true, NULL);
     if (!g_tok) abort();
+    server_settings_default(&g_cfg);
     return 0;
 }
 
@@ -31,16 +33,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (size < 1) return 0;
     bool chat = data[0] & 1;
     chat_family fam = (chat_family)((data[0] >> 1) % CHAT_FAMILY_COUNT);
-    json_error_t jerr;
-    json_t *body = json_loadb((const char *)data + 1, size - 1, 0, &jerr);
+    json_t *body = fuzz_body(data, size, 1);
     if (!body) return 0;
-    server_settings cfg;
-    server_settings_default(&cfg);
     oai_request r;
     const char *param = NULL;
     attnd_err err;
     int nv = tok_n_vocab(g_tok);
-    attnd_status st = oai_parse(body, chat, &cfg, nv, &r, &param, &err);
+    attnd_status st = oai_parse(body, chat, &g_cfg, nv, &r, &param, &err);
     if (st != ATTND_OK) {
         json_t *e = oai_error(400, err.msg, param);
         fuzz_check_json(e, "error body");
@@ -66,7 +65,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         }
         for (int i = 0; i < r.n_bias; i++)
             FUZZ_CHECK(r.bias[i].id >= 0 && r.bias[i].id < nv, "logit_bias id %d passed", (int)r.bias[i].id);
-        FUZZ_CHECK(r.max_tokens == -1 || (r.max_tokens >= 0 && r.max_tokens <= cfg.max_tokens_cap),
+        FUZZ_CHECK(r.max_tokens == -1 || (r.max_tokens >= 0 && r.max_tokens <= g_cfg.max_tokens_cap),
                    "max_tokens %d passed", r.max_tokens);
     }
     oai_request_free(&r);

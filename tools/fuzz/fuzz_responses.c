@@ -72,16 +72,21 @@ static void check_reply(const responses_request *r, const char *text, size_t n, 
     responses_stream_free(&st);
 }
 
+static server_settings g_cfg; /* the defaults */
+
+int LLVMFuzzerInitialize(int *argc, char ***argv) {
+    (void)argc, (void)argv;
+    server_settings_default(&g_cfg);
+    return 0;
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-    json_error_t jerr;
-    json_t *body = json_loadb((const char *)data, size, 0, &jerr);
+    json_t *body = fuzz_body(data, size, 0);
     if (!body) return 0;
-    server_settings cfg;
-    server_settings_default(&cfg);
     responses_request r;
     const char *param = NULL;
     attnd_err err;
-    if (responses_parse(body, &cfg, &r, &param, &err) != ATTND_OK) {
+    if (responses_parse(body, &g_cfg, &r, &param, &err) != ATTND_OK) {
         json_t *e = oai_error(400, err.msg, param);
         fuzz_check_json(e, "error body");
         json_decref(e);

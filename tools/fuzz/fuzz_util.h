@@ -2,8 +2,8 @@
  * fuzz_util.h — (fuzzing only) helpers shared by the libFuzzer harnesses in tools/fuzz/:
  * handing fuzz input to code that wants a path (a memfd seen through /proc/self/fd), and tiny
  * tokenizer vocabularies built in memory, one per family, so no harness depends on fixtures; a
- * private state directory for the store harnesses; the check that a JSON body a harness got
- * serialises.
+ * private state directory for the store harnesses; a request harness's JSON body, and the check
+ * that a JSON body a harness got serialises.
  * Header-only; every function is static.
  */
 #ifndef ATTND_FUZZ_UTIL_H
@@ -41,6 +41,13 @@ static inline void fuzz_check_json(json_t *v, const char *what) {
     char *s = json_dumps(v, 0);
     FUZZ_CHECK(s != NULL, "the %s does not serialise", what);
     free(s);
+}
+
+/* A request harness's body: the JSON in data after its first skip bytes (those pick the harness's
+ * mode), or NULL when there are fewer or it is not JSON. The caller owns it. */
+static inline json_t *fuzz_body(const uint8_t *data, size_t size, size_t skip) {
+    if (size < skip) return NULL;
+    return json_loadb((const char *)data + skip, size - skip, 0, NULL);
 }
 
 /* Writes data into a fresh memfd and puts its /proc path in path; returns the fd (close it
