@@ -44,7 +44,8 @@ size_t quant_scratch_bytes(uint32_t wtype, int n_tok, int64_t n_cols) {
     case QUANT_ACT_Q8_K:
         return SCRATCH_ALIGN + round_up((size_t)n_tok * (size_t)(n_cols / QK_K) * sizeof(float)) + round_up(n) +
                round_up((size_t)n_tok * (size_t)(n_cols / 16) * sizeof(int16_t)) +
-               round_up((size_t)n_tok * (size_t)(n_cols / 32) * sizeof(int16_t));
+               round_up((size_t)n_tok * (size_t)(n_cols / 32) * sizeof(int16_t)) +
+               round_up((size_t)n_tok * (size_t)(n_cols / 16) * sizeof(int32_t));
     case QUANT_ACT_F32: break; /* F32 reads the activations in place */
     }
     return 0;
@@ -61,6 +62,7 @@ typedef struct act_plan {
     int8_t *q;         /* Q8 forms: (n_tok, n_cols) */
     int16_t *bs;       /* Q8_K form: (n_tok, n_cols / 16) */
     int16_t *bs32;     /* Q8_K form: (n_tok, n_cols / 32) */
+    int32_t *off3;     /* Q8_K form: (n_tok, n_cols / 16) (quant_act.off3) */
     int32_t *xsum;     /* Q8_0 form: (n_tok, nb) */
     float *s;          /* Q8_1 form: (n_tok, nb) */
     int q8_1;          /* the Q8_1 form: Q8_0's plus s */
@@ -108,6 +110,8 @@ static void act_plan_init(act_plan *pl, const quant_kernels *k, uint32_t wtype, 
         pl->bs = (int16_t *)p;
         p += round_up((size_t)n_tok * (size_t)(n_cols / 16) * sizeof(int16_t));
         pl->bs32 = (int16_t *)p;
+        p += round_up((size_t)n_tok * (size_t)(n_cols / 32) * sizeof(int16_t));
+        pl->off3 = (int32_t *)p;
         pl->q8_k = k->prep_q8_k;
         break;
     case QUANT_ACT_F32: return;
@@ -116,6 +120,7 @@ static void act_plan_init(act_plan *pl, const quant_kernels *k, uint32_t wtype, 
     pl->a.q = pl->q;
     pl->a.bsums = pl->bs;
     pl->a.bsum32 = pl->bs32;
+    pl->a.off3 = pl->off3;
     pl->a.xsum = pl->xsum;
     pl->a.s = pl->q8_1 ? pl->s : NULL;
 }
@@ -139,6 +144,7 @@ static void act_fill(const act_plan *pl, int t) {
         int16_t *bs = pl->bs + t * (n / 16);
         pl->q8_k(pl->d + t * nb, pl->q + t * n, bs, x, n);
         for (int64_t j = 0; j < n / 32; j++) pl->bs32[t * (n / 32) + j] = (int16_t)(bs[2 * j] + bs[2 * j + 1]); /* |.| <= 4096 */
+        for (int64_t j = 0; j < n / 16; j++) pl->off3[t * (n / 16) + j] = -4 * bs[j];
     }
 }
 

@@ -55,6 +55,8 @@ typedef struct quant_act {
                               multiply unsigned-biased weights and subtract the bias once) */
     const float *s;        /* Q8_1 form:     (n_tok, nb) d * (sum of the block's q), rounded to f16
                               precision as llama.cpp's block_q8_1.s (Q4_1/Q5_1 minimums) */
+    const int32_t *off3;   /* Q8_K form:     (n_tok, n_cols / 16) -4 bsums as int32: Q3_K's offset
+                              (u = q + 4) per sub-block, where packed Q3_K's sums start */
 } quant_act;
 
 typedef void (*quant_rows_fn)(float *out, const uint8_t *w, size_t row_bytes, int64_t r0, int64_t r1,
@@ -105,10 +107,22 @@ typedef void (*attn_tile_fn)(const struct attn_tile *t);
 #define PACK_IQ4XS_BYTES (32 * 64 + 3 * 64)
 /* Q2_K, per 16-row group and super-block: 16 x 64 bytes of 2-bit fields (vector v: qs bytes
  * 4v..4v+3 of each row, row i at 4i; bits 2k of vector 8h + 4 half + kk are weights 4 kk.. of
- * sub-block 8h + 2k + half), then the raw scale bytes (low nibble the scale, high the minimum),
- * byte 16j + i row i's byte j (256 bytes), then 16 f16 d and 16 f16 dmin: 84 bytes per row and
+ * sub-block 8h + 2k + half), then the raw scale bytes (low nibble the scale, high the minimum)
+ * pair by pair, byte 32p + 2i + h row i's byte 2p + h (256 bytes: one vpmovzxbw gives a pair's
+ * two as the words of each lane), then 16 f16 d and 16 f16 dmin: 84 bytes per row and
  * super-block, as mapped. */
 #define PACK_Q2K_BYTES (16 * 64 + 256 + 64)
+/* Q3_K, per 16-row group: first each super-block's 16 d (f16; PACK_Q3K_HEAD bytes, as Q6_K's),
+ * then per super-block 8 triples of 64-byte vectors A, B, C (4 bytes per row, row i at 4i), triple
+ * p holding sub-blocks 2p and 2p + 1. Its eight weight vectors (u = q + 4, 0..7; vector kk of a
+ * sub-block: weights 16j + 4kk..) are, with 16-bit shifts and 7 = 0x07 in every byte, sub-block
+ * 2p: 7 & A, 7 & (A >> 3), 7 & B, 7 & (B >> 3); sub-block 2p + 1: 7 & C, 7 & (C >> 3),
+ * 7 & ((A >> 6) ^ (B >> 4)), 7 & ((C >> 6) ^ (B >> 5)) (the stored bits are the one solution,
+ * pack_q3_k); then the signed 6-bit scales as bytes, byte 32p + 2i + h row i's scale 2p + h (so
+ * that one vpmovsxbw gives a pair's scales as the two words of each lane): 114 bytes per row and
+ * super-block, 110 mapped. */
+#define PACK_Q3K_BYTES (24 * 64 + 256)
+#define PACK_Q3K_HEAD(nb) (((size_t)(nb) * 32 + 63) / 64 * 64)
 /* Q6_K, per 16-row group and super-block: 16 x 16 bytes of scales (byte 16j + i: row i's sc[j]),
  * then per sub-block j (weights 16j..16j+15) three 64-byte vectors L0, L1, H, 4 bytes per row
  * (row i at 4i). Its four weight vectors (weights 16j + 4k.., k < 4) are, per byte, W0 = 63 & (L0 ^ H), W1 = 63 & ((L0 >> 4) ^ (H >> 2)), W2 = 63 & (L1 ^ (H << 2)),
@@ -137,7 +151,8 @@ struct quant_packed {
     size_t group_bytes; /* Q8_0 / Q4_0: ceil(nb / 2) * PACK_Q80_PAIR / PACK_Q40_PAIR, pairs of blocks;
                            Q4_K / Q5_K / IQ4_XS / Q2_K: nb * PACK_Q4K_BYTES / PACK_Q5K_BYTES / PACK_IQ4XS_BYTES /
                            PACK_Q2K_BYTES,
-                           super-block after super-block; Q6_K: PACK_Q6K_HEAD(nb) + nb * PACK_Q6K_BYTES;
+                           super-block after super-block; Q6_K / Q3_K: PACK_Q6K_HEAD(nb) + nb * PACK_Q6K_BYTES
+                           / PACK_Q3K_HEAD(nb) + nb * PACK_Q3K_BYTES;
                            the 32-element types: ceil(nb / 2) * PACK_B32_PAIR(h, m)
                            (a multiple of 64 in every case) */
     size_t bytes;

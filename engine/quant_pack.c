@@ -7,6 +7,7 @@
  */
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/mman.h>
 
 #include "attnd/common.h"
@@ -107,9 +108,51 @@ static void pack_q2_k(uint8_t *dst, const uint8_t *w, size_t rb, int64_t n_rows,
         for (int64_t b = 0; b < nsb; b++, src += Q2_K_BYTES) {
             uint8_t *q = dst + (size_t)(r / PACK_ROWS) * group_bytes + (size_t)b * PACK_Q2K_BYTES;
             for (int k = 0; k < 16; k++) memcpy(q + 64 * k + 4 * i, src + 16 + 4 * k, 4);
-            for (int j = 0; j < 16; j++) q[16 * 64 + 16 * j + i] = src[j];
+            for (int j = 0; j < 16; j++) q[16 * 64 + 32 * (j / 2) + 2 * i + j % 2] = src[j];
             memcpy(q + 16 * 64 + 256 + 2 * i, src + 80, 2);      /* d */
             memcpy(q + 16 * 64 + 256 + 32 + 2 * i, src + 82, 2); /* dmin */
+        }
+    }
+}
+
+/* One row's dword of a Q3_K triple's A, B, C (PACK_Q3K_BYTES, quant_impl.h) from its eight weight
+ * vectors' dwords w[k] (4 bytes of u, 0..7). Vectors 0-5 are plain fields (bits 0-2, 3-5 of each
+ * byte); bits 6 and 7 are solved from the unpack of vectors 6 and 7, byte by byte (the 16-bit
+ * shifts bring bit 0 of a word's high byte down to bit 2 of its low one), each step using bits
+ * set before it. */
+static void pack_q3_k_dword(uint32_t out[3], const uint32_t w[8]) {
+    const uint32_t b2 = 0x03030303u, b1 = 0x01010101u, hi0 = 0x00010001u;
+    uint32_t A = w[0] | w[1] << 3, B = w[2] | w[3] << 3, C = w[4] | w[5] << 3;
+    A |= ((w[6] & b2) ^ ((B >> 4) & b2)) << 6;                      /* 7 & ((A >> 6) ^ (B >> 4)): bits 0, 1 */
+    B |= (((w[6] >> 2) & b1) ^ ((A >> 8) & hi0)) << 6;              /* ... bit 2 */
+    C |= ((w[7] & b2) ^ ((B >> 5) & b2)) << 6;                      /* 7 & ((C >> 6) ^ (B >> 5)): bits 0, 1 */
+    B |= (((w[7] >> 2) & b1) ^ ((C >> 8) & hi0)) << 7;              /* ... bit 2 */
+    out[0] = A, out[1] = B, out[2] = C;
+}
+
+/* Q3_K rows -> quant_pack's layout (the d, then PACK_Q3K_BYTES per group and super-block). */
+static void pack_q3_k(uint8_t *dst, const uint8_t *w, size_t rb, int64_t n_rows, int64_t nsb, size_t group_bytes) {
+    for (int64_t r = 0; r < n_rows; r++) {
+        int i = (int)(r % PACK_ROWS);
+        const uint8_t *src = w + (size_t)r * rb;
+        uint8_t *g = dst + (size_t)(r / PACK_ROWS) * group_bytes, *body = g + PACK_Q3K_HEAD(nsb);
+        for (int64_t b = 0; b < nsb; b++, src += Q3_K_BYTES) {
+            uint8_t *sb = body + (size_t)b * PACK_Q3K_BYTES, u[QK_K];
+            for (int h = 0; h < 2; h++) /* u = q + 4: Q2_K's two bits, plus 4 where the hmask bit is set */
+                for (int k = 0; k < 4; k++)
+                    for (int l = 0; l < 32; l++)
+                        u[128 * h + 32 * k + l] =
+                            (uint8_t)(((src[32 + 32 * h + l] >> (2 * k)) & 3) | ((src[l] >> (4 * h + k)) & 1) << 2);
+            int8_t sc[16];
+            quant_q3k_scales(src + 96, sc);
+            for (int j = 0; j < 16; j++) sb[24 * 64 + 32 * (j / 2) + 2 * i + j % 2] = (uint8_t)sc[j];
+            for (int p = 0; p < 8; p++) { /* sub-blocks 2p, 2p + 1: weights 32p.. */
+                uint32_t v[8], x[3];
+                for (int k = 0; k < 8; k++) memcpy(&v[k], u + 32 * p + 4 * k, 4);
+                pack_q3_k_dword(x, v);
+                for (int o = 0; o < 3; o++) memcpy(sb + 192 * p + 64 * o + 4 * i, &x[o], 4);
+            }
+            memcpy(g + 32 * (size_t)b + 2 * i, src + 108, 2); /* d */
         }
     }
 }
@@ -247,11 +290,23 @@ static void *packed_alloc(size_t bytes) {
     return p;
 }
 
-quant_packed *quant_pack(const void *w, uint32_t wtype, int64_t n_rows, int64_t n_cols) {
+/* ATTND_NO_REPACK: unset, empty or 0: packing on; the name of a weight type (Q3_K): that type kept
+ * as mapped (A/B runs of one type's packed kernel in one binary); anything else (1): all kept. */
+static int repack_off(uint32_t wtype) {
     const char *no = getenv("ATTND_NO_REPACK");
-    if (no && *no && strcmp(no, "0") != 0) return NULL;
+    if (!no || !*no || strcmp(no, "0") == 0) return 0;
+    for (uint32_t t = 0; t < 64; t++) {
+        const char *name = gguf_type_name(t);
+        if (name && strcasecmp(no, name) == 0) return t == wtype;
+    }
+    return 1;
+}
+
+quant_packed *quant_pack(const void *w, uint32_t wtype, int64_t n_rows, int64_t n_cols) {
+    if (repack_off(wtype)) return NULL;
     int q8_0 = wtype == GGUF_TYPE_Q8_0, q4_0 = wtype == GGUF_TYPE_Q4_0, q4_k = wtype == GGUF_TYPE_Q4_K;
     int q5_k = wtype == GGUF_TYPE_Q5_K, iq4_xs = wtype == GGUF_TYPE_IQ4_XS, q2_k = wtype == GGUF_TYPE_Q2_K;
+    int q3_k = wtype == GGUF_TYPE_Q3_K;
     b32_fields bf = {0};
     int b32 = b32_fields_of(wtype, &bf);
     uint32_t be = gguf_type_block_elems(wtype);
@@ -269,6 +324,7 @@ quant_packed *quant_pack(const void *w, uint32_t wtype, int64_t n_rows, int64_t 
                       : q5_k   ? (size_t)nb * PACK_Q5K_BYTES
                       : iq4_xs ? (size_t)nb * PACK_IQ4XS_BYTES
                       : q2_k   ? (size_t)nb * PACK_Q2K_BYTES
+                      : q3_k   ? PACK_Q3K_HEAD(nb) + (size_t)nb * PACK_Q3K_BYTES
                                : PACK_Q6K_HEAD(nb) + (size_t)nb * PACK_Q6K_BYTES;
     pk->bytes = (size_t)n_groups * pk->group_bytes;
     pk->data = packed_alloc(pk->bytes);
@@ -290,6 +346,7 @@ quant_packed *quant_pack(const void *w, uint32_t wtype, int64_t n_rows, int64_t 
     else if (q4_k || q5_k) pack_q45_k(pk->data, w, rb, n_rows, nb, pk->group_bytes, q5_k);
     else if (iq4_xs) pack_iq4_xs(pk->data, w, rb, n_rows, nb, pk->group_bytes);
     else if (q2_k) pack_q2_k(pk->data, w, rb, n_rows, nb, pk->group_bytes);
+    else if (q3_k) pack_q3_k(pk->data, w, rb, n_rows, nb, pk->group_bytes);
     else pack_q6_k(pk->data, w, rb, n_rows, nb, pk->group_bytes);
     return pk;
 }

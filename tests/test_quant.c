@@ -769,6 +769,13 @@ static void check_packed(uint32_t type) {
         free(bound);
         setenv("ATTND_NO_REPACK", "1", 1);
         cr_assert_null(quant_pack(w, type, R, n_cols), "ATTND_NO_REPACK=1 turns packing off");
+        setenv("ATTND_NO_REPACK", gguf_type_name(type), 1);
+        cr_assert_null(quant_pack(w, type, R, n_cols), "ATTND_NO_REPACK=%s turns its packing off", gguf_type_name(type));
+        setenv("ATTND_NO_REPACK", type == GGUF_TYPE_F16 ? "Q8_0" : "F16", 1); /* another type's name */
+        quant_packed *other = quant_pack(w, type, R, n_cols);
+        cr_assert(quant_isa_active() >= QUANT_ISA_AVX512 ? other != NULL : other == NULL,
+                  "ATTND_NO_REPACK naming another type leaves %s packed", gguf_type_name(type));
+        quant_packed_destroy(other);
         unsetenv("ATTND_NO_REPACK");
         quant_isa_force(saved);
         free(scratch);
@@ -787,6 +794,7 @@ Test(quant, q6_k_packed_at_load_agrees_with_portable_at_group_edges) { check_pac
 Test(quant, q5_k_packed_at_load_agrees_with_portable_at_group_edges) { check_packed(GGUF_TYPE_Q5_K); }
 Test(quant, iq4_xs_packed_at_load_agrees_with_portable_at_group_edges) { check_packed(GGUF_TYPE_IQ4_XS); }
 Test(quant, q2_k_packed_at_load_agrees_with_portable_at_group_edges) { check_packed(GGUF_TYPE_Q2_K); }
+Test(quant, q3_k_packed_at_load_agrees_with_portable_at_group_edges) { check_packed(GGUF_TYPE_Q3_K); }
 
 /* the 32-element types of issue 27, packed at load (PACK_B32_PAIR) */
 static const uint32_t B32_TYPES[] = {GGUF_TYPE_Q4_1, GGUF_TYPE_Q5_0, GGUF_TYPE_Q5_1, GGUF_TYPE_IQ4_NL, GGUF_TYPE_MXFP4};
@@ -799,12 +807,12 @@ Test(quant, b32_types_packed_at_load_agree_with_portable_at_group_edges) {
 /* From G_MIN_TOK (4) tokens the packed copy of a 32-element type runs the register tiles'
  * operations in their order: bit for bit what the mapping gives, on a row count and a block count
  * (33: two chunks of 16 and one) that are not multiples of the tile. */
-Test(quant, b32_types_packed_give_the_register_tiles_bits_from_four_tokens) {
+static void check_packed_tile_bits(const uint32_t *types, size_t n_types) {
     enum { T = 19, R = 37 };
     const int has512 = quant_isa_best() >= QUANT_ISA_AVX512;
     quant_isa saved = quant_isa_force(has512 ? QUANT_ISA_AVX512 : quant_isa_best());
-    for (size_t i = 0; i < N_B32_TYPES; i++) {
-        uint32_t type = B32_TYPES[i];
+    for (size_t i = 0; i < n_types; i++) {
+        uint32_t type = types[i];
         int64_t n_cols = long_cols_for(type);
         uint8_t *w = malloc(quant_row_bytes(type, n_cols) * R);
         random_weights(w, type, R, n_cols);
@@ -829,6 +837,59 @@ Test(quant, b32_types_packed_give_the_register_tiles_bits_from_four_tokens) {
         free(b);
     }
     quant_isa_force(saved);
+}
+
+Test(quant, b32_types_packed_give_the_register_tiles_bits_from_four_tokens) { check_packed_tile_bits(B32_TYPES, N_B32_TYPES); }
+
+/* Q3_K's packed kernel sums each super-block as the register tiles do (exact integers, then one
+ * fmadd by d_w d_x), so from 4 tokens the copy gives the mapping's bits. */
+Test(quant, q3_k_packed_gives_the_register_tiles_bits_from_four_tokens) {
+    const uint32_t t = GGUF_TYPE_Q3_K;
+    check_packed_tile_bits(&t, 1);
+}
+
+/* Q2_K's packed kernel too (its sub-block pairs scaled as integers by vpdpwssd). */
+Test(quant, q2_k_packed_gives_the_register_tiles_bits_from_four_tokens) {
+    const uint32_t t = GGUF_TYPE_Q2_K;
+    check_packed_tile_bits(&t, 1);
+}
+
+/* The packed Q3_K kernel holds each pair of sub-block sums of q y as the two int16 words of a
+ * dword: at the extremes (every |q| and scale at its largest, activations at +-127 rounded from
+ * +-amax) the results still equal the portable path's integers, to the float64 floors. */
+Test(quant, q3_k_packed_sums_hold_at_the_extremes) {
+    enum { R = 21, C = 512, T = 5 };
+    size_t rb = quant_row_bytes(GGUF_TYPE_Q3_K, C);
+    uint8_t *w = malloc(rb * R);
+    for (int64_t r = 0; r < R; r++)
+        for (int b = 0; b < C / 256; b++) {
+            uint8_t *blk = w + (size_t)r * rb + 110 * (size_t)b;
+            int low = (int)((r + b) % 3); /* 0: every q = -4; 1: every q = 3; 2: alternating */
+            memset(blk, low == 0 ? 0x00 : low == 1 ? 0xFF : 0x55, 96); /* hmask and qs */
+            for (int j = 0; j < 12; j++) blk[96 + j] = (r % 2) ? 0x00 : 0xFF; /* scales -32 or 31 */
+            put16(blk + 108, 0x3C00);                                         /* d = 1 */
+        }
+    float *x = malloc(T * C * sizeof(float));
+    for (int t = 0; t < T; t++)
+        for (int j = 0; j < C; j++) x[t * C + j] = (t % 2 ? -1.0f : 1.0f) * ((j / 16 + t) % 4 ? 1.0f : -1.0f);
+    float *out = malloc(T * R * sizeof(float));
+    double *exact = malloc(T * R * sizeof(double)), *bound = malloc(T * R * sizeof(double));
+    exact_products(exact, bound, w, GGUF_TYPE_Q3_K, R, C, x, T);
+    size_t sb;
+    uint8_t *scratch = scratch_for(GGUF_TYPE_Q3_K, T, C, &sb);
+    quant_isa saved = quant_isa_force(QUANT_ISA_PORTABLE);
+    for (int isa = QUANT_ISA_PORTABLE; isa <= (int)quant_isa_best(); isa++) {
+        quant_isa_force((quant_isa)isa);
+        quant_packed *pk = quant_pack(w, GGUF_TYPE_Q3_K, R, C);
+        cr_assert(isa < QUANT_ISA_AVX512 || pk, "%s packs Q3_K", quant_isa_name((quant_isa)isa));
+        for (int n_tok = 1; n_tok <= T; n_tok++) {
+            quant_matmul_packed(out, w, pk, GGUF_TYPE_Q3_K, R, C, x, n_tok, scratch, 1);
+            check_exact(out, exact, bound, R, n_tok, GGUF_TYPE_Q3_K, quant_isa_name((quant_isa)isa), n_tok);
+        }
+        quant_packed_destroy(pk);
+    }
+    quant_isa_force(saved);
+    free(scratch), free(w), free(x), free(out), free(exact), free(bound);
 }
 
 Test(quant, packing_a_type_without_packed_kernel_gives_no_copy) {
