@@ -38,6 +38,7 @@ void amx_cfg_tile(amx_tilecfg *cfg, int t, int rows, int colsb) {
 #define XFEATURE_XTILEDATA 18
 
 static amx_state g_amx_state = AMX_ABSENT;
+static int g_amx_bf16;
 static pthread_once_t g_amx_once = PTHREAD_ONCE_INIT;
 
 static void amx_probe_once(void) {
@@ -46,6 +47,7 @@ static void amx_probe_once(void) {
     if (!__get_cpuid(1, &a, &b, &c, &d) || !((c >> 27) & 1)) return; /* OSXSAVE: XGETBV works */
     if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return;
     if (!((d >> 24) & 1) || !((d >> 25) & 1)) return; /* EDX 24 AMX-TILE, 25 AMX-INT8 */
+    g_amx_bf16 = (d >> 22) & 1;                           /* EDX 22 AMX-BF16 */
     unsigned xlo, xhi;
     __asm__ volatile("xgetbv" : "=a"(xlo), "=d"(xhi) : "c"(0));
     g_amx_state = AMX_REFUSED;
@@ -60,6 +62,8 @@ amx_state amx_probe(void) {
     pthread_once(&g_amx_once, amx_probe_once);
     return g_amx_state;
 }
+
+int amx_has_bf16(void) { return amx_probe() == AMX_USABLE && g_amx_bf16; }
 
 const char *amx_state_name(amx_state s) {
     switch (s) {
@@ -151,6 +155,48 @@ void amx_emu_dp(int c, int a, int b, int a_signed, int b_signed) {
         memset(&g_emu.t[c][i][i < m ? g_emu.colsb[c] : 0], 0, AMX_MAX_COLSB - (i < m ? g_emu.colsb[c] : 0));
 }
 
+/* float32 with denormals read (or written) as zero */
+static inline float emu_daz(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    if ((u & 0x7F800000u) == 0) u &= 0x80000000u;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+static inline float emu_bf16(const uint8_t *p) {
+    uint16_t h;
+    memcpy(&h, p, 2);
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return emu_daz(f);
+}
+
+void amx_emu_dpbf16(int c, int a, int b) {
+    emu_check(c);
+    emu_check(a);
+    emu_check(b);
+    ATTND_ASSERT(c != a && c != b && a != b);
+    int m = g_emu.rows[c], n = g_emu.colsb[c] / 4, k = g_emu.colsb[a] / 4;
+    ATTND_ASSERT(g_emu.colsb[c] % 4 == 0 && g_emu.colsb[a] % 4 == 0);
+    ATTND_ASSERT(g_emu.rows[a] == m && g_emu.colsb[b] == g_emu.colsb[c] && g_emu.rows[b] == k);
+    for (int i = 0; i < m; i++)
+        for (int j = 0; j < n; j++) {
+            float acc;
+            memcpy(&acc, &g_emu.t[c][i][4 * j], 4);
+            acc = emu_daz(acc);
+            for (int l = 0; l < k; l++)
+                for (int q = 0; q < 2; q++) { /* the product of two bf16 is exact in float32 */
+                    float p = emu_daz(emu_bf16(&g_emu.t[a][i][4 * l + 2 * q]) * emu_bf16(&g_emu.t[b][l][4 * j + 2 * q]));
+                    acc = emu_daz(acc + p);
+                }
+            memcpy(&g_emu.t[c][i][4 * j], &acc, 4);
+        }
+    for (int i = 0; i < AMX_MAX_ROWS; i++)
+        memset(&g_emu.t[c][i][i < m ? g_emu.colsb[c] : 0], 0, AMX_MAX_COLSB - (i < m ? g_emu.colsb[c] : 0));
+}
+
 // ---- one instruction on either path (tests) ----------------------------------------------------
 
 static void run_op_emu(int op, const amx_tilecfg *cfg, void *c, size_t sc, const void *a, size_t sa, const void *b,
@@ -161,12 +207,13 @@ static void run_op_emu(int op, const amx_tilecfg *cfg, void *c, size_t sc, const
     if (b) amx_emu_loadd(2, b, sb);
     if (op == 1) amx_emu_zero(0);
     if (op >= 2 && op <= 5) amx_emu_dp(0, 1, 2, op == 2 || op == 3, op == 2 || op == 4);
+    if (op == 6) amx_emu_dpbf16(0, 1, 2);
     amx_emu_stored(0, c, sc);
     amx_emu_release();
 }
 
 #if AMX_X86_LINUX
-ISA_TARGET_BEGIN("amx-tile,amx-int8")
+ISA_TARGET_BEGIN("amx-tile,amx-int8,amx-bf16")
 #include <immintrin.h>
 static void run_op_real(int op, const amx_tilecfg *cfg, void *c, size_t sc, const void *a, size_t sa, const void *b,
                         size_t sb) {
@@ -181,6 +228,7 @@ static void run_op_real(int op, const amx_tilecfg *cfg, void *c, size_t sc, cons
     case 3: _tile_dpbsud(0, 1, 2); break;
     case 4: _tile_dpbusd(0, 1, 2); break;
     case 5: _tile_dpbuud(0, 1, 2); break;
+    case 6: _tile_dpbf16ps(0, 1, 2); break;
     default: break;
     }
     _tile_stored(0, c, (long)sc);
@@ -191,7 +239,7 @@ ISA_TARGET_END
 
 void amx_tile_run_op(int real, int op, const amx_tilecfg *cfg, void *c, size_t sc, const void *a, size_t sa,
                      const void *b, size_t sb) {
-    ATTND_ASSERT(c != NULL && op >= 0 && op <= 5);
+    ATTND_ASSERT(c != NULL && op >= 0 && op <= 6 && (op != 6 || !real || amx_has_bf16()));
 #if AMX_X86_LINUX
     if (real) {
         ATTND_ASSERT(amx_probe() == AMX_USABLE);

@@ -1,8 +1,8 @@
 /*
- * amx_tile.h — (engine-private) a thin layer over Intel AMX tiles (AMX-TILE, AMX-INT8) that
+ * amx_tile.h — (engine-private) a thin layer over Intel AMX tiles (AMX-TILE, AMX-INT8, AMX-BF16) that
  * compiles either to the real instructions or to a plain-C emulation of them, so that one kernel
  * source (quant_amx.inc) runs on both: quant_amx.c includes it with AMX_TILE_REAL 1 (the
- * intrinsics; that file alone is compiled for amx-tile/amx-int8), quant_amx_emu.c with 0 (the
+ * intrinsics; that file alone is compiled for amx-tile/amx-int8/amx-bf16), quant_amx_emu.c with 0 (the
  * functions below, on any CPU). Which one runs is chosen at run time through the dispatch table
  * (QUANT_ISA_AMX or QUANT_ISA_AMX_EMU, quant.h).
  *
@@ -49,6 +49,8 @@ typedef enum amx_state {
 } amx_state;
 amx_state amx_probe(void);
 const char *amx_state_name(amx_state s); /* "absent", "refused by the OS", "usable" */
+/* Whether the CPU also has AMX-BF16 (tdpbf16ps; CPUID.7.0 EDX bit 22); every AMX CPU so far does */
+int amx_has_bf16(void);
 
 // ---- the emulation ------------------------------------------------------------------------------
 
@@ -59,12 +61,17 @@ void amx_emu_stored(int t, void *base, size_t stride);
 void amx_emu_zero(int t);
 /* C += A . B with A's bytes signed (s) or unsigned (u), then B's: dpbssd, dpbsud, dpbusd, dpbuud */
 void amx_emu_dp(int c, int a, int b, int a_signed, int b_signed);
+/* tdpbf16ps: C (float32) += A . B over bf16 pairs: for each row m of C and column n, for each
+ * pair k of A's row (colsb(A)/4 of them), C += A[m][2k] B[k][2n] + A[m][2k+1] B[k][2n+1], each
+ * product exact in float32 and added in that order with round-to-nearest-even; bf16 and float32
+ * denormals read as zero and results flush to zero (the SDM's DAZ/FTZ). */
+void amx_emu_dpbf16(int c, int a, int b);
 
 /*
  * One instruction on both paths, for the tests: configures `cfg`, loads tiles 0 (C), 1 (A) and
  * 2 (B) from c, a, b (strides sc, sa, sb; a NULL source leaves the tile zero), runs `op` on them
  * (0: nothing, i.e. load and store; 1: tilezero of C; 2: dpbssd, 3: dpbsud, 4: dpbusd,
- * 5: dpbuud, all C += A . B), stores tile 0 to c (stride sc) and releases. real: the hardware
+ * 5: dpbuud, 6: dpbf16ps, all C += A . B), stores tile 0 to c (stride sc) and releases. real: the hardware
  * (only where amx_probe() is AMX_USABLE), else the emulation.
  */
 void amx_tile_run_op(int real, int op, const amx_tilecfg *cfg, void *c, size_t sc, const void *a, size_t sa,
@@ -87,6 +94,7 @@ void amx_tile_run_op(int real, int op, const amx_tilecfg *cfg, void *c, size_t s
 #define TILE_ZERO(t) _tile_zero(t)
 #define TILE_DPBSSD(c, a, b) _tile_dpbssd(c, a, b)
 #define TILE_DPBUSD(c, a, b) _tile_dpbusd(c, a, b)
+#define TILE_DPBF16PS(c, a, b) _tile_dpbf16ps(c, a, b)
 #else
 #define TILE_CONFIG(cfg) amx_emu_loadconfig(cfg)
 #define TILE_RELEASE() amx_emu_release()
@@ -95,6 +103,7 @@ void amx_tile_run_op(int real, int op, const amx_tilecfg *cfg, void *c, size_t s
 #define TILE_ZERO(t) amx_emu_zero(t)
 #define TILE_DPBSSD(c, a, b) amx_emu_dp(c, a, b, 1, 1)
 #define TILE_DPBUSD(c, a, b) amx_emu_dp(c, a, b, 0, 1)
+#define TILE_DPBF16PS(c, a, b) amx_emu_dpbf16(c, a, b)
 #endif
 
 #endif /* ATTND_AMX_TILE_H */

@@ -36,9 +36,9 @@ const char *cpuinfo_kernels(void) {
     if (quant_isa_active() == QUANT_ISA_AMX)
         snprintf(
             buf, sizeof buf,
-            "%s (AMX tiles from 128 tokens: Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, MXFP4, Q4_K, Q5_K, Q6_K, IQ4_XS; "
+            "%s (AMX %s tiles from 128 tokens: Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, MXFP4, Q4_K, Q5_K, Q6_K, IQ4_XS; "
             "avx512 otherwise)",
-            isa);
+            isa, quant_amx_math_name(quant_amx_math_active()));
     else if (why)
         snprintf(buf, sizeof buf, "%s (CPU has AMX: %s)", isa, why);
     else

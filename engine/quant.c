@@ -35,17 +35,18 @@ static quant_act_form act_form(uint32_t wtype) {
 size_t quant_scratch_bytes(uint32_t wtype, int n_tok, int64_t n_cols) {
     if (n_tok <= 0 || n_cols <= 0 || !quant_traits_of(wtype)) return 0;
     size_t n = (size_t)n_tok * (size_t)n_cols;
+    size_t xb = round_up((size_t)(n_tok + 15) / 16 * 16 * (size_t)n_cols * sizeof(uint16_t)); /* the bf16 form */
     switch (act_form(wtype)) {
     case QUANT_ACT_F16:
     case QUANT_ACT_BF16: return SCRATCH_ALIGN + round_up(n * sizeof(float));
     case QUANT_ACT_Q8_0:
     case QUANT_ACT_Q8_1:
-        return SCRATCH_ALIGN + 3 * round_up((size_t)n_tok * (size_t)(n_cols / QK8_0) * sizeof(float)) + round_up(n);
+        return SCRATCH_ALIGN + 3 * round_up((size_t)n_tok * (size_t)(n_cols / QK8_0) * sizeof(float)) + round_up(n) + xb;
     case QUANT_ACT_Q8_K:
         return SCRATCH_ALIGN + round_up((size_t)n_tok * (size_t)(n_cols / QK_K) * sizeof(float)) + round_up(n) +
                round_up((size_t)n_tok * (size_t)(n_cols / 16) * sizeof(int16_t)) +
                round_up((size_t)n_tok * (size_t)(n_cols / 32) * sizeof(int16_t)) +
-               round_up((size_t)n_tok * (size_t)(n_cols / 16) * sizeof(int32_t));
+               round_up((size_t)n_tok * (size_t)(n_cols / 16) * sizeof(int32_t)) + xb;
     case QUANT_ACT_F32: break; /* F32 reads the activations in place */
     }
     return 0;
@@ -64,6 +65,8 @@ typedef struct act_plan {
     int16_t *bs32;     /* Q8_K form: (n_tok, n_cols / 32) */
     int32_t *off3;     /* Q8_K form: (n_tok, n_cols / 16) (quant_act.off3) */
     int32_t *xsum;     /* Q8_0 form: (n_tok, nb) */
+    uint16_t *xb;      /* bf16 form: tiles of 16 tokens x 32 columns (QUANT_XB_AT), or NULL */
+    quant_prep_bf16_fn bf16;
     float *s;          /* Q8_1 form: (n_tok, nb) */
     int q8_1;          /* the Q8_1 form: Q8_0's plus s */
     quant_prep_f16_fn f16;
@@ -97,6 +100,7 @@ static void act_plan_init(act_plan *pl, const quant_kernels *k, uint32_t wtype, 
         pl->xsum = (int32_t *)(p + per);
         pl->s = (float *)(p + 2 * per);
         pl->q = (int8_t *)(p + 3 * per);
+        p += 3 * per + round_up((size_t)n_tok * (size_t)n_cols);
         pl->q8_0 = k->prep_q8_0;
         pl->q8_1 = act_form(wtype) == QUANT_ACT_Q8_1;
         break;
@@ -112,6 +116,7 @@ static void act_plan_init(act_plan *pl, const quant_kernels *k, uint32_t wtype, 
         pl->bs32 = (int16_t *)p;
         p += round_up((size_t)n_tok * (size_t)(n_cols / 32) * sizeof(int16_t));
         pl->off3 = (int32_t *)p;
+        p += round_up((size_t)n_tok * (size_t)(n_cols / 16) * sizeof(int32_t));
         pl->q8_k = k->prep_q8_k;
         break;
     case QUANT_ACT_F32: return;
@@ -123,12 +128,19 @@ static void act_plan_init(act_plan *pl, const quant_kernels *k, uint32_t wtype, 
     pl->a.off3 = pl->off3;
     pl->a.xsum = pl->xsum;
     pl->a.s = pl->q8_1 ? pl->s : NULL;
+    int from = k->bf16_from[quant_type_index(wtype)];
+    if (from > 0 && n_tok >= from && n_cols % 32 == 0 && k->prep_bf16 && quant_amx_math_active() == QUANT_AMX_BF16) {
+        pl->xb = (uint16_t *)p; /* after the form's last array */
+        pl->bf16 = k->prep_bf16;
+        pl->a.xb = pl->xb;
+    }
 }
 
 /* Prepares the activations of token t. */
 static void act_fill(const act_plan *pl, int t) {
     int64_t n = pl->a.n_cols, nb = pl->a.nb;
     const float *x = pl->x + t * n;
+    if (pl->bf16) pl->bf16(pl->xb + QUANT_XB_AT(t, 0, n), x, n);
     if (pl->f16) pl->f16(pl->xr + t * n, x, n);
     else if (pl->q8_0) {
         const int8_t *q = pl->q + t * n;

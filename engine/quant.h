@@ -108,8 +108,8 @@ typedef enum quant_isa {
     QUANT_ISA_PORTABLE = 0,
     QUANT_ISA_AVX2 = 1,   /* AVX2 + FMA + F16C */
     QUANT_ISA_AVX512 = 2, /* AVX-512 F/BW/VL + VNNI */
-    QUANT_ISA_AMX = 3,    /* AVX-512 plus AMX-INT8 tiles for Q8_0/Q4_0/Q4_K/Q6_K from 16 tokens
-                             (same results as AVX-512, bit for bit); needs the OS's permission */
+    QUANT_ISA_AMX = 3,    /* AVX-512 plus AMX tiles for prefill from 128 tokens (bf16 or int8:
+                             quant_amx_math below); needs the OS's permission */
     QUANT_ISA_AMX_EMU = 4, /* the AMX kernels over a C emulation of the tiles, on top of the
                              portable path: never picked, only forced (tests, debugging) */
 } quant_isa;
@@ -124,6 +124,22 @@ const char *quant_isa_name(quant_isa isa);
 /* Why the CPU's AMX tiles are not in use, for start-up logs: NULL when they are in use or the CPU
  * has none; else e.g. "refused by the OS" or "ATTND_ISA=avx512" (static strings). */
 const char *quant_amx_unused_reason(void);
+
+/*
+ * The arithmetic of the AMX tile kernels (QUANT_ISA_AMX and QUANT_ISA_AMX_EMU) from 128 tokens:
+ *   QUANT_AMX_BF16 (the default where the CPU has AMX-BF16): weights and activations rounded to
+ *     bf16 (8 significant bits, nearest even), float32 sums over the whole row. About 3x the int8
+ *     tiles' speed, and closer to float64 math than the int8 activations of every other path
+ *     (docs/kernels.md), but a prompt's logits then differ in the last bits from those of the same
+ *     tokens computed in smaller batches.
+ *   QUANT_AMX_INT8: int8 activations as on the AVX-512 path, with its bits exactly.
+ * ATTND_AMX=int8|bf16 chooses at the first call; quant_amx_math_force for tests. Real tiles on a
+ * CPU without AMX-BF16 always run int8: quant_amx_math_active() says what runs.
+ */
+typedef enum quant_amx_math { QUANT_AMX_BF16 = 0, QUANT_AMX_INT8 = 1 } quant_amx_math;
+quant_amx_math quant_amx_math_active(void);
+quant_amx_math quant_amx_math_force(quant_amx_math m); /* returns the one it replaced */
+const char *quant_amx_math_name(quant_amx_math m); /* "bf16", "int8" */
 
 /*
  * Vector primitives for the rest of the engine (attention, activations, f16 KV caches), with the

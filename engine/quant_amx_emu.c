@@ -12,6 +12,7 @@
 #define AMX_TILE_REAL 0
 #define ALWAYS_INLINE inline __attribute__((always_inline))
 #define AX_MIN_TOK 1
+#define AXB_MIN_TOK 1
 
 /* never called: every call has n_tok >= 1 */
 static void ax_never(float *out, const uint8_t *w, size_t rb, int64_t r0, int64_t r1, int64_t n_rows,

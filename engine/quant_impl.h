@@ -57,6 +57,10 @@ typedef struct quant_act {
                               precision as llama.cpp's block_q8_1.s (Q4_1/Q5_1 minimums) */
     const int32_t *off3;   /* Q8_K form:     (n_tok, n_cols / 16) -4 bsums as int32: Q3_K's offset
                               (u = q + 4) per sub-block, where packed Q3_K's sums start */
+    const uint16_t *xb;    /* bf16 tiles:    the floats rounded to bf16 (nearest even) in tiles of 16
+                              tokens x 32 columns (1 KB, contiguous: one tile load of 16 lines in
+                              one page), token t's column c at QUANT_XB_AT(t, c, n_cols); for the
+                              AMX bf16 kernels. NULL unless the table asks (bf16_from) */
 } quant_act;
 
 typedef void (*quant_rows_fn)(float *out, const uint8_t *w, size_t row_bytes, int64_t r0, int64_t r1,
@@ -66,6 +70,10 @@ typedef void (*quant_rows_fn)(float *out, const uint8_t *w, size_t row_bytes, in
 typedef void (*quant_prep_q8_0_fn)(float *d, int8_t *q, const float *x, int64_t n);
 typedef void (*quant_prep_q8_k_fn)(float *d, int8_t *q, int16_t *bsums, const float *x, int64_t n);
 typedef void (*quant_prep_f16_fn)(float *xr, const float *x, int64_t n);
+/* The bf16 form's layout: tiles of 16 tokens x 32 columns, token-block-major (n % 32 == 0) */
+#define QUANT_XB_AT(t, c, n) ((((int64_t)(t) / 16) * ((n) / 32) + (c) / 32) * 512 + ((t) % 16) * 32 + (c) % 32)
+/* One token's n values into the bf16 form: 32 at xb, the next 32 at xb + 512, ... */
+typedef void (*quant_prep_bf16_fn)(uint16_t *xb, const float *x, int64_t n);
 /* The vector primitives of quant.h, per instruction set. */
 typedef void (*quant_dot_rows_fn)(float *scores, const float *q, const float *K, int64_t k_stride, int n, int hd,
                                   float scale);
@@ -179,6 +187,10 @@ typedef struct quant_kernels {
     quant_prep_q8_0_fn prep_q8_0;
     quant_prep_q8_k_fn prep_q8_k;
     quant_prep_f16_fn prep_f16;
+    quant_prep_bf16_fn prep_bf16; /* the bf16 form (quant_act.xb) */
+    /* The types whose kernels multiply bf16 tiles, and from how many tokens (0: never): the driver
+     * then also fills quant_act.xb (when quant_amx_math_active() is QUANT_AMX_BF16) */
+    int bf16_from[QT_COUNT];
     quant_dot_rows_fn dot_rows;
     quant_axpy_rows_fn axpy_rows;
     quant_exp_fn exp;

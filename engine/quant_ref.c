@@ -541,6 +541,27 @@ const char *quant_amx_unused_reason(void) {
     return isa_from_env() >= 0 ? "turned off by ATTND_ISA / ATTND_NO_SIMD" : "not selected";
 }
 
+static _Atomic int g_amx_math = -1; /* -1: not chosen yet */
+
+quant_amx_math quant_amx_math_active(void) {
+    int m = atomic_load_explicit(&g_amx_math, memory_order_relaxed);
+    if (m < 0) {
+        const char *e = getenv("ATTND_AMX");
+        m = e && strcmp(e, "int8") == 0 ? QUANT_AMX_INT8 : QUANT_AMX_BF16;
+        atomic_store_explicit(&g_amx_math, m, memory_order_relaxed);
+    }
+    if (quant_isa_active() == QUANT_ISA_AMX && !amx_has_bf16()) return QUANT_AMX_INT8; /* no tdpbf16ps */
+    return (quant_amx_math)m;
+}
+
+quant_amx_math quant_amx_math_force(quant_amx_math m) {
+    quant_amx_math prev = quant_amx_math_active();
+    atomic_store_explicit(&g_amx_math, m == QUANT_AMX_INT8 ? QUANT_AMX_INT8 : QUANT_AMX_BF16, memory_order_relaxed);
+    return prev;
+}
+
+const char *quant_amx_math_name(quant_amx_math m) { return m == QUANT_AMX_INT8 ? "int8" : "bf16"; }
+
 static const quant_kernels *kernels_at(int isa) {
     switch (isa) {
 #if defined(__x86_64__)
@@ -573,8 +594,10 @@ static void resolve_tables(void) {
         for (int t = 0; t < QT_COUNT; t++) {
             RESOLVE(k, isa, rows[t]);
             RESOLVE(k, isa, packed[t]);
+            k->bf16_from[t] = kernels_at(isa)->bf16_from[t]; /* only the tile sets' own kernels */
         }
         RESOLVE(k, isa, prep_q8_0); RESOLVE(k, isa, prep_q8_k); RESOLVE(k, isa, prep_f16);
+        RESOLVE(k, isa, prep_bf16);
         RESOLVE(k, isa, dot_rows); RESOLVE(k, isa, axpy_rows); RESOLVE(k, isa, exp); RESOLVE(k, isa, h2f);
         RESOLVE(k, isa, f2h); RESOLVE(k, isa, attn_scores_t); RESOLVE(k, isa, attn_max);
         RESOLVE(k, isa, attn_tile);

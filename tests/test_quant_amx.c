@@ -73,6 +73,55 @@ Test(amx_tile, emulated_instructions_match_their_definition_and_the_hardware_on_
     free(a), free(b), free(c0), free(emu), free(want), free(real);
 }
 
+/* a random bf16 of either sign, magnitude 2^-8 .. 2^8 */
+static uint16_t rnd_bf16(void) {
+    uint32_t e = 127 - 8 + rnd() % 17, u = (rnd() & 1u) << 31 | e << 23 | (rnd() & 0x7Fu) << 16;
+    return (uint16_t)(u >> 16);
+}
+
+/* tdpbf16ps: C (float32) += A . B (bf16 pairs). The SDM defines the products and their order but
+ * not the hardware's internal rounding to the bit (on a Sapphire Rapids Xeon about a third of the
+ * results differ from a one-rounding-per-addition model in the last bits), so the emulation and,
+ * where the CPU has it, the hardware are each held within float32 rounding of the float64 sum:
+ * (2k + 1) roundings of at most 2^-24 of the sum of magnitudes. A wrong pairing or index is off by
+ * whole terms, far beyond that. */
+static void check_bf16_tile(const float *got, const float *c0, const uint16_t *a, const uint16_t *b, int m, int n, int k,
+                            const char *who, int trial) {
+    for (int i = 0; i < m; i++)
+        for (int j = 0; j < n; j++) {
+            double want = c0[i * n + j], mag = fabs(want);
+            for (int l = 0; l < 2 * k; l++) {
+                double p = (double)quant_bf16_to_f32(a[i * 2 * k + l]) * quant_bf16_to_f32(b[(l / 2) * 2 * n + 2 * j + l % 2]);
+                want += p, mag += fabs(p);
+            }
+            cr_assert(fabs(got[i * n + j] - want) <= (2 * k + 1) * 0x1p-24 * mag, "trial %d %dx%dx%d [%d][%d]: %s %g float64 %g",
+                      trial, m, n, k, i, j, who, got[i * n + j], want);
+        }
+}
+
+Test(amx_tile, bf16_products_stay_within_float32_rounding_of_float64_emulated_and_real) {
+    enum { BUF = 24 * 128 };
+    uint16_t *a = malloc(BUF), *b = malloc(BUF);
+    float *c0 = malloc(BUF), *got = malloc(BUF);
+    for (int trial = 0; trial < 200; trial++) {
+        int m = 1 + (int)(rnd() % 16), n = 1 + (int)(rnd() % 16), k = 1 + (int)(rnd() % 16);
+        if (trial % 11 == 0) m = n = k = 16;
+        for (int i = 0; i < BUF / 2; i++) a[i] = rnd_bf16(), b[i] = rnd_bf16();
+        for (int i = 0; i < BUF / 4; i++) c0[i] = rndf();
+        amx_tilecfg cfg;
+        amx_cfg_init(&cfg);
+        amx_cfg_tile(&cfg, 0, m, 4 * n);
+        amx_cfg_tile(&cfg, 1, m, 4 * k);
+        amx_cfg_tile(&cfg, 2, k, 4 * n);
+        for (int real = 0; real <= amx_has_bf16(); real++) {
+            memcpy(got, c0, BUF);
+            amx_tile_run_op(real, 6, &cfg, got, 4 * (size_t)n, a, 4 * (size_t)k, b, 4 * (size_t)n);
+            check_bf16_tile(got, c0, a, b, m, n, k, real ? "hardware" : "emulation", trial);
+        }
+    }
+    free(a), free(b), free(c0), free(got);
+}
+
 Test(amx_tile, loads_zero_what_lies_beyond_the_configured_rows_and_columns) {
     /* a 3 x 8-byte tile loaded from a 16-byte stride, then multiplied by a 2 x 16 B: only the
      * configured bytes of A count, the rest of the tile is zero */
@@ -150,15 +199,42 @@ static void run(float *out, quant_isa isa, const uint8_t *w, uint32_t type, int6
     quant_isa_force(saved);
 }
 
-/* One shape: the emulated kernels against the portable path (within float rounding: the portable
- * kernels add the block terms in another order), and bit for bit against AVX-512 and real AMX
- * where the CPU has them (the AVX-512 kernels of the same layout: the packed Q8_0/Q4_0/Q4_K/Q5_K/Q6_K
- * and 32-element (Q4_1/Q5_0/Q5_1/IQ4_NL/MXFP4) kernels always, mapped Q8_0's register tiles from 4 tokens), for each token count in toks. */
+/* The real tiles' first batch size (AX_MIN_TOK, quant_amx.c): below it the AVX-512 kernels run */
+#define AMX_FROM 128
+
+/* The bf16 tiles (QUANT_AMX_BF16) against float64 math of the format's dequantized weights and
+ * the float activations: each weight and activation rounded once to bf16 (2^-9 each), float32
+ * sums (a rounding of 2^-24 per term): |got - exact| <= (2^-8 + (C + 2) 2^-24) sum |w x|. A wrong
+ * scale, minimum, index or tile edge is off by whole terms. */
+static void check_bf16(const float *got, const float *wf, const float *x, int64_t R, int64_t C, int n, const char *who,
+                       uint32_t type) {
+    const double tol = 0x1p-8 + (double)(C + 2) * 0x1p-24;
+    for (int t = 0; t < n; t++)
+        for (int64_t r = 0; r < R; r++) {
+            double want = 0, mag = 0;
+            for (int64_t c = 0; c < C; c++) {
+                double p = (double)wf[r * C + c] * x[t * C + c];
+                want += p, mag += fabs(p);
+            }
+            double e = fabs(got[t * R + r] - want);
+            cr_assert(e <= tol * mag + 1e-30, "%s %ldx%ld n_tok %d [%d][%ld]: %s %g float64 %g (error %.3g of sum |wx| %.3g)",
+                      gguf_type_name(type), (long)R, (long)C, n, t, (long)r, who, got[t * R + r], want, e, mag);
+        }
+}
+
+/* One shape, for each token count in toks. int8 tiles (QUANT_AMX_INT8): the emulated kernels
+ * against the portable path (within float rounding: the portable kernels add the block terms in
+ * another order), and bit for bit against AVX-512 and real AMX where the CPU has them (the
+ * AVX-512 kernels of the same layout: the packed Q8_0/Q4_0/Q4_K/Q5_K/Q6_K and 32-element
+ * (Q4_1/Q5_0/Q5_1/IQ4_NL/MXFP4) kernels always, mapped Q8_0's register tiles from 4 tokens).
+ * bf16 tiles: emulated and real (from AMX_FROM tokens) within check_bf16's bound. */
 static void check_shape(uint32_t type, int64_t R, int64_t C, const int *toks, int n_toks) {
     int T = 0;
     for (int i = 0; i < n_toks; i++) T = toks[i] > T ? toks[i] : T;
     uint8_t *w = malloc(quant_row_bytes(type, C) * (size_t)R);
     random_weights(w, type, R, C);
+    float *wf = malloc((size_t)R * (size_t)C * sizeof(float));
+    for (int64_t r = 0; r < R; r++) quant_dequantize_row(wf + r * C, w + quant_row_bytes(type, C) * (size_t)r, type, C);
     float *x = malloc((size_t)T * (size_t)C * sizeof(float));
     for (int64_t j = 0; j < T * C; j++) x[j] = rndf() * (1.0f + (float)(j % 7));
     size_t n_out = (size_t)T * (size_t)R;
@@ -169,6 +245,7 @@ static void check_shape(uint32_t type, int64_t R, int64_t C, const int *toks, in
     for (int i = 0; i < n_toks; i++) {
         int n = toks[i], threads = 1 + i % 2;
         if (pass) setenv("ATTND_NO_REPACK", "1", 1);
+        quant_amx_math saved = quant_amx_math_force(QUANT_AMX_INT8);
         run(ref, QUANT_ISA_PORTABLE, w, type, R, C, x, n, scratch, 1);
         run(emu, QUANT_ISA_AMX_EMU, w, type, R, C, x, n, scratch, threads);
         for (size_t k = 0; k < (size_t)n * (size_t)R; k++)
@@ -186,9 +263,17 @@ static void check_shape(uint32_t type, int64_t R, int64_t C, const int *toks, in
             cr_assert(memcmp(emu, simd, (size_t)n * (size_t)R * sizeof(float)) == 0, "%s %ldx%ld n_tok %d: amx-emu != amx",
                       gguf_type_name(type), (long)R, (long)C, n);
         }
+        quant_amx_math_force(QUANT_AMX_BF16);
+        run(emu, QUANT_ISA_AMX_EMU, w, type, R, C, x, n, scratch, threads);
+        check_bf16(emu, wf, x, R, C, n, "amx-emu bf16", type);
+        if (quant_isa_best() == QUANT_ISA_AMX && amx_has_bf16() && n >= AMX_FROM) {
+            run(simd, QUANT_ISA_AMX, w, type, R, C, x, n, scratch, threads);
+            check_bf16(simd, wf, x, R, C, n, "amx bf16", type);
+        }
+        quant_amx_math_force(saved);
         unsetenv("ATTND_NO_REPACK");
     }
-    free(w), free(x), free(ref), free(emu), free(simd), free(scratch);
+    free(w), free(wf), free(x), free(ref), free(emu), free(simd), free(scratch);
 }
 
 /* Rows around the 16-row groups, depth around the 1024-column chunks (Q8_0/Q4_0: 1 block, 11,
