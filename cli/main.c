@@ -35,7 +35,7 @@ static const command COMMANDS[] = {
     {"bench", cmd_bench, "prefill/decode speed vs llama.cpp, and decode cost along a long generation"},
     {"tokenize", cmd_tokenize, "text to token ids, as POST /tokenize answers"},
     {"detokenize", cmd_detokenize, "token ids to text, as POST /detokenize answers"},
-    {"quantize", cmd_quantize, "re-encode a model's weights (F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K, Q4_K_M)"},
+    {"quantize", cmd_quantize, "re-encode a model's weights (F16 ... Q8_0, the K-quant mixes, IQ4_XS, MXFP4)"},
     {"template", cmd_template, "render a chat template (the model's or a file's) with JSON variables"},
     {"version", cmd_version, "print the version"},
     {"tokenize-bench", cmd_tokenize_bench, "measure tokenizer speed (MB/s) on a few MB of prose"},

@@ -129,15 +129,27 @@ void amx_emu_zero(int t) {
 
 static inline int32_t emu_byte(const uint8_t *p, int is_signed) { return is_signed ? (int32_t)(int8_t)*p : (int32_t)*p; }
 
-void amx_emu_dp(int c, int a, int b, int a_signed, int b_signed) {
+/* The shapes a tdp* instruction requires of C, A and B (else #UD); sets C's m x n dwords, depth k */
+static void emu_dp_shapes(int c, int a, int b, int *m, int *n, int *k) {
     emu_check(c);
     emu_check(a);
     emu_check(b);
     ATTND_ASSERT(c != a && c != b && a != b);
-    int m = g_emu.rows[c], n = g_emu.colsb[c] / 4, k = g_emu.colsb[a] / 4;
-    /* the shapes the instruction requires (else #UD) */
+    *m = g_emu.rows[c], *n = g_emu.colsb[c] / 4, *k = g_emu.colsb[a] / 4;
     ATTND_ASSERT(g_emu.colsb[c] % 4 == 0 && g_emu.colsb[a] % 4 == 0);
-    ATTND_ASSERT(g_emu.rows[a] == m && g_emu.colsb[b] == g_emu.colsb[c] && g_emu.rows[b] == k);
+    ATTND_ASSERT(g_emu.rows[a] == *m && g_emu.colsb[b] == g_emu.colsb[c] && g_emu.rows[b] == *k);
+}
+
+/* C's bytes past colsb, and its rows past rows, are zeroed */
+static void emu_dp_clear_rest(int c) {
+    for (int i = 0; i < AMX_MAX_ROWS; i++)
+        memset(&g_emu.t[c][i][i < g_emu.rows[c] ? g_emu.colsb[c] : 0], 0,
+               AMX_MAX_COLSB - (i < g_emu.rows[c] ? g_emu.colsb[c] : 0));
+}
+
+void amx_emu_dp(int c, int a, int b, int a_signed, int b_signed) {
+    int m, n, k;
+    emu_dp_shapes(c, a, b, &m, &n, &k);
     for (int i = 0; i < m; i++)
         for (int j = 0; j < n; j++) {
             uint32_t acc;
@@ -150,9 +162,7 @@ void amx_emu_dp(int c, int a, int b, int a_signed, int b_signed) {
             }
             memcpy(&g_emu.t[c][i][4 * j], &acc, 4);
         }
-    /* C's bytes past colsb, and its rows past rows, are zeroed */
-    for (int i = 0; i < AMX_MAX_ROWS; i++)
-        memset(&g_emu.t[c][i][i < m ? g_emu.colsb[c] : 0], 0, AMX_MAX_COLSB - (i < m ? g_emu.colsb[c] : 0));
+    emu_dp_clear_rest(c);
 }
 
 /* float32 with denormals read (or written) as zero */
@@ -174,13 +184,8 @@ static inline float emu_bf16(const uint8_t *p) {
 }
 
 void amx_emu_dpbf16(int c, int a, int b) {
-    emu_check(c);
-    emu_check(a);
-    emu_check(b);
-    ATTND_ASSERT(c != a && c != b && a != b);
-    int m = g_emu.rows[c], n = g_emu.colsb[c] / 4, k = g_emu.colsb[a] / 4;
-    ATTND_ASSERT(g_emu.colsb[c] % 4 == 0 && g_emu.colsb[a] % 4 == 0);
-    ATTND_ASSERT(g_emu.rows[a] == m && g_emu.colsb[b] == g_emu.colsb[c] && g_emu.rows[b] == k);
+    int m, n, k;
+    emu_dp_shapes(c, a, b, &m, &n, &k);
     for (int i = 0; i < m; i++)
         for (int j = 0; j < n; j++) {
             float acc;
@@ -193,8 +198,7 @@ void amx_emu_dpbf16(int c, int a, int b) {
                 }
             memcpy(&g_emu.t[c][i][4 * j], &acc, 4);
         }
-    for (int i = 0; i < AMX_MAX_ROWS; i++)
-        memset(&g_emu.t[c][i][i < m ? g_emu.colsb[c] : 0], 0, AMX_MAX_COLSB - (i < m ? g_emu.colsb[c] : 0));
+    emu_dp_clear_rest(c);
 }
 
 // ---- one instruction on either path (tests) ----------------------------------------------------
