@@ -66,8 +66,16 @@ out=$(ATTND_ISA=portable "$BIN" info 2>&1)
 grep -q "^kernels:       portable" <<<"$out"
 check "info: ATTND_ISA=portable selects the portable kernels" "$?" 0
 if grep -q amx_int8 /proc/cpuinfo; then # an AMX CPU: the tiles, unless the OS refuses or ATTND_ISA says avx512
-    grep -Eq "^kernels:       (amx \(AMX tiles|avx512 \(CPU has AMX: refused)" <<<"$("$BIN" info 2>&1)"
+    grep -Eq "^kernels:       (amx \(AMX (bf16|int8) tiles|avx512 \(CPU has AMX: refused)" <<<"$("$BIN" info 2>&1)"
     check "info: AMX CPU: amx kernels (or why not)" "$?" 0
+    if grep -q "^kernels:       amx" <<<"$("$BIN" info 2>&1)"; then # the tiles' arithmetic is named
+        grep -q "^kernels:       amx (AMX int8 tiles" <<<"$(ATTND_AMX=int8 "$BIN" info 2>&1)"
+        check "info: ATTND_AMX=int8 names the int8 tiles" "$?" 0
+        if grep -q amx_bf16 /proc/cpuinfo; then
+            grep -q "^kernels:       amx (AMX bf16 tiles" <<<"$("$BIN" info 2>&1)"
+            check "info: an AMX-BF16 CPU runs the bf16 tiles by default" "$?" 0
+        fi
+    fi
     grep -q "^kernels:       avx512 (CPU has AMX: turned off by ATTND_ISA" <<<"$(ATTND_ISA=avx512 "$BIN" info 2>&1)"
     check "info: ATTND_ISA=avx512 forces the AVX-512 path on an AMX CPU" "$?" 0
 fi
