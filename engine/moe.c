@@ -62,14 +62,6 @@ typedef struct moe_pass {
     int per, n_chunks, rows;
 } moe_pass;
 
-/* The scratch of worker w: tiles t0 and t1 (a group's (cnt, per) block each) and quant scratch. */
-static void *worker_scratch(const moe_pass *p, int w, float **t0, float **t1) {
-    char *s = p->j->scratch + (size_t)w * p->j->scratch_bytes;
-    *t0 = (float *)s;
-    *t1 = *t0 + tile_floats(p->j->max_tok);
-    return *t1 + tile_floats(p->j->max_tok);
-}
-
 /* Rows [row, ...) of matrix w. */
 static const void *rows_at(const weight *w, int64_t row) {
     return (const uint8_t *)w->data + (size_t)row * quant_row_bytes(w->type, w->cols);
@@ -92,15 +84,26 @@ static void add_row(float *x, const float *b, int n) {
     for (int i = 0; b && i < n; i++) x[i] += b[i];
 }
 
-/* Task t of pass p: its group and its rows [r0, r0 + rb) of each of the group's experts' rows. */
+/* Task t of pass p, on worker w: its group, its rows [r0, r0 + rb) of each of the group's experts'
+ * rows (the matrix's first such row is `row`), and the worker's scratch: tiles t0 and t1 (a group's
+ * (cnt, per) block each) and quant scratch qs. */
 typedef struct moe_block {
     const moe_group *gr;
     int r0, rb;
+    int64_t row;
+    float *t0, *t1;
+    void *qs;
 } moe_block;
 
-static moe_block block_of(const moe_pass *p, int t) {
-    int r0 = t % p->n_chunks * p->per;
-    return (moe_block){&p->j->pl->groups[t / p->n_chunks], r0, p->rows - r0 < p->per ? p->rows - r0 : p->per};
+static moe_block block_of(const moe_pass *p, int t, int w) {
+    moe_block b = {.gr = &p->j->pl->groups[t / p->n_chunks], .r0 = t % p->n_chunks * p->per};
+    b.rb = p->rows - b.r0 < p->per ? p->rows - b.r0 : p->per;
+    b.row = (int64_t)b.gr->expert * p->rows + b.r0;
+    char *s = p->j->scratch + (size_t)w * p->j->scratch_bytes;
+    b.t0 = (float *)s;
+    b.t1 = b.t0 + tile_floats(p->j->max_tok);
+    b.qs = b.t1 + tile_floats(p->j->max_tok);
+    return b;
 }
 
 /* Rows [r0, r0 + rb) of the group's gate and up projections, their biases and the act, into g. */
@@ -108,22 +111,17 @@ static void gate_up_task(void *ctx, int t, int worker) {
     const moe_pass *p = ctx;
     const moe_job *j = p->j;
     const layer_weights *L = j->L;
-    moe_block bl = block_of(p, t);
-    const moe_group *gr = bl.gr;
-    int r0 = bl.r0, rb = bl.rb, FE = j->FE;
-    int64_t row = (int64_t)gr->expert * FE + r0;
-    float *tg, *tu;
-    void *qs = worker_scratch(p, worker, &tg, &tu);
-    const float *x = j->x + (size_t)gr->start * j->E; /* (cnt, E) */
-    quant_mm mm[2] = {{tg, rows_at(&L->gate_exps, row), NULL, L->gate_exps.type, rb},
-                      {tu, rows_at(&L->up_exps, row), NULL, L->up_exps.type, rb}};
-    quant_matmul_many(mm, 2, j->E, x, gr->cnt, qs, 1); /* x rounded once for both */
-    for (int c = 0; c < gr->cnt; c++) { /* (cnt, rb) */
-        float *g = tg + (size_t)c * rb, *u = tu + (size_t)c * rb;
-        add_row(g, L->gate_exps_b ? L->gate_exps_b + row : NULL, rb);
-        add_row(u, L->up_exps_b ? L->up_exps_b + row : NULL, rb);
-        expert_act(g, u, rb, j->act);
-        memcpy(j->g + (size_t)(gr->start + c) * FE + r0, g, sizeof(float) * (size_t)rb);
+    moe_block b = block_of(p, t, worker);
+    const float *x = j->x + (size_t)b.gr->start * j->E; /* (cnt, E) */
+    quant_mm mm[2] = {{b.t0, rows_at(&L->gate_exps, b.row), NULL, L->gate_exps.type, b.rb},
+                      {b.t1, rows_at(&L->up_exps, b.row), NULL, L->up_exps.type, b.rb}};
+    quant_matmul_many(mm, 2, j->E, x, b.gr->cnt, b.qs, 1); /* x rounded once for both */
+    for (int c = 0; c < b.gr->cnt; c++) { /* (cnt, rb) */
+        float *g = b.t0 + (size_t)c * b.rb, *u = b.t1 + (size_t)c * b.rb;
+        add_row(g, L->gate_exps_b ? L->gate_exps_b + b.row : NULL, b.rb);
+        add_row(u, L->up_exps_b ? L->up_exps_b + b.row : NULL, b.rb);
+        expert_act(g, u, b.rb, j->act);
+        memcpy(j->g + (size_t)(b.gr->start + c) * j->FE + b.r0, g, sizeof(float) * (size_t)b.rb);
     }
 }
 
@@ -132,18 +130,13 @@ static void down_task(void *ctx, int t, int worker) {
     const moe_pass *p = ctx;
     const moe_job *j = p->j;
     const layer_weights *L = j->L;
-    moe_block bl = block_of(p, t);
-    const moe_group *gr = bl.gr;
-    int r0 = bl.r0, rb = bl.rb, E = j->E;
-    int64_t row = (int64_t)gr->expert * E + r0;
-    float *td, *unused;
-    void *qs = worker_scratch(p, worker, &td, &unused);
-    quant_matmul(td, rows_at(&L->down_exps, row), L->down_exps.type, rb, j->FE, j->g + (size_t)gr->start * j->FE,
-                 gr->cnt, qs, 1);
-    for (int c = 0; c < gr->cnt; c++) {
-        float *o = td + (size_t)c * rb;
-        add_row(o, L->down_exps_b ? L->down_exps_b + row : NULL, rb);
-        memcpy(j->o + (size_t)j->pl->slot[gr->start + c] * E + r0, o, sizeof(float) * (size_t)rb);
+    moe_block b = block_of(p, t, worker);
+    quant_matmul(b.t0, rows_at(&L->down_exps, b.row), L->down_exps.type, b.rb, j->FE,
+                 j->g + (size_t)b.gr->start * j->FE, b.gr->cnt, b.qs, 1);
+    for (int c = 0; c < b.gr->cnt; c++) {
+        float *o = b.t0 + (size_t)c * b.rb;
+        add_row(o, L->down_exps_b ? L->down_exps_b + b.row : NULL, b.rb);
+        memcpy(j->o + (size_t)j->pl->slot[b.gr->start + c] * j->E + b.r0, o, sizeof(float) * (size_t)b.rb);
     }
 }
 

@@ -16,6 +16,11 @@
 #include "quant_impl.h"
 #include "quant_types.h"
 
+/* Row i's dwords [0, n) of src into a lane-per-row layout (a block's or super-block's): dword k at q + 64 k + 4 i. */
+static void pack_dwords(uint8_t *q, const uint8_t *src, int n, int i) {
+    for (int k = 0; k < n; k++) memcpy(q + 64 * k + 4 * i, src + 4 * k, 4);
+}
+
 /* Q8_0 rows -> quant_pack's layout (PACK_Q80_PAIR, quant_impl.h): block b's weights at
  * PACK_Q80_PAIR (b / 2) + 512 (b % 2), dword k of row i at 64 k + 4 i, each byte q ^ 0x80; its rows'
  * 16 f16 scales at PACK_Q80_PAIR (b / 2) + 1024 + 32 (b % 2). */
@@ -53,66 +58,60 @@ static void pack_q4_0(uint8_t *dst, const uint8_t *w, size_t rb, int64_t n_rows,
         for (int64_t b = 0; b < nb; b++, src += Q4_0_BYTES) {
             uint8_t *pair = g + (size_t)(b / 2) * PACK_Q40_PAIR;
             memcpy(pair + 512 + 32 * (b % 2) + 2 * i, src, 2);
-            for (int k = 0; k < 4; k++) memcpy(pair + 256 * (b % 2) + 64 * k + 4 * i, src + 2 + 4 * k, 4);
+            pack_dwords(pair + 256 * (b % 2), src + 2, 4, i);
         }
     }
 }
 
-/* Q4_K / Q5_K rows -> quant_pack's layout (PACK_Q4K_BYTES / PACK_Q5K_BYTES per group and
- * super-block, quant_impl.h); q5: Q5_K, whose nibbles follow its 32 bytes of fifth bits. */
-static void pack_q45_k(uint8_t *dst, const uint8_t *w, size_t rb, int64_t n_rows, int64_t nsb, size_t group_bytes,
-                       int q5) {
-    const size_t blk = q5 ? Q5_K_BYTES : Q4_K_BYTES, sbb = q5 ? PACK_Q5K_BYTES : PACK_Q4K_BYTES;
-    const size_t qs = q5 ? 48 : 16;
+/* One super-block of row i (of its 16-row group): src in the file's layout -> q in quant_pack's. */
+typedef void (*pack_sb_fn)(uint8_t *q, const uint8_t *src, int i);
+
+/* Rows of super-blocks (src_bytes each in the file, dst_bytes each packed) -> per 16-row group,
+ * group_bytes of packed super-blocks, each written by fn. */
+static void pack_super_blocks(uint8_t *dst, const uint8_t *w, size_t rb, int64_t n_rows, int64_t nsb,
+                              size_t group_bytes, size_t src_bytes, size_t dst_bytes, pack_sb_fn fn) {
     for (int64_t r = 0; r < n_rows; r++) {
-        int i = (int)(r % PACK_ROWS);
         const uint8_t *src = w + (size_t)r * rb;
-        for (int64_t b = 0; b < nsb; b++, src += blk) {
-            uint8_t *q = dst + (size_t)(r / PACK_ROWS) * group_bytes + (size_t)b * sbb;
-            for (int k = 0; k < 32; k++) memcpy(q + 64 * k + 4 * i, src + qs + 4 * k, 4);
-            uint8_t sc[8], mn[8];
-            quant_q4k_scales(src + 4, sc, mn);
-            uint8_t *s = q + 32 * 64;
-            for (int h = 0; h < 2; h++) {
-                memcpy(s + 64 * h + 4 * i, sc + 4 * h, 4);
-                memcpy(s + 128 + 64 * h + 4 * i, mn + 4 * h, 4);
-            }
-            memcpy(s + 256 + 2 * i, src, 2);      /* d */
-            memcpy(s + 256 + 32 + 2 * i, src + 2, 2); /* dmin */
-            for (int kk = 0; q5 && kk < 8; kk++) memcpy(q + PACK_Q4K_BYTES + 64 * kk + 4 * i, src + 16 + 4 * kk, 4);
-        }
+        uint8_t *g = dst + (size_t)(r / PACK_ROWS) * group_bytes;
+        for (int64_t b = 0; b < nsb; b++)
+            fn(g + (size_t)b * dst_bytes, src + (size_t)b * src_bytes, (int)(r % PACK_ROWS));
     }
 }
 
-/* IQ4_XS rows -> quant_pack's layout (PACK_IQ4XS_BYTES per group and super-block, quant_impl.h). */
-static void pack_iq4_xs(uint8_t *dst, const uint8_t *w, size_t rb, int64_t n_rows, int64_t nsb, size_t group_bytes) {
-    for (int64_t r = 0; r < n_rows; r++) {
-        int i = (int)(r % PACK_ROWS);
-        const uint8_t *src = w + (size_t)r * rb;
-        for (int64_t b = 0; b < nsb; b++, src += IQ4_XS_BYTES) {
-            uint8_t *q = dst + (size_t)(r / PACK_ROWS) * group_bytes + (size_t)b * PACK_IQ4XS_BYTES;
-            for (int k = 0; k < 32; k++) memcpy(q + 64 * k + 4 * i, src + 8 + 4 * k, 4);
-            int8_t sc[8];
-            quant_iq4xs_scales(src, sc);
-            for (int j = 0; j < 8; j++) q[32 * 64 + 16 * j + i] = (uint8_t)sc[j];
-            memcpy(q + 32 * 64 + 128 + 2 * i, src, 2); /* d */
-        }
+/* Q4_K / Q5_K -> PACK_Q4K_BYTES / PACK_Q5K_BYTES (quant_impl.h); q5: Q5_K, whose nibbles follow
+ * its 32 bytes of fifth bits. */
+static void pack_sb_q45_k(uint8_t *q, const uint8_t *src, int i, int q5) {
+    pack_dwords(q, src + (q5 ? 48 : 16), 32, i);
+    uint8_t sc[8], mn[8];
+    quant_q4k_scales(src + 4, sc, mn);
+    uint8_t *s = q + 32 * 64;
+    for (int h = 0; h < 2; h++) {
+        memcpy(s + 64 * h + 4 * i, sc + 4 * h, 4);
+        memcpy(s + 128 + 64 * h + 4 * i, mn + 4 * h, 4);
     }
+    memcpy(s + 256 + 2 * i, src, 2);          /* d */
+    memcpy(s + 256 + 32 + 2 * i, src + 2, 2); /* dmin */
+    if (q5) pack_dwords(q + PACK_Q4K_BYTES, src + 16, 8, i);
 }
 
-/* Q2_K rows -> quant_pack's layout (PACK_Q2K_BYTES per group and super-block, quant_impl.h). */
-static void pack_q2_k(uint8_t *dst, const uint8_t *w, size_t rb, int64_t n_rows, int64_t nsb, size_t group_bytes) {
-    for (int64_t r = 0; r < n_rows; r++) {
-        int i = (int)(r % PACK_ROWS);
-        const uint8_t *src = w + (size_t)r * rb;
-        for (int64_t b = 0; b < nsb; b++, src += Q2_K_BYTES) {
-            uint8_t *q = dst + (size_t)(r / PACK_ROWS) * group_bytes + (size_t)b * PACK_Q2K_BYTES;
-            for (int k = 0; k < 16; k++) memcpy(q + 64 * k + 4 * i, src + 16 + 4 * k, 4);
-            for (int j = 0; j < 16; j++) q[16 * 64 + 32 * (j / 2) + 2 * i + j % 2] = src[j];
-            memcpy(q + 16 * 64 + 256 + 2 * i, src + 80, 2);      /* d */
-            memcpy(q + 16 * 64 + 256 + 32 + 2 * i, src + 82, 2); /* dmin */
-        }
-    }
+static void pack_sb_q4_k(uint8_t *q, const uint8_t *src, int i) { pack_sb_q45_k(q, src, i, 0); }
+static void pack_sb_q5_k(uint8_t *q, const uint8_t *src, int i) { pack_sb_q45_k(q, src, i, 1); }
+
+/* IQ4_XS -> PACK_IQ4XS_BYTES (quant_impl.h). */
+static void pack_sb_iq4_xs(uint8_t *q, const uint8_t *src, int i) {
+    pack_dwords(q, src + 8, 32, i);
+    int8_t sc[8];
+    quant_iq4xs_scales(src, sc);
+    for (int j = 0; j < 8; j++) q[32 * 64 + 16 * j + i] = (uint8_t)sc[j];
+    memcpy(q + 32 * 64 + 128 + 2 * i, src, 2); /* d */
+}
+
+/* Q2_K -> PACK_Q2K_BYTES (quant_impl.h). */
+static void pack_sb_q2_k(uint8_t *q, const uint8_t *src, int i) {
+    pack_dwords(q, src + 16, 16, i);
+    for (int j = 0; j < 16; j++) q[16 * 64 + 32 * (j / 2) + 2 * i + j % 2] = src[j];
+    memcpy(q + 16 * 64 + 256 + 2 * i, src + 80, 2);      /* d */
+    memcpy(q + 16 * 64 + 256 + 32 + 2 * i, src + 82, 2); /* dmin */
 }
 
 /* One row's dword of a Q3_K triple's A, B, C (PACK_Q3K_BYTES, quant_impl.h) from its eight weight
@@ -197,7 +196,7 @@ static void pack_b32(uint8_t *dst, const uint8_t *w, size_t rb, int64_t n_rows, 
         for (int64_t b = 0; b < nb; b++, src += f->bytes) {
             uint8_t *pair = g + (size_t)(b / 2) * pair_bytes, *q = pair + qbytes * (size_t)(b % 2),
                     *sc = pair + 2 * qbytes;
-            for (int k = 0; k < 4; k++) memcpy(q + 64 * k + 4 * i, src + f->qs + 4 * k, 4);
+            pack_dwords(q, src + f->qs, 4, i);
             if (f->h) b32_fifth_bits(q + 256 + 4 * i, src + f->qh);
             if (f->e8m0) sc[16 * (b % 2) + i] = src[0];
             else memcpy(sc + 32 * (b % 2) + 2 * i, src, 2);
@@ -340,12 +339,12 @@ quant_packed *quant_pack(const void *w, uint32_t wtype, int64_t n_rows, int64_t 
             memset(pk->data + (size_t)g * pk->group_bytes + (size_t)(nb / 2) * pair + half, 0, pair - half);
     }
     size_t rb = quant_row_bytes(wtype, n_cols);
+    pack_sb_fn sb = q4_k ? pack_sb_q4_k : q5_k ? pack_sb_q5_k : iq4_xs ? pack_sb_iq4_xs : q2_k ? pack_sb_q2_k : NULL;
     if (q8_0) pack_q8_0(pk->data, w, rb, n_rows, nb, pk->group_bytes);
     else if (q4_0) pack_q4_0(pk->data, w, rb, n_rows, nb, pk->group_bytes);
     else if (b32) pack_b32(pk->data, w, rb, n_rows, nb, pk->group_bytes, &bf);
-    else if (q4_k || q5_k) pack_q45_k(pk->data, w, rb, n_rows, nb, pk->group_bytes, q5_k);
-    else if (iq4_xs) pack_iq4_xs(pk->data, w, rb, n_rows, nb, pk->group_bytes);
-    else if (q2_k) pack_q2_k(pk->data, w, rb, n_rows, nb, pk->group_bytes);
+    else if (sb) pack_super_blocks(pk->data, w, rb, n_rows, nb, pk->group_bytes, quant_row_bytes(wtype, QK_K),
+                                   pk->group_bytes / (size_t)nb, sb);
     else if (q3_k) pack_q3_k(pk->data, w, rb, n_rows, nb, pk->group_bytes);
     else pack_q6_k(pk->data, w, rb, n_rows, nb, pk->group_bytes);
     return pk;

@@ -7,6 +7,7 @@
 #include "attnd/buf.h"
 
 #include <pthread.h>
+#include <stddef.h>
 #include <stdbool.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -66,6 +67,61 @@ static void metric(buf *o, const char *name, const char *type, const char *help,
     buf_vprintf(o, fmt, ap);
     va_end(ap);
     buf_puts(o, "\n");
+}
+
+/* The scheduler's counters and gauges, in the order /metrics lists them: each a field of
+ * sched_stats, found by its offset and printed by its C type. */
+typedef enum stat_kind { STAT_U64, STAT_INT, STAT_SIZE, STAT_SECONDS, STAT_RATE } stat_kind;
+
+#define STAT(name, type, help, kind, field) {name, type, help, kind, offsetof(sched_stats, field)}
+static const struct stat_row {
+    const char *name, *type, *help;
+    stat_kind kind;
+    size_t off;
+} STATS[] = {
+    STAT("attnd_prompt_tokens_total", "counter", "Prompt tokens evaluated (prefill; cached ones excluded).", STAT_U64,
+         prompt_tokens),
+    STAT("attnd_generated_tokens_total", "counter", "Tokens generated.", STAT_U64, generated_tokens),
+    STAT("attnd_spec_drafted_tokens_total", "counter", "Speculative decoding: tokens drafted (prompt lookup).",
+         STAT_U64, spec_drafted),
+    STAT("attnd_spec_accepted_tokens_total", "counter", "Speculative decoding: drafted tokens kept.", STAT_U64,
+         spec_accepted),
+    STAT("attnd_decode_seconds_total", "counter", "Wall time of engine steps that decoded.", STAT_SECONDS,
+         decode_seconds),
+    STAT("attnd_prompt_seconds_total", "counter", "Wall time of engine steps that prefilled.", STAT_SECONDS,
+         prompt_seconds),
+    STAT("attnd_tokens_per_second", "gauge", "Generated tokens per second over the last second or more.", STAT_RATE,
+         last_tok_per_s),
+    STAT("attnd_sequences_active", "gauge", "Sequences in scheduler slots.", STAT_INT, active),
+    STAT("attnd_sequences_queued", "gauge", "Requests waiting for a slot.", STAT_INT, queued),
+    STAT("attnd_kv_bytes_used", "gauge", "KV cache bytes in use.", STAT_SIZE, kv_used),
+    STAT("attnd_kv_bytes_budget", "gauge", "KV cache byte budget.", STAT_SIZE, kv_budget),
+    STAT("attnd_kv_bytes_reserved", "gauge", "KV bytes reserved by running requests (admission control).", STAT_SIZE,
+         kv_reserved),
+    STAT("attnd_prompt_tokens_cached_total", "counter", "Prompt tokens reused from a KV cache.", STAT_U64,
+         cached_tokens),
+    STAT("attnd_kv_evictions_total", "counter", "Idle KV caches evicted to stay within the budget.", STAT_U64,
+         evictions),
+    STAT("attnd_engine_steps_total", "counter", "Batched engine evaluations.", STAT_U64, steps),
+    STAT("attnd_engine_steps_yielded_total", "counter",
+         "Decode steps given up mid-way so that a newly arrived request starts first.", STAT_U64, steps_yielded),
+    STAT("attnd_engine_threads", "gauge", "Engine threads configured.", STAT_INT, threads),
+    STAT("attnd_engine_threads_in_use", "gauge",
+         "Engine threads a step may use now: fewer while other busy processes keep descheduling one.", STAT_INT,
+         threads_in_use),
+};
+#undef STAT
+
+/* Row r of STATS for st; the offset points at a field of r->kind's C type. */
+static void stat_metric(buf *o, const struct stat_row *r, const sched_stats *st) {
+    const char *f = (const char *)st + r->off, *n = r->name, *t = r->type, *h = r->help;
+    switch (r->kind) {
+    case STAT_U64: metric(o, n, t, h, "%llu", (unsigned long long)*(const uint64_t *)(const void *)f); break;
+    case STAT_INT: metric(o, n, t, h, "%d", *(const int *)(const void *)f); break;
+    case STAT_SIZE: metric(o, n, t, h, "%zu", *(const size_t *)(const void *)f); break;
+    case STAT_SECONDS: metric(o, n, t, h, "%.6f", *(const double *)(const void *)f); break;
+    case STAT_RATE: metric(o, n, t, h, "%.3f", *(const double *)(const void *)f); break;
+    }
 }
 
 /* The scheduler's distributions, by sched_hist, as Prometheus names them. */
@@ -139,39 +195,7 @@ char *metrics_render(metrics *m, const sched_stats *st, int n_sessions, int read
     metric(&o, "attnd_ready", "gauge", "1 when the model is loaded.", "%d", ready);
     metric(&o, "attnd_sessions", "gauge", "Named sessions.", "%d", n_sessions);
     if (st) {
-        metric(&o, "attnd_prompt_tokens_total", "counter", "Prompt tokens evaluated (prefill; cached ones excluded).",
-               "%llu", (unsigned long long)st->prompt_tokens);
-        metric(&o, "attnd_generated_tokens_total", "counter", "Tokens generated.",
-               "%llu", (unsigned long long)st->generated_tokens);
-        metric(&o, "attnd_spec_drafted_tokens_total", "counter", "Speculative decoding: tokens drafted (prompt lookup).",
-               "%llu", (unsigned long long)st->spec_drafted);
-        metric(&o, "attnd_spec_accepted_tokens_total", "counter", "Speculative decoding: drafted tokens kept.",
-               "%llu", (unsigned long long)st->spec_accepted);
-        metric(&o, "attnd_decode_seconds_total", "counter", "Wall time of engine steps that decoded.",
-               "%.6f", st->decode_seconds);
-        metric(&o, "attnd_prompt_seconds_total", "counter", "Wall time of engine steps that prefilled.",
-               "%.6f", st->prompt_seconds);
-        metric(&o, "attnd_tokens_per_second", "gauge", "Generated tokens per second over the last second or more.",
-               "%.3f", st->last_tok_per_s);
-        metric(&o, "attnd_sequences_active", "gauge", "Sequences in scheduler slots.", "%d", st->active);
-        metric(&o, "attnd_sequences_queued", "gauge", "Requests waiting for a slot.", "%d", st->queued);
-        metric(&o, "attnd_kv_bytes_used", "gauge", "KV cache bytes in use.", "%zu", st->kv_used);
-        metric(&o, "attnd_kv_bytes_budget", "gauge", "KV cache byte budget.", "%zu", st->kv_budget);
-        metric(&o, "attnd_kv_bytes_reserved", "gauge", "KV bytes reserved by running requests (admission control).",
-               "%zu", st->kv_reserved);
-        metric(&o, "attnd_prompt_tokens_cached_total", "counter", "Prompt tokens reused from a KV cache.",
-               "%llu", (unsigned long long)st->cached_tokens);
-        metric(&o, "attnd_kv_evictions_total", "counter", "Idle KV caches evicted to stay within the budget.",
-               "%llu", (unsigned long long)st->evictions);
-        metric(&o, "attnd_engine_steps_total", "counter", "Batched engine evaluations.",
-               "%llu", (unsigned long long)st->steps);
-        metric(&o, "attnd_engine_steps_yielded_total", "counter",
-               "Decode steps given up mid-way so that a newly arrived request starts first.", "%llu",
-               (unsigned long long)st->steps_yielded);
-        metric(&o, "attnd_engine_threads", "gauge", "Engine threads configured.", "%d", st->threads);
-        metric(&o, "attnd_engine_threads_in_use", "gauge",
-               "Engine threads a step may use now: fewer while other busy processes keep descheduling one.", "%d",
-               st->threads_in_use);
+        for (size_t k = 0; k < sizeof(STATS) / sizeof(STATS[0]); k++) stat_metric(&o, &STATS[k], st);
         routing_gauges(&o, st);
         for (int k = 0; k < SCHED_H_COUNT; k++) histogram(&o, HISTS[k].name, HISTS[k].help, &st->hist[k]);
     }
