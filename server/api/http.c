@@ -152,9 +152,9 @@ bool http_client_gone(req *r) {
 }
 
 json_t *http_parse_body(req *r, http_result *ret, bool allow_empty) {
-    if (r->len == 0 && allow_empty) return json_object();
+    if (r->body.len == 0 && allow_empty) return json_object();
     json_error_t je;
-    json_t *j = json_loadb(r->body ? r->body : "", r->len, 0, &je);
+    json_t *j = json_loadb(r->body.p ? r->body.p : "", r->body.len, 0, &je);
     if (!j) {
         char msg[300];
         snprintf(msg, sizeof(msg), "invalid JSON body: %s (line %d, column %d)", je.text, je.line, je.column);
@@ -370,26 +370,14 @@ static http_result request_begin(struct server *s, struct MHD_Connection *c, con
  * trickles is cut at body_timeout_s (conn.h). */
 static http_result request_body(req *r, const char *upload, size_t n) {
     size_t limit = r->srv->cfg.body_limit;
-    if (r->too_big || r->len + n > limit) {
+    if (r->too_big || r->body.len + n > limit) {
         if (!r->too_big) slog_info("%s %s: request body over %zu bytes; reading it to answer 413", r->method, r->path, limit);
         r->too_big = true;
         r->dropped += n;
         size_t most = limit < ((size_t)1 << 18) ? (size_t)1 << 20 : 4 * limit;
         return r->dropped > most ? HTTP_NO : HTTP_YES;
     }
-    if (r->len + n + 1 > r->cap) {
-        size_t cap = r->cap ? r->cap * 2 : 4096;
-        while (cap < r->len + n + 1) cap *= 2;
-        if (cap > limit + 1) cap = limit + 1;
-        char *g = realloc(r->body, cap);
-        if (!g) return HTTP_NO;
-        r->body = g;
-        r->cap = cap;
-    }
-    memcpy(r->body + r->len, upload, n);
-    r->len += n;
-    r->body[r->len] = '\0';
-    return HTTP_YES;
+    return buf_append(&r->body, upload, n) ? HTTP_YES : HTTP_NO;
 }
 
 /* The whole body is in: the route's handler. */
@@ -477,7 +465,7 @@ void http_req_end(req *r, bool completed) {
     }
     for (int i = 0; i < REQ_SLOT_COUNT; i++)
         if (r->ctx[i].p) r->ctx[i].free_fn(r->ctx[i].p);
-    free(r->body);
+    buf_free(&r->body);
     slog_set_request(NULL);
     free(r);
     atomic_fetch_sub(&s->in_flight, 1);

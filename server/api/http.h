@@ -23,6 +23,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "attnd/buf.h"
 #include "attnd/common.h"
 #include "chat.h"     /* chat_template, held by value */
 #include "sess.h"     /* SESS_OWNER_MAX */
@@ -146,8 +147,7 @@ struct req {
     char method[16];
     char path[160];
     double t0;
-    char *body;              /* (len) request body, NUL-terminated; owned */
-    size_t len, cap;
+    buf body;                /* the request body (NUL-terminated once any arrived); owned */
     bool too_big;
     size_t dropped;          /* body bytes read past the limit (answered 413 when it ends) */
     int status;              /* response status (for the access log and metrics) */
