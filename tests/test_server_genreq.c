@@ -84,7 +84,7 @@ Test(genreq, n_choices_of_a_prompt_read_it_once) {
     cr_assert_eq(genreq_submit_all(g, &e), ATTND_OK, "%s", e.msg);
     cr_assert_eq(genreq_n_jobs(g), 3);
     cr_assert(genreq_wait_all(g));
-    oai_gen sum;
+    completion_body_gen sum;
     genreq_usage_sum(g, &sum);
     sched_output o;
     sched_job_output(g->job, &o);

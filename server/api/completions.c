@@ -90,12 +90,12 @@ static json_t *choice_body(req *r, int k, sched_output *failed) {
         *failed = o;
         return NULL;
     }
-    oai_gen v;
+    completion_body_gen v;
     genreq_view(&o, &v);
     if (g->chat) v.n_reasoning = genreq_reasoning_tokens(g, &o);
     size_t echo_len;
     char *echo = echo_text(r, k, &o, &echo_len);
-    json_t *body = oai_final(&state_of(r)->rctx, &v, echo, echo_len);
+    json_t *body = completion_body_final(&state_of(r)->rctx, &v, echo, echo_len);
     free(echo);
     if (body && g->chat) toolcall_apply(json_array_get(json_object_get(body, "choices"), 0), v.text, v.text_len,
                                         calls_parsed(g), g->oreq.open_reasoning, NULL, g->oreq.tools.tools);
@@ -104,7 +104,7 @@ static json_t *choice_body(req *r, int k, sched_output *failed) {
 
 // ---- streaming: OpenAI chunks and llama.cpp events, through sse.c's stream loop -----------
 
-/* Sets the index of a chunk's single choice (oai_chunk writes 0). */
+/* Sets the index of a chunk's single choice (completion_body_chunk writes 0). */
 static json_t *at_index(json_t *chunk, int k) {
     json_t *c = json_array_get(json_object_get(chunk, "choices"), 0);
     if (c && k) json_object_set_new(c, "index", json_integer(k));
@@ -123,7 +123,7 @@ static void choice_end_oai(req *r, int k, const sched_output *o, buf *out) {
     if (!genreq_persist(g)) { /* not saved: an error event, never a "stop" the client would trust */
         sse_event(out, genreq_http_error(&g->unsaved));
     } else if (genreq_was_cut(o)) {
-        sse_event(out, at_index(oai_chunk(&ss->rctx, g->chat ? json_object() : json_string(""), NULL, CUT_REASON), k));
+        sse_event(out, at_index(completion_body_chunk(&ss->rctx, g->chat ? json_object() : json_string(""), NULL, CUT_REASON), k));
     } else if (o->status != ATTND_OK) {
         int code = http_status_of(o->status, HTTP_CTX_GENERATE);
         sse_event(out, oai_error(code, o->errmsg[0] ? o->errmsg : "generation failed", NULL));
@@ -131,7 +131,7 @@ static void choice_end_oai(req *r, int k, const sched_output *o, buf *out) {
         const char *finish = o->finish_reason;
         if (g->chat && ss->parse && toolcall_parser_n_calls(ss->parse[k]) > 0 && finish && !strcmp(finish, "stop"))
             finish = "tool_calls";
-        sse_event(out, at_index(oai_chunk(&ss->rctx, g->chat ? json_object() : json_string(""), NULL, finish), k));
+        sse_event(out, at_index(completion_body_chunk(&ss->rctx, g->chat ? json_object() : json_string(""), NULL, finish), k));
     }
 }
 
@@ -139,9 +139,9 @@ static void choice_end_oai(req *r, int k, const sched_output *o, buf *out) {
 static void stream_end_oai(req *r, buf *out) {
     genreq *g = genreq_http_get(r);
     if (g->oreq.include_usage) {
-        oai_gen sum;
+        completion_body_gen sum;
         genreq_usage_sum(g, &sum);
-        sse_event(out, oai_usage_chunk(&state_of(r)->rctx, &sum));
+        sse_event(out, completion_body_usage_chunk(&state_of(r)->rctx, &sum));
     }
     buf_puts(out, "data: [DONE]\n\n");
 }
@@ -151,18 +151,18 @@ static void update_llama(req *r, int k, const sched_update *u, buf *out) {
     genreq *g = genreq_http_get(r);
     cmpl_state *ss = state_of(r);
     sched_output o;
-    oai_gen v;
+    completion_body_gen v;
     sched_job_output(genreq_job(g, k), &o);
     genreq_view(&o, &v);
     if (u->text_len || (ss->return_tokens && u->to > u->from))
-        sse_event(out, oai_llama_response(&ss->rctx, &v, u->text, u->text_len, ss->return_tokens, u->from, u->to, false));
+        sse_event(out, completion_body_llama(&ss->rctx, &v, u->text, u->text_len, ss->return_tokens, u->from, u->to, false));
     if (!u->done) return;
     if (!genreq_persist(g))
         sse_event(out, genreq_http_error(&g->unsaved));
     else if (o.status != ATTND_OK && !genreq_was_cut(&o))
         sse_event(out, oai_error(503, o.errmsg[0] ? o.errmsg : "generation failed", NULL));
     else
-        sse_event(out, oai_llama_response(&ss->rctx, &v, "", 0, ss->return_tokens, u->to, u->to, true));
+        sse_event(out, completion_body_llama(&ss->rctx, &v, "", 0, ss->return_tokens, u->to, u->to, true));
 }
 
 /* The chat role chunk of every choice, first thing in a chat stream. */
@@ -172,7 +172,7 @@ static void begin_oai(req *r, buf *out) {
         json_t *d = json_object();
         json_object_set_new(d, "role", json_string("assistant"));
         json_object_set_new(d, "content", json_string(""));
-        sse_event(out, at_index(oai_chunk(&state_of(r)->rctx, d, NULL, NULL), k));
+        sse_event(out, at_index(completion_body_chunk(&state_of(r)->rctx, d, NULL, NULL), k));
     }
 }
 
@@ -184,10 +184,10 @@ static void chat_deltas(req *r, int k, const char *text, size_t n, bool done, js
     toolcall_parser_feed(ss->parse[k], text, n, deltas);
     if (done) toolcall_parser_finish(ss->parse[k], deltas);
     for (size_t i = 0; i < json_array_size(deltas); i++) {
-        sse_event(out, at_index(oai_chunk(&ss->rctx, json_incref(json_array_get(deltas, i)), lps, NULL), k));
+        sse_event(out, at_index(completion_body_chunk(&ss->rctx, json_incref(json_array_get(deltas, i)), lps, NULL), k));
         lps = NULL;
     }
-    if (lps) sse_event(out, at_index(oai_chunk(&ss->rctx, json_object(), lps, NULL), k));
+    if (lps) sse_event(out, at_index(completion_body_chunk(&ss->rctx, json_object(), lps, NULL), k));
     json_decref(deltas);
 }
 
@@ -196,17 +196,17 @@ static void update_oai(req *r, int k, const sched_update *u, buf *out) {
     genreq *g = genreq_http_get(r);
     cmpl_state *ss = state_of(r);
     sched_output o;
-    oai_gen v;
+    completion_body_gen v;
     sched_job_output(genreq_job(g, k), &o);
     genreq_view(&o, &v);
     bool lp = v.top_logprobs >= 0;
     if (g->chat) {
-        json_t *lps = lp && u->to > u->from ? oai_chat_logprobs(&ss->rctx, &v, u->from, u->to) : NULL;
+        json_t *lps = lp && u->to > u->from ? completion_body_chat_logprobs(&ss->rctx, &v, u->from, u->to) : NULL;
         chat_deltas(r, k, u->text, u->text_len, u->done, lps, out);
     } else if (u->text_len || (u->to > u->from && lp)) {
         size_t off = ss->text_off[k];
-        json_t *lps = lp ? oai_completion_logprobs(&ss->rctx, &v, u->from, u->to, false, &off) : NULL;
-        sse_event(out, at_index(oai_chunk(&ss->rctx, oai_string(u->text, u->text_len), lps, NULL), k));
+        json_t *lps = lp ? completion_body_completion_logprobs(&ss->rctx, &v, u->from, u->to, false, &off) : NULL;
+        sse_event(out, at_index(completion_body_chunk(&ss->rctx, oai_string(u->text, u->text_len), lps, NULL), k));
     }
     ss->text_off[k] += u->text_len;
     if (u->done) choice_end_oai(r, k, &o, out);
@@ -250,9 +250,9 @@ static http_result respond_whole(req *r, genreq *g) {
     sched_output o;
     sched_job_output(g->job, &o);
     if (ss->llama && o.status == ATTND_OK) {
-        oai_gen v;
+        completion_body_gen v;
         genreq_view(&o, &v);
-        return http_respond_json(r, 200, oai_llama_response(&ss->rctx, &v, v.text, v.text_len, ss->return_tokens, 0,
+        return http_respond_json(r, 200, completion_body_llama(&ss->rctx, &v, v.text, v.text_len, ss->return_tokens, 0,
                                                             v.n_pieces, true));
     }
     sched_output failed;
@@ -273,9 +273,9 @@ static http_result respond_whole(req *r, genreq *g) {
         return http_respond_error(r, http_status_of(failed.status, HTTP_CTX_GENERATE),
                                   failed.errmsg[0] ? failed.errmsg : "generation failed", NULL);
     if (genreq_n_jobs(g) > 1) {
-        oai_gen sum;
+        completion_body_gen sum;
         genreq_usage_sum(g, &sum);
-        json_object_set_new(body, "usage", oai_usage(&sum));
+        json_object_set_new(body, "usage", completion_body_usage(&sum));
     }
     return http_respond_json(r, 200, body);
 }

@@ -76,23 +76,23 @@ http_result ep_metrics(req *r) {
     return http_respond_text(r, 200, "text/plain; version=0.0.4", text);
 }
 
-static oai_model_desc model_desc(const struct server *s) {
+static completion_body_model_desc model_desc(const struct server *s) {
     const model_info *mi = model_info_get(s->m);
-    return (oai_model_desc){s->model_id, (long long)time(NULL), s->n_ctx, mi->n_vocab, mi->n_ctx,
+    return (completion_body_model_desc){s->model_id, (long long)time(NULL), s->n_ctx, mi->n_vocab, mi->n_ctx,
                             (long long)mi->n_params, chat_family_name(s->chat.family), &s->cfg.sampling,
                             s->cfg.default_max_tokens};
 }
 
 http_result ep_models(req *r) {
-    oai_model_desc d = model_desc(r->srv);
-    return http_respond_json(r, 200, oai_models(&d));
+    completion_body_model_desc d = model_desc(r->srv);
+    return http_respond_json(r, 200, completion_body_models(&d));
 }
 
 http_result ep_model_get(req *r) {
     const char *id = strrchr(r->path, '/') + 1; /* the route is a prefix ending in '/' */
     if (strcmp(id, r->srv->model_id)) return http_respond_json(r, 404, oai_error_model_not_found(id));
-    oai_model_desc d = model_desc(r->srv);
-    return http_respond_json(r, 200, oai_model(&d));
+    completion_body_model_desc d = model_desc(r->srv);
+    return http_respond_json(r, 200, completion_body_model(&d));
 }
 
 // ---- tokenize / detokenize ---------------------------------------------------------------

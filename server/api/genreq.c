@@ -86,8 +86,8 @@ const char *genreq_prompt_param(const genreq *g) {
     return g->prompt_param ? g->prompt_param : g->chat ? "messages" : "prompt";
 }
 
-void genreq_view(const sched_output *o, oai_gen *out) {
-    *out = (oai_gen){
+void genreq_view(const sched_output *o, completion_body_gen *out) {
+    *out = (completion_body_gen){
         .text = o->text ? o->text : "", .text_len = o->text_len,
         .pieces = o->pieces, .n_pieces = o->n_pieces,
         .tops = o->tops, .top_logprobs = o->top_logprobs,
@@ -297,8 +297,8 @@ int genreq_reasoning_tokens(const genreq *g, const sched_output *o) {
     return count;
 }
 
-void genreq_usage_sum(const genreq *g, oai_gen *sum) {
-    *sum = (oai_gen){.n_reasoning = g->chat ? 0 : -1};
+void genreq_usage_sum(const genreq *g, completion_body_gen *sum) {
+    *sum = (completion_body_gen){.n_reasoning = g->chat ? 0 : -1};
     for (int k = 0; k < genreq_n_jobs(g); k++) {
         sched_output o;
         sched_job_output(genreq_job(g, k), &o);

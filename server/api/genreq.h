@@ -146,13 +146,13 @@ bool genreq_wait_all(genreq *g);
 bool genreq_persist(genreq *g);
 
 /* A job's output as the response builders see it (everything borrowed from o). */
-void genreq_view(const sched_output *o, oai_gen *out);
+void genreq_view(const sched_output *o, completion_body_gen *out);
 /* How many of job output o's generated tokens were reasoning (reasoning.h), the prompt's open
  * <think> (oai_request.open_reasoning) taken into account. */
 int genreq_reasoning_tokens(const genreq *g, const sched_output *o);
 /* The usage of all of g's choices: every prompt read once (n choices share it), every choice's
  * generated tokens (and, in chat, its reasoning tokens). Only the counts of *sum are set. */
-void genreq_usage_sum(const genreq *g, oai_gen *sum);
+void genreq_usage_sum(const genreq *g, completion_body_gen *sum);
 /* A job that ended cut short (cancelled, server shutdown) rather than failed: its answer ends as
  * a normal one whose text was cut ("length", "incomplete"), which clients accept. */
 bool genreq_was_cut(const sched_output *o);
