@@ -9,9 +9,13 @@
  * /metrics. Everything before routing (auth, CORS, body cap) is common to every route.
  *
  * The modules serving a request keep their own state in its slots (req_set: opaque, with a
- * destructor). Everything that touches the connection goes through this file (http_reply*,
- * http_header_get, http_client_gone, http_idle_timeout), so with a req_io in place of the
- * connection the whole request layer runs without a socket (http_req_create/run/end).
+ * destructor and an end hook, as nginx's per-module context): the generation request
+ * (genreq_http.h), the stream loop, the endpoint. This file never sees their fields. Everything
+ * that touches the connection goes through this file (http_reply*, http_header_get,
+ * http_client_gone, http_idle_timeout), so with a req_io in place of the connection the whole
+ * request layer runs without a socket (http_req_create/run/end). Nothing here needs
+ * libmicrohttpd's header: handlers return http_result, and only http.c, conn.c and server.c
+ * (through http_mhd.h) see <microhttpd.h>.
  */
 #ifndef ATTND_SERVER_HTTP_H
 #define ATTND_SERVER_HTTP_H
