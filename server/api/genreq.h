@@ -74,7 +74,7 @@ typedef struct genreq_err {
     const char *param;    /* the body field at fault (static or g's own strings); NULL = none */
     const char *code;     /* a machine-readable code ("context_length_exceeded"); NULL = none */
     bool no_space;        /* GENREQ_UNSAVED: the file system is full */
-    char msg[256];
+    char msg[512];        /* as long as an attnd_err's: a step's message passes on whole */
 } genreq_err;
 
 /* One generation request. The endpoint fills oreq (and chat, prompt_param) before submitting;
