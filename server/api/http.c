@@ -42,7 +42,7 @@ static void add_cors_headers(req *r, struct MHD_Response *resp) {
 }
 
 /* Queues resp (stolen: queue -> destroy -> return) with its headers and the CORS headers. A NULL
- * resp (its creation failed) is MHD_NO. */
+ * resp (its creation failed) is HTTP_NO. */
 static http_result send_mhd(req *r, int status, struct MHD_Response *resp, const http_header *h, int n) {
     if (!resp) return HTTP_NO;
     for (int i = 0; i < n; i++) MHD_add_response_header(resp, h[i].name, h[i].value);
