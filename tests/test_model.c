@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "attnd/engine.h"
+#include "attnd/gguf_writer.h"
 #include "attnd/tokenizer.h"
 #include "engine_rig.h"
 #include "family_specs.h"
@@ -604,6 +605,39 @@ Test(model, sliding_window_truncation_and_forks_stay_exact) {
     cr_assert_lt(max_abs_diff(part, whole + 500 * (size_t)V, 100 * (size_t)V), 1e-4f, "refilled");
     free(whole), free(part);
     tiny_rig_close(&r);
+}
+
+// ---- split sets ------------------------------------------------------------------------------------
+
+/* A model written as a 3-file split set (as llama.cpp's gguf-split writes them) loads from its
+ * first file as one model and computes the same logits, bit for bit. */
+Test(model, a_split_set_loads_as_one_model_with_the_same_logits) {
+    tiny_spec sp = tiny_default("qwen3");
+    sp.n_layer = 3;
+    tiny_rig whole, split;
+    tiny_rig_open(&whole, &sp, KV_F32, 40);
+    gguf_file *f = NULL;
+    attnd_err err = {{0}};
+    cr_assert_eq(gguf_open(&f, whole.path, &err), ATTND_OK, "%s", err.msg);
+    char prefix[300], first[340];
+    snprintf(prefix, sizeof prefix, "%s.set", whole.path);
+    cr_assert_eq(gguf_split_write(f, prefix, 3, &err), ATTND_OK, "%s", err.msg);
+    snprintf(first, sizeof first, "%s-00001-of-00003.gguf", prefix);
+    tiny_rig_load(&split, first, KV_F32, 40, 2, 64);
+    gguf_close(f);
+    int32_t tok[40];
+    tiny_random_tokens(tok, 40, sp.n_vocab, 5);
+    float *a = malloc(sizeof(float) * 40 * (size_t)sp.n_vocab), *b = malloc(sizeof(float) * 40 * (size_t)sp.n_vocab);
+    prefill(whole.e, tiny_rig_seq(&whole), tok, 40, a);
+    prefill(split.e, tiny_rig_seq(&split), tok, 40, b);
+    cr_expect_eq(memcmp(a, b, sizeof(float) * 40 * (size_t)sp.n_vocab), 0, "logits differ: %g", max_abs_diff(a, b, 40));
+    free(a), free(b);
+    tiny_rig_close(&split);
+    tiny_rig_close(&whole);
+    for (int i = 1; i <= 3; i++) {
+        snprintf(first, sizeof first, "%s-%05d-of-00003.gguf", prefix, i);
+        unlink(first);
+    }
 }
 
 // ---- refusing what attnd would not compute ----------------------------------------------------------
