@@ -31,7 +31,7 @@ typedef struct type_info {
 } type_info;
 
 /* Every type id a file may carry (names and block geometry). Which of them the engine computes is
- * engine/quant_types.h's list: gguf_type_computable lives with it, in quant_format.c. */
+ * engine/kernels/quant_types.h's list: gguf_type_computable lives with it, in quant_format.c. */
 static const type_info TYPES[] = {
     {0, "F32", 1, 4},        {1, "F16", 1, 2},        {2, "Q4_0", 32, 18},
     {3, "Q4_1", 32, 20},    {6, "Q5_0", 32, 22},    {7, "Q5_1", 32, 24},

@@ -70,7 +70,7 @@ const char *gguf_type_name(uint32_t type);
 /* Elements per block and bytes per block; 0 for unknown types. */
 uint32_t gguf_type_block_elems(uint32_t type);
 uint32_t gguf_type_block_bytes(uint32_t type);
-/* True for the types the engine computes with (the list is engine/quant_types.h's QUANT_TYPE_LIST). */
+/* True for the types the engine computes with (the list is engine/kernels/quant_types.h's QUANT_TYPE_LIST). */
 bool gguf_type_computable(uint32_t type);
 
 /* Name of a metadata value type ("u32", "string", ...); "?" when unknown. */

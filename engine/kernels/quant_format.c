@@ -87,8 +87,7 @@ size_t quant_row_bytes(uint32_t type, int64_t n_cols) {
 static void dequant_f32(float *y, const uint8_t *src, int64_t nb) { memcpy(y, src, (size_t)nb * sizeof(float)); }
 
 static void dequant_f16(float *y, const uint8_t *src, int64_t nb) {
-    if (((uintptr_t)src & 1) == 0) quant_f16_to_f32_row(y, (const uint16_t *)(const void *)src, nb); /* tensor data is aligned */
-    else for (int64_t i = 0; i < nb; i++) y[i] = quant_f16_to_f32(quant_ld16(src + 2 * i));
+    for (int64_t i = 0; i < nb; i++) y[i] = quant_f16_to_f32(quant_ld16(src + 2 * i));
 }
 
 static void dequant_bf16(float *y, const uint8_t *src, int64_t nb) {
@@ -303,10 +302,3 @@ const quant_traits *quant_traits_of(uint32_t gguf_type) {
 }
 
 bool gguf_type_computable(uint32_t type) { return quant_type_index(type) >= 0; }
-
-void quant_dequantize_row(float *dst, const void *src, uint32_t type, int64_t n) {
-    const quant_traits *tr = quant_traits_of(type);
-    uint32_t be = gguf_type_block_elems(type);
-    ATTND_ASSERT(tr && be > 0 && n >= 0 && n % be == 0);
-    tr->dequant(dst, src, n / be);
-}

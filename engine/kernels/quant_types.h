@@ -1,5 +1,5 @@
 /*
- * quant_types.h — (private to engine/quant*.c and quantize.c) the one list of the weight types
+ * quant_types.h — (private to engine/kernels/) the one list of the weight types
  * the engine computes, and what each needs: its activation form and its dequantizer.
  *
  * Adding a weight type is a line in QUANT_TYPE_LIST plus its kernel files (docs/kernels.md has

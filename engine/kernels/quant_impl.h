@@ -1,7 +1,7 @@
 /*
- * quant_impl.h — (private to engine/quant*.c) what the driver (quant.c), the reference kernels
- * and instruction-set table (quant_ref.c), the packing (quant_pack.c) and the instruction-set
- * specific kernel files (quant_avx2.c, quant_avx512.c) share: the prepared activation view, block
+ * quant_impl.h — (private to engine/kernels/) what the driver (quant.c), the reference kernels
+ * (quant_ref.c), the choice of instruction set (quant_dispatch.c), the packing (quant_pack.c) and
+ * the instruction-set specific kernel files (x86/, amx/) share: the prepared activation view, block
  * layouts, the packed layouts, the row-range kernel signature and the dispatch table.
  *
  * A row-range kernel computes out[t * n_rows + r] for r0 <= r < r1 and every token t, reading
@@ -149,7 +149,7 @@ typedef void (*attn_tile_fn)(const struct attn_tile *t);
  * scales: 2 x 16 f16 d (MXFP4: 2 x 16 E8M0 bytes), and where the type has a minimum (m: Q4_1,
  * Q5_1) 2 x 16 f16 m, padded to 64 bytes. Bytes per row and block as mapped (MXFP4: 18 for 17). */
 #define PACK_B32_QBYTES(h) (256 + 64 * (h))
-/* Q4_1 / Q5_1: every kernel from the register tiles up (G_NB, quant_gemm512.inc; the AMX tiles)
+/* Q4_1 / Q5_1: every kernel from the register tiles up (G_NB, quant_gemm512_tiles.inc; the AMX tiles)
  * adds the minimum terms m s of a run of QUANT_MIN_RUN blocks together, after the run's blocks */
 #define QUANT_MIN_RUN 16
 #define PACK_B32_PAIR(h, m) (2 * PACK_B32_QBYTES(h) + 64 * (1 + (m)))
@@ -168,7 +168,7 @@ struct quant_packed {
 };
 
 /* How far ahead the packed decode kernels ask for their weights (software prefetch), per CPU
- * family: one kernel per instruction set, this its parameter (quant_tune_get, quant_ref.c).
+ * family: one kernel per instruction set, this its parameter (quant_tune_get, quant_tune.c).
  * dist: bytes ahead of the read position (0: the hardware prefetchers alone); nta: the hint
  * (1: non-temporal, PREFETCHNTA, so the streamed weights displace less of L2/L3; 0: into L2).
  * ATTND_PF_DIST=bytes[,nta] overrides the choice (A/B runs in one binary). */
@@ -209,9 +209,10 @@ extern const quant_kernels quant_kernels_amx; /* quant_amx.c: only the tile GEMM
 #endif
 extern const quant_kernels quant_kernels_amx_emu; /* quant_amx_emu.c: the same over emulated tiles */
 
-/* The one dispatch table: the kernels of the active instruction set (quant_isa_active), every
- * entry filled (a NULL entry of an instruction set's table is taken from the next one down).
- * Built once, thread-safely; the pointer stays valid for the life of the process. */
+/* The one dispatch table (quant_dispatch.c): the kernels of the active instruction set
+ * (quant_isa_active), every entry filled (a NULL entry of an instruction set's table is taken
+ * from the next one down). Built once, thread-safely; the pointer stays valid for the life of the
+ * process. */
 const quant_kernels *quant_kernels_active(void);
 
 /* attn_ops.c's implementations, referenced by the tables */

@@ -3,10 +3,13 @@
  * fills it token by token, and hands row ranges of each weight to the kernel of the active
  * instruction set (quant_kernels_active), on the engine's pool when the work is large enough.
  *
- * What lives elsewhere: the formats (conversions, sizes, dequantization, the type-traits table)
- * in quant_format.c; the portable kernels, activation preparations and the instruction-set table
- * in quant_ref.c; the load-time packing in quant_pack.c; the x86 kernels in quant_x86.inc and
- * quant_gemm512.inc (compiled by quant_avx2.c and quant_avx512.c).
+ * Also quant_dequantize_row, over the formats' dequantizers.
+ *
+ * What lives elsewhere: the formats (conversions, sizes, dequantizers, the type-traits table) in
+ * quant_format.c; the portable kernels and activation preparations in quant_ref.c; the choice of
+ * instruction set and the one dispatch table in quant_dispatch.c; the load-time packing in
+ * quant_pack.c; the x86 kernels in x86/ (quant_x86.inc lists its files; compiled by quant_avx2.c
+ * and quant_avx512.c); the AMX tiles in amx/.
  */
 #include "quant.h"
 
@@ -280,4 +283,19 @@ void quant_matmul_many(const quant_mm *mm, int n_mm, int64_t n_cols, const float
     }
     threads_run(n_threads, n_tok, matmul_fill_task, &j);
     threads_run(n_threads, (int)n_chunks, matmul_rows_task, &j);
+}
+
+// ---- dequantization ----------------------------------------------------------------------------
+
+/* The format's dequantizer (quant_format.c), except aligned F16 rows, which take the active
+ * instruction set's conversion (the same floats: every f16 is exact in f32). Here rather than in
+ * quant_format.c, so that the formats do not call the dispatch table that calls the kernels that
+ * call the formats. */
+void quant_dequantize_row(float *dst, const void *src, uint32_t type, int64_t n) {
+    const quant_traits *tr = quant_traits_of(type);
+    uint32_t be = gguf_type_block_elems(type);
+    ATTND_ASSERT(tr && be > 0 && n >= 0 && n % be == 0);
+    if (type == GGUF_TYPE_F16 && ((uintptr_t)src & 1) == 0) /* tensor data is aligned */
+        quant_kernels_active()->h2f(dst, (const uint16_t *)src, n);
+    else tr->dequant(dst, src, n / be);
 }

@@ -1,7 +1,7 @@
 /*
  * quant_amx.c — the AMX tile GEMM of quant_amx.inc on the real instructions (AMX-TILE, AMX-INT8,
  * AMX-BF16, with AVX-512 for the conversions and the scaling): the table quant_kernels_amx, chosen
- * by quant_ref.c only when amx_probe() says this process may use the tiles (CPUID, XCR0, and
+ * by quant_dispatch.c only when amx_probe() says this process may use the tiles (CPUID, XCR0, and
  * Linux's permission). Below AX_MIN_TOK / AXB_MIN_TOK tokens (decode, small batches) its entries
  * hand over to the AVX-512 kernels, whose bits the int8 tiles give too (quant_amx.inc); the bf16
  * tiles (the default, quant.h) differ from them in the last bits.

@@ -1,7 +1,7 @@
 /*
  * quantize.c — weight re-encoding for `attnd quantize` (see attnd/quantize.h for the contract).
  *
- * Encoders write the GGUF/ggml block layouts that engine/quant_format.c decodes; each one is checked in
+ * Encoders write the GGUF/ggml block layouts that quant_format.c decodes; each one is checked in
  * tests/test_quantize.c by decoding with quant_dequantize_row and bounding the error. The
  * scale of every block is chosen by a small search around the plain max-based scale, refitting
  * it by least squares for each candidate rounding, and keeping the one with the lowest squared
