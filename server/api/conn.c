@@ -291,8 +291,8 @@ void conn_framing_end(conn_framing *f) {
     framing_te(f);
 }
 
-/* libmicrohttpd before 0.9.77 (its header parser was rewritten then, and refuses a NUL itself)
- * parses the request in place, each line's CR LF turned to NULs, and ends a value at its first
+/* libmicrohttpd before 1.0 (whose rewritten parser gives a value's true length, so that the byte
+ * check above sees a NUL) parses the request in place, each line's CR LF turned to NULs, and ends a value at its first
  * NUL: the rest of the line is dropped unseen. The bytes are still there, though: from a value's
  * end to the next header's name there is only its line end (CR LF or LF), and from the last
  * value to the end of the headers (MHD's header size from the method) two; more means a value
@@ -305,7 +305,7 @@ typedef struct framing_walk {
 } framing_walk;
 
 static void framing_hidden(framing_walk *w, const char *next, size_t line_ends) {
-#if MHD_VERSION < 0x00097700
+#if MHD_VERSION < 0x01000000
     if (!w->value || !next) return;
     uintptr_t from = (uintptr_t)(w->value + w->vl), to = (uintptr_t)next;
     if (to > from && to - from <= 8192 && to - from > 2 * line_ends)

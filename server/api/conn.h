@@ -13,7 +13,7 @@
  *     the connection being reset unanswered, except /health and /metrics (a reserved slot).
  *   - a per-address cap: one client address holds at most per_address connections; beyond it
  *     a request is answered 429 and a new connection has one second for its headers.
- *   - framing libmicrohttpd 0.9.7x lets through (conn_framing_*): a Transfer-Encoding other than
+ *   - framing libmicrohttpd (0.9.7x) lets through (conn_framing_*): a Transfer-Encoding other than
  *     exactly "chunked" (MHD would read an unknown coding's body until the client leaves), one
  *     beside a Content-Length, Content-Lengths that disagree, two Host headers (MHD reads the
  *     first, a proxy may have routed on the other), a header name with a space, a tab or another
