@@ -7,7 +7,9 @@
  * What is checked: whole and streamed answers agree, the route table's 404/405, the checks before
  * the body (auth, body cap), validation errors, n > 1 choices, sessions, the Responses API's
  * store and follow-ups, reasoning (a think block, and a template whose generation prompt opens
- * one) as Responses items and chat reasoning_content, llama.cpp's /completion, and /v1/attention.
+ * one) as Responses items and chat reasoning_content, llama.cpp's /completion, /v1/attention, and
+ * forced tool calls that are not what they claim (content and the natural finish_reason, whole
+ * and streamed alike, content null without text).
  */
 #include <criterion/criterion.h>
 #include <jansson.h>

@@ -2,7 +2,10 @@
  * test_server_toolcall.c — tool calling (server/api/toolcall.c, toolcall_parse.c): recorded
  * outputs of each family's format parsed into content, reasoning and calls, the same under every
  * chunking (one byte at a time, every fixed size, random cuts), streamed deltas that reassemble
- * to the whole answer; the tools / tool_choice validation; the grammar that forces a call.
+ * to the whole answer; a call that is not what it claims (the audit of issue 44: 47 hostile or
+ * forced outputs, and a valid call cut at every byte in six formats) is content, never a call,
+ * and leaves the natural finish_reason; the tools / tool_choice validation; the grammar that
+ * forces a call.
  */
 #include <criterion/criterion.h>
 #include <string.h>
