@@ -129,8 +129,7 @@ static void choice_end_oai(req *r, int k, const sched_output *o, buf *out) {
         sse_event(out, oai_error(code, o->errmsg[0] ? o->errmsg : "generation failed", NULL));
     } else {
         const char *finish = o->finish_reason;
-        if (g->chat && ss->parse && toolcall_parser_n_calls(ss->parse[k]) > 0 && finish && !strcmp(finish, "stop"))
-            finish = "tool_calls";
+        if (g->chat && ss->parse) finish = toolcall_parser_finish_reason(ss->parse[k], finish);
         sse_event(out, at_index(completion_body_chunk(&ss->rctx, g->chat ? json_object() : json_string(""), NULL, finish), k));
     }
 }
@@ -165,13 +164,16 @@ static void update_llama(req *r, int k, const sched_update *u, buf *out) {
         sse_event(out, completion_body_llama(&ss->rctx, &v, "", 0, ss->return_tokens, u->to, u->to, true));
 }
 
-/* The chat role chunk of every choice, first thing in a chat stream. */
+/* The chat role chunk of every choice, first thing in a chat stream. Its content is null, so
+ * that a client library that joins the deltas (OpenAI's Python and Node ones) ends with what the
+ * whole answer says: null for a reply without text (only calls, only reasoning), the text
+ * otherwise. */
 static void begin_oai(req *r, buf *out) {
     genreq *g = genreq_http_get(r);
     for (int k = 0; g->chat && k < genreq_n_jobs(g); k++) {
         json_t *d = json_object();
         json_object_set_new(d, "role", json_string("assistant"));
-        json_object_set_new(d, "content", json_string(""));
+        json_object_set_new(d, "content", json_null());
         sse_event(out, at_index(completion_body_chunk(&state_of(r)->rctx, d, NULL, NULL), k));
     }
 }
