@@ -8,6 +8,7 @@
 
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define MAX_NEST 200
@@ -671,6 +672,7 @@ attnd_status jinja_parse_tree(const char *src, size_t len, jarena *a, const jnod
     parser P = {.t = toks, .n = n, .a = a, .err = err};
     const char *stop = NULL;
     const jnode *body = parse_body(&P, NULL, &stop);
+    free(toks);
     if (!body) return P.failed && a->failed ? attnd_fail(err, ATTND_ERR_NOMEM, "out of memory") : ATTND_ERR_FORMAT;
     *root = body;
     return ATTND_OK;
