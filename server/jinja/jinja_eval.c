@@ -716,6 +716,8 @@ jinja_ctx *jinja_ctx_create(const jinja_limits *lim) {
         if (lim->max_time_ms) c->lim.max_time_ms = lim->max_time_ms;
     }
     c->now_ms = wall_ms;
+    c->start_ms = wall_ms(NULL); /* jinja_render starts it again: building values is not its time */
+    c->next_clock = CLOCK_EVERY;
     c->arena.budget = c->lim.max_memory;
     c->line = 1;
     return c;
@@ -731,6 +733,7 @@ void jinja_ctx_set_clock(jinja_ctx *c, double (*now_ms)(void *user), void *user)
     if (!c) return;
     c->now_ms = now_ms ? now_ms : wall_ms;
     c->clock_user = now_ms ? user : NULL;
+    c->start_ms = c->now_ms(c->clock_user);
 }
 
 void jinja_ctx_set_now(jinja_ctx *c, const struct tm *now) {
