@@ -255,7 +255,7 @@ static jinja_value *repeat(jinja_ctx *c, jinja_value *seq, int64_t times) {
     if (!(str ? jinja_charge_bytes(c, n * t) : jinja_charge(c, n * t))) return NULL;
     if (str) {
         jsb s = {.limit = c->lim.max_output};
-        for (uint64_t i = 0; i < t && !s.failed; i++) jsb_put_str(&s, seq);
+        jsb_repeat(&s, seq, t);
         return jv_str_sb(c, &s);
     }
     jinja_value *out = jv_new(c, seq->kind);

@@ -70,6 +70,7 @@ void jsb_put(jsb *b, const char *p, size_t n, int prov);
 void jsb_puts(jsb *b, const char *s);
 void jsb_put_str(jsb *b, const jinja_value *s); /* a JV_STR, with its marks */
 void jsb_put_sub(jsb *b, const jinja_value *s, size_t off, size_t n);
+void jsb_repeat(jsb *b, const jinja_value *s, uint64_t times); /* s written times times */
 void jsb_free(jsb *b);
 
 // ---- the syntax tree ------------------------------------------------------------------------

@@ -133,6 +133,22 @@ void jsb_put_sub(jsb *b, const jinja_value *s, size_t off, size_t n) {
 
 void jsb_put_str(jsb *b, const jinja_value *s) { jsb_put_sub(b, s, 0, s->s.n); }
 
+void jsb_repeat(jsb *b, const jinja_value *s, uint64_t times) {
+    if (!times || !s->s.n) return;
+    if (times > SIZE_MAX / s->s.n || !jsb_room(b, s->s.n * times)) {
+        b->failed = true;
+        return;
+    }
+    size_t start = b->t.len, total = s->s.n * times;
+    jsb_put_str(b, s);
+    while (b->t.len - start < total) { /* doubling copies of what is written: log2(times) of them */
+        size_t k = b->t.len - start < total - (b->t.len - start) ? b->t.len - start : total - (b->t.len - start);
+        memcpy(b->t.p + b->t.len, b->t.p + start, k);
+        memcpy(b->m.p + b->m.len, b->m.p + start, k);
+        jsb_commit(b, k);
+    }
+}
+
 void jsb_free(jsb *b) {
     buf_free(&b->t);
     buf_free(&b->m);
