@@ -6,7 +6,6 @@
  * Each one charges its work to the render's budget before doing it: a step per item it visits
  * and per 64 bytes it scans (jinja_charge), the strings it builds through jv_str_sb.
  */
-#define _GNU_SOURCE /* memmem */
 #include "jinja_internal.h"
 
 #include <ctype.h>
@@ -95,7 +94,7 @@ static jinja_value *recase(jinja_ctx *c, jinja_value *s, casing how) {
 
 /* The first occurrence of x in s at or after byte from, or s->s.n. */
 static size_t find_from(const jinja_value *s, const jinja_value *x, size_t from) {
-    const char *hit = from <= s->s.n ? memmem(s->s.p + from, s->s.n - from, x->s.p, x->s.n) : NULL;
+    const char *hit = from <= s->s.n ? jv_find(s->s.p + from, s->s.n - from, x->s.p, x->s.n) : NULL;
     return hit ? (size_t)(hit - s->s.p) : s->s.n;
 }
 
@@ -375,7 +374,7 @@ jinja_value *jinja_call_test(jinja_ctx *c, const char *name, jinja_value *v, jin
         jinja_value *l = x->kind == JV_STR ? NULL : jv_iter_list(c, x);
         if (x->kind == JV_STR) {
             if (!jinja_charge_scan(c, x->s.n + (v->kind == JV_STR ? v->s.n : 0))) return NULL;
-            r = v->kind == JV_STR && (!v->s.n || memmem(x->s.p, x->s.n, v->s.p, v->s.n) != NULL);
+            r = v->kind == JV_STR && jv_find(x->s.p, x->s.n, v->s.p, v->s.n) != NULL;
         } else {
             if (!l) return NULL;
             r = false;

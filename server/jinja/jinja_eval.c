@@ -3,7 +3,6 @@
  * call, as jinja2 has them), statements, expressions with Python's semantics, and the limits
  * (steps, depth, output bytes, memory, wall-clock time) that keep a hostile template bounded.
  */
-#define _GNU_SOURCE /* memmem */
 #include "jinja_internal.h"
 
 #include <math.h>
@@ -342,7 +341,7 @@ static jinja_value *contains(jinja_ctx *c, jinja_value *hay, jinja_value *x) {
     if (hay->kind == JV_STR) {
         if (x->kind != JV_STR) return jfail(c, "'in <string>' requires string as left operand, not %s", jv_type_name(x));
         if (!jinja_charge_scan(c, hay->s.n + x->s.n)) return NULL;
-        return jinja_bool(c, x->s.n == 0 || memmem(hay->s.p, hay->s.n, x->s.p, x->s.n) != NULL);
+        return jinja_bool(c, jv_find(hay->s.p, hay->s.n, x->s.p, x->s.n) != NULL);
     }
     if (hay->kind == JV_DICT || hay->kind == JV_NS)
         return jinja_charge(c, 1 + hay->d.n / 16) ? jinja_bool(c, jv_dict_get(hay, x) != NULL) : NULL;

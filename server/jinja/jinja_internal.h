@@ -193,6 +193,9 @@ void jv_float_repr(char *out, size_t n, double f);
 /* The items to iterate over (a list, tuple, a dict's keys, a string's characters); NULL with
  * the error set when v is not iterable. Undefined iterates as empty. */
 jinja_value *jv_iter_list(jinja_ctx *c, jinja_value *v);
+/* The first occurrence of x (m bytes) in hay (n bytes), or NULL; m == 0 finds hay. Linear
+ * time: charge it as a scan of n + m bytes. */
+const char *jv_find(const char *hay, size_t n, const char *x, size_t m);
 size_t jv_utf8_len(const char *p, size_t n);
 size_t jv_utf8_offset(const char *p, size_t n, size_t cp); /* byte offset of code point cp */
 

@@ -3,6 +3,7 @@
  * bytes came from the caller's data, and the Python semantics templates rely on (truthiness,
  * equality, ordering, str() and repr(), json.dumps as HF's tojson calls it).
  */
+#define _GNU_SOURCE /* memmem */
 #include "jinja_internal.h"
 
 #include <math.h>
@@ -94,6 +95,8 @@ jinja_value *jnomem(jinja_ctx *c) {
 /* Room for extra more bytes of text and marks, within the limit; latches failed. */
 static bool jsb_room(jsb *b, size_t extra) {
     if (b->failed) return false;
+    if (extra < b->t.cap - b->t.len && extra < b->m.cap - b->m.len && (!b->limit || b->t.len + extra <= b->limit))
+        return true; /* the common case: room already made */
     if (extra > SIZE_MAX / 2 - b->t.len || (b->limit && b->t.len + extra > b->limit) || !buf_reserve(&b->t, extra) ||
         !buf_reserve(&b->m, extra)) {
         b->failed = true;
@@ -152,6 +155,18 @@ void jsb_repeat(jsb *b, const jinja_value *s, uint64_t times) {
 void jsb_free(jsb *b) {
     buf_free(&b->t);
     buf_free(&b->m);
+}
+
+// ---- searching -------------------------------------------------------------------------------
+
+const char *jv_find(const char *hay, size_t n, const char *x, size_t m) {
+    if (m == 0) return hay;
+    if (m > n) return NULL;
+    if (n > 1024 || m > 16) return memmem(hay, n, x, m); /* linear (two-way), with a set-up cost */
+    /* short text, short needle (chat markers): at most 1024 x 16 byte comparisons */
+    for (const char *p = hay, *end = hay + n - m + 1; (p = memchr(p, x[0], (size_t)(end - p))); p++)
+        if (!memcmp(p + 1, x + 1, m - 1)) return p;
+    return NULL;
 }
 
 // ---- making values ---------------------------------------------------------------------------
