@@ -48,13 +48,9 @@ static bool frame_set(jinja_ctx *c, jframe *f, const char *name, jinja_value *v)
             f->vars[i].v = v;
             return true;
         }
-    if (f->n == f->cap) {
-        size_t cap = f->cap ? f->cap * 2 : 8;
-        jvar *nv = jarena_alloc(&c->arena, cap * sizeof(*nv));
-        if (!nv) return jnomem(c), false;
-        if (f->n) memcpy(nv, f->vars, f->n * sizeof(*nv));
-        f->vars = nv, f->cap = cap;
-    }
+    jvar *vars = jarena_grow(&c->arena, f->vars, f->n, &f->cap, sizeof(*vars));
+    if (!vars) return jnomem(c), false;
+    f->vars = vars;
     f->vars[f->n++] = (jvar){name, v};
     return true;
 }

@@ -24,6 +24,10 @@ typedef struct jarena {
 } jarena;
 
 void *jarena_alloc(jarena *a, size_t n); /* zeroed, 16-aligned; NULL when failed */
+/* The arena's one growth helper for arrays: items (n of elem bytes, room for *cap) itself when
+ * there is room for one more, else a copy with *cap doubled (from 8); the old block stays in the
+ * arena. NULL when the arena is out of room. */
+void *jarena_grow(jarena *a, void *items, size_t n, size_t *cap, size_t elem);
 void jarena_free(jarena *a);
 
 // ---- values -----------------------------------------------------------------------------

@@ -108,13 +108,9 @@ typedef struct nvec {
 } nvec;
 
 static bool nvec_push(parser *P, nvec *vec, const void *x) {
-    if (vec->n == vec->cap) {
-        size_t cap = vec->cap ? vec->cap * 2 : 4;
-        const jnode **nv = jarena_alloc(P->a, cap * sizeof(*nv));
-        if (!nv) return nomem(P), false;
-        if (vec->n) memcpy(nv, vec->v, vec->n * sizeof(*nv));
-        vec->v = nv, vec->cap = cap;
-    }
+    const jnode **v = jarena_grow(P->a, (void *)vec->v, vec->n, &vec->cap, sizeof(*v));
+    if (!v) return nomem(P), false;
+    vec->v = v;
     vec->v[vec->n++] = x;
     return true;
 }

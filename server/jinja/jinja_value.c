@@ -46,6 +46,17 @@ void *jarena_alloc(jarena *a, size_t n) {
     return p;
 }
 
+void *jarena_grow(jarena *a, void *items, size_t n, size_t *cap, size_t elem) {
+    if (n < *cap) return items;
+    size_t grown = *cap ? *cap * 2 : 8;
+    if (grown > SIZE_MAX / elem) return a->failed = true, NULL;
+    void *p = jarena_alloc(a, grown * elem);
+    if (!p) return NULL;
+    if (n) memcpy(p, items, n * elem);
+    *cap = grown;
+    return p;
+}
+
 void jarena_free(jarena *a) {
     for (jarena_chunk *k = a->head, *next; k; k = next) {
         next = k->next;
@@ -246,13 +257,9 @@ jinja_value *jv_too_deep(jinja_ctx *c) { return jlimit(c, "a value nested deeper
 
 bool jv_push(jinja_ctx *c, jinja_value *l, jinja_value *v) {
     if (!v || !deepen(c, l, v)) return false;
-    if (l->l.n == l->l.cap) {
-        size_t cap = l->l.cap ? l->l.cap * 2 : 8;
-        jinja_value **nv = jarena_alloc(&c->arena, cap * sizeof(*nv));
-        if (!nv) return jnomem(c), false;
-        if (l->l.n) memcpy(nv, l->l.v, l->l.n * sizeof(*nv));
-        l->l.v = nv, l->l.cap = cap;
-    }
+    jinja_value **items = jarena_grow(&c->arena, l->l.v, l->l.n, &l->l.cap, sizeof(*items));
+    if (!items) return jnomem(c), false;
+    l->l.v = items;
     l->l.v[l->l.n++] = v;
     return true;
 }
@@ -276,14 +283,11 @@ bool jv_dict_put(jinja_ctx *c, jinja_value *d, jinja_value *k, jinja_value *v) {
 
 bool jv_dict_append(jinja_ctx *c, jinja_value *d, jinja_value *k, jinja_value *v) {
     if (!k || !v || !deepen(c, d, k) || !deepen(c, d, v)) return false;
-    if (d->d.n == d->d.cap) {
-        size_t cap = d->d.cap ? d->d.cap * 2 : 8;
-        jinja_value **nk = jarena_alloc(&c->arena, cap * sizeof(*nk));
-        jinja_value **nv = nk ? jarena_alloc(&c->arena, cap * sizeof(*nv)) : NULL;
-        if (!nv) return jnomem(c), false;
-        if (d->d.n) memcpy(nk, d->d.k, d->d.n * sizeof(*nk)), memcpy(nv, d->d.v, d->d.n * sizeof(*nv));
-        d->d.k = nk, d->d.v = nv, d->d.cap = cap;
-    }
+    size_t cap = d->d.cap; /* keys and values grow together */
+    jinja_value **nk = jarena_grow(&c->arena, d->d.k, d->d.n, &cap, sizeof(*nk));
+    jinja_value **nv = nk ? jarena_grow(&c->arena, d->d.v, d->d.n, &d->d.cap, sizeof(*nv)) : NULL;
+    if (!nv) return jnomem(c), false;
+    d->d.k = nk, d->d.v = nv;
     d->d.k[d->d.n] = k, d->d.v[d->d.n++] = v;
     return true;
 }
