@@ -291,6 +291,27 @@ Test(jinja, work_on_long_strings_is_charged_by_the_bytes_it_touches) {
     }
 }
 
+Test(jinja, a_wide_json_object_becomes_a_dict_in_linear_time) {
+    /* JSON's keys are distinct: each is appended, not looked up among the others (100k keys
+     * took ~5e9 comparisons before) */
+    json_t *wide = json_object();
+    char key[32];
+    for (int i = 0; i < 100000; i++) {
+        snprintf(key, sizeof(key), "k%d", i);
+        json_object_set_new(wide, key, json_integer(i));
+    }
+    json_t *vars = json_pack("{s:o}", "d", wide);
+    const char *src = "{{ d|length }} {{ d['k99999'] }}";
+    char err[600] = "";
+    double t0 = now_s();
+    char *got = render_full(src, strlen(src), vars, NULL, NULL, NULL, err, sizeof(err));
+    cr_assert(got, "%s", err);
+    cr_expect_str_eq(got, "100000 99999");
+    cr_expect_lt(now_s() - t0, 10.0, "a guard against quadratic work, not a speed claim");
+    free(got);
+    json_decref(vars);
+}
+
 Test(jinja, slicing_a_long_string_copies_only_the_slice) {
     /* a slice of a 3 MB string is one copy, not a value per character (which would pass the
      * memory limit) */

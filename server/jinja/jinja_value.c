@@ -594,6 +594,7 @@ static bool json_key(jinja_ctx *c, jsb *b, const jinja_value *k) {
 bool jv_tojson(jinja_ctx *c, jsb *b, const jinja_value *v, int indent, int level) {
     char num[64];
     if (b->failed) return true; /* over the size limit: jv_str_sb says so */
+    if (!jinja_step(c)) return false; /* a step per value: a long list of small items costs its length */
     if (level > c->lim.max_depth) return jlimit(c, "tojson: a value nested deeper than %d levels", c->lim.max_depth), false;
     switch (v->kind) {
     case JV_NONE: jsb_puts(b, "null"); return true;
