@@ -16,6 +16,7 @@ int cmd_info(int argc, char **argv);
 int cmd_serve(int argc, char **argv);
 int cmd_convert_llama2c(int argc, char **argv);
 int cmd_generate(int argc, char **argv);
+int cmd_chat(int argc, char **argv);
 int cmd_score(int argc, char **argv);
 int cmd_attention(int argc, char **argv);
 int cmd_heads(int argc, char **argv);
