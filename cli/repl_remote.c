@@ -2,26 +2,18 @@
  * repl_remote.c — `attnd chat --url http://HOST:PORT`: the turns run on a running `attnd serve`
  * (or any server with OpenAI's chat completions and attnd's sessions).
  *
- * A minimal HTTP/1.1 client over one socket per request ("Connection: close"), no TLS: enough for
- * a server on this machine or behind an SSH tunnel, and no new dependency. A response body may be
- * chunked, sized by Content-Length, or run to the connection's end. A turn is
+ * Over http_client.h's minimal HTTP/1.1 client, a turn is
  * POST /v1/chat/completions with "stream": true, read as server-sent events: each chunk's
  * delta.content (and delta.reasoning_content, dimmed) goes to the view, the last one's usage
  * gives the cached tokens. The conversation runs in a session of its own (POST /v1/sessions at
  * start, deleted at /clear and at the end), so the server keeps its KV between turns; without
  * one (a server that refuses it) every turn still works, on the server's prompt cache.
  */
-#define _GNU_SOURCE
-#include <ctype.h>
-#include <errno.h>
-#include <netdb.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
-#include <sys/socket.h>
 #include <time.h>
-#include <unistd.h>
 
+#include "http_client.h"
 #include "repl.h"
 
 typedef struct repl_remote {
@@ -32,130 +24,31 @@ typedef struct repl_remote {
     char line[400];       /* describe() */
 } repl_remote;
 
-// ---- HTTP/1.1 over a socket ---------------------------------------------------------------------
-
-typedef struct hconn {
-    int fd;
-    char buf[8192];
-    size_t pos, len;
-    int status;
-    bool chunked;
-    long long left;       /* bytes left in the body (Content-Length) or the chunk; -1 = to the end */
-    bool done;
-} hconn;
-
-/* One byte of the raw stream; -1 at the end, on an error or on Ctrl-C. */
-static int raw_byte(hconn *c) {
-    if (c->pos == c->len) {
-        ssize_t k = recv(c->fd, c->buf, sizeof(c->buf), 0);
-        if (k <= 0) return -1;
-        c->pos = 0, c->len = (size_t)k;
-    }
-    return (unsigned char)c->buf[c->pos++];
-}
-
-/* A line of the raw stream without its CR LF into line (cut at cap - 1); false at the end. */
-static bool raw_line(hconn *c, char *line, size_t cap) {
-    size_t n = 0;
-    int ch;
-    while ((ch = raw_byte(c)) >= 0 && ch != '\n')
-        if (n + 1 < cap) line[n++] = (char)ch;
-    if (n && line[n - 1] == '\r') n--;
-    line[n] = '\0';
-    return ch >= 0 || n > 0;
-}
-
-/* One byte of the body, chunks undone; -1 at its end. */
-static int body_byte(hconn *c) {
-    if (c->done) return -1;
-    if (c->chunked && c->left == 0) {
-        char line[64];
-        if (!raw_line(c, line, sizeof(line))) return c->done = true, -1;
-        if (!line[0] && !raw_line(c, line, sizeof(line))) return c->done = true, -1; /* the CR LF after a chunk */
-        c->left = strtoll(line, NULL, 16);
-        if (c->left <= 0) return c->done = true, -1;
-    }
-    if (c->left == 0) return c->done = true, -1;
-    int ch = raw_byte(c);
-    if (ch < 0) return c->done = true, -1;
-    if (c->left > 0) c->left--;
-    return ch;
-}
-
-/* A body line without its line end into b; false at the body's end with nothing read. */
-static bool body_line(hconn *c, buf *b) {
-    buf_clear(b);
-    int ch;
-    bool any = false;
-    while ((ch = body_byte(c)) >= 0 && ch != '\n') {
-        any = true;
-        if (ch != '\r') buf_append(b, &(char){(char)ch}, 1);
-    }
-    return ch >= 0 || any;
-}
-
-static int dial(const repl_remote *r, attnd_err *err) {
-    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM}, *res = NULL;
-    int e = getaddrinfo(r->host, r->port, &hints, &res);
-    if (e) return attnd_fail(err, ATTND_ERR_IO, "%s: %s", r->host, gai_strerror(e)), -1;
-    int fd = -1;
-    for (struct addrinfo *a = res; a && fd < 0; a = a->ai_next) {
-        fd = socket(a->ai_family, a->ai_socktype, a->ai_protocol);
-        if (fd >= 0 && connect(fd, a->ai_addr, a->ai_addrlen) != 0) close(fd), fd = -1;
-    }
-    freeaddrinfo(res);
-    if (fd < 0) attnd_fail(err, ATTND_ERR_IO, "cannot connect to %s:%s: %s", r->host, r->port, strerror(errno));
-    return fd;
-}
-
-/* Sends the request and reads the status line and headers; the body is left to body_line. */
-static attnd_status http_open(hconn *c, const repl_remote *r, const char *method, const char *path, const char *body,
+/* Opens a request to r's server, with its API key. */
+static attnd_status http_open(hclient *c, const repl_remote *r, const char *method, const char *path, const char *body,
                               attnd_err *err) {
-    *c = (hconn){.fd = dial(r, err), .left = -1};
-    if (c->fd < 0) return ATTND_ERR_IO;
-    buf req;
-    buf_init(&req);
-    size_t n_body = body ? strlen(body) : 0;
-    buf_printf(&req, "%s %s HTTP/1.1\r\nHost: %s:%s\r\nConnection: close\r\nAccept: application/json, "
-                     "text/event-stream\r\nContent-Type: application/json\r\nContent-Length: %zu\r\n",
-               method, path, r->host, r->port, n_body);
-    if (r->o->api_key) buf_printf(&req, "Authorization: Bearer %s\r\n", r->o->api_key);
-    buf_puts(&req, "\r\n");
-    if (body) buf_append(&req, body, n_body);
-    bool sent = req.p && send(c->fd, req.p, req.len, MSG_NOSIGNAL) == (ssize_t)req.len;
-    buf_free(&req);
-    char line[1024];
-    if (!sent || !raw_line(c, line, sizeof(line)) || sscanf(line, "HTTP/%*s %d", &c->status) != 1)
-        return attnd_fail(err, ATTND_ERR_IO, "%s:%s did not answer HTTP", r->host, r->port);
-    while (raw_line(c, line, sizeof(line)) && line[0]) {
-        if (!strncasecmp(line, "transfer-encoding:", 18) && strcasestr(line + 18, "chunked")) c->chunked = true, c->left = 0;
-        if (!strncasecmp(line, "content-length:", 15) && !c->chunked) c->left = strtoll(line + 15, NULL, 10);
-    }
-    return ATTND_OK;
-}
-
-static void http_close(hconn *c) {
-    if (c->fd >= 0) close(c->fd);
-    c->fd = -1;
+    char auth[600] = "";
+    if (r->o->api_key) snprintf(auth, sizeof(auth), "Authorization: Bearer %.500s\r\n", r->o->api_key);
+    return hclient_request(c, r->host, r->port, method, path, auth, body, err);
 }
 
 /* A whole request: the body's JSON into *out (new reference; NULL when it is not JSON). */
 static attnd_status http_json(const repl_remote *r, const char *method, const char *path, const char *body, int *status,
                               json_t **out, attnd_err *err) {
-    hconn c;
+    hclient c;
     *out = NULL;
     attnd_status st = http_open(&c, r, method, path, body, err);
     if (st == ATTND_OK) {
         buf all, line;
         buf_init(&all);
         buf_init(&line);
-        while (body_line(&c, &line)) buf_append(&all, line.p ? line.p : "", line.len), buf_puts(&all, "\n");
+        while (hclient_line(&c, &line)) buf_append(&all, line.p ? line.p : "", line.len), buf_puts(&all, "\n");
         *out = all.p ? json_loads(all.p, 0, NULL) : NULL;
         *status = c.status;
         buf_free(&all);
         buf_free(&line);
     }
-    http_close(&c);
+    hclient_close(&c);
     return st;
 }
 
@@ -259,11 +152,11 @@ static double now_ms(void) {
 }
 
 /* A refused turn: its error, and whether it was the context that did not hold the conversation. */
-static attnd_status refused(hconn *c, repl_stats *st, attnd_err *err) {
+static attnd_status refused(hclient *c, repl_stats *st, attnd_err *err) {
     buf all, line;
     buf_init(&all);
     buf_init(&line);
-    while (body_line(c, &line)) buf_append(&all, line.p ? line.p : "", line.len);
+    while (hclient_line(c, &line)) buf_append(&all, line.p ? line.p : "", line.len);
     json_t *j = all.p ? json_loads(all.p, 0, NULL) : NULL;
     const char *code = json_string_value(json_object_get(json_object_get(j, "error"), "code"));
     st->too_long = code && !strcmp(code, "context_length_exceeded");
@@ -281,7 +174,7 @@ static attnd_status remote_turn(repl_backend *b, const json_t *messages, repl_vi
     *st = (repl_stats){.finish = "stop"};
     char *body = turn_body(r, messages);
     if (!body) return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory");
-    hconn c;
+    hclient c;
     attnd_status rc = http_open(&c, r, "POST", "/v1/chat/completions", body, err);
     free(body);
     if (rc == ATTND_OK && c.status != 200) rc = refused(&c, st, err);
@@ -290,7 +183,7 @@ static attnd_status remote_turn(repl_backend *b, const json_t *messages, repl_vi
         buf_init(&line);
         bool failed = false;
         repl_view_begin(v, false);
-        while (!repl_interrupted() && body_line(&c, &line))
+        while (!repl_interrupted() && hclient_line(&c, &line))
             if (line.p && !strncmp(line.p, "data:", 5) && !on_event(line.p + 5 + (line.p[5] == ' '), v, st, &failed, err))
                 break;
         repl_view_end(v);
@@ -298,7 +191,7 @@ static attnd_status remote_turn(repl_backend *b, const json_t *messages, repl_vi
         if (failed) rc = ATTND_ERR_IO;
         buf_free(&line);
     }
-    http_close(&c);
+    hclient_close(&c);
     st->ms = now_ms() - t0;
     return rc;
 }
