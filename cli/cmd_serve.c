@@ -29,12 +29,13 @@ static const struct serve_alias {
 } SERVE_ALIASES[] = {
     {"-m", "--model"},         {"-c", "--ctx-size"},          {"-t", "--threads"},
     {"-n", "--max-tokens"},    {"--n-predict", "--max-tokens"}, {"--predict", "--max-tokens"},
+    {"--n", "--max-tokens"}, /* generate's spelling */
     {"--temp", "--temperature"}, {"-np", "--max-parallel"},   {"--parallel", "--max-parallel"},
     {"-a", "--model-alias"},   {"--alias", "--model-alias"},
 };
 
 static const char *SERVE_ALIAS_USAGE =
-    "llama-server's spellings work too: -m (--model), -c (--ctx-size), -t (--threads), -n / --n-predict\n"
+    "llama-server's spellings work too: -m (--model), -c (--ctx-size), -t (--threads), -n / --n-predict / --n\n"
     "(--max-tokens), --temp (--temperature), -np / --parallel (--max-parallel), -a / --alias\n"
     "(--model-alias); -ngl / --n-gpu-layers N is read and ignored (attnd computes on the CPU).\n\n";
 

@@ -182,7 +182,7 @@ attnd_status repl_local_open(repl_backend **out, const repl_opts *o, attnd_err *
         st = attnd_fail(err, ATTND_ERR_NOMEM, "out of memory");
         goto fail;
     }
-    memcpy(l->stops, o->sampling.stops, sizeof(*l->stops) * (size_t)o->sampling.n_stops);
+    for (int i = 0; i < o->sampling.n_stops; i++) l->stops[i] = o->sampling.stops[i];
     l->stops[o->sampling.n_stops] = chat_end_marker(l->ct.family);
     const model_info *mi = model_info_get(l->m);
     snprintf(l->line, sizeof(l->line), "%s (%s), context %d tokens, chat template %s", *mi->name ? mi->name : mi->arch,

@@ -51,6 +51,7 @@ void repl_view_begin(repl_view *v, bool in_think) {
 
 /* Prints p[0..n): tags switch the dimming; the start of a tag at the end is held back. */
 static void scan(repl_view *v, const char *p, size_t n) {
+    if (!n) return; /* p may be NULL then */
     size_t i = 0, run = 0;
     while (i < n) {
         const char *tag = v->in_think ? "</think>" : "<think>";

@@ -195,6 +195,7 @@ say /exit
 exit
 EOF
 R=$TMP/remote.json
+check "--url: /exit exits 0" test "$(field "$R" 'd["rc"]')" = 0
 check "--url: the turn reports the server's cached tokens" test "$(field "$R" 'd["turns"][0]["cached"]')" = 7
 check "--url: reasoning_content is dimmed on a terminal" \
     test "$(field "$R" '"\x1b[2mpondering\x1b[0m\r\nSure. " in d["turns"][0]["text"]')" = True
