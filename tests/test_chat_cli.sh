@@ -3,7 +3,8 @@
 #   1. on the default model: three turns; the second turn's cached tokens cover the whole first
 #      turn (its prompt and its reply), /clear starts the third from nothing; a line ending in '\'
 #      and a """ block are one message each; /save writes the conversation and /load brings it
-#      back (the next prompt holds it again); unknown /commands are named; /exit exits 0;
+#      back (the next prompt holds it again); unknown /commands are named; /exit exits 0; Ctrl-C
+#      ends a reply, not the chat;
 #   2. --url against a fake server (python3's http.server): the HTTP/1.1 client reads a chunked
 #      event stream, reasoning (reasoning_content, and "<think>" split over two chunks) is dimmed
 #      on a terminal and plain through a pipe, usage's cached_tokens is reported, the session the
@@ -16,8 +17,9 @@ status=0
 BIN=$ATTND_BINARY
 
 # ---- the pseudo-terminal driver: python3 chat_pty.py OUT_JSON -- ARGV... with a script on stdin:
-# "say TEXT" types a line; "expect REGEX" reads until the output matches (60 s); "turn" reads
-# to the --verbose status line and records its numbers; "exit" waits for the exit status.
+# "say TEXT" types a line; "ctrl-c" types Ctrl-C; "expect REGEX" reads until the output matches
+# (60 s); "turn" reads to the --verbose status line and records its numbers; "exit" waits for the
+# exit status.
 cat >"$TMP/chat_pty.py" <<'PY'
 import json, os, pty, re, select, sys, time
 out_path, argv = sys.argv[1], sys.argv[3:]
@@ -48,6 +50,8 @@ for cmd in sys.stdin.read().splitlines():
     verb, _, arg = cmd.partition(" ")
     if verb == "say":
         os.write(fd, arg.encode() + b"\n")
+    elif verb == "ctrl-c":
+        os.write(fd, b"\x03")
     elif verb == "expect":
         read_until(arg.encode())
     elif verb == "turn":
@@ -127,6 +131,23 @@ out=$(printf '"""Line one\nline two"""\n/save %s\n' "$TMP/block.json" | "$BIN" c
 check "a \"\"\" block is one message of its lines" test "$(field "$TMP/block.json" 'd["messages"][0]["content"]')" = \
     "$(printf 'Line one\nline two')"
 grep -q '^> ' <<<"$out" && bad "a prompt printed to a pipe" || ok "no prompt when stdin is not a terminal"
+
+# Ctrl-C ends a long reply (up to the context's end, never an end-of-turn token), not the chat
+python3 "$TMP/chat_pty.py" "$TMP/interrupt.json" -- "$BIN" chat --verbose --temp 0 --ignore-eos -t 1 <<EOF
+expect > 
+say Tell me about the Army.
+expect Army\.\r\n
+expect [A-Za-z]
+ctrl-c
+turn
+expect > 
+say /exit
+exit
+EOF
+I=$TMP/interrupt.json
+check "Ctrl-C ends the reply as interrupted" test "$(field "$I" 't[0]["finish"]')" = interrupted
+check "Ctrl-C ends the reply early" test "$(field "$I" 't[0]["prompt"] + t[0]["reply"] < 512')" = True
+check "the chat goes on after Ctrl-C (/exit exits 0)" test "$(field "$I" 'd["rc"]')" = 0
 
 # ---- 2. --url against a fake server: chunked stream, reasoning dimmed -------------------------
 cat >"$TMP/fake.py" <<'PY'
