@@ -45,9 +45,9 @@ float cli_parse_float(const char *cmd, const char *flag, const char *s, double l
 
 /* ---- option tables: one table per command instead of one parse loop per command ----
  *
- * Every flag takes "--flag VALUE" or "--flag=VALUE". The commands share llama.cpp's spellings as
- * aliases of their own (args.c's ALIASES: -m --model, -c --ctx-size, -t --threads, -n --n, -p
- * --prompt, -s --seed, --temp --temperature, ...) wherever the command has the flag aliased;
+ * A flag takes "--flag VALUE" or "--flag=VALUE" (a short one "-f VALUE"). The commands share
+ * llama.cpp's spellings as aliases (args.c's ALIASES: -m --model, -c --ctx-size, -t --threads, -n
+ * --n, -p --prompt, -s --seed, --temp --temperature, ...) wherever a command has the flag meant;
  * -ngl and --n-gpu-layers are read and ignored with a note (attnd computes on the CPU). A
  * command may add its own aliases (CLI_OPT_ALIAS). An unknown flag is a usage error that names
  * the nearest known one ("did you mean '--model'?"). */
