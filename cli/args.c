@@ -67,13 +67,6 @@ static const struct cli_alias {
     {"--gpu-layers", NULL},
 };
 
-bool cli_gpu_flag(const char *name) {
-    const struct cli_alias *al = NULL;
-    for (size_t k = 0; k < ATTND_ARRAY_LEN(ALIASES) && !al; k++)
-        if (!strcmp(ALIASES[k].alias, name)) al = &ALIASES[k];
-    return al && !al->to;
-}
-
 static const cli_opt *find_flag(const cli_opt *flat, int n, const char *name) {
     for (int k = 0; k < n; k++)
         if (flat[k].flag && flat[k].kind != CLI_ALIAS && !strcmp(flat[k].flag, name)) return &flat[k];
@@ -84,6 +77,11 @@ static const struct cli_alias *find_alias(const char *name) {
     for (size_t k = 0; k < ATTND_ARRAY_LEN(ALIASES); k++)
         if (!strcmp(ALIASES[k].alias, name)) return &ALIASES[k];
     return NULL;
+}
+
+bool cli_gpu_flag(const char *name) {
+    const struct cli_alias *al = find_alias(name);
+    return al && !al->to;
 }
 
 /* Edit distance of two short strings (99 past 63 bytes). */
