@@ -205,6 +205,8 @@ struct sched {
     double dec_ms[SCHED_DEC_SIZES]; /* recent time of a decode-only step of n + 1 tokens (moving
                                        average; 0 = none seen; the last entry: that many or more) */
     pace_fit pf;          /* a prompt token's cost beside streams against its position */
+    double task_entries;  /* a task turn's positions beside streams (sched_task_cap); 0 = none
+                             learned yet */
     sched_stats stats;
     double rate_t0;       /* tokens/s window */
     uint64_t rate_tok0;
@@ -221,6 +223,12 @@ size_t sched_group_kv_bytes(const sched *s, const sched_job *j);
  * reservation fits beside the running jobs'; NULL otherwise (it waits, so a big request is not
  * overtaken for ever). Charges the tenant and counts its slot. Takes s->mu. */
 sched_job *sched_queue_pop_fitting(sched *s);
+/* The entry of tenant name, counted live (s->mu held): a task's, for as long as it runs; -1 when
+ * out of memory. _exit forgets it (takes s->mu, accepts -1); _charge adds tokens (or their
+ * equivalent in work) to what it was served (takes s->mu, accepts -1). */
+int sched_tenant_enter(sched *s, const char *name);
+void sched_tenant_exit(sched *s, int ix);
+void sched_tenant_charge(sched *s, int ix, double tokens);
 /* Counts j and its forks into its tenant's account at submission (s->mu held). false: out of
  * memory. */
 bool sched_tenant_join(sched *s, sched_job *j);
@@ -243,6 +251,11 @@ int sched_prefill_cap(const sched *s, int n_decode, int n_prompts, int pos);
  * rows) beside n_decode decoding streams: what they leave, half of it while prompts wait to
  * prefill, so drafting backs off as the batch fills (0 when it is full). */
 int sched_draft_room(int cap, int n_decode, bool prompts_waiting);
+/* Positions a task's turn may evaluate beside n_decode decoding streams (about one decode step's
+ * cost; max_batch when none decode), and learning it from a turn of ms that evaluated work of
+ * the cap it was given. */
+int sched_task_cap(const sched *s, int n_decode);
+void sched_task_learn(sched *s, double ms, long work, int cap, int n_decode);
 /* Learns what a decode step and a prefill token cost from a step of ms milliseconds that carried
  * n_decode decode tokens and n_prefill prompt tokens at mean position pf_pos. */
 void sched_learn_costs(sched *s, double ms, int n_decode, int n_prefill, double pf_pos);

@@ -98,6 +98,27 @@ static int tenant_find(sched *s, const char *name) {
     return free_ix;
 }
 
+int sched_tenant_enter(sched *s, const char *name) {
+    int ix = tenant_find(s, name);
+    if (ix >= 0) s->tenants[ix].live++;
+    return ix;
+}
+
+void sched_tenant_exit(sched *s, int ix) {
+    if (ix < 0) return;
+    pthread_mutex_lock(&s->mu);
+    s->tenants[ix].live--;
+    ATTND_ASSERT(s->tenants[ix].live >= 0);
+    pthread_mutex_unlock(&s->mu);
+}
+
+void sched_tenant_charge(sched *s, int ix, double tokens) {
+    if (ix < 0 || tokens <= 0) return;
+    pthread_mutex_lock(&s->mu);
+    s->tenants[ix].served += tokens;
+    pthread_mutex_unlock(&s->mu);
+}
+
 bool sched_tenant_join(sched *s, sched_job *j) {
     int ix = tenant_find(s, j->tenant);
     if (ix < 0) return false;
@@ -277,6 +298,29 @@ void sched_learn_costs(sched *s, double ms, int n_decode, int n_prefill, double 
     pace_fit *f = &s->pf;
     const double d = PACE_FIT_DECAY;
     *f = (pace_fit){d * f->w + 1, d * f->p + pf_pos, d * f->c + c, d * f->pp + pf_pos * pf_pos, d * f->pc + pf_pos * c};
+}
+
+/* A task's turn beside n_decode decoding streams: as many positions as cost about one of their
+ * decode steps (learned from the turns before, starting at the first chunk's size), so the
+ * streams' gap at most doubles while a task runs; engine_max_batch when nothing decodes. */
+int sched_task_cap(const sched *s, int n_decode) {
+    if (n_decode == 0) return s->max_batch;
+    double cap = s->task_entries > 0 ? s->task_entries : PACE_FIRST_CHUNK;
+    if (cap < 1) cap = 1;
+    return cap < s->max_batch ? (int)cap : s->max_batch;
+}
+
+/* A task's turn of ms milliseconds evaluated work positions of the cap positions it was given
+ * beside n_decode decoding streams: the next turn's size follows toward one decode step's cost
+ * (at most halved or doubled a turn, as the cost of a batch is not linear in its size). */
+void sched_task_learn(sched *s, double ms, long work, int cap, int n_decode) {
+    double dec = dec_cost(s, n_decode);
+    if (n_decode == 0 || work <= 0 || work < cap || dec <= 0 || ms <= 0) return; /* a short last turn says little */
+    double f = dec / ms;
+    f = f < 0.5 ? 0.5 : f > 2 ? 2 : f;
+    s->task_entries = (double)work * f;
+    if (s->task_entries < 1) s->task_entries = 1;
+    if (s->task_entries > s->max_batch) s->task_entries = s->max_batch;
 }
 
 /* A budget must hold one request of a full context, else such requests could never run. */

@@ -838,39 +838,117 @@ static void step(sched *s) {
 // ---- tasks on the scheduler thread (sched_run_task) -----------------------------------------
 
 typedef struct sched_task {
-    sched_task_fn fn;
-    void *user;
+    sched_task_spec spec;
+    char tenant[SCHED_TENANT_MAX + 1];
+    int tenant_ix;        /* its entry in the tenants while queued; -1 = none (out of memory) */
+    bool planned;         /* its plan call ran: kv_bytes is known */
+    bool reserved;        /* kv_bytes are counted in s->reserved */
+    size_t kv_bytes;      /* the most KV it holds in the pool at once (its plan) */
+    long held;            /* KV bytes it holds now: what the pool gained in its turns */
     attnd_status st;
     attnd_err err;
     bool done;
     struct sched_task *next;
 } sched_task;
 
-/* Runs the queued tasks, oldest first (stopping: each ends BUSY without running). */
+/* The task ended with st: its reservation and tenant entry go, its caller wakes. */
+static void task_end(sched *s, sched_task *t, attnd_status st) {
+    sched_tenant_exit(s, t->tenant_ix);
+    pthread_mutex_lock(&s->mu);
+    if (t->reserved) s->reserved -= t->kv_bytes;
+    t->st = st;
+    t->done = true;
+    pthread_cond_broadcast(&s->task_done);
+    pthread_mutex_unlock(&s->mu);
+}
+
+/* Counts t's kv_bytes into the reservations when they fit beside the running jobs'; false while
+ * they wait (*never: they can never fit). */
+static bool task_reserve(sched *s, sched_task *t, bool *never) {
+    pthread_mutex_lock(&s->mu);
+    *never = t->kv_bytes > s->stats.kv_budget;
+    t->reserved = !*never && s->reserved + t->kv_bytes <= s->stats.kv_budget;
+    if (t->reserved) s->reserved += t->kv_bytes;
+    pthread_mutex_unlock(&s->mu);
+    return t->reserved;
+}
+
+static int n_decoding(const sched *s) {
+    int n = 0;
+    for (int k = 0; k < s->n_slots; k++) n += s->slots[k].job && !s->slots[k].prefilling;
+    return n;
+}
+
+/* One turn of t: its plan first, then (once its KV is reserved, idle caches evicted to make it
+ * free) a turn sized to the streams decoding beside it, charged to its tenant. true when the
+ * task ended. */
+static bool task_turn(sched *s, sched_task *t) {
+    sched_task_turn turn = {.e = s->eng, .pool = s->pool, .plan = !t->planned};
+    attnd_status st = ATTND_OK;
+    if (turn.plan) {
+        st = t->spec.fn(t->spec.user, &turn, &t->err);
+        t->planned = true;
+        t->kv_bytes = turn.kv_bytes;
+        if (st != ATTND_OK) return task_end(s, t, st), true;
+    }
+    bool never = false;
+    if (!t->reserved && !task_reserve(s, t, &never)) {
+        if (!never) return false; /* after the next step */
+        st = attnd_fail(&t->err, ATTND_ERR_NOMEM, "the task needs %zu bytes of KV cache; kv_budget_mb allows %zu",
+                        t->kv_bytes, s->stats.kv_budget);
+        turn = (sched_task_turn){.e = s->eng, .pool = s->pool, .stop = true};
+        t->spec.fn(t->spec.user, &turn, &t->err); /* it releases what it allocated in its plan */
+        return task_end(s, t, st), true;
+    }
+    long want = (long)t->kv_bytes - t->held;
+    while ((long)kv_pool_bytes_used(s->pool) + want > (long)s->stats.kv_budget && (drain_free_list(s) || evict_one(s))) {}
+    int n_dec = n_decoding(s);
+    turn = (sched_task_turn){.e = s->eng, .pool = s->pool, .max_entries = sched_task_cap(s, n_dec)};
+    long used0 = (long)kv_pool_bytes_used(s->pool);
+    double t0 = attnd_now_s();
+    st = t->spec.fn(t->spec.user, &turn, &t->err);
+    sched_task_learn(s, (attnd_now_s() - t0) * 1e3, turn.work, turn.max_entries, n_dec);
+    t->held += (long)kv_pool_bytes_used(s->pool) - used0;
+    sched_tenant_charge(s, t->tenant_ix, (double)turn.work);
+    if (st != ATTND_OK || !turn.more) return task_end(s, t, st), true;
+    return false;
+}
+
+/* One turn of the oldest waiting task; one with more to do goes to the back of the list, so
+ * tasks queued meanwhile, and the next step, come first. Stopping: every task ends BUSY, each
+ * told to release what it holds. */
 static void run_tasks(sched *s, bool stopping) {
-    for (;;) {
+    do {
         pthread_mutex_lock(&s->mu);
         sched_task *t = s->tasks;
         if (t) s->tasks = t->next;
         pthread_mutex_unlock(&s->mu);
         if (!t) return;
-        attnd_status st = stopping ? attnd_fail(&t->err, ATTND_ERR_BUSY, "the server is stopping")
-                                   : t->fn(t->user, s->eng, s->pool, &t->err);
+        if (stopping) {
+            sched_task_turn turn = {.e = s->eng, .pool = s->pool, .stop = true};
+            if (t->planned) t->spec.fn(t->spec.user, &turn, &t->err);
+            task_end(s, t, attnd_fail(&t->err, ATTND_ERR_BUSY, "the server is stopping"));
+            continue;
+        }
+        if (task_turn(s, t)) return;
         pthread_mutex_lock(&s->mu);
-        t->st = st;
-        t->done = true;
-        pthread_cond_broadcast(&s->task_done);
+        sched_task **tail = &s->tasks;
+        while (*tail) tail = &(*tail)->next;
+        t->next = NULL;
+        *tail = t;
         pthread_mutex_unlock(&s->mu);
-    }
+    } while (stopping);
 }
 
-attnd_status sched_run_task(sched *s, sched_task_fn fn, void *user, attnd_err *err) {
-    sched_task t = {.fn = fn, .user = user};
+attnd_status sched_run_task(sched *s, const sched_task_spec *spec, attnd_err *err) {
+    sched_task t = {.spec = *spec, .tenant_ix = -1};
+    snprintf(t.tenant, sizeof(t.tenant), "%s", spec->tenant ? spec->tenant : "");
     pthread_mutex_lock(&s->mu);
     if (s->stop) {
         pthread_mutex_unlock(&s->mu);
         return attnd_fail(err, ATTND_ERR_BUSY, "the server is stopping");
     }
+    t.tenant_ix = sched_tenant_enter(s, t.tenant);
     sched_task **tail = &s->tasks;
     while (*tail) tail = &(*tail)->next;
     *tail = &t;
