@@ -1170,3 +1170,75 @@ Test(scheduler, two_clients_looping_tasks_never_starve_a_stream) {
             if (l->tokens[k] < 60) cr_assert_gt(l->tokens[k], l->tokens[k - 1], "turns %d, %d: no token between", k - 1, k);
     sched_job_unref(j);
 }
+
+// ---- grammar masks: bounded per step, charged to their tenant ----------------------------
+
+/* A job of tenant under grammar src (ambiguous: every vocabulary mask costs many times a decode
+ * step of this model), greedy, max_tokens tokens. */
+static sched_job *grammar_job(const char *tenant, const char *src, int max_tokens) {
+    grammar *g;
+    attnd_err err;
+    cr_assert_eq(grammar_compile(&g, src, strlen(src), &err), ATTND_OK, "%s", err.msg);
+    int32_t *ids;
+    size_t n;
+    cr_assert_eq(tok_encode(tok, "Once upon a time", 16, true, false, &ids, &n, NULL), ATTND_OK);
+    sched_job_spec spec = {.prompt = ids, .n_prompt = (int)n, .max_tokens = max_tokens, .top_logprobs = -1,
+                           .tenant = tenant, .grammar = g};
+    sampler_params_default(&spec.sp);
+    spec.sp.temperature = 0;
+    sched_job *j;
+    cr_assert_eq(sched_job_create(&j, &spec, &err), ATTND_OK, "%s", err.msg);
+    return j;
+}
+
+static const char *AMBIGUOUS = "root ::= [^e]{0,4} (\"x\" | \"y\")? [^e]+ root \"]\" | \"]\"";
+
+/* One tenant's grammar (its masks over the vocabulary far costlier than a decode step) runs beside
+ * another tenant's stream: a step's mask work is cut at about a decode step, the rest goes on in
+ * the next steps while the stream decodes, so the stream gets several tokens between two of the
+ * grammar's (before, every mask ran whole inside the step, and each stream token waited for it);
+ * the grammar's time is charged to its tenant. The grammar's output is the one it gets alone. */
+Test(sched_fair, a_tenant_s_grammar_masks_are_cut_per_step_and_charged_to_it) {
+    if (model_missing()) return;
+    cfg.queue_limit = 16;
+    start();
+    sched_job *alone = grammar_job("key:g", AMBIGUOUS, 6);
+    cr_assert_eq(sched_submit(sch, alone, NULL), ATTND_OK);
+    sched_output solo = wait_done(alone);
+    cr_assert_eq(solo.status, ATTND_OK, "%s", solo.errmsg);
+    sched_job *s = job_of("key:s", "Once upon a time", 120);
+    cr_assert_eq(sched_submit(sch, s, NULL), ATTND_OK);
+    sched_update u = {0};
+    while (u.to < 2 && !u.done) sched_job_wait(s, 1000, &u);
+    sched_job *g = grammar_job("key:g", AMBIGUOUS, 6);
+    cr_assert_eq(sched_submit(sch, g, NULL), ATTND_OK);
+    /* the stream's tokens at each of the grammar job's tokens */
+    int at[8], seen = 0, most = 0;
+    sched_update gu = {0};
+    while (!gu.done) {
+        if (!sched_job_wait(g, 1000, &gu)) continue;
+        for (; seen < gu.to && seen < 8; seen++) at[seen] = job_tokens(s);
+    }
+    for (int k = 1; k < seen; k++) most = at[k] - at[k - 1] > most ? at[k] - at[k - 1] : most;
+    sched_output o;
+    sched_job_output(g, &o);
+    cr_assert_eq(o.status, ATTND_OK, "%s", o.errmsg);
+    cr_assert_eq(o.n_pieces, solo.n_pieces);
+    for (int i = 0; i < o.n_pieces; i++) cr_assert_eq(o.pieces[i].id, solo.pieces[i].id, "token %d", i);
+    cr_assert_gt(seen, 2, "the grammar ended after %d tokens", seen);
+    cr_assert_geq(most, 2, "the stream never got two tokens between the grammar's (%d grammar tokens)", seen);
+    /* key:g came back at key:s's charge, then was charged its prompt and max_tokens: the rest
+     * is its masks' time */
+    double served_g = 0, served_s = 0;
+    pthread_mutex_lock(&sch->mu);
+    for (int i = 0; i < sch->n_tenants; i++) {
+        if (!strcmp(sch->tenants[i].name, "key:g")) served_g = sch->tenants[i].served;
+        if (!strcmp(sch->tenants[i].name, "key:s")) served_s = sch->tenants[i].served;
+    }
+    pthread_mutex_unlock(&sch->mu);
+    cr_assert_gt(served_g - served_s, o.n_prompt + 6 + 1, "key:g was charged %g beyond key:s's %g: its masks are free",
+                 served_g - served_s, served_s);
+    sched_cancel_all(sch);
+    cr_assert(sched_wait_idle(sch, 10000));
+    sched_job_unref(alone), sched_job_unref(g), sched_job_unref(s);
+}

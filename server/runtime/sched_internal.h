@@ -118,6 +118,8 @@ typedef struct slot {
                             session holds it) */
     engine_ablation abl; /* the ablated job's (engine_seq_ablate of kv); mean sums owned */
     double t_last;       /* when this sequence's last token was sampled; 0 = none yet */
+    bool pending;        /* its grammar's mask did not end by a step's deadline: it sits out the
+                            decode steps until the mask ends (gen_resume, scheduler.c) */
 } slot;
 
 /* Exponentially weighted sums of (position, cost) of recent prefill chunks run beside streams,
@@ -205,6 +207,8 @@ struct sched {
     double dec_ms[SCHED_DEC_SIZES]; /* recent time of a decode-only step of n + 1 tokens (moving
                                        average; 0 = none seen; the last entry: that many or more) */
     pace_fit pf;          /* a prompt token's cost beside streams against its position */
+    double mask_deadline; /* grammar masks of this step end by then (attnd_now_s); 0 = no limit */
+    int mask_turn;        /* the slot whose pending mask goes first in the next step */
     double task_entries;  /* a task turn's positions beside streams (sched_task_cap); 0 = none
                              learned yet */
     sched_stats stats;
@@ -251,6 +255,13 @@ int sched_prefill_cap(const sched *s, int n_decode, int n_prompts, int pos);
  * rows) beside n_decode decoding streams: what they leave, half of it while prompts wait to
  * prefill, so drafting backs off as the batch fills (0 when it is full). */
 int sched_draft_room(int cap, int n_decode, bool prompts_waiting);
+/* Grammar work of tenant ix (a sequence's mask, ms milliseconds of the scheduler thread) charged
+ * to it in fair admission, as the tokens a decode step of that time would make. Takes s->mu. */
+void sched_charge_ms(sched *s, int ix, double ms);
+/* The grammar masks' time a step may take beside n_decode decoding sequences: about one decode
+ * step of theirs (at least SCHED_MASK_MIN_MS). */
+#define SCHED_MASK_MIN_MS 2.0
+double sched_mask_budget_ms(const sched *s, int n_decode);
 /* Positions a task's turn may evaluate beside n_decode decoding streams (about one decode step's
  * cost; max_batch when none decode), and learning it from a turn of ms that evaluated work of
  * the cap it was given. */

@@ -323,6 +323,16 @@ void sched_task_learn(sched *s, double ms, long work, int cap, int n_decode) {
     if (s->task_entries > s->max_batch) s->task_entries = s->max_batch;
 }
 
+void sched_charge_ms(sched *s, int ix, double ms) {
+    double per_token = dec_cost(s, 1);
+    sched_tenant_charge(s, ix, ms / (per_token > 0 ? per_token : 1.0));
+}
+
+double sched_mask_budget_ms(const sched *s, int n_decode) {
+    double dec = dec_cost(s, n_decode);
+    return dec > SCHED_MASK_MIN_MS ? dec : SCHED_MASK_MIN_MS;
+}
+
 /* A budget must hold one request of a full context, else such requests could never run. */
 attnd_status sched_check_budget(const sched *s, size_t budget, attnd_err *err) {
     size_t full = kv_pool_bytes_for(s->pool, s->n_ctx), block = kv_pool_bytes_for(s->pool, 1);

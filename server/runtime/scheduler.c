@@ -245,13 +245,22 @@ static attnd_status slot_start(sched *s, slot *sl, sched_job *j, attnd_err *err)
     return ATTND_OK;
 }
 
-/* Samples one token for a generating slot and publishes what it released. */
-static void slot_token(sched *s, slot *sl, const float *row) {
+/* Samples one token for a generating slot from row (NULL: goes on with the step its grammar's
+ * mask left pending) and publishes what it released. false when the mask did not end by
+ * s->mask_deadline: the slot is pending, out of the decode steps until slot_resume ends it. The
+ * time a grammar's step takes is charged to the job's tenant. */
+static bool slot_token(sched *s, slot *sl, const float *row) {
     sched_job *j = sl->job;
     /* only this thread writes pieces and tops; readers see entries below n_pieces */
     token_logprob *top = j->top_logprobs > 0 ? j->tops + (size_t)j->n_pieces * j->top_logprobs : NULL;
     gen_token t;
-    stop_reason why = gen_next(sl->g, row, top, &t);
+    stop_reason why = STOP_NONE;
+    double t0 = attnd_now_s();
+    bool done = row ? gen_next_until(sl->g, row, top, &t, s->mask_deadline, &why)
+                    : gen_resume(sl->g, top, &t, s->mask_deadline, &why);
+    if (j->grammar) sched_charge_ms(s, j->tenant_ix, (attnd_now_s() - t0) * 1e3);
+    sl->pending = !done;
+    if (!done) return false;
     sl->hist[sl->n_hist++] = t.id;
     attnd_err ignored;
     if (sl->sp && spec_push(sl->sp, &t.id, 1, &ignored) != ATTND_OK) spec_destroy(sl->sp), sl->sp = NULL;
@@ -272,6 +281,40 @@ static void slot_token(sched *s, slot *sl, const float *row) {
     /* finishing waits for the end of the step (see finish_ended) */
     if (why != STOP_NONE) sl->end_reason = "stop";
     else if (sl->n_gen >= j->max_tokens || sl->n_past >= s->n_ctx) sl->end_reason = "length";
+    return true;
+}
+
+/* Whether a slot has a token to decode in the next step (neither reading its prompt nor waiting
+ * for its grammar's mask). */
+static bool slot_decoding(const slot *sl) { return sl->job && !sl->prefilling && !sl->pending; }
+
+/* The grammar masks of pending slots go on, in turns (each step starts with the next slot), until
+ * the step's mask deadline; returns the tokens they produced. */
+static int resume_pending(sched *s) {
+    int n = 0;
+    for (int i = 0; i < s->n_slots; i++) {
+        slot *sl = &s->slots[(s->mask_turn + i) % s->n_slots];
+        if (sl->job && sl->pending) n += slot_token(s, sl, NULL);
+    }
+    s->mask_turn = (s->mask_turn + 1) % s->n_slots;
+    return n;
+}
+
+/* The step's deadline for grammar masks: none when every running job has a grammar and they are
+ * one tenant's (nobody else waits for them), else about one decode step of the slots decoding
+ * (sched_mask_budget_ms): so one tenant's grammar delays another's tokens by at most a step's
+ * worth per step, its sequences finishing their masks over the next steps. */
+static double mask_deadline(const sched *s, double now) {
+    int tenant = -1, n_dec = 0;
+    bool alone = true;
+    for (int k = 0; k < s->n_slots; k++) {
+        const slot *sl = &s->slots[k];
+        if (!sl->job) continue;
+        n_dec += slot_decoding(sl);
+        if (!sl->job->grammar || (tenant >= 0 && sl->job->tenant_ix != tenant)) alone = false;
+        tenant = sl->job->tenant_ix;
+    }
+    return alone ? 0 : now + sched_mask_budget_ms(s, n_dec > 0 ? n_dec : 1) / 1e3;
 }
 
 /*
@@ -376,7 +419,7 @@ static void fork_admit(sched *s, slot *sl, sched_job *f) {
         slot_finish(s, sl, "length", ATTND_OK, NULL);
         return;
     }
-    slot_token(s, sl, f->first_logits);
+    slot_token(s, sl, f->first_logits); /* a pending step keeps its own copy of the logits */
     free(f->first_logits);
     f->first_logits = NULL;
     if (sl->end_reason) slot_finish(s, sl, sl->end_reason, ATTND_OK, NULL);
@@ -541,7 +584,7 @@ static int build_batch(sched *s, batch_shape *sh) {
     double pos_sum = 0;
     *sh = (batch_shape){0};
     for (int k = 0; k < s->n_slots; k++) {
-        n_dec += s->slots[k].job && !s->slots[k].prefilling;
+        n_dec += slot_decoding(&s->slots[k]);
         waiting += s->slots[k].job && s->slots[k].prefilling;
     }
     int room = sched_draft_room(s->max_batch < s->rows_cap ? s->max_batch : s->rows_cap, n_dec, waiting > 0);
@@ -551,7 +594,7 @@ static int build_batch(sched *s, batch_shape *sh) {
         sl->batch_n = 0;
         sl->row0 = -1;
         sl->n_draft = 0;
-        if (!sl->job || sl->prefilling || n >= s->max_batch || rows >= s->rows_cap) continue;
+        if (!slot_decoding(sl) || n >= s->max_batch || rows >= s->rows_cap) continue;
         sl->batch_n = 1; /* laid out below, once the drafts are known */
         sh->n_decode++;
         sl->n_draft = room > 0 ? slot_drafts(s, sl, room, &st) : 0;
@@ -591,7 +634,7 @@ static bool fresh_step_due(const sched *s) {
     for (int k = 0; k < s->n_slots; k++) {
         const slot *sl = &s->slots[k];
         fresh |= sl->job && sl->fresh;
-        decoding |= sl->job && !sl->prefilling;
+        decoding |= slot_decoding(sl);
     }
     return fresh && decoding && !s->fresh_last;
 }
@@ -606,7 +649,7 @@ static int build_fresh_batch(sched *s, batch_shape *sh) {
     for (int k = 0; k < s->n_slots; k++) {
         slot *sl = &s->slots[k];
         sl->batch_n = 0, sl->row0 = -1, sl->n_draft = 0;
-        n_dec += sl->job && !sl->prefilling;
+        n_dec += slot_decoding(sl);
         waiting += sl->job && sl->prefilling;
     }
     slot *sl = fresh_next(s);
@@ -715,8 +758,7 @@ static int slot_prefilled(sched *s, slot *sl, double dt, int n_decode) {
         slot_finish(s, sl, "length", ATTND_OK, NULL);
         return 0;
     }
-    slot_token(s, sl, s->logits + (size_t)last_row * s->n_vocab);
-    return 1;
+    return slot_token(s, sl, s->logits + (size_t)last_row * s->n_vocab);
 }
 
 /* Counts a step of dt seconds into the statistics. */
@@ -740,10 +782,11 @@ static void count_step(sched *s, const batch_shape *sh, double dt, uint64_t n_ge
  * next draft (attnd/spec.h), then drops the rejected drafts from the KV. Returns the tokens
  * generated. */
 static int slot_verify(sched *s, slot *sl) {
-    int r = 0, kept = 0;
+    int r = 0, kept = 0, made = 0;
     sl->n_past += 1; /* next_token */
     for (;; r++) {
-        slot_token(s, sl, s->logits + (size_t)(sl->row0 + r) * s->n_vocab);
+        if (!slot_token(s, sl, s->logits + (size_t)(sl->row0 + r) * s->n_vocab)) break; /* pending: drafts dropped */
+        made++;
         bool agree = r < sl->n_draft && sl->next_token == sl->draft[r];
         kept += agree;
         if (sl->end_reason || !agree) break;
@@ -757,7 +800,7 @@ static int slot_verify(sched *s, slot *sl) {
         s->stats.spec_accepted += (uint64_t)kept;
         pthread_mutex_unlock(&s->mu);
     }
-    return r + 1;
+    return made;
 }
 
 /* Whether the step about to run may be given up when a request that can start arrives during
@@ -791,6 +834,14 @@ static void step(sched *s) {
     apply_cancels(s);
     atomic_store(&s->newcomer, false); /* who is queued now is admitted now */
     admit(s);
+    s->mask_deadline = mask_deadline(s, attnd_now_s()); /* the grammars' share of this step */
+    int resumed = resume_pending(s);
+    if (resumed) {
+        pthread_mutex_lock(&s->mu);
+        s->stats.generated_tokens += (uint64_t)resumed;
+        pthread_mutex_unlock(&s->mu);
+        finish_ended(s); /* a resumed step that ended its sequence */
+    }
     bool fresh = fresh_step_due(s);
     batch_shape sh;
     int n = build_step(s, &sh, fresh);
@@ -875,7 +926,7 @@ static bool task_reserve(sched *s, sched_task *t, bool *never) {
 
 static int n_decoding(const sched *s) {
     int n = 0;
-    for (int k = 0; k < s->n_slots; k++) n += s->slots[k].job && !s->slots[k].prefilling;
+    for (int k = 0; k < s->n_slots; k++) n += slot_decoding(&s->slots[k]);
     return n;
 }
 
