@@ -199,6 +199,7 @@ struct sched {
     int n_active;
     size_t reserved;      /* KV bytes reserved by the active jobs (<= stats.kv_budget) */
     struct sched_task *tasks; /* sched_run_task's, waiting for the scheduler thread (a list) */
+    size_t task_kv_waiting; /* KV bytes a task waits for (queued jobs wait behind it); 0 = none */
     pthread_cond_t task_done; /* a task ran */
     sched_tenant *tenants; /* (n_tenants) fair admission's accounts */
     int n_tenants, cap_tenants;
@@ -224,7 +225,7 @@ void sched_group_leave(sched *s, kv_group *g);
 size_t sched_group_kv_bytes(const sched *s, const sched_job *j);
 /* The next queued job to admit, popped and counted active: cancelled ones first, else the first
  * queued job of the tenant served least so far (tenants at their slot share skipped) when its
- * reservation fits beside the running jobs'; NULL otherwise (it waits, so a big request is not
+ * reservation fits beside the running jobs' (and the KV a task waits for); NULL otherwise (it waits, so a big request is not
  * overtaken for ever). Charges the tenant and counts its slot. Takes s->mu. */
 sched_job *sched_queue_pop_fitting(sched *s);
 /* The entry of tenant name, counted live (s->mu held): a task's, for as long as it runs; -1 when

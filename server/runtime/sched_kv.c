@@ -178,7 +178,8 @@ sched_job *sched_queue_pop_fitting(sched *s) {
     pthread_mutex_lock(&s->mu);
     int i = queue_pick(s);
     sched_job *j = i >= 0 ? s->queue[(s->q_head + i) % s->queue_limit] : NULL;
-    if (j && !atomic_load(&j->cancel) && s->reserved + sched_group_kv_bytes(s, j) > s->stats.kv_budget) j = NULL;
+    if (j && !atomic_load(&j->cancel) && s->reserved + s->task_kv_waiting + sched_group_kv_bytes(s, j) > s->stats.kv_budget)
+        j = NULL;
     if (j) {
         for (int k = i; k > 0; k--) /* close the gap: the jobs before it move up one place */
             s->queue[(s->q_head + k) % s->queue_limit] = s->queue[(s->q_head + k - 1) % s->queue_limit];

@@ -920,6 +920,8 @@ static bool task_reserve(sched *s, sched_task *t, bool *never) {
     *never = t->kv_bytes > s->stats.kv_budget;
     t->reserved = !*never && s->reserved + t->kv_bytes <= s->stats.kv_budget;
     if (t->reserved) s->reserved += t->kv_bytes;
+    /* while it waits, queued jobs wait too (else they could take the KV it waits for for ever) */
+    s->task_kv_waiting = t->reserved || *never ? 0 : t->kv_bytes;
     pthread_mutex_unlock(&s->mu);
     return t->reserved;
 }
