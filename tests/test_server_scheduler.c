@@ -382,6 +382,23 @@ Test(sched_pacing, chunks_follow_the_growing_cost_of_a_long_prompt) {
                  last_cap);
 }
 
+/* Several tenants decoding: a step holds as many rows as keep it within twice the lightest
+ * tenant's step alone, by the line through the learned step costs. Rows that cost much (a big
+ * vocabulary's output rows on a small model) are rationed; rows that cost little all go in. */
+Test(sched_pacing, decode_rows_beside_a_light_tenant_keep_its_step_within_twice_its_cost) {
+    sched s = {.max_batch = 512};
+    cr_assert_eq(sched_decode_rows(&s, 1, 17), 17, "nothing learned: every row (and its cost is learned)");
+    sched_learn_costs(&s, 2, 1, 0, 0); /* 1 row: 2 ms */
+    cr_assert_eq(sched_decode_rows(&s, 1, 17), 17, "one size learned: still every row");
+    sched_learn_costs(&s, 34, 17, 0, 0); /* 17 rows: 34 ms: 2 ms a row, nothing shared */
+    cr_assert_eq(sched_decode_rows(&s, 1, 17), 2, "twice one row's cost holds two rows");
+    cr_assert_eq(sched_decode_rows(&s, 4, 17), 8);
+    sched t = {.max_batch = 512};
+    sched_learn_costs(&t, 20, 1, 0, 0);
+    sched_learn_costs(&t, 21.6, 17, 0, 0); /* 0.1 ms a row beyond 19.9 ms shared */
+    cr_assert_eq(sched_decode_rows(&t, 1, 17), 17, "cheap rows all go in");
+}
+
 Test(sched_pacing, the_auto_budget_is_a_few_decode_steps_and_the_prompt_always_moves) {
     sched s = {.max_batch = 512};
     sched_learn_costs(&s, 30, 2, 0, 0);

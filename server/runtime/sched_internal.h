@@ -120,6 +120,8 @@ typedef struct slot {
     double t_last;       /* when this sequence's last token was sampled; 0 = none yet */
     bool pending;        /* its grammar's mask did not end by a step's deadline: it sits out the
                             decode steps until the mask ends (gen_resume, scheduler.c) */
+    bool picked;         /* decodes in the step being built (pick_decoders, scheduler.c) */
+    uint64_t last_step;  /* the step it last decoded in (its tenant's sequences take turns) */
 } slot;
 
 /* Exponentially weighted sums of (position, cost) of recent prefill chunks run beside streams,
@@ -175,6 +177,7 @@ struct sched {
     float *logits;        /* (rows_cap, n_vocab) */
     batch_entry *batch;   /* (max_batch) */
     slot *slots;          /* (n_slots) */
+    int *pick;            /* (3, n_slots) scratch of pick_decoders: tenants, counts, quotas */
     attn_capture *inspecting; /* captures of the running jobs that inspect attention (a list) */
     uint64_t n_admitted;
     bool fresh_last;      /* the last step read fresh prompts alone: this one decodes */
@@ -256,6 +259,10 @@ int sched_prefill_cap(const sched *s, int n_decode, int n_prompts, int pos);
  * rows) beside n_decode decoding streams: what they leave, half of it while prompts wait to
  * prefill, so drafting backs off as the batch fills (0 when it is full). */
 int sched_draft_room(int cap, int n_decode, bool prompts_waiting);
+/* Decode rows a step may hold when several tenants decode, the lightest with least rows of
+ * total: as many as keep its cost (by a line through the learned decode step costs) within
+ * twice that of least rows; total while the costs of two step sizes are not known yet. */
+int sched_decode_rows(const sched *s, int least, int total);
 /* Grammar work of tenant ix (a sequence's mask, ms milliseconds of the scheduler thread) charged
  * to it in fair admission, as the tokens a decode step of that time would make. Takes s->mu. */
 void sched_charge_ms(sched *s, int ix, double ms);

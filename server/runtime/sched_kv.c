@@ -324,6 +324,17 @@ void sched_task_learn(sched *s, double ms, long work, int cap, int n_decode) {
     if (s->task_entries > s->max_batch) s->task_entries = s->max_batch;
 }
 
+int sched_decode_rows(const sched *s, int least, int total) {
+    int lo = -1, hi = -1;
+    for (int k = 0; k < SCHED_DEC_SIZES - 1; k++) /* the last entry pools every bigger size */
+        if (s->dec_ms[k] > 0) hi = k, lo = lo < 0 ? k : lo;
+    if (lo < 0 || hi == lo) return total;
+    double b = (s->dec_ms[hi] - s->dec_ms[lo]) / (hi - lo), a = s->dec_ms[lo] - b * (lo + 1);
+    if (b <= 0) return total;
+    double rows = (2 * (a + b * least) - a) / b;
+    return rows >= total ? total : rows <= least ? least : (int)rows;
+}
+
 void sched_charge_ms(sched *s, int ix, double ms) {
     double per_token = dec_cost(s, 1);
     sched_tenant_charge(s, ix, ms / (per_token > 0 ? per_token : 1.0));

@@ -575,18 +575,65 @@ static int batch_add_chunk(sched *s, slot *sl, int *n, int *rows, int limit, dou
     return sl->batch_n;
 }
 
+/* The tenant entries of the decoding slots and how many each has (s->pick: (n_slots, 3) scratch:
+ * tenants, counts, quotas); returns how many tenants. */
+static int count_decoders(sched *s, int *ten, int *cnt) {
+    int nt = 0;
+    for (int k = 0; k < s->n_slots; k++) {
+        slot *sl = &s->slots[k];
+        sl->picked = false;
+        if (!slot_decoding(sl)) continue;
+        int t = 0;
+        while (t < nt && ten[t] != sl->job->tenant_ix) t++;
+        if (t == nt) ten[nt] = sl->job->tenant_ix, cnt[nt++] = 0;
+        cnt[t]++;
+    }
+    return nt;
+}
+
+/*
+ * Marks (picked) the decoding slots of this step; returns how many. One tenant decoding: all. Several:
+ * the step holds as many decode rows as keep its cost within twice that of the lightest tenant's
+ * rows alone (sched_decode_rows, from the learned step costs), shared out evenly (a tenant with
+ * fewer sequences leaves its part to the others, everyone gets one), each tenant's sequences
+ * taken least recently decoded first. So one tenant's n = 16 choices never slow another
+ * tenant's stream below about half its speed alone, however much a row costs (a big vocabulary's
+ * output rows on a small model), while rows that cost little all go in.
+ */
+static int pick_decoders(sched *s) {
+    int *ten = s->pick, *cnt = s->pick + s->n_slots, *quota = s->pick + 2 * s->n_slots;
+    int nt = count_decoders(s, ten, cnt), total = 0, least = 0, picked = 0;
+    for (int t = 0; t < nt; t++) total += cnt[t], least = !t || cnt[t] < least ? cnt[t] : least;
+    int left = nt > 1 ? sched_decode_rows(s, least, total) : total;
+    for (int done = 0; done < nt; done++) { /* water-filling, smallest tenant first */
+        int t = -1;
+        for (int i = 0; i < nt; i++)
+            if (cnt[i] >= 0 && (t < 0 || cnt[i] < cnt[t])) t = i;
+        int share = left / (nt - done), q = cnt[t] < share ? cnt[t] : share > 0 ? share : 1;
+        quota[t] = q, left -= q, cnt[t] = -1; /* done */
+    }
+    for (int t = 0; t < nt; t++)
+        for (int q = 0; q < quota[t]; q++) { /* the tenant's least recently decoded slot */
+            slot *best = NULL;
+            for (int k = 0; k < s->n_slots; k++) {
+                slot *sl = &s->slots[k];
+                if (slot_decoding(sl) && !sl->picked && sl->job->tenant_ix == ten[t] && (!best || sl->last_step < best->last_step))
+                    best = sl;
+            }
+            if (best) best->picked = true, picked++;
+        }
+    return picked;
+}
+
 /* Builds the step's batch into s->batch; returns its size. Each decoding slot's token comes
  * first; drafts take only the room the decoding slots leave (half of it while a prompt waits to
  * prefill), so speculation backs off as the batch fills. Prefill chunks stop where the logits
  * rows or the prefill cap run out. */
 static int build_batch(sched *s, batch_shape *sh) {
-    int n = 0, rows = 0, n_dec = 0, waiting = 0;
+    int n = 0, rows = 0, n_dec = pick_decoders(s), waiting = 0;
     double pos_sum = 0;
     *sh = (batch_shape){0};
-    for (int k = 0; k < s->n_slots; k++) {
-        n_dec += slot_decoding(&s->slots[k]);
-        waiting += s->slots[k].job && s->slots[k].prefilling;
-    }
+    for (int k = 0; k < s->n_slots; k++) waiting += s->slots[k].job && s->slots[k].prefilling;
     int room = sched_draft_room(s->max_batch < s->rows_cap ? s->max_batch : s->rows_cap, n_dec, waiting > 0);
     spec_step st = {&s->spcost, n_dec, n_dec}; /* the decoding rows, then each slot's drafts */
     for (int k = 0; k < s->n_slots; k++) {
@@ -594,8 +641,9 @@ static int build_batch(sched *s, batch_shape *sh) {
         sl->batch_n = 0;
         sl->row0 = -1;
         sl->n_draft = 0;
-        if (!slot_decoding(sl) || n >= s->max_batch || rows >= s->rows_cap) continue;
+        if (!slot_decoding(sl) || !sl->picked || n >= s->max_batch || rows >= s->rows_cap) continue;
         sl->batch_n = 1; /* laid out below, once the drafts are known */
+        sl->last_step = s->stats.steps + 1; /* stats.steps: written by this thread only */
         sh->n_decode++;
         sl->n_draft = room > 0 ? slot_drafts(s, sl, room, &st) : 0;
         n += 1 + sl->n_draft, rows += 1 + sl->n_draft, room -= sl->n_draft;
@@ -1130,10 +1178,11 @@ attnd_status sched_create(sched **out, const model *m, const tokenizer *tok, ses
     s->logits = malloc((size_t)s->rows_cap * s->n_vocab * sizeof(float));
     s->batch = malloc((size_t)s->max_batch * sizeof(batch_entry));
     s->slots = calloc((size_t)s->n_slots, sizeof(slot));
+    s->pick = malloc((size_t)s->n_slots * 3 * sizeof(int));
     s->queue = calloc((size_t)s->queue_limit, sizeof(sched_job *));
     s->cap_free = 16;
     s->to_free = malloc((size_t)s->cap_free * sizeof(kv_seq *));
-    if (!s->logits || !s->batch || !s->slots || !s->queue || !s->to_free) {
+    if (!s->logits || !s->batch || !s->slots || !s->pick || !s->queue || !s->to_free) {
         attnd_fail(err, rc, "out of memory allocating scheduler buffers");
         goto fail;
     }
@@ -1199,6 +1248,7 @@ void sched_destroy(sched *s) {
     free(s->logits);
     free(s->batch);
     free(s->slots);
+    free(s->pick);
     free(s->queue);
     free(s->to_free);
     free(s->tenants);

@@ -1,13 +1,14 @@
 #!/usr/bin/env python3
 """grammar_neighbour.py — issue 44's grammar isolation target, measured against a real `attnd serve`.
 
-    tools/bench/grammar_neighbour.py --model M [--binary build/attnd] [--tokens 60] [--n 16]
+    tools/bench/grammar_neighbour.py --model M [--binary build/attnd] [--tokens 60] [--n 16] [--reps 3]
 
 One key streams a /v1/completions of --tokens tokens (EOS suppressed), first alone, then while
 another key runs a grammar request of n = --n choices under an ambiguous, recursive grammar (each
 rejected token makes its sequence mask the whole vocabulary: on a 152k vocabulary, the worst
 case). For each run: the stream's tokens/s and its p50 / p99 / max gap between tokens, and the
-ratios beside / alone (targets: speed >= 0.5x, p99 gap <= 3x). The model should have a big real
+ratios beside / alone (targets: speed >= 0.5x, p99 gap <= 3x); --reps runs alternate alone and
+beside, and the medians are compared. The model should have a big real
 vocabulary, e.g. a small random-weight one on the qwen2 BPE (151,936 tokens):
 
     python3 tools/bench/make_model.py --type Q8_0 --layers 1 --dim 256 --ffn 512 --heads 4 \\
@@ -21,6 +22,7 @@ import http.client
 import json
 import os
 import re
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -98,6 +100,7 @@ def main():
     ap.add_argument("--tokens", type=int, default=60)
     ap.add_argument("--n", type=int, default=16)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--plain", action="store_true", help="the n choices without the grammar (what batching alone costs)")
     ap.add_argument("--eos", default="151643,151645", help="token ids to suppress in the stream")
     a = ap.parse_args()
@@ -107,9 +110,7 @@ def main():
     proc, port, log = start_server(a.binary, a.model, kf.name, a.threads)
     try:
         stream(port, 4, eos)  # warm-up
-        t = stream(port, a.tokens, eos)
-        if len(t) < 4: sys.exit(f"the stream gave {len(t) - 1} chunks; see {log}")
-        alone = figures(t)
+        runs = {"alone": [], "beside grammar": []}
         done = {}
 
         def grammar_request():
@@ -118,24 +119,31 @@ def main():
             if not a.plain:
                 req["grammar"] = GRAMMAR
             c, r = post(port, req, KEYS[0])
-            body = r.read()
+            r.read()
             c.close()
             done["status"], done["s"] = r.status, time.monotonic() - t0
-            done["body"] = body[:200]
 
-        g = threading.Thread(target=grammar_request)
-        g.start()
-        time.sleep(0.5)  # the grammar request is admitted and masking
-        beside = figures(stream(port, a.tokens, eos))
-        g.join()
+        for _ in range(a.reps):
+            t = stream(port, a.tokens, eos)
+            if len(t) < 4:
+                sys.exit(f"the stream gave {len(t) - 1} chunks; see {log}")
+            runs["alone"].append(figures(t))
+            g = threading.Thread(target=grammar_request)
+            g.start()
+            time.sleep(0.5)  # the grammar request is admitted and masking
+            runs["beside grammar"].append(figures(stream(port, a.tokens, eos)))
+            g.join()
         cpu = open("/proc/cpuinfo").read()
         model = re.search(r"model name\s*:\s*(.*)", cpu)
         print(f"cpu: {model.group(1) if model else '?'}, {os.cpu_count()} cores, load {open('/proc/loadavg').read().split()[0]}; "
-              f"--threads {a.threads}; model {os.path.basename(a.model)}")
-        for name, f in (("alone", alone), ("beside grammar", beside)):
+              f"--threads {a.threads}; model {os.path.basename(a.model)}; medians of {a.reps}"
+              + ("; the n choices WITHOUT the grammar" if a.plain else ""))
+        med = {k: {f: statistics.median(r[f] for r in v) for f in v[0]} for k, v in runs.items()}
+        for name, f in med.items():
             print(f"{name:15s} {f['tok_s']:7.1f} tok/s   gap p50 {f['p50'] * 1e3:7.1f} ms  p99 {f['p99'] * 1e3:7.1f} ms"
                   f"  max {f['max'] * 1e3:7.1f} ms")
-        print(f"grammar request (n = {a.n}): HTTP {done.get('status')} in {done.get('s', 0):.1f} s")
+        print(f"the n = {a.n} request: HTTP {done.get('status')} in {done.get('s', 0):.1f} s (the last)")
+        alone, beside = med["alone"], med["beside grammar"]
         print(f"speed beside / alone {beside['tok_s'] / alone['tok_s']:.2f}x (target >= 0.5); "
               f"p99 gap {beside['p99'] / alone['p99']:.2f}x alone's (target <= 3)")
     finally:
