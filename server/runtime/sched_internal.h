@@ -270,9 +270,9 @@ void sched_charge_ms(sched *s, int ix, double ms);
  * step of theirs (at least SCHED_MASK_MIN_MS). */
 #define SCHED_MASK_MIN_MS 2.0
 double sched_mask_budget_ms(const sched *s, int n_decode);
-/* Positions a task's turn may evaluate beside n_decode decoding streams (about one decode step's
- * cost; max_batch when none decode), and learning it from a turn of ms that evaluated work of
- * the cap it was given. */
+/* Positions a task's turn may evaluate (about one decode step's cost of the streams, or of one
+ * stream when none decodes), and learning it from a turn of ms that evaluated work of the cap it
+ * was given beside n_decode decoding streams. */
 int sched_task_cap(const sched *s, int n_decode);
 void sched_task_learn(sched *s, double ms, long work, int cap, int n_decode);
 /* Learns what a decode step and a prefill token cost from a step of ms milliseconds that carried

@@ -301,22 +301,19 @@ void sched_learn_costs(sched *s, double ms, int n_decode, int n_prefill, double 
     *f = (pace_fit){d * f->w + 1, d * f->p + pf_pos, d * f->c + c, d * f->pp + pf_pos * pf_pos, d * f->pc + pf_pos * c};
 }
 
-/* A task's turn beside n_decode decoding streams: as many positions as cost about one of their
- * decode steps (learned from the turns before, starting at the first chunk's size), so the
- * streams' gap at most doubles while a task runs; engine_max_batch when nothing decodes. */
+/* A task's turn: as many positions as cost about one decode step of the n_decode streams (of one
+ * stream when none decodes: a request arriving meanwhile waits no longer for the turn than for a
+ * step), learned from the turns before, starting at the first chunk's size. */
 int sched_task_cap(const sched *s, int n_decode) {
-    if (n_decode == 0) return s->max_batch;
+    (void)n_decode; /* the size learned is for the streams of the turns before: close enough */
     double cap = s->task_entries > 0 ? s->task_entries : PACE_FIRST_CHUNK;
     if (cap < 1) cap = 1;
     return cap < s->max_batch ? (int)cap : s->max_batch;
 }
 
-/* A task's turn of ms milliseconds evaluated work positions of the cap positions it was given
- * beside n_decode decoding streams: the next turn's size follows toward one decode step's cost
- * (at most halved or doubled a turn, as the cost of a batch is not linear in its size). */
 void sched_task_learn(sched *s, double ms, long work, int cap, int n_decode) {
-    double dec = dec_cost(s, n_decode);
-    if (n_decode == 0 || work <= 0 || work < cap || dec <= 0 || ms <= 0) return; /* a short last turn says little */
+    double dec = dec_cost(s, n_decode > 0 ? n_decode : 1);
+    if (work <= 0 || work < cap || dec <= 0 || ms <= 0) return; /* a short last turn says little */
     double f = dec / ms;
     f = f < 0.5 ? 0.5 : f > 2 ? 2 : f;
     s->task_entries = (double)work * f;

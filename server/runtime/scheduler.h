@@ -195,8 +195,9 @@ void sched_destroy(sched *s);
  * Between two steps the scheduler runs ONE turn of ONE task (the oldest waiting; one with more
  * to do goes to the back), so tasks never hold up the streams by more than a turn per step,
  * and tasks queued meanwhile wait for their turn. A turn should evaluate at most max_entries
- * positions in one batch: the scheduler sizes it so that a turn beside decoding streams costs
- * about one of their decode steps (the whole of engine_max_batch when nothing decodes).
+ * positions in one batch: the scheduler sizes it so that a turn costs about one decode step of
+ * the streams (of one stream when none decodes, so that a request arriving during a turn waits
+ * no longer than for a step).
  */
 typedef struct sched_task_turn {
     engine *e;            /* the engine and the KV pool, for this turn only */
