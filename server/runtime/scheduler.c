@@ -950,8 +950,9 @@ typedef struct sched_task {
     struct sched_task *next;
 } sched_task;
 
-/* The task ended with st: its reservation and tenant entry go, its caller wakes. */
-static void task_end(sched *s, sched_task *t, attnd_status st) {
+/* The task ended with st: its reservation and tenant entry go, its caller wakes. Returns true
+ * (for task_turn: it ended). */
+static bool task_end(sched *s, sched_task *t, attnd_status st) {
     sched_tenant_exit(s, t->tenant_ix);
     pthread_mutex_lock(&s->mu);
     if (t->reserved) s->reserved -= t->kv_bytes;
@@ -959,6 +960,7 @@ static void task_end(sched *s, sched_task *t, attnd_status st) {
     t->done = true;
     pthread_cond_broadcast(&s->task_done);
     pthread_mutex_unlock(&s->mu);
+    return true;
 }
 
 /* Counts t's kv_bytes into the reservations when they fit beside the running jobs'; false while
@@ -990,7 +992,7 @@ static bool task_turn(sched *s, sched_task *t) {
         st = t->spec.fn(t->spec.user, &turn, &t->err);
         t->planned = true;
         t->kv_bytes = turn.kv_bytes;
-        if (st != ATTND_OK) return task_end(s, t, st), true;
+        if (st != ATTND_OK) return task_end(s, t, st);
     }
     bool never = false;
     if (!t->reserved && !task_reserve(s, t, &never)) {
@@ -999,7 +1001,7 @@ static bool task_turn(sched *s, sched_task *t) {
                         t->kv_bytes, s->stats.kv_budget);
         turn = (sched_task_turn){.e = s->eng, .pool = s->pool, .stop = true};
         t->spec.fn(t->spec.user, &turn, &t->err); /* it releases what it allocated in its plan */
-        return task_end(s, t, st), true;
+        return task_end(s, t, st);
     }
     long want = (long)t->kv_bytes - t->held;
     while ((long)kv_pool_bytes_used(s->pool) + want > (long)s->stats.kv_budget && (drain_free_list(s) || evict_one(s))) {}
@@ -1011,7 +1013,7 @@ static bool task_turn(sched *s, sched_task *t) {
     sched_task_learn(s, (attnd_now_s() - t0) * 1e3, turn.work, turn.max_entries, n_dec);
     t->held += (long)kv_pool_bytes_used(s->pool) - used0;
     sched_tenant_charge(s, t->tenant_ix, (double)turn.work);
-    if (st != ATTND_OK || !turn.more) return task_end(s, t, st), true;
+    if (st != ATTND_OK || !turn.more) return task_end(s, t, st);
     return false;
 }
 
