@@ -289,18 +289,15 @@ static redisReply *command(sessredis *r, double deadline, int argc, const char *
     redisReply *rep = NULL;
     for (int attempt = 0; attempt < 2 && !rep; attempt++) {
         redisContext *c;
-        int left = ms_left(deadline);
-        if (!left) {
-            snprintf(why, sizeof(why), "no answer within %d ms", r->timeout_ms);
-            break;
-        }
         if (!pool_take(r, deadline, &c, why, sizeof(why))) break;
+        int left = ms_left(deadline); /* after the wait for a connection */
         bool fresh = !c;
-        if (fresh && !(c = connect_within(r, left, why, sizeof(why)))) {
-            pool_give(r, NULL, false);
+        if (!left) snprintf(why, sizeof(why), "no answer within %d ms", r->timeout_ms);
+        if (!left || (fresh && !(c = connect_within(r, left, why, sizeof(why))))) {
+            pool_give(r, c, true); /* an idle one that was not used still works */
             break;
         }
-        if (!fresh) redisSetTimeout(c, ms_tv(ms_left(deadline) ? ms_left(deadline) : 1));
+        if (!fresh) redisSetTimeout(c, ms_tv(left));
         rep = redisCommandArgv(c, argc, argv, lens);
         if (!rep) snprintf(why, sizeof(why), "%s", c->errstr[0] ? c->errstr : "no answer");
         pool_give(r, c, rep != NULL);
