@@ -329,6 +329,7 @@ static attnd_status load_file(chat_template *ct, const char *path, attnd_err *er
     if (!ok) return buf_free(&b), attnd_fail(err, ATTND_ERR_NOMEM, "out of memory");
     attnd_err e;
     attnd_status st = jinja_parse(b.p ? b.p : "", b.len, &ct->jinja, &e);
+    if (st == ATTND_OK && !(ct->text = strndup(b.p ? b.p : "", b.len))) st = attnd_fail(&e, ATTND_ERR_NOMEM, "out of memory");
     buf_free(&b);
     if (st == ATTND_OK) st = loaded_jinja(ct, CHAT_SRC_FILE, &e);
     if (st != ATTND_OK) return attnd_fail(err, st, "chat_template_file %s: %s", path, e.msg);
@@ -352,7 +353,8 @@ attnd_status chat_template_load(chat_template *ct, const char *gguf_jinja, const
     const char *what = "does not parse";
     if (gguf_jinja && *gguf_jinja) {
         if (jinja_parse(gguf_jinja, strlen(gguf_jinja), &ct->jinja, &e) == ATTND_OK) {
-            if (loaded_jinja(ct, CHAT_SRC_GGUF, &e) == ATTND_OK) return ATTND_OK;
+            if (loaded_jinja(ct, CHAT_SRC_GGUF, &e) == ATTND_OK)
+                return (ct->text = strdup(gguf_jinja)) ? ATTND_OK : attnd_fail(err, ATTND_ERR_NOMEM, "out of memory");
             what = "fails at load";
         }
         if (e.msg[0] == '\0') snprintf(e.msg, sizeof(e.msg), "out of memory");
@@ -370,6 +372,7 @@ attnd_status chat_template_load(chat_template *ct, const char *gguf_jinja, const
 void chat_template_free(chat_template *ct) {
     if (!ct) return;
     jinja_template_destroy(ct->jinja);
+    free(ct->text);
     free(ct->bos);
     free(ct->eos);
     *ct = (chat_template){0};

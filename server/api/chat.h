@@ -88,6 +88,7 @@ typedef enum chat_source {
 typedef struct chat_template {
     chat_family family;     /* the built-in rendering when jinja is NULL; the end marker always */
     jinja_template *jinja;  /* owned; NULL = render family */
+    char *text;             /* the Jinja source jinja was parsed from (owned; NULL with a family) */
     chat_source source;
     bool content_parts;     /* the Jinja template reads content given as [{"type": "text", ...}] parts */
     bool takes_tools;       /* the Jinja template shows the request's `tools` (Qwen, Llama 3.1+,

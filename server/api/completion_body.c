@@ -211,9 +211,12 @@ json_t *completion_body_usage_chunk(const completion_body_ctx *c, const completi
 }
 
 /* A float setting as the number a user typed (0.8, not 0.800000011920929). */
-static json_t *json_setting(float v) {
+json_t *completion_body_float(float v) {
     char t[32];
-    snprintf(t, sizeof(t), "%.7g", (double)v);
+    for (int digits = 1; digits <= 9; digits++) { /* 9 significant digits always round-trip a float */
+        snprintf(t, sizeof(t), "%.*g", digits, (double)v);
+        if (strtof(t, NULL) == v) break;
+    }
     return json_real(strtod(t, NULL));
 }
 
@@ -232,11 +235,11 @@ json_t *completion_body_model(const completion_body_model_desc *m) {
     if (m->defaults) { /* what a request that sets nothing gets: clients (the playground) start from it */
         json_t *d = json_object();
         json_object_set_new(d, "max_tokens", json_integer(m->default_max_tokens));
-        json_object_set_new(d, "temperature", json_setting(m->defaults->temperature));
+        json_object_set_new(d, "temperature", completion_body_float(m->defaults->temperature));
         json_object_set_new(d, "top_k", json_integer(m->defaults->top_k));
-        json_object_set_new(d, "top_p", json_setting(m->defaults->top_p));
-        json_object_set_new(d, "min_p", json_setting(m->defaults->min_p));
-        json_object_set_new(d, "repeat_penalty", json_setting(m->defaults->repeat_penalty));
+        json_object_set_new(d, "top_p", completion_body_float(m->defaults->top_p));
+        json_object_set_new(d, "min_p", completion_body_float(m->defaults->min_p));
+        json_object_set_new(d, "repeat_penalty", completion_body_float(m->defaults->repeat_penalty));
         json_object_set_new(d, "repeat_last_n", json_integer(m->defaults->repeat_last_n));
         json_object_set_new(meta, "defaults", d);
     }

@@ -84,6 +84,10 @@ json_t *completion_body_usage_chunk(const completion_body_ctx *c, const completi
 json_t *completion_body_llama(const completion_body_ctx *c, const completion_body_gen *g, const char *text, size_t n, bool tokens,
                            int from, int to, bool final);
 
+/* A float as the shortest decimal that reads back as the same float (0.8, not
+ * 0.800000011920929): a new reference. */
+json_t *completion_body_float(float v);
+
 /* What GET /v1/models says about the one model. */
 typedef struct completion_body_model_desc {
     const char *id;

@@ -37,5 +37,8 @@ http_result ep_attention(req *r);   /* attention.c: POST /v1/attention */
 http_result ep_heads(req *r);       /* attention.c: GET /v1/heads */
 http_result ep_session_fork(req *r); /* sess_fork.c: POST /v1/sessions/{id}/fork */
 http_result ep_playground(req *r);  /* endpoints.c: GET /, the web playground */
+http_result ep_props(req *r);       /* llama_api.c: GET /props */
+http_result ep_slots(req *r);       /* llama_api.c: GET /slots */
+http_result ep_apply_template(req *r); /* llama_api.c: POST /apply-template */
 
 #endif

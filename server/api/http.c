@@ -81,7 +81,7 @@ void http_idle_timeout(req *r, unsigned seconds) {
 }
 
 http_result http_respond_json_h(req *r, int status, json_t *body, const char *hname, const char *hval) {
-    char *text = body ? json_dumps(body, JSON_COMPACT) : NULL;
+    char *text = body ? json_dumps(body, OAI_DUMP_FLAGS) : NULL;
     json_decref(body);
     if (!text) {
         text = strdup("{\"error\":{\"message\":\"out of memory\",\"type\":\"server_error\",\"param\":null,\"code\":\"internal_error\"}}");

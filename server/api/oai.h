@@ -23,6 +23,11 @@
 #include "oai_field.h"
 #include "settings.h"
 
+/* How every JSON answer is written: compact, reals with 9 significant digits, the most a float
+ * needs to read back as itself; jansson's default of 17 prints a float widened to double with
+ * its noise (0.800000011920929 for 0.8f). Settings go in through completion_body_float. */
+#define OAI_DUMP_FLAGS (JSON_COMPACT | JSON_REAL_PRECISION(9))
+
 /* The roles a chat message may have, as error messages list them ('developer' is OpenAI's newer
  * name for 'system'; 'tool' carries a tool's result back). */
 #define OAI_ROLES "system, developer, user, assistant, tool"

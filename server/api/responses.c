@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "completion_body.h"
 #include "oai.h"
 #include "toolcall.h"
 
@@ -379,7 +380,7 @@ static void frame(sse_buf *b, responses_stream *st, const char *type, json_t *ev
     }
     json_object_set_new(ev, "type", json_string(type));
     json_object_set_new(ev, "sequence_number", json_integer(st->seq++));
-    char *data = json_dumps(ev, JSON_COMPACT);
+    char *data = json_dumps(ev, OAI_DUMP_FLAGS);
     json_decref(ev);
     if (!data) {
         b->failed = true;
@@ -702,12 +703,12 @@ json_t *responses_object(const responses_result *res) {
     json_object_set_new(o, "previous_response_id", str_or_null(q->previous_id));
     json_object_set_new(o, "reasoning", json_pack("{s:n,s:n}", "effort", "summary"));
     json_object_set_new(o, "store", json_boolean(q->store));
-    json_object_set_new(o, "temperature", json_real(res->temperature));
+    json_object_set_new(o, "temperature", completion_body_float((float)res->temperature));
     json_object_set_new(o, "text", json_pack("{s:{s:s}}", "format", "type", "text"));
     const json_t *tc = json_object_get(q->sampling, "tool_choice");
     json_object_set_new(o, "tool_choice", tc ? json_deep_copy(tc) : json_string("none"));
     json_object_set_new(o, "tools", echo_tools(q));
-    json_object_set_new(o, "top_p", json_real(res->top_p));
+    json_object_set_new(o, "top_p", completion_body_float((float)res->top_p));
     json_object_set_new(o, "truncation", json_string("disabled"));
     json_object_set_new(o, "usage", running ? json_null() : usage(res));
     json_object_set_new(o, "user", str_or_null(q->user));

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "attnd/buf.h"
+#include "oai.h"
 
 typedef struct sse_state {
     const sse_writer *w;     /* borrowed (a static table) */
@@ -29,7 +30,7 @@ static void state_free(void *p) {
 
 /* Appends "data: <json>\n\n" (o stolen). Out of memory drops the event. */
 void sse_event(buf *out, json_t *o) {
-    char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
+    char *s = o ? json_dumps(o, OAI_DUMP_FLAGS) : NULL;
     json_decref(o);
     if (!s) return;
     size_t n = strlen(s);

@@ -1062,6 +1062,40 @@ attnd_status sched_run_task(sched *s, const sched_task_spec *spec, attnd_err *er
     return t.st;
 }
 
+typedef struct seq_list {
+    sched *s;
+    sched_seq_info *out;
+    int cap, n;
+} seq_list;
+
+/* sched_list_seqs' task: the slots are the scheduler thread's, the queue the mutex's. */
+static attnd_status list_seqs(void *user, sched_task_turn *turn, attnd_err *err) {
+    (void)err;
+    seq_list *l = user;
+    sched *s = l->s;
+    if (turn->plan || turn->stop) return ATTND_OK; /* no KV; the list is read on the next turn */
+    for (int k = 0; k < s->n_slots && l->n < l->cap; k++) {
+        const slot *sl = &s->slots[k];
+        if (!sl->job) continue;
+        l->out[l->n++] = (sched_seq_info){k, sl->admitted, sl->job->n_prompt, sl->job->n_cached, sl->n_past,
+                                          sl->n_gen, sl->job->max_tokens, sl->prefilling};
+    }
+    pthread_mutex_lock(&s->mu);
+    for (int k = 0; k < s->q_len && l->n < l->cap; k++) {
+        const sched_job *j = s->queue[(s->q_head + k) % s->queue_limit];
+        l->out[l->n++] = (sched_seq_info){-1, 0, j->n_prompt, 0, 0, 0, j->max_tokens, false};
+    }
+    pthread_mutex_unlock(&s->mu);
+    return ATTND_OK;
+}
+
+attnd_status sched_list_seqs(sched *s, sched_seq_info *out, int cap, int *n, attnd_err *err) {
+    seq_list l = {s, out, cap, 0};
+    attnd_status st = sched_run_task(s, &(sched_task_spec){list_seqs, &l, "slots"}, err);
+    *n = l.n;
+    return st;
+}
+
 /* A one-line status for the service manager (systemctl status), at most every 5 s and only
  * when it changed. */
 static void report_status(sched *s, double now, double *last, char *prev, size_t prev_n) {

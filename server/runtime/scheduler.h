@@ -244,4 +244,17 @@ bool sched_wait_idle(sched *s, int timeout_ms);
 void sched_cancel_all(sched *s);
 void sched_get_stats(sched *s, sched_stats *out);
 
+/* One running or queued sequence, as GET /slots shows it (no prompt text). */
+typedef struct sched_seq_info {
+    int slot;             /* the slot it runs in; -1 = queued */
+    uint64_t admitted;    /* admission order (0 = queued) */
+    int n_prompt, n_cached, n_past, n_generated, max_tokens;
+    bool prefilling;      /* still reading its prompt */
+} sched_seq_info;
+
+/* Up to cap sequences into out, the running ones (by slot) then the queued ones (oldest first),
+ * *n of them; read on the scheduler thread between two steps, so they are one moment's.
+ * Errors as sched_run_task. Thread-safe; not from the scheduler thread. */
+attnd_status sched_list_seqs(sched *s, sched_seq_info *out, int cap, int *n, attnd_err *err);
+
 #endif

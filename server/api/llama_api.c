@@ -1,0 +1,124 @@
+/*
+ * llama_api.c — llama-server's inspection endpoints, in its field names: GET /props (the
+ * template, defaults, context, build), GET /slots (the running and queued sequences) and
+ * POST /apply-template (the prompt a chat request renders to, as `attnd template` prints it).
+ * The prompts themselves never leave through /slots: attnd has no admin key to ask with.
+ */
+#include "endpoints.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "attnd/model.h"
+#include "chat.h"
+#include "completion_body.h"
+#include "oai.h"
+#include "scheduler.h"
+
+#ifndef ATTND_VERSION
+#define ATTND_VERSION "unknown"
+#endif
+
+/* llama-server's default_generation_settings.params from the server's defaults. */
+static json_t *default_params(const server_settings *cfg) {
+    const sampler_params *p = &cfg->sampling;
+    json_t *o = json_object();
+    json_object_set_new(o, "n_predict", json_integer(cfg->default_max_tokens));
+    json_object_set_new(o, "temperature", completion_body_float(p->temperature));
+    json_object_set_new(o, "top_k", json_integer(p->top_k));
+    json_object_set_new(o, "top_p", completion_body_float(p->top_p));
+    json_object_set_new(o, "min_p", completion_body_float(p->min_p));
+    json_object_set_new(o, "typical_p", completion_body_float(p->typical_p));
+    json_object_set_new(o, "repeat_penalty", completion_body_float(p->repeat_penalty));
+    json_object_set_new(o, "repeat_last_n", json_integer(p->repeat_last_n));
+    json_object_set_new(o, "presence_penalty", completion_body_float(p->presence_penalty));
+    json_object_set_new(o, "frequency_penalty", completion_body_float(p->frequency_penalty));
+    json_object_set_new(o, "seed", json_integer((json_int_t)p->seed));
+    return o;
+}
+
+http_result ep_props(req *r) {
+    const struct server *s = r->srv;
+    json_t *o = json_object();
+    json_object_set_new(o, "default_generation_settings",
+                        json_pack("{s:i, s:o}", "n_ctx", s->n_ctx, "params", default_params(&s->cfg)));
+    json_object_set_new(o, "total_slots", json_integer(s->cfg.max_parallel));
+    json_object_set_new(o, "model_alias", json_string(s->model_id));
+    json_object_set_new(o, "model_path", json_string(s->cfg.model_path ? s->cfg.model_path : ""));
+    json_object_set_new(o, "modalities", json_pack("{s:b, s:b, s:b}", "vision", 0, "video", 0, "audio", 0));
+    json_object_set_new(o, "endpoint_slots", json_true());
+    json_object_set_new(o, "endpoint_props", json_true());
+    json_object_set_new(o, "endpoint_metrics", json_true());
+    /* a built-in family has no Jinja source: "" as llama-server says for none, the family below */
+    json_object_set_new(o, "chat_template", json_string(s->chat.text ? s->chat.text : ""));
+    json_object_set_new(o, "chat_template_source", json_string(chat_source_str(&s->chat)));
+    json_object_set_new(o, "chat_template_family", s->chat.jinja ? json_null() : json_string(chat_family_name(s->chat.family)));
+    json_object_set_new(o, "bos_token", json_string(s->chat.bos ? s->chat.bos : ""));
+    json_object_set_new(o, "eos_token", json_string(s->chat.eos ? s->chat.eos : ""));
+    json_object_set_new(o, "build_info", json_string("attnd " ATTND_VERSION));
+    json_object_set_new(o, "is_sleeping", json_false());
+    return http_respond_json(r, 200, o);
+}
+
+/* llama-server's answer: {"prompt": text}; the body is a chat request (messages, tools,
+ * chat_template_kwargs), validated as /v1/chat/completions validates it. */
+http_result ep_apply_template(req *r) {
+    struct server *s = r->srv;
+    http_result ret;
+    json_t *b = http_parse_body(r, &ret, false);
+    if (!b) return ret;
+    oai_request q;
+    const char *param = NULL;
+    attnd_err err;
+    attnd_status st = oai_parse(b, true, &s->cfg, s->n_vocab, &q, &param, &err);
+    if (st == ATTND_OK) st = oai_bind_template(&q, s->chat.takes_tools, s->chat.tool_format, &err);
+    jinja_output out = {0};
+    if (st == ATTND_OK) {
+        chat_request cr;
+        oai_chat_input(&q, &cr);
+        if ((st = chat_template_render(&s->chat, &cr, &out, &err)) != ATTND_OK) param = "messages";
+    }
+    if (st != ATTND_OK) ret = http_respond_error(r, http_status_of(st, HTTP_CTX_PARSE), err.msg, param);
+    else ret = http_respond_json(r, 200, json_pack("{s:s%}", "prompt", out.text ? out.text : "", out.len));
+    jinja_output_free(&out);
+    oai_request_free(&q);
+    json_decref(b);
+    return ret;
+}
+
+/* One sequence in llama-server's slot shape, with attnd's "state"; a queued one has no slot
+ * (id null). */
+static json_t *seq_json(const sched_seq_info *q, int n_ctx) {
+    json_t *o = json_object();
+    json_object_set_new(o, "id", q->slot >= 0 ? json_integer(q->slot) : json_null());
+    json_object_set_new(o, "n_ctx", json_integer(n_ctx));
+    json_object_set_new(o, "is_processing", json_boolean(q->slot >= 0));
+    json_object_set_new(o, "state", json_string(q->slot < 0 ? "queued" : q->prefilling ? "prefilling" : "generating"));
+    if (q->slot >= 0) json_object_set_new(o, "id_task", json_integer((json_int_t)q->admitted));
+    json_object_set_new(o, "n_prompt_tokens", json_integer(q->n_prompt));
+    json_object_set_new(o, "n_prompt_tokens_cache", json_integer(q->n_cached));
+    json_object_set_new(o, "n_past", json_integer(q->n_past));
+    json_t *next = json_object();
+    json_object_set_new(next, "has_next_token", json_boolean(q->n_generated < q->max_tokens));
+    json_object_set_new(next, "n_remain", json_integer(q->max_tokens - q->n_generated));
+    json_object_set_new(next, "n_decoded", json_integer(q->n_generated));
+    json_object_set_new(o, "next_token", json_pack("[o]", next));
+    return o;
+}
+
+http_result ep_slots(req *r) {
+    struct server *s = r->srv;
+    int cap = s->cfg.max_parallel + 1 + (s->cfg.queue_limit > 0 ? s->cfg.queue_limit : 0), n = 0;
+    sched_seq_info *seqs = calloc((size_t)cap, sizeof(*seqs));
+    if (!seqs) return http_respond_error(r, 503, "out of memory", NULL);
+    attnd_err err;
+    attnd_status st = sched_list_seqs(s->sch, seqs, cap, &n, &err);
+    if (st != ATTND_OK) {
+        free(seqs);
+        return http_respond_error(r, 503, err.msg, NULL);
+    }
+    json_t *a = json_array();
+    for (int k = 0; k < n; k++) json_array_append_new(a, seq_json(&seqs[k], s->n_ctx));
+    free(seqs);
+    return http_respond_json(r, 200, a);
+}
