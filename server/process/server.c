@@ -23,9 +23,13 @@
 
 #include "attnd/cpuinfo.h"
 #include "attnd/kv.h"
-#include "http.h"
+#include "conn.h"
+#include "http_mhd.h"
+#include "metrics.h"
 #include "origin.h"
 #include "routes.h"
+#include "rstore.h"
+#include "scheduler.h"
 #include "sess_redis.h"
 #include "slog.h"
 
