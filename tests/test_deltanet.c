@@ -1,7 +1,8 @@
 /*
  * test_deltanet.c — the hybrid Gated DeltaNet families (qwen35, qwen35moe): the forward pass
  * against the float64 reference of hybrid_fixture.h at the real DeltaNet head sizes (prefill,
- * decode one token at a time, batches mixing sequences), the recurrent state of a sequence
+ * decode one token at a time, batches mixing sequences), llama.cpp's greedy tokens after a long
+ * prompt (tests/data/reference-hybrid.json), the recurrent state of a sequence
  * (truncation recomputes from 0, forks copy it, the budget counts it), the MTP blocks left out
  * of the main pass, and files refused by name.
  */
@@ -14,19 +15,10 @@
 #include "attnd/engine.h"
 #include "attnd/spec.h"
 #include "engine_rig.h"
-#include "hybrid_fixture.h"
+#include "family_specs.h"
+#include <jansson.h>
 
-/* Qwen3.6-35B-A3B's token mixers (DeltaNet: 16 key heads, 32 value heads of 128, kernel 4;
- * attention: 16 query heads and 2 KV heads of 256, 64 rotary dims) at a width of 256, 4 layers
- * (3 DeltaNet + 1 attention); dense (SwiGLU) or with 16 experts of 64, top 4, and a shared one. */
-static hy_spec small_spec(const char *arch) {
-    hy_spec hs = {.base = tiny_default(arch), .interval = 4, .conv_k = 4, .hk = 16, .hv = 32, .dk = 128};
-    tiny_spec *sp = &hs.base;
-    sp->n_embd = 256, sp->n_layer = 4, sp->n_head = 16, sp->n_head_kv = 2, sp->head_dim = 256, sp->rope_dims = 64;
-    sp->n_ff = 192, sp->n_vocab = 320, sp->n_ctx = 512, sp->rope_base = 1e7f, sp->rms_eps = 1e-6f, sp->seed = 11;
-    if (!strcmp(arch, "qwen35moe")) sp->n_expert = 16, sp->n_expert_used = 4, sp->n_ff_exp = 64, hs.n_ff_shexp = 96;
-    return hs;
-}
+static hy_spec small_spec(const char *arch) { return hybrid_small(arch); }
 
 static void rig_open(tiny_rig *r, const hy_spec *hs, int max_batch) {
     char path[sizeof(r->path)];
@@ -237,4 +229,40 @@ Test(deltanet, unsupported_sizes_are_refused_by_name) {
     cr_assert_eq(model_load(&m, path, &err), ATTND_ERR_UNSUPPORTED);
     cr_expect(strstr(err.msg, "Gated DeltaNet") != NULL, "%s", err.msg);
     unlink(path);
+}
+
+/* tests/data/reference-hybrid.json: llama.cpp's 40 greedy tokens after the 88-token prompt, for
+ * the small model of each hybrid family (family_specs.h; regenerate.sh writes them with
+ * tiny_model, the same files as here). attnd reproduces every one. */
+Test(deltanet, greedy_reproduces_llama_cpp_after_a_long_prompt) {
+    json_error_t je;
+    json_t *refj = json_load_file(ATTND_DATA_DIR "/reference-hybrid.json", 0, &je);
+    cr_assert(refj, "tests/data/reference-hybrid.json: %s", je.text);
+    json_t *cases = json_object_get(refj, "cases");
+    cr_assert_eq(json_array_size(cases), N_HYBRID);
+    int32_t prompt[HYBRID_N_PROMPT];
+    hybrid_prompt(prompt);
+    for (size_t i = 0; i < N_HYBRID; i++) {
+        json_t *c = json_array_get(cases, i), *want = json_object_get(c, "tokens");
+        cr_assert_str_eq(json_string_value(json_object_get(c, "family")), HYBRID_NAMES[i]);
+        cr_assert_eq(json_array_size(json_object_get(c, "prompt_tokens")), HYBRID_N_PROMPT);
+        for (int t = 0; t < HYBRID_N_PROMPT; t++)
+            cr_assert_eq(json_integer_value(json_array_get(json_object_get(c, "prompt_tokens"), (size_t)t)), prompt[t]);
+        cr_assert_eq(json_array_size(want), HYBRID_N_GEN);
+        hy_spec hs = hybrid_small(HYBRID_NAMES[i]);
+        tiny_rig r;
+        rig_open(&r, &hs, 32);
+        int32_t out[HYBRID_N_GEN];
+        int n_out;
+        engine_gen g = {.n_predict = HYBRID_N_GEN};
+        attnd_err err;
+        cr_assert_eq(engine_generate(r.e, tiny_rig_seq(&r), prompt, HYBRID_N_PROMPT, &g, out, &n_out, NULL, &err),
+                     ATTND_OK, "%s", err.msg);
+        cr_assert_eq(n_out, HYBRID_N_GEN);
+        for (int t = 0; t < HYBRID_N_GEN; t++)
+            cr_expect_eq(out[t], json_integer_value(json_array_get(want, (size_t)t)), "%s: token %d: attnd %d, llama.cpp %lld",
+                         HYBRID_NAMES[i], t, out[t], (long long)json_integer_value(json_array_get(want, (size_t)t)));
+        tiny_rig_close(&r);
+    }
+    json_decref(refj);
 }

@@ -5,6 +5,8 @@
  *
  *   tiny_model FAMILY OUT.gguf     FAMILY: see tiny_model --list (the small model)
  *   tiny_model --list              the families, one a line
+ *   tiny_model --list-hybrid       the hybrid (Gated DeltaNet) families, one a line
+ *   tiny_model --hybrid-prompt     the hybrid comparison's prompt ids, comma-separated
  */
 #include <stdio.h>
 #include <string.h>
@@ -16,6 +18,17 @@ int main(int argc, char **argv) {
         for (size_t i = 0; i < N_FAMILIES; i++) printf("%s\n", FAMILY_NAMES[i]);
         return 0;
     }
+    if (argc == 2 && !strcmp(argv[1], "--hybrid-prompt")) { /* the ids of hybrid_prompt, comma-separated */
+        int32_t ids[HYBRID_N_PROMPT];
+        hybrid_prompt(ids);
+        for (int i = 0; i < HYBRID_N_PROMPT; i++) printf("%s%d", i ? "," : "", ids[i]);
+        printf("\n");
+        return 0;
+    }
+    if (argc == 2 && !strcmp(argv[1], "--list-hybrid")) {
+        for (size_t i = 0; i < N_HYBRID; i++) printf("%s\n", HYBRID_NAMES[i]);
+        return 0;
+    }
     if (argc != 3) {
         fprintf(stderr, "usage: tiny_model FAMILY OUT.gguf | tiny_model --list\n");
         return 2;
@@ -24,6 +37,15 @@ int main(int argc, char **argv) {
         if (strcmp(argv[1], FAMILY_NAMES[i])) continue;
         tiny_spec sp = family_small(FAMILY_NAMES[i]);
         if (tiny_write(argv[2], &sp)) {
+            fprintf(stderr, "tiny_model: cannot write %s\n", argv[2]);
+            return 1;
+        }
+        return 0;
+    }
+    for (size_t i = 0; i < N_HYBRID; i++) {
+        if (strcmp(argv[1], HYBRID_NAMES[i])) continue;
+        hy_spec hs = hybrid_small(HYBRID_NAMES[i]);
+        if (hy_write(argv[2], &hs)) {
             fprintf(stderr, "tiny_model: cannot write %s\n", argv[2]);
             return 1;
         }
