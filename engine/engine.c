@@ -275,6 +275,9 @@ void engine_set_yield(engine *e, engine_yield_fn fn, void *user) {
 }
 
 attnd_status engine_ablation_check(const model_info *mi, const engine_ablation *a, attnd_err *err) {
+    if (a && a->n && mi->n_recurrent_layers)
+        return attnd_fail(err, ATTND_ERR_UNSUPPORTED, "ablate: the model ('%s') has Gated DeltaNet layers; head "
+                          "ablation of hybrid models is not supported yet", mi->arch);
     for (int i = 0; a && i < a->n; i++) {
         const engine_ablation_head *h = &a->heads[i];
         if (h->layer < 0 || h->layer >= mi->n_layer)

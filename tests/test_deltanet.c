@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "attnd/engine.h"
+#include "attnd/attn_capture.h"
 #include "attnd/spec.h"
 #include "engine_rig.h"
 #include "family_specs.h"
@@ -265,4 +266,48 @@ Test(deltanet, greedy_reproduces_llama_cpp_after_a_long_prompt) {
         tiny_rig_close(&r);
     }
     json_decref(refj);
+}
+
+/* `attnd info --json` reports the recurrent layers and their state per sequence beside the
+ * attention layers' bytes per token. */
+Test(deltanet, info_reports_state_bytes_per_sequence) {
+    hy_spec hs = hybrid_small("qwen35");
+    char path[256], cmd[700];
+    tiny_tmpname(path, sizeof(path), "q35info");
+    cr_assert_eq(hy_write(path, &hs), 0);
+    snprintf(cmd, sizeof(cmd), "'%s' info --model '%s' --json", ATTND_BINARY, path);
+    FILE *p = popen(cmd, "r");
+    cr_assert(p);
+    json_error_t je;
+    json_t *j = json_loadf(p, 0, &je);
+    cr_assert_eq(pclose(p), 0);
+    cr_assert(j, "%s", je.text);
+    json_t *kl = json_object_get(j, "kv_layers");
+    cr_expect_eq(json_integer_value(json_object_get(kl, "global")), 1);
+    cr_expect_eq(json_integer_value(json_object_get(kl, "recurrent")), 3);
+    cr_expect_eq(json_integer_value(json_object_get(kl, "state_bytes_per_sequence")),
+                 3 * (3 * 8192 + 32 * 128 * 128) * 4);
+    cr_expect_eq(json_integer_value(json_object_get(json_object_get(j, "kv_bytes_per_token"), "f16")), 2 * 2 * 256 * 2,
+                 "one attention layer's K and V, 2 heads of 256");
+    json_decref(j);
+    unlink(path);
+}
+
+/* What hybrid models do not support yet is refused by name rather than answered wrongly: a
+ * DeltaNet layer has no softmax weights to capture and no heads to ablate. */
+Test(deltanet, attention_capture_and_ablation_are_refused_by_name) {
+    hy_spec hs = hybrid_small("qwen35");
+    tiny_rig r;
+    rig_open(&r, &hs, 4);
+    const model_info *mi = model_info_get(r.m);
+    attnd_err err;
+    const char *field = NULL;
+    attn_capture_params p = {.n_positions = 4};
+    cr_assert_eq(attn_capture_check(mi, &p, &field, &err), ATTND_ERR_UNSUPPORTED);
+    cr_expect_str_eq(field, "model");
+    cr_expect(strstr(err.msg, "Gated DeltaNet") != NULL, "%s", err.msg);
+    engine_ablation_head h = {.layer = 3, .head = 0, .scale = 0};
+    cr_assert_eq(engine_ablation_check(mi, &(engine_ablation){.heads = &h, .n = 1}, &err), ATTND_ERR_UNSUPPORTED);
+    cr_expect(strstr(err.msg, "Gated DeltaNet") != NULL, "%s", err.msg);
+    tiny_rig_close(&r);
 }
