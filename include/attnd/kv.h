@@ -52,7 +52,8 @@ size_t kv_pool_bytes_used(const kv_pool *p); /* blocks held by sequences, each s
 size_t kv_pool_bytes_budget(const kv_pool *p);
 /* Bytes one token position takes in every layer's K and V. */
 size_t kv_pool_bytes_per_token(const kv_pool *p);
-/* Bytes one sequence of n_tokens holds: whole blocks, so at least n_tokens * bytes_per_token. */
+/* Bytes one sequence of n_tokens holds: whole blocks, so at least n_tokens * bytes_per_token, and
+ * its recurrent state (kv_state_bytes; so n_tokens = 0 gives the state alone). */
 size_t kv_pool_bytes_for(const kv_pool *p, int n_tokens);
 
 /* Without a pool: bytes one token position takes (all layers' K and V) for model m, and the
