@@ -54,6 +54,10 @@ static const arch_desc ARCHS[] = {
      .ffn_norm = "post_attention_norm", .keys = KEYS_QWEN35},
     {.name = "qwen35moe", .rope = ROPE_NEOX, .qk_norm = true, .recurrent_interval = 4, .q_gate = true, .moe = true,
      .shared_expert = true, .ffn_norm = "post_attention_norm", .keys = KEYS_QWEN35MOE},
+    /* Qwen3-Next: qwen35moe with the DeltaNet's V heads in grouped order and beta, alpha fused */
+    {.name = "qwen3next", .rope = ROPE_NEOX, .qk_norm = true, .recurrent_interval = 4, .dn_grouped = true,
+     .dn_fused_ba = true, .q_gate = true, .moe = true, .shared_expert = true, .ffn_norm = "post_attention_norm",
+     .keys = KEYS_QWEN35MOE},
 };
 
 /* Keys every family reads (model.c) or that change nothing attnd computes. */
@@ -72,7 +76,7 @@ const arch_desc *arch_find(const char *name) {
     return NULL;
 }
 
-const char *arch_names(void) { return "llama, qwen2, qwen3, qwen3moe, smollm3, gemma2, gemma3, phi3, gpt-oss, qwen35, qwen35moe"; }
+const char *arch_names(void) { return "llama, qwen2, qwen3, qwen3moe, smollm3, gemma2, gemma3, phi3, gpt-oss, qwen35, qwen35moe, qwen3next"; }
 
 static bool in_list(const char *const *list, const char *s) {
     for (; *list; list++)

@@ -55,6 +55,10 @@ typedef struct arch_desc {
      * file has no interval); 0 = every layer is attention. The last <arch>.nextn_predict_layers
      * blocks (multi-token prediction) are loaded as read but not run. */
     int recurrent_interval;
+    /* Gated DeltaNet value head h reads key head h / (H_v / H_k) (Qwen3-Next's files keep the
+     * checkpoint's grouped order); false: h mod H_k (Qwen3.5's converter reorders the V heads). */
+    bool dn_grouped;
+    bool dn_fused_ba;          /* ssm_ba: per key head its value heads' beta rows, then their alpha rows */
     bool q_gate;               /* attn_q holds [query | gate] per head; the output is times sigmoid(gate) */
     bool shared_expert;        /* ffn_{gate,up,down}_shexp beside the experts, gated by sigmoid(ffn_gate_inp_shexp x) */
     const char *const *keys;   /* the family's own "<arch>." keys beyond the common ones, NULL-ended */

@@ -79,7 +79,7 @@ static void recur_task(void *ctx, int w, int worker) {
     (void)worker;
     const dn_job *j = ctx;
     const dn_dims *d = j->d;
-    int r = w / d->hv, h = w % d->hv, dk = d->dk, dv = d->dv, C = d->conv_dim, hk = h % d->hk;
+    int r = w / d->hv, h = w % d->hv, dk = d->dk, dv = d->dv, C = d->conv_dim, hk = d->grouped ? h / (d->hv / d->hk) : h % d->hk;
     float *S = j->state[r] + (size_t)(d->K - 1) * C + (size_t)h * dv * dk; /* (dv, dk): row i is S[:, i] */
     float u[DN_MAX_HEAD];
     float scale = 1.0f / sqrtf((float)dk);

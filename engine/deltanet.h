@@ -8,7 +8,8 @@
  *   q, k, v = c_t split as H_k heads of d_k, H_k heads of d_k, H_v heads of d_v; q and k
  *             L2-normalised per head as x / max(|x|, eps);
  *   beta    = sigmoid(b_t), g = a * softplus(alpha_t + dt_bias) (a = ssm_a = -exp(A_log) <= 0);
- *   per value head h (reading key head h mod H_k), with the d_k x d_v state S:
+ *   per value head h (reading key head h mod H_k, or h / (H_v / H_k) when grouped), with the
+ *   d_k x d_v state S:
  *             S <- e^g S;  u = beta (v - S^T k);  S <- S + k u^T;  o = S^T q / sqrt(d_k);
  *   out     = RMSNorm(o) * ssm_norm * silu(z_t), per value head.
  * Entries of one sequence run in order (the recurrence is sequential, prefill as decode); the
@@ -30,6 +31,7 @@ typedef struct dn_dims {
     int dk, dv;    /* key head size (ssm.state_size), value head size (ssm.inner_size / hv) */
     int conv_dim;  /* 2 hk dk + hv dv */
     float eps;     /* the model's RMS epsilon: L2 norms' floor and the gated norm's epsilon */
+    bool grouped;  /* value head h reads key head h / (hv / hk); false: h mod hk */
 } dn_dims;
 
 /* Floats of one layer's state of one sequence: the conv tail and S. */

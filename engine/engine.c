@@ -82,6 +82,7 @@ struct engine {
     float *dn_qkv;          /* (B, C) the projection, then the conv's output */
     float *dn_z;            /* (B, VD) */
     float *dn_beta, *dn_alpha; /* (B, hv) */
+    float *dn_ba;           /* (B, 2 hv) a fused beta-alpha projection (arch dn_fused_ba), or empty */
     float *dn_o;            /* (B, VD) the mixer's output before ssm_out */
     int *dn_order;          /* (B) entries grouped by sequence (dn_plan) */
     int *dn_run;            /* (B + 1) where each sequence's entries start in dn_order */
@@ -147,7 +148,7 @@ static size_t layout(engine *e, char *mem) {
         const layer_weights *L = &m->layers[l];
         const weight *ws[] = {&L->wq,      &L->wk,       &L->wv,       &L->wqkv,       &L->wo,       &L->w_gate,
                               &L->w_up,    &L->w_down,   &L->router,   &L->dn_z,       &L->dn_beta,  &L->dn_alpha,
-                              &L->dn_out,  &L->gate_shexp, &L->up_shexp, &L->down_shexp};
+                              &L->dn_out,  &L->gate_shexp, &L->up_shexp, &L->down_shexp, &L->dn_ba};
         for (size_t i = 0; i < ATTND_ARRAY_LEN(ws); i++)
             if (ws[i]->data) scratch = max_scratch(scratch, ws[i], e->max_batch);
         if (L->router.data) /* the experts' passes have their own (moe.h) */
@@ -174,6 +175,7 @@ static size_t layout(engine *e, char *mem) {
     e->dn_beta = block_take(&b, B * (size_t)m->dn.hv, sizeof(float));
     e->dn_alpha = block_take(&b, B * (size_t)m->dn.hv, sizeof(float));
     e->dn_o = block_take(&b, B * VD, sizeof(float));
+    e->dn_ba = block_take(&b, m->arch->dn_fused_ba ? B * 2 * (size_t)m->dn.hv : 0, sizeof(float));
     e->dn_order = block_take(&b, B, sizeof(int));
     e->dn_run = block_take(&b, B + 1, sizeof(int));
     e->dn_state = block_take(&b, B, sizeof(float *));
@@ -874,13 +876,35 @@ static int dn_plan(engine *e, const batch_entry *entries, int n, int n_seqs) {
     return n_seqs;
 }
 
+/* Unpacks a fused beta-alpha projection (dn_ba: per key head, its r value heads' beta, then their
+ * alpha) into dn_beta and dn_alpha in value-head order. */
+static void split_beta_alpha(const pass *p) {
+    engine *e = p->e;
+    const dn_dims *d = &e->m->dn;
+    int r = d->hv / d->hk;
+    for (int t = 0; t < p->n; t++) {
+        const float *ba = e->dn_ba + (size_t)t * 2 * d->hv;
+        for (int h = 0; h < d->hv; h++) {
+            int g = h / r, j = h % r;
+            e->dn_beta[(size_t)t * d->hv + h] = ba[g * 2 * r + j];
+            e->dn_alpha[(size_t)t * d->hv + h] = ba[g * 2 * r + r + j];
+        }
+    }
+}
+
 /* deltanet: tmp = W_out gated_deltanet(xn) (deltanet.h), each sequence's state of this layer
  * carried from its previous entries. */
 static void step_deltanet(pass *p, const layer_weights *L) {
     engine *e = p->e;
     const model *m = e->m;
-    matmul_many(e, 4, (float *const[]){e->dn_qkv, e->dn_z, e->dn_beta, e->dn_alpha},
-                (const weight *const[]){&L->wqkv, &L->dn_z, &L->dn_beta, &L->dn_alpha}, e->xn, p->n);
+    if (L->dn_ba.data) {
+        matmul_many(e, 3, (float *const[]){e->dn_qkv, e->dn_z, e->dn_ba},
+                    (const weight *const[]){&L->wqkv, &L->dn_z, &L->dn_ba}, e->xn, p->n);
+        split_beta_alpha(p);
+    } else {
+        matmul_many(e, 4, (float *const[]){e->dn_qkv, e->dn_z, e->dn_beta, e->dn_alpha},
+                    (const weight *const[]){&L->wqkv, &L->dn_z, &L->dn_beta, &L->dn_alpha}, e->xn, p->n);
+    }
     for (int r = 0; r < p->n_runs; r++) e->dn_state[r] = kv_dn_state(e->seqs[r], L->dn_slot);
     dn_job j = {.d = &m->dn, .n = p->n, .order = e->dn_order, .run_start = e->dn_run, .n_runs = p->n_runs,
                 .state = e->dn_state, .qkv = e->dn_qkv, .z = e->dn_z, .beta = e->dn_beta, .alpha = e->dn_alpha,

@@ -266,7 +266,7 @@ static attnd_status read_recurrent(model *m, const char *arch, attnd_err *err) {
                           "conv kernel %u, inner %u, state %u, %u value heads, %u key heads (attnd needs value heads "
                           "of the key head's size, a multiple of the key heads)", arch, every, K, inner, dk, hv, hk);
     m->dn = (dn_dims){.K = (int)K, .hk = (int)hk, .hv = (int)hv, .dk = (int)dk, .dv = (int)dk,
-                      .conv_dim = (int)(2 * hk * dk + hv * dk), .eps = mi->rms_eps};
+                      .conv_dim = (int)(2 * hk * dk + hv * dk), .eps = mi->rms_eps, .grouped = d->dn_grouped};
     for (int l = 0; l < mi->n_layer; l++) {
         layer_weights *L = &m->layers[l];
         L->kind = (l + 1) % (int)every ? LAYER_DELTANET : LAYER_ATTENTION;
@@ -515,8 +515,12 @@ static attnd_status load_deltanet(model *m, int l, attnd_err *err) {
     char name[96];
     MAT(wqkv, "attn_qkv", C, E);
     MAT(dn_z, "attn_gate", VD, E);
-    MAT(dn_beta, "ssm_beta", HV, E);
-    MAT(dn_alpha, "ssm_alpha", HV, E);
+    if (m->arch->dn_fused_ba) {
+        MAT(dn_ba, "ssm_ba", 2 * HV, E);
+    } else {
+        MAT(dn_beta, "ssm_beta", HV, E);
+        MAT(dn_alpha, "ssm_alpha", HV, E);
+    }
     MAT(dn_out, "ssm_out", E, VD);
     snprintf(name, sizeof(name), "blk.%d.ssm_conv1d.weight", l);
     if ((st = load_vectors(m, name, dn->K, C, true, &L->dn_conv, err))) return st;
@@ -629,11 +633,11 @@ static attnd_status check_all_read(const model *m, attnd_err *err) {
 
 /* The 2-D matrices of a layer (those a family lacks are empty: no data). The experts are read in
  * slices from the mapping, not packed. */
-#define LAYER_MATRICES 16
+#define LAYER_MATRICES 17
 static void layer_matrices(layer_weights *L, weight *out[LAYER_MATRICES]) {
     weight *lw[LAYER_MATRICES] = {&L->wq,       &L->wk,         &L->wv,      &L->wqkv,      &L->wo,       &L->w_gate,
                                   &L->w_up,     &L->w_down,     &L->router,  &L->dn_z,      &L->dn_beta,  &L->dn_alpha,
-                                  &L->dn_out,   &L->gate_shexp, &L->up_shexp, &L->down_shexp};
+                                  &L->dn_out,   &L->gate_shexp, &L->up_shexp, &L->down_shexp, &L->dn_ba};
     memcpy(out, lw, sizeof lw);
 }
 

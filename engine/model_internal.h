@@ -41,6 +41,8 @@ typedef struct layer_weights {
                                 LAYER_DELTANET: attn_qkv (conv_dim, n_embd) */
     /* LAYER_DELTANET (deltanet.h): attn_gate (z), ssm_beta, ssm_alpha, ssm_out; the rest as F32 */
     weight dn_z, dn_beta, dn_alpha, dn_out; /* (hv dv, E), (hv, E), (hv, E), (E, hv dv) */
+    weight dn_ba;            /* (2 hv, E) arch dn_fused_ba, instead of dn_beta and dn_alpha: key head g's
+                                r = hv / hk beta rows, then its r alpha rows, g after g */
     float *dn_conv;          /* (conv_dim, K) ssm_conv1d */
     float *dn_dt_bias, *dn_a; /* (hv) ssm_dt.bias, ssm_a (= -exp(A_log)) */
     float *dn_norm;          /* (dv) ssm_norm */

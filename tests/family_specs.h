@@ -79,20 +79,21 @@ static inline tiny_spec family_real(const char *name) {
 
 /* The hybrid Gated DeltaNet families of the llama.cpp comparison (tests/data/reference-hybrid.json),
  * in its order. */
-static const char *const HYBRID_NAMES[] = {"qwen35", "qwen35moe"};
+static const char *const HYBRID_NAMES[] = {"qwen35", "qwen35moe", "qwen3next"};
 #define N_HYBRID (sizeof(HYBRID_NAMES) / sizeof(HYBRID_NAMES[0]))
 
 /* Qwen3.6-35B-A3B's token mixers (DeltaNet: 16 key heads, 32 value heads of 128, kernel 4;
  * attention: 16 query heads and 2 KV heads of 256, 64 rotary dims of 10^7) at a width of 256, 4
  * layers (3 DeltaNet + 1 attention), a vocabulary of 320 that llama.cpp loads; dense (SwiGLU of
- * 192) or with 16 experts of 64, top 4, and a shared expert of 96. */
+ * 192, qwen35) or with 16 experts of 64, top 4, and a shared expert of 96 (qwen35moe, and
+ * qwen3next with its own DeltaNet conventions: hybrid_fixture.h). */
 static inline hy_spec hybrid_small(const char *arch) {
     hy_spec hs = {.base = tiny_default(arch), .interval = 4, .conv_k = 4, .hk = 16, .hv = 32, .dk = 128};
     tiny_spec *sp = &hs.base;
     sp->vocab = true, sp->n_vocab = 320, sp->n_ctx = 512, sp->seed = 11;
     sp->n_embd = 256, sp->n_layer = 4, sp->n_head = 16, sp->n_head_kv = 2, sp->head_dim = 256, sp->rope_dims = 64;
     sp->n_ff = 192, sp->rope_base = 1e7f, sp->rms_eps = 1e-6f;
-    if (!strcmp(arch, "qwen35moe")) sp->n_expert = 16, sp->n_expert_used = 4, sp->n_ff_exp = 64, hs.n_ff_shexp = 96;
+    if (strcmp(arch, "qwen35")) sp->n_expert = 16, sp->n_expert_used = 4, sp->n_ff_exp = 64, hs.n_ff_shexp = 96;
     return hs;
 }
 

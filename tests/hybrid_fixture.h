@@ -23,6 +23,10 @@ typedef struct hy_spec {
 
 static inline bool hy_is_attn(const hy_spec *hs, int l) { return (l + 1) % hs->interval == 0; }
 static inline bool hy_moe(const hy_spec *hs) { return hs->base.n_expert > 0; }
+/* Qwen3-Next's conventions: V heads in the checkpoint's grouped order (value head h reads key head
+ * h / (hv / hk)) and beta, alpha fused per key head (ssm_ba); Qwen3.5's converter reorders
+ * V heads (h reads h mod hk) and keeps ssm_beta, ssm_alpha apart. */
+static inline bool hy_next(const hy_spec *hs) { return !strcmp(hs->base.arch, "qwen3next"); }
 static inline int hy_conv_dim(const hy_spec *hs) { return 2 * hs->hk * hs->dk + hs->hv * hs->dk; }
 
 #define HADD(nm, d0, d1, ty, scale, offs) tiny_add(ts, nt, rng, nm, (uint64_t)(d0), (uint64_t)(d1), ty, scale, offs)
@@ -51,8 +55,12 @@ static inline void hy_mixer_tensors(const hy_spec *hs, int l, tiny_tensor *ts, i
         HADD(HNAME("ssm_a"), (uint64_t)hs->hv, 1, GGUF_TYPE_F32, 1.5f, 0.0f);
         tiny_tensor *a = &ts[*nt - 1]; /* stored as -exp(A_log) */
         for (int h = 0; h < hs->hv; h++) a->vals[h] = -expf(a->vals[h]);
-        HADD(HNAME("ssm_beta.weight"), E, (uint64_t)hs->hv, sp->wtype, ws, 0.0f);
-        HADD(HNAME("ssm_alpha.weight"), E, (uint64_t)hs->hv, sp->wtype, ws, 0.0f);
+        if (hy_next(hs)) {
+            HADD(HNAME("ssm_ba.weight"), E, 2 * (uint64_t)hs->hv, sp->wtype, ws, 0.0f);
+        } else {
+            HADD(HNAME("ssm_beta.weight"), E, (uint64_t)hs->hv, sp->wtype, ws, 0.0f);
+            HADD(HNAME("ssm_alpha.weight"), E, (uint64_t)hs->hv, sp->wtype, ws, 0.0f);
+        }
         HADD(HNAME("ssm_norm.weight"), (uint64_t)hs->dk, 1, GGUF_TYPE_F32, 0.2f, 1.0f);
         HADD(HNAME("ssm_out.weight"), VD, E, sp->wtype, 1.7f / sqrtf((float)VD), 0.0f);
     }
@@ -129,7 +137,7 @@ static inline int hy_write(const char *path, const hy_spec *hs) {
     gb_kv_u32(&b, HK("ssm.time_step_rank"), (uint32_t)hs->hv);
     gb_kv_u32(&b, HK("ssm.inner_size"), (uint32_t)(hs->hv * hs->dk));
     int32_t sections[4] = {11, 11, 10, 0};
-    gb_kv_arr_i32(&b, HK("rope.dimension_sections"), sections, 4);
+    if (!hy_next(hs)) gb_kv_arr_i32(&b, HK("rope.dimension_sections"), sections, 4);
     if (hs->n_mtp) gb_kv_u32(&b, HK("nextn_predict_layers"), (uint32_t)hs->n_mtp);
     if (hy_moe(hs)) gb_kv_u32(&b, HK("expert_shared_feed_forward_length"), (uint32_t)hs->n_ff_shexp);
 #undef HK
@@ -245,7 +253,7 @@ static inline void hy_ref_deltanet(hy_ref *r, int l) {
     int n = r->n_tok, C = r->C, K = hs->conv_k, dk = hs->dk, hv = hs->hv, hk = hs->hk;
     double eps = hs->base.rms_eps;
     double *raw = malloc(sizeof(double) * (size_t)n * C), *c = malloc(sizeof(double) * C);
-    double *z = malloc(sizeof(double) * r->VD), *b = malloc(sizeof(double) * hv), *a = malloc(sizeof(double) * hv);
+    double *z = malloc(sizeof(double) * r->VD), *b = malloc(sizeof(double) * 2 * hv), *a = malloc(sizeof(double) * hv);
     double *S = calloc((size_t)hv * dk * dk, sizeof(double)), *o = malloc(sizeof(double) * r->VD);
     double *u = malloc(sizeof(double) * dk);
     const gguf_tensor *cw = ref_tl(r->f, l, "ssm_conv1d.weight"), *nw = ref_tl(r->f, l, "ssm_norm.weight");
@@ -253,8 +261,17 @@ static inline void hy_ref_deltanet(hy_ref *r, int l) {
         const double *xn = r->xn + (size_t)t * r->E;
         ref_matvec(raw + (size_t)t * C, ref_tl(r->f, l, "attn_qkv.weight"), xn);
         ref_matvec(z, ref_tl(r->f, l, "attn_gate.weight"), xn);
-        ref_matvec(b, ref_tl(r->f, l, "ssm_beta.weight"), xn);
-        ref_matvec(a, ref_tl(r->f, l, "ssm_alpha.weight"), xn);
+        int rep = hv / hk;
+        if (hy_next(hs)) { /* key head g: its rep betas, then its rep alphas */
+            ref_matvec(b, ref_tl(r->f, l, "ssm_ba.weight"), xn);
+            double *ba = malloc(sizeof(double) * 2 * hv);
+            memcpy(ba, b, sizeof(double) * 2 * hv);
+            for (int h = 0; h < hv; h++) b[h] = ba[(h / rep) * 2 * rep + h % rep], a[h] = ba[(h / rep) * 2 * rep + rep + h % rep];
+            free(ba);
+        } else {
+            ref_matvec(b, ref_tl(r->f, l, "ssm_beta.weight"), xn);
+            ref_matvec(a, ref_tl(r->f, l, "ssm_alpha.weight"), xn);
+        }
         for (int ch = 0; ch < C; ch++) {
             double s = 0;
             for (int tap = 0; tap < K; tap++) { /* tap K - 1 is position t itself */
@@ -270,7 +287,8 @@ static inline void hy_ref_deltanet(hy_ref *r, int l) {
             for (int i = 0; i < dk; i++) vv[i] /= nrm;
         }
         for (int h = 0; h < hv; h++) {
-            const double *q = c + (size_t)(h % hk) * dk, *k = c + (size_t)(hk + h % hk) * dk;
+            int kh = hy_next(hs) ? h / rep : h % hk;
+            const double *q = c + (size_t)kh * dk, *k = c + (size_t)(hk + kh) * dk;
             const double *v = c + (size_t)2 * hk * dk + (size_t)h * dk;
             double beta = hy_sigmoid(b[h]), sp_in = a[h] + ref_elem(ref_tl(r->f, l, "ssm_dt.bias"), (uint64_t)h);
             double g = ref_elem(ref_tl(r->f, l, "ssm_a"), (uint64_t)h) * log1p(exp(sp_in));

@@ -75,6 +75,10 @@ Test(deltanet, qwen35_prefill_and_decode_match_float64_reference) { check_family
 
 Test(deltanet, qwen35moe_shared_expert_matches_float64_reference) { check_family("qwen35moe", 88, 2e-5); }
 
+Test(deltanet, qwen3next_grouped_heads_and_fused_beta_alpha_match_float64_reference) {
+    check_family("qwen3next", 80, 2e-5);
+}
+
 /* Two sequences' entries interleaved in one batch, each carrying its own state: every row equals
  * the reference of its own sequence. */
 Test(deltanet, interleaved_sequences_keep_their_own_state) {

@@ -1,6 +1,6 @@
 /*
  * model.h — decoder-only transformer weights (llama, qwen2/3, gemma2/3, phi3, smollm3, gpt-oss,
- * qwen35) loaded
+ * qwen35, qwen3next) loaded
  * from a GGUF file. The KV caches are in kv.h,
  * evaluation and the generation loop in engine.h. Knows nothing about HTTP, tokenizers or sampling.
  *

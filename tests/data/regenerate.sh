@@ -5,7 +5,7 @@
 #   tests/data/reference-families.json     llama.cpp's greedy tokens for the generated model of each
 #                                          family (tests/family_specs.h, written by BUILD_DIR/tiny_model)
 #   tests/data/reference-hybrid.json       the same for the hybrid Gated DeltaNet families (qwen35,
-#                                          qwen35moe), after an 88-token prompt
+#                                          qwen35moe, qwen3next), after an 88-token prompt
 #   tests/data/reference-quant-types.json  the type llama.cpp's own quantizer gives every tensor, per
 #                                          mix, of attnd-sotu, qwen896 and llama960 (attnd quantize must agree)
 #   tests/data/models/llamacpp/*.gguf      files llama.cpp's quantizer wrote, which attnd must run
@@ -120,7 +120,7 @@ node -e '
                  cases: lines};
     process.stdout.write(JSON.stringify(out).replace(/\[\{/, "[\n{").replace(/\},\{"family"/g, "},\n{\"family\"") + "\n");' "$fam" >"$root/tests/data/reference-families.json"
 
-# the hybrid Gated DeltaNet families (qwen35, qwen35moe): an 88-token prompt, so that the conv and
+# the hybrid Gated DeltaNet families (qwen35, qwen35moe, qwen3next): an 88-token prompt, so that the conv and
 # the recurrent state carry far (tests/family_specs.h: hybrid_small, hybrid_prompt)
 hyb=$tmp/hybrid.jsonl
 hprompt=$("$build/tiny_model" --hybrid-prompt)
