@@ -84,7 +84,7 @@ struct engine {
     float *dn_beta, *dn_alpha; /* (B, hv) */
     float *dn_ba;           /* (B, 2 hv) a fused beta-alpha projection (arch dn_fused_ba), or empty */
     float *dn_o;            /* (B, VD) the mixer's output before ssm_out */
-    int *dn_order;          /* (B) entries grouped by sequence (dn_plan) */
+    int *dn_order;          /* (B) entries grouped by sequence (plan_runs) */
     int *dn_run;            /* (B + 1) where each sequence's entries start in dn_order */
     float **dn_state;       /* (B) the current layer's state of each run's sequence */
 
@@ -587,7 +587,7 @@ typedef struct pass {
     int n;                      /* batch entries: the rows of every activation buffer */
     int E, Q, KV, F;            /* n_embd, q_dim (n_head * head_dim), kv_dim, n_ff */
     int n_qb;                   /* attention query blocks (e->qblocks) */
-    int n_runs;                 /* Gated DeltaNet runs: the batch's sequences (dn_plan) */
+    int n_runs;                 /* Gated DeltaNet runs: the batch's sequences (plan_runs) */
     long attn_work;             /* multiply-adds of one layer's attention, to decide on threading */
     int layer;                  /* the layer being evaluated */
     bool ablating;              /* a sequence of the batch has an ablation (engine_seq_ablate) */
@@ -865,7 +865,7 @@ static void step_shared_expert(pass *p, const layer_weights *L) {
 
 /* Groups the batch's entries by sequence (e->seqs order), positions increasing: the runs the
  * Gated DeltaNet recurrence walks. Returns the number of runs. */
-static int dn_plan(engine *e, const batch_entry *entries, int n, int n_seqs) {
+static int plan_runs(engine *e, const batch_entry *entries, int n, int n_seqs) {
     int k = 0;
     for (int r = 0; r < n_seqs; r++) {
         e->dn_run[r] = k;
@@ -996,7 +996,7 @@ attnd_status engine_eval(engine *e, const batch_entry *entries, int n, float *lo
     for (int i = 0; i < n_seqs; i++) p.ablating |= e->seqs[i]->ablation != NULL;
     for (int t = 0; t < n; t++) p.attn_work += (long)mi->n_head * mi->head_dim * (entries[t].pos + 1);
 
-    if (m->n_dn_layers) p.n_runs = dn_plan(e, entries, n, n_seqs);
+    if (m->n_dn_layers) p.n_runs = plan_runs(e, entries, n, n_seqs);
     /* a recurrent state moved on by the layers already run cannot be rewritten: no yield then */
     bool may_yield = e->yield_fn && !p.ablating && !e->attn_cb && !e->resid_cb && !e->expert_cb && !m->n_dn_layers;
     step_embed(&p);
