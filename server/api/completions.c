@@ -120,8 +120,7 @@ static void choice_end_oai(req *r, int k, const sched_output *o, buf *out) {
     } else {
         const char *finish = o->finish_reason;
         stream_state *ss = req_get(r, REQ_SLOT_ENDPOINT);
-        if (r->chat && ss->parse && toolcall_parser_n_calls(ss->parse[k]) > 0 && finish && !strcmp(finish, "stop"))
-            finish = "tool_calls";
+        if (r->chat && ss->parse) finish = toolcall_parser_finish_reason(ss->parse[k], finish);
         sse_event(out, at_index(oai_chunk(&r->rctx, r->chat ? json_object() : json_string(""), NULL, finish), k));
     }
 }
@@ -153,12 +152,15 @@ static void update_llama(req *r, int k, const sched_update *u, buf *out) {
         sse_event(out, oai_llama_response(&r->rctx, &g, "", 0, r->return_tokens, u->to, u->to, true));
 }
 
-/* The chat role chunk of every choice, first thing in a chat stream. */
+/* The chat role chunk of every choice, first thing in a chat stream. Its content is null, so
+ * that a client library that joins the deltas (OpenAI's Python and Node ones) ends with what the
+ * whole answer says: null for a reply without text (only calls, only reasoning), the text
+ * otherwise. */
 static void begin_oai(req *r, buf *out) {
     for (int k = 0; r->chat && k < req_n_jobs(r); k++) {
         json_t *d = json_object();
         json_object_set_new(d, "role", json_string("assistant"));
-        json_object_set_new(d, "content", json_string(""));
+        json_object_set_new(d, "content", json_null());
         sse_event(out, at_index(oai_chunk(&r->rctx, d, NULL, NULL), k));
     }
 }

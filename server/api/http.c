@@ -345,6 +345,12 @@ static enum MHD_Result request_begin(struct server *s, struct MHD_Connection *c,
         snprintf(r->reason, sizeof(r->reason), "%s", msg);
         return http_respond_json_h(r, code, oai_error(code, msg, NULL), "Connection", "close");
     }
+    conn_framing f;
+    if (conn_framing_check(c, method, &f)) { /* framing MHD lets through: refused before any body, and closed */
+        r->rt = NULL;
+        snprintf(r->reason, sizeof(r->reason), "%s", f.why);
+        return http_respond_json_h(r, f.status, oai_error(f.status, f.why, NULL), "Connection", "close");
+    }
     bool done;
     enum MHD_Result ret = precheck(r, &done);
     if (done) r->rt = NULL;
