@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "family_specs.h"
+#include "sched_internal.h" /* the admission arithmetic, checked below */
 #include "sched_rig.h"
 
 static char path[256];
@@ -155,4 +156,27 @@ Test(sched_hybrid, greedy_forks_continue_as_the_parent_does) {
         cr_assert_arr_eq(got[i], want, sizeof(want), "choice %d", i);
     }
     for (int i = 0; i < 3; i++) sched_job_unref(j[i]);
+}
+
+/* Admission of a job with forks reserves the prompt's whole blocks once and each choice's own part,
+ * its recurrent state included: the state is not one of the prompt blocks the forks share. And a
+ * budget too small for a full context says how many tokens would fit beside the state. */
+Test(sched_hybrid, fork_admission_counts_the_shared_blocks_once_and_a_state_per_choice) {
+    int32_t prompt[HYBRID_N_PROMPT];
+    hybrid_prompt(prompt);
+    sched_job *j = job_of(prompt, HYBRID_N_PROMPT, 16, NULL), *f = NULL;
+    cr_assert_eq(sched_job_fork(&f, j, 3, NULL), ATTND_OK);
+    const kv_pool *pool = sch->pool;
+    size_t state = kv_state_bytes(m), block = kv_pool_bytes_for(pool, 1) - state;
+    cr_assert_gt(state, 0);
+    size_t job = kv_pool_bytes_for(pool, HYBRID_N_PROMPT + 16 + 1), full = HYBRID_N_PROMPT / 64 * block;
+    size_t want = kv_pool_bytes_for(pool, HYBRID_N_PROMPT) + 2 * (job - full);
+    cr_expect_eq(sched_group_kv_bytes(sch, j), want, "%zu bytes reserved, %zu expected", sched_group_kv_bytes(sch, j),
+                 want);
+    attnd_err err;
+    size_t budget = state + 2 * block; /* a state and 128 positions */
+    cr_assert_eq(sched_check_budget(sch, budget, &err), ATTND_ERR_INVALID);
+    cr_expect(strstr(err.msg, "ctx_size <= 128") != NULL, "%s", err.msg);
+    sched_job_unref(f);
+    sched_job_unref(j);
 }
