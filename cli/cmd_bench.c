@@ -328,10 +328,10 @@ static bench_wall print_wall(const bench_ctx *c, const bench_medians *md) {
 static void print_json(const bench_ctx *c, const bench_medians *md, const bench_wall *w) {
     printf("{\"threads\": %d, \"prompt_len\": %d, \"n\": %d, \"reps\": %d, \"attnd_prefill\": %.2f, "
            "\"attnd_decode\": %.2f, \"llamacpp_prefill\": %.2f, \"llamacpp_decode\": %.2f, \"peer_runs\": %d, "
-           "\"kernels\": \"%s\", \"decode_bytes\": %.0f, \"probe_gbs\": %.4f, \"probe_gbs_1\": %.4f, "
-           "\"attnd_decode_gbs\": %.4f, \"attnd_decode_share\": %.4f, \"llamacpp_decode_gbs\": %.4f, "
-           "\"llamacpp_decode_share\": %.4f, \"prefill_ops\": %.0f, \"peak_path\": \"%s\", \"peak_gops\": %.2f, "
-           "\"attnd_prefill_share\": %.4f, \"llamacpp_prefill_share\": %.4f}\n",
+           "\"kernels\": \"%s\", \"decode_bytes\": %.0f, \"probe_gbs\": %.6g, \"probe_gbs_1\": %.6g, "
+           "\"attnd_decode_gbs\": %.6g, \"attnd_decode_share\": %.6g, \"llamacpp_decode_gbs\": %.6g, "
+           "\"llamacpp_decode_share\": %.6g, \"prefill_ops\": %.0f, \"peak_path\": \"%s\", \"peak_gops\": %.6g, "
+           "\"attnd_prefill_share\": %.6g, \"llamacpp_prefill_share\": %.6g}\n",
            c->o.threads, c->o.prompt_len, c->o.n_gen, c->o.reps, md->ap, md->ad, md->pp, md->pd, md->n_peer,
            cpuinfo_isa(), w->decode_bytes, md->bw, md->bw1, w->a_gbs, w->a_share, w->p_gbs, w->p_share, w->prefill_ops,
            w->peak.path, w->peak.gops, w->a_pre_share, w->p_pre_share);
