@@ -52,7 +52,8 @@ static const char *USAGE =
     "  --no-growth       skip the long generation\n"
     "  --probe-mib M     read-bandwidth probe buffer in MiB, far beyond the last-level cache (default 1024)\n"
     "  --no-probe        skip the bandwidth probe and the shares of the wall\n"
-    "  --json            end with one JSON line of the medians (for tools/bench/tinyllama.sh)\n";
+    "  --json            end with one JSON line of the medians (for tools/bench/tinyllama.sh)\n"
+    "llama-bench's spellings work too: -m, -t, -p (--prompt-len), -n, -r (--reps).\n";
 
 typedef struct bench_opts {
     const char *model, *peer_dir;
@@ -205,6 +206,9 @@ static bench_opts parse_args(int argc, char **argv) {
         CLI_OPT_INT("--probe-mib", &o.probe_mib, 1, 1 << 20),
         CLI_OPT_SET("--no-probe", &o.no_probe),
         CLI_OPT_SET("--json", &o.json),
+        /* llama-bench's spellings */
+        CLI_OPT_ALIAS("-p", "--prompt-len"), CLI_OPT_ALIAS("--n-prompt", "--prompt-len"),
+        CLI_OPT_ALIAS("--n-gen", "--n"), CLI_OPT_ALIAS("-r", "--reps"), CLI_OPT_ALIAS("--repetitions", "--reps"),
     };
     if (!cli_parse_opts("bench", USAGE, argc, argv, opts, ATTND_ARRAY_LEN(opts))) exit(0);
     return o;
