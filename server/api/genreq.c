@@ -165,14 +165,18 @@ attnd_status genreq_acquire_session(genreq *g, sess **se, genreq_err *e) {
     attnd_status st = sess_acquire(g->env.store, g->owner, id, se, &err);
     if (st != ATTND_OK) {
         /* behind a proxy that routes by session (deploy/nginx), an id only in the body cannot be
-         * seen, so the turn may reach an instance that never had the session */
-        const char *hdr = g->who.session_header;
+         * seen, so the turn may reach an instance that never had the session: said only where
+         * instances share sessions (a store) or a proxy sent the header */
+        const char *hdr = g->who.session_header, *shared = g->env.cfg ? g->env.cfg->session_store : NULL;
         fail(e, GENREQ_SESSION, st, "session_id", "%s", err.msg);
-        if (st == ATTND_ERR_NOT_FOUND && !(hdr && !strcmp(hdr, id))) {
+        if (st == ATTND_ERR_NOT_FOUND) {
             size_t n = strlen(e->msg);
-            snprintf(e->msg + n, sizeof(e->msg) - n,
-                     "; behind a load balancer, send the id in the X-Session-Id header too, so that every turn "
-                     "reaches the instance holding the session");
+            n += (size_t)snprintf(e->msg + n, sizeof(e->msg) - n,
+                                  "; create it first with POST /v1/sessions {\"id\": \"%.64s\"}", id);
+            if (n < sizeof(e->msg) && ((shared && *shared) || hdr) && !(hdr && !strcmp(hdr, id)))
+                snprintf(e->msg + n, sizeof(e->msg) - n,
+                         "; behind a load balancer, send the id in the X-Session-Id header too, so that every "
+                         "turn reaches the instance holding the session");
         }
         return st;
     }

@@ -81,6 +81,10 @@ void http_idle_timeout(req *r, unsigned seconds) {
 }
 
 http_result http_respond_json_h(req *r, int status, json_t *body, const char *hname, const char *hval) {
+    /* every error body names its request, however it was built (coded errors too) */
+    json_t *e = status >= 400 ? json_object_get(body, "error") : NULL;
+    if (json_is_object(e) && r->request_id[0] && !json_object_get(e, "request_id"))
+        json_object_set_new(e, "request_id", json_string(r->request_id));
     char *text = body ? json_dumps(body, OAI_DUMP_FLAGS) : NULL;
     json_decref(body);
     if (!text) {
@@ -111,10 +115,7 @@ http_result http_respond_error(req *r, int status, const char *msg, const char *
     r->reason[n] = '\0';
     if (status == 429 || status == 503) hn = "Retry-After", hv = "1";
     if (status == 401) hn = "WWW-Authenticate", hv = "Bearer";
-    json_t *body = oai_error(status, msg, param);
-    json_t *e = json_object_get(body, "error");
-    if (e && r->request_id[0]) json_object_set_new(e, "request_id", json_string(r->request_id));
-    return http_respond_json_h(r, status, body, hn, hv);
+    return http_respond_json_h(r, status, oai_error(status, msg, param), hn, hv);
 }
 
 http_result http_respond_text(req *r, int status, const char *ctype, char *text) {

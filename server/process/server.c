@@ -187,9 +187,11 @@ static void set_tenant_quotas(server *s) {
     rstore_set_limits(s->responses, &(rstore_limits){.per_owner = responses,
                                                       .per_owner_bytes = s->cfg.response_bytes_per_key,
                                                       .ttl_ms = (int64_t)s->cfg.response_ttl_s * 1000});
-    slog_info("tenants: %d key%s, each keeps up to %d sessions and %d stored responses (%zu bytes), responses "
-              "expire after %d s", keys, keys == 1 ? "" : "s", sessions, responses, s->cfg.response_bytes_per_key,
-              s->cfg.response_ttl_s);
+    char who[64];
+    if (!s->cfg.api_key || !*s->cfg.api_key) snprintf(who, sizeof(who), "no API key, so one tenant for every client,");
+    else snprintf(who, sizeof(who), "%d key%s, each", keys, keys == 1 ? "" : "s");
+    slog_info("tenants: %s keeps up to %d sessions and %d stored responses (%zu bytes), responses expire after %d s",
+              who, sessions, responses, s->cfg.response_bytes_per_key, s->cfg.response_ttl_s);
 }
 
 /* The session store: this instance's (state_dir), or a cache of the shared one (session_store),
