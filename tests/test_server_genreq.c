@@ -152,7 +152,7 @@ Test(genreq, max_tokens_is_clamped_to_the_room_left) {
     finish(g);
 }
 
-Test(genreq, an_unknown_session_names_session_id_and_hints_at_the_header) {
+Test(genreq, an_unknown_session_says_how_to_create_it_and_hints_at_the_header_behind_a_proxy) {
     genreq *g = make(NULL);
     g->oreq.session_id = "nowhere";
     genreq_err e = {0};
@@ -161,7 +161,23 @@ Test(genreq, an_unknown_session_names_session_id_and_hints_at_the_header) {
     cr_assert_null(se);
     cr_assert_eq(e.fail, GENREQ_SESSION);
     cr_assert_str_eq(e.param, "session_id");
-    cr_assert_not_null(strstr(e.msg, "X-Session-Id"), "no header: the hint (%s)", e.msg);
+    cr_assert_not_null(strstr(e.msg, "create it first with POST /v1/sessions {\"id\": \"nowhere\"}"), "%s", e.msg);
+    cr_assert_null(strstr(e.msg, "X-Session-Id"), "one server, no proxy: no balancer hint (%s)", e.msg);
+    finish(g);
+    /* instances sharing sessions through a store stand behind a balancer: the hint */
+    srv->cfg.session_store = "redis://127.0.0.1:1";
+    g = make(NULL);
+    g->oreq.session_id = "nowhere";
+    genreq_acquire_session(g, &se, &e);
+    srv->cfg.session_store = NULL;
+    cr_assert_not_null(strstr(e.msg, "X-Session-Id"), "a store: the hint (%s)", e.msg);
+    finish(g);
+    /* a proxy sent the header for another id: the hint */
+    genreq_who other = {.owner = "", .request_id = "r", .tenant = "t", .session_header = "elsewhere"};
+    g = make(&other);
+    g->oreq.session_id = "nowhere";
+    genreq_acquire_session(g, &se, &e);
+    cr_assert_not_null(strstr(e.msg, "X-Session-Id"), "another id in the header: the hint (%s)", e.msg);
     finish(g);
     /* a proxy that saw the id in the header routed it right: no hint */
     genreq_who who = {.owner = "", .request_id = "r", .tenant = "t", .session_header = "nowhere"};
