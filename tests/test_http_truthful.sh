@@ -29,6 +29,30 @@ check "unknown session: request_id" grep -q '"request_id":"req-' <<<"$body"
 body=$(curl -s -H 'X-Session-Id: other' "$base/v1/chat/completions" \
     -d '{"messages": [{"role": "user", "content": "Hi"}], "session_id": "never-made"}')
 check "unknown session behind a proxy: the X-Session-Id hint" grep -q 'load balancer.*X-Session-Id' <<<"$body"
+
+# ignore_eos as llama-server takes it: "Thank you." ends after 2 tokens at temperature 0 without it
+tok() { grep -o "\"$1\":[0-9]*" | grep -o '[0-9]*$'; }
+n=$(curl -s "$base/v1/completions" -d '{"prompt": "Thank you.", "max_tokens": 50, "temperature": 0}' | tok completion_tokens)
+check "without ignore_eos the answer ends early ($n tokens)" test "$n" -lt 50
+n=$(curl -s "$base/v1/completions" -d '{"prompt": "Thank you.", "max_tokens": 50, "temperature": 0, "ignore_eos": true}' | tok completion_tokens)
+check "/v1/completions ignore_eos: all 50 tokens ($n)" test "$n" = 50
+n=$(curl -s "$base/completion" -d '{"prompt": "Thank you.", "n_predict": 50, "temperature": 0, "ignore_eos": true}' | tok tokens_predicted)
+check "/completion ignore_eos: all 50 tokens ($n)" test "$n" = 50
+n=$(curl -s "$base/v1/chat/completions" -d '{"messages": [{"role": "user", "content": "Thank you."}], "max_tokens": 40, "temperature": 0, "ignore_eos": true}' | tok completion_tokens)
+check "/v1/chat/completions ignore_eos: all 40 tokens ($n)" test "$n" = 40
+n=$(curl -s "$base/v1/responses" -d '{"input": "Thank you.", "max_output_tokens": 40, "temperature": 0, "ignore_eos": true, "store": false}' | tok output_tokens)
+check "/v1/responses ignore_eos: all 40 tokens ($n)" test "$n" = 40
+check_status 400 "ignore_eos must be a boolean" "$base/v1/completions" -d '{"prompt": "x", "ignore_eos": 3}'
+# llama-server's other sampling fields: off values pass, the rest are refused by name
+check_status 200 "dry_*, xtc_*, mirostat, min_keep, n_probs at their off values" "$base/completion" \
+    -d '{"prompt": "x", "n_predict": 2, "mirostat": 0, "mirostat_tau": 5, "dry_multiplier": 0, "dry_base": 1.75, "xtc_probability": 0, "xtc_threshold": 0.1, "min_keep": 0, "n_probs": 0, "typical_p": 1}'
+for f in '"mirostat": 2' '"dry_multiplier": 0.8' '"xtc_probability": 0.5' '"min_keep": 5' '"n_probs": 3'; do
+    body=$(curl -s "$base/completion" -d "{\"prompt\": \"x\", \"n_predict\": 2, $f}")
+    name=${f%%\":*}; name=${name#\"}
+    check "$f is refused naming $name" grep -q "\"param\":\"$name\"" <<<"$body"
+done
+body=$(curl -s "$base/v1/chat/completions" -d '{"messages": [{"role": "user", "content": "x"}], "mirostat": 1}')
+check "chat refuses mirostat too" grep -q '"param":"mirostat"' <<<"$body"
 stop_server s || bad "SIGTERM"
 
 start_server k --model "$MODEL" --threads 1 --api-key sk-one

@@ -194,7 +194,7 @@ static bool job_spec(genreq *g, int32_t *ids, size_t n, int max_tokens, sess *se
     *spec = (sched_job_spec){
         .prompt = ids, .n_prompt = (int)n, .sp = q->sp, .n_bias = q->n_bias, .max_tokens = max_tokens,
         .top_logprobs = q->logprobs, .draft_max = q->draft_max, .draft_min_p = q->draft_min_p,
-        .prompt_logprobs = !g->chat && q->echo && q->logprobs >= 0, .se = se,
+        .prompt_logprobs = !g->chat && q->echo && q->logprobs >= 0, .ignore_eos = q->ignore_eos, .se = se,
         .owner = g->owner, .request_id = g->request_id, .tenant = g->tenant,
         .grammar = q->grammar ? grammar_ref(q->grammar) : NULL,
     };
@@ -209,7 +209,7 @@ static bool job_spec(genreq *g, int32_t *ids, size_t n, int max_tokens, sess *se
     }
     for (int i = 0; ok && i < q->n_stops; i++) ok = (spec->stops[spec->n_stops++] = strdup(q->stops[i])) != NULL;
     /* the turn's end marker stops generation even where the vocabulary spells it as text */
-    if (ok && g->chat) ok = (spec->stops[spec->n_stops++] = strdup(chat_end_marker(g->env.chat->family))) != NULL;
+    if (ok && g->chat && !q->ignore_eos) ok = (spec->stops[spec->n_stops++] = strdup(chat_end_marker(g->env.chat->family))) != NULL;
     if (ok) return true;
     free(ids);
     free(spec->bias);

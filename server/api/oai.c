@@ -444,9 +444,39 @@ static attnd_status parse_max_tokens(const json_t *body, bool chat, const server
 }
 
 /* The sampler's fields, draft_max and seed. */
+/* llama-server's sampling fields that this sampler does not have: accepted at the value that
+ * means off (clients such as llama.cpp's web UI send them all), refused by name otherwise. The
+ * dry_* / xtc_* / mirostat_* details only act through the switch of their family. */
+static const struct {
+    const char *name;
+    double off_max;  /* the largest value that changes nothing */
+    const char *instead;
+} UNSUPPORTED_SAMPLING[] = {
+    {"n_probs", 0, "use 'logprobs' (/v1/completions) or 'top_logprobs' (chat)"},
+    {"min_keep", 1, "top_p, min_p and typical_p keep at least one token"},
+    {"dry_multiplier", 0, "DRY is not implemented; 'repeat_penalty', 'presence_penalty' and 'frequency_penalty' are"},
+    {"xtc_probability", 0, "XTC is not implemented"},
+    {"mirostat", 0, "Mirostat is not implemented"},
+};
+
+static attnd_status refuse_sampling(const json_t *body, const char **param, attnd_err *err) {
+    for (size_t i = 0; i < ATTND_ARRAY_LEN(UNSUPPORTED_SAMPLING); i++) {
+        const char *name = UNSUPPORTED_SAMPLING[i].name;
+        const json_t *v = oai_field(body, name);
+        if (!v || json_is_null(v)) continue;
+        if (!json_is_number(v)) return oai_bad(param, name, err, "'%s' must be a number", name);
+        if (json_number_value(v) > UNSUPPORTED_SAMPLING[i].off_max)
+            return oai_bad(param, name, err, "'%s' is not supported (only %g, off): %s", name,
+                           UNSUPPORTED_SAMPLING[i].off_max, UNSUPPORTED_SAMPLING[i].instead);
+    }
+    return ATTND_OK;
+}
+
 static attnd_status parse_sampling(const json_t *body, int n_vocab, oai_request *r, const char **param,
                                    attnd_err *err) {
     attnd_status rc;
+    if ((rc = refuse_sampling(body, param, err)) != ATTND_OK) return rc;
+    if ((rc = oai_get_bool(body, "ignore_eos", &r->ignore_eos, param, err)) != ATTND_OK) return rc;
     if ((rc = get_num(body, "temperature", 0, 100, &r->sp.temperature, param, err)) ||
         (rc = get_num(body, "top_p", 0, 1, &r->sp.top_p, param, err)) ||
         (rc = get_num(body, "min_p", 0, 1, &r->sp.min_p, param, err)) ||

@@ -72,6 +72,7 @@ typedef struct oai_request {
     char **stops;           /* owned */
     int n_stops;
     bool stream, include_usage, echo;
+    bool ignore_eos;            /* llama-server's: end-of-generation tokens do not end the answer */
     int logprobs;           /* alternatives per token (0..20); -1 = no logprobs */
     int draft_max;          /* speculative decoding: drafts per step at most, 0..32; -1 = the server's */
     float draft_min_p;      /* the draft model's cut, 0..1; -1 = the server's */

@@ -26,6 +26,7 @@ struct sched_job {
     int draft_max;            /* drafts per step at most; 0 = off */
     float draft_min_p;        /* the draft model's cut; < 0 = the server's */
     bool prompt_logprobs;
+    bool ignore_eos;
     attn_capture *capture;    /* owned, may be NULL */
     grammar *grammar;         /* a reference, may be NULL */
     engine_ablation_head *ablate; /* (n_ablate) owned, may be NULL */

@@ -45,6 +45,7 @@ attnd_status sched_job_create(sched_job **out, sched_job_spec *spec, attnd_err *
     j->draft_max = spec->draft_max;
     j->draft_min_p = spec->draft_min_p;
     j->prompt_logprobs = spec->prompt_logprobs;
+    j->ignore_eos = spec->ignore_eos;
     j->se = spec->se;
     snprintf(j->owner, sizeof(j->owner), "%s", spec->owner ? spec->owner : "");
     snprintf(j->tenant, sizeof(j->tenant), "%s", spec->tenant ? spec->tenant : "");
@@ -158,7 +159,7 @@ attnd_status sched_job_fork(sched_job **out, sched_job *parent, uint64_t seed, a
         .n_prompt = parent->n_prompt, .sp = parent->sp, .n_bias = parent->sp.n_bias,
         .stops = dup_strings(parent->stops, parent->n_stops), .n_stops = parent->n_stops,
         .max_tokens = parent->max_tokens, .top_logprobs = parent->top_logprobs, .draft_max = parent->draft_max, .owner = parent->owner,
-        .draft_min_p = parent->draft_min_p,
+        .draft_min_p = parent->draft_min_p, .ignore_eos = parent->ignore_eos,
         .tenant = parent->tenant,
         .grammar = parent->grammar ? grammar_ref(parent->grammar) : NULL,
     };

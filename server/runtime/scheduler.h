@@ -53,6 +53,8 @@ typedef struct sched_job_spec {
     float draft_min_p;        /* the draft model's draft ends below this top probability;
                                  < 0 = the server's draft_min_p (0 in a zeroed spec: set -1) */
     bool prompt_logprobs;     /* echo + logprobs: log-probabilities of prompt tokens 1..n-1 */
+    bool ignore_eos;          /* end-of-generation tokens are ordinary tokens: only max_tokens,
+                                 a stop string or the context ends the job */
     attn_capture *capture;    /* stolen, may be NULL: records the attention of this job's
                                  positions (attention inspection). Such a job evaluates its
                                  whole prompt unless a named session caches a prefix, also with
