@@ -14,6 +14,7 @@
 #include "commands.h"
 #include "../server/jinja/jinja.h"
 #include "../server/jinja/jinja_json.h"
+#include "../server/api/chat.h"
 
 static const char *USAGE =
     "usage: attnd template [--model PATH | --template FILE] [--vars FILE] [--now ISO-TIME]\n"
@@ -21,7 +22,8 @@ static const char *USAGE =
     "Renders a Jinja chat template as Hugging Face's apply_chat_template does and prints the text.\n"
     "  --model PATH      the GGUF file whose tokenizer.chat_template is rendered (default: the\n"
     "                    shipped model); its BOS / EOS text is bos_token / eos_token unless the\n"
-    "                    variables give them\n"
+    "                    variables give them; a file without one gets the built-in template\n"
+    "                    `attnd serve` uses for it (ChatML), named on stderr\n"
     "  --template FILE   render this template file instead\n"
     "  --vars FILE       a JSON object of the template's variables: messages, tools,\n"
     "                    add_generation_prompt, bos_token, eos_token and any others (kwargs such as\n"
@@ -63,9 +65,44 @@ static void model_tokens(gguf_file *g, json_t *defaults) {
     tok_destroy(t);
 }
 
+/* A model without tokenizer.chat_template gets what serve gives it (chat.h's order: the built-in
+ * family, ChatML): vars' messages (string contents) rendered so, printed. Returns the exit status. */
+static int render_builtin(const char *model, const json_t *vars) {
+    const json_t *msgs = json_object_get(vars, "messages");
+    size_t n = json_array_size(msgs);
+    chat_msg *m = calloc(n ? n : 1, sizeof(*m));
+    for (size_t i = 0; m && i < n; i++) {
+        const json_t *o = json_array_get(msgs, i);
+        m[i] = (chat_msg){json_string_value(json_object_get(o, "role")), json_string_value(json_object_get(o, "content"))};
+        if (!m[i].role || !m[i].content)
+            return fprintf(stderr, "attnd template: message %zu needs a string role and content\n", i), free(m), 1;
+    }
+    gguf_file *g = NULL;
+    tokenizer *t = NULL;
+    chat_template ct = {0};
+    attnd_err err = {{0}};
+    jinja_output out = {0};
+    int rc = 1;
+    if (m && gguf_open(&g, model, &err) == ATTND_OK && tok_load(&t, g, &err) == ATTND_OK &&
+        chat_template_load(&ct, NULL, NULL, NULL, t, &err) == ATTND_OK) {
+        fprintf(stderr, "attnd template: %s has no tokenizer.chat_template; the built-in %s template, as serve "
+                        "uses\n", model, chat_family_name(ct.family));
+        chat_request rq = {m, n, msgs, NULL, NULL, json_is_true(json_object_get(vars, "add_generation_prompt")), NULL};
+        if (chat_template_render(&ct, &rq, &out, &err) == ATTND_OK) rc = 0, fwrite(out.text, 1, out.len, stdout);
+    }
+    if (rc) fprintf(stderr, "attnd template: %s\n", m ? err.msg : "out of memory");
+    jinja_output_free(&out);
+    chat_template_free(&ct);
+    tok_destroy(t);
+    gguf_close(g);
+    free(m);
+    return rc;
+}
+
 /* The template source: --template's file or the model's tokenizer.chat_template (then its BOS /
- * EOS text goes into defaults). Exits 1. */
-static char *template_source(const char *model, const char *file, size_t *len, json_t *defaults) {
+ * EOS text goes into defaults); NULL when the model has none (*builtin = its path, the caller's).
+ * Exits 1. */
+static char *template_source(const char *model, const char *file, size_t *len, json_t *defaults, char **builtin) {
     if (file) {
         char *s = read_file(file, len);
         if (!s) fprintf(stderr, "attnd template: cannot read %s\n", file), exit(1);
@@ -77,8 +114,12 @@ static char *template_source(const char *model, const char *file, size_t *len, j
     attnd_err err;
     const char *t = NULL;
     if (gguf_open(&g, model, &err) != ATTND_OK) fprintf(stderr, "attnd template: %s: %s\n", model, err.msg), exit(1);
-    if (gguf_get_str(g, "tokenizer.chat_template", &t, NULL) != ATTND_OK || !t)
-        fprintf(stderr, "attnd template: %s has no tokenizer.chat_template\n", model), exit(1);
+    if (gguf_get_str(g, "tokenizer.chat_template", &t, NULL) != ATTND_OK || !t || !*t) {
+        gguf_close(g);
+        if (!(*builtin = strdup(model))) fprintf(stderr, "attnd template: out of memory\n"), exit(1);
+        free(dflt);
+        return NULL;
+    }
     char *s = strdup(t);
     *len = strlen(t);
     model_tokens(g, defaults);
@@ -100,14 +141,22 @@ int cmd_template(int argc, char **argv) {
     }
     size_t len = 0, vlen = 0;
     json_t *defaults = json_object();
-    char *src = template_source(model, file, &len, defaults);
+    char *builtin = NULL;
+    char *src = template_source(model, file, &len, defaults, &builtin);
     char *vars_text = vars_path ? read_file(vars_path, &vlen) : read_all(stdin, &vlen);
-    if (!src || !vars_text) fprintf(stderr, "attnd template: cannot read the variables\n"), exit(1);
+    if ((!src && !builtin) || !vars_text) fprintf(stderr, "attnd template: cannot read the variables\n"), exit(1);
     json_error_t jerr;
     json_t *vars = json_loadb(vars_text, vlen, 0, &jerr);
     if (!json_is_object(vars)) fprintf(stderr, "attnd template: the variables must be a JSON object (%s)\n", jerr.text), exit(1);
     json_object_update_missing(vars, defaults);
     json_decref(defaults);
+    if (builtin) {
+        int brc = render_builtin(builtin, vars);
+        json_decref(vars);
+        free(vars_text);
+        free(builtin);
+        return brc;
+    }
     jinja_template *t = NULL;
     attnd_err err;
     jinja_ctx *c = jinja_ctx_create(NULL);

@@ -33,4 +33,10 @@ echo '[1, 2]' | "$BIN" template --template "$tmp/date.jinja" >/dev/null 2>&1
 check "variables that are not an object exit 1" "$?" 1
 "$BIN" template --model x.gguf --template "$tmp/date.jinja" </dev/null >/dev/null 2>&1
 check "--model and --template together are a usage error" "$?" 2
+
+# a file without tokenizer.chat_template renders what serve would use (ChatML), not an error
+notmpl=$(cd "$(dirname "$0")" && pwd)/data/tokenizers/llama-spm.gguf
+got=$(printf '%s' "$vars" | "$BIN" template --model "$notmpl" 2>"$tmp/err")
+check "no template in the file: serve's ChatML, exit 0" "$?/$got" "0/$want"
+check "saying so on stderr" "$(grep -c 'has no tokenizer.chat_template; the built-in chatml template, as serve uses' "$tmp/err")" 1
 exit $fail
