@@ -1,9 +1,9 @@
 /*
  * attn_ops.c — attention loops specific to the cache layout (see attn_ops.h). The build targets
  * baseline x86-64 (or any other CPU), so the vector versions are compiled with per-function
- * target attributes; they sit in the kernels' one dispatch table (quant_impl.h), which picks
- * them with the matmul kernels' instruction set. The portable versions are the reference and
- * the fallback.
+ * target attributes; a row per instruction set (ATTN_SETS, at the end) picks them with the
+ * matmul kernels' instruction set, and they take the vector primitives of that set's kernel table
+ * (quant_impl.h). The portable versions are the reference and the fallback.
  */
 #include "attn_ops.h"
 #include "isa_target.h"
@@ -16,16 +16,19 @@
 #include "quant.h"
 #include "quant_impl.h"
 
+typedef void (*attn_scores_t_fn)(float *s, const float *q, const float *KT, int cnt, int hd, float scale);
+typedef float (*attn_max_fn)(const float *s, int cnt);
+
 // ---- portable -------------------------------------------------------------------------------
 
-void attn_scores_t_portable(float *s, const float *q, const float *KT, int cnt, int hd, float scale) {
+static void attn_scores_t_portable(float *s, const float *q, const float *KT, int cnt, int hd, float scale) {
     for (int j = 0; j < cnt; j++) s[j] = 0;
     for (int i = 0; i < hd; i++)
         for (int j = 0; j < cnt; j++) s[j] += q[i] * KT[(size_t)i * KV_BLOCK + j];
     for (int j = 0; j < cnt; j++) s[j] *= scale;
 }
 
-float attn_max_portable(const float *s, int cnt) {
+static float attn_max_portable(const float *s, int cnt) {
     float m = s[0];
     for (int j = 1; j < cnt; j++) m = s[j] > m ? s[j] : m;
     return m;
@@ -36,8 +39,8 @@ float attn_max_portable(const float *s, int cnt) {
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
 
-__attribute__((target("avx2,fma"))) void attn_scores_t_avx2(float *s, const float *q, const float *KT, int cnt, int hd,
-                                                            float scale) {
+static __attribute__((target("avx2,fma"))) void attn_scores_t_avx2(float *s, const float *q, const float *KT, int cnt,
+                                                                   int hd, float scale) {
     __m256 sc = _mm256_set1_ps(scale);
     if (cnt > KV_BLOCK / 2) { /* a full tile: 8 independent accumulators held in registers */
         __m256 a[KV_BLOCK / 8];
@@ -62,7 +65,7 @@ __attribute__((target("avx2,fma"))) void attn_scores_t_avx2(float *s, const floa
     }
 }
 
-__attribute__((target("avx2,fma"))) float attn_max_avx2(const float *s, int cnt) {
+static __attribute__((target("avx2,fma"))) float attn_max_avx2(const float *s, int cnt) {
     int j = 0;
     float m = s[0];
     if (cnt >= 8) {
@@ -162,7 +165,7 @@ static inline __attribute__((always_inline)) void tile_step_rows(const attn_tile
     }
 }
 
-void attn_tile_portable(const attn_tile *t) {
+static void attn_tile_portable(const attn_tile *t) {
     const quant_kernels *k = &quant_kernels_portable;
     tile_step_rows(t, attn_scores_t_portable, attn_max_portable, k->exp, k->axpy_rows, k->h2f, NULL);
 }
@@ -187,7 +190,8 @@ Q2_INLINE __m256i q2_quants(const uint8_t *p, int high, const int q4) {
 
 /* Keys of dimension i at positions 8v..8v+7 of t's key tile, as F32 */
 Q2_INLINE __m256 q2_key(const attn_tile *t, const uint16_t *ds, int i, int v, const int q4) {
-    __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(ds + (size_t)(i / KVQ_BLOCK) * KV_BLOCK + 8 * v)));
+    const uint16_t *di = ds + (size_t)(i / KVQ_BLOCK) * KV_BLOCK + 8 * v;
+    __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)di));
     int k0 = 8 * (v % 4); /* Q4_0: positions 32G + k0.. in bytes 16G + k0 % 16.., high nibbles from k0 = 16 */
     const uint8_t *p = q4 ? t->KQ + (size_t)i * (KV_BLOCK / 2) + (size_t)(v / 4) * 16 + k0 % 16
                           : t->KQ + (size_t)i * KV_BLOCK + 8 * v;
@@ -252,7 +256,7 @@ static Q2_TARGET void q2_axpy(float *acc, const float *p, const attn_tile *t, in
 
 static const tile_q_ops Q2_OPS = {q2_scores, q2_axpy};
 
-void attn_tile_avx2(const attn_tile *t) {
+static void attn_tile_avx2(const attn_tile *t) {
     const quant_kernels *k = &quant_kernels_avx2;
     tile_step_rows(t, attn_scores_t_avx2, attn_max_avx2, k->exp, k->axpy_rows, k->h2f, &Q2_OPS);
 }
@@ -330,8 +334,10 @@ static AT_INLINE __m512 at_value(const attn_tile *t, int j, int c, const int kin
     uint16_t h;
     memcpy(&h, blk, 2);
     __m512 d = _mm512_cvtph_ps(_mm256_set1_epi16((short)h));
-    if (kind == AT_Q8)
-        return _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(blk + 2 + c % KVQ_BLOCK)))), d);
+    if (kind == AT_Q8) {
+        __m128i q = _mm_loadu_si128((const __m128i *)(blk + 2 + c % KVQ_BLOCK));
+        return _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q)), d);
+    }
     __m128i b = _mm_loadu_si128((const __m128i *)(blk + 2));
     if (c % KVQ_BLOCK) b = _mm_srli_epi16(b, 4);
     __m512i n = _mm512_cvtepu8_epi32(_mm_and_si128(b, _mm_set1_epi8(0x0F)));
@@ -450,7 +456,7 @@ static AT_INLINE void at_tile(const attn_tile *t, const int kind) {
     }
 }
 
-void attn_tile_avx512(const attn_tile *t) {
+static void attn_tile_avx512(const attn_tile *t) {
     if (t->hd % 16 != 0 || t->softcap > 0) { /* the register tiles take whole vectors of head_dim, no tanh */
         attn_tile_avx2(t);
         return;
@@ -467,11 +473,37 @@ ISA_TARGET_END
 #endif
 
 // ---- dispatch ------------------------------------------------------------------------------------
+//
+// The kernels' instruction set (quant_isa_active) picks these loops too, so ATTND_NO_SIMD=1 and
+// quant_isa_force choose for both. They are not in the kernels' table: they know the cache's
+// layout, which engine/kernels/ does not, and the kernels call nothing above them.
 
-void attn_scores_t(float *s, const float *q, const float *KT, int cnt, int hd, float scale) {
-    quant_kernels_active()->attn_scores_t(s, q, KT, cnt, hd, scale);
+typedef struct attn_set {
+    attn_scores_t_fn scores_t;
+    attn_max_fn max;
+    void (*tile)(const attn_tile *t);
+} attn_set;
+
+/* Per instruction set; the AMX sets use AVX-512's loops, the emulated one the portable loops. */
+static const attn_set ATTN_SETS[QUANT_ISA_COUNT] = {
+    [QUANT_ISA_PORTABLE] = {attn_scores_t_portable, attn_max_portable, attn_tile_portable},
+    [QUANT_ISA_AMX_EMU] = {attn_scores_t_portable, attn_max_portable, attn_tile_portable},
+#if defined(__x86_64__) && defined(__GNUC__)
+    [QUANT_ISA_AVX2] = {attn_scores_t_avx2, attn_max_avx2, attn_tile_avx2},
+    [QUANT_ISA_AVX512] = {attn_scores_t_avx2, attn_max_avx2, attn_tile_avx512},
+    [QUANT_ISA_AMX] = {attn_scores_t_avx2, attn_max_avx2, attn_tile_avx512},
+#endif
+};
+
+static const attn_set *attn_active(void) {
+    const attn_set *set = &ATTN_SETS[quant_isa_active()];
+    return set->tile ? set : &ATTN_SETS[QUANT_ISA_PORTABLE];
 }
 
-float attn_max(const float *s, int cnt) { return quant_kernels_active()->attn_max(s, cnt); }
+void attn_scores_t(float *s, const float *q, const float *KT, int cnt, int hd, float scale) {
+    attn_active()->scores_t(s, q, KT, cnt, hd, scale);
+}
 
-void attn_tile_step(const attn_tile *t) { quant_kernels_active()->attn_tile(t); }
+float attn_max(const float *s, int cnt) { return attn_active()->max(s, cnt); }
+
+void attn_tile_step(const attn_tile *t) { attn_active()->tile(t); }

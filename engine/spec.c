@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "attnd/sampler.h"
 #include "attnd/tokenizer.h"
 #include "block.h"
 
@@ -328,7 +329,7 @@ int spec_lookup(const int32_t *hist, int n_hist, int ngram_min, int ngram_max, i
 
 /* The probability of the largest logit under softmax, and its id. */
 static int32_t top_token(const float *logits, int n_vocab, float *p_top) {
-    int32_t best = engine_argmax(logits, n_vocab);
+    int32_t best = sampler_argmax(logits, n_vocab);
     double z = 0;
     for (int i = 0; i < n_vocab; i++) z += exp((double)logits[i] - logits[best]);
     *p_top = (float)(1.0 / z);

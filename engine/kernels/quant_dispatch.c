@@ -5,9 +5,9 @@
  * quant_kernels_active) built from the tables of quant_ref.c, x86/ and amx/; then the vector
  * primitives of quant.h, which call through that table.
  *
- * The kernels it chooses from never call back into it (their per-CPU parameters are quant_tune.c's),
- * and the formats (quant_format.c) do not call it: calls go one way, driver -> dispatch -> kernels
- * -> formats.
+ * The kernels it chooses from never call back into it (their per-CPU parameters are
+ * quant_tune.c's), and the formats (quant_format.c) do not call it: calls go one way, driver ->
+ * dispatch -> kernels -> formats. Nothing in engine/kernels/ calls the engine above it.
  */
 #include <pthread.h>
 #include <stdatomic.h>
@@ -173,8 +173,7 @@ static void resolve_tables(void) {
         RESOLVE(k, isa, prep_q8_0); RESOLVE(k, isa, prep_q8_k); RESOLVE(k, isa, prep_f16);
         RESOLVE(k, isa, prep_bf16);
         RESOLVE(k, isa, dot_rows); RESOLVE(k, isa, axpy_rows); RESOLVE(k, isa, exp); RESOLVE(k, isa, h2f);
-        RESOLVE(k, isa, f2h); RESOLVE(k, isa, attn_scores_t); RESOLVE(k, isa, attn_max);
-        RESOLVE(k, isa, attn_tile);
+        RESOLVE(k, isa, f2h);
     }
 }
 
