@@ -102,8 +102,8 @@ static inline __attribute__((always_inline)) const attn_tile *tile_as_f32(const 
     if (!t->KT16 && !t->KQ) return t;
     *f32 = *t;
     if (t->KQ) {
-        kvq_k_to_f32(t->kt_buf, t->KQ, (kv_type)t->kvq, t->hd);
-        kvq_v_to_f32(t->v_buf, t->VQ, (kv_type)t->kvq, t->hd, t->cnt);
+        kv_quant_k_to_f32(t->kt_buf, t->KQ, (kv_type)t->kvq, t->hd);
+        kv_quant_v_to_f32(t->v_buf, t->VQ, (kv_type)t->kvq, t->hd, t->cnt);
         f32->v_stride = t->hd;
     } else {
         h2f(t->kt_buf, t->KT16, (int64_t)t->hd * KV_BLOCK);
@@ -190,7 +190,7 @@ Q2_INLINE __m256i q2_quants(const uint8_t *p, int high, const int q4) {
 
 /* Keys of dimension i at positions 8v..8v+7 of t's key tile, as F32 */
 Q2_INLINE __m256 q2_key(const attn_tile *t, const uint16_t *ds, int i, int v, const int q4) {
-    const uint16_t *di = ds + (size_t)(i / KVQ_BLOCK) * KV_BLOCK + 8 * v;
+    const uint16_t *di = ds + (size_t)(i / KV_QUANT_BLOCK) * KV_BLOCK + 8 * v;
     __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)di));
     int k0 = 8 * (v % 4); /* Q4_0: positions 32G + k0.. in bytes 16G + k0 % 16.., high nibbles from k0 = 16 */
     const uint8_t *p = q4 ? t->KQ + (size_t)i * (KV_BLOCK / 2) + (size_t)(v / 4) * 16 + k0 % 16
@@ -201,7 +201,7 @@ Q2_INLINE __m256 q2_key(const attn_tile *t, const uint16_t *ds, int i, int v, co
 /* attn_scores_t_avx2 over t's quantized key tile */
 Q2_INLINE void q2_scores_kind(float *s, const float *q, const attn_tile *t, int cnt, float scale, const int q4) {
     int hd = t->hd;
-    const uint16_t *ds = kvq_k_scales(t->KQ, q4 ? KV_Q4_0 : KV_Q8_0, hd);
+    const uint16_t *ds = kv_quant_k_scales(t->KQ, q4 ? KV_Q4_0 : KV_Q8_0, hd);
     __m256 sc = _mm256_set1_ps(scale);
     if (cnt > KV_BLOCK / 2) {
         __m256 a[KV_BLOCK / 8];
@@ -225,12 +225,12 @@ Q2_INLINE void q2_scores_kind(float *s, const float *q, const attn_tile *t, int 
 
 /* The kernels' AVX2 axpy_rows over t's quantized value tile: one GGUF block (32 columns) at a time */
 Q2_INLINE void q2_axpy_kind(float *acc, const float *p, const attn_tile *t, int n, const int q4) {
-    size_t bb = q4 ? 18 : 34, rb = (size_t)(t->hd / KVQ_BLOCK) * bb;
-    for (int i = 0; i < t->hd; i += KVQ_BLOCK) {
+    size_t bb = q4 ? 18 : 34, rb = (size_t)(t->hd / KV_QUANT_BLOCK) * bb;
+    for (int i = 0; i < t->hd; i += KV_QUANT_BLOCK) {
         __m256 a[4];
         for (int w = 0; w < 4; w++) a[w] = _mm256_loadu_ps(acc + i + 8 * w);
         for (int j = 0; j < n; j++) {
-            const uint8_t *blk = t->VQ + (size_t)j * rb + (size_t)(i / KVQ_BLOCK) * bb;
+            const uint8_t *blk = t->VQ + (size_t)j * rb + (size_t)(i / KV_QUANT_BLOCK) * bb;
             uint16_t h;
             memcpy(&h, blk, 2);
             __m256 d = _mm256_set1_ps(_cvtsh_ss(h)), pj = _mm256_set1_ps(p[j]);
@@ -310,7 +310,7 @@ static inline __mmask16 at_mask(int cnt, int v) {
 #define AT_Q4 3
 
 /* Keys of dimension i at positions 16v..16v+15 of t's key tile, as F32; d: their scales (the
- * quantized kinds), so the key is d q exactly as kvq_k_to_f32 makes it. */
+ * quantized kinds), so the key is d q exactly as kv_quant_k_to_f32 makes it. */
 static AT_INLINE __m512 at_key(const attn_tile *t, int i, int v, __m512 d, const int kind) {
     size_t e = (size_t)i * KV_BLOCK + 16 * (size_t)v;
     if (kind == AT_F32) return _mm512_loadu_ps(t->KT + e);
@@ -325,21 +325,21 @@ static AT_INLINE __m512 at_key(const attn_tile *t, int i, int v, __m512 d, const
 }
 
 /* Values of position j at columns c..c+15 of t's value tile, as F32 (the quantized kinds: d q,
- * as kvq_v_to_f32 makes them) */
+ * as kv_quant_v_to_f32 makes them) */
 static AT_INLINE __m512 at_value(const attn_tile *t, int j, int c, const int kind) {
     if (kind == AT_F32) return _mm512_loadu_ps(t->V + (size_t)j * t->v_stride + c);
     if (kind == AT_F16) return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(t->V16 + (size_t)j * t->v_stride + c)));
     size_t bb = kind == AT_Q8 ? 34 : 18;
-    const uint8_t *blk = t->VQ + ((size_t)j * (size_t)(t->hd / KVQ_BLOCK) + (size_t)(c / KVQ_BLOCK)) * bb;
+    const uint8_t *blk = t->VQ + ((size_t)j * (size_t)(t->hd / KV_QUANT_BLOCK) + (size_t)(c / KV_QUANT_BLOCK)) * bb;
     uint16_t h;
     memcpy(&h, blk, 2);
     __m512 d = _mm512_cvtph_ps(_mm256_set1_epi16((short)h));
     if (kind == AT_Q8) {
-        __m128i q = _mm_loadu_si128((const __m128i *)(blk + 2 + c % KVQ_BLOCK));
+        __m128i q = _mm_loadu_si128((const __m128i *)(blk + 2 + c % KV_QUANT_BLOCK));
         return _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q)), d);
     }
     __m128i b = _mm_loadu_si128((const __m128i *)(blk + 2));
-    if (c % KVQ_BLOCK) b = _mm_srli_epi16(b, 4);
+    if (c % KV_QUANT_BLOCK) b = _mm_srli_epi16(b, 4);
     __m512i n = _mm512_cvtepu8_epi32(_mm_and_si128(b, _mm_set1_epi8(0x0F)));
     return _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(n, _mm512_set1_epi32(8))), d);
 }
@@ -348,15 +348,15 @@ static AT_INLINE __m512 at_value(const attn_tile *t, int j, int c, const int kin
  * of 32 dimensions at a time, its 16-position scale vectors loaded once */
 static AT_INLINE void at_scores(__m512 s[AT_RB][4], const float *q, const attn_tile *t, const int nr, const int nv,
                                 const int kind) {
-    int hd = t->hd, step = kind >= AT_Q8 ? KVQ_BLOCK : hd;
-    const uint16_t *ds = kind >= AT_Q8 ? kvq_k_scales(t->KQ, kind == AT_Q8 ? KV_Q8_0 : KV_Q4_0, hd) : NULL;
+    int hd = t->hd, step = kind >= AT_Q8 ? KV_QUANT_BLOCK : hd;
+    const uint16_t *ds = kind >= AT_Q8 ? kv_quant_k_scales(t->KQ, kind == AT_Q8 ? KV_Q8_0 : KV_Q4_0, hd) : NULL;
     for (int rr = 0; rr < nr; rr++)
         for (int v = 0; v < nv; v++) s[rr][v] = _mm512_setzero_ps();
     for (int i0 = 0; i0 < hd; i0 += step) {
         __m512 d[4];
         for (int v = 0; v < nv; v++)
             d[v] = kind >= AT_Q8 ? _mm512_cvtph_ps(_mm256_loadu_si256(
-                                       (const __m256i *)(ds + (size_t)(i0 / KVQ_BLOCK) * KV_BLOCK + 16 * v)))
+                                       (const __m256i *)(ds + (size_t)(i0 / KV_QUANT_BLOCK) * KV_BLOCK + 16 * v)))
                                  : _mm512_setzero_ps();
         for (int i = i0; i < i0 + step; i++) {
             __m512 k[4];
