@@ -11,11 +11,13 @@
  */
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "amx/amx_tile.h"
 #include "attnd/common.h"
+#include "attnd/gguf.h"
 #include "quant.h"
 #include "quant_impl.h"
 #include "quant_types.h"
@@ -113,6 +115,21 @@ const char *quant_amx_unused_reason(void) {
     if (st == AMX_REFUSED) return "refused by the OS";
     if (quant_isa_best() != QUANT_ISA_AMX) return "needs AVX-512";
     return isa_from_env() >= 0 ? "turned off by ATTND_ISA / ATTND_NO_SIMD" : "not selected";
+}
+
+size_t quant_amx_type_names(char *out, size_t cap) {
+    size_t len = 0;
+    bool fits = cap > 0; /* false from the first name that does not fit: the list stops there */
+    if (fits) out[0] = '\0';
+    for (int t = 0; t < QT_COUNT; t++) { /* the emulated table has the real one's entries, on any CPU */
+        if (!quant_kernels_amx_emu.packed[t] && !quant_kernels_amx_emu.rows[t]) continue;
+        const char *name = gguf_type_name(quant_traits_table[t].type);
+        size_t add = strlen(name) + (len ? 2 : 0);
+        fits = fits && len + add < cap;
+        if (fits) snprintf(out + len, cap - len, "%s%s", len ? ", " : "", name);
+        len += add;
+    }
+    return len;
 }
 
 static _Atomic int g_amx_math = -1; /* -1: not chosen yet */
