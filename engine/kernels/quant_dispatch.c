@@ -7,7 +7,8 @@
  *
  * The kernels it chooses from never call back into it (their per-CPU parameters are
  * quant_tune.c's), and the formats (quant_format.c) do not call it: calls go one way, driver ->
- * dispatch -> kernels -> formats. Nothing in engine/kernels/ calls the engine above it.
+ * dispatch -> kernels -> formats. Of the rest of engine/, the kernels call only the pool
+ * (threads.c) and GGUF (gguf.c; the writer for quantize.c), never the attention loops above them.
  */
 #include <pthread.h>
 #include <stdatomic.h>
