@@ -16,6 +16,7 @@
 
 #include "attnd/engine.h"
 #include "attnd/gguf_writer.h"
+#include "attnd/sampler.h"
 #include "attnd/tokenizer.h"
 #include "engine_rig.h"
 #include "family_specs.h"
@@ -1067,7 +1068,7 @@ Test(model, generate_is_greedy_and_stops_when_asked) {
 
 Test(model, argmax_ties_go_to_lowest_id) {
     float l[5] = {0.5f, 2.0f, -1.0f, 2.0f, 1.0f};
-    cr_assert_eq(engine_argmax(l, 5), 1);
+    cr_assert_eq(sampler_argmax(l, 5), 1);
 }
 
 // ---- generated models against llama.cpp ---------------------------------------------------------
@@ -1270,7 +1271,7 @@ static double ref_agreement(json_t *cases, const char *name, kv_type kv, int *n_
         cr_assert_eq(kv_seq_create(&s, pool, NULL), ATTND_OK);
         prefill(e, s, ids, nt - 1, lg); /* position i predicts token i + 1 */
         for (int i = np - 1; i < nt - 1; i++, total++)
-            agree += engine_argmax(lg + (size_t)i * mi->n_vocab, mi->n_vocab) == ids[i + 1];
+            agree += sampler_argmax(lg + (size_t)i * mi->n_vocab, mi->n_vocab) == ids[i + 1];
         kv_seq_destroy(s);
         free(ids);
     }

@@ -437,7 +437,4 @@ const quant_kernels quant_kernels_portable = {
     .exp = exp_portable,
     .h2f = h2f_portable,
     .f2h = f2h_portable,
-    .attn_scores_t = attn_scores_t_portable,
-    .attn_max = attn_max_portable,
-    .attn_tile = attn_tile_portable,
 };
