@@ -194,7 +194,8 @@ async function errors() {
   check(isError(r, 413), 'a body over the cap is a 413', r.status);
   r = await post('/v1/completions', { prompt: 'x', session_id: 'does-not-exist' });
   check(isError(r, 404, 'session_id'), 'an unknown session_id is a 404', r.json);
-  check(/X-Session-Id header/.test(r.json?.error?.message), 'a body-only session_id that is not found names X-Session-Id', r.json);
+  check(/POST \/v1\/sessions/.test(r.json?.error?.message) && !/X-Session-Id|load balancer/.test(r.json?.error?.message),
+        'an unknown session_id on one server says how to create it, no balancer hint', r.json);
   r = await post('/v1/completions', { prompt: 'x', session_id: 'does-not-exist' }, { 'X-Session-Id': 'does-not-exist' });
   check(isError(r, 404, 'session_id') && !/X-Session-Id/.test(r.json.error.message),
         'with the header sent, the 404 has no proxy hint', r.json);
