@@ -6,12 +6,14 @@
  * Signals are blocked in every thread before any is created and taken synchronously with
  * sigwait() here, so no async-signal handler races with the server's threads.
  */
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "attnd/model.h"
 #include "attnd/tokenizer.h"
@@ -112,6 +114,17 @@ static void block_stop_signals(sigset_t *sigs) {
     signal(SIGPIPE, SIG_IGN);
 }
 
+/* A second SIGINT / SIGTERM during the drain: exit now, as the countdown says (what is in
+ * flight is lost, sessions not yet saved are not saved). */
+static void *second_signal(void *arg) {
+    static sigset_t sigs; /* the thread may outlive the caller's copy */
+    sigs = *(const sigset_t *)arg;
+    int sig = 0;
+    sigwait(&sigs, &sig);
+    slog_warn("%s received again; exiting without waiting", sig == SIGINT ? "SIGINT" : "SIGTERM");
+    _exit(1);
+}
+
 /* The settings from argv (llama-server's spellings read as serve's), the environment and the
  * config file; exits 2 with the reason on a usage error. */
 static config *serve_config(int argc, char **argv, server_settings *st) {
@@ -193,6 +206,8 @@ int cmd_serve(int argc, char **argv) {
     int sig = 0;
     sigwait(&sigs, &sig);
     slog_info("%s received; shutting down", sig == SIGINT ? "SIGINT" : "SIGTERM");
+    pthread_t second;
+    if (pthread_create(&second, NULL, second_signal, &sigs) == 0) pthread_detach(second);
     server_shutdown(srv);
     rc = 0;
 out:

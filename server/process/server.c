@@ -271,11 +271,18 @@ attnd_status server_load(server *s, attnd_err *err) {
 
 /* Waits until no request is in flight and the scheduler is idle, or timeout_ms passed. */
 static bool drain(server *s, int timeout_ms) {
-    double end = attnd_now_s() + timeout_ms / 1e3;
+    double end = attnd_now_s() + timeout_ms / 1e3, next_log = 0;
     for (;;) {
-        bool idle = atomic_load(&s->in_flight) == 0 && (!s->sch || sched_wait_idle(s->sch, 0));
+        int n = atomic_load(&s->in_flight);
+        bool idle = n == 0 && (!s->sch || sched_wait_idle(s->sch, 0));
         if (idle) return true;
-        if (attnd_now_s() >= end) return false;
+        double now = attnd_now_s();
+        if (now >= end) return false;
+        if (now >= next_log) { /* a countdown once a second: the operator sees what it waits for */
+            slog_info("shutdown: waiting for %d request%s to finish, %.0f s left (a second signal exits now)", n,
+                      n == 1 ? "" : "s", end - now);
+            next_log = now + 1.0;
+        }
         usleep(10 * 1000);
     }
 }
