@@ -46,7 +46,11 @@ static void grids_build(void) {
     expand(&g->iq3xxs[0][0], quant_iq3xxs_codes, 256, 4, 3, IQ_LEVELS_3XXS);
     expand(&g->iq3s[0][0], quant_iq3s_codes, 512, 4, 3, IQ_LEVELS_3S);
     for (int i = 0; i < 2048; i++)
-        for (int k = 0; k < 8; k++) g->iq1s[i][k] = IQ_LEVELS_1[(quant_iq1s_codes[i] >> (2 * k)) & 3];
+        for (int k = 0; k < 8; k++) {
+            g->iq1s[i][k] = IQ_LEVELS_1[(quant_iq1s_codes[i] >> (2 * k)) & 3];
+            g->iq1s8[0][i][k] = (int8_t)(8 * g->iq1s[i][k] + 1);
+            g->iq1s8[1][i][k] = (int8_t)(8 * g->iq1s[i][k] - 1);
+        }
     for (int i = 0; i < 128; i++) g->signs[i] = (uint8_t)(i | (__builtin_popcount((unsigned)i) & 1) << 7);
 }
 
@@ -177,12 +181,16 @@ static int trit(uint8_t byte, int n) {
     return (((uint8_t)(byte * pow3[n])) * 3 >> 8) - 1;
 }
 
+void quant_tq1_0_values(int8_t v[QK_K], const uint8_t *b) {
+    for (int e = 0; e < 160; e++) v[e] = (int8_t)trit(b[e % 32], e / 32);             /* qs[0..32): 5 x 32 */
+    for (int e = 0; e < 80; e++) v[160 + e] = (int8_t)trit(b[32 + e % 16], e / 16); /* qs[32..48): 5 x 16 */
+    for (int e = 0; e < 16; e++) v[240 + e] = (int8_t)trit(b[48 + e % 4], e / 4);   /* qh[0..4): 4 x 4 */
+}
+
 static void dec_tq1_0(iq_dec *o, const uint8_t *b, const quant_iq_grids *g) {
     (void)g;
     o->d = f16_at(b + 52);
-    for (int e = 0; e < 160; e++) o->v[e] = (int8_t)trit(b[e % 32], e / 32);                  /* qs[0..32): 5 x 32 */
-    for (int e = 0; e < 80; e++) o->v[160 + e] = (int8_t)trit(b[32 + e % 16], e / 16);      /* qs[32..48): 5 x 16 */
-    for (int e = 0; e < 16; e++) o->v[240 + e] = (int8_t)trit(b[48 + e % 4], e / 4);        /* qh[0..4): 4 x 4 */
+    quant_tq1_0_values(o->v, b);
     memset(o->ls, 1, sizeof o->ls);
 }
 

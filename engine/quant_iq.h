@@ -44,11 +44,14 @@
 
 /* The codebooks, expanded: entry i of a grid is its 8 (IQ1, IQ2) or 4 (IQ3) values. signs[i]:
  * the 7 stored sign bits i and an eighth that makes their parity even (bit j set: value j is
- * negated). Built once, on first use (thread-safe); valid for the life of the process. */
+ * negated). iq1s8[s][i]: IQ1's entry i as 8 v + 1 (s 0) or 8 v - 1 (s 1), the weight with its
+ * shift of +-1/8 in eighths (for the SIMD kernels: one signed byte a weight). Built once, on
+ * first use (thread-safe); valid for the life of the process. */
 typedef struct quant_iq_grids {
     uint8_t iq2xxs[256][8], iq2xs[512][8], iq2s[1024][8];
     uint8_t iq3xxs[256][4], iq3s[512][4];
     int8_t iq1s[2048][8];
+    int8_t iq1s8[2][2048][8];
     uint8_t signs[128];
 } quant_iq_grids;
 const quant_iq_grids *quant_iq_grids_get(void);
@@ -60,6 +63,9 @@ extern const uint16_t quant_iq3xxs_codes[256], quant_iq3s_codes[512], quant_iq1s
 /* NVFP4's UE4M3 scale with the codebook's halving (the E2M1 values are stored doubled): exact.
  * Bit 7 is not read; 0x7F (E4M3's NaN) is 0, as the format's reference decoder has it. */
 float quant_ue4m3_half(uint8_t x);
+
+/* TQ1_0: the 256 trits (-1, 0, 1) of one block, in weight order. */
+void quant_tq1_0_values(int8_t v[256], const uint8_t *blk);
 
 /* QUANT_TYPE_LIST's entries (names fixed by the list's X-macro): dequantizers of nb blocks and the
  * portable row-range kernels (quant_impl.h's quant_rows_fn). */
