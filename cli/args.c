@@ -1,5 +1,6 @@
 /* args.c — strict command-line parsing shared by the subcommands (see commands.h). */
 #include "commands.h"
+#include "../server/runtime/hub.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -178,8 +179,24 @@ char *cli_default_model_path(void) {
     return existing(ATTND_INSTALL_DATADIR "/models", MODEL);
 }
 
+char *cli_hub_model(const char *cmd, const char *ref) {
+    char path[4096];
+    attnd_err err = {{0}};
+    if (hub_cached(ref, NULL, path, sizeof(path), &err) != ATTND_OK) {
+        fprintf(stderr, "attnd %s: %s is not in the model cache; pulling it\n", cmd, ref);
+        if (hub_pull(ref, NULL, path, sizeof(path), &err) != ATTND_OK) {
+            fprintf(stderr, "attnd %s: %s\n", cmd, err.msg);
+            exit(1);
+        }
+    }
+    char *p = strdup(path);
+    if (!p) cli_usage_error(cmd, "out of memory");
+    return p;
+}
+
 const char *cli_resolve_model(const char *cmd, const char *model, char **owned) {
     *owned = NULL;
+    if (model && !strncmp(model, "hf://", 5)) return *owned = cli_hub_model(cmd, model);
     if (model) return model;
     *owned = cli_default_model_path();
     if (!*owned) cli_usage_error(cmd, "no --model given and no default model found");

@@ -218,7 +218,11 @@ static void print_text(const gguf_file *f, const char *model, const json_t *root
     const char *arch = json_string_value(json_object_get(root, "architecture"));
     json_t *hp = json_object_get(root, "hyperparameters"), *by_type = json_object_get(root, "tensors_by_type");
     uint64_t vocab = (uint64_t)json_integer_value(json_object_get(root, "vocab_size"));
-    printf("file:          %s (%" PRIu64 " bytes, GGUF v%u)\n", model, gguf_file_size(f), gguf_version(f));
+    if (gguf_file_count(f) > 1)
+        printf("file:          %s (%" PRIu64 " bytes in a split set of %d files, GGUF v%u)\n", model, gguf_file_size(f),
+               gguf_file_count(f), gguf_version(f));
+    else
+        printf("file:          %s (%" PRIu64 " bytes, GGUF v%u)\n", model, gguf_file_size(f), gguf_version(f));
     printf("name:          %s\n", str_or(f, "general.name", "(none)"));
     printf("architecture:  %s\n", arch);
     const char *k;

@@ -1,6 +1,6 @@
 /*
  * cmd_quantize.c — `attnd quantize IN.gguf OUT.gguf TYPE`: re-encode a model's weights
- * (engine/quantize.c does the work; this file parses arguments and reports).
+ * (engine/kernels/quantize.c does the work; this file parses arguments and reports).
  */
 #include <stdio.h>
 #include <string.h>

@@ -42,6 +42,16 @@ static bool model_precheck(const char *path) {
     return ok;
 }
 
+/* SIGINT and SIGTERM blocked (sigwait takes them), SIGPIPE ignored: before any thread exists, so
+ * that every thread inherits the mask. */
+static void block_stop_signals(sigset_t *sigs) {
+    sigemptyset(sigs);
+    sigaddset(sigs, SIGINT);
+    sigaddset(sigs, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, sigs, NULL);
+    signal(SIGPIPE, SIG_IGN);
+}
+
 int cmd_serve(int argc, char **argv) {
     server_settings st;
     config *cfg = NULL;
@@ -89,16 +99,13 @@ int cmd_serve(int argc, char **argv) {
     uint64_t wd = sdnotify_watchdog_interval_usec(notify);
     if (wd && (uint64_t)st.watchdog_interval_ms * 1000 > wd) st.watchdog_interval_ms = (int)(wd / 1000);
 
-    /* before any thread exists: every thread inherits the blocked mask */
     sigset_t sigs;
-    sigemptyset(&sigs);
-    sigaddset(&sigs, SIGINT);
-    sigaddset(&sigs, SIGTERM);
-    pthread_sigmask(SIG_BLOCK, &sigs, NULL);
-    signal(SIGPIPE, SIG_IGN);
+    block_stop_signals(&sigs);
 
     int rc = 1;
     server *srv = NULL;
+    char *pulled = NULL; /* model = hf://org/repo:QUANT: the cached (or just pulled) file */
+    if (!strncmp(st.model_path, "hf://", 5)) st.model_path = pulled = cli_hub_model("serve", st.model_path);
     if (!model_precheck(st.model_path)) goto out;
     if (server_create(&srv, &st, &err) != ATTND_OK) {
         slog_error("%s", err.msg);
@@ -118,6 +125,7 @@ int cmd_serve(int argc, char **argv) {
 out:
     server_destroy(srv);
     sdnotify_destroy(notify);
+    free(pulled);
     free(dflt);
     config_destroy(cfg);
     return rc;

@@ -25,6 +25,9 @@ int cmd_detokenize(int argc, char **argv);
 int cmd_tokenize_bench(int argc, char **argv);
 int cmd_quantize(int argc, char **argv);
 int cmd_template(int argc, char **argv);
+int cmd_pull(int argc, char **argv);
+int cmd_models(int argc, char **argv);
+int cmd_split(int argc, char **argv);
 
 /* ---- argument helpers (cli/args.c) ---- */
 
@@ -128,6 +131,9 @@ char *cli_default_model_path(void);
 /* `model` when given, else the default model (usage error naming cmd when there is none).
  * *owned receives the malloc'd default path for the caller to free, or NULL. */
 const char *cli_resolve_model(const char *cmd, const char *model, char **owned);
+/* The local file of an hf://org/repo[:QUANT] reference (malloc'd): from the model cache, or
+ * pulled into it first (progress and errors on stderr; exits 1 when it cannot be had). */
+char *cli_hub_model(const char *cmd, const char *ref);
 
 /* The exit status of a command whose work ended with st: 0, or 1 after printing
  * "attnd <cmd>: <err->msg>" on stderr. */

@@ -37,6 +37,9 @@ static const command COMMANDS[] = {
     {"detokenize", cmd_detokenize, "token ids to text, as POST /detokenize answers"},
     {"quantize", cmd_quantize, "re-encode a model's weights (F16 ... Q8_0, the K-quant mixes, IQ4_XS, MXFP4)"},
     {"template", cmd_template, "render a chat template (the model's or a file's) with JSON variables"},
+    {"pull", cmd_pull, "download a GGUF model from the Hugging Face Hub (org/repo[:QUANT]) into the cache"},
+    {"models", cmd_models, "list the models in the cache that `attnd pull` fills"},
+    {"split", cmd_split, "write a model as a split set of N files (llama.cpp's gguf-split layout)"},
     {"version", cmd_version, "print the version"},
     {"tokenize-bench", cmd_tokenize_bench, "measure tokenizer speed (MB/s) on a few MB of prose"},
 };

@@ -15,11 +15,13 @@
 
 static const char *const KEYS_NONE[] = {NULL};
 static const char *const KEYS_GEMMA2[] = {"attention.sliding_window", "attn_logit_softcapping",
-                                          "final_logit_softcapping", NULL};
-static const char *const KEYS_GEMMA3[] = {"attention.sliding_window", NULL};
+                                          "final_logit_softcapping", "rope.freq_base_swa", NULL};
+static const char *const KEYS_GEMMA3[] = {"attention.sliding_window", "final_logit_softcapping",
+                                          "rope.freq_base_swa", NULL};
+static const char *const KEYS_PHI3[] = {"attention.sliding_window", NULL};
 static const char *const KEYS_MOE[] = {"expert_count", "expert_used_count", "expert_feed_forward_length", NULL};
 static const char *const KEYS_GPT_OSS[] = {"expert_count", "expert_used_count", "expert_feed_forward_length",
-                                           "attention.sliding_window", NULL};
+                                           "attention.sliding_window", "rope.freq_base_swa", NULL};
 
 static const arch_desc ARCHS[] = {
     {.name = "llama", .rope = ROPE_ADJACENT, .qkv_bias = NEED_OPTIONAL, .keys = KEYS_NONE},
@@ -27,18 +29,25 @@ static const arch_desc ARCHS[] = {
     {.name = "qwen3", .rope = ROPE_NEOX, .qk_norm = true, .keys = KEYS_NONE},
     {.name = "smollm3", .rope = ROPE_ADJACENT, .nope_step = 4, .keys = KEYS_NONE},
     {.name = "gemma2", .rope = ROPE_NEOX, .post_norms = true, .embd_scale = true, .act = ACT_GELU_TANH,
-     .swa_pattern = 2, .swa_default = 4096, .softcap = true, .wide_scale_layers = 46, .keys = KEYS_GEMMA2},
+     .swa_pattern = 2, .swa_default = 4096, .swa_rope_scaled = true, .softcap = true, .wide_scale_layers = 46,
+     .keys = KEYS_GEMMA2},
+    /* no window key (or 0): every layer global, as llama.cpp reads it; final soft-capping only when
+     * the file says */
     {.name = "gemma3", .rope = ROPE_NEOX, .qk_norm = true, .post_norms = true, .embd_scale = true,
-     .act = ACT_GELU_TANH, .swa_pattern = 6, .swa_rope_base = 10000.0f, .wide_scale_layers = 62,
-     .keys = KEYS_GEMMA3},
-    {.name = "phi3", .rope = ROPE_NEOX, .fused_qkv = true, .fused_gate_up = true, .keys = KEYS_NONE},
+     .act = ACT_GELU_TANH, .swa_pattern = 6, .swa_optional = true, .swa_rope_base = 10000.0f, .softcap = true,
+     .wide_scale_layers = 62, .keys = KEYS_GEMMA3},
+    /* the converter writes sliding_window (2047 in Phi-3-mini-4k, 0 or none meaning none): every
+     * layer sees that window, as the checkpoint's own attention does; llama.cpp ignores it, which
+     * only differs beyond the window */
+    {.name = "phi3", .rope = ROPE_NEOX, .fused_qkv = true, .fused_gate_up = true, .swa_every_layer = true,
+     .swa_optional = true, .keys = KEYS_PHI3},
     /* router softmax over all experts, top expert_used_count, their weights renormalised to sum 1 */
     {.name = "qwen3moe", .rope = ROPE_NEOX, .qk_norm = true, .moe = true, .keys = KEYS_MOE},
     /* biases everywhere, sinks, even layers local (window required), the FFN's input norm is
      * post_attention_norm; the experts are MXFP4 in released files (attnd: not yet) */
     {.name = "gpt-oss", .rope = ROPE_NEOX, .qkv_bias = NEED_YES, .attn_out_bias = true, .sinks = true,
      .act = ACT_SWIGLU_OAI, .moe = true, .moe_biases = true, .moe_softmax_topk = true, .swa_pattern = 2,
-     .ffn_norm = "post_attention_norm", .keys = KEYS_GPT_OSS},
+     .swa_rope_scaled = true, .ffn_norm = "post_attention_norm", .keys = KEYS_GPT_OSS},
 };
 
 /* Keys every family reads (model.c) or that change nothing attnd computes. */
@@ -67,4 +76,16 @@ static bool in_list(const char *const *list, const char *s) {
 
 bool arch_key_known(const arch_desc *d, const char *suffix) {
     return in_list(KEYS_COMMON, suffix) || in_list(d->keys, suffix);
+}
+
+static const arch_fixed_key FIXED_COMMON[] = {{"attention.causal", 1, "causal (decoder) attention"}};
+static const arch_fixed_key FIXED_SOFTMAX_GATE[] = {{"expert_gating_func", 1, "softmax expert gating"}};
+
+const arch_fixed_key *arch_fixed_key_find(const arch_desc *d, const char *suffix) {
+    for (size_t i = 0; i < ATTND_ARRAY_LEN(FIXED_COMMON); i++)
+        if (!strcmp(FIXED_COMMON[i].suffix, suffix)) return &FIXED_COMMON[i];
+    /* the families whose router is a softmax over every expert (gpt-oss's softmax of the top k
+     * has no gating value of its own in GGUF) */
+    if (d->moe && !d->moe_softmax_topk && !strcmp(FIXED_SOFTMAX_GATE[0].suffix, suffix)) return &FIXED_SOFTMAX_GATE[0];
+    return NULL;
 }

@@ -10,6 +10,7 @@
 #define ATTND_ARCH_H
 
 #include <stdbool.h>
+#include <stdint.h>
 
 /* Which elements RoPE rotates together: (2i, 2i+1) (llama's converter permutes Q/K for it), or
  * (i, i + rope_dims/2) ("NEOX"). */
@@ -41,10 +42,16 @@ typedef struct arch_desc {
     bool sinks;                /* attn_sinks (n_head): a per-head logit in every softmax's denominator */
     const char *ffn_norm;      /* the FFN's input norm tensor ("blk.N.<name>.weight"); NULL = ffn_norm */
     /* Sliding-window attention: with swa_pattern n > 0, layer l is local (sees the last `window`
-     * positions) unless l % n == n - 1; the window is <arch>.attention.sliding_window, or
-     * swa_default when the file has none (0: the key is required). */
+     * positions) unless l % n == n - 1; with swa_every_layer, every layer is. The window is
+     * <arch>.attention.sliding_window, or swa_default when the file has none (0: the key is
+     * required, unless swa_optional: then no key, or 0, means no local layers, as llama.cpp reads
+     * Gemma 3 and Phi-3 files). */
     int swa_pattern, swa_default;
-    float swa_rope_base;       /* RoPE base of local layers (no scaling); 0 = as global layers */
+    bool swa_every_layer, swa_optional;
+    /* Local layers' RoPE: base <arch>.rope.freq_base_swa, or swa_rope_base when the file has none
+     * (0: the global base); unscaled, or with the global layers' scaling when swa_rope_scaled. */
+    float swa_rope_base;
+    bool swa_rope_scaled;
     int nope_step;             /* n > 0: layer l skips RoPE when (l + 1) % n == 0 */
     bool softcap;              /* attn_logit_softcapping, final_logit_softcapping keys */
     /* Query scale 1/sqrt(n_embd / n_head) instead of 1/sqrt(head_dim) at this depth (Gemma's
@@ -60,5 +67,16 @@ const char *arch_names(void);
 /* Whether "<arch>.<suffix>" is a key attnd reads and applies for d (common or the family's), or
  * one known to change nothing. */
 bool arch_key_known(const arch_desc *d, const char *suffix);
+
+/* A key converters write that attnd accepts with one value only, the one that means what it
+ * computes (attention.causal true; Qwen3-MoE's expert_gating_func 1, softmax); any other value is
+ * refused by name. */
+typedef struct arch_fixed_key {
+    const char *suffix;
+    int64_t value;     /* as an integer (bool: 0 / 1) */
+    const char *means; /* what that value means, for the refusal */
+} arch_fixed_key;
+/* d's fixed-value key "<arch>.<suffix>", or NULL. */
+const arch_fixed_key *arch_fixed_key_find(const arch_desc *d, const char *suffix);
 
 #endif /* ATTND_ARCH_H */

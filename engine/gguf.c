@@ -31,7 +31,7 @@ typedef struct type_info {
 } type_info;
 
 /* Every type id a file may carry (names and block geometry). Which of them the engine computes is
- * engine/quant_types.h's list: gguf_type_computable lives with it, in quant_format.c. */
+ * engine/kernels/quant_types.h's list: gguf_type_computable lives with it, in quant_format.c. */
 static const type_info TYPES[] = {
     {0, "F32", 1, 4},        {1, "F16", 1, 2},        {2, "Q4_0", 32, 18},
     {3, "Q4_1", 32, 20},    {6, "Q5_0", 32, 22},    {7, "Q5_1", 32, 24},
@@ -105,6 +105,11 @@ struct gguf_file {
     /* Every heap block the metadata owns (key copies, strings, arrays), freed on close. */
     void **allocs;
     size_t n_allocs, cap_allocs;
+
+    /* A split set's other files (shards 2..n), opened with the first and closed with it: their
+     * tensors are in `tensors`, their data in their own mappings. */
+    gguf_file **shards;
+    int n_shards;
 };
 
 static void *file_alloc(gguf_file *f, size_t n) {
@@ -456,7 +461,8 @@ attnd_status gguf_open_memory(gguf_file **out, const void *data, size_t size, at
     return ATTND_OK;
 }
 
-attnd_status gguf_open(gguf_file **out, const char *path, attnd_err *err) {
+/* One file, mapped and parsed; a split set's shards are joined by gguf_open. */
+static attnd_status open_one(gguf_file **out, const char *path, attnd_err *err) {
     *out = NULL;
     gguf_file *f = NULL;
     attnd_status st;
@@ -507,8 +513,103 @@ fail:
     return st;
 }
 
+// ---------------------------------------------------------------------------------------------
+// Split sets: NAME-00001-of-0000N.gguf ... NAME-0000N-of-0000N.gguf, as llama.cpp's gguf-split
+// writes them. Every shard carries split.no (0-based) and split.count; the first also carries the
+// model's metadata and split.tensors.count. Opening the first opens the rest and lists every
+// shard's tensors as the set's.
+
+/* The path of shard `no` (0-based) of n beside `first`, the set's first file; false when `first`
+ * is not named NAME-00001-of-NNNNN.gguf with n = NNNNN. */
+static bool shard_path(char *out, size_t cap, const char *first, int no, int n) {
+    char tail[64];
+    snprintf(tail, sizeof(tail), "-%05d-of-%05d.gguf", 1, n);
+    size_t lf = strlen(first), lt = strlen(tail);
+    if (lf <= lt || strcmp(first + lf - lt, tail) != 0) return false;
+    return snprintf(out, cap, "%.*s-%05d-of-%05d.gguf", (int)(lf - lt), first, no + 1, n) < (int)cap;
+}
+
+/* split.no and split.count of f (0 and 1 when f is not a shard). */
+static attnd_status split_keys(const gguf_file *f, uint32_t *no, uint32_t *count, attnd_err *err) {
+    *no = 0, *count = 1;
+    attnd_status st;
+    if (!gguf_find_kv(f, "split.count")) return gguf_find_kv(f, "split.no") ? attnd_fail(err, ATTND_ERR_FORMAT,
+        "split.no without split.count") : ATTND_OK;
+    if ((st = gguf_get_u32(f, "split.count", count, err)) || (st = gguf_get_u32(f, "split.no", no, err))) return st;
+    if (*count < 1 || *count > 9999 || *no >= *count)
+        return attnd_fail(err, ATTND_ERR_FORMAT, "split.no %u of split.count %u is out of range", *no, *count);
+    return ATTND_OK;
+}
+
+/* Appends shard s's tensors to f's and keeps s (owned by f from here). */
+static attnd_status add_shard(gguf_file *f, gguf_file *s, attnd_err *err) {
+    gguf_file **sh = realloc(f->shards, sizeof(*sh) * (size_t)(f->n_shards + 1));
+    if (!sh) return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory");
+    f->shards = sh;
+    f->shards[f->n_shards++] = s;
+    gguf_tensor *t = file_alloc(f, (size_t)(f->n_tensors + s->n_tensors) * sizeof(*t));
+    if (!t) return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory");
+    memcpy(t, f->tensors, (size_t)f->n_tensors * sizeof(*t));
+    memcpy(t + f->n_tensors, s->tensors, (size_t)s->n_tensors * sizeof(*t));
+    f->tensors = t;
+    f->n_tensors += s->n_tensors;
+    return ATTND_OK;
+}
+
+/* f is shard 1 of a set of n, opened from `path`: opens shards 2..n and joins their tensors. */
+static attnd_status join_shards(gguf_file *f, const char *path, uint32_t n, attnd_err *err) {
+    char sp[4096];
+    attnd_status st;
+    for (uint32_t no = 1; no < n; no++) {
+        if (!shard_path(sp, sizeof(sp), path, (int)no, (int)n))
+            return attnd_fail(err, ATTND_ERR_FORMAT, "%s: shard 1 of a %u-file split set, but not named "
+                              "NAME-00001-of-%05u.gguf, so the other files cannot be found", path, n, n);
+        gguf_file *s = NULL;
+        uint32_t s_no, s_n;
+        if ((st = open_one(&s, sp, err))) return st;
+        if ((st = split_keys(s, &s_no, &s_n, err)) || (s_no != no || s_n != n)) {
+            gguf_close(s);
+            return st ? st : attnd_fail(err, ATTND_ERR_FORMAT, "%s: split.no %u of %u, expected shard %u of %u",
+                                        sp, s_no, s_n, no, n);
+        }
+        if ((st = add_shard(f, s, err))) {
+            gguf_close(s);
+            return st;
+        }
+    }
+    uint32_t want = (uint32_t)f->n_tensors;
+    if (gguf_find_kv(f, "split.tensors.count") && (st = gguf_get_u32(f, "split.tensors.count", &want, err)))
+        return st;
+    if (want != f->n_tensors)
+        return attnd_fail(err, ATTND_ERR_FORMAT, "%s: split.tensors.count is %u but the %u files hold %llu tensors",
+                          path, want, n, (unsigned long long)f->n_tensors);
+    cursor c = {.f = f, .err = err};
+    return index_names(&c, f->n_tensors, &f->tensor_sorted, tensor_name, "split set", "tensor name");
+}
+
+attnd_status gguf_open(gguf_file **out, const char *path, attnd_err *err) {
+    attnd_status st = open_one(out, path, err);
+    uint32_t no, n;
+    if (st || (st = split_keys(*out, &no, &n, err)) == ATTND_OK) {
+        if (st || n == 1) return st;
+        if (no != 0)
+            st = attnd_fail(err, ATTND_ERR_FORMAT, "%s is file %u of a %u-file split set: open the first "
+                            "(NAME-00001-of-%05u.gguf), which brings the others", path, no + 1, n, n);
+        else
+            st = join_shards(*out, path, n, err);
+    }
+    if (st) {
+        gguf_close(*out);
+        *out = NULL;
+    }
+    return st;
+}
+
 void gguf_drop_pages(const gguf_file *f, const void *p, size_t n) {
     uintptr_t base = (uintptr_t)f->base, lo = (uintptr_t)p, hi = lo + n;
+    for (int i = 0; (lo < base || hi > base + f->size) && i < f->n_shards; i++) /* in another file? */
+        if (lo >= (uintptr_t)f->shards[i]->base && hi <= (uintptr_t)f->shards[i]->base + f->shards[i]->size)
+            return gguf_drop_pages(f->shards[i], p, n);
     if (!f->mapped || lo < base || hi > base + f->size) return;
     uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
     lo = (lo + page - 1) & ~(page - 1); /* whole pages only: a neighbour's bytes stay */
@@ -518,6 +619,8 @@ void gguf_drop_pages(const gguf_file *f, const void *p, size_t n) {
 
 void gguf_close(gguf_file *f) {
     if (!f) return;
+    for (int i = 0; i < f->n_shards; i++) gguf_close(f->shards[i]);
+    free(f->shards);
     for (size_t i = 0; i < f->n_allocs; i++) free(f->allocs[i]);
     free(f->allocs);
     if (f->mapped) munmap((void *)f->base, f->size);
@@ -528,7 +631,12 @@ void gguf_close(gguf_file *f) {
 // Accessors
 
 uint32_t gguf_version(const gguf_file *f) { return f->version; }
-uint64_t gguf_file_size(const gguf_file *f) { return f->size; }
+uint64_t gguf_file_size(const gguf_file *f) {
+    uint64_t n = f->size;
+    for (int i = 0; i < f->n_shards; i++) n += f->shards[i]->size;
+    return n;
+}
+int gguf_file_count(const gguf_file *f) { return 1 + f->n_shards; }
 uint32_t gguf_alignment(const gguf_file *f) { return f->alignment; }
 uint64_t gguf_data_offset(const gguf_file *f) { return f->data_offset; }
 uint64_t gguf_kv_count(const gguf_file *f) { return f->n_kv; }

@@ -7,6 +7,7 @@
 
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -225,4 +226,72 @@ attnd_status gguf_writer_write(gguf_writer *w, const char *path, attnd_err *err)
         return attnd_fail(err, ATTND_ERR_IO, "%s: write failed: %s", path, strerror(e));
     }
     return ATTND_OK;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Split sets
+
+/* part[i]: which of the n files tensor i goes to. Runs of tensors in file order, a new file
+ * starting where the bytes before a tensor pass the next multiple of total / n; every file gets
+ * one tensor at least (n <= the tensor count). */
+static void split_plan(const gguf_file *f, int n, int *part) {
+    uint64_t nt = gguf_tensor_count(f), total = 0, before = 0;
+    for (uint64_t i = 0; i < nt; i++) total += gguf_tensor_at(f, i)->n_bytes;
+    int prev = -1;
+    for (uint64_t i = 0; i < nt; i++) {
+        int p = total ? (int)(before * (uint64_t)n / total) : 0;
+        int rest = n - (int)(nt - i); /* the files after this one each need a tensor of those left */
+        if (p < rest) p = rest;
+        if (p > prev + 1) p = prev + 1; /* no file left empty */
+        if (p < prev) p = prev;
+        part[i] = prev = p;
+        before += gguf_tensor_at(f, i)->n_bytes;
+    }
+}
+
+static void add_split_keys(gguf_writer *w, int no, int n, uint64_t n_tensors) {
+    /* the widths llama.cpp's gguf-split writes, which its loader reads exactly */
+    gguf_kv kv = {.key = "split.no", .value = {.type = GGUF_VT_UINT16, .v.u64 = (uint64_t)no}};
+    gguf_writer_add_kv(w, &kv);
+    kv = (gguf_kv){.key = "split.count", .value = {.type = GGUF_VT_UINT16, .v.u64 = (uint64_t)n}};
+    gguf_writer_add_kv(w, &kv);
+    kv = (gguf_kv){.key = "split.tensors.count", .value = {.type = GGUF_VT_INT32, .v.i64 = (int64_t)n_tensors}};
+    gguf_writer_add_kv(w, &kv);
+}
+
+attnd_status gguf_split_write(const gguf_file *f, const char *prefix, int n, attnd_err *err) {
+    uint64_t nt = gguf_tensor_count(f);
+    if (n < 2 || n > 9999 || (uint64_t)n > nt)
+        return attnd_fail(err, ATTND_ERR_INVALID, "a split set of %d files from %llu tensors: 2..9999 files, at "
+                          "most one per tensor", n, (unsigned long long)nt);
+    int *part = malloc(sizeof(int) * (size_t)nt);
+    if (!part) return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory");
+    split_plan(f, n, part);
+    attnd_status st = ATTND_OK;
+    uint64_t i = 0;
+    for (int no = 0; no < n && !st; no++) {
+        gguf_writer *w = NULL;
+        if ((st = gguf_writer_create(&w))) {
+            st = attnd_fail(err, st, "out of memory");
+            break;
+        }
+        add_split_keys(w, no, n, nt);
+        for (uint64_t k = 0; no == 0 && k < gguf_kv_count(f); k++) {
+            const gguf_kv *kv = gguf_kv_at(f, k);
+            /* the writer aligns to 32 (no alignment key); the split keys are this set's */
+            if (strcmp(kv->key, "general.alignment") && strncmp(kv->key, "split.", 6)) gguf_writer_add_kv(w, kv);
+        }
+        for (; i < nt && part[i] == no; i++) {
+            const gguf_tensor *t = gguf_tensor_at(f, i);
+            gguf_writer_add_tensor(w, t->name, t->type, t->n_dims, t->ne, t->data);
+        }
+        char path[4096];
+        if (snprintf(path, sizeof(path), "%s-%05d-of-%05d.gguf", prefix, no + 1, n) >= (int)sizeof(path))
+            st = attnd_fail(err, ATTND_ERR_INVALID, "path too long");
+        else
+            st = gguf_writer_write(w, path, err);
+        gguf_writer_destroy(w);
+    }
+    free(part);
+    return st;
 }

@@ -127,6 +127,18 @@ static attnd_status check_vocabulary(const gguf_file *f, int n_vocab, attnd_err 
     return st;
 }
 
+/* v as an integer (a bool as 0 / 1); false for other types. */
+static bool kv_integer(const gguf_value *v, int64_t *out) {
+    switch (v->type) {
+    case GGUF_VT_BOOL: *out = v->v.b; return true;
+    case GGUF_VT_UINT8: case GGUF_VT_UINT16: case GGUF_VT_UINT32: case GGUF_VT_UINT64:
+        *out = (int64_t)v->v.u64;
+        return v->v.u64 <= INT64_MAX;
+    case GGUF_VT_INT8: case GGUF_VT_INT16: case GGUF_VT_INT32: case GGUF_VT_INT64: *out = v->v.i64; return true;
+    default: return false;
+    }
+}
+
 /* Every "<arch>." key of the file is one attnd applies (or knows to change nothing): a key that
  * would change the computation and is ignored would compute another model without a word. */
 static attnd_status check_keys(const model *m, const char *arch, attnd_err *err) {
@@ -134,9 +146,18 @@ static attnd_status check_keys(const model *m, const char *arch, attnd_err *err)
     for (uint64_t i = 0; i < gguf_kv_count(m->f); i++) {
         const char *k = gguf_kv_at(m->f, i)->key;
         if (strncmp(k, arch, al) || k[al] != '.') continue;
-        if (!arch_key_known(m->arch, k + al + 1))
+        if (arch_key_known(m->arch, k + al + 1)) continue;
+        const arch_fixed_key *fk = arch_fixed_key_find(m->arch, k + al + 1);
+        if (!fk)
             return attnd_fail(err, ATTND_ERR_UNSUPPORTED, "key '%.120s' is not applied by attnd's '%s' (refusing the "
                               "file rather than computing another model)", k, arch);
+        const gguf_value *v = &gguf_kv_at(m->f, i)->value;
+        int64_t x;
+        if (!kv_integer(v, &x))
+            return attnd_fail(err, ATTND_ERR_FORMAT, "key '%.120s' is a %s, not an integer", k, gguf_vtype_name(v->type));
+        if (x != fk->value)
+            return attnd_fail(err, ATTND_ERR_UNSUPPORTED, "key '%.120s' = %lld is not applied by attnd's '%s', which "
+                              "computes %s (%lld) only", k, (long long)x, arch, fk->means, (long long)fk->value);
     }
     return ATTND_OK;
 }
@@ -210,12 +231,17 @@ static attnd_status read_attention(model *m, const char *arch, attnd_err *err) {
     model_info *mi = &m->info;
     attnd_status st;
     uint32_t window = 0;
-    if (d->swa_pattern &&
-        (st = arch_u32(m->f, arch, "attention.sliding_window", d->swa_default == 0, (uint32_t)d->swa_default, &window,
-                       err)))
+    bool swa = d->swa_pattern || d->swa_every_layer;
+    if (swa && (st = arch_u32(m->f, arch, "attention.sliding_window", d->swa_default == 0 && !d->swa_optional,
+                              (uint32_t)d->swa_default, &window, err)))
         return st;
-    if (d->swa_pattern && (window == 0 || window > (1u << 24)))
+    if (swa && ((window == 0 && !d->swa_optional) || window > (1u << 24)))
         return attnd_fail(err, ATTND_ERR_FORMAT, "%s.attention.sliding_window %u is out of range", arch, window);
+    float base_swa = -1.0f; /* -1: no key */
+    if (swa && (st = arch_f32(m->f, arch, "rope.freq_base_swa", false, -1.0f, &base_swa, err))) return st;
+    if (base_swa != -1.0f && !(base_swa > 0 && isfinite(base_swa)))
+        return attnd_fail(err, ATTND_ERR_FORMAT, "%s.rope.freq_base_swa %g is not a positive number", arch, base_swa);
+    m->swa_rope_base = base_swa > 0 ? base_swa : d->swa_rope_base;
     m->attn_softcap = m->final_softcap = 0;
     if (d->softcap) {
         if ((st = arch_f32(m->f, arch, "attn_logit_softcapping", false, 0, &m->attn_softcap, err))) return st;
@@ -229,8 +255,9 @@ static attnd_status read_attention(model *m, const char *arch, attnd_err *err) {
     for (int l = 0; l < mi->n_layer; l++) {
         layer_weights *L = &m->layers[l];
         L->rope = !(d->nope_step && (l + 1) % d->nope_step == 0);
-        L->window = d->swa_pattern && l % d->swa_pattern != d->swa_pattern - 1 ? (int)window : 0;
-        L->rope_table = L->window && d->swa_rope_base > 0 ? ROPE_LOCAL : ROPE_GLOBAL;
+        bool local = d->swa_every_layer || (d->swa_pattern && l % d->swa_pattern != d->swa_pattern - 1);
+        L->window = local ? (int)window : 0;
+        L->rope_table = L->window && m->swa_rope_base > 0 ? ROPE_LOCAL : ROPE_GLOBAL;
         if (L->window) mi->n_local_layers++;
         if (L->window > m->max_window) m->max_window = L->window;
     }
@@ -371,15 +398,21 @@ out:
 }
 
 /* The global table (the file's base, scaling and frequency factors) for a context of n_ctx. */
-static attnd_status make_global_rope(model *m, const char *arch, int n_ctx, rope_table *out, attnd_err *err) {
-    rope_scaling rs;
+/* The global layers' table (local: the local layers', base m->swa_rope_base, with the global
+ * scaling when the family says so, else unscaled; the files' factors are the global layers'). */
+static attnd_status make_rope(model *m, const char *arch, int n_ctx, bool local, rope_table *out, attnd_err *err) {
+    rope_scaling rs = {.freq_scale = 1.0f, .attn_factor = 1.0f};
     attnd_status st;
-    if ((st = read_rope_scaling(m, arch, &rs, err))) return st;
+    if ((!local || m->arch->swa_rope_scaled) && (st = read_rope_scaling(m, arch, &rs, err))) return st;
     float *factors = NULL;
-    if ((st = load_rope_factors(m, arch, n_ctx, &factors, err))) return st;
-    st = rope_table_make(out, m->info.rope_dims, m->info.rope_base, &rs, factors);
+    if (!local && (st = load_rope_factors(m, arch, n_ctx, &factors, err))) return st;
+    st = rope_table_make(out, m->info.rope_dims, local ? m->swa_rope_base : m->info.rope_base, &rs, factors);
     free(factors);
     return st ? attnd_fail(err, st, "out of memory loading a model") : ATTND_OK;
+}
+
+static attnd_status make_global_rope(model *m, const char *arch, int n_ctx, rope_table *out, attnd_err *err) {
+    return make_rope(m, arch, n_ctx, false, out, err);
 }
 
 /* The global table and, when local layers have their own base, the local one (unscaled, as
@@ -387,11 +420,8 @@ static attnd_status make_global_rope(model *m, const char *arch, int n_ctx, rope
 static attnd_status make_rope_tables(model *m, const char *arch, attnd_err *err) {
     const model_info *mi = &m->info;
     attnd_status st = make_global_rope(m, arch, mi->n_ctx, &m->rope[ROPE_GLOBAL], err);
-    if (!st && m->arch->swa_rope_base > 0 && mi->n_local_layers) {
-        rope_scaling none = {.freq_scale = 1.0f, .attn_factor = 1.0f};
-        if (rope_table_make(&m->rope[ROPE_LOCAL], mi->rope_dims, m->arch->swa_rope_base, &none, NULL))
-            st = attnd_fail(err, ATTND_ERR_NOMEM, "out of memory loading a model");
-    }
+    if (!st && m->swa_rope_base > 0 && mi->n_local_layers)
+        st = make_rope(m, arch, mi->n_ctx, true, &m->rope[ROPE_LOCAL], err);
     return st;
 }
 

@@ -62,6 +62,7 @@ struct model {
     weight output;           /* (n_vocab, n_embd); token_embd when the file has no output.weight */
     layer_weights *layers;   /* (n_layer) */
     rope_table rope[ROPE_TABLES]; /* global layers', local layers' (inv_freq NULL when no layer is local) */
+    float swa_rope_base;          /* local layers' RoPE base (rope.freq_base_swa or the family's); 0: global */
     float attn_scale;        /* query scale: 1/sqrt(head_dim) unless the family says otherwise */
     float attn_softcap;      /* > 0: scores become cap * tanh(score / cap) before the softmax */
     float final_softcap;     /* > 0: the same for the output logits */

@@ -14,10 +14,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# Serving needs a compiler and four libraries; the tests also need Criterion, curl, systemd's
+# Serving needs a compiler and five libraries; the tests also need Criterion, curl, systemd's
 # analyzer, nginx, Redis (the shared session store), a headless browser (the attention page) and
 # Node.js (the HTTP and OpenAI-client tests).
-RUN_PACKAGES=(cmake make gcc pkg-config libmicrohttpd-dev libjansson-dev libutf8proc-dev libhiredis-dev)
+RUN_PACKAGES=(cmake make gcc pkg-config libmicrohttpd-dev libjansson-dev libutf8proc-dev libhiredis-dev
+              libcurl4-openssl-dev)
 TEST_PACKAGES=(libcriterion-dev curl systemd nginx-light chromium redis-server
                clang libclang-rt-dev python3 prometheus)  # clang + libFuzzer: tools/fuzz; promtool
 

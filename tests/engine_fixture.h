@@ -36,7 +36,9 @@ typedef struct tiny_spec {
     int vocab_extra;       /* with vocab: write n_vocab + vocab_extra tokens (tests of bad files) */
     int bos_id;            /* with vocab: tokenizer.ggml.bos_token_id; 0 = 1 */
     int head_dim;          /* > 0: attention.key_length / value_length (else n_embd / n_head) */
-    int window;            /* > 0: attention.sliding_window (the families with local layers) */
+    int window;            /* > 0: attention.sliding_window (the families with local layers); -1: the
+                            * key written as 0 (no window) */
+    float rope_base_swa;   /* > 0: rope.freq_base_swa (the local layers' RoPE base) */
     float attn_softcap, final_softcap; /* > 0: gemma2's soft-capping keys */
     float rope_linear;     /* > 0: rope.scaling.type linear with this factor */
     float rope_yarn;       /* > 0: rope.scaling.type yarn with this factor ... */
@@ -46,7 +48,8 @@ typedef struct tiny_spec {
                             * rope.scaling.original_context_length and an attn_factor */
     float longrope_attn;   /* with longrope_orig_ctx: rope.scaling.attn_factor (0: not written) */
     int n_expert, n_expert_used, n_ff_exp; /* qwen3moe: experts, used per token, their width */
-    const char *extra_key; /* tests of refusal: also write "<arch>.<extra_key>" = 1 (u32) ... */
+    const char *extra_key; /* tests of refusal: also write "<arch>.<extra_key>" = extra_value + 1 (u32) ... */
+    int extra_value;
     const char *extra_tensor; /* ... or an F32 vector of n_embd elements of this name */
     const char *const *specials; /* with vocab: the last n_specials pieces are these control tokens */
     int n_specials;
@@ -58,7 +61,10 @@ typedef struct tiny_family {
     bool gpt_oss;          /* o bias, sinks, post_attention_norm as the FFN norm, expert biases, top-k
                               then softmax, the clamped SwiGLU */
     int swa_pattern;       /* layer l local unless l % pattern == pattern - 1 */
-    double swa_base;       /* local layers' RoPE base, unscaled (0: as global layers) */
+    bool swa_every;        /* phi3: every layer local when the file has a window */
+    bool swa_optional;     /* gemma3, phi3: no window key (or 0) means no local layer */
+    double swa_base;       /* local layers' RoPE base without rope.freq_base_swa (0: the global base) */
+    bool swa_scaled;       /* local layers take the global layers' RoPE scaling (else unscaled) */
     int nope_step;         /* layer l without RoPE when (l + 1) % step == 0 */
     int wide_layers;       /* at this depth the query scale is 1/sqrt(n_embd / n_head) */
 } tiny_family;
@@ -74,7 +80,10 @@ static inline tiny_family tiny_family_of(const char *a) {
     f.post_norms = f.embd_scale = f.gelu = !strncmp(a, "gemma", 5);
     f.fused_qkv = f.fused_gate_up = !strcmp(a, "phi3");
     f.swa_pattern = !strcmp(a, "gemma2") || f.gpt_oss ? 2 : !strcmp(a, "gemma3") ? 6 : 0;
+    f.swa_every = !strcmp(a, "phi3");
+    f.swa_optional = !strcmp(a, "gemma3") || f.swa_every;
     f.swa_base = !strcmp(a, "gemma3") ? 10000.0 : 0;
+    f.swa_scaled = !strcmp(a, "gemma2") || f.gpt_oss;
     f.nope_step = !strcmp(a, "smollm3") ? 4 : 0;
     f.wide_layers = !strcmp(a, "gemma2") ? 46 : !strcmp(a, "gemma3") ? 62 : 0;
     return f;
@@ -244,7 +253,8 @@ static inline uint64_t tiny_keys(gbuf *b, const tiny_spec *sp) {
         gb_kv_u32(b, K("attention.key_length"), (uint32_t)sp->head_dim);
         gb_kv_u32(b, K("attention.value_length"), (uint32_t)sp->head_dim);
     }
-    if (sp->window) gb_kv_u32(b, K("attention.sliding_window"), (uint32_t)sp->window);
+    if (sp->window) gb_kv_u32(b, K("attention.sliding_window"), sp->window > 0 ? (uint32_t)sp->window : 0);
+    if (sp->rope_base_swa > 0) gb_kv_f32(b, K("rope.freq_base_swa"), sp->rope_base_swa);
     if (sp->attn_softcap > 0) gb_kv_f32(b, K("attn_logit_softcapping"), sp->attn_softcap);
     if (sp->final_softcap > 0) gb_kv_f32(b, K("final_logit_softcapping"), sp->final_softcap);
     if (sp->rope_linear > 0 || sp->rope_yarn > 0) {
@@ -255,7 +265,7 @@ static inline uint64_t tiny_keys(gbuf *b, const tiny_spec *sp) {
     if (sp->longrope_orig_ctx > 0)
         gb_kv_u32(b, K("rope.scaling.original_context_length"), (uint32_t)sp->longrope_orig_ctx);
     if (sp->longrope_orig_ctx > 0 && sp->longrope_attn > 0) gb_kv_f32(b, K("rope.scaling.attn_factor"), sp->longrope_attn);
-    if (sp->extra_key) gb_kv_u32(b, K(sp->extra_key), 1);
+    if (sp->extra_key) gb_kv_u32(b, K(sp->extra_key), (uint32_t)sp->extra_value + 1);
     if (sp->n_expert) {
         gb_kv_u32(b, K("expert_count"), (uint32_t)sp->n_expert);
         gb_kv_u32(b, K("expert_used_count"), (uint32_t)sp->n_expert_used);
@@ -407,8 +417,9 @@ static inline double ref_inv_freq(const tiny_spec *sp, const gguf_file *f, bool 
     tiny_family fam = tiny_family_of(sp->arch);
     int rd = sp->rope_dims;
     *mscale = 1;
-    if (local && fam.swa_base > 0) return pow(fam.swa_base, -2.0 * i / rd);
-    double base = sp->rope_base, fr = pow(base, -2.0 * i / rd);
+    double local_base = sp->rope_base_swa > 0 ? sp->rope_base_swa : fam.swa_base;
+    if (local && local_base > 0 && !fam.swa_scaled) return pow(local_base, -2.0 * i / rd);
+    double base = local && local_base > 0 ? local_base : sp->rope_base, fr = pow(base, -2.0 * i / rd);
     if (sp->rope_linear > 0) fr /= sp->rope_linear;
     if (sp->rope_yarn > 0) {
         double s = 1 / sp->rope_yarn, n0 = sp->yarn_orig_ctx;
@@ -442,6 +453,14 @@ typedef struct ref_run {
     double *route_w;   /* (n_layer, n_tok, n_expert_used) their weights, with route */
 } ref_run;
 
+/* Whether layer l is local (a sliding window; the local RoPE table where the family has one): by
+ * the family's pattern, or every layer (phi3); none when an optional window is absent or 0. */
+static inline bool ref_local(const ref_run *r, int l) {
+    const tiny_family *fam = &r->fam;
+    if (fam->swa_optional && r->sp->window <= 0) return false;
+    return fam->swa_every || (fam->swa_pattern && l % fam->swa_pattern != fam->swa_pattern - 1);
+}
+
 /* q, k, v of position t of layer l: projections (+ biases), QK-norm, RoPE (unless NoPE). */
 static inline void ref_qkv(ref_run *r, int l, int t) {
     const tiny_spec *sp = r->sp;
@@ -470,7 +489,7 @@ static inline void ref_qkv(ref_run *r, int l, int t) {
             ref_rmsnorm(k + h * hd, k + h * hd, ref_tl(r->f, l, "attn_k_norm.weight"), hd, sp->rms_eps);
     }
     if (r->fam.nope_step && (l + 1) % r->fam.nope_step == 0) return;
-    bool local = r->fam.swa_pattern && l % r->fam.swa_pattern != r->fam.swa_pattern - 1;
+    bool local = ref_local(r, l);
     int rd = sp->rope_dims;
     for (int which = 0; which < 2; which++) {
         int nh = which ? r->HK : r->H;
@@ -491,8 +510,8 @@ static inline void ref_qkv(ref_run *r, int l, int t) {
 static inline void ref_attention(ref_run *r, int l, int t, double *attn) {
     const tiny_spec *sp = r->sp;
     int hd = r->hd, H = r->H, HK = r->HK, n_tok = r->n_tok;
-    bool local = r->fam.swa_pattern && l % r->fam.swa_pattern != r->fam.swa_pattern - 1;
-    int j0 = local && sp->window && t - sp->window + 1 > 0 ? t - sp->window + 1 : 0;
+    bool local = ref_local(r, l);
+    int j0 = local && sp->window > 0 && t - sp->window + 1 > 0 ? t - sp->window + 1 : 0;
     bool wide = r->fam.wide_layers && sp->n_layer == r->fam.wide_layers;
     double scale = 1 / sqrt(wide ? (double)r->E / H : (double)hd);
     for (int h = 0; h < H; h++) {

@@ -35,12 +35,12 @@ static inline tiny_spec family_small(const char *arch) {
         sp.rms_eps = 1e-6f;
     if (!strcmp(arch, "gemma3"))
         sp.n_layer = 6, sp.window = 24, sp.head_dim = 32, sp.rope_dims = 32, sp.rope_base = 1e6f, sp.tied = true,
-        sp.rms_eps = 1e-6f;
+        sp.rms_eps = 1e-6f, sp.rope_base_swa = 10000.0f; /* the converter writes the local base */
     if (!strcmp(arch, "gpt-oss"))
         sp.head_dim = 32, sp.rope_dims = 32, sp.rope_base = 150000.0f, sp.rms_eps = 1e-5f, sp.n_expert = 8,
         sp.n_expert_used = 4, sp.n_ff_exp = 32, sp.window = 16, sp.rope_yarn = 32.0f, sp.yarn_orig_ctx = 64;
     if (!strcmp(arch, "phi3")) /* Phi-3 128k's LongRoPE; the context (512) is beyond the original: long factors */
-        sp.longrope_orig_ctx = 128, sp.longrope_attn = 1.1902f;
+        sp.longrope_orig_ctx = 128, sp.longrope_attn = 1.1902f, sp.window = 2047; /* as the converter writes */
     if (!strcmp(arch, "qwen3moe"))
         sp.head_dim = 32, sp.rope_dims = 32, sp.rope_base = 1e6f, sp.rms_eps = 1e-6f, sp.n_expert = 8,
         sp.n_expert_used = 2, sp.n_ff_exp = 32;

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "attnd/gguf.h"
+#include "attnd/gguf_writer.h"
 #include "gguf_builder.h"
 
 // ---- a valid file with one of everything ------------------------------------------------------
@@ -367,6 +368,116 @@ Test(gguf, open_reports_missing_files_and_non_gguf_files) {
     cr_assert_eq(gguf_open(&f, "/etc/hostname", &err), ATTND_ERR_FORMAT);
     cr_assert(strstr(err.msg, "magic") || strstr(err.msg, "truncated"), "%s", err.msg);
     cr_assert_eq(gguf_open(&f, "/tmp", &err), ATTND_ERR_IO);
+}
+
+// ---- split sets ----------------------------------------------------------------------------------
+
+/* dir/name of the split set files; *f the valid file written to dir/m.gguf, then split in n. */
+static void write_split_set(char dir[64], gguf_file **f, int n) {
+    strcpy(dir, "/tmp/attnd-split-XXXXXX");
+    cr_assert(mkdtemp(dir));
+    char path[128], prefix[96];
+    snprintf(path, sizeof path, "%s/m.gguf", dir);
+    gbuf b = valid_file();
+    FILE *fp = fopen(path, "wb");
+    cr_assert(fp && fwrite(b.p, 1, b.n, fp) == b.n);
+    fclose(fp);
+    free(b.p);
+    attnd_err err = {{0}};
+    cr_assert_eq(gguf_open(f, path, &err), ATTND_OK, "%s", err.msg);
+    snprintf(prefix, sizeof prefix, "%s/m", dir);
+    cr_assert_eq(gguf_split_write(*f, prefix, n, &err), ATTND_OK, "%s", err.msg);
+}
+
+static void remove_dir(const char *dir) {
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    cr_assert_eq(system(cmd), 0);
+}
+
+Test(gguf, a_split_set_opens_from_its_first_file_with_every_tensor) {
+    char dir[64], path[128];
+    gguf_file *f, *g;
+    write_split_set(dir, &f, 2);
+    attnd_err err = {{0}};
+    snprintf(path, sizeof path, "%s/m-00001-of-00002.gguf", dir);
+    cr_assert_eq(gguf_open(&g, path, &err), ATTND_OK, "%s", err.msg);
+    cr_assert_eq(gguf_file_count(g), 2);
+    cr_assert_eq(gguf_tensor_count(g), 2);
+    for (int i = 0; i < 2; i++) {
+        const gguf_tensor *a = gguf_tensor_at(f, (uint64_t)i), *t = gguf_find_tensor(g, a->name);
+        cr_assert(t, "%s missing", a->name);
+        cr_expect_eq(t->n_bytes, a->n_bytes);
+        cr_expect_eq(memcmp(t->data, a->data, a->n_bytes), 0, "%s", a->name);
+    }
+    uint32_t v = 0;
+    cr_expect_eq(gguf_get_u32(g, "llama.block_count", &v, &err), ATTND_OK);
+    cr_expect_eq(v, 5);
+    cr_expect_eq(gguf_get_u32(g, "split.count", &v, &err), ATTND_OK);
+    cr_expect_eq(v, 2);
+    cr_expect_gt(gguf_file_size(g), gguf_file_size(f));
+    gguf_close(g);
+    gguf_close(f);
+    remove_dir(dir);
+}
+
+Test(gguf, a_split_set_refuses_a_later_file_a_missing_file_and_a_renamed_first) {
+    char dir[64], path[128], other[128];
+    gguf_file *f, *g = NULL;
+    write_split_set(dir, &f, 2);
+    gguf_close(f);
+    attnd_err err = {{0}};
+    snprintf(path, sizeof path, "%s/m-00002-of-00002.gguf", dir);
+    cr_expect_eq(gguf_open(&g, path, &err), ATTND_ERR_FORMAT);
+    cr_expect(strstr(err.msg, "file 2 of a 2-file split set") && strstr(err.msg, "00001-of-00002"), "%s", err.msg);
+    snprintf(path, sizeof path, "%s/m-00001-of-00002.gguf", dir);
+    snprintf(other, sizeof other, "%s/renamed.gguf", dir);
+    cr_assert_eq(rename(path, other), 0);
+    cr_expect_eq(gguf_open(&g, other, &err), ATTND_ERR_FORMAT);
+    cr_expect(strstr(err.msg, "not named"), "%s", err.msg);
+    cr_assert_eq(rename(other, path), 0);
+    snprintf(other, sizeof other, "%s/m-00002-of-00002.gguf", dir);
+    cr_assert_eq(unlink(other), 0);
+    cr_expect_eq(gguf_open(&g, path, &err), ATTND_ERR_IO);
+    cr_expect(strstr(err.msg, "m-00002-of-00002.gguf"), "%s", err.msg);
+    cr_expect_null(g);
+    remove_dir(dir);
+}
+
+Test(gguf, a_split_set_with_a_wrong_count_or_a_tensor_twice_is_refused) {
+    /* hand-made shards: the first names 3 tensors but the two files hold 2; then a duplicate */
+    for (int dup = 0; dup < 2; dup++) {
+        char dir[64] = "/tmp/attnd-split-XXXXXX", path[128];
+        cr_assert(mkdtemp(dir));
+        for (int no = 0; no < 2; no++) {
+            gbuf b = {0};
+            gb_header(&b, 3, 1, 3);
+            gb_key(&b, "split.no", 2 /* u16 */);
+            uint16_t v = (uint16_t)no;
+            gb_bytes(&b, &v, 2);
+            gb_key(&b, "split.count", 2);
+            v = 2;
+            gb_bytes(&b, &v, 2);
+            gb_key(&b, "split.tensors.count", 5 /* i32 */);
+            gb_u32(&b, dup ? 2 : 3);
+            uint64_t ne = 8;
+            gb_tensor(&b, dup || no == 0 ? "a.weight" : "b.weight", 1, &ne, 0, 0);
+            gb_align(&b, 32);
+            for (int i = 0; i < 8; i++) gb_f32(&b, (float)i);
+            snprintf(path, sizeof path, "%s/x-%05d-of-00002.gguf", dir, no + 1);
+            FILE *fp = fopen(path, "wb");
+            cr_assert(fp && fwrite(b.p, 1, b.n, fp) == b.n);
+            fclose(fp);
+            free(b.p);
+        }
+        gguf_file *g = NULL;
+        attnd_err err = {{0}};
+        snprintf(path, sizeof path, "%s/x-00001-of-00002.gguf", dir);
+        cr_expect_eq(gguf_open(&g, path, &err), ATTND_ERR_FORMAT);
+        cr_expect(strstr(err.msg, dup ? "duplicate tensor name 'a.weight'" : "split.tensors.count is 3"), "%s",
+                  err.msg);
+        remove_dir(dir);
+    }
 }
 
 // ---- dropping the pages of a copied tensor ------------------------------------------------------

@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "attnd/engine.h"
+#include "attnd/gguf_writer.h"
 #include "attnd/tokenizer.h"
 #include "engine_rig.h"
 #include "family_specs.h"
@@ -152,6 +153,51 @@ Test(model, gemma3_local_and_global_layers_match_reference) {
     sp.n_layer = 7, sp.window = 40, sp.head_dim = 16, sp.rope_dims = 16, sp.rope_base = 1e6f;
     sp.rope_linear = 8.0f; /* global layers only; the local ones use base 10000 unscaled */
     check_against_reference(&sp, 150, 2e-4);
+}
+
+/* rope.freq_base_swa, as converters write it: the local layers' base (unscaled on Gemma 3; with
+ * the global YaRN on gpt-oss). A base other than the family's default proves it is applied. */
+Test(model, rope_freq_base_swa_is_the_local_layers_base) {
+    tiny_spec sp = tiny_default("gemma3");
+    sp.n_layer = 7, sp.window = 40, sp.head_dim = 16, sp.rope_dims = 16, sp.rope_base = 1e6f;
+    sp.rope_linear = 8.0f, sp.rope_base_swa = 500.0f;
+    check_against_reference(&sp, 150, 2e-4);
+    sp = tiny_default("gpt-oss");
+    sp.head_dim = 16, sp.rope_dims = 16, sp.rope_base = 150000.0f, sp.n_expert = 4, sp.n_expert_used = 2,
+    sp.n_ff_exp = 16, sp.window = 16, sp.rope_yarn = 32.0f, sp.yarn_orig_ctx = 64, sp.rope_base_swa = 300.0f;
+    check_against_reference(&sp, 70, 2e-4);
+    sp.rope_base_swa = 0; /* none: the global base and scaling */
+    check_against_reference(&sp, 70, 2e-4);
+}
+
+/* Gemma 3 files of all-global checkpoints carry no window (or 0): every layer is global, with the
+ * global base and scaling, as llama.cpp reads them. */
+Test(model, gemma3_without_a_window_has_only_global_layers) {
+    tiny_spec sp = tiny_default("gemma3");
+    sp.n_layer = 7, sp.head_dim = 16, sp.rope_dims = 16, sp.rope_base = 1e6f, sp.rope_linear = 8.0f;
+    check_against_reference(&sp, 150, 2e-4);
+    sp.window = -1; /* the key, 0 */
+    check_against_reference(&sp, 150, 2e-4);
+}
+
+/* Phi-3 files carry attention.sliding_window (2047 in Phi-3-mini-4k; 0 meaning none): 0 runs
+ * without a window, a real one windows every layer. */
+Test(model, phi3_sliding_window_zero_is_none_and_a_window_covers_every_layer) {
+    tiny_spec sp = tiny_default("phi3");
+    sp.window = -1;
+    check_against_reference(&sp, 70, 2e-4);
+    sp.window = 24, sp.n_layer = 3; /* 70 positions cross it on every layer */
+    check_against_reference(&sp, 70, 2e-4);
+    model *m = NULL;
+    char path[256];
+    tiny_tmpname(path, sizeof(path), "phi3w");
+    cr_assert_eq(tiny_write(path, &sp), 0);
+    attnd_err err = {{0}};
+    cr_assert_eq(model_load(&m, path, &err), ATTND_OK, "%s", err.msg);
+    cr_expect_eq(model_info_get(m)->n_local_layers, 3);
+    cr_expect_eq(model_info_get(m)->window, 24);
+    model_destroy(m);
+    unlink(path);
 }
 
 Test(model, phi3_fused_qkv_and_gate_up_match_reference) {
@@ -561,6 +607,39 @@ Test(model, sliding_window_truncation_and_forks_stay_exact) {
     tiny_rig_close(&r);
 }
 
+// ---- split sets ------------------------------------------------------------------------------------
+
+/* A model written as a 3-file split set (as llama.cpp's gguf-split writes them) loads from its
+ * first file as one model and computes the same logits, bit for bit. */
+Test(model, a_split_set_loads_as_one_model_with_the_same_logits) {
+    tiny_spec sp = tiny_default("qwen3");
+    sp.n_layer = 3;
+    tiny_rig whole, split;
+    tiny_rig_open(&whole, &sp, KV_F32, 40);
+    gguf_file *f = NULL;
+    attnd_err err = {{0}};
+    cr_assert_eq(gguf_open(&f, whole.path, &err), ATTND_OK, "%s", err.msg);
+    char prefix[300], first[340];
+    snprintf(prefix, sizeof prefix, "%s.set", whole.path);
+    cr_assert_eq(gguf_split_write(f, prefix, 3, &err), ATTND_OK, "%s", err.msg);
+    snprintf(first, sizeof first, "%s-00001-of-00003.gguf", prefix);
+    tiny_rig_load(&split, first, KV_F32, 40, 2, 64);
+    gguf_close(f);
+    int32_t tok[40];
+    tiny_random_tokens(tok, 40, sp.n_vocab, 5);
+    float *a = malloc(sizeof(float) * 40 * (size_t)sp.n_vocab), *b = malloc(sizeof(float) * 40 * (size_t)sp.n_vocab);
+    prefill(whole.e, tiny_rig_seq(&whole), tok, 40, a);
+    prefill(split.e, tiny_rig_seq(&split), tok, 40, b);
+    cr_expect_eq(memcmp(a, b, sizeof(float) * 40 * (size_t)sp.n_vocab), 0, "logits differ: %g", max_abs_diff(a, b, 40));
+    free(a), free(b);
+    tiny_rig_close(&split);
+    tiny_rig_close(&whole);
+    for (int i = 1; i <= 3; i++) {
+        snprintf(first, sizeof first, "%s-%05d-of-00003.gguf", prefix, i);
+        unlink(first);
+    }
+}
+
 // ---- refusing what attnd would not compute ----------------------------------------------------------
 
 Test(model, unapplied_keys_and_unread_tensors_refuse_the_file_by_name) {
@@ -572,8 +651,19 @@ Test(model, unapplied_keys_and_unread_tensors_refuse_the_file_by_name) {
     sp.extra_key = NULL, sp.extra_tensor = "blk.0.attn_q_norm.weight"; /* qwen3's, in a llama file */
     expect_unsupported(&sp, "tensor", "blk.0.attn_q_norm.weight");
     sp = tiny_default("qwen3moe");
-    sp.n_expert = 4, sp.n_expert_used = 2, sp.n_ff_exp = 16, sp.extra_key = "expert_gating_func";
-    expect_unsupported(&sp, "moe", "qwen3moe.expert_gating_func");
+    sp.n_expert = 4, sp.n_expert_used = 2, sp.n_ff_exp = 16, sp.extra_key = "expert_gating_func", sp.extra_value = 1;
+    expect_unsupported(&sp, "moe", "qwen3moe.expert_gating_func' = 2"); /* sigmoid gating, named */
+    sp.extra_key = "attention.causal", sp.extra_value = -1; /* false: a bidirectional encoder */
+    expect_unsupported(&sp, "causal", "qwen3moe.attention.causal' = 0");
+}
+
+/* Keys converters write with the value that means what attnd computes load and change nothing. */
+Test(model, converter_keys_with_the_computed_value_are_accepted) {
+    tiny_spec sp = tiny_default("qwen3moe");
+    sp.n_expert = 4, sp.n_expert_used = 2, sp.n_ff_exp = 16, sp.extra_key = "expert_gating_func"; /* 1: softmax */
+    check_against_reference(&sp, 40, 2e-4);
+    sp.extra_key = "attention.causal"; /* 1: true */
+    check_against_reference(&sp, 40, 2e-4);
 }
 
 // ---- prefill / decode / batch consistency ---------------------------------------------------------

@@ -32,7 +32,8 @@ static inline bool test_model_stale(const char *made, const char *src, const cha
     for (; *makers; makers++) {
         char path[1024];
         snprintf(path, sizeof path, "%s/%s", ATTND_SOURCE_DIR, *makers);
-        if (stat(path, &st) == 0 && st.st_mtime > ms.st_mtime) return true;
+        cr_assert_eq(stat(path, &st), 0, "%s: a maker of %s is gone (moved? update tests/test_models.h)", path, made);
+        if (st.st_mtime > ms.st_mtime) return true;
     }
     return false;
 }
@@ -89,7 +90,8 @@ static inline const char *test_model_path(const char *name, char *buf, size_t ca
     test_model_base_path(base, src, sizeof src);
     /* a variant made before its source or the quantizer last changed (a new default model, a new
      * rule in quantize.c) is made again */
-    static const char *const makers[] = {"engine/quantize.c", "engine/quant_format.c", "engine/gguf_writer.c", NULL};
+    static const char *const makers[] = {"engine/kernels/quantize.c", "engine/kernels/quant_format.c",
+                                         "engine/gguf_writer.c", NULL};
     if (!test_model_stale(buf, src, makers)) return buf;
     /* made under a private name and renamed into place: two tests running at once (ctest -j)
      * never read each other's half-written file */

@@ -1,5 +1,5 @@
 /*
- * test_quant.c — the weight-type kernels (engine/quant.h).
+ * test_quant.c — the weight-type kernels (engine/kernels/quant.h).
  *
  * Dequantization is checked against hand-built blocks whose values follow from the GGUF block
  * layouts as the spec states them (built here from element index → byte/bit position, not by

@@ -1,6 +1,6 @@
 /*
- * test_quant_amx.c — the AMX tile layer (engine/amx_tile.h) and the AMX tile GEMM
- * (engine/quant_amx.inc): the emulated tile instructions against a direct computation everywhere
+ * test_quant_amx.c — the AMX tile layer (engine/kernels/amx/amx_tile.h) and the AMX tile GEMM
+ * (engine/kernels/amx/quant_amx.inc): the emulated tile instructions against a direct computation everywhere
  * and against the real instructions wherever this CPU and OS allow AMX; the emulated kernels
  * against the portable path on every CPU, at tile edges (rows, columns, depth and token counts
  * that are not multiples of 16 / 64 / the 1024-column chunks), and bit for bit against the AVX-512
@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "amx_tile.h"
+#include "amx/amx_tile.h"
 #include "attnd/gguf.h"
 #include "quant.h"
 

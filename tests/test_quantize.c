@@ -1,5 +1,5 @@
 /*
- * test_quantize.c — weight re-encoding (engine/quantize.c, `attnd quantize`).
+ * test_quantize.c — weight re-encoding (engine/kernels/quantize.c, `attnd quantize`).
  *
  * Encoders are checked through the kernels' own decoder (quant_dequantize_row): the error of a
  * round trip must stay under a bound per type. The type-choice rules (Q4_K_M mix, fallbacks)

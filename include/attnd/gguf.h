@@ -80,7 +80,7 @@ const char *gguf_type_name(uint32_t type);
 /* Elements per block and bytes per block; 0 for unknown types. */
 uint32_t gguf_type_block_elems(uint32_t type);
 uint32_t gguf_type_block_bytes(uint32_t type);
-/* True for the types the engine computes with (the list is engine/quant_types.h's QUANT_TYPE_LIST). */
+/* True for the types the engine computes with (the list is engine/kernels/quant_types.h's QUANT_TYPE_LIST). */
 bool gguf_type_computable(uint32_t type);
 
 /* Name of a metadata value type ("u32", "string", ...); "?" when unknown. */
@@ -130,9 +130,14 @@ typedef struct gguf_tensor {
 
 typedef struct gguf_file gguf_file;
 
-/* Opens and validates `path`. On success *out owns the mapping; release with gguf_close. */
+/* Opens and validates `path`. On success *out owns the mapping; release with gguf_close. The first
+ * file of a split set (NAME-00001-of-0000N.gguf, split.no 0 of split.count N, as llama.cpp's
+ * gguf-split writes them) brings the set's other files, found beside it by name: its tensors are
+ * every file's, its metadata the first's. Opening another file of a set is refused, naming the
+ * first. */
 attnd_status gguf_open(gguf_file **out, const char *path, attnd_err *err);
-/* Parses a GGUF image already in memory. `data` is borrowed and must outlive the result. */
+/* Parses a GGUF image already in memory. `data` is borrowed and must outlive the result. A split
+ * set's first file opened this way holds only its own tensors. */
 attnd_status gguf_open_memory(gguf_file **out, const void *data, size_t size, attnd_err *err);
 void gguf_close(gguf_file *f); /* accepts NULL */
 /* Tells the kernel that [p, p + n) of a file's mapped tensor data will not be read soon: its
@@ -142,7 +147,8 @@ void gguf_close(gguf_file *f); /* accepts NULL */
 void gguf_drop_pages(const gguf_file *f, const void *p, size_t n);
 
 uint32_t gguf_version(const gguf_file *f);
-uint64_t gguf_file_size(const gguf_file *f);
+uint64_t gguf_file_size(const gguf_file *f); /* every file of a split set together */
+int gguf_file_count(const gguf_file *f);      /* 1, or a split set's file count */
 uint32_t gguf_alignment(const gguf_file *f);
 uint64_t gguf_data_offset(const gguf_file *f);
 

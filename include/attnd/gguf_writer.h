@@ -44,4 +44,11 @@ void gguf_writer_add_tensor(gguf_writer *w, const char *name, uint32_t type, uin
 
 attnd_status gguf_writer_write(gguf_writer *w, const char *path, attnd_err *err);
 
+/* Writes f as a split set of n files (2..9999, at most one per tensor), PREFIX-00001-of-0000N.gguf
+ * ...: runs of f's tensors in file order, about total / n bytes each, whole tensors only; the
+ * first file carries f's metadata; every file split.no, split.count and split.tensors.count, as
+ * llama.cpp's gguf-split writes them (gguf_open joins them again). */
+struct gguf_file;
+attnd_status gguf_split_write(const struct gguf_file *f, const char *prefix, int n, attnd_err *err);
+
 #endif

@@ -1,5 +1,5 @@
 /*
- * bench_amx.c — what one AMX tile product of the prefill kernel (engine/quant_amx.inc) costs on
+ * bench_amx.c — what one AMX tile product of the prefill kernel (engine/kernels/amx/quant_amx.inc) costs on
  * this CPU, part by part, and whether the tile unit and the AVX-512 scaling run side by side.
  * A benchmark, not a test: it prints numbers, it asserts nothing.
  *
@@ -18,7 +18,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "amx_tile.h"
+#include "amx/amx_tile.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>

@@ -4,13 +4,13 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 cmake --build build -j2 --target attnd_engine >/dev/null
-gcc -std=gnu11 -O2 -Wall -Wextra -pthread -Iinclude -Iengine tools/bench/bench_quant.c build/libattnd_engine.a -lm \
+gcc -std=gnu11 -O2 -Wall -Wextra -pthread -Iinclude -Iengine -Iengine/kernels tools/bench/bench_quant.c build/libattnd_engine.a -lm \
     -o build/bench_quant
 echo "built build/bench_quant"
-gcc -std=gnu11 -O2 -Wall -Wextra -pthread -Iinclude -Iengine tools/bench/bench_amx.c build/libattnd_engine.a -lm \
+gcc -std=gnu11 -O2 -Wall -Wextra -pthread -Iinclude -Iengine -Iengine/kernels tools/bench/bench_amx.c build/libattnd_engine.a -lm \
     -o build/bench_amx
 echo "built build/bench_amx"
-gcc -std=gnu11 -O2 -Wall -Wextra -pthread -Iinclude -Iengine tools/bench/bench_batch.c build/libattnd_engine.a -lutf8proc -lm \
+gcc -std=gnu11 -O2 -Wall -Wextra -pthread -Iinclude -Iengine -Iengine/kernels tools/bench/bench_batch.c build/libattnd_engine.a -lutf8proc -lm \
     -o build/bench_batch
 echo "built build/bench_batch"
 cmake --build build -j2 --target attnd_server >/dev/null

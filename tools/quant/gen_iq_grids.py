@@ -1,15 +1,15 @@
 #!/usr/bin/env python3
-"""gen_iq_grids.py — writes engine/quant_iq_tables.c, the codebooks of the lattice types
+"""gen_iq_grids.py — writes engine/kernels/quant_iq_tables.c, the codebooks of the lattice types
 (IQ1_S/IQ1_M, IQ2_XXS/IQ2_XS/IQ2_S, IQ3_XXS/IQ3_S) as compact codes.
 
 The grids are data of the formats (the GGUF/ggml definitions, ggml-common.h): each entry is a
 vector of 8 (IQ1, IQ2) or 4 (IQ3) small values drawn from a set of 3 or 8 levels. We store an
 entry as one uint16: element k's level index in bits BITS*k .. BITS*k + BITS - 1 (BITS = 2 for
-the 3-level sets, 3 for the 8-level sets); engine/quant_iq.c expands the codes into byte tables
+the 3-level sets, 3 for the 8-level sets); engine/kernels/quant_iq.c expands the codes into byte tables
 once at start-up. The sign table of IQ2/IQ3 is not data: it is the 7 stored bits plus an even
 parity bit, computed in quant_iq.c.
 
-    tools/quant/gen_iq_grids.py /path/to/llama.cpp/ggml/src/ggml-common.h > engine/quant_iq_tables.c
+    tools/quant/gen_iq_grids.py /path/to/llama.cpp/ggml/src/ggml-common.h > engine/kernels/quant_iq_tables.c
 
 Checks every value against its level set and every entry's round trip before writing.
 """

@@ -1,0 +1,662 @@
+/*
+ * quantize.c — weight re-encoding for `attnd quantize` (see attnd/quantize.h for the contract).
+ *
+ * Encoders write the GGUF/ggml block layouts that quant_format.c decodes; each one is checked in
+ * tests/test_quantize.c by decoding with quant_dequantize_row and bounding the error. The
+ * scale of every block is chosen by a small search around the plain max-based scale, refitting
+ * it by least squares for each candidate rounding, and keeping the one with the lowest squared
+ * error (the idea behind llama.cpp's k-quant search; this is our own code).
+ */
+#include "attnd/quantize.h"
+
+#include <math.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "attnd/gguf.h"
+#include "attnd/gguf_writer.h"
+#include "quant.h"
+#include "quant_impl.h"
+#include "threads.h"
+
+#define QK 32 /* Q8_0 / Q4_0 block (QK_K, the k-quant super-block, is quant_impl.h's) */
+
+// ---- targets --------------------------------------------------------------------------------
+
+static const struct {
+    const char *name;
+    uint32_t type;      /* the tensor type of a plain target; a mix's base type (Q4_K for Q4_K_M) */
+    uint32_t file_type; /* llama.cpp's general.file_type (LLAMA_FTYPE_*) */
+    bool mix;           /* llama.cpp's per-tensor choices (false: every weight in `type`, --pure) */
+} TARGETS[] = {
+    [QUANTIZE_F16] = {"F16", GGUF_TYPE_F16, 1, false},        [QUANTIZE_BF16] = {"BF16", GGUF_TYPE_BF16, 32, false},
+    [QUANTIZE_Q8_0] = {"Q8_0", GGUF_TYPE_Q8_0, 7, false},     [QUANTIZE_Q4_0] = {"Q4_0", GGUF_TYPE_Q4_0, 2, true},
+    [QUANTIZE_Q4_K] = {"Q4_K", GGUF_TYPE_Q4_K, 14, false},    [QUANTIZE_Q6_K] = {"Q6_K", GGUF_TYPE_Q6_K, 18, false},
+    [QUANTIZE_Q4_K_M] = {"Q4_K_M", GGUF_TYPE_Q4_K, 15, true}, [QUANTIZE_Q2_K] = {"Q2_K", GGUF_TYPE_Q2_K, 10, true},
+    [QUANTIZE_Q3_K_S] = {"Q3_K_S", GGUF_TYPE_Q3_K, 11, true}, [QUANTIZE_Q3_K_M] = {"Q3_K_M", GGUF_TYPE_Q3_K, 12, true},
+    [QUANTIZE_Q4_K_S] = {"Q4_K_S", GGUF_TYPE_Q4_K, 14, true}, [QUANTIZE_Q5_K_S] = {"Q5_K_S", GGUF_TYPE_Q5_K, 16, true},
+    [QUANTIZE_Q5_K_M] = {"Q5_K_M", GGUF_TYPE_Q5_K, 17, true}, [QUANTIZE_Q4_1] = {"Q4_1", GGUF_TYPE_Q4_1, 3, true},
+    [QUANTIZE_Q5_0] = {"Q5_0", GGUF_TYPE_Q5_0, 8, true},      [QUANTIZE_Q5_1] = {"Q5_1", GGUF_TYPE_Q5_1, 9, true},
+    [QUANTIZE_IQ4_NL] = {"IQ4_NL", GGUF_TYPE_IQ4_NL, 25, true}, [QUANTIZE_IQ4_XS] = {"IQ4_XS", GGUF_TYPE_IQ4_XS, 30, true},
+    /* every weight MXFP4 (llama.cpp's MXFP4_MOE puts it on the experts only; this is for testing
+     * the type on dense models) */
+    [QUANTIZE_MXFP4] = {"MXFP4", GGUF_TYPE_MXFP4, 38, false},
+};
+
+attnd_status quantize_target_parse(const char *name, quantize_target *out) {
+    for (size_t i = 0; i < ATTND_ARRAY_LEN(TARGETS); i++)
+        if (!strcasecmp(name, TARGETS[i].name)) {
+            *out = (quantize_target)i;
+            return ATTND_OK;
+        }
+    return ATTND_ERR_INVALID;
+}
+
+const char *quantize_target_name(quantize_target t) { return TARGETS[t].name; }
+
+const char *quantize_target_list(void) {
+    return "F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K, Q2_K, Q3_K_S, Q3_K_M, Q4_K_S, Q4_K_M, Q5_K_S, Q5_K_M, Q4_1, Q5_0, Q5_1, "
+           "IQ4_NL, IQ4_XS, MXFP4";
+}
+
+/* llama.cpp's use_more_bits(): the first and last eighth of the layers, and every third between. */
+static bool use_more_bits(int i, int n) { return i < n / 8 || i >= 7 * n / 8 || (i - n / 8) % 3 == 2; }
+
+/* "blk.12.ffn_down.weight" -> 12; -1 when the name has no layer. */
+static int layer_of(const char *name) {
+    int layer, end = 0;
+    if (sscanf(name, "blk.%d.%n", &layer, &end) == 1 && end > 0) return layer;
+    return -1;
+}
+
+static bool ends_with(const char *s, const char *suffix) {
+    size_t n = strlen(s), k = strlen(suffix);
+    return n >= k && !strcmp(s + n - k, suffix);
+}
+
+#define T_IS(...) target_in(t, (const quantize_target[]){__VA_ARGS__}, sizeof((quantize_target[]){__VA_ARGS__}) / sizeof(quantize_target))
+
+static bool target_in(quantize_target t, const quantize_target *set, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (set[i] == t) return true;
+    return false;
+}
+
+/* attn_v: more bits where llama.cpp's llama_tensor_get_type gives them. */
+static uint32_t mix_attn_v(quantize_target t, uint32_t type, int layer, const quantize_model *m) {
+    if (t == QUANTIZE_Q2_K) type = m->n_gqa >= 4 ? GGUF_TYPE_Q4_K : GGUF_TYPE_Q3_K;
+    else if (t == QUANTIZE_Q3_K_M) type = layer < 2 ? GGUF_TYPE_Q5_K : GGUF_TYPE_Q4_K;
+    else if (T_IS(QUANTIZE_IQ4_NL, QUANTIZE_IQ4_XS) && m->n_gqa >= 4) type = GGUF_TYPE_Q5_K;
+    else if (T_IS(QUANTIZE_Q4_K_M, QUANTIZE_Q5_K_M) && use_more_bits(layer, m->n_layer)) type = GGUF_TYPE_Q6_K;
+    else if (t == QUANTIZE_Q4_K_S && layer < 4) type = GGUF_TYPE_Q5_K;
+    return m->n_expert == 8 ? GGUF_TYPE_Q8_0 : type;
+}
+
+static uint32_t mix_ffn_down(quantize_target t, uint32_t type, int layer, const quantize_model *m) {
+    int n = m->n_layer;
+    if (t == QUANTIZE_Q2_K) return GGUF_TYPE_Q3_K;
+    if (t == QUANTIZE_Q3_K_M) return layer < n / 16 ? GGUF_TYPE_Q5_K : GGUF_TYPE_Q4_K;
+    if (T_IS(QUANTIZE_Q4_K_M, QUANTIZE_Q5_K_M) && use_more_bits(layer, n)) return GGUF_TYPE_Q6_K;
+    if (T_IS(QUANTIZE_IQ4_NL, QUANTIZE_IQ4_XS, QUANTIZE_Q4_K_S) && layer < n / 8) return GGUF_TYPE_Q5_K;
+    return type;
+}
+
+static uint32_t mix_attn_output(quantize_target t, uint32_t type, const quantize_model *m) {
+    if (m->n_expert == 8)
+        return T_IS(QUANTIZE_Q2_K, QUANTIZE_Q3_K_S, QUANTIZE_Q3_K_M, QUANTIZE_IQ4_NL, QUANTIZE_Q4_K_S, QUANTIZE_Q4_K_M,
+                    QUANTIZE_IQ4_XS)
+                   ? GGUF_TYPE_Q5_K
+                   : type;
+    if (t == QUANTIZE_Q2_K) return GGUF_TYPE_Q3_K;
+    if (t == QUANTIZE_Q3_K_M) return GGUF_TYPE_Q4_K;
+    return type;
+}
+
+/* A mix's choice for one tensor, before the row-size fallback (llama.cpp's llama_tensor_get_type,
+ * for the targets attnd writes; Falcon's special cases and importance matrices are left out). */
+static uint32_t mix_type(quantize_target t, const char *name, const quantize_model *m) {
+    uint32_t type = TARGETS[t].type;
+    int layer = layer_of(name);
+    if (!strcmp(name, "output.weight") || (!m->has_output && !strcmp(name, "token_embd.weight")))
+        return type == GGUF_TYPE_Q8_0 ? type : GGUF_TYPE_Q6_K;
+    if (!strcmp(name, "token_embd.weight")) return type;
+    if (strstr(name, "attn_v.weight")) return mix_attn_v(t, type, layer, m);
+    if (strstr(name, "attn_k.weight")) return m->n_expert == 8 ? GGUF_TYPE_Q8_0 : type;
+    if (strstr(name, "ffn_down")) return layer >= 0 ? mix_ffn_down(t, type, layer, m) : type;
+    if (strstr(name, "attn_output.weight")) return mix_attn_output(t, type, m);
+    if (strstr(name, "attn_qkv.weight")) {
+        if (t == QUANTIZE_Q3_K_M) return GGUF_TYPE_Q4_K;
+        if (t == QUANTIZE_Q4_K_M) return GGUF_TYPE_Q5_K;
+        if (t == QUANTIZE_Q5_K_M) return GGUF_TYPE_Q6_K;
+    }
+    return type;
+}
+
+/* llama.cpp's fallback for rows the block does not divide (then F16 if that fails too). */
+static uint32_t shape_fallback(uint32_t type) {
+    switch (type) {
+    case GGUF_TYPE_Q2_K:
+    case GGUF_TYPE_Q3_K: return GGUF_TYPE_Q4_0;
+    case GGUF_TYPE_IQ4_XS: return GGUF_TYPE_IQ4_NL;
+    case GGUF_TYPE_Q4_K: return GGUF_TYPE_Q5_0;
+    case GGUF_TYPE_Q5_K: return GGUF_TYPE_Q5_1;
+    case GGUF_TYPE_Q6_K: return GGUF_TYPE_Q8_0;
+    default: return type;
+    }
+}
+
+uint32_t quantize_tensor_type_for(quantize_target t, const char *name, uint32_t n_dims, const uint64_t *ne,
+                                  uint32_t in_type, const quantize_model *m) {
+    /* 1-D tensors, non-weights, and the MoE router (as llama.cpp) keep their type */
+    if (n_dims < 2 || !ends_with(name, "weight") || strstr(name, "ffn_gate_inp.weight")) return in_type;
+    uint32_t type = TARGETS[t].mix ? mix_type(t, name, m) : TARGETS[t].type;
+    if (ne[0] % gguf_type_block_elems(type)) type = shape_fallback(type);
+    if (ne[0] % gguf_type_block_elems(type)) type = GGUF_TYPE_F16; /* F16/BF16 blocks are 1 element */
+    return type;
+}
+
+uint32_t quantize_tensor_type(quantize_target t, const char *name, uint32_t n_dims, const uint64_t *ne,
+                              uint32_t in_type, int n_layer, bool has_output) {
+    quantize_model m = {n_layer, has_output, 1, 1};
+    return quantize_tensor_type_for(t, name, n_dims, ne, in_type, &m);
+}
+
+// ---- block encoders ---------------------------------------------------------------------------
+
+static void st16(uint8_t *p, uint16_t v) { memcpy(p, &v, 2); }
+
+static int clampi(int v, int lo, int hi) { return v < lo ? lo : v > hi ? hi : v; }
+
+/* Symmetric fit: x[i] ~ s * q[i], q in [-nmax, nmax - 1]; returns s (0 for an all-zero block).
+ * The extreme value maps to -nmax, as ggml's symmetric types do, then nearby scales are tried. */
+static float fit_symmetric(const float *x, int n, int nmax) {
+    float vmax = 0.f;
+    for (int i = 0; i < n; i++)
+        if (fabsf(x[i]) > fabsf(vmax)) vmax = x[i];
+    if (vmax == 0.f) return 0.f;
+    float best_s = vmax / -nmax, best_err = INFINITY;
+    for (int step = -9; step <= 9; step++) {
+        float is = -(nmax + 0.1f * step) / vmax;
+        double sqx = 0, sqq = 0;
+        for (int i = 0; i < n; i++) {
+            int q = clampi((int)lrintf(is * x[i]), -nmax, nmax - 1);
+            sqx += (double)q * x[i], sqq += (double)q * q;
+        }
+        if (sqq == 0) continue;
+        float s = (float)(sqx / sqq), err = 0.f;
+        for (int i = 0; i < n; i++) {
+            int q = clampi((int)lrintf(x[i] / s), -nmax, nmax - 1);
+            err += (s * q - x[i]) * (s * q - x[i]);
+        }
+        if (err < best_err) best_err = err, best_s = s;
+    }
+    return best_s;
+}
+
+/* Affine fit: x[i] ~ s * q[i] - m, q in [0, nmax], m >= 0 (so 0 stays representable). */
+static void fit_affine(const float *x, int n, int nmax, float *s_out, float *m_out) {
+    float lo = 0.f, hi = x[0];
+    for (int i = 0; i < n; i++) lo = fminf(lo, x[i]), hi = fmaxf(hi, x[i]);
+    *s_out = hi > lo ? (hi - lo) / nmax : 0.f, *m_out = -lo;
+    if (hi <= lo) return;
+    float best_err = INFINITY;
+    for (int step = -10; step <= 10; step++) {
+        float is = (nmax + 0.1f * step) / (hi - lo);
+        double sq = 0, sqq = 0, sx = 0, sqx = 0;
+        for (int i = 0; i < n; i++) {
+            int q = clampi((int)lrintf(is * (x[i] - lo)), 0, nmax);
+            sq += q, sqq += (double)q * q, sx += x[i], sqx += (double)q * x[i];
+        }
+        double det = n * sqq - sq * sq, s, b;
+        if (det <= 0) continue;
+        s = (n * sqx - sq * sx) / det, b = (sqq * sx - sq * sqx) / det;
+        if (b > 0) b = 0, s = sqx / sqq;
+        if (s <= 0) continue;
+        float err = 0.f;
+        for (int i = 0; i < n; i++) {
+            int q = clampi((int)lrint((x[i] - b) / s), 0, nmax);
+            err += (float)((s * q + b - x[i]) * (s * q + b - x[i]));
+        }
+        if (err < best_err) best_err = err, *s_out = (float)s, *m_out = (float)-b;
+    }
+}
+
+/* Q8_0: f16 d, int8 q[32]; x = d * q. */
+static void encode_q8_0(uint8_t *dst, const float *x) {
+    float amax = 0.f;
+    for (int i = 0; i < QK; i++) amax = fmaxf(amax, fabsf(x[i]));
+    float d = amax / 127.f, id = d != 0.f ? 1.f / d : 0.f;
+    st16(dst, quant_f32_to_f16(d));
+    for (int i = 0; i < QK; i++) dst[2 + i] = (uint8_t)(int8_t)clampi((int)lrintf(x[i] * id), -127, 127);
+}
+
+/* Q4_0: f16 d, 16 bytes of nibbles (low: element j, high: element j + 16); x = d * (q - 8). */
+static void encode_q4_0(uint8_t *dst, const float *x) {
+    float d = quant_f16_to_f32(quant_f32_to_f16(fit_symmetric(x, QK, 8))), id = d != 0.f ? 1.f / d : 0.f;
+    st16(dst, quant_f32_to_f16(d));
+    for (int j = 0; j < QK / 2; j++) {
+        int a = clampi((int)lrintf(x[j] * id) + 8, 0, 15), b = clampi((int)lrintf(x[j + 16] * id) + 8, 0, 15);
+        dst[2 + j] = (uint8_t)(a | b << 4);
+    }
+}
+
+/* Q4_K (nmax 15) / Q5_K (nmax 31) super-block: f16 d, f16 dmin, 12 bytes of 6-bit (scale, min)
+ * pairs for 8 sub-blocks of 32, then (Q5_K) 32 bytes of fifth bits, then 128 bytes of nibbles
+ * (sub-blocks 2p and 2p+1 share bytes 32p..32p+31: low and high nibble; Q5_K's fifth bit of
+ * element 64p + 32h + l is bit 2p + h of qh[l]). x = d * sc[j] * q - dmin * mn[j]. */
+static void encode_q4_k(uint8_t *dst, const float *x, int nmax) {
+    float s[8], m[8], smax = 0.f, mmax = 0.f;
+    for (int j = 0; j < 8; j++) {
+        fit_affine(x + 32 * j, 32, nmax, &s[j], &m[j]);
+        smax = fmaxf(smax, s[j]), mmax = fmaxf(mmax, m[j]);
+    }
+    float d = quant_f16_to_f32(quant_f32_to_f16(smax / 63.f));
+    float dmin = quant_f16_to_f32(quant_f32_to_f16(mmax / 63.f));
+    uint8_t sc[8], mn[8];
+    for (int j = 0; j < 8; j++) {
+        sc[j] = (uint8_t)(d > 0.f ? clampi((int)lrintf(s[j] / d), 0, 63) : 0);
+        mn[j] = (uint8_t)(dmin > 0.f ? clampi((int)lrintf(m[j] / dmin), 0, 63) : 0);
+    }
+    st16(dst, quant_f32_to_f16(d));
+    st16(dst + 2, quant_f32_to_f16(dmin));
+    uint8_t *scales = dst + 4, *qh = dst + 16, *qs = dst + (nmax == 15 ? 16 : 48);
+    for (int j = 0; j < 4; j++) {
+        scales[j] = (uint8_t)(sc[j] | (sc[j + 4] >> 4) << 6);
+        scales[j + 4] = (uint8_t)(mn[j] | (mn[j + 4] >> 4) << 6);
+        scales[j + 8] = (uint8_t)((sc[j + 4] & 15) | (mn[j + 4] & 15) << 4);
+    }
+    uint8_t q[QK_K];
+    for (int j = 0; j < 8; j++) {
+        float step = d * sc[j], off = dmin * mn[j];
+        for (int i = 0; i < 32; i++)
+            q[32 * j + i] = (uint8_t)(step > 0.f ? clampi((int)lrintf((x[32 * j + i] + off) / step), 0, nmax) : 0);
+    }
+    if (nmax == 31) memset(qh, 0, 32);
+    for (int p = 0; p < 4; p++)
+        for (int l = 0; l < 32; l++) {
+            uint8_t a = q[64 * p + l], b = q[64 * p + 32 + l];
+            qs[32 * p + l] = (uint8_t)((a & 15) | (b & 15) << 4);
+            if (nmax == 31) qh[l] |= (uint8_t)((a >> 4) << (2 * p) | (b >> 4) << (2 * p + 1));
+        }
+}
+
+/* Q6_K super-block: ql[128] (low 4 bits), qh[64] (high 2 bits), int8 scales[16] for sub-blocks
+ * of 16, f16 d; x = d * scales[j] * (q - 32). In each 128-element half h, element 128h + l + 32k
+ * (l < 32, k < 4) keeps its low bits in ql[64h + l + 32(k & 1)] (nibble k >> 1) and its high
+ * bits in qh[32h + l] (bits 2k, 2k+1). */
+static void encode_q6_k(uint8_t *dst, const float *x) {
+    float s[16], smax = 0.f;
+    for (int j = 0; j < 16; j++) {
+        s[j] = fit_symmetric(x + 16 * j, 16, 32);
+        if (fabsf(s[j]) > fabsf(smax)) smax = s[j];
+    }
+    float d = quant_f16_to_f32(quant_f32_to_f16(smax / -128.f));
+    uint8_t *ql = dst, *qh = dst + 128, q[QK_K];
+    int8_t *scales = (int8_t *)(dst + 192);
+    for (int j = 0; j < 16; j++) {
+        scales[j] = (int8_t)(d != 0.f ? clampi((int)lrintf(s[j] / d), -128, 127) : 0);
+        float step = d * scales[j];
+        for (int i = 0; i < 16; i++)
+            q[16 * j + i] = (uint8_t)(step != 0.f ? clampi((int)lrintf(x[16 * j + i] / step), -32, 31) + 32 : 32);
+    }
+    st16(dst + 208, quant_f32_to_f16(d));
+    for (int h = 0; h < 2; h++)
+        for (int l = 0; l < 32; l++) {
+            const uint8_t *y = q + 128 * h + l;
+            ql[64 * h + l] = (uint8_t)((y[0] & 15) | (y[64] & 15) << 4);
+            ql[64 * h + l + 32] = (uint8_t)((y[32] & 15) | (y[96] & 15) << 4);
+            qh[32 * h + l] = (uint8_t)(y[0] >> 4 | (y[32] >> 4) << 2 | (y[64] >> 4) << 4 | (y[96] >> 4) << 6);
+        }
+}
+
+static void st32(uint8_t *p, uint32_t v) { memcpy(p, &v, 4); }
+
+static float f16r(float v) { return quant_f16_to_f32(quant_f32_to_f16(v)); }
+
+/* Q4_1 / Q5_1 (nmax 15 / 31): x = d * q + m with m the block minimum, d its range over nmax
+ * (both kept at f16 precision before the q are chosen). Q5's fifth bits go to qh (bit j). */
+static void encode_q41_q51(uint8_t *dst, const float *x, int nmax) {
+    float lo = x[0], hi = x[0];
+    for (int i = 1; i < QK; i++) lo = fminf(lo, x[i]), hi = fmaxf(hi, x[i]);
+    float d = f16r((hi - lo) / nmax), m = f16r(lo), id = d != 0.f ? 1.f / d : 0.f;
+    st16(dst, quant_f32_to_f16(d));
+    st16(dst + 2, quant_f32_to_f16(m));
+    uint8_t *qs = dst + (nmax == 15 ? 4 : 8);
+    uint32_t qh = 0;
+    for (int j = 0; j < QK / 2; j++) {
+        int a = clampi((int)lrintf((x[j] - m) * id), 0, nmax), b = clampi((int)lrintf((x[j + 16] - m) * id), 0, nmax);
+        qs[j] = (uint8_t)((a & 15) | (b & 15) << 4);
+        qh |= (uint32_t)(a >> 4) << j | (uint32_t)(b >> 4) << (j + 16);
+    }
+    if (nmax == 31) st32(dst + 4, qh);
+}
+
+/* Q5_0: x = d * (q - 16), q in 0..31. */
+static void encode_q5_0(uint8_t *dst, const float *x) {
+    float d = f16r(fit_symmetric(x, QK, 16)), id = d != 0.f ? 1.f / d : 0.f;
+    st16(dst, quant_f32_to_f16(d));
+    uint32_t qh = 0;
+    for (int j = 0; j < QK / 2; j++) {
+        int a = clampi((int)lrintf(x[j] * id) + 16, 0, 31), b = clampi((int)lrintf(x[j + 16] * id) + 16, 0, 31);
+        dst[6 + j] = (uint8_t)((a & 15) | (b & 15) << 4);
+        qh |= (uint32_t)(a >> 4) << j | (uint32_t)(b >> 4) << (j + 16);
+    }
+    st32(dst + 2, qh);
+}
+
+/* Nearest of the 16 codebook values to v (values sorted ascending). */
+static int nearest16(const int8_t *values, float v) {
+    int best = 0;
+    for (int k = 1; k < 16; k++)
+        if (fabsf(v - values[k]) < fabsf(v - values[best])) best = k;
+    return best;
+}
+
+/* Codebook fit: x[i] ~ s * values[q[i]]; tries scales around the max-based one, refitting each by
+ * least squares, keeps the best. Returns s (0 for an all-zero block); q receives the indices. */
+static float fit_codebook(const float *x, int n, const int8_t *values, int vmin, uint8_t *q) {
+    float amax = 0.f, vmax = 0.f;
+    for (int i = 0; i < n; i++)
+        if (fabsf(x[i]) > amax) amax = fabsf(x[i]), vmax = x[i];
+    if (amax == 0.f) {
+        for (int i = 0; i < n; i++) q[i] = (uint8_t)nearest16(values, 0.f);
+        return 0.f;
+    }
+    float best_s = vmax / vmin, best_err = INFINITY;
+    for (int step = -8; step <= 8; step++) {
+        float s = vmax / (vmin + 0.1f * step * (vmin < 0 ? -1 : 1)), is = 1.f / s;
+        double sxv = 0, svv = 0;
+        for (int i = 0; i < n; i++) {
+            int k = nearest16(values, x[i] * is);
+            sxv += (double)x[i] * values[k], svv += (double)values[k] * values[k];
+        }
+        if (svv == 0) continue;
+        float s2 = (float)(sxv / svv), is2 = 1.f / s2, err = 0.f;
+        for (int i = 0; i < n; i++) {
+            float e = s2 * values[nearest16(values, x[i] * is2)] - x[i];
+            err += e * e;
+        }
+        if (err < best_err) best_err = err, best_s = s2;
+    }
+    float is = 1.f / best_s;
+    for (int i = 0; i < n; i++) q[i] = (uint8_t)nearest16(values, x[i] * is);
+    return best_s;
+}
+
+static void pack_nibbles(uint8_t *qs, const uint8_t *q) {
+    for (int j = 0; j < 16; j++) qs[j] = (uint8_t)((q[j] & 15) | (q[j + 16] & 15) << 4);
+}
+
+/* IQ4_NL: x = d * iq4nl[q]. */
+static void encode_iq4_nl(uint8_t *dst, const float *x) {
+    uint8_t q[QK];
+    float d = f16r(fit_codebook(x, QK, quant_iq4nl_values, -127, q)), id = d != 0.f ? 1.f / d : 0.f;
+    for (int i = 0; i < QK; i++) q[i] = (uint8_t)nearest16(quant_iq4nl_values, x[i] * id);
+    st16(dst, quant_f32_to_f16(d));
+    pack_nibbles(dst + 2, q);
+}
+
+/* MXFP4: x = 2^(e - 128) * mxfp4[q] (the doubled E2M1 values, largest 12): the two exponents
+ * around amax / 12 are tried, the one of lower squared error kept. */
+static void encode_mxfp4(uint8_t *dst, const float *x) {
+    static const int8_t sorted[16] = {-12, -8, -6, -4, -3, -2, -1, 0, 0, 1, 2, 3, 4, 6, 8, 12};
+    static const uint8_t code[16] = {15, 14, 13, 12, 11, 10, 9, 0, 0, 1, 2, 3, 4, 5, 6, 7}; /* sorted -> nibble */
+    float amax = 0.f;
+    for (int i = 0; i < QK; i++) amax = fmaxf(amax, fabsf(x[i]));
+    int e0 = amax > 0.f ? clampi((int)ceilf(log2f(amax / 12.f)) + 128, 1, 254) : 0, best_e = e0;
+    float best_err = INFINITY;
+    for (int e = e0 > 1 ? e0 - 1 : e0; e <= e0 && amax > 0.f; e++) {
+        float d = quant_e8m0_half((uint8_t)e), err = 0.f;
+        for (int i = 0; i < QK; i++) {
+            float r = d * sorted[nearest16(sorted, x[i] / d)] - x[i];
+            err += r * r;
+        }
+        if (err < best_err) best_err = err, best_e = e;
+    }
+    float d = quant_e8m0_half((uint8_t)best_e);
+    uint8_t q[QK];
+    for (int i = 0; i < QK; i++) q[i] = amax > 0.f ? code[nearest16(sorted, x[i] / d)] : 0;
+    dst[0] = (uint8_t)best_e;
+    pack_nibbles(dst + 1, q);
+}
+
+/* Q2_K: 16 sub-blocks of 16, x = d * sc * q - dmin * mn, q in 0..3, sc and mn 4-bit. */
+static void encode_q2_k(uint8_t *dst, const float *x) {
+    float s[16], m[16], smax = 0.f, mmax = 0.f;
+    for (int j = 0; j < 16; j++) {
+        fit_affine(x + 16 * j, 16, 3, &s[j], &m[j]);
+        smax = fmaxf(smax, s[j]), mmax = fmaxf(mmax, m[j]);
+    }
+    float d = f16r(smax / 15.f), dmin = f16r(mmax / 15.f);
+    uint8_t q[QK_K];
+    for (int j = 0; j < 16; j++) {
+        int sc = d > 0.f ? clampi((int)lrintf(s[j] / d), 0, 15) : 0, mn = dmin > 0.f ? clampi((int)lrintf(m[j] / dmin), 0, 15) : 0;
+        dst[j] = (uint8_t)(sc | mn << 4);
+        float step = d * sc, off = dmin * mn;
+        for (int i = 0; i < 16; i++)
+            q[16 * j + i] = (uint8_t)(step > 0.f ? clampi((int)lrintf((x[16 * j + i] + off) / step), 0, 3) : 0);
+    }
+    memset(dst + 16, 0, 64);
+    for (int e = 0; e < QK_K; e++) dst[16 + 32 * (e / 128) + e % 32] |= (uint8_t)(q[e] << (2 * (e % 128 / 32)));
+    st16(dst + 80, quant_f32_to_f16(d));
+    st16(dst + 82, quant_f32_to_f16(dmin));
+}
+
+/* Q3_K: 16 sub-blocks of 16, x = d * (sc - 32) * q, q in -4..3 (2 bits in qs, the third in
+ * hmask: set for q >= 0), sc 6-bit (quant_q3k_scales' layout). */
+static void encode_q3_k(uint8_t *dst, const float *x) {
+    float s[16], smax = 0.f;
+    for (int j = 0; j < 16; j++) {
+        s[j] = fit_symmetric(x + 16 * j, 16, 4);
+        if (fabsf(s[j]) > fabsf(smax)) smax = s[j];
+    }
+    float d = f16r(smax / -32.f);
+    memset(dst, 0, Q3_K_BYTES);
+    int8_t q[QK_K];
+    for (int j = 0; j < 16; j++) {
+        int sc = d != 0.f ? clampi((int)lrintf(s[j] / d), -32, 31) : 0, u = sc + 32;
+        dst[96 + j % 8] |= (uint8_t)((u & 15) << (4 * (j / 8)));
+        dst[104 + j % 4] |= (uint8_t)((u >> 4) << (2 * (j / 4)));
+        float step = d * sc;
+        for (int i = 0; i < 16; i++) q[16 * j + i] = (int8_t)(step != 0.f ? clampi((int)lrintf(x[16 * j + i] / step), -4, 3) : 0);
+    }
+    for (int e = 0; e < QK_K; e++) {
+        int u = q[e] + 4; /* 0..7: low 2 bits, and the hmask bit */
+        dst[32 + 32 * (e / 128) + e % 32] |= (uint8_t)((u & 3) << (2 * (e % 128 / 32)));
+        if (u & 4) dst[e % 32] |= (uint8_t)(1u << (4 * (e / 128) + e % 128 / 32));
+    }
+    st16(dst + 108, quant_f32_to_f16(d));
+}
+
+/* IQ4_XS: 8 sub-blocks of 32, x = d * (sc - 32) * iq4nl[q], sc 6-bit. */
+static void encode_iq4_xs(uint8_t *dst, const float *x) {
+    float s[8], smax = 0.f;
+    uint8_t q[32];
+    for (int j = 0; j < 8; j++) {
+        s[j] = fit_codebook(x + 32 * j, 32, quant_iq4nl_values, -127, q);
+        if (fabsf(s[j]) > fabsf(smax)) smax = s[j];
+    }
+    float d = f16r(smax / -32.f);
+    memset(dst, 0, IQ4_XS_BYTES);
+    uint16_t h = 0;
+    for (int j = 0; j < 8; j++) {
+        int sc = d != 0.f ? clampi((int)lrintf(s[j] / d), -32, 31) : 0, u = sc + 32;
+        dst[4 + j / 2] |= (uint8_t)((u & 15) << (4 * (j % 2)));
+        h |= (uint16_t)((u >> 4) << (2 * j));
+        float step = d * sc, is = step != 0.f ? 1.f / step : 0.f;
+        for (int i = 0; i < 32; i++) q[i] = (uint8_t)nearest16(quant_iq4nl_values, x[32 * j + i] * is);
+        pack_nibbles(dst + 8 + 16 * j, q);
+    }
+    st16(dst, quant_f32_to_f16(d));
+    st16(dst + 2, h);
+}
+
+void quantize_row(void *dst, const float *src, uint32_t type, int64_t n) {
+    uint8_t *d = dst;
+    uint32_t be = gguf_type_block_elems(type), bb = gguf_type_block_bytes(type);
+    ATTND_ASSERT(be > 0 && n % be == 0);
+    switch (type) {
+    case GGUF_TYPE_F32: memcpy(dst, src, (size_t)n * sizeof(float)); return;
+    case GGUF_TYPE_F16:
+        for (int64_t i = 0; i < n; i++) st16(d + 2 * i, quant_f32_to_f16(src[i]));
+        return;
+    case GGUF_TYPE_BF16:
+        for (int64_t i = 0; i < n; i++) st16(d + 2 * i, quant_f32_to_bf16(src[i]));
+        return;
+    default: break;
+    }
+    for (int64_t b = 0; b < n / be; b++, d += bb, src += be) {
+        switch (type) {
+        case GGUF_TYPE_Q8_0: encode_q8_0(d, src); break;
+        case GGUF_TYPE_Q4_0: encode_q4_0(d, src); break;
+        case GGUF_TYPE_Q4_K: encode_q4_k(d, src, 15); break;
+        case GGUF_TYPE_Q6_K: encode_q6_k(d, src); break;
+        case GGUF_TYPE_Q4_1: encode_q41_q51(d, src, 15); break;
+        case GGUF_TYPE_Q5_1: encode_q41_q51(d, src, 31); break;
+        case GGUF_TYPE_Q5_0: encode_q5_0(d, src); break;
+        case GGUF_TYPE_IQ4_NL: encode_iq4_nl(d, src); break;
+        case GGUF_TYPE_MXFP4: encode_mxfp4(d, src); break;
+        case GGUF_TYPE_Q2_K: encode_q2_k(d, src); break;
+        case GGUF_TYPE_Q3_K: encode_q3_k(d, src); break;
+        case GGUF_TYPE_Q5_K: encode_q4_k(d, src, 31); break;
+        case GGUF_TYPE_IQ4_XS: encode_iq4_xs(d, src); break;
+        default: ATTND_ASSERT(!"quantize_row: type without an encoder");
+        }
+    }
+}
+
+// ---- files ------------------------------------------------------------------------------------
+
+/* One conversion as pool tasks: task c converts rows [c * per, (c + 1) * per). */
+typedef struct convert_job {
+    const gguf_tensor *t;
+    uint32_t type;
+    uint8_t *dst;
+    int64_t n_cols, n_rows, per;
+    size_t in_row, out_row;
+    atomic_bool nomem;
+} convert_job;
+
+static void convert_rows(void *ctx, int c, int worker) {
+    (void)worker;
+    convert_job *j = ctx;
+    float *row = malloc(sizeof(float) * (size_t)j->n_cols); /* (n_cols) one row as F32 */
+    if (!row) {
+        atomic_store(&j->nomem, true);
+        return;
+    }
+    int64_t r1 = (c + 1) * j->per < j->n_rows ? (c + 1) * j->per : j->n_rows;
+    for (int64_t r = c * j->per; r < r1; r++) {
+        quant_dequantize_row(row, (const uint8_t *)j->t->data + (size_t)r * j->in_row, j->t->type, j->n_cols);
+        quantize_row(j->dst + (size_t)r * j->out_row, row, j->type, j->n_cols);
+    }
+    free(row);
+}
+
+/* Converts the rows of tensor t into `type`; *out receives a malloc'd buffer of the new bytes. */
+static attnd_status convert_tensor(const gguf_tensor *t, uint32_t type, void **out, uint64_t *n_bytes,
+                                   attnd_err *err) {
+    int64_t n_cols = (int64_t)t->ne[0], n_rows = (int64_t)(t->n_elems / t->ne[0]);
+    size_t in_row = quant_row_bytes(t->type, n_cols), out_row = quant_row_bytes(type, n_cols);
+    *n_bytes = (uint64_t)out_row * (uint64_t)n_rows;
+    uint8_t *dst = malloc(*n_bytes ? *n_bytes : 1);
+    if (!dst) return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory converting %s", t->name);
+    convert_job j = {t, type, dst, n_cols, n_rows, (n_rows + 63) / 64, in_row, out_row, false};
+    if (j.per < 1) j.per = 1;
+    threads_run(threads_default(), (int)((n_rows + j.per - 1) / j.per), convert_rows, &j);
+    if (atomic_load(&j.nomem)) {
+        free(dst);
+        return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory converting %s", t->name);
+    }
+    *out = dst;
+    return ATTND_OK;
+}
+
+/* "<arch>.<suffix>" as an integer, or dflt when absent. */
+static int arch_int(const gguf_file *f, const char *suffix, int dflt) {
+    const char *arch = NULL;
+    if (gguf_get_str(f, "general.architecture", &arch, NULL) != ATTND_OK) return dflt;
+    char key[160];
+    uint32_t n = 0;
+    snprintf(key, sizeof(key), "%.100s.%s", arch, suffix);
+    return gguf_get_u32(f, key, &n, NULL) == ATTND_OK ? (int)n : dflt;
+}
+
+/* What the mixes need to know of the model (quantize_model). */
+static quantize_model model_of(const gguf_file *f) {
+    int n_head = arch_int(f, "attention.head_count", 0), n_kv = arch_int(f, "attention.head_count_kv", n_head);
+    quantize_model m = {arch_int(f, "block_count", 0), gguf_find_tensor(f, "output.weight") != NULL, 1,
+                        arch_int(f, "expert_count", 1)};
+    if (n_head > 0 && n_kv > 0) m.n_gqa = n_head / n_kv;
+    if (m.n_expert < 1) m.n_expert = 1;
+    return m;
+}
+
+/* Copies the metadata, replacing the keys that describe the encoding. */
+static void copy_metadata(gguf_writer *w, const gguf_file *f, quantize_target t) {
+    for (uint64_t i = 0; i < gguf_kv_count(f); i++) {
+        const gguf_kv *kv = gguf_kv_at(f, i);
+        if (!strcmp(kv->key, "general.file_type") || !strcmp(kv->key, "general.quantization_version") ||
+            !strcmp(kv->key, "general.alignment")) /* the writer aligns to 32, the default */
+            continue;
+        gguf_writer_add_kv(w, kv);
+    }
+    if (gguf_find_kv(f, "general.alignment")) gguf_writer_add_u32(w, "general.alignment", 32);
+    gguf_writer_add_u32(w, "general.file_type", TARGETS[t].file_type);
+    if (t != QUANTIZE_F16 && t != QUANTIZE_BF16) gguf_writer_add_u32(w, "general.quantization_version", 2);
+}
+
+static bool is_float_type(uint32_t type) {
+    return type == GGUF_TYPE_F32 || type == GGUF_TYPE_F16 || type == GGUF_TYPE_BF16;
+}
+
+attnd_status quantize_file(const char *in_path, const char *out_path, quantize_target t,
+                           quantize_progress_fn progress, void *user, attnd_err *err) {
+    gguf_file *f = NULL;
+    gguf_writer *w = NULL;
+    void **bufs = NULL;
+    uint64_t nt = 0;
+    attnd_status st = gguf_open(&f, in_path, err);
+    if (st != ATTND_OK) goto done;
+    nt = gguf_tensor_count(f);
+    if (nt == 0) {
+        st = attnd_fail(err, ATTND_ERR_UNSUPPORTED, "%s: no tensors (a vocabulary-only file?)", in_path);
+        goto done;
+    }
+    bufs = calloc(nt, sizeof(*bufs));
+    if (!bufs || gguf_writer_create(&w) != ATTND_OK) {
+        st = attnd_fail(err, ATTND_ERR_NOMEM, "out of memory");
+        goto done;
+    }
+    copy_metadata(w, f, t);
+    quantize_model m = model_of(f);
+    for (uint64_t i = 0; i < nt; i++) {
+        const gguf_tensor *ti = gguf_tensor_at(f, i);
+        uint32_t to = quantize_tensor_type_for(t, ti->name, ti->n_dims, ti->ne, ti->type, &m);
+        const void *data = ti->data;
+        if (to != ti->type) {
+            if (!is_float_type(ti->type)) {
+                st = attnd_fail(err, ATTND_ERR_UNSUPPORTED,
+                                "%s: tensor %s is already quantized (%s); quantize from an F32, F16 or BF16 file",
+                                in_path, ti->name, gguf_type_name(ti->type));
+                goto done;
+            }
+            uint64_t n_bytes;
+            if ((st = convert_tensor(ti, to, &bufs[i], &n_bytes, err)) != ATTND_OK) goto done;
+            data = bufs[i];
+        }
+        if (progress) progress(user, ti->name, ti->type, to);
+        gguf_writer_add_tensor(w, ti->name, to, ti->n_dims, ti->ne, data);
+    }
+    st = gguf_writer_write(w, out_path, err);
+done:
+    for (uint64_t i = 0; bufs && i < nt; i++) free(bufs[i]);
+    free(bufs);
+    gguf_writer_destroy(w);
+    gguf_close(f);
+    return st;
+}

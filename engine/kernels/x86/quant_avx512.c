@@ -1,0 +1,25 @@
+/*
+ * quant_avx512.c — the kernels of quant_x86.inc compiled with AVX-512 VL + VNNI, which fuse
+ * the int8 and int16 multiply-accumulate steps (vpdpbusd, vpdpwssd). Decode (1-3 tokens) uses the
+ * 256-bit row-at-a-time kernels; from 4 tokens the quantized types go through the 512-bit
+ * register tiles of quant_gemm512_tiles.inc (16 rows x 8 tokens, one lane per weight row).
+ */
+#include "quant_impl.h"
+#include "quant_iq.h"
+#include "isa_target.h"
+
+#if defined(__x86_64__)
+ISA_TARGET_BEGIN("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")
+#define QX_VNNI 1
+#define QX_512 1
+#define QX_TABLE quant_kernels_avx512
+#include "quant_x86.inc"
+#include "quant_x86_more.inc"
+#include "quant_iq_x86.inc"
+#if QX_512
+#include "quant_gemm512_tiles.inc"
+#include "quant_gemm512_packed.inc"
+#endif
+#include "quant_x86_table.inc"
+ISA_TARGET_END
+#endif
