@@ -1,7 +1,8 @@
 /*
  * cmd_info.c — `attnd info --model PATH [--json]`: what a GGUF file holds, without computing.
  * Reads only metadata and tensor infos, so it works on any well-formed GGUF, including ones
- * whose architecture or tensor types the engine cannot run.
+ * whose architecture or tensor types the engine cannot run; the exit status says whether it
+ * runs (0) or not (1), so scripts can ask.
  */
 #include <inttypes.h>
 #include <jansson.h>
@@ -23,10 +24,11 @@ static const char *USAGE =
     "count by type, file size and parameter count of a GGUF model file; then whether attnd can\n"
     "run it (or why not), the chat template `attnd serve` would use, and the KV cache size per\n"
     "token and per full context.\n"
-    "  --model PATH   the GGUF file (default: the shipped default model)\n"
-    "  --ctx-size N   as if served with ctx_size N (0, the default: the file's context): which\n"
-    "                 LongRoPE factors apply\n"
-    "  --json         print one JSON object instead of text\n";
+    "  -m, --model PATH  the GGUF file (default: the shipped default model)\n"
+    "  -c, --ctx-size N  as if served with ctx_size N (0, the default: the file's context): which\n"
+    "                    LongRoPE factors apply\n"
+    "  --json            print one JSON object instead of text\n"
+    "Exits 0 when attnd runs the file, 1 when it does not (\"runs: no\" says why) or cannot read it.\n";
 
 /* Hyper-parameters printed when present, as "<arch>.<suffix>". */
 static const char *HPARAMS[] = {
@@ -61,10 +63,12 @@ static const char *str_or(const gguf_file *f, const char *key, const char *dflt)
 static void add_layer_kv(json_t *root, const model *m) {
     const model_info *mi = model_info_get(m);
     json_object_set_new(root, "kv_layers",
-                        json_pack("{s:i, s:i, s:i, s:I, s:I}", "global", mi->n_layer - mi->n_local_layers, "local",
+                        json_pack("{s:i, s:i, s:i, s:I, s:I, s:i, s:I}", "global",
+                                  mi->n_layer - mi->n_local_layers - mi->n_recurrent_layers, "local",
                                   mi->n_local_layers, "window", mi->window, "global_bytes_per_token_f16",
                                   (json_int_t)kv_layer_bytes_per_token(m, KV_F16, false), "local_bytes_per_token_f16",
-                                  (json_int_t)kv_layer_bytes_per_token(m, KV_F16, true)));
+                                  (json_int_t)kv_layer_bytes_per_token(m, KV_F16, true), "recurrent",
+                                  mi->n_recurrent_layers, "state_bytes_per_sequence", (json_int_t)kv_state_bytes(m)));
     if (mi->n_expert)
         json_object_set_new(root, "experts", json_pack("{s:i, s:i, s:i}", "count", mi->n_expert, "used",
                                                        mi->n_expert_used, "feed_forward_length", mi->n_ff_exp));
@@ -98,7 +102,8 @@ static void add_run_facts(json_t *root, const char *path, int ctx_size) {
     model *m = NULL;
     tokenizer *t = NULL;
     attnd_err err = {{0}};
-    bool runs = model_load(&m, path, &err) == ATTND_OK && model_set_context(m, ctx_size, &err) == ATTND_OK &&
+    int n_ctx;
+    bool runs = model_load(&m, path, &err) == ATTND_OK && cli_model_context(m, "info", ctx_size, &n_ctx, &err) == ATTND_OK &&
                 tok_load(&t, model_gguf(m), &err) == ATTND_OK;
     json_object_set_new(root, "runs", json_boolean(runs));
     if (!runs) {
@@ -169,6 +174,11 @@ static void print_run_facts(const json_t *root) {
                " bytes/token f16, held for the window only",
                json_integer_value(json_object_get(kl, "local")), json_integer_value(json_object_get(kl, "window")),
                json_integer_value(json_object_get(kl, "local_bytes_per_token_f16")));
+    if (json_integer_value(json_object_get(kl, "recurrent")))
+        printf("; %" JSON_INTEGER_FORMAT " recurrent layers (Gated DeltaNet): %" JSON_INTEGER_FORMAT
+               " bytes/sequence f32, whatever its length",
+               json_integer_value(json_object_get(kl, "recurrent")),
+               json_integer_value(json_object_get(kl, "state_bytes_per_sequence")));
     printf("\n");
     const char *lr = json_string_value(json_object_get(root, "longrope"));
     if (lr)
@@ -296,9 +306,10 @@ int cmd_info(int argc, char **argv) {
     } else {
         print_text(f, model, root, unsupported, params);
     }
+    int rc = json_is_true(json_object_get(root, "runs")) ? 0 : 1;
     json_decref(unsupported);
     json_decref(root);
     gguf_close(f);
     free(dflt);
-    return 0;
+    return rc;
 }

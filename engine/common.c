@@ -3,6 +3,7 @@
 #include "attnd/common.h"
 
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <string.h>
 #include <sys/random.h>
@@ -21,16 +22,22 @@ attnd_status attnd_fail(attnd_err *err, attnd_status st, const char *fmt, ...) {
     return st;
 }
 
+static _Atomic long long clock_offset_ms; /* attnd_clock_advance_ms: tests only */
+
+void attnd_clock_advance_ms(long long ms) {
+    if (ms > 0) atomic_fetch_add(&clock_offset_ms, ms);
+}
+
 double attnd_now_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9 + (double)atomic_load(&clock_offset_ms) * 1e-3;
 }
 
 long long attnd_unix_ms(void) {
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
-    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000 + atomic_load(&clock_offset_ms);
 }
 
 void attnd_deadline(struct timespec *ts, int timeout_ms) {

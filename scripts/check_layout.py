@@ -8,6 +8,11 @@
      Jinja interpreter's) are one module: they are one unit split into files.
   2. The server's layers: server/runtime/ includes nothing from server/api/ and never
      <microhttpd.h> (the scheduler and the stores know no HTTP).
+     In server/api/, only the transport (http.c and its libmicrohttpd entry points http_mhd.h,
+     conn.c, origin.c, routes.c and their headers) reaches <microhttpd.h>, directly or through
+     quoted includes: the endpoints answer through http.h, which knows no libmicrohttpd. The
+     generation request's header (genreq.h) reaches neither http.h nor <microhttpd.h>: it knows no
+     HTTP at all.
   3. docs/README.md's file map names every .c file of engine/, server/ and cli/.
   4. No function of engine/, server/ or cli/ is longer than 80 lines (LONG_OK lists the known
      exceptions being rewritten; an exception that is gone is simply ignored).
@@ -149,6 +154,43 @@ def module_graph(build):
     return {m: sorted(d) for m, d in graph.items()}
 
 
+# server/api/'s transport: the files that may see libmicrohttpd
+TRANSPORT = {"server/api/" + stem + ext for stem in ("http", "http_mhd", "conn", "origin", "routes")
+             for ext in (".c", ".h")}
+# the headers that know no HTTP: neither http.h nor <microhttpd.h>, even through other headers
+NO_HTTP = ("server/api/genreq.h",)
+
+
+def reach(graph, system, f):
+    """Every file f includes, directly or through other quoted includes, and every system header
+    any of them includes."""
+    seen, todo, sys_seen = set(), [f], set()
+    while todo:
+        g = todo.pop()
+        if g in seen:
+            continue
+        seen.add(g)
+        sys_seen.update(system.get(g, []))
+        todo += graph.get(g, [])
+    return seen - {f}, sys_seen
+
+
+def http_layering(graph, system):
+    """The transport rule and the no-HTTP headers' rule (2. above)."""
+    problems = []
+    for f in sorted(graph):
+        if not f.startswith("server/api/") or f in TRANSPORT:
+            continue
+        files, headers = reach(graph, system, f)
+        if "microhttpd.h" in headers:
+            via = [g for g in sorted(files | {f}) if "microhttpd.h" in system.get(g, [])]
+            problems.append(f"layering: {f} reaches <microhttpd.h> (through {', '.join(via)}); only the "
+                            "transport (http.c, conn.c, origin.c, routes.c) may")
+        if f in NO_HTTP and "server/api/http.h" in files:
+            problems.append(f"layering: {f} reaches http.h (the generation request knows no HTTP)")
+    return problems
+
+
 def internal_header(src):
     """The x_internal.h a source file includes, directly or through its own headers (its module's
     private header), or None."""
@@ -188,6 +230,7 @@ def main():
                 problems.append(f"layering: {f} includes {g} (runtime must not know the API layer)")
         if "microhttpd.h" in system[f]:
             problems.append(f"layering: {f} includes <microhttpd.h> (runtime knows no HTTP)")
+    problems += http_layering(graph, system)
     readme = open(os.path.join(ROOT, "docs/README.md"), encoding="utf-8").read()
     named = set(re.findall(r"`([A-Za-z0-9_./*]+\.c)`", readme))
     for f in sources("engine", (".c",)) + sources("server", (".c",)) + sources("cli", (".c",)):

@@ -89,15 +89,15 @@ static inline void rig_headers(rig_rec *c, int status, const http_header *h, int
     }
 }
 
-static inline enum MHD_Result rig_reply(req *r, int status, const char *body, size_t len, const http_header *h, int n) {
+static inline http_result rig_reply(req *r, int status, const char *body, size_t len, const http_header *h, int n) {
     rig_rec *c = r->io->user;
     rig_headers(c, status, h, n);
     rig_append(c, body, len);
-    return MHD_YES;
+    return HTTP_YES;
 }
 
 /* Drains the stream as libmicrohttpd would, on the request's thread. */
-static inline enum MHD_Result rig_stream(req *r, int status, http_reader reader, void *cls, const http_header *h,
+static inline http_result rig_stream(req *r, int status, http_reader reader, void *cls, const http_header *h,
                                          int n) {
     rig_rec *c = r->io->user;
     rig_headers(c, status, h, n);
@@ -106,7 +106,7 @@ static inline enum MHD_Result rig_stream(req *r, int status, http_reader reader,
     char chunk[512];
     for (uint64_t pos = 0;;) {
         ssize_t got = reader(cls, pos, chunk, sizeof(chunk));
-        if (got == MHD_CONTENT_READER_END_OF_STREAM) break;
+        if (got == HTTP_READER_END) break;
         if (got < 0) {
             c->stream_error = true;
             break;
@@ -114,7 +114,7 @@ static inline enum MHD_Result rig_stream(req *r, int status, http_reader reader,
         rig_append(c, chunk, (size_t)got);
         pos += (uint64_t)got;
     }
-    return MHD_YES;
+    return HTTP_YES;
 }
 
 static inline const char *rig_header(req *r, const char *name) {
@@ -133,7 +133,7 @@ static inline void rig_run(struct server *srv, rig_rec *c, const char *method, c
     req *r = http_req_create(srv, method, url, &io);
     if (!r) abort();
     http_req_run(r, body, body ? strlen(body) : 0);
-    http_req_end(r, MHD_REQUEST_TERMINATED_COMPLETED_OK);
+    http_req_end(r, true);
 }
 
 #endif

@@ -1,7 +1,8 @@
 # test_http_hardening.sh — the HTTP surface against hostile or careless clients (issue 13), with
 # real `attnd serve` processes on loopback and the repository's own model (no shared fixtures):
 # port sharing, special tokens in chat content, log forging, unsupported OpenAI fields,
-# Origin/Host checks, slow and excess connections, /tokenize bounds, session scoping.
+# Origin/Host checks, slow and excess connections, /tokenize bounds, session scoping, and request
+# framing libmicrohttpd lets through (Transfer-Encoding, duplicate Host, NUL and control bytes).
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 source "$here/http_lib.sh"
@@ -77,6 +78,61 @@ code=$(curl -s -o "$TMP/body" -w '%{http_code}' -H 'Host: evil.example' "http://
 check "a foreign Host on a loopback server is refused ($code)" test "$code" = 421
 check "with a JSON error" grep -q '"type":"permission_error"' "$TMP/body"
 check_status 200 "Host: localhost is answered" -H "Host: localhost:$P" "http://127.0.0.1:$P/v1/models"
+
+# ---- 14: framing libmicrohttpd lets through is answered at once (issue 44) ---------------------
+# Raw bytes on a socket, each request on its own connection: the answer must come within 2 s
+# (not when the client gives up), be the expected status with a JSON error body, and close.
+cat >"$TMP/raw.py" <<'PY'
+import json, socket, sys, time
+port, want = int(sys.argv[1]), int(sys.argv[2])
+raw = sys.argv[3].encode().decode('unicode_escape').encode('latin-1')
+s = socket.create_connection(("127.0.0.1", port))
+s.settimeout(5)
+t0 = time.time()
+s.sendall(raw)
+data, closed = b"", False
+try:
+    while True:
+        d = s.recv(65536)
+        if not d:
+            closed = True
+            break
+        data += d
+        head, sep, body = data.partition(b"\r\n\r\n")
+        n = [l.split(b":")[1] for l in head.split(b"\r\n") if l.lower().startswith(b"content-length:")]
+        if want == 200 and sep and n and len(body) >= int(n[0]):
+            break  # a keep-alive answer is whole once its body is in
+except socket.timeout:
+    pass
+dt = time.time() - t0
+head, _, body = data.partition(b"\r\n\r\n")
+status = int(head.split(b" ")[1]) if head.startswith(b"HTTP/1.1 ") else 0
+ok = status == want and dt < 2 and (want == 200 or (closed and "error" in json.loads(body)))
+print("%d in %.2fs%s: %s" % (status, dt, " (closed)" if closed else "", body[:120].decode("latin-1").strip()))
+sys.exit(0 if ok else 1)
+PY
+B='{"prompt":"a","max_tokens":1}'
+H="POST /v1/completions HTTP/1.1\\r\\nHost: 127.0.0.1\\r\\nConnection: close\\r\\n"
+raw() { # raw WANT DESCRIPTION BYTES (python escapes)
+    local out
+    if out=$(python3 "$TMP/raw.py" "$P" "$1" "$3" 2>&1); then ok "$2: $out"; else bad "$2: $out"; fi
+}
+raw 400 "Transfer-Encoding: chunked, identity without a Content-Length" "${H}Transfer-Encoding: chunked, identity\\r\\n\\r\\n$B"
+raw 400 "two Transfer-Encoding headers" "${H}Transfer-Encoding: chunked\\r\\nTransfer-Encoding: identity\\r\\n\\r\\n$B"
+raw 400 "Transfer-Encoding: gzip" "${H}Transfer-Encoding: gzip\\r\\n\\r\\n$B"
+raw 501 "Transfer-Encoding: gzip, chunked (a coding not implemented)" "${H}Transfer-Encoding: gzip, chunked\\r\\n\\r\\n5\\r\\nabcde\\r\\n0\\r\\n\\r\\n"
+raw 400 "Transfer-Encoding beside a Content-Length" "${H}Transfer-Encoding: chunked\\r\\nContent-Length: 5\\r\\n\\r\\n0\\r\\n\\r\\n"
+raw 400 "a space before the colon" "${H}Transfer-Encoding : chunked\\r\\nContent-Length: ${#B}\\r\\n\\r\\n$B"
+raw 400 "two Host headers" "GET /v1/models HTTP/1.1\\r\\nHost: 127.0.0.1\\r\\nHost: evil.example\\r\\n\\r\\n"
+raw 400 "a NUL in a header value" "GET /v1/models HTTP/1.1\\r\\nHost: 127.0.0.1\\r\\nX-Note: a\\x00b\\r\\nAccept: */*\\r\\n\\r\\n"
+raw 400 "a NUL at the end of the last header's value" "GET /v1/models HTTP/1.1\\r\\nHost: 127.0.0.1\\r\\nX-Note: ab\\x00\\r\\n\\r\\n"
+raw 400 "a control character in a header value" "GET /v1/models HTTP/1.1\\r\\nHost: 127.0.0.1\\r\\nX-Note: a\\x01b\\r\\n\\r\\n"
+raw 200 "chunked alone is read" "${H}Transfer-Encoding: chunked\\r\\n\\r\\n$(printf '%x' ${#B})\\r\\n$B\\r\\n0\\r\\n\\r\\n"
+raw 200 "a tab in a value, bare LF line ends, and many headers are fine" \
+    "GET /v1/models HTTP/1.1\\nHost: 127.0.0.1\\nX-Tab: a\\tb\\n$(for i in $(seq 60); do printf 'X-H%d: %0200d\\r\\n' "$i" 0; done)Connection: close\\r\\n\\r\\n"
+sleep 0.2
+check "the refused framing is logged as 400, never 500" grep -q 'POST /v1/completions 400 .*Transfer-Encoding' "$main_LOG"
+check "and no request was logged as a 500" bash -c "! grep -q ' 500 prompt=' '$main_LOG'"
 
 stop_server main || bad "SIGTERM exit status"
 

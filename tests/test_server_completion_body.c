@@ -30,8 +30,8 @@ static completion_body_ctx ctx(bool chat) {
     return (completion_body_ctx){"cmpl-1", "m", 1700000000, chat, false, NULL, fake_bytes, NULL};
 }
 
-static oai_gen gen(int top_logprobs) {
-    return (oai_gen){.text = "Hello world", .text_len = 11, .pieces = PIECES, .n_pieces = 2,
+static completion_body_gen gen(int top_logprobs) {
+    return (completion_body_gen){.text = "Hello world", .text_len = 11, .pieces = PIECES, .n_pieces = 2,
                      .tops = top_logprobs > 0 ? TOPS : NULL, .top_logprobs = top_logprobs,
                      .prompt = PROMPT, .n_prompt = 2, .prompt_lp = PROMPT_LP, .finish_reason = "length",
                      .n_cached = 1, .n_generated = 3, .prompt_ms = 2.0, .gen_ms = 30.0};
@@ -47,8 +47,8 @@ static json_t *at(json_t *o, const char *const *path, int n) {
 
 Test(completion_body, a_completion_has_the_openai_shape) {
     completion_body_ctx c = ctx(false);
-    oai_gen g = gen(-1);
-    json_t *o = oai_final(&c, &g, NULL, 0);
+    completion_body_gen g = gen(-1);
+    json_t *o = completion_body_final(&c, &g, NULL, 0);
     cr_assert_str_eq(json_string_value(AT(o, "object")), "text_completion");
     cr_assert_str_eq(json_string_value(AT(o, "id")), "cmpl-1");
     cr_assert_eq(json_integer_value(AT(o, "created")), 1700000000);
@@ -67,8 +67,8 @@ Test(completion_body, a_completion_has_the_openai_shape) {
 
 Test(completion_body, echo_puts_the_prompt_first_and_its_logprobs_too) {
     completion_body_ctx c = ctx(false);
-    oai_gen g = gen(0);
-    json_t *o = oai_final(&c, &g, " worldHello", 11);
+    completion_body_gen g = gen(0);
+    json_t *o = completion_body_final(&c, &g, " worldHello", 11);
     cr_assert_str_eq(json_string_value(AT(o, "choices", "0", "text")), " worldHelloHello world");
     json_t *lp = AT(o, "choices", "0", "logprobs");
     cr_assert_eq(json_array_size(AT(lp, "tokens")), 4, "2 prompt + 2 generated tokens");
@@ -83,9 +83,9 @@ Test(completion_body, echo_puts_the_prompt_first_and_its_logprobs_too) {
 
 Test(completion_body, completion_top_logprobs_map_token_text_to_logprob) {
     completion_body_ctx c = ctx(false);
-    oai_gen g = gen(2);
+    completion_body_gen g = gen(2);
     size_t off = 100;
-    json_t *lp = oai_completion_logprobs(&c, &g, 1, 2, false, &off);
+    json_t *lp = completion_body_completion_logprobs(&c, &g, 1, 2, false, &off);
     cr_assert_eq(off, 106, "the offset advances past the token's text");
     json_t *top = AT(lp, "top_logprobs", "0");
     cr_assert_eq(json_object_size(top), 2);
@@ -96,8 +96,8 @@ Test(completion_body, completion_top_logprobs_map_token_text_to_logprob) {
 
 Test(completion_body, chat_logprobs_carry_bytes_and_replace_invalid_utf8) {
     completion_body_ctx c = ctx(true);
-    oai_gen g = gen(2);
-    json_t *lp = oai_chat_logprobs(&c, &g, 0, 2);
+    completion_body_gen g = gen(2);
+    json_t *lp = completion_body_chat_logprobs(&c, &g, 0, 2);
     cr_assert_eq(json_array_size(AT(lp, "content")), 2);
     cr_assert_str_eq(json_string_value(AT(lp, "content", "0", "token")), "Hello");
     cr_assert_eq(json_array_size(AT(lp, "content", "0", "bytes")), 5);
@@ -111,9 +111,9 @@ Test(completion_body, chat_logprobs_carry_bytes_and_replace_invalid_utf8) {
 Test(completion_body, a_chat_completion_has_an_assistant_message) {
     completion_body_ctx c = ctx(true);
     c.session_id = "s1";
-    oai_gen g = gen(-1);
+    completion_body_gen g = gen(-1);
     g.finish_reason = NULL;
-    json_t *o = oai_final(&c, &g, NULL, 0);
+    json_t *o = completion_body_final(&c, &g, NULL, 0);
     cr_assert_str_eq(json_string_value(AT(o, "object")), "chat.completion");
     cr_assert_str_eq(json_string_value(AT(o, "choices", "0", "message", "role")), "assistant");
     cr_assert_str_eq(json_string_value(AT(o, "choices", "0", "message", "content")), "Hello world");
@@ -127,19 +127,19 @@ Test(completion_body, chunks_name_their_object_and_say_usage_null_when_asked) {
     c.include_usage = true;
     json_t *d = json_object();
     json_object_set_new(d, "content", json_string("Hi"));
-    json_t *o = oai_chunk(&c, d, NULL, NULL);
+    json_t *o = completion_body_chunk(&c, d, NULL, NULL);
     cr_assert_str_eq(json_string_value(AT(o, "object")), "chat.completion.chunk");
     cr_assert_str_eq(json_string_value(AT(o, "choices", "0", "delta", "content")), "Hi");
     cr_assert(json_is_null(AT(o, "choices", "0", "finish_reason")));
     cr_assert(json_is_null(AT(o, "usage")), "usage: null on every chunk but the last");
     json_decref(o);
-    oai_gen g = gen(-1);
-    o = oai_usage_chunk(&c, &g);
+    completion_body_gen g = gen(-1);
+    o = completion_body_usage_chunk(&c, &g);
     cr_assert_eq(json_array_size(AT(o, "choices")), 0);
     cr_assert_eq(json_integer_value(AT(o, "usage", "total_tokens")), 5);
     json_decref(o);
     c.chat = false;
-    o = oai_chunk(&c, json_string("x"), NULL, "stop");
+    o = completion_body_chunk(&c, json_string("x"), NULL, "stop");
     cr_assert_str_eq(json_string_value(AT(o, "object")), "text_completion");
     cr_assert_str_eq(json_string_value(AT(o, "choices", "0", "text")), "x");
     cr_assert_str_eq(json_string_value(AT(o, "choices", "0", "finish_reason")), "stop");
@@ -148,8 +148,8 @@ Test(completion_body, chunks_name_their_object_and_say_usage_null_when_asked) {
 
 Test(completion_body, the_llama_answer_reports_limit_counts_and_token_ids) {
     completion_body_ctx c = ctx(false);
-    oai_gen g = gen(-1);
-    json_t *o = oai_llama_response(&c, &g, g.text, g.text_len, true, 0, 2, true);
+    completion_body_gen g = gen(-1);
+    json_t *o = completion_body_llama(&c, &g, g.text, g.text_len, true, 0, 2, true);
     cr_assert_str_eq(json_string_value(AT(o, "content")), "Hello world");
     cr_assert(json_is_true(AT(o, "stop")));
     cr_assert_eq(json_array_size(AT(o, "tokens")), 2);
@@ -160,16 +160,16 @@ Test(completion_body, the_llama_answer_reports_limit_counts_and_token_ids) {
     cr_assert_eq(json_integer_value(AT(o, "tokens_cached")), 1);
     json_decref(o);
     g.finish_reason = "stop";
-    o = oai_llama_response(&c, &g, "", 0, false, 2, 2, true);
+    o = completion_body_llama(&c, &g, "", 0, false, 2, 2, true);
     cr_assert_str_eq(json_string_value(AT(o, "stop_type")), "eos");
     cr_assert(json_is_true(AT(o, "stopped_eos")));
     json_decref(o);
     g.finish_reason = NULL; /* cut by shutdown or cancellation */
-    o = oai_llama_response(&c, &g, "", 0, false, 2, 2, true);
+    o = completion_body_llama(&c, &g, "", 0, false, 2, 2, true);
     cr_assert_str_eq(json_string_value(AT(o, "stop_type")), "none", "a cut stream is neither eos nor a limit");
     cr_assert(json_is_false(AT(o, "stopped_eos")) && json_is_false(AT(o, "stopped_limit")));
     json_decref(o);
-    o = oai_llama_response(&c, &g, "wor", 3, false, 0, 0, false);
+    o = completion_body_llama(&c, &g, "wor", 3, false, 0, 0, false);
     cr_assert(json_is_false(AT(o, "stop")));
     cr_assert_null(AT(o, "tokens"), "ids only when return_tokens");
     cr_assert_null(AT(o, "timings"), "counts only in the final event");
@@ -177,8 +177,8 @@ Test(completion_body, the_llama_answer_reports_limit_counts_and_token_ids) {
 }
 
 Test(completion_body, the_model_list_has_one_model_with_meta) {
-    oai_model_desc d = {"tiny", 1, 256, 512, 2048, 260000, "chatml", NULL, 0};
-    json_t *o = oai_models(&d);
+    completion_body_model_desc d = {"tiny", 1, 256, 512, 2048, 260000, "chatml", NULL, 0};
+    json_t *o = completion_body_models(&d);
     cr_assert_str_eq(json_string_value(AT(o, "object")), "list");
     cr_assert_str_eq(json_string_value(AT(o, "data", "0", "id")), "tiny");
     cr_assert_eq(json_integer_value(AT(o, "data", "0", "context_length")), 256);
@@ -192,8 +192,8 @@ Test(completion_body, the_model_shows_the_servers_sampling_defaults_as_typed) {
     sampler_params p;
     sampler_params_default(&p);
     p.repeat_penalty = 1.15f;
-    oai_model_desc d = {"tiny", 1, 256, 512, 2048, 260000, "chatml", &p, 300};
-    json_t *o = oai_model(&d);
+    completion_body_model_desc d = {"tiny", 1, 256, 512, 2048, 260000, "chatml", &p, 300};
+    json_t *o = completion_body_model(&d);
     cr_assert_eq(json_integer_value(AT(o, "meta", "defaults", "max_tokens")), 300);
     cr_assert_eq(json_real_value(AT(o, "meta", "defaults", "temperature")), 0.8, "0.8f shown as 0.8");
     cr_assert_eq(json_real_value(AT(o, "meta", "defaults", "repeat_penalty")), 1.15);

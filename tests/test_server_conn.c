@@ -5,7 +5,8 @@
  * checked: the header, body and keep-alive deadlines (a connection past one is shut down, which
  * its peer sees as end of stream; one within it is left alone), the 503 verdict past
  * max_connections with /health's reserved slot, the per-address cap (exact, freed on close, and
- * one second of header time for a connection over it), and the limits' defaults.
+ * one second of header time for a connection over it), the limits' defaults, and the framing
+ * checks of a request's headers (conn_framing_*).
  */
 #include <criterion/criterion.h>
 #include <errno.h>
@@ -187,4 +188,60 @@ Test(conn, untracked_connections_and_null_are_accepted) {
     cr_assert_str_eq(addr, "?");
     conn_tracker_destroy(ct);
     conn_tracker_destroy(NULL);
+}
+
+// ---- framing: what libmicrohttpd lets through ---------------------------------------------------
+
+typedef struct hdr {
+    const char *key, *value;
+    size_t vl; /* the value's bytes (a NUL may be one of them) */
+} hdr;
+#define H(k, v) {k, v, sizeof(v) - 1}
+
+/* The verdict on one request's headers (up to 4). */
+static int framing_of(const hdr *h, char *why, size_t cap) {
+    conn_framing f = {0};
+    for (int i = 0; i < 4 && h[i].key; i++)
+        conn_framing_header(&f, h[i].key, strlen(h[i].key), h[i].value, h[i].vl);
+    conn_framing_end(&f);
+    snprintf(why, cap, "%s", f.why);
+    return f.status;
+}
+
+Test(conn, framing_refuses_transfer_codings_but_chunked_and_ambiguous_headers) {
+    static const struct {
+        hdr h[4];
+        int want;
+    } C[] = {
+        {{H("Host", "a"), H("Transfer-Encoding", "chunked")}, 0},
+        {{H("Host", "a"), H("transfer-encoding", "Chunked")}, 0},
+        {{H("Host", "a"), H("Content-Length", "12"), H("Content-Length", "12")}, 0},
+        {{H("Host", "a"), H("X-Tab", "a\tb")}, 0},
+        {{H("Transfer-Encoding", "chunked, identity")}, 400},
+        {{H("Transfer-Encoding", "chunked"), H("Transfer-Encoding", "identity")}, 400},
+        {{H("Transfer-Encoding", "chunked"), H("Transfer-Encoding", "chunked")}, 400},
+        {{H("Transfer-Encoding", "identity")}, 400},
+        {{H("Transfer-Encoding", "gzip")}, 400},
+        {{H("Transfer-Encoding", "chunked ")}, 400},
+        {{H("Transfer-Encoding", "")}, 400},
+        {{H("Transfer-Encoding", "gzip, chunked")}, 501},
+        {{H("Transfer-Encoding", "chunked"), H("Content-Length", "5")}, 400},
+        {{H("Content-Length", "5"), H("Content-Length", "6")}, 400},
+        {{H("Transfer-Encoding ", "chunked")}, 400},
+        {{H("X-Foo\t", "a")}, 400},
+        {{H("X(Foo)", "a")}, 400},
+        {{H("Host", "a"), H("Host", "b")}, 400},
+        {{H("Host", "a"), H("host", "a")}, 400},
+        {{H("X-Foo", "a\x01" "b")}, 400},
+        {{H("X-Foo", "a\x7f")}, 400},
+        {{H("X-Foo", "a\rb")}, 400},
+        {{H("X-Foo", "a\0b")}, 400},
+    };
+    for (size_t k = 0; k < sizeof(C) / sizeof(*C); k++) {
+        char why[160];
+        int got = framing_of(C[k].h, why, sizeof(why));
+        cr_assert_eq(got, C[k].want, "case %zu (%s: %s): %d, want %d (%s)", k, C[k].h[0].key, C[k].h[0].value, got,
+                     C[k].want, why);
+        cr_assert(got == 0 || why[0], "case %zu: a refusal says why", k);
+    }
 }

@@ -7,7 +7,9 @@
  * What is checked: whole and streamed answers agree, the route table's 404/405, the checks before
  * the body (auth, body cap), validation errors, n > 1 choices, sessions, the Responses API's
  * store and follow-ups, reasoning (a think block, and a template whose generation prompt opens
- * one) as Responses items and chat reasoning_content, llama.cpp's /completion, and /v1/attention.
+ * one) as Responses items and chat reasoning_content, llama.cpp's /completion, /v1/attention, and
+ * forced tool calls that are not what they claim (content and the natural finish_reason, whole
+ * and streamed alike, content null without text).
  */
 #include <criterion/criterion.h>
 #include <jansson.h>
@@ -519,6 +521,135 @@ Test(reasoning, usage_counts_the_tokens_of_the_reasoning) {
     cr_assert_eq(reasoning_tokens_of(json_object_get(a, "usage"), "output_tokens_details"), want);
     json_decref(a);
     json_decref(j);
+}
+
+// ---- tool calls are what they claim (issue 44) -------------------------------------------------
+
+/* A whole chat answer and the same streamed, joined as OpenAI's client libraries join deltas:
+ * content starts as the role chunk's (null) and grows by each string; tool calls by index. */
+typedef struct joined {
+    json_t *content;     /* string or null */
+    char finish[32];
+    int n_calls;
+    char names[4][64];
+} joined;
+
+static void join_stream(const char *body, joined *out) {
+    rec c = {0};
+    run(&c, "POST", "/v1/chat/completions", body);
+    memset(out, 0, sizeof(*out));
+    buf text = {0};
+    bool any = false, role_seen = false;
+    for (const char *p = c.body; (p = strstr(p, "data: {"));) {
+        p += 6;
+        const char *end = strstr(p, "\n\n");
+        json_t *ev = json_loadb(p, (size_t)(end - p), 0, NULL);
+        const json_t *ch = json_array_get(json_object_get(ev, "choices"), 0), *d = json_object_get(ch, "delta");
+        if (json_object_get(d, "role")) {
+            role_seen = true;
+            cr_assert(json_is_null(json_object_get(d, "content")), "the role chunk says content null");
+        }
+        const json_t *t = json_object_get(d, "content");
+        if (json_is_string(t)) any = true, buf_puts(&text, json_string_value(t));
+        const json_t *tc = json_array_get(json_object_get(d, "tool_calls"), 0);
+        const char *nm = json_string_value(json_object_get(json_object_get(tc, "function"), "name"));
+        if (nm && out->n_calls < 4) snprintf(out->names[out->n_calls++], 64, "%s", nm);
+        if (json_is_string(json_object_get(ch, "finish_reason")))
+            snprintf(out->finish, sizeof(out->finish), "%s", json_string_value(json_object_get(ch, "finish_reason")));
+        json_decref(ev);
+        p = end;
+    }
+    cr_assert(role_seen);
+    out->content = any ? json_string(text.p ? text.p : "") : json_null();
+    buf_free(&text);
+    free(c.body);
+}
+
+/* Posts body (without its closing brace) whole and streamed; both must say the same. Returns the
+ * whole choice (new reference). */
+static json_t *whole_and_streamed(const char *body) {
+    char b[2048];
+    snprintf(b, sizeof(b), "%s}", body);
+    json_t *j = post_json("/v1/chat/completions", b, 200);
+    json_t *choice = json_incref(json_array_get(json_object_get(j, "choices"), 0));
+    json_decref(j);
+    const json_t *msg = json_object_get(choice, "message"), *content = json_object_get(msg, "content");
+    snprintf(b, sizeof(b), "%s, \"stream\": true}", body);
+    joined s;
+    join_stream(b, &s);
+    cr_assert(json_equal(s.content, (json_t *)content), "content: streamed %s, whole %s", json_dumps(s.content, JSON_ENCODE_ANY),
+              json_dumps(content, JSON_ENCODE_ANY));
+    cr_assert_str_eq(s.finish, json_string_value(json_object_get(choice, "finish_reason")));
+    const json_t *calls = json_object_get(msg, "tool_calls");
+    cr_assert_eq((size_t)s.n_calls, json_array_size(calls));
+    for (int k = 0; k < s.n_calls; k++)
+        cr_assert_str_eq(s.names[k], json_string_value(json_object_get(json_object_get(json_array_get(calls, (size_t)k),
+                                                                                      "function"), "name")));
+    json_decref(s.content);
+    return choice;
+}
+
+#define PING_TOOLS "\"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"ping\"}}]"
+
+/* An unclosed <think>: no text, so content is null whole and streamed (the role chunk's null,
+ * never joined to a string), and the reasoning is all there is. */
+Test(request, an_unclosed_think_has_content_null_whole_and_streamed) {
+    json_t *choice = whole_and_streamed("{\"messages\": [{\"role\": \"user\", \"content\": \"Once\"}], \"temperature\": 0, "
+                                        "\"grammar\": \"root ::= \\\"<think>\\\" [a-z]{2,6}\"");
+    const json_t *msg = json_object_get(choice, "message");
+    cr_assert(json_is_null(json_object_get(msg, "content")), "%s", json_dumps(msg, 0));
+    cr_assert(json_string_length(json_object_get(msg, "reasoning_content")) >= 2);
+    json_decref(choice);
+}
+
+/* Output forced through a grammar to call a function the request does not have, with
+ * duplicate names, or with a raw control character: content as written, finish_reason "stop",
+ * no tool_calls, whole and streamed alike. */
+Test(request, forced_calls_that_are_not_valid_come_back_as_content) {
+    static const char *const FORCED[] = {
+        "<tool_call>{\\\\\\\"name\\\\\\\": \\\\\\\"rm_rf_root\\\\\\\", \\\\\\\"arguments\\\\\\\": {}}</tool_call>",
+        "<tool_call>{\\\\\\\"name\\\\\\\": \\\\\\\"ping\\\\\\\", \\\\\\\"name\\\\\\\": \\\\\\\"exec\\\\\\\"}</tool_call>",
+        "<tool_call>{\\\\\\\"name\\\\\\\": \\\\\\\"ping\\\\\\\", \\\\\\\"arguments\\\\\\\": {\\\\\\\"a\\\\\\\": "
+        "\\\\\\\"\\\\x01\\\\\\\"}}</tool_call>",
+    };
+    static const char *const TEXT[] = {
+        "<tool_call>{\"name\": \"rm_rf_root\", \"arguments\": {}}</tool_call>",
+        "<tool_call>{\"name\": \"ping\", \"name\": \"exec\"}</tool_call>",
+        "<tool_call>{\"name\": \"ping\", \"arguments\": {\"a\": \"\x01\"}}</tool_call>",
+    };
+    for (size_t k = 0; k < ATTND_ARRAY_LEN(FORCED); k++) {
+        char body[1024];
+        snprintf(body, sizeof(body), "{\"messages\": [{\"role\": \"user\", \"content\": \"Once\"}], \"temperature\": 0, "
+                 "\"max_tokens\": 200, " PING_TOOLS ", \"grammar\": \"root ::= \\\"%s\\\"\"", FORCED[k]);
+        json_t *choice = whole_and_streamed(body);
+        const json_t *msg = json_object_get(choice, "message");
+        cr_assert_str_eq(json_string_value(json_object_get(choice, "finish_reason")), "stop", "%s", json_dumps(choice, 0));
+        cr_assert_null(json_object_get(msg, "tool_calls"), "%zu: no call", k);
+        cr_assert_str_eq(json_string_value(json_object_get(msg, "content")), TEXT[k]);
+        json_decref(choice);
+    }
+}
+
+/* A valid call cut by max_tokens is no call: its text is content and finish_reason is "length";
+ * the same call uncut is a call with "tool_calls". */
+Test(request, a_forced_call_cut_by_max_tokens_is_content_with_length) {
+    static const char BODY[] = "{\"messages\": [{\"role\": \"user\", \"content\": \"Once\"}], \"temperature\": 0, "
+                               PING_TOOLS ", \"grammar\": \"root ::= \\\"<tool_call>{\\\\\\\"name\\\\\\\": "
+                               "\\\\\\\"ping\\\\\\\", \\\\\\\"arguments\\\\\\\": {\\\\\\\"n\\\\\\\": 12345}}</tool_call>\\\"\"";
+    char body[1024];
+    snprintf(body, sizeof(body), "%s, \"max_tokens\": 20", BODY);
+    json_t *choice = whole_and_streamed(body);
+    const json_t *msg = json_object_get(choice, "message");
+    cr_assert_str_eq(json_string_value(json_object_get(choice, "finish_reason")), "length", "%s", json_dumps(choice, 0));
+    cr_assert_null(json_object_get(msg, "tool_calls"));
+    const char *content = json_string_value(json_object_get(msg, "content"));
+    cr_assert(content && !strncmp(content, "<tool_call>{\"name\"", 18), "%s", json_dumps(choice, 0));
+    json_decref(choice);
+    snprintf(body, sizeof(body), "%s, \"max_tokens\": 200", BODY);
+    choice = whole_and_streamed(body);
+    cr_assert_str_eq(json_string_value(json_object_get(choice, "finish_reason")), "tool_calls", "%s", json_dumps(choice, 0));
+    cr_assert(json_is_null(json_object_get(json_object_get(choice, "message"), "content")));
+    json_decref(choice);
 }
 
 // ---- a Qwen3-Coder template: forced calls in its XML format -------------------------------

@@ -222,7 +222,7 @@ Test(rstore, expired_responses_leave_memory_and_disk_also_at_start) {
     cr_assert_eq(files_with("resp_older"), 0, "its file is gone");
     cr_assert_eq(rstore_get(s, NULL, "resp_old", NULL, NULL, NULL, &err), ATTND_OK, "the fresh one stays");
     rstore_set_limits(s, &(rstore_limits){.ttl_ms = 1});
-    usleep(20000);
+    attnd_clock_advance_ms(20);
     cr_assert_eq(rstore_get(s, NULL, "resp_old", NULL, NULL, NULL, &err), ATTND_ERR_NOT_FOUND);
     cr_assert_eq(files_with(".response.json"), 0);
     rstore_destroy(s);
@@ -230,12 +230,12 @@ Test(rstore, expired_responses_leave_memory_and_disk_also_at_start) {
 
 Test(rstore, responses_expire_on_time_without_any_use_of_the_store) {
     rstore *s = open_store(dir, "m", 8);
-    rstore_set_limits(s, &(rstore_limits){.ttl_ms = 1500}); /* the store is empty: nothing is due */
+    rstore_set_limits(s, &(rstore_limits){.ttl_ms = 300}); /* the store is empty: nothing is due */
     put(s, "resp_t1", "resp_t1", "x");
     cr_assert_eq(files_with("resp_t1"), 1, "stored");
     /* nothing calls the store from here: its own thread removes the file when the TTL passes */
     int waited = 0;
-    while (files_with("resp_t1") && waited < 15000) usleep(50000), waited += 50;
+    while (files_with("resp_t1") && waited < 15000) usleep(5000), waited += 5;
     cr_assert_eq(files_with("resp_t1"), 0, "the expired response's file is still there after %d ms", waited);
     cr_assert_eq(rstore_count(s), 0);
     rstore_destroy(s);

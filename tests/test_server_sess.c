@@ -312,11 +312,11 @@ Test(sess, idle_sessions_expire_after_the_ttl) {
     cr_assert_eq(sess_persist(st, NULL, "old", NULL, NULL), ATTND_OK);
     cr_assert_eq(sess_acquire(st, NULL, "busy", &busy, NULL), ATTND_OK);
     cr_assert_eq(sess_expire(st), 0, "no TTL set: nothing expires");
-    /* "fresh" is made after the sleep and must still be young when sess_expire runs: a TTL of
-     * 300 ms leaves a loaded CI machine that much time between the two calls (20 ms did not) */
     sess_store_set_lifetime(st, 300, false);
-    usleep(600 * 1000);
-    cr_assert_eq(sess_create(st, NULL, "fresh", id, NULL), ATTND_OK);
+    attnd_clock_advance_ms(250);
+    cr_assert_eq(sess_expire(st), 0, "250 ms idle: within the TTL");
+    attnd_clock_advance_ms(100);
+    cr_assert_eq(sess_create(st, NULL, "fresh", id, NULL), ATTND_OK); /* "fresh" is made now: 0 ms old */
     cr_assert_eq(sess_expire(st), 1, "only the idle, old session expires");
     cr_assert_null(sess_info_json(st, NULL, "old"));
     cr_assert_not(file_exists("old"));

@@ -2,7 +2,10 @@
  * test_server_toolcall.c — tool calling (server/api/toolcall.c, toolcall_parse.c): recorded
  * outputs of each family's format parsed into content, reasoning and calls, the same under every
  * chunking (one byte at a time, every fixed size, random cuts), streamed deltas that reassemble
- * to the whole answer; the tools / tool_choice validation; the grammar that forces a call.
+ * to the whole answer; a call that is not what it claims (the audit of issue 44: 47 hostile or
+ * forced outputs, and a valid call cut at every byte in six formats) is content, never a call,
+ * and leaves the natural finish_reason; the tools / tool_choice validation; the grammar that
+ * forces a call.
  */
 #include <criterion/criterion.h>
 #include <string.h>
@@ -14,7 +17,7 @@
 typedef struct parsed {
     char content[2048], reasoning[1024], streamed_content[2048], streamed_reasoning[1024];
     char names[8][64], args[8][512], streamed_args[8][512], streamed_names[8][64];
-    int n_calls, n_streamed;
+    int n_calls, n_streamed, n_rejected;
     int n_fragments[8];  /* non-empty argument deltas per call */
     bool content_null;
 } parsed;
@@ -41,9 +44,30 @@ static void collect(json_t *deltas, parsed *out) {
     }
 }
 
-static bool args_must_parse = true; /* a test of broken output turns it off */
+/* The tools of most tests: every name they call (none has a schema, so XML values are text). */
+static const char DEFAULT_TOOLS[] =
+    "[{\"type\": \"function\", \"function\": {\"name\": \"get_weather\"}}, {\"name\": \"get_time\"}, {\"name\": \"f\"}, "
+    "{\"name\": \"search\"}, {\"name\": \"open\"}, {\"name\": \"a\"}, {\"name\": \"b\"}, {\"name\": \"ping\"}]";
+
 static bool start_open = false;     /* the prompt ended with an open <think> */
-static const json_t *run_tools;     /* the request's tools (types XML calls' values); NULL = none */
+static const json_t *run_tools;     /* the request's tools; NULL = DEFAULT_TOOLS */
+static bool no_tools = false;       /* the parser gets no tools at all */
+
+static const json_t *default_tools(void) {
+    static json_t *t;
+    if (!t) t = json_loads(DEFAULT_TOOLS, 0, NULL);
+    cr_assert(t);
+    return t;
+}
+
+/* Whether name is one of tools (either shape). */
+static bool tool_named(const json_t *tools, const char *name) {
+    for (size_t i = 0; i < json_array_size(tools); i++) {
+        const json_t *t = json_array_get(tools, i), *f = json_object_get(t, "function");
+        if (!strcmp(json_string_value(json_object_get(f ? f : t, "name")), name)) return true;
+    }
+    return false;
+}
 
 /* Parses text fed in pieces: cut[i] marks where chunks end (NULL: in `size`-byte chunks). */
 static void run(const char *text, bool calls, size_t size, unsigned seed, parsed *out) {
@@ -51,7 +75,8 @@ static void run(const char *text, bool calls, size_t size, unsigned seed, parsed
     toolcall_parser *p = toolcall_parser_create(calls);
     cr_assert(p);
     if (start_open) toolcall_parser_start_in_reasoning(p);
-    toolcall_parser_set_tools(p, run_tools);
+    const json_t *tools = no_tools ? NULL : run_tools ? run_tools : default_tools();
+    toolcall_parser_set_tools(p, tools);
     json_t *deltas = json_array();
     size_t n = strlen(text), i = 0;
     unsigned x = seed;
@@ -66,10 +91,12 @@ static void run(const char *text, bool calls, size_t size, unsigned seed, parsed
     collect(deltas, out);
     json_decref(deltas);
     json_t *c = toolcall_parser_content(p), *r = toolcall_parser_reasoning(p), *tc = toolcall_parser_calls(p);
+    cr_assert(json_is_null(c) || json_string_length(c) > 0, "content is text or null, never \"\"");
     out->content_null = json_is_null(c);
     if (json_is_string(c)) strcpy(out->content, json_string_value(c));
     if (r) strcpy(out->reasoning, json_string_value(r));
     out->n_calls = toolcall_parser_n_calls(p);
+    out->n_rejected = toolcall_parser_n_rejected(p);
     for (int k = 0; k < out->n_calls; k++) {
         json_t *f = json_object_get(json_array_get(tc, (size_t)k), "function");
         strcpy(out->names[k], json_string_value(json_object_get(f, "name")));
@@ -85,9 +112,12 @@ static void run(const char *text, bool calls, size_t size, unsigned seed, parsed
     for (int k = 0; k < out->n_calls; k++) {
         cr_assert_str_eq(out->streamed_names[k], out->names[k]);
         cr_assert_str_eq(out->streamed_args[k], out->args[k]);
-        json_t *j = json_loads(out->streamed_args[k], JSON_DECODE_ANY, NULL);
-        cr_assert(json_is_object(j) || !args_must_parse, "call %d's fragments make JSON: %s", k, out->streamed_args[k]);
+        /* every call is what it claims: a tool's name, one JSON object read strictly */
+        cr_assert(tool_named(tools, out->names[k]), "call %d names a tool: %s", k, out->names[k]);
+        json_t *j = json_loads(out->args[k], JSON_REJECT_DUPLICATES | JSON_DECODE_INT_AS_REAL, NULL);
+        cr_assert(json_is_object(j), "call %d's arguments are one JSON object: %s", k, out->args[k]);
         json_decref(j);
+        cr_assert_leq(out->n_fragments[k], 1, "a call's arguments come in one piece, once checked");
     }
 }
 
@@ -98,8 +128,10 @@ static parsed *check_all_chunkings(const char *text, bool calls) {
     for (size_t size = 1; size <= 13; size++) {
         run(text, calls, size, 0, &other);
         cr_assert_str_eq(other.content, whole.content, "chunks of %zu", size);
+        cr_assert_eq(other.content_null, whole.content_null, "chunks of %zu", size);
         cr_assert_str_eq(other.reasoning, whole.reasoning, "chunks of %zu", size);
         cr_assert_eq(other.n_calls, whole.n_calls, "chunks of %zu", size);
+        cr_assert_eq(other.n_rejected, whole.n_rejected, "chunks of %zu", size);
         for (int k = 0; k < whole.n_calls; k++) cr_assert_str_eq(other.args[k], whole.args[k]);
     }
     for (unsigned seed = 1; seed <= 40; seed++) {
@@ -121,61 +153,70 @@ Test(toolcall, hermes_calls_with_text_before_them) {
     cr_assert_str_eq(p->content, "Let me check.\n\n");
 }
 
-/* Arguments stream as they arrive, not as one piece at the end: fed a byte at a time, a call's
- * arguments come in as many fragments as they have bytes the compact form keeps; its header
- * comes before the arguments' last byte was even written. */
-Test(toolcall, arguments_arrive_as_fragments_token_by_token) {
+/* A call goes out once it is whole and checked: fed a byte at a time, its head and its
+ * arguments (compact, as the model wrote them) come in one delta each, after the last byte of
+ * its JSON; nothing of it goes out before. */
+Test(toolcall, a_call_goes_out_whole_once_checked) {
     static const char TEXT[] = "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"S\u00e3o "
-                               "Paulo\", \"days\": [1, 2]}}\n</tool_call>";
+                               "Paulo\", \"days\": [1, 2], \"big\": 123456789012345678901234567890, \"r\": 1.50}}\n</tool_call>";
     parsed *p = check_all_chunkings(TEXT, true);
     cr_assert_eq(p->n_calls, 1);
-    cr_assert_str_eq(p->args[0], "{\"city\":\"S\u00e3o Paulo\",\"days\":[1,2]}");
-    cr_assert_eq(p->n_fragments[0], 1, "fed whole: one fragment");
+    cr_assert_str_eq(p->args[0], "{\"city\":\"S\u00e3o Paulo\",\"days\":[1,2],\"big\":123456789012345678901234567890,"
+                                 "\"r\":1.50}", "numbers as written, never re-encoded");
     parsed bytes;
     run(TEXT, true, 1, 0, &bytes);
-    cr_assert_eq(bytes.n_fragments[0], (int)strlen(bytes.args[0]) - 1, "one per byte (the two of \u00e3 as one)");
-    /* the header is out once the arguments start */
+    cr_assert_eq(bytes.n_fragments[0], 1, "one fragment");
     toolcall_parser *tp = toolcall_parser_create(true);
+    toolcall_parser_set_tools(tp, default_tools());
     json_t *deltas = json_array();
-    const char *head = "<tool_call>{\"name\": \"f\", \"arguments\": {\"q\": \"ab";
+    const char *head = "<tool_call>{\"name\": \"f\", \"arguments\": {\"q\": \"ab\"}";
     toolcall_parser_feed(tp, head, strlen(head), deltas);
-    cr_assert_eq(json_array_size(deltas), 2, "the call's header and a first fragment");
+    cr_assert_eq(json_array_size(deltas), 0, "nothing of an unfinished call");
+    toolcall_parser_feed(tp, "}", 1, deltas);
+    cr_assert_eq(json_array_size(deltas), 0, "a close may still come: the block is not decided");
+    toolcall_parser_feed(tp, "</tool_call>", 12, deltas);
+    cr_assert_eq(json_array_size(deltas), 2, "the call's head and its arguments");
     json_t *f = json_object_get(json_array_get(json_object_get(json_array_get(deltas, 1), "tool_calls"), 0), "function");
-    cr_assert_str_eq(json_string_value(json_object_get(f, "arguments")), "{\"q\":\"ab");
+    cr_assert_str_eq(json_string_value(json_object_get(f, "arguments")), "{\"q\":\"ab\"}");
     toolcall_parser_destroy(tp);
     json_decref(deltas);
 }
 
-/* A fragment never ends inside a character, also one that the arguments form only once the blank
- * between its bytes is dropped (outside strings, the compact form keeps no blanks): the fragments
- * join to the arguments under every chunking. Found by fuzz_toolcall. */
-Test(toolcall, fragments_never_split_a_character_of_the_compact_arguments) {
-    args_must_parse = false;
-    static const char TEXT[] = "<tool_call>{\"name\": \"f\", \"arguments\": {\"a\": 1\xf3 \xa6\xa6\xa6, \"b\": "
-                               "\"\xe2\x82\xac<\xf0\x9f\x98\x80</x\"}}</tool_call>";
-    parsed *p = check_all_chunkings(TEXT, true);
+/* Multi-byte characters in a call's strings arrive whole; bytes that are no JSON (a stray
+ * character outside a string) make the block text. Found by fuzz_toolcall. */
+Test(toolcall, characters_of_the_arguments_stay_whole_and_broken_bytes_are_text) {
+    parsed *p = check_all_chunkings("<tool_call>{\"name\": \"f\", \"arguments\": {\"b\": \"\xe2\x82\xac<\xf0\x9f\x98\x80</x\"}}"
+                                    "</tool_call>", true);
     cr_assert_eq(p->n_calls, 1);
-    cr_assert_str_eq(p->args[0], "{\"a\":1\xf3\xa6\xa6\xa6,\"b\":\"\xe2\x82\xac<\xf0\x9f\x98\x80</x\"}");
-    /* output that ends inside a character, then a blank the compact form drops: the held-back
-     * byte still goes out when the output ends */
+    cr_assert_str_eq(p->args[0], "{\"b\":\"\xe2\x82\xac<\xf0\x9f\x98\x80</x\"}");
+    p = check_all_chunkings("<tool_call>{\"name\": \"f\", \"arguments\": {\"a\": 1\xf3 \xa6\xa6\xa6}}</tool_call>", true);
+    cr_assert_eq(p->n_calls, 0);
+    cr_assert_eq(p->n_rejected, 1);
     p = check_all_chunkings("<tool_call>{\"name\": \"f\", \"arguments\": {\"a\": 1\xc3 ", true);
-    cr_assert_eq(p->n_calls, 1);
-    cr_assert_str_eq(p->args[0], "{\"a\":1\xef\xbf\xbd", "the unfinished character is U+FFFD");
-    args_must_parse = true;
+    cr_assert_eq(p->n_calls, 0, "cut inside a character: no call");
+    cr_assert_str_eq(p->content, "<tool_call>{\"name\": \"f\", \"arguments\": {\"a\": 1\xef\xbf\xbd ",
+                     "the text, its unfinished character U+FFFD");
 }
 
-/* Once a call's name and the start of its arguments came, they stream: a call cut short keeps
- * what the model wrote. Before that point, text that is no call stays content. */
-Test(toolcall, a_call_whose_json_is_broken_keeps_what_came) {
-    args_must_parse = false;
+/* A call cut short (max_tokens, a </tool_call> inside its JSON) is no call: the text as the
+ * model wrote it is content, and the text after a close that cut it is parsed on. */
+Test(toolcall, a_call_whose_json_is_broken_is_content) {
     parsed *p = check_all_chunkings("<tool_call>{\"name\": \"f\", \"arguments\": {\"a\": </tool_call> done", true);
-    cr_assert_eq(p->n_calls, 1);
-    cr_assert_str_eq(p->args[0], "{\"a\":");
-    cr_assert_str_eq(p->content, " done");
+    cr_assert_eq(p->n_calls, 0);
+    cr_assert_eq(p->n_rejected, 1);
+    cr_assert_str_eq(p->content, "<tool_call>{\"name\": \"f\", \"arguments\": {\"a\": </tool_call> done");
     p = check_all_chunkings("<tool_call>{\"name\": \"f\", \"arguments\": {\"a\": [1, ", true);
-    cr_assert_eq(p->n_calls, 1, "the length ran out");
-    cr_assert_str_eq(p->args[0], "{\"a\":[1,");
-    args_must_parse = true;
+    cr_assert_eq(p->n_calls, 0, "the length ran out");
+    cr_assert_str_eq(p->content, "<tool_call>{\"name\": \"f\", \"arguments\": {\"a\": [1, ");
+    p = check_all_chunkings("<tool_call>{\"name\": \"f\", \"arguments\": {\"a\": \"</tool_call>\"}}</tool_call>", true);
+    cr_assert_eq(p->n_calls, 1, "a close inside a string is the string's");
+    cr_assert_str_eq(p->args[0], "{\"a\":\"</tool_call>\"}");
+    p = check_all_chunkings("<tool_call>{\"name\": \"f\", \"arguments\": {\"a\": </tool_call><tool_call>{\"name\": \"ping\"}"
+                            "</tool_call>", true);
+    cr_assert_eq(p->n_calls, 1, "a call after a cut one is still read");
+    cr_assert_str_eq(p->names[0], "ping");
+    cr_assert_str_eq(p->args[0], "{}", "no arguments: an empty object");
+    cr_assert_eq(p->n_rejected, 1);
     p = check_all_chunkings("<tool_call>{\"nam\": \"f\"}</tool_call> done", true);
     cr_assert_eq(p->n_calls, 0);
     cr_assert_str_eq(p->content, "<tool_call>{\"nam\": \"f\"}</tool_call> done");
@@ -192,6 +233,7 @@ Test(toolcall, llama3_python_tag_and_bare_json) {
     cr_assert(p->content_null, "a call alone: content is null");
     p = check_all_chunkings("{\"answer\": 42}", true);
     cr_assert_eq(p->n_calls, 0, "JSON that is not a call is content");
+    cr_assert_eq(p->n_rejected, 0, "and no rejected call");
     cr_assert_str_eq(p->content, "{\"answer\": 42}");
     p = check_all_chunkings("{\"name\": \"search\", \"parameters\": {}}", false);
     cr_assert_eq(p->n_calls, 0, "without tools nothing is a call");
@@ -219,18 +261,19 @@ Test(toolcall, harmony_analysis_and_commentary_call) {
     cr_assert_str_eq(p->content, "Hi!");
 }
 
-/* A function name that is not valid UTF-8 (the model wrote stray bytes) becomes U+FFFD in the
- * call and in the stream, and the call's arguments stay its own, not the previous call's.
- * Found by fuzz_toolcall. */
-Test(toolcall, a_name_of_invalid_utf8_still_makes_its_own_call) {
+/* A function name that is not valid UTF-8 (the model wrote stray bytes) is no tool's: that call
+ * is content (its bytes U+FFFD), and the call before it keeps its own arguments. Found by
+ * fuzz_toolcall. */
+Test(toolcall, a_name_of_invalid_utf8_is_no_call) {
     parsed *p = check_all_chunkings("<|channel|>commentary to=functions.f <|constrain|>json<|message|>{\"a\":0}<|call|>"
                                     "<|start|>assistant<|channel|>commentary to=functions.\x8bg <|constrain|>json"
                                     "<|message|>{\"b\":1}<|call|>", true);
-    cr_assert_eq(p->n_calls, 2);
+    cr_assert_eq(p->n_calls, 1);
     cr_assert_str_eq(p->names[0], "f");
     cr_assert_str_eq(p->args[0], "{\"a\":0}");
-    cr_assert_str_eq(p->names[1], "\xef\xbf\xbdg");
-    cr_assert_str_eq(p->args[1], "{\"b\":1}");
+    cr_assert_str_eq(p->content, "<|channel|>commentary to=functions.\xef\xbf\xbdg <|constrain|>json<|message|>{\"b\":1}"
+                                 "<|call|>");
+    cr_assert_eq(p->n_rejected, 1);
 }
 
 Test(toolcall, think_blocks_become_reasoning_content) {
@@ -245,6 +288,7 @@ Test(toolcall, think_blocks_become_reasoning_content) {
     cr_assert_str_eq(p->content, "a < b and <thin ice>, [TOOL_CALL", "marker prefixes that never complete are text");
     p = check_all_chunkings("<think>never closed", false);
     cr_assert_str_eq(p->reasoning, "never closed");
+    cr_assert(p->content_null, "no text: content null, whole and streamed alike");
 }
 
 /* A DeepSeek-R1 style prompt ends with "<think>\n": the reply is reasoning up to </think>, and
@@ -262,7 +306,7 @@ Test(toolcall, an_open_think_in_the_prompt_starts_the_reply_as_reasoning) {
     cr_assert_str_eq(p->content, "Answer: 4");
     p = check_all_chunkings("cut off mid-thought", false);
     cr_assert_str_eq(p->reasoning, "cut off mid-thought");
-    cr_assert_str_eq(p->content, "");
+    cr_assert(p->content_null, "an unclosed think: content null, as the stream's role chunk says");
     start_open = false;
     p = check_all_chunkings("a <b> c</think>Answer", false);
     cr_assert_str_eq(p->content, "a <b> c</think>Answer", "without the open think, a stray close is text");
@@ -274,6 +318,192 @@ Test(toolcall, an_open_think_in_the_prompt_starts_the_reply_as_reasoning) {
     cr_assert_str_eq(json_string_value(json_object_get(msg, "reasoning_content")), "hmm");
     cr_assert_str_eq(json_string_value(json_object_get(msg, "content")), "Hi");
     json_decref(choice);
+}
+
+// ---- hostile and forced outputs: a call is what it claims, or content -------------------------
+
+/* The tools of the hostile battery: a function with a schema and one without. */
+static const char HOSTILE_TOOLS[] =
+    "[{\"type\": \"function\", \"function\": {\"name\": \"get_weather\", \"parameters\": {\"type\": \"object\", "
+    "\"properties\": {\"city\": {\"type\": \"string\"}, \"days\": {\"type\": \"integer\"}}}}}, "
+    "{\"type\": \"function\", \"function\": {\"name\": \"ping\"}}]";
+
+/* Outputs a model forced through `grammar` or tool_choice auto was seen to write (the audit of
+ * issue 44) and their kin: none is a valid call, so each is content as written, with no call and
+ * one rejected block (the choice keeps its natural finish_reason). */
+static const char *const HOSTILE[] = {
+    /* names not among the tools */
+    "<tool_call>\n{\"name\": \"rm_rf_root\", \"arguments\": {}}\n</tool_call>",
+    "<tool_call>\n{\"name\": \"exec\", \"arguments\": {\"cmd\": \"rm -rf /\"}}\n</tool_call>",
+    "<tool_call>\n{\"name\": \"get_weather\\\"\", \"arguments\": {\"city\": \"x\"}}\n</tool_call>",
+    "<tool_call>\n{\"name\": \"ping \", \"arguments\": {}}\n</tool_call>",
+    "<tool_call>\n{\"name\": \"PING\", \"arguments\": {}}\n</tool_call>",
+    "<tool_call>\n{\"name\": \"p\xd1\x96ng\", \"arguments\": {}}\n</tool_call>", /* a Cyrillic i */
+    "<tool_call>\n{\"name\": \"\", \"arguments\": {}}\n</tool_call>",
+    "<tool_call>\n{\"name\": 5, \"arguments\": {}}\n</tool_call>",
+    "<tool_call>\n{\"function\": {\"name\": \"ping\"}, \"arguments\": {}}\n</tool_call>",
+    /* a key twice: which one would run? */
+    "<tool_call>\n{\"name\": \"ping\", \"name\": \"rm_rf_root\", \"arguments\": {}}\n</tool_call>",
+    "<tool_call>\n{\"name\": \"rm_rf_root\", \"name\": \"ping\", \"arguments\": {}}\n</tool_call>",
+    "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"a\", \"city\": \"b\"}}\n</tool_call>",
+    "<tool_call>\n{\"name\": \"ping\", \"arguments\": {}, \"parameters\": {\"x\": 1}}\n</tool_call>",
+    /* arguments that are not one JSON object */
+    "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"a\x01" "b\"}}\n</tool_call>",
+    "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"a\x1f\"}}\n</tool_call>",
+    "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"a\\u0000b\"}}\n</tool_call>",
+    "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"\\ud800\"}}\n</tool_call>",
+    "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": [\"Rome\", 3]}\n</tool_call>",
+    "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": 5}\n</tool_call>",
+    "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": \"Rome\"}\n</tool_call>",
+    "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": \"{\\\"city\\\": \\\"Ro\"}\n</tool_call>",
+    "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"a\",}}\n</tool_call>",
+    "<tool_call>\n{'name': 'ping', 'arguments': {}}\n</tool_call>",
+    /* unbalanced, nested wrongly, or more than the call in the block */
+    "<tool_call>\n{\"name\": \"ping\", \"arguments\": {\"a\": {\"b\": [}}}\n</tool_call>",
+    "<tool_call>\n{\"name\": \"ping\", \"arguments\": {\"a\": [1, 2}]}\n</tool_call>",
+    "<tool_call>\n{\"name\": \"ping\", \"arguments\": {}}}\n</tool_call>",
+    "<tool_call>\n{\"name\": \"ping\", \"arguments\": {}} and then\n</tool_call>",
+    "<tool_call>\n{\"name\": \"ping\", \"arguments\": {\"a\": </tool_call>",
+    "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Ro",
+    "<tool_call>\nI will call ping now\n</tool_call>",
+    "<tool_call>",
+    /* the other formats */
+    "<tool_call>\n[{\"name\": \"ping\", \"arguments\": {}}, {\"name\": \"exec\", \"arguments\": {}}]\n</tool_call>",
+    "[TOOL_CALLS][{\"name\": \"ping\", \"arguments\": {}}, {\"name\": \"exec\", \"arguments\": {}}]",
+    "[TOOL_CALLS][{\"name\": \"ping\", \"arguments\": {\"a\": 1, \"a\": 2}}]",
+    "[TOOL_CALLS]",
+    "<|python_tag|>{\"name\": \"exec\", \"parameters\": {\"cmd\": \"id\"}}",
+    "<|python_tag|>{\"name\": \"ping\", \"parameters\": {\"x\": \"\x01\"}}",
+    "<|tool_call|>[{\"name\": \"rm_rf_root\", \"arguments\": {}}]",
+    "{\"name\": \"exec\", \"parameters\": {\"cmd\": \"rm -rf /\"}}",
+    "<|channel|>commentary to=functions.exec <|constrain|>json<|message|>{\"cmd\": \"id\"}<|call|>",
+    "<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{\"city\": \"Ro",
+    "<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{\"city\": 1, \"city\": 2}<|call|>",
+    "<|channel|>commentary to=functions.ping <|constrain|>json<|message|>[]<|call|>",
+    "<tool_call>\n<function=rm_rf_root>\n</function>\n</tool_call>",
+    "<tool_call>\n<function=get_weather>\n<parameter=city>\nRome\n</parameter>\n<parameter=city>\nOslo\n</parameter>\n"
+    "</function>\n</tool_call>",
+    "<tool_call>\n<function=get_weather>\n<parameter=city>\nRo",
+};
+
+Test(toolcall, hostile_outputs_are_content_never_calls) {
+    json_t *tools = json_loads(HOSTILE_TOOLS, 0, NULL);
+    run_tools = tools;
+    cr_assert_geq(ATTND_ARRAY_LEN(HOSTILE), 36);
+    for (size_t k = 0; k < ATTND_ARRAY_LEN(HOSTILE); k++) {
+        parsed *p = check_all_chunkings(HOSTILE[k], true);
+        cr_assert_eq(p->n_calls, 0, "%zu: %s is no call", k, HOSTILE[k]);
+        cr_assert_eq(p->n_rejected, 1, "%zu: %s is one rejected block", k, HOSTILE[k]);
+        cr_assert_str_eq(p->content, HOSTILE[k], "%zu: the text as written", k);
+    }
+    run_tools = NULL;
+    json_decref(tools);
+}
+
+/* The same outputs that are valid calls (for contrast: the checks do not refuse what is fine). */
+Test(toolcall, what_is_valid_stays_a_call) {
+    json_t *tools = json_loads(HOSTILE_TOOLS, 0, NULL);
+    run_tools = tools;
+    static const char *const GOOD[] = {
+        "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"a\\u0001b\"}}\n</tool_call>",
+        "<tool_call>\n{\"arguments\": {\"city\": \"Rome\"}, \"name\": \"get_weather\"}\n</tool_call>",
+        "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"days\": 123456789012345678901234567890}}\n</tool_call>",
+        "<tool_call>\n{\"name\": \"ping\", \"arguments\": {}}", /* the reply ended after the JSON */
+        "<tool_call>\n{\"name\": \"ping\", \"arguments\": {}}\n</tool_", /* ... inside the close */
+        "<tool_call>\n{\"name\": \"ping\", \"arguments\": {\"a\": {\"b\": [[[{\"c\": null}]]]}}}\n</tool_call>",
+        "[TOOL_CALLS][{\"name\": \"ping\", \"arguments\": {}, \"id\": \"abc123456\"}]",
+        "<|channel|>commentary to=functions.ping <|constrain|>json<|message|>{}<|call|>",
+        "<tool_call>\n<function=get_weather>\n<parameter=city>\nRome\n</parameter>\n</function>\n</tool_call>",
+    };
+    for (size_t k = 0; k < ATTND_ARRAY_LEN(GOOD); k++) {
+        parsed *p = check_all_chunkings(GOOD[k], true);
+        cr_assert_eq(p->n_calls, 1, "%zu: %s is a call", k, GOOD[k]);
+        cr_assert_eq(p->n_rejected, 0, "%zu", k);
+        cr_assert(p->content_null, "%zu: a call alone", k);
+    }
+    run_tools = NULL;
+    json_decref(tools);
+}
+
+/* A reply cut at every byte of a valid call (max_tokens can fall anywhere): before the call's
+ * JSON is whole it is no call and the text as written is content; once whole it is the call.
+ * Whole and streamed agree at every cut. */
+Test(toolcall, a_call_cut_at_every_byte_is_whole_or_content) {
+    json_t *tools = json_loads(HOSTILE_TOOLS, 0, NULL);
+    run_tools = tools;
+    static const char *const CALLS[] = {
+        "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Rome\", \"days\": 3}}\n</tool_call>",
+        "{\"name\": \"get_weather\", \"parameters\": {\"city\": \"R\\\"m\"}}",
+        "[TOOL_CALLS][{\"name\": \"ping\", \"arguments\": {\"x\": [1, {\"y\": 2}]}}]",
+        "<|python_tag|>{\"name\": \"ping\", \"parameters\": {}}",
+        "<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{\"city\": \"Rome\"}<|call|>",
+        "<tool_call>\n<function=get_weather>\n<parameter=city>\nRome\n</parameter>\n</function>\n</tool_call>",
+    };
+    char cut[256];
+    for (size_t c = 0; c < ATTND_ARRAY_LEN(CALLS); c++) {
+        size_t n = strlen(CALLS[c]);
+        for (size_t len = 1; len <= n; len++) {
+            memcpy(cut, CALLS[c], len);
+            cut[len] = '\0';
+            parsed *p = check_all_chunkings(cut, true);
+            cr_assert_leq(p->n_calls, 1);
+            if (p->n_calls == 0) cr_assert_str_eq(p->content, cut, "%zu/%zu: the text as written", c, len);
+            else cr_assert(p->content_null, "%zu/%zu: the call alone", c, len);
+        }
+        parsed *p = check_all_chunkings(CALLS[c], true);
+        cr_assert_eq(p->n_calls, 1, "%zu: uncut, a call", c);
+    }
+    /* where the call becomes one: the Hermes JSON's last brace */
+    size_t at = (size_t)(strstr(CALLS[0], "}}") - CALLS[0]) + 2;
+    memcpy(cut, CALLS[0], at - 1);
+    cut[at - 1] = '\0';
+    cr_assert_eq(check_all_chunkings(cut, true)->n_calls, 0, "one brace short: no call");
+    memcpy(cut, CALLS[0], at);
+    cut[at] = '\0';
+    cr_assert_eq(check_all_chunkings(cut, true)->n_calls, 1, "its last brace: the call");
+    run_tools = NULL;
+    json_decref(tools);
+}
+
+/* finish_reason "tool_calls" only when the reply's every call block was a valid call; a
+ * rejected one (cut, unknown) leaves the natural reason, whole (toolcall_apply) and streamed
+ * (toolcall_parser_finish_reason) alike. Without tools no name is valid. */
+Test(toolcall, finish_reason_is_tool_calls_only_when_every_call_is_valid) {
+    static const struct { const char *text, *natural, *want; } C[] = {
+        {"<tool_call>{\"name\": \"ping\", \"arguments\": {}}</tool_call>", "stop", "tool_calls"},
+        {"<tool_call>{\"name\": \"ping\", \"arguments\": {}}</tool_call>", "length", "length"},
+        {"<tool_call>{\"name\": \"exec\", \"arguments\": {}}</tool_call>", "stop", "stop"},
+        {"<tool_call>{\"name\": \"ping\", \"arguments\": {}}</tool_call><tool_call>{\"name\": \"ping\", \"argu", "length",
+         "length"},
+        {"<tool_call>{\"name\": \"ping\", \"arguments\": {}}</tool_call><tool_call>{\"name\": \"rm_rf_root\"}</tool_call>",
+         "stop", "stop"},
+        {"Hello", "stop", "stop"},
+    };
+    json_t *tools = json_loads(HOSTILE_TOOLS, 0, NULL);
+    for (size_t k = 0; k < ATTND_ARRAY_LEN(C); k++) {
+        json_t *choice = json_pack("{s:{s:s},s:s}", "message", "role", "assistant", "finish_reason", C[k].natural);
+        cr_assert(toolcall_apply(choice, C[k].text, strlen(C[k].text), true, false, "x", tools));
+        cr_assert_str_eq(json_string_value(json_object_get(choice, "finish_reason")), C[k].want, "%zu: %s", k, C[k].text);
+        const json_t *msg = json_object_get(choice, "message");
+        bool has_calls = json_array_size(json_object_get(msg, "tool_calls")) > 0;
+        toolcall_parser *p = toolcall_parser_create(true);
+        toolcall_parser_set_tools(p, tools);
+        json_t *d = json_array();
+        for (size_t i = 0; C[k].text[i]; i++) toolcall_parser_feed(p, C[k].text + i, 1, d);
+        toolcall_parser_finish(p, d);
+        cr_assert_str_eq(toolcall_parser_finish_reason(p, C[k].natural), C[k].want, "streamed %zu", k);
+        cr_assert_eq(toolcall_parser_n_calls(p) > 0, has_calls);
+        toolcall_parser_destroy(p);
+        json_decref(d);
+        json_decref(choice);
+    }
+    json_t *choice = json_pack("{s:{s:s},s:s}", "message", "role", "assistant", "finish_reason", "stop");
+    const char *t = "<tool_call>{\"name\": \"ping\", \"arguments\": {}}</tool_call>";
+    cr_assert(toolcall_apply(choice, t, strlen(t), true, false, "x", NULL));
+    cr_assert_str_eq(json_string_value(json_object_get(choice, "finish_reason")), "stop", "no tools, no call");
+    cr_assert_str_eq(json_string_value(json_object_get(json_object_get(choice, "message"), "content")), t);
+    json_decref(choice);
+    json_decref(tools);
 }
 
 // ---- Qwen3-Coder's XML calls -----------------------------------------------------------------
@@ -302,32 +532,43 @@ Test(toolcall, qwen3_coder_xml_calls_become_typed_json_arguments) {
                                  "\"mode\":420,\"force\":true,\"tags\":[\"a\",1],\"opts\":{\"k\":null},\"ratio\":0.5}");
     cr_assert_str_eq(p->names[1], "ls");
     cr_assert_str_eq(p->args[1], "{}");
-    cr_assert_gt(p->n_fragments[0], 7, "one fragment per parameter, and the braces");
     run_tools = NULL;
     json_decref(tools);
 }
 
 /* A value that is not JSON stays the string; a parameter no schema types is a string; a reply
- * cut inside a call still closes its arguments into JSON. */
-Test(toolcall, qwen3_coder_values_fall_back_to_strings_and_cut_calls_close) {
+ * cut inside a call, a call not closed by </function>, a function not among the tools or a
+ * parameter twice is no call: the block is content as written. */
+Test(toolcall, qwen3_coder_values_fall_back_to_strings_and_broken_calls_are_text) {
     json_t *tools = json_loads(XML_TOOLS, 0, NULL);
     run_tools = tools;
     parsed *p = check_all_chunkings("<tool_call>\n<function=write_file>\n<parameter=mode>\nrw-r--r--\n</parameter>\n"
                                     "<parameter=extra>\n42\n</parameter>\n</function>\n</tool_call>", true);
     cr_assert_eq(p->n_calls, 1);
     cr_assert_str_eq(p->args[0], "{\"mode\":\"rw-r--r--\",\"extra\":\"42\"}");
-    p = check_all_chunkings("<tool_call>\n<function=write_file>\n<parameter=path>\nsrc/m", true);
-    cr_assert_eq(p->n_calls, 1);
-    cr_assert_str_eq(p->args[0], "{\"path\":\"src/m\"}");
-    p = check_all_chunkings("<tool_call>\n<function=write_file>\n<parameter=pa", true);
-    cr_assert_str_eq(p->args[0], "{}");
+    static const char *const BROKEN[] = {
+        "<tool_call>\n<function=write_file>\n<parameter=path>\nsrc/m",
+        "<tool_call>\n<function=write_file>\n<parameter=pa",
+        "<tool_call>\n<function=write_file>\n<parameter=path>\na\n</parameter>\n</tool_call>",
+        "<tool_call>\n<function=exec>\n<parameter=cmd>\nrm -rf /\n</parameter>\n</function>\n</tool_call>",
+        "<tool_call>\n<function=write_file>\n<parameter=path>\na\n</parameter>\n<parameter=path>\n/etc/passwd\n"
+        "</parameter>\n</function>\n</tool_call>",
+        "<tool_call>\n<function=ls>\n</function>\nrm -rf /</tool_call>",
+    };
+    for (size_t k = 0; k < ATTND_ARRAY_LEN(BROKEN); k++) {
+        p = check_all_chunkings(BROKEN[k], true);
+        cr_assert_eq(p->n_calls, 0, "%s", BROKEN[k]);
+        cr_assert_str_eq(p->content, BROKEN[k]);
+        cr_assert_eq(p->n_rejected, 1, "%s", BROKEN[k]);
+    }
     run_tools = NULL;
-    /* without tools every value is a string; a function tag that is no name is content */
+    /* a function without a schema takes every value as a string; a function tag that is no
+     * name is content */
     p = check_all_chunkings("<tool_call>\n<function=f>\n<parameter=n>\n1\n</parameter>\n</function>\n</tool_call>", true);
     cr_assert_str_eq(p->args[0], "{\"n\":\"1\"}");
     p = check_all_chunkings("<tool_call>\n<function=\nno</tool_call> after", true);
     cr_assert_eq(p->n_calls, 0);
-    cr_assert_str_eq(p->content, "<tool_call><function=\nno</tool_call> after");
+    cr_assert_str_eq(p->content, "<tool_call>\n<function=\nno</tool_call> after");
     p = check_all_chunkings("<tool_call><function=f></function></tool_call>", false);
     cr_assert_eq(p->n_calls, 0, "no calls parsed without tools");
     json_decref(tools);

@@ -47,6 +47,11 @@ struct timespec;
 double attnd_now_s(void);
 /* Milliseconds since the Unix epoch (wall clock: for timestamps that outlive the process). */
 long long attnd_unix_ms(void);
+/* Moves both clocks above forward by ms, for every thread: the clock the tests move, so that
+ * session and response TTLs, the systemd watchdog's interval and the like are tested without
+ * waiting for time to pass. Production code never calls it (the offset stays 0). Timed waits
+ * (attnd_deadline) keep real time: a test that moves the clock wakes what it wants to run. */
+void attnd_clock_advance_ms(long long ms);
 /* The CLOCK_REALTIME instant timeout_ms from now, as pthread_cond_timedwait wants it. */
 void attnd_deadline(struct timespec *ts, int timeout_ms);
 

@@ -18,11 +18,12 @@
 #include "heads_api.h"
 #include "attn_api.h"
 #include "endpoints.h"
-#include "genreq.h"
+#include "genreq_http.h"
 
 /* Reads the inspection fields (and the ablation sweep's, ablate_api.h) and leaves the body as oai_parse should see it: "top_k" is the
  * attention cut here; top-k sampling may be asked for as "sampling_top_k". false: 400 queued. */
-static bool read_selection(req *r, json_t *b, attn_api_request *ar, ablate_measure *am, enum MHD_Result *ret) {
+static bool read_selection(req *r, genreq *g, json_t *b, attn_api_request *ar, ablate_measure *am,
+                           http_result *ret) {
     const char *param = NULL;
     attnd_err err;
     if (attn_api_parse(b, ar, &param, &err) != ATTND_OK || ablate_api_parse_measure(b, am, &param, &err) != ATTND_OK) {
@@ -37,12 +38,12 @@ static bool read_selection(req *r, json_t *b, attn_api_request *ar, ablate_measu
         return false;
     }
     /* a prompt is a completion; messages (and no prompt) go through the chat template */
-    r->chat = !json_object_get(b, "prompt") && json_object_get(b, "messages");
+    g->chat = !json_object_get(b, "prompt") && json_object_get(b, "messages");
     return true;
 }
 
 /* Validates the selection against the model and the cap, and allocates the capture. */
-static attn_capture *make_capture(req *r, const attn_api_request *ar, int n_positions, enum MHD_Result *ret) {
+static attn_capture *make_capture(req *r, const attn_api_request *ar, int n_positions, http_result *ret) {
     struct server *s = r->srv;
     attn_capture_params p = attn_api_params(ar, n_positions);
     const char *param = NULL;
@@ -61,10 +62,10 @@ static attn_capture *make_capture(req *r, const attn_api_request *ar, int n_posi
 }
 
 /* The answer once the job is done: attn_api's object plus the generation's outcome. */
-static enum MHD_Result respond(req *r) {
+static http_result respond(req *r, const genreq *g) {
     struct server *s = r->srv;
     sched_output o;
-    sched_job_output(r->job, &o);
+    sched_job_output(g->job, &o);
     if (o.status != ATTND_OK)
         return http_respond_error(r, http_status_of(o.status, HTTP_CTX_GENERATE),
                                   o.errmsg[0] ? o.errmsg : "evaluation failed", NULL);
@@ -83,8 +84,8 @@ static enum MHD_Result respond(req *r) {
     json_object_set_new(body, "usage", json_pack("{s:i, s:i, s:{s:i}}", "prompt_tokens", (json_int_t)o.n_prompt,
                                                  "completion_tokens", (json_int_t)o.n_generated,
                                                  "prompt_tokens_details", "cached_tokens", (json_int_t)o.n_cached));
-    if (r->sess_id[0]) json_object_set_new(body, "session_id", json_string(r->sess_id));
-    if (r->oreq.n_ablate) json_object_set_new(body, "ablate", ablate_api_json(r->oreq.ablate, r->oreq.n_ablate));
+    if (g->sess_id[0]) json_object_set_new(body, "session_id", json_string(g->sess_id));
+    if (g->oreq.n_ablate) json_object_set_new(body, "ablate", ablate_api_json(g->oreq.ablate, g->oreq.n_ablate));
     size_t len = 0;
     char *text = attn_api_dump_with(body, o.capture, &len), *line = NULL;
     json_decref(body);
@@ -99,18 +100,32 @@ static enum MHD_Result respond(req *r) {
 typedef struct sweep_task {
     const ablate_sweep_params *p;
     ablate_sweep_result *r;
+    ablate_sweep *w;
 } sweep_task;
 
-/* On the scheduler thread (sched_run_task): the sweep, with the server's engine and KV pool. */
-static attnd_status run_sweep(void *user, engine *e, kv_pool *pool, attnd_err *err) {
-    sweep_task *t = user;
-    return ablate_sweep_run(e, pool, t->p, t->r, err);
+/* On the scheduler thread (sched_run_task): the sweep, one batch a turn, with the server's
+ * engine and KV pool. */
+static attnd_status run_sweep(void *user, sched_task_turn *t, attnd_err *err) {
+    sweep_task *k = user;
+    if (t->plan) {
+        t->kv_bytes = ablate_sweep_kv_bytes(t->e, t->pool, k->p);
+        return ATTND_OK;
+    }
+    bool done = false;
+    attnd_status st = t->stop ? ATTND_ERR_BUSY : k->w ? ATTND_OK : ablate_sweep_create(&k->w, t->e, t->pool, k->p, err);
+    long before = k->w ? ablate_sweep_evaluated(k->w) : 0;
+    if (st == ATTND_OK) st = ablate_sweep_next(k->w, t->max_entries, &done, err);
+    t->work = k->w ? ablate_sweep_evaluated(k->w) - before : 0;
+    if (st == ATTND_OK && done) ablate_sweep_take_result(k->w, k->r);
+    t->more = st == ATTND_OK && !done;
+    if (!t->more) ablate_sweep_destroy(k->w), k->w = NULL;
+    return st;
 }
 
 /* Refuses what a sweep does not combine with: an attention selection, ablate, generation, a
  * session. false: the 400 is queued. */
-static bool sweep_alone(req *r, const attn_api_request *ar, enum MHD_Result *ret) {
-    const oai_request *q = &r->oreq;
+static bool sweep_alone(req *r, const genreq *g, const attn_api_request *ar, http_result *ret) {
+    const oai_request *q = &g->oreq;
     const char *field = ar->layers ? "layers" : ar->heads ? "heads" : ar->top_k ? "top_k"
                       : ar->weights != ATTN_WEIGHTS_ATTENTION ? "weights" : ar->lens_k ? "logit_lens"
                       : ar->experts ? "experts"
@@ -124,18 +139,21 @@ static bool sweep_alone(req *r, const attn_api_request *ar, enum MHD_Result *ret
 }
 
 /* The ablation sweep over prompt ids[0..n) (owned), run on the scheduler thread. */
-static enum MHD_Result measure_ablation(req *r, const ablate_measure *am, int32_t *ids, size_t n) {
+static http_result measure_ablation(req *r, const ablate_measure *am, int32_t *ids, size_t n) {
     struct server *s = r->srv;
     ablate_sweep_params p;
     ablate_sweep_result res = {0};
     const char *param = NULL;
     attnd_err err;
-    enum MHD_Result ret;
+    http_result ret;
+    char tenant[SCHED_TENANT_MAX + 1];
+    http_tenant(r, tenant, sizeof(tenant)); /* the sweep's work is charged to it */
     attnd_status st = ablate_api_sweep_params(am, s->tok, ids, (int)n, &p, &param, &err);
     if (st == ATTND_OK) st = ablate_sweep_check(model_info_get(s->m), &p, &err);
     if (st != ATTND_OK) {
         ret = http_respond_error(r, 400, err.msg, param ? param : "prompt");
-    } else if ((st = sched_run_task(s->sch, run_sweep, &(sweep_task){&p, &res}, &err)) != ATTND_OK) {
+    } else if ((st = sched_run_task(s->sch, &(sched_task_spec){run_sweep, &(sweep_task){&p, &res, NULL}, tenant},
+                                    &err)) != ATTND_OK) {
         ret = http_respond_error(r, st == ATTND_ERR_INVALID ? 400 : 503, err.msg, NULL);
     } else {
         json_t *body = ablate_api_sweep_json(s->model_id, s->tok, &p, (int)n, am->target_position, &res);
@@ -160,7 +178,7 @@ static void trim_heap(void) {
 
 /* At most attention_parallel inspections at once: each holds its capture and its answer's text
  * (up to attention_max_bytes). false: the 429 is queued. */
-static bool attention_slot(req *r, enum MHD_Result *ret) {
+static bool attention_slot(req *r, http_result *ret) {
     struct server *s = r->srv;
     int limit = s->cfg.attention_parallel > 0 ? s->cfg.attention_parallel : 2;
     if (atomic_fetch_add(&s->attn_active, 1) < limit) return true;
@@ -169,55 +187,76 @@ static bool attention_slot(req *r, enum MHD_Result *ret) {
     return false;
 }
 
-enum MHD_Result ep_attention(req *r) {
+/* The checks of an inspection's body: one prompt, one choice, ablation alone. false: the 400 is
+ * queued. */
+static bool check_inspection(req *r, genreq *g, const attn_api_request *ar, const ablate_measure *am,
+                             http_result *ret) {
+    genreq_err e;
+    if (!g->chat && g->oreq.n_prompts > 1) { /* only the first would be inspected */
+        *ret = http_respond_error(r, 400, "/v1/attention inspects one prompt; send the others as separate requests",
+                                  "prompt");
+        return false;
+    }
+    if (g->oreq.n > 1) {
+        *ret = http_respond_error(r, 400, "'n' must be 1 on /v1/attention (one inspection per request)", "n");
+        return false;
+    }
+    if (genreq_check_ablate(g, &e) != ATTND_OK) {
+        *ret = genreq_http_respond(r, &e);
+        return false;
+    }
+    return !am->on || sweep_alone(r, g, ar, ret);
+}
+
+/* The inspection of prompt ids[0..n) (owned): its capture, its job on the session, the answer. */
+static http_result inspect(req *r, genreq *g, const attn_api_request *ar, int32_t *ids, size_t n) {
+    http_result ret = HTTP_NO;
+    int max_tokens;
+    sess *se = NULL;
+    genreq_err e;
+    attn_capture *cap = NULL;
+    attnd_status st = genreq_fit_context(g, n, &max_tokens, &e);
+    if (st == ATTND_OK && !(cap = make_capture(r, ar, (int)n + max_tokens, &ret))) {
+        free(ids);
+        return ret;
+    }
+    if (st == ATTND_OK) st = genreq_acquire_session(g, &se, &e);
+    if (st != ATTND_OK) {
+        attn_capture_destroy(cap);
+        free(ids);
+        return genreq_http_respond(r, &e);
+    }
+    g->n_prompt = (int)n;
+    if (genreq_submit(g, ids, n, max_tokens, se, cap, &e) != ATTND_OK) return genreq_http_respond(r, &e);
+    if (!genreq_wait_all(g)) return HTTP_NO;
+    return g->unsaved.fail ? genreq_http_respond(r, &g->unsaved) : respond(r, g);
+}
+
+http_result ep_attention(req *r) {
     struct server *s = r->srv;
-    enum MHD_Result ret = MHD_NO;
-    json_t *b = http_work_body(r, &ret);
-    if (!b) return ret;
+    http_result ret = HTTP_NO;
+    json_t *b;
+    genreq *g = genreq_http_begin(r, &b, &ret);
+    if (!g) return ret;
     attn_api_request ar = {0};
     if (!attention_slot(r, &ret)) return ret;
     ablate_measure am;
-    if (!read_selection(r, b, &ar, &am, &ret)) goto out;
+    if (!read_selection(r, g, b, &ar, &am, &ret)) goto out;
     const char *param = NULL;
     attnd_err err;
-    attnd_status st = oai_parse(b, r->chat, &s->cfg, s->n_vocab, &r->oreq, &param, &err);
+    attnd_status st = oai_parse(b, g->chat, &s->cfg, s->n_vocab, &g->oreq, &param, &err);
     if (st != ATTND_OK) {
         ret = http_respond_error(r, http_status_of(st, HTTP_CTX_PARSE), err.msg, param);
         goto out;
     }
-    if (!r->chat && r->oreq.n_prompts > 1) { /* only the first would be inspected */
-        ret = http_respond_error(r, 400, "/v1/attention inspects one prompt; send the others as separate requests",
-                                 "prompt");
-        goto out;
-    }
-    if (r->oreq.n > 1) {
-        ret = http_respond_error(r, 400, "'n' must be 1 on /v1/attention (one inspection per request)", "n");
-        goto out;
-    }
-    if (!genreq_check_ablate(r, &ret) || (am.on && !sweep_alone(r, &ar, &ret))) goto out;
-    if (r->oreq.max_tokens < 0) r->oreq.max_tokens = 0; /* inspection of the prompt alone by default */
+    if (!check_inspection(r, g, &ar, &am, &ret)) goto out;
+    if (g->oreq.max_tokens < 0) g->oreq.max_tokens = 0; /* inspection of the prompt alone by default */
     int32_t *ids;
     size_t n;
-    if (genreq_prompt_tokens(r, 0, &ids, &n, &err) != ATTND_OK) {
-        free(ids);
-        ret = http_respond_error(r, 400, err.msg, genreq_prompt_param(r));
-        goto out;
-    }
-    if (am.on) {
-        ret = measure_ablation(r, &am, ids, n);
-        goto out;
-    }
-    int max_tokens = genreq_fit_context(r, n, &ret);
-    attn_capture *cap = max_tokens >= 0 ? make_capture(r, &ar, (int)n + max_tokens, &ret) : NULL;
-    sess *se = NULL;
-    if (!cap || !genreq_acquire_session(r, &se, &ret)) {
-        attn_capture_destroy(cap);
-        free(ids);
-        goto out;
-    }
-    r->n_prompt = (int)n;
-    if (!genreq_submit(r, ids, n, max_tokens, se, cap, &ret)) goto out;
-    ret = !genreq_wait_all(r) ? MHD_NO : r->unsaved ? genreq_respond_unsaved(r) : respond(r);
+    genreq_err e;
+    if (genreq_prompt_tokens(g, 0, &ids, &n, &e) != ATTND_OK) ret = genreq_http_respond(r, &e);
+    else if (am.on) ret = measure_ablation(r, &am, ids, n);
+    else ret = inspect(r, g, &ar, ids, n);
 out:
     attn_api_request_free(&ar);
     atomic_fetch_sub(&s->attn_active, 1);
@@ -232,9 +271,9 @@ typedef struct heads_task {
     head_roles *hr;
 } heads_task;
 
-static attnd_status run_heads(void *user, engine *e, kv_pool *pool, attnd_err *err) {
+static attnd_status run_heads(void *user, sched_task_turn *turn, attnd_err *err) {
     heads_task *t = user;
-    return head_roles_compute(e, pool, t->p, t->hr, err);
+    return turn->plan || turn->stop ? ATTND_OK : head_roles_compute(turn->e, turn->pool, t->p, t->hr, err);
 }
 
 /* The answer's text: computed on the scheduler thread the first time, then kept (a request
@@ -245,7 +284,8 @@ static const char *heads_text(struct server *s, attnd_status *st, attnd_err *err
     head_roles_params p;
     int32_t *cand = NULL;
     head_roles hr = {0};
-    *st = heads_api_params(s->tok, &p, &cand) ? sched_run_task(s->sch, run_heads, &(heads_task){&p, &hr}, err)
+    sched_task_spec task = {run_heads, &(heads_task){&p, &hr}, NULL};
+    *st = heads_api_params(s->tok, &p, &cand) ? sched_run_task(s->sch, &task, err)
                                               : attnd_fail(err, ATTND_ERR_NOMEM, "out of memory");
     json_t *body = *st == ATTND_OK ? heads_api_json(s->model_id, &hr, &p) : NULL;
     text = body ? json_dumps(body, JSON_COMPACT | JSON_REAL_PRECISION(ATTN_API_DIGITS)) : NULL;
@@ -261,7 +301,7 @@ static const char *heads_text(struct server *s, attnd_status *st, attnd_err *err
     return text;
 }
 
-enum MHD_Result ep_heads(req *r) {
+http_result ep_heads(req *r) {
     attnd_status st = ATTND_OK;
     attnd_err err;
     const char *text = heads_text(r->srv, &st, &err);

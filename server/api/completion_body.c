@@ -10,7 +10,7 @@
 
 #include "oai.h"
 
-json_t *oai_token_str(const completion_body_ctx *c, int32_t id, json_t **bytes) {
+json_t *completion_body_token_str(const completion_body_ctx *c, int32_t id, json_t **bytes) {
     const char *p = "";
     size_t n = 0;
     if (!c->token_bytes || !c->token_bytes(c->token_user, id, &p, &n)) p = "", n = 0;
@@ -23,14 +23,14 @@ json_t *oai_token_str(const completion_body_ctx *c, int32_t id, json_t **bytes) 
 
 /* {"token", "bytes", "logprob"} for one token (chat logprobs). */
 static json_t *chat_token(const completion_body_ctx *c, const token_logprob *t) {
-    json_t *o = json_object(), *bytes, *ts = oai_token_str(c, t->id, &bytes);
+    json_t *o = json_object(), *bytes, *ts = completion_body_token_str(c, t->id, &bytes);
     json_object_set_new(o, "token", ts);
     json_object_set_new(o, "bytes", bytes);
     json_object_set_new(o, "logprob", json_real(t->logprob));
     return o;
 }
 
-json_t *oai_chat_logprobs(const completion_body_ctx *c, const oai_gen *g, int from, int to) {
+json_t *completion_body_chat_logprobs(const completion_body_ctx *c, const completion_body_gen *g, int from, int to) {
     json_t *content = json_array();
     for (int i = from; i < to; i++) {
         json_t *e = chat_token(c, &g->pieces[i]);
@@ -49,7 +49,7 @@ json_t *oai_chat_logprobs(const completion_body_ctx *c, const oai_gen *g, int fr
 static json_t *top_map(const completion_body_ctx *c, const token_logprob *tops, int n) {
     json_t *o = json_object();
     for (int k = 0; k < n; k++) {
-        json_t *ts = oai_token_str(c, tops[k].id, NULL);
+        json_t *ts = completion_body_token_str(c, tops[k].id, NULL);
         json_object_set_new(o, json_string_value(ts), json_real(tops[k].logprob));
         json_decref(ts);
     }
@@ -62,7 +62,7 @@ typedef struct lp_arrays {
 } lp_arrays;
 
 static void lp_add(const completion_body_ctx *c, lp_arrays *a, int32_t id, json_t *lp, json_t *top, size_t *text_off) {
-    json_t *t = oai_token_str(c, id, NULL);
+    json_t *t = completion_body_token_str(c, id, NULL);
     json_array_append_new(a->offs, json_integer((json_int_t)*text_off));
     *text_off += json_string_length(t);
     json_array_append_new(a->tokens, t);
@@ -70,7 +70,7 @@ static void lp_add(const completion_body_ctx *c, lp_arrays *a, int32_t id, json_
     json_array_append_new(a->tops, top);
 }
 
-json_t *oai_completion_logprobs(const completion_body_ctx *c, const oai_gen *g, int from, int to, bool with_prompt,
+json_t *completion_body_completion_logprobs(const completion_body_ctx *c, const completion_body_gen *g, int from, int to, bool with_prompt,
                                 size_t *text_off) {
     lp_arrays a = {json_array(), json_array(), json_array(), json_array()};
     int ntop = g->top_logprobs;
@@ -91,7 +91,7 @@ json_t *oai_completion_logprobs(const completion_body_ctx *c, const oai_gen *g, 
     return o;
 }
 
-json_t *oai_usage(const oai_gen *g) {
+json_t *completion_body_usage(const completion_body_gen *g) {
     json_t *u = json_object(), *d = json_object();
     json_object_set_new(u, "prompt_tokens", json_integer(g->n_prompt));
     json_object_set_new(u, "completion_tokens", json_integer(g->n_generated));
@@ -103,7 +103,7 @@ json_t *oai_usage(const oai_gen *g) {
     return u;
 }
 
-json_t *oai_timings(const oai_gen *g) {
+json_t *completion_body_timings(const completion_body_gen *g) {
     json_t *t = json_object();
     json_object_set_new(t, "cached_n", json_integer(g->n_cached));
     json_object_set_new(t, "prompt_n", json_integer(g->n_prompt - g->n_cached));
@@ -114,7 +114,7 @@ json_t *oai_timings(const oai_gen *g) {
     return t;
 }
 
-json_t *oai_envelope(const completion_body_ctx *c, const char *object) {
+json_t *completion_body_envelope(const completion_body_ctx *c, const char *object) {
     json_t *o = json_object();
     json_object_set_new(o, "id", json_string(c->id));
     json_object_set_new(o, "object", json_string(object));
@@ -125,7 +125,7 @@ json_t *oai_envelope(const completion_body_ctx *c, const char *object) {
 
 static bool has_session(const completion_body_ctx *c) { return c->session_id && c->session_id[0]; }
 
-json_t *oai_llama_response(const completion_body_ctx *c, const oai_gen *g, const char *text, size_t n, bool tokens,
+json_t *completion_body_llama(const completion_body_ctx *c, const completion_body_gen *g, const char *text, size_t n, bool tokens,
                            int from, int to, bool final) {
     json_t *o = json_object();
     json_object_set_new(o, "content", oai_string(text, n));
@@ -145,13 +145,13 @@ json_t *oai_llama_response(const completion_body_ctx *c, const oai_gen *g, const
     json_object_set_new(o, "stop_type", json_string(cut ? "none" : limit ? "limit" : "eos"));
     json_object_set_new(o, "stopped_limit", json_boolean(limit));
     json_object_set_new(o, "stopped_eos", json_boolean(!limit && !cut));
-    json_object_set_new(o, "timings", oai_timings(g));
+    json_object_set_new(o, "timings", completion_body_timings(g));
     if (has_session(c)) json_object_set_new(o, "session_id", json_string(c->session_id));
     return o;
 }
 
 /* The completion's "text": the echoed prompt (if any) then the generated text. */
-static json_t *completion_text(const oai_gen *g, const char *echo, size_t echo_len) {
+static json_t *completion_text(const completion_body_gen *g, const char *echo, size_t echo_len) {
     if (!echo) return oai_string(g->text, g->text_len);
     char *t = malloc(echo_len + g->text_len + 1);
     if (!t) return oai_string(g->text, g->text_len);
@@ -162,8 +162,8 @@ static json_t *completion_text(const oai_gen *g, const char *echo, size_t echo_l
     return s;
 }
 
-json_t *oai_final(const completion_body_ctx *c, const oai_gen *g, const char *echo, size_t echo_len) {
-    json_t *o = oai_envelope(c, c->chat ? "chat.completion" : "text_completion");
+json_t *completion_body_final(const completion_body_ctx *c, const completion_body_gen *g, const char *echo, size_t echo_len) {
+    json_t *o = completion_body_envelope(c, c->chat ? "chat.completion" : "text_completion");
     json_t *choice = json_object();
     json_object_set_new(choice, "index", json_integer(0));
     bool lp = g->top_logprobs >= 0;
@@ -172,25 +172,25 @@ json_t *oai_final(const completion_body_ctx *c, const oai_gen *g, const char *ec
         json_object_set_new(msg, "role", json_string("assistant"));
         json_object_set_new(msg, "content", oai_string(g->text, g->text_len));
         json_object_set_new(choice, "message", msg);
-        json_object_set_new(choice, "logprobs", lp ? oai_chat_logprobs(c, g, 0, g->n_pieces) : json_null());
+        json_object_set_new(choice, "logprobs", lp ? completion_body_chat_logprobs(c, g, 0, g->n_pieces) : json_null());
     } else {
         size_t off = 0;
         json_object_set_new(choice, "text", completion_text(g, echo, echo_len));
         json_object_set_new(choice, "logprobs",
-                            lp ? oai_completion_logprobs(c, g, 0, g->n_pieces, echo != NULL, &off) : json_null());
+                            lp ? completion_body_completion_logprobs(c, g, 0, g->n_pieces, echo != NULL, &off) : json_null());
     }
     json_object_set_new(choice, "finish_reason", json_string(g->finish_reason ? g->finish_reason : "stop"));
     json_t *choices = json_array();
     json_array_append_new(choices, choice);
     json_object_set_new(o, "choices", choices);
-    json_object_set_new(o, "usage", oai_usage(g));
-    json_object_set_new(o, "timings", oai_timings(g));
+    json_object_set_new(o, "usage", completion_body_usage(g));
+    json_object_set_new(o, "timings", completion_body_timings(g));
     if (has_session(c)) json_object_set_new(o, "session_id", json_string(c->session_id));
     return o;
 }
 
-json_t *oai_chunk(const completion_body_ctx *c, json_t *delta_or_text, json_t *logprobs, const char *finish) {
-    json_t *o = oai_envelope(c, c->chat ? "chat.completion.chunk" : "text_completion");
+json_t *completion_body_chunk(const completion_body_ctx *c, json_t *delta_or_text, json_t *logprobs, const char *finish) {
+    json_t *o = completion_body_envelope(c, c->chat ? "chat.completion.chunk" : "text_completion");
     json_t *ch = json_object();
     json_object_set_new(ch, "index", json_integer(0));
     json_object_set_new(ch, c->chat ? "delta" : "text", delta_or_text);
@@ -203,10 +203,10 @@ json_t *oai_chunk(const completion_body_ctx *c, json_t *delta_or_text, json_t *l
     return o;
 }
 
-json_t *oai_usage_chunk(const completion_body_ctx *c, const oai_gen *g) {
-    json_t *o = oai_envelope(c, c->chat ? "chat.completion.chunk" : "text_completion");
+json_t *completion_body_usage_chunk(const completion_body_ctx *c, const completion_body_gen *g) {
+    json_t *o = completion_body_envelope(c, c->chat ? "chat.completion.chunk" : "text_completion");
     json_object_set_new(o, "choices", json_array());
-    json_object_set_new(o, "usage", oai_usage(g));
+    json_object_set_new(o, "usage", completion_body_usage(g));
     return o;
 }
 
@@ -217,7 +217,7 @@ static json_t *json_setting(float v) {
     return json_real(strtod(t, NULL));
 }
 
-json_t *oai_model(const oai_model_desc *m) {
+json_t *completion_body_model(const completion_body_model_desc *m) {
     json_t *mdl = json_object();
     json_object_set_new(mdl, "id", json_string(m->id));
     json_object_set_new(mdl, "object", json_string("model"));
@@ -244,9 +244,9 @@ json_t *oai_model(const oai_model_desc *m) {
     return mdl;
 }
 
-json_t *oai_models(const oai_model_desc *m) {
+json_t *completion_body_models(const completion_body_model_desc *m) {
     json_t *root = json_object(), *data = json_array();
-    json_array_append_new(data, oai_model(m));
+    json_array_append_new(data, completion_body_model(m));
     json_object_set_new(root, "object", json_string("list"));
     json_object_set_new(root, "data", data);
     return root;

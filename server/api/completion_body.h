@@ -18,7 +18,7 @@
 #include "attnd/sampler.h"
 
 /* A token's own bytes (for logprobs); false when id names no token. */
-typedef bool (*oai_token_bytes_fn)(void *user, int32_t id, const char **p, size_t *n);
+typedef bool (*completion_body_token_bytes_fn)(void *user, int32_t id, const char **p, size_t *n);
 
 /* What is fixed for one response. */
 typedef struct completion_body_ctx {
@@ -28,12 +28,12 @@ typedef struct completion_body_ctx {
     bool chat;                   /* chat.completion shapes, else text_completion */
     bool include_usage;          /* stream_options.include_usage */
     const char *session_id;      /* echoed back as "session_id"; NULL or "" = none */
-    oai_token_bytes_fn token_bytes;
+    completion_body_token_bytes_fn token_bytes;
     void *token_user;
 } completion_body_ctx;
 
 /* A generation's output as the builders see it. */
-typedef struct oai_gen {
+typedef struct completion_body_gen {
     const char *text;            /* (text_len) generated text */
     size_t text_len;
     const token_logprob *pieces; /* (n_pieces) generated tokens and their log-probabilities */
@@ -50,42 +50,42 @@ typedef struct oai_gen {
     int n_reasoning;             /* generated tokens that were reasoning (reasoning.h); -1: not a chat
                                     reply (usage has no completion_tokens_details) */
     double prompt_ms, gen_ms;
-} oai_gen;
+} completion_body_gen;
 
 /* A token's text for logprobs (its bytes on their own, invalid UTF-8 as U+FFFD) and, when
  * bytes is non-NULL, its raw bytes as an array of integers (*bytes: new reference). Chosen
  * tokens and alternatives are named by the same function, so clients can compare them. */
-json_t *oai_token_str(const completion_body_ctx *c, int32_t id, json_t **bytes);
+json_t *completion_body_token_str(const completion_body_ctx *c, int32_t id, json_t **bytes);
 
 /* Chat logprobs {"content": [...]} for generated tokens [from, to). */
-json_t *oai_chat_logprobs(const completion_body_ctx *c, const oai_gen *g, int from, int to);
+json_t *completion_body_chat_logprobs(const completion_body_ctx *c, const completion_body_gen *g, int from, int to);
 /* Legacy completions logprobs {tokens, token_logprobs, top_logprobs, text_offset} for tokens
  * [from, to), preceded by the prompt's when with_prompt (echo). *text_off is the running
  * character offset, advanced past every token written. */
-json_t *oai_completion_logprobs(const completion_body_ctx *c, const oai_gen *g, int from, int to, bool with_prompt,
+json_t *completion_body_completion_logprobs(const completion_body_ctx *c, const completion_body_gen *g, int from, int to, bool with_prompt,
                                 size_t *text_off);
-json_t *oai_usage(const oai_gen *g);
+json_t *completion_body_usage(const completion_body_gen *g);
 /* llama.cpp-style timings (prefill and decode time of this request). */
-json_t *oai_timings(const oai_gen *g);
+json_t *completion_body_timings(const completion_body_gen *g);
 /* {"id", "object", "created", "model"} */
-json_t *oai_envelope(const completion_body_ctx *c, const char *object);
+json_t *completion_body_envelope(const completion_body_ctx *c, const char *object);
 
 /* The whole non-streamed completion or chat completion. echo (completions only; NULL = no
  * echo) is the prompt's text, written before the completion. */
-json_t *oai_final(const completion_body_ctx *c, const oai_gen *g, const char *echo, size_t echo_len);
+json_t *completion_body_final(const completion_body_ctx *c, const completion_body_gen *g, const char *echo, size_t echo_len);
 /* One streamed chunk: delta_or_text (stolen) is the chat delta object or the completion text;
  * logprobs (stolen) may be NULL; finish NULL while running. */
-json_t *oai_chunk(const completion_body_ctx *c, json_t *delta_or_text, json_t *logprobs, const char *finish);
+json_t *completion_body_chunk(const completion_body_ctx *c, json_t *delta_or_text, json_t *logprobs, const char *finish);
 /* The streamed usage chunk (include_usage): empty choices plus usage. */
-json_t *oai_usage_chunk(const completion_body_ctx *c, const oai_gen *g);
+json_t *completion_body_usage_chunk(const completion_body_ctx *c, const completion_body_gen *g);
 
 /* llama.cpp's /completion answer: text (n bytes) plus, when tokens is non-NULL, the token ids
  * pieces [from, to) as "tokens"; when final, the counts, stop type and timings. */
-json_t *oai_llama_response(const completion_body_ctx *c, const oai_gen *g, const char *text, size_t n, bool tokens,
+json_t *completion_body_llama(const completion_body_ctx *c, const completion_body_gen *g, const char *text, size_t n, bool tokens,
                            int from, int to, bool final);
 
 /* What GET /v1/models says about the one model. */
-typedef struct oai_model_desc {
+typedef struct completion_body_model_desc {
     const char *id;
     long long created;
     int context_length, n_vocab, n_ctx_train;
@@ -93,10 +93,10 @@ typedef struct oai_model_desc {
     const char *chat_template;   /* family name */
     const sampler_params *defaults; /* the server's sampling defaults (borrowed) */
     int default_max_tokens;         /* max_tokens when a request gives none */
-} oai_model_desc;
+} completion_body_model_desc;
 /* GET /v1/models/{id}: the model object. */
-json_t *oai_model(const oai_model_desc *m);
+json_t *completion_body_model(const completion_body_model_desc *m);
 /* GET /v1/models: {"object": "list", "data": [model]}. */
-json_t *oai_models(const oai_model_desc *m);
+json_t *completion_body_models(const completion_body_model_desc *m);
 
 #endif

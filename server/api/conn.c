@@ -1,14 +1,17 @@
 /*
  * conn.c — connection tracking: the request-header and body deadlines, the 503 at the
- * connection limit and the per-address cap (see conn.h).
+ * connection limit and the per-address cap; the framing checks of a request's headers (see
+ * conn.h).
  */
 #include "conn.h"
 
 #include <netdb.h>
 #include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/socket.h>
 #include <time.h>
 
@@ -208,3 +211,126 @@ conn_verdict conn_request_begin(conn_tracker *ct, struct MHD_Connection *c, bool
 }
 void conn_body_done(conn_tracker *ct, struct MHD_Connection *c) { conn_slot_body_done(ct, conn_of(c)); }
 void conn_request_end(conn_tracker *ct, struct MHD_Connection *c) { conn_slot_end(ct, conn_of(c)); }
+
+// ---- framing: what MHD lets through -----------------------------------------------------------
+
+static void framing_refuse(conn_framing *f, int status, const char *why, const char *name, size_t nl) {
+    if (f->status) return;
+    f->status = status;
+    snprintf(f->why, sizeof(f->why), why, (int)(nl < 40 ? nl : 40), name);
+}
+
+/* RFC 9110's tchar: what a header name (and a transfer coding) is made of. */
+static bool token_char(unsigned char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || (c && strchr("!#$%&'*+-.^_`|~", c));
+}
+
+static bool name_is(const char *key, size_t kl, const char *name) {
+    return kl == strlen(name) && !strncasecmp(key, name, kl);
+}
+
+void conn_framing_header(conn_framing *f, const char *key, size_t kl, const char *value, size_t vl) {
+    for (size_t i = 0; i < kl; i++)
+        if (!token_char((unsigned char)key[i]))
+            return framing_refuse(f, 400, "malformed header name '%.*s' (a space before the colon?)", key, kl);
+    if (kl == 0) return framing_refuse(f, 400, "a header without a name%.*s", "", 0);
+    for (size_t i = 0; i < vl; i++) {
+        unsigned char c = (unsigned char)value[i];
+        if ((c < 0x20 && c != '\t') || c == 0x7f)
+            return framing_refuse(f, 400, "a control character in the value of header '%.*s'", key, kl);
+    }
+    if (name_is(key, kl, "Host") && ++f->n_host > 1) return framing_refuse(f, 400, "more than one %.*s header", key, kl);
+    if (name_is(key, kl, "Content-Length")) {
+        if (f->n_length++ == 0) snprintf(f->length, sizeof(f->length), "%.*s", (int)(vl < 23 ? vl : 23), value);
+        else if (strlen(f->length) != vl || strncmp(f->length, value, vl))
+            return framing_refuse(f, 400, "two %.*s headers that disagree", key, kl);
+    }
+    if (name_is(key, kl, "Transfer-Encoding")) {
+        size_t l = strlen(f->te);
+        if (l + (f->te_seen ? 2 : 0) + vl >= sizeof(f->te)) f->te_long = true;
+        else snprintf(f->te + l, sizeof(f->te) - l, "%s%.*s", f->te_seen ? ", " : "", (int)vl, value);
+        f->te_seen = true;
+    }
+}
+
+/* The next element of the list s at *i (OWS and empty elements skipped) into [*at, *at + *len). */
+static bool list_next(const char *s, size_t *i, size_t *at, size_t *len) {
+    while (s[*i] == ' ' || s[*i] == '\t' || s[*i] == ',') (*i)++;
+    if (!s[*i]) return false;
+    *at = *i;
+    while (s[*i] && s[*i] != ',') (*i)++;
+    size_t e = *i;
+    while (e > *at && (s[e - 1] == ' ' || s[e - 1] == '\t')) e--;
+    *len = e - *at;
+    return true;
+}
+
+/* Transfer-Encoding: only exactly "chunked" (any case, nothing around it) is what MHD reads as
+ * chunked; any other value has MHD read the body until the client leaves. A list that ends in
+ * chunked after codings MHD does not implement is 501; anything else (chunked not last or twice,
+ * identity, blanks MHD would keep, a malformed element) is 400, as RFC 9112 asks of a request
+ * whose framing cannot be trusted. */
+static void framing_te(conn_framing *f) {
+    size_t i = 0, at, len, n = 0;
+    bool last_chunked = false, chunked_before = false, tokens = !f->te_long;
+    while (list_next(f->te, &i, &at, &len)) {
+        chunked_before = chunked_before || last_chunked;
+        last_chunked = len == 7 && !strncasecmp(f->te + at, "chunked", 7);
+        for (size_t k = 0; k < len; k++) tokens = tokens && token_char((unsigned char)f->te[at + k]);
+        n++;
+    }
+    if (!f->te_long && !strcasecmp(f->te, "chunked")) return; /* exactly what MHD reads (one header) */
+    if (tokens && last_chunked && !chunked_before && n > 1)
+        return framing_refuse(f, 501, "Transfer-Encoding '%.*s' is not implemented (only chunked)", f->te, strlen(f->te));
+    framing_refuse(f, 400, "Transfer-Encoding '%.*s': only chunked is accepted", f->te, strlen(f->te));
+}
+
+void conn_framing_end(conn_framing *f) {
+    if (f->status || !f->te_seen) return;
+    if (f->n_length) return framing_refuse(f, 400, "both Transfer-Encoding and %.*s", "Content-Length", 14);
+    framing_te(f);
+}
+
+/* libmicrohttpd before 1.0 (whose rewritten parser gives a value's true length, so that the byte
+ * check above sees a NUL) parses the request in place, each line's CR LF turned to NULs, and ends a value at its first
+ * NUL: the rest of the line is dropped unseen. The bytes are still there, though: from a value's
+ * end to the next header's name there is only its line end (CR LF or LF), and from the last
+ * value to the end of the headers (MHD's header size from the method) two; more means a value
+ * hid bytes behind a NUL (or a folded line continued it). A gap that does not fit (a buffer MHD
+ * moved) tells nothing and is let through. */
+typedef struct framing_walk {
+    conn_framing *f;
+    const char *value, *key; /* the previous header's (in MHD's buffer) */
+    size_t vl, kl;
+} framing_walk;
+
+static void framing_hidden(framing_walk *w, const char *next, size_t line_ends) {
+#if MHD_VERSION < 0x01000000
+    if (!w->value || !next) return;
+    uintptr_t from = (uintptr_t)(w->value + w->vl), to = (uintptr_t)next;
+    if (to > from && to - from <= 8192 && to - from > 2 * line_ends)
+        framing_refuse(w->f, 400, "a NUL in the value of header '%.*s' (or a folded line)", w->key, w->kl);
+#else
+    (void)w, (void)next, (void)line_ends;
+#endif
+}
+
+static enum MHD_Result framing_each(void *cls, enum MHD_ValueKind kind, const char *key, size_t kl, const char *value,
+                                    size_t vl) {
+    (void)kind;
+    framing_walk *w = cls;
+    framing_hidden(w, key, 1);
+    conn_framing_header(w->f, key ? key : "", key ? kl : 0, value ? value : "", value ? vl : 0);
+    *w = (framing_walk){w->f, value, key, vl, kl};
+    return MHD_YES;
+}
+
+int conn_framing_check(struct MHD_Connection *c, const char *method, conn_framing *f) {
+    memset(f, 0, sizeof(*f));
+    framing_walk w = {.f = f};
+    MHD_get_connection_values_n(c, MHD_HEADER_KIND, framing_each, &w); /* every header, duplicates included */
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_REQUEST_HEADER_SIZE);
+    if (ci && method) framing_hidden(&w, method + ci->header_size, 2); /* the last: its line end and the blank line */
+    conn_framing_end(f);
+    return f->status;
+}

@@ -13,6 +13,12 @@
  *     the connection being reset unanswered, except /health and /metrics (a reserved slot).
  *   - a per-address cap: one client address holds at most per_address connections; beyond it
  *     a request is answered 429 and a new connection has one second for its headers.
+ *   - framing libmicrohttpd (0.9.7x) lets through (conn_framing_*): a Transfer-Encoding other than
+ *     exactly "chunked" (MHD would read an unknown coding's body until the client leaves), one
+ *     beside a Content-Length, Content-Lengths that disagree, two Host headers (MHD reads the
+ *     first, a proxy may have routed on the other), a header name with a space, a tab or another
+ *     non-token byte (so "Transfer-Encoding : chunked" names no header MHD knows), and a control
+ *     character (NUL included) in a value. Such a request is refused before its body.
  *
  * A watchdog thread closes late connections with shutdown(2) on their socket, which MHD sees as
  * the peer going away; the fd itself is only ever closed by MHD. Thread-safe: every function
@@ -64,6 +70,26 @@ void conn_body_done(conn_tracker *ct, struct MHD_Connection *c);
 void conn_client_address(struct MHD_Connection *c, char *buf, size_t cap);
 /* c's request completed: the deadline for the next request's headers starts now. */
 void conn_request_end(conn_tracker *ct, struct MHD_Connection *c);
+
+/* The framing of a request's headers, fed one header at a time (what conn_framing_check does
+ * with MHD's list; tests/test_server_conn.c feeds its own). Zero it before the first. */
+typedef struct conn_framing {
+    int status;           /* 0 while the headers are fine; else 400 or 501 (a coding not implemented) */
+    char why[160];        /* the refusal, for the error body and the access log */
+    int n_host, n_length;
+    char length[24];      /* the first Content-Length's value (for a disagreeing second one) */
+    char te[128];         /* every Transfer-Encoding value so far, joined by ", " (cut at 127 bytes) */
+    bool te_seen, te_long;
+} conn_framing;
+
+/* One header: the name's kl bytes and the value's vl bytes (either may hold a NUL, which is how
+ * MHD passes it on). The first refusal stays. */
+void conn_framing_header(conn_framing *f, const char *key, size_t kl, const char *value, size_t vl);
+/* After the last header: f->status set (0: fine) and f->why. */
+void conn_framing_end(conn_framing *f);
+/* Every request header of c checked: 0 when fine, else the status (400 or 501) with f->why.
+ * method: the one MHD gave the request's first callback (where its request line starts). */
+int conn_framing_check(struct MHD_Connection *c, const char *method, conn_framing *f);
 
 // ---- the same without MHD (what the callbacks above call; tests/test_server_conn.c) ------------
 

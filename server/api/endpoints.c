@@ -11,6 +11,11 @@
 #include <string.h>
 
 #include "attnd/buf.h"
+#include "attnd/model.h"
+#include "completion_body.h"
+#include "metrics.h"
+#include "oai.h"
+#include "scheduler.h"
 #include "sess_json.h"
 #include "slog.h"
 #include "web_assets.h"
@@ -19,7 +24,7 @@
 
 /* The playground page, from the binary. Its policy allows requests to this server only (the page
  * needs nothing else), and no framing by other sites. */
-enum MHD_Result ep_playground(req *r) {
+http_result ep_playground(req *r) {
     static const http_header h[] = {
         {"Content-Type", "text/html; charset=utf-8"},
         {"Content-Security-Policy", "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; "
@@ -31,7 +36,7 @@ enum MHD_Result ep_playground(req *r) {
                       (int)ATTND_ARRAY_LEN(h));
 }
 
-enum MHD_Result ep_health(req *r) {
+http_result ep_health(req *r) {
     if (!atomic_load(&r->srv->ready)) return http_respond_error(r, 503, "model is loading", NULL);
     json_t *o = json_object();
     statedir_stats sd;
@@ -44,7 +49,7 @@ enum MHD_Result ep_health(req *r) {
     return http_respond_json(r, 200, o);
 }
 
-enum MHD_Result ep_metrics(req *r) {
+http_result ep_metrics(req *r) {
     struct server *s = r->srv;
     sched_stats st;
     bool have = s->sch != NULL && atomic_load(&s->ready);
@@ -71,23 +76,23 @@ enum MHD_Result ep_metrics(req *r) {
     return http_respond_text(r, 200, "text/plain; version=0.0.4", text);
 }
 
-static oai_model_desc model_desc(const struct server *s) {
+static completion_body_model_desc model_desc(const struct server *s) {
     const model_info *mi = model_info_get(s->m);
-    return (oai_model_desc){s->model_id, (long long)time(NULL), s->n_ctx, mi->n_vocab, mi->n_ctx,
+    return (completion_body_model_desc){s->model_id, (long long)time(NULL), s->n_ctx, mi->n_vocab, mi->n_ctx,
                             (long long)mi->n_params, chat_family_name(s->chat.family), &s->cfg.sampling,
                             s->cfg.default_max_tokens};
 }
 
-enum MHD_Result ep_models(req *r) {
-    oai_model_desc d = model_desc(r->srv);
-    return http_respond_json(r, 200, oai_models(&d));
+http_result ep_models(req *r) {
+    completion_body_model_desc d = model_desc(r->srv);
+    return http_respond_json(r, 200, completion_body_models(&d));
 }
 
-enum MHD_Result ep_model_get(req *r) {
+http_result ep_model_get(req *r) {
     const char *id = strrchr(r->path, '/') + 1; /* the route is a prefix ending in '/' */
     if (strcmp(id, r->srv->model_id)) return http_respond_json(r, 404, oai_error_model_not_found(id));
-    oai_model_desc d = model_desc(r->srv);
-    return http_respond_json(r, 200, oai_model(&d));
+    completion_body_model_desc d = model_desc(r->srv);
+    return http_respond_json(r, 200, completion_body_model(&d));
 }
 
 // ---- tokenize / detokenize ---------------------------------------------------------------
@@ -103,7 +108,7 @@ static bool tok_gate_enter(struct server *s) {
     return false;
 }
 
-static enum MHD_Result tok_busy(req *r) {
+static http_result tok_busy(req *r) {
     return http_respond_error(r, 429, "too many tokenize/detokenize requests at once (tokenize_parallel); retry shortly",
                               NULL);
 }
@@ -147,7 +152,7 @@ static char *tokens_answer(const tokenizer *tok, const int32_t *ids, size_t n, b
     return b.text.p; /* the buffer's storage, now the caller's */
 }
 
-static enum MHD_Result tokenize(req *r, json_t *b) {
+static http_result tokenize(req *r, json_t *b) {
     json_t *content = json_object_get(b, "content"), *as = json_object_get(b, "add_special"),
            *ps = json_object_get(b, "parse_special"), *wp = json_object_get(b, "with_pieces");
     if (!json_is_string(content)) return http_respond_error(r, 400, "'content' must be a string", "content");
@@ -167,9 +172,9 @@ static enum MHD_Result tokenize(req *r, json_t *b) {
     return http_respond_text(r, 200, "application/json", text);
 }
 
-enum MHD_Result ep_tokenize(req *r) {
+http_result ep_tokenize(req *r) {
     if (!tok_gate_enter(r->srv)) return tok_busy(r);
-    enum MHD_Result ret = MHD_NO;
+    http_result ret = HTTP_NO;
     json_t *b = http_parse_body(r, &ret, false);
     if (b) ret = tokenize(r, b);
     json_decref(b);
@@ -177,8 +182,8 @@ enum MHD_Result ep_tokenize(req *r) {
     return ret;
 }
 
-static enum MHD_Result detokenize(req *r) {
-    enum MHD_Result ret = MHD_NO;
+static http_result detokenize(req *r) {
+    http_result ret = HTTP_NO;
     json_t *b = http_parse_body(r, &ret, false);
     if (!b) return ret;
     json_t *toks = json_object_get(b, "tokens");
@@ -216,17 +221,17 @@ static enum MHD_Result detokenize(req *r) {
     return ret;
 }
 
-enum MHD_Result ep_detokenize(req *r) {
+http_result ep_detokenize(req *r) {
     if (!tok_gate_enter(r->srv)) return tok_busy(r);
-    enum MHD_Result ret = detokenize(r);
+    http_result ret = detokenize(r);
     atomic_fetch_sub(&r->srv->tok_active, 1);
     return ret;
 }
 
 // ---- sessions -----------------------------------------------------------------------------
 
-enum MHD_Result ep_sessions_create(req *r) {
-    enum MHD_Result ret = MHD_NO;
+http_result ep_sessions_create(req *r) {
+    http_result ret = HTTP_NO;
     json_t *b = http_parse_body(r, &ret, true);
     if (!b) return ret;
     json_t *id = json_object_get(b, "id");
@@ -257,7 +262,7 @@ enum MHD_Result ep_sessions_create(req *r) {
     return ret;
 }
 
-enum MHD_Result ep_sessions_list(req *r) {
+http_result ep_sessions_list(req *r) {
     json_t *list = sess_list_json(r->srv->store, r->owner);
     if (!list) return http_respond_error(r, 503, "sessions cannot be listed now (out of memory, or the shared session store is unreachable)", NULL);
     return http_respond_json(r, 200, list);
@@ -265,7 +270,7 @@ enum MHD_Result ep_sessions_list(req *r) {
 
 static const char *session_id_of(req *r) { return r->path + strlen("/v1/sessions/"); }
 
-enum MHD_Result ep_session_get(req *r) {
+http_result ep_session_get(req *r) {
     const char *id = session_id_of(r);
     sess_info info;
     attnd_err err;
@@ -275,7 +280,7 @@ enum MHD_Result ep_session_get(req *r) {
     return http_respond_json(r, 200, sess_info_to_json(&info));
 }
 
-enum MHD_Result ep_session_delete(req *r) {
+http_result ep_session_delete(req *r) {
     const char *id = session_id_of(r);
     struct kv_seq *kv = NULL;
     attnd_err err;

@@ -1,6 +1,6 @@
 /*
  * endpoints.h — the handlers behind http.c's route table (server-private). Each one answers
- * its request through http_respond_* and returns what MHD_queue_response returned.
+ * its request through http_respond_* and returns what that returned (http_result).
  *
  *   endpoints.c    /health, /metrics, /v1/models, /tokenize, /detokenize, /v1/sessions...
  *   completions.c  /v1/completions, /v1/chat/completions, llama.cpp's /completion
@@ -15,27 +15,27 @@
 
 #include "http.h"
 
-enum MHD_Result ep_health(req *r);
-enum MHD_Result ep_metrics(req *r);
-enum MHD_Result ep_models(req *r);
-enum MHD_Result ep_model_get(req *r);
-enum MHD_Result ep_tokenize(req *r);
-enum MHD_Result ep_detokenize(req *r);
-enum MHD_Result ep_sessions_create(req *r);
-enum MHD_Result ep_sessions_list(req *r);
-enum MHD_Result ep_session_get(req *r);
-enum MHD_Result ep_session_delete(req *r);
+http_result ep_health(req *r);
+http_result ep_metrics(req *r);
+http_result ep_models(req *r);
+http_result ep_model_get(req *r);
+http_result ep_tokenize(req *r);
+http_result ep_detokenize(req *r);
+http_result ep_sessions_create(req *r);
+http_result ep_sessions_list(req *r);
+http_result ep_session_get(req *r);
+http_result ep_session_delete(req *r);
 
-enum MHD_Result ep_completions(req *r);
-enum MHD_Result ep_chat(req *r);
-enum MHD_Result ep_llama_completion(req *r);
+http_result ep_completions(req *r);
+http_result ep_chat(req *r);
+http_result ep_llama_completion(req *r);
 
-enum MHD_Result ep_responses_create(req *r);
-enum MHD_Result ep_response_get(req *r);
-enum MHD_Result ep_response_delete(req *r);
-enum MHD_Result ep_attention(req *r);   /* attention.c: POST /v1/attention */
-enum MHD_Result ep_heads(req *r);       /* attention.c: GET /v1/heads */
-enum MHD_Result ep_session_fork(req *r); /* sess_fork.c: POST /v1/sessions/{id}/fork */
-enum MHD_Result ep_playground(req *r);  /* endpoints.c: GET /, the web playground */
+http_result ep_responses_create(req *r);
+http_result ep_response_get(req *r);
+http_result ep_response_delete(req *r);
+http_result ep_attention(req *r);   /* attention.c: POST /v1/attention */
+http_result ep_heads(req *r);       /* attention.c: GET /v1/heads */
+http_result ep_session_fork(req *r); /* sess_fork.c: POST /v1/sessions/{id}/fork */
+http_result ep_playground(req *r);  /* endpoints.c: GET /, the web playground */
 
 #endif

@@ -1,26 +1,93 @@
 /*
  * genreq.c — the generation request (see genreq.h): a request's prompts become scheduler jobs,
- * and the request waits for them. Completions, the Responses API and attention are its peers.
- * It never calls the engine and never touches a job's insides.
+ * and the request waits for them. Completions, the Responses API and attention are its users.
+ * It never calls the engine, never touches a job's insides and knows no HTTP.
  */
 #include "genreq.h"
 
 #include "ablate_api.h"
 
 #include <errno.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "reasoning.h"
-#include "slog.h"
 
-const char *genreq_prompt_param(const req *r) {
-    return r->prompt_param ? r->prompt_param : r->chat ? "messages" : "prompt";
+/* Fills *e (fail, st, param, a printf message); returns st. */
+static attnd_status fail(genreq_err *e, genreq_fail kind, attnd_status st, const char *param, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+static attnd_status fail(genreq_err *e, genreq_fail kind, attnd_status st, const char *param, const char *fmt, ...) {
+    *e = (genreq_err){.fail = kind, .st = st, .param = param};
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(e->msg, sizeof(e->msg), fmt, ap);
+    va_end(ap);
+    return st;
 }
 
-void genreq_view(const sched_output *o, oai_gen *g) {
-    *g = (oai_gen){
+// ---- lifecycle ----------------------------------------------------------------------------
+
+genreq *genreq_create(const genreq_env *env, const genreq_who *who) {
+    genreq *g = calloc(1, sizeof(*g));
+    if (!g) return NULL;
+    g->env = *env;
+    g->who = *who;
+    snprintf(g->owner, sizeof(g->owner), "%s", who->owner ? who->owner : "");
+    snprintf(g->request_id, sizeof(g->request_id), "%s", who->request_id ? who->request_id : "");
+    snprintf(g->tenant, sizeof(g->tenant), "%s", who->tenant ? who->tenant : "");
+    g->who.owner = g->owner, g->who.request_id = g->request_id, g->who.tenant = g->tenant;
+    return g;
+}
+
+void genreq_destroy(genreq *g) {
+    if (!g) return;
+    sched_job_unref(g->job);
+    for (int k = 0; k < g->n_extra; k++) sched_job_unref(g->extra[k]);
+    free(g->extra);
+    oai_request_free(&g->oreq);
+    json_decref(g->body);
+    free(g);
+}
+
+void genreq_cancel(genreq *g) {
+    for (int k = 0; k < genreq_n_jobs(g); k++) sched_job_cancel(genreq_job(g, k));
+    g->cancelled = true;
+}
+
+int genreq_end(genreq *g, bool completed, const char *what) {
+    if (!g->job) return 0;
+    if (!completed || g->cancelled) {
+        bool fresh = false; /* a job this cancels (not cancelled before) */
+        for (int k = 0; k < genreq_n_jobs(g); k++) fresh = !sched_job_cancel(genreq_job(g, k)) || fresh;
+        if (fresh || g->cancelled) slog_info("client disconnected from %s; sequence cancelled", what);
+        g->cancelled = true;
+    }
+    sched_output o;
+    int n_gen = 0;
+    for (int k = 0; k < genreq_n_jobs(g); k++) {
+        sched_job_output(genreq_job(g, k), &o);
+        n_gen += o.n_generated;
+    }
+    sched_job_output(g->job, &o); /* only choice 0 runs on the named session */
+    if (g->sess_id[0] && o.done) {
+        attnd_err err;
+        if (sess_persist_turn(g->env.store, g->owner, g->sess_id, g->sess_turn, NULL, &err) != ATTND_OK &&
+            !g->unsaved.fail)
+            slog_error("%s", err.msg);
+    }
+    return n_gen;
+}
+
+// ---- the steps ----------------------------------------------------------------------------
+
+const char *genreq_prompt_param(const genreq *g) {
+    return g->prompt_param ? g->prompt_param : g->chat ? "messages" : "prompt";
+}
+
+void genreq_view(const sched_output *o, completion_body_gen *out) {
+    *out = (completion_body_gen){
         .text = o->text ? o->text : "", .text_len = o->text_len,
         .pieces = o->pieces, .n_pieces = o->n_pieces,
         .tops = o->tops, .top_logprobs = o->top_logprobs,
@@ -32,14 +99,12 @@ void genreq_view(const sched_output *o, oai_gen *g) {
     };
 }
 
-/* The tokens of prompt p into *ids (owned by the caller): the chat template, a text prompt or
- * token ids. */
-attnd_status genreq_prompt_tokens(req *r, int p, int32_t **ids, size_t *n, attnd_err *err) {
-    struct server *s = r->srv;
-    const oai_request *q = &r->oreq;
+/* The tokens of prompt p: the chat template, a text prompt or token ids. */
+static attnd_status prompt_tokens(genreq *g, int p, int32_t **ids, size_t *n, attnd_err *err) {
+    const oai_request *q = &g->oreq;
     *ids = NULL, *n = 0;
     /* chat: only the template's markers are special tokens, never the messages' content */
-    if (r->chat) {
+    if (g->chat) {
         /* a template that shows tools gets them and the tool turns as sent; the others the
          * Hermes description and the turns written out (oai.h's fmsgs), the format the
          * forcing grammar and the parser share */
@@ -47,12 +112,12 @@ attnd_status genreq_prompt_tokens(req *r, int p, int32_t **ids, size_t *n, attnd
         bool opens = false;
         oai_chat_input(q, &cr);
         cr.opens_reasoning = &opens;
-        attnd_status st = chat_template_encode(&s->chat, s->tok, &cr, ids, n, err);
-        if (st == ATTND_OK && opens) st = oai_open_reasoning(&r->oreq, err);
+        attnd_status st = chat_template_encode(g->env.chat, g->env.tok, &cr, ids, n, err);
+        if (st == ATTND_OK && opens) st = oai_open_reasoning(&g->oreq, err);
         return st;
     }
     const oai_prompt *pr = &q->prompts[p];
-    if (pr->text) return tok_encode(s->tok, pr->text, strlen(pr->text), true, true, ids, n, err);
+    if (pr->text) return tok_encode(g->env.tok, pr->text, strlen(pr->text), true, true, ids, n, err);
     *ids = malloc((size_t)(pr->n_ids ? pr->n_ids : 1) * sizeof(int32_t));
     if (!*ids) return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory");
     *n = (size_t)pr->n_ids;
@@ -60,61 +125,73 @@ attnd_status genreq_prompt_tokens(req *r, int p, int32_t **ids, size_t *n, attnd
     return ATTND_OK;
 }
 
-int genreq_fit_context(req *r, size_t n, enum MHD_Result *ret) {
-    struct server *s = r->srv;
-    const char *pname = genreq_prompt_param(r);
-    int need = r->oreq.max_tokens == 0 ? 0 : 1;
-    if (n == 0) {
-        *ret = http_respond_error(r, 400, "the prompt is empty (no tokens)", pname);
-        return -1;
-    }
-    if (n + (size_t)need > (size_t)s->n_ctx) {
-        *ret = http_respond_json(r, 400, oai_error_context_length((long long)n, s->n_ctx, need, pname));
-        return -1;
-    }
-    int room = s->n_ctx - (int)n;
-    int max_tokens = r->oreq.max_tokens >= 0 ? r->oreq.max_tokens : s->cfg.default_max_tokens;
-    return max_tokens > room ? room : max_tokens;
+attnd_status genreq_prompt_tokens(genreq *g, int p, int32_t **ids, size_t *n, genreq_err *e) {
+    attnd_err err;
+    attnd_status st = prompt_tokens(g, p, ids, n, &err);
+    if (st == ATTND_OK) return ATTND_OK;
+    free(*ids);
+    *ids = NULL;
+    /* whatever went wrong, it was this request's prompt that could not be read */
+    return fail(e, GENREQ_BAD_REQUEST, ATTND_ERR_INVALID, genreq_prompt_param(g), "%s", err.msg);
 }
 
-bool genreq_acquire_session(req *r, sess **se, enum MHD_Result *ret) {
-    const char *id = r->oreq.session_id;
-    *se = NULL;
-    if (!id) return true;
-    if (!sess_id_valid(id)) {
-        *ret = http_respond_error(r, 400, "'session_id' must be 1..64 characters of A-Z a-z 0-9 . _ -", "session_id");
-        return false;
+attnd_status genreq_fit_context(genreq *g, size_t n, int *max_tokens, genreq_err *e) {
+    int n_ctx = g->env.n_ctx, need = g->oreq.max_tokens == 0 ? 0 : 1;
+    const char *pname = genreq_prompt_param(g);
+    *max_tokens = -1;
+    if (n == 0) return fail(e, GENREQ_BAD_REQUEST, ATTND_ERR_INVALID, pname, "the prompt is empty (no tokens)");
+    if (n + (size_t)need > (size_t)n_ctx) {
+        fail(e, GENREQ_TOO_LONG, ATTND_ERR_INVALID, pname,
+             "This model's maximum context length is %d tokens, but the prompt is %lld tokens and %d more must "
+             "remain for the completion. Shorten the prompt.",
+             n_ctx, (long long)n, need);
+        e->code = "context_length_exceeded";
+        return e->st;
     }
+    int room = n_ctx - (int)n;
+    int want = g->oreq.max_tokens >= 0 ? g->oreq.max_tokens : g->env.cfg->default_max_tokens;
+    *max_tokens = want > room ? room : want;
+    return ATTND_OK;
+}
+
+attnd_status genreq_acquire_session(genreq *g, sess **se, genreq_err *e) {
+    const char *id = g->oreq.session_id;
+    *se = NULL;
+    if (!id) return ATTND_OK;
+    if (!sess_id_valid(id))
+        return fail(e, GENREQ_BAD_REQUEST, ATTND_ERR_INVALID, "session_id",
+                    "'session_id' must be 1..64 characters of A-Z a-z 0-9 . _ -");
     attnd_err err;
-    attnd_status st = sess_acquire(r->srv->store, r->owner, id, se, &err);
+    attnd_status st = sess_acquire(g->env.store, g->owner, id, se, &err);
     if (st != ATTND_OK) {
         /* behind a proxy that routes by session (deploy/nginx), an id only in the body cannot be
          * seen, so the turn may reach an instance that never had the session */
-        const char *hdr = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "X-Session-Id");
+        const char *hdr = g->who.session_header;
+        fail(e, GENREQ_SESSION, st, "session_id", "%s", err.msg);
         if (st == ATTND_ERR_NOT_FOUND && !(hdr && !strcmp(hdr, id))) {
-            size_t n = strlen(err.msg);
-            snprintf(err.msg + n, sizeof(err.msg) - n,
+            size_t n = strlen(e->msg);
+            snprintf(e->msg + n, sizeof(e->msg) - n,
                      "; behind a load balancer, send the id in the X-Session-Id header too, so that every turn "
                      "reaches the instance holding the session");
         }
-        *ret = http_respond_error(r, http_status_of(st, HTTP_CTX_ACQUIRE), err.msg, "session_id");
-        return false;
+        return st;
     }
-    snprintf(r->sess_id, sizeof(r->sess_id), "%s", id);
-    r->sess_turn = (*se)->turn; /* set by sess_acquire, which only this request can call now */
-    return true;
+    snprintf(g->sess_id, sizeof(g->sess_id), "%s", id);
+    g->sess_turn = (*se)->turn; /* set by sess_acquire, which only this request can call now */
+    return ATTND_OK;
 }
 
 /* The job spec for one choice: the prompt (stolen), sampling with the choice's seed, and copies
  * of the request's stops and bias; chat adds the template's end-of-turn marker as a stop string.
  * false: out of memory (ids freed). */
-static bool job_spec(req *r, int32_t *ids, size_t n, int max_tokens, sess *se, uint64_t seed, sched_job_spec *spec) {
-    const oai_request *q = &r->oreq;
-    http_tenant(r, r->tenant, sizeof(r->tenant));
+static bool job_spec(genreq *g, int32_t *ids, size_t n, int max_tokens, sess *se, uint64_t seed,
+                     sched_job_spec *spec) {
+    const oai_request *q = &g->oreq;
     *spec = (sched_job_spec){
         .prompt = ids, .n_prompt = (int)n, .sp = q->sp, .n_bias = q->n_bias, .max_tokens = max_tokens,
-        .top_logprobs = q->logprobs, .draft_max = q->draft_max, .draft_min_p = q->draft_min_p, .prompt_logprobs = !r->chat && q->echo && q->logprobs >= 0, .se = se,
-        .owner = r->owner, .request_id = r->request_id, .tenant = r->tenant,
+        .top_logprobs = q->logprobs, .draft_max = q->draft_max, .draft_min_p = q->draft_min_p,
+        .prompt_logprobs = !g->chat && q->echo && q->logprobs >= 0, .se = se,
+        .owner = g->owner, .request_id = g->request_id, .tenant = g->tenant,
         .grammar = q->grammar ? grammar_ref(q->grammar) : NULL,
     };
     spec->sp.seed = seed;
@@ -128,7 +205,7 @@ static bool job_spec(req *r, int32_t *ids, size_t n, int max_tokens, sess *se, u
     }
     for (int i = 0; ok && i < q->n_stops; i++) ok = (spec->stops[spec->n_stops++] = strdup(q->stops[i])) != NULL;
     /* the turn's end marker stops generation even where the vocabulary spells it as text */
-    if (ok && r->chat) ok = (spec->stops[spec->n_stops++] = strdup(chat_end_marker(r->srv->chat.family))) != NULL;
+    if (ok && g->chat) ok = (spec->stops[spec->n_stops++] = strdup(chat_end_marker(g->env.chat->family))) != NULL;
     if (ok) return true;
     free(ids);
     free(spec->bias);
@@ -139,229 +216,214 @@ static bool job_spec(req *r, int32_t *ids, size_t n, int max_tokens, sess *se, u
     return false;
 }
 
-/* Builds choice k's job into its place in r (r->job or r->extra). false: an error response is
- * queued (the session, if any, is given back). */
-static bool make_job(req *r, int k, int32_t *ids, size_t n, int max_tokens, sess *se, attn_capture *cap,
-                     enum MHD_Result *ret) {
+/* Builds choice k's job into its place in g (g->job or g->extra). On failure the session, if
+ * any, is given back. */
+static attnd_status make_job(genreq *g, int k, int32_t *ids, size_t n, int max_tokens, sess *se, attn_capture *cap,
+                             genreq_err *e) {
     sched_job_spec spec;
     attnd_err err;
     sched_job *j = NULL;
-    uint64_t seed = sampler_seed_stream(r->oreq.sp.seed, k % r->oreq.n);
-    if (!job_spec(r, ids, n, max_tokens, se, seed, &spec)) {
+    attnd_status st;
+    uint64_t seed = sampler_seed_stream(g->oreq.sp.seed, k % g->oreq.n);
+    if (!job_spec(g, ids, n, max_tokens, se, seed, &spec)) {
         attn_capture_destroy(cap);
-        attnd_fail(&err, ATTND_ERR_NOMEM, "out of memory");
-    } else if ((spec.capture = cap), sched_job_create(&j, &spec, &err) == ATTND_OK) {
-        if (k == 0) r->job = j;
-        else r->extra[r->n_extra++] = j;
-        return true;
+        st = attnd_fail(&err, ATTND_ERR_NOMEM, "out of memory");
+    } else if ((spec.capture = cap), (st = sched_job_create(&j, &spec, &err)) == ATTND_OK) {
+        if (k == 0) g->job = j;
+        else g->extra[g->n_extra++] = j;
+        return ATTND_OK;
     }
-    if (se) sess_abandon(r->srv->store, se);
-    *ret = http_respond_error(r, 503, err.msg, NULL);
-    return false;
+    if (se) sess_abandon(g->env.store, se);
+    return fail(e, GENREQ_OVERLOADED, ATTND_ERR_NOMEM, NULL, "%s", err.msg);
 }
 
-/* The n - 1 other choices of the prompt whose first choice is k0: forks of its job, which read
- * the prompt once and share its KV blocks; separate jobs where every prompt position's logits
- * are wanted (echo with logprobs). */
-static bool make_siblings(req *r, int k0, int32_t *ids, size_t n, int max_tokens, enum MHD_Result *ret) {
-    const oai_request *q = &r->oreq;
-    sched_job *parent = req_job(r, k0);
-    bool fork = !(!r->chat && q->echo && q->logprobs >= 0);
+/* Whether the n choices of a prompt fork its first job (they read the prompt once and share its
+ * KV blocks), rather than run as separate jobs: where every prompt position's logits are wanted
+ * (echo with logprobs) they cannot. */
+static bool choices_fork(const genreq *g) { return !(!g->chat && g->oreq.echo && g->oreq.logprobs >= 0); }
+
+/* The n - 1 other choices of the prompt whose first choice is k0 (ids: a copy of its prompt,
+ * borrowed, for separate jobs). */
+static attnd_status make_siblings(genreq *g, int k0, const int32_t *ids, size_t n, int max_tokens, genreq_err *e) {
+    const oai_request *q = &g->oreq;
+    sched_job *parent = genreq_job(g, k0);
     attnd_err err;
+    attnd_status st;
     for (int i = 1; i < q->n; i++) {
-        if (!fork) {
+        if (!choices_fork(g)) {
             int32_t *copy = malloc(n * sizeof(int32_t));
-            if (copy) memcpy(copy, ids, n * sizeof(int32_t));
-            if (copy && make_job(r, k0 + i, copy, n, max_tokens, NULL, NULL, ret)) continue;
-            if (!copy) *ret = http_respond_error(r, 503, "out of memory", NULL);
-            return false;
+            if (!copy) return fail(e, GENREQ_OVERLOADED, ATTND_ERR_NOMEM, NULL, "out of memory");
+            memcpy(copy, ids, n * sizeof(int32_t));
+            if ((st = make_job(g, k0 + i, copy, n, max_tokens, NULL, NULL, e)) != ATTND_OK) return st;
+            continue;
         }
-        if (sched_job_fork(&r->extra[r->n_extra], parent, sampler_seed_stream(q->sp.seed, i), &err) != ATTND_OK) {
-            *ret = http_respond_error(r, 503, err.msg, NULL);
-            return false;
-        }
-        r->n_extra++;
+        if ((st = sched_job_fork(&g->extra[g->n_extra], parent, sampler_seed_stream(q->sp.seed, i), &err)) != ATTND_OK)
+            return fail(e, GENREQ_OVERLOADED, ATTND_ERR_NOMEM, NULL, "%s", err.msg);
+        g->n_extra++;
     }
-    return true;
+    return ATTND_OK;
 }
 
 /* Submits choice k's job (forks go with their parent). */
-static bool submit(req *r, int k, sess *se, enum MHD_Result *ret) {
-    struct server *s = r->srv;
+static attnd_status submit(genreq *g, int k, sess *se, genreq_err *e) {
     attnd_err err;
-    attnd_status rc = sched_submit(s->sch, req_job(r, k), &err);
-    if (rc == ATTND_OK) return true;
-    if (se) sess_abandon(s->store, se);
-    /* INVALID: its KV could never fit the budget (400); else the queue is full (429) */
-    int code = atomic_load(&s->stopping) ? 503 : rc == ATTND_ERR_INVALID ? 400 : 429;
-    *ret = http_respond_error(r, code, err.msg, rc == ATTND_ERR_INVALID ? "max_tokens" : NULL);
-    return false;
+    attnd_status rc = sched_submit(g->env.sch, genreq_job(g, k), &err);
+    if (rc == ATTND_OK) return ATTND_OK;
+    if (se) sess_abandon(g->env.store, se);
+    /* INVALID: its KV could never fit the budget; else the queue is full */
+    const char *param = rc == ATTND_ERR_INVALID ? "max_tokens" : NULL;
+    if (g->env.stopping && atomic_load(g->env.stopping)) return fail(e, GENREQ_STOPPING, rc, param, "%s", err.msg);
+    if (rc == ATTND_ERR_INVALID) return fail(e, GENREQ_BAD_REQUEST, rc, param, "%s", err.msg);
+    return fail(e, GENREQ_OVERLOADED, ATTND_ERR_BUSY, NULL, "%s", err.msg);
 }
 
-bool genreq_submit(req *r, int32_t *ids, size_t n, int max_tokens, sess *se, attn_capture *cap, enum MHD_Result *ret) {
-    return make_job(r, 0, ids, n, max_tokens, se, cap, ret) && submit(r, 0, se, ret);
+attnd_status genreq_submit(genreq *g, int32_t *ids, size_t n, int max_tokens, sess *se, attn_capture *cap,
+                           genreq_err *e) {
+    attnd_status st = make_job(g, 0, ids, n, max_tokens, se, cap, e);
+    return st != ATTND_OK ? st : submit(g, 0, se, e);
 }
 
 static bool special_bytes(void *user, int32_t id, const char **p, size_t *n) {
     return tok_token_bytes((const tokenizer *)user, id, true, p, n);
 }
 
-int genreq_reasoning_tokens(const req *r, const sched_output *o) {
+int genreq_reasoning_tokens(const genreq *g, const sched_output *o) {
     int n = o->n_pieces;
     int32_t *ids = malloc((size_t)(n > 0 ? n : 1) * sizeof(*ids));
     if (!ids) return 0;
     for (int i = 0; i < n; i++) ids[i] = o->pieces[i].id;
-    int count = reasoning_count_tokens(ids, n, r->oreq.open_reasoning, special_bytes, (void *)r->srv->tok);
+    int count = reasoning_count_tokens(ids, n, g->oreq.open_reasoning, special_bytes, (void *)g->env.tok);
     free(ids);
     return count;
 }
 
-void genreq_usage_sum(const req *r, oai_gen *sum) {
-    *sum = (oai_gen){.n_reasoning = r->chat ? 0 : -1};
-    for (int k = 0; k < req_n_jobs(r); k++) {
+void genreq_usage_sum(const genreq *g, completion_body_gen *sum) {
+    *sum = (completion_body_gen){.n_reasoning = g->chat ? 0 : -1};
+    for (int k = 0; k < genreq_n_jobs(g); k++) {
         sched_output o;
-        sched_job_output(req_job(r, k), &o);
-        if (k % r->oreq.n == 0) { /* n choices of one prompt read it once */
+        sched_job_output(genreq_job(g, k), &o);
+        if (k % g->oreq.n == 0) { /* n choices of one prompt read it once */
             sum->n_prompt += o.n_prompt;
             sum->n_cached += o.n_cached;
         }
         sum->n_generated += o.n_generated;
-        if (r->chat) sum->n_reasoning += genreq_reasoning_tokens(r, &o);
+        if (g->chat) sum->n_reasoning += genreq_reasoning_tokens(g, &o);
     }
 }
 
-void genreq_hold_connection(req *r, bool waiting) {
-    unsigned t = waiting ? 0u : (unsigned)(r->srv->cfg.request_timeout_s > 0 ? r->srv->cfg.request_timeout_s : 30);
-    http_idle_timeout(r, t);
-}
-
-bool genreq_persist(req *r) {
-    if (!r->sess_id[0]) return true;
-    if (r->unsaved) return false;
+bool genreq_persist(genreq *g) {
+    if (!g->sess_id[0]) return true;
+    if (g->unsaved.fail) return false;
     attnd_err err;
     int e = 0;
-    attnd_status st = sess_persist_turn(r->srv->store, r->owner, r->sess_id, r->sess_turn, &e, &err);
+    attnd_status st = sess_persist_turn(g->env.store, g->owner, g->sess_id, g->sess_turn, &e, &err);
     if (st == ATTND_OK) return true;
     slog_error("%s", err.msg);
     if (st == ATTND_ERR_BUSY || st == ATTND_ERR_NOT_FOUND || (st == ATTND_ERR_IO && !e)) {
-        /* the shared store: another turn saved first (409), or it is unreachable (503) */
-        r->unsaved = st == ATTND_ERR_IO ? 503 : 409;
-        snprintf(r->unsaved_msg, sizeof(r->unsaved_msg), "%.199s", err.msg);
+        /* the shared store: another turn saved first (BUSY), or it is unreachable (IO) */
+        fail(&g->unsaved, GENREQ_UNSAVED, st == ATTND_ERR_IO ? ATTND_ERR_IO : ATTND_ERR_BUSY, "session_id", "%.199s",
+             err.msg);
         return false;
     }
-    r->unsaved = e == ENOSPC || e == EDQUOT ? 507 : 503;
-    snprintf(r->unsaved_msg, sizeof(r->unsaved_msg),
-             "session '%s' could not be saved (%.60s): this turn is not part of it; retry later", r->sess_id,
-             e ? strerror(e) : err.msg);
+    fail(&g->unsaved, GENREQ_UNSAVED, ATTND_ERR_IO, "session_id",
+         "session '%s' could not be saved (%.60s): this turn is not part of it; retry later", g->sess_id,
+         e ? strerror(e) : err.msg);
+    g->unsaved.no_space = e == ENOSPC || e == EDQUOT;
     return false;
 }
 
-enum MHD_Result genreq_respond_unsaved(req *r) { return http_respond_error(r, r->unsaved, r->unsaved_msg, "session_id"); }
-
-json_t *genreq_unsaved_error(const req *r) { return oai_error(r->unsaved, r->unsaved_msg, "session_id"); }
-
-bool genreq_wait_all(req *r) {
-    for (int k = 0; k < req_n_jobs(r); k++) {
+bool genreq_wait_all(genreq *g) {
+    for (int k = 0; k < genreq_n_jobs(g); k++) {
         sched_update u;
         do {
-            while (!sched_job_wait(req_job(r, k), 100, &u))
-                if (http_client_gone(r)) {
-                    for (int i = 0; i < req_n_jobs(r); i++) sched_job_cancel(req_job(r, i));
-                    r->cancelled = true;
+            while (!sched_job_wait(genreq_job(g, k), 100, &u))
+                if (g->who.client_gone && g->who.client_gone(g->who.user)) {
+                    genreq_cancel(g);
                     return false;
                 }
         } while (!u.done);
     }
-    genreq_persist(r); /* durable before the response is sent */
+    genreq_persist(g); /* durable before the response is sent */
     return true;
 }
 
-bool genreq_check_ablate(req *r, enum MHD_Result *ret) {
-    const oai_request *q = &r->oreq;
+attnd_status genreq_check_ablate(genreq *g, genreq_err *e) {
+    const oai_request *q = &g->oreq;
     attnd_err err;
-    if (!q->n_ablate) return true;
-    if (ablate_api_check(model_info_get(r->srv->m), q->ablate, q->n_ablate, &err) != ATTND_OK)
-        *ret = http_respond_error(r, 400, err.msg, "ablate");
-    else if (q->session_id)
-        *ret = http_respond_error(r, 400,
-                                  "'ablate' cannot be combined with 'session_id': an ablated sequence's KV never "
-                                  "enters a session or the prompt cache",
-                                  "ablate");
-    else if (q->n > 1)
-        *ret = http_respond_error(r, 400, "'ablate' takes one choice: 'n' must be 1", "n");
-    else
-        return true;
-    return false;
+    if (!q->n_ablate) return ATTND_OK;
+    if (ablate_api_check(model_info_get(g->env.m), q->ablate, q->n_ablate, &err) != ATTND_OK)
+        return fail(e, GENREQ_BAD_REQUEST, ATTND_ERR_INVALID, "ablate", "%s", err.msg);
+    if (q->session_id)
+        return fail(e, GENREQ_BAD_REQUEST, ATTND_ERR_INVALID, "ablate",
+                    "'ablate' cannot be combined with 'session_id': an ablated sequence's KV never enters a session or "
+                    "the prompt cache");
+    if (q->n > 1) return fail(e, GENREQ_BAD_REQUEST, ATTND_ERR_INVALID, "n", "'ablate' takes one choice: 'n' must be 1");
+    return ATTND_OK;
 }
 
-static bool submit_choices(req *r, enum MHD_Result *ret) {
-    const oai_request *q = &r->oreq;
-    int n_prompts = r->chat ? 1 : q->n_prompts, n_choices = n_prompts * q->n;
+/* The checks of the whole request before any prompt is read. */
+static attnd_status check_request(genreq *g, int n_prompts, int n_choices, genreq_err *e) {
+    const oai_request *q = &g->oreq;
     attnd_err err;
-    if (!genreq_check_ablate(r, ret)) return false;
-    if (q->grammar && r->srv->tok && grammar_check_tokenizer(q->grammar, r->srv->tok, &err) != ATTND_OK) { /* its token terminals */
-        *ret = http_respond_error(r, 400, err.msg, q->format == OAI_FORMAT_TOOL_CALL ? "tool_choice" : "grammar");
-        return false;
+    attnd_status st = genreq_check_ablate(g, e);
+    if (st != ATTND_OK) return st;
+    if (q->grammar && g->env.tok && grammar_check_tokenizer(q->grammar, g->env.tok, &err) != ATTND_OK) /* its token terminals */
+        return fail(e, GENREQ_BAD_REQUEST, ATTND_ERR_INVALID, q->format == OAI_FORMAT_TOOL_CALL ? "tool_choice" : "grammar",
+                    "%s", err.msg);
+    if (q->session_id && n_prompts > 1)
+        return fail(e, GENREQ_BAD_REQUEST, ATTND_ERR_INVALID, "session_id", "'session_id' works with one prompt, not a list");
+    if (n_choices > 1 && !(g->extra = calloc((size_t)n_choices - 1, sizeof(*g->extra))))
+        return fail(e, GENREQ_OVERLOADED, ATTND_ERR_NOMEM, NULL, "out of memory");
+    return ATTND_OK;
+}
+
+/* Prompt p's n choices: its first job (on the session for prompt 0), its siblings, submitted. */
+static attnd_status submit_prompt(genreq *g, int p, genreq_err *e) {
+    const oai_request *q = &g->oreq;
+    int k0 = p * q->n, max_tokens;
+    int32_t *ids;
+    size_t n;
+    sess *se = NULL;
+    attnd_status st = genreq_prompt_tokens(g, p, &ids, &n, e);
+    if (st == ATTND_OK) st = genreq_fit_context(g, n, &max_tokens, e);
+    if (st == ATTND_OK && p == 0) st = genreq_acquire_session(g, &se, e);
+    if (st != ATTND_OK) {
+        free(ids);
+        return st;
     }
-    if (r->llama && n_choices > 1) {
-        *ret = http_respond_error(r, 400, "/completion takes one prompt; use /v1/completions for prompt lists", "prompt");
-        return false;
+    g->n_prompt += (int)n;
+    bool fork = choices_fork(g);
+    int32_t *copy = q->n > 1 && !fork ? malloc(n * sizeof(int32_t)) : NULL;
+    if (copy) memcpy(copy, ids, n * sizeof(int32_t));
+    else if (q->n > 1 && !fork) {
+        free(ids);
+        if (se) sess_abandon(g->env.store, se);
+        return fail(e, GENREQ_OVERLOADED, ATTND_ERR_NOMEM, NULL, "out of memory");
     }
-    if (q->session_id && n_prompts > 1) {
-        *ret = http_respond_error(r, 400, "'session_id' works with one prompt, not a list", "session_id");
-        return false;
-    }
-    if (n_choices > 1 && !(r->extra = calloc((size_t)n_choices - 1, sizeof(*r->extra)))) {
-        *ret = http_respond_error(r, 503, "out of memory", NULL);
-        return false;
-    }
-    for (int p = 0; p < n_prompts; p++) {
-        int k0 = p * q->n;
-        int32_t *ids;
-        size_t n;
-        if (genreq_prompt_tokens(r, p, &ids, &n, &err) != ATTND_OK) {
-            free(ids);
-            *ret = http_respond_error(r, 400, err.msg, genreq_prompt_param(r));
-            return false;
-        }
-        int max_tokens = genreq_fit_context(r, n, ret);
-        sess *se = NULL;
-        if (max_tokens < 0 || (p == 0 && !genreq_acquire_session(r, &se, ret))) {
-            free(ids);
-            return false;
-        }
-        r->n_prompt += (int)n;
-        bool fork = !(!r->chat && q->echo && q->logprobs >= 0);
-        int32_t *copy = q->n > 1 && !fork ? malloc(n * sizeof(int32_t)) : NULL;
-        if (copy) memcpy(copy, ids, n * sizeof(int32_t));
-        else if (q->n > 1 && !fork) {
-            free(ids);
-            if (se) sess_abandon(r->srv->store, se);
-            *ret = http_respond_error(r, 503, "out of memory", NULL);
-            return false;
-        }
-        if (!make_job(r, k0, ids, n, max_tokens, se, NULL, ret)) {
-            free(copy);
-            return false;
-        }
-        bool ok = make_siblings(r, k0, copy, n, max_tokens, ret);
+    if ((st = make_job(g, k0, ids, n, max_tokens, se, NULL, e)) != ATTND_OK) {
         free(copy);
-        if (!ok) {
-            if (se) sess_abandon(r->srv->store, se);
-            return false;
-        }
-        for (int i = 0; i < q->n; i++)
-            if ((i == 0 || !fork) && !submit(r, k0 + i, i == 0 ? se : NULL, ret)) return false;
+        return st;
     }
-    return true;
+    st = make_siblings(g, k0, copy, n, max_tokens, e);
+    free(copy);
+    if (st != ATTND_OK) {
+        if (se) sess_abandon(g->env.store, se);
+        return st;
+    }
+    for (int i = 0; i < q->n; i++)
+        if ((i == 0 || !fork) && (st = submit(g, k0 + i, i == 0 ? se : NULL, e)) != ATTND_OK) return st;
+    return ATTND_OK;
 }
 
-bool genreq_submit_all(req *r, enum MHD_Result *ret) {
-    if (submit_choices(r, ret)) return true;
+attnd_status genreq_submit_all(genreq *g, genreq_err *e) {
+    const oai_request *q = &g->oreq;
+    int n_prompts = g->chat ? 1 : q->n_prompts;
+    attnd_status st = check_request(g, n_prompts, n_prompts * q->n, e);
+    for (int p = 0; st == ATTND_OK && p < n_prompts; p++) st = submit_prompt(g, p, e);
+    if (st == ATTND_OK) return ATTND_OK;
     /* an error answer ends the request: what was already submitted stops too */
-    for (int k = 0; k < req_n_jobs(r); k++) sched_job_cancel(req_job(r, k));
-    return false;
+    for (int k = 0; k < genreq_n_jobs(g); k++) sched_job_cancel(genreq_job(g, k));
+    return st;
 }
-
 
 bool genreq_was_cut(const sched_output *o) { return o->status == ATTND_ERR_BUSY; }

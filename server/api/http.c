@@ -13,8 +13,18 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "conn.h"
+#include "http_mhd.h"
+#include "metrics.h"
+#include "oai.h"
 #include "origin.h"
 #include "slog.h"
+
+/* http.h's results and reader ends are libmicrohttpd's, passed on as they are */
+_Static_assert(HTTP_YES == (int)MHD_YES && HTTP_NO == (int)MHD_NO, "http_result is MHD_Result");
+_Static_assert(HTTP_READER_END == MHD_CONTENT_READER_END_OF_STREAM &&
+                   HTTP_READER_ERROR == MHD_CONTENT_READER_END_WITH_ERROR,
+               "the stream reader's ends are MHD's");
 
 // ---- responses ----------------------------------------------------------------------------
 
@@ -32,21 +42,21 @@ static void add_cors_headers(req *r, struct MHD_Response *resp) {
 }
 
 /* Queues resp (stolen: queue -> destroy -> return) with its headers and the CORS headers. A NULL
- * resp (its creation failed) is MHD_NO. */
-static enum MHD_Result send_mhd(req *r, int status, struct MHD_Response *resp, const http_header *h, int n) {
-    if (!resp) return MHD_NO;
+ * resp (its creation failed) is HTTP_NO. */
+static http_result send_mhd(req *r, int status, struct MHD_Response *resp, const http_header *h, int n) {
+    if (!resp) return HTTP_NO;
     for (int i = 0; i < n; i++) MHD_add_response_header(resp, h[i].name, h[i].value);
     add_cors_headers(r, resp);
     if (r->request_id[0]) MHD_add_response_header(resp, "X-Request-Id", r->request_id);
     enum MHD_Result ret = MHD_queue_response(r->conn, (unsigned)status, resp);
     MHD_destroy_response(resp);
-    return ret;
+    return ret == MHD_YES ? HTTP_YES : HTTP_NO;
 }
 
-enum MHD_Result http_reply(req *r, int status, char *body, size_t len, bool owned, const http_header *h, int n) {
+http_result http_reply(req *r, int status, char *body, size_t len, bool owned, const http_header *h, int n) {
     r->status = status;
     if (r->io) {
-        enum MHD_Result ret = r->io->reply(r, status, body, len, h, n);
+        http_result ret = r->io->reply(r, status, body, len, h, n);
         if (owned) free(body);
         return ret;
     }
@@ -59,7 +69,7 @@ enum MHD_Result http_reply(req *r, int status, char *body, size_t len, bool owne
 /* MHD's free callback of a stream: the request owns the reader's state (freed with it). */
 static void stream_free(void *cls) { (void)cls; }
 
-enum MHD_Result http_reply_stream(req *r, int status, http_reader reader, void *cls, const http_header *h, int n) {
+http_result http_reply_stream(req *r, int status, http_reader reader, void *cls, const http_header *h, int n) {
     r->status = status;
     if (r->io) return r->io->stream(r, status, reader, cls, h, n);
     return send_mhd(r, status, MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, reader, cls, stream_free), h,
@@ -70,13 +80,13 @@ void http_idle_timeout(req *r, unsigned seconds) {
     if (r->conn) MHD_set_connection_option(r->conn, MHD_CONNECTION_OPTION_TIMEOUT, seconds);
 }
 
-enum MHD_Result http_respond_json_h(req *r, int status, json_t *body, const char *hname, const char *hval) {
+http_result http_respond_json_h(req *r, int status, json_t *body, const char *hname, const char *hval) {
     char *text = body ? json_dumps(body, JSON_COMPACT) : NULL;
     json_decref(body);
     if (!text) {
         text = strdup("{\"error\":{\"message\":\"out of memory\",\"type\":\"server_error\",\"param\":null,\"code\":\"internal_error\"}}");
         status = 500;
-        if (!text) return MHD_NO;
+        if (!text) return HTTP_NO;
     }
     /* a trailing newline: curl output stays one answer per line */
     size_t n = strlen(text);
@@ -90,11 +100,11 @@ enum MHD_Result http_respond_json_h(req *r, int status, json_t *body, const char
     return http_reply(r, status, text, n, true, h, hname ? 2 : 1);
 }
 
-enum MHD_Result http_respond_json(req *r, int status, json_t *body) {
+http_result http_respond_json(req *r, int status, json_t *body) {
     return http_respond_json_h(r, status, body, NULL, NULL);
 }
 
-enum MHD_Result http_respond_error(req *r, int status, const char *msg, const char *param) {
+http_result http_respond_error(req *r, int status, const char *msg, const char *param) {
     const char *hn = NULL, *hv = NULL;
     size_t n = strnlen(msg, sizeof(r->reason) - 1); /* cut long messages: a log line, not the answer */
     memcpy(r->reason, msg, n);
@@ -107,7 +117,7 @@ enum MHD_Result http_respond_error(req *r, int status, const char *msg, const ch
     return http_respond_json_h(r, status, body, hn, hv);
 }
 
-enum MHD_Result http_respond_text(req *r, int status, const char *ctype, char *text) {
+http_result http_respond_text(req *r, int status, const char *ctype, char *text) {
     http_header h = {"Content-Type", ctype};
     return http_reply(r, status, text, strlen(text), true, &h, 1);
 }
@@ -141,10 +151,10 @@ bool http_client_gone(req *r) {
     return poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL));
 }
 
-json_t *http_parse_body(req *r, enum MHD_Result *ret, bool allow_empty) {
-    if (r->len == 0 && allow_empty) return json_object();
+json_t *http_parse_body(req *r, http_result *ret, bool allow_empty) {
+    if (r->body.len == 0 && allow_empty) return json_object();
     json_error_t je;
-    json_t *j = json_loadb(r->body ? r->body : "", r->len, 0, &je);
+    json_t *j = json_loadb(r->body.p ? r->body.p : "", r->body.len, 0, &je);
     if (!j) {
         char msg[300];
         snprintf(msg, sizeof(msg), "invalid JSON body: %s (line %d, column %d)", je.text, je.line, je.column);
@@ -159,18 +169,20 @@ json_t *http_parse_body(req *r, enum MHD_Result *ret, bool allow_empty) {
     return j;
 }
 
-json_t *http_work_body(req *r, enum MHD_Result *ret) {
+json_t *http_work_body(req *r, http_result *ret) {
     if (atomic_load(&r->srv->stopping)) {
         *ret = http_respond_error(r, 503, "server is shutting down", NULL);
         return NULL;
     }
-    return r->body_json = http_parse_body(r, ret, false);
+    return http_parse_body(r, ret, false);
 }
 
 void req_set(req *r, req_slot s, void *p, void (*free_fn)(void *p)) {
     ATTND_ASSERT(r->ctx[s].p == NULL);
-    r->ctx[s] = (req_ctx){p, free_fn ? free_fn : free};
+    r->ctx[s] = (req_ctx){p, free_fn ? free_fn : free, NULL};
 }
+
+void req_set_end(req *r, req_slot s, void (*end)(req *r, void *p, bool completed)) { r->ctx[s].end = end; }
 
 // ---- routing ------------------------------------------------------------------------------
 
@@ -247,23 +259,23 @@ static bool auth_ok(req *r, char owner[SESS_OWNER_MAX + 1]) {
     return ok;
 }
 
-static enum MHD_Result preflight(req *r) {
+static http_result preflight(req *r) {
     static const http_header h[] = {{"Access-Control-Allow-Methods", "GET, POST, DELETE, OPTIONS"},
                                     {"Access-Control-Allow-Headers", "Authorization, Content-Type"},
                                     {"Access-Control-Max-Age", "600"}};
     return http_reply(r, 204, (char *)"", 0, false, h, (int)ATTND_ARRAY_LEN(h));
 }
 
-static enum MHD_Result too_big(req *r) {
+static http_result too_big(req *r) {
     char msg[160];
     snprintf(msg, sizeof(msg), "request body too large (limit %zu bytes)", r->srv->cfg.body_limit);
     r->too_big = true;
     return http_respond_error(r, 413, msg, NULL);
 }
 
-/* Checks done before the body is read: route, method, auth, Content-Length. Returns MHD_YES
+/* Checks done before the body is read: route, method, auth, Content-Length. Returns HTTP_YES
  * to continue reading, or the result of a queued error response (*done set). */
-static enum MHD_Result precheck(req *r, bool *done) {
+static http_result precheck(req *r, bool *done) {
     struct server *s = r->srv;
     *done = true;
     if (!strcmp(r->method, "OPTIONS") && s->cfg.cors_origins) return preflight(r);
@@ -298,7 +310,7 @@ static enum MHD_Result precheck(req *r, bool *done) {
         if (errno || end == cl || v > s->cfg.body_limit) return too_big(r);
     }
     *done = false;
-    return MHD_YES;
+    return HTTP_YES;
 }
 
 // ---- libmicrohttpd callbacks --------------------------------------------------------------
@@ -329,10 +341,10 @@ req *http_req_create(struct server *s, const char *method, const char *url, cons
     return request_new(s, NULL, url, method, io);
 }
 
-static enum MHD_Result request_begin(struct server *s, struct MHD_Connection *c, const char *url,
+static http_result request_begin(struct server *s, struct MHD_Connection *c, const char *url,
                                      const char *method, void **con_cls) {
     req *r = request_new(s, c, url, method, NULL);
-    if (!r) return MHD_NO;
+    if (!r) return HTTP_NO;
     *con_cls = r;
     /* monitoring is answered past the connection limits (a reserved slot) */
     bool reserved = !strcmp(r->path, "/health") || !strcmp(r->path, "/metrics");
@@ -345,8 +357,14 @@ static enum MHD_Result request_begin(struct server *s, struct MHD_Connection *c,
         snprintf(r->reason, sizeof(r->reason), "%s", msg);
         return http_respond_json_h(r, code, oai_error(code, msg, NULL), "Connection", "close");
     }
+    conn_framing f;
+    if (conn_framing_check(c, method, &f)) { /* framing MHD lets through: refused before any body, and closed */
+        r->rt = NULL;
+        snprintf(r->reason, sizeof(r->reason), "%s", f.why);
+        return http_respond_json_h(r, f.status, oai_error(f.status, f.why, NULL), "Connection", "close");
+    }
     bool done;
-    enum MHD_Result ret = precheck(r, &done);
+    http_result ret = precheck(r, &done);
     if (done) r->rt = NULL;
     return ret;
 }
@@ -356,46 +374,34 @@ static enum MHD_Result request_begin(struct server *s, struct MHD_Connection *c,
  * MHD cannot send a response queued in the middle of an upload and would only close the
  * connection. An upload that goes on past 4 times the limit (at least 1 MiB) is cut; one that
  * trickles is cut at body_timeout_s (conn.h). */
-static enum MHD_Result request_body(req *r, const char *upload, size_t n) {
+static http_result request_body(req *r, const char *upload, size_t n) {
     size_t limit = r->srv->cfg.body_limit;
-    if (r->too_big || r->len + n > limit) {
+    if (r->too_big || r->body.len + n > limit) {
         if (!r->too_big) slog_info("%s %s: request body over %zu bytes; reading it to answer 413", r->method, r->path, limit);
         r->too_big = true;
         r->dropped += n;
         size_t most = limit < ((size_t)1 << 18) ? (size_t)1 << 20 : 4 * limit;
-        return r->dropped > most ? MHD_NO : MHD_YES;
+        return r->dropped > most ? HTTP_NO : HTTP_YES;
     }
-    if (r->len + n + 1 > r->cap) {
-        size_t cap = r->cap ? r->cap * 2 : 4096;
-        while (cap < r->len + n + 1) cap *= 2;
-        if (cap > limit + 1) cap = limit + 1;
-        char *g = realloc(r->body, cap);
-        if (!g) return MHD_NO;
-        r->body = g;
-        r->cap = cap;
-    }
-    memcpy(r->body + r->len, upload, n);
-    r->len += n;
-    r->body[r->len] = '\0';
-    return MHD_YES;
+    return buf_append(&r->body, upload, n) ? HTTP_YES : HTTP_NO;
 }
 
 /* The whole body is in: the route's handler. */
-static enum MHD_Result dispatch(req *r) {
+static http_result dispatch(req *r) {
     if (r->too_big) return too_big(r);
     if (!r->rt) return http_respond_error(r, 404, "no such endpoint", NULL);
     if ((r->rt->flags & ROUTE_MODEL) && !atomic_load(&r->srv->ready)) return http_respond_error(r, 503, "model is loading", NULL);
     return r->rt->fn(r);
 }
 
-static enum MHD_Result on_request(struct server *s, struct MHD_Connection *c, const char *url, const char *method,
+static http_result on_request(struct server *s, struct MHD_Connection *c, const char *url, const char *method,
                                   const char *upload, size_t *upload_size, void **con_cls) {
     req *r = *con_cls;
     if (!r) return request_begin(s, c, url, method, con_cls);
     slog_set_request(r->request_id);
     if (r->status) { /* an early response is queued: discard whatever body still arrives */
         *upload_size = 0;
-        return MHD_YES;
+        return HTTP_YES;
     }
     if (*upload_size) {
         size_t n = *upload_size;
@@ -409,46 +415,21 @@ static enum MHD_Result on_request(struct server *s, struct MHD_Connection *c, co
 enum MHD_Result http_on_request(void *cls, struct MHD_Connection *c, const char *url, const char *method,
                                 const char *version, const char *upload, size_t *upload_size, void **con_cls) {
     (void)version;
-    enum MHD_Result ret = on_request(cls, c, url, method, upload, upload_size, con_cls);
+    http_result ret = on_request(cls, c, url, method, upload, upload_size, con_cls);
     slog_set_request(NULL); /* the MHD thread serves other connections next */
-    return ret;
+    return ret == HTTP_YES ? MHD_YES : MHD_NO;
 }
 
-enum MHD_Result http_req_run(req *r, const char *body, size_t len) {
+http_result http_req_run(req *r, const char *body, size_t len) {
     bool done;
-    enum MHD_Result ret = precheck(r, &done);
+    http_result ret = precheck(r, &done);
     if (done) {
         r->rt = NULL;
         return ret;
     }
-    if (len && (ret = request_body(r, body, len)) != MHD_YES) return ret;
-    return r->status ? MHD_YES : dispatch(r);
+    if (len && (ret = request_body(r, body, len)) != HTTP_YES) return ret;
+    return r->status ? HTTP_YES : dispatch(r);
 }
-
-/* A generation's end as the access log and the session store see it; returns tokens generated. */
-static int request_job_end(struct server *s, req *r, enum MHD_RequestTerminationCode toe) {
-    if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK || r->cancelled) {
-        bool fresh = false; /* a job this cancels (not cancelled before) */
-        for (int k = 0; k < req_n_jobs(r); k++) fresh = !sched_job_cancel(req_job(r, k)) || fresh;
-        if (fresh || r->cancelled) slog_info("client disconnected from %s %s; sequence cancelled", r->method, r->path);
-        r->cancelled = true;
-    }
-    sched_output o;
-    int n_gen = 0;
-    for (int k = 0; k < req_n_jobs(r); k++) {
-        sched_job_output(req_job(r, k), &o);
-        n_gen += o.n_generated;
-    }
-    sched_job_output(r->job, &o); /* only choice 0 runs on the named session */
-    if (r->sess_id[0] && o.done) {
-        attnd_err err;
-        if (sess_persist_turn(s->store, r->owner, r->sess_id, r->sess_turn, NULL, &err) != ATTND_OK && !r->unsaved)
-            slog_error("%s", err.msg);
-    }
-    return n_gen;
-}
-
-void http_client_address(struct MHD_Connection *c, char *buf, size_t cap) { conn_client_address(c, buf, cap); }
 
 void http_tenant(const req *r, char *buf, size_t cap) {
     if (r->owner[0]) {
@@ -456,7 +437,7 @@ void http_tenant(const req *r, char *buf, size_t cap) {
         return;
     }
     char addr[INET6_ADDRSTRLEN + 1];
-    http_client_address(r->conn, addr, sizeof(addr));
+    conn_client_address(r->conn, addr, sizeof(addr));
     snprintf(buf, cap, "addr:%s", addr);
 }
 
@@ -466,15 +447,16 @@ void http_on_completed(void *cls, struct MHD_Connection *c, void **con_cls, enum
     req *r = *con_cls;
     if (!r) return;
     *con_cls = NULL;
-    http_req_end(r, toe);
+    http_req_end(r, toe == MHD_REQUEST_TERMINATED_COMPLETED_OK);
 }
 
-void http_req_end(req *r, enum MHD_RequestTerminationCode toe) {
+void http_req_end(req *r, bool completed) {
     struct server *s = r->srv;
     struct MHD_Connection *c = r->conn;
     slog_set_request(r->request_id);
     double dt = attnd_now_s() - r->t0;
-    int n_gen = r->job ? request_job_end(s, r, toe) : 0;
+    for (int i = 0; i < REQ_SLOT_COUNT; i++)
+        if (r->ctx[i].end) r->ctx[i].end(r, r->ctx[i].p, completed);
     int status = r->status ? r->status : 500;
     if (r->cancelled) status = 499; /* nginx's "client closed request" */
     metrics_request(s->met, r->rt ? r->rt->label : "other", status, dt);
@@ -482,19 +464,14 @@ void http_req_end(req *r, enum MHD_RequestTerminationCode toe) {
     server_log_level lvl = s->cfg.access_log ? SERVER_LOG_INFO : SERVER_LOG_DEBUG;
     if ((s->cfg.access_log || r->reason[0]) && slog_enabled(lvl)) {
         char addr[INET6_ADDRSTRLEN + 1];
-        http_client_address(c, addr, sizeof(addr));
+        conn_client_address(c, addr, sizeof(addr));
         slog(lvl, "%s %s %d prompt=%d gen=%d %.3fs %s%s%sclient=%s%s%s%s", r->method, r->path, status, r->n_prompt,
-             n_gen, dt, r->resp_id[0] ? "id=" : "", r->resp_id, r->resp_id[0] ? " " : "", addr,
+             r->n_gen, dt, r->answer_id[0] ? "id=" : "", r->answer_id, r->answer_id[0] ? " " : "", addr,
              r->reason[0] ? " error=\"" : "", r->reason, r->reason[0] ? "\"" : "");
     }
-    sched_job_unref(r->job);
-    for (int k = 0; k < r->n_extra; k++) sched_job_unref(r->extra[k]);
-    free(r->extra);
-    oai_request_free(&r->oreq);
-    json_decref(r->body_json);
     for (int i = 0; i < REQ_SLOT_COUNT; i++)
         if (r->ctx[i].p) r->ctx[i].free_fn(r->ctx[i].p);
-    free(r->body);
+    buf_free(&r->body);
     slog_set_request(NULL);
     free(r);
     atomic_fetch_sub(&s->in_flight, 1);

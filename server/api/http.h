@@ -9,31 +9,49 @@
  * /metrics. Everything before routing (auth, CORS, body cap) is common to every route.
  *
  * The modules serving a request keep their own state in its slots (req_set: opaque, with a
- * destructor). Everything that touches the connection goes through this file (http_reply*,
- * http_header_get, http_client_gone, http_idle_timeout), so with a req_io in place of the
- * connection the whole request layer runs without a socket (http_req_create/run/end).
+ * destructor and an end hook, as nginx's per-module context): the generation request
+ * (genreq_http.h), the stream loop, the endpoint. This file never sees their fields. Everything
+ * that touches the connection goes through this file (http_reply*, http_header_get,
+ * http_client_gone, http_idle_timeout), so with a req_io in place of the connection the whole
+ * request layer runs without a socket (http_req_create/run/end). Nothing here needs
+ * libmicrohttpd's header: handlers return http_result, and only http.c, conn.c and server.c
+ * (through http_mhd.h) see <microhttpd.h>.
  */
 #ifndef ATTND_SERVER_HTTP_H
 #define ATTND_SERVER_HTTP_H
 
 #include <jansson.h>
-#include <microhttpd.h>
 #include <stdatomic.h>
 #include <stdbool.h>
-#include <time.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
 
-#include "attnd/engine.h"
-#include "attnd/tokenizer.h"
-#include "chat.h"
-#include "conn.h"
-#include "metrics.h"
-#include "oai.h"
-#include "completion_body.h"
-#include "rstore.h"
-#include "scheduler.h"
-#include "sess.h"
-#include "settings.h"
-#include "slog.h"
+#include "attnd/buf.h"
+#include "attnd/common.h"
+#include "chat.h"     /* chat_template, held by value */
+#include "sess.h"     /* SESS_OWNER_MAX */
+#include "settings.h" /* server_settings, held by value */
+#include "slog.h"     /* SLOG_REQUEST_ID_MAX */
+
+/* What the server points to, declared where it is defined (the transport's in microhttpd.h). */
+struct MHD_Connection;
+struct MHD_Daemon;
+typedef struct conn_tracker conn_tracker;
+typedef struct metrics metrics;
+typedef struct model model;
+typedef struct tokenizer tokenizer;
+typedef struct sess_store sess_store;
+typedef struct rstore rstore;
+typedef struct sched sched;
+
+/* What a handler or a transport call returns: HTTP_YES = answered (or read on), HTTP_NO = close
+ * the connection (libmicrohttpd's MHD_YES / MHD_NO, which http.c passes on). */
+typedef enum http_result { HTTP_NO = 0, HTTP_YES = 1 } http_result;
+
+/* What a stream reader returns at its end (libmicrohttpd's MHD_CONTENT_READER_END_*). */
+#define HTTP_READER_END ((ssize_t)-1)
+#define HTTP_READER_ERROR ((ssize_t)-2)
 
 typedef struct req req;
 
@@ -49,7 +67,7 @@ enum {
 typedef struct route {
     const char *method;
     const char *path;
-    enum MHD_Result (*fn)(req *r); /* answers through http_respond_* (endpoints.h) */
+    http_result (*fn)(req *r); /* answers through http_respond_* (endpoints.h) */
     const char *label; /* metrics label */
     int flags;         /* ROUTE_* */
 } route;
@@ -98,9 +116,9 @@ typedef ssize_t (*http_reader)(void *cls, uint64_t pos, char *out, size_t max);
  */
 typedef struct req_io {
     /* A whole answer: len bytes of body (borrowed for the call), n headers. */
-    enum MHD_Result (*reply)(req *r, int status, const char *body, size_t len, const http_header *h, int n);
-    /* A streamed answer: read it with reader(cls, ...) until MHD_CONTENT_READER_END_*. */
-    enum MHD_Result (*stream)(req *r, int status, http_reader reader, void *cls, const http_header *h, int n);
+    http_result (*reply)(req *r, int status, const char *body, size_t len, const http_header *h, int n);
+    /* A streamed answer: read it with reader(cls, ...) until HTTP_READER_END (or HTTP_READER_ERROR). */
+    http_result (*stream)(req *r, int status, http_reader reader, void *cls, const http_header *h, int n);
     const char *(*header)(req *r, const char *name); /* a request header, NULL when absent */
     bool (*client_gone)(req *r);
     void *user;
@@ -110,6 +128,7 @@ typedef struct req_io {
  * per-module ctx): each slot holds one module's state and the destructor the completed callback
  * runs on it. */
 typedef enum req_slot {
+    REQ_SLOT_GENREQ,   /* the generation request's (genreq_http.h); freed first */
     REQ_SLOT_STREAM,   /* the stream loop's (sse.c) */
     REQ_SLOT_ENDPOINT, /* the endpoint's: its stream writer's or its turn's state */
     REQ_SLOT_COUNT,
@@ -118,6 +137,9 @@ typedef enum req_slot {
 typedef struct req_ctx {
     void *p;                /* owned through free_fn */
     void (*free_fn)(void *p);
+    /* NULL, or run when the request ends, before the access log (completed: its answer went out
+     * whole); it may set the log's fields of r (n_prompt, n_gen, answer_id, cancelled) */
+    void (*end)(req *r, void *p, bool completed);
 } req_ctx;
 
 /* One request, from its first callback to its completion. */
@@ -129,34 +151,18 @@ struct req {
     char method[16];
     char path[160];
     double t0;
-    char *body;              /* (len) request body, NUL-terminated; owned */
-    size_t len, cap;
+    buf body;                /* the request body (NUL-terminated once any arrived); owned */
     bool too_big;
-    int unsaved;             /* the session turn could not be made durable: 507 / 409 / 503 (genreq.h) */
-    char unsaved_msg[200];
     size_t dropped;          /* body bytes read past the limit (answered 413 when it ends) */
     int status;              /* response status (for the access log and metrics) */
-    int n_prompt;            /* prompt tokens, for the access log */
     char owner[SESS_OWNER_MAX + 1]; /* the API key's owner tag ("" = one key or none; sess.h) */
-    char tenant[SCHED_TENANT_MAX + 1]; /* who asked, for fair admission (http_tenant) */
     char reason[160];        /* why the request was refused (error responses), for the log */
     char request_id[SLOG_REQUEST_ID_MAX + 1]; /* X-Request-Id: the client's, or one made here */
+    // ---- the access log's, set by the slots' end hooks ----
     bool cancelled;          /* client went away mid-request */
-    // ---- generation in flight ----
-    sched_job *job;          /* owned reference; choice 0 */
-    sched_job **extra;       /* (n_extra) owned references: choices 1.. (prompt lists, n > 1) */
-    int n_extra;
-    oai_request oreq;
-    json_t *body_json;       /* keeps oreq's borrowed strings alive; owned */
-    char sess_id[SESS_ID_MAX + 1];
-    uint64_t sess_turn;      /* which acquire of the session this request's turn is (sess.h) */
-    char resp_id[48];
-    const char *prompt_param; /* the body field prompt errors name; NULL = "messages"/"prompt" */
-    completion_body_ctx rctx;       /* what the response JSON says about this request */
-    bool chat;
-    bool llama;              /* llama.cpp's POST /completion shapes */
-    bool return_tokens;      /* llama.cpp's return_tokens: the generated ids too */
-    req_ctx ctx[REQ_SLOT_COUNT]; /* freed in the completed callback, in slot order */
+    int n_prompt, n_gen;     /* prompt tokens read, tokens generated */
+    char answer_id[48];      /* the answer's id ("chatcmpl-...", "resp_..."); "" = none */
+    req_ctx ctx[REQ_SLOT_COUNT]; /* ended, then freed in the completed callback, in slot order */
 };
 
 /* Slot s's state (NULL when none was set). */
@@ -164,27 +170,25 @@ static inline void *req_get(const req *r, req_slot s) { return r->ctx[s].p; }
 /* Gives p (owned from now on; NULL allowed) to slot s with its destructor (NULL = free()).
  * ATTND_ASSERTs that the slot is empty: one owner per slot. */
 void req_set(req *r, req_slot s, void *p, void (*free_fn)(void *p));
-
-/* The job of choice k (0 = r->job); choices are prompt-major: k = prompt * n + i. */
-static inline sched_job *req_job(const req *r, int k) { return k == 0 ? r->job : r->extra[k - 1]; }
-static inline int req_n_jobs(const req *r) { return r->job ? 1 + r->n_extra : 0; }
+/* Sets slot s's end hook (req_ctx.end). */
+void req_set_end(req *r, req_slot s, void (*end)(req *r, void *p, bool completed));
 
 /* A whole answer of len bytes (body stolen when owned, else static) with n headers, through the
  * connection (CORS headers added) or r->io. */
-enum MHD_Result http_reply(req *r, int status, char *body, size_t len, bool owned, const http_header *h, int n);
+http_result http_reply(req *r, int status, char *body, size_t len, bool owned, const http_header *h, int n);
 /* A streamed answer read from reader(cls) with n headers. */
-enum MHD_Result http_reply_stream(req *r, int status, http_reader reader, void *cls, const http_header *h, int n);
+http_result http_reply_stream(req *r, int status, http_reader reader, void *cls, const http_header *h, int n);
 /* A request header (NULL when absent). */
 const char *http_header_get(req *r, const char *name);
 /* Sets the connection's idle timeout in seconds (0 = none); nothing without a connection. */
 void http_idle_timeout(req *r, unsigned seconds);
 
 /* Queues body (stolen) as a JSON response, with one extra header when hname is non-NULL. */
-enum MHD_Result http_respond_json_h(req *r, int status, json_t *body, const char *hname, const char *hval);
-enum MHD_Result http_respond_json(req *r, int status, json_t *body);
+http_result http_respond_json_h(req *r, int status, json_t *body, const char *hname, const char *hval);
+http_result http_respond_json(req *r, int status, json_t *body);
 /* An OpenAI-shaped error body; 429/503 add Retry-After, 401 WWW-Authenticate. */
-enum MHD_Result http_respond_error(req *r, int status, const char *msg, const char *param);
-enum MHD_Result http_respond_text(req *r, int status, const char *ctype, char *text /* stolen */);
+http_result http_respond_error(req *r, int status, const char *msg, const char *param);
+http_result http_respond_text(req *r, int status, const char *ctype, char *text /* stolen */);
 
 /* The HTTP status for a module's failure status, in the context it happened. */
 typedef enum http_ctx {
@@ -200,15 +204,12 @@ int http_status_of(attnd_status st, http_ctx ctx);
 
 /* Parses the body as a JSON object (new reference); on failure queues the 400 and returns NULL
  * with *ret set. allow_empty: an empty body reads as {}. */
-json_t *http_parse_body(req *r, enum MHD_Result *ret, bool allow_empty);
+json_t *http_parse_body(req *r, http_result *ret, bool allow_empty);
 
 /* The body of a request that will start work (generation, attention): 503 while shutting down,
- * else http_parse_body; the object is kept in r->body_json (freed with the request) and
- * returned borrowed. */
-json_t *http_work_body(req *r, enum MHD_Result *ret);
+ * else http_parse_body (a new reference). */
+json_t *http_work_body(req *r, http_result *ret);
 
-/* The client's numeric address ("127.0.0.1", "::1") into buf, or "?" when unknown. */
-void http_client_address(struct MHD_Connection *c, char *buf, size_t cap);
 /* Who asked, for the scheduler's fair admission: "key:<owner>" with several API keys, else
  * "addr:<client address>" (into buf, SCHED_TENANT_MAX + 1 bytes). */
 void http_tenant(const req *r, char *buf, size_t cap);
@@ -220,13 +221,9 @@ bool http_client_gone(req *r);
  * through io (borrowed), run with body (len bytes) as the server runs one: the checks before the
  * body, the body, the route's handler. End it with http_req_end. NULL when out of memory. */
 req *http_req_create(struct server *s, const char *method, const char *url, const req_io *io);
-enum MHD_Result http_req_run(req *r, const char *body, size_t len);
-/* The completed callback's work: the jobs' end, metrics, the access log, freeing r. */
-void http_req_end(req *r, enum MHD_RequestTerminationCode toe);
-
-/* libmicrohttpd's access handler and completed callback (cls = the server). */
-enum MHD_Result http_on_request(void *cls, struct MHD_Connection *c, const char *url, const char *method,
-                                const char *version, const char *upload, size_t *upload_size, void **con_cls);
-void http_on_completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe);
+http_result http_req_run(req *r, const char *body, size_t len);
+/* The completed callback's work: the slots' end hooks (completed: the answer went out whole),
+ * metrics, the access log, freeing r. */
+void http_req_end(req *r, bool completed);
 
 #endif

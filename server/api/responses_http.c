@@ -22,15 +22,16 @@
 
 #include "attnd/buf.h"
 #include "endpoints.h"
-#include "genreq.h"
+#include "genreq_http.h"
 #include "responses.h"
+#include "rstore.h"
 #include "slog.h"
 #include "sse.h"
 
 /* The turn's state: the request's REQ_SLOT_ENDPOINT. */
 typedef struct rsp_state {
     responses_request rq;
-    json_t *chat_body;              /* owned; r->oreq borrows from it */
+    json_t *chat_body;              /* owned; the genreq's oreq borrows from it */
     json_t *earlier;                /* owned; the conversation before this turn, NULL = none */
     char id[48], msg_id[48];
     char session[SESS_ID_MAX + 1];  /* the chain's session; "" = none */
@@ -53,6 +54,7 @@ static void rsp_state_free(void *p) {
 /* The Response as it stands: status from the job's outcome (NULL o = just started). */
 static responses_result result_of(req *r, const sched_output *o, const char *text, size_t len) {
     rsp_state *st = req_get(r, REQ_SLOT_ENDPOINT);
+    const genreq *g = genreq_http_get(r);
     bool cut = o && o->done && (genreq_was_cut(o) || (o->finish_reason && !strcmp(o->finish_reason, "length")));
     const char *status = !o || !o->done ? "in_progress" : cut ? "incomplete" : o->status != ATTND_OK ? "failed" : "completed";
     return (responses_result){
@@ -60,9 +62,9 @@ static responses_result result_of(req *r, const sched_output *o, const char *tex
         .status = status, .text = text, .text_len = len, .cut_short = !strcmp(status, "incomplete"),
         .input_tokens = o ? o->n_prompt : 0, .cached_tokens = o ? o->n_cached : 0,
         .output_tokens = o ? o->n_generated : 0, .req = &st->rq,
-        .reasoning_tokens = o && o->done ? genreq_reasoning_tokens(r, o) : 0, /* usage is only sent at the end */
-        .temperature = r->oreq.sp.temperature, .top_p = r->oreq.sp.top_p,
-        .open_reasoning = r->oreq.open_reasoning,
+        .reasoning_tokens = o && o->done ? genreq_reasoning_tokens(g, o) : 0, /* usage is only sent at the end */
+        .temperature = g->oreq.sp.temperature, .top_p = g->oreq.sp.top_p,
+        .open_reasoning = g->oreq.open_reasoning,
     };
 }
 
@@ -114,7 +116,7 @@ static void pick_session(req *r) {
         return;
     }
     sess_abandon(store, se); /* genreq_submit_all acquires it again */
-    r->oreq.session_id = st->session;
+    genreq_http_get(r)->oreq.session_id = st->session;
 }
 
 /* A turn that failed stores nothing: the session made for it goes too (the scheduler has
@@ -125,12 +127,13 @@ static void drop_new_session(req *r) {
     attnd_err err;
     if (st->new_session && sess_delete(r->srv->store, r->owner, st->session, &kv, NULL, &err) == ATTND_OK) sched_free_kv(r->srv->sch, kv);
     st->new_session = false;
-    r->sess_id[0] = '\0'; /* nothing to persist */
+    genreq_http_get(r)->sess_id[0] = '\0'; /* nothing to persist */
 }
 
-/* Parses the turn into the turn state and r->oreq; false: a 4xx is queued. */
-static bool parse_turn(req *r, json_t *b, enum MHD_Result *ret) {
+/* Parses the turn into the turn state and the genreq's oreq; false: a 4xx is queued. */
+static bool parse_turn(req *r, json_t *b, http_result *ret) {
     struct server *s = r->srv;
+    genreq *g = genreq_http_get(r);
     rsp_state *st = req_get(r, REQ_SLOT_ENDPOINT);
     const char *param = NULL;
     attnd_err err;
@@ -141,9 +144,9 @@ static bool parse_turn(req *r, json_t *b, enum MHD_Result *ret) {
     }
     if (rc == ATTND_OK) {
         st->chat_body = responses_chat_body(&st->rq, st->earlier);
-        rc = st->chat_body ? oai_parse(st->chat_body, true, &s->cfg, s->n_vocab, &r->oreq, &param, &err)
+        rc = st->chat_body ? oai_parse(st->chat_body, true, &s->cfg, s->n_vocab, &g->oreq, &param, &err)
                            : attnd_fail(&err, ATTND_ERR_NOMEM, "out of memory");
-        if (rc == ATTND_OK) rc = oai_bind_template(&r->oreq, s->chat.takes_tools, s->chat.tool_format, &err);
+        if (rc == ATTND_OK) rc = oai_bind_template(&g->oreq, s->chat.takes_tools, s->chat.tool_format, &err);
         if (param && !strcmp(param, "messages")) param = "input";
     }
     if (rc == ATTND_OK) return true;
@@ -174,12 +177,13 @@ static void rsp_update(req *r, int k, const sched_update *u, buf *out) {
     responses_result res = result_of(r, NULL, "", 0);
     if (u->text_len) out_take(out, responses_stream_delta(&st->ev, &res, u->text, u->text_len));
     if (!u->done) return;
-    bool saved = genreq_persist(r); /* the chain's session is durable before the final events */
+    genreq *g = genreq_http_get(r);
+    bool saved = genreq_persist(g); /* the chain's session is durable before the final events */
     sched_output o;
-    sched_job_output(r->job, &o);
+    sched_job_output(g->job, &o);
     res = result_of(r, &o, o.text ? o.text : "", o.text_len);
     if (!saved) {
-        out_take(out, responses_stream_failed(&st->ev, &res, r->unsaved_msg));
+        out_take(out, responses_stream_failed(&st->ev, &res, g->unsaved.msg));
     } else if (o.status != ATTND_OK && !genreq_was_cut(&o)) {
         out_take(out, responses_stream_failed(&st->ev, &res, o.errmsg[0] ? o.errmsg : "generation failed"));
         drop_new_session(r);
@@ -195,15 +199,14 @@ static const sse_writer RSP_WRITER = {rsp_begin, rsp_update, NULL};
 
 // ---- the endpoints ------------------------------------------------------------------------
 
-enum MHD_Result ep_responses_create(req *r) {
+http_result ep_responses_create(req *r) {
     struct server *s = r->srv;
-    enum MHD_Result ret = MHD_NO;
-    if (atomic_load(&s->stopping)) return http_respond_error(r, 503, "server is shutting down", NULL);
-    json_t *b = http_parse_body(r, &ret, false);
-    if (!b) return ret;
-    r->body_json = b;
-    r->chat = true;
-    r->prompt_param = "input";
+    http_result ret = HTTP_NO;
+    json_t *b;
+    genreq *g = genreq_http_begin(r, &b, &ret);
+    if (!g) return ret;
+    g->chat = true;
+    g->prompt_param = "input";
     rsp_state *st = calloc(1, sizeof(*st));
     if (!st) return http_respond_error(r, 503, "out of memory", NULL);
     req_set(r, REQ_SLOT_ENDPOINT, st, rsp_state_free);
@@ -211,21 +214,21 @@ enum MHD_Result ep_responses_create(req *r) {
     attnd_random_id(st->id, sizeof(st->id), "resp_");
     attnd_random_id(st->msg_id, sizeof(st->msg_id), "msg_");
     st->created = (long long)time(NULL);
-    snprintf(r->resp_id, sizeof(r->resp_id), "%s", st->id);
-    r->rctx = (completion_body_ctx){r->resp_id, s->model_id, st->created, true, false, r->sess_id, NULL, NULL};
+    snprintf(g->id, sizeof(g->id), "%s", st->id);
     attnd_err qerr;
     if (st->rq.store && rstore_admit(s->responses, r->owner, &qerr) != ATTND_OK) /* full: say so before the work */
         return http_respond_error(r, 429, qerr.msg, "store");
     pick_session(r);
-    if (!genreq_submit_all(r, &ret)) {
+    genreq_err e;
+    if (genreq_submit_all(g, &e) != ATTND_OK) {
         drop_new_session(r);
-        return ret;
+        return genreq_http_respond(r, &e);
     }
-    if (st->rq.stream) return sse_stream(r, &RSP_WRITER);
-    if (!genreq_wait_all(r)) return MHD_NO;
-    if (r->unsaved) return genreq_respond_unsaved(r);
+    if (st->rq.stream) return sse_stream(r, g, &RSP_WRITER);
+    if (!genreq_wait_all(g)) return HTTP_NO;
+    if (g->unsaved.fail) return genreq_http_respond(r, &g->unsaved);
     sched_output o;
-    sched_job_output(r->job, &o);
+    sched_job_output(g->job, &o);
     if (o.status != ATTND_OK) {
         drop_new_session(r);
         return http_respond_error(r, http_status_of(o.status, HTTP_CTX_GENERATE),
@@ -241,7 +244,7 @@ enum MHD_Result ep_responses_create(req *r) {
 
 static const char *response_id_of(req *r) { return r->path + strlen("/v1/responses/"); }
 
-enum MHD_Result ep_response_get(req *r) {
+http_result ep_response_get(req *r) {
     json_t *o = NULL;
     attnd_err err;
     attnd_status rc = rstore_get(r->srv->responses, r->owner, response_id_of(r), &o, NULL, NULL, &err);
@@ -249,7 +252,7 @@ enum MHD_Result ep_response_get(req *r) {
     return http_respond_json(r, 200, o);
 }
 
-enum MHD_Result ep_response_delete(req *r) {
+http_result ep_response_delete(req *r) {
     struct server *s = r->srv;
     const char *id = response_id_of(r);
     char orphan[SESS_ID_MAX + 1];

@@ -12,6 +12,7 @@
 
 #include "attnd/kv.h"
 #include "endpoints.h"
+#include "scheduler.h"
 #include "sess_json.h"
 
 /* The {id} of /v1/sessions/{id}/fork, into id. */
@@ -29,9 +30,9 @@ typedef struct fork_task {
 
 /* On the scheduler thread: dst's KV = the source's first n positions, shared. Out of KV
  * memory leaves dst without KV (its history is enough). */
-static attnd_status fork_kv(void *user, engine *e, kv_pool *pool, attnd_err *err) {
-    (void)e, (void)pool;
+static attnd_status fork_kv(void *user, sched_task_turn *turn, attnd_err *err) {
     fork_task *t = user;
+    if (turn->plan || turn->stop) return ATTND_OK;
     int keep = t->n < t->src->kv_len ? t->n : t->src->kv_len;
     kv_seq *child = NULL;
     if (!t->src->kv || keep <= 0 || kv_seq_fork(&child, t->src->kv, err) != ATTND_OK) return ATTND_OK;
@@ -41,7 +42,7 @@ static attnd_status fork_kv(void *user, engine *e, kv_pool *pool, attnd_err *err
 }
 
 /* The body's "id" (new session's, may be NULL) and "at" (history kept; -1 = all). false: 400. */
-static bool fork_fields(req *r, const json_t *b, const char **want, int *at, enum MHD_Result *ret) {
+static bool fork_fields(req *r, const json_t *b, const char **want, int *at, http_result *ret) {
     const json_t *id = b ? json_object_get(b, "id") : NULL, *a = b ? json_object_get(b, "at") : NULL;
     *want = json_is_string(id) ? json_string_value(id) : NULL;
     *at = -1;
@@ -60,7 +61,7 @@ static bool fork_fields(req *r, const json_t *b, const char **want, int *at, enu
 }
 
 /* Makes the fork of the acquired src as out (history src->tokens[0..n)), and saves it. */
-static enum MHD_Result make_fork(req *r, sess *src, const char *want, int n) {
+static http_result make_fork(req *r, sess *src, const char *want, int n) {
     struct server *s = r->srv;
     char out[SESS_ID_MAX + 1];
     attnd_err err;
@@ -72,7 +73,9 @@ static enum MHD_Result make_fork(req *r, sess *src, const char *want, int n) {
         return http_respond_error(r, code, err.msg, code == 400 || code == 409 ? "id" : NULL);
     }
     attnd_err kerr;
-    (void)sched_run_task(s->sch, fork_kv, &(fork_task){s->store, src, dst, n}, &kerr);
+    char tenant[SCHED_TENANT_MAX + 1];
+    http_tenant(r, tenant, sizeof(tenant));
+    (void)sched_run_task(s->sch, &(sched_task_spec){fork_kv, &(fork_task){s->store, src, dst, n}, tenant}, &kerr);
     if ((st = sess_release(s->store, dst, src->tokens, n, &err)) != ATTND_OK) { /* out of memory: no half fork */
         struct kv_seq *kv = NULL;
         attnd_err derr;
@@ -93,9 +96,9 @@ static enum MHD_Result make_fork(req *r, sess *src, const char *want, int n) {
     return http_respond_json(r, 200, o);
 }
 
-enum MHD_Result ep_session_fork(req *r) {
+http_result ep_session_fork(req *r) {
     struct server *s = r->srv;
-    enum MHD_Result ret = MHD_NO;
+    http_result ret = HTTP_NO;
     json_t *b = http_parse_body(r, &ret, true);
     if (!b) return ret;
     char id[SESS_ID_MAX + 2];

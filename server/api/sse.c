@@ -11,12 +11,13 @@
 
 typedef struct sse_state {
     const sse_writer *w;     /* borrowed (a static table) */
+    genreq *g;               /* the request's, borrowed */
     bool began, finished;
     double last_out;         /* when bytes last went to MHD (keep-alive clock) */
     buf out;                 /* SSE bytes */
     size_t out_off;          /* bytes of out already handed to MHD */
     int n_ended;
-    bool *ended;             /* (req_n_jobs) job k's last update went to the writer */
+    bool *ended;             /* (genreq_n_jobs) job k's last update went to the writer */
 } sse_state;
 
 static void state_free(void *p) {
@@ -56,25 +57,25 @@ static void stream_update(req *r, int k, const sched_update *u) {
  * running one. Returns false when the client left (everything cancelled). */
 static bool stream_poll(req *r) {
     sse_state *st = req_get(r, REQ_SLOT_STREAM);
-    int n = req_n_jobs(r), first = -1;
+    genreq *g = st->g;
+    int n = genreq_n_jobs(g), first = -1;
     bool news = false;
     sched_update u;
     for (int k = 0; k < n; k++) {
         if (st->ended[k]) continue;
         if (first < 0) first = k;
-        if (sched_job_wait(req_job(r, k), 0, &u)) {
+        if (sched_job_wait(genreq_job(g, k), 0, &u)) {
             stream_update(r, k, &u);
             news = true;
         }
     }
     if (news || first < 0) return true;
-    if (sched_job_wait(req_job(r, first), 100, &u)) {
+    if (sched_job_wait(genreq_job(g, first), 100, &u)) {
         stream_update(r, first, &u);
         return true;
     }
     if (!http_client_gone(r)) return true;
-    for (int k = 0; k < n; k++) sched_job_cancel(req_job(r, k));
-    r->cancelled = true;
+    genreq_cancel(g);
     return false;
 }
 
@@ -93,7 +94,7 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *out, size_t max) {
     req *r = cls;
     sse_state *st = req_get(r, REQ_SLOT_STREAM);
     while (st->out_off == st->out.len) {
-        if (st->finished) return MHD_CONTENT_READER_END_OF_STREAM;
+        if (st->finished) return HTTP_READER_END;
         buf_clear(&st->out);
         st->out_off = 0;
         /* the writer's opening frames go out at once; then wait for news */
@@ -101,9 +102,9 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *out, size_t max) {
             if (st->w->begin) st->w->begin(r, &st->out);
             st->began = true;
         } else if (!stream_poll(r)) {
-            return MHD_CONTENT_READER_END_WITH_ERROR;
+            return HTTP_READER_ERROR;
         }
-        if (st->n_ended == req_n_jobs(r)) {
+        if (st->n_ended == genreq_n_jobs(st->g)) {
             if (st->w->end) st->w->end(r, &st->out);
             st->finished = true;
         }
@@ -117,12 +118,13 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *out, size_t max) {
     return (ssize_t)n;
 }
 
-enum MHD_Result sse_stream(req *r, const sse_writer *w) {
+http_result sse_stream(req *r, genreq *g, const sse_writer *w) {
     sse_state *st = calloc(1, sizeof(*st));
-    if (!st) return MHD_NO;
+    if (!st) return HTTP_NO;
     req_set(r, REQ_SLOT_STREAM, st, state_free);
-    if (!(st->ended = calloc((size_t)req_n_jobs(r), sizeof(bool)))) return MHD_NO;
+    if (!(st->ended = calloc((size_t)genreq_n_jobs(g), sizeof(bool)))) return HTTP_NO;
     st->w = w;
+    st->g = g;
     st->last_out = attnd_now_s();
     static const http_header h[] = {{"Content-Type", "text/event-stream"}, {"Cache-Control", "no-cache"}};
     return http_reply_stream(r, 200, stream_reader, r, h, (int)ATTND_ARRAY_LEN(h));

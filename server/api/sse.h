@@ -13,10 +13,11 @@
 #define ATTND_SERVER_SSE_H
 
 #include "attnd/buf.h"
+#include "genreq.h"
 #include "http.h"
 
 /* What one kind of stream writes, appending SSE bytes to out. The loop calls begin once (may be
- * NULL), update for every update of job k (k < req_n_jobs; u->done on its last), and end once
+ * NULL), update for every update of job k (k < genreq_n_jobs; u->done on its last), and end once
  * after every job's last update (may be NULL); then the stream ends. */
 typedef struct sse_writer {
     void (*begin)(req *r, buf *out);
@@ -24,10 +25,10 @@ typedef struct sse_writer {
     void (*end)(req *r, buf *out);
 } sse_writer;
 
-/* Queues a streamed response of r's submitted jobs written by w (borrowed; a static table).
- * The loop's state is r's REQ_SLOT_STREAM (freed with the request); a writer keeps its own in
- * REQ_SLOT_ENDPOINT. */
-enum MHD_Result sse_stream(req *r, const sse_writer *w);
+/* Queues a streamed response of g's submitted jobs (g: r's generation request, borrowed) written
+ * by w (borrowed; a static table). The loop's state is r's REQ_SLOT_STREAM (freed with the
+ * request); a writer keeps its own in REQ_SLOT_ENDPOINT. A client that leaves cancels g. */
+http_result sse_stream(req *r, genreq *g, const sse_writer *w);
 /* Appends the event "data: <json>\n\n" (o stolen; NULL or out of memory: nothing). */
 void sse_event(buf *out, json_t *o);
 

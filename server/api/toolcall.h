@@ -18,16 +18,21 @@
  * and, when the request has tools, an answer that is only a JSON object {"name", "arguments" |
  * "parameters"} (Llama 3.x's bare JSON, the generic fallback) or an array of them. Text that
  * could still become one of these markers is held back until it is decided, so the result is
- * the same however the text is cut into chunks. A block whose JSON is no call stays content.
+ * the same however the text is cut into chunks.
+ *
+ * A call is what it claims, or it is no call: its name is one of the request's tools, its
+ * arguments one complete JSON object (no key twice, no raw control character, not both
+ * "arguments" and "parameters"; a string of such an object is kept as written), and its block
+ * is whole (its JSON balanced, its XML closed by </function>; only blanks before the block's
+ * close). Anything else — a reply cut inside a call, an unknown name, broken JSON — goes out
+ * as the content the model wrote and counts as rejected: the choice's finish_reason stays the
+ * natural one. A call is therefore held back until it is whole and checked.
  *
  * Streamed deltas follow OpenAI's chat chunks: {"content": …}, {"reasoning_content": …}, and
  * {"tool_calls": [{"index", "id", "type": "function", "function": {"name", "arguments": ""}}]}
- * followed by {"tool_calls": [{"index", "function": {"arguments": FRAGMENT}}]}; a call's
- * fragments concatenate to its arguments' JSON text. A call of the usual shape ({"name": …,
- * "arguments" | "parameters": {…}}, name first) opens as soon as its name and the start of its
- * arguments are read, and the arguments then stream as they arrive, blanks outside strings
- * dropped (the compact form, also in the whole answer); a call cut short (max_tokens, a
- * </tool_call> inside its JSON) keeps what came. Other shapes are taken whole once complete.
+ * followed by {"tool_calls": [{"index", "function": {"arguments": ARGS}}]}, once per call; the
+ * arguments are the model's JSON text with the blanks outside strings dropped (the compact form,
+ * also in the whole answer).
  *
  * Pure functions of JSON and text (no model, no HTTP). A parser belongs to one choice.
  */
@@ -112,12 +117,12 @@ typedef struct toolcall_parser toolcall_parser;
 toolcall_parser *toolcall_parser_create(bool calls);
 void toolcall_parser_destroy(toolcall_parser *p); /* accepts NULL */
 /* The request's tools (borrowed, must outlive p): OpenAI's [{"type": "function", "function":
- * {"name", "parameters"}}] or the validated [{"name", "parameters"}]. They type the values of
- * Qwen3-Coder's XML calls: a parameter whose schema type is "string" (or that has no schema, or
- * no type) keeps its text verbatim (one leading and one trailing newline trimmed); any other is
- * read as JSON, and stays the string when its text is not JSON. A call's arguments are the JSON
- * object of its parameters in their order, streamed as "{", one fragment per parameter once
- * its </parameter> is read, and "}" (also when the reply is cut short inside the call). */
+ * {"name", "parameters"}}] or the validated [{"name", "parameters"}]. A call must name one of
+ * them (without tools, no call is valid). They also type the values of Qwen3-Coder's XML calls:
+ * a parameter whose schema type is "string" (or that has no schema, or no type) keeps its text
+ * verbatim (one leading and one trailing newline trimmed); any other is read as JSON, and stays
+ * the string when its text is not JSON. A call's arguments are the JSON object of its
+ * parameters in their order. */
 void toolcall_parser_set_tools(toolcall_parser *p, const json_t *tools);
 /* Call ids become "call_" base "_" index (copied, up to 47 bytes; NULL or "" = random), so that
  * two parsers of the same text name the same calls (a streamed response and its final object). */
@@ -129,17 +134,23 @@ void toolcall_parser_start_in_reasoning(toolcall_parser *p);
 void toolcall_parser_feed(toolcall_parser *p, const char *text, size_t n, json_t *deltas);
 /* The end of the output: releases what was held back (an unfinished call as content). */
 void toolcall_parser_finish(toolcall_parser *p, json_t *deltas);
-/* After finish: the whole message's parts. content: the text outside calls and reasoning
- * (NULL when there is none and there are calls, as OpenAI sends null); reasoning (NULL when
- * none); calls: OpenAI's tool_calls array (new reference; NULL when none). */
+/* After finish: the whole message's parts. content: the text outside calls and reasoning (JSON
+ * null when there is none: what OpenAI's client libraries make of the stream, whose role chunk
+ * says content null); reasoning (NULL when none); calls: OpenAI's tool_calls array (new
+ * reference; NULL when none). */
 json_t *toolcall_parser_content(const toolcall_parser *p);
 json_t *toolcall_parser_reasoning(const toolcall_parser *p);
 json_t *toolcall_parser_calls(const toolcall_parser *p);
 int toolcall_parser_n_calls(const toolcall_parser *p);
+/* Call blocks that were no valid call (their text went out as content). */
+int toolcall_parser_n_rejected(const toolcall_parser *p);
+/* The choice's finish_reason after finish: "tool_calls" when the natural one is "stop" and the
+ * reply made calls and no rejected block; else natural (static or natural itself). */
+const char *toolcall_parser_finish_reason(const toolcall_parser *p, const char *natural);
 
 /* A whole chat choice ({"message": {...}, "finish_reason"}, changed in place) for the output
- * text[n]: content, reasoning_content and tool_calls split out, finish_reason "tool_calls" when
- * the answer is calls; in_reasoning as toolcall_parser_start_in_reasoning, id_base as
+ * text[n]: content, reasoning_content and tool_calls split out, finish_reason as
+ * toolcall_parser_finish_reason; in_reasoning as toolcall_parser_start_in_reasoning, id_base as
  * toolcall_parser_set_id_base, tools (NULL = none) as toolcall_parser_set_tools. false: out of
  * memory (choice unchanged). */
 bool toolcall_apply(json_t *choice, const char *text, size_t n, bool calls, bool in_reasoning, const char *id_base,

@@ -6,6 +6,12 @@
  * earliest marker and holds back only a tail that could still grow into one; inside a marker it
  * waits for the block's end (a closing tag, or the end of a balanced JSON value) and then
  * decides. Nothing depends on where chunks were cut: a chunk boundary only ever delays text.
+ *
+ * A call is what it claims or it is no call: it comes out only once it is whole and checked
+ * (its name one of the request's tools, its arguments one complete JSON object, no key twice,
+ * no raw control character), so a stream never sends a call the whole answer would not have.
+ * A block that fails goes out as the content the model wrote, and counts as rejected (the
+ * choice then keeps its natural finish_reason).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,14 +22,13 @@
 #include "toolcall.h"
 
 enum mode {
-    M_TEXT, M_THINK, M_HERMES, M_PYTAG, M_PYTAG_SEP, M_MISTRAL, M_GRANITE, M_BARE, M_HARMONY_HEAD, M_HARMONY_BODY,
-    M_ARGS,       /* inside a call's arguments: streamed as they come */
-    M_CALL_TAIL,  /* after them, to the end of the call object */
-    M_HERMES_END, /* after the call object, to </tool_call> */
+    M_TEXT, M_THINK, M_HERMES, M_PYTAG, M_PYTAG_SEP, M_PYTAG_NEXT, M_MISTRAL, M_GRANITE, M_BARE, M_HARMONY_HEAD,
+    M_HARMONY_BODY,
     M_XML_FUNC,   /* Qwen3-Coder: <tool_call> <function= read, the name to '>' */
     M_XML_BODY,   /* between its parameters: <parameter= or </function> */
     M_XML_PNAME,  /* <parameter= read, the name to '>' */
     M_XML_VALUE,  /* a parameter's value, to </parameter> */
+    M_XML_END,    /* after </function> (or what ended the call): to </tool_call>, then the verdict */
 };
 enum hkind { H_CONTENT, H_REASONING, H_CALL };
 
@@ -31,19 +36,18 @@ struct toolcall_parser {
     bool calls;
     enum mode mode;
     enum hkind hkind;      /* M_HARMONY_BODY: what the channel carries */
-    char hname[128];       /* H_CALL: the function */
+    char hname[128];       /* H_CALL and XML: the function */
     bool started;          /* some content or a call came out (bare JSON only at the start) */
     bool after_reasoning;  /* leading blank lines after reasoning are dropped */
     buf pend;              /* text not decided yet */
     buf content, reasoning;
     json_t *tool_calls;    /* OpenAI's array */
-    enum mode after;       /* M_ARGS / M_CALL_TAIL: the mode after the call object */
-    int depth;             /* M_ARGS / M_CALL_TAIL: JSON nesting, strings tracked by in_str, esc */
-    bool in_str, esc;
-    buf args;              /* M_ARGS: the current call's arguments so far */
-    size_t args_sent;      /* how many bytes of args went out as fragments */
+    int n_rejected;        /* call blocks that were not valid calls (they went out as content) */
+    buf raw;               /* XML and harmony calls: the block's text so far (content if it fails) */
+    buf args;              /* XML: the current call's arguments so far */
+    bool xml_closed;       /* XML: the call ended with its </function> */
     char id_base[48];      /* call ids are id_base + "_" + index; "" = random */
-    const json_t *tools;   /* borrowed: types the XML calls' values; NULL = none */
+    const json_t *tools;   /* borrowed: the names a call may have; types the XML calls' values */
     char pname[128];       /* M_XML_VALUE: the parameter */
     int n_params;          /* XML: parameters of the current call so far */
 };
@@ -54,6 +58,10 @@ static const char THINK_OPEN[] = "<think>", THINK_CLOSE[] = "</think>", HERMES_O
                   HERMES_CLOSE[] = "</tool_call>", PYTAG[] = "<|python_tag|>", MISTRAL[] = "[TOOL_CALLS]", GRANITE[] = "<|tool_call|>",
                   CHANNEL[] = "<|channel|>", MESSAGE[] = "<|message|>", START[] = "<|start|>assistant";
 static const char *const HARMONY_ENDS[] = {"<|end|>", "<|call|>", "<|return|>"};
+
+/* How arguments' JSON is read to check it: a key twice is no call (which one would run?), and
+ * an integer past 64 bits is still JSON (the text is kept as written, never re-encoded). */
+enum { ARGS_JSON_FLAGS = JSON_REJECT_DUPLICATES | JSON_DECODE_INT_AS_REAL };
 
 toolcall_parser *toolcall_parser_create(bool calls) {
     toolcall_parser *p = calloc(1, sizeof(*p));
@@ -84,6 +92,7 @@ void toolcall_parser_destroy(toolcall_parser *p) {
     buf_free(&p->pend);
     buf_free(&p->content);
     buf_free(&p->reasoning);
+    buf_free(&p->raw);
     buf_free(&p->args);
     json_decref(p->tool_calls);
     free(p);
@@ -113,6 +122,12 @@ static void emit_reasoning(toolcall_parser *p, const char *s, size_t n, json_t *
     delta_text(deltas, &p->reasoning, "reasoning_content", s, n);
 }
 
+/* A block that claimed to be a call and is not: its text goes out as content. */
+static void reject(toolcall_parser *p, const char *s, size_t n, json_t *deltas) {
+    p->n_rejected++;
+    emit_content(p, s, n, deltas);
+}
+
 /* Removes the first n bytes of pend. */
 static void consume(toolcall_parser *p, size_t n) {
     memmove(p->pend.p, p->pend.p + n, p->pend.len - n);
@@ -120,90 +135,76 @@ static void consume(toolcall_parser *p, size_t n) {
     if (p->pend.p) p->pend.p[p->pend.len] = '\0';
 }
 
-/* Opens a call: its entry (arguments "" until set) and its first stream delta. Returns its index. */
-static int open_call(toolcall_parser *p, const char *name, json_t *deltas) {
+/* consume, keeping the bytes in the block's raw text. */
+static void consume_raw(toolcall_parser *p, size_t n) {
+    buf_append(&p->raw, p->pend.p, n);
+    consume(p, n);
+}
+
+/* Adds one checked call (arguments as JSON text) and its two stream deltas: the call's head
+ * ({index, id, type, function: {name, arguments: ""}}) and its arguments in one fragment. */
+static void add_call(toolcall_parser *p, const char *name, const char *args, json_t *deltas) {
     char id[64];
     int index = (int)json_array_size(p->tool_calls);
     if (p->id_base[0]) snprintf(id, sizeof(id), "call_%s_%d", p->id_base, index);
     else attnd_random_id(id, sizeof(id), "call_");
-    /* the name as valid UTF-8 (invalid bytes U+FFFD), or json_pack would fail and the call's
-     * fragments land on the one before */
-    size_t n = strlen(name);
-    json_array_append_new(p->tool_calls, json_pack("{s:s,s:s,s:{s:o,s:s}}", "id", id, "type", "function", "function",
-                                                   "name", oai_string(name, n), "arguments", ""));
+    size_t n = strlen(name), k = strlen(args);
+    json_array_append_new(p->tool_calls, json_pack("{s:s,s:s,s:{s:o,s:o}}", "id", id, "type", "function", "function",
+                                                   "name", oai_string(name, n), "arguments", oai_string(args, k)));
     json_array_append_new(deltas, json_pack("{s:[{s:i,s:s,s:s,s:{s:o,s:s}}]}", "tool_calls", "index", index, "id", id,
                                             "type", "function", "function", "name", oai_string(name, n),
                                             "arguments", ""));
+    if (k)
+        json_array_append_new(deltas, json_pack("{s:[{s:i,s:{s:o}}]}", "tool_calls", "index", index, "function",
+                                                "arguments", oai_string(args, k)));
     p->started = true;
-    return index;
 }
 
-/* A fragment of the last call's arguments, as a stream delta. */
-static void args_delta(toolcall_parser *p, const char *s, size_t n, json_t *deltas) {
-    if (!n) return;
-    int index = (int)json_array_size(p->tool_calls) - 1;
-    json_t *frag = oai_string(s, n);
-    json_array_append_new(deltas, json_pack("{s:[{s:i,s:{s:o}}]}", "tool_calls", "index", index, "function",
-                                            "arguments", frag));
-}
+// ---- checking a call ----------------------------------------------------------------------
 
-/* Sets the last call's arguments (what its fragments concatenate to). */
-static void close_args(toolcall_parser *p, const char *s, size_t n) {
-    json_t *fn = json_object_get(json_array_get(p->tool_calls, json_array_size(p->tool_calls) - 1), "function");
-    json_object_set_new(fn, "arguments", oai_string(s ? s : "", n));
-}
-
-/* Adds one whole call (arguments as JSON text) and its two stream deltas. */
-static void add_call(toolcall_parser *p, const char *name, const char *args, json_t *deltas) {
-    open_call(p, name, deltas);
-    args_delta(p, args, strlen(args), deltas);
-    close_args(p, args, strlen(args));
-}
-
-/* A parsed call object {"name", "arguments" | "parameters"}: added; false when it is not one. */
-static bool take_call(toolcall_parser *p, const json_t *o, json_t *deltas) {
-    const json_t *name = json_object_get(o, "name"), *args = json_object_get(o, "arguments");
-    if (!args) args = json_object_get(o, "parameters");
-    if (!json_is_object(o) || !json_is_string(name) || json_string_length(name) == 0) return false;
-    if (args && !json_is_object(args) && !json_is_string(args)) return false;
-    char *text = !args ? strdup("{}") : json_is_string(args) ? strdup(json_string_value(args))
-                                                             : json_dumps(args, JSON_COMPACT | JSON_PRESERVE_ORDER);
-    if (!text) return false;
-    add_call(p, json_string_value(name), text, deltas);
-    free(text);
-    return true;
-}
-
-/* Calls from JSON text: an object, or an array of objects (all of them must be calls). */
-static bool take_calls_json(toolcall_parser *p, const char *s, size_t n, json_t *deltas) {
-    json_t *v = json_loadb(s, n, JSON_DECODE_ANY, NULL);
-    bool ok = json_is_object(v) || (json_is_array(v) && json_array_size(v) > 0);
-    for (size_t i = 0; ok && json_is_array(v) && i < json_array_size(v); i++) {
-        const json_t *c = json_array_get(v, i);
-        ok = json_is_object(c) && json_is_string(json_object_get(c, "name"));
+/* Whether name is one of the request's tools (OpenAI's {"function": {"name"}} or {"name"}).
+ * Without tools no name is. */
+static bool name_known(const toolcall_parser *p, const char *name) {
+    for (size_t i = 0; i < json_array_size(p->tools); i++) {
+        const json_t *t = json_array_get(p->tools, i), *f = json_object_get(t, "function");
+        const char *tn = json_string_value(json_object_get(f ? f : t, "name"));
+        if (tn && !strcmp(tn, name)) return true;
     }
-    if (ok && json_is_object(v)) ok = take_call(p, v, deltas);
-    for (size_t i = 0; ok && json_is_array(v) && i < json_array_size(v); i++) ok = take_call(p, json_array_get(v, i), deltas);
-    json_decref(v);
-    return ok;
+    return false;
 }
 
-// ---- scanning ---------------------------------------------------------------------------
+/* Where a scan of JSON text stands: nesting depth, inside a string, after a backslash in one. */
+typedef struct json_scan {
+    int depth;
+    bool str, esc;
+} json_scan;
+
+/* Feeds c: true when it closes the outermost object or array. *code: c is outside strings (and
+ * not a string's quote). */
+static bool json_scan_step(json_scan *j, char c, bool *code) {
+    *code = false;
+    if (j->str) {
+        if (j->esc) j->esc = false;
+        else if (c == '\\') j->esc = true;
+        else if (c == '"') j->str = false;
+    } else if (c == '"') {
+        j->str = true;
+    } else if (c == '{' || c == '[') {
+        j->depth++;
+    } else if (c == '}' || c == ']') {
+        return --j->depth == 0;
+    } else {
+        *code = true;
+    }
+    return false;
+}
 
 /* The length of the balanced JSON object or array at s[0] ('{' or '['), 0 while unfinished. */
 static size_t json_span(const char *s, size_t n) {
-    int depth = 0;
-    bool str = false, esc = false;
-    for (size_t i = 0; i < n; i++) {
-        char c = s[i];
-        if (str) {
-            if (esc) esc = false;
-            else if (c == '\\') esc = true;
-            else if (c == '"') str = false;
-        } else if (c == '"') str = true;
-        else if (c == '{' || c == '[') depth++;
-        else if ((c == '}' || c == ']') && --depth == 0) return i + 1;
-    }
+    json_scan j = {0};
+    bool code;
+    for (size_t i = 0; i < n; i++)
+        if (json_scan_step(&j, s[i], &code)) return i + 1;
     return 0;
 }
 
@@ -211,6 +212,139 @@ static size_t skip_ws(const char *s, size_t n, size_t i) {
     while (i < n && (s[i] == ' ' || s[i] == '\n' || s[i] == '\r' || s[i] == '\t')) i++;
     return i;
 }
+
+/* The length of the JSON value at s[0] of text already known to be valid JSON. */
+static size_t value_len(const char *s, size_t n) {
+    if (n && (s[0] == '{' || s[0] == '[')) return json_span(s, n);
+    if (n && s[0] == '"') {
+        for (size_t i = 1, esc = 0; i < n; i++) {
+            if (esc) esc = 0;
+            else if (s[i] == '\\') esc = 1;
+            else if (s[i] == '"') return i + 1;
+        }
+        return n;
+    }
+    size_t i = 0;
+    while (i < n && !strchr(",}] \t\r\n", s[i])) i++;
+    return i;
+}
+
+/* Where the k-th member (object; *key set to its decoded name, owned) or element (array) of
+ * the valid JSON object or array s[n] has its value: *at and *len. false past the last. */
+static bool json_item(const char *s, size_t n, size_t k, json_t **key, size_t *at, size_t *len) {
+    bool obj = s[0] == '{';
+    size_t i = skip_ws(s, n, 1);
+    for (size_t idx = 0; i < n && s[i] != '}' && s[i] != ']'; idx++) {
+        json_t *name = NULL;
+        if (obj) {
+            size_t kl = value_len(s + i, n - i);
+            name = json_loadb(s + i, kl, JSON_DECODE_ANY, NULL);
+            i = skip_ws(s, n, skip_ws(s, n, i + kl) + 1); /* past the ':' */
+        }
+        size_t vl = value_len(s + i, n - i);
+        if (idx == k) {
+            if (key) *key = name;
+            else json_decref(name);
+            *at = i, *len = vl;
+            return true;
+        }
+        json_decref(name);
+        i = skip_ws(s, n, i + vl);
+        if (i < n && s[i] == ',') i = skip_ws(s, n, i + 1);
+    }
+    return false;
+}
+
+/* The raw text of member name of the valid JSON object s[n]: true with *at, *len. */
+static bool json_member(const char *s, size_t n, const char *name, size_t *at, size_t *len) {
+    json_t *key = NULL;
+    for (size_t k = 0; json_item(s, n, k, &key, at, len); k++) {
+        bool hit = json_is_string(key) && !strcmp(json_string_value(key), name);
+        json_decref(key);
+        key = NULL;
+        if (hit) return true;
+    }
+    return false;
+}
+
+/* The valid JSON text s[n] without the blanks outside its strings (malloc'd; NULL: no memory). */
+static char *json_compact(const char *s, size_t n) {
+    char *out = malloc(n + 1);
+    size_t k = 0;
+    json_scan j = {0};
+    bool code;
+    for (size_t i = 0; out && i < n; i++) {
+        json_scan_step(&j, s[i], &code);
+        if (!(code && (s[i] == ' ' || s[i] == '\n' || s[i] == '\r' || s[i] == '\t'))) out[k++] = s[i];
+    }
+    if (out) out[k] = '\0';
+    return out;
+}
+
+/* Whether s[n] is one JSON object and nothing else, read strictly (ARGS_JSON_FLAGS; raw control
+ * characters in a string are not JSON). */
+static bool args_ok(const char *s, size_t n) {
+    json_t *v = json_loadb(s, n, ARGS_JSON_FLAGS, NULL);
+    bool ok = json_is_object(v);
+    json_decref(v);
+    return ok;
+}
+
+/* The call object o, whose text is s[n] (both already read with ARGS_JSON_FLAGS): its name
+ * (borrowed from o) and its arguments' text into *args (malloc'd: the object compact as
+ * written, a string's value as written, "{}" when absent). NULL when it is no valid call: no
+ * name, a name not among the tools, arguments and parameters both, or arguments that are not
+ * one JSON object. */
+static const char *call_of(const toolcall_parser *p, const json_t *o, const char *s, size_t n, char **args) {
+    *args = NULL;
+    const json_t *name = json_object_get(o, "name"), *a = json_object_get(o, "arguments");
+    const char *key = "arguments";
+    if (!a) a = json_object_get(o, "parameters"), key = "parameters";
+    else if (json_object_get(o, "parameters")) return NULL;
+    if (!json_is_object(o) || !json_is_string(name) || !name_known(p, json_string_value(name))) return NULL;
+    size_t at, len;
+    if (!a) *args = strdup("{}");
+    else if (json_is_string(a) && args_ok(json_string_value(a), json_string_length(a)))
+        *args = strdup(json_string_value(a));
+    else if (json_is_object(a) && json_member(s, n, key, &at, &len)) *args = json_compact(s + at, len);
+    return *args ? json_string_value(name) : NULL;
+}
+
+enum calls_verdict { CALLS_NONE, CALLS_BAD, CALLS_OK };
+
+/* Call k of the calls JSON v, whose text is s[n] (an object: k = 0; an array: its element k),
+ * as call_of. */
+static const char *call_at(const toolcall_parser *p, const json_t *v, const char *s, size_t n, size_t k, char **args) {
+    size_t at = 0, len = n;
+    *args = NULL;
+    if (json_is_array(v) && !json_item(s, n, k, NULL, &at, &len)) return NULL;
+    return call_of(p, json_is_array(v) ? json_array_get(v, k) : v, s + at, len, args);
+}
+
+/* Calls from the JSON text s[n]: an object, or an array of objects, every one a valid call
+ * (then added: CALLS_OK). CALLS_BAD: it tried to be calls (an object with a "name", or an
+ * array of objects with one) and one is not valid; CALLS_NONE: other JSON, or no JSON at all. */
+static enum calls_verdict take_calls_json(toolcall_parser *p, const char *s, size_t n, json_t *deltas) {
+    size_t i = skip_ws(s, n, 0);
+    json_t *v = json_loadb(s, n, ARGS_JSON_FLAGS, NULL);
+    size_t count = json_is_array(v) ? json_array_size(v) : json_is_object(v) ? 1 : 0;
+    bool tried = count > 0;
+    for (size_t k = 0; k < count; k++)
+        tried = tried && json_object_get(json_is_array(v) ? json_array_get(v, k) : v, "name");
+    enum calls_verdict verdict = tried ? CALLS_OK : CALLS_NONE;
+    for (int pass = 0; pass < 2 && verdict == CALLS_OK; pass++) /* every call checked, then all added */
+        for (size_t k = 0; k < count && verdict == CALLS_OK; k++) {
+            char *args;
+            const char *name = call_at(p, v, s + i, n - i, k, &args);
+            if (!name) verdict = CALLS_BAD;
+            else if (pass == 1) add_call(p, name, args, deltas);
+            free(args);
+        }
+    json_decref(v);
+    return verdict;
+}
+
+// ---- scanning ---------------------------------------------------------------------------
 
 /* The bytes of an unfinished UTF-8 character at the end of s[n] (0 when it ends whole), held
  * back so that no release splits a character. */
@@ -246,156 +380,30 @@ static size_t find_first(const char *s, size_t n, const char *const *m, size_t n
     return best;
 }
 
-// ---- a call's head, so that its arguments can stream ----------------------------------------
-
-enum head { HEAD_NO, HEAD_MORE, HEAD_OK };
-
-/* lit at s[*i] after blanks: HEAD_OK (and *i past it), HEAD_MORE when s ends inside it. */
-static enum head head_lit(const char *s, size_t n, size_t *i, const char *lit) {
-    *i = skip_ws(s, n, *i);
-    size_t l = strlen(lit), k = 0;
-    for (; k < l && *i + k < n; k++)
-        if (s[*i + k] != lit[k]) return HEAD_NO;
-    if (k < l) return HEAD_MORE;
-    *i += l;
-    return HEAD_OK;
+/* How s[n] starts against marker m: 1 with it, -1 with a proper prefix of it that ends s (more
+ * text decides), 0 otherwise. */
+static int starts_with(const char *s, size_t n, const char *m) {
+    size_t lm = strlen(m);
+    if (memcmp(s, m, n < lm ? n : lm)) return 0;
+    return n >= lm ? 1 : -1;
 }
 
-/* A JSON string at s[*i] after blanks into name[cap] (non-empty). */
-static enum head head_string(const char *s, size_t n, size_t *i, char *name, size_t cap) {
-    *i = skip_ws(s, n, *i);
-    if (*i == n) return HEAD_MORE;
-    if (s[*i] != '"') return HEAD_NO;
-    size_t j = *i + 1;
-    for (bool esc = false; j < n && (esc || s[j] != '"'); j++) esc = !esc && s[j] == '\\';
-    if (j == n) return HEAD_MORE;
-    json_t *str = json_loadb(s + *i, j + 1 - *i, JSON_DECODE_ANY, NULL);
-    bool ok = json_is_string(str) && json_string_length(str) > 0 && json_string_length(str) < cap &&
-              !memchr(json_string_value(str), 0, json_string_length(str));
-    if (ok) memcpy(name, json_string_value(str), json_string_length(str) + 1);
-    json_decref(str);
-    *i = j + 1;
-    return ok ? HEAD_OK : HEAD_NO;
-}
-
-/* {"name": "F", "arguments" | "parameters": { at s[0]: the name, and where the arguments
- * object starts. HEAD_NO: not this shape (the call is then taken whole, or is no call). */
-static enum head call_head(const char *s, size_t n, char *name, size_t cap, size_t *args_at) {
-    size_t i = 0, save;
-    enum head h;
-    if ((h = head_lit(s, n, &i, "{")) != HEAD_OK || (h = head_lit(s, n, &i, "\"name\"")) != HEAD_OK ||
-        (h = head_lit(s, n, &i, ":")) != HEAD_OK || (h = head_string(s, n, &i, name, cap)) != HEAD_OK ||
-        (h = head_lit(s, n, &i, ",")) != HEAD_OK)
-        return h;
-    save = i;
-    if ((h = head_lit(s, n, &i, "\"arguments\"")) == HEAD_NO) i = save, h = head_lit(s, n, &i, "\"parameters\"");
-    if (h != HEAD_OK || (h = head_lit(s, n, &i, ":")) != HEAD_OK) return h;
-    i = skip_ws(s, n, i);
-    if (i == n) return HEAD_MORE;
-    if (s[i] != '{') return HEAD_NO;
-    *args_at = i;
-    return HEAD_OK;
-}
-
-/* Where a call object may start (pend at a '{'): its head opens the call and the arguments
- * stream (true); false with *wait when more text is needed to tell, else not this shape. */
-static bool open_streaming(toolcall_parser *p, size_t at, enum mode after, json_t *deltas, bool final, bool *wait) {
-    char name[128];
-    size_t args_at = 0;
-    enum head h = call_head(p->pend.p + at, p->pend.len - at, name, sizeof(name), &args_at);
-    *wait = h == HEAD_MORE && !final;
-    if (h != HEAD_OK) return false;
-    open_call(p, name, deltas);
-    consume(p, at + args_at);
-    buf_clear(&p->args);
-    p->args_sent = 0;
-    p->mode = M_ARGS, p->after = after;
-    p->depth = 0, p->in_str = p->esc = false;
-    return true;
-}
-
-/* One byte of JSON through the scanner; returns whether it is kept (blanks outside strings are
- * not: the arguments come out compact, whatever the model's spacing). */
-static bool scan_byte(toolcall_parser *p, char c) {
-    if (p->in_str) {
-        if (p->esc) p->esc = false;
-        else if (c == '\\') p->esc = true;
-        else if (c == '"') p->in_str = false;
-        return true;
+/* The JSON value at s[0] ('{' or '[') of a <tool_call> block: its length once balanced (0 while
+ * not), or *cut, where a </tool_call> outside its strings ends the block first (n when none;
+ * *more when s ends inside what could be one). */
+static size_t hermes_span(const char *s, size_t n, size_t *cut, bool *more) {
+    json_scan j = {0};
+    bool code;
+    *cut = n, *more = false;
+    for (size_t i = 0; i < n; i++) {
+        if (json_scan_step(&j, s[i], &code)) return i + 1;
+        if (code && s[i] == '<' && starts_with(s + i, n - i, HERMES_CLOSE)) {
+            *more = starts_with(s + i, n - i, HERMES_CLOSE) < 0;
+            if (!*more) *cut = i;
+            return 0;
+        }
     }
-    if (c == ' ' || c == '\n' || c == '\r' || c == '\t') return false;
-    if (c == '"') p->in_str = true;
-    else if (c == '{' || c == '[') p->depth++;
-    else if (c == '}' || c == ']') p->depth--;
-    return true;
-}
-
-/* Hermes: whether </tool_call> (outside a string) cuts the arguments at s[i]: 1 yes, 0 no, -1
- * s ends inside what could be it. */
-static int hermes_cut(const toolcall_parser *p, const char *s, size_t n, size_t i) {
-    if (p->after != M_HERMES_END || p->in_str || s[i] != '<') return 0;
-    size_t l = strlen(HERMES_CLOSE), k = 0;
-    while (k < l && i + k < n && s[i + k] == HERMES_CLOSE[k]) k++;
-    return k == l ? 1 : i + k == n ? -1 : 0;
-}
-
-/* Sends args[args_sent, upto) as the last call's next fragment. */
-static void args_release(toolcall_parser *p, size_t upto, json_t *deltas) {
-    if (upto <= p->args_sent) return;
-    args_delta(p, p->args.p + p->args_sent, upto - p->args_sent, deltas);
-    p->args_sent = upto;
-}
-
-/* The arguments as they come: every byte up to the end of the object (but an unfinished UTF-8
- * character) is released as a fragment. A Hermes close tag before that end cuts them: the call
- * keeps what the model wrote. */
-static bool step_args(toolcall_parser *p, json_t *deltas, bool final) {
-    const char *s = p->pend.p;
-    size_t n = p->pend.len, limit = final ? n : n - utf8_tail(s, n), i = 0;
-    bool done = false, cut = false;
-    for (; i < limit && !done && !cut; i++) {
-        int c = hermes_cut(p, s, n, i);
-        if (c < 0 && !final) break;
-        if ((cut = c > 0)) break;
-        if (scan_byte(p, s[i])) buf_append(&p->args, &s[i], 1);
-        done = p->depth == 0;
-    }
-    /* a fragment never ends inside a character, also when the loop stopped early (a possible
-     * close tag): the tail waits for the next release */
-    args_release(p, done || cut || final ? p->args.len : p->args.len - utf8_tail(p->args.p, p->args.len), deltas);
-    consume(p, i);
-    if (done || cut) close_args(p, p->args.p, p->args.len);
-    if (done) p->mode = M_CALL_TAIL, p->depth = 1; /* still inside the call object */
-    if (cut) p->mode = M_HERMES_END;
-    return done || cut;
-}
-
-/* After the arguments: the rest of the call object (other members are dropped). */
-static bool step_call_tail(toolcall_parser *p, bool final) {
-    size_t i = 0;
-    bool done = false;
-    while (i < p->pend.len && !done) {
-        scan_byte(p, p->pend.p[i++]);
-        done = p->depth == 0;
-    }
-    consume(p, i);
-    if (done || final) p->mode = p->after;
-    return done;
-}
-
-/* After a streamed Hermes call: up to and with </tool_call>. */
-static bool step_hermes_end(toolcall_parser *p, bool final) {
-    const char *m[] = {HERMES_CLOSE};
-    size_t which, at = find_first(p->pend.p, p->pend.len, m, 1, &which);
-    if (at == p->pend.len && !final) {
-        size_t hold = partial_tail(p->pend.p, p->pend.len, HERMES_CLOSE);
-        size_t j = skip_ws(p->pend.p, p->pend.len - hold, 0);
-        consume(p, j); /* blanks go; anything else waits for the close */
-        return false;
-    }
-    consume(p, at < p->pend.len ? at + strlen(HERMES_CLOSE) : at);
-    p->mode = M_TEXT;
-    return true;
+    return 0;
 }
 
 // ---- the modes ----------------------------------------------------------------------------
@@ -450,31 +458,58 @@ static bool step_until(toolcall_parser *p, const char *close, bool reasoning, js
     return at < n;
 }
 
-/* <tool_call> JSON </tool_call>: a call, or (not one) content as written. */
+/* <tool_call> JSON </tool_call>: one call, or an array of them, when the JSON is valid calls
+ * and only blanks stand between it and the close (or the end of the reply); else the block as
+ * written is content, up to the end of its JSON or to the </tool_call> that cut it. */
+static bool step_hermes_json(toolcall_parser *p, size_t i, json_t *deltas, bool final) {
+    const char *s = p->pend.p;
+    size_t n = p->pend.len, cut, close = strlen(HERMES_CLOSE);
+    bool more;
+    size_t span = hermes_span(s + i, n - i, &cut, &more);
+    if (!span && (more || cut == n - i) && !final) return false;
+    if (!span) { /* cut by </tool_call>, or the reply ended inside the JSON */
+        size_t end = cut < n - i ? i + cut + close : n;
+        emit_content(p, HERMES_OPEN, strlen(HERMES_OPEN), deltas);
+        reject(p, s, end, deltas);
+        consume(p, end);
+        p->mode = M_TEXT;
+        return true;
+    }
+    size_t after = skip_ws(s, n, i + span);
+    int c = after < n ? starts_with(s + after, n - after, HERMES_CLOSE) : 0;
+    if ((after == n || c < 0) && !final) return false;
+    bool clean = after == n || c != 0; /* at the reply's end, a close cut short is its end too */
+    if (clean && take_calls_json(p, s + i, span, deltas) == CALLS_OK) {
+        consume(p, c > 0 ? after + close : c < 0 ? n : after);
+    } else { /* not calls, or more than blanks after them: the block is text */
+        emit_content(p, HERMES_OPEN, strlen(HERMES_OPEN), deltas);
+        reject(p, s, i + span, deltas);
+        consume(p, i + span);
+    }
+    p->mode = M_TEXT;
+    return true;
+}
+
+/* After <tool_call>: JSON, Qwen3-Coder's <function=, or (neither) text up to </tool_call>. */
 static bool step_hermes(toolcall_parser *p, json_t *deltas, bool final) {
-    size_t i = skip_ws(p->pend.p, p->pend.len, 0);
-    bool wait = false;
-    if (i == p->pend.len && !final) return false;
-    if (i < p->pend.len && p->pend.p[i] == '{' && open_streaming(p, i, M_HERMES_END, deltas, final, &wait)) return true;
-    if (wait) return false;
-    size_t left = p->pend.len - i, lf = strlen(XML_FUNC);
-    if (!memcmp(p->pend.p + i, XML_FUNC, left < lf ? left : lf)) {
-        if (left < lf && !final) return false; /* "<func" could be either */
-        if (left >= lf) {
-            consume(p, i + lf);
-            p->mode = M_XML_FUNC;
-            return true;
-        }
+    size_t i = skip_ws(p->pend.p, p->pend.len, 0), n = p->pend.len;
+    if (i == n && !final) return false;
+    if (i < n && (p->pend.p[i] == '{' || p->pend.p[i] == '[')) return step_hermes_json(p, i, deltas, final);
+    int x = i < n ? starts_with(p->pend.p + i, n - i, XML_FUNC) : 0;
+    if (x < 0 && !final) return false; /* "<func" could be either */
+    if (x > 0) {
+        buf_clear(&p->raw);
+        buf_puts(&p->raw, HERMES_OPEN);
+        consume_raw(p, i + strlen(XML_FUNC));
+        p->mode = M_XML_FUNC;
+        return true;
     }
     const char *m[] = {HERMES_CLOSE};
-    size_t which, at = find_first(p->pend.p, p->pend.len, m, 1, &which);
-    if (at == p->pend.len && !final) return false;
-    if (!take_calls_json(p, p->pend.p, at, deltas)) {
-        emit_content(p, HERMES_OPEN, strlen(HERMES_OPEN), deltas);
-        emit_content(p, p->pend.p, at, deltas);
-        if (at < p->pend.len) emit_content(p, HERMES_CLOSE, strlen(HERMES_CLOSE), deltas);
-    }
-    consume(p, at < p->pend.len ? at + strlen(HERMES_CLOSE) : at);
+    size_t which, at = find_first(p->pend.p, n, m, 1, &which);
+    if (at == n && !final) return false;
+    emit_content(p, HERMES_OPEN, strlen(HERMES_OPEN), deltas);
+    reject(p, p->pend.p, at < n ? at + strlen(HERMES_CLOSE) : at, deltas);
+    consume(p, at < n ? at + strlen(HERMES_CLOSE) : at);
     p->mode = M_TEXT;
     return true;
 }
@@ -485,29 +520,30 @@ static bool step_json(toolcall_parser *p, const char *marker, json_t *deltas, bo
     const char *s = p->pend.p;
     size_t n = p->pend.len, i = skip_ws(s, n, 0);
     if (i == n && !final) return false;
-    if (i == n) { /* only blanks after the marker (or after "; "): nothing more */
+    if (i == n) { /* only blanks after the marker: no call, the text as written (after "; ": nothing) */
+        if (p->mode != M_PYTAG_NEXT) {
+            reject(p, marker, strlen(marker), deltas);
+            emit_content(p, s, n, deltas);
+        }
         consume(p, n);
         p->mode = M_TEXT;
         return true;
     }
-    bool wait = false;
-    if (s[i] == '{' && open_streaming(p, i, p->mode == M_PYTAG ? M_PYTAG_SEP : M_TEXT, deltas, final, &wait))
-        return true;
-    if (wait) return false;
-    size_t span = i < n && (s[i] == '{' || s[i] == '[') ? json_span(s + i, n - i) : 0;
-    if (!span && !final && i < n && (s[i] == '{' || s[i] == '[')) return false;
-    bool ok = span && take_calls_json(p, s + i, span, deltas);
-    if (!ok) { /* not a call after all: the marker and the text as written */
+    size_t span = s[i] == '{' || s[i] == '[' ? json_span(s + i, n - i) : 0;
+    if (!span && !final && (s[i] == '{' || s[i] == '[')) return false;
+    enum calls_verdict v = span ? take_calls_json(p, s + i, span, deltas) : CALLS_NONE;
+    if (v != CALLS_OK) { /* not a call after all: the marker and the text as written */
         p->mode = M_TEXT;
         p->started = true;
         size_t take = span ? i + span : 0; /* not JSON at all: the text goes on as text */
+        if (*marker || v == CALLS_BAD) p->n_rejected++;
         emit_content(p, marker, strlen(marker), deltas);
         emit_content(p, s, take, deltas);
         consume(p, take);
         return true;
     }
     consume(p, i + span);
-    p->mode = p->mode == M_PYTAG ? M_PYTAG_SEP : M_TEXT;
+    p->mode = p->mode == M_PYTAG || p->mode == M_PYTAG_NEXT ? M_PYTAG_SEP : M_TEXT;
     return true;
 }
 
@@ -517,7 +553,7 @@ static bool step_pytag_sep(toolcall_parser *p, bool final) {
     if (j == p->pend.len && !final) return false;
     if (j < p->pend.len && p->pend.p[j] == ';') {
         consume(p, j + 1);
-        p->mode = M_PYTAG;
+        p->mode = M_PYTAG_NEXT;
     } else {
         p->mode = M_TEXT;
     }
@@ -529,7 +565,8 @@ static bool step_harmony_head(toolcall_parser *p, json_t *deltas, bool final) {
     const char *m[] = {MESSAGE};
     size_t which, at = find_first(p->pend.p, p->pend.len, m, 1, &which);
     if (at == p->pend.len) {
-        if (final) {
+        if (final) { /* the reply ended inside the header: it is text */
+            emit_content(p, CHANNEL, strlen(CHANNEL), deltas);
             emit_content(p, p->pend.p, p->pend.len, deltas);
             consume(p, p->pend.len);
             p->mode = M_TEXT;
@@ -545,10 +582,31 @@ static bool step_harmony_head(toolcall_parser *p, json_t *deltas, bool final) {
         size_t k = 0;
         while (nm[k] && nm[k] != ' ' && nm[k] != '<' && k + 1 < sizeof(p->hname)) k++;
         snprintf(p->hname, sizeof(p->hname), "%.*s", (int)k, nm);
+        buf_clear(&p->raw); /* the header goes out with the body when the call fails */
+        buf_puts(&p->raw, CHANNEL);
+        consume_raw(p, at + strlen(MESSAGE));
+    } else {
+        consume(p, at + strlen(MESSAGE));
     }
-    consume(p, at + strlen(MESSAGE));
     p->mode = M_HARMONY_BODY;
     return true;
+}
+
+/* A harmony call's body pend[at] and its end marker (end bytes), taken: a call when the function
+ * is one of the tools and the body one JSON object; else the header, body and marker are content. */
+static void harmony_call(toolcall_parser *p, size_t at, size_t end, json_t *deltas) {
+    const char *s = p->pend.p;
+    size_t i = skip_ws(s, at, 0), e = at;
+    while (e > i && (s[e - 1] == ' ' || s[e - 1] == '\n' || s[e - 1] == '\r' || s[e - 1] == '\t')) e--;
+    char *args = name_known(p, p->hname) && args_ok(s + i, e - i) ? json_compact(s + i, e - i) : NULL;
+    if (args) {
+        add_call(p, p->hname, args, deltas);
+        consume(p, at + end);
+    } else {
+        consume_raw(p, at + end);
+        reject(p, p->raw.p, p->raw.len, deltas);
+    }
+    free(args);
 }
 
 static bool step_harmony_body(toolcall_parser *p, json_t *deltas, bool final) {
@@ -556,27 +614,23 @@ static bool step_harmony_body(toolcall_parser *p, json_t *deltas, bool final) {
     size_t at = find_first(p->pend.p, n, HARMONY_ENDS, ATTND_ARRAY_LEN(HARMONY_ENDS), &which);
     if (p->hkind == H_CALL) {
         if (at == n && !final) return false;
-        json_t *args = json_loadb(p->pend.p, at, 0, NULL);
-        char *text = json_is_object(args) ? json_dumps(args, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
-        if (text) add_call(p, p->hname, text, deltas);
-        else emit_content(p, p->pend.p, at, deltas);
-        free(text);
-        json_decref(args);
-    } else {
-        size_t hold = at == n && !final ? utf8_tail(p->pend.p, n) : 0;
-        for (size_t i = 0; at == n && !final && i < ATTND_ARRAY_LEN(HARMONY_ENDS); i++) {
-            size_t t = partial_tail(p->pend.p, n, HARMONY_ENDS[i]);
-            if (t > hold) hold = t;
-        }
-        size_t take = at < n ? at : n - hold;
-        if (p->hkind == H_REASONING) emit_reasoning(p, p->pend.p, take, deltas);
-        else emit_content(p, p->pend.p, take, deltas);
-        if (at == n) {
-            consume(p, take);
-            return false;
-        }
+        harmony_call(p, at, at < n ? strlen(HARMONY_ENDS[which]) : 0, deltas);
+        p->mode = M_TEXT;
+        return true;
     }
-    consume(p, at < n ? at + strlen(HARMONY_ENDS[which]) : at);
+    size_t hold = at == n && !final ? utf8_tail(p->pend.p, n) : 0;
+    for (size_t i = 0; at == n && !final && i < ATTND_ARRAY_LEN(HARMONY_ENDS); i++) {
+        size_t t = partial_tail(p->pend.p, n, HARMONY_ENDS[i]);
+        if (t > hold) hold = t;
+    }
+    size_t take = at < n ? at : n - hold;
+    if (p->hkind == H_REASONING) emit_reasoning(p, p->pend.p, take, deltas);
+    else emit_content(p, p->pend.p, take, deltas);
+    if (at == n) {
+        consume(p, take);
+        return false;
+    }
+    consume(p, at + strlen(HARMONY_ENDS[which]));
     p->mode = M_TEXT;
     return true;
 }
@@ -593,7 +647,7 @@ static int xml_name(toolcall_parser *p, char *name, size_t cap, bool final) {
             if (i == 0) return 0;
             memcpy(name, s, i);
             name[i] = '\0';
-            consume(p, i + 1);
+            consume_raw(p, i + 1);
             return 1;
         }
         if (c == '<' || c == '\n' || c == '\0' || i + 1 >= cap) return 0;
@@ -618,117 +672,127 @@ static bool xml_param_is_text(const toolcall_parser *p, const char *fn, const ch
     return true;
 }
 
-/* Appends s to the call's arguments and sends it as a fragment. */
-static void xml_args(toolcall_parser *p, const char *s, size_t n, json_t *deltas) {
-    buf_append(&p->args, s, n);
-    args_release(p, p->args.len, deltas);
-}
-
-/* One parameter "name": value of the current call, from its text v[n]. */
-static void xml_add_param(toolcall_parser *p, const char *v, size_t n, json_t *deltas) {
+/* One parameter "name": value of the current call, from its text v[n]. A name twice is no call
+ * (its arguments would hold a key twice). */
+static void xml_add_param(toolcall_parser *p, const char *v, size_t n) {
     if (n && v[0] == '\n') v++, n--;
     if (n && v[n - 1] == '\n') n--;
-    const json_t *call = json_array_get(p->tool_calls, json_array_size(p->tool_calls) - 1);
-    const char *fn = json_string_value(json_object_get(json_object_get(call, "function"), "name"));
-    json_t *val = xml_param_is_text(p, fn ? fn : "", p->pname) ? NULL : json_loadb(v, n, JSON_DECODE_ANY, NULL);
+    json_t *val = xml_param_is_text(p, p->hname, p->pname) ? NULL : json_loadb(v, n, JSON_DECODE_ANY, NULL);
     if (!val) val = oai_string(v, n);
     json_t *key = oai_string(p->pname, strlen(p->pname));
     char *kt = json_dumps(key, JSON_ENCODE_ANY), *vt = json_dumps(val, JSON_ENCODE_ANY | JSON_COMPACT | JSON_PRESERVE_ORDER);
     if (kt && vt) {
-        if (p->n_params++) xml_args(p, ",", 1, deltas);
-        xml_args(p, kt, strlen(kt), deltas);
-        xml_args(p, ":", 1, deltas);
-        xml_args(p, vt, strlen(vt), deltas);
+        if (p->n_params++) buf_puts(&p->args, ",");
+        buf_puts(&p->args, kt);
+        buf_puts(&p->args, ":");
+        buf_puts(&p->args, vt);
     }
     free(kt), free(vt);
     json_decref(key), json_decref(val);
 }
 
-/* The end of the current call's arguments: "}", and on to </tool_call>. */
-static void xml_close(toolcall_parser *p, json_t *deltas) {
-    xml_args(p, "}", 1, deltas);
-    close_args(p, p->args.p, p->args.len);
-    p->mode = M_HERMES_END;
+/* The end of the current call's arguments: "}", and on to </tool_call>. closed: by its
+ * </function> (anything else leaves the call unfinished: no call). */
+static void xml_close(toolcall_parser *p, bool closed) {
+    buf_puts(&p->args, "}");
+    p->xml_closed = closed;
+    p->mode = M_XML_END;
 }
 
-/* <function=NAME>: opens the call ("{" goes out); not a name: the markers are content. */
+/* <function=NAME>: the call's name ("{" starts its arguments); not a name: the markers are content. */
 static bool step_xml_func(toolcall_parser *p, json_t *deltas, bool final) {
-    char name[128];
-    int r = xml_name(p, name, sizeof(name), final);
+    int r = xml_name(p, p->hname, sizeof(p->hname), final);
     if (r < 0) return false;
     if (r == 0) {
-        emit_content(p, HERMES_OPEN, strlen(HERMES_OPEN), deltas);
-        emit_content(p, XML_FUNC, strlen(XML_FUNC), deltas);
+        reject(p, p->raw.p, p->raw.len, deltas);
         p->mode = M_TEXT;
         return true;
     }
-    open_call(p, name, deltas);
     buf_clear(&p->args);
-    p->args_sent = 0, p->n_params = 0;
-    xml_args(p, "{", 1, deltas);
+    buf_puts(&p->args, "{");
+    p->n_params = 0;
     p->mode = M_XML_BODY;
     return true;
 }
 
 /* Between parameters: the next <parameter=, or </function>; anything else ends the call. */
-static bool step_xml_body(toolcall_parser *p, json_t *deltas, bool final) {
+static bool step_xml_body(toolcall_parser *p, bool final) {
     size_t i = skip_ws(p->pend.p, p->pend.len, 0), left = p->pend.len - i;
-    consume(p, i);
+    consume_raw(p, i);
     if (left == 0) return false;
     const char *m[] = {XML_PARAM, XML_FUNC_END};
     for (int k = 0; k < 2; k++) {
-        size_t lm = strlen(m[k]);
-        if (memcmp(p->pend.p, m[k], left < lm ? left : lm)) continue;
-        if (left < lm && !final) return false;
-        if (left < lm) break;
-        consume(p, lm);
+        int w = starts_with(p->pend.p, left, m[k]);
+        if (w < 0 && !final) return false;
+        if (w <= 0) continue;
+        consume_raw(p, strlen(m[k]));
         if (k == 0) p->mode = M_XML_PNAME;
-        else xml_close(p, deltas);
+        else xml_close(p, true);
         return true;
     }
-    xml_close(p, deltas); /* not the format: the call keeps what came, the rest of the block goes */
+    xml_close(p, false); /* not the format: no call */
     return true;
 }
 
-static bool step_xml_pname(toolcall_parser *p, json_t *deltas, bool final) {
+static bool step_xml_pname(toolcall_parser *p, bool final) {
     int r = xml_name(p, p->pname, sizeof(p->pname), final);
     if (r < 0) return false;
-    if (r == 0) xml_close(p, deltas);
+    if (r == 0) xml_close(p, false);
     else p->mode = M_XML_VALUE;
     return true;
 }
 
-/* A value, whole once its </parameter> is read (or the reply ends). */
-static bool step_xml_value(toolcall_parser *p, json_t *deltas, bool final) {
+/* A value, whole once its </parameter> is read (the reply ending first leaves the call unfinished). */
+static bool step_xml_value(toolcall_parser *p, bool final) {
     const char *m[] = {XML_PARAM_END};
     size_t which, at = find_first(p->pend.p, p->pend.len, m, 1, &which);
     if (at == p->pend.len && !final) return false;
-    xml_add_param(p, p->pend.p, at, deltas);
-    consume(p, at < p->pend.len ? at + strlen(XML_PARAM_END) : at);
+    if (at == p->pend.len) {
+        consume_raw(p, at);
+        xml_close(p, false);
+        return true;
+    }
+    xml_add_param(p, p->pend.p, at);
+    consume_raw(p, at + strlen(XML_PARAM_END));
     p->mode = M_XML_BODY;
     return true;
 }
 
+/* After the call: blanks and </tool_call> (or the reply's end), then the verdict: a call when
+ * it closed with </function> and names one of the tools, else its text is content. Other text
+ * before the close makes the block text too; that text is parsed on as text. */
+static bool step_xml_end(toolcall_parser *p, json_t *deltas, bool final) {
+    size_t n = p->pend.len, i = skip_ws(p->pend.p, n, 0);
+    int c = i < n ? starts_with(p->pend.p + i, n - i, HERMES_CLOSE) : 0;
+    if ((i == n || c < 0) && !final) return false;
+    c = c < 0 ? 2 : c; /* at the reply's end, a close cut short is its end too */
+    bool ok = p->xml_closed && (i == n || c > 0) && name_known(p, p->hname) && args_ok(p->args.p, p->args.len);
+    consume_raw(p, c == 1 ? i + strlen(HERMES_CLOSE) : c == 2 ? n : i);
+    if (ok) add_call(p, p->hname, p->args.p, deltas);
+    else reject(p, p->raw.p, p->raw.len, deltas);
+    p->mode = M_TEXT;
+    return true;
+}
+
 static bool step(toolcall_parser *p, json_t *deltas, bool final) {
-    if (p->pend.len == 0) return false;
+    if (p->pend.len == 0 && !(final && p->mode == M_XML_END)) return false;
     switch (p->mode) {
     case M_TEXT: return step_text(p, deltas, final);
     case M_THINK: return step_until(p, THINK_CLOSE, true, deltas, final);
     case M_HERMES: return step_hermes(p, deltas, final);
     case M_PYTAG: return step_json(p, PYTAG, deltas, final);
     case M_PYTAG_SEP: return step_pytag_sep(p, final);
+    case M_PYTAG_NEXT: return step_json(p, ";", deltas, final);
     case M_MISTRAL: return step_json(p, MISTRAL, deltas, final);
     case M_GRANITE: return step_json(p, GRANITE, deltas, final);
     case M_BARE: return step_json(p, "", deltas, final);
     case M_HARMONY_HEAD: return step_harmony_head(p, deltas, final);
     case M_HARMONY_BODY: return step_harmony_body(p, deltas, final);
-    case M_ARGS: return step_args(p, deltas, final);
-    case M_CALL_TAIL: return step_call_tail(p, final);
-    case M_HERMES_END: return step_hermes_end(p, final);
     case M_XML_FUNC: return step_xml_func(p, deltas, final);
-    case M_XML_BODY: return step_xml_body(p, deltas, final);
-    case M_XML_PNAME: return step_xml_pname(p, deltas, final);
-    case M_XML_VALUE: return step_xml_value(p, deltas, final);
+    case M_XML_BODY: return step_xml_body(p, final);
+    case M_XML_PNAME: return step_xml_pname(p, final);
+    case M_XML_VALUE: return step_xml_value(p, final);
+    case M_XML_END: return step_xml_end(p, deltas, final);
     }
     return false;
 }
@@ -740,14 +804,16 @@ void toolcall_parser_feed(toolcall_parser *p, const char *text, size_t n, json_t
 
 void toolcall_parser_finish(toolcall_parser *p, json_t *deltas) {
     while (step(p, deltas, true)) {}
-    if (p->mode == M_ARGS) { /* cut short: the call keeps what came, held-back tail included */
-        args_release(p, p->args.len, deltas);
-        close_args(p, p->args.p, p->args.len);
-    }
-    if (p->mode == M_XML_BODY || p->mode == M_XML_PNAME || p->mode == M_XML_VALUE) xml_close(p, deltas);
-    if (p->mode == M_XML_FUNC) { /* the reply ended right after <function= */
-        emit_content(p, HERMES_OPEN, strlen(HERMES_OPEN), deltas);
-        emit_content(p, XML_FUNC, strlen(XML_FUNC), deltas);
+    if (p->mode >= M_XML_FUNC && p->mode <= M_XML_VALUE) { /* the reply ended inside an XML call */
+        consume_raw(p, p->pend.len);
+        reject(p, p->raw.p, p->raw.len, deltas);
+    } else if (p->mode == M_HARMONY_BODY && p->hkind == H_CALL) {
+        harmony_call(p, p->pend.len, 0, deltas);
+    } else if (p->mode == M_HARMONY_HEAD) { /* the reply ended right after the marker */
+        emit_content(p, CHANNEL, strlen(CHANNEL), deltas);
+    } else if (p->mode == M_HERMES || p->mode == M_PYTAG || p->mode == M_MISTRAL || p->mode == M_GRANITE) {
+        const char *m = p->mode == M_HERMES ? HERMES_OPEN : p->mode == M_PYTAG ? PYTAG : p->mode == M_MISTRAL ? MISTRAL : GRANITE;
+        reject(p, m, strlen(m), deltas); /* a call's marker and nothing after it */
     }
     p->mode = M_TEXT;
     if (p->pend.len) { /* whatever a mode could not place */
@@ -757,8 +823,7 @@ void toolcall_parser_finish(toolcall_parser *p, json_t *deltas) {
 }
 
 json_t *toolcall_parser_content(const toolcall_parser *p) {
-    if (p->content.len == 0 && json_array_size(p->tool_calls)) return json_null();
-    return oai_string(p->content.p ? p->content.p : "", p->content.len);
+    return p->content.len ? oai_string(p->content.p, p->content.len) : json_null();
 }
 
 json_t *toolcall_parser_reasoning(const toolcall_parser *p) {
@@ -770,6 +835,13 @@ json_t *toolcall_parser_calls(const toolcall_parser *p) {
 }
 
 int toolcall_parser_n_calls(const toolcall_parser *p) { return (int)json_array_size(p->tool_calls); }
+
+int toolcall_parser_n_rejected(const toolcall_parser *p) { return p->n_rejected; }
+
+const char *toolcall_parser_finish_reason(const toolcall_parser *p, const char *natural) {
+    bool calls = json_array_size(p->tool_calls) > 0 && p->n_rejected == 0;
+    return calls && natural && !strcmp(natural, "stop") ? "tool_calls" : natural;
+}
 
 // ---- a chat choice ------------------------------------------------------------------------
 
@@ -789,12 +861,10 @@ bool toolcall_apply(json_t *choice, const char *text, size_t n, bool calls, bool
     json_object_set_new(msg, "content", toolcall_parser_content(p));
     json_t *r = toolcall_parser_reasoning(p), *tc = toolcall_parser_calls(p);
     if (r) json_object_set_new(msg, "reasoning_content", r);
-    if (tc) {
-        json_object_set_new(msg, "tool_calls", tc);
-        const json_t *fr = json_object_get(choice, "finish_reason");
-        if (json_is_string(fr) && !strcmp(json_string_value(fr), "stop"))
-            json_object_set_new(choice, "finish_reason", json_string("tool_calls"));
-    }
+    if (tc) json_object_set_new(msg, "tool_calls", tc);
+    const char *fr = json_string_value(json_object_get(choice, "finish_reason"));
+    if (fr && toolcall_parser_finish_reason(p, fr) != fr)
+        json_object_set_new(choice, "finish_reason", json_string(toolcall_parser_finish_reason(p, fr)));
     json_decref(deltas);
     toolcall_parser_destroy(p);
     return true;

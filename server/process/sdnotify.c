@@ -23,14 +23,11 @@ struct sdnotify {
     struct sockaddr_un addr;   /* destination; abstract names start with '\0' */
     socklen_t addr_len;        /* significant bytes of addr (abstract names are not NUL-ended) */
     uint64_t watchdog_usec;    /* keep-alive interval: half of $WATCHDOG_USEC, 0 = off */
-    uint64_t last_watchdog;    /* CLOCK_MONOTONIC µs of the last WATCHDOG=1, 0 = never */
+    uint64_t last_watchdog;    /* now_usec() of the last WATCHDOG=1, 0 = never */
 };
 
-static uint64_t now_usec(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
-}
+/* The monotonic clock in µs (attnd_now_s: the clock tests move). */
+static uint64_t now_usec(void) { return (uint64_t)(attnd_now_s() * 1e6); }
 
 /* Strict unsigned decimal: the whole string, no sign, no overflow. */
 static bool parse_u64(const char *s, uint64_t *out) {

@@ -23,9 +23,13 @@
 
 #include "attnd/cpuinfo.h"
 #include "attnd/kv.h"
-#include "http.h"
+#include "conn.h"
+#include "http_mhd.h"
+#include "metrics.h"
 #include "origin.h"
 #include "routes.h"
+#include "rstore.h"
+#include "scheduler.h"
 #include "sess_redis.h"
 #include "slog.h"
 
@@ -203,6 +207,7 @@ static attnd_status sessions_open(server *s, const char *tag, attnd_err *err) {
         return rc;
     }
     if (!url) return ATTND_OK;
+    sessredis_set_timeout(shared, s->cfg.session_store_timeout_ms);
     sess_store_share(s->store, shared);
     slog_info("sessions: shared store %s, keys %s*, TTL %d s (connects on first use)", sessredis_url(shared),
               s->cfg.session_store_prefix ? s->cfg.session_store_prefix : "", s->cfg.session_store_ttl_s);

@@ -28,9 +28,10 @@ static size_t job_kv_bytes(const sched *s, const sched_job *j) {
     return kv_pool_bytes_for(s->pool, n < s->n_ctx ? (int)n : s->n_ctx);
 }
 
-/* The prompt's whole KV blocks: a job's forks share them and never write into them. */
+/* The prompt's whole KV blocks: a job's forks share them and never write into them (a recurrent
+ * state, kv_pool_bytes_for(pool, 0), is each member's own). */
 static size_t prompt_full_bytes(const sched *s, const sched_job *j) {
-    size_t block = kv_pool_bytes_for(s->pool, 1);
+    size_t block = kv_pool_bytes_for(s->pool, 1) - kv_pool_bytes_for(s->pool, 0);
     return (size_t)j->n_prompt / (block / kv_pool_bytes_per_token(s->pool)) * block;
 }
 
@@ -98,6 +99,27 @@ static int tenant_find(sched *s, const char *name) {
     return free_ix;
 }
 
+int sched_tenant_enter(sched *s, const char *name) {
+    int ix = tenant_find(s, name);
+    if (ix >= 0) s->tenants[ix].live++;
+    return ix;
+}
+
+void sched_tenant_exit(sched *s, int ix) {
+    if (ix < 0) return;
+    pthread_mutex_lock(&s->mu);
+    s->tenants[ix].live--;
+    ATTND_ASSERT(s->tenants[ix].live >= 0);
+    pthread_mutex_unlock(&s->mu);
+}
+
+void sched_tenant_charge(sched *s, int ix, double tokens) {
+    if (ix < 0 || tokens <= 0) return;
+    pthread_mutex_lock(&s->mu);
+    s->tenants[ix].served += tokens;
+    pthread_mutex_unlock(&s->mu);
+}
+
 bool sched_tenant_join(sched *s, sched_job *j) {
     int ix = tenant_find(s, j->tenant);
     if (ix < 0) return false;
@@ -157,7 +179,8 @@ sched_job *sched_queue_pop_fitting(sched *s) {
     pthread_mutex_lock(&s->mu);
     int i = queue_pick(s);
     sched_job *j = i >= 0 ? s->queue[(s->q_head + i) % s->queue_limit] : NULL;
-    if (j && !atomic_load(&j->cancel) && s->reserved + sched_group_kv_bytes(s, j) > s->stats.kv_budget) j = NULL;
+    if (j && !atomic_load(&j->cancel) && s->reserved + s->task_kv_waiting + sched_group_kv_bytes(s, j) > s->stats.kv_budget)
+        j = NULL;
     if (j) {
         for (int k = i; k > 0; k--) /* close the gap: the jobs before it move up one place */
             s->queue[(s->q_head + k) % s->queue_limit] = s->queue[(s->q_head + k - 1) % s->queue_limit];
@@ -279,11 +302,53 @@ void sched_learn_costs(sched *s, double ms, int n_decode, int n_prefill, double 
     *f = (pace_fit){d * f->w + 1, d * f->p + pf_pos, d * f->c + c, d * f->pp + pf_pos * pf_pos, d * f->pc + pf_pos * c};
 }
 
+/* A task's turn: as many positions as cost about one decode step of the n_decode streams (of one
+ * stream when none decodes: a request arriving meanwhile waits no longer for the turn than for a
+ * step), learned from the turns before, starting at the first chunk's size. */
+int sched_task_cap(const sched *s, int n_decode) {
+    (void)n_decode; /* the size learned is for the streams of the turns before: close enough */
+    double cap = s->task_entries > 0 ? s->task_entries : PACE_FIRST_CHUNK;
+    if (cap < 1) cap = 1;
+    return cap < s->max_batch ? (int)cap : s->max_batch;
+}
+
+void sched_task_learn(sched *s, double ms, long work, int cap, int n_decode) {
+    double dec = dec_cost(s, n_decode > 0 ? n_decode : 1);
+    if (work <= 0 || work < cap || dec <= 0 || ms <= 0) return; /* a short last turn says little */
+    double f = dec / ms;
+    f = f < 0.5 ? 0.5 : f > 2 ? 2 : f;
+    s->task_entries = (double)work * f;
+    if (s->task_entries < 1) s->task_entries = 1;
+    if (s->task_entries > s->max_batch) s->task_entries = s->max_batch;
+}
+
+int sched_decode_rows(const sched *s, int least, int total) {
+    int lo = -1, hi = -1;
+    for (int k = 0; k < SCHED_DEC_SIZES - 1; k++) /* the last entry pools every bigger size */
+        if (s->dec_ms[k] > 0) hi = k, lo = lo < 0 ? k : lo;
+    if (lo < 0 || hi == lo) return total;
+    double b = (s->dec_ms[hi] - s->dec_ms[lo]) / (hi - lo), a = s->dec_ms[lo] - b * (lo + 1);
+    if (b <= 0) return total;
+    double rows = (2 * (a + b * least) - a) / b;
+    return rows >= total ? total : rows <= least ? least : (int)rows;
+}
+
+void sched_charge_ms(sched *s, int ix, double ms) {
+    double per_token = dec_cost(s, 1);
+    sched_tenant_charge(s, ix, ms / (per_token > 0 ? per_token : 1.0));
+}
+
+double sched_mask_budget_ms(const sched *s, int n_decode) {
+    double dec = dec_cost(s, n_decode);
+    return dec > SCHED_MASK_MIN_MS ? dec : SCHED_MASK_MIN_MS;
+}
+
 /* A budget must hold one request of a full context, else such requests could never run. */
 attnd_status sched_check_budget(const sched *s, size_t budget, attnd_err *err) {
-    size_t full = kv_pool_bytes_for(s->pool, s->n_ctx), block = kv_pool_bytes_for(s->pool, 1);
+    size_t full = kv_pool_bytes_for(s->pool, s->n_ctx), state = kv_pool_bytes_for(s->pool, 0);
+    size_t block = kv_pool_bytes_for(s->pool, 1) - state;
     if (full <= budget) return ATTND_OK;
-    int fits = (int)(budget / block * (block / kv_pool_bytes_per_token(s->pool)));
+    int fits = budget > state ? (int)((budget - state) / block * (block / kv_pool_bytes_per_token(s->pool))) : 0;
     return attnd_fail(err, ATTND_ERR_INVALID,
                       "kv_budget_mb = %zu cannot hold one full context: %d tokens of KV need %zu MiB; "
                       "set kv_budget_mb >= %zu, or ctx_size <= %d to fit this budget",

@@ -142,7 +142,8 @@ async function responses(model) {
   let args = null;
   try { args = JSON.parse(call.arguments); } catch { /* checked */ }
   check(call && call.name === 'get_weather' && validators.get_weather(args), 'Responses with a function tool gives a valid function_call item', r.output);
-  // streamed: the call is a function_call item whose argument deltas make the final arguments
+  // streamed: the call is a function_call item whose arguments come in one delta once the call is
+  // whole and checked (a call is what it claims or it is text), and make the final arguments
   const stream = await client.responses.create({ model, input: 'Weather in Oslo?', tools: rtools, tool_choice: 'required', temperature: 1,
                                                  seed: 3, parallel_tool_calls: false, max_output_tokens: 100, stream: true });
   let added = null, deltas = '', n = 0, done = null, final = null;
@@ -153,9 +154,9 @@ async function responses(model) {
     if (ev.type === 'response.completed') final = ev.response;
   }
   const fcall = final?.output.find((o) => o.type === 'function_call');
-  check(added && done && fcall && n > 1 && deltas === done.arguments && deltas === fcall.arguments && added.id === fcall.id &&
+  check(added && done && fcall && n === 1 && deltas === done.arguments && deltas === fcall.arguments && added.id === fcall.id &&
         added.call_id === fcall.call_id && deltas === call.arguments,
-        `streamed Responses: function_call item, ${n} argument deltas that make the final (and non-streamed) arguments`,
+        `streamed Responses: function_call item, ${n} argument delta(s) that make the final (and non-streamed) arguments`,
         { added, deltas, done, fcall, want: call.arguments });
   // tool_choice none: the 512-token context holds the first turn and the result, not the tools' description again
   const next = await client.responses.create({ model, previous_response_id: r.id, tools: rtools, tool_choice: 'none',

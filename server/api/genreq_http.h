@@ -1,0 +1,29 @@
+/*
+ * genreq_http.h — the generation request (genreq.h) of an HTTP request (server-private): made on
+ * first use in the request's REQ_SLOT_GENREQ, with the end hook the completed callback runs
+ * (cancel what a vanished client left running, save the session's turn, count the tokens for the
+ * access log), and its failures as HTTP answers: the one place a genreq_err becomes a status.
+ */
+#ifndef ATTND_SERVER_GENREQ_HTTP_H
+#define ATTND_SERVER_GENREQ_HTTP_H
+
+#include "genreq.h"
+#include "http.h"
+
+/* Starts r's generation request: 503 while the server shuts down, else the body parsed as a JSON
+ * object (kept in g->body, *body borrows it) and the genreq made in REQ_SLOT_GENREQ over the
+ * server and r's caller. NULL: the error answer is queued, *ret its result. */
+genreq *genreq_http_begin(req *r, json_t **body, http_result *ret);
+/* r's generation request; NULL before genreq_http_begin. */
+static inline genreq *genreq_http_get(const req *r) { return req_get(r, REQ_SLOT_GENREQ); }
+
+/* The HTTP status of a failure: bad request and too long 400, a session 404 / 409 / 503
+ * (http_status_of's HTTP_CTX_ACQUIRE), overloaded 429 (queue full) or 503, stopping 503, unsaved
+ * 507 (no space), 409 (another turn saved first) or 503. */
+int genreq_http_status(const genreq_err *e);
+/* Queues e's error answer (OpenAI's error object; the context error carries its code). */
+http_result genreq_http_respond(req *r, const genreq_err *e);
+/* e's error object, for a stream's last event (new reference). */
+json_t *genreq_http_error(const genreq_err *e);
+
+#endif
