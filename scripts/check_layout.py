@@ -43,9 +43,7 @@ INCLUDE = re.compile(r'^\s*#\s*include\s+([<"])([^>"]+)[>"]', re.M)
 
 
 MAX_FUNCTION_LINES = 80
-LONG_OK = {
-    ("server/api/chat.c", "render"),  # the template families become data (issue 24, jinja work)
-}
+LONG_OK = set()  # no exemptions: every function of engine/, server/ and cli/ is within the limit
 FUNC_START = re.compile(r"^(?!typedef|struct\s+\w+\s*\{|static const|const |enum |union |#)[A-Za-z_][^;]*?\b(\w+)\s*\(")
 
 

@@ -17,6 +17,7 @@
 #include "attnd/common.h"
 #include "quant.h"
 #include "quant_impl.h"
+#include "quant_iq.h"
 #include "quant_types.h"
 
 /* Round to nearest, ties to even, for |f| < 2^22, without a libm call (the magic-number trick). */
