@@ -33,6 +33,8 @@ http_result ep_llama_completion(req *r);
 http_result ep_responses_create(req *r);
 http_result ep_response_get(req *r);
 http_result ep_response_delete(req *r);
+http_result ep_messages(req *r);              /* anthropic_http.c: POST /v1/messages */
+http_result ep_messages_count_tokens(req *r); /* POST /v1/messages/count_tokens */
 http_result ep_attention(req *r);   /* attention.c: POST /v1/attention */
 http_result ep_heads(req *r);       /* attention.c: GET /v1/heads */
 http_result ep_session_fork(req *r); /* sess_fork.c: POST /v1/sessions/{id}/fork */

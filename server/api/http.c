@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "anthropic.h"
 #include "conn.h"
 #include "http_mhd.h"
 #include "metrics.h"
@@ -111,7 +112,8 @@ http_result http_respond_error(req *r, int status, const char *msg, const char *
     r->reason[n] = '\0';
     if (status == 429 || status == 503) hn = "Retry-After", hv = "1";
     if (status == 401) hn = "WWW-Authenticate", hv = "Bearer";
-    json_t *body = oai_error(status, msg, param);
+    bool anthropic = r->rt && (r->rt->flags & ROUTE_ANTHROPIC);
+    json_t *body = anthropic ? anthropic_error(status, msg) : oai_error(status, msg, param);
     json_t *e = json_object_get(body, "error");
     if (e && r->request_id[0]) json_object_set_new(e, "request_id", json_string(r->request_id));
     return http_respond_json_h(r, status, body, hn, hv);
@@ -245,7 +247,7 @@ static bool auth_ok(req *r, char owner[SESS_OWNER_MAX + 1]) {
     owner[0] = '\0';
     if (!s->cfg.api_key || !*s->cfg.api_key) return true;
     const char *h = http_header_get(r, "Authorization");
-    const char *given = h && !strncmp(h, "Bearer ", 7) ? h + 7 : NULL;
+    const char *given = h && !strncmp(h, "Bearer ", 7) ? h + 7 : http_header_get(r, "x-api-key"); /* Anthropic's */
     bool several = strchr(s->cfg.api_key, '\n') != NULL, ok = false;
     for (const char *k = s->cfg.api_key; *k;) {
         const char *e = strchr(k, '\n');
@@ -261,7 +263,7 @@ static bool auth_ok(req *r, char owner[SESS_OWNER_MAX + 1]) {
 
 static http_result preflight(req *r) {
     static const http_header h[] = {{"Access-Control-Allow-Methods", "GET, POST, DELETE, OPTIONS"},
-                                    {"Access-Control-Allow-Headers", "Authorization, Content-Type"},
+                                    {"Access-Control-Allow-Headers", "Authorization, Content-Type, x-api-key, anthropic-version, anthropic-beta"},
                                     {"Access-Control-Max-Age", "600"}};
     return http_reply(r, 204, (char *)"", 0, false, h, (int)ATTND_ARRAY_LEN(h));
 }

@@ -32,5 +32,7 @@ const route http_routes[] = {
     {"POST", "/v1/responses", ep_responses_create, "responses", ROUTE_MODEL},
     {"GET", "/v1/responses/", ep_response_get, "response", ROUTE_PREFIX | ROUTE_MODEL},
     {"DELETE", "/v1/responses/", ep_response_delete, "response", ROUTE_PREFIX | ROUTE_MODEL},
+    {"POST", "/v1/messages", ep_messages, "messages", ROUTE_MODEL | ROUTE_ANTHROPIC},
+    {"POST", "/v1/messages/count_tokens", ep_messages_count_tokens, "messages_count_tokens", ROUTE_MODEL | ROUTE_ANTHROPIC},
 };
 const size_t http_n_routes = ATTND_ARRAY_LEN(http_routes);
