@@ -44,7 +44,8 @@ static const char *USAGE =
     "  --no-peer         measure attnd only\n"
     "  --growth-len N    length of the long generation (default: the model's context, at most 2048)\n"
     "  --no-growth       skip the long generation\n"
-    "  --json            end with one JSON line of the medians (for tools/bench/tinyllama.sh)\n";
+    "  --json            end with one JSON line of the medians (for tools/bench/tinyllama.sh)\n"
+    "llama-bench's spellings work too: -m, -t, -p (--prompt-len), -n, -r (--reps).\n";
 
 typedef struct bench_opts {
     const char *model, *peer_dir;
@@ -194,6 +195,9 @@ static bench_opts parse_args(int argc, char **argv) {
         CLI_OPT_SET("--no-peer", &o.no_peer),
         CLI_OPT_SET("--no-growth", &o.no_growth),
         CLI_OPT_SET("--json", &o.json),
+        /* llama-bench's spellings */
+        CLI_OPT_ALIAS("-p", "--prompt-len"), CLI_OPT_ALIAS("--n-prompt", "--prompt-len"),
+        CLI_OPT_ALIAS("--n-gen", "--n"), CLI_OPT_ALIAS("-r", "--reps"), CLI_OPT_ALIAS("--repetitions", "--reps"),
     };
     if (!cli_parse_opts("bench", USAGE, argc, argv, opts, ATTND_ARRAY_LEN(opts))) exit(0);
     return o;

@@ -17,18 +17,19 @@
 #include "commands.h"
 
 static const char *USAGE =
-    "usage: attnd generate --model PATH (--prompt TEXT | --tokens 1,2,3) [--n 64] [sampling flags]\n"
-    "                      [--json] [--threads N] [--kv-type f16|f32|q8_0|q4_0]\n"
+    "usage: attnd generate [--model PATH] (--prompt TEXT | --tokens 1,2,3) [--n 64] [sampling flags]\n"
+    "                      [--json] [--ctx-size N] [--threads N] [--kv-type f16|f32|q8_0|q4_0]\n"
     "\n"
     "Generates a continuation of the prompt. With --tokens the ids are used exactly as given (no\n"
     "BOS added). Generation runs for --n tokens, until an end-of-generation token (EOS, EOT...;\n"
     "see --ignore-eos), or until a --stop string.\n"
-    "  --model PATH      the GGUF file (default: the shipped default model)\n"
-    "  --prompt TEXT     prompt text, tokenized with the model's vocabulary (BOS added as the model asks)\n"
+    "  -m, --model PATH  the GGUF file (default: the shipped default model)\n"
+    "  -p, --prompt TEXT prompt text, tokenized with the model's vocabulary (BOS added as the model asks)\n"
     "  --tokens IDS      comma-separated prompt token ids\n"
-    "  --n N             tokens to generate (default 64)\n"
+    "  -n, --n N         tokens to generate (default 64; also --n-predict, --max-tokens)\n"
     "  --json            print {\"prompt_tokens\",\"tokens\",\"text\",\"timings\"} as one JSON object\n"
-    "  --threads N       threads; 0 (the default) = the CPUs this process may use\n"
+    "  -c, --ctx-size N  the context: prompt + --n must fit (default 0: the model's; more is cut to it)\n"
+    "  -t, --threads N   threads; 0 (the default) = the CPUs this process may use\n"
     "  --kv-type T       KV cache type: f16 (default), f32, q8_0 or q4_0\n"
     "Speculative decoding (off; same output: docs/sampling.md):\n"
     "  --draft-max N     draft up to N tokens per step (1..32) and verify them in one batch;\n"
@@ -43,6 +44,7 @@ static const char *USAGE =
 typedef struct gen_opts {
     cli_prompt prompt;     /* --prompt or --tokens */
     int n_predict;
+    int ctx_size;          /* 0 = the model's */
     cli_sampling sampling; /* --temp, --seed, --stop, --top-logprobs... (cli/sampling_args.c) */
     cli_run_opts run;      /* --model, --threads, --kv-type */
     bool json;
@@ -60,6 +62,7 @@ static void parse_args(int argc, char **argv, gen_opts *o) {
         CLI_OPT_RUN(&o->run),
         CLI_OPT_PROMPT(&o->prompt),
         CLI_OPT_INT("--n", &o->n_predict, 0, 1 << 24),
+        CLI_OPT_INT("--ctx-size", &o->ctx_size, 0, 1 << 24),
         CLI_OPT_SAMPLING(&o->sampling),
         CLI_OPT_SET("--json", &o->json),
         CLI_OPT_INT("--draft-max", &o->draft_max, 0, SPEC_MAX_DRAFT),
@@ -195,7 +198,9 @@ static attnd_status generate(gen_opts *o, attnd_err *err) {
     tokenizer *tok = NULL;
     cli_gen *cg = NULL;
     cli_spec cs = {0};
+    int n_ctx;
     attnd_status st = cli_model_load(&m, "generate", o->run.model, err);
+    if (st == ATTND_OK) st = cli_model_context(m, "generate", o->ctx_size, &n_ctx, err);
     if (st != ATTND_OK) goto out;
     const model_info *mi = model_info_get(m);
     /* The tokenizer is needed for --prompt and for the text; with --tokens a model without a
@@ -215,9 +220,9 @@ static attnd_status generate(gen_opts *o, attnd_err *err) {
         st = attnd_fail(err, ATTND_ERR_INVALID, "the prompt encodes to no tokens");
         goto out;
     }
-    if ((long long)n_prompt + o->n_predict > mi->n_ctx) {
-        st = attnd_fail(err, ATTND_ERR_INVALID, "%d prompt tokens + %d to generate exceed the model's context of %d",
-                        n_prompt, o->n_predict, mi->n_ctx);
+    if ((long long)n_prompt + o->n_predict > n_ctx) {
+        st = attnd_fail(err, ATTND_ERR_INVALID, "%d prompt tokens + %d to generate exceed the context of %d",
+                        n_prompt, o->n_predict, n_ctx);
         goto out;
     }
     int rows = o->draft_max + 1 > n_prompt ? o->draft_max + 1 : n_prompt; /* prefill chunks, verify batches */

@@ -1,7 +1,8 @@
 /*
  * cmd_info.c — `attnd info --model PATH [--json]`: what a GGUF file holds, without computing.
  * Reads only metadata and tensor infos, so it works on any well-formed GGUF, including ones
- * whose architecture or tensor types the engine cannot run.
+ * whose architecture or tensor types the engine cannot run; the exit status says whether it
+ * runs (0) or not (1), so scripts can ask.
  */
 #include <inttypes.h>
 #include <jansson.h>
@@ -23,10 +24,11 @@ static const char *USAGE =
     "count by type, file size and parameter count of a GGUF model file; then whether attnd can\n"
     "run it (or why not), the chat template `attnd serve` would use, and the KV cache size per\n"
     "token and per full context.\n"
-    "  --model PATH   the GGUF file (default: the shipped default model)\n"
-    "  --ctx-size N   as if served with ctx_size N (0, the default: the file's context): which\n"
-    "                 LongRoPE factors apply\n"
-    "  --json         print one JSON object instead of text\n";
+    "  -m, --model PATH  the GGUF file (default: the shipped default model)\n"
+    "  -c, --ctx-size N  as if served with ctx_size N (0, the default: the file's context): which\n"
+    "                    LongRoPE factors apply\n"
+    "  --json            print one JSON object instead of text\n"
+    "Exits 0 when attnd runs the file, 1 when it does not (\"runs: no\" says why) or cannot read it.\n";
 
 /* Hyper-parameters printed when present, as "<arch>.<suffix>". */
 static const char *HPARAMS[] = {
@@ -98,7 +100,8 @@ static void add_run_facts(json_t *root, const char *path, int ctx_size) {
     model *m = NULL;
     tokenizer *t = NULL;
     attnd_err err = {{0}};
-    bool runs = model_load(&m, path, &err) == ATTND_OK && model_set_context(m, ctx_size, &err) == ATTND_OK &&
+    int n_ctx;
+    bool runs = model_load(&m, path, &err) == ATTND_OK && cli_model_context(m, "info", ctx_size, &n_ctx, &err) == ATTND_OK &&
                 tok_load(&t, model_gguf(m), &err) == ATTND_OK;
     json_object_set_new(root, "runs", json_boolean(runs));
     if (!runs) {
@@ -296,9 +299,10 @@ int cmd_info(int argc, char **argv) {
     } else {
         print_text(f, model, root, unsupported, params);
     }
+    int rc = json_is_true(json_object_get(root, "runs")) ? 0 : 1;
     json_decref(unsupported);
     json_decref(root);
     gguf_close(f);
     free(dflt);
-    return 0;
+    return rc;
 }

@@ -14,7 +14,7 @@
 #include "commands.h"
 
 static const char *USAGE =
-    "usage: attnd score --model PATH --tokens 1,2,3,... [--json] [--threads N] [--kv-type f16|f32|q8_0|q4_0]\n"
+    "usage: attnd score [--model PATH] --tokens 1,2,3,... [--json] [--threads N] [--kv-type f16|f32|q8_0|q4_0]\n"
     "\n"
     "Evaluates the token ids (used exactly as given, no BOS added) in one prefill and prints, for\n"
     "every position i >= 1, the argmax id predicted from positions < i and the log-probability of\n"

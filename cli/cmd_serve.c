@@ -21,6 +21,63 @@
 #include "../server/process/server.h"
 #include "../server/process/slog.h"
 
+// ---- llama-server's spellings ------------------------------------------------------------------
+
+/* The flags llama-server users type, read as serve's own (server/process/config.c's table). */
+static const struct serve_alias {
+    const char *alias, *flag;
+} SERVE_ALIASES[] = {
+    {"-m", "--model"},         {"-c", "--ctx-size"},          {"-t", "--threads"},
+    {"-n", "--max-tokens"},    {"--n-predict", "--max-tokens"}, {"--predict", "--max-tokens"},
+    {"--n", "--max-tokens"}, /* generate's spelling */
+    {"--temp", "--temperature"}, {"-np", "--max-parallel"},   {"--parallel", "--max-parallel"},
+    {"-a", "--model-alias"},   {"--alias", "--model-alias"},
+};
+
+static const char *SERVE_ALIAS_USAGE =
+    "llama-server's spellings work too: -m (--model), -c (--ctx-size), -t (--threads), -n / --n-predict / --n\n"
+    "(--max-tokens), --temp (--temperature), -np / --parallel (--max-parallel), -a / --alias\n"
+    "(--model-alias); -ngl / --n-gpu-layers N is read and ignored (attnd computes on the CPU).\n\n";
+
+/* argv with every alias spelled as serve's flag and the GPU flags (with their values) left out,
+ * noted on stderr. The strings are argv's or kept in *owned (free each, then the array). */
+static char **serve_argv(int argc, char **argv, int *argc_out, char ***owned) {
+    char **out = calloc((size_t)argc + 1, sizeof(*out));
+    *owned = calloc((size_t)argc + 1, sizeof(**owned));
+    if (!out || !*owned) return free(out), NULL;
+    int n = 0, n_owned = 0;
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i], *eq = i > 0 && !strncmp(a, "--", 2) ? strchr(a, '=') : NULL;
+        size_t len = eq ? (size_t)(eq - a) : strlen(a);
+        char name[64];
+        snprintf(name, sizeof(name), "%.*s", (int)(len < sizeof(name) ? len : sizeof(name) - 1), a);
+        if (i > 0 && cli_gpu_flag(name)) {
+            const char *v = eq ? eq + 1 : i + 1 < argc ? argv[++i] : "";
+            fprintf(stderr, "attnd serve: %s %s ignored: attnd computes on the CPU\n", name, v);
+            continue;
+        }
+        const struct serve_alias *al = NULL;
+        for (size_t k = 0; i > 0 && k < ATTND_ARRAY_LEN(SERVE_ALIASES) && !al; k++)
+            if (!strcmp(SERVE_ALIASES[k].alias, name)) al = &SERVE_ALIASES[k];
+        if (!al) {
+            out[n++] = argv[i];
+            continue;
+        }
+        char *s = malloc(strlen(al->flag) + (eq ? strlen(eq) : 0) + 1);
+        if (!s) break;
+        sprintf(s, "%s%s", al->flag, eq ? eq : "");
+        out[n++] = (*owned)[n_owned++] = s;
+    }
+    *argc_out = n;
+    return out;
+}
+
+static void serve_argv_free(char **args, char **owned) {
+    for (size_t i = 0; owned && owned[i]; i++) free(owned[i]);
+    free(owned);
+    free(args);
+}
+
 static void hook_ready(void *u) { sdnotify_ready(u); }
 static void hook_status(void *u, const char *s) { sdnotify_status(u, s); }
 static void hook_watchdog(void *u) { sdnotify_watchdog(u); }
@@ -29,7 +86,7 @@ static void hook_stopping(void *u) { sdnotify_stopping(u); }
 /* A model in a regular file is loaded once before the port opens (it is only mmapped, so this
  * is quick), so that a wrong --model fails at once with its reason instead of after "listening on".
  * Anything else (a FIFO, a device) is left to the real load, which happens while /health says 503. */
-static bool model_precheck(const char *path) {
+static bool model_precheck(const char *path, int ctx_size) {
     struct stat st;
     if (stat(path, &st) == 0 && !S_ISREG(st.st_mode)) return true;
     model *m = NULL;
@@ -37,6 +94,9 @@ static bool model_precheck(const char *path) {
     attnd_err err;
     bool ok = model_load(&m, path, &err) == ATTND_OK && tok_load(&t, model_gguf(m), &err) == ATTND_OK;
     if (!ok) slog_error("cannot load %s: %s", path, err.msg);
+    int n_ctx = ok ? model_info_get(m)->n_ctx : 0;
+    if (ok && ctx_size > n_ctx)
+        slog_warn("ctx_size %d is more than the model's context of %d; using %d", ctx_size, n_ctx, n_ctx);
     tok_destroy(t);
     model_destroy(m);
     return ok;
@@ -52,17 +112,30 @@ static void block_stop_signals(sigset_t *sigs) {
     signal(SIGPIPE, SIG_IGN);
 }
 
-int cmd_serve(int argc, char **argv) {
-    server_settings st;
+/* The settings from argv (llama-server's spellings read as serve's), the environment and the
+ * config file; exits 2 with the reason on a usage error. */
+static config *serve_config(int argc, char **argv, server_settings *st) {
+    int n;
+    char **owned = NULL, **args = serve_argv(argc, argv, &n, &owned);
     config *cfg = NULL;
     attnd_err err;
-    if (config_load(&cfg, &st, argc, argv, NULL, &err) != ATTND_OK) {
+    attnd_status rc = args ? config_load(&cfg, st, n, args, NULL, &err) : attnd_fail(&err, ATTND_ERR_NOMEM, "out of memory");
+    serve_argv_free(args, owned);
+    if (rc != ATTND_OK) {
         fprintf(stderr, "attnd serve: %s\nTry 'attnd serve --help'.\n", err.msg);
-        return 2;
+        exit(2);
     }
+    return cfg;
+}
+
+int cmd_serve(int argc, char **argv) {
+    server_settings st;
+    attnd_err err;
+    config *cfg = serve_config(argc, argv, &st);
     if (config_wants_help(cfg)) {
         fputs("usage: attnd serve [--model PATH] [--host 127.0.0.1] [--port 8080] [--threads N] [--config FILE] ...\n\n",
               stdout);
+        fputs(SERVE_ALIAS_USAGE, stdout);
         config_usage(stdout);
         config_destroy(cfg);
         return 0;
@@ -106,7 +179,7 @@ int cmd_serve(int argc, char **argv) {
     server *srv = NULL;
     char *pulled = NULL; /* model = hf://org/repo:QUANT: the cached (or just pulled) file */
     if (!strncmp(st.model_path, "hf://", 5)) st.model_path = pulled = cli_hub_model("serve", st.model_path);
-    if (!model_precheck(st.model_path)) goto out;
+    if (!model_precheck(st.model_path, st.ctx_size)) goto out;
     if (server_create(&srv, &st, &err) != ATTND_OK) {
         slog_error("%s", err.msg);
         goto out;

@@ -89,15 +89,9 @@ static char *template_source(const char *model, const char *file, size_t *len, j
 
 int cmd_template(int argc, char **argv) {
     const char *model = NULL, *file = NULL, *vars_path = NULL, *now = NULL;
-    for (int i = 1; i < argc;) {
-        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) return fputs(USAGE, stdout), 0;
-        if (cli_flag_value("template", argc, argv, &i, "--model", &model) ||
-            cli_flag_value("template", argc, argv, &i, "--template", &file) ||
-            cli_flag_value("template", argc, argv, &i, "--vars", &vars_path) ||
-            cli_flag_value("template", argc, argv, &i, "--now", &now))
-            continue;
-        cli_usage_error("template", "unknown argument '%s'", argv[i]);
-    }
+    const cli_opt opts[] = {CLI_OPT_STR("--model", &model), CLI_OPT_STR("--template", &file),
+                            CLI_OPT_STR("--vars", &vars_path), CLI_OPT_STR("--now", &now)};
+    if (!cli_parse_opts("template", USAGE, argc, argv, opts, ATTND_ARRAY_LEN(opts))) return 0;
     if (model && file) cli_usage_error("template", "give --model or --template, not both");
     struct tm tm = {0};
     if (now) {

@@ -16,6 +16,7 @@ int cmd_info(int argc, char **argv);
 int cmd_serve(int argc, char **argv);
 int cmd_convert_llama2c(int argc, char **argv);
 int cmd_generate(int argc, char **argv);
+int cmd_chat(int argc, char **argv);
 int cmd_score(int argc, char **argv);
 int cmd_attention(int argc, char **argv);
 int cmd_heads(int argc, char **argv);
@@ -34,18 +35,22 @@ int cmd_split(int argc, char **argv);
 /* Prints "attnd <cmd>: <message>" and a hint to use --help, then exits 2. */
 _Noreturn void cli_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
-/*
- * Matches argv[*i] against `flag` in either "--flag VALUE" or "--flag=VALUE" form. On a match
- * stores the value in *value, advances *i past what was consumed and returns true. A flag given
- * without its value is a usage error.
- */
-bool cli_flag_value(const char *cmd, int argc, char **argv, int *i, const char *flag, const char **value);
-
 /* Strict number parsing: the whole string must be a number within [min, max], else usage error
  * naming the flag. */
 long long cli_parse_int(const char *cmd, const char *flag, const char *s, long long min, long long max);
+/* A finite float within lo..hi, either end open (lo_open: v > lo; hi_open: v < hi), else a usage
+ * error naming the flag and the range. */
+float cli_parse_float(const char *cmd, const char *flag, const char *s, double lo, bool lo_open, double hi,
+                      bool hi_open);
 
-/* ---- option tables: one table per command instead of one parse loop per command ---- */
+/* ---- option tables: one table per command instead of one parse loop per command ----
+ *
+ * A flag takes "--flag VALUE" or "--flag=VALUE" (a short one "-f VALUE"). The commands share
+ * llama.cpp's spellings as aliases (args.c's ALIASES: -m --model, -c --ctx-size, -t --threads, -n
+ * --n, -p --prompt, -s --seed, --temp --temperature, ...) wherever a command has the flag meant;
+ * -ngl and --n-gpu-layers are read and ignored with a note (attnd computes on the CPU). A
+ * command may add its own aliases (CLI_OPT_ALIAS). An unknown flag is a usage error that names
+ * the nearest known one ("did you mean '--model'?"). */
 
 typedef enum cli_opt_kind {
     CLI_STR,      /* --flag VALUE into (const char **)dst, borrowing argv */
@@ -53,9 +58,12 @@ typedef enum cli_opt_kind {
     CLI_SET,      /* --flag alone sets (bool *)dst to true */
     CLI_CLEAR,    /* --flag alone sets (bool *)dst to false */
     CLI_KV,       /* --flag f16|f32|q8_0|q4_0 into (kv_type *)dst */
+    CLI_FLOAT,    /* --flag X into (float *)dst, X within lo..hi (ends open as lo_open, hi_open) */
+    CLI_FN,       /* --flag VALUE given to fn(cmd, flag as typed, VALUE, dst) */
+    CLI_ALIAS,    /* flag is this command's other spelling of the option named `to` */
     CLI_RUN,      /* flag NULL: --model, --threads, --kv-type into (cli_run_opts *)dst */
     CLI_PROMPT,   /* flag NULL: --prompt, --tokens into (cli_prompt *)dst */
-    CLI_GROUP,    /* flag NULL: a group of flags parsed by group() into dst; --help shows group_usage */
+    CLI_GROUP,    /* flag NULL: the entries expand(dst) writes; --help shows group_usage */
     CLI_ARGS,     /* flag NULL: the positional arguments into (cli_args *)dst */
 } cli_opt_kind;
 
@@ -63,9 +71,13 @@ typedef struct cli_opt {
     const char *flag;
     cli_opt_kind kind;
     void *dst; /* borrowed; written as the flag is met, left as it was when the flag is absent */
-    long long min, max;
-    /* CLI_GROUP: parses argv[*i] into dst when it is one of the group's flags (advancing *i) */
-    bool (*group)(const char *cmd, int argc, char **argv, int *i, void *dst);
+    long long min, max;        /* CLI_INT */
+    double lo, hi;             /* CLI_FLOAT */
+    bool lo_open, hi_open;
+    void (*fn)(const char *cmd, const char *flag, const char *value, void *dst); /* CLI_FN */
+    const char *to;            /* CLI_ALIAS */
+    /* CLI_GROUP: writes up to cap entries for dst into out and returns their count */
+    int (*expand)(void *dst, struct cli_opt *out, int cap);
     const char *group_usage;
 } cli_opt;
 
@@ -76,11 +88,16 @@ typedef struct cli_opt {
 #define CLI_OPT_SET(f_, d_) {.flag = (f_), .kind = CLI_SET, .dst = (1 ? (d_) : (bool *)0)}
 #define CLI_OPT_CLEAR(f_, d_) {.flag = (f_), .kind = CLI_CLEAR, .dst = (1 ? (d_) : (bool *)0)}
 #define CLI_OPT_KV(f_, d_) {.flag = (f_), .kind = CLI_KV, .dst = (1 ? (d_) : (kv_type *)0)}
+#define CLI_OPT_FLOAT(f_, d_, lo_, lo_open_, hi_, hi_open_)                                              \
+    {.flag = (f_), .kind = CLI_FLOAT, .dst = (1 ? (d_) : (float *)0), .lo = (lo_), .lo_open = (lo_open_), \
+     .hi = (hi_), .hi_open = (hi_open_)}
+#define CLI_OPT_FN(f_, fn_, d_) {.flag = (f_), .kind = CLI_FN, .fn = (fn_), .dst = (d_)}
+#define CLI_OPT_ALIAS(f_, to_) {.flag = (f_), .kind = CLI_ALIAS, .to = (to_)}
 #define CLI_OPT_RUN(d_) {.kind = CLI_RUN, .dst = (1 ? (d_) : (struct cli_run_opts *)0)}
 #define CLI_OPT_PROMPT(d_) {.kind = CLI_PROMPT, .dst = (1 ? (d_) : (struct cli_prompt *)0)}
 /* every sampling flag (sampling_args.c) into d_, a cli_sampling * */
 #define CLI_OPT_SAMPLING(d_)                                                                                   \
-    {.kind = CLI_GROUP, .dst = (1 ? (d_) : (struct cli_sampling *)0), .group = cli_sampling_flag,           \
+    {.kind = CLI_GROUP, .dst = (1 ? (d_) : (struct cli_sampling *)0), .expand = cli_sampling_opts,          \
      .group_usage = CLI_SAMPLING_USAGE}
 #define CLI_OPT_ARGS(d_) {.kind = CLI_ARGS, .dst = (1 ? (d_) : (struct cli_args *)0)}
 
@@ -107,10 +124,16 @@ typedef struct cli_args {
 
 /*
  * Parses argv[1..] against the table of cmd. --help or -h prints usage (then the sampling flags'
- * text when the table takes them) and returns false. An unknown option, a bad or missing value
- * and an argument the table has no room for are usage errors (exit 2); "-" alone is positional.
+ * text when the table takes them) and returns false. An unknown option (named with the nearest
+ * known one), a bad or missing value, a value given to a flag that takes none and an argument the
+ * table has no room for are usage errors (exit 2); "-" alone is positional. Messages name a flag
+ * as it was typed.
  */
 bool cli_parse_opts(const char *cmd, const char *usage, int argc, char **argv, const cli_opt *opts, int n_opts);
+
+/* name is one of the GPU flags llama.cpp users type (-ngl, --n-gpu-layers, --gpu-layers): read
+ * with its value and ignored with a note, as attnd computes on the CPU. */
+bool cli_gpu_flag(const char *name);
 
 /* After parsing: exactly one of --prompt and --tokens, and --tokens' ids parsed (usage errors). */
 void cli_prompt_check(const char *cmd, cli_prompt *p);
@@ -143,6 +166,12 @@ int cli_exit(const char *cmd, attnd_status st, const attnd_err *err);
  * there is none). */
 attnd_status cli_model_load(model **out, const char *cmd, const char *path, attnd_err *err);
 
+/* The context a command runs m at: ctx_size (its --ctx-size; 0 = the model's), cut to the model's
+ * context with a warning on stderr ("attnd <cmd>: --ctx-size 100000 is more than the model's
+ * context of 512; using 512") when it asks for more, then set with model_set_context (LongRoPE's
+ * factors follow it). *n_ctx receives it. Call right after loading m. */
+attnd_status cli_model_context(model *m, const char *cmd, int ctx_size, int *n_ctx, attnd_err *err);
+
 /* One engine and one KV sequence over a loaded model, for the commands that run a single
  * sequence (generate, score, attention), with r's threads and KV type. The KV budget is only a
  * limit (blocks come as used). Borrows m, which must outlive the cli_seq. */
@@ -174,9 +203,9 @@ extern const char *const CLI_SAMPLING_USAGE;
 /* sampler_params_default, except temperature 0: the CLI is greedy unless --temp is given. */
 void cli_sampling_init(cli_sampling *o);
 void cli_sampling_free(cli_sampling *o);
-/* If argv[*i] is a sampling flag, parses its value into sampling (a cli_sampling *), advances *i
- * and returns true; a bad value is a usage error (exit 2) naming the flag. */
-bool cli_sampling_flag(const char *cmd, int argc, char **argv, int *i, void *sampling);
+/* The option entries of every sampling flag for sampling (a cli_sampling *): CLI_OPT_SAMPLING's
+ * expansion. Writes at most cap entries to out; returns how many. */
+int cli_sampling_opts(void *sampling, cli_opt *out, int cap);
 /* Once the vocabulary size is known: --logit-bias ids in range, and the whole set valid;
  * usage error otherwise. */
 void cli_sampling_check(const char *cmd, const cli_sampling *o, int n_vocab);

@@ -29,6 +29,7 @@ static const command COMMANDS[] = {
     {"serve", cmd_serve, "serve the OpenAI-compatible HTTP API (completions, chat, sessions)"},
     {"convert-llama2c", cmd_convert_llama2c, "convert a llama2.c checkpoint + tokenizer.bin to GGUF"},
     {"generate", cmd_generate, "generate a continuation of a prompt"},
+    {"chat", cmd_chat, "chat with a model on its own template (or with a running server: --url)"},
     {"attention", cmd_attention, "which earlier tokens each token attends to: JSON, SVG heatmap or text"},
     {"heads", cmd_heads, "each attention head's role: previous-token, induction, sink, local scores"},
     {"score", cmd_score, "teacher-forced argmax and log-probabilities of a token sequence"},

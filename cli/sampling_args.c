@@ -1,6 +1,6 @@
 /*
- * sampling_args.c — the sampling flags shared by CLI subcommands (`attnd generate`): parsing and
- * validating --temp, --top-k, --top-p, --min-p, --typical-p, --repeat-penalty, --repeat-last-n,
+ * sampling_args.c — the sampling flags shared by CLI subcommands (generate, attention, chat): the
+ * option entries (cli_sampling_opts) of --temperature (alias --temp), --top-k, --top-p, --min-p, --typical-p, --repeat-penalty, --repeat-last-n,
  * --presence-penalty, --frequency-penalty, --logit-bias, --seed, --stop and --top-logprobs into a
  * cli_sampling, and the generation callbacks (engine_gen's pick/on_token) that run the
  * generation pipeline (attnd/gen.h) and record log-probabilities.
@@ -23,7 +23,7 @@
 
 const char *const CLI_SAMPLING_USAGE =
     "sampling (applied in this order: penalties, logit bias, top-k, typical-p, top-p, min-p, temperature):\n"
-    "  --temp T               temperature; 0 (default) = greedy argmax, ties to the lowest id\n"
+    "  --temperature T        (or --temp) 0 = greedy argmax, ties to the lowest id (default; chat: 0.8)\n"
     "  --top-k K              keep the K most likely tokens; 0 = off (default 40)\n"
     "  --top-p P              keep the most likely tokens up to mass P, in (0, 1]; 1 = off (default 0.95)\n"
     "  --min-p P              drop tokens below P x the best one's probability, in [0, 1]; 0 = off (default 0.05)\n"
@@ -51,36 +51,21 @@ void cli_sampling_free(cli_sampling *o) {
     memset(o, 0, sizeof(*o));
 }
 
-/* A float in [lo, hi], with either end open; the message names the flag and the range. */
-static float parse_float(const char *cmd, const char *flag, const char *s, double lo, bool lo_open, double hi,
-                         bool hi_open) {
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (errno == ERANGE && isinf(v)) v = NAN; /* "1e999": not a usable number either */
-    if (end == s || *end != '\0' || !isfinite(v)) cli_usage_error(cmd, "%s: '%s' is not a finite number", flag, s);
-    if ((lo_open ? v <= lo : v < lo) || (hi_open ? v >= hi : v > hi)) {
-        char lo_s[32], hi_s[32];
-        snprintf(lo_s, sizeof(lo_s), isinf(lo) ? "-inf" : "%g", lo);
-        snprintf(hi_s, sizeof(hi_s), isinf(hi) ? "inf" : "%g", hi);
-        cli_usage_error(cmd, "%s: %s is outside %s%s, %s%s", flag, s, lo_open ? "(" : "[", lo_s, hi_s,
-                        hi_open ? ")" : "]");
-    }
-    return (float)v;
-}
-
-static uint64_t parse_seed(const char *cmd, const char *flag, const char *s) {
+/* --seed: 0..2^64-1 into (uint64_t *)dst. */
+static void parse_seed(const char *cmd, const char *flag, const char *s, void *dst) {
     char *end;
     errno = 0;
     /* strtoull would accept "-1" as 2^64-1: refuse any sign. */
     unsigned long long v = *s >= '0' && *s <= '9' ? strtoull(s, &end, 10) : 0;
     if (!(*s >= '0' && *s <= '9') || errno || *end != '\0')
         cli_usage_error(cmd, "%s: '%s' is not an integer in 0..18446744073709551615", flag, s);
-    return (uint64_t)v;
+    *(uint64_t *)dst = (uint64_t)v;
 }
 
-/* "ID=BIAS[,ID=BIAS...]", BIAS a finite number, or -inf / false to ban. */
-static void parse_bias(const char *cmd, const char *flag, const char *s, cli_sampling *o) {
+/* --logit-bias "ID=BIAS[,ID=BIAS...]", BIAS a finite number, or -inf / false to ban, added to
+ * (cli_sampling *)dst's list. */
+static void parse_bias(const char *cmd, const char *flag, const char *s, void *dst) {
+    cli_sampling *o = dst;
     const char *p = s;
     if (!*p) cli_usage_error(cmd, "%s: empty list (expected ID=BIAS[,ID=BIAS...])", flag);
     while (*p) {
@@ -125,47 +110,38 @@ static void parse_bias(const char *cmd, const char *flag, const char *s, cli_sam
     o->params.n_bias = o->n_bias;
 }
 
-bool cli_sampling_flag(const char *cmd, int argc, char **argv, int *i, void *sampling) {
+/* --stop STR, added to (cli_sampling *)dst's list (borrowing argv). */
+static void parse_stop(const char *cmd, const char *flag, const char *v, void *dst) {
+    cli_sampling *o = dst;
+    if (!*v) cli_usage_error(cmd, "%s: the stop string is empty", flag);
+    const char **g = realloc(o->stops, sizeof(*g) * (size_t)(o->n_stops + 1));
+    if (!g) cli_usage_error(cmd, "out of memory");
+    o->stops = g;
+    o->stops[o->n_stops++] = v;
+}
+
+int cli_sampling_opts(void *sampling, cli_opt *out, int cap) {
     cli_sampling *o = sampling;
-    const char *v;
     sampler_params *p = &o->params;
-    if (cli_flag_value(cmd, argc, argv, i, "--temp", &v)) {
-        p->temperature = parse_float(cmd, "--temp", v, 0, false, INFINITY, true);
-    } else if (cli_flag_value(cmd, argc, argv, i, "--top-k", &v)) {
-        p->top_k = (int)cli_parse_int(cmd, "--top-k", v, 0, INT_MAX);
-    } else if (cli_flag_value(cmd, argc, argv, i, "--top-p", &v)) {
-        p->top_p = parse_float(cmd, "--top-p", v, 0, true, 1, false);
-    } else if (cli_flag_value(cmd, argc, argv, i, "--min-p", &v)) {
-        p->min_p = parse_float(cmd, "--min-p", v, 0, false, 1, false);
-    } else if (cli_flag_value(cmd, argc, argv, i, "--typical-p", &v)) {
-        p->typical_p = parse_float(cmd, "--typical-p", v, 0, true, 1, false);
-    } else if (cli_flag_value(cmd, argc, argv, i, "--repeat-penalty", &v)) {
-        p->repeat_penalty = parse_float(cmd, "--repeat-penalty", v, 0, true, INFINITY, true);
-    } else if (cli_flag_value(cmd, argc, argv, i, "--repeat-last-n", &v)) {
-        p->repeat_last_n = (int)cli_parse_int(cmd, "--repeat-last-n", v, -1, INT_MAX);
-    } else if (cli_flag_value(cmd, argc, argv, i, "--presence-penalty", &v)) {
-        p->presence_penalty = parse_float(cmd, "--presence-penalty", v, -INFINITY, true, INFINITY, true);
-    } else if (cli_flag_value(cmd, argc, argv, i, "--frequency-penalty", &v)) {
-        p->frequency_penalty = parse_float(cmd, "--frequency-penalty", v, -INFINITY, true, INFINITY, true);
-    } else if (cli_flag_value(cmd, argc, argv, i, "--logit-bias", &v)) {
-        parse_bias(cmd, "--logit-bias", v, o);
-    } else if (cli_flag_value(cmd, argc, argv, i, "--seed", &v)) {
-        p->seed = parse_seed(cmd, "--seed", v);
-    } else if (cli_flag_value(cmd, argc, argv, i, "--stop", &v)) {
-        if (!*v) cli_usage_error(cmd, "--stop: the stop string is empty");
-        const char **g = realloc(o->stops, sizeof(*g) * (size_t)(o->n_stops + 1));
-        if (!g) cli_usage_error(cmd, "out of memory");
-        o->stops = g;
-        o->stops[o->n_stops++] = v;
-    } else if (!strcmp(argv[*i], "--ignore-eos")) {
-        o->ignore_eos = true;
-        *i += 1;
-    } else if (cli_flag_value(cmd, argc, argv, i, "--top-logprobs", &v)) {
-        o->top_logprobs = (int)cli_parse_int(cmd, "--top-logprobs", v, 0, SAMPLER_MAX_TOP_LOGPROBS);
-    } else {
-        return false;
-    }
-    return true;
+    const cli_opt opts[] = {
+        CLI_OPT_FLOAT("--temperature", &p->temperature, 0, false, INFINITY, true),
+        CLI_OPT_INT("--top-k", &p->top_k, 0, INT_MAX),
+        CLI_OPT_FLOAT("--top-p", &p->top_p, 0, true, 1, false),
+        CLI_OPT_FLOAT("--min-p", &p->min_p, 0, false, 1, false),
+        CLI_OPT_FLOAT("--typical-p", &p->typical_p, 0, true, 1, false),
+        CLI_OPT_FLOAT("--repeat-penalty", &p->repeat_penalty, 0, true, INFINITY, true),
+        CLI_OPT_INT("--repeat-last-n", &p->repeat_last_n, -1, INT_MAX),
+        CLI_OPT_FLOAT("--presence-penalty", &p->presence_penalty, -INFINITY, true, INFINITY, true),
+        CLI_OPT_FLOAT("--frequency-penalty", &p->frequency_penalty, -INFINITY, true, INFINITY, true),
+        CLI_OPT_FN("--logit-bias", parse_bias, o),
+        CLI_OPT_FN("--seed", parse_seed, &p->seed),
+        CLI_OPT_FN("--stop", parse_stop, o),
+        CLI_OPT_SET("--ignore-eos", &o->ignore_eos),
+        CLI_OPT_INT("--top-logprobs", &o->top_logprobs, 0, SAMPLER_MAX_TOP_LOGPROBS),
+    };
+    ATTND_ASSERT(cap >= (int)ATTND_ARRAY_LEN(opts));
+    memcpy(out, opts, sizeof(opts));
+    return (int)ATTND_ARRAY_LEN(opts);
 }
 
 void cli_sampling_check(const char *cmd, const cli_sampling *o, int n_vocab) {

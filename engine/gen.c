@@ -45,6 +45,11 @@ struct gen {
     size_t n_win;
     bool start_on;            /* WAIT: the chosen token begins the grammar (from byte feed_from) */
     size_t feed_from;
+    // ---- a step whose mask did not end by its deadline (gen_next_until, gen_resume) ----
+    double deadline;          /* the current call's (0 = none) */
+    bool pending;             /* the mask goes on in gen_resume */
+    int32_t pend_id;          /* the token first sampled (kept when the grammar allows none) */
+    float *held;              /* (n_vocab) the step's logits, kept while pending */
 };
 
 enum { PH_ON = 0, PH_PROBE, PH_SKIP, PH_WAIT };
@@ -62,7 +67,8 @@ static attnd_status grammar_init(gen *g, const gen_params *p, attnd_err *err) {
     g->phase = g->lz.skip_inside ? PH_SKIP : g->lz.skip_open ? PH_PROBE : g->lz.trigger ? PH_WAIT : PH_ON;
     g->allowed = malloc((size_t)g->n_vocab);
     g->masked = malloc((size_t)g->n_vocab * sizeof(float));
-    if (!g->allowed || !g->masked) return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory for the grammar's mask");
+    g->held = malloc((size_t)g->n_vocab * sizeof(float));
+    if (!g->allowed || !g->masked || !g->held) return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory for the grammar's mask");
     return ATTND_OK;
 }
 
@@ -106,6 +112,7 @@ void gen_destroy(gen *g) {
     grammar_state_destroy(g->gs);
     free(g->allowed);
     free(g->masked);
+    free(g->held);
     free(g);
 }
 
@@ -119,10 +126,10 @@ static bool grammar_allows(gen *g, int32_t id) {
     return grammar_state_try_token(g->gs, g->gv, id);
 }
 
-/* The token drawn from logits masked to what the grammar allows; -1 when it allows nothing. */
-static int32_t sample_masked(gen *g, const float *logits) {
+/* The token drawn from logits masked to the count tokens the finished mask allows; -1 when it
+ * allows nothing. */
+static int32_t draw_masked(gen *g, const float *logits, int count) {
     int n_gv = grammar_vocab_size(g->gv), n = g->n_vocab < n_gv ? g->n_vocab : n_gv;
-    int count = grammar_state_mask(g->gs, g->gv, g->allowed);
     for (int i = n; i < g->n_vocab; i++) g->allowed[i] = 0; /* ids the tokenizer does not know */
     if (grammar_state_complete(g->gs))
         for (int i = 0; i < n; i++)
@@ -136,6 +143,16 @@ static int32_t sample_masked(gen *g, const float *logits) {
     int32_t id = sampler_sample(g->smp, g->masked);
     /* every allowed token banned by logit_bias: the sampler's fallback; keep to the grammar */
     return g->allowed[id] ? id : best;
+}
+
+/* The token drawn from logits masked to what the grammar allows; -1 when it allows nothing;
+ * -2 when the mask did not end by the call's deadline (g->pending: gen_resume goes on). */
+static int32_t sample_masked(gen *g, const float *logits) {
+    int count;
+    grammar_state_mask_begin(g->gs, g->gv, g->allowed);
+    if (grammar_state_mask_more(g->gs, g->gv, g->allowed, g->deadline, &count)) return draw_masked(g, logits, count);
+    g->pending = true;
+    return -2;
 }
 
 // ---- the lazy phases -------------------------------------------------------------------------
@@ -217,8 +234,8 @@ static int32_t wait_check(gen *g, const float *logits, int32_t id, bool *stuck) 
     if (grammar_state_try(g->gs, b + g->feed_from, n - g->feed_from)) return id;
     g->feed_from = 0;
     int32_t masked = sample_masked(g, logits);
-    *stuck = masked < 0;
-    return *stuck ? id : masked;
+    *stuck = masked == -1;
+    return masked < 0 ? id : masked;
 }
 
 /* The token the grammar's phase lets through: id, or one drawn again. */
@@ -234,8 +251,8 @@ static int32_t constrain(gen *g, const float *logits, int32_t id, bool *stuck) {
     if (g->phase == PH_WAIT) return wait_check(g, logits, id, stuck);
     if (g->phase == PH_SKIP || grammar_allows(g, id)) return id;
     int32_t masked = sample_masked(g, logits);
-    *stuck = masked < 0;
-    return *stuck ? id : masked;
+    *stuck = masked == -1;
+    return masked < 0 ? id : masked;
 }
 
 /* The chosen token (not end-of-generation) moves the phase on. */
@@ -272,10 +289,8 @@ static void advance(gen *g, int32_t id) {
     }
 }
 
-stop_reason gen_next(gen *g, const float *logits, token_logprob *top, gen_token *t) {
-    int32_t id = sampler_sample(g->smp, logits);
-    bool stuck = false; /* the grammar allows no token at all */
-    if (g->gs && !g->ended) id = constrain(g, logits, id, &stuck);
+/* The rest of a step once its token id is chosen (stuck: the grammar allowed none). */
+static stop_reason step_end(gen *g, const float *logits, token_logprob *top, gen_token *t, int32_t id, bool stuck) {
     sampler_accept(g->smp, id);
     *t = (gen_token){.id = id, .text = ""};
     if (g->top_logprobs >= 0) {
@@ -294,6 +309,41 @@ stop_reason gen_next(gen *g, const float *logits, token_logprob *top, gen_token 
     if (!g->ended && g->gs && g->phase == PH_ON && grammar_state_complete(g->gs) && !grammar_state_can_continue(g->gs))
         g->ended = STOP_GRAMMAR;
     return g->ended;
+}
+
+bool gen_next_until(gen *g, const float *logits, token_logprob *top, gen_token *t, double deadline, stop_reason *why) {
+    ATTND_ASSERT(!g->pending);
+    int32_t id = sampler_sample(g->smp, logits);
+    bool stuck = false; /* the grammar allows no token at all */
+    g->deadline = deadline;
+    if (g->gs && !g->ended) id = constrain(g, logits, id, &stuck);
+    if (g->pending) {
+        memcpy(g->held, logits, (size_t)g->n_vocab * sizeof(float));
+        g->pend_id = id;
+        return false;
+    }
+    *why = step_end(g, logits, top, t, id, stuck);
+    return true;
+}
+
+bool gen_resume(gen *g, token_logprob *top, gen_token *t, double deadline, stop_reason *why) {
+    ATTND_ASSERT(g->pending);
+    int count;
+    if (!grammar_state_mask_more(g->gs, g->gv, g->allowed, deadline, &count)) return false;
+    g->pending = false;
+    int32_t id = draw_masked(g, g->held, count);
+    bool stuck = id == -1;
+    *why = step_end(g, g->held, top, t, stuck ? g->pend_id : id, stuck);
+    return true;
+}
+
+bool gen_pending(const gen *g) { return g->pending; }
+
+stop_reason gen_next(gen *g, const float *logits, token_logprob *top, gen_token *t) {
+    stop_reason why = STOP_NONE;
+    bool done = gen_next_until(g, logits, top, t, 0, &why);
+    ATTND_ASSERT(done);
+    return why;
 }
 
 stop_reason gen_finish(gen *g, const char **text, size_t *n_text) {

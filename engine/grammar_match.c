@@ -283,6 +283,9 @@ struct grammar_state {
     size_t cap_remap;
     size_t budget;         /* expansion work left in this step */
     bool mask_cut;         /* the last mask stopped at MAX_MASK_WORK */
+    size_t mask_i;         /* a mask in parts (grammar_state_mask_more): the next trie node, */
+    size_t mask_work;      /* the work it took so far, */
+    int mask_count;        /* the tokens it allowed so far */
     glevel *levels;        /* (cap_levels) the trie walk's path */
     size_t cap_levels;
     const grammar_vocab *tv; /* the vocabulary tok_id was resolved in (NULL: not yet) */
@@ -672,34 +675,54 @@ static int mask_tokens(grammar_state *s, const grammar_vocab *v, unsigned char *
 
 bool grammar_state_mask_was_cut(const grammar_state *s) { return s->mask_cut; }
 
-int grammar_state_mask(grammar_state *s, const grammar_vocab *v, unsigned char *allowed) {
+void grammar_state_mask_begin(grammar_state *s, const grammar_vocab *v, unsigned char *allowed) {
     memset(allowed, 0, (size_t)v->n);
     if (!attnd_grow(&s->levels, &s->cap_levels, (size_t)v->max_depth + 1, sizeof(*s->levels), 16)) s->st = ATTND_ERR_NOMEM;
-    if (s->st != ATTND_OK || !load_committed(s, &s->levels[0])) return 0;
-    int count = 0;
-    size_t work = 0;
+    s->mask_i = s->mask_work = 0, s->mask_count = 0;
     s->mask_cut = false;
-    for (size_t i = 0; i < v->n_nodes && s->st == ATTND_OK; i++) {
+    if (s->st != ATTND_OK || !load_committed(s, &s->levels[0])) s->mask_i = v->n_nodes; /* nothing to walk */
+}
+
+/* Trie nodes walked between two looks at the clock (a node costs at most a step's work). */
+enum { MASK_CLOCK_NODES = 64 };
+
+bool grammar_state_mask_more(grammar_state *s, const grammar_vocab *v, unsigned char *allowed, double deadline,
+                             int *count) {
+    size_t i = s->mask_i;
+    for (size_t seen = 0; i < v->n_nodes && s->st == ATTND_OK; i++, seen++) {
+        if (deadline > 0 && seen >= MASK_CLOCK_NODES && seen % MASK_CLOCK_NODES == 0 && attnd_now_s() >= deadline) {
+            s->mask_i = i; /* the levels of the path to node i stay as they are until the next call */
+            return false;
+        }
         const vnode *nd = &v->nodes[i];
         glevel *up = &s->levels[nd->depth - 1];
         s->pool.len = up->pool_end, s->tb_len = up->tb_end; /* forget the previous sibling's subtree */
         glevel *l = &s->levels[nd->depth];
-        if (work > MAX_MASK_WORK) {
+        if (s->mask_work > MAX_MASK_WORK) {
             s->mask_cut = true; /* the tokens not reached stay 0: what is allowed is still allowed */
             break;
         }
         s->budget = MAX_STEP_WORK;
         bool alive = step_byte(s, up, nd->byte, l);
-        work += 1 + (MAX_STEP_WORK - s->budget);
+        s->mask_work += 1 + (MAX_STEP_WORK - s->budget);
         if (!alive) {
             i = nd->skip - 1; /* no token below this prefix can come next */
             continue;
         }
         l->pool_end = s->pool.len, l->tb_end = s->tb_len;
         for (uint32_t k = 0; k < nd->tok_n; k++) allowed[v->sorted[nd->tok_first + k]] = 1;
-        count += (int)nd->tok_n;
+        s->mask_count += (int)nd->tok_n;
     }
+    s->mask_i = v->n_nodes;
     s->pool.len = s->committed, s->tb_len = 0;
-    count += mask_tokens(s, v, allowed);
-    return s->st == ATTND_OK ? count : 0;
+    s->mask_count += mask_tokens(s, v, allowed);
+    *count = s->st == ATTND_OK ? s->mask_count : 0;
+    return true;
+}
+
+int grammar_state_mask(grammar_state *s, const grammar_vocab *v, unsigned char *allowed) {
+    int count;
+    grammar_state_mask_begin(s, v, allowed);
+    grammar_state_mask_more(s, v, allowed, 0, &count);
+    return count;
 }

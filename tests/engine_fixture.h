@@ -53,6 +53,7 @@ typedef struct tiny_spec {
     const char *extra_tensor; /* ... or an F32 vector of n_embd elements of this name */
     const char *const *specials; /* with vocab: the last n_specials pieces are these control tokens */
     int n_specials;
+    const char *chat_template; /* with vocab: tokenizer.chat_template (NULL = none) */
 } tiny_spec;
 
 /* What a family computes, as llama.cpp does it (written independently of engine/arch.c). */
@@ -297,6 +298,7 @@ static inline uint64_t tiny_keys(gbuf *b, const tiny_spec *sp) {
         }
         gb_kv_u32(b, "tokenizer.ggml.bos_token_id", (uint32_t)(sp->bos_id ? sp->bos_id : 1));
         gb_kv_u32(b, "tokenizer.ggml.eos_token_id", 2);
+        if (sp->chat_template) n++, gb_kv_str(b, "tokenizer.chat_template", sp->chat_template);
     }
     return n;
 }

@@ -178,7 +178,26 @@ static void ref_log_softmax(double *row, int V) {
 
 /* Every head's change of log P(target) and KL(P || Q) from the sweep equals the float64
  * reference with that head ablated from position `from` on, within 1e-3. */
-static void check_sweep(const char *arch, int from, engine_ablate_mode mode, float scale, int max_seqs) {
+/* step > 0: in batches of at most step entries (ablate_sweep_next, as the server interleaves a
+ * sweep with its decode steps), the sequences held between them within ablate_sweep_kv_bytes. */
+static attnd_status sweep_in_steps(tiny_rig *r, const ablate_sweep_params *p, int step, ablate_sweep_result *res,
+                                   attnd_err *err) {
+    if (step <= 0) return ablate_sweep_run(r->e, r->pool, p, res, err);
+    ablate_sweep *w;
+    attnd_status st = ablate_sweep_create(&w, r->e, r->pool, p, err);
+    size_t cap = ablate_sweep_kv_bytes(r->e, r->pool, p);
+    int batches = 0;
+    for (bool done = false; st == ATTND_OK && !done; batches++) {
+        st = ablate_sweep_next(w, step, &done, err);
+        cr_assert_leq(kv_pool_bytes_used(r->pool), cap, "the sweep holds more KV than it said");
+    }
+    if (st == ATTND_OK) ablate_sweep_take_result(w, res);
+    ablate_sweep_destroy(w);
+    cr_assert_eq(res->n_batches, batches, "one batch per step");
+    return st;
+}
+
+static void check_sweep(const char *arch, int from, engine_ablate_mode mode, float scale, int max_seqs, int step) {
     tiny_spec sp = tiny_default(arch);
     sp.n_layer = 3;
     tiny_rig r;
@@ -190,7 +209,9 @@ static void check_sweep(const char *arch, int from, engine_ablate_mode mode, flo
                              .scale = scale, .max_seqs = max_seqs};
     ablate_sweep_result res;
     attnd_err err;
-    cr_assert_eq(ablate_sweep_run(r.e, r.pool, &p, &res, &err), ATTND_OK, "%s", err.msg);
+    cr_assert_eq(sweep_in_steps(&r, &p, step, &res, &err), ATTND_OK, "%s", err.msg);
+    if (step > 0) cr_assert_leq(res.n_evaluated, (long)step * res.n_batches, "steps of at most %d", step);
+    if (step > 0) cr_assert_gt(res.n_batches, (res.n_sequences - 1) * (N - from) / step, "batches of about %d", step);
     double *ref = malloc(sizeof(double) * N * (size_t)V), *base = malloc(sizeof(double) * (size_t)V);
     ref_forward(&sp, r.path, tok, N, ref);
     memcpy(base, ref + (size_t)(N - 1) * V, sizeof(double) * V);
@@ -228,15 +249,25 @@ static void check_sweep(const char *arch, int from, engine_ablate_mode mode, flo
 }
 
 Test(ablation, sweep_of_every_head_over_the_whole_prompt_equals_float64_reference) {
-    check_sweep("llama", 0, ENGINE_ABLATE_ZERO, 0, 0);
+    check_sweep("llama", 0, ENGINE_ABLATE_ZERO, 0, 0, 0);
 }
 
 Test(ablation, sweep_at_the_measured_position_of_forks_equals_float64_reference) {
-    check_sweep("qwen2", N - 1, ENGINE_ABLATE_ZERO, 0, 0);
+    check_sweep("qwen2", N - 1, ENGINE_ABLATE_ZERO, 0, 0, 0);
 }
 
 Test(ablation, mean_sweep_from_a_shared_prefix_in_small_waves_equals_float64_reference) {
-    check_sweep("llama", 10, ENGINE_ABLATE_MEAN, 0.25f, 5); /* 12 heads in waves of 5 */
+    check_sweep("llama", 10, ENGINE_ABLATE_MEAN, 0.25f, 5, 0); /* 12 heads in waves of 5 */
+}
+
+/* The server's way: batches of a few entries between its decode steps, a wave's runs cut at any
+ * point, give the same answers. */
+Test(ablation, mean_sweep_in_small_steps_equals_float64_reference) {
+    check_sweep("llama", 10, ENGINE_ABLATE_MEAN, 0.25f, 5, 7);
+}
+
+Test(ablation, sweep_in_steps_of_one_entry_equals_float64_reference) {
+    check_sweep("qwen2", 0, ENGINE_ABLATE_ZERO, 0, 4, 1);
 }
 
 Test(ablation, sweep_refuses_a_bad_target_or_start) {

@@ -2,7 +2,8 @@
 # test_cli.sh — the CLI agrees with the server where they overlap: `attnd version`, and
 # `--threads 0` meaning all CPUs in every command that takes --threads (as `serve --threads 0`);
 # `attnd info` says whether a file runs, its chat template and KV cost (and README shows it true);
-# `generate --draft-max` (speculative decoding) prints what plain generation prints.
+# `generate --draft-max` (speculative decoding) prints what plain generation prints; a newcomer's
+# commands with llama.cpp's flags (-m -c -t -n -p -s --temp -ngl ...) exit as documented.
 set -u
 BIN=${ATTND_BINARY:?ATTND_BINARY not set}
 source "$(dirname "$0")/check_lib.sh"
@@ -101,6 +102,92 @@ check "info --ctx-size: the short LongRoPE factors under a cap" "$?" 0
 grep -q "^LongRoPE:      long factors (a context of 129 beyond" <<<"$("$BIN" info --model "$gm" --ctx-size 129 2>&1)"
 check "info --ctx-size: the long factors just beyond it" "$?" 0
 rm -f "$gm"
+
+# issue 51: a newcomer's commands, typed with llama.cpp's flags, each exiting as documented.
+# run WANT_RC DESCRIPTION CMD...: checks the exit status; the output (stdout + stderr) is in $out
+run() {
+    local want=$1 what=$2
+    shift 2
+    out=$("$@" 2>&1)
+    check "$what (exit $want)" "$?" "$want"
+}
+M=$ATTND_SOURCE_DIR/models/attnd-sotu.gguf
+run 0 "generate -m -p -n -t -s --temp" "$BIN" generate -m "$M" -p "We the people" -n 6 -t 1 -s 3 --temp 0.7 --json
+a=$(field 'd["tokens"]' <<<"$out")
+run 0 "generate with attnd's own spellings" "$BIN" generate --model "$M" --prompt "We the people" --n 6 --threads 1 \
+    --seed 3 --temperature 0.7 --json
+check "the short flags and --temp mean what the long ones do" "$(field 'd["tokens"]' <<<"$out")" "$a"
+run 0 "generate --top-k --top-p --min-p --repeat-penalty" "$BIN" generate -p "We" -n 2 --top-k 5 --top-p 0.9 \
+    --min-p 0.1 --repeat-penalty 1.1 --temp 0.5
+run 0 "generate -ngl 99 (a GPU flag) runs" "$BIN" generate -p "We" -n 2 -ngl 99
+grep -q "^attnd generate: -ngl 99 ignored: attnd computes on the CPU$" <<<"$out"
+check "-ngl is ignored with a note" "$?" 0
+run 0 "generate -c 100000 runs at the model's context" "$BIN" generate -p "We" -n 2 -c 100000
+grep -q "^attnd generate: --ctx-size 100000 is more than the model's context of 512; using 512$" <<<"$out"
+check "generate: a capped --ctx-size says so" "$?" 0
+run 1 "generate -c 8 with a longer prompt fails" "$BIN" generate -p "We the people of the United States" -n 4 -c 8
+grep -q "exceed the context of 8" <<<"$out"
+check "generate -c caps the context" "$?" 0
+run 0 "score -m" "$BIN" score -m "$M" --tokens 1,571,262,545
+run 2 "score -c: not an option of score" "$BIN" score -c 5 --tokens 1,2
+grep -q "'-c' (--ctx-size) is not an option of attnd score" <<<"$out"
+check "an alias of a flag the command lacks says so" "$?" 0
+for c in info generate score template tokenize attention chat; do
+    run 2 "$c --modle" "$BIN" $c --modle x
+    grep -q "unknown option '--modle' (did you mean '--model'?)" <<<"$out"
+    check "$c: did you mean '--model'" "$?" 0
+done
+run 2 "generate --tmep" "$BIN" generate --tmep 0.5
+grep -q "did you mean '--temp'" <<<"$out"
+check "did you mean '--temp'" "$?" 0
+run 2 "generate --json=1: a flag given a value" "$BIN" generate --json=1
+run 0 "info -m -c 100000" "$BIN" info -m "$M" -c 100000
+grep -q "^attnd info: --ctx-size 100000 is more than the model's context of 512; using 512$" <<<"$out"
+check "info: a capped --ctx-size says so" "$?" 0
+run 1 "info on a file attnd cannot run" "$BIN" info -m "$ATTND_DATA_DIR/tokenizers/gpt2-bpe.gguf"
+grep -q "^runs:          no: " <<<"$out"
+check "info: exit 1 comes with 'runs: no'" "$?" 0
+run 1 "info --json on a file attnd cannot run" "$BIN" info --json -m "$ATTND_DATA_DIR/tokenizers/gpt2-bpe.gguf"
+run 1 "info on a missing file" "$BIN" info -m /nonexistent.gguf
+for c in generate score; do
+    run 0 "$c --help" "$BIN" $c --help
+    grep -q "^usage: attnd $c \[--model PATH\]" <<<"$out"
+    check "$c usage: --model is optional (the default model)" "$?" 0
+done
+run 0 "serve -m -c -t -n --temp -np -a -ngl" "$BIN" serve -m "$M" -c 256 -t 1 -n 64 --temp 0.5 -np 2 -a m1 -ngl 99 \
+    --print-config
+for kv in "model *= $M " "ctx_size *= 256 " "threads *= 1 " "max_tokens *= 64 " "temperature *= 0.5 " \
+          "max_parallel *= 2 " "model_alias *= m1 "; do
+    grep -q "^$kv" <<<"$out"
+    check "serve: llama-server's spelling sets $kv" "$?" 0
+done
+grep -q "^attnd serve: -ngl 99 ignored: attnd computes on the CPU$" <<<"$out"
+check "serve: -ngl is ignored with a note" "$?" 0
+run 0 "serve --temperature --max-tokens (attnd's spelling)" "$BIN" serve --temperature 0.25 --max-tokens 7 --print-config
+grep -q "^temperature *= 0.25 " <<<"$out"
+check "serve --temperature still works" "$?" 0
+run 2 "serve --prot" "$BIN" serve --prot 1
+grep -q "did you mean '--port'" <<<"$out"
+check "serve: did you mean '--port'" "$?" 0
+run 0 "serve --help" "$BIN" serve --help
+grep -q -- "--log-level LEVEL  *error | warn | info | debug" <<<"$out"
+check "serve --help: --log-level takes a word" "$?" 0
+grep -q -- "-m (--model), -c (--ctx-size)" <<<"$out"
+check "serve --help names llama-server's spellings" "$?" 0
+# a served --ctx-size above the model's context is cut with a warning in the log
+log=$(mktemp)
+"$BIN" serve -m "$M" -c 100000 --port 0 -t 1 2>"$log" &
+pid=$!
+for _ in $(seq 300); do grep -q "model ready" "$log" && break; sleep 0.1; done
+kill "$pid"
+wait "$pid"
+grep -q "ctx_size 100000 is more than the model's context of 512; using 512" "$log"
+check "serve: a capped ctx_size says so" "$?" 0
+rm -f "$log"
+run 0 "bench -m -t -p -n -r (llama-bench's flags)" "$BIN" bench -m "$M" -t 1 -p 8 -n 4 -r 1 --no-peer --no-growth
+run 0 "chat --help" "$BIN" chat --help
+"$BIN" --help | grep -q "^  chat "
+check "--help lists chat" "$?" 0
 
 # README's `attnd info` example is the default model's real output
 block=$(awk '/^attnd info --model M.gguf$/{on=1; next} on && /^```$/{exit} on && $0 != "..." {print}' \

@@ -5,6 +5,7 @@
  */
 #include <criterion/criterion.h>
 #include <dirent.h>
+#include <jansson.h>
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -587,11 +588,21 @@ Test(gguf, every_fixture_opens) {
     cr_assert_geq(n, 6, "found only %d fixtures", n);
 }
 
+/* attnd info reads the file, and its exit status says what "runs" says: 0 runs, 1 does not. */
 static void check_info_cli(const char *path) {
     char cmd[2048];
-    snprintf(cmd, sizeof(cmd), "'%s' info --json --model '%s' > /dev/null 2>&1", ATTND_BINARY, path);
-    int rc = system(cmd);
-    cr_assert(WIFEXITED(rc) && WEXITSTATUS(rc) == 0, "attnd info failed on %s", path);
+    snprintf(cmd, sizeof(cmd), "'%s' info --json --model '%s' 2>/dev/null", ATTND_BINARY, path);
+    FILE *p = popen(cmd, "r");
+    cr_assert(p, "%s", cmd);
+    json_error_t je;
+    json_t *j = json_loadf(p, JSON_DISABLE_EOF_CHECK, &je);
+    int rc = pclose(p);
+    cr_assert(j, "attnd info --json on %s: not JSON (%s)", path, je.text);
+    json_t *runs = json_object_get(j, "runs");
+    cr_assert(json_is_boolean(runs), "%s: no \"runs\"", path);
+    cr_assert(WIFEXITED(rc) && WEXITSTATUS(rc) == (json_is_true(runs) ? 0 : 1), "attnd info on %s: exit %d, runs %s",
+              path, WEXITSTATUS(rc), json_is_true(runs) ? "true" : "false");
+    json_decref(j);
 }
 
 Test(gguf, attnd_info_reads_every_fixture) {

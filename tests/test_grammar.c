@@ -848,3 +848,98 @@ Test(grammar_tokens, generation_draws_the_named_token_where_the_grammar_needs_it
     grammar_state_destroy(s1), grammar_state_destroy(s2);
     grammar_unref(g);
 }
+
+// ---- masks in parts: a server bounds each step's mask work (grammar_state_mask_more) ---------
+
+/* A mask walked in parts, each stopped at a deadline already past (so each walks the least it
+ * may), allows exactly what the mask at once allows, with the same count and cut: for an ordinary
+ * grammar and for a pathological one that reaches the work bound. */
+Test(grammar, a_mask_in_parts_equals_the_mask_at_once) {
+    enum { NW = 40000 };
+    char *store;
+    grammar_vocab *v = word_vocab(NW, &store);
+    unsigned char *whole = malloc(NW), *parts = malloc(NW);
+    const char *srcs[] = {"root ::= [a-m]+ ( \" \" [a-z]+ )*", "root ::= [a-c]{0,4} (\"x\" | \"y\")? .+ root \"]\""};
+    for (int k = 0; k < 2; k++) {
+        grammar *g = compile(srcs[k]);
+        grammar_state *s;
+        cr_assert_eq(grammar_state_create(&s, g, NULL), ATTND_OK);
+        cr_assert(grammar_state_accept(s, "abcab", 5));
+        int count = grammar_state_mask(s, v, whole), got = -1, calls = 0;
+        bool cut = grammar_state_mask_was_cut(s);
+        grammar_state_mask_begin(s, v, parts);
+        do calls++;
+        while (!grammar_state_mask_more(s, v, parts, attnd_now_s() - 1, &got));
+        cr_assert_gt(calls, 10, "grammar %d: the mask was not cut into parts (%d)", k, calls);
+        cr_assert_eq(got, count, "grammar %d", k);
+        cr_assert_eq(grammar_state_mask_was_cut(s), cut, "grammar %d", k);
+        cr_assert(!memcmp(whole, parts, NW), "grammar %d: the parts allow other tokens", k);
+        cr_assert(grammar_state_accept(s, "a", 1), "the state is whole after the parts");
+        grammar_state_destroy(s);
+        grammar_unref(g);
+    }
+    grammar_vocab_destroy(v);
+    free(whole), free(parts), free(store);
+}
+
+/* A generation step whose mask is cut at every deadline (gen_next_until, then gen_resume until it
+ * ends) gives the token gen_next gives for the same seed and logits, step after step. */
+Test(grammar, a_step_cut_by_its_deadlines_resumes_to_the_same_token) {
+    enum { NP = 3000 };
+    char **pieces = malloc(sizeof(char *) * NP), *store = malloc((size_t)NP * 8);
+    int32_t *types = malloc(sizeof(int32_t) * NP);
+    float *scores = malloc(sizeof(float) * NP);
+    uint32_t r = 99;
+    for (int i = 0; i < NP; i++) {
+        char *p = store + (size_t)i * 8;
+        if (i < 3) snprintf(p, 8, "%s", i == 0 ? "<unk>" : i == 1 ? "<s>" : "</s>");
+        else {
+            int len = 1 + i % 5; /* 1..5 letters; the index keeps each piece unique */
+            for (int k = 0; k < len; k++) r = r * 1103515245u + 12345u, p[k] = (char)('a' + (r >> 16) % 26);
+            p[len] = '\0';
+            if (len >= 4) p[0] = (char)('a' + i % 26), p[1] = (char)('a' + i / 26 % 26), p[2] = (char)('a' + i / 676 % 26);
+        }
+        pieces[i] = p, types[i] = i == 0 ? 2 : i < 3 ? 3 : 1, scores[i] = -(float)i;
+    }
+    gbuf img;
+    gb_spm_vocab(&img, (const char *const *)pieces, types, scores, NP);
+    gguf_file *f;
+    tokenizer *t;
+    grammar_vocab *v;
+    attnd_err err;
+    cr_assert_eq(gguf_open_memory(&f, img.p, img.n, &err), ATTND_OK, "%s", err.msg);
+    cr_assert_eq(tok_load(&t, f, &err), ATTND_OK, "%s", err.msg);
+    cr_assert_eq(grammar_vocab_from_tokenizer(&v, t, &err), ATTND_OK, "%s", err.msg);
+    grammar *g = compile("root ::= [a-f]+ ( \" \" [a-f]+ )*");
+    gen *a, *b;
+    gen_params p = {.top_logprobs = 2, .grammar = g, .gvocab = v};
+    sampler_params_default(&p.sp);
+    p.sp.temperature = 1, p.sp.top_k = 0, p.sp.top_p = 1, p.sp.min_p = 0, p.sp.seed = 5;
+    cr_assert_eq(gen_create(&a, &p, NP, t, NULL, 0, &err), ATTND_OK, "%s", err.msg);
+    cr_assert_eq(gen_create(&b, &p, NP, t, NULL, 0, &err), ATTND_OK, "%s", err.msg);
+    float *logits = malloc(sizeof(float) * NP);
+    uint64_t x = 7;
+    int pended = 0;
+    for (int step = 0; step < 40; step++) {
+        for (int i = 0; i < NP; i++) x = x * 6364136223846793005ULL + 1442695040888963407ULL, logits[i] = (float)((x >> 40) % 1000) / 100;
+        gen_token ta, tb;
+        token_logprob topa[2], topb[2];
+        stop_reason wa = gen_next(a, logits, topa, &ta), wb;
+        bool done = gen_next_until(b, logits, topb, &tb, attnd_now_s() - 1, &wb);
+        logits[0] = 1e9f; /* the caller's buffer is its own again while b is pending */
+        pended += !done;
+        while (!done) done = gen_resume(b, topb, &tb, attnd_now_s() - 1, &wb);
+        cr_assert_eq(tb.id, ta.id, "step %d: %d vs %d", step, tb.id, ta.id);
+        cr_assert_eq(wb, wa);
+        cr_assert_eq(tb.logprob, ta.logprob);
+        cr_assert_eq(topb[0].id, topa[0].id);
+        if (wa != STOP_NONE) break;
+    }
+    cr_assert_gt(pended, 0, "no step's mask was cut");
+    gen_destroy(a), gen_destroy(b);
+    grammar_unref(g);
+    grammar_vocab_destroy(v);
+    tok_destroy(t);
+    gguf_close(f);
+    free(img.p), free(pieces), free(store), free(types), free(scores), free(logits);
+}

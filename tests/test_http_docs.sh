@@ -3,9 +3,11 @@
 # attnd first on PATH, must exit 0 (curl -f fails on HTTP errors) and every JSON answer must
 # parse; where a `# => OUTPUT` line follows a curl line, the answer must be exactly that (on the
 # shipped default model). Every other `attnd ...` line in README.md's code blocks runs too: with a
-# model file the reader downloads first, the default model stands in, and `attnd serve` lines
-# are checked with --print-config (flags and values valid) instead of serving. The README stays
-# within 300 lines.
+# model file the reader downloads first, the default model stands in; `attnd pull org/repo:QUANT`
+# lines pull the default model from a local stand-in for the Hub (tests/fake_hub.py) that holds
+# it under that name, so the README's hf:// references then load from the cache; `attnd serve`
+# lines are checked with --print-config (flags and values valid) instead of serving. The README
+# stays within 300 lines.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 source "$here/http_lib.sh"
@@ -52,6 +54,16 @@ for doc in "$src/docs/server.md" "$src/README.md"; do
 done
 [ $pairs -ge 4 ] || { echo "not ok - expected at least 4 '# =>' examples, found $pairs"; status=1; }
 
+# the Hub the README's `attnd pull` lines reach: each org/repo:QUANT holds the default model
+while read -r ref; do
+    repo=${ref%%:*} tag=${ref#*:}
+    mkdir -p "$TMP/hub/$repo" && cp "$MODEL" "$TMP/hub/$repo/model-$tag.gguf"
+done < <(grep -o 'attnd pull [^ ]*' "$src/README.md" | awk '{print $3}')
+python3 "$here/fake_hub.py" "$TMP/hub" "$TMP/hub.port" "$TMP/hub.log" &
+hub_pid=$!
+for _ in $(seq 1 100); do [ -s "$TMP/hub.port" ] && break; sleep 0.05; done
+export HF_ENDPOINT="http://127.0.0.1:$(cat "$TMP/hub.port")" XDG_CACHE_HOME="$TMP/cache"
+
 # every `attnd ...` line of README.md's other code blocks (the ```sh ones ran above)
 n_cmd=0
 while IFS= read -r line; do
@@ -59,7 +71,8 @@ while IFS= read -r line; do
     cmd=${cmd%%#*}
     eval "argv=($cmd)" # the README's own quoting
     for i in "${!argv[@]}"; do # a model the reader downloads: the default model stands in
-        if [ "${argv[$i]}" = --model ] && [ ! -f "${argv[$((i + 1))]:-}" ]; then argv[$((i + 1))]=$MODEL; fi
+        m=${argv[$((i + 1))]:-}
+        if [ "${argv[$i]}" = --model ] && [ ! -f "$m" ] && [ "${m#hf://}" = "$m" ]; then argv[$((i + 1))]=$MODEL; fi
     done
     [ "${argv[1]:-}" = serve ] && argv+=(--print-config)
     n_cmd=$((n_cmd + 1))
@@ -68,6 +81,7 @@ while IFS= read -r line; do
 done < <(awk '/^```/ {if (on) on = 0; else {on = 1; sh = /^```(sh|bash|shell)$/}; next} on && !sh && /^(\$ )?attnd / {print}' \
          "$src/README.md")
 [ $n_cmd -ge 2 ] || { echo "not ok - expected attnd commands in README.md's code blocks, found $n_cmd"; status=1; }
+kill "$hub_pid" 2>/dev/null
 lines=$(wc -l < "$src/README.md")
 [ "$lines" -le 300 ] && echo "ok - README.md is $lines lines" || { echo "not ok - README.md is $lines lines (at most 300)"; status=1; }
 

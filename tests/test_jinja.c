@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "jinja.h"
 #include "jinja_json.h"
@@ -37,7 +38,9 @@ static char *render_full(const char *src, size_t len, const json_t *vars, const 
         snprintf(err_out, err_n, "%s", err.msg);
         return NULL;
     }
-    jinja_ctx *c = jinja_ctx_create(NULL);
+    /* production's limits, but for the wall clock: a loaded test machine must not turn a step
+     * budget's error into a time cap's (a_render_stops_at_its_wall_clock_cap tests that one) */
+    jinja_ctx *c = jinja_ctx_create(&(jinja_limits){.max_time_ms = 60000});
     cr_assert(c);
     jinja_set_json_vars(c, vars, JINJA_DATA);
     if (bos) jinja_ctx_set(c, "bos_token", jinja_str(c, bos, strlen(bos), JINJA_LITERAL));
@@ -207,6 +210,164 @@ Test(jinja, sandbox_refuses_mutation_and_bounds_work) {
     deep[sizeof(deep) - 1] = '\0';
     char err[600];
     cr_assert_null(render_str(deep, NULL, err, sizeof(err)));
+}
+
+// ---- hostile templates: each ends at once with an error (the audit of 644b6ea) -----------------
+
+/* The audit's five hostile templates, shared with the fuzz corpus (tools/fuzz/corpus/fuzz_jinja/
+ * hostile_*) and with test_template_hostile.sh. */
+static const struct { const char *src, *error; } HOSTILE[] = {
+    {"{% set ns = namespace(l=[]) %}{% for i in range(100000) %}{% set ns.l = [ns.l] %}{% endfor %}{{ ns.l }}",
+     "nested deeper than 64 levels"},
+    {"{{ \"\" * 9000000000000000000 }}", "exceeds the template's size limit"},
+    {"{{ (\"abcd\" * 4611686018427387904)|length }}", "exceeds the template's size limit"},
+    {"{{ range(60000)|unique|length }}", "steps"},
+    {"{% set s = \"a\" * 3000000 %}{% for i in range(100000) %}{% if \"b\" in s %}x{% endif %}{% endfor %}", "steps"},
+};
+
+/* Seconds since an arbitrary origin. */
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+Test(jinja, the_audits_hostile_templates_end_at_once_with_a_clear_error) {
+    for (size_t i = 0; i < sizeof(HOSTILE) / sizeof(HOSTILE[0]); i++) {
+        double t0 = now_s();
+        expect_error(HOSTILE[i].src, NULL, HOSTILE[i].error);
+        /* a guard against a hang, far above the budget's time: not a speed claim */
+        cr_expect_lt(now_s() - t0, 10.0, "%s took %.1f s", HOSTILE[i].src, now_s() - t0);
+    }
+}
+
+/* A namespace's list wrapped in another list `wraps` times, then `tail`. */
+static char *nested(int wraps, const char *tail) {
+    static char src[400];
+    snprintf(src, sizeof(src), "{%% set ns = namespace(l=[]) %%}{%% for i in range(%d) %%}{%% set ns.l = [ns.l] %%}"
+             "{%% endfor %%}%s", wraps, tail);
+    return src;
+}
+
+Test(jinja, printing_and_tojson_share_the_depth_bound) {
+    /* 63 wrappings of [] are 64 levels: printed and dumped whole */
+    expect(nested(63, "{{ ns.l|tojson|length }} {{ ns.l|string|length }}"), NULL, "128 128");
+    expect_error(nested(64, "{{ ns.l|tojson }}"), NULL, "nested deeper than 64 levels");
+    expect_error(nested(64, "{{ ns.l }}"), NULL, "nested deeper than 64 levels");
+    /* a dict made through namespace's mapping form counts as deep as what it holds */
+    expect_error(nested(63, "{{ dict(x=ns.l) }}"), NULL, "nested deeper than 64 levels");
+}
+
+Test(jinja, sizes_are_checked_before_the_work) {
+    expect_error("{{ 'ab' * 9223372036854775807 }}", NULL, "size limit");
+    expect_error("{{ [1, 2] * 4611686018427387904 }}", NULL, "size limit");
+    expect_error("{% set s = 'x' * 5000000 %}{{ s ~ s }}", NULL, "size limit");
+    expect_error("{% set s = 'x' * 5000000 %}{{ s + s }}", NULL, "size limit");
+    expect("{{ 'ab' * 3 }}|{{ '' * 2 }}|{{ [1] * 2 }}|{{ 'x' * -1 }}", NULL, "ababab||[1, 1]|");
+}
+
+Test(jinja, work_on_long_strings_is_charged_by_the_bytes_it_touches) {
+    /* each search of 3 MB costs ~375k steps: a hundred thousand cannot fit in the budget */
+    const char *s3 = "{% set s = 'a' * 3000000 %}{% for i in range(100000) %}";
+    const char *scans[] = {"{{ s.replace('b', 'c')|length }}", "{{ s.find('b') }}", "{{ s.count('b') }}",
+                           "{{ s.split('b')|length }}", "{{ s[1:2] }}", "{{ s[5] }}", "{{ s|length }}",
+                           "{% if s is in s %}{% endif %}", "{% if 'b' in s %}{% endif %}",
+                           "{{ s.startswith(s) }}", "{{ s.strip()|length }}", "{{ s.isdigit() }}"};
+    for (size_t i = 0; i < sizeof(scans) / sizeof(scans[0]); i++) {
+        char src[400];
+        snprintf(src, sizeof(src), "%s%s{%% endfor %%}", s3, scans[i]);
+        expect_error(src, NULL, "steps");
+    }
+    /* copies are charged too (a step per 64 bytes); the memory limit may end them first */
+    const char *copies[] = {"{% set t = s ~ '' %}", "{{ [s, s]|join('')|length }}", "{% set t %}{{ s }}{% endset %}",
+                            "{{ s.upper()|length }}"};
+    for (size_t i = 0; i < sizeof(copies) / sizeof(copies[0]); i++) {
+        char src[400], err[600] = "";
+        snprintf(src, sizeof(src), "%s%s{%% endfor %%}", s3, copies[i]);
+        char *got = render_str(src, NULL, err, sizeof(err));
+        cr_expect_null(got, "%s rendered", src);
+        cr_expect(strstr(err, "steps") || strstr(err, "memory limit"), "%s: %s", src, err);
+        free(got);
+    }
+}
+
+Test(jinja, a_wide_json_object_becomes_a_dict_in_linear_time) {
+    /* JSON's keys are distinct: each is appended, not looked up among the others (100k keys
+     * took ~5e9 comparisons before) */
+    json_t *wide = json_object();
+    char key[32];
+    for (int i = 0; i < 100000; i++) {
+        snprintf(key, sizeof(key), "k%d", i);
+        json_object_set_new(wide, key, json_integer(i));
+    }
+    json_t *vars = json_pack("{s:o}", "d", wide);
+    const char *src = "{{ d|length }} {{ d['k99999'] }}";
+    char err[600] = "";
+    double t0 = now_s();
+    char *got = render_full(src, strlen(src), vars, NULL, NULL, NULL, err, sizeof(err));
+    cr_assert(got, "%s", err);
+    cr_expect_str_eq(got, "100000 99999");
+    cr_expect_lt(now_s() - t0, 10.0, "a guard against quadratic work, not a speed claim");
+    free(got);
+    json_decref(vars);
+}
+
+Test(jinja, slicing_a_long_string_copies_only_the_slice) {
+    /* a slice of a 3 MB string is one copy, not a value per character (which would pass the
+     * memory limit) */
+    expect("{% set s = 'ab' * 1500000 %}{{ s[2:6] }}|{{ s[-3:] }}|{{ s[:0] }}|{{ s[5:2] }}", NULL, "abab|bab||");
+    expect("{{ 'héllo'[1:4] }}|{{ 'héllo'[::2] }}|{{ 'héllo'[::-1] }}|{{ [1, 2, 3, 4][::-2] }}", NULL,
+           "éll|hlo|olléh|[4, 2]");
+}
+
+Test(jinja, string_search_finds_what_python_finds) {
+    expect("{{ 'abcabc'.replace('bc', 'X') }}|{{ 'abcabc'.replace('bc', 'X', 1) }}|{{ 'aaa'.replace('aa', 'b') }}",
+           NULL, "aXaX|aXabc|ba");
+    expect("{{ 'abcabc'.find('ca') }}|{{ 'abcabc'.find('z') }}|{{ 'aaaa'.count('aa') }}|{{ 'abc'.count('') }}",
+           NULL, "2|-1|2|4");
+    expect("{{ 'a,b,,c'.split(',') }}|{{ 'a,b,c'.split(',', 1) }}|{{ 'x' in 'axb' }}|{{ 'ab' is in 'xaby' }}", NULL,
+           "['a', 'b', '', 'c']|['a', 'b,c']|True|True");
+}
+
+static double fake_ms(void *user) {
+    double *t = user;
+    return *t += 100; /* every reading is 100 ms later */
+}
+
+Test(jinja, a_render_stops_at_its_wall_clock_cap) {
+    const char *src = "{% for i in range(100000) %}{{ i }}{% endfor %}";
+    jinja_template *t = NULL;
+    attnd_err err = {{0}};
+    cr_assert_eq(jinja_parse(src, strlen(src), &t, &err), ATTND_OK);
+    double clock = 0;
+    jinja_ctx *c = jinja_ctx_create(&(jinja_limits){.max_time_ms = 1000});
+    jinja_ctx_set_clock(c, fake_ms, &clock);
+    jinja_output out;
+    cr_expect_eq(jinja_render(c, t, &out, &err), ATTND_ERR_NOMEM);
+    cr_expect(strstr(err.msg, "template line 1: the template ran longer than 1000 ms"), "%s", err.msg);
+    cr_expect_lt(clock, 3000, "the clock was read %g times", clock / 100);
+    jinja_ctx_destroy(c);
+    /* the same render with a clock that stands still finishes */
+    c = jinja_ctx_create(&(jinja_limits){.max_time_ms = 1000});
+    cr_assert_eq(jinja_render(c, t, &out, &err), ATTND_OK, "%s", err.msg);
+    jinja_output_free(&out);
+    jinja_ctx_destroy(c);
+    jinja_template_destroy(t);
+}
+
+Test(jinja, running_out_of_a_bound_is_nomem_and_raising_is_format) {
+    const char *srcs[] = {"{{ range(100000000)|length }}", "{{ raise_exception('no') }}"};
+    attnd_status want[] = {ATTND_ERR_NOMEM, ATTND_ERR_FORMAT};
+    for (size_t i = 0; i < 2; i++) {
+        jinja_template *t = NULL;
+        attnd_err err = {{0}};
+        cr_assert_eq(jinja_parse(srcs[i], strlen(srcs[i]), &t, &err), ATTND_OK);
+        jinja_ctx *c = jinja_ctx_create(NULL);
+        jinja_output out;
+        cr_expect_eq(jinja_render(c, t, &out, &err), want[i], "%s: %s", srcs[i], err.msg);
+        jinja_ctx_destroy(c);
+        jinja_template_destroy(t);
+    }
 }
 
 Test(jinja, strftime_now_reads_the_fixed_clock) {

@@ -388,6 +388,19 @@ Test(chat, template_precedence_file_then_model_then_config_then_builtin) {
     cr_expect_eq(ct.family, CHAT_LLAMA3);
     cr_expect(strstr(ct.why, "does not parse"), "%s", ct.why);
     chat_template_free(&ct);
+    /* one that parses but runs out of the engine's bounds on the start-up probes (it hung the
+     * probe before): refused with its error, the family its markers name */
+    load(&ct, "<|start_header_id|>{{ ('abcd' * 4611686018427387904)|length }}", NULL, NULL, NULL);
+    cr_expect_eq(ct.source, CHAT_SRC_DETECTED);
+    cr_expect_eq(ct.family, CHAT_LLAMA3);
+    cr_expect_null(ct.jinja);
+    cr_expect(strstr(ct.why, "fails at load: template line 1: repeating a string"), "%s", ct.why);
+    chat_template_free(&ct);
+    /* a template that raises on the probes' shapes is kept: it raises per request, naming its line */
+    load(&ct, "{% if tools %}{{ raise_exception('no tools') }}{% endif %}{{ messages[0].content }}", NULL, NULL, NULL);
+    cr_expect_eq(ct.source, CHAT_SRC_GGUF);
+    cr_expect_not(ct.takes_tools);
+    chat_template_free(&ct);
     /* no template: the configured file, else the configured family, else ChatML */
     char path[] = "/tmp/attnd-chat-XXXXXX";
     int fd = mkstemp(path);

@@ -161,6 +161,18 @@ Test(json_schema, integer_bounds_are_exact) {
     check("{\"type\":\"integer\",\"maximum\":12}", L("12", "-1000", "0"), L("13"));
 }
 
+/* zod's .int() (LangChain's withStructuredOutput) bounds every integer by +-(2^53 - 1): no bound. A
+ * 16-digit bound below that is exact; one beyond it on the other side leaves no value. */
+Test(json_schema, integer_bounds_at_2_53_mean_none_and_16_digits_are_exact) {
+    check("{\"type\":\"integer\",\"minimum\":-9007199254740991,\"maximum\":9007199254740991}",
+          L("0", "-42", "9007199254740991", "123456789012345"), L("1.5", "", "-"));
+    check("{\"type\":\"integer\",\"minimum\":-1e300}", L("-5", "7"), L("x"));
+    check("{\"type\":\"integer\",\"minimum\":1000000000000000,\"maximum\":1000000000000002}",
+          L("1000000000000000", "1000000000000002"), L("999999999999999", "1000000000000003", "7"));
+    refused("{\"type\":\"integer\",\"minimum\":9007199254740992}", ATTND_ERR_INVALID, "leaves no value");
+    refused("{\"type\":\"integer\",\"maximum\":-1e300}", ATTND_ERR_INVALID, "leaves no value");
+}
+
 Test(json_schema, number_lower_bounds_zero) {
     check("{\"type\":\"number\",\"minimum\":0}", L("0", "2.5", "1e3"), L("-1", "-0.5"));
     check("{\"type\":\"number\",\"exclusiveMinimum\":0}", L("0.001", "3", "1.5e-3"), L("0", "0.0", "-2"));

@@ -383,6 +383,23 @@ Test(sched_pacing, chunks_follow_the_growing_cost_of_a_long_prompt) {
                  last_cap);
 }
 
+/* Several tenants decoding: a step holds as many rows as keep it within twice the lightest
+ * tenant's step alone, by the line through the learned step costs. Rows that cost much (a big
+ * vocabulary's output rows on a small model) are rationed; rows that cost little all go in. */
+Test(sched_pacing, decode_rows_beside_a_light_tenant_keep_its_step_within_twice_its_cost) {
+    sched s = {.max_batch = 512};
+    cr_assert_eq(sched_decode_rows(&s, 1, 17), 17, "nothing learned: every row (and its cost is learned)");
+    sched_learn_costs(&s, 2, 1, 0, 0); /* 1 row: 2 ms */
+    cr_assert_eq(sched_decode_rows(&s, 1, 17), 17, "one size learned: still every row");
+    sched_learn_costs(&s, 34, 17, 0, 0); /* 17 rows: 34 ms: 2 ms a row, nothing shared */
+    cr_assert_eq(sched_decode_rows(&s, 1, 17), 2, "twice one row's cost holds two rows");
+    cr_assert_eq(sched_decode_rows(&s, 4, 17), 8);
+    sched t = {.max_batch = 512};
+    sched_learn_costs(&t, 20, 1, 0, 0);
+    sched_learn_costs(&t, 21.6, 17, 0, 0); /* 0.1 ms a row beyond 19.9 ms shared */
+    cr_assert_eq(sched_decode_rows(&t, 1, 17), 17, "cheap rows all go in");
+}
+
 Test(sched_pacing, the_auto_budget_is_a_few_decode_steps_and_the_prompt_always_moves) {
     sched s = {.max_batch = 512};
     sched_learn_costs(&s, 30, 2, 0, 0);
@@ -902,9 +919,9 @@ typedef struct submit_between {
     int stream_tokens;
 } submit_between;
 
-static attnd_status submit_task(void *user, engine *e, kv_pool *pool, attnd_err *err) {
-    (void)e, (void)pool;
+static attnd_status submit_task(void *user, sched_task_turn *turn, attnd_err *err) {
     submit_between *t = user;
+    if (turn->plan) return ATTND_OK;
     sched_stats st;
     sched_get_stats(sch, &st);
     t->steps = st.steps;
@@ -941,7 +958,7 @@ Test(sched_fair, a_new_prompt_gets_its_first_token_before_the_next_decode_step_o
     while (u.to < 2 && !u.done) sched_job_wait(a, 1000, &u); /* decoding */
     submit_between t = {.stream = a, .jobs = {job_of("key:b", "The cat", 4)}, .n_jobs = 1};
     attnd_err err;
-    cr_assert_eq(sched_run_task(sch, submit_task, &t, &err), ATTND_OK, "%s", err.msg);
+    cr_assert_eq(sched_run_task(sch, &(sched_task_spec){.fn = submit_task, .user = &t}, &err), ATTND_OK, "%s", err.msg);
     sched_output o = wait_done(t.jobs[0]);
     cr_assert_eq(o.status, ATTND_OK, "%s", o.errmsg);
     cr_assert_eq(o.n_pieces, 4);
@@ -976,13 +993,13 @@ Test(sched_fair, fresh_prompts_go_in_fair_turns_with_a_decode_step_between_each)
     submit_between t = {.stream = a, .jobs = {long_prompt_job("key:a", 200, 2), long_prompt_job("key:b", 200, 2)},
                         .n_jobs = 2};
     attnd_err err;
-    cr_assert_eq(sched_run_task(sch, submit_task, &t, &err), ATTND_OK, "%s", err.msg);
+    cr_assert_eq(sched_run_task(sch, &(sched_task_spec){.fn = submit_task, .user = &t}, &err), ATTND_OK, "%s", err.msg);
     for (int i = 0; i < 2; i++) {
         sched_output o = wait_done(t.jobs[i]);
         cr_assert_eq(o.status, ATTND_OK, "%s", o.errmsg);
     }
     submit_between after = {.stream = a};
-    cr_assert_eq(sched_run_task(sch, submit_task, &after, &err), ATTND_OK, "%s", err.msg);
+    cr_assert_eq(sched_run_task(sch, &(sched_task_spec){.fn = submit_task, .user = &after}, &err), ATTND_OK, "%s", err.msg);
     cr_assert_lt(after.stream_tokens, 400, "the stream was still running");
     /* the first step took key:b's first chunk alone; key:a's waited for a step of its own after
      * the stream's next decode step, never two such steps in a row */
@@ -1009,8 +1026,11 @@ typedef struct task_probe {
     bool fail;
 } task_probe;
 
-static attnd_status probe_task(void *user, engine *e, kv_pool *pool, attnd_err *err) {
+static attnd_status probe_task(void *user, sched_task_turn *turn, attnd_err *err) {
     task_probe *t = user;
+    if (turn->plan) return ATTND_OK;
+    engine *e = turn->e;
+    kv_pool *pool = turn->pool;
     t->ran_on = pthread_self();
     t->calls++;
     kv_seq *s = NULL; /* the engine and the pool are usable here, between two steps */
@@ -1030,15 +1050,213 @@ Test(scheduler, a_task_runs_on_the_scheduler_thread_between_steps_of_a_running_j
     cr_assert_eq(sched_submit(sch, j, NULL), ATTND_OK);
     task_probe t = {.caller = pthread_self()};
     attnd_err err;
-    cr_assert_eq(sched_run_task(sch, probe_task, &t, &err), ATTND_OK, "%s", err.msg);
+    cr_assert_eq(sched_run_task(sch, &(sched_task_spec){.fn = probe_task, .user = &t}, &err), ATTND_OK, "%s", err.msg);
     cr_assert_eq(t.calls, 1);
     cr_assert(!pthread_equal(t.ran_on, t.caller), "the task ran on the caller's thread");
     cr_assert_gt(t.pool_used, 0, "the task's sequence took KV from the pool");
     t.fail = true;
-    cr_assert_eq(sched_run_task(sch, probe_task, &t, &err), ATTND_ERR_INVALID);
+    cr_assert_eq(sched_run_task(sch, &(sched_task_spec){.fn = probe_task, .user = &t}, &err), ATTND_ERR_INVALID);
     cr_assert_str_eq(err.msg, "the task says no");
     sched_output o = wait_done(j);
     cr_assert_eq(o.status, ATTND_OK, "%s", o.errmsg);
     cr_assert_eq(o.n_pieces, 40, "the job ran on around the tasks");
     sched_job_unref(j);
+}
+
+/* What a task saw at each of its turns: the scheduler's steps, the job's tokens, the batch it
+ * was given, the KV reserved, and what its tenant was charged. */
+typedef struct turn_log {
+    sched_job *job;        /* the job decoding beside it */
+    int turns, want;       /* turns taken; turns it asks for */
+    size_t kv_bytes;       /* its plan */
+    uint64_t steps[64];
+    int tokens[64], max_entries[64];
+    size_t reserved[64];
+    double served;         /* its tenant's charge at its last turn */
+} turn_log;
+
+static int job_tokens(sched_job *j) {
+    pthread_mutex_lock(&j->mu);
+    int n = j->n_generated;
+    pthread_mutex_unlock(&j->mu);
+    return n;
+}
+
+static attnd_status logged_task(void *user, sched_task_turn *turn, attnd_err *err) {
+    (void)err;
+    turn_log *t = user;
+    if (turn->plan || turn->stop) {
+        turn->kv_bytes = t->kv_bytes;
+        return ATTND_OK;
+    }
+    sched_stats st;
+    sched_get_stats(sch, &st);
+    int k = t->turns++;
+    t->steps[k] = st.steps, t->tokens[k] = t->job ? job_tokens(t->job) : 0;
+    t->max_entries[k] = turn->max_entries, t->reserved[k] = st.kv_reserved;
+    turn->work = 100;
+    turn->more = t->turns < t->want;
+    pthread_mutex_lock(&sch->mu);
+    for (int i = 0; i < sch->n_tenants; i++)
+        if (sch->tenants[i].live && !strcmp(sch->tenants[i].name, "key:sweeper")) t->served = sch->tenants[i].served;
+    pthread_mutex_unlock(&sch->mu);
+    return ATTND_OK;
+}
+
+/* A long task (an ablation sweep) goes in turns: one between two steps, each sized to about a
+ * decode step beside the stream, its KV reserved while it runs, its work charged to its tenant;
+ * the stream gets a token between every two turns. */
+Test(scheduler, a_task_in_turns_interleaves_with_the_decode_steps_and_is_charged_to_its_tenant) {
+    if (model_missing()) return;
+    start();
+    sched_job *j = job_for("Once upon a time", 200);
+    cr_assert_eq(sched_submit(sch, j, NULL), ATTND_OK);
+    sched_update u = {0};
+    while (u.to < 2 && !u.done) sched_job_wait(j, 1000, &u); /* decoding */
+    turn_log t = {.job = j, .want = 12, .kv_bytes = 4096};
+    sched_stats st;
+    sched_get_stats(sch, &st);
+    size_t job_reserved = st.kv_reserved;
+    attnd_err err;
+    cr_assert_eq(sched_run_task(sch, &(sched_task_spec){logged_task, &t, "key:sweeper"}, &err), ATTND_OK, "%s", err.msg);
+    cr_assert_eq(t.turns, 12);
+    for (int k = 1; k < t.turns; k++) {
+        cr_assert_gt(t.steps[k], t.steps[k - 1], "turns %d and %d ran with no step between them", k - 1, k);
+        cr_assert_gt(t.tokens[k], t.tokens[k - 1], "the stream got no token between turns %d and %d", k - 1, k);
+    }
+    for (int k = 0; k < t.turns; k++) {
+        cr_assert_lt(t.max_entries[k], engine_max_batch(sch->eng), "turn %d may take a whole batch beside a stream", k);
+        cr_assert_eq(t.reserved[k], job_reserved + t.kv_bytes, "turn %d: the task's KV is not reserved", k);
+    }
+    cr_assert_geq(t.served, 11 * 100.0, "the tenant was charged %g for 1,200 positions", t.served);
+    sched_get_stats(sch, &st);
+    cr_assert_eq(st.kv_reserved, job_reserved, "the reservation outlived the task");
+    sched_job_unref(j);
+}
+
+/* A client that sends task after task (an ablation sweep in a loop) gets one turn between two
+ * steps with the others': tasks queued while one runs wait for the next turn, so two such clients
+ * never hold the streams up (before, the queue was drained, new arrivals included, and no step
+ * ran while they kept coming). */
+typedef struct looper {
+    atomic_bool *stop;
+    sched_job *job;
+    int n;
+    int tokens[400];
+} looper;
+
+static attnd_status one_turn(void *user, sched_task_turn *turn, attnd_err *err) {
+    (void)err;
+    looper *l = user;
+    if (!turn->plan && !turn->stop && l->n < (int)ATTND_ARRAY_LEN(l->tokens)) l->tokens[l->n++] = job_tokens(l->job);
+    return ATTND_OK;
+}
+
+static void *loop_tasks(void *arg) {
+    looper *l = arg;
+    attnd_err err;
+    while (!atomic_load(l->stop) && l->n < (int)ATTND_ARRAY_LEN(l->tokens))
+        cr_assert_eq(sched_run_task(sch, &(sched_task_spec){one_turn, l, "key:loop"}, &err), ATTND_OK, "%s", err.msg);
+    return NULL;
+}
+
+Test(scheduler, two_clients_looping_tasks_never_starve_a_stream) {
+    if (model_missing()) return;
+    start();
+    sched_job *j = job_for("Once upon a time", 60);
+    cr_assert_eq(sched_submit(sch, j, NULL), ATTND_OK);
+    sched_update u = {0};
+    while (u.to < 2 && !u.done) sched_job_wait(j, 1000, &u);
+    atomic_bool stop = false;
+    looper a = {.stop = &stop, .job = j}, b = {.stop = &stop, .job = j};
+    pthread_t ta, tb;
+    pthread_create(&ta, NULL, loop_tasks, &a);
+    pthread_create(&tb, NULL, loop_tasks, &b);
+    /* the loopers stop by themselves after 400 tasks each: a starved stream fails, not hangs */
+    while (!u.done) sched_job_wait(j, 1000, &u);
+    sched_output o;
+    sched_job_output(j, &o);
+    atomic_store(&stop, true);
+    pthread_join(ta, NULL);
+    pthread_join(tb, NULL);
+    cr_assert_eq(o.status, ATTND_OK, "%s", o.errmsg);
+    cr_assert_eq(o.n_pieces, 60, "the stream ended with %d tokens beside the loops", o.n_pieces);
+    /* a task of each client ran in turn with the stream's steps: of their turns while it ran,
+     * no client's two came without a token between them */
+    for (looper *l = &a; l; l = l == &a ? &b : NULL)
+        for (int k = 1; k < l->n; k++)
+            if (l->tokens[k] < 60) cr_assert_gt(l->tokens[k], l->tokens[k - 1], "turns %d, %d: no token between", k - 1, k);
+    sched_job_unref(j);
+}
+
+// ---- grammar masks: bounded per step, charged to their tenant ----------------------------
+
+/* A job of tenant under grammar src (ambiguous: every vocabulary mask costs many times a decode
+ * step of this model), greedy, max_tokens tokens. */
+static sched_job *grammar_job(const char *tenant, const char *src, int max_tokens) {
+    grammar *g;
+    attnd_err err;
+    cr_assert_eq(grammar_compile(&g, src, strlen(src), &err), ATTND_OK, "%s", err.msg);
+    int32_t *ids;
+    size_t n;
+    cr_assert_eq(tok_encode(tok, "Once upon a time", 16, true, false, &ids, &n, NULL), ATTND_OK);
+    sched_job_spec spec = {.prompt = ids, .n_prompt = (int)n, .max_tokens = max_tokens, .top_logprobs = -1,
+                           .tenant = tenant, .grammar = g};
+    sampler_params_default(&spec.sp);
+    spec.sp.temperature = 0;
+    sched_job *j;
+    cr_assert_eq(sched_job_create(&j, &spec, &err), ATTND_OK, "%s", err.msg);
+    return j;
+}
+
+static const char *AMBIGUOUS = "root ::= [^e]{0,4} (\"x\" | \"y\")? [^e]+ root \"]\" | \"]\"";
+
+/* One tenant's grammar (its masks over the vocabulary far costlier than a decode step) runs beside
+ * another tenant's stream: a step's mask work is cut at about a decode step, the rest goes on in
+ * the next steps while the stream decodes, so the stream gets several tokens between two of the
+ * grammar's (before, every mask ran whole inside the step, and each stream token waited for it);
+ * the grammar's time is charged to its tenant. The grammar's output is the one it gets alone. */
+Test(sched_fair, a_tenant_s_grammar_masks_are_cut_per_step_and_charged_to_it) {
+    if (model_missing()) return;
+    cfg.queue_limit = 16;
+    start();
+    sched_job *alone = grammar_job("key:g", AMBIGUOUS, 6);
+    cr_assert_eq(sched_submit(sch, alone, NULL), ATTND_OK);
+    sched_output solo = wait_done(alone);
+    cr_assert_eq(solo.status, ATTND_OK, "%s", solo.errmsg);
+    sched_job *s = job_of("key:s", "Once upon a time", 120);
+    cr_assert_eq(sched_submit(sch, s, NULL), ATTND_OK);
+    sched_update u = {0};
+    while (u.to < 2 && !u.done) sched_job_wait(s, 1000, &u);
+    sched_job *g = grammar_job("key:g", AMBIGUOUS, 6);
+    cr_assert_eq(sched_submit(sch, g, NULL), ATTND_OK);
+    /* the stream's tokens at each of the grammar job's tokens */
+    int at[8], seen = 0, most = 0;
+    sched_update gu = {0};
+    while (!gu.done) {
+        if (!sched_job_wait(g, 1000, &gu)) continue;
+        for (; seen < gu.to && seen < 8; seen++) at[seen] = job_tokens(s);
+    }
+    for (int k = 1; k < seen; k++) most = at[k] - at[k - 1] > most ? at[k] - at[k - 1] : most;
+    sched_output o;
+    sched_job_output(g, &o);
+    cr_assert_eq(o.status, ATTND_OK, "%s", o.errmsg);
+    cr_assert_eq(o.n_pieces, solo.n_pieces);
+    for (int i = 0; i < o.n_pieces; i++) cr_assert_eq(o.pieces[i].id, solo.pieces[i].id, "token %d", i);
+    cr_assert_gt(seen, 2, "the grammar ended after %d tokens", seen);
+    cr_assert_geq(most, 2, "the stream never got two tokens between the grammar's (%d grammar tokens)", seen);
+    /* key:g came back at key:s's charge, then was charged its prompt and max_tokens: the rest
+     * is its masks' time */
+    double served_g = 0, served_s = 0;
+    pthread_mutex_lock(&sch->mu);
+    for (int i = 0; i < sch->n_tenants; i++) {
+        if (!strcmp(sch->tenants[i].name, "key:g")) served_g = sch->tenants[i].served;
+        if (!strcmp(sch->tenants[i].name, "key:s")) served_s = sch->tenants[i].served;
+    }
+    pthread_mutex_unlock(&sch->mu);
+    cr_assert_gt(served_g - served_s, o.n_prompt + 6 + 1, "key:g was charged %g beyond key:s's %g: its masks are free",
+                 served_g - served_s, served_s);
+    sched_cancel_all(sch);
+    cr_assert(sched_wait_idle(sch, 10000));
+    sched_job_unref(alone), sched_job_unref(g), sched_job_unref(s);
 }

@@ -10,6 +10,7 @@
  */
 #include <criterion/criterion.h>
 #include <arpa/inet.h>
+#include <pthread.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <stdio.h>
@@ -380,6 +381,82 @@ Test(shared, a_store_that_is_down_refuses_and_then_serves_again) {
     cr_assert_eq(sess_create(a, NULL, "t", id, &err), ATTND_OK, "recovered: %s", err.msg);
     cr_assert_eq(sess_acquire(a, NULL, "t", &s, &err), ATTND_OK, "%s", err.msg);
     sess_abandon(a, s);
+    sess_store_destroy(a);
+}
+
+// ---- a hung store (stopped, not gone) fails every call within its deadline -------------------
+
+enum { HUNG_N = 24 };
+
+typedef struct hung_call {
+    sess_store *st;
+    char id[16];
+    uint64_t turn;      /* > 0: save this released turn; 0: start a turn (acquire) */
+    attnd_status rc;
+    double seconds;
+} hung_call;
+
+static void *hung_one(void *arg) {
+    hung_call *c = arg;
+    attnd_err err;
+    double t0 = attnd_now_s();
+    if (c->turn) {
+        c->rc = sess_persist_turn(c->st, NULL, c->id, c->turn, NULL, &err);
+    } else {
+        sess *s;
+        if ((c->rc = sess_acquire(c->st, NULL, c->id, &s, &err)) == ATTND_OK) sess_abandon(c->st, s);
+    }
+    c->seconds = attnd_now_s() - t0;
+    return NULL;
+}
+
+/* Redis stopped (SIGSTOP: the socket still accepts, nothing answers) under 24 overlapping
+ * session calls, half starting a turn and half saving one: each fails with an I/O error (the
+ * API's 503 with Retry-After) within the 2 s deadline, not after the outage (before: one
+ * connection behind a mutex, 2 s per command in turn). The prompt cache, which never touches the
+ * store, answers meanwhile. No acknowledged turn is lost: once Redis resumes, every session holds
+ * at least its last saved history. */
+Test(shared, a_hung_store_fails_every_call_within_its_deadline_and_loses_no_saved_turn) {
+    sess_store *a;
+    attnd_err err;
+    cr_assert_eq(sess_store_create(&a, NULL, MODEL, 2 * HUNG_N, &err), ATTND_OK, "%s", err.msg);
+    sess_store_share(a, client("t10:"));
+    hung_call calls[HUNG_N];
+    int32_t h[HUNG_N][3];
+    char made[SESS_ID_MAX + 1];
+    for (int i = 0; i < HUNG_N; i++) {
+        calls[i] = (hung_call){.st = a};
+        snprintf(calls[i].id, sizeof(calls[i].id), "s%d", i);
+        h[i][0] = 1, h[i][1] = 100 + i, h[i][2] = 200 + i;
+        cr_assert_eq(sess_create(a, NULL, calls[i].id, made, &err), ATTND_OK, "%s", err.msg);
+        cr_assert_eq(turn(a, NULL, calls[i].id, h[i], 2, 0), ATTND_OK, "the acknowledged turn of %s", calls[i].id);
+        if (i % 2) cr_assert_eq(release_turn(a, NULL, calls[i].id, h[i], 3, 0, &calls[i].turn), ATTND_OK);
+    }
+    cr_assert_eq(kill(redis_pid, SIGSTOP), 0);
+    pthread_t th[HUNG_N];
+    for (int i = 0; i < HUNG_N; i++) pthread_create(&th[i], NULL, hung_one, &calls[i]);
+    double t0 = attnd_now_s();
+    int32_t p[] = {1, 5, 6};
+    sess *anon = sess_acquire_anon(a, NULL, p, 3, 4);
+    double anon_s = attnd_now_s() - t0;
+    cr_assert_not_null(anon);
+    sess_abandon(a, anon);
+    for (int i = 0; i < HUNG_N; i++) pthread_join(th[i], NULL);
+    kill(redis_pid, SIGCONT);
+    cr_assert_lt(anon_s, 1.0, "the prompt cache waited %.2f s for a store it never uses", anon_s);
+    for (int i = 0; i < HUNG_N; i++) {
+        cr_assert_eq(calls[i].rc, ATTND_ERR_IO, "%s: %d", calls[i].id, calls[i].rc);
+        cr_assert_leq(calls[i].seconds, 3.0, "%s answered after %.2f s", calls[i].id, calls[i].seconds);
+    }
+    sessredis *r = client("t10:");
+    for (int i = 0; i < HUNG_N; i++) {
+        sessredis_rec got;
+        cr_assert_eq(sessredis_get(r, "", calls[i].id, &got, &err), ATTND_OK, "%s", err.msg);
+        cr_assert_geq(got.n_tokens, 2);
+        cr_assert_arr_eq(got.tokens, h[i], 2 * sizeof(int32_t), "%s lost its saved turn", calls[i].id);
+        sessredis_rec_free(&got);
+    }
+    sessredis_destroy(r);
     sess_store_destroy(a);
 }
 

@@ -3,11 +3,30 @@
  * tests/data/regenerate.sh (llama.cpp's references are made from exactly the files the suite
  * generates).
  *
- *   tiny_model FAMILY OUT.gguf     FAMILY: see tiny_model --list (the small model)
+ *   tiny_model FAMILY OUT.gguf [--chat-template FILE]   FAMILY: see tiny_model --list (the small
+ *                                  model); FILE's text becomes tokenizer.chat_template
  *   tiny_model --list              the families, one a line
  */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+
+#include "family_specs.h"
+
+/* The text of path, malloc'd and NUL-terminated; NULL when it cannot be read. */
+static char *read_text(const char *path) {
+    FILE *f = fopen(path, "rb");
+    char *s = NULL;
+    long n = f && !fseek(f, 0, SEEK_END) ? ftell(f) : -1;
+    if (n >= 0 && !fseek(f, 0, SEEK_SET) && (s = malloc((size_t)n + 1)) && fread(s, 1, (size_t)n, f) == (size_t)n) {
+        s[n] = '\0';
+    } else {
+        free(s);
+        s = NULL;
+    }
+    if (f) fclose(f);
+    return s;
+}
 
 #include "family_specs.h"
 
@@ -16,14 +35,23 @@ int main(int argc, char **argv) {
         for (size_t i = 0; i < N_FAMILIES; i++) printf("%s\n", FAMILY_NAMES[i]);
         return 0;
     }
-    if (argc != 3) {
-        fprintf(stderr, "usage: tiny_model FAMILY OUT.gguf | tiny_model --list\n");
+    bool tmpl = argc == 5 && !strcmp(argv[3], "--chat-template");
+    if (argc != 3 && !tmpl) {
+        fprintf(stderr, "usage: tiny_model FAMILY OUT.gguf [--chat-template FILE] | tiny_model --list\n");
         return 2;
     }
     for (size_t i = 0; i < N_FAMILIES; i++) {
         if (strcmp(argv[1], FAMILY_NAMES[i])) continue;
         tiny_spec sp = family_small(FAMILY_NAMES[i]);
-        if (tiny_write(argv[2], &sp)) {
+        char *text = tmpl ? read_text(argv[4]) : NULL;
+        if (tmpl && !text) {
+            fprintf(stderr, "tiny_model: cannot read %s\n", argv[4]);
+            return 1;
+        }
+        sp.chat_template = text;
+        int rc = tiny_write(argv[2], &sp);
+        free(text);
+        if (rc) {
             fprintf(stderr, "tiny_model: cannot write %s\n", argv[2]);
             return 1;
         }

@@ -24,6 +24,11 @@
  *
  * Runs on the calling thread, which must own e and be the only user of pool's sequences it
  * creates; allocates up front (the result, one logits buffer, one wave of forks).
+ *
+ * In steps (a server interleaving the sweep with its decode steps): ablate_sweep_create, then
+ * ablate_sweep_next with the batch size of each step until *done, ablate_sweep_take_result,
+ * ablate_sweep_destroy. Between steps the sweep holds its prefix and one wave's forks in the pool
+ * (at most ablate_sweep_kv_bytes); the caller may evaluate other sequences meanwhile.
  */
 #ifndef ATTND_ABLATE_SWEEP_H
 #define ATTND_ABLATE_SWEEP_H
@@ -58,7 +63,7 @@ typedef struct ablate_sweep_result {
     int batch_seqs;        /* ablated runs per engine_eval batch */
     int n_batches;         /* engine_eval calls, the plain ones included */
     long n_evaluated;      /* token positions evaluated in all */
-    double wall_ms;
+    double wall_ms;        /* time in the sweep's own batches (not the waits between steps) */
 } ablate_sweep_result;
 
 /* Checks p against e's model (tokens and target in the vocabulary, 1 <= n_tokens <= n_ctx,
@@ -71,5 +76,25 @@ attnd_status ablate_sweep_check(const model_info *mi, const ablate_sweep_params 
 attnd_status ablate_sweep_run(engine *e, kv_pool *pool, const ablate_sweep_params *p, ablate_sweep_result *r,
                               attnd_err *err);
 void ablate_sweep_result_free(ablate_sweep_result *r); /* accepts NULL */
+
+// ---- the sweep in steps ----
+typedef struct ablate_sweep ablate_sweep;
+/* A sweep of p over e and pool, nothing evaluated yet: checks p (ablate_sweep_check), allocates
+ * its buffers and its prefix sequence. Borrows e, pool and p->tokens until destroyed. Errors:
+ * those of ablate_sweep_check, ATTND_ERR_NOMEM. */
+attnd_status ablate_sweep_create(ablate_sweep **out, engine *e, kv_pool *pool, const ablate_sweep_params *p,
+                                 attnd_err *err);
+/* Evaluates the sweep's next batch, of at most max_entries positions (1..engine_max_batch; the
+ * smaller, the more batches). *done once every head is measured. Errors: ATTND_ERR_NOMEM (the
+ * pool's budget; the sweep cannot go on: destroy it). */
+attnd_status ablate_sweep_next(ablate_sweep *w, int max_entries, bool *done, attnd_err *err);
+/* Token positions the sweep evaluated so far (its result's n_evaluated). */
+long ablate_sweep_evaluated(const ablate_sweep *w);
+/* A done sweep's result, moved into *r (free it with ablate_sweep_result_free). */
+void ablate_sweep_take_result(ablate_sweep *w, ablate_sweep_result *r);
+/* Destroys the sweep and every sequence it holds in the pool. Accepts NULL. Same thread. */
+void ablate_sweep_destroy(ablate_sweep *w);
+/* The most KV bytes a sweep of p on e holds in pool at once: its prefix and one wave of forks. */
+size_t ablate_sweep_kv_bytes(const engine *e, const kv_pool *pool, const ablate_sweep_params *p);
 
 #endif

@@ -87,6 +87,20 @@ typedef struct gen_token {
  */
 stop_reason gen_next(gen *g, const float *logits, token_logprob *top, gen_token *t);
 
+/*
+ * gen_next for a caller that bounds each step's time (a server batching many sequences): when the
+ * sampled token is rejected and the grammar's mask of the whole vocabulary does not end by
+ * deadline (attnd_now_s seconds; 0 = no limit), returns false and the step is pending: the logits
+ * are copied (the caller may reuse its buffer) and gen_resume goes on with the mask until a later
+ * deadline. Once a call returns true, *why and *t are gen_next's for these logits, whatever
+ * deadlines cut the mask (the same token for the same seed). While pending, only gen_resume and
+ * gen_destroy may be called.
+ */
+bool gen_next_until(gen *g, const float *logits, token_logprob *top, gen_token *t, double deadline, stop_reason *why);
+bool gen_resume(gen *g, token_logprob *top, gen_token *t, double deadline, stop_reason *why);
+/* Whether a step is pending (gen_next_until). */
+bool gen_pending(const gen *g);
+
 /* Generation ended (end-of-generation token, length, context full): releases the held-back
  * text (*text borrowed as in gen_token). Returns STOP_STRING when that tail completes a stop
  * string (cut before it), else STOP_NONE. After a stop string, or a second time, it releases

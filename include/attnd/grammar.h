@@ -139,6 +139,14 @@ bool grammar_state_can_continue(const grammar_state *s);
  * caller's decision, see complete). Returns the number allowed. One walk of the vocabulary trie,
  * plus one look at the stacks for token terminals. */
 int grammar_state_mask(grammar_state *s, const grammar_vocab *v, unsigned char *allowed);
+/* The same mask in parts, for a caller that bounds the time of each (a server's step): _begin
+ * starts it, each _more walks on until deadline (attnd_now_s seconds; 0 = no limit; it always
+ * makes some progress) and returns true once the mask is complete, its count in *count. The
+ * result is grammar_state_mask's, however it was cut. Between the parts allowed and the state
+ * must not be used otherwise. */
+void grammar_state_mask_begin(grammar_state *s, const grammar_vocab *v, unsigned char *allowed);
+bool grammar_state_mask_more(grammar_state *s, const grammar_vocab *v, unsigned char *allowed, double deadline,
+                             int *count);
 /* Whether the last grammar_state_mask reached its work bound (then it allowed a subset). */
 bool grammar_state_mask_was_cut(const grammar_state *s);
 /* ATTND_OK, or ATTND_ERR_NOMEM once a step could not grow its buffers (then nothing is accepted). */

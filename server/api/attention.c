@@ -100,12 +100,26 @@ static http_result respond(req *r, const genreq *g) {
 typedef struct sweep_task {
     const ablate_sweep_params *p;
     ablate_sweep_result *r;
+    ablate_sweep *w;
 } sweep_task;
 
-/* On the scheduler thread (sched_run_task): the sweep, with the server's engine and KV pool. */
-static attnd_status run_sweep(void *user, engine *e, kv_pool *pool, attnd_err *err) {
-    sweep_task *t = user;
-    return ablate_sweep_run(e, pool, t->p, t->r, err);
+/* On the scheduler thread (sched_run_task): the sweep, one batch a turn, with the server's
+ * engine and KV pool. */
+static attnd_status run_sweep(void *user, sched_task_turn *t, attnd_err *err) {
+    sweep_task *k = user;
+    if (t->plan) {
+        t->kv_bytes = ablate_sweep_kv_bytes(t->e, t->pool, k->p);
+        return ATTND_OK;
+    }
+    bool done = false;
+    attnd_status st = t->stop ? ATTND_ERR_BUSY : k->w ? ATTND_OK : ablate_sweep_create(&k->w, t->e, t->pool, k->p, err);
+    long before = k->w ? ablate_sweep_evaluated(k->w) : 0;
+    if (st == ATTND_OK) st = ablate_sweep_next(k->w, t->max_entries, &done, err);
+    t->work = k->w ? ablate_sweep_evaluated(k->w) - before : 0;
+    if (st == ATTND_OK && done) ablate_sweep_take_result(k->w, k->r);
+    t->more = st == ATTND_OK && !done;
+    if (!t->more) ablate_sweep_destroy(k->w), k->w = NULL;
+    return st;
 }
 
 /* Refuses what a sweep does not combine with: an attention selection, ablate, generation, a
@@ -132,11 +146,14 @@ static http_result measure_ablation(req *r, const ablate_measure *am, int32_t *i
     const char *param = NULL;
     attnd_err err;
     http_result ret;
+    char tenant[SCHED_TENANT_MAX + 1];
+    http_tenant(r, tenant, sizeof(tenant)); /* the sweep's work is charged to it */
     attnd_status st = ablate_api_sweep_params(am, s->tok, ids, (int)n, &p, &param, &err);
     if (st == ATTND_OK) st = ablate_sweep_check(model_info_get(s->m), &p, &err);
     if (st != ATTND_OK) {
         ret = http_respond_error(r, 400, err.msg, param ? param : "prompt");
-    } else if ((st = sched_run_task(s->sch, run_sweep, &(sweep_task){&p, &res}, &err)) != ATTND_OK) {
+    } else if ((st = sched_run_task(s->sch, &(sched_task_spec){run_sweep, &(sweep_task){&p, &res, NULL}, tenant},
+                                    &err)) != ATTND_OK) {
         ret = http_respond_error(r, st == ATTND_ERR_INVALID ? 400 : 503, err.msg, NULL);
     } else {
         json_t *body = ablate_api_sweep_json(s->model_id, s->tok, &p, (int)n, am->target_position, &res);
@@ -254,9 +271,9 @@ typedef struct heads_task {
     head_roles *hr;
 } heads_task;
 
-static attnd_status run_heads(void *user, engine *e, kv_pool *pool, attnd_err *err) {
+static attnd_status run_heads(void *user, sched_task_turn *turn, attnd_err *err) {
     heads_task *t = user;
-    return head_roles_compute(e, pool, t->p, t->hr, err);
+    return turn->plan || turn->stop ? ATTND_OK : head_roles_compute(turn->e, turn->pool, t->p, t->hr, err);
 }
 
 /* The answer's text: computed on the scheduler thread the first time, then kept (a request
@@ -267,7 +284,8 @@ static const char *heads_text(struct server *s, attnd_status *st, attnd_err *err
     head_roles_params p;
     int32_t *cand = NULL;
     head_roles hr = {0};
-    *st = heads_api_params(s->tok, &p, &cand) ? sched_run_task(s->sch, run_heads, &(heads_task){&p, &hr}, err)
+    sched_task_spec task = {run_heads, &(heads_task){&p, &hr}, NULL};
+    *st = heads_api_params(s->tok, &p, &cand) ? sched_run_task(s->sch, &task, err)
                                               : attnd_fail(err, ATTND_ERR_NOMEM, "out of memory");
     json_t *body = *st == ATTND_OK ? heads_api_json(s->model_id, &hr, &p) : NULL;
     text = body ? json_dumps(body, JSON_COMPACT | JSON_REAL_PRECISION(ATTN_API_DIGITS)) : NULL;

@@ -223,8 +223,17 @@ static char *token_text(const tokenizer *tok, int32_t id) {
 }
 
 
+/* Keeps a probe's failure when it ran out of the engine's bounds (ATTND_ERR_NOMEM: steps, time,
+ * size, depth, memory): such a template is refused at load. Other errors are expected (many
+ * templates raise on a shape they do not take) and ignored. The first failure is kept. */
+static void probe_status(attnd_status got, const attnd_err *e, attnd_status *st, attnd_err *err) {
+    if (got != ATTND_ERR_NOMEM || *st != ATTND_OK) return;
+    *st = got;
+    if (err) *err = *e;
+}
+
 /* Whether the template shows a text part's text when content comes as parts. */
-static bool reads_parts(const chat_template *ct) {
+static bool reads_parts(const chat_template *ct, attnd_status *st, attnd_err *err) {
     static const char *PROBE = "attnd-probe-7f3a";
     json_t *raw = json_pack("[{s:s,s:[{s:s,s:s}]}]", "role", "user", "content", "type", "text", "text", PROBE);
     const chat_msg m = {"user", ""};
@@ -232,7 +241,10 @@ static bool reads_parts(const chat_template *ct) {
     chat_template probe = *ct;
     probe.content_parts = true;
     jinja_output o = {0};
-    bool yes = raw && chat_template_render(&probe, &rq, &o, NULL) == ATTND_OK && strstr(o.text, PROBE);
+    attnd_err e = {{0}};
+    attnd_status got = raw ? chat_template_render(&probe, &rq, &o, &e) : ATTND_ERR_NOMEM;
+    bool yes = got == ATTND_OK && strstr(o.text, PROBE);
+    probe_status(got, &e, st, err);
     jinja_output_free(&o);
     json_decref(raw);
     return yes;
@@ -251,7 +263,7 @@ static const char PROBE_HISTORY[] =
 
 /* Renders the first n_msgs of the probe history with the probe tool and appends the text to
  * out (nothing when the template raises: many refuse a shape they do not expect). */
-static void probe_render(const chat_template *ct, size_t n_msgs, buf *out) {
+static void probe_render(const chat_template *ct, size_t n_msgs, buf *out, attnd_status *st, attnd_err *err) {
     static const char *const ROLES[] = {"user", "assistant", "tool"};
     static const char *const CONTENT[] = {"hi", "", "ok"};
     json_t *tools = json_loads(PROBE_TOOLS, 0, NULL), *raw = json_loads(PROBE_HISTORY, 0, NULL);
@@ -261,7 +273,10 @@ static void probe_render(const chat_template *ct, size_t n_msgs, buf *out) {
     for (size_t i = 0; head && i < n_msgs; i++) json_array_append(head, json_array_get(raw, i));
     chat_request rq = {m, n_msgs, head, tools, NULL, true, NULL};
     jinja_output o = {0};
-    if (tools && head && chat_template_render(ct, &rq, &o, NULL) == ATTND_OK) buf_puts(out, o.text);
+    attnd_err e = {{0}};
+    attnd_status got = tools && head ? chat_template_render(ct, &rq, &o, &e) : ATTND_ERR_NOMEM;
+    if (got == ATTND_OK) buf_puts(out, o.text);
+    probe_status(got, &e, st, err);
     jinja_output_free(&o);
     json_decref(head);
     json_decref(raw);
@@ -270,11 +285,11 @@ static void probe_render(const chat_template *ct, size_t n_msgs, buf *out) {
 
 /* Whether the template shows the request's tools, and how its model writes a call: found by
  * rendering a probe tool and a history that calls it. */
-static void probe_tools(chat_template *ct) {
+static void probe_tools(chat_template *ct, attnd_status *st, attnd_err *err) {
     buf b = {0};
-    probe_render(ct, 1, &b);
+    probe_render(ct, 1, &b, st, err);
     ct->takes_tools = b.p && strstr(b.p, PROBE_FN);
-    probe_render(ct, 3, &b); /* ends on the tool turn: templates that check turn order accept it */
+    if (*st == ATTND_OK) probe_render(ct, 3, &b, st, err); /* ends on the tool turn: templates that check turn order accept it */
     const char *t = b.p ? b.p : "";
     if (strstr(t, "to=functions." PROBE_FN)) ct->tool_format = TOOLCALL_FMT_HARMONY;
     else if (strstr(t, "<|tool_call|>")) ct->tool_format = TOOLCALL_FMT_GRANITE;
@@ -287,11 +302,19 @@ static void probe_tools(chat_template *ct) {
     buf_free(&b);
 }
 
-static attnd_status loaded_jinja(chat_template *ct, chat_source src) {
+/* Probes a parsed template (content parts, tools, its call format). A template that runs out
+ * of the engine's bounds on the probes is refused (freed, ATTND_ERR_NOMEM and its error in
+ * err): each probe stops at the render's wall-clock cap, so a hostile template delays start-up
+ * by a few seconds at most and never hangs it. */
+static attnd_status loaded_jinja(chat_template *ct, chat_source src, attnd_err *err) {
+    attnd_status st = ATTND_OK;
     ct->source = src;
-    ct->content_parts = reads_parts(ct);
-    probe_tools(ct);
-    return ATTND_OK;
+    ct->content_parts = reads_parts(ct, &st, err);
+    if (st == ATTND_OK) probe_tools(ct, &st, err);
+    if (st == ATTND_OK) return ATTND_OK;
+    jinja_template_destroy(ct->jinja);
+    ct->jinja = NULL;
+    return st;
 }
 
 static attnd_status load_file(chat_template *ct, const char *path, attnd_err *err) {
@@ -307,8 +330,9 @@ static attnd_status load_file(chat_template *ct, const char *path, attnd_err *er
     attnd_err e;
     attnd_status st = jinja_parse(b.p ? b.p : "", b.len, &ct->jinja, &e);
     buf_free(&b);
+    if (st == ATTND_OK) st = loaded_jinja(ct, CHAT_SRC_FILE, &e);
     if (st != ATTND_OK) return attnd_fail(err, st, "chat_template_file %s: %s", path, e.msg);
-    return loaded_jinja(ct, CHAT_SRC_FILE);
+    return ATTND_OK;
 }
 
 attnd_status chat_template_load(chat_template *ct, const char *gguf_jinja, const char *file_path,
@@ -325,16 +349,20 @@ attnd_status chat_template_load(chat_template *ct, const char *gguf_jinja, const
     /* a whole template named by the operator replaces the model's (a broken or outdated one) */
     if (file_path && *file_path) return load_file(ct, file_path, err);
     attnd_err e = {{0}};
+    const char *what = "does not parse";
     if (gguf_jinja && *gguf_jinja) {
-        if (jinja_parse(gguf_jinja, strlen(gguf_jinja), &ct->jinja, &e) == ATTND_OK) return loaded_jinja(ct, CHAT_SRC_GGUF);
+        if (jinja_parse(gguf_jinja, strlen(gguf_jinja), &ct->jinja, &e) == ATTND_OK) {
+            if (loaded_jinja(ct, CHAT_SRC_GGUF, &e) == ATTND_OK) return ATTND_OK;
+            what = "fails at load";
+        }
         if (e.msg[0] == '\0') snprintf(e.msg, sizeof(e.msg), "out of memory");
     }
     if (have_family) {
         ct->source = CHAT_SRC_CONFIGURED;
     } else {
         ct->source = detected ? CHAT_SRC_DETECTED : CHAT_SRC_FALLBACK;
-        snprintf(ct->why, sizeof(ct->why), "%s%s", !gguf_jinja || !*gguf_jinja ? "the model has no chat template"
-                                                   : "the model's chat template does not parse: ", e.msg);
+        if (!gguf_jinja || !*gguf_jinja) snprintf(ct->why, sizeof(ct->why), "the model has no chat template");
+        else snprintf(ct->why, sizeof(ct->why), "the model's chat template %s: %s", what, e.msg);
     }
     return ATTND_OK;
 }

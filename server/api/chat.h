@@ -104,9 +104,12 @@ const char *chat_source_str(const chat_template *ct);
 /*
  * Chooses the template (the order in this file's header) and parses it. gguf_jinja is the model's
  * tokenizer.chat_template (NULL = none); file_path a Jinja file (NULL = none); family_name a
- * configured family (NULL or "" = none); tok gives the BOS / EOS text (NULL = empty). Errors:
- * ATTND_ERR_IO / FORMAT for a configured file that cannot be read or parsed, NOT_FOUND for an
- * unknown family name. ct must be freed with chat_template_free, also after an error.
+ * configured family (NULL or "" = none); tok gives the BOS / EOS text (NULL = empty). A parsed
+ * template is probed (content parts, tools); one that runs out of the engine's bounds there
+ * (steps, time, size, depth) fails at load: the model's is then refused like one that does not
+ * parse (ct falls back to a built-in family and ct->why says why). Errors: ATTND_ERR_IO / FORMAT
+ * / NOMEM for a configured file that cannot be read, parsed or loaded, NOT_FOUND for an unknown
+ * family name. ct must be freed with chat_template_free, also after an error.
  */
 attnd_status chat_template_load(chat_template *ct, const char *gguf_jinja, const char *file_path,
                                 const char *family_name, const tokenizer *tok, attnd_err *err);

@@ -520,8 +520,13 @@ static bool int_bound(conv *c, const json_t *s, bool lower, bool *has, long long
         best = !*has ? y : lower ? fmax(best, y) : fmin(best, y);
         *has = true;
     }
-    if (*has && !(fabs(best) < 1e15))
-        return cfail(c, ATTND_ERR_UNSUPPORTED, "integer bound '%s' beyond 15 digits is not supported", i ? incl : excl);
+    /* The largest integer a double holds exactly, 2^53 - 1 (JavaScript's Number.MAX_SAFE_INTEGER,
+     * which zod's .int() writes as the bounds of every integer): a bound at or beyond it on its
+     * own side means no bound; on the other side it leaves no value. */
+    const double safe = 9007199254740991.0;
+    if (*has && (lower ? best <= -safe : best >= safe)) *has = false;
+    if (*has && !(fabs(best) < safe))
+        return cfail(c, ATTND_ERR_INVALID, "integer bound '%s' leaves no value (beyond 2^53)", i ? incl : excl);
     *v = *has ? (long long)best : 0; /* no bound: best is infinite, and converting it is undefined */
     return true;
 }

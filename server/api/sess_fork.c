@@ -30,9 +30,9 @@ typedef struct fork_task {
 
 /* On the scheduler thread: dst's KV = the source's first n positions, shared. Out of KV
  * memory leaves dst without KV (its history is enough). */
-static attnd_status fork_kv(void *user, engine *e, kv_pool *pool, attnd_err *err) {
-    (void)e, (void)pool;
+static attnd_status fork_kv(void *user, sched_task_turn *turn, attnd_err *err) {
     fork_task *t = user;
+    if (turn->plan || turn->stop) return ATTND_OK;
     int keep = t->n < t->src->kv_len ? t->n : t->src->kv_len;
     kv_seq *child = NULL;
     if (!t->src->kv || keep <= 0 || kv_seq_fork(&child, t->src->kv, err) != ATTND_OK) return ATTND_OK;
@@ -73,7 +73,9 @@ static http_result make_fork(req *r, sess *src, const char *want, int n) {
         return http_respond_error(r, code, err.msg, code == 400 || code == 409 ? "id" : NULL);
     }
     attnd_err kerr;
-    (void)sched_run_task(s->sch, fork_kv, &(fork_task){s->store, src, dst, n}, &kerr);
+    char tenant[SCHED_TENANT_MAX + 1];
+    http_tenant(r, tenant, sizeof(tenant));
+    (void)sched_run_task(s->sch, &(sched_task_spec){fork_kv, &(fork_task){s->store, src, dst, n}, tenant}, &kerr);
     if ((st = sess_release(s->store, dst, src->tokens, n, &err)) != ATTND_OK) { /* out of memory: no half fork */
         struct kv_seq *kv = NULL;
         attnd_err derr;

@@ -173,20 +173,38 @@ static bool name_known(const toolcall_parser *p, const char *name) {
     return false;
 }
 
+/* Where a scan of JSON text stands: nesting depth, inside a string, after a backslash in one. */
+typedef struct json_scan {
+    int depth;
+    bool str, esc;
+} json_scan;
+
+/* Feeds c: true when it closes the outermost object or array. *code: c is outside strings (and
+ * not a string's quote). */
+static bool json_scan_step(json_scan *j, char c, bool *code) {
+    *code = false;
+    if (j->str) {
+        if (j->esc) j->esc = false;
+        else if (c == '\\') j->esc = true;
+        else if (c == '"') j->str = false;
+    } else if (c == '"') {
+        j->str = true;
+    } else if (c == '{' || c == '[') {
+        j->depth++;
+    } else if (c == '}' || c == ']') {
+        return --j->depth == 0;
+    } else {
+        *code = true;
+    }
+    return false;
+}
+
 /* The length of the balanced JSON object or array at s[0] ('{' or '['), 0 while unfinished. */
 static size_t json_span(const char *s, size_t n) {
-    int depth = 0;
-    bool str = false, esc = false;
-    for (size_t i = 0; i < n; i++) {
-        char c = s[i];
-        if (str) {
-            if (esc) esc = false;
-            else if (c == '\\') esc = true;
-            else if (c == '"') str = false;
-        } else if (c == '"') str = true;
-        else if (c == '{' || c == '[') depth++;
-        else if ((c == '}' || c == ']') && --depth == 0) return i + 1;
-    }
+    json_scan j = {0};
+    bool code;
+    for (size_t i = 0; i < n; i++)
+        if (json_scan_step(&j, s[i], &code)) return i + 1;
     return 0;
 }
 
@@ -253,19 +271,11 @@ static bool json_member(const char *s, size_t n, const char *name, size_t *at, s
 static char *json_compact(const char *s, size_t n) {
     char *out = malloc(n + 1);
     size_t k = 0;
-    bool str = false, esc = false;
+    json_scan j = {0};
+    bool code;
     for (size_t i = 0; out && i < n; i++) {
-        char c = s[i];
-        if (str) {
-            if (esc) esc = false;
-            else if (c == '\\') esc = true;
-            else if (c == '"') str = false;
-        } else if (c == ' ' || c == '\n' || c == '\r' || c == '\t') {
-            continue;
-        } else if (c == '"') {
-            str = true;
-        }
-        out[k++] = c;
+        json_scan_step(&j, s[i], &code);
+        if (!(code && (s[i] == ' ' || s[i] == '\n' || s[i] == '\r' || s[i] == '\t'))) out[k++] = s[i];
     }
     if (out) out[k] = '\0';
     return out;
@@ -382,19 +392,12 @@ static int starts_with(const char *s, size_t n, const char *m) {
  * not), or *cut, where a </tool_call> outside its strings ends the block first (n when none;
  * *more when s ends inside what could be one). */
 static size_t hermes_span(const char *s, size_t n, size_t *cut, bool *more) {
-    int depth = 0;
-    bool str = false, esc = false;
+    json_scan j = {0};
+    bool code;
     *cut = n, *more = false;
     for (size_t i = 0; i < n; i++) {
-        char c = s[i];
-        if (str) {
-            if (esc) esc = false;
-            else if (c == '\\') esc = true;
-            else if (c == '"') str = false;
-        } else if (c == '"') str = true;
-        else if (c == '{' || c == '[') depth++;
-        else if ((c == '}' || c == ']') && --depth == 0) return i + 1;
-        else if (c == '<' && starts_with(s + i, n - i, HERMES_CLOSE)) {
+        if (json_scan_step(&j, s[i], &code)) return i + 1;
+        if (code && s[i] == '<' && starts_with(s + i, n - i, HERMES_CLOSE)) {
             *more = starts_with(s + i, n - i, HERMES_CLOSE) < 0;
             if (!*more) *cut = i;
             return 0;

@@ -26,11 +26,14 @@
  * tokens only where the template put them.
  *
  * Sandbox and bounds: templates see only the variables the caller set, cannot mutate them
- * (except namespace() objects they create), and each render is bounded in loop iterations,
- * call depth, output bytes and memory (jinja_limits). Every error, from parsing or rendering,
- * is ATTND_ERR_FORMAT with a message starting "template line N: ". raise_exception(msg) gives
- * "template line N: <msg>". Not thread-safe per ctx; a parsed template is immutable and may be
- * rendered by many ctxs on many threads at once.
+ * (except namespace() objects they create), and each render is bounded (jinja_limits): one
+ * budget of steps counts every loop iteration, call and expression, and every operation's work
+ * by what it touches (a step per item, a step per 64 bytes: searching, joining, replacing,
+ * slicing, printing); sizes are checked before the work (repeat, concatenation); values nest at
+ * most max_depth deep, so printing, tojson and comparing recurse no deeper; and a render has a
+ * wall-clock cap. Every error, from parsing or rendering, has a message starting "template line
+ * N: "; raise_exception(msg) gives "template line N: <msg>". Not thread-safe per ctx; a parsed
+ * template is immutable and may be rendered by many ctxs on many threads at once.
  */
 #ifndef ATTND_SERVER_JINJA_H
 #define ATTND_SERVER_JINJA_H
@@ -49,10 +52,12 @@ typedef struct jinja_value jinja_value;
 enum { JINJA_LITERAL = 0, JINJA_DATA = 1 };
 
 typedef struct jinja_limits {
-    size_t max_output;      /* bytes of rendered text (default 8 MiB) */
+    size_t max_output;      /* bytes of rendered text, and of any one string (default 8 MiB) */
     size_t max_memory;      /* bytes of values one render may allocate (default 64 MiB) */
-    uint64_t max_steps;     /* loop iterations plus calls, in all (default 1,000,000) */
-    int max_depth;          /* nested macro calls and expression depth (default 64) */
+    uint64_t max_steps;     /* the work budget: iterations, calls, expressions, items and
+                             * 64-byte runs touched, in all (default 4,000,000) */
+    int max_depth;          /* nested macro calls, and how deep values nest (default 64) */
+    int max_time_ms;        /* wall-clock cap of one render (default 1000) */
 } jinja_limits;
 
 /* Parses a template (len bytes, need not be NUL-terminated). *out is owned by the caller
@@ -66,6 +71,8 @@ jinja_ctx *jinja_ctx_create(const jinja_limits *lim);
 void jinja_ctx_destroy(jinja_ctx *c); /* accepts NULL */
 /* Binds a variable (name copied). A later binding of the same name replaces it. */
 void jinja_ctx_set(jinja_ctx *c, const char *name, jinja_value *v);
+/* Replaces the clock the wall-clock cap reads (milliseconds, any origin; tests step it). */
+void jinja_ctx_set_clock(jinja_ctx *c, double (*now_ms)(void *user), void *user);
 /* Fixes strftime_now's clock (local time of the caller's choosing); the default is the wall
  * clock in local time. */
 void jinja_ctx_set_now(jinja_ctx *c, const struct tm *now);
@@ -97,7 +104,9 @@ typedef struct jinja_output {
 } jinja_output;
 
 /* Renders t with c's variables. On success *out is the caller's (jinja_output_free); on error
- * *out is empty. A ctx renders once. */
+ * *out is empty and err names the template line. ATTND_ERR_FORMAT: the template raised or did
+ * something Python refuses; ATTND_ERR_NOMEM: the render ran out of memory or of one of its
+ * bounds (steps, time, output or string size, depth). A ctx renders once. */
 attnd_status jinja_render(jinja_ctx *c, const jinja_template *t, jinja_output *out, attnd_err *err);
 void jinja_output_free(jinja_output *o); /* accepts NULL */
 

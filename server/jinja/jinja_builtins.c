@@ -3,6 +3,8 @@
  * jinja2's and Python's behaviour, and the sandbox's refusals (no method mutates a value the
  * caller passed in). Strings that come out of a string keep the provenance of the bytes they
  * were cut from; case mapping marks each output character with its input character's mark.
+ * Each one charges its work to the render's budget before doing it: a step per item it visits
+ * and per 64 bytes it scans (jinja_charge), the strings it builds through jv_str_sb.
  */
 #include "jinja_internal.h"
 
@@ -44,10 +46,11 @@ static bool in_chars(const jinja_value *chars, unsigned char ch) {
 
 /* strip / lstrip / rstrip: which = 1 left, 2 right, 3 both. chars NULL = whitespace. */
 static jinja_value *strip(jinja_ctx *c, jinja_value *s, const jinja_value *chars, int which) {
+    if (!jinja_charge_scan(c, s->s.n * (chars ? 1 + chars->s.n / 8 : 1))) return NULL;
     size_t a = 0, b = s->s.n;
     if (which & 1) while (a < b && in_chars(chars, (unsigned char)s->s.p[a])) a++;
     if (which & 2) while (b > a && in_chars(chars, (unsigned char)s->s.p[b - 1])) b--;
-    return jv_substr(c, s, a, b - a);
+    return a == 0 && b == s->s.n ? s : jv_substr(c, s, a, b - a);
 }
 
 typedef enum { CASE_UPPER, CASE_LOWER, CASE_TITLE_WORDS, CASE_CAPITALIZE, CASE_TITLE_FILTER } casing;
@@ -57,6 +60,7 @@ static bool word_break_filter(int32_t cp) { return cp < 128 && (isspace(cp) || s
 /* Case mapping by code point (utf8proc's simple mappings); each output character carries its
  * input character's provenance. */
 static jinja_value *recase(jinja_ctx *c, jinja_value *s, casing how) {
+    if (!jinja_charge(c, s->s.n)) return NULL; /* a step per byte: utf8proc per code point */
     jsb b = {.limit = c->lim.max_output};
     bool start = true;
     for (size_t i = 0; i < s->s.n;) {
@@ -88,33 +92,39 @@ static jinja_value *recase(jinja_ctx *c, jinja_value *s, casing how) {
     return jv_str_sb(c, &b);
 }
 
+/* The first occurrence of x in s at or after byte from, or s->s.n. */
+static size_t find_from(const jinja_value *s, const jinja_value *x, size_t from) {
+    const char *hit = from <= s->s.n ? jv_find(s->s.p + from, s->s.n - from, x->s.p, x->s.n) : NULL;
+    return hit ? (size_t)(hit - s->s.p) : s->s.n;
+}
+
 static jinja_value *replace(jinja_ctx *c, jinja_value *s, jinja_value *old, jinja_value *new, int64_t count) {
+    if (!jinja_charge_scan(c, s->s.n + old->s.n)) return NULL;
+    if (old->s.n && find_from(s, old, 0) == s->s.n) return s; /* nothing to replace: s itself */
     jsb b = {.limit = c->lim.max_output};
-    size_t i = 0;
     int64_t done = 0;
     if (old->s.n == 0) { /* Python inserts `new` between every character */
         jinja_value *chars = jv_iter_list(c, s);
         if (!chars) return NULL;
-        for (size_t k = 0; k <= chars->l.n; k++) {
+        for (size_t k = 0; k <= chars->l.n && !b.failed; k++) {
             if (count < 0 || done < count) jsb_put_str(&b, new), done++;
             if (k < chars->l.n) jsb_put_str(&b, chars->l.v[k]);
         }
         return jv_str_sb(c, &b);
     }
-    while (i < s->s.n) {
-        if ((count < 0 || done < count) && i + old->s.n <= s->s.n && !memcmp(s->s.p + i, old->s.p, old->s.n)) {
-            jsb_put_str(&b, new);
-            i += old->s.n, done++;
-        } else {
-            jsb_put_sub(&b, s, i, 1);
-            i++;
-        }
+    size_t i = 0;
+    while (i < s->s.n && !b.failed) {
+        size_t at = count >= 0 && done >= count ? s->s.n : find_from(s, old, i);
+        jsb_put_sub(&b, s, i, at - i);
+        if (at == s->s.n) break;
+        jsb_put_str(&b, new);
+        i = at + old->s.n, done++;
     }
     return jv_str_sb(c, &b);
 }
 
 static jinja_value *split(jinja_ctx *c, jinja_value *s, jinja_value *sep, int64_t maxsplit) {
-    jinja_value *out = jv_new(c, JV_LIST);
+    jinja_value *out = jinja_charge_scan(c, s->s.n + (sep && sep->kind == JV_STR ? sep->s.n : 0)) ? jv_new(c, JV_LIST) : NULL;
     if (!out) return NULL;
     size_t i = 0, n = s->s.n;
     if (!sep || sep->kind == JV_NONE) {
@@ -136,13 +146,11 @@ static jinja_value *split(jinja_ctx *c, jinja_value *s, jinja_value *sep, int64_
     if (sep->kind != JV_STR) return jfail(c, "split: the separator must be a string");
     if (!sep->s.n) return jfail(c, "empty separator");
     size_t start = 0;
-    while (i + sep->s.n <= n) {
-        if ((maxsplit < 0 || (int64_t)out->l.n < maxsplit) && !memcmp(s->s.p + i, sep->s.p, sep->s.n)) {
-            if (!jv_push(c, out, jv_substr(c, s, start, i - start))) return NULL;
-            i += sep->s.n, start = i;
-        } else {
-            i++;
-        }
+    while (maxsplit < 0 || (int64_t)out->l.n < maxsplit) {
+        size_t at = find_from(s, sep, start);
+        if (at == n) break;
+        if (!jinja_step(c) || !jv_push(c, out, jv_substr(c, s, start, at - start))) return NULL;
+        start = at + sep->s.n;
     }
     return jv_push(c, out, jv_substr(c, s, start, n - start)) ? out : NULL;
 }
@@ -197,6 +205,7 @@ static jinja_value *m_cycle(ARGS) {
 }
 
 static jinja_value *str_predicate(jinja_ctx *c, jinja_value *s, const char *name) {
+    if (!jinja_charge(c, 1 + s->s.n)) return NULL;
     bool all = s->s.n > 0, any_cased = false, lower = true, upper = true;
     for (size_t i = 0; i < s->s.n; i++) {
         unsigned char ch = (unsigned char)s->s.p[i];
@@ -213,9 +222,9 @@ static jinja_value *str_predicate(jinja_ctx *c, jinja_value *s, const char *name
 
 static jinja_value *str_join(jinja_ctx *c, jinja_value *sep, jinja_value *items) {
     jinja_value *l = jv_iter_list(c, items);
-    if (!l) return NULL;
+    if (!l || !jinja_charge(c, l->l.n)) return NULL;
     jsb b = {.limit = c->lim.max_output};
-    for (size_t i = 0; i < l->l.n; i++) {
+    for (size_t i = 0; i < l->l.n && !b.failed; i++) {
         if (i) jsb_put_str(&b, sep);
         if (l->l.v[i]->kind != JV_STR) return jsb_free(&b), jfail(c, "sequence item %zu: expected str instance", i);
         jsb_put_str(&b, l->l.v[i]);
@@ -224,6 +233,8 @@ static jinja_value *str_join(jinja_ctx *c, jinja_value *sep, jinja_value *items)
 }
 
 static jinja_value *affix_test(jinja_ctx *c, jinja_value *s, jinja_value *x, bool prefix) {
+    if (x && !jinja_charge(c, jv_is_seq(x) ? 1 + x->l.n : 1 + (x->kind == JV_STR ? x->s.n / JINJA_SCAN_BYTES_PER_STEP : 0)))
+        return NULL;
     if (x && x->kind == JV_STR) return jinja_bool(c, affix(s, x, prefix));
     if (x && jv_is_seq(x)) {
         for (size_t i = 0; i < x->l.n; i++)
@@ -234,22 +245,18 @@ static jinja_value *affix_test(jinja_ctx *c, jinja_value *s, jinja_value *x, boo
 }
 
 static jinja_value *count_or_find(jinja_ctx *c, jinja_value *s, jinja_value *x, bool find) {
-    if (!need_str(c, x, find ? "find" : "count")) return NULL;
+    if (!need_str(c, x, find ? "find" : "count") || !jinja_charge_scan(c, s->s.n + x->s.n)) return NULL;
+    if (!x->s.n) return jinja_int(c, find ? 0 : (int64_t)jv_utf8_len(s->s.p, s->s.n) + 1);
     int64_t hits = 0;
-    for (size_t i = 0; i + x->s.n <= s->s.n; i += x->s.n ? x->s.n : 1) {
-        if (memcmp(s->s.p + i, x->s.p, x->s.n)) {
-            if (x->s.n) i -= x->s.n - 1;
-            continue;
-        }
-        if (find) return jinja_int(c, (int64_t)jv_utf8_len(s->s.p, i));
+    for (size_t at = find_from(s, x, 0); at < s->s.n; at = find_from(s, x, at + x->s.n)) {
+        if (find) return jinja_int(c, (int64_t)jv_utf8_len(s->s.p, at));
         hits++;
     }
-    if (!x->s.n && !find) hits = (int64_t)jv_utf8_len(s->s.p, s->s.n) + 1;
     return jinja_int(c, find ? -1 : hits);
 }
 
 static jinja_value *splitlines(jinja_ctx *c, jinja_value *s) {
-    jinja_value *out = jv_new(c, JV_LIST);
+    jinja_value *out = jinja_charge(c, 1 + s->s.n) ? jv_new(c, JV_LIST) : NULL;
     size_t start = 0;
     for (size_t i = 0; out && i < s->s.n; i++) {
         if (s->s.p[i] != '\n' && s->s.p[i] != '\r') continue;
@@ -296,7 +303,7 @@ static jinja_value *m_str(ARGS) {
 }
 
 static jinja_value *dict_items(jinja_ctx *c, jinja_value *d) {
-    jinja_value *out = jv_new(c, JV_LIST);
+    jinja_value *out = jinja_charge(c, d->d.n) ? jv_new(c, JV_LIST) : NULL;
     for (size_t i = 0; out && i < d->d.n; i++) {
         jinja_value *t = jv_new(c, JV_TUPLE);
         if (!t || !jv_push(c, t, d->d.k[i]) || !jv_push(c, t, d->d.v[i]) || !jv_push(c, out, t)) return NULL;
@@ -311,10 +318,11 @@ static jinja_value *m_dict(ARGS) {
     if (!strcmp(m, "get")) {
         jinja_value *k = ARG(0, NULL), *def = ARG(1, NULL);
         if (!k) return jfail(c, "get expected at least 1 argument");
+        if (!jinja_charge(c, 1 + d->d.n / 16)) return NULL;
         jinja_value *v = jv_dict_get(d, k);
         return v ? v : def ? def : jinja_none(c);
     }
-    jinja_value *out = jv_new(c, JV_LIST);
+    jinja_value *out = jinja_charge(c, d->d.n) ? jv_new(c, JV_LIST) : NULL;
     for (size_t i = 0; out && i < d->d.n; i++)
         if (!jv_push(c, out, m[0] == 'k' ? d->d.k[i] : d->d.v[i])) return NULL;
     return out;
@@ -350,8 +358,12 @@ jinja_value *jinja_call_test(jinja_ctx *c, const char *name, jinja_value *v, jin
         r = v->i % x->i == 0;
     } else if (!strcmp(name, "lower") || !strcmp(name, "upper")) {
         r = k == JV_STR && jv_truthy(str_predicate(c, v, name[0] == 'l' ? "islower" : "isupper"));
-    } else if (x && (!strcmp(name, "equalto") || !strcmp(name, "eq") || !strcmp(name, "=="))) r = jv_equal(v, x);
-    else if (x && (!strcmp(name, "ne") || !strcmp(name, "!="))) r = !jv_equal(v, x);
+    } else if (x && (!strcmp(name, "equalto") || !strcmp(name, "eq") || !strcmp(name, "=="))) {
+        if (!jv_equal_charged(c, v, x, &r)) return NULL;
+    } else if (x && (!strcmp(name, "ne") || !strcmp(name, "!="))) {
+        if (!jv_equal_charged(c, v, x, &r)) return NULL;
+        r = !r;
+    }
     else if (x && !strcmp(name, "sameas")) r = v == x || (k == x->kind && (k == JV_NONE || (k == JV_BOOL && v->b == x->b)));
     else if (x && (!strcmp(name, "lt") || !strcmp(name, "le") || !strcmp(name, "gt") || !strcmp(name, "ge"))) {
         bool ok;
@@ -360,11 +372,14 @@ jinja_value *jinja_call_test(jinja_ctx *c, const char *name, jinja_value *v, jin
         r = name[0] == 'l' ? (name[1] == 't' ? cmp < 0 : cmp <= 0) : (name[1] == 't' ? cmp > 0 : cmp >= 0);
     } else if (x && !strcmp(name, "in")) {
         jinja_value *l = x->kind == JV_STR ? NULL : jv_iter_list(c, x);
-        if (x->kind == JV_STR) r = v->kind == JV_STR && strstr(x->s.p, v->s.p) != NULL;
-        else {
+        if (x->kind == JV_STR) {
+            if (!jinja_charge_scan(c, x->s.n + (v->kind == JV_STR ? v->s.n : 0))) return NULL;
+            r = v->kind == JV_STR && jv_find(x->s.p, x->s.n, v->s.p, v->s.n) != NULL;
+        } else {
             if (!l) return NULL;
             r = false;
-            for (size_t i = 0; i < l->l.n && !r; i++) r = jv_equal(l->l.v[i], v);
+            for (size_t i = 0; i < l->l.n && !r; i++)
+                if (!jv_equal_charged(c, v, l->l.v[i], &r)) return NULL;
         }
     } else {
         return jfail(c, "no test named '%s'", name);
@@ -396,7 +411,7 @@ static jinja_value *f_trim(FARGS) {
 static jinja_value *f_length(FARGS) {
     FUNUSED;
     switch (v->kind) {
-    case JV_STR: return jinja_int(c, (int64_t)jv_utf8_len(v->s.p, v->s.n));
+    case JV_STR: return jinja_charge_scan(c, v->s.n) ? jinja_int(c, (int64_t)jv_utf8_len(v->s.p, v->s.n)) : NULL;
     case JV_LIST: case JV_TUPLE: return jinja_int(c, (int64_t)v->l.n);
     case JV_DICT: case JV_NS: return jinja_int(c, (int64_t)v->d.n);
     case JV_UNDEF: return jinja_int(c, 0);
@@ -416,9 +431,9 @@ static jinja_value *f_last(FARGS) { FUNUSED; return f_first_last(c, v, true); }
 static jinja_value *f_join(FARGS) {
     jinja_value *sep = ARG(0, "d"), *attr = ARG(1, "attribute");
     jinja_value *l = jv_iter_list(c, v);
-    if (!l) return NULL;
+    if (!l || !jinja_charge(c, l->l.n)) return NULL;
     jsb b = {.limit = c->lim.max_output};
-    for (size_t i = 0; i < l->l.n; i++) {
+    for (size_t i = 0; i < l->l.n && !b.failed; i++) {
         if (i && sep) jv_to_str(&b, sep);
         jinja_value *x = l->l.v[i];
         if (attr && attr->kind == JV_STR && !(x = jinja_getattr(c, x, attr->s.p))) return jsb_free(&b), NULL;
@@ -506,7 +521,7 @@ static jinja_value *f_items(FARGS) {
 
 static jinja_value *f_list(FARGS) {
     FUNUSED;
-    jinja_value *l = jv_iter_list(c, v), *out = l ? jv_new(c, JV_LIST) : NULL;
+    jinja_value *l = jv_iter_list(c, v), *out = l && jinja_charge(c, l->l.n) ? jv_new(c, JV_LIST) : NULL;
     for (size_t i = 0; out && i < l->l.n; i++)
         if (!jv_push(c, out, l->l.v[i])) return NULL;
     return out;
@@ -595,7 +610,7 @@ static jinja_value *f_reverse(FARGS) {
         for (size_t i = chars->l.n; i-- > 0;) jsb_put_str(&b, chars->l.v[i]);
         return jv_str_sb(c, &b);
     }
-    jinja_value *l = jv_iter_list(c, v), *out = l ? jv_new(c, JV_LIST) : NULL;
+    jinja_value *l = jv_iter_list(c, v), *out = l && jinja_charge(c, l->l.n) ? jv_new(c, JV_LIST) : NULL;
     for (size_t i = out ? l->l.n : 0; i-- > 0;)
         if (!jv_push(c, out, l->l.v[i])) return NULL;
     return out;
@@ -605,16 +620,17 @@ static jinja_value *f_indent(FARGS) {
     jinja_value *s = jv_str_of(c, v), *w = ARG(0, "width"), *first = ARG(1, "first"), *blank = ARG(2, "blank");
     if (!s) return NULL;
     jsb pad = {.limit = c->lim.max_output}, b = {.limit = c->lim.max_output};
-    if (w && w->kind == JV_STR) jsb_put_str(&pad, w);
+    if (w && w->kind == JV_STR && w->s.n <= 256) jsb_put_str(&pad, w);
+    else if (w && w->kind == JV_STR) return jsb_free(&pad), jfail(c, "indent: the indentation is longer than 256 bytes");
     else for (int64_t i = 0; i < int_or(w, 4) && i < 256; i++) jsb_puts(&pad, " ");
     jinja_value *lines = splitlines(c, s);
     if (!lines) return jsb_free(&pad), NULL;
-    if (first && jv_truthy(first)) jsb_put(&b, pad.p ? pad.p : "", pad.n, JINJA_LITERAL);
+    if (first && jv_truthy(first)) jsb_put(&b, pad.t.p ? pad.t.p : "", pad.t.len, JINJA_LITERAL);
     for (size_t i = 0; i < lines->l.n; i++) {
         jinja_value *line = lines->l.v[i];
         if (i) {
             jsb_puts(&b, "\n");
-            if (line->s.n || (blank && jv_truthy(blank))) jsb_put(&b, pad.p ? pad.p : "", pad.n, JINJA_LITERAL);
+            if (line->s.n || (blank && jv_truthy(blank))) jsb_put(&b, pad.t.p ? pad.t.p : "", pad.t.len, JINJA_LITERAL);
         }
         jsb_put_str(&b, line);
     }
@@ -623,12 +639,15 @@ static jinja_value *f_indent(FARGS) {
     return jv_str_sb(c, &b);
 }
 
+/* Each item is compared with those kept so far: every comparison is charged, so a long list
+ * of distinct items runs out of steps rather than taking seconds. */
 static jinja_value *f_unique(FARGS) {
     FUNUSED;
     jinja_value *l = jv_iter_list(c, v), *out = l ? jv_new(c, JV_LIST) : NULL;
     for (size_t i = 0; out && i < l->l.n; i++) {
         bool seen = false;
-        for (size_t k = 0; k < out->l.n && !seen; k++) seen = jv_equal(out->l.v[k], l->l.v[i]);
+        for (size_t k = 0; k < out->l.n && !seen; k++)
+            if (!jv_equal_charged(c, l->l.v[i], out->l.v[k], &seen)) return NULL;
         if (!seen && !jv_push(c, out, l->l.v[i])) return NULL;
     }
     return out;
@@ -670,9 +689,12 @@ static jinja_value *g_range(ARGS) {
     else if (n == 2 || n == 3) lo = a[0]->i, hi = a[1]->i, step = n == 3 ? a[2]->i : 1;
     else return jfail(c, "range expected 1 to 3 arguments");
     if (step == 0) return jfail(c, "range() arg 3 must not be zero");
-    jinja_value *out = jv_new(c, JV_LIST);
+    /* the items are counted before any is made (a step each) */
+    uint64_t span = step > 0 ? (hi > lo ? (uint64_t)hi - (uint64_t)lo : 0) : (lo > hi ? (uint64_t)lo - (uint64_t)hi : 0);
+    uint64_t count = span ? (span - 1) / (step > 0 ? (uint64_t)step : 0 - (uint64_t)step) + 1 : 0;
+    jinja_value *out = jinja_charge(c, count) ? jv_new(c, JV_LIST) : NULL;
     for (int64_t i = lo; out && (step > 0 ? i < hi : i > hi); i += step) {
-        if (!jinja_step(c) || !jv_push(c, out, jinja_int(c, i))) return NULL;
+        if (!jv_push(c, out, jinja_int(c, i))) return NULL;
         if ((step > 0 && i > INT64_MAX - step) || (step < 0 && i < INT64_MIN - step)) break;
     }
     return out;
@@ -688,7 +710,10 @@ static jinja_value *g_namespace(ARGS) {
     }
     for (size_t i = 0; ns && i < n_kw; i++)
         if (!jv_dict_put(c, ns, jv_cstr(c, kwn[i]), kwv[i])) return NULL;
-    if (ns && fn->fn.name[0] == 'd') ns->kind = JV_DICT;
+    if (ns && fn->fn.name[0] == 'd') {
+        if (ns->depth > c->lim.max_depth) return jv_too_deep(c);
+        ns->kind = JV_DICT;
+    }
     return ns;
 }
 
@@ -696,7 +721,7 @@ static jinja_value *g_raise(ARGS) {
     (void)fn, (void)kwn, (void)kwv, (void)n_kw;
     jsb b = {.limit = 300};
     if (n) jv_to_str(&b, a[0]);
-    jfail(c, "%s", b.p ? b.p : "");
+    jfail(c, "%s", b.t.p ? b.t.p : "");
     jsb_free(&b);
     return NULL;
 }

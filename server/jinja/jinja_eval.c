@@ -1,7 +1,7 @@
 /*
  * jinja_eval.c — rendering a syntax tree: scopes (a fresh one per loop iteration and per macro
  * call, as jinja2 has them), statements, expressions with Python's semantics, and the limits
- * (steps, depth, output bytes, memory) that keep a hostile template bounded.
+ * (steps, depth, output bytes, memory, wall-clock time) that keep a hostile template bounded.
  */
 #include "jinja_internal.h"
 
@@ -13,11 +13,31 @@
 static jinja_value *eval(jinja_ctx *c, const jnode *n);
 static bool exec(jinja_ctx *c, const jnode *n);
 
-bool jinja_step(jinja_ctx *c) {
-    if (++c->steps <= c->lim.max_steps) return true;
-    jfail(c, "the template ran more than %llu steps (loop iterations and calls)", (unsigned long long)c->lim.max_steps);
+/* The clock is read every CLOCK_EVERY steps of work. */
+#define CLOCK_EVERY 256
+
+bool jinja_charge(jinja_ctx *c, uint64_t units) {
+    if (c->failed) return false;
+    if (units > c->lim.max_steps - (c->steps < c->lim.max_steps ? c->steps : c->lim.max_steps)) {
+        c->steps = c->lim.max_steps;
+        jlimit(c, "the template ran more than %llu steps (loop iterations, calls, expressions and the items and "
+                  "bytes they touch)", (unsigned long long)c->lim.max_steps);
+        return false;
+    }
+    c->steps += units;
+    if (c->steps < c->next_clock) return true;
+    c->next_clock = c->steps + CLOCK_EVERY;
+    double ms = c->now_ms(c->clock_user) - c->start_ms;
+    if (ms <= c->lim.max_time_ms) return true;
+    jlimit(c, "the template ran longer than %d ms", c->lim.max_time_ms);
     return false;
 }
+
+bool jinja_charge_bytes(jinja_ctx *c, size_t n) { return jinja_charge(c, 1 + n / JINJA_BYTES_PER_STEP); }
+
+bool jinja_charge_scan(jinja_ctx *c, size_t n) { return jinja_charge(c, 1 + n / JINJA_SCAN_BYTES_PER_STEP); }
+
+bool jinja_step(jinja_ctx *c) { return jinja_charge(c, 1); }
 
 // ---- scopes ------------------------------------------------------------------------------------
 
@@ -28,13 +48,9 @@ static bool frame_set(jinja_ctx *c, jframe *f, const char *name, jinja_value *v)
             f->vars[i].v = v;
             return true;
         }
-    if (f->n == f->cap) {
-        size_t cap = f->cap ? f->cap * 2 : 8;
-        jvar *nv = jarena_alloc(&c->arena, cap * sizeof(*nv));
-        if (!nv) return jnomem(c), false;
-        if (f->n) memcpy(nv, f->vars, f->n * sizeof(*nv));
-        f->vars = nv, f->cap = cap;
-    }
+    jvar *vars = jarena_grow(&c->arena, f->vars, f->n, &f->cap, sizeof(*vars));
+    if (!vars) return jnomem(c), false;
+    f->vars = vars;
     f->vars[f->n++] = (jvar){name, v};
     return true;
 }
@@ -88,6 +104,7 @@ jinja_value *jinja_getattr(jinja_ctx *c, jinja_value *v, const char *name) {
     if (v->kind == JV_UNDEF)
         return jfail(c, "'%s' is undefined (reading its attribute '%s')", v->undef ? v->undef : "value", name);
     if (v->kind == JV_LOOP) return loop_attr(c, v, name);
+    if ((v->kind == JV_NS || v->kind == JV_DICT) && !jinja_charge(c, 1 + v->d.n / 16)) return NULL;
     if (v->kind == JV_NS) {
         jinja_value *x = jv_dict_gets(v, name);
         return x ? x : jv_undef(c, name);
@@ -114,11 +131,13 @@ jinja_value *jinja_getitem(jinja_ctx *c, jinja_value *v, jinja_value *key) {
     size_t at;
     if (v->kind == JV_UNDEF) return jfail(c, "'%s' is undefined (reading an item)", v->undef ? v->undef : "value");
     if (v->kind == JV_DICT || v->kind == JV_NS) {
+        if (!jinja_charge(c, 1 + v->d.n / 16)) return NULL;
         jinja_value *x = jv_dict_get(v, key);
         if (x) return x;
     } else if (jv_is_seq(v)) {
         if (seq_index(key, v->l.n, &at)) return v->l.v[at];
     } else if (v->kind == JV_STR && (key->kind == JV_INT || key->kind == JV_BOOL)) {
+        if (!jinja_charge_scan(c, v->s.n)) return NULL;
         size_t cps = jv_utf8_len(v->s.p, v->s.n);
         if (seq_index(key, cps, &at)) {
             size_t a = jv_utf8_offset(v->s.p, v->s.n, at), b = jv_utf8_offset(v->s.p, v->s.n, at + 1);
@@ -158,30 +177,44 @@ static bool slice_bound(jinja_ctx *c, const jnode *e, int64_t def, int64_t len, 
     return true;
 }
 
+/* The items a slice takes: the count, charged before the work. */
+static uint64_t slice_count(int64_t start, int64_t stop, int64_t step) {
+    if (step > 0) return start < stop ? (uint64_t)(stop - start - 1) / (uint64_t)step + 1 : 0;
+    return start > stop ? (uint64_t)(start - stop - 1) / (uint64_t)(-step) + 1 : 0;
+}
+
 static jinja_value *eval_slice(jinja_ctx *c, const jnode *n) {
     jinja_value *v = eval(c, n->a);
     if (!v) return NULL;
     bool is_str = v->kind == JV_STR;
     if (!is_str && !jv_is_seq(v)) return v->kind == JV_UNDEF ? jfail(c, "'%s' is undefined", v->undef ? v->undef : "value")
                                                               : jfail(c, "'%s' object is not subscriptable", jv_type_name(v));
-    jinja_value *chars = is_str ? jv_iter_list(c, v) : v;
-    if (!chars) return NULL;
-    int64_t len = (int64_t)chars->l.n, step = 1, start, stop;
+    if (is_str && !jinja_charge_scan(c, v->s.n)) return NULL;
+    int64_t len = is_str ? (int64_t)jv_utf8_len(v->s.p, v->s.n) : (int64_t)v->l.n, step = 1, start, stop;
     if (n->d) {
         jinja_value *s = eval(c, n->d);
         if (!s) return NULL;
         if (s->kind == JV_INT) step = s->i;
         else if (s->kind != JV_NONE) return jfail(c, "slice indices must be integers or None");
         if (step == 0) return jfail(c, "slice step cannot be zero");
+        if (step == INT64_MIN) step = -INT64_MAX;
     }
     if (!slice_bound(c, n->b, step > 0 ? 0 : len - 1, len, &start) ||
         !slice_bound(c, n->c, step > 0 ? len : -1, len, &stop))
         return NULL;
     if (step < 0 && start >= len) start = len - 1;
-    jinja_value *out = jv_new(c, v->kind == JV_TUPLE ? JV_TUPLE : JV_LIST);
+    if (is_str && step == 1) { /* a run of code points: one copy */
+        size_t a = jv_utf8_offset(v->s.p, v->s.n, (size_t)start);
+        size_t b = start < stop ? jv_utf8_offset(v->s.p, v->s.n, (size_t)stop) : a;
+        return jv_substr(c, v, a, b - a);
+    }
+    jinja_value *items = is_str ? jv_iter_list(c, v) : v;
+    jinja_value *out = items && jinja_charge(c, slice_count(start, stop, step)) ? jv_new(c, v->kind == JV_TUPLE ? JV_TUPLE : JV_LIST) : NULL;
     if (!out) return NULL;
-    for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step)
-        if (!jv_push(c, out, chars->l.v[i])) return NULL;
+    for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) {
+        if (!jv_push(c, out, items->l.v[i])) return NULL;
+        if ((step > 0 && i > INT64_MAX - step) || (step < 0 && i < INT64_MIN - step)) break;
+    }
     if (!is_str) return out;
     jsb b = {.limit = c->lim.max_output};
     for (size_t i = 0; i < out->l.n; i++) jsb_put_str(&b, out->l.v[i]);
@@ -195,24 +228,34 @@ static double fl(const jinja_value *v) { return v->kind == JV_FLOAT ? v->f : v->
 static int64_t in(const jinja_value *v) { return v->kind == JV_INT ? v->i : v->b; }
 
 static jinja_value *concat(jinja_ctx *c, jinja_value *a, jinja_value *b) {
+    size_t na = a->kind == JV_STR ? a->s.n : 0, nb = b->kind == JV_STR ? b->s.n : 0;
+    if (na > c->lim.max_output || nb > c->lim.max_output - na)
+        return jlimit(c, "a string exceeds the template's size limit (%zu bytes)", c->lim.max_output);
+    if (!jinja_charge_bytes(c, na + nb)) return NULL;
     jsb s = {.limit = c->lim.max_output};
     jv_to_str(&s, a);
     jv_to_str(&s, b);
     return jv_str_sb(c, &s);
 }
 
+/* seq * times. The size is checked before any work, without overflow: a count beyond the
+ * output limit is refused even for an empty seq (no template needs one). */
 static jinja_value *repeat(jinja_ctx *c, jinja_value *seq, int64_t times) {
-    if (times < 0) times = 0;
-    if (seq->kind == JV_STR) {
-        if (times && seq->s.n * (uint64_t)times > c->lim.max_output) return jfail(c, "a string exceeds the template's size limit");
+    bool str = seq->kind == JV_STR;
+    size_t n = str ? seq->s.n : seq->l.n;
+    uint64_t t = times < 0 ? 0 : (uint64_t)times;
+    if (t > c->lim.max_output || (n && t > c->lim.max_output / n))
+        return jlimit(c, "repeating a %s of %zu %s %llu times exceeds the template's size limit (%zu)",
+                      str ? "string" : "sequence", n, str ? "bytes" : "items", (unsigned long long)t, c->lim.max_output);
+    if (!(str ? jinja_charge_bytes(c, n * t) : jinja_charge(c, n * t))) return NULL;
+    if (str) {
         jsb s = {.limit = c->lim.max_output};
-        for (int64_t i = 0; i < times; i++) jsb_put_str(&s, seq);
+        jsb_repeat(&s, seq, t);
         return jv_str_sb(c, &s);
     }
-    if (times && seq->l.n * (uint64_t)times > c->lim.max_steps) return jfail(c, "a list exceeds the template's size limit");
     jinja_value *out = jv_new(c, seq->kind);
-    for (int64_t i = 0; out && i < times; i++)
-        for (size_t k = 0; k < seq->l.n; k++)
+    for (uint64_t i = 0; out && i < t; i++)
+        for (size_t k = 0; k < n; k++)
             if (!jv_push(c, out, seq->l.v[k])) return NULL;
     return out;
 }
@@ -275,7 +318,7 @@ static jinja_value *arith(jinja_ctx *c, int op, jinja_value *a, jinja_value *b) 
     }
     if (op == OP_ADD && a->kind == JV_STR && b->kind == JV_STR) return concat(c, a, b);
     if (op == OP_ADD && jv_is_seq(a) && a->kind == b->kind) {
-        jinja_value *out = jv_new(c, a->kind);
+        jinja_value *out = jinja_charge(c, a->l.n + b->l.n) ? jv_new(c, a->kind) : NULL;
         for (size_t i = 0; out && i < a->l.n; i++) if (!jv_push(c, out, a->l.v[i])) return NULL;
         for (size_t i = 0; out && i < b->l.n; i++) if (!jv_push(c, out, b->l.v[i])) return NULL;
         return out;
@@ -293,24 +336,24 @@ static jinja_value *arith(jinja_ctx *c, int op, jinja_value *a, jinja_value *b) 
 static jinja_value *contains(jinja_ctx *c, jinja_value *hay, jinja_value *x) {
     if (hay->kind == JV_STR) {
         if (x->kind != JV_STR) return jfail(c, "'in <string>' requires string as left operand, not %s", jv_type_name(x));
-        if (x->s.n == 0) return jinja_bool(c, true);
-        for (size_t i = 0; i + x->s.n <= hay->s.n; i++)
-            if (!memcmp(hay->s.p + i, x->s.p, x->s.n)) return jinja_bool(c, true);
-        return jinja_bool(c, false);
+        if (!jinja_charge_scan(c, hay->s.n + x->s.n)) return NULL;
+        return jinja_bool(c, jv_find(hay->s.p, hay->s.n, x->s.p, x->s.n) != NULL);
     }
-    if (hay->kind == JV_DICT || hay->kind == JV_NS) return jinja_bool(c, jv_dict_get(hay, x) != NULL);
+    if (hay->kind == JV_DICT || hay->kind == JV_NS)
+        return jinja_charge(c, 1 + hay->d.n / 16) ? jinja_bool(c, jv_dict_get(hay, x) != NULL) : NULL;
     if (jv_is_seq(hay)) {
-        for (size_t i = 0; i < hay->l.n; i++)
-            if (jv_equal(hay->l.v[i], x)) return jinja_bool(c, true);
-        return jinja_bool(c, false);
+        bool eq = false;
+        for (size_t i = 0; i < hay->l.n && !eq; i++)
+            if (!jv_equal_charged(c, x, hay->l.v[i], &eq)) return NULL;
+        return jinja_bool(c, eq);
     }
     if (hay->kind == JV_UNDEF) return jinja_bool(c, false);
     return jfail(c, "argument of type '%s' is not iterable", jv_type_name(hay));
 }
 
 static jinja_value *compare(jinja_ctx *c, int op, jinja_value *a, jinja_value *b) {
-    if (op == OP_EQ) return jinja_bool(c, jv_equal(a, b));
-    if (op == OP_NE) return jinja_bool(c, !jv_equal(a, b));
+    bool eq;
+    if (op == OP_EQ || op == OP_NE) return jv_equal_charged(c, a, b, &eq) ? jinja_bool(c, eq == (op == OP_EQ)) : NULL;
     bool ok;
     int r = jv_compare(c, a, b, &ok);
     if (!ok) return NULL;
@@ -345,7 +388,10 @@ static jinja_value *call_macro(jinja_ctx *c, jinja_value *fn, jinja_value **args
                                jinja_value **kwv, size_t n_kw) {
     const jnode *m = fn->fn.macro;
     if (n > m->n_names) return jfail(c, "macro '%s' takes not more than %zu argument(s)", fn->fn.name, m->n_names);
-    if (++c->depth > c->lim.max_depth) return jfail(c, "macro calls nested deeper than %d", c->lim.max_depth);
+    if (++c->depth > c->lim.max_depth) {
+        c->depth--;
+        return jlimit(c, "macro calls nested deeper than %d", c->lim.max_depth);
+    }
     jframe *saved = c->frame, *f = frame_push(c, fn->fn.scope);
     jsb *saved_out = c->out, out = {.limit = c->lim.max_output};
     jinja_value *caller = c->caller, *result = NULL;
@@ -452,7 +498,7 @@ static jinja_value *eval_op(jinja_ctx *c, const jnode *n) {
 }
 
 static jinja_value *eval(jinja_ctx *c, const jnode *n) {
-    if (c->failed) return NULL;
+    if (!jinja_step(c)) return NULL;
     switch (n->kind) {
     case E_LIT: return n->lit;
     case E_NAME: return lookup(c, n->name);
@@ -578,19 +624,24 @@ static jinja_value *make_macro(jinja_ctx *c, const jnode *n, const char *name) {
     return fn;
 }
 
+/* Prints v where output goes now, charged by the bytes written. */
+static bool print(jinja_ctx *c, const jinja_value *v) {
+    size_t before = c->out->t.len;
+    jv_to_str(c->out, v);
+    return jinja_charge_bytes(c, c->out->t.len - before);
+}
+
 static bool exec_stmt(jinja_ctx *c, const jnode *n) {
     c->line = n->line;
     jinja_value *v;
+    if (!jinja_step(c)) return false;
     switch (n->kind) {
     case N_BODY:
         for (size_t i = 0; i < n->n_kids && !c->brk; i++)
             if (!exec(c, n->kids[i])) return false;
         return true;
-    case N_TEXT: jsb_put_str(c->out, n->lit); return true;
-    case N_OUTPUT:
-        if (!(v = eval(c, n->a))) return false;
-        jv_to_str(c->out, v);
-        return true;
+    case N_TEXT: return print(c, n->lit);
+    case N_OUTPUT: return (v = eval(c, n->a)) && print(c, v);
     case N_IF:
         if (!(v = eval(c, n->a))) return false;
         return jv_truthy(v) ? exec(c, n->b) : n->c ? exec(c, n->c) : true;
@@ -603,14 +654,9 @@ static bool exec_stmt(jinja_ctx *c, const jnode *n) {
         c->caller = body;
         v = eval(c, n->a);
         c->caller = saved;
-        if (!v) return false;
-        jv_to_str(c->out, v);
-        return true;
+        return v && print(c, v);
     }
-    case N_FILTER_BLOCK:
-        if (!(v = capture(c, n->b, n->a))) return false;
-        jv_to_str(c->out, v);
-        return true;
+    case N_FILTER_BLOCK: return (v = capture(c, n->b, n->a)) && print(c, v);
     case N_BREAK: c->brk = 1; return true;
     case N_CONTINUE: c->brk = 2; return true;
     default: return jfail(c, "internal: a statement of kind %d", (int)n->kind), false;
@@ -621,7 +667,7 @@ static bool exec(jinja_ctx *c, const jnode *n) {
     if (c->failed) return false;
     bool ok = exec_stmt(c, n);
     if (ok && c->out->failed) {
-        jfail(c, "the rendering exceeds the output limit (%zu bytes)", c->lim.max_output);
+        jlimit(c, "the rendering exceeds the output limit (%zu bytes)", c->lim.max_output);
         return false;
     }
     return ok && !c->failed;
@@ -648,16 +694,25 @@ attnd_status jinja_parse(const char *src, size_t len, jinja_template **out, attn
     return ATTND_OK;
 }
 
+static double wall_ms(void *user) {
+    (void)user;
+    return attnd_now_s() * 1e3;
+}
+
 jinja_ctx *jinja_ctx_create(const jinja_limits *lim) {
     jinja_ctx *c = calloc(1, sizeof(*c));
     if (!c) return NULL;
-    c->lim = (jinja_limits){8u << 20, 64u << 20, 1000000, 64};
+    c->lim = (jinja_limits){8u << 20, 64u << 20, 4000000, 64, 1000};
     if (lim) {
         if (lim->max_output) c->lim.max_output = lim->max_output;
         if (lim->max_memory) c->lim.max_memory = lim->max_memory;
         if (lim->max_steps) c->lim.max_steps = lim->max_steps;
-        if (lim->max_depth) c->lim.max_depth = lim->max_depth;
+        if (lim->max_depth) c->lim.max_depth = lim->max_depth > UINT16_MAX - 1 ? UINT16_MAX - 1 : lim->max_depth;
+        if (lim->max_time_ms) c->lim.max_time_ms = lim->max_time_ms;
     }
+    c->now_ms = wall_ms;
+    c->start_ms = wall_ms(NULL); /* jinja_render starts it again: building values is not its time */
+    c->next_clock = CLOCK_EVERY;
     c->arena.budget = c->lim.max_memory;
     c->line = 1;
     return c;
@@ -669,6 +724,13 @@ void jinja_ctx_destroy(jinja_ctx *c) {
     free(c);
 }
 
+void jinja_ctx_set_clock(jinja_ctx *c, double (*now_ms)(void *user), void *user) {
+    if (!c) return;
+    c->now_ms = now_ms ? now_ms : wall_ms;
+    c->clock_user = now_ms ? user : NULL;
+    c->start_ms = c->now_ms(c->clock_user);
+}
+
 void jinja_ctx_set_now(jinja_ctx *c, const struct tm *now) {
     if (!c || !now) return;
     c->now = *now;
@@ -676,18 +738,19 @@ void jinja_ctx_set_now(jinja_ctx *c, const struct tm *now) {
 }
 
 static attnd_status output_take(jsb *b, jinja_output *out) {
+    const char *m = b->m.p;
     size_t n = 0;
-    for (size_t i = 0; i < b->n; i++) n += i == 0 || b->m[i] != b->m[i - 1];
+    for (size_t i = 0; i < b->t.len; i++) n += i == 0 || m[i] != m[i - 1];
     out->segs = malloc((n ? n : 1) * sizeof(*out->segs));
     if (!out->segs) return ATTND_ERR_NOMEM;
-    for (size_t i = 0; i < b->n; i++) {
-        if (i == 0 || b->m[i] != b->m[i - 1]) out->segs[out->n_segs++] = (jinja_seg){i, 0, b->m[i] != 0};
+    for (size_t i = 0; i < b->t.len; i++) {
+        if (i == 0 || m[i] != m[i - 1]) out->segs[out->n_segs++] = (jinja_seg){i, 0, m[i] != 0};
         out->segs[out->n_segs - 1].len++;
     }
-    out->text = b->p ? b->p : calloc(1, 1);
+    out->text = b->t.p ? b->t.p : calloc(1, 1);
     if (!out->text) return free(out->segs), out->segs = NULL, out->n_segs = 0, ATTND_ERR_NOMEM;
-    out->len = b->n;
-    free(b->m);
+    out->len = b->t.len;
+    buf_free(&b->m);
     *b = (jsb){0};
     return ATTND_OK;
 }
@@ -695,6 +758,8 @@ static attnd_status output_take(jsb *b, jinja_output *out) {
 attnd_status jinja_render(jinja_ctx *c, const jinja_template *t, jinja_output *out, attnd_err *err) {
     *out = (jinja_output){0};
     jsb b = {.limit = c->lim.max_output};
+    c->start_ms = c->now_ms(c->clock_user);
+    c->next_clock = c->steps + CLOCK_EVERY;
     jframe *root = frame_push(c, &c->globals);
     c->out = &b;
     c->frame = root;

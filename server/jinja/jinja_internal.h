@@ -11,6 +11,7 @@
 #include <stdint.h>
 #include <time.h>
 
+#include "attnd/buf.h"
 #include "jinja.h"
 
 // ---- arena: everything of one template or one render, freed at once ---------------------
@@ -23,6 +24,10 @@ typedef struct jarena {
 } jarena;
 
 void *jarena_alloc(jarena *a, size_t n); /* zeroed, 16-aligned; NULL when failed */
+/* The arena's one growth helper for arrays: items (n of elem bytes, room for *cap) itself when
+ * there is room for one more, else a copy with *cap doubled (from 8); the old block stays in the
+ * arena. NULL when the arena is out of room. */
+void *jarena_grow(jarena *a, void *items, size_t n, size_t *cap, size_t elem);
 void jarena_free(jarena *a);
 
 // ---- values -----------------------------------------------------------------------------
@@ -40,6 +45,8 @@ typedef jinja_value *(*jbuiltin)(jinja_ctx *c, jinja_value *fn, jinja_value **ar
 
 struct jinja_value {
     jkind kind;
+    uint16_t depth;         /* list, tuple, dict, namespace: 1 + the deepest item's (items that
+                             * are not lists, tuples or dicts count 0); bounded by max_depth */
     union {
         bool b;
         int64_t i;
@@ -56,9 +63,8 @@ struct jinja_value {
 // ---- strings being built, with their provenance ----------------------------------------------
 
 typedef struct jsb {
-    char *p;
-    uint8_t *m;      /* (cap) provenance of each byte */
-    size_t n, cap;
+    buf t;           /* the text (t.len bytes) */
+    buf m;           /* (t.len) provenance of each byte: 1 = data */
     bool any_data;
     bool failed;     /* latched: out of memory or over the limit */
     size_t limit;    /* 0 = none */
@@ -68,6 +74,7 @@ void jsb_put(jsb *b, const char *p, size_t n, int prov);
 void jsb_puts(jsb *b, const char *s);
 void jsb_put_str(jsb *b, const jinja_value *s); /* a JV_STR, with its marks */
 void jsb_put_sub(jsb *b, const jinja_value *s, size_t off, size_t n);
+void jsb_repeat(jsb *b, const jinja_value *s, uint64_t times); /* s written times times */
 void jsb_free(jsb *b);
 
 // ---- the syntax tree ------------------------------------------------------------------------
@@ -130,7 +137,11 @@ struct jinja_ctx {
     jframe globals;
     jframe *frame;           /* innermost scope */
     jsb *out;                /* where output goes now (a set block or macro swaps it) */
-    uint64_t steps;
+    uint64_t steps;          /* work done, against lim.max_steps */
+    uint64_t next_clock;     /* steps at which the wall clock is read next */
+    double (*now_ms)(void *user);
+    void *clock_user;
+    double start_ms;         /* when jinja_render began, by now_ms */
     int depth;
     int line;                /* the line being rendered, for errors */
     bool failed;             /* an error is set in err */
@@ -148,6 +159,8 @@ attnd_status jinja_vfail(attnd_err *err, int line, const char *fmt, va_list ap) 
 /* Sets the render error (first one wins) and returns NULL, for `return jfail(c, ...)`. */
 jinja_value *jfail(jinja_ctx *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 jinja_value *jnomem(jinja_ctx *c);
+/* Like jfail, for a render that ran out of one of its bounds: the status is ATTND_ERR_NOMEM. */
+jinja_value *jlimit(jinja_ctx *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 // ---- value helpers (jinja_value.c) ----------------------------------------------------------
 
@@ -158,6 +171,7 @@ jinja_value *jv_cstr(jinja_ctx *c, const char *s);     /* literal */
 jinja_value *jv_substr(jinja_ctx *c, const jinja_value *s, size_t off, size_t n);
 jinja_value *jv_str_like(jinja_ctx *c, const char *p, size_t n, const jinja_value *src); /* data if src had any */
 bool jv_push(jinja_ctx *c, jinja_value *list, jinja_value *v);
+jinja_value *jv_too_deep(jinja_ctx *c); /* the depth error (NULL) */
 bool jv_dict_put(jinja_ctx *c, jinja_value *d, jinja_value *k, jinja_value *v);
 jinja_value *jv_dict_get(const jinja_value *d, const jinja_value *k);
 jinja_value *jv_dict_gets(const jinja_value *d, const char *k);
@@ -165,6 +179,10 @@ bool jv_str_eq(const jinja_value *s, const char *lit);
 bool jv_has_data(const jinja_value *s);
 bool jv_truthy(const jinja_value *v);
 bool jv_equal(const jinja_value *a, const jinja_value *b);
+/* jv_equal charged to the budget by the size of a (false, error set, when over it). */
+bool jv_equal_charged(jinja_ctx *c, const jinja_value *a, const jinja_value *b, bool *eq);
+/* Appends k: v to a dict whose keys are known distinct (no lookup): building from JSON. */
+bool jv_dict_append(jinja_ctx *c, jinja_value *d, jinja_value *k, jinja_value *v);
 int jv_compare(jinja_ctx *c, const jinja_value *a, const jinja_value *b, bool *ok); /* <0, 0, >0 */
 const char *jv_type_name(const jinja_value *v);
 bool jv_is_seq(const jinja_value *v);                  /* list or tuple */
@@ -179,6 +197,9 @@ void jv_float_repr(char *out, size_t n, double f);
 /* The items to iterate over (a list, tuple, a dict's keys, a string's characters); NULL with
  * the error set when v is not iterable. Undefined iterates as empty. */
 jinja_value *jv_iter_list(jinja_ctx *c, jinja_value *v);
+/* The first occurrence of x (m bytes) in hay (n bytes), or NULL; m == 0 finds hay. Linear
+ * time: charge it as a scan of n + m bytes. */
+const char *jv_find(const char *hay, size_t n, const char *x, size_t m);
 size_t jv_utf8_len(const char *p, size_t n);
 size_t jv_utf8_offset(const char *p, size_t n, size_t cp); /* byte offset of code point cp */
 
@@ -199,6 +220,16 @@ jinja_value *jinja_call_value(jinja_ctx *c, jinja_value *fn, jinja_value **args,
                               jinja_value **kwv, size_t n_kw);
 jinja_value *jinja_getattr(jinja_ctx *c, jinja_value *v, const char *name);
 jinja_value *jinja_getitem(jinja_ctx *c, jinja_value *v, jinja_value *key);
+/* The work budget (jinja_limits.max_steps) and the wall-clock cap. A step is about the work of
+ * a loop iteration (tens of ns): jinja_charge counts steps, jinja_charge_bytes a step per
+ * JINJA_BYTES_PER_STEP bytes copied, jinja_charge_scan a step per JINJA_SCAN_BYTES_PER_STEP
+ * bytes searched or decoded (memmem and UTF-8 walks cost up to ~15 ns a byte). False, with
+ * the error set, when a bound is passed: the caller stops before doing the work it charged. */
+#define JINJA_BYTES_PER_STEP 64
+#define JINJA_SCAN_BYTES_PER_STEP 8
+bool jinja_charge(jinja_ctx *c, uint64_t units);
+bool jinja_charge_bytes(jinja_ctx *c, size_t n);
+bool jinja_charge_scan(jinja_ctx *c, size_t n);
 bool jinja_step(jinja_ctx *c);
 
 #endif

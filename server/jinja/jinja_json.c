@@ -3,6 +3,8 @@
  */
 #include "jinja_json.h"
 
+#include "jinja_internal.h"
+
 #include <string.h>
 
 static jinja_value *from_json(jinja_ctx *c, const json_t *j, int prov, int depth) {
@@ -15,13 +17,10 @@ static jinja_value *from_json(jinja_ctx *c, const json_t *j, int prov, int depth
         json_object_foreach((json_t *)j, k, v) {
             jinja_value *x = from_json(c, v, prov, depth + 1);
             if (!x || !d) return NULL;
-            if (prov == JINJA_LITERAL) {
-                jinja_dict_set(c, d, k, x);
-                continue;
-            }
-            /* a client's keys are its data too (they reach the prompt through tojson) */
+            /* a client's keys are its data too (they reach the prompt through tojson); JSON's
+             * keys are distinct, so each is appended without a lookup */
             jinja_value *key = jinja_str(c, k, strlen(k), prov);
-            if (!key || !jinja_dict_set_value(c, d, key, x)) return NULL;
+            if (!key || !jv_dict_append(c, d, key, x)) return NULL;
         }
         return d;
     }

@@ -19,8 +19,8 @@ typedef struct lexer {
     size_t n, pos;
     int line;
     jarena *a;
-    jtoken *toks;
-    size_t n_toks, cap;
+    buf toks;        /* (n_toks) jtoken */
+    size_t n_toks;
     bool strip_next; /* the last tag ended with '-': the next text loses its leading whitespace */
     bool trim_nl;    /* the last tag was a block or comment: the next text loses one newline */
     attnd_err *err;
@@ -31,14 +31,10 @@ static attnd_status lex_fail(lexer *L, const char *what) {
 }
 
 static jtoken *emit(lexer *L, jtk kind, const char *p, size_t n) {
-    if (L->n_toks == L->cap) {
-        size_t cap = L->cap ? L->cap * 2 : 256;
-        jtoken *t = jarena_alloc(L->a, cap * sizeof(*t));
-        if (!t) return NULL;
-        if (L->n_toks) memcpy(t, L->toks, L->n_toks * sizeof(*t));
-        L->toks = t, L->cap = cap;
-    }
-    jtoken *t = &L->toks[L->n_toks++];
+    if (!buf_reserve(&L->toks, sizeof(jtoken))) return NULL;
+    jtoken *t = (jtoken *)(void *)(L->toks.p + L->toks.len);
+    L->toks.len += sizeof(jtoken);
+    L->n_toks++;
     *t = (jtoken){.kind = kind, .line = L->line, .p = p, .n = n};
     return t;
 }
@@ -304,8 +300,8 @@ attnd_status jinja_lex(const char *src, size_t len, jarena *a, jtoken **toks, si
     if (n && s[n - 1] == '\n') n--;
     lexer L = {.s = s, .n = n, .line = 1, .a = a, .err = err};
     attnd_status st = lex_all(&L);
-    if (st == ATTND_ERR_NOMEM || a->failed) return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory");
-    if (st != ATTND_OK) return st;
-    *toks = L.toks, *n_toks = L.n_toks;
+    if (st == ATTND_ERR_NOMEM || a->failed) st = attnd_fail(err, ATTND_ERR_NOMEM, "out of memory");
+    if (st != ATTND_OK) return buf_free(&L.toks), st;
+    *toks = (jtoken *)(void *)L.toks.p, *n_toks = L.n_toks;
     return ATTND_OK;
 }

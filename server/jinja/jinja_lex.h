@@ -21,7 +21,8 @@ typedef struct jtoken {
     double f;       /* T_FLOAT */
 } jtoken;
 
-/* Tokenises src into *toks (n_toks, the last one T_EOF), all in arena a. */
+/* Tokenises src into *toks (n_toks, the last one T_EOF; malloc'd, the caller frees it); the
+ * texts the tokens point to live in arena a. */
 attnd_status jinja_lex(const char *src, size_t len, jarena *a, jtoken **toks, size_t *n_toks, attnd_err *err);
 
 #endif

@@ -8,6 +8,7 @@
 
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define MAX_NEST 200
@@ -107,13 +108,9 @@ typedef struct nvec {
 } nvec;
 
 static bool nvec_push(parser *P, nvec *vec, const void *x) {
-    if (vec->n == vec->cap) {
-        size_t cap = vec->cap ? vec->cap * 2 : 4;
-        const jnode **nv = jarena_alloc(P->a, cap * sizeof(*nv));
-        if (!nv) return nomem(P), false;
-        if (vec->n) memcpy(nv, vec->v, vec->n * sizeof(*nv));
-        vec->v = nv, vec->cap = cap;
-    }
+    const jnode **v = jarena_grow(P->a, (void *)vec->v, vec->n, &vec->cap, sizeof(*v));
+    if (!v) return nomem(P), false;
+    vec->v = v;
     vec->v[vec->n++] = x;
     return true;
 }
@@ -671,6 +668,7 @@ attnd_status jinja_parse_tree(const char *src, size_t len, jarena *a, const jnod
     parser P = {.t = toks, .n = n, .a = a, .err = err};
     const char *stop = NULL;
     const jnode *body = parse_body(&P, NULL, &stop);
+    free(toks);
     if (!body) return P.failed && a->failed ? attnd_fail(err, ATTND_ERR_NOMEM, "out of memory") : ATTND_ERR_FORMAT;
     *root = body;
     return ATTND_OK;

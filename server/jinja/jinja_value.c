@@ -3,6 +3,7 @@
  * bytes came from the caller's data, and the Python semantics templates rely on (truthiness,
  * equality, ordering, str() and repr(), json.dumps as HF's tojson calls it).
  */
+#define _GNU_SOURCE /* memmem */
 #include "jinja_internal.h"
 
 #include <math.h>
@@ -45,6 +46,17 @@ void *jarena_alloc(jarena *a, size_t n) {
     return p;
 }
 
+void *jarena_grow(jarena *a, void *items, size_t n, size_t *cap, size_t elem) {
+    if (n < *cap) return items;
+    size_t grown = *cap ? *cap * 2 : 8;
+    if (grown > SIZE_MAX / elem) return a->failed = true, NULL;
+    void *p = jarena_alloc(a, grown * elem);
+    if (!p) return NULL;
+    if (n) memcpy(p, items, n * elem);
+    *cap = grown;
+    return p;
+}
+
 void jarena_free(jarena *a) {
     for (jarena_chunk *k = a->head, *next; k; k = next) {
         next = k->next;
@@ -72,6 +84,17 @@ jinja_value *jfail(jinja_ctx *c, const char *fmt, ...) {
     return NULL;
 }
 
+jinja_value *jlimit(jinja_ctx *c, const char *fmt, ...) {
+    if (c->failed) return NULL;
+    c->failed = true;
+    va_list ap;
+    va_start(ap, fmt);
+    jinja_vfail(&c->err, c->line, fmt, ap);
+    va_end(ap);
+    c->st = ATTND_ERR_NOMEM;
+    return NULL;
+}
+
 jinja_value *jnomem(jinja_ctx *c) {
     jfail(c, "%s", c->arena.failed && c->arena.used ? "out of memory (the template's memory limit)" : "out of memory");
     c->st = ATTND_ERR_NOMEM;
@@ -80,33 +103,32 @@ jinja_value *jnomem(jinja_ctx *c) {
 
 // ---- strings being built ---------------------------------------------------------------------
 
+/* Room for extra more bytes of text and marks, within the limit; latches failed. */
 static bool jsb_room(jsb *b, size_t extra) {
     if (b->failed) return false;
-    if (extra > SIZE_MAX / 2 - b->n || (b->limit && b->n + extra > b->limit)) {
+    if (extra < b->t.cap - b->t.len && extra < b->m.cap - b->m.len && (!b->limit || b->t.len + extra <= b->limit))
+        return true; /* the common case: room already made */
+    if (extra > SIZE_MAX / 2 - b->t.len || (b->limit && b->t.len + extra > b->limit) || !buf_reserve(&b->t, extra) ||
+        !buf_reserve(&b->m, extra)) {
         b->failed = true;
         return false;
     }
-    if (b->n + extra + 1 <= b->cap) return true;
-    size_t cap = b->cap ? b->cap : 64;
-    while (cap < b->n + extra + 1) cap *= 2;
-    char *p = realloc(b->p, cap);
-    if (p) b->p = p;
-    uint8_t *m = p ? realloc(b->m, cap) : NULL;
-    if (!p || !m) {
-        b->failed = true;
-        return false;
-    }
-    b->m = m, b->cap = cap;
     return true;
+}
+
+/* Ends an append of n bytes whose text and marks are written. */
+static void jsb_commit(jsb *b, size_t n) {
+    b->t.len += n, b->m.len += n;
+    b->t.p[b->t.len] = '\0';
+    b->m.p[b->m.len] = '\0';
 }
 
 void jsb_put(jsb *b, const char *p, size_t n, int prov) {
     if (!jsb_room(b, n)) return;
-    if (n) memcpy(b->p + b->n, p, n);
-    memset(b->m + b->n, prov ? 1 : 0, n);
+    if (n) memcpy(b->t.p + b->t.len, p, n);
+    memset(b->m.p + b->m.len, prov ? 1 : 0, n);
     if (prov && n) b->any_data = true;
-    b->n += n;
-    b->p[b->n] = '\0';
+    jsb_commit(b, n);
 }
 
 void jsb_puts(jsb *b, const char *s) { jsb_put(b, s, strlen(s), JINJA_LITERAL); }
@@ -117,19 +139,45 @@ void jsb_put_sub(jsb *b, const jinja_value *s, size_t off, size_t n) {
         return;
     }
     if (!jsb_room(b, n)) return;
-    memcpy(b->p + b->n, s->s.p + off, n);
-    memcpy(b->m + b->n, s->s.m + off, n);
-    for (size_t i = 0; i < n && !b->any_data; i++) b->any_data = s->s.m[off + i] != 0;
-    b->n += n;
-    b->p[b->n] = '\0';
+    memcpy(b->t.p + b->t.len, s->s.p + off, n);
+    memcpy(b->m.p + b->m.len, s->s.m + off, n);
+    if (!b->any_data) b->any_data = memchr(s->s.m + off, 1, n) != NULL;
+    jsb_commit(b, n);
 }
 
 void jsb_put_str(jsb *b, const jinja_value *s) { jsb_put_sub(b, s, 0, s->s.n); }
 
+void jsb_repeat(jsb *b, const jinja_value *s, uint64_t times) {
+    if (!times || !s->s.n) return;
+    if (times > SIZE_MAX / s->s.n || !jsb_room(b, s->s.n * times)) {
+        b->failed = true;
+        return;
+    }
+    size_t start = b->t.len, total = s->s.n * times;
+    jsb_put_str(b, s);
+    while (b->t.len - start < total) { /* doubling copies of what is written: log2(times) of them */
+        size_t k = b->t.len - start < total - (b->t.len - start) ? b->t.len - start : total - (b->t.len - start);
+        memcpy(b->t.p + b->t.len, b->t.p + start, k);
+        memcpy(b->m.p + b->m.len, b->m.p + start, k);
+        jsb_commit(b, k);
+    }
+}
+
 void jsb_free(jsb *b) {
-    free(b->p);
-    free(b->m);
-    b->p = NULL, b->m = NULL, b->n = b->cap = 0;
+    buf_free(&b->t);
+    buf_free(&b->m);
+}
+
+// ---- searching -------------------------------------------------------------------------------
+
+const char *jv_find(const char *hay, size_t n, const char *x, size_t m) {
+    if (m == 0) return hay;
+    if (m > n) return NULL;
+    if (n > 1024 || m > 16) return memmem(hay, n, x, m); /* linear (two-way), with a set-up cost */
+    /* short text, short needle (chat markers): at most 1024 x 16 byte comparisons */
+    for (const char *p = hay, *end = hay + n - m + 1; (p = memchr(p, x[0], (size_t)(end - p))); p++)
+        if (!memcmp(p + 1, x + 1, m - 1)) return p;
+    return NULL;
 }
 
 // ---- making values ---------------------------------------------------------------------------
@@ -138,6 +186,7 @@ jinja_value *jv_new(jinja_ctx *c, jkind k) {
     jinja_value *v = jarena_alloc(&c->arena, sizeof(*v));
     if (!v) return jnomem(c);
     v->kind = k;
+    v->depth = k == JV_LIST || k == JV_TUPLE || k == JV_DICT || k == JV_NS;
     return v;
 }
 
@@ -166,9 +215,10 @@ static jinja_value *str_raw(jinja_ctx *c, const char *p, size_t n, const uint8_t
 jinja_value *jv_str_sb(jinja_ctx *c, jsb *b) {
     if (b->failed) {
         jsb_free(b);
-        return jfail(c, "a string exceeds the template's size limit");
+        return jlimit(c, "a string exceeds the template's size limit (%zu bytes)", c->lim.max_output);
     }
-    jinja_value *v = str_raw(c, b->p ? b->p : "", b->n, b->any_data ? b->m : NULL, 0);
+    if (!jinja_charge_bytes(c, b->t.len)) return jsb_free(b), NULL;
+    jinja_value *v = str_raw(c, b->t.p ? b->t.p : "", b->t.len, b->any_data ? (const uint8_t *)b->m.p : NULL, 0);
     jsb_free(b);
     return v;
 }
@@ -184,10 +234,7 @@ jinja_value *jv_str_like(jinja_ctx *c, const char *p, size_t n, const jinja_valu
 }
 
 bool jv_has_data(const jinja_value *s) {
-    if (s->kind != JV_STR || !s->s.m) return false;
-    for (size_t i = 0; i < s->s.n; i++)
-        if (s->s.m[i]) return true;
-    return false;
+    return s->kind == JV_STR && s->s.m && memchr(s->s.m, 1, s->s.n) != NULL;
 }
 
 bool jv_str_eq(const jinja_value *s, const char *lit) {
@@ -195,15 +242,24 @@ bool jv_str_eq(const jinja_value *s, const char *lit) {
     return s->kind == JV_STR && s->s.n == n && !memcmp(s->s.p, lit, n);
 }
 
+/* Deepens container d to hold item v; false (error set) beyond max_depth, so that nothing
+ * that walks a value (printing, tojson, comparing) recurses deeper than the bound. */
+static bool deepen(jinja_ctx *c, jinja_value *d, const jinja_value *v) {
+    bool nests = v->kind == JV_LIST || v->kind == JV_TUPLE || v->kind == JV_DICT;
+    if (!nests || v->depth < d->depth) return true;
+    /* a namespace is never walked into: it may hold anything (dict() checks what it made) */
+    if (v->depth >= c->lim.max_depth && d->kind != JV_NS) return jv_too_deep(c), false;
+    d->depth = (uint16_t)(v->depth + 1);
+    return true;
+}
+
+jinja_value *jv_too_deep(jinja_ctx *c) { return jlimit(c, "a value nested deeper than %d levels", c->lim.max_depth); }
+
 bool jv_push(jinja_ctx *c, jinja_value *l, jinja_value *v) {
-    if (!v) return false;
-    if (l->l.n == l->l.cap) {
-        size_t cap = l->l.cap ? l->l.cap * 2 : 8;
-        jinja_value **nv = jarena_alloc(&c->arena, cap * sizeof(*nv));
-        if (!nv) return jnomem(c), false;
-        if (l->l.n) memcpy(nv, l->l.v, l->l.n * sizeof(*nv));
-        l->l.v = nv, l->l.cap = cap;
-    }
+    if (!v || !deepen(c, l, v)) return false;
+    jinja_value **items = jarena_grow(&c->arena, l->l.v, l->l.n, &l->l.cap, sizeof(*items));
+    if (!items) return jnomem(c), false;
+    l->l.v = items;
     l->l.v[l->l.n++] = v;
     return true;
 }
@@ -215,20 +271,23 @@ static jinja_value **dict_slot(const jinja_value *d, const jinja_value *k) {
 }
 
 bool jv_dict_put(jinja_ctx *c, jinja_value *d, jinja_value *k, jinja_value *v) {
-    if (!k || !v) return false;
+    if (!k || !v || !jinja_charge(c, 1 + d->d.n / 16)) return false;
     jinja_value **slot = dict_slot(d, k);
     if (slot) {
+        if (!deepen(c, d, v)) return false;
         *slot = v;
         return true;
     }
-    if (d->d.n == d->d.cap) {
-        size_t cap = d->d.cap ? d->d.cap * 2 : 8;
-        jinja_value **nk = jarena_alloc(&c->arena, cap * sizeof(*nk));
-        jinja_value **nv = nk ? jarena_alloc(&c->arena, cap * sizeof(*nv)) : NULL;
-        if (!nv) return jnomem(c), false;
-        if (d->d.n) memcpy(nk, d->d.k, d->d.n * sizeof(*nk)), memcpy(nv, d->d.v, d->d.n * sizeof(*nv));
-        d->d.k = nk, d->d.v = nv, d->d.cap = cap;
-    }
+    return jv_dict_append(c, d, k, v);
+}
+
+bool jv_dict_append(jinja_ctx *c, jinja_value *d, jinja_value *k, jinja_value *v) {
+    if (!k || !v || !deepen(c, d, k) || !deepen(c, d, v)) return false;
+    size_t cap = d->d.cap; /* keys and values grow together */
+    jinja_value **nk = jarena_grow(&c->arena, d->d.k, d->d.n, &cap, sizeof(*nk));
+    jinja_value **nv = nk ? jarena_grow(&c->arena, d->d.v, d->d.n, &d->d.cap, sizeof(*nv)) : NULL;
+    if (!nv) return jnomem(c), false;
+    d->d.k = nk, d->d.v = nv;
     d->d.k[d->d.n] = k, d->d.v[d->d.n++] = v;
     return true;
 }
@@ -323,6 +382,22 @@ bool jv_equal(const jinja_value *a, const jinja_value *b) {
         return true;
     default: return a == b;
     }
+}
+
+/* The work of comparing with v: a step, plus its items or 64-byte runs. */
+static uint64_t weight(const jinja_value *v) {
+    switch (v->kind) {
+    case JV_STR: return 1 + v->s.n / JINJA_BYTES_PER_STEP;
+    case JV_LIST: case JV_TUPLE: return 1 + v->l.n;
+    case JV_DICT: return 1 + v->d.n;
+    default: return 1;
+    }
+}
+
+bool jv_equal_charged(jinja_ctx *c, const jinja_value *a, const jinja_value *b, bool *eq) {
+    if (!jinja_charge(c, weight(a))) return false;
+    *eq = jv_equal(a, b);
+    return true;
 }
 
 int jv_compare(jinja_ctx *c, const jinja_value *a, const jinja_value *b, bool *ok) {
@@ -426,7 +501,7 @@ void jv_repr(jsb *b, const jinja_value *v) {
     case JV_STR: repr_string(b, v); return;
     case JV_LIST: case JV_TUPLE:
         jsb_puts(b, v->kind == JV_LIST ? "[" : "(");
-        for (size_t i = 0; i < v->l.n; i++) {
+        for (size_t i = 0; i < v->l.n && !b->failed; i++) {
             if (i) jsb_puts(b, ", ");
             jv_repr(b, v->l.v[i]);
         }
@@ -434,7 +509,7 @@ void jv_repr(jsb *b, const jinja_value *v) {
         return;
     case JV_DICT:
         jsb_puts(b, "{");
-        for (size_t i = 0; i < v->d.n; i++) {
+        for (size_t i = 0; i < v->d.n && !b->failed; i++) {
             if (i) jsb_puts(b, ", ");
             jv_repr(b, v->d.k[i]);
             jsb_puts(b, ": ");
@@ -494,9 +569,14 @@ static void json_string(jsb *b, const char *p, size_t n, const uint8_t *m) {
 }
 
 static void json_newline(jsb *b, int indent, int level) {
+    static const char SPACES[] = "                                                                ";
     if (indent < 0) return;
     jsb_puts(b, "\n");
-    for (int i = 0; i < indent * level; i++) jsb_puts(b, " ");
+    for (size_t left = (size_t)indent * (size_t)level; left && !b->failed;) {
+        size_t k = left < sizeof(SPACES) - 1 ? left : sizeof(SPACES) - 1;
+        jsb_put(b, SPACES, k, JINJA_LITERAL);
+        left -= k;
+    }
 }
 
 static bool json_key(jinja_ctx *c, jsb *b, const jinja_value *k) {
@@ -513,7 +593,9 @@ static bool json_key(jinja_ctx *c, jsb *b, const jinja_value *k) {
 
 bool jv_tojson(jinja_ctx *c, jsb *b, const jinja_value *v, int indent, int level) {
     char num[64];
-    if (level > c->lim.max_depth) return jfail(c, "tojson: value nested too deeply"), false;
+    if (b->failed) return true; /* over the size limit: jv_str_sb says so */
+    if (!jinja_step(c)) return false; /* a step per value: a long list of small items costs its length */
+    if (level > c->lim.max_depth) return jlimit(c, "tojson: a value nested deeper than %d levels", c->lim.max_depth), false;
     switch (v->kind) {
     case JV_NONE: jsb_puts(b, "null"); return true;
     case JV_BOOL: jsb_puts(b, v->b ? "true" : "false"); return true;
@@ -581,12 +663,12 @@ jinja_value *jv_iter_list(jinja_ctx *c, jinja_value *v) {
     case JV_LIST: case JV_TUPLE: return v;
     case JV_UNDEF: return jv_new(c, JV_LIST);
     case JV_DICT: case JV_NS:
-        if (!(l = jv_new(c, JV_LIST))) return NULL;
+        if (!jinja_charge(c, v->d.n) || !(l = jv_new(c, JV_LIST))) return NULL;
         for (size_t i = 0; i < v->d.n; i++)
             if (!jv_push(c, l, v->d.k[i])) return NULL;
         return l;
-    case JV_STR:
-        if (!(l = jv_new(c, JV_LIST))) return NULL;
+    case JV_STR: /* a value per character: a step each */
+        if (!jinja_charge(c, v->s.n) || !(l = jv_new(c, JV_LIST))) return NULL;
         for (size_t i = 0, k; i < v->s.n; i += k) {
             k = utf8_step(v->s.p, v->s.n, i);
             if (!jv_push(c, l, jv_substr(c, v, i, k))) return NULL;

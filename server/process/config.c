@@ -80,6 +80,8 @@ const entry config_settings[] = {
      "key prefix of the sessions in the shared store"},
     {"session_store_ttl_s", K_INT, OFF(session_store_ttl_s), 0, 1 << 30, 0, "259200",
      "a session unused this long leaves the shared store, s (0 = never)"},
+    {"session_store_timeout_ms", K_INT, OFF(session_store_timeout_ms), 1, 600000, 0, "2000",
+     "a shared-store call's deadline, ms (then 503 + Retry-After)"},
     {"body_limit", K_BYTES, OFF(body_limit), 1024, 1 << 30, 0, "1048576", "request body cap (k/M/G suffix ok; 413 above)"},
     {"queue_limit", K_INT, OFF(queue_limit), 1, 1000000, 0, "64", "requests waiting for the scheduler (429 above)"},
     {"tokenize_parallel", K_INT, OFF(tokenize_parallel), 1, 4096, 0, "4", "/tokenize + /detokenize at once (429 above)"},

@@ -97,7 +97,12 @@ void config_usage(FILE *out) {
         config_flag_name(flag, sizeof(flag), config_settings[i].key);
         config_env_name(env, sizeof(env), config_settings[i].key);
         kind k = config_settings[i].kind;
-        const char *arg = k == K_BOOL ? "" : k == K_STR || k == K_KEYFILE || k == K_CHAT || k == K_KVTYPE ? " STR" : " N";
+        const char *arg = k == K_BOOL       ? ""
+                          : k == K_LOGLEVEL ? " LEVEL"
+                          : k == K_KVTYPE   ? " TYPE"
+                          : k == K_CHAT     ? " NAME"
+                          : k == K_STR || k == K_KEYFILE ? " STR"
+                                                         : " N";
         snprintf(lhs, sizeof(lhs), "%s%s", flag, arg);
         fprintf(out, "  %-24s %s [%s]\n", lhs, config_settings[i].help, env);
     }

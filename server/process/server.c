@@ -207,6 +207,7 @@ static attnd_status sessions_open(server *s, const char *tag, attnd_err *err) {
         return rc;
     }
     if (!url) return ATTND_OK;
+    sessredis_set_timeout(shared, s->cfg.session_store_timeout_ms);
     sess_store_share(s->store, shared);
     slog_info("sessions: shared store %s, keys %s*, TTL %d s (connects on first use)", sessredis_url(shared),
               s->cfg.session_store_prefix ? s->cfg.session_store_prefix : "", s->cfg.session_store_ttl_s);

@@ -91,6 +91,8 @@ typedef struct server_settings {
                                   NULL or "" = sessions are this instance's (state_dir) */
     const char *session_store_prefix; /* key prefix there; default "attnd:session:" */
     int session_store_ttl_s; /* a record unused this long expires; 0 = never; default 259200 */
+    int session_store_timeout_ms; /* one shared-store call's deadline (pool wait, connect, answer);
+                                     default 2000 */
 
     // ---- limits ----
     size_t body_limit;       /* request body cap in bytes; default 1 MiB (413 above) */

@@ -235,6 +235,16 @@ static CURL *curl_for(const hub_ctx *c, const char *url, struct curl_slist **hdr
     return h;
 }
 
+/* Runs the request h, then frees it and its headers; *status: the HTTP status (0 when none came). */
+static CURLcode perform_and_free(CURL *h, struct curl_slist *hdr, long *status) {
+    CURLcode rc = curl_easy_perform(h);
+    *status = 0;
+    curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, status);
+    curl_easy_cleanup(h);
+    curl_slist_free_all(hdr);
+    return rc;
+}
+
 /* The message for a failed request of `what`. */
 static attnd_status http_fail(attnd_err *err, const char *what, CURLcode rc, long status) {
     if (rc != CURLE_OK && status < 400)
@@ -260,11 +270,8 @@ static attnd_status api_get(const hub_ctx *c, const char *url, json_t **out, att
     buf b = {0};
     curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, to_buf);
     curl_easy_setopt(h, CURLOPT_WRITEDATA, &b);
-    CURLcode rc = curl_easy_perform(h);
-    long status = 0;
-    curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
-    curl_easy_cleanup(h);
-    curl_slist_free_all(hdr);
+    long status;
+    CURLcode rc = perform_and_free(h, hdr, &status);
     attnd_status st = ATTND_OK;
     if (rc != CURLE_OK || status != 200) st = http_fail(err, url, rc, status);
     json_error_t je;
@@ -486,11 +493,8 @@ static attnd_status fetch_once(const hub_ctx *c, const char *url, const char *pa
     curl_easy_setopt(h, CURLOPT_NOPROGRESS, 0L);
     curl_easy_setopt(h, CURLOPT_XFERINFOFUNCTION, on_progress);
     curl_easy_setopt(h, CURLOPT_XFERINFODATA, &d);
-    CURLcode rc = curl_easy_perform(h);
-    long status = 0;
-    curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
-    curl_easy_cleanup(h);
-    curl_slist_free_all(hdr);
+    long status;
+    CURLcode rc = perform_and_free(h, hdr, &status);
     bool closed = fclose(d.fp) == 0;
     if (d.write_failed || !closed) return attnd_fail(err, ATTND_ERR_IO, "%s: write failed", part);
     if (rc == CURLE_OK && (status == 200 || status == 206)) return ATTND_OK;

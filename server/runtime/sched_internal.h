@@ -118,6 +118,10 @@ typedef struct slot {
                             session holds it) */
     engine_ablation abl; /* the ablated job's (engine_seq_ablate of kv); mean sums owned */
     double t_last;       /* when this sequence's last token was sampled; 0 = none yet */
+    bool pending;        /* its grammar's mask did not end by a step's deadline: it sits out the
+                            decode steps until the mask ends (gen_resume, scheduler.c) */
+    bool picked;         /* decodes in the step being built (pick_decoders, scheduler.c) */
+    uint64_t last_step;  /* the step it last decoded in (its tenant's sequences take turns) */
 } slot;
 
 /* Exponentially weighted sums of (position, cost) of recent prefill chunks run beside streams,
@@ -173,6 +177,7 @@ struct sched {
     float *logits;        /* (rows_cap, n_vocab) */
     batch_entry *batch;   /* (max_batch) */
     slot *slots;          /* (n_slots) */
+    int *pick;            /* (3, n_slots) scratch of pick_decoders: tenants, counts, quotas */
     attn_capture *inspecting; /* captures of the running jobs that inspect attention (a list) */
     uint64_t n_admitted;
     bool fresh_last;      /* the last step read fresh prompts alone: this one decodes */
@@ -197,6 +202,7 @@ struct sched {
     int n_active;
     size_t reserved;      /* KV bytes reserved by the active jobs (<= stats.kv_budget) */
     struct sched_task *tasks; /* sched_run_task's, waiting for the scheduler thread (a list) */
+    size_t task_kv_waiting; /* KV bytes a task waits for (queued jobs wait behind it); 0 = none */
     pthread_cond_t task_done; /* a task ran */
     sched_tenant *tenants; /* (n_tenants) fair admission's accounts */
     int n_tenants, cap_tenants;
@@ -205,6 +211,10 @@ struct sched {
     double dec_ms[SCHED_DEC_SIZES]; /* recent time of a decode-only step of n + 1 tokens (moving
                                        average; 0 = none seen; the last entry: that many or more) */
     pace_fit pf;          /* a prompt token's cost beside streams against its position */
+    double mask_deadline; /* grammar masks of this step end by then (attnd_now_s); 0 = no limit */
+    int mask_turn;        /* the slot whose pending mask goes first in the next step */
+    double task_entries;  /* a task turn's positions beside streams (sched_task_cap); 0 = none
+                             learned yet */
     sched_stats stats;
     double rate_t0;       /* tokens/s window */
     uint64_t rate_tok0;
@@ -218,9 +228,15 @@ void sched_group_leave(sched *s, kv_group *g);
 size_t sched_group_kv_bytes(const sched *s, const sched_job *j);
 /* The next queued job to admit, popped and counted active: cancelled ones first, else the first
  * queued job of the tenant served least so far (tenants at their slot share skipped) when its
- * reservation fits beside the running jobs'; NULL otherwise (it waits, so a big request is not
+ * reservation fits beside the running jobs' (and the KV a task waits for); NULL otherwise (it waits, so a big request is not
  * overtaken for ever). Charges the tenant and counts its slot. Takes s->mu. */
 sched_job *sched_queue_pop_fitting(sched *s);
+/* The entry of tenant name, counted live (s->mu held): a task's, for as long as it runs; -1 when
+ * out of memory. _exit forgets it (takes s->mu, accepts -1); _charge adds tokens (or their
+ * equivalent in work) to what it was served (takes s->mu, accepts -1). */
+int sched_tenant_enter(sched *s, const char *name);
+void sched_tenant_exit(sched *s, int ix);
+void sched_tenant_charge(sched *s, int ix, double tokens);
 /* Counts j and its forks into its tenant's account at submission (s->mu held). false: out of
  * memory. */
 bool sched_tenant_join(sched *s, sched_job *j);
@@ -243,6 +259,22 @@ int sched_prefill_cap(const sched *s, int n_decode, int n_prompts, int pos);
  * rows) beside n_decode decoding streams: what they leave, half of it while prompts wait to
  * prefill, so drafting backs off as the batch fills (0 when it is full). */
 int sched_draft_room(int cap, int n_decode, bool prompts_waiting);
+/* Decode rows a step may hold when several tenants decode, the lightest with least rows of
+ * total: as many as keep its cost (by a line through the learned decode step costs) within
+ * twice that of least rows; total while the costs of two step sizes are not known yet. */
+int sched_decode_rows(const sched *s, int least, int total);
+/* Grammar work of tenant ix (a sequence's mask, ms milliseconds of the scheduler thread) charged
+ * to it in fair admission, as the tokens a decode step of that time would make. Takes s->mu. */
+void sched_charge_ms(sched *s, int ix, double ms);
+/* The grammar masks' time a step may take beside n_decode decoding sequences: about one decode
+ * step of theirs (at least SCHED_MASK_MIN_MS). */
+#define SCHED_MASK_MIN_MS 2.0
+double sched_mask_budget_ms(const sched *s, int n_decode);
+/* Positions a task's turn may evaluate (about one decode step's cost of the streams, or of one
+ * stream when none decodes), and learning it from a turn of ms that evaluated work of the cap it
+ * was given beside n_decode decoding streams. */
+int sched_task_cap(const sched *s, int n_decode);
+void sched_task_learn(sched *s, double ms, long work, int cap, int n_decode);
 /* Learns what a decode step and a prefill token cost from a step of ms milliseconds that carried
  * n_decode decode tokens and n_prefill prompt tokens at mean position pf_pos. */
 void sched_learn_costs(sched *s, double ms, int n_decode, int n_prefill, double pf_pos);

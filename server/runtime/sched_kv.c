@@ -98,6 +98,27 @@ static int tenant_find(sched *s, const char *name) {
     return free_ix;
 }
 
+int sched_tenant_enter(sched *s, const char *name) {
+    int ix = tenant_find(s, name);
+    if (ix >= 0) s->tenants[ix].live++;
+    return ix;
+}
+
+void sched_tenant_exit(sched *s, int ix) {
+    if (ix < 0) return;
+    pthread_mutex_lock(&s->mu);
+    s->tenants[ix].live--;
+    ATTND_ASSERT(s->tenants[ix].live >= 0);
+    pthread_mutex_unlock(&s->mu);
+}
+
+void sched_tenant_charge(sched *s, int ix, double tokens) {
+    if (ix < 0 || tokens <= 0) return;
+    pthread_mutex_lock(&s->mu);
+    s->tenants[ix].served += tokens;
+    pthread_mutex_unlock(&s->mu);
+}
+
 bool sched_tenant_join(sched *s, sched_job *j) {
     int ix = tenant_find(s, j->tenant);
     if (ix < 0) return false;
@@ -157,7 +178,8 @@ sched_job *sched_queue_pop_fitting(sched *s) {
     pthread_mutex_lock(&s->mu);
     int i = queue_pick(s);
     sched_job *j = i >= 0 ? s->queue[(s->q_head + i) % s->queue_limit] : NULL;
-    if (j && !atomic_load(&j->cancel) && s->reserved + sched_group_kv_bytes(s, j) > s->stats.kv_budget) j = NULL;
+    if (j && !atomic_load(&j->cancel) && s->reserved + s->task_kv_waiting + sched_group_kv_bytes(s, j) > s->stats.kv_budget)
+        j = NULL;
     if (j) {
         for (int k = i; k > 0; k--) /* close the gap: the jobs before it move up one place */
             s->queue[(s->q_head + k) % s->queue_limit] = s->queue[(s->q_head + k - 1) % s->queue_limit];
@@ -277,6 +299,47 @@ void sched_learn_costs(sched *s, double ms, int n_decode, int n_prefill, double 
     pace_fit *f = &s->pf;
     const double d = PACE_FIT_DECAY;
     *f = (pace_fit){d * f->w + 1, d * f->p + pf_pos, d * f->c + c, d * f->pp + pf_pos * pf_pos, d * f->pc + pf_pos * c};
+}
+
+/* A task's turn: as many positions as cost about one decode step of the n_decode streams (of one
+ * stream when none decodes: a request arriving meanwhile waits no longer for the turn than for a
+ * step), learned from the turns before, starting at the first chunk's size. */
+int sched_task_cap(const sched *s, int n_decode) {
+    (void)n_decode; /* the size learned is for the streams of the turns before: close enough */
+    double cap = s->task_entries > 0 ? s->task_entries : PACE_FIRST_CHUNK;
+    if (cap < 1) cap = 1;
+    return cap < s->max_batch ? (int)cap : s->max_batch;
+}
+
+void sched_task_learn(sched *s, double ms, long work, int cap, int n_decode) {
+    double dec = dec_cost(s, n_decode > 0 ? n_decode : 1);
+    if (work <= 0 || work < cap || dec <= 0 || ms <= 0) return; /* a short last turn says little */
+    double f = dec / ms;
+    f = f < 0.5 ? 0.5 : f > 2 ? 2 : f;
+    s->task_entries = (double)work * f;
+    if (s->task_entries < 1) s->task_entries = 1;
+    if (s->task_entries > s->max_batch) s->task_entries = s->max_batch;
+}
+
+int sched_decode_rows(const sched *s, int least, int total) {
+    int lo = -1, hi = -1;
+    for (int k = 0; k < SCHED_DEC_SIZES - 1; k++) /* the last entry pools every bigger size */
+        if (s->dec_ms[k] > 0) hi = k, lo = lo < 0 ? k : lo;
+    if (lo < 0 || hi == lo) return total;
+    double b = (s->dec_ms[hi] - s->dec_ms[lo]) / (hi - lo), a = s->dec_ms[lo] - b * (lo + 1);
+    if (b <= 0) return total;
+    double rows = (2 * (a + b * least) - a) / b;
+    return rows >= total ? total : rows <= least ? least : (int)rows;
+}
+
+void sched_charge_ms(sched *s, int ix, double ms) {
+    double per_token = dec_cost(s, 1);
+    sched_tenant_charge(s, ix, ms / (per_token > 0 ? per_token : 1.0));
+}
+
+double sched_mask_budget_ms(const sched *s, int n_decode) {
+    double dec = dec_cost(s, n_decode);
+    return dec > SCHED_MASK_MIN_MS ? dec : SCHED_MASK_MIN_MS;
 }
 
 /* A budget must hold one request of a full context, else such requests could never run. */

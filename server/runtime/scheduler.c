@@ -245,13 +245,22 @@ static attnd_status slot_start(sched *s, slot *sl, sched_job *j, attnd_err *err)
     return ATTND_OK;
 }
 
-/* Samples one token for a generating slot and publishes what it released. */
-static void slot_token(sched *s, slot *sl, const float *row) {
+/* Samples one token for a generating slot from row (NULL: goes on with the step its grammar's
+ * mask left pending) and publishes what it released. false when the mask did not end by
+ * s->mask_deadline: the slot is pending, out of the decode steps until slot_resume ends it. The
+ * time a grammar's step takes is charged to the job's tenant. */
+static bool slot_token(sched *s, slot *sl, const float *row) {
     sched_job *j = sl->job;
     /* only this thread writes pieces and tops; readers see entries below n_pieces */
     token_logprob *top = j->top_logprobs > 0 ? j->tops + (size_t)j->n_pieces * j->top_logprobs : NULL;
     gen_token t;
-    stop_reason why = gen_next(sl->g, row, top, &t);
+    stop_reason why = STOP_NONE;
+    double t0 = attnd_now_s();
+    bool done = row ? gen_next_until(sl->g, row, top, &t, s->mask_deadline, &why)
+                    : gen_resume(sl->g, top, &t, s->mask_deadline, &why);
+    if (j->grammar) sched_charge_ms(s, j->tenant_ix, (attnd_now_s() - t0) * 1e3);
+    sl->pending = !done;
+    if (!done) return false;
     sl->hist[sl->n_hist++] = t.id;
     attnd_err ignored;
     if (sl->sp && spec_push(sl->sp, &t.id, 1, &ignored) != ATTND_OK) spec_destroy(sl->sp), sl->sp = NULL;
@@ -272,6 +281,40 @@ static void slot_token(sched *s, slot *sl, const float *row) {
     /* finishing waits for the end of the step (see finish_ended) */
     if (why != STOP_NONE) sl->end_reason = "stop";
     else if (sl->n_gen >= j->max_tokens || sl->n_past >= s->n_ctx) sl->end_reason = "length";
+    return true;
+}
+
+/* Whether a slot has a token to decode in the next step (neither reading its prompt nor waiting
+ * for its grammar's mask). */
+static bool slot_decoding(const slot *sl) { return sl->job && !sl->prefilling && !sl->pending; }
+
+/* The grammar masks of pending slots go on, in turns (each step starts with the next slot), until
+ * the step's mask deadline; returns the tokens they produced. */
+static int resume_pending(sched *s) {
+    int n = 0;
+    for (int i = 0; i < s->n_slots; i++) {
+        slot *sl = &s->slots[(s->mask_turn + i) % s->n_slots];
+        if (sl->job && sl->pending) n += slot_token(s, sl, NULL);
+    }
+    s->mask_turn = (s->mask_turn + 1) % s->n_slots;
+    return n;
+}
+
+/* The step's deadline for grammar masks: none when every running job has a grammar and they are
+ * one tenant's (nobody else waits for them), else about one decode step of the slots decoding
+ * (sched_mask_budget_ms): so one tenant's grammar delays another's tokens by at most a step's
+ * worth per step, its sequences finishing their masks over the next steps. */
+static double mask_deadline(const sched *s, double now) {
+    int tenant = -1, n_dec = 0;
+    bool alone = true;
+    for (int k = 0; k < s->n_slots; k++) {
+        const slot *sl = &s->slots[k];
+        if (!sl->job) continue;
+        n_dec += slot_decoding(sl);
+        if (!sl->job->grammar || (tenant >= 0 && sl->job->tenant_ix != tenant)) alone = false;
+        tenant = sl->job->tenant_ix;
+    }
+    return alone ? 0 : now + sched_mask_budget_ms(s, n_dec > 0 ? n_dec : 1) / 1e3;
 }
 
 /*
@@ -376,7 +419,7 @@ static void fork_admit(sched *s, slot *sl, sched_job *f) {
         slot_finish(s, sl, "length", ATTND_OK, NULL);
         return;
     }
-    slot_token(s, sl, f->first_logits);
+    slot_token(s, sl, f->first_logits); /* a pending step keeps its own copy of the logits */
     free(f->first_logits);
     f->first_logits = NULL;
     if (sl->end_reason) slot_finish(s, sl, sl->end_reason, ATTND_OK, NULL);
@@ -532,18 +575,65 @@ static int batch_add_chunk(sched *s, slot *sl, int *n, int *rows, int limit, dou
     return sl->batch_n;
 }
 
+/* The tenant entries of the decoding slots and how many each has (s->pick: (n_slots, 3) scratch:
+ * tenants, counts, quotas); returns how many tenants. */
+static int count_decoders(sched *s, int *ten, int *cnt) {
+    int nt = 0;
+    for (int k = 0; k < s->n_slots; k++) {
+        slot *sl = &s->slots[k];
+        sl->picked = false;
+        if (!slot_decoding(sl)) continue;
+        int t = 0;
+        while (t < nt && ten[t] != sl->job->tenant_ix) t++;
+        if (t == nt) ten[nt] = sl->job->tenant_ix, cnt[nt++] = 0;
+        cnt[t]++;
+    }
+    return nt;
+}
+
+/*
+ * Marks (picked) the decoding slots of this step; returns how many. One tenant decoding: all. Several:
+ * the step holds as many decode rows as keep its cost within twice that of the lightest tenant's
+ * rows alone (sched_decode_rows, from the learned step costs), shared out evenly (a tenant with
+ * fewer sequences leaves its part to the others, everyone gets one), each tenant's sequences
+ * taken least recently decoded first. So one tenant's n = 16 choices never slow another
+ * tenant's stream below about half its speed alone, however much a row costs (a big vocabulary's
+ * output rows on a small model), while rows that cost little all go in.
+ */
+static int pick_decoders(sched *s) {
+    int *ten = s->pick, *cnt = s->pick + s->n_slots, *quota = s->pick + 2 * s->n_slots;
+    int nt = count_decoders(s, ten, cnt), total = 0, least = 0, picked = 0;
+    for (int t = 0; t < nt; t++) total += cnt[t], least = !t || cnt[t] < least ? cnt[t] : least;
+    int left = nt > 1 ? sched_decode_rows(s, least, total) : total;
+    for (int done = 0; done < nt; done++) { /* water-filling, smallest tenant first */
+        int t = -1;
+        for (int i = 0; i < nt; i++)
+            if (cnt[i] >= 0 && (t < 0 || cnt[i] < cnt[t])) t = i;
+        int share = left / (nt - done), q = cnt[t] < share ? cnt[t] : share > 0 ? share : 1;
+        quota[t] = q, left -= q, cnt[t] = -1; /* done */
+    }
+    for (int t = 0; t < nt; t++)
+        for (int q = 0; q < quota[t]; q++) { /* the tenant's least recently decoded slot */
+            slot *best = NULL;
+            for (int k = 0; k < s->n_slots; k++) {
+                slot *sl = &s->slots[k];
+                if (slot_decoding(sl) && !sl->picked && sl->job->tenant_ix == ten[t] && (!best || sl->last_step < best->last_step))
+                    best = sl;
+            }
+            if (best) best->picked = true, picked++;
+        }
+    return picked;
+}
+
 /* Builds the step's batch into s->batch; returns its size. Each decoding slot's token comes
  * first; drafts take only the room the decoding slots leave (half of it while a prompt waits to
  * prefill), so speculation backs off as the batch fills. Prefill chunks stop where the logits
  * rows or the prefill cap run out. */
 static int build_batch(sched *s, batch_shape *sh) {
-    int n = 0, rows = 0, n_dec = 0, waiting = 0;
+    int n = 0, rows = 0, n_dec = pick_decoders(s), waiting = 0;
     double pos_sum = 0;
     *sh = (batch_shape){0};
-    for (int k = 0; k < s->n_slots; k++) {
-        n_dec += s->slots[k].job && !s->slots[k].prefilling;
-        waiting += s->slots[k].job && s->slots[k].prefilling;
-    }
+    for (int k = 0; k < s->n_slots; k++) waiting += s->slots[k].job && s->slots[k].prefilling;
     int room = sched_draft_room(s->max_batch < s->rows_cap ? s->max_batch : s->rows_cap, n_dec, waiting > 0);
     spec_step st = {&s->spcost, n_dec, n_dec}; /* the decoding rows, then each slot's drafts */
     for (int k = 0; k < s->n_slots; k++) {
@@ -551,8 +641,9 @@ static int build_batch(sched *s, batch_shape *sh) {
         sl->batch_n = 0;
         sl->row0 = -1;
         sl->n_draft = 0;
-        if (!sl->job || sl->prefilling || n >= s->max_batch || rows >= s->rows_cap) continue;
+        if (!slot_decoding(sl) || !sl->picked || n >= s->max_batch || rows >= s->rows_cap) continue;
         sl->batch_n = 1; /* laid out below, once the drafts are known */
+        sl->last_step = s->stats.steps + 1; /* stats.steps: written by this thread only */
         sh->n_decode++;
         sl->n_draft = room > 0 ? slot_drafts(s, sl, room, &st) : 0;
         n += 1 + sl->n_draft, rows += 1 + sl->n_draft, room -= sl->n_draft;
@@ -591,7 +682,7 @@ static bool fresh_step_due(const sched *s) {
     for (int k = 0; k < s->n_slots; k++) {
         const slot *sl = &s->slots[k];
         fresh |= sl->job && sl->fresh;
-        decoding |= sl->job && !sl->prefilling;
+        decoding |= slot_decoding(sl);
     }
     return fresh && decoding && !s->fresh_last;
 }
@@ -606,7 +697,7 @@ static int build_fresh_batch(sched *s, batch_shape *sh) {
     for (int k = 0; k < s->n_slots; k++) {
         slot *sl = &s->slots[k];
         sl->batch_n = 0, sl->row0 = -1, sl->n_draft = 0;
-        n_dec += sl->job && !sl->prefilling;
+        n_dec += slot_decoding(sl);
         waiting += sl->job && sl->prefilling;
     }
     slot *sl = fresh_next(s);
@@ -715,8 +806,7 @@ static int slot_prefilled(sched *s, slot *sl, double dt, int n_decode) {
         slot_finish(s, sl, "length", ATTND_OK, NULL);
         return 0;
     }
-    slot_token(s, sl, s->logits + (size_t)last_row * s->n_vocab);
-    return 1;
+    return slot_token(s, sl, s->logits + (size_t)last_row * s->n_vocab);
 }
 
 /* Counts a step of dt seconds into the statistics. */
@@ -740,10 +830,11 @@ static void count_step(sched *s, const batch_shape *sh, double dt, uint64_t n_ge
  * next draft (attnd/spec.h), then drops the rejected drafts from the KV. Returns the tokens
  * generated. */
 static int slot_verify(sched *s, slot *sl) {
-    int r = 0, kept = 0;
+    int r = 0, kept = 0, made = 0;
     sl->n_past += 1; /* next_token */
     for (;; r++) {
-        slot_token(s, sl, s->logits + (size_t)(sl->row0 + r) * s->n_vocab);
+        if (!slot_token(s, sl, s->logits + (size_t)(sl->row0 + r) * s->n_vocab)) break; /* pending: drafts dropped */
+        made++;
         bool agree = r < sl->n_draft && sl->next_token == sl->draft[r];
         kept += agree;
         if (sl->end_reason || !agree) break;
@@ -757,7 +848,7 @@ static int slot_verify(sched *s, slot *sl) {
         s->stats.spec_accepted += (uint64_t)kept;
         pthread_mutex_unlock(&s->mu);
     }
-    return r + 1;
+    return made;
 }
 
 /* Whether the step about to run may be given up when a request that can start arrives during
@@ -791,6 +882,14 @@ static void step(sched *s) {
     apply_cancels(s);
     atomic_store(&s->newcomer, false); /* who is queued now is admitted now */
     admit(s);
+    s->mask_deadline = mask_deadline(s, attnd_now_s()); /* the grammars' share of this step */
+    int resumed = resume_pending(s);
+    if (resumed) {
+        pthread_mutex_lock(&s->mu);
+        s->stats.generated_tokens += (uint64_t)resumed;
+        pthread_mutex_unlock(&s->mu);
+        finish_ended(s); /* a resumed step that ended its sequence */
+    }
     bool fresh = fresh_step_due(s);
     batch_shape sh;
     int n = build_step(s, &sh, fresh);
@@ -838,39 +937,121 @@ static void step(sched *s) {
 // ---- tasks on the scheduler thread (sched_run_task) -----------------------------------------
 
 typedef struct sched_task {
-    sched_task_fn fn;
-    void *user;
+    sched_task_spec spec;
+    char tenant[SCHED_TENANT_MAX + 1];
+    int tenant_ix;        /* its entry in the tenants while queued; -1 = none (out of memory) */
+    bool planned;         /* its plan call ran: kv_bytes is known */
+    bool reserved;        /* kv_bytes are counted in s->reserved */
+    size_t kv_bytes;      /* the most KV it holds in the pool at once (its plan) */
+    long held;            /* KV bytes it holds now: what the pool gained in its turns */
     attnd_status st;
     attnd_err err;
     bool done;
     struct sched_task *next;
 } sched_task;
 
-/* Runs the queued tasks, oldest first (stopping: each ends BUSY without running). */
+/* The task ended with st: its reservation and tenant entry go, its caller wakes. Returns true
+ * (for task_turn: it ended). */
+static bool task_end(sched *s, sched_task *t, attnd_status st) {
+    sched_tenant_exit(s, t->tenant_ix);
+    pthread_mutex_lock(&s->mu);
+    if (t->reserved) s->reserved -= t->kv_bytes;
+    t->st = st;
+    t->done = true;
+    pthread_cond_broadcast(&s->task_done);
+    pthread_mutex_unlock(&s->mu);
+    return true;
+}
+
+/* Counts t's kv_bytes into the reservations when they fit beside the running jobs'; false while
+ * they wait (*never: they can never fit). */
+static bool task_reserve(sched *s, sched_task *t, bool *never) {
+    pthread_mutex_lock(&s->mu);
+    *never = t->kv_bytes > s->stats.kv_budget;
+    t->reserved = !*never && s->reserved + t->kv_bytes <= s->stats.kv_budget;
+    if (t->reserved) s->reserved += t->kv_bytes;
+    /* while it waits, queued jobs wait too (else they could take the KV it waits for for ever) */
+    s->task_kv_waiting = t->reserved || *never ? 0 : t->kv_bytes;
+    pthread_mutex_unlock(&s->mu);
+    return t->reserved;
+}
+
+static int n_decoding(const sched *s) {
+    int n = 0;
+    for (int k = 0; k < s->n_slots; k++) n += slot_decoding(&s->slots[k]);
+    return n;
+}
+
+/* One turn of t: its plan first, then (once its KV is reserved, idle caches evicted to make it
+ * free) a turn sized to the streams decoding beside it, charged to its tenant. true when the
+ * task ended. */
+static bool task_turn(sched *s, sched_task *t) {
+    sched_task_turn turn = {.e = s->eng, .pool = s->pool, .plan = !t->planned};
+    attnd_status st = ATTND_OK;
+    if (turn.plan) {
+        st = t->spec.fn(t->spec.user, &turn, &t->err);
+        t->planned = true;
+        t->kv_bytes = turn.kv_bytes;
+        if (st != ATTND_OK) return task_end(s, t, st);
+    }
+    bool never = false;
+    if (!t->reserved && !task_reserve(s, t, &never)) {
+        if (!never) return false; /* after the next step */
+        st = attnd_fail(&t->err, ATTND_ERR_NOMEM, "the task needs %zu bytes of KV cache; kv_budget_mb allows %zu",
+                        t->kv_bytes, s->stats.kv_budget);
+        turn = (sched_task_turn){.e = s->eng, .pool = s->pool, .stop = true};
+        t->spec.fn(t->spec.user, &turn, &t->err); /* it releases what it allocated in its plan */
+        return task_end(s, t, st);
+    }
+    long want = (long)t->kv_bytes - t->held;
+    while ((long)kv_pool_bytes_used(s->pool) + want > (long)s->stats.kv_budget && (drain_free_list(s) || evict_one(s))) {}
+    int n_dec = n_decoding(s);
+    turn = (sched_task_turn){.e = s->eng, .pool = s->pool, .max_entries = sched_task_cap(s, n_dec)};
+    long used0 = (long)kv_pool_bytes_used(s->pool);
+    double t0 = attnd_now_s();
+    st = t->spec.fn(t->spec.user, &turn, &t->err);
+    sched_task_learn(s, (attnd_now_s() - t0) * 1e3, turn.work, turn.max_entries, n_dec);
+    t->held += (long)kv_pool_bytes_used(s->pool) - used0;
+    sched_tenant_charge(s, t->tenant_ix, (double)turn.work);
+    if (st != ATTND_OK || !turn.more) return task_end(s, t, st);
+    return false;
+}
+
+/* One turn of the oldest waiting task; one with more to do goes to the back of the list, so
+ * tasks queued meanwhile, and the next step, come first. Stopping: every task ends BUSY, each
+ * told to release what it holds. */
 static void run_tasks(sched *s, bool stopping) {
-    for (;;) {
+    do {
         pthread_mutex_lock(&s->mu);
         sched_task *t = s->tasks;
         if (t) s->tasks = t->next;
         pthread_mutex_unlock(&s->mu);
         if (!t) return;
-        attnd_status st = stopping ? attnd_fail(&t->err, ATTND_ERR_BUSY, "the server is stopping")
-                                   : t->fn(t->user, s->eng, s->pool, &t->err);
+        if (stopping) {
+            sched_task_turn turn = {.e = s->eng, .pool = s->pool, .stop = true};
+            if (t->planned) t->spec.fn(t->spec.user, &turn, &t->err);
+            task_end(s, t, attnd_fail(&t->err, ATTND_ERR_BUSY, "the server is stopping"));
+            continue;
+        }
+        if (task_turn(s, t)) return;
         pthread_mutex_lock(&s->mu);
-        t->st = st;
-        t->done = true;
-        pthread_cond_broadcast(&s->task_done);
+        sched_task **tail = &s->tasks;
+        while (*tail) tail = &(*tail)->next;
+        t->next = NULL;
+        *tail = t;
         pthread_mutex_unlock(&s->mu);
-    }
+    } while (stopping);
 }
 
-attnd_status sched_run_task(sched *s, sched_task_fn fn, void *user, attnd_err *err) {
-    sched_task t = {.fn = fn, .user = user};
+attnd_status sched_run_task(sched *s, const sched_task_spec *spec, attnd_err *err) {
+    sched_task t = {.spec = *spec, .tenant_ix = -1};
+    snprintf(t.tenant, sizeof(t.tenant), "%s", spec->tenant ? spec->tenant : "");
     pthread_mutex_lock(&s->mu);
     if (s->stop) {
         pthread_mutex_unlock(&s->mu);
         return attnd_fail(err, ATTND_ERR_BUSY, "the server is stopping");
     }
+    t.tenant_ix = sched_tenant_enter(s, t.tenant);
     sched_task **tail = &s->tasks;
     while (*tail) tail = &(*tail)->next;
     *tail = &t;
@@ -999,10 +1180,11 @@ attnd_status sched_create(sched **out, const model *m, const tokenizer *tok, ses
     s->logits = malloc((size_t)s->rows_cap * s->n_vocab * sizeof(float));
     s->batch = malloc((size_t)s->max_batch * sizeof(batch_entry));
     s->slots = calloc((size_t)s->n_slots, sizeof(slot));
+    s->pick = malloc((size_t)s->n_slots * 3 * sizeof(int));
     s->queue = calloc((size_t)s->queue_limit, sizeof(sched_job *));
     s->cap_free = 16;
     s->to_free = malloc((size_t)s->cap_free * sizeof(kv_seq *));
-    if (!s->logits || !s->batch || !s->slots || !s->queue || !s->to_free) {
+    if (!s->logits || !s->batch || !s->slots || !s->pick || !s->queue || !s->to_free) {
         attnd_fail(err, rc, "out of memory allocating scheduler buffers");
         goto fail;
     }
@@ -1068,6 +1250,7 @@ void sched_destroy(sched *s) {
     free(s->logits);
     free(s->batch);
     free(s->slots);
+    free(s->pick);
     free(s->queue);
     free(s->to_free);
     free(s->tenants);

@@ -189,14 +189,47 @@ attnd_status sched_create(sched **out, const model *m, const tokenizer *tok, ses
  * all KV freed. Accepts NULL. */
 void sched_destroy(sched *s);
 
-/* Work for the scheduler thread itself: fn(user, e, pool, err) runs between two steps, while no
- * job is evaluated, with the engine and the KV pool, and must leave the pool as it found it
- * (every sequence it made destroyed). For inspections that batch sequences of their own (the
- * ablation sweep, attnd/ablate_sweep.h); it holds up every stream for as long as it runs. */
-typedef attnd_status (*sched_task_fn)(void *user, engine *e, kv_pool *pool, attnd_err *err);
-/* Queues fn, waits until it ran and returns its status (its message in *err);
- * ATTND_ERR_BUSY when the scheduler is stopping. Thread-safe; not from the scheduler thread. */
-attnd_status sched_run_task(sched *s, sched_task_fn fn, void *user, attnd_err *err);
+/*
+ * Work for the scheduler thread itself, in turns between its steps: for inspections that batch
+ * sequences of their own (the ablation sweep, attnd/ablate_sweep.h), and for the session fork.
+ * Between two steps the scheduler runs ONE turn of ONE task (the oldest waiting; one with more
+ * to do goes to the back), so tasks never hold up the streams by more than a turn per step,
+ * and tasks queued meanwhile wait for their turn. A turn should evaluate at most max_entries
+ * positions in one batch: the scheduler sizes it so that a turn costs about one decode step of
+ * the streams (of one stream when none decodes, so that a request arriving during a turn waits
+ * no longer than for a step).
+ */
+typedef struct sched_task_turn {
+    engine *e;            /* the engine and the KV pool, for this turn only */
+    kv_pool *pool;
+    bool plan;            /* the first call: set kv_bytes (and allocate outside the pool); do
+                             not evaluate or take KV. The next turn comes once kv_bytes fit
+                             beside the running jobs' reservations (idle caches are evicted for
+                             it), and stays reserved until the task ends */
+    bool stop;            /* the scheduler is stopping: release what the task holds in the pool
+                             and return (the task ends ATTND_ERR_BUSY) */
+    int max_entries;      /* positions one engine_eval of this turn may hold (>= 1) */
+    // ---- set by fn ----
+    bool more;            /* not finished: another turn after the next step */
+    long work;            /* positions evaluated this turn: charged to the task's tenant */
+    size_t kv_bytes;      /* plan: the most KV bytes the task holds in the pool at once */
+} sched_task_turn;
+
+/* One turn of a task (scheduler thread). A task that ends (more false, or an error) leaves the
+ * pool as it found it (every sequence it made destroyed). */
+typedef attnd_status (*sched_task_fn)(void *user, sched_task_turn *turn, attnd_err *err);
+
+typedef struct sched_task_spec {
+    sched_task_fn fn;
+    void *user;           /* borrowed until sched_run_task returns */
+    const char *tenant;   /* charged for the task's work in fair admission, as a job's tenant;
+                             NULL = "". Copied. */
+} sched_task_spec;
+
+/* Queues the task, waits until its last turn ran and returns its status (its message in *err);
+ * ATTND_ERR_BUSY when the scheduler is stopping, ATTND_ERR_NOMEM when its kv_bytes exceed what
+ * the budget can ever give it. Thread-safe; not from the scheduler thread. */
+attnd_status sched_run_task(sched *s, const sched_task_spec *spec, attnd_err *err);
 
 /* Queues a job (takes a reference). The job is admitted once its KV reservation (prompt +
  * max_tokens + 1, capped at the context) fits beside the running jobs' reservations, so an

@@ -1,7 +1,8 @@
 /*
  * sess_redis.c — the shared session store's Redis client (see sess_redis.h): records as
  * session-file JSON in a hash with a version, an atomic compare-and-write in Lua (which also
- * counts each owner's sessions against its quota), one reconnecting connection behind a mutex.
+ * counts each owner's sessions against its quota), a small pool of reconnecting connections,
+ * and one deadline for everything a call does (waiting for a connection, connecting, the answer).
  */
 #include "sess_redis.h"
 
@@ -17,13 +18,16 @@
 #include "slog.h"
 
 #define CONNECT_TIMEOUT_MS 500
-#define COMMAND_TIMEOUT_MS 2000
 #define KEY_MAX 512
 
 struct sessredis {
     pthread_mutex_t mu;
-    redisContext *c; /* NULL = not connected: the next call connects */
-    bool down;       /* the last call failed (logged once until it works again) */
+    pthread_cond_t freed;  /* a connection went back to the pool */
+    redisContext *idle[SESSREDIS_POOL]; /* (n_idle) connected and free */
+    int n_idle;
+    int n_out;             /* connections taken by calls (connected or being connected) */
+    int timeout_ms;        /* a call's deadline (sessredis_set_timeout) */
+    bool down;             /* the last call failed (logged once until it works again) */
     char host[256];
     int port, db;
     char url[300];
@@ -172,7 +176,9 @@ attnd_status sessredis_create(sessredis **out, const char *url, const char *pref
     }
     snprintf(r->url, sizeof(r->url), "redis://%s:%d/%d", r->host, r->port, r->db);
     r->ttl_s = ttl_s > 0 ? ttl_s : 0;
+    r->timeout_ms = SESSREDIS_TIMEOUT_MS;
     pthread_mutex_init(&r->mu, NULL);
+    pthread_cond_init(&r->freed, NULL);
     *out = r;
     return ATTND_OK;
 fail:
@@ -184,8 +190,10 @@ fail:
 
 void sessredis_destroy(sessredis *r) {
     if (!r) return;
-    if (r->c) redisFree(r->c);
+    ATTND_ASSERT(r->n_out == 0); /* no call may be running */
+    for (int i = 0; i < r->n_idle; i++) redisFree(r->idle[i]);
     pthread_mutex_destroy(&r->mu);
+    pthread_cond_destroy(&r->freed);
     free(r->prefix);
     free(r->model_tag);
     free(r);
@@ -199,50 +207,103 @@ void sessredis_set_quota(sessredis *r, int per_owner) {
     pthread_mutex_unlock(&r->mu);
 }
 
+void sessredis_set_timeout(sessredis *r, int ms) {
+    pthread_mutex_lock(&r->mu);
+    r->timeout_ms = ms > 0 ? ms : SESSREDIS_TIMEOUT_MS;
+    pthread_mutex_unlock(&r->mu);
+}
+
 static struct timeval ms_tv(int ms) { return (struct timeval){.tv_sec = ms / 1000, .tv_usec = (ms % 1000) * 1000}; }
 
-/* Connects and selects the database (caller holds mu). false: r->c stays NULL, *why says. */
-static bool connect_locked(sessredis *r, char *why, size_t cap) {
-    redisContext *c = redisConnectWithTimeout(r->host, r->port, ms_tv(CONNECT_TIMEOUT_MS));
+/* A call's deadline: now + the timeout, in attnd_now_s seconds. */
+static double deadline_of(sessredis *r) {
+    pthread_mutex_lock(&r->mu);
+    double d = attnd_now_s() + r->timeout_ms / 1e3;
+    pthread_mutex_unlock(&r->mu);
+    return d;
+}
+
+/* Milliseconds left until deadline (0 when it passed). */
+static int ms_left(double deadline) {
+    double left = (deadline - attnd_now_s()) * 1e3;
+    return left <= 0 ? 0 : left > 1e9 ? 1000000000 : (int)left + 1;
+}
+
+/* A new connection, the database selected, within ms. NULL: *why says. */
+static redisContext *connect_within(sessredis *r, int ms, char *why, size_t cap) {
+    redisContext *c = redisConnectWithTimeout(r->host, r->port, ms_tv(ms < CONNECT_TIMEOUT_MS ? ms : CONNECT_TIMEOUT_MS));
     if (!c || c->err) {
         snprintf(why, cap, "%s", c ? c->errstr : "out of memory");
         if (c) redisFree(c);
-        return false;
+        return NULL;
     }
     redisReply *rep = NULL;
-    if (redisSetTimeout(c, ms_tv(COMMAND_TIMEOUT_MS)) != REDIS_OK ||
+    if (redisSetTimeout(c, ms_tv(ms)) != REDIS_OK ||
         (r->db && (!(rep = redisCommand(c, "SELECT %d", r->db)) || rep->type == REDIS_REPLY_ERROR))) {
         snprintf(why, cap, "%s", rep && rep->type == REDIS_REPLY_ERROR ? rep->str : c->errstr[0] ? c->errstr : "SELECT failed");
         if (rep) freeReplyObject(rep);
         redisFree(c);
-        return false;
+        return NULL;
     }
     if (rep) freeReplyObject(rep);
-    r->c = c;
-    return true;
+    return c;
+}
+
+/* A connection of the pool for one command: an idle one, else a new one (at most SESSREDIS_POOL
+ * at once; a call waits for one to come back until its deadline). false: none before the
+ * deadline (*why says). *c NULL with true: the caller connects (the place is held). */
+static bool pool_take(sessredis *r, double deadline, redisContext **c, char *why, size_t cap) {
+    struct timespec ts;
+    attnd_deadline(&ts, ms_left(deadline));
+    pthread_mutex_lock(&r->mu);
+    while (r->n_idle == 0 && r->n_out >= SESSREDIS_POOL)
+        if (pthread_cond_timedwait(&r->freed, &r->mu, &ts) != 0) break;
+    bool ok = r->n_idle > 0 || r->n_out < SESSREDIS_POOL;
+    *c = r->n_idle > 0 ? r->idle[--r->n_idle] : NULL;
+    if (ok) r->n_out++;
+    pthread_mutex_unlock(&r->mu);
+    if (!ok) snprintf(why, cap, "no answer within %d ms (all %d connections busy)", r->timeout_ms, SESSREDIS_POOL);
+    return ok;
+}
+
+/* Gives back the place pool_take held: c joins the idle ones when it still works, else it is
+ * closed (a connection whose answer timed out is out of step: never reused). */
+static void pool_give(sessredis *r, redisContext *c, bool works) {
+    pthread_mutex_lock(&r->mu);
+    r->n_out--;
+    if (c && works) r->idle[r->n_idle++] = c, c = NULL;
+    pthread_cond_signal(&r->freed);
+    pthread_mutex_unlock(&r->mu);
+    if (c) redisFree(c);
 }
 
 /*
- * One command (argv, binary-safe). A connection that fails is dropped; a reused one is retried
- * once on a fresh connection (Redis restarted since the last call: the old socket is dead).
- * Returns the reply (caller frees), or NULL with ATTND_ERR_IO in err. An error reply from Redis
- * is returned as a reply (the caller decides).
+ * One command (argv, binary-safe) before deadline. A connection that fails is dropped; a reused
+ * one is retried once on a fresh connection (Redis restarted since the last call: the old socket
+ * is dead). Returns the reply (caller frees), or NULL with ATTND_ERR_IO in err. An error reply
+ * from Redis is returned as a reply (the caller decides).
  */
-static redisReply *command(sessredis *r, int argc, const char **argv, const size_t *lens, attnd_err *err) {
+static redisReply *command(sessredis *r, double deadline, int argc, const char **argv, const size_t *lens,
+                           attnd_err *err) {
     char why[160] = "";
     redisReply *rep = NULL;
-    pthread_mutex_lock(&r->mu);
     for (int attempt = 0; attempt < 2 && !rep; attempt++) {
-        bool fresh = !r->c;
-        if (fresh && !connect_locked(r, why, sizeof(why))) break;
-        rep = redisCommandArgv(r->c, argc, argv, lens);
-        if (!rep) {
-            snprintf(why, sizeof(why), "%s", r->c->errstr[0] ? r->c->errstr : "no answer");
-            redisFree(r->c);
-            r->c = NULL;
-            if (fresh) break;
+        redisContext *c;
+        if (!pool_take(r, deadline, &c, why, sizeof(why))) break;
+        int left = ms_left(deadline); /* after the wait for a connection */
+        bool fresh = !c;
+        if (!left) snprintf(why, sizeof(why), "no answer within %d ms", r->timeout_ms);
+        if (!left || (fresh && !(c = connect_within(r, left, why, sizeof(why))))) {
+            pool_give(r, c, true); /* an idle one that was not used still works */
+            break;
         }
+        if (!fresh) redisSetTimeout(c, ms_tv(left));
+        rep = redisCommandArgv(c, argc, argv, lens);
+        if (!rep) snprintf(why, sizeof(why), "%s", c->errstr[0] ? c->errstr : "no answer");
+        pool_give(r, c, rep != NULL);
+        if (!rep && fresh) break;
     }
+    pthread_mutex_lock(&r->mu);
     bool was_down = r->down;
     r->down = rep == NULL;
     pthread_mutex_unlock(&r->mu);
@@ -285,17 +346,23 @@ static attnd_status decode_reply(sessredis *r, redisReply *rep, const char *owne
     return rc;
 }
 
-attnd_status sessredis_get(sessredis *r, const char *owner, const char *id, sessredis_rec *out, attnd_err *err) {
+/* sessredis_get before deadline. */
+static attnd_status get_by(sessredis *r, double deadline, const char *owner, const char *id, sessredis_rec *out,
+                           attnd_err *err) {
     memset(out, 0, sizeof(*out));
     char key[KEY_MAX];
     if (!make_key(r, owner, id, key)) return attnd_fail(err, ATTND_ERR_INVALID, "session key too long");
     const char *argv[] = {"HMGET", key, "v", "rec"};
     size_t lens[] = {5, strlen(key), 1, 3};
-    redisReply *rep = command(r, 4, argv, lens, err);
+    redisReply *rep = command(r, deadline, 4, argv, lens, err);
     if (!rep) return ATTND_ERR_IO;
     attnd_status rc = decode_reply(r, rep, owner, id, out, err);
     if (rc == ATTND_ERR_UNSUPPORTED) rc = attnd_fail(err, ATTND_ERR_NOT_FOUND, "session '%s' not found (it belongs to another model)", id);
     return rc;
+}
+
+attnd_status sessredis_get(sessredis *r, const char *owner, const char *id, sessredis_rec *out, attnd_err *err) {
+    return get_by(r, deadline_of(r), owner, id, out, err);
 }
 
 attnd_status sessredis_put(sessredis *r, const char *owner, const char *id, uint64_t expect, const sessredis_rec *rec,
@@ -319,7 +386,7 @@ attnd_status sessredis_put(sessredis *r, const char *owner, const char *id, uint
     enum { ARGC = sizeof(argv) / sizeof(*argv) };
     size_t lens[ARGC];
     for (int i = 0; i < ARGC; i++) lens[i] = strlen(argv[i]);
-    redisReply *rep = command(r, ARGC, argv, lens, err);
+    redisReply *rep = command(r, deadline_of(r), ARGC, argv, lens, err);
     free(text);
     if (!rep) return ATTND_ERR_IO;
     if (rep->type != REDIS_REPLY_INTEGER) return reply_error(r, rep, err);
@@ -344,7 +411,7 @@ attnd_status sessredis_delete(sessredis *r, const char *owner, const char *id, a
     const char *argv[] = {"EVAL", DELETE_SCRIPT, "2", key, set, id};
     size_t lens[6];
     for (int i = 0; i < 6; i++) lens[i] = strlen(argv[i]);
-    redisReply *rep = command(r, 6, argv, lens, err);
+    redisReply *rep = command(r, deadline_of(r), 6, argv, lens, err);
     if (!rep) return ATTND_ERR_IO;
     if (rep->type != REDIS_REPLY_INTEGER) return reply_error(r, rep, err);
     long long n = rep->integer;
@@ -373,7 +440,7 @@ static const char *id_of_key(const sessredis *r, const char *owner, const char *
 }
 
 /* The records of one SCAN batch (keys) handed to each. Returns how many, or a negative status. */
-static int list_batch(sessredis *r, const char *owner, redisReply *keys,
+static int list_batch(sessredis *r, double deadline, const char *owner, redisReply *keys,
                       void (*each)(void *, const char *, const sessredis_rec *), void *user, attnd_err *err) {
     int n = 0;
     for (size_t i = 0; i < keys->elements; i++) {
@@ -382,7 +449,7 @@ static int list_batch(sessredis *r, const char *owner, redisReply *keys,
         if (!id || strlen(id) > 64 || *id == '.') continue; /* '.': the owner's set (OWNED_ID) */
         sessredis_rec rec;
         attnd_err e;
-        attnd_status rc = sessredis_get(r, owner, id, &rec, &e);
+        attnd_status rc = get_by(r, deadline, owner, id, &rec, &e);
         if (rc == ATTND_ERR_IO || rc == ATTND_ERR_NOMEM) {
             if (err) *err = e;
             return rc;
@@ -400,17 +467,18 @@ int sessredis_list(sessredis *r, const char *owner, void (*each)(void *user, con
     char pat[KEY_MAX + 8], cursor[24] = "0";
     scan_pattern(r, owner, pat, sizeof(pat));
     int total = 0;
+    double deadline = deadline_of(r); /* the whole listing */
     do {
         const char *argv[] = {"SCAN", cursor, "MATCH", pat, "COUNT", "200"};
         size_t lens[6];
         for (int i = 0; i < 6; i++) lens[i] = strlen(argv[i]);
-        redisReply *rep = command(r, 6, argv, lens, err);
+        redisReply *rep = command(r, deadline, 6, argv, lens, err);
         if (!rep) return ATTND_ERR_IO;
         if (rep->type != REDIS_REPLY_ARRAY || rep->elements != 2 || rep->element[0]->type != REDIS_REPLY_STRING ||
             rep->element[1]->type != REDIS_REPLY_ARRAY)
             return reply_error(r, rep, err);
         snprintf(cursor, sizeof(cursor), "%s", rep->element[0]->str);
-        int n = list_batch(r, owner, rep->element[1], each, user, err);
+        int n = list_batch(r, deadline, owner, rep->element[1], each, user, err);
         freeReplyObject(rep);
         if (n < 0) return n;
         total += n;

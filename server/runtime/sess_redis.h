@@ -17,12 +17,16 @@
  * overshoot the owner's quota (sessredis_set_quota). Ids whose record expired are dropped from it
  * when it looks full; sessredis_delete removes the id with the record.
  *
- * Failures: Redis unreachable, or an answer missing within the timeout, is ATTND_ERR_IO with a
- * message naming the server; the next call reconnects by itself (once per call), so service
- * resumes when Redis returns. The first failure and the recovery are logged once each.
+ * Failures: Redis unreachable, or a call not answered within its deadline (sessredis_set_timeout,
+ * default 2 s: waiting for a connection, connecting and the answer together; a listing's
+ * commands share one), is ATTND_ERR_IO with a message naming the server; the next call reconnects
+ * by itself (once per call), so service resumes when Redis returns. A hung Redis (stopped, not
+ * gone) therefore fails every call within its deadline, however many wait. The first failure
+ * and the recovery are logged once each.
  *
- * Thread-safety: one connection behind a mutex; any thread may call any function (each call is
- * one round trip, ~0.1 ms on loopback).
+ * Thread-safety: any thread may call any function. Calls share a pool of at most SESSREDIS_POOL
+ * connections (each call is one round trip, ~0.1 ms on loopback); a connection whose answer timed
+ * out is closed, never reused.
  */
 #ifndef ATTND_SERVER_SESS_REDIS_H
 #define ATTND_SERVER_SESS_REDIS_H
@@ -68,6 +72,12 @@ attnd_status sessredis_create(sessredis **out, const char *url, const char *pref
 void sessredis_destroy(sessredis *r); /* accepts NULL */
 /* "redis://host:port" as configured, for messages. */
 const char *sessredis_url(const sessredis *r);
+
+#define SESSREDIS_POOL 8            /* connections at once */
+#define SESSREDIS_TIMEOUT_MS 2000   /* a call's deadline by default */
+
+/* A call's deadline in milliseconds (> 0; else the default). Thread-safe. */
+void sessredis_set_timeout(sessredis *r, int ms);
 
 /* Most sessions one owner may hold in the store (0 = no cap, the default): a create past it is
  * refused (sessredis_put). */
