@@ -263,7 +263,10 @@ attnd_status anthropic_parse(const json_t *body, const server_settings *cfg, boo
     attnd_status rc = messages_of(body, msgs, param, err);
     if (rc == ATTND_OK) rc = tools_of(body, out->chat_body, param, err);
     if (rc == ATTND_OK) rc = limits_of(body, cfg, count_only, out, param, err);
-    static const char *const PASS[] = {"temperature", "top_p", "top_k"}; /* same meaning in a chat body */
+    /* the same meaning in a chat body: Anthropic's sampling fields, and attnd's extensions */
+    static const char *const PASS[] = {"temperature", "top_p", "top_k", "seed", "min_p", "typical_p",
+                                       "repeat_penalty", "repeat_last_n", "presence_penalty", "frequency_penalty",
+                                       "grammar", "json_schema", "session_id", "draft_max", "draft_min_p"};
     for (size_t i = 0; rc == ATTND_OK && i < ATTND_ARRAY_LEN(PASS); i++)
         if ((v = oai_field(body, PASS[i]))) json_object_set(out->chat_body, PASS[i], (json_t *)v);
     return rc;
