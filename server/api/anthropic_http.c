@@ -7,6 +7,7 @@
  * grammars, the prefix cache, fair scheduling. Errors take Anthropic's shape through the route's
  * ROUTE_ANTHROPIC flag (http_respond_error), also those of the checks before the handler.
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -42,6 +43,13 @@ static bool parse_messages(req *r, json_t *b, bool count_only, http_result *ret)
     if (rc == ATTND_OK) rc = oai_parse(st->rq.chat_body, true, &s->cfg, s->n_vocab, &g->oreq, &param, &err);
     if (rc == ATTND_OK) rc = oai_bind_template(&g->oreq, s->chat.takes_tools, s->chat.tool_format, &err);
     if (rc == ATTND_OK) return true;
+    if (param && !strcmp(param, "stop")) { /* the chat body's name for stop_sequences */
+        char msg[sizeof(err.msg)];
+        const char *at = strstr(err.msg, "'stop");
+        snprintf(msg, sizeof(msg), "%.*s'stop_sequences%s", at ? (int)(at - err.msg) : 0, err.msg, at ? at + 5 : "");
+        if (at) memcpy(err.msg, msg, sizeof(msg));
+        param = "stop_sequences";
+    }
     *ret = http_respond_error(r, http_status_of(rc, HTTP_CTX_PARSE), err.msg, param);
     return false;
 }

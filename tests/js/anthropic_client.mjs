@@ -81,8 +81,12 @@ async function basics() {
 async function stopSequences() {
   const params = { model, max_tokens: 40, temperature: 0, messages: [{ role: 'user', content: 'Tell me about the states.' }] };
   const free = textOf(await client.messages.create(params));
-  const words = free.split(/\s+/).filter((w) => /^[A-Za-z]{3,}$/.test(w));
-  const word = words[Math.min(3, words.length - 1)];
+  // the first stretch of 3 non-blank characters, from the 5th on, not met earlier in the reply
+  let word;
+  for (let i = 4; i + 3 <= free.length && !word; i++) {
+    const w = free.slice(i, i + 3);
+    if (w.trim().length === 3 && !free.slice(0, i + 2).includes(w)) word = w;
+  }
   const m = await client.messages.create({ ...params, stop_sequences: ['zzzqqq', word] });
   check(word && m.stop_reason === 'stop_sequence' && m.stop_sequence === word && free.startsWith(textOf(m)) &&
         !textOf(m).includes(word), `stop_sequences end the reply at "${word}" and name it`, { free, m });
