@@ -124,7 +124,7 @@ static void amsg_update(req *r, int k, const sched_update *u, buf *out) {
         anthropic_stream_end(&st->ev, &res, out);
 }
 
-static const sse_writer AMSG_WRITER = {amsg_begin, amsg_update, NULL};
+static const sse_writer AMSG_WRITER = {.begin = amsg_begin, .update = amsg_update};
 
 // ---- the endpoints ------------------------------------------------------------------------
 

@@ -113,7 +113,8 @@ http_result http_respond_error(req *r, int status, const char *msg, const char *
     if (status == 429 || status == 503) hn = "Retry-After", hv = "1";
     if (status == 401) hn = "WWW-Authenticate", hv = "Bearer";
     bool anthropic = r->rt && (r->rt->flags & ROUTE_ANTHROPIC);
-    json_t *body = anthropic ? anthropic_error(status, msg) : oai_error(status, msg, param);
+    bool ollama = r->rt && (r->rt->flags & ROUTE_OLLAMA);
+    json_t *body = anthropic ? anthropic_error(status, msg) : ollama ? json_pack("{s:s}", "error", msg) : oai_error(status, msg, param);
     json_t *e = json_object_get(body, "error");
     if (e && r->request_id[0]) json_object_set_new(e, "request_id", json_string(r->request_id));
     return http_respond_json_h(r, status, body, hn, hv);
