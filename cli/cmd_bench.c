@@ -9,6 +9,11 @@
  * attnd and llama.cpp runs alternate, and each figure is the median of --reps runs, so a machine
  * whose load drifts affects both sides alike. A benchmark, not a test: it asserts nothing.
  * tools/bench/tinyllama.sh drives it over model types, thread counts and prompt lengths.
+ *
+ * The machine's wall is measured in the same run (attnd/roofline.h): a read-bandwidth probe on 1
+ * and on --threads threads before each attnd run, so probe and decode alternate and both are
+ * medians; decode is then also GB/s of weights + KV read per token and a share of the probe at
+ * the same thread count, and prefill a share of its kernel path's compute peak.
  */
 #include <jansson.h>
 #include <stdint.h>
@@ -22,12 +27,13 @@
 
 #include "attnd/cpuinfo.h"
 #include "attnd/engine.h"
+#include "attnd/roofline.h"
 #include "commands.h"
 
 static const char *USAGE =
     "usage: attnd bench [--model PATH] [--threads 1] [--prompt-len 128] [--n 128] [--reps 3]\n"
     "                   [--kv-type f16|f32|q8_0|q4_0] [--peer-dir DIR | --no-peer] [--growth-len N | --no-growth]\n"
-    "                   [--json]\n"
+    "                   [--probe-mib 1024 | --no-probe] [--json]\n"
     "\n"
     "Prints attnd's prefill and decode tokens/s, the same for llama.cpp (node-llama-cpp peer) on the\n"
     "same GGUF and prompt, and their ratios; then ms/token at positions 64, 128, 256, ... of one long\n"
@@ -44,13 +50,15 @@ static const char *USAGE =
     "  --no-peer         measure attnd only\n"
     "  --growth-len N    length of the long generation (default: the model's context, at most 2048)\n"
     "  --no-growth       skip the long generation\n"
+    "  --probe-mib M     read-bandwidth probe buffer in MiB, far beyond the last-level cache (default 1024)\n"
+    "  --no-probe        skip the bandwidth probe and the shares of the wall\n"
     "  --json            end with one JSON line of the medians (for tools/bench/tinyllama.sh)\n"
     "llama-bench's spellings work too: -m, -t, -p (--prompt-len), -n, -r (--reps).\n";
 
 typedef struct bench_opts {
     const char *model, *peer_dir;
-    int threads, prompt_len, n_gen, reps, growth_len;
-    bool no_peer, no_growth, json;
+    int threads, prompt_len, n_gen, reps, growth_len, probe_mib;
+    bool no_peer, no_growth, no_probe, json;
     kv_type kv;
 } bench_opts;
 
@@ -64,6 +72,7 @@ typedef struct bench_ctx {
     int32_t *prompt; /* (prompt_len) */
     char *ids;       /* "id,id,..." of prompt */
     char *peer;      /* installed peer folder, or NULL when llama.cpp is not measured */
+    roofline_probe *probe; /* the read-bandwidth probe's buffer, or NULL with --no-probe */
 } bench_ctx;
 
 static double now_ms(void) {
@@ -182,7 +191,7 @@ static bool peer_run(const bench_ctx *c, int ctx, double *prefill_tps, double *d
 }
 
 static bench_opts parse_args(int argc, char **argv) {
-    bench_opts o = {.threads = 1, .prompt_len = 128, .n_gen = 128, .reps = 3, .kv = KV_F16};
+    bench_opts o = {.threads = 1, .prompt_len = 128, .n_gen = 128, .reps = 3, .kv = KV_F16, .probe_mib = 1024};
     const cli_opt opts[] = {
         CLI_OPT_STR("--model", &o.model),
         CLI_OPT_INT("--threads", &o.threads, 1, 1024), /* passed to llama.cpp too: no 0 here */
@@ -194,6 +203,8 @@ static bench_opts parse_args(int argc, char **argv) {
         CLI_OPT_KV("--kv-type", &o.kv),
         CLI_OPT_SET("--no-peer", &o.no_peer),
         CLI_OPT_SET("--no-growth", &o.no_growth),
+        CLI_OPT_INT("--probe-mib", &o.probe_mib, 1, 1 << 20),
+        CLI_OPT_SET("--no-probe", &o.no_probe),
         CLI_OPT_SET("--json", &o.json),
         /* llama-bench's spellings */
         CLI_OPT_ALIAS("-p", "--prompt-len"), CLI_OPT_ALIAS("--n-prompt", "--prompt-len"),
@@ -214,6 +225,7 @@ static attnd_status bench_setup(bench_ctx *c, attnd_err *err) {
                           c->o.prompt_len, c->o.n_gen, mi->n_ctx);
     if ((st = engine_create(&c->e, c->m, c->o.prompt_len, c->o.threads, err))) return st;
     if ((st = kv_pool_create(&c->pool, c->m, SIZE_MAX, c->o.kv, err))) return st;
+    if (!c->o.no_probe && (st = roofline_probe_create(&c->probe, (size_t)c->o.probe_mib << 20, err))) return st;
     int n = c->o.prompt_len;
     c->prompt = malloc(sizeof(int32_t) * (size_t)n);
     c->ids = malloc((size_t)n * 12 + 1);
@@ -263,16 +275,84 @@ static void print_params(const model *m, double attnd_tok_s, double peer_tok_s) 
     printf("\n");
 }
 
-/* Alternating attnd and llama.cpp runs (after one untimed attnd warm-up that pages in the
- * weights); prints medians and ratios. */
+/* The medians of measure_speed's runs. */
+typedef struct bench_medians {
+    double ap, ad, pp, pd; /* prefill and decode tok/s of attnd and of llama.cpp (0: not measured) */
+    int n_peer;            /* llama.cpp runs that succeeded */
+    double bw, bw1;        /* probe GB/s on --threads threads and on 1 (0 with --no-probe) */
+} bench_medians;
+
+/* What the wall makes of the medians: decode as bytes read per second and a share of the probe
+ * at the same thread count, prefill as operations per second and a share of the path's peak. */
+typedef struct bench_wall {
+    double decode_bytes, prefill_ops; /* per token */
+    double a_gbs, p_gbs, a_share, p_share;
+    roofline_peak peak;
+    double a_pre_share, p_pre_share; /* 0 when the path has no peak */
+} bench_wall;
+
+/* One probe between runs: best of 3 sweeps on --threads threads, and on 1 thread. */
+static void probe_run(const bench_ctx *c, double *bw, double *bw1) {
+    *bw = roofline_read_gbs(c->probe, c->o.threads, 3);
+    *bw1 = c->o.threads == 1 ? *bw : roofline_read_gbs(c->probe, 1, 3);
+}
+
+static double share(double x, double of) { return of > 0 ? x / of : 0; }
+
+/* Decode reads the weights and the KV cache of the positions before it: at the average
+ * position of the measured decode, prompt_len + n_gen / 2. */
+static bench_wall print_wall(const bench_ctx *c, const bench_medians *md) {
+    bench_wall w = {.decode_bytes = roofline_decode_bytes(c->m, c->o.kv, c->o.prompt_len + c->o.n_gen / 2.0),
+                    .prefill_ops = roofline_prefill_ops(c->m, c->o.prompt_len),
+                    .peak = roofline_prefill_peak(c->m, c->o.prompt_len, c->o.threads)};
+    w.a_gbs = md->ad * w.decode_bytes / 1e9, w.p_gbs = md->pd * w.decode_bytes / 1e9;
+    w.a_share = share(w.a_gbs, md->bw), w.p_share = share(w.p_gbs, md->bw);
+    w.a_pre_share = share(md->ap * w.prefill_ops / 1e9, w.peak.gops);
+    w.p_pre_share = share(md->pp * w.prefill_ops / 1e9, w.peak.gops);
+    double wb = roofline_weight_bytes(c->m);
+    printf("decode reads %.2f MB/token (weights %.2f + KV %.3f at position %.0f)", w.decode_bytes / 1e6, wb / 1e6,
+           (w.decode_bytes - wb) / 1e6, c->o.prompt_len + c->o.n_gen / 2.0);
+    if (c->probe) {
+        printf("\nread bandwidth (%s loads over %zu MiB, best of 3, median of %d probes between the runs): "
+               "%.1f GB/s on 1 thread, %.1f on %d\n",
+               roofline_read_isa(), roofline_probe_bytes(c->probe) >> 20, c->o.reps, md->bw1, md->bw, c->o.threads);
+        printf("decode GB/s: attnd %.2f = %.1f %% of the %d-thread bandwidth", w.a_gbs, 100 * w.a_share, c->o.threads);
+        if (md->n_peer) printf("; llama.cpp %.2f = %.1f %%", w.p_gbs, 100 * w.p_share);
+    }
+    printf("\nprefill %.3g ops/token; peak of %s", w.prefill_ops, w.peak.path);
+    if (w.peak.gops > 0) {
+        printf(": %.0f ops/cycle x %d core(s) x %.2f GHz = %.1f Gops/s; attnd %.1f %% of it", w.peak.ops_per_cycle,
+               c->o.threads, w.peak.ghz, w.peak.gops, 100 * w.a_pre_share);
+        if (md->n_peer) printf(", llama.cpp %.1f %%", 100 * w.p_pre_share);
+    }
+    printf("\n");
+    return w;
+}
+
+static void print_json(const bench_ctx *c, const bench_medians *md, const bench_wall *w) {
+    printf("{\"threads\": %d, \"prompt_len\": %d, \"n\": %d, \"reps\": %d, \"attnd_prefill\": %.2f, "
+           "\"attnd_decode\": %.2f, \"llamacpp_prefill\": %.2f, \"llamacpp_decode\": %.2f, \"peer_runs\": %d, "
+           "\"kernels\": \"%s\", \"decode_bytes\": %.0f, \"probe_gbs\": %.6g, \"probe_gbs_1\": %.6g, "
+           "\"attnd_decode_gbs\": %.6g, \"attnd_decode_share\": %.6g, \"llamacpp_decode_gbs\": %.6g, "
+           "\"llamacpp_decode_share\": %.6g, \"prefill_ops\": %.0f, \"peak_path\": \"%s\", \"peak_gops\": %.6g, "
+           "\"attnd_prefill_share\": %.6g, \"llamacpp_prefill_share\": %.6g}\n",
+           c->o.threads, c->o.prompt_len, c->o.n_gen, c->o.reps, md->ap, md->ad, md->pp, md->pd, md->n_peer,
+           cpuinfo_isa(), w->decode_bytes, md->bw, md->bw1, w->a_gbs, w->a_share, w->p_gbs, w->p_share, w->prefill_ops,
+           w->peak.path, w->peak.gops, w->a_pre_share, w->p_pre_share);
+}
+
+/* Alternating probe, attnd and llama.cpp runs (after one untimed attnd warm-up that pages in the
+ * weights); prints medians and ratios, then what the wall makes of them. */
 static attnd_status measure_speed(bench_ctx *c, attnd_err *err) {
     int reps = c->o.reps, n_peer = 0;
-    double *v = calloc((size_t)reps * 4, sizeof(double));
+    double *v = calloc((size_t)reps * 6, sizeof(double));
     if (!v) return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory");
     double *a_pre = v, *a_dec = v + reps, *p_pre = v + 2 * reps, *p_dec = v + 3 * reps;
+    double *bw = v + 4 * reps, *bw1 = v + 5 * reps; /* (reps) each */
     double scratch;
     attnd_status st = attnd_run(c, &scratch, &scratch, err);
     for (int r = 0; r < reps && !st; r++) {
+        if (c->probe) probe_run(c, &bw[r], &bw1[r]);
         st = attnd_run(c, &a_pre[r], &a_dec[r], err);
         if (!st && c->peer &&
             peer_run(c, c->o.prompt_len + c->o.n_gen + 16, &p_pre[n_peer], &p_dec[n_peer]))
@@ -282,22 +362,21 @@ static attnd_status measure_speed(bench_ctx *c, attnd_err *err) {
         free(v);
         return st;
     }
-    double ap = median(a_pre, reps), ad = median(a_dec, reps);
-    double pp = n_peer ? median(p_pre, n_peer) : 0, pd = n_peer ? median(p_dec, n_peer) : 0;
+    bench_medians md = {.ap = median(a_pre, reps), .ad = median(a_dec, reps), .n_peer = n_peer,
+                        .bw = median(bw, reps), .bw1 = median(bw1, reps)};
+    md.pp = n_peer ? median(p_pre, n_peer) : 0, md.pd = n_peer ? median(p_dec, n_peer) : 0;
     printf("%-10s %14s %14s\n", "", "prefill tok/s", "decode tok/s");
-    printf("%-10s %14.1f %14.1f\n", "attnd", ap, ad);
+    printf("%-10s %14.1f %14.1f\n", "attnd", md.ap, md.ad);
     if (n_peer) {
-        printf("%-10s %14.1f %14.1f\n", "llama.cpp", pp, pd);
-        printf("%-10s %14.2f %14.2f   (attnd / llama.cpp, median of %d)\n", "ratio", ap / pp, ad / pd, n_peer);
+        printf("%-10s %14.1f %14.1f\n", "llama.cpp", md.pp, md.pd);
+        printf("%-10s %14.2f %14.2f   (attnd / llama.cpp, median of %d)\n", "ratio", md.ap / md.pp, md.ad / md.pd,
+               n_peer);
     } else if (!c->o.no_peer) {
         printf("llama.cpp: not measured (peer unavailable or failed)\n");
     }
-    print_params(c->m, ad, n_peer ? pd : 0);
-    if (c->o.json)
-        printf("{\"threads\": %d, \"prompt_len\": %d, \"n\": %d, \"reps\": %d, \"attnd_prefill\": %.2f, "
-               "\"attnd_decode\": %.2f, \"llamacpp_prefill\": %.2f, \"llamacpp_decode\": %.2f, \"peer_runs\": %d, "
-               "\"kernels\": \"%s\"}\n",
-               c->o.threads, c->o.prompt_len, c->o.n_gen, reps, ap, ad, pp, pd, n_peer, cpuinfo_isa());
+    print_params(c->m, md.ad, n_peer ? md.pd : 0);
+    bench_wall w = print_wall(c, &md);
+    if (c->o.json) print_json(c, &md, &w);
     fflush(stdout);
     free(v);
     return ATTND_OK;
@@ -398,6 +477,7 @@ out:
     free(c.peer);
     free(c.ids);
     free(c.prompt);
+    roofline_probe_destroy(c.probe);
     kv_pool_destroy(c.pool);
     engine_destroy(c.e);
     model_destroy(c.m);

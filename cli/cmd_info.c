@@ -63,10 +63,12 @@ static const char *str_or(const gguf_file *f, const char *key, const char *dflt)
 static void add_layer_kv(json_t *root, const model *m) {
     const model_info *mi = model_info_get(m);
     json_object_set_new(root, "kv_layers",
-                        json_pack("{s:i, s:i, s:i, s:I, s:I}", "global", mi->n_layer - mi->n_local_layers, "local",
+                        json_pack("{s:i, s:i, s:i, s:I, s:I, s:i, s:I}", "global",
+                                  mi->n_layer - mi->n_local_layers - mi->n_recurrent_layers, "local",
                                   mi->n_local_layers, "window", mi->window, "global_bytes_per_token_f16",
                                   (json_int_t)kv_layer_bytes_per_token(m, KV_F16, false), "local_bytes_per_token_f16",
-                                  (json_int_t)kv_layer_bytes_per_token(m, KV_F16, true)));
+                                  (json_int_t)kv_layer_bytes_per_token(m, KV_F16, true), "recurrent",
+                                  mi->n_recurrent_layers, "state_bytes_per_sequence", (json_int_t)kv_state_bytes(m)));
     if (mi->n_expert)
         json_object_set_new(root, "experts", json_pack("{s:i, s:i, s:i}", "count", mi->n_expert, "used",
                                                        mi->n_expert_used, "feed_forward_length", mi->n_ff_exp));
@@ -172,6 +174,11 @@ static void print_run_facts(const json_t *root) {
                " bytes/token f16, held for the window only",
                json_integer_value(json_object_get(kl, "local")), json_integer_value(json_object_get(kl, "window")),
                json_integer_value(json_object_get(kl, "local_bytes_per_token_f16")));
+    if (json_integer_value(json_object_get(kl, "recurrent")))
+        printf("; %" JSON_INTEGER_FORMAT " recurrent layers (Gated DeltaNet): %" JSON_INTEGER_FORMAT
+               " bytes/sequence f32, whatever its length",
+               json_integer_value(json_object_get(kl, "recurrent")),
+               json_integer_value(json_object_get(kl, "state_bytes_per_sequence")));
     printf("\n");
     const char *lr = json_string_value(json_object_get(root, "longrope"));
     if (lr)

@@ -23,6 +23,15 @@ static const char *const KEYS_MOE[] = {"expert_count", "expert_used_count", "exp
 static const char *const KEYS_GPT_OSS[] = {"expert_count", "expert_used_count", "expert_feed_forward_length",
                                            "attention.sliding_window", "rope.freq_base_swa", NULL};
 
+/* rope.dimension_sections: multi-section RoPE gives every section the same position for text, so
+ * for text it is NEOX over rope.dimension_count dimensions (llama.cpp's batches broadcast a token's
+ * position to every section). */
+#define KEYS_HYBRID_COMMON "ssm.conv_kernel", "ssm.inner_size", "ssm.state_size", "ssm.time_step_rank", \
+    "ssm.group_count", "full_attention_interval", "rope.dimension_sections", "nextn_predict_layers"
+static const char *const KEYS_QWEN35[] = {KEYS_HYBRID_COMMON, NULL};
+static const char *const KEYS_QWEN35MOE[] = {KEYS_HYBRID_COMMON, "expert_count", "expert_used_count",
+                                             "expert_feed_forward_length", "expert_shared_feed_forward_length", NULL};
+
 static const arch_desc ARCHS[] = {
     {.name = "llama", .rope = ROPE_ADJACENT, .qkv_bias = NEED_OPTIONAL, .keys = KEYS_NONE},
     {.name = "qwen2", .rope = ROPE_NEOX, .qkv_bias = NEED_YES, .keys = KEYS_NONE},
@@ -48,6 +57,16 @@ static const arch_desc ARCHS[] = {
     {.name = "gpt-oss", .rope = ROPE_NEOX, .qkv_bias = NEED_YES, .attn_out_bias = true, .sinks = true,
      .act = ACT_SWIGLU_OAI, .moe = true, .moe_biases = true, .moe_softmax_topk = true, .swa_pattern = 2,
      .swa_rope_scaled = true, .ffn_norm = "post_attention_norm", .keys = KEYS_GPT_OSS},
+    /* three Gated DeltaNet layers to one gated attention layer; no ffn_norm: post_attention_norm is
+     * the FFN's input norm; the converter stores every RMSNorm weight but ssm_norm's as 1 + w */
+    {.name = "qwen35", .rope = ROPE_NEOX, .qk_norm = true, .recurrent_interval = 4, .q_gate = true,
+     .ffn_norm = "post_attention_norm", .keys = KEYS_QWEN35},
+    {.name = "qwen35moe", .rope = ROPE_NEOX, .qk_norm = true, .recurrent_interval = 4, .q_gate = true, .moe = true,
+     .shared_expert = true, .ffn_norm = "post_attention_norm", .keys = KEYS_QWEN35MOE},
+    /* Qwen3-Next: qwen35moe with the DeltaNet's V heads in grouped order and beta, alpha fused */
+    {.name = "qwen3next", .rope = ROPE_NEOX, .qk_norm = true, .recurrent_interval = 4, .dn_grouped = true,
+     .dn_fused_ba = true, .q_gate = true, .moe = true, .shared_expert = true, .ffn_norm = "post_attention_norm",
+     .keys = KEYS_QWEN35MOE},
 };
 
 /* Keys every family reads (model.c) or that change nothing attnd computes. */
@@ -66,7 +85,7 @@ const arch_desc *arch_find(const char *name) {
     return NULL;
 }
 
-const char *arch_names(void) { return "llama, qwen2, qwen3, qwen3moe, smollm3, gemma2, gemma3, phi3, gpt-oss"; }
+const char *arch_names(void) { return "llama, qwen2, qwen3, qwen3moe, smollm3, gemma2, gemma3, phi3, gpt-oss, qwen35, qwen35moe, qwen3next"; }
 
 static bool in_list(const char *const *list, const char *s) {
     for (; *list; list++)

@@ -57,6 +57,17 @@ typedef struct arch_desc {
     /* Query scale 1/sqrt(n_embd / n_head) instead of 1/sqrt(head_dim) at this depth (Gemma's
      * 27B: llama.cpp keys it on the layer count, the file carries no scale); 0 = never. */
     int wide_scale_layers;
+    /* Hybrid Gated DeltaNet (Qwen3.5, Qwen3-Next): layer l is a Gated DeltaNet layer (deltanet.h,
+     * the <arch>.ssm.* keys) unless (l + 1) % <arch>.full_attention_interval == 0 (this when the
+     * file has no interval); 0 = every layer is attention. The last <arch>.nextn_predict_layers
+     * blocks (multi-token prediction) are loaded as read but not run. */
+    int recurrent_interval;
+    /* Gated DeltaNet value head h reads key head h / (H_v / H_k) (Qwen3-Next's files keep the
+     * checkpoint's grouped order); false: h mod H_k (Qwen3.5's converter reorders the V heads). */
+    bool dn_grouped;
+    bool dn_fused_ba;          /* ssm_ba: per key head its value heads' beta rows, then their alpha rows */
+    bool q_gate;               /* attn_q holds [query | gate] per head; the output is times sigmoid(gate) */
+    bool shared_expert;        /* ffn_{gate,up,down}_shexp beside the experts, gated by sigmoid(ffn_gate_inp_shexp x) */
     const char *const *keys;   /* the family's own "<arch>." keys beyond the common ones, NULL-ended */
 } arch_desc;
 

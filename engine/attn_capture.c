@@ -80,7 +80,10 @@ attnd_status attn_capture_check(const model_info *mi, const attn_capture_params 
                                 attnd_err *err) {
     const char *f = NULL;
     attnd_status st = ATTND_OK;
-    if (p->layers && (st = check_list(p->layers, p->n_layers, mi->n_layer, "layers", err))) f = "layers";
+    if (mi->n_recurrent_layers) /* their mixing is a recurrence, not a softmax over positions */
+        f = "model", st = attnd_fail(err, ATTND_ERR_UNSUPPORTED, "the model ('%s') has %d Gated DeltaNet layers; attention "
+                                     "capture of hybrid models is not supported yet", mi->arch, mi->n_recurrent_layers);
+    else if (p->layers && (st = check_list(p->layers, p->n_layers, mi->n_layer, "layers", err))) f = "layers";
     else if (p->heads && (st = check_list(p->heads, p->n_heads, mi->n_head, "heads", err))) f = "heads";
     else if (p->top_k < 0) f = "top_k", st = attnd_fail(err, ATTND_ERR_INVALID, "top_k: %d is negative", p->top_k);
     else if (p->weights != ATTN_WEIGHTS_ATTENTION && p->weights != ATTN_WEIGHTS_NORM)

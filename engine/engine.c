@@ -21,6 +21,7 @@
 
 #include "attn_ops.h"
 #include "block.h"
+#include "deltanet.h"
 #include "kv_layout.h"
 #include "kv_quant.h"
 #include "model_internal.h"
@@ -74,6 +75,18 @@ struct engine {
     float *gate;            /* (B, n_ff) */
     float *up;              /* (B, n_ff) */
     float *fused;           /* (B, max(q_dim + 2 kv_dim, 2 n_ff)): a fused projection's output, or NULL */
+    float *qfull;           /* (B, 2 q_dim) arch q_gate: each head's query then its gate; else empty */
+    float *qgate;           /* (B, q_dim) arch q_gate: the gates, split out of qfull */
+
+    /* Gated DeltaNet layers (deltanet.h; empty without them): C = conv_dim, VD = hv dv */
+    float *dn_qkv;          /* (B, C) the projection, then the conv's output */
+    float *dn_z;            /* (B, VD) */
+    float *dn_beta, *dn_alpha; /* (B, hv) */
+    float *dn_ba;           /* (B, 2 hv) a fused beta-alpha projection (arch dn_fused_ba), or empty */
+    float *dn_o;            /* (B, VD) the mixer's output before ssm_out */
+    int *dn_order;          /* (B) entries grouped by sequence (plan_runs) */
+    int *dn_run;            /* (B + 1) where each sequence's entries start in dn_order */
+    float **dn_state;       /* (B) the current layer's state of each run's sequence */
 
     /* Mixture of Experts (NULL for dense models); K = n_expert_used, FE = n_ff_exp */
     float *moe_logits;      /* (B, n_expert) router logits, then probabilities */
@@ -128,12 +141,14 @@ static size_t slot_floats(const model_info *mi) {
 static size_t layout(engine *e, char *mem) {
     const model *m = e->m;
     const model_info *mi = &m->info;
-    size_t B = (size_t)e->max_batch, E = (size_t)mi->n_embd, F = (size_t)mi->n_ff;
+    size_t B = (size_t)e->max_batch, E = (size_t)mi->n_embd, F = max_size((size_t)mi->n_ff, (size_t)m->n_ff_shexp);
     size_t Q = (size_t)m->q_dim, KV = (size_t)m->kv_dim;
     size_t scratch = max_scratch(0, &m->output, e->max_batch), fused = 0, moe_scratch = 0;
     for (int l = 0; l < mi->n_layer; l++) {
         const layer_weights *L = &m->layers[l];
-        const weight *ws[] = {&L->wq, &L->wk, &L->wv, &L->wqkv, &L->wo, &L->w_gate, &L->w_up, &L->w_down, &L->router};
+        const weight *ws[] = {&L->wq,      &L->wk,       &L->wv,       &L->wqkv,       &L->wo,       &L->w_gate,
+                              &L->w_up,    &L->w_down,   &L->router,   &L->dn_z,       &L->dn_beta,  &L->dn_alpha,
+                              &L->dn_out,  &L->gate_shexp, &L->up_shexp, &L->down_shexp, &L->dn_ba};
         for (size_t i = 0; i < ATTND_ARRAY_LEN(ws); i++)
             if (ws[i]->data) scratch = max_scratch(scratch, ws[i], e->max_batch);
         if (L->router.data) /* the experts' passes have their own (moe.h) */
@@ -152,6 +167,18 @@ static size_t layout(engine *e, char *mem) {
     e->gate = block_take(&b, B * F, sizeof(float));
     e->up = block_take(&b, B * F, sizeof(float));
     e->fused = block_take(&b, B * fused, sizeof(float));
+    size_t QG = m->arch->q_gate ? Q : 0, C = (size_t)m->dn.conv_dim, VD = (size_t)m->dn.hv * (size_t)m->dn.dv;
+    e->qfull = block_take(&b, B * 2 * QG, sizeof(float));
+    e->qgate = block_take(&b, B * QG, sizeof(float));
+    e->dn_qkv = block_take(&b, B * C, sizeof(float));
+    e->dn_z = block_take(&b, B * VD, sizeof(float));
+    e->dn_beta = block_take(&b, B * (size_t)m->dn.hv, sizeof(float));
+    e->dn_alpha = block_take(&b, B * (size_t)m->dn.hv, sizeof(float));
+    e->dn_o = block_take(&b, B * VD, sizeof(float));
+    e->dn_ba = block_take(&b, m->arch->dn_fused_ba ? B * 2 * (size_t)m->dn.hv : 0, sizeof(float));
+    e->dn_order = block_take(&b, B, sizeof(int));
+    e->dn_run = block_take(&b, B + 1, sizeof(int));
+    e->dn_state = block_take(&b, B, sizeof(float *));
     e->rope = block_take(&b, ROPE_TABLES * B * (size_t)mi->rope_dims, sizeof(float));
     size_t NE = (size_t)m->n_expert, K = (size_t)m->n_expert_used, FE = (size_t)m->n_ff_exp;
     e->moe_logits = block_take(&b, B * NE, sizeof(float));
@@ -250,6 +277,9 @@ void engine_set_yield(engine *e, engine_yield_fn fn, void *user) {
 }
 
 attnd_status engine_ablation_check(const model_info *mi, const engine_ablation *a, attnd_err *err) {
+    if (a && a->n && mi->n_recurrent_layers)
+        return attnd_fail(err, ATTND_ERR_UNSUPPORTED, "ablate: the model ('%s') has Gated DeltaNet layers; head "
+                          "ablation of hybrid models is not supported yet", mi->arch);
     for (int i = 0; a && i < a->n; i++) {
         const engine_ablation_head *h = &a->heads[i];
         if (h->layer < 0 || h->layer >= mi->n_layer)
@@ -557,6 +587,7 @@ typedef struct pass {
     int n;                      /* batch entries: the rows of every activation buffer */
     int E, Q, KV, F;            /* n_embd, q_dim (n_head * head_dim), kv_dim, n_ff */
     int n_qb;                   /* attention query blocks (e->qblocks) */
+    int n_runs;                 /* Gated DeltaNet runs: the batch's sequences (plan_runs) */
     long attn_work;             /* multiply-adds of one layer's attention, to decide on threading */
     int layer;                  /* the layer being evaluated */
     bool ablating;              /* a sequence of the batch has an ablation (engine_seq_ablate) */
@@ -613,6 +644,31 @@ static void step_qkv(const pass *p, const layer_weights *L) {
     const model_info *mi = &e->m->info;
     if (L->q_norm) rmsnorm(e->q, e->q, L->q_norm, p->n * mi->n_head, mi->head_dim, mi->rms_eps, e->n_threads);
     if (L->k_norm) rmsnorm(e->k, e->k, L->k_norm, p->n * mi->n_head_kv, mi->head_dim, mi->rms_eps, e->n_threads);
+}
+
+/* qkv_gated (arch q_gate): as qkv, but W_q gives each head's query followed by its gate; the
+ * gates go to qgate, and only the queries are normed. */
+static void step_qkv_gated(const pass *p, const layer_weights *L) {
+    engine *e = p->e;
+    const model_info *mi = &e->m->info;
+    int hd = mi->head_dim;
+    matmul_many(e, 3, (float *const[]){e->qfull, e->k, e->v}, (const weight *const[]){&L->wq, &L->wk, &L->wv}, e->xn,
+                p->n);
+    for (int t = 0; t < p->n; t++)
+        for (int h = 0; h < mi->n_head; h++) {
+            const float *src = e->qfull + (size_t)t * 2 * p->Q + (size_t)h * 2 * hd; /* (2, hd) */
+            memcpy(e->q + (size_t)t * p->Q + (size_t)h * hd, src, sizeof(float) * (size_t)hd);
+            memcpy(e->qgate + (size_t)t * p->Q + (size_t)h * hd, src + hd, sizeof(float) * (size_t)hd);
+        }
+    if (L->q_norm) rmsnorm(e->q, e->q, L->q_norm, p->n * mi->n_head, hd, mi->rms_eps, e->n_threads);
+    if (L->k_norm) rmsnorm(e->k, e->k, L->k_norm, p->n * mi->n_head_kv, hd, mi->rms_eps, e->n_threads);
+}
+
+/* gate_heads (arch q_gate): att *= sigmoid(gate), element by element. */
+static void step_gate_heads(const pass *p) {
+    float *a = p->e->att;
+    const float *g = p->e->qgate;
+    for (size_t i = 0; i < (size_t)p->n * p->Q; i++) a[i] *= 1.0f / (1.0f + expf(-g[i]));
 }
 
 /* rope: rotate every query and key head by its entry's position (not on a NoPE layer). */
@@ -786,22 +842,104 @@ static void step_moe(pass *p, const layer_weights *L, int l) {
     }
 }
 
-/* One decoder layer: x += post(attention(rmsnorm(x))); x += post(ffn(rmsnorm(x))), where post is
- * the family's output norm of a sub-layer, or nothing. */
+/* shared_expert (arch shared_expert): tmp += sigmoid(w_gate_inp_shexp . xn) * W_down act(W_gate xn)
+ * * (W_up xn), the shared expert's SwiGLU FFN beside the routed ones. */
+static void step_shared_expert(pass *p, const layer_weights *L) {
+    engine *e = p->e;
+    int FS = e->m->n_ff_shexp, E = p->E;
+    matmul_many(e, 2, (float *const[]){e->gate, e->up}, (const weight *const[]){&L->gate_shexp, &L->up_shexp}, e->xn,
+                p->n);
+    pass ps = *p;
+    ps.F = FS;
+    threads_run((long)p->n * FS >= ROWWISE_PAR_MIN_ELEMS ? e->n_threads : 1, p->n, swiglu_row, &ps);
+    matmul(e, e->moe_o, &L->down_shexp, e->gate, p->n); /* moe_o is free again after step_moe */
+    for (int t = 0; t < p->n; t++) {
+        const float *xn = e->xn + (size_t)t * E, *o = e->moe_o + (size_t)t * E;
+        double d = 0;
+        for (int i = 0; i < E; i++) d += (double)L->shexp_gate[i] * xn[i];
+        float w = 1.0f / (1.0f + expf(-(float)d));
+        float *out = e->tmp + (size_t)t * E;
+        for (int i = 0; i < E; i++) out[i] += o[i] * w;
+    }
+}
+
+/* Groups the batch's entries by sequence (e->seqs order), positions increasing: the runs the
+ * Gated DeltaNet recurrence walks. Returns the number of runs. */
+static int plan_runs(engine *e, const batch_entry *entries, int n, int n_seqs) {
+    int k = 0;
+    for (int r = 0; r < n_seqs; r++) {
+        e->dn_run[r] = k;
+        for (int t = 0; t < n; t++)
+            if (entries[t].seq == e->seqs[r]) e->dn_order[k++] = t;
+    }
+    e->dn_run[n_seqs] = k;
+    return n_seqs;
+}
+
+/* Unpacks a fused beta-alpha projection (dn_ba: per key head, its r value heads' beta, then their
+ * alpha) into dn_beta and dn_alpha in value-head order. */
+static void split_beta_alpha(const pass *p) {
+    engine *e = p->e;
+    const dn_dims *d = &e->m->dn;
+    int r = d->hv / d->hk;
+    for (int t = 0; t < p->n; t++) {
+        const float *ba = e->dn_ba + (size_t)t * 2 * d->hv;
+        for (int h = 0; h < d->hv; h++) {
+            int g = h / r, j = h % r;
+            e->dn_beta[(size_t)t * d->hv + h] = ba[g * 2 * r + j];
+            e->dn_alpha[(size_t)t * d->hv + h] = ba[g * 2 * r + r + j];
+        }
+    }
+}
+
+/* deltanet: tmp = W_out gated_deltanet(xn) (deltanet.h), each sequence's state of this layer
+ * carried from its previous entries. */
+static void step_deltanet(pass *p, const layer_weights *L) {
+    engine *e = p->e;
+    const model *m = e->m;
+    if (L->dn_ba.data) {
+        matmul_many(e, 3, (float *const[]){e->dn_qkv, e->dn_z, e->dn_ba},
+                    (const weight *const[]){&L->wqkv, &L->dn_z, &L->dn_ba}, e->xn, p->n);
+        split_beta_alpha(p);
+    } else {
+        matmul_many(e, 4, (float *const[]){e->dn_qkv, e->dn_z, e->dn_beta, e->dn_alpha},
+                    (const weight *const[]){&L->wqkv, &L->dn_z, &L->dn_beta, &L->dn_alpha}, e->xn, p->n);
+    }
+    for (int r = 0; r < p->n_runs; r++) e->dn_state[r] = kv_dn_state(e->seqs[r], L->dn_slot);
+    dn_job j = {.d = &m->dn, .n = p->n, .order = e->dn_order, .run_start = e->dn_run, .n_runs = p->n_runs,
+                .state = e->dn_state, .qkv = e->dn_qkv, .z = e->dn_z, .beta = e->dn_beta, .alpha = e->dn_alpha,
+                .conv_w = L->dn_conv, .dt_bias = L->dn_dt_bias, .ssm_a = L->dn_a, .norm_w = L->dn_norm,
+                .out = e->dn_o, .n_threads = e->n_threads};
+    dn_forward(&j);
+    matmul(e, e->tmp, &L->dn_out, e->dn_o, p->n);
+}
+
+/* attention: tmp = Wo attend(rope(qkv(xn))) (+ bias), the gated form where the family has it. */
+static void step_attention(pass *p, const layer_weights *L, int l) {
+    engine *e = p->e;
+    bool gated = e->m->arch->q_gate;
+    if (gated) step_qkv_gated(p, L);
+    else step_qkv(p, L);
+    step_rope(p, L);
+    step_attend(p, l);
+    if (gated) step_gate_heads(p);
+    if (p->ablating) step_ablate(p, l);
+    matmul(e, e->tmp, &L->wo, e->att, p->n);
+    add_bias(e->tmp, L->bo, p->n, p->E);
+}
+
+/* One decoder layer: x += post(mixer(rmsnorm(x))); x += post(ffn(rmsnorm(x))), where the mixer is
+ * attention or a Gated DeltaNet and post is the family's output norm of a sub-layer, or nothing. */
 static void step_layer(pass *p, int l) {
     engine *e = p->e;
     const model_info *mi = &e->m->info;
     const layer_weights *L = &e->m->layers[l];
     int n = p->n, nth = e->n_threads;
 
-    // attention sub-layer: x += Wo attend(rope(qkv(rmsnorm(x))))
+    // token-mixing sub-layer: x += mixer(rmsnorm(x))
     rmsnorm(e->xn, e->x, L->attn_norm, n, p->E, mi->rms_eps, nth);
-    step_qkv(p, L);
-    step_rope(p, L);
-    step_attend(p, l);
-    if (p->ablating) step_ablate(p, l);
-    matmul(e, e->tmp, &L->wo, e->att, n);
-    add_bias(e->tmp, L->bo, n, p->E);
+    if (L->kind == LAYER_DELTANET) step_deltanet(p, L);
+    else step_attention(p, L, l);
     if (L->post_attn_norm) rmsnorm(e->tmp, e->tmp, L->post_attn_norm, n, p->E, mi->rms_eps, nth);
     step_residual(p);
 
@@ -809,6 +947,7 @@ static void step_layer(pass *p, int l) {
     rmsnorm(e->xn, e->x, L->ffn_norm, n, p->E, mi->rms_eps, nth);
     if (L->router.data) {
         step_moe(p, L, l);
+        if (L->shexp_gate) step_shared_expert(p, L);
     } else {
         step_gated_ffn(p, L);
         matmul(e, e->tmp, &L->w_down, e->gate, n);
@@ -857,7 +996,9 @@ attnd_status engine_eval(engine *e, const batch_entry *entries, int n, float *lo
     for (int i = 0; i < n_seqs; i++) p.ablating |= e->seqs[i]->ablation != NULL;
     for (int t = 0; t < n; t++) p.attn_work += (long)mi->n_head * mi->head_dim * (entries[t].pos + 1);
 
-    bool may_yield = e->yield_fn && !p.ablating && !e->attn_cb && !e->resid_cb && !e->expert_cb;
+    if (m->n_dn_layers) p.n_runs = plan_runs(e, entries, n, n_seqs);
+    /* a recurrent state moved on by the layers already run cannot be rewritten: no yield then */
+    bool may_yield = e->yield_fn && !p.ablating && !e->attn_cb && !e->resid_cb && !e->expert_cb && !m->n_dn_layers;
     step_embed(&p);
     for (int l = 0; l < mi->n_layer; l++) {
         step_layer(&p, l);

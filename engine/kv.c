@@ -8,6 +8,7 @@
  */
 #include "kv_layout.h"
 
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -60,22 +61,24 @@ attnd_status kv_pool_create(kv_pool **out, const model *m, size_t budget_bytes, 
         free(p->layer_local), free(p->layer_slot), free(p);
         return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory creating the KV pool");
     }
-    int n_global = 0;
     for (int l = 0; l < p->n_layer; l++) {
         int w = m->layers[l].window;
         p->layer_local[l] = w > 0;
-        p->layer_slot[l] = w > 0 ? p->n_local++ : n_global++;
+        p->layer_slot[l] = m->layers[l].kind == LAYER_DELTANET ? -1 : w > 0 ? p->n_local++ : p->n_global++;
         if (w > p->window) p->window = w;
     }
     size_t per_layer = (size_t)2 * p->n_head_kv * p->tile_bytes;
-    p->global_bytes = per_layer * (size_t)n_global;
+    p->global_bytes = per_layer * (size_t)p->n_global;
     p->local_bytes = per_layer * (size_t)p->n_local;
     p->block_bytes = p->global_bytes + p->local_bytes;
+    p->state_layer_floats = m->n_dn_layers ? dn_state_floats(&m->dn) : 0;
+    p->state_bytes = kv_state_bytes(m);
     p->budget = budget_bytes;
-    if (budget_bytes < p->block_bytes) {
+    if (budget_bytes < p->block_bytes + p->state_bytes) {
         attnd_status st = attnd_fail(err, ATTND_ERR_INVALID,
-                                     "KV budget of %zu bytes is less than one block (%d tokens = %zu bytes)",
-                                     budget_bytes, KV_BLOCK, p->block_bytes);
+                                     "KV budget of %zu bytes is less than one block (%d tokens = %zu bytes) and "
+                                     "one sequence's recurrent state (%zu bytes)",
+                                     budget_bytes, KV_BLOCK, p->block_bytes, p->state_bytes);
         kv_pool_destroy(p);
         return st;
     }
@@ -101,17 +104,21 @@ size_t kv_pool_bytes_used(const kv_pool *p) { return p->used; }
 size_t kv_pool_bytes_budget(const kv_pool *p) { return p->budget; }
 size_t kv_pool_bytes_per_token(const kv_pool *p) { return p->block_bytes / KV_BLOCK; }
 size_t kv_pool_bytes_for(const kv_pool *p, int n_tokens) {
-    return (size_t)((n_tokens > 0 ? n_tokens : 0) + KV_BLOCK - 1) / KV_BLOCK * p->block_bytes;
+    return (size_t)((n_tokens > 0 ? n_tokens : 0) + KV_BLOCK - 1) / KV_BLOCK * p->block_bytes + p->state_bytes;
+}
+
+size_t kv_state_bytes(const model *m) {
+    return m->n_dn_layers ? sizeof(float) * dn_state_floats(&m->dn) * (size_t)m->n_dn_layers : 0;
 }
 
 size_t kv_bytes_per_token(const model *m, kv_type type) {
     const model_info *mi = model_info_get(m);
-    return (size_t)2 * mi->n_layer * mi->n_head_kv * kvq_row_bytes(type, mi->head_dim);
+    return (size_t)2 * (mi->n_layer - mi->n_recurrent_layers) * mi->n_head_kv * kvq_row_bytes(type, mi->head_dim);
 }
 
 size_t kv_layer_bytes_per_token(const model *m, kv_type type, bool local) {
     const model_info *mi = model_info_get(m);
-    int n = local ? mi->n_local_layers : mi->n_layer - mi->n_local_layers;
+    int n = local ? mi->n_local_layers : mi->n_layer - mi->n_local_layers - mi->n_recurrent_layers;
     return (size_t)2 * n * mi->n_head_kv * kvq_row_bytes(type, mi->head_dim);
 }
 
@@ -120,7 +127,8 @@ size_t kv_context_bytes(const model *m, int n_ctx, kv_type type) {
     /* the local layers hold the blocks of their window and the ones it straddles: see kv_seq_trim_window */
     size_t w = (size_t)model_info_get(m)->window, local = w ? (w + KV_BLOCK - 1) / KV_BLOCK + 1 : 0;
     if (local > blocks) local = blocks;
-    return KV_BLOCK * (blocks * kv_layer_bytes_per_token(m, type, false) + local * kv_layer_bytes_per_token(m, type, true));
+    return KV_BLOCK * (blocks * kv_layer_bytes_per_token(m, type, false) + local * kv_layer_bytes_per_token(m, type, true)) +
+           kv_state_bytes(m);
 }
 
 /* A sequence with no tokens and an empty block table sized for the whole context (so growing never
@@ -157,7 +165,15 @@ attnd_status kv_seq_fork(kv_seq **out, const kv_seq *parent, attnd_err *err) {
     kv_pool *p = parent->pool;
     kv_seq *s = seq_alloc(p);
     if (!s) return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory forking a KV sequence");
+    if (parent->state && (s->state = malloc(p->state_bytes))) memcpy(s->state, parent->state, p->state_bytes);
     pthread_mutex_lock(&p->lock);
+    if (parent->state && (!s->state || p->state_bytes > p->budget - p->used)) {
+        pthread_mutex_unlock(&p->lock);
+        free(s->state), free(s->blocks), free(s);
+        return attnd_fail(err, ATTND_ERR_NOMEM, "no room for a forked sequence's recurrent state (%zu bytes)",
+                          p->state_bytes);
+    }
+    if (s->state) p->used += p->state_bytes;
     for (int i = 0; i < parent->n_blocks; i++) {
         s->blocks[i] = parent->blocks[i];
         s->blocks[i]->refs++;
@@ -247,7 +263,9 @@ void kv_seq_destroy(kv_seq *s) {
     kv_pool *p = s->pool;
     pthread_mutex_lock(&p->lock);
     p->n_seqs--;
+    if (s->state) p->used -= p->state_bytes;
     pthread_mutex_unlock(&p->lock);
+    free(s->state);
     free(s->blocks);
     free(s);
 }
@@ -264,7 +282,7 @@ size_t kv_seq_bytes(const kv_seq *s) {
     pthread_mutex_lock(&p->lock);
     for (int i = 0; i < s->n_blocks; i++) n += held_bytes(s, i);
     pthread_mutex_unlock(&p->lock);
-    return n;
+    return n + (s->state ? p->state_bytes : 0);
 }
 
 size_t kv_seq_bytes_shared(const kv_seq *s) {
@@ -282,8 +300,10 @@ void kv_seq_truncate(kv_seq *s, int n) {
     const kv_pool *p = s->pool;
     /* the next query (position n) sees n - window + 1..: gone below lmin? then keep nothing */
     if (p->n_local && n > 0 && (n - p->window + 1 > 0 ? n - p->window + 1 : 0) < s->lmin) n = 0;
+    if (p->state_bytes) n = 0; /* a recurrent state holds every position: back to the start */
     s->len = n;
     if (n == 0) s->lmin = 0;
+    if (n == 0 && s->state) memset(s->state, 0, p->state_bytes);
     release_blocks(s, (n + KV_BLOCK - 1) / KV_BLOCK);
 }
 
@@ -369,19 +389,45 @@ static void install_blocks(kv_pool *p, kv_seq *const *seqs, int n, kv_block *cha
     ATTND_ASSERT(chain == NULL);
 }
 
+/* Zeroed recurrent states for the sequences of seqs that have none yet (new_state marks them);
+ * all or nothing. Returns the bytes they take from the budget, or SIZE_MAX when out of memory. */
+static size_t plan_states(kv_pool *p, kv_seq *const *seqs, int n) {
+    size_t bytes = 0;
+    for (int i = 0; i < n; i++) {
+        kv_seq *s = seqs[i];
+        s->new_state = p->state_bytes && !s->state;
+        if (!s->new_state) continue;
+        if (!(s->state = calloc(1, p->state_bytes))) {
+            for (int k = 0; k <= i; k++)
+                if (seqs[k]->new_state) free(seqs[k]->state), seqs[k]->state = NULL, seqs[k]->new_state = false;
+            return SIZE_MAX;
+        }
+        bytes += p->state_bytes;
+    }
+    return bytes;
+}
+
+static void unplan_states(kv_seq *const *seqs, int n) {
+    for (int i = 0; i < n; i++)
+        if (seqs[i]->new_state) free(seqs[i]->state), seqs[i]->state = NULL, seqs[i]->new_state = false;
+}
+
 attnd_status kv_reserve(kv_seq *const *seqs, int n, attnd_err *err) {
     if (n == 0) return ATTND_OK;
     kv_pool *p = seqs[0]->pool;
     for (int i = 0; i < n; i++) ATTND_ASSERT(seqs[i]->pool == p);
+    size_t state = plan_states(p, seqs, n); /* outside the lock: only these sequences see them */
+    if (state == SIZE_MAX) return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory allocating a recurrent state");
     pthread_mutex_lock(&p->lock);
     size_t need = plan_blocks(seqs, n);
-    if (need * p->block_bytes > p->budget - p->used) {
+    if (need * p->block_bytes + state > p->budget - p->used) {
         size_t used = p->used;
         unplan_blocks(seqs, n);
         pthread_mutex_unlock(&p->lock);
+        unplan_states(seqs, n);
         return attnd_fail(err, ATTND_ERR_NOMEM,
-                          "KV cache budget exhausted: %zu more bytes needed, %zu of %zu in use", need * p->block_bytes,
-                          used, p->budget);
+                          "KV cache budget exhausted: %zu more bytes needed, %zu of %zu in use",
+                          need * p->block_bytes + state, used, p->budget);
     }
     kv_block *chain = NULL; /* the blocks taken, linked through next_free */
     for (size_t i = 0; i < need; i++) {
@@ -396,12 +442,15 @@ attnd_status kv_reserve(kv_seq *const *seqs, int n, attnd_err *err) {
             unplan_blocks(seqs, n);
             pthread_mutex_unlock(&p->lock);
             free_chain(to_free);
+            unplan_states(seqs, n);
             return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory allocating KV cache blocks");
         }
         b->next_free = chain;
         chain = b;
     }
     install_blocks(p, seqs, n, chain);
+    p->used += state;
+    for (int i = 0; i < n; i++) seqs[i]->new_state = false;
     pthread_mutex_unlock(&p->lock);
     return ATTND_OK;
 }

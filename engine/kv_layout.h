@@ -24,6 +24,13 @@
  * long the sequence grows. Positions below kv_seq.lmin may have lost their local part; a
  * truncation that would need them again truncates to 0 instead.
  *
+ * A model with Gated DeltaNet layers (deltanet.h) caches no K/V for them: the blocks hold the
+ * attention layers only (n_global of them). Each such layer keeps instead a fixed-size f32 state
+ * per sequence, all of them in one allocation of the sequence (kv_seq.state, state_bytes), taken
+ * from the budget at the sequence's first reservation and copied by a fork. A state holds every
+ * position up to len and cannot be cut back: truncating such a sequence below its length
+ * truncates it to 0 (kv_seq_len says what was kept), and the caller recomputes.
+ *
  * Blocks come from a pool with a byte budget; memory grows with the tokens actually held.
  * Reserving room for a batch is separate from committing it, so a batch that does not fit
  * leaves every sequence exactly as it was.
@@ -70,9 +77,12 @@ struct kv_pool {
     size_t global_bytes;   /* payload bytes of one block: the global layers' K and V */
     size_t local_bytes;    /* bytes of one block's local part (0 without sliding-window layers) */
     int n_local;           /* sliding-window layers */
+    int n_global;          /* the other layers with K/V (not the Gated DeltaNet ones) */
+    size_t state_bytes;    /* the Gated DeltaNet layers' state of one sequence (0 without them) */
+    size_t state_layer_floats; /* one layer's part of it (dn_state_floats) */
     int window;            /* their window (positions) */
     uint8_t *layer_local;  /* (n_layer) 1 = the layer's K/V live in the local part */
-    int *layer_slot;       /* (n_layer) the layer's index among the layers of its part */
+    int *layer_slot;       /* (n_layer) the layer's index among the layers of its part (-1: no K/V) */
     size_t budget, used;   /* bytes; used counts blocks held by sequences */
     int n_seqs;            /* live sequences (destroy asserts 0) */
     kv_block *free_list;   /* blocks released by sequences, reused before malloc */
@@ -90,7 +100,14 @@ struct kv_seq {
     int pending;           /* engine scratch: entries of the current batch for this sequence */
     kv_block *cow_from;    /* kv_reserve scratch: the shared block this sequence is about to copy */
     const struct engine_ablation *ablation; /* engine_seq_ablate's, borrowed; NULL = none */
+    float *state;          /* (n_dn_layers, state_layer_floats) Gated DeltaNet state, or NULL (none yet) */
+    bool new_state;        /* kv_reserve scratch: this sequence gets its state in this reservation */
 };
+
+/* The state of Gated DeltaNet layer `slot` (layer_weights.dn_slot) of s (deltanet.h's layout). */
+static inline float *kv_dn_state(const kv_seq *s, int slot) {
+    return s->state + (size_t)slot * s->pool->state_layer_floats;
+}
 
 /* Bytes before a block's payload: keeps the payload 64-byte aligned for vector loads. */
 #define KV_BLOCK_HEADER 64
@@ -101,7 +118,7 @@ static inline uint8_t *kv_block_data(kv_block *b) { return (uint8_t *)b + KV_BLO
 static inline uint8_t *kv_part(const kv_seq *s, int layer, int block, int *n_in_part, int *slot) {
     const kv_pool *p = s->pool;
     bool local = p->layer_local[layer];
-    *n_in_part = local ? p->n_local : p->n_layer - p->n_local;
+    *n_in_part = local ? p->n_local : p->n_global;
     *slot = p->layer_slot[layer];
     return local ? s->blocks[block]->local : kv_block_data(s->blocks[block]);
 }

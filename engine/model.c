@@ -177,14 +177,21 @@ static attnd_status read_shape(model *m, const char **arch_out, attnd_err *err) 
     if (gguf_get_str(f, "general.name", &mi->name, NULL) != ATTND_OK) mi->name = "";
     if ((st = check_keys(m, arch, err))) return st;
 
-    uint32_t n_ctx, n_embd, n_layer, n_ff, n_head, n_head_kv, key_len, val_len, rope_dims;
+    uint32_t n_ctx, n_embd, n_layer, n_ff, n_head, n_head_kv, key_len, val_len, rope_dims, n_mtp;
     if ((st = arch_u32(f, arch, "context_length", true, 0, &n_ctx, err))) return st;
     if ((st = arch_u32(f, arch, "embedding_length", true, 0, &n_embd, err))) return st;
     if ((st = arch_u32(f, arch, "block_count", true, 0, &n_layer, err))) return st;
-    if ((st = arch_u32(f, arch, "feed_forward_length", true, 0, &n_ff, err))) return st;
+    /* an MoE family's layers need no dense width (a shared expert's defaults to it) */
+    if ((st = arch_u32(f, arch, "feed_forward_length", !m->arch->moe, 0, &n_ff, err))) return st;
     if ((st = arch_u32(f, arch, "attention.head_count", true, 0, &n_head, err))) return st;
     if ((st = arch_u32(f, arch, "attention.head_count_kv", false, n_head, &n_head_kv, err))) return st;
-    if (n_head == 0 || n_embd == 0 || n_layer == 0 || n_ff == 0 || n_ctx == 0 || n_head_kv == 0) {
+    /* block_count counts the multi-token-prediction blocks, the last ones, which are not run */
+    if ((st = arch_u32(f, arch, "nextn_predict_layers", false, 0, &n_mtp, err))) return st;
+    if (n_mtp >= n_layer)
+        return attnd_fail(err, ATTND_ERR_FORMAT, "%s.nextn_predict_layers %u leaves no layer of %u", arch, n_mtp, n_layer);
+    n_layer -= n_mtp;
+    mi->n_mtp_layers = (int)n_mtp;
+    if (n_head == 0 || n_embd == 0 || n_layer == 0 || (n_ff == 0 && !m->arch->moe) || n_ctx == 0 || n_head_kv == 0) {
         return attnd_fail(err, ATTND_ERR_FORMAT, "a hyper-parameter of '%s' is zero", arch);
     }
     if ((st = arch_u32(f, arch, "attention.key_length", false, n_embd / n_head, &key_len, err))) return st;
@@ -266,6 +273,37 @@ static attnd_status read_attention(model *m, const char *arch, attnd_err *err) {
     return ATTND_OK;
 }
 
+/* The Gated DeltaNet layers: which layers they are and their sizes (arch recurrent_interval). */
+static attnd_status read_recurrent(model *m, const char *arch, attnd_err *err) {
+    const arch_desc *d = m->arch;
+    model_info *mi = &m->info;
+    if (!d->recurrent_interval) return ATTND_OK;
+    uint32_t every, K, inner, dk, hv, hk;
+    attnd_status st;
+    if ((st = arch_u32(m->f, arch, "full_attention_interval", false, (uint32_t)d->recurrent_interval, &every, err)) ||
+        (st = arch_u32(m->f, arch, "ssm.conv_kernel", true, 0, &K, err)) ||
+        (st = arch_u32(m->f, arch, "ssm.inner_size", true, 0, &inner, err)) ||
+        (st = arch_u32(m->f, arch, "ssm.state_size", true, 0, &dk, err)) ||
+        (st = arch_u32(m->f, arch, "ssm.time_step_rank", true, 0, &hv, err)) ||
+        (st = arch_u32(m->f, arch, "ssm.group_count", true, 0, &hk, err)))
+        return st;
+    if (every == 0 || K == 0 || K > 16 || dk == 0 || dk > 1024 || hv == 0 || hv > 1024 || hk == 0 || hv % hk != 0 ||
+        inner != hv * dk)
+        return attnd_fail(err, ATTND_ERR_UNSUPPORTED, "Gated DeltaNet sizes of '%s' are not supported: interval %u, "
+                          "conv kernel %u, inner %u, state %u, %u value heads, %u key heads (attnd needs value heads "
+                          "of the key head's size, a multiple of the key heads)", arch, every, K, inner, dk, hv, hk);
+    m->dn = (dn_dims){.K = (int)K, .hk = (int)hk, .hv = (int)hv, .dk = (int)dk, .dv = (int)dk,
+                      .conv_dim = (int)(2 * hk * dk + hv * dk), .eps = mi->rms_eps, .grouped = d->dn_grouped};
+    for (int l = 0; l < mi->n_layer; l++) {
+        layer_weights *L = &m->layers[l];
+        L->kind = (l + 1) % (int)every ? LAYER_DELTANET : LAYER_ATTENTION;
+        if (L->kind == LAYER_DELTANET) L->dn_slot = m->n_dn_layers++;
+    }
+    mi->n_recurrent_layers = m->n_dn_layers;
+    if (!m->n_dn_layers) m->dn = (dn_dims){0};
+    return ATTND_OK;
+}
+
 /* Mixture of Experts: how many experts, how many each token uses, their FFN width. */
 static attnd_status read_experts(model *m, const char *arch, attnd_err *err) {
     if (!m->arch->moe) return ATTND_OK;
@@ -280,6 +318,12 @@ static attnd_status read_experts(model *m, const char *arch, attnd_err *err) {
     m->info.n_expert = m->n_expert = (int)n;
     m->info.n_expert_used = m->n_expert_used = (int)used;
     m->info.n_ff_exp = m->n_ff_exp = (int)ff;
+    if (!m->arch->shared_expert) return ATTND_OK;
+    if ((st = arch_u32(m->f, arch, "expert_shared_feed_forward_length", false, (uint32_t)m->info.n_ff, &ff, err)))
+        return st;
+    if (ff == 0 || ff > (1u << 18))
+        return attnd_fail(err, ATTND_ERR_FORMAT, "the shared expert's width %u of '%s' is out of range", ff, arch);
+    m->n_ff_shexp = (int)ff;
     return ATTND_OK;
 }
 
@@ -449,25 +493,25 @@ int model_run_context(const model *m) { return m->run_ctx; }
 
 // ---- layers ---------------------------------------------------------------------------------
 
-/* Layer l's weights: matrices mapped in place, norms and biases as float vectors; which ones the
- * family has comes from its description. */
-static attnd_status load_layer(model *m, int l, attnd_err *err) {
-    const arch_desc *d = m->arch;
-    int64_t E = m->info.n_embd, Q = m->q_dim, KV = m->kv_dim, HD = m->info.head_dim;
-    attnd_status st;
-    layer_weights *L = &m->layers[l];
-    char name[96];
 #define MAT(field, suffix, r, c)                                                    \
     snprintf(name, sizeof(name), "blk.%d.%s.weight", l, suffix);                    \
     if ((st = find_matrix(m, name, r, c, true, &L->field, err))) return st;
 #define VEC(field, suffix, ext, n, req)                                             \
     snprintf(name, sizeof(name), "blk.%d.%s.%s", l, suffix, ext);                   \
     if ((st = load_vector(m, name, n, req, &L->field, err))) return st;
-    VEC(attn_norm, "attn_norm", "weight", E, true);
+
+/* Layer l's attention weights: matrices mapped in place, norms and biases as float vectors; which
+ * ones the family has comes from its description. */
+static attnd_status load_attention(model *m, int l, attnd_err *err) {
+    const arch_desc *d = m->arch;
+    int64_t E = m->info.n_embd, Q = m->q_dim, KV = m->kv_dim, HD = m->info.head_dim;
+    attnd_status st;
+    layer_weights *L = &m->layers[l];
+    char name[96];
     if (d->fused_qkv) {
         MAT(wqkv, "attn_qkv", Q + 2 * KV, E);
     } else {
-        MAT(wq, "attn_q", Q, E);
+        MAT(wq, "attn_q", d->q_gate ? 2 * Q : Q, E);
         MAT(wk, "attn_k", KV, E);
         MAT(wv, "attn_v", KV, E);
     }
@@ -488,14 +532,66 @@ static attnd_status load_layer(model *m, int l, attnd_err *err) {
         VEC(q_norm, "attn_q_norm", "weight", HD, true);
         VEC(k_norm, "attn_k_norm", "weight", HD, true);
     }
+    return ATTND_OK;
+}
+
+/* Layer l's Gated DeltaNet weights (deltanet.h): the projections mapped, the small ones as F32.
+ * ssm_a and ssm_dt.bias are one per value head; ssm_a carries no ".weight". */
+static attnd_status load_deltanet(model *m, int l, attnd_err *err) {
+    const dn_dims *dn = &m->dn;
+    int64_t E = m->info.n_embd, C = dn->conv_dim, HV = dn->hv, VD = (int64_t)dn->hv * dn->dv;
+    attnd_status st;
+    layer_weights *L = &m->layers[l];
+    char name[96];
+    MAT(wqkv, "attn_qkv", C, E);
+    MAT(dn_z, "attn_gate", VD, E);
+    if (m->arch->dn_fused_ba) {
+        MAT(dn_ba, "ssm_ba", 2 * HV, E);
+    } else {
+        MAT(dn_beta, "ssm_beta", HV, E);
+        MAT(dn_alpha, "ssm_alpha", HV, E);
+    }
+    MAT(dn_out, "ssm_out", E, VD);
+    snprintf(name, sizeof(name), "blk.%d.ssm_conv1d.weight", l);
+    if ((st = load_vectors(m, name, dn->K, C, true, &L->dn_conv, err))) return st;
+    VEC(dn_dt_bias, "ssm_dt", "bias", HV, true);
+    snprintf(name, sizeof(name), "blk.%d.ssm_a", l);
+    if ((st = load_vector(m, name, HV, true, &L->dn_a, err))) return st;
+    VEC(dn_norm, "ssm_norm", "weight", dn->dv, true);
+    for (int h = 0; h < HV; h++)
+        if (!(L->dn_a[h] <= 0) || !isfinite(L->dn_dt_bias[h]))
+            return attnd_fail(err, ATTND_ERR_FORMAT, "blk.%d.ssm_a[%d] = %g is not -exp(A_log) (<= 0), or ssm_dt.bias "
+                              "is not finite", l, h, L->dn_a[h]);
+    return ATTND_OK;
+}
+
+/* Layer l's token mixer (attention or Gated DeltaNet) with its norms. */
+static attnd_status load_layer(model *m, int l, attnd_err *err) {
+    const arch_desc *d = m->arch;
+    int64_t E = m->info.n_embd;
+    attnd_status st;
+    layer_weights *L = &m->layers[l];
+    char name[96];
+    VEC(attn_norm, "attn_norm", "weight", E, true);
+    if ((st = L->kind == LAYER_DELTANET ? load_deltanet(m, l, err) : load_attention(m, l, err))) return st;
     if (d->post_norms) {
         VEC(post_attn_norm, "post_attention_norm", "weight", E, true);
         VEC(post_ffn_norm, "post_ffw_norm", "weight", E, true);
     }
     VEC(ffn_norm, d->ffn_norm ? d->ffn_norm : "ffn_norm", "weight", E, true);
+    return ATTND_OK;
+}
 #undef MAT
 #undef VEC
-    return ATTND_OK;
+
+/* The multi-token-prediction blocks (blk.N. with N from n_layer on) count as read: attnd does not
+ * run them (llama.cpp's main pass does not either). */
+static void skip_mtp_blocks(model *m) {
+    for (uint64_t i = 0; m->info.n_mtp_layers && i < gguf_tensor_count(m->f); i++) {
+        const gguf_tensor *t = gguf_tensor_at(m->f, i);
+        int b;
+        if (sscanf(t->name, "blk.%d.", &b) == 1 && b >= m->info.n_layer) m->tensor_read[i] = 1;
+    }
 }
 
 /* A 3-D expert tensor [cols, rows, n_expert] as one (n_expert * rows, cols) matrix. */
@@ -526,6 +622,14 @@ static attnd_status load_ffn(model *m, int l, attnd_err *err) {
         if ((st = find_experts(m, NAME("ffn_gate_exps"), FE, E, &L->gate_exps, err))) return st;
         if ((st = find_experts(m, NAME("ffn_up_exps"), FE, E, &L->up_exps, err))) return st;
         if ((st = find_experts(m, NAME("ffn_down_exps"), E, FE, &L->down_exps, err))) return st;
+        if (d->shared_expert) {
+            int64_t FS = m->n_ff_shexp;
+            if ((st = find_matrix(m, NAME("ffn_gate_shexp"), FS, E, true, &L->gate_shexp, err)) ||
+                (st = find_matrix(m, NAME("ffn_up_shexp"), FS, E, true, &L->up_shexp, err)) ||
+                (st = find_matrix(m, NAME("ffn_down_shexp"), E, FS, true, &L->down_shexp, err)) ||
+                (st = load_vector(m, NAME("ffn_gate_inp_shexp"), E, true, &L->shexp_gate, err)))
+                return st;
+        }
         if (!d->moe_biases) return ATTND_OK;
 #define BIAS(suffix) (snprintf(name, sizeof(name), "blk.%d.%s.bias", l, suffix), name)
         int NE = m->n_expert;
@@ -559,9 +663,11 @@ static attnd_status check_all_read(const model *m, attnd_err *err) {
 
 /* The 2-D matrices of a layer (those a family lacks are empty: no data). The experts are read in
  * slices from the mapping, not packed. */
-#define LAYER_MATRICES 9
+#define LAYER_MATRICES 17
 static void layer_matrices(layer_weights *L, weight *out[LAYER_MATRICES]) {
-    weight *lw[LAYER_MATRICES] = {&L->wq, &L->wk, &L->wv, &L->wqkv, &L->wo, &L->w_gate, &L->w_up, &L->w_down, &L->router};
+    weight *lw[LAYER_MATRICES] = {&L->wq,       &L->wk,         &L->wv,      &L->wqkv,      &L->wo,       &L->w_gate,
+                                  &L->w_up,     &L->w_down,     &L->router,  &L->dn_z,      &L->dn_beta,  &L->dn_alpha,
+                                  &L->dn_out,   &L->gate_shexp, &L->up_shexp, &L->down_shexp, &L->dn_ba};
     memcpy(out, lw, sizeof lw);
 }
 
@@ -626,7 +732,8 @@ void model_destroy(model *m) {
             layer_weights *L = &m->layers[l];
             float *vecs[] = {L->attn_norm, L->ffn_norm, L->bq, L->bk, L->bv, L->bo, L->sinks, L->q_norm,
                              L->k_norm, L->post_attn_norm, L->post_ffn_norm, L->router_b, L->gate_exps_b,
-                             L->up_exps_b, L->down_exps_b};
+                             L->up_exps_b, L->down_exps_b, L->dn_conv, L->dn_dt_bias, L->dn_a, L->dn_norm,
+                             L->shexp_gate};
             for (size_t i = 0; i < ATTND_ARRAY_LEN(vecs); i++) free(vecs[i]);
             weight *lw[LAYER_MATRICES];
             layer_matrices(L, lw);
@@ -657,8 +764,10 @@ attnd_status model_load(model **out, const char *path, attnd_err *err) {
         st = attnd_fail(err, ATTND_ERR_NOMEM, "out of memory loading a model");
         goto fail;
     }
-    if ((st = read_attention(m, arch, err)) || (st = read_experts(m, arch, err))) goto fail;
+    if ((st = read_attention(m, arch, err)) || (st = read_experts(m, arch, err)) || (st = read_recurrent(m, arch, err)))
+        goto fail;
     if ((st = load_weights(m, err))) goto fail;
+    skip_mtp_blocks(m);
     m->run_ctx = mi->n_ctx;
     if ((st = make_rope_tables(m, arch, err))) goto fail;
     if ((st = check_all_read(m, err))) goto fail;

@@ -8,6 +8,7 @@
 
 #include "arch.h"
 #include "attnd/engine.h"
+#include "deltanet.h"
 
 /* A weight matrix in the mapping: (rows, cols) with rows contiguous, elements of `type`. */
 typedef struct weight {
@@ -27,10 +28,24 @@ typedef struct rope_table {
 /* Which rotary table a layer uses. */
 enum { ROPE_GLOBAL = 0, ROPE_LOCAL = 1, ROPE_TABLES = 2 };
 
+/* What a layer's token mixer is (arch recurrent_interval). */
+enum { LAYER_ATTENTION = 0, LAYER_DELTANET = 1 };
+
 typedef struct layer_weights {
+    int kind;                /* LAYER_ATTENTION or LAYER_DELTANET */
+    int dn_slot;             /* LAYER_DELTANET: the layer's index among them (its state in a kv_seq) */
     float *attn_norm;        /* (n_embd) */
-    weight wq, wk, wv, wo;   /* (q_dim, n_embd), (kv_dim, n_embd) x2, (n_embd, q_dim); wq..wv empty when fused */
-    weight wqkv;             /* (q_dim + 2 kv_dim, n_embd): q, k, v rows fused (arch fused_qkv), or empty */
+    weight wq, wk, wv, wo;   /* (q_dim, n_embd), (kv_dim, n_embd) x2, (n_embd, q_dim); wq..wv empty when fused;
+                                arch q_gate: wq is (2 q_dim, n_embd), each head's query rows then its gate's */
+    weight wqkv;             /* (q_dim + 2 kv_dim, n_embd): q, k, v rows fused (arch fused_qkv), or empty;
+                                LAYER_DELTANET: attn_qkv (conv_dim, n_embd) */
+    /* LAYER_DELTANET (deltanet.h): attn_gate (z), ssm_beta, ssm_alpha, ssm_out; the rest as F32 */
+    weight dn_z, dn_beta, dn_alpha, dn_out; /* (hv dv, E), (hv, E), (hv, E), (E, hv dv) */
+    weight dn_ba;            /* (2 hv, E) arch dn_fused_ba, instead of dn_beta and dn_alpha: key head g's
+                                r = hv / hk beta rows, then its r alpha rows, g after g */
+    float *dn_conv;          /* (conv_dim, K) ssm_conv1d */
+    float *dn_dt_bias, *dn_a; /* (hv) ssm_dt.bias, ssm_a (= -exp(A_log)) */
+    float *dn_norm;          /* (dv) ssm_norm */
     float *bq, *bk, *bv;     /* (q_dim), (kv_dim), (kv_dim), or NULL when the file has none */
     float *bo;               /* (n_embd) attn_output.bias (arch attn_out_bias), or NULL */
     float *sinks;            /* (n_head) attention sink logits (arch sinks), or NULL */
@@ -47,6 +62,8 @@ typedef struct layer_weights {
     float *router_b;         /* (n_expert) (arch moe_biases), or NULL */
     float *gate_exps_b, *up_exps_b; /* (n_expert, n_ff_exp), or NULL */
     float *down_exps_b;      /* (n_expert, n_embd), or NULL */
+    weight gate_shexp, up_shexp, down_shexp; /* (n_ff_shexp, E) x2, (E, n_ff_shexp) (arch shared_expert) */
+    float *shexp_gate;       /* (n_embd) ffn_gate_inp_shexp: the shared expert's weight is sigmoid(. xn) */
     bool rope;               /* false: a NoPE layer (no rotation of q and k) */
     int window;              /* 0: global attention; W > 0: sees positions pos - W + 1 .. pos */
     int rope_table;          /* ROPE_GLOBAL or ROPE_LOCAL */
@@ -69,6 +86,9 @@ struct model {
     float embd_scale;        /* embeddings times this (1 unless the family scales them) */
     int max_window;          /* the widest sliding window of any layer; 0 when all are global */
     int n_expert, n_expert_used, n_ff_exp; /* Mixture of Experts (arch moe); 0 otherwise */
+    int n_ff_shexp;          /* the shared expert's width (arch shared_expert); 0 otherwise */
+    dn_dims dn;              /* the Gated DeltaNet layers' sizes (all zero without them) */
+    int n_dn_layers;         /* LAYER_DELTANET layers */
     size_t packed_bytes;     /* memory of the weights' packed copies (weight.packed) */
     int run_ctx;             /* the context it is run at (model_set_context): n_ctx or less */
     uint8_t *tensor_read;    /* load scratch: (gguf_tensor_count) 1 = a step reads the tensor */

@@ -49,7 +49,9 @@ attnd_status spec_params_validate(const spec_params *p, attnd_err *err) {
     return ATTND_OK;
 }
 
-bool spec_supported(const model *m) { return model_info_get(m)->n_local_layers == 0; }
+bool spec_supported(const model *m) {
+    return model_info_get(m)->n_local_layers == 0 && model_info_get(m)->n_recurrent_layers == 0;
+}
 
 /* The token strings of both files, id by id; a file without a vocabulary matches only another. */
 static attnd_status compare_tokens(const model *target, const model *draft, attnd_err *err) {

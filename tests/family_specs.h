@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "engine_fixture.h"
+#include "hybrid_fixture.h"
 
 /* The families of the llama.cpp comparison, in the order of reference-families.json. */
 static const char *const FAMILY_NAMES[] = {"qwen3", "smollm3", "gemma2", "gemma3", "phi3", "qwen3moe", "gpt-oss"};
@@ -74,6 +75,35 @@ static inline tiny_spec family_real(const char *name) {
         sp.n_ff_exp = 2880, sp.window = 128, sp.rope_yarn = 32.0f, sp.yarn_orig_ctx = 4096, sp.rms_eps = 1e-5f;
     }
     return sp;
+}
+
+/* The hybrid Gated DeltaNet families of the llama.cpp comparison (tests/data/reference-hybrid.json),
+ * in its order. */
+static const char *const HYBRID_NAMES[] = {"qwen35", "qwen35moe", "qwen3next"};
+#define N_HYBRID (sizeof(HYBRID_NAMES) / sizeof(HYBRID_NAMES[0]))
+
+/* Qwen3.6-35B-A3B's token mixers (DeltaNet: 16 key heads, 32 value heads of 128, kernel 4;
+ * attention: 16 query heads and 2 KV heads of 256, 64 rotary dims of 10^7) at a width of 256, 4
+ * layers (3 DeltaNet + 1 attention), a vocabulary of 320 that llama.cpp loads; dense (SwiGLU of
+ * 192, qwen35) or with 16 experts of 64, top 4, and a shared expert of 96 (qwen35moe, and
+ * qwen3next with its own DeltaNet conventions: hybrid_fixture.h). */
+static inline hy_spec hybrid_small(const char *arch) {
+    hy_spec hs = {.base = tiny_default(arch), .interval = 4, .conv_k = 4, .hk = 16, .hv = 32, .dk = 128};
+    tiny_spec *sp = &hs.base;
+    sp->vocab = true, sp->n_vocab = 320, sp->n_ctx = 512, sp->seed = 11;
+    sp->n_embd = 256, sp->n_layer = 4, sp->n_head = 16, sp->n_head_kv = 2, sp->head_dim = 256, sp->rope_dims = 64;
+    sp->n_ff = 192, sp->rope_base = 1e7f, sp->rms_eps = 1e-6f;
+    if (strcmp(arch, "qwen35")) sp->n_expert = 16, sp->n_expert_used = 4, sp->n_ff_exp = 64, hs.n_ff_shexp = 96;
+    return hs;
+}
+
+/* The prompt of the hybrid comparison: HYBRID_N_PROMPT ids (no BOS), long enough that the conv
+ * and the recurrent state carry far, and the tokens generated after it. */
+#define HYBRID_N_PROMPT 88
+#define HYBRID_N_GEN 40
+static inline void hybrid_prompt(int32_t *ids) {
+    uint64_t s = 2026;
+    for (int i = 0; i < HYBRID_N_PROMPT; i++) ids[i] = 259 + (int32_t)(tiny_rng(&s) % 61);
 }
 
 #endif

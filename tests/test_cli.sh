@@ -46,7 +46,7 @@ check "a draft model of another vocabulary is refused with a message" "$?" 0
 # attnd bench: --model is optional (the default model), as its usage says
 "$BIN" bench --help 2>&1 | grep -q '^usage: attnd bench \[--model PATH\]'
 check "bench usage: --model is optional" "$?" 0
-"$BIN" bench --no-peer --no-growth --reps 1 --prompt-len 8 --n 4 2>&1 | grep -q '^attnd  *[0-9.]*  *[0-9.]*$'
+"$BIN" bench --no-peer --no-growth --reps 1 --prompt-len 8 --n 4 --probe-mib 16 2>&1 | grep -q '^attnd  *[0-9.]*  *[0-9.]*$'
 check "bench runs without --model" "$?" 0
 
 # attnd info says whether attnd can run a file, the chat template and the KV cost

@@ -195,6 +195,12 @@ Test(quantize, mixes_on_a_896_wide_model_make_llama_cpp_choices_and_fallbacks) {
     cr_expect_eq(quantize_tensor_type_for(QUANTIZE_Q4_K_M, "blk.3.attn_k.weight", 2, ne, GGUF_TYPE_F16, &moe), GGUF_TYPE_Q8_0);
     cr_expect_eq(quantize_tensor_type_for(QUANTIZE_Q4_K_M, "blk.3.ffn_gate_inp.weight", 2, ne, GGUF_TYPE_F32, &moe),
                  GGUF_TYPE_F32);
+    /* a Gated DeltaNet layer's conv1d (kernel 4 by the qkv width) stays F32: llama.cpp reads it only so */
+    uint64_t conv[2] = {4, 8192};
+    cr_expect_eq(quantize_tensor_type_for(QUANTIZE_Q4_K_M, "blk.0.ssm_conv1d.weight", 2, conv, GGUF_TYPE_F32, &m),
+                 GGUF_TYPE_F32);
+    cr_expect_eq(quantize_tensor_type_for(QUANTIZE_F16, "blk.0.ssm_conv1d.weight", 2, conv, GGUF_TYPE_F32, &m),
+                 GGUF_TYPE_F32);
     /* 32 does not divide a 1000-wide row: F16 after the fallback */
     uint64_t odd[2] = {1000, 4};
     cr_expect_eq(quantize_tensor_type_for(QUANTIZE_IQ4_XS, "blk.0.attn_q.weight", 2, odd, GGUF_TYPE_F32, &m), GGUF_TYPE_F16);

@@ -6,6 +6,8 @@
  *   tiny_model FAMILY OUT.gguf [--chat-template FILE]   FAMILY: see tiny_model --list (the small
  *                                  model); FILE's text becomes tokenizer.chat_template
  *   tiny_model --list              the families, one a line
+ *   tiny_model --list-hybrid       the hybrid (Gated DeltaNet) families, one a line
+ *   tiny_model --hybrid-prompt     the hybrid comparison's prompt ids, comma-separated
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -35,9 +37,21 @@ int main(int argc, char **argv) {
         for (size_t i = 0; i < N_FAMILIES; i++) printf("%s\n", FAMILY_NAMES[i]);
         return 0;
     }
+    if (argc == 2 && !strcmp(argv[1], "--hybrid-prompt")) { /* the ids of hybrid_prompt, comma-separated */
+        int32_t ids[HYBRID_N_PROMPT];
+        hybrid_prompt(ids);
+        for (int i = 0; i < HYBRID_N_PROMPT; i++) printf("%s%d", i ? "," : "", ids[i]);
+        printf("\n");
+        return 0;
+    }
+    if (argc == 2 && !strcmp(argv[1], "--list-hybrid")) {
+        for (size_t i = 0; i < N_HYBRID; i++) printf("%s\n", HYBRID_NAMES[i]);
+        return 0;
+    }
     bool tmpl = argc == 5 && !strcmp(argv[3], "--chat-template");
     if (argc != 3 && !tmpl) {
-        fprintf(stderr, "usage: tiny_model FAMILY OUT.gguf [--chat-template FILE] | tiny_model --list\n");
+        fprintf(stderr, "usage: tiny_model FAMILY OUT.gguf [--chat-template FILE] | tiny_model --list | --list-hybrid "
+                        "| --hybrid-prompt\n");
         return 2;
     }
     for (size_t i = 0; i < N_FAMILIES; i++) {
@@ -52,6 +66,15 @@ int main(int argc, char **argv) {
         int rc = tiny_write(argv[2], &sp);
         free(text);
         if (rc) {
+            fprintf(stderr, "tiny_model: cannot write %s\n", argv[2]);
+            return 1;
+        }
+        return 0;
+    }
+    for (size_t i = 0; i < N_HYBRID; i++) {
+        if (strcmp(argv[1], HYBRID_NAMES[i])) continue;
+        hy_spec hs = hybrid_small(HYBRID_NAMES[i]);
+        if (hy_write(argv[2], &hs)) {
             fprintf(stderr, "tiny_model: cannot write %s\n", argv[2]);
             return 1;
         }

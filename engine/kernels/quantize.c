@@ -151,8 +151,12 @@ static uint32_t shape_fallback(uint32_t type) {
 
 uint32_t quantize_tensor_type_for(quantize_target t, const char *name, uint32_t n_dims, const uint64_t *ne,
                                   uint32_t in_type, const quantize_model *m) {
-    /* 1-D tensors, non-weights, and the MoE router (as llama.cpp) keep their type */
-    if (n_dims < 2 || !ends_with(name, "weight") || strstr(name, "ffn_gate_inp.weight")) return in_type;
+    /* 1-D tensors, non-weights, and (as llama.cpp) the MoE router and the recurrent layers' small
+     * conv1d keep their type: llama.cpp reads ssm_conv1d as F32 only */
+    static const char *const KEEP[] = {"ffn_gate_inp.weight", "ssm_conv1d"};
+    if (n_dims < 2 || !ends_with(name, "weight")) return in_type;
+    for (size_t i = 0; i < sizeof(KEEP) / sizeof(KEEP[0]); i++)
+        if (strstr(name, KEEP[i])) return in_type;
     uint32_t type = TARGETS[t].mix ? mix_type(t, name, m) : TARGETS[t].type;
     if (ne[0] % gguf_type_block_elems(type)) type = shape_fallback(type);
     if (ne[0] % gguf_type_block_elems(type)) type = GGUF_TYPE_F16; /* F16/BF16 blocks are 1 element */

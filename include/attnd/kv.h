@@ -52,7 +52,8 @@ size_t kv_pool_bytes_used(const kv_pool *p); /* blocks held by sequences, each s
 size_t kv_pool_bytes_budget(const kv_pool *p);
 /* Bytes one token position takes in every layer's K and V. */
 size_t kv_pool_bytes_per_token(const kv_pool *p);
-/* Bytes one sequence of n_tokens holds: whole blocks, so at least n_tokens * bytes_per_token. */
+/* Bytes one sequence of n_tokens holds: whole blocks, so at least n_tokens * bytes_per_token, and
+ * its recurrent state (kv_state_bytes; so n_tokens = 0 gives the state alone). */
 size_t kv_pool_bytes_for(const kv_pool *p, int n_tokens);
 
 /* Without a pool: bytes one token position takes (all layers' K and V) for model m, and the
@@ -63,6 +64,10 @@ size_t kv_bytes_per_token(const model *m, kv_type type);
  * about window + 2 blocks of positions however long the sequence: kv_context_bytes counts that. */
 size_t kv_layer_bytes_per_token(const model *m, kv_type type, bool local);
 size_t kv_context_bytes(const model *m, int n_ctx, kv_type type);
+/* The recurrent state one sequence keeps whatever its length (Gated DeltaNet layers: conv tail and
+ * state matrix, f32), counted in the budget like blocks; 0 for a model without such layers.
+ * kv_pool_bytes_for and kv_context_bytes include it. */
+size_t kv_state_bytes(const model *m);
 
 attnd_status kv_seq_create(kv_seq **out, kv_pool *pool, attnd_err *err);
 void kv_seq_destroy(kv_seq *s); /* returns its blocks to the pool; accepts NULL */
@@ -72,14 +77,17 @@ size_t kv_seq_bytes_shared(const kv_seq *s); /* the part of kv_seq_bytes held by
 /* Keeps the first n tokens and gives up blocks no longer needed (a shared block goes back to the
  * pool when its last holder gives it up); n >= len changes nothing. With sliding-window layers,
  * positions that fell out of every window were freed: when position n's window would need them,
- * the sequence is truncated to 0 instead (kv_seq_len says what was kept). */
+ * the sequence is truncated to 0 instead (kv_seq_len says what was kept). With Gated DeltaNet
+ * layers (kv_state_bytes > 0) every n < len truncates to 0: their state cannot be cut back. */
 void kv_seq_truncate(kv_seq *s, int n);
 
 /*
  * A new sequence in parent's pool holding parent's tokens, sharing all of parent's blocks. Takes
  * no pool memory until one of them writes into a shared block; the two are independent
  * afterwards (truncate, extend, destroy in any order). parent is only read and must not be in an
- * evaluation. Errors: ATTND_ERR_NOMEM (the block table could not be allocated).
+ * evaluation. A recurrent state (kv_state_bytes) is copied at once, from the budget. Errors:
+ * ATTND_ERR_NOMEM (the block table or the state could not be allocated, or the budget has no room
+ * for the state).
  */
 attnd_status kv_seq_fork(kv_seq **out, const kv_seq *parent, attnd_err *err);
 

@@ -1,5 +1,6 @@
 /*
- * model.h — decoder-only transformer weights (llama, qwen2/3, gemma2/3, phi3, smollm3) loaded
+ * model.h — decoder-only transformer weights (llama, qwen2/3, gemma2/3, phi3, smollm3, gpt-oss,
+ * qwen35, qwen3next) loaded
  * from a GGUF file. The KV caches are in kv.h,
  * evaluation and the generation loop in engine.h. Knows nothing about HTTP, tokenizers or sampling.
  *
@@ -47,6 +48,8 @@ typedef struct model_info {
     int window;         /* their window in positions (0 when none) */
     int n_expert, n_expert_used, n_ff_exp; /* Mixture of Experts: experts, used per token, their FFN
                                               width (0 for dense models) */
+    int n_recurrent_layers; /* Gated DeltaNet layers (qwen35): a fixed-size state per sequence, no KV */
+    int n_mtp_layers;   /* multi-token-prediction blocks in the file (nextn), loaded but not run */
     bool rope_long;     /* LongRoPE: the long-context factors apply (the context it is run at,
                            model_run_context, is beyond the original context); false with the
                            short ones or without LongRoPE */

@@ -28,9 +28,10 @@ static size_t job_kv_bytes(const sched *s, const sched_job *j) {
     return kv_pool_bytes_for(s->pool, n < s->n_ctx ? (int)n : s->n_ctx);
 }
 
-/* The prompt's whole KV blocks: a job's forks share them and never write into them. */
+/* The prompt's whole KV blocks: a job's forks share them and never write into them (a recurrent
+ * state, kv_pool_bytes_for(pool, 0), is each member's own). */
 static size_t prompt_full_bytes(const sched *s, const sched_job *j) {
-    size_t block = kv_pool_bytes_for(s->pool, 1);
+    size_t block = kv_pool_bytes_for(s->pool, 1) - kv_pool_bytes_for(s->pool, 0);
     return (size_t)j->n_prompt / (block / kv_pool_bytes_per_token(s->pool)) * block;
 }
 
@@ -344,9 +345,10 @@ double sched_mask_budget_ms(const sched *s, int n_decode) {
 
 /* A budget must hold one request of a full context, else such requests could never run. */
 attnd_status sched_check_budget(const sched *s, size_t budget, attnd_err *err) {
-    size_t full = kv_pool_bytes_for(s->pool, s->n_ctx), block = kv_pool_bytes_for(s->pool, 1);
+    size_t full = kv_pool_bytes_for(s->pool, s->n_ctx), state = kv_pool_bytes_for(s->pool, 0);
+    size_t block = kv_pool_bytes_for(s->pool, 1) - state;
     if (full <= budget) return ATTND_OK;
-    int fits = (int)(budget / block * (block / kv_pool_bytes_per_token(s->pool)));
+    int fits = budget > state ? (int)((budget - state) / block * (block / kv_pool_bytes_per_token(s->pool))) : 0;
     return attnd_fail(err, ATTND_ERR_INVALID,
                       "kv_budget_mb = %zu cannot hold one full context: %d tokens of KV need %zu MiB; "
                       "set kv_budget_mb >= %zu, or ctx_size <= %d to fit this budget",

@@ -16,8 +16,10 @@
 #
 # Models are written once by tools/bench/make_model.py (python3 + numpy) under
 # ${XDG_CACHE_HOME:-~/.cache}/attnd/bench (Q8_0 1.2 GB, Q4_0 0.6 GB, Q4_K_M 0.7 GB).
-# Each row is one `attnd bench` run: one untimed attnd warm-up, then --reps attnd and llama.cpp
-# runs alternating, medians of each. The load average is printed before and after each row:
+# Each row is one `attnd bench` run: one untimed attnd warm-up, then --reps rounds of a
+# read-bandwidth probe (1 GiB, 1 and n threads), attnd and llama.cpp, medians of each; decode is
+# also printed as GB/s of weights + KV read per token and as a share of the probe at the same
+# thread count, prefill as a share of the kernel path's compute peak (docs/performance.md). The load average is printed before and after each row:
 # other work on the machine slows both engines, so read the ratios, not the absolute figures.
 # Needs: cmake and a C compiler (to build attnd), python3-numpy, node + npm (the peer), gnuplot.
 set -euo pipefail
@@ -69,7 +71,7 @@ for t in $types; do
 done
 
 res=$out/tinyllama.tsv
-printf 'type\tthreads\tprompt\tattnd_prefill\tllamacpp_prefill\tattnd_decode\tllamacpp_decode\tload_before\tload_after\n' >"$res"
+printf 'type\tthreads\tprompt\tattnd_prefill\tllamacpp_prefill\tattnd_decode\tllamacpp_decode\tload_before\tload_after\tdecode_gbs\tprobe_gbs\tdecode_share\tprefill_share\tpeak_path\tllamacpp_decode_share\tprobe_gbs_1\n' >"$res"
 load() { cut -d' ' -f1 /proc/loadavg; }
 echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(nproc) cores; attnd $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
 for p in $prompts; do
@@ -83,17 +85,20 @@ for p in $prompts; do
 import json, sys
 j = json.loads(sys.stdin.read())
 print("\t".join(sys.argv[1:4] + ["%.2f" % j.get(k, 0) for k in
-      ("attnd_prefill", "llamacpp_prefill", "attnd_decode", "llamacpp_decode")] + sys.argv[4:6]))
+      ("attnd_prefill", "llamacpp_prefill", "attnd_decode", "llamacpp_decode")] + sys.argv[4:6] +
+      ["%.4f" % j.get(k, 0) for k in ("attnd_decode_gbs", "probe_gbs", "attnd_decode_share", "attnd_prefill_share")] +
+      [j.get("peak_path", "?"), "%.4f" % j.get("llamacpp_decode_share", 0), "%.4f" % j.get("probe_gbs_1", 0)]))
 ' "$t" "$th" "$p" "$l0" "$l1" >>"$res"
             tail -1 "$res" | awk -F'\t' '{printf "  %-7s %s thr  prompt %-5s prefill %7.1f / %7.1f   decode %5.1f / %5.1f   (load %s -> %s)\n", $1, $2, $3, $4, $5, $6, $7, $8, $9}'
             echo "$j" | "$py" -c 'import json, sys; print("          kernels: " + json.loads(sys.stdin.read()).get("kernels", "?"))' || true
+            tail -1 "$res" | awk -F'\t' '{printf "          wall: decode %.1f GB/s = %.0f %% of the probe, %.1f GB/s (1 thread %.1f; llama.cpp %.0f %%); prefill %.0f %% of the %s peak\n", $10, 100 * $12, $11, $16, 100 * $15, 100 * $13, $14}'
         done
     done
 done
 
 echo
 echo "attnd / llama.cpp (tokens/s ratios; > 1 means attnd is faster), prompt + $n generated tokens, median of $reps"
-awk -F'\t' 'NR > 1 { printf "%-7s %s thread%s prompt %-5s   prefill %5.2fx   decode %5.2fx\n",
-    $1, $2, $2 == 1 ? " " : "s", $3, ($5 > 0 ? $4 / $5 : 0), ($7 > 0 ? $6 / $7 : 0) }' "$res"
+awk -F'\t' 'NR > 1 { printf "%-7s %s thread%s prompt %-5s   prefill %5.2fx   decode %5.2fx   decode %3.0f %% of the wall, prefill %3.0f %% of the peak\n",
+    $1, $2, $2 == 1 ? " " : "s", $3, ($5 > 0 ? $4 / $5 : 0), ($7 > 0 ? $6 / $7 : 0), 100 * $12, 100 * $13 }' "$res"
 
 draw_chart

@@ -15,8 +15,9 @@
 # tools/peers/llamacpp/install.sh), --out DIR (default build/bench), --attnd BIN (default
 # build/attnd), --keep-f16 (keep the 2.2 GB F16 source afterwards).
 # Files go to ${XDG_CACHE_HOME:-~/.cache}/attnd/bench/tinyllama-F16-<TYPE>.gguf and are reused.
-# Each row is one `attnd bench` run: one untimed attnd warm-up, then --reps attnd and llama.cpp
-# runs alternating, medians of each; the load average is printed before and after each row, so
+# Each row is one `attnd bench` run: one untimed attnd warm-up, then --reps rounds of a
+# read-bandwidth probe, attnd and llama.cpp, medians of each (decode also as GB/s and a share of
+# the probe, prefill as a share of the kernel path's peak: docs/performance.md); the load average is printed before and after each row, so
 # take the figures on a quiet machine and read the ratios.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -50,7 +51,7 @@ done
 [ -n "$keep_f16" ] || rm -f "$f16"
 
 res=$out/types_vs_llamacpp.tsv
-printf 'type\tthreads\tprompt\tattnd_prefill\tllamacpp_prefill\tattnd_decode\tllamacpp_decode\tload_before\tload_after\tkernels\n' >"$res"
+printf 'type\tthreads\tprompt\tattnd_prefill\tllamacpp_prefill\tattnd_decode\tllamacpp_decode\tload_before\tload_after\tkernels\tdecode_gbs\tprobe_gbs\tdecode_share\tprefill_share\tpeak_path\tllamacpp_decode_share\tprobe_gbs_1\n' >"$res"
 load() { cut -d' ' -f1 /proc/loadavg; }
 echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(nproc) cores; attnd $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
 for t in $types; do
@@ -66,14 +67,17 @@ for t in $types; do
         "$py" -c 'import json, sys
 a, j = sys.argv[1:], json.loads(sys.argv[6] or "{}")
 rates = ["%.2f" % j.get(e + "_" + p, 0) for p in ("prefill", "decode") for e in ("attnd", "llamacpp")]
-print("\t".join(a[:3] + rates + a[3:5] + [str(j.get("kernels", "?"))]))' "$t" "$th" "$prompt" "$l0" "$l1" "$j" >>"$res"
+wall = ["%.4f" % j.get(k, 0) for k in ("attnd_decode_gbs", "probe_gbs", "attnd_decode_share", "attnd_prefill_share")]
+wall += [j.get("peak_path", "?"), "%.4f" % j.get("llamacpp_decode_share", 0), "%.4f" % j.get("probe_gbs_1", 0)]
+print("\t".join(a[:3] + rates + a[3:5] + [str(j.get("kernels", "?"))] + wall))' "$t" "$th" "$prompt" "$l0" "$l1" "$j" >>"$res"
         tail -1 "$res" | awk -F'\t' '{printf "  %-7s %s thr  prefill %7.1f / %7.1f   decode %5.1f / %5.1f   (load %s -> %s)  kernels: %s\n", $1, $2, $4, $5, $6, $7, $8, $9, $10}'
+        tail -1 "$res" | awk -F'\t' '{printf "          wall: decode %.1f GB/s = %.0f %% of the probe, %.1f GB/s (1 thread %.1f; llama.cpp %.0f %%); prefill %.0f %% of the %s peak\n", $11, 100 * $13, $12, $17, 100 * $16, 100 * $14, $15}'
     done
 done
 
 echo
 echo "attnd / llama.cpp (tokens/s ratios; > 1 means attnd is faster), $prompt-token prompt + $n generated, median of $reps"
 echo "targets (issue 27): decode >= 1.0x, prefill >= 1.5x"
-awk -F'\t' 'NR > 1 { printf "%-7s %s thread%s   prefill %5.2fx   decode %5.2fx\n",
-    $1, $2, $2 == 1 ? " " : "s", ($5 > 0 ? $4 / $5 : 0), ($7 > 0 ? $6 / $7 : 0) }' "$res"
+awk -F'\t' 'NR > 1 { printf "%-7s %s thread%s   prefill %5.2fx   decode %5.2fx   decode %3.0f %% of the wall, prefill %3.0f %% of the peak\n",
+    $1, $2, $2 == 1 ? " " : "s", ($5 > 0 ? $4 / $5 : 0), ($7 > 0 ? $6 / $7 : 0), 100 * $13, 100 * $14 }' "$res"
 echo "results: $res"

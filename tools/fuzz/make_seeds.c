@@ -8,6 +8,7 @@
 #include <stdlib.h>
 
 #include "../../tests/engine_fixture.h"
+#include "../../tests/hybrid_fixture.h"
 #include "fuzz_util.h"
 
 static int write_file(const char *dir, const char *name, const void *p, size_t n) {
@@ -51,6 +52,19 @@ int main(int argc, char **argv) {
         if (i == 3) g.window = 0, g.n_expert = 4, g.n_expert_used = 2, g.n_ff_exp = 4;
         snprintf(path, sizeof(path), "%s/%s.gguf", dir, fams[i]);
         bad |= tiny_write(path, &g);
+    }
+    /* the hybrid Gated DeltaNet families: qwen35 (dense, with an MTP block) and qwen3next (experts,
+     * grouped heads, fused beta-alpha), 2 key and 4 value heads of 8 */
+    const char *hyb[] = {"qwen35", "qwen3next"};
+    for (size_t i = 0; i < sizeof(hyb) / sizeof(hyb[0]); i++) {
+        hy_spec hs = {.base = tiny_default(hyb[i]), .interval = 2, .conv_k = 4, .hk = 2, .hv = 4, .dk = 8};
+        tiny_spec *g = &hs.base;
+        g->n_embd = 8, g->n_ff = 8, g->n_layer = 2, g->n_head = 2, g->n_head_kv = 1, g->rope_dims = 4, g->n_vocab = 16;
+        g->head_dim = 8;
+        if (i == 0) hs.n_mtp = 1;
+        if (i == 1) g->n_expert = 4, g->n_expert_used = 2, g->n_ff_exp = 4, hs.n_ff_shexp = 4;
+        snprintf(path, sizeof(path), "%s/%s.gguf", dir, hyb[i]);
+        bad |= hy_write(path, &hs);
     }
     /* tokenizer-only files of both families */
     size_t n;

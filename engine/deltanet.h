@@ -1,0 +1,61 @@
+/*
+ * deltanet.h — (engine-private) the Gated DeltaNet token mixer of Qwen3.5's linear-attention
+ * layers, for engine.c (step_deltanet), after the layer's projections and before its output
+ * projection.
+ *
+ * Per entry t of a sequence, with x_t = W_qkv xn_t (conv_dim = 2 H_k d_k + H_v d_v channels):
+ *   c_t     = silu(causal depthwise conv1d of x over the last K inputs), the last tap on x_t;
+ *   q, k, v = c_t split as H_k heads of d_k, H_k heads of d_k, H_v heads of d_v; q and k
+ *             L2-normalised per head as x / max(|x|, eps);
+ *   beta    = sigmoid(b_t), g = a * softplus(alpha_t + dt_bias) (a = ssm_a = -exp(A_log) <= 0);
+ *   per value head h (reading key head h mod H_k, or h / (H_v / H_k) when grouped), with the
+ *   d_k x d_v state S:
+ *             S <- e^g S;  u = beta (v - S^T k);  S <- S + k u^T;  o = S^T q / sqrt(d_k);
+ *   out     = RMSNorm(o) * ssm_norm * silu(z_t), per value head.
+ * Entries of one sequence run in order (the recurrence is sequential, prefill as decode); the
+ * work is split across (sequence, value head) pairs on the engine's pool.
+ *
+ * State of one layer of one sequence (f32): the conv tail (K - 1, conv_dim), inputs oldest first,
+ * then S of each value head stored transposed, (H_v, d_v, d_k): row j of head h is S[:, j].
+ */
+#ifndef ATTND_DELTANET_H
+#define ATTND_DELTANET_H
+
+#include <stddef.h>
+
+#include "attnd/engine.h"
+
+typedef struct dn_dims {
+    int K;         /* conv kernel taps (ssm.conv_kernel) */
+    int hk, hv;    /* key heads (ssm.group_count), value heads (ssm.time_step_rank) */
+    int dk, dv;    /* key head size (ssm.state_size), value head size (ssm.inner_size / hv) */
+    int conv_dim;  /* 2 hk dk + hv dv */
+    float eps;     /* the model's RMS epsilon: L2 norms' floor and the gated norm's epsilon */
+    bool grouped;  /* value head h reads key head h / (hv / hk); false: h mod hk */
+} dn_dims;
+
+/* Floats of one layer's state of one sequence: the conv tail and S. */
+size_t dn_state_floats(const dn_dims *d);
+
+/* One layer's evaluation on a batch (all pointers borrowed for the call). */
+typedef struct dn_job {
+    const dn_dims *d;
+    int n;                 /* entries */
+    const int *order;      /* (n) entry indices grouped by sequence, positions increasing */
+    const int *run_start;  /* (n_runs + 1) run r is order[run_start[r] .. run_start[r + 1]) */
+    int n_runs;
+    float *const *state;   /* (n_runs) the layer's state of run r's sequence (dn_state_floats) */
+    float *qkv;            /* (n, conv_dim) the projection; overwritten by the conv's output */
+    const float *z;        /* (n, hv dv) the gate projection */
+    const float *beta;     /* (n, hv) W_beta xn, before the sigmoid */
+    const float *alpha;    /* (n, hv) W_alpha xn */
+    const float *conv_w;   /* (conv_dim, K) */
+    const float *dt_bias, *ssm_a; /* (hv) */
+    const float *norm_w;   /* (dv) */
+    float *out;            /* (n, hv dv) the gated, normalised output */
+    int n_threads;
+} dn_job;
+
+void dn_forward(const dn_job *j);
+
+#endif /* ATTND_DELTANET_H */

@@ -1,0 +1,182 @@
+/*
+ * test_server_sched_hybrid.c — the scheduler on a hybrid Gated DeltaNet model (qwen35): whatever
+ * the scheduler does with a sequence's cache (batching, prompt reuse, session turns, forks for
+ * n > 1), the tokens are those of llama.cpp (tests/data/reference-hybrid.json) and of the engine
+ * run directly. A recurrent state cannot be cut back, so a reuse that needs a truncation
+ * recomputes from 0, and a turn that extends the cached history reuses all of it. (Apart from
+ * test_server_scheduler.c: its fixtures are stories260K's.)
+ */
+#include <criterion/criterion.h>
+#include <jansson.h>
+#include <math.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "family_specs.h"
+#include "sched_internal.h" /* the admission arithmetic, checked below */
+#include "sched_rig.h"
+
+static char path[256];
+static model *m;
+static tokenizer *tok;
+static sess_store *store;
+static sched *sch;
+static server_settings cfg;
+
+static void setup(void) {
+    hy_spec hs = hybrid_small("qwen35");
+    tiny_tmpname(path, sizeof(path), "q35sched");
+    cr_assert_eq(hy_write(path, &hs), 0);
+    sched_rig_open(path, 8, &m, &tok, &store, &cfg);
+    cfg.ctx_size = 256;
+    sch = sched_rig_start(m, tok, store, &cfg);
+}
+
+static void teardown(void) {
+    sched_rig_close(&sch, &store, &tok, &m);
+    unlink(path);
+}
+
+TestSuite(sched_hybrid, .init = setup, .fini = teardown, .timeout = 300);
+
+/* A greedy job of n ids (copied), end-of-sequence banned so it runs max_tokens. */
+static sched_job *job_of(const int32_t *ids, int n, int max_tokens, sess *se) {
+    sched_job_spec spec = {.n_prompt = n, .max_tokens = max_tokens, .top_logprobs = -1, .se = se};
+    spec.prompt = malloc(sizeof(int32_t) * (size_t)n);
+    memcpy(spec.prompt, ids, sizeof(int32_t) * (size_t)n);
+    sampler_params_default(&spec.sp);
+    spec.sp.temperature = 0;
+    spec.bias = malloc(sizeof(logit_bias));
+    spec.bias[0] = (logit_bias){tok_eos(tok), -INFINITY};
+    spec.n_bias = 1;
+    sched_job *j;
+    cr_assert_eq(sched_job_create(&j, &spec, NULL), ATTND_OK);
+    return j;
+}
+
+/* Waits for j's end; its tokens into out (n_pieces of them). */
+static sched_output finish(sched_job *j, int32_t *out) {
+    sched_update u = {0};
+    do {
+        sched_job_wait(j, 1000, &u);
+    } while (!u.done);
+    sched_output o;
+    sched_job_output(j, &o);
+    cr_assert_eq(o.status, ATTND_OK, "%s", o.errmsg);
+    for (int i = 0; i < o.n_pieces; i++) out[i] = o.pieces[i].id;
+    return o;
+}
+
+/* llama.cpp's first n greedy tokens after hybrid_prompt. */
+static void llama_cpp_tokens(int32_t *want, int n) {
+    json_error_t je;
+    json_t *refj = json_load_file(ATTND_DATA_DIR "/reference-hybrid.json", 0, &je);
+    cr_assert(refj, "%s", je.text);
+    json_t *t = json_object_get(json_array_get(json_object_get(refj, "cases"), 0), "tokens");
+    for (int i = 0; i < n; i++) want[i] = (int32_t)json_integer_value(json_array_get(t, (size_t)i));
+    json_decref(refj);
+}
+
+/* The engine's own greedy tokens for ids, on a fresh sequence of another pool. */
+static void direct_tokens(const int32_t *ids, int n, int n_gen, int32_t *out) {
+    engine *e;
+    kv_pool *pool;
+    kv_seq *s;
+    attnd_err err;
+    cr_assert_eq(engine_create(&e, m, 64, 1, &err), ATTND_OK, "%s", err.msg);
+    cr_assert_eq(kv_pool_create(&pool, m, 64 << 20, KV_F16, &err), ATTND_OK, "%s", err.msg);
+    cr_assert_eq(kv_seq_create(&s, pool, &err), ATTND_OK);
+    engine_gen g = {.n_predict = n_gen};
+    int n_out;
+    cr_assert_eq(engine_generate(e, s, ids, n, &g, out, &n_out, NULL, &err), ATTND_OK, "%s", err.msg);
+    kv_seq_destroy(s);
+    kv_pool_destroy(pool);
+    engine_destroy(e);
+}
+
+Test(sched_hybrid, batched_and_repeated_prompts_give_llama_cpp_tokens) {
+    enum { G = 12 };
+    int32_t prompt[HYBRID_N_PROMPT], want[G], got[3][G];
+    hybrid_prompt(prompt);
+    llama_cpp_tokens(want, G);
+    sched_job *a = job_of(prompt, HYBRID_N_PROMPT, G, NULL);
+    cr_assert_eq(sched_submit(sch, a, NULL), ATTND_OK);
+    finish(a, got[0]);
+    /* the same prompt again (its cache would need a truncation: recomputed) beside another one */
+    sched_job *b = job_of(prompt, HYBRID_N_PROMPT, G, NULL), *c = job_of(prompt + 8, HYBRID_N_PROMPT - 8, G, NULL);
+    cr_assert_eq(sched_submit(sch, b, NULL), ATTND_OK);
+    cr_assert_eq(sched_submit(sch, c, NULL), ATTND_OK);
+    sched_output ob = finish(b, got[1]);
+    finish(c, got[2]);
+    cr_assert_arr_eq(got[0], want, sizeof(want), "alone");
+    cr_assert_arr_eq(got[1], want, sizeof(want), "repeated, batched beside another prompt");
+    cr_assert_eq(ob.n_cached, 0, "a truncated recurrent state starts again");
+    int32_t other[G];
+    direct_tokens(prompt + 8, HYBRID_N_PROMPT - 8, G, other);
+    cr_assert_arr_eq(got[2], other, sizeof(other));
+    sched_job_unref(a), sched_job_unref(b), sched_job_unref(c);
+}
+
+Test(sched_hybrid, a_session_turn_that_extends_the_history_reuses_its_state) {
+    enum { G = 6 };
+    int32_t prompt[HYBRID_N_PROMPT], t1[G], t2[G], want[G];
+    hybrid_prompt(prompt);
+    sess *se = sched_rig_session(store, "h");
+    sched_job *a = job_of(prompt, 40, G, se);
+    cr_assert_eq(sched_submit(sch, a, NULL), ATTND_OK);
+    sched_output oa = finish(a, t1);
+    /* turn 2 = turn 1's prompt, its completion, and more */
+    int n2 = 40 + G + 20;
+    int32_t p2[40 + G + 20];
+    memcpy(p2, prompt, sizeof(int32_t) * 40);
+    memcpy(p2 + 40, t1, sizeof(t1));
+    memcpy(p2 + 40 + G, prompt + 40, sizeof(int32_t) * 20);
+    cr_assert_eq(sess_acquire(store, NULL, "h", &se, NULL), ATTND_OK);
+    sched_job *b = job_of(p2, n2, G, se);
+    cr_assert_eq(sched_submit(sch, b, NULL), ATTND_OK);
+    sched_output ob = finish(b, t2);
+    cr_assert_geq(ob.n_cached, oa.n_prompt + oa.n_generated - 1, "cached %d of turn 1's %d", ob.n_cached,
+                  oa.n_prompt + oa.n_generated);
+    direct_tokens(p2, n2, G, want);
+    cr_assert_arr_eq(t2, want, sizeof(want));
+    sched_job_unref(a), sched_job_unref(b);
+}
+
+Test(sched_hybrid, greedy_forks_continue_as_the_parent_does) {
+    enum { G = 8 };
+    int32_t prompt[HYBRID_N_PROMPT], want[G], got[3][G];
+    hybrid_prompt(prompt);
+    llama_cpp_tokens(want, G);
+    sched_job *j[3];
+    j[0] = job_of(prompt, HYBRID_N_PROMPT, G, NULL);
+    for (int i = 1; i < 3; i++) cr_assert_eq(sched_job_fork(&j[i], j[0], 7 + (uint64_t)i, NULL), ATTND_OK);
+    cr_assert_eq(sched_submit(sch, j[0], NULL), ATTND_OK);
+    for (int i = 0; i < 3; i++) {
+        finish(j[i], got[i]);
+        cr_assert_arr_eq(got[i], want, sizeof(want), "choice %d", i);
+    }
+    for (int i = 0; i < 3; i++) sched_job_unref(j[i]);
+}
+
+/* Admission of a job with forks reserves the prompt's whole blocks once and each choice's own part,
+ * its recurrent state included: the state is not one of the prompt blocks the forks share. And a
+ * budget too small for a full context says how many tokens would fit beside the state. */
+Test(sched_hybrid, fork_admission_counts_the_shared_blocks_once_and_a_state_per_choice) {
+    int32_t prompt[HYBRID_N_PROMPT];
+    hybrid_prompt(prompt);
+    sched_job *j = job_of(prompt, HYBRID_N_PROMPT, 16, NULL), *f = NULL;
+    cr_assert_eq(sched_job_fork(&f, j, 3, NULL), ATTND_OK);
+    const kv_pool *pool = sch->pool;
+    size_t state = kv_state_bytes(m), block = kv_pool_bytes_for(pool, 1) - state;
+    cr_assert_gt(state, 0);
+    size_t job = kv_pool_bytes_for(pool, HYBRID_N_PROMPT + 16 + 1), full = HYBRID_N_PROMPT / 64 * block;
+    size_t want = kv_pool_bytes_for(pool, HYBRID_N_PROMPT) + 2 * (job - full);
+    cr_expect_eq(sched_group_kv_bytes(sch, j), want, "%zu bytes reserved, %zu expected", sched_group_kv_bytes(sch, j),
+                 want);
+    attnd_err err;
+    size_t budget = state + 2 * block; /* a state and 128 positions */
+    cr_assert_eq(sched_check_budget(sch, budget, &err), ATTND_ERR_INVALID);
+    cr_expect(strstr(err.msg, "ctx_size <= 128") != NULL, "%s", err.msg);
+    sched_job_unref(f);
+    sched_job_unref(j);
+}
