@@ -189,3 +189,29 @@ Test(ollama, a_raw_generate_reply_is_the_text_as_it_stands) {
     cr_assert_null(json_object_get(a, "thinking"));
     json_decref(a);
 }
+
+Test(ollama, a_raw_reply_cut_inside_a_character_streams_whole_characters) {
+    const char *text = "caf\xc3\xa9 \xe2\x82\xac\xff!"; /* é and € cut by 1-byte pieces; a stray 0xFF byte */
+    ollama_stream st;
+    cr_assert(ollama_stream_init(&st, false, false, false, NULL, "x", false));
+    ollama_result run = result(NULL), done = result("stop");
+    buf out;
+    buf_init(&out);
+    for (size_t i = 0; i < strlen(text); i++) ollama_stream_delta(&st, &run, text + i, 1, &out);
+    ollama_stream_end(&st, &done, &out);
+    buf joined;
+    buf_init(&joined);
+    for (char *line = out.p, *nl; (nl = strchr(line, '\n')) != NULL; line = nl + 1) {
+        json_t *o = json_loadb(line, (size_t)(nl - line), 0, NULL);
+        cr_assert(json_is_string(json_object_get(o, "response")), "a line without its response: %.*s", (int)(nl - line), line);
+        buf_puts(&joined, json_string_value(json_object_get(o, "response")));
+        json_decref(o);
+    }
+    json_t *whole = ollama_answer(&done, text, strlen(text), false, false, false, NULL, "x", false);
+    cr_assert_str_eq(joined.p, json_string_value(json_object_get(whole, "response")));
+    cr_assert_str_eq(joined.p, "caf\xc3\xa9 \xe2\x82\xac\xef\xbf\xbd!", "the stray byte is U+FFFD, the characters whole");
+    json_decref(whole);
+    buf_free(&joined);
+    buf_free(&out);
+    ollama_stream_free(&st);
+}

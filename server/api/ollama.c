@@ -196,18 +196,18 @@ void ollama_stream_free(ollama_stream *st) {
 }
 
 /* One answer object: the piece (content, thinking, calls) and, when done, the timings. */
-static json_t *line_of(const ollama_stream *st, const ollama_result *res, const char *content, const char *thinking,
+static json_t *line_of(const ollama_stream *st, const ollama_result *res, const buf *content, const buf *thinking,
                        const json_t *calls) {
     json_t *o = json_pack("{s:s, s:s}", "model", res->model ? res->model : "", "created_at", res->created_at ? res->created_at : "");
     if (!o) return NULL;
     if (st->chat_api) {
-        json_t *m = json_pack("{s:s, s:s}", "role", "assistant", "content", content);
-        if (thinking && *thinking) json_object_set_new(m, "thinking", json_string(thinking));
+        json_t *m = json_pack("{s:s, s:o}", "role", "assistant", "content", oai_string(content->p ? content->p : "", content->len));
+        if (thinking && thinking->len) json_object_set_new(m, "thinking", oai_string(thinking->p, thinking->len));
         if (calls && json_array_size(calls)) json_object_set(m, "tool_calls", (json_t *)calls);
         json_object_set_new(o, "message", m);
     } else {
-        json_object_set_new(o, "response", json_string(content));
-        if (thinking && *thinking) json_object_set_new(o, "thinking", json_string(thinking));
+        json_object_set_new(o, "response", oai_string(content->p ? content->p : "", content->len));
+        if (thinking && thinking->len) json_object_set_new(o, "thinking", oai_string(thinking->p, thinking->len));
     }
     json_object_set_new(o, "done", json_boolean(res->done_reason != NULL));
     if (!res->done_reason) return o;
@@ -232,9 +232,10 @@ static void take_deltas(ollama_stream *st, const json_t *deltas, buf *content, b
     size_t i, j;
     const json_t *d, *c;
     json_array_foreach(deltas, i, d) {
-        const char *s;
-        if ((s = json_string_value(json_object_get(d, "content")))) buf_puts(content, s);
-        if ((s = json_string_value(json_object_get(d, "reasoning_content")))) buf_puts(thinking, s);
+        const json_t *s;
+        if (json_is_string(s = json_object_get(d, "content"))) buf_append(content, json_string_value(s), json_string_length(s));
+        if (json_is_string(s = json_object_get(d, "reasoning_content")))
+            buf_append(thinking, json_string_value(s), json_string_length(s));
         json_array_foreach(json_object_get(d, "tool_calls"), j, c) {
             const json_t *f = json_object_get(c, "function"), *id = json_object_get(c, "id");
             if (json_is_string(id)) {
@@ -254,6 +255,31 @@ static void take_deltas(ollama_stream *st, const json_t *deltas, buf *content, b
     }
 }
 
+/* How many bytes at the end of p[n] start a UTF-8 sequence that is not complete yet (0..3). */
+static size_t utf8_incomplete_tail(const char *p, size_t n) {
+    for (size_t back = 1; back <= 3 && back <= n; back++) {
+        unsigned char c = (unsigned char)p[n - back];
+        if ((c & 0xC0) == 0x80) continue; /* a continuation byte: look further back */
+        size_t want = c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC0 ? 2 : 1;
+        return want > back ? back : 0;
+    }
+    return 0;
+}
+
+/* Raw text (nothing split): the piece, without a UTF-8 sequence cut at its end (held back for
+ * the next piece, so that whole and streamed answers have the same characters). */
+static void raw_piece(ollama_stream *st, const char *text, size_t n, buf *content) {
+    buf_append(content, st->tail, st->n_tail);
+    st->n_tail = 0;
+    if (!text) return;
+    buf_append(content, text, n);
+    size_t keep = content->p ? utf8_incomplete_tail(content->p, content->len) : 0;
+    memcpy(st->tail, content->p + content->len - keep, keep);
+    st->n_tail = (int)keep;
+    content->len -= keep;
+    if (content->p) content->p[content->len] = '\0';
+}
+
 /* Feeds (or, text NULL, finishes) the parser; the piece's line goes to out unless it is empty. */
 static void piece(ollama_stream *st, const ollama_result *res, const char *text, size_t n, buf *out) {
     buf content, thinking;
@@ -261,7 +287,7 @@ static void piece(ollama_stream *st, const ollama_result *res, const char *text,
     buf_init(&thinking);
     json_t *calls = json_array(), *deltas = json_array();
     if (!st->tp) {
-        if (text) buf_append(&content, text, n);
+        raw_piece(st, text, n, &content);
     } else if (deltas) {
         if (text) toolcall_parser_feed(st->tp, text, n, deltas);
         else toolcall_parser_finish(st->tp, deltas);
@@ -270,7 +296,7 @@ static void piece(ollama_stream *st, const ollama_result *res, const char *text,
     if (content.len) buf_append(&st->content, content.p, content.len);
     if (thinking.len) buf_append(&st->thinking, thinking.p, thinking.len);
     if (content.len || thinking.len || json_array_size(calls))
-        emit(out, line_of(st, res, content.p ? content.p : "", thinking.p, calls));
+        emit(out, line_of(st, res, &content, &thinking, calls));
     buf_free(&content);
     buf_free(&thinking);
     json_decref(calls);
@@ -285,13 +311,15 @@ void ollama_stream_end(ollama_stream *st, const ollama_result *res, buf *out) {
     ollama_result running = *res;
     running.done_reason = NULL;
     piece(st, &running, NULL, 0, out);
-    emit(out, line_of(st, res, "", NULL, NULL));
+    buf none = {0};
+    emit(out, line_of(st, res, &none, NULL, NULL));
 }
 
 void ollama_stream_idle(const ollama_stream *st, const ollama_result *res, buf *out) {
     ollama_result running = *res;
     running.done_reason = NULL;
-    emit(out, line_of(st, &running, "", NULL, NULL));
+    buf none = {0};
+    emit(out, line_of(st, &running, &none, NULL, NULL));
 }
 
 json_t *ollama_answer(const ollama_result *res, const char *text, size_t n, bool chat_api, bool split, bool calls,
@@ -303,7 +331,7 @@ json_t *ollama_answer(const ollama_result *res, const char *text, size_t n, bool
         running.done_reason = NULL;
         piece(&st, &running, text, n, NULL);
         piece(&st, &running, NULL, 0, NULL);
-        o = line_of(&st, res, st.content.p ? st.content.p : "", st.thinking.p, st.calls);
+        o = line_of(&st, res, &st.content, &st.thinking, st.calls);
     }
     ollama_stream_free(&st);
     return o;

@@ -66,6 +66,8 @@ typedef struct ollama_stream {
     buf content, thinking;      /* the whole reply so far */
     json_t *calls;              /* the calls so far, Ollama's shape (owned) */
     json_t *open_call;          /* a call whose arguments are still to come (owned) */
+    char tail[4];               /* raw text: a UTF-8 sequence cut at a piece's end, held back */
+    int n_tail;
 } ollama_stream;
 
 /* chat_api: /api/chat lines (message), else /api/generate (response). split: the reply goes

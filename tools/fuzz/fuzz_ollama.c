@@ -23,8 +23,9 @@ static server_settings g_cfg; /* the defaults */
 static void check_reply(bool chat_api, bool split, const json_t *tools, const char *text, size_t n, unsigned seed) {
     ollama_result run = {.model = "m", .created_at = "t"}, done = run;
     done.done_reason = "stop";
+    bool in_reasoning = seed & 1;
     ollama_stream st;
-    FUZZ_CHECK(ollama_stream_init(&st, chat_api, split, tools != NULL, tools, "f", seed & 1), "no stream");
+    FUZZ_CHECK(ollama_stream_init(&st, chat_api, split, tools != NULL, tools, "f", in_reasoning), "no stream");
     buf out;
     buf_init(&out);
     for (size_t i = 0; i < n;) {
@@ -35,7 +36,7 @@ static void check_reply(bool chat_api, bool split, const json_t *tools, const ch
         i += k;
     }
     ollama_stream_end(&st, &done, &out);
-    json_t *whole = ollama_answer(&done, text, n, chat_api, split, tools != NULL, tools, "f", seed & 1);
+    json_t *whole = ollama_answer(&done, text, n, chat_api, split, tools != NULL, tools, "f", in_reasoning);
     fuzz_check_json(whole, "answer");
     buf joined;
     buf_init(&joined);
