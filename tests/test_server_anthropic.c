@@ -375,3 +375,37 @@ Test(anthropic, errors_have_anthropic_types_by_status) {
         json_decref(e);
     }
 }
+
+Test(anthropic, parallel_calls_are_tool_use_blocks_and_blanks_between_them_no_text_block) {
+    json_t *tools = load("[{\"type\":\"function\",\"function\":{\"name\":\"a\",\"parameters\":{\"type\":\"object\"}}},"
+                         "{\"type\":\"function\",\"function\":{\"name\":\"b\",\"parameters\":{\"type\":\"object\"}}}]");
+    const char *reply = "<tool_call>\n{\"name\": \"a\", \"arguments\": {\"x\": 1}}\n</tool_call>\n\n"
+                        "<tool_call>\n{\"name\": \"b\", \"arguments\": {}}\n</tool_call>";
+    anthropic_result res = result("end_turn");
+    json_t *m = anthropic_message(&res, reply, strlen(reply), true, tools, false);
+    json_t *c = json_object_get(m, "content");
+    cr_assert_eq(json_array_size(c), 2, "%s", json_dumps(c, 0));
+    cr_assert_str_eq(json_string_value(json_object_get(json_array_get(c, 0), "name")), "a");
+    cr_assert_str_eq(json_string_value(json_object_get(json_array_get(c, 1), "name")), "b");
+    cr_assert_str_neq(json_string_value(json_object_get(json_array_get(c, 0), "id")),
+                      json_string_value(json_object_get(json_array_get(c, 1), "id")));
+    json_decref(m);
+    for (size_t chunk = 1; chunk < 12; chunk++) { /* streamed: the same two blocks, nothing between */
+        json_t *f = stream_frames(reply, chunk, tools);
+        int starts = 0;
+        for (size_t i = 0; i < json_array_size(f); i++) starts += !strcmp(type_of(f, i), "content_block_start");
+        cr_assert_eq(starts, 2, "chunk %zu: %d blocks", chunk, starts);
+        json_decref(f);
+    }
+    json_decref(tools);
+}
+
+Test(anthropic, text_that_starts_with_blanks_keeps_them) {
+    anthropic_result res = result("end_turn");
+    json_t *m = anthropic_message(&res, "\n  Hello", 8, false, NULL, false);
+    cr_assert_str_eq(json_string_value(json_object_get(json_array_get(json_object_get(m, "content"), 0), "text")), "\n  Hello");
+    json_decref(m);
+    m = anthropic_message(&res, " \n", 2, false, NULL, false);
+    cr_assert_eq(json_array_size(json_object_get(m, "content")), 0, "a reply of blanks only has no text block");
+    json_decref(m);
+}

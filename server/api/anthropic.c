@@ -305,11 +305,13 @@ void anthropic_stream_free(anthropic_stream *st) {
     toolcall_parser_destroy(st->tp);
     json_decref(st->blocks);
     json_decref(st->args);
+    buf_free(&st->blank);
     *st = (anthropic_stream){.open = -1};
 }
 
 /* Closes the open block: a tool_use block gets its input from the arguments streamed. */
 static void block_close(anthropic_stream *st, buf *out) {
+    buf_clear(&st->blank); /* blanks before another kind of block: dropped */
     if (st->open < 0) return;
     if (st->kind == K_TOOL) {
         json_t *in = json_loads(json_string_value(st->args), 0, NULL);
@@ -339,6 +341,16 @@ static void block_open(anthropic_stream *st, int kind, json_t *block /* stolen *
 /* More text (or thinking) for a block of kind, opened when another kind is open. */
 static void block_text(anthropic_stream *st, int kind, const char *s, buf *out) {
     if (!*s) return;
+    if (kind == K_TEXT && st->kind != K_TEXT) { /* blanks alone (between two calls) open no text block */
+        if (!buf_puts(&st->blank, s)) return;
+        if (strspn(st->blank.p, " \t\r\n") == st->blank.len) return;
+        char *held = st->blank.p;
+        st->blank = (buf){0};
+        block_open(st, K_TEXT, json_pack("{s:s, s:s}", "type", "text", "text", ""), out);
+        block_text(st, K_TEXT, held, out);
+        free(held);
+        return;
+    }
     const char *key = kind == K_TEXT ? "text" : "thinking";
     if (st->kind != kind)
         block_open(st, kind, kind == K_TEXT ? json_pack("{s:s, s:s}", "type", "text", "text", "")

@@ -71,6 +71,7 @@ typedef struct anthropic_stream {
     int open;             /* the open block's index; -1 = none */
     int kind;             /* the open block's kind (anthropic.c); 0 = none */
     json_t *args;         /* the open tool_use block's arguments so far (a string, owned) */
+    buf blank;            /* blanks that may yet begin a text block (not sent until text follows) */
     bool ended;
 } anthropic_stream;
 

@@ -112,6 +112,19 @@ async function toolUse() {
   const none = await client.messages.create({ model, max_tokens: 8, temperature: 0, messages: ask, tools, tool_choice: { type: 'none' } });
   check(none.content.every((b) => b.type === 'text') && none.stop_reason !== 'tool_use', 'tool_choice none answers in text', none);
 
+  // parallel tool uses: this small model writes one call at a time, so a GBNF grammar (attnd's
+  // extension of the body) has it write two; they become two tool_use blocks, whole and streamed
+  const two = 'root ::= "<tool_call>\\n{\\"name\\": \\"get_time\\", \\"arguments\\": {\\"tz\\": \\"" [A-Z]{2,4} "\\"}}\\n</tool_call>\\n' +
+              '<tool_call>\\n{\\"name\\": \\"get_time\\", \\"arguments\\": {\\"tz\\": \\"" [A-Z]{2,4} "\\"}}\\n</tool_call>"';
+  // one small tool: this model's context is 512 tokens, and the tools' description is in the prompt
+  const par = { model, max_tokens: 200, temperature: 0, messages: [{ role: 'user', content: 'Time in Paris and Tokyo?' }], tools: [tools[1]], grammar: two };
+  const pw = await client.messages.create(par);
+  const pf = await client.messages.stream(par).finalMessage();
+  const pu = pw.content.filter((b) => b.type === 'tool_use');
+  check(pw.content.length === 2 && pu.length === 2 && pu.every(validUse) && pu[0].id !== pu[1].id && pw.stop_reason === 'tool_use' &&
+        JSON.stringify(pf.content.map((b) => b.input)) === JSON.stringify(pw.content.map((b) => b.input)),
+        'parallel tool uses: two tool_use blocks that validate, whole and streamed alike', { pw, pf });
+
   // streamed: the SDK joins the partial_json fragments and parses them itself
   const params = { model, max_tokens: 180, temperature: 1, seed: 11, messages: ask, tools: [tools[0]],
                    tool_choice: { type: 'any', disable_parallel_tool_use: true } };
