@@ -228,7 +228,8 @@ bool cli_parse_opts(const char *cmd, const char *usage, int argc, char **argv, c
 }
 
 int32_t *cli_parse_ids(const char *cmd, const char *flag, const char *s, int *n_out) {
-    int cap = 16, n = 0;
+    size_t cap = 16;
+    int n = 0;
     int32_t *ids = malloc(cap * sizeof(*ids));
     if (!ids) cli_usage_error(cmd, "out of memory");
     const char *p = s;
@@ -238,12 +239,7 @@ int32_t *cli_parse_ids(const char *cmd, const char *flag, const char *s, int *n_
         long long v = strtoll(p, &end, 10);
         if (errno || end == p || v < 0 || v > INT32_MAX || (*end != ',' && *end != '\0'))
             cli_usage_error(cmd, "%s: '%s' is not a comma-separated list of token ids", flag, s);
-        if (n == cap) {
-            cap *= 2;
-            int32_t *g = realloc(ids, cap * sizeof(*ids));
-            if (!g) cli_usage_error(cmd, "out of memory");
-            ids = g;
-        }
+        if (!attnd_grow(&ids, &cap, (size_t)n + 1, sizeof(*ids), 16)) cli_usage_error(cmd, "out of memory");
         ids[n++] = (int32_t)v;
         p = *end == ',' ? end + 1 : end;
     }

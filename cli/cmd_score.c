@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "attnd/engine.h"
+#include "attnd/sampler.h"
 #include "commands.h"
 
 static const char *USAGE =
@@ -113,7 +114,7 @@ static attnd_status score(const score_opts *o, const int32_t *ids, int n, attnd_
         if ((st = engine_eval(q.e, b, c, logits, err)) != ATTND_OK) goto out;
         for (int i = 0; i < c; i++) {
             const float *lg = logits + (size_t)i * mi->n_vocab;
-            json_array_append_new(argmax, json_integer(engine_argmax(lg, mi->n_vocab)));
+            json_array_append_new(argmax, json_integer(sampler_argmax(lg, mi->n_vocab)));
             json_array_append_new(lps, json_real(logprob_of(lg, mi->n_vocab, ids[done + i + 1])));
         }
         done += c;

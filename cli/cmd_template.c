@@ -34,10 +34,9 @@ static char *read_all(FILE *f, size_t *len) {
     char *p = malloc(cap);
     for (size_t k; p && (k = fread(p + n, 1, cap - n - 1, f)) > 0;) {
         n += k;
-        if (cap - n < 2) {
-            char *q = realloc(p, cap *= 2);
-            if (!q) free(p);
-            p = q;
+        if (!attnd_grow(&p, &cap, n + 2, 1, 0)) {
+            free(p);
+            p = NULL;
         }
     }
     if (p) p[n] = '\0';

@@ -307,14 +307,9 @@ static bool slurp(const char *path, char **buf, size_t *len, size_t *cap) {
     char chunk[65536];
     size_t n;
     while ((n = fread(chunk, 1, sizeof(chunk), f)) > 0) {
-        if (*len + n > *cap) {
-            *cap = (*len + n) * 2;
-            char *nb = realloc(*buf, *cap);
-            if (!nb) {
-                fclose(f);
-                return false;
-            }
-            *buf = nb;
+        if (!attnd_grow(buf, cap, *len + n, 1, 0)) {
+            fclose(f);
+            return false;
         }
         memcpy(*buf + *len, chunk, n);
         *len += n;

@@ -191,7 +191,8 @@ void cli_seq_close(cli_seq *c); /* accepts a zeroed or half-opened cli_seq */
 typedef struct cli_sampling {
     sampler_params params;
     logit_bias *bias;
-    int n_bias, cap_bias;
+    int n_bias;
+    size_t cap_bias;
     const char **stops;
     int n_stops;
     int top_logprobs; /* 0 = no logprobs */

@@ -92,13 +92,8 @@ static void parse_bias(const char *cmd, const char *flag, const char *s, void *d
                                 id);
             bias = (float)v;
         }
-        if (o->n_bias == o->cap_bias) {
-            int cap = o->cap_bias ? o->cap_bias * 2 : 8;
-            logit_bias *g = realloc(o->bias, sizeof(*g) * (size_t)cap);
-            if (!g) cli_usage_error(cmd, "out of memory");
-            o->bias = g;
-            o->cap_bias = cap;
-        }
+        if (!attnd_grow(&o->bias, &o->cap_bias, (size_t)o->n_bias + 1, sizeof(*o->bias), 8))
+            cli_usage_error(cmd, "out of memory");
         o->bias[o->n_bias++] = (logit_bias){(int32_t)id, bias};
         p += n;
         if (*p == ',') {

@@ -244,9 +244,9 @@ static void gather_values(attn_capture *c, int layer, int j) {
         size_t off = (size_t)(j % KV_BLOCK) * (size_t)hd;
         float *dst = c->vrows + (size_t)hi * hd;
         kv_type kt = c->seq->pool->type;
-        if (kvq_is_quant(kt)) { /* row j % KV_BLOCK of the tile, converted */
-            const uint8_t *row = (const uint8_t *)tile + (size_t)(j % KV_BLOCK) * kvq_row_bytes(kt, hd);
-            kvq_v_to_f32(dst, row, kt, hd, 1);
+        if (kv_quant_is_quant(kt)) { /* row j % KV_BLOCK of the tile, converted */
+            const uint8_t *row = (const uint8_t *)tile + (size_t)(j % KV_BLOCK) * kv_quant_row_bytes(kt, hd);
+            kv_quant_v_to_f32(dst, row, kt, hd, 1);
         } else if (kt == KV_F32) memcpy(dst, (const float *)tile + off, sizeof(float) * (size_t)hd);
         else quant_f16_to_f32_row(dst, (const uint16_t *)tile + off, hd);
     }

@@ -1,9 +1,9 @@
 /*
  * attn_ops.c — attention loops specific to the cache layout (see attn_ops.h). The build targets
  * baseline x86-64 (or any other CPU), so the vector versions are compiled with per-function
- * target attributes; they sit in the kernels' one dispatch table (quant_impl.h), which picks
- * them with the matmul kernels' instruction set. The portable versions are the reference and
- * the fallback.
+ * target attributes; a row per instruction set (ATTN_SETS, at the end) picks them with the
+ * matmul kernels' instruction set, and they take the vector primitives of that set's kernel table
+ * (quant_impl.h). The portable versions are the reference and the fallback.
  */
 #include "attn_ops.h"
 #include "isa_target.h"
@@ -16,16 +16,19 @@
 #include "quant.h"
 #include "quant_impl.h"
 
+typedef void (*attn_scores_t_fn)(float *s, const float *q, const float *KT, int cnt, int hd, float scale);
+typedef float (*attn_max_fn)(const float *s, int cnt);
+
 // ---- portable -------------------------------------------------------------------------------
 
-void attn_scores_t_portable(float *s, const float *q, const float *KT, int cnt, int hd, float scale) {
+static void attn_scores_t_portable(float *s, const float *q, const float *KT, int cnt, int hd, float scale) {
     for (int j = 0; j < cnt; j++) s[j] = 0;
     for (int i = 0; i < hd; i++)
         for (int j = 0; j < cnt; j++) s[j] += q[i] * KT[(size_t)i * KV_BLOCK + j];
     for (int j = 0; j < cnt; j++) s[j] *= scale;
 }
 
-float attn_max_portable(const float *s, int cnt) {
+static float attn_max_portable(const float *s, int cnt) {
     float m = s[0];
     for (int j = 1; j < cnt; j++) m = s[j] > m ? s[j] : m;
     return m;
@@ -36,8 +39,8 @@ float attn_max_portable(const float *s, int cnt) {
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
 
-__attribute__((target("avx2,fma"))) void attn_scores_t_avx2(float *s, const float *q, const float *KT, int cnt, int hd,
-                                                            float scale) {
+static __attribute__((target("avx2,fma"))) void attn_scores_t_avx2(float *s, const float *q, const float *KT, int cnt,
+                                                                   int hd, float scale) {
     __m256 sc = _mm256_set1_ps(scale);
     if (cnt > KV_BLOCK / 2) { /* a full tile: 8 independent accumulators held in registers */
         __m256 a[KV_BLOCK / 8];
@@ -62,7 +65,7 @@ __attribute__((target("avx2,fma"))) void attn_scores_t_avx2(float *s, const floa
     }
 }
 
-__attribute__((target("avx2,fma"))) float attn_max_avx2(const float *s, int cnt) {
+static __attribute__((target("avx2,fma"))) float attn_max_avx2(const float *s, int cnt) {
     int j = 0;
     float m = s[0];
     if (cnt >= 8) {
@@ -99,8 +102,8 @@ static inline __attribute__((always_inline)) const attn_tile *tile_as_f32(const 
     if (!t->KT16 && !t->KQ) return t;
     *f32 = *t;
     if (t->KQ) {
-        kvq_k_to_f32(t->kt_buf, t->KQ, (kv_type)t->kvq, t->hd);
-        kvq_v_to_f32(t->v_buf, t->VQ, (kv_type)t->kvq, t->hd, t->cnt);
+        kv_quant_k_to_f32(t->kt_buf, t->KQ, (kv_type)t->kvq, t->hd);
+        kv_quant_v_to_f32(t->v_buf, t->VQ, (kv_type)t->kvq, t->hd, t->cnt);
         f32->v_stride = t->hd;
     } else {
         h2f(t->kt_buf, t->KT16, (int64_t)t->hd * KV_BLOCK);
@@ -162,7 +165,7 @@ static inline __attribute__((always_inline)) void tile_step_rows(const attn_tile
     }
 }
 
-void attn_tile_portable(const attn_tile *t) {
+static void attn_tile_portable(const attn_tile *t) {
     const quant_kernels *k = &quant_kernels_portable;
     tile_step_rows(t, attn_scores_t_portable, attn_max_portable, k->exp, k->axpy_rows, k->h2f, NULL);
 }
@@ -187,7 +190,8 @@ Q2_INLINE __m256i q2_quants(const uint8_t *p, int high, const int q4) {
 
 /* Keys of dimension i at positions 8v..8v+7 of t's key tile, as F32 */
 Q2_INLINE __m256 q2_key(const attn_tile *t, const uint16_t *ds, int i, int v, const int q4) {
-    __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(ds + (size_t)(i / KVQ_BLOCK) * KV_BLOCK + 8 * v)));
+    const uint16_t *di = ds + (size_t)(i / KV_QUANT_BLOCK) * KV_BLOCK + 8 * v;
+    __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)di));
     int k0 = 8 * (v % 4); /* Q4_0: positions 32G + k0.. in bytes 16G + k0 % 16.., high nibbles from k0 = 16 */
     const uint8_t *p = q4 ? t->KQ + (size_t)i * (KV_BLOCK / 2) + (size_t)(v / 4) * 16 + k0 % 16
                           : t->KQ + (size_t)i * KV_BLOCK + 8 * v;
@@ -197,7 +201,7 @@ Q2_INLINE __m256 q2_key(const attn_tile *t, const uint16_t *ds, int i, int v, co
 /* attn_scores_t_avx2 over t's quantized key tile */
 Q2_INLINE void q2_scores_kind(float *s, const float *q, const attn_tile *t, int cnt, float scale, const int q4) {
     int hd = t->hd;
-    const uint16_t *ds = kvq_k_scales(t->KQ, q4 ? KV_Q4_0 : KV_Q8_0, hd);
+    const uint16_t *ds = kv_quant_k_scales(t->KQ, q4 ? KV_Q4_0 : KV_Q8_0, hd);
     __m256 sc = _mm256_set1_ps(scale);
     if (cnt > KV_BLOCK / 2) {
         __m256 a[KV_BLOCK / 8];
@@ -221,12 +225,12 @@ Q2_INLINE void q2_scores_kind(float *s, const float *q, const attn_tile *t, int 
 
 /* The kernels' AVX2 axpy_rows over t's quantized value tile: one GGUF block (32 columns) at a time */
 Q2_INLINE void q2_axpy_kind(float *acc, const float *p, const attn_tile *t, int n, const int q4) {
-    size_t bb = q4 ? 18 : 34, rb = (size_t)(t->hd / KVQ_BLOCK) * bb;
-    for (int i = 0; i < t->hd; i += KVQ_BLOCK) {
+    size_t bb = q4 ? 18 : 34, rb = (size_t)(t->hd / KV_QUANT_BLOCK) * bb;
+    for (int i = 0; i < t->hd; i += KV_QUANT_BLOCK) {
         __m256 a[4];
         for (int w = 0; w < 4; w++) a[w] = _mm256_loadu_ps(acc + i + 8 * w);
         for (int j = 0; j < n; j++) {
-            const uint8_t *blk = t->VQ + (size_t)j * rb + (size_t)(i / KVQ_BLOCK) * bb;
+            const uint8_t *blk = t->VQ + (size_t)j * rb + (size_t)(i / KV_QUANT_BLOCK) * bb;
             uint16_t h;
             memcpy(&h, blk, 2);
             __m256 d = _mm256_set1_ps(_cvtsh_ss(h)), pj = _mm256_set1_ps(p[j]);
@@ -252,7 +256,7 @@ static Q2_TARGET void q2_axpy(float *acc, const float *p, const attn_tile *t, in
 
 static const tile_q_ops Q2_OPS = {q2_scores, q2_axpy};
 
-void attn_tile_avx2(const attn_tile *t) {
+static void attn_tile_avx2(const attn_tile *t) {
     const quant_kernels *k = &quant_kernels_avx2;
     tile_step_rows(t, attn_scores_t_avx2, attn_max_avx2, k->exp, k->axpy_rows, k->h2f, &Q2_OPS);
 }
@@ -306,7 +310,7 @@ static inline __mmask16 at_mask(int cnt, int v) {
 #define AT_Q4 3
 
 /* Keys of dimension i at positions 16v..16v+15 of t's key tile, as F32; d: their scales (the
- * quantized kinds), so the key is d q exactly as kvq_k_to_f32 makes it. */
+ * quantized kinds), so the key is d q exactly as kv_quant_k_to_f32 makes it. */
 static AT_INLINE __m512 at_key(const attn_tile *t, int i, int v, __m512 d, const int kind) {
     size_t e = (size_t)i * KV_BLOCK + 16 * (size_t)v;
     if (kind == AT_F32) return _mm512_loadu_ps(t->KT + e);
@@ -321,19 +325,21 @@ static AT_INLINE __m512 at_key(const attn_tile *t, int i, int v, __m512 d, const
 }
 
 /* Values of position j at columns c..c+15 of t's value tile, as F32 (the quantized kinds: d q,
- * as kvq_v_to_f32 makes them) */
+ * as kv_quant_v_to_f32 makes them) */
 static AT_INLINE __m512 at_value(const attn_tile *t, int j, int c, const int kind) {
     if (kind == AT_F32) return _mm512_loadu_ps(t->V + (size_t)j * t->v_stride + c);
     if (kind == AT_F16) return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(t->V16 + (size_t)j * t->v_stride + c)));
     size_t bb = kind == AT_Q8 ? 34 : 18;
-    const uint8_t *blk = t->VQ + ((size_t)j * (size_t)(t->hd / KVQ_BLOCK) + (size_t)(c / KVQ_BLOCK)) * bb;
+    const uint8_t *blk = t->VQ + ((size_t)j * (size_t)(t->hd / KV_QUANT_BLOCK) + (size_t)(c / KV_QUANT_BLOCK)) * bb;
     uint16_t h;
     memcpy(&h, blk, 2);
     __m512 d = _mm512_cvtph_ps(_mm256_set1_epi16((short)h));
-    if (kind == AT_Q8)
-        return _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(blk + 2 + c % KVQ_BLOCK)))), d);
+    if (kind == AT_Q8) {
+        __m128i q = _mm_loadu_si128((const __m128i *)(blk + 2 + c % KV_QUANT_BLOCK));
+        return _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q)), d);
+    }
     __m128i b = _mm_loadu_si128((const __m128i *)(blk + 2));
-    if (c % KVQ_BLOCK) b = _mm_srli_epi16(b, 4);
+    if (c % KV_QUANT_BLOCK) b = _mm_srli_epi16(b, 4);
     __m512i n = _mm512_cvtepu8_epi32(_mm_and_si128(b, _mm_set1_epi8(0x0F)));
     return _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(n, _mm512_set1_epi32(8))), d);
 }
@@ -342,15 +348,15 @@ static AT_INLINE __m512 at_value(const attn_tile *t, int j, int c, const int kin
  * of 32 dimensions at a time, its 16-position scale vectors loaded once */
 static AT_INLINE void at_scores(__m512 s[AT_RB][4], const float *q, const attn_tile *t, const int nr, const int nv,
                                 const int kind) {
-    int hd = t->hd, step = kind >= AT_Q8 ? KVQ_BLOCK : hd;
-    const uint16_t *ds = kind >= AT_Q8 ? kvq_k_scales(t->KQ, kind == AT_Q8 ? KV_Q8_0 : KV_Q4_0, hd) : NULL;
+    int hd = t->hd, step = kind >= AT_Q8 ? KV_QUANT_BLOCK : hd;
+    const uint16_t *ds = kind >= AT_Q8 ? kv_quant_k_scales(t->KQ, kind == AT_Q8 ? KV_Q8_0 : KV_Q4_0, hd) : NULL;
     for (int rr = 0; rr < nr; rr++)
         for (int v = 0; v < nv; v++) s[rr][v] = _mm512_setzero_ps();
     for (int i0 = 0; i0 < hd; i0 += step) {
         __m512 d[4];
         for (int v = 0; v < nv; v++)
             d[v] = kind >= AT_Q8 ? _mm512_cvtph_ps(_mm256_loadu_si256(
-                                       (const __m256i *)(ds + (size_t)(i0 / KVQ_BLOCK) * KV_BLOCK + 16 * v)))
+                                       (const __m256i *)(ds + (size_t)(i0 / KV_QUANT_BLOCK) * KV_BLOCK + 16 * v)))
                                  : _mm512_setzero_ps();
         for (int i = i0; i < i0 + step; i++) {
             __m512 k[4];
@@ -450,7 +456,7 @@ static AT_INLINE void at_tile(const attn_tile *t, const int kind) {
     }
 }
 
-void attn_tile_avx512(const attn_tile *t) {
+static void attn_tile_avx512(const attn_tile *t) {
     if (t->hd % 16 != 0 || t->softcap > 0) { /* the register tiles take whole vectors of head_dim, no tanh */
         attn_tile_avx2(t);
         return;
@@ -467,11 +473,37 @@ ISA_TARGET_END
 #endif
 
 // ---- dispatch ------------------------------------------------------------------------------------
+//
+// The kernels' instruction set (quant_isa_active) picks these loops too, so ATTND_NO_SIMD=1 and
+// quant_isa_force choose for both. They are not in the kernels' table: they know the cache's
+// layout, which engine/kernels/ does not, and the kernels call nothing above them.
 
-void attn_scores_t(float *s, const float *q, const float *KT, int cnt, int hd, float scale) {
-    quant_kernels_active()->attn_scores_t(s, q, KT, cnt, hd, scale);
+typedef struct attn_set {
+    attn_scores_t_fn scores_t;
+    attn_max_fn max;
+    void (*tile)(const attn_tile *t);
+} attn_set;
+
+/* Per instruction set; the AMX sets use AVX-512's loops, the emulated one the portable loops. */
+static const attn_set ATTN_SETS[QUANT_ISA_COUNT] = {
+    [QUANT_ISA_PORTABLE] = {attn_scores_t_portable, attn_max_portable, attn_tile_portable},
+    [QUANT_ISA_AMX_EMU] = {attn_scores_t_portable, attn_max_portable, attn_tile_portable},
+#if defined(__x86_64__) && defined(__GNUC__)
+    [QUANT_ISA_AVX2] = {attn_scores_t_avx2, attn_max_avx2, attn_tile_avx2},
+    [QUANT_ISA_AVX512] = {attn_scores_t_avx2, attn_max_avx2, attn_tile_avx512},
+    [QUANT_ISA_AMX] = {attn_scores_t_avx2, attn_max_avx2, attn_tile_avx512},
+#endif
+};
+
+static const attn_set *attn_active(void) {
+    const attn_set *set = &ATTN_SETS[quant_isa_active()];
+    return set->tile ? set : &ATTN_SETS[QUANT_ISA_PORTABLE];
 }
 
-float attn_max(const float *s, int cnt) { return quant_kernels_active()->attn_max(s, cnt); }
+void attn_scores_t(float *s, const float *q, const float *KT, int cnt, int hd, float scale) {
+    attn_active()->scores_t(s, q, KT, cnt, hd, scale);
+}
 
-void attn_tile_step(const attn_tile *t) { quant_kernels_active()->attn_tile(t); }
+float attn_max(const float *s, int cnt) { return attn_active()->max(s, cnt); }
+
+void attn_tile_step(const attn_tile *t) { attn_active()->tile(t); }

@@ -4,8 +4,8 @@
  * scores for the online softmax. Generic vector work (F16 rows, value accumulation, exp) uses the
  * kernels' primitives in quant.h. A portable version always exists; an AVX2/FMA version runs
  * when the kernels' instruction set (quant_isa_active) is AVX2 or better, and the grouped tile
- * step (attn_tile_step) has an AVX-512 version too: all come from the kernels' one dispatch
- * table, so ATTND_NO_SIMD=1 and quant_isa_force choose for all of them.
+ * step (attn_tile_step) has an AVX-512 version too: all follow the kernels' instruction set, so
+ * ATTND_NO_SIMD=1 and quant_isa_force choose for all of them.
  * Thread-safe: pure functions.
  */
 #ifndef ATTND_ATTN_OPS_H

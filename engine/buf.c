@@ -1,9 +1,13 @@
-/* buf.c — the growable byte buffer declared in attnd/buf.h: doubling growth from 256 bytes. */
+/* buf.c — the growable byte buffer declared in attnd/buf.h: doubling growth from 256 bytes, by
+ * attnd_grow (attnd/common.h), the one growth helper of arrays and buffers alike. */
 #include "attnd/buf.h"
 
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "attnd/common.h"
 
 void buf_init(buf *b) { *b = (buf){0}; }
 
@@ -14,16 +18,8 @@ void buf_free(buf *b) {
 }
 
 bool buf_reserve(buf *b, size_t extra) {
-    size_t need = b->len + extra + 1;
-    if (need <= b->cap) return true;
-    if (need < b->len) return false; /* overflow */
-    size_t cap = b->cap ? b->cap : 256;
-    while (cap < need) cap *= 2;
-    char *g = realloc(b->p, cap);
-    if (!g) return false;
-    b->p = g;
-    b->cap = cap;
-    return true;
+    if (extra > SIZE_MAX - 1 - b->len) return false; /* len + extra + 1 would overflow */
+    return attnd_grow(&b->p, &b->cap, b->len + extra + 1, 1, 256);
 }
 
 bool buf_append(buf *b, const void *p, size_t n) {

@@ -31,15 +31,14 @@ bool cpuinfo_has_amx(void) {
 }
 
 const char *cpuinfo_kernels(void) {
-    static char buf[160];
+    static char buf[320];
     const char *isa = cpuinfo_isa(), *why = quant_amx_unused_reason();
-    if (quant_isa_active() == QUANT_ISA_AMX)
-        snprintf(
-            buf, sizeof buf,
-            "%s (AMX %s tiles from 128 tokens: Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, MXFP4, Q4_K, Q5_K, Q6_K, IQ4_XS; "
-            "avx512 otherwise)",
-            isa, quant_amx_math_name(quant_amx_math_active()));
-    else if (why)
+    if (quant_isa_active() == QUANT_ISA_AMX) {
+        char types[240];
+        quant_amx_type_names(types, sizeof types);
+        snprintf(buf, sizeof buf, "%s (AMX %s tiles from 128 tokens: %s; avx512 otherwise)", isa,
+                 quant_amx_math_name(quant_amx_math_active()), types);
+    } else if (why)
         snprintf(buf, sizeof buf, "%s (CPU has AMX: %s)", isa, why);
     else
         snprintf(buf, sizeof buf, "%s", isa);

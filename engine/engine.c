@@ -377,10 +377,10 @@ static void kv_store(engine *e, const batch_entry *entries, int n, int layer) {
         int pos = entries[t].pos, b = pos / KV_BLOCK, slot = pos % KV_BLOCK;
         const float *kr = e->k + (size_t)t * KV, *vr = e->v + (size_t)t * KV;
         void *kd = kv_k_block(s, layer, b);
-        if (kvq_is_quant(s->pool->type)) { /* each head's row quantized in blocks of 32 */
+        if (kv_quant_is_quant(s->pool->type)) { /* each head's row quantized in blocks of 32 */
             for (int g = 0; g < n_kv; g++) {
-                kvq_store_k(kv_k_tile(s, layer, b, g), s->pool->type, hd, slot, kr + (size_t)g * hd);
-                kvq_store_v(kv_v_tile(s, layer, b, g), s->pool->type, hd, slot, vr + (size_t)g * hd);
+                kv_quant_store_k(kv_k_tile(s, layer, b, g), s->pool->type, hd, slot, kr + (size_t)g * hd);
+                kv_quant_store_v(kv_v_tile(s, layer, b, g), s->pool->type, hd, slot, vr + (size_t)g * hd);
             }
         } else if (s->pool->type == KV_F32) {
             float *kc = (float *)kd + slot;
@@ -401,8 +401,8 @@ static void kv_store(engine *e, const batch_entry *entries, int n, int layer) {
  * cache, converted into buf (hd, KV_BLOCK) from an F16 or quantized one. */
 static const float *k_tile(const kv_seq *s, int layer, int b, int g, int hd, float *buf) {
     if (s->pool->type == KV_F32) return kv_k_tile(s, layer, b, g);
-    if (kvq_is_quant(s->pool->type)) {
-        kvq_k_to_f32(buf, kv_k_tile(s, layer, b, g), s->pool->type, hd);
+    if (kv_quant_is_quant(s->pool->type)) {
+        kv_quant_k_to_f32(buf, kv_k_tile(s, layer, b, g), s->pool->type, hd);
         return buf;
     }
     quant_f16_to_f32_row(buf, kv_k_tile(s, layer, b, g), (int64_t)hd * KV_BLOCK);
@@ -413,7 +413,7 @@ static const float *k_tile(const kv_seq *s, int layer, int b, int g, int hd, flo
  * that the tile step reads as they are or converts into t's scratch (attn_tile). */
 static void tile_source(attn_tile *t, const kv_seq *s, int layer, int b, int g) {
     const void *k = kv_k_tile(s, layer, b, g), *v = kv_v_tile(s, layer, b, g);
-    if (kvq_is_quant(s->pool->type))
+    if (kv_quant_is_quant(s->pool->type))
         t->KQ = k, t->VQ = v, t->kvq = (int)s->pool->type;
     else if (s->pool->type == KV_F32)
         t->KT = k, t->V = v;

@@ -1,6 +1,6 @@
 /*
  * gen.c — the per-token generation pipeline (see gen.h; the whole-sequence loop is
- * generate_loop.c): sampler (+ grammar), end-of-generation, streaming detokenizer, stop strings,
+ * engine_generate.c): sampler (+ grammar), end-of-generation, streaming detokenizer, stop strings,
  * in that order, with log-probabilities on the side.
  * With a grammar, the sampled token is checked against it (a walk over its bytes); only when
  * it is rejected is the whole vocabulary masked (one trie walk) and the token drawn again from

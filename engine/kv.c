@@ -33,7 +33,7 @@ attnd_status kv_type_parse(const char *name, kv_type *out) {
 
 const char *kv_type_unsupported(const model *m, kv_type type) {
     if ((unsigned)type >= ATTND_ARRAY_LEN(KV_TYPE_NAMES)) return "unknown KV type";
-    if (kvq_is_quant(type) && model_info_get(m)->head_dim % KVQ_BLOCK != 0)
+    if (kv_quant_is_quant(type) && model_info_get(m)->head_dim % KV_QUANT_BLOCK != 0)
         return "a q8_0 / q4_0 KV cache needs head_dim a multiple of 32 (use f16)";
     return NULL;
 }
@@ -54,7 +54,7 @@ attnd_status kv_pool_create(kv_pool **out, const model *m, size_t budget_bytes, 
     p->n_ctx = mi->n_ctx;
     p->elt = type == KV_F16 ? 2 : 4; /* (F16 / F32 only) */
     p->n_head_kv = mi->n_head_kv;
-    p->tile_bytes = KV_BLOCK * kvq_row_bytes(type, mi->head_dim);
+    p->tile_bytes = KV_BLOCK * kv_quant_row_bytes(type, mi->head_dim);
     p->layer_local = calloc((size_t)p->n_layer, 1);
     p->layer_slot = calloc((size_t)p->n_layer, sizeof(int));
     if (!p->layer_local || !p->layer_slot || pthread_mutex_init(&p->lock, NULL) != 0) {
@@ -113,13 +113,13 @@ size_t kv_state_bytes(const model *m) {
 
 size_t kv_bytes_per_token(const model *m, kv_type type) {
     const model_info *mi = model_info_get(m);
-    return (size_t)2 * (mi->n_layer - mi->n_recurrent_layers) * mi->n_head_kv * kvq_row_bytes(type, mi->head_dim);
+    return (size_t)2 * (mi->n_layer - mi->n_recurrent_layers) * mi->n_head_kv * kv_quant_row_bytes(type, mi->head_dim);
 }
 
 size_t kv_layer_bytes_per_token(const model *m, kv_type type, bool local) {
     const model_info *mi = model_info_get(m);
     int n = local ? mi->n_local_layers : mi->n_layer - mi->n_local_layers - mi->n_recurrent_layers;
-    return (size_t)2 * n * mi->n_head_kv * kvq_row_bytes(type, mi->head_dim);
+    return (size_t)2 * n * mi->n_head_kv * kv_quant_row_bytes(type, mi->head_dim);
 }
 
 size_t kv_context_bytes(const model *m, int n_ctx, kv_type type) {

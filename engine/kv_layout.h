@@ -141,7 +141,7 @@ static inline void *kv_k_tile(const kv_seq *s, int layer, int block, int g) {
 
 /* The values of kv head g of `layer` in block `block` of s: (KV_BLOCK, head_dim) elements of the
  * pool type, the row of position block * KV_BLOCK + j at j * head_dim (Q8_0 / Q4_0: rows of GGUF
- * blocks, kvq_row_bytes apart: kv_quant.h). */
+ * blocks, kv_quant_row_bytes apart: kv_quant.h). */
 static inline void *kv_v_tile(const kv_seq *s, int layer, int block, int g) {
     const kv_pool *p = s->pool;
     int n, slot;

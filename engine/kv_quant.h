@@ -27,23 +27,23 @@
 
 #include "kv_layout.h"
 
-#define KVQ_BLOCK 32
+#define KV_QUANT_BLOCK 32
 
 /* Bytes of one position's head_dim values (hd elements) in type: of one row of a tile. */
-size_t kvq_row_bytes(kv_type type, int hd);
-static inline int kvq_is_quant(kv_type type) { return type == KV_Q8_0 || type == KV_Q4_0; }
+size_t kv_quant_row_bytes(kv_type type, int hd);
+static inline int kv_quant_is_quant(kv_type type) { return type == KV_Q8_0 || type == KV_Q4_0; }
 
 /* Quantizes x (hd floats) as position `slot` of the key tile kt / the value tile vt. */
-void kvq_store_k(uint8_t *kt, kv_type type, int hd, int slot, const float *x);
-void kvq_store_v(uint8_t *vt, kv_type type, int hd, int slot, const float *x);
+void kv_quant_store_k(uint8_t *kt, kv_type type, int hd, int slot, const float *x);
+void kv_quant_store_v(uint8_t *vt, kv_type type, int hd, int slot, const float *x);
 
 /* The key tile as F32, transposed as the cache holds F32 keys: out (hd, KV_BLOCK). */
-void kvq_k_to_f32(float *out, const uint8_t *kt, kv_type type, int hd);
+void kv_quant_k_to_f32(float *out, const uint8_t *kt, kv_type type, int hd);
 /* The first cnt rows of the value tile as F32: out (cnt, hd). */
-void kvq_v_to_f32(float *out, const uint8_t *vt, kv_type type, int hd, int cnt);
+void kv_quant_v_to_f32(float *out, const uint8_t *vt, kv_type type, int hd, int cnt);
 
 /* The f16 scales of a key tile: (hd / 32, KV_BLOCK), after its quants. */
-static inline const uint16_t *kvq_k_scales(const uint8_t *kt, kv_type type, int hd) {
+static inline const uint16_t *kv_quant_k_scales(const uint8_t *kt, kv_type type, int hd) {
     return (const uint16_t *)(kt + (size_t)hd * (type == KV_Q8_0 ? KV_BLOCK : KV_BLOCK / 2));
 }
 

@@ -62,9 +62,8 @@ static attnd_status find_weight(model *m, const char *name, bool required, const
     if (!*t) return required ? attnd_fail(err, ATTND_ERR_FORMAT, "model has no tensor '%s'", name) : ATTND_OK;
     if (!gguf_type_computable((*t)->type))
         return attnd_fail(err, ATTND_ERR_UNSUPPORTED,
-                          "tensor '%s' has type %s, which attnd does not compute (the IQ1-IQ3 lattice types are not "
-                          "implemented); re-quantize the model from its F16/BF16 file with `attnd quantize` "
-                          "(e.g. to Q4_K_M or IQ4_XS)",
+                          "tensor '%s' has type %s, which attnd does not compute; re-quantize the model from its "
+                          "F16/BF16 file with `attnd quantize` (e.g. to Q4_K_M or IQ4_XS)",
                           name, gguf_type_name((*t)->type));
     mark_read(m, *t);
     return ATTND_OK;

@@ -447,6 +447,13 @@ static double exp_shifted(cand *c, int n, float max, float inv_temp) {
 
 // ---- The chain ------------------------------------------------------------------------------
 
+int32_t sampler_argmax(const float *logits, int n_vocab) {
+    int32_t best = 0;
+    for (int32_t i = 1; i < n_vocab; i++)
+        if (logits[i] > logits[best]) best = i; /* strict: ties keep the lower id */
+    return best;
+}
+
 /* Greedy: the argmax of the adjusted logits, in one read of the caller's array. */
 /* Scans skip runs of SKIP_RUN ids that cannot change their result: none touched and no raw
  * logit above the bar (a NaN compares false, as its -inf would). The test is branch-free, so the

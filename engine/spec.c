@@ -13,13 +13,15 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "attnd/sampler.h"
 #include "attnd/tokenizer.h"
 #include "block.h"
 
 struct spec {
     spec_params p;
     int32_t *hist;          /* (cap) confirmed tokens: prompt, then generated */
-    int n_hist, cap;
+    int n_hist;
+    size_t cap;
     int64_t drafted, accepted;
     spec_ctl ctl;           /* acceptance per class, back-off */
     spec_cost cost;         /* the target's step costs when the caller keeps none (spec_time) */
@@ -131,13 +133,8 @@ void spec_destroy(spec *s) {
 }
 
 attnd_status spec_push(spec *s, const int32_t *ids, int n, attnd_err *err) {
-    if (s->n_hist + n > s->cap) {
-        int cap = s->cap ? s->cap : 256;
-        while (cap < s->n_hist + n) cap *= 2;
-        int32_t *h = realloc(s->hist, sizeof(int32_t) * (size_t)cap);
-        if (!h) return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory for the speculation history");
-        s->hist = h, s->cap = cap;
-    }
+    if (!attnd_grow(&s->hist, &s->cap, (size_t)s->n_hist + (size_t)n, sizeof(*s->hist), 256))
+        return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory for the speculation history");
     memcpy(s->hist + s->n_hist, ids, sizeof(int32_t) * (size_t)n);
     s->n_hist += n;
     return ATTND_OK;
@@ -330,7 +327,7 @@ int spec_lookup(const int32_t *hist, int n_hist, int ngram_min, int ngram_max, i
 
 /* The probability of the largest logit under softmax, and its id. */
 static int32_t top_token(const float *logits, int n_vocab, float *p_top) {
-    int32_t best = engine_argmax(logits, n_vocab);
+    int32_t best = sampler_argmax(logits, n_vocab);
     double z = 0;
     for (int i = 0; i < n_vocab; i++) z += exp((double)logits[i] - logits[best]);
     *p_top = (float)(1.0 / z);

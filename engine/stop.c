@@ -109,20 +109,14 @@ bool stop_matcher_push(stop_matcher *m, const char *piece, size_t len, const cha
     *n_emit = 0;
     if (m->matched >= 0 || m->status != ATTND_OK) return true;
     size_t old_len = m->len;
-    if (m->len + len > m->cap) {
-        size_t cap = m->cap * 2 > m->len + len ? m->cap * 2 : m->len + len;
-        char *grown = realloc(m->buf, cap);
-        if (!grown) {
-            /* Without room for the piece nothing more can be matched: release the held text
-             * (it holds no stop string) and end the generation. */
-            m->status = ATTND_ERR_NOMEM;
-            *n_emit = m->n_release = m->len;
-            return true;
-        }
-        m->buf = grown;
-        m->cap = cap;
-        *emit = m->buf;
+    if (!attnd_grow(&m->buf, &m->cap, m->len + len, 1, 0)) {
+        /* Without room for the piece nothing more can be matched: release the held text
+         * (it holds no stop string) and end the generation. */
+        m->status = ATTND_ERR_NOMEM;
+        *n_emit = m->n_release = m->len;
+        return true;
     }
+    *emit = m->buf;
     if (len) memcpy(m->buf + m->len, piece, len);
     m->len += len;
 

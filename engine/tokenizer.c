@@ -305,14 +305,9 @@ static attnd_status load_merges(tokenizer *t, const gguf_file *f, attnd_err *err
         }
         size_t nl = (size_t)(sp - s), nr = n - nl - 1;
         int32_t a = strmap_get(&t->by_text, s, nl), b = strmap_get(&t->by_text, sp + 1, nr);
-        if (nl + nr > buf_cap) {
-            buf_cap = (nl + nr) * 2;
-            char *nb = realloc(buf, buf_cap);
-            if (!nb) {
-                free(buf);
-                return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory reading merges");
-            }
-            buf = nb;
+        if (!attnd_grow(&buf, &buf_cap, nl + nr, 1, 64)) {
+            free(buf);
+            return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory reading merges");
         }
         memcpy(buf, s, nl);
         memcpy(buf + nl, sp + 1, nr);
@@ -1010,12 +1005,8 @@ static attnd_status spm_merge(enc *e, const char *p, size_t len) {
 
 static attnd_status spm_fragment(enc *e, const char *text, size_t len, bool prefix) {
     const tokenizer *t = e->t;
-    size_t need = (len + 1) * 3;
-    if (need > e->cap_buf) {
-        char *b = realloc(e->buf, need);
-        if (!b) return attnd_fail(e->err, ATTND_ERR_NOMEM, "out of memory tokenizing %zu bytes", len);
-        e->buf = b, e->cap_buf = need;
-    }
+    if (!attnd_grow(&e->buf, &e->cap_buf, (len + 1) * 3, 1, 64))
+        return attnd_fail(e->err, ATTND_ERR_NOMEM, "out of memory tokenizing %zu bytes", len);
     size_t n = 0;
     if (prefix) memcpy(e->buf, SPM_SPACE, 3), n = 3;
     for (size_t i = 0; i < len; i++) {
@@ -1254,18 +1245,9 @@ attnd_status tok_stream_create(tok_stream **out, const tokenizer *t, bool render
 
 void tok_stream_keep_leading_space(tok_stream *s) { s->strip = false; }
 
-static bool grow(char **p, size_t *cap, size_t need) {
-    if (need <= *cap) return true;
-    size_t c = *cap * 2 > need ? *cap * 2 : need;
-    char *n = realloc(*p, c);
-    if (!n) return false;
-    *p = n, *cap = c;
-    return true;
-}
-
 /* Moves the first n held bytes to the output buffer. */
 static size_t release(tok_stream *s, size_t n, const char **out) {
-    if (!grow(&s->out, &s->cap_out, n + 1)) n = 0; /* out of memory: keep holding */
+    if (!attnd_grow(&s->out, &s->cap_out, n + 1, 1, 0)) n = 0; /* out of memory: keep holding */
     memcpy(s->out, s->buf, n);
     s->out[n] = '\0';
     memmove(s->buf, s->buf + n, s->held - n);
@@ -1280,7 +1262,7 @@ size_t tok_stream_push(tok_stream *s, int32_t id, const char **out) {
     const char *p;
     size_t n;
     piece_of(s->t, id, s->render_special, &s->strip, &p, &n);
-    if (!grow(&s->buf, &s->cap, s->held + n)) return release(s, 0, out);
+    if (!attnd_grow(&s->buf, &s->cap, s->held + n, 1, 0)) return release(s, 0, out);
     memcpy(s->buf + s->held, p, n);
     s->held += n;
     return release(s, unicode_complete_prefix(s->buf, s->held), out);

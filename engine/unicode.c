@@ -146,16 +146,10 @@ attnd_status unicode_nfc(const char *s, size_t len, char **out, size_t *out_len,
             piece = (const char *)norm;
             piece_len = (size_t)r;
         }
-        size_t need = n + piece_len + 2;
-        if (need > cap) {
-            size_t ncap = cap * 2 > need ? cap * 2 : need;
-            char *nb = realloc(buf, ncap);
-            if (!nb) {
-                free(norm);
-                free(buf);
-                return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory normalising %zu bytes", len);
-            }
-            buf = nb, cap = ncap;
+        if (!attnd_grow(&buf, &cap, n + piece_len + 2, 1, 0)) {
+            free(norm);
+            free(buf);
+            return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory normalising %zu bytes", len);
         }
         memcpy(buf + n, piece, piece_len);
         n += piece_len;

@@ -1,11 +1,13 @@
 #!/usr/bin/env python3
 """check_layout.py — the source tree's structural rules, checked (tests/test_source_layout.sh).
 
-  1. The quoted includes of server/ and cli/ form a DAG: no file reaches itself. With a build
-     directory (--objects DIR), also the modules: a .c file depends on the .c files defining the
-     functions and data it uses (from the object files' symbols), and no module reaches itself.
-     The .c files that share a private header (x_internal.h: the scheduler's, the config's, the
-     Jinja interpreter's) are one module: they are one unit split into files.
+  1. The quoted includes of engine/, server/, cli/ and include/ form a DAG: no file reaches
+     itself. With a build directory (--objects DIR), also the modules of engine/, server/ and
+     cli/: a .c file depends on the .c files defining the functions and data it uses (from the
+     object files' symbols), and no module reaches itself. The .c files that share a private
+     header (x_internal.h: the scheduler's, the config's, the Jinja interpreter's, the model's,
+     the grammar's) are one module: they are one unit split into files. A template (.inc) is
+     included one level deep: no .inc includes another .inc.
   2. The server's layers: server/runtime/ includes nothing from server/api/ and never
      <microhttpd.h> (the scheduler and the stores know no HTTP).
      In server/api/, only the transport (http.c and its libmicrohttpd entry points http_mhd.h,
@@ -35,13 +37,13 @@ ROOT = os.path.abspath(ARGS[0] if ARGS else os.path.join(os.path.dirname(__file_
 # every folder of server/ is an include directory of the server (CMakeLists.txt's SERVER_INCLUDE_DIRS)
 SERVER_DIRS = sorted("server/" + d for d in os.listdir(os.path.join(ROOT, "server"))
                      if os.path.isdir(os.path.join(ROOT, "server", d)) and d != "web")
+# the engine's include directories (CMakeLists.txt's ENGINE_INCLUDE_DIRS); include/ is everyone's
+ENGINE_DIRS = ["engine", "engine/kernels"]
 INCLUDE = re.compile(r'^\s*#\s*include\s+([<"])([^>"]+)[>"]', re.M)
 
 
 MAX_FUNCTION_LINES = 80
-LONG_OK = {
-    ("server/api/chat.c", "render"),  # the template families become data (issue 24, jinja work)
-}
+LONG_OK = set()  # no exemptions: every function of engine/, server/ and cli/ is within the limit
 FUNC_START = re.compile(r"^(?!typedef|struct\s+\w+\s*\{|static const|const |enum |union |#)[A-Za-z_][^;]*?\b(\w+)\s*\(")
 
 
@@ -80,7 +82,8 @@ def sources(top, exts=(".c", ".h")):
 def resolve(src, name):
     """The repository path a quoted include of src names, or None (a public or system header)."""
     here = os.path.dirname(src)
-    dirs = [here] + (SERVER_DIRS if src.startswith("server/") else [])
+    dirs = [here, "include"] + (SERVER_DIRS if src.startswith("server/") else []) + (
+        ENGINE_DIRS if src.startswith("engine/") else [])
     for d in dirs:
         p = os.path.normpath(os.path.join(d, name))
         if os.path.isfile(os.path.join(ROOT, p)):
@@ -127,13 +130,14 @@ def cycles(graph):
 
 
 def module_graph(build):
-    """source file -> the source files whose symbols it uses, for server/ and cli/ objects."""
+    """source file -> the source files whose symbols it uses, for engine/, server/ and cli/ objects."""
     objs = {}
     for d, _, files in os.walk(os.path.join(build, "CMakeFiles")):
         for f in files:
             if not f.endswith(".c.o"):
                 continue
-            m = re.search(r"/CMakeFiles/(attnd_server|attnd)\.dir/((?:server|cli)/.*)\.o$", os.path.join(d, f))
+            m = re.search(r"/CMakeFiles/(attnd_engine|attnd_server|attnd)\.dir/((?:engine|server|cli)/.*)\.o$",
+                          os.path.join(d, f))
             if m and os.path.isfile(os.path.join(ROOT, m.group(2))):  # not an object of a removed file
                 objs[m.group(2)] = os.path.join(d, f)
     defined, used = {}, {}
@@ -215,13 +219,17 @@ def main():
     if OBJECTS:
         graph = module_graph(OBJECTS)
         if not graph:
-            problems.append(f"no server or cli object files under {OBJECTS}")
+            problems.append(f"no engine, server or cli object files under {OBJECTS}")
         for loop in cycles(graph):
             problems.append("module circle: " + " -> ".join(loop + (loop[0],)))
-    files = sources("server") + sources("cli")
+    files = sources("engine", (".c", ".h", ".inc")) + sources("include") + sources("server") + sources("cli")
     graph, system = include_graph(files)
     for loop in cycles(graph):
         problems.append("include circle: " + " -> ".join(loop + (loop[0],)))
+    for f in files:
+        for g in graph[f] if f.endswith(".inc") else []:
+            if g.endswith(".inc"):
+                problems.append(f"template depth: {f} includes {g} (the includer should include both)")
     for f in files:
         if not f.startswith("server/runtime/"):
             continue

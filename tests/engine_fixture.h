@@ -120,6 +120,8 @@ typedef struct tiny_tensor {
     uint64_t ne[3];
     uint32_t type;
     float *vals; /* (n_elems) F32 values, converted when written */
+    uint8_t *raw; /* when set: the tensor's bytes as written (raw_bytes; any type), vals unused */
+    size_t raw_bytes;
 } tiny_tensor;
 
 #define TINY_MAX_TENSORS 1024
@@ -303,10 +305,14 @@ static inline uint64_t tiny_keys(gbuf *b, const tiny_spec *sp) {
     return n;
 }
 
-/* Writes the model described by spec to path. Returns 0 on success. */
-static inline int tiny_write(const char *path, const tiny_spec *sp) {
-    tiny_tensor *ts = calloc(TINY_MAX_TENSORS, sizeof(*ts));
-    int nt = tiny_tensors(sp, ts);
+/* The bytes tensor t takes in the file. */
+static inline uint64_t tiny_bytes(const tiny_tensor *t) {
+    return t->raw ? t->raw_bytes : t->ne[0] * t->ne[1] * t->ne[2] * (t->type == GGUF_TYPE_F32 ? 4 : 2);
+}
+
+/* Writes the model of spec sp with tensors ts[0..nt) to path (freeing their values and bytes).
+ * Returns 0 on success. */
+static inline int tiny_write_tensors(const char *path, const tiny_spec *sp, tiny_tensor *ts, int nt) {
     gbuf b = {0};
     gb_bytes(&b, "GGUF", 4);
     gb_u32(&b, 3);
@@ -321,14 +327,15 @@ static inline int tiny_write(const char *path, const tiny_spec *sp) {
         for (int d = 0; d < ts[i].n_dims; d++) gb_u64(&b, ts[i].ne[d]);
         gb_u32(&b, ts[i].type);
         gb_u64(&b, off);
-        uint64_t bytes = ts[i].ne[0] * ts[i].ne[1] * ts[i].ne[2] * (ts[i].type == GGUF_TYPE_F32 ? 4 : 2);
-        off += (bytes + 31) / 32 * 32;
+        off += (tiny_bytes(&ts[i]) + 31) / 32 * 32;
     }
     static const uint8_t zeros[32];
     gb_bytes(&b, zeros, (32 - b.n % 32) % 32);
     for (int i = 0; i < nt; i++) {
-        uint64_t n = ts[i].ne[0] * ts[i].ne[1] * ts[i].ne[2], bytes = n * (ts[i].type == GGUF_TYPE_F32 ? 4 : 2);
-        if (ts[i].type == GGUF_TYPE_F32) {
+        uint64_t n = ts[i].ne[0] * ts[i].ne[1] * ts[i].ne[2], bytes = tiny_bytes(&ts[i]);
+        if (ts[i].raw) {
+            gb_bytes(&b, ts[i].raw, bytes);
+        } else if (ts[i].type == GGUF_TYPE_F32) {
             gb_bytes(&b, ts[i].vals, bytes);
         } else {
             uint16_t *h = malloc(bytes);
@@ -338,12 +345,20 @@ static inline int tiny_write(const char *path, const tiny_spec *sp) {
         }
         gb_bytes(&b, zeros, (32 - bytes % 32) % 32);
         free(ts[i].vals);
+        free(ts[i].raw);
     }
-    free(ts);
     FILE *f = fopen(path, "wb");
     int rc = !f || fwrite(b.p, 1, b.n, f) != b.n;
     if (f) fclose(f);
     free(b.p);
+    return rc;
+}
+
+/* Writes the model described by spec to path. Returns 0 on success. */
+static inline int tiny_write(const char *path, const tiny_spec *sp) {
+    tiny_tensor *ts = calloc(TINY_MAX_TENSORS, sizeof(*ts));
+    int rc = tiny_write_tensors(path, sp, ts, tiny_tensors(sp, ts));
+    free(ts);
     return rc;
 }
 

@@ -13,6 +13,7 @@
 
 #include "attnd/attn_capture.h"
 #include "attnd/engine.h"
+#include "attnd/sampler.h"
 #include "engine_rig.h"
 
 /* The fixture of arch with 3 layers, F32 caches. */
@@ -113,7 +114,7 @@ Test(attn_capture, qwen2_grouped_heads_equal_float64_reference_within_1e3) { che
 
 static int32_t greedy(void *user, const float *logits) {
     (void)user;
-    return engine_argmax(logits, 48);
+    return sampler_argmax(logits, 48);
 }
 
 Test(attn_capture, generation_rows_follow_the_prompt_and_match_reference) {

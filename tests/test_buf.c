@@ -50,6 +50,23 @@ Test(buf, printf_appends_formatted_text_of_any_length) {
     buf_free(&b);
 }
 
+/* buf_reserve used to add len + extra + 1 unchecked: a huge extra wrapped round to a small need,
+ * and it answered "room enough" for a size no buffer has. */
+Test(buf, a_reserve_past_size_max_is_refused) {
+    buf b;
+    buf_init(&b);
+    cr_assert(buf_append(&b, "abc", 3));
+    size_t cap = b.cap;
+    cr_assert_not(buf_reserve(&b, SIZE_MAX), "len + SIZE_MAX + 1 overflows");
+    cr_assert_not(buf_reserve(&b, SIZE_MAX - 3), "so does len + (SIZE_MAX - len) + 1");
+    cr_assert_eq(b.cap, cap, "a refused reserve changes nothing");
+    cr_assert_str_eq(b.p, "abc");
+    cr_assert(buf_reserve(&b, cap), "an ordinary reserve still grows");
+    cr_assert_geq(b.cap, 3 + cap + 1);
+    cr_assert_str_eq(b.p, "abc");
+    buf_free(&b);
+}
+
 // ---- attnd_grow (attnd/common.h): the growable arrays beside the byte buffer ------------------
 
 Test(grow, doubles_from_first_keeps_contents_and_refuses_overflow) {

@@ -49,6 +49,19 @@ check "bench usage: --model is optional" "$?" 0
 "$BIN" bench --no-peer --no-growth --reps 1 --prompt-len 8 --n 4 --probe-mib 16 2>&1 | grep -q '^attnd  *[0-9.]*  *[0-9.]*$'
 check "bench runs without --model" "$?" 0
 
+# issue 47: a file of the low-bit types (random blocks, tests/make_tiny.c) is named by type and runs
+lowbit=$(mktemp -d)
+for ty in IQ1_M NVFP4; do
+    "${ATTND_BUILD_DIR:?}/make_tiny" "$lowbit/$ty.gguf" lowbit $ty >/dev/null
+    out=$("$BIN" info --model "$lowbit/$ty.gguf" 2>&1)
+    grep -q "^tensors:       21 ($ty: 16, F32: 5)$" <<<"$out" && grep -q "^runs:          yes$" <<<"$out" &&
+        ! grep -q "does not compute" <<<"$out"
+    check "info: a $ty file is named by its types and runs" "$?" 0
+    "$BIN" generate --model "$lowbit/$ty.gguf" --tokens 1,300,301 --n 4 >/dev/null 2>&1
+    check "generate runs a $ty file" "$?" 0
+done
+rm -rf "$lowbit"
+
 # attnd info says whether attnd can run a file, the chat template and the KV cost
 out=$("$BIN" info 2>&1)
 out0=$out

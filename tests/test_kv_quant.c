@@ -41,12 +41,12 @@ Test(kv_quant, rows_are_gguf_blocks_within_half_a_step_and_keys_equal_values) {
         for (int j = 0; j < KV_BLOCK; j++) { /* out of order: the nibble writes must not disturb neighbours */
             int pos = (j * 37) % KV_BLOCK;
             row_fill(x[pos], HD, 1000 + (uint64_t)pos);
-            kvq_store_k(kt, t, HD, pos, x[pos]);
-            kvq_store_v(vt, t, HD, pos, x[pos]);
+            kv_quant_store_k(kt, t, HD, pos, x[pos]);
+            kv_quant_store_v(vt, t, HD, pos, x[pos]);
         }
-        kvq_k_to_f32(kf, kt, t, HD);
-        kvq_v_to_f32(vf, vt, t, HD, KV_BLOCK);
-        size_t rb = kvq_row_bytes(t, HD);
+        kv_quant_k_to_f32(kf, kt, t, HD);
+        kv_quant_v_to_f32(vf, vt, t, HD, KV_BLOCK);
+        size_t rb = kv_quant_row_bytes(t, HD);
         cr_assert_eq(rb, (size_t)HD / 32 * (t == KV_Q8_0 ? 34 : 18));
         for (int j = 0; j < KV_BLOCK; j++) {
             quant_dequantize_row(g, vt + (size_t)j * rb, t == KV_Q8_0 ? GGUF_TYPE_Q8_0 : GGUF_TYPE_Q4_0, HD);
@@ -82,11 +82,11 @@ static void q_case_fill(q_case *c, uint64_t seed) {
     memset(c->KQ, 0, sizeof c->KQ), memset(c->VQ, 0x77, sizeof c->VQ); /* past cnt: garbage values no step may use */
     for (int j = 0; j < KV_BLOCK; j++) {
         row_fill(x, c->hd, seed * 131 + (uint64_t)j);
-        kvq_store_k(c->KQ, c->type, c->hd, j, x);
-        if (j < c->cnt) kvq_store_v(c->VQ, c->type, c->hd, j, x);
+        kv_quant_store_k(c->KQ, c->type, c->hd, j, x);
+        if (j < c->cnt) kv_quant_store_v(c->VQ, c->type, c->hd, j, x);
     }
-    kvq_k_to_f32(c->kt, c->KQ, c->type, c->hd);
-    kvq_v_to_f32(c->v, c->VQ, c->type, c->hd, c->cnt);
+    kv_quant_k_to_f32(c->kt, c->KQ, c->type, c->hd);
+    kv_quant_v_to_f32(c->v, c->VQ, c->type, c->hd, c->cnt);
     for (int i = 0; i < c->R * c->hd; i++) c->q[i] = tiny_uniform(&seed, 0.5f), c->acc[i] = tiny_uniform(&seed, 1);
     tile_fixture_running(c->run_max, c->run_sum, c->acc, c->R, c->hd);
 }
@@ -206,14 +206,14 @@ Test(kv_quant, a_non_finite_value_spoils_only_its_own_block) {
     float out[64];
     for (size_t ti = 0; ti < ATTND_ARRAY_LEN(QTYPES); ti++) {
         kv_type t = QTYPES[ti];
-        kvq_store_k(kt, t, 64, 5, x);
-        kvq_store_v(vt, t, 64, 0, x);
+        kv_quant_store_k(kt, t, 64, 5, x);
+        kv_quant_store_v(vt, t, 64, 0, x);
         for (int i = 0; i < 32; i++) {
             int want = t == KV_Q8_0 ? 0 : i == 3 || i == 9 ? 0 : 8;
             int got = t == KV_Q8_0 ? (int8_t)vt[2 + i] : i < 16 ? vt[2 + i] & 0xF : vt[2 + i - 16] >> 4;
             cr_assert_eq(got, want, "%s quant %d: %d", kv_type_name(t), i, got);
         }
-        kvq_v_to_f32(out, vt, t, 64, 1);
+        kv_quant_v_to_f32(out, vt, t, 64, 1);
         float step = t == KV_Q8_0 ? 8.25f / 127 : 8.25f / 8;
         for (int i = 32; i < 64; i++)
             cr_assert_leq(fabsf(out[i] - x[i]), step * (t == KV_Q8_0 ? 0.57f : 1.01f), "%s elt %d", kv_type_name(t), i);

@@ -16,6 +16,7 @@
 
 #include "attnd/engine.h"
 #include "attnd/gguf_writer.h"
+#include "attnd/sampler.h"
 #include "attnd/tokenizer.h"
 #include "engine_rig.h"
 #include "family_specs.h"
@@ -897,8 +898,9 @@ Test(model, unsupported_tensor_type_is_refused_by_name) {
     cr_assert(strstr(err.msg, "Q8_1") && strstr(err.msg, name), "message names type and tensor: %s", err.msg);
 }
 
-Test(model, lattice_iq_weights_are_refused_with_what_to_do_instead) {
-    /* rows of 256 so that the IQ2_XS super-blocks fit: attn_q (256, 256) F32 -> IQ2_XS */
+Test(model, weights_of_a_type_without_kernels_are_refused_with_what_to_do_instead) {
+    /* rows of 256 so that the Q8_K super-blocks fit: attn_q (256, 256) F32 -> Q8_K (a GGUF type
+     * that only ever holds activations; until issue 47 this test used IQ2_XS, which now runs) */
     tiny_spec sp = tiny_default("llama");
     sp.n_embd = 256, sp.n_head = 4, sp.n_head_kv = 4, sp.n_ff = 256;
     const char *name = "blk.0.attn_q.weight";
@@ -906,11 +908,11 @@ Test(model, lattice_iq_weights_are_refused_with_what_to_do_instead) {
     size_t len;
     tensor_info_bytes(from, &len, name, 256, 256);
     memcpy(to, from, len);
-    uint32_t ty = 17; /* IQ2_XS */
+    uint32_t ty = GGUF_TYPE_Q8_K;
     memcpy(to + len - 4, &ty, 4);
     attnd_err err;
     load_patched_spec(&sp, from, to, len, ATTND_ERR_UNSUPPORTED, &err);
-    cr_assert(strstr(err.msg, "IQ2_XS") && strstr(err.msg, name) && strstr(err.msg, "attnd quantize"),
+    cr_assert(strstr(err.msg, "Q8_K") && strstr(err.msg, name) && strstr(err.msg, "attnd quantize"),
               "names the type and the tensor, and says what to do: %s", err.msg);
 }
 
@@ -1067,7 +1069,7 @@ Test(model, generate_is_greedy_and_stops_when_asked) {
 
 Test(model, argmax_ties_go_to_lowest_id) {
     float l[5] = {0.5f, 2.0f, -1.0f, 2.0f, 1.0f};
-    cr_assert_eq(engine_argmax(l, 5), 1);
+    cr_assert_eq(sampler_argmax(l, 5), 1);
 }
 
 // ---- generated models against llama.cpp ---------------------------------------------------------
@@ -1270,7 +1272,7 @@ static double ref_agreement(json_t *cases, const char *name, kv_type kv, int *n_
         cr_assert_eq(kv_seq_create(&s, pool, NULL), ATTND_OK);
         prefill(e, s, ids, nt - 1, lg); /* position i predicts token i + 1 */
         for (int i = np - 1; i < nt - 1; i++, total++)
-            agree += engine_argmax(lg + (size_t)i * mi->n_vocab, mi->n_vocab) == ids[i + 1];
+            agree += sampler_argmax(lg + (size_t)i * mi->n_vocab, mi->n_vocab) == ids[i + 1];
         kv_seq_destroy(s);
         free(ids);
     }
@@ -1295,6 +1297,36 @@ Test(model, teacher_forced_agreement_with_llama_cpp_meets_floors) {
         fflush(stdout);
         cr_expect(frac >= FLOORS[fi].floor, "%s: agreement %.2f %% is below the floor %.0f %%", FLOORS[fi].model,
                   100 * frac, 100 * FLOORS[fi].floor);
+    }
+    json_decref(refj);
+}
+
+/* Issue 47's low-bit types: a 2-layer llama 256 wide whose every 2-D weight is random blocks of the
+ * type (`make_tiny OUT lowbit TYPE`: any index, sign and sub-scale byte is valid, so these are the
+ * blocks a quantizer could write), against llama.cpp's greedy tokens on the same file. Measured
+ * 99.2-100 % when the references were made (one thread; 3.5 % for IQ3_XXS with the sign table's
+ * parity bit left out, so a wrong decoder cannot pass); floors 95 %. */
+static const struct {
+    const char *model;
+    double floor;
+} LOWBIT_FLOORS[] = {
+    {"lowbit-IQ2_XXS.gguf", 0.95}, {"lowbit-IQ2_XS.gguf", 0.95}, {"lowbit-IQ2_S.gguf", 0.95},
+    {"lowbit-IQ3_XXS.gguf", 0.95}, {"lowbit-IQ3_S.gguf", 0.95},  {"lowbit-IQ1_S.gguf", 0.95},
+    {"lowbit-IQ1_M.gguf", 0.95},   {"lowbit-TQ1_0.gguf", 0.95},  {"lowbit-TQ2_0.gguf", 0.95},
+    {"lowbit-NVFP4.gguf", 0.95},
+};
+
+Test(model, lowbit_types_teacher_forced_agreement_with_llama_cpp_meets_floors) {
+    json_t *refj = load_reference();
+    json_t *cases = json_object_get(refj, "cases");
+    for (size_t fi = 0; fi < ATTND_ARRAY_LEN(LOWBIT_FLOORS); fi++) {
+        int total;
+        double frac = ref_agreement(cases, LOWBIT_FLOORS[fi].model, KV_F32, &total);
+        printf("agreement %-24s %4d tokens = %6.2f %% (floor %.0f %%)\n", LOWBIT_FLOORS[fi].model, total, 100 * frac,
+               100 * LOWBIT_FLOORS[fi].floor);
+        fflush(stdout);
+        cr_expect(frac >= LOWBIT_FLOORS[fi].floor, "%s: agreement %.2f %% is below the floor %.0f %%",
+                  LOWBIT_FLOORS[fi].model, 100 * frac, 100 * LOWBIT_FLOORS[fi].floor);
     }
     json_decref(refj);
 }

@@ -89,6 +89,25 @@ static void random_weights(uint8_t *w, uint32_t type, int64_t n_rows, int64_t n_
     case GGUF_TYPE_Q3_K: f16_fields(w, n / 256, 110, 108, 0.004f, 0.002f, 0); break;
     case GGUF_TYPE_Q5_K: f16_pair(w, n / 256, 176, 0, 0.001f, 0.0005f, 0.004f, 0.001f); break;
     case GGUF_TYPE_IQ4_XS: f16_fields(w, n / 256, 136, 0, 0.0002f, 0.0001f, 0); break;
+    /* issue 47's types: any index and sign byte is valid; d kept finite */
+    case GGUF_TYPE_IQ2_XXS: f16_fields(w, n / 256, 66, 0, 0.002f, 0.001f, 0); break;
+    case GGUF_TYPE_IQ2_XS: f16_fields(w, n / 256, 74, 0, 0.002f, 0.001f, 0); break;
+    case GGUF_TYPE_IQ2_S: f16_fields(w, n / 256, 82, 0, 0.002f, 0.001f, 0); break;
+    case GGUF_TYPE_IQ3_XXS: f16_fields(w, n / 256, 98, 0, 0.001f, 0.0005f, 0); break;
+    case GGUF_TYPE_IQ3_S: f16_fields(w, n / 256, 110, 0, 0.001f, 0.0005f, 0); break;
+    case GGUF_TYPE_IQ1_S: f16_fields(w, n / 256, 50, 0, 0.02f, 0.01f, 0); break;
+    case GGUF_TYPE_IQ1_M: /* d's four nibbles are the top nibbles of the four scale words (bytes 48..55) */
+        for (int64_t b = 0; b < n / 256; b++) {
+            uint16_t d = quant_f32_to_f16(0.02f + 0.01f * rndf());
+            for (int k = 0; k < 4; k++) w[56 * b + 49 + 2 * k] = (uint8_t)((w[56 * b + 49 + 2 * k] & 0x0F) | ((d >> (4 * k)) & 15) << 4);
+        }
+        break;
+    case GGUF_TYPE_TQ1_0: f16_fields(w, n / 256, 54, 52, 0.02f, 0.01f, 0); break;
+    case GGUF_TYPE_TQ2_0: f16_fields(w, n / 256, 66, 64, 0.02f, 0.01f, 0); break;
+    case GGUF_TYPE_NVFP4: /* four E4M3 scales a block: 2^-2 .. 2^1 (halved) */
+        for (int64_t b = 0; b < n / 64; b++)
+            for (int k = 0; k < 4; k++) w[36 * b + k] = (uint8_t)(0x30 + rnd() % 24);
+        break;
     default: cr_assert_fail("type %u", type);
     }
 }
@@ -99,6 +118,11 @@ static void random_weights(uint8_t *w, uint32_t type, int64_t n_rows, int64_t n_
 static const uint32_t NEW_TYPES[] = {GGUF_TYPE_Q4_1,   GGUF_TYPE_Q5_0, GGUF_TYPE_Q5_1, GGUF_TYPE_IQ4_NL, GGUF_TYPE_MXFP4,
                                      GGUF_TYPE_Q2_K,   GGUF_TYPE_Q3_K, GGUF_TYPE_Q5_K, GGUF_TYPE_IQ4_XS};
 #define N_NEW_TYPES (sizeof NEW_TYPES / sizeof *NEW_TYPES)
+/* issue 47's low-bit types (engine/quant_iq.c; their dequantization: test_quant_iq.c) */
+static const uint32_t LOWBIT_TYPES[] = {GGUF_TYPE_IQ2_XXS, GGUF_TYPE_IQ2_XS, GGUF_TYPE_IQ2_S, GGUF_TYPE_IQ3_XXS,
+                                        GGUF_TYPE_IQ3_S,   GGUF_TYPE_IQ1_S,  GGUF_TYPE_IQ1_M, GGUF_TYPE_TQ1_0,
+                                        GGUF_TYPE_TQ2_0,   GGUF_TYPE_NVFP4};
+#define N_LOWBIT_TYPES (sizeof LOWBIT_TYPES / sizeof *LOWBIT_TYPES)
 
 // ---- float64 floors: the exact quantized dot product ---------------------------------------------
 //
@@ -1356,9 +1380,10 @@ Test(quant, iq4_xs_superblock_dequantizes_with_six_bit_scales_and_the_iq4_nl_cod
     }
 }
 
-Test(quant, new_types_are_computable_and_lattice_iq_types_are_not) {
+Test(quant, new_types_are_computable_and_types_without_kernels_are_not) {
     for (size_t i = 0; i < N_NEW_TYPES; i++) cr_assert(gguf_type_computable(NEW_TYPES[i]), "%s", gguf_type_name(NEW_TYPES[i]));
-    const uint32_t refused[] = {16, 17, 18, 19, 21, 22, 29}; /* IQ2_XXS IQ2_XS IQ3_XXS IQ1_S IQ3_S IQ2_S IQ1_M */
+    for (size_t i = 0; i < N_LOWBIT_TYPES; i++) cr_assert(gguf_type_computable(LOWBIT_TYPES[i]), "%s", gguf_type_name(LOWBIT_TYPES[i]));
+    const uint32_t refused[] = {9, 15, 24, 28, 41}; /* Q8_1, Q8_K (activation forms), I8, F64, an unknown id */
     for (size_t i = 0; i < sizeof refused / sizeof *refused; i++) cr_assert(!gguf_type_computable(refused[i]));
     cr_assert_eq(quant_row_bytes(GGUF_TYPE_Q5_K, 512), 2 * 176);
     cr_assert_eq(quant_row_bytes(GGUF_TYPE_MXFP4, 64), 2 * 17);
@@ -1412,6 +1437,42 @@ Test(quant, new_types_give_a_token_the_same_result_alone_or_in_a_batch) {
 Test(quant, new_types_matmul_of_zero_activations_is_zero) {
     for (size_t i = 0; i < N_NEW_TYPES; i++) {
         uint32_t type = NEW_TYPES[i];
+        int64_t n_cols = cols_for(type);
+        uint8_t *w = malloc(quant_row_bytes(type, n_cols) * 9);
+        random_weights(w, type, 9, n_cols);
+        float *x = calloc((size_t)n_cols, sizeof(float)), out[9];
+        size_t sb;
+        uint8_t *scratch = scratch_for(type, 1, n_cols, &sb);
+        quant_matmul(out, w, type, 9, n_cols, x, 1, scratch, 1);
+        for (int r = 0; r < 9; r++) cr_assert_eq(out[r], 0.0f, "%s row %d: %g", gguf_type_name(type), r, out[r]);
+        free(scratch);
+        free(w);
+        free(x);
+    }
+}
+
+// ---- the low-bit types of issue 47: matmul -------------------------------------------------------
+
+/* cols_for gives 3 super-blocks (12 NVFP4 blocks); long_cols_for 5 (20) */
+Test(quant, lowbit_types_matmul_matches_float64_reference) {
+    for (size_t i = 0; i < N_LOWBIT_TYPES; i++) {
+        uint32_t type = LOWBIT_TYPES[i];
+        matmul_case(type, 37, cols_for(type), 1, 0);
+        matmul_case(type, 29, cols_for(type), 7, 0);
+        matmul_case(type, 23, cols_for(type), 1, 1); /* exactly representable activations */
+    }
+    /* above the parallel threshold, both activation forms (Q8_K, Q8_0) */
+    matmul_case(GGUF_TYPE_IQ2_XXS, ((1 << 20) / 768 + 40) | 1, 768, 1, 0);
+    matmul_case(GGUF_TYPE_NVFP4, ((1 << 20) / 768 + 40) | 1, 768, 1, 0);
+}
+
+Test(quant, lowbit_types_every_batch_size_to_33_at_tile_edges_agrees_with_portable) {
+    for (size_t i = 0; i < N_LOWBIT_TYPES; i++) batch_sizes_agree_with_portable(LOWBIT_TYPES[i]);
+}
+
+Test(quant, lowbit_types_matmul_of_zero_activations_is_zero) {
+    for (size_t i = 0; i < N_LOWBIT_TYPES; i++) {
+        uint32_t type = LOWBIT_TYPES[i];
         int64_t n_cols = cols_for(type);
         uint8_t *w = malloc(quant_row_bytes(type, n_cols) * 9);
         random_weights(w, type, 9, n_cols);

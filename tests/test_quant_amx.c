@@ -159,6 +159,28 @@ static const uint32_t AMX_TYPES[] = {GGUF_TYPE_Q8_0,   GGUF_TYPE_Q4_0,  GGUF_TYP
                                      GGUF_TYPE_Q6_K,   GGUF_TYPE_Q4_1,  GGUF_TYPE_Q5_0,  GGUF_TYPE_Q5_1,
                                      GGUF_TYPE_IQ4_NL, GGUF_TYPE_MXFP4, GGUF_TYPE_IQ4_XS};
 
+/* The start-up line's list of tile types comes from the tiles' table: exactly AMX_TYPES, every
+ * name whole, and a short buffer cut at a name's end. */
+Test(quant_amx, the_type_names_are_those_of_the_tile_table) {
+    char names[256];
+    size_t need = quant_amx_type_names(names, sizeof names);
+    cr_assert_eq(need, strlen(names), "the whole list fits in 256 bytes");
+    size_t n_amx = sizeof AMX_TYPES / sizeof AMX_TYPES[0], n_listed = 1;
+    for (const char *c = names; *c; c++) n_listed += *c == ',';
+    cr_assert_eq(n_listed, n_amx, "%s: one name per tile type", names);
+    for (size_t i = 0; i < n_amx; i++) {
+        const char *name = gguf_type_name(AMX_TYPES[i]), *at = strstr(names, name);
+        size_t n = strlen(name);
+        while (at && !((at == names || at[-1] == ' ') && (at[n] == ',' || at[n] == '\0'))) at = strstr(at + 1, name);
+        cr_assert(at, "%s lists %s", names, name);
+    }
+    cr_assert_null(strstr(names, "Q2_K"), "Q2_K runs on avx512's packed kernel, not on the tiles");
+    char small[12];
+    cr_assert_eq(quant_amx_type_names(small, sizeof small), need, "the length the whole list needs");
+    cr_assert_str_eq(small, "Q8_0, Q4_0", "cut at a name's end");
+    cr_assert_eq(quant_amx_type_names(NULL, 0), need);
+}
+
 static void random_weights(uint8_t *w, uint32_t type, int64_t n_rows, int64_t n_cols) {
     size_t rb = quant_row_bytes(type, n_cols);
     for (size_t i = 0; i < rb * (size_t)n_rows; i++) w[i] = (uint8_t)rnd();

@@ -33,56 +33,56 @@ Test(sess_redis, urls_are_parsed_and_mistakes_named) {
     char host[64];
     int port, db;
     attnd_err err;
-    cr_assert_eq(sessredis_url_parse("redis://127.0.0.1:6380/2", host, sizeof(host), &port, &db, &err), ATTND_OK);
+    cr_assert_eq(sess_redis_url_parse("redis://127.0.0.1:6380/2", host, sizeof(host), &port, &db, &err), ATTND_OK);
     cr_assert_str_eq(host, "127.0.0.1");
     cr_assert_eq(port, 6380);
     cr_assert_eq(db, 2);
-    cr_assert_eq(sessredis_url_parse("redis://cache.internal", host, sizeof(host), &port, &db, &err), ATTND_OK);
+    cr_assert_eq(sess_redis_url_parse("redis://cache.internal", host, sizeof(host), &port, &db, &err), ATTND_OK);
     cr_assert_str_eq(host, "cache.internal");
     cr_assert_eq(port, 6379, "the default port");
     cr_assert_eq(db, 0);
     const char *bad[] = {"127.0.0.1:6379", "redis://", "redis://:6379", "redis://h:0", "redis://h:70000",
                          "redis://h:12x", "redis://h/x", "redis://user:pw@h", "redis://h:1/2/3", "http://h"};
     for (size_t i = 0; i < sizeof(bad) / sizeof(*bad); i++) {
-        cr_assert_eq(sessredis_url_parse(bad[i], host, sizeof(host), &port, &db, &err), ATTND_ERR_INVALID, "%s", bad[i]);
+        cr_assert_eq(sess_redis_url_parse(bad[i], host, sizeof(host), &port, &db, &err), ATTND_ERR_INVALID, "%s", bad[i]);
         cr_assert(strstr(err.msg, "session_store"), "%s", err.msg);
     }
-    cr_assert_eq(sessredis_url_parse("redis://a-very-long-host-name-indeed.example", host, 8, &port, &db, &err),
+    cr_assert_eq(sess_redis_url_parse("redis://a-very-long-host-name-indeed.example", host, 8, &port, &db, &err),
                  ATTND_ERR_INVALID, "a host longer than the buffer");
 }
 
 Test(sess_redis, records_round_trip_and_name_their_owner_and_id) {
     int32_t toks[] = {1, 415, 0, 2147483647};
-    sessredis_rec rec = {.version = 7, .created_ms = 1000, .last_use_ms = 2000, .tokens = toks, .n_tokens = 4};
-    char *text = sessredis_rec_encode("ab12", "chat-1", MODEL, &rec);
+    sess_redis_rec rec = {.version = 7, .created_ms = 1000, .last_use_ms = 2000, .tokens = toks, .n_tokens = 4};
+    char *text = sess_redis_rec_encode("ab12", "chat-1", MODEL, &rec);
     cr_assert_not_null(text);
-    sessredis_rec back;
+    sess_redis_rec back;
     attnd_err err;
-    cr_assert_eq(sessredis_rec_decode("7", text, strlen(text), "ab12", "chat-1", MODEL, &back, &err), ATTND_OK, "%s", err.msg);
+    cr_assert_eq(sess_redis_rec_decode("7", text, strlen(text), "ab12", "chat-1", MODEL, &back, &err), ATTND_OK, "%s", err.msg);
     cr_assert_eq(back.version, 7);
     cr_assert_eq(back.created_ms, 1000);
     cr_assert_eq(back.last_use_ms, 2000);
     cr_assert_eq(back.n_tokens, 4);
     cr_assert_arr_eq(back.tokens, toks, sizeof(toks));
-    sessredis_rec_free(&back);
+    sess_redis_rec_free(&back);
     /* the key's owner and id must be the record's: a record copied under another key is damaged */
-    cr_assert_eq(sessredis_rec_decode("7", text, strlen(text), "cd34", "chat-1", MODEL, &back, &err), ATTND_ERR_FORMAT);
-    cr_assert_eq(sessredis_rec_decode("7", text, strlen(text), NULL, "chat-1", MODEL, &back, &err), ATTND_ERR_FORMAT);
-    cr_assert_eq(sessredis_rec_decode("7", text, strlen(text), "ab12", "chat-2", MODEL, &back, &err), ATTND_ERR_FORMAT);
-    cr_assert_eq(sessredis_rec_decode("7", text, strlen(text), "ab12", "chat-1", "other/vocab9", &back, &err),
+    cr_assert_eq(sess_redis_rec_decode("7", text, strlen(text), "cd34", "chat-1", MODEL, &back, &err), ATTND_ERR_FORMAT);
+    cr_assert_eq(sess_redis_rec_decode("7", text, strlen(text), NULL, "chat-1", MODEL, &back, &err), ATTND_ERR_FORMAT);
+    cr_assert_eq(sess_redis_rec_decode("7", text, strlen(text), "ab12", "chat-2", MODEL, &back, &err), ATTND_ERR_FORMAT);
+    cr_assert_eq(sess_redis_rec_decode("7", text, strlen(text), "ab12", "chat-1", "other/vocab9", &back, &err),
                  ATTND_ERR_UNSUPPORTED, "another model's record");
     const char *versions[] = {"", "0", "x", "7x", "-1", NULL};
     for (size_t i = 0; i < sizeof(versions) / sizeof(*versions); i++)
-        cr_assert_eq(sessredis_rec_decode(versions[i], text, strlen(text), "ab12", "chat-1", MODEL, &back, &err),
+        cr_assert_eq(sess_redis_rec_decode(versions[i], text, strlen(text), "ab12", "chat-1", MODEL, &back, &err),
                      ATTND_ERR_FORMAT, "version '%s'", versions[i] ? versions[i] : "(null)");
-    cr_assert_eq(sessredis_rec_decode("7", "{\"format\":", 10, "ab12", "chat-1", MODEL, &back, &err), ATTND_ERR_FORMAT);
-    cr_assert_eq(sessredis_rec_decode("7", NULL, 0, "ab12", "chat-1", MODEL, &back, &err), ATTND_ERR_FORMAT);
+    cr_assert_eq(sess_redis_rec_decode("7", "{\"format\":", 10, "ab12", "chat-1", MODEL, &back, &err), ATTND_ERR_FORMAT);
+    cr_assert_eq(sess_redis_rec_decode("7", NULL, 0, "ab12", "chat-1", MODEL, &back, &err), ATTND_ERR_FORMAT);
     free(text);
     rec.n_tokens = 0;
-    text = sessredis_rec_encode(NULL, "empty", MODEL, &rec);
-    cr_assert_eq(sessredis_rec_decode("1", text, strlen(text), "", "empty", MODEL, &back, &err), ATTND_OK, "%s", err.msg);
+    text = sess_redis_rec_encode(NULL, "empty", MODEL, &rec);
+    cr_assert_eq(sess_redis_rec_decode("1", text, strlen(text), "", "empty", MODEL, &back, &err), ATTND_OK, "%s", err.msg);
     cr_assert_eq(back.n_tokens, 0);
-    sessredis_rec_free(&back);
+    sess_redis_rec_free(&back);
     free(text);
 }
 
@@ -151,59 +151,59 @@ static void with_redis(void) {
 
 TestSuite(shared, .init = with_redis, .fini = redis_stop);
 
-static sessredis *client(const char *prefix) {
-    sessredis *r;
+static sess_redis *client(const char *prefix) {
+    sess_redis *r;
     attnd_err err;
-    cr_assert_eq(sessredis_create(&r, redis_url, prefix, 60, MODEL, &err), ATTND_OK, "%s", err.msg);
+    cr_assert_eq(sess_redis_create(&r, redis_url, prefix, 60, MODEL, &err), ATTND_OK, "%s", err.msg);
     return r;
 }
 
-static sessredis_rec rec_of(uint64_t v, int32_t *toks, int n) {
-    return (sessredis_rec){.version = v, .created_ms = 5, .last_use_ms = 6, .tokens = toks, .n_tokens = n};
+static sess_redis_rec rec_of(uint64_t v, int32_t *toks, int n) {
+    return (sess_redis_rec){.version = v, .created_ms = 5, .last_use_ms = 6, .tokens = toks, .n_tokens = n};
 }
 
 Test(shared, a_write_names_the_version_it_read_and_exactly_one_racer_wins) {
-    sessredis *r = client("t1:");
+    sess_redis *r = client("t1:");
     attnd_err err;
     int32_t a[] = {1, 2, 3}, b[] = {1, 2, 9};
-    sessredis_rec v1 = rec_of(1, NULL, 0), v2a = rec_of(2, a, 3), v2b = rec_of(2, b, 3), got;
-    cr_assert_eq(sessredis_put(r, "", "s", 0, &v1, &err), ATTND_OK, "%s", err.msg);
-    cr_assert_eq(sessredis_put(r, "", "s", 0, &v1, &err), ATTND_ERR_BUSY,
+    sess_redis_rec v1 = rec_of(1, NULL, 0), v2a = rec_of(2, a, 3), v2b = rec_of(2, b, 3), got;
+    cr_assert_eq(sess_redis_put(r, "", "s", 0, &v1, &err), ATTND_OK, "%s", err.msg);
+    cr_assert_eq(sess_redis_put(r, "", "s", 0, &v1, &err), ATTND_ERR_BUSY,
                  "another create of the same id, even with the very same record (same millisecond)");
-    sessredis_rec other = rec_of(1, a, 1);
-    cr_assert_eq(sessredis_put(r, "", "s", 0, &other, &err), ATTND_ERR_BUSY, "the id is taken");
+    sess_redis_rec other = rec_of(1, a, 1);
+    cr_assert_eq(sess_redis_put(r, "", "s", 0, &other, &err), ATTND_ERR_BUSY, "the id is taken");
     cr_assert(strstr(err.msg, "already exists"), "%s", err.msg);
     /* two turns read version 1; the first write wins, the second is refused, nothing merged */
-    cr_assert_eq(sessredis_put(r, "", "s", 1, &v2a, &err), ATTND_OK, "%s", err.msg);
-    cr_assert_eq(sessredis_put(r, "", "s", 1, &v2b, &err), ATTND_ERR_BUSY);
+    cr_assert_eq(sess_redis_put(r, "", "s", 1, &v2a, &err), ATTND_OK, "%s", err.msg);
+    cr_assert_eq(sess_redis_put(r, "", "s", 1, &v2b, &err), ATTND_ERR_BUSY);
     cr_assert(strstr(err.msg, "another request"), "%s", err.msg);
-    cr_assert_eq(sessredis_get(r, "", "s", &got, &err), ATTND_OK, "%s", err.msg);
+    cr_assert_eq(sess_redis_get(r, "", "s", &got, &err), ATTND_OK, "%s", err.msg);
     cr_assert_eq(got.version, 2);
     cr_assert_eq(got.n_tokens, 3);
     cr_assert_arr_eq(got.tokens, a, sizeof(a), "the winner's history, untouched");
-    sessredis_rec_free(&got);
+    sess_redis_rec_free(&got);
     /* owners: the same id under another key is another session */
-    cr_assert_eq(sessredis_get(r, "ab12", "s", &got, &err), ATTND_ERR_NOT_FOUND);
-    cr_assert_eq(sessredis_delete(r, "", "s", &err), ATTND_OK);
-    cr_assert_eq(sessredis_delete(r, "", "s", &err), ATTND_ERR_NOT_FOUND);
-    sessredis_rec v3 = rec_of(3, a, 3);
-    cr_assert_eq(sessredis_put(r, "", "s", 2, &v3, &err), ATTND_ERR_NOT_FOUND, "a turn on a deleted session");
-    sessredis_destroy(r);
+    cr_assert_eq(sess_redis_get(r, "ab12", "s", &got, &err), ATTND_ERR_NOT_FOUND);
+    cr_assert_eq(sess_redis_delete(r, "", "s", &err), ATTND_OK);
+    cr_assert_eq(sess_redis_delete(r, "", "s", &err), ATTND_ERR_NOT_FOUND);
+    sess_redis_rec v3 = rec_of(3, a, 3);
+    cr_assert_eq(sess_redis_put(r, "", "s", 2, &v3, &err), ATTND_ERR_NOT_FOUND, "a turn on a deleted session");
+    sess_redis_destroy(r);
 }
 
 Test(shared, an_unreachable_store_is_an_io_error_and_recovers_by_itself) {
-    sessredis *r = client("t2:");
+    sess_redis *r = client("t2:");
     attnd_err err;
-    sessredis_rec v1 = rec_of(1, NULL, 0), got;
-    cr_assert_eq(sessredis_put(r, "", "s", 0, &v1, &err), ATTND_OK, "%s", err.msg);
+    sess_redis_rec v1 = rec_of(1, NULL, 0), got;
+    cr_assert_eq(sess_redis_put(r, "", "s", 0, &v1, &err), ATTND_OK, "%s", err.msg);
     redis_stop();
-    cr_assert_eq(sessredis_get(r, "", "s", &got, &err), ATTND_ERR_IO);
+    cr_assert_eq(sess_redis_get(r, "", "s", &got, &err), ATTND_ERR_IO);
     cr_assert(strstr(err.msg, "unavailable") && strstr(err.msg, redis_url), "%s", err.msg);
-    cr_assert_eq(sessredis_put(r, "", "t", 0, &v1, &err), ATTND_ERR_IO);
+    cr_assert_eq(sess_redis_put(r, "", "t", 0, &v1, &err), ATTND_ERR_IO);
     redis_start(); /* empty: no persistence */
-    cr_assert_eq(sessredis_get(r, "", "s", &got, &err), ATTND_ERR_NOT_FOUND, "reconnected: %s", err.msg);
-    cr_assert_eq(sessredis_put(r, "", "s", 0, &v1, &err), ATTND_OK, "%s", err.msg);
-    sessredis_destroy(r);
+    cr_assert_eq(sess_redis_get(r, "", "s", &got, &err), ATTND_ERR_NOT_FOUND, "reconnected: %s", err.msg);
+    cr_assert_eq(sess_redis_put(r, "", "s", 0, &v1, &err), ATTND_OK, "%s", err.msg);
+    sess_redis_destroy(r);
 }
 
 // ---- two session stores on one shared store: two instances -----------------------------------
@@ -448,15 +448,15 @@ Test(shared, a_hung_store_fails_every_call_within_its_deadline_and_loses_no_save
         cr_assert_eq(calls[i].rc, ATTND_ERR_IO, "%s: %d", calls[i].id, calls[i].rc);
         cr_assert_leq(calls[i].seconds, 3.0, "%s answered after %.2f s", calls[i].id, calls[i].seconds);
     }
-    sessredis *r = client("t10:");
+    sess_redis *r = client("t10:");
     for (int i = 0; i < HUNG_N; i++) {
-        sessredis_rec got;
-        cr_assert_eq(sessredis_get(r, "", calls[i].id, &got, &err), ATTND_OK, "%s", err.msg);
+        sess_redis_rec got;
+        cr_assert_eq(sess_redis_get(r, "", calls[i].id, &got, &err), ATTND_OK, "%s", err.msg);
         cr_assert_geq(got.n_tokens, 2);
         cr_assert_arr_eq(got.tokens, h[i], 2 * sizeof(int32_t), "%s lost its saved turn", calls[i].id);
-        sessredis_rec_free(&got);
+        sess_redis_rec_free(&got);
     }
-    sessredis_destroy(r);
+    sess_redis_destroy(r);
     sess_store_destroy(a);
 }
 
@@ -506,22 +506,26 @@ Test(shared, a_key_holds_at_most_its_quota_across_instances) {
 }
 
 Test(shared, an_expired_session_leaves_its_key_s_count) {
-    sessredis *brief, *r = client("t9:"); /* a TTL of 1 s, and of 60 s */
+    sess_redis *brief, *r = client("t9:"); /* a TTL of 1 s, and of 60 s */
     attnd_err err;
-    cr_assert_eq(sessredis_create(&brief, redis_url, "t9:", 1, MODEL, &err), ATTND_OK, "%s", err.msg);
-    sessredis_set_quota(brief, 2);
-    sessredis_set_quota(r, 2);
-    sessredis_rec v1 = rec_of(1, NULL, 0), got;
-    cr_assert_eq(sessredis_put(brief, "ab12", "old", 0, &v1, &err), ATTND_OK, "%s", err.msg);
-    cr_assert_eq(sessredis_put(r, "ab12", "keep", 0, &v1, &err), ATTND_OK, "%s", err.msg);
-    cr_assert_eq(sessredis_put(r, "ab12", "new", 0, &v1, &err), ATTND_ERR_NOMEM);
-    usleep(2100 * 1000); /* Redis expires "old" after its 1 s TTL; the count outlives it */
-    cr_assert_eq(sessredis_get(r, "ab12", "old", &got, &err), ATTND_ERR_NOT_FOUND);
-    cr_assert_eq(sessredis_put(r, "ab12", "new", 0, &v1, &err), ATTND_OK, "the expired session still counted: %s",
+    cr_assert_eq(sess_redis_create(&brief, redis_url, "t9:", 1, MODEL, &err), ATTND_OK, "%s", err.msg);
+    sess_redis_set_quota(brief, 2);
+    sess_redis_set_quota(r, 2);
+    sess_redis_rec v1 = rec_of(1, NULL, 0), got;
+    cr_assert_eq(sess_redis_put(brief, "ab12", "old", 0, &v1, &err), ATTND_OK, "%s", err.msg);
+    cr_assert_eq(sess_redis_put(r, "ab12", "keep", 0, &v1, &err), ATTND_OK, "%s", err.msg);
+    cr_assert_eq(sess_redis_put(r, "ab12", "new", 0, &v1, &err), ATTND_ERR_NOMEM);
+    /* Redis expires "old" after its 1 s TTL on its own clock: poll to a deadline, no fixed sleep;
+     * the count outlives it */
+    attnd_status st = ATTND_OK;
+    for (double end = attnd_now_s() + 30; st != ATTND_ERR_NOT_FOUND && attnd_now_s() < end; usleep(10 * 1000))
+        st = sess_redis_get(r, "ab12", "old", &got, &err);
+    cr_assert_eq(st, ATTND_ERR_NOT_FOUND, "'old' did not expire in 30 s");
+    cr_assert_eq(sess_redis_put(r, "ab12", "new", 0, &v1, &err), ATTND_OK, "the expired session still counted: %s",
                  err.msg);
-    cr_assert_eq(sessredis_put(r, "ab12", "more", 0, &v1, &err), ATTND_ERR_NOMEM, "keep and new");
-    sessredis_set_quota(r, 0);
-    cr_assert_eq(sessredis_put(r, "ab12", "more", 0, &v1, &err), ATTND_OK, "0 = no cap: %s", err.msg);
-    sessredis_destroy(brief);
-    sessredis_destroy(r);
+    cr_assert_eq(sess_redis_put(r, "ab12", "more", 0, &v1, &err), ATTND_ERR_NOMEM, "keep and new");
+    sess_redis_set_quota(r, 0);
+    cr_assert_eq(sess_redis_put(r, "ab12", "more", 0, &v1, &err), ATTND_OK, "0 = no cap: %s", err.msg);
+    sess_redis_destroy(brief);
+    sess_redis_destroy(r);
 }

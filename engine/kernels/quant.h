@@ -124,6 +124,11 @@ const char *quant_isa_name(quant_isa isa);
 /* Why the CPU's AMX tiles are not in use, for start-up logs: NULL when they are in use or the CPU
  * has none; else e.g. "refused by the OS" or "ATTND_ISA=avx512" (static strings). */
 const char *quant_amx_unused_reason(void);
+/* The weight types the AMX tiles multiply, as "Q8_0, Q4_0, ..." (QUANT_TYPE_LIST's order), read
+ * from the tiles' kernel table, so that a start-up line never lists them by hand. Writes at most
+ * cap bytes, NUL included (cut at a name's end when it does not fit); returns the length the whole
+ * list needs. */
+size_t quant_amx_type_names(char *out, size_t cap);
 
 /*
  * The arithmetic of the AMX tile kernels (QUANT_ISA_AMX and QUANT_ISA_AMX_EMU) from 128 tokens:

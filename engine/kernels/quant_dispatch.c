@@ -5,17 +5,20 @@
  * quant_kernels_active) built from the tables of quant_ref.c, x86/ and amx/; then the vector
  * primitives of quant.h, which call through that table.
  *
- * The kernels it chooses from never call back into it (their per-CPU parameters are quant_tune.c's),
- * and the formats (quant_format.c) do not call it: calls go one way, driver -> dispatch -> kernels
- * -> formats.
+ * The kernels it chooses from never call back into it (their per-CPU parameters are
+ * quant_tune.c's), and the formats (quant_format.c) do not call it: calls go one way, driver ->
+ * dispatch -> kernels -> formats. Of the rest of engine/, the kernels call only the pool
+ * (threads.c) and GGUF (gguf.c; the writer for quantize.c), never the attention loops above them.
  */
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "amx/amx_tile.h"
 #include "attnd/common.h"
+#include "attnd/gguf.h"
 #include "quant.h"
 #include "quant_impl.h"
 #include "quant_types.h"
@@ -115,6 +118,21 @@ const char *quant_amx_unused_reason(void) {
     return isa_from_env() >= 0 ? "turned off by ATTND_ISA / ATTND_NO_SIMD" : "not selected";
 }
 
+size_t quant_amx_type_names(char *out, size_t cap) {
+    size_t len = 0;
+    bool fits = cap > 0; /* false from the first name that does not fit: the list stops there */
+    if (fits) out[0] = '\0';
+    for (int t = 0; t < QT_COUNT; t++) { /* the emulated table has the real one's entries, on any CPU */
+        if (!quant_kernels_amx_emu.packed[t] && !quant_kernels_amx_emu.rows[t]) continue;
+        const char *name = gguf_type_name(quant_traits_table[t].type);
+        size_t add = strlen(name) + (len ? 2 : 0);
+        fits = fits && len + add < cap;
+        if (fits) snprintf(out + len, cap - len, "%s%s", len ? ", " : "", name);
+        len += add;
+    }
+    return len;
+}
+
 static _Atomic int g_amx_math = -1; /* -1: not chosen yet */
 
 quant_amx_math quant_amx_math_active(void) {
@@ -173,8 +191,7 @@ static void resolve_tables(void) {
         RESOLVE(k, isa, prep_q8_0); RESOLVE(k, isa, prep_q8_k); RESOLVE(k, isa, prep_f16);
         RESOLVE(k, isa, prep_bf16);
         RESOLVE(k, isa, dot_rows); RESOLVE(k, isa, axpy_rows); RESOLVE(k, isa, exp); RESOLVE(k, isa, h2f);
-        RESOLVE(k, isa, f2h); RESOLVE(k, isa, attn_scores_t); RESOLVE(k, isa, attn_max);
-        RESOLVE(k, isa, attn_tile);
+        RESOLVE(k, isa, f2h);
     }
 }
 

@@ -13,6 +13,7 @@
 #include "attnd/gguf.h"
 #include "quant.h"
 #include "quant_impl.h"
+#include "quant_iq.h"
 #include "quant_types.h"
 
 // ---- scalar conversions ------------------------------------------------------------------------

@@ -81,11 +81,6 @@ typedef void (*quant_axpy_rows_fn)(float *acc, const float *p, const float *V, i
 typedef void (*quant_exp_fn)(float *y, const float *x, int64_t n);
 typedef void (*quant_h2f_fn)(float *dst, const uint16_t *src, int64_t n);
 typedef void (*quant_f2h_fn)(uint16_t *dst, const float *src, int64_t n);
-/* The attention loops of attn_ops.h (implemented in attn_ops.c). */
-typedef void (*attn_scores_t_fn)(float *s, const float *q, const float *KT, int cnt, int hd, float scale);
-typedef float (*attn_max_fn)(const float *s, int cnt);
-struct attn_tile;
-typedef void (*attn_tile_fn)(const struct attn_tile *t);
 
 /* Packed weights (quant.h): 16-row groups of PACK_ROWS rows, group g at data + g * group_bytes. A
  * packed row-range kernel takes (data, group_bytes) for (w, row_bytes), r0 a multiple of 16. */
@@ -196,9 +191,6 @@ typedef struct quant_kernels {
     quant_exp_fn exp;
     quant_h2f_fn h2f;
     quant_f2h_fn f2h;
-    attn_scores_t_fn attn_scores_t;
-    attn_max_fn attn_max;
-    attn_tile_fn attn_tile;
 } quant_kernels;
 
 extern const quant_kernels quant_kernels_portable;
@@ -214,17 +206,6 @@ extern const quant_kernels quant_kernels_amx_emu; /* quant_amx_emu.c: the same o
  * from the next one down). Built once, thread-safely; the pointer stays valid for the life of the
  * process. */
 const quant_kernels *quant_kernels_active(void);
-
-/* attn_ops.c's implementations, referenced by the tables */
-void attn_scores_t_portable(float *s, const float *q, const float *KT, int cnt, int hd, float scale);
-float attn_max_portable(const float *s, int cnt);
-void attn_tile_portable(const struct attn_tile *t);
-#if defined(__x86_64__)
-void attn_scores_t_avx2(float *s, const float *q, const float *KT, int cnt, int hd, float scale);
-float attn_max_avx2(const float *s, int cnt);
-void attn_tile_avx2(const struct attn_tile *t);
-void attn_tile_avx512(const struct attn_tile *t);
-#endif
 
 /* Little-endian unaligned loads from the mapping (GGUF is little-endian, so is x86/arm64). */
 static inline uint16_t quant_ld16(const uint8_t *p) {

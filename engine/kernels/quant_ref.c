@@ -17,6 +17,7 @@
 #include "attnd/common.h"
 #include "quant.h"
 #include "quant_impl.h"
+#include "quant_iq.h"
 #include "quant_types.h"
 
 /* Round to nearest, ties to even, for |f| < 2^22, without a libm call (the magic-number trick). */
@@ -437,7 +438,4 @@ const quant_kernels quant_kernels_portable = {
     .exp = exp_portable,
     .h2f = h2f_portable,
     .f2h = f2h_portable,
-    .attn_scores_t = attn_scores_t_portable,
-    .attn_max = attn_max_portable,
-    .attn_tile = attn_tile_portable,
 };

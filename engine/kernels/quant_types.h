@@ -15,7 +15,8 @@
 
 /*
  * X(NAME, name, ACT): GGUF_TYPE_<NAME>, the functions dequant_<name> (quant_format.c) and
- * rows_<name> (quant_ref.c), and QUANT_ACT_<ACT>, the form its dot product reads activations in
+ * rows_<name> (quant_ref.c; the low-bit types of issue 47: both in quant_iq.c, declared in
+ * quant_iq.h), and QUANT_ACT_<ACT>, the form its dot product reads activations in
  * (llama.cpp's vec_dot_type for the type).
  */
 #define QUANT_TYPE_LIST(X) \
@@ -34,7 +35,17 @@
     X(Q2_K, q2_k, Q8_K)    \
     X(Q3_K, q3_k, Q8_K)    \
     X(Q5_K, q5_k, Q8_K)    \
-    X(IQ4_XS, iq4_xs, Q8_K)
+    X(IQ4_XS, iq4_xs, Q8_K) \
+    X(IQ2_XXS, iq2_xxs, Q8_K) \
+    X(IQ2_XS, iq2_xs, Q8_K)  \
+    X(IQ2_S, iq2_s, Q8_K)    \
+    X(IQ3_XXS, iq3_xxs, Q8_K) \
+    X(IQ3_S, iq3_s, Q8_K)    \
+    X(IQ1_S, iq1_s, Q8_K)    \
+    X(IQ1_M, iq1_m, Q8_K)    \
+    X(TQ1_0, tq1_0, Q8_K)    \
+    X(TQ2_0, tq2_0, Q8_K)    \
+    X(NVFP4, nvfp4, Q8_0)
 
 /* Dense index of a computable type: QT_F32, QT_F16, ... (kernel tables are arrays of QT_COUNT). */
 typedef enum quant_type_idx {

@@ -126,9 +126,6 @@ void engine_seq_ablate(kv_seq *s, const engine_ablation *a);
 
 // ---- Generation loop ------------------------------------------------------------------------
 
-/* Index of the largest logit; ties go to the lowest id (greedy decoding). */
-int32_t engine_argmax(const float *logits, int n_vocab);
-
 typedef struct spec spec; /* attnd/spec.h */
 
 typedef struct engine_gen {
@@ -136,7 +133,7 @@ typedef struct engine_gen {
     /* Speculative decoding (attnd/spec.h), borrowed; NULL = off. Its history is reset and fed
      * the prompt and every generated token. Off for a model spec_supported refuses. */
     spec *spec;
-    /* Picks the next token from logits[n_vocab]; NULL = greedy (engine_argmax). A negative
+    /* Picks the next token from logits[n_vocab]; NULL = greedy (sampler_argmax, attnd/sampler.h). A negative
      * return aborts generation with ATTND_ERR_INVALID. */
     int32_t (*pick)(void *user, const float *logits);
     void *pick_user;

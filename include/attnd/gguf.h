@@ -59,10 +59,20 @@ typedef enum gguf_type {
     GGUF_TYPE_Q5_K = 13,
     GGUF_TYPE_Q6_K = 14,
     GGUF_TYPE_Q8_K = 15,
+    GGUF_TYPE_IQ2_XXS = 16,
+    GGUF_TYPE_IQ2_XS = 17,
+    GGUF_TYPE_IQ3_XXS = 18,
+    GGUF_TYPE_IQ1_S = 19,
     GGUF_TYPE_IQ4_NL = 20,
+    GGUF_TYPE_IQ3_S = 21,
+    GGUF_TYPE_IQ2_S = 22,
     GGUF_TYPE_IQ4_XS = 23,
+    GGUF_TYPE_IQ1_M = 29,
     GGUF_TYPE_BF16 = 30,
+    GGUF_TYPE_TQ1_0 = 34,
+    GGUF_TYPE_TQ2_0 = 35,
     GGUF_TYPE_MXFP4 = 39,
+    GGUF_TYPE_NVFP4 = 40,
 } gguf_type;
 
 /* Name ("Q4_K"), or NULL for a type id attnd does not know. */

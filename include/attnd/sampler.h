@@ -76,6 +76,10 @@ void sampler_adjust_logits(const sampler *s, float *logits);
 /* Forgets the penalty history (the random generator keeps its state). */
 void sampler_reset(sampler *s);
 
+/* Greedy decoding without a sampler (no penalties, no bias): the index of the largest of
+ * logits[n_vocab], n_vocab >= 1; ties go to the lowest id. A pure function. */
+int32_t sampler_argmax(const float *logits, int n_vocab);
+
 /* Log-probabilities from the model's raw distribution (log_softmax of the logits, before any
  * sampling transform). */
 typedef struct token_logprob {

@@ -386,15 +386,10 @@ static void frame(sse_buf *b, responses_stream *st, const char *type, json_t *ev
         return;
     }
     size_t need = strlen(type) + strlen(data) + 20;
-    if (b->n + need + 1 > b->cap) {
-        size_t cap = (b->cap + need) * 2;
-        char *g = realloc(b->p, cap);
-        if (!g) {
-            free(data);
-            b->failed = true;
-            return;
-        }
-        b->p = g, b->cap = cap;
+    if (!attnd_grow(&b->p, &b->cap, b->n + need + 1, 1, 256)) {
+        free(data);
+        b->failed = true;
+        return;
     }
     b->n += (size_t)snprintf(b->p + b->n, b->cap - b->n, "event: %s\ndata: %s\n\n", type, data);
     free(data);

@@ -196,20 +196,20 @@ static void set_tenant_quotas(server *s) {
  * which then holds every named session instead of state_dir. */
 static attnd_status sessions_open(server *s, const char *tag, attnd_err *err) {
     const char *url = s->cfg.session_store && *s->cfg.session_store ? s->cfg.session_store : NULL;
-    sessredis *shared = NULL;
-    attnd_status rc = url ? sessredis_create(&shared, url, s->cfg.session_store_prefix, s->cfg.session_store_ttl_s,
+    sess_redis *shared = NULL;
+    attnd_status rc = url ? sess_redis_create(&shared, url, s->cfg.session_store_prefix, s->cfg.session_store_ttl_s,
                                              tag, err)
                           : ATTND_OK;
     if (rc != ATTND_OK) return rc;
     rc = sess_store_create(&s->store, url ? NULL : s->cfg.state_dir, tag, s->cfg.max_sessions, err);
     if (rc != ATTND_OK) {
-        sessredis_destroy(shared);
+        sess_redis_destroy(shared);
         return rc;
     }
     if (!url) return ATTND_OK;
-    sessredis_set_timeout(shared, s->cfg.session_store_timeout_ms);
+    sess_redis_set_timeout(shared, s->cfg.session_store_timeout_ms);
     sess_store_share(s->store, shared);
-    slog_info("sessions: shared store %s, keys %s*, TTL %d s (connects on first use)", sessredis_url(shared),
+    slog_info("sessions: shared store %s, keys %s*, TTL %d s (connects on first use)", sess_redis_url(shared),
               s->cfg.session_store_prefix ? s->cfg.session_store_prefix : "", s->cfg.session_store_ttl_s);
     return ATTND_OK;
 }

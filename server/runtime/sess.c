@@ -31,7 +31,7 @@ struct sess_store {
     bool evict_lru;  /* at max_sessions, sess_create removes the least recently used idle one */
     void (*kv_sink)(void *user, struct kv_seq *kv); /* takes the KV of removed sessions */
     void *kv_sink_user;
-    sessredis *shared; /* shared mode (sess_store_share): the records live there; NULL = local */
+    sess_redis *shared; /* shared mode (sess_store_share): the records live there; NULL = local */
 };
 
 /* shared mode (the end of this file) */
@@ -70,14 +70,7 @@ static void sess_free(sess *s) {
 }
 
 static attnd_status set_tokens(sess *s, const int32_t *tokens, int n) {
-    if (n > s->cap_tokens) {
-        int cap = s->cap_tokens ? s->cap_tokens : 64;
-        while (cap < n) cap *= 2;
-        int32_t *g = realloc(s->tokens, (size_t)cap * sizeof(*g));
-        if (!g) return ATTND_ERR_NOMEM;
-        s->tokens = g;
-        s->cap_tokens = cap;
-    }
+    if (!attnd_grow(&s->tokens, &s->cap_tokens, (size_t)n, sizeof(*s->tokens), 64)) return ATTND_ERR_NOMEM;
     if (n) memmove(s->tokens, tokens, (size_t)n * sizeof(*tokens));
     s->n_tokens = n;
     return ATTND_OK;
@@ -157,7 +150,7 @@ void sess_store_destroy(sess_store *st) {
     }
     pthread_mutex_destroy(&st->mu);
     statedir_close(st->sd);
-    sessredis_destroy(st->shared);
+    sess_redis_destroy(st->shared);
     free(st->model_tag);
     free(st);
 }
@@ -238,7 +231,7 @@ void sess_store_set_quota(sess_store *st, int per_owner) {
     pthread_mutex_lock(&st->mu);
     st->per_owner = per_owner > 0 ? per_owner : 0;
     pthread_mutex_unlock(&st->mu);
-    if (st->shared) sessredis_set_quota(st->shared, per_owner); /* the shared store counts there */
+    if (st->shared) sess_redis_set_quota(st->shared, per_owner); /* the shared store counts there */
 }
 
 /* owner's named sessions, and the least recently used idle one among them (caller holds the lock). */
@@ -662,10 +655,10 @@ int sess_count(sess_store *st) {
 
 // ---- shared mode: the records live in the shared store, the entries here cache them --------
 
-void sess_store_share(sess_store *st, sessredis *shared) {
+void sess_store_share(sess_store *st, sess_redis *shared) {
     ATTND_ASSERT(st->sd == NULL && st->shared == NULL); /* one source of truth per session */
     st->shared = shared;
-    sessredis_set_quota(shared, st->per_owner);
+    sess_redis_set_quota(shared, st->per_owner);
 }
 
 /* A turn released its history and has not saved it yet (sess_persist_turn will). */
@@ -673,8 +666,8 @@ static bool unsaved(const sess *s) { return s->turn && s->released_turn == s->tu
 
 static attnd_status shared_create(sess_store *st, const char *owner, const char *id, attnd_err *err) {
     int64_t now = (int64_t)attnd_unix_ms();
-    sessredis_rec rec = {.version = 1, .created_ms = now, .last_use_ms = now};
-    return sessredis_put(st->shared, own(owner), id, 0, &rec, err);
+    sess_redis_rec rec = {.version = 1, .created_ms = now, .last_use_ms = now};
+    return sess_redis_put(st->shared, own(owner), id, 0, &rec, err);
 }
 
 /* Room for one more local copy: at max_sessions the least recently used idle one with nothing
@@ -691,7 +684,7 @@ static bool make_room_locked(sess_store *st, struct kv_seq **kv) {
 /* The local copy of the record, made busy for a new turn (caller holds the lock): its KV keeps
  * the prefix its old history shares with the record's (a history saved by another instance, or
  * one this copy failed to save, differs past it). */
-static attnd_status take_copy_locked(sess_store *st, const char *owner, const char *id, const sessredis_rec *rec,
+static attnd_status take_copy_locked(sess_store *st, const char *owner, const char *id, const sess_redis_rec *rec,
                                      sess **out, struct kv_seq **kv, attnd_err *err) {
     sess *s = find_named(st, owner, id);
     if (s && s->busy) return attnd_fail(err, ATTND_ERR_BUSY, "session '%s' is busy with another request", id);
@@ -722,8 +715,8 @@ static attnd_status take_copy_locked(sess_store *st, const char *owner, const ch
 }
 
 static attnd_status shared_acquire(sess_store *st, const char *owner, const char *id, sess **out, attnd_err *err) {
-    sessredis_rec rec;
-    attnd_status rc = sessredis_get(st->shared, own(owner), id, &rec, err);
+    sess_redis_rec rec;
+    attnd_status rc = sess_redis_get(st->shared, own(owner), id, &rec, err);
     if (rc == ATTND_ERR_FORMAT) { /* as a damaged file: not loaded, its id not reusable */
         slog_warn("session '%s': its record in the shared store is damaged", id);
         rc = attnd_fail(err, ATTND_ERR_NOT_FOUND, "session '%s' not found (its record is damaged)", id);
@@ -738,7 +731,7 @@ static attnd_status shared_acquire(sess_store *st, const char *owner, const char
     }
     pthread_mutex_unlock(&st->mu);
     give_kv(st, kv);
-    sessredis_rec_free(&rec);
+    sess_redis_rec_free(&rec);
     return rc;
 }
 
@@ -758,17 +751,17 @@ static attnd_status shared_persist(sess_store *st, const char *owner, const char
     } else if (s->released_turn != turn || s->saved_turn == turn || !s->rversion) {
         nothing = true; /* no new history (the turn failed early), or saved already */
     }
-    sessredis_rec rec = {0};
+    sess_redis_rec rec = {0};
     uint64_t expect = s ? s->rversion : 0;
     if (rc == ATTND_OK && !nothing) {
-        rec = (sessredis_rec){.version = expect + 1, .created_ms = s->created_ms, .last_use_ms = s->last_use_ms,
+        rec = (sess_redis_rec){.version = expect + 1, .created_ms = s->created_ms, .last_use_ms = s->last_use_ms,
                               .n_tokens = s->n_tokens};
         rec.tokens = malloc((size_t)(s->n_tokens ? s->n_tokens : 1) * sizeof(int32_t));
         if (rec.tokens && s->n_tokens) memcpy(rec.tokens, s->tokens, (size_t)s->n_tokens * sizeof(int32_t));
     }
     pthread_mutex_unlock(&st->mu);
     if (rc != ATTND_OK || nothing) return rc;
-    rc = rec.tokens ? sessredis_put(st->shared, own(owner), id, expect, &rec, err)
+    rc = rec.tokens ? sess_redis_put(st->shared, own(owner), id, expect, &rec, err)
                     : attnd_fail(err, ATTND_ERR_NOMEM, "out of memory");
     pthread_mutex_lock(&st->mu);
     if ((s = find_named(st, owner, id)) && s->turn == turn) {
@@ -776,7 +769,7 @@ static attnd_status shared_persist(sess_store *st, const char *owner, const char
         if (rc == ATTND_OK) s->rversion = rec.version;
     }
     pthread_mutex_unlock(&st->mu);
-    sessredis_rec_free(&rec);
+    sess_redis_rec_free(&rec);
     return rc;
 }
 
@@ -787,7 +780,7 @@ static attnd_status shared_delete(sess_store *st, const char *owner, const char 
     bool busy = s && s->busy;
     pthread_mutex_unlock(&st->mu);
     if (busy) return attnd_fail(err, ATTND_ERR_BUSY, "session '%s' is busy with another request", id);
-    attnd_status rc = sessredis_delete(st->shared, own(owner), id, err);
+    attnd_status rc = sess_redis_delete(st->shared, own(owner), id, err);
     if (rc != ATTND_OK && rc != ATTND_ERR_NOT_FOUND) return rc;
     pthread_mutex_lock(&st->mu);
     if ((s = find_named(st, owner, id)) && !s->busy) *kv = remove_locked(st, s);
@@ -797,7 +790,7 @@ static attnd_status shared_delete(sess_store *st, const char *owner, const char 
 
 /* The record's view, with the local copy's KV and busy state when there is one (caller holds
  * the lock). */
-static void shared_info_locked(sess_store *st, const char *owner, const char *id, const sessredis_rec *rec,
+static void shared_info_locked(sess_store *st, const char *owner, const char *id, const sess_redis_rec *rec,
                                sess_info *out) {
     *out = (sess_info){.n_tokens = rec->n_tokens, .created_ms = rec->created_ms, .last_use_ms = rec->last_use_ms};
     snprintf(out->id, sizeof(out->id), "%s", id);
@@ -810,14 +803,14 @@ static void shared_info_locked(sess_store *st, const char *owner, const char *id
 
 static attnd_status shared_get_info(sess_store *st, const char *owner, const char *id, sess_info *out,
                                     attnd_err *err) {
-    sessredis_rec rec;
-    attnd_status rc = sessredis_get(st->shared, own(owner), id, &rec, err);
+    sess_redis_rec rec;
+    attnd_status rc = sess_redis_get(st->shared, own(owner), id, &rec, err);
     if (rc == ATTND_ERR_FORMAT) rc = attnd_fail(err, ATTND_ERR_NOT_FOUND, "session '%s' not found (its record is damaged)", id);
     if (rc != ATTND_OK) return rc;
     pthread_mutex_lock(&st->mu);
     shared_info_locked(st, owner, id, &rec, out);
     pthread_mutex_unlock(&st->mu);
-    sessredis_rec_free(&rec);
+    sess_redis_rec_free(&rec);
     return ATTND_OK;
 }
 
@@ -829,7 +822,7 @@ typedef struct list_acc {
     bool oom;
 } list_acc;
 
-static void list_one(void *user, const char *id, const sessredis_rec *rec) {
+static void list_one(void *user, const char *id, const sess_redis_rec *rec) {
     list_acc *a = user;
     if (a->oom || !attnd_grow(&a->v, &a->cap, a->n + 1, sizeof(*a->v), 16)) {
         a->oom = true;
@@ -848,7 +841,7 @@ static int newest_first(const void *a, const void *b) {
 static int shared_list_info(sess_store *st, const char *owner, sess_info **out) {
     list_acc a = {.st = st, .owner = owner};
     attnd_err e;
-    int n = sessredis_list(st->shared, own(owner), list_one, &a, &e);
+    int n = sess_redis_list(st->shared, own(owner), list_one, &a, &e);
     if (n < 0 || a.oom) {
         if (n < 0) slog_warn("%s", e.msg);
         free(a.v);

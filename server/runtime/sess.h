@@ -40,7 +40,8 @@ typedef struct sess {
     char owner[SESS_OWNER_MAX + 1]; /* the API key's tag ("" = none): only it can see this entry */
     bool anon;
     int32_t *tokens;          /* (n_tokens) history: every prompt and generated token, in order */
-    int n_tokens, cap_tokens;
+    int n_tokens;
+    size_t cap_tokens;
     struct kv_seq *kv;        /* owned by the scheduler; NULL = evicted (rebuilt from tokens) */
     int kv_len;               /* tokens of `tokens` whose KV is in kv */
     size_t kv_bytes;
@@ -62,7 +63,7 @@ typedef struct sess {
 } sess;
 
 typedef struct sess_store sess_store;
-struct sessredis;
+struct sess_redis;
 
 /* state_dir may be NULL (no persistence); it is created when missing, and ATTND_ERR_IO when it
  * cannot be created, read or written. model_tag identifies the vocabulary the token ids belong
@@ -87,7 +88,7 @@ void sess_store_destroy(sess_store *st);
  * An unreachable store is ATTND_ERR_IO ("retry shortly"); it recovers by itself. At
  * max_sessions the least recently used idle local copy is dropped (the record stays).
  */
-void sess_store_share(sess_store *st, struct sessredis *shared);
+void sess_store_share(sess_store *st, struct sess_redis *shared);
 
 /* The state directory's rules (statedir.h), for ids and owners that never reach a file too:
  * 1..64 characters of [A-Za-z0-9._-], not starting with '.'. */

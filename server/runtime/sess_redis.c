@@ -20,20 +20,20 @@
 #define CONNECT_TIMEOUT_MS 500
 #define KEY_MAX 512
 
-struct sessredis {
+struct sess_redis {
     pthread_mutex_t mu;
     pthread_cond_t freed;  /* a connection went back to the pool */
     redisContext *idle[SESSREDIS_POOL]; /* (n_idle) connected and free */
     int n_idle;
     int n_out;             /* connections taken by calls (connected or being connected) */
-    int timeout_ms;        /* a call's deadline (sessredis_set_timeout) */
+    int timeout_ms;        /* a call's deadline (sess_redis_set_timeout) */
     bool down;             /* the last call failed (logged once until it works again) */
     char host[256];
     int port, db;
     char url[300];
     char *prefix, *model_tag;
     int ttl_s;
-    int quota;       /* sessions one owner may hold (sessredis_set_quota); 0 = no cap */
+    int quota;       /* sessions one owner may hold (sess_redis_set_quota); 0 = no cap */
 };
 
 /*
@@ -80,7 +80,7 @@ static const char DELETE_SCRIPT[] =
 /* The owner's set's name in the id's place: session ids never start with '.' (sess.h). */
 #define OWNED_ID ".sessions"
 
-void sessredis_rec_free(sessredis_rec *rec) {
+void sess_redis_rec_free(sess_redis_rec *rec) {
     if (!rec) return;
     free(rec->tokens);
     rec->tokens = NULL;
@@ -101,7 +101,7 @@ static bool parse_uint(const char *s, size_t n, long max, long *out) {
     return true;
 }
 
-attnd_status sessredis_url_parse(const char *url, char *host, size_t cap, int *port, int *db, attnd_err *err) {
+attnd_status sess_redis_url_parse(const char *url, char *host, size_t cap, int *port, int *db, attnd_err *err) {
     static const char scheme[] = "redis://";
     const char *bad = NULL;
     if (strncmp(url, scheme, strlen(scheme))) return attnd_fail(err, ATTND_ERR_INVALID, "session_store '%.200s': must start with redis://", url);
@@ -129,13 +129,13 @@ attnd_status sessredis_url_parse(const char *url, char *host, size_t cap, int *p
     return ATTND_OK;
 }
 
-char *sessredis_rec_encode(const char *owner, const char *id, const char *model_tag, const sessredis_rec *rec) {
+char *sess_redis_rec_encode(const char *owner, const char *id, const char *model_tag, const sess_redis_rec *rec) {
     return sess_file_encode(id, owner ? owner : "", model_tag, rec->created_ms, rec->last_use_ms, rec->tokens,
                             rec->n_tokens);
 }
 
-attnd_status sessredis_rec_decode(const char *version, const char *text, size_t len, const char *owner,
-                                  const char *id, const char *model_tag, sessredis_rec *out, attnd_err *err) {
+attnd_status sess_redis_rec_decode(const char *version, const char *text, size_t len, const char *owner,
+                                  const char *id, const char *model_tag, sess_redis_rec *out, attnd_err *err) {
     memset(out, 0, sizeof(*out));
     char *end = NULL;
     unsigned long long v = version && *version >= '0' && *version <= '9' ? strtoull(version, &end, 10) : 0;
@@ -148,19 +148,19 @@ attnd_status sessredis_rec_decode(const char *version, const char *text, size_t 
         free(f.tokens);
         return attnd_fail(err, ATTND_ERR_FORMAT, "session record '%s' names another session or owner", id);
     }
-    *out = (sessredis_rec){.version = v, .created_ms = f.created_ms, .last_use_ms = f.last_use_ms,
+    *out = (sess_redis_rec){.version = v, .created_ms = f.created_ms, .last_use_ms = f.last_use_ms,
                            .tokens = f.tokens, .n_tokens = f.n_tokens};
     return ATTND_OK;
 }
 
 // ---- the connection -----------------------------------------------------------------------
 
-attnd_status sessredis_create(sessredis **out, const char *url, const char *prefix, int ttl_s, const char *model_tag,
+attnd_status sess_redis_create(sess_redis **out, const char *url, const char *prefix, int ttl_s, const char *model_tag,
                               attnd_err *err) {
     *out = NULL;
-    sessredis *r = calloc(1, sizeof(*r));
+    sess_redis *r = calloc(1, sizeof(*r));
     if (!r) return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory");
-    attnd_status rc = sessredis_url_parse(url, r->host, sizeof(r->host), &r->port, &r->db, err);
+    attnd_status rc = sess_redis_url_parse(url, r->host, sizeof(r->host), &r->port, &r->db, err);
     if (rc != ATTND_OK) goto fail;
     rc = ATTND_ERR_INVALID;
     if (prefix && strlen(prefix) > 200) {
@@ -188,7 +188,7 @@ fail:
     return rc;
 }
 
-void sessredis_destroy(sessredis *r) {
+void sess_redis_destroy(sess_redis *r) {
     if (!r) return;
     ATTND_ASSERT(r->n_out == 0); /* no call may be running */
     for (int i = 0; i < r->n_idle; i++) redisFree(r->idle[i]);
@@ -199,15 +199,15 @@ void sessredis_destroy(sessredis *r) {
     free(r);
 }
 
-const char *sessredis_url(const sessredis *r) { return r->url; }
+const char *sess_redis_url(const sess_redis *r) { return r->url; }
 
-void sessredis_set_quota(sessredis *r, int per_owner) {
+void sess_redis_set_quota(sess_redis *r, int per_owner) {
     pthread_mutex_lock(&r->mu);
     r->quota = per_owner > 0 ? per_owner : 0;
     pthread_mutex_unlock(&r->mu);
 }
 
-void sessredis_set_timeout(sessredis *r, int ms) {
+void sess_redis_set_timeout(sess_redis *r, int ms) {
     pthread_mutex_lock(&r->mu);
     r->timeout_ms = ms > 0 ? ms : SESSREDIS_TIMEOUT_MS;
     pthread_mutex_unlock(&r->mu);
@@ -216,7 +216,7 @@ void sessredis_set_timeout(sessredis *r, int ms) {
 static struct timeval ms_tv(int ms) { return (struct timeval){.tv_sec = ms / 1000, .tv_usec = (ms % 1000) * 1000}; }
 
 /* A call's deadline: now + the timeout, in attnd_now_s seconds. */
-static double deadline_of(sessredis *r) {
+static double deadline_of(sess_redis *r) {
     pthread_mutex_lock(&r->mu);
     double d = attnd_now_s() + r->timeout_ms / 1e3;
     pthread_mutex_unlock(&r->mu);
@@ -230,7 +230,7 @@ static int ms_left(double deadline) {
 }
 
 /* A new connection, the database selected, within ms. NULL: *why says. */
-static redisContext *connect_within(sessredis *r, int ms, char *why, size_t cap) {
+static redisContext *connect_within(sess_redis *r, int ms, char *why, size_t cap) {
     redisContext *c = redisConnectWithTimeout(r->host, r->port, ms_tv(ms < CONNECT_TIMEOUT_MS ? ms : CONNECT_TIMEOUT_MS));
     if (!c || c->err) {
         snprintf(why, cap, "%s", c ? c->errstr : "out of memory");
@@ -252,7 +252,7 @@ static redisContext *connect_within(sessredis *r, int ms, char *why, size_t cap)
 /* A connection of the pool for one command: an idle one, else a new one (at most SESSREDIS_POOL
  * at once; a call waits for one to come back until its deadline). false: none before the
  * deadline (*why says). *c NULL with true: the caller connects (the place is held). */
-static bool pool_take(sessredis *r, double deadline, redisContext **c, char *why, size_t cap) {
+static bool pool_take(sess_redis *r, double deadline, redisContext **c, char *why, size_t cap) {
     struct timespec ts;
     attnd_deadline(&ts, ms_left(deadline));
     pthread_mutex_lock(&r->mu);
@@ -268,7 +268,7 @@ static bool pool_take(sessredis *r, double deadline, redisContext **c, char *why
 
 /* Gives back the place pool_take held: c joins the idle ones when it still works, else it is
  * closed (a connection whose answer timed out is out of step: never reused). */
-static void pool_give(sessredis *r, redisContext *c, bool works) {
+static void pool_give(sess_redis *r, redisContext *c, bool works) {
     pthread_mutex_lock(&r->mu);
     r->n_out--;
     if (c && works) r->idle[r->n_idle++] = c, c = NULL;
@@ -283,7 +283,7 @@ static void pool_give(sessredis *r, redisContext *c, bool works) {
  * is dead). Returns the reply (caller frees), or NULL with ATTND_ERR_IO in err. An error reply
  * from Redis is returned as a reply (the caller decides).
  */
-static redisReply *command(sessredis *r, double deadline, int argc, const char **argv, const size_t *lens,
+static redisReply *command(sess_redis *r, double deadline, int argc, const char **argv, const size_t *lens,
                            attnd_err *err) {
     char why[160] = "";
     redisReply *rep = NULL;
@@ -317,12 +317,12 @@ static redisReply *command(sessredis *r, double deadline, int argc, const char *
 }
 
 /* <prefix>[<owner>~]<id> into key; false when too long. */
-static bool make_key(const sessredis *r, const char *owner, const char *id, char key[KEY_MAX]) {
+static bool make_key(const sess_redis *r, const char *owner, const char *id, char key[KEY_MAX]) {
     int n = snprintf(key, KEY_MAX, "%s%s%s%s", r->prefix, owner && *owner ? owner : "", owner && *owner ? "~" : "", id);
     return n > 0 && n < KEY_MAX;
 }
 
-static attnd_status reply_error(const sessredis *r, redisReply *rep, attnd_err *err) {
+static attnd_status reply_error(const sess_redis *r, redisReply *rep, attnd_err *err) {
     attnd_status rc = attnd_fail(err, ATTND_ERR_IO, "the session store (%s) answered: %.200s", r->url,
                                  rep->type == REDIS_REPLY_ERROR ? rep->str : "an unexpected reply");
     freeReplyObject(rep);
@@ -332,8 +332,8 @@ static attnd_status reply_error(const sessredis *r, redisReply *rep, attnd_err *
 // ---- records ------------------------------------------------------------------------------
 
 /* HMGET's answer [v, rec] decoded into out. */
-static attnd_status decode_reply(sessredis *r, redisReply *rep, const char *owner, const char *id,
-                                 sessredis_rec *out, attnd_err *err) {
+static attnd_status decode_reply(sess_redis *r, redisReply *rep, const char *owner, const char *id,
+                                 sess_redis_rec *out, attnd_err *err) {
     if (rep->type != REDIS_REPLY_ARRAY || rep->elements != 2) return reply_error(r, rep, err);
     redisReply *v = rep->element[0], *rec = rep->element[1];
     attnd_status rc;
@@ -341,13 +341,13 @@ static attnd_status decode_reply(sessredis *r, redisReply *rep, const char *owne
     else if (v->type != REDIS_REPLY_STRING || rec->type != REDIS_REPLY_STRING)
         rc = attnd_fail(err, ATTND_ERR_FORMAT, "session record '%s' is damaged: fields missing", id);
     else
-        rc = sessredis_rec_decode(v->str, rec->str, rec->len, owner, id, r->model_tag, out, err);
+        rc = sess_redis_rec_decode(v->str, rec->str, rec->len, owner, id, r->model_tag, out, err);
     freeReplyObject(rep);
     return rc;
 }
 
-/* sessredis_get before deadline. */
-static attnd_status get_by(sessredis *r, double deadline, const char *owner, const char *id, sessredis_rec *out,
+/* sess_redis_get before deadline. */
+static attnd_status get_by(sess_redis *r, double deadline, const char *owner, const char *id, sess_redis_rec *out,
                            attnd_err *err) {
     memset(out, 0, sizeof(*out));
     char key[KEY_MAX];
@@ -361,17 +361,17 @@ static attnd_status get_by(sessredis *r, double deadline, const char *owner, con
     return rc;
 }
 
-attnd_status sessredis_get(sessredis *r, const char *owner, const char *id, sessredis_rec *out, attnd_err *err) {
+attnd_status sess_redis_get(sess_redis *r, const char *owner, const char *id, sess_redis_rec *out, attnd_err *err) {
     return get_by(r, deadline_of(r), owner, id, out, err);
 }
 
-attnd_status sessredis_put(sessredis *r, const char *owner, const char *id, uint64_t expect, const sessredis_rec *rec,
+attnd_status sess_redis_put(sess_redis *r, const char *owner, const char *id, uint64_t expect, const sess_redis_rec *rec,
                            attnd_err *err) {
     ATTND_ASSERT(rec->version == expect + 1);
     char key[KEY_MAX], set[KEY_MAX], base[KEY_MAX], sv_expect[24], sv_new[24], sv_ttl[16], sv_quota[16];
     if (!make_key(r, owner, id, key) || !make_key(r, owner, OWNED_ID, set) || !make_key(r, owner, "", base))
         return attnd_fail(err, ATTND_ERR_INVALID, "session key too long");
-    char *text = sessredis_rec_encode(owner, id, r->model_tag, rec);
+    char *text = sess_redis_rec_encode(owner, id, r->model_tag, rec);
     if (!text) return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory");
     snprintf(sv_expect, sizeof(sv_expect), "%" PRIu64, expect);
     snprintf(sv_new, sizeof(sv_new), "%" PRIu64, rec->version);
@@ -404,7 +404,7 @@ attnd_status sessredis_put(sessredis *r, const char *owner, const char *id, uint
                       "this turn was not saved: read the session and resend it", id);
 }
 
-attnd_status sessredis_delete(sessredis *r, const char *owner, const char *id, attnd_err *err) {
+attnd_status sess_redis_delete(sess_redis *r, const char *owner, const char *id, attnd_err *err) {
     char key[KEY_MAX], set[KEY_MAX];
     if (!make_key(r, owner, id, key) || !make_key(r, owner, OWNED_ID, set))
         return attnd_fail(err, ATTND_ERR_INVALID, "session key too long");
@@ -422,7 +422,7 @@ attnd_status sessredis_delete(sessredis *r, const char *owner, const char *id, a
 // ---- listing ------------------------------------------------------------------------------
 
 /* The SCAN pattern of owner's keys: the prefix with glob characters escaped, then "owner~*". */
-static void scan_pattern(const sessredis *r, const char *owner, char *pat, size_t cap) {
+static void scan_pattern(const sess_redis *r, const char *owner, char *pat, size_t cap) {
     size_t k = 0;
     for (const char *p = r->prefix; *p && k + 3 < cap; p++) {
         if (strchr("*?[]\\", *p)) pat[k++] = '\\';
@@ -432,7 +432,7 @@ static void scan_pattern(const sessredis *r, const char *owner, char *pat, size_
 }
 
 /* One key SCAN found: the id it names for owner (NULL when it is another owner's). */
-static const char *id_of_key(const sessredis *r, const char *owner, const char *key) {
+static const char *id_of_key(const sess_redis *r, const char *owner, const char *key) {
     size_t np = strlen(r->prefix), no = owner && *owner ? strlen(owner) + 1 : 0;
     if (strlen(key) <= np + no) return NULL;
     const char *id = key + np + no;
@@ -440,14 +440,14 @@ static const char *id_of_key(const sessredis *r, const char *owner, const char *
 }
 
 /* The records of one SCAN batch (keys) handed to each. Returns how many, or a negative status. */
-static int list_batch(sessredis *r, double deadline, const char *owner, redisReply *keys,
-                      void (*each)(void *, const char *, const sessredis_rec *), void *user, attnd_err *err) {
+static int list_batch(sess_redis *r, double deadline, const char *owner, redisReply *keys,
+                      void (*each)(void *, const char *, const sess_redis_rec *), void *user, attnd_err *err) {
     int n = 0;
     for (size_t i = 0; i < keys->elements; i++) {
         redisReply *k = keys->element[i];
         const char *id = k->type == REDIS_REPLY_STRING ? id_of_key(r, owner, k->str) : NULL;
         if (!id || strlen(id) > 64 || *id == '.') continue; /* '.': the owner's set (OWNED_ID) */
-        sessredis_rec rec;
+        sess_redis_rec rec;
         attnd_err e;
         attnd_status rc = get_by(r, deadline, owner, id, &rec, &e);
         if (rc == ATTND_ERR_IO || rc == ATTND_ERR_NOMEM) {
@@ -456,13 +456,13 @@ static int list_batch(sessredis *r, double deadline, const char *owner, redisRep
         }
         if (rc != ATTND_OK) continue; /* gone meanwhile, another model's, damaged */
         each(user, id, &rec);
-        sessredis_rec_free(&rec);
+        sess_redis_rec_free(&rec);
         n++;
     }
     return n;
 }
 
-int sessredis_list(sessredis *r, const char *owner, void (*each)(void *user, const char *id, const sessredis_rec *rec),
+int sess_redis_list(sess_redis *r, const char *owner, void (*each)(void *user, const char *id, const sess_redis_rec *rec),
                    void *user, attnd_err *err) {
     char pat[KEY_MAX + 8], cursor[24] = "0";
     scan_pattern(r, owner, pat, sizeof(pat));

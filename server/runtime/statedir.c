@@ -233,20 +233,14 @@ bool statedir_exists(const statedir *sd, const char *owner, const char *id, cons
 /* Reads all of fd (at most max_len bytes) into a new NUL-terminated buffer. */
 static attnd_status read_all(int fd, const char *path, size_t max_len, char **text, size_t *len, int *sys_errno,
                              attnd_err *err) {
-    size_t cap = 4096, n = 0;
-    char *buf = malloc(cap + 1);
-    if (!buf) return nomem(sys_errno, err);
+    size_t cap = 0, n = 0;
+    char *buf = NULL;
     for (;;) {
-        if (n == cap) {
-            char *g = cap < SIZE_MAX / 2 ? realloc(buf, cap * 2 + 1) : NULL;
-            if (!g) {
-                free(buf);
-                return nomem(sys_errno, err);
-            }
-            buf = g;
-            cap *= 2;
+        if (n + 1 >= cap && !attnd_grow(&buf, &cap, n + 4097, 1, 4097)) { /* room to read, and the NUL */
+            free(buf);
+            return nomem(sys_errno, err);
         }
-        ssize_t r = read(fd, buf + n, cap - n);
+        ssize_t r = read(fd, buf + n, cap - 1 - n);
         if (r < 0 && errno == EINTR) continue;
         if (r < 0) {
             free(buf);

@@ -60,7 +60,9 @@ MODELS=(stories260K stories260K-F16 stories260K-BF16 stories260K-Q8_0 stories260
         attnd-sotu-Q4_1 attnd-sotu-Q5_0 attnd-sotu-Q5_1 attnd-sotu-IQ4_NL attnd-sotu-IQ4_XS attnd-sotu-MXFP4
         qwen896-Q4_K_M qwen896-Q5_K_M qwen896-Q2_K qwen896-IQ4_XS
         llama960-Q4_K_M llama960-Q5_K_M llama960-Q3_K_M
-        llamacpp/attnd-sotu-Q2_K llamacpp/attnd-sotu-Q3_K_M llamacpp/attnd-sotu-IQ4_XS)
+        llamacpp/attnd-sotu-Q2_K llamacpp/attnd-sotu-Q3_K_M llamacpp/attnd-sotu-IQ4_XS
+        lowbit-IQ2_XXS lowbit-IQ2_XS lowbit-IQ2_S lowbit-IQ3_XXS lowbit-IQ3_S lowbit-IQ1_S lowbit-IQ1_M
+        lowbit-TQ1_0 lowbit-TQ2_0 lowbit-NVFP4)
 PROMPTS=("Once upon a time" "We the people" "The state of the Union is" "A" "Our economy"
          "In the year 1865, the Congress" "What is 2+2? The answer"
          "Fellow citizens of the Senate and House of Representatives: the progress of our country in the last year has been great, and we must now turn to the work that remains. Tonight I want to speak about jobs, about schools, about the health of our people, and about the security of the Nation. Let us begin.")
@@ -71,6 +73,9 @@ path_of() { # path_of NAME -> the file (quantized into $tmp when it is a variant
     stories260K) echo "$root/tests/data/models/stories260K.gguf" ;;
     attnd-sotu) echo "$root/models/attnd-sotu.gguf" ;;
     llamacpp/*) echo "$root/tests/data/models/$1.gguf" ;; # written by llama.cpp's quantizer, above
+    lowbit-*) # random blocks of a type attnd does not write (issue 47), as test_models.h makes them
+       [ -f "$tmp/$1.gguf" ] || "$build/make_tiny" "$tmp/$1.gguf" lowbit "${1#lowbit-}" >&2
+       echo "$tmp/$1.gguf" ;;
     qwen896 | llama960) # generated random-weight models (tests/make_tiny.c), as test_models.h makes them
        [ -f "$tmp/$1.gguf" ] || "$build/make_tiny" "$tmp/$1.gguf" "$1" >&2
        echo "$tmp/$1.gguf" ;;

@@ -6,6 +6,7 @@
  * the features.
  */
 #include "quant_impl.h"
+#include "quant_iq.h"
 #include "isa_target.h"
 
 #if defined(__x86_64__)
@@ -15,6 +16,7 @@ ISA_TARGET_BEGIN("avx2,fma,f16c")
 #define QX_TABLE quant_kernels_avx2
 #include "quant_x86.inc"
 #include "quant_x86_more.inc"
+#include "quant_iq_x86.inc"
 #if QX_512
 #include "quant_gemm512_tiles.inc"
 #include "quant_gemm512_packed.inc"

@@ -5,6 +5,7 @@
  * register tiles of quant_gemm512_tiles.inc (16 rows x 8 tokens, one lane per weight row).
  */
 #include "quant_impl.h"
+#include "quant_iq.h"
 #include "isa_target.h"
 
 #if defined(__x86_64__)
@@ -14,6 +15,7 @@ ISA_TARGET_BEGIN("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")
 #define QX_TABLE quant_kernels_avx512
 #include "quant_x86.inc"
 #include "quant_x86_more.inc"
+#include "quant_iq_x86.inc"
 #if QX_512
 #include "quant_gemm512_tiles.inc"
 #include "quant_gemm512_packed.inc"

@@ -1,8 +1,8 @@
 /*
- * fuzz_sessredis.c — (fuzzing only) what the shared session store parses: the session_store
+ * fuzz_sess_redis.c — (fuzzing only) what the shared session store parses: the session_store
  * URL and a record read back from Redis (its version field and its JSON).
  *
- * Input: line 1 is a URL for sessredis_url_parse, line 2 the record's "v" field, the rest the
+ * Input: line 1 is a URL for sess_redis_url_parse, line 2 the record's "v" field, the rest the
  * "rec" field, decoded as owner "ab12"'s session "s" of the model "m/vocab64". A record that
  * decodes must encode and decode again to the same history.
  */
@@ -32,20 +32,20 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     char host[256];
     int port, db;
     attnd_err err;
-    if (sessredis_url_parse(url, host, sizeof(host), &port, &db, &err) == ATTND_OK)
+    if (sess_redis_url_parse(url, host, sizeof(host), &port, &db, &err) == ATTND_OK)
         FUZZ_CHECK(*host && port > 0 && port < 65536 && db >= 0, "parsed a URL to host '%s' port %d db %d", host, port, db);
-    sessredis_rec rec, again;
-    if (sessredis_rec_decode(version, p, (size_t)(end - p), "ab12", "s", "m/vocab64", &rec, &err) == ATTND_OK) {
-        char *text = sessredis_rec_encode("ab12", "s", "m/vocab64", &rec);
+    sess_redis_rec rec, again;
+    if (sess_redis_rec_decode(version, p, (size_t)(end - p), "ab12", "s", "m/vocab64", &rec, &err) == ATTND_OK) {
+        char *text = sess_redis_rec_encode("ab12", "s", "m/vocab64", &rec);
         FUZZ_CHECK(text != NULL, "encode failed");
-        FUZZ_CHECK(sessredis_rec_decode(version, text, strlen(text), "ab12", "s", "m/vocab64", &again, &err) == ATTND_OK,
+        FUZZ_CHECK(sess_redis_rec_decode(version, text, strlen(text), "ab12", "s", "m/vocab64", &again, &err) == ATTND_OK,
                    "re-encoded record rejected: %s", err.msg);
         FUZZ_CHECK(again.version == rec.version && again.n_tokens == rec.n_tokens &&
                        (!rec.n_tokens || !memcmp(again.tokens, rec.tokens, (size_t)rec.n_tokens * sizeof(int32_t))),
                    "history differs after a round trip");
-        sessredis_rec_free(&again);
+        sess_redis_rec_free(&again);
         free(text);
-        sessredis_rec_free(&rec);
+        sess_redis_rec_free(&rec);
     }
     free(url);
     free(version);

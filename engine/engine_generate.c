@@ -1,21 +1,14 @@
 /*
- * generate_loop.c — the single-sequence generation loop (engine_generate, engine_argmax in
- * attnd/engine.h): prefill, then decode one sequence to the end. Not to be confused with gen.c,
- * the per-token pipeline (logits -> token -> text). Shared by `attnd generate`, the benchmark and
- * anything else that drives one sequence at a time; the server batches many sequences itself with
- * engine_eval.
+ * engine_generate.c — engine_generate (attnd/engine.h): prefill, then decode one sequence to the
+ * end, verifying speculative drafts (attnd/spec.h) when asked. Shared by `attnd generate`, the
+ * benchmark and anything else that drives one sequence at a time; the server batches many
+ * sequences itself with engine_eval, and turns logits into text with gen.c's pipeline.
  */
 #include <stdlib.h>
 
 #include "attnd/engine.h"
+#include "attnd/sampler.h"
 #include "attnd/spec.h"
-
-int32_t engine_argmax(const float *logits, int n_vocab) {
-    int32_t best = 0;
-    for (int32_t i = 1; i < n_vocab; i++)
-        if (logits[i] > logits[best]) best = i; /* strict: ties keep the lower id */
-    return best;
-}
 
 /* The decode phase's state: the logits rows of the last batch (row 0: after the unevaluated
  * token; row r: after its r-th draft), and the drafts they verify. */
@@ -57,7 +50,7 @@ static attnd_status take_rows(gen_loop *L, int32_t *out, int *n_out, bool *stop,
     int pos0 = kv_seq_len(L->s) - L->n_draft - 1, r = 0;
     for (;; r++) {
         const float *row = L->logits + (size_t)r * L->n_vocab;
-        int32_t id = L->g->pick ? L->g->pick(L->g->pick_user, row) : engine_argmax(row, L->n_vocab);
+        int32_t id = L->g->pick ? L->g->pick(L->g->pick_user, row) : sampler_argmax(row, L->n_vocab);
         if (id < 0 || id >= L->n_vocab)
             return attnd_fail(err, ATTND_ERR_INVALID, "the sampler picked token %d, outside 0..%d", id, L->n_vocab - 1);
         if (out) out[*n_out] = id;
