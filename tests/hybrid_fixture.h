@@ -352,11 +352,11 @@ static inline void hy_ref_ffn(hy_ref *r, int l, int t) {
         return;
     }
     int NE = sp->n_expert, K = sp->n_expert_used;
-    double *pr = malloc(sizeof(double) * NE), mx = -INFINITY, z = 0, wsum = 0;
+    double *pr = malloc(sizeof(double) * NE), mx = -INFINITY, wsum = 0;
     int *sel = malloc(sizeof(int) * K);
     ref_matvec(pr, ref_tl(r->f, l, "ffn_gate_inp.weight"), xn);
     for (int i = 0; i < NE; i++) mx = pr[i] > mx ? pr[i] : mx;
-    for (int i = 0; i < NE; i++) z += pr[i] = exp(pr[i] - mx);
+    for (int i = 0; i < NE; i++) pr[i] = exp(pr[i] - mx); /* the softmax's sum cancels in the renormalisation */
     for (int k = 0; k < K; k++) {
         int best = -1;
         for (int i = 0; i < NE; i++) {

@@ -794,3 +794,81 @@ Test(request, a_grammar_naming_an_unknown_token_is_refused) {
     cr_assert(json_is_array(json_object_get(j, "tokens")));
     json_decref(j);
 }
+
+// ---- Anthropic's Messages API and Ollama's API through the request layer ------------------------
+
+Test(request, messages_take_x_api_key_and_answer_errors_in_anthropic_shape) {
+    srv->cfg.api_key = "sekrit";
+    const char *body = "{\"max_tokens\": 4, \"messages\": [{\"role\": \"user\", \"content\": \"Once\"}]}";
+    rec a = {0};
+    run(&a, "POST", "/v1/messages", body);
+    json_t *j = json_of(&a);
+    cr_assert_eq(a.status, 401);
+    cr_assert_str_eq(json_string_value(json_object_get(j, "type")), "error");
+    cr_assert_str_eq(json_string_value(json_object_get(json_object_get(j, "error"), "type")), "authentication_error");
+    json_decref(j);
+    free(a.body);
+    rec ok = {.req_headers = {"x-api-key", "sekrit", "anthropic-version", "2023-06-01"}};
+    run(&ok, "POST", "/v1/messages", body);
+    cr_assert_eq(ok.status, 200, "%s", ok.body);
+    j = json_of(&ok);
+    cr_assert_str_eq(json_string_value(json_object_get(j, "type")), "message");
+    cr_assert_str_eq(json_string_value(json_object_get(j, "stop_reason")), "max_tokens");
+    json_decref(j);
+    free(ok.body);
+    srv->cfg.api_key = NULL;
+    rec bad = {0};
+    run(&bad, "POST", "/v1/messages", "{\"messages\": [{\"role\": \"user\", \"content\": \"Once\"}]}");
+    j = json_of(&bad);
+    cr_assert_eq(bad.status, 400);
+    cr_assert_str_eq(json_string_value(json_object_get(json_object_get(j, "error"), "type")), "invalid_request_error");
+    json_decref(j);
+    free(bad.body);
+}
+
+Test(request, a_streamed_message_is_anthropic_events_with_the_whole_answers_text) {
+    const char *whole_body = "{\"max_tokens\": 12, \"temperature\": 0, \"messages\": [{\"role\": \"user\", \"content\": \"Once\"}]}";
+    json_t *whole = post_json("/v1/messages", whole_body, 200);
+    rec c = {0};
+    run(&c, "POST", "/v1/messages",
+        "{\"max_tokens\": 12, \"temperature\": 0, \"stream\": true, \"messages\": [{\"role\": \"user\", \"content\": \"Once\"}]}");
+    cr_assert(c.streamed);
+    cr_assert_not_null(strstr(c.headers, "Content-Type: text/event-stream"));
+    cr_assert(strstr(c.body, "event: message_start\n") == c.body, "%.200s", c.body);
+    cr_assert_not_null(strstr(c.body, "event: message_stop\n"));
+    /* the text deltas join to the whole answer's text */
+    char *text = calloc(1, strlen(c.body) + 1);
+    for (const char *p = c.body; (p = strstr(p, "\"text_delta\",\"text\":")) != NULL; p++) {
+        json_t *s = json_loadb(p + 20, strcspn(p + 20, "}"), JSON_DECODE_ANY, NULL);
+        cr_assert(json_is_string(s));
+        strcat(text, json_string_value(s));
+        json_decref(s);
+    }
+    const char *want = json_string_value(json_object_get(json_array_get(json_object_get(whole, "content"), 0), "text"));
+    cr_assert_str_eq(text, want ? want : "");
+    free(text);
+    free(c.body);
+    json_decref(whole);
+}
+
+Test(request, ollama_streams_ndjson_and_answers_errors_as_ollama_does) {
+    rec c = {0};
+    run(&c, "POST", "/api/generate", "{\"model\": \"stories260K\", \"prompt\": \"Once\", \"raw\": true, \"options\": {\"num_predict\": 6}}");
+    cr_assert_eq(c.status, 200, "%s", c.body);
+    cr_assert(c.streamed);
+    cr_assert_not_null(strstr(c.headers, "Content-Type: application/x-ndjson"), "%s", c.headers);
+    int lines = 0;
+    bool done = false;
+    for (char *line = c.body, *nl; (nl = strchr(line, '\n')) != NULL; line = nl + 1, lines++) {
+        json_t *o = json_loadb(line, (size_t)(nl - line), 0, NULL);
+        cr_assert(json_is_object(o), "line %d is not a JSON object", lines);
+        cr_assert_not(done, "a line after the done line");
+        done = json_is_true(json_object_get(o, "done"));
+        json_decref(o);
+    }
+    cr_assert(done && lines >= 2, "%d lines", lines);
+    free(c.body);
+    json_t *e = post_json("/api/chat", "{\"model\": \"another\", \"messages\": []}", 404);
+    cr_assert(json_is_string(json_object_get(e, "error")), "Ollama's {\"error\": \"...\"}");
+    json_decref(e);
+}

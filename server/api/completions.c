@@ -214,8 +214,8 @@ static void update_oai(req *r, int k, const sched_update *u, buf *out) {
     if (u->done) choice_end_oai(r, k, &o, out);
 }
 
-static const sse_writer OAI_WRITER = {begin_oai, update_oai, stream_end_oai};
-static const sse_writer LLAMA_WRITER = {NULL, update_llama, NULL};
+static const sse_writer OAI_WRITER = {.begin = begin_oai, .update = update_oai, .end = stream_end_oai};
+static const sse_writer LLAMA_WRITER = {.update = update_llama};
 
 /* Streams g's jobs: each choice's text offset (bytes of generated text streamed so far, for the
  * logprobs' text_offset) and, in chat, its reply parser. */

@@ -33,6 +33,14 @@ http_result ep_llama_completion(req *r);
 http_result ep_responses_create(req *r);
 http_result ep_response_get(req *r);
 http_result ep_response_delete(req *r);
+http_result ep_messages(req *r);              /* anthropic_http.c: POST /v1/messages */
+http_result ep_messages_count_tokens(req *r); /* POST /v1/messages/count_tokens */
+http_result ep_ollama_chat(req *r);     /* ollama_http.c: POST /api/chat */
+http_result ep_ollama_generate(req *r); /* POST /api/generate */
+http_result ep_ollama_tags(req *r);     /* GET /api/tags */
+http_result ep_ollama_show(req *r);     /* POST /api/show */
+http_result ep_ollama_ps(req *r);       /* GET /api/ps */
+http_result ep_ollama_version(req *r);  /* GET /api/version */
 http_result ep_attention(req *r);   /* attention.c: POST /v1/attention */
 http_result ep_heads(req *r);       /* attention.c: GET /v1/heads */
 http_result ep_session_fork(req *r); /* sess_fork.c: POST /v1/sessions/{id}/fork */

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "anthropic.h"
 #include "conn.h"
 #include "http_mhd.h"
 #include "metrics.h"
@@ -115,7 +116,12 @@ http_result http_respond_error(req *r, int status, const char *msg, const char *
     r->reason[n] = '\0';
     if (status == 429 || status == 503) hn = "Retry-After", hv = "1";
     if (status == 401) hn = "WWW-Authenticate", hv = "Bearer";
-    return http_respond_json_h(r, status, oai_error(status, msg, param), hn, hv);
+    bool anthropic = r->rt && (r->rt->flags & ROUTE_ANTHROPIC);
+    bool ollama = r->rt && (r->rt->flags & ROUTE_OLLAMA);
+    json_t *body = anthropic ? anthropic_error(status, msg)
+                   : ollama  ? json_pack("{s:s}", "error", msg)
+                             : oai_error(status, msg, param);
+    return http_respond_json_h(r, status, body, hn, hv); /* which adds request_id to an error object */
 }
 
 http_result http_respond_text(req *r, int status, const char *ctype, char *text) {
@@ -246,7 +252,7 @@ static bool auth_ok(req *r, char owner[SESS_OWNER_MAX + 1]) {
     owner[0] = '\0';
     if (!s->cfg.api_key || !*s->cfg.api_key) return true;
     const char *h = http_header_get(r, "Authorization");
-    const char *given = h && !strncmp(h, "Bearer ", 7) ? h + 7 : NULL;
+    const char *given = h && !strncmp(h, "Bearer ", 7) ? h + 7 : http_header_get(r, "x-api-key"); /* Anthropic's */
     bool several = strchr(s->cfg.api_key, '\n') != NULL, ok = false;
     for (const char *k = s->cfg.api_key; *k;) {
         const char *e = strchr(k, '\n');
@@ -262,7 +268,7 @@ static bool auth_ok(req *r, char owner[SESS_OWNER_MAX + 1]) {
 
 static http_result preflight(req *r) {
     static const http_header h[] = {{"Access-Control-Allow-Methods", "GET, POST, DELETE, OPTIONS"},
-                                    {"Access-Control-Allow-Headers", "Authorization, Content-Type"},
+                                    {"Access-Control-Allow-Headers", "Authorization, Content-Type, x-api-key, anthropic-version, anthropic-beta"},
                                     {"Access-Control-Max-Age", "600"}};
     return http_reply(r, 204, (char *)"", 0, false, h, (int)ATTND_ARRAY_LEN(h));
 }

@@ -61,6 +61,8 @@ enum {
     ROUTE_MODEL = 2,  /* needs the model: 503 while loading */
     ROUTE_OPEN = 4,   /* answered without an API key (/health; the playground holds no data) */
     ROUTE_SEGMENT = 8, /* path holds "{id}": exactly one path segment stands there */
+    ROUTE_ANTHROPIC = 16, /* errors in Anthropic's shape (anthropic.h) */
+    ROUTE_OLLAMA = 32,    /* errors in Ollama's shape: {"error": "..."} */
 };
 
 /* One endpoint (routes.c holds them all). */

@@ -195,7 +195,7 @@ static void rsp_update(req *r, int k, const sched_update *u, buf *out) {
     }
 }
 
-static const sse_writer RSP_WRITER = {rsp_begin, rsp_update, NULL};
+static const sse_writer RSP_WRITER = {.begin = rsp_begin, .update = rsp_update};
 
 // ---- the endpoints ------------------------------------------------------------------------
 

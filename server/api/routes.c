@@ -35,5 +35,13 @@ const route http_routes[] = {
     {"POST", "/v1/responses", ep_responses_create, "responses", ROUTE_MODEL},
     {"GET", "/v1/responses/", ep_response_get, "response", ROUTE_PREFIX | ROUTE_MODEL},
     {"DELETE", "/v1/responses/", ep_response_delete, "response", ROUTE_PREFIX | ROUTE_MODEL},
+    {"POST", "/v1/messages", ep_messages, "messages", ROUTE_MODEL | ROUTE_ANTHROPIC},
+    {"POST", "/v1/messages/count_tokens", ep_messages_count_tokens, "messages_count_tokens", ROUTE_MODEL | ROUTE_ANTHROPIC},
+    {"POST", "/api/chat", ep_ollama_chat, "ollama_chat", ROUTE_MODEL | ROUTE_OLLAMA},
+    {"POST", "/api/generate", ep_ollama_generate, "ollama_generate", ROUTE_MODEL | ROUTE_OLLAMA},
+    {"GET", "/api/tags", ep_ollama_tags, "ollama_tags", ROUTE_MODEL | ROUTE_OLLAMA},
+    {"POST", "/api/show", ep_ollama_show, "ollama_show", ROUTE_MODEL | ROUTE_OLLAMA},
+    {"GET", "/api/ps", ep_ollama_ps, "ollama_ps", ROUTE_MODEL | ROUTE_OLLAMA},
+    {"GET", "/api/version", ep_ollama_version, "ollama_version", ROUTE_OLLAMA},
 };
 const size_t http_n_routes = ATTND_ARRAY_LEN(http_routes);

@@ -109,7 +109,10 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *out, size_t max) {
             if (st->w->end) st->w->end(r, &st->out);
             st->finished = true;
         }
-        if (st->out.len == 0 && keepalive_due(r)) buf_puts(&st->out, ": keep-alive\n\n");
+        if (st->out.len == 0 && keepalive_due(r)) {
+            if (st->w->idle) st->w->idle(r, &st->out);
+            else buf_puts(&st->out, ": keep-alive\n\n");
+        }
     }
     st->last_out = attnd_now_s();
     size_t n = st->out.len - st->out_off;
@@ -127,6 +130,7 @@ http_result sse_stream(req *r, genreq *g, const sse_writer *w) {
     st->w = w;
     st->g = g;
     st->last_out = attnd_now_s();
-    static const http_header h[] = {{"Content-Type", "text/event-stream"}, {"Cache-Control", "no-cache"}};
+    const http_header h[] = {{"Content-Type", w->content_type ? w->content_type : "text/event-stream"},
+                             {"Cache-Control", "no-cache"}};
     return http_reply_stream(r, 200, stream_reader, r, h, (int)ATTND_ARRAY_LEN(h));
 }

@@ -23,6 +23,10 @@ typedef struct sse_writer {
     void (*begin)(req *r, buf *out);
     void (*update)(req *r, int k, const sched_update *u, buf *out);
     void (*end)(req *r, buf *out);
+    /* A stream that is not SSE (Ollama's NDJSON): its Content-Type, and what it sends instead of
+     * the `: keep-alive` comment (a frame its clients read as nothing new). NULL: SSE's. */
+    const char *content_type;
+    void (*idle)(req *r, buf *out);
 } sse_writer;
 
 /* Queues a streamed response of g's submitted jobs (g: r's generation request, borrowed) written

@@ -1,0 +1,17 @@
+# test_ollama_client.sh — the official `ollama` npm client talks to attnd's /api with only the
+# host changed (tests/js/ollama_client.mjs): list, show, ps, version; chat and generate whole and
+# streamed (NDJSON) alike at temperature 0, num_predict and stop, raw generate, format with a
+# schema (every answer at temperature 1 validates, ajv) and "json", tools and tool results,
+# think, and Ollama's errors. Runs on the repository's own model; the packages are installed once
+# into the build directory (.npm-ollama) and reused by later runs.
+set -uo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+source "$here/http_lib.sh"
+need_node
+[ -f "$MODEL" ] || fail "$MODEL is missing"
+npm_packages .npm-ollama ollama ajv
+start_server srv --model "$MODEL" --threads 1
+node "$here/js/ollama_client.mjs" "$NPM_DIR" "http://127.0.0.1:$srv_PORT"
+rc=$?
+stop_server srv || { echo "not ok - SIGTERM"; rc=1; }
+exit $rc

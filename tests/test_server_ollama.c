@@ -1,0 +1,217 @@
+/*
+ * test_server_ollama.c — Ollama's API shapes (server/api/ollama.c): /api/chat and /api/generate
+ * bodies become the chat or completion body attnd runs (and oai_parse accepts it), what cannot be
+ * served is refused naming the field, and the reply becomes Ollama's answer and NDJSON lines that
+ * join to it.
+ */
+#include <criterion/criterion.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "attnd/buf.h"
+#include "oai.h"
+#include "ollama.h"
+
+static server_settings cfg;
+static void setup(void) { server_settings_default(&cfg); }
+TestSuite(ollama, .init = setup);
+
+static json_t *load(const char *text) {
+    json_error_t je;
+    json_t *j = json_loads(text, 0, &je);
+    cr_assert_not_null(j, "test JSON is bad: %s", je.text);
+    return j;
+}
+
+static json_t *parse_ok(const char *text, bool chat_api, ollama_request *r) {
+    json_t *b = load(text);
+    const char *param = NULL;
+    attnd_err err = {{0}};
+    cr_assert_eq(ollama_parse(b, chat_api, &cfg, r, &param, &err), ATTND_OK, "%s: %s", text, err.msg);
+    oai_request q;
+    cr_expect_eq(oai_parse(r->body, r->chat, &cfg, 32000, &q, &param, &err), ATTND_OK, "oai_parse refused (%s): %s",
+                 param ? param : "-", err.msg);
+    oai_request_free(&q);
+    return b;
+}
+
+static void expect_bad(const char *text, bool chat_api, const char *want_param) {
+    json_t *b = load(text);
+    ollama_request r;
+    const char *param = NULL;
+    attnd_err err = {{0}};
+    cr_expect_eq(ollama_parse(b, chat_api, &cfg, &r, &param, &err), ATTND_ERR_INVALID, "accepted: %s", text);
+    cr_expect(param && !strcmp(param, want_param), "%s: param %s, want %s", text, param ? param : "(null)", want_param);
+    ollama_request_free(&r);
+    json_decref(b);
+}
+
+static const char *msg_field(const json_t *body, size_t i, const char *key) {
+    return json_string_value(json_object_get(json_array_get(json_object_get(body, "messages"), i), key));
+}
+
+Test(ollama, chat_options_format_and_history_become_the_chat_body) {
+    ollama_request r;
+    json_t *b = parse_ok("{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"Weather?\"},"
+                         "{\"role\":\"assistant\",\"content\":\"\",\"thinking\":\"look\",\"tool_calls\":[{\"function\":"
+                         "{\"name\":\"get_weather\",\"arguments\":{\"city\":\"Paris\"}}}]},"
+                         "{\"role\":\"tool\",\"content\":\"sunny\",\"tool_name\":\"get_weather\"}],"
+                         "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"parameters\":{\"type\":\"object\"}}}],"
+                         "\"options\":{\"num_predict\":7,\"temperature\":0.5,\"top_k\":3,\"stop\":[\"END\"],\"num_ctx\":4096},"
+                         "\"format\":{\"type\":\"object\"},\"think\":true,\"keep_alive\":\"5m\",\"stream\":false}",
+                         true, &r);
+    json_t *c = r.body;
+    cr_assert(r.chat);
+    cr_assert_not(r.stream);
+    cr_assert_str_eq(msg_field(c, 1, "reasoning_content"), "look");
+    json_t *call = json_array_get(json_object_get(json_array_get(json_object_get(c, "messages"), 1), "tool_calls"), 0);
+    cr_assert_str_eq(json_string_value(json_object_get(json_object_get(call, "function"), "arguments")), "{\"city\":\"Paris\"}");
+    cr_assert_str_eq(msg_field(c, 2, "role"), "tool");
+    cr_assert_str_eq(msg_field(c, 2, "name"), "get_weather");
+    cr_assert_eq(json_integer_value(json_object_get(c, "max_tokens")), 7);
+    cr_assert_eq(json_integer_value(json_object_get(c, "top_k")), 3);
+    cr_assert_null(json_object_get(c, "num_ctx"));
+    cr_assert_str_eq(json_string_value(json_object_get(json_object_get(c, "response_format"), "type")), "json_schema");
+    cr_assert(json_is_true(json_object_get(json_object_get(c, "chat_template_kwargs"), "enable_thinking")));
+    ollama_request_free(&r);
+    json_decref(b);
+}
+
+Test(ollama, generate_is_a_chat_turn_unless_raw_and_no_prompt_only_loads) {
+    ollama_request r;
+    json_t *b = parse_ok("{\"model\":\"m\",\"prompt\":\"Hi\",\"system\":\"Be brief.\",\"format\":\"json\"}", false, &r);
+    cr_assert(r.chat);
+    cr_assert(r.stream);
+    cr_assert_str_eq(msg_field(r.body, 0, "content"), "Be brief.");
+    cr_assert_str_eq(msg_field(r.body, 1, "content"), "Hi");
+    cr_assert_str_eq(json_string_value(json_object_get(json_object_get(r.body, "response_format"), "type")), "json_object");
+    ollama_request_free(&r);
+    json_decref(b);
+    b = parse_ok("{\"model\":\"m\",\"prompt\":\"Once\",\"raw\":true,\"options\":{\"num_predict\":-1}}", false, &r);
+    cr_assert_not(r.chat);
+    cr_assert_str_eq(json_string_value(json_object_get(r.body, "prompt")), "Once");
+    cr_assert_null(json_object_get(r.body, "max_tokens"), "num_predict -1: the server's limit");
+    ollama_request_free(&r);
+    json_decref(b);
+    b = parse_ok("{\"model\":\"m\"}", false, &r);
+    cr_assert(r.load_only);
+    ollama_request_free(&r);
+    json_decref(b);
+}
+
+Test(ollama, what_cannot_be_served_is_refused_naming_the_field) {
+    expect_bad("{\"messages\":[]}", true, "model");
+    expect_bad("{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"x\",\"images\":[\"AA\"]}]}", true, "messages[0]");
+    expect_bad("{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":3}]}", true, "messages[0]");
+    expect_bad("{\"model\":\"m\",\"messages\":[],\"format\":\"yaml\"}", true, "format");
+    expect_bad("{\"model\":\"m\",\"messages\":[],\"think\":\"maybe\"}", true, "think");
+    expect_bad("{\"model\":\"m\",\"messages\":[],\"options\":{\"num_predict\":\"x\"}}", true, "options.num_predict");
+    expect_bad("{\"model\":\"m\",\"prompt\":\"x\",\"template\":\"{{ .Prompt }}\"}", false, "template");
+    expect_bad("{\"model\":\"m\",\"prompt\":\"x\",\"suffix\":\"y\"}", false, "suffix");
+    expect_bad("{\"model\":\"m\",\"prompt\":\"x\",\"images\":[\"AA\"]}", false, "images");
+    expect_bad("{\"model\":\"m\",\"prompt\":\"x\",\"tools\":[]}", false, "tools");
+}
+
+static const char *REPLY = "<think>Need weather.</think>Checking.<tool_call>\n{\"name\": \"get_weather\", "
+                           "\"arguments\": {\"city\": \"Paris\"}}\n</tool_call>";
+
+static ollama_result result(const char *done_reason) {
+    return (ollama_result){.model = "m:latest", .created_at = "2026-12-07T00:00:00.000000000Z", .done_reason = done_reason,
+                           .prompt_eval_count = 9, .eval_count = 5, .total_ns = 1000, .prompt_ns = 300, .eval_ns = 600};
+}
+
+Test(ollama, a_chat_reply_splits_thinking_content_and_tool_calls_with_timings) {
+    json_t *tools = load("[{\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"parameters\":{\"type\":\"object\"}}}]");
+    ollama_result res = result("stop");
+    json_t *a = ollama_answer(&res, REPLY, strlen(REPLY), true, true, true, tools, "x", false);
+    json_t *m = json_object_get(a, "message");
+    cr_assert_str_eq(json_string_value(json_object_get(m, "role")), "assistant");
+    cr_assert_str_eq(json_string_value(json_object_get(m, "thinking")), "Need weather.");
+    cr_assert_str_eq(json_string_value(json_object_get(m, "content")), "Checking.");
+    json_t *f = json_object_get(json_array_get(json_object_get(m, "tool_calls"), 0), "function");
+    cr_assert_str_eq(json_string_value(json_object_get(f, "name")), "get_weather");
+    cr_assert_str_eq(json_string_value(json_object_get(json_object_get(f, "arguments"), "city")), "Paris");
+    cr_assert(json_is_true(json_object_get(a, "done")));
+    cr_assert_str_eq(json_string_value(json_object_get(a, "done_reason")), "stop");
+    cr_assert_eq(json_integer_value(json_object_get(a, "eval_count")), 5);
+    cr_assert_eq(json_integer_value(json_object_get(a, "prompt_eval_duration")), 300);
+    json_decref(a);
+    json_decref(tools);
+}
+
+Test(ollama, ndjson_lines_join_to_the_whole_answer_at_any_chunking) {
+    json_t *tools = load("[{\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"parameters\":{\"type\":\"object\"}}}]");
+    ollama_result done = result("length");
+    json_t *whole = ollama_answer(&done, REPLY, strlen(REPLY), true, true, true, tools, "x", false);
+    for (size_t chunk = 1; chunk < strlen(REPLY); chunk += 7) {
+        ollama_stream st;
+        cr_assert(ollama_stream_init(&st, true, true, true, tools, "x", false));
+        buf out;
+        buf_init(&out);
+        ollama_result run = result(NULL);
+        for (size_t i = 0; i < strlen(REPLY); i += chunk)
+            ollama_stream_delta(&st, &run, REPLY + i, strlen(REPLY) - i < chunk ? strlen(REPLY) - i : chunk, &out);
+        ollama_stream_end(&st, &done, &out);
+        buf content, thinking;
+        buf_init(&content);
+        buf_init(&thinking);
+        json_t *calls = json_array(), *last = NULL;
+        for (char *line = out.p, *nl; line && (nl = strchr(line, '\n')); line = nl + 1) {
+            json_decref(last);
+            last = json_loadb(line, (size_t)(nl - line), 0, NULL);
+            cr_assert_not_null(last, "a line is not JSON: %.60s", line);
+            json_t *m = json_object_get(last, "message");
+            buf_puts(&content, json_string_value(json_object_get(m, "content")));
+            if (json_object_get(m, "thinking")) buf_puts(&thinking, json_string_value(json_object_get(m, "thinking")));
+            if (json_object_get(m, "tool_calls")) json_array_extend(calls, json_object_get(m, "tool_calls"));
+        }
+        json_t *wm = json_object_get(whole, "message");
+        cr_assert(json_is_true(json_object_get(last, "done")) && !strcmp(json_string_value(json_object_get(last, "done_reason")), "length"));
+        cr_assert_str_eq(content.p ? content.p : "", json_string_value(json_object_get(wm, "content")), "chunk %zu", chunk);
+        cr_assert_str_eq(thinking.p ? thinking.p : "", json_string_value(json_object_get(wm, "thinking")), "chunk %zu", chunk);
+        cr_assert(json_equal(calls, json_object_get(wm, "tool_calls")), "chunk %zu: calls differ", chunk);
+        json_decref(last);
+        json_decref(calls);
+        buf_free(&content);
+        buf_free(&thinking);
+        buf_free(&out);
+        ollama_stream_free(&st);
+    }
+    json_decref(whole);
+    json_decref(tools);
+}
+
+Test(ollama, a_raw_generate_reply_is_the_text_as_it_stands) {
+    ollama_result res = result("stop");
+    json_t *a = ollama_answer(&res, "<think>x</think>y", 17, false, false, false, NULL, "x", false);
+    cr_assert_str_eq(json_string_value(json_object_get(a, "response")), "<think>x</think>y");
+    cr_assert_null(json_object_get(a, "message"));
+    cr_assert_null(json_object_get(a, "thinking"));
+    json_decref(a);
+}
+
+Test(ollama, a_raw_reply_cut_inside_a_character_streams_whole_characters) {
+    const char *text = "caf\xc3\xa9 \xe2\x82\xac\xff!"; /* é and € cut by 1-byte pieces; a stray 0xFF byte */
+    ollama_stream st;
+    cr_assert(ollama_stream_init(&st, false, false, false, NULL, "x", false));
+    ollama_result run = result(NULL), done = result("stop");
+    buf out;
+    buf_init(&out);
+    for (size_t i = 0; i < strlen(text); i++) ollama_stream_delta(&st, &run, text + i, 1, &out);
+    ollama_stream_end(&st, &done, &out);
+    buf joined;
+    buf_init(&joined);
+    for (char *line = out.p, *nl; (nl = strchr(line, '\n')) != NULL; line = nl + 1) {
+        json_t *o = json_loadb(line, (size_t)(nl - line), 0, NULL);
+        cr_assert(json_is_string(json_object_get(o, "response")), "a line without its response: %.*s", (int)(nl - line), line);
+        buf_puts(&joined, json_string_value(json_object_get(o, "response")));
+        json_decref(o);
+    }
+    json_t *whole = ollama_answer(&done, text, strlen(text), false, false, false, NULL, "x", false);
+    cr_assert_str_eq(joined.p, json_string_value(json_object_get(whole, "response")));
+    cr_assert_str_eq(joined.p, "caf\xc3\xa9 \xe2\x82\xac\xef\xbf\xbd!", "the stray byte is U+FFFD, the characters whole");
+    json_decref(whole);
+    buf_free(&joined);
+    buf_free(&out);
+    ollama_stream_free(&st);
+}
