@@ -127,7 +127,8 @@ static attnd_status run_chunks(imatrix_run *r, int chunk, int n_chunks, attnd_er
     for (int c = 0; c < n_chunks; c++) {
         memcpy(r->chunk_ids, r->ids + (size_t)c * chunk, sizeof(int32_t) * (size_t)chunk);
         if (tok_add_bos(r->tok) && tok_bos(r->tok) >= 0) r->chunk_ids[0] = tok_bos(r->tok);
-        attnd_status st = run_chunk(&r->q, r->chunk_ids, chunk, max_batch, r->logits, mi->n_vocab, &nll, &n_scored, err);
+        attnd_status st =
+            run_chunk(&r->q, r->chunk_ids, chunk, max_batch, r->logits, mi->n_vocab, &nll, &n_scored, err);
         if (st == ATTND_OK && r->col.st != ATTND_OK) {
             *err = r->col.err;
             st = r->col.st;

@@ -58,8 +58,10 @@ int cmd_quantize(int argc, char **argv) {
         cli_usage_error("quantize", "unknown TYPE '%s' (one of %s)", pos[2], quantize_target_list());
     attnd_err err = {{0}};
     imatrix *im = NULL;
-    if (imatrix_path && imatrix_load(&im, imatrix_path, &err) != ATTND_OK) return cli_exit("quantize", ATTND_ERR_IO, &err);
-    if (im) fprintf(stderr, "attnd quantize: imatrix %s: %d weights, %u chunks\n", imatrix_path, im->n, im->chunk_count);
+    attnd_status lst = imatrix_path ? imatrix_load(&im, imatrix_path, &err) : ATTND_OK;
+    if (lst != ATTND_OK) return cli_exit("quantize", lst, &err);
+    if (im)
+        fprintf(stderr, "attnd quantize: imatrix %s: %d weights, %u chunks\n", imatrix_path, im->n, im->chunk_count);
     attnd_status st = quantize_file_imatrix(pos[0], pos[1], t, im, on_tensor, &p, &err);
     imatrix_destroy(im);
     if (st != ATTND_OK) {

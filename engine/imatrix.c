@@ -331,9 +331,9 @@ attnd_status imatrix_load(imatrix **out, const char *path, attnd_err *err) {
     while (ok && (got = fread(chunk, 1, sizeof(chunk), fp)) > 0) ok = buf_append(&b, chunk, got);
     bool io = ferror(fp);
     fclose(fp);
-    attnd_status st = !ok   ? attnd_fail(err, ATTND_ERR_NOMEM, "out of memory")
-                      : io  ? attnd_fail(err, ATTND_ERR_IO, "%s: read error", path)
-                            : imatrix_load_memory(out, b.p ? b.p : "", b.len, err);
+    attnd_status st = !ok  ? attnd_fail(err, ATTND_ERR_NOMEM, "out of memory")
+                      : io ? attnd_fail(err, ATTND_ERR_IO, "%s: read error", path)
+                           : imatrix_load_memory(out, b.p ? b.p : "", b.len, err);
     if (st != ATTND_OK && st != ATTND_ERR_NOMEM) {
         attnd_err inner = *err;
         attnd_fail(err, st, "%s: %s", path, inner.msg);

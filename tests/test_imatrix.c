@@ -10,8 +10,109 @@
 #include "attnd/gguf.h"
 #include "attnd/imatrix.h"
 #include "attnd/quantize.h"
+#include "engine_rig.h"
 #include "gguf_builder.h"
 #include "quant.h"
+/* The matmul hook adding every weight's input rows into an imatrix (user = the imatrix). */
+static void collect(void *user, const char *weight, int expert, const float *x, int n, int cols) {
+    static const int N_EXPERT = 8; /* the MoE fixture's */
+    attnd_err err;
+    cr_assert_eq(imatrix_add(user, weight, expert, expert < 0 ? 1 : N_EXPERT, x, n, cols, &err), ATTND_OK, "%s",
+                 err.msg);
+}
+
+/* tokens[0..n) evaluated on a fresh sequence of r in chunks of `chunk`, the hook collecting into a new imatrix. */
+static imatrix *collect_run(tiny_rig *r, const int32_t *tok, int n, int chunk) {
+    imatrix *im;
+    cr_assert_eq(imatrix_create(&im), ATTND_OK);
+    engine_set_attention_cb(r->e, NULL, im);
+    engine_set_matmul_cb(r->e, collect);
+    kv_seq *s = tiny_rig_seq(r);
+    batch_entry b[64];
+    attnd_err err;
+    for (int done = 0; done < n; done += chunk) {
+        int c = n - done < chunk ? n - done : chunk;
+        for (int i = 0; i < c; i++) b[i] = (batch_entry){s, tok[done + i], done + i, false};
+        cr_assert_eq(engine_eval(r->e, b, c, NULL, &err), ATTND_OK, "%s", err.msg);
+    }
+    engine_set_matmul_cb(r->e, NULL);
+    return im;
+}
+
+/* Layer 0's q, k and v see rmsnorm(token_embd[t]) * attn_norm: their sums equal those computed
+ * here in float64 from the file; every layer weight counts every row. */
+Test(imatrix, hook_sums_equal_float64_inputs_of_layer_0) {
+    tiny_spec sp = tiny_default("llama");
+    tiny_rig r;
+    tiny_rig_open(&r, &sp, KV_F32, 16);
+    enum { N = 37 };
+    int32_t tok[N];
+    tiny_random_tokens(tok, N, sp.n_vocab, 3);
+    imatrix *im = collect_run(&r, tok, N, 16);
+    gguf_file *f;
+    attnd_err err;
+    cr_assert_eq(gguf_open(&f, r.path, &err), ATTND_OK, "%s", err.msg);
+    int E = sp.n_embd;
+    double want[64] = {0}, x[64], xn[64];
+    for (int t = 0; t < N; t++) {
+        for (int i = 0; i < E; i++) x[i] = ref_elem(ref_t(f, "token_embd.weight"), (uint64_t)tok[t] * E + i);
+        ref_rmsnorm(xn, x, ref_tl(f, 0, "attn_norm.weight"), E, sp.rms_eps);
+        for (int i = 0; i < E; i++) want[i] += xn[i] * xn[i];
+    }
+    const char *qkv[] = {"blk.0.attn_q.weight", "blk.0.attn_k.weight", "blk.0.attn_v.weight"};
+    for (int w = 0; w < 3; w++) {
+        const imatrix_entry *e = imatrix_find(im, qkv[w]);
+        cr_assert(e, "%s not collected", qkv[w]);
+        cr_assert_eq(e->cols, E);
+        for (int i = 0; i < E; i++)
+            cr_assert(fabs(e->sum2[i] - want[i]) <= 1e-4 * want[i], "%s[%d]: %g, float64 %g", qkv[w], i, e->sum2[i],
+                      want[i]);
+    }
+    int layer_weights = 0;
+    for (int i = 0; i < im->n; i++) {
+        if (strncmp(im->entries[i].name, "blk.", 4)) continue;
+        layer_weights++;
+        cr_assert_eq(im->entries[i].count[0], N, "%s counted %g rows", im->entries[i].name, im->entries[i].count[0]);
+    }
+    cr_assert_eq(layer_weights, 7 * sp.n_layer, "q, k, v, o, gate, up, down per layer");
+    cr_assert(imatrix_find(im, "blk.1.ffn_down.weight")->cols == sp.n_ff);
+    gguf_close(f);
+    imatrix_destroy(im);
+    tiny_rig_close(&r);
+}
+
+/* MoE: each expert tensor's rows are counted per expert, as the float64 reference routes them. */
+Test(imatrix, expert_counts_follow_the_reference_routing) {
+    tiny_spec sp = tiny_default("qwen3moe");
+    sp.n_layer = 2, sp.n_expert = 8, sp.n_expert_used = 3, sp.n_ff_exp = 24, sp.head_dim = 16, sp.rope_dims = 16;
+    tiny_rig r;
+    tiny_rig_open(&r, &sp, KV_F32, 16);
+    enum { N = 30, K = 3 };
+    int32_t tok[N];
+    tiny_random_tokens(tok, N, sp.n_vocab, 4);
+    imatrix *im = collect_run(&r, tok, N, 16);
+    int *route = malloc(sizeof(int) * sp.n_layer * N * K);
+    double *route_w = malloc(sizeof(double) * sp.n_layer * N * K), *logits = malloc(sizeof(double) * N * sp.n_vocab);
+    ref_forward_ex(&sp, r.path, tok, N, logits, &(ref_extra){.experts = route, .expert_w = route_w});
+    for (int l = 0; l < sp.n_layer; l++) {
+        double want[8] = {0};
+        for (int i = 0; i < N * K; i++) want[route[l * N * K + i]]++;
+        const char *names[] = {"ffn_gate_exps", "ffn_up_exps", "ffn_down_exps"};
+        for (int w = 0; w < 3; w++) {
+            char nm[64];
+            snprintf(nm, sizeof(nm), "blk.%d.%s.weight", l, names[w]);
+            const imatrix_entry *e = imatrix_find(im, nm);
+            cr_assert(e && e->n_mat == 8, "%s", nm);
+            cr_assert_eq(e->cols, w == 2 ? sp.n_ff_exp : sp.n_embd);
+            for (int x = 0; x < 8; x++)
+                cr_assert_eq(e->count[x], want[x], "%s expert %d: %g rows, reference %g", nm, x, e->count[x], want[x]);
+        }
+    }
+    free(route), free(route_w), free(logits);
+    imatrix_destroy(im);
+    tiny_rig_close(&r);
+}
+
 /* A uniform in [-1, 1) from a 64-bit LCG state. */
 static float frand(uint64_t *s) {
     *s = *s * 6364136223846793005ULL + 1442695040888963407ULL;
@@ -75,7 +176,8 @@ static void check_means(const imatrix *a, const imatrix *b) {
             float ix[8], iy[8];
             imatrix_importance(x, m, ix);
             imatrix_importance(y, m, iy);
-            for (int j = 0; j < x->cols; j++) cr_assert_float_eq(ix[j], iy[j], 1e-5f * ix[j], "%s[%d][%d]", x->name, m, j);
+            for (int j = 0; j < x->cols; j++)
+                cr_assert_float_eq(ix[j], iy[j], 1e-5f * ix[j], "%s[%d][%d]", x->name, m, j);
         }
     }
 }
@@ -192,7 +294,7 @@ static double weighted_err(const float *x, const float *imp, uint32_t type, int 
 
 Test(imatrix, weighted_quantization_lowers_the_importance_weighted_error) {
     enum { N = 1024, ROWS = 16 };
-    static const uint32_t types[] = {GGUF_TYPE_Q2_K, GGUF_TYPE_Q3_K, GGUF_TYPE_Q4_K, GGUF_TYPE_Q5_K, GGUF_TYPE_Q6_K,
+    static const uint32_t types[] = {GGUF_TYPE_Q2_K, GGUF_TYPE_Q3_K, GGUF_TYPE_Q4_K,   GGUF_TYPE_Q5_K,  GGUF_TYPE_Q6_K,
                                      GGUF_TYPE_Q4_0, GGUF_TYPE_Q5_0, GGUF_TYPE_IQ4_NL, GGUF_TYPE_IQ4_XS};
     float imp[N], x[N];
     uint64_t s = 42;

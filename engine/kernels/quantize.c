@@ -516,13 +516,22 @@ static void block_weights(float *w, const float *x, const float *imp, uint32_t b
 
 bool quantize_type_weighted(uint32_t type) {
     switch (type) {
-    case GGUF_TYPE_Q4_0: case GGUF_TYPE_Q5_0: case GGUF_TYPE_Q2_K: case GGUF_TYPE_Q3_K: case GGUF_TYPE_Q4_K:
-    case GGUF_TYPE_Q5_K: case GGUF_TYPE_Q6_K: case GGUF_TYPE_IQ4_NL: case GGUF_TYPE_IQ4_XS: return true;
+    case GGUF_TYPE_Q4_0:
+    case GGUF_TYPE_Q5_0:
+    case GGUF_TYPE_Q2_K:
+    case GGUF_TYPE_Q3_K:
+    case GGUF_TYPE_Q4_K:
+    case GGUF_TYPE_Q5_K:
+    case GGUF_TYPE_Q6_K:
+    case GGUF_TYPE_IQ4_NL:
+    case GGUF_TYPE_IQ4_XS: return true;
     default: return false;
     }
 }
 
-void quantize_row(void *dst, const float *src, uint32_t type, int64_t n) { quantize_row_weighted(dst, src, type, n, NULL); }
+void quantize_row(void *dst, const float *src, uint32_t type, int64_t n) {
+    quantize_row_weighted(dst, src, type, n, NULL);
+}
 
 void quantize_row_weighted(void *dst, const float *src, uint32_t type, int64_t n, const float *imp) {
     uint8_t *d = dst;
@@ -570,8 +579,8 @@ typedef struct convert_job {
     int64_t n_cols, n_rows, per;
     size_t in_row, out_row;
     atomic_bool nomem;
-    const float *imp;    /* (n_mat, n_cols) column importances, or NULL */
-    int64_t mat_rows;    /* rows of one matrix of imp (a 3-D expert tensor has n_mat of them) */
+    const float *imp; /* (n_mat, n_cols) column importances, or NULL */
+    int64_t mat_rows; /* rows of one matrix of imp (a 3-D expert tensor has n_mat of them) */
 } convert_job;
 
 static void convert_rows(void *ctx, int c, int worker) {
@@ -592,8 +601,8 @@ static void convert_rows(void *ctx, int c, int worker) {
 }
 
 /* Converts the rows of tensor t into `type`; *out receives a malloc'd buffer of the new bytes. */
-static attnd_status convert_tensor(const gguf_tensor *t, uint32_t type, const float *imp, void **out,
-                                   uint64_t *n_bytes, attnd_err *err) {
+static attnd_status convert_tensor(const gguf_tensor *t, uint32_t type, const float *imp, void **out, uint64_t *n_bytes,
+                                   attnd_err *err) {
     int64_t n_cols = (int64_t)t->ne[0], n_rows = (int64_t)(t->n_elems / t->ne[0]);
     size_t in_row = quant_row_bytes(t->type, n_cols), out_row = quant_row_bytes(type, n_cols);
     *n_bytes = (uint64_t)out_row * (uint64_t)n_rows;
@@ -656,8 +665,9 @@ static attnd_status tensor_importance(const imatrix *im, const gguf_tensor *t, f
     if (!e) return ATTND_OK;
     uint64_t n_mat = t->n_dims >= 3 ? t->ne[2] : 1;
     if ((uint64_t)e->cols != t->ne[0] || (uint64_t)e->n_mat != n_mat)
-        return attnd_fail(err, ATTND_ERR_FORMAT, "imatrix entry %s is %d x %d; the tensor has %llu columns, %llu matrices",
-                          t->name, e->n_mat, e->cols, (unsigned long long)t->ne[0], (unsigned long long)n_mat);
+        return attnd_fail(err, ATTND_ERR_FORMAT,
+                          "imatrix entry %s is %d x %d; the tensor has %llu columns, %llu matrices", t->name, e->n_mat,
+                          e->cols, (unsigned long long)t->ne[0], (unsigned long long)n_mat);
     if (!(*out = malloc(sizeof(float) * (size_t)e->n_mat * (size_t)e->cols)))
         return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory");
     for (int m = 0; m < e->n_mat; m++) imatrix_importance(e, m, *out + (size_t)m * e->cols);

@@ -104,7 +104,6 @@ attnd_status quantize_file(const char *in_path, const char *out_path, quantize_t
  * tensor's. */
 struct imatrix;
 attnd_status quantize_file_imatrix(const char *in_path, const char *out_path, quantize_target t,
-                                   const struct imatrix *im, quantize_progress_fn progress, void *user,
-                                   attnd_err *err);
+                                   const struct imatrix *im, quantize_progress_fn progress, void *user, attnd_err *err);
 
 #endif /* ATTND_QUANTIZE_H */
