@@ -505,29 +505,44 @@ static void encode_iq4_xs(uint8_t *dst, const float *x, const float *w) {
     st16(dst + 2, h);
 }
 
-/* w (be) for the block at x: imp[i] * sqrt(sigma2 + x[i]^2), sigma2 the block's mean square
- * (llama.cpp's quant_weights times its weight-magnitude term). */
-static void block_weights(float *w, const float *x, const float *imp, uint32_t be) {
+/* How llama.cpp's quantizer of each type weighs an element's squared error (ggml-quants.c):
+ * imp[i] * sqrt(sigma2 + x[i]^2) with sigma2 = k times the mean square of the super-block (or of
+ * the whole row: Q4_0, Q5_0), or imp[i] alone (Q6_K, k 0). */
+typedef struct weight_rule {
+    uint32_t type;
+    float k;
+    bool whole_row;
+} weight_rule;
+
+static const weight_rule WEIGHT_RULES[] = {
+    {GGUF_TYPE_Q2_K, 1, false}, {GGUF_TYPE_Q3_K, 2, false},   {GGUF_TYPE_Q4_K, 2, false},
+    {GGUF_TYPE_Q5_K, 2, false}, {GGUF_TYPE_Q6_K, 0, false},   {GGUF_TYPE_Q4_0, 1, true},
+    {GGUF_TYPE_Q5_0, 1, true},  {GGUF_TYPE_IQ4_NL, 2, false}, {GGUF_TYPE_IQ4_XS, 2, false},
+};
+
+static const weight_rule *weight_rule_of(uint32_t type) {
+    for (size_t i = 0; i < sizeof(WEIGHT_RULES) / sizeof(WEIGHT_RULES[0]); i++)
+        if (WEIGHT_RULES[i].type == type) return &WEIGHT_RULES[i];
+    return NULL;
+}
+
+static float mean_square(const float *x, int64_t n) {
     double ss = 0;
-    for (uint32_t i = 0; i < be; i++) ss += (double)x[i] * x[i];
-    float sigma2 = (float)(ss / be);
+    for (int64_t i = 0; i < n; i++) ss += (double)x[i] * x[i];
+    return (float)(ss / (double)n);
+}
+
+/* w (be) for the block at x under rule r; row_ms is the whole row's mean square. */
+static void block_weights(float *w, const float *x, const float *imp, uint32_t be, const weight_rule *r, float row_ms) {
+    if (r->k == 0) {
+        memcpy(w, imp, sizeof(float) * be);
+        return;
+    }
+    float sigma2 = r->k * (r->whole_row ? row_ms : mean_square(x, be));
     for (uint32_t i = 0; i < be; i++) w[i] = imp[i] * sqrtf(sigma2 + x[i] * x[i]);
 }
 
-bool quantize_type_weighted(uint32_t type) {
-    switch (type) {
-    case GGUF_TYPE_Q4_0:
-    case GGUF_TYPE_Q5_0:
-    case GGUF_TYPE_Q2_K:
-    case GGUF_TYPE_Q3_K:
-    case GGUF_TYPE_Q4_K:
-    case GGUF_TYPE_Q5_K:
-    case GGUF_TYPE_Q6_K:
-    case GGUF_TYPE_IQ4_NL:
-    case GGUF_TYPE_IQ4_XS: return true;
-    default: return false;
-    }
-}
+bool quantize_type_weighted(uint32_t type) { return weight_rule_of(type) != NULL; }
 
 void quantize_row(void *dst, const float *src, uint32_t type, int64_t n) {
     quantize_row_weighted(dst, src, type, n, NULL);
@@ -547,9 +562,11 @@ void quantize_row_weighted(void *dst, const float *src, uint32_t type, int64_t n
         return;
     default: break;
     }
-    float wbuf[QK_K], *w = imp && quantize_type_weighted(type) && be <= QK_K ? wbuf : NULL; /* (be) */
+    const weight_rule *rule = imp ? weight_rule_of(type) : NULL;
+    float wbuf[QK_K], *w = rule && be <= QK_K ? wbuf : NULL; /* (be) */
+    float row_ms = rule && rule->whole_row ? mean_square(src, n) : 0;
     for (int64_t b = 0; b < n / be; b++, d += bb, src += be) {
-        if (w) block_weights(w, src, imp + b * be, be);
+        if (w) block_weights(w, src, imp + b * be, be, rule, row_ms);
         switch (type) {
         case GGUF_TYPE_Q8_0: encode_q8_0(d, src); break;
         case GGUF_TYPE_Q4_0: encode_q4_0(d, src, w); break;

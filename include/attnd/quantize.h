@@ -84,9 +84,10 @@ uint32_t quantize_tensor_type_for(quantize_target t, const char *name, uint32_t 
  * bytes are written. */
 void quantize_row(void *dst, const float *src, uint32_t type, int64_t n);
 /* quantize_row with an importance per column (imp, n floats; NULL = none): the types with a
- * weighted path (quantize_type_weighted) weigh each element's squared error in their scale
- * searches by imp[i] * sqrt(sigma2 + x[i]^2), sigma2 the block's mean square, as llama.cpp's
- * quantizers weigh quant_weights; the others ignore imp (Q8_0, Q4_1, Q5_1, MXFP4, F16, BF16). */
+ * weighted path (quantize_type_weighted: Q2_K..Q6_K, Q4_0, Q5_0, IQ4_NL, IQ4_XS) weigh each
+ * element's squared error in their scale searches as llama.cpp's quantizers weigh quant_weights:
+ * imp[i] * sqrt(sigma2 + x[i]^2), sigma2 the type's mean-square term (imp[i] alone for Q6_K); the
+ * others ignore imp (Q8_0, Q4_1, Q5_1, MXFP4, F16, BF16). */
 void quantize_row_weighted(void *dst, const float *src, uint32_t type, int64_t n, const float *imp);
 bool quantize_type_weighted(uint32_t type);
 
