@@ -11,21 +11,29 @@
 #include "attnd/imatrix.h"
 #include "attnd/quantize.h"
 #include "engine_rig.h"
+#include "family_specs.h"
 #include "gguf_builder.h"
 #include "quant.h"
-/* The matmul hook adding every weight's input rows into an imatrix (user = the imatrix). */
+/* What the matmul hook adds into: the imatrix, and the model's experts per MoE tensor. */
+typedef struct sink {
+    imatrix *im;
+    int n_expert;
+} sink;
+
 static void collect(void *user, const char *weight, int expert, const float *x, int n, int cols) {
-    static const int N_EXPERT = 8; /* the MoE fixture's */
+    sink *k = user;
     attnd_err err;
-    cr_assert_eq(imatrix_add(user, weight, expert, expert < 0 ? 1 : N_EXPERT, x, n, cols, &err), ATTND_OK, "%s",
+    cr_assert_not_null(weight, "a matmul without its tensor's name");
+    cr_assert_eq(imatrix_add(k->im, weight, expert, expert < 0 ? 1 : k->n_expert, x, n, cols, &err), ATTND_OK, "%s",
                  err.msg);
 }
 
-/* tokens[0..n) evaluated on a fresh sequence of r in chunks of `chunk`, the hook collecting into a new imatrix. */
+/* tokens[0..n) evaluated on a fresh sequence of r in chunks of `chunk`, the hook collecting into
+ * a new imatrix. */
 static imatrix *collect_run(tiny_rig *r, const int32_t *tok, int n, int chunk) {
-    imatrix *im;
-    cr_assert_eq(imatrix_create(&im), ATTND_OK);
-    engine_set_attention_cb(r->e, NULL, im);
+    sink k = {.n_expert = model_info_get(r->m)->n_expert};
+    cr_assert_eq(imatrix_create(&k.im), ATTND_OK);
+    engine_set_attention_cb(r->e, NULL, &k);
     engine_set_matmul_cb(r->e, collect);
     kv_seq *s = tiny_rig_seq(r);
     batch_entry b[64];
@@ -36,7 +44,7 @@ static imatrix *collect_run(tiny_rig *r, const int32_t *tok, int n, int chunk) {
         cr_assert_eq(engine_eval(r->e, b, c, NULL, &err), ATTND_OK, "%s", err.msg);
     }
     engine_set_matmul_cb(r->e, NULL);
-    return im;
+    return k.im;
 }
 
 /* Layer 0's q, k and v see rmsnorm(token_embd[t]) * attn_norm: their sums equal those computed
@@ -109,6 +117,44 @@ Test(imatrix, expert_counts_follow_the_reference_routing) {
         }
     }
     free(route), free(route_w), free(logits);
+    imatrix_destroy(im);
+    tiny_rig_close(&r);
+}
+
+/* A hybrid MoE model (Qwen3.5-MoE: DeltaNet and attention layers, routed and shared experts):
+ * every layer weight is reported with its name; each dense one counts every row, each expert
+ * tensor k rows per token over its experts. */
+Test(imatrix, hybrid_moe_weights_are_all_counted) {
+    hy_spec hs = hybrid_small("qwen35moe");
+    char path[256];
+    tiny_tmpname(path, sizeof(path), "qwen35moe");
+    cr_assert_eq(hy_write(path, &hs), 0);
+    tiny_rig r;
+    tiny_rig_load(&r, path, KV_F32, 16, 1, 256);
+    r.sp = hs.base;
+    memcpy(r.path, path, sizeof(path)); /* tiny_rig_close removes it */
+    enum { N = 24 };
+    int32_t tok[N];
+    tiny_random_tokens(tok, N, hs.base.n_vocab, 5);
+    imatrix *im = collect_run(&r, tok, N, 16);
+    int dense = 0, experts = 0;
+    for (int i = 0; i < im->n; i++) {
+        const imatrix_entry *e = &im->entries[i];
+        if (strncmp(e->name, "blk.", 4)) continue;
+        double total = 0;
+        for (int x = 0; x < e->n_mat; x++) total += e->count[x];
+        if (e->n_mat == 1) {
+            dense++;
+            cr_assert_eq(total, N, "%s: %g rows", e->name, total);
+        } else {
+            experts++;
+            cr_assert_eq(e->n_mat, hs.base.n_expert, "%s", e->name);
+            cr_assert_eq(total, N * hs.base.n_expert_used, "%s: %g rows", e->name, total);
+        }
+    }
+    cr_assert_eq(experts, 3 * hs.base.n_layer, "gate, up, down experts per layer");
+    cr_assert_geq(dense, 4 * hs.base.n_layer, "mixer in/out, router, shared expert at least");
+    cr_assert(imatrix_find(im, "blk.0.ssm_out.weight"), "the DeltaNet output projection");
     imatrix_destroy(im);
     tiny_rig_close(&r);
 }
