@@ -31,6 +31,7 @@ void imatrix_destroy(imatrix *im) {
     }
     free(im->entries);
     free(im->dataset);
+    free(im->file);
     free(im);
 }
 
@@ -337,6 +338,11 @@ attnd_status imatrix_load(imatrix **out, const char *path, attnd_err *err) {
     if (st != ATTND_OK && st != ATTND_ERR_NOMEM) {
         attnd_err inner = *err;
         attnd_fail(err, st, "%s: %s", path, inner.msg);
+    }
+    if (st == ATTND_OK && !((*out)->file = strdup(path))) {
+        imatrix_destroy(*out);
+        *out = NULL;
+        st = attnd_fail(err, ATTND_ERR_NOMEM, "out of memory");
     }
     buf_free(&b);
     return st;

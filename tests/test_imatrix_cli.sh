@@ -30,6 +30,10 @@ check "the matrix changes the encoding" "$?" 1
 check "quantize --imatrix (.dat) exits 0" "$?" 0
 "$BIN" info --model "$T/weighted2.gguf" >/dev/null 2>&1
 check "the weighted file loads" "$?" 0
+keys=$(LC_ALL=C grep -a -o 'quantize\.imatrix\.[a-z_]*' "$T/weighted2.gguf" | sort | tr '\n' ' ')
+check "the output has llama-quantize's imatrix keys" "$keys" \
+    "quantize.imatrix.chunks_count quantize.imatrix.dataset quantize.imatrix.entries_count quantize.imatrix.file "
+check "quantize.imatrix.file names the matrix" "$(LC_ALL=C grep -a -c "$T/im.dat" "$T/weighted2.gguf")" 1
 
 out=$("$BIN" quantize "$M" "$T/x.gguf" Q4_K_M --imatrix "$T/none.gguf" 2>&1)
 check "a missing matrix exits 1" "$?" 1

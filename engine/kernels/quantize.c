@@ -656,18 +656,30 @@ static quantize_model model_of(const gguf_file *f) {
     return m;
 }
 
-/* Copies the metadata, replacing the keys that describe the encoding. */
-static void copy_metadata(gguf_writer *w, const gguf_file *f, quantize_target t) {
+/* Copies the metadata, replacing the keys that describe the encoding (and, with a matrix, the
+ * quantize.imatrix.* keys llama-quantize writes: file, dataset, entries_count, chunks_count). */
+static void copy_metadata(gguf_writer *w, const gguf_file *f, quantize_target t, const imatrix *im) {
     for (uint64_t i = 0; i < gguf_kv_count(f); i++) {
         const gguf_kv *kv = gguf_kv_at(f, i);
         if (!strcmp(kv->key, "general.file_type") || !strcmp(kv->key, "general.quantization_version") ||
-            !strcmp(kv->key, "general.alignment")) /* the writer aligns to 32, the default */
+            !strcmp(kv->key, "general.alignment") || /* the writer aligns to 32, the default */
+            (im && !strncmp(kv->key, "quantize.imatrix.", 17)))
             continue;
         gguf_writer_add_kv(w, kv);
     }
     if (gguf_find_kv(f, "general.alignment")) gguf_writer_add_u32(w, "general.alignment", 32);
     gguf_writer_add_u32(w, "general.file_type", TARGETS[t].file_type);
     if (t != QUANTIZE_F16 && t != QUANTIZE_BF16) gguf_writer_add_u32(w, "general.quantization_version", 2);
+    if (!im) return;
+    char v[128]; /* llama-quantize keeps 127 bytes of each string */
+    snprintf(v, sizeof(v), "%s", im->file ? im->file : "");
+    gguf_writer_add_str(w, "quantize.imatrix.file", v);
+    if (im->dataset) {
+        snprintf(v, sizeof(v), "%s", im->dataset);
+        gguf_writer_add_str(w, "quantize.imatrix.dataset", v);
+    }
+    gguf_writer_add_u32(w, "quantize.imatrix.entries_count", (uint32_t)im->n);
+    if (im->chunk_count) gguf_writer_add_u32(w, "quantize.imatrix.chunks_count", im->chunk_count);
 }
 
 static bool is_float_type(uint32_t type) {
@@ -714,7 +726,7 @@ attnd_status quantize_file_imatrix(const char *in_path, const char *out_path, qu
         st = attnd_fail(err, ATTND_ERR_NOMEM, "out of memory");
         goto done;
     }
-    copy_metadata(w, f, t);
+    copy_metadata(w, f, t, im);
     quantize_model m = model_of(f);
     for (uint64_t i = 0; i < nt; i++) {
         const gguf_tensor *ti = gguf_tensor_at(f, i);

@@ -38,6 +38,7 @@ typedef struct imatrix {
     int n, cap;
     uint32_t chunk_count, chunk_size; /* chunks evaluated, tokens per chunk (0 when unknown) */
     char *dataset;                    /* the text file the sums came from (owned; NULL when unknown) */
+    char *file;                       /* the path imatrix_load read (owned; NULL otherwise) */
 } imatrix;
 
 attnd_status imatrix_create(imatrix **out); /* ATTND_ERR_NOMEM */

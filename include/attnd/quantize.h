@@ -101,8 +101,9 @@ attnd_status quantize_file(const char *in_path, const char *out_path, quantize_t
                            quantize_progress_fn progress, void *user, attnd_err *err);
 /* quantize_file with an importance matrix (attnd/imatrix.h; borrowed, NULL = none): each tensor
  * with an entry of its name is encoded with quantize_row_weighted on its columns' mean squared
- * inputs (per expert for a 3-D expert tensor). ATTND_ERR_FORMAT when an entry's shape is not its
- * tensor's. */
+ * inputs (per expert for a 3-D expert tensor), and the output gets llama-quantize's
+ * quantize.imatrix.file / dataset / entries_count / chunks_count keys. ATTND_ERR_FORMAT when an
+ * entry's shape is not its tensor's. */
 struct imatrix;
 attnd_status quantize_file_imatrix(const char *in_path, const char *out_path, quantize_target t,
                                    const struct imatrix *im, quantize_progress_fn progress, void *user, attnd_err *err);
