@@ -6,11 +6,12 @@
 #include <string.h>
 
 #include "attnd/gguf.h"
+#include "attnd/imatrix.h"
 #include "attnd/quantize.h"
 #include "commands.h"
 
 static const char *USAGE =
-    "usage: attnd quantize IN.gguf OUT.gguf TYPE [--quiet]\n"
+    "usage: attnd quantize IN.gguf OUT.gguf TYPE [--imatrix FILE] [--quiet]\n"
     "\n"
     "Writes OUT.gguf with the weights of IN.gguf (F32, F16 or BF16) re-encoded as TYPE:\n"
     "  F16, BF16, Q8_0, Q4_K, Q6_K, MXFP4          every 2-D weight in that type\n"
@@ -22,7 +23,11 @@ static const char *USAGE =
     "as in llama.cpp (Q4_K to Q5_0, Q5_K to Q5_1, Q6_K to Q8_0, Q2_K/Q3_K to Q4_0, IQ4_XS to IQ4_NL), then\n"
     "to F16. Metadata is copied. OUT is written to a temporary file and renamed, so it is never\n"
     "half-written. Prints one line per tensor whose type changes.\n"
-    "  --quiet   print only the summary line\n";
+    "  --imatrix FILE  weigh each weight's error by its column's importance (llama.cpp's imatrix,\n"
+    "                  GGUF or legacy .dat; `attnd imatrix` writes one) in the types with a\n"
+    "                  weighted search: Q2_K..Q6_K, Q4_0, Q5_0, IQ4_NL, IQ4_XS (not Q8_0, Q4_1,\n"
+    "                  Q5_1, MXFP4, which have none)\n"
+    "  --quiet         print only the summary line\n";
 
 typedef struct progress {
     bool quiet;
@@ -42,15 +47,24 @@ static void on_tensor(void *user, const char *name, uint32_t from, uint32_t to) 
 int cmd_quantize(int argc, char **argv) {
     const char *pos[3];
     progress p = {0};
+    const char *imatrix_path = NULL;
     cli_args args = {pos, 0, 3};
-    const cli_opt opts[] = {CLI_OPT_SET("--quiet", &p.quiet), CLI_OPT_ARGS(&args)};
+    const cli_opt opts[] = {CLI_OPT_SET("--quiet", &p.quiet), CLI_OPT_STR("--imatrix", &imatrix_path),
+                            CLI_OPT_ARGS(&args)};
     if (!cli_parse_opts("quantize", USAGE, argc, argv, opts, ATTND_ARRAY_LEN(opts))) return 0;
     if (args.n < 3) cli_usage_error("quantize", "need IN.gguf OUT.gguf TYPE");
     quantize_target t;
     if (quantize_target_parse(pos[2], &t) != ATTND_OK)
         cli_usage_error("quantize", "unknown TYPE '%s' (one of %s)", pos[2], quantize_target_list());
     attnd_err err = {{0}};
-    if (quantize_file(pos[0], pos[1], t, on_tensor, &p, &err) != ATTND_OK) {
+    imatrix *im = NULL;
+    attnd_status lst = imatrix_path ? imatrix_load(&im, imatrix_path, &err) : ATTND_OK;
+    if (lst != ATTND_OK) return cli_exit("quantize", lst, &err);
+    if (im)
+        fprintf(stderr, "attnd quantize: imatrix %s: %d weights, %u chunks\n", imatrix_path, im->n, im->chunk_count);
+    attnd_status st = quantize_file_imatrix(pos[0], pos[1], t, im, on_tensor, &p, &err);
+    imatrix_destroy(im);
+    if (st != ATTND_OK) {
         fprintf(stderr, "attnd quantize: %s\n", err.msg);
         return 1;
     }

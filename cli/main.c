@@ -37,6 +37,7 @@ static const command COMMANDS[] = {
     {"tokenize", cmd_tokenize, "text to token ids, as POST /tokenize answers"},
     {"detokenize", cmd_detokenize, "token ids to text, as POST /detokenize answers"},
     {"quantize", cmd_quantize, "re-encode a model's weights (F16 ... Q8_0, the K-quant mixes, IQ4_XS, MXFP4)"},
+    {"imatrix", cmd_imatrix, "an importance matrix from a text (llama.cpp's imatrix), for quantize --imatrix"},
     {"template", cmd_template, "render a chat template (the model's or a file's) with JSON variables"},
     {"pull", cmd_pull, "download a GGUF model from the Hugging Face Hub (org/repo[:QUANT]) into the cache"},
     {"models", cmd_models, "list the models in the cache that `attnd pull` fills"},

@@ -113,6 +113,7 @@ struct engine {
     engine_attn_want attn_want; /* which (entry, layer, head) attn_cb wants; NULL = all */
     engine_resid_cb resid_cb;   /* residual-stream inspection hook (attn_user); NULL = off */
     engine_expert_cb expert_cb; /* expert-routing inspection hook (attn_user); NULL = off */
+    engine_matmul_cb matmul_cb; /* matrix-input inspection hook (attn_user); NULL = off */
     void *attn_user;
     engine_yield_fn yield_fn; /* asked after each layer whether to give the step up; NULL = never */
     void *yield_user;
@@ -271,6 +272,8 @@ void engine_set_residual_cb(engine *e, engine_resid_cb cb) { e->resid_cb = cb; }
 
 void engine_set_expert_cb(engine *e, engine_expert_cb cb) { e->expert_cb = cb; }
 
+void engine_set_matmul_cb(engine *e, engine_matmul_cb cb) { e->matmul_cb = cb; }
+
 void engine_set_yield(engine *e, engine_yield_fn fn, void *user) {
     e->yield_fn = fn;
     e->yield_user = user;
@@ -328,12 +331,14 @@ static void rmsnorm(float *out, const float *x, const float *w, int n, int dim, 
 }
 
 static void matmul(engine *e, float *out, const weight *w, const float *x, int n_tok) {
+    if (e->matmul_cb) e->matmul_cb(e->attn_user, w->name, -1, x, n_tok, (int)w->cols);
     quant_matmul_packed(out, w->data, w->packed, w->type, w->rows, w->cols, x, n_tok, e->mm_scratch, e->n_threads);
 }
 
 /* Up to QUANT_MM_MAX weights of the same width against the same x, in one pass of the pool. */
 static void matmul_many(engine *e, int n_w, float *const *out, const weight *const *w, const float *x, int n_tok) {
     quant_mm mm[QUANT_MM_MAX];
+    for (int i = 0; e->matmul_cb && i < n_w; i++) e->matmul_cb(e->attn_user, w[i]->name, -1, x, n_tok, (int)w[i]->cols);
     for (int i = 0; i < n_w; i++) mm[i] = (quant_mm){out[i], w[i]->data, w[i]->packed, w[i]->type, w[i]->rows};
     quant_matmul_many(mm, n_w, w[0]->cols, x, n_tok, e->mm_scratch, e->n_threads);
 }
@@ -812,6 +817,21 @@ static void moe_route(pass *p, const layer_weights *L) {
     }
 }
 
+/* Inspection path (only with a matmul callback): each expert's input rows, the sorted slots' xn
+ * (moe_o) for gate and up, or their activations (moe_g) for down. */
+static void report_expert_inputs(engine *e, const layer_weights *L, const moe_plan *pl, int cols, bool down) {
+    for (int g = 0; g < pl->n_groups; g++) {
+        const moe_group *gr = &pl->groups[g];
+        const float *x = (down ? e->moe_g : e->moe_o) + (size_t)gr->start * cols;
+        if (down) {
+            e->matmul_cb(e->attn_user, L->down_exps.name, gr->expert, x, gr->cnt, cols);
+            continue;
+        }
+        e->matmul_cb(e->attn_user, L->gate_exps.name, gr->expert, x, gr->cnt, cols);
+        e->matmul_cb(e->attn_user, L->up_exps.name, gr->expert, x, gr->cnt, cols);
+    }
+}
+
 /* moe: tmp = sum over each entry's K experts of weight * W_down,x act(W_gate,x xn) * (W_up,x xn),
  * the experts' outputs added in the order of their probability. Entries are grouped by expert
  * (moe.h), so each expert's rows are read once per step and unused experts not at all; all the
@@ -830,7 +850,9 @@ static void step_moe(pass *p, const layer_weights *L, int l) {
     moe_job j = {.L = L, .act = m->arch->act, .E = E, .FE = m->n_ff_exp, .pl = &pl, .x = e->moe_o, .g = e->moe_g,
                  .o = e->moe_o, .scratch = e->moe_scratch, .scratch_bytes = e->moe_scratch_bytes,
                  .max_tok = e->max_batch, .n_threads = e->n_threads};
+    if (e->matmul_cb) report_expert_inputs(e, L, &pl, E, false);
     moe_gate_up(&j);
+    if (e->matmul_cb) report_expert_inputs(e, L, &pl, m->n_ff_exp, true);
     moe_down(&j);
     for (int t = 0; t < p->n; t++) {
         float *out = e->tmp + (size_t)t * E;
@@ -998,7 +1020,8 @@ attnd_status engine_eval(engine *e, const batch_entry *entries, int n, float *lo
 
     if (m->n_dn_layers) p.n_runs = plan_runs(e, entries, n, n_seqs);
     /* a recurrent state moved on by the layers already run cannot be rewritten: no yield then */
-    bool may_yield = e->yield_fn && !p.ablating && !e->attn_cb && !e->resid_cb && !e->expert_cb && !m->n_dn_layers;
+    bool may_yield = e->yield_fn && !p.ablating && !e->attn_cb && !e->resid_cb && !e->expert_cb && !e->matmul_cb &&
+                     !m->n_dn_layers;
     step_embed(&p);
     for (int l = 0; l < mi->n_layer; l++) {
         step_layer(&p, l);

@@ -81,6 +81,7 @@ static attnd_status find_matrix(model *m, const char *name, int64_t rows, int64_
                           (unsigned long long)t->ne[0], (unsigned long long)t->ne[1], (long long)cols,
                           (long long)rows);
     out->data = t->data;
+    out->name = t->name;
     out->type = t->type;
     out->rows = rows;
     out->cols = cols;
@@ -603,7 +604,7 @@ static attnd_status find_experts(model *m, const char *name, int64_t rows, int64
         return attnd_fail(err, ATTND_ERR_FORMAT, "tensor '%s' has shape [%llu, %llu, %llu], expected [%lld, %lld, %d]",
                           name, (unsigned long long)t->ne[0], (unsigned long long)t->ne[1],
                           (unsigned long long)t->ne[2], (long long)cols, (long long)rows, m->n_expert);
-    *out = (weight){.data = t->data, .type = t->type, .rows = rows * m->n_expert, .cols = cols};
+    *out = (weight){.data = t->data, .type = t->type, .rows = rows * m->n_expert, .cols = cols, .name = t->name};
     return ATTND_OK;
 }
 

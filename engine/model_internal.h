@@ -16,6 +16,7 @@ typedef struct weight {
     uint32_t type;
     int64_t rows, cols;
     struct quant_packed *packed; /* owned: a decode kernel's copy made at load (quant_pack), or NULL */
+    const char *name;            /* the GGUF tensor's name (the file's, valid while the model lives) */
 } weight;
 
 /* A rotary table: position p rotates pair i by p * inv_freq[i], and cos and sin are scaled by

@@ -19,6 +19,7 @@
 
 #include "attnd/gguf.h"
 #include "attnd/gguf_writer.h"
+#include "attnd/imatrix.h"
 #include "quant.h"
 #include "quant_impl.h"
 #include "threads.h"
@@ -175,9 +176,13 @@ static void st16(uint8_t *p, uint16_t v) { memcpy(p, &v, 2); }
 
 static int clampi(int v, int lo, int hi) { return v < lo ? lo : v > hi ? hi : v; }
 
+/* The weight of element i in a fit's squared error: w[i] (quantize --imatrix), or 1 without. */
+#define WT(w, i) ((w) ? (w)[i] : 1.0f)
+
 /* Symmetric fit: x[i] ~ s * q[i], q in [-nmax, nmax - 1]; returns s (0 for an all-zero block).
- * The extreme value maps to -nmax, as ggml's symmetric types do, then nearby scales are tried. */
-static float fit_symmetric(const float *x, int n, int nmax) {
+ * The extreme value maps to -nmax, as ggml's symmetric types do, then nearby scales are tried;
+ * errors and the least-squares scale are weighted by w (NULL: all 1). */
+static float fit_symmetric(const float *x, int n, int nmax, const float *w) {
     float vmax = 0.f;
     for (int i = 0; i < n; i++)
         if (fabsf(x[i]) > fabsf(vmax)) vmax = x[i];
@@ -188,13 +193,13 @@ static float fit_symmetric(const float *x, int n, int nmax) {
         double sqx = 0, sqq = 0;
         for (int i = 0; i < n; i++) {
             int q = clampi((int)lrintf(is * x[i]), -nmax, nmax - 1);
-            sqx += (double)q * x[i], sqq += (double)q * q;
+            sqx += (double)WT(w, i) * q * x[i], sqq += (double)WT(w, i) * q * q;
         }
         if (sqq == 0) continue;
         float s = (float)(sqx / sqq), err = 0.f;
         for (int i = 0; i < n; i++) {
             int q = clampi((int)lrintf(x[i] / s), -nmax, nmax - 1);
-            err += (s * q - x[i]) * (s * q - x[i]);
+            err += WT(w, i) * (s * q - x[i]) * (s * q - x[i]);
         }
         if (err < best_err) best_err = err, best_s = s;
     }
@@ -202,7 +207,7 @@ static float fit_symmetric(const float *x, int n, int nmax) {
 }
 
 /* Affine fit: x[i] ~ s * q[i] - m, q in [0, nmax], m >= 0 (so 0 stays representable). */
-static void fit_affine(const float *x, int n, int nmax, float *s_out, float *m_out) {
+static void fit_affine(const float *x, int n, int nmax, const float *w, float *s_out, float *m_out) {
     float lo = 0.f, hi = x[0];
     for (int i = 0; i < n; i++) lo = fminf(lo, x[i]), hi = fmaxf(hi, x[i]);
     *s_out = hi > lo ? (hi - lo) / nmax : 0.f, *m_out = -lo;
@@ -210,20 +215,21 @@ static void fit_affine(const float *x, int n, int nmax, float *s_out, float *m_o
     float best_err = INFINITY;
     for (int step = -10; step <= 10; step++) {
         float is = (nmax + 0.1f * step) / (hi - lo);
-        double sq = 0, sqq = 0, sx = 0, sqx = 0;
+        double sw = 0, sq = 0, sqq = 0, sx = 0, sqx = 0;
         for (int i = 0; i < n; i++) {
             int q = clampi((int)lrintf(is * (x[i] - lo)), 0, nmax);
-            sq += q, sqq += (double)q * q, sx += x[i], sqx += (double)q * x[i];
+            double wi = WT(w, i);
+            sw += wi, sq += wi * q, sqq += wi * q * q, sx += wi * x[i], sqx += wi * q * x[i];
         }
-        double det = n * sqq - sq * sq, s, b;
+        double det = sw * sqq - sq * sq, s, b;
         if (det <= 0) continue;
-        s = (n * sqx - sq * sx) / det, b = (sqq * sx - sq * sqx) / det;
+        s = (sw * sqx - sq * sx) / det, b = (sqq * sx - sq * sqx) / det;
         if (b > 0) b = 0, s = sqx / sqq;
         if (s <= 0) continue;
         float err = 0.f;
         for (int i = 0; i < n; i++) {
             int q = clampi((int)lrint((x[i] - b) / s), 0, nmax);
-            err += (float)((s * q + b - x[i]) * (s * q + b - x[i]));
+            err += (float)(WT(w, i) * (s * q + b - x[i]) * (s * q + b - x[i]));
         }
         if (err < best_err) best_err = err, *s_out = (float)s, *m_out = (float)-b;
     }
@@ -239,8 +245,8 @@ static void encode_q8_0(uint8_t *dst, const float *x) {
 }
 
 /* Q4_0: f16 d, 16 bytes of nibbles (low: element j, high: element j + 16); x = d * (q - 8). */
-static void encode_q4_0(uint8_t *dst, const float *x) {
-    float d = quant_f16_to_f32(quant_f32_to_f16(fit_symmetric(x, QK, 8))), id = d != 0.f ? 1.f / d : 0.f;
+static void encode_q4_0(uint8_t *dst, const float *x, const float *w) {
+    float d = quant_f16_to_f32(quant_f32_to_f16(fit_symmetric(x, QK, 8, w))), id = d != 0.f ? 1.f / d : 0.f;
     st16(dst, quant_f32_to_f16(d));
     for (int j = 0; j < QK / 2; j++) {
         int a = clampi((int)lrintf(x[j] * id) + 8, 0, 15), b = clampi((int)lrintf(x[j + 16] * id) + 8, 0, 15);
@@ -252,10 +258,10 @@ static void encode_q4_0(uint8_t *dst, const float *x) {
  * pairs for 8 sub-blocks of 32, then (Q5_K) 32 bytes of fifth bits, then 128 bytes of nibbles
  * (sub-blocks 2p and 2p+1 share bytes 32p..32p+31: low and high nibble; Q5_K's fifth bit of
  * element 64p + 32h + l is bit 2p + h of qh[l]). x = d * sc[j] * q - dmin * mn[j]. */
-static void encode_q4_k(uint8_t *dst, const float *x, int nmax) {
+static void encode_q4_k(uint8_t *dst, const float *x, int nmax, const float *w) {
     float s[8], m[8], smax = 0.f, mmax = 0.f;
     for (int j = 0; j < 8; j++) {
-        fit_affine(x + 32 * j, 32, nmax, &s[j], &m[j]);
+        fit_affine(x + 32 * j, 32, nmax, w ? w + 32 * j : NULL, &s[j], &m[j]);
         smax = fmaxf(smax, s[j]), mmax = fmaxf(mmax, m[j]);
     }
     float d = quant_f16_to_f32(quant_f32_to_f16(smax / 63.f));
@@ -292,10 +298,10 @@ static void encode_q4_k(uint8_t *dst, const float *x, int nmax) {
  * of 16, f16 d; x = d * scales[j] * (q - 32). In each 128-element half h, element 128h + l + 32k
  * (l < 32, k < 4) keeps its low bits in ql[64h + l + 32(k & 1)] (nibble k >> 1) and its high
  * bits in qh[32h + l] (bits 2k, 2k+1). */
-static void encode_q6_k(uint8_t *dst, const float *x) {
+static void encode_q6_k(uint8_t *dst, const float *x, const float *w) {
     float s[16], smax = 0.f;
     for (int j = 0; j < 16; j++) {
-        s[j] = fit_symmetric(x + 16 * j, 16, 32);
+        s[j] = fit_symmetric(x + 16 * j, 16, 32, w ? w + 16 * j : NULL);
         if (fabsf(s[j]) > fabsf(smax)) smax = s[j];
     }
     float d = quant_f16_to_f32(quant_f32_to_f16(smax / -128.f));
@@ -340,8 +346,8 @@ static void encode_q41_q51(uint8_t *dst, const float *x, int nmax) {
 }
 
 /* Q5_0: x = d * (q - 16), q in 0..31. */
-static void encode_q5_0(uint8_t *dst, const float *x) {
-    float d = f16r(fit_symmetric(x, QK, 16)), id = d != 0.f ? 1.f / d : 0.f;
+static void encode_q5_0(uint8_t *dst, const float *x, const float *w) {
+    float d = f16r(fit_symmetric(x, QK, 16, w)), id = d != 0.f ? 1.f / d : 0.f;
     st16(dst, quant_f32_to_f16(d));
     uint32_t qh = 0;
     for (int j = 0; j < QK / 2; j++) {
@@ -362,7 +368,7 @@ static int nearest16(const int8_t *values, float v) {
 
 /* Codebook fit: x[i] ~ s * values[q[i]]; tries scales around the max-based one, refitting each by
  * least squares, keeps the best. Returns s (0 for an all-zero block); q receives the indices. */
-static float fit_codebook(const float *x, int n, const int8_t *values, int vmin, uint8_t *q) {
+static float fit_codebook(const float *x, int n, const int8_t *values, int vmin, uint8_t *q, const float *w) {
     float amax = 0.f, vmax = 0.f;
     for (int i = 0; i < n; i++)
         if (fabsf(x[i]) > amax) amax = fabsf(x[i]), vmax = x[i];
@@ -376,13 +382,13 @@ static float fit_codebook(const float *x, int n, const int8_t *values, int vmin,
         double sxv = 0, svv = 0;
         for (int i = 0; i < n; i++) {
             int k = nearest16(values, x[i] * is);
-            sxv += (double)x[i] * values[k], svv += (double)values[k] * values[k];
+            sxv += (double)WT(w, i) * x[i] * values[k], svv += (double)WT(w, i) * values[k] * values[k];
         }
         if (svv == 0) continue;
         float s2 = (float)(sxv / svv), is2 = 1.f / s2, err = 0.f;
         for (int i = 0; i < n; i++) {
             float e = s2 * values[nearest16(values, x[i] * is2)] - x[i];
-            err += e * e;
+            err += WT(w, i) * e * e;
         }
         if (err < best_err) best_err = err, best_s = s2;
     }
@@ -396,9 +402,9 @@ static void pack_nibbles(uint8_t *qs, const uint8_t *q) {
 }
 
 /* IQ4_NL: x = d * iq4nl[q]. */
-static void encode_iq4_nl(uint8_t *dst, const float *x) {
+static void encode_iq4_nl(uint8_t *dst, const float *x, const float *w) {
     uint8_t q[QK];
-    float d = f16r(fit_codebook(x, QK, quant_iq4nl_values, -127, q)), id = d != 0.f ? 1.f / d : 0.f;
+    float d = f16r(fit_codebook(x, QK, quant_iq4nl_values, -127, q, w)), id = d != 0.f ? 1.f / d : 0.f;
     for (int i = 0; i < QK; i++) q[i] = (uint8_t)nearest16(quant_iq4nl_values, x[i] * id);
     st16(dst, quant_f32_to_f16(d));
     pack_nibbles(dst + 2, q);
@@ -429,10 +435,10 @@ static void encode_mxfp4(uint8_t *dst, const float *x) {
 }
 
 /* Q2_K: 16 sub-blocks of 16, x = d * sc * q - dmin * mn, q in 0..3, sc and mn 4-bit. */
-static void encode_q2_k(uint8_t *dst, const float *x) {
+static void encode_q2_k(uint8_t *dst, const float *x, const float *w) {
     float s[16], m[16], smax = 0.f, mmax = 0.f;
     for (int j = 0; j < 16; j++) {
-        fit_affine(x + 16 * j, 16, 3, &s[j], &m[j]);
+        fit_affine(x + 16 * j, 16, 3, w ? w + 16 * j : NULL, &s[j], &m[j]);
         smax = fmaxf(smax, s[j]), mmax = fmaxf(mmax, m[j]);
     }
     float d = f16r(smax / 15.f), dmin = f16r(mmax / 15.f);
@@ -452,10 +458,10 @@ static void encode_q2_k(uint8_t *dst, const float *x) {
 
 /* Q3_K: 16 sub-blocks of 16, x = d * (sc - 32) * q, q in -4..3 (2 bits in qs, the third in
  * hmask: set for q >= 0), sc 6-bit (quant_q3k_scales' layout). */
-static void encode_q3_k(uint8_t *dst, const float *x) {
+static void encode_q3_k(uint8_t *dst, const float *x, const float *w) {
     float s[16], smax = 0.f;
     for (int j = 0; j < 16; j++) {
-        s[j] = fit_symmetric(x + 16 * j, 16, 4);
+        s[j] = fit_symmetric(x + 16 * j, 16, 4, w ? w + 16 * j : NULL);
         if (fabsf(s[j]) > fabsf(smax)) smax = s[j];
     }
     float d = f16r(smax / -32.f);
@@ -477,11 +483,11 @@ static void encode_q3_k(uint8_t *dst, const float *x) {
 }
 
 /* IQ4_XS: 8 sub-blocks of 32, x = d * (sc - 32) * iq4nl[q], sc 6-bit. */
-static void encode_iq4_xs(uint8_t *dst, const float *x) {
+static void encode_iq4_xs(uint8_t *dst, const float *x, const float *w) {
     float s[8], smax = 0.f;
     uint8_t q[32];
     for (int j = 0; j < 8; j++) {
-        s[j] = fit_codebook(x + 32 * j, 32, quant_iq4nl_values, -127, q);
+        s[j] = fit_codebook(x + 32 * j, 32, quant_iq4nl_values, -127, q, w ? w + 32 * j : NULL);
         if (fabsf(s[j]) > fabsf(smax)) smax = s[j];
     }
     float d = f16r(smax / -32.f);
@@ -499,7 +505,50 @@ static void encode_iq4_xs(uint8_t *dst, const float *x) {
     st16(dst + 2, h);
 }
 
+/* How llama.cpp's quantizer of each type weighs an element's squared error (ggml-quants.c):
+ * imp[i] * sqrt(sigma2 + x[i]^2) with sigma2 = k times the mean square of the super-block (or of
+ * the whole row: Q4_0, Q5_0), or imp[i] alone (Q6_K, k 0). */
+typedef struct weight_rule {
+    uint32_t type;
+    float k;
+    bool whole_row;
+} weight_rule;
+
+static const weight_rule WEIGHT_RULES[] = {
+    {GGUF_TYPE_Q2_K, 1, false}, {GGUF_TYPE_Q3_K, 2, false},   {GGUF_TYPE_Q4_K, 2, false},
+    {GGUF_TYPE_Q5_K, 2, false}, {GGUF_TYPE_Q6_K, 0, false},   {GGUF_TYPE_Q4_0, 1, true},
+    {GGUF_TYPE_Q5_0, 1, true},  {GGUF_TYPE_IQ4_NL, 2, false}, {GGUF_TYPE_IQ4_XS, 2, false},
+};
+
+static const weight_rule *weight_rule_of(uint32_t type) {
+    for (size_t i = 0; i < sizeof(WEIGHT_RULES) / sizeof(WEIGHT_RULES[0]); i++)
+        if (WEIGHT_RULES[i].type == type) return &WEIGHT_RULES[i];
+    return NULL;
+}
+
+static float mean_square(const float *x, int64_t n) {
+    double ss = 0;
+    for (int64_t i = 0; i < n; i++) ss += (double)x[i] * x[i];
+    return (float)(ss / (double)n);
+}
+
+/* w (be) for the block at x under rule r; row_ms is the whole row's mean square. */
+static void block_weights(float *w, const float *x, const float *imp, uint32_t be, const weight_rule *r, float row_ms) {
+    if (r->k == 0) {
+        memcpy(w, imp, sizeof(float) * be);
+        return;
+    }
+    float sigma2 = r->k * (r->whole_row ? row_ms : mean_square(x, be));
+    for (uint32_t i = 0; i < be; i++) w[i] = imp[i] * sqrtf(sigma2 + x[i] * x[i]);
+}
+
+bool quantize_type_weighted(uint32_t type) { return weight_rule_of(type) != NULL; }
+
 void quantize_row(void *dst, const float *src, uint32_t type, int64_t n) {
+    quantize_row_weighted(dst, src, type, n, NULL);
+}
+
+void quantize_row_weighted(void *dst, const float *src, uint32_t type, int64_t n, const float *imp) {
     uint8_t *d = dst;
     uint32_t be = gguf_type_block_elems(type), bb = gguf_type_block_bytes(type);
     ATTND_ASSERT(be > 0 && n % be == 0);
@@ -513,21 +562,25 @@ void quantize_row(void *dst, const float *src, uint32_t type, int64_t n) {
         return;
     default: break;
     }
+    const weight_rule *rule = imp ? weight_rule_of(type) : NULL;
+    float wbuf[QK_K], *w = rule && be <= QK_K ? wbuf : NULL; /* (be) */
+    float row_ms = rule && rule->whole_row ? mean_square(src, n) : 0;
     for (int64_t b = 0; b < n / be; b++, d += bb, src += be) {
+        if (w) block_weights(w, src, imp + b * be, be, rule, row_ms);
         switch (type) {
         case GGUF_TYPE_Q8_0: encode_q8_0(d, src); break;
-        case GGUF_TYPE_Q4_0: encode_q4_0(d, src); break;
-        case GGUF_TYPE_Q4_K: encode_q4_k(d, src, 15); break;
-        case GGUF_TYPE_Q6_K: encode_q6_k(d, src); break;
+        case GGUF_TYPE_Q4_0: encode_q4_0(d, src, w); break;
+        case GGUF_TYPE_Q4_K: encode_q4_k(d, src, 15, w); break;
+        case GGUF_TYPE_Q6_K: encode_q6_k(d, src, w); break;
         case GGUF_TYPE_Q4_1: encode_q41_q51(d, src, 15); break;
         case GGUF_TYPE_Q5_1: encode_q41_q51(d, src, 31); break;
-        case GGUF_TYPE_Q5_0: encode_q5_0(d, src); break;
-        case GGUF_TYPE_IQ4_NL: encode_iq4_nl(d, src); break;
+        case GGUF_TYPE_Q5_0: encode_q5_0(d, src, w); break;
+        case GGUF_TYPE_IQ4_NL: encode_iq4_nl(d, src, w); break;
         case GGUF_TYPE_MXFP4: encode_mxfp4(d, src); break;
-        case GGUF_TYPE_Q2_K: encode_q2_k(d, src); break;
-        case GGUF_TYPE_Q3_K: encode_q3_k(d, src); break;
-        case GGUF_TYPE_Q5_K: encode_q4_k(d, src, 31); break;
-        case GGUF_TYPE_IQ4_XS: encode_iq4_xs(d, src); break;
+        case GGUF_TYPE_Q2_K: encode_q2_k(d, src, w); break;
+        case GGUF_TYPE_Q3_K: encode_q3_k(d, src, w); break;
+        case GGUF_TYPE_Q5_K: encode_q4_k(d, src, 31, w); break;
+        case GGUF_TYPE_IQ4_XS: encode_iq4_xs(d, src, w); break;
         default: ATTND_ASSERT(!"quantize_row: type without an encoder");
         }
     }
@@ -543,6 +596,8 @@ typedef struct convert_job {
     int64_t n_cols, n_rows, per;
     size_t in_row, out_row;
     atomic_bool nomem;
+    const float *imp; /* (n_mat, n_cols) column importances, or NULL */
+    int64_t mat_rows; /* rows of one matrix of imp (a 3-D expert tensor has n_mat of them) */
 } convert_job;
 
 static void convert_rows(void *ctx, int c, int worker) {
@@ -556,20 +611,21 @@ static void convert_rows(void *ctx, int c, int worker) {
     int64_t r1 = (c + 1) * j->per < j->n_rows ? (c + 1) * j->per : j->n_rows;
     for (int64_t r = c * j->per; r < r1; r++) {
         quant_dequantize_row(row, (const uint8_t *)j->t->data + (size_t)r * j->in_row, j->t->type, j->n_cols);
-        quantize_row(j->dst + (size_t)r * j->out_row, row, j->type, j->n_cols);
+        const float *imp = j->imp ? j->imp + (size_t)(r / j->mat_rows) * j->n_cols : NULL;
+        quantize_row_weighted(j->dst + (size_t)r * j->out_row, row, j->type, j->n_cols, imp);
     }
     free(row);
 }
 
 /* Converts the rows of tensor t into `type`; *out receives a malloc'd buffer of the new bytes. */
-static attnd_status convert_tensor(const gguf_tensor *t, uint32_t type, void **out, uint64_t *n_bytes,
+static attnd_status convert_tensor(const gguf_tensor *t, uint32_t type, const float *imp, void **out, uint64_t *n_bytes,
                                    attnd_err *err) {
     int64_t n_cols = (int64_t)t->ne[0], n_rows = (int64_t)(t->n_elems / t->ne[0]);
     size_t in_row = quant_row_bytes(t->type, n_cols), out_row = quant_row_bytes(type, n_cols);
     *n_bytes = (uint64_t)out_row * (uint64_t)n_rows;
     uint8_t *dst = malloc(*n_bytes ? *n_bytes : 1);
     if (!dst) return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory converting %s", t->name);
-    convert_job j = {t, type, dst, n_cols, n_rows, (n_rows + 63) / 64, in_row, out_row, false};
+    convert_job j = {t, type, dst, n_cols, n_rows, (n_rows + 63) / 64, in_row, out_row, false, imp, (int64_t)t->ne[1]};
     if (j.per < 1) j.per = 1;
     threads_run(threads_default(), (int)((n_rows + j.per - 1) / j.per), convert_rows, &j);
     if (atomic_load(&j.nomem)) {
@@ -600,26 +656,60 @@ static quantize_model model_of(const gguf_file *f) {
     return m;
 }
 
-/* Copies the metadata, replacing the keys that describe the encoding. */
-static void copy_metadata(gguf_writer *w, const gguf_file *f, quantize_target t) {
+/* Copies the metadata, replacing the keys that describe the encoding (and, with a matrix, the
+ * quantize.imatrix.* keys llama-quantize writes: file, dataset, entries_count, chunks_count). */
+static void copy_metadata(gguf_writer *w, const gguf_file *f, quantize_target t, const imatrix *im) {
     for (uint64_t i = 0; i < gguf_kv_count(f); i++) {
         const gguf_kv *kv = gguf_kv_at(f, i);
         if (!strcmp(kv->key, "general.file_type") || !strcmp(kv->key, "general.quantization_version") ||
-            !strcmp(kv->key, "general.alignment")) /* the writer aligns to 32, the default */
+            !strcmp(kv->key, "general.alignment") || /* the writer aligns to 32, the default */
+            (im && !strncmp(kv->key, "quantize.imatrix.", 17)))
             continue;
         gguf_writer_add_kv(w, kv);
     }
     if (gguf_find_kv(f, "general.alignment")) gguf_writer_add_u32(w, "general.alignment", 32);
     gguf_writer_add_u32(w, "general.file_type", TARGETS[t].file_type);
     if (t != QUANTIZE_F16 && t != QUANTIZE_BF16) gguf_writer_add_u32(w, "general.quantization_version", 2);
+    if (!im) return;
+    char v[128]; /* llama-quantize keeps 127 bytes of each string */
+    snprintf(v, sizeof(v), "%s", im->file ? im->file : "");
+    gguf_writer_add_str(w, "quantize.imatrix.file", v);
+    if (im->dataset) {
+        snprintf(v, sizeof(v), "%s", im->dataset);
+        gguf_writer_add_str(w, "quantize.imatrix.dataset", v);
+    }
+    gguf_writer_add_u32(w, "quantize.imatrix.entries_count", (uint32_t)im->n);
+    if (im->chunk_count) gguf_writer_add_u32(w, "quantize.imatrix.chunks_count", im->chunk_count);
 }
 
 static bool is_float_type(uint32_t type) {
     return type == GGUF_TYPE_F32 || type == GGUF_TYPE_F16 || type == GGUF_TYPE_BF16;
 }
 
+/* t's importances from im (malloc'd (n_mat, cols) into *out; NULL when im has no entry for t).
+ * ATTND_ERR_FORMAT when the entry's shape is not t's. */
+static attnd_status tensor_importance(const imatrix *im, const gguf_tensor *t, float **out, attnd_err *err) {
+    *out = NULL;
+    const imatrix_entry *e = im ? imatrix_find(im, t->name) : NULL;
+    if (!e) return ATTND_OK;
+    uint64_t n_mat = t->n_dims >= 3 ? t->ne[2] : 1;
+    if ((uint64_t)e->cols != t->ne[0] || (uint64_t)e->n_mat != n_mat)
+        return attnd_fail(err, ATTND_ERR_FORMAT,
+                          "imatrix entry %s is %d x %d; the tensor has %llu columns, %llu matrices", t->name, e->n_mat,
+                          e->cols, (unsigned long long)t->ne[0], (unsigned long long)n_mat);
+    if (!(*out = malloc(sizeof(float) * (size_t)e->n_mat * (size_t)e->cols)))
+        return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory");
+    for (int m = 0; m < e->n_mat; m++) imatrix_importance(e, m, *out + (size_t)m * e->cols);
+    return ATTND_OK;
+}
+
 attnd_status quantize_file(const char *in_path, const char *out_path, quantize_target t,
                            quantize_progress_fn progress, void *user, attnd_err *err) {
+    return quantize_file_imatrix(in_path, out_path, t, NULL, progress, user, err);
+}
+
+attnd_status quantize_file_imatrix(const char *in_path, const char *out_path, quantize_target t, const imatrix *im,
+                                   quantize_progress_fn progress, void *user, attnd_err *err) {
     gguf_file *f = NULL;
     gguf_writer *w = NULL;
     void **bufs = NULL;
@@ -636,7 +726,7 @@ attnd_status quantize_file(const char *in_path, const char *out_path, quantize_t
         st = attnd_fail(err, ATTND_ERR_NOMEM, "out of memory");
         goto done;
     }
-    copy_metadata(w, f, t);
+    copy_metadata(w, f, t, im);
     quantize_model m = model_of(f);
     for (uint64_t i = 0; i < nt; i++) {
         const gguf_tensor *ti = gguf_tensor_at(f, i);
@@ -650,7 +740,11 @@ attnd_status quantize_file(const char *in_path, const char *out_path, quantize_t
                 goto done;
             }
             uint64_t n_bytes;
-            if ((st = convert_tensor(ti, to, &bufs[i], &n_bytes, err)) != ATTND_OK) goto done;
+            float *imp;
+            if ((st = tensor_importance(im, ti, &imp, err)) != ATTND_OK) goto done;
+            st = convert_tensor(ti, to, imp, &bufs[i], &n_bytes, err);
+            free(imp);
+            if (st != ATTND_OK) goto done;
             data = bufs[i];
         }
         if (progress) progress(user, ti->name, ti->type, to);

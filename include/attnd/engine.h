@@ -80,6 +80,15 @@ typedef void (*engine_expert_cb)(void *user, int entry, int layer, int pos, cons
                                  int k);
 void engine_set_expert_cb(engine *e, engine_expert_cb cb);
 
+/* Matrix-input inspection (off by default, no cost when off): when set, engine_eval calls cb
+ * before each weight matrix of a layer (and the output head) is applied, with the weight's GGUF
+ * tensor name, the n rows of `cols` floats it multiplies (x, valid during the call only) and, for
+ * the experts of a MoE tensor, the expert those rows go to (-1 for a dense matrix): one call per
+ * expert in use. Serially, on the thread that called engine_eval; `attnd imatrix` sums the
+ * squares of these rows. The user pointer is the attention callback's (engine_set_attention_cb). */
+typedef void (*engine_matmul_cb)(void *user, const char *weight, int expert, const float *x, int n, int cols);
+void engine_set_matmul_cb(engine *e, engine_matmul_cb cb);
+
 /* Giving a step up (off by default; fn NULL): engine_eval asks fn(user) after each layer but the
  * last whether to stop; on true it returns ATTND_ERR_BUSY having changed nothing a later call
  * sees: no sequence grows, and evaluating the same batch again gives the same results (it writes

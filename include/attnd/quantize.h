@@ -83,6 +83,13 @@ uint32_t quantize_tensor_type_for(quantize_target t, const char *name, uint32_t 
  * computes, gguf_type_computable; n a multiple of the type's block size); quant_row_bytes(type, n)
  * bytes are written. */
 void quantize_row(void *dst, const float *src, uint32_t type, int64_t n);
+/* quantize_row with an importance per column (imp, n floats; NULL = none): the types with a
+ * weighted path (quantize_type_weighted: Q2_K..Q6_K, Q4_0, Q5_0, IQ4_NL, IQ4_XS) weigh each
+ * element's squared error in their scale searches as llama.cpp's quantizers weigh quant_weights:
+ * imp[i] * sqrt(sigma2 + x[i]^2), sigma2 the type's mean-square term (imp[i] alone for Q6_K); the
+ * others ignore imp (Q8_0, Q4_1, Q5_1, MXFP4, F16, BF16). */
+void quantize_row_weighted(void *dst, const float *src, uint32_t type, int64_t n, const float *imp);
+bool quantize_type_weighted(uint32_t type);
 
 /* Called once per tensor as it is converted (may be NULL). */
 typedef void (*quantize_progress_fn)(void *user, const char *tensor, uint32_t from_type, uint32_t to_type);
@@ -92,5 +99,13 @@ typedef void (*quantize_progress_fn)(void *user, const char *tensor, uint32_t fr
  * or nothing to write), ATTND_ERR_NOMEM. OUT may be IN: the old file stays readable until the rename. */
 attnd_status quantize_file(const char *in_path, const char *out_path, quantize_target t,
                            quantize_progress_fn progress, void *user, attnd_err *err);
+/* quantize_file with an importance matrix (attnd/imatrix.h; borrowed, NULL = none): each tensor
+ * with an entry of its name is encoded with quantize_row_weighted on its columns' mean squared
+ * inputs (per expert for a 3-D expert tensor), and the output gets llama-quantize's
+ * quantize.imatrix.file / dataset / entries_count / chunks_count keys. ATTND_ERR_FORMAT when an
+ * entry's shape is not its tensor's. */
+struct imatrix;
+attnd_status quantize_file_imatrix(const char *in_path, const char *out_path, quantize_target t,
+                                   const struct imatrix *im, quantize_progress_fn progress, void *user, attnd_err *err);
 
 #endif /* ATTND_QUANTIZE_H */
