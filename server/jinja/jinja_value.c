@@ -1,6 +1,6 @@
 /*
- * jinja_value.c — the engine's values: the arena they live in, strings that remember which
- * bytes came from the caller's data, and the Python semantics templates rely on (truthiness,
+ * jinja_value.c — the engine's values (jv_*, and jinja_* for the constructors the rest of the server
+ * calls) and their errors: the Python semantics templates rely on (truthiness,
  * equality, ordering, str() and repr(), json.dumps as HF's tojson calls it).
  */
 #define _GNU_SOURCE /* memmem */
@@ -11,60 +11,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-// ---- arena ------------------------------------------------------------------------------------
-
-struct jarena_chunk {
-    jarena_chunk *next;
-    size_t cap, used;
-    _Alignas(16) unsigned char mem[];
-};
-
-void *jarena_alloc(jarena *a, size_t n) {
-    if (a->failed) return NULL;
-    n = (n + 15) & ~(size_t)15;
-    if (n == 0) n = 16;
-    if (a->budget && (n > a->budget || a->used > a->budget - n)) {
-        a->failed = true;
-        return NULL;
-    }
-    jarena_chunk *h = a->head;
-    if (!h || h->cap - h->used < n) {
-        size_t cap = n > 64 * 1024 ? n : 64 * 1024;
-        jarena_chunk *k = malloc(sizeof(*k) + cap);
-        if (!k) {
-            a->failed = true;
-            return NULL;
-        }
-        k->next = a->head, k->cap = cap, k->used = 0;
-        a->head = h = k;
-    }
-    void *p = h->mem + h->used;
-    h->used += n;
-    a->used += n;
-    memset(p, 0, n);
-    return p;
-}
-
-void *jarena_grow(jarena *a, void *items, size_t n, size_t *cap, size_t elem) {
-    if (n < *cap) return items;
-    size_t grown = *cap ? *cap * 2 : 8;
-    if (grown > SIZE_MAX / elem) return a->failed = true, NULL;
-    void *p = jarena_alloc(a, grown * elem);
-    if (!p) return NULL;
-    if (n) memcpy(p, items, n * elem);
-    *cap = grown;
-    return p;
-}
-
-void jarena_free(jarena *a) {
-    for (jarena_chunk *k = a->head, *next; k; k = next) {
-        next = k->next;
-        free(k);
-    }
-    a->head = NULL;
-    a->used = 0;
-}
 
 // ---- errors -----------------------------------------------------------------------------------
 
@@ -99,73 +45,6 @@ jinja_value *jnomem(jinja_ctx *c) {
     jfail(c, "%s", c->arena.failed && c->arena.used ? "out of memory (the template's memory limit)" : "out of memory");
     c->st = ATTND_ERR_NOMEM;
     return NULL;
-}
-
-// ---- strings being built ---------------------------------------------------------------------
-
-/* Room for extra more bytes of text and marks, within the limit; latches failed. */
-static bool jsb_room(jsb *b, size_t extra) {
-    if (b->failed) return false;
-    if (extra < b->t.cap - b->t.len && extra < b->m.cap - b->m.len && (!b->limit || b->t.len + extra <= b->limit))
-        return true; /* the common case: room already made */
-    if (extra > SIZE_MAX / 2 - b->t.len || (b->limit && b->t.len + extra > b->limit) || !buf_reserve(&b->t, extra) ||
-        !buf_reserve(&b->m, extra)) {
-        b->failed = true;
-        return false;
-    }
-    return true;
-}
-
-/* Ends an append of n bytes whose text and marks are written. */
-static void jsb_commit(jsb *b, size_t n) {
-    b->t.len += n, b->m.len += n;
-    b->t.p[b->t.len] = '\0';
-    b->m.p[b->m.len] = '\0';
-}
-
-void jsb_put(jsb *b, const char *p, size_t n, int prov) {
-    if (!jsb_room(b, n)) return;
-    if (n) memcpy(b->t.p + b->t.len, p, n);
-    memset(b->m.p + b->m.len, prov ? 1 : 0, n);
-    if (prov && n) b->any_data = true;
-    jsb_commit(b, n);
-}
-
-void jsb_puts(jsb *b, const char *s) { jsb_put(b, s, strlen(s), JINJA_LITERAL); }
-
-void jsb_put_sub(jsb *b, const jinja_value *s, size_t off, size_t n) {
-    if (!s->s.m) {
-        jsb_put(b, s->s.p + off, n, JINJA_LITERAL);
-        return;
-    }
-    if (!jsb_room(b, n)) return;
-    memcpy(b->t.p + b->t.len, s->s.p + off, n);
-    memcpy(b->m.p + b->m.len, s->s.m + off, n);
-    if (!b->any_data) b->any_data = memchr(s->s.m + off, 1, n) != NULL;
-    jsb_commit(b, n);
-}
-
-void jsb_put_str(jsb *b, const jinja_value *s) { jsb_put_sub(b, s, 0, s->s.n); }
-
-void jsb_repeat(jsb *b, const jinja_value *s, uint64_t times) {
-    if (!times || !s->s.n) return;
-    if (times > SIZE_MAX / s->s.n || !jsb_room(b, s->s.n * times)) {
-        b->failed = true;
-        return;
-    }
-    size_t start = b->t.len, total = s->s.n * times;
-    jsb_put_str(b, s);
-    while (b->t.len - start < total) { /* doubling copies of what is written: log2(times) of them */
-        size_t k = b->t.len - start < total - (b->t.len - start) ? b->t.len - start : total - (b->t.len - start);
-        memcpy(b->t.p + b->t.len, b->t.p + start, k);
-        memcpy(b->m.p + b->m.len, b->m.p + start, k);
-        jsb_commit(b, k);
-    }
-}
-
-void jsb_free(jsb *b) {
-    buf_free(&b->t);
-    buf_free(&b->m);
 }
 
 // ---- searching -------------------------------------------------------------------------------
