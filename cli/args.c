@@ -360,3 +360,11 @@ attnd_status cli_model_context(model *m, const char *cmd, int ctx_size, int *n_c
     *n_ctx = ctx_size > 0 && ctx_size < file_ctx ? ctx_size : file_ctx;
     return model_set_context(m, *n_ctx, err);
 }
+
+double cli_logprob_of(const float *logits, int n_vocab, int32_t id) {
+    float mx = logits[0];
+    for (int i = 1; i < n_vocab; i++) mx = logits[i] > mx ? logits[i] : mx;
+    double sum = 0;
+    for (int i = 0; i < n_vocab; i++) sum += exp((double)logits[i] - mx);
+    return (double)logits[id] - mx - log(sum);
+}

@@ -49,15 +49,6 @@ static void on_matmul(void *user, const char *weight, int expert, const float *x
     c->st = imatrix_add(c->im, weight, expert, expert < 0 ? 1 : c->n_expert, x, n, cols, &c->err);
 }
 
-/* log softmax(logits)[id], in double. */
-static double logprob_of(const float *logits, int n_vocab, int32_t id) {
-    float mx = logits[0];
-    for (int i = 1; i < n_vocab; i++) mx = logits[i] > mx ? logits[i] : mx;
-    double sum = 0;
-    for (int i = 0; i < n_vocab; i++) sum += exp((double)logits[i] - mx);
-    return (double)logits[id] - mx - log(sum);
-}
-
 /* The whole file as tokens (no BOS), malloc'd into *ids. */
 static attnd_status read_tokens(const char *path, const tokenizer *tok, int32_t **ids, size_t *n, attnd_err *err) {
     FILE *fp = fopen(path, "rb");
@@ -99,7 +90,7 @@ static attnd_status run_chunk(cli_seq *q, const int32_t *ids, int n, int max_bat
             int pos = done + i;
             if (pos < first) continue;
             if (pos + 1 < n) {
-                *nll -= logprob_of(logits + (size_t)w * n_vocab, n_vocab, ids[pos + 1]);
+                *nll -= cli_logprob_of(logits + (size_t)w * n_vocab, n_vocab, ids[pos + 1]);
                 ++*n_scored;
             }
             w++;

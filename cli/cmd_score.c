@@ -26,15 +26,6 @@ static const char *USAGE =
     "  --threads N       threads; 0 (the default) = the CPUs this process may use\n"
     "  --kv-type T       KV cache type: f16 (default), f32, q8_0 or q4_0\n";
 
-/* log softmax(logits)[id], in double so a long vocabulary sums exactly enough. */
-static double logprob_of(const float *logits, int n_vocab, int32_t id) {
-    float mx = logits[0];
-    for (int i = 1; i < n_vocab; i++) mx = logits[i] > mx ? logits[i] : mx;
-    double sum = 0;
-    for (int i = 0; i < n_vocab; i++) sum += exp((double)logits[i] - mx);
-    return (double)logits[id] - mx - log(sum);
-}
-
 typedef struct score_opts {
     const char *tokens;
     cli_run_opts run; /* --model, --threads, --kv-type */
@@ -115,7 +106,7 @@ static attnd_status score(const score_opts *o, const int32_t *ids, int n, attnd_
         for (int i = 0; i < c; i++) {
             const float *lg = logits + (size_t)i * mi->n_vocab;
             json_array_append_new(argmax, json_integer(sampler_argmax(lg, mi->n_vocab)));
-            json_array_append_new(lps, json_real(logprob_of(lg, mi->n_vocab, ids[done + i + 1])));
+            json_array_append_new(lps, json_real(cli_logprob_of(lg, mi->n_vocab, ids[done + i + 1])));
         }
         done += c;
     }

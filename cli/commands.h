@@ -155,6 +155,9 @@ char *cli_default_model_path(void);
 /* `model` when given, else the default model (usage error naming cmd when there is none).
  * *owned receives the malloc'd default path for the caller to free, or NULL. */
 const char *cli_resolve_model(const char *cmd, const char *model, char **owned);
+/* log softmax(logits)[id], summed in double so a long vocabulary stays exact enough (score,
+ * imatrix's perplexity). */
+double cli_logprob_of(const float *logits, int n_vocab, int32_t id);
 /* The local file of an hf://org/repo[:QUANT] reference (malloc'd): from the model cache, or
  * pulled into it first (progress and errors on stderr; exits 1 when it cannot be had). */
 char *cli_hub_model(const char *cmd, const char *ref);
