@@ -219,20 +219,28 @@ static size_t wpm_cleanup(char *s, size_t n) {
     return n;
 }
 
-/* What a WordPiece token decodes to (HF's WordPiece decoder, for a token that is not first):
- * a word-initial piece ("▁play", any special or added token) is a space and its text, a
- * continuation piece ("ing", HF's "##ing") its text alone; then the cleanup. Room: text + 1. */
+/* Is id a WordPiece continuation piece (HF's "##ing", stored bare as "ing")? */
+static inline bool wpm_continuation(const tokenizer *t, int32_t id) {
+    return t->kind == KIND_WPM && t->type[id] == TT_NORMAL &&
+           (t->text_len[id] < 3 || memcmp(t->text + t->text_off[id], SPM_SPACE, 3));
+}
+
+/* What a WordPiece token decodes to, HF's WordPiece decoder: a word-initial piece ("▁play", any
+ * special or added token) is a space and its text, then the cleanup; a continuation piece is
+ * "##" and its text ("##ing"), the "##" being dropped (by piece_of) unless the piece comes
+ * first, as HF does. Room: text + 2. */
 static size_t wpm_decode_token(const tokenizer *t, int32_t id, char *out) {
     const char *s = t->text + t->text_off[id];
-    size_t n = t->text_len[id], m = 0;
-    if (t->type[id] != TT_NORMAL) {
-        out[m++] = ' ';
-    } else if (n >= 3 && !memcmp(s, SPM_SPACE, 3)) {
-        out[m++] = ' ';
-        s += 3, n -= 3;
+    size_t n = t->text_len[id];
+    if (wpm_continuation(t, id)) {
+        memcpy(out, "##", 2);
+        memcpy(out + 2, s, n);
+        return n + 2;
     }
-    memcpy(out + m, s, n);
-    return wpm_cleanup(out, m + n);
+    if (t->type[id] == TT_NORMAL) s += 3, n -= 3; /* the "▁" of a word-initial piece */
+    out[0] = ' ';
+    memcpy(out + 1, s, n);
+    return wpm_cleanup(out, n + 1);
 }
 
 /* Writes what token id decodes to at out (room for 4 * text length + 1) and returns its length. */
@@ -505,8 +513,8 @@ static size_t layout_tables(tokenizer *t, char *mem, size_t text_bytes) {
     t->text = block_take(&b, text_bytes, 1);
     t->text_off = block_take(&b, nv, sizeof(*t->text_off));
     t->text_len = block_take(&b, nv, sizeof(*t->text_len));
-    /* a token never decodes to more bytes than its text has, but for WordPiece's leading space */
-    t->dec = block_take(&b, text_bytes + (t->kind == KIND_WPM ? nv : 0), 1);
+    /* a token never decodes to more bytes than its text has, but for WordPiece's " " and "##" */
+    t->dec = block_take(&b, text_bytes + (t->kind == KIND_WPM ? 2 * nv : 0), 1);
     t->dec_off = block_take(&b, nv, sizeof(*t->dec_off));
     t->dec_len = block_take(&b, nv, sizeof(*t->dec_len));
     t->type = block_take(&b, nv, sizeof(*t->type));
@@ -752,6 +760,7 @@ bool tok_token_bytes(const tokenizer *t, int32_t id, bool render_special, const 
     bool hidden = !render_special && (t->type[id] == TT_CONTROL || t->type[id] == TT_UNKNOWN);
     *bytes = t->dec + t->dec_off[id];
     *len = hidden ? 0 : t->dec_len[id];
+    if (wpm_continuation(t, id)) *bytes += 2, *len -= 2; /* "ing", not "##ing" */
     return true;
 }
 
@@ -1326,6 +1335,7 @@ static void piece_of(const tokenizer *t, int32_t id, bool render_special, bool *
     bool hidden = t->type[id] == TT_CONTROL || t->type[id] == TT_UNKNOWN ? !render_special : false;
     *p = t->dec + t->dec_off[id];
     *n = hidden ? 0 : t->dec_len[id];
+    if (!*strip && wpm_continuation(t, id)) (*p) += 2, (*n) -= 2; /* HF keeps "##" on a first piece only */
     if (*strip && *n) {
         if ((t->type[id] == TT_NORMAL || t->kind == KIND_WPM) && **p == ' ') (*p)++, (*n)--;
         *strip = false;

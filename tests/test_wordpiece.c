@@ -322,6 +322,33 @@ Test(wordpiece, longest_piece_first_and_a_word_without_a_full_cut_is_unknown) {
     tok_destroy(t);
 }
 
+/* HF's decoder keeps the "##" of a continuation piece only when it comes first (the expected
+ * strings are HF tokenizers 0.23.2's decode of the same ids). */
+Test(wordpiece, a_continuation_piece_decodes_with_its_hashes_only_when_first) {
+    tokenizer *t = load_file(VOCAB);
+    static const struct {
+        int32_t ids[3];
+        size_t n;
+        bool render;
+        const char *want;
+    } cases[] = {
+        {{2094}, 1, false, "##d"},           {{2094, 7592}, 2, false, "##d hello"}, {{7592, 2094}, 2, false, "hellod"},
+        {{101, 2094, 102}, 3, false, "##d"}, {{101, 2094, 102}, 3, true, "[CLS]d [SEP]"},
+        {{100, 2094}, 2, true, "[UNK]d"},    {{1012, 2094}, 2, false, ".d"},        {{2094, 1012}, 2, false, "##d."},
+    };
+    for (size_t i = 0; i < ATTND_ARRAY_LEN(cases); i++) {
+        json_t *ids = json_array();
+        for (size_t k = 0; k < cases[i].n; k++) json_array_append_new(ids, json_integer(cases[i].ids[k]));
+        cr_expect(decodes_to(t, ids, cases[i].render, cases[i].want), "case %zu: want \"%s\"", i, cases[i].want);
+        json_decref(ids);
+    }
+    const char *b;
+    size_t len;
+    cr_assert(tok_token_bytes(t, 2094, false, &b, &len));
+    cr_expect(len == 1 && b[0] == 'd', "a continuation on its own is its text");
+    tok_destroy(t);
+}
+
 Test(wordpiece, words_over_100_characters_are_one_unknown_token) {
     tokenizer *t = load_file(VOCAB);
     char word[203];

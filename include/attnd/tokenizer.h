@@ -43,8 +43,8 @@ int32_t tok_find(const tokenizer *t, const char *piece);
 bool tok_is_control(const tokenizer *t, int32_t id);
 /* The bytes id decodes to on its own (borrowed, valid until tok_destroy; not NUL-terminated; may
  * be a partial UTF-8 character): byte tokens and the byte-level mapping undone, U+2581 as a space,
- * no dummy-prefix handling. Control/unknown tokens give 0 bytes unless render_special.
- * False when id is out of range. For logprob "bytes" fields and token-by-token displays. */
+ * no dummy-prefix handling, a WordPiece continuation piece without its "##". Control/unknown
+ * tokens give 0 bytes unless render_special. False when id is out of range. For logprob "bytes" fields and token-by-token displays. */
 bool tok_token_bytes(const tokenizer *t, int32_t id, bool render_special, const char **bytes, size_t *len);
 
 /*
@@ -82,8 +82,9 @@ typedef struct tok_span {
 attnd_status tok_encode_marked(const tokenizer *t, const char *text, size_t len, bool add_special,
                                const tok_span *spans, size_t n_spans, int32_t **ids, size_t *n_ids, attnd_err *err);
 /* Decodes ids to bytes (SentencePiece leading space of the first piece removed, byte tokens and
- * byte-level mapping undone; WordPiece pieces joined with a space before each word-initial
- * piece but the first, continuations glued, HF's cleanup of " ." " ," " ?" " !" and such). *text is malloc'd and NUL-terminated; *len excludes the NUL.
+ * byte-level mapping undone; WordPiece as HF's decoder: a space before each word-initial
+ * piece but the first, continuations glued (a first one keeps its "##"), HF's cleanup of " ."
+ * " ," " ?" " !" and such). *text is malloc'd and NUL-terminated; *len excludes the NUL.
  * Control tokens decode to nothing unless render_special. */
 attnd_status tok_decode(const tokenizer *t, const int32_t *ids, size_t n, bool render_special, char **text,
                         size_t *len, attnd_err *err);
