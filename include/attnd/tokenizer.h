@@ -44,7 +44,8 @@ bool tok_is_control(const tokenizer *t, int32_t id);
 /* The bytes id decodes to on its own (borrowed, valid until tok_destroy; not NUL-terminated; may
  * be a partial UTF-8 character): byte tokens and the byte-level mapping undone, U+2581 as a space,
  * no dummy-prefix handling, a WordPiece continuation piece without its "##". Control/unknown
- * tokens give 0 bytes unless render_special. False when id is out of range. For logprob "bytes" fields and token-by-token displays. */
+ * tokens give 0 bytes unless render_special. False when id is out of range. For logprob "bytes"
+ * fields and token-by-token displays. */
 bool tok_token_bytes(const tokenizer *t, int32_t id, bool render_special, const char **bytes, size_t *len);
 
 /*
