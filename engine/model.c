@@ -357,6 +357,7 @@ static attnd_status read_mla(model *m, const char *arch, attnd_err *err) {
     m->mla = (mla_dims){.n_head = mi->n_head, .q_lora = (int)q_lora, .kv_lora = (int)kv_lora,
                         .nope = (int)(qk - rope), .rope = (int)rope, .v_head = (int)v};
     mi->kv_latent = mla_latent(&m->mla);
+    mi->kv_per_head = mi->n_head * (int)(qk + v);
     mi->head_dim = (int)v; /* a head's output: attn_output's input is (n_head, v) */
     mi->n_head_kv = 1;     /* one latent row per token for every head */
     m->q_dim = mi->n_head * mi->head_dim;

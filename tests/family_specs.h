@@ -135,18 +135,18 @@ static inline ml_spec mla_small(const char *name) {
     return ms;
 }
 
-/* The released shapes at reduced depth (one dense and one MoE layer) for the float64 reference:
- * DeepSeek-V2-Lite (2048 wide, 16 heads, kv_lora 512, nope 128, rope 64, v 128, experts of 1408,
- * 6 used, 2 shared, dense FFN 10944) and GLM-4.7-Flash (2048 wide, 20 heads, q_lora 768, kv_lora
- * 512, nope 192, rope 64, v 256, experts of 1536, 4 used, 1 shared, dense FFN 10240), with 8
- * experts instead of 64 (the files stay near 350 MB), F16, vocabulary 512. */
+/* The released attention at reduced depth (one dense and one MoE layer) for the float64
+ * reference: DeepSeek-V2-Lite's (2048 wide, 16 heads, plain queries, kv_lora 512, nope 128, rope
+ * 64, v 128, experts of 1408, 2 shared) and GLM-4.7-Flash's (2048 wide, 20 heads, q_lora 768,
+ * kv_lora 512, nope 192, rope 64, v 256, experts of 1536, 1 shared), F16, vocabulary 512. Only as
+ * many experts as a token uses (6, 4: the routing is the small models') and a dense FFN of the
+ * experts' width keep the files near 200 MB. */
 static inline ml_spec mla_real(const char *name) {
     ml_spec ms = mla_small(!strcmp(name, "deepseek-v2-lite") ? "deepseek2-lite" : "glm47-flash");
     tiny_spec *sp = &ms.base;
     sp->vocab = false, sp->n_vocab = 512, sp->n_ctx = 4096, sp->wtype = GGUF_TYPE_F16, sp->n_embd = 2048;
-    sp->n_expert = 8;
-    if (!strcmp(name, "deepseek-v2-lite")) sp->n_ff = 10944, sp->n_ff_exp = 1408;
-    else sp->n_ff = 10240, sp->n_ff_exp = 1536;
+    sp->n_expert = sp->n_expert_used;
+    sp->n_ff = sp->n_ff_exp = !strcmp(name, "deepseek-v2-lite") ? 1408 : 1536;
     return ms;
 }
 

@@ -220,19 +220,20 @@ static inline void ml_rope(const ml_ref *r, double *x, int t) {
 static inline void ml_expand(const ml_ref *r, int l, int h, const double *c, double *kn, double *v) {
     const ml_spec *ms = r->ms;
     int C = r->C, NP = ms->nope, VH = ms->v_head;
-    const gguf_tensor *kvb = ref_tl(r->f, l, "attn_kv_b.weight");
+    const gguf_tensor *kvb = ref_tl(r->f, l, "attn_kv_b.weight"), *kb = ref_tl(r->f, l, "attn_k_b.weight");
+    const gguf_tensor *vb = ref_tl(r->f, l, "attn_v_b.weight");
     for (int i = 0; i < NP; i++) {
         double s = 0;
         for (int k = 0; k < C; k++)
             s += c[k] * (kvb ? ref_elem(kvb, ((uint64_t)h * (NP + VH) + i) * C + k)
-                             : ref_elem(ref_tl(r->f, l, "attn_k_b.weight"), ((uint64_t)h * C + k) * NP + i));
+                             : ref_elem(kb, ((uint64_t)h * C + k) * NP + i));
         kn[i] = s;
     }
     for (int i = 0; i < VH; i++) {
         double s = 0;
         for (int k = 0; k < C; k++)
             s += c[k] * (kvb ? ref_elem(kvb, ((uint64_t)h * (NP + VH) + NP + i) * C + k)
-                             : ref_elem(ref_tl(r->f, l, "attn_v_b.weight"), ((uint64_t)h * VH + i) * C + k));
+                             : ref_elem(vb, ((uint64_t)h * VH + i) * C + k));
         v[i] = s;
     }
 }
