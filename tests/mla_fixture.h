@@ -26,6 +26,7 @@ typedef struct ml_spec {
     float w_scale;         /* expert_weights_scale (0: not written) */
     int n_group, n_group_used; /* expert_group_count / _used_count (0: not written) */
     float log_mul;         /* rope.scaling.yarn_log_multiplier as written (0.1 mscale_all_dim; 0: none) */
+    int n_mtp;             /* nextn_predict_layers: MTP blocks written after the main ones (GLM-4.7-Flash) */
 } ml_spec;
 
 static inline int ml_qk(const ml_spec *ms) { return ms->nope + ms->base.rope_dims; }
@@ -99,9 +100,17 @@ static inline int ml_tensors(const ml_spec *ms, tiny_tensor *ts) {
     MADD("token_embd.weight", E, (uint64_t)sp->n_vocab, sp->wtype, 1.0f, 0.0f);
     MADD("output_norm.weight", E, 1, GGUF_TYPE_F32, 0.2f, 1.0f);
     if (!sp->tied) MADD("output.weight", E, (uint64_t)sp->n_vocab, sp->wtype, 0.5f, 0.0f);
-    for (int l = 0; l < sp->n_layer; l++) {
+    for (int l = 0; l < sp->n_layer + ms->n_mtp; l++) { /* MTP blocks last: the main ones stay the same */
         ml_attn_tensors(ms, l, ts, nt, rng);
         ml_ffn_tensors(ms, l, ts, nt, rng);
+        if (l < sp->n_layer) continue;
+        char nm[64];
+        snprintf(nm, sizeof(nm), "blk.%d.nextn.eh_proj.weight", l);
+        MADD(nm, 2 * E, E, sp->wtype, 0.1f, 0.0f);
+        snprintf(nm, sizeof(nm), "blk.%d.nextn.enorm.weight", l);
+        MADD(nm, E, 1, GGUF_TYPE_F32, 0.2f, 1.0f);
+        snprintf(nm, sizeof(nm), "blk.%d.nextn.hnorm.weight", l);
+        MADD(nm, E, 1, GGUF_TYPE_F32, 0.2f, 1.0f);
     }
     return n;
 }
@@ -135,6 +144,7 @@ static inline uint64_t ml_keys(gbuf *b, const ml_spec *ms) {
     if (ms->n_group) gb_kv_u32(b, MK("expert_group_count"), (uint32_t)ms->n_group);
     if (ms->n_group) gb_kv_u32(b, MK("expert_group_used_count"), (uint32_t)ms->n_group_used);
     if (ms->log_mul != 0) gb_kv_f32(b, MK("rope.scaling.yarn_log_multiplier"), ms->log_mul);
+    if (ms->n_mtp) gb_kv_u32(b, MK("nextn_predict_layers"), (uint32_t)ms->n_mtp);
 #undef MK
     return n;
 }
@@ -145,6 +155,7 @@ static inline int ml_write(const char *path, const ml_spec *ms) {
     int nt = ml_tensors(ms, ts);
     tiny_spec sp = ms->base;
     sp.head_dim = 0; /* ml_keys writes the lengths */
+    sp.n_layer += ms->n_mtp; /* block_count counts the MTP blocks */
     sp.n_head_kv = ms->legacy_kv_b ? sp.n_head : 1; /* the converter's: one latent for every head (old
                                                        files: as many as heads) */
     gbuf b = {0};

@@ -284,6 +284,29 @@ Test(mla, attention_weights_are_a_softmax_row_per_head) {
     tiny_rig_close(&r);
 }
 
+/* GLM-4.7-Flash's files carry a multi-token-prediction block after the main ones
+ * (nextn_predict_layers, in block_count): it loads as read and is not run, so the logits are those
+ * of the same file without it, to the bit. */
+Test(mla, glm_mtp_block_loads_and_is_not_run) {
+    ml_spec ms = mla_small("glm47-flash");
+    ms.n_mtp = 1;
+    tiny_rig a, b;
+    rig_open(&a, &ms, 4, KV_F32);
+    cr_expect_eq(model_info_get(a.m)->n_layer, 2);
+    cr_expect_eq(model_info_get(a.m)->n_mtp_layers, 1);
+    ms.n_mtp = 0;
+    rig_open(&b, &ms, 4, KV_F32);
+    int V = ms.base.n_vocab;
+    int32_t tok[4] = {300, 301, 302, 303};
+    float *la = malloc(sizeof(float) * 4 * (size_t)V), *lb = malloc(sizeof(float) * 4 * (size_t)V);
+    eval_run(a.e, tiny_rig_seq(&a), tok, 4, la);
+    eval_run(b.e, tiny_rig_seq(&b), tok, 4, lb);
+    cr_expect(memcmp(la, lb, sizeof(float) * 4 * (size_t)V) == 0, "the MTP block changed the logits");
+    free(la), free(lb);
+    tiny_rig_close(&b);
+    tiny_rig_close(&a);
+}
+
 // ---- refused by name -------------------------------------------------------------------------
 
 Test(mla, quantized_cache_and_norm_weights_are_refused_by_name) {
