@@ -141,8 +141,9 @@ static json_t *at_index(json_t *chunk, int k) {
     return chunk;
 }
 
-/* The finish_reason of a stream cut by shutdown or cancellation: the text is cut short, which
- * "length" says in the words every OpenAI client knows (an error event would make them raise). */
+/* The finish_reason of a stream cut by its cancellation: the text is cut short, which "length"
+ * says in the words every OpenAI client knows. A stream cut by shutdown ends with an error event
+ * instead (genreq_shut_down): its client must not take the cut text for a whole answer. */
 static const char *CUT_REASON = "length";
 
 /* The end of one choice: its final chunk (a cut one included), or an error event. The
@@ -152,7 +153,7 @@ static void choice_end_oai(req *r, int k, const sched_output *o, buf *out) {
     cmpl_state *ss = state_of(r);
     if (!genreq_persist(g)) { /* not saved: an error event, never a "stop" the client would trust */
         sse_event(out, genreq_http_error(&g->unsaved));
-    } else if (genreq_was_cut(o)) {
+    } else if (genreq_was_cut(g, o)) {
         sse_event(out, at_index(completion_body_chunk(&ss->rctx, g->chat ? json_object() : json_string(""), NULL, CUT_REASON), k));
     } else if (o->status != ATTND_OK) {
         int code = http_status_of(o->status, HTTP_CTX_GENERATE);
@@ -188,7 +189,11 @@ static void update_llama(req *r, int k, const sched_update *u, buf *out) {
     if (!u->done) return;
     if (!genreq_persist(g))
         sse_event(out, genreq_http_error(&g->unsaved));
-    else if (o.status != ATTND_OK && !genreq_was_cut(&o))
+    else if (genreq_shut_down(g, &o)) { /* the stop event says why, then an error event says it failed */
+        v.finish_reason = "shutdown";
+        sse_event(out, completion_body_llama(&ss->rctx, &v, "", 0, ss->return_tokens, u->to, u->to, true));
+        sse_event(out, oai_error(503, o.errmsg[0] ? o.errmsg : "server is shutting down", NULL));
+    } else if (o.status != ATTND_OK && !genreq_was_cut(g, &o))
         sse_event(out, oai_error(503, o.errmsg[0] ? o.errmsg : "generation failed", NULL));
     else
         sse_event(out, completion_body_llama(&ss->rctx, &v, "", 0, ss->return_tokens, u->to, u->to, true));

@@ -430,4 +430,8 @@ attnd_status genreq_submit_all(genreq *g, genreq_err *e) {
     return st;
 }
 
-bool genreq_was_cut(const sched_output *o) { return o->status == ATTND_ERR_BUSY; }
+bool genreq_shut_down(const genreq *g, const sched_output *o) {
+    return o->status == ATTND_ERR_BUSY && g->env.stopping && atomic_load(g->env.stopping);
+}
+
+bool genreq_was_cut(const genreq *g, const sched_output *o) { return o->status == ATTND_ERR_BUSY && !genreq_shut_down(g, o); }
