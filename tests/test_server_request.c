@@ -949,3 +949,23 @@ Test(fim, infill_runs_the_fim_prompt_as_a_completion_whole_and_streamed) {
     json_decref(in), json_decref(j);
     expect_refused("/infill", "{\"input_prefix\": \"a\"}", 400, "input_suffix");
 }
+
+// ---- unknown fields: ignored, but named -----------------------------------------------------
+
+Test(request, unknown_fields_are_named_in_a_warning_header_whole_and_streamed) {
+    rec c = {0};
+    run(&c, "POST", "/v1/chat/completions",
+        "{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}], \"max_tokens\": 2, \"temprature\": 0.2}");
+    cr_assert_eq(c.status, 200, "not refused: %s", c.body);
+    cr_expect_not_null(strstr(c.headers, "Warning: 299 attnd \"unknown field ignored: temprature\"\n"), "%s", c.headers);
+    free(c.body);
+    c = (rec){0};
+    run(&c, "POST", "/completion", "{\"prompt\": \"Once\", \"n_predict\": 2, \"stream\": true, \"ignore_eos\": true, \"n_keep\": 1}");
+    cr_assert_eq(c.status, 200);
+    cr_expect_not_null(strstr(c.headers, "unknown field ignored: n_keep\""), "%s", c.headers);
+    free(c.body);
+    c = (rec){0};
+    run(&c, "POST", "/v1/completions", "{\"prompt\": \"Once\", \"max_tokens\": 2}");
+    cr_expect_null(strstr(c.headers, "Warning"), "a clean request has no warning: %s", c.headers);
+    free(c.body);
+}
