@@ -524,6 +524,39 @@ Test(reasoning, usage_counts_the_tokens_of_the_reasoning) {
     json_decref(j);
 }
 
+/* A reasoning budget closes the <think> block the prompt opened once it is spent: the close is
+ * the budget's tokens after the prompt, the answer goes on after it; Anthropic's budget_tokens
+ * is the same budget. */
+Test(reasoning, a_reasoning_budget_closes_the_block_when_it_is_spent) {
+    int32_t *close;
+    size_t n_close;
+    attnd_err err;
+    cr_assert_eq(tok_encode(srv->tok, "</think>", 8, false, true, &close, &n_close, &err), ATTND_OK);
+    free(close);
+    json_t *j = post_json("/v1/chat/completions",
+                          "{\"messages\": [{\"role\": \"user\", \"content\": \"Once\"}], \"logprobs\": true, "
+                          "\"temperature\": 0, \"reasoning_budget_tokens\": 5}",
+                          200);
+    const json_t *choice = json_array_get(json_object_get(j, "choices"), 0);
+    cr_assert_eq(think_tokens_of(choice), 5 + (int)n_close, "5 tokens of reasoning, then the %zu of </think>", n_close);
+    const json_t *msg = json_object_get(choice, "message");
+    cr_expect_gt(json_string_length(json_object_get(msg, "reasoning_content")), 0);
+    cr_expect_gt(json_string_length(json_object_get(msg, "content")), 0, "the answer goes on after the block");
+    json_decref(j);
+    expect_refused("/v1/chat/completions",
+                   "{\"messages\": [{\"role\": \"user\", \"content\": \"Once\"}], \"reasoning_budget_tokens\": 0}", 400,
+                   "reasoning_budget_tokens");
+    j = post_json("/v1/messages",
+                  "{\"messages\": [{\"role\": \"user\", \"content\": \"Once\"}], \"max_tokens\": 40, \"temperature\": 0, "
+                  "\"thinking\": {\"type\": \"enabled\", \"budget_tokens\": 5}}",
+                  200);
+    const json_t *blocks = json_object_get(j, "content");
+    cr_assert_str_eq(json_string_value(json_object_get(json_array_get(blocks, 0), "type")), "thinking");
+    cr_assert_str_eq(json_string_value(json_object_get(json_array_get(blocks, 1), "type")), "text",
+                     "the thinking block was closed, the answer follows");
+    json_decref(j);
+}
+
 // ---- tool calls are what they claim (issue 44) -------------------------------------------------
 
 /* A whole chat answer and the same streamed, joined as OpenAI's client libraries join deltas:

@@ -155,7 +155,7 @@ static attnd_status slot_init_gen(sched *s, slot *sl, sched_job *j, attnd_err *e
     }
     gen_params gp = {.sp = j->sp, .stops = (const char *const *)j->stops, .n_stops = j->n_stops,
                      .top_logprobs = j->top_logprobs, .grammar = j->grammar, .gvocab = s->gvocab,
-                     .ignore_eog = j->ignore_eos};
+                     .ignore_eog = j->ignore_eos, .think_budget = j->think_budget, .think_inside = j->think_inside};
     return gen_create(&sl->g, &gp, s->n_vocab, s->tok, j->prompt, j->n_prompt, err);
 }
 

@@ -55,6 +55,9 @@ typedef struct sched_job_spec {
     bool prompt_logprobs;     /* echo + logprobs: log-probabilities of prompt tokens 1..n-1 */
     bool ignore_eos;          /* end-of-generation tokens are ordinary tokens: only max_tokens,
                                  a stop string or the context ends the job */
+    int think_budget;         /* > 0: a <think> block is closed after this many of its tokens
+                                 (gen.h's think_budget); 0 = no limit */
+    bool think_inside;        /* the prompt opened the <think> block */
     attn_capture *capture;    /* stolen, may be NULL: records the attention of this job's
                                  positions (attention inspection). Such a job evaluates its
                                  whole prompt unless a named session caches a prefix, also with
