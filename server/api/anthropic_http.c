@@ -134,6 +134,7 @@ static genreq *begin(req *r, bool count_only, http_result *ret) {
     genreq *g = genreq_http_begin(r, &b, ret);
     if (!g) return NULL;
     g->chat = true;
+    g->api = METRICS_API_ANTHROPIC;
     amsg_state *st = calloc(1, sizeof(*st));
     if (!st) {
         *ret = http_respond_error(r, 503, "out of memory", NULL);

@@ -327,6 +327,7 @@ static http_result generate(req *r, bool chat, bool llama, bool infill) {
     if (!ss) return http_respond_error(r, 503, "out of memory", NULL);
     req_set(r, REQ_SLOT_ENDPOINT, ss, cmpl_state_free);
     g->chat = chat;
+    g->api = llama ? METRICS_API_LLAMACPP : METRICS_API_OPENAI;
     ss->llama = llama;
     if (llama && !llama_fields(r, b, &ret)) return ret;
     if (infill) g->prompt_param = "input_prefix";

@@ -27,6 +27,7 @@
 
 #include "attnd/common.h"
 #include "completion_body.h"
+#include "metrics.h" /* metrics_api */
 #include "oai.h"
 #include "scheduler.h"
 #include "sess.h"
@@ -88,6 +89,7 @@ typedef struct genreq {
     oai_request oreq;             /* the validated body; owned (oai_request_free) */
     json_t *body;                 /* keeps oreq's borrowed strings alive; owned */
     bool chat;                    /* messages through the chat template, else prompts */
+    int api;                      /* metrics_api: which API asked (the histograms' label) */
     const char *prompt_param;     /* the body field prompt errors name; NULL = "messages"/"prompt" */
     char id[48];                  /* the answer's id ("chatcmpl-...", "resp_..."), for the log */
     sched_job *job;               /* owned reference; choice 0 */

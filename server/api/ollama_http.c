@@ -142,6 +142,7 @@ static http_result generate(req *r, bool chat_api) {
     json_t *b;
     genreq *g = genreq_http_begin(r, &b, &ret);
     if (!g) return ret;
+    g->api = METRICS_API_OLLAMA;
     oll_state *st = calloc(1, sizeof(*st));
     if (!st) return http_respond_error(r, 503, "out of memory", NULL);
     req_set(r, REQ_SLOT_ENDPOINT, st, oll_state_free);

@@ -206,6 +206,7 @@ http_result ep_responses_create(req *r) {
     genreq *g = genreq_http_begin(r, &b, &ret);
     if (!g) return ret;
     g->chat = true;
+    g->api = METRICS_API_RESPONSES;
     g->prompt_param = "input";
     rsp_state *st = calloc(1, sizeof(*st));
     if (!st) return http_respond_error(r, 503, "out of memory", NULL);
