@@ -154,18 +154,19 @@ static attnd_status add(struct server *s, const char *name, const char *path, in
     return mreg_add(s->models, name, path, preset, bytes + kv, err);
 }
 
-/* Every model in dir (depth levels of subfolders too: the pull cache's org/repo/). */
-static attnd_status scan(struct server *s, const char *dir, int depth, attnd_err *err) {
+/* Every model in dir (depth levels of subfolders too: the pull cache's org/repo/); a dir that
+ * cannot be read is an error when must_exist (models_dir), else nothing (the cache, not made yet). */
+static attnd_status scan(struct server *s, const char *dir, int depth, bool must_exist, attnd_err *err) {
     struct dirent **list = NULL;
     int n = scandir(dir, &list, NULL, alphasort);
-    if (n < 0) return depth < 3 ? ATTND_OK : attnd_fail(err, ATTND_ERR_IO, "models_dir %s: %s", dir, strerror(errno));
+    if (n < 0) return must_exist ? attnd_fail(err, ATTND_ERR_IO, "models_dir %s: %s", dir, strerror(errno)) : ATTND_OK;
     attnd_status rc = ATTND_OK;
     for (int i = 0; i < n; i++) {
         char path[4096], name[MREG_NAME_MAX + 1];
         snprintf(path, sizeof(path), "%s/%s", dir, list[i]->d_name);
         struct stat sb;
         if (rc == ATTND_OK && list[i]->d_name[0] != '.' && stat(path, &sb) == 0) {
-            if (S_ISDIR(sb.st_mode) && depth > 0) rc = scan(s, path, depth - 1, err);
+            if (S_ISDIR(sb.st_mode) && depth > 0) rc = scan(s, path, depth - 1, false, err);
             else if (S_ISREG(sb.st_mode) && model_name_of(list[i]->d_name, name, sizeof(name)))
                 rc = add(s, name, path, -1, err);
         }
@@ -207,10 +208,10 @@ attnd_status models_open(struct server *s, attnd_err *err) {
                        .max_waiters = s->cfg.queue_limit};
     attnd_status rc = mreg_create(&s->models, &ops, &lim, err);
     if (rc == ATTND_OK) rc = add_presets(s, err);
-    if (rc == ATTND_OK && s->cfg.models_dir) rc = scan(s, s->cfg.models_dir, 0, err);
+    if (rc == ATTND_OK && s->cfg.models_dir) rc = scan(s, s->cfg.models_dir, 0, true, err);
     char cache[4096];
     if (rc == ATTND_OK && s->cfg.models_cache && hub_cache_dir(cache, sizeof(cache), NULL) == ATTND_OK)
-        rc = scan(s, cache, 3, err);
+        rc = scan(s, cache, 3, false, err);
     if (rc != ATTND_OK) return rc;
     if (mreg_count(s->models) == 0)
         return attnd_fail(err, ATTND_ERR_NOT_FOUND, "no models: models_dir %s holds no .gguf file",
