@@ -81,6 +81,10 @@ check_status 503 "alpha needs beta's room (models_max_loaded 1) while beta is bu
 kill "$slow" 2>/dev/null; wait "$slow" 2>/dev/null
 for _ in $(seq 100); do curl -sf "$base/metrics" | grep -q '^attnd_model_requests_active{model="beta"} 0$' && break; sleep 0.05; done
 check "once idle, alpha takes beta's room" grep -q '"model":"alpha"' <<<"$(chat alpha)"
+listed=$("$ATTND_BINARY" models --url "$base")
+check "attnd models --url: alpha loaded, with its context" grep -q '^alpha  *loaded .* MiB  context 512$' <<<"$listed"
+check "attnd models --url: beta unloaded, broken failed" \
+    bash -c 'grep -q "^beta  *unloaded" <<<"$1" && grep -q "^broken  *failed" <<<"$1"' _ "$listed"
 stop_server s || bad "SIGTERM"
 
 # ---- presets under a memory budget ----
