@@ -680,3 +680,18 @@ Test(config, bad_model_sections_name_file_line_and_what) {
     expect_file_error("[model.a]\nrole = painter\n", ATTND_ERR_INVALID, ":2:", "generation, embedding, rerank");
     expect_file_error("[model.a]\nthreads = 1\nthreads = 2\n", ATTND_ERR_INVALID, ":3:", "repeats line 2");
 }
+
+Test(config, printed_model_sections_read_back_as_the_same_presets) {
+    server_settings s, s2;
+    config *c = load_text("[model.coder]\nmodel = \"/m/my coder.gguf\"\nctx_size = 4096\n[model.e]\nrole = rerank\n", &s);
+    char *printed = print_to_string(c, &s);
+    cr_assert(strstr(printed, "\n[model.coder]\n"), "%s", printed);
+    config *c2 = load_text(printed, &s2);
+    cr_assert_eq(s2.n_presets, 2);
+    cr_assert_str_eq(s2.presets[0].cfg.model_path, "/m/my coder.gguf");
+    cr_assert_eq(s2.presets[0].cfg.ctx_size, 4096);
+    cr_assert_str_eq(s2.presets[1].role, "rerank");
+    free(printed);
+    config_destroy(c2);
+    config_destroy(c);
+}
