@@ -101,8 +101,9 @@ model = $TMP/models/alpha.gguf
 [model.three]
 model = $TMP/models/beta.gguf
 EOF
-start_server p --config "$TMP/attnd.conf" --threads 1 --no-models-cache
+start_server p --config "$TMP/attnd.conf" --threads 1 --no-models-cache --model "$MODEL" --model-alias solo
 base=http://127.0.0.1:$p_PORT
+check "--model beside presets is one more model, named by --model-alias" test "$(state solo)" = unloaded
 check "a preset's ctx_size is its own" grep -q '"id":"one",.*"context_length":128' <<<"$(chat one >/dev/null; curl -sf "$base/v1/models")"
 chat two >/dev/null
 check "two models fit the budget" test "$(state one)/$(state two)" = loaded/loaded

@@ -256,3 +256,21 @@ Test(mreg, a_waited_for_model_is_not_a_victim_of_another_load) {
     cr_assert_eq(state_of(reg, "c"), MREG_LOADED);
     mreg_destroy(reg);
 }
+
+static void read_name(void *p, void *user) { snprintf(user, 32, "%s", ((inst *)p)->name); }
+
+Test(mreg, peeking_at_a_loaded_model_does_not_count_as_a_use) {
+    fake f;
+    mreg *reg = make(&f, 2, 0);
+    use(&f, reg, "a", 1000);
+    use(&f, reg, "b", 2000);
+    char name[32] = "";
+    f.clock_ms = 3000;
+    cr_assert(mreg_peek(reg, mreg_find(reg, "a"), read_name, name));
+    cr_assert_str_eq(name, "a");
+    cr_assert_not(mreg_peek(reg, mreg_find(reg, "c"), read_name, name), "c is not loaded");
+    use(&f, reg, "c", 4000); /* a is still the least recently used */
+    cr_assert_eq(state_of(reg, "a"), MREG_UNLOADED);
+    cr_assert_eq(state_of(reg, "b"), MREG_LOADED);
+    mreg_destroy(reg);
+}

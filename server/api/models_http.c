@@ -63,6 +63,8 @@ bool models_http_route(req *r, json_t *body, genreq_env *env, mreg_ref *ref, htt
 
 // ---- listing ----------------------------------------------------------------------------------
 
+static void read_context(void *inst, void *user) { *(int *)user = ((server_model *)inst)->n_ctx; }
+
 /* Model i as /v1/models lists it (new reference): OpenAI's fields, llama-server's router
  * "status", and ours (role, size, context when loaded). */
 static json_t *model_object(struct server *s, int i) {
@@ -73,14 +75,8 @@ static json_t *model_object(struct server *s, int i) {
                           "attnd", "created", (json_int_t)time(NULL), "status", "value", mreg_state_str(in.state),
                           "role", p ? p->role : "generation", "size", (json_int_t)in.bytes, "path", in.path);
     if (in.state == MREG_FAILED) json_object_set_new(json_object_get(o, "status"), "error", json_string(in.error));
-    if (in.state == MREG_LOADED) {
-        mreg_ref ref;
-        /* a loaded model stays so while referenced: its context is read under the reference */
-        if (mreg_acquire(s->models, in.name, &ref, NULL, NULL, NULL) == ATTND_OK) {
-            json_object_set_new(o, "context_length", json_integer(((server_model *)ref.inst)->n_ctx));
-            mreg_release(s->models, &ref);
-        }
-    }
+    int n_ctx = 0; /* read under the registry's lock: listing does not count as a use */
+    if (mreg_peek(s->models, i, read_context, &n_ctx)) json_object_set_new(o, "context_length", json_integer(n_ctx));
     return o;
 }
 

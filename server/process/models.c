@@ -192,6 +192,16 @@ static attnd_status add_presets(struct server *s, attnd_err *err) {
     return ATTND_OK;
 }
 
+/* `model = FILE` (--model) beside models_dir: one more model, named model_alias or by its file. */
+static attnd_status add_model_flag(struct server *s, attnd_err *err) {
+    const char *base = strrchr(s->cfg.model_path, '/');
+    base = base ? base + 1 : s->cfg.model_path;
+    char name[MREG_NAME_MAX + 1];
+    if (s->cfg.model_alias) snprintf(name, sizeof(name), "%s", s->cfg.model_alias);
+    else if (!model_name_of(base, name, sizeof(name))) snprintf(name, sizeof(name), "%s", base);
+    return add(s, name, s->cfg.model_path, -1, err);
+}
+
 /* systemd's watchdog while no scheduler runs (one per loaded model sends it otherwise). */
 static void *keepalive_main(void *arg) {
     struct server *s = arg;
@@ -208,6 +218,7 @@ attnd_status models_open(struct server *s, attnd_err *err) {
                        .max_waiters = s->cfg.queue_limit};
     attnd_status rc = mreg_create(&s->models, &ops, &lim, err);
     if (rc == ATTND_OK) rc = add_presets(s, err);
+    if (rc == ATTND_OK && s->cfg.model_path) rc = add_model_flag(s, err);
     if (rc == ATTND_OK && s->cfg.models_dir) rc = scan(s, s->cfg.models_dir, 0, true, err);
     char cache[4096];
     if (rc == ATTND_OK && s->cfg.models_cache && hub_cache_dir(cache, sizeof(cache), NULL) == ATTND_OK)

@@ -129,6 +129,15 @@ void mreg_info_get(mreg *reg, int i, mreg_info *out) {
     pthread_mutex_unlock(&reg->mu);
 }
 
+bool mreg_peek(mreg *reg, int i, void (*fn)(void *inst, void *user), void *user) {
+    ATTND_ASSERT(i >= 0 && i < reg->n);
+    pthread_mutex_lock(&reg->mu);
+    bool loaded = reg->e[i].state == MREG_LOADED;
+    if (loaded) fn(reg->e[i].inst, user);
+    pthread_mutex_unlock(&reg->mu);
+    return loaded;
+}
+
 void mreg_names(const mreg *reg, char *buf, size_t cap) {
     size_t at = 0;
     if (cap) buf[0] = '\0';

@@ -86,6 +86,10 @@ int mreg_count(const mreg *reg);
 int mreg_find(const mreg *reg, const char *name);
 /* Model i's snapshot (0 <= i < mreg_count). */
 void mreg_info_get(mreg *reg, int i, mreg_info *out);
+/* Calls fn(inst, user) under the registry's lock when model i is loaded (true), to read what
+ * the instance says of itself without using it (the LRU order does not move); fn must not call
+ * the registry. */
+bool mreg_peek(mreg *reg, int i, void (*fn)(void *inst, void *user), void *user);
 /* Every model's name, ", "-separated, into buf (cut to cap), for "unknown model" answers. */
 void mreg_names(const mreg *reg, char *buf, size_t cap);
 
