@@ -7,6 +7,7 @@
  *                                  model); FILE's text becomes tokenizer.chat_template
  *   tiny_model --list              the families, one a line
  *   tiny_model --list-hybrid       the hybrid (Gated DeltaNet) families, one a line
+ *   tiny_model --list-gemma4       the Gemma 4 variants, one a line
  *   tiny_model --hybrid-prompt     the hybrid comparison's prompt ids, comma-separated
  */
 #include <stdio.h>
@@ -44,13 +45,17 @@ int main(int argc, char **argv) {
         printf("\n");
         return 0;
     }
+    if (argc == 2 && !strcmp(argv[1], "--list-gemma4")) {
+        for (size_t i = 0; i < N_GEMMA4; i++) printf("%s\n", GEMMA4_NAMES[i]);
+        return 0;
+    }
     if (argc == 2 && !strcmp(argv[1], "--list-hybrid")) {
         for (size_t i = 0; i < N_HYBRID; i++) printf("%s\n", HYBRID_NAMES[i]);
         return 0;
     }
     bool tmpl = argc == 5 && !strcmp(argv[3], "--chat-template");
     if (argc != 3 && !tmpl) {
-        fprintf(stderr, "usage: tiny_model FAMILY OUT.gguf [--chat-template FILE] | tiny_model --list | --list-hybrid "
+        fprintf(stderr, "usage: tiny_model FAMILY OUT.gguf [--chat-template FILE] | tiny_model --list | --list-hybrid | --list-gemma4 "
                         "| --hybrid-prompt\n");
         return 2;
     }
@@ -75,6 +80,15 @@ int main(int argc, char **argv) {
         if (strcmp(argv[1], HYBRID_NAMES[i])) continue;
         hy_spec hs = hybrid_small(HYBRID_NAMES[i]);
         if (hy_write(argv[2], &hs)) {
+            fprintf(stderr, "tiny_model: cannot write %s\n", argv[2]);
+            return 1;
+        }
+        return 0;
+    }
+    for (size_t i = 0; i < N_GEMMA4; i++) {
+        if (strcmp(argv[1], GEMMA4_NAMES[i])) continue;
+        g4_spec gs = gemma4_small(GEMMA4_NAMES[i]);
+        if (g4_write(argv[2], &gs)) {
             fprintf(stderr, "tiny_model: cannot write %s\n", argv[2]);
             return 1;
         }
