@@ -27,6 +27,8 @@ typedef struct g4_spec {
     int n_ple;          /* embedding_length_per_layer_input (0: none) */
     bool double_ff;     /* the shared layers' FFN twice n_ff wide (feed_forward_length an array) */
     bool fused_exps;    /* ffn_gate_up_exps instead of ffn_gate_exps and ffn_up_exps */
+    bool gelu_f16;      /* the reference only: GELU as llama.cpp's CPU computes it (its input rounded
+                           to F16, the value read from an F16 table; 0 below -10, x above 10) */
 } g4_spec;
 
 static inline bool g4_global(const g4_spec *gs, int l) {
@@ -229,6 +231,22 @@ typedef struct g4_ref {
 
 static inline double g4_gelu(double z) { return 0.5 * z * (1 + tanh(sqrt(2 / M_PI) * (z + 0.044715 * z * z * z))); }
 
+/* x rounded to the nearest F16 value (ties to even; F16's subnormals below 2^-14). */
+static inline double g4_f16(double x) {
+    double a = fabs(x), step;
+    int e;
+    if (a < ldexp(1, -14)) step = ldexp(1, -24);
+    else frexp(a, &e), step = ldexp(1, e - 11);
+    return nearbyint(x / step) * step;
+}
+
+/* GELU of the reference: exact, or (gelu_f16) as llama.cpp's CPU GELU table gives it. */
+static inline double g4_act(const g4_spec *gs, double z) {
+    if (!gs->gelu_f16) return g4_gelu(z);
+    if (z <= -10 || z >= 10) return z <= -10 ? 0 : z;
+    return g4_f16(g4_gelu(g4_f16(z)));
+}
+
 /* Plain RMSNorm of n values (no weight). */
 static inline void g4_rms(double *out, const double *x, int n, double eps) {
     double ss = 0;
@@ -304,7 +322,7 @@ static inline void g4_geglu(g4_ref *r, double *out, const gguf_tensor *wg, const
                             uint64_t u0, const gguf_tensor *wd, uint64_t d0, int F) {
     ref_matvec_rows(r->g, wg, g0, (uint64_t)F, r->xn);
     ref_matvec_rows(r->u, wu, u0, (uint64_t)F, r->xn);
-    for (int i = 0; i < F; i++) r->g[i] = g4_gelu(r->g[i]) * r->u[i];
+    for (int i = 0; i < F; i++) r->g[i] = g4_act(r->gs, r->g[i]) * r->u[i];
     ref_matvec_rows(out, wd, d0, (uint64_t)r->E, r->g);
 }
 
@@ -382,7 +400,7 @@ static inline void g4_ref_ple(g4_ref *r, int l, int t, double *x) {
     const g4_spec *gs = r->gs;
     int P = gs->n_ple, W = P * gs->base.n_layer;
     ref_matvec(r->g, ref_tl(r->f, l, "inp_gate.weight"), x);
-    for (int i = 0; i < P; i++) r->g[i] = g4_gelu(r->g[i]) * r->ple[(size_t)t * W + (size_t)l * P + i];
+    for (int i = 0; i < P; i++) r->g[i] = g4_act(gs, r->g[i]) * r->ple[(size_t)t * W + (size_t)l * P + i];
     ref_matvec(r->tmp, ref_tl(r->f, l, "proj.weight"), r->g);
     ref_rmsnorm(r->tmp, r->tmp, ref_tl(r->f, l, "post_norm.weight"), r->E, gs->base.rms_eps);
     for (int i = 0; i < r->E; i++) x[i] += r->tmp[i];
