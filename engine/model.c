@@ -357,6 +357,7 @@ static attnd_status pair_shared_kv(model *m, uint32_t shared, attnd_err *err) {
             return attnd_fail(err, ATTND_ERR_UNSUPPORTED, "layer %d shares the cache of layer %d, which is of another "
                               "kind or geometry", l, first - (L->window ? 2 : 1));
         L->kv_source = first - (L->window ? 2 : 1);
+        m->info.n_shared_local += L->window > 0;
     }
     m->info.n_shared_kv_layers = (int)shared;
     return ATTND_OK;

@@ -61,7 +61,9 @@ static inline void g4_attn_tensors(const g4_spec *gs, int l, tiny_tensor *ts, in
     GADD(GNAME("attn_q.weight"), E, Q, sp->wtype, ws, 0.0f);
     GADD(GNAME("attn_k.weight"), E, KV, sp->wtype, ws, 0.0f);
     if (!g4_global(gs, l)) GADD(GNAME("attn_v.weight"), E, KV, sp->wtype, ws, 0.0f);
-    GNORM("attn_q_norm.weight", hd);
+    /* the query scale is 1: the trained q-norm weights carry the temperature; here about
+     * 1/sqrt(hd), so that scores spread as in a scaled attention */
+    GADD(GNAME("attn_q_norm.weight"), hd, 1, GGUF_TYPE_F32, 0.2f / sqrtf((float)hd), 1.0f / sqrtf((float)hd));
     GNORM("attn_k_norm.weight", hd);
     GADD(GNAME("attn_output.weight"), Q, E, sp->wtype, 1.7f / sqrtf((float)Q), 0.0f);
     GNORM("post_attention_norm.weight", E);

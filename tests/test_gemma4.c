@@ -99,13 +99,12 @@ Test(gemma4, moe_26b_a4b_shape_matches_float64_reference) {
 
 /* tests/data/reference-gemma4.json: llama.cpp's 100 greedy tokens after the family prompt, for the
  * small model of each variant (family_specs.h; regenerate.sh writes them with tiny_model, the same
- * files as here). The random models' logits lie within a few hundredths of each other, and
- * llama.cpp's CPU GELU reads an F16 table at its input rounded to F16 (ggml-cpu's GGML_GELU_FP16):
- * its tokens part from the exact ones (attnd's, which agree with the float64 reference at 5e-5)
- * at a few near-ties. So, on llama.cpp's sequence (teacher-forced): attnd's top token is llama.cpp's
- * at >= 95 of 100 positions (measured 96, 97, 97), and the float64 reference with llama.cpp's GELU
- * rounding predicts llama.cpp's token at >= 98 (measured 100, 100, 99): the differences are that
- * rounding, not a different model. */
+ * files as here). Teacher-forced on llama.cpp's sequence, attnd's top token is llama.cpp's at
+ * every position (measured 100 of 100 for each variant; floor 98). The float64 reference with
+ * llama.cpp's GELU emulated (its CPU GELU reads an F16 table at its input rounded to F16) predicts
+ * them as well: where the models' logits nearly tie, that rounding is what llama.cpp's choice
+ * follows (with the q-norm weights at 1, whose scores are far more peaked, the exact reference
+ * and attnd parted from llama.cpp at 3-4 of 100 positions, and the emulated reference at 0-1). */
 static void teacher_forced(const char *name, json_t *want) {
     int n_gen = (int)json_array_size(want), n = 7 + n_gen - 1;
     cr_assert_eq(n_gen, FAMILY_N_GEN);
@@ -130,7 +129,7 @@ static void teacher_forced(const char *name, json_t *want) {
         agree += best == ids[t + 1], predicted += rbest == ids[t + 1];
     }
     cr_log_info("%s: attnd %d of %d, the reference with llama.cpp's GELU %d", name, agree, n_gen, predicted);
-    cr_expect_geq(agree, 95, "%s: attnd's top token is llama.cpp's at %d of %d positions", name, agree, n_gen);
+    cr_expect_geq(agree, 98, "%s: attnd's top token is llama.cpp's at %d of %d positions", name, agree, n_gen);
     cr_expect_geq(predicted, 98, "%s: the reference with llama.cpp's GELU predicts %d of %d", name, predicted, n_gen);
     free(lg), free(ref);
     tiny_rig_close(&r);
@@ -153,13 +152,11 @@ Test(gemma4, teacher_forced_agrees_with_llama_cpp) {
     json_decref(refj);
 }
 
-/* attnd's own greedy tokens follow llama.cpp's up to the first near-tie (index 15 for the dense and
- * E variants, 47 for the MoE one, where llama.cpp's GELU rounding flips the choice; see above). */
-Test(gemma4, greedy_follows_llama_cpp_up_to_the_first_near_tie) {
+/* attnd's own greedy tokens are llama.cpp's, all 100 of each variant. */
+Test(gemma4, greedy_reproduces_llama_cpp) {
     json_error_t je;
     json_t *refj = json_load_file(ATTND_DATA_DIR "/reference-gemma4.json", 0, &je);
     cr_assert(refj, "tests/data/reference-gemma4.json: %s", je.text);
-    const int first_tie[N_GEMMA4] = {15, 15, 47};
     for (size_t i = 0; i < N_GEMMA4; i++) {
         json_t *want = json_object_get(json_array_get(json_object_get(refj, "cases"), i), "tokens");
         g4_spec gs = gemma4_small(GEMMA4_NAMES[i]);
@@ -167,14 +164,125 @@ Test(gemma4, greedy_follows_llama_cpp_up_to_the_first_near_tie) {
         rig_open(&r, &gs, KV_F32, 8);
         int32_t out[FAMILY_N_GEN];
         int n_out;
-        engine_gen g = {.n_predict = first_tie[i]};
+        engine_gen g = {.n_predict = FAMILY_N_GEN};
         attnd_err err;
         cr_assert_eq(engine_generate(r.e, tiny_rig_seq(&r), FAMILY_PROMPT, 7, &g, out, &n_out, NULL, &err), ATTND_OK,
                      "%s", err.msg);
-        cr_assert_eq(n_out, first_tie[i]);
+        cr_assert_eq(n_out, FAMILY_N_GEN);
         for (int t = 0; t < n_out; t++)
             cr_expect_eq(out[t], json_integer_value(json_array_get(want, (size_t)t)), "%s: token %d", GEMMA4_NAMES[i], t);
         tiny_rig_close(&r);
     }
     json_decref(refj);
+}
+
+/* KV bytes of one token of gs's model in an F16 cache: the layers with a cache of their own,
+ * each its kind's KV heads x head size, K and V. */
+static size_t expected_kv_bytes(const g4_spec *gs) {
+    size_t n = 0;
+    for (int l = 0; l < gs->base.n_layer; l++)
+        if (g4_kv_source(gs, l) == l) n += (size_t)2 * g4_kv(gs, l) * g4_hd(gs, l) * 2;
+    return n;
+}
+
+/* The shared layers hold no cache: the model's and the pool's bytes per token count only the
+ * layers with their own, each of its kind's geometry; `attnd info` says the same (test_cli.sh). */
+Test(gemma4, kv_counts_only_layers_with_a_cache_of_their_own) {
+    g4_spec gs = gemma4_small("gemma4-e");
+    tiny_rig r;
+    rig_open(&r, &gs, KV_F16, 4);
+    size_t want = expected_kv_bytes(&gs); /* 4 local layers x 2 x 2 x 32, 2 global x 2 x 1 x 64, 2 bytes */
+    cr_assert_eq(want, 4 * 512 / 2 + 2 * 256);
+    cr_expect_eq(kv_bytes_per_token(r.m, KV_F16), want);
+    cr_expect_eq(kv_pool_bytes_per_token(r.pool), want);
+    cr_expect_eq(kv_layer_bytes_per_token(r.m, KV_F16, true), 4 * 2 * 2 * 32 * 2);
+    cr_expect_eq(kv_layer_bytes_per_token(r.m, KV_F16, false), 2 * 2 * 1 * 64 * 2);
+    const model_info *mi = model_info_get(r.m);
+    cr_expect_eq(mi->n_shared_kv_layers, 2);
+    cr_expect_eq(mi->n_shared_local, 1);
+    cr_expect_eq(mi->head_dim, 64);
+    cr_expect_eq(mi->head_dim_swa, 32);
+    cr_expect_eq(mi->n_head_kv, 1);
+    cr_expect_eq(mi->n_head_kv_swa, 2);
+    tiny_rig_close(&r);
+    gs.n_shared = 0; /* the same layers, each with its cache: two layers more */
+    rig_open(&r, &gs, KV_F16, 4);
+    cr_expect_eq(kv_bytes_per_token(r.m, KV_F16), want + 2 * 2 * 32 * 2 + 2 * 1 * 64 * 2);
+    tiny_rig_close(&r);
+}
+
+/* 200 positions in chunks of 24: the local layers' blocks behind the window are freed while the
+ * shared local layer still reads its source's; every logit as the reference's. */
+Test(gemma4, a_long_sequence_past_the_window_matches_the_reference) {
+    g4_spec gs = gemma4_small("gemma4-e");
+    enum { N = 200, CH = 24 };
+    tiny_rig r;
+    rig_open(&r, &gs, KV_F32, CH);
+    int V = gs.base.n_vocab;
+    int32_t tok[N];
+    tiny_random_tokens(tok, N, V, 5);
+    double *ref = malloc(sizeof(double) * N * V);
+    float *lg = malloc(sizeof(float) * N * V);
+    g4_ref_forward(&gs, r.path, tok, N, ref);
+    kv_seq *s = tiny_rig_seq(&r);
+    for (int t = 0; t < N; t += CH) eval_run(r.e, s, tok + t, N - t < CH ? N - t : CH, lg + (size_t)t * V);
+    double e = rel_err(lg, ref, (size_t)N * V);
+    cr_expect_lt(e, 1e-4, "relative error %g", e);
+    /* the global layers hold all 4 blocks; the local ones the 2 that positions 177..199 reach */
+    size_t global = kv_layer_bytes_per_token(r.m, KV_F32, false), local = kv_layer_bytes_per_token(r.m, KV_F32, true);
+    cr_expect_eq(kv_pool_bytes_used(r.pool), (size_t)4 * 64 * global + (size_t)2 * 64 * local);
+    free(ref), free(lg);
+    tiny_rig_close(&r);
+}
+
+/* F16, Q8_0 and Q4_0 caches of both geometries (head sizes 32 and 64), shared layers reading them:
+ * a prefill of 130 tokens in one batch, decoded one token at a time from position 100 (across a
+ * block and the window), gives the same logits; the F16 cache stays near the float64 reference
+ * (measured 1.8e-3; Q8_0's rounding of K and V moves these peaked random models' logits by ~5 %). */
+Test(gemma4, quantized_caches_decode_as_they_prefill) {
+    g4_spec gs = gemma4_small("gemma4-e");
+    const kv_type types[] = {KV_F16, KV_Q8_0, KV_Q4_0};
+    enum { N = 130, N0 = 100 };
+    int V = gs.base.n_vocab;
+    int32_t tok[N];
+    tiny_random_tokens(tok, N, V, 8);
+    double *ref = malloc(sizeof(double) * N * V);
+    float *whole = malloc(sizeof(float) * N * V), *step = malloc(sizeof(float) * N * V);
+    for (size_t i = 0; i < ATTND_ARRAY_LEN(types); i++) {
+        tiny_rig r;
+        rig_open(&r, &gs, types[i], N);
+        if (i == 0) g4_ref_forward(&gs, r.path, tok, N, ref);
+        eval_run(r.e, tiny_rig_seq(&r), tok, N, whole);
+        kv_seq *s = tiny_rig_seq(&r);
+        eval_run(r.e, s, tok, N0, step);
+        for (int t = N0; t < N; t++) eval_run(r.e, s, tok + t, 1, step + (size_t)t * V);
+        double worst = 0;
+        for (size_t k = 0; k < (size_t)N * V; k++) worst = fmax(worst, fabs(whole[k] - step[k]));
+        cr_expect_lt(worst, 1e-4, "%s cache: decode differs from prefill by %g", kv_type_name(types[i]), worst);
+        if (i == 0) {
+            double e = rel_err(whole, ref, (size_t)N * V);
+            cr_expect_lt(e, 5e-3, "f16 cache: relative error %g", e);
+        }
+        tiny_rig_close(&r);
+    }
+    free(ref), free(whole), free(step);
+}
+
+/* A file whose shared layers would read a layer of the other kind (llama.cpp's pairing: the last
+ * layer with a cache for a global layer, the one before for a local one) is refused by name. */
+Test(gemma4, shared_layers_of_another_kind_are_refused) {
+    g4_spec gs = gemma4_small("gemma4-e");
+    gs.n_shared = 3; /* layer 5 (global) would read layer 4 (local) */
+    char path[256];
+    tiny_tmpname(path, sizeof(path), "gemma4");
+    cr_assert_eq(g4_write(path, &gs), 0);
+    model *m = NULL;
+    attnd_err err;
+    cr_assert_eq(model_load(&m, path, &err), ATTND_ERR_UNSUPPORTED);
+    cr_expect(strstr(err.msg, "shares the cache of layer") != NULL, "%s", err.msg);
+    gs.n_shared = 7; /* fewer than 2 layers with a cache */
+    cr_assert_eq(g4_write(path, &gs), 0);
+    cr_assert_eq(model_load(&m, path, &err), ATTND_ERR_FORMAT);
+    cr_expect(strstr(err.msg, "shared_kv_layers") != NULL, "%s", err.msg);
+    unlink(path);
 }
