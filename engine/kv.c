@@ -33,6 +33,8 @@ attnd_status kv_type_parse(const char *name, kv_type *out) {
 
 const char *kv_type_unsupported(const model *m, kv_type type) {
     if ((unsigned)type >= ATTND_ARRAY_LEN(KV_TYPE_NAMES)) return "unknown KV type";
+    if (kv_quant_is_quant(type) && model_info_get(m)->kv_latent)
+        return "a q8_0 / q4_0 KV cache is not supported for latent attention (deepseek2) yet (use f16)";
     if (kv_quant_is_quant(type) && model_info_get(m)->head_dim % KV_QUANT_BLOCK != 0)
         return "a q8_0 / q4_0 KV cache needs head_dim a multiple of 32 (use f16)";
     return NULL;
@@ -65,6 +67,8 @@ attnd_status kv_pool_create(kv_pool **out, const model *m, size_t budget_bytes, 
     p->kv_dim = p->n_head_kv * p->head_dim;
     p->tile_bytes = KV_BLOCK * kv_quant_row_bytes(type, p->head_dim);
     p->local_tile_bytes = KV_BLOCK * kv_quant_row_bytes(type, p->local_head_dim);
+    if (mi->kv_latent) /* one (KV_BLOCK, latent) tile per layer: kv_layout.h */
+        p->head_dim = p->kv_dim = mi->kv_latent, p->tile_bytes = KV_BLOCK * kv_quant_row_bytes(type, mi->kv_latent);
     p->layer_local = calloc((size_t)p->n_layer, 1);
     p->layer_slot = calloc((size_t)p->n_layer, sizeof(int));
     if (!p->layer_local || !p->layer_slot || pthread_mutex_init(&p->lock, NULL) != 0) {
@@ -81,8 +85,9 @@ attnd_status kv_pool_create(kv_pool **out, const model *m, size_t budget_bytes, 
             p->layer_slot[l] = L->kind == LAYER_DELTANET ? -1 : w > 0 ? p->n_local++ : p->n_global++;
         if (w > p->window) p->window = w;
     }
-    p->global_bytes = (size_t)2 * p->n_head_kv * p->tile_bytes * (size_t)p->n_global;
-    p->local_bytes = (size_t)2 * p->local_n_head_kv * p->local_tile_bytes * (size_t)p->n_local;
+    size_t kv_tiles = mi->kv_latent ? 1 : 2; /* a latent tile holds what K and V would */
+    p->global_bytes = kv_tiles * p->n_head_kv * p->tile_bytes * (size_t)p->n_global;
+    p->local_bytes = kv_tiles * p->local_n_head_kv * p->local_tile_bytes * (size_t)p->n_local;
     p->block_bytes = p->global_bytes + p->local_bytes;
     p->state_layer_floats = m->n_dn_layers ? dn_state_floats(&m->dn) : 0;
     p->state_bytes = kv_state_bytes(m);
@@ -117,7 +122,8 @@ size_t kv_pool_bytes_used(const kv_pool *p) { return p->used; }
 size_t kv_pool_bytes_budget(const kv_pool *p) { return p->budget; }
 size_t kv_pool_bytes_per_token(const kv_pool *p) { return p->block_bytes / KV_BLOCK; }
 size_t kv_pool_bytes_for(const kv_pool *p, int n_tokens) {
-    return (size_t)((n_tokens > 0 ? n_tokens : 0) + KV_BLOCK - 1) / KV_BLOCK * p->block_bytes + p->state_bytes;
+    return (size_t)((n_tokens > 0 ? n_tokens : 0) + KV_BLOCK - 1) / KV_BLOCK * p->block_bytes +
+           p->state_bytes * (size_t)(1 + p->ckpt_max);
 }
 
 size_t kv_state_bytes(const model *m) {
@@ -132,6 +138,7 @@ size_t kv_bytes_per_token(const model *m, kv_type type) {
  * earlier layer's) of the kind asked: its K and V rows. */
 size_t kv_layer_bytes_per_token(const model *m, kv_type type, bool local) {
     const model_info *mi = model_info_get(m);
+    if (mi->kv_latent) return (size_t)(local ? 0 : mi->n_layer) * kv_quant_row_bytes(type, mi->kv_latent);
     size_t n = 0;
     for (int l = 0; l < mi->n_layer; l++) {
         const layer_weights *L = &m->layers[l];
@@ -158,8 +165,9 @@ static kv_seq *seq_alloc(kv_pool *pool) {
     s->pool = pool;
     s->max_blocks = (pool->n_ctx + KV_BLOCK - 1) / KV_BLOCK;
     s->blocks = calloc((size_t)s->max_blocks, sizeof(*s->blocks));
-    if (!s->blocks) {
-        free(s);
+    s->ckpts = pool->ckpt_max ? calloc((size_t)pool->ckpt_max, sizeof(*s->ckpts)) : NULL;
+    if (!s->blocks || (pool->ckpt_max && !s->ckpts)) {
+        free(s->blocks), free(s->ckpts), free(s);
         return NULL;
     }
     return s;
@@ -188,7 +196,7 @@ attnd_status kv_seq_fork(kv_seq **out, const kv_seq *parent, attnd_err *err) {
     pthread_mutex_lock(&p->lock);
     if (parent->state && (!s->state || p->state_bytes > p->budget - p->used)) {
         pthread_mutex_unlock(&p->lock);
-        free(s->state), free(s->blocks), free(s);
+        free(s->state), free(s->blocks), free(s->ckpts), free(s);
         return attnd_fail(err, ATTND_ERR_NOMEM, "no room for a forked sequence's recurrent state (%zu bytes)",
                           p->state_bytes);
     }
@@ -198,6 +206,7 @@ attnd_status kv_seq_fork(kv_seq **out, const kv_seq *parent, attnd_err *err) {
         s->blocks[i]->refs++;
     }
     s->n_blocks = parent->n_blocks;
+    kv_ckpt_share_locked(s, parent);
     s->len = parent->len;
     s->lmin = parent->lmin;
     p->n_seqs++;
@@ -279,6 +288,7 @@ static void release_blocks(kv_seq *s, int keep) {
 void kv_seq_destroy(kv_seq *s) {
     if (!s) return;
     release_blocks(s, 0);
+    kv_ckpt_release(s);
     kv_pool *p = s->pool;
     pthread_mutex_lock(&p->lock);
     p->n_seqs--;
@@ -286,6 +296,7 @@ void kv_seq_destroy(kv_seq *s) {
     pthread_mutex_unlock(&p->lock);
     free(s->state);
     free(s->blocks);
+    free(s->ckpts);
     free(s);
 }
 
@@ -301,7 +312,7 @@ size_t kv_seq_bytes(const kv_seq *s) {
     pthread_mutex_lock(&p->lock);
     for (int i = 0; i < s->n_blocks; i++) n += held_bytes(s, i);
     pthread_mutex_unlock(&p->lock);
-    return n + (s->state ? p->state_bytes : 0);
+    return n + (s->state ? p->state_bytes : 0) + kv_ckpt_held_bytes(s);
 }
 
 size_t kv_seq_bytes_shared(const kv_seq *s) {
@@ -309,6 +320,7 @@ size_t kv_seq_bytes_shared(const kv_seq *s) {
     size_t n = 0;
     pthread_mutex_lock(&p->lock);
     for (int i = 0; i < s->n_blocks; i++) n += s->blocks[i]->refs > 1 ? held_bytes(s, i) : 0;
+    for (int i = 0; i < s->n_ckpts; i++) n += s->ckpts[i]->refs > 1 ? p->state_bytes : 0;
     pthread_mutex_unlock(&p->lock);
     return n;
 }
@@ -319,10 +331,10 @@ void kv_seq_truncate(kv_seq *s, int n) {
     const kv_pool *p = s->pool;
     /* the next query (position n) sees n - window + 1..: gone below lmin? then keep nothing */
     if (p->n_local && n > 0 && (n - p->window + 1 > 0 ? n - p->window + 1 : 0) < s->lmin) n = 0;
-    if (p->state_bytes) n = 0; /* a recurrent state holds every position: back to the start */
+    /* a recurrent state holds every position: back to its newest checkpoint at or below n, or to 0 */
+    if (p->state_bytes) n = kv_ckpt_restore(s, n);
     s->len = n;
     if (n == 0) s->lmin = 0;
-    if (n == 0 && s->state) memset(s->state, 0, p->state_bytes);
     release_blocks(s, (n + KV_BLOCK - 1) / KV_BLOCK);
 }
 

@@ -9,6 +9,9 @@
  *   tiny_model --list-hybrid       the hybrid (Gated DeltaNet) families, one a line
  *   tiny_model --list-gemma4       the Gemma 4 variants, one a line
  *   tiny_model --hybrid-prompt     the hybrid comparison's prompt ids, comma-separated
+ *   tiny_model --hybrid-prompt     the hybrid comparison's prompt ids, comma-separated (also the
+ *                                  latent-attention comparison's)
+ *   tiny_model --list-mla          the latent-attention (deepseek2) models, one a line
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -49,14 +52,18 @@ int main(int argc, char **argv) {
         for (size_t i = 0; i < N_GEMMA4; i++) printf("%s\n", GEMMA4_NAMES[i]);
         return 0;
     }
+    if (argc == 2 && !strcmp(argv[1], "--list-mla")) {
+        for (size_t i = 0; i < N_MLA; i++) printf("%s\n", MLA_NAMES[i]);
+        return 0;
+    }
     if (argc == 2 && !strcmp(argv[1], "--list-hybrid")) {
         for (size_t i = 0; i < N_HYBRID; i++) printf("%s\n", HYBRID_NAMES[i]);
         return 0;
     }
     bool tmpl = argc == 5 && !strcmp(argv[3], "--chat-template");
     if (argc != 3 && !tmpl) {
-        fprintf(stderr, "usage: tiny_model FAMILY OUT.gguf [--chat-template FILE] | tiny_model --list | --list-hybrid | --list-gemma4 "
-                        "| --hybrid-prompt\n");
+        fprintf(stderr, "usage: tiny_model FAMILY OUT.gguf [--chat-template FILE] | tiny_model --list | --list-hybrid "
+                        "| --list-mla | --list-gemma4 | --hybrid-prompt\n");
         return 2;
     }
     for (size_t i = 0; i < N_FAMILIES; i++) {
@@ -89,6 +96,15 @@ int main(int argc, char **argv) {
         if (strcmp(argv[1], GEMMA4_NAMES[i])) continue;
         g4_spec gs = gemma4_small(GEMMA4_NAMES[i]);
         if (g4_write(argv[2], &gs)) {
+            fprintf(stderr, "tiny_model: cannot write %s\n", argv[2]);
+            return 1;
+        }
+        return 0;
+    }
+    for (size_t i = 0; i < N_MLA; i++) {
+        if (strcmp(argv[1], MLA_NAMES[i])) continue;
+        ml_spec ms = mla_small(MLA_NAMES[i]);
+        if (ml_write(argv[2], &ms)) {
             fprintf(stderr, "tiny_model: cannot write %s\n", argv[2]);
             return 1;
         }
