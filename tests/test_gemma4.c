@@ -286,3 +286,36 @@ Test(gemma4, shared_layers_of_another_kind_are_refused) {
     cr_expect(strstr(err.msg, "shared_kv_layers") != NULL, "%s", err.msg);
     unlink(path);
 }
+
+/* `attnd info --json`: each kind's layers with a cache of their own, the shared ones, each kind's
+ * KV heads and head size, the bytes per token; and the file runs (its vocabulary loads). */
+Test(gemma4, info_shows_each_layer_kind_and_the_shared_layers) {
+    g4_spec gs = gemma4_small("gemma4-e");
+    char path[256], cmd[700];
+    tiny_tmpname(path, sizeof(path), "g4info");
+    cr_assert_eq(g4_write(path, &gs), 0);
+    snprintf(cmd, sizeof(cmd), "'%s' info --model '%s' --json", ATTND_BINARY, path);
+    FILE *p = popen(cmd, "r");
+    cr_assert(p);
+    json_error_t je;
+    json_t *j = json_loadf(p, 0, &je);
+    cr_assert_eq(pclose(p), 0);
+    cr_assert(j, "%s", je.text);
+    cr_expect(json_is_true(json_object_get(j, "runs")), "%s", json_string_value(json_object_get(j, "refused")));
+    json_t *kl = json_object_get(j, "kv_layers"), *gh = json_object_get(kl, "global_head");
+    json_t *lh = json_object_get(kl, "local_head");
+    cr_expect_eq(json_integer_value(json_object_get(kl, "global")), 2); /* layers 2, 5 (7 reads 5) */
+    cr_expect_eq(json_integer_value(json_object_get(kl, "local")), 4);  /* layers 0, 1, 3, 4 (6 reads 4) */
+    cr_expect_eq(json_integer_value(json_object_get(kl, "shared")), 2);
+    cr_expect_eq(json_integer_value(json_object_get(kl, "window")), 24);
+    cr_expect_eq(json_integer_value(json_object_get(gh, "head_dim")), 64);
+    cr_expect_eq(json_integer_value(json_object_get(gh, "kv_heads")), 1);
+    cr_expect_eq(json_integer_value(json_object_get(lh, "head_dim")), 32);
+    cr_expect_eq(json_integer_value(json_object_get(lh, "kv_heads")), 2);
+    cr_expect_eq(json_integer_value(json_object_get(kl, "global_bytes_per_token_f16")), 2 * 2 * 1 * 64 * 2);
+    cr_expect_eq(json_integer_value(json_object_get(kl, "local_bytes_per_token_f16")), 4 * 2 * 2 * 32 * 2);
+    cr_expect_eq(json_integer_value(json_object_get(json_object_get(j, "kv_bytes_per_token"), "f16")),
+                 (json_int_t)expected_kv_bytes(&gs));
+    json_decref(j);
+    unlink(path);
+}
