@@ -95,7 +95,11 @@ int main(int argc, char **argv) {
     for (size_t i = 0; i < N_GEMMA4; i++) {
         if (strcmp(argv[1], GEMMA4_NAMES[i])) continue;
         g4_spec gs = gemma4_small(GEMMA4_NAMES[i]);
-        if (g4_write(argv[2], &gs)) {
+        char *text = tmpl ? read_text(argv[4]) : NULL;
+        gs.base.chat_template = text;
+        int rc = g4_write(argv[2], &gs);
+        free(text);
+        if (rc) {
             fprintf(stderr, "tiny_model: cannot write %s\n", argv[2]);
             return 1;
         }
