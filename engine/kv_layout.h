@@ -78,10 +78,14 @@ struct kv_pool {
     const model *m;
     kv_type type;
     int n_layer, kv_dim, n_ctx;
-    int head_dim;          /* kv_dim = n_head_kv * head_dim */
+    int head_dim;          /* kv_dim = n_head_kv * head_dim (the global layers') */
     size_t elt;            /* bytes per cached element (2 for F16, 4 for F32; unused when quantized) */
     int n_head_kv;
     size_t tile_bytes;     /* bytes of one kv head's key (or value) tile of one layer in one block */
+    /* The local layers' head_dim, n_head_kv and tile_bytes: the global layers' unless the model's
+     * local layers have a geometry of their own (Gemma 4: arch layer_geometry) */
+    int local_head_dim, local_n_head_kv;
+    size_t local_tile_bytes;
     size_t block_bytes;    /* bytes of one whole block: global_bytes + local_bytes */
     size_t global_bytes;   /* payload bytes of one block: the global layers' K and V */
     size_t local_bytes;    /* bytes of one block's local part (0 without sliding-window layers) */
@@ -94,7 +98,8 @@ struct kv_pool {
     size_t ckpt_bytes;     /* the part of used that checkpoints hold */
     int window;            /* their window (positions) */
     uint8_t *layer_local;  /* (n_layer) 1 = the layer's K/V live in the local part */
-    int *layer_slot;       /* (n_layer) the layer's index among the layers of its part (-1: no K/V) */
+    int *layer_slot;       /* (n_layer) the layer's index among the layers of its part (-1: no K/V);
+                              a layer sharing an earlier layer's cache has that layer's slot */
     size_t budget, used;   /* bytes; used counts blocks held by sequences */
     int n_seqs;            /* live sequences (destroy asserts 0) */
     kv_block *free_list;   /* blocks released by sequences, reused before malloc */
@@ -177,20 +182,28 @@ static inline uint8_t *kv_part(const kv_seq *s, int layer, int block, int *n_in_
     return local ? s->blocks[block]->local : kv_block_data(s->blocks[block]);
 }
 
+/* The bytes of one kv head's key (or value) tile of `layer` in a block, and its kv heads. */
+static inline size_t kv_tile_bytes(const kv_pool *p, int layer) {
+    return p->layer_local[layer] ? p->local_tile_bytes : p->tile_bytes;
+}
+static inline int kv_layer_heads(const kv_pool *p, int layer) {
+    return p->layer_local[layer] ? p->local_n_head_kv : p->n_head_kv;
+}
+
 /* The keys of `layer` in block `block` of s: n_head_kv key tiles (F16 / F32: (kv_dim, KV_BLOCK)
  * elements of the pool type). */
 static inline void *kv_k_block(const kv_seq *s, int layer, int block) {
     const kv_pool *p = s->pool;
     int n, slot;
     uint8_t *base = kv_part(s, layer, block, &n, &slot);
-    return base + (size_t)slot * p->n_head_kv * p->tile_bytes;
+    return base + (size_t)slot * (size_t)kv_layer_heads(p, layer) * kv_tile_bytes(p, layer);
 }
 
 /* The keys of kv head g of `layer` in block `block` of s: a (head_dim, KV_BLOCK) tile of elements of
  * the pool type, transposed (position j of the tile's row i at i * KV_BLOCK + j); Q8_0 / Q4_0 as
  * kv_quant.h lays them out. */
 static inline void *kv_k_tile(const kv_seq *s, int layer, int block, int g) {
-    return (uint8_t *)kv_k_block(s, layer, block) + (size_t)g * s->pool->tile_bytes;
+    return (uint8_t *)kv_k_block(s, layer, block) + (size_t)g * kv_tile_bytes(s->pool, layer);
 }
 
 /* The values of kv head g of `layer` in block `block` of s: (KV_BLOCK, head_dim) elements of the
@@ -200,7 +213,7 @@ static inline void *kv_v_tile(const kv_seq *s, int layer, int block, int g) {
     const kv_pool *p = s->pool;
     int n, slot;
     uint8_t *base = kv_part(s, layer, block, &n, &slot);
-    return base + (((size_t)n + (size_t)slot) * p->n_head_kv + (size_t)g) * p->tile_bytes;
+    return base + (((size_t)n + (size_t)slot) * (size_t)kv_layer_heads(p, layer) + (size_t)g) * kv_tile_bytes(p, layer);
 }
 
 /*
