@@ -86,6 +86,8 @@ struct engine {
     int *dn_order;          /* (B) entries grouped by sequence (plan_runs) */
     int *dn_run;            /* (B + 1) where each sequence's entries start in dn_order */
     float **dn_state;       /* (B) the current layer's state of each run's sequence */
+    float **dn_snap;        /* (B) the current layer's part of each run's state checkpoint, or NULL */
+    int *dn_snap_at;        /* (B) the entry of dn_order after which run r's checkpoint is taken */
 
     /* Mixture of Experts (NULL for dense models); K = n_expert_used, FE = n_ff_exp */
     float *moe_logits;      /* (B, n_expert) router logits, then probabilities */
@@ -187,6 +189,8 @@ static size_t layout(engine *e, char *mem) {
     e->dn_order = block_take(&b, B, sizeof(int));
     e->dn_run = block_take(&b, B + 1, sizeof(int));
     e->dn_state = block_take(&b, B, sizeof(float *));
+    e->dn_snap = block_take(&b, B, sizeof(float *));
+    e->dn_snap_at = block_take(&b, B, sizeof(int));
     e->rope = block_take(&b, ROPE_TABLES * B * (size_t)mi->rope_dims, sizeof(float));
     const mla_dims *md = &m->mla;
     e->mla_q = block_take(&b, B * (size_t)md->n_head * (size_t)mla_qk(md), sizeof(float));
@@ -932,6 +936,10 @@ static int plan_runs(engine *e, const batch_entry *entries, int n, int n_seqs) {
             if (entries[t].seq == e->seqs[r]) e->dn_order[k++] = t;
     }
     e->dn_run[n_seqs] = k;
+    for (int r = 0; r < n_seqs; r++) { /* a state checkpoint inside the run, if one is due (kv_state.c) */
+        int at = kv_ckpt_begin(e->seqs[r]);
+        e->dn_snap_at[r] = at >= 0 ? e->dn_run[r] + at : -1;
+    }
     return n_seqs;
 }
 
@@ -964,8 +972,11 @@ static void step_deltanet(pass *p, const layer_weights *L) {
         matmul_many(e, 4, (float *const[]){e->dn_qkv, e->dn_z, e->dn_beta, e->dn_alpha},
                     (const weight *const[]){&L->wqkv, &L->dn_z, &L->dn_beta, &L->dn_alpha}, e->xn, p->n);
     }
-    for (int r = 0; r < p->n_runs; r++) e->dn_state[r] = kv_dn_state(e->seqs[r], L->dn_slot);
-    dn_job j = {.d = &m->dn, .n = p->n, .order = e->dn_order, .run_start = e->dn_run, .n_runs = p->n_runs,
+    for (int r = 0; r < p->n_runs; r++) {
+        e->dn_state[r] = kv_dn_state(e->seqs[r], L->dn_slot);
+        e->dn_snap[r] = kv_dn_snap(e->seqs[r], L->dn_slot);
+    }
+    dn_job j = {.snap = e->dn_snap, .snap_at = e->dn_snap_at, .d = &m->dn, .n = p->n, .order = e->dn_order, .run_start = e->dn_run, .n_runs = p->n_runs,
                 .state = e->dn_state, .qkv = e->dn_qkv, .z = e->dn_z, .beta = e->dn_beta, .alpha = e->dn_alpha,
                 .conv_w = L->dn_conv, .dt_bias = L->dn_dt_bias, .ssm_a = L->dn_a, .norm_w = L->dn_norm,
                 .out = e->dn_o, .n_threads = e->n_threads};
@@ -1103,7 +1114,10 @@ attnd_status engine_eval(engine *e, const batch_entry *entries, int n, float *lo
         step_layer(&p, l);
         if (e->resid_cb) report_residual(&p, l);
         if (may_yield && l + 1 < mi->n_layer && e->yield_fn(e->yield_user)) {
-            for (int i = 0; i < n_seqs; i++) e->seqs[i]->pending = 0; /* the rows written are rewritten */
+            for (int i = 0; i < n_seqs; i++) { /* the rows written are rewritten */
+                e->seqs[i]->pending = 0;
+                kv_ckpt_commit(e->seqs[i], false);
+            }
             return attnd_fail(err, ATTND_ERR_BUSY, "the step was given up after layer %d", l);
         }
     }
@@ -1112,6 +1126,7 @@ attnd_status engine_eval(engine *e, const batch_entry *entries, int n, float *lo
     for (int i = 0; i < n_seqs; i++) {
         e->seqs[i]->len += e->seqs[i]->pending;
         e->seqs[i]->pending = 0;
+        kv_ckpt_commit(e->seqs[i], true);
         kv_seq_trim_window(e->seqs[i]); /* local layers' blocks no later query sees */
     }
     return ATTND_OK;
