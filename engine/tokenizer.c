@@ -168,6 +168,7 @@ struct tokenizer {
     uint32_t special_at[257]; /* special[special_at[b] .. special_at[b+1]) start with byte b */
     int32_t bos, eos, eot, eom, unk, pad;
     int32_t sep;            /* separator ([SEP]): closes a WordPiece text, and each text of a pair */
+    int32_t fim[TOK_FIM_N]; /* fill-in-the-middle ids by tok_fim_role; -1 = none */
     bool add_bos, add_eos, add_space_prefix;
     bool add_sep;           /* add_special appends sep (WordPiece) */
     bool wpm_lower, wpm_strip; /* WordPiece: lowercase, strip accents (BertNormalizer) */
@@ -295,6 +296,28 @@ static const char *EOG_TEXTS[] = {
     "_<EOT>", "<|end_of_text|>", "</s>", "<｜end▁of▁sentence｜>", "<|return|>", "<|call|>",
 };
 
+/* The fill-in-the-middle tokens: the GGUF's key for each role (fim_*_token_id), the older key
+ * (prefix/suffix/middle_token_id) where there is one, and else the spellings the coder families
+ * use in their vocabularies, as llama.cpp's loader knows them (its llama-vocab.cpp). */
+static const struct {
+    const char *key, *old_key;
+    const char *texts[9]; /* NULL-ended */
+} FIM_ROLES[TOK_FIM_N] = {
+    [TOK_FIM_PRE] = {"tokenizer.ggml.fim_pre_token_id", "tokenizer.ggml.prefix_token_id",
+                     {"<|fim_prefix|>", "<fim-prefix>", "<fim_prefix>", "<｜fim▁begin｜>", "<PRE>",
+                      "▁<PRE>", "<|code_prefix|>", "<|prefix|>", NULL}},
+    [TOK_FIM_SUF] = {"tokenizer.ggml.fim_suf_token_id", "tokenizer.ggml.suffix_token_id",
+                     {"<|fim_suffix|>", "<fim-suffix>", "<fim_suffix>", "<｜fim▁hole｜>", "<SUF>",
+                      "▁<SUF>", "<|code_suffix|>", "<|suffix|>", NULL}},
+    [TOK_FIM_MID] = {"tokenizer.ggml.fim_mid_token_id", "tokenizer.ggml.middle_token_id",
+                     {"<|fim_middle|>", "<fim-middle>", "<fim_middle>", "<｜fim▁end｜>", "<MID>",
+                      "▁<MID>", "<|code_middle|>", "<|middle|>", NULL}},
+    [TOK_FIM_PAD] = {"tokenizer.ggml.fim_pad_token_id", NULL, {"<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>", "[PAD]", NULL}},
+    [TOK_FIM_REP] = {"tokenizer.ggml.fim_rep_token_id", NULL,
+                     {"<|fim_repo|>", "<|repo_name|>", "<fim-repo>", "<REPO>", "<reponame>", NULL}},
+    [TOK_FIM_SEP] = {"tokenizer.ggml.fim_sep_token_id", NULL, {"<|file_sep|>", NULL}},
+};
+
 /* Reads an optional id key: -1 when absent; format error when present but out of range. */
 static attnd_status read_id(const gguf_file *f, const char *key, int32_t n_vocab, int32_t dflt, int32_t *out,
                             attnd_err *err) {
@@ -313,6 +336,26 @@ static attnd_status read_id(const gguf_file *f, const char *key, int32_t n_vocab
         return attnd_fail(err, ATTND_ERR_FORMAT, "%s = %lld is outside the vocabulary (%d tokens)", key,
                           (long long)v, n_vocab);
     *out = (int32_t)v;
+    return ATTND_OK;
+}
+
+/* The fill-in-the-middle ids (FIM_ROLES). A token found by its spelling is made a control token,
+ * as llama.cpp does, so that it never reads as text. The pad, repository and file-separator tokens
+ * end generation: a model that writes one has finished the middle. */
+static attnd_status read_fim_ids(tokenizer *t, const gguf_file *f, attnd_err *err) {
+    for (int r = 0; r < TOK_FIM_N; r++) {
+        attnd_status st = read_id(f, FIM_ROLES[r].key, t->n_vocab, -1, &t->fim[r], err);
+        if (st == ATTND_OK && t->fim[r] < 0 && FIM_ROLES[r].old_key)
+            st = read_id(f, FIM_ROLES[r].old_key, t->n_vocab, -1, &t->fim[r], err);
+        if (st != ATTND_OK) return st;
+        for (int k = 0; t->fim[r] < 0 && FIM_ROLES[r].texts[k]; k++) {
+            const char *s = FIM_ROLES[r].texts[k];
+            int32_t id = strmap_get(&t->by_text, s, strlen(s));
+            if (id >= 0 && t->type[id] == TT_NORMAL) t->type[id] = TT_CONTROL;
+            t->fim[r] = id;
+        }
+        if (t->fim[r] >= 0 && (r == TOK_FIM_PAD || r == TOK_FIM_REP || r == TOK_FIM_SEP)) t->eog[t->fim[r]] = true;
+    }
     return ATTND_OK;
 }
 
@@ -729,7 +772,7 @@ attnd_status tok_load(tokenizer **out, const gguf_file *f, attnd_err *err) {
     const gguf_array *toks, *types, *scores;
     if ((st = read_kind(t, f, err)) != ATTND_OK || (st = read_arrays(t, f, &toks, &types, &scores, err)) != ATTND_OK ||
         (st = alloc_tables(t, toks, err)) != ATTND_OK || (st = fill_tokens(t, toks, types, scores, err)) != ATTND_OK ||
-        (st = build_decoded(t, err)) != ATTND_OK || (st = build_specials(t, err)) != ATTND_OK ||
+        (st = read_fim_ids(t, f, err)) != ATTND_OK || (st = build_decoded(t, err)) != ATTND_OK || (st = build_specials(t, err)) != ATTND_OK ||
         (st = read_special_ids(t, f, err)) != ATTND_OK || (st = prepare_merges(t, f, err)) != ATTND_OK) {
         tok_destroy(t);
         return st;
@@ -743,6 +786,7 @@ int32_t tok_bos(const tokenizer *t) { return t->bos; }
 int32_t tok_eos(const tokenizer *t) { return t->eos; }
 int32_t tok_sep(const tokenizer *t) { return t->sep; }
 bool tok_add_bos(const tokenizer *t) { return t->add_bos; }
+int32_t tok_fim(const tokenizer *t, tok_fim_role r) { return r >= 0 && r < TOK_FIM_N ? t->fim[r] : -1; }
 bool tok_is_eog(const tokenizer *t, int32_t id) { return id >= 0 && id < t->n_vocab && t->eog[id]; }
 
 const char *tok_piece(const tokenizer *t, int32_t id) {

@@ -33,6 +33,12 @@ int32_t tok_eos(const tokenizer *t);
  * WordPiece, tok_bos is [CLS] (bos_token_id, else cls_token_id, else 101). */
 int32_t tok_sep(const tokenizer *t);
 bool tok_add_bos(const tokenizer *t);
+/* The fill-in-the-middle tokens of code models (POST /infill), by role: prefix, suffix, middle,
+ * padding, repository name and file separator (the last two lay out repository-level context). */
+typedef enum tok_fim_role { TOK_FIM_PRE, TOK_FIM_SUF, TOK_FIM_MID, TOK_FIM_PAD, TOK_FIM_REP, TOK_FIM_SEP, TOK_FIM_N } tok_fim_role;
+/* The id of role r, from tokenizer.ggml.fim_*_token_id (or the older prefix/suffix/middle keys),
+ * else found by the spellings coder vocabularies use (<|fim_prefix|>, <PRE>, ...); -1 = none. */
+int32_t tok_fim(const tokenizer *t, tok_fim_role r);
 /* True for end-of-generation ids (EOS, EOT, <|im_end|>, ...): generation stops there. */
 bool tok_is_eog(const tokenizer *t, int32_t id);
 /* The vocabulary string of id as stored in the GGUF (borrowed), or NULL when out of range. */
