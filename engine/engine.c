@@ -87,7 +87,7 @@ struct engine {
     int *dn_order;          /* (B) entries grouped by sequence (plan_runs) */
     int *dn_run;            /* (B + 1) where each sequence's entries start in dn_order */
     float **dn_state;       /* (B) the current layer's state of each run's sequence */
-    float **dn_snap;        /* (B) the current layer's part of each run's state checkpoint, or NULL */
+    dn_snap *dn_snaps;      /* (B, DN_SNAPS) the current layer's copies of each run's state: a checkpoint, steps */
     int *dn_snap_at;        /* (B) the entry of dn_order after which run r's checkpoint is taken */
 
     /* Mixture of Experts (NULL for dense models); K = n_expert_used, FE = n_ff_exp */
@@ -182,7 +182,7 @@ static size_t layout(engine *e, char *mem) {
     e->dn_order = block_take(&b, B, sizeof(int));
     e->dn_run = block_take(&b, B + 1, sizeof(int));
     e->dn_state = block_take(&b, B, sizeof(float *));
-    e->dn_snap = block_take(&b, B, sizeof(float *));
+    e->dn_snaps = block_take(&b, B * DN_SNAPS, sizeof(dn_snap));
     e->dn_snap_at = block_take(&b, B, sizeof(int));
     e->rope = block_take(&b, ROPE_TABLES * B * (size_t)mi->rope_dims, sizeof(float));
     size_t NE = (size_t)m->n_expert, K = (size_t)m->n_expert_used, FE = (size_t)m->n_ff_exp;
@@ -902,6 +902,7 @@ static int plan_runs(engine *e, const batch_entry *entries, int n, int n_seqs) {
     for (int r = 0; r < n_seqs; r++) { /* a state checkpoint inside the run, if one is due (kv_state.c) */
         int at = kv_ckpt_begin(e->seqs[r]);
         e->dn_snap_at[r] = at >= 0 ? e->dn_run[r] + at : -1;
+        kv_steps_begin(e->seqs[r]); /* a speculative verify's states (kv_seq_keep_steps) */
     }
     return n_seqs;
 }
@@ -936,10 +937,12 @@ static void step_deltanet(pass *p, const layer_weights *L) {
                     (const weight *const[]){&L->wqkv, &L->dn_z, &L->dn_beta, &L->dn_alpha}, e->xn, p->n);
     }
     for (int r = 0; r < p->n_runs; r++) {
-        e->dn_state[r] = kv_dn_state(e->seqs[r], L->dn_slot);
-        e->dn_snap[r] = kv_dn_snap(e->seqs[r], L->dn_slot);
+        const kv_seq *s = e->seqs[r];
+        e->dn_state[r] = kv_dn_state(s, L->dn_slot);
+        e->dn_snaps[r * DN_SNAPS] = (dn_snap){kv_dn_snap(s, L->dn_slot), e->dn_snap_at[r], 1};
+        e->dn_snaps[r * DN_SNAPS + 1] = (dn_snap){kv_dn_steps(s, L->dn_slot), e->dn_run[r], s->steps_n};
     }
-    dn_job j = {.snap = e->dn_snap, .snap_at = e->dn_snap_at, .d = &m->dn, .n = p->n, .order = e->dn_order, .run_start = e->dn_run, .n_runs = p->n_runs,
+    dn_job j = {.snap = e->dn_snaps, .snap_stride = e->seqs[0]->pool->state_bytes / sizeof(float), .d = &m->dn, .n = p->n, .order = e->dn_order, .run_start = e->dn_run, .n_runs = p->n_runs,
                 .state = e->dn_state, .qkv = e->dn_qkv, .z = e->dn_z, .beta = e->dn_beta, .alpha = e->dn_alpha,
                 .conv_w = L->dn_conv, .dt_bias = L->dn_dt_bias, .ssm_a = L->dn_a, .norm_w = L->dn_norm,
                 .out = e->dn_o, .n_threads = e->n_threads};
