@@ -33,6 +33,8 @@ attnd_status kv_type_parse(const char *name, kv_type *out) {
 
 const char *kv_type_unsupported(const model *m, kv_type type) {
     if ((unsigned)type >= ATTND_ARRAY_LEN(KV_TYPE_NAMES)) return "unknown KV type";
+    if (kv_quant_is_quant(type) && model_info_get(m)->kv_latent)
+        return "a q8_0 / q4_0 KV cache is not supported for latent attention (deepseek2) yet (use f16)";
     if (kv_quant_is_quant(type) && model_info_get(m)->head_dim % KV_QUANT_BLOCK != 0)
         return "a q8_0 / q4_0 KV cache needs head_dim a multiple of 32 (use f16)";
     return NULL;
@@ -55,6 +57,8 @@ attnd_status kv_pool_create(kv_pool **out, const model *m, size_t budget_bytes, 
     p->elt = type == KV_F16 ? 2 : 4; /* (F16 / F32 only) */
     p->n_head_kv = mi->n_head_kv;
     p->tile_bytes = KV_BLOCK * kv_quant_row_bytes(type, mi->head_dim);
+    if (mi->kv_latent) /* one (KV_BLOCK, latent) tile per layer: kv_layout.h */
+        p->head_dim = p->kv_dim = mi->kv_latent, p->tile_bytes = KV_BLOCK * kv_quant_row_bytes(type, mi->kv_latent);
     p->layer_local = calloc((size_t)p->n_layer, 1);
     p->layer_slot = calloc((size_t)p->n_layer, sizeof(int));
     if (!p->layer_local || !p->layer_slot || pthread_mutex_init(&p->lock, NULL) != 0) {
@@ -67,7 +71,7 @@ attnd_status kv_pool_create(kv_pool **out, const model *m, size_t budget_bytes, 
         p->layer_slot[l] = m->layers[l].kind == LAYER_DELTANET ? -1 : w > 0 ? p->n_local++ : p->n_global++;
         if (w > p->window) p->window = w;
     }
-    size_t per_layer = (size_t)2 * p->n_head_kv * p->tile_bytes;
+    size_t per_layer = (size_t)(mi->kv_latent ? 1 : 2) * p->n_head_kv * p->tile_bytes;
     p->global_bytes = per_layer * (size_t)p->n_global;
     p->local_bytes = per_layer * (size_t)p->n_local;
     p->block_bytes = p->global_bytes + p->local_bytes;
@@ -114,12 +118,14 @@ size_t kv_state_bytes(const model *m) {
 
 size_t kv_bytes_per_token(const model *m, kv_type type) {
     const model_info *mi = model_info_get(m);
+    if (mi->kv_latent) return (size_t)mi->n_layer * kv_quant_row_bytes(type, mi->kv_latent);
     return (size_t)2 * (mi->n_layer - mi->n_recurrent_layers) * mi->n_head_kv * kv_quant_row_bytes(type, mi->head_dim);
 }
 
 size_t kv_layer_bytes_per_token(const model *m, kv_type type, bool local) {
     const model_info *mi = model_info_get(m);
     int n = local ? mi->n_local_layers : mi->n_layer - mi->n_local_layers - mi->n_recurrent_layers;
+    if (mi->kv_latent) return (size_t)n * kv_quant_row_bytes(type, mi->kv_latent);
     return (size_t)2 * n * mi->n_head_kv * kv_quant_row_bytes(type, mi->head_dim);
 }
 

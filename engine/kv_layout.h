@@ -24,6 +24,12 @@
  * long the sequence grows. Positions below kv_seq.lmin may have lost their local part; a
  * truncation that would need them again truncates to 0 instead.
  *
+ * A model with latent attention (mla.h, model_info.kv_latent) caches one row per position and layer
+ * for every head, [latent | rotated key part] (kv_latent elements): a block holds per layer one
+ * (KV_BLOCK, kv_latent) tile, positions one after the other (not transposed), read through
+ * kv_k_tile(s, layer, block, 0); there is no value tile (the values are the latent's first
+ * kv_lora_rank columns). F16 and F32 only.
+ *
  * A model with Gated DeltaNet layers (deltanet.h) caches no K/V for them: the blocks hold the
  * attention layers only (n_global of them). Each such layer keeps instead a fixed-size f32 state
  * per sequence, all of them in one allocation of the sequence (kv_seq.state, state_bytes), taken

@@ -59,19 +59,23 @@ Test(metrics, histograms_routing_gauges_and_status_classes) {
     metrics_request(m, "completions", 201, 0.5);
     metrics_request(m, "completions", 503, 0.1);
     sched_stats st = {.active = 2, .queued = 5, .kv_budget = 1000, .kv_reserved = 250};
-    for (int k = 0; k < SCHED_H_COUNT; k++) histo_init(&st.hist[k], LE, 4);
-    histo_observe(&st.hist[SCHED_H_TTFT], 0.3);
-    histo_observe(&st.hist[SCHED_H_TTFT], 2);
+    for (int k = 0; k < SCHED_H_COUNT; k++)
+        for (int a = 0; a < SCHED_N_APIS; a++) histo_init(&st.hist[k][a], LE, 4);
+    histo_observe(&st.hist[SCHED_H_TTFT][METRICS_API_OPENAI], 0.3);
+    histo_observe(&st.hist[SCHED_H_TTFT][METRICS_API_OPENAI], 2);
+    histo_observe(&st.hist[SCHED_H_TTFT][METRICS_API_ANTHROPIC], 0.05);
     char *t = metrics_render(m, &st, 0, 1);
     const char *want[] = {
         "# TYPE attnd_time_to_first_token_seconds histogram\n",
-        "attnd_time_to_first_token_seconds_bucket{le=\"0.1\"} 0\n",
-        "attnd_time_to_first_token_seconds_bucket{le=\"0.5\"} 1\n",
-        "attnd_time_to_first_token_seconds_bucket{le=\"5\"} 2\n",
-        "attnd_time_to_first_token_seconds_bucket{le=\"+Inf\"} 2\n",
-        "attnd_time_to_first_token_seconds_sum 2.300000\n",
-        "attnd_time_to_first_token_seconds_count 2\n",
-        "attnd_inter_token_latency_seconds_count 0\n",
+        "attnd_time_to_first_token_seconds_bucket{api=\"openai\",le=\"0.1\"} 0\n",
+        "attnd_time_to_first_token_seconds_bucket{api=\"openai\",le=\"0.5\"} 1\n",
+        "attnd_time_to_first_token_seconds_bucket{api=\"openai\",le=\"5\"} 2\n",
+        "attnd_time_to_first_token_seconds_bucket{api=\"openai\",le=\"+Inf\"} 2\n",
+        "attnd_time_to_first_token_seconds_sum{api=\"openai\"} 2.300000\n",
+        "attnd_time_to_first_token_seconds_count{api=\"openai\"} 2\n",
+        "attnd_time_to_first_token_seconds_bucket{api=\"anthropic\",le=\"0.1\"} 1\n",
+        "attnd_time_to_first_token_seconds_count{api=\"anthropic\"} 1\n",
+        "# TYPE attnd_inter_token_latency_seconds histogram\n",
         "attnd_requests_waiting 5\n",
         "attnd_requests_running 2\n",
         "attnd_requests_swapped 0\n",
@@ -81,5 +85,7 @@ Test(metrics, histograms_routing_gauges_and_status_classes) {
     };
     expect_lines(t, want, ATTND_ARRAY_LEN(want));
     cr_assert_eq(strstr(strstr(t, "class=\"2xx\"") + 1, "class=\"2xx\""), NULL, "one 2xx series per endpoint");
+    cr_assert_null(strstr(t, "api=\"ollama\""), "an API without observations has no series");
+    cr_assert_null(strstr(t, "attnd_inter_token_latency_seconds_count"), "nor a histogram without any");
     free(t);
 }

@@ -27,6 +27,9 @@ struct sched_job {
     float draft_min_p;        /* the draft model's cut; < 0 = the server's */
     bool prompt_logprobs;
     bool ignore_eos;
+    int think_budget;         /* gen.h's think_budget; 0 = none */
+    bool think_inside;
+    int api;                  /* the histograms' series (sched_job_spec.api) */
     attn_capture *capture;    /* owned, may be NULL */
     grammar *grammar;         /* a reference, may be NULL */
     engine_ablation_head *ablate; /* (n_ablate) owned, may be NULL */
