@@ -629,6 +629,7 @@ typedef struct pass {
     long attn_work;             /* multiply-adds of one layer's attention, to decide on threading */
     int layer;                  /* the layer being evaluated */
     bool ablating;              /* a sequence of the batch has an ablation (engine_seq_ablate) */
+    bool back_up;               /* the step may be given up: DeltaNet states backed up (kv_state.c) */
 } pass;
 
 /* embed: x[t] = the embedding row of entry t's token (times the family's scale); and each
@@ -974,7 +975,8 @@ static void step_deltanet(pass *p, const layer_weights *L) {
                     (const weight *const[]){&L->wqkv, &L->dn_z, &L->dn_beta, &L->dn_alpha}, e->xn, p->n);
     }
     for (int r = 0; r < p->n_runs; r++) {
-        const kv_seq *s = e->seqs[r];
+        kv_seq *s = e->seqs[r];
+        if (p->back_up) kv_state_back_up(s, L->dn_slot);
         e->dn_state[r] = kv_dn_state(s, L->dn_slot);
         e->dn_snaps[r * DN_SNAPS] = (dn_snap){kv_dn_snap(s, L->dn_slot), e->dn_snap_at[r], 1};
         e->dn_snaps[r * DN_SNAPS + 1] = (dn_snap){kv_dn_steps(s, L->dn_slot), e->dn_run[r], s->steps_n};
@@ -1109,17 +1111,20 @@ attnd_status engine_eval(engine *e, const batch_entry *entries, int n, float *lo
     for (int t = 0; t < n; t++) p.attn_work += (long)mi->n_head * mi->head_dim * (entries[t].pos + 1);
 
     if (m->n_dn_layers) p.n_runs = plan_runs(e, entries, n, n_seqs);
-    /* a recurrent state moved on by the layers already run cannot be rewritten: no yield then */
-    bool may_yield = e->yield_fn && !p.ablating && !e->attn_cb && !e->resid_cb && !e->expert_cb && !e->matmul_cb &&
-                     !m->n_dn_layers;
+    /* a recurrent state moved on by the layers already run is backed up first, or no yield */
+    bool may_yield = e->yield_fn && !p.ablating && !e->attn_cb && !e->resid_cb && !e->expert_cb && !e->matmul_cb;
+    for (int i = 0; may_yield && m->n_dn_layers && i < n_seqs; i++) may_yield = kv_state_can_back_up(e->seqs[i]);
+    p.back_up = may_yield && m->n_dn_layers;
     step_embed(&p);
     for (int l = 0; l < mi->n_layer; l++) {
         step_layer(&p, l);
         if (e->resid_cb) report_residual(&p, l);
         if (may_yield && l + 1 < mi->n_layer && e->yield_fn(e->yield_user)) {
-            for (int i = 0; i < n_seqs; i++) { /* the rows written are rewritten */
+            for (int i = 0; i < n_seqs; i++) { /* the rows written are rewritten, the states restored */
                 e->seqs[i]->pending = 0;
                 kv_ckpt_commit(e->seqs[i], false);
+                for (int k = 0; p.back_up && k <= l; k++)
+                    if (m->layers[k].kind == LAYER_DELTANET) kv_state_restore_layer(e->seqs[i], m->layers[k].dn_slot);
             }
             return attnd_fail(err, ATTND_ERR_BUSY, "the step was given up after layer %d", l);
         }

@@ -168,6 +168,13 @@ void kv_ckpt_release(kv_seq *s);
 /* Bytes of the checkpoints s holds, shared ones included, and of its speculative steps. */
 size_t kv_ckpt_held_bytes(const kv_seq *s);
 
+/* The yield of a running step (kv_state.c): whether s has room to back its state up (one state
+ * of kv_seq_keep_room, and no verify's steps in it); layer `slot`'s state copied there before the
+ * layer runs, and back when the step is given up. */
+bool kv_state_can_back_up(const kv_seq *s);
+void kv_state_back_up(kv_seq *s, int slot);
+void kv_state_restore_layer(kv_seq *s, int slot);
+
 /* Layer `slot`'s part of the first state s's batch keeps (kv_steps_begin), or NULL. */
 static inline float *kv_dn_steps(const kv_seq *s, int slot) {
     return s->steps_n ? s->steps + (size_t)slot * s->pool->state_layer_floats : NULL;

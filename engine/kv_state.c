@@ -210,6 +210,12 @@ size_t kv_ckpt_held_bytes(const kv_seq *s) { return (size_t)(s->n_ckpts + s->ste
  */
 
 bool kv_seq_keep_steps(kv_seq *s, int n) {
+    if (!kv_seq_keep_room(s, n)) return false;
+    s->steps_want = s->pool->state_bytes && n > 0 ? n : 0;
+    return true;
+}
+
+bool kv_seq_keep_room(kv_seq *s, int n) {
     kv_pool *p = s->pool;
     if (!p->state_bytes) return true; /* the blocks roll back exactly */
     if (n <= 0) {
@@ -237,8 +243,26 @@ bool kv_seq_keep_steps(kv_seq *s, int n) {
         }
         s->steps = b, s->steps_cap = n;
     }
-    s->steps_want = n;
     return true;
+}
+
+/*
+ * The yield of a running step (engine_set_yield) gives up a batch after some layers: the K/V rows
+ * written are simply written again, but the DeltaNet layers already run have moved the state on.
+ * So a batch that may be given up first copies each DeltaNet layer's state into the sequence's
+ * room for steps (kv_seq_keep_room: one state) just before that layer runs, and giving up copies
+ * the layers already run back: one state copy per step, the price of the yield.
+ */
+bool kv_state_can_back_up(const kv_seq *s) { return s->steps_cap >= 1 && s->steps_n == 0; }
+
+void kv_state_back_up(kv_seq *s, int slot) {
+    size_t n = s->pool->state_layer_floats;
+    memcpy(s->steps + (size_t)slot * n, kv_dn_state(s, slot), sizeof(float) * n);
+}
+
+void kv_state_restore_layer(kv_seq *s, int slot) {
+    size_t n = s->pool->state_layer_floats;
+    memcpy(kv_dn_state(s, slot), s->steps + (size_t)slot * n, sizeof(float) * n);
 }
 
 int kv_steps_begin(kv_seq *s) {

@@ -258,3 +258,49 @@ Test(kv_state, speculative_greedy_output_is_the_plain_output) {
     }
     tiny_rig_close(&r);
 }
+
+/* The yield of a running step: given up after its second DeltaNet layer, it leaves the state as it
+ * was (each layer backed up into the sequence's room before it ran), and the step run again gives
+ * the logits of a sequence that never gave it up, bit for bit. A sequence without the room never
+ * yields (the engine does not even ask). */
+typedef struct yield_ctl {
+    int asked, at; /* calls so far; give up at call `at` (0 = never) */
+} yield_ctl;
+
+static bool yield_at(void *user) {
+    yield_ctl *c = user;
+    return ++c->asked == c->at;
+}
+
+Test(kv_state, a_step_given_up_leaves_the_state_as_it_was) {
+    tiny_rig r;
+    rig_open(&r, 0, 0, 256);
+    int V = r.sp.n_vocab;
+    int32_t tok[N], alt[N];
+    edit_tokens(tok, alt, V);
+    kv_seq *s = tiny_rig_seq(&r), *ref = tiny_rig_seq(&r), *bare = tiny_rig_seq(&r);
+    eval_run(r.e, s, tok, CUT, NULL);
+    eval_run(r.e, ref, tok, CUT, NULL);
+    eval_run(r.e, bare, tok, CUT, NULL);
+    cr_assert(kv_seq_keep_room(s, 1));
+    yield_ctl c = {.at = 2};
+    engine_set_yield(r.e, yield_at, &c);
+    batch_entry b[4];
+    for (int i = 0; i < 4; i++) b[i] = (batch_entry){s, tok[CUT + i], CUT + i, true};
+    float *lg = malloc(sizeof(float) * 4 * V), *want = malloc(sizeof(float) * 4 * V);
+    attnd_err err;
+    cr_assert_eq(engine_eval(r.e, b, 4, lg, &err), ATTND_ERR_BUSY, "given up after the second layer");
+    cr_assert_eq(kv_seq_len(s), CUT);
+    cr_assert_eq(engine_eval(r.e, b, 4, lg, &err), ATTND_OK, "%s", err.msg);
+    engine_set_yield(r.e, NULL, NULL);
+    eval_run(r.e, ref, tok + CUT, 4, want);
+    cr_expect_eq(memcmp(lg, want, sizeof(float) * 4 * V), 0, "the step run again differs");
+    c = (yield_ctl){.at = 1};
+    engine_set_yield(r.e, yield_at, &c);
+    for (int i = 0; i < 4; i++) b[i].seq = bare;
+    cr_expect_eq(engine_eval(r.e, b, 4, lg, &err), ATTND_OK, "%s", err.msg);
+    cr_expect_eq(c.asked, 0, "no room to back the state up: never asked");
+    engine_set_yield(r.e, NULL, NULL);
+    free(lg), free(want);
+    tiny_rig_close(&r);
+}

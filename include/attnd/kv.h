@@ -111,6 +111,10 @@ void kv_seq_checkpoint_at(kv_seq *s, int pos);
  * no room: the caller does not draft. Always true for models without a recurrent state (their
  * truncations are exact) and for n <= 0 (which gives the room back). */
 bool kv_seq_keep_steps(kv_seq *s, int n);
+/* The room of kv_seq_keep_steps alone (nothing asked of the next evaluation): with room for one
+ * state, an evaluation of s may be given up midway (engine_set_yield) on a model with a recurrent
+ * state; without it, such a model's evaluations holding s never yield. Same errors and return. */
+bool kv_seq_keep_room(kv_seq *s, int n);
 /* The positions of s's checkpoints, oldest first, into pos[0..max); returns how many it holds. */
 int kv_seq_checkpoints(const kv_seq *s, int *pos, int max);
 

@@ -230,6 +230,7 @@ static attnd_status slot_start(sched *s, slot *sl, sched_job *j, attnd_err *err)
     keep = kv_seq_len(sl->kv); /* less when a sliding window's positions were freed (kv.h) */
     if (j->capture) attn_capture_link(&s->inspecting, j->capture, sl->kv);
     kv_seq_checkpoint_at(sl->kv, j->n_prompt - SCHED_CKPT_BACK);
+    kv_seq_keep_room(sl->kv, 1); /* a hybrid's steps may yield with its state backed up (reserved) */
     sl->n_past = keep;
     sl->prefilling = true;
     attnd_status rc = slot_init_gen(s, sl, j, err);
