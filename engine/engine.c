@@ -86,7 +86,7 @@ struct engine {
     int *dn_order;          /* (B) entries grouped by sequence (plan_runs) */
     int *dn_run;            /* (B + 1) where each sequence's entries start in dn_order */
     float **dn_state;       /* (B) the current layer's state of each run's sequence */
-    float **dn_snap;        /* (B) the current layer's part of each run's state checkpoint, or NULL */
+    dn_snap *dn_snaps;      /* (B, DN_SNAPS) the current layer's copies of each run's state: a checkpoint, steps */
     int *dn_snap_at;        /* (B) the entry of dn_order after which run r's checkpoint is taken */
 
     /* Mixture of Experts (NULL for dense models); K = n_expert_used, FE = n_ff_exp */
@@ -194,7 +194,7 @@ static size_t layout(engine *e, char *mem) {
     e->dn_order = block_take(&b, B, sizeof(int));
     e->dn_run = block_take(&b, B + 1, sizeof(int));
     e->dn_state = block_take(&b, B, sizeof(float *));
-    e->dn_snap = block_take(&b, B, sizeof(float *));
+    e->dn_snaps = block_take(&b, B * DN_SNAPS, sizeof(dn_snap));
     e->dn_snap_at = block_take(&b, B, sizeof(int));
     e->rope = block_take(&b, ROPE_TABLES * B * (size_t)m->max_rope_dims, sizeof(float));
     size_t PLE = (size_t)m->n_ple;
@@ -639,6 +639,7 @@ typedef struct pass {
     long attn_work;             /* multiply-adds of one layer's attention, to decide on threading */
     int layer;                  /* the layer being evaluated */
     bool ablating;              /* a sequence of the batch has an ablation (engine_seq_ablate) */
+    bool back_up;               /* the step may be given up: DeltaNet states backed up (kv_state.c) */
 } pass;
 
 /* embed: x[t] = the embedding row of entry t's token (times the family's scale); and each
@@ -983,6 +984,7 @@ static int plan_runs(engine *e, const batch_entry *entries, int n, int n_seqs) {
     for (int r = 0; r < n_seqs; r++) { /* a state checkpoint inside the run, if one is due (kv_state.c) */
         int at = kv_ckpt_begin(e->seqs[r]);
         e->dn_snap_at[r] = at >= 0 ? e->dn_run[r] + at : -1;
+        kv_steps_begin(e->seqs[r]); /* a speculative verify's states (kv_seq_keep_steps) */
     }
     return n_seqs;
 }
@@ -1017,10 +1019,13 @@ static void step_deltanet(pass *p, const layer_weights *L) {
                     (const weight *const[]){&L->wqkv, &L->dn_z, &L->dn_beta, &L->dn_alpha}, e->xn, p->n);
     }
     for (int r = 0; r < p->n_runs; r++) {
-        e->dn_state[r] = kv_dn_state(e->seqs[r], L->dn_slot);
-        e->dn_snap[r] = kv_dn_snap(e->seqs[r], L->dn_slot);
+        kv_seq *s = e->seqs[r];
+        if (p->back_up) kv_state_back_up(s, L->dn_slot);
+        e->dn_state[r] = kv_dn_state(s, L->dn_slot);
+        e->dn_snaps[r * DN_SNAPS] = (dn_snap){kv_dn_snap(s, L->dn_slot), e->dn_snap_at[r], 1};
+        e->dn_snaps[r * DN_SNAPS + 1] = (dn_snap){kv_dn_steps(s, L->dn_slot), e->dn_run[r], s->steps_n};
     }
-    dn_job j = {.snap = e->dn_snap, .snap_at = e->dn_snap_at, .d = &m->dn, .n = p->n, .order = e->dn_order, .run_start = e->dn_run, .n_runs = p->n_runs,
+    dn_job j = {.snap = e->dn_snaps, .snap_stride = e->seqs[0]->pool->state_bytes / sizeof(float), .d = &m->dn, .n = p->n, .order = e->dn_order, .run_start = e->dn_run, .n_runs = p->n_runs,
                 .state = e->dn_state, .qkv = e->dn_qkv, .z = e->dn_z, .beta = e->dn_beta, .alpha = e->dn_alpha,
                 .conv_w = L->dn_conv, .dt_bias = L->dn_dt_bias, .ssm_a = L->dn_a, .norm_w = L->dn_norm,
                 .out = e->dn_o, .n_threads = e->n_threads};
@@ -1193,18 +1198,21 @@ attnd_status engine_eval(engine *e, const batch_entry *entries, int n, float *lo
     for (int t = 0; t < n; t++) p.attn_work += (long)mi->n_head * mi->head_dim * (entries[t].pos + 1);
 
     if (m->n_dn_layers) p.n_runs = plan_runs(e, entries, n, n_seqs);
-    /* a recurrent state moved on by the layers already run cannot be rewritten: no yield then */
-    bool may_yield = e->yield_fn && !p.ablating && !e->attn_cb && !e->resid_cb && !e->expert_cb && !e->matmul_cb &&
-                     !m->n_dn_layers;
+    /* a recurrent state moved on by the layers already run is backed up first, or no yield */
+    bool may_yield = e->yield_fn && !p.ablating && !e->attn_cb && !e->resid_cb && !e->expert_cb && !e->matmul_cb;
+    for (int i = 0; may_yield && m->n_dn_layers && i < n_seqs; i++) may_yield = kv_state_can_back_up(e->seqs[i]);
+    p.back_up = may_yield && m->n_dn_layers;
     step_embed(&p);
     if (m->n_ple) step_ple_inputs(&p);
     for (int l = 0; l < mi->n_layer; l++) {
         step_layer(&p, l);
         if (e->resid_cb) report_residual(&p, l);
         if (may_yield && l + 1 < mi->n_layer && e->yield_fn(e->yield_user)) {
-            for (int i = 0; i < n_seqs; i++) { /* the rows written are rewritten */
+            for (int i = 0; i < n_seqs; i++) { /* the rows written are rewritten, the states restored */
                 e->seqs[i]->pending = 0;
                 kv_ckpt_commit(e->seqs[i], false);
+                for (int k = 0; p.back_up && k <= l; k++)
+                    if (m->layers[k].kind == LAYER_DELTANET) kv_state_restore_layer(e->seqs[i], m->layers[k].dn_slot);
             }
             return attnd_fail(err, ATTND_ERR_BUSY, "the step was given up after layer %d", l);
         }
