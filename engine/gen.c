@@ -399,13 +399,20 @@ static void steer_consider(gen *g, const float *logits, int32_t id, uint32_t lef
     if (better) *best = id, *best_d = d;
 }
 
-/* The token that closes the grammar's sentence within max_tokens, or -1 when the budget is not
- * near (or nothing better is found). */
-static int32_t steer(gen *g, const float *logits) {
+/* The token that closes the grammar's sentence within max_tokens instead of the sampled one,
+ * or -1: the budget is not near, the sampled token still leaves a completion that fits, or
+ * nothing better is found. */
+static int32_t steer(gen *g, const float *logits, int32_t sampled) {
     if (!g->max_tokens || g->ended || g->phase != PH_ON) return -1;
     int left = g->max_tokens - g->n_steps; /* this token included */
     uint32_t d = grammar_state_distance(g->gs);
     if (left <= 0 || d == 0 || d == GRAMMAR_FAR || (uint32_t)left > d + STEER_SLACK) return -1;
+    const char *sb;
+    size_t sn;
+    uint32_t sd;
+    if (!is_eog(g, sampled) && grammar_vocab_token(g->gv, sampled, &sb, &sn) &&
+        grammar_state_try_distance(g->gs, sb, sn, &sd) && sd <= (uint32_t)left - 1)
+        return -1; /* the model's own choice closes in time */
     int32_t top[STEER_TOP], best = -1;
     uint32_t best_d = GRAMMAR_FAR;
     int n_top = top_tokens(g, logits, top);
@@ -453,11 +460,11 @@ bool gen_next_until(gen *g, const float *logits, token_logprob *top, gen_token *
         *why = step_end(g, logits, top, t, forced, false);
         return true;
     }
-    if (g->gs && (forced = steer(g, logits)) >= 0) { /* the budget nears: close the sentence in time */
+    int32_t id = sampler_sample(g->smp, logits);
+    if (g->gs && (forced = steer(g, logits, id)) >= 0) { /* the budget nears: close the sentence in time */
         *why = step_end(g, logits, top, t, forced, false);
         return true;
     }
-    int32_t id = sampler_sample(g->smp, logits);
     bool stuck = false; /* the grammar allows no token at all */
     g->deadline = deadline;
     if (g->gs && !g->ended) id = constrain(g, logits, id, &stuck);

@@ -64,10 +64,10 @@ typedef struct gen_params {
     int max_tokens;             /* the tokens this output may take (0 = not known) */
     bool grammar_close;         /* with a grammar and max_tokens: once the grammar's shortest
                                    completion (grammar_state_distance) nears the tokens left,
-                                   each token is chosen to close the sentence in time: the
-                                   likeliest of the model's top choices and the one-byte tokens
-                                   that leave a completion short enough, else the one that
-                                   shortens it most (gen_steered says it happened) */
+                                   a sampled token that would leave too long a completion is
+                                   replaced by the likeliest of the model's top choices and the
+                                   one-byte tokens that leave one short enough, else the one
+                                   that shortens it most (gen_steered says it happened) */
 } gen_params;
 
 typedef struct gen gen;
