@@ -39,12 +39,13 @@ Test(metrics, requests_are_counted_by_endpoint_and_status) {
 
 Test(metrics, scheduler_series_are_rendered_when_ready) {
     sched_stats st = {.active = 3, .queued = 2, .kv_used = 4096, .kv_budget = 1 << 20, .kv_reserved = 8192,
+                      .kv_checkpoint_bytes = 2048,
                       .prompt_tokens = 100, .generated_tokens = 50, .evictions = 1, .last_tok_per_s = 12.5,
                       .threads = 2, .threads_in_use = 1, .spec_drafted = 40, .spec_accepted = 30};
     char *t = metrics_render(m, &st, 7, 1);
     const char *want[] = {"attnd_ready 1\n", "attnd_sessions 7\n", "attnd_sequences_active 3\n",
                           "attnd_sequences_queued 2\n", "attnd_kv_bytes_used 4096\n", "attnd_kv_bytes_budget 1048576\n",
-                          "attnd_kv_bytes_reserved 8192\n",
+                          "attnd_kv_bytes_reserved 8192\n", "attnd_kv_checkpoint_bytes 2048\n",
                           "attnd_prompt_tokens_total 100\n", "attnd_generated_tokens_total 50\n",
                           "attnd_tokens_per_second 12.500\n", "attnd_kv_evictions_total 1\n",
                           "attnd_engine_threads 2\n", "attnd_engine_threads_in_use 1\n",

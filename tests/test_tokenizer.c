@@ -540,10 +540,10 @@ Test(tokenizer, load_reports_missing_or_unsupported_metadata) {
     cr_expect(strstr(err.msg, "tokenizer.ggml.model"), "%s", err.msg);
 
     b = (gbuf){0};
-    gb_kv_str(&b, "tokenizer.ggml.model", "bert");
+    gb_kv_str(&b, "tokenizer.ggml.model", "rwkv");
     gb_kv_arr_str(&b, "tokenizer.ggml.tokens", toks, 2);
     cr_expect_eq(load_built(&b, &t, &err), ATTND_ERR_UNSUPPORTED);
-    cr_expect(strstr(err.msg, "bert"), "%s", err.msg);
+    cr_expect(strstr(err.msg, "rwkv"), "%s", err.msg);
 
     b = (gbuf){0};
     gb_kv_str(&b, "tokenizer.ggml.model", "gpt2");

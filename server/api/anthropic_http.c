@@ -40,8 +40,8 @@ static bool parse_messages(req *r, json_t *b, bool count_only, http_result *ret)
     const char *param = NULL;
     attnd_err err;
     attnd_status rc = anthropic_parse(b, &s->cfg, count_only, &st->rq, &param, &err);
-    if (rc == ATTND_OK) rc = oai_parse(st->rq.chat_body, true, &s->cfg, s->n_vocab, &g->oreq, &param, &err);
-    if (rc == ATTND_OK) rc = oai_bind_template(&g->oreq, s->chat.takes_tools, s->chat.tool_format, &err);
+    if (rc == ATTND_OK) rc = oai_parse(st->rq.chat_body, true, g->env.cfg, g->env.n_vocab, &g->oreq, &param, &err);
+    if (rc == ATTND_OK) rc = oai_bind_template(&g->oreq, g->env.chat->takes_tools, g->env.chat->tool_format, &err);
     if (rc == ATTND_OK) return true;
     if (param && !strcmp(param, "stop")) { /* the chat body's name for stop_sequences */
         char msg[sizeof(err.msg)];
@@ -58,7 +58,7 @@ static bool parse_messages(req *r, json_t *b, bool count_only, http_result *ret)
  * met first in the generated tokens' bytes. */
 static const char *stop_sequence_of(req *r, const sched_output *o) {
     const oai_request *q = &genreq_http_get(r)->oreq;
-    tokenizer *tok = r->srv->tok;
+    tokenizer *tok = genreq_http_get(r)->env.tok;
     if (!q->n_stops || !o->n_pieces || tok_is_eog(tok, o->pieces[o->n_pieces - 1].id)) return NULL;
     buf raw;
     buf_init(&raw);
@@ -81,7 +81,7 @@ static const char *stop_sequence_of(req *r, const sched_output *o) {
 static anthropic_result result_of(req *r, const sched_output *o) {
     amsg_state *st = req_get(r, REQ_SLOT_ENDPOINT);
     const genreq *g = genreq_http_get(r);
-    anthropic_result res = {.id = st->id, .model = r->srv->model_id, .input_tokens = g->n_prompt};
+    anthropic_result res = {.id = st->id, .model = g->env.model_id, .input_tokens = g->n_prompt};
     if (!o) return res;
     res.cache_read_tokens = o->n_cached;
     res.input_tokens = o->n_prompt - o->n_cached;

@@ -101,7 +101,7 @@ static char *echo_text(req *r, int k, const sched_output *o, size_t *len) {
         return strdup(text);
     }
     char *d = NULL;
-    if (tok_decode(r->srv->tok, o->prompt, (size_t)o->n_prompt, false, &d, len, NULL) == ATTND_OK) return d;
+    if (tok_decode(g->env.tok, o->prompt, (size_t)o->n_prompt, false, &d, len, NULL) == ATTND_OK) return d;
     *len = 0;
     return strdup(""); /* still an echo: the logprobs keep the prompt's entries */
 }
@@ -318,7 +318,6 @@ static http_result respond_whole(req *r, genreq *g) {
 }
 
 static http_result generate(req *r, bool chat, bool llama, bool infill) {
-    struct server *s = r->srv;
     http_result ret = HTTP_NO;
     json_t *b;
     genreq *g = genreq_http_begin(r, &b, &ret);
@@ -334,12 +333,12 @@ static http_result generate(req *r, bool chat, bool llama, bool infill) {
     if (infill && !infill_fields(r, b, &ret)) return ret;
     const char *param = NULL;
     attnd_err err;
-    attnd_status st = oai_parse(b, chat, &s->cfg, s->n_vocab, &g->oreq, &param, &err);
-    if (st == ATTND_OK) st = oai_bind_template(&g->oreq, s->chat.takes_tools, s->chat.tool_format, &err);
+    attnd_status st = oai_parse(b, chat, g->env.cfg, g->env.n_vocab, &g->oreq, &param, &err);
+    if (st == ATTND_OK) st = oai_bind_template(&g->oreq, g->env.chat->takes_tools, g->env.chat->tool_format, &err);
     if (st != ATTND_OK) return http_respond_error(r, http_status_of(st, HTTP_CTX_PARSE), err.msg, param);
     attnd_random_id(g->id, sizeof(g->id), chat ? "chatcmpl-" : "cmpl-");
-    ss->rctx = (completion_body_ctx){g->id, s->model_id, (long long)time(NULL), chat, g->oreq.include_usage,
-                                     g->sess_id, token_bytes, s->tok};
+    ss->rctx = (completion_body_ctx){g->id, g->env.model_id, (long long)time(NULL), chat, g->oreq.include_usage,
+                                     g->sess_id, token_bytes, g->env.tok};
     if (llama && g->oreq.n_prompts * g->oreq.n > 1)
         return http_respond_error(r, 400, "/completion takes one prompt; use /v1/completions for prompt lists",
                                   "prompt");

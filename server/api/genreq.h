@@ -43,6 +43,8 @@ typedef struct genreq_env {
     sched *sch;
     int n_ctx;
     const atomic_bool *stopping;  /* the server is shutting down; NULL = never */
+    const char *model_id;         /* the model's name in answers */
+    int n_vocab;
 } genreq_env;
 
 /* Who asks (copied at genreq_create), and how to notice that they left. */

@@ -427,6 +427,9 @@ static http_result dispatch(req *r) {
     if (r->too_big) return too_big(r);
     if (!r->rt) return http_respond_error(r, 404, "no such endpoint", NULL);
     if ((r->rt->flags & ROUTE_MODEL) && !atomic_load(&r->srv->ready)) return http_respond_error(r, 503, "model is loading", NULL);
+    if ((r->rt->flags & ROUTE_MODEL) && !(r->rt->flags & ROUTE_MULTI) && r->srv->models)
+        return http_respond_error(r, 501, "this endpoint serves a server of one model; this one serves several "
+                                          "(models_dir, [model.NAME]: docs/models.md)", NULL);
     return r->rt->fn(r);
 }
 

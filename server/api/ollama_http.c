@@ -18,6 +18,7 @@
 #include "attnd/model.h"
 #include "endpoints.h"
 #include "genreq_http.h"
+#include "models_http.h"
 #include "ollama.h"
 #include "sse.h"
 
@@ -48,10 +49,10 @@ static void rfc3339_now(char out[40]) {
     snprintf(out, 40, "%s.%09ldZ", day, (long)ts.tv_nsec);
 }
 
-/* The served model's name as Ollama clients see it; a name matches with or without ":latest". */
-static bool model_matches(const struct server *s, const char *name) {
-    size_t n = strlen(s->model_id);
-    return !strncmp(name, s->model_id, n) && (!name[n] || !strcmp(name + n, ":latest"));
+/* A model's name as Ollama clients see it (id): a name matches with or without ":latest". */
+static bool model_matches(const char *id, const char *name) {
+    size_t n = strlen(id);
+    return !strncmp(name, id, n) && (!name[n] || !strcmp(name + n, ":latest"));
 }
 
 /* The answer's fields beside the reply (o NULL: running). */
@@ -123,15 +124,16 @@ static bool parse_body(req *r, json_t *b, bool chat_api, http_result *ret) {
     const char *param = NULL;
     attnd_err err;
     attnd_status rc = ollama_parse(b, chat_api, &s->cfg, &st->rq, &param, &err);
-    if (rc == ATTND_OK && !model_matches(s, st->rq.model)) {
+    if (rc == ATTND_OK && !model_matches(g->env.model_id, st->rq.model)) {
         char msg[300];
         snprintf(msg, sizeof(msg), "model '%.200s' not found", st->rq.model);
         *ret = http_respond_error(r, 404, msg, "model");
         return false;
     }
     g->chat = st->rq.chat;
-    if (rc == ATTND_OK) rc = oai_parse(st->rq.body, g->chat, &s->cfg, s->n_vocab, &g->oreq, &param, &err);
-    if (rc == ATTND_OK && g->chat) rc = oai_bind_template(&g->oreq, s->chat.takes_tools, s->chat.tool_format, &err);
+    if (rc == ATTND_OK) rc = oai_parse(st->rq.body, g->chat, g->env.cfg, g->env.n_vocab, &g->oreq, &param, &err);
+    if (rc == ATTND_OK && g->chat)
+        rc = oai_bind_template(&g->oreq, g->env.chat->takes_tools, g->env.chat->tool_format, &err);
     if (rc == ATTND_OK) return true;
     *ret = http_respond_error(r, http_status_of(rc, HTTP_CTX_PARSE), err.msg, param);
     return false;
@@ -205,11 +207,13 @@ static json_t *model_entry(const struct server *s) {
 }
 
 http_result ep_ollama_tags(req *r) {
+    if (r->srv->models) return models_http_tags(r, false);
     json_t *m = model_entry(r->srv);
     return http_respond_json(r, 200, json_pack("{s:[o]}", "models", m));
 }
 
 http_result ep_ollama_ps(req *r) {
+    if (r->srv->models) return models_http_tags(r, true);
     json_t *m = model_entry(r->srv);
     if (m) {
         json_object_set_new(m, "size_vram", json_integer(0));
@@ -228,7 +232,7 @@ http_result ep_ollama_show(req *r) {
     if (!b) return ret;
     const char *name = json_string_value(json_object_get(b, "model"));
     if (!name) name = json_string_value(json_object_get(b, "name")); /* the older field */
-    if (!name || !model_matches(s, name)) {
+    if (!name || !model_matches(s->model_id, name)) {
         char msg[300];
         snprintf(msg, sizeof(msg), "model '%.200s' not found", name ? name : "");
         json_decref(b);

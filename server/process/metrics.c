@@ -96,6 +96,8 @@ static const struct stat_row {
     STAT("attnd_sequences_queued", "gauge", "Requests waiting for a slot.", STAT_INT, queued),
     STAT("attnd_kv_bytes_used", "gauge", "KV cache bytes in use.", STAT_SIZE, kv_used),
     STAT("attnd_kv_bytes_budget", "gauge", "KV cache byte budget.", STAT_SIZE, kv_budget),
+    STAT("attnd_kv_checkpoint_bytes", "gauge", "KV cache bytes held by recurrent state checkpoints (hybrid models).",
+         STAT_SIZE, kv_checkpoint_bytes),
     STAT("attnd_kv_bytes_reserved", "gauge", "KV bytes reserved by running requests (admission control).", STAT_SIZE,
          kv_reserved),
     STAT("attnd_prompt_tokens_cached_total", "counter", "Prompt tokens reused from a KV cache.", STAT_U64,

@@ -80,6 +80,7 @@ static void slot_finish(sched *s, slot *sl, const char *reason, attnd_status st,
     }
     attn_capture_unlink(&s->inspecting, j->capture);
     if (sl->se) {
+        if (sl->kv && st == ATTND_OK) kv_seq_checkpoint(sl->kv); /* a turn's end: where the next turn may differ */
         if (sl->kv) sess_set_kv(s->store, sl->se, sl->kv, sl->n_past, kv_seq_bytes(sl->kv));
         attnd_err e;
         /* the history is what the KV holds plus the last sampled token (the durable truth);
@@ -234,6 +235,7 @@ static attnd_status slot_start(sched *s, slot *sl, sched_job *j, attnd_err *err)
     kv_seq_truncate(sl->kv, keep);
     keep = kv_seq_len(sl->kv); /* less when a sliding window's positions were freed (kv.h) */
     if (j->capture) attn_capture_link(&s->inspecting, j->capture, sl->kv);
+    kv_seq_checkpoint_at(sl->kv, j->n_prompt - SCHED_CKPT_BACK);
     sl->n_past = keep;
     sl->prefilling = true;
     attnd_status rc = slot_init_gen(s, sl, j, err);
@@ -1144,14 +1146,16 @@ static void *sched_main(void *arg) {
             attnd_deadline(&ts, s->wd_ms / 2);
             pthread_cond_timedwait(&s->wake, &s->mu, &ts);
             s->stats.kv_used = kv_pool_bytes_used(s->pool);
+            s->stats.kv_checkpoint_bytes = kv_pool_checkpoint_bytes(s->pool);
             pthread_mutex_unlock(&s->mu);
             continue;
         }
         pthread_mutex_unlock(&s->mu);
         step(s);
-        size_t used = kv_pool_bytes_used(s->pool);
+        size_t used = kv_pool_bytes_used(s->pool), ckpt = kv_pool_checkpoint_bytes(s->pool);
         pthread_mutex_lock(&s->mu);
         s->stats.kv_used = used;
+        s->stats.kv_checkpoint_bytes = ckpt;
         pthread_mutex_unlock(&s->mu);
     }
     return NULL;
@@ -1228,6 +1232,8 @@ attnd_status sched_create(sched **out, const model *m, const tokenizer *tok, ses
     }
     size_t budget = cfg->kv_budget_mb ? cfg->kv_budget_mb << 20 : (size_t)1 << 30;
     if ((rc = kv_pool_create(&s->pool, m, budget, cfg->kv_f32 ? KV_F32 : (kv_type)cfg->kv_type, err)) != ATTND_OK) goto fail;
+    if ((rc = kv_pool_set_checkpoints(s->pool, cfg->kv_checkpoints, cfg->kv_checkpoint_interval, err)) != ATTND_OK)
+        goto fail;
     if ((rc = sched_check_budget(s, budget, err)) != ATTND_OK) goto fail;
     s->budget_ms = cfg->prefill_budget_ms;
     if ((rc = engine_create(&s->eng, m, s->max_batch, cfg->threads, err)) != ATTND_OK) goto fail;

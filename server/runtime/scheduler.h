@@ -173,6 +173,7 @@ typedef enum sched_hist {
 typedef struct sched_stats {
     int active, queued, slots;
     size_t kv_used, kv_budget;
+    size_t kv_checkpoint_bytes; /* the part of kv_used held by recurrent state checkpoints */
     size_t kv_reserved;      /* KV bytes reserved by the running jobs (admission control) */
     uint64_t prompt_tokens, generated_tokens, cached_tokens, steps;
     uint64_t steps_yielded; /* decode steps given up mid-way for a newly arrived request */
