@@ -30,6 +30,7 @@ struct sched_job {
     int think_budget;         /* gen.h's think_budget; 0 = none */
     bool think_inside;
     int api;                  /* the histograms' series (sched_job_spec.api) */
+    bool grammar_close;
     attn_capture *capture;    /* owned, may be NULL */
     grammar *grammar;         /* a reference, may be NULL */
     engine_ablation_head *ablate; /* (n_ablate) owned, may be NULL */

@@ -159,7 +159,8 @@ static attnd_status slot_init_gen(sched *s, slot *sl, sched_job *j, attnd_err *e
     }
     gen_params gp = {.sp = j->sp, .stops = (const char *const *)j->stops, .n_stops = j->n_stops,
                      .top_logprobs = j->top_logprobs, .grammar = j->grammar, .gvocab = s->gvocab,
-                     .ignore_eog = j->ignore_eos, .think_budget = j->think_budget, .think_inside = j->think_inside};
+                     .ignore_eog = j->ignore_eos, .think_budget = j->think_budget, .think_inside = j->think_inside,
+                     .max_tokens = j->max_tokens, .grammar_close = j->grammar_close};
     return gen_create(&sl->g, &gp, s->n_vocab, s->tok, j->prompt, j->n_prompt, err);
 }
 
@@ -280,7 +281,7 @@ static bool slot_token(sched *s, slot *sl, const float *row) {
     pthread_mutex_unlock(&j->mu);
     sl->next_token = t.id;
     /* finishing waits for the end of the step (see finish_ended) */
-    if (why != STOP_NONE) sl->end_reason = "stop";
+    if (why != STOP_NONE) sl->end_reason = gen_steered(sl->g) ? "length" : "stop"; /* the budget closed it */
     else if (sl->n_gen >= j->max_tokens || sl->n_past >= s->n_ctx) sl->end_reason = "length";
     return true;
 }
