@@ -69,9 +69,9 @@ check_status 404 "unloading an unknown model" "$base/models/unload" -d '{"model"
 check_status 200 "POST /models/load beta" "$base/models/load" -d '{"model": "beta"}'
 for _ in $(seq 100); do [ "$(state beta)" = loaded ] && break; sleep 0.05; done
 check "beta loads in the background" test "$(state beta)" = loaded
-# a streamed answer read slowly keeps its request (and its model) in use
+# a streamed answer of 4 long choices, read slowly, keeps its request (and its model) in use
 curl -s --limit-rate 300 "$base/v1/completions" -N \
-    -d '{"model": "beta", "prompt": "Once upon a time", "max_tokens": 400, "stream": true, "ignore_eos": true}' >/dev/null &
+    -d '{"model": "beta", "prompt": "Once upon a time", "max_tokens": 480, "n": 4, "stream": true, "ignore_eos": true}' >/dev/null &
 slow=$!
 for _ in $(seq 100); do curl -sf "$base/metrics" | grep -q '^attnd_model_requests_active{model="beta"} 1$' && break; sleep 0.05; done
 check_status 409 "unloading beta while a request uses it is a 409" "$base/models/unload" -d '{"model": "beta"}'

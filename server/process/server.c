@@ -318,6 +318,7 @@ void server_shutdown(server *s) {
     if (!drain(s, ms)) {
         slog_warn("shutdown: in-flight requests did not finish in %d s; cancelling them", ms / 1000);
         if (s->sch) sched_cancel_all(s->sch);
+        models_cancel_all(s);
         drain(s, 2000);
     }
     if (s->d) {
