@@ -87,7 +87,7 @@ static anthropic_result result_of(req *r, const sched_output *o) {
     res.input_tokens = o->n_prompt - o->n_cached;
     res.output_tokens = o->n_generated;
     if (!o->done) return res;
-    bool cut = genreq_was_cut(o) || (o->finish_reason && !strcmp(o->finish_reason, "length"));
+    bool cut = genreq_was_cut(g, o) || (o->finish_reason && !strcmp(o->finish_reason, "length"));
     res.stop_sequence = cut ? NULL : stop_sequence_of(r, o);
     res.stop_reason = cut ? "max_tokens" : res.stop_sequence ? "stop_sequence" : "end_turn";
     return res;
@@ -118,7 +118,7 @@ static void amsg_update(req *r, int k, const sched_update *u, buf *out) {
     anthropic_result res = result_of(r, &o);
     if (!saved)
         anthropic_stream_error(&st->ev, genreq_http_status(&g->unsaved), g->unsaved.msg, out);
-    else if (o.status != ATTND_OK && !genreq_was_cut(&o))
+    else if (o.status != ATTND_OK && !genreq_was_cut(g, &o))
         anthropic_stream_error(&st->ev, http_status_of(o.status, HTTP_CTX_GENERATE), o.errmsg[0] ? o.errmsg : "generation failed", out);
     else
         anthropic_stream_end(&st->ev, &res, out);
@@ -134,6 +134,7 @@ static genreq *begin(req *r, bool count_only, http_result *ret) {
     genreq *g = genreq_http_begin(r, &b, ret);
     if (!g) return NULL;
     g->chat = true;
+    g->api = METRICS_API_ANTHROPIC;
     amsg_state *st = calloc(1, sizeof(*st));
     if (!st) {
         *ret = http_respond_error(r, 503, "out of memory", NULL);
@@ -163,7 +164,7 @@ http_result ep_messages(req *r) {
     if (g->unsaved.fail) return respond_genreq_err(r, &g->unsaved);
     sched_output o;
     sched_job_output(g->job, &o);
-    if (o.status != ATTND_OK && !genreq_was_cut(&o))
+    if (o.status != ATTND_OK && !genreq_was_cut(g, &o))
         return http_respond_error(r, http_status_of(o.status, HTTP_CTX_GENERATE), o.errmsg[0] ? o.errmsg : "generation failed",
                                   NULL);
     anthropic_result res = result_of(r, &o);

@@ -1,6 +1,6 @@
 /*
  * completions.c — the generation endpoints: POST /v1/completions, /v1/chat/completions and
- * llama.cpp's /completion (see endpoints.h).
+ * llama.cpp's /completion and /infill (see endpoints.h).
  *
  * A handler validates the body (oai.c), hands it to the generation request (genreq.c: tokenize,
  * session, jobs) and then either streams through sse.c's loop with its own writers (OpenAI
@@ -13,6 +13,7 @@
 
 #include "endpoints.h"
 #include "genreq_http.h"
+#include "infill.h"
 #include "sse.h"
 
 static bool token_bytes(void *user, int32_t id, const char **p, size_t *n) {
@@ -56,6 +57,35 @@ static bool llama_fields(req *r, json_t *b, http_result *ret) {
         return false;
     }
     state_of(r)->return_tokens = json_is_true(rt);
+    return true;
+}
+
+/* llama-server's /infill: the FIM prompt (infill.h) of the model's tokens replaces the infill
+ * fields as a token-id prompt, which then runs as /completion's. A model without FIM tokens is
+ * a 400 that says so. false: the error answer is queued. */
+static bool infill_fields(req *r, json_t *b, http_result *ret) {
+    const genreq *g = genreq_http_get(r);
+    const char *param = NULL;
+    attnd_err err;
+    infill_input in = {0};
+    int32_t *ids = NULL;
+    size_t n = 0;
+    json_t *mt = json_object_get(b, "max_tokens");
+    json_int_t want = json_is_integer(mt) ? json_integer_value(mt) : g->env.cfg->default_max_tokens;
+    attnd_status st = infill_check_model(g->env.tok, &err);
+    if (st == ATTND_OK) st = infill_parse(b, &in, &param, &err);
+    if (st == ATTND_OK)
+        st = infill_layout(g->env.tok, &in, g->env.n_ctx, want > g->env.n_ctx ? g->env.n_ctx : (int)want, &ids, &n, &err);
+    infill_input_free(&in);
+    json_t *prompt = st == ATTND_OK ? json_array() : NULL;
+    for (size_t i = 0; prompt && i < n; i++) json_array_append_new(prompt, json_integer(ids[i]));
+    free(ids);
+    if (st != ATTND_OK) {
+        *ret = http_respond_error(r, st == ATTND_ERR_NOMEM ? 503 : 400, err.msg, param);
+        return false;
+    }
+    json_object_set_new(b, "prompt", prompt);
+    json_object_del(b, "input_prefix"), json_object_del(b, "input_suffix"), json_object_del(b, "input_extra");
     return true;
 }
 
@@ -111,8 +141,9 @@ static json_t *at_index(json_t *chunk, int k) {
     return chunk;
 }
 
-/* The finish_reason of a stream cut by shutdown or cancellation: the text is cut short, which
- * "length" says in the words every OpenAI client knows (an error event would make them raise). */
+/* The finish_reason of a stream cut by its cancellation: the text is cut short, which "length"
+ * says in the words every OpenAI client knows. A stream cut by shutdown ends with an error event
+ * instead (genreq_shut_down): its client must not take the cut text for a whole answer. */
 static const char *CUT_REASON = "length";
 
 /* The end of one choice: its final chunk (a cut one included), or an error event. The
@@ -122,7 +153,7 @@ static void choice_end_oai(req *r, int k, const sched_output *o, buf *out) {
     cmpl_state *ss = state_of(r);
     if (!genreq_persist(g)) { /* not saved: an error event, never a "stop" the client would trust */
         sse_event(out, genreq_http_error(&g->unsaved));
-    } else if (genreq_was_cut(o)) {
+    } else if (genreq_was_cut(g, o)) {
         sse_event(out, at_index(completion_body_chunk(&ss->rctx, g->chat ? json_object() : json_string(""), NULL, CUT_REASON), k));
     } else if (o->status != ATTND_OK) {
         int code = http_status_of(o->status, HTTP_CTX_GENERATE);
@@ -158,7 +189,11 @@ static void update_llama(req *r, int k, const sched_update *u, buf *out) {
     if (!u->done) return;
     if (!genreq_persist(g))
         sse_event(out, genreq_http_error(&g->unsaved));
-    else if (o.status != ATTND_OK && !genreq_was_cut(&o))
+    else if (genreq_shut_down(g, &o)) { /* the stop event says why, then an error event says it failed */
+        v.finish_reason = "shutdown";
+        sse_event(out, completion_body_llama(&ss->rctx, &v, "", 0, ss->return_tokens, u->to, u->to, true));
+        sse_event(out, oai_error(503, o.errmsg[0] ? o.errmsg : "server is shutting down", NULL));
+    } else if (o.status != ATTND_OK && !genreq_was_cut(g, &o))
         sse_event(out, oai_error(503, o.errmsg[0] ? o.errmsg : "generation failed", NULL));
     else
         sse_event(out, completion_body_llama(&ss->rctx, &v, "", 0, ss->return_tokens, u->to, u->to, true));
@@ -282,7 +317,7 @@ static http_result respond_whole(req *r, genreq *g) {
     return http_respond_json(r, 200, body);
 }
 
-static http_result generate(req *r, bool chat, bool llama) {
+static http_result generate(req *r, bool chat, bool llama, bool infill) {
     http_result ret = HTTP_NO;
     json_t *b;
     genreq *g = genreq_http_begin(r, &b, &ret);
@@ -291,8 +326,11 @@ static http_result generate(req *r, bool chat, bool llama) {
     if (!ss) return http_respond_error(r, 503, "out of memory", NULL);
     req_set(r, REQ_SLOT_ENDPOINT, ss, cmpl_state_free);
     g->chat = chat;
+    g->api = llama ? METRICS_API_LLAMACPP : METRICS_API_OPENAI;
     ss->llama = llama;
     if (llama && !llama_fields(r, b, &ret)) return ret;
+    if (infill) g->prompt_param = "input_prefix";
+    if (infill && !infill_fields(r, b, &ret)) return ret;
     const char *param = NULL;
     attnd_err err;
     attnd_status st = oai_parse(b, chat, g->env.cfg, g->env.n_vocab, &g->oreq, &param, &err);
@@ -310,6 +348,7 @@ static http_result generate(req *r, bool chat, bool llama) {
     return g->oreq.stream ? respond_stream(r, g) : respond_whole(r, g);
 }
 
-http_result ep_completions(req *r) { return generate(r, false, false); }
-http_result ep_chat(req *r) { return generate(r, true, false); }
-http_result ep_llama_completion(req *r) { return generate(r, false, true); }
+http_result ep_completions(req *r) { return generate(r, false, false, false); }
+http_result ep_chat(req *r) { return generate(r, true, false, false); }
+http_result ep_llama_completion(req *r) { return generate(r, false, true, false); }
+http_result ep_infill(req *r) { return generate(r, false, true, true); }

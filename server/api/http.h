@@ -168,6 +168,7 @@ struct req {
     char owner[SESS_OWNER_MAX + 1]; /* the API key's owner tag ("" = one key or none; sess.h) */
     char reason[160];        /* why the request was refused (error responses), for the log */
     char request_id[SLOG_REQUEST_ID_MAX + 1]; /* X-Request-Id: the client's, or one made here */
+    char warning[256];       /* a Warning header for the answer ("" = none): the body's unknown fields */
     // ---- the access log's, set by the slots' end hooks ----
     bool cancelled;          /* client went away mid-request */
     int n_prompt, n_gen;     /* prompt tokens read, tokens generated */

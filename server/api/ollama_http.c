@@ -60,7 +60,7 @@ static ollama_result result_of(req *r, const sched_output *o) {
     oll_state *st = req_get(r, REQ_SLOT_ENDPOINT);
     ollama_result res = {.model = st->rq.model, .created_at = st->created_at};
     if (!o || !o->done) return res;
-    bool cut = genreq_was_cut(o) || (o->finish_reason && !strcmp(o->finish_reason, "length"));
+    bool cut = genreq_was_cut(genreq_http_get(r), o) || (o->finish_reason && !strcmp(o->finish_reason, "length"));
     res.done_reason = cut ? "length" : "stop";
     res.prompt_eval_count = o->n_prompt - o->n_cached;
     res.eval_count = o->n_generated;
@@ -92,7 +92,7 @@ static void oll_update(req *r, int k, const sched_update *u, buf *out) {
     bool saved = genreq_persist(g);
     sched_output o;
     sched_job_output(g->job, &o);
-    const char *fail = !saved ? g->unsaved.msg : o.status != ATTND_OK && !genreq_was_cut(&o) ? (o.errmsg[0] ? o.errmsg : "generation failed") : NULL;
+    const char *fail = !saved ? g->unsaved.msg : o.status != ATTND_OK && !genreq_was_cut(g, &o) ? (o.errmsg[0] ? o.errmsg : "generation failed") : NULL;
     if (fail) { /* as Ollama ends a stream that failed: an error line */
         json_t *e = json_pack("{s:s}", "error", fail);
         char *s = e ? json_dumps(e, JSON_COMPACT) : NULL;
@@ -144,6 +144,7 @@ static http_result generate(req *r, bool chat_api) {
     json_t *b;
     genreq *g = genreq_http_begin(r, &b, &ret);
     if (!g) return ret;
+    g->api = METRICS_API_OLLAMA;
     oll_state *st = calloc(1, sizeof(*st));
     if (!st) return http_respond_error(r, 503, "out of memory", NULL);
     req_set(r, REQ_SLOT_ENDPOINT, st, oll_state_free);
@@ -163,7 +164,7 @@ static http_result generate(req *r, bool chat_api) {
     if (g->unsaved.fail) return http_respond_error(r, genreq_http_status(&g->unsaved), g->unsaved.msg, NULL);
     sched_output o;
     sched_job_output(g->job, &o);
-    if (o.status != ATTND_OK && !genreq_was_cut(&o))
+    if (o.status != ATTND_OK && !genreq_was_cut(g, &o))
         return http_respond_error(r, http_status_of(o.status, HTTP_CTX_GENERATE), o.errmsg[0] ? o.errmsg : "generation failed", NULL);
     ollama_result res = result_of(r, &o);
     json_t *a = ollama_answer(&res, o.text ? o.text : "", o.text_len, chat_api, st->rq.chat, calls_parsed(g), g->oreq.tools.tools,

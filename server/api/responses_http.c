@@ -55,7 +55,7 @@ static void rsp_state_free(void *p) {
 static responses_result result_of(req *r, const sched_output *o, const char *text, size_t len) {
     rsp_state *st = req_get(r, REQ_SLOT_ENDPOINT);
     const genreq *g = genreq_http_get(r);
-    bool cut = o && o->done && (genreq_was_cut(o) || (o->finish_reason && !strcmp(o->finish_reason, "length")));
+    bool cut = o && o->done && (genreq_was_cut(g, o) || (o->finish_reason && !strcmp(o->finish_reason, "length")));
     const char *status = !o || !o->done ? "in_progress" : cut ? "incomplete" : o->status != ATTND_OK ? "failed" : "completed";
     return (responses_result){
         .id = st->id, .msg_id = st->msg_id, .model = g->env.model_id, .created_at = st->created,
@@ -187,7 +187,7 @@ static void rsp_update(req *r, int k, const sched_update *u, buf *out) {
     res = result_of(r, &o, o.text ? o.text : "", o.text_len);
     if (!saved) {
         out_take(out, responses_stream_failed(&st->ev, &res, g->unsaved.msg));
-    } else if (o.status != ATTND_OK && !genreq_was_cut(&o)) {
+    } else if (o.status != ATTND_OK && !genreq_was_cut(g, &o)) {
         out_take(out, responses_stream_failed(&st->ev, &res, o.errmsg[0] ? o.errmsg : "generation failed"));
         drop_new_session(r);
     } else if (!store_response(r, &res)) { /* stored before the answer says so */
@@ -209,6 +209,7 @@ http_result ep_responses_create(req *r) {
     genreq *g = genreq_http_begin(r, &b, &ret);
     if (!g) return ret;
     g->chat = true;
+    g->api = METRICS_API_RESPONSES;
     g->prompt_param = "input";
     rsp_state *st = calloc(1, sizeof(*st));
     if (!st) return http_respond_error(r, 503, "out of memory", NULL);

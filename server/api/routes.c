@@ -18,6 +18,7 @@ const route http_routes[] = {
     {"POST", "/v1/completions", ep_completions, "completions", ROUTE_MODEL | ROUTE_MULTI},
     {"POST", "/completions", ep_completions, "completions", ROUTE_MODEL | ROUTE_MULTI},
     {"POST", "/completion", ep_llama_completion, "llama_completion", ROUTE_MODEL | ROUTE_MULTI},
+    {"POST", "/infill", ep_infill, "infill", ROUTE_MODEL | ROUTE_MULTI},
     {"POST", "/v1/chat/completions", ep_chat, "chat_completions", ROUTE_MODEL | ROUTE_MULTI},
     {"POST", "/chat/completions", ep_chat, "chat_completions", ROUTE_MODEL | ROUTE_MULTI},
     {"POST", "/v1/attention", ep_attention, "attention", ROUTE_MODEL},

@@ -70,6 +70,10 @@ typedef struct server_settings {
     size_t kv_budget_mb;     /* KV memory budget for all sessions together; default 1024 */
     int kv_type;             /* kv_type (attnd/kv.h) of K and V; default KV_F16 */
     bool kv_f32;             /* store KV as f32 whatever kv_type says; default false */
+    int kv_checkpoints;      /* recurrent state checkpoints a sequence keeps (hybrid models, kv.h);
+                                0 = off; default 8 */
+    int kv_checkpoint_interval; /* a checkpoint each time a sequence passes a multiple of this many
+                                   tokens; 0 = only at prompt and turn ends; default 512 */
     const char *chat_template; /* built-in family by name ("chatml", "llama3", ...) for a model without a
                                 * template of its own; NULL = detect */
     const char *chat_template_file; /* a Jinja chat template file for a model without one; NULL = none */
