@@ -111,6 +111,16 @@ chat three >/dev/null
 check "the third unloads the least recently used (one)" test "$(state one)/$(state two)/$(state three)" = unloaded/loaded/loaded
 stop_server p || bad "SIGTERM (presets)"
 
+# ---- with API keys, loading and unloading need the admin key ----
+start_server k --models-dir "$TMP/models" --no-models-cache --threads 1 --kv-budget-mb 16 --api-key user1 --admin-api-key boss1
+base=http://127.0.0.1:$k_PORT
+check_status 401 "no key: 401" "$base/models/load" -d '{"model": "alpha"}'
+check_status 403 "a user's key cannot load a model" "$base/models/load" -H 'Authorization: Bearer user1' -d '{"model": "alpha"}'
+check_status 403 "... nor unload one" "$base/models/unload" -H 'Authorization: Bearer user1' -d '{"model": "alpha"}'
+check_status 200 "the admin key loads it" "$base/models/load" -H 'Authorization: Bearer boss1' -d '{"model": "alpha"}'
+check_status 200 "a user's key still generates" "$base/v1/completions" -H 'Authorization: Bearer user1' -d '{"model": "beta", "prompt": "Hi", "max_tokens": 1}'
+stop_server k || bad "SIGTERM (keys)"
+
 # ---- one model: any `model` is accepted, as always ----
 start_server o --model "$MODEL" --threads 1
 base=http://127.0.0.1:$o_PORT

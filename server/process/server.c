@@ -45,7 +45,7 @@ static const size_t OWNED_STRINGS[] = {
     offsetof(server_settings, chat_template), offsetof(server_settings, allowed_hosts),
     offsetof(server_settings, chat_template_file),
     offsetof(server_settings, session_store), offsetof(server_settings, session_store_prefix),
-    offsetof(server_settings, models_dir),
+    offsetof(server_settings, models_dir),    offsetof(server_settings, admin_api_key),
 };
 
 static const char **string_setting(server_settings *c, size_t off) { return (const char **)((char *)c + off); }
