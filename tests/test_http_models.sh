@@ -15,7 +15,7 @@ echo "not a model" > "$TMP/models/broken.gguf"
 echo "notes" > "$TMP/models/README.txt"
 export XDG_CACHE_HOME=$TMP/cache # the pull cache counts: an empty one here
 
-start_server s --models-dir "$TMP/models" --models-max-loaded 1 --threads 1 --kv-budget-mb 16
+start_server s --models-dir "$TMP/models" --models-max-loaded 1 --threads 1 --kv-budget-mb 16 --state-dir "$TMP/state"
 base=http://127.0.0.1:$s_PORT
 state() { curl -sf "$base/v1/models" | grep -o "\"id\":\"$1\",[^}]*}" | grep -o '"value":"[a-z]*"' | cut -d'"' -f4; }
 chat() { curl -s "$base/v1/chat/completions" -d "{\"model\": \"$1\", \"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}], \"max_tokens\": 3, \"temperature\": 0}"; }
@@ -85,6 +85,15 @@ listed=$("$ATTND_BINARY" models --url "$base")
 check "attnd models --url: alpha loaded, with its context" grep -q '^alpha  *loaded .* MiB  context 512$' <<<"$listed"
 check "attnd models --url: beta unloaded, broken failed" \
     bash -c 'grep -q "^beta  *unloaded" <<<"$1" && grep -q "^broken  *failed" <<<"$1"' _ "$listed"
+# ---- a model's sessions are saved when it unloads and found again when it loads ----
+r1=$(curl -s "$base/v1/responses" -d '{"model": "alpha", "input": "Hi", "max_output_tokens": 2}')
+id=$(grep -o '"id":"resp_[0-9a-f]*"' <<<"$r1" | head -1 | cut -d'"' -f4)
+check "a stored turn on alpha keeps its session in state_dir/models/alpha" test -f "$TMP/state/models/alpha/$id.session.json"
+size1=$(stat -c %s "$TMP/state/models/alpha/$id.session.json" 2>/dev/null || echo 0)
+check_status 200 "alpha unloads" "$base/models/unload" -d '{"model": "alpha"}'
+r2=$(curl -s "$base/v1/responses" -d "{\"model\": \"alpha\", \"input\": \"More\", \"previous_response_id\": \"$id\", \"max_output_tokens\": 2}")
+check "the next turn continues it after alpha loads again (${r2:0:120})" grep -q "\"previous_response_id\":\"$id\"" <<<"$r2"
+check "... on the same session, which grew" test "$(stat -c %s "$TMP/state/models/alpha/$id.session.json")" -gt "$size1"
 stop_server s || bad "SIGTERM"
 
 # ---- presets under a memory budget ----
