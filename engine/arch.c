@@ -32,6 +32,8 @@ static const char *const KEYS_QWEN35[] = {KEYS_HYBRID_COMMON, NULL};
 static const char *const KEYS_QWEN35MOE[] = {KEYS_HYBRID_COMMON, "expert_count", "expert_used_count",
                                              "expert_feed_forward_length", "expert_shared_feed_forward_length", NULL};
 
+static const char *const KEYS_BERT[] = {"attention.layer_norm_epsilon", NULL};
+
 static const arch_desc ARCHS[] = {
     {.name = "llama", .rope = ROPE_ADJACENT, .qkv_bias = NEED_OPTIONAL, .keys = KEYS_NONE},
     {.name = "qwen2", .rope = ROPE_NEOX, .qkv_bias = NEED_YES, .keys = KEYS_NONE},
@@ -67,6 +69,9 @@ static const arch_desc ARCHS[] = {
     {.name = "qwen3next", .rope = ROPE_NEOX, .qk_norm = true, .recurrent_interval = 4, .dn_grouped = true,
      .dn_fused_ba = true, .q_gate = true, .moe = true, .shared_expert = true, .ffn_norm = "post_attention_norm",
      .keys = KEYS_QWEN35MOE},
+    /* encoders (attnd/embed.h: embeddings and ranking, no generation) */
+    {.name = "bert", .bidirectional = true, .post_ln = true, .abs_pos = true, .ffn_ungated = true,
+     .act = ACT_GELU_TANH, .qkv_bias = NEED_OPTIONAL, .attn_out_bias = true, .keys = KEYS_BERT},
 };
 
 /* Keys every family reads (model.c) or that change nothing attnd computes. */
@@ -87,7 +92,7 @@ const arch_desc *arch_find(const char *name) {
     return NULL;
 }
 
-const char *arch_names(void) { return "llama, qwen2, qwen3, qwen3moe, smollm3, gemma2, gemma3, phi3, gpt-oss, qwen35, qwen35moe, qwen3next"; }
+const char *arch_names(void) { return "llama, qwen2, qwen3, qwen3moe, smollm3, gemma2, gemma3, phi3, gpt-oss, qwen35, qwen35moe, qwen3next, bert"; }
 
 static bool in_list(const char *const *list, const char *s) {
     for (; *list; list++)
@@ -100,11 +105,12 @@ bool arch_key_known(const arch_desc *d, const char *suffix) {
 }
 
 static const arch_fixed_key FIXED_COMMON[] = {{"attention.causal", 1, "causal (decoder) attention"}};
+static const arch_fixed_key FIXED_ENCODER[] = {{"attention.causal", 0, "bidirectional (encoder) attention"}};
 static const arch_fixed_key FIXED_SOFTMAX_GATE[] = {{"expert_gating_func", 1, "softmax expert gating"}};
 
 const arch_fixed_key *arch_fixed_key_find(const arch_desc *d, const char *suffix) {
-    for (size_t i = 0; i < ATTND_ARRAY_LEN(FIXED_COMMON); i++)
-        if (!strcmp(FIXED_COMMON[i].suffix, suffix)) return &FIXED_COMMON[i];
+    const arch_fixed_key *common = d->bidirectional ? FIXED_ENCODER : FIXED_COMMON;
+    if (!strcmp(common->suffix, suffix)) return common;
     /* the families whose router is a softmax over every expert (gpt-oss's softmax of the top k
      * has no gating value of its own in GGUF) */
     if (d->moe && !d->moe_softmax_topk && !strcmp(FIXED_SOFTMAX_GATE[0].suffix, suffix)) return &FIXED_SOFTMAX_GATE[0];

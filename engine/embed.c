@@ -88,21 +88,33 @@ attnd_status embed_model_load(model *m, const char *arch, attnd_err *err) {
 }
 
 void embed_model_free(model *m) {
+    encoder_free(m);
     free(m->cls_b);
     free(m->cls_out_b);
 }
 
 // ---- pooling and the head -----------------------------------------------------------------------
 
-/* out (rows) = W x (+ b), in double, W's rows dequantized one at a time into row (cols). */
+/* out (rows) = W x (+ b) through the matmul kernels, so x is rounded as llama.cpp rounds it for
+ * W's type (F16: to F16); row is (cols) floats of scratch (enough for the F32 / F16 / Q8 forms of
+ * x; a larger need falls back to a malloc'd one). */
 static void head_matvec(float *out, const weight *w, const float *b, const float *x, float *row) {
-    size_t rb = quant_row_bytes(w->type, w->cols);
-    for (int64_t r = 0; r < w->rows; r++) {
-        quant_dequantize_row(row, (const uint8_t *)w->data + rb * (size_t)r, w->type, w->cols);
-        double s = b ? b[r] : 0;
-        for (int64_t c = 0; c < w->cols; c++) s += (double)row[c] * x[c];
-        out[r] = (float)s;
+    size_t need = quant_scratch_bytes(w->type, 1, w->cols);
+    void *scratch = need <= sizeof(float) * (size_t)w->cols ? (void *)row : malloc(need);
+    if (!scratch) { /* out of memory for a few bytes: the exact sum instead */
+        size_t rb = quant_row_bytes(w->type, w->cols);
+        for (int64_t r = 0; r < w->rows; r++) {
+            float *wr = row;
+            quant_dequantize_row(wr, (const uint8_t *)w->data + rb * (size_t)r, w->type, w->cols);
+            double s = 0;
+            for (int64_t c = 0; c < w->cols; c++) s += (double)wr[c] * x[c];
+            out[r] = (float)s;
+        }
+    } else {
+        quant_matmul(out, w->data, w->type, w->rows, w->cols, x, 1, scratch, 1);
+        if (scratch != row) free(scratch);
     }
+    for (int64_t r = 0; b && r < w->rows; r++) out[r] += b[r];
 }
 
 /* out (n_cls_out) = the head of the pooled row x (n_embd); scratch: 2 n_embd floats. */
@@ -134,7 +146,7 @@ static int pooled_row(const model *m, model_pooling pool, int n) {
 
 /* Input i's vector into out from its hidden rows h (n_rows, n_embd): the pooled row, or the mean
  * of all; through the head for POOL_RANK (scratch: 3 n_embd floats). */
-static void embed_pool(const model *m, model_pooling pool, const float *h, int n_rows, float *out, float *scratch) {
+void embed_pool(const model *m, model_pooling pool, const float *h, int n_rows, float *out, float *scratch) {
     int E = m->info.n_embd;
     float *v = pool == POOL_RANK ? scratch : out;
     if (n_rows > 1) {
@@ -171,6 +183,9 @@ static attnd_status embed_check(const engine *e, const embed_input *in, int n, m
             if (in[i].tokens[t] < 0 || in[i].tokens[t] >= mi->n_vocab)
                 return attnd_fail(err, ATTND_ERR_INVALID, "input %d: token id %d is outside 0..%d", i, in[i].tokens[t],
                                   mi->n_vocab - 1);
+            if (in[i].types && in[i].types[t] && in[i].types[t] >= m->n_types && m->arch->bidirectional)
+                return attnd_fail(err, ATTND_ERR_INVALID, "input %d: token type %d; the model has %d", i,
+                                  in[i].types[t], m->n_types);
         }
     }
     return ATTND_OK;
@@ -228,7 +243,6 @@ attnd_status engine_embed(engine *e, const embed_input *in, int n, model_pooling
     attnd_status st = embed_check(e, in, n, &pool, err);
     if (st || n == 0) return st;
     if (!out) return attnd_fail(err, ATTND_ERR_INVALID, "engine_embed: no output buffer");
-    if (model_is_encoder(engine_model(e)))
-        return attnd_fail(err, ATTND_ERR_UNSUPPORTED, "encoders are not evaluated yet");
+    if (model_is_encoder(engine_model(e))) return encoder_embed(e, in, n, pool, out, err);
     return embed_decoder(e, in, n, pool, out, err);
 }

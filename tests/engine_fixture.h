@@ -56,6 +56,8 @@ typedef struct tiny_spec {
     const char *chat_template; /* with vocab: tokenizer.chat_template (NULL = none) */
     int pooling;           /* > 0: <arch>.pooling_type = pooling - 1 (so 4 = last, 5 = rank) */
     int n_cls_out;         /* > 0: cls.output.weight of n_cls_out rows and classifier.output_labels */
+    int n_types;           /* > 0: an encoder (encoder_fixture.h): token_types rows, and the keys
+                            * attention.layer_norm_epsilon, attention.causal false, token_type_count */
 } tiny_spec;
 
 /* What a family computes, as llama.cpp does it (written independently of engine/arch.c). */
@@ -271,6 +273,11 @@ static inline uint64_t tiny_keys(gbuf *b, const tiny_spec *sp) {
     if (sp->longrope_orig_ctx > 0 && sp->longrope_attn > 0) gb_kv_f32(b, K("rope.scaling.attn_factor"), sp->longrope_attn);
     if (sp->extra_key) gb_kv_u32(b, K(sp->extra_key), (uint32_t)sp->extra_value + 1);
     if (sp->pooling > 0) gb_kv_u32(b, K("pooling_type"), (uint32_t)sp->pooling - 1);
+    if (sp->n_types > 0) {
+        gb_kv_f32(b, K("attention.layer_norm_epsilon"), sp->rms_eps);
+        gb_kv_bool(b, K("attention.causal"), false);
+        n++, gb_kv_u32(b, "tokenizer.ggml.token_type_count", (uint32_t)sp->n_types);
+    }
     if (sp->n_cls_out > 0) {
         static const char *const labels[] = {"yes", "no", "c", "d", "e", "f", "g", "h"};
         gb_kv_arr_str(b, K("classifier.output_labels"), labels, (uint64_t)sp->n_cls_out);
