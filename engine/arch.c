@@ -72,6 +72,10 @@ static const arch_desc ARCHS[] = {
     /* encoders (attnd/embed.h: embeddings and ranking, no generation) */
     {.name = "bert", .bidirectional = true, .post_ln = true, .abs_pos = true, .ffn_ungated = true,
      .act = ACT_GELU_TANH, .qkv_bias = NEED_OPTIONAL, .attn_out_bias = true, .keys = KEYS_BERT},
+    /* nomic-embed-text v1/v1.5: bert's layer with NEOX RoPE instead of positions, fused attn_qkv,
+     * a SwiGLU FFN without biases */
+    {.name = "nomic-bert", .bidirectional = true, .post_ln = true, .rope = ROPE_NEOX, .fused_qkv = true,
+     .act = ACT_SILU, .qkv_bias = NEED_OPTIONAL, .attn_out_bias = true, .keys = KEYS_BERT},
 };
 
 /* Keys every family reads (model.c) or that change nothing attnd computes. */
@@ -92,7 +96,7 @@ const arch_desc *arch_find(const char *name) {
     return NULL;
 }
 
-const char *arch_names(void) { return "llama, qwen2, qwen3, qwen3moe, smollm3, gemma2, gemma3, phi3, gpt-oss, qwen35, qwen35moe, qwen3next, bert"; }
+const char *arch_names(void) { return "llama, qwen2, qwen3, qwen3moe, smollm3, gemma2, gemma3, phi3, gpt-oss, qwen35, qwen35moe, qwen3next, bert, nomic-bert"; }
 
 static bool in_list(const char *const *list, const char *s) {
     for (; *list; list++)

@@ -13,6 +13,8 @@
  * then per layer x = LN(x + W_o attend(W_q x + b, W_k x + b, W_v x + b) + b_o),
  * x = LN(x + W_down gelu(W_up x + b_up) + b_down); the last x is the hidden state (no final norm).
  * GELU is the tanh form (ggml_gelu; llama.cpp also rounds its input and output to F16 there).
+ * nomic-bert: no position rows, NEOX RoPE on q and k (positions from 0 in each input), a fused
+ * attn_qkv, and a SwiGLU FFN (silu(ffn_gate x) * ffn_up x) without biases.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -32,26 +34,49 @@
     snprintf(name, sizeof(name), "blk.%d.%s.%s", l, suffix, ext);            \
     if ((st = model_load_vector(m, name, n, req, &L->field, err))) return st;
 
-/* Layer l of a post-LayerNorm encoder: projections with optional biases, two LayerNorms. */
-static attnd_status encoder_load_layer(model *m, int l, attnd_err *err) {
-    int64_t E = m->info.n_embd, Q = m->q_dim, KV = m->kv_dim, F = m->info.n_ff;
+/* Layer l's attention of a post-LayerNorm encoder: q, k, v (fused or not) with optional biases,
+ * the output projection, its LayerNorm. */
+static attnd_status encoder_load_attention(model *m, int l, attnd_err *err) {
+    int64_t E = m->info.n_embd, Q = m->q_dim, KV = m->kv_dim;
     layer_weights *L = &m->layers[l];
     attnd_status st;
     char name[96];
-    MAT(wq, "attn_q", Q, E, true);
-    MAT(wk, "attn_k", KV, E, true);
-    MAT(wv, "attn_v", KV, E, true);
-    VEC(bq, "attn_q", "bias", Q, false);
-    VEC(bk, "attn_k", "bias", KV, false);
-    VEC(bv, "attn_v", "bias", KV, false);
+    if (m->arch->fused_qkv) {
+        MAT(wqkv, "attn_qkv", Q + 2 * KV, E, true);
+        VEC(b_qkv, "attn_qkv", "bias", Q + 2 * KV, false);
+    } else {
+        MAT(wq, "attn_q", Q, E, true);
+        MAT(wk, "attn_k", KV, E, true);
+        MAT(wv, "attn_v", KV, E, true);
+        VEC(bq, "attn_q", "bias", Q, false);
+        VEC(bk, "attn_k", "bias", KV, false);
+        VEC(bv, "attn_v", "bias", KV, false);
+    }
     MAT(wo, "attn_output", E, Q, true);
     VEC(bo, "attn_output", "bias", E, false);
     VEC(attn_norm, "attn_output_norm", "weight", E, true);
     VEC(attn_norm_b, "attn_output_norm", "bias", E, true);
+    return ATTND_OK;
+}
+
+/* Layer l of a post-LayerNorm encoder: attention, then an FFN (ungated with optional biases, or a
+ * gated one without: llama.cpp applies no bias there, so a file with them is refused as unread),
+ * its LayerNorm. */
+static attnd_status encoder_load_layer(model *m, int l, attnd_err *err) {
+    int64_t E = m->info.n_embd, F = m->info.n_ff;
+    layer_weights *L = &m->layers[l];
+    attnd_status st;
+    char name[96];
+    if ((st = encoder_load_attention(m, l, err))) return st;
+    if (!m->arch->ffn_ungated) {
+        MAT(w_gate, "ffn_gate", F, E, true);
+    }
     MAT(w_up, "ffn_up", F, E, true);
-    VEC(b_up, "ffn_up", "bias", F, false);
     MAT(w_down, "ffn_down", E, F, true);
-    VEC(b_down, "ffn_down", "bias", E, false);
+    if (m->arch->ffn_ungated) {
+        VEC(b_up, "ffn_up", "bias", F, false);
+        VEC(b_down, "ffn_down", "bias", E, false);
+    }
     VEC(ffn_norm, "layer_output_norm", "weight", E, true);
     VEC(ffn_norm_b, "layer_output_norm", "bias", E, true);
     return ATTND_OK;
@@ -80,7 +105,7 @@ attnd_status encoder_load_weights(model *m, attnd_err *err) {
 void encoder_free(model *m) {
     for (int l = 0; m->layers && l < m->info.n_layer; l++) {
         layer_weights *L = &m->layers[l];
-        free(L->attn_norm_b), free(L->ffn_norm_b), free(L->b_up), free(L->b_down);
+        free(L->attn_norm_b), free(L->ffn_norm_b), free(L->b_up), free(L->b_down), free(L->b_qkv);
     }
     free(m->tok_norm);
     free(m->tok_norm_b);
@@ -97,6 +122,8 @@ typedef struct enc_pass {
     int *start;              /* (n + 1) each input's first row */
     int first_entry;         /* the pass's first row as an index over the whole call (the hooks' entry) */
     float *x, *q, *k, *v, *att, *tmp, *up; /* (T, E), (T, Q), (T, KV) x2, (T, Q), (T, E), (T, F) */
+    float *gate;             /* (T, F) a gated FFN's gate, or empty */
+    float *fused;            /* (T, Q + 2 KV) a fused projection's output, or empty */
     float *scores;           /* (n_threads, max input length) */
     float *pool_scratch;     /* (3 E) embed_pool's */
     int max_len;
@@ -184,22 +211,68 @@ static float gelu_tanh(float x) {
     return 0.5f * x * (1.0f + tanhf(c * x * (1.0f + 0.044715f * x * x)));
 }
 
+/* q, k, v of every row: one fused projection split by columns, or three; then RoPE (NEOX, each
+ * row at its position within its input) where the family rotates. */
+static void enc_qkv(enc_pass *p, const layer_weights *L) {
+    const model *m = p->m;
+    int Q = m->q_dim, KV = m->kv_dim, W = Q + 2 * KV;
+    if (L->wqkv.data) {
+        enc_matmul(p, p->fused, &L->wqkv, p->x, L->b_qkv);
+        for (int t = 0; t < p->T; t++) {
+            const float *r = p->fused + (size_t)t * W;
+            memcpy(p->q + (size_t)t * Q, r, sizeof(float) * (size_t)Q);
+            memcpy(p->k + (size_t)t * KV, r + Q, sizeof(float) * (size_t)KV);
+            memcpy(p->v + (size_t)t * KV, r + Q + KV, sizeof(float) * (size_t)KV);
+        }
+    } else {
+        enc_matmul(p, p->q, &L->wq, p->x, L->bq);
+        enc_matmul(p, p->k, &L->wk, p->x, L->bk);
+        enc_matmul(p, p->v, &L->wv, p->x, L->bv);
+    }
+    if (m->arch->abs_pos) return;
+    const model_info *mi = &m->info;
+    const rope_table *rt = &m->rope[ROPE_GLOBAL];
+    int hd = mi->head_dim, half = mi->rope_dims / 2;
+    for (int i = 0; i < p->n; i++)
+        for (int t = 0; t < p->in[i].n_tokens; t++)
+            for (int j = 0; j < half; j++) {
+                double th = t * rt->inv_freq[j];
+                float c = (float)cos(th) * rt->mscale, s = (float)sin(th) * rt->mscale;
+                for (int h = 0; h < mi->n_head + mi->n_head_kv; h++) { /* q's heads, then k's */
+                    float *v = h < mi->n_head ? p->q + (size_t)(p->start[i] + t) * Q + (size_t)h * hd
+                                              : p->k + (size_t)(p->start[i] + t) * KV + (size_t)(h - mi->n_head) * hd;
+                    float x0 = v[j], x1 = v[j + half];
+                    v[j] = x0 * c - x1 * s;
+                    v[j + half] = x0 * s + x1 * c;
+                }
+            }
+}
+
+/* The FFN's activation into up: gelu(up) (ungated), or silu(gate) * up (SwiGLU). */
+static void enc_act(enc_pass *p, const layer_weights *L) {
+    size_t n = (size_t)p->T * (size_t)p->m->info.n_ff;
+    if (!L->w_gate.data) {
+        for (size_t i = 0; i < n; i++) p->up[i] = gelu_tanh(p->up[i]);
+        return;
+    }
+    for (size_t i = 0; i < n; i++) p->up[i] *= p->gate[i] / (1.0f + expf(-p->gate[i]));
+}
+
 /* One encoder layer, post-LayerNorm: x = LN(x + attn(x)); x = LN(x + ffn(x)). */
 static void enc_layer(enc_pass *p, int l) {
     const model *m = p->m;
     const layer_weights *L = &m->layers[l];
-    int E = m->info.n_embd, F = m->info.n_ff, T = p->T;
+    int E = m->info.n_embd, T = p->T;
     float eps = m->info.rms_eps;
-    enc_matmul(p, p->q, &L->wq, p->x, L->bq);
-    enc_matmul(p, p->k, &L->wk, p->x, L->bk);
-    enc_matmul(p, p->v, &L->wv, p->x, L->bv);
+    enc_qkv(p, L);
     p->layer = l; /* with an inspection hook, serially on this thread (worker 0) */
     threads_run(p->attn_cb ? 1 : p->n_threads, p->n * m->info.n_head, enc_attend_task, p);
     enc_matmul(p, p->tmp, &L->wo, p->att, L->bo);
     for (size_t i = 0; i < (size_t)T * E; i++) p->x[i] += p->tmp[i];
     layer_norm(p->x, L->attn_norm, L->attn_norm_b, T, E, eps);
     enc_matmul(p, p->up, &L->w_up, p->x, L->b_up);
-    for (size_t i = 0; i < (size_t)T * F; i++) p->up[i] = gelu_tanh(p->up[i]);
+    if (L->w_gate.data) enc_matmul(p, p->gate, &L->w_gate, p->x, NULL);
+    enc_act(p, L);
     enc_matmul(p, p->tmp, &L->w_down, p->up, L->b_down);
     for (size_t i = 0; i < (size_t)T * E; i++) p->x[i] += p->tmp[i];
     layer_norm(p->x, L->ffn_norm, L->ffn_norm_b, T, E, eps);
@@ -212,8 +285,9 @@ static size_t enc_scratch_bytes(const model *m, int T) {
     size_t s = 1;
     for (int l = 0; l < m->info.n_layer; l++) {
         const layer_weights *L = &m->layers[l];
-        const weight *ws[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_up, &L->w_down};
+        const weight *ws[] = {&L->wq, &L->wk, &L->wv, &L->wqkv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
         for (size_t i = 0; i < ATTND_ARRAY_LEN(ws); i++) {
+            if (!ws[i]->data) continue;
             size_t b = quant_scratch_bytes(ws[i]->type, T, ws[i]->cols);
             s = b > s ? b : s;
         }
@@ -226,7 +300,8 @@ static size_t enc_scratch_bytes(const model *m, int T) {
 static attnd_status enc_alloc(enc_pass *p, int T, int n_in, attnd_err *err) {
     const model *m = p->m;
     size_t E = (size_t)m->info.n_embd, Q = (size_t)m->q_dim, KV = (size_t)m->kv_dim, F = (size_t)m->info.n_ff;
-    size_t floats = (size_t)T * (2 * E + 2 * Q + 2 * KV + F) + (size_t)p->n_threads * (size_t)p->max_len + 3 * E;
+    size_t G = m->layers[0].w_gate.data ? F : 0, W = m->arch->fused_qkv ? Q + 2 * KV : 0;
+    size_t floats = (size_t)T * (2 * E + 2 * Q + 2 * KV + F + G + W) + (size_t)p->n_threads * (size_t)p->max_len + 3 * E;
     size_t scratch = enc_scratch_bytes(m, T);
     char *mem = malloc(sizeof(float) * floats + scratch + sizeof(int) * (size_t)(n_in + 1) + 64);
     if (!mem) return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory for an encoder pass of %d tokens", T);
@@ -238,6 +313,8 @@ static attnd_status enc_alloc(enc_pass *p, int T, int n_in, attnd_err *err) {
     p->k = f, f += (size_t)T * KV;
     p->v = f, f += (size_t)T * KV;
     p->up = f, f += (size_t)T * F;
+    p->gate = f, f += (size_t)T * G;
+    p->fused = f, f += (size_t)T * W;
     p->scores = f, f += (size_t)p->n_threads * (size_t)p->max_len;
     p->pool_scratch = f, f += 3 * E;
     p->start = (int *)f;

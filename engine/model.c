@@ -730,6 +730,7 @@ static attnd_status load_weights(model *m, attnd_err *err) {
 
 void model_destroy(model *m) {
     if (!m) return;
+    embed_model_free(m); /* before the layers: it frees some of theirs */
     if (m->layers) {
         for (int l = 0; l < m->info.n_layer; l++) {
             layer_weights *L = &m->layers[l];
@@ -745,7 +746,6 @@ void model_destroy(model *m) {
         free(m->layers);
     }
     quant_packed_destroy(m->output.packed); /* never set on tok_embd, even when output is tied to it */
-    embed_model_free(m);
     free(m->output_norm);
     for (int i = 0; i < ROPE_TABLES; i++) free(m->rope[i].inv_freq);
     free(m->tensor_read);

@@ -71,6 +71,7 @@ typedef struct layer_weights {
      * these biases; the FFN's biases (NULL when the file has none) */
     float *attn_norm_b, *ffn_norm_b; /* (n_embd) */
     float *b_up, *b_down;    /* (n_ff), (n_embd) */
+    float *b_qkv;            /* (q_dim + 2 kv_dim) attn_qkv.bias of a fused encoder projection, or NULL */
     int rope_table;          /* ROPE_GLOBAL or ROPE_LOCAL */
 } layer_weights;
 

@@ -31,14 +31,16 @@ static inline tiny_spec enc_bge_base(void) {
 
 /* The encoders of the llama.cpp comparison (tests/data/reference-embed.json, regenerate.sh through
  * tiny_model): the small bert (F32, mean pooling), bge-base's shape in F16 (CLS pooling), and a
- * cross-encoder of that shape (F16, rank: cls and one cls.output logit). */
-static const char *const ENC_NAMES[] = {"bert", "bert-bge-base", "bert-reranker"};
+ * cross-encoder of that shape (F16, rank: cls and one cls.output logit), and nomic-embed-text
+ * v1.5's shape (768 wide, 12 heads of 64 all rotated, SwiGLU of 3072) at 2 layers, F16, mean. */
+static const char *const ENC_NAMES[] = {"bert", "bert-bge-base", "bert-reranker", "nomic-bert"};
 #define N_ENC (sizeof(ENC_NAMES) / sizeof(ENC_NAMES[0]))
 
 static inline tiny_spec enc_named(const char *name) {
     tiny_spec sp = enc_small();
     if (strcmp(name, "bert")) sp = enc_bge_base(), sp.wtype = GGUF_TYPE_F16, sp.seed = 5;
     if (!strcmp(name, "bert-reranker")) sp.pooling = 1 + 4, sp.n_cls_out = 1, sp.seed = 6;
+    if (!strcmp(name, "nomic-bert")) sp.arch = "nomic-bert", sp.pooling = 1 + 1, sp.seed = 8, sp.rope_base = 1000.0f;
     return sp;
 }
 
@@ -65,8 +67,9 @@ static inline int enc_tensors(const tiny_spec *sp, tiny_tensor *ts) {
     uint32_t w = sp->wtype, f32 = GGUF_TYPE_F32;
     float ws = 1.7f / sqrtf((float)E);
     EADD("token_embd.weight", E, sp->n_vocab, w, 1.0f, 0.0f);
+    bool nomic = !strcmp(sp->arch, "nomic-bert"); /* RoPE, fused qkv, SwiGLU, no biases */
     EADD("token_types.weight", E, sp->n_types, f32, 0.5f, 0.0f); /* F32 always, as the converter keeps them */
-    EADD("position_embd.weight", E, sp->n_ctx, f32, 0.5f, 0.0f);
+    if (!nomic) EADD("position_embd.weight", E, sp->n_ctx, f32, 0.5f, 0.0f);
     EADD("token_embd_norm.weight", E, 1, f32, 0.2f, 1.0f);
     EADD("token_embd_norm.bias", E, 1, f32, 0.1f, 0.0f);
     if (sp->n_cls_out > 0) {
@@ -80,7 +83,8 @@ static inline int enc_tensors(const tiny_spec *sp, tiny_tensor *ts) {
     for (int l = 0; l < sp->n_layer; l++) {
 #define L(s) (snprintf(nm, sizeof(nm), "blk.%d.%s", l, s), nm)
         static const char *const qkv[] = {"attn_q", "attn_k", "attn_v"};
-        for (int i = 0; i < 3; i++) {
+        if (nomic) EADD(L("attn_qkv.weight"), E, 3 * E, w, ws, 0.0f);
+        for (int i = 0; !nomic && i < 3; i++) {
             char b[32];
             snprintf(b, sizeof(b), "%s.weight", qkv[i]);
             EADD(L(b), E, E, w, ws, 0.0f);
@@ -91,10 +95,11 @@ static inline int enc_tensors(const tiny_spec *sp, tiny_tensor *ts) {
         EADD(L("attn_output.bias"), E, 1, f32, 0.1f, 0.0f);
         EADD(L("attn_output_norm.weight"), E, 1, f32, 0.2f, 1.0f);
         EADD(L("attn_output_norm.bias"), E, 1, f32, 0.1f, 0.0f);
+        if (nomic) EADD(L("ffn_gate.weight"), E, F, w, ws, 0.0f);
         EADD(L("ffn_up.weight"), E, F, w, ws, 0.0f);
-        EADD(L("ffn_up.bias"), F, 1, f32, 0.3f, 0.0f);
+        if (!nomic) EADD(L("ffn_up.bias"), F, 1, f32, 0.3f, 0.0f);
         EADD(L("ffn_down.weight"), F, E, w, 1.7f / sqrtf((float)F), 0.0f);
-        EADD(L("ffn_down.bias"), E, 1, f32, 0.1f, 0.0f);
+        if (!nomic) EADD(L("ffn_down.bias"), E, 1, f32, 0.1f, 0.0f);
         EADD(L("layer_output_norm.weight"), E, 1, f32, 0.2f, 1.0f);
         EADD(L("layer_output_norm.bias"), E, 1, f32, 0.1f, 0.0f);
 #undef L
@@ -144,11 +149,27 @@ static inline void eref_attention(const gguf_file *f, const tiny_spec *sp, int l
     double *q = malloc(sizeof(double) * n * E), *k = malloc(sizeof(double) * n * E), *v = malloc(sizeof(double) * n * E);
     double *a = calloc((size_t)n * E, sizeof(double)), *s = malloc(sizeof(double) * n), *o = malloc(sizeof(double) * E);
     char nm[64];
+    bool nomic = !strcmp(sp->arch, "nomic-bert");
+    double *big = malloc(sizeof(double) * 3 * E);
     for (int t = 0; t < n; t++) {
+        if (nomic) { /* fused q, k, v rows; then NEOX RoPE at the position within the input */
+            snprintf(nm, sizeof(nm), "blk.%d.attn_qkv", l), eref_linear(big, f, nm, x + (size_t)t * E);
+            memcpy(q + (size_t)t * E, big, sizeof(double) * E);
+            memcpy(k + (size_t)t * E, big + E, sizeof(double) * E);
+            memcpy(v + (size_t)t * E, big + 2 * E, sizeof(double) * E);
+            for (int h = 0; h < 2 * H; h++)
+                for (int i = 0; i < hd / 2; i++) {
+                    double th = t * pow(sp->rope_base, -2.0 * i / hd), *r = (h < H ? q : k) + (size_t)t * E + (h % H) * hd;
+                    double x0 = r[i], x1 = r[i + hd / 2];
+                    r[i] = x0 * cos(th) - x1 * sin(th), r[i + hd / 2] = x0 * sin(th) + x1 * cos(th);
+                }
+            continue;
+        }
         snprintf(nm, sizeof(nm), "blk.%d.attn_q", l), eref_linear(q + (size_t)t * E, f, nm, x + (size_t)t * E);
         snprintf(nm, sizeof(nm), "blk.%d.attn_k", l), eref_linear(k + (size_t)t * E, f, nm, x + (size_t)t * E);
         snprintf(nm, sizeof(nm), "blk.%d.attn_v", l), eref_linear(v + (size_t)t * E, f, nm, x + (size_t)t * E);
     }
+    free(big);
     for (int h = 0; h < H; h++)
         for (int t = 0; t < n; t++) {
             double mx = -INFINITY, sum = 0;
@@ -179,7 +200,14 @@ static inline void eref_ffn(const gguf_file *f, const tiny_spec *sp, int l, doub
     double *u = malloc(sizeof(double) * F), *o = malloc(sizeof(double) * E);
     char nm[64];
     snprintf(nm, sizeof(nm), "blk.%d.ffn_up", l), eref_linear(u, f, nm, x);
-    for (int i = 0; i < F; i++) u[i] = 0.5 * u[i] * (1 + tanh(sqrt(2 / M_PI) * (u[i] + 0.044715 * u[i] * u[i] * u[i])));
+    if (!strcmp(sp->arch, "nomic-bert")) { /* SwiGLU: silu(gate x) * up x */
+        double *g = malloc(sizeof(double) * F);
+        snprintf(nm, sizeof(nm), "blk.%d.ffn_gate", l), eref_linear(g, f, nm, x);
+        for (int i = 0; i < F; i++) u[i] *= g[i] / (1 + exp(-g[i]));
+        free(g);
+    } else {
+        for (int i = 0; i < F; i++) u[i] = 0.5 * u[i] * (1 + tanh(sqrt(2 / M_PI) * (u[i] + 0.044715 * u[i] * u[i] * u[i])));
+    }
     snprintf(nm, sizeof(nm), "blk.%d.ffn_down", l), eref_linear(o, f, nm, u);
     for (int i = 0; i < E; i++) x[i] += o[i];
     snprintf(nm, sizeof(nm), "blk.%d.layer_output_norm", l), eref_layer_norm(x, f, nm, E, sp->rms_eps);
@@ -198,7 +226,7 @@ static inline void eref_forward(const tiny_spec *sp, const char *path, const int
         double *r = x + (size_t)t * E;
         for (int i = 0; i < E; i++)
             r[i] = ref_elem(te, (uint64_t)tok[t] * E + i) + ref_elem(ty, (uint64_t)(types ? types[t] : 0) * E + i) +
-                   ref_elem(pe, (uint64_t)t * E + i);
+                   (pe ? ref_elem(pe, (uint64_t)t * E + i) : 0);
         eref_layer_norm(r, f, "token_embd_norm", E, sp->rms_eps);
     }
     for (int l = 0; l < sp->n_layer; l++) {

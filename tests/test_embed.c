@@ -320,6 +320,25 @@ Test(embed, bert_of_bge_base_shape_matches_float64_reference) {
     engine_destroy(e), model_destroy(m), unlink(path);
 }
 
+/* nomic-bert: RoPE on q and k at each input's own positions, fused qkv, SwiGLU; small and at
+ * nomic-embed-text v1.5's width (F32). */
+Test(embed, nomic_bert_matches_float64_reference) {
+    char path[256];
+    model *m;
+    engine *e;
+    tiny_spec sp = enc_small();
+    sp.arch = "nomic-bert", sp.rope_base = 1000.0f;
+    load_enc(&sp, path, sizeof(path), "nomic", &m, &e, 64);
+    embed_input in[3] = {{ENC_A, 9, ENC_A_TYPES}, {ENC_B, 5, NULL}, {ENC_C, 1, NULL}};
+    check_encoder(&sp, path, e, in, 3, POOL_FILE, 1e-4);
+    engine_destroy(e), model_destroy(m), unlink(path);
+    sp = enc_named("nomic-bert");
+    sp.wtype = GGUF_TYPE_F32;
+    load_enc(&sp, path, sizeof(path), "nomic768", &m, &e, 64);
+    check_encoder(&sp, path, e, in + 1, 1, POOL_FILE, 1e-4);
+    engine_destroy(e), model_destroy(m), unlink(path);
+}
+
 /* Passes of at most 8 tokens: inputs of 9 tokens do not fit; of 5 + 1 + 1 do, in one pass. */
 Test(embed, bert_inputs_split_into_passes_equal_one_pass) {
     char path[256];
