@@ -33,6 +33,8 @@ static const char *const KEYS_QWEN35MOE[] = {KEYS_HYBRID_COMMON, "expert_count",
                                              "expert_feed_forward_length", "expert_shared_feed_forward_length", NULL};
 
 static const char *const KEYS_BERT[] = {"attention.layer_norm_epsilon", NULL};
+static const char *const KEYS_GEMMA_EMB[] = {"attention.sliding_window", "rope.freq_base_swa", "dense_2_feat_in",
+                                             "dense_2_feat_out", "dense_3_feat_in", "dense_3_feat_out", NULL};
 
 static const arch_desc ARCHS[] = {
     {.name = "llama", .rope = ROPE_ADJACENT, .qkv_bias = NEED_OPTIONAL, .keys = KEYS_NONE},
@@ -76,6 +78,11 @@ static const arch_desc ARCHS[] = {
      * a SwiGLU FFN without biases */
     {.name = "nomic-bert", .bidirectional = true, .post_ln = true, .rope = ROPE_NEOX, .fused_qkv = true,
      .act = ACT_SILU, .qkv_bias = NEED_OPTIONAL, .attn_out_bias = true, .keys = KEYS_BERT},
+    /* EmbeddingGemma: gemma3's layers attending both ways, local layers (five of six, the window
+     * required) seeing window / 2 positions on either side; local RoPE base 10000 unless the file
+     * says; optional dense_2 / dense_3 projections after pooling (embed.c) */
+    {.name = "gemma-embedding", .bidirectional = true, .rope = ROPE_NEOX, .qk_norm = true, .post_norms = true,
+     .embd_scale = true, .act = ACT_GELU_TANH, .swa_pattern = 6, .swa_rope_base = 10000.0f, .keys = KEYS_GEMMA_EMB},
 };
 
 /* Keys every family reads (model.c) or that change nothing attnd computes. */
@@ -96,7 +103,7 @@ const arch_desc *arch_find(const char *name) {
     return NULL;
 }
 
-const char *arch_names(void) { return "llama, qwen2, qwen3, qwen3moe, smollm3, gemma2, gemma3, phi3, gpt-oss, qwen35, qwen35moe, qwen3next, bert, nomic-bert"; }
+const char *arch_names(void) { return "llama, qwen2, qwen3, qwen3moe, smollm3, gemma2, gemma3, phi3, gpt-oss, qwen35, qwen35moe, qwen3next, bert, nomic-bert, gemma-embedding"; }
 
 static bool in_list(const char *const *list, const char *s) {
     for (; *list; list++)

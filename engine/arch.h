@@ -69,7 +69,8 @@ typedef struct arch_desc {
     bool q_gate;               /* attn_q holds [query | gate] per head; the output is times sigmoid(gate) */
     bool shared_expert;        /* ffn_{gate,up,down}_shexp beside the experts, gated by sigmoid(ffn_gate_inp_shexp x) */
     /* Attention both ways (an encoder): every position of an input sees every other position of
-     * the same input, and no KV is kept (attnd/embed.h evaluates it; no generation). */
+     * the same input, and no KV is kept (attnd/embed.h evaluates it; no generation). A local
+     * layer's window is then symmetric: keys within window / 2 positions on either side. */
     bool bidirectional;
     /* BERT's layer (encoder.c): x = LayerNorm(x + attention(x)), x = LayerNorm(x + ffn(x)), LayerNorms
      * with weight and bias (<arch>.attention.layer_norm_epsilon; attn_output_norm, layer_output_norm),

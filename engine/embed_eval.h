@@ -31,8 +31,10 @@ void embed_model_free(model *m); /* what embed_model_load allocated; m's fields 
 void engine_attn_hooks(const engine *e, engine_attn_cb *cb, engine_attn_want *want, void **user);
 
 /* embed.c: input's vector into out from its hidden rows h (n_rows, n_embd): the mean of the rows
- * (n_rows > 1) or the one row; through the head for POOL_RANK. scratch: 3 n_embd floats. */
+ * (n_rows > 1) or the one row; through the head for POOL_RANK, through dense_2 and dense_3 for the
+ * others when the file has them. scratch: embed_scratch_floats(m) floats. */
 void embed_pool(const model *m, model_pooling pool, const float *h, int n_rows, float *out, float *scratch);
+size_t embed_scratch_floats(const model *m);
 
 /* encoder.c: a post_ln encoder's weights (after token_embd, from load_weights), what they
  * allocated (from embed_model_free), and engine_embed's evaluation for encoders (inputs checked). */

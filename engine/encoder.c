@@ -15,6 +15,10 @@
  * GELU is the tanh form (ggml_gelu; llama.cpp also rounds its input and output to F16 there).
  * nomic-bert: no position rows, NEOX RoPE on q and k (positions from 0 in each input), a fused
  * attn_qkv, and a SwiGLU FFN (silu(ffn_gate x) * ffn_up x) without biases.
+ * gemma-embedding (EmbeddingGemma, src/models/gemma-embedding.cpp): gemma3's pre-norm layer (RMSNorm,
+ * QK-norm, NEOX RoPE with the local layers' base, post-norms, GeGLU, embeddings x sqrt(n_embd), the
+ * final output_norm), attending both ways; its local layers see the keys within window / 2
+ * positions on either side (llama.cpp's symmetric sliding window).
  */
 #include <math.h>
 #include <stdlib.h>
@@ -123,9 +127,10 @@ typedef struct enc_pass {
     int first_entry;         /* the pass's first row as an index over the whole call (the hooks' entry) */
     float *x, *q, *k, *v, *att, *tmp, *up; /* (T, E), (T, Q), (T, KV) x2, (T, Q), (T, E), (T, F) */
     float *gate;             /* (T, F) a gated FFN's gate, or empty */
+    float *xn;               /* (T, E) a pre-norm layer's normalised input (RMSNorm families) */
     float *fused;            /* (T, Q + 2 KV) a fused projection's output, or empty */
     float *scores;           /* (n_threads, max input length) */
-    float *pool_scratch;     /* (3 E) embed_pool's */
+    float *pool_scratch;     /* (embed_scratch_floats) embed_pool's */
     int max_len;
     void *mm_scratch;
     engine_attn_cb attn_cb;  /* the engine's inspection hook (serial when set), or NULL */
@@ -175,7 +180,19 @@ static void enc_embed(enc_pass *p) {
                 for (int c = 0; c < E; c++) x[c] += row[c];
             }
         }
-    layer_norm(p->x, m->tok_norm, m->tok_norm_b, p->T, E, m->info.rms_eps);
+    for (size_t i = 0; m->embd_scale != 1.0f && i < (size_t)p->T * E; i++) p->x[i] *= m->embd_scale;
+    if (m->tok_norm) layer_norm(p->x, m->tok_norm, m->tok_norm_b, p->T, E, m->info.rms_eps);
+}
+
+/* out = x / rms(x) * w per row of dim (the sum of squares in double, as engine.c); out may be x. */
+static void rms_norm(float *out, const float *x, const float *w, int n, int dim, float eps) {
+    for (int t = 0; t < n; t++) {
+        const float *r = x + (size_t)t * dim;
+        double ss = 0;
+        for (int i = 0; i < dim; i++) ss += (double)r[i] * r[i];
+        float sc = (float)(1.0 / sqrt(ss / dim + eps));
+        for (int i = 0; i < dim; i++) out[(size_t)t * dim + i] = r[i] * sc * w[i];
+    }
 }
 
 /* Attention of input i, head h: each query row against the input's keys, softmax, values. */
@@ -187,14 +204,17 @@ static void enc_attend_task(void *ctx, int item, int worker) {
     int s = p->start[i], len = p->in[i].n_tokens;
     float *sc = p->scores + (size_t)worker * p->max_len;
     const float *K = p->k + (size_t)s * KV + (size_t)kh * hd, *V = p->v + (size_t)s * KV + (size_t)kh * hd;
+    int half = p->m->layers[p->layer].window / 2; /* a local layer's symmetric window: |t - j| <= half */
     for (int t = s; t < s + len; t++) {
         engine_attn_cb cb = p->attn_cb;
         if (cb && p->attn_want && !p->attn_want(p->attn_user, p->first_entry + t, p->layer, h)) cb = NULL;
         quant_dot_rows(sc, p->q + (size_t)t * Q + (size_t)h * hd, K, KV, len, hd, p->m->attn_scale);
+        for (int j = 0; half && j < len; j++)
+            if (abs(s + j - t) > half) sc[j] = -INFINITY;
         float mx = -INFINITY;
         for (int j = 0; j < len; j++) mx = sc[j] > mx ? sc[j] : mx;
         double sum = 0;
-        for (int j = 0; j < len; j++) sum += sc[j] = expf(sc[j] - mx);
+        for (int j = 0; j < len; j++) sum += sc[j] = sc[j] == -INFINITY ? 0.0f : expf(sc[j] - mx);
         float inv = (float)(1.0 / sum);
         for (int j = 0; j < len; j++) sc[j] *= inv;
         float *o = p->att + (size_t)t * Q + (size_t)h * hd;
@@ -211,13 +231,15 @@ static float gelu_tanh(float x) {
     return 0.5f * x * (1.0f + tanhf(c * x * (1.0f + 0.044715f * x * x)));
 }
 
-/* q, k, v of every row: one fused projection split by columns, or three; then RoPE (NEOX, each
- * row at its position within its input) where the family rotates. */
-static void enc_qkv(enc_pass *p, const layer_weights *L) {
+/* q, k, v of every row from in (T, E): one fused projection split by columns, or three; each head
+ * of q and k RMS-normalised where the family says (QK-norm); then RoPE (NEOX, each row at its
+ * position within its input, the layer's table) where the family rotates. */
+static void enc_qkv(enc_pass *p, const layer_weights *L, const float *in) {
     const model *m = p->m;
+    const model_info *mi = &m->info;
     int Q = m->q_dim, KV = m->kv_dim, W = Q + 2 * KV;
     if (L->wqkv.data) {
-        enc_matmul(p, p->fused, &L->wqkv, p->x, L->b_qkv);
+        enc_matmul(p, p->fused, &L->wqkv, in, L->b_qkv);
         for (int t = 0; t < p->T; t++) {
             const float *r = p->fused + (size_t)t * W;
             memcpy(p->q + (size_t)t * Q, r, sizeof(float) * (size_t)Q);
@@ -225,13 +247,14 @@ static void enc_qkv(enc_pass *p, const layer_weights *L) {
             memcpy(p->v + (size_t)t * KV, r + Q + KV, sizeof(float) * (size_t)KV);
         }
     } else {
-        enc_matmul(p, p->q, &L->wq, p->x, L->bq);
-        enc_matmul(p, p->k, &L->wk, p->x, L->bk);
-        enc_matmul(p, p->v, &L->wv, p->x, L->bv);
+        enc_matmul(p, p->q, &L->wq, in, L->bq);
+        enc_matmul(p, p->k, &L->wk, in, L->bk);
+        enc_matmul(p, p->v, &L->wv, in, L->bv);
     }
+    if (L->q_norm) rms_norm(p->q, p->q, L->q_norm, p->T * mi->n_head, mi->head_dim, mi->rms_eps);
+    if (L->k_norm) rms_norm(p->k, p->k, L->k_norm, p->T * mi->n_head_kv, mi->head_dim, mi->rms_eps);
     if (m->arch->abs_pos) return;
-    const model_info *mi = &m->info;
-    const rope_table *rt = &m->rope[ROPE_GLOBAL];
+    const rope_table *rt = &m->rope[L->rope_table];
     int hd = mi->head_dim, half = mi->rope_dims / 2;
     for (int i = 0; i < p->n; i++)
         for (int t = 0; t < p->in[i].n_tokens; t++)
@@ -248,14 +271,17 @@ static void enc_qkv(enc_pass *p, const layer_weights *L) {
             }
 }
 
-/* The FFN's activation into up: gelu(up) (ungated), or silu(gate) * up (SwiGLU). */
+/* The FFN's activation into up: gelu(up) (ungated), or act(gate) * up (SwiGLU, GeGLU). */
 static void enc_act(enc_pass *p, const layer_weights *L) {
     size_t n = (size_t)p->T * (size_t)p->m->info.n_ff;
     if (!L->w_gate.data) {
         for (size_t i = 0; i < n; i++) p->up[i] = gelu_tanh(p->up[i]);
         return;
     }
-    for (size_t i = 0; i < n; i++) p->up[i] *= p->gate[i] / (1.0f + expf(-p->gate[i]));
+    if (p->m->arch->act == ACT_GELU_TANH) /* GeGLU */
+        for (size_t i = 0; i < n; i++) p->up[i] *= gelu_tanh(p->gate[i]);
+    else
+        for (size_t i = 0; i < n; i++) p->up[i] *= p->gate[i] / (1.0f + expf(-p->gate[i]));
 }
 
 /* One encoder layer, post-LayerNorm: x = LN(x + attn(x)); x = LN(x + ffn(x)). */
@@ -264,7 +290,7 @@ static void enc_layer(enc_pass *p, int l) {
     const layer_weights *L = &m->layers[l];
     int E = m->info.n_embd, T = p->T;
     float eps = m->info.rms_eps;
-    enc_qkv(p, L);
+    enc_qkv(p, L, p->x);
     p->layer = l; /* with an inspection hook, serially on this thread (worker 0) */
     threads_run(p->attn_cb ? 1 : p->n_threads, p->n * m->info.n_head, enc_attend_task, p);
     enc_matmul(p, p->tmp, &L->wo, p->att, L->bo);
@@ -276,6 +302,29 @@ static void enc_layer(enc_pass *p, int l) {
     enc_matmul(p, p->tmp, &L->w_down, p->up, L->b_down);
     for (size_t i = 0; i < (size_t)T * E; i++) p->x[i] += p->tmp[i];
     layer_norm(p->x, L->ffn_norm, L->ffn_norm_b, T, E, eps);
+}
+
+/* One pre-norm layer (gemma-embedding: gemma3's layer attending both ways): x += post(attn(rms(x)));
+ * x += post(ffn(rms(x))), post = the family's RMSNorm of a sub-layer's output, or nothing. */
+static void enc_layer_pre(enc_pass *p, int l) {
+    const model *m = p->m;
+    const layer_weights *L = &m->layers[l];
+    int E = m->info.n_embd, T = p->T;
+    float eps = m->info.rms_eps;
+    rms_norm(p->xn, p->x, L->attn_norm, T, E, eps);
+    enc_qkv(p, L, p->xn);
+    p->layer = l;
+    threads_run(p->attn_cb ? 1 : p->n_threads, p->n * m->info.n_head, enc_attend_task, p);
+    enc_matmul(p, p->tmp, &L->wo, p->att, L->bo);
+    if (L->post_attn_norm) rms_norm(p->tmp, p->tmp, L->post_attn_norm, T, E, eps);
+    for (size_t i = 0; i < (size_t)T * E; i++) p->x[i] += p->tmp[i];
+    rms_norm(p->xn, p->x, L->ffn_norm, T, E, eps);
+    enc_matmul(p, p->up, &L->w_up, p->xn, NULL);
+    enc_matmul(p, p->gate, &L->w_gate, p->xn, NULL);
+    enc_act(p, L);
+    enc_matmul(p, p->tmp, &L->w_down, p->up, NULL);
+    if (L->post_ffn_norm) rms_norm(p->tmp, p->tmp, L->post_ffn_norm, T, E, eps);
+    for (size_t i = 0; i < (size_t)T * E; i++) p->x[i] += p->tmp[i];
 }
 
 // ---- engine_embed for encoders ------------------------------------------------------------------
@@ -301,13 +350,14 @@ static attnd_status enc_alloc(enc_pass *p, int T, int n_in, attnd_err *err) {
     const model *m = p->m;
     size_t E = (size_t)m->info.n_embd, Q = (size_t)m->q_dim, KV = (size_t)m->kv_dim, F = (size_t)m->info.n_ff;
     size_t G = m->layers[0].w_gate.data ? F : 0, W = m->arch->fused_qkv ? Q + 2 * KV : 0;
-    size_t floats = (size_t)T * (2 * E + 2 * Q + 2 * KV + F + G + W) + (size_t)p->n_threads * (size_t)p->max_len + 3 * E;
+    size_t floats = (size_t)T * (3 * E + 2 * Q + 2 * KV + F + G + W) + (size_t)p->n_threads * (size_t)p->max_len + embed_scratch_floats(m);
     size_t scratch = enc_scratch_bytes(m, T);
     char *mem = malloc(sizeof(float) * floats + scratch + sizeof(int) * (size_t)(n_in + 1) + 64);
     if (!mem) return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory for an encoder pass of %d tokens", T);
     float *f = (float *)mem;
     p->x = f, f += (size_t)T * E;
     p->tmp = f, f += (size_t)T * E;
+    p->xn = f, f += (size_t)T * E;
     p->q = f, f += (size_t)T * Q;
     p->att = f, f += (size_t)T * Q;
     p->k = f, f += (size_t)T * KV;
@@ -316,7 +366,7 @@ static attnd_status enc_alloc(enc_pass *p, int T, int n_in, attnd_err *err) {
     p->gate = f, f += (size_t)T * G;
     p->fused = f, f += (size_t)T * W;
     p->scores = f, f += (size_t)p->n_threads * (size_t)p->max_len;
-    p->pool_scratch = f, f += 3 * E;
+    p->pool_scratch = f, f += embed_scratch_floats(m);
     p->start = (int *)f;
     p->mm_scratch = (char *)(p->start + n_in + 1) + (64 - ((uintptr_t)(p->start + n_in + 1) % 64)) % 64;
     return ATTND_OK;
@@ -330,7 +380,11 @@ static void enc_run(enc_pass *p, const embed_input *in, int n, model_pooling poo
     for (int i = 0; i < n; i++) p->start[i] = p->T, p->T += in[i].n_tokens;
     p->start[n] = p->T;
     enc_embed(p);
-    for (int l = 0; l < m->info.n_layer; l++) enc_layer(p, l);
+    for (int l = 0; l < m->info.n_layer; l++) {
+        if (m->arch->post_ln) enc_layer(p, l);
+        else enc_layer_pre(p, l);
+    }
+    if (m->output_norm) rms_norm(p->x, p->x, m->output_norm, p->T, E, m->info.rms_eps); /* RMSNorm families */
     for (int i = 0; i < n; i++) {
         int len = in[i].n_tokens, r = pool == POOL_MEAN ? 0 : pool == POOL_LAST ? len - 1 : 0;
         embed_pool(m, pool, p->x + (size_t)(p->start[i] + r) * E, pool == POOL_MEAN ? len : 1, out + (size_t)i * dim,

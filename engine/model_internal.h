@@ -103,6 +103,7 @@ struct model {
     weight cls, cls_out;     /* (n_embd, n_embd) cls.weight, (n_cls_out, n_embd) cls.output.weight; or empty */
     float *cls_b, *cls_out_b; /* (n_embd), (n_cls_out), or NULL */
     int n_cls_out;           /* cls.output's rows; 0 without a head */
+    weight dense_2, dense_3; /* (D, n_embd), (n_embd, D): projections after pooling (EmbeddingGemma), or empty */
     /* encoders (arch post_ln, abs_pos; encoder.c) */
     weight pos_embd;         /* (n_ctx, n_embd) position_embd (arch abs_pos), or empty */
     weight type_embd;        /* (n_types, n_embd) token_types, or empty */

@@ -29,11 +29,22 @@ static inline tiny_spec enc_bge_base(void) {
     return sp;
 }
 
+/* EmbeddingGemma's layers at a small size llama.cpp loads (64 wide, 4 heads of 32, 2 KV heads,
+ * 6 layers: 5 local with a window of 6, then a global one), tied, mean pooling. */
+static inline tiny_spec gemma_emb_small(void) {
+    tiny_spec sp = tiny_default("gemma-embedding");
+    sp.vocab = true, sp.n_vocab = 320, sp.n_ctx = 512, sp.n_embd = 64, sp.n_head = 4, sp.n_head_kv = 2;
+    sp.head_dim = 32, sp.rope_dims = 32, sp.n_ff = 96, sp.n_layer = 6, sp.window = 6, sp.rope_base = 1e6f;
+    sp.rms_eps = 1e-6f, sp.tied = true, sp.pooling = 1 + 1;
+    return sp;
+}
+
 /* The encoders of the llama.cpp comparison (tests/data/reference-embed.json, regenerate.sh through
  * tiny_model): the small bert (F32, mean pooling), bge-base's shape in F16 (CLS pooling), and a
  * cross-encoder of that shape (F16, rank: cls and one cls.output logit), and nomic-embed-text
- * v1.5's shape (768 wide, 12 heads of 64 all rotated, SwiGLU of 3072) at 2 layers, F16, mean. */
-static const char *const ENC_NAMES[] = {"bert", "bert-bge-base", "bert-reranker", "nomic-bert"};
+ * v1.5's shape (768 wide, 12 heads of 64 all rotated, SwiGLU of 3072) at 2 layers, F16, mean, and
+ * the small gemma-embedding (gemma_emb_small, F32). */
+static const char *const ENC_NAMES[] = {"bert", "bert-bge-base", "bert-reranker", "nomic-bert", "gemma-embedding"};
 #define N_ENC (sizeof(ENC_NAMES) / sizeof(ENC_NAMES[0]))
 
 static inline tiny_spec enc_named(const char *name) {
@@ -41,6 +52,7 @@ static inline tiny_spec enc_named(const char *name) {
     if (strcmp(name, "bert")) sp = enc_bge_base(), sp.wtype = GGUF_TYPE_F16, sp.seed = 5;
     if (!strcmp(name, "bert-reranker")) sp.pooling = 1 + 4, sp.n_cls_out = 1, sp.seed = 6;
     if (!strcmp(name, "nomic-bert")) sp.arch = "nomic-bert", sp.pooling = 1 + 1, sp.seed = 8, sp.rope_base = 1000.0f;
+    if (!strcmp(name, "gemma-embedding")) sp = gemma_emb_small();
     return sp;
 }
 
@@ -108,7 +120,9 @@ static inline int enc_tensors(const tiny_spec *sp, tiny_tensor *ts) {
 }
 #undef EADD
 
+/* Writes encoder sp to path (gemma-embedding: engine_fixture.h's decoder-shaped tensors). 0 = done. */
 static inline int enc_write(const char *path, const tiny_spec *sp) {
+    if (!strcmp(sp->arch, "gemma-embedding")) return tiny_write(path, sp);
     tiny_tensor *ts = calloc(TINY_MAX_TENSORS, sizeof(*ts));
     int rc = tiny_write_tensors(path, sp, ts, enc_tensors(sp, ts));
     free(ts);

@@ -339,6 +339,89 @@ Test(embed, nomic_bert_matches_float64_reference) {
     engine_destroy(e), model_destroy(m), unlink(path);
 }
 
+/* gemma-embedding: gemma3's layers attending both ways, local layers within window / 2 on either
+ * side: attention rows against the float64 reference within 1e-4, and the mean vector through the
+ * (tied) output head equal to the mean of the reference's logits. */
+Test(embed, gemma_embedding_matches_float64_reference) {
+    char path[256];
+    model *m;
+    engine *e;
+    tiny_spec sp = gemma_emb_small();
+    load_tiny(&sp, path, sizeof(path), "gemb", &m, &e, 64);
+    cr_assert_eq(model_roles(m), MODEL_ROLE_EMBED);
+    int n = 11, V = sp.n_vocab, E = sp.n_embd, L = sp.n_layer, H = sp.n_head;
+    const int32_t toks[11] = {2, 300, 17, 45, 260, 301, 99, 8, 270, 33, 1};
+    double *ref = malloc(sizeof(double) * (size_t)n * V), *attn = malloc(sizeof(double) * (size_t)L * H * n * n);
+    ref_forward_attn(&sp, path, toks, n, ref, attn);
+    rows_cap c = {n, L, H, n, calloc((size_t)n * L * H * n, sizeof(float)), calloc((size_t)n * L * H, sizeof(int))};
+    engine_set_attention_cb(e, cap_rows, &c);
+    float v[64];
+    attnd_err err = {0};
+    cr_assert_eq(engine_embed(e, &(embed_input){toks, n, NULL}, 1, POOL_FILE, v, &err), ATTND_OK, "%s", err.msg);
+    for (int l = 0; l < L; l++)
+        for (int h = 0; h < H; h++)
+            for (int t = 0; t < n; t++)
+                for (int j = 0; j < n; j++) {
+                    size_t at = ((size_t)t * L + l) * H + h;
+                    double want = attn[(((size_t)l * H + h) * n + t) * n + j];
+                    cr_assert(fabs(c.w[at * n + j] - want) < 1e-4, "l%d h%d row %d key %d: %g vs %g", l, h, t, j,
+                              c.w[at * n + j], want);
+                    if (l < 5 && abs(t - j) > 3) cr_assert_eq(c.w[at * n + j], 0.0f); /* outside the window */
+                }
+    double *lg = malloc(sizeof(double) * V);
+    gguf_file *f;
+    cr_assert_eq(gguf_open(&f, path, NULL), ATTND_OK);
+    const gguf_tensor *w = gguf_find_tensor(f, "token_embd.weight");
+    for (int r = 0; r < V; r++) {
+        double got = 0, want = 0;
+        for (int k = 0; k < E; k++) got += ref_elem(w, (uint64_t)r * E + k) * v[k];
+        for (int t = 0; t < n; t++) want += ref[(size_t)t * V + r] / n;
+        cr_assert(fabs(got - want) < 2e-4 * (1 + fabs(want)), "row %d: %g vs %g", r, got, want);
+    }
+    gguf_close(f);
+    free(ref), free(attn), free(lg), free(c.w), free(c.n_keys);
+    engine_destroy(e), model_destroy(m), unlink(path);
+}
+
+/* EmbeddingGemma's Dense modules: the pooled vector through dense_2 (n_embd -> 96) then dense_3
+ * (96 -> n_embd), no activation between, as llama.cpp's build_dense_out. */
+Test(embed, dense_projections_follow_pooling) {
+    tiny_spec sp = gemma_emb_small();
+    char plain[256], dense[256];
+    model *m;
+    engine *e;
+    load_tiny(&sp, plain, sizeof(plain), "gplain", &m, &e, 32);
+    const int32_t toks[7] = {2, 300, 17, 45, 260, 301, 1};
+    float v[64], vd[64];
+    attnd_err err = {0};
+    cr_assert_eq(engine_embed(e, &(embed_input){toks, 7, NULL}, 1, POOL_FILE, v, &err), ATTND_OK, "%s", err.msg);
+    engine_destroy(e), model_destroy(m), unlink(plain);
+    tiny_tensor *ts = calloc(TINY_MAX_TENSORS, sizeof(*ts));
+    int nt = tiny_tensors(&sp, ts); /* the same trunk, then the two projections */
+    uint64_t seed = 99;
+    tiny_add(ts, &nt, &seed, "dense_2.weight", 64, 96, GGUF_TYPE_F32, 0.2f, 0.0f);
+    tiny_add(ts, &nt, &seed, "dense_3.weight", 96, 64, GGUF_TYPE_F32, 0.2f, 0.0f);
+    double d2[96 * 64], d3[64 * 96];
+    for (int i = 0; i < 96 * 64; i++) d2[i] = ts[nt - 2].vals[i], d3[i] = ts[nt - 1].vals[i];
+    tiny_tmpname(dense, sizeof(dense), "gdense");
+    cr_assert_eq(tiny_write_tensors(dense, &sp, ts, nt), 0);
+    free(ts);
+    cr_assert_eq(model_load(&m, dense, &err), ATTND_OK, "%s", err.msg);
+    cr_assert_eq(engine_create(&e, m, 32, 1, &err), ATTND_OK);
+    cr_assert_eq(engine_embed(e, &(embed_input){toks, 7, NULL}, 1, POOL_FILE, vd, &err), ATTND_OK, "%s", err.msg);
+    double y[96];
+    for (int r = 0; r < 96; r++) {
+        y[r] = 0;
+        for (int c = 0; c < 64; c++) y[r] += d2[r * 64 + c] * v[c];
+    }
+    for (int r = 0; r < 64; r++) {
+        double want = 0;
+        for (int c = 0; c < 96; c++) want += d3[r * 96 + c] * y[c];
+        cr_assert(fabs(vd[r] - want) < 1e-4 * (1 + fabs(want)), "[%d] %g vs %g", r, vd[r], want);
+    }
+    engine_destroy(e), model_destroy(m), unlink(dense);
+}
+
 /* Passes of at most 8 tokens: inputs of 9 tokens do not fit; of 5 + 1 + 1 do, in one pass. */
 Test(embed, bert_inputs_split_into_passes_equal_one_pass) {
     char path[256];
