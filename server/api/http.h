@@ -21,6 +21,7 @@
 #define ATTND_SERVER_HTTP_H
 
 #include <jansson.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -44,6 +45,7 @@ typedef struct tokenizer tokenizer;
 typedef struct sess_store sess_store;
 typedef struct rstore rstore;
 typedef struct sched sched;
+typedef struct mreg mreg;
 
 /* What a handler or a transport call returns: HTTP_YES = answered (or read on), HTTP_NO = close
  * the connection (libmicrohttpd's MHD_YES / MHD_NO, which http.c passes on). */
@@ -63,6 +65,8 @@ enum {
     ROUTE_SEGMENT = 8, /* path holds "{id}": exactly one path segment stands there */
     ROUTE_ANTHROPIC = 16, /* errors in Anthropic's shape (anthropic.h) */
     ROUTE_OLLAMA = 32,    /* errors in Ollama's shape: {"error": "..."} */
+    ROUTE_MULTI = 64,     /* served by a server of several models too (models_http.h); a ROUTE_MODEL
+                             route without it answers 501 there */
 };
 
 /* One endpoint (routes.c holds them all). */
@@ -93,6 +97,10 @@ struct server {
     chat_template chat;       /* the chat template and where it came from (chat.h) */
     char *model_id;
     int n_ctx, n_vocab;
+    pthread_t keepalive;      /* several models: systemd's watchdog while no scheduler runs */
+    bool has_keepalive;
+    mreg *models;             /* several models (models_dir, presets): the registry, and the fields
+                                 above stay NULL; NULL = one model (models_http.h) */
     atomic_bool ready;
     atomic_bool stopping;
     atomic_int in_flight;     /* requests between their first callback and completion */
@@ -160,6 +168,7 @@ struct req {
     char owner[SESS_OWNER_MAX + 1]; /* the API key's owner tag ("" = one key or none; sess.h) */
     char reason[160];        /* why the request was refused (error responses), for the log */
     char request_id[SLOG_REQUEST_ID_MAX + 1]; /* X-Request-Id: the client's, or one made here */
+    char warning[256];       /* a Warning header for the answer ("" = none): the body's unknown fields */
     // ---- the access log's, set by the slots' end hooks ----
     bool cancelled;          /* client went away mid-request */
     int n_prompt, n_gen;     /* prompt tokens read, tokens generated */

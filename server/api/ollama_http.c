@@ -18,6 +18,7 @@
 #include "attnd/model.h"
 #include "endpoints.h"
 #include "genreq_http.h"
+#include "models_http.h"
 #include "ollama.h"
 #include "sse.h"
 
@@ -48,10 +49,10 @@ static void rfc3339_now(char out[40]) {
     snprintf(out, 40, "%s.%09ldZ", day, (long)ts.tv_nsec);
 }
 
-/* The served model's name as Ollama clients see it; a name matches with or without ":latest". */
-static bool model_matches(const struct server *s, const char *name) {
-    size_t n = strlen(s->model_id);
-    return !strncmp(name, s->model_id, n) && (!name[n] || !strcmp(name + n, ":latest"));
+/* A model's name as Ollama clients see it (id): a name matches with or without ":latest". */
+static bool model_matches(const char *id, const char *name) {
+    size_t n = strlen(id);
+    return !strncmp(name, id, n) && (!name[n] || !strcmp(name + n, ":latest"));
 }
 
 /* The answer's fields beside the reply (o NULL: running). */
@@ -59,7 +60,7 @@ static ollama_result result_of(req *r, const sched_output *o) {
     oll_state *st = req_get(r, REQ_SLOT_ENDPOINT);
     ollama_result res = {.model = st->rq.model, .created_at = st->created_at};
     if (!o || !o->done) return res;
-    bool cut = genreq_was_cut(o) || (o->finish_reason && !strcmp(o->finish_reason, "length"));
+    bool cut = genreq_was_cut(genreq_http_get(r), o) || (o->finish_reason && !strcmp(o->finish_reason, "length"));
     res.done_reason = cut ? "length" : "stop";
     res.prompt_eval_count = o->n_prompt - o->n_cached;
     res.eval_count = o->n_generated;
@@ -91,7 +92,7 @@ static void oll_update(req *r, int k, const sched_update *u, buf *out) {
     bool saved = genreq_persist(g);
     sched_output o;
     sched_job_output(g->job, &o);
-    const char *fail = !saved ? g->unsaved.msg : o.status != ATTND_OK && !genreq_was_cut(&o) ? (o.errmsg[0] ? o.errmsg : "generation failed") : NULL;
+    const char *fail = !saved ? g->unsaved.msg : o.status != ATTND_OK && !genreq_was_cut(g, &o) ? (o.errmsg[0] ? o.errmsg : "generation failed") : NULL;
     if (fail) { /* as Ollama ends a stream that failed: an error line */
         json_t *e = json_pack("{s:s}", "error", fail);
         char *s = e ? json_dumps(e, JSON_COMPACT) : NULL;
@@ -123,15 +124,16 @@ static bool parse_body(req *r, json_t *b, bool chat_api, http_result *ret) {
     const char *param = NULL;
     attnd_err err;
     attnd_status rc = ollama_parse(b, chat_api, &s->cfg, &st->rq, &param, &err);
-    if (rc == ATTND_OK && !model_matches(s, st->rq.model)) {
+    if (rc == ATTND_OK && !model_matches(g->env.model_id, st->rq.model)) {
         char msg[300];
         snprintf(msg, sizeof(msg), "model '%.200s' not found", st->rq.model);
         *ret = http_respond_error(r, 404, msg, "model");
         return false;
     }
     g->chat = st->rq.chat;
-    if (rc == ATTND_OK) rc = oai_parse(st->rq.body, g->chat, &s->cfg, s->n_vocab, &g->oreq, &param, &err);
-    if (rc == ATTND_OK && g->chat) rc = oai_bind_template(&g->oreq, s->chat.takes_tools, s->chat.tool_format, &err);
+    if (rc == ATTND_OK) rc = oai_parse(st->rq.body, g->chat, g->env.cfg, g->env.n_vocab, &g->oreq, &param, &err);
+    if (rc == ATTND_OK && g->chat)
+        rc = oai_bind_template(&g->oreq, g->env.chat->takes_tools, g->env.chat->tool_format, &err);
     if (rc == ATTND_OK) return true;
     *ret = http_respond_error(r, http_status_of(rc, HTTP_CTX_PARSE), err.msg, param);
     return false;
@@ -142,6 +144,7 @@ static http_result generate(req *r, bool chat_api) {
     json_t *b;
     genreq *g = genreq_http_begin(r, &b, &ret);
     if (!g) return ret;
+    g->api = METRICS_API_OLLAMA;
     oll_state *st = calloc(1, sizeof(*st));
     if (!st) return http_respond_error(r, 503, "out of memory", NULL);
     req_set(r, REQ_SLOT_ENDPOINT, st, oll_state_free);
@@ -161,7 +164,7 @@ static http_result generate(req *r, bool chat_api) {
     if (g->unsaved.fail) return http_respond_error(r, genreq_http_status(&g->unsaved), g->unsaved.msg, NULL);
     sched_output o;
     sched_job_output(g->job, &o);
-    if (o.status != ATTND_OK && !genreq_was_cut(&o))
+    if (o.status != ATTND_OK && !genreq_was_cut(g, &o))
         return http_respond_error(r, http_status_of(o.status, HTTP_CTX_GENERATE), o.errmsg[0] ? o.errmsg : "generation failed", NULL);
     ollama_result res = result_of(r, &o);
     json_t *a = ollama_answer(&res, o.text ? o.text : "", o.text_len, chat_api, st->rq.chat, calls_parsed(g), g->oreq.tools.tools,
@@ -204,11 +207,13 @@ static json_t *model_entry(const struct server *s) {
 }
 
 http_result ep_ollama_tags(req *r) {
+    if (r->srv->models) return models_http_tags(r, false);
     json_t *m = model_entry(r->srv);
     return http_respond_json(r, 200, json_pack("{s:[o]}", "models", m));
 }
 
 http_result ep_ollama_ps(req *r) {
+    if (r->srv->models) return models_http_tags(r, true);
     json_t *m = model_entry(r->srv);
     if (m) {
         json_object_set_new(m, "size_vram", json_integer(0));
@@ -227,7 +232,7 @@ http_result ep_ollama_show(req *r) {
     if (!b) return ret;
     const char *name = json_string_value(json_object_get(b, "model"));
     if (!name) name = json_string_value(json_object_get(b, "name")); /* the older field */
-    if (!name || !model_matches(s, name)) {
+    if (!name || !model_matches(s->model_id, name)) {
         char msg[300];
         snprintf(msg, sizeof(msg), "model '%.200s' not found", name ? name : "");
         json_decref(b);
