@@ -60,7 +60,8 @@ static attnd_status embed_load_dense(model *m, attnd_err *err) {
     int64_t E = m->info.n_embd, D = t2 ? (int64_t)t2->ne[1] : 0;
     if (!t2 && !t3) return ATTND_OK;
     if (!t2 || !t3 || D < 1 || D > (1 << 16))
-        return attnd_fail(err, ATTND_ERR_FORMAT, "dense_2.weight and dense_3.weight come together (n_embd -> D -> n_embd)");
+        return attnd_fail(err, ATTND_ERR_FORMAT,
+                          "dense_2.weight and dense_3.weight come together (n_embd -> D -> n_embd)");
     attnd_status st = model_find_matrix(m, "dense_2.weight", D, E, true, &m->dense_2, err);
     return st ? st : model_find_matrix(m, "dense_3.weight", E, D, true, &m->dense_3, err);
 }
@@ -92,7 +93,8 @@ attnd_status embed_model_load(model *m, const char *arch, attnd_err *err) {
         return st;
     if ((st = embed_load_dense(m, err))) return st;
     if ((m->cls_b && !m->cls.data) || (m->cls_out_b && !m->cls_out.data) || (m->cls.data && !m->cls_out.data))
-        return attnd_fail(err, ATTND_ERR_FORMAT, "the classification head is incomplete (cls.bias without cls.weight, "
+        return attnd_fail(err, ATTND_ERR_FORMAT,
+                          "the classification head is incomplete (cls.bias without cls.weight, "
                           "or cls without cls.output.weight)");
     m->n_cls_out = m->cls_out.data ? (int)n_out : 0;
     if (m->pooling == POOL_RANK && !m->n_cls_out)
@@ -196,8 +198,9 @@ static attnd_status embed_check(const engine *e, const embed_input *in, int n, m
     if (*pool == POOL_FILE) *pool = model_pooling_type(m);
     if (n < 0 || (n > 0 && !in)) return attnd_fail(err, ATTND_ERR_INVALID, "engine_embed: %d inputs", n);
     if (*pool == POOL_NONE || *pool < POOL_NONE || *pool > POOL_RANK)
-        return attnd_fail(err, ATTND_ERR_INVALID, "pooling '%s' is not one engine_embed computes (mean, cls, last, "
-                          "rank)", model_pooling_name(*pool));
+        return attnd_fail(err, ATTND_ERR_INVALID,
+                          "pooling '%s' is not one engine_embed computes (mean, cls, last, rank)",
+                          model_pooling_name(*pool));
     if (*pool == POOL_RANK && !m->n_cls_out)
         return attnd_fail(err, ATTND_ERR_INVALID, "the model ('%s') has no classification head: it cannot rank",
                           mi->arch);

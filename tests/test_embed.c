@@ -175,7 +175,8 @@ Test(embed, decoder_rank_is_softmax_of_head_on_last_token) {
     }
     gguf_close(f);
     double p0 = 1 / (1 + exp(z[1] - z[0]));
-    cr_assert(fabs(score[0] - p0) < 1e-5 && fabs(score[0] + score[1] - 1) < 1e-6, "%g %g vs %g", score[0], score[1], p0);
+    cr_assert(fabs(score[0] - p0) < 1e-5 && fabs(score[0] + score[1] - 1) < 1e-6, "%g %g vs %g", score[0], score[1],
+              p0);
     engine_destroy(e), model_destroy(m), unlink(path);
 }
 
@@ -251,7 +252,11 @@ static void check_encoder(const tiny_spec *sp, const char *path, engine *e, cons
     int E = sp->n_embd, L = sp->n_layer, H = sp->n_head, total = 0, max_len = 0;
     model_pooling want_pool = pool == POOL_FILE ? (model_pooling)(sp->pooling - 1) : pool;
     for (int i = 0; i < n; i++) total += in[i].n_tokens, max_len = in[i].n_tokens > max_len ? in[i].n_tokens : max_len;
-    rows_cap c = {total, L, H, max_len, calloc((size_t)total * L * H * max_len, sizeof(float)),
+    rows_cap c = {total,
+                  L,
+                  H,
+                  max_len,
+                  calloc((size_t)total * L * H * max_len, sizeof(float)),
                   calloc((size_t)total * L * H, sizeof(int))};
     engine_set_attention_cb(e, cap_rows, &c);
     float *out = malloc(sizeof(float) * (size_t)n * E);
@@ -260,7 +265,8 @@ static void check_encoder(const tiny_spec *sp, const char *path, engine *e, cons
     engine_set_attention_cb(e, NULL, NULL);
     for (int i = 0, entry = 0; i < n; entry += in[i].n_tokens, i++) {
         int len = in[i].n_tokens;
-        double *x = malloc(sizeof(double) * (size_t)len * E), *attn = malloc(sizeof(double) * (size_t)L * H * len * len);
+        double *x = malloc(sizeof(double) * (size_t)len * E),
+               *attn = malloc(sizeof(double) * (size_t)L * H * len * len);
         eref_forward(sp, path, in[i].tokens, in[i].types, len, x, attn);
         double mx = 0, dot = 0, na = 0, nb = 0;
         for (int k = 0; k < E; k++) {
@@ -276,7 +282,8 @@ static void check_encoder(const tiny_spec *sp, const char *path, engine *e, cons
             for (int h = 0; h < H; h++)
                 for (int t = 0; t < len; t++) {
                     size_t at = ((size_t)(entry + t) * L + l) * H + h;
-                    cr_assert_eq(c.n_keys[at], len, "entry %d layer %d head %d: %d keys", entry + t, l, h, c.n_keys[at]);
+                    cr_assert_eq(c.n_keys[at], len, "entry %d layer %d head %d: %d keys", entry + t, l, h,
+                                 c.n_keys[at]);
                     for (int j = 0; j < len; j++) {
                         double want = attn[(((size_t)l * H + h) * len + t) * len + j];
                         cr_assert(fabs(c.w[at * max_len + j] - want) < 1e-4, "input %d l%d h%d row %d key %d: %g vs %g",
@@ -506,12 +513,14 @@ Test(embed, encoders_match_llama_cpp) {
                 double a = out[(size_t)i * dim + k], b = json_number_value(json_array_get(json_array_get(want, i), k));
                 dot += a * b, na += a * a, nb += b * b, worst = fmax(worst, fabs(a - b));
             }
-            cr_log_info("%s input %d: cosine %.8f, largest difference %.3g", ENC_NAMES[c], i, dot / sqrt(na * nb), worst);
+            cr_log_info("%s input %d: cosine %.8f, largest difference %.3g", ENC_NAMES[c], i, dot / sqrt(na * nb),
+                        worst);
             if (dim == 1)
                 cr_assert(worst <= 1e-3, "%s input %d: score %g, llama.cpp %g", ENC_NAMES[c], i, out[i],
                           json_number_value(json_array_get(json_array_get(want, i), 0)));
             else
-                cr_assert(dot / sqrt(na * nb) >= 0.9999, "%s input %d: cosine %.6f", ENC_NAMES[c], i, dot / sqrt(na * nb));
+                cr_assert(dot / sqrt(na * nb) >= 0.9999, "%s input %d: cosine %.6f", ENC_NAMES[c], i,
+                          dot / sqrt(na * nb));
         }
         for (int i = 0; dim == 1 && i < ENC_N_INPUTS; i++) /* the same order */
             for (int j = 0; j < ENC_N_INPUTS; j++) {

@@ -42,9 +42,9 @@ typedef enum model_pooling {
     POOL_FILE = -1, /* engine_embed: the file's (model_pooling_type) */
     POOL_NONE = 0,  /* one vector per token (not pooled) */
     POOL_MEAN = 1,
-    POOL_CLS = 2,   /* the first token's */
-    POOL_LAST = 3,  /* the last token's */
-    POOL_RANK = 4,  /* a classification head (cls / cls.output tensors): relevance scores */
+    POOL_CLS = 2,  /* the first token's */
+    POOL_LAST = 3, /* the last token's */
+    POOL_RANK = 4, /* a classification head (cls / cls.output tensors): relevance scores */
 } model_pooling;
 
 /* "none", "mean", "cls", "last", "rank" ("file" for POOL_FILE); "?" otherwise. Static strings. */
