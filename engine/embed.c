@@ -153,7 +153,7 @@ static void rank_head(const model *m, const float *x, float *out, float *scratch
 
 /* The row index, among an input's n hidden rows, that pooling pool reads (-1: all of them, mean). */
 static int pooled_row(const model *m, model_pooling pool, int n) {
-    if (pool == POOL_MEAN) return -1;
+    if (pool == POOL_MEAN || pool == POOL_NONE) return -1;
     if (pool == POOL_CLS) return 0;
     if (pool == POOL_RANK) return m->arch->bidirectional ? 0 : n - 1;
     return n - 1;
@@ -237,7 +237,10 @@ static attnd_status decoder_pass(engine *e, kv_pool *kv, const embed_input *in, 
     if (!st) st = engine_eval_hidden(e, entries, n_ent, hidden, err);
     for (int i = 0, row = 0; i < n && !st; i++) {
         int rows = pooled_row(m, pool, in[i].n_tokens) < 0 ? in[i].n_tokens : 1;
-        embed_pool(m, pool, hidden + (size_t)row * E, rows, out + (size_t)i * dim, scratch);
+        if (pool == POOL_NONE) /* every token's vector: out is (tokens, n_embd) */
+            for (int t = 0; t < rows; t++)
+                embed_pool(m, POOL_CLS, hidden + (size_t)(row + t) * E, 1, out + (size_t)(row + t) * E, scratch);
+        else embed_pool(m, pool, hidden + (size_t)row * E, rows, out + (size_t)i * dim, scratch);
         row += rows;
     }
     for (int i = 0; seqs && i < n; i++) kv_seq_destroy(seqs[i]);
@@ -255,11 +258,12 @@ static attnd_status embed_decoder(engine *e, const embed_input *in, int n, model
     float *hidden = malloc(sizeof(float) * ((size_t)B * E + embed_scratch_floats(m)));
     attnd_status st = entries && hidden ? kv_pool_create(&kv, m, SIZE_MAX, KV_F32, err)
                                         : attnd_fail(err, ATTND_ERR_NOMEM, "out of memory embedding");
-    for (int i = 0; i < n && !st;) {
+    for (int i = 0, done = 0; i < n && !st;) {
         int j = i, toks = 0;
         while (j < n && toks + in[j].n_tokens <= B) toks += in[j++].n_tokens;
-        st = decoder_pass(e, kv, in + i, j - i, pool, out + (size_t)i * dim, entries, hidden, hidden + (size_t)B * E,
-                          err);
+        st = decoder_pass(e, kv, in + i, j - i, pool, out + (pool == POOL_NONE ? (size_t)done * E : (size_t)i * dim),
+                          entries, hidden, hidden + (size_t)B * E, err);
+        done += toks;
         i = j;
     }
     kv_pool_destroy(kv);
@@ -268,10 +272,21 @@ static attnd_status embed_decoder(engine *e, const embed_input *in, int n, model
     return st;
 }
 
-attnd_status engine_embed(engine *e, const embed_input *in, int n, model_pooling pool, float *out, attnd_err *err) {
-    attnd_status st = embed_check(e, in, n, &pool, err);
-    if (st || n == 0) return st;
+/* engine_embed and engine_embed_tokens: checked inputs through the decoder or the encoder path. */
+static attnd_status embed_run(engine *e, const embed_input *in, int n, model_pooling pool, float *out, attnd_err *err) {
+    if (n == 0) return ATTND_OK;
     if (!out) return attnd_fail(err, ATTND_ERR_INVALID, "engine_embed: no output buffer");
     if (model_is_encoder(engine_model(e))) return encoder_embed(e, in, n, pool, out, err);
     return embed_decoder(e, in, n, pool, out, err);
+}
+
+attnd_status engine_embed(engine *e, const embed_input *in, int n, model_pooling pool, float *out, attnd_err *err) {
+    attnd_status st = embed_check(e, in, n, &pool, err);
+    return st ? st : embed_run(e, in, n, pool, out, err);
+}
+
+attnd_status engine_embed_tokens(engine *e, const embed_input *in, int n, float *out, attnd_err *err) {
+    model_pooling pool = POOL_MEAN; /* checked as any pooling: every token is kept below */
+    attnd_status st = embed_check(e, in, n, &pool, err);
+    return st ? st : embed_run(e, in, n, POOL_NONE, out, err);
 }

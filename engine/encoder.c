@@ -415,8 +415,10 @@ static void enc_run(enc_pass *p, const embed_input *in, int n, model_pooling poo
     }
     if (m->output_norm)
         norm_rows(p->n_threads, p->x, p->x, m->output_norm, NULL, p->T, E, m->info.rms_eps,
-                  false); /* RMSNorm families */
-    for (int i = 0; i < n; i++) {
+                  false);                               /* RMSNorm families */
+    for (int t = 0; pool == POOL_NONE && t < p->T; t++) /* every token's vector: out is (T, n_embd) */
+        embed_pool(m, POOL_CLS, p->x + (size_t)t * E, 1, out + (size_t)t * E, p->pool_scratch);
+    for (int i = 0; pool != POOL_NONE && i < n; i++) {
         int len = in[i].n_tokens, r = pool == POOL_MEAN ? 0 : pool == POOL_LAST ? len - 1 : 0;
         embed_pool(m, pool, p->x + (size_t)(p->start[i] + r) * E, pool == POOL_MEAN ? len : 1, out + (size_t)i * dim,
                    p->pool_scratch);
@@ -435,10 +437,12 @@ attnd_status encoder_embed(engine *e, const embed_input *in, int n, model_poolin
     enc_pass p = {.e = e, .m = m, .n_threads = engine_threads(e), .max_len = max_len};
     engine_attn_hooks(e, &p.attn_cb, &p.attn_want, &p.attn_user);
     attnd_status st = enc_alloc(&p, T, n, err);
-    for (int i = 0; i < n && !st;) {
+    for (int i = 0, done = 0; i < n && !st;) {
         int j = i, toks = 0;
         while (j < n && toks + in[j].n_tokens <= B) toks += in[j++].n_tokens;
-        enc_run(&p, in + i, j - i, pool, out + (size_t)i * dim, dim);
+        enc_run(&p, in + i, j - i, pool, out + (pool == POOL_NONE ? (size_t)done * m->info.n_embd : (size_t)i * dim),
+                dim);
+        done += toks;
         i = j;
     }
     free(p.x);

@@ -533,3 +533,44 @@ Test(embed, encoders_match_llama_cpp) {
     }
     json_decref(refj);
 }
+
+/* engine_embed_tokens: every token's vector, inputs one after another (passes of 8 tokens here):
+ * their mean is the mean pooling, the first the cls one, the last the last one. */
+static void check_tokens_pool(model *m, engine *e, const embed_input *in, int n) {
+    int E = model_info_get(m)->n_embd, total = 0;
+    for (int i = 0; i < n; i++) total += in[i].n_tokens;
+    float *tok = malloc(sizeof(float) * (size_t)total * E), *pooled = malloc(sizeof(float) * (size_t)n * E);
+    attnd_err err = {0};
+    cr_assert_eq(engine_embed_tokens(e, in, n, tok, &err), ATTND_OK, "%s", err.msg);
+    model_pooling pools[3] = {POOL_MEAN, POOL_CLS, POOL_LAST};
+    for (int k = 0; k < 3; k++) {
+        cr_assert_eq(engine_embed(e, in, n, pools[k], pooled, &err), ATTND_OK, "%s", err.msg);
+        for (int i = 0, at = 0; i < n; at += in[i].n_tokens, i++)
+            for (int c = 0; c < E; c++) {
+                double want = 0;
+                for (int t = 0; t < in[i].n_tokens; t++) want += tok[(size_t)(at + t) * E + c] / in[i].n_tokens;
+                if (pools[k] == POOL_CLS) want = tok[(size_t)at * E + c];
+                if (pools[k] == POOL_LAST) want = tok[(size_t)(at + in[i].n_tokens - 1) * E + c];
+                cr_assert(fabs(pooled[(size_t)i * E + c] - want) < 1e-5, "%s input %d [%d]: %g vs %g",
+                          model_pooling_name(pools[k]), i, c, pooled[(size_t)i * E + c], want);
+            }
+    }
+    free(tok), free(pooled);
+}
+
+Test(embed, token_vectors_are_what_pooling_pools) {
+    char path[256];
+    model *m;
+    engine *e;
+    embed_input in[3] = {{ENC_B, 5, NULL}, {ENC_A + 1, 7, NULL}, {ENC_C, 1, NULL}};
+    tiny_spec sp = enc_small();
+    load_enc(&sp, path, sizeof(path), "tokens", &m, &e, 8);
+    check_tokens_pool(m, e, in, 3);
+    engine_destroy(e), model_destroy(m), unlink(path);
+    static const int32_t d0[5] = {1, 7, 30, 2, 44}, d1[7] = {9, 17, 3, 25, 40, 41, 2}, d2[1] = {5};
+    embed_input din[3] = {{d0, 5, NULL}, {d1, 7, NULL}, {d2, 1, NULL}};
+    sp = qwen3_spec();
+    load_tiny(&sp, path, sizeof(path), "dtokens", &m, &e, 8);
+    check_tokens_pool(m, e, din, 3);
+    engine_destroy(e), model_destroy(m), unlink(path);
+}
