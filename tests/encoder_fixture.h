@@ -43,8 +43,10 @@ static inline tiny_spec gemma_emb_small(void) {
  * tiny_model): the small bert (F32, mean pooling), bge-base's shape in F16 (CLS pooling), and a
  * cross-encoder of that shape (F16, rank: cls and one cls.output logit), and nomic-embed-text
  * v1.5's shape (768 wide, 12 heads of 64 all rotated, SwiGLU of 3072) at 2 layers, F16, mean, and
- * the small gemma-embedding (gemma_emb_small, F32). */
-static const char *const ENC_NAMES[] = {"bert", "bert-bge-base", "bert-reranker", "nomic-bert", "gemma-embedding"};
+ * the small gemma-embedding (gemma_emb_small, F32), and two small qwen3 decoders: an embedder (last
+ * token) and a reranker (cls.output's [yes, no] rows, softmaxed). */
+static const char *const ENC_NAMES[] = {
+    "bert", "bert-bge-base", "bert-reranker", "nomic-bert", "gemma-embedding", "qwen3-embedding", "qwen3-reranker"};
 #define N_ENC (sizeof(ENC_NAMES) / sizeof(ENC_NAMES[0]))
 
 static inline tiny_spec enc_named(const char *name) {
@@ -53,6 +55,13 @@ static inline tiny_spec enc_named(const char *name) {
     if (!strcmp(name, "bert-reranker")) sp.pooling = 1 + 4, sp.n_cls_out = 1, sp.seed = 6;
     if (!strcmp(name, "nomic-bert")) sp.arch = "nomic-bert", sp.pooling = 1 + 1, sp.seed = 8, sp.rope_base = 1000.0f;
     if (!strcmp(name, "gemma-embedding")) sp = gemma_emb_small();
+    if (!strncmp(name, "qwen3-", 6)) { /* decoders: Qwen3-Embedding (last token), Qwen3-Reranker (yes/no head) */
+        sp = tiny_default("qwen3");
+        sp.vocab = true, sp.n_vocab = 320, sp.n_ctx = 512, sp.n_embd = 64, sp.n_head = 4, sp.n_head_kv = 2;
+        sp.n_ff = 96, sp.head_dim = 32, sp.rope_dims = 32, sp.rope_base = 1e6f, sp.rms_eps = 1e-6f, sp.tied = true;
+        sp.pooling = 1 + 3;
+        if (!strcmp(name, "qwen3-reranker")) sp.pooling = 1 + 4, sp.n_cls_out = 2, sp.seed = 9;
+    }
     return sp;
 }
 
@@ -121,9 +130,9 @@ static inline int enc_tensors(const tiny_spec *sp, tiny_tensor *ts) {
 }
 #undef EADD
 
-/* Writes encoder sp to path (gemma-embedding: engine_fixture.h's decoder-shaped tensors). 0 = done. */
+/* Writes encoder sp to path (gemma-embedding and decoders: engine_fixture.h's tensors). 0 = done. */
 static inline int enc_write(const char *path, const tiny_spec *sp) {
-    if (!strcmp(sp->arch, "gemma-embedding")) return tiny_write(path, sp);
+    if (strcmp(sp->arch, "bert") && strcmp(sp->arch, "nomic-bert")) return tiny_write(path, sp);
     tiny_tensor *ts = calloc(TINY_MAX_TENSORS, sizeof(*ts));
     int rc = tiny_write_tensors(path, sp, ts, enc_tensors(sp, ts));
     free(ts);

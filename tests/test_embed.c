@@ -481,8 +481,9 @@ Test(embed, bert_rank_head_matches_float64_reference) {
 }
 
 /* tests/data/reference-embed.json (regenerate.sh --only-embed): llama.cpp's pooled vectors of the
- * generated encoders (the same files tiny_model writes), each input alone. attnd's, all inputs in
- * one call: cosine >= 0.9999 per input; the cross-encoder's logits within 1e-3, in the same order. */
+ * generated encoders and decoder embedders (the same files tiny_model writes), each input alone.
+ * attnd's, all inputs in one call: cosine >= 0.9999 per input; the rerankers' scores (a
+ * cross-encoder's logit, Qwen3-Reranker's softmax) within 1e-3, in the same order. */
 Test(embed, encoders_match_llama_cpp) {
     json_error_t je;
     json_t *refj = json_load_file(ATTND_DATA_DIR "/reference-embed.json", 0, &je);
@@ -503,6 +504,7 @@ Test(embed, encoders_match_llama_cpp) {
         engine *e;
         load_enc(&sp, path, sizeof(path), ENC_NAMES[c], &m, &e, 128);
         int dim = model_embed_dim(m);
+        bool rank = model_pooling_type(m) == POOL_RANK;
         float *out = malloc(sizeof(float) * ENC_N_INPUTS * (size_t)dim);
         attnd_err err = {0};
         cr_assert_eq(engine_embed(e, in, ENC_N_INPUTS, POOL_FILE, out, &err), ATTND_OK, "%s", err.msg);
@@ -515,18 +517,20 @@ Test(embed, encoders_match_llama_cpp) {
             }
             cr_log_info("%s input %d: cosine %.8f, largest difference %.3g", ENC_NAMES[c], i, dot / sqrt(na * nb),
                         worst);
-            if (dim == 1)
-                cr_assert(worst <= 1e-3, "%s input %d: score %g, llama.cpp %g", ENC_NAMES[c], i, out[i],
+            if (rank)
+                cr_assert(worst <= 1e-3, "%s input %d: score %g, llama.cpp %g", ENC_NAMES[c], i, out[(size_t)i * dim],
                           json_number_value(json_array_get(json_array_get(want, i), 0)));
             else
                 cr_assert(dot / sqrt(na * nb) >= 0.9999, "%s input %d: cosine %.6f", ENC_NAMES[c], i,
                           dot / sqrt(na * nb));
         }
-        for (int i = 0; dim == 1 && i < ENC_N_INPUTS; i++) /* the same order */
+        for (int i = 0; rank && i < ENC_N_INPUTS; i++) /* the same order */
             for (int j = 0; j < ENC_N_INPUTS; j++) {
                 double wi = json_number_value(json_array_get(json_array_get(want, i), 0));
                 double wj = json_number_value(json_array_get(json_array_get(want, j), 0));
-                if (wi > wj) cr_assert_gt(out[i], out[j], "%s: inputs %d and %d change order", ENC_NAMES[c], i, j);
+                if (wi > wj)
+                    cr_assert_gt(out[(size_t)i * dim], out[(size_t)j * dim], "%s: inputs %d and %d change order",
+                                 ENC_NAMES[c], i, j);
             }
         free(out);
         engine_destroy(e), model_destroy(m), unlink(path);
