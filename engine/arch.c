@@ -76,6 +76,8 @@ static const char *const KEYS_COMMON[] = {
     "attention.layer_norm_rms_epsilon", "rope.freq_base", "rope.scaling.type", "rope.scaling.factor",
     "rope.scaling.original_context_length", "rope.scaling.attn_factor", "rope.scaling.yarn_beta_fast",
     "rope.scaling.yarn_beta_slow",
+    /* embeddings and ranking (embed.c): */
+    "pooling_type", "classifier.output_labels",
     /* informational: */
     "vocab_size", "rope.scaling.finetuned", NULL};
 

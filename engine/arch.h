@@ -68,6 +68,9 @@ typedef struct arch_desc {
     bool dn_fused_ba;          /* ssm_ba: per key head its value heads' beta rows, then their alpha rows */
     bool q_gate;               /* attn_q holds [query | gate] per head; the output is times sigmoid(gate) */
     bool shared_expert;        /* ffn_{gate,up,down}_shexp beside the experts, gated by sigmoid(ffn_gate_inp_shexp x) */
+    /* Attention both ways (an encoder): every position of an input sees every other position of
+     * the same input, and no KV is kept (attnd/embed.h evaluates it; no generation). */
+    bool bidirectional;
     const char *const *keys;   /* the family's own "<arch>." keys beyond the common ones, NULL-ended */
 } arch_desc;
 

@@ -22,6 +22,7 @@
 #include "attn_ops.h"
 #include "block.h"
 #include "deltanet.h"
+#include "embed_eval.h"
 #include "kv_layout.h"
 #include "kv_quant.h"
 #include "model_internal.h"
@@ -118,6 +119,7 @@ struct engine {
     engine_yield_fn yield_fn; /* asked after each layer whether to give the step up; NULL = never */
     void *yield_user;
     float *cb_weights;      /* (n_ctx) softmax weights handed to attn_cb */
+    bool hidden;            /* engine_eval_hidden: "logits" are the final-normed hidden states */
 
     char *mem;              /* owns every array above (engine/block.h) */
 };
@@ -992,6 +994,10 @@ static void step_logits(const pass *p, int n_want, float *logits) {
     for (int w = 0; w < n_want; w++)
         memcpy(e->tmp + (size_t)w * p->E, e->x + (size_t)e->want[w] * p->E, sizeof(float) * (size_t)p->E);
     rmsnorm(e->xn, e->tmp, m->output_norm, n_want, p->E, m->info.rms_eps, e->n_threads);
+    if (e->hidden) { /* engine_eval_hidden (embed.c): the rows an embedding pools */
+        memcpy(logits, e->xn, sizeof(float) * (size_t)n_want * p->E);
+        return;
+    }
     matmul(e, logits, &m->output, e->xn, n_want);
     float cap = m->final_softcap;
     if (cap > 0)
@@ -1039,4 +1045,17 @@ attnd_status engine_eval(engine *e, const batch_entry *entries, int n, float *lo
         kv_seq_trim_window(e->seqs[i]); /* local layers' blocks no later query sees */
     }
     return ATTND_OK;
+}
+
+/* engine_eval with the final-normed hidden states (n_embd floats per entry that wants them) in
+ * place of the logits, and no inspection or yield hook called (embed_eval.h). */
+attnd_status engine_eval_hidden(engine *e, const batch_entry *entries, int n, float *hidden, attnd_err *err) {
+    engine saved = *e;
+    e->attn_cb = NULL, e->resid_cb = NULL, e->expert_cb = NULL, e->matmul_cb = NULL, e->yield_fn = NULL;
+    e->hidden = true;
+    attnd_status st = engine_eval(e, entries, n, hidden, err);
+    e->hidden = false;
+    e->attn_cb = saved.attn_cb, e->resid_cb = saved.resid_cb, e->expert_cb = saved.expert_cb;
+    e->matmul_cb = saved.matmul_cb, e->yield_fn = saved.yield_fn;
+    return st;
 }

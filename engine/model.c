@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "attnd/tokenizer.h"
+#include "embed_eval.h"
 #include "model_internal.h"
 #include "quant.h"
 #include "threads.h"
@@ -742,6 +743,7 @@ void model_destroy(model *m) {
         free(m->layers);
     }
     quant_packed_destroy(m->output.packed); /* never set on tok_embd, even when output is tied to it */
+    embed_model_free(m);
     free(m->output_norm);
     for (int i = 0; i < ROPE_TABLES; i++) free(m->rope[i].inv_freq);
     free(m->tensor_read);
@@ -766,7 +768,7 @@ attnd_status model_load(model **out, const char *path, attnd_err *err) {
     }
     if ((st = read_attention(m, arch, err)) || (st = read_experts(m, arch, err)) || (st = read_recurrent(m, arch, err)))
         goto fail;
-    if ((st = load_weights(m, err))) goto fail;
+    if ((st = load_weights(m, err)) || (st = embed_model_load(m, arch, err))) goto fail;
     skip_mtp_blocks(m);
     m->run_ctx = mi->n_ctx;
     if ((st = make_rope_tables(m, arch, err))) goto fail;
@@ -785,4 +787,13 @@ fail:
 }
 
 const model_info *model_info_get(const model *m) { return &m->info; }
+
+attnd_status model_find_matrix(model *m, const char *name, int64_t rows, int64_t cols, bool required, weight *out,
+                               attnd_err *err) {
+    return find_matrix(m, name, rows, cols, required, out, err);
+}
+
+attnd_status model_load_vector(model *m, const char *name, int64_t n, bool required, float **out, attnd_err *err) {
+    return load_vector(m, name, n, required, out, err);
+}
 const gguf_file *model_gguf(const model *m) { return m->f; }

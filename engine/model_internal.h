@@ -93,6 +93,11 @@ struct model {
     size_t packed_bytes;     /* memory of the weights' packed copies (weight.packed) */
     int run_ctx;             /* the context it is run at (model_set_context): n_ctx or less */
     uint8_t *tensor_read;    /* load scratch: (gguf_tensor_count) 1 = a step reads the tensor */
+    /* embeddings and ranking (embed.c, attnd/embed.h) */
+    int pooling;             /* model_pooling: the file's <arch>.pooling_type, or the default */
+    weight cls, cls_out;     /* (n_embd, n_embd) cls.weight, (n_cls_out, n_embd) cls.output.weight; or empty */
+    float *cls_b, *cls_out_b; /* (n_embd), (n_cls_out), or NULL */
+    int n_cls_out;           /* cls.output's rows; 0 without a head */
 };
 
 #endif /* ATTND_MODEL_INTERNAL_H */

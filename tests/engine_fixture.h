@@ -54,6 +54,8 @@ typedef struct tiny_spec {
     const char *const *specials; /* with vocab: the last n_specials pieces are these control tokens */
     int n_specials;
     const char *chat_template; /* with vocab: tokenizer.chat_template (NULL = none) */
+    int pooling;           /* > 0: <arch>.pooling_type = pooling - 1 (so 4 = last, 5 = rank) */
+    int n_cls_out;         /* > 0: cls.output.weight of n_cls_out rows and classifier.output_labels */
 } tiny_spec;
 
 /* What a family computes, as llama.cpp does it (written independently of engine/arch.c). */
@@ -224,6 +226,7 @@ static inline int tiny_tensors(const tiny_spec *sp, tiny_tensor *ts) {
         ADD("rope_factors_long.weight", (uint64_t)sp->rope_dims / 2, 1, GGUF_TYPE_F32, 4.0f, 8.0f);
     }
     if (sp->extra_tensor) ADD(sp->extra_tensor, E, 1, GGUF_TYPE_F32, 1.0f, 0.0f);
+    if (sp->n_cls_out > 0) ADD("cls.output.weight", E, (uint64_t)sp->n_cls_out, sp->wtype, 0.5f, 0.0f);
     for (int l = 0; l < sp->n_layer; l++) {
         tiny_attn_tensors(sp, &fam, l, ts, nt, rng);
         tiny_ffn_tensors(sp, &fam, l, ts, nt, rng);
@@ -267,6 +270,11 @@ static inline uint64_t tiny_keys(gbuf *b, const tiny_spec *sp) {
         gb_kv_u32(b, K("rope.scaling.original_context_length"), (uint32_t)sp->longrope_orig_ctx);
     if (sp->longrope_orig_ctx > 0 && sp->longrope_attn > 0) gb_kv_f32(b, K("rope.scaling.attn_factor"), sp->longrope_attn);
     if (sp->extra_key) gb_kv_u32(b, K(sp->extra_key), (uint32_t)sp->extra_value + 1);
+    if (sp->pooling > 0) gb_kv_u32(b, K("pooling_type"), (uint32_t)sp->pooling - 1);
+    if (sp->n_cls_out > 0) {
+        static const char *const labels[] = {"yes", "no", "c", "d", "e", "f", "g", "h"};
+        gb_kv_arr_str(b, K("classifier.output_labels"), labels, (uint64_t)sp->n_cls_out);
+    }
     if (sp->n_expert) {
         gb_kv_u32(b, K("expert_count"), (uint32_t)sp->n_expert);
         gb_kv_u32(b, K("expert_used_count"), (uint32_t)sp->n_expert_used);
