@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "attnd/cpuinfo.h"
+#include "attnd/embed.h"
 #include "attnd/gguf.h"
 #include "attnd/kv.h"
 #include "attnd/model.h"
@@ -96,6 +97,20 @@ static void add_kv_sizes(json_t *root, const model *m) {
     json_object_set_new(root, "kv_contexts_in_default_budget", fit);
 }
 
+/* What the file is for: "roles" (generate, embed, rank, as attnd/embed.h reads the file; a
+ * generation model embeds too under `serve --embeddings`) and "pooling". */
+static void add_roles(json_t *root, const model *m) {
+    unsigned roles = model_roles(m);
+    model_pooling p = model_pooling_type(m);
+    json_t *a = json_array();
+    if (roles & MODEL_ROLE_GENERATE) json_array_append_new(a, json_string("generate"));
+    if (roles & MODEL_ROLE_EMBED) json_array_append_new(a, json_string("embed"));
+    if (roles & MODEL_ROLE_RANK) json_array_append_new(a, json_string("rank"));
+    json_object_set_new(root, "roles", a);
+    json_object_set_new(root, "pooling", json_string(model_pooling_name(p)));
+    json_object_set_new(root, "embedding_length", json_integer(model_embed_dim(m)));
+}
+
 /* What running the file would mean: "runs" (and "refused" with the reason when not), the chat
  * template serve would pick, KV bytes per token and per full context. Adds them to root. */
 static void add_run_facts(json_t *root, const char *path, int ctx_size) {
@@ -126,6 +141,7 @@ static void add_run_facts(json_t *root, const char *path, int ctx_size) {
         add_kv_sizes(root, m);
         json_object_set_new(root, "kernels", json_string(cpuinfo_kernels()));
         add_layer_kv(root, m);
+        add_roles(root, m);
         if (gguf_find_tensor(model_gguf(m), "rope_factors_long.weight")) {
             json_object_set_new(root, "longrope", json_string(model_info_get(m)->rope_long ? "long" : "short"));
             json_object_set_new(root, "longrope_context", json_integer(model_run_context(m)));
@@ -155,6 +171,11 @@ static void print_run_facts(const json_t *root) {
     }
     json_t *kt = json_object_get(root, "kv_bytes_per_token"), *kc = json_object_get(root, "kv_bytes_per_context");
     printf("runs:          yes\n");
+    json_t *roles = json_object_get(root, "roles");
+    printf("roles:         ");
+    for (size_t i = 0; i < json_array_size(roles); i++) printf("%s%s", i ? ", " : "", json_string_value(json_array_get(roles, i)));
+    printf(" (pooling %s, %" JSON_INTEGER_FORMAT " floats per vector)\n", json_string_value(json_object_get(root, "pooling")),
+           json_integer_value(json_object_get(root, "embedding_length")));
     printf("kernels:       %s\n", json_string_value(json_object_get(root, "kernels")));
     printf("chat template: %s (%s)\n", json_string_value(json_object_get(root, "chat_template")),
            json_string_value(json_object_get(root, "chat_template_source")));

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "attnd/embed.h"
 #include "anthropic.h"
 #include "conn.h"
 #include "http_mhd.h"
@@ -393,11 +394,46 @@ static http_result request_body(req *r, const char *upload, size_t n) {
     return buf_append(&r->body, upload, n) ? HTTP_YES : HTTP_NO;
 }
 
+unsigned http_model_roles(const struct server *s) {
+    unsigned roles = model_roles(s->m);
+    if (s->cfg.embeddings && (roles & MODEL_ROLE_GENERATE)) roles |= MODEL_ROLE_EMBED;
+    return roles;
+}
+
+/* The role a route needs (MODEL_ROLE_*), 0 = any model. */
+static unsigned route_role(const route *rt) {
+    return (rt->flags & ROUTE_GENERATE ? MODEL_ROLE_GENERATE : 0u) | (rt->flags & ROUTE_EMBED ? MODEL_ROLE_EMBED : 0u) |
+           (rt->flags & ROUTE_RANK ? MODEL_ROLE_RANK : 0u);
+}
+
+/* The 400 of a route the model does not serve: what it does serve, from the route table. */
+static http_result wrong_role(req *r, unsigned roles) {
+    static const char *const what[] = {"generate text", "embed", "rank"};
+    const char *need = what[r->rt->flags & ROUTE_GENERATE ? 0 : r->rt->flags & ROUTE_EMBED ? 1 : 2];
+    buf b;
+    buf_init(&b);
+    buf_printf(&b, "the model '%s' does not %s%s; it serves", r->srv->model_id, need,
+               r->rt->flags & ROUTE_EMBED && (roles & MODEL_ROLE_GENERATE) ? " (start the server with --embeddings)" : "");
+    const char *sep = " ";
+    for (size_t i = 0; i < r->srv->n_routes; i++) {
+        const route *rt = &r->srv->routes[i];
+        if (!strcmp(rt->method, "POST") && (route_role(rt) & roles)) {
+            buf_printf(&b, "%s%s", sep, rt->path);
+            sep = ", ";
+        }
+    }
+    http_result ret = http_respond_error(r, 400, b.p ? b.p : "the model does not serve this endpoint", NULL);
+    buf_free(&b);
+    return ret;
+}
+
 /* The whole body is in: the route's handler. */
 static http_result dispatch(req *r) {
     if (r->too_big) return too_big(r);
     if (!r->rt) return http_respond_error(r, 404, "no such endpoint", NULL);
     if ((r->rt->flags & ROUTE_MODEL) && !atomic_load(&r->srv->ready)) return http_respond_error(r, 503, "model is loading", NULL);
+    unsigned need = route_role(r->rt), roles = need ? http_model_roles(r->srv) : 0;
+    if (need && !(roles & need)) return wrong_role(r, roles);
     return r->rt->fn(r);
 }
 

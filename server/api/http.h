@@ -63,6 +63,9 @@ enum {
     ROUTE_SEGMENT = 8, /* path holds "{id}": exactly one path segment stands there */
     ROUTE_ANTHROPIC = 16, /* errors in Anthropic's shape (anthropic.h) */
     ROUTE_OLLAMA = 32,    /* errors in Ollama's shape: {"error": "..."} */
+    ROUTE_GENERATE = 64,  /* needs a model that generates text (MODEL_ROLE_GENERATE) */
+    ROUTE_EMBED = 128,    /* needs one that embeds (MODEL_ROLE_EMBED: the file's, or --embeddings) */
+    ROUTE_RANK = 256,     /* needs one that ranks (MODEL_ROLE_RANK: a classification head) */
 };
 
 /* One endpoint (routes.c holds them all). */
@@ -212,6 +215,9 @@ json_t *http_parse_body(req *r, http_result *ret, bool allow_empty);
  * else http_parse_body (a new reference). */
 json_t *http_work_body(req *r, http_result *ret);
 
+/* What the served model does (attnd/embed.h's MODEL_ROLE_* bits): the file's roles, plus
+ * embedding for a generation model when the embeddings setting is on. */
+unsigned http_model_roles(const struct server *s);
 /* Who asked, for the scheduler's fair admission: "key:<owner>" with several API keys, else
  * "addr:<client address>" (into buf, SCHED_TENANT_MAX + 1 bytes). */
 void http_tenant(const req *r, char *buf, size_t cap);

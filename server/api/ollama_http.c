@@ -48,11 +48,7 @@ static void rfc3339_now(char out[40]) {
     snprintf(out, 40, "%s.%09ldZ", day, (long)ts.tv_nsec);
 }
 
-/* The served model's name as Ollama clients see it; a name matches with or without ":latest". */
-static bool model_matches(const struct server *s, const char *name) {
-    size_t n = strlen(s->model_id);
-    return !strncmp(name, s->model_id, n) && (!name[n] || !strcmp(name + n, ":latest"));
-}
+static bool model_matches(const struct server *s, const char *name) { return ollama_model_matches(s->model_id, name); }
 
 /* The answer's fields beside the reply (o NULL: running). */
 static ollama_result result_of(req *r, const sched_output *o) {
