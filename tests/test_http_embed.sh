@@ -102,6 +102,8 @@ check "an embedding beside a generation equals it alone" py ids "$TMP/beside.jso
 post "$E/api/embed" '{"model": "stories260K", "input": ["Once upon a time", "a little cat"]}' > "$TMP/oe.json"
 post "$E/api/embeddings" '{"model": "stories260K:latest", "prompt": "Once upon a time"}' > "$TMP/ol.json"
 check "/api/embed = /v1/embeddings; /api/embeddings is the raw vector" py ollama "$TMP/oe.json" "$TMP/o.json" "$TMP/ol.json"
+check "/api/show: capabilities completion and embedding" grep -q '"capabilities":\["completion","embedding"\]' \
+    <(post "$E/api/show" '{"model": "stories260K"}')
 check_status 404 "/api/embed: another model's name" "$E/api/embed" -d '{"model": "llama3", "input": "a"}'
 check "/api/embed: errors in Ollama's shape" grep -q '^{"error":"model' <(post "$E/api/embed" '{"model": "llama3", "input": "a"}')
 post "$E/api/embed" "{\"model\": \"stories260K\", \"input\": \"$long\"}" > "$TMP/ot.json"
