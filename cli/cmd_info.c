@@ -70,6 +70,12 @@ static void add_layer_kv(json_t *root, const model *m) {
                                   (json_int_t)kv_layer_bytes_per_token(m, KV_F16, false), "local_bytes_per_token_f16",
                                   (json_int_t)kv_layer_bytes_per_token(m, KV_F16, true), "recurrent",
                                   mi->n_recurrent_layers, "state_bytes_per_sequence", (json_int_t)kv_state_bytes(m)));
+    if (mi->kv_latent) /* one row per token and layer for every head; what per-head K and V would take */
+        json_object_set_new(json_object_get(root, "kv_layers"), "latent",
+                            json_pack("{s:i, s:I, s:I}", "values_per_token_per_layer", mi->kv_latent,
+                                      "bytes_per_token_f16", (json_int_t)kv_bytes_per_token(m, KV_F16),
+                                      "per_head_bytes_per_token_f16",
+                                      (json_int_t)((size_t)2 * mi->kv_per_head * (size_t)mi->n_layer)));
     if (mi->n_expert)
         json_object_set_new(root, "experts", json_pack("{s:i, s:i, s:i}", "count", mi->n_expert, "used",
                                                        mi->n_expert_used, "feed_forward_length", mi->n_ff_exp));
@@ -200,6 +206,13 @@ static void print_run_facts(const json_t *root) {
                " bytes/sequence f32, whatever its length",
                json_integer_value(json_object_get(kl, "recurrent")),
                json_integer_value(json_object_get(kl, "state_bytes_per_sequence")));
+    json_t *lat = json_object_get(kl, "latent");
+    if (lat)
+        printf("; latent attention: %" JSON_INTEGER_FORMAT " values per token and layer for every head, %"
+               JSON_INTEGER_FORMAT " bytes/token f16 (per-head K and V: %" JSON_INTEGER_FORMAT ")",
+               json_integer_value(json_object_get(lat, "values_per_token_per_layer")),
+               json_integer_value(json_object_get(lat, "bytes_per_token_f16")),
+               json_integer_value(json_object_get(lat, "per_head_bytes_per_token_f16")));
     printf("\n");
     const char *lr = json_string_value(json_object_get(root, "longrope"));
     if (lr)

@@ -10,7 +10,11 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <jansson.h>
+#include <stdlib.h>
+
 #include "commands.h"
+#include "http_client.h"
 #include "../server/runtime/hub.h"
 
 static const char *PULL_USAGE =
@@ -78,11 +82,60 @@ int cmd_pull(int argc, char **argv) {
 // ---- attnd models ----------------------------------------------------------------------------------
 
 static const char *MODELS_USAGE =
-    "usage: attnd models [--cache-dir DIR]\n"
+    "usage: attnd models [--cache-dir DIR] [--url http://HOST:PORT]\n"
     "\n"
     "Lists the models in the cache that `attnd pull` fills: one line per GGUF model (a split set\n"
     "once, by its first file), with its size and the hf:// reference that loads it.\n"
-    "  --cache-dir DIR   the cache (default $XDG_CACHE_HOME/attnd/models or ~/.cache/attnd/models)\n";
+    "  --cache-dir DIR   the cache (default $XDG_CACHE_HOME/attnd/models or ~/.cache/attnd/models)\n"
+    "  --url URL         instead, the models of a running `attnd serve` and their state (loaded,\n"
+    "                    loading, unloaded, failed); $ATTND_API_KEY is sent when set\n";
+
+/* GET /v1/models of the server at url, one line per model. */
+static int list_served(const char *url) {
+    char host[256], port[16] = "80";
+    const char *h = !strncmp(url, "http://", 7) ? url + 7 : NULL;
+    size_t hl = h ? strcspn(h, ":/") : 0;
+    if (!h || hl == 0 || hl >= sizeof(host)) {
+        fprintf(stderr, "attnd models: --url '%s' is not http://HOST:PORT\n", url);
+        return 2;
+    }
+    memcpy(host, h, hl);
+    host[hl] = '\0';
+    if (h[hl] == ':') snprintf(port, sizeof(port), "%.*s", (int)strcspn(h + hl + 1, "/"), h + hl + 1);
+    char auth[600] = "";
+    const char *key = getenv("ATTND_API_KEY");
+    if (key && *key) snprintf(auth, sizeof(auth), "Authorization: Bearer %.500s\r\n", key);
+    hclient c;
+    attnd_err err = {{0}};
+    buf all = {0}, line = {0};
+    attnd_status st = hclient_request(&c, host, port, "GET", "/v1/models", auth, NULL, &err);
+    while (st == ATTND_OK && hclient_line(&c, &line)) buf_append(&all, line.p ? line.p : "", line.len);
+    int status = c.status;
+    hclient_close(&c);
+    json_t *root = all.p ? json_loads(all.p, 0, NULL) : NULL;
+    json_t *data = json_object_get(root, "data");
+    if (st != ATTND_OK || status != 200 || !json_is_array(data)) {
+        fprintf(stderr, "attnd models: %s: %s\n", url, st != ATTND_OK ? err.msg : all.p ? all.p : "no answer");
+        json_decref(root);
+        buf_free(&all);
+        buf_free(&line);
+        return 1;
+    }
+    size_t i;
+    json_t *m;
+    json_array_foreach(data, i, m) {
+        const char *state = json_string_value(json_object_get(json_object_get(m, "status"), "value"));
+        json_int_t ctx = json_integer_value(json_object_get(m, "context_length"));
+        printf("%-40s %-9s", json_string_value(json_object_get(m, "id")), state ? state : "loaded");
+        if (json_object_get(m, "size")) printf(" %10.1f MiB", (double)json_integer_value(json_object_get(m, "size")) / 1048576.0);
+        if (ctx) printf("  context %lld", (long long)ctx);
+        printf("\n");
+    }
+    json_decref(root);
+    buf_free(&all);
+    buf_free(&line);
+    return 0;
+}
 
 /* The bytes of a split set whose first file is path (NAME-00001-of-0000N.gguf), or path's. */
 static uint64_t set_bytes(const char *path) {
@@ -130,9 +183,10 @@ static int walk(const char *root, const char *rel, int depth) {
 }
 
 int cmd_models(int argc, char **argv) {
-    const char *cache = NULL;
-    const cli_opt opts[] = {CLI_OPT_STR("--cache-dir", &cache)};
+    const char *cache = NULL, *url = NULL;
+    const cli_opt opts[] = {CLI_OPT_STR("--cache-dir", &cache), CLI_OPT_STR("--url", &url)};
     if (!cli_parse_opts("models", MODELS_USAGE, argc, argv, opts, ATTND_ARRAY_LEN(opts))) return 0;
+    if (url) return list_served(url);
     char dir[4096];
     attnd_err err = {{0}};
     if (!cache) {

@@ -154,7 +154,8 @@ int cmd_serve(int argc, char **argv) {
         return 0;
     }
     char *dflt = NULL;
-    if (!st.model_path || !*st.model_path) {
+    bool several = server_settings_multi(&st); /* models_dir or [model.NAME]: no one model */
+    if (!several && (!st.model_path || !*st.model_path)) {
         dflt = cli_default_model_path();
         if (dflt && config_set_default(cfg, &st, "model", dflt, "default model", &err) != ATTND_OK) {
             fprintf(stderr, "attnd serve: %s\n", err.msg);
@@ -169,7 +170,7 @@ int cmd_serve(int argc, char **argv) {
         config_destroy(cfg);
         return 0;
     }
-    if (!st.model_path || !*st.model_path) {
+    if (!several && (!st.model_path || !*st.model_path)) {
         fprintf(stderr, "attnd serve: no --model given and no default model found\n");
         config_destroy(cfg);
         return 2;
@@ -191,8 +192,8 @@ int cmd_serve(int argc, char **argv) {
     int rc = 1;
     server *srv = NULL;
     char *pulled = NULL; /* model = hf://org/repo:QUANT: the cached (or just pulled) file */
-    if (!strncmp(st.model_path, "hf://", 5)) st.model_path = pulled = cli_hub_model("serve", st.model_path);
-    if (!model_precheck(st.model_path, st.ctx_size)) goto out;
+    if (!several && !strncmp(st.model_path, "hf://", 5)) st.model_path = pulled = cli_hub_model("serve", st.model_path);
+    if (!several && !model_precheck(st.model_path, st.ctx_size)) goto out;
     if (server_create(&srv, &st, &err) != ATTND_OK) {
         slog_error("%s", err.msg);
         goto out;
@@ -200,7 +201,7 @@ int cmd_serve(int argc, char **argv) {
     slog_info("listening on http://%s%s%s:%d", strchr(st.host, ':') ? "[" : "", st.host,
               strchr(st.host, ':') ? "]" : "", server_port(srv));
     if (server_load(srv, &err) != ATTND_OK) {
-        slog_error("cannot load %s: %s", st.model_path, err.msg);
+        slog_error("cannot load %s: %s", several ? "the models" : st.model_path, err.msg);
         goto out;
     }
     int sig = 0;

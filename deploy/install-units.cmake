@@ -1,6 +1,6 @@
 # install-units.cmake — runs at `cmake --install` time (see the end of CMakeLists.txt).
 #
-# Installs deploy/attnd.service and deploy/attnd@.service with their absolute paths
+# Installs deploy/attnd.service, deploy/attnd@.service and deploy/attnd-models.service with their absolute paths
 # (/usr/local/bin/attnd, /usr/local/share/doc/attnd) rewritten for the prefix in effect now,
 # which --prefix may have changed since configuration. The unit must name the final path of the
 # binary, so DESTDIR is only where the file is written, never part of what it says.
@@ -14,7 +14,7 @@ foreach(var ATTND_UNITDIR ATTND_BINDIR ATTND_DOCDIR)
   endif()
 endforeach()
 
-foreach(unit attnd.service attnd@.service)
+foreach(unit attnd.service attnd@.service attnd-models.service)
   file(READ "${ATTND_DEPLOY_DIR}/${unit}" text)
   string(REPLACE "/usr/local/bin/attnd" "${ATTND_BINDIR_FULL}/attnd" text "${text}")
   string(REPLACE "/usr/local/share/doc/attnd" "${ATTND_DOCDIR_FULL}" text "${text}")

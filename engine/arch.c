@@ -32,6 +32,15 @@ static const char *const KEYS_QWEN35[] = {KEYS_HYBRID_COMMON, NULL};
 static const char *const KEYS_QWEN35MOE[] = {KEYS_HYBRID_COMMON, "expert_count", "expert_used_count",
                                              "expert_feed_forward_length", "expert_shared_feed_forward_length", NULL};
 
+/* deepseek2: the MLA sizes, DeepSeek's router, YaRN's attention-scale term; nextn_predict_layers
+ * (GLM-4.7-Flash's MTP block, not run) */
+static const char *const KEYS_DEEPSEEK2[] = {
+    "expert_count", "expert_used_count", "expert_feed_forward_length", "expert_shared_count",
+    "leading_dense_block_count", "attention.q_lora_rank", "attention.kv_lora_rank", "attention.key_length_mla",
+    "attention.value_length_mla", "expert_weights_scale", "expert_weights_norm", "expert_gating_func",
+    "expert_group_count", "expert_group_used_count", "rope.scaling.yarn_log_multiplier", "nextn_predict_layers",
+    NULL};
+
 static const arch_desc ARCHS[] = {
     {.name = "llama", .rope = ROPE_ADJACENT, .qkv_bias = NEED_OPTIONAL, .keys = KEYS_NONE},
     {.name = "qwen2", .rope = ROPE_NEOX, .qkv_bias = NEED_YES, .keys = KEYS_NONE},
@@ -67,6 +76,10 @@ static const arch_desc ARCHS[] = {
     {.name = "qwen3next", .rope = ROPE_NEOX, .qk_norm = true, .recurrent_interval = 4, .dn_grouped = true,
      .dn_fused_ba = true, .q_gate = true, .moe = true, .shared_expert = true, .ffn_norm = "post_attention_norm",
      .keys = KEYS_QWEN35MOE},
+    /* DeepSeek-V2/V3, Kimi-K2, GLM-4.7-Flash: latent attention, adjacent-pair RoPE on its rotated
+     * part only, DeepSeek's router */
+    {.name = "deepseek2", .rope = ROPE_ADJACENT, .mla = true, .moe = true, .ds_router = true,
+     .shared_expert = true, .keys = KEYS_DEEPSEEK2},
 };
 
 /* Keys every family reads (model.c) or that change nothing attnd computes. */
@@ -87,7 +100,7 @@ const arch_desc *arch_find(const char *name) {
     return NULL;
 }
 
-const char *arch_names(void) { return "llama, qwen2, qwen3, qwen3moe, smollm3, gemma2, gemma3, phi3, gpt-oss, qwen35, qwen35moe, qwen3next"; }
+const char *arch_names(void) { return "llama, qwen2, qwen3, qwen3moe, smollm3, gemma2, gemma3, phi3, gpt-oss, qwen35, qwen35moe, qwen3next, deepseek2"; }
 
 static bool in_list(const char *const *list, const char *s) {
     for (; *list; list++)
@@ -107,6 +120,6 @@ const arch_fixed_key *arch_fixed_key_find(const arch_desc *d, const char *suffix
         if (!strcmp(FIXED_COMMON[i].suffix, suffix)) return &FIXED_COMMON[i];
     /* the families whose router is a softmax over every expert (gpt-oss's softmax of the top k
      * has no gating value of its own in GGUF) */
-    if (d->moe && !d->moe_softmax_topk && !strcmp(FIXED_SOFTMAX_GATE[0].suffix, suffix)) return &FIXED_SOFTMAX_GATE[0];
+    if (d->moe && !d->moe_softmax_topk && !d->ds_router && !strcmp(FIXED_SOFTMAX_GATE[0].suffix, suffix)) return &FIXED_SOFTMAX_GATE[0];
     return NULL;
 }

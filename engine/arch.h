@@ -71,6 +71,15 @@ typedef struct arch_desc {
     /* Attention both ways (an encoder): every position of an input sees every other position of
      * the same input, and no KV is kept (attnd/embed.h evaluates it; no generation). */
     bool bidirectional;
+    /* Multi-head latent attention (mla.h): attn_q or attn_q_a / attn_q_a_norm / attn_q_b,
+     * attn_kv_a_mqa, attn_kv_a_norm, attn_k_b and attn_v_b (or a legacy attn_kv_b); the cache holds
+     * the latent and the rotated key part per token. */
+    bool mla;
+    /* DeepSeek's router: expert_gating_func (softmax or sigmoid) with exp_probs_b added for the
+     * choice only, grouped top-k (expert_group_count, expert_group_used_count), expert_weights_norm
+     * and expert_weights_scale; the first leading_dense_block_count layers are dense, and
+     * expert_shared_count shared experts of the experts' width run ungated beside the routed ones. */
+    bool ds_router;
     const char *const *keys;   /* the family's own "<arch>." keys beyond the common ones, NULL-ended */
 } arch_desc;
 

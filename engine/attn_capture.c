@@ -88,6 +88,9 @@ attnd_status attn_capture_check(const model_info *mi, const attn_capture_params 
     else if (p->top_k < 0) f = "top_k", st = attnd_fail(err, ATTND_ERR_INVALID, "top_k: %d is negative", p->top_k);
     else if (p->weights != ATTN_WEIGHTS_ATTENTION && p->weights != ATTN_WEIGHTS_NORM)
         f = "weights", st = attnd_fail(err, ATTND_ERR_INVALID, "weights: unknown kind %d", (int)p->weights);
+    else if (p->weights == ATTN_WEIGHTS_NORM && mi->kv_latent) /* its values are per head, from the latent */
+        f = "weights", st = attnd_fail(err, ATTND_ERR_UNSUPPORTED, "weights: \"norm\" of latent attention ('%s') is not "
+                                       "supported yet; \"attention\" is", mi->arch);
     else if (p->lens_k < 0 || p->lens_k > mi->n_vocab)
         f = "logit_lens", st = attnd_fail(err, ATTND_ERR_INVALID, "logit_lens: %d is outside 0..%d (the vocabulary)",
                                           p->lens_k, mi->n_vocab);

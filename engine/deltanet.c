@@ -48,6 +48,9 @@ static void conv_task(void *ctx, int w, int worker) {
             if (K > 1) tail[(size_t)(K - 2) * C + c] = x[c];
             x[c] = silu(acc);
         }
+        if (j->snap && j->snap[r] && i == j->snap_at[r])
+            for (int k = 0; k < K - 1; k++)
+                memcpy(j->snap[r] + (size_t)k * C + c0, tail + (size_t)k * C + c0, sizeof(float) * (size_t)(c1 - c0));
     }
 }
 
@@ -102,6 +105,8 @@ static void recur_task(void *ctx, int w, int worker) {
             float *row = S + (size_t)c * dk;
             for (int e = 0; e < dk; e++) row[e] += k[e] * u[c];
         }
+        if (j->snap && j->snap[r] && i == j->snap_at[r])
+            memcpy(j->snap[r] + (S - j->state[r]), S, sizeof(float) * (size_t)dv * dk);
         float *o = j->out + (size_t)t * d->hv * dv + (size_t)h * dv;
         const float *z = j->z + (size_t)t * d->hv * dv + (size_t)h * dv;
         double ss = 0;

@@ -15,6 +15,9 @@
  * Entries of one sequence run in order (the recurrence is sequential, prefill as decode); the
  * work is split across (sequence, value head) pairs on the engine's pool.
  *
+ * A batch may copy a sequence's state as it is after one of its entries (dn_job.snap: the
+ * checkpoints of kv_state.c), in the same pass.
+ *
  * State of one layer of one sequence (f32): the conv tail (K - 1, conv_dim), inputs oldest first,
  * then S of each value head stored transposed, (H_v, d_v, d_k): row j of head h is S[:, j].
  */
@@ -53,6 +56,9 @@ typedef struct dn_job {
     const float *dt_bias, *ssm_a; /* (hv) */
     const float *norm_w;   /* (dv) */
     float *out;            /* (n, hv dv) the gated, normalised output */
+    float *const *snap;    /* (n_runs) where run r's state is copied after entry snap_at[r], or NULL
+                            * (none for r; snap itself NULL: none at all): a state checkpoint */
+    const int *snap_at;    /* (n_runs) an index into order, inside run r */
     int n_threads;
 } dn_job;
 

@@ -25,6 +25,7 @@
 #include "embed_eval.h"
 #include "kv_layout.h"
 #include "kv_quant.h"
+#include "mla.h"
 #include "model_internal.h"
 #include "moe.h"
 #include "quant.h"
@@ -55,9 +56,7 @@ typedef struct attn_slot {
 } attn_slot;
 
 /* A run of entries [start, start + n) of one sequence at consecutive positions. */
-typedef struct qblock {
-    int start, n;
-} qblock;
+typedef mla_qblock qblock;
 
 struct engine {
     const model *m;
@@ -88,6 +87,8 @@ struct engine {
     int *dn_order;          /* (B) entries grouped by sequence (plan_runs) */
     int *dn_run;            /* (B + 1) where each sequence's entries start in dn_order */
     float **dn_state;       /* (B) the current layer's state of each run's sequence */
+    float **dn_snap;        /* (B) the current layer's part of each run's state checkpoint, or NULL */
+    int *dn_snap_at;        /* (B) the entry of dn_order after which run r's checkpoint is taken */
 
     /* Mixture of Experts (NULL for dense models); K = n_expert_used, FE = n_ff_exp */
     float *moe_logits;      /* (B, n_expert) router logits, then probabilities */
@@ -100,6 +101,13 @@ struct engine {
     char *moe_scratch;      /* (n_slots, moe_scratch_bytes) per-thread scratch of the expert passes */
     size_t moe_scratch_bytes;
     float *rope;            /* (ROPE_TABLES, B, rope_dims / 2, 2): cos, sin of each entry's position */
+    /* latent attention (arch mla, mla.h; empty otherwise): HQ = n_head (nope + rope) */
+    float *mla_q;           /* (B, HQ) the queries */
+    float *mla_qa;          /* (B, q_lora) the queries' low-rank projection */
+    float *mla_kva;         /* (B, kv_lora + rope) attn_kv_a_mqa's output */
+    kv_seq **mla_seq;       /* (B) each entry's sequence */
+    int *mla_pos;           /* (B) each entry's position */
+    mla_scratch *mla;       /* owned: the attention's own scratch, or NULL */
     uint16_t *k16;          /* (kv_dim) one key row as F16, before it is scattered into a tile */
     float *neg;             /* (n_slots, n_ff) e^-gate of one row per thread, for SiLU */
     void *mm_scratch;       /* quant_matmul scratch for B rows of the widest weight */
@@ -151,7 +159,8 @@ static size_t layout(engine *e, char *mem) {
         const layer_weights *L = &m->layers[l];
         const weight *ws[] = {&L->wq,      &L->wk,       &L->wv,       &L->wqkv,       &L->wo,       &L->w_gate,
                               &L->w_up,    &L->w_down,   &L->router,   &L->dn_z,       &L->dn_beta,  &L->dn_alpha,
-                              &L->dn_out,  &L->gate_shexp, &L->up_shexp, &L->down_shexp, &L->dn_ba};
+                              &L->dn_out,  &L->gate_shexp, &L->up_shexp, &L->down_shexp, &L->dn_ba,
+                              &L->wq_a,    &L->wq_b,     &L->wkv_a};
         for (size_t i = 0; i < ATTND_ARRAY_LEN(ws); i++)
             if (ws[i]->data) scratch = max_scratch(scratch, ws[i], e->max_batch);
         if (L->router.data) /* the experts' passes have their own (moe.h) */
@@ -182,7 +191,15 @@ static size_t layout(engine *e, char *mem) {
     e->dn_order = block_take(&b, B, sizeof(int));
     e->dn_run = block_take(&b, B + 1, sizeof(int));
     e->dn_state = block_take(&b, B, sizeof(float *));
+    e->dn_snap = block_take(&b, B, sizeof(float *));
+    e->dn_snap_at = block_take(&b, B, sizeof(int));
     e->rope = block_take(&b, ROPE_TABLES * B * (size_t)mi->rope_dims, sizeof(float));
+    const mla_dims *md = &m->mla;
+    e->mla_q = block_take(&b, B * (size_t)md->n_head * (size_t)mla_qk(md), sizeof(float));
+    e->mla_qa = block_take(&b, B * (size_t)md->q_lora, sizeof(float));
+    e->mla_kva = block_take(&b, B * (size_t)mla_latent(md), sizeof(float));
+    e->mla_seq = block_take(&b, m->arch->mla ? B : 0, sizeof(kv_seq *));
+    e->mla_pos = block_take(&b, m->arch->mla ? B : 0, sizeof(int));
     size_t NE = (size_t)m->n_expert, K = (size_t)m->n_expert_used, FE = (size_t)m->n_ff_exp;
     e->moe_logits = block_take(&b, B * NE, sizeof(float));
     e->moe_sel = block_take(&b, B * K, sizeof(int));
@@ -205,6 +222,17 @@ static size_t layout(engine *e, char *mem) {
     return block_size(&b);
 }
 
+/* The per-head matmuls' scratch of the latent attention (mla.h) for max_batch rows. */
+static size_t mla_mm_bytes(const model *m, int max_batch) {
+    size_t s = 0;
+    for (int l = 0; l < m->info.n_layer; l++) {
+        const layer_weights *L = &m->layers[l];
+        s = max_size(s, quant_scratch_bytes(L->k_b.type, max_batch, L->k_b.cols));
+        s = max_size(s, quant_scratch_bytes(L->v_b.type, max_batch, L->v_b.cols));
+    }
+    return s;
+}
+
 attnd_status engine_create(engine **out, const model *m, int max_batch, int n_threads, attnd_err *err) {
     *out = NULL;
     if (!m) return attnd_fail(err, ATTND_ERR_INVALID, "engine_create: no model");
@@ -224,6 +252,10 @@ attnd_status engine_create(engine **out, const model *m, int max_batch, int n_th
                           max_batch);
     }
     layout(e, e->mem);
+    if (m->arch->mla && !(e->mla = mla_scratch_create(&m->mla, max_batch, e->n_slots, mla_mm_bytes(m, max_batch)))) {
+        engine_destroy(e);
+        return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory creating an engine for %d tokens per batch", max_batch);
+    }
     size_t hd = (size_t)mi->head_dim, G = (size_t)(mi->n_head / mi->n_head_kv), QB = ATTN_QBLOCK;
     for (int t = 0; t < e->n_slots; t++) {
         float *p = e->slot_mem + slot_floats(mi) * (size_t)t;
@@ -243,6 +275,7 @@ attnd_status engine_create(engine **out, const model *m, int max_batch, int n_th
 
 void engine_destroy(engine *e) {
     if (!e) return;
+    mla_scratch_destroy(e->mla);
     free(e->mem);
     free(e);
 }
@@ -797,6 +830,14 @@ static void moe_route(pass *p, const layer_weights *L) {
     bool topk_first = m->arch->moe_softmax_topk;
     matmul(e, e->moe_logits, &L->router, e->xn, p->n);
     add_bias(e->moe_logits, L->router_b, p->n, NE);
+    if (m->arch->ds_router) {
+        moe_ds_router r = {.n_expert = NE, .k = K, .gating = m->moe_gating, .bias = L->exp_probs_b,
+                           .n_group = m->n_group, .n_group_used = m->n_group_used, .norm = m->moe_w_norm,
+                           .scale = m->moe_w_scale};
+        for (int t = 0; t < p->n; t++)
+            moe_ds_route(&r, e->moe_logits + (size_t)t * NE, e->moe_sel + (size_t)t * K, e->moe_w + (size_t)t * K);
+        return;
+    }
     for (int t = 0; t < p->n; t++) {
         float *pr = e->moe_logits + (size_t)t * NE;
         if (!topk_first) softmax_inplace(pr, NE);
@@ -880,8 +921,8 @@ static void step_shared_expert(pass *p, const layer_weights *L) {
     for (int t = 0; t < p->n; t++) {
         const float *xn = e->xn + (size_t)t * E, *o = e->moe_o + (size_t)t * E;
         double d = 0;
-        for (int i = 0; i < E; i++) d += (double)L->shexp_gate[i] * xn[i];
-        float w = 1.0f / (1.0f + expf(-(float)d));
+        for (int i = 0; L->shexp_gate && i < E; i++) d += (double)L->shexp_gate[i] * xn[i];
+        float w = L->shexp_gate ? 1.0f / (1.0f + expf(-(float)d)) : 1.0f; /* DeepSeek's: ungated */
         float *out = e->tmp + (size_t)t * E;
         for (int i = 0; i < E; i++) out[i] += o[i] * w;
     }
@@ -897,6 +938,10 @@ static int plan_runs(engine *e, const batch_entry *entries, int n, int n_seqs) {
             if (entries[t].seq == e->seqs[r]) e->dn_order[k++] = t;
     }
     e->dn_run[n_seqs] = k;
+    for (int r = 0; r < n_seqs; r++) { /* a state checkpoint inside the run, if one is due (kv_state.c) */
+        int at = kv_ckpt_begin(e->seqs[r]);
+        e->dn_snap_at[r] = at >= 0 ? e->dn_run[r] + at : -1;
+    }
     return n_seqs;
 }
 
@@ -929,13 +974,54 @@ static void step_deltanet(pass *p, const layer_weights *L) {
         matmul_many(e, 4, (float *const[]){e->dn_qkv, e->dn_z, e->dn_beta, e->dn_alpha},
                     (const weight *const[]){&L->wqkv, &L->dn_z, &L->dn_beta, &L->dn_alpha}, e->xn, p->n);
     }
-    for (int r = 0; r < p->n_runs; r++) e->dn_state[r] = kv_dn_state(e->seqs[r], L->dn_slot);
-    dn_job j = {.d = &m->dn, .n = p->n, .order = e->dn_order, .run_start = e->dn_run, .n_runs = p->n_runs,
+    for (int r = 0; r < p->n_runs; r++) {
+        e->dn_state[r] = kv_dn_state(e->seqs[r], L->dn_slot);
+        e->dn_snap[r] = kv_dn_snap(e->seqs[r], L->dn_slot);
+    }
+    dn_job j = {.snap = e->dn_snap, .snap_at = e->dn_snap_at, .d = &m->dn, .n = p->n, .order = e->dn_order, .run_start = e->dn_run, .n_runs = p->n_runs,
                 .state = e->dn_state, .qkv = e->dn_qkv, .z = e->dn_z, .beta = e->dn_beta, .alpha = e->dn_alpha,
                 .conv_w = L->dn_conv, .dt_bias = L->dn_dt_bias, .ssm_a = L->dn_a, .norm_w = L->dn_norm,
                 .out = e->dn_o, .n_threads = e->n_threads};
     dn_forward(&j);
     matmul(e, e->tmp, &L->dn_out, e->dn_o, p->n);
+}
+
+/* Inspection path (only when a callback is set): the latent attention's exact weights of every
+ * (entry, head), as report_attention's. */
+static void report_mla(engine *e, const mla_job *j, int layer) {
+    for (int t = 0; t < j->n; t++)
+        for (int h = 0; h < j->d->n_head; h++) {
+            if (e->attn_want && !e->attn_want(e->attn_user, t, layer, h)) continue;
+            mla_weights(j, t, h, e->cb_weights);
+            e->attn_cb(e->attn_user, t, layer, h, e->cb_weights, j->pos[t] + 1);
+        }
+}
+
+/* mla (arch mla, mla.h): q = W_q xn (or W_q_b rmsnorm(W_q_a xn)), [c | k_pe] = W_kv_a xn; the
+ * latent attention writes the heads' outputs into att; tmp = W_o att. */
+static void step_mla(pass *p, const layer_weights *L, int l) {
+    engine *e = p->e;
+    const model *m = e->m;
+    const mla_dims *d = &m->mla;
+    if (L->wq_a.data) {
+        matmul_many(e, 2, (float *const[]){e->mla_qa, e->mla_kva}, (const weight *const[]){&L->wq_a, &L->wkv_a}, e->xn,
+                    p->n);
+        rmsnorm(e->mla_qa, e->mla_qa, L->q_a_norm, p->n, d->q_lora, m->info.rms_eps, e->n_threads);
+        matmul(e, e->mla_q, &L->wq_b, e->mla_qa, p->n);
+    } else {
+        matmul_many(e, 2, (float *const[]){e->mla_q, e->mla_kva}, (const weight *const[]){&L->wq, &L->wkv_a}, e->xn,
+                    p->n);
+    }
+    for (int t = 0; t < p->n; t++) e->mla_seq[t] = p->entries[t].seq, e->mla_pos[t] = p->entries[t].pos;
+    mla_job j = {.d = d, .s = e->mla, .q = e->mla_q, .kva = e->mla_kva, .kv_norm = L->kv_a_norm,
+                 .eps = m->info.rms_eps, .rope_cs = e->rope + (size_t)ROPE_GLOBAL * e->max_batch * m->info.rope_dims,
+                 .rope_cs_stride = m->info.rope_dims, .k_b = L->k_b, .v_b = L->v_b, .seq = e->mla_seq,
+                 .pos = e->mla_pos, .n = p->n, .layer = l, .qb = e->qblocks, .n_qb = p->n_qb,
+                 .scale = m->attn_scale, .n_threads = e->n_threads, .out = e->att};
+    mla_attend(&j);
+    if (e->attn_cb) report_mla(e, &j, l);
+    if (p->ablating) step_ablate(p, l);
+    matmul(e, e->tmp, &L->wo, e->att, p->n);
 }
 
 /* attention: tmp = Wo attend(rope(qkv(xn))) (+ bias), the gated form where the family has it. */
@@ -963,6 +1049,7 @@ static void step_layer(pass *p, int l) {
     // token-mixing sub-layer: x += mixer(rmsnorm(x))
     rmsnorm(e->xn, e->x, L->attn_norm, n, p->E, mi->rms_eps, nth);
     if (L->kind == LAYER_DELTANET) step_deltanet(p, L);
+    else if (L->wkv_a.data) step_mla(p, L, l);
     else step_attention(p, L, l);
     if (L->post_attn_norm) rmsnorm(e->tmp, e->tmp, L->post_attn_norm, n, p->E, mi->rms_eps, nth);
     step_residual(p);
@@ -971,7 +1058,7 @@ static void step_layer(pass *p, int l) {
     rmsnorm(e->xn, e->x, L->ffn_norm, n, p->E, mi->rms_eps, nth);
     if (L->router.data) {
         step_moe(p, L, l);
-        if (L->shexp_gate) step_shared_expert(p, L);
+        if (L->gate_shexp.data) step_shared_expert(p, L);
     } else {
         step_gated_ffn(p, L);
         matmul(e, e->tmp, &L->w_down, e->gate, n);
@@ -1033,7 +1120,10 @@ attnd_status engine_eval(engine *e, const batch_entry *entries, int n, float *lo
         step_layer(&p, l);
         if (e->resid_cb) report_residual(&p, l);
         if (may_yield && l + 1 < mi->n_layer && e->yield_fn(e->yield_user)) {
-            for (int i = 0; i < n_seqs; i++) e->seqs[i]->pending = 0; /* the rows written are rewritten */
+            for (int i = 0; i < n_seqs; i++) { /* the rows written are rewritten */
+                e->seqs[i]->pending = 0;
+                kv_ckpt_commit(e->seqs[i], false);
+            }
             return attnd_fail(err, ATTND_ERR_BUSY, "the step was given up after layer %d", l);
         }
     }
@@ -1042,6 +1132,7 @@ attnd_status engine_eval(engine *e, const batch_entry *entries, int n, float *lo
     for (int i = 0; i < n_seqs; i++) {
         e->seqs[i]->len += e->seqs[i]->pending;
         e->seqs[i]->pending = 0;
+        kv_ckpt_commit(e->seqs[i], true);
         kv_seq_trim_window(e->seqs[i]); /* local layers' blocks no later query sees */
     }
     return ATTND_OK;

@@ -50,7 +50,20 @@ struct gen {
     bool pending;             /* the mask goes on in gen_resume */
     int32_t pend_id;          /* the token first sampled (kept when the grammar allows none) */
     float *held;              /* (n_vocab) the step's logits, kept while pending */
+    // ---- the reasoning budget (gen_params.think_budget) ----
+    int think_budget;         /* 0 = none */
+    int think_state;          /* TH_* */
+    int think_left;           /* TH_COUNT: tokens the block may still take */
+    int32_t *think_force;     /* (n_think_force) the tokens of "</think>", written in order */
+    int n_think_force, think_pos;
+    char think_win[16];       /* (n_think_win) the output's last bytes, for the markers */
+    size_t n_think_win;
 };
+
+/* The reasoning budget: IDLE (watching for the open marker), COUNT (inside the block), UTF8 (the
+ * budget is spent: waiting for a character to end), FORCE (writing the close marker). */
+enum { TH_IDLE = 0, TH_COUNT, TH_UTF8, TH_FORCE };
+static const char THINK_OPEN[] = "<think>", THINK_CLOSE[] = "</think>";
 
 enum { PH_ON = 0, PH_PROBE, PH_SKIP, PH_WAIT };
 
@@ -87,6 +100,14 @@ attnd_status gen_create(gen **out, const gen_params *p, int n_vocab, const token
     if (st != ATTND_OK) goto fail;
     for (int i = 0; i < n_prompt; i++) sampler_accept(g->smp, prompt[i]);
     if ((st = grammar_init(g, p, err)) != ATTND_OK) goto fail;
+    if (p->think_budget > 0 && tok) {
+        size_t n = 0;
+        if ((st = tok_encode(tok, THINK_CLOSE, strlen(THINK_CLOSE), false, true, &g->think_force, &n, err)) != ATTND_OK)
+            goto fail;
+        g->n_think_force = (int)n;
+        g->think_budget = p->think_budget;
+        if (p->think_inside) g->think_state = TH_COUNT, g->think_left = p->think_budget;
+    }
     if (tok) {
         if ((st = tok_stream_create(&g->ts, tok, false)) != ATTND_OK) {
             attnd_fail(err, st, "cannot create the detokenizer stream");
@@ -113,6 +134,7 @@ void gen_destroy(gen *g) {
     free(g->allowed);
     free(g->masked);
     free(g->held);
+    free(g->think_force);
     free(g);
 }
 
@@ -289,6 +311,59 @@ static void advance(gen *g, int32_t id) {
     }
 }
 
+// ---- the reasoning budget -------------------------------------------------------------------
+
+/* Whether marker m ends the window once b[n] is appended (kept to the marker's length). */
+static bool think_seen(gen *g, const char *b, size_t n, const char *m) {
+    size_t lm = strlen(m);
+    for (size_t i = 0; i < n; i++) {
+        if (g->n_think_win == sizeof(g->think_win)) memmove(g->think_win, g->think_win + 1, --g->n_think_win);
+        g->think_win[g->n_think_win++] = b[i];
+        if (g->n_think_win >= lm && !memcmp(g->think_win + g->n_think_win - lm, m, lm)) return true;
+    }
+    return false;
+}
+
+/* Whether bytes b[n] end with a whole UTF-8 character (or hold none; a window that starts inside
+ * a character counts as whole). */
+static bool utf8_ends_whole(const char *b, size_t n) {
+    size_t k = 0;
+    while (k < n && k < 4 && ((unsigned char)b[n - 1 - k] & 0xC0) == 0x80) k++;
+    if (k == n) return true;
+    unsigned char lead = (unsigned char)b[n - 1 - k];
+    size_t want = lead < 0x80 ? 0 : lead >= 0xF0 ? 3 : lead >= 0xE0 ? 2 : lead >= 0xC0 ? 1 : 0;
+    return k == want;
+}
+
+/* The forced token of this step, or -1: the budget is spent (and no grammar constrains). */
+static int32_t think_forced(const gen *g) {
+    if (g->think_state != TH_FORCE || (g->gs && g->phase == PH_ON)) return -1;
+    return g->think_force[g->think_pos];
+}
+
+/* The chosen token moves the budget's state on. */
+static void think_advance(gen *g, int32_t id) {
+    const char *b = "";
+    size_t n = 0;
+    if (!tok_token_bytes(g->tok, id, true, &b, &n)) n = 0;
+    switch (g->think_state) {
+    case TH_IDLE:
+        if (think_seen(g, b, n, THINK_OPEN)) g->think_state = TH_COUNT, g->think_left = g->think_budget, g->n_think_win = 0;
+        return;
+    case TH_FORCE:
+        if (++g->think_pos == g->n_think_force) g->think_state = TH_IDLE, g->think_pos = 0, g->n_think_win = 0;
+        return;
+    default: /* TH_COUNT, TH_UTF8 */
+        if (think_seen(g, b, n, THINK_CLOSE)) {
+            g->think_state = TH_IDLE, g->n_think_win = 0;
+            return;
+        }
+        if (g->think_state == TH_COUNT && --g->think_left > 0) return;
+        /* the window holds the output's last bytes: a character split over tokens ends there */
+        g->think_state = utf8_ends_whole(g->think_win, g->n_think_win) && g->n_think_force > 0 ? TH_FORCE : TH_UTF8;
+    }
+}
+
 /* The rest of a step once its token id is chosen (stuck: the grammar allowed none). */
 static stop_reason step_end(gen *g, const float *logits, token_logprob *top, gen_token *t, int32_t id, bool stuck) {
     sampler_accept(g->smp, id);
@@ -303,6 +378,7 @@ static stop_reason step_end(gen *g, const float *logits, token_logprob *top, gen
         return g->ended = STOP_EOG; /* control tokens decode to nothing: the matcher need not see it */
     }
     if (g->gs) advance(g, id);
+    if (g->think_budget) think_advance(g, id);
     const char *piece;
     size_t n = tok_stream_push(g->ts, id, &piece);
     if (n && stop_matcher_push(g->sm, piece, n, &t->text, &t->n_text)) g->ended = STOP_STRING, g->finished = true;
@@ -313,6 +389,11 @@ static stop_reason step_end(gen *g, const float *logits, token_logprob *top, gen
 
 bool gen_next_until(gen *g, const float *logits, token_logprob *top, gen_token *t, double deadline, stop_reason *why) {
     ATTND_ASSERT(!g->pending);
+    int32_t forced = think_forced(g);
+    if (forced >= 0) { /* the budget is spent: the close marker, whatever the logits say */
+        *why = step_end(g, logits, top, t, forced, false);
+        return true;
+    }
     int32_t id = sampler_sample(g->smp, logits);
     bool stuck = false; /* the grammar allows no token at all */
     g->deadline = deadline;

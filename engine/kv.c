@@ -33,6 +33,8 @@ attnd_status kv_type_parse(const char *name, kv_type *out) {
 
 const char *kv_type_unsupported(const model *m, kv_type type) {
     if ((unsigned)type >= ATTND_ARRAY_LEN(KV_TYPE_NAMES)) return "unknown KV type";
+    if (kv_quant_is_quant(type) && model_info_get(m)->kv_latent)
+        return "a q8_0 / q4_0 KV cache is not supported for latent attention (deepseek2) yet (use f16)";
     if (kv_quant_is_quant(type) && model_info_get(m)->head_dim % KV_QUANT_BLOCK != 0)
         return "a q8_0 / q4_0 KV cache needs head_dim a multiple of 32 (use f16)";
     return NULL;
@@ -55,6 +57,8 @@ attnd_status kv_pool_create(kv_pool **out, const model *m, size_t budget_bytes, 
     p->elt = type == KV_F16 ? 2 : 4; /* (F16 / F32 only) */
     p->n_head_kv = mi->n_head_kv;
     p->tile_bytes = KV_BLOCK * kv_quant_row_bytes(type, mi->head_dim);
+    if (mi->kv_latent) /* one (KV_BLOCK, latent) tile per layer: kv_layout.h */
+        p->head_dim = p->kv_dim = mi->kv_latent, p->tile_bytes = KV_BLOCK * kv_quant_row_bytes(type, mi->kv_latent);
     p->layer_local = calloc((size_t)p->n_layer, 1);
     p->layer_slot = calloc((size_t)p->n_layer, sizeof(int));
     if (!p->layer_local || !p->layer_slot || pthread_mutex_init(&p->lock, NULL) != 0) {
@@ -67,7 +71,7 @@ attnd_status kv_pool_create(kv_pool **out, const model *m, size_t budget_bytes, 
         p->layer_slot[l] = m->layers[l].kind == LAYER_DELTANET ? -1 : w > 0 ? p->n_local++ : p->n_global++;
         if (w > p->window) p->window = w;
     }
-    size_t per_layer = (size_t)2 * p->n_head_kv * p->tile_bytes;
+    size_t per_layer = (size_t)(mi->kv_latent ? 1 : 2) * p->n_head_kv * p->tile_bytes;
     p->global_bytes = per_layer * (size_t)p->n_global;
     p->local_bytes = per_layer * (size_t)p->n_local;
     p->block_bytes = p->global_bytes + p->local_bytes;
@@ -104,7 +108,8 @@ size_t kv_pool_bytes_used(const kv_pool *p) { return p->used; }
 size_t kv_pool_bytes_budget(const kv_pool *p) { return p->budget; }
 size_t kv_pool_bytes_per_token(const kv_pool *p) { return p->block_bytes / KV_BLOCK; }
 size_t kv_pool_bytes_for(const kv_pool *p, int n_tokens) {
-    return (size_t)((n_tokens > 0 ? n_tokens : 0) + KV_BLOCK - 1) / KV_BLOCK * p->block_bytes + p->state_bytes;
+    return (size_t)((n_tokens > 0 ? n_tokens : 0) + KV_BLOCK - 1) / KV_BLOCK * p->block_bytes +
+           p->state_bytes * (size_t)(1 + p->ckpt_max);
 }
 
 size_t kv_state_bytes(const model *m) {
@@ -113,12 +118,14 @@ size_t kv_state_bytes(const model *m) {
 
 size_t kv_bytes_per_token(const model *m, kv_type type) {
     const model_info *mi = model_info_get(m);
+    if (mi->kv_latent) return (size_t)mi->n_layer * kv_quant_row_bytes(type, mi->kv_latent);
     return (size_t)2 * (mi->n_layer - mi->n_recurrent_layers) * mi->n_head_kv * kv_quant_row_bytes(type, mi->head_dim);
 }
 
 size_t kv_layer_bytes_per_token(const model *m, kv_type type, bool local) {
     const model_info *mi = model_info_get(m);
     int n = local ? mi->n_local_layers : mi->n_layer - mi->n_local_layers - mi->n_recurrent_layers;
+    if (mi->kv_latent) return (size_t)n * kv_quant_row_bytes(type, mi->kv_latent);
     return (size_t)2 * n * mi->n_head_kv * kv_quant_row_bytes(type, mi->head_dim);
 }
 
@@ -139,8 +146,9 @@ static kv_seq *seq_alloc(kv_pool *pool) {
     s->pool = pool;
     s->max_blocks = (pool->n_ctx + KV_BLOCK - 1) / KV_BLOCK;
     s->blocks = calloc((size_t)s->max_blocks, sizeof(*s->blocks));
-    if (!s->blocks) {
-        free(s);
+    s->ckpts = pool->ckpt_max ? calloc((size_t)pool->ckpt_max, sizeof(*s->ckpts)) : NULL;
+    if (!s->blocks || (pool->ckpt_max && !s->ckpts)) {
+        free(s->blocks), free(s->ckpts), free(s);
         return NULL;
     }
     return s;
@@ -169,7 +177,7 @@ attnd_status kv_seq_fork(kv_seq **out, const kv_seq *parent, attnd_err *err) {
     pthread_mutex_lock(&p->lock);
     if (parent->state && (!s->state || p->state_bytes > p->budget - p->used)) {
         pthread_mutex_unlock(&p->lock);
-        free(s->state), free(s->blocks), free(s);
+        free(s->state), free(s->blocks), free(s->ckpts), free(s);
         return attnd_fail(err, ATTND_ERR_NOMEM, "no room for a forked sequence's recurrent state (%zu bytes)",
                           p->state_bytes);
     }
@@ -179,6 +187,7 @@ attnd_status kv_seq_fork(kv_seq **out, const kv_seq *parent, attnd_err *err) {
         s->blocks[i]->refs++;
     }
     s->n_blocks = parent->n_blocks;
+    kv_ckpt_share_locked(s, parent);
     s->len = parent->len;
     s->lmin = parent->lmin;
     p->n_seqs++;
@@ -260,6 +269,7 @@ static void release_blocks(kv_seq *s, int keep) {
 void kv_seq_destroy(kv_seq *s) {
     if (!s) return;
     release_blocks(s, 0);
+    kv_ckpt_release(s);
     kv_pool *p = s->pool;
     pthread_mutex_lock(&p->lock);
     p->n_seqs--;
@@ -267,6 +277,7 @@ void kv_seq_destroy(kv_seq *s) {
     pthread_mutex_unlock(&p->lock);
     free(s->state);
     free(s->blocks);
+    free(s->ckpts);
     free(s);
 }
 
@@ -282,7 +293,7 @@ size_t kv_seq_bytes(const kv_seq *s) {
     pthread_mutex_lock(&p->lock);
     for (int i = 0; i < s->n_blocks; i++) n += held_bytes(s, i);
     pthread_mutex_unlock(&p->lock);
-    return n + (s->state ? p->state_bytes : 0);
+    return n + (s->state ? p->state_bytes : 0) + kv_ckpt_held_bytes(s);
 }
 
 size_t kv_seq_bytes_shared(const kv_seq *s) {
@@ -290,6 +301,7 @@ size_t kv_seq_bytes_shared(const kv_seq *s) {
     size_t n = 0;
     pthread_mutex_lock(&p->lock);
     for (int i = 0; i < s->n_blocks; i++) n += s->blocks[i]->refs > 1 ? held_bytes(s, i) : 0;
+    for (int i = 0; i < s->n_ckpts; i++) n += s->ckpts[i]->refs > 1 ? p->state_bytes : 0;
     pthread_mutex_unlock(&p->lock);
     return n;
 }
@@ -300,10 +312,10 @@ void kv_seq_truncate(kv_seq *s, int n) {
     const kv_pool *p = s->pool;
     /* the next query (position n) sees n - window + 1..: gone below lmin? then keep nothing */
     if (p->n_local && n > 0 && (n - p->window + 1 > 0 ? n - p->window + 1 : 0) < s->lmin) n = 0;
-    if (p->state_bytes) n = 0; /* a recurrent state holds every position: back to the start */
+    /* a recurrent state holds every position: back to its newest checkpoint at or below n, or to 0 */
+    if (p->state_bytes) n = kv_ckpt_restore(s, n);
     s->len = n;
     if (n == 0) s->lmin = 0;
-    if (n == 0 && s->state) memset(s->state, 0, p->state_bytes);
     release_blocks(s, (n + KV_BLOCK - 1) / KV_BLOCK);
 }
 

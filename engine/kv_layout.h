@@ -24,6 +24,12 @@
  * long the sequence grows. Positions below kv_seq.lmin may have lost their local part; a
  * truncation that would need them again truncates to 0 instead.
  *
+ * A model with latent attention (mla.h, model_info.kv_latent) caches one row per position and layer
+ * for every head, [latent | rotated key part] (kv_latent elements): a block holds per layer one
+ * (KV_BLOCK, kv_latent) tile, positions one after the other (not transposed), read through
+ * kv_k_tile(s, layer, block, 0); there is no value tile (the values are the latent's first
+ * kv_lora_rank columns). F16 and F32 only.
+ *
  * A model with Gated DeltaNet layers (deltanet.h) caches no K/V for them: the blocks hold the
  * attention layers only (n_global of them). Each such layer keeps instead a fixed-size f32 state
  * per sequence, all of them in one allocation of the sequence (kv_seq.state, state_bytes), taken
@@ -58,6 +64,9 @@
  * are freed, so the process's memory follows the tokens held rather than its peak. */
 #define KV_FREE_KEEP 4
 
+/* The most state checkpoints a sequence may keep (kv_pool_set_checkpoints). */
+#define KV_CKPT_MAX 64
+
 typedef struct kv_block {
     struct kv_block *next_free; /* free-list link while the block sits in the pool */
     int refs;                   /* sequences holding the block (under the pool lock); > 1 = read-only */
@@ -80,6 +89,9 @@ struct kv_pool {
     int n_global;          /* the other layers with K/V (not the Gated DeltaNet ones) */
     size_t state_bytes;    /* the Gated DeltaNet layers' state of one sequence (0 without them) */
     size_t state_layer_floats; /* one layer's part of it (dn_state_floats) */
+    int ckpt_max;          /* state checkpoints a sequence keeps (kv_state.c); 0 = none */
+    int ckpt_interval;     /* a checkpoint each time a sequence passes a multiple of this; 0 = none */
+    size_t ckpt_bytes;     /* the part of used that checkpoints hold */
     int window;            /* their window (positions) */
     uint8_t *layer_local;  /* (n_layer) 1 = the layer's K/V live in the local part */
     int *layer_slot;       /* (n_layer) the layer's index among the layers of its part (-1: no K/V) */
@@ -102,11 +114,53 @@ struct kv_seq {
     const struct engine_ablation *ablation; /* engine_seq_ablate's, borrowed; NULL = none */
     float *state;          /* (n_dn_layers, state_layer_floats) Gated DeltaNet state, or NULL (none yet) */
     bool new_state;        /* kv_reserve scratch: this sequence gets its state in this reservation */
+    struct kv_ckpt **ckpts; /* (ckpt_max + 1) its state checkpoints, positions increasing (kv_state.c) */
+    int n_ckpts;
+    int ckpt_want;         /* a position to checkpoint when a batch reaches it (kv_seq_checkpoint_at); 0 = none */
+    struct kv_ckpt *ckpt_new; /* engine scratch: the checkpoint the current batch fills (kv_ckpt_begin) */
 };
+
+/* A copy of a sequence's whole recurrent state (state_bytes) as it was at length pos. Read-only
+ * once committed, so forks share it: refs counts its holders (under the pool lock), and the
+ * pool's byte count counts it once. */
+typedef struct kv_ckpt {
+    int pos;
+    int refs;
+    float *state;          /* (n_dn_layers, state_layer_floats), the layout of kv_seq.state */
+} kv_ckpt;
 
 /* The state of Gated DeltaNet layer `slot` (layer_weights.dn_slot) of s (deltanet.h's layout). */
 static inline float *kv_dn_state(const kv_seq *s, int slot) {
     return s->state + (size_t)slot * s->pool->state_layer_floats;
+}
+
+/* ---- state checkpoints (kv_state.c) ----
+ * A sequence with a recurrent state keeps up to ckpt_max copies of it at chosen lengths, so a
+ * truncation goes back to the newest one at or below its target instead of to 0. The engine takes
+ * them inside a batch: kv_ckpt_begin picks at most one length the batch reaches for a sequence
+ * (the position asked for by kv_seq_checkpoint_at, else the last multiple of ckpt_interval) and
+ * allocates its copy from the budget; the Gated DeltaNet layers fill it as their recurrence passes
+ * that length (dn_job.snap); kv_ckpt_commit files it once the batch is done. */
+
+/* The run-relative index of the entry after which s's checkpoint of this batch is taken (its
+ * copy ready in ckpt_new), or -1: none wanted, or no room in the budget (best effort: the batch
+ * goes on without it). s->pending holds the batch's entries. */
+int kv_ckpt_begin(kv_seq *s);
+/* Files ckpt_new (if any) among s's checkpoints, or frees it when the batch was given up. */
+void kv_ckpt_commit(kv_seq *s, bool done);
+/* Rewinds s's state to its newest checkpoint at or below n and drops the later ones; returns that
+ * checkpoint's position, or 0 (state zeroed) when there is none. */
+int kv_ckpt_restore(kv_seq *s, int n);
+/* Makes child hold every checkpoint of parent (shared). Pool lock held. */
+void kv_ckpt_share_locked(kv_seq *child, const kv_seq *parent);
+/* Drops every checkpoint s holds. */
+void kv_ckpt_release(kv_seq *s);
+/* Bytes of the checkpoints s holds, shared ones included. */
+size_t kv_ckpt_held_bytes(const kv_seq *s);
+
+/* Layer `slot`'s part of s's checkpoint in progress, or NULL when the batch takes none for s. */
+static inline float *kv_dn_snap(const kv_seq *s, int slot) {
+    return s->ckpt_new ? s->ckpt_new->state + (size_t)slot * s->pool->state_layer_floats : NULL;
 }
 
 /* Bytes before a block's payload: keeps the payload 64-byte aligned for vector loads. */

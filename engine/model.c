@@ -209,11 +209,15 @@ static attnd_status read_shape(model *m, const char **arch_out, attnd_err *err) 
         return attnd_fail(err, ATTND_ERR_FORMAT, "head_count %u is not a multiple of head_count_kv %u", n_head,
                         n_head_kv);
     }
-    if (key_len == 0 || key_len != val_len || key_len % 2 != 0 || key_len > 1024) {
+    if (m->arch->mla) { /* the latent's widths; the heads' come from read_mla */
+        if (key_len > 8192 || val_len > key_len || rope_dims % 2 || rope_dims == 0)
+            return attnd_fail(err, ATTND_ERR_UNSUPPORTED, "latent attention of %u (key) / %u (value), %u rotated, is not "
+                              "supported", key_len, val_len, rope_dims);
+    } else if (key_len == 0 || key_len != val_len || key_len % 2 != 0 || key_len > 1024) {
         return attnd_fail(err, ATTND_ERR_UNSUPPORTED, "head size %u (key) / %u (value) is not supported", key_len,
                         val_len);
     }
-    if (rope_dims == 0 || rope_dims % 2 != 0 || rope_dims > key_len) {
+    if (!m->arch->mla && (rope_dims == 0 || rope_dims % 2 != 0 || rope_dims > key_len)) {
         return attnd_fail(err, ATTND_ERR_FORMAT, "rope.dimension_count %u does not fit head size %u", rope_dims,
                         key_len);
     }
@@ -319,12 +323,81 @@ static attnd_status read_experts(model *m, const char *arch, attnd_err *err) {
     m->info.n_expert = m->n_expert = (int)n;
     m->info.n_expert_used = m->n_expert_used = (int)used;
     m->info.n_ff_exp = m->n_ff_exp = (int)ff;
-    if (!m->arch->shared_expert) return ATTND_OK;
+    if (!m->arch->shared_expert || m->arch->ds_router) return ATTND_OK; /* ds_router: read_ds_router */
     if ((st = arch_u32(m->f, arch, "expert_shared_feed_forward_length", false, (uint32_t)m->info.n_ff, &ff, err)))
         return st;
     if (ff == 0 || ff > (1u << 18))
         return attnd_fail(err, ATTND_ERR_FORMAT, "the shared expert's width %u of '%s' is out of range", ff, arch);
     m->n_ff_shexp = (int)ff;
+    return ATTND_OK;
+}
+
+// ---- latent attention and DeepSeek's router (deepseek2) --------------------------------------
+
+/* The latent attention's sizes (arch mla). attention.key_length / value_length are the latent's
+ * (kv_lora + rope, kv_lora) and key_length_mla / value_length_mla a head's; a legacy file (no
+ * _mla keys, attn_kv_b) has a head's in key_length / value_length, as llama.cpp reads them. */
+static attnd_status read_mla(model *m, const char *arch, attnd_err *err) {
+    model_info *mi = &m->info;
+    uint32_t q_lora, kv_lora, k_mla, v_mla, key_len, val_len;
+    attnd_status st;
+    if ((st = arch_u32(m->f, arch, "attention.q_lora_rank", false, 0, &q_lora, err)) ||
+        (st = arch_u32(m->f, arch, "attention.kv_lora_rank", true, 0, &kv_lora, err)) ||
+        (st = arch_u32(m->f, arch, "attention.key_length", false, 0, &key_len, err)) ||
+        (st = arch_u32(m->f, arch, "attention.value_length", false, 0, &val_len, err)) ||
+        (st = arch_u32(m->f, arch, "attention.key_length_mla", false, 0, &k_mla, err)) ||
+        (st = arch_u32(m->f, arch, "attention.value_length_mla", false, 0, &v_mla, err)))
+        return st;
+    bool split = k_mla && v_mla; /* llama.cpp's is_mla(): both keys set */
+    uint32_t qk = split ? k_mla : key_len, v = split ? v_mla : val_len, rope = (uint32_t)mi->rope_dims;
+    if (kv_lora == 0 || kv_lora > 8192 || q_lora > 16384 || qk <= rope || qk > 1024 || v == 0 || v > 1024 ||
+        (split && (key_len != kv_lora + rope || val_len != kv_lora)))
+        return attnd_fail(err, ATTND_ERR_UNSUPPORTED, "latent attention sizes of '%s' are not supported: q_lora_rank %u, "
+                          "kv_lora_rank %u, key_length %u / value_length %u, key_length_mla %u / value_length_mla %u, "
+                          "%u rotated", arch, q_lora, kv_lora, key_len, val_len, k_mla, v_mla, rope);
+    m->mla = (mla_dims){.n_head = mi->n_head, .q_lora = (int)q_lora, .kv_lora = (int)kv_lora,
+                        .nope = (int)(qk - rope), .rope = (int)rope, .v_head = (int)v};
+    mi->kv_latent = mla_latent(&m->mla);
+    mi->kv_per_head = mi->n_head * (int)(qk + v);
+    mi->head_dim = (int)v; /* a head's output: attn_output's input is (n_head, v) */
+    mi->n_head_kv = 1;     /* one latent row per token for every head */
+    m->q_dim = mi->n_head * mi->head_dim;
+    m->kv_dim = mi->head_dim;
+    return ATTND_OK;
+}
+
+/* DeepSeek's router keys (arch ds_router). expert_gating_func absent: softmax, or sigmoid for
+ * GLM-4.7-Flash's depth and vocabulary, as llama.cpp decides for files that lack it. */
+static attnd_status read_ds_router(model *m, const char *arch, attnd_err *err) {
+    uint32_t lead, shared, gating, groups, used, vocab;
+    float log_mul;
+    attnd_status st;
+    if ((st = arch_u32(m->f, arch, "leading_dense_block_count", false, 0, &lead, err)) ||
+        (st = arch_u32(m->f, arch, "expert_shared_count", false, 0, &shared, err)) ||
+        (st = arch_u32(m->f, arch, "expert_gating_func", false, 0, &gating, err)) ||
+        (st = arch_u32(m->f, arch, "expert_group_count", false, 0, &groups, err)) ||
+        (st = arch_u32(m->f, arch, "expert_group_used_count", false, 0, &used, err)) ||
+        (st = arch_u32(m->f, arch, "vocab_size", false, 0, &vocab, err)) ||
+        (st = arch_f32(m->f, arch, "expert_weights_scale", false, 0.0f, &m->moe_w_scale, err)) ||
+        (st = arch_f32(m->f, arch, "rope.scaling.yarn_log_multiplier", false, 0.0f, &log_mul, err)))
+        return st;
+    char key[128];
+    bool norm = false;
+    if ((st = gguf_get_bool(m->f, arch_key(key, arch, "expert_weights_norm"), &norm, err)) && st != ATTND_ERR_NOT_FOUND)
+        return st;
+    int nl = m->info.n_layer + m->info.n_mtp_layers;
+    if (gating == 0) gating = (nl == 47 || nl == 48) && vocab == 154880 ? 2 : 1;
+    if (gating != 1 && gating != 2)
+        return attnd_fail(err, ATTND_ERR_UNSUPPORTED, "%s.expert_gating_func = %u is not applied by attnd (1: softmax "
+                          "and 2: sigmoid are)", arch, gating);
+    if (lead > (uint32_t)m->info.n_layer || shared > 64 || !isfinite(m->moe_w_scale) || !isfinite(log_mul) ||
+        (groups > 1 && (m->n_expert % (int)groups || used == 0 || used > groups)))
+        return attnd_fail(err, ATTND_ERR_FORMAT, "router keys of '%s' out of range: %u dense layers, %u shared experts, "
+                          "%u groups (%u used) of %d experts", arch, lead, shared, groups, used, m->n_expert);
+    m->n_dense_lead = (int)lead, m->moe_gating = (int)gating, m->moe_w_norm = norm;
+    m->n_group = groups > 1 ? (int)groups : 0, m->n_group_used = (int)used;
+    m->n_ff_shexp = (int)shared * m->n_ff_exp;
+    m->mla_log_mul = log_mul / 0.1f; /* the converter writes 0.1 mscale_all_dim */
     return ATTND_OK;
 }
 
@@ -471,6 +544,24 @@ static attnd_status make_rope_tables(model *m, const char *arch, attnd_err *err)
     return st;
 }
 
+/* The query scale and the rotation's factor on cos and sin, as llama.cpp's deepseek2 graph has
+ * them: mscale = (the table's factor) (1 + 0.1 mscale_all_dim ln factor), scale = mscale^2 /
+ * sqrt(key_length_mla); with yarn_log_multiplier, YaRN's own factor on cos and sin cancels
+ * (mscale == mscale_all_dim) and leaves the file's attn_factor. */
+static attnd_status mla_scales(model *m, const char *arch, attnd_err *err) {
+    rope_scaling rs;
+    attnd_status st = read_rope_scaling(m, arch, &rs, err);
+    if (st) return st;
+    if (rs.freq_scale != 1.0f && !rs.yarn)
+        return attnd_fail(err, ATTND_ERR_UNSUPPORTED, "%s: linear RoPE scaling of latent attention is not applied by "
+                          "attnd (YaRN is)", arch);
+    rope_table *t = &m->rope[ROPE_GLOBAL];
+    if (rs.yarn && m->mla_log_mul != 0) t->mscale = rs.attn_factor;
+    float ms = t->mscale * (1.0f + 0.1f * m->mla_log_mul * logf(1.0f / rs.freq_scale));
+    m->attn_scale = ms * ms / sqrtf((float)mla_qk(&m->mla));
+    return ATTND_OK;
+}
+
 attnd_status model_set_context(model *m, int n_ctx, attnd_err *err) {
     if (n_ctx <= 0 || n_ctx > m->info.n_ctx) n_ctx = m->info.n_ctx;
     if (!gguf_find_tensor(m->f, "rope_factors_long.weight")) { /* no choice depends on it */
@@ -536,6 +627,76 @@ static attnd_status load_attention(model *m, int l, attnd_err *err) {
     return ATTND_OK;
 }
 
+/* A per-head tensor [cols, rows, n_head] (attn_k_b, attn_v_b) as n_head matrices of (rows, cols). */
+static attnd_status find_heads(model *m, const char *name, int64_t rows, int64_t cols, mla_heads *out, attnd_err *err) {
+    const gguf_tensor *t;
+    attnd_status st = find_weight(m, name, true, &t, err);
+    if (st) return st;
+    int64_t H = m->mla.n_head;
+    if (t->n_dims != 3 || (int64_t)t->ne[0] != cols || (int64_t)t->ne[1] != rows || (int64_t)t->ne[2] != H)
+        return attnd_fail(err, ATTND_ERR_FORMAT, "tensor '%s' has shape [%llu, %llu, %llu], expected [%lld, %lld, %lld]",
+                          name, (unsigned long long)t->ne[0], (unsigned long long)t->ne[1],
+                          (unsigned long long)t->ne[2], (long long)cols, (long long)rows, (long long)H);
+    *out = (mla_heads){t->data, t->type, rows, cols, quant_row_bytes(t->type, cols) * (size_t)rows};
+    return ATTND_OK;
+}
+
+/* A legacy attn_kv_b (per head: nope rows of W_UK, then v rows of W_UV, kv_lora columns): W_UV,h
+ * read in place, W_UK,h transposed into an owned F32 copy. */
+static attnd_status split_kv_b(model *m, layer_weights *L, const weight *kv_b, attnd_err *err) {
+    const mla_dims *d = &m->mla;
+    int64_t C = d->kv_lora, NP = d->nope, V = d->v_head, per = NP + V;
+    size_t row = quant_row_bytes(kv_b->type, C);
+    L->v_b = (mla_heads){(const uint8_t *)kv_b->data + row * (size_t)NP, kv_b->type, V, C, row * (size_t)per};
+    float *tmp = malloc(sizeof(float) * (size_t)C);
+    L->k_b_own = malloc(sizeof(float) * (size_t)(d->n_head * C * NP));
+    if (!tmp || !L->k_b_own) {
+        free(tmp);
+        return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory loading '%s'", kv_b->name);
+    }
+    for (int h = 0; h < d->n_head; h++)
+        for (int64_t i = 0; i < NP; i++) { /* row i of W_UK,h becomes column i of its transpose */
+            quant_dequantize_row(tmp, (const uint8_t *)kv_b->data + row * (size_t)(h * per + i), kv_b->type, C);
+            for (int64_t c = 0; c < C; c++) L->k_b_own[((size_t)h * C + c) * NP + i] = tmp[c];
+        }
+    free(tmp);
+    L->k_b = (mla_heads){L->k_b_own, GGUF_TYPE_F32, C, NP, sizeof(float) * (size_t)(C * NP)};
+    return ATTND_OK;
+}
+
+/* Layer l's latent attention weights (arch mla, mla.h). */
+static attnd_status load_mla(model *m, int l, attnd_err *err) {
+    const mla_dims *d = &m->mla;
+    int64_t E = m->info.n_embd, HQ = (int64_t)d->n_head * mla_qk(d), C = d->kv_lora;
+    layer_weights *L = &m->layers[l];
+    attnd_status st;
+    char name[96];
+#define NAME(suffix) (snprintf(name, sizeof(name), "blk.%d.%s", l, suffix), name)
+    if (d->q_lora) {
+        if ((st = find_matrix(m, NAME("attn_q_a.weight"), d->q_lora, E, true, &L->wq_a, err)) ||
+            (st = find_matrix(m, NAME("attn_q_b.weight"), HQ, d->q_lora, true, &L->wq_b, err)) ||
+            (st = load_vector(m, NAME("attn_q_a_norm.weight"), d->q_lora, true, &L->q_a_norm, err)))
+            return st;
+    } else if ((st = find_matrix(m, NAME("attn_q.weight"), HQ, E, true, &L->wq, err))) {
+        return st;
+    }
+    if ((st = find_matrix(m, NAME("attn_kv_a_mqa.weight"), C + d->rope, E, true, &L->wkv_a, err)) ||
+        (st = load_vector(m, NAME("attn_kv_a_norm.weight"), C, true, &L->kv_a_norm, err)) ||
+        (st = find_matrix(m, NAME("attn_output.weight"), E, m->q_dim, true, &L->wo, err)))
+        return st;
+    if (gguf_find_tensor(m->f, NAME("attn_k_b.weight"))) {
+        if ((st = find_heads(m, name, C, d->nope, &L->k_b, err)) ||
+            (st = find_heads(m, NAME("attn_v_b.weight"), d->v_head, C, &L->v_b, err)))
+            return st;
+        return ATTND_OK;
+    }
+    weight kv_b;
+    if ((st = find_matrix(m, NAME("attn_kv_b.weight"), (int64_t)d->n_head * (d->nope + d->v_head), C, true, &kv_b, err)))
+        return st;
+#undef NAME
+    return split_kv_b(m, L, &kv_b, err);
+}
+
 /* Layer l's Gated DeltaNet weights (deltanet.h): the projections mapped, the small ones as F32.
  * ssm_a and ssm_dt.bias are one per value head; ssm_a carries no ".weight". */
 static attnd_status load_deltanet(model *m, int l, attnd_err *err) {
@@ -574,7 +735,10 @@ static attnd_status load_layer(model *m, int l, attnd_err *err) {
     layer_weights *L = &m->layers[l];
     char name[96];
     VEC(attn_norm, "attn_norm", "weight", E, true);
-    if ((st = L->kind == LAYER_DELTANET ? load_deltanet(m, l, err) : load_attention(m, l, err))) return st;
+    if ((st = L->kind == LAYER_DELTANET ? load_deltanet(m, l, err)
+              : d->mla                   ? load_mla(m, l, err)
+                                         : load_attention(m, l, err)))
+        return st;
     if (d->post_norms) {
         VEC(post_attn_norm, "post_attention_norm", "weight", E, true);
         VEC(post_ffn_norm, "post_ffw_norm", "weight", E, true);
@@ -617,19 +781,25 @@ static attnd_status load_ffn(model *m, int l, attnd_err *err) {
     attnd_status st;
     char name[96];
 #define NAME(suffix) (snprintf(name, sizeof(name), "blk.%d.%s.weight", l, suffix), name)
-    if (d->moe) {
+    if (d->moe && l >= m->n_dense_lead) {
         int64_t FE = m->n_ff_exp;
         if ((st = find_matrix(m, NAME("ffn_gate_inp"), m->n_expert, E, true, &L->router, err))) return st;
         if ((st = find_experts(m, NAME("ffn_gate_exps"), FE, E, &L->gate_exps, err))) return st;
         if ((st = find_experts(m, NAME("ffn_up_exps"), FE, E, &L->up_exps, err))) return st;
         if ((st = find_experts(m, NAME("ffn_down_exps"), E, FE, &L->down_exps, err))) return st;
-        if (d->shared_expert) {
+        if (d->shared_expert && m->n_ff_shexp) {
             int64_t FS = m->n_ff_shexp;
             if ((st = find_matrix(m, NAME("ffn_gate_shexp"), FS, E, true, &L->gate_shexp, err)) ||
                 (st = find_matrix(m, NAME("ffn_up_shexp"), FS, E, true, &L->up_shexp, err)) ||
-                (st = find_matrix(m, NAME("ffn_down_shexp"), E, FS, true, &L->down_shexp, err)) ||
-                (st = load_vector(m, NAME("ffn_gate_inp_shexp"), E, true, &L->shexp_gate, err)))
+                (st = find_matrix(m, NAME("ffn_down_shexp"), E, FS, true, &L->down_shexp, err)))
                 return st;
+            /* DeepSeek's shared experts are ungated */
+            if (!d->ds_router && (st = load_vector(m, NAME("ffn_gate_inp_shexp"), E, true, &L->shexp_gate, err)))
+                return st;
+        }
+        if (d->ds_router) {
+            snprintf(name, sizeof(name), "blk.%d.exp_probs_b.bias", l);
+            if ((st = load_vector(m, name, m->n_expert, false, &L->exp_probs_b, err))) return st;
         }
         if (!d->moe_biases) return ATTND_OK;
 #define BIAS(suffix) (snprintf(name, sizeof(name), "blk.%d.%s.bias", l, suffix), name)
@@ -664,11 +834,12 @@ static attnd_status check_all_read(const model *m, attnd_err *err) {
 
 /* The 2-D matrices of a layer (those a family lacks are empty: no data). The experts are read in
  * slices from the mapping, not packed. */
-#define LAYER_MATRICES 17
+#define LAYER_MATRICES 20
 static void layer_matrices(layer_weights *L, weight *out[LAYER_MATRICES]) {
     weight *lw[LAYER_MATRICES] = {&L->wq,       &L->wk,         &L->wv,      &L->wqkv,      &L->wo,       &L->w_gate,
                                   &L->w_up,     &L->w_down,     &L->router,  &L->dn_z,      &L->dn_beta,  &L->dn_alpha,
-                                  &L->dn_out,   &L->gate_shexp, &L->up_shexp, &L->down_shexp, &L->dn_ba};
+                                  &L->dn_out,   &L->gate_shexp, &L->up_shexp, &L->down_shexp, &L->dn_ba,
+                                  &L->wq_a,     &L->wq_b,       &L->wkv_a};
     memcpy(out, lw, sizeof lw);
 }
 
@@ -734,7 +905,7 @@ void model_destroy(model *m) {
             float *vecs[] = {L->attn_norm, L->ffn_norm, L->bq, L->bk, L->bv, L->bo, L->sinks, L->q_norm,
                              L->k_norm, L->post_attn_norm, L->post_ffn_norm, L->router_b, L->gate_exps_b,
                              L->up_exps_b, L->down_exps_b, L->dn_conv, L->dn_dt_bias, L->dn_a, L->dn_norm,
-                             L->shexp_gate};
+                             L->shexp_gate, L->q_a_norm, L->kv_a_norm, L->k_b_own, L->exp_probs_b};
             for (size_t i = 0; i < ATTND_ARRAY_LEN(vecs); i++) free(vecs[i]);
             weight *lw[LAYER_MATRICES];
             layer_matrices(L, lw);
@@ -768,10 +939,13 @@ attnd_status model_load(model **out, const char *path, attnd_err *err) {
     }
     if ((st = read_attention(m, arch, err)) || (st = read_experts(m, arch, err)) || (st = read_recurrent(m, arch, err)))
         goto fail;
+    if ((m->arch->mla && (st = read_mla(m, arch, err))) || (m->arch->ds_router && (st = read_ds_router(m, arch, err))))
+        goto fail;
     if ((st = load_weights(m, err)) || (st = embed_model_load(m, arch, err))) goto fail;
     skip_mtp_blocks(m);
     m->run_ctx = mi->n_ctx;
     if ((st = make_rope_tables(m, arch, err))) goto fail;
+    if (m->arch->mla && (st = mla_scales(m, arch, err))) goto fail;
     if ((st = check_all_read(m, err))) goto fail;
     free(m->tensor_read);
     m->tensor_read = NULL;

@@ -9,6 +9,7 @@
 #include "arch.h"
 #include "attnd/engine.h"
 #include "deltanet.h"
+#include "mla.h"
 
 /* A weight matrix in the mapping: (rows, cols) with rows contiguous, elements of `type`. */
 typedef struct weight {
@@ -65,6 +66,14 @@ typedef struct layer_weights {
     float *down_exps_b;      /* (n_expert, n_embd), or NULL */
     weight gate_shexp, up_shexp, down_shexp; /* (n_ff_shexp, E) x2, (E, n_ff_shexp) (arch shared_expert) */
     float *shexp_gate;       /* (n_embd) ffn_gate_inp_shexp: the shared expert's weight is sigmoid(. xn) */
+    /* arch mla (mla.h; wq is a plain attn_q (H qk, E) when the file has no q LoRA) */
+    weight wq_a, wq_b;       /* (q_lora, E) attn_q_a, (H qk, q_lora) attn_q_b, or empty */
+    weight wkv_a;            /* (kv_lora + rope, E) attn_kv_a_mqa */
+    float *q_a_norm;         /* (q_lora) attn_q_a_norm, or NULL */
+    float *kv_a_norm;        /* (kv_lora) attn_kv_a_norm */
+    mla_heads k_b, v_b;      /* W_UK,h (kv_lora, nope), W_UV,h (v_head, kv_lora) per head */
+    float *k_b_own;          /* a legacy attn_kv_b's W_UK,h transposed, as F32 (owned; k_b.data), or NULL */
+    float *exp_probs_b;      /* (n_expert) ffn_exp_probs_b (arch ds_router): added for the choice only, or NULL */
     bool rope;               /* false: a NoPE layer (no rotation of q and k) */
     int window;              /* 0: global attention; W > 0: sees positions pos - W + 1 .. pos */
     int rope_table;          /* ROPE_GLOBAL or ROPE_LOCAL */
@@ -89,6 +98,13 @@ struct model {
     int n_expert, n_expert_used, n_ff_exp; /* Mixture of Experts (arch moe); 0 otherwise */
     int n_ff_shexp;          /* the shared expert's width (arch shared_expert); 0 otherwise */
     dn_dims dn;              /* the Gated DeltaNet layers' sizes (all zero without them) */
+    mla_dims mla;            /* the latent attention's sizes (arch mla; all zero otherwise) */
+    /* arch ds_router: the gating (1 softmax, 2 sigmoid), the weights' normalisation and scale, the
+     * expert groups (n_group 0 or 1: no grouping) and the leading dense layers */
+    int moe_gating, n_group, n_group_used, n_dense_lead;
+    bool moe_w_norm;
+    float moe_w_scale;       /* 0 or 1: unscaled */
+    float mla_log_mul;       /* YaRN's mscale_all_dim (rope.scaling.yarn_log_multiplier / 0.1), or 0 */
     int n_dn_layers;         /* LAYER_DELTANET layers */
     size_t packed_bytes;     /* memory of the weights' packed copies (weight.packed) */
     int run_ctx;             /* the context it is run at (model_set_context): n_ctx or less */

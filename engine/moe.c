@@ -43,6 +43,65 @@ void moe_plan_build(moe_plan *pl, const int *sel, int n_slots, int n_expert) {
     pl->n_slots = n_slots;
 }
 
+/* The choice score of expert x: its probability plus its bias; -inf outside the kept groups. */
+static float ds_score(const moe_ds_router *r, const float *p, const unsigned char *keep, int x) {
+    if (r->n_group > 1 && !keep[x / (r->n_expert / r->n_group)]) return -INFINITY;
+    return p[x] + (r->bias ? r->bias[x] : 0.0f);
+}
+
+/* keep[g] = 1 for the n_group_used groups with the largest sums of their two best scores. */
+static void ds_groups(const moe_ds_router *r, const float *p, unsigned char *keep) {
+    int per = r->n_expert / r->n_group;
+    float gs[1024];
+    for (int g = 0; g < r->n_group; g++) {
+        float a = -INFINITY, b = -INFINITY; /* the two best of the group */
+        for (int x = g * per; x < (g + 1) * per; x++) {
+            float v = p[x] + (r->bias ? r->bias[x] : 0.0f);
+            if (v > a) b = a, a = v;
+            else if (v > b) b = v;
+        }
+        gs[g] = per > 1 ? a + b : a;
+        keep[g] = 0;
+    }
+    for (int k = 0; k < r->n_group_used; k++) {
+        int best = -1;
+        for (int g = 0; g < r->n_group; g++)
+            if (!keep[g] && (best < 0 || gs[g] > gs[best])) best = g;
+        keep[best] = 1;
+    }
+}
+
+void moe_ds_route(const moe_ds_router *r, float *p, int *sel, float *w) {
+    int NE = r->n_expert;
+    if (r->gating == 2) {
+        for (int x = 0; x < NE; x++) p[x] = 1.0f / (1.0f + expf(-p[x]));
+    } else {
+        float mx = -INFINITY;
+        double sum = 0;
+        for (int x = 0; x < NE; x++) mx = p[x] > mx ? p[x] : mx;
+        for (int x = 0; x < NE; x++) sum += p[x] = expf(p[x] - mx);
+        for (int x = 0; x < NE; x++) p[x] = (float)(p[x] / sum);
+    }
+    unsigned char keep[1024];
+    if (r->n_group > 1) ds_groups(r, p, keep);
+    float wsum = 0;
+    for (int k = 0; k < r->k; k++) { /* k is small: selection by repeated scans */
+        int best = -1;
+        float bs = -INFINITY;
+        for (int x = 0; x < NE; x++) {
+            bool taken = false;
+            for (int j = 0; j < k && !taken; j++) taken = sel[j] == x;
+            float v = taken ? -INFINITY : ds_score(r, p, keep, x);
+            if (!taken && (best < 0 || v > bs)) best = x, bs = v;
+        }
+        sel[k] = best;
+        wsum += w[k] = p[best];
+    }
+    float div = r->norm ? (wsum > 6.103515625e-5f ? wsum : 6.103515625e-5f) : 1.0f;
+    float sc = r->scale != 0.0f ? r->scale : 1.0f;
+    for (int k = 0; k < r->k; k++) w[k] = w[k] / div * sc;
+}
+
 static size_t max_size(size_t a, size_t b) { return a > b ? a : b; }
 
 /* Floats of one of a worker's two tiles, for groups of up to max_tok entries (a multiple of 16). */

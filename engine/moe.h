@@ -13,6 +13,7 @@
 #ifndef ATTND_MOE_H
 #define ATTND_MOE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #include "model_internal.h"
@@ -51,6 +52,22 @@ typedef struct moe_job {
     int max_tok;        /* what scratch_bytes was sized for: no group has more entries */
     int n_threads;      /* at most n_workers */
 } moe_job;
+
+/* DeepSeek's router (arch ds_router) for one entry. */
+typedef struct moe_ds_router {
+    int n_expert, k;          /* experts, used per entry */
+    int gating;               /* 1: softmax over every expert, 2: a sigmoid of each logit */
+    const float *bias;        /* (n_expert) exp_probs_b, added for the choice only; NULL = none */
+    int n_group, n_group_used; /* n_group > 1: only the n_group_used groups (consecutive experts)
+                                  with the largest sums of their two best choice scores compete */
+    bool norm;                /* the k weights divided by their sum (at least 2^-14) */
+    float scale;              /* the weights times this (0 or 1: not scaled) */
+} moe_ds_router;
+
+/* The k experts of one entry, best choice score first (ties to the lower id), into sel (k), and
+ * their weights, the unbiased probabilities, into w (k). p (n_expert): the router's logits in, its
+ * probabilities out. */
+void moe_ds_route(const moe_ds_router *r, float *p, int *sel, float *w);
 
 void moe_gate_up(const moe_job *j);
 void moe_down(const moe_job *j);

@@ -15,6 +15,8 @@
  *        byte tokens.
  *   BPE  ("gpt2"): the pre-tokenizer (tok_pre.c) cuts the fragment into words, and inside each
  *        word adjacent symbols are merged lowest-rank-first (ties: leftmost).
+ *   WPM  ("bert"): BERT's normaliser and word splitter (tok_wpm.c), then each word is cut into
+ *        the longest vocabulary pieces from the left; [CLS] ... [SEP] around it all.
  * Both merge loops keep, for every live symbol, the priority of merging it with its right
  * neighbour in an indexed 4-ary heap, so a word of n bytes costs O(n log n) time and about
  * 24 bytes of working memory per byte, whatever its content (no quadratic case). Words (and SPM
@@ -32,6 +34,7 @@
 #include "attnd/utf8.h"
 #include "block.h"
 #include "tok_pre.h"
+#include "tok_wpm.h"
 #include "unicode.h"
 
 /* Token types as GGUF numbers them (tokenizer.ggml.token_type). */
@@ -44,7 +47,7 @@ enum {
     TT_BYTE = 6,
 };
 
-enum { KIND_SPM, KIND_BPE };
+enum { KIND_SPM, KIND_BPE, KIND_WPM };
 
 #define KEY_NONE UINT32_MAX
 
@@ -145,7 +148,7 @@ static const merge_slot *merge_get(const mergemap *m, int32_t a, int32_t b) {
 // ---- the tokenizer ----------------------------------------------------------------------------
 
 struct tokenizer {
-    int kind; /* KIND_SPM or KIND_BPE */
+    int kind; /* KIND_SPM, KIND_BPE or KIND_WPM */
     int32_t n_vocab;
     char *text;             /* arena: every vocabulary string, each NUL-terminated */
     uint32_t *text_off;     /* (n_vocab) */
@@ -164,7 +167,12 @@ struct tokenizer {
     size_t n_special;
     uint32_t special_at[257]; /* special[special_at[b] .. special_at[b+1]) start with byte b */
     int32_t bos, eos, eot, eom, unk, pad;
+    int32_t sep;            /* separator ([SEP]): closes a WordPiece text, and each text of a pair */
+    int32_t fim[TOK_FIM_N]; /* fill-in-the-middle ids by tok_fim_role; -1 = none */
     bool add_bos, add_eos, add_space_prefix;
+    bool add_sep;           /* add_special appends sep (WordPiece) */
+    bool wpm_lower, wpm_strip; /* WordPiece: lowercase, strip accents (BertNormalizer) */
+    size_t wpm_max_piece;   /* WordPiece: the longest normal token, in bytes */
     bool spm_split;         /* no token joins a non-space to a following U+2581 (see spm_fragment) */
     bool spm_pairs;         /* SPM merges go through `merges` by id pair (see build_spm_pairs) */
     int32_t spm_ascii[128]; /* SPM: mergeable token of each ASCII character, or -1 */
@@ -190,10 +198,57 @@ static int spm_byte_of(const char *s, size_t n) {
     return hi < 0 || lo < 0 ? -1 : hi * 16 + lo;
 }
 
-/* Writes what token id decodes to at out (room for 4 * text length) and returns its length. */
+/* HF's WordPiece decoder cleanup, applied to each token's text as HF does (in this order):
+ * " ." -> "." and so on, so punctuation glues to the word before it. Shrinks s in place. */
+static size_t wpm_cleanup(char *s, size_t n) {
+    static const char *const RULES[][2] = {
+        {" .", "."}, {" ?", "?"}, {" !", "!"}, {" ,", ","}, {" ' ", "'"}, {" n't", "n't"},
+        {" 'm", "'m"}, {" do not", " don't"}, {" 's", "'s"}, {" 've", "'ve"}, {" 're", "'re"},
+    };
+    for (size_t r = 0; r < ATTND_ARRAY_LEN(RULES); r++) {
+        size_t from = strlen(RULES[r][0]), to = strlen(RULES[r][1]), m = 0;
+        for (size_t i = 0; i < n;) {
+            if (i + from <= n && !memcmp(s + i, RULES[r][0], from)) {
+                memcpy(s + m, RULES[r][1], to);
+                m += to, i += from;
+            } else {
+                s[m++] = s[i++];
+            }
+        }
+        n = m;
+    }
+    return n;
+}
+
+/* Is id a WordPiece continuation piece (HF's "##ing", stored bare as "ing")? */
+static inline bool wpm_continuation(const tokenizer *t, int32_t id) {
+    return t->kind == KIND_WPM && t->type[id] == TT_NORMAL &&
+           (t->text_len[id] < 3 || memcmp(t->text + t->text_off[id], SPM_SPACE, 3));
+}
+
+/* What a WordPiece token decodes to, HF's WordPiece decoder: a word-initial piece ("▁play", any
+ * special or added token) is a space and its text, then the cleanup; a continuation piece is
+ * "##" and its text ("##ing"), the "##" being dropped (by piece_of) unless the piece comes
+ * first, as HF does. Room: text + 2. */
+static size_t wpm_decode_token(const tokenizer *t, int32_t id, char *out) {
+    const char *s = t->text + t->text_off[id];
+    size_t n = t->text_len[id];
+    if (wpm_continuation(t, id)) {
+        memcpy(out, "##", 2);
+        memcpy(out + 2, s, n);
+        return n + 2;
+    }
+    if (t->type[id] == TT_NORMAL) s += 3, n -= 3; /* the "▁" of a word-initial piece */
+    out[0] = ' ';
+    memcpy(out + 1, s, n);
+    return wpm_cleanup(out, n + 1);
+}
+
+/* Writes what token id decodes to at out (room for 4 * text length + 1) and returns its length. */
 static size_t decode_token(const tokenizer *t, int32_t id, const uint32_t *cp_to_byte, char *out) {
     const char *s = t->text + t->text_off[id];
     size_t n = t->text_len[id];
+    if (t->type[id] != TT_UNUSED && t->kind == KIND_WPM) return wpm_decode_token(t, id, out);
     switch (t->type[id]) {
     case TT_UNUSED: return 0;
     case TT_CONTROL: case TT_UNKNOWN: case TT_USER: /* verbatim (control/unknown only when rendered) */
@@ -241,6 +296,28 @@ static const char *EOG_TEXTS[] = {
     "_<EOT>", "<|end_of_text|>", "</s>", "<｜end▁of▁sentence｜>", "<|return|>", "<|call|>",
 };
 
+/* The fill-in-the-middle tokens: the GGUF's key for each role (fim_*_token_id), the older key
+ * (prefix/suffix/middle_token_id) where there is one, and else the spellings the coder families
+ * use in their vocabularies, as llama.cpp's loader knows them (its llama-vocab.cpp). */
+static const struct {
+    const char *key, *old_key;
+    const char *texts[9]; /* NULL-ended */
+} FIM_ROLES[TOK_FIM_N] = {
+    [TOK_FIM_PRE] = {"tokenizer.ggml.fim_pre_token_id", "tokenizer.ggml.prefix_token_id",
+                     {"<|fim_prefix|>", "<fim-prefix>", "<fim_prefix>", "<｜fim▁begin｜>", "<PRE>",
+                      "▁<PRE>", "<|code_prefix|>", "<|prefix|>", NULL}},
+    [TOK_FIM_SUF] = {"tokenizer.ggml.fim_suf_token_id", "tokenizer.ggml.suffix_token_id",
+                     {"<|fim_suffix|>", "<fim-suffix>", "<fim_suffix>", "<｜fim▁hole｜>", "<SUF>",
+                      "▁<SUF>", "<|code_suffix|>", "<|suffix|>", NULL}},
+    [TOK_FIM_MID] = {"tokenizer.ggml.fim_mid_token_id", "tokenizer.ggml.middle_token_id",
+                     {"<|fim_middle|>", "<fim-middle>", "<fim_middle>", "<｜fim▁end｜>", "<MID>",
+                      "▁<MID>", "<|code_middle|>", "<|middle|>", NULL}},
+    [TOK_FIM_PAD] = {"tokenizer.ggml.fim_pad_token_id", NULL, {"<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>", "[PAD]", NULL}},
+    [TOK_FIM_REP] = {"tokenizer.ggml.fim_rep_token_id", NULL,
+                     {"<|fim_repo|>", "<|repo_name|>", "<fim-repo>", "<REPO>", "<reponame>", NULL}},
+    [TOK_FIM_SEP] = {"tokenizer.ggml.fim_sep_token_id", NULL, {"<|file_sep|>", NULL}},
+};
+
 /* Reads an optional id key: -1 when absent; format error when present but out of range. */
 static attnd_status read_id(const gguf_file *f, const char *key, int32_t n_vocab, int32_t dflt, int32_t *out,
                             attnd_err *err) {
@@ -259,6 +336,26 @@ static attnd_status read_id(const gguf_file *f, const char *key, int32_t n_vocab
         return attnd_fail(err, ATTND_ERR_FORMAT, "%s = %lld is outside the vocabulary (%d tokens)", key,
                           (long long)v, n_vocab);
     *out = (int32_t)v;
+    return ATTND_OK;
+}
+
+/* The fill-in-the-middle ids (FIM_ROLES). A token found by its spelling is made a control token,
+ * as llama.cpp does, so that it never reads as text. The pad, repository and file-separator tokens
+ * end generation: a model that writes one has finished the middle. */
+static attnd_status read_fim_ids(tokenizer *t, const gguf_file *f, attnd_err *err) {
+    for (int r = 0; r < TOK_FIM_N; r++) {
+        attnd_status st = read_id(f, FIM_ROLES[r].key, t->n_vocab, -1, &t->fim[r], err);
+        if (st == ATTND_OK && t->fim[r] < 0 && FIM_ROLES[r].old_key)
+            st = read_id(f, FIM_ROLES[r].old_key, t->n_vocab, -1, &t->fim[r], err);
+        if (st != ATTND_OK) return st;
+        for (int k = 0; t->fim[r] < 0 && FIM_ROLES[r].texts[k]; k++) {
+            const char *s = FIM_ROLES[r].texts[k];
+            int32_t id = strmap_get(&t->by_text, s, strlen(s));
+            if (id >= 0 && t->type[id] == TT_NORMAL) t->type[id] = TT_CONTROL;
+            t->fim[r] = id;
+        }
+        if (t->fim[r] >= 0 && (r == TOK_FIM_PAD || r == TOK_FIM_REP || r == TOK_FIM_SEP)) t->eog[t->fim[r]] = true;
+    }
     return ATTND_OK;
 }
 
@@ -407,8 +504,11 @@ static attnd_status read_kind(tokenizer *t, const gguf_file *f, attnd_err *err) 
         t->kind = KIND_SPM;
     } else if (!strcmp(model, "gpt2")) {
         t->kind = KIND_BPE;
+    } else if (!strcmp(model, "bert")) {
+        t->kind = KIND_WPM;
     } else {
-        return attnd_fail(err, ATTND_ERR_UNSUPPORTED, "tokenizer.ggml.model \"%s\" is not supported (only \"llama\" and \"gpt2\")", model);
+        return attnd_fail(err, ATTND_ERR_UNSUPPORTED,
+                          "tokenizer.ggml.model \"%s\" is not supported (only \"llama\", \"gpt2\" and \"bert\")", model);
     }
     if (t->kind == KIND_BPE) {
         const char *pre = NULL;
@@ -456,7 +556,8 @@ static size_t layout_tables(tokenizer *t, char *mem, size_t text_bytes) {
     t->text = block_take(&b, text_bytes, 1);
     t->text_off = block_take(&b, nv, sizeof(*t->text_off));
     t->text_len = block_take(&b, nv, sizeof(*t->text_len));
-    t->dec = block_take(&b, text_bytes, 1); /* a token never decodes to more bytes than its text has */
+    /* a token never decodes to more bytes than its text has, but for WordPiece's " " and "##" */
+    t->dec = block_take(&b, text_bytes + (t->kind == KIND_WPM ? 2 * nv : 0), 1);
     t->dec_off = block_take(&b, nv, sizeof(*t->dec_off));
     t->dec_len = block_take(&b, nv, sizeof(*t->dec_len));
     t->type = block_take(&b, nv, sizeof(*t->type));
@@ -551,10 +652,10 @@ static attnd_status build_decoded(tokenizer *t, attnd_err *err) {
                 s[0] = (char)b;
                 id = strmap_get(&t->by_text, s, 1);
             }
-        } else {
+        } else if (t->kind == KIND_BPE) {
             id = strmap_get(&t->by_text, s, utf8_encode(s, byte_to_cp(b)));
         }
-        t->byte_tok[b] = id;
+        t->byte_tok[b] = id; /* WordPiece has no byte tokens */
     }
     free(cp_to_byte);
     return ATTND_OK;
@@ -585,15 +686,23 @@ static attnd_status build_specials(tokenizer *t, attnd_err *err) {
 static attnd_status read_special_ids(tokenizer *t, const gguf_file *f, attnd_err *err) {
     attnd_status st;
     bool spm = t->kind == KIND_SPM;
-    if ((st = read_id(f, "tokenizer.ggml.bos_token_id", t->n_vocab, spm ? 1 : -1, &t->bos, err)) != ATTND_OK ||
+    bool wpm = t->kind == KIND_WPM;
+    int32_t cls = -1; /* BERT files name [CLS] by bos_token_id or cls_token_id (conventionally 101) */
+    if ((st = read_id(f, "tokenizer.ggml.cls_token_id", t->n_vocab, wpm ? 101 : -1, &cls, err)) != ATTND_OK ||
+        (st = read_id(f, "tokenizer.ggml.bos_token_id", t->n_vocab, spm ? 1 : wpm ? cls : -1, &t->bos, err)) != ATTND_OK ||
         (st = read_id(f, "tokenizer.ggml.eos_token_id", t->n_vocab, spm ? 2 : -1, &t->eos, err)) != ATTND_OK ||
-        (st = read_id(f, "tokenizer.ggml.unknown_token_id", t->n_vocab, spm ? 0 : -1, &t->unk, err)) != ATTND_OK ||
+        (st = read_id(f, "tokenizer.ggml.unknown_token_id", t->n_vocab, spm ? 0 : wpm ? 100 : -1, &t->unk, err)) != ATTND_OK ||
+        (st = read_id(f, "tokenizer.ggml.seperator_token_id", t->n_vocab, wpm ? 102 : -1, &t->sep, err)) != ATTND_OK ||
         (st = read_id(f, "tokenizer.ggml.eot_token_id", t->n_vocab, -1, &t->eot, err)) != ATTND_OK ||
         (st = read_id(f, "tokenizer.ggml.eom_token_id", t->n_vocab, -1, &t->eom, err)) != ATTND_OK ||
-        (st = read_id(f, "tokenizer.ggml.padding_token_id", t->n_vocab, -1, &t->pad, err)) != ATTND_OK)
+        (st = read_id(f, "tokenizer.ggml.padding_token_id", t->n_vocab, wpm ? 0 : -1, &t->pad, err)) != ATTND_OK)
         return st;
-    t->add_bos = read_bool(f, "tokenizer.ggml.add_bos_token", spm) && t->bos >= 0;
+    t->add_bos = read_bool(f, "tokenizer.ggml.add_bos_token", spm || wpm) && t->bos >= 0;
     t->add_eos = read_bool(f, "tokenizer.ggml.add_eos_token", false) && t->eos >= 0;
+    t->add_sep = read_bool(f, "tokenizer.ggml.add_sep_token", wpm) && t->sep >= 0;
+    /* llama.cpp's defaults: lowercase unless the file says not, strip accents as lowercase */
+    t->wpm_lower = read_bool(f, "tokenizer.ggml.normalizer.lowercase", true);
+    t->wpm_strip = read_bool(f, "tokenizer.ggml.normalizer.strip_accents", t->wpm_lower);
     t->add_space_prefix = read_bool(f, "tokenizer.ggml.add_space_prefix", spm);
     if (t->eos >= 0) t->eog[t->eos] = true;
     if (t->eot >= 0) t->eog[t->eot] = true;
@@ -630,6 +739,9 @@ static attnd_status prepare_merges(tokenizer *t, const gguf_file *f, attnd_err *
             t->spm_ascii[c] = spm_lookup(t, &ch, 1);
         }
         t->spm_space = spm_lookup(t, SPM_SPACE, 3);
+    } else if (t->kind == KIND_WPM) {
+        for (size_t i = 0; i < nv; i++)
+            if (t->type[i] == TT_NORMAL && t->text_len[i] > t->wpm_max_piece) t->wpm_max_piece = t->text_len[i];
     } else {
         if ((st = load_merges(t, f, err)) != ATTND_OK) return st;
         if (t->pre->ignore_merges) {
@@ -660,7 +772,7 @@ attnd_status tok_load(tokenizer **out, const gguf_file *f, attnd_err *err) {
     const gguf_array *toks, *types, *scores;
     if ((st = read_kind(t, f, err)) != ATTND_OK || (st = read_arrays(t, f, &toks, &types, &scores, err)) != ATTND_OK ||
         (st = alloc_tables(t, toks, err)) != ATTND_OK || (st = fill_tokens(t, toks, types, scores, err)) != ATTND_OK ||
-        (st = build_decoded(t, err)) != ATTND_OK || (st = build_specials(t, err)) != ATTND_OK ||
+        (st = read_fim_ids(t, f, err)) != ATTND_OK || (st = build_decoded(t, err)) != ATTND_OK || (st = build_specials(t, err)) != ATTND_OK ||
         (st = read_special_ids(t, f, err)) != ATTND_OK || (st = prepare_merges(t, f, err)) != ATTND_OK) {
         tok_destroy(t);
         return st;
@@ -672,7 +784,9 @@ attnd_status tok_load(tokenizer **out, const gguf_file *f, attnd_err *err) {
 int tok_n_vocab(const tokenizer *t) { return t->n_vocab; }
 int32_t tok_bos(const tokenizer *t) { return t->bos; }
 int32_t tok_eos(const tokenizer *t) { return t->eos; }
+int32_t tok_sep(const tokenizer *t) { return t->sep; }
 bool tok_add_bos(const tokenizer *t) { return t->add_bos; }
+int32_t tok_fim(const tokenizer *t, tok_fim_role r) { return r >= 0 && r < TOK_FIM_N ? t->fim[r] : -1; }
 bool tok_is_eog(const tokenizer *t, int32_t id) { return id >= 0 && id < t->n_vocab && t->eog[id]; }
 
 const char *tok_piece(const tokenizer *t, int32_t id) {
@@ -690,6 +804,7 @@ bool tok_token_bytes(const tokenizer *t, int32_t id, bool render_special, const 
     bool hidden = !render_special && (t->type[id] == TT_CONTROL || t->type[id] == TT_UNKNOWN);
     *bytes = t->dec + t->dec_off[id];
     *len = hidden ? 0 : t->dec_len[id];
+    if (wpm_continuation(t, id)) *bytes += 2, *len -= 2; /* "ing", not "##ing" */
     return true;
 }
 
@@ -1071,6 +1186,44 @@ static attnd_status bpe_fragment(enc *e, const char *text, size_t len) {
     return st;
 }
 
+// ---- WordPiece --------------------------------------------------------------------------------
+
+/* tok_wpm_find_fn over the vocabulary index: a word-initial piece is stored as "▁" + piece, a
+ * continuation piece bare (llama.cpp's converter); only normal tokens are pieces. */
+static int32_t wpm_find(const void *ctx, const char *p, size_t n, bool initial) {
+    const tokenizer *t = ctx;
+    int32_t id;
+    if (initial) {
+        char buf[3 + 4 * TOK_WPM_MAX_CHARS]; /* a piece is part of a word of at most that many characters */
+        ATTND_ASSERT(n <= 4 * TOK_WPM_MAX_CHARS);
+        memcpy(buf, SPM_SPACE, 3);
+        memcpy(buf + 3, p, n);
+        id = strmap_get(&t->by_text, buf, n + 3);
+    } else {
+        id = strmap_get(&t->by_text, p, n);
+    }
+    return id >= 0 && t->type[id] == TT_NORMAL ? id : -1;
+}
+
+/* One word's pieces, or the unknown token for the whole word. */
+static attnd_status wpm_merge(enc *e, const char *p, size_t len) {
+    int32_t ids[TOK_WPM_MAX_CHARS];
+    size_t k = tok_wpm_word(p, len, e->t->wpm_max_piece, wpm_find, e->t, ids);
+    if (!k) return e->t->unk >= 0 ? emit(e, e->t->unk) : ATTND_OK;
+    attnd_status st = ATTND_OK;
+    for (size_t i = 0; i < k && st == ATTND_OK; i++) st = emit(e, ids[i]);
+    return st;
+}
+
+static attnd_status wpm_fragment(enc *e, const char *text, size_t len) {
+    char *norm;
+    size_t n, pos = 0, a, b;
+    attnd_status st = tok_wpm_normalize(text, len, e->t->wpm_lower, e->t->wpm_strip, &norm, &n, e->err);
+    while (st == ATTND_OK && tok_wpm_next_word(norm, n, &pos, &a, &b)) st = cached(e, norm + a, b - a, wpm_merge);
+    free(norm);
+    return st;
+}
+
 // ---- encode -----------------------------------------------------------------------------------
 
 /* The special token matching at text[i..len), longest first, or -1. */
@@ -1088,6 +1241,7 @@ static int32_t special_at(const tokenizer *t, const char *text, size_t i, size_t
 static attnd_status fragment(enc *e, const char *text, size_t len) {
     if (!len) return ATTND_OK;
     if (e->t->kind == KIND_SPM) return spm_fragment(e, text, len, e->t->add_space_prefix);
+    if (e->t->kind == KIND_WPM) return wpm_fragment(e, text, len);
     return bpe_fragment(e, text, len);
 }
 
@@ -1133,6 +1287,7 @@ static attnd_status encode(const tokenizer *t, const char *text, size_t len, boo
     }
     if (st == ATTND_OK && frag < len) st = fragment(&e, text + frag, len - frag);
     if (st == ATTND_OK && add_special && t->add_eos) st = emit(&e, t->eos);
+    if (st == ATTND_OK && add_special && t->add_sep) st = emit(&e, t->sep);
     enc_free(&e);
     if (st != ATTND_OK) {
         free(e.ids);
@@ -1164,7 +1319,59 @@ attnd_status tok_encode_marked(const tokenizer *t, const char *text, size_t len,
     return encode(t, text, len, add_special, true, n_spans ? spans : &NONE, n_spans, ids, n_ids, err);
 }
 
+/* The special ids around the texts of a pair: head A mid B tail (-1: none). WordPiece follows
+ * HF's BERT template; the others llama.cpp's rerank layout (BOS, EOS, SEP per the flags). */
+static void pair_specials(const tokenizer *t, int32_t *head, int32_t mid[2], int32_t *tail) {
+    *head = t->add_bos ? t->bos : -1;
+    if (t->kind == KIND_WPM) {
+        mid[0] = t->sep, mid[1] = -1, *tail = t->sep;
+        return;
+    }
+    mid[0] = t->add_eos ? t->eos : -1;
+    mid[1] = t->add_sep ? t->sep : -1;
+    *tail = t->add_eos ? t->eos : -1;
+}
+
+attnd_status tok_encode_pair(const tokenizer *t, const char *a, size_t a_len, const char *b, size_t b_len,
+                             int32_t **ids, int32_t **segs, size_t *n_ids, attnd_err *err) {
+    *ids = NULL, *n_ids = 0;
+    if (segs) *segs = NULL;
+    int32_t *ia = NULL, *ib = NULL, *out = NULL, *seg = NULL;
+    size_t na = 0, nb = 0, n = 0;
+    attnd_status st = tok_encode(t, a, a_len, false, false, &ia, &na, err);
+    if (st == ATTND_OK) st = tok_encode(t, b, b_len, false, false, &ib, &nb, err);
+    if (st != ATTND_OK) goto out;
+    int32_t head, mid[2], tail;
+    pair_specials(t, &head, mid, &tail);
+    out = malloc((na + nb + 4) * sizeof(*out));
+    seg = malloc((na + nb + 4) * sizeof(*seg));
+    if (!out || !seg) {
+        st = attnd_fail(err, ATTND_ERR_NOMEM, "out of memory for a pair of %zu + %zu tokens", na, nb);
+        goto out;
+    }
+    if (head >= 0) seg[n] = 0, out[n++] = head;
+    for (size_t i = 0; i < na; i++) seg[n] = 0, out[n++] = ia[i];
+    for (size_t k = 0; k < 2; k++)
+        if (mid[k] >= 0) seg[n] = 0, out[n++] = mid[k];
+    for (size_t i = 0; i < nb; i++) seg[n] = 1, out[n++] = ib[i];
+    if (tail >= 0) seg[n] = 1, out[n++] = tail;
+    *ids = out, *n_ids = n, out = NULL;
+    if (segs) *segs = seg, seg = NULL;
+out:
+    free(ia);
+    free(ib);
+    free(out);
+    free(seg);
+    return st;
+}
+
 // ---- decode -----------------------------------------------------------------------------------
+
+/* Does decoding drop the leading space of the first piece that gives text? SentencePiece's dummy
+ * prefix; WordPiece, whose decoder puts a space before every word-initial piece but the first. */
+static bool strips_first_space(const tokenizer *t) {
+    return (t->kind == KIND_SPM && t->add_space_prefix) || t->kind == KIND_WPM;
+}
 
 /* Decoding state shared by tok_decode and the stream: whether the dummy-prefix space of the
  * first piece is still to be dropped. */
@@ -1172,8 +1379,9 @@ static void piece_of(const tokenizer *t, int32_t id, bool render_special, bool *
     bool hidden = t->type[id] == TT_CONTROL || t->type[id] == TT_UNKNOWN ? !render_special : false;
     *p = t->dec + t->dec_off[id];
     *n = hidden ? 0 : t->dec_len[id];
+    if (!*strip && wpm_continuation(t, id)) (*p) += 2, (*n) -= 2; /* HF keeps "##" on a first piece only */
     if (*strip && *n) {
-        if (t->type[id] == TT_NORMAL && **p == ' ') (*p)++, (*n)--;
+        if ((t->type[id] == TT_NORMAL || t->kind == KIND_WPM) && **p == ' ') (*p)++, (*n)--;
         *strip = false;
     }
 }
@@ -1191,7 +1399,7 @@ attnd_status tok_decode(const tokenizer *t, const int32_t *ids, size_t n, bool r
     }
     char *out = malloc(total + 1);
     if (!out) return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory decoding %zu tokens", n);
-    bool strip = t->kind == KIND_SPM && t->add_space_prefix;
+    bool strip = strips_first_space(t);
     size_t m = 0;
     for (size_t i = 0; i < n; i++) {
         const char *p;
@@ -1231,7 +1439,7 @@ attnd_status tok_stream_create(tok_stream **out, const tokenizer *t, bool render
     if (!s) return ATTND_ERR_NOMEM;
     s->t = t;
     s->render_special = render_special;
-    s->strip = t->kind == KIND_SPM && t->add_space_prefix;
+    s->strip = strips_first_space(t);
     s->cap = s->cap_out = 64;
     s->buf = malloc(s->cap);
     s->out = malloc(s->cap_out);

@@ -162,3 +162,42 @@ attnd_status unicode_nfc(const char *s, size_t len, char **out, size_t *out_len,
     *out_len = n;
     return ATTND_OK;
 }
+
+// ---- what BERT's normaliser needs -------------------------------------------------------------
+
+bool unicode_is_control(uint32_t cp) {
+    if (cp > 0x10FFFF) return true;
+    switch (utf8proc_category((utf8proc_int32_t)cp)) {
+    case UTF8PROC_CATEGORY_CC: case UTF8PROC_CATEGORY_CF: case UTF8PROC_CATEGORY_CS: case UTF8PROC_CATEGORY_CO:
+        return true;
+    default:
+        return false;
+    }
+}
+
+bool unicode_is_nonspacing_mark(uint32_t cp) {
+    return cp <= 0x10FFFF && utf8proc_category((utf8proc_int32_t)cp) == UTF8PROC_CATEGORY_MN;
+}
+
+size_t unicode_lower(uint32_t cp, uint32_t out[2]) {
+    if (cp == 0x130) { /* SpecialCasing: the only unconditional lowercase mapping to two */
+        out[0] = 'i', out[1] = 0x307;
+        return 2;
+    }
+    out[0] = cp < 128 ? (cp >= 'A' && cp <= 'Z' ? cp + 32 : cp) : (uint32_t)utf8proc_tolower((utf8proc_int32_t)cp);
+    return 1;
+}
+
+attnd_status unicode_nfd(const char *s, size_t len, char **out, size_t *out_len, attnd_err *err) {
+    *out = NULL;
+    *out_len = 0;
+    utf8proc_uint8_t *norm = NULL;
+    utf8proc_ssize_t r = utf8proc_map((const utf8proc_uint8_t *)s, (utf8proc_ssize_t)len, &norm,
+                                      UTF8PROC_STABLE | UTF8PROC_DECOMPOSE);
+    if (r < 0)
+        return attnd_fail(err, r == UTF8PROC_ERROR_NOMEM ? ATTND_ERR_NOMEM : ATTND_ERR_INVALID,
+                          "NFD normalisation failed: %s", utf8proc_errmsg(r));
+    *out = (char *)norm;
+    *out_len = (size_t)r;
+    return ATTND_OK;
+}

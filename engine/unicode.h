@@ -1,6 +1,7 @@
 /*
  * unicode.h — the few Unicode facts the tokenizers need: strict UTF-8 decoding, a per-code-point
- * class (letter and its case / mark / number / punctuation / white space) for the pre-tokenizer regexes, and NFC.
+ * class (letter and its case / mark / number / punctuation / white space) for the pre-tokenizer regexes, NFC,
+ * and what BERT's normaliser asks (control test, nonspacing marks, NFD, full lowercase).
  *
  * Category data comes from libutf8proc (the Unicode Character Database as compiled by the
  * utf8proc project), never from ASCII tests. White space is the Unicode White_Space property,
@@ -10,6 +11,7 @@
 #ifndef ATTND_UNICODE_H
 #define ATTND_UNICODE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -45,5 +47,23 @@ uint8_t unicode_class(uint32_t cp);
  * are normalised separately. *out is malloc'd (caller frees), NUL-terminated, *out_len excludes
  * the NUL. ATTND_ERR_NOMEM on allocation failure. */
 attnd_status unicode_nfc(const char *s, size_t len, char **out, size_t *out_len, attnd_err *err);
+
+/* True for categories Cc Cf Cs Co (controls, formats, surrogates, private use): what BERT's
+ * text cleaning drops (tab, newline and CR aside). Unassigned code points (Cn) are not
+ * included: HF's tokenizers keep them (they become [UNK]), and so a character assigned after
+ * utf8proc's Unicode version is kept too. */
+bool unicode_is_control(uint32_t cp);
+
+/* True for a nonspacing mark (category Mn): what BERT's accent stripping drops after NFD. */
+bool unicode_is_nonspacing_mark(uint32_t cp);
+
+/* Full lowercase mapping of cp (Unicode's SpecialCasing included, without the context-dependent
+ * final sigma rule): writes 1 or 2 code points to out and returns how many. U+0130 is the one
+ * character whose lowercase is two (i, U+0307), as Rust's char::to_lowercase has it. */
+size_t unicode_lower(uint32_t cp, uint32_t out[2]);
+
+/* NFD of s[0..len), which must be valid UTF-8 (ATTND_ERR_INVALID otherwise). *out is malloc'd
+ * (caller frees), NUL-terminated, *out_len excludes the NUL. */
+attnd_status unicode_nfd(const char *s, size_t len, char **out, size_t *out_len, attnd_err *err);
 
 #endif /* ATTND_UNICODE_H */

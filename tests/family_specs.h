@@ -13,6 +13,7 @@
 
 #include "engine_fixture.h"
 #include "hybrid_fixture.h"
+#include "mla_fixture.h"
 
 /* The families of the llama.cpp comparison, in the order of reference-families.json. */
 static const char *const FAMILY_NAMES[] = {"qwen3", "smollm3", "gemma2", "gemma3", "phi3", "qwen3moe", "gpt-oss"};
@@ -104,6 +105,49 @@ static inline hy_spec hybrid_small(const char *arch) {
 static inline void hybrid_prompt(int32_t *ids) {
     uint64_t s = 2026;
     for (int i = 0; i < HYBRID_N_PROMPT; i++) ids[i] = 259 + (int32_t)(tiny_rng(&s) % 61);
+}
+
+/* The latent-attention (deepseek2) models of the llama.cpp comparison (tests/data/reference-mla.json),
+ * in its order: DeepSeek-V2-Lite's, GLM-4.7-Flash's and a DeepSeek-V3-class attention and router
+ * (heads, ranks, head parts, experts and their routing, YaRN) at a width of 256, one dense and one
+ * MoE layer, 64 experts of 32, a vocabulary of 320 that llama.cpp loads. The V3-class one is a
+ * legacy file (attn_kv_b) with grouped top-k. */
+static const char *const MLA_NAMES[] = {"deepseek2-lite", "glm47-flash", "deepseek3"};
+#define N_MLA (sizeof(MLA_NAMES) / sizeof(MLA_NAMES[0]))
+
+static inline ml_spec mla_small(const char *name) {
+    ml_spec ms = {.base = tiny_default("deepseek2"), .kv_lora = 512, .nope = 128, .v_head = 128, .n_dense = 1};
+    tiny_spec *sp = &ms.base;
+    sp->vocab = true, sp->n_vocab = 320, sp->n_ctx = 512, sp->seed = 13, sp->n_embd = 256, sp->n_layer = 2;
+    sp->n_head = 16, sp->rope_dims = 64, sp->n_ff = 192, sp->rms_eps = 1e-6f, sp->n_expert = 64, sp->n_ff_exp = 32;
+    if (!strcmp(name, "deepseek2-lite")) { /* plain attn_q, softmax router, YaRN x40 */
+        sp->n_expert_used = 6, ms.n_shared = 2, ms.gating = 1, sp->rope_yarn = 40.0f, sp->yarn_orig_ctx = 4096;
+        ms.log_mul = 0.0707f;
+    } else if (!strcmp(name, "glm47-flash")) { /* q LoRA, sigmoid router with its bias, normed, scaled */
+        sp->n_head = 20, ms.q_lora = 768, ms.nope = 192, ms.v_head = 256, sp->n_expert_used = 4, ms.n_shared = 1;
+        ms.gating = 2, ms.probs_b = true, ms.w_norm = true, ms.w_scale = 1.8f, ms.n_group = 1, ms.n_group_used = 1;
+        sp->rope_base = 1e6f, sp->rms_eps = 1e-5f;
+    } else { /* deepseek3: q LoRA, grouped sigmoid router, YaRN, a legacy attn_kv_b */
+        sp->n_head = 8, ms.q_lora = 96, sp->n_expert_used = 8, ms.n_shared = 1, ms.gating = 2, ms.probs_b = true;
+        ms.w_norm = true, ms.w_scale = 2.5f, ms.n_group = 8, ms.n_group_used = 4, sp->rope_yarn = 40.0f;
+        sp->yarn_orig_ctx = 4096, ms.log_mul = 0.1f, ms.legacy_kv_b = true;
+    }
+    return ms;
+}
+
+/* The released attention at reduced depth (one dense and one MoE layer) for the float64
+ * reference: DeepSeek-V2-Lite's (2048 wide, 16 heads, plain queries, kv_lora 512, nope 128, rope
+ * 64, v 128, experts of 1408, 2 shared) and GLM-4.7-Flash's (2048 wide, 20 heads, q_lora 768,
+ * kv_lora 512, nope 192, rope 64, v 256, experts of 1536, 1 shared), F16, vocabulary 512. Only as
+ * many experts as a token uses (6, 4: the routing is the small models') and a dense FFN of the
+ * experts' width keep the files near 200 MB. */
+static inline ml_spec mla_real(const char *name) {
+    ml_spec ms = mla_small(!strcmp(name, "deepseek-v2-lite") ? "deepseek2-lite" : "glm47-flash");
+    tiny_spec *sp = &ms.base;
+    sp->vocab = false, sp->n_vocab = 512, sp->n_ctx = 4096, sp->wtype = GGUF_TYPE_F16, sp->n_embd = 2048;
+    sp->n_expert = sp->n_expert_used;
+    sp->n_ff = sp->n_ff_exp = !strcmp(name, "deepseek-v2-lite") ? 1408 : 1536;
+    return ms;
 }
 
 #endif

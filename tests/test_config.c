@@ -633,3 +633,65 @@ Test(config, every_default_of_the_table_reads_back_as_itself) {
     sampler_params_default(&sp);
     cr_assert_eq(d.sampling.temperature, sp.temperature, "sampling defaults are the engine's");
 }
+
+// ---- presets: [model.NAME] sections ----
+
+Test(config, model_sections_give_each_model_its_settings_over_the_servers) {
+    server_settings s;
+    config *c = load_text("models_dir = /srv/models\nctx_size = 2048\ntemperature = 0.5\n"
+                          "[model.coder]\nmodel = /srv/x/coder.gguf\nctx_size = 8192\nrole = generation\n"
+                          "[ model.embed-1:v2 ]\nrole = embedding\nkv_budget_mb = 64\n",
+                          &s);
+    cr_assert(server_settings_multi(&s));
+    cr_assert_eq(s.n_presets, 2);
+    const server_preset *a = &s.presets[0], *b = &s.presets[1];
+    cr_assert_str_eq(a->name, "coder");
+    cr_assert_str_eq(a->cfg.model_path, "/srv/x/coder.gguf");
+    cr_assert_eq(a->cfg.ctx_size, 8192);
+    cr_assert_float_eq(a->cfg.sampling.temperature, 0.5f, 1e-6, "the server's setting where the section says nothing");
+    cr_assert_str_eq(b->name, "embed-1:v2");
+    cr_assert_str_eq(b->role, "embedding");
+    cr_assert_null(b->cfg.model_path, "no model line: models_dir's file of that name");
+    cr_assert_eq(b->cfg.ctx_size, 2048);
+    cr_assert_eq(b->cfg.kv_budget_mb, 64);
+    cr_assert_eq(s.ctx_size, 2048, "a section never changes the server's own settings");
+    config_destroy(c);
+}
+
+Test(config, a_flag_reaches_the_presets_that_do_not_set_it) {
+    char *path = temp_file("[model.a]\nmodel = /a.gguf\n[model.b]\nmodel = /b.gguf\nthreads = 3\n");
+    config *c;
+    server_settings s;
+    attnd_err err;
+    cr_assert_eq(load(&c, &s, NULL, &err, "--config", path, "--threads", "2", NULL), ATTND_OK, "%s", err.msg);
+    cr_assert_eq(s.presets[0].cfg.threads, 2);
+    cr_assert_eq(s.presets[1].cfg.threads, 3, "the section is more specific than the flag");
+    config_destroy(c);
+    drop(path);
+}
+
+Test(config, bad_model_sections_name_file_line_and_what) {
+    expect_file_error("[server]\nport = 1\n", ATTND_ERR_INVALID, ":1:", "only [model.NAME]");
+    expect_file_error("[model.a b]\n", ATTND_ERR_INVALID, ":1:", "letters, digits");
+    expect_file_error("[model.]\n", ATTND_ERR_INVALID, ":1:", "unknown section");
+    expect_file_error("[model.a]\nmodel = /a\n[model.a]\n", ATTND_ERR_INVALID, ":3:", "twice");
+    expect_file_error("[model.a]\nport = 80\n", ATTND_ERR_INVALID, ":2:", "not a per-model setting");
+    expect_file_error("[model.a]\nctx_size = lots\n", ATTND_ERR_INVALID, ":2:", "ctx_size");
+    expect_file_error("[model.a]\nrole = painter\n", ATTND_ERR_INVALID, ":2:", "generation, embedding, rerank");
+    expect_file_error("[model.a]\nthreads = 1\nthreads = 2\n", ATTND_ERR_INVALID, ":3:", "repeats line 2");
+}
+
+Test(config, printed_model_sections_read_back_as_the_same_presets) {
+    server_settings s, s2;
+    config *c = load_text("[model.coder]\nmodel = \"/m/my coder.gguf\"\nctx_size = 4096\n[model.e]\nrole = rerank\n", &s);
+    char *printed = print_to_string(c, &s);
+    cr_assert(strstr(printed, "\n[model.coder]\n"), "%s", printed);
+    config *c2 = load_text(printed, &s2);
+    cr_assert_eq(s2.n_presets, 2);
+    cr_assert_str_eq(s2.presets[0].cfg.model_path, "/m/my coder.gguf");
+    cr_assert_eq(s2.presets[0].cfg.ctx_size, 4096);
+    cr_assert_str_eq(s2.presets[1].role, "rerank");
+    free(printed);
+    config_destroy(c2);
+    config_destroy(c);
+}

@@ -13,7 +13,7 @@ BUILD_DIR=$(dirname "$ATTND_BINARY")
 DESTDIR="$T/stage" cmake --install "$BUILD_DIR" --prefix /usr >"$T/log" 2>&1 || { cat "$T/log"; fail "install"; }
 S="$T/stage/usr"
 for f in bin/attnd share/attnd/attnd.conf.example lib/systemd/system/attnd.service \
-         lib/systemd/system/attnd@.service share/doc/attnd/nginx-attnd.conf; do
+         lib/systemd/system/attnd@.service lib/systemd/system/attnd-models.service share/doc/attnd/nginx-attnd.conf; do
     [ -f "$S/$f" ] || fail "missing $f after DESTDIR install"
 done
 [ -x "$S/bin/attnd" ] || fail "bin/attnd not executable"

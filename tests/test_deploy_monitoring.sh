@@ -26,19 +26,25 @@ post() { curl -s -o /dev/null -w '%{http_code}' "$base$1" -H 'Content-Type: appl
 check "completion" "$(post /v1/completions '{"prompt":"We the people","max_tokens":5,"temperature":0,"ignore_eos":true}')" 200
 check "streamed completion" "$(post /v1/completions '{"prompt":"The Union","max_tokens":7,"temperature":0,"stream":true,"ignore_eos":true}')" 200
 check "chat" "$(post /v1/chat/completions '{"messages":[{"role":"user","content":"Hi"}],"max_tokens":4,"ignore_eos":true}')" 200
+check "an Anthropic message" "$(post /v1/messages '{"messages":[{"role":"user","content":"Hi"}],"max_tokens":3}')" 200
+check "an Ollama generate" "$(post /api/generate '{"model":"attnd-sotu","prompt":"Hi","stream":false,"options":{"num_predict":3}}')" 200
 check "a 404" "$(curl -s -o /dev/null -w '%{http_code}' "$base/v1/nothing")" 404
 m=$(curl -s "$base/metrics")
 lint=$(promtool check metrics <<<"$m" 2>&1)
 check "promtool check metrics is clean" "$lint" ""
 val() { awk -v k="$1" '$1 == k { print $2 }' <<<"$m"; }
-check "a time to first token per request" "$(val attnd_time_to_first_token_seconds_count)" 3
-check "a queue wait per request" "$(val attnd_request_queue_time_seconds_count)" 3
-check "a duration per request" "$(val attnd_e2e_request_latency_seconds_count)" 3
-check "prompt tokens per request" "$(val attnd_request_prompt_tokens_count)" 3
-check "generated tokens per sequence, summed" "$(val attnd_request_generation_tokens_sum)" "16.000000"
-check "an inter-token gap per token after the first" "$(val attnd_inter_token_latency_seconds_count)" 13
-check "the +Inf bucket holds every observation" "$(val 'attnd_time_to_first_token_seconds_bucket{le="+Inf"}')" 3
-buckets=$(grep '^attnd_inter_token_latency_seconds_bucket' <<<"$m" | awk '{print $2}' | tr '\n' ' ')
+# the histograms have a series per API: the three OpenAI requests, one Anthropic, one Ollama
+oai='{api="openai"}'
+check "a time to first token per request" "$(val attnd_time_to_first_token_seconds_count$oai)" 3
+check "a queue wait per request" "$(val attnd_request_queue_time_seconds_count$oai)" 3
+check "a duration per request" "$(val attnd_e2e_request_latency_seconds_count$oai)" 3
+check "prompt tokens per request" "$(val attnd_request_prompt_tokens_count$oai)" 3
+check "generated tokens per sequence, summed" "$(val attnd_request_generation_tokens_sum$oai)" "16.000000"
+check "an inter-token gap per token after the first" "$(val attnd_inter_token_latency_seconds_count$oai)" 13
+check "the +Inf bucket holds every observation" "$(val 'attnd_time_to_first_token_seconds_bucket{api="openai",le="+Inf"}')" 3
+check "Anthropic's request in its own series" "$(val 'attnd_e2e_request_latency_seconds_count{api="anthropic"}')" 1
+check "Ollama's request in its own series" "$(val 'attnd_e2e_request_latency_seconds_count{api="ollama"}')" 1
+buckets=$(grep '^attnd_inter_token_latency_seconds_bucket{api="openai"' <<<"$m" | awk '{print $2}' | tr '\n' ' ')
 sorted=$(tr ' ' '\n' <<<"$buckets" | grep . | sort -n | tr '\n' ' ')
 check "buckets are cumulative" "$buckets" "$sorted"
 check "2xx by class" "$(val 'attnd_requests_by_class_total{endpoint="completions",class="2xx"}')" 2

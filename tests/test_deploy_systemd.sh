@@ -21,18 +21,21 @@ cmake --install "$BUILD_DIR" --prefix "$T/prefix" >"$T/install.log" 2>&1 || { ca
 UNITS="$T/prefix/lib/systemd/system"
 grep -qx "ExecStart=$T/prefix/bin/attnd serve" "$UNITS/attnd.service" || fail "installed ExecStart not rewritten"
 grep -qx "ExecStart=$T/prefix/bin/attnd serve --port %i" "$UNITS/attnd@.service" || fail "installed template ExecStart"
+grep -qx "ExecStart=$T/prefix/bin/attnd serve --models-dir /srv/attnd/models" "$UNITS/attnd-models.service" ||
+    fail "installed attnd-models.service ExecStart"
 
 # The template is checked as an instance (systemd-analyze needs a concrete name for %i).
 cp "$UNITS/attnd@.service" "$T/attnd@8081.service"
 # As written in the source tree, with the binary path substituted (verify needs it to exist).
 mkdir -p "$T/src"
-for u in attnd.service attnd@.service; do
+for u in attnd.service attnd@.service attnd-models.service; do
     sed "s#/usr/local/bin/attnd#$ATTND_BINARY#" "$ATTND_SOURCE_DIR/deploy/$u" >"$T/src/$u"
 done
 cp "$T/src/attnd@.service" "$T/src/attnd@9000.service"
 
 cd "$T" # systemd-analyze may write nothing, but keep it away from the source tree
-for unit in "$UNITS/attnd.service" "$T/attnd@8081.service" "$T/src/attnd.service" "$T/src/attnd@9000.service"; do
+for unit in "$UNITS/attnd.service" "$T/attnd@8081.service" "$T/src/attnd.service" "$T/src/attnd@9000.service" \
+    "$UNITS/attnd-models.service" "$T/src/attnd-models.service"; do
     if ! out=$(systemd-analyze verify "$unit" 2>&1) || [ -n "$out" ]; then
         echo "$out" >&2
         fail "systemd-analyze verify $unit"
@@ -54,4 +57,11 @@ for d in Type=notify WatchdogSec= Restart=on-failure DynamicUser=yes StateDirect
     grep -q "^$d" "$ATTND_SOURCE_DIR/deploy/attnd.service" || fail "attnd.service lacks $d"
 done
 grep -qx "CapabilityBoundingSet=" "$ATTND_SOURCE_DIR/deploy/attnd.service" || fail "attnd.service lacks CapabilityBoundingSet="
+# the models unit: the same hardening, a folder of models, and the pull cache it serves
+for d in $(grep -o '^[A-Za-z]*=' "$ATTND_SOURCE_DIR/deploy/attnd.service" | sort -u); do
+    grep -q "^$d" "$ATTND_SOURCE_DIR/deploy/attnd-models.service" || fail "attnd-models.service lacks $d"
+done
+for d in CacheDirectory=attnd Environment=XDG_CACHE_HOME=/var/cache; do
+    grep -qx "$d" "$ATTND_SOURCE_DIR/deploy/attnd-models.service" || fail "attnd-models.service lacks $d"
+done
 echo "PASS"

@@ -171,3 +171,93 @@ Test(gen, without_a_vocabulary_tokens_come_but_no_text_and_no_stops) {
     cr_assert_eq(gen_create(&g, &p, N_VOCAB, NULL, NULL, 0, &err), ATTND_ERR_UNSUPPORTED);
     cr_assert_null(g);
 }
+
+// ---- the reasoning budget ---------------------------------------------------------------------
+
+enum { T_UNK, T_BOS, T_EOS, T_OPEN, T_CLOSE, T_A, T_E2, T_82, T_AC, T_N };
+
+static gbuf think_image;
+static gguf_file *think_file;
+
+static void think_setup(void) {
+    static const char *const TOKENS[T_N] = {"<unk>", "<s>", "</s>", "<think>", "</think>", "\xe2\x96\x81" "a",
+                                            "<0xE2>", "<0x82>", "<0xAC>"};
+    static const int32_t TYPES[T_N] = {2, 3, 3, 3, 3, 1, 6, 6, 6};
+    static const float SCORES[T_N] = {0};
+    gb_spm_vocab(&think_image, TOKENS, TYPES, SCORES, T_N);
+    attnd_err err;
+    cr_assert_eq(gguf_open_memory(&think_file, think_image.p, think_image.n, &err), ATTND_OK, "%s", err.msg);
+    cr_assert_eq(tok_load(&tok, think_file, &err), ATTND_OK, "%s", err.msg);
+}
+
+static void think_teardown(void) {
+    tok_destroy(tok);
+    gguf_close(think_file);
+    free(think_image.p);
+}
+
+TestSuite(think, .init = think_setup, .fini = think_teardown);
+
+static gen *think_gen(int budget, bool inside) {
+    gen_params p = {.top_logprobs = -1, .think_budget = budget, .think_inside = inside};
+    sampler_params_default(&p.sp);
+    p.sp.temperature = 0;
+    gen *g;
+    attnd_err err;
+    const int32_t prompt[1] = {T_BOS};
+    cr_assert_eq(gen_create(&g, &p, T_N, tok, prompt, 1, &err), ATTND_OK, "%s", err.msg);
+    return g;
+}
+
+/* Feeds logits peaked at want[i] (the model's choice) and checks the token gen writes: got[i]. */
+static void expect_tokens(gen *g, const int32_t *want, const int32_t *got, int n) {
+    for (int i = 0; i < n; i++) {
+        float l[T_N] = {0};
+        l[want[i]] = 5.0f;
+        gen_token t;
+        cr_assert_eq(gen_next(g, l, NULL, &t), STOP_NONE);
+        cr_assert_eq(t.id, got[i], "step %d: token %d, want %d", i, t.id, got[i]);
+    }
+}
+
+Test(think, a_block_is_closed_when_its_budget_is_spent) {
+    gen *g = think_gen(3, false);
+    const int32_t model[] = {T_A, T_OPEN, T_A, T_A, T_A, T_A, T_A, T_A};
+    const int32_t wrote[] = {T_A, T_OPEN, T_A, T_A, T_A, T_CLOSE, T_A, T_A};
+    expect_tokens(g, model, wrote, 8);
+    gen_destroy(g);
+    /* a second block gets a budget of its own */
+    g = think_gen(2, false);
+    const int32_t model2[] = {T_OPEN, T_A, T_A, T_A, T_OPEN, T_A, T_A, T_A};
+    const int32_t wrote2[] = {T_OPEN, T_A, T_A, T_CLOSE, T_OPEN, T_A, T_A, T_CLOSE};
+    expect_tokens(g, model2, wrote2, 8);
+    gen_destroy(g);
+}
+
+Test(think, a_block_closed_in_time_and_no_budget_are_left_alone) {
+    gen *g = think_gen(3, false);
+    const int32_t model[] = {T_OPEN, T_A, T_CLOSE, T_A, T_A, T_A, T_A};
+    expect_tokens(g, model, model, 7);
+    gen_destroy(g);
+    g = think_gen(0, false);
+    const int32_t model2[] = {T_OPEN, T_A, T_A, T_A, T_A, T_A};
+    expect_tokens(g, model2, model2, 6);
+    gen_destroy(g);
+}
+
+Test(think, a_prompt_that_opened_the_block_counts_from_the_first_token) {
+    gen *g = think_gen(2, true);
+    const int32_t model[] = {T_A, T_A, T_A, T_A};
+    const int32_t wrote[] = {T_A, T_A, T_CLOSE, T_A};
+    expect_tokens(g, model, wrote, 4);
+    gen_destroy(g);
+}
+
+Test(think, the_close_waits_for_a_character_to_end) {
+    gen *g = think_gen(2, false);
+    /* the budget ends on the second byte of U+20AC: its third byte comes first */
+    const int32_t model[] = {T_OPEN, T_E2, T_82, T_AC, T_A};
+    const int32_t wrote[] = {T_OPEN, T_E2, T_82, T_AC, T_CLOSE};
+    expect_tokens(g, model, wrote, 5);
+    gen_destroy(g);
+}

@@ -85,5 +85,24 @@ kill "$hub_pid" 2>/dev/null
 lines=$(wc -l < "$src/README.md")
 [ "$lines" -le 300 ] && echo "ok - README.md is $lines lines" || { echo "not ok - README.md is $lines lines (at most 300)"; status=1; }
 
+# docs/models.md's examples on a server of several models: its names stand for the default model
+mkdir -p "$TMP/models-dir"
+for name in coder small; do ln -sf "$MODEL" "$TMP/models-dir/$name.gguf"; done
+start_server multi --models-dir "$TMP/models-dir" --no-models-cache --threads 1 --kv-budget-mb 16
+awk -v dir="$TMP" '/^```sh$/ {n++; f=sprintf("%s/models-block-%02d.sh", dir, n); on=1; next} /^```$/ {on=0} on {print > f}' \
+    "$src/docs/models.md"
+n_models=0
+for b in "$TMP"/models-block-*.sh; do
+    [ -f "$b" ] || continue
+    n_models=$((n_models + 1))
+    sed -i "s/127.0.0.1:8080/127.0.0.1:$multi_PORT/g" "$b"
+    if out=$(bash -e "$b" 2>&1) && printf '%s\n' "$out" | while read -r line; do
+        printf '%s' "$line" | node -e 'JSON.parse(require("fs").readFileSync(0,"utf8"))' || exit 1; done; then
+        echo "ok - docs/models.md: $(basename "$b")"
+    else echo "not ok - docs/models.md: $(basename "$b"): ${out:0:300}"; status=1; fi
+done
+[ $n_models -ge 2 ] || { echo "not ok - expected the curl examples of docs/models.md"; status=1; }
+stop_server multi || { echo "not ok - SIGTERM (several models)"; status=1; }
+
 stop_server docs || { echo "not ok - SIGTERM"; status=1; }
 exit $status

@@ -132,5 +132,17 @@ check_status 400 "/v1/rerank with no documents" "$R/v1/rerank" -d '{"query": "a"
 check_status 400 "a reranker does not embed" "$R/v1/embeddings" -d '{"input": "a"}'
 check "/props of the reranker: roles" grep -q '"roles":\["generate","rank"\]' <(curl -s "$R/props")
 
-for s in e g r; do stop_server $s || bad "$s: SIGTERM"; done
+# ---- a server of several models: routed by "model", each model's role checked ----
+mkdir -p "$TMP/models" && ln -s "$STORIES" "$TMP/models/story.gguf" && ln -s "$RANK" "$TMP/models/ranker.gguf"
+start_server m --models-dir "$TMP/models" --threads 1 --kv-budget-mb 16 --embeddings
+M=http://127.0.0.1:$m_PORT
+post "$M/v1/embeddings" '{"model": "story", "input": "a little cat"}' > "$TMP/m.json"
+check "several models: /v1/embeddings on the named one equals the one-model server's" py ids "$TMP/m.json" "$TMP/a1.json"
+post "$M/v1/rerank" "{\"model\": \"ranker\", \"query\": \"a cat\", \"documents\": $docs}" > "$TMP/mr.json"
+check "several models: /v1/rerank on the reranker" py rerank_all "$TMP/mr.json"
+check "several models: the story model does not rank, and says what it serves" grep -q "'story' does not rank; it serves /v1/completions" \
+    <(post "$M/v1/rerank" '{"model": "story", "query": "a", "documents": ["b"]}')
+check_status 400 "several models: embeddings without a model" "$M/v1/embeddings" -d '{"input": "a"}'
+
+for s in e g r m; do stop_server $s || bad "$s: SIGTERM"; done
 exit $status

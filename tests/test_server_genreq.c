@@ -33,7 +33,8 @@ TestSuite(genreq, .init = setup, .fini = teardown, .timeout = 120);
 
 /* A genreq over srv's parts, asked by who (NULL: an anonymous caller). */
 static genreq *make(const genreq_who *who) {
-    genreq_env env = {&srv->cfg, srv->m, srv->tok, &srv->chat, srv->store, srv->sch, srv->n_ctx, &srv->stopping};
+    genreq_env env = {&srv->cfg, srv->m, srv->tok, &srv->chat, srv->store, srv->sch, srv->n_ctx, &srv->stopping,
+                      srv->model_id, srv->n_vocab};
     genreq_who anon = {.owner = "", .request_id = "req-test", .tenant = "addr:test"};
     genreq *g = genreq_create(&env, who ? who : &anon);
     cr_assert_not_null(g);

@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "engine_fixture.h"
+#include "infill.h"
 #include "server_rig.h"
 
 #define MODEL ATTND_DATA_DIR "/models/stories260K.gguf"
@@ -523,6 +524,39 @@ Test(reasoning, usage_counts_the_tokens_of_the_reasoning) {
     json_decref(j);
 }
 
+/* A reasoning budget closes the <think> block the prompt opened once it is spent: the close is
+ * the budget's tokens after the prompt, the answer goes on after it; Anthropic's budget_tokens
+ * is the same budget. */
+Test(reasoning, a_reasoning_budget_closes_the_block_when_it_is_spent) {
+    int32_t *close;
+    size_t n_close;
+    attnd_err err;
+    cr_assert_eq(tok_encode(srv->tok, "</think>", 8, false, true, &close, &n_close, &err), ATTND_OK);
+    free(close);
+    json_t *j = post_json("/v1/chat/completions",
+                          "{\"messages\": [{\"role\": \"user\", \"content\": \"Once\"}], \"logprobs\": true, "
+                          "\"temperature\": 0, \"reasoning_budget_tokens\": 5}",
+                          200);
+    const json_t *choice = json_array_get(json_object_get(j, "choices"), 0);
+    cr_assert_eq(think_tokens_of(choice), 5 + (int)n_close, "5 tokens of reasoning, then the %zu of </think>", n_close);
+    const json_t *msg = json_object_get(choice, "message");
+    cr_expect_gt(json_string_length(json_object_get(msg, "reasoning_content")), 0);
+    cr_expect_gt(json_string_length(json_object_get(msg, "content")), 0, "the answer goes on after the block");
+    json_decref(j);
+    expect_refused("/v1/chat/completions",
+                   "{\"messages\": [{\"role\": \"user\", \"content\": \"Once\"}], \"reasoning_budget_tokens\": 0}", 400,
+                   "reasoning_budget_tokens");
+    j = post_json("/v1/messages",
+                  "{\"messages\": [{\"role\": \"user\", \"content\": \"Once\"}], \"max_tokens\": 40, \"temperature\": 0, "
+                  "\"thinking\": {\"type\": \"enabled\", \"budget_tokens\": 5}}",
+                  200);
+    const json_t *blocks = json_object_get(j, "content");
+    cr_assert_str_eq(json_string_value(json_object_get(json_array_get(blocks, 0), "type")), "thinking");
+    cr_assert_str_eq(json_string_value(json_object_get(json_array_get(blocks, 1), "type")), "text",
+                     "the thinking block was closed, the answer follows");
+    json_decref(j);
+}
+
 // ---- tool calls are what they claim (issue 44) -------------------------------------------------
 
 /* A whole chat answer and the same streamed, joined as OpenAI's client libraries join deltas:
@@ -871,4 +905,100 @@ Test(request, ollama_streams_ndjson_and_answers_errors_as_ollama_does) {
     json_t *e = post_json("/api/chat", "{\"model\": \"another\", \"messages\": []}", 404);
     cr_assert(json_is_string(json_object_get(e, "error")), "Ollama's {\"error\": \"...\"}");
     json_decref(e);
+}
+
+// ---- /infill: a model whose vocabulary has the fill-in-the-middle tokens ---------------------
+
+Test(request, infill_on_a_model_without_fim_tokens_is_a_400_that_says_so) {
+    rec c = {0};
+    run(&c, "POST", "/infill", "{\"input_prefix\": \"def f(\", \"input_suffix\": \")\"}");
+    cr_assert_eq(c.status, 400, "%s", c.body);
+    cr_assert_not_null(strstr(c.body, "cannot fill in the middle"), "%s", c.body);
+    free(c.body);
+}
+
+static const char *const FIM_PIECES[] = {"<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>", "<|fim_pad|>"};
+static char fim_model[128];
+
+static void fim_setup(void) {
+    tiny_spec sp = tiny_default("llama");
+    sp.vocab = true, sp.n_vocab = 320, sp.n_ctx = 512, sp.seed = 31;
+    sp.specials = FIM_PIECES, sp.n_specials = (int)ATTND_ARRAY_LEN(FIM_PIECES);
+    tiny_tmpname(fim_model, sizeof(fim_model), "fim");
+    cr_assert_eq(tiny_write(fim_model, &sp), 0);
+    attnd_err err;
+    srv = rig_open(fim_model, NULL, 1, &err);
+    cr_assert_not_null(srv, "%s", err.msg);
+    srv->cfg.default_max_tokens = 8;
+}
+
+static void fim_teardown(void) {
+    server_destroy(srv);
+    unlink(fim_model);
+}
+
+TestSuite(fim, .init = fim_setup, .fini = fim_teardown, .timeout = 120);
+
+/* The prompt /infill runs is the layout's (test_server_infill.c checks it token by token): the
+ * answer is /completion's, whole and streamed alike. */
+Test(fim, infill_runs_the_fim_prompt_as_a_completion_whole_and_streamed) {
+    static const char BODY[] = "{\"input_prefix\": \"Once upon\", \"input_suffix\": \" the end.\", \"prompt\": \" a\", "
+                               "\"input_extra\": [{\"filename\": \"a.txt\", \"text\": \"Lily\"}], \"n_predict\": 4, "
+                               "\"temperature\": 0%s}";
+    char body[512];
+    snprintf(body, sizeof body, BODY, "");
+    json_t *j = post_json("/infill", body, 200);
+    json_t *in = json_loads(body, 0, NULL);
+    infill_input ii;
+    const char *param;
+    attnd_err err;
+    int32_t *ids;
+    size_t n;
+    cr_assert_eq(infill_parse(in, &ii, &param, &err), ATTND_OK);
+    cr_assert_eq(infill_layout(srv->tok, &ii, srv->n_ctx, 4, &ids, &n, &err), ATTND_OK);
+    cr_expect_eq(json_integer_value(json_object_get(j, "tokens_evaluated")), (json_int_t)n, "the FIM prompt's %zu tokens", n);
+    cr_expect_eq(ids[n - 1], tok_fim(srv->tok, TOK_FIM_MID));
+    const char *whole = json_string_value(json_object_get(j, "content"));
+    cr_assert_not_null(whole);
+    cr_expect(json_integer_value(json_object_get(j, "tokens_predicted")) <= 4);
+    snprintf(body, sizeof body, BODY, ", \"stream\": true");
+    rec c = {0};
+    run(&c, "POST", "/infill", body);
+    cr_assert_eq(c.status, 200);
+    buf joined = {0};
+    for (const char *p = c.body; (p = strstr(p, "data: {"));) {
+        p += 6;
+        const char *end = strstr(p, "\n\n");
+        json_t *ev = json_loadb(p, (size_t)(end - p), 0, NULL);
+        const char *piece = json_string_value(json_object_get(ev, "content"));
+        if (piece) buf_puts(&joined, piece);
+        json_decref(ev);
+        p = end;
+    }
+    cr_expect_str_eq(joined.p ? joined.p : "", whole, "streamed and whole agree");
+    buf_free(&joined);
+    free(c.body), free(ids);
+    infill_input_free(&ii);
+    json_decref(in), json_decref(j);
+    expect_refused("/infill", "{\"input_prefix\": \"a\"}", 400, "input_suffix");
+}
+
+// ---- unknown fields: ignored, but named -----------------------------------------------------
+
+Test(request, unknown_fields_are_named_in_a_warning_header_whole_and_streamed) {
+    rec c = {0};
+    run(&c, "POST", "/v1/chat/completions",
+        "{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}], \"max_tokens\": 2, \"temprature\": 0.2}");
+    cr_assert_eq(c.status, 200, "not refused: %s", c.body);
+    cr_expect_not_null(strstr(c.headers, "Warning: 299 attnd \"unknown field ignored: temprature\"\n"), "%s", c.headers);
+    free(c.body);
+    c = (rec){0};
+    run(&c, "POST", "/completion", "{\"prompt\": \"Once\", \"n_predict\": 2, \"stream\": true, \"ignore_eos\": true, \"n_keep\": 1}");
+    cr_assert_eq(c.status, 200);
+    cr_expect_not_null(strstr(c.headers, "unknown field ignored: n_keep\""), "%s", c.headers);
+    free(c.body);
+    c = (rec){0};
+    run(&c, "POST", "/v1/completions", "{\"prompt\": \"Once\", \"max_tokens\": 2}");
+    cr_expect_null(strstr(c.headers, "Warning"), "a clean request has no warning: %s", c.headers);
+    free(c.body);
 }

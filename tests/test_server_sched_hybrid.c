@@ -2,13 +2,16 @@
  * test_server_sched_hybrid.c — the scheduler on a hybrid Gated DeltaNet model (qwen35): whatever
  * the scheduler does with a sequence's cache (batching, prompt reuse, session turns, forks for
  * n > 1), the tokens are those of llama.cpp (tests/data/reference-hybrid.json) and of the engine
- * run directly. A recurrent state cannot be cut back, so a reuse that needs a truncation
- * recomputes from 0, and a turn that extends the cached history reuses all of it. (Apart from
+ * run directly. A recurrent state cannot be cut back: a reuse that needs a truncation recomputes
+ * from the newest state checkpoint at or before it (a prompt's end, a turn's end: kv.h), and a turn
+ * that extends the cached history reuses all of it. (Apart from
  * test_server_scheduler.c: its fixtures are stories260K's.)
  */
 #include <criterion/criterion.h>
 #include <jansson.h>
 #include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -102,7 +105,7 @@ Test(sched_hybrid, batched_and_repeated_prompts_give_llama_cpp_tokens) {
     sched_job *a = job_of(prompt, HYBRID_N_PROMPT, G, NULL);
     cr_assert_eq(sched_submit(sch, a, NULL), ATTND_OK);
     finish(a, got[0]);
-    /* the same prompt again (its cache would need a truncation: recomputed) beside another one */
+    /* the same prompt again (its cache needs a truncation: from the prompt's checkpoint) beside another one */
     sched_job *b = job_of(prompt, HYBRID_N_PROMPT, G, NULL), *c = job_of(prompt + 8, HYBRID_N_PROMPT - 8, G, NULL);
     cr_assert_eq(sched_submit(sch, b, NULL), ATTND_OK);
     cr_assert_eq(sched_submit(sch, c, NULL), ATTND_OK);
@@ -110,7 +113,7 @@ Test(sched_hybrid, batched_and_repeated_prompts_give_llama_cpp_tokens) {
     finish(c, got[2]);
     cr_assert_arr_eq(got[0], want, sizeof(want), "alone");
     cr_assert_arr_eq(got[1], want, sizeof(want), "repeated, batched beside another prompt");
-    cr_assert_eq(ob.n_cached, 0, "a truncated recurrent state starts again");
+    cr_assert_eq(ob.n_cached, HYBRID_N_PROMPT - SCHED_CKPT_BACK, "restored from the checkpoint before the prompt's end");
     int32_t other[G];
     direct_tokens(prompt + 8, HYBRID_N_PROMPT - 8, G, other);
     cr_assert_arr_eq(got[2], other, sizeof(other));
@@ -159,7 +162,7 @@ Test(sched_hybrid, greedy_forks_continue_as_the_parent_does) {
 }
 
 /* Admission of a job with forks reserves the prompt's whole blocks once and each choice's own part,
- * its recurrent state included: the state is not one of the prompt blocks the forks share. And a
+ * its recurrent state and checkpoints included: the state is not one of the prompt blocks the forks share. And a
  * budget too small for a full context says how many tokens would fit beside the state. */
 Test(sched_hybrid, fork_admission_counts_the_shared_blocks_once_and_a_state_per_choice) {
     int32_t prompt[HYBRID_N_PROMPT];
@@ -167,7 +170,8 @@ Test(sched_hybrid, fork_admission_counts_the_shared_blocks_once_and_a_state_per_
     sched_job *j = job_of(prompt, HYBRID_N_PROMPT, 16, NULL), *f = NULL;
     cr_assert_eq(sched_job_fork(&f, j, 3, NULL), ATTND_OK);
     const kv_pool *pool = sch->pool;
-    size_t state = kv_state_bytes(m), block = kv_pool_bytes_for(pool, 1) - state;
+    size_t state = kv_pool_bytes_for(pool, 0), block = kv_pool_bytes_for(pool, 1) - state;
+    cr_assert_eq(state, (size_t)(1 + cfg.kv_checkpoints) * kv_state_bytes(m), "a state and its checkpoints");
     cr_assert_gt(state, 0);
     size_t job = kv_pool_bytes_for(pool, HYBRID_N_PROMPT + 16 + 1), full = HYBRID_N_PROMPT / 64 * block;
     size_t want = kv_pool_bytes_for(pool, HYBRID_N_PROMPT) + 2 * (job - full);
@@ -179,4 +183,61 @@ Test(sched_hybrid, fork_admission_counts_the_shared_blocks_once_and_a_state_per_
     cr_expect(strstr(err.msg, "ctx_size <= 128") != NULL, "%s", err.msg);
     sched_job_unref(f);
     sched_job_unref(j);
+}
+
+/* An edited last turn of a session goes back to the checkpoint of the previous turn's end, and a
+ * regenerated one to its prompt's checkpoint: only the tokens after them are computed again
+ * (n_cached counts the rest), and the tokens are the engine's from 0. Checkpoints off, the edit
+ * recomputes everything. */
+static void edit_the_last_turn(int *cached_edit, int *cached_regen) {
+    enum { G = 6, P1 = 40, MORE = 20, N2 = P1 + G + MORE };
+    int32_t prompt[HYBRID_N_PROMPT], t1[G], t2[G], want[G], p2[N2], e2[N2];
+    hybrid_prompt(prompt);
+    sess *se = sched_rig_session(store, "e");
+    sched_job *a = job_of(prompt, P1, G, se);
+    cr_assert_eq(sched_submit(sch, a, NULL), ATTND_OK);
+    finish(a, t1);
+    memcpy(p2, prompt, sizeof(int32_t) * P1); /* turn 2: turn 1, its reply, 20 more */
+    memcpy(p2 + P1, t1, sizeof(t1));
+    memcpy(p2 + P1 + G, prompt + P1, sizeof(int32_t) * MORE);
+    memcpy(e2, p2, sizeof(p2)); /* turn 2 edited: the 20 are others */
+    memcpy(e2 + P1 + G, prompt + HYBRID_N_PROMPT - MORE, sizeof(int32_t) * MORE);
+    sched_job *b = NULL, *c = NULL, *d = NULL;
+    const int32_t *turns[] = {p2, e2, e2};
+    sched_job **jobs[] = {&b, &c, &d};
+    sched_output o[3];
+    for (int i = 0; i < 3; i++) {
+        cr_assert_eq(sess_acquire(store, NULL, "e", &se, NULL), ATTND_OK);
+        *jobs[i] = job_of(turns[i], N2, G, se);
+        cr_assert_eq(sched_submit(sch, *jobs[i], NULL), ATTND_OK);
+        o[i] = finish(*jobs[i], t2);
+    }
+    cr_assert_geq(o[0].n_cached, P1 + G - 1, "turn 2 extends turn 1");
+    direct_tokens(e2, N2, G, want);
+    cr_assert_arr_eq(t2, want, sizeof(want), "the regenerated edit");
+    *cached_edit = o[1].n_cached, *cached_regen = o[2].n_cached;
+    sched_job_unref(a), sched_job_unref(b), sched_job_unref(c), sched_job_unref(d);
+}
+
+Test(sched_hybrid, an_edited_or_regenerated_turn_recomputes_from_its_checkpoint) {
+    enum { G = 6, P1 = 40, N2 = P1 + G + 20 };
+    int edit, regen;
+    edit_the_last_turn(&edit, &regen);
+    /* the checkpoint of turn 1's end (its KV: the prompt and the reply), where the edit begins */
+    cr_expect_eq(edit, P1 + G, "edit: %d of %d cached (%d recomputed)", edit, N2, N2 - edit);
+    cr_expect_eq(regen, N2 - SCHED_CKPT_BACK, "regenerate: %d of %d cached", regen, N2);
+    if (getenv("ATTND_TEST_VERBOSE"))
+        fprintf(stderr, "checkpoints on: edit recomputes %d of %d, regenerate %d\n", N2 - edit, N2, N2 - regen);
+    sched_rig_close(&sch, &store, &tok, &m);
+    unlink(path);
+    hy_spec hs = hybrid_small("qwen35");
+    cr_assert_eq(hy_write(path, &hs), 0);
+    sched_rig_open(path, 8, &m, &tok, &store, &cfg);
+    cfg.ctx_size = 256, cfg.kv_checkpoints = 0;
+    sch = sched_rig_start(m, tok, store, &cfg);
+    edit_the_last_turn(&edit, &regen);
+    cr_expect_eq(edit, 0, "checkpoints off: the edit recomputes all");
+    cr_expect_eq(regen, 0);
+    if (getenv("ATTND_TEST_VERBOSE"))
+        fprintf(stderr, "checkpoints off: edit recomputes %d of %d, regenerate %d\n", N2 - edit, N2, N2 - regen);
 }

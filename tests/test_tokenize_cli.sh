@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # test_tokenize_cli.sh — `attnd tokenize` / `attnd detokenize` speak like POST /tokenize and
 # /detokenize (field names, defaults): plain lines, --text, --jsonl bodies, one output line per
-# input line in order, error lines for bad input, a round trip through detokenize, usage errors (vocabularies from tests/data/tokenizers).
+# input line in order, error lines for bad input, a round trip through detokenize, usage errors, a
+# WordPiece vocabulary (vocabularies from tests/data/tokenizers).
 set -u
 BIN=${ATTND_BINARY:?ATTND_BINARY not set}
 DATA=${ATTND_DATA_DIR:-$(cd "$(dirname "$0")" && pwd)/data}
@@ -53,4 +54,13 @@ check "missing model file exits 1" "$?" 1
 check "--help documents --no-parse-special" "$?" 0
 "$BIN" tokenize --text "We the people" >/dev/null
 check "the default model is used without --model" "$?" 0
+
+# a WordPiece (BERT) vocabulary: lowercased, accents stripped, pieces, [CLS] ... [SEP]
+BERT="$DATA/tokenizers/bert-bge.gguf"
+out=$("$BIN" tokenize --model "$BERT" --text "Unaffable Äpfel" --with-pieces)
+check "bert: word-initial and continuation pieces" "$out" '{"tokens": [{"id": 14477, "piece": "▁una"}, {"id": 20961, "piece": "ffa"}, {"id": 3468, "piece": "ble"}, {"id": 9706, "piece": "▁ap"}, {"id": 7959, "piece": "fe"}, {"id": 2140, "piece": "l"}]}'
+out=$("$BIN" tokenize --model "$BERT" --text "Hello, World!" --add-special)
+check "bert: --add-special is [CLS] ... [SEP]" "$out" '{"tokens": [101, 7592, 1010, 2088, 999, 102]}'
+out=$(echo "$out" | "$BIN" detokenize --model "$BERT" --render-special)
+check "bert: detokenize joins the pieces as HF's decoder" "$out" '{"content": "[CLS] hello, world! [SEP]"}'
 exit $fail

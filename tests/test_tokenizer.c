@@ -540,10 +540,10 @@ Test(tokenizer, load_reports_missing_or_unsupported_metadata) {
     cr_expect(strstr(err.msg, "tokenizer.ggml.model"), "%s", err.msg);
 
     b = (gbuf){0};
-    gb_kv_str(&b, "tokenizer.ggml.model", "bert");
+    gb_kv_str(&b, "tokenizer.ggml.model", "rwkv");
     gb_kv_arr_str(&b, "tokenizer.ggml.tokens", toks, 2);
     cr_expect_eq(load_built(&b, &t, &err), ATTND_ERR_UNSUPPORTED);
-    cr_expect(strstr(err.msg, "bert"), "%s", err.msg);
+    cr_expect(strstr(err.msg, "rwkv"), "%s", err.msg);
 
     b = (gbuf){0};
     gb_kv_str(&b, "tokenizer.ggml.model", "gpt2");
@@ -696,4 +696,63 @@ Test(tokenizer, a_ten_megabyte_word_encodes_and_round_trips, .timeout = 300) {
         tok_destroy(t);
     }
     free(text);
+}
+
+// ---- fill-in-the-middle tokens ------------------------------------------------------------------
+
+Test(tokenizer, fim_tokens_are_found_by_their_spelling_without_keys) {
+    tokenizer *t = load_data("tokenizers/qwen2-bpe.gguf"); /* Qwen2's vocabulary: no fim_* keys */
+    cr_expect_eq(tok_fim(t, TOK_FIM_PRE), 151659, "<|fim_prefix|>");
+    cr_expect_eq(tok_fim(t, TOK_FIM_MID), 151660, "<|fim_middle|>");
+    cr_expect_eq(tok_fim(t, TOK_FIM_SUF), 151661, "<|fim_suffix|>");
+    cr_expect_eq(tok_fim(t, TOK_FIM_PAD), 151662, "<|fim_pad|>");
+    cr_expect_eq(tok_fim(t, TOK_FIM_REP), 151663, "<|repo_name|>");
+    cr_expect_eq(tok_fim(t, TOK_FIM_SEP), 151664, "<|file_sep|>");
+    cr_expect(tok_is_eog(t, 151662) && tok_is_eog(t, 151663) && tok_is_eog(t, 151664),
+              "pad, repository and file separator end generation, as in llama.cpp");
+    cr_expect(!tok_is_eog(t, 151659) && !tok_is_eog(t, 151660));
+    cr_expect_eq(tok_fim(t, TOK_FIM_N), -1);
+    tok_destroy(t);
+    t = load_data("tokenizers/llama3-bpe.gguf");
+    for (int r = 0; r < TOK_FIM_N; r++) cr_expect_eq(tok_fim(t, (tok_fim_role)r), -1, "llama3 has no FIM token %d", r);
+    tok_destroy(t);
+}
+
+/* A 9-piece SPM vocabulary whose last pieces look like FIM tokens but are normal ones. */
+static void fim_vocab(gbuf *b) {
+    static const char *toks[] = {"<unk>", "<s>", "</s>", "a", "b", "<PRE>", "<SUF>", "<MID>", "<|file_sep|>"};
+    static const float scores[] = {0, 0, 0, -1, -1, 0, 0, 0, 0};
+    static const int32_t types[] = {2, 3, 3, 1, 1, 1, 1, 1, 1};
+    gb_kv_str(b, "tokenizer.ggml.model", "llama");
+    gb_kv_arr_str(b, "tokenizer.ggml.tokens", toks, 9);
+    gb_kv_arr_f32(b, "tokenizer.ggml.scores", scores, 9);
+    gb_kv_arr_i32(b, "tokenizer.ggml.token_type", types, 9);
+}
+
+Test(tokenizer, fim_ids_come_from_the_keys_first_then_the_older_keys_then_spellings) {
+    gbuf b = {0};
+    tokenizer *t;
+    attnd_err err;
+    fim_vocab(&b);
+    gb_kv_u32(&b, "tokenizer.ggml.fim_pre_token_id", 3);  /* the key wins over <PRE> */
+    gb_kv_u32(&b, "tokenizer.ggml.suffix_token_id", 4);   /* the older key */
+    gb_kv_u32(&b, "tokenizer.ggml.fim_sep_token_id", 6);  /* the key wins over <|file_sep|> */
+    cr_assert_eq(load_built(&b, &t, &err), ATTND_OK, "%s", err.msg);
+    cr_expect_eq(tok_fim(t, TOK_FIM_PRE), 3);
+    cr_expect_eq(tok_fim(t, TOK_FIM_SUF), 4);
+    cr_expect_eq(tok_fim(t, TOK_FIM_MID), 7, "<MID> by its spelling");
+    cr_expect(tok_is_control(t, 7), "a FIM token found by its spelling becomes a control token");
+    cr_expect(!tok_is_control(t, 5), "<PRE> is not the prefix token here: it stays text");
+    cr_expect_eq(tok_fim(t, TOK_FIM_SEP), 6, "fim_sep_token_id");
+    cr_expect(!tok_is_control(t, 8), "<|file_sep|> is not the separator here");
+    cr_expect_eq(tok_fim(t, TOK_FIM_PAD), -1);
+    cr_expect(tok_is_eog(t, 6), "the file separator ends generation");
+    cr_expect(!tok_is_eog(t, 7), "the middle token does not");
+    tok_destroy(t);
+
+    b = (gbuf){0};
+    fim_vocab(&b);
+    gb_kv_u32(&b, "tokenizer.ggml.fim_mid_token_id", 99);
+    cr_expect_eq(load_built(&b, &t, &err), ATTND_ERR_FORMAT, "an id outside the vocabulary is refused");
+    cr_expect(strstr(err.msg, "fim_mid_token_id"), "%s", err.msg);
 }

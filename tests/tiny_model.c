@@ -7,7 +7,9 @@
  *                                  model); FILE's text becomes tokenizer.chat_template
  *   tiny_model --list              the families, one a line
  *   tiny_model --list-hybrid       the hybrid (Gated DeltaNet) families, one a line
- *   tiny_model --hybrid-prompt     the hybrid comparison's prompt ids, comma-separated
+ *   tiny_model --hybrid-prompt     the hybrid comparison's prompt ids, comma-separated (also the
+ *                                  latent-attention comparison's)
+ *   tiny_model --list-mla          the latent-attention (deepseek2) models, one a line
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -44,6 +46,10 @@ int main(int argc, char **argv) {
         printf("\n");
         return 0;
     }
+    if (argc == 2 && !strcmp(argv[1], "--list-mla")) {
+        for (size_t i = 0; i < N_MLA; i++) printf("%s\n", MLA_NAMES[i]);
+        return 0;
+    }
     if (argc == 2 && !strcmp(argv[1], "--list-hybrid")) {
         for (size_t i = 0; i < N_HYBRID; i++) printf("%s\n", HYBRID_NAMES[i]);
         return 0;
@@ -51,7 +57,7 @@ int main(int argc, char **argv) {
     bool tmpl = argc == 5 && !strcmp(argv[3], "--chat-template");
     if (argc != 3 && !tmpl) {
         fprintf(stderr, "usage: tiny_model FAMILY OUT.gguf [--chat-template FILE] | tiny_model --list | --list-hybrid "
-                        "| --hybrid-prompt\n");
+                        "| --list-mla | --hybrid-prompt\n");
         return 2;
     }
     for (size_t i = 0; i < N_FAMILIES; i++) {
@@ -75,6 +81,15 @@ int main(int argc, char **argv) {
         if (strcmp(argv[1], HYBRID_NAMES[i])) continue;
         hy_spec hs = hybrid_small(HYBRID_NAMES[i]);
         if (hy_write(argv[2], &hs)) {
+            fprintf(stderr, "tiny_model: cannot write %s\n", argv[2]);
+            return 1;
+        }
+        return 0;
+    }
+    for (size_t i = 0; i < N_MLA; i++) {
+        if (strcmp(argv[1], MLA_NAMES[i])) continue;
+        ml_spec ms = mla_small(MLA_NAMES[i]);
+        if (ml_write(argv[2], &ms)) {
             fprintf(stderr, "tiny_model: cannot write %s\n", argv[2]);
             return 1;
         }

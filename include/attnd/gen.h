@@ -54,6 +54,13 @@ typedef struct gen_params {
                                    complete and allows nothing more. Needs a tokenizer. */
     const grammar_vocab *gvocab; /* borrowed; the tokenizer's vocabulary index, required with
                                    a grammar (built once per model and shared) */
+    int think_budget;           /* > 0: a reasoning block ("<think>" ... "</think>", as the
+                                   output spells it, special tokens included) ends after this
+                                   many of its tokens: once the last one completes its UTF-8
+                                   character, the tokens of "</think>" are written instead of
+                                   sampled, as llama.cpp's reasoning budget does. 0 = no limit.
+                                   Needs a tokenizer; not while a grammar constrains the block */
+    bool think_inside;          /* the prompt opened the block (the output starts inside it) */
 } gen_params;
 
 typedef struct gen gen;

@@ -52,8 +52,9 @@ size_t kv_pool_bytes_used(const kv_pool *p); /* blocks held by sequences, each s
 size_t kv_pool_bytes_budget(const kv_pool *p);
 /* Bytes one token position takes in every layer's K and V. */
 size_t kv_pool_bytes_per_token(const kv_pool *p);
-/* Bytes one sequence of n_tokens holds: whole blocks, so at least n_tokens * bytes_per_token, and
- * its recurrent state (kv_state_bytes; so n_tokens = 0 gives the state alone). */
+/* Bytes one sequence of n_tokens may hold: whole blocks, so at least n_tokens * bytes_per_token,
+ * and its recurrent state (kv_state_bytes) with the pool's checkpoints of it (kv_pool_set_checkpoints;
+ * so n_tokens = 0 gives the state and its checkpoints alone). */
 size_t kv_pool_bytes_for(const kv_pool *p, int n_tokens);
 
 /* Without a pool: bytes one token position takes (all layers' K and V) for model m, and the
@@ -72,14 +73,39 @@ size_t kv_state_bytes(const model *m);
 attnd_status kv_seq_create(kv_seq **out, kv_pool *pool, attnd_err *err);
 void kv_seq_destroy(kv_seq *s); /* returns its blocks to the pool; accepts NULL */
 int kv_seq_len(const kv_seq *s); /* tokens cached */
-size_t kv_seq_bytes(const kv_seq *s); /* blocks it holds, shared ones included */
+size_t kv_seq_bytes(const kv_seq *s); /* blocks, state and checkpoints it holds, shared ones included */
 size_t kv_seq_bytes_shared(const kv_seq *s); /* the part of kv_seq_bytes held by other sequences too */
 /* Keeps the first n tokens and gives up blocks no longer needed (a shared block goes back to the
  * pool when its last holder gives it up); n >= len changes nothing. With sliding-window layers,
  * positions that fell out of every window were freed: when position n's window would need them,
  * the sequence is truncated to 0 instead (kv_seq_len says what was kept). With Gated DeltaNet
- * layers (kv_state_bytes > 0) every n < len truncates to 0: their state cannot be cut back. */
+ * layers (kv_state_bytes > 0) every n < len truncates to the newest state checkpoint at or below n,
+ * or to 0 without one: their state cannot be cut back. */
 void kv_seq_truncate(kv_seq *s, int n);
+
+/*
+ * Recurrent state checkpoints (models with Gated DeltaNet layers; nothing for others). A sequence
+ * keeps up to `max` copies of its state at lengths it passed, and a truncation to n goes back to
+ * the newest one at or below n instead of to 0 (kv_seq_len says where: the caller recomputes the
+ * tokens after it). The engine takes them inside its batches: once a sequence's batch reaches a
+ * multiple of `interval` (0 = never), or the length kv_seq_checkpoint_at asked for (which wins when
+ * one batch reaches both); at most one per sequence per batch. Beyond `max`, older ones thin out
+ * (recent ones dense, older ones sparse: engine/kv_state.c). Each takes kv_state_bytes from the
+ * budget when taken, and none is taken when the budget has no room; forks share them (counted
+ * once). kv_pool_bytes_for counts `max` of them per sequence. Set before the pool has sequences;
+ * max 0..64 (0 = off, the default), else ATTND_ERR_INVALID.
+ */
+attnd_status kv_pool_set_checkpoints(kv_pool *p, int max, int interval, attnd_err *err);
+int kv_pool_checkpoints(const kv_pool *p);           /* max per sequence (0 without a recurrent state) */
+size_t kv_pool_checkpoint_bytes(const kv_pool *p);   /* the part of kv_pool_bytes_used checkpoints hold */
+/* Copies s's state as it is now (a turn's end), if checkpoints are on and s has none at its length
+ * yet; false when none was taken (off, nothing to copy, or no room in the budget). */
+bool kv_seq_checkpoint(kv_seq *s);
+/* Asks for a checkpoint when an evaluation brings s to length pos (> its length; else the request
+ * is cleared): e.g. a prompt's end, before the last tokens an edited turn may change. */
+void kv_seq_checkpoint_at(kv_seq *s, int pos);
+/* The positions of s's checkpoints, oldest first, into pos[0..max); returns how many it holds. */
+int kv_seq_checkpoints(const kv_seq *s, int *pos, int max);
 
 /*
  * A new sequence in parent's pool holding parent's tokens, sharing all of parent's blocks. Takes

@@ -50,6 +50,11 @@ typedef struct model_info {
                                               width (0 for dense models) */
     int n_recurrent_layers; /* Gated DeltaNet layers (qwen35): a fixed-size state per sequence, no KV */
     int n_mtp_layers;   /* multi-token-prediction blocks in the file (nextn), loaded but not run */
+    int kv_latent;      /* latent attention (deepseek2): values cached per token and layer, the
+                           latent and the rotated key part (kv_lora_rank + rope dims), shared by
+                           every head; 0 for per-head K and V */
+    int kv_per_head;    /* with kv_latent: what per-head keys and values would hold per token and
+                           layer instead, n_head (key_length_mla + value_length_mla) */
     bool rope_long;     /* LongRoPE: the long-context factors apply (the context it is run at,
                            model_run_context, is beyond the original context); false with the
                            short ones or without LongRoPE */

@@ -240,6 +240,8 @@ static attnd_status limits_of(const json_t *body, const server_settings *cfg, bo
         if (budget && (!json_is_integer(budget) || json_integer_value(budget) < 1))
             return oai_bad(param, "thinking.budget_tokens", err, "'thinking.budget_tokens' must be a positive integer");
         json_object_set_new(chat, "chat_template_kwargs", json_pack("{s:b}", "enable_thinking", on));
+        /* the budget closes the thinking block when it is spent (gen.h's think_budget) */
+        if (on && budget) json_object_set(chat, "reasoning_budget_tokens", (json_t *)budget);
     }
     if (st) {
         if (!json_is_array(st)) return oai_bad(param, "stop_sequences", err, "'stop_sequences' must be an array of strings");

@@ -40,8 +40,8 @@ static bool parse_messages(req *r, json_t *b, bool count_only, http_result *ret)
     const char *param = NULL;
     attnd_err err;
     attnd_status rc = anthropic_parse(b, &s->cfg, count_only, &st->rq, &param, &err);
-    if (rc == ATTND_OK) rc = oai_parse(st->rq.chat_body, true, &s->cfg, s->n_vocab, &g->oreq, &param, &err);
-    if (rc == ATTND_OK) rc = oai_bind_template(&g->oreq, s->chat.takes_tools, s->chat.tool_format, &err);
+    if (rc == ATTND_OK) rc = oai_parse(st->rq.chat_body, true, g->env.cfg, g->env.n_vocab, &g->oreq, &param, &err);
+    if (rc == ATTND_OK) rc = oai_bind_template(&g->oreq, g->env.chat->takes_tools, g->env.chat->tool_format, &err);
     if (rc == ATTND_OK) return true;
     if (param && !strcmp(param, "stop")) { /* the chat body's name for stop_sequences */
         char msg[sizeof(err.msg)];
@@ -58,7 +58,7 @@ static bool parse_messages(req *r, json_t *b, bool count_only, http_result *ret)
  * met first in the generated tokens' bytes. */
 static const char *stop_sequence_of(req *r, const sched_output *o) {
     const oai_request *q = &genreq_http_get(r)->oreq;
-    tokenizer *tok = r->srv->tok;
+    tokenizer *tok = genreq_http_get(r)->env.tok;
     if (!q->n_stops || !o->n_pieces || tok_is_eog(tok, o->pieces[o->n_pieces - 1].id)) return NULL;
     buf raw;
     buf_init(&raw);
@@ -81,13 +81,13 @@ static const char *stop_sequence_of(req *r, const sched_output *o) {
 static anthropic_result result_of(req *r, const sched_output *o) {
     amsg_state *st = req_get(r, REQ_SLOT_ENDPOINT);
     const genreq *g = genreq_http_get(r);
-    anthropic_result res = {.id = st->id, .model = r->srv->model_id, .input_tokens = g->n_prompt};
+    anthropic_result res = {.id = st->id, .model = g->env.model_id, .input_tokens = g->n_prompt};
     if (!o) return res;
     res.cache_read_tokens = o->n_cached;
     res.input_tokens = o->n_prompt - o->n_cached;
     res.output_tokens = o->n_generated;
     if (!o->done) return res;
-    bool cut = genreq_was_cut(o) || (o->finish_reason && !strcmp(o->finish_reason, "length"));
+    bool cut = genreq_was_cut(g, o) || (o->finish_reason && !strcmp(o->finish_reason, "length"));
     res.stop_sequence = cut ? NULL : stop_sequence_of(r, o);
     res.stop_reason = cut ? "max_tokens" : res.stop_sequence ? "stop_sequence" : "end_turn";
     return res;
@@ -118,7 +118,7 @@ static void amsg_update(req *r, int k, const sched_update *u, buf *out) {
     anthropic_result res = result_of(r, &o);
     if (!saved)
         anthropic_stream_error(&st->ev, genreq_http_status(&g->unsaved), g->unsaved.msg, out);
-    else if (o.status != ATTND_OK && !genreq_was_cut(&o))
+    else if (o.status != ATTND_OK && !genreq_was_cut(g, &o))
         anthropic_stream_error(&st->ev, http_status_of(o.status, HTTP_CTX_GENERATE), o.errmsg[0] ? o.errmsg : "generation failed", out);
     else
         anthropic_stream_end(&st->ev, &res, out);
@@ -134,6 +134,7 @@ static genreq *begin(req *r, bool count_only, http_result *ret) {
     genreq *g = genreq_http_begin(r, &b, ret);
     if (!g) return NULL;
     g->chat = true;
+    g->api = METRICS_API_ANTHROPIC;
     amsg_state *st = calloc(1, sizeof(*st));
     if (!st) {
         *ret = http_respond_error(r, 503, "out of memory", NULL);
@@ -163,7 +164,7 @@ http_result ep_messages(req *r) {
     if (g->unsaved.fail) return respond_genreq_err(r, &g->unsaved);
     sched_output o;
     sched_job_output(g->job, &o);
-    if (o.status != ATTND_OK && !genreq_was_cut(&o))
+    if (o.status != ATTND_OK && !genreq_was_cut(g, &o))
         return http_respond_error(r, http_status_of(o.status, HTTP_CTX_GENERATE), o.errmsg[0] ? o.errmsg : "generation failed",
                                   NULL);
     anthropic_result res = result_of(r, &o);

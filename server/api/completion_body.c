@@ -140,11 +140,13 @@ json_t *completion_body_llama(const completion_body_ctx *c, const completion_bod
     json_object_set_new(o, "tokens_predicted", json_integer(g->n_generated));
     json_object_set_new(o, "tokens_evaluated", json_integer(g->n_prompt));
     json_object_set_new(o, "tokens_cached", json_integer(g->n_cached));
-    /* no finish_reason: the stream was cut (shutdown, cancellation), which is neither */
+    /* no finish_reason: the stream was cut (cancellation), which is neither; "shutdown": the
+     * server's shutdown cut it (completions.c) */
     bool limit = g->finish_reason && !strcmp(g->finish_reason, "length"), cut = !g->finish_reason;
-    json_object_set_new(o, "stop_type", json_string(cut ? "none" : limit ? "limit" : "eos"));
+    bool shut = g->finish_reason && !strcmp(g->finish_reason, "shutdown"); /* cut by the server's shutdown */
+    json_object_set_new(o, "stop_type", json_string(cut ? "none" : shut ? "shutdown" : limit ? "limit" : "eos"));
     json_object_set_new(o, "stopped_limit", json_boolean(limit));
-    json_object_set_new(o, "stopped_eos", json_boolean(!limit && !cut));
+    json_object_set_new(o, "stopped_eos", json_boolean(!limit && !cut && !shut));
     json_object_set_new(o, "timings", completion_body_timings(g));
     if (has_session(c)) json_object_set_new(o, "session_id", json_string(c->session_id));
     return o;

@@ -80,7 +80,8 @@ json_t *completion_body_chunk(const completion_body_ctx *c, json_t *delta_or_tex
 json_t *completion_body_usage_chunk(const completion_body_ctx *c, const completion_body_gen *g);
 
 /* llama.cpp's /completion answer: text (n bytes) plus, when tokens is non-NULL, the token ids
- * pieces [from, to) as "tokens"; when final, the counts, stop type and timings. */
+ * pieces [from, to) as "tokens"; when final, the counts, stop type and timings (stop_type
+ * "shutdown" for g->finish_reason "shutdown", "none" for none: a cancelled job). */
 json_t *completion_body_llama(const completion_body_ctx *c, const completion_body_gen *g, const char *text, size_t n, bool tokens,
                            int from, int to, bool final);
 

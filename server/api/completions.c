@@ -1,6 +1,6 @@
 /*
  * completions.c — the generation endpoints: POST /v1/completions, /v1/chat/completions and
- * llama.cpp's /completion (see endpoints.h).
+ * llama.cpp's /completion and /infill (see endpoints.h).
  *
  * A handler validates the body (oai.c), hands it to the generation request (genreq.c: tokenize,
  * session, jobs) and then either streams through sse.c's loop with its own writers (OpenAI
@@ -13,6 +13,7 @@
 
 #include "endpoints.h"
 #include "genreq_http.h"
+#include "infill.h"
 #include "sse.h"
 
 static bool token_bytes(void *user, int32_t id, const char **p, size_t *n) {
@@ -59,6 +60,35 @@ static bool llama_fields(req *r, json_t *b, http_result *ret) {
     return true;
 }
 
+/* llama-server's /infill: the FIM prompt (infill.h) of the model's tokens replaces the infill
+ * fields as a token-id prompt, which then runs as /completion's. A model without FIM tokens is
+ * a 400 that says so. false: the error answer is queued. */
+static bool infill_fields(req *r, json_t *b, http_result *ret) {
+    const genreq *g = genreq_http_get(r);
+    const char *param = NULL;
+    attnd_err err;
+    infill_input in = {0};
+    int32_t *ids = NULL;
+    size_t n = 0;
+    json_t *mt = json_object_get(b, "max_tokens");
+    json_int_t want = json_is_integer(mt) ? json_integer_value(mt) : g->env.cfg->default_max_tokens;
+    attnd_status st = infill_check_model(g->env.tok, &err);
+    if (st == ATTND_OK) st = infill_parse(b, &in, &param, &err);
+    if (st == ATTND_OK)
+        st = infill_layout(g->env.tok, &in, g->env.n_ctx, want > g->env.n_ctx ? g->env.n_ctx : (int)want, &ids, &n, &err);
+    infill_input_free(&in);
+    json_t *prompt = st == ATTND_OK ? json_array() : NULL;
+    for (size_t i = 0; prompt && i < n; i++) json_array_append_new(prompt, json_integer(ids[i]));
+    free(ids);
+    if (st != ATTND_OK) {
+        *ret = http_respond_error(r, st == ATTND_ERR_NOMEM ? 503 : 400, err.msg, param);
+        return false;
+    }
+    json_object_set_new(b, "prompt", prompt);
+    json_object_del(b, "input_prefix"), json_object_del(b, "input_suffix"), json_object_del(b, "input_extra");
+    return true;
+}
+
 /* The prompt of choice k as echoed back (completions with echo): the text as given, or the
  * token-id prompt decoded. Owned by the caller; NULL when not echoing (or out of memory). */
 static char *echo_text(req *r, int k, const sched_output *o, size_t *len) {
@@ -71,7 +101,7 @@ static char *echo_text(req *r, int k, const sched_output *o, size_t *len) {
         return strdup(text);
     }
     char *d = NULL;
-    if (tok_decode(r->srv->tok, o->prompt, (size_t)o->n_prompt, false, &d, len, NULL) == ATTND_OK) return d;
+    if (tok_decode(g->env.tok, o->prompt, (size_t)o->n_prompt, false, &d, len, NULL) == ATTND_OK) return d;
     *len = 0;
     return strdup(""); /* still an echo: the logprobs keep the prompt's entries */
 }
@@ -111,8 +141,9 @@ static json_t *at_index(json_t *chunk, int k) {
     return chunk;
 }
 
-/* The finish_reason of a stream cut by shutdown or cancellation: the text is cut short, which
- * "length" says in the words every OpenAI client knows (an error event would make them raise). */
+/* The finish_reason of a stream cut by its cancellation: the text is cut short, which "length"
+ * says in the words every OpenAI client knows. A stream cut by shutdown ends with an error event
+ * instead (genreq_shut_down): its client must not take the cut text for a whole answer. */
 static const char *CUT_REASON = "length";
 
 /* The end of one choice: its final chunk (a cut one included), or an error event. The
@@ -122,7 +153,7 @@ static void choice_end_oai(req *r, int k, const sched_output *o, buf *out) {
     cmpl_state *ss = state_of(r);
     if (!genreq_persist(g)) { /* not saved: an error event, never a "stop" the client would trust */
         sse_event(out, genreq_http_error(&g->unsaved));
-    } else if (genreq_was_cut(o)) {
+    } else if (genreq_was_cut(g, o)) {
         sse_event(out, at_index(completion_body_chunk(&ss->rctx, g->chat ? json_object() : json_string(""), NULL, CUT_REASON), k));
     } else if (o->status != ATTND_OK) {
         int code = http_status_of(o->status, HTTP_CTX_GENERATE);
@@ -158,7 +189,11 @@ static void update_llama(req *r, int k, const sched_update *u, buf *out) {
     if (!u->done) return;
     if (!genreq_persist(g))
         sse_event(out, genreq_http_error(&g->unsaved));
-    else if (o.status != ATTND_OK && !genreq_was_cut(&o))
+    else if (genreq_shut_down(g, &o)) { /* the stop event says why, then an error event says it failed */
+        v.finish_reason = "shutdown";
+        sse_event(out, completion_body_llama(&ss->rctx, &v, "", 0, ss->return_tokens, u->to, u->to, true));
+        sse_event(out, oai_error(503, o.errmsg[0] ? o.errmsg : "server is shutting down", NULL));
+    } else if (o.status != ATTND_OK && !genreq_was_cut(g, &o))
         sse_event(out, oai_error(503, o.errmsg[0] ? o.errmsg : "generation failed", NULL));
     else
         sse_event(out, completion_body_llama(&ss->rctx, &v, "", 0, ss->return_tokens, u->to, u->to, true));
@@ -282,8 +317,7 @@ static http_result respond_whole(req *r, genreq *g) {
     return http_respond_json(r, 200, body);
 }
 
-static http_result generate(req *r, bool chat, bool llama) {
-    struct server *s = r->srv;
+static http_result generate(req *r, bool chat, bool llama, bool infill) {
     http_result ret = HTTP_NO;
     json_t *b;
     genreq *g = genreq_http_begin(r, &b, &ret);
@@ -292,16 +326,19 @@ static http_result generate(req *r, bool chat, bool llama) {
     if (!ss) return http_respond_error(r, 503, "out of memory", NULL);
     req_set(r, REQ_SLOT_ENDPOINT, ss, cmpl_state_free);
     g->chat = chat;
+    g->api = llama ? METRICS_API_LLAMACPP : METRICS_API_OPENAI;
     ss->llama = llama;
     if (llama && !llama_fields(r, b, &ret)) return ret;
+    if (infill) g->prompt_param = "input_prefix";
+    if (infill && !infill_fields(r, b, &ret)) return ret;
     const char *param = NULL;
     attnd_err err;
-    attnd_status st = oai_parse(b, chat, &s->cfg, s->n_vocab, &g->oreq, &param, &err);
-    if (st == ATTND_OK) st = oai_bind_template(&g->oreq, s->chat.takes_tools, s->chat.tool_format, &err);
+    attnd_status st = oai_parse(b, chat, g->env.cfg, g->env.n_vocab, &g->oreq, &param, &err);
+    if (st == ATTND_OK) st = oai_bind_template(&g->oreq, g->env.chat->takes_tools, g->env.chat->tool_format, &err);
     if (st != ATTND_OK) return http_respond_error(r, http_status_of(st, HTTP_CTX_PARSE), err.msg, param);
     attnd_random_id(g->id, sizeof(g->id), chat ? "chatcmpl-" : "cmpl-");
-    ss->rctx = (completion_body_ctx){g->id, s->model_id, (long long)time(NULL), chat, g->oreq.include_usage,
-                                     g->sess_id, token_bytes, s->tok};
+    ss->rctx = (completion_body_ctx){g->id, g->env.model_id, (long long)time(NULL), chat, g->oreq.include_usage,
+                                     g->sess_id, token_bytes, g->env.tok};
     if (llama && g->oreq.n_prompts * g->oreq.n > 1)
         return http_respond_error(r, 400, "/completion takes one prompt; use /v1/completions for prompt lists",
                                   "prompt");
@@ -311,6 +348,7 @@ static http_result generate(req *r, bool chat, bool llama) {
     return g->oreq.stream ? respond_stream(r, g) : respond_whole(r, g);
 }
 
-http_result ep_completions(req *r) { return generate(r, false, false); }
-http_result ep_chat(req *r) { return generate(r, true, false); }
-http_result ep_llama_completion(req *r) { return generate(r, false, true); }
+http_result ep_completions(req *r) { return generate(r, false, false, false); }
+http_result ep_chat(req *r) { return generate(r, true, false, false); }
+http_result ep_llama_completion(req *r) { return generate(r, false, true, false); }
+http_result ep_infill(req *r) { return generate(r, false, true, true); }

@@ -18,25 +18,41 @@
 #include "attnd/tokenizer.h"
 #include "embreq.h"
 #include "endpoints.h"
+#include "models_http.h"
 #include "ollama.h"
 #include "rerank.h"
 #include "sched_embed.h"
 
-/* What an embedding request runs on: the one place that finds the model and its scheduler. */
+/* What an embedding request runs on: the one place that finds the model and its scheduler
+ * (a server of several models: the one the body's "model" names, held until target_put). */
 typedef struct embed_target {
     sched *sch;
     const model *m;
     const tokenizer *tok;
-    const char *name;     /* the served model's id */
+    const server_settings *cfg;
+    const char *name;     /* the model's id */
+    int n_vocab;
     int max_tokens;       /* tokens per input: embed_max_tokens, max_batch, the context */
+    mreg_ref ref;         /* several models: the model in use */
 } embed_target;
 
-static embed_target target_of(const req *r) {
+/* false: the answer is queued (*ret). */
+static bool target_get(req *r, json_t *body, embed_target *tg, http_result *ret) {
     const struct server *s = r->srv;
-    int cap = s->cfg.embed_max_tokens;
-    if (s->cfg.max_batch < cap) cap = s->cfg.max_batch;
-    if (s->n_ctx > 0 && s->n_ctx < cap) cap = s->n_ctx;
-    return (embed_target){s->sch, s->m, s->tok, s->model_id, cap};
+    genreq_env env = {.cfg = &s->cfg, .m = s->m, .tok = s->tok, .sch = s->sch, .n_ctx = s->n_ctx, .model_id = s->model_id,
+                      .n_vocab = s->n_vocab};
+    *tg = (embed_target){0};
+    if (s->models && !models_http_route(r, body, &env, &tg->ref, ret)) return false; /* it checked the role */
+    int cap = env.cfg->embed_max_tokens;
+    if (env.cfg->max_batch < cap) cap = env.cfg->max_batch;
+    if (env.n_ctx > 0 && env.n_ctx < cap) cap = env.n_ctx;
+    tg->sch = env.sch, tg->m = env.m, tg->tok = env.tok, tg->cfg = env.cfg, tg->name = env.model_id;
+    tg->n_vocab = env.n_vocab, tg->max_tokens = cap;
+    return true;
+}
+
+static void target_put(req *r, embed_target *tg) {
+    if (r->srv->models && tg->ref.inst) mreg_release(r->srv->models, &tg->ref);
 }
 
 /* The token lists of a request, owned. */
@@ -130,8 +146,11 @@ static model_pooling embed_pooling(const model *m) {
 static http_result embeddings(req *r, embreq_api api) {
     http_result ret = HTTP_NO;
     json_t *body = http_work_body(r, &ret);
-    if (!body) return ret;
-    embed_target tg = target_of(r);
+    embed_target tg;
+    if (!body || !target_get(r, body, &tg, &ret)) {
+        json_decref(body);
+        return ret;
+    }
     embreq rq;
     embed_batch b = {0};
     float *raw = NULL, *vecs = NULL;
@@ -139,7 +158,7 @@ static http_result embeddings(req *r, embreq_api api) {
     attnd_err err;
     model_pooling pool = embed_pooling(tg.m);
     int dim = model_pool_dim(tg.m, pool);
-    attnd_status st = embreq_parse(body, api, r->srv->cfg.embed_max_inputs, r->srv->n_vocab, &rq, &param, &err);
+    attnd_status st = embreq_parse(body, api, tg.cfg->embed_max_inputs, tg.n_vocab, &rq, &param, &err);
     if (st != ATTND_OK) {
         ret = http_respond_error(r, st == ATTND_ERR_INVALID ? 400 : 503, err.msg, param);
     } else if (api != EMBREQ_OPENAI && !ollama_model_matches(tg.name, rq.model)) {
@@ -166,6 +185,7 @@ static http_result embeddings(req *r, embreq_api api) {
     free(vecs);
     batch_free(&b);
     embreq_free(&rq);
+    target_put(r, &tg);
     json_decref(body);
     return ret;
 }
@@ -209,8 +229,11 @@ static bool pair_tokens(req *r, const embed_target *tg, const char *tmpl, const 
 http_result ep_rerank(req *r) {
     http_result ret = HTTP_NO;
     json_t *body = http_work_body(r, &ret);
-    if (!body) return ret;
-    embed_target tg = target_of(r);
+    embed_target tg;
+    if (!body || !target_get(r, body, &tg, &ret)) {
+        json_decref(body);
+        return ret;
+    }
     rerank_request rq;
     embed_batch b = {0};
     float *raw = NULL, *scores = NULL;
@@ -218,7 +241,7 @@ http_result ep_rerank(req *r) {
     attnd_err err;
     int dim = model_pool_dim(tg.m, POOL_RANK);
     gguf_get_str(model_gguf(tg.m), "tokenizer.chat_template.rerank", &tmpl, NULL);
-    attnd_status st = rerank_parse(body, r->srv->cfg.embed_max_inputs, &rq, &param, &err);
+    attnd_status st = rerank_parse(body, tg.cfg->embed_max_inputs, &rq, &param, &err);
     if (st != ATTND_OK) {
         ret = http_respond_error(r, st == ATTND_ERR_INVALID ? 400 : 503, err.msg, param);
     } else if (!(b.in = calloc((size_t)rq.n_docs, sizeof(*b.in))) || !(raw = malloc((size_t)rq.n_docs * (size_t)dim * sizeof(float))) ||
@@ -240,6 +263,7 @@ http_result ep_rerank(req *r) {
     free(scores);
     batch_free(&b);
     rerank_request_free(&rq);
+    target_put(r, &tg);
     json_decref(body);
     return ret;
 }

@@ -15,6 +15,7 @@
 #include "attnd/model.h"
 #include "completion_body.h"
 #include "metrics.h"
+#include "models_http.h"
 #include "oai.h"
 #include "scheduler.h"
 #include "sess_json.h"
@@ -44,6 +45,7 @@ http_result ep_health(req *r) {
     statedir_health(&sd);
     /* still serving, but what it acknowledges cannot be saved until the state dir works again */
     json_object_set_new(o, "status", json_string(sd.degraded ? "degraded" : "ok"));
+    if (r->srv->models) json_object_set_new(o, "models", models_http_health(r->srv));
     if (r->srv->cfg.state_dir)
         json_object_set_new(o, "state_dir", json_pack("{s:s, s:I}", "status", sd.degraded ? "failing" : "ok",
                                                       "write_failures", (json_int_t)sd.failures));
@@ -74,6 +76,14 @@ http_result ep_metrics(req *r) {
     }
     memcpy(all + len, extra, (size_t)n + 1);
     text = all;
+    char *per_model = s->models ? models_http_metrics(s) : NULL;
+    if (per_model) {
+        len = strlen(text);
+        size_t pm = strlen(per_model);
+        char *more = realloc(text, len + pm + 1);
+        if (more) memcpy(more + len, per_model, pm + 1), text = more;
+        free(per_model);
+    }
     return http_respond_text(r, 200, "text/plain; version=0.0.4", text);
 }
 
@@ -81,15 +91,17 @@ static completion_body_model_desc model_desc(const struct server *s) {
     const model_info *mi = model_info_get(s->m);
     return (completion_body_model_desc){s->model_id, (long long)time(NULL), s->n_ctx, mi->n_vocab, mi->n_ctx,
                             (long long)mi->n_params, chat_family_name(s->chat.family), &s->cfg.sampling,
-                            s->cfg.default_max_tokens, http_model_roles(s), mi->n_embd};
+                            s->cfg.default_max_tokens, http_model_roles(s->m, &s->cfg), mi->n_embd};
 }
 
 http_result ep_models(req *r) {
+    if (r->srv->models) return models_http_list(r);
     completion_body_model_desc d = model_desc(r->srv);
     return http_respond_json(r, 200, completion_body_models(&d));
 }
 
 http_result ep_model_get(req *r) {
+    if (r->srv->models) return models_http_get(r);
     const char *id = strrchr(r->path, '/') + 1; /* the route is a prefix ending in '/' */
     if (strcmp(id, r->srv->model_id)) return http_respond_json(r, 404, oai_error_model_not_found(id));
     completion_body_model_desc d = model_desc(r->srv);

@@ -30,6 +30,7 @@ http_result ep_session_delete(req *r);
 http_result ep_completions(req *r);
 http_result ep_chat(req *r);
 http_result ep_llama_completion(req *r);
+http_result ep_infill(req *r); /* llama-server's POST /infill: fill-in-the-middle (infill.h) */
 
 http_result ep_responses_create(req *r);
 http_result ep_response_get(req *r);

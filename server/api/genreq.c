@@ -195,6 +195,7 @@ static bool job_spec(genreq *g, int32_t *ids, size_t n, int max_tokens, sess *se
         .prompt = ids, .n_prompt = (int)n, .sp = q->sp, .n_bias = q->n_bias, .max_tokens = max_tokens,
         .top_logprobs = q->logprobs, .draft_max = q->draft_max, .draft_min_p = q->draft_min_p,
         .prompt_logprobs = !g->chat && q->echo && q->logprobs >= 0, .ignore_eos = q->ignore_eos, .se = se,
+        .think_budget = q->reasoning_budget, .think_inside = q->open_reasoning, .api = g->api,
         .owner = g->owner, .request_id = g->request_id, .tenant = g->tenant,
         .grammar = q->grammar ? grammar_ref(q->grammar) : NULL,
     };
@@ -430,4 +431,8 @@ attnd_status genreq_submit_all(genreq *g, genreq_err *e) {
     return st;
 }
 
-bool genreq_was_cut(const sched_output *o) { return o->status == ATTND_ERR_BUSY; }
+bool genreq_shut_down(const genreq *g, const sched_output *o) {
+    return o->status == ATTND_ERR_BUSY && g->env.stopping && atomic_load(g->env.stopping);
+}
+
+bool genreq_was_cut(const genreq *g, const sched_output *o) { return o->status == ATTND_ERR_BUSY && !genreq_shut_down(g, o); }

@@ -27,6 +27,7 @@
 
 #include "attnd/common.h"
 #include "completion_body.h"
+#include "metrics.h" /* metrics_api */
 #include "oai.h"
 #include "scheduler.h"
 #include "sess.h"
@@ -42,6 +43,8 @@ typedef struct genreq_env {
     sched *sch;
     int n_ctx;
     const atomic_bool *stopping;  /* the server is shutting down; NULL = never */
+    const char *model_id;         /* the model's name in answers */
+    int n_vocab;
 } genreq_env;
 
 /* Who asks (copied at genreq_create), and how to notice that they left. */
@@ -88,6 +91,7 @@ typedef struct genreq {
     oai_request oreq;             /* the validated body; owned (oai_request_free) */
     json_t *body;                 /* keeps oreq's borrowed strings alive; owned */
     bool chat;                    /* messages through the chat template, else prompts */
+    int api;                      /* metrics_api: which API asked (the histograms' label) */
     const char *prompt_param;     /* the body field prompt errors name; NULL = "messages"/"prompt" */
     char id[48];                  /* the answer's id ("chatcmpl-...", "resp_..."), for the log */
     sched_job *job;               /* owned reference; choice 0 */
@@ -153,8 +157,12 @@ int genreq_reasoning_tokens(const genreq *g, const sched_output *o);
 /* The usage of all of g's choices: every prompt read once (n choices share it), every choice's
  * generated tokens (and, in chat, its reasoning tokens). Only the counts of *sum are set. */
 void genreq_usage_sum(const genreq *g, completion_body_gen *sum);
-/* A job that ended cut short (cancelled, server shutdown) rather than failed: its answer ends as
- * a normal one whose text was cut ("length", "incomplete"), which clients accept. */
-bool genreq_was_cut(const sched_output *o);
+/* A job that ended cut short by its cancellation rather than failed: its answer ends as a normal
+ * one whose text was cut ("length", "incomplete"), which clients accept. */
+bool genreq_was_cut(const genreq *g, const sched_output *o);
+/* A job cut because the server is shutting down: never a normal end a client would take for the
+ * whole answer ("stop") or a budget spent ("length"), but a failure (st BUSY, errmsg set), which
+ * every API answers in its own error form: a 503 when whole, its error event when streamed. */
+bool genreq_shut_down(const genreq *g, const sched_output *o);
 
 #endif

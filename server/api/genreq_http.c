@@ -4,10 +4,14 @@
 #include "genreq_http.h"
 
 #include <stdio.h>
+#include <stdlib.h>
+
+#include "models_http.h"
 
 /* The completed callback's part of the generation: its jobs' end, and what the log says. */
 static void genreq_on_end(req *r, void *p, bool completed) {
-    genreq *g = p;
+    genreq *g = ((genreq_http_slot *)p)->g;
+    if (!g) return;
     char what[200];
     snprintf(what, sizeof(what), "%s %s", r->method, r->path);
     r->n_gen = genreq_end(g, completed, what);
@@ -16,7 +20,13 @@ static void genreq_on_end(req *r, void *p, bool completed) {
     snprintf(r->answer_id, sizeof(r->answer_id), "%s", g->id);
 }
 
-static void genreq_free(void *p) { genreq_destroy(p); }
+/* The request's genreq, then its model (the jobs referencing the model are gone by then). */
+static void slot_free(void *p) {
+    genreq_http_slot *slot = p;
+    genreq_destroy(slot->g);
+    if (slot->reg) mreg_release(slot->reg, &slot->ref);
+    free(slot);
+}
 
 static bool client_gone(void *user) { return http_client_gone(user); }
 
@@ -26,16 +36,29 @@ genreq *genreq_http_begin(req *r, json_t **body, http_result *ret) {
     if (!*body) return NULL;
     char tenant[SCHED_TENANT_MAX + 1];
     http_tenant(r, tenant, sizeof(tenant));
-    genreq_env env = {&s->cfg, s->m, s->tok, &s->chat, s->store, s->sch, s->n_ctx, &s->stopping};
+    genreq_env env = {&s->cfg, s->m, s->tok, &s->chat, s->store, s->sch, s->n_ctx, &s->stopping, s->model_id, s->n_vocab};
+    genreq_http_slot *slot = calloc(1, sizeof(*slot));
+    if (!slot) {
+        json_decref(*body);
+        *ret = http_respond_error(r, 503, "out of memory", NULL);
+        return NULL;
+    }
+    slot->reg = s->models;
+    slot->ref.idx = -1;
+    req_set(r, REQ_SLOT_GENREQ, slot, slot_free); /* from here the slot holds the model until the end */
+    if (s->models && !models_http_route(r, *body, &env, &slot->ref, ret)) {
+        json_decref(*body);
+        return NULL;
+    }
+    env.stopping = &s->stopping;
     genreq_who who = {r->owner, r->request_id, tenant, http_header_get(r, "X-Session-Id"), client_gone, r};
-    genreq *g = genreq_create(&env, &who);
+    genreq *g = slot->g = genreq_create(&env, &who);
     if (!g) {
         json_decref(*body);
         *ret = http_respond_error(r, 503, "out of memory", NULL);
         return NULL;
     }
     g->body = *body;
-    req_set(r, REQ_SLOT_GENREQ, g, genreq_free);
     req_set_end(r, REQ_SLOT_GENREQ, genreq_on_end);
     return g;
 }

@@ -5,6 +5,8 @@
 #define _GNU_SOURCE /* POLLRDHUP: the peer closed its side */
 #include "http.h"
 
+#include "api_fields.h"
+
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netdb.h>
@@ -55,7 +57,18 @@ static http_result send_mhd(req *r, int status, struct MHD_Response *resp, const
     return ret == MHD_YES ? HTTP_YES : HTTP_NO;
 }
 
+/* h (n entries) with the request's Warning header added when it has one, in tmp. */
+static const http_header *with_warning(const req *r, const http_header *h, int *n, http_header tmp[8]) {
+    if (!r->warning[0]) return h;
+    ATTND_ASSERT(*n < 8);
+    for (int i = 0; i < *n; i++) tmp[i] = h[i];
+    tmp[(*n)++] = (http_header){"Warning", r->warning};
+    return tmp;
+}
+
 http_result http_reply(req *r, int status, char *body, size_t len, bool owned, const http_header *h, int n) {
+    http_header tmp[8];
+    h = with_warning(r, h, &n, tmp);
     r->status = status;
     if (r->io) {
         http_result ret = r->io->reply(r, status, body, len, h, n);
@@ -72,6 +85,8 @@ http_result http_reply(req *r, int status, char *body, size_t len, bool owned, c
 static void stream_free(void *cls) { (void)cls; }
 
 http_result http_reply_stream(req *r, int status, http_reader reader, void *cls, const http_header *h, int n) {
+    http_header tmp[8];
+    h = with_warning(r, h, &n, tmp);
     r->status = status;
     if (r->io) return r->io->stream(r, status, reader, cls, h, n);
     return send_mhd(r, status, MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, reader, cls, stream_free), h,
@@ -177,12 +192,26 @@ json_t *http_parse_body(req *r, http_result *ret, bool allow_empty) {
     return j;
 }
 
+/* Names the body's fields that r's route does not know, in the log and the answer's Warning
+ * header (RFC 9110's 299, "miscellaneous persistent warning"): they are ignored, as OpenAI ignores
+ * them, but a misspelt one must not pass unnoticed. */
+static void warn_unknown_fields(req *r, const json_t *body, const api_fields *known) {
+    char names[200];
+    size_t n = json_is_object(body) ? api_fields_unknown(body, known, names, sizeof(names)) : 0;
+    if (!n) return;
+    slog_warn("%s %s: unknown field%s ignored: %s", r->method, r->path, n == 1 ? "" : "s", names);
+    snprintf(r->warning, sizeof(r->warning), "299 attnd \"unknown field%s ignored: %s\"", n == 1 ? "" : "s", names);
+}
+
 json_t *http_work_body(req *r, http_result *ret) {
     if (atomic_load(&r->srv->stopping)) {
         *ret = http_respond_error(r, 503, "server is shutting down", NULL);
         return NULL;
     }
-    return http_parse_body(r, ret, false);
+    json_t *body = http_parse_body(r, ret, false);
+    const api_fields *known = r->rt ? api_fields_of(r->rt->label) : NULL;
+    if (body && known) warn_unknown_fields(r, body, known);
+    return body;
 }
 
 void req_set(req *r, req_slot s, void *p, void (*free_fn)(void *p)) {
@@ -394,9 +423,9 @@ static http_result request_body(req *r, const char *upload, size_t n) {
     return buf_append(&r->body, upload, n) ? HTTP_YES : HTTP_NO;
 }
 
-unsigned http_model_roles(const struct server *s) {
-    unsigned roles = model_roles(s->m);
-    if (s->cfg.embeddings && (roles & MODEL_ROLE_GENERATE)) roles |= MODEL_ROLE_EMBED;
+unsigned http_model_roles(const model *m, const server_settings *cfg) {
+    unsigned roles = model_roles(m);
+    if (cfg->embeddings && (roles & MODEL_ROLE_GENERATE)) roles |= MODEL_ROLE_EMBED;
     return roles;
 }
 
@@ -406,25 +435,25 @@ static unsigned route_role(const route *rt) {
            (rt->flags & ROUTE_RANK ? MODEL_ROLE_RANK : 0u);
 }
 
-/* The 400 of a route the model does not serve: what it does serve, from the route table. */
-static http_result wrong_role(req *r, unsigned roles) {
+bool http_role_refused(req *r, unsigned roles, const char *name, http_result *ret) {
+    unsigned need = r->rt ? route_role(r->rt) : 0;
+    if (!need || (roles & need)) return false;
     static const char *const what[] = {"generate text", "embed", "rank"};
-    const char *need = what[r->rt->flags & ROUTE_GENERATE ? 0 : r->rt->flags & ROUTE_EMBED ? 1 : 2];
     buf b;
     buf_init(&b);
-    buf_printf(&b, "the model '%s' does not %s%s; it serves", r->srv->model_id, need,
-               r->rt->flags & ROUTE_EMBED && (roles & MODEL_ROLE_GENERATE) ? " (start the server with --embeddings)" : "");
+    buf_printf(&b, "the model '%s' does not %s%s; it serves", name, what[need & MODEL_ROLE_GENERATE ? 0 : need & MODEL_ROLE_EMBED ? 1 : 2],
+               need & MODEL_ROLE_EMBED && (roles & MODEL_ROLE_GENERATE) ? " (start the server with --embeddings)" : "");
     const char *sep = " ";
-    for (size_t i = 0; i < r->srv->n_routes; i++) {
+    for (size_t i = 0; i < r->srv->n_routes; i++) { /* what it serves, from the route table */
         const route *rt = &r->srv->routes[i];
         if (!strcmp(rt->method, "POST") && (route_role(rt) & roles)) {
             buf_printf(&b, "%s%s", sep, rt->path);
             sep = ", ";
         }
     }
-    http_result ret = http_respond_error(r, 400, b.p ? b.p : "the model does not serve this endpoint", NULL);
+    *ret = http_respond_error(r, 400, b.p ? b.p : "the model does not serve this endpoint", NULL);
     buf_free(&b);
-    return ret;
+    return true;
 }
 
 /* The whole body is in: the route's handler. */
@@ -432,8 +461,12 @@ static http_result dispatch(req *r) {
     if (r->too_big) return too_big(r);
     if (!r->rt) return http_respond_error(r, 404, "no such endpoint", NULL);
     if ((r->rt->flags & ROUTE_MODEL) && !atomic_load(&r->srv->ready)) return http_respond_error(r, 503, "model is loading", NULL);
-    unsigned need = route_role(r->rt), roles = need ? http_model_roles(r->srv) : 0;
-    if (need && !(roles & need)) return wrong_role(r, roles);
+    if ((r->rt->flags & ROUTE_MODEL) && !(r->rt->flags & ROUTE_MULTI) && r->srv->models)
+        return http_respond_error(r, 501, "this endpoint serves a server of one model; this one serves several "
+                                          "(models_dir, [model.NAME]: docs/models.md)", NULL);
+    http_result ret;
+    if (!r->srv->models && http_role_refused(r, http_model_roles(r->srv->m, &r->srv->cfg), r->srv->model_id, &ret))
+        return ret; /* several models: models_http_route checks the one a request names */
     return r->rt->fn(r);
 }
 

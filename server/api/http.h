@@ -21,6 +21,7 @@
 #define ATTND_SERVER_HTTP_H
 
 #include <jansson.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -44,6 +45,7 @@ typedef struct tokenizer tokenizer;
 typedef struct sess_store sess_store;
 typedef struct rstore rstore;
 typedef struct sched sched;
+typedef struct mreg mreg;
 
 /* What a handler or a transport call returns: HTTP_YES = answered (or read on), HTTP_NO = close
  * the connection (libmicrohttpd's MHD_YES / MHD_NO, which http.c passes on). */
@@ -63,9 +65,11 @@ enum {
     ROUTE_SEGMENT = 8, /* path holds "{id}": exactly one path segment stands there */
     ROUTE_ANTHROPIC = 16, /* errors in Anthropic's shape (anthropic.h) */
     ROUTE_OLLAMA = 32,    /* errors in Ollama's shape: {"error": "..."} */
-    ROUTE_GENERATE = 64,  /* needs a model that generates text (MODEL_ROLE_GENERATE) */
-    ROUTE_EMBED = 128,    /* needs one that embeds (MODEL_ROLE_EMBED: the file's, or --embeddings) */
-    ROUTE_RANK = 256,     /* needs one that ranks (MODEL_ROLE_RANK: a classification head) */
+    ROUTE_MULTI = 64,     /* served by a server of several models too (models_http.h); a ROUTE_MODEL
+                             route without it answers 501 there */
+    ROUTE_GENERATE = 128, /* needs a model that generates text (MODEL_ROLE_GENERATE) */
+    ROUTE_EMBED = 256,    /* needs one that embeds (MODEL_ROLE_EMBED: the file's, or --embeddings) */
+    ROUTE_RANK = 512,     /* needs one that ranks (MODEL_ROLE_RANK: a classification head) */
 };
 
 /* One endpoint (routes.c holds them all). */
@@ -96,6 +100,10 @@ struct server {
     chat_template chat;       /* the chat template and where it came from (chat.h) */
     char *model_id;
     int n_ctx, n_vocab;
+    pthread_t keepalive;      /* several models: systemd's watchdog while no scheduler runs */
+    bool has_keepalive;
+    mreg *models;             /* several models (models_dir, presets): the registry, and the fields
+                                 above stay NULL; NULL = one model (models_http.h) */
     atomic_bool ready;
     atomic_bool stopping;
     atomic_int in_flight;     /* requests between their first callback and completion */
@@ -163,6 +171,7 @@ struct req {
     char owner[SESS_OWNER_MAX + 1]; /* the API key's owner tag ("" = one key or none; sess.h) */
     char reason[160];        /* why the request was refused (error responses), for the log */
     char request_id[SLOG_REQUEST_ID_MAX + 1]; /* X-Request-Id: the client's, or one made here */
+    char warning[256];       /* a Warning header for the answer ("" = none): the body's unknown fields */
     // ---- the access log's, set by the slots' end hooks ----
     bool cancelled;          /* client went away mid-request */
     int n_prompt, n_gen;     /* prompt tokens read, tokens generated */
@@ -215,9 +224,12 @@ json_t *http_parse_body(req *r, http_result *ret, bool allow_empty);
  * else http_parse_body (a new reference). */
 json_t *http_work_body(req *r, http_result *ret);
 
-/* What the served model does (attnd/embed.h's MODEL_ROLE_* bits): the file's roles, plus
- * embedding for a generation model when the embeddings setting is on. */
-unsigned http_model_roles(const struct server *s);
+/* What a model does (attnd/embed.h's MODEL_ROLE_* bits): the file's roles, plus embedding for
+ * a generation model when cfg's embeddings setting is on. */
+unsigned http_model_roles(const model *m, const server_settings *cfg);
+/* When r's route needs a role (ROUTE_GENERATE, _EMBED, _RANK) that roles lack: queues the 400
+ * that names what the model `name` serves, sets *ret and returns true. */
+bool http_role_refused(req *r, unsigned roles, const char *name, http_result *ret);
 /* Who asked, for the scheduler's fair admission: "key:<owner>" with several API keys, else
  * "addr:<client address>" (into buf, SCHED_TENANT_MAX + 1 bytes). */
 void http_tenant(const req *r, char *buf, size_t cap);

@@ -472,11 +472,26 @@ static attnd_status refuse_sampling(const json_t *body, const char **param, attn
     return ATTND_OK;
 }
 
+/* llama-server's reasoning_budget_tokens: -1 (no limit) or the tokens a <think> block may take
+ * before it is closed (gen.h). 0, which llama-server reads as "close at once", is refused: a
+ * template's thinking switch says that (chat_template_kwargs.enable_thinking). */
+static attnd_status parse_reasoning_budget(const json_t *body, oai_request *r, const char **param, attnd_err *err) {
+    int b = -1;
+    attnd_status rc = get_int(body, "reasoning_budget_tokens", -1, 1 << 30, &b, param, err);
+    if (rc == ATTND_OK && b == 0)
+        return oai_bad(param, "reasoning_budget_tokens", err,
+                       "'reasoning_budget_tokens' must be -1 (no limit) or at least 1; to turn thinking off, send "
+                       "chat_template_kwargs {\"enable_thinking\": false}");
+    r->reasoning_budget = b > 0 ? b : 0;
+    return rc;
+}
+
 static attnd_status parse_sampling(const json_t *body, int n_vocab, oai_request *r, const char **param,
                                    attnd_err *err) {
     attnd_status rc;
     if ((rc = refuse_sampling(body, param, err)) != ATTND_OK) return rc;
     if ((rc = oai_get_bool(body, "ignore_eos", &r->ignore_eos, param, err)) != ATTND_OK) return rc;
+    if ((rc = parse_reasoning_budget(body, r, param, err)) != ATTND_OK) return rc;
     if ((rc = get_num(body, "temperature", 0, 100, &r->sp.temperature, param, err)) ||
         (rc = get_num(body, "top_p", 0, 1, &r->sp.top_p, param, err)) ||
         (rc = get_num(body, "min_p", 0, 1, &r->sp.min_p, param, err)) ||

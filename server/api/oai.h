@@ -73,6 +73,8 @@ typedef struct oai_request {
     int n_stops;
     bool stream, include_usage, echo;
     bool ignore_eos;            /* llama-server's: end-of-generation tokens do not end the answer */
+    int reasoning_budget;       /* llama-server's reasoning_budget_tokens: a <think> block is closed
+                                   after this many tokens (gen.h); 0 = no limit */
     int logprobs;           /* alternatives per token (0..20); -1 = no logprobs */
     int draft_max;          /* speculative decoding: drafts per step at most, 0..32; -1 = the server's */
     float draft_min_p;      /* the draft model's cut, 0..1; -1 = the server's */

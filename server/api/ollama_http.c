@@ -19,6 +19,7 @@
 #include "attnd/model.h"
 #include "endpoints.h"
 #include "genreq_http.h"
+#include "models_http.h"
 #include "ollama.h"
 #include "sse.h"
 
@@ -49,14 +50,15 @@ static void rfc3339_now(char out[40]) {
     snprintf(out, 40, "%s.%09ldZ", day, (long)ts.tv_nsec);
 }
 
-static bool model_matches(const struct server *s, const char *name) { return ollama_model_matches(s->model_id, name); }
+/* A model's name as Ollama clients see it (id): a name matches with or without ":latest". */
+static bool model_matches(const char *id, const char *name) { return ollama_model_matches(id, name); }
 
 /* The answer's fields beside the reply (o NULL: running). */
 static ollama_result result_of(req *r, const sched_output *o) {
     oll_state *st = req_get(r, REQ_SLOT_ENDPOINT);
     ollama_result res = {.model = st->rq.model, .created_at = st->created_at};
     if (!o || !o->done) return res;
-    bool cut = genreq_was_cut(o) || (o->finish_reason && !strcmp(o->finish_reason, "length"));
+    bool cut = genreq_was_cut(genreq_http_get(r), o) || (o->finish_reason && !strcmp(o->finish_reason, "length"));
     res.done_reason = cut ? "length" : "stop";
     res.prompt_eval_count = o->n_prompt - o->n_cached;
     res.eval_count = o->n_generated;
@@ -88,7 +90,7 @@ static void oll_update(req *r, int k, const sched_update *u, buf *out) {
     bool saved = genreq_persist(g);
     sched_output o;
     sched_job_output(g->job, &o);
-    const char *fail = !saved ? g->unsaved.msg : o.status != ATTND_OK && !genreq_was_cut(&o) ? (o.errmsg[0] ? o.errmsg : "generation failed") : NULL;
+    const char *fail = !saved ? g->unsaved.msg : o.status != ATTND_OK && !genreq_was_cut(g, &o) ? (o.errmsg[0] ? o.errmsg : "generation failed") : NULL;
     if (fail) { /* as Ollama ends a stream that failed: an error line */
         json_t *e = json_pack("{s:s}", "error", fail);
         char *s = e ? json_dumps(e, JSON_COMPACT) : NULL;
@@ -120,15 +122,16 @@ static bool parse_body(req *r, json_t *b, bool chat_api, http_result *ret) {
     const char *param = NULL;
     attnd_err err;
     attnd_status rc = ollama_parse(b, chat_api, &s->cfg, &st->rq, &param, &err);
-    if (rc == ATTND_OK && !model_matches(s, st->rq.model)) {
+    if (rc == ATTND_OK && !model_matches(g->env.model_id, st->rq.model)) {
         char msg[300];
         snprintf(msg, sizeof(msg), "model '%.200s' not found", st->rq.model);
         *ret = http_respond_error(r, 404, msg, "model");
         return false;
     }
     g->chat = st->rq.chat;
-    if (rc == ATTND_OK) rc = oai_parse(st->rq.body, g->chat, &s->cfg, s->n_vocab, &g->oreq, &param, &err);
-    if (rc == ATTND_OK && g->chat) rc = oai_bind_template(&g->oreq, s->chat.takes_tools, s->chat.tool_format, &err);
+    if (rc == ATTND_OK) rc = oai_parse(st->rq.body, g->chat, g->env.cfg, g->env.n_vocab, &g->oreq, &param, &err);
+    if (rc == ATTND_OK && g->chat)
+        rc = oai_bind_template(&g->oreq, g->env.chat->takes_tools, g->env.chat->tool_format, &err);
     if (rc == ATTND_OK) return true;
     *ret = http_respond_error(r, http_status_of(rc, HTTP_CTX_PARSE), err.msg, param);
     return false;
@@ -139,6 +142,7 @@ static http_result generate(req *r, bool chat_api) {
     json_t *b;
     genreq *g = genreq_http_begin(r, &b, &ret);
     if (!g) return ret;
+    g->api = METRICS_API_OLLAMA;
     oll_state *st = calloc(1, sizeof(*st));
     if (!st) return http_respond_error(r, 503, "out of memory", NULL);
     req_set(r, REQ_SLOT_ENDPOINT, st, oll_state_free);
@@ -158,7 +162,7 @@ static http_result generate(req *r, bool chat_api) {
     if (g->unsaved.fail) return http_respond_error(r, genreq_http_status(&g->unsaved), g->unsaved.msg, NULL);
     sched_output o;
     sched_job_output(g->job, &o);
-    if (o.status != ATTND_OK && !genreq_was_cut(&o))
+    if (o.status != ATTND_OK && !genreq_was_cut(g, &o))
         return http_respond_error(r, http_status_of(o.status, HTTP_CTX_GENERATE), o.errmsg[0] ? o.errmsg : "generation failed", NULL);
     ollama_result res = result_of(r, &o);
     json_t *a = ollama_answer(&res, o.text ? o.text : "", o.text_len, chat_api, st->rq.chat, calls_parsed(g), g->oreq.tools.tools,
@@ -201,11 +205,13 @@ static json_t *model_entry(const struct server *s) {
 }
 
 http_result ep_ollama_tags(req *r) {
+    if (r->srv->models) return models_http_tags(r, false);
     json_t *m = model_entry(r->srv);
     return http_respond_json(r, 200, json_pack("{s:[o]}", "models", m));
 }
 
 http_result ep_ollama_ps(req *r) {
+    if (r->srv->models) return models_http_tags(r, true);
     json_t *m = model_entry(r->srv);
     if (m) {
         json_object_set_new(m, "size_vram", json_integer(0));
@@ -224,7 +230,7 @@ http_result ep_ollama_show(req *r) {
     if (!b) return ret;
     const char *name = json_string_value(json_object_get(b, "model"));
     if (!name) name = json_string_value(json_object_get(b, "name")); /* the older field */
-    if (!name || !model_matches(s, name)) {
+    if (!name || !model_matches(s->model_id, name)) {
         char msg[300];
         snprintf(msg, sizeof(msg), "model '%.200s' not found", name ? name : "");
         json_decref(b);
@@ -245,7 +251,7 @@ http_result ep_ollama_show(req *r) {
     json_object_set_new(info, key, json_integer(mi->n_layer));
     snprintf(key, sizeof(key), "%s.embedding_length", mi->arch);
     json_object_set_new(info, key, json_integer(mi->n_embd));
-    unsigned roles = http_model_roles(s);
+    unsigned roles = http_model_roles(s->m, &s->cfg);
     json_t *caps = json_array(); /* Ollama's: "completion", "tools", "embedding" */
     if (roles & MODEL_ROLE_GENERATE) json_array_append_new(caps, json_string("completion"));
     if ((roles & MODEL_ROLE_GENERATE) && s->chat.takes_tools) json_array_append_new(caps, json_string("tools"));

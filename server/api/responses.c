@@ -202,7 +202,8 @@ static attnd_status parse_input(const json_t *b, responses_request *r, const cha
 static const char *const SAMPLING[] = {"temperature", "top_p", "seed", "top_k", "min_p", "typical_p", "repeat_penalty",
                                        "presence_penalty", "frequency_penalty", "repeat_last_n", "logit_bias", "stop",
                                        "draft_max", "draft_min_p", "grammar", "json_schema", "ignore_eos",
-                                       "n_probs", "min_keep", "dry_multiplier", "xtc_probability", "mirostat"};
+                                       "n_probs", "min_keep", "dry_multiplier", "xtc_probability", "mirostat",
+                                       "reasoning_budget_tokens"};
 
 static attnd_status parse_scalars(const json_t *b, const server_settings *cfg, responses_request *r,
                                   const char **param, attnd_err *err) {

@@ -55,10 +55,10 @@ static void rsp_state_free(void *p) {
 static responses_result result_of(req *r, const sched_output *o, const char *text, size_t len) {
     rsp_state *st = req_get(r, REQ_SLOT_ENDPOINT);
     const genreq *g = genreq_http_get(r);
-    bool cut = o && o->done && (genreq_was_cut(o) || (o->finish_reason && !strcmp(o->finish_reason, "length")));
+    bool cut = o && o->done && (genreq_was_cut(g, o) || (o->finish_reason && !strcmp(o->finish_reason, "length")));
     const char *status = !o || !o->done ? "in_progress" : cut ? "incomplete" : o->status != ATTND_OK ? "failed" : "completed";
     return (responses_result){
-        .id = st->id, .msg_id = st->msg_id, .model = r->srv->model_id, .created_at = st->created,
+        .id = st->id, .msg_id = st->msg_id, .model = g->env.model_id, .created_at = st->created,
         .status = status, .text = text, .text_len = len, .cut_short = !strcmp(status, "incomplete"),
         .input_tokens = o ? o->n_prompt : 0, .cached_tokens = o ? o->n_cached : 0,
         .output_tokens = o ? o->n_generated : 0, .req = &st->rq,
@@ -102,7 +102,7 @@ static bool store_response(req *r, const responses_result *res) {
  * with another turn or no more sessions may be made (the turn then runs uncached but right). */
 static void pick_session(req *r) {
     rsp_state *st = req_get(r, REQ_SLOT_ENDPOINT);
-    sess_store *store = r->srv->store;
+    sess_store *store = genreq_http_get(r)->env.store;
     if (!st->rq.store) return;
     if (!st->session[0]) snprintf(st->session, sizeof(st->session), "%s", st->id);
     char made[SESS_ID_MAX + 1];
@@ -125,7 +125,9 @@ static void drop_new_session(req *r) {
     rsp_state *st = req_get(r, REQ_SLOT_ENDPOINT);
     struct kv_seq *kv = NULL;
     attnd_err err;
-    if (st->new_session && sess_delete(r->srv->store, r->owner, st->session, &kv, NULL, &err) == ATTND_OK) sched_free_kv(r->srv->sch, kv);
+    const genreq_env *env = &genreq_http_get(r)->env;
+    if (st->new_session && sess_delete(env->store, r->owner, st->session, &kv, NULL, &err) == ATTND_OK)
+        sched_free_kv(env->sch, kv);
     st->new_session = false;
     genreq_http_get(r)->sess_id[0] = '\0'; /* nothing to persist */
 }
@@ -144,9 +146,10 @@ static bool parse_turn(req *r, json_t *b, http_result *ret) {
     }
     if (rc == ATTND_OK) {
         st->chat_body = responses_chat_body(&st->rq, st->earlier);
-        rc = st->chat_body ? oai_parse(st->chat_body, true, &s->cfg, s->n_vocab, &g->oreq, &param, &err)
+        rc = st->chat_body ? oai_parse(st->chat_body, true, g->env.cfg, g->env.n_vocab, &g->oreq, &param, &err)
                            : attnd_fail(&err, ATTND_ERR_NOMEM, "out of memory");
-        if (rc == ATTND_OK) rc = oai_bind_template(&g->oreq, s->chat.takes_tools, s->chat.tool_format, &err);
+        if (rc == ATTND_OK)
+            rc = oai_bind_template(&g->oreq, g->env.chat->takes_tools, g->env.chat->tool_format, &err);
         if (param && !strcmp(param, "messages")) param = "input";
     }
     if (rc == ATTND_OK) return true;
@@ -184,7 +187,7 @@ static void rsp_update(req *r, int k, const sched_update *u, buf *out) {
     res = result_of(r, &o, o.text ? o.text : "", o.text_len);
     if (!saved) {
         out_take(out, responses_stream_failed(&st->ev, &res, g->unsaved.msg));
-    } else if (o.status != ATTND_OK && !genreq_was_cut(&o)) {
+    } else if (o.status != ATTND_OK && !genreq_was_cut(g, &o)) {
         out_take(out, responses_stream_failed(&st->ev, &res, o.errmsg[0] ? o.errmsg : "generation failed"));
         drop_new_session(r);
     } else if (!store_response(r, &res)) { /* stored before the answer says so */
@@ -206,6 +209,7 @@ http_result ep_responses_create(req *r) {
     genreq *g = genreq_http_begin(r, &b, &ret);
     if (!g) return ret;
     g->chat = true;
+    g->api = METRICS_API_RESPONSES;
     g->prompt_param = "input";
     rsp_state *st = calloc(1, sizeof(*st));
     if (!st) return http_respond_error(r, 503, "out of memory", NULL);
@@ -263,7 +267,7 @@ http_result ep_response_delete(req *r) {
      * also when only the directory sync of the removal failed: the response is gone then */
     struct kv_seq *kv = NULL;
     attnd_err serr;
-    if (orphan[0] && sess_delete(s->store, r->owner, orphan, &kv, NULL, &serr) == ATTND_OK) sched_free_kv(s->sch, kv);
+    if (orphan[0] && s->store && sess_delete(s->store, r->owner, orphan, &kv, NULL, &serr) == ATTND_OK) sched_free_kv(s->sch, kv);
     if (rc == ATTND_ERR_IO) /* not durably deleted: the client hears so */
         return http_respond_error(r, store_failure_status(rc, e), err.msg, NULL);
     if (rc != ATTND_OK) return http_respond_error(r, http_status_of(rc, HTTP_CTX_DEFAULT), err.msg, NULL);

@@ -43,6 +43,14 @@ const entry config_settings[] = {
      "connections one client address may hold (429 above; 0 = half of max_connections)"},
     {"model", K_STR, OFF(model_path), 0, 0, 0, NULL, "GGUF model file (empty = the installed default model)"},
     {"model_alias", K_STR, OFF(model_alias), 0, 0, 0, NULL, "model id in /v1/models (empty = file name)"},
+    {"models_dir", K_STR, OFF(models_dir), 0, 0, 0, NULL,
+     "serve every GGUF in this folder, by file name, loaded on first use (docs/models.md)"},
+    {"models_cache", K_BOOL, OFF(models_cache), 0, 0, 0, "true",
+     "with models_dir or [model.NAME] sections, the models `attnd pull` cached are served too"},
+    {"models_max_loaded", K_INT, OFF(models_max_loaded), 0, 4096, 0, "0",
+     "models loaded at once; the least recently used idle one is unloaded (0 = no limit)"},
+    {"models_memory_mb", K_SIZE, OFF(models_memory_mb), 0, 1 << 30, 0, "0",
+     "loaded models' weights plus KV budgets, MiB; the least recently used idle one is unloaded (0 = no limit)"},
     {"threads", K_INT, OFF(threads), 0, 4096, 0, "0", "engine threads (0 = the CPUs this process may use)"},
     {"ctx_size", K_INT, OFF(ctx_size), 0, 1 << 24, 0, "0", "per-sequence context cap in tokens (0 = model's)"},
     {"max_batch", K_INT, OFF(max_batch), 1, 1 << 16, 0, "512", "most tokens per engine step"},
@@ -58,6 +66,10 @@ const entry config_settings[] = {
     {"kv_type", K_KVTYPE, OFF(kv_type), 0, 0, 0, "f16",
      "KV cache element type for K and V: f16 | f32 | q8_0 | q4_0 (q8_0: about half f16's bytes)"},
     {"kv_f32", K_BOOL, OFF(kv_f32), 0, 0, 0, "false", "keep the KV cache in f32 (overrides kv_type)"},
+    {"kv_checkpoints", K_INT, OFF(kv_checkpoints), 0, 64, 0, "8",
+     "hybrid (DeltaNet) models: recurrent state copies kept per sequence, from kv_budget_mb (0 = off)"},
+    {"kv_checkpoint_interval", K_INT, OFF(kv_checkpoint_interval), 0, 1 << 24, 0, "512",
+     "hybrid models: a state checkpoint every this many tokens (0 = only at prompt and turn ends)"},
     {"chat_template", K_CHAT, OFF(chat_template), 0, 0, 0, NULL, "built-in chat template family for a model without its own (empty = detect)"},
     {"chat_template_file", K_STR, OFF(chat_template_file), 0, 0, 0, NULL, "Jinja chat template file; replaces the model's own"},
     {"max_sessions", K_INT, OFF(max_sessions), 1, 1000000, 0, "1024", "named sessions kept"},
@@ -507,6 +519,126 @@ static attnd_status value_range(const char **vb, const char **ve, const char *lo
     return ATTND_OK;
 }
 
+// ---- presets: [model.NAME] sections -----------------------------------------------------------
+
+/* The settings a [model.NAME] section may set: what differs from model to model. */
+static const char *const PRESET_KEYS[] = {
+    "model", "ctx_size", "kv_budget_mb", "kv_type", "kv_f32", "threads", "chat_template", "chat_template_file",
+    "draft_model", "draft_max", "draft_min_p", "draft_adapt", "max_parallel", "max_batch", "prefill_budget_ms",
+    "temperature", "top_k", "top_p", "min_p", "repeat_penalty", "repeat_last_n", "max_tokens",
+};
+static const char *const PRESET_ROLES[] = {"generation", "embedding", "rerank"};
+
+/* A section header [b, e) ("[model.NAME]"): starts preset NAME. */
+static attnd_status load_section(config *c, const char *path, int line, const char *b, const char *e, attnd_err *err) {
+    const char *nb = b + 1, *ne = e - 1;
+    trim(&nb, &ne);
+    if (e - b < 2 || e[-1] != ']' || ne - nb < 7 || strncmp(nb, "model.", 6))
+        return attnd_fail(err, ATTND_ERR_INVALID, "%s:%d: unknown section '%.*s' (only [model.NAME])", path, line,
+                          (int)(e - b > 60 ? 60 : e - b), b);
+    nb += 6;
+    size_t n = (size_t)(ne - nb);
+    for (const char *p = nb; p < ne; p++)
+        if (!isalnum((unsigned char)*p) && !strchr("._:-", *p))
+            return attnd_fail(err, ATTND_ERR_INVALID, "%s:%d: model name '%.*s': letters, digits and . _ : - only",
+                              path, line, (int)(n > 60 ? 60 : n), nb);
+    if (n > 127) return attnd_fail(err, ATTND_ERR_INVALID, "%s:%d: model name longer than 127 bytes", path, line);
+    for (int i = 0; i < c->n_presets; i++)
+        if (strlen(c->presets[i].name) == n && !strncmp(c->presets[i].name, nb, n))
+            return attnd_fail(err, ATTND_ERR_INVALID, "%s:%d: [model.%.*s] is there twice", path, line, (int)n, nb);
+    server_preset *ps = realloc(c->presets, (size_t)(c->n_presets + 1) * sizeof(*ps));
+    if (!ps) return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory");
+    c->presets = ps;
+    memset(&ps[c->n_presets], 0, sizeof(*ps));
+    if (!(ps[c->n_presets].name = keep(c, nb, n))) return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory");
+    ps[c->n_presets].role = PRESET_ROLES[0];
+    c->section = c->n_presets++;
+    return ATTND_OK;
+}
+
+/* Which key of a section kb[0..kn) is: a PRESET_KEYS index into SETTINGS, -1 = role, -2 = none. */
+static int preset_key(const char *kb, size_t kn) {
+    if (kn == 4 && !strncmp(kb, "role", 4)) return -1;
+    for (size_t i = 0; i < ATTND_ARRAY_LEN(PRESET_KEYS); i++)
+        if (strlen(PRESET_KEYS[i]) == kn && !strncmp(PRESET_KEYS[i], kb, kn)) return find_key(kb, kn);
+    return -2;
+}
+
+/* A line of the current section: checked now (into a scratch copy), applied at the end. */
+static attnd_status preset_line_add(config *c, const char *loc, int key, int line, const char *value, attnd_err *err) {
+    for (int i = 0; i < c->n_plines; i++)
+        if (c->plines[i].preset == c->section && c->plines[i].key == key)
+            return attnd_fail(err, ATTND_ERR_INVALID, "%s: repeats line %d", loc, c->plines[i].line);
+    attnd_status st = ATTND_OK;
+    if (key >= 0) {
+        server_settings scratch;
+        server_settings_default(&scratch);
+        st = parse_value(c, (size_t)key, (char *)&scratch + SETTINGS[key].off, value, loc, err);
+    } else {
+        st = ATTND_ERR_INVALID;
+        for (size_t i = 0; i < ATTND_ARRAY_LEN(PRESET_ROLES); i++)
+            if (!strcmp(value, PRESET_ROLES[i])) {
+                c->presets[c->section].role = PRESET_ROLES[i];
+                st = ATTND_OK;
+            }
+        if (st != ATTND_OK) attnd_fail(err, st, "%s: '%s' is not one of generation, embedding, rerank", loc, value);
+    }
+    if (st != ATTND_OK) return st;
+    preset_line *pl = realloc(c->plines, (size_t)(c->n_plines + 1) * sizeof(*pl));
+    if (!pl) return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory");
+    c->plines = pl;
+    if (!(pl[c->n_plines].value = strdup(value))) return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory");
+    pl[c->n_plines].preset = c->section;
+    pl[c->n_plines].key = key;
+    pl[c->n_plines].line = line;
+    c->n_plines++;
+    return ATTND_OK;
+}
+
+/* Every preset: the final settings with its section's lines over them; then s lists them. */
+static attnd_status presets_finish(config *c, server_settings *s, attnd_err *err) {
+    for (int p = 0; p < c->n_presets; p++) {
+        server_settings *pc = &c->presets[p].cfg;
+        *pc = *s;
+        pc->presets = NULL;
+        pc->n_presets = 0;
+        pc->model_path = NULL;
+        pc->model_alias = NULL;
+        for (int i = 0; i < c->n_plines; i++) {
+            const preset_line *pl = &c->plines[i];
+            if (pl->preset != p || pl->key < 0) continue;
+            char where[PATH_MAX + 96];
+            snprintf(where, sizeof(where), "%s:%d", c->file_path ? c->file_path : "config", pl->line);
+            attnd_status st = parse_value(c, (size_t)pl->key, (char *)pc + SETTINGS[pl->key].off, pl->value, where, err);
+            if (st != ATTND_OK) return st;
+        }
+    }
+    s->presets = c->presets;
+    s->n_presets = c->n_presets;
+    return ATTND_OK;
+}
+
+/* A `key = value` line inside a section: [kb, kb + kn) the key, [vb, e) the text after '='. */
+static attnd_status load_preset_line(config *c, const char *path, int line, const char *kb, size_t kn, const char *vb,
+                                     const char *e, attnd_err *err) {
+    int key = preset_key(kb, kn);
+    char loc[PATH_MAX + 200];
+    snprintf(loc, sizeof(loc), "%s:%d: [model.%s] key '%.*s'", path, line, c->presets[c->section].name,
+             (int)(kn > 60 ? 60 : kn), kb);
+    if (key == -2)
+        return attnd_fail(err, ATTND_ERR_INVALID, "%s: not a per-model setting (role, %s, ...; docs/models.md)", loc,
+                          PRESET_KEYS[0]);
+    const char *ve = e;
+    trim(&vb, &ve);
+    attnd_status st = value_range(&vb, &ve, loc, err);
+    if (st != ATTND_OK) return st;
+    char *value = strndup(vb, (size_t)(ve - vb));
+    if (!value) return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory");
+    st = preset_line_add(c, loc, key, line, value, err);
+    free(value);
+    return st;
+}
+
 /* Applies line number `line` of the file, [b, e): trimmed, neither blank nor a comment. */
 static attnd_status load_line(config *c, server_settings *s, const char *path, int line, const char *b,
                               const char *e, attnd_err *err) {
@@ -517,6 +649,7 @@ static attnd_status load_line(config *c, server_settings *s, const char *path, i
     const char *kb = b, *ke = eq;
     trim(&kb, &ke);
     size_t kn = (size_t)(ke - kb);
+    if (c->section >= 0) return load_preset_line(c, path, line, kb, kn, eq + 1, e, err);
     int idx = find_key(kb, kn);
     if (idx < 0) {
         char hint[96];
@@ -553,7 +686,9 @@ static attnd_status load_file(config *c, server_settings *s, const char *path, a
         const char *b = p, *e = end;
         p = nl ? nl + 1 : end;
         trim(&b, &e);
-        if (b != e && *b != '#' && (st = load_line(c, s, path, line, b, e, err)) != ATTND_OK) break;
+        if (b != e && *b == '[') st = load_section(c, path, line, b, e, err);
+        else if (b != e && *b != '#') st = load_line(c, s, path, line, b, e, err);
+        if (st != ATTND_OK) break;
         if (!nl) break;
     }
     free(text);
@@ -708,6 +843,7 @@ attnd_status config_load(config **out, server_settings *s, int argc, char **argv
         c = NULL;
     }
     if (!c) return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory");
+    c->section = -1;
     flag_value *fv = calloc((size_t)(argc > 0 ? argc : 1), sizeof(*fv));
     size_t n_fv = 0;
     const char *path = NULL;
@@ -720,6 +856,7 @@ attnd_status config_load(config **out, server_settings *s, int argc, char **argv
     if (st == ATTND_OK) st = apply_environment(c, s, envp, err);
     if (st == ATTND_OK) st = apply_flags(c, s, fv, n_fv, err);
     if (st == ATTND_OK) st = check_together(c, s, err);
+    if (st == ATTND_OK) st = presets_finish(c, s, err);
     free(fv);
     if (st != ATTND_OK) {
         config_destroy(c);
@@ -750,6 +887,9 @@ void config_destroy(config *c) {
     for (size_t i = 0; i < c->n_strings; i++) free(c->strings[i]);
     free(c->strings);
     free(c->file_path);
+    for (int i = 0; i < c->n_plines; i++) free(c->plines[i].value);
+    free(c->plines);
+    free(c->presets);
     free(c);
 }
 

@@ -49,11 +49,24 @@ typedef struct slot {
     char *raw;         /* K_KEYFILE: the path given (the contents are secret) */
 } slot;
 
+/* One line of a [model.NAME] section, applied over the final settings at the end (config.c). */
+typedef struct preset_line {
+    int preset;       /* index into config.presets */
+    int key;          /* index into config_settings; -1 = role */
+    char *value;      /* owned */
+    int line;
+} preset_line;
+
 struct config {
     slot *slots;      /* config_n_settings, one per table entry */
     char **strings; /* every string a settings field points to; freed at destroy */
     size_t n_strings, cap_strings;
     char *file_path; /* config file read, or NULL */
+    server_preset *presets; /* (n_presets) the [model.NAME] sections, in file order */
+    int n_presets;
+    preset_line *plines; /* (n_plines) their lines */
+    int n_plines;
+    int section;      /* the preset the file's lines go to while it is read; -1 = none */
     bool help, print;
 };
 

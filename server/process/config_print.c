@@ -27,6 +27,21 @@ static const char *quoted(const char *v, char *buf, size_t cap) {
     return buf;
 }
 
+/* The [model.NAME] sections, as the file gave them (last: a section takes every line after it). */
+static void print_presets(const config *c, FILE *out) {
+    for (int p = 0; p < c->n_presets; p++) {
+        fprintf(out, "\n[model.%s]\n", c->presets[p].name);
+        for (int i = 0; i < c->n_plines; i++) {
+            const preset_line *pl = &c->plines[i];
+            if (pl->preset != p) continue;
+            char val[PATH_MAX + 8];
+            const char *key = pl->key < 0 ? "role" : config_settings[pl->key].key;
+            if (quoted(pl->value, val, sizeof(val))) fprintf(out, "%-20s = %-30s # %s:%d\n", key, val, c->file_path, pl->line);
+            else fprintf(out, "# %-18s   (a value a config file cannot hold)\n", key);
+        }
+    }
+}
+
 void config_print(const config *c, const server_settings *s, FILE *out) {
     fprintf(out, "# attnd serve: effective configuration (flag > environment > config file > default)\n");
     fprintf(out, "# config file: %s\n", c->file_path ? c->file_path : "(none)");
@@ -81,6 +96,7 @@ void config_print(const config *c, const server_settings *s, FILE *out) {
         }
         fprintf(out, "%-20s = %-30s # %s\n", e->key, val, origin);
     }
+    print_presets(c, out);
 }
 
 void config_usage(FILE *out) {

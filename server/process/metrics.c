@@ -96,6 +96,8 @@ static const struct stat_row {
     STAT("attnd_sequences_queued", "gauge", "Requests waiting for a slot.", STAT_INT, queued),
     STAT("attnd_kv_bytes_used", "gauge", "KV cache bytes in use.", STAT_SIZE, kv_used),
     STAT("attnd_kv_bytes_budget", "gauge", "KV cache byte budget.", STAT_SIZE, kv_budget),
+    STAT("attnd_kv_checkpoint_bytes", "gauge", "KV cache bytes held by recurrent state checkpoints (hybrid models).",
+         STAT_SIZE, kv_checkpoint_bytes),
     STAT("attnd_kv_bytes_reserved", "gauge", "KV bytes reserved by running requests (admission control).", STAT_SIZE,
          kv_reserved),
     STAT("attnd_prompt_tokens_cached_total", "counter", "Prompt tokens reused from a KV cache.", STAT_U64,
@@ -136,12 +138,26 @@ static const struct {
     [SCHED_H_GEN] = {"attnd_request_generation_tokens", "Generated tokens per sequence (each of n choices counts)."},
 };
 
+/* The api label's values, by metrics_api (sched_job_spec.api). */
+static const char *const API_NAMES[METRICS_API_COUNT] = {
+    [METRICS_API_OTHER] = "other",         [METRICS_API_OPENAI] = "openai",   [METRICS_API_RESPONSES] = "responses",
+    [METRICS_API_ANTHROPIC] = "anthropic", [METRICS_API_OLLAMA] = "ollama",   [METRICS_API_LLAMACPP] = "llamacpp",
+};
+_Static_assert(METRICS_API_COUNT <= SCHED_N_APIS, "the scheduler keeps a series per API");
+
+/* One histogram, a series per API that has observations (h: SCHED_N_APIS of them). */
 static void histogram(buf *o, const char *name, const char *help, const histo *h) {
     buf_printf(o, "# HELP %s %s\n# TYPE %s histogram\n", name, help, name);
-    for (int i = 0; i < h->n; i++)
-        buf_printf(o, "%s_bucket{le=\"%g\"} %llu\n", name, h->le[i], (unsigned long long)histo_cumulative(h, i));
-    buf_printf(o, "%s_bucket{le=\"+Inf\"} %llu\n%s_sum %.6f\n%s_count %llu\n", name, (unsigned long long)h->count, name,
-               h->sum, name, (unsigned long long)h->count);
+    for (int a = 0; a < METRICS_API_COUNT; a++) {
+        const histo *x = &h[a];
+        const char *api = API_NAMES[a];
+        if (!x->count) continue;
+        for (int i = 0; i < x->n; i++)
+            buf_printf(o, "%s_bucket{api=\"%s\",le=\"%g\"} %llu\n", name, api, x->le[i],
+                       (unsigned long long)histo_cumulative(x, i));
+        buf_printf(o, "%s_bucket{api=\"%s\",le=\"+Inf\"} %llu\n%s_sum{api=\"%s\"} %.6f\n%s_count{api=\"%s\"} %llu\n", name,
+                   api, (unsigned long long)x->count, name, api, x->sum, name, api, (unsigned long long)x->count);
+    }
 }
 
 /* Requests by endpoint and status class (2xx, 4xx, 5xx...), summed over the (endpoint, status)
@@ -197,7 +213,7 @@ char *metrics_render(metrics *m, const sched_stats *st, int n_sessions, int read
     if (st) {
         for (size_t k = 0; k < sizeof(STATS) / sizeof(STATS[0]); k++) stat_metric(&o, &STATS[k], st);
         routing_gauges(&o, st);
-        for (int k = 0; k < SCHED_H_COUNT; k++) histogram(&o, HISTS[k].name, HISTS[k].help, &st->hist[k]);
+        for (int k = 0; k < SCHED_H_COUNT; k++) histogram(&o, HISTS[k].name, HISTS[k].help, st->hist[k]);
     }
     return o.p;
 }

@@ -1,6 +1,7 @@
 /*
  * metrics.h — request counters for GET /metrics (Prometheus text format 0.0.4).
- * Endpoint labels come from the route table (a fixed set), so the label space is bounded.
+ * Endpoint labels come from the route table (a fixed set), so the label space is bounded; the
+ * latency histograms are labelled by API (metrics_api), also a fixed set.
  * Thread-safety: all functions may be called from any thread.
  */
 #ifndef ATTND_SERVER_METRICS_H
@@ -12,6 +13,18 @@
 #include "scheduler.h"
 
 typedef struct metrics metrics;
+
+/* The APIs a generation request comes through: the latency histograms' `api` label
+ * (sched_job_spec.api). Only grows at the end. */
+typedef enum metrics_api {
+    METRICS_API_OTHER = 0, /* attention inspection and anything not below */
+    METRICS_API_OPENAI,    /* /v1/completions, /v1/chat/completions */
+    METRICS_API_RESPONSES, /* /v1/responses */
+    METRICS_API_ANTHROPIC, /* /v1/messages */
+    METRICS_API_OLLAMA,    /* /api/chat, /api/generate */
+    METRICS_API_LLAMACPP,  /* /completion, /infill */
+    METRICS_API_COUNT
+} metrics_api;
 
 attnd_status metrics_create(metrics **out, attnd_err *err);
 void metrics_destroy(metrics *m);

@@ -26,6 +26,7 @@
 #include "conn.h"
 #include "http_mhd.h"
 #include "metrics.h"
+#include "models.h"
 #include "origin.h"
 #include "routes.h"
 #include "rstore.h"
@@ -44,6 +45,7 @@ static const size_t OWNED_STRINGS[] = {
     offsetof(server_settings, chat_template), offsetof(server_settings, allowed_hosts),
     offsetof(server_settings, chat_template_file),
     offsetof(server_settings, session_store), offsetof(server_settings, session_store_prefix),
+    offsetof(server_settings, models_dir),
 };
 
 static const char **string_setting(server_settings *c, size_t off) { return (const char **)((char *)c + off); }
@@ -111,7 +113,7 @@ attnd_status server_create_unbound(server **out, const server_settings *cfg, att
     if (s->cfg.max_request_tokens <= 0) s->cfg.max_request_tokens = 32768;
     if (s->cfg.default_max_tokens <= 0) s->cfg.default_max_tokens = 256;
     attnd_status rc = metrics_create(&s->met, err);
-    if (rc == ATTND_OK && !s->cfg.model_path) rc = attnd_fail(err, ATTND_ERR_INVALID, "no model path given");
+    if (rc == ATTND_OK && !s->cfg.model_path && !server_settings_multi(&s->cfg)) rc = attnd_fail(err, ATTND_ERR_INVALID, "no model path given");
     if (rc != ATTND_OK) {
         server_destroy(s);
         return rc;
@@ -216,7 +218,19 @@ static attnd_status sessions_open(server *s, const char *tag, attnd_err *err) {
     return ATTND_OK;
 }
 
+/* Several models: none loads until a request names it; the responses store is the server's. */
+static attnd_status load_several(server *s, attnd_err *err) {
+    attnd_status rc = models_open(s, err);
+    if (rc == ATTND_OK) rc = rstore_create(&s->responses, s->cfg.state_dir, "models", s->cfg.max_sessions, err);
+    if (rc != ATTND_OK) return rc;
+    atomic_store(&s->ready, true);
+    status_hook(s, "ready");
+    if (s->cfg.hooks.on_ready) s->cfg.hooks.on_ready(s->cfg.hooks.user);
+    return ATTND_OK;
+}
+
 attnd_status server_load(server *s, attnd_err *err) {
+    if (server_settings_multi(&s->cfg)) return load_several(s, err);
     status_hook(s, "loading model");
     attnd_status rc = model_load(&s->m, s->cfg.model_path, err);
     if (rc != ATTND_OK) return rc;
@@ -318,6 +332,7 @@ void server_shutdown(server *s) {
     }
     sched_destroy(s->sch);
     s->sch = NULL;
+    models_close(s);
     slog_info("stopped");
 }
 

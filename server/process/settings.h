@@ -70,9 +70,24 @@ typedef struct server_settings {
     size_t kv_budget_mb;     /* KV memory budget for all sessions together; default 1024 */
     int kv_type;             /* kv_type (attnd/kv.h) of K and V; default KV_F16 */
     bool kv_f32;             /* store KV as f32 whatever kv_type says; default false */
+    int kv_checkpoints;      /* recurrent state checkpoints a sequence keeps (hybrid models, kv.h);
+                                0 = off; default 8 */
+    int kv_checkpoint_interval; /* a checkpoint each time a sequence passes a multiple of this many
+                                   tokens; 0 = only at prompt and turn ends; default 512 */
     const char *chat_template; /* built-in family by name ("chatml", "llama3", ...) for a model without a
                                 * template of its own; NULL = detect */
     const char *chat_template_file; /* a Jinja chat template file for a model without one; NULL = none */
+
+    // ---- several models (docs/models.md) ----
+    const char *models_dir;  /* every GGUF in it is a model named by its file stem (a split set is
+                                one); NULL = none: one model, as model_path says */
+    bool models_cache;       /* with models_dir or presets, the models `attnd pull` cached count
+                                too; default true */
+    int models_max_loaded;   /* models loaded at once; 0 = no limit; default 0 */
+    size_t models_memory_mb; /* the loaded models' weights plus KV budgets, MiB; 0 = no limit */
+    const struct server_preset *presets; /* (n_presets) the config file's [model.NAME] sections;
+                                borrowed: valid while the config object lives */
+    int n_presets;
 
     // ---- sessions ----
     int max_sessions;        /* named sessions kept (in memory and on disk); default 1024 */
@@ -136,6 +151,18 @@ typedef struct server_settings {
 
     server_hooks hooks;
 } server_settings;
+
+/* One [model.NAME] section: a model's settings, the server's with the section's lines over them. */
+typedef struct server_preset {
+    const char *name;
+    const char *role;        /* "generation" (default), "embedding" or "rerank" */
+    server_settings cfg;     /* its presets NULL; model_path NULL = models_dir's file of that name */
+} server_preset;
+
+/* True when the server serves several models by name (models_dir or presets). */
+static inline bool server_settings_multi(const server_settings *s) {
+    return (s->models_dir && *s->models_dir) || s->n_presets > 0;
+}
 
 /* Fills *s with the defaults documented above (all hooks NULL, model_path NULL). */
 void server_settings_default(server_settings *s);

@@ -27,6 +27,9 @@ struct sched_job {
     float draft_min_p;        /* the draft model's cut; < 0 = the server's */
     bool prompt_logprobs;
     bool ignore_eos;
+    int think_budget;         /* gen.h's think_budget; 0 = none */
+    bool think_inside;
+    int api;                  /* the histograms' series (sched_job_spec.api) */
     attn_capture *capture;    /* owned, may be NULL */
     grammar *grammar;         /* a reference, may be NULL */
     engine_ablation_head *ablate; /* (n_ablate) owned, may be NULL */
@@ -124,6 +127,13 @@ typedef struct slot {
     bool picked;         /* decodes in the step being built (pick_decoders, scheduler.c) */
     uint64_t last_step;  /* the step it last decoded in (its tenant's sequences take turns) */
 } slot;
+
+/* Where a prompt's state checkpoint goes (hybrid models, kv.h): this many tokens before its end.
+ * The tail of a prompt is the template's generation prompt, the part the next turn's history most
+ * often renders differently (Qwen3.5 drops "<think>\n" from earlier turns: 2 tokens; with
+ * thinking off "<think>\n\n</think>\n\n": 4), and a regenerated turn recomputes from it too;
+ * llama.cpp's server takes its checkpoint 4 tokens before a prompt's end as well. */
+#define SCHED_CKPT_BACK 4
 
 /* Exponentially weighted sums of (position, cost) of recent prefill chunks run beside streams,
  * for a least-squares line: a prompt token's cost in ms against the position it is read at. */

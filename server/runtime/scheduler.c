@@ -50,13 +50,15 @@ static void hist_init_all(sched_stats *st) {
         [SCHED_H_ITL] = {H_ITL, ATTND_ARRAY_LEN(H_ITL)},       [SCHED_H_E2E] = {H_E2E, ATTND_ARRAY_LEN(H_E2E)},
         [SCHED_H_PROMPT] = {H_TOKENS, ATTND_ARRAY_LEN(H_TOKENS)}, [SCHED_H_GEN] = {H_TOKENS, ATTND_ARRAY_LEN(H_TOKENS)},
     };
-    for (int k = 0; k < SCHED_H_COUNT; k++) histo_init(&st->hist[k], B[k].le, B[k].n);
+    for (int k = 0; k < SCHED_H_COUNT; k++)
+        for (int a = 0; a < SCHED_N_APIS; a++) histo_init(&st->hist[k][a], B[k].le, B[k].n);
 }
 
-/* Scheduler thread: one observation, under the mutex sched_get_stats copies them under. */
-static void observe(sched *s, sched_hist k, double v) {
+/* Scheduler thread: one observation of job j's, in its API's series, under the mutex
+ * sched_get_stats copies them under. */
+static void observe(sched *s, const sched_job *j, sched_hist k, double v) {
     pthread_mutex_lock(&s->mu);
-    histo_observe(&s->stats.hist[k], v);
+    histo_observe(&s->stats.hist[k][j->api], v);
     pthread_mutex_unlock(&s->mu);
 }
 
@@ -71,13 +73,14 @@ static void slot_finish(sched *s, slot *sl, const char *reason, attnd_status st,
     slog_set_request(rid);
     if (st == ATTND_OK) {
         if (!j->is_fork) {
-            observe(s, SCHED_H_E2E, attnd_now_s() - j->t_submit);
-            observe(s, SCHED_H_PROMPT, j->n_prompt);
+            observe(s, j, SCHED_H_E2E, attnd_now_s() - j->t_submit);
+            observe(s, j, SCHED_H_PROMPT, j->n_prompt);
         }
-        observe(s, SCHED_H_GEN, sl->n_gen);
+        observe(s, j, SCHED_H_GEN, sl->n_gen);
     }
     attn_capture_unlink(&s->inspecting, j->capture);
     if (sl->se) {
+        if (sl->kv && st == ATTND_OK) kv_seq_checkpoint(sl->kv); /* a turn's end: where the next turn may differ */
         if (sl->kv) sess_set_kv(s->store, sl->se, sl->kv, sl->n_past, kv_seq_bytes(sl->kv));
         attnd_err e;
         /* the history is what the KV holds plus the last sampled token (the durable truth);
@@ -155,7 +158,7 @@ static attnd_status slot_init_gen(sched *s, slot *sl, sched_job *j, attnd_err *e
     }
     gen_params gp = {.sp = j->sp, .stops = (const char *const *)j->stops, .n_stops = j->n_stops,
                      .top_logprobs = j->top_logprobs, .grammar = j->grammar, .gvocab = s->gvocab,
-                     .ignore_eog = j->ignore_eos};
+                     .ignore_eog = j->ignore_eos, .think_budget = j->think_budget, .think_inside = j->think_inside};
     return gen_create(&sl->g, &gp, s->n_vocab, s->tok, j->prompt, j->n_prompt, err);
 }
 
@@ -211,7 +214,7 @@ static attnd_status slot_start(sched *s, slot *sl, sched_job *j, attnd_err *err)
     sl->job = j;
     sl->admitted = ++s->n_admitted;
     sl->fresh = true;
-    observe(s, SCHED_H_QUEUE, attnd_now_s() - j->t_submit);
+    observe(s, j, SCHED_H_QUEUE, attnd_now_s() - j->t_submit);
     if (j->n_ablate) return slot_start_ablated(s, sl, j, err);
     sl->se = j->se ? j->se : sess_acquire_anon(s->store, j->owner, j->prompt, j->n_prompt, s->max_anon);
     if (!sl->se) return attnd_fail(err, ATTND_ERR_BUSY, "no prompt cache entry free");
@@ -231,6 +234,7 @@ static attnd_status slot_start(sched *s, slot *sl, sched_job *j, attnd_err *err)
     kv_seq_truncate(sl->kv, keep);
     keep = kv_seq_len(sl->kv); /* less when a sliding window's positions were freed (kv.h) */
     if (j->capture) attn_capture_link(&s->inspecting, j->capture, sl->kv);
+    kv_seq_checkpoint_at(sl->kv, j->n_prompt - SCHED_CKPT_BACK);
     sl->n_past = keep;
     sl->prefilling = true;
     attnd_status rc = slot_init_gen(s, sl, j, err);
@@ -267,8 +271,8 @@ static bool slot_token(sched *s, slot *sl, const float *row) {
     if (sl->sp && spec_push(sl->sp, &t.id, 1, &ignored) != ATTND_OK) spec_destroy(sl->sp), sl->sp = NULL;
     sl->n_gen++;
     double now = attnd_now_s();
-    if (sl->t_last > 0) observe(s, SCHED_H_ITL, now - sl->t_last);
-    else if (!j->is_fork) observe(s, SCHED_H_TTFT, now - j->t_submit);
+    if (sl->t_last > 0) observe(s, j, SCHED_H_ITL, now - sl->t_last);
+    else if (!j->is_fork) observe(s, j, SCHED_H_TTFT, now - j->t_submit);
     sl->t_last = now;
     pthread_mutex_lock(&j->mu);
     j->n_generated = sl->n_gen;
@@ -1157,14 +1161,16 @@ static void *sched_main(void *arg) {
             attnd_deadline(&ts, s->wd_ms / 2);
             pthread_cond_timedwait(&s->wake, &s->mu, &ts);
             s->stats.kv_used = kv_pool_bytes_used(s->pool);
+            s->stats.kv_checkpoint_bytes = kv_pool_checkpoint_bytes(s->pool);
             pthread_mutex_unlock(&s->mu);
             continue;
         }
         pthread_mutex_unlock(&s->mu);
         step(s);
-        size_t used = kv_pool_bytes_used(s->pool);
+        size_t used = kv_pool_bytes_used(s->pool), ckpt = kv_pool_checkpoint_bytes(s->pool);
         pthread_mutex_lock(&s->mu);
         s->stats.kv_used = used;
+        s->stats.kv_checkpoint_bytes = ckpt;
         pthread_mutex_unlock(&s->mu);
     }
     return NULL;
@@ -1241,6 +1247,8 @@ attnd_status sched_create(sched **out, const model *m, const tokenizer *tok, ses
     }
     size_t budget = cfg->kv_budget_mb ? cfg->kv_budget_mb << 20 : (size_t)1 << 30;
     if ((rc = kv_pool_create(&s->pool, m, budget, cfg->kv_f32 ? KV_F32 : (kv_type)cfg->kv_type, err)) != ATTND_OK) goto fail;
+    if ((rc = kv_pool_set_checkpoints(s->pool, cfg->kv_checkpoints, cfg->kv_checkpoint_interval, err)) != ATTND_OK)
+        goto fail;
     if ((rc = sched_check_budget(s, budget, err)) != ATTND_OK) goto fail;
     s->budget_ms = cfg->prefill_budget_ms;
     if ((rc = engine_create(&s->eng, m, s->max_batch, cfg->threads, err)) != ATTND_OK) goto fail;

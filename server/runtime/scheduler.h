@@ -55,6 +55,10 @@ typedef struct sched_job_spec {
     bool prompt_logprobs;     /* echo + logprobs: log-probabilities of prompt tokens 1..n-1 */
     bool ignore_eos;          /* end-of-generation tokens are ordinary tokens: only max_tokens,
                                  a stop string or the context ends the job */
+    int think_budget;         /* > 0: a <think> block is closed after this many of its tokens
+                                 (gen.h's think_budget); 0 = no limit */
+    bool think_inside;        /* the prompt opened the <think> block */
+    int api;                  /* which API asked (0..SCHED_N_APIS-1), the histograms' label */
     attn_capture *capture;    /* stolen, may be NULL: records the attention of this job's
                                  positions (attention inspection). Such a job evaluates its
                                  whole prompt unless a named session caches a prefix, also with
@@ -160,9 +164,14 @@ typedef enum sched_hist {
     SCHED_H_COUNT
 } sched_hist;
 
+/* The histograms keep one series per API a job came through (sched_job_spec.api, an index the
+ * API layer chooses; metrics.h names them): at most this many. */
+#define SCHED_N_APIS 8
+
 typedef struct sched_stats {
     int active, queued, slots;
     size_t kv_used, kv_budget;
+    size_t kv_checkpoint_bytes; /* the part of kv_used held by recurrent state checkpoints */
     size_t kv_reserved;      /* KV bytes reserved by the running jobs (admission control) */
     uint64_t prompt_tokens, generated_tokens, cached_tokens, steps;
     uint64_t steps_yielded; /* decode steps given up mid-way for a newly arrived request */
@@ -173,7 +182,8 @@ typedef struct sched_stats {
     double last_tok_per_s;   /* generated tokens/s over the last few seconds */
     int threads;             /* engine threads configured */
     int threads_in_use;      /* of which a step may use now (engine_threads_in_use) */
-    histo hist[SCHED_H_COUNT]; /* latency and size distributions (sched_hist) */
+    histo hist[SCHED_H_COUNT][SCHED_N_APIS]; /* latency and size distributions (sched_hist), by the
+                                                jobs' api (sched_job_spec.api) */
 } sched_stats;
 
 typedef struct sched sched;

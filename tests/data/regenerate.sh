@@ -6,6 +6,8 @@
 #                                          family (tests/family_specs.h, written by BUILD_DIR/tiny_model)
 #   tests/data/reference-hybrid.json       the same for the hybrid Gated DeltaNet families (qwen35,
 #                                          qwen35moe, qwen3next), after an 88-token prompt
+#   tests/data/reference-mla.json          the same for the latent-attention models (deepseek2: DeepSeek-V2-Lite,
+#                                          GLM-4.7-Flash and V3-class shapes), after the same 88-token prompt
 #   tests/data/reference-quant-types.json  the type llama.cpp's own quantizer gives every tensor, per
 #                                          mix, of attnd-sotu, qwen896 and llama960 (attnd quantize must agree)
 #   tests/data/models/llamacpp/*.gguf      files llama.cpp's quantizer wrote, which attnd must run
@@ -145,6 +147,25 @@ node -e '
                  cases: lines};
     process.stdout.write(JSON.stringify(out).replace(/\[\{/, "[\n{").replace(/\},\{"family"/g, "},\n{\"family\"") + "\n");' "$hyb" >"$root/tests/data/reference-hybrid.json"
 
+# the latent-attention (deepseek2) models: the hybrid comparison's prompt (it crosses a KV block)
+# (tests/family_specs.h: mla_small)
+mla=$tmp/mla.jsonl
+for f in $("$build/tiny_model" --list-mla); do
+    "$build/tiny_model" "$f" "$tmp/$f.gguf"
+    node "$peer/generate.mjs" --model "$tmp/$f.gguf" --tokens "$hprompt" --n 40 --threads 1 \
+        --flash-attn off --kv-type f32 --json |
+        F="$f" node -e '
+            const r = JSON.parse(require("fs").readFileSync(0, "utf8"));
+            process.stdout.write(JSON.stringify({family: process.env.F, prompt_tokens: r.prompt_tokens,
+                tokens: r.tokens}) + "\n");' >>"$mla"
+    echo "regenerate.sh: latent-attention model $f done" >&2
+done
+node -e '
+    const lines = require("fs").readFileSync(process.argv[1], "utf8").trim().split("\n").map(JSON.parse);
+    const out = {generator: "llama.cpp via node-llama-cpp 3.21.1 (tools/peers/llamacpp), greedy, flash attention off, F32 KV cache, 1 thread; models: tiny_model NAME (tests/family_specs.h mla_small)",
+                 cases: lines};
+    process.stdout.write(JSON.stringify(out).replace(/\[\{/, "[\n{").replace(/\},\{"family"/g, "},\n{\"family\"") + "\n");' "$mla" >"$root/tests/data/reference-mla.json"
+
 node "$peer/tokenize.mjs" --model "$root/models/attnd-sotu.gguf" --in "$root/tests/data/tokenizers/llama-spm.jsonl" \
     >"$root/tests/data/reference-tokens-sotu.jsonl"
-echo "regenerate.sh: wrote tests/data/reference-greedy.json, reference-families.json, reference-hybrid.json and reference-tokens-sotu.jsonl" >&2
+echo "regenerate.sh: wrote tests/data/reference-greedy.json, reference-families.json, reference-hybrid.json, reference-mla.json and reference-tokens-sotu.jsonl" >&2

@@ -42,6 +42,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         FUZZ_CHECK(s2.port == s.port && s2.max_connections == s.max_connections && s2.body_limit == s.body_limit &&
                        s2.kv_budget_mb == s.kv_budget_mb && s2.log_level == s.log_level,
                    "settings differ after a print/load round trip:\n%s", out);
+        FUZZ_CHECK(s2.n_presets == s.n_presets, "[model.NAME] sections differ after a round trip:\n%s", out);
+        for (int i = 0; i < s.n_presets && i < s2.n_presets; i++)
+            FUZZ_CHECK(!strcmp(s.presets[i].name, s2.presets[i].name) && !strcmp(s.presets[i].role, s2.presets[i].role) &&
+                           s.presets[i].cfg.ctx_size == s2.presets[i].cfg.ctx_size,
+                       "preset %d differs after a round trip:\n%s", i, out);
         /* a value no config line can hold is printed as a comment (and then not read back) */
         bool host_printed = !strstr(out, "# host ");
         FUZZ_CHECK(!host_printed || (!s.host && !s2.host) || (s.host && s2.host && !strcmp(s.host, s2.host)),

@@ -182,7 +182,8 @@ static const char *FZ_WORDS[] = {"the", " the", "hello", " world", "in", "ing", 
 /* Chat markers and other specials every tiny vocabulary carries (control unless noted). */
 static const char *FZ_CONTROL[] = {"<|im_start|>", "<|im_end|>", "<|start_header_id|>", "<|end_header_id|>",
                                    "<|eot_id|>", "<start_of_turn>", "<end_of_turn>", "<|end|>", "<|system|>",
-                                   "<|assistant|>"};
+                                   "<|assistant|>", "<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>",
+                                   "<|file_sep|>"};
 static const char *FZ_USER[] = {"<|user|>", "[INST]", "[/INST]", "<tab>"};
 
 /*

@@ -1,0 +1,194 @@
+/*
+ * kv_state.c — checkpoints of a sequence's recurrent state (kv_layout.h; public part in kv.h).
+ *
+ * A Gated DeltaNet state holds every position up to the sequence's length and cannot be cut
+ * back, so without checkpoints a truncation (an edited or regenerated last turn, a session
+ * restored to an earlier point, another prompt sharing a prefix) recomputes from 0. With them it
+ * goes back to the newest copy at or below its target and recomputes only the rest.
+ *
+ * Which lengths: the engine takes one per sequence per batch, inside the batch, when the batch
+ * reaches a length asked for (kv_seq_checkpoint_at: the scheduler asks for a prompt's end) or,
+ * else, a multiple of the interval; a caller may also copy the state at the sequence's length
+ * (kv_seq_checkpoint: the end of a turn). How many: at most ckpt_max per sequence. When a new one
+ * would pass that, one old one goes: the one whose removal leaves the smallest gap relative to its
+ * distance from the new one, so recent checkpoints stay dense and older ones thin out roughly
+ * geometrically (a truncation near the end, the usual case, loses little; one far back still
+ * finds a checkpoint within a span proportional to how far back it goes).
+ *
+ * Memory: each checkpoint is state_bytes, charged to the pool's budget when taken (none is taken
+ * when the budget has no room: checkpoints are best effort) and counted once however many forks
+ * share it. kv_pool_bytes_for counts ckpt_max of them per sequence, so admission reserves them.
+ */
+#include "kv_layout.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+attnd_status kv_pool_set_checkpoints(kv_pool *p, int max, int interval, attnd_err *err) {
+    if (max < 0 || max > KV_CKPT_MAX || interval < 0)
+        return attnd_fail(err, ATTND_ERR_INVALID, "state checkpoints: %d per sequence (0..%d), interval %d (>= 0)", max,
+                          KV_CKPT_MAX, interval);
+    if (p->n_seqs) return attnd_fail(err, ATTND_ERR_INVALID, "state checkpoints are set before any sequence exists");
+    p->ckpt_max = p->state_bytes ? max : 0;
+    p->ckpt_interval = interval;
+    return ATTND_OK;
+}
+
+int kv_pool_checkpoints(const kv_pool *p) { return p->ckpt_max; }
+
+size_t kv_pool_checkpoint_bytes(const kv_pool *p) { return p->ckpt_bytes; }
+
+/* Drops one holder of c (pool lock held); the last one uncharges it and hands it to *gone (freed
+ * by the caller outside the lock). */
+static void ckpt_unref_locked(kv_pool *p, kv_ckpt *c, kv_ckpt **gone, int *n_gone) {
+    ATTND_ASSERT(c->refs > 0);
+    if (--c->refs > 0) return;
+    p->used -= p->state_bytes;
+    p->ckpt_bytes -= p->state_bytes;
+    gone[(*n_gone)++] = c;
+}
+
+static void ckpt_free_all(kv_ckpt **gone, int n) {
+    for (int i = 0; i < n; i++) free(gone[i]->state), free(gone[i]);
+}
+
+/* Removes s->ckpts[i] (pool lock held). */
+static void ckpt_remove_locked(kv_seq *s, int i, kv_ckpt **gone, int *n_gone) {
+    ckpt_unref_locked(s->pool, s->ckpts[i], gone, n_gone);
+    memmove(s->ckpts + i, s->ckpts + i + 1, sizeof(*s->ckpts) * (size_t)(s->n_ckpts - i - 1));
+    s->n_ckpts--;
+}
+
+/* Which checkpoint goes when one at new_pos (past all of them) would exceed ckpt_max: the one
+ * whose neighbours' gap, over its distance from new_pos, is smallest. */
+static int ckpt_victim(const kv_seq *s, int new_pos) {
+    int best = 0;
+    double best_cost = 0;
+    for (int i = 0; i < s->n_ckpts; i++) {
+        int prev = i ? s->ckpts[i - 1]->pos : 0, next = i + 1 < s->n_ckpts ? s->ckpts[i + 1]->pos : new_pos;
+        double cost = (double)(next - prev) / (new_pos - s->ckpts[i]->pos);
+        if (i == 0 || cost < best_cost) best = i, best_cost = cost;
+    }
+    return best;
+}
+
+/* A new, uncommitted checkpoint of s at pos, charged to the budget, after making room for it
+ * among s's (one old one dropped when s holds ckpt_max); NULL when out of budget or memory. */
+static kv_ckpt *ckpt_take(kv_seq *s, int pos) {
+    kv_pool *p = s->pool;
+    kv_ckpt *gone[1];
+    int n_gone = 0;
+    pthread_mutex_lock(&p->lock);
+    if (s->n_ckpts >= p->ckpt_max) ckpt_remove_locked(s, ckpt_victim(s, pos), gone, &n_gone);
+    bool room = p->state_bytes <= p->budget - p->used;
+    if (room) p->used += p->state_bytes, p->ckpt_bytes += p->state_bytes;
+    pthread_mutex_unlock(&p->lock);
+    ckpt_free_all(gone, n_gone);
+    if (!room) return NULL;
+    kv_ckpt *c = malloc(sizeof(*c));
+    float *state = c ? malloc(p->state_bytes) : NULL;
+    if (state) {
+        *c = (kv_ckpt){.pos = pos, .refs = 1, .state = state};
+        return c;
+    }
+    free(c);
+    pthread_mutex_lock(&p->lock);
+    p->used -= p->state_bytes, p->ckpt_bytes -= p->state_bytes;
+    pthread_mutex_unlock(&p->lock);
+    return NULL;
+}
+
+/* Puts c (taken by ckpt_take for s) after s's checkpoints. */
+static void ckpt_append(kv_seq *s, kv_ckpt *c) {
+    ATTND_ASSERT(s->n_ckpts < s->pool->ckpt_max);
+    ATTND_ASSERT(!s->n_ckpts || s->ckpts[s->n_ckpts - 1]->pos < c->pos);
+    s->ckpts[s->n_ckpts++] = c;
+}
+
+static void ckpt_discard(kv_pool *p, kv_ckpt *c) {
+    kv_ckpt *gone[1];
+    int n_gone = 0;
+    pthread_mutex_lock(&p->lock);
+    ckpt_unref_locked(p, c, gone, &n_gone);
+    pthread_mutex_unlock(&p->lock);
+    ckpt_free_all(gone, n_gone);
+}
+
+/* Whether s would take a checkpoint at pos: checkpoints on, a state, and none there yet. */
+static bool ckpt_wanted(const kv_seq *s, int pos) {
+    return s->pool->ckpt_max && s->state && pos > 0 && (!s->n_ckpts || s->ckpts[s->n_ckpts - 1]->pos < pos);
+}
+
+int kv_ckpt_begin(kv_seq *s) {
+    const kv_pool *p = s->pool;
+    s->ckpt_new = NULL;
+    int lo = s->len, hi = s->len + s->pending, at = 0;
+    if (s->ckpt_want > lo && s->ckpt_want <= hi) at = s->ckpt_want;
+    else if (p->ckpt_interval && hi / p->ckpt_interval * p->ckpt_interval > lo) at = hi / p->ckpt_interval * p->ckpt_interval;
+    if (!at || !ckpt_wanted(s, at)) return -1;
+    s->ckpt_new = ckpt_take(s, at);
+    return s->ckpt_new ? at - 1 - lo : -1;
+}
+
+void kv_ckpt_commit(kv_seq *s, bool done) {
+    if (done && s->ckpt_want && s->ckpt_want <= s->len) s->ckpt_want = 0;
+    kv_ckpt *c = s->ckpt_new;
+    s->ckpt_new = NULL;
+    if (!c) return;
+    if (done) ckpt_append(s, c);
+    else ckpt_discard(s->pool, c);
+}
+
+bool kv_seq_checkpoint(kv_seq *s) {
+    if (!ckpt_wanted(s, s->len)) return false;
+    kv_ckpt *c = ckpt_take(s, s->len);
+    if (!c) return false;
+    memcpy(c->state, s->state, s->pool->state_bytes);
+    ckpt_append(s, c);
+    return true;
+}
+
+void kv_seq_checkpoint_at(kv_seq *s, int pos) { s->ckpt_want = pos > s->len ? pos : 0; }
+
+int kv_seq_checkpoints(const kv_seq *s, int *pos, int max) {
+    for (int i = 0; i < s->n_ckpts && i < max; i++) pos[i] = s->ckpts[i]->pos;
+    return s->n_ckpts;
+}
+
+int kv_ckpt_restore(kv_seq *s, int n) {
+    kv_pool *p = s->pool;
+    kv_ckpt *gone[KV_CKPT_MAX];
+    int n_gone = 0;
+    pthread_mutex_lock(&p->lock);
+    while (s->n_ckpts && s->ckpts[s->n_ckpts - 1]->pos > n) ckpt_remove_locked(s, s->n_ckpts - 1, gone, &n_gone);
+    pthread_mutex_unlock(&p->lock);
+    ckpt_free_all(gone, n_gone);
+    if (!s->state) return 0;
+    if (!s->n_ckpts) {
+        memset(s->state, 0, p->state_bytes);
+        return 0;
+    }
+    const kv_ckpt *c = s->ckpts[s->n_ckpts - 1];
+    memcpy(s->state, c->state, p->state_bytes);
+    return c->pos;
+}
+
+void kv_ckpt_share_locked(kv_seq *child, const kv_seq *parent) {
+    for (int i = 0; i < parent->n_ckpts; i++) {
+        child->ckpts[i] = parent->ckpts[i];
+        child->ckpts[i]->refs++;
+    }
+    child->n_ckpts = parent->n_ckpts;
+}
+
+void kv_ckpt_release(kv_seq *s) {
+    if (!s->n_ckpts) return;
+    kv_ckpt *gone[KV_CKPT_MAX];
+    int n_gone = 0;
+    pthread_mutex_lock(&s->pool->lock);
+    while (s->n_ckpts) ckpt_remove_locked(s, s->n_ckpts - 1, gone, &n_gone);
+    pthread_mutex_unlock(&s->pool->lock);
+    ckpt_free_all(gone, n_gone);
+}
+
+size_t kv_ckpt_held_bytes(const kv_seq *s) { return (size_t)s->n_ckpts * s->pool->state_bytes; }

@@ -1,0 +1,177 @@
+/*
+ * models_http.c — routing by `model`, and the model list, load and unload endpoints of a server
+ * of several models (see models_http.h).
+ */
+#include "models_http.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "attnd/model.h"
+#include "oai.h"
+#include "scheduler.h"
+
+// ---- routing ----------------------------------------------------------------------------------
+
+static bool client_gone(void *user) { return http_client_gone(user); }
+
+/* The HTTP status of a registry failure. */
+static int route_status(attnd_status st) {
+    switch (st) {
+    case ATTND_ERR_NOT_FOUND: return 404;
+    case ATTND_ERR_NOMEM: case ATTND_ERR_BUSY: return 503; /* no room now, or the load queue is full */
+    case ATTND_ERR_INVALID: return 400;
+    default: return 500;                                    /* the model failed to load */
+    }
+}
+
+/* The model a body names, without ":latest" when that is how it is known; NULL = none given. */
+static const char *model_name(mreg *reg, json_t *body, char buf[MREG_NAME_MAX + 1]) {
+    const char *name = json_string_value(json_object_get(body, "model"));
+    if (!name || !*name) return NULL;
+    if (mreg_find(reg, name) >= 0) return name;
+    size_t n = strlen(name);
+    if (n > 7 && n - 7 <= MREG_NAME_MAX && !strcmp(name + n - 7, ":latest")) {
+        memcpy(buf, name, n - 7);
+        buf[n - 7] = '\0';
+        return buf;
+    }
+    return name;
+}
+
+bool models_http_route(req *r, json_t *body, genreq_env *env, mreg_ref *ref, http_result *ret) {
+    mreg *reg = r->srv->models;
+    char buf[MREG_NAME_MAX + 1], names[400];
+    const char *name = model_name(reg, body, buf);
+    attnd_err err;
+    if (!name) {
+        mreg_names(reg, names, sizeof(names));
+        snprintf(err.msg, sizeof(err.msg), "\"model\" is required on a server of several models; available: %s", names);
+        *ret = http_respond_error(r, 400, err.msg, "model");
+        return false;
+    }
+    attnd_status st = mreg_acquire(reg, name, ref, client_gone, r, &err);
+    if (st != ATTND_OK) {
+        *ret = http_respond_error(r, route_status(st), err.msg, "model");
+        return false;
+    }
+    *env = ((server_model *)ref->inst)->env;
+    if (http_role_refused(r, http_model_roles(env->m, env->cfg), env->model_id, ret)) { /* a route it does not serve */
+        mreg_release(reg, ref);
+        return false;
+    }
+    return true;
+}
+
+// ---- listing ----------------------------------------------------------------------------------
+
+static void read_context(void *inst, void *user) { *(int *)user = ((server_model *)inst)->n_ctx; }
+
+/* Model i as /v1/models lists it (new reference): OpenAI's fields, llama-server's router
+ * "status", and ours (role, size, context when loaded). */
+static json_t *model_object(struct server *s, int i) {
+    mreg_info in;
+    mreg_info_get(s->models, i, &in);
+    const server_preset *p = in.preset >= 0 ? &s->cfg.presets[in.preset] : NULL;
+    json_t *o = json_pack("{s:s, s:s, s:s, s:I, s:{s:s}, s:s, s:I, s:s}", "id", in.name, "object", "model", "owned_by",
+                          "attnd", "created", (json_int_t)time(NULL), "status", "value", mreg_state_str(in.state),
+                          "role", p ? p->role : "generation", "size", (json_int_t)in.bytes, "path", in.path);
+    if (in.state == MREG_FAILED) json_object_set_new(json_object_get(o, "status"), "error", json_string(in.error));
+    int n_ctx = 0; /* read under the registry's lock: listing does not count as a use */
+    if (mreg_peek(s->models, i, read_context, &n_ctx)) json_object_set_new(o, "context_length", json_integer(n_ctx));
+    return o;
+}
+
+http_result models_http_list(req *r) {
+    json_t *data = json_array();
+    for (int i = 0; i < mreg_count(r->srv->models); i++) json_array_append_new(data, model_object(r->srv, i));
+    return http_respond_json(r, 200, json_pack("{s:s, s:o}", "object", "list", "data", data));
+}
+
+http_result models_http_get(req *r) {
+    const char *id = r->path + strlen("/v1/models/");
+    int i = mreg_find(r->srv->models, id);
+    if (i < 0) return http_respond_json(r, 404, oai_error_model_not_found(id));
+    return http_respond_json(r, 200, model_object(r->srv, i));
+}
+
+http_result models_http_tags(req *r, bool loaded_only) {
+    json_t *list = json_array();
+    for (int i = 0; i < mreg_count(r->srv->models); i++) {
+        mreg_info in;
+        mreg_info_get(r->srv->models, i, &in);
+        if (loaded_only && in.state != MREG_LOADED) continue;
+        char name[MREG_NAME_MAX + 16];
+        snprintf(name, sizeof(name), "%s:latest", in.name);
+        json_t *m = json_pack("{s:s, s:s, s:I, s:{s:s}}", "name", name, "model", name, "size", (json_int_t)in.bytes,
+                              "details", "format", "gguf");
+        if (loaded_only) {
+            json_object_set_new(m, "size_vram", json_integer(0));
+            json_object_set_new(m, "expires_at", json_string("2318-01-01T00:00:00Z"));
+        }
+        json_array_append_new(list, m);
+    }
+    return http_respond_json(r, 200, json_pack("{s:o}", "models", list));
+}
+
+// ---- load and unload --------------------------------------------------------------------------
+
+/* POST /models/load or /models/unload: body {"model": NAME}. */
+static http_result load_or_unload(req *r, bool load) {
+    if (!r->srv->models)
+        return http_respond_error(r, 400, "this server serves one model, always loaded (models_dir serves several)", NULL);
+    http_result ret = HTTP_NO;
+    json_t *b = http_parse_body(r, &ret, false);
+    if (!b) return ret;
+    char buf[MREG_NAME_MAX + 1];
+    const char *name = model_name(r->srv->models, b, buf);
+    attnd_err err;
+    attnd_status st = !name ? attnd_fail(&err, ATTND_ERR_INVALID, "\"model\" is required")
+                      : load ? mreg_load(r->srv->models, name, &err)
+                             : mreg_unload(r->srv->models, name, &err);
+    json_decref(b);
+    if (st == ATTND_OK) return http_respond_json(r, 200, json_pack("{s:b}", "success", 1));
+    int status = st == ATTND_ERR_BUSY && !load ? 409 : route_status(st);
+    return http_respond_error(r, status, err.msg, "model");
+}
+
+http_result ep_models_load(req *r) { return load_or_unload(r, true); }
+http_result ep_models_unload(req *r) { return load_or_unload(r, false); }
+
+// ---- health and metrics -----------------------------------------------------------------------
+
+json_t *models_http_health(struct server *s) {
+    json_t *o = json_object();
+    for (int i = 0; i < mreg_count(s->models); i++) {
+        mreg_info in;
+        mreg_info_get(s->models, i, &in);
+        json_object_set_new(o, in.name, json_string(mreg_state_str(in.state)));
+    }
+    return o;
+}
+
+char *models_http_metrics(struct server *s) {
+    static const struct {
+        const char *name, *type, *help;
+    } M[] = {
+        {"attnd_model_loaded", "gauge", "1 while the model is loaded (models_dir, presets)."},
+        {"attnd_model_loads_total", "counter", "Loads of the model that succeeded."},
+        {"attnd_model_load_failures_total", "counter", "Loads of the model that failed."},
+        {"attnd_model_unloads_total", "counter", "Unloads of the model (explicit, or for room)."},
+        {"attnd_model_requests_active", "gauge", "Requests using the model or waiting for its load."},
+    };
+    buf b = {0};
+    for (size_t k = 0; k < ATTND_ARRAY_LEN(M); k++) {
+        buf_printf(&b, "# HELP %s %s\n# TYPE %s %s\n", M[k].name, M[k].help, M[k].name, M[k].type);
+        for (int i = 0; i < mreg_count(s->models); i++) {
+            mreg_info in;
+            mreg_info_get(s->models, i, &in);
+            unsigned long long v = k == 0 ? in.state == MREG_LOADED : k == 1 ? in.loads : k == 2 ? in.load_failures
+                                 : k == 3 ? in.unloads : (unsigned long long)(in.refs + in.waiters);
+            buf_printf(&b, "%s{model=\"%s\"} %llu\n", M[k].name, in.name, v);
+        }
+    }
+    return b.p;
+}

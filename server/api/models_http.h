@@ -1,0 +1,56 @@
+/*
+ * models_http.h — a server of several models (models_dir, [model.NAME] presets; docs/models.md)
+ * as the HTTP layer sees it (server-private): one loaded model (server_model, the process
+ * layer's models.c makes and unloads them through the registry, runtime/mreg.h), the routing of
+ * a generation request by its `model` field to that model's genreq_env, and the endpoints that
+ * list, load and unload models.
+ *
+ * A server of one model (no models_dir, no presets) never comes here: its requests use the
+ * server's own model whatever their `model` says, as before.
+ */
+#ifndef ATTND_SERVER_MODELS_HTTP_H
+#define ATTND_SERVER_MODELS_HTTP_H
+
+#include "genreq.h"
+#include "http.h"
+#include "mreg.h"
+
+/* One loaded model: everything its requests use, owned here (models.c builds and frees it). */
+typedef struct server_model {
+    genreq_env env;           /* what a generation request on it borrows (points into this struct) */
+    server_settings cfg;      /* its settings: its preset's over the server's; strings borrowed */
+    model *m;
+    tokenizer *tok;
+    chat_template chat;
+    sess_store *store;
+    sched *sch;
+    char name[MREG_NAME_MAX + 1];
+    int n_ctx;
+} server_model;
+
+/*
+ * The model a generation request names in body's "model" (Ollama's "name:latest" is "name"),
+ * acquired into *ref (loaded first when needed, waiting while it loads) and its env into *env.
+ * false: the answer is queued (*ret): 400 without a model or when it does not serve the route's
+ * role (http_role_refused), 404 naming the available ones, 503
+ * with Retry-After when there is no room or the load queue is full, 500 naming a model that failed
+ * to load.
+ */
+bool models_http_route(req *r, json_t *body, genreq_env *env, mreg_ref *ref, http_result *ret);
+
+/* GET /v1/models, /models: every model with its state. */
+http_result models_http_list(req *r);
+/* GET /v1/models/{id}. */
+http_result models_http_get(req *r);
+/* GET /api/tags (every model) and /api/ps (the loaded ones), Ollama's shapes. */
+http_result models_http_tags(req *r, bool loaded_only);
+/* POST /models/load and /models/unload {"model": NAME}: llama-server's router endpoints. */
+http_result ep_models_load(req *r);
+http_result ep_models_unload(req *r);
+/* Prometheus lines per model (state, loads, unloads, requests in use), appended to /metrics
+ * (new string, NULL when out of memory). */
+char *models_http_metrics(struct server *s);
+/* /health's "models": {name: state} (new reference). */
+json_t *models_http_health(struct server *s);
+
+#endif

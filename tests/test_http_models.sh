@@ -1,0 +1,120 @@
+# test_http_models.sh — a server of several models (docs/models.md) on a real server: a models
+# directory of two tiny models and a broken file, routing by `model` on the OpenAI, Anthropic and
+# Ollama APIs, loading on first use, models_max_loaded unloading the least recently used one,
+# POST /models/load and /models/unload (refused while a request uses the model), the broken file
+# answered with its name while the others keep serving; then [model.NAME] presets under a
+# models_memory_mb budget; and a one-model server still taking any `model`.
+set -uo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+source "$here/http_lib.sh"
+status=0
+mkdir -p "$TMP/models" "$TMP/cache"
+ln -s "$MODEL" "$TMP/models/alpha.gguf"
+ln -s "$MODEL" "$TMP/models/beta.gguf"
+echo "not a model" > "$TMP/models/broken.gguf"
+echo "notes" > "$TMP/models/README.txt"
+export XDG_CACHE_HOME=$TMP/cache # the pull cache counts: an empty one here
+
+start_server s --models-dir "$TMP/models" --models-max-loaded 1 --threads 1 --kv-budget-mb 16
+base=http://127.0.0.1:$s_PORT
+state() { curl -sf "$base/v1/models" | grep -o "\"id\":\"$1\",[^}]*}" | grep -o '"value":"[a-z]*"' | cut -d'"' -f4; }
+chat() { curl -s "$base/v1/chat/completions" -d "{\"model\": \"$1\", \"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}], \"max_tokens\": 3, \"temperature\": 0}"; }
+
+# ---- what is available, nothing loaded yet ----
+models=$(curl -sf "$base/v1/models")
+check "/v1/models lists alpha, beta and broken, not README.txt" \
+    bash -c '[ "$(grep -o "\"id\":\"[a-z]*\"" <<<"$1" | tr "\n" " ")" = "\"id\":\"alpha\" \"id\":\"beta\" \"id\":\"broken\" " ]' _ "$models"
+check "alpha is unloaded before its first request" test "$(state alpha)" = unloaded
+check "/api/tags lists them as Ollama names" grep -q '"name":"beta:latest"' <<<"$(curl -sf "$base/api/tags")"
+check "/api/ps: nothing loaded" test "$(curl -sf "$base/api/ps")" = '{"models":[]}'
+
+# ---- routing and loading on first use ----
+a=$(chat alpha)
+check "a chat naming alpha loads it and answers as alpha" grep -q '"model":"alpha"' <<<"$a"
+check "alpha is loaded" test "$(state alpha)" = loaded
+check "/api/ps lists alpha" grep -q '"name":"alpha:latest"' <<<"$(curl -sf "$base/api/ps")"
+b=$(chat beta)
+check "beta answers as beta" grep -q '"model":"beta"' <<<"$b"
+check "models_max_loaded 1: alpha (idle, least recently used) is unloaded for beta" test "$(state alpha)" = unloaded
+check "the same prompt at temperature 0 on the same weights: the same text" \
+    test "$(grep -o '"content":"[^"]*"' <<<"$a")" = "$(grep -o '"content":"[^"]*"' <<<"$b")"
+metrics=$(curl -sf "$base/metrics")
+check "/metrics: alpha's unload counted with its model label" grep -q '^attnd_model_unloads_total{model="alpha"} 1$' <<<"$metrics"
+check "/metrics: beta loaded" grep -q '^attnd_model_loaded{model="beta"} 1$' <<<"$metrics"
+o=$(curl -s "$base/api/chat" -d '{"model": "alpha:latest", "messages": [{"role": "user", "content": "Hi"}], "stream": false, "options": {"num_predict": 2}}')
+check "Ollama's /api/chat routes alpha:latest" grep -q '"model":"alpha:latest"' <<<"$o"
+m=$(curl -s "$base/v1/messages" -d '{"model": "beta", "max_tokens": 2, "messages": [{"role": "user", "content": "Hi"}]}')
+check "Anthropic's /v1/messages routes beta" grep -q '"model":"beta"' <<<"$m"
+r=$(curl -s "$base/v1/responses" -d '{"model": "alpha", "input": "Hi", "max_output_tokens": 2, "store": false}')
+check "/v1/responses routes alpha" grep -q '"model":"alpha"' <<<"$r"
+c=$(curl -s "$base/v1/completions" -d '{"model": "beta", "prompt": "Once", "max_tokens": 2, "stream": true}')
+check "a streamed completion routes beta" grep -q '"model":"beta"' <<<"$c"
+
+# ---- errors: unknown, missing, broken; the others keep serving ----
+check_status 404 "an unknown model is a 404" "$base/v1/chat/completions" -d '{"model": "gamma", "messages": [{"role": "user", "content": "Hi"}]}'
+check "... listing the names" grep -q "available: alpha, beta, broken" <<<"$(chat gamma)"
+check_status 400 "no model on a server of several is a 400" "$base/v1/completions" -d '{"prompt": "Hi"}'
+check_status 500 "the broken file is an error answer" "$base/v1/chat/completions" -d '{"model": "broken", "messages": [{"role": "user", "content": "Hi"}]}'
+check "... naming it" grep -q "model 'broken' failed to load" <<<"$(chat broken)"
+check "/v1/models shows broken as failed, with why" grep -q '"id":"broken",[^}]*"value":"failed","error":"[^"]*not a GGUF' <<<"$(curl -sf "$base/v1/models")"
+check "the others keep serving after it" grep -q '"model":"alpha"' <<<"$(chat alpha)"
+check_status 501 "a one-model endpoint (/tokenize) says it is not for several models" "$base/tokenize" -d '{"content": "Hi"}'
+check "/health reports each model's state" grep -q '"models":{"alpha":"loaded","beta":"unloaded","broken":"failed"}' <<<"$(curl -sf "$base/health")"
+
+# ---- explicit load and unload; never under a running request ----
+check_status 200 "POST /models/unload alpha" "$base/models/unload" -d '{"model": "alpha"}'
+check "alpha is unloaded" test "$(state alpha)" = unloaded
+check_status 400 "unloading it again: it is not loaded" "$base/models/unload" -d '{"model": "alpha"}'
+check_status 404 "unloading an unknown model" "$base/models/unload" -d '{"model": "gamma"}'
+check_status 200 "POST /models/load beta" "$base/models/load" -d '{"model": "beta"}'
+for _ in $(seq 100); do [ "$(state beta)" = loaded ] && break; sleep 0.05; done
+check "beta loads in the background" test "$(state beta)" = loaded
+# a streamed answer read slowly keeps its request (and its model) in use
+curl -s --limit-rate 300 "$base/v1/completions" -N \
+    -d '{"model": "beta", "prompt": "Once upon a time", "max_tokens": 400, "stream": true, "ignore_eos": true}' >/dev/null &
+slow=$!
+for _ in $(seq 100); do curl -sf "$base/metrics" | grep -q '^attnd_model_requests_active{model="beta"} 1$' && break; sleep 0.05; done
+check_status 409 "unloading beta while a request uses it is a 409" "$base/models/unload" -d '{"model": "beta"}'
+check "... and beta stays loaded" test "$(state beta)" = loaded
+check_status 503 "alpha needs beta's room (models_max_loaded 1) while beta is busy: 503" \
+    "$base/v1/chat/completions" -d '{"model": "alpha", "messages": [{"role": "user", "content": "Hi"}]}'
+kill "$slow" 2>/dev/null; wait "$slow" 2>/dev/null
+for _ in $(seq 100); do curl -sf "$base/metrics" | grep -q '^attnd_model_requests_active{model="beta"} 0$' && break; sleep 0.05; done
+check "once idle, alpha takes beta's room" grep -q '"model":"alpha"' <<<"$(chat alpha)"
+listed=$("$ATTND_BINARY" models --url "$base")
+check "attnd models --url: alpha loaded, with its context" grep -q '^alpha  *loaded .* MiB  context 512$' <<<"$listed"
+check "attnd models --url: beta unloaded, broken failed" \
+    bash -c 'grep -q "^beta  *unloaded" <<<"$1" && grep -q "^broken  *failed" <<<"$1"' _ "$listed"
+stop_server s || bad "SIGTERM"
+
+# ---- presets under a memory budget ----
+size=$(stat -L -c %s "$MODEL")
+budget=$(( (2 * (size + 16 * 1048576) + 1048576) / 1048576 )) # two models of this size and 16 MiB of KV fit, not three
+cat > "$TMP/attnd.conf" <<EOF
+kv_budget_mb = 16
+models_memory_mb = $budget
+[model.one]
+model = $MODEL
+ctx_size = 128
+[model.two]
+model = $TMP/models/alpha.gguf
+[model.three]
+model = $TMP/models/beta.gguf
+EOF
+start_server p --config "$TMP/attnd.conf" --threads 1 --no-models-cache --model "$MODEL" --model-alias solo
+base=http://127.0.0.1:$p_PORT
+check "--model beside presets is one more model, named by --model-alias" test "$(state solo)" = unloaded
+check "a preset's ctx_size is its own" grep -q '"id":"one",.*"context_length":128' <<<"$(chat one >/dev/null; curl -sf "$base/v1/models")"
+chat two >/dev/null
+check "two models fit the budget" test "$(state one)/$(state two)" = loaded/loaded
+chat three >/dev/null
+check "the third unloads the least recently used (one)" test "$(state one)/$(state two)/$(state three)" = unloaded/loaded/loaded
+stop_server p || bad "SIGTERM (presets)"
+
+# ---- one model: any `model` is accepted, as always ----
+start_server o --model "$MODEL" --threads 1
+base=http://127.0.0.1:$o_PORT
+check "a one-model server answers whatever model is named" grep -q '"model":"attnd-sotu"' <<<"$(chat whatever)"
+check_status 400 "a one-model server has no /models/load" "$base/models/load" -d '{"model": "x"}'
+stop_server o || bad "SIGTERM (one model)"
+exit $status

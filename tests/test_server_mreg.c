@@ -1,0 +1,276 @@
+/*
+ * test_server_mreg.c — the model registry (server/runtime/mreg.c) over fake loaders: loading on
+ * first use, a failed load kept with its message, the least recently used idle model unloaded
+ * for room (count and memory), never a model in use or waited for, explicit unload refused while
+ * busy, and a request waiting for a load while someone asks to unload it.
+ */
+#include <criterion/criterion.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "mreg.h"
+
+typedef struct fake {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    bool gate_closed;          /* loads wait while it is closed */
+    atomic_int loads, unloads;
+    int64_t clock_ms;
+    char unloaded[8][32];      /* names unloaded, in order */
+    int n_unloaded;
+} fake;
+
+typedef struct inst {
+    char name[32];
+} inst;
+
+static attnd_status fake_load(void *user, const char *name, const char *path, int preset, void **out, attnd_err *err) {
+    fake *f = user;
+    (void)preset;
+    pthread_mutex_lock(&f->mu);
+    while (f->gate_closed) pthread_cond_wait(&f->cv, &f->mu);
+    pthread_mutex_unlock(&f->mu);
+    if (strstr(path, "broken")) return attnd_fail(err, ATTND_ERR_FORMAT, "%s: not a GGUF file", path);
+    inst *i = calloc(1, sizeof(*i));
+    snprintf(i->name, sizeof(i->name), "%s", name);
+    atomic_fetch_add(&f->loads, 1);
+    *out = i;
+    return ATTND_OK;
+}
+
+static void fake_unload(void *user, void *p) {
+    fake *f = user;
+    inst *i = p;
+    pthread_mutex_lock(&f->mu);
+    if (f->n_unloaded < 8) snprintf(f->unloaded[f->n_unloaded++], 32, "%s", i->name);
+    pthread_mutex_unlock(&f->mu);
+    atomic_fetch_add(&f->unloads, 1);
+    free(i);
+}
+
+static int64_t fake_now(void *user) { return ((fake *)user)->clock_ms; }
+
+static mreg *make(fake *f, int max_loaded, size_t memory) {
+    memset(f, 0, sizeof(*f));
+    pthread_mutex_init(&f->mu, NULL);
+    pthread_cond_init(&f->cv, NULL);
+    f->clock_ms = 1000;
+    mreg_ops ops = {fake_load, fake_unload, fake_now, f};
+    mreg_limits lim = {.max_loaded = max_loaded, .memory_bytes = memory};
+    mreg *reg;
+    attnd_err err;
+    cr_assert_eq(mreg_create(&reg, &ops, &lim, &err), ATTND_OK);
+    cr_assert_eq(mreg_add(reg, "a", "/m/a.gguf", 0, 100, &err), ATTND_OK);
+    cr_assert_eq(mreg_add(reg, "b", "/m/b.gguf", 1, 100, &err), ATTND_OK);
+    cr_assert_eq(mreg_add(reg, "c", "/m/c.gguf", 2, 100, &err), ATTND_OK);
+    cr_assert_eq(mreg_add(reg, "broken", "/m/broken.gguf", 3, 100, &err), ATTND_OK);
+    return reg;
+}
+
+static mreg_state state_of(mreg *reg, const char *name) {
+    mreg_info in;
+    mreg_info_get(reg, mreg_find(reg, name), &in);
+    return in.state;
+}
+
+/* Uses model name once at time t (acquire, release). */
+static void use(fake *f, mreg *reg, const char *name, int64_t t) {
+    f->clock_ms = t;
+    mreg_ref ref;
+    attnd_err err;
+    cr_assert_eq(mreg_acquire(reg, name, &ref, NULL, NULL, &err), ATTND_OK, "%s: %s", name, err.msg);
+    cr_assert_str_eq(((inst *)ref.inst)->name, name);
+    mreg_release(reg, &ref);
+}
+
+Test(mreg, a_model_loads_on_first_use_and_stays) {
+    fake f;
+    mreg *reg = make(&f, 0, 0);
+    cr_assert_eq(state_of(reg, "a"), MREG_UNLOADED);
+    use(&f, reg, "a", 1000);
+    use(&f, reg, "a", 2000);
+    cr_assert_eq(atomic_load(&f.loads), 1);
+    cr_assert_eq(state_of(reg, "a"), MREG_LOADED);
+    mreg_destroy(reg);
+    cr_assert_eq(atomic_load(&f.unloads), 1, "destroy unloads what is loaded");
+}
+
+Test(mreg, an_unknown_name_is_not_found_and_lists_the_names) {
+    fake f;
+    mreg *reg = make(&f, 0, 0);
+    mreg_ref ref;
+    attnd_err err;
+    cr_assert_eq(mreg_acquire(reg, "zz", &ref, NULL, NULL, &err), ATTND_ERR_NOT_FOUND);
+    cr_assert(strstr(err.msg, "'zz'") && strstr(err.msg, "a, b, c, broken"), "%s", err.msg);
+    cr_assert_eq(mreg_add(reg, "a", "/x", 0, 1, &err), ATTND_ERR_INVALID, "a duplicate name is refused");
+    mreg_destroy(reg);
+}
+
+Test(mreg, a_failed_load_names_the_model_and_the_others_keep_serving) {
+    fake f;
+    mreg *reg = make(&f, 0, 0);
+    mreg_ref ref;
+    attnd_err err;
+    cr_assert_eq(mreg_acquire(reg, "broken", &ref, NULL, NULL, &err), ATTND_ERR_IO);
+    cr_assert(strstr(err.msg, "model 'broken' failed to load") && strstr(err.msg, "not a GGUF"), "%s", err.msg);
+    cr_assert_eq(state_of(reg, "broken"), MREG_FAILED);
+    use(&f, reg, "a", 1000);
+    /* the failure is kept: the next request is answered at once, without a second load */
+    cr_assert_eq(mreg_acquire(reg, "broken", &ref, NULL, NULL, &err), ATTND_ERR_IO);
+    mreg_info in;
+    mreg_info_get(reg, mreg_find(reg, "broken"), &in);
+    cr_assert_eq(in.load_failures, 1);
+    /* an explicit load tries again */
+    cr_assert_eq(mreg_load(reg, "broken", &err), ATTND_OK);
+    mreg_wait_loads(reg);
+    mreg_info_get(reg, mreg_find(reg, "broken"), &in);
+    cr_assert_eq(in.load_failures, 2);
+    mreg_destroy(reg);
+}
+
+Test(mreg, the_least_recently_used_idle_model_makes_room_by_count) {
+    fake f;
+    mreg *reg = make(&f, 2, 0);
+    use(&f, reg, "a", 1000);
+    use(&f, reg, "b", 2000);
+    use(&f, reg, "a", 3000); /* b is now the least recently used */
+    use(&f, reg, "c", 4000);
+    cr_assert_eq(state_of(reg, "b"), MREG_UNLOADED);
+    cr_assert_eq(state_of(reg, "a"), MREG_LOADED);
+    cr_assert_eq(state_of(reg, "c"), MREG_LOADED);
+    cr_assert_eq(f.n_unloaded, 1);
+    cr_assert_str_eq(f.unloaded[0], "b");
+    mreg_destroy(reg);
+}
+
+Test(mreg, the_memory_budget_unloads_as_many_as_needed) {
+    fake f;
+    mreg *reg = make(&f, 0, 250); /* two models of 100 fit */
+    use(&f, reg, "a", 1000);
+    use(&f, reg, "b", 2000);
+    use(&f, reg, "c", 3000);
+    cr_assert_eq(state_of(reg, "a"), MREG_UNLOADED);
+    cr_assert_eq(state_of(reg, "b"), MREG_LOADED);
+    mreg_info in;
+    mreg_info_get(reg, mreg_find(reg, "a"), &in);
+    cr_assert_eq(in.unloads, 1);
+    cr_assert_eq(in.loads, 1);
+    mreg_destroy(reg);
+}
+
+Test(mreg, a_model_in_use_is_never_unloaded_for_room) {
+    fake f;
+    mreg *reg = make(&f, 1, 0);
+    mreg_ref held;
+    attnd_err err;
+    cr_assert_eq(mreg_acquire(reg, "a", &held, NULL, NULL, &err), ATTND_OK);
+    mreg_ref ref;
+    cr_assert_eq(mreg_acquire(reg, "b", &ref, NULL, NULL, &err), ATTND_ERR_NOMEM);
+    cr_assert(strstr(err.msg, "'b'") && strstr(err.msg, "in use"), "%s", err.msg);
+    cr_assert_eq(state_of(reg, "a"), MREG_LOADED);
+    cr_assert_eq(mreg_unload(reg, "a", &err), ATTND_ERR_BUSY, "an explicit unload is refused too");
+    mreg_release(reg, &held);
+    use(&f, reg, "b", 5000); /* idle now: it makes room */
+    cr_assert_eq(state_of(reg, "a"), MREG_UNLOADED);
+    mreg_destroy(reg);
+}
+
+Test(mreg, a_model_larger_than_the_budget_is_refused_with_its_size) {
+    fake f;
+    mreg *reg = make(&f, 0, 50);
+    mreg_ref ref;
+    attnd_err err;
+    cr_assert_eq(mreg_acquire(reg, "a", &ref, NULL, NULL, &err), ATTND_ERR_NOMEM);
+    cr_assert(strstr(err.msg, "models_memory_mb"), "%s", err.msg);
+    mreg_destroy(reg);
+}
+
+typedef struct waiter {
+    mreg *reg;
+    attnd_status st;
+    mreg_ref ref;
+} waiter;
+
+static void *wait_for_a(void *p) {
+    waiter *w = p;
+    attnd_err err;
+    w->st = mreg_acquire(w->reg, "a", &w->ref, NULL, NULL, &err);
+    return NULL;
+}
+
+static int waiters_of(mreg *reg, const char *name) {
+    mreg_info in;
+    mreg_info_get(reg, mreg_find(reg, name), &in);
+    return in.waiters;
+}
+
+Test(mreg, an_unload_while_a_request_waits_for_the_load_leaves_it_its_model) {
+    fake f;
+    mreg *reg = make(&f, 1, 0);
+    f.gate_closed = true;
+    waiter w = {.reg = reg};
+    pthread_t t;
+    pthread_create(&t, NULL, wait_for_a, &w);
+    for (int i = 0; i < 2000 && waiters_of(reg, "a") == 0; i++) usleep(1000);
+    cr_assert_eq(waiters_of(reg, "a"), 1);
+    cr_assert_eq(state_of(reg, "a"), MREG_LOADING);
+    attnd_err err;
+    cr_assert_eq(mreg_unload(reg, "a", &err), ATTND_ERR_INVALID, "still loading: nothing to unload");
+    pthread_mutex_lock(&f.mu);
+    f.gate_closed = false;
+    pthread_cond_broadcast(&f.cv);
+    pthread_mutex_unlock(&f.mu);
+    /* the load ends: the waiter holds it, so neither an unload nor another model's room takes it */
+    pthread_join(t, NULL);
+    cr_assert_eq(w.st, ATTND_OK);
+    cr_assert_str_eq(((inst *)w.ref.inst)->name, "a");
+    cr_assert_eq(mreg_unload(reg, "a", &err), ATTND_ERR_BUSY);
+    mreg_ref ref;
+    cr_assert_eq(mreg_acquire(reg, "b", &ref, NULL, NULL, &err), ATTND_ERR_NOMEM);
+    cr_assert_eq(atomic_load(&f.unloads), 0);
+    mreg_release(reg, &w.ref);
+    cr_assert_eq(mreg_unload(reg, "a", &err), ATTND_OK);
+    cr_assert_eq(atomic_load(&f.unloads), 1);
+    mreg_destroy(reg);
+}
+
+Test(mreg, a_waited_for_model_is_not_a_victim_of_another_load) {
+    fake f;
+    mreg *reg = make(&f, 2, 0);
+    use(&f, reg, "a", 1000);
+    f.gate_closed = true;
+    attnd_err err;
+    cr_assert_eq(mreg_load(reg, "b", &err), ATTND_OK);     /* b loads: 2 of 2 */
+    cr_assert_eq(state_of(reg, "b"), MREG_LOADING);
+    /* c needs room: a is idle and goes, b (loading) does not */
+    cr_assert_eq(mreg_load(reg, "c", &err), ATTND_OK);
+    cr_assert_eq(state_of(reg, "a"), MREG_UNLOADED);
+    pthread_mutex_lock(&f.mu);
+    f.gate_closed = false;
+    pthread_cond_broadcast(&f.cv);
+    pthread_mutex_unlock(&f.mu);
+    mreg_wait_loads(reg);
+    cr_assert_eq(state_of(reg, "b"), MREG_LOADED);
+    cr_assert_eq(state_of(reg, "c"), MREG_LOADED);
+    mreg_destroy(reg);
+}
+
+static void read_name(void *p, void *user) { snprintf(user, 32, "%s", ((inst *)p)->name); }
+
+Test(mreg, peeking_at_a_loaded_model_does_not_count_as_a_use) {
+    fake f;
+    mreg *reg = make(&f, 2, 0);
+    use(&f, reg, "a", 1000);
+    use(&f, reg, "b", 2000);
+    char name[32] = "";
+    f.clock_ms = 3000;
+    cr_assert(mreg_peek(reg, mreg_find(reg, "a"), read_name, name));
+    cr_assert_str_eq(name, "a");
+    cr_assert_not(mreg_peek(reg, mreg_find(reg, "c"), read_name, name), "c is not loaded");
+    use(&f, reg, "c", 4000); /* a is still the least recently used */
+    cr_assert_eq(state_of(reg, "a"), MREG_UNLOADED);
+    cr_assert_eq(state_of(reg, "b"), MREG_LOADED);
+    mreg_destroy(reg);
+}
