@@ -68,9 +68,6 @@ typedef struct arch_desc {
     bool dn_fused_ba;          /* ssm_ba: per key head its value heads' beta rows, then their alpha rows */
     bool q_gate;               /* attn_q holds [query | gate] per head; the output is times sigmoid(gate) */
     bool shared_expert;        /* ffn_{gate,up,down}_shexp beside the experts, gated by sigmoid(ffn_gate_inp_shexp x) */
-    /* Attention both ways (an encoder): every position of an input sees every other position of
-     * the same input, and no KV is kept (attnd/embed.h evaluates it; no generation). */
-    bool bidirectional;
     /* Multi-head latent attention (mla.h): attn_q or attn_q_a / attn_q_a_norm / attn_q_b,
      * attn_kv_a_mqa, attn_kv_a_norm, attn_k_b and attn_v_b (or a legacy attn_kv_b); the cache holds
      * the latent and the rotated key part per token. */
@@ -80,6 +77,17 @@ typedef struct arch_desc {
      * and expert_weights_scale; the first leading_dense_block_count layers are dense, and
      * expert_shared_count shared experts of the experts' width run ungated beside the routed ones. */
     bool ds_router;
+    /* Attention both ways (an encoder): every position of an input sees every other position of
+     * the same input, and no KV is kept (attnd/embed.h evaluates it; no generation). A local
+     * layer's window is then symmetric: keys within window / 2 positions on either side. */
+    bool bidirectional;
+    /* BERT's layer (encoder.c): x = LayerNorm(x + attention(x)), x = LayerNorm(x + ffn(x)), LayerNorms
+     * with weight and bias (<arch>.attention.layer_norm_epsilon; attn_output_norm, layer_output_norm),
+     * the embeddings LayerNorm'd first (token_embd_norm), token types added (token_types, row 0
+     * without types); projections with optional biases; no final norm. */
+    bool post_ln;
+    bool abs_pos;              /* position_embd rows (n_ctx, n_embd) added to the embeddings; no RoPE */
+    bool ffn_ungated;          /* the FFN is W_down act(W_up x + b) + b (no gate) */
     const char *const *keys;   /* the family's own "<arch>." keys beyond the common ones, NULL-ended */
 } arch_desc;
 

@@ -53,6 +53,18 @@ unsigned model_roles(const model *m) {
 
 // ---- loading ----------------------------------------------------------------------------------
 
+/* dense_2 (D, n_embd) and dense_3 (n_embd, D), both or neither: sentence-transformers' Dense
+ * modules after pooling (EmbeddingGemma, converted with --sentence-transformers-dense-modules). */
+static attnd_status embed_load_dense(model *m, attnd_err *err) {
+    const gguf_tensor *t2 = gguf_find_tensor(m->f, "dense_2.weight"), *t3 = gguf_find_tensor(m->f, "dense_3.weight");
+    int64_t E = m->info.n_embd, D = t2 ? (int64_t)t2->ne[1] : 0;
+    if (!t2 && !t3) return ATTND_OK;
+    if (!t2 || !t3 || D < 1 || D > (1 << 16))
+        return attnd_fail(err, ATTND_ERR_FORMAT, "dense_2.weight and dense_3.weight come together (n_embd -> D -> n_embd)");
+    attnd_status st = model_find_matrix(m, "dense_2.weight", D, E, true, &m->dense_2, err);
+    return st ? st : model_find_matrix(m, "dense_3.weight", E, D, true, &m->dense_3, err);
+}
+
 /* The pooling type (default: last for a decoder, cls for an encoder), the head's output count
  * (classifier.output_labels, else 1) and the head: cls (optional) and cls.output. */
 attnd_status embed_model_load(model *m, const char *arch, attnd_err *err) {
@@ -78,6 +90,7 @@ attnd_status embed_model_load(model *m, const char *arch, attnd_err *err) {
         (st = model_find_matrix(m, "cls.output.weight", n_out, E, false, &m->cls_out, err)) ||
         (st = model_load_vector(m, "cls.output.bias", n_out, false, &m->cls_out_b, err)))
         return st;
+    if ((st = embed_load_dense(m, err))) return st;
     if ((m->cls_b && !m->cls.data) || (m->cls_out_b && !m->cls_out.data) || (m->cls.data && !m->cls_out.data))
         return attnd_fail(err, ATTND_ERR_FORMAT, "the classification head is incomplete (cls.bias without cls.weight, "
                           "or cls without cls.output.weight)");
@@ -88,21 +101,33 @@ attnd_status embed_model_load(model *m, const char *arch, attnd_err *err) {
 }
 
 void embed_model_free(model *m) {
+    encoder_free(m);
     free(m->cls_b);
     free(m->cls_out_b);
 }
 
 // ---- pooling and the head -----------------------------------------------------------------------
 
-/* out (rows) = W x (+ b), in double, W's rows dequantized one at a time into row (cols). */
+/* out (rows) = W x (+ b) through the matmul kernels, so x is rounded as llama.cpp rounds it for
+ * W's type (F16: to F16); row is (cols) floats of scratch (enough for the F32 / F16 / Q8 forms of
+ * x; a larger need falls back to a malloc'd one). */
 static void head_matvec(float *out, const weight *w, const float *b, const float *x, float *row) {
-    size_t rb = quant_row_bytes(w->type, w->cols);
-    for (int64_t r = 0; r < w->rows; r++) {
-        quant_dequantize_row(row, (const uint8_t *)w->data + rb * (size_t)r, w->type, w->cols);
-        double s = b ? b[r] : 0;
-        for (int64_t c = 0; c < w->cols; c++) s += (double)row[c] * x[c];
-        out[r] = (float)s;
+    size_t need = quant_scratch_bytes(w->type, 1, w->cols);
+    void *scratch = need <= sizeof(float) * (size_t)w->cols ? (void *)row : malloc(need);
+    if (!scratch) { /* out of memory for a few bytes: the exact sum instead */
+        size_t rb = quant_row_bytes(w->type, w->cols);
+        for (int64_t r = 0; r < w->rows; r++) {
+            float *wr = row;
+            quant_dequantize_row(wr, (const uint8_t *)w->data + rb * (size_t)r, w->type, w->cols);
+            double s = 0;
+            for (int64_t c = 0; c < w->cols; c++) s += (double)wr[c] * x[c];
+            out[r] = (float)s;
+        }
+    } else {
+        quant_matmul(out, w->data, w->type, w->rows, w->cols, x, 1, scratch, 1);
+        if (scratch != row) free(scratch);
     }
+    for (int64_t r = 0; b && r < w->rows; r++) out[r] += b[r];
 }
 
 /* out (n_cls_out) = the head of the pooled row x (n_embd); scratch: 2 n_embd floats. */
@@ -132,11 +157,18 @@ static int pooled_row(const model *m, model_pooling pool, int n) {
     return n - 1;
 }
 
+size_t embed_scratch_floats(const model *m) {
+    size_t E = (size_t)m->info.n_embd, D = (size_t)m->dense_2.rows, W = E > D ? E : D;
+    return 3 * W + D;
+}
+
 /* Input i's vector into out from its hidden rows h (n_rows, n_embd): the pooled row, or the mean
- * of all; through the head for POOL_RANK (scratch: 3 n_embd floats). */
-static void embed_pool(const model *m, model_pooling pool, const float *h, int n_rows, float *out, float *scratch) {
-    int E = m->info.n_embd;
-    float *v = pool == POOL_RANK ? scratch : out;
+ * of all; through the head for POOL_RANK, else through dense_2 then dense_3 when the file has them
+ * (scratch: embed_scratch_floats). */
+void embed_pool(const model *m, model_pooling pool, const float *h, int n_rows, float *out, float *scratch) {
+    int E = m->info.n_embd, D = (int)m->dense_2.rows, W = E > D ? E : D;
+    bool dense = pool != POOL_RANK && m->dense_2.data;
+    float *v = pool == POOL_RANK || dense ? scratch : out;
     if (n_rows > 1) {
         for (int i = 0; i < E; i++) {
             double s = 0;
@@ -146,7 +178,13 @@ static void embed_pool(const model *m, model_pooling pool, const float *h, int n
     } else {
         memcpy(v, h, sizeof(float) * (size_t)E);
     }
-    if (pool == POOL_RANK) rank_head(m, v, out, scratch + E);
+    if (pool == POOL_RANK) {
+        rank_head(m, v, out, scratch + E);
+    } else if (dense) { /* no activation between them, as llama.cpp's build_dense_out */
+        float *y = scratch + W, *row = scratch + W + D;
+        head_matvec(y, &m->dense_2, NULL, v, row);
+        head_matvec(out, &m->dense_3, NULL, y, row);
+    }
 }
 
 // ---- engine_embed ------------------------------------------------------------------------------
@@ -171,13 +209,16 @@ static attnd_status embed_check(const engine *e, const embed_input *in, int n, m
             if (in[i].tokens[t] < 0 || in[i].tokens[t] >= mi->n_vocab)
                 return attnd_fail(err, ATTND_ERR_INVALID, "input %d: token id %d is outside 0..%d", i, in[i].tokens[t],
                                   mi->n_vocab - 1);
+            if (in[i].types && in[i].types[t] && in[i].types[t] >= m->n_types && m->arch->bidirectional)
+                return attnd_fail(err, ATTND_ERR_INVALID, "input %d: token type %d; the model has %d", i,
+                                  in[i].types[t], m->n_types);
         }
     }
     return ATTND_OK;
 }
 
 /* One pass of a decoder: inputs in[0..n) (their tokens fit one batch) as sequences of kv, their
- * pooled vectors to out. entries (max_batch), hidden (max_batch, n_embd), scratch (3 n_embd). */
+ * pooled vectors to out. entries (max_batch), hidden (max_batch, n_embd), scratch (embed_scratch_floats). */
 static attnd_status decoder_pass(engine *e, kv_pool *kv, const embed_input *in, int n, model_pooling pool, float *out,
                                  batch_entry *entries, float *hidden, float *scratch, attnd_err *err) {
     const model *m = engine_model(e);
@@ -208,7 +249,7 @@ static attnd_status embed_decoder(engine *e, const embed_input *in, int n, model
     int B = engine_max_batch(e), E = m->info.n_embd, dim = model_pool_dim(m, pool);
     kv_pool *kv = NULL;
     batch_entry *entries = malloc(sizeof(*entries) * (size_t)B);
-    float *hidden = malloc(sizeof(float) * ((size_t)B * E + 3 * (size_t)E));
+    float *hidden = malloc(sizeof(float) * ((size_t)B * E + embed_scratch_floats(m)));
     attnd_status st = entries && hidden ? kv_pool_create(&kv, m, SIZE_MAX, KV_F32, err)
                                         : attnd_fail(err, ATTND_ERR_NOMEM, "out of memory embedding");
     for (int i = 0; i < n && !st;) {
@@ -228,7 +269,6 @@ attnd_status engine_embed(engine *e, const embed_input *in, int n, model_pooling
     attnd_status st = embed_check(e, in, n, &pool, err);
     if (st || n == 0) return st;
     if (!out) return attnd_fail(err, ATTND_ERR_INVALID, "engine_embed: no output buffer");
-    if (model_is_encoder(engine_model(e)))
-        return attnd_fail(err, ATTND_ERR_UNSUPPORTED, "encoders are not evaluated yet");
+    if (model_is_encoder(engine_model(e))) return encoder_embed(e, in, n, pool, out, err);
     return embed_decoder(e, in, n, pool, out, err);
 }

@@ -1096,6 +1096,9 @@ attnd_status engine_eval(engine *e, const batch_entry *entries, int n, float *lo
     if (n < 0 || n > e->max_batch)
         return attnd_fail(err, ATTND_ERR_INVALID, "batch of %d entries; this engine takes 1..%d", n, e->max_batch);
     if (!entries) return attnd_fail(err, ATTND_ERR_INVALID, "engine_eval: no entries");
+    if (e->m->arch->bidirectional) /* encoders run through engine_embed (attnd/embed.h, encoder.c) */
+        return attnd_fail(err, ATTND_ERR_UNSUPPORTED, "'%s' is an encoder: it embeds and ranks, it does not "
+                          "generate", e->m->info.arch);
     int n_want = 0;
     for (int t = 0; t < n; t++)
         if (entries[t].want_logits) e->want[n_want++] = t;
@@ -1149,4 +1152,8 @@ attnd_status engine_eval_hidden(engine *e, const batch_entry *entries, int n, fl
     e->attn_cb = saved.attn_cb, e->resid_cb = saved.resid_cb, e->expert_cb = saved.expert_cb;
     e->matmul_cb = saved.matmul_cb, e->yield_fn = saved.yield_fn;
     return st;
+}
+
+void engine_attn_hooks(const engine *e, engine_attn_cb *cb, engine_attn_want *want, void **user) {
+    *cb = e->attn_cb, *want = e->attn_want, *user = e->attn_user;
 }

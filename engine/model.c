@@ -198,7 +198,8 @@ static attnd_status read_shape(model *m, const char **arch_out, attnd_err *err) 
     if ((st = arch_u32(f, arch, "attention.key_length", false, n_embd / n_head, &key_len, err))) return st;
     if ((st = arch_u32(f, arch, "attention.value_length", false, key_len, &val_len, err))) return st;
     if ((st = arch_u32(f, arch, "rope.dimension_count", false, key_len, &rope_dims, err))) return st;
-    if ((st = arch_f32(f, arch, "attention.layer_norm_rms_epsilon", true, 0, &mi->rms_eps, err))) return st;
+    const char *eps_key = m->arch->post_ln ? "attention.layer_norm_epsilon" : "attention.layer_norm_rms_epsilon";
+    if ((st = arch_f32(f, arch, eps_key, true, 0, &mi->rms_eps, err))) return st;
     if ((st = arch_f32(f, arch, "rope.freq_base", false, 10000.0f, &mi->rope_base, err))) return st;
 
     /* Sanity limits keep every later size computation far from overflow. */
@@ -889,6 +890,7 @@ static attnd_status load_weights(model *m, attnd_err *err) {
     if ((st = check_vocabulary(f, mi->n_vocab, err))) return st;
     int64_t V = mi->n_vocab, E = mi->n_embd;
     if ((st = find_matrix(m, "token_embd.weight", V, E, true, &m->tok_embd, err))) return st;
+    if (m->arch->post_ln) return encoder_load_weights(m, err); /* encoder.c */
     if ((st = find_matrix(m, "output.weight", V, E, false, &m->output, err))) return st;
     if (!m->output.data) m->output = m->tok_embd; /* tied embeddings */
     if ((st = load_vector(m, "output_norm.weight", E, true, &m->output_norm, err))) return st;
@@ -899,6 +901,7 @@ static attnd_status load_weights(model *m, attnd_err *err) {
 
 void model_destroy(model *m) {
     if (!m) return;
+    embed_model_free(m); /* before the layers: it frees some of theirs */
     if (m->layers) {
         for (int l = 0; l < m->info.n_layer; l++) {
             layer_weights *L = &m->layers[l];
@@ -914,7 +917,6 @@ void model_destroy(model *m) {
         free(m->layers);
     }
     quant_packed_destroy(m->output.packed); /* never set on tok_embd, even when output is tied to it */
-    embed_model_free(m);
     free(m->output_norm);
     for (int i = 0; i < ROPE_TABLES; i++) free(m->rope[i].inv_freq);
     free(m->tensor_read);
