@@ -8,6 +8,9 @@
  *     make_tiny OUT.gguf rank       2-layer llama, rows 64 wide, a reranker: pooling_type rank and a
  *                                   [yes, no] head (cls.output, Qwen3-Reranker's shape), for the
  *                                   rerank endpoints' tests
+ *     make_tiny OUT.gguf bert       encoder_fixture.h's small bert (32 wide, mean pooling): a model
+ *                                   that only embeds, for the role checks of the endpoints' tests
+ *     make_tiny OUT.gguf bert-rank  the same with a one-logit head (a cross-encoder, bge-reranker's kind)
  *     make_tiny OUT.gguf lowbit TYPE
  *                                   2-layer llama, rows 256 wide, every 2-D weight random blocks of
  *                                   TYPE (IQ1_S ... NVFP4, issue 47: formats attnd cannot write)
@@ -24,7 +27,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "engine_fixture.h"
+#include "encoder_fixture.h"
 #include "quant.h"
 
 /* The block scales of nb blocks of `type` at raw: f16 d = f (each block f times 1 + u / 4, u
@@ -109,10 +112,15 @@ static int write_rank(const char *path) {
 int main(int argc, char **argv) {
     if (argc == 4 && !strcmp(argv[2], "lowbit")) return write_lowbit(argv[1], argv[3]);
     if (argc != 3) {
-        fprintf(stderr, "usage: make_tiny OUT.gguf qwen896|llama960|rank | make_tiny OUT.gguf lowbit TYPE\n");
+        fprintf(stderr, "usage: make_tiny OUT.gguf qwen896|llama960|rank|bert|bert-rank | make_tiny OUT.gguf lowbit TYPE\n");
         return 2;
     }
     if (!strcmp(argv[2], "rank")) return write_rank(argv[1]);
+    if (!strcmp(argv[2], "bert") || !strcmp(argv[2], "bert-rank")) {
+        tiny_spec sp = enc_small();
+        if (!strcmp(argv[2], "bert-rank")) sp.pooling = 1 + 4, sp.n_cls_out = 1, sp.seed = 6;
+        return enc_write(argv[1], &sp) != 0;
+    }
     bool qwen = !strcmp(argv[2], "qwen896");
     if (!qwen && strcmp(argv[2], "llama960")) {
         fprintf(stderr, "make_tiny: unknown model '%s' (qwen896 or llama960)\n", argv[2]);

@@ -4,7 +4,8 @@
 # `attnd rerank` compute from the same file, batches equal to their inputs alone, embeddings
 # beside a running generation, the caps (embed_max_inputs, embed_max_tokens), and the roles: a
 # generation model serves embeddings only with --embeddings, and an endpoint the model does not
-# serve is a 400 naming those it does. Models: stories260K (a llama) and make_tiny's reranker.
+# serve is a 400 naming those it does, on one model or several. Models: stories260K (a llama),
+# make_tiny's decoder reranker, and its small bert (embeds only) and bert cross-encoder (ranks only).
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 source "$here/http_lib.sh"
@@ -132,6 +133,34 @@ check_status 400 "/v1/rerank with no documents" "$R/v1/rerank" -d '{"query": "a"
 check_status 400 "a reranker does not embed" "$R/v1/embeddings" -d '{"input": "a"}'
 check "/props of the reranker: roles" grep -q '"roles":\["generate","rank"\]' <(curl -s "$R/props")
 
+# ---- encoders: a bert that only embeds, a bert cross-encoder that only ranks ----
+"$(dirname "$ATTND_BINARY")/make_tiny" "$TMP/bert.gguf" bert || fail "make_tiny bert"
+"$(dirname "$ATTND_BINARY")/make_tiny" "$TMP/bert-rank.gguf" bert-rank || fail "make_tiny bert-rank"
+start_server b --model "$TMP/bert.gguf" --threads 1
+start_server x --model "$TMP/bert-rank.gguf" --threads 1
+B=http://127.0.0.1:$b_PORT X=http://127.0.0.1:$x_PORT
+post "$B/v1/embeddings" "{\"input\": $texts}" > "$TMP/bo.json"
+"$ATTND_BINARY" embed --model "$TMP/bert.gguf" --threads 1 "Once upon a time" "a little cat" "the sun was bright" > "$TMP/bcli.txt"
+check "bert: 3 vectors of 32, equal to attnd embed" python3 -c '
+import json, sys
+a = json.load(open(sys.argv[1]))["data"]; c = [json.loads(l) for l in open(sys.argv[2])]
+sys.exit(0 if len(a) == 3 and all(len(x["embedding"]) == 32 and all(abs(p - q) < 1e-5 for p, q in zip(x["embedding"], y)) for x, y in zip(a, c)) else 1)' \
+    "$TMP/bo.json" "$TMP/bcli.txt"
+check_status 400 "bert: chat is a 400" "$B/v1/chat/completions" -d '{"messages": [{"role": "user", "content": "Hi"}]}'
+check "... naming what it serves" grep -q "'bert' does not generate text; it serves /api/embed, /api/embeddings, /v1/embeddings, /embeddings\"" \
+    <(post "$B/v1/chat/completions" '{"messages": [{"role": "user", "content": "Hi"}]}')
+check_status 400 "bert: Ollama's generate is a 400" "$B/api/generate" -d '{"model": "bert", "prompt": "Hi"}'
+check "/props of the bert: roles embed" grep -q '"roles":\["embed"\]' <(curl -s "$B/props")
+post "$X/rerank" "{\"query\": \"a cat\", \"documents\": $docs, \"return_documents\": true}" > "$TMP/xr.json"
+"$ATTND_BINARY" rerank --model "$TMP/bert-rank.gguf" --threads 1 --json --top-n 3 --query "a cat" "Once upon a time" "a little cat" \
+    "the sun was bright" > "$TMP/xcli.txt"
+check "bert cross-encoder: /rerank equal to attnd rerank" python3 -c '
+import json, sys
+a = json.load(open(sys.argv[1]))["results"]; c = json.loads(open(sys.argv[2]).read())["results"]
+sys.exit(0 if len(a) == 3 and [x["index"] for x in a] == [y["index"] for y in c] and all(abs(x["relevance_score"] - y["relevance_score"]) < 1e-5 for x, y in zip(a, c)) else 1)' \
+    "$TMP/xr.json" "$TMP/xcli.txt"
+check_status 400 "bert cross-encoder: embeddings are a 400" "$X/v1/embeddings" -d '{"input": "a"}'
+
 # ---- a server of several models: routed by "model", each model's role checked ----
 mkdir -p "$TMP/models" && ln -s "$STORIES" "$TMP/models/story.gguf" && ln -s "$RANK" "$TMP/models/ranker.gguf"
 start_server m --models-dir "$TMP/models" --threads 1 --kv-budget-mb 16 --embeddings
@@ -144,5 +173,5 @@ check "several models: the story model does not rank, and says what it serves" g
     <(post "$M/v1/rerank" '{"model": "story", "query": "a", "documents": ["b"]}')
 check_status 400 "several models: embeddings without a model" "$M/v1/embeddings" -d '{"input": "a"}'
 
-for s in e g r m; do stop_server $s || bad "$s: SIGTERM"; done
+for s in e g r b x m; do stop_server $s || bad "$s: SIGTERM"; done
 exit $status
