@@ -259,7 +259,7 @@ Test(rerank, pair_tokens_from_the_template_or_the_special_tokens) {
     cr_assert_eq(tok_load(&t, f, &err), ATTND_OK, "%s", err.msg);
     int32_t *ids, *q, *d;
     size_t n, nq, nd;
-    /* no template: the query with its BOS, then the document without its own */
+    /* no template: tok_encode_pair's layout, here (a SentencePiece vocabulary that adds only BOS) BOS q d */
     cr_assert_eq(rerank_pair_tokens(t, NULL, "Tom ran", 7, "a cat", 5, &ids, &n, &err), ATTND_OK, "%s", err.msg);
     cr_assert_eq(tok_encode(t, "Tom ran", 7, true, false, &q, &nq, &err), ATTND_OK);
     cr_assert_eq(tok_encode(t, "a cat", 5, true, false, &d, &nd, &err), ATTND_OK);

@@ -99,20 +99,7 @@ attnd_status rerank_pair_tokens(const tokenizer *t, const char *tmpl, const char
         buf_free(&b);
         return st;
     }
-    int32_t *qi = NULL, *di = NULL;
-    size_t nq = 0, nd = 0;
-    attnd_status st = tok_encode(t, q, q_len, true, false, &qi, &nq, err);
-    if (st == ATTND_OK) st = tok_encode(t, d, d_len, true, false, &di, &nd, err);
-    size_t skip = nd > 0 && tok_add_bos(t) && di[0] == tok_bos(t); /* the document's own BOS ([CLS]) */
-    if (st == ATTND_OK && !(*ids = malloc((nq + nd + 1) * sizeof(**ids)))) st = attnd_fail(err, ATTND_ERR_NOMEM, "out of memory");
-    if (st == ATTND_OK) {
-        memcpy(*ids, qi, nq * sizeof(*qi));
-        memcpy(*ids + nq, di + skip, (nd - skip) * sizeof(*di));
-        *n_ids = nq + nd - skip;
-    }
-    free(qi);
-    free(di);
-    return st;
+    return tok_encode_pair(t, q, q_len, d, d_len, ids, NULL, n_ids, err); /* [CLS] q [SEP] d [SEP], or BOS q EOS SEP d EOS */
 }
 
 // ---- the answer ---------------------------------------------------------------------------------

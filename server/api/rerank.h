@@ -14,9 +14,9 @@
  *
  * Pair prompts, as llama-server makes them: a GGUF with tokenizer.chat_template.rerank
  * (Qwen3-Reranker's) has {query} and {document} replaced in it, and the result is tokenized with
- * special tokens parsed and none added; otherwise the pair is the query encoded with the model's
- * special tokens (BERT: [CLS] q [SEP]) followed by the document encoded with them, less its
- * leading BOS ([CLS] q [SEP] d [SEP]).
+ * special tokens parsed and none added; otherwise tok_encode_pair's layout: WordPiece's
+ * [CLS] q [SEP] d [SEP], else llama.cpp's BOS q EOS SEP d EOS (each special as the vocabulary
+ * has it and asks for it). Token types are left 0, as llama.cpp evaluates them.
  */
 #ifndef ATTND_SERVER_RERANK_H
 #define ATTND_SERVER_RERANK_H
