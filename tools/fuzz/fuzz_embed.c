@@ -57,6 +57,7 @@ static void check_embed(const json_t *body, embreq_api api, const uint8_t *data,
     if (api == EMBREQ_OPENAI) FUZZ_CHECK(json_array_size(json_object_get(a, "data")) == (size_t)r.n_items, "entries != inputs");
     if (api == EMBREQ_OLLAMA) FUZZ_CHECK(json_array_size(json_object_get(a, "embeddings")) == (size_t)r.n_items, "entries != inputs");
     fuzz_check_json(a, "answer");
+    json_decref(a);
     free(v);
     embreq_free(&r);
 }
@@ -85,6 +86,7 @@ static void check_rerank(const json_t *body, const uint8_t *data, size_t size) {
         prev = sc;
     }
     fuzz_check_json(a, "answer");
+    json_decref(a);
     free(s);
     rerank_request_free(&r);
 }
