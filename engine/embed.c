@@ -60,7 +60,8 @@ static attnd_status embed_load_dense(model *m, attnd_err *err) {
     int64_t E = m->info.n_embd, D = t2 ? (int64_t)t2->ne[1] : 0;
     if (!t2 && !t3) return ATTND_OK;
     if (!t2 || !t3 || D < 1 || D > (1 << 16))
-        return attnd_fail(err, ATTND_ERR_FORMAT, "dense_2.weight and dense_3.weight come together (n_embd -> D -> n_embd)");
+        return attnd_fail(err, ATTND_ERR_FORMAT,
+                          "dense_2.weight and dense_3.weight come together (n_embd -> D -> n_embd)");
     attnd_status st = model_find_matrix(m, "dense_2.weight", D, E, true, &m->dense_2, err);
     return st ? st : model_find_matrix(m, "dense_3.weight", E, D, true, &m->dense_3, err);
 }
@@ -92,7 +93,8 @@ attnd_status embed_model_load(model *m, const char *arch, attnd_err *err) {
         return st;
     if ((st = embed_load_dense(m, err))) return st;
     if ((m->cls_b && !m->cls.data) || (m->cls_out_b && !m->cls_out.data) || (m->cls.data && !m->cls_out.data))
-        return attnd_fail(err, ATTND_ERR_FORMAT, "the classification head is incomplete (cls.bias without cls.weight, "
+        return attnd_fail(err, ATTND_ERR_FORMAT,
+                          "the classification head is incomplete (cls.bias without cls.weight, "
                           "or cls without cls.output.weight)");
     m->n_cls_out = m->cls_out.data ? (int)n_out : 0;
     if (m->pooling == POOL_RANK && !m->n_cls_out)
@@ -151,7 +153,7 @@ static void rank_head(const model *m, const float *x, float *out, float *scratch
 
 /* The row index, among an input's n hidden rows, that pooling pool reads (-1: all of them, mean). */
 static int pooled_row(const model *m, model_pooling pool, int n) {
-    if (pool == POOL_MEAN) return -1;
+    if (pool == POOL_MEAN || pool == POOL_NONE) return -1;
     if (pool == POOL_CLS) return 0;
     if (pool == POOL_RANK) return m->arch->bidirectional ? 0 : n - 1;
     return n - 1;
@@ -196,8 +198,9 @@ static attnd_status embed_check(const engine *e, const embed_input *in, int n, m
     if (*pool == POOL_FILE) *pool = model_pooling_type(m);
     if (n < 0 || (n > 0 && !in)) return attnd_fail(err, ATTND_ERR_INVALID, "engine_embed: %d inputs", n);
     if (*pool == POOL_NONE || *pool < POOL_NONE || *pool > POOL_RANK)
-        return attnd_fail(err, ATTND_ERR_INVALID, "pooling '%s' is not one engine_embed computes (mean, cls, last, "
-                          "rank)", model_pooling_name(*pool));
+        return attnd_fail(err, ATTND_ERR_INVALID,
+                          "pooling '%s' is not one engine_embed computes (mean, cls, last, rank)",
+                          model_pooling_name(*pool));
     if (*pool == POOL_RANK && !m->n_cls_out)
         return attnd_fail(err, ATTND_ERR_INVALID, "the model ('%s') has no classification head: it cannot rank",
                           mi->arch);
@@ -234,7 +237,10 @@ static attnd_status decoder_pass(engine *e, kv_pool *kv, const embed_input *in, 
     if (!st) st = engine_eval_hidden(e, entries, n_ent, hidden, err);
     for (int i = 0, row = 0; i < n && !st; i++) {
         int rows = pooled_row(m, pool, in[i].n_tokens) < 0 ? in[i].n_tokens : 1;
-        embed_pool(m, pool, hidden + (size_t)row * E, rows, out + (size_t)i * dim, scratch);
+        if (pool == POOL_NONE) /* every token's vector: out is (tokens, n_embd) */
+            for (int t = 0; t < rows; t++)
+                embed_pool(m, POOL_CLS, hidden + (size_t)(row + t) * E, 1, out + (size_t)(row + t) * E, scratch);
+        else embed_pool(m, pool, hidden + (size_t)row * E, rows, out + (size_t)i * dim, scratch);
         row += rows;
     }
     for (int i = 0; seqs && i < n; i++) kv_seq_destroy(seqs[i]);
@@ -252,11 +258,12 @@ static attnd_status embed_decoder(engine *e, const embed_input *in, int n, model
     float *hidden = malloc(sizeof(float) * ((size_t)B * E + embed_scratch_floats(m)));
     attnd_status st = entries && hidden ? kv_pool_create(&kv, m, SIZE_MAX, KV_F32, err)
                                         : attnd_fail(err, ATTND_ERR_NOMEM, "out of memory embedding");
-    for (int i = 0; i < n && !st;) {
+    for (int i = 0, done = 0; i < n && !st;) {
         int j = i, toks = 0;
         while (j < n && toks + in[j].n_tokens <= B) toks += in[j++].n_tokens;
-        st = decoder_pass(e, kv, in + i, j - i, pool, out + (size_t)i * dim, entries, hidden, hidden + (size_t)B * E,
-                          err);
+        st = decoder_pass(e, kv, in + i, j - i, pool, out + (pool == POOL_NONE ? (size_t)done * E : (size_t)i * dim),
+                          entries, hidden, hidden + (size_t)B * E, err);
+        done += toks;
         i = j;
     }
     kv_pool_destroy(kv);
@@ -265,10 +272,21 @@ static attnd_status embed_decoder(engine *e, const embed_input *in, int n, model
     return st;
 }
 
-attnd_status engine_embed(engine *e, const embed_input *in, int n, model_pooling pool, float *out, attnd_err *err) {
-    attnd_status st = embed_check(e, in, n, &pool, err);
-    if (st || n == 0) return st;
+/* engine_embed and engine_embed_tokens: checked inputs through the decoder or the encoder path. */
+static attnd_status embed_run(engine *e, const embed_input *in, int n, model_pooling pool, float *out, attnd_err *err) {
+    if (n == 0) return ATTND_OK;
     if (!out) return attnd_fail(err, ATTND_ERR_INVALID, "engine_embed: no output buffer");
     if (model_is_encoder(engine_model(e))) return encoder_embed(e, in, n, pool, out, err);
     return embed_decoder(e, in, n, pool, out, err);
+}
+
+attnd_status engine_embed(engine *e, const embed_input *in, int n, model_pooling pool, float *out, attnd_err *err) {
+    attnd_status st = embed_check(e, in, n, &pool, err);
+    return st ? st : embed_run(e, in, n, pool, out, err);
+}
+
+attnd_status engine_embed_tokens(engine *e, const embed_input *in, int n, float *out, attnd_err *err) {
+    model_pooling pool = POOL_MEAN; /* checked as any pooling: every token is kept below */
+    attnd_status st = embed_check(e, in, n, &pool, err);
+    return st ? st : embed_run(e, in, n, POOL_NONE, out, err);
 }

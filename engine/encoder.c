@@ -31,11 +31,11 @@
 
 // ---- loading ----------------------------------------------------------------------------------
 
-#define MAT(field, suffix, r, c, req)                                       \
-    snprintf(name, sizeof(name), "blk.%d.%s.weight", l, suffix);             \
+#define MAT(field, suffix, r, c, req)                                                                                  \
+    snprintf(name, sizeof(name), "blk.%d.%s.weight", l, suffix);                                                       \
     if ((st = model_find_matrix(m, name, r, c, req, &L->field, err))) return st;
-#define VEC(field, suffix, ext, n, req)                                     \
-    snprintf(name, sizeof(name), "blk.%d.%s.%s", l, suffix, ext);            \
+#define VEC(field, suffix, ext, n, req)                                                                                \
+    snprintf(name, sizeof(name), "blk.%d.%s.%s", l, suffix, ext);                                                      \
     if ((st = model_load_vector(m, name, n, req, &L->field, err))) return st;
 
 /* Layer l's attention of a post-LayerNorm encoder: q, k, v (fused or not) with optional biases,
@@ -123,33 +123,57 @@ typedef struct enc_pass {
     const model *m;
     const embed_input *in;
     int n, T, n_threads;
-    int *start;              /* (n + 1) each input's first row */
-    int first_entry;         /* the pass's first row as an index over the whole call (the hooks' entry) */
+    int *start;                            /* (n + 1) each input's first row */
+    int first_entry;                       /* the pass's first row as an index over the whole call (the hooks' entry) */
     float *x, *q, *k, *v, *att, *tmp, *up; /* (T, E), (T, Q), (T, KV) x2, (T, Q), (T, E), (T, F) */
-    float *gate;             /* (T, F) a gated FFN's gate, or empty */
-    float *xn;               /* (T, E) a pre-norm layer's normalised input (RMSNorm families) */
-    float *fused;            /* (T, Q + 2 KV) a fused projection's output, or empty */
-    float *scores;           /* (n_threads, max input length) */
-    float *pool_scratch;     /* (embed_scratch_floats) embed_pool's */
+    float *gate;                           /* (T, F) a gated FFN's gate, or empty */
+    float *xn;                             /* (T, E) a pre-norm layer's normalised input (RMSNorm families) */
+    float *fused;                          /* (T, Q + 2 KV) a fused projection's output, or empty */
+    float *scores;                         /* (n_threads, max input length) */
+    float *pool_scratch;                   /* (embed_scratch_floats) embed_pool's */
     int max_len;
     void *mm_scratch;
-    engine_attn_cb attn_cb;  /* the engine's inspection hook (serial when set), or NULL */
+    engine_attn_cb attn_cb; /* the engine's inspection hook (serial when set), or NULL */
     engine_attn_want attn_want;
     void *attn_user;
     int layer;
+    bool act_gated; /* the current layer's FFN has a gate (enc_act) */
 } enc_pass;
 
-/* x = LayerNorm(x) * w + b per row of dim (mean and variance in double, as ggml_norm). */
-static void layer_norm(float *x, const float *w, const float *b, int n, int dim, float eps) {
-    for (int t = 0; t < n; t++) {
-        float *r = x + (size_t)t * dim;
+/* A row-wise normalisation of n rows of dim: out = LayerNorm(x) * w + b (mean and variance in
+ * double, as ggml_norm), or out = x / rms(x) * w (the sum of squares in double, as engine.c);
+ * out may be x. Parallel over chunks of rows when the work is worth a wake-up of the pool. */
+typedef struct norm_job {
+    float *out;
+    const float *x, *w, *b;
+    int n, dim;
+    float eps;
+    bool layer; /* LayerNorm; false: RMSNorm */
+} norm_job;
+
+#define ROW_CHUNK 8
+#define ROWWISE_PAR_MIN 16384L /* elements below which one thread does it (as engine.c) */
+
+static void norm_task(void *ctx, int c, int worker) {
+    (void)worker;
+    const norm_job *j = ctx;
+    for (int t = c * ROW_CHUNK; t < j->n && t < (c + 1) * ROW_CHUNK; t++) {
+        const float *r = j->x + (size_t)t * j->dim;
+        float *o = j->out + (size_t)t * j->dim;
         double mean = 0, var = 0;
-        for (int i = 0; i < dim; i++) mean += r[i];
-        mean /= dim;
-        for (int i = 0; i < dim; i++) var += (r[i] - mean) * (r[i] - mean);
-        float sc = (float)(1.0 / sqrt(var / dim + eps));
-        for (int i = 0; i < dim; i++) r[i] = (float)(r[i] - mean) * sc * w[i] + (b ? b[i] : 0);
+        for (int i = 0; j->layer && i < j->dim; i++) mean += r[i];
+        mean /= j->dim;
+        for (int i = 0; i < j->dim; i++) var += (r[i] - mean) * (r[i] - mean);
+        float sc = (float)(1.0 / sqrt(var / j->dim + j->eps));
+        for (int i = 0; i < j->dim; i++)
+            o[i] = j->layer ? (float)(r[i] - mean) * sc * j->w[i] + (j->b ? j->b[i] : 0) : r[i] * sc * j->w[i];
     }
+}
+
+static void norm_rows(int nth, float *out, const float *x, const float *w, const float *b, int n, int dim, float eps,
+                      bool layer) {
+    norm_job j = {out, x, w, b, n, dim, eps, layer};
+    threads_run((long)n * dim >= ROWWISE_PAR_MIN ? nth : 1, (n + ROW_CHUNK - 1) / ROW_CHUNK, norm_task, &j);
 }
 
 static void add_bias_rows(float *x, const float *b, int n, int dim) {
@@ -181,19 +205,9 @@ static void enc_embed(enc_pass *p) {
             }
         }
     for (size_t i = 0; m->embd_scale != 1.0f && i < (size_t)p->T * E; i++) p->x[i] *= m->embd_scale;
-    if (m->tok_norm) layer_norm(p->x, m->tok_norm, m->tok_norm_b, p->T, E, m->info.rms_eps);
+    if (m->tok_norm) norm_rows(p->n_threads, p->x, p->x, m->tok_norm, m->tok_norm_b, p->T, E, m->info.rms_eps, true);
 }
 
-/* out = x / rms(x) * w per row of dim (the sum of squares in double, as engine.c); out may be x. */
-static void rms_norm(float *out, const float *x, const float *w, int n, int dim, float eps) {
-    for (int t = 0; t < n; t++) {
-        const float *r = x + (size_t)t * dim;
-        double ss = 0;
-        for (int i = 0; i < dim; i++) ss += (double)r[i] * r[i];
-        float sc = (float)(1.0 / sqrt(ss / dim + eps));
-        for (int i = 0; i < dim; i++) out[(size_t)t * dim + i] = r[i] * sc * w[i];
-    }
-}
 
 /* Attention of input i, head h: each query row against the input's keys, softmax, values. */
 static void enc_attend_task(void *ctx, int item, int worker) {
@@ -251,8 +265,10 @@ static void enc_qkv(enc_pass *p, const layer_weights *L, const float *in) {
         enc_matmul(p, p->k, &L->wk, in, L->bk);
         enc_matmul(p, p->v, &L->wv, in, L->bv);
     }
-    if (L->q_norm) rms_norm(p->q, p->q, L->q_norm, p->T * mi->n_head, mi->head_dim, mi->rms_eps);
-    if (L->k_norm) rms_norm(p->k, p->k, L->k_norm, p->T * mi->n_head_kv, mi->head_dim, mi->rms_eps);
+    if (L->q_norm)
+        norm_rows(p->n_threads, p->q, p->q, L->q_norm, NULL, p->T * mi->n_head, mi->head_dim, mi->rms_eps, false);
+    if (L->k_norm)
+        norm_rows(p->n_threads, p->k, p->k, L->k_norm, NULL, p->T * mi->n_head_kv, mi->head_dim, mi->rms_eps, false);
     if (m->arch->abs_pos) return;
     const rope_table *rt = &m->rope[L->rope_table];
     int hd = mi->head_dim, half = mi->rope_dims / 2;
@@ -271,17 +287,29 @@ static void enc_qkv(enc_pass *p, const layer_weights *L, const float *in) {
             }
 }
 
-/* The FFN's activation into up: gelu(up) (ungated), or act(gate) * up (SwiGLU, GeGLU). */
+/* The FFN's activation into up: gelu(up) (ungated), or act(gate) * up (SwiGLU, GeGLU), over
+ * chunks of 4096 elements on the pool. */
+#define ACT_CHUNK 4096
+
+static void act_task(void *ctx, int c, int worker) {
+    (void)worker;
+    const enc_pass *p = ctx;
+    size_t n = (size_t)p->T * (size_t)p->m->info.n_ff, i0 = (size_t)c * ACT_CHUNK,
+           i1 = i0 + ACT_CHUNK < n ? i0 + ACT_CHUNK : n;
+    float *u = p->up;
+    const float *g = p->gate;
+    if (!p->act_gated)
+        for (size_t i = i0; i < i1; i++) u[i] = gelu_tanh(u[i]);
+    else if (p->m->arch->act == ACT_GELU_TANH) /* GeGLU */
+        for (size_t i = i0; i < i1; i++) u[i] *= gelu_tanh(g[i]);
+    else
+        for (size_t i = i0; i < i1; i++) u[i] *= g[i] / (1.0f + expf(-g[i]));
+}
+
 static void enc_act(enc_pass *p, const layer_weights *L) {
     size_t n = (size_t)p->T * (size_t)p->m->info.n_ff;
-    if (!L->w_gate.data) {
-        for (size_t i = 0; i < n; i++) p->up[i] = gelu_tanh(p->up[i]);
-        return;
-    }
-    if (p->m->arch->act == ACT_GELU_TANH) /* GeGLU */
-        for (size_t i = 0; i < n; i++) p->up[i] *= gelu_tanh(p->gate[i]);
-    else
-        for (size_t i = 0; i < n; i++) p->up[i] *= p->gate[i] / (1.0f + expf(-p->gate[i]));
+    p->act_gated = L->w_gate.data != NULL;
+    threads_run((long)n >= ROWWISE_PAR_MIN ? p->n_threads : 1, (int)((n + ACT_CHUNK - 1) / ACT_CHUNK), act_task, p);
 }
 
 /* One encoder layer, post-LayerNorm: x = LN(x + attn(x)); x = LN(x + ffn(x)). */
@@ -295,13 +323,13 @@ static void enc_layer(enc_pass *p, int l) {
     threads_run(p->attn_cb ? 1 : p->n_threads, p->n * m->info.n_head, enc_attend_task, p);
     enc_matmul(p, p->tmp, &L->wo, p->att, L->bo);
     for (size_t i = 0; i < (size_t)T * E; i++) p->x[i] += p->tmp[i];
-    layer_norm(p->x, L->attn_norm, L->attn_norm_b, T, E, eps);
+    norm_rows(p->n_threads, p->x, p->x, L->attn_norm, L->attn_norm_b, T, E, eps, true);
     enc_matmul(p, p->up, &L->w_up, p->x, L->b_up);
     if (L->w_gate.data) enc_matmul(p, p->gate, &L->w_gate, p->x, NULL);
     enc_act(p, L);
     enc_matmul(p, p->tmp, &L->w_down, p->up, L->b_down);
     for (size_t i = 0; i < (size_t)T * E; i++) p->x[i] += p->tmp[i];
-    layer_norm(p->x, L->ffn_norm, L->ffn_norm_b, T, E, eps);
+    norm_rows(p->n_threads, p->x, p->x, L->ffn_norm, L->ffn_norm_b, T, E, eps, true);
 }
 
 /* One pre-norm layer (gemma-embedding: gemma3's layer attending both ways): x += post(attn(rms(x)));
@@ -311,19 +339,19 @@ static void enc_layer_pre(enc_pass *p, int l) {
     const layer_weights *L = &m->layers[l];
     int E = m->info.n_embd, T = p->T;
     float eps = m->info.rms_eps;
-    rms_norm(p->xn, p->x, L->attn_norm, T, E, eps);
+    norm_rows(p->n_threads, p->xn, p->x, L->attn_norm, NULL, T, E, eps, false);
     enc_qkv(p, L, p->xn);
     p->layer = l;
     threads_run(p->attn_cb ? 1 : p->n_threads, p->n * m->info.n_head, enc_attend_task, p);
     enc_matmul(p, p->tmp, &L->wo, p->att, L->bo);
-    if (L->post_attn_norm) rms_norm(p->tmp, p->tmp, L->post_attn_norm, T, E, eps);
+    if (L->post_attn_norm) norm_rows(p->n_threads, p->tmp, p->tmp, L->post_attn_norm, NULL, T, E, eps, false);
     for (size_t i = 0; i < (size_t)T * E; i++) p->x[i] += p->tmp[i];
-    rms_norm(p->xn, p->x, L->ffn_norm, T, E, eps);
+    norm_rows(p->n_threads, p->xn, p->x, L->ffn_norm, NULL, T, E, eps, false);
     enc_matmul(p, p->up, &L->w_up, p->xn, NULL);
     enc_matmul(p, p->gate, &L->w_gate, p->xn, NULL);
     enc_act(p, L);
     enc_matmul(p, p->tmp, &L->w_down, p->up, NULL);
-    if (L->post_ffn_norm) rms_norm(p->tmp, p->tmp, L->post_ffn_norm, T, E, eps);
+    if (L->post_ffn_norm) norm_rows(p->n_threads, p->tmp, p->tmp, L->post_ffn_norm, NULL, T, E, eps, false);
     for (size_t i = 0; i < (size_t)T * E; i++) p->x[i] += p->tmp[i];
 }
 
@@ -350,7 +378,8 @@ static attnd_status enc_alloc(enc_pass *p, int T, int n_in, attnd_err *err) {
     const model *m = p->m;
     size_t E = (size_t)m->info.n_embd, Q = (size_t)m->q_dim, KV = (size_t)m->kv_dim, F = (size_t)m->info.n_ff;
     size_t G = m->layers[0].w_gate.data ? F : 0, W = m->arch->fused_qkv ? Q + 2 * KV : 0;
-    size_t floats = (size_t)T * (3 * E + 2 * Q + 2 * KV + F + G + W) + (size_t)p->n_threads * (size_t)p->max_len + embed_scratch_floats(m);
+    size_t floats = (size_t)T * (3 * E + 2 * Q + 2 * KV + F + G + W) + (size_t)p->n_threads * (size_t)p->max_len +
+                    embed_scratch_floats(m);
     size_t scratch = enc_scratch_bytes(m, T);
     char *mem = malloc(sizeof(float) * floats + scratch + sizeof(int) * (size_t)(n_in + 1) + 64);
     if (!mem) return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory for an encoder pass of %d tokens", T);
@@ -384,8 +413,12 @@ static void enc_run(enc_pass *p, const embed_input *in, int n, model_pooling poo
         if (m->arch->post_ln) enc_layer(p, l);
         else enc_layer_pre(p, l);
     }
-    if (m->output_norm) rms_norm(p->x, p->x, m->output_norm, p->T, E, m->info.rms_eps); /* RMSNorm families */
-    for (int i = 0; i < n; i++) {
+    if (m->output_norm)
+        norm_rows(p->n_threads, p->x, p->x, m->output_norm, NULL, p->T, E, m->info.rms_eps,
+                  false);                               /* RMSNorm families */
+    for (int t = 0; pool == POOL_NONE && t < p->T; t++) /* every token's vector: out is (T, n_embd) */
+        embed_pool(m, POOL_CLS, p->x + (size_t)t * E, 1, out + (size_t)t * E, p->pool_scratch);
+    for (int i = 0; pool != POOL_NONE && i < n; i++) {
         int len = in[i].n_tokens, r = pool == POOL_MEAN ? 0 : pool == POOL_LAST ? len - 1 : 0;
         embed_pool(m, pool, p->x + (size_t)(p->start[i] + r) * E, pool == POOL_MEAN ? len : 1, out + (size_t)i * dim,
                    p->pool_scratch);
@@ -404,10 +437,12 @@ attnd_status encoder_embed(engine *e, const embed_input *in, int n, model_poolin
     enc_pass p = {.e = e, .m = m, .n_threads = engine_threads(e), .max_len = max_len};
     engine_attn_hooks(e, &p.attn_cb, &p.attn_want, &p.attn_user);
     attnd_status st = enc_alloc(&p, T, n, err);
-    for (int i = 0; i < n && !st;) {
+    for (int i = 0, done = 0; i < n && !st;) {
         int j = i, toks = 0;
         while (j < n && toks + in[j].n_tokens <= B) toks += in[j++].n_tokens;
-        enc_run(&p, in + i, j - i, pool, out + (size_t)i * dim, dim);
+        enc_run(&p, in + i, j - i, pool, out + (pool == POOL_NONE ? (size_t)done * m->info.n_embd : (size_t)i * dim),
+                dim);
+        done += toks;
         i = j;
     }
     free(p.x);

@@ -43,8 +43,10 @@ static inline tiny_spec gemma_emb_small(void) {
  * tiny_model): the small bert (F32, mean pooling), bge-base's shape in F16 (CLS pooling), and a
  * cross-encoder of that shape (F16, rank: cls and one cls.output logit), and nomic-embed-text
  * v1.5's shape (768 wide, 12 heads of 64 all rotated, SwiGLU of 3072) at 2 layers, F16, mean, and
- * the small gemma-embedding (gemma_emb_small, F32). */
-static const char *const ENC_NAMES[] = {"bert", "bert-bge-base", "bert-reranker", "nomic-bert", "gemma-embedding"};
+ * the small gemma-embedding (gemma_emb_small, F32), and two small qwen3 decoders: an embedder (last
+ * token) and a reranker (cls.output's [yes, no] rows, softmaxed). */
+static const char *const ENC_NAMES[] = {
+    "bert", "bert-bge-base", "bert-reranker", "nomic-bert", "gemma-embedding", "qwen3-embedding", "qwen3-reranker"};
 #define N_ENC (sizeof(ENC_NAMES) / sizeof(ENC_NAMES[0]))
 
 static inline tiny_spec enc_named(const char *name) {
@@ -53,6 +55,13 @@ static inline tiny_spec enc_named(const char *name) {
     if (!strcmp(name, "bert-reranker")) sp.pooling = 1 + 4, sp.n_cls_out = 1, sp.seed = 6;
     if (!strcmp(name, "nomic-bert")) sp.arch = "nomic-bert", sp.pooling = 1 + 1, sp.seed = 8, sp.rope_base = 1000.0f;
     if (!strcmp(name, "gemma-embedding")) sp = gemma_emb_small();
+    if (!strncmp(name, "qwen3-", 6)) { /* decoders: Qwen3-Embedding (last token), Qwen3-Reranker (yes/no head) */
+        sp = tiny_default("qwen3");
+        sp.vocab = true, sp.n_vocab = 320, sp.n_ctx = 512, sp.n_embd = 64, sp.n_head = 4, sp.n_head_kv = 2;
+        sp.n_ff = 96, sp.head_dim = 32, sp.rope_dims = 32, sp.rope_base = 1e6f, sp.rms_eps = 1e-6f, sp.tied = true;
+        sp.pooling = 1 + 3;
+        if (!strcmp(name, "qwen3-reranker")) sp.pooling = 1 + 4, sp.n_cls_out = 2, sp.seed = 9;
+    }
     return sp;
 }
 
@@ -65,7 +74,8 @@ static inline void enc_inputs(int32_t ids[ENC_N_INPUTS][ENC_MAX_LEN], int len[EN
     uint64_t s = 48;
     for (int i = 0; i < ENC_N_INPUTS; i++) {
         len[i] = lens[i];
-        for (int t = 0; t < len[i]; t++) ids[i][t] = t == 0 ? 1 : t == len[i] - 1 ? 2 : 3 + (int32_t)(tiny_rng(&s) % 317);
+        for (int t = 0; t < len[i]; t++)
+            ids[i][t] = t == 0 ? 1 : t == len[i] - 1 ? 2 : 3 + (int32_t)(tiny_rng(&s) % 317);
     }
 }
 
@@ -79,7 +89,7 @@ static inline int enc_tensors(const tiny_spec *sp, tiny_tensor *ts) {
     uint32_t w = sp->wtype, f32 = GGUF_TYPE_F32;
     float ws = 1.7f / sqrtf((float)E);
     EADD("token_embd.weight", E, sp->n_vocab, w, 1.0f, 0.0f);
-    bool nomic = !strcmp(sp->arch, "nomic-bert"); /* RoPE, fused qkv, SwiGLU, no biases */
+    bool nomic = !strcmp(sp->arch, "nomic-bert");                /* RoPE, fused qkv, SwiGLU, no biases */
     EADD("token_types.weight", E, sp->n_types, f32, 0.5f, 0.0f); /* F32 always, as the converter keeps them */
     if (!nomic) EADD("position_embd.weight", E, sp->n_ctx, f32, 0.5f, 0.0f);
     EADD("token_embd_norm.weight", E, 1, f32, 0.2f, 1.0f);
@@ -120,9 +130,9 @@ static inline int enc_tensors(const tiny_spec *sp, tiny_tensor *ts) {
 }
 #undef EADD
 
-/* Writes encoder sp to path (gemma-embedding: engine_fixture.h's decoder-shaped tensors). 0 = done. */
+/* Writes encoder sp to path (gemma-embedding and decoders: engine_fixture.h's tensors). 0 = done. */
 static inline int enc_write(const char *path, const tiny_spec *sp) {
-    if (!strcmp(sp->arch, "gemma-embedding")) return tiny_write(path, sp);
+    if (strcmp(sp->arch, "bert") && strcmp(sp->arch, "nomic-bert")) return tiny_write(path, sp);
     tiny_tensor *ts = calloc(TINY_MAX_TENSORS, sizeof(*ts));
     int rc = tiny_write_tensors(path, sp, ts, enc_tensors(sp, ts));
     free(ts);
@@ -160,7 +170,8 @@ static inline void eref_linear(double *out, const gguf_file *f, const char *name
  * x = LN(x + W_o attn + b). attn (may be NULL): (H, n, n) softmax weights of the layer. */
 static inline void eref_attention(const gguf_file *f, const tiny_spec *sp, int l, double *x, int n, double *attn) {
     int E = sp->n_embd, H = sp->n_head, hd = E / H;
-    double *q = malloc(sizeof(double) * n * E), *k = malloc(sizeof(double) * n * E), *v = malloc(sizeof(double) * n * E);
+    double *q = malloc(sizeof(double) * n * E), *k = malloc(sizeof(double) * n * E),
+           *v = malloc(sizeof(double) * n * E);
     double *a = calloc((size_t)n * E, sizeof(double)), *s = malloc(sizeof(double) * n), *o = malloc(sizeof(double) * E);
     char nm[64];
     bool nomic = !strcmp(sp->arch, "nomic-bert");
@@ -173,7 +184,8 @@ static inline void eref_attention(const gguf_file *f, const tiny_spec *sp, int l
             memcpy(v + (size_t)t * E, big + 2 * E, sizeof(double) * E);
             for (int h = 0; h < 2 * H; h++)
                 for (int i = 0; i < hd / 2; i++) {
-                    double th = t * pow(sp->rope_base, -2.0 * i / hd), *r = (h < H ? q : k) + (size_t)t * E + (h % H) * hd;
+                    double th = t * pow(sp->rope_base, -2.0 * i / hd),
+                           *r = (h < H ? q : k) + (size_t)t * E + (h % H) * hd;
                     double x0 = r[i], x1 = r[i + hd / 2];
                     r[i] = x0 * cos(th) - x1 * sin(th), r[i + hd / 2] = x0 * sin(th) + x1 * cos(th);
                 }
@@ -203,7 +215,8 @@ static inline void eref_attention(const gguf_file *f, const tiny_spec *sp, int l
     for (int t = 0; t < n; t++) {
         snprintf(nm, sizeof(nm), "blk.%d.attn_output", l), eref_linear(o, f, nm, a + (size_t)t * E);
         for (int i = 0; i < E; i++) x[(size_t)t * E + i] += o[i];
-        snprintf(nm, sizeof(nm), "blk.%d.attn_output_norm", l), eref_layer_norm(x + (size_t)t * E, f, nm, E, sp->rms_eps);
+        snprintf(nm, sizeof(nm), "blk.%d.attn_output_norm", l),
+            eref_layer_norm(x + (size_t)t * E, f, nm, E, sp->rms_eps);
     }
     free(q), free(k), free(v), free(a), free(s), free(o);
 }
@@ -220,7 +233,8 @@ static inline void eref_ffn(const gguf_file *f, const tiny_spec *sp, int l, doub
         for (int i = 0; i < F; i++) u[i] *= g[i] / (1 + exp(-g[i]));
         free(g);
     } else {
-        for (int i = 0; i < F; i++) u[i] = 0.5 * u[i] * (1 + tanh(sqrt(2 / M_PI) * (u[i] + 0.044715 * u[i] * u[i] * u[i])));
+        for (int i = 0; i < F; i++)
+            u[i] = 0.5 * u[i] * (1 + tanh(sqrt(2 / M_PI) * (u[i] + 0.044715 * u[i] * u[i] * u[i])));
     }
     snprintf(nm, sizeof(nm), "blk.%d.ffn_down", l), eref_linear(o, f, nm, u);
     for (int i = 0; i < E; i++) x[i] += o[i];

@@ -175,7 +175,8 @@ Test(embed, decoder_rank_is_softmax_of_head_on_last_token) {
     }
     gguf_close(f);
     double p0 = 1 / (1 + exp(z[1] - z[0]));
-    cr_assert(fabs(score[0] - p0) < 1e-5 && fabs(score[0] + score[1] - 1) < 1e-6, "%g %g vs %g", score[0], score[1], p0);
+    cr_assert(fabs(score[0] - p0) < 1e-5 && fabs(score[0] + score[1] - 1) < 1e-6, "%g %g vs %g", score[0], score[1],
+              p0);
     engine_destroy(e), model_destroy(m), unlink(path);
 }
 
@@ -251,7 +252,11 @@ static void check_encoder(const tiny_spec *sp, const char *path, engine *e, cons
     int E = sp->n_embd, L = sp->n_layer, H = sp->n_head, total = 0, max_len = 0;
     model_pooling want_pool = pool == POOL_FILE ? (model_pooling)(sp->pooling - 1) : pool;
     for (int i = 0; i < n; i++) total += in[i].n_tokens, max_len = in[i].n_tokens > max_len ? in[i].n_tokens : max_len;
-    rows_cap c = {total, L, H, max_len, calloc((size_t)total * L * H * max_len, sizeof(float)),
+    rows_cap c = {total,
+                  L,
+                  H,
+                  max_len,
+                  calloc((size_t)total * L * H * max_len, sizeof(float)),
                   calloc((size_t)total * L * H, sizeof(int))};
     engine_set_attention_cb(e, cap_rows, &c);
     float *out = malloc(sizeof(float) * (size_t)n * E);
@@ -260,7 +265,8 @@ static void check_encoder(const tiny_spec *sp, const char *path, engine *e, cons
     engine_set_attention_cb(e, NULL, NULL);
     for (int i = 0, entry = 0; i < n; entry += in[i].n_tokens, i++) {
         int len = in[i].n_tokens;
-        double *x = malloc(sizeof(double) * (size_t)len * E), *attn = malloc(sizeof(double) * (size_t)L * H * len * len);
+        double *x = malloc(sizeof(double) * (size_t)len * E),
+               *attn = malloc(sizeof(double) * (size_t)L * H * len * len);
         eref_forward(sp, path, in[i].tokens, in[i].types, len, x, attn);
         double mx = 0, dot = 0, na = 0, nb = 0;
         for (int k = 0; k < E; k++) {
@@ -276,7 +282,8 @@ static void check_encoder(const tiny_spec *sp, const char *path, engine *e, cons
             for (int h = 0; h < H; h++)
                 for (int t = 0; t < len; t++) {
                     size_t at = ((size_t)(entry + t) * L + l) * H + h;
-                    cr_assert_eq(c.n_keys[at], len, "entry %d layer %d head %d: %d keys", entry + t, l, h, c.n_keys[at]);
+                    cr_assert_eq(c.n_keys[at], len, "entry %d layer %d head %d: %d keys", entry + t, l, h,
+                                 c.n_keys[at]);
                     for (int j = 0; j < len; j++) {
                         double want = attn[(((size_t)l * H + h) * len + t) * len + j];
                         cr_assert(fabs(c.w[at * max_len + j] - want) < 1e-4, "input %d l%d h%d row %d key %d: %g vs %g",
@@ -474,8 +481,9 @@ Test(embed, bert_rank_head_matches_float64_reference) {
 }
 
 /* tests/data/reference-embed.json (regenerate.sh --only-embed): llama.cpp's pooled vectors of the
- * generated encoders (the same files tiny_model writes), each input alone. attnd's, all inputs in
- * one call: cosine >= 0.9999 per input; the cross-encoder's logits within 1e-3, in the same order. */
+ * generated encoders and decoder embedders (the same files tiny_model writes), each input alone.
+ * attnd's, all inputs in one call: cosine >= 0.9999 per input; the rerankers' scores (a
+ * cross-encoder's logit, Qwen3-Reranker's softmax) within 1e-3, in the same order. */
 Test(embed, encoders_match_llama_cpp) {
     json_error_t je;
     json_t *refj = json_load_file(ATTND_DATA_DIR "/reference-embed.json", 0, &je);
@@ -496,6 +504,7 @@ Test(embed, encoders_match_llama_cpp) {
         engine *e;
         load_enc(&sp, path, sizeof(path), ENC_NAMES[c], &m, &e, 128);
         int dim = model_embed_dim(m);
+        bool rank = model_pooling_type(m) == POOL_RANK;
         float *out = malloc(sizeof(float) * ENC_N_INPUTS * (size_t)dim);
         attnd_err err = {0};
         cr_assert_eq(engine_embed(e, in, ENC_N_INPUTS, POOL_FILE, out, &err), ATTND_OK, "%s", err.msg);
@@ -506,21 +515,66 @@ Test(embed, encoders_match_llama_cpp) {
                 double a = out[(size_t)i * dim + k], b = json_number_value(json_array_get(json_array_get(want, i), k));
                 dot += a * b, na += a * a, nb += b * b, worst = fmax(worst, fabs(a - b));
             }
-            cr_log_info("%s input %d: cosine %.8f, largest difference %.3g", ENC_NAMES[c], i, dot / sqrt(na * nb), worst);
-            if (dim == 1)
-                cr_assert(worst <= 1e-3, "%s input %d: score %g, llama.cpp %g", ENC_NAMES[c], i, out[i],
+            cr_log_info("%s input %d: cosine %.8f, largest difference %.3g", ENC_NAMES[c], i, dot / sqrt(na * nb),
+                        worst);
+            if (rank)
+                cr_assert(worst <= 1e-3, "%s input %d: score %g, llama.cpp %g", ENC_NAMES[c], i, out[(size_t)i * dim],
                           json_number_value(json_array_get(json_array_get(want, i), 0)));
             else
-                cr_assert(dot / sqrt(na * nb) >= 0.9999, "%s input %d: cosine %.6f", ENC_NAMES[c], i, dot / sqrt(na * nb));
+                cr_assert(dot / sqrt(na * nb) >= 0.9999, "%s input %d: cosine %.6f", ENC_NAMES[c], i,
+                          dot / sqrt(na * nb));
         }
-        for (int i = 0; dim == 1 && i < ENC_N_INPUTS; i++) /* the same order */
+        for (int i = 0; rank && i < ENC_N_INPUTS; i++) /* the same order */
             for (int j = 0; j < ENC_N_INPUTS; j++) {
                 double wi = json_number_value(json_array_get(json_array_get(want, i), 0));
                 double wj = json_number_value(json_array_get(json_array_get(want, j), 0));
-                if (wi > wj) cr_assert_gt(out[i], out[j], "%s: inputs %d and %d change order", ENC_NAMES[c], i, j);
+                if (wi > wj)
+                    cr_assert_gt(out[(size_t)i * dim], out[(size_t)j * dim], "%s: inputs %d and %d change order",
+                                 ENC_NAMES[c], i, j);
             }
         free(out);
         engine_destroy(e), model_destroy(m), unlink(path);
     }
     json_decref(refj);
+}
+
+/* engine_embed_tokens: every token's vector, inputs one after another (passes of 8 tokens here):
+ * their mean is the mean pooling, the first the cls one, the last the last one. */
+static void check_tokens_pool(model *m, engine *e, const embed_input *in, int n) {
+    int E = model_info_get(m)->n_embd, total = 0;
+    for (int i = 0; i < n; i++) total += in[i].n_tokens;
+    float *tok = malloc(sizeof(float) * (size_t)total * E), *pooled = malloc(sizeof(float) * (size_t)n * E);
+    attnd_err err = {0};
+    cr_assert_eq(engine_embed_tokens(e, in, n, tok, &err), ATTND_OK, "%s", err.msg);
+    model_pooling pools[3] = {POOL_MEAN, POOL_CLS, POOL_LAST};
+    for (int k = 0; k < 3; k++) {
+        cr_assert_eq(engine_embed(e, in, n, pools[k], pooled, &err), ATTND_OK, "%s", err.msg);
+        for (int i = 0, at = 0; i < n; at += in[i].n_tokens, i++)
+            for (int c = 0; c < E; c++) {
+                double want = 0;
+                for (int t = 0; t < in[i].n_tokens; t++) want += tok[(size_t)(at + t) * E + c] / in[i].n_tokens;
+                if (pools[k] == POOL_CLS) want = tok[(size_t)at * E + c];
+                if (pools[k] == POOL_LAST) want = tok[(size_t)(at + in[i].n_tokens - 1) * E + c];
+                cr_assert(fabs(pooled[(size_t)i * E + c] - want) < 1e-5, "%s input %d [%d]: %g vs %g",
+                          model_pooling_name(pools[k]), i, c, pooled[(size_t)i * E + c], want);
+            }
+    }
+    free(tok), free(pooled);
+}
+
+Test(embed, token_vectors_are_what_pooling_pools) {
+    char path[256];
+    model *m;
+    engine *e;
+    embed_input in[3] = {{ENC_B, 5, NULL}, {ENC_A + 1, 7, NULL}, {ENC_C, 1, NULL}};
+    tiny_spec sp = enc_small();
+    load_enc(&sp, path, sizeof(path), "tokens", &m, &e, 8);
+    check_tokens_pool(m, e, in, 3);
+    engine_destroy(e), model_destroy(m), unlink(path);
+    static const int32_t d0[5] = {1, 7, 30, 2, 44}, d1[7] = {9, 17, 3, 25, 40, 41, 2}, d2[1] = {5};
+    embed_input din[3] = {{d0, 5, NULL}, {d1, 7, NULL}, {d2, 1, NULL}};
+    sp = qwen3_spec();
+    load_tiny(&sp, path, sizeof(path), "dtokens", &m, &e, 8);
+    check_tokens_pool(m, e, din, 3);
+    engine_destroy(e), model_destroy(m), unlink(path);
 }

@@ -19,6 +19,7 @@
  *
  * Changes to the agreed contract (/work/embed-contract.md):
  *   - POOL_FILE (-1): "the file's pooling", the value to pass when the caller does not override.
+ *   - engine_embed_tokens: the per-token vectors (pooling none) the contract refers to.
  *   - model_pool_dim(m, pool): the floats per input engine_embed writes for a given pooling
  *     (model_embed_dim is model_pool_dim(m, model_pooling_type(m))); model_n_cls_out(m) the head's
  *     outputs (0 without a head).
@@ -42,9 +43,9 @@ typedef enum model_pooling {
     POOL_FILE = -1, /* engine_embed: the file's (model_pooling_type) */
     POOL_NONE = 0,  /* one vector per token (not pooled) */
     POOL_MEAN = 1,
-    POOL_CLS = 2,   /* the first token's */
-    POOL_LAST = 3,  /* the last token's */
-    POOL_RANK = 4,  /* a classification head (cls / cls.output tensors): relevance scores */
+    POOL_CLS = 2,  /* the first token's */
+    POOL_LAST = 3, /* the last token's */
+    POOL_RANK = 4, /* a classification head (cls / cls.output tensors): relevance scores */
 } model_pooling;
 
 /* "none", "mean", "cls", "last", "rank" ("file" for POOL_FILE); "?" otherwise. Static strings. */
@@ -82,5 +83,11 @@ typedef struct embed_input {
  * the call (the engine's attention and inspection hooks are not called). Reentrancy as
  * engine_eval: one thread per engine. */
 attnd_status engine_embed(engine *e, const embed_input *in, int n, model_pooling pool, float *out, attnd_err *err);
+
+/* Every token's vector instead of one per input (pooling none): the inputs as engine_embed takes
+ * them, out = (sum of n_tokens, n_embd) floats, input 0's tokens first; the same hidden states
+ * engine_embed pools (after the final norm; through dense_2 / dense_3 when the file has them, as
+ * llama.cpp does with pooling none). Errors as engine_embed. */
+attnd_status engine_embed_tokens(engine *e, const embed_input *in, int n, float *out, attnd_err *err);
 
 #endif /* ATTND_EMBED_H */

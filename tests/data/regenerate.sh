@@ -39,7 +39,7 @@ embed_refs() {
     : >"$out"
     for f in $("$build/tiny_model" --list-encoders); do
         "$build/tiny_model" "$f" "$tmp/$f.gguf"
-        local rank=; [ "$f" = bert-reranker ] && rank=--rank
+        local rank=; [ "${f%-reranker}" != "$f" ] && rank=--rank
         node "$peer/embed.mjs" --model "$tmp/$f.gguf" --inputs "$inputs" --threads 1 $rank 2>/dev/null |
             F="$f" node -e '
                 const r = JSON.parse(require("fs").readFileSync(0, "utf8"));
