@@ -1021,14 +1021,30 @@ static bool task_turn(sched *s, sched_task *t) {
     return false;
 }
 
-/* One turn of the oldest waiting task; one with more to do goes to the back of the list, so
+/* The task to run a turn of (s->mu held), unlinked: the oldest of the least charged tenant, so
+ * that tenants take turns with their tasks (embedding requests, sweeps) as with their jobs, and
+ * one client's many requests do not take more turns than another's one. NULL when none. */
+static sched_task *task_pick(sched *s) {
+    sched_task **best = NULL;
+    double least = 0;
+    for (sched_task **p = &s->tasks; *p; p = &(*p)->next) {
+        int ix = (*p)->tenant_ix;
+        double served = ix >= 0 ? s->tenants[ix].served : 0;
+        if (!best || served < least) best = p, least = served;
+    }
+    if (!best) return NULL;
+    sched_task *t = *best;
+    *best = t->next;
+    return t;
+}
+
+/* One turn of the next task (task_pick); one with more to do goes to the back of the list, so
  * tasks queued meanwhile, and the next step, come first. Stopping: every task ends BUSY, each
  * told to release what it holds. */
 static void run_tasks(sched *s, bool stopping) {
     do {
         pthread_mutex_lock(&s->mu);
-        sched_task *t = s->tasks;
-        if (t) s->tasks = t->next;
+        sched_task *t = task_pick(s);
         pthread_mutex_unlock(&s->mu);
         if (!t) return;
         if (stopping) {
