@@ -117,7 +117,7 @@ def request(port, method, path, body=None, sid=None, timeout=30):
 def wait_health(port, what, name=None):
     for _ in range(600):
         if name and procs[name].poll() is not None:
-            fail(what + " exited at start")
+            fail(what + " exited at start (%s)" % procs[name].returncode)
         if request(port, "GET", "/health", timeout=2)[0] == 200:
             return
         time.sleep(0.05)

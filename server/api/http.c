@@ -479,8 +479,11 @@ static http_result dispatch(req *r) {
         return http_respond_error(r, 501, "this endpoint serves a server of one model; this one serves several "
                                           "(models_dir, [model.NAME]: docs/models.md)", NULL);
     http_result ret;
-    if (!r->srv->models && http_role_refused(r, http_model_roles(r->srv->m, &r->srv->cfg), r->srv->model_id, &ret))
-        return ret; /* several models: models_http_route checks the one a request names */
+    /* Several models: models_http_route checks the one a request names. Only a route that needs a
+     * role asks the model (the open ones, /health, are answered while it loads). */
+    if (!r->srv->models && route_role(r->rt) &&
+        http_role_refused(r, http_model_roles(r->srv->m, &r->srv->cfg), r->srv->model_id, &ret))
+        return ret;
     return r->rt->fn(r);
 }
 
