@@ -508,7 +508,8 @@ static attnd_status read_kind(tokenizer *t, const gguf_file *f, attnd_err *err) 
         t->kind = KIND_WPM;
     } else {
         return attnd_fail(err, ATTND_ERR_UNSUPPORTED,
-                          "tokenizer.ggml.model \"%s\" is not supported (only \"llama\", \"gpt2\" and \"bert\")", model);
+                          "tokenizer.ggml.model \"%s\" is not supported (only \"llama\", \"gpt2\" and \"bert\")",
+                          model);
     }
     if (t->kind == KIND_BPE) {
         const char *pre = NULL;
