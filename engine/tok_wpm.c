@@ -26,11 +26,14 @@ static bool is_cjk(uint32_t cp) {
 /* BERT's punctuation: every ASCII punctuation character (symbols such as $ + < = > ^ ` | ~
  * included) and Unicode's P* categories. */
 static bool is_punct(uint32_t cp) {
-    if (cp < 128) return (cp >= 33 && cp <= 47) || (cp >= 58 && cp <= 64) || (cp >= 91 && cp <= 96) || (cp >= 123 && cp <= 126);
+    if (cp < 128)
+        return (cp >= 33 && cp <= 47) || (cp >= 58 && cp <= 64) || (cp >= 91 && cp <= 96) || (cp >= 123 && cp <= 126);
     return unicode_class(cp) & UNI_PUNCT;
 }
 
-static inline bool is_space(uint32_t cp) { return cp == ' ' || (cp != UNI_INVALID && (unicode_class(cp) & UNI_SPACE)); }
+static inline bool is_space(uint32_t cp) {
+    return cp == ' ' || (cp != UNI_INVALID && (unicode_class(cp) & UNI_SPACE));
+}
 
 /* Step 1, BERT's clean_text and CJK spacing, into out (room for 2 * len + 1 bytes: a character
  * of k >= 2 bytes grows to at most k + 2). Returns the bytes written. */

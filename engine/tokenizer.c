@@ -518,8 +518,10 @@ static attnd_status read_kind(tokenizer *t, const gguf_file *f, attnd_err *err) 
     } else if (!strcmp(model, "gemma4")) {
         t->kind = KIND_SBPE;
     } else {
-        return attnd_fail(err, ATTND_ERR_UNSUPPORTED, "tokenizer.ggml.model \"%s\" is not supported (only \"llama\", "
-                          "\"gpt2\", \"bert\" and \"gemma4\")", model);
+        return attnd_fail(err, ATTND_ERR_UNSUPPORTED,
+                          "tokenizer.ggml.model \"%s\" is not supported (only \"llama\", \"gpt2\", \"bert\" and "
+                          "\"gemma4\")",
+                          model);
     }
     if (t->kind == KIND_BPE) {
         const char *pre = NULL;

@@ -108,7 +108,8 @@ static void check_pair(const tokenizer *t, const char *text, size_t len) {
     size_t half = len / 2, n, na, nb;
     int32_t *ids, *segs, *a, *b;
     attnd_err err;
-    FUZZ_CHECK(tok_encode_pair(t, text, half, text + half, len - half, &ids, &segs, &n, &err) == ATTND_OK, "%s", err.msg);
+    FUZZ_CHECK(tok_encode_pair(t, text, half, text + half, len - half, &ids, &segs, &n, &err) == ATTND_OK, "%s",
+               err.msg);
     FUZZ_CHECK(tok_encode(t, text, half, false, false, &a, &na, &err) == ATTND_OK, "%s", err.msg);
     FUZZ_CHECK(tok_encode(t, text + half, len - half, false, false, &b, &nb, &err) == ATTND_OK, "%s", err.msg);
     FUZZ_CHECK(n == na + nb + 3 && ids[0] == tok_bos(t) && ids[na + 1] == tok_sep(t) && ids[n - 1] == tok_sep(t),
