@@ -424,6 +424,7 @@ static http_result request_body(req *r, const char *upload, size_t n) {
 }
 
 unsigned http_model_roles(const model *m, const server_settings *cfg) {
+    if (!m) return 0; /* not loaded (yet) */
     unsigned roles = model_roles(m);
     if (cfg->embeddings && (roles & MODEL_ROLE_GENERATE)) roles |= MODEL_ROLE_EMBED;
     return roles;
@@ -465,7 +466,7 @@ static http_result dispatch(req *r) {
         return http_respond_error(r, 501, "this endpoint serves a server of one model; this one serves several "
                                           "(models_dir, [model.NAME]: docs/models.md)", NULL);
     http_result ret;
-    if (!r->srv->models && http_role_refused(r, http_model_roles(r->srv->m, &r->srv->cfg), r->srv->model_id, &ret))
+    if (!r->srv->models && route_role(r->rt) && http_role_refused(r, http_model_roles(r->srv->m, &r->srv->cfg), r->srv->model_id, &ret))
         return ret; /* several models: models_http_route checks the one a request names */
     return r->rt->fn(r);
 }
