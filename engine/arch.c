@@ -18,6 +18,12 @@ static const char *const KEYS_GEMMA2[] = {"attention.sliding_window", "attn_logi
                                           "final_logit_softcapping", "rope.freq_base_swa", NULL};
 static const char *const KEYS_GEMMA3[] = {"attention.sliding_window", "final_logit_softcapping",
                                           "rope.freq_base_swa", NULL};
+static const char *const KEYS_GEMMA4[] = {"attention.sliding_window", "attention.sliding_window_pattern",
+                                          "attention.key_length_swa", "attention.value_length_swa",
+                                          "rope.dimension_count_swa", "rope.freq_base_swa",
+                                          "attention.shared_kv_layers", "embedding_length_per_layer_input",
+                                          "final_logit_softcapping", "expert_count", "expert_used_count",
+                                          "expert_feed_forward_length", NULL};
 static const char *const KEYS_PHI3[] = {"attention.sliding_window", NULL};
 static const char *const KEYS_MOE[] = {"expert_count", "expert_used_count", "expert_feed_forward_length", NULL};
 static const char *const KEYS_GPT_OSS[] = {"expert_count", "expert_used_count", "expert_feed_forward_length",
@@ -57,6 +63,13 @@ static const arch_desc ARCHS[] = {
     {.name = "gemma3", .rope = ROPE_NEOX, .qk_norm = true, .post_norms = true, .embd_scale = true,
      .act = ACT_GELU_TANH, .swa_pattern = 6, .swa_optional = true, .swa_rope_base = 10000.0f, .softcap = true,
      .wide_scale_layers = 62, .keys = KEYS_GEMMA3},
+    /* Gemma 4 (E2B, E4B, 26B-A4B, 31B): per-layer geometry, K as V where attn_v is absent, V
+     * normed, query scale 1, proportional RoPE on global layers (rope_freqs), a per-layer output
+     * scale, per-layer embeddings (E models), experts beside the dense FFN (26B-A4B) */
+    {.name = "gemma4", .rope = ROPE_NEOX, .qk_norm = true, .post_norms = true, .embd_scale = true,
+     .act = ACT_GELU_TANH, .softcap = true, .layer_geometry = true, .v_optional = true, .v_norm = true,
+     .unit_attn_scale = true, .out_scale = true, .per_layer_embd = true, .moe_beside_dense = true,
+     .keys = KEYS_GEMMA4},
     /* the converter writes sliding_window (2047 in Phi-3-mini-4k, 0 or none meaning none): every
      * layer sees that window, as the checkpoint's own attention does; llama.cpp ignores it, which
      * only differs beyond the window */
@@ -115,7 +128,10 @@ const arch_desc *arch_find(const char *name) {
     return NULL;
 }
 
-const char *arch_names(void) { return "llama, qwen2, qwen3, qwen3moe, smollm3, gemma2, gemma3, phi3, gpt-oss, qwen35, qwen35moe, qwen3next, deepseek2, bert, nomic-bert, gemma-embedding"; }
+const char *arch_names(void) {
+    return "llama, qwen2, qwen3, qwen3moe, smollm3, gemma2, gemma3, gemma4, phi3, gpt-oss, qwen35, qwen35moe, qwen3next, "
+           "deepseek2, bert, nomic-bert, gemma-embedding";
+}
 
 static bool in_list(const char *const *list, const char *s) {
     for (; *list; list++)

@@ -240,6 +240,8 @@ static inline int tiny_tensors(const tiny_spec *sp, tiny_tensor *ts) {
 #undef ADD3
 #undef ADD
 
+static inline uint64_t tiny_vocab_keys(gbuf *b, const tiny_spec *sp);
+
 /* The "<arch>." keys and the vocabulary of sp; returns how many keys were written. */
 static inline uint64_t tiny_keys(gbuf *b, const tiny_spec *sp) {
     uint64_t n = 0;
@@ -290,6 +292,12 @@ static inline uint64_t tiny_keys(gbuf *b, const tiny_spec *sp) {
         gb_kv_u32(b, K("expert_feed_forward_length"), (uint32_t)sp->n_ff_exp);
     }
 #undef K
+    return n + tiny_vocab_keys(b, sp);
+}
+
+/* sp's vocabulary keys, when sp->vocab; returns how many were written. */
+static inline uint64_t tiny_vocab_keys(gbuf *b, const tiny_spec *sp) {
+    uint64_t n = 0;
     if (sp->vocab) {
         n += 6;
         /* <unk>, <s>, </s>, the 256 byte tokens, then plain pieces "t259", "t260", ... */

@@ -234,6 +234,10 @@ bool http_role_refused(req *r, unsigned roles, const char *name, http_result *re
  * "addr:<client address>" (into buf, SCHED_TENANT_MAX + 1 bytes). */
 void http_tenant(const req *r, char *buf, size_t cap);
 
+/* True when r may administer the server (POST /models/load, /models/unload): no API keys are
+ * configured, or it carries admin_api_key. */
+bool http_is_admin(req *r);
+
 /* True when the peer closed its side (checked without blocking). */
 bool http_client_gone(req *r);
 

@@ -118,6 +118,8 @@ const entry config_settings[] = {
     {"sse_keepalive_s", K_INT, OFF(sse_keepalive_s), 0, 3600, 0, "5", "a waiting stream sends a keep-alive comment this often, s (0 = never)"},
     {"watchdog_interval_ms", K_INT, OFF(watchdog_interval_ms), 10, 3600000, 0, "1000", "scheduler keep-alive period, ms"},
     {"api_key", K_STR, OFF(api_key), 0, 0, F_SECRET, NULL, "required Bearer token (empty = no auth)"},
+    {"admin_api_key", K_STR, OFF(admin_api_key), 0, 0, F_SECRET, NULL,
+     "with api_key, the Bearer token POST /models/load and /models/unload need (empty = they are refused)"},
     {"api_key_file", K_KEYFILE, OFF(api_key), 0, 0, F_SECRET, NULL, "file holding the Bearer token(s), one per line"},
     {"cors_origins", K_STR, OFF(cors_origins), 0, 0, 0, NULL, "allowed CORS origins, comma-separated, * = any"},
     {"allowed_hosts", K_STR, OFF(allowed_hosts), 0, 0, 0, NULL, "extra Host names a loopback-bound server answers"},
@@ -871,8 +873,9 @@ int config_scrub_argv(int argc, char **argv) {
     int n = 0;
     for (int i = 1; i < argc; i++) {
         char *v = NULL;
-        if (!strcmp(argv[i], "--api-key") && i + 1 < argc) v = argv[++i];
+        if ((!strcmp(argv[i], "--api-key") || !strcmp(argv[i], "--admin-api-key")) && i + 1 < argc) v = argv[++i];
         else if (!strncmp(argv[i], "--api-key=", 10)) v = argv[i] + 10;
+        else if (!strncmp(argv[i], "--admin-api-key=", 16)) v = argv[i] + 16;
         if (!v) continue;
         for (; *v; v++) *v = 'x'; /* same length: the process's argument area cannot grow or shrink */
         n++;

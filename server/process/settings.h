@@ -136,6 +136,8 @@ typedef struct server_settings {
 
     // ---- security ----
     const char *api_key;     /* required Bearer token; NULL or "" = no authentication */
+    const char *admin_api_key; /* with api_key: the token POST /models/load and /models/unload need
+                                  (it is accepted everywhere else too); NULL = they are refused */
     const char *cors_origins;/* comma-separated allowed origins, "*" for any; NULL = CORS off */
     const char *allowed_hosts; /* extra Host names a loopback-bound server answers (comma-separated);
                                 * NULL = loopback names only (DNS rebinding, see origin.h) */

@@ -59,6 +59,8 @@ typedef struct sched_job_spec {
                                  (gen.h's think_budget); 0 = no limit */
     bool think_inside;        /* the prompt opened the <think> block */
     int api;                  /* which API asked (0..SCHED_N_APIS-1), the histograms' label */
+    bool grammar_close;       /* the grammar's sentence closes within max_tokens (gen.h);
+                                 finish_reason "length" when the budget closed it */
     attn_capture *capture;    /* stolen, may be NULL: records the attention of this job's
                                  positions (attention inspection). Such a job evaluates its
                                  whole prompt unless a named session caches a prefix, also with
