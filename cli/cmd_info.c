@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "attnd/cpuinfo.h"
+#include "attnd/embed.h"
 #include "attnd/gguf.h"
 #include "attnd/kv.h"
 #include "attnd/model.h"
@@ -36,7 +37,7 @@ static const char *HPARAMS[] = {
     "feed_forward_length",     "attention.head_count",   "attention.head_count_kv",
     "attention.layer_norm_rms_epsilon", "rope.freq_base", "rope.dimension_count",
     "rope.scaling.type", "rope.scaling.factor", "rope.scaling.original_context_length",
-    "rope.scaling.attn_factor", "vocab_size",
+    "rope.scaling.attn_factor", "vocab_size", "attention.layer_norm_epsilon", "pooling_type",
 };
 
 /* A scalar metadata value as JSON (new reference), or NULL for arrays. */
@@ -85,6 +86,34 @@ static void add_layer_kv(json_t *root, const model *m) {
     if (mi->n_expert)
         json_object_set_new(root, "experts", json_pack("{s:i, s:i, s:i}", "count", mi->n_expert, "used",
                                                        mi->n_expert_used, "feed_forward_length", mi->n_ff_exp));
+}
+
+/* What the model is for (attnd/embed.h): "roles" (generate, embed, rank), the pooling and the
+ * floats per pooled vector, the classifier's outputs. */
+static void add_roles(json_t *root, const model *m) {
+    static const char *const names[] = {"generate", "embed", "rank"};
+    json_t *roles = json_array();
+    for (int i = 0; i < 3; i++)
+        if (model_roles(m) & (1u << i)) json_array_append_new(roles, json_string(names[i]));
+    json_object_set_new(root, "roles", roles);
+    json_object_set_new(root, "encoder", json_boolean(model_is_encoder(m)));
+    json_object_set_new(root, "pooling", json_string(model_pooling_name(model_pooling_type(m))));
+    json_object_set_new(root, "embedding_dim", json_integer(model_embed_dim(m)));
+    json_object_set_new(root, "classifier_outputs", json_integer(model_n_cls_out(m)));
+}
+
+static void print_roles(const json_t *root) {
+    printf("roles:        ");
+    size_t i;
+    json_t *r;
+    json_array_foreach(json_object_get(root, "roles"), i, r) printf("%s %s", i ? "," : "", json_string_value(r));
+    printf(" (%s; pooling %s, %" JSON_INTEGER_FORMAT " floats per input", json_is_true(json_object_get(root, "encoder"))
+           ? "an encoder: attention both ways" : "a decoder", json_string_value(json_object_get(root, "pooling")),
+           json_integer_value(json_object_get(root, "embedding_dim")));
+    if (json_integer_value(json_object_get(root, "classifier_outputs")))
+        printf("; a classification head of %" JSON_INTEGER_FORMAT " outputs",
+               json_integer_value(json_object_get(root, "classifier_outputs")));
+    printf(")\n");
 }
 
 /* The serve default of kv_budget_mb: the budget "kv_contexts_in_default_budget" counts in. */
@@ -137,6 +166,7 @@ static void add_run_facts(json_t *root, const char *path, int ctx_size) {
             json_object_set_new(root, "chat_template_rendering", json_string(chat_source_str(&ct)));
         chat_template_free(&ct);
         add_kv_sizes(root, m);
+        add_roles(root, m);
         json_object_set_new(root, "kernels", json_string(cpuinfo_kernels()));
         add_layer_kv(root, m);
         if (gguf_find_tensor(model_gguf(m), "rope_factors_long.weight")) {
@@ -168,6 +198,7 @@ static void print_run_facts(const json_t *root) {
     }
     json_t *kt = json_object_get(root, "kv_bytes_per_token"), *kc = json_object_get(root, "kv_bytes_per_context");
     printf("runs:          yes\n");
+    print_roles(root);
     printf("kernels:       %s\n", json_string_value(json_object_get(root, "kernels")));
     printf("chat template: %s (%s)\n", json_string_value(json_object_get(root, "chat_template")),
            json_string_value(json_object_get(root, "chat_template_source")));

@@ -46,6 +46,9 @@ static const char *const KEYS_DEEPSEEK2[] = {
     "attention.value_length_mla", "expert_weights_scale", "expert_weights_norm", "expert_gating_func",
     "expert_group_count", "expert_group_used_count", "rope.scaling.yarn_log_multiplier", "nextn_predict_layers",
     NULL};
+static const char *const KEYS_BERT[] = {"attention.layer_norm_epsilon", NULL};
+static const char *const KEYS_GEMMA_EMB[] = {"attention.sliding_window", "rope.freq_base_swa", "dense_2_feat_in",
+                                             "dense_2_feat_out", "dense_3_feat_in", "dense_3_feat_out", NULL};
 
 static const arch_desc ARCHS[] = {
     {.name = "llama", .rope = ROPE_ADJACENT, .qkv_bias = NEED_OPTIONAL, .keys = KEYS_NONE},
@@ -93,6 +96,18 @@ static const arch_desc ARCHS[] = {
      * part only, DeepSeek's router */
     {.name = "deepseek2", .rope = ROPE_ADJACENT, .mla = true, .moe = true, .ds_router = true,
      .shared_expert = true, .keys = KEYS_DEEPSEEK2},
+    /* encoders (attnd/embed.h: embeddings and ranking, no generation) */
+    {.name = "bert", .bidirectional = true, .post_ln = true, .abs_pos = true, .ffn_ungated = true,
+     .act = ACT_GELU_TANH, .qkv_bias = NEED_OPTIONAL, .attn_out_bias = true, .keys = KEYS_BERT},
+    /* nomic-embed-text v1/v1.5: bert's layer with NEOX RoPE instead of positions, fused attn_qkv,
+     * a SwiGLU FFN without biases */
+    {.name = "nomic-bert", .bidirectional = true, .post_ln = true, .rope = ROPE_NEOX, .fused_qkv = true,
+     .act = ACT_SILU, .qkv_bias = NEED_OPTIONAL, .attn_out_bias = true, .keys = KEYS_BERT},
+    /* EmbeddingGemma: gemma3's layers attending both ways, local layers (five of six, the window
+     * required) seeing window / 2 positions on either side; local RoPE base 10000 unless the file
+     * says; optional dense_2 / dense_3 projections after pooling (embed.c) */
+    {.name = "gemma-embedding", .bidirectional = true, .rope = ROPE_NEOX, .qk_norm = true, .post_norms = true,
+     .embd_scale = true, .act = ACT_GELU_TANH, .swa_pattern = 6, .swa_rope_base = 10000.0f, .keys = KEYS_GEMMA_EMB},
 };
 
 /* Keys every family reads (model.c) or that change nothing attnd computes. */
@@ -102,6 +117,8 @@ static const char *const KEYS_COMMON[] = {
     "attention.layer_norm_rms_epsilon", "rope.freq_base", "rope.scaling.type", "rope.scaling.factor",
     "rope.scaling.original_context_length", "rope.scaling.attn_factor", "rope.scaling.yarn_beta_fast",
     "rope.scaling.yarn_beta_slow",
+    /* embeddings and ranking (embed.c): */
+    "pooling_type", "classifier.output_labels",
     /* informational: */
     "vocab_size", "rope.scaling.finetuned", NULL};
 
@@ -113,7 +130,7 @@ const arch_desc *arch_find(const char *name) {
 
 const char *arch_names(void) {
     return "llama, qwen2, qwen3, qwen3moe, smollm3, gemma2, gemma3, gemma4, phi3, gpt-oss, qwen35, qwen35moe, qwen3next, "
-           "deepseek2";
+           "deepseek2, bert, nomic-bert, gemma-embedding";
 }
 
 static bool in_list(const char *const *list, const char *s) {
@@ -127,11 +144,12 @@ bool arch_key_known(const arch_desc *d, const char *suffix) {
 }
 
 static const arch_fixed_key FIXED_COMMON[] = {{"attention.causal", 1, "causal (decoder) attention"}};
+static const arch_fixed_key FIXED_ENCODER[] = {{"attention.causal", 0, "bidirectional (encoder) attention"}};
 static const arch_fixed_key FIXED_SOFTMAX_GATE[] = {{"expert_gating_func", 1, "softmax expert gating"}};
 
 const arch_fixed_key *arch_fixed_key_find(const arch_desc *d, const char *suffix) {
-    for (size_t i = 0; i < ATTND_ARRAY_LEN(FIXED_COMMON); i++)
-        if (!strcmp(FIXED_COMMON[i].suffix, suffix)) return &FIXED_COMMON[i];
+    const arch_fixed_key *common = d->bidirectional ? FIXED_ENCODER : FIXED_COMMON;
+    if (!strcmp(common->suffix, suffix)) return common;
     /* the families whose router is a softmax over every expert (gpt-oss's softmax of the top k
      * has no gating value of its own in GGUF) */
     if (d->moe && !d->moe_softmax_topk && !d->ds_router && !strcmp(FIXED_SOFTMAX_GATE[0].suffix, suffix)) return &FIXED_SOFTMAX_GATE[0];

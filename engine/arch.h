@@ -93,6 +93,17 @@ typedef struct arch_desc {
      * and expert_weights_scale; the first leading_dense_block_count layers are dense, and
      * expert_shared_count shared experts of the experts' width run ungated beside the routed ones. */
     bool ds_router;
+    /* Attention both ways (an encoder): every position of an input sees every other position of
+     * the same input, and no KV is kept (attnd/embed.h evaluates it; no generation). A local
+     * layer's window is then symmetric: keys within window / 2 positions on either side. */
+    bool bidirectional;
+    /* BERT's layer (encoder.c): x = LayerNorm(x + attention(x)), x = LayerNorm(x + ffn(x)), LayerNorms
+     * with weight and bias (<arch>.attention.layer_norm_epsilon; attn_output_norm, layer_output_norm),
+     * the embeddings LayerNorm'd first (token_embd_norm), token types added (token_types, row 0
+     * without types); projections with optional biases; no final norm. */
+    bool post_ln;
+    bool abs_pos;              /* position_embd rows (n_ctx, n_embd) added to the embeddings; no RoPE */
+    bool ffn_ungated;          /* the FFN is W_down act(W_up x + b) + b (no gate) */
     const char *const *keys;   /* the family's own "<arch>." keys beyond the common ones, NULL-ended */
 } arch_desc;
 

@@ -22,6 +22,7 @@
 #include "attn_ops.h"
 #include "block.h"
 #include "deltanet.h"
+#include "embed_eval.h"
 #include "kv_layout.h"
 #include "kv_quant.h"
 #include "mla.h"
@@ -86,7 +87,7 @@ struct engine {
     int *dn_order;          /* (B) entries grouped by sequence (plan_runs) */
     int *dn_run;            /* (B + 1) where each sequence's entries start in dn_order */
     float **dn_state;       /* (B) the current layer's state of each run's sequence */
-    float **dn_snap;        /* (B) the current layer's part of each run's state checkpoint, or NULL */
+    dn_snap *dn_snaps;      /* (B, DN_SNAPS) the current layer's copies of each run's state: a checkpoint, steps */
     int *dn_snap_at;        /* (B) the entry of dn_order after which run r's checkpoint is taken */
 
     /* Mixture of Experts (NULL for dense models); K = n_expert_used, FE = n_ff_exp */
@@ -130,6 +131,7 @@ struct engine {
     engine_yield_fn yield_fn; /* asked after each layer whether to give the step up; NULL = never */
     void *yield_user;
     float *cb_weights;      /* (n_ctx) softmax weights handed to attn_cb */
+    bool hidden;            /* engine_eval_hidden: "logits" are the final-normed hidden states */
 
     char *mem;              /* owns every array above (engine/block.h) */
 };
@@ -194,7 +196,7 @@ static size_t layout(engine *e, char *mem) {
     e->dn_order = block_take(&b, B, sizeof(int));
     e->dn_run = block_take(&b, B + 1, sizeof(int));
     e->dn_state = block_take(&b, B, sizeof(float *));
-    e->dn_snap = block_take(&b, B, sizeof(float *));
+    e->dn_snaps = block_take(&b, B * DN_SNAPS, sizeof(dn_snap));
     e->dn_snap_at = block_take(&b, B, sizeof(int));
     e->rope = block_take(&b, ROPE_TABLES * B * (size_t)m->max_rope_dims, sizeof(float));
     size_t PLE = (size_t)m->n_ple;
@@ -639,6 +641,7 @@ typedef struct pass {
     long attn_work;             /* multiply-adds of one layer's attention, to decide on threading */
     int layer;                  /* the layer being evaluated */
     bool ablating;              /* a sequence of the batch has an ablation (engine_seq_ablate) */
+    bool back_up;               /* the step may be given up: DeltaNet states backed up (kv_state.c) */
 } pass;
 
 /* embed: x[t] = the embedding row of entry t's token (times the family's scale); and each
@@ -984,6 +987,7 @@ static int plan_runs(engine *e, const batch_entry *entries, int n, int n_seqs) {
     for (int r = 0; r < n_seqs; r++) { /* a state checkpoint inside the run, if one is due (kv_state.c) */
         int at = kv_ckpt_begin(e->seqs[r]);
         e->dn_snap_at[r] = at >= 0 ? e->dn_run[r] + at : -1;
+        kv_steps_begin(e->seqs[r]); /* a speculative verify's states (kv_seq_keep_steps) */
     }
     return n_seqs;
 }
@@ -1018,10 +1022,13 @@ static void step_deltanet(pass *p, const layer_weights *L) {
                     (const weight *const[]){&L->wqkv, &L->dn_z, &L->dn_beta, &L->dn_alpha}, e->xn, p->n);
     }
     for (int r = 0; r < p->n_runs; r++) {
-        e->dn_state[r] = kv_dn_state(e->seqs[r], L->dn_slot);
-        e->dn_snap[r] = kv_dn_snap(e->seqs[r], L->dn_slot);
+        kv_seq *s = e->seqs[r];
+        if (p->back_up) kv_state_back_up(s, L->dn_slot);
+        e->dn_state[r] = kv_dn_state(s, L->dn_slot);
+        e->dn_snaps[r * DN_SNAPS] = (dn_snap){kv_dn_snap(s, L->dn_slot), e->dn_snap_at[r], 1};
+        e->dn_snaps[r * DN_SNAPS + 1] = (dn_snap){kv_dn_steps(s, L->dn_slot), e->dn_run[r], s->steps_n};
     }
-    dn_job j = {.snap = e->dn_snap, .snap_at = e->dn_snap_at, .d = &m->dn, .n = p->n, .order = e->dn_order, .run_start = e->dn_run, .n_runs = p->n_runs,
+    dn_job j = {.snap = e->dn_snaps, .snap_stride = e->seqs[0]->pool->state_bytes / sizeof(float), .d = &m->dn, .n = p->n, .order = e->dn_order, .run_start = e->dn_run, .n_runs = p->n_runs,
                 .state = e->dn_state, .qkv = e->dn_qkv, .z = e->dn_z, .beta = e->dn_beta, .alpha = e->dn_alpha,
                 .conv_w = L->dn_conv, .dt_bias = L->dn_dt_bias, .ssm_a = L->dn_a, .norm_w = L->dn_norm,
                 .out = e->dn_o, .n_threads = e->n_threads};
@@ -1167,6 +1174,10 @@ static void step_logits(const pass *p, int n_want, float *logits) {
     for (int w = 0; w < n_want; w++)
         memcpy(e->tmp + (size_t)w * p->E, e->x + (size_t)e->want[w] * p->E, sizeof(float) * (size_t)p->E);
     rmsnorm(e->xn, e->tmp, m->output_norm, n_want, p->E, m->info.rms_eps, e->n_threads);
+    if (e->hidden) { /* engine_eval_hidden (embed.c): the rows an embedding pools */
+        memcpy(logits, e->xn, sizeof(float) * (size_t)n_want * p->E);
+        return;
+    }
     matmul(e, logits, &m->output, e->xn, n_want);
     float cap = m->final_softcap;
     if (cap > 0)
@@ -1178,6 +1189,9 @@ attnd_status engine_eval(engine *e, const batch_entry *entries, int n, float *lo
     if (n < 0 || n > e->max_batch)
         return attnd_fail(err, ATTND_ERR_INVALID, "batch of %d entries; this engine takes 1..%d", n, e->max_batch);
     if (!entries) return attnd_fail(err, ATTND_ERR_INVALID, "engine_eval: no entries");
+    if (e->m->arch->bidirectional) /* encoders run through engine_embed (attnd/embed.h, encoder.c) */
+        return attnd_fail(err, ATTND_ERR_UNSUPPORTED, "'%s' is an encoder: it embeds and ranks, it does not "
+                          "generate", e->m->info.arch);
     int n_want = 0;
     for (int t = 0; t < n; t++)
         if (entries[t].want_logits) e->want[n_want++] = t;
@@ -1194,18 +1208,21 @@ attnd_status engine_eval(engine *e, const batch_entry *entries, int n, float *lo
     for (int t = 0; t < n; t++) p.attn_work += (long)mi->n_head * mi->head_dim * (entries[t].pos + 1);
 
     if (m->n_dn_layers) p.n_runs = plan_runs(e, entries, n, n_seqs);
-    /* a recurrent state moved on by the layers already run cannot be rewritten: no yield then */
-    bool may_yield = e->yield_fn && !p.ablating && !e->attn_cb && !e->resid_cb && !e->expert_cb && !e->matmul_cb &&
-                     !m->n_dn_layers;
+    /* a recurrent state moved on by the layers already run is backed up first, or no yield */
+    bool may_yield = e->yield_fn && !p.ablating && !e->attn_cb && !e->resid_cb && !e->expert_cb && !e->matmul_cb;
+    for (int i = 0; may_yield && m->n_dn_layers && i < n_seqs; i++) may_yield = kv_state_can_back_up(e->seqs[i]);
+    p.back_up = may_yield && m->n_dn_layers;
     step_embed(&p);
     if (m->n_ple) step_ple_inputs(&p);
     for (int l = 0; l < mi->n_layer; l++) {
         step_layer(&p, l);
         if (e->resid_cb) report_residual(&p, l);
         if (may_yield && l + 1 < mi->n_layer && e->yield_fn(e->yield_user)) {
-            for (int i = 0; i < n_seqs; i++) { /* the rows written are rewritten */
+            for (int i = 0; i < n_seqs; i++) { /* the rows written are rewritten, the states restored */
                 e->seqs[i]->pending = 0;
                 kv_ckpt_commit(e->seqs[i], false);
+                for (int k = 0; p.back_up && k <= l; k++)
+                    if (m->layers[k].kind == LAYER_DELTANET) kv_state_restore_layer(e->seqs[i], m->layers[k].dn_slot);
             }
             return attnd_fail(err, ATTND_ERR_BUSY, "the step was given up after layer %d", l);
         }
@@ -1219,4 +1236,21 @@ attnd_status engine_eval(engine *e, const batch_entry *entries, int n, float *lo
         kv_seq_trim_window(e->seqs[i]); /* local layers' blocks no later query sees */
     }
     return ATTND_OK;
+}
+
+/* engine_eval with the final-normed hidden states (n_embd floats per entry that wants them) in
+ * place of the logits, and no inspection or yield hook called (embed_eval.h). */
+attnd_status engine_eval_hidden(engine *e, const batch_entry *entries, int n, float *hidden, attnd_err *err) {
+    engine saved = *e;
+    e->attn_cb = NULL, e->resid_cb = NULL, e->expert_cb = NULL, e->matmul_cb = NULL, e->yield_fn = NULL;
+    e->hidden = true;
+    attnd_status st = engine_eval(e, entries, n, hidden, err);
+    e->hidden = false;
+    e->attn_cb = saved.attn_cb, e->resid_cb = saved.resid_cb, e->expert_cb = saved.expert_cb;
+    e->matmul_cb = saved.matmul_cb, e->yield_fn = saved.yield_fn;
+    return st;
+}
+
+void engine_attn_hooks(const engine *e, engine_attn_cb *cb, engine_attn_want *want, void **user) {
+    *cb = e->attn_cb, *want = e->attn_want, *user = e->attn_user;
 }

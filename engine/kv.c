@@ -289,6 +289,7 @@ void kv_seq_destroy(kv_seq *s) {
     if (!s) return;
     release_blocks(s, 0);
     kv_ckpt_release(s);
+    kv_seq_keep_steps(s, 0);
     kv_pool *p = s->pool;
     pthread_mutex_lock(&p->lock);
     p->n_seqs--;
@@ -332,7 +333,7 @@ void kv_seq_truncate(kv_seq *s, int n) {
     /* the next query (position n) sees n - window + 1..: gone below lmin? then keep nothing */
     if (p->n_local && n > 0 && (n - p->window + 1 > 0 ? n - p->window + 1 : 0) < s->lmin) n = 0;
     /* a recurrent state holds every position: back to its newest checkpoint at or below n, or to 0 */
-    if (p->state_bytes) n = kv_ckpt_restore(s, n);
+    if (p->state_bytes) n = kv_state_rewind(s, n);
     s->len = n;
     if (n == 0) s->lmin = 0;
     release_blocks(s, (n + KV_BLOCK - 1) / KV_BLOCK);

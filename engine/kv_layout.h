@@ -123,6 +123,11 @@ struct kv_seq {
     int n_ckpts;
     int ckpt_want;         /* a position to checkpoint when a batch reaches it (kv_seq_checkpoint_at); 0 = none */
     struct kv_ckpt *ckpt_new; /* engine scratch: the checkpoint the current batch fills (kv_ckpt_begin) */
+    float *steps;          /* (steps_cap, n_dn_layers * state_layer_floats) the states after each entry of a
+                            * speculative verify (kv_seq_keep_steps), or NULL */
+    int steps_cap;         /* states steps has room for (charged to the budget) */
+    int steps_want;        /* the next batch keeps this many (kv_seq_keep_steps); 0 = none */
+    int steps_from, steps_n; /* steps[i] is the state at length steps_from + 1 + i, i < steps_n */
 };
 
 /* A copy of a sequence's whole recurrent state (state_bytes) as it was at length pos. Read-only
@@ -151,17 +156,34 @@ static inline float *kv_dn_state(const kv_seq *s, int slot) {
  * copy ready in ckpt_new), or -1: none wanted, or no room in the budget (best effort: the batch
  * goes on without it). s->pending holds the batch's entries. */
 int kv_ckpt_begin(kv_seq *s);
-/* Files ckpt_new (if any) among s's checkpoints, or frees it when the batch was given up. */
+/* Files ckpt_new (if any) among s's checkpoints, or frees it (and forgets the steps kept) when
+ * the batch was given up. */
 void kv_ckpt_commit(kv_seq *s, bool done);
-/* Rewinds s's state to its newest checkpoint at or below n and drops the later ones; returns that
- * checkpoint's position, or 0 (state zeroed) when there is none. */
-int kv_ckpt_restore(kv_seq *s, int n);
+/* Rewinds s's state to length n when the last batch kept the state there (kv_seq_keep_steps), else
+ * to its newest checkpoint at or below n, and drops the checkpoints past n; returns the length
+ * the state now has (0, zeroed, when nothing at or below n was kept). */
+int kv_state_rewind(kv_seq *s, int n);
+/* How many of s's batch entries (s->pending) keep the state after them (the first ones; never the
+ * last), from what kv_seq_keep_steps asked for; 0 = none. */
+int kv_steps_begin(kv_seq *s);
 /* Makes child hold every checkpoint of parent (shared). Pool lock held. */
 void kv_ckpt_share_locked(kv_seq *child, const kv_seq *parent);
 /* Drops every checkpoint s holds. */
 void kv_ckpt_release(kv_seq *s);
-/* Bytes of the checkpoints s holds, shared ones included. */
+/* Bytes of the checkpoints s holds, shared ones included, and of its speculative steps. */
 size_t kv_ckpt_held_bytes(const kv_seq *s);
+
+/* The yield of a running step (kv_state.c): whether s has room to back its state up (one state
+ * of kv_seq_keep_room, and no verify's steps in it); layer `slot`'s state copied there before the
+ * layer runs, and back when the step is given up. */
+bool kv_state_can_back_up(const kv_seq *s);
+void kv_state_back_up(kv_seq *s, int slot);
+void kv_state_restore_layer(kv_seq *s, int slot);
+
+/* Layer `slot`'s part of the first state s's batch keeps (kv_steps_begin), or NULL. */
+static inline float *kv_dn_steps(const kv_seq *s, int slot) {
+    return s->steps_n ? s->steps + (size_t)slot * s->pool->state_layer_floats : NULL;
+}
 
 /* Layer `slot`'s part of s's checkpoint in progress, or NULL when the batch takes none for s. */
 static inline float *kv_dn_snap(const kv_seq *s, int slot) {

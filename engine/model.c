@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "attnd/tokenizer.h"
+#include "embed_eval.h"
 #include "model_internal.h"
 #include "quant.h"
 #include "threads.h"
@@ -230,7 +231,8 @@ static attnd_status read_shape(model *m, const char **arch_out, attnd_err *err) 
     if ((st = arch_u32(f, arch, "attention.key_length", false, n_embd / n_head, &key_len, err))) return st;
     if ((st = arch_u32(f, arch, "attention.value_length", false, key_len, &val_len, err))) return st;
     if ((st = arch_u32(f, arch, "rope.dimension_count", false, key_len, &rope_dims, err))) return st;
-    if ((st = arch_f32(f, arch, "attention.layer_norm_rms_epsilon", true, 0, &mi->rms_eps, err))) return st;
+    const char *eps_key = m->arch->post_ln ? "attention.layer_norm_epsilon" : "attention.layer_norm_rms_epsilon";
+    if ((st = arch_f32(f, arch, eps_key, true, 0, &mi->rms_eps, err))) return st;
     if ((st = arch_f32(f, arch, "rope.freq_base", false, 10000.0f, &mi->rope_base, err))) return st;
 
     /* Sanity limits keep every later size computation far from overflow. */
@@ -1115,6 +1117,7 @@ static attnd_status load_weights(model *m, attnd_err *err) {
     if ((st = check_vocabulary(f, mi->n_vocab, err))) return st;
     int64_t V = mi->n_vocab, E = mi->n_embd;
     if ((st = find_matrix(m, "token_embd.weight", V, E, true, &m->tok_embd, err))) return st;
+    if (m->arch->post_ln) return encoder_load_weights(m, err); /* encoder.c */
     if ((st = find_matrix(m, "output.weight", V, E, false, &m->output, err))) return st;
     if (!m->output.data) m->output = m->tok_embd; /* tied embeddings */
     if ((st = load_vector(m, "output_norm.weight", E, true, &m->output_norm, err))) return st;
@@ -1126,6 +1129,7 @@ static attnd_status load_weights(model *m, attnd_err *err) {
 
 void model_destroy(model *m) {
     if (!m) return;
+    embed_model_free(m); /* before the layers: it frees some of theirs */
     if (m->layers) {
         for (int l = 0; l < m->info.n_layer; l++) {
             layer_weights *L = &m->layers[l];
@@ -1172,7 +1176,7 @@ attnd_status model_load(model **out, const char *path, attnd_err *err) {
     if ((m->arch->mla && (st = read_mla(m, arch, err))) || (m->arch->ds_router && (st = read_ds_router(m, arch, err))))
         goto fail;
     if ((st = read_geometry(m, arch, err))) goto fail; /* per layer, from the model's (read_mla's for MLA) */
-    if ((st = load_weights(m, err))) goto fail;
+    if ((st = load_weights(m, err)) || (st = embed_model_load(m, arch, err))) goto fail;
     skip_mtp_blocks(m);
     m->run_ctx = mi->n_ctx;
     if ((st = make_rope_tables(m, arch, err))) goto fail;
@@ -1192,4 +1196,13 @@ fail:
 }
 
 const model_info *model_info_get(const model *m) { return &m->info; }
+
+attnd_status model_find_matrix(model *m, const char *name, int64_t rows, int64_t cols, bool required, weight *out,
+                               attnd_err *err) {
+    return find_matrix(m, name, rows, cols, required, out, err);
+}
+
+attnd_status model_load_vector(model *m, const char *name, int64_t n, bool required, float **out, attnd_err *err) {
+    return load_vector(m, name, n, required, out, err);
+}
 const gguf_file *model_gguf(const model *m) { return m->f; }

@@ -76,6 +76,11 @@ typedef struct layer_weights {
     float *exp_probs_b;      /* (n_expert) ffn_exp_probs_b (arch ds_router): added for the choice only, or NULL */
     bool rope;               /* false: a NoPE layer (no rotation of q and k) */
     int window;              /* 0: global attention; W > 0: sees positions pos - W + 1 .. pos */
+    /* arch post_ln (encoder.c): attn_norm is attn_output_norm and ffn_norm layer_output_norm, with
+     * these biases; the FFN's biases (NULL when the file has none) */
+    float *attn_norm_b, *ffn_norm_b; /* (n_embd) */
+    float *b_up, *b_down;    /* (n_ff), (n_embd) */
+    float *b_qkv;            /* (q_dim + 2 kv_dim) attn_qkv.bias of a fused encoder projection, or NULL */
     int rope_table;          /* ROPE_GLOBAL or ROPE_LOCAL */
     /* The layer's attention geometry (arch layer_geometry: per layer kind; else the model's):
      * q_dim = n_head head_dim, kv_dim = n_head_kv head_dim, rotating rope_dims of each head. */
@@ -138,6 +143,17 @@ struct model {
     size_t packed_bytes;     /* memory of the weights' packed copies (weight.packed) */
     int run_ctx;             /* the context it is run at (model_set_context): n_ctx or less */
     uint8_t *tensor_read;    /* load scratch: (gguf_tensor_count) 1 = a step reads the tensor */
+    /* embeddings and ranking (embed.c, attnd/embed.h) */
+    int pooling;             /* model_pooling: the file's <arch>.pooling_type, or the default */
+    weight cls, cls_out;     /* (n_embd, n_embd) cls.weight, (n_cls_out, n_embd) cls.output.weight; or empty */
+    float *cls_b, *cls_out_b; /* (n_embd), (n_cls_out), or NULL */
+    int n_cls_out;           /* cls.output's rows; 0 without a head */
+    weight dense_2, dense_3; /* (D, n_embd), (n_embd, D): projections after pooling (EmbeddingGemma), or empty */
+    /* encoders (arch post_ln, abs_pos; encoder.c) */
+    weight pos_embd;         /* (n_ctx, n_embd) position_embd (arch abs_pos), or empty */
+    weight type_embd;        /* (n_types, n_embd) token_types, or empty */
+    int n_types;             /* token_types' rows (0 without) */
+    float *tok_norm, *tok_norm_b; /* (n_embd) token_embd_norm weight and bias, or NULL */
 };
 
 #endif /* ATTND_MODEL_INTERNAL_H */

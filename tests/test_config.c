@@ -695,3 +695,21 @@ Test(config, printed_model_sections_read_back_as_the_same_presets) {
     config_destroy(c2);
     config_destroy(c);
 }
+
+Test(config, admin_api_key_on_the_command_line_is_scrubbed_too) {
+    char a0[] = "serve", a1[] = "--admin-api-key", a2[] = "b0ss", a3[] = "--admin-api-key=b1ss";
+    char *argv[] = {a0, a1, a2, a3, NULL};
+    server_settings s;
+    config *c = NULL;
+    attnd_err err;
+    char *envp[] = {NULL};
+    cr_assert_eq(config_load(&c, &s, 4, argv, envp, &err), ATTND_OK, "%s", err.msg);
+    cr_expect_eq(config_scrub_argv(4, argv), 2);
+    cr_expect_str_eq(s.admin_api_key, "b1ss");
+    cr_expect_str_eq(a2, "xxxx");
+    cr_expect_str_eq(a3, "--admin-api-key=xxxx");
+    char *printed = print_to_string(c, &s);
+    cr_expect_null(strstr(printed, "b1ss"), "never printed: %s", printed);
+    free(printed);
+    config_destroy(c);
+}

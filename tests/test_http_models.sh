@@ -15,7 +15,7 @@ echo "not a model" > "$TMP/models/broken.gguf"
 echo "notes" > "$TMP/models/README.txt"
 export XDG_CACHE_HOME=$TMP/cache # the pull cache counts: an empty one here
 
-start_server s --models-dir "$TMP/models" --models-max-loaded 1 --threads 1 --kv-budget-mb 16
+start_server s --models-dir "$TMP/models" --models-max-loaded 1 --threads 1 --kv-budget-mb 16 --state-dir "$TMP/state"
 base=http://127.0.0.1:$s_PORT
 state() { curl -sf "$base/v1/models" | grep -o "\"id\":\"$1\",[^}]*}" | grep -o '"value":"[a-z]*"' | cut -d'"' -f4; }
 chat() { curl -s "$base/v1/chat/completions" -d "{\"model\": \"$1\", \"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}], \"max_tokens\": 3, \"temperature\": 0}"; }
@@ -69,9 +69,9 @@ check_status 404 "unloading an unknown model" "$base/models/unload" -d '{"model"
 check_status 200 "POST /models/load beta" "$base/models/load" -d '{"model": "beta"}'
 for _ in $(seq 100); do [ "$(state beta)" = loaded ] && break; sleep 0.05; done
 check "beta loads in the background" test "$(state beta)" = loaded
-# a streamed answer read slowly keeps its request (and its model) in use
+# a streamed answer of 4 long choices, read slowly, keeps its request (and its model) in use
 curl -s --limit-rate 300 "$base/v1/completions" -N \
-    -d '{"model": "beta", "prompt": "Once upon a time", "max_tokens": 400, "stream": true, "ignore_eos": true}' >/dev/null &
+    -d '{"model": "beta", "prompt": "Once upon a time", "max_tokens": 480, "n": 4, "stream": true, "ignore_eos": true}' >/dev/null &
 slow=$!
 for _ in $(seq 100); do curl -sf "$base/metrics" | grep -q '^attnd_model_requests_active{model="beta"} 1$' && break; sleep 0.05; done
 check_status 409 "unloading beta while a request uses it is a 409" "$base/models/unload" -d '{"model": "beta"}'
@@ -85,6 +85,15 @@ listed=$("$ATTND_BINARY" models --url "$base")
 check "attnd models --url: alpha loaded, with its context" grep -q '^alpha  *loaded .* MiB  context 512$' <<<"$listed"
 check "attnd models --url: beta unloaded, broken failed" \
     bash -c 'grep -q "^beta  *unloaded" <<<"$1" && grep -q "^broken  *failed" <<<"$1"' _ "$listed"
+# ---- a model's sessions are saved when it unloads and found again when it loads ----
+r1=$(curl -s "$base/v1/responses" -d '{"model": "alpha", "input": "Hi", "max_output_tokens": 2}')
+id=$(grep -o '"id":"resp_[0-9a-f]*"' <<<"$r1" | head -1 | cut -d'"' -f4)
+check "a stored turn on alpha keeps its session in state_dir/models/alpha" test -f "$TMP/state/models/alpha/$id.session.json"
+size1=$(stat -c %s "$TMP/state/models/alpha/$id.session.json" 2>/dev/null || echo 0)
+check_status 200 "alpha unloads" "$base/models/unload" -d '{"model": "alpha"}'
+r2=$(curl -s "$base/v1/responses" -d "{\"model\": \"alpha\", \"input\": \"More\", \"previous_response_id\": \"$id\", \"max_output_tokens\": 2}")
+check "the next turn continues it after alpha loads again (${r2:0:120})" grep -q "\"previous_response_id\":\"$id\"" <<<"$r2"
+check "... on the same session, which grew" test "$(stat -c %s "$TMP/state/models/alpha/$id.session.json")" -gt "$size1"
 stop_server s || bad "SIGTERM"
 
 # ---- presets under a memory budget ----
@@ -110,6 +119,16 @@ check "two models fit the budget" test "$(state one)/$(state two)" = loaded/load
 chat three >/dev/null
 check "the third unloads the least recently used (one)" test "$(state one)/$(state two)/$(state three)" = unloaded/loaded/loaded
 stop_server p || bad "SIGTERM (presets)"
+
+# ---- with API keys, loading and unloading need the admin key ----
+start_server k --models-dir "$TMP/models" --no-models-cache --threads 1 --kv-budget-mb 16 --api-key user1 --admin-api-key boss1
+base=http://127.0.0.1:$k_PORT
+check_status 401 "no key: 401" "$base/models/load" -d '{"model": "alpha"}'
+check_status 403 "a user's key cannot load a model" "$base/models/load" -H 'Authorization: Bearer user1' -d '{"model": "alpha"}'
+check_status 403 "... nor unload one" "$base/models/unload" -H 'Authorization: Bearer user1' -d '{"model": "alpha"}'
+check_status 200 "the admin key loads it" "$base/models/load" -H 'Authorization: Bearer boss1' -d '{"model": "alpha"}'
+check_status 200 "a user's key still generates" "$base/v1/completions" -H 'Authorization: Bearer user1' -d '{"model": "beta", "prompt": "Hi", "max_tokens": 1}'
+stop_server k || bad "SIGTERM (keys)"
 
 # ---- one model: any `model` is accepted, as always ----
 start_server o --model "$MODEL" --threads 1

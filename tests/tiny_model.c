@@ -12,6 +12,8 @@
  *   tiny_model --hybrid-prompt     the hybrid comparison's prompt ids, comma-separated (also the
  *                                  latent-attention comparison's)
  *   tiny_model --list-mla          the latent-attention (deepseek2) models, one a line
+ *   tiny_model --list-encoders     the encoders (encoder_fixture.h), one a line
+ *   tiny_model --encoder-inputs    their comparison's inputs: one line of comma-separated ids each
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -34,7 +36,33 @@ static char *read_text(const char *path) {
     return s;
 }
 
-#include "family_specs.h"
+#include "encoder_fixture.h"
+
+/* The encoder options: 0 when argv was one of them (done), -1 when not. */
+static int encoder_main(int argc, char **argv) {
+    if (argc == 2 && !strcmp(argv[1], "--list-encoders")) {
+        for (size_t i = 0; i < N_ENC; i++) printf("%s\n", ENC_NAMES[i]);
+        return 0;
+    }
+    if (argc == 2 && !strcmp(argv[1], "--encoder-inputs")) {
+        int32_t ids[ENC_N_INPUTS][ENC_MAX_LEN];
+        int len[ENC_N_INPUTS];
+        enc_inputs(ids, len);
+        for (int i = 0; i < ENC_N_INPUTS; i++)
+            for (int t = 0; t < len[i]; t++) printf("%d%s", ids[i][t], t + 1 < len[i] ? "," : "\n");
+        return 0;
+    }
+    for (size_t i = 0; argc == 3 && i < N_ENC; i++) {
+        if (strcmp(argv[1], ENC_NAMES[i])) continue;
+        tiny_spec sp = enc_named(ENC_NAMES[i]);
+        if (enc_write(argv[2], &sp)) {
+            fprintf(stderr, "tiny_model: cannot write %s\n", argv[2]);
+            return 1;
+        }
+        return 0;
+    }
+    return -1;
+}
 
 int main(int argc, char **argv) {
     if (argc == 2 && !strcmp(argv[1], "--list")) {
@@ -60,6 +88,8 @@ int main(int argc, char **argv) {
         for (size_t i = 0; i < N_HYBRID; i++) printf("%s\n", HYBRID_NAMES[i]);
         return 0;
     }
+    int enc = encoder_main(argc, argv);
+    if (enc >= 0) return enc;
     bool tmpl = argc == 5 && !strcmp(argv[3], "--chat-template");
     if (argc != 3 && !tmpl) {
         fprintf(stderr, "usage: tiny_model FAMILY OUT.gguf [--chat-template FILE] | tiny_model --list | --list-hybrid "

@@ -58,6 +58,10 @@ bool models_http_route(req *r, json_t *body, genreq_env *env, mreg_ref *ref, htt
         return false;
     }
     *env = ((server_model *)ref->inst)->env;
+    if (http_role_refused(r, http_model_roles(env->m, env->cfg), env->model_id, ret)) { /* a route it does not serve */
+        mreg_release(reg, ref);
+        return false;
+    }
     return true;
 }
 
@@ -118,6 +122,8 @@ http_result models_http_tags(req *r, bool loaded_only) {
 static http_result load_or_unload(req *r, bool load) {
     if (!r->srv->models)
         return http_respond_error(r, 400, "this server serves one model, always loaded (models_dir serves several)", NULL);
+    if (!http_is_admin(r))
+        return http_respond_error(r, 403, "loading and unloading models needs the admin key (admin_api_key)", NULL);
     http_result ret = HTTP_NO;
     json_t *b = http_parse_body(r, &ret, false);
     if (!b) return ret;

@@ -105,6 +105,12 @@ const entry config_settings[] = {
     {"attention_max_bytes", K_BYTES, OFF(attention_max_bytes), 1024, 1 << 30, 0, "16777216",
      "most bytes of JSON one /v1/attention answer takes (k/M/G suffix ok; 400 above)"},
     {"attention_parallel", K_INT, OFF(attention_parallel), 1, 4096, 0, "2", "/v1/attention requests at once (429 above)"},
+    {"embeddings", K_BOOL, OFF(embeddings), 0, 0, 0, "false",
+     "a generation model also serves embeddings (/v1/embeddings, /api/embed), pooled as the file says or last-token"},
+    {"embed_max_inputs", K_INT, OFF(embed_max_inputs), 1, 1 << 20, 0, "2048",
+     "inputs of one embedding request, documents of one rerank (400 above)"},
+    {"embed_max_tokens", K_INT, OFF(embed_max_tokens), 1, 1 << 24, 0, "8192",
+     "tokens of one embedding input or rerank pair, also at most max_batch and the context (400 above unless truncate)"},
     {"request_timeout_s", K_INT, OFF(request_timeout_s), 1, 86400, 0, "30", "idle HTTP connection timeout, s"},
     {"header_timeout_s", K_INT, OFF(header_timeout_s), 1, 3600, 0, "10", "time a connection has to send its request headers, s"},
     {"body_timeout_s", K_INT, OFF(body_timeout_s), 1, 86400, 0, "20", "time a request has to send its body after its headers, s"},
@@ -112,6 +118,8 @@ const entry config_settings[] = {
     {"sse_keepalive_s", K_INT, OFF(sse_keepalive_s), 0, 3600, 0, "5", "a waiting stream sends a keep-alive comment this often, s (0 = never)"},
     {"watchdog_interval_ms", K_INT, OFF(watchdog_interval_ms), 10, 3600000, 0, "1000", "scheduler keep-alive period, ms"},
     {"api_key", K_STR, OFF(api_key), 0, 0, F_SECRET, NULL, "required Bearer token (empty = no auth)"},
+    {"admin_api_key", K_STR, OFF(admin_api_key), 0, 0, F_SECRET, NULL,
+     "with api_key, the Bearer token POST /models/load and /models/unload need (empty = they are refused)"},
     {"api_key_file", K_KEYFILE, OFF(api_key), 0, 0, F_SECRET, NULL, "file holding the Bearer token(s), one per line"},
     {"cors_origins", K_STR, OFF(cors_origins), 0, 0, 0, NULL, "allowed CORS origins, comma-separated, * = any"},
     {"allowed_hosts", K_STR, OFF(allowed_hosts), 0, 0, 0, NULL, "extra Host names a loopback-bound server answers"},
@@ -865,8 +873,9 @@ int config_scrub_argv(int argc, char **argv) {
     int n = 0;
     for (int i = 1; i < argc; i++) {
         char *v = NULL;
-        if (!strcmp(argv[i], "--api-key") && i + 1 < argc) v = argv[++i];
+        if ((!strcmp(argv[i], "--api-key") || !strcmp(argv[i], "--admin-api-key")) && i + 1 < argc) v = argv[++i];
         else if (!strncmp(argv[i], "--api-key=", 10)) v = argv[i] + 10;
+        else if (!strncmp(argv[i], "--admin-api-key=", 16)) v = argv[i] + 16;
         if (!v) continue;
         for (; *v; v++) *v = 'x'; /* same length: the process's argument area cannot grow or shrink */
         n++;

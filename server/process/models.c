@@ -205,9 +205,13 @@ static attnd_status add_model_flag(struct server *s, attnd_err *err) {
 /* systemd's watchdog while no scheduler runs (one per loaded model sends it otherwise). */
 static void *keepalive_main(void *arg) {
     struct server *s = arg;
-    while (!atomic_load(&s->stopping)) {
-        if (s->cfg.hooks.on_watchdog) s->cfg.hooks.on_watchdog(s->cfg.hooks.user);
-        usleep((useconds_t)s->cfg.watchdog_interval_ms * 1000);
+    double next = 0;
+    while (!atomic_load(&s->stopping)) { /* short naps: shutdown joins this thread without waiting */
+        if (attnd_now_s() >= next) {
+            s->cfg.hooks.on_watchdog(s->cfg.hooks.user);
+            next = attnd_now_s() + s->cfg.watchdog_interval_ms / 1e3;
+        }
+        usleep(20 * 1000);
     }
     return NULL;
 }
@@ -233,6 +237,15 @@ attnd_status models_open(struct server *s, attnd_err *err) {
               s->cfg.models_max_loaded, s->cfg.models_memory_mb);
     if (s->cfg.hooks.on_watchdog && pthread_create(&s->keepalive, NULL, keepalive_main, s) == 0) s->has_keepalive = true;
     return ATTND_OK;
+}
+
+static void cancel_model(void *inst, void *user) {
+    (void)user;
+    sched_cancel_all(((server_model *)inst)->sch);
+}
+
+void models_cancel_all(struct server *s) {
+    for (int i = 0; s->models && i < mreg_count(s->models); i++) mreg_peek(s->models, i, cancel_model, NULL);
 }
 
 void models_close(struct server *s) {

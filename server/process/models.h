@@ -14,5 +14,7 @@
  * names within presets. */
 attnd_status models_open(struct server *s, attnd_err *err);
 void models_close(struct server *s); /* accepts a server without models */
+/* Cancels the work of every loaded model (shutdown past its timeout); nothing without models. */
+void models_cancel_all(struct server *s);
 
 #endif

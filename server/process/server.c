@@ -45,7 +45,7 @@ static const size_t OWNED_STRINGS[] = {
     offsetof(server_settings, chat_template), offsetof(server_settings, allowed_hosts),
     offsetof(server_settings, chat_template_file),
     offsetof(server_settings, session_store), offsetof(server_settings, session_store_prefix),
-    offsetof(server_settings, models_dir),
+    offsetof(server_settings, models_dir),    offsetof(server_settings, admin_api_key),
 };
 
 static const char **string_setting(server_settings *c, size_t off) { return (const char **)((char *)c + off); }
@@ -318,6 +318,7 @@ void server_shutdown(server *s) {
     if (!drain(s, ms)) {
         slog_warn("shutdown: in-flight requests did not finish in %d s; cancelling them", ms / 1000);
         if (s->sch) sched_cancel_all(s->sch);
+        models_cancel_all(s);
         drain(s, 2000);
     }
     if (s->d) {

@@ -75,7 +75,7 @@ typedef struct mreg_info {
 /* A registry over ops and limits (copied). ATTND_ERR_NOMEM. */
 attnd_status mreg_create(mreg **out, const mreg_ops *ops, const mreg_limits *limits, attnd_err *err);
 /* Unloads every loaded model (after waiting for the loads under way) and frees reg (accepts
- * NULL). No reference may be held. */
+ * NULL). A model still referenced is not unloaded (its instance is left to the process's end). */
 void mreg_destroy(mreg *reg);
 
 /* Adds model name (1..MREG_NAME_MAX bytes) at path (copied) with bytes of memory when loaded.
