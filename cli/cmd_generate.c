@@ -99,11 +99,11 @@ static attnd_status cli_spec_open(cli_spec *c, const gen_opts *o, const model *t
         p.draft_min_p = strtof(o->draft_min_p, &end);
         if (end == o->draft_min_p || *end) return attnd_fail(err, ATTND_ERR_INVALID, "--draft-min-p: \"%.40s\" is not a number", o->draft_min_p);
     }
-    if (!spec_supported(target)) fprintf(stderr, "attnd generate: speculation is off for models with sliding-window or recurrent layers\n");
+    if (!spec_supported(target)) fprintf(stderr, "attnd generate: speculation is off for models with sliding-window layers\n");
     attnd_status st = ATTND_OK;
     if (o->draft_model) {
         if ((st = model_load(&c->dm, o->draft_model, err)) || (st = spec_vocab_check(target, c->dm, err))) return st;
-        if (!spec_supported(c->dm)) return attnd_fail(err, ATTND_ERR_UNSUPPORTED, "the draft model has sliding-window or recurrent layers, which speculation cannot roll back");
+        if (!spec_supported(c->dm) || model_info_get(c->dm)->n_recurrent_layers) return attnd_fail(err, ATTND_ERR_UNSUPPORTED, "the draft model has sliding-window or recurrent layers, which speculation cannot roll back");
         if ((st = cli_seq_open(&c->dq, c->dm, 512, &o->run, err))) return st;
         p.draft = c->dq.e, p.draft_pool = c->dq.pool;
     }

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "attnd/cpuinfo.h"
+#include "attnd/embed.h"
 #include "attnd/gguf.h"
 #include "attnd/kv.h"
 #include "attnd/model.h"
@@ -36,7 +37,7 @@ static const char *HPARAMS[] = {
     "feed_forward_length",     "attention.head_count",   "attention.head_count_kv",
     "attention.layer_norm_rms_epsilon", "rope.freq_base", "rope.dimension_count",
     "rope.scaling.type", "rope.scaling.factor", "rope.scaling.original_context_length",
-    "rope.scaling.attn_factor", "vocab_size",
+    "rope.scaling.attn_factor", "vocab_size", "attention.layer_norm_epsilon", "pooling_type",
 };
 
 /* A scalar metadata value as JSON (new reference), or NULL for arrays. */
@@ -59,25 +60,60 @@ static const char *str_or(const gguf_file *f, const char *key, const char *dflt)
 }
 
 /* Per token, f16: the global layers' KV bytes, the sliding-window (local) layers' and their window
- * (a local layer keeps only its window's positions). */
+ * (a local layer keeps only its window's positions), each kind's head size and KV heads; the
+ * layers that read an earlier layer's cache (shared: no bytes of their own). */
 static void add_layer_kv(json_t *root, const model *m) {
     const model_info *mi = model_info_get(m);
-    json_object_set_new(root, "kv_layers",
-                        json_pack("{s:i, s:i, s:i, s:I, s:I, s:i, s:I}", "global",
-                                  mi->n_layer - mi->n_local_layers - mi->n_recurrent_layers, "local",
-                                  mi->n_local_layers, "window", mi->window, "global_bytes_per_token_f16",
-                                  (json_int_t)kv_layer_bytes_per_token(m, KV_F16, false), "local_bytes_per_token_f16",
-                                  (json_int_t)kv_layer_bytes_per_token(m, KV_F16, true), "recurrent",
-                                  mi->n_recurrent_layers, "state_bytes_per_sequence", (json_int_t)kv_state_bytes(m)));
+    int shared_global = mi->n_shared_kv_layers - mi->n_shared_local;
+    json_t *kl = json_pack("{s:i, s:i, s:i, s:I, s:I, s:i, s:I}", "global",
+                           mi->n_layer - mi->n_local_layers - mi->n_recurrent_layers - shared_global, "local",
+                           mi->n_local_layers - mi->n_shared_local, "window", mi->window, "global_bytes_per_token_f16",
+                           (json_int_t)kv_layer_bytes_per_token(m, KV_F16, false), "local_bytes_per_token_f16",
+                           (json_int_t)kv_layer_bytes_per_token(m, KV_F16, true), "recurrent", mi->n_recurrent_layers,
+                           "state_bytes_per_sequence", (json_int_t)kv_state_bytes(m));
+    json_object_set_new(kl, "shared", json_integer(mi->n_shared_kv_layers));
+    json_object_set_new(kl, "global_head", json_pack("{s:i, s:i}", "head_dim", mi->head_dim, "kv_heads", mi->n_head_kv));
+    if (mi->n_local_layers)
+        json_object_set_new(kl, "local_head",
+                            json_pack("{s:i, s:i}", "head_dim", mi->head_dim_swa, "kv_heads", mi->n_head_kv_swa));
     if (mi->kv_latent) /* one row per token and layer for every head; what per-head K and V would take */
-        json_object_set_new(json_object_get(root, "kv_layers"), "latent",
+        json_object_set_new(kl, "latent",
                             json_pack("{s:i, s:I, s:I}", "values_per_token_per_layer", mi->kv_latent,
                                       "bytes_per_token_f16", (json_int_t)kv_bytes_per_token(m, KV_F16),
                                       "per_head_bytes_per_token_f16",
                                       (json_int_t)((size_t)2 * mi->kv_per_head * (size_t)mi->n_layer)));
+    json_object_set_new(root, "kv_layers", kl);
     if (mi->n_expert)
         json_object_set_new(root, "experts", json_pack("{s:i, s:i, s:i}", "count", mi->n_expert, "used",
                                                        mi->n_expert_used, "feed_forward_length", mi->n_ff_exp));
+}
+
+/* What the model is for (attnd/embed.h): "roles" (generate, embed, rank), the pooling and the
+ * floats per pooled vector, the classifier's outputs. */
+static void add_roles(json_t *root, const model *m) {
+    static const char *const names[] = {"generate", "embed", "rank"};
+    json_t *roles = json_array();
+    for (int i = 0; i < 3; i++)
+        if (model_roles(m) & (1u << i)) json_array_append_new(roles, json_string(names[i]));
+    json_object_set_new(root, "roles", roles);
+    json_object_set_new(root, "encoder", json_boolean(model_is_encoder(m)));
+    json_object_set_new(root, "pooling", json_string(model_pooling_name(model_pooling_type(m))));
+    json_object_set_new(root, "embedding_dim", json_integer(model_embed_dim(m)));
+    json_object_set_new(root, "classifier_outputs", json_integer(model_n_cls_out(m)));
+}
+
+static void print_roles(const json_t *root) {
+    printf("roles:        ");
+    size_t i;
+    json_t *r;
+    json_array_foreach(json_object_get(root, "roles"), i, r) printf("%s %s", i ? "," : "", json_string_value(r));
+    printf(" (%s; pooling %s, %" JSON_INTEGER_FORMAT " floats per input", json_is_true(json_object_get(root, "encoder"))
+           ? "an encoder: attention both ways" : "a decoder", json_string_value(json_object_get(root, "pooling")),
+           json_integer_value(json_object_get(root, "embedding_dim")));
+    if (json_integer_value(json_object_get(root, "classifier_outputs")))
+        printf("; a classification head of %" JSON_INTEGER_FORMAT " outputs",
+               json_integer_value(json_object_get(root, "classifier_outputs")));
+    printf(")\n");
 }
 
 /* The serve default of kv_budget_mb: the budget "kv_contexts_in_default_budget" counts in. */
@@ -130,6 +166,7 @@ static void add_run_facts(json_t *root, const char *path, int ctx_size) {
             json_object_set_new(root, "chat_template_rendering", json_string(chat_source_str(&ct)));
         chat_template_free(&ct);
         add_kv_sizes(root, m);
+        add_roles(root, m);
         json_object_set_new(root, "kernels", json_string(cpuinfo_kernels()));
         add_layer_kv(root, m);
         if (gguf_find_tensor(model_gguf(m), "rope_factors_long.weight")) {
@@ -161,6 +198,7 @@ static void print_run_facts(const json_t *root) {
     }
     json_t *kt = json_object_get(root, "kv_bytes_per_token"), *kc = json_object_get(root, "kv_bytes_per_context");
     printf("runs:          yes\n");
+    print_roles(root);
     printf("kernels:       %s\n", json_string_value(json_object_get(root, "kernels")));
     printf("chat template: %s (%s)\n", json_string_value(json_object_get(root, "chat_template")),
            json_string_value(json_object_get(root, "chat_template_source")));
@@ -180,6 +218,9 @@ static void print_run_facts(const json_t *root) {
                " bytes/token f16, held for the window only",
                json_integer_value(json_object_get(kl, "local")), json_integer_value(json_object_get(kl, "window")),
                json_integer_value(json_object_get(kl, "local_bytes_per_token_f16")));
+    if (json_integer_value(json_object_get(kl, "shared")))
+        printf("; %" JSON_INTEGER_FORMAT " shared layers: none, they read earlier layers' caches",
+               json_integer_value(json_object_get(kl, "shared")));
     if (json_integer_value(json_object_get(kl, "recurrent")))
         printf("; %" JSON_INTEGER_FORMAT " recurrent layers (Gated DeltaNet): %" JSON_INTEGER_FORMAT
                " bytes/sequence f32, whatever its length",
@@ -193,6 +234,12 @@ static void print_run_facts(const json_t *root) {
                json_integer_value(json_object_get(lat, "bytes_per_token_f16")),
                json_integer_value(json_object_get(lat, "per_head_bytes_per_token_f16")));
     printf("\n");
+    json_t *gh = json_object_get(kl, "global_head"), *lh = json_object_get(kl, "local_head");
+    if (lh && !json_equal(gh, lh)) /* Gemma 4: each kind its own geometry */
+        printf("KV heads:      global layers %" JSON_INTEGER_FORMAT " x %" JSON_INTEGER_FORMAT ", local layers %" JSON_INTEGER_FORMAT
+               " x %" JSON_INTEGER_FORMAT " (KV heads x head size)\n",
+               json_integer_value(json_object_get(gh, "kv_heads")), json_integer_value(json_object_get(gh, "head_dim")),
+               json_integer_value(json_object_get(lh, "kv_heads")), json_integer_value(json_object_get(lh, "head_dim")));
     const char *lr = json_string_value(json_object_get(root, "longrope"));
     if (lr)
         printf("LongRoPE:      %s factors (a context of %" JSON_INTEGER_FORMAT " %s rope.scaling.original_context_length)\n",

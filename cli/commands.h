@@ -18,6 +18,8 @@ int cmd_convert_llama2c(int argc, char **argv);
 int cmd_generate(int argc, char **argv);
 int cmd_chat(int argc, char **argv);
 int cmd_score(int argc, char **argv);
+int cmd_embed(int argc, char **argv);
+int cmd_rerank(int argc, char **argv);
 int cmd_imatrix(int argc, char **argv);
 int cmd_attention(int argc, char **argv);
 int cmd_heads(int argc, char **argv);

@@ -33,6 +33,8 @@ static const command COMMANDS[] = {
     {"attention", cmd_attention, "which earlier tokens each token attends to: JSON, SVG heatmap or text"},
     {"heads", cmd_heads, "each attention head's role: previous-token, induction, sink, local scores"},
     {"score", cmd_score, "teacher-forced argmax and log-probabilities of a token sequence"},
+    {"embed", cmd_embed, "embeddings of texts as JSON lines (pooled and normalised as /v1/embeddings)"},
+    {"rerank", cmd_rerank, "a query's documents sorted by a reranking model's relevance scores"},
     {"bench", cmd_bench, "prefill/decode speed vs llama.cpp, and decode cost along a long generation"},
     {"tokenize", cmd_tokenize, "text to token ids, as POST /tokenize answers"},
     {"detokenize", cmd_detokenize, "token ids to text, as POST /detokenize answers"},

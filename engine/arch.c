@@ -18,6 +18,12 @@ static const char *const KEYS_GEMMA2[] = {"attention.sliding_window", "attn_logi
                                           "final_logit_softcapping", "rope.freq_base_swa", NULL};
 static const char *const KEYS_GEMMA3[] = {"attention.sliding_window", "final_logit_softcapping",
                                           "rope.freq_base_swa", NULL};
+static const char *const KEYS_GEMMA4[] = {"attention.sliding_window", "attention.sliding_window_pattern",
+                                          "attention.key_length_swa", "attention.value_length_swa",
+                                          "rope.dimension_count_swa", "rope.freq_base_swa",
+                                          "attention.shared_kv_layers", "embedding_length_per_layer_input",
+                                          "final_logit_softcapping", "expert_count", "expert_used_count",
+                                          "expert_feed_forward_length", NULL};
 static const char *const KEYS_PHI3[] = {"attention.sliding_window", NULL};
 static const char *const KEYS_MOE[] = {"expert_count", "expert_used_count", "expert_feed_forward_length", NULL};
 static const char *const KEYS_GPT_OSS[] = {"expert_count", "expert_used_count", "expert_feed_forward_length",
@@ -40,6 +46,9 @@ static const char *const KEYS_DEEPSEEK2[] = {
     "attention.value_length_mla", "expert_weights_scale", "expert_weights_norm", "expert_gating_func",
     "expert_group_count", "expert_group_used_count", "rope.scaling.yarn_log_multiplier", "nextn_predict_layers",
     NULL};
+static const char *const KEYS_BERT[] = {"attention.layer_norm_epsilon", NULL};
+static const char *const KEYS_GEMMA_EMB[] = {"attention.sliding_window", "rope.freq_base_swa", "dense_2_feat_in",
+                                             "dense_2_feat_out", "dense_3_feat_in", "dense_3_feat_out", NULL};
 
 static const arch_desc ARCHS[] = {
     {.name = "llama", .rope = ROPE_ADJACENT, .qkv_bias = NEED_OPTIONAL, .keys = KEYS_NONE},
@@ -54,6 +63,13 @@ static const arch_desc ARCHS[] = {
     {.name = "gemma3", .rope = ROPE_NEOX, .qk_norm = true, .post_norms = true, .embd_scale = true,
      .act = ACT_GELU_TANH, .swa_pattern = 6, .swa_optional = true, .swa_rope_base = 10000.0f, .softcap = true,
      .wide_scale_layers = 62, .keys = KEYS_GEMMA3},
+    /* Gemma 4 (E2B, E4B, 26B-A4B, 31B): per-layer geometry, K as V where attn_v is absent, V
+     * normed, query scale 1, proportional RoPE on global layers (rope_freqs), a per-layer output
+     * scale, per-layer embeddings (E models), experts beside the dense FFN (26B-A4B) */
+    {.name = "gemma4", .rope = ROPE_NEOX, .qk_norm = true, .post_norms = true, .embd_scale = true,
+     .act = ACT_GELU_TANH, .softcap = true, .layer_geometry = true, .v_optional = true, .v_norm = true,
+     .unit_attn_scale = true, .out_scale = true, .per_layer_embd = true, .moe_beside_dense = true,
+     .keys = KEYS_GEMMA4},
     /* the converter writes sliding_window (2047 in Phi-3-mini-4k, 0 or none meaning none): every
      * layer sees that window, as the checkpoint's own attention does; llama.cpp ignores it, which
      * only differs beyond the window */
@@ -80,6 +96,18 @@ static const arch_desc ARCHS[] = {
      * part only, DeepSeek's router */
     {.name = "deepseek2", .rope = ROPE_ADJACENT, .mla = true, .moe = true, .ds_router = true,
      .shared_expert = true, .keys = KEYS_DEEPSEEK2},
+    /* encoders (attnd/embed.h: embeddings and ranking, no generation) */
+    {.name = "bert", .bidirectional = true, .post_ln = true, .abs_pos = true, .ffn_ungated = true,
+     .act = ACT_GELU_TANH, .qkv_bias = NEED_OPTIONAL, .attn_out_bias = true, .keys = KEYS_BERT},
+    /* nomic-embed-text v1/v1.5: bert's layer with NEOX RoPE instead of positions, fused attn_qkv,
+     * a SwiGLU FFN without biases */
+    {.name = "nomic-bert", .bidirectional = true, .post_ln = true, .rope = ROPE_NEOX, .fused_qkv = true,
+     .act = ACT_SILU, .qkv_bias = NEED_OPTIONAL, .attn_out_bias = true, .keys = KEYS_BERT},
+    /* EmbeddingGemma: gemma3's layers attending both ways, local layers (five of six, the window
+     * required) seeing window / 2 positions on either side; local RoPE base 10000 unless the file
+     * says; optional dense_2 / dense_3 projections after pooling (embed.c) */
+    {.name = "gemma-embedding", .bidirectional = true, .rope = ROPE_NEOX, .qk_norm = true, .post_norms = true,
+     .embd_scale = true, .act = ACT_GELU_TANH, .swa_pattern = 6, .swa_rope_base = 10000.0f, .keys = KEYS_GEMMA_EMB},
 };
 
 /* Keys every family reads (model.c) or that change nothing attnd computes. */
@@ -89,6 +117,8 @@ static const char *const KEYS_COMMON[] = {
     "attention.layer_norm_rms_epsilon", "rope.freq_base", "rope.scaling.type", "rope.scaling.factor",
     "rope.scaling.original_context_length", "rope.scaling.attn_factor", "rope.scaling.yarn_beta_fast",
     "rope.scaling.yarn_beta_slow",
+    /* embeddings and ranking (embed.c): */
+    "pooling_type", "classifier.output_labels",
     /* informational: */
     "vocab_size", "rope.scaling.finetuned", NULL};
 
@@ -98,7 +128,10 @@ const arch_desc *arch_find(const char *name) {
     return NULL;
 }
 
-const char *arch_names(void) { return "llama, qwen2, qwen3, qwen3moe, smollm3, gemma2, gemma3, phi3, gpt-oss, qwen35, qwen35moe, qwen3next, deepseek2"; }
+const char *arch_names(void) {
+    return "llama, qwen2, qwen3, qwen3moe, smollm3, gemma2, gemma3, gemma4, phi3, gpt-oss, qwen35, qwen35moe, qwen3next, "
+           "deepseek2, bert, nomic-bert, gemma-embedding";
+}
 
 static bool in_list(const char *const *list, const char *s) {
     for (; *list; list++)
@@ -111,11 +144,12 @@ bool arch_key_known(const arch_desc *d, const char *suffix) {
 }
 
 static const arch_fixed_key FIXED_COMMON[] = {{"attention.causal", 1, "causal (decoder) attention"}};
+static const arch_fixed_key FIXED_ENCODER[] = {{"attention.causal", 0, "bidirectional (encoder) attention"}};
 static const arch_fixed_key FIXED_SOFTMAX_GATE[] = {{"expert_gating_func", 1, "softmax expert gating"}};
 
 const arch_fixed_key *arch_fixed_key_find(const arch_desc *d, const char *suffix) {
-    for (size_t i = 0; i < ATTND_ARRAY_LEN(FIXED_COMMON); i++)
-        if (!strcmp(FIXED_COMMON[i].suffix, suffix)) return &FIXED_COMMON[i];
+    const arch_fixed_key *common = d->bidirectional ? FIXED_ENCODER : FIXED_COMMON;
+    if (!strcmp(common->suffix, suffix)) return common;
     /* the families whose router is a softmax over every expert (gpt-oss's softmax of the top k
      * has no gating value of its own in GGUF) */
     if (d->moe && !d->moe_softmax_topk && !d->ds_router && !strcmp(FIXED_SOFTMAX_GATE[0].suffix, suffix)) return &FIXED_SOFTMAX_GATE[0];

@@ -68,6 +68,22 @@ typedef struct arch_desc {
     bool dn_fused_ba;          /* ssm_ba: per key head its value heads' beta rows, then their alpha rows */
     bool q_gate;               /* attn_q holds [query | gate] per head; the output is times sigmoid(gate) */
     bool shared_expert;        /* ffn_{gate,up,down}_shexp beside the experts, gated by sigmoid(ffn_gate_inp_shexp x) */
+    /* Gemma 4's per-layer attention (model.c read_geometry): attention.sliding_window_pattern (one
+     * bool per layer) says which layers are local; local layers have their own head size
+     * (attention.key_length_swa) and RoPE dims (rope.dimension_count_swa), and their own RoPE table
+     * (rope.freq_base_swa, else the global base); head_count_kv and feed_forward_length may be
+     * per-layer arrays; the last attention.shared_kv_layers layers keep no cache and read an
+     * earlier layer's (llama.cpp's rule: the last layer with a cache for a global layer, the one
+     * before it for a local one). */
+    bool layer_geometry;
+    bool v_optional;           /* attn_v may be absent: then V is K's projection, before k-norm and RoPE */
+    bool v_norm;               /* each V head RMS-normalised, with no weight */
+    bool unit_attn_scale;      /* query scale 1 (the q-norm's weight carries the scale) */
+    bool out_scale;            /* layer_output_scale (optional, one value): the layer's output times it */
+    bool per_layer_embd;       /* embedding_length_per_layer_input > 0: per-layer embeddings (model.h) */
+    /* Layers with a router (ffn_gate_inp, optional per layer) run the dense FFN and the experts side
+     * by side and add them, each with its own norms; the router reads its own scaled input. */
+    bool moe_beside_dense;
     /* Multi-head latent attention (mla.h): attn_q or attn_q_a / attn_q_a_norm / attn_q_b,
      * attn_kv_a_mqa, attn_kv_a_norm, attn_k_b and attn_v_b (or a legacy attn_kv_b); the cache holds
      * the latent and the rotated key part per token. */
@@ -77,6 +93,17 @@ typedef struct arch_desc {
      * and expert_weights_scale; the first leading_dense_block_count layers are dense, and
      * expert_shared_count shared experts of the experts' width run ungated beside the routed ones. */
     bool ds_router;
+    /* Attention both ways (an encoder): every position of an input sees every other position of
+     * the same input, and no KV is kept (attnd/embed.h evaluates it; no generation). A local
+     * layer's window is then symmetric: keys within window / 2 positions on either side. */
+    bool bidirectional;
+    /* BERT's layer (encoder.c): x = LayerNorm(x + attention(x)), x = LayerNorm(x + ffn(x)), LayerNorms
+     * with weight and bias (<arch>.attention.layer_norm_epsilon; attn_output_norm, layer_output_norm),
+     * the embeddings LayerNorm'd first (token_embd_norm), token types added (token_types, row 0
+     * without types); projections with optional biases; no final norm. */
+    bool post_ln;
+    bool abs_pos;              /* position_embd rows (n_ctx, n_embd) added to the embeddings; no RoPE */
+    bool ffn_ungated;          /* the FFN is W_down act(W_up x + b) + b (no gate) */
     const char *const *keys;   /* the family's own "<arch>." keys beyond the common ones, NULL-ended */
 } arch_desc;
 

@@ -26,6 +26,12 @@ static float silu(float x) { return x / (1.0f + expf(-x)); }
 /* log(1 + e^x), x itself where e^x would swamp the 1. */
 static float softplus(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
 
+/* Where copy q of run r takes the layer's state after entry i (an index into order), or NULL. */
+static float *snap_dst(const dn_job *j, int r, int q, int i) {
+    const dn_snap *s = j->snap ? &j->snap[(size_t)r * DN_SNAPS + q] : NULL;
+    return s && s->dst && i >= s->at && i < s->at + s->n ? s->dst + (size_t)(i - s->at) * j->snap_stride : NULL;
+}
+
 /* conv: item w = (run w / n_chunks, channel chunk w % n_chunks); each entry of the run in order,
  * out = silu(sum over the K taps, the oldest first and the entry's own input last), then the
  * tail moves on by one input. In place: qkv's row becomes the conv's output. */
@@ -48,9 +54,11 @@ static void conv_task(void *ctx, int w, int worker) {
             if (K > 1) tail[(size_t)(K - 2) * C + c] = x[c];
             x[c] = silu(acc);
         }
-        if (j->snap && j->snap[r] && i == j->snap_at[r])
-            for (int k = 0; k < K - 1; k++)
-                memcpy(j->snap[r] + (size_t)k * C + c0, tail + (size_t)k * C + c0, sizeof(float) * (size_t)(c1 - c0));
+        for (int q = 0; q < DN_SNAPS; q++) {
+            float *dst = snap_dst(j, r, q, i);
+            for (int k = 0; dst && k < K - 1; k++)
+                memcpy(dst + (size_t)k * C + c0, tail + (size_t)k * C + c0, sizeof(float) * (size_t)(c1 - c0));
+        }
     }
 }
 
@@ -105,8 +113,10 @@ static void recur_task(void *ctx, int w, int worker) {
             float *row = S + (size_t)c * dk;
             for (int e = 0; e < dk; e++) row[e] += k[e] * u[c];
         }
-        if (j->snap && j->snap[r] && i == j->snap_at[r])
-            memcpy(j->snap[r] + (S - j->state[r]), S, sizeof(float) * (size_t)dv * dk);
+        for (int q = 0; q < DN_SNAPS; q++) {
+            float *dst = snap_dst(j, r, q, i);
+            if (dst) memcpy(dst + (S - j->state[r]), S, sizeof(float) * (size_t)dv * dk);
+        }
         float *o = j->out + (size_t)t * d->hv * dv + (size_t)h * dv;
         const float *z = j->z + (size_t)t * d->hv * dv + (size_t)h * dv;
         double ss = 0;

@@ -15,8 +15,8 @@
  * Entries of one sequence run in order (the recurrence is sequential, prefill as decode); the
  * work is split across (sequence, value head) pairs on the engine's pool.
  *
- * A batch may copy a sequence's state as it is after one of its entries (dn_job.snap: the
- * checkpoints of kv_state.c), in the same pass.
+ * A batch may copy a sequence's state as it is after some of its entries (dn_job.snap: the
+ * checkpoints and speculative steps of kv_state.c), in the same pass.
  *
  * State of one layer of one sequence (f32): the conv tail (K - 1, conv_dim), inputs oldest first,
  * then S of each value head stored transposed, (H_v, d_v, d_k): row j of head h is S[:, j].
@@ -40,6 +40,15 @@ typedef struct dn_dims {
 /* Floats of one layer's state of one sequence: the conv tail and S. */
 size_t dn_state_floats(const dn_dims *d);
 
+/* Copies of a run's state inside a batch: the layer's state after entries order[at .. at + n)
+ * into dst, dst + stride, ... (dst NULL: none). A state checkpoint is one state (kv_state.c); a
+ * speculative verify keeps one after each entry but the last (kv_seq_keep_steps). */
+#define DN_SNAPS 2
+typedef struct dn_snap {
+    float *dst; /* this layer's part of the first state (the layout of the sequence's state) */
+    int at, n;
+} dn_snap;
+
 /* One layer's evaluation on a batch (all pointers borrowed for the call). */
 typedef struct dn_job {
     const dn_dims *d;
@@ -56,9 +65,8 @@ typedef struct dn_job {
     const float *dt_bias, *ssm_a; /* (hv) */
     const float *norm_w;   /* (dv) */
     float *out;            /* (n, hv dv) the gated, normalised output */
-    float *const *snap;    /* (n_runs) where run r's state is copied after entry snap_at[r], or NULL
-                            * (none for r; snap itself NULL: none at all): a state checkpoint */
-    const int *snap_at;    /* (n_runs) an index into order, inside run r */
+    const struct dn_snap *snap; /* (n_runs, DN_SNAPS) copies of run r's state to take, or NULL: none */
+    size_t snap_stride;    /* floats between the consecutive states of one dn_snap */
     int n_threads;
 } dn_job;
 

@@ -22,6 +22,7 @@
 #include "attn_ops.h"
 #include "block.h"
 #include "deltanet.h"
+#include "embed_eval.h"
 #include "kv_layout.h"
 #include "kv_quant.h"
 #include "mla.h"
@@ -86,7 +87,7 @@ struct engine {
     int *dn_order;          /* (B) entries grouped by sequence (plan_runs) */
     int *dn_run;            /* (B + 1) where each sequence's entries start in dn_order */
     float **dn_state;       /* (B) the current layer's state of each run's sequence */
-    float **dn_snap;        /* (B) the current layer's part of each run's state checkpoint, or NULL */
+    dn_snap *dn_snaps;      /* (B, DN_SNAPS) the current layer's copies of each run's state: a checkpoint, steps */
     int *dn_snap_at;        /* (B) the entry of dn_order after which run r's checkpoint is taken */
 
     /* Mixture of Experts (NULL for dense models); K = n_expert_used, FE = n_ff_exp */
@@ -99,7 +100,11 @@ struct engine {
     float *moe_o;           /* (B * K, n_embd) each sorted slot's input, then each slot's expert output */
     char *moe_scratch;      /* (n_slots, moe_scratch_bytes) per-thread scratch of the expert passes */
     size_t moe_scratch_bytes;
-    float *rope;            /* (ROPE_TABLES, B, rope_dims / 2, 2): cos, sin of each entry's position */
+    float *rope;            /* (ROPE_TABLES, B, max_rope_dims / 2, 2): cos, sin of each entry's position */
+    float *ple;             /* (B, n_layer, n_ple) per-layer embeddings' inputs (model n_ple), or empty */
+    float *ple_g;           /* (B, n_ple) one layer's gated per-layer input */
+    float *ple_tok;         /* (n_layer n_ple) one token's per_layer_token_embd row */
+    float *side;            /* (B, n_embd) arch moe_beside_dense: the dense branch's output */
     /* latent attention (arch mla, mla.h; empty otherwise): HQ = n_head (nope + rope) */
     float *mla_q;           /* (B, HQ) the queries */
     float *mla_qa;          /* (B, q_lora) the queries' low-rank projection */
@@ -126,6 +131,7 @@ struct engine {
     engine_yield_fn yield_fn; /* asked after each layer whether to give the step up; NULL = never */
     void *yield_user;
     float *cb_weights;      /* (n_ctx) softmax weights handed to attn_cb */
+    bool hidden;            /* engine_eval_hidden: "logits" are the final-normed hidden states */
 
     char *mem;              /* owns every array above (engine/block.h) */
 };
@@ -140,8 +146,8 @@ static size_t max_scratch(size_t cur, const weight *w, int n_tok) {
 }
 
 /* Floats of one attention scratch slot (attn_slot). */
-static size_t slot_floats(const model_info *mi) {
-    size_t hd = (size_t)mi->head_dim, G = (size_t)(mi->n_head / mi->n_head_kv), QB = ATTN_QBLOCK;
+static size_t slot_floats(const model *m) {
+    size_t hd = (size_t)m->max_head_dim, G = (size_t)m->max_group, QB = ATTN_QBLOCK;
     return 2 * KV_BLOCK * hd + KV_BLOCK + 2 * QB * G * hd + QB * G * KV_BLOCK + 2 * QB * G;
 }
 
@@ -150,15 +156,16 @@ static size_t slot_floats(const model_info *mi) {
 static size_t layout(engine *e, char *mem) {
     const model *m = e->m;
     const model_info *mi = &m->info;
-    size_t B = (size_t)e->max_batch, E = (size_t)mi->n_embd, F = max_size((size_t)mi->n_ff, (size_t)m->n_ff_shexp);
+    size_t B = (size_t)e->max_batch, E = (size_t)mi->n_embd, F = max_size((size_t)m->max_ff, (size_t)m->n_ff_shexp);
     size_t Q = (size_t)m->q_dim, KV = (size_t)m->kv_dim;
     size_t scratch = max_scratch(0, &m->output, e->max_batch), fused = 0, moe_scratch = 0;
+    if (m->ple_model_proj.data) scratch = max_scratch(scratch, &m->ple_model_proj, e->max_batch);
     for (int l = 0; l < mi->n_layer; l++) {
         const layer_weights *L = &m->layers[l];
         const weight *ws[] = {&L->wq,      &L->wk,       &L->wv,       &L->wqkv,       &L->wo,       &L->w_gate,
                               &L->w_up,    &L->w_down,   &L->router,   &L->dn_z,       &L->dn_beta,  &L->dn_alpha,
                               &L->dn_out,  &L->gate_shexp, &L->up_shexp, &L->down_shexp, &L->dn_ba,
-                              &L->wq_a,    &L->wq_b,     &L->wkv_a};
+                              &L->ple_gate, &L->ple_proj,  &L->wq_a,     &L->wq_b,      &L->wkv_a};
         for (size_t i = 0; i < ATTND_ARRAY_LEN(ws); i++)
             if (ws[i]->data) scratch = max_scratch(scratch, ws[i], e->max_batch);
         if (L->router.data) /* the experts' passes have their own (moe.h) */
@@ -189,9 +196,14 @@ static size_t layout(engine *e, char *mem) {
     e->dn_order = block_take(&b, B, sizeof(int));
     e->dn_run = block_take(&b, B + 1, sizeof(int));
     e->dn_state = block_take(&b, B, sizeof(float *));
-    e->dn_snap = block_take(&b, B, sizeof(float *));
+    e->dn_snaps = block_take(&b, B * DN_SNAPS, sizeof(dn_snap));
     e->dn_snap_at = block_take(&b, B, sizeof(int));
-    e->rope = block_take(&b, ROPE_TABLES * B * (size_t)mi->rope_dims, sizeof(float));
+    e->rope = block_take(&b, ROPE_TABLES * B * (size_t)m->max_rope_dims, sizeof(float));
+    size_t PLE = (size_t)m->n_ple;
+    e->ple = block_take(&b, B * (size_t)mi->n_layer * PLE, sizeof(float));
+    e->ple_g = block_take(&b, B * PLE, sizeof(float));
+    e->ple_tok = block_take(&b, (size_t)mi->n_layer * PLE, sizeof(float));
+    e->side = block_take(&b, m->arch->moe_beside_dense && m->n_expert ? B * E : 0, sizeof(float));
     const mla_dims *md = &m->mla;
     e->mla_q = block_take(&b, B * (size_t)md->n_head * (size_t)mla_qk(md), sizeof(float));
     e->mla_qa = block_take(&b, B * (size_t)md->q_lora, sizeof(float));
@@ -214,7 +226,7 @@ static size_t layout(engine *e, char *mem) {
     e->seqs = block_take(&b, B, sizeof(*e->seqs));
     e->want = block_take(&b, B, sizeof(*e->want));
     e->qblocks = block_take(&b, B, sizeof(*e->qblocks));
-    e->slot_mem = block_take(&b, slot_floats(mi) * (size_t)e->n_slots, sizeof(float));
+    e->slot_mem = block_take(&b, slot_floats(m) * (size_t)e->n_slots, sizeof(float));
     e->slots = block_take(&b, (size_t)e->n_slots, sizeof(*e->slots));
     e->cb_weights = block_take(&b, (size_t)mi->n_ctx, sizeof(float));
     return block_size(&b);
@@ -238,7 +250,6 @@ attnd_status engine_create(engine **out, const model *m, int max_batch, int n_th
         return attnd_fail(err, ATTND_ERR_INVALID, "max_batch %d is outside 1..65536", max_batch);
     engine *e = calloc(1, sizeof(*e));
     if (!e) return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory creating an engine");
-    const model_info *mi = &m->info;
     e->m = m;
     e->max_batch = max_batch;
     e->n_threads = n_threads > 0 ? n_threads : default_threads();
@@ -254,9 +265,9 @@ attnd_status engine_create(engine **out, const model *m, int max_batch, int n_th
         engine_destroy(e);
         return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory creating an engine for %d tokens per batch", max_batch);
     }
-    size_t hd = (size_t)mi->head_dim, G = (size_t)(mi->n_head / mi->n_head_kv), QB = ATTN_QBLOCK;
+    size_t hd = (size_t)m->max_head_dim, G = (size_t)m->max_group, QB = ATTN_QBLOCK;
     for (int t = 0; t < e->n_slots; t++) {
-        float *p = e->slot_mem + slot_floats(mi) * (size_t)t;
+        float *p = e->slot_mem + slot_floats(m) * (size_t)t;
         attn_slot *s = &e->slots[t];
         s->v_tile = p, p += KV_BLOCK * hd;
         s->kt = p, p += KV_BLOCK * hd;
@@ -354,10 +365,10 @@ static void rmsnorm_row(void *ctx, int t, int worker) {
     double ss = 0;
     for (int i = 0; i < j->dim; i++) ss += (double)xr[i] * xr[i];
     float scale = (float)(1.0 / sqrt(ss / j->dim + j->eps));
-    for (int i = 0; i < j->dim; i++) o[i] = xr[i] * scale * j->w[i];
+    for (int i = 0; i < j->dim; i++) o[i] = xr[i] * scale * (j->w ? j->w[i] : 1.0f);
 }
 
-/* out = rmsnorm(x) * w for each of n rows of dim elements. */
+/* out = rmsnorm(x) * w for each of n rows of dim elements (w NULL: no weight). */
 static void rmsnorm(float *out, const float *x, const float *w, int n, int dim, float eps, int n_threads) {
     rmsnorm_job j = {out, x, w, dim, eps};
     threads_run((long)n * dim >= ROWWISE_PAR_MIN_ELEMS ? n_threads : 1, n, rmsnorm_row, &j);
@@ -387,12 +398,11 @@ static void add_bias(float *x, const float *b, int n, int dim) {
  * rotary table `table`. ROPE_ADJACENT: pairs (2i, 2i+1) (llama's GGUF converter permuted Q/K for
  * this); ROPE_NEOX: pairs (i, i + rope_dims/2). Elements past rope_dims are left as they are.
  */
-static void rope_apply(const engine *e, float *x, int n, int n_heads, int table, int max_batch) {
-    const model_info *mi = &e->m->info;
-    int hd = mi->head_dim, half = mi->rope_dims / 2;
+static void rope_apply(const engine *e, const layer_weights *L, float *x, int n, int n_heads) {
+    int hd = L->head_dim, half = L->rope_dims / 2, stride = e->m->max_rope_dims;
     bool neox = e->m->arch->rope == ROPE_NEOX;
     for (int t = 0; t < n; t++) {
-        const float *cs = e->rope + ((size_t)table * max_batch + t) * mi->rope_dims; /* (half, 2) */
+        const float *cs = e->rope + ((size_t)L->rope_table * e->max_batch + t) * stride; /* (half, 2) */
         for (int h = 0; h < n_heads; h++) {
             float *v = x + ((size_t)t * n_heads + h) * hd;
             for (int i = 0; i < half; i++) {
@@ -409,7 +419,8 @@ static void rope_apply(const engine *e, float *x, int n, int n_heads, int table,
 /* Writes each entry's K (as a column of the transposed key tile) and V (as a row of each kv
  * head's value tile) of `layer` into its sequence's cache at its position. */
 static void kv_store(engine *e, const batch_entry *entries, int n, int layer) {
-    int KV = e->m->kv_dim, hd = e->m->info.head_dim, n_kv = e->m->info.n_head_kv;
+    const layer_weights *L = &e->m->layers[layer];
+    int KV = L->kv_dim, hd = L->head_dim, n_kv = L->n_head_kv;
     for (int t = 0; t < n; t++) {
         const kv_seq *s = entries[t].seq;
         int pos = entries[t].pos, b = pos / KV_BLOCK, slot = pos % KV_BLOCK;
@@ -463,7 +474,7 @@ static void tile_source(attn_tile *t, const kv_seq *s, int layer, int b, int g) 
  * they are two sequential runs, but short ones the hardware prefetchers pick up late. Always
  * inlined: GCC takes a function made only of prefetches for one without effect and drops its calls. */
 static inline __attribute__((always_inline)) void kv_prefetch(const kv_seq *s, int layer, int b, int g) {
-    size_t bytes = s->pool->tile_bytes;
+    size_t bytes = kv_tile_bytes(s->pool, layer);
     const char *k = kv_k_tile(s, layer, b, g), *v = kv_v_tile(s, layer, b, g);
     for (size_t o = 0; o < bytes; o += 64) {
         __builtin_prefetch(k + o, 0, 2);
@@ -479,9 +490,9 @@ static inline __attribute__((always_inline)) void kv_prefetch(const kv_seq *s, i
  * only pos_i - W + 1..pos_i: tiles wholly before the block's first window are not read.
  */
 static void attend(const engine *e, attn_slot *sl, const batch_entry *entries, qblock qb, int layer, int g) {
-    const model_info *mi = &e->m->info;
-    int window = e->m->layers[layer].window;
-    int hd = mi->head_dim, G = mi->n_head / mi->n_head_kv, Q = e->m->q_dim;
+    const layer_weights *L = &e->m->layers[layer];
+    int window = L->window;
+    int hd = L->head_dim, G = e->m->info.n_head / L->n_head_kv, Q = L->q_dim;
     const kv_seq *seq = entries[qb.start].seq;
     int pos0 = entries[qb.start].pos, n_keys_max = pos0 + qb.n;
 
@@ -545,7 +556,8 @@ static int split_qblocks(engine *e, const batch_entry *entries, int n) {
  * handed to the callback serially, on the calling thread. */
 static void report_attention(engine *e, const batch_entry *entries, int n, int layer) {
     const model_info *mi = &e->m->info;
-    int hd = mi->head_dim, G = mi->n_head / mi->n_head_kv, Q = e->m->q_dim, window = e->m->layers[layer].window;
+    const layer_weights *L = &e->m->layers[layer];
+    int hd = L->head_dim, G = mi->n_head / L->n_head_kv, Q = L->q_dim, window = L->window;
     float scale = e->m->attn_scale, cap = e->m->attn_softcap;
     for (int t = 0; t < n; t++) {
         const kv_seq *s = entries[t].seq;
@@ -629,13 +641,13 @@ typedef struct pass {
     long attn_work;             /* multiply-adds of one layer's attention, to decide on threading */
     int layer;                  /* the layer being evaluated */
     bool ablating;              /* a sequence of the batch has an ablation (engine_seq_ablate) */
+    bool back_up;               /* the step may be given up: DeltaNet states backed up (kv_state.c) */
 } pass;
 
 /* embed: x[t] = the embedding row of entry t's token (times the family's scale); and each
  * entry's rotary cos/sin in every table the model has. */
 static void step_embed(const pass *p) {
     const model *m = p->e->m;
-    const model_info *mi = &m->info;
     size_t emb_row = quant_row_bytes(m->tok_embd.type, p->E);
     for (int t = 0; t < p->n; t++) {
         const batch_entry *b = &p->entries[t];
@@ -646,8 +658,8 @@ static void step_embed(const pass *p) {
         for (int r = 0; r < ROPE_TABLES; r++) {
             const rope_table *rt = &m->rope[r];
             if (!rt->inv_freq) continue;
-            float *cs = p->e->rope + ((size_t)r * p->e->max_batch + t) * mi->rope_dims; /* (rope_dims / 2, 2) */
-            for (int i = 0; i < mi->rope_dims / 2; i++) {
+            float *cs = p->e->rope + ((size_t)r * p->e->max_batch + t) * m->max_rope_dims; /* (dims / 2, 2) */
+            for (int i = 0; i < m->rope_dims[r] / 2; i++) {
                 double theta = b->pos * rt->inv_freq[i];
                 cs[2 * i] = (float)cos(theta);
                 cs[2 * i + 1] = (float)sin(theta);
@@ -655,6 +667,31 @@ static void step_embed(const pass *p) {
             }
         }
     }
+}
+
+/* ple_inputs (model n_ple, Gemma 4's E models): each entry's inputs of every layer from the
+ * scaled embedding x, ple[t][l] = (rmsnorm((x W_model_proj)[l] / sqrt(E)) proj_norm
+ * + per_layer_token_embd[token][l] sqrt(n_ple)) / sqrt(2). */
+static void step_ple_inputs(const pass *p) {
+    engine *e = p->e;
+    const model *m = e->m;
+    int P = m->n_ple, NL = m->info.n_layer, W = P * NL;
+    matmul(e, e->ple, &m->ple_model_proj, e->x, p->n);
+    float proj_scale = 1.0f / sqrtf((float)p->E), tok_scale = sqrtf((float)P), in_scale = 1.0f / sqrtf(2.0f);
+    for (size_t i = 0; i < (size_t)p->n * W; i++) e->ple[i] *= proj_scale;
+    rmsnorm(e->ple, e->ple, m->ple_proj_norm, p->n * NL, P, m->info.rms_eps, e->n_threads);
+    size_t row = quant_row_bytes(m->ple_embd.type, W);
+    for (int t = 0; t < p->n; t++) {
+        quant_dequantize_row(e->ple_tok, (const uint8_t *)m->ple_embd.data + row * p->entries[t].token,
+                             m->ple_embd.type, W);
+        float *r = e->ple + (size_t)t * W;
+        for (int i = 0; i < W; i++) r[i] = (r[i] + e->ple_tok[i] * tok_scale) * in_scale;
+    }
+}
+
+/* gelu in its tanh form, 0.5 g (1 + tanh(sqrt(2/pi) (g + 0.044715 g^3))). */
+static inline float gelu_tanh(float g) {
+    return 0.5f * g * (1.0f + tanhf(0.7978845608028654f * (g + 0.044715f * g * g * g)));
 }
 
 /* Copies columns [c0, c0 + w) of each of n rows of src (n, src_w) into dst (n, w). */
@@ -672,6 +709,11 @@ static void step_qkv(const pass *p, const layer_weights *L) {
         split_cols(e->q, e->fused, p->n, W, 0, p->Q);
         split_cols(e->k, e->fused, p->n, W, p->Q, p->KV);
         split_cols(e->v, e->fused, p->n, W, p->Q + p->KV, p->KV);
+    } else if (!L->wk.data) { /* a layer reading an earlier layer's cache: queries only */
+        matmul(e, e->q, &L->wq, e->xn, p->n);
+    } else if (!L->wv.data) { /* arch v_optional: V is K's projection, taken before the k-norm */
+        matmul_many(e, 2, (float *const[]){e->q, e->k}, (const weight *const[]){&L->wq, &L->wk}, e->xn, p->n);
+        memcpy(e->v, e->k, sizeof(float) * (size_t)p->n * (size_t)p->KV);
     } else {
         matmul_many(e, 3, (float *const[]){e->q, e->k, e->v}, (const weight *const[]){&L->wq, &L->wk, &L->wv}, e->xn,
                     p->n);
@@ -680,8 +722,10 @@ static void step_qkv(const pass *p, const layer_weights *L) {
     add_bias(e->k, L->bk, p->n, p->KV);
     add_bias(e->v, L->bv, p->n, p->KV);
     const model_info *mi = &e->m->info;
-    if (L->q_norm) rmsnorm(e->q, e->q, L->q_norm, p->n * mi->n_head, mi->head_dim, mi->rms_eps, e->n_threads);
-    if (L->k_norm) rmsnorm(e->k, e->k, L->k_norm, p->n * mi->n_head_kv, mi->head_dim, mi->rms_eps, e->n_threads);
+    if (L->q_norm) rmsnorm(e->q, e->q, L->q_norm, p->n * mi->n_head, L->head_dim, mi->rms_eps, e->n_threads);
+    if (L->k_norm) rmsnorm(e->k, e->k, L->k_norm, p->n * L->n_head_kv, L->head_dim, mi->rms_eps, e->n_threads);
+    if (e->m->v_norm && L->wk.data) /* arch v_norm: each V head, no weight */
+        rmsnorm(e->v, e->v, NULL, p->n * L->n_head_kv, L->head_dim, mi->rms_eps, e->n_threads);
 }
 
 /* qkv_gated (arch q_gate): as qkv, but W_q gives each head's query followed by its gate; the
@@ -713,15 +757,15 @@ static void step_gate_heads(const pass *p) {
 static void step_rope(const pass *p, const layer_weights *L) {
     const model_info *mi = &p->e->m->info;
     if (!L->rope) return;
-    rope_apply(p->e, p->e->q, p->n, mi->n_head, L->rope_table, p->e->max_batch);
-    rope_apply(p->e, p->e->k, p->n, mi->n_head_kv, L->rope_table, p->e->max_batch);
+    rope_apply(p->e, L, p->e->q, p->n, mi->n_head);
+    if (L->wk.data || L->wqkv.data) rope_apply(p->e, L, p->e->k, p->n, L->n_head_kv);
 }
 
 /* One attention task: work item w = (query block w / n_kv, kv head w % n_kv), on the scratch
  * slot of the thread that runs it. */
 static void attend_task(void *ctx, int w, int worker) {
     const pass *p = ctx;
-    int n_kv = p->e->m->info.n_head_kv;
+    int n_kv = p->e->m->layers[p->layer].n_head_kv;
     attend(p->e, &p->e->slots[worker], p->entries, p->e->qblocks[w / n_kv], p->layer, w % n_kv);
 }
 
@@ -730,8 +774,9 @@ static void attend_task(void *ctx, int w, int worker) {
 static void step_attend(pass *p, int layer) {
     engine *e = p->e;
     p->layer = layer;
-    kv_store(e, p->entries, p->n, layer);
-    int n_items = p->n_qb * e->m->info.n_head_kv;
+    const layer_weights *L = &e->m->layers[layer];
+    if (L->kv_source == layer) kv_store(e, p->entries, p->n, layer); /* else: the earlier layer's, as cached */
+    int n_items = p->n_qb * L->n_head_kv;
     threads_run(p->attn_work >= ATTN_PAR_MIN_MACS ? e->n_threads : 1, n_items, attend_task, p);
     if (e->attn_cb) report_attention(e, p->entries, p->n, layer);
 }
@@ -740,7 +785,7 @@ static void step_attend(pass *p, int layer) {
  * attention output (before W_O) towards their base, o = base + scale (o - base). Entries of one
  * sequence come in increasing positions, so a mean head's running sum is causal. */
 static void step_ablate(const pass *p, int layer) {
-    int hd = p->e->m->info.head_dim;
+    int hd = p->e->m->layers[layer].head_dim;
     for (int t = 0; t < p->n; t++) {
         const engine_ablation *a = p->entries[t].seq->ablation;
         for (int i = 0; a && i < a->n; i++) {
@@ -821,12 +866,12 @@ static void softmax_inplace(float *x, int n) {
 /* route: each entry's K experts (ties to the lower id) and their weights. Qwen3-MoE: the K most
  * probable of a softmax over every expert, their probabilities renormalised to sum 1; gpt-oss
  * (moe_softmax_topk): the K largest logits (router bias added), a softmax over those K. */
-static void moe_route(pass *p, const layer_weights *L) {
+static void moe_route(pass *p, const layer_weights *L, const float *in) {
     engine *e = p->e;
     const model *m = e->m;
     int NE = m->n_expert, K = m->n_expert_used;
     bool topk_first = m->arch->moe_softmax_topk;
-    matmul(e, e->moe_logits, &L->router, e->xn, p->n);
+    matmul(e, e->moe_logits, &L->router, in, p->n);
     add_bias(e->moe_logits, L->router_b, p->n, NE);
     if (m->arch->ds_router) {
         moe_ds_router r = {.n_expert = NE, .k = K, .gating = m->moe_gating, .bias = L->exp_probs_b,
@@ -873,15 +918,16 @@ static void report_expert_inputs(engine *e, const layer_weights *L, const moe_pl
     }
 }
 
-/* moe: tmp = sum over each entry's K experts of weight * W_down,x act(W_gate,x xn) * (W_up,x xn),
- * the experts' outputs added in the order of their probability. Entries are grouped by expert
+/* moe: tmp = sum over each entry's K experts of weight * W_down,x act(W_gate,x xn) * (W_up,x xn)
+ * (times the expert's down_exps_scale where the file has one), routed on route_in (xn, or the
+ * family's own router input), the experts' outputs added in the order of their probability. Entries are grouped by expert
  * (moe.h), so each expert's rows are read once per step and unused experts not at all; all the
  * experts' gate and up rows are one pass of the pool, all their down rows another. */
-static void step_moe(pass *p, const layer_weights *L, int l) {
+static void step_moe(pass *p, const layer_weights *L, int l, const float *route_in) {
     engine *e = p->e;
     const model *m = e->m;
     int K = m->n_expert_used, E = p->E, n_slots = p->n * K;
-    moe_route(p, L);
+    moe_route(p, L, route_in);
     for (int t = 0; e->expert_cb && t < p->n; t++)
         e->expert_cb(e->attn_user, t, l, p->entries[t].pos, e->moe_sel + (size_t)t * K, e->moe_w + (size_t)t * K, K);
     moe_plan pl = {.groups = e->moe_groups, .slot = e->moe_slots};
@@ -900,6 +946,7 @@ static void step_moe(pass *p, const layer_weights *L, int l) {
         for (int k = 0; k < K; k++) {
             const float *o = e->moe_o + ((size_t)t * K + k) * E;
             float w = e->moe_w[(size_t)t * K + k];
+            if (L->down_exps_scale) w *= L->down_exps_scale[e->moe_sel[(size_t)t * K + k]];
             for (int i = 0; i < E; i++) out[i] = k ? out[i] + o[i] * w : o[i] * w;
         }
     }
@@ -939,6 +986,7 @@ static int plan_runs(engine *e, const batch_entry *entries, int n, int n_seqs) {
     for (int r = 0; r < n_seqs; r++) { /* a state checkpoint inside the run, if one is due (kv_state.c) */
         int at = kv_ckpt_begin(e->seqs[r]);
         e->dn_snap_at[r] = at >= 0 ? e->dn_run[r] + at : -1;
+        kv_steps_begin(e->seqs[r]); /* a speculative verify's states (kv_seq_keep_steps) */
     }
     return n_seqs;
 }
@@ -973,15 +1021,56 @@ static void step_deltanet(pass *p, const layer_weights *L) {
                     (const weight *const[]){&L->wqkv, &L->dn_z, &L->dn_beta, &L->dn_alpha}, e->xn, p->n);
     }
     for (int r = 0; r < p->n_runs; r++) {
-        e->dn_state[r] = kv_dn_state(e->seqs[r], L->dn_slot);
-        e->dn_snap[r] = kv_dn_snap(e->seqs[r], L->dn_slot);
+        kv_seq *s = e->seqs[r];
+        if (p->back_up) kv_state_back_up(s, L->dn_slot);
+        e->dn_state[r] = kv_dn_state(s, L->dn_slot);
+        e->dn_snaps[r * DN_SNAPS] = (dn_snap){kv_dn_snap(s, L->dn_slot), e->dn_snap_at[r], 1};
+        e->dn_snaps[r * DN_SNAPS + 1] = (dn_snap){kv_dn_steps(s, L->dn_slot), e->dn_run[r], s->steps_n};
     }
-    dn_job j = {.snap = e->dn_snap, .snap_at = e->dn_snap_at, .d = &m->dn, .n = p->n, .order = e->dn_order, .run_start = e->dn_run, .n_runs = p->n_runs,
+    dn_job j = {.snap = e->dn_snaps, .snap_stride = e->seqs[0]->pool->state_bytes / sizeof(float), .d = &m->dn, .n = p->n, .order = e->dn_order, .run_start = e->dn_run, .n_runs = p->n_runs,
                 .state = e->dn_state, .qkv = e->dn_qkv, .z = e->dn_z, .beta = e->dn_beta, .alpha = e->dn_alpha,
                 .conv_w = L->dn_conv, .dt_bias = L->dn_dt_bias, .ssm_a = L->dn_a, .norm_w = L->dn_norm,
                 .out = e->dn_o, .n_threads = e->n_threads};
     dn_forward(&j);
     matmul(e, e->tmp, &L->dn_out, e->dn_o, p->n);
+}
+
+/* side_experts (arch moe_beside_dense): with the dense FFN's output in tmp, tmp = rmsnorm(tmp)
+ * post_1 + rmsnorm(moe(rmsnorm(x) pre_2)) post_2, the experts routed on rmsnorm(x) / sqrt(E)
+ * times router_scale. */
+static void step_side_experts(pass *p, const layer_weights *L, int l) {
+    engine *e = p->e;
+    int n = p->n, E = p->E, nth = e->n_threads;
+    float eps = e->m->info.rms_eps, s = 1.0f / sqrtf((float)E);
+    rmsnorm(e->side, e->tmp, L->ffn_post_norm_1, n, E, eps, nth);
+    rmsnorm(e->tmp, e->x, NULL, n, E, eps, nth);
+    for (int t = 0; t < n; t++)
+        for (int i = 0; i < E; i++) e->tmp[(size_t)t * E + i] *= s * L->router_scale[i];
+    rmsnorm(e->xn, e->x, L->ffn_pre_norm_2, n, E, eps, nth);
+    step_moe(p, L, l, e->tmp); /* routes on tmp before it writes tmp */
+    rmsnorm(e->tmp, e->tmp, L->ffn_post_norm_2, n, E, eps, nth);
+    for (size_t i = 0; i < (size_t)n * E; i++) e->tmp[i] += e->side[i];
+}
+
+/* ple (model n_ple): x += rmsnorm((gelu(x W_inp_gate) * ple[t][l]) W_proj) post_norm, the layer's
+ * per-layer input gated by the residual stream. */
+static void step_ple(const pass *p, const layer_weights *L, int l) {
+    engine *e = p->e;
+    int P = e->m->n_ple, W = P * e->m->info.n_layer;
+    matmul(e, e->ple_g, &L->ple_gate, e->x, p->n);
+    for (int t = 0; t < p->n; t++)
+        for (int i = 0; i < P; i++) {
+            float *g = &e->ple_g[(size_t)t * P + i];
+            *g = gelu_tanh(*g) * e->ple[(size_t)t * W + (size_t)l * P + i];
+        }
+    matmul(e, e->tmp, &L->ple_proj, e->ple_g, p->n);
+    rmsnorm(e->tmp, e->tmp, L->ple_post_norm, p->n, p->E, e->m->info.rms_eps, e->n_threads);
+    step_residual(p);
+}
+
+/* out_scale: the whole residual stream times the layer's output scale (arch out_scale). */
+static void step_out_scale(const pass *p, const layer_weights *L) {
+    for (size_t i = 0; i < (size_t)p->n * p->E; i++) p->e->x[i] *= L->out_scale;
 }
 
 /* Inspection path (only when a callback is set): the latent attention's exact weights of every
@@ -1012,8 +1101,8 @@ static void step_mla(pass *p, const layer_weights *L, int l) {
     }
     for (int t = 0; t < p->n; t++) e->mla_seq[t] = p->entries[t].seq, e->mla_pos[t] = p->entries[t].pos;
     mla_job j = {.d = d, .s = e->mla, .q = e->mla_q, .kva = e->mla_kva, .kv_norm = L->kv_a_norm,
-                 .eps = m->info.rms_eps, .rope_cs = e->rope + (size_t)ROPE_GLOBAL * e->max_batch * m->info.rope_dims,
-                 .rope_cs_stride = m->info.rope_dims, .k_b = L->k_b, .v_b = L->v_b, .seq = e->mla_seq,
+                 .eps = m->info.rms_eps, .rope_cs = e->rope + (size_t)ROPE_GLOBAL * e->max_batch * m->max_rope_dims,
+                 .rope_cs_stride = m->max_rope_dims, .k_b = L->k_b, .v_b = L->v_b, .seq = e->mla_seq,
                  .pos = e->mla_pos, .n = p->n, .layer = l, .qb = e->qblocks, .n_qb = p->n_qb,
                  .scale = m->attn_scale, .n_threads = e->n_threads, .out = e->att};
     mla_attend(&j);
@@ -1043,6 +1132,7 @@ static void step_layer(pass *p, int l) {
     const model_info *mi = &e->m->info;
     const layer_weights *L = &e->m->layers[l];
     int n = p->n, nth = e->n_threads;
+    p->Q = L->q_dim, p->KV = L->kv_dim, p->F = L->n_ff;
 
     // token-mixing sub-layer: x += mixer(rmsnorm(x))
     rmsnorm(e->xn, e->x, L->attn_norm, n, p->E, mi->rms_eps, nth);
@@ -1054,15 +1144,19 @@ static void step_layer(pass *p, int l) {
 
     // feed-forward sub-layer: x += W_down act(W_gate xn) * (W_up xn), xn = rmsnorm(x)
     rmsnorm(e->xn, e->x, L->ffn_norm, n, p->E, mi->rms_eps, nth);
-    if (L->router.data) {
-        step_moe(p, L, l);
+    bool beside = e->m->arch->moe_beside_dense;
+    if (L->router.data && !beside) {
+        step_moe(p, L, l, e->xn);
         if (L->gate_shexp.data) step_shared_expert(p, L);
     } else {
         step_gated_ffn(p, L);
         matmul(e, e->tmp, &L->w_down, e->gate, n);
+        if (L->router.data) step_side_experts(p, L, l);
     }
     if (L->post_ffn_norm) rmsnorm(e->tmp, e->tmp, L->post_ffn_norm, n, p->E, mi->rms_eps, nth);
     step_residual(p);
+    if (e->m->n_ple) step_ple(p, L, l);
+    if (L->out_scale != 1.0f) step_out_scale(p, L);
 }
 
 /* Inspection path (only when a residual callback is set): each entry's residual stream after
@@ -1079,6 +1173,10 @@ static void step_logits(const pass *p, int n_want, float *logits) {
     for (int w = 0; w < n_want; w++)
         memcpy(e->tmp + (size_t)w * p->E, e->x + (size_t)e->want[w] * p->E, sizeof(float) * (size_t)p->E);
     rmsnorm(e->xn, e->tmp, m->output_norm, n_want, p->E, m->info.rms_eps, e->n_threads);
+    if (e->hidden) { /* engine_eval_hidden (embed.c): the rows an embedding pools */
+        memcpy(logits, e->xn, sizeof(float) * (size_t)n_want * p->E);
+        return;
+    }
     matmul(e, logits, &m->output, e->xn, n_want);
     float cap = m->final_softcap;
     if (cap > 0)
@@ -1090,6 +1188,9 @@ attnd_status engine_eval(engine *e, const batch_entry *entries, int n, float *lo
     if (n < 0 || n > e->max_batch)
         return attnd_fail(err, ATTND_ERR_INVALID, "batch of %d entries; this engine takes 1..%d", n, e->max_batch);
     if (!entries) return attnd_fail(err, ATTND_ERR_INVALID, "engine_eval: no entries");
+    if (e->m->arch->bidirectional) /* encoders run through engine_embed (attnd/embed.h, encoder.c) */
+        return attnd_fail(err, ATTND_ERR_UNSUPPORTED, "'%s' is an encoder: it embeds and ranks, it does not "
+                          "generate", e->m->info.arch);
     int n_want = 0;
     for (int t = 0; t < n; t++)
         if (entries[t].want_logits) e->want[n_want++] = t;
@@ -1106,17 +1207,21 @@ attnd_status engine_eval(engine *e, const batch_entry *entries, int n, float *lo
     for (int t = 0; t < n; t++) p.attn_work += (long)mi->n_head * mi->head_dim * (entries[t].pos + 1);
 
     if (m->n_dn_layers) p.n_runs = plan_runs(e, entries, n, n_seqs);
-    /* a recurrent state moved on by the layers already run cannot be rewritten: no yield then */
-    bool may_yield = e->yield_fn && !p.ablating && !e->attn_cb && !e->resid_cb && !e->expert_cb && !e->matmul_cb &&
-                     !m->n_dn_layers;
+    /* a recurrent state moved on by the layers already run is backed up first, or no yield */
+    bool may_yield = e->yield_fn && !p.ablating && !e->attn_cb && !e->resid_cb && !e->expert_cb && !e->matmul_cb;
+    for (int i = 0; may_yield && m->n_dn_layers && i < n_seqs; i++) may_yield = kv_state_can_back_up(e->seqs[i]);
+    p.back_up = may_yield && m->n_dn_layers;
     step_embed(&p);
+    if (m->n_ple) step_ple_inputs(&p);
     for (int l = 0; l < mi->n_layer; l++) {
         step_layer(&p, l);
         if (e->resid_cb) report_residual(&p, l);
         if (may_yield && l + 1 < mi->n_layer && e->yield_fn(e->yield_user)) {
-            for (int i = 0; i < n_seqs; i++) { /* the rows written are rewritten */
+            for (int i = 0; i < n_seqs; i++) { /* the rows written are rewritten, the states restored */
                 e->seqs[i]->pending = 0;
                 kv_ckpt_commit(e->seqs[i], false);
+                for (int k = 0; p.back_up && k <= l; k++)
+                    if (m->layers[k].kind == LAYER_DELTANET) kv_state_restore_layer(e->seqs[i], m->layers[k].dn_slot);
             }
             return attnd_fail(err, ATTND_ERR_BUSY, "the step was given up after layer %d", l);
         }
@@ -1130,4 +1235,21 @@ attnd_status engine_eval(engine *e, const batch_entry *entries, int n, float *lo
         kv_seq_trim_window(e->seqs[i]); /* local layers' blocks no later query sees */
     }
     return ATTND_OK;
+}
+
+/* engine_eval with the final-normed hidden states (n_embd floats per entry that wants them) in
+ * place of the logits, and no inspection or yield hook called (embed_eval.h). */
+attnd_status engine_eval_hidden(engine *e, const batch_entry *entries, int n, float *hidden, attnd_err *err) {
+    engine saved = *e;
+    e->attn_cb = NULL, e->resid_cb = NULL, e->expert_cb = NULL, e->matmul_cb = NULL, e->yield_fn = NULL;
+    e->hidden = true;
+    attnd_status st = engine_eval(e, entries, n, hidden, err);
+    e->hidden = false;
+    e->attn_cb = saved.attn_cb, e->resid_cb = saved.resid_cb, e->expert_cb = saved.expert_cb;
+    e->matmul_cb = saved.matmul_cb, e->yield_fn = saved.yield_fn;
+    return st;
+}
+
+void engine_attn_hooks(const engine *e, engine_attn_cb *cb, engine_attn_want *want, void **user) {
+    *cb = e->attn_cb, *want = e->attn_want, *user = e->attn_user;
 }

@@ -32,6 +32,8 @@ static attnd_status eval_next(gen_loop *L, int32_t id, int room, engine_timings 
         attnd_err ignored;
         if (spec_draft(L->g->spec, NULL, max, L->draft, &L->n_draft, &ignored) != ATTND_OK) L->n_draft = 0;
     }
+    /* a recurrent state keeps its state after each drafted position, or nothing is drafted */
+    if (L->n_draft && !kv_seq_keep_steps(L->s, L->n_draft)) L->n_draft = 0;
     int pos = kv_seq_len(L->s);
     L->b[0] = (batch_entry){L->s, id, pos, true};
     for (int i = 0; i < L->n_draft; i++) L->b[i + 1] = (batch_entry){L->s, L->draft[i], pos + 1 + i, true};
@@ -129,6 +131,7 @@ attnd_status engine_generate(engine *e, kv_seq *s, const int32_t *prompt, int n_
     tm.n_decode = *n_out > 0 ? *n_out - 1 : 0;
 
 done:
+    if (gg.spec) kv_seq_keep_steps(s, 0); /* the room the verifies kept states in */
     if (timings) *timings = tm;
     free(L.b);
     free(L.logits);

@@ -58,6 +58,10 @@ struct gen {
     int n_think_force, think_pos;
     char think_win[16];       /* (n_think_win) the output's last bytes, for the markers */
     size_t n_think_win;
+    // ---- closing the grammar's sentence within max_tokens (gen_params.grammar_close) ----
+    int max_tokens;           /* 0 = no steering */
+    int n_steps;              /* tokens chosen so far */
+    bool steered;
 };
 
 /* The reasoning budget: IDLE (watching for the open marker), COUNT (inside the block), UTF8 (the
@@ -100,6 +104,7 @@ attnd_status gen_create(gen **out, const gen_params *p, int n_vocab, const token
     if (st != ATTND_OK) goto fail;
     for (int i = 0; i < n_prompt; i++) sampler_accept(g->smp, prompt[i]);
     if ((st = grammar_init(g, p, err)) != ATTND_OK) goto fail;
+    g->max_tokens = p->grammar && p->grammar_close && p->max_tokens > 0 ? p->max_tokens : 0;
     if (p->think_budget > 0 && tok) {
         size_t n = 0;
         if ((st = tok_encode(tok, THINK_CLOSE, strlen(THINK_CLOSE), false, true, &g->think_force, &n, err)) != ATTND_OK)
@@ -364,9 +369,70 @@ static void think_advance(gen *g, int32_t id) {
     }
 }
 
+// ---- closing the sentence within the budget ------------------------------------------------------
+
+/* Steering starts when the tokens left are at most the shortest completion plus this. */
+enum { STEER_SLACK = 2, STEER_TOP = 16 };
+
+/* The STEER_TOP likeliest tokens into top[] (best first); returns how many. */
+static int top_tokens(const gen *g, const float *logits, int32_t *top) {
+    int n = 0;
+    for (int32_t i = 0; i < g->n_vocab; i++) {
+        if (n == STEER_TOP && logits[i] <= logits[top[n - 1]]) continue;
+        int k = n < STEER_TOP ? n++ : n - 1;
+        while (k > 0 && logits[top[k - 1]] < logits[i]) top[k] = top[k - 1], k--;
+        top[k] = i;
+    }
+    return n;
+}
+
+/* Considers token id for the steered step: its completion's length after it, d; the best so far
+ * in *best (feasible: d fits the tokens left after it; else the shortest d). */
+static void steer_consider(gen *g, const float *logits, int32_t id, uint32_t left, int32_t *best, uint32_t *best_d) {
+    const char *b;
+    size_t n;
+    uint32_t d;
+    if (is_eog(g, id) || !grammar_vocab_token(g->gv, id, &b, &n) || !grammar_state_try_distance(g->gs, b, n, &d)) return;
+    bool fits = d <= left - 1, best_fits = *best >= 0 && *best_d <= left - 1;
+    bool better = *best < 0 || (fits && !best_fits) || (fits == best_fits && (fits ? logits[id] > logits[*best]
+                                                                                     : d < *best_d || (d == *best_d && logits[id] > logits[*best])));
+    if (better) *best = id, *best_d = d;
+}
+
+/* The token that closes the grammar's sentence within max_tokens instead of the sampled one,
+ * or -1: the budget is not near, the sampled token still leaves a completion that fits, or
+ * nothing better is found. */
+static int32_t steer(gen *g, const float *logits, int32_t sampled) {
+    if (!g->max_tokens || g->ended || g->phase != PH_ON) return -1;
+    int left = g->max_tokens - g->n_steps; /* this token included */
+    uint32_t d = grammar_state_distance(g->gs);
+    if (left <= 0 || d == 0 || d == GRAMMAR_FAR || (uint32_t)left > d + STEER_SLACK) return -1;
+    const char *sb;
+    size_t sn;
+    uint32_t sd;
+    if (!is_eog(g, sampled) && grammar_vocab_token(g->gv, sampled, &sb, &sn) &&
+        grammar_state_try_distance(g->gs, sb, sn, &sd) && sd <= (uint32_t)left - 1)
+        return -1; /* the model's own choice closes in time */
+    int32_t top[STEER_TOP], best = -1;
+    uint32_t best_d = GRAMMAR_FAR;
+    int n_top = top_tokens(g, logits, top);
+    for (int i = 0; i < n_top; i++) steer_consider(g, logits, top[i], (uint32_t)left, &best, &best_d);
+    int n_gv = grammar_vocab_size(g->gv);
+    for (int32_t i = 0; i < g->n_vocab && i < n_gv; i++) {
+        const char *b;
+        size_t n;
+        if (grammar_vocab_token(g->gv, i, &b, &n) && n == 1) steer_consider(g, logits, i, (uint32_t)left, &best, &best_d);
+    }
+    if (best >= 0) g->steered = true;
+    return best;
+}
+
+bool gen_steered(const gen *g) { return g->steered; }
+
 /* The rest of a step once its token id is chosen (stuck: the grammar allowed none). */
 static stop_reason step_end(gen *g, const float *logits, token_logprob *top, gen_token *t, int32_t id, bool stuck) {
     sampler_accept(g->smp, id);
+    g->n_steps++;
     *t = (gen_token){.id = id, .text = ""};
     if (g->top_logprobs >= 0) {
         token_logprob chosen;
@@ -395,6 +461,10 @@ bool gen_next_until(gen *g, const float *logits, token_logprob *top, gen_token *
         return true;
     }
     int32_t id = sampler_sample(g->smp, logits);
+    if (g->gs && (forced = steer(g, logits, id)) >= 0) { /* the budget nears: close the sentence in time */
+        *why = step_end(g, logits, top, t, forced, false);
+        return true;
+    }
     bool stuck = false; /* the grammar allows no token at all */
     g->deadline = deadline;
     if (g->gs && !g->ended) id = constrain(g, logits, id, &stuck);

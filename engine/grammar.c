@@ -564,12 +564,46 @@ static grammar *layout(parser *ps) {
     return g;
 }
 
+/* a + b, saturating at GRAMMAR_FAR */
+static uint32_t far_add(uint32_t a, uint32_t b) { return a >= GRAMMAR_FAR - b ? GRAMMAR_FAR : a + b; }
+
+/* g->rest: each rule's shortest sentence found by rounds of relaxation from "none" down (every
+ * finite value is the length of a real derivation; a rule still unresolved after the rounds
+ * keeps a longer one, or GRAMMAR_FAR), then each position's rest of its alternative. */
+static bool shortest(grammar *g) {
+    uint32_t *rule = malloc((size_t)(g->n_rules ? g->n_rules : 1) * sizeof(*rule));
+    g->rest = malloc((g->n_el ? g->n_el : 1) * sizeof(*g->rest));
+    if (!rule || !g->rest) {
+        free(rule);
+        return false;
+    }
+    for (int r = 0; r < g->n_rules; r++) rule[r] = GRAMMAR_FAR;
+    for (int round = 0; round < 256; round++) {
+        bool changed = false;
+        for (size_t p = g->n_el; p-- > 0;) {
+            gelem e = g->el[p];
+            g->rest[p] = gelem_done(e.type) ? 0 : far_add(e.type == G_REF ? rule[e.v] : 1, g->rest[p + 1]);
+        }
+        for (int r = 0; r < g->n_rules; r++)
+            for (uint32_t k = g->alt_first[r]; k < g->alt_first[r + 1]; k++)
+                if (g->rest[g->alts[k]] < rule[r]) rule[r] = g->rest[g->alts[k]], changed = true;
+        if (!changed) break;
+    }
+    free(rule);
+    return true;
+}
+
 attnd_status grammar_compile(grammar **out, const char *src, size_t len, attnd_err *err) {
     *out = NULL;
     parser ps = {.src = src, .p = src, .end = src + len, .err = err};
     skip_space(&ps, true);
     while (ps.p < ps.end && parse_rule(&ps)) skip_space(&ps, true);
     if (ps.st == ATTND_OK && check_rules(&ps)) *out = layout(&ps);
+    if (*out && !shortest(*out)) {
+        grammar_unref(*out);
+        *out = NULL;
+        nomem(&ps);
+    }
     for (size_t r = 0; r < ps.n_rules; r++) free(ps.rules[r].body.p);
     free(ps.rules);
     free(ps.sets);
@@ -589,6 +623,7 @@ void grammar_unref(grammar *g) {
     free(g->el);
     free(g->alts);
     free(g->alt_first);
+    free(g->rest);
     free(g->sets);
     free(g->ranges);
     for (size_t i = 0; i < g->n_toks; i++) free(g->toks[i].text);

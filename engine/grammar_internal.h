@@ -54,6 +54,9 @@ struct grammar {
     size_t n_ranges;
     gtoken *toks;         /* (n_toks) token terminals */
     size_t n_toks;
+    uint32_t *rest;       /* (n_el) the fewest characters (a token terminal counts one) from each
+                             position to the end of its alternative: the sentence's shortest
+                             completion (GRAMMAR_FAR: none found) */
     char *trigger, *skip_open, *skip_close; /* the lazy start (grammar_set_lazy); NULL = none */
     bool skip_inside;                       /* the output starts inside the skipped block */
 };

@@ -601,6 +601,38 @@ bool grammar_state_can_continue(const grammar_state *s) {
     return false;
 }
 
+// ---- the shortest completion ----------------------------------------------------------------
+
+/* The characters still to write from stack x (its positions' rests, top to bottom). */
+static uint32_t stack_rest(const grammar_state *s, int32_t x) {
+    uint64_t d = 0;
+    for (; x >= 0 && d < GRAMMAR_FAR; x = s->pool.n[x].parent) d += s->g->rest[s->pool.n[x].pos];
+    return d < GRAMMAR_FAR ? (uint32_t)d : GRAMMAR_FAR;
+}
+
+static uint32_t min_rest(const grammar_state *s, const int32_t *stacks, size_t n) {
+    uint32_t best = GRAMMAR_FAR;
+    for (size_t i = 0; i < n; i++) {
+        uint32_t d = stacks[i] < 0 ? 0 : stack_rest(s, stacks[i]);
+        if (d < best) best = d;
+    }
+    return best;
+}
+
+uint32_t grammar_state_distance(const grammar_state *s) {
+    if (s->st != ATTND_OK) return GRAMMAR_FAR;
+    return min_rest(s, s->tops, s->n_tops);
+}
+
+bool grammar_state_try_distance(grammar_state *s, const char *bytes, size_t n, uint32_t *dist) {
+    glevel l;
+    bool ok = n > 0 && run_bytes(s, bytes, n, &l) && l.b > l.a;
+    /* a character still being spelled: its stacks are at the set it will match, counted */
+    if (ok) *dist = min_rest(s, s->tb + l.a, l.b - l.a);
+    s->pool.len = s->committed, s->tb_len = 0;
+    return ok;
+}
+
 // ---- token terminals ------------------------------------------------------------------------
 
 /* Each token terminal's id in v (resolved once per vocabulary); false when out of memory. */

@@ -57,6 +57,16 @@ attnd_status kv_pool_create(kv_pool **out, const model *m, size_t budget_bytes, 
     p->elt = type == KV_F16 ? 2 : 4; /* (F16 / F32 only) */
     p->n_head_kv = mi->n_head_kv;
     p->tile_bytes = KV_BLOCK * kv_quant_row_bytes(type, mi->head_dim);
+    p->local_head_dim = p->head_dim, p->local_n_head_kv = p->n_head_kv;
+    for (int l = 0; l < mi->n_layer; l++) /* the model's layers of one kind share a geometry (model.c) */
+        if (m->layers[l].kind != LAYER_DELTANET && m->layers[l].head_dim) {
+            bool local = m->layers[l].window > 0;
+            *(local ? &p->local_head_dim : &p->head_dim) = m->layers[l].head_dim;
+            *(local ? &p->local_n_head_kv : &p->n_head_kv) = m->layers[l].n_head_kv;
+        }
+    p->kv_dim = p->n_head_kv * p->head_dim;
+    p->tile_bytes = KV_BLOCK * kv_quant_row_bytes(type, p->head_dim);
+    p->local_tile_bytes = KV_BLOCK * kv_quant_row_bytes(type, p->local_head_dim);
     if (mi->kv_latent) /* one (KV_BLOCK, latent) tile per layer: kv_layout.h */
         p->head_dim = p->kv_dim = mi->kv_latent, p->tile_bytes = KV_BLOCK * kv_quant_row_bytes(type, mi->kv_latent);
     p->layer_local = calloc((size_t)p->n_layer, 1);
@@ -66,14 +76,18 @@ attnd_status kv_pool_create(kv_pool **out, const model *m, size_t budget_bytes, 
         return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory creating the KV pool");
     }
     for (int l = 0; l < p->n_layer; l++) {
-        int w = m->layers[l].window;
+        const layer_weights *L = &m->layers[l];
+        int w = L->window;
         p->layer_local[l] = w > 0;
-        p->layer_slot[l] = m->layers[l].kind == LAYER_DELTANET ? -1 : w > 0 ? p->n_local++ : p->n_global++;
+        if (L->kv_source != l) /* reads an earlier layer's cache: holds none of its own */
+            p->layer_slot[l] = p->layer_slot[L->kv_source];
+        else
+            p->layer_slot[l] = L->kind == LAYER_DELTANET ? -1 : w > 0 ? p->n_local++ : p->n_global++;
         if (w > p->window) p->window = w;
     }
-    size_t per_layer = (size_t)(mi->kv_latent ? 1 : 2) * p->n_head_kv * p->tile_bytes;
-    p->global_bytes = per_layer * (size_t)p->n_global;
-    p->local_bytes = per_layer * (size_t)p->n_local;
+    size_t kv_tiles = mi->kv_latent ? 1 : 2; /* a latent tile holds what K and V would */
+    p->global_bytes = kv_tiles * p->n_head_kv * p->tile_bytes * (size_t)p->n_global;
+    p->local_bytes = kv_tiles * p->local_n_head_kv * p->local_tile_bytes * (size_t)p->n_local;
     p->block_bytes = p->global_bytes + p->local_bytes;
     p->state_layer_floats = m->n_dn_layers ? dn_state_floats(&m->dn) : 0;
     p->state_bytes = kv_state_bytes(m);
@@ -117,16 +131,21 @@ size_t kv_state_bytes(const model *m) {
 }
 
 size_t kv_bytes_per_token(const model *m, kv_type type) {
-    const model_info *mi = model_info_get(m);
-    if (mi->kv_latent) return (size_t)mi->n_layer * kv_quant_row_bytes(type, mi->kv_latent);
-    return (size_t)2 * (mi->n_layer - mi->n_recurrent_layers) * mi->n_head_kv * kv_quant_row_bytes(type, mi->head_dim);
+    return kv_layer_bytes_per_token(m, type, false) + kv_layer_bytes_per_token(m, type, true);
 }
 
+/* Each attention layer with a cache of its own (not a Gated DeltaNet one, not one reading an
+ * earlier layer's) of the kind asked: its K and V rows. */
 size_t kv_layer_bytes_per_token(const model *m, kv_type type, bool local) {
     const model_info *mi = model_info_get(m);
-    int n = local ? mi->n_local_layers : mi->n_layer - mi->n_local_layers - mi->n_recurrent_layers;
-    if (mi->kv_latent) return (size_t)n * kv_quant_row_bytes(type, mi->kv_latent);
-    return (size_t)2 * n * mi->n_head_kv * kv_quant_row_bytes(type, mi->head_dim);
+    if (mi->kv_latent) return (size_t)(local ? 0 : mi->n_layer) * kv_quant_row_bytes(type, mi->kv_latent);
+    size_t n = 0;
+    for (int l = 0; l < mi->n_layer; l++) {
+        const layer_weights *L = &m->layers[l];
+        if (L->kind == LAYER_DELTANET || L->kv_source != l || (L->window > 0) != local) continue;
+        n += (size_t)2 * L->n_head_kv * kv_quant_row_bytes(type, L->head_dim);
+    }
+    return n;
 }
 
 size_t kv_context_bytes(const model *m, int n_ctx, kv_type type) {
@@ -270,6 +289,7 @@ void kv_seq_destroy(kv_seq *s) {
     if (!s) return;
     release_blocks(s, 0);
     kv_ckpt_release(s);
+    kv_seq_keep_steps(s, 0);
     kv_pool *p = s->pool;
     pthread_mutex_lock(&p->lock);
     p->n_seqs--;
@@ -313,7 +333,7 @@ void kv_seq_truncate(kv_seq *s, int n) {
     /* the next query (position n) sees n - window + 1..: gone below lmin? then keep nothing */
     if (p->n_local && n > 0 && (n - p->window + 1 > 0 ? n - p->window + 1 : 0) < s->lmin) n = 0;
     /* a recurrent state holds every position: back to its newest checkpoint at or below n, or to 0 */
-    if (p->state_bytes) n = kv_ckpt_restore(s, n);
+    if (p->state_bytes) n = kv_state_rewind(s, n);
     s->len = n;
     if (n == 0) s->lmin = 0;
     release_blocks(s, (n + KV_BLOCK - 1) / KV_BLOCK);

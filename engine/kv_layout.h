@@ -78,10 +78,14 @@ struct kv_pool {
     const model *m;
     kv_type type;
     int n_layer, kv_dim, n_ctx;
-    int head_dim;          /* kv_dim = n_head_kv * head_dim */
+    int head_dim;          /* kv_dim = n_head_kv * head_dim (the global layers') */
     size_t elt;            /* bytes per cached element (2 for F16, 4 for F32; unused when quantized) */
     int n_head_kv;
     size_t tile_bytes;     /* bytes of one kv head's key (or value) tile of one layer in one block */
+    /* The local layers' head_dim, n_head_kv and tile_bytes: the global layers' unless the model's
+     * local layers have a geometry of their own (Gemma 4: arch layer_geometry) */
+    int local_head_dim, local_n_head_kv;
+    size_t local_tile_bytes;
     size_t block_bytes;    /* bytes of one whole block: global_bytes + local_bytes */
     size_t global_bytes;   /* payload bytes of one block: the global layers' K and V */
     size_t local_bytes;    /* bytes of one block's local part (0 without sliding-window layers) */
@@ -94,7 +98,8 @@ struct kv_pool {
     size_t ckpt_bytes;     /* the part of used that checkpoints hold */
     int window;            /* their window (positions) */
     uint8_t *layer_local;  /* (n_layer) 1 = the layer's K/V live in the local part */
-    int *layer_slot;       /* (n_layer) the layer's index among the layers of its part (-1: no K/V) */
+    int *layer_slot;       /* (n_layer) the layer's index among the layers of its part (-1: no K/V);
+                              a layer sharing an earlier layer's cache has that layer's slot */
     size_t budget, used;   /* bytes; used counts blocks held by sequences */
     int n_seqs;            /* live sequences (destroy asserts 0) */
     kv_block *free_list;   /* blocks released by sequences, reused before malloc */
@@ -118,6 +123,11 @@ struct kv_seq {
     int n_ckpts;
     int ckpt_want;         /* a position to checkpoint when a batch reaches it (kv_seq_checkpoint_at); 0 = none */
     struct kv_ckpt *ckpt_new; /* engine scratch: the checkpoint the current batch fills (kv_ckpt_begin) */
+    float *steps;          /* (steps_cap, n_dn_layers * state_layer_floats) the states after each entry of a
+                            * speculative verify (kv_seq_keep_steps), or NULL */
+    int steps_cap;         /* states steps has room for (charged to the budget) */
+    int steps_want;        /* the next batch keeps this many (kv_seq_keep_steps); 0 = none */
+    int steps_from, steps_n; /* steps[i] is the state at length steps_from + 1 + i, i < steps_n */
 };
 
 /* A copy of a sequence's whole recurrent state (state_bytes) as it was at length pos. Read-only
@@ -146,17 +156,34 @@ static inline float *kv_dn_state(const kv_seq *s, int slot) {
  * copy ready in ckpt_new), or -1: none wanted, or no room in the budget (best effort: the batch
  * goes on without it). s->pending holds the batch's entries. */
 int kv_ckpt_begin(kv_seq *s);
-/* Files ckpt_new (if any) among s's checkpoints, or frees it when the batch was given up. */
+/* Files ckpt_new (if any) among s's checkpoints, or frees it (and forgets the steps kept) when
+ * the batch was given up. */
 void kv_ckpt_commit(kv_seq *s, bool done);
-/* Rewinds s's state to its newest checkpoint at or below n and drops the later ones; returns that
- * checkpoint's position, or 0 (state zeroed) when there is none. */
-int kv_ckpt_restore(kv_seq *s, int n);
+/* Rewinds s's state to length n when the last batch kept the state there (kv_seq_keep_steps), else
+ * to its newest checkpoint at or below n, and drops the checkpoints past n; returns the length
+ * the state now has (0, zeroed, when nothing at or below n was kept). */
+int kv_state_rewind(kv_seq *s, int n);
+/* How many of s's batch entries (s->pending) keep the state after them (the first ones; never the
+ * last), from what kv_seq_keep_steps asked for; 0 = none. */
+int kv_steps_begin(kv_seq *s);
 /* Makes child hold every checkpoint of parent (shared). Pool lock held. */
 void kv_ckpt_share_locked(kv_seq *child, const kv_seq *parent);
 /* Drops every checkpoint s holds. */
 void kv_ckpt_release(kv_seq *s);
-/* Bytes of the checkpoints s holds, shared ones included. */
+/* Bytes of the checkpoints s holds, shared ones included, and of its speculative steps. */
 size_t kv_ckpt_held_bytes(const kv_seq *s);
+
+/* The yield of a running step (kv_state.c): whether s has room to back its state up (one state
+ * of kv_seq_keep_room, and no verify's steps in it); layer `slot`'s state copied there before the
+ * layer runs, and back when the step is given up. */
+bool kv_state_can_back_up(const kv_seq *s);
+void kv_state_back_up(kv_seq *s, int slot);
+void kv_state_restore_layer(kv_seq *s, int slot);
+
+/* Layer `slot`'s part of the first state s's batch keeps (kv_steps_begin), or NULL. */
+static inline float *kv_dn_steps(const kv_seq *s, int slot) {
+    return s->steps_n ? s->steps + (size_t)slot * s->pool->state_layer_floats : NULL;
+}
 
 /* Layer `slot`'s part of s's checkpoint in progress, or NULL when the batch takes none for s. */
 static inline float *kv_dn_snap(const kv_seq *s, int slot) {
@@ -177,20 +204,28 @@ static inline uint8_t *kv_part(const kv_seq *s, int layer, int block, int *n_in_
     return local ? s->blocks[block]->local : kv_block_data(s->blocks[block]);
 }
 
+/* The bytes of one kv head's key (or value) tile of `layer` in a block, and its kv heads. */
+static inline size_t kv_tile_bytes(const kv_pool *p, int layer) {
+    return p->layer_local[layer] ? p->local_tile_bytes : p->tile_bytes;
+}
+static inline int kv_layer_heads(const kv_pool *p, int layer) {
+    return p->layer_local[layer] ? p->local_n_head_kv : p->n_head_kv;
+}
+
 /* The keys of `layer` in block `block` of s: n_head_kv key tiles (F16 / F32: (kv_dim, KV_BLOCK)
  * elements of the pool type). */
 static inline void *kv_k_block(const kv_seq *s, int layer, int block) {
     const kv_pool *p = s->pool;
     int n, slot;
     uint8_t *base = kv_part(s, layer, block, &n, &slot);
-    return base + (size_t)slot * p->n_head_kv * p->tile_bytes;
+    return base + (size_t)slot * (size_t)kv_layer_heads(p, layer) * kv_tile_bytes(p, layer);
 }
 
 /* The keys of kv head g of `layer` in block `block` of s: a (head_dim, KV_BLOCK) tile of elements of
  * the pool type, transposed (position j of the tile's row i at i * KV_BLOCK + j); Q8_0 / Q4_0 as
  * kv_quant.h lays them out. */
 static inline void *kv_k_tile(const kv_seq *s, int layer, int block, int g) {
-    return (uint8_t *)kv_k_block(s, layer, block) + (size_t)g * s->pool->tile_bytes;
+    return (uint8_t *)kv_k_block(s, layer, block) + (size_t)g * kv_tile_bytes(s->pool, layer);
 }
 
 /* The values of kv head g of `layer` in block `block` of s: (KV_BLOCK, head_dim) elements of the
@@ -200,7 +235,7 @@ static inline void *kv_v_tile(const kv_seq *s, int layer, int block, int g) {
     const kv_pool *p = s->pool;
     int n, slot;
     uint8_t *base = kv_part(s, layer, block, &n, &slot);
-    return base + (((size_t)n + (size_t)slot) * p->n_head_kv + (size_t)g) * p->tile_bytes;
+    return base + (((size_t)n + (size_t)slot) * (size_t)kv_layer_heads(p, layer) + (size_t)g) * kv_tile_bytes(p, layer);
 }
 
 /*

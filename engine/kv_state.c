@@ -134,6 +134,7 @@ void kv_ckpt_commit(kv_seq *s, bool done) {
     if (done && s->ckpt_want && s->ckpt_want <= s->len) s->ckpt_want = 0;
     kv_ckpt *c = s->ckpt_new;
     s->ckpt_new = NULL;
+    if (!done) s->steps_n = 0; /* the states kept were of a batch given up */
     if (!c) return;
     if (done) ckpt_append(s, c);
     else ckpt_discard(s->pool, c);
@@ -155,7 +156,7 @@ int kv_seq_checkpoints(const kv_seq *s, int *pos, int max) {
     return s->n_ckpts;
 }
 
-int kv_ckpt_restore(kv_seq *s, int n) {
+int kv_state_rewind(kv_seq *s, int n) {
     kv_pool *p = s->pool;
     kv_ckpt *gone[KV_CKPT_MAX];
     int n_gone = 0;
@@ -163,6 +164,11 @@ int kv_ckpt_restore(kv_seq *s, int n) {
     while (s->n_ckpts && s->ckpts[s->n_ckpts - 1]->pos > n) ckpt_remove_locked(s, s->n_ckpts - 1, gone, &n_gone);
     pthread_mutex_unlock(&p->lock);
     ckpt_free_all(gone, n_gone);
+    bool kept = s->steps_n && n > s->steps_from && n <= s->steps_from + s->steps_n;
+    size_t floats = p->state_bytes / sizeof(float);
+    if (kept) memcpy(s->state, s->steps + (size_t)(n - s->steps_from - 1) * floats, p->state_bytes);
+    s->steps_n = 0;
+    if (kept) return n;
     if (!s->state) return 0;
     if (!s->n_ckpts) {
         memset(s->state, 0, p->state_bytes);
@@ -191,4 +197,78 @@ void kv_ckpt_release(kv_seq *s) {
     ckpt_free_all(gone, n_gone);
 }
 
-size_t kv_ckpt_held_bytes(const kv_seq *s) { return (size_t)s->n_ckpts * s->pool->state_bytes; }
+size_t kv_ckpt_held_bytes(const kv_seq *s) { return (size_t)(s->n_ckpts + s->steps_cap) * s->pool->state_bytes; }
+
+// ---- speculative steps ----------------------------------------------------------------------
+/*
+ * A rejected draft must leave no trace in the state. The verify batch (the token, then the
+ * drafts) keeps the state after each of its entries but the last, in one buffer of the sequence
+ * that stays allocated for the next verify (charged to the budget while held); a truncation back
+ * into that batch copies the kept state (exact, nothing recomputed). The other way, a checkpoint
+ * before the verify, would copy the state once but recompute the accepted drafts on the next
+ * step; keeping the steps costs a copy per draft and no recomputation.
+ */
+
+bool kv_seq_keep_steps(kv_seq *s, int n) {
+    if (!kv_seq_keep_room(s, n)) return false;
+    s->steps_want = s->pool->state_bytes && n > 0 ? n : 0;
+    return true;
+}
+
+bool kv_seq_keep_room(kv_seq *s, int n) {
+    kv_pool *p = s->pool;
+    if (!p->state_bytes) return true; /* the blocks roll back exactly */
+    if (n <= 0) {
+        pthread_mutex_lock(&p->lock);
+        p->used -= (size_t)s->steps_cap * p->state_bytes;
+        pthread_mutex_unlock(&p->lock);
+        free(s->steps);
+        s->steps = NULL, s->steps_cap = s->steps_want = s->steps_n = 0;
+        return true;
+    }
+    if (n > s->steps_cap) {
+        size_t more = (size_t)(n - s->steps_cap) * p->state_bytes;
+        pthread_mutex_lock(&p->lock);
+        bool room = more <= p->budget - p->used;
+        if (room) p->used += more;
+        pthread_mutex_unlock(&p->lock);
+        float *b = room ? realloc(s->steps, (size_t)n * p->state_bytes) : NULL;
+        if (!b) {
+            if (room) {
+                pthread_mutex_lock(&p->lock);
+                p->used -= more;
+                pthread_mutex_unlock(&p->lock);
+            }
+            return false;
+        }
+        s->steps = b, s->steps_cap = n;
+    }
+    return true;
+}
+
+/*
+ * The yield of a running step (engine_set_yield) gives up a batch after some layers: the K/V rows
+ * written are simply written again, but the DeltaNet layers already run have moved the state on.
+ * So a batch that may be given up first copies each DeltaNet layer's state into the sequence's
+ * room for steps (kv_seq_keep_room: one state) just before that layer runs, and giving up copies
+ * the layers already run back: one state copy per step, the price of the yield.
+ */
+bool kv_state_can_back_up(const kv_seq *s) { return s->steps_cap >= 1 && s->steps_n == 0; }
+
+void kv_state_back_up(kv_seq *s, int slot) {
+    size_t n = s->pool->state_layer_floats;
+    memcpy(s->steps + (size_t)slot * n, kv_dn_state(s, slot), sizeof(float) * n);
+}
+
+void kv_state_restore_layer(kv_seq *s, int slot) {
+    size_t n = s->pool->state_layer_floats;
+    memcpy(kv_dn_state(s, slot), s->steps + (size_t)slot * n, sizeof(float) * n);
+}
+
+int kv_steps_begin(kv_seq *s) {
+    int n = s->steps_want < s->pending - 1 ? s->steps_want : s->pending - 1;
+    s->steps_want = 0;
+    s->steps_n = n > 0 && s->steps ? n : 0;
+    s->steps_from = s->len;
+    return s->steps_n;
+}

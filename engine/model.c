@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "attnd/tokenizer.h"
+#include "embed_eval.h"
 #include "model_internal.h"
 #include "quant.h"
 #include "threads.h"
@@ -45,6 +46,29 @@ static attnd_status arch_f32(const gguf_file *f, const char *arch, const char *s
     char key[128];
     *out = dflt;
     return optional(gguf_get_f32(f, arch_key(key, arch, suffix), out, err), required);
+}
+
+/* "<arch>.<suffix>" as u32 that may also be a per-layer array of integers (Gemma 4's
+ * head_count_kv, feed_forward_length): element l of the array, or its largest when l < 0.
+ * n_layer: the array's length, checked when l >= 0. */
+static attnd_status arch_u32_at(const gguf_file *f, const char *arch, const char *suffix, int l, int n_layer,
+                                bool required, uint32_t dflt, uint32_t *out, attnd_err *err) {
+    char key[128];
+    const gguf_kv *kv = gguf_find_kv(f, arch_key(key, arch, suffix));
+    if (!kv || kv->value.type != GGUF_VT_ARRAY) return arch_u32(f, arch, suffix, required, dflt, out, err);
+    const gguf_array *a = &kv->value.v.arr;
+    if (a->type != GGUF_VT_UINT32 && a->type != GGUF_VT_INT32)
+        return attnd_fail(err, ATTND_ERR_FORMAT, "%s is an array of %s, not of integers", key, gguf_vtype_name(a->type));
+    if (a->n == 0 || (l >= 0 && a->n != (uint64_t)n_layer))
+        return attnd_fail(err, ATTND_ERR_FORMAT, "%s has %llu entries for %d layers", key, (unsigned long long)a->n,
+                          n_layer);
+    const int32_t *v = a->data;
+    *out = 0;
+    for (uint64_t i = 0; i < a->n; i++) {
+        if (v[i] < 0) return attnd_fail(err, ATTND_ERR_FORMAT, "%s[%llu] is negative", key, (unsigned long long)i);
+        if (l < 0 ? (uint32_t)v[i] > *out : (int)i == l) *out = (uint32_t)v[i];
+    }
+    return ATTND_OK;
 }
 
 /* Notes that a step reads t: at the end of the load every tensor must have been (check_all_read). */
@@ -108,6 +132,16 @@ static attnd_status load_vectors(model *m, const char *name, int64_t n, int64_t 
 
 static attnd_status load_vector(model *m, const char *name, int64_t n, bool required, float **out, attnd_err *err) {
     return load_vectors(m, name, n, 1, required, out, err);
+}
+
+/* A one-element tensor's value into *out, left as it is when the file has none; finite. */
+static attnd_status load_scalar(model *m, const char *name, float *out, attnd_err *err) {
+    float *v;
+    attnd_status st = load_vector(m, name, 1, false, &v, err);
+    if (st || !v) return st;
+    *out = v[0];
+    free(v);
+    return isfinite(*out) ? ATTND_OK : attnd_fail(err, ATTND_ERR_FORMAT, "tensor '%s' is not finite", name);
 }
 
 /* The tokenizer metadata, when the file has any, must load (every special id inside the
@@ -182,9 +216,9 @@ static attnd_status read_shape(model *m, const char **arch_out, attnd_err *err) 
     if ((st = arch_u32(f, arch, "embedding_length", true, 0, &n_embd, err))) return st;
     if ((st = arch_u32(f, arch, "block_count", true, 0, &n_layer, err))) return st;
     /* an MoE family's layers need no dense width (a shared expert's defaults to it) */
-    if ((st = arch_u32(f, arch, "feed_forward_length", !m->arch->moe, 0, &n_ff, err))) return st;
+    if ((st = arch_u32_at(f, arch, "feed_forward_length", -1, 0, !m->arch->moe, 0, &n_ff, err))) return st;
     if ((st = arch_u32(f, arch, "attention.head_count", true, 0, &n_head, err))) return st;
-    if ((st = arch_u32(f, arch, "attention.head_count_kv", false, n_head, &n_head_kv, err))) return st;
+    if ((st = arch_u32_at(f, arch, "attention.head_count_kv", -1, 0, false, n_head, &n_head_kv, err))) return st;
     /* block_count counts the multi-token-prediction blocks, the last ones, which are not run */
     if ((st = arch_u32(f, arch, "nextn_predict_layers", false, 0, &n_mtp, err))) return st;
     if (n_mtp >= n_layer)
@@ -197,7 +231,8 @@ static attnd_status read_shape(model *m, const char **arch_out, attnd_err *err) 
     if ((st = arch_u32(f, arch, "attention.key_length", false, n_embd / n_head, &key_len, err))) return st;
     if ((st = arch_u32(f, arch, "attention.value_length", false, key_len, &val_len, err))) return st;
     if ((st = arch_u32(f, arch, "rope.dimension_count", false, key_len, &rope_dims, err))) return st;
-    if ((st = arch_f32(f, arch, "attention.layer_norm_rms_epsilon", true, 0, &mi->rms_eps, err))) return st;
+    const char *eps_key = m->arch->post_ln ? "attention.layer_norm_epsilon" : "attention.layer_norm_rms_epsilon";
+    if ((st = arch_f32(f, arch, eps_key, true, 0, &mi->rms_eps, err))) return st;
     if ((st = arch_f32(f, arch, "rope.freq_base", false, 10000.0f, &mi->rope_base, err))) return st;
 
     /* Sanity limits keep every later size computation far from overflow. */
@@ -237,13 +272,28 @@ static attnd_status read_shape(model *m, const char **arch_out, attnd_err *err) 
     return ATTND_OK;
 }
 
+/* attention.sliding_window_pattern (arch layer_geometry): one bool per layer, true = local. */
+static attnd_status read_swa_pattern(const model *m, const char *arch, const uint8_t **out, attnd_err *err) {
+    char key[128];
+    const gguf_array *a;
+    attnd_status st = gguf_get_arr(m->f, arch_key(key, arch, "attention.sliding_window_pattern"), GGUF_VT_BOOL, &a, err);
+    if (st) return st;
+    if (a->n != (uint64_t)m->info.n_layer)
+        return attnd_fail(err, ATTND_ERR_FORMAT, "%s has %llu entries for %d layers", key, (unsigned long long)a->n,
+                          m->info.n_layer);
+    *out = a->data;
+    return ATTND_OK;
+}
+
 /* Sliding windows, soft-capping and the query scale, as the family and the file say. */
 static attnd_status read_attention(model *m, const char *arch, attnd_err *err) {
     const arch_desc *d = m->arch;
     model_info *mi = &m->info;
     attnd_status st;
     uint32_t window = 0;
-    bool swa = d->swa_pattern || d->swa_every_layer;
+    bool swa = d->swa_pattern || d->swa_every_layer || d->layer_geometry;
+    const uint8_t *pattern = NULL; /* (n_layer) arch layer_geometry: 1 = local */
+    if (d->layer_geometry && (st = read_swa_pattern(m, arch, &pattern, err))) return st;
     if (swa && (st = arch_u32(m->f, arch, "attention.sliding_window", d->swa_default == 0 && !d->swa_optional,
                               (uint32_t)d->swa_default, &window, err)))
         return st;
@@ -262,19 +312,122 @@ static attnd_status read_attention(model *m, const char *arch, attnd_err *err) {
             return attnd_fail(err, ATTND_ERR_FORMAT, "soft-capping values of '%s' are not finite and >= 0", arch);
     }
     bool wide = d->wide_scale_layers && mi->n_layer == d->wide_scale_layers;
-    m->attn_scale = 1.0f / sqrtf((float)(wide ? mi->n_embd / mi->n_head : mi->head_dim));
+    m->attn_scale = d->unit_attn_scale ? 1.0f : 1.0f / sqrtf((float)(wide ? mi->n_embd / mi->n_head : mi->head_dim));
     m->embd_scale = d->embd_scale ? sqrtf((float)mi->n_embd) : 1.0f;
+    m->v_norm = d->v_norm;
     for (int l = 0; l < mi->n_layer; l++) {
         layer_weights *L = &m->layers[l];
         L->rope = !(d->nope_step && (l + 1) % d->nope_step == 0);
-        bool local = d->swa_every_layer || (d->swa_pattern && l % d->swa_pattern != d->swa_pattern - 1);
+        bool local = d->swa_every_layer || (d->swa_pattern && l % d->swa_pattern != d->swa_pattern - 1) ||
+                     (pattern && pattern[l]);
         L->window = local ? (int)window : 0;
-        L->rope_table = L->window && m->swa_rope_base > 0 ? ROPE_LOCAL : ROPE_GLOBAL;
+        L->rope_table = L->window && (m->swa_rope_base > 0 || d->layer_geometry) ? ROPE_LOCAL : ROPE_GLOBAL;
         if (L->window) mi->n_local_layers++;
         if (L->window > m->max_window) m->max_window = L->window;
     }
     mi->window = m->max_window;
     return ATTND_OK;
+}
+
+/* Layer l's KV heads and dense FFN width: the file's per-layer arrays (or its one value). */
+static attnd_status read_layer_widths(model *m, const char *arch, int l, attnd_err *err) {
+    model_info *mi = &m->info;
+    layer_weights *L = &m->layers[l];
+    int n_all = mi->n_layer + mi->n_mtp_layers;
+    uint32_t kv, ff;
+    attnd_status st;
+    kv = (uint32_t)mi->n_head_kv; /* per layer only where the family reads it so (MLA: one latent row) */
+    if ((m->arch->layer_geometry &&
+         (st = arch_u32_at(m->f, arch, "attention.head_count_kv", l, n_all, false, kv, &kv, err))) ||
+        (st = arch_u32_at(m->f, arch, "feed_forward_length", l, n_all, false, (uint32_t)mi->n_ff, &ff, err)))
+        return st;
+    if (kv == 0 || mi->n_head % (int)kv)
+        return attnd_fail(err, ATTND_ERR_FORMAT, "layer %d: head_count %d is not a multiple of head_count_kv %u", l,
+                          mi->n_head, kv);
+    if (ff == 0 && !m->arch->moe) return attnd_fail(err, ATTND_ERR_FORMAT, "layer %d: feed_forward_length is 0", l);
+    L->n_head_kv = (int)kv;
+    L->n_ff = (int)ff;
+    return ATTND_OK;
+}
+
+/* The layers that read an earlier layer's cache (arch layer_geometry: the last `shared`), as
+ * llama.cpp pairs them: a global layer with the last layer that has a cache, a local one with the
+ * one before; each must be of its reader's kind and geometry. */
+static attnd_status pair_shared_kv(model *m, uint32_t shared, attnd_err *err) {
+    int n = m->info.n_layer, first = n - (int)shared;
+    if (shared && (shared >= (uint32_t)n || first < 2))
+        return attnd_fail(err, ATTND_ERR_FORMAT, "attention.shared_kv_layers %u leaves fewer than 2 of %d layers with a "
+                          "cache", shared, n);
+    for (int l = first; shared && l < n; l++) {
+        layer_weights *L = &m->layers[l];
+        const layer_weights *S = &m->layers[first - (L->window ? 2 : 1)];
+        if (!S->window != !L->window || S->head_dim != L->head_dim || S->n_head_kv != L->n_head_kv)
+            return attnd_fail(err, ATTND_ERR_UNSUPPORTED, "layer %d shares the cache of layer %d, which is of another "
+                              "kind or geometry", l, first - (L->window ? 2 : 1));
+        L->kv_source = first - (L->window ? 2 : 1);
+        m->info.n_shared_local += L->window > 0;
+    }
+    m->info.n_shared_kv_layers = (int)shared;
+    return ATTND_OK;
+}
+
+/* Whether the attention layers of each kind (local, global) share one geometry (the cache's
+ * parts hold one kind each, kv_layout.h); sets model_info's per-kind figures. */
+static bool check_kinds(model *m) {
+    model_info *mi = &m->info;
+    const layer_weights *first[2] = {NULL, NULL};
+    for (int l = 0; l < mi->n_layer; l++) {
+        const layer_weights *L = &m->layers[l], **f = &first[L->window > 0];
+        if (L->kind == LAYER_DELTANET) continue;
+        if (!*f) *f = L;
+        if ((*f)->head_dim != L->head_dim || (*f)->n_head_kv != L->n_head_kv) return false;
+    }
+    if (first[0]) mi->head_dim = first[0]->head_dim, mi->n_head_kv = first[0]->n_head_kv;
+    const layer_weights *loc = first[1] ? first[1] : first[0];
+    mi->head_dim_swa = loc ? loc->head_dim : mi->head_dim;
+    mi->n_head_kv_swa = loc ? loc->n_head_kv : mi->n_head_kv;
+    return true;
+}
+
+/* Each layer's attention geometry, FFN width and cache source: the model's for most families;
+ * with arch layer_geometry, per layer kind (local layers: key_length_swa, rope.dimension_count_swa)
+ * and per layer (head_count_kv, feed_forward_length arrays; shared_kv_layers). */
+static attnd_status read_geometry(model *m, const char *arch, attnd_err *err) {
+    model_info *mi = &m->info;
+    bool geo = m->arch->layer_geometry;
+    uint32_t hd_swa = (uint32_t)mi->head_dim, vd_swa, rot_swa, shared = 0;
+    attnd_status st;
+    if (geo && ((st = arch_u32(m->f, arch, "attention.key_length_swa", true, 0, &hd_swa, err)) ||
+                (st = arch_u32(m->f, arch, "attention.value_length_swa", false, hd_swa, &vd_swa, err)) ||
+                (st = arch_u32(m->f, arch, "rope.dimension_count_swa", false, hd_swa, &rot_swa, err)) ||
+                (st = arch_u32(m->f, arch, "attention.shared_kv_layers", false, 0, &shared, err))))
+        return st;
+    if (geo && (hd_swa == 0 || hd_swa != vd_swa || hd_swa % 2 || hd_swa > 1024 || rot_swa == 0 || rot_swa % 2 ||
+                rot_swa > hd_swa))
+        return attnd_fail(err, ATTND_ERR_UNSUPPORTED, "local layers' head size %u (key) / %u (value) with %u RoPE "
+                          "dims is not supported", hd_swa, vd_swa, rot_swa);
+    m->rope_dims[ROPE_GLOBAL] = mi->rope_dims;
+    m->rope_dims[ROPE_LOCAL] = geo ? (int)rot_swa : mi->rope_dims;
+    m->max_rope_dims = m->rope_dims[ROPE_GLOBAL] > m->rope_dims[ROPE_LOCAL] ? m->rope_dims[ROPE_GLOBAL]
+                                                                               : m->rope_dims[ROPE_LOCAL];
+    for (int l = 0; l < mi->n_layer; l++) {
+        layer_weights *L = &m->layers[l];
+        if ((st = read_layer_widths(m, arch, l, err))) return st;
+        L->head_dim = geo && L->window ? (int)hd_swa : mi->head_dim;
+        L->rope_dims = m->rope_dims[L->rope_table];
+        L->q_dim = mi->n_head * L->head_dim;
+        L->kv_dim = L->n_head_kv * L->head_dim;
+        L->kv_source = l;
+        L->out_scale = 1.0f;
+        if (L->head_dim > m->max_head_dim) m->max_head_dim = L->head_dim;
+        if (mi->n_head / L->n_head_kv > m->max_group) m->max_group = mi->n_head / L->n_head_kv;
+        if (L->n_ff > m->max_ff) m->max_ff = L->n_ff;
+        if (L->q_dim > m->q_dim) m->q_dim = L->q_dim;
+        if (L->kv_dim > m->kv_dim) m->kv_dim = L->kv_dim;
+    }
+    return check_kinds(m) ? pair_shared_kv(m, shared, err)
+                          : attnd_fail(err, ATTND_ERR_UNSUPPORTED, "layers of one kind (local or global) with "
+                                       "different head sizes or KV heads are not supported");
 }
 
 /* The Gated DeltaNet layers: which layers they are and their sizes (arch recurrent_interval). */
@@ -310,7 +463,9 @@ static attnd_status read_recurrent(model *m, const char *arch, attnd_err *err) {
 
 /* Mixture of Experts: how many experts, how many each token uses, their FFN width. */
 static attnd_status read_experts(model *m, const char *arch, attnd_err *err) {
-    if (!m->arch->moe) return ATTND_OK;
+    char key[128];
+    bool side = m->arch->moe_beside_dense && gguf_find_kv(m->f, arch_key(key, arch, "expert_count"));
+    if (!m->arch->moe && !side) return ATTND_OK;
     uint32_t n, used, ff;
     attnd_status st;
     if ((st = arch_u32(m->f, arch, "expert_count", true, 0, &n, err))) return st;
@@ -524,7 +679,8 @@ static attnd_status make_rope(model *m, const char *arch, int n_ctx, bool local,
     if ((!local || m->arch->swa_rope_scaled) && (st = read_rope_scaling(m, arch, &rs, err))) return st;
     float *factors = NULL;
     if (!local && (st = load_rope_factors(m, arch, n_ctx, &factors, err))) return st;
-    st = rope_table_make(out, m->info.rope_dims, local ? m->swa_rope_base : m->info.rope_base, &rs, factors);
+    float base = local && m->swa_rope_base > 0 ? m->swa_rope_base : m->info.rope_base;
+    st = rope_table_make(out, m->rope_dims[local ? ROPE_LOCAL : ROPE_GLOBAL], base, &rs, factors);
     free(factors);
     return st ? attnd_fail(err, st, "out of memory loading a model") : ATTND_OK;
 }
@@ -538,7 +694,7 @@ static attnd_status make_global_rope(model *m, const char *arch, int n_ctx, rope
 static attnd_status make_rope_tables(model *m, const char *arch, attnd_err *err) {
     const model_info *mi = &m->info;
     attnd_status st = make_global_rope(m, arch, mi->n_ctx, &m->rope[ROPE_GLOBAL], err);
-    if (!st && m->swa_rope_base > 0 && mi->n_local_layers)
+    if (!st && (m->swa_rope_base > 0 || m->arch->layer_geometry) && mi->n_local_layers)
         st = make_rope(m, arch, mi->n_ctx, true, &m->rope[ROPE_LOCAL], err);
     return st;
 }
@@ -587,6 +743,9 @@ int model_run_context(const model *m) { return m->run_ctx; }
 #define MAT(field, suffix, r, c)                                                    \
     snprintf(name, sizeof(name), "blk.%d.%s.weight", l, suffix);                    \
     if ((st = find_matrix(m, name, r, c, true, &L->field, err))) return st;
+#define OPT_MAT(field, suffix, r, c, req)                                           \
+    snprintf(name, sizeof(name), "blk.%d.%s.weight", l, suffix);                    \
+    if ((st = find_matrix(m, name, r, c, req, &L->field, err))) return st;
 #define VEC(field, suffix, ext, n, req)                                             \
     snprintf(name, sizeof(name), "blk.%d.%s.%s", l, suffix, ext);                   \
     if ((st = load_vector(m, name, n, req, &L->field, err))) return st;
@@ -595,16 +754,17 @@ int model_run_context(const model *m) { return m->run_ctx; }
  * ones the family has comes from its description. */
 static attnd_status load_attention(model *m, int l, attnd_err *err) {
     const arch_desc *d = m->arch;
-    int64_t E = m->info.n_embd, Q = m->q_dim, KV = m->kv_dim, HD = m->info.head_dim;
-    attnd_status st;
     layer_weights *L = &m->layers[l];
+    int64_t E = m->info.n_embd, Q = L->q_dim, KV = L->kv_dim, HD = L->head_dim;
+    attnd_status st;
     char name[96];
+    bool own_kv = L->kv_source == l; /* a layer reading another's cache: its K, V weights, if any, unused */
     if (d->fused_qkv) {
         MAT(wqkv, "attn_qkv", Q + 2 * KV, E);
     } else {
         MAT(wq, "attn_q", d->q_gate ? 2 * Q : Q, E);
-        MAT(wk, "attn_k", KV, E);
-        MAT(wv, "attn_v", KV, E);
+        OPT_MAT(wk, "attn_k", KV, E, own_kv);
+        OPT_MAT(wv, "attn_v", KV, E, own_kv && !d->v_optional);
     }
     MAT(wo, "attn_output", E, Q);
     if (d->qkv_bias != NEED_NO) {
@@ -621,7 +781,11 @@ static attnd_status load_attention(model *m, int l, attnd_err *err) {
     }
     if (d->qk_norm) {
         VEC(q_norm, "attn_q_norm", "weight", HD, true);
-        VEC(k_norm, "attn_k_norm", "weight", HD, true);
+        VEC(k_norm, "attn_k_norm", "weight", HD, own_kv);
+    }
+    if (!own_kv) { /* llama.cpp loads but never runs them */
+        free(L->k_norm), L->k_norm = NULL;
+        memset(&L->wk, 0, sizeof(L->wk)), memset(&L->wv, 0, sizeof(L->wv));
     }
     return ATTND_OK;
 }
@@ -743,8 +907,16 @@ static attnd_status load_layer(model *m, int l, attnd_err *err) {
         VEC(post_ffn_norm, "post_ffw_norm", "weight", E, true);
     }
     VEC(ffn_norm, d->ffn_norm ? d->ffn_norm : "ffn_norm", "weight", E, true);
+    snprintf(name, sizeof(name), "blk.%d.layer_output_scale.weight", l);
+    if (d->out_scale && (st = load_scalar(m, name, &L->out_scale, err))) return st;
+    if (m->n_ple) {
+        OPT_MAT(ple_gate, "inp_gate", m->n_ple, E, true);
+        OPT_MAT(ple_proj, "proj", E, m->n_ple, true);
+        VEC(ple_post_norm, "post_norm", "weight", E, true);
+    }
     return ATTND_OK;
 }
+#undef OPT_MAT
 #undef MAT
 #undef VEC
 
@@ -772,16 +944,49 @@ static attnd_status find_experts(model *m, const char *name, int64_t rows, int64
     return ATTND_OK;
 }
 
+/* arch moe_beside_dense: layer l's experts, when it has a router (ffn_gate_inp): the norms of both
+ * branches, the router's input scale, gate and up fused (ffn_gate_up_exps) or apart, and each
+ * expert's output scale (ffn_down_exps.scale, optional). */
+static attnd_status load_side_experts(model *m, int l, attnd_err *err) {
+    layer_weights *L = &m->layers[l];
+    int64_t E = m->info.n_embd, FE = m->n_ff_exp;
+    attnd_status st;
+    char name[96];
+#define NAME(suffix, ext) (snprintf(name, sizeof(name), "blk.%d.%s.%s", l, suffix, ext), name)
+    if (!gguf_find_tensor(m->f, NAME("ffn_gate_inp", "weight"))) return ATTND_OK;
+    if (!m->n_expert) return attnd_fail(err, ATTND_ERR_FORMAT, "layer %d has a router but the file no expert_count", l);
+    if ((st = find_matrix(m, name, m->n_expert, E, true, &L->router, err)) ||
+        (st = load_vector(m, NAME("ffn_gate_inp", "scale"), E, true, &L->router_scale, err)) ||
+        (st = load_vector(m, NAME("pre_ffw_norm_2", "weight"), E, true, &L->ffn_pre_norm_2, err)) ||
+        (st = load_vector(m, NAME("post_ffw_norm_1", "weight"), E, true, &L->ffn_post_norm_1, err)) ||
+        (st = load_vector(m, NAME("post_ffw_norm_2", "weight"), E, true, &L->ffn_post_norm_2, err)) ||
+        (st = load_vector(m, NAME("ffn_down_exps", "scale"), m->n_expert, false, &L->down_exps_scale, err)) ||
+        (st = find_experts(m, NAME("ffn_down_exps", "weight"), E, FE, &L->down_exps, err)))
+        return st;
+    L->exp_stride = (int)FE;
+    if (!gguf_find_tensor(m->f, NAME("ffn_gate_up_exps", "weight"))) {
+        if ((st = find_experts(m, NAME("ffn_gate_exps", "weight"), FE, E, &L->gate_exps, err))) return st;
+        return find_experts(m, NAME("ffn_up_exps", "weight"), FE, E, &L->up_exps, err);
+    }
+    if ((st = find_experts(m, name, 2 * FE, E, &L->gate_exps, err))) return st;
+    L->exp_stride = (int)(2 * FE); /* expert x: its gate rows from 2 FE x, its up rows from 2 FE x + FE */
+    L->up_exps = L->gate_exps;
+    L->up_exps.data = (const uint8_t *)L->gate_exps.data + quant_row_bytes(L->gate_exps.type, E) * (size_t)FE;
+    return ATTND_OK;
+#undef NAME
+}
+
 /* Layer l's feed-forward weights: a router and its experts, or one gated FFN (fused or not). */
 static attnd_status load_ffn(model *m, int l, attnd_err *err) {
     const arch_desc *d = m->arch;
-    int64_t E = m->info.n_embd, F = m->info.n_ff;
     layer_weights *L = &m->layers[l];
+    int64_t E = m->info.n_embd, F = L->n_ff;
     attnd_status st;
     char name[96];
 #define NAME(suffix) (snprintf(name, sizeof(name), "blk.%d.%s.weight", l, suffix), name)
     if (d->moe && l >= m->n_dense_lead) {
         int64_t FE = m->n_ff_exp;
+        L->exp_stride = (int)FE;
         if ((st = find_matrix(m, NAME("ffn_gate_inp"), m->n_expert, E, true, &L->router, err))) return st;
         if ((st = find_experts(m, NAME("ffn_gate_exps"), FE, E, &L->gate_exps, err))) return st;
         if ((st = find_experts(m, NAME("ffn_up_exps"), FE, E, &L->up_exps, err))) return st;
@@ -815,7 +1020,8 @@ static attnd_status load_ffn(model *m, int l, attnd_err *err) {
         if ((st = find_matrix(m, NAME("ffn_gate"), F, E, true, &L->w_gate, err))) return st;
         if ((st = find_matrix(m, NAME("ffn_up"), F, E, true, &L->w_up, err))) return st;
     }
-    return find_matrix(m, NAME("ffn_down"), E, F, true, &L->w_down, err);
+    if ((st = find_matrix(m, NAME("ffn_down"), E, F, true, &L->w_down, err))) return st;
+    return d->moe_beside_dense ? load_side_experts(m, l, err) : ATTND_OK;
 #undef NAME
 }
 
@@ -833,12 +1039,12 @@ static attnd_status check_all_read(const model *m, attnd_err *err) {
 
 /* The 2-D matrices of a layer (those a family lacks are empty: no data). The experts are read in
  * slices from the mapping, not packed. */
-#define LAYER_MATRICES 20
+#define LAYER_MATRICES 22
 static void layer_matrices(layer_weights *L, weight *out[LAYER_MATRICES]) {
     weight *lw[LAYER_MATRICES] = {&L->wq,       &L->wk,         &L->wv,      &L->wqkv,      &L->wo,       &L->w_gate,
                                   &L->w_up,     &L->w_down,     &L->router,  &L->dn_z,      &L->dn_beta,  &L->dn_alpha,
                                   &L->dn_out,   &L->gate_shexp, &L->up_shexp, &L->down_shexp, &L->dn_ba,
-                                  &L->wq_a,     &L->wq_b,       &L->wkv_a};
+                                  &L->ple_gate, &L->ple_proj,   &L->wq_a,     &L->wq_b,       &L->wkv_a};
     memcpy(out, lw, sizeof lw);
 }
 
@@ -864,15 +1070,34 @@ static void pack_task(void *ctx, int i, int worker) {
  * mapping as it is. token_embd is only looked up by row: never packed, even when the output head
  * is tied to it. */
 static void pack_matrices(model *m) {
-    int n = 0, cap = 1 + LAYER_MATRICES * m->info.n_layer;
+    int n = 0, cap = 2 + LAYER_MATRICES * m->info.n_layer;
     weight **ws = malloc(sizeof(*ws) * (size_t)cap);
     if (!ws) return; /* no copies: slower, same results */
     ws[n++] = &m->output;
+    ws[n++] = &m->ple_model_proj;
     for (int l = 0; l < m->info.n_layer; l++, n += LAYER_MATRICES) layer_matrices(&m->layers[l], ws + n);
     threads_run(threads_default(), n, pack_task, &(pack_job){m, ws});
     for (int i = 0; i < n; i++)
         if (ws[i]->packed) m->packed_bytes += quant_packed_bytes(ws[i]->packed);
     free(ws);
+}
+
+/* Per-layer embeddings (arch per_layer_embd, embedding_length_per_layer_input > 0): the token's
+ * rows of every layer, the projection of the embedding onto them and its norm. */
+static attnd_status load_per_layer_embd(model *m, attnd_err *err) {
+    const model_info *mi = &m->info;
+    uint32_t n = 0;
+    attnd_status st;
+    if (!m->arch->per_layer_embd) return ATTND_OK;
+    if ((st = arch_u32(m->f, mi->arch, "embedding_length_per_layer_input", false, 0, &n, err))) return st;
+    if (n == 0) return ATTND_OK;
+    if (n > 4096) return attnd_fail(err, ATTND_ERR_FORMAT, "embedding_length_per_layer_input %u is out of range", n);
+    m->n_ple = (int)n;
+    int64_t W = (int64_t)n * mi->n_layer;
+    if ((st = find_matrix(m, "per_layer_token_embd.weight", mi->n_vocab, W, true, &m->ple_embd, err)) ||
+        (st = find_matrix(m, "per_layer_model_proj.weight", W, mi->n_embd, true, &m->ple_model_proj, err)))
+        return st;
+    return load_vector(m, "per_layer_proj_norm.weight", n, true, &m->ple_proj_norm, err);
 }
 
 /* The embeddings, the output head and norm, and every layer, after the shape is known. */
@@ -888,9 +1113,11 @@ static attnd_status load_weights(model *m, attnd_err *err) {
     if ((st = check_vocabulary(f, mi->n_vocab, err))) return st;
     int64_t V = mi->n_vocab, E = mi->n_embd;
     if ((st = find_matrix(m, "token_embd.weight", V, E, true, &m->tok_embd, err))) return st;
+    if (m->arch->post_ln) return encoder_load_weights(m, err); /* encoder.c */
     if ((st = find_matrix(m, "output.weight", V, E, false, &m->output, err))) return st;
     if (!m->output.data) m->output = m->tok_embd; /* tied embeddings */
     if ((st = load_vector(m, "output_norm.weight", E, true, &m->output_norm, err))) return st;
+    if ((st = load_per_layer_embd(m, err))) return st;
     for (int l = 0; l < mi->n_layer; l++)
         if ((st = load_layer(m, l, err)) || (st = load_ffn(m, l, err))) return st;
     return ATTND_OK;
@@ -898,13 +1125,16 @@ static attnd_status load_weights(model *m, attnd_err *err) {
 
 void model_destroy(model *m) {
     if (!m) return;
+    embed_model_free(m); /* before the layers: it frees some of theirs */
     if (m->layers) {
         for (int l = 0; l < m->info.n_layer; l++) {
             layer_weights *L = &m->layers[l];
             float *vecs[] = {L->attn_norm, L->ffn_norm, L->bq, L->bk, L->bv, L->bo, L->sinks, L->q_norm,
                              L->k_norm, L->post_attn_norm, L->post_ffn_norm, L->router_b, L->gate_exps_b,
                              L->up_exps_b, L->down_exps_b, L->dn_conv, L->dn_dt_bias, L->dn_a, L->dn_norm,
-                             L->shexp_gate, L->q_a_norm, L->kv_a_norm, L->k_b_own, L->exp_probs_b};
+                             L->shexp_gate, L->ffn_post_norm_1, L->ffn_pre_norm_2, L->ffn_post_norm_2,
+                             L->router_scale, L->down_exps_scale, L->ple_post_norm, L->q_a_norm, L->kv_a_norm,
+                             L->k_b_own, L->exp_probs_b};
             for (size_t i = 0; i < ATTND_ARRAY_LEN(vecs); i++) free(vecs[i]);
             weight *lw[LAYER_MATRICES];
             layer_matrices(L, lw);
@@ -913,7 +1143,9 @@ void model_destroy(model *m) {
         free(m->layers);
     }
     quant_packed_destroy(m->output.packed); /* never set on tok_embd, even when output is tied to it */
+    quant_packed_destroy(m->ple_model_proj.packed);
     free(m->output_norm);
+    free(m->ple_proj_norm);
     for (int i = 0; i < ROPE_TABLES; i++) free(m->rope[i].inv_freq);
     free(m->tensor_read);
     gguf_close(m->f);
@@ -939,7 +1171,8 @@ attnd_status model_load(model **out, const char *path, attnd_err *err) {
         goto fail;
     if ((m->arch->mla && (st = read_mla(m, arch, err))) || (m->arch->ds_router && (st = read_ds_router(m, arch, err))))
         goto fail;
-    if ((st = load_weights(m, err))) goto fail;
+    if ((st = read_geometry(m, arch, err))) goto fail; /* per layer, from the model's (read_mla's for MLA) */
+    if ((st = load_weights(m, err)) || (st = embed_model_load(m, arch, err))) goto fail;
     skip_mtp_blocks(m);
     m->run_ctx = mi->n_ctx;
     if ((st = make_rope_tables(m, arch, err))) goto fail;
@@ -959,4 +1192,13 @@ fail:
 }
 
 const model_info *model_info_get(const model *m) { return &m->info; }
+
+attnd_status model_find_matrix(model *m, const char *name, int64_t rows, int64_t cols, bool required, weight *out,
+                               attnd_err *err) {
+    return find_matrix(m, name, rows, cols, required, out, err);
+}
+
+attnd_status model_load_vector(model *m, const char *name, int64_t n, bool required, float **out, attnd_err *err) {
+    return load_vector(m, name, n, required, out, err);
+}
 const gguf_file *model_gguf(const model *m) { return m->f; }

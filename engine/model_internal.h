@@ -76,7 +76,31 @@ typedef struct layer_weights {
     float *exp_probs_b;      /* (n_expert) ffn_exp_probs_b (arch ds_router): added for the choice only, or NULL */
     bool rope;               /* false: a NoPE layer (no rotation of q and k) */
     int window;              /* 0: global attention; W > 0: sees positions pos - W + 1 .. pos */
+    /* arch post_ln (encoder.c): attn_norm is attn_output_norm and ffn_norm layer_output_norm, with
+     * these biases; the FFN's biases (NULL when the file has none) */
+    float *attn_norm_b, *ffn_norm_b; /* (n_embd) */
+    float *b_up, *b_down;    /* (n_ff), (n_embd) */
+    float *b_qkv;            /* (q_dim + 2 kv_dim) attn_qkv.bias of a fused encoder projection, or NULL */
     int rope_table;          /* ROPE_GLOBAL or ROPE_LOCAL */
+    /* The layer's attention geometry (arch layer_geometry: per layer kind; else the model's):
+     * q_dim = n_head head_dim, kv_dim = n_head_kv head_dim, rotating rope_dims of each head. */
+    int head_dim, n_head_kv, q_dim, kv_dim, rope_dims;
+    int n_ff;                /* the dense FFN's width (feed_forward_length, per layer when an array) */
+    int kv_source;           /* the layer whose cache this one reads: itself, or an earlier one
+                                (arch layer_geometry: attention.shared_kv_layers); then no wk, wv */
+    float out_scale;         /* the layer's output (the whole residual) times this; 1 = none */
+    /* arch moe_beside_dense, layers with a router: the dense FFN (ffn_norm, post_ffw_norm_1) and
+     * the experts (pre_ffw_norm_2, post_ffw_norm_2) side by side, their outputs summed */
+    float *ffn_post_norm_1, *ffn_pre_norm_2, *ffn_post_norm_2; /* (n_embd) */
+    float *router_scale;     /* (n_embd) the router reads rmsnorm(x) / sqrt(n_embd) * this */
+    float *down_exps_scale;  /* (n_expert) each expert's output times this, or NULL */
+    int exp_stride;          /* rows of one expert in gate_exps / up_exps: n_ff_exp, or 2 n_ff_exp when
+                                fused (ffn_gate_up_exps: each expert's gate rows, then its up rows) */
+    /* per-layer embeddings (model n_ple > 0): xn_ple = gelu(x W_inp_gate) * ple_row, then
+     * x += rmsnorm(xn_ple W_proj) post_norm */
+    weight ple_gate;         /* (n_ple, n_embd) blk.N.inp_gate */
+    weight ple_proj;         /* (n_embd, n_ple) blk.N.proj */
+    float *ple_post_norm;    /* (n_embd) blk.N.post_norm */
 } layer_weights;
 
 struct model {
@@ -97,6 +121,16 @@ struct model {
     int max_window;          /* the widest sliding window of any layer; 0 when all are global */
     int n_expert, n_expert_used, n_ff_exp; /* Mixture of Experts (arch moe); 0 otherwise */
     int n_ff_shexp;          /* the shared expert's width (arch shared_expert); 0 otherwise */
+    int max_head_dim, max_group; /* the largest head_dim, n_head / n_head_kv of any layer (scratch) */
+    int max_ff;              /* the largest dense FFN width of any layer */
+    int max_rope_dims;       /* the largest rope_dims of any rotary table */
+    int rope_dims[ROPE_TABLES]; /* each rotary table's dimensions (rope.dimension_count[_swa]) */
+    bool v_norm;             /* arch v_norm: V heads RMS-normalised with no weight */
+    /* Per-layer embeddings (Gemma 4 E2B / E4B): n_ple values per layer and token */
+    int n_ple;               /* embedding_length_per_layer_input; 0 = none */
+    weight ple_embd;         /* (n_vocab, n_layer n_ple) per_layer_token_embd, looked up by row */
+    weight ple_model_proj;   /* (n_layer n_ple, n_embd) per_layer_model_proj */
+    float *ple_proj_norm;    /* (n_ple) per_layer_proj_norm */
     dn_dims dn;              /* the Gated DeltaNet layers' sizes (all zero without them) */
     mla_dims mla;            /* the latent attention's sizes (arch mla; all zero otherwise) */
     /* arch ds_router: the gating (1 softmax, 2 sigmoid), the weights' normalisation and scale, the
@@ -109,6 +143,17 @@ struct model {
     size_t packed_bytes;     /* memory of the weights' packed copies (weight.packed) */
     int run_ctx;             /* the context it is run at (model_set_context): n_ctx or less */
     uint8_t *tensor_read;    /* load scratch: (gguf_tensor_count) 1 = a step reads the tensor */
+    /* embeddings and ranking (embed.c, attnd/embed.h) */
+    int pooling;             /* model_pooling: the file's <arch>.pooling_type, or the default */
+    weight cls, cls_out;     /* (n_embd, n_embd) cls.weight, (n_cls_out, n_embd) cls.output.weight; or empty */
+    float *cls_b, *cls_out_b; /* (n_embd), (n_cls_out), or NULL */
+    int n_cls_out;           /* cls.output's rows; 0 without a head */
+    weight dense_2, dense_3; /* (D, n_embd), (n_embd, D): projections after pooling (EmbeddingGemma), or empty */
+    /* encoders (arch post_ln, abs_pos; encoder.c) */
+    weight pos_embd;         /* (n_ctx, n_embd) position_embd (arch abs_pos), or empty */
+    weight type_embd;        /* (n_types, n_embd) token_types, or empty */
+    int n_types;             /* token_types' rows (0 without) */
+    float *tok_norm, *tok_norm_b; /* (n_embd) token_embd_norm weight and bias, or NULL */
 };
 
 #endif /* ATTND_MODEL_INTERNAL_H */

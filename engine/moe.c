@@ -119,6 +119,7 @@ size_t moe_scratch_bytes(const layer_weights *L, int64_t n_embd, int64_t n_ff_ex
 typedef struct moe_pass {
     const moe_job *j;
     int per, n_chunks, rows;
+    int stride;      /* rows between two experts' first rows in the matrix */
 } moe_pass;
 
 /* Rows [row, ...) of matrix w. */
@@ -128,6 +129,11 @@ static const void *rows_at(const weight *w, int64_t row) {
 
 /* g[i] = act(g[i], u[i]) for i < n: silu(g) u, or gpt-oss's clamped form (arch.h ACT_SWIGLU_OAI). */
 static void expert_act(float *g, const float *u, int n, arch_act act) {
+    if (act == ACT_GELU_TANH) { /* gelu in its tanh form (Gemma 4's experts) */
+        for (int i = 0; i < n; i++)
+            g[i] = 0.5f * g[i] * (1.0f + tanhf(0.7978845608028654f * (g[i] + 0.044715f * g[i] * g[i] * g[i]))) * u[i];
+        return;
+    }
     if (act != ACT_SWIGLU_OAI) {
         for (int i = 0; i < n; i++) g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
         return;
@@ -149,7 +155,8 @@ static void add_row(float *x, const float *b, int n) {
 typedef struct moe_block {
     const moe_group *gr;
     int r0, rb;
-    int64_t row;
+    int64_t row;     /* the block's first row among all experts' (n_expert, rows): the biases' */
+    int64_t wrow;    /* its first row in the matrix: expert * stride + r0 (fused gate/up: 2 FE apart) */
     float *t0, *t1;
     void *qs;
 } moe_block;
@@ -158,6 +165,7 @@ static moe_block block_of(const moe_pass *p, int t, int w) {
     moe_block b = {.gr = &p->j->pl->groups[t / p->n_chunks], .r0 = t % p->n_chunks * p->per};
     b.rb = p->rows - b.r0 < p->per ? p->rows - b.r0 : p->per;
     b.row = (int64_t)b.gr->expert * p->rows + b.r0;
+    b.wrow = (int64_t)b.gr->expert * p->stride + b.r0;
     char *s = p->j->scratch + (size_t)w * p->j->scratch_bytes;
     b.t0 = (float *)s;
     b.t1 = b.t0 + tile_floats(p->j->max_tok);
@@ -172,8 +180,8 @@ static void gate_up_task(void *ctx, int t, int worker) {
     const layer_weights *L = j->L;
     moe_block b = block_of(p, t, worker);
     const float *x = j->x + (size_t)b.gr->start * j->E; /* (cnt, E) */
-    quant_mm mm[2] = {{b.t0, rows_at(&L->gate_exps, b.row), NULL, L->gate_exps.type, b.rb},
-                      {b.t1, rows_at(&L->up_exps, b.row), NULL, L->up_exps.type, b.rb}};
+    quant_mm mm[2] = {{b.t0, rows_at(&L->gate_exps, b.wrow), NULL, L->gate_exps.type, b.rb},
+                      {b.t1, rows_at(&L->up_exps, b.wrow), NULL, L->up_exps.type, b.rb}};
     quant_matmul_many(mm, 2, j->E, x, b.gr->cnt, b.qs, 1); /* x rounded once for both */
     for (int c = 0; c < b.gr->cnt; c++) { /* (cnt, rb) */
         float *g = b.t0 + (size_t)c * b.rb, *u = b.t1 + (size_t)c * b.rb;
@@ -190,7 +198,7 @@ static void down_task(void *ctx, int t, int worker) {
     const moe_job *j = p->j;
     const layer_weights *L = j->L;
     moe_block b = block_of(p, t, worker);
-    quant_matmul(b.t0, rows_at(&L->down_exps, b.row), L->down_exps.type, b.rb, j->FE,
+    quant_matmul(b.t0, rows_at(&L->down_exps, b.wrow), L->down_exps.type, b.rb, j->FE,
                  j->g + (size_t)b.gr->start * j->FE, b.gr->cnt, b.qs, 1);
     for (int c = 0; c < b.gr->cnt; c++) {
         float *o = b.t0 + (size_t)c * b.rb;
@@ -200,10 +208,10 @@ static void down_task(void *ctx, int t, int worker) {
 }
 
 /* Runs fn over every (group, row block) of `rows` rows, macs multiply-adds in all. */
-static void run_pass(const moe_job *j, int rows, double macs, threads_fn fn) {
+static void run_pass(const moe_job *j, int rows, int stride, double macs, threads_fn fn) {
     const moe_plan *pl = j->pl;
     if (!pl->n_groups) return;
-    moe_pass p = {.j = j, .rows = rows};
+    moe_pass p = {.j = j, .rows = rows, .stride = stride};
     int max_cnt = 1;
     for (int i = 0; i < pl->n_groups; i++) max_cnt = pl->groups[i].cnt > max_cnt ? pl->groups[i].cnt : max_cnt;
     ATTND_ASSERT(max_cnt <= j->max_tok);
@@ -220,9 +228,9 @@ static void run_pass(const moe_job *j, int rows, double macs, threads_fn fn) {
 }
 
 void moe_gate_up(const moe_job *j) {
-    run_pass(j, j->FE, 2.0 * j->pl->n_slots * j->FE * j->E, gate_up_task);
+    run_pass(j, j->FE, j->L->exp_stride, 2.0 * j->pl->n_slots * j->FE * j->E, gate_up_task);
 }
 
 void moe_down(const moe_job *j) {
-    run_pass(j, j->E, (double)j->pl->n_slots * j->E * j->FE, down_task);
+    run_pass(j, j->E, j->E, (double)j->pl->n_slots * j->E * j->FE, down_task);
 }

@@ -52,7 +52,7 @@ attnd_status spec_params_validate(const spec_params *p, attnd_err *err) {
 }
 
 bool spec_supported(const model *m) {
-    return model_info_get(m)->n_local_layers == 0 && model_info_get(m)->n_recurrent_layers == 0;
+    return model_info_get(m)->n_local_layers == 0;
 }
 
 /* The token strings of both files, id by id; a file without a vocabulary matches only another. */

@@ -37,6 +37,11 @@ static inline bool is_space(uint32_t cp) { return cp == ' ' || (cp != UNI_INVALI
 static size_t clean_text(const char *text, size_t len, char *out) {
     size_t n = 0;
     for (size_t i = 0; i < len;) {
+        unsigned char c = (unsigned char)text[i];
+        if (c >= 0x20 && c < 0x7F) { /* printable ASCII, most of any text: kept as it is */
+            out[n++] = (char)c, i++;
+            continue;
+        }
         uint32_t cp = unicode_next(text, len, &i);
         if (cp == UNI_INVALID || cp == 0 || cp == 0xFFFD) continue; /* invalid bytes read as U+FFFD */
         if (cp == '\t' || cp == '\n' || cp == '\r') {
@@ -56,22 +61,54 @@ static size_t clean_text(const char *text, size_t len, char *out) {
     return n;
 }
 
-/* Step 2, strip_accents: NFD of s[0..*len), nonspacing marks dropped; replaces *s. */
-static attnd_status strip_accents(char **s, size_t *len, attnd_err *err) {
+/* Appends the NFD of run[0..len) without its nonspacing marks to out (grown as needed). */
+static attnd_status strip_run(const char *run, size_t len, char **out, size_t *n, size_t *cap, attnd_err *err) {
     char *nfd;
-    size_t nfd_len, n = 0;
-    attnd_status st = unicode_nfd(*s, *len, &nfd, &nfd_len, err);
+    size_t nfd_len;
+    attnd_status st = unicode_nfd(run, len, &nfd, &nfd_len, err);
     if (st != ATTND_OK) return st;
+    if (!attnd_grow(out, cap, *n + nfd_len + 1, 1, 0)) {
+        free(nfd);
+        return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory normalising %zu bytes", len);
+    }
     for (size_t i = 0; i < nfd_len;) {
         size_t at = i;
-        uint32_t cp = unicode_next(nfd, nfd_len, &i);
-        if (unicode_is_nonspacing_mark(cp)) continue;
-        memmove(nfd + n, nfd + at, i - at); /* n <= at: compacting in place */
-        n += i - at;
+        if (!unicode_is_nonspacing_mark(unicode_next(nfd, nfd_len, &i))) {
+            memcpy(*out + *n, nfd + at, i - at);
+            *n += i - at;
+        }
     }
-    nfd[n] = '\0';
+    free(nfd);
+    return ATTND_OK;
+}
+
+/* Step 2, strip_accents: NFD of s[0..*len), nonspacing marks dropped; replaces *s. ASCII
+ * characters never decompose and are starters (no mark reorders across them), so only the
+ * runs of other characters go through NFD. */
+static attnd_status strip_accents(char **s, size_t *len, attnd_err *err) {
+    const char *in = *s;
+    size_t cap = *len + 16, n = 0;
+    char *out = malloc(cap);
+    if (!out) return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory normalising %zu bytes", *len);
+    for (size_t i = 0; i < *len;) {
+        size_t start = i;
+        while (i < *len && (unsigned char)in[i] >= 0x80) i++;
+        attnd_status st = i > start ? strip_run(in + start, i - start, &out, &n, &cap, err) : ATTND_OK;
+        if (st != ATTND_OK) {
+            free(out);
+            return st;
+        }
+        for (start = i; i < *len && (unsigned char)in[i] < 0x80; i++) {}
+        if (!attnd_grow(&out, &cap, n + (i - start) + 1, 1, 0)) {
+            free(out);
+            return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory normalising %zu bytes", *len);
+        }
+        memcpy(out + n, in + start, i - start);
+        n += i - start;
+    }
+    out[n] = '\0';
     free(*s);
-    *s = nfd, *len = n;
+    *s = out, *len = n;
     return ATTND_OK;
 }
 
@@ -81,9 +118,14 @@ static attnd_status lowercase(char **s, size_t *len, attnd_err *err) {
     char *out = malloc(cap);
     if (!out) return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory lowercasing %zu bytes", *len);
     for (size_t i = 0; i < *len;) {
+        unsigned char c = (unsigned char)(*s)[i];
+        if (c < 0x80 && n + 1 < cap) { /* ASCII */
+            out[n++] = (char)(c >= 'A' && c <= 'Z' ? c + 32 : c), i++;
+            continue;
+        }
         uint32_t cps[2];
         size_t k = unicode_lower(unicode_next(*s, *len, &i), cps);
-        if (!attnd_grow(&out, &cap, n + 9, 1, 0)) {
+        if (n + 9 > cap && !attnd_grow(&out, &cap, n + 9, 1, 0)) {
             free(out);
             return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory lowercasing %zu bytes", *len);
         }

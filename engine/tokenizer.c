@@ -15,6 +15,10 @@
  *        byte tokens.
  *   BPE  ("gpt2"): the pre-tokenizer (tok_pre.c) cuts the fragment into words, and inside each
  *        word adjacent symbols are merged lowest-rank-first (ties: leftmost).
+ *   SentencePiece-style BPE ("gemma4"): spaces become U+2581 (no dummy prefix); the fragment is
+ *        cut into runs of newlines and runs of anything else; a newline run that is a token is
+ *        that token, otherwise its characters (UTF-8, not byte-level) are merged by rank as BPE
+ *        does, and a symbol that is not a token falls back to <0xXX> byte tokens.
  *   WPM  ("bert"): BERT's normaliser and word splitter (tok_wpm.c), then each word is cut into
  *        the longest vocabulary pieces from the left; [CLS] ... [SEP] around it all.
  * Both merge loops keep, for every live symbol, the priority of merging it with its right
@@ -47,7 +51,7 @@ enum {
     TT_BYTE = 6,
 };
 
-enum { KIND_SPM, KIND_BPE, KIND_WPM };
+enum { KIND_SPM, KIND_BPE, KIND_WPM, KIND_SBPE };
 
 #define KEY_NONE UINT32_MAX
 
@@ -148,7 +152,7 @@ static const merge_slot *merge_get(const mergemap *m, int32_t a, int32_t b) {
 // ---- the tokenizer ----------------------------------------------------------------------------
 
 struct tokenizer {
-    int kind; /* KIND_SPM, KIND_BPE or KIND_WPM */
+    int kind; /* KIND_SPM, KIND_BPE, KIND_WPM or KIND_SBPE */
     int32_t n_vocab;
     char *text;             /* arena: every vocabulary string, each NUL-terminated */
     uint32_t *text_off;     /* (n_vocab) */
@@ -265,7 +269,7 @@ static size_t decode_token(const tokenizer *t, int32_t id, const uint32_t *cp_to
     default: break;
     }
     size_t m = 0;
-    if (t->kind == KIND_SPM) {
+    if (t->kind == KIND_SPM || t->kind == KIND_SBPE) { /* U+2581 stands for a space */
         for (size_t i = 0; i < n;) {
             if (i + 3 <= n && !memcmp(s + i, SPM_SPACE, 3)) {
                 out[m++] = ' ';
@@ -295,6 +299,11 @@ static const char *EOG_TEXTS[] = {
     "<|eot_id|>", "<|eom_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "<EOT>",
     "_<EOT>", "<|end_of_text|>", "</s>", "<｜end▁of▁sentence｜>", "<|return|>", "<|call|>",
 };
+/* End-of-generation and control whatever type the file gives them, as llama.cpp's loader makes
+ * them: Gemma 4's end of turn, and the opening of a tool's response, which ends the model's turn
+ * after a tool call (its converter writes it user-defined; llama.cpp retypes it, so it matches
+ * only where control tokens do). */
+static const char *EOG_TEXTS_ANY_TYPE[] = {"<turn|>", "<|tool_response>"};
 
 /* The fill-in-the-middle tokens: the GGUF's key for each role (fim_*_token_id), the older key
  * (prefix/suffix/middle_token_id) where there is one, and else the spellings the coder families
@@ -506,9 +515,11 @@ static attnd_status read_kind(tokenizer *t, const gguf_file *f, attnd_err *err) 
         t->kind = KIND_BPE;
     } else if (!strcmp(model, "bert")) {
         t->kind = KIND_WPM;
+    } else if (!strcmp(model, "gemma4")) {
+        t->kind = KIND_SBPE;
     } else {
-        return attnd_fail(err, ATTND_ERR_UNSUPPORTED,
-                          "tokenizer.ggml.model \"%s\" is not supported (only \"llama\", \"gpt2\" and \"bert\")", model);
+        return attnd_fail(err, ATTND_ERR_UNSUPPORTED, "tokenizer.ggml.model \"%s\" is not supported (only \"llama\", "
+                          "\"gpt2\", \"bert\" and \"gemma4\")", model);
     }
     if (t->kind == KIND_BPE) {
         const char *pre = NULL;
@@ -598,6 +609,18 @@ static void retype_harmony(tokenizer *t) {
 }
 
 /* Token texts, types and scores into the tables, and the text -> id index. */
+/* As llama.cpp's loader types them: Gemma 4's end of turn and tool-response opening are control
+ * tokens (its converter writes the latter user-defined), and in a vocabulary with that opening,
+ * "</s>" is a normal token (llama.cpp's workaround for Gemma 4: neither special nor an end). */
+static void retype_gemma4(tokenizer *t) {
+    for (size_t k = 0; k < ATTND_ARRAY_LEN(EOG_TEXTS_ANY_TYPE); k++) {
+        int32_t id = strmap_get(&t->by_text, EOG_TEXTS_ANY_TYPE[k], strlen(EOG_TEXTS_ANY_TYPE[k]));
+        if (id >= 0) t->type[id] = TT_CONTROL;
+    }
+    int32_t s = strmap_get(&t->by_text, "</s>", 4);
+    if (s >= 0 && strmap_get(&t->by_text, "<|tool_response>", 16) >= 0) t->type[s] = TT_NORMAL;
+}
+
 static attnd_status fill_tokens(tokenizer *t, const gguf_array *toks, const gguf_array *types,
                                 const gguf_array *scores, attnd_err *err) {
     attnd_status st;
@@ -624,6 +647,7 @@ static attnd_status fill_tokens(tokenizer *t, const gguf_array *toks, const gguf
     }
     for (size_t i = 0; i < nv; i++) strmap_put(&t->by_text, (int32_t)i);
     retype_harmony(t);
+    retype_gemma4(t);
     return ATTND_OK;
 }
 
@@ -645,7 +669,7 @@ static attnd_status build_decoded(tokenizer *t, attnd_err *err) {
     for (unsigned b = 0; b < 256; b++) {
         char s[8];
         int32_t id = -1;
-        if (t->kind == KIND_SPM) {
+        if (t->kind == KIND_SPM || t->kind == KIND_SBPE) {
             snprintf(s, sizeof(s), "<0x%02X>", b);
             id = strmap_get(&t->by_text, s, 6);
             if (id < 0) {
@@ -697,7 +721,8 @@ static attnd_status read_special_ids(tokenizer *t, const gguf_file *f, attnd_err
         (st = read_id(f, "tokenizer.ggml.eom_token_id", t->n_vocab, -1, &t->eom, err)) != ATTND_OK ||
         (st = read_id(f, "tokenizer.ggml.padding_token_id", t->n_vocab, wpm ? 0 : -1, &t->pad, err)) != ATTND_OK)
         return st;
-    t->add_bos = read_bool(f, "tokenizer.ggml.add_bos_token", spm || wpm) && t->bos >= 0;
+    /* Gemma 4: always a BOS, as llama.cpp overrides a file's false */
+    t->add_bos = (read_bool(f, "tokenizer.ggml.add_bos_token", spm || wpm) || t->kind == KIND_SBPE) && t->bos >= 0;
     t->add_eos = read_bool(f, "tokenizer.ggml.add_eos_token", false) && t->eos >= 0;
     t->add_sep = read_bool(f, "tokenizer.ggml.add_sep_token", wpm) && t->sep >= 0;
     /* llama.cpp's defaults: lowercase unless the file says not, strip accents as lowercase */
@@ -709,7 +734,11 @@ static attnd_status read_special_ids(tokenizer *t, const gguf_file *f, attnd_err
     if (t->eom >= 0) t->eog[t->eom] = true;
     for (size_t k = 0; k < ATTND_ARRAY_LEN(EOG_TEXTS); k++) {
         int32_t id = strmap_get(&t->by_text, EOG_TEXTS[k], strlen(EOG_TEXTS[k]));
-        if (id >= 0 && t->type[id] == TT_CONTROL) t->eog[id] = true;
+        if (id >= 0 && t->type[id] == TT_CONTROL) t->eog[id] = true; /* "</s>" normal in Gemma 4's: not */
+    }
+    for (size_t k = 0; k < ATTND_ARRAY_LEN(EOG_TEXTS_ANY_TYPE); k++) {
+        int32_t id = strmap_get(&t->by_text, EOG_TEXTS_ANY_TYPE[k], strlen(EOG_TEXTS_ANY_TYPE[k]));
+        if (id >= 0) t->eog[id] = true;
     }
     return ATTND_OK;
 }
@@ -744,7 +773,7 @@ static attnd_status prepare_merges(tokenizer *t, const gguf_file *f, attnd_err *
             if (t->type[i] == TT_NORMAL && t->text_len[i] > t->wpm_max_piece) t->wpm_max_piece = t->text_len[i];
     } else {
         if ((st = load_merges(t, f, err)) != ATTND_OK) return st;
-        if (t->pre->ignore_merges) {
+        if (t->pre && t->pre->ignore_merges) {
             if ((st = strmap_init(&t->by_bytes, nv, t->dec, t->dec_off, t->dec_len)) != ATTND_OK) {
                 return attnd_fail(err, st, "out of memory for the vocabulary index");
             }
@@ -1186,6 +1215,57 @@ static attnd_status bpe_fragment(enc *e, const char *text, size_t len) {
     return st;
 }
 
+// ---- SentencePiece-style BPE ("gemma4") -------------------------------------------------------
+
+/* Merges one run of escaped text p[0..len) (no newline in it, or only newlines) and emits its
+ * tokens, as llama.cpp's BPE session does for a vocabulary that is not byte-level. */
+static attnd_status sbpe_merge(enc *e, const char *p, size_t len) {
+    const tokenizer *t = e->t;
+    attnd_status st;
+    int32_t whole = p[0] == '\n' ? strmap_get(&t->by_text, p, len) : -1;
+    if (whole >= 0) return emit(e, whole); /* a run of newlines that is one token */
+    if ((st = reserve_sym(e, len)) != ATTND_OK) return st;
+    int32_t last = -1;
+    for (size_t i = 0; i < len;) { /* one symbol per UTF-8 character */
+        size_t start = i;
+        unicode_next(p, len, &i);
+        int32_t s = (int32_t)start;
+        e->prev[s] = last, e->next[s] = -1, e->hpos[s] = -1;
+        if (last >= 0) e->next[last] = s;
+        e->sid[s] = strmap_get(&t->by_text, p + start, i - start);
+        last = s;
+    }
+    merge_pairs(e);
+    for (int32_t s = 0; s >= 0; s = e->next[s]) {
+        if (e->sid[s] >= 0) {
+            if ((st = emit(e, e->sid[s])) != ATTND_OK) return st;
+            continue;
+        }
+        for (size_t k = (size_t)s; k < sym_end(e, s, len); k++) /* <0xXX> byte tokens, where they exist */
+            if (t->byte_tok[(unsigned char)p[k]] >= 0 && (st = emit(e, t->byte_tok[(unsigned char)p[k]])) != ATTND_OK)
+                return st;
+    }
+    return ATTND_OK;
+}
+
+/* Spaces to U+2581, then each run of newlines and each run of other text on its own. */
+static attnd_status sbpe_fragment(enc *e, const char *text, size_t len) {
+    if (!attnd_grow(&e->buf, &e->cap_buf, len * 3 + 1, 1, 64))
+        return attnd_fail(e->err, ATTND_ERR_NOMEM, "out of memory tokenizing %zu bytes", len);
+    size_t n = 0;
+    for (size_t i = 0; i < len; i++) {
+        if (text[i] == ' ') memcpy(e->buf + n, SPM_SPACE, 3), n += 3;
+        else e->buf[n++] = text[i];
+    }
+    for (size_t start = 0, i = 1; start < n; i++)
+        if (i == n || (e->buf[i] == '\n') != (e->buf[start] == '\n')) {
+            attnd_status st = cached(e, e->buf + start, i - start, sbpe_merge);
+            if (st != ATTND_OK) return st;
+            start = i;
+        }
+    return ATTND_OK;
+}
+
 // ---- WordPiece --------------------------------------------------------------------------------
 
 /* tok_wpm_find_fn over the vocabulary index: a word-initial piece is stored as "▁" + piece, a
@@ -1241,6 +1321,7 @@ static int32_t special_at(const tokenizer *t, const char *text, size_t i, size_t
 static attnd_status fragment(enc *e, const char *text, size_t len) {
     if (!len) return ATTND_OK;
     if (e->t->kind == KIND_SPM) return spm_fragment(e, text, len, e->t->add_space_prefix);
+    if (e->t->kind == KIND_SBPE) return sbpe_fragment(e, text, len);
     if (e->t->kind == KIND_WPM) return wpm_fragment(e, text, len);
     return bpe_fragment(e, text, len);
 }

@@ -54,6 +54,10 @@ typedef struct tiny_spec {
     const char *const *specials; /* with vocab: the last n_specials pieces are these control tokens */
     int n_specials;
     const char *chat_template; /* with vocab: tokenizer.chat_template (NULL = none) */
+    int pooling;           /* > 0: <arch>.pooling_type = pooling - 1 (so 4 = last, 5 = rank) */
+    int n_cls_out;         /* > 0: cls.output.weight of n_cls_out rows and classifier.output_labels */
+    int n_types;           /* > 0: an encoder (encoder_fixture.h): token_types rows, and the keys
+                            * attention.layer_norm_epsilon, attention.causal false, token_type_count */
 } tiny_spec;
 
 /* What a family computes, as llama.cpp does it (written independently of engine/arch.c). */
@@ -68,22 +72,24 @@ typedef struct tiny_family {
     bool swa_scaled;       /* local layers take the global layers' RoPE scaling (else unscaled) */
     int nope_step;         /* layer l without RoPE when (l + 1) % step == 0 */
     int wide_layers;       /* at this depth the query scale is 1/sqrt(n_embd / n_head) */
+    bool bidir;            /* gemma-embedding: attention both ways, local layers see window / 2 either side */
 } tiny_family;
 
 static inline tiny_family tiny_family_of(const char *a) {
     tiny_family f = {0};
     f.neox = strcmp(a, "llama") && strcmp(a, "smollm3");
     f.bias = !strcmp(a, "qwen2");
-    f.qk_norm = !strcmp(a, "qwen3") || !strcmp(a, "gemma3") || !strcmp(a, "qwen3moe");
+    f.bidir = !strcmp(a, "gemma-embedding");
+    f.qk_norm = !strcmp(a, "qwen3") || !strcmp(a, "gemma3") || !strcmp(a, "qwen3moe") || f.bidir;
     f.gpt_oss = !strcmp(a, "gpt-oss");
     f.moe = !strcmp(a, "qwen3moe") || f.gpt_oss;
     f.bias |= f.gpt_oss;
     f.post_norms = f.embd_scale = f.gelu = !strncmp(a, "gemma", 5);
     f.fused_qkv = f.fused_gate_up = !strcmp(a, "phi3");
-    f.swa_pattern = !strcmp(a, "gemma2") || f.gpt_oss ? 2 : !strcmp(a, "gemma3") ? 6 : 0;
+    f.swa_pattern = !strcmp(a, "gemma2") || f.gpt_oss ? 2 : !strcmp(a, "gemma3") || f.bidir ? 6 : 0;
     f.swa_every = !strcmp(a, "phi3");
     f.swa_optional = !strcmp(a, "gemma3") || f.swa_every;
-    f.swa_base = !strcmp(a, "gemma3") ? 10000.0 : 0;
+    f.swa_base = !strcmp(a, "gemma3") || f.bidir ? 10000.0 : 0;
     f.swa_scaled = !strcmp(a, "gemma2") || f.gpt_oss;
     f.nope_step = !strcmp(a, "smollm3") ? 4 : 0;
     f.wide_layers = !strcmp(a, "gemma2") ? 46 : !strcmp(a, "gemma3") ? 62 : 0;
@@ -224,6 +230,7 @@ static inline int tiny_tensors(const tiny_spec *sp, tiny_tensor *ts) {
         ADD("rope_factors_long.weight", (uint64_t)sp->rope_dims / 2, 1, GGUF_TYPE_F32, 4.0f, 8.0f);
     }
     if (sp->extra_tensor) ADD(sp->extra_tensor, E, 1, GGUF_TYPE_F32, 1.0f, 0.0f);
+    if (sp->n_cls_out > 0) ADD("cls.output.weight", E, (uint64_t)sp->n_cls_out, sp->wtype, 0.5f, 0.0f);
     for (int l = 0; l < sp->n_layer; l++) {
         tiny_attn_tensors(sp, &fam, l, ts, nt, rng);
         tiny_ffn_tensors(sp, &fam, l, ts, nt, rng);
@@ -232,6 +239,8 @@ static inline int tiny_tensors(const tiny_spec *sp, tiny_tensor *ts) {
 }
 #undef ADD3
 #undef ADD
+
+static inline uint64_t tiny_vocab_keys(gbuf *b, const tiny_spec *sp);
 
 /* The "<arch>." keys and the vocabulary of sp; returns how many keys were written. */
 static inline uint64_t tiny_keys(gbuf *b, const tiny_spec *sp) {
@@ -267,12 +276,28 @@ static inline uint64_t tiny_keys(gbuf *b, const tiny_spec *sp) {
         gb_kv_u32(b, K("rope.scaling.original_context_length"), (uint32_t)sp->longrope_orig_ctx);
     if (sp->longrope_orig_ctx > 0 && sp->longrope_attn > 0) gb_kv_f32(b, K("rope.scaling.attn_factor"), sp->longrope_attn);
     if (sp->extra_key) gb_kv_u32(b, K(sp->extra_key), (uint32_t)sp->extra_value + 1);
+    if (sp->pooling > 0) gb_kv_u32(b, K("pooling_type"), (uint32_t)sp->pooling - 1);
+    if (sp->n_types > 0) {
+        gb_kv_f32(b, K("attention.layer_norm_epsilon"), sp->rms_eps);
+        gb_kv_bool(b, K("attention.causal"), false);
+        n++, gb_kv_u32(b, "tokenizer.ggml.token_type_count", (uint32_t)sp->n_types);
+    }
+    if (sp->n_cls_out > 0) {
+        static const char *const labels[] = {"yes", "no", "c", "d", "e", "f", "g", "h"};
+        gb_kv_arr_str(b, K("classifier.output_labels"), labels, (uint64_t)sp->n_cls_out);
+    }
     if (sp->n_expert) {
         gb_kv_u32(b, K("expert_count"), (uint32_t)sp->n_expert);
         gb_kv_u32(b, K("expert_used_count"), (uint32_t)sp->n_expert_used);
         gb_kv_u32(b, K("expert_feed_forward_length"), (uint32_t)sp->n_ff_exp);
     }
 #undef K
+    return n + tiny_vocab_keys(b, sp);
+}
+
+/* sp's vocabulary keys, when sp->vocab; returns how many were written. */
+static inline uint64_t tiny_vocab_keys(gbuf *b, const tiny_spec *sp) {
+    uint64_t n = 0;
     if (sp->vocab) {
         n += 6;
         /* <unk>, <s>, </s>, the 256 byte tokens, then plain pieces "t259", "t260", ... */
@@ -513,13 +538,16 @@ static inline void ref_attention(ref_run *r, int l, int t, double *attn) {
     const tiny_spec *sp = r->sp;
     int hd = r->hd, H = r->H, HK = r->HK, n_tok = r->n_tok;
     bool local = ref_local(r, l);
-    int j0 = local && sp->window > 0 && t - sp->window + 1 > 0 ? t - sp->window + 1 : 0;
+    int j0 = local && sp->window > 0 && t - sp->window + 1 > 0 ? t - sp->window + 1 : 0, j1 = t;
+    if (r->fam.bidir) /* both ways: every position, or those within window / 2 on either side */
+        j0 = local && t - sp->window / 2 > 0 ? t - sp->window / 2 : 0,
+        j1 = local && t + sp->window / 2 < n_tok - 1 ? t + sp->window / 2 : n_tok - 1;
     bool wide = r->fam.wide_layers && sp->n_layer == r->fam.wide_layers;
     double scale = 1 / sqrt(wide ? (double)r->E / H : (double)hd);
     for (int h = 0; h < H; h++) {
         int kh = h / (H / HK);
         double mx = -INFINITY, sum = 0;
-        for (int j = j0; j <= t; j++) {
+        for (int j = j0; j <= j1; j++) {
             double s = 0;
             for (int i = 0; i < hd; i++) s += r->q[(size_t)t * r->QD + h * hd + i] * r->k[(size_t)j * r->KVD + kh * hd + i];
             s *= scale;
@@ -531,14 +559,14 @@ static inline void ref_attention(ref_run *r, int l, int t, double *attn) {
         double sink = sk ? ref_elem(sk, (uint64_t)h) : -INFINITY; /* one more logit, no value */
         if (sink > mx) mx = sink;
         if (sk) sum = exp(sink - mx);
-        for (int j = j0; j <= t; j++) sum += r->sc[j] = exp(r->sc[j] - mx);
+        for (int j = j0; j <= j1; j++) sum += r->sc[j] = exp(r->sc[j] - mx);
         if (attn) {
             double *row = attn + (((size_t)l * H + h) * n_tok + t) * n_tok;
-            for (int j = 0; j < n_tok; j++) row[j] = j >= j0 && j <= t ? r->sc[j] / sum : 0;
+            for (int j = 0; j < n_tok; j++) row[j] = j >= j0 && j <= j1 ? r->sc[j] / sum : 0;
         }
         for (int i = 0; i < hd; i++) {
             double a = 0;
-            for (int j = j0; j <= t; j++) a += r->sc[j] / sum * r->v[(size_t)j * r->KVD + kh * hd + i];
+            for (int j = j0; j <= j1; j++) a += r->sc[j] / sum * r->v[(size_t)j * r->KVD + kh * hd + i];
             r->att[h * hd + i] = a;
         }
     }

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "engine_fixture.h"
+#include "gemma4_fixture.h"
 #include "hybrid_fixture.h"
 #include "mla_fixture.h"
 
@@ -105,6 +106,52 @@ static inline hy_spec hybrid_small(const char *arch) {
 static inline void hybrid_prompt(int32_t *ids) {
     uint64_t s = 2026;
     for (int i = 0; i < HYBRID_N_PROMPT; i++) ids[i] = 259 + (int32_t)(tiny_rng(&s) % 61);
+}
+
+/* The Gemma 4 variants of the llama.cpp comparison (tests/data/reference-gemma4.json), in its
+ * order: "dense" as the 31B is built (local and global layers, K as V on global ones, no
+ * per-layer embeddings); "e" as E2B / E4B (the last layers sharing caches, per-layer embeddings,
+ * a double-wide FFN on the shared layers); "moe" as 26B-A4B (experts beside the dense FFN, gate
+ * and up fused). */
+static const char *const GEMMA4_NAMES[] = {"gemma4-dense", "gemma4-e", "gemma4-moe"};
+#define N_GEMMA4 (sizeof(GEMMA4_NAMES) / sizeof(GEMMA4_NAMES[0]))
+
+/* Small: 64 wide, 4 heads of 32 (local: 2 KV heads, RoPE base 10^4, window 24) and of 64
+ * (global: 1 KV head, a quarter of the dims turning at 10^6), a vocabulary of 320 that llama.cpp
+ * loads, so that the 107 positions cross the window. */
+static inline g4_spec gemma4_small(const char *name) {
+    g4_spec gs = {.base = tiny_default("gemma4"), .hd_full = 64, .kv_full = 1, .swa_every = 3, .partial_full = 0.25f};
+    tiny_spec *sp = &gs.base;
+    sp->vocab = true, sp->n_vocab = 320, sp->n_ctx = 512, sp->seed = 7, sp->n_embd = 64, sp->n_layer = 6;
+    sp->n_head = 4, sp->n_head_kv = 2, sp->head_dim = 32, sp->n_ff = 96, sp->rope_base = 1e6f;
+    sp->rope_base_swa = 10000.0f, sp->window = 24, sp->rms_eps = 1e-6f, sp->final_softcap = 30.0f, sp->tied = true;
+    if (!strcmp(name, "gemma4-e")) /* layers L L G L L G | L G: the last two read layers 4 and 5's caches */
+        sp->n_layer = 8, gs.n_shared = 2, gs.n_ple = 16, gs.double_ff = true;
+    if (!strcmp(name, "gemma4-moe"))
+        sp->n_layer = 4, sp->n_expert = 16, sp->n_expert_used = 4, sp->n_ff_exp = 32, gs.fused_exps = true;
+    return gs;
+}
+
+/* Released Gemma 4 shapes (as their configs give them: widths, heads, head sizes, FFN and expert
+ * widths, per-layer embedding width), fewer layers and a vocabulary of 512, F16, for the float64
+ * comparison: layers L G G, the last one reading layer 1's cache where the model shares (E2B);
+ * one global layer for the 26B-A4B (its experts are most of the file).
+ * wtype may be set to F32 by a caller that wants the engine's error without F16 rounding. */
+static inline g4_spec gemma4_real(const char *name) {
+    g4_spec gs = {.base = tiny_default("gemma4"), .hd_full = 512, .swa_every = 2, .partial_full = 0.25f};
+    tiny_spec *sp = &gs.base;
+    sp->n_vocab = 512, sp->wtype = GGUF_TYPE_F16, sp->n_ctx = 4096, sp->rms_eps = 1e-6f, sp->seed = 5;
+    sp->head_dim = 256, sp->rope_base = 1e6f, sp->rope_base_swa = 10000.0f, sp->final_softcap = 30.0f;
+    sp->n_layer = 3, sp->window = 512, sp->tied = true;
+    if (!strcmp(name, "gemma4-e2b")) /* E2B: 1536 wide, 8 heads, 1 KV head, FFN 6144 (12288 shared), PLE 256 */
+        sp->n_embd = 1536, sp->n_head = 8, sp->n_head_kv = 1, gs.kv_full = 1, sp->n_ff = 6144, gs.n_ple = 256,
+        gs.n_shared = 1, gs.double_ff = true;
+    if (!strcmp(name, "gemma4-26b-a4b")) /* 26B-A4B: 2816 wide, 16 heads, 8 / 2 KV heads, FFN 2112, experts
+                                            of 704, top 8: 16 of its 128 experts (the file stays near
+                                            300 MB) */
+        sp->n_embd = 2816, sp->n_head = 16, sp->n_head_kv = 8, gs.kv_full = 2, sp->n_ff = 2112, sp->n_expert = 16,
+        sp->n_expert_used = 8, sp->n_ff_exp = 704, gs.fused_exps = true, sp->n_layer = 1, sp->window = 1024;
+    return gs;
 }
 
 /* The latent-attention (deepseek2) models of the llama.cpp comparison (tests/data/reference-mla.json),

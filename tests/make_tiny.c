@@ -5,6 +5,12 @@
  *
  *     make_tiny OUT.gguf qwen896    2-layer qwen2, rows 896 wide (Qwen2.5-0.5B's), 14 heads on 2 KV heads
  *     make_tiny OUT.gguf llama960   2-layer llama, rows 960 wide (SmolLM2-360M's), 15 heads on 5 KV heads
+ *     make_tiny OUT.gguf rank       2-layer llama, rows 64 wide, a reranker: pooling_type rank and a
+ *                                   [yes, no] head (cls.output, Qwen3-Reranker's shape), for the
+ *                                   rerank endpoints' tests
+ *     make_tiny OUT.gguf bert       encoder_fixture.h's small bert (32 wide, mean pooling): a model
+ *                                   that only embeds, for the role checks of the endpoints' tests
+ *     make_tiny OUT.gguf bert-rank  the same with a one-logit head (a cross-encoder, bge-reranker's kind)
  *     make_tiny OUT.gguf lowbit TYPE
  *                                   2-layer llama, rows 256 wide, every 2-D weight random blocks of
  *                                   TYPE (IQ1_S ... NVFP4, issue 47: formats attnd cannot write)
@@ -21,7 +27,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "engine_fixture.h"
+#include "encoder_fixture.h"
 #include "quant.h"
 
 /* The block scales of nb blocks of `type` at raw: f16 d = f (each block f times 1 + u / 4, u
@@ -90,11 +96,30 @@ static int write_lowbit(const char *path, const char *type_name) {
     return rc;
 }
 
+/* A tiny decoder reranker: pooling_type rank (4) and a two-row head. */
+static int write_rank(const char *path) {
+    tiny_spec sp = tiny_default("llama");
+    sp.vocab = true, sp.n_vocab = 320, sp.n_ctx = 256, sp.n_layer = 2, sp.n_embd = 64, sp.n_head = 4, sp.n_head_kv = 2;
+    sp.n_ff = 128, sp.rope_dims = 16, sp.wtype = GGUF_TYPE_F32, sp.seed = 4;
+    sp.pooling = 1 + 4, sp.n_cls_out = 2;
+    if (tiny_write(path, &sp) != 0) {
+        fprintf(stderr, "make_tiny: could not write %s\n", path);
+        return 1;
+    }
+    return 0;
+}
+
 int main(int argc, char **argv) {
     if (argc == 4 && !strcmp(argv[2], "lowbit")) return write_lowbit(argv[1], argv[3]);
     if (argc != 3) {
-        fprintf(stderr, "usage: make_tiny OUT.gguf qwen896|llama960 | make_tiny OUT.gguf lowbit TYPE\n");
+        fprintf(stderr, "usage: make_tiny OUT.gguf qwen896|llama960|rank|bert|bert-rank | make_tiny OUT.gguf lowbit TYPE\n");
         return 2;
+    }
+    if (!strcmp(argv[2], "rank")) return write_rank(argv[1]);
+    if (!strcmp(argv[2], "bert") || !strcmp(argv[2], "bert-rank")) {
+        tiny_spec sp = enc_small();
+        if (!strcmp(argv[2], "bert-rank")) sp.pooling = 1 + 4, sp.n_cls_out = 1, sp.seed = 6;
+        return enc_write(argv[1], &sp) != 0;
     }
     bool qwen = !strcmp(argv[2], "qwen896");
     if (!qwen && strcmp(argv[2], "llama960")) {

@@ -114,6 +114,14 @@ grep -q "^LongRoPE:      short factors (a context of 128 within rope.scaling.ori
 check "info --ctx-size: the short LongRoPE factors under a cap" "$?" 0
 grep -q "^LongRoPE:      long factors (a context of 129 beyond" <<<"$("$BIN" info --model "$gm" --ctx-size 129 2>&1)"
 check "info --ctx-size: the long factors just beyond it" "$?" 0
+# issue 48: what a file is for: a decoder generates; a bert cross-encoder ranks (its head of 1 output)
+grep -q "^roles:         generate (a decoder; pooling last, 256 floats per input)$" <<<"$out0"
+check "info: a decoder's role" "$?" 0
+"${ATTND_BUILD_DIR:?}/tiny_model" bert-reranker "$gm"
+grep -q "^roles:         rank (an encoder: attention both ways; pooling rank, 1 floats per input; a classification head of 1 outputs)$" <<<"$("$BIN" info --model "$gm" 2>&1)"
+check "info: an encoder's role, pooling and head" "$?" 0
+"$BIN" info --model "$gm" --json | grep -q '"roles":\["rank"\],"encoder":true,"pooling":"rank","embedding_dim":1,"classifier_outputs":1'
+check "info --json: roles and pooling" "$?" 0
 rm -f "$gm"
 
 # issue 51: a newcomer's commands, typed with llama.cpp's flags, each exiting as documented.

@@ -3,7 +3,8 @@
  * against the float64 reference of hybrid_fixture.h at the real DeltaNet head sizes (prefill,
  * decode one token at a time, batches mixing sequences), llama.cpp's greedy tokens after a long
  * prompt (tests/data/reference-hybrid.json), the recurrent state of a sequence
- * (truncation recomputes from 0, forks copy it, the budget counts it), the MTP blocks left out
+ * (truncation without checkpoints recomputes from 0, forks copy it, the budget counts it; the
+ * checkpoints are test_kv_state.c's), the MTP blocks left out
  * of the main pass, and files refused by name.
  */
 #include <criterion/criterion.h>
@@ -199,7 +200,8 @@ Test(deltanet, state_counts_in_the_budget) {
 }
 
 /* block_count includes the MTP block; it is loaded as read and not run: the logits are those of
- * the same file without it. Speculation is off for hybrid models (its rollback is a truncation). */
+ * the same file without it. Speculation works on hybrid models (its verify keeps each step's
+ * state: test_kv_state.c). */
 Test(deltanet, mtp_blocks_are_not_part_of_the_main_pass) {
     hy_spec hs = small_spec("qwen35"), mtp = hs;
     mtp.n_mtp = 1;
@@ -209,7 +211,7 @@ Test(deltanet, mtp_blocks_are_not_part_of_the_main_pass) {
     cr_assert_eq(model_info_get(b.m)->n_layer, 4);
     cr_assert_eq(model_info_get(b.m)->n_mtp_layers, 1);
     cr_assert_eq(model_info_get(b.m)->n_recurrent_layers, 3);
-    cr_assert(!spec_supported(b.m));
+    cr_assert(spec_supported(b.m));
     int32_t tok[16];
     tiny_random_tokens(tok, 16, 320, 9);
     float *la = malloc(sizeof(float) * 16 * 320), *lb = malloc(sizeof(float) * 16 * 320);

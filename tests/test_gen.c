@@ -261,3 +261,78 @@ Test(think, the_close_waits_for_a_character_to_end) {
     expect_tokens(g, model, wrote, 5);
     gen_destroy(g);
 }
+
+// ---- closing a grammar's sentence within max_tokens ----------------------------------------------
+
+enum { S_UNK, S_BOS, S_EOS, S_LB, S_A, S_RB, S_N };
+
+static gbuf steer_image;
+static gguf_file *steer_file;
+
+static void steer_setup(void) {
+    static const char *const TOKENS[S_N] = {"<unk>", "<s>", "</s>", "[", "a", "]"};
+    static const int32_t TYPES[S_N] = {2, 3, 3, 1, 1, 1};
+    static const float SCORES[S_N] = {0};
+    gb_spm_vocab(&steer_image, TOKENS, TYPES, SCORES, S_N);
+    attnd_err err;
+    cr_assert_eq(gguf_open_memory(&steer_file, steer_image.p, steer_image.n, &err), ATTND_OK, "%s", err.msg);
+    cr_assert_eq(tok_load(&tok, steer_file, &err), ATTND_OK, "%s", err.msg);
+}
+
+static void steer_teardown(void) {
+    tok_destroy(tok);
+    gguf_close(steer_file);
+    free(steer_image.p);
+}
+
+TestSuite(steer, .init = steer_setup, .fini = steer_teardown);
+
+/* The model always wants "a"; the grammar is "[" "a"* "]"; max_tokens tokens are written. */
+static void steered_run(int max_tokens, bool close, char *out, bool *steered, stop_reason *last) {
+    grammar *gr;
+    grammar_vocab *gv;
+    attnd_err err;
+    const char *src = "root ::= \"[\" \"a\"* \"]\"";
+    cr_assert_eq(grammar_compile(&gr, src, strlen(src), &err), ATTND_OK);
+    cr_assert_eq(grammar_vocab_from_tokenizer(&gv, tok, &err), ATTND_OK);
+    gen_params p = {.top_logprobs = -1, .grammar = gr, .gvocab = gv, .max_tokens = max_tokens, .grammar_close = close};
+    sampler_params_default(&p.sp);
+    p.sp.temperature = 0;
+    gen *g;
+    const int32_t prompt[1] = {S_BOS};
+    cr_assert_eq(gen_create(&g, &p, S_N, tok, prompt, 1, &err), ATTND_OK, "%s", err.msg);
+    out[0] = 0;
+    *last = STOP_NONE;
+    for (int i = 0; i < max_tokens && *last == STOP_NONE; i++) {
+        float l[S_N] = {0};
+        l[S_A] = 5.0f;
+        gen_token t;
+        *last = gen_next(g, l, NULL, &t);
+        strncat(out, t.text, t.n_text);
+    }
+    const char *tail;
+    size_t n;
+    gen_finish(g, &tail, &n);
+    strncat(out, tail, n);
+    *steered = gen_steered(g);
+    gen_destroy(g);
+    grammar_vocab_destroy(gv);
+    grammar_unref(gr);
+}
+
+Test(steer, the_sentence_closes_within_max_tokens) {
+    char out[64];
+    bool steered;
+    stop_reason why;
+    for (int mt = 2; mt <= 8; mt++) {
+        steered_run(mt, true, out, &steered, &why);
+        cr_expect_eq((int)strlen(out), mt, "%d tokens: %s", mt, out);
+        cr_expect_eq(out[0], '[');
+        cr_expect_eq(out[strlen(out) - 1], ']', "closed in %d tokens: %s", mt, out);
+        cr_expect_eq(why, STOP_GRAMMAR);
+        cr_expect(steered, "the budget closed it");
+    }
+    steered_run(5, false, out, &steered, &why);
+    cr_expect_str_eq(out, "[aaaa", "without it, the budget cuts the sentence");
+    cr_expect(!steered);
+}

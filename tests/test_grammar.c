@@ -943,3 +943,44 @@ Test(grammar, a_step_cut_by_its_deadlines_resumes_to_the_same_token) {
     gguf_close(f);
     free(img.p), free(pieces), free(store), free(types), free(scores), free(logits);
 }
+
+// ---- the shortest completion ---------------------------------------------------------------------
+
+/* The distance after feeding text (which the grammar must accept). */
+static uint32_t distance_after(const char *src, const char *text) {
+    grammar *g = compile(src);
+    grammar_state *st;
+    attnd_err err;
+    cr_assert_eq(grammar_state_create(&st, g, &err), ATTND_OK);
+    cr_assert(grammar_state_accept(st, text, strlen(text)), "%s accepts %s", src, text);
+    uint32_t d = grammar_state_distance(st);
+    grammar_state_destroy(st);
+    grammar_unref(g);
+    return d;
+}
+
+Test(grammar, the_distance_is_the_shortest_completion) {
+    cr_expect_eq(distance_after("root ::= \"ab\" | \"abcd\"", ""), 2);
+    cr_expect_eq(distance_after("root ::= \"ab\" | \"abcd\"", "a"), 1);
+    cr_expect_eq(distance_after("root ::= \"ab\" | \"abcd\"", "ab"), 0, "complete");
+    cr_expect_eq(distance_after("root ::= \"ab\" | \"abcd\"", "abc"), 1);
+    cr_expect_eq(distance_after("root ::= \"x\" [0-9]+ \"y\"", ""), 3);
+    cr_expect_eq(distance_after("root ::= \"x\" [0-9]+ \"y\"", "x12"), 1, "the digits may stop");
+    /* recursion: the shortest sentence of a rule comes through the rules it names */
+    cr_expect_eq(distance_after("root ::= \"(\" root \")\" | \"z\"", ""), 1);
+    cr_expect_eq(distance_after("root ::= \"(\" root \")\" | \"z\"", "(("), 3, "z))");
+    cr_expect_eq(distance_after("root ::= obj\nobj ::= \"{\" ( kv ( \",\" kv )* )? \"}\"\nkv ::= \"\\\"k\\\":\" [0-9]", "{\"k\":1,"),
+                 6, "\"k\":0}");
+    /* a character spelled over bytes: the rest counts the character once */
+    cr_expect_eq(distance_after("root ::= \"\xe2\x82\xac\" \"!\"", "\xe2\x82"), 2);
+    grammar *g = compile("root ::= \"ab\"");
+    grammar_state *st;
+    attnd_err err;
+    cr_assert_eq(grammar_state_create(&st, g, &err), ATTND_OK);
+    uint32_t d;
+    cr_expect(grammar_state_try_distance(st, "a", 1, &d) && d == 1, "a trial measures without moving the state");
+    cr_expect(!grammar_state_try_distance(st, "b", 1, &d), "bytes the grammar rejects");
+    cr_expect_eq(grammar_state_distance(st), 2);
+    grammar_state_destroy(st);
+    grammar_unref(g);
+}

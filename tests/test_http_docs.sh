@@ -12,7 +12,7 @@ set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 source "$here/http_lib.sh"
 src=${ATTND_SOURCE_DIR:-$here/..}
-start_server docs --model "$MODEL" --threads 1
+start_server docs --model "$MODEL" --threads 1 --embeddings # the embedding examples run on it
 mkdir -p "$TMP/bin" && ln -sf "$ATTND_BINARY" "$TMP/bin/attnd"
 export PATH="$TMP/bin:$PATH"
 # the sh blocks that call the server on 127.0.0.1:8080, one file each, from docs/server.md and

@@ -3,13 +3,16 @@
  * truncation goes back to the newest checkpoint at or below its target and recomputes only the
  * tokens after it, with logits bit-identical to recomputing from 0; checkpoints taken inside a
  * batch, at the interval while decoding, bounded per sequence (older ones thinned); shared by
- * forks and counted once in the budget.
+ * forks and counted once in the budget. And the states a speculative verify keeps: rejected drafts
+ * roll back exactly, so speculative greedy output is the plain one.
  */
 #include <criterion/criterion.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "attnd/engine.h"
+#include "attnd/spec.h"
 #include "engine_rig.h"
 #include "family_specs.h"
 
@@ -167,5 +170,137 @@ Test(kv_state, settings_are_checked) {
     tiny_rig_seq(&r);
     cr_expect_eq(kv_pool_set_checkpoints(r.pool, 8, 64, &err), ATTND_ERR_INVALID, "not once sequences exist");
     cr_expect_eq(kv_pool_checkpoints(r.pool), 0);
+    tiny_rig_close(&r);
+}
+
+/* A verify batch (a token and 4 drafts) keeps the state after each entry but the last: a
+ * truncation to any of them is exact (nothing recomputed) and what follows is bit for bit a
+ * sequence that never saw the rejected drafts. The room is from the budget, kept for the next
+ * verify, given back by n = 0; no room, no steps kept (false). */
+Test(kv_state, a_verify_keeps_each_step_and_rolls_back_exactly) {
+    tiny_rig r;
+    rig_open(&r, 0, 0, 256);
+    int V = r.sp.n_vocab;
+    int32_t tok[N], alt[N];
+    edit_tokens(tok, alt, V);
+    size_t st = kv_state_bytes(r.m);
+    kv_seq *s = tiny_rig_seq(&r), *fresh = tiny_rig_seq(&r);
+    eval_run(r.e, s, tok, CUT, NULL);
+    size_t used = kv_pool_bytes_used(r.pool);
+    cr_assert(kv_seq_keep_steps(s, 4));
+    cr_expect_eq(kv_pool_bytes_used(r.pool), used + 4 * st, "room for 4 states");
+    cr_expect_eq(kv_seq_bytes(s), used + 4 * st);
+    eval_run(r.e, s, alt + CUT, 5, NULL); /* the token and 4 drafts; 2 of them accepted */
+    kv_seq_truncate(s, CUT + 3);
+    cr_assert_eq(kv_seq_len(s), CUT + 3, "rolled back to the step, not recomputed");
+    float *lg = malloc(sizeof(float) * N * V), *ref = malloc(sizeof(float) * N * V);
+    eval_run(r.e, s, tok + CUT + 3, N - CUT - 3, lg);
+    eval_run(r.e, fresh, tok, CUT, NULL);
+    eval_run(r.e, fresh, alt + CUT, 3, NULL);
+    eval_run(r.e, fresh, tok + CUT + 3, N - CUT - 3, ref);
+    cr_expect_eq(memcmp(lg, ref, sizeof(float) * (N - CUT - 3) * V), 0, "after the rollback");
+    kv_seq_truncate(s, CUT + 2);
+    cr_expect_eq(kv_seq_len(s), 0, "the steps were of the batch before: gone (no checkpoints here)");
+    cr_assert(kv_seq_keep_steps(s, 0));
+    cr_expect_eq(kv_seq_bytes(s), st, "the room given back: the state alone");
+    cr_expect_eq(kv_pool_bytes_used(r.pool), st + kv_seq_bytes(fresh));
+    free(lg), free(ref);
+    tiny_rig_close(&r);
+
+    rig_open(&r, 0, 0, 16); /* 16 MiB: two states (6.3 MiB each), not three */
+    s = tiny_rig_seq(&r);
+    eval_run(r.e, s, tok, 4, NULL);
+    cr_expect(kv_seq_keep_steps(s, 1), "room for one");
+    cr_expect(!kv_seq_keep_steps(s, 2), "not for two");
+    tiny_rig_close(&r);
+}
+
+/* Greedy generation of G tokens after prompt on a fresh sequence of r, speculating with sp (NULL:
+ * plain); the timings into *tm. */
+static void greedy(tiny_rig *r, spec *sp, const int32_t *prompt, int n, int32_t *out, engine_timings *tm) {
+    enum { G = 48 };
+    kv_seq *s = tiny_rig_seq(r);
+    engine_gen g = {.n_predict = G, .spec = sp};
+    int n_out;
+    attnd_err err;
+    cr_assert_eq(engine_generate(r->e, s, prompt, n, &g, out, &n_out, tm, &err), ATTND_OK, "%s", err.msg);
+    cr_assert_eq(n_out, G);
+    cr_assert_eq(kv_seq_len(s), n + G - 1);
+}
+
+/* Greedy generation with drafts on the hybrid model gives the tokens of plain greedy generation:
+ * prompt-lookup drafts on a random model are rejected (rolled back), the same model as its own
+ * draft model has them accepted (kept). */
+Test(kv_state, speculative_greedy_output_is_the_plain_output) {
+    tiny_rig r;
+    rig_open(&r, 0, 0, 256);
+    int V = r.sp.n_vocab;
+    enum { P = 24, G = 48 };
+    int32_t prompt[2 * P], plain[G], fast[G];
+    tiny_random_tokens(prompt, P, V, 21);
+    memcpy(prompt + P, prompt, sizeof(int32_t) * P); /* repeated: lookup finds matches */
+    engine_timings tm;
+    greedy(&r, NULL, prompt, 2 * P, plain, &tm);
+    spec_params p;
+    spec_params_default(&p);
+    p.fixed = true, p.draft_max = 4, p.ngram_min = 1;
+    for (int own = 0; own < 2; own++) {
+        if (own) p.draft = r.e, p.draft_pool = r.pool, p.draft_min_p = 0; /* the model drafts for itself */
+        spec *sp;
+        attnd_err err;
+        cr_assert_eq(spec_create(&sp, &p, &err), ATTND_OK, "%s", err.msg);
+        greedy(&r, sp, prompt, 2 * P, fast, &tm);
+        cr_expect_arr_eq(fast, plain, sizeof(plain), "speculative output differs (%s)", own ? "own drafts" : "lookup");
+        if (own) cr_expect_gt(tm.n_accepted, G / 2, "its own drafts are kept: %d of %d", tm.n_accepted, tm.n_drafted);
+        else cr_expect(tm.n_drafted > 0 && tm.n_accepted < tm.n_drafted, "lookup: %d of %d", tm.n_accepted, tm.n_drafted);
+        if (getenv("ATTND_TEST_VERBOSE")) fprintf(stderr, "drafted %d accepted %d\n", tm.n_drafted, tm.n_accepted);
+        spec_destroy(sp);
+    }
+    tiny_rig_close(&r);
+}
+
+/* The yield of a running step: given up after its second DeltaNet layer, it leaves the state as it
+ * was (each layer backed up into the sequence's room before it ran), and the step run again gives
+ * the logits of a sequence that never gave it up, bit for bit. A sequence without the room never
+ * yields (the engine does not even ask). */
+typedef struct yield_ctl {
+    int asked, at; /* calls so far; give up at call `at` (0 = never) */
+} yield_ctl;
+
+static bool yield_at(void *user) {
+    yield_ctl *c = user;
+    return ++c->asked == c->at;
+}
+
+Test(kv_state, a_step_given_up_leaves_the_state_as_it_was) {
+    tiny_rig r;
+    rig_open(&r, 0, 0, 256);
+    int V = r.sp.n_vocab;
+    int32_t tok[N], alt[N];
+    edit_tokens(tok, alt, V);
+    kv_seq *s = tiny_rig_seq(&r), *ref = tiny_rig_seq(&r), *bare = tiny_rig_seq(&r);
+    eval_run(r.e, s, tok, CUT, NULL);
+    eval_run(r.e, ref, tok, CUT, NULL);
+    eval_run(r.e, bare, tok, CUT, NULL);
+    cr_assert(kv_seq_keep_room(s, 1));
+    yield_ctl c = {.at = 2};
+    engine_set_yield(r.e, yield_at, &c);
+    batch_entry b[4];
+    for (int i = 0; i < 4; i++) b[i] = (batch_entry){s, tok[CUT + i], CUT + i, true};
+    float *lg = malloc(sizeof(float) * 4 * V), *want = malloc(sizeof(float) * 4 * V);
+    attnd_err err;
+    cr_assert_eq(engine_eval(r.e, b, 4, lg, &err), ATTND_ERR_BUSY, "given up after the second layer");
+    cr_assert_eq(kv_seq_len(s), CUT);
+    cr_assert_eq(engine_eval(r.e, b, 4, lg, &err), ATTND_OK, "%s", err.msg);
+    engine_set_yield(r.e, NULL, NULL);
+    eval_run(r.e, ref, tok + CUT, 4, want);
+    cr_expect_eq(memcmp(lg, want, sizeof(float) * 4 * V), 0, "the step run again differs");
+    c = (yield_ctl){.at = 1};
+    engine_set_yield(r.e, yield_at, &c);
+    for (int i = 0; i < 4; i++) b[i].seq = bare;
+    cr_expect_eq(engine_eval(r.e, b, 4, lg, &err), ATTND_OK, "%s", err.msg);
+    cr_expect_eq(c.asked, 0, "no room to back the state up: never asked");
+    engine_set_yield(r.e, NULL, NULL);
+    free(lg), free(want);
     tiny_rig_close(&r);
 }

@@ -37,6 +37,7 @@ Test(chat, detects_each_family_from_its_markers) {
         {"{{ '<|user|>\n' + m.content + eos_token }}", CHAT_ZEPHYR},
         {"{{ '[INST] <<SYS>>\\n' + system + '\\n<</SYS>>' }}", CHAT_LLAMA2},
         {"{{ '[INST] ' + m.content + ' [/INST]' }}", CHAT_MISTRAL},
+        {"{{ '<|turn>' + role + '\\n' + content + '<turn|>' }}", CHAT_GEMMA4},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         chat_family f;
@@ -97,6 +98,19 @@ Test(chat, gemma_calls_the_assistant_model) {
     cr_assert_str_eq(s, "<start_of_turn>user\nBe brief.\n\nHi<end_of_turn>\n<start_of_turn>model\nHello!<end_of_turn>\n"
                         "<start_of_turn>model\n");
     free(s);
+}
+
+/* Gemma 4's built-in form is its templates' rendering (tests/data/templates/gemma4_31b*.jinja,
+ * jinja2's text in expected.json) without the BOS the tokenizer adds. */
+Test(chat, gemma4_renders_as_its_templates_do) {
+    const chat_msg m[] = {{"system", "You are a concise assistant."}, {"user", "Hello!"},
+                          {"assistant", "Hi. How can I help?"}, {"user", "Name three primes."}};
+    char *s = render(CHAT_GEMMA4, m, 4);
+    cr_assert_str_eq(s, "<|turn>system\nYou are a concise assistant.<turn|>\n<|turn>user\nHello!<turn|>\n<|turn>model\n"
+                        "Hi. How can I help?<turn|>\n<|turn>user\nName three primes.<turn|>\n<|turn>model\n"
+                        "<|channel>thought\n<channel|>");
+    free(s);
+    cr_assert_str_eq(chat_end_marker(CHAT_GEMMA4), "<turn|>");
 }
 
 Test(chat, zephyr_and_phi3_differ_in_the_turn_terminator) {

@@ -177,7 +177,7 @@ Test(completion_body, the_llama_answer_reports_limit_counts_and_token_ids) {
 }
 
 Test(completion_body, the_model_list_has_one_model_with_meta) {
-    completion_body_model_desc d = {"tiny", 1, 256, 512, 2048, 260000, "chatml", NULL, 0};
+    completion_body_model_desc d = {"tiny", 1, 256, 512, 2048, 260000, "chatml", NULL, 0, 1, 64};
     json_t *o = completion_body_models(&d);
     cr_assert_str_eq(json_string_value(AT(o, "object")), "list");
     cr_assert_str_eq(json_string_value(AT(o, "data", "0", "id")), "tiny");
@@ -185,6 +185,19 @@ Test(completion_body, the_model_list_has_one_model_with_meta) {
     cr_assert_eq(json_integer_value(AT(o, "data", "0", "meta", "n_params")), 260000);
     cr_assert_str_eq(json_string_value(AT(o, "data", "0", "meta", "chat_template")), "chatml");
     cr_assert_null(AT(o, "data", "0", "meta", "defaults"), "no defaults given, none shown");
+    cr_assert_eq(json_array_size(AT(o, "data", "0", "meta", "roles")), 1);
+    cr_assert_str_eq(json_string_value(AT(o, "data", "0", "meta", "roles", "0")), "generate");
+    cr_assert_null(AT(o, "data", "0", "meta", "n_embd"), "a generation-only model shows no vector size");
+    json_decref(o);
+}
+
+Test(completion_body, the_model_says_what_it_serves) {
+    completion_body_model_desc d = {"bge", 1, 512, 512, 512, 33000000, "chatml", NULL, 0, 2 | 4, 384};
+    json_t *o = completion_body_model(&d);
+    cr_assert_eq(json_array_size(AT(o, "meta", "roles")), 2);
+    cr_assert_str_eq(json_string_value(AT(o, "meta", "roles", "0")), "embed");
+    cr_assert_str_eq(json_string_value(AT(o, "meta", "roles", "1")), "rank");
+    cr_assert_eq(json_integer_value(AT(o, "meta", "n_embd")), 384);
     json_decref(o);
 }
 
@@ -192,7 +205,7 @@ Test(completion_body, the_model_shows_the_servers_sampling_defaults_as_typed) {
     sampler_params p;
     sampler_params_default(&p);
     p.repeat_penalty = 1.15f;
-    completion_body_model_desc d = {"tiny", 1, 256, 512, 2048, 260000, "chatml", &p, 300};
+    completion_body_model_desc d = {"tiny", 1, 256, 512, 2048, 260000, "chatml", &p, 300, 1, 64};
     json_t *o = completion_body_model(&d);
     cr_assert_eq(json_integer_value(AT(o, "meta", "defaults", "max_tokens")), 300);
     cr_assert_eq(json_real_value(AT(o, "meta", "defaults", "temperature")), 0.8, "0.8f shown as 0.8");

@@ -1002,3 +1002,46 @@ Test(request, unknown_fields_are_named_in_a_warning_header_whole_and_streamed) {
     cr_expect_null(strstr(c.headers, "Warning"), "a clean request has no warning: %s", c.headers);
     free(c.body);
 }
+
+// ---- structured output that parses within max_tokens (issue 49) --------------------------------
+
+/* json_object and a strict schema at budgets from 8 tokens (the schema's shortest answer,
+ * {"n":0}, is 7 characters) at temperature 1: every answer parses, finish_reason "length" when
+ * the budget closed it; close_within_budget false leaves it cut. */
+Test(request, json_answers_close_within_max_tokens) {
+    static const char SCHEMA[] = "\"response_format\": {\"type\": \"json_schema\", \"json_schema\": {\"name\": \"x\", \"strict\": true, "
+                                 "\"schema\": {\"type\": \"object\", \"properties\": {\"n\": {\"type\": \"integer\"}}, \"required\": [\"n\"]}}}";
+    static const char OBJECT[] = "\"response_format\": {\"type\": \"json_object\"}";
+    int cut = 0;
+    for (int mt = 8; mt <= 24; mt += 4)
+        for (int k = 0; k < 2; k++) {
+            char body[1024];
+            snprintf(body, sizeof body,
+                     "{\"messages\": [{\"role\": \"user\", \"content\": \"Once\"}], \"max_tokens\": %d, \"temperature\": 1, "
+                     "\"seed\": %d, %s}",
+                     mt, mt + k, k ? OBJECT : SCHEMA);
+            json_t *j = post_json("/v1/chat/completions", body, 200);
+            const json_t *c = json_array_get(json_object_get(j, "choices"), 0);
+            const char *content = json_string_value(json_object_get(json_object_get(c, "message"), "content"));
+            json_t *parsed = content ? json_loads(content, JSON_DECODE_ANY, NULL) : NULL;
+            cr_expect_not_null(parsed, "max_tokens %d: %s", mt, content ? content : "(null)");
+            cr_expect_leq(json_integer_value(json_object_get(json_object_get(j, "usage"), "completion_tokens")), mt);
+            json_decref(parsed);
+            json_decref(j);
+        }
+    for (int seed = 0; seed < 3; seed++) {
+        char body[1024];
+        snprintf(body, sizeof body,
+                 "{\"messages\": [{\"role\": \"user\", \"content\": \"Once\"}], \"max_tokens\": 8, \"temperature\": 1, "
+                 "\"seed\": %d, \"close_within_budget\": false, %s}",
+                 seed, SCHEMA);
+        json_t *j = post_json("/v1/chat/completions", body, 200);
+        const char *content = json_string_value(json_object_get(
+            json_object_get(json_array_get(json_object_get(j, "choices"), 0), "message"), "content"));
+        json_t *parsed = content ? json_loads(content, JSON_DECODE_ANY, NULL) : NULL;
+        cut += parsed == NULL;
+        json_decref(parsed);
+        json_decref(j);
+    }
+    cr_expect_gt(cut, 0, "off, a budget of 8 cuts some answers (the check above is not vacuous)");
+}

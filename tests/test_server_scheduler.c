@@ -1260,3 +1260,76 @@ Test(sched_fair, a_tenant_s_grammar_masks_are_cut_per_step_and_charged_to_it) {
     cr_assert(sched_wait_idle(sch, 10000));
     sched_job_unref(alone), sched_job_unref(g), sched_job_unref(s);
 }
+
+// ---- tasks of several tenants take turns by tenant, not by task --------------------------------
+
+/* A task of `turns` turns of 10 positions each; every turn appends its tenant letter to the log
+ * (scheduler thread only; read once every task returned). */
+typedef struct tenant_task {
+    char letter;
+    int turns, done;
+    char *log;
+    atomic_int *n_log;
+} tenant_task;
+
+/* True once tenant name has work queued or running (its entry is live). */
+static bool tenant_live(const char *name) {
+    pthread_mutex_lock(&sch->mu);
+    bool live = false;
+    for (int i = 0; i < sch->n_tenants; i++) live |= sch->tenants[i].live > 0 && !strcmp(sch->tenants[i].name, name);
+    pthread_mutex_unlock(&sch->mu);
+    return live;
+}
+
+static attnd_status tenant_turn(void *user, sched_task_turn *turn, attnd_err *err) {
+    (void)err;
+    tenant_task *t = user;
+    if (turn->plan || turn->stop) return ATTND_OK;
+    int k = atomic_fetch_add(t->n_log, 1);
+    t->log[k] = t->letter;
+    if (k == 5) /* the 6th turn holds the scheduler until key:b's task is queued */
+        for (double t0 = attnd_now_s(); !tenant_live("key:b") && attnd_now_s() - t0 < 10;) sched_yield();
+    turn->work = 10;
+    turn->more = ++t->done < t->turns;
+    return ATTND_OK;
+}
+
+typedef struct tenant_thread {
+    tenant_task task;
+    const char *tenant;
+    attnd_status st;
+} tenant_thread;
+
+static void *run_tenant_task(void *p) {
+    tenant_thread *th = p;
+    attnd_err err;
+    th->st = sched_run_task(sch, &(sched_task_spec){.fn = tenant_turn, .user = &th->task, .tenant = th->tenant}, &err);
+    return NULL;
+}
+
+Test(sched_fair, a_tenants_one_task_takes_turns_with_another_tenants_many) {
+    if (model_missing()) return;
+    start();
+    static char log[256];
+    atomic_int n_log = 0;
+    tenant_thread th[4];
+    pthread_t tid[4];
+    for (int i = 0; i < 4; i++) {
+        bool b = i == 3;
+        th[i] = (tenant_thread){{b ? 'B' : 'A', b ? 4 : 40, 0, log, &n_log}, b ? "key:b" : "key:a", ATTND_OK};
+        if (b) /* the three tasks of key:a are under way when key:b's one arrives */
+            for (double t0 = attnd_now_s(); atomic_load(&n_log) < 6 && attnd_now_s() - t0 < 10;) sched_yield();
+        cr_assert_eq(pthread_create(&tid[i], NULL, run_tenant_task, &th[i]), 0);
+    }
+    for (int i = 0; i < 4; i++) {
+        pthread_join(tid[i], NULL);
+        cr_assert_eq(th[i].st, ATTND_OK);
+    }
+    int n = atomic_load(&n_log), first = -1, last = -1, a_between = 0;
+    for (int i = 0; i < n; i++)
+        if (log[i] == 'B') last = i, first = first < 0 ? i : first;
+    cr_assert(first >= 6 && last > first, "B ran at %d..%d of %.*s", first, last, n, log);
+    for (int i = first; i < last; i++) a_between += log[i] == 'A';
+    /* by task, B would get one turn in four: 9 of A's between its first and its last */
+    cr_assert_leq(a_between, 4, "key:a took %d turns during key:b's 4: %.*s", a_between, n, log);
+}

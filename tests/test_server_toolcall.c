@@ -844,3 +844,39 @@ Test(toolcall, history_renders_as_the_model_would_write_it) {
     json_decref(calls);
     buf_free(&b);
 }
+
+/* Gemma 4: <|tool_call>call:NAME{key:value,...}<tool_call|>, strings between <|"|> marks (quotes,
+ * newlines and braces inside them as they are), bare keys, numbers, true / false, None, nesting;
+ * its reasoning channel <|channel>thought\n...<channel|>. Whole at every chunking. */
+Test(toolcall, gemma4_calls_become_json_arguments) {
+    parsed *p = check_all_chunkings(
+        "<|channel>thought\nThe user wants weather.<channel|>Let me look.<|tool_call>call:get_weather{city:<|\"|>Paris, "
+        "\"FR\"\n{x}<|\"|>,days:3,ratio:-0.5e-3,hourly:true,alerts:None,opts:{units:<|\"|>C<|\"|>,list:[1,<|\"|>a<|\"|>,"
+        "[]]}}<tool_call|><|tool_call>call:get_time{}<tool_call|>", true);
+    cr_assert_str_eq(p->reasoning, "The user wants weather.");
+    cr_assert_str_eq(p->content, "Let me look.");
+    cr_assert_eq(p->n_calls, 2);
+    cr_assert_str_eq(p->names[0], "get_weather");
+    cr_assert_str_eq(p->args[0], "{\"city\":\"Paris, \\\"FR\\\"\\n{x}\",\"days\":3,\"ratio\":-0.5e-3,\"hourly\":true,"
+                                 "\"alerts\":null,\"opts\":{\"units\":\"C\",\"list\":[1,\"a\",[]]}}");
+    cr_assert_str_eq(p->names[1], "get_time");
+    cr_assert_str_eq(p->args[1], "{}");
+    cr_assert_eq(p->n_rejected, 0);
+}
+
+/* A name not among the tools, a value the template would not write, text after the call, a key
+ * twice, an unclosed string or a reply cut inside the block: no call, the block as written. */
+Test(toolcall, gemma4_broken_calls_are_content) {
+    const char *bad[] = {
+        "<|tool_call>call:unknown{a:1}<tool_call|>",  "<|tool_call>call:ping{a:yes}<tool_call|>",
+        "<|tool_call>call:ping{a:1} x<tool_call|>",   "<|tool_call>call:ping{a:1,a:2}<tool_call|>",
+        "<|tool_call>call:ping{a:<|\"|>x}<tool_call|>", "<|tool_call>call:ping{a:1",
+        "<|tool_call>ping{a:1}<tool_call|>",          "<|tool_call>call:ping{a:[1,}<tool_call|>",
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        parsed *p = check_all_chunkings(bad[i], true);
+        cr_assert_eq(p->n_calls, 0, "%s", bad[i]);
+        cr_assert_str_eq(p->content, bad[i], "the block as written");
+        cr_assert_eq(p->n_rejected, 1, "%s", bad[i]);
+    }
+}

@@ -206,6 +206,12 @@ Test(tokenizer, qwen2_bpe_matches_hf_reference_on_every_case_including_nfc) { ru
 Test(tokenizer, gemma3_spm_matches_llamacpp_on_every_case) { run_cases("gemma3-spm", NO_LINES); }
 Test(tokenizer, gpt_oss_o200k_matches_llamacpp_and_reference_on_every_case) { run_cases("gpt-oss-bpe", NO_LINES); }
 
+/* Gemma 4's tokenizer ("gemma4": BPE over raw UTF-8, U+2581 for spaces, newline runs apart,
+ * <0xXX> byte fallback, a BOS always) on a vocabulary made from Gemma 3's pieces
+ * (tests/data/tokenizers/regenerate-gemma4.sh): llama.cpp's ids on 330 texts, chat and tool-call
+ * markup among them. */
+Test(tokenizer, gemma4_bpe_matches_llamacpp_on_every_case) { run_cases("gemma4-bpe", NO_LINES); }
+
 /* The default model's own vocabulary (SentencePiece, 4096 tokens, byte fallback) against
  * llama.cpp's ids for the same 309 texts (tests/data/regenerate.sh). */
 Test(tokenizer, default_model_vocabulary_matches_llamacpp_on_every_case) {
@@ -617,7 +623,8 @@ Test(tokenizer, load_rejects_inconsistent_vocabularies) {
 
 // ---- hostile input ----------------------------------------------------------------------------
 
-static const char *ALL_VOCABS[] = {"llama-spm", "llama3-bpe", "gpt2-bpe", "qwen2-bpe", "gemma3-spm", "gpt-oss-bpe"};
+static const char *ALL_VOCABS[] = {"llama-spm", "llama3-bpe", "gpt2-bpe", "qwen2-bpe", "gemma3-spm", "gpt-oss-bpe",
+                                   "gemma4-bpe"};
 
 /* Encodes text and checks it decodes back (to its NFC form for Qwen). */
 static void roundtrip(const tokenizer *t, const char *vocab, const char *text, size_t len, bool parse_special) {

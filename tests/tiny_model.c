@@ -7,9 +7,13 @@
  *                                  model); FILE's text becomes tokenizer.chat_template
  *   tiny_model --list              the families, one a line
  *   tiny_model --list-hybrid       the hybrid (Gated DeltaNet) families, one a line
+ *   tiny_model --list-gemma4       the Gemma 4 variants, one a line
+ *   tiny_model --hybrid-prompt     the hybrid comparison's prompt ids, comma-separated
  *   tiny_model --hybrid-prompt     the hybrid comparison's prompt ids, comma-separated (also the
  *                                  latent-attention comparison's)
  *   tiny_model --list-mla          the latent-attention (deepseek2) models, one a line
+ *   tiny_model --list-encoders     the encoders (encoder_fixture.h), one a line
+ *   tiny_model --encoder-inputs    their comparison's inputs: one line of comma-separated ids each
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -32,7 +36,33 @@ static char *read_text(const char *path) {
     return s;
 }
 
-#include "family_specs.h"
+#include "encoder_fixture.h"
+
+/* The encoder options: 0 when argv was one of them (done), -1 when not. */
+static int encoder_main(int argc, char **argv) {
+    if (argc == 2 && !strcmp(argv[1], "--list-encoders")) {
+        for (size_t i = 0; i < N_ENC; i++) printf("%s\n", ENC_NAMES[i]);
+        return 0;
+    }
+    if (argc == 2 && !strcmp(argv[1], "--encoder-inputs")) {
+        int32_t ids[ENC_N_INPUTS][ENC_MAX_LEN];
+        int len[ENC_N_INPUTS];
+        enc_inputs(ids, len);
+        for (int i = 0; i < ENC_N_INPUTS; i++)
+            for (int t = 0; t < len[i]; t++) printf("%d%s", ids[i][t], t + 1 < len[i] ? "," : "\n");
+        return 0;
+    }
+    for (size_t i = 0; argc == 3 && i < N_ENC; i++) {
+        if (strcmp(argv[1], ENC_NAMES[i])) continue;
+        tiny_spec sp = enc_named(ENC_NAMES[i]);
+        if (enc_write(argv[2], &sp)) {
+            fprintf(stderr, "tiny_model: cannot write %s\n", argv[2]);
+            return 1;
+        }
+        return 0;
+    }
+    return -1;
+}
 
 int main(int argc, char **argv) {
     if (argc == 2 && !strcmp(argv[1], "--list")) {
@@ -46,6 +76,10 @@ int main(int argc, char **argv) {
         printf("\n");
         return 0;
     }
+    if (argc == 2 && !strcmp(argv[1], "--list-gemma4")) {
+        for (size_t i = 0; i < N_GEMMA4; i++) printf("%s\n", GEMMA4_NAMES[i]);
+        return 0;
+    }
     if (argc == 2 && !strcmp(argv[1], "--list-mla")) {
         for (size_t i = 0; i < N_MLA; i++) printf("%s\n", MLA_NAMES[i]);
         return 0;
@@ -54,10 +88,12 @@ int main(int argc, char **argv) {
         for (size_t i = 0; i < N_HYBRID; i++) printf("%s\n", HYBRID_NAMES[i]);
         return 0;
     }
+    int enc = encoder_main(argc, argv);
+    if (enc >= 0) return enc;
     bool tmpl = argc == 5 && !strcmp(argv[3], "--chat-template");
     if (argc != 3 && !tmpl) {
         fprintf(stderr, "usage: tiny_model FAMILY OUT.gguf [--chat-template FILE] | tiny_model --list | --list-hybrid "
-                        "| --list-mla | --hybrid-prompt\n");
+                        "| --list-mla | --list-gemma4 | --hybrid-prompt\n");
         return 2;
     }
     for (size_t i = 0; i < N_FAMILIES; i++) {
@@ -81,6 +117,19 @@ int main(int argc, char **argv) {
         if (strcmp(argv[1], HYBRID_NAMES[i])) continue;
         hy_spec hs = hybrid_small(HYBRID_NAMES[i]);
         if (hy_write(argv[2], &hs)) {
+            fprintf(stderr, "tiny_model: cannot write %s\n", argv[2]);
+            return 1;
+        }
+        return 0;
+    }
+    for (size_t i = 0; i < N_GEMMA4; i++) {
+        if (strcmp(argv[1], GEMMA4_NAMES[i])) continue;
+        g4_spec gs = gemma4_small(GEMMA4_NAMES[i]);
+        char *text = tmpl ? read_text(argv[4]) : NULL;
+        gs.base.chat_template = text;
+        int rc = g4_write(argv[2], &gs);
+        free(text);
+        if (rc) {
             fprintf(stderr, "tiny_model: cannot write %s\n", argv[2]);
             return 1;
         }

@@ -94,7 +94,9 @@ void engine_set_matmul_cb(engine *e, engine_matmul_cb cb);
  * sees: no sequence grows, and evaluating the same batch again gives the same results (it writes
  * the same KV rows again). A server uses it to let a newly arrived request start before a long
  * step ends. Not asked for a batch with an ablating sequence, nor while an inspection hook is set
- * (they see each layer once). */
+ * (they see each layer once). On a model with a recurrent state, only when every sequence of the
+ * batch has room to back it up (kv_seq_keep_room: one state each): each DeltaNet layer's state is
+ * copied there before the layer runs, and back when the step is given up. */
 typedef bool (*engine_yield_fn)(void *user);
 void engine_set_yield(engine *e, engine_yield_fn fn, void *user);
 

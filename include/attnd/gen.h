@@ -61,6 +61,13 @@ typedef struct gen_params {
                                    sampled, as llama.cpp's reasoning budget does. 0 = no limit.
                                    Needs a tokenizer; not while a grammar constrains the block */
     bool think_inside;          /* the prompt opened the block (the output starts inside it) */
+    int max_tokens;             /* the tokens this output may take (0 = not known) */
+    bool grammar_close;         /* with a grammar and max_tokens: once the grammar's shortest
+                                   completion (grammar_state_distance) nears the tokens left,
+                                   a sampled token that would leave too long a completion is
+                                   replaced by the likeliest of the model's top choices and the
+                                   one-byte tokens that leave one short enough, else the one
+                                   that shortens it most (gen_steered says it happened) */
 } gen_params;
 
 typedef struct gen gen;
@@ -113,6 +120,9 @@ bool gen_pending(const gen *g);
  * string (cut before it), else STOP_NONE. After a stop string, or a second time, it releases
  * nothing. */
 stop_reason gen_finish(gen *g, const char **text, size_t *n_text);
+
+/* Whether grammar_close chose a token: the budget, not the model, closed the sentence. */
+bool gen_steered(const gen *g);
 
 /* The stop string that matched (borrowed, valid while g lives), or NULL. */
 const char *gen_matched_stop(const gen *g);

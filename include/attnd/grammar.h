@@ -134,6 +134,15 @@ bool grammar_state_accept_token(grammar_state *s, const grammar_vocab *v, int32_
 bool grammar_state_complete(const grammar_state *s);
 /* More text may follow (false for a complete sentence the grammar cannot extend). */
 bool grammar_state_can_continue(const grammar_state *s);
+
+/* The shortest completion: how many characters (a token terminal counts one) the state must
+ * still take, at least, before its sentence is complete (0: it is complete now); GRAMMAR_FAR when
+ * no completion was found. For a budget that closes the sentence in time (gen.h's
+ * grammar_close). */
+#define GRAMMAR_FAR (UINT32_MAX / 2)
+uint32_t grammar_state_distance(const grammar_state *s);
+/* The same after bytes[n], which the state is not moved by: false when it rejects them. */
+bool grammar_state_try_distance(grammar_state *s, const char *bytes, size_t n, uint32_t *dist);
 /* allowed[grammar_vocab_size(v)] := 1 for every token whose bytes may come next or that a token
  * terminal names here, else 0 (other tokens without bytes are 0: end-of-generation is the
  * caller's decision, see complete). Returns the number allowed. One walk of the vocabulary trie,

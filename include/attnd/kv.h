@@ -104,6 +104,17 @@ bool kv_seq_checkpoint(kv_seq *s);
 /* Asks for a checkpoint when an evaluation brings s to length pos (> its length; else the request
  * is cleared): e.g. a prompt's end, before the last tokens an edited turn may change. */
 void kv_seq_checkpoint_at(kv_seq *s, int pos);
+/* Speculative decoding: the next evaluation of s keeps the state after each of its first n entries
+ * (never after its last), so a truncation back into that batch (rejected drafts) is exact. The
+ * room for n states stays with s, from the budget, for the verifies after it, until
+ * kv_seq_keep_steps(s, 0) or its destruction. false (nothing asked) when the budget or memory has
+ * no room: the caller does not draft. Always true for models without a recurrent state (their
+ * truncations are exact) and for n <= 0 (which gives the room back). */
+bool kv_seq_keep_steps(kv_seq *s, int n);
+/* The room of kv_seq_keep_steps alone (nothing asked of the next evaluation): with room for one
+ * state, an evaluation of s may be given up midway (engine_set_yield) on a model with a recurrent
+ * state; without it, such a model's evaluations holding s never yield. Same errors and return. */
+bool kv_seq_keep_room(kv_seq *s, int n);
 /* The positions of s's checkpoints, oldest first, into pos[0..max); returns how many it holds. */
 int kv_seq_checkpoints(const kv_seq *s, int *pos, int max);
 

@@ -46,6 +46,11 @@ typedef struct model_info {
     uint64_t n_params;
     int n_local_layers; /* layers with sliding-window attention (0: every layer is global) */
     int window;         /* their window in positions (0 when none) */
+    int n_shared_kv_layers; /* the last layers, which read an earlier layer's cache and keep none
+                               (Gemma 4's attention.shared_kv_layers; 0 for most families) ... */
+    int n_shared_local;     /* ... of them local (counted in n_local_layers too) */
+    int head_dim_swa, n_head_kv_swa; /* the local layers' head size and KV heads (Gemma 4's differ
+                                        from head_dim and n_head_kv, the global layers'); else equal */
     int n_expert, n_expert_used, n_ff_exp; /* Mixture of Experts: experts, used per token, their FFN
                                               width (0 for dense models) */
     int n_recurrent_layers; /* Gated DeltaNet layers (qwen35): a fixed-size state per sequence, no KV */

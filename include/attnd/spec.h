@@ -214,8 +214,8 @@ void spec_totals(const spec *s, int64_t *drafted, int64_t *accepted);
 int spec_lookup(const int32_t *hist, int n_hist, int ngram_min, int ngram_max, int max, int32_t *out, int *match);
 
 /* Whether speculation can roll back this model's KV cache (models with sliding-window layers free
- * positions a rollback would need, and a Gated DeltaNet state cannot be rolled back: speculation
- * is off for them). */
+ * positions a rollback would need: speculation is off for them). A Gated DeltaNet state rolls back
+ * through the states its verify keeps (kv_seq_keep_steps, asked for before each verify). */
 bool spec_supported(const model *m);
 
 #endif /* ATTND_SPEC_H */

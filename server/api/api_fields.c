@@ -16,7 +16,7 @@ static const char *const OAI[] = {
     "repeat_penalty", "repeat_last_n", "presence_penalty", "frequency_penalty", "seed", "stop", "logit_bias", "n",
     "user", "session_id", "draft_max", "draft_min_p", "ignore_eos", "grammar", "json_schema", "response_format",
     "logprobs", "ablate", "store", "metadata", "n_probs", "min_keep", "dry_*", "xtc_*", "mirostat*",
-    "cache_prompt", "reasoning_budget_tokens", NULL};
+    "cache_prompt", "reasoning_budget_tokens", "close_within_budget", NULL};
 static const char *const COMPLETION[] = {"prompt", "echo", "suffix", "best_of", NULL};
 static const char *const CHAT[] = {"messages", "max_completion_tokens", "top_logprobs", "tools", "tool_choice",
                                    "parallel_tool_calls", "chat_template_kwargs", "functions", "function_call",
@@ -30,7 +30,7 @@ static const char *const RESPONSES[] = {
     "top_logprobs", "truncation", "conversation", "prompt", "context_management", "max_tool_calls", "temperature",
     "top_p", "seed", "top_k", "min_p", "typical_p", "repeat_penalty", "presence_penalty", "frequency_penalty",
     "repeat_last_n", "logit_bias", "stop", "draft_max", "draft_min_p", "grammar", "json_schema", "ignore_eos",
-    "n_probs", "min_keep", "dry_*", "xtc_*", "mirostat*", "session_id", "reasoning_budget_tokens", NULL};
+    "n_probs", "min_keep", "dry_*", "xtc_*", "mirostat*", "session_id", "reasoning_budget_tokens", "close_within_budget", NULL};
 static const char *const MESSAGES[] = {
     "model", "messages", "system", "tools", "tool_choice", "max_tokens", "thinking", "stop_sequences", "stream",
     "metadata", "temperature", "top_p", "top_k", "seed", "min_p", "typical_p", "repeat_penalty", "repeat_last_n",

@@ -56,12 +56,17 @@ static const family_spec FAMILIES[CHAT_FAMILY_COUNT] = {
                     .fold_system = true, .sys_open = "", .sys_close = "\n\n"},
     [CHAT_PHI3] = {.name = "phi3", .end_marker = "<|end|>", .open = TURNS("<|system|>\n", "<|user|>\n", "<|assistant|>\n"),
                    .close = TURNS("<|end|>\n", "<|end|>\n", "<|end|>\n"), .gen_prompt = "<|assistant|>\n"},
+    /* Gemma 4: the model's turn opens with an empty thought, as its templates open it with thinking off */
+    [CHAT_GEMMA4] = {.name = "gemma4", .end_marker = "<turn|>",
+                     .open = TURNS("<|turn>system\n", "<|turn>user\n", "<|turn>model\n"),
+                     .close = TURNS("<turn|>\n", "<turn|>\n", "<turn|>\n"),
+                     .gen_prompt = "<|turn>model\n<|channel>thought\n<channel|>"},
 };
 #undef TURNS
 
 /* Recognition by characteristic markers, most specific first (Phi-3 and Zephyr share <|user|>). */
 static const struct { const char *a, *b; chat_family f; } DETECT[] = {
-    {"<|start_header_id|>", NULL, CHAT_LLAMA3}, {"<|im_start|>", NULL, CHAT_CHATML},
+    {"<|turn>", "<turn|>", CHAT_GEMMA4},        {"<|start_header_id|>", NULL, CHAT_LLAMA3}, {"<|im_start|>", NULL, CHAT_CHATML},
     {"<start_of_turn>", NULL, CHAT_GEMMA},      {"<|user|>", "<|end|>", CHAT_PHI3},
     {"<|user|>", NULL, CHAT_ZEPHYR},            {"[INST]", "<<SYS>>", CHAT_LLAMA2},
     {"[INST]", NULL, CHAT_MISTRAL},
@@ -76,7 +81,7 @@ attnd_status chat_family_from_name(const char *name, chat_family *out, attnd_err
             return ATTND_OK;
         }
     return attnd_fail(err, ATTND_ERR_NOT_FOUND,
-                      "unknown chat template '%s' (known: chatml, llama2, llama3, mistral, zephyr, gemma, phi3)",
+                      "unknown chat template '%s' (known: chatml, llama2, llama3, mistral, zephyr, gemma, phi3, gemma4)",
                       name ? name : "(null)");
 }
 

@@ -39,6 +39,7 @@ typedef enum chat_family {
     CHAT_ZEPHYR,
     CHAT_GEMMA,
     CHAT_PHI3,
+    CHAT_GEMMA4,
     CHAT_FAMILY_COUNT,
 } chat_family;
 

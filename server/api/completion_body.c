@@ -222,6 +222,14 @@ json_t *completion_body_float(float v) {
     return json_real(strtod(t, NULL));
 }
 
+json_t *completion_body_roles(unsigned roles) {
+    static const char *const names[] = {"generate", "embed", "rank"}; /* bit k: names[k] */
+    json_t *a = json_array();
+    for (unsigned k = 0; k < ATTND_ARRAY_LEN(names); k++)
+        if (roles & (1u << k)) json_array_append_new(a, json_string(names[k]));
+    return a;
+}
+
 json_t *completion_body_model(const completion_body_model_desc *m) {
     json_t *mdl = json_object();
     json_object_set_new(mdl, "id", json_string(m->id));
@@ -234,6 +242,8 @@ json_t *completion_body_model(const completion_body_model_desc *m) {
     json_object_set_new(meta, "n_ctx_train", json_integer(m->n_ctx_train));
     json_object_set_new(meta, "n_params", json_integer(m->n_params));
     json_object_set_new(meta, "chat_template", json_string(m->chat_template));
+    json_object_set_new(meta, "roles", completion_body_roles(m->roles));
+    if (m->roles & ~1u) json_object_set_new(meta, "n_embd", json_integer(m->n_embd));
     if (m->defaults) { /* what a request that sets nothing gets: clients (the playground) start from it */
         json_t *d = json_object();
         json_object_set_new(d, "max_tokens", json_integer(m->default_max_tokens));

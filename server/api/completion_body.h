@@ -98,7 +98,11 @@ typedef struct completion_body_model_desc {
     const char *chat_template;   /* family name */
     const sampler_params *defaults; /* the server's sampling defaults (borrowed) */
     int default_max_tokens;         /* max_tokens when a request gives none */
+    unsigned roles;                 /* what the model serves (attnd/embed.h's MODEL_ROLE_* bits) */
+    int n_embd;                     /* floats per embedding (model_embed_dim) */
 } completion_body_model_desc;
+/* The roles (MODEL_ROLE_* bits) as names: ["generate", "embed", "rank"] (new reference). */
+json_t *completion_body_roles(unsigned roles);
 /* GET /v1/models/{id}: the model object. */
 json_t *completion_body_model(const completion_body_model_desc *m);
 /* GET /v1/models: {"object": "list", "data": [model]}. */

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "attnd/buf.h"
+#include "attnd/embed.h"
 #include "attnd/model.h"
 #include "completion_body.h"
 #include "metrics.h"
@@ -90,7 +91,7 @@ static completion_body_model_desc model_desc(const struct server *s) {
     const model_info *mi = model_info_get(s->m);
     return (completion_body_model_desc){s->model_id, (long long)time(NULL), s->n_ctx, mi->n_vocab, mi->n_ctx,
                             (long long)mi->n_params, chat_family_name(s->chat.family), &s->cfg.sampling,
-                            s->cfg.default_max_tokens};
+                            s->cfg.default_max_tokens, http_model_roles(s->m, &s->cfg), mi->n_embd};
 }
 
 http_result ep_models(req *r) {

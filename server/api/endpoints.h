@@ -6,6 +6,7 @@
  *   completions.c  /v1/completions, /v1/chat/completions, llama.cpp's /completion
  *   responses_http.c  /v1/responses (OpenAI's Responses API on durable sessions)
  *   attention.c    /v1/attention (attention inspection)
+ *   embed_http.c   /v1/embeddings, /v1/rerank, Ollama's /api/embed (through the scheduler)
  *
  * The three generation endpoints share genreq.h (the steps from a body to the scheduler's jobs)
  * and sse.h (the stream loop); each keeps its own stream writer and per-request state.
@@ -42,6 +43,10 @@ http_result ep_ollama_tags(req *r);     /* GET /api/tags */
 http_result ep_ollama_show(req *r);     /* POST /api/show */
 http_result ep_ollama_ps(req *r);       /* GET /api/ps */
 http_result ep_ollama_version(req *r);  /* GET /api/version */
+http_result ep_embeddings(req *r);        /* embed_http.c: POST /v1/embeddings */
+http_result ep_rerank(req *r);            /* POST /v1/rerank, /rerank */
+http_result ep_ollama_embed(req *r);      /* POST /api/embed */
+http_result ep_ollama_embeddings(req *r); /* POST /api/embeddings (Ollama's legacy) */
 http_result ep_attention(req *r);   /* attention.c: POST /v1/attention */
 http_result ep_heads(req *r);       /* attention.c: GET /v1/heads */
 http_result ep_session_fork(req *r); /* sess_fork.c: POST /v1/sessions/{id}/fork */

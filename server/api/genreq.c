@@ -196,6 +196,7 @@ static bool job_spec(genreq *g, int32_t *ids, size_t n, int max_tokens, sess *se
         .top_logprobs = q->logprobs, .draft_max = q->draft_max, .draft_min_p = q->draft_min_p,
         .prompt_logprobs = !g->chat && q->echo && q->logprobs >= 0, .ignore_eos = q->ignore_eos, .se = se,
         .think_budget = q->reasoning_budget, .think_inside = q->open_reasoning, .api = g->api,
+        .grammar_close = q->grammar_close,
         .owner = g->owner, .request_id = g->request_id, .tenant = g->tenant,
         .grammar = q->grammar ? grammar_ref(q->grammar) : NULL,
     };

@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "attnd/embed.h"
 #include "anthropic.h"
 #include "conn.h"
 #include "http_mhd.h"
@@ -436,6 +437,39 @@ static http_result request_body(req *r, const char *upload, size_t n) {
     return buf_append(&r->body, upload, n) ? HTTP_YES : HTTP_NO;
 }
 
+unsigned http_model_roles(const model *m, const server_settings *cfg) {
+    unsigned roles = model_roles(m);
+    if (cfg->embeddings && (roles & MODEL_ROLE_GENERATE)) roles |= MODEL_ROLE_EMBED;
+    return roles;
+}
+
+/* The role a route needs (MODEL_ROLE_*), 0 = any model. */
+static unsigned route_role(const route *rt) {
+    return (rt->flags & ROUTE_GENERATE ? MODEL_ROLE_GENERATE : 0u) | (rt->flags & ROUTE_EMBED ? MODEL_ROLE_EMBED : 0u) |
+           (rt->flags & ROUTE_RANK ? MODEL_ROLE_RANK : 0u);
+}
+
+bool http_role_refused(req *r, unsigned roles, const char *name, http_result *ret) {
+    unsigned need = r->rt ? route_role(r->rt) : 0;
+    if (!need || (roles & need)) return false;
+    static const char *const what[] = {"generate text", "embed", "rank"};
+    buf b;
+    buf_init(&b);
+    buf_printf(&b, "the model '%s' does not %s%s; it serves", name, what[need & MODEL_ROLE_GENERATE ? 0 : need & MODEL_ROLE_EMBED ? 1 : 2],
+               need & MODEL_ROLE_EMBED && (roles & MODEL_ROLE_GENERATE) ? " (start the server with --embeddings)" : "");
+    const char *sep = " ";
+    for (size_t i = 0; i < r->srv->n_routes; i++) { /* what it serves, from the route table */
+        const route *rt = &r->srv->routes[i];
+        if (!strcmp(rt->method, "POST") && (route_role(rt) & roles)) {
+            buf_printf(&b, "%s%s", sep, rt->path);
+            sep = ", ";
+        }
+    }
+    *ret = http_respond_error(r, 400, b.p ? b.p : "the model does not serve this endpoint", NULL);
+    buf_free(&b);
+    return true;
+}
+
 /* The whole body is in: the route's handler. */
 static http_result dispatch(req *r) {
     if (r->too_big) return too_big(r);
@@ -444,6 +478,9 @@ static http_result dispatch(req *r) {
     if ((r->rt->flags & ROUTE_MODEL) && !(r->rt->flags & ROUTE_MULTI) && r->srv->models)
         return http_respond_error(r, 501, "this endpoint serves a server of one model; this one serves several "
                                           "(models_dir, [model.NAME]: docs/models.md)", NULL);
+    http_result ret;
+    if (!r->srv->models && http_role_refused(r, http_model_roles(r->srv->m, &r->srv->cfg), r->srv->model_id, &ret))
+        return ret; /* several models: models_http_route checks the one a request names */
     return r->rt->fn(r);
 }
 

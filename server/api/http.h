@@ -67,6 +67,9 @@ enum {
     ROUTE_OLLAMA = 32,    /* errors in Ollama's shape: {"error": "..."} */
     ROUTE_MULTI = 64,     /* served by a server of several models too (models_http.h); a ROUTE_MODEL
                              route without it answers 501 there */
+    ROUTE_GENERATE = 128, /* needs a model that generates text (MODEL_ROLE_GENERATE) */
+    ROUTE_EMBED = 256,    /* needs one that embeds (MODEL_ROLE_EMBED: the file's, or --embeddings) */
+    ROUTE_RANK = 512,     /* needs one that ranks (MODEL_ROLE_RANK: a classification head) */
 };
 
 /* One endpoint (routes.c holds them all). */
@@ -221,6 +224,12 @@ json_t *http_parse_body(req *r, http_result *ret, bool allow_empty);
  * else http_parse_body (a new reference). */
 json_t *http_work_body(req *r, http_result *ret);
 
+/* What a model does (attnd/embed.h's MODEL_ROLE_* bits): the file's roles, plus embedding for
+ * a generation model when cfg's embeddings setting is on. */
+unsigned http_model_roles(const model *m, const server_settings *cfg);
+/* When r's route needs a role (ROUTE_GENERATE, _EMBED, _RANK) that roles lack: queues the 400
+ * that names what the model `name` serves, sets *ret and returns true. */
+bool http_role_refused(req *r, unsigned roles, const char *name, http_result *ret);
 /* Who asked, for the scheduler's fair admission: "key:<owner>" with several API keys, else
  * "addr:<client address>" (into buf, SCHED_TENANT_MAX + 1 bytes). */
 void http_tenant(const req *r, char *buf, size_t cap);

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "attnd/embed.h"
 #include "attnd/model.h"
 #include "chat.h"
 #include "completion_body.h"
@@ -57,6 +58,10 @@ http_result ep_props(req *r) {
     json_object_set_new(o, "eos_token", json_string(s->chat.eos ? s->chat.eos : ""));
     json_object_set_new(o, "build_info", json_string("attnd " ATTND_VERSION));
     json_object_set_new(o, "is_sleeping", json_false());
+    unsigned roles = http_model_roles(s->m, &s->cfg); /* attnd's: what the model serves (generate, embed, rank) */
+    json_object_set_new(o, "roles", completion_body_roles(roles));
+    json_object_set_new(o, "embedding", json_boolean(roles & MODEL_ROLE_EMBED));
+    json_object_set_new(o, "reranking", json_boolean(roles & MODEL_ROLE_RANK));
     return http_respond_json(r, 200, o);
 }
 

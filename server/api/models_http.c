@@ -58,6 +58,10 @@ bool models_http_route(req *r, json_t *body, genreq_env *env, mreg_ref *ref, htt
         return false;
     }
     *env = ((server_model *)ref->inst)->env;
+    if (http_role_refused(r, http_model_roles(env->m, env->cfg), env->model_id, ret)) { /* a route it does not serve */
+        mreg_release(reg, ref);
+        return false;
+    }
     return true;
 }
 

@@ -31,7 +31,8 @@ typedef struct server_model {
 /*
  * The model a generation request names in body's "model" (Ollama's "name:latest" is "name"),
  * acquired into *ref (loaded first when needed, waiting while it loads) and its env into *env.
- * false: the answer is queued (*ret): 400 without a model, 404 naming the available ones, 503
+ * false: the answer is queued (*ret): 400 without a model or when it does not serve the route's
+ * role (http_role_refused), 404 naming the available ones, 503
  * with Retry-After when there is no room or the load queue is full, 500 naming a model that failed
  * to load.
  */

@@ -574,6 +574,11 @@ attnd_status oai_parse(const json_t *body, bool chat, const server_settings *cfg
         (rc = ablate_api_parse(body, &r->ablate, &r->n_ablate, param, err)) != ATTND_OK)
         return rc;
     if ((rc = parse_tools(body, chat, r, param, err)) != ATTND_OK) return rc;
+    /* JSON answers and forced calls close within max_tokens unless the request says not to; a
+     * GBNF grammar is the user's, left as written unless asked */
+    r->grammar_close = r->format == OAI_FORMAT_JSON_OBJECT || r->format == OAI_FORMAT_JSON_SCHEMA ||
+                       r->format == OAI_FORMAT_TOOL_CALL;
+    if ((rc = oai_get_bool(body, "close_within_budget", &r->grammar_close, param, err)) != ATTND_OK) return rc;
     if (chat && (rc = family_messages(r, false, param, err)) != ATTND_OK) return rc;
     attnd_err verr;
     if (sampler_params_validate(&r->sp, n_vocab, &verr) != ATTND_OK)

@@ -85,6 +85,9 @@ typedef struct oai_request {
     oai_format format;      /* what constrains the output */
     bool open_reasoning;    /* the rendered prompt ended inside a reasoning block (oai_open_reasoning) */
     grammar *grammar;       /* owned reference; NULL for OAI_FORMAT_TEXT */
+    bool grammar_close;     /* close_within_budget: the grammar's sentence is closed within
+                               max_tokens (gen.h's grammar_close); default on for JSON formats and
+                               forced calls */
     // ---- tools (chat) ----
     toolcall_spec tools;    /* tools.tools is NULL when the request has none */
     const json_t *tools_json; /* the body's tools (borrowed) when tool_choice is not none, else

@@ -139,6 +139,11 @@ static attnd_status extras_of(const json_t *body, bool chat_api, json_t *into, c
     return ATTND_OK;
 }
 
+bool ollama_model_matches(const char *served, const char *name) {
+    size_t n = strlen(served);
+    return !strncmp(name, served, n) && (!name[n] || !strcmp(name + n, ":latest"));
+}
+
 attnd_status ollama_parse(const json_t *body, bool chat_api, const server_settings *cfg, ollama_request *out,
                           const char **param, attnd_err *err) {
     *out = (ollama_request){.chat = true, .stream = true};

@@ -44,6 +44,10 @@ typedef struct ollama_request {
     const char *model;   /* borrowed from the body */
 } ollama_request;
 
+/* True when an Ollama client's model name means the served model's id: with or without
+ * ":latest". */
+bool ollama_model_matches(const char *served, const char *name);
+
 /* Validates an /api/chat (chat_api) or /api/generate body. On error *param names the field and
  * the status is ATTND_ERR_INVALID. out must be freed with ollama_request_free. */
 attnd_status ollama_parse(const json_t *body, bool chat_api, const server_settings *cfg, ollama_request *out,

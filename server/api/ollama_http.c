@@ -15,6 +15,7 @@
 #include <sys/stat.h>
 #include <time.h>
 
+#include "attnd/embed.h"
 #include "attnd/model.h"
 #include "endpoints.h"
 #include "genreq_http.h"
@@ -50,10 +51,7 @@ static void rfc3339_now(char out[40]) {
 }
 
 /* A model's name as Ollama clients see it (id): a name matches with or without ":latest". */
-static bool model_matches(const char *id, const char *name) {
-    size_t n = strlen(id);
-    return !strncmp(name, id, n) && (!name[n] || !strcmp(name + n, ":latest"));
-}
+static bool model_matches(const char *id, const char *name) { return ollama_model_matches(id, name); }
 
 /* The answer's fields beside the reply (o NULL: running). */
 static ollama_result result_of(req *r, const sched_output *o) {
@@ -253,8 +251,11 @@ http_result ep_ollama_show(req *r) {
     json_object_set_new(info, key, json_integer(mi->n_layer));
     snprintf(key, sizeof(key), "%s.embedding_length", mi->arch);
     json_object_set_new(info, key, json_integer(mi->n_embd));
-    json_t *caps = json_pack("[s]", "completion");
-    if (s->chat.takes_tools) json_array_append_new(caps, json_string("tools"));
+    unsigned roles = http_model_roles(s->m, &s->cfg);
+    json_t *caps = json_array(); /* Ollama's: "completion", "tools", "embedding" */
+    if (roles & MODEL_ROLE_GENERATE) json_array_append_new(caps, json_string("completion"));
+    if ((roles & MODEL_ROLE_GENERATE) && s->chat.takes_tools) json_array_append_new(caps, json_string("tools"));
+    if (roles & MODEL_ROLE_EMBED) json_array_append_new(caps, json_string("embedding"));
     json_t *ans = json_pack("{s:s, s:s, s:s, s:O, s:o, s:o, s:O}", "modelfile", "", "parameters", params, "template", tmpl,
                             "details", json_object_get(entry, "details"), "model_info", info, "capabilities", caps,
                             "modified_at", json_object_get(entry, "modified_at"));

@@ -20,6 +20,7 @@
 #include "attnd/common.h"
 #include "oai.h"
 #include "toolcall.h"
+#include "toolcall_g4.h"
 
 enum mode {
     M_TEXT, M_THINK, M_HERMES, M_PYTAG, M_PYTAG_SEP, M_PYTAG_NEXT, M_MISTRAL, M_GRANITE, M_BARE, M_HARMONY_HEAD,
@@ -29,6 +30,9 @@ enum mode {
     M_XML_PNAME,  /* <parameter= read, the name to '>' */
     M_XML_VALUE,  /* a parameter's value, to </parameter> */
     M_XML_END,    /* after </function> (or what ended the call): to </tool_call>, then the verdict */
+    M_G4_THOUGHT_HEAD, /* Gemma 4: <|channel> read, its "thought" label to drop */
+    M_G4_THOUGHT, /* Gemma 4's reasoning, to <channel|> */
+    M_G4_CALL,    /* Gemma 4: <|tool_call> read, the call to <tool_call|> (toolcall_g4.h) */
 };
 enum hkind { H_CONTENT, H_REASONING, H_CALL };
 
@@ -58,6 +62,8 @@ static const char THINK_OPEN[] = "<think>", THINK_CLOSE[] = "</think>", HERMES_O
                   HERMES_CLOSE[] = "</tool_call>", PYTAG[] = "<|python_tag|>", MISTRAL[] = "[TOOL_CALLS]", GRANITE[] = "<|tool_call|>",
                   CHANNEL[] = "<|channel|>", MESSAGE[] = "<|message|>", START[] = "<|start|>assistant";
 static const char *const HARMONY_ENDS[] = {"<|end|>", "<|call|>", "<|return|>"};
+static const char G4_THOUGHT[] = "<|channel>", G4_THOUGHT_END[] = "<channel|>", G4_CALL[] = "<|tool_call>",
+                  G4_CALL_END[] = "<tool_call|>";
 
 /* How arguments' JSON is read to check it: a key twice is no call (which one would run?), and
  * an integer past 64 bits is still JSON (the text is kept as written, never re-encoded). */
@@ -422,15 +428,16 @@ static bool step_text(toolcall_parser *p, json_t *deltas, bool final) {
             return true;
         }
     }
-    const char *markers[] = {THINK_OPEN, CHANNEL, START, HERMES_OPEN, PYTAG, MISTRAL, GRANITE};
-    size_t n_m = p->calls ? 7 : 3, which = 0;
+    const char *markers[] = {THINK_OPEN, CHANNEL, START, G4_THOUGHT, HERMES_OPEN, PYTAG, MISTRAL, GRANITE, G4_CALL};
+    size_t n_m = p->calls ? 9 : 4, which = 0;
     size_t at = find_first(s, n, markers, n_m, &which);
     if (at < n) {
         emit_content(p, s, at, deltas);
         consume(p, at + strlen(markers[which]));
-        static const enum mode next[] = {M_THINK, M_HARMONY_HEAD, M_TEXT, M_HERMES, M_PYTAG, M_MISTRAL, M_GRANITE};
+        static const enum mode next[] = {M_THINK,  M_HARMONY_HEAD, M_TEXT,    M_G4_THOUGHT_HEAD, M_HERMES,
+                                         M_PYTAG, M_MISTRAL,      M_GRANITE, M_G4_CALL};
         p->mode = next[which];
-        if (which == 0) p->after_reasoning = true;
+        if (which == 0 || which == 3) p->after_reasoning = true;
         return true;
     }
     size_t hold = final ? 0 : utf8_tail(s, n);
@@ -774,6 +781,41 @@ static bool step_xml_end(toolcall_parser *p, json_t *deltas, bool final) {
     return true;
 }
 
+// ---- Gemma 4 ----------------------------------------------------------------------------------
+
+/* After <|channel>: the channel's "thought" label and its newline, then reasoning to <channel|>. */
+static bool step_g4_thought_head(toolcall_parser *p, bool final) {
+    static const char LABEL[] = "thought\n";
+    int w = starts_with(p->pend.p, p->pend.len, LABEL);
+    if (w < 0 && !final) return false; /* "thou" could be the label */
+    if (w > 0) consume(p, strlen(LABEL));
+    p->mode = M_G4_THOUGHT;
+    return true;
+}
+
+/* <|tool_call>call:NAME{...}<tool_call|>: a call when the block reads as one (toolcall_g4.h) and
+ * names a tool; else the block as written is content. */
+static bool step_g4_call(toolcall_parser *p, json_t *deltas, bool final) {
+    const char *m[] = {G4_CALL_END};
+    size_t n = p->pend.len, which, at = find_first(p->pend.p, n, m, 1, &which);
+    if (at == n && !final) return false;
+    size_t end = at < n ? at + strlen(G4_CALL_END) : n;
+    char name[128];
+    buf args = {0};
+    bool ok = at < n && toolcall_g4_read(p->pend.p, at, name, sizeof(name), &args) && name_known(p, name) &&
+              args_ok(args.p, args.len);
+    if (ok) {
+        add_call(p, name, args.p, deltas);
+    } else {
+        emit_content(p, G4_CALL, strlen(G4_CALL), deltas);
+        reject(p, p->pend.p, end, deltas);
+    }
+    buf_free(&args);
+    consume(p, end);
+    p->mode = M_TEXT;
+    return true;
+}
+
 static bool step(toolcall_parser *p, json_t *deltas, bool final) {
     if (p->pend.len == 0 && !(final && p->mode == M_XML_END)) return false;
     switch (p->mode) {
@@ -793,6 +835,9 @@ static bool step(toolcall_parser *p, json_t *deltas, bool final) {
     case M_XML_PNAME: return step_xml_pname(p, final);
     case M_XML_VALUE: return step_xml_value(p, final);
     case M_XML_END: return step_xml_end(p, deltas, final);
+    case M_G4_THOUGHT_HEAD: return step_g4_thought_head(p, final);
+    case M_G4_THOUGHT: return step_until(p, G4_THOUGHT_END, true, deltas, final);
+    case M_G4_CALL: return step_g4_call(p, deltas, final);
     }
     return false;
 }
@@ -811,8 +856,10 @@ void toolcall_parser_finish(toolcall_parser *p, json_t *deltas) {
         harmony_call(p, p->pend.len, 0, deltas);
     } else if (p->mode == M_HARMONY_HEAD) { /* the reply ended right after the marker */
         emit_content(p, CHANNEL, strlen(CHANNEL), deltas);
-    } else if (p->mode == M_HERMES || p->mode == M_PYTAG || p->mode == M_MISTRAL || p->mode == M_GRANITE) {
-        const char *m = p->mode == M_HERMES ? HERMES_OPEN : p->mode == M_PYTAG ? PYTAG : p->mode == M_MISTRAL ? MISTRAL : GRANITE;
+    } else if (p->mode == M_HERMES || p->mode == M_PYTAG || p->mode == M_MISTRAL || p->mode == M_GRANITE ||
+               p->mode == M_G4_CALL) {
+        const char *m = p->mode == M_HERMES ? HERMES_OPEN : p->mode == M_PYTAG ? PYTAG : p->mode == M_MISTRAL ? MISTRAL
+                        : p->mode == M_GRANITE ? GRANITE : G4_CALL;
         reject(p, m, strlen(m), deltas); /* a call's marker and nothing after it */
     }
     p->mode = M_TEXT;

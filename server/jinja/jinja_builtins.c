@@ -519,6 +519,33 @@ static jinja_value *f_items(FARGS) {
     return dict_items(c, v);
 }
 
+/* dictsort: the mapping's (key, value) pairs sorted by key (by="value": by value), strings
+ * compared case-folded unless case_sensitive, in reverse when asked; stable, as Python's sort. An
+ * insertion sort: mappings in templates are small, and every comparison is charged. */
+static jinja_value *f_dictsort(FARGS) {
+    jinja_value *cs = ARG(0, "case_sensitive"), *by = ARG(1, "by"), *rev = ARG(2, "reverse");
+    if (v->kind != JV_DICT) return jfail(c, "dictsort needs a mapping");
+    int pos = by && jv_str_eq(by, "value") ? 1 : 0;
+    bool fold = !(cs && jv_truthy(cs)), desc = rev && jv_truthy(rev);
+    jinja_value *items = dict_items(c, v), *keys = items ? jv_new(c, JV_LIST) : NULL;
+    for (size_t i = 0; keys && i < items->l.n; i++) { /* the sort key of each pair */
+        jinja_value *k = items->l.v[i]->l.v[pos];
+        if (fold && k->kind == JV_STR && !(k = recase(c, k, CASE_LOWER))) return NULL;
+        if (!jv_push(c, keys, k)) return NULL;
+    }
+    for (size_t i = 1; keys && i < items->l.n; i++)
+        for (size_t j = i; j > 0; j--) {
+            bool ok;
+            if (!jinja_step(c)) return NULL;
+            int cmp = jv_compare(c, keys->l.v[j - 1], keys->l.v[j], &ok);
+            if (!ok) return NULL;
+            if (desc ? cmp >= 0 : cmp <= 0) break;
+            jinja_value *t = items->l.v[j]; items->l.v[j] = items->l.v[j - 1], items->l.v[j - 1] = t;
+            t = keys->l.v[j], keys->l.v[j] = keys->l.v[j - 1], keys->l.v[j - 1] = t;
+        }
+    return keys ? items : NULL;
+}
+
 static jinja_value *f_list(FARGS) {
     FUNUSED;
     jinja_value *l = jv_iter_list(c, v), *out = l && jinja_charge(c, l->l.n) ? jv_new(c, JV_LIST) : NULL;
@@ -664,6 +691,7 @@ static const struct { const char *name; filter_fn fn; bool soft; } FILTERS[] = {
     {"items", f_items, true}, {"list", f_list, true}, {"string", f_string, true}, {"safe", f_safe, true},
     {"int", f_int, false}, {"float", f_float, false}, {"round", f_round, false}, {"abs", f_abs, false},
     {"reverse", f_reverse, true}, {"indent", f_indent, false}, {"unique", f_unique, true},
+    {"dictsort", f_dictsort, false},
 };
 
 jinja_value *jinja_call_filter(jinja_ctx *c, const char *name, jinja_value *v, jinja_value **a, size_t n,

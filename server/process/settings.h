@@ -119,6 +119,11 @@ typedef struct server_settings {
     int attention_max_weights; /* most weights one POST /v1/attention answer carries; default 1000000 */
     size_t attention_max_bytes; /* most bytes of JSON one /v1/attention answer takes; default 16 MiB */
     int attention_parallel;  /* /v1/attention requests at once; default 2 (429 above) */
+    bool embeddings;         /* a generation model also serves /v1/embeddings and /api/embed
+                                (llama-server's --embeddings); default false */
+    int embed_max_inputs;    /* inputs of one embedding request, documents of one rerank; default 2048 */
+    int embed_max_tokens;    /* tokens of one embedding input or rerank pair (also at most max_batch
+                                and the context); default 8192 */
     int request_timeout_s;   /* idle HTTP connection timeout (slow loris); default 30 */
     int header_timeout_s;    /* a connection's request headers must arrive within this; default 10 */
     int body_timeout_s;      /* a request's body must arrive within this of its headers; default 20 */

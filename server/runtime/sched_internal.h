@@ -30,6 +30,7 @@ struct sched_job {
     int think_budget;         /* gen.h's think_budget; 0 = none */
     bool think_inside;
     int api;                  /* the histograms' series (sched_job_spec.api) */
+    bool grammar_close;
     attn_capture *capture;    /* owned, may be NULL */
     grammar *grammar;         /* a reference, may be NULL */
     engine_ablation_head *ablate; /* (n_ablate) owned, may be NULL */
@@ -259,6 +260,9 @@ void sched_tenant_leave(sched *s, sched_job *j, bool in_slot);
 bool sched_tenant_take_slot(sched *s, sched_job *j);
 /* Forks attached to j (choices 2..n of its prompt, not started yet). */
 int sched_n_forks(const sched_job *j);
+/* The drafts per step j may take: its own draft_max, else the server's; 0 when the model cannot
+ * speculate. */
+int sched_job_draft_max(const sched *s, const sched_job *j);
 /* Reserves KV for j, admitted into sl, and hands its forks their group. */
 void sched_reserve(sched *s, slot *sl, sched_job *j);
 /* ATTND_ERR_INVALID, saying what would fit, when budget bytes cannot hold one full context. */

@@ -48,6 +48,7 @@ attnd_status sched_job_create(sched_job **out, sched_job_spec *spec, attnd_err *
     j->ignore_eos = spec->ignore_eos;
     j->think_budget = spec->think_budget;
     j->think_inside = spec->think_inside;
+    j->grammar_close = spec->grammar_close;
     j->api = spec->api >= 0 && spec->api < SCHED_N_APIS ? spec->api : 0;
     j->se = spec->se;
     snprintf(j->owner, sizeof(j->owner), "%s", spec->owner ? spec->owner : "");
@@ -164,6 +165,7 @@ attnd_status sched_job_fork(sched_job **out, sched_job *parent, uint64_t seed, a
         .max_tokens = parent->max_tokens, .top_logprobs = parent->top_logprobs, .draft_max = parent->draft_max, .owner = parent->owner,
         .draft_min_p = parent->draft_min_p, .ignore_eos = parent->ignore_eos,
         .think_budget = parent->think_budget, .think_inside = parent->think_inside, .api = parent->api,
+        .grammar_close = parent->grammar_close,
         .tenant = parent->tenant,
         .grammar = parent->grammar ? grammar_ref(parent->grammar) : NULL,
     };

@@ -21,11 +21,18 @@ void sched_group_leave(sched *s, kv_group *g) {
     free(g);
 }
 
+int sched_job_draft_max(const sched *s, const sched_job *j) {
+    return s->draft_max < 0 ? 0 : j->draft_max >= 0 ? j->draft_max : s->draft_max;
+}
+
 /* KV memory a job may come to hold: its prompt, max_tokens and the session tail, capped at the
- * context (engine_eval never grows a sequence past it). */
+ * context (engine_eval never grows a sequence past it), and with a recurrent state the room its
+ * steps keep states in (kv_seq_keep_room): one per draft of a speculative verify, and at least one
+ * to back the state up when a step may be given up (the yield). */
 static size_t job_kv_bytes(const sched *s, const sched_job *j) {
     long n = (long)j->n_prompt + (j->max_tokens > 0 ? j->max_tokens : 0) + 1;
-    return kv_pool_bytes_for(s->pool, n < s->n_ctx ? (int)n : s->n_ctx);
+    int room = sched_job_draft_max(s, j) > 1 ? sched_job_draft_max(s, j) : 1;
+    return kv_pool_bytes_for(s->pool, n < s->n_ctx ? (int)n : s->n_ctx) + (size_t)room * kv_state_bytes(s->m);
 }
 
 /* The prompt's whole KV blocks: a job's forks share them and never write into them (a recurrent

@@ -80,6 +80,7 @@ static void slot_finish(sched *s, slot *sl, const char *reason, attnd_status st,
     }
     attn_capture_unlink(&s->inspecting, j->capture);
     if (sl->se) {
+        if (sl->kv) kv_seq_keep_steps(sl->kv, 0); /* the room its verifies kept states in */
         if (sl->kv && st == ATTND_OK) kv_seq_checkpoint(sl->kv); /* a turn's end: where the next turn may differ */
         if (sl->kv) sess_set_kv(s->store, sl->se, sl->kv, sl->n_past, kv_seq_bytes(sl->kv));
         attnd_err e;
@@ -158,7 +159,8 @@ static attnd_status slot_init_gen(sched *s, slot *sl, sched_job *j, attnd_err *e
     }
     gen_params gp = {.sp = j->sp, .stops = (const char *const *)j->stops, .n_stops = j->n_stops,
                      .top_logprobs = j->top_logprobs, .grammar = j->grammar, .gvocab = s->gvocab,
-                     .ignore_eog = j->ignore_eos, .think_budget = j->think_budget, .think_inside = j->think_inside};
+                     .ignore_eog = j->ignore_eos, .think_budget = j->think_budget, .think_inside = j->think_inside,
+                     .max_tokens = j->max_tokens, .grammar_close = j->grammar_close};
     return gen_create(&sl->g, &gp, s->n_vocab, s->tok, j->prompt, j->n_prompt, err);
 }
 
@@ -183,19 +185,13 @@ static attnd_status slot_start_ablated(sched *s, slot *sl, sched_job *j, attnd_e
     return slot_init_gen(s, sl, j, err);
 }
 
-/* The drafts per step j may take: its own draft_max, else the server's; 0 when the model cannot
- * speculate. */
-static int job_draft_max(const sched *s, const sched_job *j) {
-    return s->draft_max < 0 ? 0 : j->draft_max >= 0 ? j->draft_max : s->draft_max;
-}
-
 /* The drafter of a slot that speculates, fed the prompt: the draft model's, else (none, or out of
  * its memory) prompt lookup's; none when that fails too. */
 static void slot_open_drafter(sched *s, slot *sl) {
-    if (job_draft_max(s, sl->job) <= 0 || sl->job->capture) return;
+    if (sched_job_draft_max(s, sl->job) <= 0 || sl->job->capture) return;
     spec_params p;
     spec_params_default(&p);
-    p.draft_max = job_draft_max(s, sl->job), p.fixed = !s->draft_adapt;
+    p.draft_max = sched_job_draft_max(s, sl->job), p.fixed = !s->draft_adapt;
     p.draft_min_p = sl->job->draft_min_p >= 0 ? sl->job->draft_min_p : s->draft_min_p;
     for (int lookup = !s->deng; lookup < 2 && !sl->sp; lookup++) {
         p.draft = lookup ? NULL : s->deng, p.draft_pool = lookup ? NULL : s->dpool;
@@ -235,6 +231,7 @@ static attnd_status slot_start(sched *s, slot *sl, sched_job *j, attnd_err *err)
     keep = kv_seq_len(sl->kv); /* less when a sliding window's positions were freed (kv.h) */
     if (j->capture) attn_capture_link(&s->inspecting, j->capture, sl->kv);
     kv_seq_checkpoint_at(sl->kv, j->n_prompt - SCHED_CKPT_BACK);
+    kv_seq_keep_room(sl->kv, 1); /* a hybrid's steps may yield with its state backed up (reserved) */
     sl->n_past = keep;
     sl->prefilling = true;
     attnd_status rc = slot_init_gen(s, sl, j, err);
@@ -284,7 +281,7 @@ static bool slot_token(sched *s, slot *sl, const float *row) {
     pthread_mutex_unlock(&j->mu);
     sl->next_token = t.id;
     /* finishing waits for the end of the step (see finish_ended) */
-    if (why != STOP_NONE) sl->end_reason = "stop";
+    if (why != STOP_NONE) sl->end_reason = gen_steered(sl->g) ? "length" : "stop"; /* the budget closed it */
     else if (sl->n_gen >= j->max_tokens || sl->n_past >= s->n_ctx) sl->end_reason = "length";
     return true;
 }
@@ -515,7 +512,7 @@ int sched_draft_room(int cap, int n_decode, bool prompts_waiting) {
  * slots' (draft_together): the count is then at most what they will be. */
 static int slot_drafts(sched *s, slot *sl, int room, spec_step *st) {
     const sched_job *j = sl->job;
-    int dm = job_draft_max(s, j);
+    int dm = sched_job_draft_max(s, j);
     int left = j->max_tokens - sl->n_gen - 1, ctx = s->n_ctx - sl->n_past - 1;
     int max = dm < room ? dm : room;
     if (left < max) max = left;
@@ -555,6 +552,8 @@ static int lay_out_decode(sched *s, int *rows) {
     for (int k = 0; k < s->n_slots; k++) {
         slot *sl = &s->slots[k];
         if (!sl->batch_n) continue;
+        /* a recurrent state keeps its state after each drafted position, or nothing is drafted */
+        if (sl->n_draft && !kv_seq_keep_steps(sl->kv, sl->n_draft)) sl->n_draft = 0;
         s->batch[n++] = (batch_entry){sl->kv, sl->next_token, sl->n_past, true};
         for (int i = 0; i < sl->n_draft; i++) s->batch[n++] = (batch_entry){sl->kv, sl->draft[i], sl->n_past + 1 + i, true};
         sl->row0 = *rows, sl->batch_n = 1 + sl->n_draft;
@@ -1022,14 +1021,30 @@ static bool task_turn(sched *s, sched_task *t) {
     return false;
 }
 
-/* One turn of the oldest waiting task; one with more to do goes to the back of the list, so
+/* The task to run a turn of (s->mu held), unlinked: the oldest of the least charged tenant, so
+ * that tenants take turns with their tasks (embedding requests, sweeps) as with their jobs, and
+ * one client's many requests do not take more turns than another's one. NULL when none. */
+static sched_task *task_pick(sched *s) {
+    sched_task **best = NULL;
+    double least = 0;
+    for (sched_task **p = &s->tasks; *p; p = &(*p)->next) {
+        int ix = (*p)->tenant_ix;
+        double served = ix >= 0 ? s->tenants[ix].served : 0;
+        if (!best || served < least) best = p, least = served;
+    }
+    if (!best) return NULL;
+    sched_task *t = *best;
+    *best = t->next;
+    return t;
+}
+
+/* One turn of the next task (task_pick); one with more to do goes to the back of the list, so
  * tasks queued meanwhile, and the next step, come first. Stopping: every task ends BUSY, each
  * told to release what it holds. */
 static void run_tasks(sched *s, bool stopping) {
     do {
         pthread_mutex_lock(&s->mu);
-        sched_task *t = s->tasks;
-        if (t) s->tasks = t->next;
+        sched_task *t = task_pick(s);
         pthread_mutex_unlock(&s->mu);
         if (!t) return;
         if (stopping) {
@@ -1173,6 +1188,9 @@ static attnd_status draft_open(sched *s, const server_settings *cfg, attnd_err *
     if (!spec_supported(s->dm))
         return attnd_fail(err, ATTND_ERR_UNSUPPORTED, "draft_model %s has sliding-window layers, which speculation "
                           "cannot roll back", cfg->draft_model);
+    if (model_info_get(s->dm)->n_recurrent_layers) /* its rollbacks would recompute it from the start */
+        return attnd_fail(err, ATTND_ERR_UNSUPPORTED, "draft_model %s has Gated DeltaNet layers: a hybrid model cannot "
+                          "be a draft model yet", cfg->draft_model);
     size_t budget = kv_context_bytes(s->dm, s->n_ctx, KV_F16) * (size_t)s->n_slots;
     if ((rc = kv_pool_create(&s->dpool, s->dm, budget, KV_F16, err)) != ATTND_OK) return rc;
     if ((rc = engine_create(&s->deng, s->dm, 512, cfg->threads, err)) != ATTND_OK) return rc;

@@ -59,6 +59,8 @@ typedef struct sched_job_spec {
                                  (gen.h's think_budget); 0 = no limit */
     bool think_inside;        /* the prompt opened the <think> block */
     int api;                  /* which API asked (0..SCHED_N_APIS-1), the histograms' label */
+    bool grammar_close;       /* the grammar's sentence closes within max_tokens (gen.h);
+                                 finish_reason "length" when the budget closed it */
     attn_capture *capture;    /* stolen, may be NULL: records the attention of this job's
                                  positions (attention inspection). Such a job evaluates its
                                  whole prompt unless a named session caches a prefix, also with
@@ -204,9 +206,10 @@ void sched_destroy(sched *s);
 /*
  * Work for the scheduler thread itself, in turns between its steps: for inspections that batch
  * sequences of their own (the ablation sweep, attnd/ablate_sweep.h), and for the session fork.
- * Between two steps the scheduler runs ONE turn of ONE task (the oldest waiting; one with more
- * to do goes to the back), so tasks never hold up the streams by more than a turn per step,
- * and tasks queued meanwhile wait for their turn. A turn should evaluate at most max_entries
+ * Between two steps the scheduler runs ONE turn of ONE task (the oldest waiting of the tenant
+ * charged least so far, as jobs are admitted; one with more to do goes to the back), so tasks
+ * never hold up the streams by more than a turn per step, tenants take turns, and tasks queued
+ * meanwhile wait for their turn. A turn should evaluate at most max_entries
  * positions in one batch: the scheduler sizes it so that a turn costs about one decode step of
  * the streams (of one stream when none decodes, so that a request arriving during a turn waits
  * no longer than for a step).

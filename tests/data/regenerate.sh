@@ -6,15 +6,19 @@
 #                                          family (tests/family_specs.h, written by BUILD_DIR/tiny_model)
 #   tests/data/reference-hybrid.json       the same for the hybrid Gated DeltaNet families (qwen35,
 #                                          qwen35moe, qwen3next), after an 88-token prompt
+#   tests/data/reference-gemma4.json       the same for the Gemma 4 variants (dense, E, MoE)
 #   tests/data/reference-mla.json          the same for the latent-attention models (deepseek2: DeepSeek-V2-Lite,
 #                                          GLM-4.7-Flash and V3-class shapes), after the same 88-token prompt
 #   tests/data/reference-quant-types.json  the type llama.cpp's own quantizer gives every tensor, per
 #                                          mix, of attnd-sotu, qwen896 and llama960 (attnd quantize must agree)
 #   tests/data/models/llamacpp/*.gguf      files llama.cpp's quantizer wrote, which attnd must run
 #                                          (their greedy tokens are in reference-greedy.json)
+#   tests/data/reference-embed.json        llama.cpp's pooled embeddings / rerank logits of the
+#                                          generated encoders (tests/encoder_fixture.h, tiny_model)
 #
-#   tests/data/regenerate.sh [BUILD_DIR]    (default: build; needs BUILD_DIR/attnd and
-#                                            BUILD_DIR/make_tiny, node and npm)
+#   tests/data/regenerate.sh [BUILD_DIR] [--only-embed]   (default: build; needs BUILD_DIR/attnd
+#                                            and BUILD_DIR/make_tiny, node and npm; --only-embed
+#                                            rewrites reference-embed.json alone)
 #
 # The quantized variants are made with `attnd quantize` exactly as the suite makes them
 # (tests/test_models.h); llama.cpp runs through tools/peers/llamacpp (installed on first use),
@@ -27,6 +31,34 @@ bin=$build/attnd
 peer=$("$root/tools/peers/llamacpp/install.sh")
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
+
+# the generated encoders: each one's inputs alone in llama.cpp's embedding (or, with pooling rank,
+# ranking) context, one thread, the file's pooling
+embed_refs() {
+    local inputs out=$tmp/embed.jsonl
+    inputs=$("$build/tiny_model" --encoder-inputs | paste -sd';')
+    : >"$out"
+    for f in $("$build/tiny_model" --list-encoders); do
+        "$build/tiny_model" "$f" "$tmp/$f.gguf"
+        local rank=; [ "${f%-reranker}" != "$f" ] && rank=--rank
+        node "$peer/embed.mjs" --model "$tmp/$f.gguf" --inputs "$inputs" --threads 1 $rank 2>/dev/null |
+            F="$f" node -e '
+                const r = JSON.parse(require("fs").readFileSync(0, "utf8"));
+                const v = r.vectors.map((x) => x.map((y) => Number(y.toPrecision(8))));
+                process.stdout.write(JSON.stringify({model: process.env.F, vectors: v}) + "\n");' >>"$out"
+        echo "regenerate.sh: encoder $f done" >&2
+    done
+    node -e '
+        const lines = require("fs").readFileSync(process.argv[1], "utf8").trim().split("\n").map(JSON.parse);
+        const out = {generator: "llama.cpp via node-llama-cpp 3.21.1 (tools/peers/llamacpp/embed.mjs), 1 thread; models: tiny_model NAME, inputs: tiny_model --encoder-inputs (tests/encoder_fixture.h)",
+                     cases: lines};
+        process.stdout.write(JSON.stringify(out).replace(/\[\{/, "[\n{").replace(/\},\{"model"/g, "},\n{\"model\"") + "\n");' "$out" \
+        >"$root/tests/data/reference-embed.json"
+}
+if [ "${2:-}" = --only-embed ]; then
+    embed_refs
+    exit 0
+fi
 
 # llama.cpp's own quantizer (tools/peers/llamacpp/quantize.c over the peer's libllama)
 cc -O2 -o "$tmp/lcpp-quantize" "$root/tools/peers/llamacpp/quantize.c" -ldl
@@ -166,6 +198,26 @@ node -e '
                  cases: lines};
     process.stdout.write(JSON.stringify(out).replace(/\[\{/, "[\n{").replace(/\},\{"family"/g, "},\n{\"family\"") + "\n");' "$mla" >"$root/tests/data/reference-mla.json"
 
+# Gemma 4's variants (dense, E, MoE; tests/family_specs.h gemma4_small): the family prompt, 100 tokens
+g4=$tmp/gemma4.jsonl
+for f in $("$build/tiny_model" --list-gemma4); do
+    "$build/tiny_model" "$f" "$tmp/$f.gguf"
+    node "$peer/generate.mjs" --model "$tmp/$f.gguf" --tokens 1,300,301,302,260,270,280 --n 100 --threads 1 \
+        --flash-attn off --kv-type f32 --json |
+        F="$f" node -e '
+            const r = JSON.parse(require("fs").readFileSync(0, "utf8"));
+            process.stdout.write(JSON.stringify({family: process.env.F, prompt_tokens: r.prompt_tokens,
+                tokens: r.tokens}) + "\n");' >>"$g4"
+    echo "regenerate.sh: gemma4 variant $f done" >&2
+done
+node -e '
+    const lines = require("fs").readFileSync(process.argv[1], "utf8").trim().split("\n").map(JSON.parse);
+    const out = {generator: "llama.cpp via node-llama-cpp 3.21.1 (tools/peers/llamacpp), greedy, flash attention off, F32 KV cache, 1 thread; models: tiny_model VARIANT (tests/family_specs.h gemma4_small)",
+                 cases: lines};
+    process.stdout.write(JSON.stringify(out).replace(/\[\{/, "[\n{").replace(/\},\{"family"/g, "},\n{\"family\"") + "\n");' "$g4" >"$root/tests/data/reference-gemma4.json"
+
+embed_refs
+
 node "$peer/tokenize.mjs" --model "$root/models/attnd-sotu.gguf" --in "$root/tests/data/tokenizers/llama-spm.jsonl" \
     >"$root/tests/data/reference-tokens-sotu.jsonl"
-echo "regenerate.sh: wrote tests/data/reference-greedy.json, reference-families.json, reference-hybrid.json, reference-mla.json and reference-tokens-sotu.jsonl" >&2
+echo "regenerate.sh: wrote tests/data/reference-greedy.json, reference-families.json, reference-hybrid.json, reference-mla.json, reference-gemma4.json, reference-embed.json and reference-tokens-sotu.jsonl" >&2

@@ -151,7 +151,8 @@ async function responses(model) {
     if (ev.type === 'response.output_item.added' && ev.item.type === 'function_call') added = ev.item;
     if (ev.type === 'response.function_call_arguments.delta') deltas += ev.delta, n++;
     if (ev.type === 'response.function_call_arguments.done') done = ev;
-    if (ev.type === 'response.completed') final = ev.response;
+    // incomplete: max_output_tokens closed the call (its JSON is whole: issue 49's budget close)
+    if (ev.type === 'response.completed' || ev.type === 'response.incomplete') final = ev.response;
   }
   const fcall = final?.output.find((o) => o.type === 'function_call');
   check(added && done && fcall && n === 1 && deltas === done.arguments && deltas === fcall.arguments && added.id === fcall.id &&

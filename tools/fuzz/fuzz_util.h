@@ -188,7 +188,8 @@ static const char *FZ_USER[] = {"<|user|>", "[INST]", "[/INST]", "<tab>"};
 
 /*
  * A tokenizer-only GGUF image of family "llama" (SentencePiece: <unk> <s> </s>, byte fallback,
- * scored pieces) or "gpt2" (byte-level with merges; pre names the pre-tokenizer). Every chat
+ * scored pieces), "gpt2" (byte-level with merges; pre names the pre-tokenizer) or, with pre
+ * "gemma4", "gemma4" (merges over raw UTF-8 with U+2581 for spaces, <0xXX> byte fallback). Every chat
  * family's markers are control tokens, a few others user-defined. *size gets the length;
  * the image is malloc'd (caller frees).
  */
@@ -212,6 +213,28 @@ static inline uint8_t *fuzz_tiny_vocab_image(bool spm, const char *pre, size_t *
                 if (i) fv_add(&v, s, 1, -10.0f + (float)i);
             }
         }
+    } else if (!strcmp(pre, "gemma4")) { /* SentencePiece-style BPE: U+2581, raw UTF-8, <0xXX> bytes */
+        fv_add(&v, "<pad>", 3, 0), fv_add(&v, "<eos>", 3, 0), fv_add(&v, "<bos>", 3, 0);
+        for (unsigned c = 0; c < 256; c++) snprintf(s, sizeof(s), "<0x%02X>", c), fv_add(&v, s, 6, 0);
+        fv_add(&v, "\xE2\x96\x81", 1, 0), fv_add(&v, "\n", 1, 0), fv_add(&v, "\n\n", 1, 0), fv_add(&v, "\xC3\xA9", 1, 0);
+        for (unsigned c = 0x21; c < 0x7F; c++) s[0] = (char)c, s[1] = 0, fv_add(&v, s, 1, 0);
+        for (size_t w = 0; w < sizeof(FZ_WORDS) / sizeof(*FZ_WORDS); w++) {
+            char prev[64] = "", one[8], m[140];
+            for (const char *p = FZ_WORDS[w]; *p;) { /* merges build each word left to right */
+                size_t cl = (unsigned char)*p >= 0xC0 ? 2 : 1;
+                if (*p == ' ') strcpy(one, "\xE2\x96\x81");
+                else memcpy(one, p, cl), one[cl] = 0;
+                p += cl;
+                if (!prev[0] || *one == '\n') {
+                    if (!prev[0]) strcpy(prev, one);
+                    continue;
+                }
+                snprintf(m, sizeof(m), "%s %s", prev, one);
+                strcat(prev, one);
+                if (fv_find(&v, prev) < 0) fv_add(&v, prev, 1, 0), v.merge[v.n_merges++] = strdup(m);
+            }
+        }
+        fv_add(&v, "<turn|>", 3, 0), fv_add(&v, "<|tool_response>", 4, 0), fv_add(&v, "</s>", 4, 0);
     } else {
         for (unsigned c = 0; c < 256; c++) {
             s[fz_utf8(s, fz_byte_cp(c))] = 0;
@@ -245,15 +268,16 @@ static inline uint8_t *fuzz_tiny_vocab_image(bool spm, const char *pre, size_t *
     for (size_t i = 0; i < sizeof(FZ_USER) / sizeof(*FZ_USER); i++) fv_add(&v, FZ_USER[i], 4, 0);
 
     fbuf kv = {0};
-    fb_kv_str(&kv, "tokenizer.ggml.model", spm ? "llama" : "gpt2");
-    if (!spm) fb_kv_str(&kv, "tokenizer.ggml.pre", pre);
+    bool g4 = !spm && !strcmp(pre, "gemma4");
+    fb_kv_str(&kv, "tokenizer.ggml.model", spm ? "llama" : g4 ? "gemma4" : "gpt2");
+    if (!spm && !g4) fb_kv_str(&kv, "tokenizer.ggml.pre", pre);
     fb_kv_strs(&kv, "tokenizer.ggml.tokens", v.tok, v.n);
     fb_kv_i32s(&kv, "tokenizer.ggml.token_type", v.type, v.n);
     if (spm) fb_kv_f32s(&kv, "tokenizer.ggml.scores", v.score, v.n);
     else fb_kv_strs(&kv, "tokenizer.ggml.merges", v.merge, v.n_merges);
     if (!spm) {
-        fb_kv_u32(&kv, "tokenizer.ggml.bos_token_id", (uint32_t)fv_find(&v, "<|endoftext|>"));
-        fb_kv_u32(&kv, "tokenizer.ggml.eos_token_id", (uint32_t)fv_find(&v, "<|endoftext|>"));
+        fb_kv_u32(&kv, "tokenizer.ggml.bos_token_id", (uint32_t)fv_find(&v, g4 ? "<bos>" : "<|endoftext|>"));
+        fb_kv_u32(&kv, "tokenizer.ggml.eos_token_id", (uint32_t)fv_find(&v, g4 ? "<eos>" : "<|endoftext|>"));
         fb_kv_bool(&kv, "tokenizer.ggml.add_bos_token", true);
     }
     fb_put(&b, "GGUF", 4);
