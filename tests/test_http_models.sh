@@ -41,6 +41,8 @@ check "the same prompt at temperature 0 on the same weights: the same text" \
 metrics=$(curl -sf "$base/metrics")
 check "/metrics: alpha's unload counted with its model label" grep -q '^attnd_model_unloads_total{model="alpha"} 1$' <<<"$metrics"
 check "/metrics: beta loaded" grep -q '^attnd_model_loaded{model="beta"} 1$' <<<"$metrics"
+check "/metrics: beta's scheduler series carry its label" grep -q '^attnd_model_generated_tokens_total{model="beta"} 3$' <<<"$metrics"
+check "/metrics: none for alpha, unloaded" bash -c '! grep -q "^attnd_model_kv_used_bytes{model=\"alpha\"}" <<<"$1"' _ "$metrics"
 o=$(curl -s "$base/api/chat" -d '{"model": "alpha:latest", "messages": [{"role": "user", "content": "Hi"}], "stream": false, "options": {"num_predict": 2}}')
 check "Ollama's /api/chat routes alpha:latest" grep -q '"model":"alpha:latest"' <<<"$o"
 m=$(curl -s "$base/v1/messages" -d '{"model": "beta", "max_tokens": 2, "messages": [{"role": "user", "content": "Hi"}]}')
