@@ -60,6 +60,9 @@ check_status 500 "the broken file is an error answer" "$base/v1/chat/completions
 check "... naming it" grep -q "model 'broken' failed to load" <<<"$(chat broken)"
 check "/v1/models shows broken as failed, with why" grep -q '"id":"broken",[^}]*"value":"failed","error":"[^"]*not a GGUF' <<<"$(curl -sf "$base/v1/models")"
 check "the others keep serving after it" grep -q '"model":"alpha"' <<<"$(chat alpha)"
+show=$(curl -s "$base/api/show" -d '{"model": "alpha:latest"}')
+check "Ollama's /api/show names its model (${show:0:80})" grep -q '"capabilities":\["completion"' <<<"$show"
+check_status 404 "/api/show of an unknown model" "$base/api/show" -d '{"name": "gamma"}'
 check_status 501 "a one-model endpoint (/tokenize) says it is not for several models" "$base/tokenize" -d '{"content": "Hi"}'
 check "/health reports each model's state" grep -q '"models":{"alpha":"loaded","beta":"unloaded","broken":"failed"}' <<<"$(curl -sf "$base/health")"
 
