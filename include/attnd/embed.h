@@ -82,7 +82,7 @@ typedef struct embed_input {
  * model's context, POOL_RANK without a head, POOL_NONE), ATTND_ERR_NOMEM. Nothing is kept after
  * the call. An encoder calls the engine's attention hook (engine_set_attention_cb) for every
  * query row, entry = the row's index over the whole call, weights over its input's every token
- * (attn_capture's full rows); a decoder calls none. Reentrancy as engine_eval: one thread per
+ * (attn_capture_params.inputs); a decoder calls none. Reentrancy as engine_eval: one thread per
  * engine. */
 attnd_status engine_embed(engine *e, const embed_input *in, int n, model_pooling pool, float *out, attnd_err *err);
 
