@@ -194,6 +194,7 @@ for f in '"max_tokens": 4' '"ablate": [{"layer": 0, "head": 0}]' '"measure": "ab
     check "bert /v1/attention: $name is refused by name" grep -q "\"param\":\"$name\"" \
         <(post "$B/v1/attention" "{\"prompt\": \"a cat\", $f}")
 done
+check_status 400 "bert /v1/heads: an encoder's heads have no causal roles" "$B/v1/heads"
 check_status 400 "bert /v1/attention: 5 prompts over embed_max_inputs 4" "$B/v1/attention" -d '{"prompt": ["a","b","c","d","e"]}'
 check "stories /v1/attention: a decoder's rows say causal true" grep -q '"causal":true,' \
     <(post "$G/v1/attention" '{"prompt": "Once upon a time", "layers": [0], "heads": [0]}')

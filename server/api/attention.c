@@ -445,7 +445,8 @@ http_result ep_heads(req *r) {
     attnd_status st = ATTND_OK;
     attnd_err err;
     const char *text = heads_text(r->srv, &st, &err);
-    if (!text) return http_respond_error(r, st == ATTND_ERR_NOMEM ? 503 : 500, err.msg, NULL);
+    if (!text) /* an encoder's heads have no causal roles: its 400 */
+        return http_respond_error(r, st == ATTND_ERR_NOMEM ? 503 : st == ATTND_ERR_UNSUPPORTED ? 400 : 500, err.msg, NULL);
     char *copy = strdup(text);
     return copy ? http_respond_text(r, 200, "application/json", copy)
                 : http_respond_error(r, 503, "out of memory", NULL);
