@@ -4,7 +4,8 @@
  * (F32 KV cache), rows are causal and sum to 1, top_k keeps the largest weights, only the bound
  * sequence of a batch is recorded and nothing else changes, reused (cached) positions have no
  * rows, the experts of a MoE model are the reference's routing, and bad selections are refused
- * naming the field.
+ * naming the field. Encoders (bert, nomic-bert, gemma-embedding): rows both ways, each input of an
+ * engine_embed call over its own tokens, equal to a float64 forward within 1e-4.
  */
 #include <criterion/criterion.h>
 #include <math.h>
@@ -575,13 +576,15 @@ static void gemma_ref(const tiny_spec *sp, const char *path, const embed_input *
 
 static const int32_t EA[9] = {1, 300, 17, 45, 260, 301, 99, 8, 2}, EB[5] = {1, 270, 280, 290, 2}, EC[1] = {1};
 
-/* bert: three inputs in two passes (max_batch 10: 9 | 5 + 1), every row over its own input's
- * tokens, equal to the float64 forward of that input alone within 1e-4. */
-Test(attn_capture, encoder_rows_of_several_inputs_equal_float64_forward) {
+/* bert and nomic-bert (RoPE at each input's own positions): three inputs in two passes
+ * (max_batch 10: 9 | 5 + 1), every row over its own input's tokens, equal to the float64 forward
+ * of that input alone within 1e-4. */
+static void check_several_inputs(const char *arch) {
     char path[256];
     model *m;
     engine *e;
     tiny_spec sp = enc_small();
+    sp.arch = arch, sp.rope_base = 1000.0f;
     enc_open(&sp, path, sizeof(path), &m, &e, 10);
     embed_input in[3] = {{EA, 9, NULL}, {EB, 5, NULL}, {EC, 1, NULL}};
     int lens[3] = {9, 5, 1};
@@ -593,6 +596,11 @@ Test(attn_capture, encoder_rows_of_several_inputs_equal_float64_forward) {
     check_encoder_rows(&sp, path, c, in, 3, bert_ref);
     attn_capture_destroy(c);
     engine_destroy(e), model_destroy(m), unlink(path);
+}
+
+Test(attn_capture, encoder_rows_of_several_inputs_equal_float64_forward) {
+    check_several_inputs("bert");
+    check_several_inputs("nomic-bert");
 }
 
 /* gemma-embedding: local layers see window / 2 keys either side (the rest weigh 0), two inputs
