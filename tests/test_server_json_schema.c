@@ -309,6 +309,28 @@ Test(json_schema, random_double_number_bounds_are_sound_in_float64) {
     cr_assert(seen[0] > 500 && seen[1] > 500, "a fair share of both: %d rejected, %d accepted", seen[0], seen[1]);
 }
 
+/* Integer steps up to 100 go digit by digit (a remainder per rule): random steps and bounds,
+ * some absent, agree with plain arithmetic. */
+Test(json_schema, random_integer_steps_are_exact) {
+    for (int round = 0; round < 12; round++) {
+        int m = 2 + (int)(rnd() % 99), lo = (int)(rnd() % 3000) - 1500, hi = lo + (int)(rnd() % 3000);
+        bool has_lo = rnd() % 3 != 0, has_hi = rnd() % 3 != 0;
+        char schema[160];
+        int len = snprintf(schema, sizeof(schema), "{\"type\":\"integer\",\"multipleOf\":%d", m);
+        if (has_lo) len += snprintf(schema + len, sizeof(schema) - (size_t)len, ",\"minimum\":%d", lo);
+        if (has_hi) len += snprintf(schema + len, sizeof(schema) - (size_t)len, ",\"maximum\":%d", hi);
+        snprintf(schema + len, sizeof(schema) - (size_t)len, "}");
+        grammar *g = schema_grammar(schema);
+        for (int v = -4000; v <= 4000; v += 1 + (int)(rnd() % 23)) {
+            char t[16];
+            snprintf(t, sizeof(t), "%d", v);
+            bool in = v % m == 0 && (!has_lo || v >= lo) && (!has_hi || v <= hi);
+            cr_assert_eq(grammar_sentence(g, t), in, "%s: %d", schema, v);
+        }
+        grammar_unref(g);
+    }
+}
+
 /* multipleOf: a power of ten limits the fraction digits (also with bounds); another step is
  * listed when both bounds leave at most 256 multiples; anything else is refused by name. */
 Test(json_schema, multiple_of) {
@@ -327,14 +349,20 @@ Test(json_schema, multiple_of) {
     }
     grammar_unref(g);
     check("{\"type\":\"integer\",\"multipleOf\":2.5,\"minimum\":0,\"maximum\":10}", L("0", "5", "10"), L("2.5", "7.5", "3"));
-    refused("{\"type\":\"number\",\"multipleOf\":3}", ATTND_ERR_UNSUPPORTED, "'multipleOf'");
-    refused("{\"type\":\"integer\",\"multipleOf\":3,\"minimum\":0,\"maximum\":100000}", ATTND_ERR_UNSUPPORTED, "'multipleOf'");
+    refused("{\"type\":\"number\",\"multipleOf\":0.3}", ATTND_ERR_UNSUPPORTED, "'multipleOf'");
+    refused("{\"type\":\"integer\",\"multipleOf\":1000,\"minimum\":0}", ATTND_ERR_UNSUPPORTED, "'multipleOf'");
+    refused("{\"type\":\"number\",\"multipleOf\":1e300}", ATTND_ERR_UNSUPPORTED, "'multipleOf'");
     refused("{\"type\":\"number\",\"multipleOf\":0}", ATTND_ERR_INVALID, "'multipleOf'");
+    /* zod's .int().multipleOf(7): the bounds +-(2^53 - 1) are none, the step goes digit by digit */
+    check("{\"type\":\"integer\",\"multipleOf\":7,\"minimum\":-9007199254740991,\"maximum\":9007199254740991}",
+          L("0", "7", "-14", "700000000000007", "999999999999994"), L("1", "-15", "8", "700000000000008", "07", "9999999999999996"));
+    check("{\"type\":\"number\",\"multipleOf\":5,\"minimum\":0.5,\"maximum\":1e6}", L("5", "10", "1000000"),
+          L("0", "3", "1000005", "-5"));
     refused("{\"type\":\"integer\",\"multipleOf\":7,\"minimum\":1,\"maximum\":6}", ATTND_ERR_INVALID, "no multiple");
 }
 
 Test(json_schema, unsupported_keywords_are_named) {
-    refused("{\"type\":\"number\",\"multipleOf\":3}", ATTND_ERR_UNSUPPORTED, "'multipleOf'");
+    refused("{\"type\":\"number\",\"multipleOf\":0.3}", ATTND_ERR_UNSUPPORTED, "'multipleOf'");
     refused("{\"type\":\"array\",\"uniqueItems\":true}", ATTND_ERR_UNSUPPORTED, "'uniqueItems'");
     refused("{\"type\":\"object\",\"patternProperties\":{}}", ATTND_ERR_UNSUPPORTED, "'patternProperties'");
     refused("{\"not\":{}}", ATTND_ERR_UNSUPPORTED, "'not'");

@@ -704,28 +704,32 @@ static bool num_step(conv *c, const json_t *s, int *nf, double *m) {
     return true;
 }
 
-enum { MAX_MULTIPLES = 256 };
+enum { MAX_MULTIPLES = 256, MAX_INT_STEP = 100 };
 
-/* multipleOf m that is not a power of ten: every multiple within [lo, hi], listed, when there
- * are at most MAX_MULTIPLES (read exactly as decimals: m = a * 10^-k with its shortest digits). */
-static bool gen_multiples(conv *c, double m, bool has_lo, double lo, bool has_hi, double hi, bool integer,
-                          buf *expr) {
+/* m as a decimal a * 10^-k from its shortest digits; false when a would pass 10^17 or k 16. */
+static bool step_decimal(double m, long long *a, int *k) {
     char t[48];
     int p = 1;
     for (; p < 17 && (snprintf(t, sizeof(t), "%.*e", p - 1, m), strtod(t, NULL) != m); p++) {}
-    int ex = atoi(strchr(t, 'e') + 1), k = p - 1 - ex; /* m = a * 10^-k, a the p digits */
-    long long a = 0;
+    if (p == 17) snprintf(t, sizeof(t), "%.16e", m);
+    int ex = atoi(strchr(t, 'e') + 1);
+    *k = p - 1 - ex;
+    *a = 0;
+    if (*k > NUM_FP || *k < p - 17) return false;
     for (const char *q = t; *q != 'e'; q++)
-        if (*q >= '0' && *q <= '9') a = a * 10 + (*q - '0');
-    for (; k < 0; k++) a *= 10;
-    if (!has_lo || !has_hi || k > NUM_FP || (hi - lo) / m > MAX_MULTIPLES ||
-        (fmax(fabs(lo), fabs(hi)) / m + 2) * (double)a > 1e18)
-        return cfail(c, ATTND_ERR_UNSUPPORTED, "'multipleOf' %.17g is supported as a power of ten, or with both bounds "
-                     "and at most %d multiples between them", m, MAX_MULTIPLES);
+        if (*q >= '0' && *q <= '9') *a = *a * 10 + (*q - '0');
+    for (; *k < 0; (*k)++) *a *= 10;
+    return true;
+}
+
+/* Every multiple n * a * 10^-k within [lo, hi], listed (the caller checked there are few). */
+static bool gen_multiples(conv *c, long long a, int k, double lo, double hi, bool integer, buf *expr) {
+    double m = (double)a / pow(10.0, k);
+    long long scale = 1;
+    for (int j = 0; j < k; j++) scale *= 10;
     bool ok = cput(c, expr, "( "), any = false;
     for (long long n = (long long)floor(lo / m) - 1; ok && n <= (long long)ceil(hi / m) + 1; n++) {
-        long long q = n * a, mag = q < 0 ? -q : q, scale = 1;
-        for (int j = 0; j < k; j++) scale *= 10;
+        long long q = n * a, mag = q < 0 ? -q : q;
         char num[48];
         int len = snprintf(num, sizeof(num), "%s%lld", q < 0 ? "-" : "", mag / scale);
         if (mag % scale) {
@@ -739,6 +743,155 @@ static bool gen_multiples(conv *c, double m, bool has_lo, double lo, bool has_hi
     }
     if (ok && !any) return cfail(c, ATTND_ERR_INVALID, "no multiple of 'multipleOf' lies within the bounds");
     return ok && cput(c, expr, " )");
+}
+
+/* Integers divisible by m, digit by digit: rule (r, e, f) is e digits and then up to f more that
+ * take the remainder r (mod m) to 0, made when first referred to. */
+typedef struct divis {
+    conv *c;
+    int m;
+    int ids[NUM_IP + 1][NUM_IP + 1][MAX_INT_STEP];           /* rule id + 1; 0: not made */
+    signed char reach[NUM_IP + 1][NUM_IP + 1][MAX_INT_STEP]; /* 0: not known, 1: none, 2: some */
+} divis;
+
+/* Whether any digits make rule (r, e, f). */
+static bool divis_reach(divis *d, int r, int e, int f) {
+    signed char *known = &d->reach[e][f][r];
+    if (!*known) {
+        bool any = e == 0 && r == 0;
+        for (int k = 0; k < 10 && !any && (e > 0 || f > 0); k++)
+            any = e > 0 ? divis_reach(d, (10 * r + k) % d->m, e - 1, f) : divis_reach(d, (10 * r + k) % d->m, 0, f - 1);
+        *known = any ? 2 : 1;
+    }
+    return *known == 2;
+}
+
+/* Appends rule (r, e, f), which divis_reach says exists. */
+static bool divis_ref(divis *d, buf *o, int r, int e, int f) {
+    conv *c = d->c;
+    if (e == 0 && f == 0) return cput(c, o, "\"\"");
+    if (!d->ids[e][f][r]) {
+        int id = new_rule_id(c);
+        buf body = {0};
+        bool ok = id >= 0, first = e > 0 || r != 0;
+        if (ok) d->ids[e][f][r] = id + 1; /* the body never refers to it: e + f falls */
+        if (ok && !first) ok = cput(c, &body, "\"\"");
+        for (int k = 0; ok && k < 10; k++) {
+            int r2 = (10 * r + k) % d->m, e2 = e > 0 ? e - 1 : 0, f2 = e > 0 ? f : f - 1;
+            if (!divis_reach(d, r2, e2, f2)) continue;
+            ok = cprintf(c, &body, "%s\"%d\"", first ? "" : " | ", k) &&
+                 (!(e2 || f2) || (cput(c, &body, " ") && divis_ref(d, &body, r2, e2, f2)));
+            first = false;
+        }
+        ok = ok && define_rule(c, id, &body);
+        buf_free(&body);
+        if (!ok) return false;
+    }
+    return cprintf(c, o, "r%d", d->ids[e][f][r] - 1);
+}
+
+/* Digits i.. of an L-digit number within [x, y] (tl / th: the digits so far are x's / y's),
+ * with remainder r so far, that end divisible; *some false (nothing written) when none do. */
+static bool divis_walk(divis *d, buf *o, const char *x, const char *y, int i, int L, int r, bool tl, bool th,
+                       bool *some) {
+    *some = false;
+    if (tl && all_of(x + i, '0', L - i)) tl = false; /* at the bound's digits, all free from here */
+    if (th && all_of(y + i, '9', L - i)) th = false;
+    if (!tl && !th) return !divis_reach(d, r, L - i, 0) || ((*some = true) && divis_ref(d, o, r, L - i, 0));
+    buf alts = {0};
+    bool ok = true;
+    for (char k = tl ? x[i] : '0'; ok && k <= (th ? y[i] : '9'); k++) {
+        buf sub = {0};
+        bool any;
+        ok = divis_walk(d, &sub, x, y, i + 1, L, (10 * r + (k - '0')) % d->m, tl && k == x[i], th && k == y[i], &any);
+        if (ok && any) ok = cprintf(d->c, &alts, "%s\"%c\" %s", *some ? " | " : "", k, sub.p);
+        *some |= any;
+        buf_free(&sub);
+    }
+    if (ok && *some) ok = cprintf(d->c, o, "( %s )", alts.p);
+    buf_free(&alts);
+    return ok;
+}
+
+/* One length of multiples: L digits within [x, y] (each L long or NULL: 10..0 / 99..9). */
+static bool divis_length(divis *d, buf *o, const char *x, const char *y, int L, bool *some) {
+    char xs[32], ys[32];
+    memcpy(xs, x ? x : "1000000000000000", (size_t)L), xs[L] = 0;
+    memcpy(ys, y ? y : "9999999999999999", (size_t)L), ys[L] = 0;
+    buf one = {0};
+    bool any, ok = divis_walk(d, &one, xs, ys, 0, L, 0, true, true, &any);
+    if (ok && any) ok = cprintf(d->c, o, "%s%s", *some ? " | " : "( ", one.p);
+    *some |= any;
+    buf_free(&one);
+    return ok;
+}
+
+/* Non-negative multiples of d->m in [lo, hi] (hi < 10^15); *some as divis_walk. The lengths
+ * that are whole (every L-digit number in range) are one chain, a first digit and then up to
+ * the longest, not one alternative per length, so that reading a number keeps few parses
+ * alive and the rules stay about 16 per remainder. */
+static bool range_divisible(divis *d, buf *o, long long lo, long long hi, bool *some) {
+    char a[32], b[32];
+    int na = snprintf(a, sizeof(a), "%lld", lo), nb = snprintf(b, sizeof(b), "%lld", hi);
+    *some = false;
+    if (na == nb) return divis_length(d, o, a, b, na, some) && (!*some || cput(d->c, o, " )"));
+    bool lo_whole = na > 1 && a[0] == '1' && all_of(a + 1, '0', na - 1), hi_whole = all_of(b, '9', nb);
+    int c1 = lo_whole ? na : na + 1, c2 = hi_whole ? nb : nb - 1;
+    bool ok = lo_whole || divis_length(d, o, a, NULL, na, some);
+    for (int k = 1; ok && c1 <= c2 && k <= 9; k++) { /* lengths c1 .. c2 */
+        if (!divis_reach(d, k % d->m, c1 - 1, c2 - c1)) continue;
+        ok = cprintf(d->c, o, "%s\"%d\" ", *some ? " | " : "( ", k) && divis_ref(d, o, k % d->m, c1 - 1, c2 - c1);
+        *some = true;
+    }
+    ok = ok && (hi_whole || divis_length(d, o, NULL, b, nb, some));
+    return !ok || !*some || cput(d->c, o, " )");
+}
+
+/* Integers in [lo, hi] (has_*: bounded) divisible by m (1: all), by sign; with a step, within
+ * +-(10^15 - 1). */
+static bool gen_int_range(conv *c, buf *expr, bool has_lo, long long lo, bool has_hi, long long hi, int m) {
+    if (has_lo && has_hi && hi < lo) return cfail(c, ATTND_ERR_INVALID, "the integer bounds leave no value");
+    if (m > 1 && ((has_lo && lo > 999999999999999LL) || (has_hi && hi < -999999999999999LL)))
+        return cfail(c, ATTND_ERR_INVALID, "the bounds leave no value (a multipleOf step keeps within 15 digits)");
+    divis *d = m > 1 ? calloc(1, sizeof(*d)) : NULL;
+    if (m > 1 && !d) return cfail(c, ATTND_ERR_NOMEM, "out of memory");
+    if (d) d->c = c, d->m = m;
+    const long long top = 999999999999999LL; /* 15 digits: a double tells multiples apart below 2^53 */
+    if (d && (!has_lo || lo < -top)) has_lo = true, lo = -top;
+    if (d && (!has_hi || hi > top)) has_hi = true, hi = top;
+    bool neg = !has_lo || lo < 0, pos = !has_hi || hi >= 0, some[2] = {false, false}, ok = true;
+    buf part[2] = {{0}, {0}};
+    long long from[2] = {has_hi && hi < 0 ? -hi : 1, has_lo && lo > 0 ? lo : 0}; /* -x, x >= 1; then x >= 0 */
+    long long to[2] = {has_lo ? -lo : -1, has_hi ? hi : -1};
+    for (int s = 0; s < 2 && ok; s++) {
+        if (!(s ? pos : neg)) continue;
+        if (d) ok = range_divisible(d, &part[s], from[s], to[s], &some[s]);
+        else ok = (some[s] = true) && range_nonneg(c, &part[s], from[s], to[s]);
+    }
+    if (ok && !some[0] && !some[1]) ok = cfail(c, ATTND_ERR_INVALID, "no multiple of 'multipleOf' lies within the bounds");
+    if (ok) ok = cprintf(c, expr, "( %s%s%s%s%s )", some[0] ? "\"-\" " : "", some[0] ? part[0].p : "",
+                         some[0] && some[1] ? " | " : "", some[1] ? part[1].p : "", "");
+    buf_free(&part[0]), buf_free(&part[1]);
+    free(d);
+    return ok;
+}
+
+/* multipleOf m that is not a power of ten: its multiples listed when both bounds leave at most
+ * MAX_MULTIPLES; an integer step up to MAX_INT_STEP digit by digit; anything else refused. */
+static bool gen_step(conv *c, double m, bool has_lo, double lo, bool has_hi, double hi, bool integer, buf *expr) {
+    long long a;
+    int k;
+    bool exact = step_decimal(m, &a, &k);
+    if (exact && has_lo && has_hi && (hi - lo) / m <= MAX_MULTIPLES && (fmax(fabs(lo), fabs(hi)) / m + 2) * (double)a < 1e18)
+        return gen_multiples(c, a, k, lo, hi, integer, expr);
+    if (exact && k == 0 && a >= 2 && a <= MAX_INT_STEP) {
+        const double big = 9999999999999999.0; /* as the grammar's 16 digits */
+        bool hl = has_lo && lo > -big, hh = has_hi && hi < big;
+        if ((has_lo && lo > big) || (has_hi && hi < -big)) return cfail(c, ATTND_ERR_INVALID, "the bounds leave no value");
+        return gen_int_range(c, expr, hl, hl ? (long long)ceil(lo) : 0, hh, hh ? (long long)floor(hi) : 0, (int)a);
+    }
+    return cfail(c, ATTND_ERR_UNSUPPORTED, "'multipleOf' %.17g is supported as a power of ten, an integer up to %d, or "
+                 "with both bounds and at most %d multiples between them", m, MAX_INT_STEP, MAX_MULTIPLES);
 }
 
 /* A number in [lo, hi] (NULL: no bound) on the lattice of 10^-nf, by sign. */
@@ -770,7 +923,7 @@ static bool gen_number(conv *c, const json_t *s, buf *expr) {
     if (has_hi && hi >= 1e16) has_hi = false;
     if ((has_lo && lo >= 1e16) || (has_hi && hi <= -1e16) || (has_lo && has_hi && lo > hi))
         return cfail(c, ATTND_ERR_INVALID, "the number bounds leave no value");
-    if (nf < 0) return gen_multiples(c, m, has_lo, lo, has_hi, hi, false, expr);
+    if (nf < 0) return gen_step(c, m, has_lo, lo, has_hi, hi, false, expr);
     if (!bounded && nf == NUM_FP) {
         c->prims |= P_NUMBER;
         return cput(c, expr, "number");
@@ -789,22 +942,13 @@ static bool gen_integer(conv *c, const json_t *s, buf *expr) {
     double m;
     if (!int_bound(c, s, true, &has_lo, &lo) || !int_bound(c, s, false, &has_hi, &hi) || !num_step(c, s, &nf, &m))
         return false;
-    if (nf < 0) /* every integer is a multiple of 10^-k */
-        return gen_multiples(c, m, has_lo, (double)lo, has_hi, (double)hi, true, expr);
+    if (nf < 0) /* (every integer is a multiple of 10^-k) */
+        return gen_step(c, m, has_lo, (double)lo, has_hi, (double)hi, true, expr);
     if (!has_lo && !has_hi) {
         c->prims |= P_INTEGER;
         return cput(c, expr, "integer");
     }
-    if (has_lo && has_hi && hi < lo) return cfail(c, ATTND_ERR_INVALID, "the integer bounds leave no value");
-    bool ok = cput(c, expr, "( ");
-    bool neg = !has_lo || lo < 0, pos = !has_hi || hi >= 0;
-    if (ok && neg) { /* -x for x in [max(1, -hi), -lo] */
-        long long nlo = has_hi && hi < 0 ? -hi : 1, nhi = has_lo ? -lo : -1;
-        ok = cput(c, expr, "\"-\" ") && range_nonneg(c, expr, nlo, nhi);
-    }
-    if (ok && pos)
-        ok = cput(c, expr, neg ? " | " : "") && range_nonneg(c, expr, has_lo && lo > 0 ? lo : 0, has_hi ? hi : -1);
-    return ok && cput(c, expr, " )");
+    return gen_int_range(c, expr, has_lo, lo, has_hi, hi, 1);
 }
 
 // ---- objects and arrays ---------------------------------------------------------------------

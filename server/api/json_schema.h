@@ -11,8 +11,9 @@
  * maxLength / format (date, time, date-time, uuid, email, uri) / pattern (literals, classes,
  * \d \w \s, ., groups, |, * + ? {m,n}, ^ $), integer and number minimum / maximum / exclusive
  * bounds (exactly: a bounded number has no exponent, and every text it allows, read as a double,
- * keeps the bounds), multipleOf a power of ten (fraction digits), or any other step when both
- * bounds leave at most 256 multiples (listed). Annotations (title, description, default,
+ * keeps the bounds), multipleOf a power of ten (fraction digits), any step when both bounds
+ * leave at most 256 multiples (listed), or an integer step up to 100 (digit by digit, up to 15
+ * digits). Annotations (title, description, default,
  * examples, $schema, $id, $comment, deprecated, readOnly, writeOnly, x-…) are ignored. Anything
  * else — another multipleOf, uniqueItems, patternProperties, not, if/then/else, an unknown
  * keyword — is refused, naming it: never silently dropped.
