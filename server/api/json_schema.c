@@ -696,7 +696,7 @@ static bool num_step(conv *c, const json_t *s, int *nf, double *m) {
         return cfail(c, ATTND_ERR_INVALID, "'multipleOf' must be a number above 0");
     *m = json_number_value(v);
     for (int k = 0; k <= NUM_FP; k++) {
-        char t[8];
+        char t[24];
         snprintf(t, sizeof(t), "1e-%d", k);
         if (strtod(t, NULL) == *m) return *nf = k, true;
     }
@@ -869,8 +869,8 @@ static bool gen_int_range(conv *c, buf *expr, bool has_lo, long long lo, bool ha
         else ok = (some[s] = true) && range_nonneg(c, &part[s], from[s], to[s]);
     }
     if (ok && !some[0] && !some[1]) ok = cfail(c, ATTND_ERR_INVALID, "no multiple of 'multipleOf' lies within the bounds");
-    if (ok) ok = cprintf(c, expr, "( %s%s%s%s%s )", some[0] ? "\"-\" " : "", some[0] ? part[0].p : "",
-                         some[0] && some[1] ? " | " : "", some[1] ? part[1].p : "", "");
+    if (ok) ok = cprintf(c, expr, "( %s%s%s%s )", some[0] ? "\"-\" " : "", some[0] ? part[0].p : "",
+                         some[0] && some[1] ? " | " : "", some[1] ? part[1].p : "");
     buf_free(&part[0]), buf_free(&part[1]);
     free(d);
     return ok;
