@@ -10,6 +10,8 @@
 #include <math.h>
 #include <string.h>
 
+#include "isa_target.h"
+#include "quant.h"
 #include "threads.h"
 
 /* Conv channels per work item: decode has one entry per sequence, so the channels are the split. */
@@ -111,14 +113,14 @@ static void head_gates(const dn_job *j, int t, int h, float *beta, float *g) {
 /* The key head value head h reads. */
 static int key_head(const dn_dims *d, int h) { return d->grouped ? h / (d->hv / d->hk) : h % d->hk; }
 
-/* The sequential form: the recurrence of value head h over run r's entries one at a time, then
- * each output's gated RMSNorm. S is the head's state in the sequence's layout (dv, dk). */
-static void recur_sequential(const dn_job *j, int r, int h, float *S) {
+/* The sequential form: the recurrence of value head h over run r's entries [i0, i1) one at a
+ * time, then each output's gated RMSNorm. S is the head's state in the sequence's layout (dv, dk). */
+static void recur_sequential(const dn_job *j, int r, int h, float *S, int i0, int i1) {
     const dn_dims *d = j->d;
     int dk = d->dk, dv = d->dv, C = d->conv_dim, hk = key_head(d, h);
     float u[DN_MAX_HEAD];
     float scale = 1.0f / sqrtf((float)dk);
-    for (int i = j->run_start[r]; i < j->run_start[r + 1]; i++) {
+    for (int i = i0; i < i1; i++) {
         int t = j->order[i];
         const float *x = j->qkv + (size_t)t * C;
         const float *q = x + (size_t)hk * dk, *k = x + (size_t)(d->hk + hk) * dk, *v = x + (size_t)2 * d->hk * dk + (size_t)h * dv;
@@ -161,44 +163,44 @@ static void recur_sequential(const dn_job *j, int r, int h, float *S) {
 #define DN_CHUNK 64
 
 /* Run length from which DN_FORM_AUTO takes the chunked form (docs/engine.md: the measurement). */
-#define DN_CHUNKED_MIN 32
+#define DN_CHUNKED_MIN 24
 
 size_t dn_scratch_floats(const dn_dims *d) {
     size_t L = DN_CHUNK, dk = (size_t)d->dk, dv = (size_t)d->dv;
-    return d->hv ? dk * dv + 2 * L + 3 * L * dk + 2 * L * dv + L * L : 0;
+    return d->hv ? dk * dv + 2 * L + 4 * L * dk + 2 * L * dv + 2 * L * L : 0;
 }
+
+/* out (m, n; row stride ldo) += a b over kk: a(i, p) = a[i si + p sp], b (kk, n; row stride ldb).
+ * causal: a(i, p) = 0 for p > i, so rows stop at their own p (by tiles of 4 rows). */
+typedef void (*mm_fn)(float *out, int ldo, const float *a, int si, int sp, const float *b, int ldb, int m, int n, int kk,
+                      bool causal);
 
 /* One worker's part of dn_job.scratch. */
 typedef struct chunk_buf {
     float *St;           /* (dk, dv) the head's state S (the sequence keeps its transpose) */
     float *gam, *beta;   /* (DN_CHUNK) log decay from the chunk's start, beta */
     float *q, *k, *x;    /* (DN_CHUNK, dk) the chunk's queries, keys, and a scaled copy of either */
+    float *kt;           /* (dk, DN_CHUNK) the keys transposed */
     float *u, *p;        /* (DN_CHUNK, dv) V, then the rhs, then U; products with S */
-    float *a;            /* (DN_CHUNK, DN_CHUNK) A, then the masked, decayed Q K^T */
+    float *a;            /* (DN_CHUNK, DN_CHUNK) -A, then the masked, decayed Q K^T */
+    float *e;            /* (DN_CHUNK, DN_CHUNK) e^(gam_t - gam_s) for s <= t */
+    mm_fn mm;
 } chunk_buf;
 
-static chunk_buf chunk_buf_at(const dn_job *j, int worker) {
-    size_t L = DN_CHUNK, dk = (size_t)j->d->dk, dv = (size_t)j->d->dv;
-    float *m = j->scratch + (size_t)worker * dn_scratch_floats(j->d);
-    chunk_buf b = {.St = m};
-    b.gam = b.St + dk * dv, b.beta = b.gam + L;
-    b.q = b.beta + L, b.k = b.q + L * dk, b.x = b.k + L * dk;
-    b.u = b.x + L * dk, b.p = b.u + L * dv;
-    b.a = b.p + L * dv;
-    return b;
+/* The tile rows 4 x 8 (portable) or 4 x 16 (AVX2) left over: columns [j0, n) of rows
+ * [i0, i0 + mi), p below pk. */
+static void mm_rest(float *out, int ldo, const float *a, int si, int sp, const float *b, int ldb, int i0, int mi, int j0,
+                    int n, int pk) {
+    for (int i = i0; i < i0 + mi; i++)
+        for (int p = 0; p < pk; p++) {
+            float av = a[(size_t)i * si + (size_t)p * sp];
+            for (int c = j0; c < n; c++) out[(size_t)i * ldo + c] += av * b[(size_t)p * ldb + c];
+        }
 }
 
-/* dst (cols, rows) = the transpose of src (rows, cols). */
-static void transpose(float *dst, const float *src, int rows, int cols) {
-    for (int r = 0; r < rows; r++)
-        for (int c = 0; c < cols; c++) dst[(size_t)c * rows + r] = src[(size_t)r * cols + c];
-}
-
-/* out (m, n; row stride ldo) += a b, over kk: a(i, p) = a[i si + p sp], b (kk, n; row stride ldb).
- * causal: a(i, p) = 0 for p > i, so row i stops at p = i (by tiles of 4 rows). Tiles of 4 x 8
- * outputs stay in registers while p runs. */
-static void mm_acc(float *out, int ldo, const float *a, int si, int sp, const float *b, int ldb, int m, int n, int kk,
-                   bool causal) {
+/* mm_fn, portable: tiles of 4 x 8 outputs stay in registers while p runs. */
+static void mm_acc_portable(float *out, int ldo, const float *a, int si, int sp, const float *b, int ldb, int m, int n,
+                            int kk, bool causal) {
     for (int i0 = 0; i0 < m; i0 += 4) {
         int mi = m - i0 < 4 ? m - i0 : 4, pk = causal && i0 + mi < kk ? i0 + mi : kk, j0 = 0;
         for (; mi == 4 && j0 + 8 <= n; j0 += 8) {
@@ -215,15 +217,66 @@ static void mm_acc(float *out, int ldo, const float *a, int si, int sp, const fl
             for (int i = 0; i < 4; i++)
                 for (int l = 0; l < 8; l++) out[(size_t)(i0 + i) * ldo + j0 + l] = acc[i][l];
         }
-        for (int i = i0; i < i0 + mi; i++) /* what the tiles left: the last columns, the last rows */
-            for (int p = 0; p < pk; p++) {
-                float av = a[(size_t)i * si + (size_t)p * sp];
-                for (int c = j0; c < n; c++) out[(size_t)i * ldo + c] += av * b[(size_t)p * ldb + c];
-            }
+        mm_rest(out, ldo, a, si, sp, b, ldb, i0, mi, j0, n, pk);
     }
 }
 
-/* x[s] = e^(to - gam[s]) src[s] for the L rows of dk (to = 0: e^gam[s] src[s]). */
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+ISA_TARGET_BEGIN("avx2,fma")
+/* mm_fn, AVX2 + FMA: tiles of 4 x 16 outputs in 8 registers. */
+static void mm_acc_avx2(float *out, int ldo, const float *a, int si, int sp, const float *b, int ldb, int m, int n, int kk,
+                        bool causal) {
+    for (int i0 = 0; i0 < m; i0 += 4) {
+        int mi = m - i0 < 4 ? m - i0 : 4, pk = causal && i0 + mi < kk ? i0 + mi : kk, j0 = 0;
+        for (; mi == 4 && j0 + 16 <= n; j0 += 16) {
+            __m256 c[4][2];
+            for (int i = 0; i < 4; i++)
+                for (int h = 0; h < 2; h++) c[i][h] = _mm256_loadu_ps(out + (size_t)(i0 + i) * ldo + j0 + 8 * h);
+            for (int p = 0; p < pk; p++) {
+                __m256 b0 = _mm256_loadu_ps(b + (size_t)p * ldb + j0), b1 = _mm256_loadu_ps(b + (size_t)p * ldb + j0 + 8);
+                for (int i = 0; i < 4; i++) {
+                    __m256 av = _mm256_set1_ps(a[(size_t)(i0 + i) * si + (size_t)p * sp]);
+                    c[i][0] = _mm256_fmadd_ps(av, b0, c[i][0]);
+                    c[i][1] = _mm256_fmadd_ps(av, b1, c[i][1]);
+                }
+            }
+            for (int i = 0; i < 4; i++)
+                for (int h = 0; h < 2; h++) _mm256_storeu_ps(out + (size_t)(i0 + i) * ldo + j0 + 8 * h, c[i][h]);
+        }
+        mm_rest(out, ldo, a, si, sp, b, ldb, i0, mi, j0, n, pk);
+    }
+}
+ISA_TARGET_END
+#endif
+
+/* The products' kernel for the kernels' instruction set (quant_isa_active: ATTND_ISA=portable
+ * picks the portable one here too). */
+static mm_fn mm_pick(void) {
+#if defined(__x86_64__) && defined(__GNUC__)
+    if (quant_isa_active() != QUANT_ISA_PORTABLE) return mm_acc_avx2;
+#endif
+    return mm_acc_portable;
+}
+
+static chunk_buf chunk_buf_at(const dn_job *j, int worker) {
+    size_t L = DN_CHUNK, dk = (size_t)j->d->dk, dv = (size_t)j->d->dv;
+    float *m = j->scratch + (size_t)worker * dn_scratch_floats(j->d);
+    chunk_buf b = {.St = m, .mm = mm_pick()};
+    b.gam = b.St + dk * dv, b.beta = b.gam + L;
+    b.q = b.beta + L, b.k = b.q + L * dk, b.x = b.k + L * dk, b.kt = b.x + L * dk;
+    b.u = b.kt + L * dk, b.p = b.u + L * dv;
+    b.a = b.p + L * dv, b.e = b.a + L * L;
+    return b;
+}
+
+/* dst (cols, rows; row stride ld) = the transpose of src (rows, cols). */
+static void transpose(float *dst, int ld, const float *src, int rows, int cols) {
+    for (int r = 0; r < rows; r++)
+        for (int c = 0; c < cols; c++) dst[(size_t)c * ld + r] = src[(size_t)r * cols + c];
+}
+
+/* x[s] = e^(to - gam[s]) src[s] for the L rows of dk (from_start: e^gam[s] src[s]). */
 static void decay_rows(float *x, const float *src, const float *gam, float to, int L, int dk, bool from_start) {
     for (int s = 0; s < L; s++) {
         float f = expf(from_start ? gam[s] : to - gam[s]);
@@ -231,7 +284,8 @@ static void decay_rows(float *x, const float *src, const float *gam, float to, i
     }
 }
 
-/* Gathers the L entries order[i0 ..] of value head h into b: q, k, v (in u), beta, gam. */
+/* Gathers the L entries order[i0 ..] of value head h into b: q, k, v (in u), beta, gam; the keys
+ * transposed, and the decays between entries. */
 static void chunk_gather(const dn_job *j, int h, int i0, int L, chunk_buf *b) {
     const dn_dims *d = j->d;
     int dk = d->dk, dv = d->dv, hk = key_head(d, h);
@@ -247,22 +301,36 @@ static void chunk_gather(const dn_job *j, int h, int i0, int L, chunk_buf *b) {
         memcpy(b->k + (size_t)s * dk, x + (size_t)(d->hk + hk) * dk, sizeof(float) * (size_t)dk);
         memcpy(b->u + (size_t)s * dv, x + (size_t)2 * d->hk * dk + (size_t)h * dv, sizeof(float) * (size_t)dv);
     }
+    transpose(b->kt, DN_CHUNK, b->k, L, dk);
+    for (int t = 0; t < L; t++) {
+        float *et = b->e + (size_t)t * DN_CHUNK;
+        for (int s = 0; s <= t; s++) et[s] = b->gam[t] - b->gam[s];
+        quant_exp(et, et, t + 1);
+    }
 }
 
 /* U of the chunk in b->u (V there on entry): the rhs beta (V - (K * e^gam) S), then forward
- * substitution through I + A. */
+ * substitution through I + A, by blocks of 16 rows: the earlier blocks' part as one product. */
 static void chunk_solve(chunk_buf *b, int L, int dk, int dv) {
     decay_rows(b->x, b->k, b->gam, 0, L, dk, true);
     memset(b->p, 0, sizeof(float) * (size_t)L * dv);
-    mm_acc(b->p, dv, b->x, dk, 1, b->St, dv, L, dv, dk, false);
+    b->mm(b->p, dv, b->x, dk, 1, b->St, dv, L, dv, dk, false);
     for (int s = 0; s < L; s++)
         for (int c = 0; c < dv; c++) b->u[(size_t)s * dv + c] = b->beta[s] * (b->u[(size_t)s * dv + c] - b->p[(size_t)s * dv + c]);
-    for (int t = 1; t < L; t++) {
-        float *ut = b->u + (size_t)t * dv;
-        for (int s = 0; s < t; s++) {
-            float ats = b->beta[t] * expf(b->gam[t] - b->gam[s]) * dot(b->k + (size_t)t * dk, b->k + (size_t)s * dk, dk);
-            const float *us = b->u + (size_t)s * dv;
-            for (int c = 0; c < dv; c++) ut[c] -= ats * us[c];
+    memset(b->a, 0, sizeof(float) * DN_CHUNK * DN_CHUNK);
+    b->mm(b->a, DN_CHUNK, b->k, dk, 1, b->kt, DN_CHUNK, L, L, dk, false);
+    for (int t = 0; t < L; t++) /* -A: -beta_t e^(gam_t - gam_s) k_t . k_s, s < t */
+        for (int s = 0; s < t; s++) b->a[(size_t)t * DN_CHUNK + s] *= -b->beta[t] * b->e[(size_t)t * DN_CHUNK + s];
+    for (int b0 = 0; b0 < L; b0 += 16) {
+        int bl = L - b0 < 16 ? L - b0 : 16;
+        b->mm(b->u + (size_t)b0 * dv, dv, b->a + (size_t)b0 * DN_CHUNK, DN_CHUNK, 1, b->u, dv, bl, dv, b0, false);
+        for (int t = b0 + 1; t < b0 + bl; t++) {
+            float *ut = b->u + (size_t)t * dv;
+            for (int s = b0; s < t; s++) {
+                float na = b->a[(size_t)t * DN_CHUNK + s];
+                const float *us = b->u + (size_t)s * dv;
+                for (int c = 0; c < dv; c++) ut[c] += na * us[c];
+            }
         }
     }
 }
@@ -274,12 +342,12 @@ static void chunk_outputs(const dn_job *j, int h, int i0, int L, chunk_buf *b) {
     int dk = d->dk, dv = d->dv;
     decay_rows(b->x, b->q, b->gam, 0, L, dk, true);
     memset(b->p, 0, sizeof(float) * (size_t)L * dv);
-    mm_acc(b->p, dv, b->x, dk, 1, b->St, dv, L, dv, dk, false);
+    b->mm(b->p, dv, b->x, dk, 1, b->St, dv, L, dv, dk, false);
+    memset(b->a, 0, sizeof(float) * DN_CHUNK * DN_CHUNK);
+    b->mm(b->a, DN_CHUNK, b->q, dk, 1, b->kt, DN_CHUNK, L, L, dk, false);
     for (int t = 0; t < L; t++)
-        for (int s = 0; s < L; s++)
-            b->a[(size_t)t * DN_CHUNK + s] =
-                s <= t ? expf(b->gam[t] - b->gam[s]) * dot(b->q + (size_t)t * dk, b->k + (size_t)s * dk, dk) : 0.0f;
-    mm_acc(b->p, dv, b->a, DN_CHUNK, 1, b->u, dv, L, dv, L, true);
+        for (int s = 0; s < L; s++) b->a[(size_t)t * DN_CHUNK + s] *= s <= t ? b->e[(size_t)t * DN_CHUNK + s] : 0.0f;
+    b->mm(b->p, dv, b->a, DN_CHUNK, 1, b->u, dv, L, dv, L, true);
     float scale = 1.0f / sqrtf((float)dk);
     for (int s = 0; s < L; s++) {
         int t = j->order[i0 + s];
@@ -294,13 +362,38 @@ static void chunk_state(chunk_buf *b, int L, int dk, int dv) {
     float last = b->gam[L - 1], f = expf(last);
     for (size_t e = 0; e < (size_t)dk * dv; e++) b->St[e] *= f;
     decay_rows(b->x, b->k, b->gam, last, L, dk, false);
-    mm_acc(b->St, dv, b->x, 1, dk, b->u, dv, dk, dv, L, false);
+    b->mm(b->St, dv, b->x, 1, dk, b->u, dv, dk, dv, L, false);
 }
 
-/* Where run r's chunk from entry i0 ends (exclusive): DN_CHUNK entries, the run's end, or just
- * after an entry whose state a snap copies. */
-static int chunk_end(const dn_job *j, int r, int i0, int end) {
-    int i1 = i0 + DN_CHUNK < end ? i0 + DN_CHUNK : end;
+/* The chunked form of value head h over the entries order[i0 .. i1), by chunks of DN_CHUNK; S in the
+ * sequence's layout (dv, dk). */
+static void recur_chunked(const dn_job *j, int h, float *S, int i0, int i1, int worker) {
+    const dn_dims *d = j->d;
+    chunk_buf b = chunk_buf_at(j, worker);
+    transpose(b.St, d->dv, S, d->dv, d->dk);
+    for (int c0 = i0; c0 < i1; c0 += DN_CHUNK) {
+        int L = i1 - c0 < DN_CHUNK ? i1 - c0 : DN_CHUNK;
+        chunk_gather(j, h, c0, L, &b);
+        chunk_solve(&b, L, d->dk, d->dv);
+        chunk_outputs(j, h, c0, L, &b);
+        chunk_state(&b, L, d->dk, d->dv);
+    }
+    transpose(S, d->dk, b.St, d->dk, d->dv);
+}
+
+/* Whether run r keeps the state after several of its entries (a speculative verify's steps). */
+static bool keeps_steps(const dn_job *j, int r) {
+    for (int q = 0; j->snap && q < DN_SNAPS; q++) {
+        const dn_snap *s = &j->snap[(size_t)r * DN_SNAPS + q];
+        if (s->dst && s->n > 1) return true;
+    }
+    return false;
+}
+
+/* Where run r's segment from entry i0 ends (exclusive): the run's end, or just after an entry
+ * whose state a snap copies (a checkpoint). */
+static int segment_end(const dn_job *j, int r, int i0) {
+    int i1 = j->run_start[r + 1];
     for (int q = 0; j->snap && q < DN_SNAPS; q++) {
         const dn_snap *s = &j->snap[(size_t)r * DN_SNAPS + q];
         if (s->dst && s->n > 0 && s->at >= i0 && s->at + 1 < i1) i1 = s->at + 1;
@@ -308,46 +401,30 @@ static int chunk_end(const dn_job *j, int r, int i0, int end) {
     return i1;
 }
 
-/* The chunked form of value head h over run r's entries; S in the sequence's layout (dv, dk). */
-static void recur_chunked(const dn_job *j, int r, int h, float *S, int worker) {
-    const dn_dims *d = j->d;
-    chunk_buf b = chunk_buf_at(j, worker);
-    transpose(b.St, S, d->dv, d->dk);
-    for (int i0 = j->run_start[r], end = j->run_start[r + 1]; i0 < end;) {
-        int i1 = chunk_end(j, r, i0, end), L = i1 - i0;
-        chunk_gather(j, h, i0, L, &b);
-        chunk_solve(&b, L, d->dk, d->dv);
-        chunk_outputs(j, h, i0, L, &b);
-        chunk_state(&b, L, d->dk, d->dv);
-        for (int q = 0; q < DN_SNAPS; q++) {
-            float *dst = snap_dst(j, r, q, i1 - 1);
-            if (dst) transpose(dst + (S - j->state[r]), b.St, d->dk, d->dv);
-        }
-        i0 = i1;
-    }
-    transpose(S, b.St, d->dk, d->dv);
-}
-
-/* Whether run r takes the chunked form: asked for (or long enough, DN_FORM_AUTO), with scratch,
- * and no snap keeping a state after more than one entry (a verify's steps: sequential). */
-static bool run_chunked(const dn_job *j, int r) {
-    int n = j->run_start[r + 1] - j->run_start[r];
-    if (!j->scratch || j->form == DN_FORM_SEQUENTIAL || (j->form == DN_FORM_AUTO && n < DN_CHUNKED_MIN)) return false;
-    for (int q = 0; j->snap && q < DN_SNAPS; q++) {
-        const dn_snap *s = &j->snap[(size_t)r * DN_SNAPS + q];
-        if (s->dst && s->n > 1) return false;
-    }
-    return true;
-}
-
-/* The recurrence of value head h = w % hv over run r = w / hv, in the form run_chunked picks. */
+/* The recurrence of value head h = w % hv over run r = w / hv. A run whose states after each
+ * entry are kept runs sequentially; any other goes by segments ending at its state copies, each
+ * in the form its length picks (dn_form), so a copy taken inside a batch is bit for bit the state
+ * a batch ending there leaves. */
 static void recur_task(void *ctx, int w, int worker) {
     const dn_job *j = ctx;
     const dn_dims *d = j->d;
-    int r = w / d->hv, h = w % d->hv;
+    int r = w / d->hv, h = w % d->hv, end = j->run_start[r + 1];
     float *S = j->state[r] + (size_t)(d->K - 1) * d->conv_dim + (size_t)h * d->dv * d->dk; /* (dv, dk) */
-    if (run_chunked(j, r)) recur_chunked(j, r, h, S, worker);
-    else recur_sequential(j, r, h, S);
+    bool steps = keeps_steps(j, r);
+    for (int i0 = j->run_start[r], i1; i0 < end; i0 = i1) {
+        i1 = steps ? end : segment_end(j, r, i0);
+        bool chunked = !steps && j->scratch && j->form != DN_FORM_SEQUENTIAL &&
+                       (j->form == DN_FORM_CHUNKED || i1 - i0 >= DN_CHUNKED_MIN);
+        if (!chunked) {
+            recur_sequential(j, r, h, S, i0, i1);
+            continue;
+        }
+        recur_chunked(j, h, S, i0, i1, worker);
+        for (int q = 0; q < DN_SNAPS; q++) {
+            float *dst = snap_dst(j, r, q, i1 - 1);
+            if (dst) memcpy(dst + (S - j->state[r]), S, sizeof(float) * (size_t)d->dv * d->dk);
+        }
+    }
 }
 
 void dn_forward(const dn_job *j) {

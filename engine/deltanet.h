@@ -53,10 +53,12 @@ typedef struct dn_snap {
 /* Floats of per-thread scratch the chunked form needs (dn_job.scratch holds one per thread). */
 size_t dn_scratch_floats(const dn_dims *d);
 
-/* How the recurrence runs a sequence's entries. AUTO: the chunked form for runs of at least
- * DN_CHUNKED_MIN entries (deltanet.c, from the measurements in docs/engine.md), else sequential.
- * A run whose snap keeps the state after several entries (a speculative verify) is always
- * sequential; a single state copy (a checkpoint) ends a chunk there. */
+/* How the recurrence runs a sequence's entries. A run whose snap keeps the state after several
+ * entries (a speculative verify) is sequential; any other goes by segments that end where a snap
+ * copies the state (a checkpoint), each in the form asked for, or with AUTO the chunked form from
+ * DN_CHUNKED_MIN entries (deltanet.c, from the measurements in docs/engine.md), else the
+ * sequential one. So a checkpoint taken inside a batch is bit for bit the state of a batch that
+ * ended there. */
 typedef enum dn_form { DN_FORM_AUTO, DN_FORM_SEQUENTIAL, DN_FORM_CHUNKED } dn_form;
 
 /* One layer's evaluation on a batch (all pointers borrowed for the call). */

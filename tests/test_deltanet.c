@@ -17,6 +17,7 @@
 #include "attnd/attn_capture.h"
 #include "attnd/spec.h"
 #include "deltanet.h"
+#include "quant.h"
 #include "engine_rig.h"
 #include "family_specs.h"
 #include <jansson.h>
@@ -480,48 +481,50 @@ Test(deltanet, chunked_and_sequential_forms_match_float64_across_chunk_boundarie
         double *rout = malloc(sizeof(double) * 200 * VD), *rst = malloc(sizeof(double) * N_DN_ENDS * SF);
         dn_ref_run(&c, 200, rout, rst);
         static const int lens[] = {1, 63, 64, 65, 130};
-        for (size_t i = 0; i < ATTND_ARRAY_LEN(lens); i++) check_forms(&c, rout, rst, &lens[i], 1);
-        check_forms(&c, rout, rst, (const int[]){70, 130}, 2);
+        for (int pass = 0; pass < 2; pass++) { /* the chunked form's products: vector kernels, then portable */
+            quant_isa saved = quant_isa_force(pass == 0 ? quant_isa_best() : QUANT_ISA_PORTABLE);
+            for (size_t i = 0; i < ATTND_ARRAY_LEN(lens); i++) check_forms(&c, rout, rst, &lens[i], 1);
+            check_forms(&c, rout, rst, (const int[]){70, 130}, 2);
+            quant_isa_force(saved);
+        }
         free(rout), free(rst);
         dn_case_free(&c);
     }
 }
 
-/* Two sequences in one batch, entries interleaved, in the chunked form: a checkpoint inside run
- * 0's chunk (after its entry 41) ends a chunk there and copies the state then; run 1 keeps the
- * state after each of its first 5 entries (a speculative verify), which the sequential form gives
- * it. Every copy, output and final state equals its sequence's float64 reference. */
+/* d = the layer of c with rows first, first + 2, ... of c's inputs (n of them). */
+static void dn_case_rows(dn_case *d, const dn_case *c, int first, int n) {
+    dn_case_init(d, n, c->d.grouped, 0);
+    size_t C = (size_t)c->d.conv_dim, VD = (size_t)c->d.hv * c->d.dv, hv = (size_t)c->d.hv;
+    for (int t = 0; t < n; t++) {
+        size_t r = (size_t)first + 2 * (size_t)t;
+        memcpy(d->qkv0 + t * C, c->qkv0 + r * C, sizeof(float) * C);
+        memcpy(d->z + t * VD, c->z + r * VD, sizeof(float) * VD);
+        memcpy(d->beta + t * hv, c->beta + r * hv, sizeof(float) * hv);
+        memcpy(d->alpha + t * hv, c->alpha + r * hv, sizeof(float) * hv);
+    }
+    memcpy(d->conv_w, c->conv_w, sizeof(c->conv_w)), memcpy(d->dt_bias, c->dt_bias, sizeof(c->dt_bias));
+    memcpy(d->ssm_a, c->ssm_a, sizeof(c->ssm_a)), memcpy(d->norm_w, c->norm_w, sizeof(c->norm_w));
+}
+
+/* Two sequences in one batch, entries interleaved (run 0 the even rows, run 1 the odd ones), in
+ * the chunked form: a checkpoint inside run 0's first chunk (after its entry 41) ends a chunk
+ * there and copies the state then; run 1 keeps the state after each of its first 5 entries (a
+ * speculative verify), which the sequential form gives it. Every copy, output and final state
+ * equals its sequence's float64 reference. */
 Test(deltanet, chunked_form_copies_checkpoints_and_leaves_verify_steps_sequential) {
-    enum { N = 100, STEPS = 5 };
-    dn_case c, b;
+    enum { N = 100, STEPS = 5, AT = 41 };
+    dn_case c, ca, cb;
     dn_case_init(&c, 2 * N, false, 31);
-    dn_case_init(&b, N, false, 32); /* run 1's reference: its own entries from row 0 */
+    dn_case_rows(&ca, &c, 0, N), dn_case_rows(&cb, &c, 1, N);
     size_t SF = dn_state_floats(&c.d), VD = (size_t)c.d.hv * c.d.dv;
-    for (int t = 0; t < N; t++) { /* run 0 reads the even rows of c, run 1 the odd ones (b's rows) */
-        memcpy(b.qkv0 + (size_t)t * c.d.conv_dim, c.qkv0 + (size_t)(2 * t + 1) * c.d.conv_dim, sizeof(float) * c.d.conv_dim);
-        memcpy(b.z + (size_t)t * VD, c.z + (size_t)(2 * t + 1) * VD, sizeof(float) * VD);
-        memcpy(b.beta + (size_t)t * c.d.hv, c.beta + (size_t)(2 * t + 1) * c.d.hv, sizeof(float) * c.d.hv);
-        memcpy(b.alpha + (size_t)t * c.d.hv, c.alpha + (size_t)(2 * t + 1) * c.d.hv, sizeof(float) * c.d.hv);
-    }
-    memcpy(b.conv_w, c.conv_w, sizeof(c.conv_w)), memcpy(b.dt_bias, c.dt_bias, sizeof(c.dt_bias));
-    memcpy(b.ssm_a, c.ssm_a, sizeof(c.ssm_a)), memcpy(b.norm_w, c.norm_w, sizeof(c.norm_w));
-    dn_case a = c; /* run 0's reference: the even rows */
-    a.qkv0 = b.qkv, a.n = N; /* b.qkv is free scratch until dn_forward: a's rows gathered there */
-    for (int t = 0; t < N; t++) memcpy(a.qkv0 + (size_t)t * c.d.conv_dim, c.qkv0 + (size_t)2 * t * c.d.conv_dim, sizeof(float) * c.d.conv_dim);
-    float *za = malloc(sizeof(float) * N * VD), *ba = malloc(sizeof(float) * N * c.d.hv), *aa = malloc(sizeof(float) * N * c.d.hv);
-    for (int t = 0; t < N; t++) {
-        memcpy(za + (size_t)t * VD, c.z + (size_t)2 * t * VD, sizeof(float) * VD);
-        memcpy(ba + (size_t)t * c.d.hv, c.beta + (size_t)2 * t * c.d.hv, sizeof(float) * c.d.hv);
-        memcpy(aa + (size_t)t * c.d.hv, c.alpha + (size_t)2 * t * c.d.hv, sizeof(float) * c.d.hv);
-    }
-    a.z = za, a.beta = ba, a.alpha = aa;
     double *ra = malloc(sizeof(double) * N * VD), *rb = malloc(sizeof(double) * N * VD);
     double *sa = calloc(SF, sizeof(double)), *sb = calloc(SF, sizeof(double));
     double *ckpt = malloc(sizeof(double) * SF), *steps = malloc(sizeof(double) * STEPS * SF);
     for (int t = 0; t < N; t++) {
-        dn_ref_entry(&a, t, sa, ra + (size_t)t * VD);
-        dn_ref_entry(&b, t, sb, rb + (size_t)t * VD);
-        if (t == 41) memcpy(ckpt, sa, sizeof(double) * SF);
+        dn_ref_entry(&ca, t, sa, ra + (size_t)t * VD);
+        dn_ref_entry(&cb, t, sb, rb + (size_t)t * VD);
+        if (t == AT) memcpy(ckpt, sa, sizeof(double) * SF);
         if (t < STEPS) memcpy(steps + (size_t)t * SF, sb, sizeof(double) * SF);
     }
 
@@ -530,8 +533,7 @@ Test(deltanet, chunked_form_copies_checkpoints_and_leaves_verify_steps_sequentia
     float *out = malloc(sizeof(float) * 2 * N * VD), *scratch = malloc(sizeof(float) * 2 * dn_scratch_floats(&c.d));
     int order[2 * N], run[3] = {0, N, 2 * N};
     for (int t = 0; t < N; t++) order[t] = 2 * t, order[N + t] = 2 * t + 1;
-    dn_snap snaps[2 * DN_SNAPS] = {{got_ckpt, 41, 1}, {NULL, 0, 0}, {NULL, 0, 0}, {got_steps, N, STEPS}};
-    memcpy(c.qkv, c.qkv0, sizeof(float) * 2 * N * c.d.conv_dim);
+    dn_snap snaps[2 * DN_SNAPS] = {{got_ckpt, AT, 1}, {NULL, 0, 0}, {NULL, 0, 0}, {got_steps, N, STEPS}};
     dn_job j = {.d = &c.d, .n = 2 * N, .order = order, .run_start = run, .n_runs = 2, .state = st, .qkv = c.qkv,
                 .z = c.z, .beta = c.beta, .alpha = c.alpha, .conv_w = c.conv_w, .dt_bias = c.dt_bias, .ssm_a = c.ssm_a,
                 .norm_w = c.norm_w, .out = out, .snap = snaps, .snap_stride = SF, .scratch = scratch,
@@ -546,10 +548,10 @@ Test(deltanet, chunked_form_copies_checkpoints_and_leaves_verify_steps_sequentia
     cr_expect(worst <= 1e-4, "outputs off by %g relative", worst);
     cr_expect(rel_err_max(got_ckpt, ckpt, SF) <= 1e-4, "checkpoint off by %g", rel_err_max(got_ckpt, ckpt, SF));
     for (int i = 0; i < STEPS; i++)
-        cr_expect(rel_err_max(got_steps + i * SF, steps + i * SF, SF) <= 1e-4, "step %d", i);
+        cr_expect(rel_err_max(got_steps + i * SF, steps + i * SF, SF) <= 1e-4, "the state after step %d", i);
     cr_expect(rel_err_max(st0, sa, SF) <= 1e-4, "run 0's state");
     cr_expect(rel_err_max(st1, sb, SF) <= 1e-4, "run 1's state");
     free(st0), free(st1), free(got_ckpt), free(got_steps), free(out), free(scratch);
-    free(ra), free(rb), free(sa), free(sb), free(ckpt), free(steps), free(za), free(ba), free(aa);
-    dn_case_free(&b), dn_case_free(&c);
+    free(ra), free(rb), free(sa), free(sb), free(ckpt), free(steps);
+    dn_case_free(&ca), dn_case_free(&cb), dn_case_free(&c);
 }
