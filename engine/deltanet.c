@@ -1,9 +1,10 @@
 /*
  * deltanet.c — the Gated DeltaNet token mixer (deltanet.h): the causal conv, the L2 norms, the
  * delta-rule recurrence and the gated RMSNorm. The recurrence runs token by token (the
- * sequential form: decode, short runs, a verify's per-step states) or by chunks of 64 entries (the
- * chunked WY / UT-transform form: long prefills). The sequential form's sums run in the order llama.cpp's CPU kernels use (conv taps oldest first; the state's
- * rows as dot products over d_k), so near-ties of greedy decoding break the same way more often.
+ * sequential form: decode, short runs, a verify's per-step states) or by chunks of 64 entries
+ * (the chunked WY / UT-transform form: long prefills). The sequential form's sums run in the
+ * order llama.cpp's CPU kernels use (conv taps oldest first; the state's rows as dot products
+ * over d_k), so near-ties of greedy decoding break the same way more often.
  */
 #include "deltanet.h"
 
@@ -156,14 +157,14 @@ static void recur_sequential(const dn_job *j, int r, int h, float *S, int i0, in
  *   o_t = e^gam_t S^T q_t + sum_{s<=t} e^(gam_t - gam_s) (k_s . q_t) u_s
  *   S_L = e^gam_L S + sum_s e^(gam_L - gam_s) k_s u_s^T.
  * Every exponent is <= 0 (the decays shrink), so nothing overflows. The products with S are
- * (L x dk) x (dk x dv) matrix products (mm_acc) where the sequential form makes two matrix-vector
+ * (L x dk) x (dk x dv) matrix products (mm_fn) where the sequential form makes two matrix-vector
  * products and a rank-1 update per entry. */
 
 /* Entries per chunk (llama.cpp's chunk size too). */
 #define DN_CHUNK 64
 
 /* Run length from which DN_FORM_AUTO takes the chunked form (docs/engine.md: the measurement). */
-#define DN_CHUNKED_MIN 24
+#define DN_CHUNKED_MIN 16
 
 size_t dn_scratch_floats(const dn_dims *d) {
     size_t L = DN_CHUNK, dk = (size_t)d->dk, dv = (size_t)d->dv;
