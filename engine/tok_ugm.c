@@ -9,8 +9,10 @@
  * reader and SentencePiece's format.)
  *
  * Segmentation is the classic unigram Viterbi: best[i] is the highest score of any cut of the
- * first i bytes; every piece starting at a reached position relaxes the position after it. A
- * word of n bytes costs O(n * max_piece / 1 character) hash probes and 16 bytes a byte.
+ * first i bytes; every piece starting at a reached position relaxes the position after it. The
+ * caller's lookup says when no piece begins with the bytes so far, which ends the search at that
+ * position: a word of n bytes costs O(n * longest piece) hash probes at worst, a few per byte on
+ * text, and 16 bytes of memory per byte.
  */
 #include "tok_ugm.h"
 
@@ -207,7 +209,9 @@ static void relax(const tok_ugm_vocab *v, const char *w, size_t n, size_t pos, d
     for (size_t end = char_end; end - pos <= v->max_piece;) {
         int32_t id;
         double sc;
-        if (v->find(v->ctx, w + pos, end - pos, &id, &sc)) {
+        tok_ugm_found r = v->find(v->ctx, w + pos, end - pos, &id, &sc);
+        if (r == TOK_UGM_NONE) break;
+        if (r == TOK_UGM_PIECE) {
             single |= end == char_end;
             if (best[pos] + sc > best[end]) best[end] = best[pos] + sc, from[end] = pos, tok[end] = id;
         }

@@ -60,8 +60,10 @@ attnd_status tok_ugm_normalize(const tok_ugm_map *m, const tok_ugm_flags *fl, co
  * 0 and runs to the next U+2581): sets *start and *end and moves *pos past it; false at the end. */
 bool tok_ugm_next_word(const char *s, size_t len, size_t *pos, size_t *start, size_t *end);
 
-/* Looks p[0..n) up as a piece: true with its id and score, false when it is none. */
-typedef bool (*tok_ugm_find_fn)(const void *ctx, const char *p, size_t n, int32_t *id, double *score);
+/* Looks p[0..n) up: TOK_UGM_PIECE with its id and score, TOK_UGM_PREFIX when it is no piece but
+ * may begin one, TOK_UGM_NONE when no piece begins with it (the search stops there). */
+typedef enum { TOK_UGM_NONE, TOK_UGM_PREFIX, TOK_UGM_PIECE } tok_ugm_found;
+typedef tok_ugm_found (*tok_ugm_find_fn)(const void *ctx, const char *p, size_t n, int32_t *id, double *score);
 
 /* A piece lookup and the unknown token, for tok_ugm_word. */
 typedef struct tok_ugm_vocab {
