@@ -107,12 +107,12 @@ static void print_roles(const json_t *root) {
     size_t i;
     json_t *r;
     json_array_foreach(json_object_get(root, "roles"), i, r) printf("%s %s", i ? "," : "", json_string_value(r));
-    printf(" (%s; pooling %s, %" JSON_INTEGER_FORMAT " floats per input", json_is_true(json_object_get(root, "encoder"))
-           ? "an encoder: attention both ways" : "a decoder", json_string_value(json_object_get(root, "pooling")),
-           json_integer_value(json_object_get(root, "embedding_dim")));
-    if (json_integer_value(json_object_get(root, "classifier_outputs")))
-        printf("; a classification head of %" JSON_INTEGER_FORMAT " outputs",
-               json_integer_value(json_object_get(root, "classifier_outputs")));
+    json_int_t dim = json_integer_value(json_object_get(root, "embedding_dim"));
+    json_int_t cls = json_integer_value(json_object_get(root, "classifier_outputs"));
+    printf(" (%s; pooling %s, %" JSON_INTEGER_FORMAT " float%s per input",
+           json_is_true(json_object_get(root, "encoder")) ? "an encoder: attention both ways" : "a decoder",
+           json_string_value(json_object_get(root, "pooling")), dim, dim == 1 ? "" : "s");
+    if (cls) printf("; a classification head of %" JSON_INTEGER_FORMAT " output%s", cls, cls == 1 ? "" : "s");
     printf(")\n");
 }
 
@@ -200,6 +200,10 @@ static void print_run_facts(const json_t *root) {
     printf("runs:          yes\n");
     print_roles(root);
     printf("kernels:       %s\n", json_string_value(json_object_get(root, "kernels")));
+    if (json_is_true(json_object_get(root, "encoder"))) { /* no chat, no KV: it embeds and ranks only */
+        printf("KV cache:      none (an encoder keeps nothing between requests)\n");
+        return;
+    }
     printf("chat template: %s (%s)\n", json_string_value(json_object_get(root, "chat_template")),
            json_string_value(json_object_get(root, "chat_template_source")));
     if (json_object_get(root, "chat_template_rendering"))

@@ -149,7 +149,7 @@ static size_t layout(attn_capture *c, char *mem, const model *m) {
     size_t LH = n_blocks(c), P = (size_t)c->n_positions, norm = c->weights == ATTN_WEIGHTS_NORM;
     c->vnorm = block_take(&b, norm ? LH * P : 0, sizeof(*c->vnorm));
     c->vnorm_upto = block_take(&b, norm ? (size_t)c->n_layers : 0, sizeof(*c->vnorm_upto));
-    c->vrows = block_take(&b, norm ? (size_t)c->n_heads * (size_t)mi->head_dim : 0, sizeof(*c->vrows));
+    c->vrows = block_take(&b, norm ? (size_t)c->n_heads * (size_t)m->max_head_dim : 0, sizeof(*c->vrows));
     c->wrow = block_take(&b, norm ? (size_t)m->q_dim : 0, sizeof(*c->wrow));
     c->sq = block_take(&b, norm ? (size_t)c->n_heads : 0, sizeof(*c->sq));
     c->nrow = block_take(&b, norm ? P : 0, sizeof(*c->nrow));
@@ -240,8 +240,8 @@ static void top_k_select(float *ow, int32_t *oi, int k, const float *w, int n) {
 
 /* c->vrows = the cached values of position j of `layer` for each selected head (its kv head's). */
 static void gather_values(attn_capture *c, int layer, int j) {
-    const model_info *mi = &c->m->info;
-    int hd = mi->head_dim, G = mi->n_head / mi->n_head_kv;
+    const layer_weights *L = &c->m->layers[layer]; /* each layer its geometry (Gemma 4's kinds differ) */
+    int hd = L->head_dim, G = c->m->info.n_head / L->n_head_kv;
     for (int hi = 0; hi < c->n_heads; hi++) {
         const void *tile = kv_v_tile(c->seq, layer, j / KV_BLOCK, c->heads[hi] / G);
         size_t off = (size_t)(j % KV_BLOCK) * (size_t)hd;
@@ -258,7 +258,7 @@ static void gather_values(attn_capture *c, int layer, int j) {
 /* vnorm of every selected head of the li-th layer at position j: one pass over W_O's rows. */
 static void vnorm_position(attn_capture *c, int li, int j) {
     const model *m = c->m;
-    int layer = c->layers[li], hd = m->info.head_dim, E = m->info.n_embd, Q = m->q_dim;
+    int layer = c->layers[li], hd = m->layers[layer].head_dim, E = m->info.n_embd, Q = m->layers[layer].q_dim;
     const weight *wo = &m->layers[layer].wo;
     size_t rb = quant_row_bytes(wo->type, Q);
     gather_values(c, layer, j);

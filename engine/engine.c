@@ -793,7 +793,8 @@ static void step_ablate(const pass *p, int layer) {
             if (h->layer != layer) continue;
             float *o = p->e->att + (size_t)t * p->Q + (size_t)h->head * hd, sc = h->scale;
             if (h->mode == ENGINE_ABLATE_MEAN) {
-                double *sum = a->mean_sum + (size_t)i * hd, inv = 1.0 / ++a->mean_n[i];
+                /* mean_sum's rows are model_info's head_dim apart (engine.h), the widest layer's */
+                double *sum = a->mean_sum + (size_t)i * p->e->m->info.head_dim, inv = 1.0 / ++a->mean_n[i];
                 for (int k = 0; k < hd; k++) {
                     sum[k] += o[k];
                     double base = sum[k] * inv;

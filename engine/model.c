@@ -425,9 +425,13 @@ static attnd_status read_geometry(model *m, const char *arch, attnd_err *err) {
         if (L->q_dim > m->q_dim) m->q_dim = L->q_dim;
         if (L->kv_dim > m->kv_dim) m->kv_dim = L->kv_dim;
     }
-    return check_kinds(m) ? pair_shared_kv(m, shared, err)
-                          : attnd_fail(err, ATTND_ERR_UNSUPPORTED, "layers of one kind (local or global) with "
-                                       "different head sizes or KV heads are not supported");
+    if (!check_kinds(m))
+        return attnd_fail(err, ATTND_ERR_UNSUPPORTED, "layers of one kind (local or global) with different head "
+                          "sizes or KV heads are not supported");
+    if (mi->head_dim_swa > mi->head_dim) /* head_dim bounds every layer's (per-head buffers, engine.h) */
+        return attnd_fail(err, ATTND_ERR_UNSUPPORTED, "local layers' head size %d above the global layers' %d is not "
+                          "supported", mi->head_dim_swa, mi->head_dim);
+    return pair_shared_kv(m, shared, err);
 }
 
 /* The Gated DeltaNet layers: which layers they are and their sizes (arch recurrent_interval). */

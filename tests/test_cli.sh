@@ -118,8 +118,10 @@ check "info --ctx-size: the long factors just beyond it" "$?" 0
 grep -q "^roles:         generate (a decoder; pooling last, 256 floats per input)$" <<<"$out0"
 check "info: a decoder's role" "$?" 0
 "${ATTND_BUILD_DIR:?}/tiny_model" bert-reranker "$gm"
-grep -q "^roles:         rank (an encoder: attention both ways; pooling rank, 1 floats per input; a classification head of 1 outputs)$" <<<"$("$BIN" info --model "$gm" 2>&1)"
+grep -q "^roles:         rank (an encoder: attention both ways; pooling rank, 1 float per input; a classification head of 1 output)$" <<<"$("$BIN" info --model "$gm" 2>&1)"
 check "info: an encoder's role, pooling and head" "$?" 0
+grep -q "^KV cache:      none (an encoder keeps nothing between requests)$" <<<"$("$BIN" info --model "$gm" 2>&1)"
+check "info: an encoder keeps no KV (and has no chat template)" "$?" 0
 "$BIN" info --model "$gm" --json | grep -q '"roles":\["rank"\],"encoder":true,"pooling":"rank","embedding_dim":1,"classifier_outputs":1'
 check "info --json: roles and pooling" "$?" 0
 rm -f "$gm"

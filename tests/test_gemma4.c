@@ -50,7 +50,7 @@ static void check_against_reference(const g4_spec *gs, int n_tok, double tol) {
     tiny_rig r;
     rig_open(&r, gs, KV_F32, n_tok);
     int V = gs->base.n_vocab;
-    int32_t *tok = malloc(sizeof(int32_t) * (size_t)n_tok);
+    int32_t *tok = calloc((size_t)n_tok, sizeof(int32_t));
     tiny_random_tokens(tok, n_tok, V, 99);
     double *ref = malloc(sizeof(double) * (size_t)n_tok * V);
     float *lg = malloc(sizeof(float) * (size_t)n_tok * V);

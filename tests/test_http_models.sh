@@ -41,6 +41,8 @@ check "the same prompt at temperature 0 on the same weights: the same text" \
 metrics=$(curl -sf "$base/metrics")
 check "/metrics: alpha's unload counted with its model label" grep -q '^attnd_model_unloads_total{model="alpha"} 1$' <<<"$metrics"
 check "/metrics: beta loaded" grep -q '^attnd_model_loaded{model="beta"} 1$' <<<"$metrics"
+check "/metrics: beta's scheduler series carry its label" grep -q '^attnd_model_generated_tokens_total{model="beta"} 3$' <<<"$metrics"
+check "/metrics: none for alpha, unloaded" bash -c '! grep -q "^attnd_model_kv_used_bytes{model=\"alpha\"}" <<<"$1"' _ "$metrics"
 o=$(curl -s "$base/api/chat" -d '{"model": "alpha:latest", "messages": [{"role": "user", "content": "Hi"}], "stream": false, "options": {"num_predict": 2}}')
 check "Ollama's /api/chat routes alpha:latest" grep -q '"model":"alpha:latest"' <<<"$o"
 m=$(curl -s "$base/v1/messages" -d '{"model": "beta", "max_tokens": 2, "messages": [{"role": "user", "content": "Hi"}]}')
@@ -58,6 +60,9 @@ check_status 500 "the broken file is an error answer" "$base/v1/chat/completions
 check "... naming it" grep -q "model 'broken' failed to load" <<<"$(chat broken)"
 check "/v1/models shows broken as failed, with why" grep -q '"id":"broken",[^}]*"value":"failed","error":"[^"]*not a GGUF' <<<"$(curl -sf "$base/v1/models")"
 check "the others keep serving after it" grep -q '"model":"alpha"' <<<"$(chat alpha)"
+show=$(curl -s "$base/api/show" -d '{"model": "alpha:latest"}')
+check "Ollama's /api/show names its model (${show:0:80})" grep -q '"capabilities":\["completion"' <<<"$show"
+check_status 404 "/api/show of an unknown model" "$base/api/show" -d '{"name": "gamma"}'
 check_status 501 "a one-model endpoint (/tokenize) says it is not for several models" "$base/tokenize" -d '{"content": "Hi"}'
 check "/health reports each model's state" grep -q '"models":{"alpha":"loaded","beta":"unloaded","broken":"failed"}' <<<"$(curl -sf "$base/health")"
 

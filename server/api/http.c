@@ -438,6 +438,7 @@ static http_result request_body(req *r, const char *upload, size_t n) {
 }
 
 unsigned http_model_roles(const model *m, const server_settings *cfg) {
+    if (!m) return 0; /* not loaded (yet) */
     unsigned roles = model_roles(m);
     if (cfg->embeddings && (roles & MODEL_ROLE_GENERATE)) roles |= MODEL_ROLE_EMBED;
     return roles;

@@ -225,7 +225,7 @@ json_t *http_parse_body(req *r, http_result *ret, bool allow_empty);
 json_t *http_work_body(req *r, http_result *ret);
 
 /* What a model does (attnd/embed.h's MODEL_ROLE_* bits): the file's roles, plus embedding for
- * a generation model when cfg's embeddings setting is on. */
+ * a generation model when cfg's embeddings setting is on; 0 when m is NULL (not loaded). */
 unsigned http_model_roles(const model *m, const server_settings *cfg);
 /* When r's route needs a role (ROUTE_GENERATE, _EMBED, _RANK) that roles lack: queues the 400
  * that names what the model `name` serves, sets *ret and returns true. */

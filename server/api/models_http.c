@@ -154,6 +154,42 @@ json_t *models_http_health(struct server *s) {
     return o;
 }
 
+static void read_stats(void *inst, void *user) { sched_get_stats(((server_model *)inst)->sch, user); }
+
+/* The scheduler's series of every loaded model, labelled with its name (they start again from 0
+ * when a model loads again: a new scheduler, which Prometheus reads as a counter reset). */
+static void scheduler_series(struct server *s, buf *b) {
+    static const struct {
+        const char *name, *type, *help;
+    } M[] = {
+        {"attnd_model_sequences_active", "gauge", "Sequences the model's scheduler is running."},
+        {"attnd_model_sequences_queued", "gauge", "Sequences waiting for the model's scheduler."},
+        {"attnd_model_kv_used_bytes", "gauge", "KV cache bytes the model holds."},
+        {"attnd_model_kv_budget_bytes", "gauge", "The model's KV budget (kv_budget_mb)."},
+        {"attnd_model_prompt_tokens_total", "counter", "Prompt tokens the model read since it loaded."},
+        {"attnd_model_generated_tokens_total", "counter", "Tokens the model generated since it loaded."},
+    };
+    int n = mreg_count(s->models);
+    sched_stats *st = calloc((size_t)(n > 0 ? n : 1), sizeof(*st));
+    bool *loaded = calloc((size_t)(n > 0 ? n : 1), sizeof(*loaded));
+    for (int i = 0; st && loaded && i < n; i++) loaded[i] = mreg_peek(s->models, i, read_stats, &st[i]);
+    for (size_t k = 0; st && loaded && k < ATTND_ARRAY_LEN(M); k++) {
+        buf_printf(b, "# HELP %s %s\n# TYPE %s %s\n", M[k].name, M[k].help, M[k].name, M[k].type);
+        for (int i = 0; i < n; i++) {
+            if (!loaded[i]) continue;
+            mreg_info in;
+            mreg_info_get(s->models, i, &in);
+            const sched_stats *t = &st[i];
+            unsigned long long v = k == 0 ? (unsigned long long)t->active : k == 1 ? (unsigned long long)t->queued
+                                 : k == 2 ? t->kv_used : k == 3 ? t->kv_budget : k == 4 ? t->prompt_tokens
+                                 : t->generated_tokens;
+            buf_printf(b, "%s{model=\"%s\"} %llu\n", M[k].name, in.name, v);
+        }
+    }
+    free(st);
+    free(loaded);
+}
+
 char *models_http_metrics(struct server *s) {
     static const struct {
         const char *name, *type, *help;
@@ -175,5 +211,6 @@ char *models_http_metrics(struct server *s) {
             buf_printf(&b, "%s{model=\"%s\"} %llu\n", M[k].name, in.name, v);
         }
     }
+    scheduler_series(s, &b);
     return b.p;
 }

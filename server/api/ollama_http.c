@@ -183,19 +183,19 @@ static void param_size(uint64_t n, char out[16]) {
 
 /* The served model as /api/tags and /api/ps list it (new reference). digest is an identifier of
  * the file (its path, size and modification time), not its SHA-256. */
-static json_t *model_entry(const struct server *s) {
-    const model_info *mi = model_info_get(s->m);
+static json_t *model_entry(const model *mod, const char *path, const char *id) {
+    const model_info *mi = model_info_get(mod);
     struct stat sb;
-    long long size = stat(s->cfg.model_path, &sb) == 0 ? (long long)sb.st_size : 0;
+    long long size = stat(path, &sb) == 0 ? (long long)sb.st_size : 0;
     char name[200], digest[65], ps[16], when[40];
-    snprintf(name, sizeof(name), "%s:latest", s->model_id);
+    snprintf(name, sizeof(name), "%s:latest", id);
     uint64_t h = 0xcbf29ce484222325ull;
-    for (const char *p = s->cfg.model_path; *p; p++) h = (h ^ (unsigned char)*p) * 0x100000001b3ull;
+    for (const char *p = path; *p; p++) h = (h ^ (unsigned char)*p) * 0x100000001b3ull;
     h ^= (uint64_t)size * 0x9e3779b97f4a7c15ull;
     for (int i = 0; i < 4; i++) snprintf(digest + 16 * i, 17, "%016llx", (unsigned long long)(h * (2ull * (uint64_t)i + 1)));
     param_size(mi->n_params, ps);
     struct tm tm;
-    time_t mt = stat(s->cfg.model_path, &sb) == 0 ? sb.st_mtime : time(NULL);
+    time_t mt = stat(path, &sb) == 0 ? sb.st_mtime : time(NULL);
     gmtime_r(&mt, &tm);
     strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%SZ", &tm);
     return json_pack("{s:s, s:s, s:s, s:I, s:s, s:{s:s, s:s, s:s, s:[s], s:s, s:s}}", "name", name, "model", name,
@@ -206,13 +206,13 @@ static json_t *model_entry(const struct server *s) {
 
 http_result ep_ollama_tags(req *r) {
     if (r->srv->models) return models_http_tags(r, false);
-    json_t *m = model_entry(r->srv);
+    json_t *m = model_entry(r->srv->m, r->srv->cfg.model_path, r->srv->model_id);
     return http_respond_json(r, 200, json_pack("{s:[o]}", "models", m));
 }
 
 http_result ep_ollama_ps(req *r) {
     if (r->srv->models) return models_http_tags(r, true);
-    json_t *m = model_entry(r->srv);
+    json_t *m = model_entry(r->srv->m, r->srv->cfg.model_path, r->srv->model_id);
     if (m) {
         json_object_set_new(m, "size_vram", json_integer(0));
         json_object_set_new(m, "context_length", json_integer(r->srv->n_ctx));
@@ -223,6 +223,35 @@ http_result ep_ollama_ps(req *r) {
 
 http_result ep_ollama_version(req *r) { return http_respond_json(r, 200, json_pack("{s:s}", "version", OLLAMA_API_VERSION)); }
 
+/* /api/show's answer for the model of env (new reference). */
+static json_t *show_answer(const genreq_env *env) {
+    const model_info *mi = model_info_get(env->m);
+    const sampler_params *sp = &env->cfg->sampling;
+    char params[300], key[80], tmpl[200];
+    snprintf(params, sizeof(params), "temperature %g\ntop_k %d\ntop_p %g\nmin_p %g\nrepeat_penalty %g\nnum_ctx %d",
+             sp->temperature, sp->top_k, sp->top_p, sp->min_p, sp->repeat_penalty, env->n_ctx);
+    snprintf(tmpl, sizeof(tmpl), "%s (%s)", chat_family_name(env->chat->family), chat_source_str(env->chat));
+    json_t *entry = model_entry(env->m, env->cfg->model_path, env->model_id);
+    json_t *info = json_pack("{s:s, s:I}", "general.architecture", mi->arch, "general.parameter_count",
+                             (json_int_t)mi->n_params);
+    snprintf(key, sizeof(key), "%s.context_length", mi->arch);
+    json_object_set_new(info, key, json_integer(mi->n_ctx));
+    snprintf(key, sizeof(key), "%s.block_count", mi->arch);
+    json_object_set_new(info, key, json_integer(mi->n_layer));
+    snprintf(key, sizeof(key), "%s.embedding_length", mi->arch);
+    json_object_set_new(info, key, json_integer(mi->n_embd));
+    unsigned roles = http_model_roles(env->m, env->cfg);
+    json_t *caps = json_array(); /* Ollama's: "completion", "tools", "embedding" */
+    if (roles & MODEL_ROLE_GENERATE) json_array_append_new(caps, json_string("completion"));
+    if ((roles & MODEL_ROLE_GENERATE) && env->chat->takes_tools) json_array_append_new(caps, json_string("tools"));
+    if (roles & MODEL_ROLE_EMBED) json_array_append_new(caps, json_string("embedding"));
+    json_t *ans = json_pack("{s:s, s:s, s:s, s:O, s:o, s:o, s:O}", "modelfile", "", "parameters", params, "template", tmpl,
+                            "details", json_object_get(entry, "details"), "model_info", info, "capabilities", caps,
+                            "modified_at", json_object_get(entry, "modified_at"));
+    json_decref(entry);
+    return ans;
+}
+
 http_result ep_ollama_show(req *r) {
     struct server *s = r->srv;
     http_result ret = HTTP_NO;
@@ -230,35 +259,22 @@ http_result ep_ollama_show(req *r) {
     if (!b) return ret;
     const char *name = json_string_value(json_object_get(b, "model"));
     if (!name) name = json_string_value(json_object_get(b, "name")); /* the older field */
-    if (!name || !model_matches(s->model_id, name)) {
+    /* the model shown: the server's, or on a server of several the one named (loaded for it) */
+    genreq_env env = {.cfg = &s->cfg, .m = s->m, .chat = &s->chat, .n_ctx = s->n_ctx, .model_id = s->model_id};
+    mreg_ref ref = {.idx = -1};
+    if (s->models && name && !json_object_get(b, "model")) json_object_set_new(b, "model", json_string(name));
+    if (s->models && !models_http_route(r, b, &env, &ref, &ret)) {
+        json_decref(b);
+        return ret;
+    }
+    if (!s->models && (!name || !model_matches(s->model_id, name))) {
         char msg[300];
         snprintf(msg, sizeof(msg), "model '%.200s' not found", name ? name : "");
         json_decref(b);
         return http_respond_error(r, name ? 404 : 400, name ? msg : "model is required", "model");
     }
     json_decref(b);
-    const model_info *mi = model_info_get(s->m);
-    const sampler_params *sp = &s->cfg.sampling;
-    char params[300], key[80], tmpl[200];
-    snprintf(params, sizeof(params), "temperature %g\ntop_k %d\ntop_p %g\nmin_p %g\nrepeat_penalty %g\nnum_ctx %d",
-             sp->temperature, sp->top_k, sp->top_p, sp->min_p, sp->repeat_penalty, s->n_ctx);
-    snprintf(tmpl, sizeof(tmpl), "%s (%s)", chat_family_name(s->chat.family), chat_source_str(&s->chat));
-    json_t *entry = model_entry(s), *info = json_pack("{s:s, s:I}", "general.architecture", mi->arch,
-                                                       "general.parameter_count", (json_int_t)mi->n_params);
-    snprintf(key, sizeof(key), "%s.context_length", mi->arch);
-    json_object_set_new(info, key, json_integer(mi->n_ctx));
-    snprintf(key, sizeof(key), "%s.block_count", mi->arch);
-    json_object_set_new(info, key, json_integer(mi->n_layer));
-    snprintf(key, sizeof(key), "%s.embedding_length", mi->arch);
-    json_object_set_new(info, key, json_integer(mi->n_embd));
-    unsigned roles = http_model_roles(s->m, &s->cfg);
-    json_t *caps = json_array(); /* Ollama's: "completion", "tools", "embedding" */
-    if (roles & MODEL_ROLE_GENERATE) json_array_append_new(caps, json_string("completion"));
-    if ((roles & MODEL_ROLE_GENERATE) && s->chat.takes_tools) json_array_append_new(caps, json_string("tools"));
-    if (roles & MODEL_ROLE_EMBED) json_array_append_new(caps, json_string("embedding"));
-    json_t *ans = json_pack("{s:s, s:s, s:s, s:O, s:o, s:o, s:O}", "modelfile", "", "parameters", params, "template", tmpl,
-                            "details", json_object_get(entry, "details"), "model_info", info, "capabilities", caps,
-                            "modified_at", json_object_get(entry, "modified_at"));
-    json_decref(entry);
+    json_t *ans = show_answer(&env);
+    if (s->models) mreg_release(s->models, &ref);
     return http_respond_json(r, 200, ans);
 }

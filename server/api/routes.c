@@ -42,7 +42,7 @@ const route http_routes[] = {
     {"POST", "/api/chat", ep_ollama_chat, "ollama_chat", ROUTE_MODEL | ROUTE_GENERATE | ROUTE_MULTI | ROUTE_OLLAMA},
     {"POST", "/api/generate", ep_ollama_generate, "ollama_generate", ROUTE_MODEL | ROUTE_GENERATE | ROUTE_MULTI | ROUTE_OLLAMA},
     {"GET", "/api/tags", ep_ollama_tags, "ollama_tags", ROUTE_MODEL | ROUTE_MULTI | ROUTE_OLLAMA},
-    {"POST", "/api/show", ep_ollama_show, "ollama_show", ROUTE_MODEL | ROUTE_OLLAMA},
+    {"POST", "/api/show", ep_ollama_show, "ollama_show", ROUTE_MODEL | ROUTE_MULTI | ROUTE_OLLAMA},
     {"GET", "/api/ps", ep_ollama_ps, "ollama_ps", ROUTE_MODEL | ROUTE_MULTI | ROUTE_OLLAMA},
     {"POST", "/models/load", ep_models_load, "models_load", ROUTE_MODEL | ROUTE_MULTI},
     {"POST", "/models/unload", ep_models_unload, "models_unload", ROUTE_MODEL | ROUTE_MULTI},

@@ -77,6 +77,7 @@ static attnd_status load_op(void *user, const char *name, const char *path, int 
     if (!sm) return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory");
     snprintf(sm->name, sizeof(sm->name), "%s", name);
     sm->cfg = *settings_of(s, preset);
+    sm->cfg.model_path = path; /* the registry's copy, valid while it lives (Ollama's digest) */
     sm->cfg.hooks.on_ready = NULL;
     sm->cfg.hooks.on_stopping = NULL;
     double t0 = attnd_now_s();
