@@ -169,6 +169,11 @@ static tokenizer *tiny(const char *extra_key, bool extra_val, const uint8_t *cha
     gb_kv_arr_i32(&kv, "tokenizer.ggml.token_type", types, 11);
     gb_kv_arr_f32(&kv, "tokenizer.ggml.scores", scores, 11);
     gb_kv_u32(&kv, "tokenizer.ggml.unknown_token_id", 0);
+    gb_kv_u32(&kv, "tokenizer.ggml.bos_token_id", 1);
+    gb_kv_u32(&kv, "tokenizer.ggml.eos_token_id", 2);
+    gb_kv_u32(&kv, "tokenizer.ggml.seperator_token_id", 2);
+    gb_kv_bool(&kv, "tokenizer.ggml.add_bos_token", true);
+    gb_kv_bool(&kv, "tokenizer.ggml.add_eos_token", true);
     if (!extra_key || strcmp(extra_key, "tokenizer.ggml.remove_extra_whitespaces"))
         gb_kv_bool(&kv, "tokenizer.ggml.remove_extra_whitespaces", true);
     if (extra_key) gb_kv_bool(&kv, extra_key, extra_val);
@@ -234,6 +239,23 @@ Test(unigram, user_defined_tokens_are_cut_out_and_the_space_flags_apply) {
     tok_destroy(t);
     t = tiny("tokenizer.ggml.add_space_prefix", false, NULL, 0, &err, ATTND_OK);
     expect_ids(t, "b", (int32_t[]){7, 5}, 2); /* with remove_extra_whitespaces every word gets ▁ */
+    tok_destroy(t);
+}
+
+/* Converted XLM-R rerankers (bge-reranker-v2-m3) carry add_sep_token true, read from the pair
+ * template <s> A </s> </s> B </s>: a single text still ends in one </s> (llama.cpp appends sep
+ * only for WordPiece), and the pair is unchanged. */
+Test(unigram, add_sep_token_adds_no_second_eos_to_one_text) {
+    attnd_err err = {{0}};
+    tokenizer *t = tiny("tokenizer.ggml.add_sep_token", true, NULL, 0, &err, ATTND_OK);
+    size_t n;
+    int32_t *ids = encode(t, "ab", 2, true, false, &n), *segs;
+    cr_expect(n == 4 && ids[0] == 1 && ids[1] == 4 && ids[2] == 5 && ids[3] == 2, "<s> ▁a b </s>: %zu ids", n);
+    free(ids);
+    cr_assert_eq(tok_encode_pair(t, "a", 1, "b", 1, &ids, &segs, &n, &err), ATTND_OK, "%s", err.msg);
+    cr_expect(n == 7 && ids[0] == 1 && ids[1] == 4 && ids[2] == 2 && ids[3] == 2 && ids[5] == 5 && ids[6] == 2,
+              "<s> ▁a </s> </s> ▁ b </s>: %zu ids", n);
+    free(ids), free(segs);
     tok_destroy(t);
 }
 
