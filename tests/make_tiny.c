@@ -15,6 +15,11 @@
  *                                   <|im_start|> <|im_end|> as control tokens: a model for a real
  *                                   tool-capable chat template (served with chat_template_file),
  *                                   whose tool descriptions do not fit a 512-token context
+ *     make_tiny OUT.gguf xlmr VOCAB.gguf
+ *     make_tiny OUT.gguf xlmr-rank VOCAB.gguf
+ *                                   encoder_fixture.h's XLM-RoBERTa (bge-m3's layout, CLS pooling; or
+ *                                   bge-reranker-v2-m3's, a one-logit head) with the unigram vocabulary
+ *                                   of VOCAB.gguf (tests/data/tokenizers/xlmr-ugm.gguf)
  *     make_tiny OUT.gguf lowbit TYPE
  *                                   2-layer llama, rows 256 wide, every 2-D weight random blocks of
  *                                   TYPE (IQ1_S ... NVFP4, issue 47: formats attnd cannot write)
@@ -129,8 +134,13 @@ static int write_chat(const char *path) {
 
 int main(int argc, char **argv) {
     if (argc == 4 && !strcmp(argv[2], "lowbit")) return write_lowbit(argv[1], argv[3]);
+    if (argc == 4 && (!strcmp(argv[2], "xlmr") || !strcmp(argv[2], "xlmr-rank"))) {
+        tiny_spec sp = enc_xlmr(argv[3], !strcmp(argv[2], "xlmr-rank"));
+        return enc_write(argv[1], &sp) != 0;
+    }
     if (argc != 3) {
-        fprintf(stderr, "usage: make_tiny OUT.gguf qwen896|llama960|rank|chat|bert|bert-rank | make_tiny OUT.gguf lowbit TYPE\n");
+        fprintf(stderr, "usage: make_tiny OUT.gguf qwen896|llama960|rank|chat|bert|bert-rank | make_tiny OUT.gguf lowbit TYPE"
+                        " | make_tiny OUT.gguf xlmr|xlmr-rank VOCAB.gguf\n");
         return 2;
     }
     if (!strcmp(argv[2], "rank")) return write_rank(argv[1]);
