@@ -63,7 +63,10 @@ check "the others keep serving after it" grep -q '"model":"alpha"' <<<"$(chat al
 show=$(curl -s "$base/api/show" -d '{"model": "alpha:latest"}')
 check "Ollama's /api/show names its model (${show:0:80})" grep -q '"capabilities":\["completion"' <<<"$show"
 check_status 404 "/api/show of an unknown model" "$base/api/show" -d '{"name": "gamma"}'
-check_status 501 "a one-model endpoint (/tokenize) says it is not for several models" "$base/tokenize" -d '{"content": "Hi"}'
+check "/tokenize with a model tokenizes with it" grep -q '^{"tokens":\[[0-9]' <<<"$(curl -s "$base/tokenize" -d '{"model": "alpha", "content": "Hi"}')"
+check "/detokenize with a model" test "$(curl -s "$base/detokenize" -d '{"model": "alpha", "tokens": []}')" = '{"content":""}'
+check_status 400 "/tokenize without a model on a server of several" "$base/tokenize" -d '{"content": "Hi"}'
+check_status 501 "a one-model endpoint (/props) says it is not for several models" "$base/props"
 check "/health reports each model's state" grep -q '"models":{"alpha":"loaded","beta":"unloaded","broken":"failed"}' <<<"$(curl -sf "$base/health")"
 
 # ---- explicit load and unload; never under a running request ----

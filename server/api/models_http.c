@@ -65,6 +65,19 @@ bool models_http_route(req *r, json_t *body, genreq_env *env, mreg_ref *ref, htt
     return true;
 }
 
+bool models_http_use(req *r, json_t *body, genreq_env *env, mreg_ref *ref, http_result *ret) {
+    struct server *s = r->srv;
+    *env = (genreq_env){&s->cfg, s->m, s->tok, &s->chat, s->store, s->sch, s->n_ctx, &s->stopping, s->model_id,
+                        s->n_vocab};
+    ref->idx = -1;
+    ref->inst = NULL;
+    return !s->models || models_http_route(r, body, env, ref, ret);
+}
+
+void models_http_done(req *r, mreg_ref *ref) {
+    if (r->srv->models) mreg_release(r->srv->models, ref);
+}
+
 // ---- listing ----------------------------------------------------------------------------------
 
 static void read_context(void *inst, void *user) { *(int *)user = ((server_model *)inst)->n_ctx; }
