@@ -101,6 +101,10 @@ size1=$(stat -c %s "$TMP/state/models/alpha/$id.session.json" 2>/dev/null || ech
 check_status 200 "alpha unloads" "$base/models/unload" -d '{"model": "alpha"}'
 r2=$(curl -s "$base/v1/responses" -d "{\"model\": \"alpha\", \"input\": \"More\", \"previous_response_id\": \"$id\", \"max_output_tokens\": 2}")
 check "the next turn continues it after alpha loads again (${r2:0:120})" grep -q "\"previous_response_id\":\"$id\"" <<<"$r2"
+check_status 409 "a turn naming another model than its chain's is a 409" "$base/v1/responses" \
+    -d "{\"model\": \"beta\", \"input\": \"More\", \"previous_response_id\": \"$id\", \"max_output_tokens\": 2}"
+check "... saying whose it is" grep -q "belongs to model 'alpha'" <<<"$(curl -s "$base/v1/responses" \
+    -d "{\"model\": \"beta\", \"input\": \"More\", \"previous_response_id\": \"$id\", \"max_output_tokens\": 2}")"
 check "... on the same session, which grew" test "$(stat -c %s "$TMP/state/models/alpha/$id.session.json")" -gt "$size1"
 stop_server s || bad "SIGTERM"
 
