@@ -122,7 +122,7 @@ model = $TMP/models/alpha.gguf
 [model.three]
 model = $TMP/models/beta.gguf
 EOF
-start_server p --config "$TMP/attnd.conf" --threads 1 --no-models-cache --model "$MODEL" --model-alias solo
+start_server p --config "$TMP/attnd.conf" --threads 2 --no-models-cache --model "$MODEL" --model-alias solo
 base=http://127.0.0.1:$p_PORT
 check "--model beside presets is one more model, named by --model-alias" test "$(state solo)" = unloaded
 check "a preset's ctx_size is its own" grep -q '"id":"one",.*"context_length":128' <<<"$(chat one >/dev/null; curl -sf "$base/v1/models")"
@@ -130,6 +130,14 @@ chat two >/dev/null
 check "two models fit the budget" test "$(state one)/$(state two)" = loaded/loaded
 chat three >/dev/null
 check "the third unloads the least recently used (one)" test "$(state one)/$(state two)/$(state three)" = unloaded/loaded/loaded
+shared() { curl -sf "$base/metrics" | grep "^attnd_model_steps_shared_total{model=\"$1\"}" | cut -d' ' -f2; }
+check "one model working alone runs on all the threads (no step shared)" test "$(shared two)/$(shared three)" = 0/0
+long() { curl -s "$base/v1/completions" -d "{\"model\": \"$1\", \"prompt\": \"Once\", \"max_tokens\": 240, \"n\": 2, \"ignore_eos\": true}" >/dev/null; }
+long two & bg=$!
+long three
+wait "$bg"
+check "two models working at once share the threads: each ran steps on its share ($(shared two), $(shared three))" \
+    bash -c '[ "$1" -gt 0 ] && [ "$2" -gt 0 ]' _ "$(shared two)" "$(shared three)"
 stop_server p || bad "SIGTERM (presets)"
 
 # ---- with API keys, loading and unloading need the admin key ----

@@ -80,6 +80,7 @@ static attnd_status load_op(void *user, const char *name, const char *path, int 
     sm->cfg.model_path = path; /* the registry's copy, valid while it lives (Ollama's digest) */
     sm->cfg.hooks.on_ready = NULL;
     sm->cfg.hooks.on_stopping = NULL;
+    sm->cfg.cpu_share = &s->cpu_share; /* fair threads between the models that work */
     double t0 = attnd_now_s();
     slog_info("model %s: loading %s", name, path);
     attnd_status rc = open_model(sm, path, err);
@@ -218,6 +219,7 @@ static void *keepalive_main(void *arg) {
 }
 
 attnd_status models_open(struct server *s, attnd_err *err) {
+    cpushare_init(&s->cpu_share, s->cfg.threads);
     mreg_ops ops = {load_op, unload_op, NULL, s};
     mreg_limits lim = {.max_loaded = s->cfg.models_max_loaded, .memory_bytes = s->cfg.models_memory_mb << 20,
                        .max_waiters = s->cfg.queue_limit};

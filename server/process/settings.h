@@ -152,6 +152,8 @@ typedef struct server_settings {
     int default_max_tokens;  /* when a request gives none; default 256 */
 
     server_hooks hooks;
+    struct cpushare *cpu_share; /* several models: the server's threads, shared by the models that
+                                   work (cpushare.h; borrowed); NULL = the scheduler's own */
 } server_settings;
 
 /* One [model.NAME] section: a model's settings, the server's with the section's lines over them. */
