@@ -15,7 +15,7 @@ echo "not a model" > "$TMP/models/broken.gguf"
 echo "notes" > "$TMP/models/README.txt"
 export XDG_CACHE_HOME=$TMP/cache # the pull cache counts: an empty one here
 
-start_server s --models-dir "$TMP/models" --models-max-loaded 1 --threads 1 --kv-budget-mb 16 --state-dir "$TMP/state"
+start_server s --models-dir "$TMP/models" --models-max-loaded 1 --models-wait-s 2 --threads 1 --kv-budget-mb 16 --state-dir "$TMP/state"
 base=http://127.0.0.1:$s_PORT
 state() { curl -sf "$base/v1/models" | grep -o "\"id\":\"$1\",[^}]*}" | grep -o '"value":"[a-z]*"' | cut -d'"' -f4; }
 chat() { curl -s "$base/v1/chat/completions" -d "{\"model\": \"$1\", \"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}], \"max_tokens\": 3, \"temperature\": 0}"; }
@@ -84,11 +84,27 @@ slow=$!
 for _ in $(seq 100); do curl -sf "$base/metrics" | grep -q '^attnd_model_requests_active{model="beta"} 1$' && break; sleep 0.05; done
 check_status 409 "unloading beta while a request uses it is a 409" "$base/models/unload" -d '{"model": "beta"}'
 check "... and beta stays loaded" test "$(state beta)" = loaded
-check_status 503 "alpha needs beta's room (models_max_loaded 1) while beta is busy: 503" \
-    "$base/v1/chat/completions" -d '{"model": "alpha", "messages": [{"role": "user", "content": "Hi"}]}'
+# alpha needs beta's room (models_max_loaded 1) while beta is busy: it waits, beta drains
+chat alpha > "$TMP/waited.json" & waiting=$!
+for _ in $(seq 100); do curl -sf "$base/metrics" | grep -q '^attnd_model_requests_active{model="alpha"} 1$' && break; sleep 0.05; done
+check "a request for alpha waits for room while beta is busy (no 503)" \
+    bash -c 'kill -0 "$1" && [ "$2" = unloaded ]' _ "$waiting" "$(state alpha)"
 kill "$slow" 2>/dev/null; wait "$slow" 2>/dev/null
-for _ in $(seq 100); do curl -sf "$base/metrics" | grep -q '^attnd_model_requests_active{model="beta"} 0$' && break; sleep 0.05; done
-check "once idle, alpha takes beta's room" grep -q '"model":"alpha"' <<<"$(chat alpha)"
+wait "$waiting"
+check "once beta's request ends, alpha takes its room and answers" grep -q '"model":"alpha"' "$TMP/waited.json"
+check "beta drained and unloaded for it" test "$(state beta)" = unloaded
+# past models_wait_s (2 s here) the wait ends in a 503 with Retry-After
+curl -s --limit-rate 300 "$base/v1/completions" -N \
+    -d '{"model": "alpha", "prompt": "Once upon a time", "max_tokens": 480, "n": 4, "stream": true, "ignore_eos": true}' >/dev/null &
+slow=$!
+for _ in $(seq 100); do curl -sf "$base/metrics" | grep -q '^attnd_model_requests_active{model="alpha"} 1$' && break; sleep 0.05; done
+hdrs=$(curl -s -D - -o "$TMP/nowait.json" "$base/v1/chat/completions" -d '{"model": "beta", "messages": [{"role": "user", "content": "Hi"}]}')
+check "beta's wait for alpha's room ends in a 503 with Retry-After (${hdrs:0:40})" \
+    bash -c 'grep -q "^HTTP/1.1 503" <<<"$1" && grep -qi "^Retry-After: " <<<"$1"' _ "$hdrs"
+check "... that says why" grep -q "stayed in use" "$TMP/nowait.json"
+kill "$slow" 2>/dev/null; wait "$slow" 2>/dev/null
+for _ in $(seq 100); do curl -sf "$base/metrics" | grep -q '^attnd_model_requests_active{model="alpha"} 0$' && break; sleep 0.05; done
+check "alpha, no longer drained, serves again" grep -q '"model":"alpha"' <<<"$(chat alpha)"
 listed=$("$ATTND_BINARY" models --url "$base")
 check "attnd models --url: alpha loaded, with its context" grep -q '^alpha  *loaded .* MiB  context 512$' <<<"$listed"
 check "attnd models --url: beta unloaded, broken failed" \

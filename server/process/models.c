@@ -222,7 +222,7 @@ attnd_status models_open(struct server *s, attnd_err *err) {
     cpushare_init(&s->cpu_share, s->cfg.threads);
     mreg_ops ops = {load_op, unload_op, NULL, s};
     mreg_limits lim = {.max_loaded = s->cfg.models_max_loaded, .memory_bytes = s->cfg.models_memory_mb << 20,
-                       .max_waiters = s->cfg.queue_limit};
+                       .max_waiters = s->cfg.queue_limit, .room_wait_ms = s->cfg.models_wait_s * 1000};
     attnd_status rc = mreg_create(&s->models, &ops, &lim, err);
     if (rc == ATTND_OK) rc = add_presets(s, err);
     if (rc == ATTND_OK && s->cfg.model_path) rc = add_model_flag(s, err);

@@ -84,6 +84,8 @@ typedef struct server_settings {
     bool models_cache;       /* with models_dir or presets, the models `attnd pull` cached count
                                 too; default true */
     int models_max_loaded;   /* models loaded at once; 0 = no limit; default 0 */
+    int models_wait_s;       /* a request's wait for room while every loaded model is busy; 0 = a
+                                503 at once; default 120 */
     size_t models_memory_mb; /* the loaded models' weights plus KV budgets, MiB; 0 = no limit */
     const struct server_preset *presets; /* (n_presets) the config file's [model.NAME] sections;
                                 borrowed: valid while the config object lives */
