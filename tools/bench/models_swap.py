@@ -130,27 +130,41 @@ def make_models(args, work):
     chat = os.path.join(SOURCE, "models", "attnd-sotu.gguf")
     draft = os.path.join(work, "sotu-q4_0.gguf")
     embed = os.path.join(work, "bert.gguf")
-    subprocess.run([args.attnd, "quantize", chat, draft, "Q4_0", "--quiet"], check=True, stdout=subprocess.DEVNULL)
+    subprocess.run([args.attnd, "quantize", chat, draft, "Q4_0", "--quiet"], check=True, capture_output=True)
     subprocess.run([args.make_tiny, embed, "bert"], check=True, stdout=subprocess.DEVNULL)
     return {"chat": chat, "draft": draft, "embed": embed}
 
 
 def references(args, work, files):
-    """Each request's answer from a server of its model alone."""
-    ref = {}
+    """Each request's answer from a server of its model alone (the three servers at once)."""
+    ref, errors = {}, []
     alone = {"chat": ["--model", files["chat"], "--draft-model", files["draft"], "--draft-max", "4"],
              "draft": ["--model", files["draft"]], "embed": ["--model", files["embed"]]}
-    for name, flags in alone.items():
-        srv = Server(args.attnd, flags + ["--threads", "1", "--kv-budget-mb", str(KV_MB)],
-                     os.path.join(work, "ref-%s.log" % name))
+
+    def one(name, flags):
+        try:
+            srv = Server(args.attnd, flags + ["--threads", "1", "--kv-budget-mb", str(KV_MB)],
+                         os.path.join(work, "ref-%s.log" % name))
+        except Exception as e:  # noqa: BLE001  (said below, in the caller's thread)
+            errors.append("reference server %s: %s" % (name, e))
+            return
         try:
             for key, path, body in requests_for(name):
                 status, got = post(srv.base, path, body)
                 if status != 200:
-                    raise RuntimeError("reference %s: %s %s" % (key, status, got))
+                    errors.append("reference %s: %s %s" % (key, status, got))
+                    return
                 ref[key] = answer_of(key, status, got)
         finally:
             srv.stop()
+
+    threads = [threading.Thread(target=one, args=item) for item in alone.items()]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise RuntimeError("; ".join(errors))
     return ref
 
 
@@ -177,16 +191,29 @@ def metric(text, name, model):
     return int(m.group(1)) if m else -1
 
 
-def traffic(base, ref, seconds, clients, seed):
-    """clients threads send random requests for `seconds`; returns the results."""
-    pool = [r for m in ("chat", "draft", "embed") for r in requests_for(m)]
+def traffic(base, ref, seconds, clients, seed, min_each=3):
+    """clients threads send requests for `seconds` (and until every model answered min_each, so
+    that a slow build swaps too): client c's i-th request is for model (c + i) mod 3, a random
+    one of its requests; returns the results."""
+    names = ("chat", "draft", "embed")
+    pools = [requests_for(m) for m in names]
     results, lock = [], threading.Lock()
     stop_at = time.time() + seconds
+    hard_stop = stop_at + 120
+
+    def more():
+        if time.time() >= hard_stop:
+            return False
+        with lock:
+            fewest = min(sum(1 for r in results if r["key"][0].startswith(m)) for m in names)
+        return time.time() < stop_at or fewest < min_each
 
     def client(c):
         rng = random.Random(seed + c)
-        while time.time() < stop_at:
-            key, path, body = rng.choice(pool)
+        i = 0
+        while more():
+            key, path, body = rng.choice(pools[(c + i) % len(names)])
+            i += 1
             t0 = time.time()
             try:
                 status, got = post(base, path, body)
