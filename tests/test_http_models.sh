@@ -77,9 +77,10 @@ check_status 404 "unloading an unknown model" "$base/models/unload" -d '{"model"
 check_status 200 "POST /models/load beta" "$base/models/load" -d '{"model": "beta"}'
 for _ in $(seq 100); do [ "$(state beta)" = loaded ] && break; sleep 0.05; done
 check "beta loads in the background" test "$(state beta)" = loaded
-# a streamed answer of 4 long choices, read slowly, keeps its request (and its model) in use
-curl -s --limit-rate 300 "$base/v1/completions" -N \
-    -d '{"model": "beta", "prompt": "Once upon a time", "max_tokens": 480, "n": 4, "stream": true, "ignore_eos": true}' >/dev/null &
+# a long request keeps its model in use until it is stopped: 64 streamed choices of 480 tokens
+# (seconds of work for any CPU; the server holds what it writes, so a slow reader alone would not)
+long_body() { echo "{\"model\": \"$1\", \"prompt\": [$(printf '"Once upon a time %d",' $(seq 15))\"Once\"], \"max_tokens\": 480, \"n\": 4, \"stream\": true, \"ignore_eos\": true}"; }
+curl -s "$base/v1/completions" -N -d "$(long_body beta)" >/dev/null &
 slow=$!
 for _ in $(seq 100); do curl -sf "$base/metrics" | grep -q '^attnd_model_requests_active{model="beta"} 1$' && break; sleep 0.05; done
 check_status 409 "unloading beta while a request uses it is a 409" "$base/models/unload" -d '{"model": "beta"}'
@@ -94,8 +95,7 @@ wait "$waiting"
 check "once beta's request ends, alpha takes its room and answers" grep -q '"model":"alpha"' "$TMP/waited.json"
 check "beta drained and unloaded for it" test "$(state beta)" = unloaded
 # past models_wait_s (2 s here) the wait ends in a 503 with Retry-After
-curl -s --limit-rate 300 "$base/v1/completions" -N \
-    -d '{"model": "alpha", "prompt": "Once upon a time", "max_tokens": 480, "n": 4, "stream": true, "ignore_eos": true}' >/dev/null &
+curl -s "$base/v1/completions" -N -d "$(long_body alpha)" >/dev/null &
 slow=$!
 for _ in $(seq 100); do curl -sf "$base/metrics" | grep -q '^attnd_model_requests_active{model="alpha"} 1$' && break; sleep 0.05; done
 hdrs=$(curl -s -D - -o "$TMP/nowait.json" "$base/v1/chat/completions" -d '{"model": "beta", "messages": [{"role": "user", "content": "Hi"}]}')
