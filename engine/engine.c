@@ -297,14 +297,16 @@ const model *engine_model(const engine *e) { return e->m; }
 void engine_set_threads(engine *e, int n_threads) {
     if (n_threads <= 0) n_threads = default_threads();
     /* Attention scratch exists for n_slots threads; more threads than cores gains nothing. */
-    e->n_threads = n_threads < e->n_slots ? n_threads : e->n_slots;
+    /* atomic: other threads read it (engine_threads) while the owner's steps read it plainly */
+    __atomic_store_n(&e->n_threads, n_threads < e->n_slots ? n_threads : e->n_slots, __ATOMIC_RELAXED);
 }
 
-int engine_threads(const engine *e) { return e->n_threads; }
+int engine_threads(const engine *e) { return __atomic_load_n(&e->n_threads, __ATOMIC_RELAXED); }
 
 int engine_threads_in_use(const engine *e) {
     int cap = threads_cap();
-    return cap && cap < e->n_threads ? cap : e->n_threads;
+    int n = engine_threads(e);
+    return cap && cap < n ? cap : n;
 }
 
 void engine_set_attention_cb(engine *e, engine_attn_cb cb, void *user) {
