@@ -27,6 +27,7 @@ typedef struct ml_spec {
     int n_group, n_group_used; /* expert_group_count / _used_count (0: not written) */
     float log_mul;         /* rope.scaling.yarn_log_multiplier as written (0.1 mscale_all_dim; 0: none) */
     int n_mtp;             /* nextn_predict_layers: MTP blocks written after the main ones (GLM-4.7-Flash) */
+    bool ref_q8;           /* the float64 reference rounds its latent rows as a Q8_0 cache holds them */
 } ml_spec;
 
 static inline int ml_qk(const ml_spec *ms) { return ms->nope + ms->base.rope_dims; }
@@ -227,6 +228,22 @@ static inline void ml_rope(const ml_ref *r, double *x, int t) {
     }
 }
 
+/* x (n, a multiple of 32) as a Q8_0 cache row holds it (GGUF's Q8_0): per block of 32,
+ * d = amax / 127, q = round(x / d), x = q * d with d rounded to F16 (11 significant bits). */
+static inline void ml_round_q8(double *x, int n) {
+    for (int b = 0; b < n; b += 32) {
+        double amax = 0;
+        for (int i = b; i < b + 32; i++) amax = fmax(amax, fabs(x[i]));
+        double d = amax / 127, dh = d;
+        int e = 0;
+        if (d > 0) {
+            double m = frexp(d, &e);
+            dh = ldexp(nearbyint(ldexp(m, 11)), e - 11);
+        }
+        for (int i = b; i < b + 32; i++) x[i] = d > 0 ? round(x[i] / d) * dh : 0;
+    }
+}
+
 /* W_UK,h c (nope) and W_UV,h c (v_head) of head h, from attn_k_b / attn_v_b or a legacy attn_kv_b. */
 static inline void ml_expand(const ml_ref *r, int l, int h, const double *c, double *kn, double *v) {
     const ml_spec *ms = r->ms;
@@ -257,6 +274,7 @@ static inline void ml_ref_attention(ml_ref *r, int l, int t) {
     ref_matvec(r->lat, ref_tl(r->f, l, "attn_kv_a_mqa.weight"), r->xn);
     ref_rmsnorm(r->lat, r->lat, ref_tl(r->f, l, "attn_kv_a_norm.weight"), C, ms->base.rms_eps);
     ml_rope(r, r->lat + C, t);
+    if (ms->ref_q8) ml_round_q8(r->lat, C + r->R);
     for (int h = 0; h < H; h++) {
         double *kv = r->kv + ((size_t)t * H + h) * W;
         ml_expand(r, l, h, r->lat, kv, kv + QK);

@@ -181,6 +181,72 @@ Test(mla, greedy_and_teacher_forced_reproduce_llama_cpp) {
     json_decref(refj);
 }
 
+// ---- quantized caches ------------------------------------------------------------------------
+
+/* Logits (n_all, V) of llama.cpp's prompt and continuation `all` in one prefill of model i with a
+ * cache of type kv; the caller frees them. */
+static float *teacher_forced_logits(size_t i, const int32_t *all, int n_all, kv_type kv) {
+    ml_spec ms = mla_small(MLA_NAMES[i]);
+    tiny_rig r;
+    rig_open(&r, &ms, n_all, kv);
+    float *lg = malloc(sizeof(float) * (size_t)n_all * (size_t)ms.base.n_vocab);
+    eval_run(r.e, tiny_rig_seq(&r), all, n_all, lg);
+    tiny_rig_close(&r);
+    return lg;
+}
+
+/* Positions from the prompt's last on whose top-1 logit is llama.cpp's next token. */
+static int top1_agreement(const float *lg, const int32_t *all, int n_all, int V) {
+    int agree = 0;
+    for (int t = HYBRID_N_PROMPT - 1; t < n_all - 1; t++) {
+        int best = 0;
+        for (int v = 1; v < V; v++) best = lg[(size_t)t * V + v] > lg[(size_t)t * V + best] ? v : best;
+        agree += best == all[t + 1];
+    }
+    return agree;
+}
+
+/* A Q8_0 cache holds each latent row [c | k_pe] as GGUF Q8_0 blocks (d = amax / 127 rounded to F16,
+ * q = round(x / d)); the float64 reference rounds its rows the same way (mla_fixture.h ref_q8),
+ * so what is left is float32 against float64 (4.2e-7 on GLM-4.7-Flash's shape, as with an F32
+ * cache) and an element that sits within float32 error of a half step rounding the other way
+ * (1 to 5 per run of 66 positions; measured 5.4e-4 and 2.5e-4 on the other two). The floor 1e-3
+ * is under the error of not rounding (against the unrounded reference: 8.9e-3, 3.5e-2, 0.21) and
+ * far under a wrong scale or layout (~1). */
+Test(mla, q8_0_cache_matches_float64_with_rows_rounded_as_q8_0) {
+    for (size_t i = 0; i < N_MLA; i++) {
+        ml_spec ms = mla_small(MLA_NAMES[i]);
+        ms.ref_q8 = true;
+        check_against_reference(&ms, 66, KV_Q8_0, 1e-3);
+    }
+}
+
+/* Greedy agreement: teacher-forced on llama.cpp's continuation (made with an F32 cache), a Q8_0
+ * cache picks llama.cpp's next token at 38, 39 and 40 of 40 positions (an F16 cache: 40 of 40;
+ * a Q4_0 one 31, 29 and 27, which is why kv_type_unsupported refuses it); the floor is 36, the
+ * 0.9 of the other families' Q8_0 caches (test_model.c). */
+Test(mla, q8_0_cache_keeps_llama_cpp_greedy_tokens) {
+    json_error_t je;
+    json_t *refj = json_load_file(ATTND_DATA_DIR "/reference-mla.json", 0, &je);
+    cr_assert(refj, "tests/data/reference-mla.json: %s", je.text);
+    enum { N_ALL = HYBRID_N_PROMPT + HYBRID_N_GEN };
+    int32_t all[N_ALL];
+    hybrid_prompt(all);
+    for (size_t i = 0; i < N_MLA; i++) {
+        json_t *want = json_object_get(json_array_get(json_object_get(refj, "cases"), i), "tokens");
+        cr_assert_eq(json_array_size(want), HYBRID_N_GEN);
+        for (int t = 0; t < HYBRID_N_GEN; t++)
+            all[HYBRID_N_PROMPT + t] = (int32_t)json_integer_value(json_array_get(want, (size_t)t));
+        float *lg = teacher_forced_logits(i, all, N_ALL, KV_Q8_0);
+        int agree = top1_agreement(lg, all, N_ALL, mla_small(MLA_NAMES[i]).base.n_vocab);
+        if (getenv("ATTND_TEST_VERBOSE")) fprintf(stderr, "%s q8_0: %d of %d\n", MLA_NAMES[i], agree, HYBRID_N_GEN);
+        cr_expect(agree >= 36, "%s: a Q8_0 cache picks llama.cpp's token at %d of %d positions", MLA_NAMES[i], agree,
+                  HYBRID_N_GEN);
+        free(lg);
+    }
+    json_decref(refj);
+}
+
 // ---- the cache -------------------------------------------------------------------------------
 
 /* One row of kv_lora + rope values per token and layer: GLM-4.7-Flash's 576 x 2 layers x 4 bytes,
@@ -195,6 +261,7 @@ Test(mla, the_cache_holds_one_latent_row_per_token_and_layer) {
     cr_assert_eq(mi->kv_per_head, 20 * (256 + 256));
     cr_expect_eq(kv_bytes_per_token(r.m, KV_F32), (size_t)2 * 576 * 4);
     cr_expect_eq(kv_bytes_per_token(r.m, KV_F16), (size_t)2 * 576 * 2);
+    cr_expect_eq(kv_bytes_per_token(r.m, KV_Q8_0), (size_t)2 * 576 / 32 * 34, "18 Q8_0 blocks a row");
     cr_expect_eq(kv_pool_bytes_per_token(r.pool), (size_t)2 * 576 * 4);
     kv_seq *s = tiny_rig_seq(&r);
     int32_t tok[8];
@@ -202,6 +269,11 @@ Test(mla, the_cache_holds_one_latent_row_per_token_and_layer) {
     float *lg = malloc(sizeof(float) * 8 * (size_t)ms.base.n_vocab);
     eval_run(r.e, s, tok, 8, lg);
     cr_expect_eq(kv_pool_bytes_used(r.pool), (size_t)64 * 2 * 576 * 4, "one block of 64 positions (KV_BLOCK)");
+    kv_pool *q8 = NULL;
+    attnd_err err;
+    cr_assert_eq(kv_pool_create(&q8, r.m, 64 << 20, KV_Q8_0, &err), ATTND_OK, "%s", err.msg);
+    cr_expect_eq(kv_pool_bytes_per_token(q8), (size_t)2 * 18 * 34);
+    kv_pool_destroy(q8);
     free(lg);
     tiny_rig_close(&r);
 
@@ -220,18 +292,19 @@ Test(mla, the_cache_holds_one_latent_row_per_token_and_layer) {
     cr_expect_eq(json_integer_value(json_object_get(lat, "bytes_per_token_f16")), 2 * 576 * 2);
     cr_expect_eq(json_integer_value(json_object_get(lat, "per_head_bytes_per_token_f16")), 2 * 2 * 20 * 512);
     cr_expect_eq(json_integer_value(json_object_get(json_object_get(j, "kv_bytes_per_token"), "f16")), 2 * 576 * 2);
-    cr_expect(!json_object_get(json_object_get(j, "kv_bytes_per_token"), "q8_0"), "q8_0 is not offered");
+    cr_expect_eq(json_integer_value(json_object_get(json_object_get(j, "kv_bytes_per_token"), "q8_0")), 2 * 18 * 34);
+    cr_expect(!json_object_get(json_object_get(j, "kv_bytes_per_token"), "q4_0"), "q4_0 is not offered");
     json_decref(j);
     unlink(path);
 }
 
 /* A fork shares its parent's latent rows and continues as a fresh run of the whole sequence
  * would; a truncated sequence recomputes its tail to the same logits (prefix reuse). */
-Test(mla, forks_and_truncation_continue_as_a_fresh_run) {
+static void check_forks_and_truncation(kv_type kv) {
     ml_spec ms = mla_small("deepseek3");
     tiny_rig r;
     int n = 80, V = ms.base.n_vocab;
-    rig_open(&r, &ms, n, KV_F32);
+    rig_open(&r, &ms, n, kv);
     int32_t tok[80];
     tiny_random_tokens(tok, n, V, 9);
     float *whole = malloc(sizeof(float) * (size_t)n * V), *part = malloc(sizeof(float) * (size_t)n * V);
@@ -251,6 +324,11 @@ Test(mla, forks_and_truncation_continue_as_a_fresh_run) {
     kv_seq_destroy(f);
     free(whole), free(part);
     tiny_rig_close(&r);
+}
+
+Test(mla, forks_and_truncation_continue_as_a_fresh_run) {
+    check_forks_and_truncation(KV_F32);
+    check_forks_and_truncation(KV_Q8_0); /* the quantized rows are shared and copied as they are */
 }
 
 /* The attention API's weights are one softmax row per head over the positions (the latent
@@ -309,15 +387,19 @@ Test(mla, glm_mtp_block_loads_and_is_not_run) {
 
 // ---- refused by name -------------------------------------------------------------------------
 
-Test(mla, quantized_cache_and_norm_weights_are_refused_by_name) {
+/* A Q4_0 cache loses llama.cpp's greedy tokens (q8_0_cache_keeps_llama_cpp_greedy_tokens says by
+ * how much); Q8_0 is offered. */
+Test(mla, q4_0_cache_and_norm_weights_are_refused_by_name) {
     ml_spec ms = mla_small("deepseek2-lite");
     tiny_rig r;
     rig_open(&r, &ms, 4, KV_F16);
-    const char *why = kv_type_unsupported(r.m, KV_Q8_0);
-    cr_assert(why && strstr(why, "latent attention"), "%s", why ? why : "(accepted)");
+    const char *why = kv_type_unsupported(r.m, KV_Q4_0);
+    cr_assert(why && strstr(why, "q4_0") && strstr(why, "latent attention"), "%s", why ? why : "(accepted)");
+    cr_expect(!kv_type_unsupported(r.m, KV_Q8_0), "q8_0 is refused: %s", kv_type_unsupported(r.m, KV_Q8_0));
     kv_pool *p = NULL;
     attnd_err err;
     cr_expect_eq(kv_pool_create(&p, r.m, 64 << 20, KV_Q4_0, &err), ATTND_ERR_INVALID);
+    cr_expect(strstr(err.msg, "q4_0"), "%s", err.msg);
     const char *field = NULL;
     attn_capture_params cp = {.n_positions = 4, .weights = ATTN_WEIGHTS_NORM};
     cr_expect_eq(attn_capture_check(model_info_get(r.m), &cp, &field, &err), ATTND_ERR_UNSUPPORTED);
