@@ -217,6 +217,8 @@ typedef struct ml_ref {
     double *tmp;   /* (E) */
     double *cs;    /* (n_tok, R / 2, 2) cos, sin */
     double scale;  /* the softmax's scale */
+    double *tap_lat;   /* (n_layer, n_tok, C + R) each cache row [c | k_pe], or NULL (ml_ref_forward_taps) */
+    double *tap_alpha; /* (n_layer, n_tok, H, n_tok) each head's softmax row (0 past t), or NULL */
 } ml_ref;
 
 /* llama.cpp's "normal" RoPE: pairs (2i, 2i + 1) of x (R) by position t's angles. */
@@ -275,6 +277,7 @@ static inline void ml_ref_attention(ml_ref *r, int l, int t) {
     ref_rmsnorm(r->lat, r->lat, ref_tl(r->f, l, "attn_kv_a_norm.weight"), C, ms->base.rms_eps);
     ml_rope(r, r->lat + C, t);
     if (ms->ref_q8) ml_round_q8(r->lat, C + r->R);
+    if (r->tap_lat) memcpy(r->tap_lat + ((size_t)l * r->n_tok + t) * (C + r->R), r->lat, sizeof(double) * (size_t)(C + r->R));
     for (int h = 0; h < H; h++) {
         double *kv = r->kv + ((size_t)t * H + h) * W;
         ml_expand(r, l, h, r->lat, kv, kv + QK);
@@ -298,6 +301,8 @@ static inline void ml_ref_attention(ml_ref *r, int l, int t) {
             w[j] = s * r->scale, mx = w[j] > mx ? w[j] : mx;
         }
         for (int j = 0; j <= t; j++) z += w[j] = exp(w[j] - mx);
+        for (int j = 0; r->tap_alpha && j <= t; j++)
+            r->tap_alpha[(((size_t)l * r->n_tok + t) * H + h) * r->n_tok + j] = w[j] / z;
         for (int i = 0; i < VH; i++) {
             double s = 0;
             for (int j = 0; j <= t; j++) s += w[j] / z * r->kv[((size_t)j * H + h) * W + QK + i];
@@ -366,7 +371,10 @@ static inline void ml_ref_moe(ml_ref *r, int l, double *x) {
 }
 
 /* logits (n_tok, V) of tokens[0..n_tok) through the model at path. */
-static inline void ml_ref_forward(const ml_spec *ms, const char *path, const int32_t *tokens, int n_tok, double *logits) {
+/* ml_ref_forward, also keeping every layer's cache rows (lat) and softmax rows (alpha) when not
+ * NULL, in the shapes of ml_ref.tap_lat / tap_alpha (alpha zeroed by the caller). */
+static inline void ml_ref_forward_taps(const ml_spec *ms, const char *path, const int32_t *tokens, int n_tok,
+                                       double *logits, double *lat, double *alpha) {
     const tiny_spec *sp = &ms->base;
     gguf_file *f;
     attnd_err err;
@@ -374,7 +382,7 @@ static inline void ml_ref_forward(const ml_spec *ms, const char *path, const int
     int FS = sp->n_ff_exp * ms->n_shared, FM = sp->n_ff > FS ? sp->n_ff : FS;
     FM = FM > sp->n_ff_exp ? FM : sp->n_ff_exp;
     ml_ref r = {.ms = ms, .f = f, .E = sp->n_embd, .H = sp->n_head, .QK = ml_qk(ms), .C = ms->kv_lora,
-                .R = sp->rope_dims, .V = sp->n_vocab, .n_tok = n_tok};
+                .R = sp->rope_dims, .V = sp->n_vocab, .n_tok = n_tok, .tap_lat = lat, .tap_alpha = alpha};
     r.x = calloc((size_t)n_tok * r.E, sizeof(double)), r.xn = calloc((size_t)r.E, sizeof(double));
     r.kv = calloc((size_t)n_tok * r.H * (r.QK + ms->v_head), sizeof(double));
     r.q = calloc((size_t)r.H * r.QK, sizeof(double)), r.lat = calloc((size_t)(r.C + r.R), sizeof(double));
@@ -418,6 +426,10 @@ static inline void ml_ref_forward(const ml_spec *ms, const char *path, const int
     free(r.x), free(r.xn), free(r.kv), free(r.q), free(r.lat), free(r.qa), free(r.att), free(r.big), free(r.g);
     free(r.u), free(r.tmp), free(r.cs);
     gguf_close(f);
+}
+
+static inline void ml_ref_forward(const ml_spec *ms, const char *path, const int32_t *tokens, int n_tok, double *logits) {
+    ml_ref_forward_taps(ms, path, tokens, n_tok, logits, NULL, NULL);
 }
 
 #endif
