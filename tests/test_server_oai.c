@@ -323,7 +323,7 @@ Test(oai, unsupported_features_are_refused_by_name_not_ignored) {
         {"response_format", "{\"type\":\"xml\"}"},
         {"response_format", "{\"type\":\"json_schema\",\"json_schema\":{\"schema\":{\"not\":{}}}}"},
         {"grammar", "\"root ::= nothing\""},
-        {"json_schema", "{\"type\":\"number\",\"multipleOf\":3}"},
+        {"json_schema", "{\"type\":\"number\",\"multipleOf\":0.3}"},
         {"modalities", "[\"text\",\"audio\"]"},
         {"audio", "{\"voice\":\"x\"}"},
     };
@@ -397,7 +397,7 @@ Test(oai, an_unsupported_schema_keyword_is_named_in_the_400) {
     const char *param = NULL;
     attnd_err err = {{0}};
     cr_assert_eq(parse("{\"prompt\":\"a\",\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"schema\":"
-                       "{\"type\":\"object\",\"properties\":{\"n\":{\"type\":\"integer\",\"multipleOf\":5}}}}}}",
+                       "{\"type\":\"object\",\"properties\":{\"n\":{\"type\":\"integer\",\"multipleOf\":500}}}}}}",
                        false, &r, &param, &err),
                  ATTND_ERR_INVALID);
     cr_assert_str_eq(param, "response_format");
