@@ -13,7 +13,8 @@
  *
  * Norm-weighted rows (ATTN_WEIGHTS_NORM) scale α_ij by ‖W_O^h v_j‖, read from the sequence's own
  * V cache and the layer's W_O as each position is first reached (one pass over W_O's rows per
- * position and layer, all selected heads at once), and kept per (layer, head, position). The
+ * position and layer, all selected heads at once), and kept per (layer, head, position). Latent
+ * attention caches no values: v_j = W_UV,h c_j is made from the cached latent row first. The
  * logit lens reads each selected layer's residual stream through the engine's residual hook,
  * and the experts come from the engine's expert hook.
  */
@@ -51,6 +52,8 @@ struct attn_capture {
     float *vnorm;            /* (n_layers, n_heads, n_positions) ‖W_O^h v_j‖, norm weights only */
     int *vnorm_upto;         /* (n_layers) positions whose vnorm is computed */
     float *vrows;            /* (n_heads, head_dim) scratch: the values of one position */
+    float *lat;              /* (kv_latent) scratch: latent attention's cache row of one position */
+    float *uvrow;            /* (kv_lora) scratch: one row of a head's W_UV as floats */
     float *wrow;             /* (q_dim) scratch: one row of W_O as floats */
     double *sq;              /* (n_heads) scratch */
     float *nrow;             /* (n_positions) scratch: one norm-weighted row */
@@ -122,9 +125,6 @@ attnd_status attn_capture_check(const model_info *mi, const attn_capture_params 
     else if (p->top_k < 0) f = "top_k", st = attnd_fail(err, ATTND_ERR_INVALID, "top_k: %d is negative", p->top_k);
     else if (p->weights != ATTN_WEIGHTS_ATTENTION && p->weights != ATTN_WEIGHTS_NORM)
         f = "weights", st = attnd_fail(err, ATTND_ERR_INVALID, "weights: unknown kind %d", (int)p->weights);
-    else if (p->weights == ATTN_WEIGHTS_NORM && mi->kv_latent) /* its values are per head, from the latent */
-        f = "weights", st = attnd_fail(err, ATTND_ERR_UNSUPPORTED, "weights: \"norm\" of latent attention ('%s') is not "
-                                       "supported yet; \"attention\" is", mi->arch);
     else if (p->lens_k < 0 || p->lens_k > mi->n_vocab)
         f = "logit_lens", st = attnd_fail(err, ATTND_ERR_INVALID, "logit_lens: %d is outside 0..%d (the vocabulary)",
                                           p->lens_k, mi->n_vocab);
@@ -195,6 +195,9 @@ static size_t layout(attn_capture *c, char *mem, const model *m) {
     c->vnorm = block_take(&b, norm ? LH * P : 0, sizeof(*c->vnorm));
     c->vnorm_upto = block_take(&b, norm ? (size_t)c->n_layers : 0, sizeof(*c->vnorm_upto));
     c->vrows = block_take(&b, norm ? (size_t)c->n_heads * (size_t)m->max_head_dim : 0, sizeof(*c->vrows));
+    size_t latent = norm ? (size_t)mi->kv_latent : 0; /* 0 without latent attention */
+    c->lat = block_take(&b, latent, sizeof(*c->lat));
+    c->uvrow = block_take(&b, latent ? (size_t)m->mla.kv_lora : 0, sizeof(*c->uvrow));
     c->wrow = block_take(&b, norm ? (size_t)m->q_dim : 0, sizeof(*c->wrow));
     c->sq = block_take(&b, norm ? (size_t)c->n_heads : 0, sizeof(*c->sq));
     c->nrow = block_take(&b, norm ? P : 0, sizeof(*c->nrow));
@@ -315,8 +318,41 @@ static void top_k_select(float *ow, int32_t *oi, int k, const float *w, int n) {
 
 // ---- norm weights: ‖W_O^h v_j‖ ------------------------------------------------------------
 
+/* The cache row [c_j | k_pe_j] of position j of a latent layer (kv_layout.h) as F32 into c->lat. */
+static void gather_latent_row(attn_capture *c, int layer, int j) {
+    int L = c->m->info.kv_latent;
+    kv_type kt = c->seq->pool->type;
+    const uint8_t *row = (const uint8_t *)kv_k_tile(c->seq, layer, j / KV_BLOCK, 0) +
+                         (size_t)(j % KV_BLOCK) * kv_quant_row_bytes(kt, L);
+    if (kv_quant_is_quant(kt)) kv_quant_v_to_f32(c->lat, row, kt, L, 1);
+    else if (kt == KV_F32) memcpy(c->lat, row, sizeof(float) * (size_t)L);
+    else quant_f16_to_f32_row(c->lat, (const uint16_t *)row, L);
+}
+
+/* Latent attention (mla.h): head h's value at j is W_UV,h c_j (v_head), made here from the cache
+ * row for each selected head, W_UV,h read a row at a time (its rows are the file's). */
+static void gather_latent_values(attn_capture *c, int layer, int j) {
+    const mla_heads *uv = &c->m->layers[layer].v_b;
+    int C = c->m->mla.kv_lora, VH = c->m->mla.v_head;
+    size_t rb = quant_row_bytes(uv->type, C);
+    gather_latent_row(c, layer, j);
+    for (int hi = 0; hi < c->n_heads; hi++) {
+        const uint8_t *w = (const uint8_t *)uv->data + (size_t)c->heads[hi] * uv->stride;
+        for (int r = 0; r < VH; r++) {
+            quant_dequantize_row(c->uvrow, w + (size_t)r * rb, uv->type, C);
+            double d = 0;
+            for (int i = 0; i < C; i++) d += (double)c->uvrow[i] * c->lat[i];
+            c->vrows[(size_t)hi * VH + r] = (float)d;
+        }
+    }
+}
+
 /* c->vrows = the cached values of position j of `layer` for each selected head (its kv head's). */
 static void gather_values(attn_capture *c, int layer, int j) {
+    if (c->m->info.kv_latent) {
+        gather_latent_values(c, layer, j);
+        return;
+    }
     const layer_weights *L = &c->m->layers[layer]; /* each layer its geometry (Gemma 4's kinds differ) */
     int hd = L->head_dim, G = c->m->info.n_head / L->n_head_kv;
     for (int hi = 0; hi < c->n_heads; hi++) {

@@ -33,9 +33,13 @@ attnd_status kv_type_parse(const char *name, kv_type *out) {
 
 const char *kv_type_unsupported(const model *m, kv_type type) {
     if ((unsigned)type >= ATTND_ARRAY_LEN(KV_TYPE_NAMES)) return "unknown KV type";
-    if (kv_quant_is_quant(type) && model_info_get(m)->kv_latent)
-        return "a q8_0 / q4_0 KV cache is not supported for latent attention (deepseek2) yet (use f16)";
-    if (kv_quant_is_quant(type) && model_info_get(m)->head_dim % KV_QUANT_BLOCK != 0)
+    int latent = model_info_get(m)->kv_latent; /* its rows are quantized whole: kv_layout.h */
+    if (type == KV_Q4_0 && latent) /* docs/engine.md: the numbers */
+        return "a q4_0 KV cache is not supported for latent attention (deepseek2): its rows are every head's keys "
+               "and values, and 4 bits on them lose greedy agreement (use q8_0 or f16)";
+    if (kv_quant_is_quant(type) && latent && latent % KV_QUANT_BLOCK != 0)
+        return "a q8_0 KV cache needs kv_lora_rank + rope dims a multiple of 32 (use f16)";
+    if (kv_quant_is_quant(type) && !latent && model_info_get(m)->head_dim % KV_QUANT_BLOCK != 0)
         return "a q8_0 / q4_0 KV cache needs head_dim a multiple of 32 (use f16)";
     return NULL;
 }

@@ -28,7 +28,8 @@
  * for every head, [latent | rotated key part] (kv_latent elements): a block holds per layer one
  * (KV_BLOCK, kv_latent) tile, positions one after the other (not transposed), read through
  * kv_k_tile(s, layer, block, 0); there is no value tile (the values are the latent's first
- * kv_lora_rank columns). F16 and F32 only.
+ * kv_lora_rank columns). F16, F32 or Q8_0 (each row kv_latent / 32 GGUF blocks, rows one after
+ * the other as in a value tile: kv_quant.h); Q4_0 is refused (kv_type_unsupported).
  *
  * A model with Gated DeltaNet layers (deltanet.h) caches no K/V for them: the blocks hold the
  * attention layers only (n_global of them). Each such layer keeps instead a fixed-size f32 state

@@ -104,8 +104,12 @@ void kv_quant_v_to_f32(float *out, const uint8_t *vt, kv_type type, int hd, int 
             uint16_t dh;
             memcpy(&dh, blk, 2);
             float d = quant_f16_to_f32(dh), *o = out + (size_t)j * hd + b * KV_QUANT_BLOCK;
-            for (int k = 0; k < KV_QUANT_BLOCK; k++)
-                o[k] = type == KV_Q8_0 ? (float)(int8_t)blk[2 + k] * d
-                                       : (float)((k < 16 ? blk[2 + k] & 0xF : blk[2 + k - 16] >> 4) - 8) * d;
+            if (type == KV_Q8_0) /* one loop per type, so each vectorises (latent attention reads whole tiles) */
+                for (int k = 0; k < KV_QUANT_BLOCK; k++) o[k] = (float)(int8_t)blk[2 + k] * d;
+            else
+                for (int k = 0; k < KV_QUANT_BLOCK / 2; k++) {
+                    o[k] = (float)((blk[2 + k] & 0xF) - 8) * d;
+                    o[k + 16] = (float)((blk[2 + k] >> 4) - 8) * d;
+                }
         }
 }

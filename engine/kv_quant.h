@@ -16,7 +16,8 @@
  *                     low and high nibble of byte 16G + k), then f16 d[head_dim / 32][KV_BLOCK]
  *
  * Either tile takes KV_BLOCK * head_dim / 32 * (34 or 18) bytes, exactly the GGUF blocks' bytes.
- * head_dim must be a multiple of 32 (kv_pool_create refuses other models).
+ * head_dim must be a multiple of 32 (kv_pool_create refuses other models). A latent attention
+ * layer's cache rows (kv_layout.h) are value-tile rows of kv_latent values.
  * Thread-safety: pure functions over caller-owned memory.
  */
 #ifndef ATTND_KV_QUANT_H

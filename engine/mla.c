@@ -5,7 +5,9 @@
  * A cache block of a latent layer is one (KV_BLOCK, kv_lora + rope) tile, position after
  * position (kv_layout.h): every head reads the same rows, so the tile is the keys of all heads
  * and, in its first kv_lora columns, their values. Work items are (query block, head): a block's
- * entries share each tile they read; an F16 tile is converted once per item.
+ * entries share each tile they read; an F16, Q8_0 or Q4_0 tile is converted to F32 once per item
+ * (a quantized row is L / 32 GGUF blocks, as a per-head value row: kv_quant.h), so every type
+ * takes the same F32 dot products.
  */
 #include "mla.h"
 
@@ -15,6 +17,7 @@
 
 #include "block.h"
 #include "kv_layout.h"
+#include "kv_quant.h"
 #include "quant.h"
 #include "threads.h"
 
@@ -23,7 +26,7 @@
 
 /* One worker's attention scratch. */
 typedef struct mla_slot {
-    float *tile;     /* (KV_BLOCK, latent) an F16 tile as F32 */
+    float *tile;     /* (KV_BLOCK, latent) an F16 / Q8_0 / Q4_0 tile as F32 */
     float *p;        /* (MLA_QBLOCK, KV_BLOCK) scores, then weights, of one tile */
     float *acc;      /* (MLA_QBLOCK, kv_lora) running weighted sums of latents */
     float *run_max;  /* (MLA_QBLOCK) */
@@ -117,6 +120,8 @@ static void store_rows(const mla_job *j) {
         size_t at = (size_t)(pos % KV_BLOCK) * L;
         if (s->pool->type == KV_F32) {
             memcpy((float *)tile + at, row, sizeof(float) * (size_t)L);
+        } else if (kv_quant_is_quant(s->pool->type)) { /* the row as L / 32 GGUF blocks */
+            kv_quant_store_v(tile, s->pool->type, L, pos % KV_BLOCK, row);
         } else {
             quant_f32_to_f16_row(j->s->row16, row, L);
             memcpy((uint16_t *)tile + at, j->s->row16, sizeof(uint16_t) * (size_t)L);
@@ -165,7 +170,8 @@ static void absorb_queries(const mla_job *j) {
 static const float *tile_rows(const struct kv_seq *s, int layer, int b, int cnt, int L, float *buf) {
     const void *tile = kv_k_tile(s, layer, b, 0);
     if (s->pool->type == KV_F32) return tile;
-    quant_f16_to_f32_row(buf, tile, (int64_t)cnt * L);
+    if (kv_quant_is_quant(s->pool->type)) kv_quant_v_to_f32(buf, tile, s->pool->type, L, cnt);
+    else quant_f16_to_f32_row(buf, tile, (int64_t)cnt * L);
     return buf;
 }
 

@@ -27,6 +27,7 @@ typedef struct ml_spec {
     int n_group, n_group_used; /* expert_group_count / _used_count (0: not written) */
     float log_mul;         /* rope.scaling.yarn_log_multiplier as written (0.1 mscale_all_dim; 0: none) */
     int n_mtp;             /* nextn_predict_layers: MTP blocks written after the main ones (GLM-4.7-Flash) */
+    bool ref_q8;           /* the float64 reference rounds its latent rows as a Q8_0 cache holds them */
 } ml_spec;
 
 static inline int ml_qk(const ml_spec *ms) { return ms->nope + ms->base.rope_dims; }
@@ -216,6 +217,8 @@ typedef struct ml_ref {
     double *tmp;   /* (E) */
     double *cs;    /* (n_tok, R / 2, 2) cos, sin */
     double scale;  /* the softmax's scale */
+    double *tap_lat;   /* (n_layer, n_tok, C + R) each cache row [c | k_pe], or NULL (ml_ref_forward_taps) */
+    double *tap_alpha; /* (n_layer, n_tok, H, n_tok) each head's softmax row (0 past t), or NULL */
 } ml_ref;
 
 /* llama.cpp's "normal" RoPE: pairs (2i, 2i + 1) of x (R) by position t's angles. */
@@ -224,6 +227,22 @@ static inline void ml_rope(const ml_ref *r, double *x, int t) {
         double c = r->cs[((size_t)t * (r->R / 2) + i) * 2], s = r->cs[((size_t)t * (r->R / 2) + i) * 2 + 1];
         double a = x[2 * i], b = x[2 * i + 1];
         x[2 * i] = a * c - b * s, x[2 * i + 1] = a * s + b * c;
+    }
+}
+
+/* x (n, a multiple of 32) as a Q8_0 cache row holds it (GGUF's Q8_0): per block of 32,
+ * d = amax / 127, q = round(x / d), x = q * d with d rounded to F16 (11 significant bits). */
+static inline void ml_round_q8(double *x, int n) {
+    for (int b = 0; b < n; b += 32) {
+        double amax = 0;
+        for (int i = b; i < b + 32; i++) amax = fmax(amax, fabs(x[i]));
+        double d = amax / 127, dh = d;
+        int e = 0;
+        if (d > 0) {
+            double m = frexp(d, &e);
+            dh = ldexp(nearbyint(ldexp(m, 11)), e - 11);
+        }
+        for (int i = b; i < b + 32; i++) x[i] = d > 0 ? round(x[i] / d) * dh : 0;
     }
 }
 
@@ -257,6 +276,8 @@ static inline void ml_ref_attention(ml_ref *r, int l, int t) {
     ref_matvec(r->lat, ref_tl(r->f, l, "attn_kv_a_mqa.weight"), r->xn);
     ref_rmsnorm(r->lat, r->lat, ref_tl(r->f, l, "attn_kv_a_norm.weight"), C, ms->base.rms_eps);
     ml_rope(r, r->lat + C, t);
+    if (ms->ref_q8) ml_round_q8(r->lat, C + r->R);
+    if (r->tap_lat) memcpy(r->tap_lat + ((size_t)l * r->n_tok + t) * (C + r->R), r->lat, sizeof(double) * (size_t)(C + r->R));
     for (int h = 0; h < H; h++) {
         double *kv = r->kv + ((size_t)t * H + h) * W;
         ml_expand(r, l, h, r->lat, kv, kv + QK);
@@ -280,6 +301,8 @@ static inline void ml_ref_attention(ml_ref *r, int l, int t) {
             w[j] = s * r->scale, mx = w[j] > mx ? w[j] : mx;
         }
         for (int j = 0; j <= t; j++) z += w[j] = exp(w[j] - mx);
+        for (int j = 0; r->tap_alpha && j <= t; j++)
+            r->tap_alpha[(((size_t)l * r->n_tok + t) * H + h) * r->n_tok + j] = w[j] / z;
         for (int i = 0; i < VH; i++) {
             double s = 0;
             for (int j = 0; j <= t; j++) s += w[j] / z * r->kv[((size_t)j * H + h) * W + QK + i];
@@ -348,7 +371,10 @@ static inline void ml_ref_moe(ml_ref *r, int l, double *x) {
 }
 
 /* logits (n_tok, V) of tokens[0..n_tok) through the model at path. */
-static inline void ml_ref_forward(const ml_spec *ms, const char *path, const int32_t *tokens, int n_tok, double *logits) {
+/* ml_ref_forward, also keeping every layer's cache rows (lat) and softmax rows (alpha) when not
+ * NULL, in the shapes of ml_ref.tap_lat / tap_alpha (alpha zeroed by the caller). */
+static inline void ml_ref_forward_taps(const ml_spec *ms, const char *path, const int32_t *tokens, int n_tok,
+                                       double *logits, double *lat, double *alpha) {
     const tiny_spec *sp = &ms->base;
     gguf_file *f;
     attnd_err err;
@@ -356,7 +382,7 @@ static inline void ml_ref_forward(const ml_spec *ms, const char *path, const int
     int FS = sp->n_ff_exp * ms->n_shared, FM = sp->n_ff > FS ? sp->n_ff : FS;
     FM = FM > sp->n_ff_exp ? FM : sp->n_ff_exp;
     ml_ref r = {.ms = ms, .f = f, .E = sp->n_embd, .H = sp->n_head, .QK = ml_qk(ms), .C = ms->kv_lora,
-                .R = sp->rope_dims, .V = sp->n_vocab, .n_tok = n_tok};
+                .R = sp->rope_dims, .V = sp->n_vocab, .n_tok = n_tok, .tap_lat = lat, .tap_alpha = alpha};
     r.x = calloc((size_t)n_tok * r.E, sizeof(double)), r.xn = calloc((size_t)r.E, sizeof(double));
     r.kv = calloc((size_t)n_tok * r.H * (r.QK + ms->v_head), sizeof(double));
     r.q = calloc((size_t)r.H * r.QK, sizeof(double)), r.lat = calloc((size_t)(r.C + r.R), sizeof(double));
@@ -400,6 +426,10 @@ static inline void ml_ref_forward(const ml_spec *ms, const char *path, const int
     free(r.x), free(r.xn), free(r.kv), free(r.q), free(r.lat), free(r.qa), free(r.att), free(r.big), free(r.g);
     free(r.u), free(r.tmp), free(r.cs);
     gguf_close(f);
+}
+
+static inline void ml_ref_forward(const ml_spec *ms, const char *path, const int32_t *tokens, int n_tok, double *logits) {
+    ml_ref_forward_taps(ms, path, tokens, n_tok, logits, NULL, NULL);
 }
 
 #endif
