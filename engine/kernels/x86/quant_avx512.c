@@ -9,6 +9,12 @@
 #include "isa_target.h"
 
 #if defined(__x86_64__)
+#include <immintrin.h>
+#include <string.h>
+/* the codebook types with VBMI: only run where quant_tune_get()->vbmi (quant_iq_x86.inc) */
+ISA_TARGET_BEGIN("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi")
+#include "quant_iq_vbmi.inc"
+ISA_TARGET_END
 ISA_TARGET_BEGIN("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")
 #define QX_VNNI 1
 #define QX_512 1
