@@ -55,7 +55,7 @@ typedef struct quant_iq_grids {
     int8_t iq1s8[2][2048][8];
     uint8_t signs[128];
     /* the compact codes of the larger grids widened to 32 bits, for dword gathers */
-    uint32_t iq2xs32[512], iq2s32[1024], iq3s32[512], iq1s32[2048];
+    uint32_t iq2s32[1024], iq1s32[2048];
 } quant_iq_grids;
 const quant_iq_grids *quant_iq_grids_get(void);
 
