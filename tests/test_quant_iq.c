@@ -259,7 +259,7 @@ Test(quant_iq, every_type_is_computable_with_its_block_geometry) {
 /* The types quant_iq_vbmi.inc computes: with VBMI their AVX-512 results are the portable ones bit
  * for bit (same exact integer per super-block, same float operations in the same order). */
 static const uint32_t VBMI_TYPES[] = {GGUF_TYPE_IQ2_XXS, GGUF_TYPE_IQ3_XXS, GGUF_TYPE_IQ2_XS, GGUF_TYPE_IQ2_S,
-                                      GGUF_TYPE_IQ3_S};
+                                      GGUF_TYPE_IQ3_S,   GGUF_TYPE_IQ1_S,   GGUF_TYPE_IQ1_M};
 
 /* Random blocks of `type` with every d a small finite f16 (any other byte is valid). */
 static void vbmi_weights(uint8_t *w, uint32_t type, size_t n_blocks) {
