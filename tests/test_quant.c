@@ -1470,6 +1470,14 @@ Test(quant, lowbit_types_every_batch_size_to_33_at_tile_edges_agrees_with_portab
     for (size_t i = 0; i < N_LOWBIT_TYPES; i++) batch_sizes_agree_with_portable(LOWBIT_TYPES[i]);
 }
 
+/* The same with the VBMI codebook kernels off (x86/quant_iq_vbmi.inc): the AVX-512 table then runs
+ * quant_iq_x86.inc's tiles, as on a CPU without VBMI. */
+Test(quant, lowbit_types_without_vbmi_agree_with_portable) {
+    int saved = quant_tune_vbmi_force(0);
+    for (size_t i = 0; i < N_LOWBIT_TYPES; i++) batch_sizes_agree_with_portable(LOWBIT_TYPES[i]);
+    quant_tune_vbmi_force(saved);
+}
+
 Test(quant, lowbit_types_matmul_of_zero_activations_is_zero) {
     for (size_t i = 0; i < N_LOWBIT_TYPES; i++) {
         uint32_t type = LOWBIT_TYPES[i];

@@ -253,3 +253,65 @@ Test(quant_iq, every_type_is_computable_with_its_block_geometry) {
     }
     cr_expect_str_eq(gguf_type_name(GGUF_TYPE_NVFP4), "NVFP4");
 }
+
+// ---- the codebooks decoded in registers (x86/quant_iq_vbmi.inc) ----------------------------------
+
+/* The types quant_iq_vbmi.inc computes: with VBMI their AVX-512 results are the portable ones bit
+ * for bit (same exact integer per super-block, same float operations in the same order). */
+static const uint32_t VBMI_TYPES[] = {GGUF_TYPE_IQ2_XXS, GGUF_TYPE_IQ3_XXS, GGUF_TYPE_IQ2_XS, GGUF_TYPE_IQ2_S,
+                                      GGUF_TYPE_IQ3_S,   GGUF_TYPE_IQ1_S,   GGUF_TYPE_IQ1_M};
+
+/* Random blocks of `type` with every d a small finite f16 (any other byte is valid). */
+static void vbmi_weights(uint8_t *w, uint32_t type, size_t n_blocks) {
+    size_t bb = gguf_type_block_bytes(type);
+    for (size_t i = 0; i < n_blocks * bb; i++) w[i] = (uint8_t)rnd();
+    for (size_t b = 0; b < n_blocks; b++) {
+        uint16_t d = quant_f32_to_f16(0.002f + 0.001f * rndf());
+        if (type == GGUF_TYPE_IQ1_M)
+            for (int k = 0; k < 4; k++) w[b * bb + 49 + 2 * k] = (uint8_t)((w[b * bb + 49 + 2 * k] & 0x0F) | ((d >> (4 * k)) & 15) << 4);
+        else put16(w + b * bb, d);
+    }
+}
+
+Test(quant_iq, vbmi_kernels_are_bit_identical_to_portable_at_tile_edges) {
+    enum { R = 37, NB = 5, T = 9 }; /* rows past a multiple of 16; tokens past two tiles of 4 */
+    const int64_t n_cols = NB * 256;
+    quant_isa saved = quant_isa_active();
+    int saved_vbmi = quant_tune_vbmi_force(1);
+    for (size_t i = 0; i < sizeof VBMI_TYPES / sizeof *VBMI_TYPES; i++) {
+        const uint32_t type = VBMI_TYPES[i];
+        uint8_t *w = malloc(quant_row_bytes(type, n_cols) * R);
+        vbmi_weights(w, type, (size_t)R * NB);
+        float *x = malloc(sizeof(float) * T * (size_t)n_cols), ref[T * R], out[T * R];
+        for (int64_t j = 0; j < T * n_cols; j++) x[j] = rndf() * (float)(1 + j % 5) * (j % 97 == 0 ? 100.f : 1.f);
+        void *scratch = malloc(quant_scratch_bytes(type, T, n_cols));
+        for (int n_tok = 1; n_tok <= T; n_tok++) {
+            quant_isa_force(QUANT_ISA_PORTABLE);
+            quant_matmul(ref, w, type, R, n_cols, x, n_tok, scratch, 1);
+            for (int isa = QUANT_ISA_AVX512; isa <= (int)quant_isa_best(); isa++) {
+                quant_isa_force((quant_isa)isa);
+                if (!quant_tune_get()->vbmi) continue; /* a CPU without VBMI runs quant_iq_x86.inc's tiles */
+                for (int threads = 1; threads <= 2; threads++) {
+                    memset(out, 0xFF, sizeof out);
+                    quant_matmul(out, w, type, R, n_cols, x, n_tok, scratch, threads);
+                    for (int k = 0; k < n_tok * R; k++)
+                        cr_assert(memcmp(&out[k], &ref[k], sizeof(float)) == 0, "%s %s %d tokens, %d threads: [%d] %.9g vs %.9g",
+                                  gguf_type_name(type), quant_isa_name((quant_isa)isa), n_tok, threads, k, out[k], ref[k]);
+                }
+            }
+        }
+        free(scratch);
+        free(x);
+        free(w);
+    }
+    quant_tune_vbmi_force(saved_vbmi);
+    quant_isa_force(saved);
+}
+
+Test(quant_iq, vbmi_can_be_turned_off_and_on) {
+    int cpu = quant_tune_vbmi_force(1);
+    int on = quant_tune_get()->vbmi;
+    cr_expect_eq(quant_tune_vbmi_force(0), on);
+    cr_expect_eq(quant_tune_get()->vbmi, 0);
+    quant_tune_vbmi_force(cpu);
+}

@@ -166,12 +166,18 @@ struct quant_packed {
  * family: one kernel per instruction set, this its parameter (quant_tune_get, quant_tune.c).
  * dist: bytes ahead of the read position (0: the hardware prefetchers alone); nta: the hint
  * (1: non-temporal, PREFETCHNTA, so the streamed weights displace less of L2/L3; 0: into L2).
- * ATTND_PF_DIST=bytes[,nta] overrides the choice (A/B runs in one binary). */
+ * ATTND_PF_DIST=bytes[,nta] overrides the choice (A/B runs in one binary).
+ * vbmi: the CPU has AVX512_VBMI, so the "avx512" table runs issue 47's codebook types through
+ * x86/quant_iq_vbmi.inc (bit-identical results, faster); ATTND_NO_VBMI=1 turns it off. */
 typedef struct quant_tune {
     int pf_dist;
     int pf_nta;
+    int vbmi;
 } quant_tune;
 const quant_tune *quant_tune_get(void);
+/* For tests and benchmarks: sets quant_tune.vbmi (on only where the CPU has VBMI) and returns the
+ * value it replaced; not to be called while another thread is inside quant_matmul. */
+int quant_tune_vbmi_force(int on);
 
 /* Per instruction set: one row-range kernel per computable weight type (indexed by QT_*, the
  * dense index of quant_types.h) and the activation preparations; any NULL entry falls back to the

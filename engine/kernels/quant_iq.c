@@ -51,6 +51,8 @@ static void grids_build(void) {
             g->iq1s8[0][i][k] = (int8_t)(8 * g->iq1s[i][k] + 1);
             g->iq1s8[1][i][k] = (int8_t)(8 * g->iq1s[i][k] - 1);
         }
+    for (int i = 0; i < 1024; i++) g->iq2s32[i] = quant_iq2s_codes[i];
+    for (int i = 0; i < 2048; i++) g->iq1s32[i] = quant_iq1s_codes[i];
     for (int i = 0; i < 128; i++) g->signs[i] = (uint8_t)(i | (__builtin_popcount((unsigned)i) & 1) << 7);
 }
 

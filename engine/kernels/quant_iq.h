@@ -45,7 +45,8 @@
 /* The codebooks, expanded: entry i of a grid is its 8 (IQ1, IQ2) or 4 (IQ3) values. signs[i]:
  * the 7 stored sign bits i and an eighth that makes their parity even (bit j set: value j is
  * negated). iq1s8[s][i]: IQ1's entry i as 8 v + 1 (s 0) or 8 v - 1 (s 1), the weight with its
- * shift of +-1/8 in eighths (for the SIMD kernels: one signed byte a weight). Built once, on
+ * shift of +-1/8 in eighths (for the SIMD kernels: one signed byte a weight); *32: the compact codes
+ * as 32-bit words. Built once, on
  * first use (thread-safe); valid for the life of the process. */
 typedef struct quant_iq_grids {
     uint8_t iq2xxs[256][8], iq2xs[512][8], iq2s[1024][8];
@@ -53,6 +54,8 @@ typedef struct quant_iq_grids {
     int8_t iq1s[2048][8];
     int8_t iq1s8[2][2048][8];
     uint8_t signs[128];
+    /* the compact codes of the larger grids widened to 32 bits, for dword gathers */
+    uint32_t iq2s32[1024], iq1s32[2048];
 } quant_iq_grids;
 const quant_iq_grids *quant_iq_grids_get(void);
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds build/bench_quant, build/bench_amx, build/bench_batch, build/bench_jinja and build/bench_histo against the engine library of ./build (run from the repository root,
+# Builds build/bench_quant, build/bench_iq_peer, build/bench_amx, build/bench_batch, build/bench_jinja and build/bench_histo against the engine library of ./build (run from the repository root,
 # after `cmake --build build`). Not part of CMake: benchmarks are not shipped or tested.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -7,6 +7,9 @@ cmake --build build -j2 --target attnd_engine >/dev/null
 gcc -std=gnu11 -O2 -Wall -Wextra -pthread -Iinclude -Iengine -Iengine/kernels tools/bench/bench_quant.c build/libattnd_engine.a -lm \
     -o build/bench_quant
 echo "built build/bench_quant"
+gcc -std=gnu11 -O2 -Wall -Wextra -Iinclude -Iengine -Iengine/kernels tools/bench/bench_iq_peer.c build/libattnd_engine.a -ldl -lm \
+    -o build/bench_iq_peer
+echo "built build/bench_iq_peer"
 gcc -std=gnu11 -O2 -Wall -Wextra -pthread -Iinclude -Iengine -Iengine/kernels tools/bench/bench_amx.c build/libattnd_engine.a -lm \
     -o build/bench_amx
 echo "built build/bench_amx"
