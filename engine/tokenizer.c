@@ -174,7 +174,7 @@ struct tokenizer {
     int32_t sep;            /* separator ([SEP]): closes a WordPiece text, and each text of a pair */
     int32_t fim[TOK_FIM_N]; /* fill-in-the-middle ids by tok_fim_role; -1 = none */
     bool add_bos, add_eos, add_space_prefix;
-    bool add_sep;           /* add_special appends sep (WordPiece) */
+    bool add_sep;           /* add_special appends sep (WordPiece); a pair's second separator (the others) */
     bool wpm_lower, wpm_strip; /* WordPiece: lowercase, strip accents (BertNormalizer) */
     size_t wpm_max_piece;   /* WordPiece: the longest normal token, in bytes */
     bool spm_split;         /* no token joins a non-space to a following U+2581 (see spm_fragment) */
@@ -1370,7 +1370,8 @@ static attnd_status encode(const tokenizer *t, const char *text, size_t len, boo
     }
     if (st == ATTND_OK && frag < len) st = fragment(&e, text + frag, len - frag);
     if (st == ATTND_OK && add_special && t->add_eos) st = emit(&e, t->eos);
-    if (st == ATTND_OK && add_special && t->add_sep) st = emit(&e, t->sep);
+    /* only WordPiece ends a text with SEP (llama.cpp; ModernBERT's BPE files set add_sep for pairs) */
+    if (st == ATTND_OK && add_special && t->add_sep && t->kind == KIND_WPM) st = emit(&e, t->sep);
     enc_free(&e);
     if (st != ATTND_OK) {
         free(e.ids);

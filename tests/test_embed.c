@@ -346,6 +346,32 @@ Test(embed, nomic_bert_matches_float64_reference) {
     engine_destroy(e), model_destroy(m), unlink(path);
 }
 
+/* modern-bert: pre-LayerNorm layers, GeGLU (or SwiGLU) over one fused ffn_up, global and local
+ * layers with their own RoPE bases, local ones masked to window / 2 either side: every value and
+ * attention row against the float64 reference, at ModernBERT-base's width and granite-embedding
+ * r2-small's (F32), on inputs longer than the window. */
+Test(embed, modern_bert_matches_float64_reference) {
+    char path[256];
+    model *m;
+    engine *e;
+    int32_t ids[ENC_N_INPUTS][ENC_MAX_LEN];
+    int len[ENC_N_INPUTS];
+    enc_inputs(ids, len);
+    embed_input in[ENC_N_INPUTS];
+    for (int i = 0; i < ENC_N_INPUTS; i++) in[i] = (embed_input){ids[i], len[i], NULL};
+    tiny_spec sp = mbert_base();
+    sp.wtype = GGUF_TYPE_F32;
+    load_enc(&sp, path, sizeof(path), "mbert", &m, &e, 64);
+    cr_assert(model_is_encoder(m));
+    cr_assert_eq(model_roles(m), MODEL_ROLE_EMBED);
+    check_encoder(&sp, path, e, in + 1, 2, POOL_FILE, 1e-4); /* 5 and 40 tokens */
+    engine_destroy(e), model_destroy(m), unlink(path);
+    sp = mbert_silu();
+    load_enc(&sp, path, sizeof(path), "mbsilu", &m, &e, 64);
+    check_encoder(&sp, path, e, in, ENC_N_INPUTS, POOL_FILE, 1e-4);
+    engine_destroy(e), model_destroy(m), unlink(path);
+}
+
 /* gemma-embedding: gemma3's layers attending both ways, local layers within window / 2 on either
  * side: attention rows against the float64 reference within 1e-4, and the mean vector through the
  * (tied) output head equal to the mean of the reference's logits. */
