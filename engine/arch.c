@@ -116,10 +116,11 @@ static const arch_desc ARCHS[] = {
      * layers without biases, fused attn_qkv, GeGLU (or SwiGLU, as hidden_activation says) over a fused
      * ffn_up, NEOX RoPE with the global and local layers' own bases; with a window, every layer local
      * but the first of each period of sliding_window_pattern (3 without the key), seeing window / 2
-     * positions either side; no window key: every layer global, as llama.cpp reads it */
+     * positions either side; no window key: every layer global, as llama.cpp reads it; its rank
+     * head pools the mean, then cls, GELU and cls.norm */
     {.name = "modern-bert", .bidirectional = true, .pre_ln = true, .rope = ROPE_NEOX, .fused_qkv = true,
      .fused_gate_up = true, .act = ACT_GELU_TANH, .act_key = true, .swa_pattern = 3, .swa_dense_first = true,
-     .swa_optional = true, .swa_rope_base = 10000.0f, .keys = KEYS_MODERN_BERT},
+     .swa_optional = true, .swa_rope_base = 10000.0f, .rank_mean_gelu = true, .keys = KEYS_MODERN_BERT},
 };
 
 /* Keys every family reads (model.c) or that change nothing attnd computes. */

@@ -114,6 +114,10 @@ typedef struct arch_desc {
     /* <arch>.hidden_activation picks the gated FFN's activation, as llama.cpp maps it: "gelu",
      * "geglu" GeGLU; "silu", "swish", "swiglu" SwiGLU; "relu", "reglu" refused; others act. */
     bool act_key;
+    /* The rank head as llama.cpp builds it for ModernBERT (its cross-encoders: gte-reranker-modernbert):
+     * the mean of the input's rows (not the first), cls, then GELU (not tanh), then a LayerNorm of
+     * weight cls.norm (optional, no bias), then cls.output. */
+    bool rank_mean_gelu;
     const char *const *keys;   /* the family's own "<arch>." keys beyond the common ones, NULL-ended */
 } arch_desc;
 

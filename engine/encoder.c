@@ -244,13 +244,6 @@ static void enc_attend_task(void *ctx, int item, int worker) {
     }
 }
 
-/* GELU, tanh form (ggml_gelu's formula; ggml's CPU backend also rounds its input and output to
- * F16 through a table, which attnd does not copy: the float64 reference is the exact function). */
-static float gelu_tanh(float x) {
-    const float c = 0.7978845608028654f; /* sqrt(2/pi) */
-    return 0.5f * x * (1.0f + tanhf(c * x * (1.0f + 0.044715f * x * x)));
-}
-
 /* q, k, v of every row from in (T, E): one fused projection split by columns, or three; each head
  * of q and k RMS-normalised where the family says (QK-norm); then RoPE (NEOX, each row at its
  * position within its input, the layer's table) where the family rotates. */
@@ -305,9 +298,9 @@ static void act_task(void *ctx, int c, int worker) {
     float *u = p->up;
     const float *g = p->gate;
     if (!p->act_gated)
-        for (size_t i = i0; i < i1; i++) u[i] = gelu_tanh(u[i]);
+        for (size_t i = i0; i < i1; i++) u[i] = embed_gelu(u[i]);
     else if (p->m->ffn_act == ACT_GELU_TANH) /* GeGLU */
-        for (size_t i = i0; i < i1; i++) u[i] *= gelu_tanh(g[i]);
+        for (size_t i = i0; i < i1; i++) u[i] *= embed_gelu(g[i]);
     else
         for (size_t i = i0; i < i1; i++) u[i] *= g[i] / (1.0f + expf(-g[i]));
 }
@@ -443,8 +436,9 @@ static void enc_run(enc_pass *p, const embed_input *in, int n, model_pooling poo
     for (int t = 0; pool == POOL_NONE && t < p->T; t++) /* every token's vector: out is (T, n_embd) */
         embed_pool(m, POOL_CLS, p->x + (size_t)t * E, 1, out + (size_t)t * E, p->pool_scratch);
     for (int i = 0; pool != POOL_NONE && i < n; i++) {
-        int len = in[i].n_tokens, r = pool == POOL_MEAN ? 0 : pool == POOL_LAST ? len - 1 : 0;
-        embed_pool(m, pool, p->x + (size_t)(p->start[i] + r) * E, pool == POOL_MEAN ? len : 1, out + (size_t)i * dim,
+        int len = in[i].n_tokens, r = pool == POOL_LAST ? len - 1 : 0; /* the first row, or the mean from it */
+        bool mean = pool == POOL_MEAN || (pool == POOL_RANK && m->arch->rank_mean_gelu);
+        embed_pool(m, pool, p->x + (size_t)(p->start[i] + r) * E, mean ? len : 1, out + (size_t)i * dim,
                    p->pool_scratch);
     }
     p->first_entry += p->T;

@@ -148,6 +148,7 @@ struct model {
     int pooling;             /* model_pooling: the file's <arch>.pooling_type, or the default */
     weight cls, cls_out;     /* (n_embd, n_embd) cls.weight, (n_cls_out, n_embd) cls.output.weight; or empty */
     float *cls_b, *cls_out_b; /* (n_embd), (n_cls_out), or NULL */
+    float *cls_norm;         /* (n_embd) cls.norm (arch rank_mean_gelu), or NULL */
     int n_cls_out;           /* cls.output's rows; 0 without a head */
     weight dense_2, dense_3; /* (D, n_embd), (n_embd, D): projections after pooling (EmbeddingGemma), or empty */
     /* encoders (arch post_ln, abs_pos; encoder.c) */

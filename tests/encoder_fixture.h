@@ -68,11 +68,11 @@ static inline tiny_spec mbert_silu(void) {
  * cross-encoder of that shape (F16, rank: cls and one cls.output logit), and nomic-embed-text
  * v1.5's shape (768 wide, 12 heads of 64 all rotated, SwiGLU of 3072) at 2 layers, F16, mean, and
  * the small gemma-embedding (gemma_emb_small, F32), and two small qwen3 decoders: an embedder (last
- * token) and a reranker (cls.output's [yes, no] rows, softmaxed), and the two modern-bert ones
- * (mbert_base, mbert_silu). */
+ * token) and a reranker (cls.output's [yes, no] rows, softmaxed), and the modern-bert ones
+ * (mbert_base, mbert_silu, and mbert_base as a cross-encoder: cls, cls.norm, one cls.output logit). */
 static const char *const ENC_NAMES[] = {
     "bert", "bert-bge-base", "bert-reranker", "nomic-bert", "gemma-embedding", "qwen3-embedding", "qwen3-reranker",
-    "modern-bert", "modern-bert-silu"};
+    "modern-bert", "modern-bert-silu", "modern-bert-reranker"};
 #define N_ENC (sizeof(ENC_NAMES) / sizeof(ENC_NAMES[0]))
 
 static inline tiny_spec enc_named(const char *name) {
@@ -83,6 +83,7 @@ static inline tiny_spec enc_named(const char *name) {
     if (!strcmp(name, "gemma-embedding")) sp = gemma_emb_small();
     if (!strcmp(name, "modern-bert")) sp = mbert_base();
     if (!strcmp(name, "modern-bert-silu")) sp = mbert_silu();
+    if (!strcmp(name, "modern-bert-reranker")) sp = mbert_base(), sp.pooling = 1 + 4, sp.n_cls_out = 1, sp.seed = 13;
     if (!strncmp(name, "qwen3-", 6)) { /* decoders: Qwen3-Embedding (last token), Qwen3-Reranker (yes/no head) */
         sp = tiny_default("qwen3");
         sp.vocab = true, sp.n_vocab = 320, sp.n_ctx = 512, sp.n_embd = 64, sp.n_head = 4, sp.n_head_kv = 2;
@@ -168,6 +169,13 @@ static inline int mbert_tensors(const tiny_spec *sp, tiny_tensor *ts) {
     EADD("token_embd.weight", E, sp->n_vocab, w, 1.0f, 0.0f);
     EADD("token_embd_norm.weight", E, 1, f32, 0.2f, 1.0f);
     EADD("output_norm.weight", E, 1, f32, 0.2f, 1.0f);
+    if (sp->n_cls_out > 0) { /* ModernBERT's head: cls (no bias), cls.norm, cls.output */
+        EADD("cls.weight", E, E, w, ws, 0.0f);
+        EADD("cls.norm.weight", E, 1, f32, 0.2f, 1.0f);
+        EADD("cls.output.weight", E, sp->n_cls_out, w, ws, 0.0f);
+        ts[n - 1].n_dims = 2;
+        EADD("cls.output.bias", sp->n_cls_out, 1, f32, 0.1f, 0.0f);
+    }
     char nm[64];
     for (int l = 0; l < sp->n_layer; l++) {
 #define L(s) (snprintf(nm, sizeof(nm), "blk.%d.%s", l, s), nm)
@@ -418,13 +426,17 @@ static inline void eref_forward(const tiny_spec *sp, const char *path, const int
     gguf_close(f);
 }
 
-/* The rank score(s) of the first row h (E): cls.output (tanh(cls h + b)) + b. */
+/* The rank score(s) of the pooled row h (E): cls.output (tanh(cls h + b)) + b; modern-bert's
+ * (h the mean of the rows): cls.output LN(gelu(cls h)) + b, LN's weight cls.norm. */
 static inline void eref_rank(const tiny_spec *sp, const char *path, const double *h, double *out) {
     gguf_file *f;
     if (gguf_open(&f, path, NULL) != ATTND_OK) abort();
     double *y = malloc(sizeof(double) * sp->n_embd);
     eref_linear(y, f, "cls", h);
-    for (int i = 0; i < sp->n_embd; i++) y[i] = tanh(y[i]);
+    bool mbert = !strcmp(sp->arch, "modern-bert");
+    for (int i = 0; i < sp->n_embd; i++)
+        y[i] = mbert ? 0.5 * y[i] * (1 + tanh(sqrt(2 / M_PI) * (y[i] + 0.044715 * y[i] * y[i] * y[i]))) : tanh(y[i]);
+    if (mbert) mref_norm(y, f, "cls.norm", sp->n_embd, sp->rms_eps);
     eref_linear(out, f, "cls.output", y);
     free(y);
     gguf_close(f);

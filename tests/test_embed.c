@@ -372,6 +372,40 @@ Test(embed, modern_bert_matches_float64_reference) {
     engine_destroy(e), model_destroy(m), unlink(path);
 }
 
+/* modern-bert's cross-encoder head (gte-reranker-modernbert), as llama.cpp builds it: the mean of
+ * the rows (not the first), cls, GELU, the LayerNorm cls.norm, cls.output; two outputs here. */
+Test(embed, modern_bert_rank_head_matches_float64_reference) {
+    char path[256];
+    model *m;
+    engine *e;
+    int32_t ids[ENC_N_INPUTS][ENC_MAX_LEN];
+    int len[ENC_N_INPUTS];
+    enc_inputs(ids, len);
+    tiny_spec sp = mbert_silu();
+    sp.pooling = 1 + POOL_RANK, sp.n_cls_out = 2, sp.hidden_act = NULL; /* GeGLU, the default */
+    load_enc(&sp, path, sizeof(path), "mbrank", &m, &e, 64);
+    cr_assert_eq(model_roles(m), MODEL_ROLE_RANK);
+    cr_assert_eq(model_embed_dim(m), 2);
+    embed_input in[2] = {{ids[0], len[0], NULL}, {ids[3], len[3], NULL}};
+    float score[4];
+    attnd_err err = {0};
+    cr_assert_eq(engine_embed(e, in, 2, POOL_FILE, score, &err), ATTND_OK, "%s", err.msg);
+    int E = sp.n_embd;
+    for (int i = 0; i < 2; i++) {
+        int n = in[i].n_tokens;
+        double *x = malloc(sizeof(double) * (size_t)n * E), *mean = calloc((size_t)E, sizeof(double)), want[2];
+        eref_forward(&sp, path, in[i].tokens, NULL, n, x, NULL);
+        for (int t = 0; t < n; t++)
+            for (int k = 0; k < E; k++) mean[k] += x[(size_t)t * E + k] / n;
+        eref_rank(&sp, path, mean, want);
+        for (int o = 0; o < 2; o++)
+            cr_assert(fabs(score[i * 2 + o] - want[o]) < 1e-4, "input %d output %d: %g vs %g", i, o, score[i * 2 + o],
+                      want[o]);
+        free(x), free(mean);
+    }
+    engine_destroy(e), model_destroy(m), unlink(path);
+}
+
 /* gemma-embedding: gemma3's layers attending both ways, local layers within window / 2 on either
  * side: attention rows against the float64 reference within 1e-4, and the mean vector through the
  * (tied) output head equal to the mean of the reference's logits. */
