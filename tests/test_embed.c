@@ -406,6 +406,33 @@ Test(embed, modern_bert_rank_head_matches_float64_reference) {
     engine_destroy(e), model_destroy(m), unlink(path);
 }
 
+/* A modern-bert file llama.cpp would not compute as attnd does is refused by name: a ReGLU FFN, a
+ * layer past the first without its attn_norm. */
+Test(embed, modern_bert_bad_files_are_refused) {
+    char path[256];
+    tiny_spec sp = mbert_silu();
+    sp.n_embd = 64, sp.n_head = 4, sp.n_head_kv = 4, sp.n_ff = 96, sp.rope_dims = 16, sp.hidden_act = "relu";
+    tiny_tmpname(path, sizeof(path), "mbbad");
+    cr_assert_eq(enc_write(path, &sp), 0);
+    model *m = NULL;
+    attnd_err err = {0};
+    cr_assert_eq(model_load(&m, path, &err), ATTND_ERR_UNSUPPORTED);
+    cr_assert(strstr(err.msg, "modern-bert.hidden_activation") && strstr(err.msg, "relu"), "%s", err.msg);
+    sp.hidden_act = "silu";
+    tiny_tensor *ts = calloc(TINY_MAX_TENSORS, sizeof(*ts));
+    int n = mbert_tensors(&sp, ts), k = 0;
+    for (int i = 0; i < n; i++) /* every tensor but blk.1.attn_norm */
+        if (strcmp(ts[i].name, "blk.1.attn_norm.weight")) ts[k++] = ts[i];
+        else free(ts[i].vals);
+    cr_assert_eq(k, n - 1);
+    cr_assert_eq(tiny_write_tensors(path, &sp, ts, k), 0);
+    free(ts);
+    cr_assert_neq(model_load(&m, path, &err), ATTND_OK);
+    cr_assert(strstr(err.msg, "blk.1.attn_norm.weight"), "%s", err.msg);
+    cr_assert_null(m);
+    unlink(path);
+}
+
 /* gemma-embedding: gemma3's layers attending both ways, local layers within window / 2 on either
  * side: attention rows against the float64 reference within 1e-4, and the mean vector through the
  * (tied) output head equal to the mean of the reference's logits. */
