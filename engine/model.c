@@ -310,7 +310,8 @@ static attnd_status read_attention(model *m, const char *arch, attnd_err *err) {
     bool swa = d->swa_pattern || d->swa_every_layer || d->layer_geometry;
     const uint8_t *pattern = NULL; /* (n_layer) arch layer_geometry: 1 = local */
     if (d->layer_geometry && (st = read_swa_pattern(m, arch, &pattern, err))) return st;
-    if (d->swa_dense_first && (st = arch_u32(m->f, arch, "attention.sliding_window_pattern", false, period, &period, err)))
+    if (d->swa_dense_first &&
+        (st = arch_u32(m->f, arch, "attention.sliding_window_pattern", false, period, &period, err)))
         return st;
     if (swa && (st = arch_u32(m->f, arch, "attention.sliding_window", d->swa_default == 0 && !d->swa_optional,
                               (uint32_t)d->swa_default, &window, err)))

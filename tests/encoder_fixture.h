@@ -345,7 +345,8 @@ static inline void mref_attention(const gguf_file *f, const tiny_spec *sp, int l
             double mx = -INFINITY, sum = 0;
             for (int j = 0; j < n; j++) {
                 double d = 0;
-                for (int i = 0; i < hd; i++) d += qkv[(size_t)t * 3 * E + hh * hd + i] * qkv[(size_t)j * 3 * E + E + hh * hd + i];
+                const double *qt = qkv + (size_t)t * 3 * E + hh * hd, *kj = qkv + (size_t)j * 3 * E + E + hh * hd;
+                for (int i = 0; i < hd; i++) d += qt[i] * kj[i];
                 s[j] = local && abs(t - j) > sp->window / 2 ? -INFINITY : d / sqrt((double)hd);
                 mx = s[j] > mx ? s[j] : mx;
             }
@@ -353,7 +354,8 @@ static inline void mref_attention(const gguf_file *f, const tiny_spec *sp, int l
             for (int j = 0; j < n; j++) {
                 s[j] /= sum;
                 if (attn) attn[((size_t)hh * n + t) * n + j] = s[j];
-                for (int i = 0; i < hd; i++) a[(size_t)t * E + hh * hd + i] += s[j] * qkv[(size_t)j * 3 * E + 2 * E + hh * hd + i];
+                const double *vj = qkv + (size_t)j * 3 * E + 2 * E + hh * hd;
+                for (int i = 0; i < hd; i++) a[(size_t)t * E + hh * hd + i] += s[j] * vj[i];
             }
         }
     snprintf(nm, sizeof(nm), "blk.%d.attn_output.weight", l);
@@ -375,8 +377,8 @@ static inline void mref_ffn(const gguf_file *f, const tiny_spec *sp, int l, doub
     snprintf(nm, sizeof(nm), "blk.%d.ffn_up.weight", l), ref_matvec(u, gguf_find_tensor(f, nm), h);
     bool silu = sp->hidden_act && !strcmp(sp->hidden_act, "silu");
     for (int i = 0; i < F; i++) {
-        double g = u[i];
-        u[i] = (silu ? g / (1 + exp(-g)) : 0.5 * g * (1 + tanh(sqrt(2 / M_PI) * (g + 0.044715 * g * g * g)))) * u[F + i];
+        double g = u[i], gelu = 0.5 * g * (1 + tanh(sqrt(2 / M_PI) * (g + 0.044715 * g * g * g)));
+        u[i] = (silu ? g / (1 + exp(-g)) : gelu) * u[F + i];
     }
     snprintf(nm, sizeof(nm), "blk.%d.ffn_down.weight", l), ref_matvec(o, gguf_find_tensor(f, nm), u);
     for (int i = 0; i < E; i++) x[i] += o[i];

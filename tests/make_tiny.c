@@ -112,7 +112,8 @@ static int write_rank(const char *path) {
 int main(int argc, char **argv) {
     if (argc == 4 && !strcmp(argv[2], "lowbit")) return write_lowbit(argv[1], argv[3]);
     if (argc != 3) {
-        fprintf(stderr, "usage: make_tiny OUT.gguf qwen896|llama960|rank|bert|bert-rank|modern-bert | make_tiny OUT.gguf lowbit TYPE\n");
+        fprintf(stderr, "usage: make_tiny OUT.gguf qwen896|llama960|rank|bert|bert-rank|modern-bert"
+                        " | make_tiny OUT.gguf lowbit TYPE\n");
         return 2;
     }
     if (!strcmp(argv[2], "rank")) return write_rank(argv[1]);
