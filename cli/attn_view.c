@@ -2,7 +2,8 @@
  * attn_view.c — SVG heatmap and text summary of captured attention (see attn_view.h).
  *
  * The SVG is plain and self-contained (no script, no external font): a square of
- * positions × positions where the causal area is white and the masked upper triangle grey, one
+ * positions × positions where the causal area is white and the masked upper triangle grey (an
+ * encoder's: its input's square white), one
  * rect per visible weight coloured on a square-root scale (rows sum to 1, so most weights are
  * small; the root keeps them visible), a <title> on each main cell for hovering, and a thumbnail
  * per head. Token labels are XML-escaped and shortened; newlines and tabs are shown as ↵ and ⇥.
@@ -18,16 +19,19 @@
 #define FONT "DejaVu Sans, Helvetica, Arial, sans-serif"
 #define NOTE "Attention weights show where a head looks, not why the model answered."
 
-void attn_view_row(const attn_capture *c, int li, int hi, int pos, float *out) {
-    memset(out, 0, sizeof(float) * (size_t)(pos + 1));
+int attn_view_row(const attn_capture *c, int li, int hi, int pos, float *out) {
+    int first, end = attn_capture_keys(c, pos, &first);
+    end += first;
+    memset(out, 0, sizeof(float) * (size_t)end);
     int h0 = hi < 0 ? 0 : hi, h1 = hi < 0 ? attn_capture_n_heads(c) : hi + 1;
     float scale = 1.0f / (float)(h1 - h0);
     for (int h = h0; h < h1; h++) {
         const float *w;
         const int32_t *ix;
         int n = attn_capture_row(c, li, h, pos, &w, &ix);
-        for (int j = 0; j < n; j++) out[ix ? ix[j] : j] += w[j] * scale;
+        for (int j = 0; j < n; j++) out[ix ? ix[j] : first + j] += w[j] * scale;
     }
+    return end;
 }
 
 // ---- colours and text -------------------------------------------------------------------------
@@ -80,9 +84,17 @@ typedef struct grid {
 } grid;
 
 /* The causal area white (a staircase below and on the diagonal), the masked rest grey. */
-static void draw_frame(FILE *f, const grid *g) {
+/* The grey of masked cells, and white where rows have keys: the causal triangle, or an
+ * encoder's square per input. */
+static void draw_frame(FILE *f, const grid *g, const attn_capture *c) {
     double side = g->rows * g->cell;
     fprintf(f, "<rect x='%.2f' y='%.2f' width='%.2f' height='%.2f' fill='#ececec'/>\n", g->x, g->y, side, side);
+    for (int i = 0; i < attn_capture_n_inputs(c); i++) {
+        int first, n = attn_capture_input(c, i, &first);
+        fprintf(f, "<rect x='%.2f' y='%.2f' width='%.2f' height='%.2f' fill='#fff'/>\n", g->x + first * g->cell,
+                g->y + first * g->cell, n * g->cell, n * g->cell);
+    }
+    if (attn_capture_n_inputs(c)) return;
     fprintf(f, "<path fill='#fff' d='M%.2f,%.2f", g->x, g->y);
     for (int i = 0; i < g->rows; i++) fprintf(f, "h%.3fv%.3f", g->cell, g->cell);
     fprintf(f, "H%.2fZ'/>\n", g->x);
@@ -94,8 +106,8 @@ static void draw_cells(FILE *f, const attn_view *v, const grid *g, int li, int h
     float min_w = titles ? 0.002f : 0.01f; /* lighter cells are indistinguishable from white */
     char col[8];
     for (int p = first; p < first + n_rows; p++) {
-        attn_view_row(v->c, li, hi, p, buf);
-        for (int j = 0; j <= p; j++) {
+        int end = attn_view_row(v->c, li, hi, p, buf);
+        for (int j = 0; j < end; j++) {
             if (buf[j] < min_w) continue;
             colour(col, buf[j]);
             fprintf(f, "<rect x='%.2f' y='%.2f' width='%.3f' height='%.3f' fill='%s'>", g->x + j * g->cell,
@@ -161,9 +173,12 @@ bool attn_view_svg(FILE *f, const attn_view *v, int li, int hi) {
     grid g = {.x = 24 + label_w, .y = 84 + label_w * 0.87, .cell = cell, .rows = R};
     int per_line = n_heads < 6 ? n_heads : 6, thumb = 130;
     bool generated = v->n_prompt < R;
-    const char *about = generated ? "Each row is a token; its cells are the earlier tokens it attends to (generated "
-                                    "tokens in orange)."
-                                  : "Each row is a token; its cells are the earlier tokens it attends to.";
+    const char *about = attn_capture_n_inputs(v->c)
+                            ? "Each row is a token; its cells are the tokens it attends to, before and after it "
+                              "(an encoder)."
+                        : generated ? "Each row is a token; its cells are the earlier tokens it attends to (generated "
+                                      "tokens in orange)."
+                                    : "Each row is a token; its cells are the earlier tokens it attends to.";
     /* as wide as the content: the map with its scale (bar, ticks, labels: ~70 px), the thumbnails,
      * and the two lines of text (12 px DejaVu Sans: ~6.4 px a character) */
     double text_w = 24 + 6.4 * (double)(strlen(about) > strlen(NOTE) ? strlen(about) : strlen(NOTE)) + 16;
@@ -177,7 +192,7 @@ bool attn_view_svg(FILE *f, const attn_view *v, int li, int hi) {
     else fprintf(f, " · layer %d · head %d</text>\n", attn_capture_layer(v->c, li), attn_capture_head(v->c, hi));
     fprintf(f, "<text x='24' y='50' font-size='12' fill='#555'>%s</text>\n<text x='24' y='66' font-size='12' "
                "fill='#555'>" NOTE "</text>\n", about);
-    draw_frame(f, &g);
+    draw_frame(f, &g, v->c);
     draw_cells(f, v, &g, li, hi, buf, true);
     draw_labels(f, v, &g, font);
     draw_scale(f, g.x + side + 24, g.y, fmin(side, 240));
@@ -186,7 +201,7 @@ bool attn_view_svg(FILE *f, const attn_view *v, int li, int hi) {
                   .cell = (double)thumb / R, .rows = R};
         fprintf(f, "<text x='%.2f' y='%.2f' font-size='12' fill='#333'>head %d</text>\n", t.x, t.y - 6,
                 attn_capture_head(v->c, h));
-        draw_frame(f, &t);
+        draw_frame(f, &t, v->c);
         draw_cells(f, v, &t, li, h, buf, false);
     }
     fputs("</svg>\n", f);
@@ -205,11 +220,11 @@ void attn_view_text(FILE *f, const attn_view *v, int hi) {
         if (hi < 0) fprintf(f, "mean of %d heads:\n", attn_capture_n_heads(v->c));
         else fprintf(f, "head %d:\n", attn_capture_head(v->c, hi));
         for (int p = first; p < first + n_rows; p++) {
-            attn_view_row(v->c, li, hi, p, buf);
+            int end = attn_view_row(v->c, li, hi, p, buf);
             fprintf(f, "%5d %-16s ->", p, v->labels[p]);
-            for (int k = 0; k < 3 && k <= p; k++) {
+            for (int k = 0; k < 3 && k < end; k++) {
                 int best = 0;
-                for (int j = 1; j <= p; j++) best = buf[j] > buf[best] ? j : best;
+                for (int j = 1; j < end; j++) best = buf[j] > buf[best] ? j : best;
                 if (buf[best] < 0) break;
                 fprintf(f, "  %d '%s' %.3f", best, v->labels[best], buf[best]);
                 buf[best] = -1;

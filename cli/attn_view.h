@@ -18,9 +18,10 @@ typedef struct attn_view {
 } attn_view;
 
 /* Row pos of the li-th captured layer: head hi (index among the captured heads), or the mean
- * over every captured head when hi < 0, as dense weights out[0..pos] (top_k rows are scattered,
- * the rest 0). */
-void attn_view_row(const attn_capture *c, int li, int hi, int pos, float *out);
+ * over every captured head when hi < 0, as dense weights out[0..end) by position, returning end:
+ * the row's keys are [first, end) (attn_capture_keys: 0..pos, or an encoder's whole input),
+ * top_k rows scattered, the rest 0. */
+int attn_view_row(const attn_capture *c, int li, int hi, int pos, float *out);
 
 /*
  * Writes an SVG document: the heatmap of layer li (head hi, or the mean over the captured heads

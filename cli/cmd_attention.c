@@ -11,6 +11,7 @@
 #include "../server/api/attn_api.h"
 #include "attn_view.h"
 #include "attnd/attn_capture.h"
+#include "attnd/embed.h"
 #include "attnd/engine.h"
 #include "attnd/tokenizer.h"
 #include "commands.h"
@@ -21,8 +22,9 @@ static const char *USAGE =
     "                       [--threads N] [--kv-type f16|f32|q8_0|q4_0] [--logit-lens K] [--experts]\n"
     "\n"
     "Shows which earlier tokens each token attends to: the softmax weights the engine computes\n"
-    "over the KV cache, per layer and head. Attention weights show where a head looks, not why\n"
-    "the model answered.\n"
+    "over the KV cache, per layer and head. On an encoder (bert, nomic-bert, gemma-embedding)\n"
+    "every token attends to every token of the prompt: whole rows both ways, no generation.\n"
+    "Attention weights show where a head looks, not why the model answered.\n"
     "  --prompt TEXT   prompt text (BOS added as the model asks)\n"
     "  --tokens IDS    comma-separated prompt token ids, used as given\n"
     "  --layer L       layer(s), e.g. 3 or 0,5 (default: every layer; --svg draws the first)\n"
@@ -123,6 +125,24 @@ static void free_labels(char **lab, int n) {
     free(lab);
 }
 
+/* An encoder's run: the prompt through engine_embed (one input) with c hooked. */
+static attnd_status run_encoder(const attn_opts *o, const model *m, attn_capture *c, const int32_t *ids, int n,
+                                attnd_err *err) {
+    engine *e = NULL;
+    float *out = malloc(sizeof(float) * (size_t)n * (size_t)model_info_get(m)->n_embd);
+    if (!out) return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory");
+    attnd_status st = engine_create(&e, m, n, o->run.n_threads, err);
+    if (st == ATTND_OK) {
+        attn_hook h;
+        attn_hook_install(&h, e, c, NULL, 0);
+        st = engine_embed_tokens(e, &(embed_input){ids, n, NULL}, 1, out, err);
+        attn_hook_remove(&h);
+    }
+    engine_destroy(e);
+    free(out);
+    return st;
+}
+
 /* Runs the prompt (and generation) with capture c hooked; *ids receives prompt + generated. */
 static attnd_status run(const attn_opts *o, const model *m, const tokenizer *tok, attn_capture *c, int32_t *ids,
                         int n_prompt, int *n_ids, attnd_err *err) {
@@ -199,10 +219,14 @@ static attnd_status attention(attn_opts *o, attnd_err *err) {
                         o->n_predict, mi->n_ctx);
     cli_sampling_check("attention", &o->sampling, mi->n_vocab);
     /* --svg draws one layer, with a thumbnail of every head: capture them all. */
+    bool enc = model_is_encoder(m);
+    if (enc && o->n_predict)
+        cli_usage_error("attention", "--n: '%s' is an encoder; it generates nothing (leave out --n)", mi->arch);
     attn_capture_params p = {.layers = o->layers, .n_layers = o->svg && o->n_layers ? 1 : o->n_layers,
                              .heads = o->svg ? NULL : o->heads, .n_heads = o->svg ? 0 : o->n_heads,
                              .top_k = o->top_k, .n_positions = n_prompt + o->n_predict, .weights = o->weights,
-                             .lens_k = o->lens_k, .experts = o->experts};
+                             .lens_k = o->lens_k, .experts = o->experts,
+                             .inputs = enc ? &n_prompt : NULL, .n_inputs = enc};
     static const int layer0 = 0;
     if (o->svg && !o->n_layers) p.layers = &layer0, p.n_layers = 1;
     const char *field;
@@ -211,7 +235,10 @@ static attnd_status attention(attn_opts *o, attnd_err *err) {
                         !strcmp(field, "layers") ? "--layer" : !strcmp(field, "heads") ? "--head"
                         : !strcmp(field, "logit_lens") ? "--logit-lens"
                         : !strcmp(field, "experts")    ? "--experts"
-                                                       : "--attn-top-k");
+                        : !strcmp(field, "weights")    ? "--weights"
+                        : !strcmp(field, "top_k")      ? "--attn-top-k"
+                        : !strcmp(field, "model")      ? "--model"
+                                                       : "--prompt");
     if (o->svg && o->n_heads > 1)
         cli_usage_error("attention", "--svg draws one head or the mean of all: give one --head");
     if (o->svg && o->n_heads == 1 && o->heads[0] >= mi->n_head)
@@ -222,7 +249,9 @@ static attnd_status attention(attn_opts *o, attnd_err *err) {
         goto out;
     }
     memcpy(ids, given, sizeof(int32_t) * (size_t)n_prompt);
-    if ((st = run(o, m, tok, c, ids, n_prompt, &n_ids, err))) goto out;
+    if (enc) st = run_encoder(o, m, c, ids, n_prompt, err), n_ids = n_prompt;
+    else st = run(o, m, tok, c, ids, n_prompt, &n_ids, err);
+    if (st) goto out;
     st = emit(o, m, tok, c, ids, n_ids, n_prompt, err);
 out:
     attn_capture_destroy(c);

@@ -3,7 +3,9 @@
  *
  * Rows are stored by absolute position, all allocated at create so that recording allocates
  * nothing: whole rows of one (layer, head) as a triangle (row p at offset p(p+1)/2, p + 1
- * floats), top_k rows as fixed k-wide slots (row p at p*k, min(p + 1, k) used). A position's row
+ * floats), top_k rows as fixed k-wide slots (row p at p*k, min(p + 1, k) used). An encoder's
+ * whole rows are one square per input (n_i rows of n_i floats, the squares one after another),
+ * its top_k rows the same k-wide slots. A position's row
  * is complete when every selected (layer, head) was recorded; an evaluation reports each of them
  * once per entry, so `hits` counts modulo their number: a re-evaluated position (a session
  * truncated and extended) starts again at 1 and is complete at the end of its evaluation, in
@@ -35,7 +37,11 @@ struct attn_capture {
     int *head_slot;          /* (model n_head) */
     int top_k, n_positions;
     int k_slot;              /* floats per top_k row: min(top_k, n_positions); 0 = whole rows */
-    size_t block;            /* floats per (layer, head): a triangle or n_positions * top_k */
+    int n_inputs;            /* an encoder's inputs; 0 = one causal sequence */
+    int *in_first;           /* (n_inputs + 1) each input's first position, then n_positions */
+    int *key0, *key_n;       /* (n_positions) an encoder's: each row's first key and key count */
+    size_t *row_off;         /* (n_positions) an encoder's whole rows: each row's offset in a block */
+    size_t block;            /* floats per (layer, head): a triangle, squares (encoder) or n_positions * top_k */
     float *w;                /* (n_layers, n_heads, block) */
     int32_t *ix;             /* (n_layers, n_heads, block) positions of top_k weights, or NULL */
     int *hits;               /* (n_positions) selected (layer, head) recorded, modulo their number */
@@ -76,6 +82,34 @@ static attnd_status check_list(const int *list, int n, int limit, const char *na
     return ATTND_OK;
 }
 
+/* An encoder's capture: what it cannot record (no values are kept to weigh, no output head to
+ * read the residual through, no experts), and its inputs' sizes. */
+static attnd_status check_inputs(const model_info *mi, const attn_capture_params *p, const char **field,
+                                 attnd_err *err) {
+    const char *f = NULL;
+    attnd_status st = ATTND_OK;
+    long long sum = 0;
+    if (p->weights != ATTN_WEIGHTS_ATTENTION || p->lens_k || p->experts) {
+        f = p->lens_k ? "logit_lens" : p->experts ? "experts" : "weights";
+        st = attnd_fail(err, ATTND_ERR_UNSUPPORTED, "%s is not available on an encoder ('%s'): it keeps no values "
+                        "and reads no tokens out; only the attention weights are",
+                        p->lens_k ? "logit_lens" : p->experts ? "experts" : "weights: \"norm\"", mi->arch);
+    } else if (p->n_inputs < 1) {
+        f = "inputs", st = attnd_fail(err, ATTND_ERR_INVALID, "inputs: %d inputs; give at least one", p->n_inputs);
+    }
+    for (int i = 0; !st && i < p->n_inputs; i++) {
+        if (p->inputs[i] < 1 || p->inputs[i] > mi->n_ctx)
+            f = "inputs", st = attnd_fail(err, ATTND_ERR_INVALID, "input %d: %d tokens; the model's context holds "
+                                          "1..%d", i, p->inputs[i], mi->n_ctx);
+        sum += p->inputs[i];
+    }
+    if (!st && sum != p->n_positions)
+        f = "n_positions", st = attnd_fail(err, ATTND_ERR_INVALID, "%d positions, but the inputs hold %lld tokens",
+                                           p->n_positions, sum);
+    if (field) *field = f;
+    return st;
+}
+
 attnd_status attn_capture_check(const model_info *mi, const attn_capture_params *p, const char **field,
                                 attnd_err *err) {
     const char *f = NULL;
@@ -98,6 +132,7 @@ attnd_status attn_capture_check(const model_info *mi, const attn_capture_params 
         f = "experts", st = attnd_fail(err, ATTND_ERR_INVALID,
                                        "experts: the model ('%s') is dense; only Mixture-of-Experts models route "
                                        "tokens to experts", mi->arch);
+    else if (p->inputs) return check_inputs(mi, p, field, err);
     else if (p->n_positions < 1 || p->n_positions > mi->n_ctx)
         f = "n_positions", st = attnd_fail(err, ATTND_ERR_INVALID, "%d positions; the model's context holds 1..%d",
                                            p->n_positions, mi->n_ctx);
@@ -109,7 +144,12 @@ static int n_selected(const int *list, int n, int all) { return list && n > 0 ? 
 
 uint64_t attn_capture_count(const model_info *mi, const attn_capture_params *p) {
     uint64_t per_head = 0, P = p->n_positions > 0 ? (uint64_t)p->n_positions : 0;
-    if (p->top_k <= 0 || (uint64_t)p->top_k >= P) per_head = P * (P + 1) / 2;
+    if (p->inputs) {
+        for (int i = 0; i < p->n_inputs; i++) { /* an encoder: n_i rows of min(n_i, k) */
+            uint64_t n = p->inputs[i] > 0 ? (uint64_t)p->inputs[i] : 0;
+            per_head += n * (p->top_k > 0 && (uint64_t)p->top_k < n ? (uint64_t)p->top_k : n);
+        }
+    } else if (p->top_k <= 0 || (uint64_t)p->top_k >= P) per_head = P * (P + 1) / 2;
     else {
         uint64_t k = (uint64_t)p->top_k; /* rows 0..k-1 hold p + 1 weights, the rest k */
         per_head = k * (k + 1) / 2 + (P - k) * k;
@@ -144,6 +184,11 @@ static size_t layout(attn_capture *c, char *mem, const model *m) {
     c->layer_slot = block_take(&b, (size_t)mi->n_layer, sizeof(*c->layer_slot));
     c->head_slot = block_take(&b, (size_t)mi->n_head, sizeof(*c->head_slot));
     c->hits = block_take(&b, (size_t)c->n_positions, sizeof(*c->hits));
+    size_t PE = c->n_inputs ? (size_t)c->n_positions : 0;
+    c->in_first = block_take(&b, c->n_inputs ? (size_t)c->n_inputs + 1 : 0, sizeof(*c->in_first));
+    c->key0 = block_take(&b, PE, sizeof(*c->key0));
+    c->key_n = block_take(&b, PE, sizeof(*c->key_n));
+    c->row_off = block_take(&b, PE, sizeof(*c->row_off));
     c->w = block_take(&b, n_w, sizeof(*c->w));
     c->ix = block_take(&b, c->top_k ? n_w : 0, sizeof(*c->ix));
     size_t LH = n_blocks(c), P = (size_t)c->n_positions, norm = c->weights == ATTN_WEIGHTS_NORM;
@@ -165,6 +210,21 @@ static size_t layout(attn_capture *c, char *mem, const model *m) {
     return block_size(&b);
 }
 
+/* An encoder's rows: each input's first position, each row's keys and whole-row offset. */
+static void fill_inputs(attn_capture *c, const int *inputs) {
+    size_t off = 0;
+    if (!c->n_inputs) return;
+    c->in_first[0] = 0;
+    for (int i = 0, p = 0; i < c->n_inputs; i++) {
+        c->in_first[i + 1] = c->in_first[i] + inputs[i];
+        for (; p < c->in_first[i + 1]; p++, off += (size_t)inputs[i]) {
+            c->key0[p] = c->in_first[i];
+            c->key_n[p] = inputs[i];
+            c->row_off[p] = off;
+        }
+    }
+}
+
 attnd_status attn_capture_create(attn_capture **out, const model *m, const attn_capture_params *p, attnd_err *err) {
     *out = NULL;
     const model_info *mi = model_info_get(m);
@@ -177,8 +237,10 @@ attnd_status attn_capture_create(attn_capture **out, const model *m, const attn_
     c->n_positions = p->n_positions;
     c->top_k = p->top_k;
     c->k_slot = p->top_k < p->n_positions ? p->top_k : p->n_positions;
-    size_t P = (size_t)p->n_positions;
-    c->block = c->top_k ? P * (size_t)c->k_slot : P * (P + 1) / 2;
+    size_t P = (size_t)p->n_positions, squares = 0;
+    c->n_inputs = p->inputs ? p->n_inputs : 0;
+    for (int i = 0; i < c->n_inputs; i++) squares += (size_t)p->inputs[i] * (size_t)p->inputs[i];
+    c->block = c->top_k ? P * (size_t)c->k_slot : c->n_inputs ? squares : P * (P + 1) / 2;
     c->weights = p->weights;
     c->lens_k = p->lens_k;
     c->lens_slot = p->lens_k;
@@ -190,6 +252,7 @@ attnd_status attn_capture_create(attn_capture **out, const model *m, const attn_
         return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory for %zu attention weights", n_weights);
     }
     layout(c, c->mem, m);
+    fill_inputs(c, p->inputs);
     fill_selection(c->layers, c->layer_slot, p->layers, p->n_layers, mi->n_layer);
     fill_selection(c->heads, c->head_slot, p->heads, p->n_heads, mi->n_head);
     *out = c;
@@ -212,12 +275,26 @@ int attn_capture_top_k(const attn_capture *c) { return c->top_k; }
 attn_weights attn_capture_weights(const attn_capture *c) { return c->weights; }
 int attn_capture_lens_k(const attn_capture *c) { return c->lens_k; }
 int attn_capture_n_experts(const attn_capture *c) { return c->n_exp; }
+int attn_capture_n_inputs(const attn_capture *c) { return c->n_inputs; }
+
+int attn_capture_input(const attn_capture *c, int i, int *first) {
+    ATTND_ASSERT(i >= 0 && i < c->n_inputs);
+    *first = c->in_first[i];
+    return c->in_first[i + 1] - c->in_first[i];
+}
+
+int attn_capture_keys(const attn_capture *c, int pos, int *first) {
+    ATTND_ASSERT(pos >= 0 && pos < c->n_positions);
+    *first = c->n_inputs ? c->key0[pos] : 0;
+    return c->n_inputs ? c->key_n[pos] : pos + 1;
+}
 
 // ---- recording and reading ------------------------------------------------------------------
 
 static size_t row_offset(const attn_capture *c, int li, int hi, int pos) {
     size_t base = ((size_t)li * (size_t)c->n_heads + (size_t)hi) * c->block;
-    return base + (c->top_k ? (size_t)pos * (size_t)c->k_slot : (size_t)pos * (size_t)(pos + 1) / 2);
+    if (c->top_k) return base + (size_t)pos * (size_t)c->k_slot;
+    return base + (c->n_inputs ? c->row_off[pos] : (size_t)pos * (size_t)(pos + 1) / 2);
 }
 
 /* Keeps the k largest of w[0..n) in ow/oi, heaviest first; equal weights keep the lower position
@@ -342,13 +419,21 @@ int attn_capture_experts(const attn_capture *c, int li, int pos, const int32_t *
 
 // ---- recording ------------------------------------------------------------------------------
 
-static void capture_record(attn_capture *c, int layer, int head, const float *w, int n_keys) {
-    int li = c->layer_slot[layer], hi = c->head_slot[head], pos = n_keys - 1;
-    if (li < 0 || hi < 0 || pos >= c->n_positions) return;
+/* Row pos: the query's position (the last key's; an encoder's: the entry's, its row over the
+ * whole call). A row whose keys are not pos's input's is not an encoder's row of this capture
+ * (another call's): dropped. */
+static void capture_record(attn_capture *c, int layer, int head, int pos, const float *w, int n_keys) {
+    int li = c->layer_slot[layer], hi = c->head_slot[head];
+    if (li < 0 || hi < 0 || pos < 0 || pos >= c->n_positions || (c->n_inputs && n_keys != c->key_n[pos])) return;
     if (c->weights == ATTN_WEIGHTS_NORM) w = norm_row(c, li, hi, head, w, n_keys);
     size_t off = row_offset(c, li, hi, pos);
-    if (c->top_k) top_k_select(c->w + off, c->ix + off, c->k_slot, w, n_keys);
-    else memcpy(c->w + off, w, sizeof(float) * (size_t)n_keys);
+    if (c->top_k) {
+        top_k_select(c->w + off, c->ix + off, c->k_slot, w, n_keys);
+        int k = n_keys < c->k_slot ? n_keys : c->k_slot;
+        for (int j = 0; c->n_inputs && j < k; j++) c->ix[off + j] += c->key0[pos]; /* positions, not keys */
+    } else {
+        memcpy(c->w + off, w, sizeof(float) * (size_t)n_keys);
+    }
     c->hits[pos] = c->hits[pos] % (c->n_layers * c->n_heads) + 1;
 }
 
@@ -366,7 +451,8 @@ int attn_capture_row(const attn_capture *c, int li, int hi, int pos, const float
     size_t off = row_offset(c, li, hi, pos);
     *w = c->w + off;
     if (ix) *ix = c->top_k ? c->ix + off : NULL;
-    return c->top_k && c->k_slot < pos + 1 ? c->k_slot : pos + 1;
+    int n = c->n_inputs ? c->key_n[pos] : pos + 1;
+    return c->top_k && c->k_slot < n ? c->k_slot : n;
 }
 
 // ---- the engine hook ------------------------------------------------------------------------
@@ -407,7 +493,7 @@ static bool hook_want(void *user, int entry, int layer, int head) {
 
 static void hook_record(void *user, int entry, int layer, int head, const float *weights, int n_keys) {
     attn_capture *c = hook_capture(user, entry);
-    if (c) capture_record(c, layer, head, weights, n_keys);
+    if (c) capture_record(c, layer, head, c->n_inputs ? entry : n_keys - 1, weights, n_keys);
 }
 
 static void hook_resid(void *user, int entry, int layer, int pos, const float *x, int n_embd) {

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "attnd/attn_capture.h"
+#include "attnd/embed.h"
 
 /* splitmix64: the probe's tokens are a function of the seed alone. */
 static uint64_t next_rand(uint64_t *s) {
@@ -85,6 +86,9 @@ static attnd_status run_probe(engine *e, kv_pool *pool, attn_capture *c, const i
 attnd_status head_roles_compute(engine *e, kv_pool *pool, const head_roles_params *p, head_roles *out, attnd_err *err) {
     memset(out, 0, sizeof(*out));
     const model_info *mi = model_info_get(engine_model(e));
+    if (model_is_encoder(engine_model(e))) /* the scores are of causal rows over a sequence's KV */
+        return attnd_fail(err, ATTND_ERR_UNSUPPORTED, "head roles: '%s' is an encoder (every token sees every "
+                          "token, no KV); the roles are scored on a decoder's causal rows", mi->arch);
     if (p->n_candidates < 2) return attnd_fail(err, ATTND_ERR_INVALID, "head roles: fewer than 2 candidate tokens");
     for (int i = 0; i < p->n_candidates; i++)
         if (p->candidates[i] < 0 || p->candidates[i] >= mi->n_vocab)

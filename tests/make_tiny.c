@@ -11,6 +11,15 @@
  *     make_tiny OUT.gguf bert       encoder_fixture.h's small bert (32 wide, mean pooling): a model
  *                                   that only embeds, for the role checks of the endpoints' tests
  *     make_tiny OUT.gguf bert-rank  the same with a one-logit head (a cross-encoder, bge-reranker's kind)
+ *     make_tiny OUT.gguf chat       2-layer llama, rows 64 wide, context 8192, the ChatML markers
+ *                                   <|im_start|> <|im_end|> as control tokens: a model for a real
+ *                                   tool-capable chat template (served with chat_template_file),
+ *                                   whose tool descriptions do not fit a 512-token context
+ *     make_tiny OUT.gguf xlmr VOCAB.gguf
+ *     make_tiny OUT.gguf xlmr-rank VOCAB.gguf
+ *                                   encoder_fixture.h's XLM-RoBERTa (bge-m3's layout, CLS pooling; or
+ *                                   bge-reranker-v2-m3's, a one-logit head) with the unigram vocabulary
+ *                                   of VOCAB.gguf (tests/data/tokenizers/xlmr-ugm.gguf)
  *     make_tiny OUT.gguf lowbit TYPE
  *                                   2-layer llama, rows 256 wide, every 2-D weight random blocks of
  *                                   TYPE (IQ1_S ... NVFP4, issue 47: formats attnd cannot write)
@@ -109,14 +118,34 @@ static int write_rank(const char *path) {
     return 0;
 }
 
+/* A small chat model: a long context for prompts that spell tools out in byte tokens. */
+static int write_chat(const char *path) {
+    static const char *const markers[] = {"<|im_start|>", "<|im_end|>"};
+    tiny_spec sp = tiny_default("llama");
+    sp.vocab = true, sp.n_vocab = 320, sp.n_ctx = 8192, sp.n_layer = 2, sp.n_embd = 64, sp.n_head = 4, sp.n_head_kv = 2;
+    sp.n_ff = 128, sp.rope_dims = 16, sp.wtype = GGUF_TYPE_F32, sp.seed = 8192, sp.tied = false;
+    sp.specials = markers, sp.n_specials = 2;
+    if (tiny_write(path, &sp) != 0) {
+        fprintf(stderr, "make_tiny: could not write %s\n", path);
+        return 1;
+    }
+    return 0;
+}
+
 int main(int argc, char **argv) {
     if (argc == 4 && !strcmp(argv[2], "lowbit")) return write_lowbit(argv[1], argv[3]);
+    if (argc == 4 && (!strcmp(argv[2], "xlmr") || !strcmp(argv[2], "xlmr-rank"))) {
+        tiny_spec sp = enc_xlmr(argv[3], !strcmp(argv[2], "xlmr-rank"));
+        return enc_write(argv[1], &sp) != 0;
+    }
     if (argc != 3) {
-        fprintf(stderr, "usage: make_tiny OUT.gguf qwen896|llama960|rank|bert|bert-rank|modern-bert"
-                        " | make_tiny OUT.gguf lowbit TYPE\n");
+        fprintf(stderr, "usage: make_tiny OUT.gguf qwen896|llama960|rank|chat|bert|bert-rank|modern-bert"
+                        " | make_tiny OUT.gguf lowbit TYPE"
+                        " | make_tiny OUT.gguf xlmr|xlmr-rank VOCAB.gguf\n");
         return 2;
     }
     if (!strcmp(argv[2], "rank")) return write_rank(argv[1]);
+    if (!strcmp(argv[2], "chat")) return write_chat(argv[1]);
     if (!strcmp(argv[2], "bert") || !strcmp(argv[2], "bert-rank")) {
         tiny_spec sp = enc_small();
         if (!strcmp(argv[2], "bert-rank")) sp.pooling = 1 + 4, sp.n_cls_out = 1, sp.seed = 6;

@@ -3,7 +3,7 @@
 # with generation, top_k) equal the float64 reference within 1e-3 with an F32 KV cache, rows are
 # causal and sum to 1; the SVG is a complete document with a labelled heatmap and head thumbnails;
 # the text summary names tokens; bad selections exit 2 naming the flag; --experts lists a MoE
-# model's routes.
+# model's routes; an encoder's rows go both ways (SVG, text), --n and --weights norm refused.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 BIN=${ATTND_BINARY:?ATTND_BINARY not set}
@@ -127,4 +127,21 @@ for (const e of r.experts) {
 [ $rc = 2 ] && grep -q -- '--experts' "$TMP/err" && grep -q 'dense' "$TMP/err" || fail "--experts on a dense model: rc $rc $(cat "$TMP/err")"
 "$BIN" attention --model "$TMP/moe.gguf" --tokens 1,40 --experts 2> "$TMP/err" > /dev/null; rc=$?
 [ $rc = 2 ] && grep -q -- '--json' "$TMP/err" || fail "--experts without --json: rc $rc"
+# an encoder (make_tiny's bert): rows both ways; the SVG's white area is the input's whole square
+# (no causal triangle), the text summary of token 0 names later tokens; --n and --weights norm
+# exit 2 naming the flag
+"${ATTND_BUILD_DIR:?}/make_tiny" "$TMP/bert.gguf" bert || fail "make_tiny bert"
+"$BIN" attention --model "$TMP/bert.gguf" --threads 1 --tokens 1,40,77,300,90,2 --layer 1 --svg "$TMP/bert.svg" ||
+    fail "attention --svg on an encoder"
+grep -q "<path fill='#fff'" "$TMP/bert.svg" && fail "encoder SVG draws a causal triangle"
+grep -q 'before and after it' "$TMP/bert.svg" || fail "encoder SVG does not say rows go both ways"
+cells=$(grep -c "<title>token" "$TMP/bert.svg")
+[ "$cells" -gt 21 ] || fail "encoder SVG has $cells weighted cells; a causal map of 6 tokens has at most 21"
+"$BIN" attention --model "$TMP/bert.gguf" --threads 1 --tokens 1,40,77,300,90,2 --layer 0 --head 0 > "$TMP/bert.txt" ||
+    fail "attention text on an encoder"
+grep -E '^ +0 .*->.*  [1-5] ' "$TMP/bert.txt" >/dev/null || fail "token 0 of an encoder names no later token: $(cat "$TMP/bert.txt")"
+for flag in "--n 2" "--weights norm"; do
+    "$BIN" attention --model "$TMP/bert.gguf" --tokens 1,40 $flag 2> "$TMP/err" > /dev/null; rc=$?
+    [ $rc = 2 ] && grep -q -- "${flag% *}" "$TMP/err" && grep -q 'encoder' "$TMP/err" || fail "$flag on an encoder: rc $rc $(cat "$TMP/err")"
+done
 echo "ok: attnd attention"

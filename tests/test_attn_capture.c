@@ -4,7 +4,8 @@
  * (F32 KV cache), rows are causal and sum to 1, top_k keeps the largest weights, only the bound
  * sequence of a batch is recorded and nothing else changes, reused (cached) positions have no
  * rows, the experts of a MoE model are the reference's routing, and bad selections are refused
- * naming the field.
+ * naming the field. Encoders (bert, nomic-bert, gemma-embedding): rows both ways, each input of an
+ * engine_embed call over its own tokens, equal to a float64 forward within 1e-4.
  */
 #include <criterion/criterion.h>
 #include <math.h>
@@ -492,4 +493,197 @@ Test(attn_capture, a_truncated_and_extended_sequence_gets_its_new_rows) {
     expect_reference_rows(&r, c, tok, N, 0, N, "the final sequence");
     attn_capture_destroy(c);
     tiny_rig_close(&r);
+}
+
+// ---- encoders: rows both ways, each input over its own tokens ---------------------------------
+
+#include "attnd/embed.h"
+#include "encoder_fixture.h"
+
+/* An encoder file of sp (bert: encoder_fixture.h's tensors; gemma-embedding: engine_fixture.h's),
+ * loaded, with an engine of max_batch entries (inputs beyond it run in further passes). */
+static void enc_open(const tiny_spec *sp, char *path, size_t n, model **m, engine **e, int max_batch) {
+    tiny_tmpname(path, n, "encattn");
+    cr_assert_eq(enc_write(path, sp), 0);
+    attnd_err err = {0};
+    cr_assert_eq(model_load(m, path, &err), ATTND_OK, "%s", err.msg);
+    cr_assert_eq(engine_create(e, *m, max_batch, 2, &err), ATTND_OK, "%s", err.msg);
+}
+
+/* engine_embed of in[0..n) with c hooked (entries = NULL, as the server and the CLI do). */
+static void embed_captured(engine *e, attn_capture *c, const embed_input *in, int n, int n_embd) {
+    int total = 0;
+    for (int i = 0; i < n; i++) total += in[i].n_tokens;
+    float *out = malloc(sizeof(float) * (size_t)total * (size_t)n_embd);
+    attn_hook h;
+    attn_hook_install(&h, e, c, NULL, 0);
+    attnd_err err = {0};
+    cr_assert_eq(engine_embed_tokens(e, in, n, out, &err), ATTND_OK, "%s", err.msg);
+    attn_hook_remove(&h);
+    free(out);
+}
+
+/* Every row of c (every layer and head) against the float64 weights of each input alone:
+ * (n_layer, n_head, len, len) per input from ref(i). Rows cover their own input's tokens only. */
+typedef void (*enc_ref_fn)(const tiny_spec *sp, const char *path, const embed_input *in, double *attn);
+
+static void check_encoder_rows(const tiny_spec *sp, const char *path, const attn_capture *c, const embed_input *in,
+                               int n, enc_ref_fn ref) {
+    int L = sp->n_layer, H = sp->n_head, first, total = 0;
+    for (int i = 0; i < n; i++) total += in[i].n_tokens;
+    cr_assert_eq(attn_capture_rows(c, &first), total);
+    cr_assert_eq(first, 0);
+    cr_assert_eq(attn_capture_n_inputs(c), n);
+    double worst = 0;
+    for (int i = 0, start = 0; i < n; start += in[i].n_tokens, i++) {
+        int len = in[i].n_tokens, f0;
+        cr_assert_eq(attn_capture_input(c, i, &f0), len);
+        cr_assert_eq(f0, start);
+        double *attn = malloc(sizeof(double) * (size_t)L * H * len * len);
+        ref(sp, path, &in[i], attn);
+        for (int l = 0; l < L; l++)
+            for (int h = 0; h < H; h++)
+                for (int t = 0; t < len; t++) {
+                    const float *w;
+                    const int32_t *ix;
+                    int k0, nk = attn_capture_keys(c, start + t, &k0);
+                    cr_assert(nk == len && k0 == start, "row %d: keys %d..%d, input %d..%d", start + t, k0, k0 + nk,
+                              start, start + len);
+                    cr_assert_eq(attn_capture_row(c, l, h, start + t, &w, &ix), len);
+                    cr_assert_null(ix);
+                    for (int j = 0; j < len; j++) {
+                        double d = fabs(w[j] - attn[(((size_t)l * H + h) * len + t) * len + j]);
+                        worst = d > worst ? d : worst;
+                        cr_assert(d < 1e-4, "input %d l%d h%d row %d key %d: off by %g", i, l, h, t, j, d);
+                    }
+                }
+        free(attn);
+    }
+    cr_log_info("encoder rows: largest difference from float64 %.3g", worst);
+}
+
+static void bert_ref(const tiny_spec *sp, const char *path, const embed_input *in, double *attn) {
+    double *x = malloc(sizeof(double) * (size_t)in->n_tokens * sp->n_embd);
+    eref_forward(sp, path, in->tokens, in->types, in->n_tokens, x, attn);
+    free(x);
+}
+
+static void gemma_ref(const tiny_spec *sp, const char *path, const embed_input *in, double *attn) {
+    double *lg = malloc(sizeof(double) * (size_t)in->n_tokens * sp->n_vocab);
+    ref_forward_attn(sp, path, in->tokens, in->n_tokens, lg, attn);
+    free(lg);
+}
+
+static const int32_t EA[9] = {1, 300, 17, 45, 260, 301, 99, 8, 2}, EB[5] = {1, 270, 280, 290, 2}, EC[1] = {1};
+
+/* bert and nomic-bert (RoPE at each input's own positions): three inputs in two passes
+ * (max_batch 10: 9 | 5 + 1), every row over its own input's tokens, equal to the float64 forward
+ * of that input alone within 1e-4. */
+static void check_several_inputs(const char *arch) {
+    char path[256];
+    model *m;
+    engine *e;
+    tiny_spec sp = enc_small();
+    sp.arch = arch, sp.rope_base = 1000.0f;
+    enc_open(&sp, path, sizeof(path), &m, &e, 10);
+    embed_input in[3] = {{EA, 9, NULL}, {EB, 5, NULL}, {EC, 1, NULL}};
+    int lens[3] = {9, 5, 1};
+    attn_capture_params p = {.inputs = lens, .n_inputs = 3, .n_positions = 15};
+    attn_capture *c;
+    attnd_err err;
+    cr_assert_eq(attn_capture_create(&c, m, &p, &err), ATTND_OK, "%s", err.msg);
+    embed_captured(e, c, in, 3, sp.n_embd);
+    check_encoder_rows(&sp, path, c, in, 3, bert_ref);
+    attn_capture_destroy(c);
+    engine_destroy(e), model_destroy(m), unlink(path);
+}
+
+Test(attn_capture, encoder_rows_of_several_inputs_equal_float64_forward) {
+    check_several_inputs("bert");
+    check_several_inputs("nomic-bert");
+}
+
+/* gemma-embedding: local layers see window / 2 keys either side (the rest weigh 0), two inputs
+ * in one pass. */
+Test(attn_capture, encoder_rows_of_sliding_windows_equal_float64_forward) {
+    char path[256];
+    model *m;
+    engine *e;
+    tiny_spec sp = gemma_emb_small();
+    enc_open(&sp, path, sizeof(path), &m, &e, 64);
+    const int32_t toks[11] = {2, 300, 17, 45, 260, 301, 99, 8, 270, 33, 1};
+    embed_input in[2] = {{toks, 11, NULL}, {EB, 5, NULL}};
+    int lens[2] = {11, 5};
+    attn_capture_params p = {.inputs = lens, .n_inputs = 2, .n_positions = 16};
+    attn_capture *c;
+    attnd_err err;
+    cr_assert_eq(attn_capture_create(&c, m, &p, &err), ATTND_OK, "%s", err.msg);
+    embed_captured(e, c, in, 2, sp.n_embd);
+    check_encoder_rows(&sp, path, c, in, 2, gemma_ref);
+    const float *w;
+    attn_capture_row(c, 0, 0, 0, &w, NULL); /* layer 0 is local: position 0 sees 0..3 */
+    for (int j = 4; j < 11; j++) cr_assert_eq(w[j], 0.0f, "key %d outside the window: %g", j, w[j]);
+    attn_capture_destroy(c);
+    engine_destroy(e), model_destroy(m), unlink(path);
+}
+
+/* top_k of a selected layer and head: the k largest of each row's own input, as positions of
+ * the whole call (the second input's start at 9), heaviest first; a row shorter than k keeps all. */
+Test(attn_capture, encoder_top_k_pairs_are_positions_of_the_call) {
+    char path[256];
+    model *m;
+    engine *e;
+    tiny_spec sp = enc_small();
+    enc_open(&sp, path, sizeof(path), &m, &e, 64);
+    embed_input in[2] = {{EA, 9, NULL}, {EB, 5, NULL}};
+    int lens[2] = {9, 5}, layer = 1, head = 2;
+    attn_capture_params whole = {.inputs = lens, .n_inputs = 2, .n_positions = 14, .layers = &layer, .n_layers = 1,
+                                 .heads = &head, .n_heads = 1};
+    attn_capture_params top = whole;
+    top.top_k = 6;
+    attn_capture *cw, *ct;
+    attnd_err err;
+    cr_assert_eq(attn_capture_create(&cw, m, &whole, &err), ATTND_OK, "%s", err.msg);
+    cr_assert_eq(attn_capture_create(&ct, m, &top, &err), ATTND_OK, "%s", err.msg);
+    embed_captured(e, cw, in, 2, sp.n_embd);
+    embed_captured(e, ct, in, 2, sp.n_embd);
+    cr_assert_eq(attn_capture_count(model_info_get(m), &top), 9u * 6u + 5u * 5u);
+    for (int pos = 0; pos < 14; pos++) {
+        const float *w, *tw;
+        const int32_t *ix;
+        int k0, n = attn_capture_keys(cw, pos, &k0);
+        attn_capture_row(cw, 0, 0, pos, &w, NULL);
+        int k = attn_capture_row(ct, 0, 0, pos, &tw, &ix);
+        cr_assert_eq(k, n < 6 ? n : 6, "row %d: %d pairs", pos, k);
+        for (int i = 0; i < k; i++) {
+            cr_assert(ix[i] >= k0 && ix[i] < k0 + n, "row %d: position %d outside its input", pos, ix[i]);
+            cr_assert_eq(tw[i], w[ix[i] - k0]);
+            if (i) cr_assert(tw[i] <= tw[i - 1]);
+        }
+    }
+    attn_capture_destroy(cw), attn_capture_destroy(ct);
+    engine_destroy(e), model_destroy(m), unlink(path);
+}
+
+Test(attn_capture, encoder_captures_refuse_what_they_cannot_record) {
+    model_info mi = {.n_layer = 2, .n_head = 4, .n_ctx = 128, .n_vocab = 320, .arch = "bert"};
+    int lens[2] = {9, 5}, empty[1] = {0};
+    const char *field;
+    attnd_err err;
+    attn_capture_params p = {.inputs = lens, .n_inputs = 2, .n_positions = 14, .weights = ATTN_WEIGHTS_NORM};
+    cr_assert_eq(attn_capture_check(&mi, &p, &field, &err), ATTND_ERR_UNSUPPORTED);
+    cr_assert_str_eq(field, "weights");
+    cr_assert(strstr(err.msg, "encoder") && strstr(err.msg, "bert"), "%s", err.msg);
+    p = (attn_capture_params){.inputs = lens, .n_inputs = 2, .n_positions = 14, .lens_k = 3};
+    cr_assert_eq(attn_capture_check(&mi, &p, &field, &err), ATTND_ERR_UNSUPPORTED);
+    cr_assert_str_eq(field, "logit_lens");
+    p = (attn_capture_params){.inputs = lens, .n_inputs = 2, .n_positions = 13};
+    cr_assert_eq(attn_capture_check(&mi, &p, &field, &err), ATTND_ERR_INVALID);
+    cr_assert_str_eq(field, "n_positions");
+    p = (attn_capture_params){.inputs = empty, .n_inputs = 1, .n_positions = 0};
+    cr_assert_eq(attn_capture_check(&mi, &p, &field, &err), ATTND_ERR_INVALID);
+    cr_assert_str_eq(field, "inputs");
+    p = (attn_capture_params){.inputs = lens, .n_inputs = 2, .n_positions = 14};
+    cr_assert_eq(attn_capture_check(&mi, &p, &field, &err), ATTND_OK);
+    cr_assert_eq(attn_capture_count(&mi, &p), 2u * 4u * (81u + 25u)); /* squares, not a triangle */
 }

@@ -4,7 +4,9 @@
 # `attnd rerank` compute from the same file, batches equal to their inputs alone, embeddings
 # beside a running generation, the caps (embed_max_inputs, embed_max_tokens), and the roles: a
 # generation model serves embeddings only with --embeddings, and an endpoint the model does not
-# serve is a 400 naming those it does, on one model or several. Models: stories260K (a llama),
+# serve is a 400 naming those it does, on one model or several; /v1/attention on the bert (rows
+# both ways, each input over its own tokens, = attnd attention; what encoders cannot do refused by
+# name). Models: stories260K (a llama),
 # make_tiny's decoder reranker, and its small bert (embeds only) and bert cross-encoder (ranks only),
 # and a small modern-bert (on the server of several models).
 set -uo pipefail
@@ -137,7 +139,7 @@ check "/props of the reranker: roles" grep -q '"roles":\["generate","rank"\]' <(
 # ---- encoders: a bert that only embeds, a bert cross-encoder that only ranks ----
 "$(dirname "$ATTND_BINARY")/make_tiny" "$TMP/bert.gguf" bert || fail "make_tiny bert"
 "$(dirname "$ATTND_BINARY")/make_tiny" "$TMP/bert-rank.gguf" bert-rank || fail "make_tiny bert-rank"
-start_server b --model "$TMP/bert.gguf" --threads 1
+start_server b --model "$TMP/bert.gguf" --threads 1 --embed-max-inputs 4
 start_server x --model "$TMP/bert-rank.gguf" --threads 1
 B=http://127.0.0.1:$b_PORT X=http://127.0.0.1:$x_PORT
 post "$B/v1/embeddings" "{\"input\": $texts}" > "$TMP/bo.json"
@@ -161,6 +163,42 @@ a = json.load(open(sys.argv[1]))["results"]; c = json.loads(open(sys.argv[2]).re
 sys.exit(0 if len(a) == 3 and [x["index"] for x in a] == [y["index"] for y in c] and all(abs(x["relevance_score"] - y["relevance_score"]) < 1e-5 for x, y in zip(a, c)) else 1)' \
     "$TMP/xr.json" "$TMP/xcli.txt"
 check_status 400 "bert cross-encoder: embeddings are a 400" "$X/v1/embeddings" -d '{"input": "a"}'
+
+# ---- /v1/attention on an encoder: rows both ways, each input over its own tokens ----
+post "$B/v1/attention" '{"prompt": ["Once upon a time", "a little cat"]}' > "$TMP/ba.json"
+"$ATTND_BINARY" attention --model "$TMP/bert.gguf" --threads 1 --json --prompt "Once upon a time" > "$TMP/ba0.json"
+"$ATTND_BINARY" attention --model "$TMP/bert.gguf" --threads 1 --json --prompt "a little cat" > "$TMP/ba1.json"
+check "bert /v1/attention: two inputs side by side, every row over its own input (causal false), = attnd attention of each" python3 -c '
+import json, sys
+a, c = json.load(open(sys.argv[1])), [json.load(open(f)) for f in sys.argv[2:]]
+ins = a["inputs"]
+ok = a["causal"] is False and all(x["causal"] is False for x in c) and a["first_row"] == 0
+ok = ok and [i["n_tokens"] for i in ins] == [len(x["tokens"]) for x in c] and ins[1]["first"] == ins[0]["n_tokens"]
+ok = ok and a["tokens"] == c[0]["tokens"] + c[1]["tokens"] and a["n_prompt"] == len(a["tokens"]) == a["usage"]["prompt_tokens"]
+ok = ok and len(a["attention"]) == 2 * 4 and all(len(h["weights"]) == len(a["tokens"]) for h in a["attention"])
+for h in a["attention"]:
+    for i, x in zip(ins, c):
+        mine = h["weights"][i["first"]:i["first"] + i["n_tokens"]]
+        alone = next(g for g in x["attention"] if g["layer"] == h["layer"] and g["head"] == h["head"])["weights"]
+        ok = ok and all(len(r) == i["n_tokens"] and abs(sum(r) - 1) < 1e-4 for r in mine)
+        ok = ok and all(abs(p - q) < 2e-6 for r, s in zip(mine, alone) for p, q in zip(r, s))
+        ok = ok and any(r[j] > 0 for r in mine[:1] for j in range(1, len(r)))   # the first token sees later ones
+sys.exit(0 if ok else 1)' "$TMP/ba.json" "$TMP/ba0.json" "$TMP/ba1.json"
+post "$B/v1/attention" '{"prompt": ["Once upon a time", "a little cat"], "layers": [1], "heads": [2], "top_k": 3}' > "$TMP/bk.json"
+check "bert /v1/attention top_k: pairs of positions inside each row's own input" python3 -c '
+import json, sys
+a = json.load(open(sys.argv[1])); ins = a["inputs"]; rows = a["attention"][0]["weights"]
+own = [next(i for i in ins if i["first"] <= p < i["first"] + i["n_tokens"]) for p in range(len(rows))]
+sys.exit(0 if len(a["attention"]) == 1 and all(len(r) == 3 and all(o["first"] <= j < o["first"] + o["n_tokens"] for j, w in r) for r, o in zip(rows, own)) else 1)' "$TMP/bk.json"
+for f in '"max_tokens": 4' '"ablate": [{"layer": 0, "head": 0}]' '"measure": "ablation"' '"weights": "norm"' '"logit_lens": 2' '"session_id": "s1"'; do
+    name=${f#\"}; name=${name%%\"*}
+    check "bert /v1/attention: $name is refused by name" grep -q "\"param\":\"$name\"" \
+        <(post "$B/v1/attention" "{\"prompt\": \"a cat\", $f}")
+done
+check_status 400 "bert /v1/heads: an encoder's heads have no causal roles" "$B/v1/heads"
+check_status 400 "bert /v1/attention: 5 prompts over embed_max_inputs 4" "$B/v1/attention" -d '{"prompt": ["a","b","c","d","e"]}'
+check "stories /v1/attention: a decoder's rows say causal true" grep -q '"causal":true,' \
+    <(post "$G/v1/attention" '{"prompt": "Once upon a time", "layers": [0], "heads": [0]}')
 
 # ---- a server of several models: routed by "model", each model's role checked ----
 mkdir -p "$TMP/models" && ln -s "$STORIES" "$TMP/models/story.gguf" && ln -s "$RANK" "$TMP/models/ranker.gguf"

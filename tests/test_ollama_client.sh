@@ -2,8 +2,10 @@
 # host changed (tests/js/ollama_client.mjs): list, show, ps, version; chat and generate whole and
 # streamed (NDJSON) alike at temperature 0, num_predict and stop, raw generate, format with a
 # schema (every answer at temperature 1 validates, ajv) and "json", tools and tool results,
-# think, and Ollama's errors. Runs on the repository's own model; the packages are installed once
-# into the build directory (.npm-ollama) and reused by later runs.
+# think, and Ollama's errors. Runs on the repository's own model, then the tool and think checks
+# again on make_tiny's chat model (context 8192) under Qwen3's Jinja template, whose prompt with
+# tools the 512-token default model cannot hold; the packages are installed once into the build
+# directory (.npm-ollama) and reused by later runs.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 source "$here/http_lib.sh"
@@ -14,4 +16,8 @@ start_server srv --model "$MODEL" --threads 1
 node "$here/js/ollama_client.mjs" "$NPM_DIR" "http://127.0.0.1:$srv_PORT"
 rc=$?
 stop_server srv || { echo "not ok - SIGTERM"; rc=1; }
+"$(dirname "$ATTND_BINARY")/make_tiny" "$TMP/chat.gguf" chat || fail "make_tiny chat"
+start_server wide --model "$TMP/chat.gguf" --threads 1 --chat-template-file "$here/data/templates/qwen3.jinja"
+node "$here/js/ollama_client.mjs" "$NPM_DIR" "http://127.0.0.1:$wide_PORT" wide || rc=1
+stop_server wide || { echo "not ok - SIGTERM (wide)"; rc=1; }
 exit $rc

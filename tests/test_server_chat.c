@@ -38,6 +38,7 @@ Test(chat, detects_each_family_from_its_markers) {
         {"{{ '[INST] <<SYS>>\\n' + system + '\\n<</SYS>>' }}", CHAT_LLAMA2},
         {"{{ '[INST] ' + m.content + ' [/INST]' }}", CHAT_MISTRAL},
         {"{{ '<|turn>' + role + '\\n' + content + '<turn|>' }}", CHAT_GEMMA4},
+        {"[gMASK]<sop>{% for m in messages %}<|{{ m.role }}|>{{ m.content }}{% endfor %}<|assistant|>", CHAT_GLM},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         chat_family f;
@@ -111,6 +112,22 @@ Test(chat, gemma4_renders_as_its_templates_do) {
                         "<|channel>thought\n<channel|>");
     free(s);
     cr_assert_str_eq(chat_end_marker(CHAT_GEMMA4), "<turn|>");
+}
+
+/* GLM-4.7-Flash's built-in form is its template's rendering with thinking off (jinja2's text of
+ * glm4.7_flash / system_multi_turn in tests/data/templates/expected.json, whose prompt ends in
+ * "<think>" with thinking on, "</think>" off); <|user|> ends the model's turn. */
+Test(chat, glm_renders_as_its_template_does_with_thinking_off) {
+    const chat_msg m[] = {{"system", "You are a concise assistant."}, {"user", "Hello!"},
+                          {"assistant", "Hi. How can I help?"}, {"user", "Name three primes."}};
+    char *s = render(CHAT_GLM, m, 4);
+    cr_assert_str_eq(s, "[gMASK]<sop><|system|>You are a concise assistant.<|user|>Hello!<|assistant|></think>"
+                        "Hi. How can I help?<|user|>Name three primes.<|assistant|></think>");
+    free(s);
+    cr_assert_str_eq(chat_end_marker(CHAT_GLM), "<|user|>");
+    chat_family f;
+    cr_assert_eq(chat_family_from_name("glm", &f, NULL), ATTND_OK);
+    cr_assert_eq(f, CHAT_GLM);
 }
 
 Test(chat, zephyr_and_phi3_differ_in_the_turn_terminator) {

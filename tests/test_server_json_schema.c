@@ -5,6 +5,8 @@
  */
 #include <criterion/criterion.h>
 #include <limits.h>
+#include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "attnd/grammar.h"
@@ -174,17 +176,197 @@ Test(json_schema, integer_bounds_at_2_53_mean_none_and_16_digits_are_exact) {
 }
 
 Test(json_schema, number_lower_bounds_zero) {
-    check("{\"type\":\"number\",\"minimum\":0}", L("0", "2.5", "1e3"), L("-1", "-0.5"));
-    check("{\"type\":\"number\",\"exclusiveMinimum\":0}", L("0.001", "3", "1.5e-3"), L("0", "0.0", "-2"));
+    check("{\"type\":\"number\",\"minimum\":0}", L("0", "2.5", "1000", "0.000"), L("-1", "-0.5", "-0.001"));
+    check("{\"type\":\"number\",\"exclusiveMinimum\":0}", L("0.001", "3", "0.0000000000000001"),
+          L("0", "0.0", "-2", "-0", "0.0000000000000000"));
+}
+
+/* A bounded number has no exponent: 1e-400 reads as 0 and 1e999 as infinity, which would pass
+ * a bound in text and break it as a double. */
+Test(json_schema, bounded_numbers_have_no_exponent) {
+    check("{\"type\":\"number\",\"exclusiveMinimum\":0}", L("1.5"), L("1e-400", "1.5e-3", "1E2"));
+    check("{\"type\":\"number\",\"minimum\":-1e300,\"maximum\":1e300}", L("-12.5", "0", "9999999999999999.5"),
+          L("1e999", "2e0"));
+}
+
+/* zod's .number().min(0.5).max(2.5) (LangChain's withStructuredOutput), negative ranges and
+ * exclusive bounds, at the very digits of the bound. */
+Test(json_schema, number_bounds_are_exact) {
+    check("{\"type\":\"number\",\"minimum\":0.5,\"maximum\":2.5}",
+          L("0.5", "2.5", "1", "2.4999999999999999", "0.50", "2.5000", "0.5000000000000001", "2"),
+          L("0.4999999999999999", "2.5000000000000001", "3", "-1", "0", "2.6", "0.49", "1e0"));
+    check("{\"type\":\"number\",\"minimum\":-2.5,\"maximum\":-0.5}", L("-0.5", "-2.5", "-1.25", "-2"),
+          L("-0.49", "0", "-2.51", "-0", "-3", "0.5"));
+    check("{\"type\":\"number\",\"exclusiveMaximum\":3}", L("2.999", "-7", "0"), L("3", "3.0", "3.001", "4"));
+    check("{\"type\":\"number\",\"exclusiveMinimum\":-0.25,\"exclusiveMaximum\":0.25}", L("0", "-0.2499", "0.2499"),
+          L("-0.25", "0.25", "0.250", "1"));
+    check("{\"type\":\"number\",\"minimum\":3,\"exclusiveMinimum\":true}", L("3.01"), L("3"));
+    check("{\"type\":\"number\",\"maximum\":0.000000000000000001}", L("0", "-5"), L("0.0000000000000001"));
+    check("{\"maximum\":10,\"minimum\":9.99}", L("10", "9.995"), L("\"s\"", "10.01", "9.98"));
+    refused("{\"type\":\"number\",\"minimum\":2,\"maximum\":1}", ATTND_ERR_INVALID, "leave no value");
+    refused("{\"type\":\"number\",\"minimum\":1e20}", ATTND_ERR_INVALID, "leave no value");
+    refused("{\"type\":\"number\",\"exclusiveMinimum\":0.00000000000000001,\"maximum\":0.00000000000000005}",
+            ATTND_ERR_INVALID, "leave no value");
+}
+
+#define TEST_RNG_SEED 0x5eed5c4e3aULL
+#include "test_rng.h"
+
+/* A random decimal with up to int_digits integer and frac_digits fraction digits. */
+static void random_decimal(char *t, size_t n, int int_digits, int frac_digits) {
+    int ni = 1 + (int)(rnd() % (unsigned)int_digits), nf = (int)(rnd() % (unsigned)(frac_digits + 1));
+    size_t k = 0;
+    if (rnd() & 1) t[k++] = '-';
+    t[k++] = (char)(ni == 1 ? '0' + rnd() % 10 : '1' + rnd() % 9);
+    for (int i = 1; i < ni; i++) t[k++] = (char)('0' + rnd() % 10);
+    if (nf) t[k++] = '.';
+    for (int i = 0; i < nf; i++) t[k++] = (char)('0' + rnd() % 10);
+    t[k] = '\0';
+    cr_assert(k < n);
+    if (!strcmp(t, "-0") || (t[0] == '-' && strtod(t, NULL) == 0)) memmove(t, t + 1, k); /* no negative zero */
+}
+
+typedef struct nb_case {
+    bool has_lo, has_hi, lo_ex, hi_ex;
+    double lo, hi;
+} nb_case;
+
+static bool nb_in(const nb_case *k, double v) {
+    return (!k->has_lo || (k->lo_ex ? v > k->lo : v >= k->lo)) && (!k->has_hi || (k->hi_ex ? v < k->hi : v <= k->hi));
+}
+
+/* The schema of random bounds k, given as the texts lo / hi (a 17-digit double when NULL). */
+static grammar *nb_grammar(const nb_case *k, char *schema, size_t n) {
+    int len = snprintf(schema, n, "{\"type\":\"number\"");
+    if (k->has_lo) len += snprintf(schema + len, n - (size_t)len, ",\"%s\":%.17g", k->lo_ex ? "exclusiveMinimum" : "minimum", k->lo);
+    if (k->has_hi) len += snprintf(schema + len, n - (size_t)len, ",\"%s\":%.17g", k->hi_ex ? "exclusiveMaximum" : "maximum", k->hi);
+    snprintf(schema + len, n - (size_t)len, "}");
+    return schema_grammar(schema);
+}
+
+/* Bounds and values of at most 9 significant digits: a double tells them apart exactly, so the
+ * grammar accepts a value exactly when float64 comparison does. */
+Test(json_schema, random_short_number_bounds_agree_with_float64) {
+    int seen[2] = {0, 0};
+    for (int round = 0; round < 60; round++) {
+        char lo_t[40], hi_t[40], schema[160], v[40];
+        random_decimal(lo_t, sizeof(lo_t), 4, 4), random_decimal(hi_t, sizeof(hi_t), 4, 4);
+        nb_case k = {rnd() % 4 != 0, rnd() % 4 != 0, rnd() & 1, rnd() & 1, strtod(lo_t, NULL), strtod(hi_t, NULL)};
+        if (k.has_lo && k.has_hi && k.lo > k.hi) {
+            double x = k.lo;
+            k.lo = k.hi, k.hi = x;
+        }
+        if (k.has_lo && k.has_hi && k.lo == k.hi) k.lo_ex = k.hi_ex = false;
+        grammar *g = nb_grammar(&k, schema, sizeof(schema));
+        for (int i = 0; i < 150; i++) {
+            if (i < 8) { /* at and next to the bounds */
+                double b = i < 4 ? k.lo : k.hi, d[4] = {0, 0.0001, -0.0001, 0.00001};
+                snprintf(v, sizeof(v), "%.5f", b + d[i % 4]);
+                if (strtod(v, NULL) == 0) snprintf(v, sizeof(v), "0");
+            } else {
+                random_decimal(v, sizeof(v), 5, 5);
+            }
+            bool in = nb_in(&k, strtod(v, NULL));
+            cr_assert_eq(grammar_sentence(g, v), in, "%s: %s", schema, v);
+            seen[in]++;
+        }
+        grammar_unref(g);
+    }
+    cr_assert(seen[0] > 1000 && seen[1] > 1000, "a fair share of both: %d out, %d in", seen[0], seen[1]);
+}
+
+/* Any double as a bound (17 digits, any magnitude): whatever the grammar accepts is within the
+ * bounds as float64, and what is clearly within them (not within 10^-9 of a bound) is accepted. */
+Test(json_schema, random_double_number_bounds_are_sound_in_float64) {
+    int seen[2] = {0, 0};
+    for (int round = 0; round < 40; round++) {
+        char schema[160], v[48];
+        double mag[2];
+        for (int j = 0; j < 2; j++) mag[j] = pow(10.0, (double)(int)(rnd() % 34) - 18.0) * (1.0 + rndf());
+        nb_case k = {rnd() % 4 != 0, rnd() % 4 != 0, rnd() & 1, rnd() & 1, (rnd() & 1 ? -1 : 1) * mag[0],
+                     (rnd() & 1 ? -1 : 1) * mag[1]};
+        if (k.lo > k.hi) {
+            double x = k.lo;
+            k.lo = k.hi, k.hi = x;
+        }
+        if ((k.has_lo && k.lo >= 1e16) || (k.has_hi && k.hi <= -1e16)) continue;
+        grammar *g = nb_grammar(&k, schema, sizeof(schema));
+        for (int i = 0; i < 120; i++) {
+            double base = i % 2 ? k.lo : k.hi, x = base * (1.0 + (double)rndf() * (i % 3 ? 1e-3 : 1.0));
+            if (fabs(x) >= 1e16) continue;
+            int nd = (int)(rnd() % 17), len = snprintf(v, sizeof(v), "%.*f", nd, x);
+            if (v[0] == '-' && strtod(v, NULL) == 0) memmove(v, v + 1, (size_t)len);
+            double y = strtod(v, NULL);
+            bool accepted = grammar_sentence(g, v), in = nb_in(&k, y);
+            cr_assert(!accepted || in, "%s accepts %s", schema, v);
+            bool clear = (!k.has_lo || fabs(y - k.lo) > 1e-9 * fmax(1, fabs(k.lo))) &&
+                         (!k.has_hi || fabs(y - k.hi) > 1e-9 * fmax(1, fabs(k.hi)));
+            cr_assert(accepted || !in || !clear, "%s rejects %s", schema, v);
+            seen[accepted]++;
+        }
+        grammar_unref(g);
+    }
+    cr_assert(seen[0] > 500 && seen[1] > 500, "a fair share of both: %d rejected, %d accepted", seen[0], seen[1]);
+}
+
+/* Integer steps up to 100 go digit by digit (a remainder per rule): random steps and bounds,
+ * some absent, agree with plain arithmetic. */
+Test(json_schema, random_integer_steps_are_exact) {
+    for (int round = 0; round < 12; round++) {
+        int m = 2 + (int)(rnd() % 99), lo = (int)(rnd() % 3000) - 1500, hi = lo + (int)(rnd() % 3000);
+        bool has_lo = rnd() % 3 != 0, has_hi = rnd() % 3 != 0;
+        char schema[160];
+        int len = snprintf(schema, sizeof(schema), "{\"type\":\"integer\",\"multipleOf\":%d", m);
+        if (has_lo) len += snprintf(schema + len, sizeof(schema) - (size_t)len, ",\"minimum\":%d", lo);
+        if (has_hi) len += snprintf(schema + len, sizeof(schema) - (size_t)len, ",\"maximum\":%d", hi);
+        snprintf(schema + len, sizeof(schema) - (size_t)len, "}");
+        grammar *g = schema_grammar(schema);
+        for (int v = -4000; v <= 4000; v += 1 + (int)(rnd() % 23)) {
+            char t[16];
+            snprintf(t, sizeof(t), "%d", v);
+            bool in = v % m == 0 && (!has_lo || v >= lo) && (!has_hi || v <= hi);
+            cr_assert_eq(grammar_sentence(g, t), in, "%s: %d", schema, v);
+        }
+        grammar_unref(g);
+    }
+}
+
+/* multipleOf: a power of ten limits the fraction digits (also with bounds); another step is
+ * listed when both bounds leave at most 256 multiples; anything else is refused by name. */
+Test(json_schema, multiple_of) {
+    check("{\"type\":\"number\",\"multipleOf\":0.01,\"minimum\":0,\"maximum\":100}", L("12.34", "100", "0.1", "0", "99.99"),
+          L("12.345", "100.01", "-0.01", "0.001"));
+    check("{\"type\":\"number\",\"multipleOf\":1}", L("3", "-4", "0"), L("3.5", "3.0"));
+    check("{\"type\":\"number\",\"multipleOf\":0.5,\"minimum\":-1,\"maximum\":1.7}", L("-1", "-0.5", "0", "0.5", "1", "1.5"),
+          L("0.25", "2", "-1.5", "1.7"));
+    check("{\"type\":\"number\",\"multipleOf\":0.1,\"minimum\":0.1,\"maximum\":0.3}", L("0.1", "0.2", "0.3"), L("0.4", "0"));
+    check("{\"type\":\"integer\",\"multipleOf\":1}", L("3", "-4"), L("3.5"));
+    grammar *g = schema_grammar("{\"type\":\"integer\",\"multipleOf\":5,\"minimum\":-12,\"exclusiveMaximum\":20}");
+    for (int v = -30; v <= 30; v++) {
+        char t[16];
+        snprintf(t, sizeof(t), "%d", v);
+        cr_assert_eq(grammar_sentence(g, t), v % 5 == 0 && v >= -12 && v < 20, "%d", v);
+    }
+    grammar_unref(g);
+    check("{\"type\":\"integer\",\"multipleOf\":2.5,\"minimum\":0,\"maximum\":10}", L("0", "5", "10"), L("2.5", "7.5", "3"));
+    refused("{\"type\":\"number\",\"multipleOf\":0.3}", ATTND_ERR_UNSUPPORTED, "'multipleOf'");
+    refused("{\"type\":\"integer\",\"multipleOf\":1000,\"minimum\":0}", ATTND_ERR_UNSUPPORTED, "'multipleOf'");
+    refused("{\"type\":\"number\",\"multipleOf\":1e300}", ATTND_ERR_UNSUPPORTED, "'multipleOf'");
+    refused("{\"type\":\"number\",\"multipleOf\":0}", ATTND_ERR_INVALID, "'multipleOf'");
+    /* zod's .int().multipleOf(7): the bounds +-(2^53 - 1) are none, the step goes digit by digit */
+    check("{\"type\":\"integer\",\"multipleOf\":7,\"minimum\":-9007199254740991,\"maximum\":9007199254740991}",
+          L("0", "7", "-14", "700000000000007", "999999999999994"), L("1", "-15", "8", "700000000000008", "07", "9999999999999996"));
+    check("{\"type\":\"number\",\"multipleOf\":5,\"minimum\":0.5,\"maximum\":1e6}", L("5", "10", "1000000"),
+          L("0", "3", "1000005", "-5"));
+    refused("{\"type\":\"integer\",\"multipleOf\":7,\"minimum\":1,\"maximum\":6}", ATTND_ERR_INVALID, "no multiple");
 }
 
 Test(json_schema, unsupported_keywords_are_named) {
-    refused("{\"type\":\"number\",\"multipleOf\":2}", ATTND_ERR_UNSUPPORTED, "'multipleOf'");
+    refused("{\"type\":\"number\",\"multipleOf\":0.3}", ATTND_ERR_UNSUPPORTED, "'multipleOf'");
     refused("{\"type\":\"array\",\"uniqueItems\":true}", ATTND_ERR_UNSUPPORTED, "'uniqueItems'");
     refused("{\"type\":\"object\",\"patternProperties\":{}}", ATTND_ERR_UNSUPPORTED, "'patternProperties'");
     refused("{\"not\":{}}", ATTND_ERR_UNSUPPORTED, "'not'");
     refused("{\"if\":{},\"then\":{}}", ATTND_ERR_UNSUPPORTED, "'if'");
-    refused("{\"type\":\"number\",\"maximum\":3}", ATTND_ERR_UNSUPPORTED, "'maximum'");
     refused("{\"type\":\"string\",\"format\":\"hostname\"}", ATTND_ERR_UNSUPPORTED, "'hostname'");
     refused("{\"type\":\"string\",\"pattern\":\"(?=a)\"}", ATTND_ERR_UNSUPPORTED, "lookaround");
     refused("{\"allOf\":[{},{}]}", ATTND_ERR_UNSUPPORTED, "'allOf'");

@@ -323,7 +323,7 @@ Test(oai, unsupported_features_are_refused_by_name_not_ignored) {
         {"response_format", "{\"type\":\"xml\"}"},
         {"response_format", "{\"type\":\"json_schema\",\"json_schema\":{\"schema\":{\"not\":{}}}}"},
         {"grammar", "\"root ::= nothing\""},
-        {"json_schema", "{\"type\":\"number\",\"multipleOf\":3}"},
+        {"json_schema", "{\"type\":\"number\",\"multipleOf\":0.3}"},
         {"modalities", "[\"text\",\"audio\"]"},
         {"audio", "{\"voice\":\"x\"}"},
     };
@@ -397,7 +397,7 @@ Test(oai, an_unsupported_schema_keyword_is_named_in_the_400) {
     const char *param = NULL;
     attnd_err err = {{0}};
     cr_assert_eq(parse("{\"prompt\":\"a\",\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"schema\":"
-                       "{\"type\":\"object\",\"properties\":{\"n\":{\"type\":\"integer\",\"multipleOf\":5}}}}}}",
+                       "{\"type\":\"object\",\"properties\":{\"n\":{\"type\":\"integer\",\"multipleOf\":500}}}}}}",
                        false, &r, &param, &err),
                  ATTND_ERR_INVALID);
     cr_assert_str_eq(param, "response_format");
@@ -495,7 +495,8 @@ Test(oai, tool_aware_templates_get_the_tools_and_turns_as_sent) {
         {"qwen2_5", TOOLCALL_FMT_HERMES, true},      {"qwen3", TOOLCALL_FMT_HERMES, true},
         {"qwen3-coder_30b", TOOLCALL_FMT_QWEN_XML, true}, {"llama3_2", TOOLCALL_FMT_LLAMA, true},
         {"llama4_latest", TOOLCALL_FMT_LLAMA, true},  {"mistral_nemo", TOOLCALL_FMT_MISTRAL, false},
-        {"granite3.3_2b", TOOLCALL_FMT_GRANITE, true},
+        {"granite3.3_2b", TOOLCALL_FMT_GRANITE, true}, {"qwen3.5_4b", TOOLCALL_FMT_QWEN_XML, true},
+        {"glm4.7_flash", TOOLCALL_FMT_GLM, true},    {"glm4.6", TOOLCALL_FMT_GLM, true},
     };
     json_t *meta = load_json_file(ATTND_DATA_DIR "/templates/templates.json");
     json_t *cases = load_json_file(ATTND_DATA_DIR "/templates/cases.json");

@@ -460,6 +460,41 @@ Test(responses, reasoning_then_a_call_are_two_items_and_no_message) {
     json_decref(b);
 }
 
+/* Qwen3.5's XML calls and GLM's <arg_key> calls, after the reasoning their templates open the
+ * reply in, are function_call items with arguments typed by the tool's schema, whole and
+ * streamed at every chunk size alike. */
+Test(responses, qwen35_and_glm_calls_are_function_call_items) {
+    static const char *const TEXTS[] = {
+        "plan\n</think>\n\n<tool_call>\n<function=f>\n<parameter=city>\n12\n</parameter>\n<parameter=days>\n3\n"
+        "</parameter>\n</function>\n</tool_call>",
+        "plan</think><tool_call>f<arg_key>city</arg_key><arg_value>12</arg_value><arg_key>days</arg_key><arg_value>3"
+        "</arg_value></tool_call>",
+    };
+    responses_request r;
+    json_t *b = parse_ok("{\"input\":\"x\",\"tools\":[{\"type\":\"function\",\"name\":\"f\",\"parameters\":{\"type\":"
+                         "\"object\",\"properties\":{\"city\":{\"type\":\"string\"},\"days\":{\"type\":\"integer\"}}}}]}", &r);
+    for (size_t k = 0; k < ATTND_ARRAY_LEN(TEXTS); k++) {
+        responses_result res = result(&r, "completed", TEXTS[k], false);
+        res.open_reasoning = true;
+        json_t *o = responses_object(&res);
+        const json_t *out = json_object_get(o, "output");
+        cr_assert_eq(json_array_size(out), 2, "%s", TEXTS[k]);
+        cr_assert_str_eq(item_type(out, 0), "reasoning");
+        cr_assert_str_eq(item_type(out, 1), "function_call");
+        cr_assert_str_eq(json_string_value(json_object_get(json_array_get(out, 1), "arguments")), "{\"city\":\"12\",\"days\":3}");
+        for (size_t chunk = 1; chunk <= 7; chunk += 3) {
+            json_t *ev[256];
+            int n = stream_events(&r, TEXTS[k], chunk, true, ev, 256);
+            const json_t *final = check_stream(ev, n);
+            cr_assert(json_equal(json_object_get(final, "output"), (json_t *)out), "chunks of %zu", chunk);
+            for (int i = 0; i < n; i++) json_decref(ev[i]);
+        }
+        json_decref(o);
+    }
+    responses_request_free(&r);
+    json_decref(b);
+}
+
 /* Reasoning streams as its own item before the message, whatever the chunking: its events are
  * output_item.added, content_part.added (reasoning_text), reasoning_text.delta …, .done,
  * content_part.done, output_item.done, and the stream rebuilds the final object. */

@@ -3,7 +3,7 @@
  * outputs of each family's format parsed into content, reasoning and calls, the same under every
  * chunking (one byte at a time, every fixed size, random cuts), streamed deltas that reassemble
  * to the whole answer; a call that is not what it claims (the audit of issue 44: 47 hostile or
- * forced outputs, and a valid call cut at every byte in six formats) is content, never a call,
+ * forced outputs, and a valid call cut at every byte in seven formats) is content, never a call,
  * and leaves the natural finish_reason; the tools / tool_choice validation; the grammar that
  * forces a call.
  */
@@ -414,6 +414,7 @@ Test(toolcall, what_is_valid_stays_a_call) {
         "[TOOL_CALLS][{\"name\": \"ping\", \"arguments\": {}, \"id\": \"abc123456\"}]",
         "<|channel|>commentary to=functions.ping <|constrain|>json<|message|>{}<|call|>",
         "<tool_call>\n<function=get_weather>\n<parameter=city>\nRome\n</parameter>\n</function>\n</tool_call>",
+        "<tool_call>get_weather<arg_key>city</arg_key><arg_value>Rome</arg_value></tool_call>",
     };
     for (size_t k = 0; k < ATTND_ARRAY_LEN(GOOD); k++) {
         parsed *p = check_all_chunkings(GOOD[k], true);
@@ -438,6 +439,7 @@ Test(toolcall, a_call_cut_at_every_byte_is_whole_or_content) {
         "<|python_tag|>{\"name\": \"ping\", \"parameters\": {}}",
         "<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{\"city\": \"Rome\"}<|call|>",
         "<tool_call>\n<function=get_weather>\n<parameter=city>\nRome\n</parameter>\n</function>\n</tool_call>",
+        "<tool_call>get_weather<arg_key>city</arg_key><arg_value>Rome</arg_value></tool_call>",
     };
     char cut[256];
     for (size_t c = 0; c < ATTND_ARRAY_LEN(CALLS); c++) {
@@ -571,6 +573,100 @@ Test(toolcall, qwen3_coder_values_fall_back_to_strings_and_broken_calls_are_text
     cr_assert_str_eq(p->content, "<tool_call>\n<function=\nno</tool_call> after");
     p = check_all_chunkings("<tool_call><function=f></function></tool_call>", false);
     cr_assert_eq(p->n_calls, 0, "no calls parsed without tools");
+    json_decref(tools);
+}
+
+/* Tools whose parameters' schemas say "a string" in each way llama.cpp's resolves_to_string
+ * reads (a $ref, a type list, an enum, an anyOf branch), or JSON (integer, boolean, untyped). */
+static const char TYPED_TOOLS[] =
+    "[{\"type\": \"function\", \"function\": {\"name\": \"tail\", \"parameters\": {\"type\": \"object\", \"$defs\": "
+    "{\"P\": {\"type\": \"string\"}}, \"properties\": {\"path\": {\"$ref\": \"#/$defs/P\"}, \"lines\": {\"type\": "
+    "\"integer\"}, \"follow\": {\"type\": \"boolean\"}, \"since\": {\"type\": [\"string\", \"null\"]}, \"level\": "
+    "{\"enum\": [\"err\", \"warn\"]}, \"limit\": {\"anyOf\": [{\"type\": \"integer\"}, {\"type\": \"string\"}]}, "
+    "\"any\": {}, \"meta\": {\"description\": \"free\"}}}}}, {\"type\": \"function\", \"function\": {\"name\": \"ls\"}}]";
+
+/* A Qwen3.5 reply as its template primes it (the prompt ends inside <think>): reasoning, text,
+ * then calls whose values are typed as llama.cpp types them: text when the schema may be a
+ * string, else JSON (an untyped schema too), and the text when it is not JSON (Python's True,
+ * which the template writes for a past call's boolean, is no JSON). */
+Test(toolcall, qwen35_reply_after_open_think_types_values_as_llama_cpp_does) {
+    json_t *tools = json_loads(TYPED_TOOLS, 0, NULL);
+    run_tools = tools;
+    start_open = true;
+    parsed *p = check_all_chunkings(
+        "I should tail it.\n</think>\n\nLooking.\n\n<tool_call>\n<function=tail>\n<parameter=path>\n42\n</parameter>\n"
+        "<parameter=lines>\n20\n</parameter>\n<parameter=follow>\ntrue\n</parameter>\n<parameter=since>\nnull\n"
+        "</parameter>\n<parameter=level>\n1\n</parameter>\n<parameter=limit>\n5\n</parameter>\n<parameter=any>\n"
+        "[1, 2]\n</parameter>\n<parameter=meta>\nx y\n</parameter>\n</function>\n</tool_call>\n<tool_call>\n"
+        "<function=tail>\n<parameter=follow>\nTrue\n</parameter>\n</function>\n</tool_call>", true);
+    start_open = false;
+    cr_assert_str_eq(p->reasoning, "I should tail it.\n");
+    cr_assert_str_eq(p->content, "Looking.\n\n\n");
+    cr_assert_eq(p->n_calls, 2);
+    cr_assert_str_eq(p->args[0], "{\"path\":\"42\",\"lines\":20,\"follow\":true,\"since\":\"null\",\"level\":\"1\","
+                                 "\"limit\":\"5\",\"any\":[1,2],\"meta\":\"x y\"}");
+    cr_assert_str_eq(p->args[1], "{\"follow\":\"True\"}");
+    run_tools = NULL;
+    json_decref(tools);
+}
+
+// ---- GLM's calls ----------------------------------------------------------------------------
+
+/* A GLM-4.7-Flash reply as its template primes it (the prompt ends with <think>): reasoning to
+ * </think>, text, a call typed by the schema as for Qwen (no newline trimming: GLM's values sit
+ * tight between their tags), and a call with no parameters. */
+Test(toolcall, glm47_reply_after_open_think_has_reasoning_text_and_typed_calls) {
+    json_t *tools = json_loads(TYPED_TOOLS, 0, NULL);
+    run_tools = tools;
+    start_open = true;
+    parsed *p = check_all_chunkings(
+        "Tail the log.</think>Looking.<tool_call>tail<arg_key>path</arg_key><arg_value>app.log</arg_value><arg_key>"
+        "lines</arg_key><arg_value>20</arg_value><arg_key>meta</arg_key><arg_value>\na <b>\n</arg_value><arg_key>any"
+        "</arg_key><arg_value>{\"k\": [true]}</arg_value></tool_call><tool_call>ls</tool_call>", true);
+    start_open = false;
+    cr_assert_str_eq(p->reasoning, "Tail the log.");
+    cr_assert_str_eq(p->content, "Looking.");
+    cr_assert_eq(p->n_calls, 2);
+    cr_assert_str_eq(p->names[0], "tail");
+    cr_assert_str_eq(p->args[0], "{\"path\":\"app.log\",\"lines\":20,\"meta\":\"\\na <b>\\n\",\"any\":{\"k\":[true]}}");
+    cr_assert_str_eq(p->names[1], "ls");
+    cr_assert_str_eq(p->args[1], "{}");
+    /* GLM-4.6 writes a newline after the name and after each tag pair */
+    p = check_all_chunkings("<tool_call>tail\n<arg_key>lines</arg_key>\n<arg_value>3</arg_value>\n</tool_call>", true);
+    cr_assert_eq(p->n_calls, 1);
+    cr_assert_str_eq(p->args[0], "{\"lines\":3}");
+    cr_assert(p->content_null);
+    run_tools = NULL;
+    json_decref(tools);
+}
+
+/* What is not a whole GLM call of a tool is content as written: a cut block, an unknown name, a
+ * key twice, text between the tags, a name with a blank inside, a block the reply ends in. */
+Test(toolcall, glm_broken_calls_are_content) {
+    json_t *tools = json_loads(TYPED_TOOLS, 0, NULL);
+    run_tools = tools;
+    static const char *const BROKEN[] = {
+        "<tool_call>tail<arg_key>path</arg_key><arg_value>a",
+        "<tool_call>exec<arg_key>cmd</arg_key><arg_value>rm -rf /</arg_value></tool_call>",
+        "<tool_call>tail<arg_key>path</arg_key><arg_value>a</arg_value><arg_key>path</arg_key><arg_value>/etc/passwd"
+        "</arg_value></tool_call>",
+        "<tool_call>tail<arg_key>path</arg_key>x<arg_value>a</arg_value></tool_call>",
+        "<tool_call>tail<arg_key>path</arg_key><arg_value>a</arg_value>and more</tool_call>",
+        "<tool_call>tail me</tool_call>",
+        "<tool_call>tail<arg_key>pa<b>th</arg_key><arg_value>a</arg_value></tool_call>",
+        "<tool_call>tail<arg_key>path</arg_key><arg_value>a</arg_value></tool_ca",
+    };
+    for (size_t k = 0; k < ATTND_ARRAY_LEN(BROKEN); k++) {
+        parsed *p = check_all_chunkings(BROKEN[k], true);
+        cr_assert_eq(p->n_calls, 0, "%s", BROKEN[k]);
+        cr_assert_str_eq(p->content, BROKEN[k]);
+        cr_assert_eq(p->n_rejected, 1, "%s", BROKEN[k]);
+    }
+    /* text after a rejected block is parsed on: here a valid call */
+    parsed *p = check_all_chunkings("<tool_call>nope</tool_call> then <tool_call>ls</tool_call>", true);
+    cr_assert_eq(p->n_calls, 1);
+    cr_assert_str_eq(p->content, "<tool_call>nope</tool_call> then ");
+    run_tools = NULL;
     json_decref(tools);
 }
 
@@ -729,6 +825,78 @@ Test(toolcall, the_forcing_grammar_writes_qwen3_coder_xml) {
     json_decref(tools);
     grammar_unref(g);
     buf_free(&gb);
+    toolcall_spec_free(&s);
+}
+
+/* GLM's form: <tool_call>NAME, <arg_key>/<arg_value> pairs written tight as GLM-4.7 writes them,
+ * strings as free text without </arg_value>, integers under their schema; what it accepts
+ * parses back into the call. */
+Test(toolcall, the_forcing_grammar_writes_glm_calls) {
+    toolcall_spec s;
+    tools_spec("\"required\"", &s);
+    buf gb = {0};
+    grammar *g = forcing_grammar(&s, TOOLCALL_FMT_GLM, &gb);
+    static const char GOOD[] = "<tool_call>get_weather<arg_key>city</arg_key><arg_value>San <b>Jos\u00e9</b> < 3"
+                               "</arg_value><arg_key>days</arg_key><arg_value>3</arg_value></tool_call>";
+    cr_assert(grammar_sentence(g, GOOD), "%s\n%s", GOOD, gb.p);
+    cr_assert(grammar_sentence(g, "<tool_call>ping</tool_call><tool_call>ping</tool_call>"), "parallel calls");
+    cr_assert(!grammar_sentence(g, "<tool_call>get_weather<arg_key>city</arg_key><arg_value>Rome</arg_value><arg_key>"
+                                   "days</arg_key><arg_value>9</arg_value></tool_call>"), "days is 1..7");
+    cr_assert(!grammar_sentence(g, "<tool_call>get_weather<arg_key>days</arg_key><arg_value>3</arg_value></tool_call>"),
+              "city is required");
+    cr_assert(!grammar_sentence(g, "<tool_call>get_weather<arg_key>city</arg_key><arg_value>a</arg_value>b</arg_value>"
+                                   "</tool_call>"), "no </arg_value> in a value");
+    cr_assert(!grammar_sentence(g, "<tool_call>nope</tool_call>"));
+    cr_assert(!strncmp(GOOD, toolcall_trigger(TOOLCALL_FMT_GLM), strlen(toolcall_trigger(TOOLCALL_FMT_GLM))));
+    json_t *tools = json_loads("[{\"name\": \"get_weather\", \"parameters\": {\"properties\": {\"city\": {\"type\": "
+                               "\"string\"}, \"days\": {\"type\": \"integer\"}}}}]", 0, NULL);
+    run_tools = tools;
+    parsed out;
+    run(GOOD, true, 5, 0, &out);
+    cr_assert_eq(out.n_calls, 1);
+    cr_assert_str_eq(out.args[0], "{\"city\":\"San <b>Jos\u00e9</b> < 3\",\"days\":3}");
+    run_tools = NULL;
+    json_decref(tools);
+    grammar_unref(g);
+    buf_free(&gb);
+    toolcall_spec_free(&s);
+}
+
+/* The grammar and the parser agree on which values are text: a parameter whose schema may be a
+ * string (a type list with "string", an enum of strings) is written as free text, in both XML
+ * forms, and parses back as that string; a value the parser would read as JSON is JSON in the
+ * grammar too. (The grammar once forced JSON for ["string", "null"], which the parser then took
+ * as text: the quotes ended up inside the string.) */
+Test(toolcall, grammar_and_parser_agree_on_which_values_are_text) {
+    static const char BODY[] =
+        "{\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"log\",\"parameters\":{\"type\":\"object\","
+        "\"properties\":{\"since\":{\"type\":[\"string\",\"null\"]},\"level\":{\"enum\":[\"err\",\"warn\"]},"
+        "\"n\":{\"type\":\"integer\"}},\"required\":[\"since\",\"level\",\"n\"]}}}],\"tool_choice\":\"required\"}";
+    toolcall_spec s;
+    const char *param = NULL;
+    cr_assert_eq(spec_of(BODY, false, &s, &param), ATTND_OK);
+    static const char *const TEXTS[] = {
+        "<tool_call>\n<function=log>\n<parameter=since>\nlast week\n</parameter>\n<parameter=level>\nerr\n</parameter>\n"
+        "<parameter=n>\n4\n</parameter>\n</function>\n</tool_call>",
+        "<tool_call>log<arg_key>since</arg_key><arg_value>last week</arg_value><arg_key>level</arg_key><arg_value>err"
+        "</arg_value><arg_key>n</arg_key><arg_value>4</arg_value></tool_call>",
+    };
+    static const toolcall_format F[] = {TOOLCALL_FMT_QWEN_XML, TOOLCALL_FMT_GLM};
+    json_t *tools = json_loads(BODY, 0, NULL);
+    run_tools = json_object_get(tools, "tools");
+    for (size_t k = 0; k < 2; k++) {
+        buf gb = {0};
+        grammar *g = forcing_grammar(&s, F[k], &gb);
+        cr_assert(grammar_sentence(g, TEXTS[k]), "%s\n%s", TEXTS[k], gb.p);
+        parsed out;
+        run(TEXTS[k], true, 3, 0, &out);
+        cr_assert_eq(out.n_calls, 1);
+        cr_assert_str_eq(out.args[0], "{\"since\":\"last week\",\"level\":\"err\",\"n\":4}");
+        grammar_unref(g);
+        buf_free(&gb);
+    }
+    run_tools = NULL;
+    json_decref(tools);
     toolcall_spec_free(&s);
 }
 

@@ -8,6 +8,10 @@
  * scores each query against the sequence's KV cache with the kernels evaluation uses
  * (engine_set_attention_cb), so an F16 cache gives F16-rounded keys' weights.
  *
+ * An encoder's capture (params.inputs) records the rows of one engine_embed call instead: every
+ * token of an input attends to every token of the same input (and, on gemma-embedding's local
+ * layers, the keys outside the symmetric window get weight 0), several inputs side by side.
+ *
  * Cost: nothing while no capture is hooked. While one is, only the selected (entry, layer, head)
  * triples of captured sequences are computed (engine_set_attention_filter), serially, after each
  * layer's attention; other sequences in the same batch pay nothing for them.
@@ -58,19 +62,31 @@ typedef struct attn_capture_params {
                           and the output head; 0 = none */
     bool experts;      /* Mixture-of-Experts models: also the experts each selected layer routed
                           each position to, and their weights (engine_set_expert_cb) */
+    const int *inputs; /* (n_inputs) an encoder's evaluation: engine_embed of n_inputs inputs of
+                          inputs[i] tokens, in that order (borrowed during the call), hooked with
+                          entries = NULL. Positions are the inputs' tokens one after another
+                          (n_positions = their sum); row p holds p's weights over every token of
+                          its own input (attention both ways), none of another's. Only weights
+                          "attention", no logit lens, no experts. NULL = a decoder's one causal
+                          sequence */
+    int n_inputs;
 } attn_capture_params;
 
 /*
  * Checks p against the model: layers and heads in range and not repeated, top_k >= 0,
  * 1 <= n_positions <= n_ctx, weights known, 0 <= lens_k <= n_vocab, experts only on a model that
- * has them. ATTND_ERR_INVALID with a message; *field (may be NULL) names the parameter at fault
- * ("layers", "heads", "top_k", "n_positions", "weights", "logit_lens", "experts").
+ * has them; with inputs, each input 1..n_ctx tokens, n_positions their sum, and neither "norm"
+ * weights nor the logit lens nor experts (ATTND_ERR_UNSUPPORTED: an encoder keeps no values to
+ * weigh, and has no output head to read through). ATTND_ERR_INVALID with a message; *field (may
+ * be NULL) names the parameter at fault ("layers", "heads", "top_k", "n_positions", "weights",
+ * "logit_lens", "experts", "inputs").
  */
 attnd_status attn_capture_check(const model_info *mi, const attn_capture_params *p, const char **field,
                                 attnd_err *err);
 
 /* How many weights a capture of p returns when every one of its n_positions rows is recorded
- * (each top_k pair counts as one): selected layers × heads × sum over rows of min(p + 1, k). */
+ * (each top_k pair counts as one): selected layers × heads × sum over rows of min(p + 1, k)
+ * (with inputs: sum over inputs of n_i × min(n_i, k)). */
 uint64_t attn_capture_count(const model_info *mi, const attn_capture_params *p);
 
 typedef struct attn_capture attn_capture;
@@ -91,6 +107,14 @@ int attn_capture_top_k(const attn_capture *c);
 attn_weights attn_capture_weights(const attn_capture *c);
 int attn_capture_lens_k(const attn_capture *c); /* 0 = no logit lens */
 int attn_capture_n_experts(const attn_capture *c); /* experts kept per row; 0 = none */
+/* An encoder's capture (params.inputs): its number of inputs, 0 for a causal one; input i's
+ * first position in *first, returning its token count. */
+int attn_capture_n_inputs(const attn_capture *c);
+int attn_capture_input(const attn_capture *c, int i, int *first);
+
+/* The keys row pos is over: positions [*first, *first + n), returning n. Causal: 0..pos;
+ * an encoder's: every token of pos's input. */
+int attn_capture_keys(const attn_capture *c, int pos, int *first);
 
 /* The recorded rows: positions [*first, *first + n) (every selected layer and head recorded for
  * each). Returns n; 0 (and *first = 0) when none. Positions before *first are those whose KV a
@@ -98,9 +122,11 @@ int attn_capture_n_experts(const attn_capture *c); /* experts kept per row; 0 = 
 int attn_capture_rows(const attn_capture *c, int *first);
 
 /* Row of position pos for the li-th selected layer and hi-th selected head (pos among the
- * recorded rows). Whole rows: *w = weights over positions 0..pos, returns pos + 1, *ix = NULL.
- * top_k: *w the weights and *ix (may be NULL) their positions, heaviest first (ties: lower
- * position first), returns min(pos + 1, k). Borrowed, valid until attn_capture_destroy. */
+ * recorded rows). Whole rows: *w = weights over the row's keys (attn_capture_keys: positions
+ * 0..pos, or an encoder's input), returns their number, *ix = NULL.
+ * top_k: *w the weights and *ix (may be NULL) their positions (absolute, as the keys'),
+ * heaviest first (ties: lower position first), returns min(keys, k). Borrowed, valid until
+ * attn_capture_destroy. */
 int attn_capture_row(const attn_capture *c, int li, int hi, int pos, const float **w, const int32_t **ix);
 
 /* Logit lens of the li-th selected layer at position pos (among the recorded rows): *p the

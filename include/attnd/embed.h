@@ -81,8 +81,10 @@ typedef struct embed_input {
  * pool = POOL_FILE for the file's (POOL_RANK needs the head; POOL_NONE is refused here). Errors:
  * ATTND_ERR_INVALID (bad token id or type, an input empty or longer than engine_max_batch or the
  * model's context, POOL_RANK without a head, POOL_NONE), ATTND_ERR_NOMEM. Nothing is kept after
- * the call (the engine's attention and inspection hooks are not called). Reentrancy as
- * engine_eval: one thread per engine. */
+ * the call. An encoder calls the engine's attention hook (engine_set_attention_cb) for every
+ * query row, entry = the row's index over the whole call, weights over its input's every token
+ * (attn_capture_params.inputs); a decoder calls none. Reentrancy as engine_eval: one thread per
+ * engine. */
 attnd_status engine_embed(engine *e, const embed_input *in, int n, model_pooling pool, float *out, attnd_err *err);
 
 /* Every token's vector instead of one per input (pooling none): the inputs as engine_embed takes

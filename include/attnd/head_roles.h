@@ -54,7 +54,8 @@ typedef struct head_roles {
 
 /* Scores every head (see above) with e and a sequence of pool, on the calling thread. Errors:
  * ATTND_ERR_INVALID (fewer than 2 candidates, an id outside the vocabulary, no room for a probe
- * of 2 x 2 tokens), ATTND_ERR_NOMEM. *out is zeroed on error. */
+ * of 2 x 2 tokens), ATTND_ERR_UNSUPPORTED (an encoder), ATTND_ERR_NOMEM. *out is zeroed on
+ * error. */
 attnd_status head_roles_compute(engine *e, kv_pool *pool, const head_roles_params *p, head_roles *out, attnd_err *err);
 void head_roles_free(head_roles *r); /* accepts NULL */
 

@@ -14,6 +14,8 @@
 #include <malloc.h>
 #endif
 
+#include "attnd/embed.h"
+
 #include "ablate_api.h"
 #include "heads_api.h"
 #include "attn_api.h"
@@ -93,6 +95,139 @@ static http_result respond(req *r, const genreq *g) {
     else free(text);
     if (!line) return http_respond_error(r, 503, "out of memory building the attention response", NULL);
     return http_respond_text(r, 200, "application/json", line);
+}
+
+// ---- encoders: rows both ways, from one engine_embed of the prompts ---------------------------
+
+typedef struct encode_task {
+    const embed_input *in;
+    int n, n_tokens;
+    attn_capture *cap;
+} encode_task;
+
+/* On the scheduler thread: the inputs through the encoder in one call with the capture hooked
+ * (entry = position over the call), every token's vector discarded. An encoder keeps no KV. */
+static attnd_status run_encode(void *user, sched_task_turn *t, attnd_err *err) {
+    encode_task *k = user;
+    if (t->plan || t->stop) {
+        t->kv_bytes = 0;
+        return ATTND_OK;
+    }
+    float *out = malloc(sizeof(float) * (size_t)k->n_tokens * (size_t)model_info_get(engine_model(t->e))->n_embd);
+    if (!out) return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory encoding the prompt");
+    attn_hook h;
+    attn_hook_install(&h, t->e, k->cap, NULL, 0);
+    attnd_status st = engine_embed_tokens(t->e, k->in, k->n, out, err);
+    attn_hook_remove(&h);
+    free(out);
+    t->work = k->n_tokens;
+    t->more = false;
+    return st;
+}
+
+/* The prompts' tokens as inputs (each owned, freed by free_inputs); *lens their counts. NULL:
+ * the error is queued in *ret. */
+static embed_input *encoder_inputs(req *r, genreq *g, int **lens, int *n_tokens, http_result *ret) {
+    int n = g->oreq.n_prompts;
+    embed_input *in = calloc((size_t)n, sizeof(*in));
+    *lens = calloc((size_t)n, sizeof(int));
+    *n_tokens = 0;
+    for (int i = 0; in && *lens && i < n; i++) {
+        int32_t *ids;
+        size_t k;
+        genreq_err e;
+        if (genreq_prompt_tokens(g, i, &ids, &k, &e) != ATTND_OK) {
+            *ret = genreq_http_respond(r, &e);
+            for (int j = 0; j < i; j++) free((void *)in[j].tokens);
+            free(in), free(*lens);
+            return NULL;
+        }
+        int cnt = k > (size_t)1 << 30 ? 1 << 30 : (int)k;
+        in[i] = (embed_input){ids, cnt, NULL};
+        (*lens)[i] = cnt;
+        *n_tokens += cnt > (1 << 30) - *n_tokens ? (1 << 30) - *n_tokens : cnt;
+    }
+    if (in && *lens) return in;
+    free(in), free(*lens);
+    *ret = http_respond_error(r, 503, "out of memory", NULL);
+    return NULL;
+}
+
+static void free_inputs(embed_input *in, int n) {
+    for (int i = 0; in && i < n; i++) free((void *)in[i].tokens);
+    free(in);
+}
+
+/* The answer's text: attn_api's object with every input's tokens one after another and its
+ * "inputs", usage. NULL when out of memory. */
+static char *encoder_answer(struct server *s, const embed_input *in, int n, int n_tokens, const attn_capture *cap) {
+    int32_t *ids = malloc(sizeof(int32_t) * (size_t)n_tokens);
+    for (int i = 0, at = 0; ids && i < n; at += in[i].n_tokens, i++)
+        memcpy(ids + at, in[i].tokens, sizeof(int32_t) * (size_t)in[i].n_tokens);
+    json_t *body = ids ? attn_api_head(s->model_id, model_info_get(s->m), s->tok, ids, n_tokens, n_tokens, cap) : NULL;
+    free(ids);
+    if (body) json_object_set_new(body, "usage", json_pack("{s:i, s:i}", "prompt_tokens", (json_int_t)n_tokens,
+                                                           "completion_tokens", (json_int_t)0));
+    size_t len = 0;
+    char *text = body ? attn_api_dump_with(body, cap, &len) : NULL, *line = NULL;
+    json_decref(body);
+    if (text && !(line = realloc(text, len + 2))) free(text);
+    if (line) memcpy(line + len, "\n", 2); /* one JSON document per line, as respond() */
+    return line;
+}
+
+/* An encoder's inspection of the request's prompts: one engine_embed of them all, each row over
+ * its own input's tokens ("causal": false, "inputs"). */
+static http_result inspect_encoder(req *r, genreq *g, const attn_api_request *ar) {
+    struct server *s = r->srv;
+    http_result ret = HTTP_NO;
+    int *lens, n = g->oreq.n_prompts, n_tokens;
+    embed_input *in = encoder_inputs(r, g, &lens, &n_tokens, &ret);
+    if (!in) return ret;
+    attn_capture_params p = attn_api_params(ar, n_tokens);
+    p.inputs = lens, p.n_inputs = n;
+    const char *param = NULL;
+    attnd_err err;
+    attn_capture *cap = NULL;
+    char tenant[SCHED_TENANT_MAX + 1];
+    http_tenant(r, tenant, sizeof(tenant)); /* the evaluation is charged to it */
+    attnd_status st = attn_api_check(model_info_get(s->m), &p, (uint64_t)s->cfg.attention_max_weights,
+                                     (uint64_t)s->cfg.attention_max_bytes, &param, &err);
+    if (st == ATTND_OK && (st = attn_capture_create(&cap, s->m, &p, &err)) != ATTND_OK) st = ATTND_ERR_NOMEM;
+    if (st == ATTND_OK)
+        st = sched_run_task(s->sch, &(sched_task_spec){run_encode, &(encode_task){in, n, n_tokens, cap}, tenant},
+                            &err);
+    r->n_prompt = n_tokens;
+    char *text = st == ATTND_OK ? encoder_answer(s, in, n, n_tokens, cap) : NULL;
+    if (st != ATTND_OK)
+        ret = http_respond_error(r, st == ATTND_ERR_INVALID || st == ATTND_ERR_UNSUPPORTED ? 400 : 503, err.msg,
+                                 st == ATTND_ERR_NOMEM ? NULL : param ? param : "prompt");
+    else
+        ret = text ? http_respond_text(r, 200, "application/json", text)
+                   : http_respond_error(r, 503, "out of memory building the attention response", NULL);
+    attn_capture_destroy(cap);
+    free_inputs(in, n);
+    free(lens);
+    return ret;
+}
+
+/* What an encoder's inspection cannot do: generate, sweep, ablate, keep a session, follow a chat
+ * template; more prompts than embed_max_inputs. false: the 400 is queued. */
+static bool encoder_alone(req *r, const genreq *g, const ablate_measure *am, http_result *ret) {
+    const oai_request *q = &g->oreq;
+    const char *field = g->chat ? "messages" : q->max_tokens > 0 ? "max_tokens" : am->on ? "measure"
+                      : q->n_ablate ? "ablate" : q->session_id ? "session_id" : q->n > 1 ? "n" : NULL;
+    char msg[240];
+    if (field)
+        snprintf(msg, sizeof(msg), "'%s' is not available on an encoder model ('%s'): it generates nothing, keeps no "
+                 "KV and has no chat template; /v1/attention shows its prompts' attention", field,
+                 model_info_get(r->srv->m)->arch);
+    else if (q->n_prompts > r->srv->cfg.embed_max_inputs)
+        field = "prompt", snprintf(msg, sizeof(msg), "%d prompts; the server inspects at most %d at once "
+                                   "(embed_max_inputs)", q->n_prompts, r->srv->cfg.embed_max_inputs);
+    if (!field) return true;
+    *ret = http_respond_error(r, 400, msg, field);
+    return false;
 }
 
 // ---- "measure": "ablation": every head ablated in turn (attnd/ablate_sweep.h) ---------------
@@ -249,8 +384,13 @@ http_result ep_attention(req *r) {
         ret = http_respond_error(r, http_status_of(st, HTTP_CTX_PARSE), err.msg, param);
         goto out;
     }
-    if (!check_inspection(r, g, &ar, &am, &ret)) goto out;
+    bool enc = model_is_encoder(s->m); /* several prompts side by side, each attending to itself */
+    if (enc ? !encoder_alone(r, g, &am, &ret) : !check_inspection(r, g, &ar, &am, &ret)) goto out;
     if (g->oreq.max_tokens < 0) g->oreq.max_tokens = 0; /* inspection of the prompt alone by default */
+    if (enc) {
+        ret = inspect_encoder(r, g, &ar);
+        goto out;
+    }
     int32_t *ids;
     size_t n;
     genreq_err e;
@@ -305,7 +445,8 @@ http_result ep_heads(req *r) {
     attnd_status st = ATTND_OK;
     attnd_err err;
     const char *text = heads_text(r->srv, &st, &err);
-    if (!text) return http_respond_error(r, st == ATTND_ERR_NOMEM ? 503 : 500, err.msg, NULL);
+    if (!text) /* an encoder's heads have no causal roles: its 400 */
+        return http_respond_error(r, st == ATTND_ERR_NOMEM ? 503 : st == ATTND_ERR_UNSUPPORTED ? 400 : 500, err.msg, NULL);
     char *copy = strdup(text);
     return copy ? http_respond_text(r, 200, "application/json", copy)
                 : http_respond_error(r, 503, "out of memory", NULL);

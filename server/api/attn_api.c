@@ -116,7 +116,10 @@ attnd_status attn_api_check(const model_info *mi, const attn_capture_params *p, 
     const char *field = NULL;
     attnd_status st = attn_capture_check(mi, p, &field, err);
     if (st) {
-        *param = field && !strcmp(field, "n_positions") ? "max_tokens" : field;
+        /* an encoder's positions are its prompts' tokens; a decoder's also max_tokens */
+        *param = field && (!strcmp(field, "inputs") || (p->inputs && !strcmp(field, "n_positions"))) ? "prompt"
+                 : field && !strcmp(field, "n_positions") ? "max_tokens"
+                                                          : field;
         return st;
     }
     uint64_t n = attn_capture_count(mi, p);
@@ -221,6 +224,17 @@ static json_t *pairs_json(const attn_capture *c, int first, int n_rows, const ch
     return arr;
 }
 
+/* An encoder's [{"first", "n_tokens"}] per input (new reference; NULL when out of memory). */
+static json_t *inputs_json(const attn_capture *c) {
+    json_t *arr = json_array();
+    for (int i = 0; arr && i < attn_capture_n_inputs(c); i++) {
+        int first, n = attn_capture_input(c, i, &first);
+        if (json_array_append_new(arr, json_pack("{s:i, s:i}", "first", (json_int_t)first, "n_tokens", (json_int_t)n)))
+            json_decref(arr), arr = NULL;
+    }
+    return arr;
+}
+
 json_t *attn_api_head(const char *model_name, const model_info *mi, const tokenizer *tok, const int32_t *ids,
                       int n_ids, int n_prompt, const attn_capture *c) {
     int first, n_rows = attn_capture_rows(c, &first);
@@ -228,10 +242,11 @@ json_t *attn_api_head(const char *model_name, const model_info *mi, const tokeni
     if (!tokens) return NULL;
     const char *kind = attn_capture_weights(c) == ATTN_WEIGHTS_NORM ? "norm" : "attention";
     /* "o" steals the array, also when json_pack fails. */
-    json_t *o = json_pack("{s:s, s:s, s:i, s:i, s:i, s:i, s:s, s:o}", "object", "attention", "model",
+    json_t *o = json_pack("{s:s, s:s, s:i, s:i, s:i, s:i, s:s, s:b, s:o}", "object", "attention", "model",
                           model_name ? model_name : "", "n_layer", (json_int_t)mi->n_layer, "n_head",
                           (json_int_t)mi->n_head, "n_prompt", (json_int_t)n_prompt, "first_row", (json_int_t)first,
-                          "weights", kind, "tokens", tokens);
+                          "weights", kind, "causal", attn_capture_n_inputs(c) == 0, "tokens", tokens);
+    if (o && attn_capture_n_inputs(c) && json_object_set_new(o, "inputs", inputs_json(c))) json_decref(o), o = NULL;
     /* set_new steals the lens and the experts, also when it fails */
     if (o && attn_capture_lens_k(c) && json_object_set_new(o, "logit_lens", pairs_json(c, first, n_rows, "top", lens_pairs)))
         json_decref(o), o = NULL;

@@ -14,8 +14,10 @@
  *
  * Response:
  *   {"object": "attention", "model": NAME, "n_layer", "n_head" (the model's), "n_prompt": N,
- *    "first_row": F, "weights": "attention" | "norm",
+ *    "first_row": F, "weights": "attention" | "norm", "causal": true | false,
  *    "tokens": [{"id", "text"}, ...],                      every position, prompt then generated
+ *    "inputs": [{"first", "n_tokens"}, ...],               an encoder's only (causal false): each
+ *                                                          input's span of tokens
  *    "logit_lens": [{"layer", "top": [[[id, p], ...], ...]}, ...],   only when asked: row i of
  *                                                          top is position F + i, most probable first
  *    "experts": [{"layer", "routes": [[[expert, weight], ...], ...]}, ...],   only when asked: row i
@@ -25,6 +27,8 @@
  * where row i of weights belongs to position F + i and holds its weights over positions
  * 0..F+i (summing to 1), or with top_k the [position, weight] pairs of the k largest, heaviest
  * first. F > 0 only when a session's cached KV was reused (those positions were not evaluated).
+ * An encoder's capture (attn_capture_params.inputs): row p holds its weights over its own input's
+ * tokens only (first..first+n_tokens-1), not padded; top_k positions index tokens.
  * The last generated token is never fed back into the model, so it has no row.
  */
 #ifndef ATTND_SERVER_ATTN_API_H

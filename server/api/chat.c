@@ -29,6 +29,7 @@ typedef struct family_spec {
     bool fold_system;               /* no system role: its text opens the next user turn */
     const char *sys_open, *sys_close;
     const char *user_again;         /* before every user turn but the first (its own <s>) */
+    const char *prefix;             /* written once before the first turn (NULL: none) */
 } family_spec;
 
 #define TURNS(s, u, a) {s, u, a}
@@ -61,13 +62,20 @@ static const family_spec FAMILIES[CHAT_FAMILY_COUNT] = {
                      .open = TURNS("<|turn>system\n", "<|turn>user\n", "<|turn>model\n"),
                      .close = TURNS("<turn|>\n", "<turn|>\n", "<turn|>\n"),
                      .gen_prompt = "<|turn>model\n<|channel>thought\n<channel|>"},
+    /* GLM-4.7: turns are only their role markers, opened by "[gMASK]<sop>" (its templates write
+     * it; llama.cpp adds no BOS to glm4 vocabularies); the model's turn opens with "</think>", as
+     * the template writes past turns and the prompt with thinking off */
+    [CHAT_GLM] = {.name = "glm", .end_marker = "<|user|>", .prefix = "[gMASK]<sop>",
+                  .open = TURNS("<|system|>", "<|user|>", "<|assistant|></think>"), .close = TURNS("", "", ""),
+                  .gen_prompt = "<|assistant|></think>"},
 };
 #undef TURNS
 
 /* Recognition by characteristic markers, most specific first (Phi-3 and Zephyr share <|user|>). */
 static const struct { const char *a, *b; chat_family f; } DETECT[] = {
     {"<|turn>", "<turn|>", CHAT_GEMMA4},        {"<|start_header_id|>", NULL, CHAT_LLAMA3}, {"<|im_start|>", NULL, CHAT_CHATML},
-    {"<start_of_turn>", NULL, CHAT_GEMMA},      {"<|user|>", "<|end|>", CHAT_PHI3},
+    {"<start_of_turn>", NULL, CHAT_GEMMA},      {"[gMASK]<sop>", "<|assistant|>", CHAT_GLM},
+    {"<|user|>", "<|end|>", CHAT_PHI3},
     {"<|user|>", NULL, CHAT_ZEPHYR},            {"[INST]", "<<SYS>>", CHAT_LLAMA2},
     {"[INST]", NULL, CHAT_MISTRAL},
 };
@@ -81,7 +89,7 @@ attnd_status chat_family_from_name(const char *name, chat_family *out, attnd_err
             return ATTND_OK;
         }
     return attnd_fail(err, ATTND_ERR_NOT_FOUND,
-                      "unknown chat template '%s' (known: chatml, llama2, llama3, mistral, zephyr, gemma, phi3, gemma4)",
+                      "unknown chat template '%s' (known: chatml, llama2, llama3, mistral, zephyr, gemma, phi3, gemma4, glm)",
                       name ? name : "(null)");
 }
 
@@ -158,6 +166,7 @@ static attnd_status render(chat_family f, const chat_msg *msgs, size_t n, sbuf *
     const family_spec *fs = &FAMILIES[f];
     sbuf b = {0};
     const char *pending_sys = NULL; /* families without a system role fold it into the next user turn */
+    if (fs->prefix) sb_mark(&b, fs->prefix);
     for (size_t i = 0; i < n; i++) {
         int r = role_of(msgs[i].role);
         const char *c = msgs[i].content ? msgs[i].content : "";
@@ -300,6 +309,8 @@ static void probe_tools(chat_template *ct, attnd_status *st, attnd_err *err) {
     else if (strstr(t, "<|tool_call|>")) ct->tool_format = TOOLCALL_FMT_GRANITE;
     else if (strstr(t, "<function=" PROBE_FN ">") && strstr(t, "<parameter=attnd_probe_arg>"))
         ct->tool_format = TOOLCALL_FMT_QWEN_XML;
+    else if (strstr(t, "<tool_call>" PROBE_FN) && strstr(t, "<arg_key>attnd_probe_arg</arg_key>"))
+        ct->tool_format = TOOLCALL_FMT_GLM;
     else if (strstr(t, "<tool_call>")) ct->tool_format = TOOLCALL_FMT_HERMES;
     else if (strstr(t, "[TOOL_CALLS]")) ct->tool_format = TOOLCALL_FMT_MISTRAL;
     else if (strstr(t, "\"parameters\": {\"attnd_probe_arg\"")) ct->tool_format = TOOLCALL_FMT_LLAMA;

@@ -40,6 +40,7 @@ typedef enum chat_family {
     CHAT_GEMMA,
     CHAT_PHI3,
     CHAT_GEMMA4,
+    CHAT_GLM,
     CHAT_FAMILY_COUNT,
 } chat_family;
 

@@ -12,6 +12,7 @@
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "attnd/grammar.h"
@@ -19,7 +20,7 @@
 enum {
     P_WS = 1 << 0, P_STRING = 1 << 1, P_CHAR = 1 << 2, P_NUMBER = 1 << 3, P_INTEGER = 1 << 4, P_VALUE = 1 << 5,
     P_OBJECT = 1 << 6, P_ARRAY = 1 << 7, P_DATE = 1 << 8, P_TIME = 1 << 9, P_UUID = 1 << 10, P_EMAIL = 1 << 11,
-    P_URI = 1 << 12, P_UNUMBER = 1 << 13, P_PNUMBER = 1 << 14,
+    P_URI = 1 << 12, P_UNUMBER = 1 << 13,
 };
 
 enum { MAX_DEPTH = 64, MAX_RULES = 4096, MAX_BOUND_DIGITS = 15 };
@@ -114,7 +115,7 @@ static const char *const HANDLED[] = {"type", "properties", "required", "additio
                                       "prefixItems", "additionalItems", "minItems", "maxItems", "enum", "const",
                                       "anyOf", "oneOf", "allOf", "$ref", "nullable", "minLength", "maxLength",
                                       "format", "pattern", "minimum", "maximum", "exclusiveMinimum",
-                                      "exclusiveMaximum", "uniqueItems"};
+                                      "exclusiveMaximum", "multipleOf", "uniqueItems"};
 
 static bool in_list(const char *k, const char *const *list, size_t n) {
     for (size_t i = 0; i < n; i++)
@@ -531,39 +532,423 @@ static bool int_bound(conv *c, const json_t *s, bool lower, bool *has, long long
     return true;
 }
 
+// ---- bounded numbers ------------------------------------------------------------------------
+/* A decimal range is a regular language, so bounds on a number are kept exactly: the value is
+ * split by sign, the integer part ranges like an integer's, and an integer part at a bound
+ * constrains the fraction digits after it. Bounded numbers have no exponent. Each bound is read
+ * as the shortest decimal that reads back as it (what the schema's author wrote), moved inward
+ * onto the grammar's lattice of 10^-nf; an exclusive bound is first moved one double inward, so
+ * every accepted text, read as a double, satisfies the bound (texts within a double's step of
+ * an exclusive bound may be refused). */
+
+enum { NUM_IP = 16, NUM_FP = 16 }; /* integer and fraction digits a number may have */
+
+/* A value on the lattice: sign, integer part (< 10^16) and NUM_FP fraction digits ('0' past nf). */
+typedef struct nbound {
+    bool neg;
+    long long ip;
+    char fr[NUM_FP + 1];
+} nbound;
+
+/* Adds one at digit k of d (NUM_IP + NUM_FP digits); false on a carry out of the top. */
+static bool digits_bump(char *d, int k) {
+    for (; k >= 0; k--) {
+        if (d[k] != '9') return d[k]++, true;
+        d[k] = '0';
+    }
+    return false;
+}
+
+/* x (finite) as its shortest round-trip decimal, moved to the lattice of 10^-nf: toward +inf
+ * (up) or -inf. False when the result has 10^16 or more as its magnitude. */
+static bool nbound_from(nbound *b, double x, int nf, bool up) {
+    char s[48], d[NUM_IP + NUM_FP];
+    int p = 1;
+    for (; p < 17; p++) {
+        snprintf(s, sizeof(s), "%.*e", p - 1, x);
+        if (strtod(s, NULL) == x) break;
+    }
+    if (p == 17) snprintf(s, sizeof(s), "%.16e", x);
+    const char *q = s;
+    bool neg = *q == '-', rest = false;
+    if (neg) q++;
+    const char *e = strchr(q, 'e');
+    int ex = e ? atoi(e + 1) : 0;
+    memset(d, '0', sizeof(d));
+    if (!e) return false;
+    for (int i = 0; q < e; q++) {
+        if (*q < '0' || *q > '9') continue;
+        long k = (long)NUM_IP - 1 - ex + i; /* digit i weighs 10^(ex - i) */
+        i++;
+        if (k < 0 && *q != '0') return false;
+        if (k >= NUM_IP + nf) rest |= *q != '0';
+        else if (k >= 0) d[k] = *q;
+    }
+    if (rest && up != neg && !digits_bump(d, NUM_IP + nf - 1)) return false;
+    b->ip = 0;
+    for (int k = 0; k < NUM_IP; k++) b->ip = b->ip * 10 + (d[k] - '0');
+    memcpy(b->fr, d + NUM_IP, NUM_FP);
+    b->fr[NUM_FP] = '\0';
+    b->neg = neg && (b->ip || strspn(b->fr, "0") < NUM_FP); /* no negative zero */
+    return true;
+}
+
+static int nbound_cmp(const nbound *a, const nbound *b) {
+    if (a->neg != b->neg) return a->neg ? -1 : 1;
+    int m = a->ip != b->ip ? (a->ip < b->ip ? -1 : 1) : strcmp(a->fr, b->fr);
+    return a->neg ? -m : m;
+}
+
+/* Whether the first n characters of s (or all, if fewer) are ch. */
+static bool all_of(const char *s, char ch, int n) {
+    for (; *s && n > 0; s++, n--)
+        if (*s != ch) return false;
+    return true;
+}
+
+/* Fraction digits from position i of nf on: read padded with zeros, at least lo[i..] while tl
+ * and at most hi[i..] while th; need: at least one digit. */
+static bool frac_digits(conv *c, buf *o, const char *lo, const char *hi, int i, int nf, bool tl, bool th, bool need) {
+    int rest = nf - i;
+    if (tl && all_of(lo + i, '0', NUM_FP)) tl = false;
+    if (th && (i >= nf || all_of(hi + i, '9', nf - i))) th = false;
+    if (!tl && !th) return rest ? cprintf(c, o, "[0-9]{%d,%d}", need, rest) : cput(c, o, "\"\"");
+    if (!tl && all_of(hi + i, '0', NUM_FP)) return cprintf(c, o, "\"0\"{%d,%d}", need, rest);
+    char dl = tl ? lo[i] : '0', dh = th ? hi[i] : '9';
+    char fl = tl ? (char)(dl + 1) : dl, fh = th ? (char)(dh - 1) : dh; /* digits free of both bounds */
+    bool first = true, ok = cput(c, o, "( ");
+    if (ok && fl <= fh) {
+        ok = cprintf(c, o, "[%c-%c]", fl, fh) && (rest == 1 || cprintf(c, o, " [0-9]{0,%d}", rest - 1));
+        first = false;
+    }
+    if (ok && tl) {
+        ok = cprintf(c, o, "%s\"%c\" ", first ? "" : " | ", dl) &&
+             frac_digits(c, o, lo, hi, i + 1, nf, true, th && dl == dh, false);
+        first = false;
+    }
+    if (ok && th && !(tl && dl == dh))
+        ok = cprintf(c, o, "%s\"%c\" ", first ? "" : " | ", dh) && frac_digits(c, o, lo, hi, i + 1, nf, false, true, false);
+    if (ok && !need && !tl) ok = cput(c, o, " | \"\"");
+    return ok && cput(c, o, " )");
+}
+
+/* An integer part (an expression) and the fraction after it, within lo / hi (NULL: free). */
+static bool int_and_frac(conv *c, buf *o, const char *lo, const char *hi, int nf) {
+    static const char zeros[NUM_FP + 1] = "0000000000000000", nines[NUM_FP + 1] = "9999999999999999";
+    bool tl = lo && !all_of(lo, '0', NUM_FP);
+    if (nf == 0) return true;
+    return cput(c, o, tl ? " \".\" " : " ( \".\" ") &&
+           frac_digits(c, o, lo ? lo : zeros, hi ? hi : nines, 0, nf, lo != NULL, hi != NULL, true) &&
+           cput(c, o, tl ? "" : " )?");
+}
+
+/* Magnitudes (no sign) in [lo, hi] (hi NULL: below 10^16), as JSON number text. */
+static bool mag_range(conv *c, buf *o, const nbound *lo, const nbound *hi, int nf) {
+    if (hi && lo->ip == hi->ip)
+        return cprintf(c, o, "\"%lld\"", lo->ip) && int_and_frac(c, o, lo->fr, hi->fr, nf);
+    /* an integer part at a bound whose fraction bound is no bound joins the middle */
+    bool lo_free = all_of(lo->fr, '0', NUM_FP), hi_free = !hi || all_of(hi->fr, '9', nf);
+    long long mid_lo = lo_free ? lo->ip : lo->ip + 1, mid_hi = !hi ? -1 : hi_free ? hi->ip : hi->ip - 1;
+    bool first = true, ok = cput(c, o, "( ");
+    if (ok && !lo_free) {
+        ok = cprintf(c, o, "\"%lld\"", lo->ip) && int_and_frac(c, o, lo->fr, NULL, nf);
+        first = false;
+    }
+    if (ok && (hi ? mid_lo <= mid_hi : mid_lo < 10000000000000000LL)) {
+        ok = cput(c, o, first ? "" : " | ") && range_nonneg(c, o, mid_lo, mid_hi) && int_and_frac(c, o, NULL, NULL, nf);
+        first = false;
+    }
+    if (ok && !hi_free)
+        ok = cprintf(c, o, "%s\"%lld\"", first ? "" : " | ", hi->ip) && int_and_frac(c, o, NULL, hi->fr, nf);
+    return ok && cput(c, o, " )");
+}
+
+/* One side of a number's bounds as an inclusive double (an exclusive one moved one double
+ * inward); *has false when there is none. */
+static bool num_bound(conv *c, const json_t *s, bool lower, bool *has, double *v) {
+    const char *incl = lower ? "minimum" : "maximum", *excl = lower ? "exclusiveMinimum" : "exclusiveMaximum";
+    const json_t *i = json_object_get(s, incl), *e = json_object_get(s, excl);
+    double inward = lower ? INFINITY : -INFINITY;
+    *has = false;
+    *v = -inward;
+    if (i && !json_is_number(i)) return cfail(c, ATTND_ERR_INVALID, "'%s' must be a number", incl);
+    if (e && !json_is_number(e) && !json_is_boolean(e)) return cfail(c, ATTND_ERR_INVALID, "'%s' must be a number", excl);
+    if (i) {
+        double x = json_number_value(i);
+        *v = json_is_true(e) ? nextafter(x, inward) : x; /* draft 4: a boolean beside the bound */
+        *has = true;
+    }
+    if (e && json_is_number(e)) {
+        double y = nextafter(json_number_value(e), inward);
+        *v = !*has ? y : lower ? fmax(*v, y) : fmin(*v, y);
+        *has = true;
+    }
+    return true;
+}
+
+/* multipleOf m (> 0): *nf = k when m is 10^-k (0 <= k <= 16), else -1 with *m set. */
+static bool num_step(conv *c, const json_t *s, int *nf, double *m) {
+    const json_t *v = json_object_get(s, "multipleOf");
+    *nf = NUM_FP;
+    *m = 0;
+    if (!v) return true;
+    if (!json_is_number(v) || !(json_number_value(v) > 0))
+        return cfail(c, ATTND_ERR_INVALID, "'multipleOf' must be a number above 0");
+    *m = json_number_value(v);
+    for (int k = 0; k <= NUM_FP; k++) {
+        char t[24];
+        snprintf(t, sizeof(t), "1e-%d", k);
+        if (strtod(t, NULL) == *m) return *nf = k, true;
+    }
+    *nf = -1;
+    return true;
+}
+
+enum { MAX_MULTIPLES = 256, MAX_INT_STEP = 100 };
+
+/* m as a decimal a * 10^-k from its shortest digits; false when a would pass 10^17 or k 16. */
+static bool step_decimal(double m, long long *a, int *k) {
+    char t[48];
+    int p = 1;
+    for (; p < 17 && (snprintf(t, sizeof(t), "%.*e", p - 1, m), strtod(t, NULL) != m); p++) {}
+    if (p == 17) snprintf(t, sizeof(t), "%.16e", m);
+    int ex = atoi(strchr(t, 'e') + 1);
+    *k = p - 1 - ex;
+    *a = 0;
+    if (*k > NUM_FP || *k < p - 17) return false;
+    for (const char *q = t; *q != 'e'; q++)
+        if (*q >= '0' && *q <= '9') *a = *a * 10 + (*q - '0');
+    for (; *k < 0; (*k)++) *a *= 10;
+    return true;
+}
+
+/* Every multiple n * a * 10^-k within [lo, hi], listed (the caller checked there are few). */
+static bool gen_multiples(conv *c, long long a, int k, double lo, double hi, bool integer, buf *expr) {
+    double m = (double)a / pow(10.0, k);
+    long long scale = 1;
+    for (int j = 0; j < k; j++) scale *= 10;
+    bool ok = cput(c, expr, "( "), any = false;
+    for (long long n = (long long)floor(lo / m) - 1; ok && n <= (long long)ceil(hi / m) + 1; n++) {
+        long long q = n * a, mag = q < 0 ? -q : q;
+        char num[48];
+        int len = snprintf(num, sizeof(num), "%s%lld", q < 0 ? "-" : "", mag / scale);
+        if (mag % scale) {
+            snprintf(num + len, sizeof(num) - (size_t)len, ".%0*lld", k, mag % scale);
+            for (size_t end = strlen(num); num[end - 1] == '0'; end--) num[end - 1] = '\0';
+        }
+        double v = strtod(num, NULL);
+        if (v < lo || v > hi || (integer && mag % scale)) continue;
+        ok = cput(c, expr, any ? " | " : "") && put_literal(c, expr, num, strlen(num));
+        any = true;
+    }
+    if (ok && !any) return cfail(c, ATTND_ERR_INVALID, "no multiple of 'multipleOf' lies within the bounds");
+    return ok && cput(c, expr, " )");
+}
+
+/* Integers divisible by m, digit by digit: rule (r, e, f) is e digits and then up to f more that
+ * take the remainder r (mod m) to 0, made when first referred to. */
+typedef struct divis {
+    conv *c;
+    int m;
+    int ids[NUM_IP + 1][NUM_IP + 1][MAX_INT_STEP];           /* rule id + 1; 0: not made */
+    signed char reach[NUM_IP + 1][NUM_IP + 1][MAX_INT_STEP]; /* 0: not known, 1: none, 2: some */
+} divis;
+
+/* Whether any digits make rule (r, e, f). */
+static bool divis_reach(divis *d, int r, int e, int f) {
+    signed char *known = &d->reach[e][f][r];
+    if (!*known) {
+        bool any = e == 0 && r == 0;
+        for (int k = 0; k < 10 && !any && (e > 0 || f > 0); k++)
+            any = e > 0 ? divis_reach(d, (10 * r + k) % d->m, e - 1, f) : divis_reach(d, (10 * r + k) % d->m, 0, f - 1);
+        *known = any ? 2 : 1;
+    }
+    return *known == 2;
+}
+
+/* Appends rule (r, e, f), which divis_reach says exists. */
+static bool divis_ref(divis *d, buf *o, int r, int e, int f) {
+    conv *c = d->c;
+    if (e == 0 && f == 0) return cput(c, o, "\"\"");
+    if (!d->ids[e][f][r]) {
+        int id = new_rule_id(c);
+        buf body = {0};
+        bool ok = id >= 0, first = e > 0 || r != 0;
+        if (ok) d->ids[e][f][r] = id + 1; /* the body never refers to it: e + f falls */
+        if (ok && !first) ok = cput(c, &body, "\"\"");
+        for (int k = 0; ok && k < 10; k++) {
+            int r2 = (10 * r + k) % d->m, e2 = e > 0 ? e - 1 : 0, f2 = e > 0 ? f : f - 1;
+            if (!divis_reach(d, r2, e2, f2)) continue;
+            ok = cprintf(c, &body, "%s\"%d\"", first ? "" : " | ", k) &&
+                 (!(e2 || f2) || (cput(c, &body, " ") && divis_ref(d, &body, r2, e2, f2)));
+            first = false;
+        }
+        ok = ok && define_rule(c, id, &body);
+        buf_free(&body);
+        if (!ok) return false;
+    }
+    return cprintf(c, o, "r%d", d->ids[e][f][r] - 1);
+}
+
+/* Digits i.. of an L-digit number within [x, y] (tl / th: the digits so far are x's / y's),
+ * with remainder r so far, that end divisible; *some false (nothing written) when none do. */
+static bool divis_walk(divis *d, buf *o, const char *x, const char *y, int i, int L, int r, bool tl, bool th,
+                       bool *some) {
+    *some = false;
+    if (tl && all_of(x + i, '0', L - i)) tl = false; /* at the bound's digits, all free from here */
+    if (th && all_of(y + i, '9', L - i)) th = false;
+    if (!tl && !th) return !divis_reach(d, r, L - i, 0) || ((*some = true) && divis_ref(d, o, r, L - i, 0));
+    buf alts = {0};
+    bool ok = true;
+    for (char k = tl ? x[i] : '0'; ok && k <= (th ? y[i] : '9'); k++) {
+        buf sub = {0};
+        bool any;
+        ok = divis_walk(d, &sub, x, y, i + 1, L, (10 * r + (k - '0')) % d->m, tl && k == x[i], th && k == y[i], &any);
+        if (ok && any) ok = cprintf(d->c, &alts, "%s\"%c\" %s", *some ? " | " : "", k, sub.p);
+        *some |= any;
+        buf_free(&sub);
+    }
+    if (ok && *some) ok = cprintf(d->c, o, "( %s )", alts.p);
+    buf_free(&alts);
+    return ok;
+}
+
+/* One length of multiples: L digits within [x, y] (each L long or NULL: 10..0 / 99..9). */
+static bool divis_length(divis *d, buf *o, const char *x, const char *y, int L, bool *some) {
+    char xs[32], ys[32];
+    memcpy(xs, x ? x : "1000000000000000", (size_t)L), xs[L] = 0;
+    memcpy(ys, y ? y : "9999999999999999", (size_t)L), ys[L] = 0;
+    buf one = {0};
+    bool any, ok = divis_walk(d, &one, xs, ys, 0, L, 0, true, true, &any);
+    if (ok && any) ok = cprintf(d->c, o, "%s%s", *some ? " | " : "( ", one.p);
+    *some |= any;
+    buf_free(&one);
+    return ok;
+}
+
+/* Non-negative multiples of d->m in [lo, hi] (hi < 10^15); *some as divis_walk. The lengths
+ * that are whole (every L-digit number in range) are one chain, a first digit and then up to
+ * the longest, not one alternative per length, so that reading a number keeps few parses
+ * alive and the rules stay about 16 per remainder. */
+static bool range_divisible(divis *d, buf *o, long long lo, long long hi, bool *some) {
+    char a[32], b[32];
+    int na = snprintf(a, sizeof(a), "%lld", lo), nb = snprintf(b, sizeof(b), "%lld", hi);
+    *some = false;
+    if (na == nb) return divis_length(d, o, a, b, na, some) && (!*some || cput(d->c, o, " )"));
+    bool lo_whole = na > 1 && a[0] == '1' && all_of(a + 1, '0', na - 1), hi_whole = all_of(b, '9', nb);
+    int c1 = lo_whole ? na : na + 1, c2 = hi_whole ? nb : nb - 1;
+    bool ok = lo_whole || divis_length(d, o, a, NULL, na, some);
+    for (int k = 1; ok && c1 <= c2 && k <= 9; k++) { /* lengths c1 .. c2 */
+        if (!divis_reach(d, k % d->m, c1 - 1, c2 - c1)) continue;
+        ok = cprintf(d->c, o, "%s\"%d\" ", *some ? " | " : "( ", k) && divis_ref(d, o, k % d->m, c1 - 1, c2 - c1);
+        *some = true;
+    }
+    ok = ok && (hi_whole || divis_length(d, o, NULL, b, nb, some));
+    return !ok || !*some || cput(d->c, o, " )");
+}
+
+/* Integers in [lo, hi] (has_*: bounded) divisible by m (1: all), by sign; with a step, within
+ * +-(10^15 - 1). */
+static bool gen_int_range(conv *c, buf *expr, bool has_lo, long long lo, bool has_hi, long long hi, int m) {
+    if (has_lo && has_hi && hi < lo) return cfail(c, ATTND_ERR_INVALID, "the integer bounds leave no value");
+    if (m > 1 && ((has_lo && lo > 999999999999999LL) || (has_hi && hi < -999999999999999LL)))
+        return cfail(c, ATTND_ERR_INVALID, "the bounds leave no value (a multipleOf step keeps within 15 digits)");
+    divis *d = m > 1 ? calloc(1, sizeof(*d)) : NULL;
+    if (m > 1 && !d) return cfail(c, ATTND_ERR_NOMEM, "out of memory");
+    if (d) d->c = c, d->m = m;
+    const long long top = 999999999999999LL; /* 15 digits: a double tells multiples apart below 2^53 */
+    if (d && (!has_lo || lo < -top)) has_lo = true, lo = -top;
+    if (d && (!has_hi || hi > top)) has_hi = true, hi = top;
+    bool neg = !has_lo || lo < 0, pos = !has_hi || hi >= 0, some[2] = {false, false}, ok = true;
+    buf part[2] = {{0}, {0}};
+    long long from[2] = {has_hi && hi < 0 ? -hi : 1, has_lo && lo > 0 ? lo : 0}; /* -x, x >= 1; then x >= 0 */
+    long long to[2] = {has_lo ? -lo : -1, has_hi ? hi : -1};
+    for (int s = 0; s < 2 && ok; s++) {
+        if (!(s ? pos : neg)) continue;
+        if (d) ok = range_divisible(d, &part[s], from[s], to[s], &some[s]);
+        else ok = (some[s] = true) && range_nonneg(c, &part[s], from[s], to[s]);
+    }
+    if (ok && !some[0] && !some[1]) ok = cfail(c, ATTND_ERR_INVALID, "no multiple of 'multipleOf' lies within the bounds");
+    if (ok) ok = cprintf(c, expr, "( %s%s%s%s )", some[0] ? "\"-\" " : "", some[0] ? part[0].p : "",
+                         some[0] && some[1] ? " | " : "", some[1] ? part[1].p : "");
+    buf_free(&part[0]), buf_free(&part[1]);
+    free(d);
+    return ok;
+}
+
+/* multipleOf m that is not a power of ten: its multiples listed when both bounds leave at most
+ * MAX_MULTIPLES; an integer step up to MAX_INT_STEP digit by digit; anything else refused. */
+static bool gen_step(conv *c, double m, bool has_lo, double lo, bool has_hi, double hi, bool integer, buf *expr) {
+    long long a;
+    int k;
+    bool exact = step_decimal(m, &a, &k);
+    if (exact && has_lo && has_hi && (hi - lo) / m <= MAX_MULTIPLES && (fmax(fabs(lo), fabs(hi)) / m + 2) * (double)a < 1e18)
+        return gen_multiples(c, a, k, lo, hi, integer, expr);
+    if (exact && k == 0 && a >= 2 && a <= MAX_INT_STEP) {
+        const double big = 9999999999999999.0; /* as the grammar's 16 digits */
+        bool hl = has_lo && lo > -big, hh = has_hi && hi < big;
+        if ((has_lo && lo > big) || (has_hi && hi < -big)) return cfail(c, ATTND_ERR_INVALID, "the bounds leave no value");
+        return gen_int_range(c, expr, hl, hl ? (long long)ceil(lo) : 0, hh, hh ? (long long)floor(hi) : 0, (int)a);
+    }
+    return cfail(c, ATTND_ERR_UNSUPPORTED, "'multipleOf' %.17g is supported as a power of ten, an integer up to %d, or "
+                 "with both bounds and at most %d multiples between them", m, MAX_INT_STEP, MAX_MULTIPLES);
+}
+
+/* A number in [lo, hi] (NULL: no bound) on the lattice of 10^-nf, by sign. */
+static bool gen_signed(conv *c, buf *o, const nbound *lo, const nbound *hi, int nf) {
+    nbound zero = {.fr = "0000000000000000"}, step = zero;
+    if (nf) step.fr[nf - 1] = '1';
+    else step.ip = 1;
+    bool neg = !lo || lo->neg, pos = !hi || !hi->neg, ok = cput(c, o, "( ");
+    if (ok && neg) { /* -x for x in [max(step, -hi), -lo]: no negative zero */
+        nbound mlo = hi && hi->neg ? *hi : step, mhi = lo ? *lo : zero;
+        mlo.neg = mhi.neg = false;
+        ok = cput(c, o, "\"-\" ") && mag_range(c, o, &mlo, lo ? &mhi : NULL, nf);
+    }
+    if (ok && pos) {
+        nbound mlo = lo && !lo->neg ? *lo : zero;
+        ok = cput(c, o, neg ? " | " : "") && mag_range(c, o, &mlo, hi, nf);
+    }
+    return ok && cput(c, o, " )");
+}
+
+static bool gen_number(conv *c, const json_t *s, buf *expr) {
+    bool has_lo, has_hi;
+    double lo, hi, m;
+    int nf;
+    if (!num_step(c, s, &nf, &m) || !num_bound(c, s, true, &has_lo, &lo) || !num_bound(c, s, false, &has_hi, &hi))
+        return false;
+    bool bounded = has_lo || has_hi;           /* then no exponent, even with bounds beyond reach */
+    if (has_lo && lo <= -1e16) has_lo = false; /* every number the grammar writes is within 10^16 */
+    if (has_hi && hi >= 1e16) has_hi = false;
+    if ((has_lo && lo >= 1e16) || (has_hi && hi <= -1e16) || (has_lo && has_hi && lo > hi))
+        return cfail(c, ATTND_ERR_INVALID, "the number bounds leave no value");
+    if (nf < 0) return gen_step(c, m, has_lo, lo, has_hi, hi, false, expr);
+    if (!bounded && nf == NUM_FP) {
+        c->prims |= P_NUMBER;
+        return cput(c, expr, "number");
+    }
+    nbound a = {0}, b = {0};
+    if ((has_lo && !nbound_from(&a, lo, nf, true)) || (has_hi && !nbound_from(&b, hi, nf, false)) ||
+        (has_lo && has_hi && nbound_cmp(&a, &b) > 0))
+        return cfail(c, ATTND_ERR_INVALID, "the number bounds leave no value with %d fraction digits", nf);
+    return gen_signed(c, expr, has_lo ? &a : NULL, has_hi ? &b : NULL, nf);
+}
+
 static bool gen_integer(conv *c, const json_t *s, buf *expr) {
     bool has_lo, has_hi;
     long long lo = 0, hi = 0;
-    if (!int_bound(c, s, true, &has_lo, &lo) || !int_bound(c, s, false, &has_hi, &hi)) return false;
+    int nf;
+    double m;
+    if (!int_bound(c, s, true, &has_lo, &lo) || !int_bound(c, s, false, &has_hi, &hi) || !num_step(c, s, &nf, &m))
+        return false;
+    if (nf < 0) /* (every integer is a multiple of 10^-k) */
+        return gen_step(c, m, has_lo, (double)lo, has_hi, (double)hi, true, expr);
     if (!has_lo && !has_hi) {
         c->prims |= P_INTEGER;
         return cput(c, expr, "integer");
     }
-    if (has_lo && has_hi && hi < lo) return cfail(c, ATTND_ERR_INVALID, "the integer bounds leave no value");
-    bool ok = cput(c, expr, "( ");
-    bool neg = !has_lo || lo < 0, pos = !has_hi || hi >= 0;
-    if (ok && neg) { /* -x for x in [max(1, -hi), -lo] */
-        long long nlo = has_hi && hi < 0 ? -hi : 1, nhi = has_lo ? -lo : -1;
-        ok = cput(c, expr, "\"-\" ") && range_nonneg(c, expr, nlo, nhi);
-    }
-    if (ok && pos)
-        ok = cput(c, expr, neg ? " | " : "") && range_nonneg(c, expr, has_lo && lo > 0 ? lo : 0, has_hi ? hi : -1);
-    return ok && cput(c, expr, " )");
-}
-
-static bool gen_number(conv *c, const json_t *s, buf *expr) {
-    const json_t *mn = json_object_get(s, "minimum"), *emn = json_object_get(s, "exclusiveMinimum");
-    if (json_object_get(s, "maximum") || json_object_get(s, "exclusiveMaximum"))
-        return cfail(c, ATTND_ERR_UNSUPPORTED, "'%s' on a number is not supported (on an integer it is)",
-                     json_object_get(s, "maximum") ? "maximum" : "exclusiveMaximum");
-    if (emn && json_is_boolean(emn)) emn = json_is_true(emn) ? mn : NULL, mn = emn ? NULL : mn;
-    if (mn && !(json_is_number(mn) && json_number_value(mn) == 0))
-        return cfail(c, ATTND_ERR_UNSUPPORTED, "'minimum' on a number is supported only as 0");
-    if (emn && !(json_is_number(emn) && json_number_value(emn) == 0))
-        return cfail(c, ATTND_ERR_UNSUPPORTED, "'exclusiveMinimum' on a number is supported only as 0");
-    unsigned p = emn ? P_PNUMBER : mn ? P_UNUMBER : P_NUMBER;
-    c->prims |= p;
-    return cput(c, expr, emn ? "pnumber" : mn ? "unumber" : "number");
+    return gen_int_range(c, expr, has_lo, lo, has_hi, hi, 1);
 }
 
 // ---- objects and arrays ---------------------------------------------------------------------
@@ -726,6 +1111,9 @@ static bool gen_types(conv *c, const json_t *s, buf *expr) {
     if (json_object_get(s, "pattern") || json_object_get(s, "format") || json_object_get(s, "minLength") ||
         json_object_get(s, "maxLength"))
         return gen_string(c, s, expr);
+    if (json_object_get(s, "minimum") || json_object_get(s, "maximum") || json_object_get(s, "exclusiveMinimum") ||
+        json_object_get(s, "exclusiveMaximum") || json_object_get(s, "multipleOf"))
+        return gen_number(c, s, expr);
     c->prims |= P_VALUE;
     return cput(c, expr, "value");
 }
@@ -787,7 +1175,7 @@ static bool emit_prims(conv *c) {
     if (p & P_VALUE) p |= P_OBJECT | P_ARRAY | P_STRING | P_NUMBER;
     if (p & (P_OBJECT | P_ARRAY)) p |= P_VALUE | P_STRING | P_NUMBER | P_WS;
     if (p & P_STRING) p |= P_CHAR;
-    if (p & (P_NUMBER | P_PNUMBER)) p |= P_UNUMBER;
+    if (p & P_NUMBER) p |= P_UNUMBER;
     static const struct { unsigned bit; const char *text; } R[] = {
         {P_VALUE, "value ::= object | array | string | number | \"true\" | \"false\" | \"null\"\n"},
         {P_OBJECT, "object ::= \"{\" ws ( string \":\" ws value ( \",\" ws string \":\" ws value )* )? ws \"}\"\n"},
@@ -796,8 +1184,6 @@ static bool emit_prims(conv *c) {
         {P_CHAR, "char ::= [^\"\\\\\\x00-\\x1f] | \"\\\\\" ( [\"\\\\/bfnrt] | \"u\" [0-9a-fA-F]{4} )\n"},
         {P_NUMBER, "number ::= \"-\"? unumber\n"},
         {P_UNUMBER, "unumber ::= ( \"0\" | [1-9] [0-9]{0,15} ) ( \".\" [0-9]{1,16} )? ( [eE] [-+]? [0-9]{1,3} )?\n"},
-        {P_PNUMBER, "pnumber ::= ( [1-9] [0-9]{0,15} ( \".\" [0-9]{1,16} )? | \"0.\" \"0\"{0,15} [1-9] [0-9]{0,15} ) "
-                    "( [eE] [-+]? [0-9]{1,3} )?\n"},
         {P_INTEGER, "integer ::= \"-\"? ( \"0\" | [1-9] [0-9]{0,15} )\n"},
         {P_WS, "ws ::= ( \" \" | \"\\n\" \" \"{0,16} )?\n"},
         {P_DATE, "date ::= [0-9]{4} \"-\" ( \"0\" [1-9] | \"1\" [0-2] ) \"-\" ( \"0\" [1-9] | [12] [0-9] | \"3\" [01] )\n"},

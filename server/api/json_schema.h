@@ -9,11 +9,14 @@
  * const, anyOf / oneOf (oneOf's exclusivity is not enforced), allOf with one member, $ref to
  * "#", "#/$defs/…" and "#/definitions/…" (recursion allowed), nullable, string minLength /
  * maxLength / format (date, time, date-time, uuid, email, uri) / pattern (literals, classes,
- * \d \w \s, ., groups, |, * + ? {m,n}, ^ $), integer minimum / maximum / exclusive bounds
- * (exactly), number minimum 0 (no sign). Annotations (title, description, default, examples,
- * $schema, $id, $comment, deprecated, readOnly, writeOnly, x-…) are ignored. Anything else —
- * multipleOf, uniqueItems, patternProperties, not, if/then/else, a bound on a number that a
- * grammar cannot express, an unknown keyword — is refused, naming it: never silently dropped.
+ * \d \w \s, ., groups, |, * + ? {m,n}, ^ $), integer and number minimum / maximum / exclusive
+ * bounds (exactly: a bounded number has no exponent, and every text it allows, read as a double,
+ * keeps the bounds), multipleOf a power of ten (fraction digits), any step when both bounds
+ * leave at most 256 multiples (listed), or an integer step up to 100 (digit by digit, up to 15
+ * digits). Annotations (title, description, default,
+ * examples, $schema, $id, $comment, deprecated, readOnly, writeOnly, x-…) are ignored. Anything
+ * else — another multipleOf, uniqueItems, patternProperties, not, if/then/else, an unknown
+ * keyword — is refused, naming it: never silently dropped.
  *
  * Whitespace is the server's choice: none, or one space after ':' and ',' , or a newline with
  * up to 16 spaces of indentation before a member, so pretty-printed output is allowed but

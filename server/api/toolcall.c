@@ -177,24 +177,87 @@ static call_frame frame_of(toolcall_format f) {
     }
 }
 
-// ---- Qwen3-Coder's XML calls -----------------------------------------------------------------
+// ---- the XML-like calls: Qwen3-Coder / Qwen3.5, GLM -------------------------------------------
+
+/* GBNF literals (their text, escaped for inside "...") of one XML-like dialect. */
+typedef struct xml_dialect {
+    const char *call_open;  /* before the function's name */
+    const char *name_close; /* after it */
+    const char *p_open, *p_mid, *p_close; /* around a parameter's name, then its value */
+    const char *call_close, *sep;         /* after a call's parameters; between two calls */
+    const char *text_end;   /* the marker a free-text value never holds (plain text) */
+} xml_dialect;
+
+static const xml_dialect QWEN_XML = {"<tool_call>\\n<function=", ">\\n", "<parameter=", ">\\n", "\\n</parameter>\\n",
+                                     "</function>\\n</tool_call>", "\\n", "</parameter>"};
+static const xml_dialect GLM_XML = {"<tool_call>", "", "<arg_key>", "</arg_key><arg_value>", "</arg_value>",
+                                    "</tool_call>", "", "</arg_value>"};
 
 /* Free text that never holds "</parameter>" (nor ends inside what could start it): xs is any
  * character but '<'; after '<' the rules xt1.. follow the marker, and a character off it (not
  * '<', which starts over) returns to xs. */
-static bool xml_text_rules(buf *out) {
-    static const char M[] = "</parameter>";
+static bool xml_text_rules(const char *M, buf *out) {
+    size_t m = strlen(M);
     bool ok = buf_puts(out, "xv ::= ( [^<] | \"<\" xt1 )*\n");
-    for (size_t k = 1; ok && k + 1 < sizeof(M) - 1; k++)
+    for (size_t k = 1; ok && k + 1 < m; k++)
         ok = buf_printf(out, "xt%zu ::= [^%c<] | \"%c\" xt%zu | \"<\" xt1\n", k, M[k], M[k], k + 1);
-    return ok && buf_printf(out, "xt%zu ::= [^%c<] | \"<\" xt1\n", sizeof(M) - 2, M[sizeof(M) - 2]);
+    return ok && buf_printf(out, "xt%zu ::= [^%c<] | \"<\" xt1\n", m - 1, M[m - 1]);
 }
 
-/* Whether a parameter's value is free text (type "string", or no type) rather than JSON. */
-static bool xml_is_text(const json_t *schema) {
-    const json_t *t = json_object_get(schema, "type");
-    return !json_is_object(schema) || !t || (json_is_string(t) && !strcmp(json_string_value(t), "string"));
+// ---- which parameters are free text --------------------------------------------------------
+
+static bool is_str(const json_t *v, const char *s) { return json_is_string(v) && !strcmp(json_string_value(v), s); }
+
+/* Whether any (all: every) schema of the array a may be a string. */
+static bool any_text(const json_t *a, const json_t *params, int depth, bool all) {
+    bool some = false;
+    for (size_t i = 0; i < json_array_size(a); i++) {
+        bool t = toolcall_schema_is_text_at(json_array_get(a, i), params, depth + 1);
+        if (t && !all) return true;
+        if (!t && all) return false;
+        some = true;
+    }
+    return all && some;
 }
+
+/* The schema a local $ref ("#/$defs/X", "#/definitions/X") names inside params, or NULL. */
+static const json_t *local_ref(const json_t *params, const char *ref) {
+    static const char *const DIRS[] = {"$defs", "definitions"};
+    for (size_t k = 0; k < 2; k++) {
+        size_t l = strlen(DIRS[k]);
+        if (!strncmp(ref, "#/", 2) && !strncmp(ref + 2, DIRS[k], l) && ref[2 + l] == '/')
+            return json_object_get(json_object_get(params, DIRS[k]), ref + 3 + l);
+    }
+    return NULL;
+}
+
+/* Whether a string-only keyword (or a string const, enum member or format) says "a string". */
+static bool string_keywords(const json_t *s) {
+    static const char *const FORMATS[] = {"date", "time", "date-time", "uri", "email", "hostname", "ipv4", "ipv6"};
+    if (json_is_string(json_object_get(s, "const"))) return true;
+    const json_t *e = json_object_get(s, "enum");
+    for (size_t i = 0; i < json_array_size(e); i++)
+        if (json_is_string(json_array_get(e, i))) return true;
+    if (json_object_get(s, "pattern") || json_object_get(s, "minLength") || json_object_get(s, "maxLength")) return true;
+    const char *f = json_string_value(json_object_get(s, "format"));
+    for (size_t i = 0; f && i < ATTND_ARRAY_LEN(FORMATS); i++)
+        if (!strcmp(f, FORMATS[i])) return true;
+    return f && !strncmp(f, "uuid", 4);
+}
+
+bool toolcall_schema_is_text_at(const json_t *s, const json_t *params, int depth) {
+    if (!json_is_object(s) || depth > 16) return false; /* 16: a $ref loop ends as "not text" */
+    const json_t *ref = json_object_get(s, "$ref"), *t = json_object_get(s, "type");
+    if (ref) return json_is_string(ref) && toolcall_schema_is_text_at(local_ref(params, json_string_value(ref)), params, depth + 1);
+    if (is_str(t, "string")) return true;
+    for (size_t i = 0; i < json_array_size(t); i++)
+        if (is_str(json_array_get(t, i), "string")) return true;
+    return any_text(json_object_get(s, "oneOf"), params, depth, false) ||
+           any_text(json_object_get(s, "anyOf"), params, depth, false) ||
+           any_text(json_object_get(s, "allOf"), params, depth, true) || string_keywords(s);
+}
+
+static bool xml_is_text(const json_t *schema, const json_t *params) { return toolcall_schema_is_text_at(schema, params, 0); }
 
 /* A property's schema with the tool's $defs / definitions beside it, so that its $refs resolve
  * (new reference). */
@@ -216,12 +279,12 @@ static bool xml_required(const json_t *params, const char *name) {
 
 /* Tool i's parameters as rule p<i> (required ones in order, optional ones may be left out);
  * the JSON-typed values are added to vals (schema sK for the K-th). */
-static bool xml_params_rule(const json_t *params, size_t i, json_t *vals, buf *out) {
+static bool xml_params_rule(const xml_dialect *d, const json_t *params, size_t i, json_t *vals, buf *out) {
     bool ok = buf_printf(out, "p%zu ::= \"\"", i);
     const char *name;
     json_t *prop;
     json_object_foreach(json_object_get(params, "properties"), name, prop) {
-        bool text = xml_is_text(prop), req = xml_required(params, name);
+        bool text = xml_is_text(prop, params), req = xml_required(params, name);
         if (!text) json_array_append_new(vals, xml_value_schema(params, prop));
         /* a property name is written inside a GBNF literal: escaped as JSON escapes it */
         json_t *js = json_string(name);
@@ -229,9 +292,9 @@ static bool xml_params_rule(const json_t *params, size_t i, json_t *vals, buf *o
         json_decref(js);
         ok = ok && lit && lit[0] == '"';
         if (ok) lit[strlen(lit) - 1] = '\0';
-        ok = ok && buf_printf(out, " ( \"<parameter=\" %s>\\n\" ", lit ? lit : "\"")
+        ok = ok && buf_printf(out, " ( \"%s\" %s%s\" ", d->p_open, lit ? lit : "\"", d->p_mid)
                 && (text ? buf_puts(out, "xv") : buf_printf(out, "s%zu", json_array_size(vals) - 1))
-                && buf_printf(out, " \"\\n</parameter>\\n\" )%s", req ? "" : "?");
+                && buf_printf(out, " \"%s\" )%s", d->p_close, req ? "" : "?");
         free(lit);
     }
     return ok && buf_puts(out, "\n");
@@ -260,25 +323,25 @@ static attnd_status tool_schema_rules(const json_t **schemas, size_t n, bool ok,
     return st;
 }
 
-/* The XML call grammar: <tool_call>, the function, its parameters, </tool_call>. */
-static attnd_status xml_grammar(const toolcall_spec *s, buf *out, attnd_err *err) {
+/* An XML-like call grammar (dialect d): <tool_call>, the function, its parameters, </tool_call>. */
+static attnd_status xml_grammar(const xml_dialect *d, const toolcall_spec *s, buf *out, attnd_err *err) {
     size_t n = json_array_size(s->tools);
     json_t *vals = json_array();
     buf rules = {0};
-    bool ok = vals && (s->parallel ? buf_printf(out, "root ::= \" \"? call ( \"\\n\" call ){0,%d}\n", MAX_PARALLEL - 1)
+    bool ok = vals && (s->parallel ? buf_printf(out, "root ::= \" \"? call ( \"%s\" call ){0,%d}\n", d->sep, MAX_PARALLEL - 1)
                                    : buf_puts(out, "root ::= \" \"? call\n")) &&
-              buf_puts(out, "call ::= \"<tool_call>\\n<function=\" ( ");
+              buf_printf(out, "call ::= \"%s\" ( ", d->call_open);
     bool first = true;
     for (size_t i = 0; ok && i < n; i++) {
         const json_t *t = json_array_get(s->tools, i);
         const char *name = json_string_value(json_object_get(t, "name"));
         if (s->choice == TOOLCALL_NAMED && strcmp(name, s->name)) continue;
-        ok = buf_printf(out, "%s\"%s>\\n\" p%zu", first ? "" : " | ", name, i) &&
-             xml_params_rule(json_object_get(t, "parameters"), i, vals, &rules);
+        ok = buf_printf(out, "%s\"%s%s\" p%zu", first ? "" : " | ", name, d->name_close, i) &&
+             xml_params_rule(d, json_object_get(t, "parameters"), i, vals, &rules);
         first = false;
     }
-    ok = ok && buf_puts(out, " ) \"</function>\\n</tool_call>\"\n") && buf_append(out, rules.p, rules.len) &&
-         xml_text_rules(out);
+    ok = ok && buf_printf(out, " ) \"%s\"\n", d->call_close) && buf_append(out, rules.p, rules.len) &&
+         xml_text_rules(d->text_end, out);
     buf_free(&rules);
     size_t nv = json_array_size(vals);
     const json_t **schemas = calloc(nv ? nv : 1, sizeof(*schemas));
@@ -304,7 +367,8 @@ static attnd_status harmony_grammar(const toolcall_spec *s, buf *out, attnd_err 
 }
 
 attnd_status toolcall_grammar(const toolcall_spec *s, toolcall_format f, buf *out, attnd_err *err) {
-    if (f == TOOLCALL_FMT_QWEN_XML) return xml_grammar(s, out, err);
+    if (f == TOOLCALL_FMT_QWEN_XML) return xml_grammar(&QWEN_XML, s, out, err);
+    if (f == TOOLCALL_FMT_GLM) return xml_grammar(&GLM_XML, s, out, err);
     if (f == TOOLCALL_FMT_HARMONY) return harmony_grammar(s, out, err);
     size_t n = json_array_size(s->tools);
     const json_t **schemas = calloc(n ? n : 1, sizeof(*schemas));

@@ -14,7 +14,9 @@
  *   <|channel|>analysis<|message|>…<|end|>        gpt-oss harmony reasoning, and
  *   <|channel|>commentary to=functions.NAME …<|message|>{…}<|call|>   its calls
  *   <tool_call><function=NAME><parameter=P>VALUE</parameter>…</function></tool_call>
- *                                                  Qwen3-Coder's XML (newlines between the tags)
+ *                                                  Qwen3-Coder's and Qwen3.5's XML (newlines
+ *                                                  between the tags)
+ *   <tool_call>NAME<arg_key>P</arg_key><arg_value>VALUE</arg_value>…</tool_call>   GLM
  * and, when the request has tools, an answer that is only a JSON object {"name", "arguments" |
  * "parameters"} (Llama 3.x's bare JSON, the generic fallback) or an array of them. Text that
  * could still become one of these markers is held back until it is decided, so the result is
@@ -69,6 +71,8 @@ typedef enum toolcall_format {
                               * names them as token terminals) */
     TOOLCALL_FMT_GRANITE,    /* Granite: <|tool_call|>[{"name": …, "arguments": …}] (the marker a
                               * special token, named by the grammar) */
+    TOOLCALL_FMT_GLM,        /* GLM-4.5 / 4.6 / 4.7: <tool_call>NAME<arg_key>P</arg_key><arg_value>VALUE
+                              * </arg_value>…</tool_call> (found by <arg_key> in the probe call) */
 } toolcall_format;
 
 /* A request's tools, as validated from "tools" / "tool_choice" / "parallel_tool_calls". */
@@ -103,6 +107,13 @@ bool toolcall_render_result(const char *content, buf *out);
  * starts with toolcall_trigger(f), so the same grammar serves the lazy start of tool_choice
  * auto. Appended to out. Errors: the schema conversion's (json_schema.h), naming the tool. */
 attnd_status toolcall_grammar(const toolcall_spec *s, toolcall_format f, buf *out, attnd_err *err);
+/* Whether a tool parameter's value is written as free text rather than JSON, in the XML-like
+ * call formats (Qwen3-Coder / Qwen3.5, GLM): its schema s may be a string (as llama.cpp's
+ * resolves_to_string decides: type "string" or a type list with it, a oneOf / anyOf branch or
+ * every allOf part that may be one, a string const or enum member, pattern / minLength /
+ * maxLength, a string format, a local $ref into params' $defs / definitions to such a schema).
+ * An untyped schema is JSON. depth: 0 (bounds $ref loops). */
+bool toolcall_schema_is_text_at(const json_t *s, const json_t *params, int depth);
 /* The text that opens a call in format f (static). */
 const char *toolcall_trigger(toolcall_format f);
 /* Whether format f's grammar names special tokens (token terminals), so it can neither start at a
@@ -118,11 +129,12 @@ toolcall_parser *toolcall_parser_create(bool calls);
 void toolcall_parser_destroy(toolcall_parser *p); /* accepts NULL */
 /* The request's tools (borrowed, must outlive p): OpenAI's [{"type": "function", "function":
  * {"name", "parameters"}}] or the validated [{"name", "parameters"}]. A call must name one of
- * them (without tools, no call is valid). They also type the values of Qwen3-Coder's XML calls:
- * a parameter whose schema type is "string" (or that has no schema, or no type) keeps its text
- * verbatim (one leading and one trailing newline trimmed); any other is read as JSON, and stays
- * the string when its text is not JSON. A call's arguments are the JSON object of its
- * parameters in their order. */
+ * them (without tools, no call is valid). They also type the values of the XML-like calls
+ * (Qwen3-Coder / Qwen3.5, GLM): a parameter whose schema may be a string
+ * (toolcall_schema_is_text_at), or that the tool does not list, keeps its text verbatim (Qwen:
+ * one leading and one trailing newline trimmed); any other is read as JSON, and stays the
+ * string when its text is not JSON. A call's arguments are the JSON object of its parameters
+ * in their order. */
 void toolcall_parser_set_tools(toolcall_parser *p, const json_t *tools);
 /* Call ids become "call_" base "_" index (copied, up to 47 bytes; NULL or "" = random), so that
  * two parsers of the same text name the same calls (a streamed response and its final object). */

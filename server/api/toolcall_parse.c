@@ -21,6 +21,7 @@
 #include "oai.h"
 #include "toolcall.h"
 #include "toolcall_g4.h"
+#include "toolcall_glm.h"
 
 enum mode {
     M_TEXT, M_THINK, M_HERMES, M_PYTAG, M_PYTAG_SEP, M_PYTAG_NEXT, M_MISTRAL, M_GRANITE, M_BARE, M_HARMONY_HEAD,
@@ -497,7 +498,51 @@ static bool step_hermes_json(toolcall_parser *p, size_t i, json_t *deltas, bool 
     return true;
 }
 
-/* After <tool_call>: JSON, Qwen3-Coder's <function=, or (neither) text up to </tool_call>. */
+// ---- GLM's calls ----------------------------------------------------------------------------
+
+static void add_param(toolcall_parser *p, const char *fn, const char *key, const char *v, size_t n);
+
+typedef struct glm_ctx {
+    toolcall_parser *p;
+    bool ok; /* every key fit */
+} glm_ctx;
+
+static void glm_param(void *ctx, const char *key, size_t kn, const char *v, size_t vn) {
+    glm_ctx *g = ctx;
+    if (kn >= sizeof(g->p->pname)) {
+        g->ok = false;
+        return;
+    }
+    memcpy(g->p->pname, key, kn);
+    g->p->pname[kn] = '\0';
+    add_param(g->p, g->p->hname, g->p->pname, v, vn);
+}
+
+/* After <tool_call>: GLM's NAME<arg_key>K</arg_key><arg_value>V</arg_value>…</tool_call>. 1: the
+ * block was read (a call, or content when it names no tool or its arguments are no object);
+ * -1: more text is needed; 0: not this syntax. */
+static int step_glm(toolcall_parser *p, json_t *deltas, bool final) {
+    size_t end = 0;
+    glm_ctx g = {p, true};
+    buf_clear(&p->args);
+    buf_puts(&p->args, "{");
+    p->n_params = 0;
+    int r = toolcall_glm_read(p->pend.p, p->pend.len, final, p->hname, sizeof(p->hname), glm_param, &g, &end);
+    if (r <= 0) return r;
+    buf_puts(&p->args, "}");
+    if (g.ok && name_known(p, p->hname) && args_ok(p->args.p, p->args.len)) {
+        add_call(p, p->hname, p->args.p, deltas);
+    } else {
+        emit_content(p, HERMES_OPEN, strlen(HERMES_OPEN), deltas);
+        reject(p, p->pend.p, end, deltas);
+    }
+    consume(p, end);
+    p->mode = M_TEXT;
+    return 1;
+}
+
+/* After <tool_call>: JSON, Qwen3-Coder's <function=, GLM's name and tags, or (none of them)
+ * text up to </tool_call>. */
 static bool step_hermes(toolcall_parser *p, json_t *deltas, bool final) {
     size_t i = skip_ws(p->pend.p, p->pend.len, 0), n = p->pend.len;
     if (i == n && !final) return false;
@@ -511,6 +556,8 @@ static bool step_hermes(toolcall_parser *p, json_t *deltas, bool final) {
         p->mode = M_XML_FUNC;
         return true;
     }
+    int g = step_glm(p, deltas, final);
+    if (g != 0) return g > 0;
     const char *m[] = {HERMES_CLOSE};
     size_t which, at = find_first(p->pend.p, n, m, 1, &which);
     if (at == n && !final) return false;
@@ -662,32 +709,28 @@ static int xml_name(toolcall_parser *p, char *name, size_t cap, bool final) {
     return final ? 0 : -1;
 }
 
-/* Whether function fn's parameter pn takes its text as it is (schema type "string", or none). */
-static bool xml_param_is_text(const toolcall_parser *p, const char *fn, const char *pn) {
+/* Whether function fn's parameter pn takes its text as it is: its schema may be a string
+ * (toolcall_schema_is_text_at), or it has none (a parameter the tool does not list). */
+static bool param_is_text(const toolcall_parser *p, const char *fn, const char *pn) {
     for (size_t i = 0; i < json_array_size(p->tools); i++) {
         const json_t *t = json_array_get(p->tools, i), *f = json_object_get(t, "function");
         if (!f) f = t;
         const char *name = json_string_value(json_object_get(f, "name"));
         if (!name || strcmp(name, fn)) continue;
-        const json_t *ty = json_object_get(json_object_get(json_object_get(json_object_get(f, "parameters"), "properties"), pn), "type");
-        if (json_is_string(ty)) return !strcmp(json_string_value(ty), "string");
-        for (size_t k = 0; k < json_array_size(ty); k++) /* a list of types: text when it allows a string */
-            if (json_is_string(json_array_get(ty, k)) && !strcmp(json_string_value(json_array_get(ty, k)), "string"))
-                return true;
-        return !ty;
+        const json_t *params = json_object_get(f, "parameters"), *prop = json_object_get(json_object_get(params, "properties"), pn);
+        return !prop || toolcall_schema_is_text_at(prop, params, 0);
     }
     return true;
 }
 
-/* One parameter "name": value of the current call, from its text v[n]. A name twice is no call
- * (its arguments would hold a key twice). */
-static void xml_add_param(toolcall_parser *p, const char *v, size_t n) {
-    if (n && v[0] == '\n') v++, n--;
-    if (n && v[n - 1] == '\n') n--;
-    json_t *val = xml_param_is_text(p, p->hname, p->pname) ? NULL : json_loadb(v, n, JSON_DECODE_ANY, NULL);
+/* One parameter "key": value of function fn's call into p->args, from its text v[n]: the text
+ * itself when the parameter is text, else its JSON (the text when it is not JSON). A key twice
+ * is no call (args_ok refuses its arguments). */
+static void add_param(toolcall_parser *p, const char *fn, const char *key, const char *v, size_t n) {
+    json_t *val = param_is_text(p, fn, key) ? NULL : json_loadb(v, n, JSON_DECODE_ANY, NULL);
     if (!val) val = oai_string(v, n);
-    json_t *key = oai_string(p->pname, strlen(p->pname));
-    char *kt = json_dumps(key, JSON_ENCODE_ANY), *vt = json_dumps(val, JSON_ENCODE_ANY | JSON_COMPACT | JSON_PRESERVE_ORDER);
+    json_t *k = oai_string(key, strlen(key));
+    char *kt = json_dumps(k, JSON_ENCODE_ANY), *vt = json_dumps(val, JSON_ENCODE_ANY | JSON_COMPACT | JSON_PRESERVE_ORDER);
     if (kt && vt) {
         if (p->n_params++) buf_puts(&p->args, ",");
         buf_puts(&p->args, kt);
@@ -695,7 +738,14 @@ static void xml_add_param(toolcall_parser *p, const char *v, size_t n) {
         buf_puts(&p->args, vt);
     }
     free(kt), free(vt);
-    json_decref(key), json_decref(val);
+    json_decref(k), json_decref(val);
+}
+
+/* Qwen's value text: one leading and one trailing newline are the format's. */
+static void xml_add_param(toolcall_parser *p, const char *v, size_t n) {
+    if (n && v[0] == '\n') v++, n--;
+    if (n && v[n - 1] == '\n') n--;
+    add_param(p, p->hname, p->pname, v, n);
 }
 
 /* The end of the current call's arguments: "}", and on to </tool_call>. closed: by its

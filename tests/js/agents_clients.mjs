@@ -129,7 +129,7 @@ async function structured(model) {
   let o = null;
   try { o = JSON.parse(obj.choices[0].message.content); } catch { /* checked */ }
   check(o !== null && typeof o === 'object' && !Array.isArray(o) || obj.choices[0].finish_reason === 'length', 'json_object mode gives a JSON object', obj.choices[0]);
-  const bad400 = await client.chat.completions.create({ model, messages, response_format: { type: 'json_schema', json_schema: { name: 'x', schema: { type: 'number', multipleOf: 3 } } } })
+  const bad400 = await client.chat.completions.create({ model, messages, response_format: { type: 'json_schema', json_schema: { name: 'x', schema: { type: 'number', multipleOf: 0.3 } } } })
     .then(() => null, (e) => e);
   check(bad400 && bad400.status === 400 && /multipleOf/.test(bad400.message), 'an unsupported schema keyword is a 400 naming it', bad400 && bad400.message);
 }

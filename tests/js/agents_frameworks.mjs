@@ -26,6 +26,9 @@ async function attempt(name, fn) {
 const Weather = z.object({ city: z.string().min(1).max(16), days: z.number().int().min(1).max(7) });
 const Person = z.object({ name: z.string().max(20), age: z.number().int().min(0).max(120),
                           tags: z.array(z.enum(['admin', 'user', 'guest'])).max(3) });
+// zod's .int() writes minimum -(2^53 - 1) beside its own bounds; .number().min().max() bounds a
+// decimal, which the grammar holds exactly
+const Rating = z.object({ stars: z.number().int().min(1).max(5), weight: z.number().min(0.5).max(2.5) });
 const weatherTool = { type: 'function', function: { name: 'get_weather', description: 'Weather forecast for a city',
   parameters: { type: 'object', properties: { city: { type: 'string', minLength: 1, maxLength: 16 },
                                               days: { type: 'integer', minimum: 1, maximum: 7 } },
@@ -46,6 +49,20 @@ for (const method of ['functionCalling', 'jsonSchema']) {
   await attempt(`LangChain withStructuredOutput (${method})`, async () => {
     const out = await llm.withStructuredOutput(Person, { name: 'person', method }).invoke('Describe a person.');
     check(Person.safeParse(out).success, `LangChain withStructuredOutput (${method}) gives a valid object`, out);
+  });
+}
+
+for (const method of ['functionCalling', 'jsonSchema']) {
+  await attempt(`LangChain withStructuredOutput with number bounds (${method})`, async () => {
+    let good = 0, last = null;
+    for (const seed of [1, 2, 3]) {
+      const seeded = new ChatOpenAI({ model: modelId, apiKey: 'sk-test-not-checked', configuration: { baseURL },
+                                      temperature: 1, maxTokens: 100, maxRetries: 0, modelKwargs: { seed } });
+      const rated = seeded.withStructuredOutput(Rating, { name: 'rating', method });
+      last = await rated.invoke('Rate a melon.');
+      if (Rating.safeParse(last).success) good++;
+    }
+    check(good === 3, `LangChain withStructuredOutput (${method}): .int().min(1).max(5) and .number().min(0.5).max(2.5) hold, 3 of 3 (${good})`, last);
   });
 }
 

@@ -1,10 +1,14 @@
 // ollama_client.mjs — the official `ollama` npm client against attnd's /api, with only the host
 // changed; structured outputs are checked with a real JSON Schema validator (ajv).
-//   node ollama_client.mjs INSTALL_DIR HOST
+//   node ollama_client.mjs INSTALL_DIR HOST [wide]
+// wide: only the tool and think checks, for a model with a long context and a tool-capable Jinja
+// template (make_tiny's chat model under Qwen3's template): the tools and the tool turns are
+// in the prompt the template writes, and think switches its thinking block.
 // Exits 1 on any failure.
 import { createRequire } from 'node:module';
 
-const [installDir, host] = process.argv.slice(2);
+const [installDir, host, mode] = process.argv.slice(2);
+const wide = mode === 'wide';
 const require = createRequire(installDir + '/package.json');
 const { Ollama } = require('ollama');
 const AjvPkg = require('ajv');
@@ -14,8 +18,9 @@ const ajv = new Ajv({ allErrors: true, strict: false });
 
 let failures = 0;
 function check(cond, name, detail) {
-  if (cond) console.log(`ok - ${name}`);
-  else { console.log(`not ok - ${name}: ${JSON.stringify(detail).slice(0, 800)}`); failures++; }
+  const tag = wide ? '[wide] ' : '';
+  if (cond) console.log(`ok - ${tag}${name}`);
+  else { console.log(`not ok - ${tag}${name}: ${JSON.stringify(detail).slice(0, 800)}`); failures++; }
 }
 
 async function models() {
@@ -107,6 +112,25 @@ async function tools(model) {
   const think = await ollama.chat({ model, messages: [{ role: 'user', content: 'Hi' }, { role: 'assistant', content: 'Hello', thinking: 'greet back' }, ask],
                                     think: true, stream: false, options: { num_predict: 8 } });
   check(think.done, 'think and a thinking message are accepted', think);
+  if (!wide) return;
+  // Qwen3's template: the tools' JSON Schema and the tool turns are in the prompt it writes, and
+  // think false closes an empty think block there (none of that fits the default model's 512
+  // tokens). prompt_eval_count counts what the prefix cache did not hold; every vocabulary token
+  // of this model is one byte.
+  const tide = { type: 'function', function: { name: 'get_tide', description: 'Tide tables for a harbour',
+                                               parameters: { type: 'object', properties: { harbour: { type: 'string' } } } } };
+  const fresh = await ollama.chat({ model, messages: [{ role: 'user', content: 'Tides in Oslo?' }], tools: [tide], stream: false,
+                                    options: { num_predict: 1 } });
+  check(fresh.prompt_eval_count > JSON.stringify(tide.function).length,
+        'the template writes the tools into the prompt', fresh.prompt_eval_count);
+  check(next.prompt_eval_count >= '18 C, sunny'.length + 'get_weather'.length,
+        'the template writes the call and its result into the prompt', next.prompt_eval_count);
+  const q = [{ role: 'user', content: 'Think of Rome.' }];
+  const on = await ollama.chat({ model, messages: q, think: true, stream: false, options: { num_predict: 1 } });
+  const off = await ollama.chat({ model, messages: q, think: false, stream: false, options: { num_predict: 1 } });
+  check(on.done && off.prompt_eval_count >= '<think>\n\n</think>\n\n'.length && off.prompt_eval_count <= 20,
+        "think false is the template's enable_thinking false: an empty think block after the cached prompt",
+        { on: on.prompt_eval_count, off: off.prompt_eval_count });
 }
 
 async function errors(model) {
@@ -127,12 +151,12 @@ async function errors(model) {
 }
 
 try {
-  const model = await models();
-  await chat(model);
-  await generate(model);
-  await formats(model);
+  const model = wide ? (await ollama.list()).models[0].name : await models();
+  if (!wide) await chat(model);
+  if (!wide) await generate(model);
+  if (!wide) await formats(model);
   await tools(model);
-  await errors(model);
+  if (!wide) await errors(model);
 } catch (e) {
   console.log(`not ok - unexpected error: ${e.stack || e}`);
   failures++;

@@ -1,16 +1,18 @@
 // playground.mjs — the web playground (GET /) in headless Chromium, driven by puppeteer-core:
-//   node playground.mjs NODE_MODULES_DIR CHROMIUM BASE_URL SCREENSHOT.png [KEYED_BASE_URL API_KEY]
+//   node playground.mjs NODE_MODULES_DIR CHROMIUM BASE_URL SCREENSHOT.png [KEYED_BASE_URL API_KEY [ENCODER_BASE_URL]]
 // Loads the page, generates, checks the output, the probability shading, the heatmap (drawn, not
 // blank), the layer and head pickers, the head thumbnails and their role labels, the raw / norm
 // toggle, a selected token's logit lens and ablation grid (a click regenerates with that head
 // removed, next to the original), branching, hovering a token, chat mode, and — on
-// a second server that needs a key — the key prompt. Fails on any console error and on any
+// a second server that needs a key — the key prompt, and on an encoder's server (a bert that only
+// embeds) Inspect: two inputs side by side, rows drawn whole (a token's later keys coloured, the
+// other input's cells hatched), hovering lights the token's whole input. Fails on any console error and on any
 // request that would leave the machine (every request is intercepted; only the server's own
 // origin is allowed). Keeps a screenshot of the page after a generation.
 import { createRequire } from "node:module";
 import assert from "node:assert/strict";
 
-const [modules, chromium, base, shot, keyedBase, apiKey] = process.argv.slice(2);
+const [modules, chromium, base, shot, keyedBase, apiKey, encoderBase] = process.argv.slice(2);
 const require = createRequire(modules + "/");
 const puppeteer = require("puppeteer-core");
 
@@ -243,6 +245,44 @@ if (keyedBase) {
   await p2.click("#savekey");
   await p2.waitForFunction(() => document.getElementById("model").textContent.includes("attnd-sotu"));
   ok("a server with an API key: the page asks for it, then works");
+}
+
+if (encoderBase) {
+  const p3 = await open(encoderBase + "/");
+  await p3.waitForFunction(() => document.getElementById("generate").textContent === "Inspect");
+  assert.equal(await p3.$eval("#tab-chat", (e) => e.style.display), "none");
+  await p3.$eval('[data-testid="prompt"]', (e) => (e.value = "Once upon a time\na little cat"));
+  await p3.click('[data-testid="generate"]');
+  await p3.waitForFunction(() => /both ways, 2 inputs/.test(document.getElementById("attnstatus").textContent),
+                           { timeout: 30000 });
+  // row 0 at its input's last key (after it: masked under a causal mask) is that weight's colour;
+  // row 0 over the other input is hatched grey
+  const enc = await p3.evaluate(() => {
+    const c = document.querySelector('[data-testid="attention"] canvas'), g = state.geom, a = state.attn;
+    const dpr = window.devicePixelRatio || 1, ctx = c.getContext("2d");
+    const at = (p, j) => [...ctx.getImageData(Math.floor((g.lw + (j + 0.5) * g.cell) * dpr),
+                                             Math.floor((g.lw + (p + 0.5) * g.cell) * dpr), 1, 1).data].slice(0, 3);
+    const j = a.inputs[0].n_tokens - 1, want = heat(row(0, state.head)[j]).match(/\d+/g).map(Number);
+    const other = new Set();
+    for (let y = 0; y < a.inputs[0].n_tokens * g.cell * dpr; y++) // rows of input 0
+      other.add(ctx.getImageData(Math.floor((g.lw + a.inputs[1].first * g.cell) * dpr) + 1,
+                                 Math.floor(g.lw * dpr) + y, 1, 1).data.slice(0, 3).join(","));
+    return { got: at(0, j), want, other: [...other], brk: document.querySelectorAll("#strip .tok.brk").length,
+             n0: a.inputs[0].n_tokens, causal: a.causal };
+  });
+  assert.equal(enc.causal, false);
+  assert.deepEqual(enc.got, enc.want, `row 0, key ${enc.n0 - 1}: drawn ${enc.got}, its weight's colour ${enc.want}`);
+  const grey = (c) => { const [r, g, b] = c.split(",").map(Number); return r >= 180 && r <= 240 && Math.abs(r - g) < 12 && Math.abs(g - b) < 16; };
+  assert.ok(enc.other.length >= 2 && enc.other.every(grey),
+            `the other input's cells should be hatched grey: ${JSON.stringify(enc.other)}`);
+  assert.equal(enc.brk, 1, "the strip marks where the second input starts");
+  await (await p3.$$("#strip .tok"))[0].hover();
+  const lit0 = await p3.$$eval("#strip .tok", (s) => s.filter((e) => e.style.background).length);
+  assert.equal(lit0, enc.n0, `token 0 should light its whole input (${enc.n0} tokens), lit ${lit0}`);
+  await (await p3.$$("#strip .tok"))[1].click();
+  await p3.waitForFunction(() => /An encoder/.test(document.getElementById("selstatus").textContent));
+  await p3.screenshot({ path: shot.replace(/\.png$/, "-encoder.png"), fullPage: true });
+  ok(`an encoder: Inspect draws whole rows (row 0 sees ${enc.n0} tokens), the other input hatched, hover lights the input`);
 }
 
 await browser.close();

@@ -3,8 +3,8 @@
  *
  * Byte 0 picks whether calls are parsed (bit 0), whether the output starts inside a reasoning
  * block (bit 7: the prompt ended with an open <think>), the request's tools (bit 6: FUZZ_TOOLS,
- * whose schemas type the values of Qwen3-Coder XML calls; else PLAIN_TOOLS; bit 5 as well: none
- * at all) and a chunking seed; the rest is a model's output. The reasoning-token count (reasoning.h) is also taken over the text cut into
+ * whose schemas type the values of the XML-like calls, Qwen's and GLM's; else PLAIN_TOOLS;
+ * bit 5 as well: none at all) and a chunking seed; the rest is a model's output. The reasoning-token count (reasoning.h) is also taken over the text cut into
  * the same chunks as "tokens": it counts no more tokens than there are, and none without a
  * reasoning marker. The text is parsed whole and in chunks cut by the seed: both must give the same content, reasoning
  * and calls, the streamed deltas must concatenate to them (content, reasoning, and each call's
@@ -28,7 +28,9 @@
 static const char FUZZ_TOOLS[] =
     "[{\"type\": \"function\", \"function\": {\"name\": \"f\", \"parameters\": {\"properties\": {\"s\": "
     "{\"type\": \"string\"}, \"i\": {\"type\": \"integer\"}, \"b\": {\"type\": \"boolean\"}, \"o\": {\"type\": "
-    "\"object\"}, \"a\": {\"type\": \"array\"}, \"n\": {\"type\": [\"number\", \"null\"]}}}}}, {\"name\": \"g\"}]";
+    "\"object\"}, \"a\": {\"type\": \"array\"}, \"n\": {\"type\": [\"number\", \"null\"]}, \"e\": {\"enum\": "
+    "[\"x\", 1]}, \"u\": {\"anyOf\": [{\"type\": \"integer\"}, {\"type\": \"string\"}]}, \"t\": {}}}}}, "
+    "{\"name\": \"g\"}]";
 
 /* Names the hostile corpus uses, without schemas. */
 static const char PLAIN_TOOLS[] =

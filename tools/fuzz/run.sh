@@ -7,7 +7,8 @@
 # works in a scratch copy, so runs never change the committed seeds. Exits non-zero when any
 # target finds a crash, a leak, an out-of-memory or a timeout; the reproducer is left in
 # $FUZZ_OUT (default build-fuzz/findings) and the command to replay it is printed.
-# Environment: FUZZ_BUILD (build dir, default build-fuzz), FUZZ_JOBS (build parallelism).
+# Environment: FUZZ_BUILD (build dir, default build-fuzz), FUZZ_JOBS (build parallelism),
+# FUZZ_PARALLEL (targets run at once, default one per core).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 SECONDS_EACH=${1:-15}
@@ -24,25 +25,30 @@ CC=clang cmake -S tools/fuzz -B "$BUILD" -DCMAKE_BUILD_TYPE=Debug >/dev/null
 cmake --build "$BUILD" -j"${FUZZ_JOBS:-$(nproc)}" >/dev/null
 
 mkdir -p "$OUT"
-failed=()
-for t in "${TARGETS[@]}"; do
-    work="$BUILD/corpus/$t"
-    rm -rf "$work" && mkdir -p "$work"
+# One target a core at a time: each target is one single-threaded libFuzzer process.
+run_one() {
+    local t=$1 work="$BUILD/corpus/$1" log="$OUT/$1.log" dict=()
+    rm -rf "$work" "$OUT/$t.failed" && mkdir -p "$work"
     [ -d "tools/fuzz/corpus/$t" ] && cp -r "tools/fuzz/corpus/$t/." "$work/"
-    dict=()
     [ -f "tools/fuzz/$t.dict" ] && dict=(-dict="tools/fuzz/$t.dict")
-    log="$OUT/$t.log"
-    echo "== $t: ${SECONDS_EACH}s" >&2
     if ASAN_OPTIONS=detect_leaks=1:allocator_may_return_null=1 UBSAN_OPTIONS=print_stacktrace=1 \
         "$BUILD/$t" -max_total_time="$SECONDS_EACH" -timeout=10 -rss_limit_mb=2048 -max_len=65536 \
         -print_final_stats=1 -artifact_prefix="$OUT/$t-" "${dict[@]}" "$work" >"$log" 2>&1; then
         grep -E "^stat::number_of_executed_units|^#[0-9]+.*DONE" "$log" | tail -1 | sed "s/^/   $t: /" >&2
     else
-        echo "   $t: FAILED — see $log; replay with: $BUILD/$t $OUT/$t-<artifact>" >&2
-        tail -40 "$log" >&2
-        failed+=("$t")
+        { echo "   $t: FAILED — see $log; replay with: $BUILD/$t $OUT/$t-<artifact>"; tail -40 "$log"; } >&2
+        touch "$OUT/$t.failed"
     fi
+}
+jobs_max=${FUZZ_PARALLEL:-$(nproc)}
+echo "== ${#TARGETS[@]} targets, ${SECONDS_EACH}s each, $jobs_max at a time" >&2
+for t in "${TARGETS[@]}"; do
+    while [ "$(jobs -rp | wc -l)" -ge "$jobs_max" ]; do wait -n || true; done
+    run_one "$t" &
 done
+wait
+failed=()
+for t in "${TARGETS[@]}"; do if [ -e "$OUT/$t.failed" ]; then failed+=("$t"); fi; done
 if [ ${#failed[@]} -gt 0 ]; then
     echo "run.sh: findings in ${failed[*]}" >&2
     exit 1
