@@ -50,6 +50,10 @@ static const char *const KEYS_BERT[] = {"attention.layer_norm_epsilon", NULL};
 static const char *const KEYS_GEMMA_EMB[] = {"attention.sliding_window", "rope.freq_base_swa", "dense_2_feat_in",
                                              "dense_2_feat_out", "dense_3_feat_in", "dense_3_feat_out", NULL};
 
+static const char *const KEYS_MODERN_BERT[] = {"attention.layer_norm_epsilon", "attention.sliding_window",
+                                               "attention.sliding_window_pattern", "rope.freq_base_swa",
+                                               "hidden_activation", NULL};
+
 static const arch_desc ARCHS[] = {
     {.name = "llama", .rope = ROPE_ADJACENT, .qkv_bias = NEED_OPTIONAL, .keys = KEYS_NONE},
     {.name = "qwen2", .rope = ROPE_NEOX, .qkv_bias = NEED_YES, .keys = KEYS_NONE},
@@ -108,6 +112,15 @@ static const arch_desc ARCHS[] = {
      * says; optional dense_2 / dense_3 projections after pooling (embed.c) */
     {.name = "gemma-embedding", .bidirectional = true, .rope = ROPE_NEOX, .qk_norm = true, .post_norms = true,
      .embd_scale = true, .act = ACT_GELU_TANH, .swa_pattern = 6, .swa_rope_base = 10000.0f, .keys = KEYS_GEMMA_EMB},
+    /* ModernBERT (gte-modernbert, granite-embedding-r2, nomic's ModernBERT embedders): pre-LayerNorm
+     * layers without biases, fused attn_qkv, GeGLU (or SwiGLU, as hidden_activation says) over a fused
+     * ffn_up, NEOX RoPE with the global and local layers' own bases; with a window, every layer local
+     * but the first of each period of sliding_window_pattern (3 without the key), seeing window / 2
+     * positions either side; no window key: every layer global, as llama.cpp reads it; its rank
+     * head pools the mean, then cls, GELU and cls.norm */
+    {.name = "modern-bert", .bidirectional = true, .pre_ln = true, .rope = ROPE_NEOX, .fused_qkv = true,
+     .fused_gate_up = true, .act = ACT_GELU_TANH, .act_key = true, .swa_pattern = 3, .swa_dense_first = true,
+     .swa_optional = true, .swa_rope_base = 10000.0f, .rank_mean_gelu = true, .keys = KEYS_MODERN_BERT},
 };
 
 /* Keys every family reads (model.c) or that change nothing attnd computes. */
@@ -130,7 +143,7 @@ const arch_desc *arch_find(const char *name) {
 
 const char *arch_names(void) {
     return "llama, qwen2, qwen3, qwen3moe, smollm3, gemma2, gemma3, gemma4, phi3, gpt-oss, qwen35, qwen35moe, qwen3next, "
-           "deepseek2, bert, nomic-bert, gemma-embedding";
+           "deepseek2, bert, nomic-bert, gemma-embedding, modern-bert";
 }
 
 static bool in_list(const char *const *list, const char *s) {

@@ -48,6 +48,9 @@ typedef struct arch_desc {
      * Gemma 3 and Phi-3 files). */
     int swa_pattern, swa_default;
     bool swa_every_layer, swa_optional;
+    /* With swa_pattern: layer l is global when l % n == 0 instead (the first of each period), n
+     * being <arch>.attention.sliding_window_pattern (one integer) when the file has it (ModernBERT). */
+    bool swa_dense_first;
     /* Local layers' RoPE: base <arch>.rope.freq_base_swa, or swa_rope_base when the file has none
      * (0: the global base); unscaled, or with the global layers' scaling when swa_rope_scaled. */
     float swa_rope_base;
@@ -104,6 +107,17 @@ typedef struct arch_desc {
     bool post_ln;
     bool abs_pos;              /* position_embd rows (n_ctx, n_embd) added to the embeddings; no RoPE */
     bool ffn_ungated;          /* the FFN is W_down act(W_up x + b) + b (no gate) */
+    /* ModernBERT's layer (encoder.c): x += attention(LN(x)), x += ffn(LN(x)), LayerNorms with a
+     * weight and no bias (<arch>.attention.layer_norm_epsilon): attn_norm (absent on the first layer:
+     * the identity), ffn_norm, the embeddings' token_embd_norm and the final output_norm. */
+    bool pre_ln;
+    /* <arch>.hidden_activation picks the gated FFN's activation, as llama.cpp maps it: "gelu",
+     * "geglu" GeGLU; "silu", "swish", "swiglu" SwiGLU; "relu", "reglu" refused; others act. */
+    bool act_key;
+    /* The rank head as llama.cpp builds it for ModernBERT (its cross-encoders: gte-reranker-modernbert):
+     * the mean of the input's rows (not the first), cls, then GELU (not tanh), then a LayerNorm of
+     * weight cls.norm (optional, no bias), then cls.output. */
+    bool rank_mean_gelu;
     const char *const *keys;   /* the family's own "<arch>." keys beyond the common ones, NULL-ended */
 } arch_desc;
 

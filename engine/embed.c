@@ -7,8 +7,9 @@
  * input is its own sequence, so it attends causally to itself only, and the pool is destroyed
  * before the call returns (no KV is kept). Encoders (arch bidirectional) run through encoder.c.
  * The pooling and the head follow llama.cpp's build_pooling (src/llama-graph.cpp): mean, first
- * (cls), last; rank = the pooled row (a decoder's last, an encoder's first) through cls (tanh)
- * and cls.output, a decoder's outputs then softmaxed (Qwen3-Reranker's yes/no).
+ * (cls), last; rank = the pooled row (a decoder's last, an encoder's first; ModernBERT's mean)
+ * through cls (tanh; ModernBERT's GELU then cls.norm) and cls.output, a decoder's outputs then
+ * softmaxed (Qwen3-Reranker's yes/no).
  */
 #include <math.h>
 #include <stdint.h>
@@ -89,12 +90,14 @@ attnd_status embed_model_load(model *m, const char *arch, attnd_err *err) {
     if ((st = model_find_matrix(m, "cls.weight", E, E, false, &m->cls, err)) ||
         (st = model_load_vector(m, "cls.bias", E, false, &m->cls_b, err)) ||
         (st = model_find_matrix(m, "cls.output.weight", n_out, E, false, &m->cls_out, err)) ||
-        (st = model_load_vector(m, "cls.output.bias", n_out, false, &m->cls_out_b, err)))
+        (st = model_load_vector(m, "cls.output.bias", n_out, false, &m->cls_out_b, err)) ||
+        (m->arch->rank_mean_gelu && (st = model_load_vector(m, "cls.norm.weight", E, false, &m->cls_norm, err))))
         return st;
     if ((st = embed_load_dense(m, err))) return st;
-    if ((m->cls_b && !m->cls.data) || (m->cls_out_b && !m->cls_out.data) || (m->cls.data && !m->cls_out.data))
+    if ((m->cls_b && !m->cls.data) || (m->cls_norm && !m->cls.data) || (m->cls_out_b && !m->cls_out.data) ||
+        (m->cls.data && !m->cls_out.data))
         return attnd_fail(err, ATTND_ERR_FORMAT,
-                          "the classification head is incomplete (cls.bias without cls.weight, "
+                          "the classification head is incomplete (cls.bias or cls.norm without cls.weight, "
                           "or cls without cls.output.weight)");
     m->n_cls_out = m->cls_out.data ? (int)n_out : 0;
     if (m->pooling == POOL_RANK && !m->n_cls_out)
@@ -106,6 +109,7 @@ void embed_model_free(model *m) {
     encoder_free(m);
     free(m->cls_b);
     free(m->cls_out_b);
+    free(m->cls_norm);
 }
 
 // ---- pooling and the head -----------------------------------------------------------------------
@@ -132,13 +136,26 @@ static void head_matvec(float *out, const weight *w, const float *b, const float
     for (int64_t r = 0; b && r < w->rows; r++) out[r] += b[r];
 }
 
+/* y (n) = LayerNorm(gelu(y)) * w (mean and variance in double; no norm when w is NULL). */
+static void head_gelu_norm(float *y, const float *w, int n, float eps) {
+    double mean = 0, var = 0;
+    for (int i = 0; i < n; i++) mean += y[i] = embed_gelu(y[i]);
+    mean /= n;
+    for (int i = 0; i < n; i++) var += (y[i] - mean) * (y[i] - mean);
+    float sc = (float)(1.0 / sqrt(var / n + eps));
+    for (int i = 0; w && i < n; i++) y[i] = (float)(y[i] - mean) * sc * w[i];
+}
+
 /* out (n_cls_out) = the head of the pooled row x (n_embd); scratch: 2 n_embd floats. */
 static void rank_head(const model *m, const float *x, float *out, float *scratch) {
     int E = m->info.n_embd;
     float *y = scratch, *row = scratch + E;
     if (m->cls.data) {
         head_matvec(y, &m->cls, m->cls_b, x, row);
-        for (int i = 0; i < E; i++) y[i] = tanhf(y[i]);
+        if (m->arch->rank_mean_gelu) /* ModernBERT's: GELU, then its LayerNorm (weight, no bias) */
+            head_gelu_norm(y, m->cls_norm, E, m->info.rms_eps);
+        else
+            for (int i = 0; i < E; i++) y[i] = tanhf(y[i]);
         x = y;
     }
     float *o = out;
@@ -155,7 +172,7 @@ static void rank_head(const model *m, const float *x, float *out, float *scratch
 static int pooled_row(const model *m, model_pooling pool, int n) {
     if (pool == POOL_MEAN || pool == POOL_NONE) return -1;
     if (pool == POOL_CLS) return 0;
-    if (pool == POOL_RANK) return m->arch->bidirectional ? 0 : n - 1;
+    if (pool == POOL_RANK) return m->arch->rank_mean_gelu ? -1 : m->arch->bidirectional ? 0 : n - 1;
     return n - 1;
 }
 

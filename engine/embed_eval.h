@@ -5,6 +5,8 @@
 #ifndef ATTND_EMBED_EVAL_H
 #define ATTND_EMBED_EVAL_H
 
+#include <math.h>
+
 #include "attnd/embed.h"
 #include "attnd/engine.h"
 #include "model_internal.h"
@@ -35,6 +37,13 @@ void engine_attn_hooks(const engine *e, engine_attn_cb *cb, engine_attn_want *wa
  * others when the file has them. scratch: embed_scratch_floats(m) floats. */
 void embed_pool(const model *m, model_pooling pool, const float *h, int n_rows, float *out, float *scratch);
 size_t embed_scratch_floats(const model *m);
+
+/* GELU, tanh form (ggml_gelu's formula; ggml's CPU backend also rounds its input and output to
+ * F16 through a table, which attnd does not copy: the float64 reference is the exact function). */
+static inline float embed_gelu(float x) {
+    const float c = 0.7978845608028654f; /* sqrt(2/pi) */
+    return 0.5f * x * (1.0f + tanhf(c * x * (1.0f + 0.044715f * x * x)));
+}
 
 /* encoder.c: a post_ln encoder's weights (after token_embd, from load_weights), what they
  * allocated (from embed_model_free), and engine_embed's evaluation for encoders (inputs checked). */

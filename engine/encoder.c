@@ -1,5 +1,6 @@
 /*
- * encoder.c — the forward pass of encoders (arch bidirectional + post_ln: bert), for engine_embed.
+ * encoder.c — the forward pass of encoders (arch bidirectional: bert, nomic-bert, gemma-embedding,
+ * modern-bert), for engine_embed.
  *
  * A pass takes whole inputs, concatenated: row t of every activation is one token of one input.
  * The matrices are applied to all rows at once (one read of each weight per pass, as engine.c
@@ -19,6 +20,11 @@
  * QK-norm, NEOX RoPE with the local layers' base, post-norms, GeGLU, embeddings x sqrt(n_embd), the
  * final output_norm), attending both ways; its local layers see the keys within window / 2
  * positions on either side (llama.cpp's symmetric sliding window).
+ * modern-bert (ModernBERT, src/models/modern-bert.cpp): the same pre-norm recipe with LayerNorms
+ * (weight, no bias) instead of RMSNorms and no post-norms: x0 = LN(tok); x += W_o attend(fused
+ * W_qkv LN(x)) (the first layer without its LN); x += W_down act(gate) * up, gate and up the two
+ * halves of one ffn_up (GeGLU, or SwiGLU as hidden_activation says); then LN(x) (output_norm). NEOX
+ * RoPE, local layers with their own base and the symmetric window; no biases.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -239,13 +245,6 @@ static void enc_attend_task(void *ctx, int item, int worker) {
     }
 }
 
-/* GELU, tanh form (ggml_gelu's formula; ggml's CPU backend also rounds its input and output to
- * F16 through a table, which attnd does not copy: the float64 reference is the exact function). */
-static float gelu_tanh(float x) {
-    const float c = 0.7978845608028654f; /* sqrt(2/pi) */
-    return 0.5f * x * (1.0f + tanhf(c * x * (1.0f + 0.044715f * x * x)));
-}
-
 /* q, k, v of every row from in (T, E): one fused projection split by columns, or three; each head
  * of q and k RMS-normalised where the family says (QK-norm); then RoPE (NEOX, each row at its
  * position within its input, the layer's table) where the family rotates. */
@@ -300,16 +299,16 @@ static void act_task(void *ctx, int c, int worker) {
     float *u = p->up;
     const float *g = p->gate;
     if (!p->act_gated)
-        for (size_t i = i0; i < i1; i++) u[i] = gelu_tanh(u[i]);
-    else if (p->m->arch->act == ACT_GELU_TANH) /* GeGLU */
-        for (size_t i = i0; i < i1; i++) u[i] *= gelu_tanh(g[i]);
+        for (size_t i = i0; i < i1; i++) u[i] = embed_gelu(u[i]);
+    else if (p->m->ffn_act == ACT_GELU_TANH) /* GeGLU */
+        for (size_t i = i0; i < i1; i++) u[i] *= embed_gelu(g[i]);
     else
         for (size_t i = i0; i < i1; i++) u[i] *= g[i] / (1.0f + expf(-g[i]));
 }
 
 static void enc_act(enc_pass *p, const layer_weights *L) {
     size_t n = (size_t)p->T * (size_t)p->m->info.n_ff;
-    p->act_gated = L->w_gate.data != NULL;
+    p->act_gated = L->w_gate.data != NULL || p->m->arch->fused_gate_up;
     threads_run((long)n >= ROWWISE_PAR_MIN ? p->n_threads : 1, (int)((n + ACT_CHUNK - 1) / ACT_CHUNK), act_task, p);
 }
 
@@ -333,23 +332,41 @@ static void enc_layer(enc_pass *p, int l) {
     norm_rows(p->n_threads, p->x, p->x, L->ffn_norm, L->ffn_norm_b, T, E, eps, true);
 }
 
-/* One pre-norm layer (gemma-embedding: gemma3's layer attending both ways): x += post(attn(rms(x)));
- * x += post(ffn(rms(x))), post = the family's RMSNorm of a sub-layer's output, or nothing. */
+/* gate (T, F) and up (T, F) of a pre-norm layer's FFN from its input in (T, E): two matrices, or
+ * one ffn_up of 2F rows (arch fused_gate_up: the gate's rows first) into gate as (T, 2F), then
+ * split (the gate's halves moved down in place, row by row, ahead of what they overwrite). */
+static void enc_gate_up(enc_pass *p, const layer_weights *L, const float *in) {
+    size_t F = (size_t)p->m->info.n_ff;
+    if (L->w_gate.data) {
+        enc_matmul(p, p->up, &L->w_up, in, NULL);
+        enc_matmul(p, p->gate, &L->w_gate, in, NULL);
+        return;
+    }
+    enc_matmul(p, p->gate, &L->w_up, in, NULL);
+    for (size_t t = 0; t < (size_t)p->T; t++) {
+        memcpy(p->up + t * F, p->gate + t * 2 * F + F, sizeof(float) * F);
+        memmove(p->gate + t * F, p->gate + t * 2 * F, sizeof(float) * F);
+    }
+}
+
+/* One pre-norm layer (gemma-embedding: gemma3's layer attending both ways; modern-bert):
+ * x += post(attn(norm(x))); x += post(ffn(norm(x))), norm = the family's RMSNorm or LayerNorm (arch
+ * pre_ln; none where the layer has no attn_norm), post = its norm of a sub-layer's output, or nothing. */
 static void enc_layer_pre(enc_pass *p, int l) {
     const model *m = p->m;
     const layer_weights *L = &m->layers[l];
     int E = m->info.n_embd, T = p->T;
     float eps = m->info.rms_eps;
-    norm_rows(p->n_threads, p->xn, p->x, L->attn_norm, NULL, T, E, eps, false);
-    enc_qkv(p, L, p->xn);
+    bool ln = m->arch->pre_ln;
+    if (L->attn_norm) norm_rows(p->n_threads, p->xn, p->x, L->attn_norm, NULL, T, E, eps, ln);
+    enc_qkv(p, L, L->attn_norm ? p->xn : p->x);
     p->layer = l;
     threads_run(p->attn_cb ? 1 : p->n_threads, p->n * m->info.n_head, enc_attend_task, p);
     enc_matmul(p, p->tmp, &L->wo, p->att, L->bo);
     if (L->post_attn_norm) norm_rows(p->n_threads, p->tmp, p->tmp, L->post_attn_norm, NULL, T, E, eps, false);
     for (size_t i = 0; i < (size_t)T * E; i++) p->x[i] += p->tmp[i];
-    norm_rows(p->n_threads, p->xn, p->x, L->ffn_norm, NULL, T, E, eps, false);
-    enc_matmul(p, p->up, &L->w_up, p->xn, NULL);
-    enc_matmul(p, p->gate, &L->w_gate, p->xn, NULL);
+    norm_rows(p->n_threads, p->xn, p->x, L->ffn_norm, NULL, T, E, eps, ln);
+    enc_gate_up(p, L, p->xn);
     enc_act(p, L);
     enc_matmul(p, p->tmp, &L->w_down, p->up, NULL);
     if (L->post_ffn_norm) norm_rows(p->n_threads, p->tmp, p->tmp, L->post_ffn_norm, NULL, T, E, eps, false);
@@ -378,7 +395,8 @@ static size_t enc_scratch_bytes(const model *m, int T) {
 static attnd_status enc_alloc(enc_pass *p, int T, int n_in, attnd_err *err) {
     const model *m = p->m;
     size_t E = (size_t)m->info.n_embd, Q = (size_t)m->q_dim, KV = (size_t)m->kv_dim, F = (size_t)m->info.n_ff;
-    size_t G = m->layers[0].w_gate.data ? F : 0, W = m->arch->fused_qkv ? Q + 2 * KV : 0;
+    size_t G = m->arch->fused_gate_up ? 2 * F : m->layers[0].w_gate.data ? F : 0; /* fused: (T, 2F) first */
+    size_t W = m->arch->fused_qkv ? Q + 2 * KV : 0;
     size_t floats = (size_t)T * (3 * E + 2 * Q + 2 * KV + F + G + W) + (size_t)p->n_threads * (size_t)p->max_len +
                     embed_scratch_floats(m);
     size_t scratch = enc_scratch_bytes(m, T);
@@ -414,14 +432,14 @@ static void enc_run(enc_pass *p, const embed_input *in, int n, model_pooling poo
         if (m->arch->post_ln) enc_layer(p, l);
         else enc_layer_pre(p, l);
     }
-    if (m->output_norm)
-        norm_rows(p->n_threads, p->x, p->x, m->output_norm, NULL, p->T, E, m->info.rms_eps,
-                  false);                               /* RMSNorm families */
+    if (m->output_norm) /* the pre-norm families' (RMSNorm, or LayerNorm: arch pre_ln) */
+        norm_rows(p->n_threads, p->x, p->x, m->output_norm, NULL, p->T, E, m->info.rms_eps, m->arch->pre_ln);
     for (int t = 0; pool == POOL_NONE && t < p->T; t++) /* every token's vector: out is (T, n_embd) */
         embed_pool(m, POOL_CLS, p->x + (size_t)t * E, 1, out + (size_t)t * E, p->pool_scratch);
     for (int i = 0; pool != POOL_NONE && i < n; i++) {
-        int len = in[i].n_tokens, r = pool == POOL_MEAN ? 0 : pool == POOL_LAST ? len - 1 : 0;
-        embed_pool(m, pool, p->x + (size_t)(p->start[i] + r) * E, pool == POOL_MEAN ? len : 1, out + (size_t)i * dim,
+        int len = in[i].n_tokens, r = pool == POOL_LAST ? len - 1 : 0; /* the first row, or the mean from it */
+        bool mean = pool == POOL_MEAN || (pool == POOL_RANK && m->arch->rank_mean_gelu);
+        embed_pool(m, pool, p->x + (size_t)(p->start[i] + r) * E, mean ? len : 1, out + (size_t)i * dim,
                    p->pool_scratch);
     }
     p->first_entry += p->T;

@@ -231,7 +231,8 @@ static attnd_status read_shape(model *m, const char **arch_out, attnd_err *err) 
     if ((st = arch_u32(f, arch, "attention.key_length", false, n_embd / n_head, &key_len, err))) return st;
     if ((st = arch_u32(f, arch, "attention.value_length", false, key_len, &val_len, err))) return st;
     if ((st = arch_u32(f, arch, "rope.dimension_count", false, key_len, &rope_dims, err))) return st;
-    const char *eps_key = m->arch->post_ln ? "attention.layer_norm_epsilon" : "attention.layer_norm_rms_epsilon";
+    const char *eps_key = m->arch->post_ln || m->arch->pre_ln ? "attention.layer_norm_epsilon"
+                                                              : "attention.layer_norm_rms_epsilon";
     if ((st = arch_f32(f, arch, eps_key, true, 0, &mi->rms_eps, err))) return st;
     if ((st = arch_f32(f, arch, "rope.freq_base", false, 10000.0f, &mi->rope_base, err))) return st;
 
@@ -285,15 +286,33 @@ static attnd_status read_swa_pattern(const model *m, const char *arch, const uin
     return ATTND_OK;
 }
 
+/* The FFN's activation: the family's, or the one <arch>.hidden_activation names (arch act_key). */
+static attnd_status read_ffn_act(model *m, const char *arch, attnd_err *err) {
+    char key[128];
+    const char *name = NULL;
+    m->ffn_act = m->arch->act;
+    if (!m->arch->act_key) return ATTND_OK;
+    attnd_status st = gguf_get_str(m->f, arch_key(key, arch, "hidden_activation"), &name, err);
+    if (st) return optional(st, false);
+    if (!strcmp(name, "silu") || !strcmp(name, "swish") || !strcmp(name, "swiglu")) m->ffn_act = ACT_SILU;
+    else if (!strcmp(name, "gelu") || !strcmp(name, "geglu")) m->ffn_act = ACT_GELU_TANH;
+    else if (!strcmp(name, "relu") || !strcmp(name, "reglu"))
+        return attnd_fail(err, ATTND_ERR_UNSUPPORTED, "%s = \"%s\" (a ReGLU FFN) is not supported", key, name);
+    return ATTND_OK; /* any other name: the family's, as llama.cpp falls back */
+}
+
 /* Sliding windows, soft-capping and the query scale, as the family and the file say. */
 static attnd_status read_attention(model *m, const char *arch, attnd_err *err) {
     const arch_desc *d = m->arch;
     model_info *mi = &m->info;
     attnd_status st;
-    uint32_t window = 0;
+    uint32_t window = 0, period = (uint32_t)d->swa_pattern;
     bool swa = d->swa_pattern || d->swa_every_layer || d->layer_geometry;
     const uint8_t *pattern = NULL; /* (n_layer) arch layer_geometry: 1 = local */
     if (d->layer_geometry && (st = read_swa_pattern(m, arch, &pattern, err))) return st;
+    if (d->swa_dense_first &&
+        (st = arch_u32(m->f, arch, "attention.sliding_window_pattern", false, period, &period, err)))
+        return st;
     if (swa && (st = arch_u32(m->f, arch, "attention.sliding_window", d->swa_default == 0 && !d->swa_optional,
                               (uint32_t)d->swa_default, &window, err)))
         return st;
@@ -318,15 +337,16 @@ static attnd_status read_attention(model *m, const char *arch, attnd_err *err) {
     for (int l = 0; l < mi->n_layer; l++) {
         layer_weights *L = &m->layers[l];
         L->rope = !(d->nope_step && (l + 1) % d->nope_step == 0);
-        bool local = d->swa_every_layer || (d->swa_pattern && l % d->swa_pattern != d->swa_pattern - 1) ||
-                     (pattern && pattern[l]);
+        int n = (int)period; /* 0 (a file's pattern): every layer local, as llama.cpp reads it */
+        bool local = d->swa_every_layer || (pattern && pattern[l]) ||
+                     (d->swa_dense_first ? n == 0 || l % n != 0 : d->swa_pattern && l % n != n - 1);
         L->window = local ? (int)window : 0;
         L->rope_table = L->window && (m->swa_rope_base > 0 || d->layer_geometry) ? ROPE_LOCAL : ROPE_GLOBAL;
         if (L->window) mi->n_local_layers++;
         if (L->window > m->max_window) m->max_window = L->window;
     }
     mi->window = m->max_window;
-    return ATTND_OK;
+    return read_ffn_act(m, arch, err);
 }
 
 /* Layer l's KV heads and dense FFN width: the file's per-layer arrays (or its one value). */
@@ -901,7 +921,7 @@ static attnd_status load_layer(model *m, int l, attnd_err *err) {
     attnd_status st;
     layer_weights *L = &m->layers[l];
     char name[96];
-    VEC(attn_norm, "attn_norm", "weight", E, true);
+    VEC(attn_norm, "attn_norm", "weight", E, !(d->pre_ln && l == 0)); /* ModernBERT's first: none */
     if ((st = L->kind == LAYER_DELTANET ? load_deltanet(m, l, err)
               : d->mla                   ? load_mla(m, l, err)
                                          : load_attention(m, l, err)))
@@ -1121,6 +1141,7 @@ static attnd_status load_weights(model *m, attnd_err *err) {
     if ((st = find_matrix(m, "output.weight", V, E, false, &m->output, err))) return st;
     if (!m->output.data) m->output = m->tok_embd; /* tied embeddings */
     if ((st = load_vector(m, "output_norm.weight", E, true, &m->output_norm, err))) return st;
+    if (m->arch->pre_ln && (st = load_vector(m, "token_embd_norm.weight", E, true, &m->tok_norm, err))) return st;
     if ((st = load_per_layer_embd(m, err))) return st;
     for (int l = 0; l < mi->n_layer; l++)
         if ((st = load_layer(m, l, err)) || (st = load_ffn(m, l, err))) return st;

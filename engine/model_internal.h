@@ -118,6 +118,7 @@ struct model {
     float attn_softcap;      /* > 0: scores become cap * tanh(score / cap) before the softmax */
     float final_softcap;     /* > 0: the same for the output logits */
     float embd_scale;        /* embeddings times this (1 unless the family scales them) */
+    arch_act ffn_act;        /* the gated FFN's activation (arch act, or the file's hidden_activation: arch act_key) */
     int max_window;          /* the widest sliding window of any layer; 0 when all are global */
     int n_expert, n_expert_used, n_ff_exp; /* Mixture of Experts (arch moe); 0 otherwise */
     int n_ff_shexp;          /* the shared expert's width (arch shared_expert); 0 otherwise */
@@ -147,6 +148,7 @@ struct model {
     int pooling;             /* model_pooling: the file's <arch>.pooling_type, or the default */
     weight cls, cls_out;     /* (n_embd, n_embd) cls.weight, (n_cls_out, n_embd) cls.output.weight; or empty */
     float *cls_b, *cls_out_b; /* (n_embd), (n_cls_out), or NULL */
+    float *cls_norm;         /* (n_embd) cls.norm (arch rank_mean_gelu), or NULL */
     int n_cls_out;           /* cls.output's rows; 0 without a head */
     weight dense_2, dense_3; /* (D, n_embd), (n_embd, D): projections after pooling (EmbeddingGemma), or empty */
     /* encoders (arch post_ln, abs_pos; encoder.c) */

@@ -21,6 +21,7 @@ static const tok_pre_kind KINDS[] = {
     {"gpt-2", {TOK_PRE_GPT2}, false, false},
     {"phi-2", {TOK_PRE_GPT2}, false, false},
     {"roberta-bpe", {TOK_PRE_GPT2}, false, false},
+    {"modern-bert", {TOK_PRE_GPT2}, false, false},
     {"llama-bpe", {TOK_PRE_LLAMA3}, true, false},
     {"llama3", {TOK_PRE_LLAMA3}, true, false},
     {"llama-v3", {TOK_PRE_LLAMA3}, true, false},

@@ -3,8 +3,8 @@
  * GGUF conventions spell them, src/llama-arch.cpp, src/models/bert.cpp) and an independent float64
  * reference forward: embeddings + token type + position, LayerNorm, then per layer post-LayerNorm
  * attention (every position of an input sees every position of it) and GELU FFN, then pooling and
- * the classification head. Written from the math, not from engine/encoder.c. Static, as
- * engine_fixture.h.
+ * the classification head; modern-bert's pre-LayerNorm layers (mref_*). Written from the math, not
+ * from engine/encoder.c. Static, as engine_fixture.h.
  */
 #ifndef ATTND_TEST_ENCODER_FIXTURE_H
 #define ATTND_TEST_ENCODER_FIXTURE_H
@@ -39,6 +39,30 @@ static inline tiny_spec gemma_emb_small(void) {
     return sp;
 }
 
+/* ModernBERT-base's layers (gte-modernbert-base, nomic's ModernBERT embedders: 768 wide, 12 heads
+ * of 64, GeGLU of 2 x 1152, global RoPE base 160000, local 10000, one global layer in 3) at 4
+ * layers (global, local, local, global), F16, CLS pooling. The window is 16 (8 either side), not the
+ * real 128: the comparison's inputs (up to 40 tokens) would never reach its edge. */
+static inline tiny_spec mbert_base(void) {
+    tiny_spec sp = tiny_default("modern-bert");
+    sp.vocab = true, sp.n_vocab = 320, sp.n_ctx = 512, sp.n_embd = 768, sp.n_head = 12, sp.n_head_kv = 12;
+    sp.n_ff = 1152, sp.n_layer = 4, sp.rope_dims = 64, sp.rope_base = 160000.0f, sp.rope_base_swa = 10000.0f;
+    sp.window = 16, sp.swa_period = 3, sp.rms_eps = 1e-5f, sp.n_types = 1, sp.pooling = 1 + 2;
+    sp.wtype = GGUF_TYPE_F16, sp.seed = 11, sp.hidden_act = "gelu";
+    return sp;
+}
+
+/* granite-embedding-small-english-r2's layers (384 wide, 6 heads of 64, SwiGLU of 2 x 1536 as
+ * hidden_activation "silu" says) at 3 layers, F32, mean pooling, a window of 10, and neither the
+ * pattern nor the local base in the file (llama.cpp's defaults: 3, 10000). */
+static inline tiny_spec mbert_silu(void) {
+    tiny_spec sp = mbert_base();
+    sp.n_embd = 384, sp.n_head = 6, sp.n_head_kv = 6, sp.n_ff = 1536, sp.n_layer = 3, sp.rope_base = 80000.0f;
+    sp.rope_base_swa = 0, sp.swa_period = 0, sp.window = 10, sp.pooling = 1 + 1, sp.wtype = GGUF_TYPE_F32;
+    sp.seed = 12, sp.hidden_act = "silu";
+    return sp;
+}
+
 /* XLM-RoBERTa as llama.cpp's converter writes it (XLMRobertaModel, arch bert): the real 250048-piece
  * unigram ("t5") vocabulary of vocab_path (tests/data/tokenizers/xlmr-ugm.gguf: <s> 0, <pad> 1,
  * </s> 2, <unk> 3, <mask> 250001, its character map) with add_sep_token, one token type, LayerNorm
@@ -59,9 +83,11 @@ static inline tiny_spec enc_xlmr(const char *vocab_path, bool rank) {
  * cross-encoder of that shape (F16, rank: cls and one cls.output logit), and nomic-embed-text
  * v1.5's shape (768 wide, 12 heads of 64 all rotated, SwiGLU of 3072) at 2 layers, F16, mean, and
  * the small gemma-embedding (gemma_emb_small, F32), and two small qwen3 decoders: an embedder (last
- * token) and a reranker (cls.output's [yes, no] rows, softmaxed). */
+ * token) and a reranker (cls.output's [yes, no] rows, softmaxed), and the modern-bert ones
+ * (mbert_base, mbert_silu, and mbert_base as a cross-encoder: cls, cls.norm, one cls.output logit). */
 static const char *const ENC_NAMES[] = {
-    "bert", "bert-bge-base", "bert-reranker", "nomic-bert", "gemma-embedding", "qwen3-embedding", "qwen3-reranker"};
+    "bert", "bert-bge-base", "bert-reranker", "nomic-bert", "gemma-embedding", "qwen3-embedding", "qwen3-reranker",
+    "modern-bert", "modern-bert-silu", "modern-bert-reranker"};
 #define N_ENC (sizeof(ENC_NAMES) / sizeof(ENC_NAMES[0]))
 
 static inline tiny_spec enc_named(const char *name) {
@@ -70,6 +96,9 @@ static inline tiny_spec enc_named(const char *name) {
     if (!strcmp(name, "bert-reranker")) sp.pooling = 1 + 4, sp.n_cls_out = 1, sp.seed = 6;
     if (!strcmp(name, "nomic-bert")) sp.arch = "nomic-bert", sp.pooling = 1 + 1, sp.seed = 8, sp.rope_base = 1000.0f;
     if (!strcmp(name, "gemma-embedding")) sp = gemma_emb_small();
+    if (!strcmp(name, "modern-bert")) sp = mbert_base();
+    if (!strcmp(name, "modern-bert-silu")) sp = mbert_silu();
+    if (!strcmp(name, "modern-bert-reranker")) sp = mbert_base(), sp.pooling = 1 + 4, sp.n_cls_out = 1, sp.seed = 13;
     if (!strncmp(name, "qwen3-", 6)) { /* decoders: Qwen3-Embedding (last token), Qwen3-Reranker (yes/no head) */
         sp = tiny_default("qwen3");
         sp.vocab = true, sp.n_vocab = 320, sp.n_ctx = 512, sp.n_embd = 64, sp.n_head = 4, sp.n_head_kv = 2;
@@ -144,13 +173,46 @@ static inline int enc_tensors(const tiny_spec *sp, tiny_tensor *ts) {
     }
     return n;
 }
+
+/* The tensors of a modern-bert sp (names and shapes as llama.cpp's loader takes them,
+ * src/models/modern-bert.cpp): no biases, no attn_norm on layer 0, fused attn_qkv, ffn_up of the
+ * gate's n_ff rows then up's. */
+static inline int mbert_tensors(const tiny_spec *sp, tiny_tensor *ts) {
+    int n = 0;
+    uint64_t seed = sp->seed, E = (uint64_t)sp->n_embd, F = (uint64_t)sp->n_ff;
+    uint32_t w = sp->wtype, f32 = GGUF_TYPE_F32;
+    float ws = 1.7f / sqrtf((float)E);
+    EADD("token_embd.weight", E, sp->n_vocab, w, 1.0f, 0.0f);
+    EADD("token_embd_norm.weight", E, 1, f32, 0.2f, 1.0f);
+    EADD("output_norm.weight", E, 1, f32, 0.2f, 1.0f);
+    if (sp->n_cls_out > 0) { /* ModernBERT's head: cls (no bias), cls.norm, cls.output */
+        EADD("cls.weight", E, E, w, ws, 0.0f);
+        EADD("cls.norm.weight", E, 1, f32, 0.2f, 1.0f);
+        EADD("cls.output.weight", E, sp->n_cls_out, w, ws, 0.0f);
+        ts[n - 1].n_dims = 2;
+        EADD("cls.output.bias", sp->n_cls_out, 1, f32, 0.1f, 0.0f);
+    }
+    char nm[64];
+    for (int l = 0; l < sp->n_layer; l++) {
+#define L(s) (snprintf(nm, sizeof(nm), "blk.%d.%s", l, s), nm)
+        if (l > 0) EADD(L("attn_norm.weight"), E, 1, f32, 0.2f, 1.0f);
+        EADD(L("attn_qkv.weight"), E, 3 * E, w, ws, 0.0f);
+        EADD(L("attn_output.weight"), E, E, w, ws, 0.0f);
+        EADD(L("ffn_norm.weight"), E, 1, f32, 0.2f, 1.0f);
+        EADD(L("ffn_up.weight"), E, 2 * F, w, ws, 0.0f);
+        EADD(L("ffn_down.weight"), F, E, w, 1.7f / sqrtf((float)F), 0.0f);
+#undef L
+    }
+    return n;
+}
 #undef EADD
 
 /* Writes encoder sp to path (gemma-embedding and decoders: engine_fixture.h's tensors). 0 = done. */
 static inline int enc_write(const char *path, const tiny_spec *sp) {
-    if (strcmp(sp->arch, "bert") && strcmp(sp->arch, "nomic-bert")) return tiny_write(path, sp);
+    bool mbert = !strcmp(sp->arch, "modern-bert");
+    if (strcmp(sp->arch, "bert") && strcmp(sp->arch, "nomic-bert") && !mbert) return tiny_write(path, sp);
     tiny_tensor *ts = calloc(TINY_MAX_TENSORS, sizeof(*ts));
-    int rc = tiny_write_tensors(path, sp, ts, enc_tensors(sp, ts));
+    int rc = tiny_write_tensors(path, sp, ts, mbert ? mbert_tensors(sp, ts) : enc_tensors(sp, ts));
     free(ts);
     return rc;
 }
@@ -258,11 +320,113 @@ static inline void eref_ffn(const gguf_file *f, const tiny_spec *sp, int l, doub
     free(u), free(o);
 }
 
+// ---- float64 reference: modern-bert -------------------------------------------------------------
+
+/* x = LayerNorm(x) * "<name>.weight" (no bias). */
+static inline void mref_norm(double *x, const gguf_file *f, const char *name, int E, double eps) {
+    char nm[96];
+    snprintf(nm, sizeof(nm), "%s.weight", name);
+    const gguf_tensor *w = gguf_find_tensor(f, nm);
+    double mean = 0, var = 0;
+    for (int i = 0; i < E; i++) mean += x[i];
+    mean /= E;
+    for (int i = 0; i < E; i++) var += (x[i] - mean) * (x[i] - mean);
+    for (int i = 0; i < E; i++) x[i] = (x[i] - mean) / sqrt(var / E + eps) * ref_elem(w, (uint64_t)i);
+}
+
+/* Layer l's attention sub-layer over one input, x (n, E) += W_o attend(W_qkv LN(x)): NEOX RoPE with
+ * the layer's base, local layers (every one but the first of each period, when the file has a
+ * window) seeing |t - j| <= window / 2. attn (may be NULL): (H, n, n). */
+static inline void mref_attention(const gguf_file *f, const tiny_spec *sp, int l, double *x, int n, double *attn) {
+    int E = sp->n_embd, H = sp->n_head, hd = E / H, period = sp->swa_period ? sp->swa_period : 3;
+    bool local = sp->window > 0 && l % period != 0;
+    double base = local ? (sp->rope_base_swa > 0 ? sp->rope_base_swa : 10000.0) : sp->rope_base;
+    double *qkv = malloc(sizeof(double) * (size_t)n * 3 * E), *h = malloc(sizeof(double) * E);
+    double *a = calloc((size_t)n * E, sizeof(double)), *s = malloc(sizeof(double) * n), *o = malloc(sizeof(double) * E);
+    char nm[64];
+    for (int t = 0; t < n; t++) {
+        memcpy(h, x + (size_t)t * E, sizeof(double) * E);
+        if (l > 0) snprintf(nm, sizeof(nm), "blk.%d.attn_norm", l), mref_norm(h, f, nm, E, sp->rms_eps);
+        snprintf(nm, sizeof(nm), "blk.%d.attn_qkv.weight", l);
+        double *r = qkv + (size_t)t * 3 * E;
+        ref_matvec(r, gguf_find_tensor(f, nm), h);
+        for (int hh = 0; hh < 2 * H; hh++) /* q's heads, then k's */
+            for (int i = 0; i < hd / 2; i++) {
+                double th = t * pow(base, -2.0 * i / hd), *v = r + (size_t)hh * hd, x0 = v[i], x1 = v[i + hd / 2];
+                v[i] = x0 * cos(th) - x1 * sin(th), v[i + hd / 2] = x0 * sin(th) + x1 * cos(th);
+            }
+    }
+    for (int hh = 0; hh < H; hh++)
+        for (int t = 0; t < n; t++) {
+            double mx = -INFINITY, sum = 0;
+            for (int j = 0; j < n; j++) {
+                double d = 0;
+                const double *qt = qkv + (size_t)t * 3 * E + hh * hd, *kj = qkv + (size_t)j * 3 * E + E + hh * hd;
+                for (int i = 0; i < hd; i++) d += qt[i] * kj[i];
+                s[j] = local && abs(t - j) > sp->window / 2 ? -INFINITY : d / sqrt((double)hd);
+                mx = s[j] > mx ? s[j] : mx;
+            }
+            for (int j = 0; j < n; j++) sum += s[j] = exp(s[j] - mx);
+            for (int j = 0; j < n; j++) {
+                s[j] /= sum;
+                if (attn) attn[((size_t)hh * n + t) * n + j] = s[j];
+                const double *vj = qkv + (size_t)j * 3 * E + 2 * E + hh * hd;
+                for (int i = 0; i < hd; i++) a[(size_t)t * E + hh * hd + i] += s[j] * vj[i];
+            }
+        }
+    snprintf(nm, sizeof(nm), "blk.%d.attn_output.weight", l);
+    for (int t = 0; t < n; t++) {
+        ref_matvec(o, gguf_find_tensor(f, nm), a + (size_t)t * E);
+        for (int i = 0; i < E; i++) x[(size_t)t * E + i] += o[i];
+    }
+    free(qkv), free(h), free(a), free(s), free(o);
+}
+
+/* x (E) += W_down (act(gate) * up), gate and up the halves of W_up LN(x): GeGLU (GELU's tanh form,
+ * as ggml_geglu) or SwiGLU (hidden_activation "silu"). */
+static inline void mref_ffn(const gguf_file *f, const tiny_spec *sp, int l, double *x) {
+    int E = sp->n_embd, F = sp->n_ff;
+    double *h = malloc(sizeof(double) * E), *u = malloc(sizeof(double) * 2 * F), *o = malloc(sizeof(double) * E);
+    char nm[64];
+    memcpy(h, x, sizeof(double) * E);
+    snprintf(nm, sizeof(nm), "blk.%d.ffn_norm", l), mref_norm(h, f, nm, E, sp->rms_eps);
+    snprintf(nm, sizeof(nm), "blk.%d.ffn_up.weight", l), ref_matvec(u, gguf_find_tensor(f, nm), h);
+    bool silu = sp->hidden_act && !strcmp(sp->hidden_act, "silu");
+    for (int i = 0; i < F; i++) {
+        double g = u[i], gelu = 0.5 * g * (1 + tanh(sqrt(2 / M_PI) * (g + 0.044715 * g * g * g)));
+        u[i] = (silu ? g / (1 + exp(-g)) : gelu) * u[F + i];
+    }
+    snprintf(nm, sizeof(nm), "blk.%d.ffn_down.weight", l), ref_matvec(o, gguf_find_tensor(f, nm), u);
+    for (int i = 0; i < E; i++) x[i] += o[i];
+    free(h), free(u), free(o);
+}
+
+/* modern-bert's last hidden states (n, E) of one input: LN(tok), the layers, the final LN. */
+static inline void mref_forward(const tiny_spec *sp, const gguf_file *f, const int32_t *tok, int n, double *x,
+                                double *attn) {
+    int E = sp->n_embd;
+    const gguf_tensor *te = gguf_find_tensor(f, "token_embd.weight");
+    for (int t = 0; t < n; t++) {
+        for (int i = 0; i < E; i++) x[(size_t)t * E + i] = ref_elem(te, (uint64_t)tok[t] * E + i);
+        mref_norm(x + (size_t)t * E, f, "token_embd_norm", E, sp->rms_eps);
+    }
+    for (int l = 0; l < sp->n_layer; l++) {
+        mref_attention(f, sp, l, x, n, attn ? attn + (size_t)l * sp->n_head * n * n : NULL);
+        for (int t = 0; t < n; t++) mref_ffn(f, sp, l, x + (size_t)t * E);
+    }
+    for (int t = 0; t < n; t++) mref_norm(x + (size_t)t * E, f, "output_norm", E, sp->rms_eps);
+}
+
 /* The last hidden states (n, E) of one input (types NULL = 0); attn (may be NULL): (n_layer, H, n, n). */
 static inline void eref_forward(const tiny_spec *sp, const char *path, const int32_t *tok, const uint8_t *types, int n,
                                 double *x, double *attn) {
     gguf_file *f;
     if (gguf_open(&f, path, NULL) != ATTND_OK) abort();
+    if (!strcmp(sp->arch, "modern-bert")) {
+        mref_forward(sp, f, tok, n, x, attn);
+        gguf_close(f);
+        return;
+    }
     int E = sp->n_embd;
     const gguf_tensor *te = gguf_find_tensor(f, "token_embd.weight"), *ty = gguf_find_tensor(f, "token_types.weight");
     const gguf_tensor *pe = gguf_find_tensor(f, "position_embd.weight");
@@ -280,13 +444,17 @@ static inline void eref_forward(const tiny_spec *sp, const char *path, const int
     gguf_close(f);
 }
 
-/* The rank score(s) of the first row h (E): cls.output (tanh(cls h + b)) + b. */
+/* The rank score(s) of the pooled row h (E): cls.output (tanh(cls h + b)) + b; modern-bert's
+ * (h the mean of the rows): cls.output LN(gelu(cls h)) + b, LN's weight cls.norm. */
 static inline void eref_rank(const tiny_spec *sp, const char *path, const double *h, double *out) {
     gguf_file *f;
     if (gguf_open(&f, path, NULL) != ATTND_OK) abort();
     double *y = malloc(sizeof(double) * sp->n_embd);
     eref_linear(y, f, "cls", h);
-    for (int i = 0; i < sp->n_embd; i++) y[i] = tanh(y[i]);
+    bool mbert = !strcmp(sp->arch, "modern-bert");
+    for (int i = 0; i < sp->n_embd; i++)
+        y[i] = mbert ? 0.5 * y[i] * (1 + tanh(sqrt(2 / M_PI) * (y[i] + 0.044715 * y[i] * y[i] * y[i]))) : tanh(y[i]);
+    if (mbert) mref_norm(y, f, "cls.norm", sp->n_embd, sp->rms_eps);
     eref_linear(out, f, "cls.output", y);
     free(y);
     gguf_close(f);

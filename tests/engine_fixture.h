@@ -58,6 +58,8 @@ typedef struct tiny_spec {
     int n_cls_out;         /* > 0: cls.output.weight of n_cls_out rows and classifier.output_labels */
     int n_types;           /* > 0: an encoder (encoder_fixture.h): token_types rows, and the keys
                             * attention.layer_norm_epsilon, attention.causal false, token_type_count */
+    int swa_period;        /* > 0: attention.sliding_window_pattern as one integer (modern-bert) */
+    const char *hidden_act; /* non-NULL: <arch>.hidden_activation (modern-bert) */
     const char *vocab_from; /* instead of vocab: every tokenizer.* key of this GGUF, as it is (its token
                              * count must be n_vocab), then tokenizer.ggml.add_sep_token true */
 } tiny_spec;
@@ -267,6 +269,8 @@ static inline uint64_t tiny_keys(gbuf *b, const tiny_spec *sp) {
     }
     if (sp->window) gb_kv_u32(b, K("attention.sliding_window"), sp->window > 0 ? (uint32_t)sp->window : 0);
     if (sp->rope_base_swa > 0) gb_kv_f32(b, K("rope.freq_base_swa"), sp->rope_base_swa);
+    if (sp->swa_period > 0) gb_kv_u32(b, K("attention.sliding_window_pattern"), (uint32_t)sp->swa_period);
+    if (sp->hidden_act) gb_kv_str(b, K("hidden_activation"), sp->hidden_act);
     if (sp->attn_softcap > 0) gb_kv_f32(b, K("attn_logit_softcapping"), sp->attn_softcap);
     if (sp->final_softcap > 0) gb_kv_f32(b, K("final_logit_softcapping"), sp->final_softcap);
     if (sp->rope_linear > 0 || sp->rope_yarn > 0) {

@@ -139,7 +139,8 @@ int main(int argc, char **argv) {
         return enc_write(argv[1], &sp) != 0;
     }
     if (argc != 3) {
-        fprintf(stderr, "usage: make_tiny OUT.gguf qwen896|llama960|rank|chat|bert|bert-rank | make_tiny OUT.gguf lowbit TYPE"
+        fprintf(stderr, "usage: make_tiny OUT.gguf qwen896|llama960|rank|chat|bert|bert-rank|modern-bert"
+                        " | make_tiny OUT.gguf lowbit TYPE"
                         " | make_tiny OUT.gguf xlmr|xlmr-rank VOCAB.gguf\n");
         return 2;
     }
@@ -148,6 +149,11 @@ int main(int argc, char **argv) {
     if (!strcmp(argv[2], "bert") || !strcmp(argv[2], "bert-rank")) {
         tiny_spec sp = enc_small();
         if (!strcmp(argv[2], "bert-rank")) sp.pooling = 1 + 4, sp.n_cls_out = 1, sp.seed = 6;
+        return enc_write(argv[1], &sp) != 0;
+    }
+    if (!strcmp(argv[2], "modern-bert")) { /* mbert_silu's recipe (SwiGLU, a window of 10) at 64 wide */
+        tiny_spec sp = mbert_silu();
+        sp.n_embd = 64, sp.n_head = 4, sp.n_head_kv = 4, sp.n_ff = 96, sp.rope_dims = 16;
         return enc_write(argv[1], &sp) != 0;
     }
     bool qwen = !strcmp(argv[2], "qwen896");

@@ -124,6 +124,11 @@ grep -q "^KV cache:      none (an encoder keeps nothing between requests)$" <<<"
 check "info: an encoder keeps no KV (and has no chat template)" "$?" 0
 "$BIN" info --model "$gm" --json | grep -q '"roles":\["rank"\],"encoder":true,"pooling":"rank","embedding_dim":1,"classifier_outputs":1'
 check "info --json: roles and pooling" "$?" 0
+"${ATTND_BUILD_DIR:?}/make_tiny" "$gm" modern-bert >/dev/null
+out=$("$BIN" info --model "$gm" 2>&1)
+grep -q "^architecture:  modern-bert$" <<<"$out" && grep -q "^runs:          yes" <<<"$out" &&
+    grep -q "^roles:         embed (an encoder: attention both ways; pooling mean, 64 floats per input)$" <<<"$out"
+check "info: a modern-bert file is named, runs and embeds" "$?" 0
 rm -f "$gm"
 
 # issue 51: a newcomer's commands, typed with llama.cpp's flags, each exiting as documented.

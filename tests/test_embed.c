@@ -371,6 +371,93 @@ Test(embed, nomic_bert_matches_float64_reference) {
     engine_destroy(e), model_destroy(m), unlink(path);
 }
 
+/* modern-bert: pre-LayerNorm layers, GeGLU (or SwiGLU) over one fused ffn_up, global and local
+ * layers with their own RoPE bases, local ones masked to window / 2 either side: every value and
+ * attention row against the float64 reference, at ModernBERT-base's width and granite-embedding
+ * r2-small's (F32), on inputs longer than the window. */
+Test(embed, modern_bert_matches_float64_reference) {
+    char path[256];
+    model *m;
+    engine *e;
+    int32_t ids[ENC_N_INPUTS][ENC_MAX_LEN];
+    int len[ENC_N_INPUTS];
+    enc_inputs(ids, len);
+    embed_input in[ENC_N_INPUTS];
+    for (int i = 0; i < ENC_N_INPUTS; i++) in[i] = (embed_input){ids[i], len[i], NULL};
+    tiny_spec sp = mbert_base();
+    sp.wtype = GGUF_TYPE_F32;
+    load_enc(&sp, path, sizeof(path), "mbert", &m, &e, 64);
+    cr_assert(model_is_encoder(m));
+    cr_assert_eq(model_roles(m), MODEL_ROLE_EMBED);
+    check_encoder(&sp, path, e, in + 1, 2, POOL_FILE, 1e-4); /* 5 and 40 tokens */
+    engine_destroy(e), model_destroy(m), unlink(path);
+    sp = mbert_silu();
+    load_enc(&sp, path, sizeof(path), "mbsilu", &m, &e, 64);
+    check_encoder(&sp, path, e, in, ENC_N_INPUTS, POOL_FILE, 1e-4);
+    engine_destroy(e), model_destroy(m), unlink(path);
+}
+
+/* modern-bert's cross-encoder head (gte-reranker-modernbert), as llama.cpp builds it: the mean of
+ * the rows (not the first), cls, GELU, the LayerNorm cls.norm, cls.output; two outputs here. */
+Test(embed, modern_bert_rank_head_matches_float64_reference) {
+    char path[256];
+    model *m;
+    engine *e;
+    int32_t ids[ENC_N_INPUTS][ENC_MAX_LEN];
+    int len[ENC_N_INPUTS];
+    enc_inputs(ids, len);
+    tiny_spec sp = mbert_silu();
+    sp.pooling = 1 + POOL_RANK, sp.n_cls_out = 2, sp.hidden_act = NULL; /* GeGLU, the default */
+    load_enc(&sp, path, sizeof(path), "mbrank", &m, &e, 64);
+    cr_assert_eq(model_roles(m), MODEL_ROLE_RANK);
+    cr_assert_eq(model_embed_dim(m), 2);
+    embed_input in[2] = {{ids[0], len[0], NULL}, {ids[3], len[3], NULL}};
+    float score[4];
+    attnd_err err = {0};
+    cr_assert_eq(engine_embed(e, in, 2, POOL_FILE, score, &err), ATTND_OK, "%s", err.msg);
+    int E = sp.n_embd;
+    for (int i = 0; i < 2; i++) {
+        int n = in[i].n_tokens;
+        double *x = malloc(sizeof(double) * (size_t)n * E), *mean = calloc((size_t)E, sizeof(double)), want[2];
+        eref_forward(&sp, path, in[i].tokens, NULL, n, x, NULL);
+        for (int t = 0; t < n; t++)
+            for (int k = 0; k < E; k++) mean[k] += x[(size_t)t * E + k] / n;
+        eref_rank(&sp, path, mean, want);
+        for (int o = 0; o < 2; o++)
+            cr_assert(fabs(score[i * 2 + o] - want[o]) < 1e-4, "input %d output %d: %g vs %g", i, o, score[i * 2 + o],
+                      want[o]);
+        free(x), free(mean);
+    }
+    engine_destroy(e), model_destroy(m), unlink(path);
+}
+
+/* A modern-bert file llama.cpp would not compute as attnd does is refused by name: a ReGLU FFN, a
+ * layer past the first without its attn_norm. */
+Test(embed, modern_bert_bad_files_are_refused) {
+    char path[256];
+    tiny_spec sp = mbert_silu();
+    sp.n_embd = 64, sp.n_head = 4, sp.n_head_kv = 4, sp.n_ff = 96, sp.rope_dims = 16, sp.hidden_act = "relu";
+    tiny_tmpname(path, sizeof(path), "mbbad");
+    cr_assert_eq(enc_write(path, &sp), 0);
+    model *m = NULL;
+    attnd_err err = {0};
+    cr_assert_eq(model_load(&m, path, &err), ATTND_ERR_UNSUPPORTED);
+    cr_assert(strstr(err.msg, "modern-bert.hidden_activation") && strstr(err.msg, "relu"), "%s", err.msg);
+    sp.hidden_act = "silu";
+    tiny_tensor *ts = calloc(TINY_MAX_TENSORS, sizeof(*ts));
+    int n = mbert_tensors(&sp, ts), k = 0;
+    for (int i = 0; i < n; i++) /* every tensor but blk.1.attn_norm */
+        if (strcmp(ts[i].name, "blk.1.attn_norm.weight")) ts[k++] = ts[i];
+        else free(ts[i].vals);
+    cr_assert_eq(k, n - 1);
+    cr_assert_eq(tiny_write_tensors(path, &sp, ts, k), 0);
+    free(ts);
+    cr_assert_neq(model_load(&m, path, &err), ATTND_OK);
+    cr_assert(strstr(err.msg, "blk.1.attn_norm.weight"), "%s", err.msg);
+    cr_assert_null(m);
+    unlink(path);
+}
+
 /* gemma-embedding: gemma3's layers attending both ways, local layers within window / 2 on either
  * side: attention rows against the float64 reference within 1e-4, and the mean vector through the
  * (tied) output head equal to the mean of the reference's logits. */

@@ -7,7 +7,8 @@
 # serve is a 400 naming those it does, on one model or several; /v1/attention on the bert (rows
 # both ways, each input over its own tokens, = attnd attention; what encoders cannot do refused by
 # name). Models: stories260K (a llama),
-# make_tiny's decoder reranker, and its small bert (embeds only) and bert cross-encoder (ranks only).
+# make_tiny's decoder reranker, and its small bert (embeds only) and bert cross-encoder (ranks only),
+# and a small modern-bert (on the server of several models).
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 source "$here/http_lib.sh"
@@ -201,6 +202,7 @@ check "stories /v1/attention: a decoder's rows say causal true" grep -q '"causal
 
 # ---- a server of several models: routed by "model", each model's role checked ----
 mkdir -p "$TMP/models" && ln -s "$STORIES" "$TMP/models/story.gguf" && ln -s "$RANK" "$TMP/models/ranker.gguf"
+"$(dirname "$ATTND_BINARY")/make_tiny" "$TMP/models/mbert.gguf" modern-bert || fail "make_tiny modern-bert"
 start_server m --models-dir "$TMP/models" --threads 1 --kv-budget-mb 16 --embeddings
 M=http://127.0.0.1:$m_PORT
 post "$M/v1/embeddings" '{"model": "story", "input": "a little cat"}' > "$TMP/m.json"
@@ -210,6 +212,13 @@ check "several models: /v1/rerank on the reranker" py rerank_all "$TMP/mr.json"
 check "several models: the story model does not rank, and says what it serves" grep -q "'story' does not rank; it serves /v1/completions" \
     <(post "$M/v1/rerank" '{"model": "story", "query": "a", "documents": ["b"]}')
 check_status 400 "several models: embeddings without a model" "$M/v1/embeddings" -d '{"input": "a"}'
+post "$M/v1/embeddings" "{\"model\": \"mbert\", \"input\": $texts}" > "$TMP/mb.json"
+"$ATTND_BINARY" embed --model "$TMP/models/mbert.gguf" --threads 1 "Once upon a time" "a little cat" "the sun was bright" > "$TMP/mbcli.txt"
+check "several models: a modern-bert's /v1/embeddings, 3 vectors of 64 equal to attnd embed" python3 -c '
+import json, sys
+a = json.load(open(sys.argv[1]))["data"]; c = [json.loads(l) for l in open(sys.argv[2])]
+sys.exit(0 if len(a) == 3 and all(len(x["embedding"]) == 64 and all(abs(p - q) < 1e-5 for p, q in zip(x["embedding"], y)) for x, y in zip(a, c)) else 1)' \
+    "$TMP/mb.json" "$TMP/mbcli.txt"
 
 for s in e g r b x m; do stop_server $s || bad "$s: SIGTERM"; done
 exit $status

@@ -533,6 +533,42 @@ Test(tokenizer, bpe_merges_lowest_rank_first_and_leftmost_on_ties) {
     tok_destroy(t);
 }
 
+/* ModernBERT's files (convert_hf_to_gguf.py: gpt2, pre "modern-bert", add_bos, add_eos and add_sep
+ * all true, [CLS] as BOS, [SEP] as EOS and SEP): llama.cpp's BPE session adds BOS and EOS only, so
+ * a text is [CLS] ... [SEP], once; a pair keeps llama.cpp's rerank layout (BOS A EOS SEP B EOS). */
+Test(tokenizer, modern_bert_bpe_ends_a_text_with_one_sep) {
+    static const char *toks[] = {"a", "b", "ab", "[CLS]", "[SEP]"};
+    static const char *merges[] = {"a b"};
+    static const int32_t types[] = {1, 1, 1, 3, 3};
+    gbuf b = {0};
+    gb_kv_str(&b, "tokenizer.ggml.model", "gpt2");
+    gb_kv_str(&b, "tokenizer.ggml.pre", "modern-bert");
+    gb_kv_arr_str(&b, "tokenizer.ggml.tokens", toks, 5);
+    gb_kv_arr_i32(&b, "tokenizer.ggml.token_type", types, 5);
+    gb_kv_arr_str(&b, "tokenizer.ggml.merges", merges, 1);
+    gb_kv_u32(&b, "tokenizer.ggml.bos_token_id", 3);
+    gb_kv_u32(&b, "tokenizer.ggml.eos_token_id", 4);
+    gb_kv_u32(&b, "tokenizer.ggml.seperator_token_id", 4);
+    gb_kv_bool(&b, "tokenizer.ggml.add_bos_token", true);
+    gb_kv_bool(&b, "tokenizer.ggml.add_eos_token", true);
+    gb_kv_bool(&b, "tokenizer.ggml.add_sep_token", true);
+    tokenizer *t;
+    attnd_err err;
+    cr_assert_eq(load_built(&b, &t, &err), ATTND_OK, "%s", err.msg);
+    size_t n;
+    int32_t *ids = encode(t, "ab", 2, true, false, &n);
+    cr_assert_eq(n, 3, "%zu ids", n);
+    cr_expect(ids[0] == 3 && ids[1] == 2 && ids[2] == 4, "%d %d %d", ids[0], ids[1], ids[2]);
+    free(ids);
+    int32_t *segs;
+    cr_assert_eq(tok_encode_pair(t, "a", 1, "b", 1, &ids, &segs, &n, &err), ATTND_OK, "%s", err.msg);
+    static const int32_t want[] = {3, 0, 4, 4, 1, 4};
+    cr_assert_eq(n, 6, "%zu ids", n);
+    for (size_t i = 0; i < n; i++) cr_expect_eq(ids[i], want[i], "pair id %zu", i);
+    free(ids), free(segs);
+    tok_destroy(t);
+}
+
 // ---- malformed vocabularies -------------------------------------------------------------------
 
 Test(tokenizer, load_reports_missing_or_unsupported_metadata) {

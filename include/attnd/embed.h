@@ -12,8 +12,9 @@
  *
  * What the vector is, as llama.cpp computes it: the last hidden state after the model's final
  * norm (a decoder's output_norm; an encoder's last layer output), pooled per input. POOL_RANK:
- * the pooled row (an encoder's first token, a decoder's last) through the classification head:
- * cls (tanh(W x + b), when the file has it), then cls.output (W x + b); a decoder's head outputs
+ * the pooled row (an encoder's first token, a decoder's last; modern-bert: the mean of the rows)
+ * through the classification head: cls (tanh(W x + b), when the file has it; modern-bert:
+ * LayerNorm(gelu(W x)) with weight cls.norm), then cls.output (W x + b); a decoder's head outputs
  * are then a softmax (Qwen3-Reranker's [yes, no] rows: the score is out[0] = P(yes)), an
  * encoder's are raw logits (bge-reranker: one logit; apply a sigmoid for a 0..1 score).
  *

@@ -7,7 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "../../tests/engine_fixture.h"
+#include "../../tests/encoder_fixture.h"
 #include "../../tests/hybrid_fixture.h"
 #include "fuzz_util.h"
 
@@ -66,6 +66,13 @@ int main(int argc, char **argv) {
         snprintf(path, sizeof(path), "%s/%s.gguf", dir, hyb[i]);
         bad |= hy_write(path, &hs);
     }
+    /* an encoder: modern-bert (LayerNorm pre-norm layers, the window pattern and activation keys,
+     * a fused ffn_up of 2 n_ff rows, no attn_norm on layer 0), 2 heads of 4, 3 layers */
+    tiny_spec mb = mbert_silu();
+    mb.n_embd = 8, mb.n_ff = 8, mb.n_layer = 3, mb.n_head = 2, mb.n_head_kv = 2, mb.rope_dims = 4;
+    mb.n_vocab = 300, mb.window = 4, mb.swa_period = 2; /* with its vocabulary: the file loads whole */
+    snprintf(path, sizeof(path), "%s/modern-bert.gguf", dir);
+    bad |= enc_write(path, &mb);
     /* tokenizer-only files of both families */
     size_t n;
     uint8_t *img = fuzz_tiny_vocab_image(true, NULL, &n);
