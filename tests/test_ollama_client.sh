@@ -1,6 +1,7 @@
 # test_ollama_client.sh — the official `ollama` npm client talks to attnd's /api with only the
 # host changed (tests/js/ollama_client.mjs): list, show, ps, version; chat and generate whole and
-# streamed (NDJSON) alike at temperature 0, num_predict and stop, raw generate, format with a
+# streamed (NDJSON) alike at temperature 0, num_predict and stop, raw generate, a template
+# (Go's, the subset attnd renders) and one it refuses, format with a
 # schema (every answer at temperature 1 validates, ajv) and "json", tools and tool results,
 # think, and Ollama's errors. Runs on the repository's own model, then the tool and think checks
 # again on make_tiny's chat model (context 8192) under Qwen3's Jinja template, whose prompt with

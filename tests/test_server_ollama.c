@@ -108,10 +108,34 @@ Test(ollama, what_cannot_be_served_is_refused_naming_the_field) {
     expect_bad("{\"model\":\"m\",\"messages\":[],\"format\":\"yaml\"}", true, "format");
     expect_bad("{\"model\":\"m\",\"messages\":[],\"think\":\"maybe\"}", true, "think");
     expect_bad("{\"model\":\"m\",\"messages\":[],\"options\":{\"num_predict\":\"x\"}}", true, "options.num_predict");
-    expect_bad("{\"model\":\"m\",\"prompt\":\"x\",\"template\":\"{{ .Prompt }}\"}", false, "template");
+    expect_bad("{\"model\":\"m\",\"prompt\":\"x\",\"template\":\"{{ range .Messages }}{{ end }}\"}", false, "template");
+    expect_bad("{\"model\":\"m\",\"prompt\":\"x\",\"template\":7}", false, "template");
     expect_bad("{\"model\":\"m\",\"prompt\":\"x\",\"suffix\":3}", false, "suffix");
     expect_bad("{\"model\":\"m\",\"prompt\":\"x\",\"images\":[\"AA\"]}", false, "images");
     expect_bad("{\"model\":\"m\",\"prompt\":\"x\",\"tools\":[]}", false, "tools");
+}
+
+/* template: Ollama's Go template (gotmpl.h) filled with system and prompt, or with a suffix
+ * prompt and suffix; the text runs as a completion; raw: true ignores it */
+Test(ollama, a_template_writes_the_prompt_text_as_ollama_fills_it) {
+    ollama_request r;
+    json_t *b = parse_ok("{\"model\":\"m\",\"prompt\":\"Hi\",\"system\":\"Be brief.\",\"template\":"
+                         "\"{{ if .System }}<|system|>{{ .System }}\\n{{ end }}<|user|>{{ .Prompt }}\\n<|assistant|>{{ .Response }}<|end|>\"}",
+                         false, &r);
+    cr_assert(!r.chat && !r.fim);
+    cr_expect_str_eq(json_string_value(json_object_get(r.body, "prompt")), "<|system|>Be brief.\n<|user|>Hi\n<|assistant|>");
+    ollama_request_free(&r);
+    json_decref(b);
+    b = parse_ok("{\"model\":\"m\",\"prompt\":\"a\",\"suffix\":\"c\",\"system\":\"s\",\"template\":"
+                 "\"{{ .System }}<PRE> {{ .Prompt }} <SUF>{{ .Suffix }} <MID>\"}", false, &r);
+    cr_assert(!r.chat && !r.fim && r.suffix, "a suffix still needs FIM tokens");
+    cr_expect_str_eq(json_string_value(json_object_get(r.body, "prompt")), "<PRE> a <SUF>c <MID>");
+    ollama_request_free(&r);
+    json_decref(b);
+    b = parse_ok("{\"model\":\"m\",\"prompt\":\"a\",\"raw\":true,\"template\":\"{{ range }}\"}", false, &r);
+    cr_expect_str_eq(json_string_value(json_object_get(r.body, "prompt")), "a");
+    ollama_request_free(&r);
+    json_decref(b);
 }
 
 // ---- suffix: fill-in-the-middle ------------------------------------------------------------

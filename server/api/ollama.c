@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "gotmpl.h"
 #include "infill.h"
 #include "oai.h"
 #include "toolcall.h"
@@ -81,6 +82,22 @@ static attnd_status chat_messages(const json_t *body, json_t *msgs, const char *
     return ATTND_OK;
 }
 
+/* /api/generate's template (gotmpl.h) filled as Ollama fills it: .Prompt and .Suffix with a
+ * suffix, else .System and .Prompt; the text runs as a completion. */
+static attnd_status templated(const json_t *body, const json_t *tmpl, const char *text, ollama_request *out,
+                              const char **param, attnd_err *err) {
+    const json_t *sys = oai_field(body, "system");
+    gotmpl_values v = {.prompt = text, .suffix = out->suffix, .system = out->suffix ? NULL : json_string_value(sys)};
+    buf b;
+    buf_init(&b);
+    attnd_status st = gotmpl_render(json_string_value(tmpl), json_string_length(tmpl), &v, &b, err);
+    if (st == ATTND_ERR_INVALID) *param = "template";
+    if (st == ATTND_OK && json_object_set_new(out->body, "prompt", json_string(b.p ? b.p : ""))) st = nomem(err);
+    buf_free(&b);
+    out->chat = out->fim = false;
+    return st;
+}
+
 /* /api/generate's prompt: a chat of one turn (system + prompt), raw text, or with a suffix the
  * prefix of a fill-in-the-middle prompt (ollama_fim_prompt lays it out). */
 static attnd_status generate_prompt(const json_t *body, ollama_request *out, const char **param, attnd_err *err) {
@@ -90,13 +107,14 @@ static attnd_status generate_prompt(const json_t *body, ollama_request *out, con
     if (sys && !json_is_string(sys)) return oai_bad(param, "system", err, "'system' must be a string");
     if (raw && !json_is_boolean(raw)) return oai_bad(param, "raw", err, "'raw' must be a boolean");
     if (suffix && !json_is_string(suffix)) return oai_bad(param, "suffix", err, "'suffix' must be a string");
-    if (tmpl && !str_is(tmpl, "")) return oai_bad(param, "template", err, "'template' is not supported: the model's own chat template is used (or raw: true)");
+    if (tmpl && !json_is_string(tmpl)) return oai_bad(param, "template", err, "'template' must be a string");
     if (has_images(body)) return oai_bad(param, "images", err, "'images': this server has no vision model (text only)");
     out->load_only = !prompt || !*json_string_value(prompt);
     out->suffix = suffix && *json_string_value(suffix) ? json_string_value(suffix) : NULL;
     out->fim = out->suffix && !json_is_true(raw); /* Ollama's template gets .Prompt and .Suffix, no .System */
     out->chat = !json_is_true(raw) && !out->fim;
     const char *text = prompt ? json_string_value(prompt) : "";
+    if (tmpl && *json_string_value(tmpl) && !json_is_true(raw)) return templated(body, tmpl, text, out, param, err);
     if (!out->chat) return json_object_set_new(out->body, "prompt", json_string(text)) ? nomem(err) : ATTND_OK;
     json_t *msgs = json_array();
     if (!msgs || json_object_set_new(out->body, "messages", msgs)) return nomem(err);

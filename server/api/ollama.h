@@ -8,8 +8,12 @@
  *   /api/chat messages (system, user, assistant with thinking and tool_calls, tool with
  *   tool_name)                                 → chat messages (images: a 400);
  *   /api/generate prompt + system              → a chat of one turn; raw: true → the prompt as it
- *                                                stands (a completion); template and images are
- *                                                refused;
+ *                                                stands (a completion); images are refused;
+ *   /api/generate template (not raw)           → Ollama's Go template, the subset of gotmpl.h,
+ *                                                filled with system and prompt (with a suffix:
+ *                                                prompt and suffix): the text runs as a
+ *                                                completion; what gotmpl.h does not render is a
+ *                                                400 naming the action;
  *   /api/generate prompt + suffix              → fill-in-the-middle, as Ollama fills its model's
  *                                                template with only .Prompt and .Suffix: the FIM
  *                                                layout of /infill (infill.h) with the prompt as

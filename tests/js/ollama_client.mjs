@@ -76,6 +76,17 @@ async function generate(model) {
   check(text === whole.response && last?.done === true, 'generate streamed: the pieces join to the whole answer', { text, whole: whole.response });
   const raw = await ollama.generate({ ...params, raw: true, system: 'ignored in raw mode', stream: false, keep_alive: '5m' });
   check(raw.done && typeof raw.response === 'string', 'generate raw, with keep_alive', raw);
+  const opts = { num_predict: 4, temperature: 0 };
+  const tmpl = await ollama.generate({ model, prompt: 'Once', system: 'Tell a story.', stream: false, options: opts,
+                                       template: '{{ if .System }}{{ .System }} {{ end }}{{ .Prompt }} upon a time{{ .Response }} THE END' });
+  const same = await ollama.generate({ model, prompt: 'Tell a story. Once upon a time', raw: true, stream: false, options: opts });
+  check(tmpl.done && tmpl.response === same.response, 'generate with a template (Go): the prompt it writes, as raw text', { tmpl, same });
+  try {
+    await ollama.generate({ model, prompt: 'x', template: '{{ range .Messages }}{{ end }}', stream: false });
+    check(false, 'a template action attnd does not render: refused', 'accepted');
+  } catch (e) {
+    check(e.status_code === 400 && /range/.test(e.error), 'a template action attnd does not render: 400 quoting it', { status: e.status_code, error: e.error });
+  }
 }
 
 async function formats(model) {
