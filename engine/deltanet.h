@@ -12,8 +12,9 @@
  *   d_k x d_v state S:
  *             S <- e^g S;  u = beta (v - S^T k);  S <- S + k u^T;  o = S^T q / sqrt(d_k);
  *   out     = RMSNorm(o) * ssm_norm * silu(z_t), per value head.
- * Entries of one sequence run in order (the recurrence is sequential, prefill as decode); the
- * work is split across (sequence, value head) pairs on the engine's pool.
+ * Entries of one sequence run in order, one at a time (the sequential form) or by chunks of 64
+ * (the chunked form, deltanet.c: the same recurrence as matrix products within a chunk; long runs
+ * take it, dn_form); the work is split across (sequence, value head) pairs on the engine's pool.
  *
  * A batch may copy a sequence's state as it is after some of its entries (dn_job.snap: the
  * checkpoints and speculative steps of kv_state.c), in the same pass.
@@ -49,6 +50,17 @@ typedef struct dn_snap {
     int at, n;
 } dn_snap;
 
+/* Floats of per-thread scratch the chunked form needs (dn_job.scratch holds one per thread). */
+size_t dn_scratch_floats(const dn_dims *d);
+
+/* How the recurrence runs a sequence's entries. A run whose snap keeps the state after several
+ * entries (a speculative verify) is sequential; any other goes by segments that end where a snap
+ * copies the state (a checkpoint), each in the form asked for, or with AUTO the chunked form from
+ * DN_CHUNKED_MIN entries (deltanet.c, from the measurements in docs/engine.md), else the
+ * sequential one. So a checkpoint taken inside a batch is bit for bit the state of a batch that
+ * ended there. */
+typedef enum dn_form { DN_FORM_AUTO, DN_FORM_SEQUENTIAL, DN_FORM_CHUNKED } dn_form;
+
 /* One layer's evaluation on a batch (all pointers borrowed for the call). */
 typedef struct dn_job {
     const dn_dims *d;
@@ -67,6 +79,8 @@ typedef struct dn_job {
     float *out;            /* (n, hv dv) the gated, normalised output */
     const struct dn_snap *snap; /* (n_runs, DN_SNAPS) copies of run r's state to take, or NULL: none */
     size_t snap_stride;    /* floats between the consecutive states of one dn_snap */
+    float *scratch;        /* (n_threads, dn_scratch_floats) for the chunked form, or NULL: sequential only */
+    dn_form form;
     int n_threads;
 } dn_job;
 

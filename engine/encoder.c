@@ -92,7 +92,8 @@ attnd_status encoder_load_weights(model *m, attnd_err *err) {
     int64_t E = m->info.n_embd;
     attnd_status st;
     const gguf_tensor *tt = gguf_find_tensor(m->f, "token_types.weight");
-    if (tt && (tt->n_dims != 2 || tt->ne[1] < 1 || tt->ne[1] > 256))
+    /* XLM-RoBERTa's one type: [embd, 1], or [embd] from converters that squeezed it (older bge-m3 files) */
+    if (tt && (tt->n_dims > 2 || tt->ne[1] < 1 || tt->ne[1] > 256))
         return attnd_fail(err, ATTND_ERR_FORMAT, "tensor 'token_types.weight' is not a (types <= 256, embd) matrix");
     m->n_types = tt ? (int)tt->ne[1] : 0;
     if ((tt && (st = model_find_matrix(m, "token_types.weight", m->n_types, E, true, &m->type_embd, err))) ||

@@ -89,6 +89,7 @@ struct engine {
     float **dn_state;       /* (B) the current layer's state of each run's sequence */
     dn_snap *dn_snaps;      /* (B, DN_SNAPS) the current layer's copies of each run's state: a checkpoint, steps */
     int *dn_snap_at;        /* (B) the entry of dn_order after which run r's checkpoint is taken */
+    float *dn_scratch;      /* (n_slots, dn_scratch_floats) per-thread scratch of the chunked recurrence */
 
     /* Mixture of Experts (NULL for dense models); K = n_expert_used, FE = n_ff_exp */
     float *moe_logits;      /* (B, n_expert) router logits, then probabilities */
@@ -198,6 +199,7 @@ static size_t layout(engine *e, char *mem) {
     e->dn_state = block_take(&b, B, sizeof(float *));
     e->dn_snaps = block_take(&b, B * DN_SNAPS, sizeof(dn_snap));
     e->dn_snap_at = block_take(&b, B, sizeof(int));
+    e->dn_scratch = block_take(&b, (size_t)e->n_slots * dn_scratch_floats(&m->dn), sizeof(float));
     e->rope = block_take(&b, ROPE_TABLES * B * (size_t)m->max_rope_dims, sizeof(float));
     size_t PLE = (size_t)m->n_ple;
     e->ple = block_take(&b, B * (size_t)mi->n_layer * PLE, sizeof(float));
@@ -295,14 +297,16 @@ const model *engine_model(const engine *e) { return e->m; }
 void engine_set_threads(engine *e, int n_threads) {
     if (n_threads <= 0) n_threads = default_threads();
     /* Attention scratch exists for n_slots threads; more threads than cores gains nothing. */
-    e->n_threads = n_threads < e->n_slots ? n_threads : e->n_slots;
+    /* atomic: other threads read it (engine_threads) while the owner's steps read it plainly */
+    __atomic_store_n(&e->n_threads, n_threads < e->n_slots ? n_threads : e->n_slots, __ATOMIC_RELAXED);
 }
 
-int engine_threads(const engine *e) { return e->n_threads; }
+int engine_threads(const engine *e) { return __atomic_load_n(&e->n_threads, __ATOMIC_RELAXED); }
 
 int engine_threads_in_use(const engine *e) {
     int cap = threads_cap();
-    return cap && cap < e->n_threads ? cap : e->n_threads;
+    int n = engine_threads(e);
+    return cap && cap < n ? cap : n;
 }
 
 void engine_set_attention_cb(engine *e, engine_attn_cb cb, void *user) {
@@ -1031,7 +1035,7 @@ static void step_deltanet(pass *p, const layer_weights *L) {
     dn_job j = {.snap = e->dn_snaps, .snap_stride = e->seqs[0]->pool->state_bytes / sizeof(float), .d = &m->dn, .n = p->n, .order = e->dn_order, .run_start = e->dn_run, .n_runs = p->n_runs,
                 .state = e->dn_state, .qkv = e->dn_qkv, .z = e->dn_z, .beta = e->dn_beta, .alpha = e->dn_alpha,
                 .conv_w = L->dn_conv, .dt_bias = L->dn_dt_bias, .ssm_a = L->dn_a, .norm_w = L->dn_norm,
-                .out = e->dn_o, .n_threads = e->n_threads};
+                .out = e->dn_o, .scratch = e->dn_scratch, .n_threads = e->n_threads};
     dn_forward(&j);
     matmul(e, e->tmp, &L->dn_out, e->dn_o, p->n);
 }

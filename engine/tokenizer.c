@@ -21,6 +21,8 @@
  *        does, and a symbol that is not a token falls back to <0xXX> byte tokens.
  *   WPM  ("bert"): BERT's normaliser and word splitter (tok_wpm.c), then each word is cut into
  *        the longest vocabulary pieces from the left; [CLS] ... [SEP] around it all.
+ *   UGM  ("t5"): SentencePiece's unigram model (tok_ugm.c): the precompiled character map,
+ *        U+2581 before every word, and each word cut where the piece scores sum highest.
  * Both merge loops keep, for every live symbol, the priority of merging it with its right
  * neighbour in an indexed 4-ary heap, so a word of n bytes costs O(n log n) time and about
  * 24 bytes of working memory per byte, whatever its content (no quadratic case). Words (and SPM
@@ -38,6 +40,7 @@
 #include "attnd/utf8.h"
 #include "block.h"
 #include "tok_pre.h"
+#include "tok_ugm.h"
 #include "tok_wpm.h"
 #include "unicode.h"
 
@@ -51,7 +54,7 @@ enum {
     TT_BYTE = 6,
 };
 
-enum { KIND_SPM, KIND_BPE, KIND_WPM, KIND_SBPE };
+enum { KIND_SPM, KIND_BPE, KIND_WPM, KIND_SBPE, KIND_UGM };
 
 #define KEY_NONE UINT32_MAX
 
@@ -152,7 +155,7 @@ static const merge_slot *merge_get(const mergemap *m, int32_t a, int32_t b) {
 // ---- the tokenizer ----------------------------------------------------------------------------
 
 struct tokenizer {
-    int kind; /* KIND_SPM, KIND_BPE, KIND_WPM or KIND_SBPE */
+    int kind; /* KIND_SPM, KIND_BPE, KIND_WPM, KIND_SBPE or KIND_UGM */
     int32_t n_vocab;
     char *text;             /* arena: every vocabulary string, each NUL-terminated */
     uint32_t *text_off;     /* (n_vocab) */
@@ -161,7 +164,7 @@ struct tokenizer {
     uint32_t *dec_off;      /* (n_vocab) */
     uint32_t *dec_len;      /* (n_vocab) */
     uint8_t *type;          /* (n_vocab) TT_* */
-    float *score;           /* (n_vocab) SPM merge priority (higher first); NULL for BPE */
+    float *score;           /* (n_vocab) SPM merge priority (higher first), UGM piece log-probability */
     bool *eog;              /* (n_vocab) end-of-generation ids */
     strmap by_text;         /* stored string -> id */
     strmap by_bytes;        /* BPE with ignore_merges: decoded bytes of normal tokens -> id */
@@ -174,13 +177,19 @@ struct tokenizer {
     int32_t sep;            /* separator ([SEP]): closes a WordPiece text, and each text of a pair */
     int32_t fim[TOK_FIM_N]; /* fill-in-the-middle ids by tok_fim_role; -1 = none */
     bool add_bos, add_eos, add_space_prefix;
-    bool add_sep;           /* add_special appends sep (WordPiece) */
+    bool add_sep;           /* add_special appends sep (WordPiece); a pair's separator (pair_specials) */
     bool wpm_lower, wpm_strip; /* WordPiece: lowercase, strip accents (BertNormalizer) */
     size_t wpm_max_piece;   /* WordPiece: the longest normal token, in bytes */
     bool spm_split;         /* no token joins a non-space to a following U+2581 (see spm_fragment) */
     bool spm_pairs;         /* SPM merges go through `merges` by id pair (see build_spm_pairs) */
     int32_t spm_ascii[128]; /* SPM: mergeable token of each ASCII character, or -1 */
     int32_t spm_space;      /* SPM: mergeable token of U+2581, or -1 */
+    tok_ugm_map ugm_map;    /* UGM: tokenizer.ggml.precompiled_charsmap (empty when absent) */
+    tok_ugm_flags ugm_flags;
+    size_t ugm_max_piece;   /* UGM: the longest piece, in bytes */
+    double ugm_unk_score;   /* UGM: the lowest normal score - 10 */
+    uint64_t *ugm_prefix;   /* UGM: Bloom filter of every proper prefix of a piece (build_ugm_prefixes) */
+    uint64_t ugm_prefix_mask; /* its size in bits - 1 */
     const tok_pre_kind *pre;
     char *tables; /* owns text .. eog and special (engine/block.h) */
 };
@@ -269,7 +278,7 @@ static size_t decode_token(const tokenizer *t, int32_t id, const uint32_t *cp_to
     default: break;
     }
     size_t m = 0;
-    if (t->kind == KIND_SPM || t->kind == KIND_SBPE) { /* U+2581 stands for a space */
+    if (t->kind == KIND_SPM || t->kind == KIND_SBPE || t->kind == KIND_UGM) { /* U+2581 stands for a space */
         for (size_t i = 0; i < n;) {
             if (i + 3 <= n && !memcmp(s + i, SPM_SPACE, 3)) {
                 out[m++] = ' ';
@@ -517,10 +526,12 @@ static attnd_status read_kind(tokenizer *t, const gguf_file *f, attnd_err *err) 
         t->kind = KIND_WPM;
     } else if (!strcmp(model, "gemma4")) {
         t->kind = KIND_SBPE;
+    } else if (!strcmp(model, "t5")) {
+        t->kind = KIND_UGM;
     } else {
         return attnd_fail(err, ATTND_ERR_UNSUPPORTED,
-                          "tokenizer.ggml.model \"%s\" is not supported (only \"llama\", \"gpt2\", \"bert\" and "
-                          "\"gemma4\")",
+                          "tokenizer.ggml.model \"%s\" is not supported (only \"llama\", \"gpt2\", \"bert\", "
+                          "\"gemma4\" and \"t5\")",
                           model);
     }
     if (t->kind == KIND_BPE) {
@@ -574,7 +585,7 @@ static size_t layout_tables(tokenizer *t, char *mem, size_t text_bytes) {
     t->dec_off = block_take(&b, nv, sizeof(*t->dec_off));
     t->dec_len = block_take(&b, nv, sizeof(*t->dec_len));
     t->type = block_take(&b, nv, sizeof(*t->type));
-    t->score = block_take(&b, t->kind == KIND_SPM ? nv : 0, sizeof(*t->score));
+    t->score = block_take(&b, t->kind == KIND_SPM || t->kind == KIND_UGM ? nv : 0, sizeof(*t->score));
     t->eog = block_take(&b, nv, sizeof(*t->eog));
     t->special = block_take(&b, nv, sizeof(*t->special));
     return block_size(&b);
@@ -671,7 +682,7 @@ static attnd_status build_decoded(tokenizer *t, attnd_err *err) {
     for (unsigned b = 0; b < 256; b++) {
         char s[8];
         int32_t id = -1;
-        if (t->kind == KIND_SPM || t->kind == KIND_SBPE) {
+        if (t->kind == KIND_SPM || t->kind == KIND_SBPE || t->kind == KIND_UGM) {
             snprintf(s, sizeof(s), "<0x%02X>", b);
             id = strmap_get(&t->by_text, s, 6);
             if (id < 0) {
@@ -730,7 +741,9 @@ static attnd_status read_special_ids(tokenizer *t, const gguf_file *f, attnd_err
     /* llama.cpp's defaults: lowercase unless the file says not, strip accents as lowercase */
     t->wpm_lower = read_bool(f, "tokenizer.ggml.normalizer.lowercase", true);
     t->wpm_strip = read_bool(f, "tokenizer.ggml.normalizer.strip_accents", t->wpm_lower);
-    t->add_space_prefix = read_bool(f, "tokenizer.ggml.add_space_prefix", spm);
+    t->add_space_prefix = read_bool(f, "tokenizer.ggml.add_space_prefix", spm || t->kind == KIND_UGM);
+    t->ugm_flags.add_space_prefix = t->add_space_prefix;
+    t->ugm_flags.remove_extra_ws = read_bool(f, "tokenizer.ggml.remove_extra_whitespaces", false);
     if (t->eos >= 0) t->eog[t->eos] = true;
     if (t->eot >= 0) t->eog[t->eot] = true;
     if (t->eom >= 0) t->eog[t->eom] = true;
@@ -743,6 +756,71 @@ static attnd_status read_special_ids(tokenizer *t, const gguf_file *f, attnd_err
         if (id >= 0) t->eog[id] = true;
     }
     return ATTND_OK;
+}
+
+/* Is id a piece of the unigram lattice? Normal, user-defined and unused tokens (llama.cpp). */
+static inline bool ugm_piece(const tokenizer *t, int32_t id) {
+    return t->type[id] == TT_NORMAL || t->type[id] == TT_USER || t->type[id] == TT_UNUSED;
+}
+
+/* The prefix filter is a Bloom filter with two probes: a false "yes" only costs a lookup more. */
+static void prefix_put(tokenizer *t, uint64_t h) {
+    uint64_t g = mix64(h);
+    t->ugm_prefix[(h & t->ugm_prefix_mask) >> 6] |= 1ull << (h & 63);
+    t->ugm_prefix[(g & t->ugm_prefix_mask) >> 6] |= 1ull << (g & 63);
+}
+
+static bool prefix_has(const tokenizer *t, uint64_t h) {
+    uint64_t g = mix64(h);
+    return (t->ugm_prefix[(h & t->ugm_prefix_mask) >> 6] >> (h & 63) & 1) &&
+           (t->ugm_prefix[(g & t->ugm_prefix_mask) >> 6] >> (g & 63) & 1);
+}
+
+/* Every proper prefix (at a character boundary) of every piece, so a lattice search can stop as
+ * soon as no piece begins with the bytes it has. About 8 bits per vocabulary byte (4 MB for
+ * XLM-R's 2.6 MB of pieces). */
+static attnd_status build_ugm_prefixes(tokenizer *t, attnd_err *err) {
+    size_t total = 0;
+    for (int32_t i = 0; i < t->n_vocab; i++)
+        if (ugm_piece(t, i)) total += t->text_len[i];
+    size_t bits = 1024;
+    while (bits < 8 * total) bits *= 2;
+    if (!(t->ugm_prefix = calloc(bits / 64, sizeof(*t->ugm_prefix))))
+        return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory for a %d-token vocabulary", t->n_vocab);
+    t->ugm_prefix_mask = bits - 1;
+    for (int32_t i = 0; i < t->n_vocab; i++) {
+        if (!ugm_piece(t, i)) continue;
+        const char *s = t->text + t->text_off[i];
+        size_t n = t->text_len[i];
+        for (size_t k = 0; k < n;) {
+            unicode_next(s, n, &k);
+            if (k < n) prefix_put(t, hash_bytes(s, k));
+        }
+    }
+    return ATTND_OK;
+}
+
+/* The unigram model's character map, longest piece and unknown-token score. */
+static attnd_status prepare_ugm(tokenizer *t, const gguf_file *f, attnd_err *err) {
+    attnd_status st;
+    if (t->unk < 0) return attnd_fail(err, ATTND_ERR_FORMAT, "a \"t5\" (unigram) vocabulary needs an unknown token");
+    const char *key = "tokenizer.ggml.precompiled_charsmap";
+    const gguf_kv *kv = gguf_find_kv(f, key);
+    if (kv) {
+        const gguf_array *a;
+        if (gguf_get_arr(f, key, GGUF_VT_UINT8, &a, NULL) != ATTND_OK &&
+            (st = gguf_get_arr(f, key, GGUF_VT_INT8, &a, err)) != ATTND_OK)
+            return st;
+        if ((st = tok_ugm_map_init(&t->ugm_map, a->data, (size_t)a->n, err)) != ATTND_OK) return st;
+    }
+    double lowest = INFINITY;
+    for (int32_t i = 0; i < t->n_vocab; i++) {
+        if (!ugm_piece(t, i)) continue;
+        if (t->text_len[i] > t->ugm_max_piece) t->ugm_max_piece = t->text_len[i];
+        if (t->type[i] == TT_NORMAL && t->score[i] < lowest) lowest = t->score[i];
+    }
+    t->ugm_unk_score = (isfinite(lowest) ? lowest : 0.0) - 10.0;
+    return build_ugm_prefixes(t, err);
 }
 
 /* The merge machinery: SPM's pair table and shortcuts, or BPE's merges. */
@@ -773,6 +851,8 @@ static attnd_status prepare_merges(tokenizer *t, const gguf_file *f, attnd_err *
     } else if (t->kind == KIND_WPM) {
         for (size_t i = 0; i < nv; i++)
             if (t->type[i] == TT_NORMAL && t->text_len[i] > t->wpm_max_piece) t->wpm_max_piece = t->text_len[i];
+    } else if (t->kind == KIND_UGM) {
+        return prepare_ugm(t, f, err);
     } else {
         if ((st = load_merges(t, f, err)) != ATTND_OK) return st;
         if (t->pre && t->pre->ignore_merges) {
@@ -792,6 +872,8 @@ void tok_destroy(tokenizer *t) {
     free(t->by_text.slots);
     free(t->by_bytes.slots);
     free(t->merges.slots);
+    tok_ugm_map_free(&t->ugm_map);
+    free(t->ugm_prefix);
     free(t);
 }
 
@@ -1306,6 +1388,42 @@ static attnd_status wpm_fragment(enc *e, const char *text, size_t len) {
     return st;
 }
 
+// ---- unigram ----------------------------------------------------------------------------------
+
+/* tok_ugm_find_fn over the vocabulary index; a user-defined piece scores 0 (llama.cpp). */
+static tok_ugm_found ugm_find(const void *ctx, const char *p, size_t n, int32_t *id, double *score) {
+    const tokenizer *t = ctx;
+    int32_t k = strmap_get(&t->by_text, p, n);
+    if (k >= 0 && ugm_piece(t, k)) {
+        *id = k;
+        *score = t->type[k] == TT_USER ? 0.0 : (double)t->score[k];
+        return TOK_UGM_PIECE;
+    }
+    return prefix_has(t, hash_bytes(p, n)) ? TOK_UGM_PREFIX : TOK_UGM_NONE;
+}
+
+/* One word's best segmentation. */
+static attnd_status ugm_merge(enc *e, const char *p, size_t len) {
+    const tokenizer *t = e->t;
+    tok_ugm_vocab v = {ugm_find, t, t->ugm_max_piece, t->unk, t->ugm_unk_score};
+    int32_t *ids = malloc(len * sizeof(*ids));
+    if (!ids) return attnd_fail(e->err, ATTND_ERR_NOMEM, "out of memory for a word of %zu bytes", len);
+    size_t k;
+    attnd_status st = tok_ugm_word(&v, p, len, ids, &k, e->err);
+    for (size_t i = 0; i < k && st == ATTND_OK; i++) st = emit(e, ids[i]);
+    free(ids);
+    return st;
+}
+
+static attnd_status ugm_fragment(enc *e, const char *text, size_t len) {
+    char *norm;
+    size_t n, pos = 0, a, b;
+    attnd_status st = tok_ugm_normalize(&e->t->ugm_map, &e->t->ugm_flags, text, len, &norm, &n, e->err);
+    while (st == ATTND_OK && tok_ugm_next_word(norm, n, &pos, &a, &b)) st = cached(e, norm + a, b - a, ugm_merge);
+    free(norm);
+    return st;
+}
+
 // ---- encode -----------------------------------------------------------------------------------
 
 /* The special token matching at text[i..len), longest first, or -1. */
@@ -1325,6 +1443,7 @@ static attnd_status fragment(enc *e, const char *text, size_t len) {
     if (e->t->kind == KIND_SPM) return spm_fragment(e, text, len, e->t->add_space_prefix);
     if (e->t->kind == KIND_SBPE) return sbpe_fragment(e, text, len);
     if (e->t->kind == KIND_WPM) return wpm_fragment(e, text, len);
+    if (e->t->kind == KIND_UGM) return ugm_fragment(e, text, len);
     return bpe_fragment(e, text, len);
 }
 
@@ -1370,7 +1489,9 @@ static attnd_status encode(const tokenizer *t, const char *text, size_t len, boo
     }
     if (st == ATTND_OK && frag < len) st = fragment(&e, text + frag, len - frag);
     if (st == ATTND_OK && add_special && t->add_eos) st = emit(&e, t->eos);
-    if (st == ATTND_OK && add_special && t->add_sep) st = emit(&e, t->sep);
+    /* only WordPiece ends a text with sep; elsewhere add_sep_token is the pair separator (XLM-R's
+     * and RoBERTa's files set it for <s> a </s> </s> b </s>), as llama.cpp's tokenizer reads it */
+    if (st == ATTND_OK && add_special && t->add_sep && t->kind == KIND_WPM) st = emit(&e, t->sep);
     enc_free(&e);
     if (st != ATTND_OK) {
         free(e.ids);
@@ -1410,6 +1531,10 @@ static void pair_specials(const tokenizer *t, int32_t *head, int32_t mid[2], int
         mid[0] = t->sep, mid[1] = -1, *tail = t->sep;
         return;
     }
+    if (t->kind == KIND_UGM) { /* HF's XLM-RoBERTa template: <s> a </s> </s> b </s> */
+        mid[0] = mid[1] = *tail = t->eos;
+        return;
+    }
     mid[0] = t->add_eos ? t->eos : -1;
     mid[1] = t->add_sep ? t->sep : -1;
     *tail = t->add_eos ? t->eos : -1;
@@ -1436,8 +1561,9 @@ attnd_status tok_encode_pair(const tokenizer *t, const char *a, size_t a_len, co
     for (size_t i = 0; i < na; i++) seg[n] = 0, out[n++] = ia[i];
     for (size_t k = 0; k < 2; k++)
         if (mid[k] >= 0) seg[n] = 0, out[n++] = mid[k];
-    for (size_t i = 0; i < nb; i++) seg[n] = 1, out[n++] = ib[i];
-    if (tail >= 0) seg[n] = 1, out[n++] = tail;
+    int32_t sb = t->kind == KIND_UGM ? 0 : 1; /* XLM-RoBERTa has one token type */
+    for (size_t i = 0; i < nb; i++) seg[n] = sb, out[n++] = ib[i];
+    if (tail >= 0) seg[n] = sb, out[n++] = tail;
     *ids = out, *n_ids = n, out = NULL;
     if (segs) *segs = seg, seg = NULL;
 out:
@@ -1453,7 +1579,7 @@ out:
 /* Does decoding drop the leading space of the first piece that gives text? SentencePiece's dummy
  * prefix; WordPiece, whose decoder puts a space before every word-initial piece but the first. */
 static bool strips_first_space(const tokenizer *t) {
-    return (t->kind == KIND_SPM && t->add_space_prefix) || t->kind == KIND_WPM;
+    return ((t->kind == KIND_SPM || t->kind == KIND_UGM) && t->add_space_prefix) || t->kind == KIND_WPM;
 }
 
 /* Decoding state shared by tok_decode and the stream: whether the dummy-prefix space of the

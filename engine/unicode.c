@@ -201,3 +201,7 @@ attnd_status unicode_nfd(const char *s, size_t len, char **out, size_t *out_len,
     *out_len = (size_t)r;
     return ATTND_OK;
 }
+
+bool unicode_grapheme_break(uint32_t a, uint32_t b, int32_t *state) {
+    return utf8proc_grapheme_break_stateful((utf8proc_int32_t)a, (utf8proc_int32_t)b, state);
+}

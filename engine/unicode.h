@@ -66,4 +66,9 @@ size_t unicode_lower(uint32_t cp, uint32_t out[2]);
  * (caller frees), NUL-terminated, *out_len excludes the NUL. */
 attnd_status unicode_nfd(const char *s, size_t len, char **out, size_t *out_len, attnd_err *err);
 
+/* Is there an extended grapheme cluster boundary between code points a and b (UAX #29)? state
+ * starts at 0 for a text and carries the rules that look further back (emoji, regional
+ * indicators) from one call to the next. */
+bool unicode_grapheme_break(uint32_t a, uint32_t b, int32_t *state);
+
 #endif /* ATTND_UNICODE_H */

@@ -39,6 +39,21 @@ static inline tiny_spec gemma_emb_small(void) {
     return sp;
 }
 
+/* XLM-RoBERTa as llama.cpp's converter writes it (XLMRobertaModel, arch bert): the real 250048-piece
+ * unigram ("t5") vocabulary of vocab_path (tests/data/tokenizers/xlmr-ugm.gguf: <s> 0, <pad> 1,
+ * </s> 2, <unk> 3, <mask> 250001, its character map) with add_sep_token, one token type, LayerNorm
+ * epsilon 1e-5, the position rows from the first real position on (the converter drops the
+ * pad_token_id + 1 rows before it), F16 weights; 32 wide, 4 heads, FFN 64, 2 layers, 512
+ * positions. CLS pooling (bge-m3); rank: a one-logit head after the tanh dense layer
+ * (XLMRobertaForSequenceClassification's classifier, bge-reranker-v2-m3). */
+static inline tiny_spec enc_xlmr(const char *vocab_path, bool rank) {
+    tiny_spec sp = enc_small();
+    sp.vocab = false, sp.vocab_from = vocab_path, sp.n_vocab = 250048, sp.n_ctx = 512, sp.n_types = 1;
+    sp.n_ff = 64, sp.rms_eps = 1e-5f, sp.wtype = GGUF_TYPE_F16, sp.pooling = 1 + 2, sp.seed = 11;
+    if (rank) sp.pooling = 1 + 4, sp.n_cls_out = 1, sp.seed = 12;
+    return sp;
+}
+
 /* The encoders of the llama.cpp comparison (tests/data/reference-embed.json, regenerate.sh through
  * tiny_model): the small bert (F32, mean pooling), bge-base's shape in F16 (CLS pooling), and a
  * cross-encoder of that shape (F16, rank: cls and one cls.output logit), and nomic-embed-text
@@ -91,6 +106,7 @@ static inline int enc_tensors(const tiny_spec *sp, tiny_tensor *ts) {
     EADD("token_embd.weight", E, sp->n_vocab, w, 1.0f, 0.0f);
     bool nomic = !strcmp(sp->arch, "nomic-bert");                /* RoPE, fused qkv, SwiGLU, no biases */
     EADD("token_types.weight", E, sp->n_types, f32, 0.5f, 0.0f); /* F32 always, as the converter keeps them */
+    ts[n - 1].n_dims = 2; /* [E, 1] for XLM-R's one type: today's converter keeps the row dimension */
     if (!nomic) EADD("position_embd.weight", E, sp->n_ctx, f32, 0.5f, 0.0f);
     EADD("token_embd_norm.weight", E, 1, f32, 0.2f, 1.0f);
     EADD("token_embd_norm.bias", E, 1, f32, 0.1f, 0.0f);

@@ -58,6 +58,8 @@ typedef struct tiny_spec {
     int n_cls_out;         /* > 0: cls.output.weight of n_cls_out rows and classifier.output_labels */
     int n_types;           /* > 0: an encoder (encoder_fixture.h): token_types rows, and the keys
                             * attention.layer_norm_epsilon, attention.causal false, token_type_count */
+    const char *vocab_from; /* instead of vocab: every tokenizer.* key of this GGUF, as it is (its token
+                             * count must be n_vocab), then tokenizer.ggml.add_sep_token true */
 } tiny_spec;
 
 /* What a family computes, as llama.cpp does it (written independently of engine/arch.c). */
@@ -295,9 +297,73 @@ static inline uint64_t tiny_keys(gbuf *b, const tiny_spec *sp) {
     return n + tiny_vocab_keys(b, sp);
 }
 
-/* sp's vocabulary keys, when sp->vocab; returns how many were written. */
+/* The bytes of the GGUF value of type ty at p (end: the data's end); 0 when it runs past end. */
+static inline size_t tiny_value_size(const uint8_t *p, const uint8_t *end, uint32_t ty) {
+    static const size_t fixed[13] = {1, 1, 2, 2, 4, 4, 4, 1, 0, 0, 8, 8, 8};
+    uint64_t n;
+    if (ty == 8) {
+        if (end - p < 8) return 0;
+        memcpy(&n, p, 8);
+        return n <= (uint64_t)(end - p) - 8 ? 8 + (size_t)n : 0;
+    }
+    if (ty != 9) return ty < 13 && (size_t)(end - p) >= fixed[ty] ? fixed[ty] : 0;
+    uint32_t et;
+    if (end - p < 12) return 0;
+    memcpy(&et, p, 4), memcpy(&n, p + 4, 8);
+    size_t at = 12;
+    for (uint64_t i = 0; i < n; i++) {
+        size_t k = et == 9 ? 0 : tiny_value_size(p + at, end, et);
+        if (!k) return 0;
+        at += k;
+    }
+    return at;
+}
+
+/* sp->vocab_from's tokenizer.* keys (but token_type_count, written by tiny_keys) copied into b, and
+ * add_sep_token; returns how many. A file that cannot be read or does not fit aborts: a fixture. */
+static inline uint64_t tiny_copy_vocab_keys(gbuf *b, const tiny_spec *sp) {
+    FILE *f = fopen(sp->vocab_from, "rb");
+    long size = f && !fseek(f, 0, SEEK_END) ? ftell(f) : -1;
+    uint8_t *d = size > 24 ? malloc((size_t)size) : NULL;
+    if (!d || fseek(f, 0, SEEK_SET) || fread(d, 1, (size_t)size, f) != (size_t)size || memcmp(d, "GGUF", 4)) {
+        fprintf(stderr, "engine_fixture: cannot read the vocabulary of %s\n", sp->vocab_from);
+        abort();
+    }
+    fclose(f);
+    const uint8_t *p = d + 24, *end = d + size;
+    uint64_t n_kv, n = 0, klen, n_tok = 0;
+    memcpy(&n_kv, d + 16, 8);
+    for (uint64_t i = 0; i < n_kv; i++) {
+        size_t ks = tiny_value_size(p, end, 8), vs = 0;
+        uint32_t ty = 0;
+        if (ks && (size_t)(end - p) >= ks + 4) memcpy(&ty, p + ks, 4), vs = tiny_value_size(p + ks + 4, end, ty);
+        if (!vs) {
+            fprintf(stderr, "engine_fixture: %s: key %llu is malformed\n", sp->vocab_from, (unsigned long long)i);
+            abort();
+        }
+        memcpy(&klen, p, 8);
+        char key[96] = {0};
+        memcpy(key, p + 8, klen < sizeof(key) - 1 ? klen : sizeof(key) - 1);
+        if (!strcmp(key, "tokenizer.ggml.tokens")) memcpy(&n_tok, p + ks + 8, 8);
+        if (!strncmp(key, "tokenizer.", 10) && strcmp(key, "tokenizer.ggml.token_type_count") &&
+            strcmp(key, "tokenizer.ggml.add_sep_token"))
+            gb_bytes(b, p, ks + 4 + vs), n++;
+        p += ks + 4 + vs;
+    }
+    free(d);
+    if (n_tok != (uint64_t)sp->n_vocab) {
+        fprintf(stderr, "engine_fixture: %s has %llu tokens, not %d\n", sp->vocab_from, (unsigned long long)n_tok,
+                sp->n_vocab);
+        abort();
+    }
+    gb_kv_bool(b, "tokenizer.ggml.add_sep_token", true);
+    return n + 1;
+}
+
+/* sp's vocabulary keys, when sp->vocab (or sp->vocab_from); returns how many were written. */
 static inline uint64_t tiny_vocab_keys(gbuf *b, const tiny_spec *sp) {
     uint64_t n = 0;
+    if (sp->vocab_from) return tiny_copy_vocab_keys(b, sp);
     if (sp->vocab) {
         n += 6;
         /* <unk>, <s>, </s>, the 256 byte tokens, then plain pieces "t259", "t260", ... */

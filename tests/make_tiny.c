@@ -18,6 +18,11 @@
  *     make_tiny OUT.gguf fim        2-layer llama, rows 64 wide, the FIM tokens <|fim_prefix|>
  *                                   <|fim_suffix|> <|fim_middle|> <|fim_pad|> as control tokens: a
  *                                   code model for fill-in-the-middle (Ollama's suffix)
+ *     make_tiny OUT.gguf xlmr VOCAB.gguf
+ *     make_tiny OUT.gguf xlmr-rank VOCAB.gguf
+ *                                   encoder_fixture.h's XLM-RoBERTa (bge-m3's layout, CLS pooling; or
+ *                                   bge-reranker-v2-m3's, a one-logit head) with the unigram vocabulary
+ *                                   of VOCAB.gguf (tests/data/tokenizers/xlmr-ugm.gguf)
  *     make_tiny OUT.gguf lowbit TYPE
  *                                   2-layer llama, rows 256 wide, every 2-D weight random blocks of
  *                                   TYPE (IQ1_S ... NVFP4, issue 47: formats attnd cannot write)
@@ -147,8 +152,13 @@ static int write_fim(const char *path) {
 
 int main(int argc, char **argv) {
     if (argc == 4 && !strcmp(argv[2], "lowbit")) return write_lowbit(argv[1], argv[3]);
+    if (argc == 4 && (!strcmp(argv[2], "xlmr") || !strcmp(argv[2], "xlmr-rank"))) {
+        tiny_spec sp = enc_xlmr(argv[3], !strcmp(argv[2], "xlmr-rank"));
+        return enc_write(argv[1], &sp) != 0;
+    }
     if (argc != 3) {
-        fprintf(stderr, "usage: make_tiny OUT.gguf qwen896|llama960|rank|chat|fim|bert|bert-rank | make_tiny OUT.gguf lowbit TYPE\n");
+        fprintf(stderr, "usage: make_tiny OUT.gguf qwen896|llama960|rank|chat|fim|bert|bert-rank | make_tiny OUT.gguf lowbit TYPE"
+                        " | make_tiny OUT.gguf xlmr|xlmr-rank VOCAB.gguf\n");
         return 2;
     }
     if (!strcmp(argv[2], "rank")) return write_rank(argv[1]);

@@ -16,6 +16,8 @@
 #include "attnd/engine.h"
 #include "attnd/attn_capture.h"
 #include "attnd/spec.h"
+#include "deltanet.h"
+#include "quant.h"
 #include "engine_rig.h"
 #include "family_specs.h"
 #include <jansson.h>
@@ -316,4 +318,240 @@ Test(deltanet, attention_capture_and_ablation_are_refused_by_name) {
     cr_assert_eq(engine_ablation_check(mi, &(engine_ablation){.heads = &h, .n = 1}, &err), ATTND_ERR_UNSUPPORTED);
     cr_expect(strstr(err.msg, "Gated DeltaNet") != NULL, "%s", err.msg);
     tiny_rig_close(&r);
+}
+
+/* ---- the recurrence's two forms, against float64 (deltanet.h, one layer on its own) ---- */
+
+/* A random DeltaNet layer at the real head size (dk = dv = 128) and its inputs for n entries:
+ * decays spread from near 1 (long memory, the hard case for the chunked form's sums) to e^-30
+ * (value head 0: its decays underflow within a chunk). */
+typedef struct dn_case {
+    dn_dims d;
+    int n;
+    float *qkv, *z, *beta, *alpha; /* (n, C), (n, hv dv), (n, hv), (n, hv) */
+    float *qkv0;                   /* (n, C) qkv as made (dn_forward overwrites qkv with the conv's output) */
+    float conv_w[4 * 1024], dt_bias[8], ssm_a[8], norm_w[128];
+} dn_case;
+
+static void dn_case_init(dn_case *c, int n, bool grouped, uint64_t seed) {
+    memset(c, 0, sizeof(*c));
+    c->d = (dn_dims){.K = 4, .hk = 2, .hv = 4, .dk = 128, .dv = 128, .eps = 1e-6f, .grouped = grouped};
+    c->d.conv_dim = 2 * c->d.hk * c->d.dk + c->d.hv * c->d.dv;
+    c->n = n;
+    int C = c->d.conv_dim, VD = c->d.hv * c->d.dv, hv = c->d.hv;
+    c->qkv = malloc(sizeof(float) * (size_t)n * C), c->z = malloc(sizeof(float) * (size_t)n * VD);
+    c->beta = malloc(sizeof(float) * (size_t)n * hv), c->alpha = malloc(sizeof(float) * (size_t)n * hv);
+    c->qkv0 = malloc(sizeof(float) * (size_t)n * C);
+    for (size_t i = 0; i < (size_t)n * C; i++) c->qkv0[i] = c->qkv[i] = tiny_uniform(&seed, 1.0f);
+    for (size_t i = 0; i < (size_t)n * VD; i++) c->z[i] = tiny_uniform(&seed, 2.0f);
+    for (size_t i = 0; i < (size_t)n * hv; i++) c->beta[i] = tiny_uniform(&seed, 2.0f), c->alpha[i] = tiny_uniform(&seed, 0.5f);
+    for (int i = 0; i < C * c->d.K; i++) c->conv_w[i] = tiny_uniform(&seed, 0.8f);
+    for (int h = 0; h < hv; h++) { /* softplus(dt_bias) from 1e-3 to 0.1, a from -1 to -16 */
+        float dt = expf(-6.9f + 2.3f * (float)h / (float)(hv - 1) * 2.0f);
+        c->dt_bias[h] = logf(expm1f(dt));
+        c->ssm_a[h] = h == 0 ? -300.0f : -1.0f - 15.0f * fabsf(tiny_uniform(&seed, 1.0f));
+    }
+    for (int i = 0; i < c->d.dv; i++) c->norm_w[i] = 1.0f + tiny_uniform(&seed, 0.3f);
+}
+
+static void dn_case_free(dn_case *c) { free(c->qkv0), free(c->qkv), free(c->z), free(c->beta), free(c->alpha); }
+
+static double ref_sigmoid(double x) { return 1 / (1 + exp(-x)); }
+static double ref_silu(double x) { return x * ref_sigmoid(x); }
+
+/* Entry t of c through the layer in float64, state st (deltanet.h's layout) carried on; out (hv dv). */
+static void dn_ref_entry(const dn_case *c, int t, double *st, double *out) {
+    const dn_dims *d = &c->d;
+    int C = d->conv_dim, K = d->K, dk = d->dk, dv = d->dv;
+    double x[1024], u[128];
+    for (int ch = 0; ch < C; ch++) {
+        double acc = 0, in = c->qkv0[(size_t)t * C + ch];
+        for (int k = 0; k < K - 1; k++) acc += st[(size_t)k * C + ch] * c->conv_w[ch * K + k];
+        acc += in * c->conv_w[ch * K + K - 1];
+        for (int k = 0; k + 1 < K - 1; k++) st[(size_t)k * C + ch] = st[(size_t)(k + 1) * C + ch];
+        st[(size_t)(K - 2) * C + ch] = in;
+        x[ch] = ref_silu(acc);
+    }
+    for (int h = 0; h < 2 * d->hk; h++) {
+        double ss = 0;
+        for (int i = 0; i < dk; i++) ss += x[h * dk + i] * x[h * dk + i];
+        for (int i = 0; i < dk; i++) x[h * dk + i] /= fmax(sqrt(ss), d->eps);
+    }
+    for (int h = 0; h < d->hv; h++) {
+        int kh = d->grouped ? h / (d->hv / d->hk) : h % d->hk;
+        const double *q = x + kh * dk, *k = x + (d->hk + kh) * dk, *v = x + 2 * d->hk * dk + h * dv;
+        double beta = ref_sigmoid(c->beta[(size_t)t * d->hv + h]), sp = c->alpha[(size_t)t * d->hv + h] + c->dt_bias[h];
+        double decay = exp(c->ssm_a[h] * (sp > 20 ? sp : log1p(exp(sp))));
+        double *S = st + (size_t)(K - 1) * C + (size_t)h * dv * dk; /* S[c * dk + i] = S[i][c] */
+        for (int i = 0; i < dv * dk; i++) S[i] *= decay;
+        for (int cc = 0; cc < dv; cc++) {
+            double sk = 0;
+            for (int i = 0; i < dk; i++) sk += S[cc * dk + i] * k[i];
+            u[cc] = beta * (v[cc] - sk);
+        }
+        double ss = 0, *o = out + h * dv;
+        for (int cc = 0; cc < dv; cc++) {
+            double s = 0;
+            for (int i = 0; i < dk; i++) S[cc * dk + i] += k[i] * u[cc], s += S[cc * dk + i] * q[i];
+            o[cc] = s / sqrt((double)dk), ss += o[cc] * o[cc];
+        }
+        for (int cc = 0; cc < dv; cc++)
+            o[cc] = o[cc] / sqrt(ss / dv + d->eps) * c->norm_w[cc] * ref_silu(c->z[(size_t)t * d->hv * dv + h * dv + cc]);
+    }
+}
+
+/* max |a - ref| / max |ref| over n values. */
+static double rel_err_max(const float *a, const double *ref, size_t n) {
+    double worst = 0, scale = 0;
+    for (size_t i = 0; i < n; i++) worst = fmax(worst, fabs(a[i] - ref[i])), scale = fmax(scale, fabs(ref[i]));
+    cr_assert(scale > 1e-3, "degenerate case");
+    return worst / scale;
+}
+
+/* A job over c's entries [t0, t0 + n) of one sequence (state st, float) as one batch; out (n, hv dv). */
+static dn_job dn_case_job(const dn_case *c, int t0, int n, float **st, int *order, int *run, float *scratch,
+                          float *out, dn_form form, int n_threads) {
+    size_t VD = (size_t)c->d.hv * c->d.dv;
+    for (int i = 0; i < n; i++) order[i] = i;
+    run[0] = 0, run[1] = n;
+    return (dn_job){.d = &c->d, .n = n, .order = order, .run_start = run, .n_runs = 1, .state = st,
+                    .qkv = c->qkv + (size_t)t0 * c->d.conv_dim, .z = c->z + (size_t)t0 * VD,
+                    .beta = c->beta + (size_t)t0 * c->d.hv, .alpha = c->alpha + (size_t)t0 * c->d.hv, .conv_w = c->conv_w,
+                    .dt_bias = c->dt_bias, .ssm_a = c->ssm_a, .norm_w = c->norm_w, .out = out, .scratch = scratch,
+                    .form = form, .n_threads = n_threads};
+}
+
+/* Prefixes of one sequence the tests compare at, and the reference's state at each. */
+static const int DN_ENDS[] = {1, 41, 63, 64, 65, 70, 130, 200};
+#define N_DN_ENDS ((int)ATTND_ARRAY_LEN(DN_ENDS))
+
+/* The float64 reference over c's first n entries from a zero state: out (n, hv dv), and the state
+ * after each length of DN_ENDS (states, (N_DN_ENDS, dn_state_floats)). */
+static void dn_ref_run(const dn_case *c, int n, double *out, double *states) {
+    size_t SF = dn_state_floats(&c->d), VD = (size_t)c->d.hv * c->d.dv;
+    double *st = calloc(SF, sizeof(double));
+    for (int t = 0; t < n; t++) {
+        dn_ref_entry(c, t, st, out + (size_t)t * VD);
+        for (int e = 0; e < N_DN_ENDS; e++)
+            if (DN_ENDS[e] == t + 1) memcpy(states + (size_t)e * SF, st, sizeof(double) * SF);
+    }
+    free(st);
+}
+
+static const double *dn_ref_state(const double *states, size_t SF, int len) {
+    for (int e = 0; e < N_DN_ENDS; e++)
+        if (DN_ENDS[e] == len) return states + (size_t)e * SF;
+    cr_assert_fail("no reference state at length %d", len);
+    return NULL;
+}
+
+/* One sequence prefilled as the batches seg[0], seg[1], ... (each from the state the previous
+ * left), in each form on 2 threads: every output and the state after each batch equal float64
+ * within 1e-4 relative. */
+static void check_forms(const dn_case *cc, const double *rout, const double *rst, const int *seg, int n_seg) {
+    dn_case c = *cc;
+    size_t SF = dn_state_floats(&c.d), VD = (size_t)c.d.hv * c.d.dv;
+    float *st = malloc(sizeof(float) * SF), *out = malloc(sizeof(float) * (size_t)c.n * VD);
+    float *scratch = malloc(sizeof(float) * 2 * dn_scratch_floats(&c.d));
+    int *order = malloc(sizeof(int) * (size_t)c.n), run[2];
+    const char *names[] = {"auto", "sequential", "chunked"};
+    for (dn_form f = DN_FORM_AUTO; f <= DN_FORM_CHUNKED; f++) {
+        memcpy(c.qkv, c.qkv0, sizeof(float) * (size_t)c.n * c.d.conv_dim);
+        memset(st, 0, sizeof(float) * SF);
+        for (int i = 0, t0 = 0; i < n_seg; t0 += seg[i++]) {
+            dn_job j = dn_case_job(&c, t0, seg[i], &st, order, run, scratch, out + (size_t)t0 * VD, f, 2);
+            dn_forward(&j);
+            double eo = rel_err_max(out + (size_t)t0 * VD, rout + (size_t)t0 * VD, (size_t)seg[i] * VD);
+            double es = rel_err_max(st, dn_ref_state(rst, SF, t0 + seg[i]), SF);
+            if (getenv("ATTND_TEST_VERBOSE")) fprintf(stderr, "%s %d+%d: out %g state %g\n", names[f], t0, seg[i], eo, es);
+            cr_expect(eo <= 1e-4, "%s form, entries %d + %d: outputs off by %g relative", names[f], t0, seg[i], eo);
+            cr_expect(es <= 1e-4, "%s form, entries %d + %d: state off by %g relative", names[f], t0, seg[i], es);
+        }
+    }
+    free(st), free(out), free(scratch), free(order);
+}
+
+/* Prompt lengths around the chunk of 64 (1, 63, 64, 65, 130) and a prompt continuing a sequence
+ * that already has a state (70 entries, then 130 more), for both head orders. */
+Test(deltanet, chunked_and_sequential_forms_match_float64_across_chunk_boundaries) {
+    for (int grouped = 0; grouped < 2; grouped++) {
+        dn_case c;
+        dn_case_init(&c, 200, grouped, 21 + (uint64_t)grouped);
+        size_t SF = dn_state_floats(&c.d), VD = (size_t)c.d.hv * c.d.dv;
+        double *rout = malloc(sizeof(double) * 200 * VD), *rst = malloc(sizeof(double) * N_DN_ENDS * SF);
+        dn_ref_run(&c, 200, rout, rst);
+        static const int lens[] = {1, 63, 64, 65, 130};
+        for (int pass = 0; pass < 2; pass++) { /* the chunked form's products: vector kernels, then portable */
+            quant_isa saved = quant_isa_force(pass == 0 ? quant_isa_best() : QUANT_ISA_PORTABLE);
+            for (size_t i = 0; i < ATTND_ARRAY_LEN(lens); i++) check_forms(&c, rout, rst, &lens[i], 1);
+            check_forms(&c, rout, rst, (const int[]){70, 130}, 2);
+            quant_isa_force(saved);
+        }
+        free(rout), free(rst);
+        dn_case_free(&c);
+    }
+}
+
+/* d = the layer of c with rows first, first + 2, ... of c's inputs (n of them). */
+static void dn_case_rows(dn_case *d, const dn_case *c, int first, int n) {
+    dn_case_init(d, n, c->d.grouped, 0);
+    size_t C = (size_t)c->d.conv_dim, VD = (size_t)c->d.hv * c->d.dv, hv = (size_t)c->d.hv;
+    for (int t = 0; t < n; t++) {
+        size_t r = (size_t)first + 2 * (size_t)t;
+        memcpy(d->qkv0 + t * C, c->qkv0 + r * C, sizeof(float) * C);
+        memcpy(d->z + t * VD, c->z + r * VD, sizeof(float) * VD);
+        memcpy(d->beta + t * hv, c->beta + r * hv, sizeof(float) * hv);
+        memcpy(d->alpha + t * hv, c->alpha + r * hv, sizeof(float) * hv);
+    }
+    memcpy(d->conv_w, c->conv_w, sizeof(c->conv_w)), memcpy(d->dt_bias, c->dt_bias, sizeof(c->dt_bias));
+    memcpy(d->ssm_a, c->ssm_a, sizeof(c->ssm_a)), memcpy(d->norm_w, c->norm_w, sizeof(c->norm_w));
+}
+
+/* Two sequences in one batch, entries interleaved (run 0 the even rows, run 1 the odd ones), in
+ * the chunked form: a checkpoint inside run 0's first chunk (after its entry 41) ends a chunk
+ * there and copies the state then; run 1 keeps the state after each of its first 5 entries (a
+ * speculative verify), which the sequential form gives it. Every copy, output and final state
+ * equals its sequence's float64 reference. */
+Test(deltanet, chunked_form_copies_checkpoints_and_leaves_verify_steps_sequential) {
+    enum { N = 100, STEPS = 5, AT = 41 };
+    dn_case c, ca, cb;
+    dn_case_init(&c, 2 * N, false, 31);
+    dn_case_rows(&ca, &c, 0, N), dn_case_rows(&cb, &c, 1, N);
+    size_t SF = dn_state_floats(&c.d), VD = (size_t)c.d.hv * c.d.dv;
+    double *ra = malloc(sizeof(double) * N * VD), *rb = malloc(sizeof(double) * N * VD);
+    double *sa = calloc(SF, sizeof(double)), *sb = calloc(SF, sizeof(double));
+    double *ckpt = malloc(sizeof(double) * SF), *steps = malloc(sizeof(double) * STEPS * SF);
+    for (int t = 0; t < N; t++) {
+        dn_ref_entry(&ca, t, sa, ra + (size_t)t * VD);
+        dn_ref_entry(&cb, t, sb, rb + (size_t)t * VD);
+        if (t == AT) memcpy(ckpt, sa, sizeof(double) * SF);
+        if (t < STEPS) memcpy(steps + (size_t)t * SF, sb, sizeof(double) * SF);
+    }
+
+    float *st0 = calloc(SF, sizeof(float)), *st1 = calloc(SF, sizeof(float)), *st[2] = {st0, st1};
+    float *got_ckpt = malloc(sizeof(float) * SF), *got_steps = malloc(sizeof(float) * STEPS * SF);
+    float *out = malloc(sizeof(float) * 2 * N * VD), *scratch = malloc(sizeof(float) * 2 * dn_scratch_floats(&c.d));
+    int order[2 * N], run[3] = {0, N, 2 * N};
+    for (int t = 0; t < N; t++) order[t] = 2 * t, order[N + t] = 2 * t + 1;
+    dn_snap snaps[2 * DN_SNAPS] = {{got_ckpt, AT, 1}, {NULL, 0, 0}, {NULL, 0, 0}, {got_steps, N, STEPS}};
+    dn_job j = {.d = &c.d, .n = 2 * N, .order = order, .run_start = run, .n_runs = 2, .state = st, .qkv = c.qkv,
+                .z = c.z, .beta = c.beta, .alpha = c.alpha, .conv_w = c.conv_w, .dt_bias = c.dt_bias, .ssm_a = c.ssm_a,
+                .norm_w = c.norm_w, .out = out, .snap = snaps, .snap_stride = SF, .scratch = scratch,
+                .form = DN_FORM_CHUNKED, .n_threads = 2};
+    dn_forward(&j);
+
+    double worst = 0;
+    for (int t = 0; t < N; t++) {
+        worst = fmax(worst, rel_err_max(out + (size_t)2 * t * VD, ra + (size_t)t * VD, VD));
+        worst = fmax(worst, rel_err_max(out + (size_t)(2 * t + 1) * VD, rb + (size_t)t * VD, VD));
+    }
+    cr_expect(worst <= 1e-4, "outputs off by %g relative", worst);
+    cr_expect(rel_err_max(got_ckpt, ckpt, SF) <= 1e-4, "checkpoint off by %g", rel_err_max(got_ckpt, ckpt, SF));
+    for (int i = 0; i < STEPS; i++)
+        cr_expect(rel_err_max(got_steps + i * SF, steps + i * SF, SF) <= 1e-4, "the state after step %d", i);
+    cr_expect(rel_err_max(st0, sa, SF) <= 1e-4, "run 0's state");
+    cr_expect(rel_err_max(st1, sb, SF) <= 1e-4, "run 1's state");
+    free(st0), free(st1), free(got_ckpt), free(got_steps), free(out), free(scratch);
+    free(ra), free(rb), free(sa), free(sb), free(ckpt), free(steps);
+    dn_case_free(&ca), dn_case_free(&cb), dn_case_free(&c);
 }

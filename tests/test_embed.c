@@ -316,6 +316,31 @@ Test(embed, bert_matches_float64_reference_each_input_seeing_only_itself) {
     engine_destroy(e), model_destroy(m), unlink(path);
 }
 
+/* XLM-RoBERTa's one token type (bge-m3, multilingual-e5): token_types is [E, 1] from today's
+ * converter and [E] from older ones, which squeezed it; both load and match the reference. */
+Test(embed, one_token_type_loads_as_a_row_or_a_vector) {
+    tiny_spec sp = enc_small();
+    sp.n_types = 1, sp.rms_eps = 1e-5f, sp.pooling = 1 + 2, sp.seed = 13;
+    for (int dims = 2; dims >= 1; dims--) {
+        char path[256];
+        tiny_tmpname(path, sizeof(path), "xlmr-types");
+        tiny_tensor *ts = calloc(TINY_MAX_TENSORS, sizeof(*ts));
+        int nt = enc_tensors(&sp, ts);
+        for (int i = 0; i < nt; i++)
+            if (!strcmp(ts[i].name, "token_types.weight")) ts[i].n_dims = dims;
+        cr_assert_eq(tiny_write_tensors(path, &sp, ts, nt), 0);
+        free(ts);
+        model *m;
+        engine *e;
+        attnd_err err = {0};
+        cr_assert_eq(model_load(&m, path, &err), ATTND_OK, "token_types of %d dimension(s): %s", dims, err.msg);
+        cr_assert_eq(engine_create(&e, m, 32, 1, &err), ATTND_OK, "%s", err.msg);
+        embed_input in[2] = {{ENC_A, 9, NULL}, {ENC_B, 5, NULL}};
+        check_encoder(&sp, path, e, in, 2, POOL_FILE, 1e-4);
+        engine_destroy(e), model_destroy(m), unlink(path);
+    }
+}
+
 Test(embed, bert_of_bge_base_shape_matches_float64_reference) {
     char path[256];
     model *m;

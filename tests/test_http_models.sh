@@ -15,7 +15,7 @@ echo "not a model" > "$TMP/models/broken.gguf"
 echo "notes" > "$TMP/models/README.txt"
 export XDG_CACHE_HOME=$TMP/cache # the pull cache counts: an empty one here
 
-start_server s --models-dir "$TMP/models" --models-max-loaded 1 --threads 1 --kv-budget-mb 16 --state-dir "$TMP/state"
+start_server s --models-dir "$TMP/models" --models-max-loaded 1 --models-wait-s 2 --threads 1 --kv-budget-mb 16 --state-dir "$TMP/state"
 base=http://127.0.0.1:$s_PORT
 state() { curl -sf "$base/v1/models" | grep -o "\"id\":\"$1\",[^}]*}" | grep -o '"value":"[a-z]*"' | cut -d'"' -f4; }
 chat() { curl -s "$base/v1/chat/completions" -d "{\"model\": \"$1\", \"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}], \"max_tokens\": 3, \"temperature\": 0}"; }
@@ -63,7 +63,10 @@ check "the others keep serving after it" grep -q '"model":"alpha"' <<<"$(chat al
 show=$(curl -s "$base/api/show" -d '{"model": "alpha:latest"}')
 check "Ollama's /api/show names its model (${show:0:80})" grep -q '"capabilities":\["completion"' <<<"$show"
 check_status 404 "/api/show of an unknown model" "$base/api/show" -d '{"name": "gamma"}'
-check_status 501 "a one-model endpoint (/tokenize) says it is not for several models" "$base/tokenize" -d '{"content": "Hi"}'
+check "/tokenize with a model tokenizes with it" grep -q '^{"tokens":\[[0-9]' <<<"$(curl -s "$base/tokenize" -d '{"model": "alpha", "content": "Hi"}')"
+check "/detokenize with a model" test "$(curl -s "$base/detokenize" -d '{"model": "alpha", "tokens": []}')" = '{"content":""}'
+check_status 400 "/tokenize without a model on a server of several" "$base/tokenize" -d '{"content": "Hi"}'
+check_status 501 "a one-model endpoint (/props) says it is not for several models" "$base/props"
 check "/health reports each model's state" grep -q '"models":{"alpha":"loaded","beta":"unloaded","broken":"failed"}' <<<"$(curl -sf "$base/health")"
 
 # ---- explicit load and unload; never under a running request ----
@@ -74,18 +77,34 @@ check_status 404 "unloading an unknown model" "$base/models/unload" -d '{"model"
 check_status 200 "POST /models/load beta" "$base/models/load" -d '{"model": "beta"}'
 for _ in $(seq 100); do [ "$(state beta)" = loaded ] && break; sleep 0.05; done
 check "beta loads in the background" test "$(state beta)" = loaded
-# a streamed answer of 4 long choices, read slowly, keeps its request (and its model) in use
-curl -s --limit-rate 300 "$base/v1/completions" -N \
-    -d '{"model": "beta", "prompt": "Once upon a time", "max_tokens": 480, "n": 4, "stream": true, "ignore_eos": true}' >/dev/null &
+# a long request keeps its model in use until it is stopped: 64 streamed choices of 480 tokens
+# (seconds of work for any CPU; the server holds what it writes, so a slow reader alone would not)
+long_body() { echo "{\"model\": \"$1\", \"prompt\": [$(printf '"Once upon a time %d",' $(seq 15))\"Once\"], \"max_tokens\": 480, \"n\": 4, \"stream\": true, \"ignore_eos\": true}"; }
+curl -s "$base/v1/completions" -N -d "$(long_body beta)" >/dev/null &
 slow=$!
 for _ in $(seq 100); do curl -sf "$base/metrics" | grep -q '^attnd_model_requests_active{model="beta"} 1$' && break; sleep 0.05; done
 check_status 409 "unloading beta while a request uses it is a 409" "$base/models/unload" -d '{"model": "beta"}'
 check "... and beta stays loaded" test "$(state beta)" = loaded
-check_status 503 "alpha needs beta's room (models_max_loaded 1) while beta is busy: 503" \
-    "$base/v1/chat/completions" -d '{"model": "alpha", "messages": [{"role": "user", "content": "Hi"}]}'
+# alpha needs beta's room (models_max_loaded 1) while beta is busy: it waits, beta drains
+chat alpha > "$TMP/waited.json" & waiting=$!
+for _ in $(seq 100); do curl -sf "$base/metrics" | grep -q '^attnd_model_requests_active{model="alpha"} 1$' && break; sleep 0.05; done
+check "a request for alpha waits for room while beta is busy (no 503)" \
+    bash -c 'kill -0 "$1" && [ "$2" = unloaded ]' _ "$waiting" "$(state alpha)"
 kill "$slow" 2>/dev/null; wait "$slow" 2>/dev/null
-for _ in $(seq 100); do curl -sf "$base/metrics" | grep -q '^attnd_model_requests_active{model="beta"} 0$' && break; sleep 0.05; done
-check "once idle, alpha takes beta's room" grep -q '"model":"alpha"' <<<"$(chat alpha)"
+wait "$waiting"
+check "once beta's request ends, alpha takes its room and answers" grep -q '"model":"alpha"' "$TMP/waited.json"
+check "beta drained and unloaded for it" test "$(state beta)" = unloaded
+# past models_wait_s (2 s here) the wait ends in a 503 with Retry-After
+curl -s "$base/v1/completions" -N -d "$(long_body alpha)" >/dev/null &
+slow=$!
+for _ in $(seq 100); do curl -sf "$base/metrics" | grep -q '^attnd_model_requests_active{model="alpha"} 1$' && break; sleep 0.05; done
+hdrs=$(curl -s -D - -o "$TMP/nowait.json" "$base/v1/chat/completions" -d '{"model": "beta", "messages": [{"role": "user", "content": "Hi"}]}')
+check "beta's wait for alpha's room ends in a 503 with Retry-After (${hdrs:0:40})" \
+    bash -c 'grep -q "^HTTP/1.1 503" <<<"$1" && grep -qi "^Retry-After: " <<<"$1"' _ "$hdrs"
+check "... that says why" grep -q "stayed in use" "$TMP/nowait.json"
+kill "$slow" 2>/dev/null; wait "$slow" 2>/dev/null
+for _ in $(seq 100); do curl -sf "$base/metrics" | grep -q '^attnd_model_requests_active{model="alpha"} 0$' && break; sleep 0.05; done
+check "alpha, no longer drained, serves again" grep -q '"model":"alpha"' <<<"$(chat alpha)"
 listed=$("$ATTND_BINARY" models --url "$base")
 check "attnd models --url: alpha loaded, with its context" grep -q '^alpha  *loaded .* MiB  context 512$' <<<"$listed"
 check "attnd models --url: beta unloaded, broken failed" \
@@ -98,6 +117,10 @@ size1=$(stat -c %s "$TMP/state/models/alpha/$id.session.json" 2>/dev/null || ech
 check_status 200 "alpha unloads" "$base/models/unload" -d '{"model": "alpha"}'
 r2=$(curl -s "$base/v1/responses" -d "{\"model\": \"alpha\", \"input\": \"More\", \"previous_response_id\": \"$id\", \"max_output_tokens\": 2}")
 check "the next turn continues it after alpha loads again (${r2:0:120})" grep -q "\"previous_response_id\":\"$id\"" <<<"$r2"
+check_status 409 "a turn naming another model than its chain's is a 409" "$base/v1/responses" \
+    -d "{\"model\": \"beta\", \"input\": \"More\", \"previous_response_id\": \"$id\", \"max_output_tokens\": 2}"
+check "... saying whose it is" grep -q "belongs to model 'alpha'" <<<"$(curl -s "$base/v1/responses" \
+    -d "{\"model\": \"beta\", \"input\": \"More\", \"previous_response_id\": \"$id\", \"max_output_tokens\": 2}")"
 check "... on the same session, which grew" test "$(stat -c %s "$TMP/state/models/alpha/$id.session.json")" -gt "$size1"
 stop_server s || bad "SIGTERM"
 
@@ -115,7 +138,7 @@ model = $TMP/models/alpha.gguf
 [model.three]
 model = $TMP/models/beta.gguf
 EOF
-start_server p --config "$TMP/attnd.conf" --threads 1 --no-models-cache --model "$MODEL" --model-alias solo
+start_server p --config "$TMP/attnd.conf" --threads 2 --no-models-cache --model "$MODEL" --model-alias solo
 base=http://127.0.0.1:$p_PORT
 check "--model beside presets is one more model, named by --model-alias" test "$(state solo)" = unloaded
 check "a preset's ctx_size is its own" grep -q '"id":"one",.*"context_length":128' <<<"$(chat one >/dev/null; curl -sf "$base/v1/models")"
@@ -123,6 +146,14 @@ chat two >/dev/null
 check "two models fit the budget" test "$(state one)/$(state two)" = loaded/loaded
 chat three >/dev/null
 check "the third unloads the least recently used (one)" test "$(state one)/$(state two)/$(state three)" = unloaded/loaded/loaded
+shared() { curl -sf "$base/metrics" | grep "^attnd_model_steps_shared_total{model=\"$1\"}" | cut -d' ' -f2; }
+check "one model working alone runs on all the threads (no step shared)" test "$(shared two)/$(shared three)" = 0/0
+long() { curl -s "$base/v1/completions" -d "{\"model\": \"$1\", \"prompt\": \"Once\", \"max_tokens\": 240, \"n\": 2, \"ignore_eos\": true}" >/dev/null; }
+long two & bg=$!
+long three
+wait "$bg"
+check "two models working at once share the threads: each ran steps on its share ($(shared two), $(shared three))" \
+    bash -c '[ "$1" -gt 0 ] && [ "$2" -gt 0 ]' _ "$(shared two)" "$(shared three)"
 stop_server p || bad "SIGTERM (presets)"
 
 # ---- with API keys, loading and unloading need the admin key ----

@@ -52,13 +52,13 @@ static void fake_unload(void *user, void *p) {
 
 static int64_t fake_now(void *user) { return ((fake *)user)->clock_ms; }
 
-static mreg *make(fake *f, int max_loaded, size_t memory) {
+static mreg *make_waiting(fake *f, int max_loaded, size_t memory, int room_wait_ms) {
     memset(f, 0, sizeof(*f));
     pthread_mutex_init(&f->mu, NULL);
     pthread_cond_init(&f->cv, NULL);
     f->clock_ms = 1000;
     mreg_ops ops = {fake_load, fake_unload, fake_now, f};
-    mreg_limits lim = {.max_loaded = max_loaded, .memory_bytes = memory};
+    mreg_limits lim = {.max_loaded = max_loaded, .memory_bytes = memory, .room_wait_ms = room_wait_ms};
     mreg *reg;
     attnd_err err;
     cr_assert_eq(mreg_create(&reg, &ops, &lim, &err), ATTND_OK);
@@ -68,6 +68,8 @@ static mreg *make(fake *f, int max_loaded, size_t memory) {
     cr_assert_eq(mreg_add(reg, "broken", "/m/broken.gguf", 3, 100, &err), ATTND_OK);
     return reg;
 }
+
+static mreg *make(fake *f, int max_loaded, size_t memory) { return make_waiting(f, max_loaded, memory, 0); }
 
 static mreg_state state_of(mreg *reg, const char *name) {
     mreg_info in;
@@ -272,5 +274,96 @@ Test(mreg, peeking_at_a_loaded_model_does_not_count_as_a_use) {
     use(&f, reg, "c", 4000); /* a is still the least recently used */
     cr_assert_eq(state_of(reg, "a"), MREG_UNLOADED);
     cr_assert_eq(state_of(reg, "b"), MREG_LOADED);
+    mreg_destroy(reg);
+}
+
+typedef struct taker {
+    mreg *reg;
+    const char *name;
+    attnd_status st;
+    attnd_err err;
+    mreg_ref ref;
+} taker;
+
+static void *take(void *p) {
+    taker *t = p;
+    t->st = mreg_acquire(t->reg, t->name, &t->ref, NULL, NULL, &t->err);
+    return NULL;
+}
+
+static bool wait_waiters(mreg *reg, const char *name, int n) {
+    for (int i = 0; i < 5000 && waiters_of(reg, name) != n; i++) usleep(1000);
+    return waiters_of(reg, name) == n;
+}
+
+Test(mreg, a_request_waits_for_room_while_the_least_recently_used_model_drains) {
+    fake f;
+    mreg *reg = make_waiting(&f, 1, 0, 10000);
+    mreg_ref held;
+    attnd_err err;
+    cr_assert_eq(mreg_acquire(reg, "a", &held, NULL, NULL, &err), ATTND_OK);
+    taker tb = {.reg = reg, .name = "b"}, ta = {.reg = reg, .name = "a"};
+    pthread_t t1, t2;
+    pthread_create(&t1, NULL, take, &tb);
+    cr_assert(wait_waiters(reg, "b", 1), "b's request waits for room (no 503)");
+    pthread_create(&t2, NULL, take, &ta);
+    cr_assert(wait_waiters(reg, "a", 1), "a drains: a new request for it is held, not served");
+    cr_assert_eq(state_of(reg, "a"), MREG_LOADED);
+    cr_assert_eq(mreg_unload(reg, "a", &err), ATTND_ERR_BUSY, "its running request still holds it");
+    mreg_release(reg, &held); /* a's last request ends: a unloads, b loads */
+    pthread_join(t1, NULL);
+    cr_assert_eq(tb.st, ATTND_OK, "%s", tb.err.msg);
+    cr_assert_str_eq(((inst *)tb.ref.inst)->name, "b");
+    cr_assert(wait_waiters(reg, "a", 1), "a's held request now waits for b's room in turn");
+    mreg_release(reg, &tb.ref);
+    pthread_join(t2, NULL);
+    cr_assert_eq(ta.st, ATTND_OK, "%s", ta.err.msg);
+    cr_assert_str_eq(((inst *)ta.ref.inst)->name, "a");
+    cr_assert_eq(f.n_unloaded, 2);
+    cr_assert_str_eq(f.unloaded[0], "a");
+    cr_assert_str_eq(f.unloaded[1], "b");
+    mreg_release(reg, &ta.ref);
+    mreg_destroy(reg);
+}
+
+Test(mreg, a_wait_for_room_ends_at_its_deadline_and_the_drained_model_serves_again) {
+    fake f;
+    mreg *reg = make_waiting(&f, 1, 0, 150);
+    mreg_ref held, ref;
+    attnd_err err;
+    cr_assert_eq(mreg_acquire(reg, "a", &held, NULL, NULL, &err), ATTND_OK);
+    double t0 = attnd_now_s();
+    cr_assert_eq(mreg_acquire(reg, "b", &ref, NULL, NULL, &err), ATTND_ERR_NOMEM);
+    cr_assert_geq(attnd_now_s() - t0, 0.14, "it waited for room first");
+    cr_assert(strstr(err.msg, "'b'") && strstr(err.msg, "stayed in use"), "%s", err.msg);
+    cr_assert_eq(waiters_of(reg, "b"), 0);
+    cr_assert_eq(mreg_acquire(reg, "a", &ref, NULL, NULL, &err), ATTND_OK, "nobody waits for room: a serves at once");
+    mreg_release(reg, &ref);
+    mreg_release(reg, &held);
+    cr_assert_eq(f.n_unloaded, 0);
+    mreg_destroy(reg);
+}
+
+Test(mreg, the_requests_waiting_for_room_are_bounded) {
+    fake f;
+    mreg *reg = make_waiting(&f, 1, 0, 10000);
+    mreg_ref held, ref;
+    attnd_err err;
+    cr_assert_eq(mreg_acquire(reg, "a", &held, NULL, NULL, &err), ATTND_OK);
+    taker tb[64];
+    pthread_t t[64];
+    for (int i = 0; i < 64; i++) {
+        tb[i] = (taker){.reg = reg, .name = "b"};
+        pthread_create(&t[i], NULL, take, &tb[i]);
+    }
+    cr_assert(wait_waiters(reg, "b", 64));
+    cr_assert_eq(mreg_acquire(reg, "b", &ref, NULL, NULL, &err), ATTND_ERR_BUSY, "the 65th is refused at once");
+    cr_assert(strstr(err.msg, "wait"), "%s", err.msg);
+    mreg_release(reg, &held);
+    for (int i = 0; i < 64; i++) {
+        pthread_join(t[i], NULL);
+        cr_assert_eq(tb[i].st, ATTND_OK, "%s", tb[i].err.msg);
+        mreg_release(reg, &tb[i].ref);
+    }
     mreg_destroy(reg);
 }

@@ -28,7 +28,9 @@ void engine_destroy(engine *e);
 int engine_max_batch(const engine *e);
 const model *engine_model(const engine *e); /* borrowed */
 /* n_threads <= 0: the CPUs this process may run on. Capped at max(n_threads given to
- * engine_create, CPUs), the threads whose scratch the engine allocated up front. */
+ * engine_create, CPUs), the threads whose scratch the engine allocated up front. From the
+ * thread that evaluates (between steps); engine_threads and engine_threads_in_use may be read
+ * from any thread. */
 void engine_set_threads(engine *e, int n_threads);
 int engine_threads(const engine *e);
 /* The threads a step may use now: engine_threads, or fewer while the worker pool's contention

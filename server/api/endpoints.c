@@ -165,7 +165,7 @@ static char *tokens_answer(const tokenizer *tok, const int32_t *ids, size_t n, b
     return b.text.p; /* the buffer's storage, now the caller's */
 }
 
-static http_result tokenize(req *r, json_t *b) {
+static http_result tokenize(req *r, json_t *b, const tokenizer *tok) {
     json_t *content = json_object_get(b, "content"), *as = json_object_get(b, "add_special"),
            *ps = json_object_get(b, "parse_special"), *wp = json_object_get(b, "with_pieces");
     if (!json_is_string(content)) return http_respond_error(r, 400, "'content' must be a string", "content");
@@ -176,10 +176,10 @@ static http_result tokenize(req *r, json_t *b) {
     int32_t *ids = NULL;
     size_t n = 0;
     attnd_err err;
-    if (tok_encode(r->srv->tok, json_string_value(content), json_string_length(content), json_is_true(as),
+    if (tok_encode(tok, json_string_value(content), json_string_length(content), json_is_true(as),
                    !ps || json_is_true(ps), &ids, &n, &err) != ATTND_OK)
         return http_respond_error(r, 400, err.msg, "content");
-    char *text = tokens_answer(r->srv->tok, ids, n, json_is_true(wp));
+    char *text = tokens_answer(tok, ids, n, json_is_true(wp));
     free(ids);
     if (!text) return http_respond_error(r, 500, "out of memory", NULL);
     return http_respond_text(r, 200, "application/json", text);
@@ -189,16 +189,19 @@ http_result ep_tokenize(req *r) {
     if (!tok_gate_enter(r->srv)) return tok_busy(r);
     http_result ret = HTTP_NO;
     json_t *b = http_parse_body(r, &ret, false);
-    if (b) ret = tokenize(r, b);
+    genreq_env env;
+    mreg_ref ref;
+    if (b && models_http_use(r, b, &env, &ref, &ret)) { /* a server of several: the model named */
+        ret = tokenize(r, b, env.tok);
+        models_http_done(r, &ref);
+    }
     json_decref(b);
     atomic_fetch_sub(&r->srv->tok_active, 1);
     return ret;
 }
 
-static http_result detokenize(req *r) {
+static http_result detokenize(req *r, json_t *b, const tokenizer *tok, int n_vocab) {
     http_result ret = HTTP_NO;
-    json_t *b = http_parse_body(r, &ret, false);
-    if (!b) return ret;
     json_t *toks = json_object_get(b, "tokens");
     size_t n = json_array_size(toks);
     int32_t *ids = json_is_array(toks) ? malloc((n ? n : 1) * sizeof(int32_t)) : NULL;
@@ -210,7 +213,7 @@ static http_result detokenize(req *r) {
         size_t i = 0;
         for (; i < n; i++) {
             json_t *t = json_array_get(toks, i);
-            if (!json_is_integer(t) || json_integer_value(t) < 0 || json_integer_value(t) >= r->srv->n_vocab) break;
+            if (!json_is_integer(t) || json_integer_value(t) < 0 || json_integer_value(t) >= n_vocab) break;
             ids[i] = (int32_t)json_integer_value(t);
         }
         char *text = NULL;
@@ -218,9 +221,9 @@ static http_result detokenize(req *r) {
         attnd_err err;
         if (i < n) {
             char msg[128];
-            snprintf(msg, sizeof(msg), "tokens[%zu] is not a token id in 0..%d", i, r->srv->n_vocab - 1);
+            snprintf(msg, sizeof(msg), "tokens[%zu] is not a token id in 0..%d", i, n_vocab - 1);
             ret = http_respond_error(r, 400, msg, "tokens");
-        } else if (tok_decode(r->srv->tok, ids, n, false, &text, &len, &err) != ATTND_OK) {
+        } else if (tok_decode(tok, ids, n, false, &text, &len, &err) != ATTND_OK) {
             ret = http_respond_error(r, 400, err.msg, "tokens");
         } else {
             json_t *o = json_object();
@@ -230,13 +233,20 @@ static http_result detokenize(req *r) {
         free(text);
     }
     free(ids);
-    json_decref(b);
     return ret;
 }
 
 http_result ep_detokenize(req *r) {
     if (!tok_gate_enter(r->srv)) return tok_busy(r);
-    http_result ret = detokenize(r);
+    http_result ret = HTTP_NO;
+    json_t *b = http_parse_body(r, &ret, false);
+    genreq_env env;
+    mreg_ref ref;
+    if (b && models_http_use(r, b, &env, &ref, &ret)) { /* a server of several: the model named */
+        ret = detokenize(r, b, env.tok, env.n_vocab);
+        models_http_done(r, &ref);
+    }
+    json_decref(b);
     atomic_fetch_sub(&r->srv->tok_active, 1);
     return ret;
 }

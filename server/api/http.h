@@ -31,6 +31,7 @@
 #include "attnd/buf.h"
 #include "attnd/common.h"
 #include "chat.h"     /* chat_template, held by value */
+#include "cpushare.h" /* cpushare, held by value */
 #include "sess.h"     /* SESS_OWNER_MAX */
 #include "settings.h" /* server_settings, held by value */
 #include "slog.h"     /* SLOG_REQUEST_ID_MAX */
@@ -102,6 +103,7 @@ struct server {
     int n_ctx, n_vocab;
     pthread_t keepalive;      /* several models: systemd's watchdog while no scheduler runs */
     bool has_keepalive;
+    cpushare cpu_share;       /* several models: the threads they share (cpushare.h) */
     mreg *models;             /* several models (models_dir, presets): the registry, and the fields
                                  above stay NULL; NULL = one model (models_http.h) */
     atomic_bool ready;

@@ -65,6 +65,19 @@ bool models_http_route(req *r, json_t *body, genreq_env *env, mreg_ref *ref, htt
     return true;
 }
 
+bool models_http_use(req *r, json_t *body, genreq_env *env, mreg_ref *ref, http_result *ret) {
+    struct server *s = r->srv;
+    *env = (genreq_env){&s->cfg, s->m, s->tok, &s->chat, s->store, s->sch, s->n_ctx, &s->stopping, s->model_id,
+                        s->n_vocab};
+    ref->idx = -1;
+    ref->inst = NULL;
+    return !s->models || models_http_route(r, body, env, ref, ret);
+}
+
+void models_http_done(req *r, mreg_ref *ref) {
+    if (r->srv->models) mreg_release(r->srv->models, ref);
+}
+
 // ---- listing ----------------------------------------------------------------------------------
 
 static void read_context(void *inst, void *user) { *(int *)user = ((server_model *)inst)->n_ctx; }
@@ -168,6 +181,8 @@ static void scheduler_series(struct server *s, buf *b) {
         {"attnd_model_kv_budget_bytes", "gauge", "The model's KV budget (kv_budget_mb)."},
         {"attnd_model_prompt_tokens_total", "counter", "Prompt tokens the model read since it loaded."},
         {"attnd_model_generated_tokens_total", "counter", "Tokens the model generated since it loaded."},
+        {"attnd_model_threads", "gauge", "Engine threads of the model's last step (its share of threads)."},
+        {"attnd_model_steps_shared_total", "counter", "Steps the model ran on a share of the threads."},
     };
     int n = mreg_count(s->models);
     sched_stats *st = calloc((size_t)(n > 0 ? n : 1), sizeof(*st));
@@ -182,7 +197,8 @@ static void scheduler_series(struct server *s, buf *b) {
             const sched_stats *t = &st[i];
             unsigned long long v = k == 0 ? (unsigned long long)t->active : k == 1 ? (unsigned long long)t->queued
                                  : k == 2 ? t->kv_used : k == 3 ? t->kv_budget : k == 4 ? t->prompt_tokens
-                                 : t->generated_tokens;
+                                 : k == 5 ? t->generated_tokens : k == 6 ? (unsigned long long)t->threads
+                                 : t->steps_shared;
             buf_printf(b, "%s{model=\"%s\"} %llu\n", M[k].name, in.name, v);
         }
     }

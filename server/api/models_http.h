@@ -38,6 +38,12 @@ typedef struct server_model {
  */
 bool models_http_route(req *r, json_t *body, genreq_env *env, mreg_ref *ref, http_result *ret);
 
+/* The model a request that generates nothing names (/tokenize, /detokenize): on a one-model server
+ * the server's, and ref stays empty; on a server of several, as models_http_route. Give it back
+ * with models_http_done. false: the answer is queued (*ret). */
+bool models_http_use(req *r, json_t *body, genreq_env *env, mreg_ref *ref, http_result *ret);
+void models_http_done(req *r, mreg_ref *ref);
+
 /* GET /v1/models, /models: every model with its state. */
 http_result models_http_list(req *r);
 /* GET /v1/models/{id}. */

@@ -132,6 +132,18 @@ static void drop_new_session(req *r) {
     genreq_http_get(r)->sess_id[0] = '\0'; /* nothing to persist */
 }
 
+/* On a server of several models a chain's session belongs to the model that made it: a turn
+ * naming another model is a conflict (ATTND_ERR_BUSY, a 409), not a silent switch. prev is the
+ * stored response (borrowed; NULL on a one-model server, where any name is that model). */
+static attnd_status same_model(const json_t *prev, const char *model, attnd_err *err) {
+    const char *was = json_string_value(json_object_get(prev, "model"));
+    if (!prev || !was || !strcmp(was, model)) return ATTND_OK;
+    return attnd_fail(err, ATTND_ERR_BUSY,
+                      "response %.80s belongs to model '%.100s', not '%.100s': its session is that model's; "
+                      "continue it with \"model\": \"%.100s\", or start a new conversation",
+                      json_string_value(json_object_get(prev, "id")), was, model, was);
+}
+
 /* Parses the turn into the turn state and the genreq's oreq; false: a 4xx is queued. */
 static bool parse_turn(req *r, json_t *b, http_result *ret) {
     struct server *s = r->srv;
@@ -141,7 +153,11 @@ static bool parse_turn(req *r, json_t *b, http_result *ret) {
     attnd_err err;
     attnd_status rc = responses_parse(b, &s->cfg, &st->rq, &param, &err);
     if (rc == ATTND_OK && st->rq.previous_id) {
-        rc = rstore_get(s->responses, r->owner, st->rq.previous_id, NULL, &st->earlier, st->session, &err);
+        json_t *prev = NULL;
+        rc = rstore_get(s->responses, r->owner, st->rq.previous_id, s->models ? &prev : NULL, &st->earlier,
+                        st->session, &err);
+        if (rc == ATTND_OK) rc = same_model(prev, g->env.model_id, &err);
+        json_decref(prev);
         if (rc != ATTND_OK) param = "previous_response_id";
     }
     if (rc == ATTND_OK) {
@@ -153,7 +169,7 @@ static bool parse_turn(req *r, json_t *b, http_result *ret) {
         if (param && !strcmp(param, "messages")) param = "input";
     }
     if (rc == ATTND_OK) return true;
-    int status = rc == ATTND_ERR_NOT_FOUND ? 404 : http_status_of(rc, HTTP_CTX_PARSE);
+    int status = rc == ATTND_ERR_NOT_FOUND ? 404 : rc == ATTND_ERR_BUSY ? 409 : http_status_of(rc, HTTP_CTX_PARSE);
     *ret = http_respond_error(r, status, err.msg, param);
     return false;
 }

@@ -51,6 +51,8 @@ const entry config_settings[] = {
      "models loaded at once; the least recently used idle one is unloaded (0 = no limit)"},
     {"models_memory_mb", K_SIZE, OFF(models_memory_mb), 0, 1 << 30, 0, "0",
      "loaded models' weights plus KV budgets, MiB; the least recently used idle one is unloaded (0 = no limit)"},
+    {"models_wait_s", K_INT, OFF(models_wait_s), 0, 86400, 0, "120",
+     "how long a request waits for room while every loaded model is busy (then 503; 0 = 503 at once)"},
     {"threads", K_INT, OFF(threads), 0, 4096, 0, "0", "engine threads (0 = the CPUs this process may use)"},
     {"ctx_size", K_INT, OFF(ctx_size), 0, 1 << 24, 0, "0", "per-sequence context cap in tokens (0 = model's)"},
     {"max_batch", K_INT, OFF(max_batch), 1, 1 << 16, 0, "512", "most tokens per engine step"},

@@ -84,6 +84,8 @@ typedef struct server_settings {
     bool models_cache;       /* with models_dir or presets, the models `attnd pull` cached count
                                 too; default true */
     int models_max_loaded;   /* models loaded at once; 0 = no limit; default 0 */
+    int models_wait_s;       /* a request's wait for room while every loaded model is busy; 0 = a
+                                503 at once; default 120 */
     size_t models_memory_mb; /* the loaded models' weights plus KV budgets, MiB; 0 = no limit */
     const struct server_preset *presets; /* (n_presets) the config file's [model.NAME] sections;
                                 borrowed: valid while the config object lives */
@@ -152,6 +154,8 @@ typedef struct server_settings {
     int default_max_tokens;  /* when a request gives none; default 256 */
 
     server_hooks hooks;
+    struct cpushare *cpu_share; /* several models: the server's threads, shared by the models that
+                                   work (cpushare.h; borrowed); NULL = the scheduler's own */
 } server_settings;
 
 /* One [model.NAME] section: a model's settings, the server's with the section's lines over them. */

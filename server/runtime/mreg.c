@@ -19,6 +19,8 @@ typedef struct entry {
     mreg_state state;
     void *inst;               /* LOADED: the owner's instance */
     int refs, waiters;
+    int held;                 /* requests held back: waiting for room to load it, or for it to
+                                 unload and load again (it is the model draining) */
     int64_t last_used_ms;
     uint64_t loads, unloads, load_failures;
     char error[512];
@@ -32,6 +34,8 @@ struct mreg {
     entry *e;                 /* (n, cap) */
     int n, cap;
     int n_threads;            /* loader threads running */
+    int drain;                /* a busy model that unloads once its requests end, for the requests
+                                 waiting for room; it takes no new ones meanwhile; -1 = none */
 };
 
 /* What one loader thread does: unload the victims, then load the model. */
@@ -54,6 +58,7 @@ attnd_status mreg_create(mreg **out, const mreg_ops *ops, const mreg_limits *lim
     reg->ops = *ops;
     reg->lim = *limits;
     if (reg->lim.max_waiters <= 0) reg->lim.max_waiters = 64;
+    reg->drain = -1;
     pthread_mutex_init(&reg->mu, NULL);
     pthread_cond_init(&reg->changed, NULL);
     *out = reg;
@@ -122,7 +127,7 @@ void mreg_info_get(mreg *reg, int i, mreg_info *out) {
     out->state = e->state;
     out->bytes = e->bytes;
     out->refs = e->refs;
-    out->waiters = e->waiters;
+    out->waiters = e->waiters + e->held;
     out->last_used_ms = e->last_used_ms;
     out->loads = e->loads;
     out->unloads = e->unloads;
@@ -225,7 +230,7 @@ static int lru_idle_locked(const mreg *reg) {
 }
 
 /* Starts model idx's load (it is UNLOADED or FAILED), unloading idle models for its room. */
-static attnd_status start_load_locked(mreg *reg, int idx, attnd_err *err) {
+static attnd_status start_load_locked(mreg *reg, int idx, bool *no_room, attnd_err *err) {
     entry *e = &reg->e[idx];
     if (reg->lim.memory_bytes && e->bytes > reg->lim.memory_bytes)
         return attnd_fail(err, ATTND_ERR_NOMEM, "model '%s' needs %zu MiB, more than models_memory_mb (%zu MiB)",
@@ -248,6 +253,7 @@ static attnd_status start_load_locked(mreg *reg, int idx, attnd_err *err) {
         for (int i = 0; i < n_chosen; i++) reg->e[chosen[i]].state = MREG_LOADED;
         free(job->victims);
         free(job);
+        if (no_room) *no_room = true;
         return attnd_fail(err, ATTND_ERR_NOMEM, "no room to load model '%s': every loaded model is in use", e->name);
     }
     for (int i = 0; i < n_chosen; i++) {
@@ -255,6 +261,7 @@ static attnd_status start_load_locked(mreg *reg, int idx, attnd_err *err) {
         job->victims[job->n_victims++] = v->inst;
         v->inst = NULL;
         v->unloads++;
+        if (reg->drain == chosen[i]) reg->drain = -1; /* drained: its held requests load it again */
     }
     job->reg = reg;
     job->idx = idx;
@@ -310,30 +317,109 @@ static bool wait_loaded_locked(mreg *reg, int idx, bool (*gone)(void *user), voi
     return !left;
 }
 
+/* The busy model to drain for a request waiting for room: the least recently used loaded one
+ * with requests (the idle ones are unloaded at once), not idx itself; -1 = none (all loading). */
+static int drain_pick_locked(const mreg *reg, int idx) {
+    int best = -1;
+    for (int i = 0; i < reg->n; i++) {
+        const entry *e = &reg->e[i];
+        if (i == idx || e->state != MREG_LOADED || e->waiters > 0) continue; /* just loaded for its waiters */
+        if (best < 0 || e->last_used_ms < reg->e[best].last_used_ms) best = i;
+    }
+    return best;
+}
+
+/* One wait of a held-back request (room, or its model draining): an error when the requester
+ * left or the deadline passed. */
+static attnd_status hold_locked(mreg *reg, int idx, double deadline, bool (*gone)(void *user), void *user,
+                                attnd_err *err) {
+    entry *e = &reg->e[idx];
+    if (attnd_now_s() >= deadline)
+        return attnd_fail(err, ATTND_ERR_NOMEM, "no room to load model '%s': the loaded models stayed in use for %.1f s",
+                          e->name, reg->lim.room_wait_ms / 1000.0);
+    struct timespec ts;
+    attnd_deadline(&ts, 100);
+    pthread_cond_timedwait(&reg->changed, &reg->mu, &ts);
+    pthread_mutex_unlock(&reg->mu); /* gone() may poll a socket */
+    bool left = gone && gone(user);
+    pthread_mutex_lock(&reg->mu);
+    if (left) return attnd_fail(err, ATTND_ERR_BUSY, "the client left while model '%s' waited for room", e->name);
+    return ATTND_OK;
+}
+
+/* Ends the drain when no request waits for room any more (they left, or their loads began): the
+ * drained model takes requests again. */
+static void drain_check_locked(mreg *reg) {
+    if (reg->drain < 0) return;
+    for (int i = 0; i < reg->n; i++)
+        if (reg->e[i].held > 0 && (reg->e[i].state == MREG_UNLOADED || reg->e[i].state == MREG_FAILED)) return;
+    reg->drain = -1;
+    pthread_cond_broadcast(&reg->changed);
+}
+
+/* One step towards a reference to model idx: ATTND_OK with *done when taken; ATTND_OK without
+ * it when the caller should look again (a load started or ended, or it must hold); an error ends. */
+static attnd_status acquire_step_locked(mreg *reg, int idx, mreg_ref *ref, bool *hold, bool (*gone)(void *user),
+                                        void *user, attnd_err *err, bool *done) {
+    entry *e = &reg->e[idx];
+    *hold = false;
+    if (e->state == MREG_FAILED) return failed(e, err);
+    if (e->state == MREG_LOADED && reg->drain != idx) {
+        e->refs++;
+        ref->inst = e->inst;
+        ref->idx = idx;
+        *done = true;
+        return ATTND_OK;
+    }
+    if (e->state == MREG_LOADED) { /* draining for another model's room: it loads again after */
+        *hold = true;
+        return ATTND_OK;
+    }
+    if (e->state == MREG_LOADING) {
+        if (e->waiters >= reg->lim.max_waiters)
+            return attnd_fail(err, ATTND_ERR_BUSY, "model '%s' is loading and %d requests wait for it already",
+                              e->name, e->waiters);
+        if (!wait_loaded_locked(reg, idx, gone, user))
+            return attnd_fail(err, ATTND_ERR_BUSY, "the client left while model '%s' loaded", e->name);
+        return ATTND_OK;
+    }
+    bool no_room = false;
+    attnd_status st = start_load_locked(reg, idx, &no_room, err);
+    if (st == ATTND_OK || !no_room || reg->lim.room_wait_ms <= 0) return st;
+    if (reg->drain < 0) reg->drain = drain_pick_locked(reg, idx);
+    *hold = true; /* every loaded model is busy: wait for the drained one's requests to end */
+    return ATTND_OK;
+}
+
 attnd_status mreg_acquire(mreg *reg, const char *name, mreg_ref *ref, bool (*gone)(void *user), void *user,
                           attnd_err *err) {
     ref->inst = NULL;
     ref->idx = -1;
     int idx = mreg_find(reg, name);
     if (idx < 0) return not_found(reg, name, err);
+    double deadline = attnd_now_s() + reg->lim.room_wait_ms / 1000.0;
     pthread_mutex_lock(&reg->mu);
     entry *e = &reg->e[idx];
     attnd_status st = ATTND_OK;
-    if (e->state == MREG_FAILED) st = failed(e, err);
-    else if (e->state == MREG_UNLOADED) st = start_load_locked(reg, idx, err);
-    if (st == ATTND_OK && e->state == MREG_LOADING) {
-        if (e->waiters >= reg->lim.max_waiters)
-            st = attnd_fail(err, ATTND_ERR_BUSY, "model '%s' is loading and %d requests wait for it already", e->name,
-                            e->waiters);
-        else if (!wait_loaded_locked(reg, idx, gone, user))
-            st = attnd_fail(err, ATTND_ERR_BUSY, "the client left while model '%s' loaded", e->name);
-        else if (e->state == MREG_FAILED) st = failed(e, err);
+    bool done = false, held = false, hold = false;
+    while (st == ATTND_OK && !done) {
+        drain_check_locked(reg);
+        st = acquire_step_locked(reg, idx, ref, &hold, gone, user, err, &done);
+        if (st != ATTND_OK || !hold) continue;
+        if (!held) { /* first held: counted against the model's queue, and as a room waiter */
+            if (e->waiters + e->held >= reg->lim.max_waiters) {
+                st = attnd_fail(err, ATTND_ERR_BUSY, "model '%s' waits for room and %d requests wait for it already",
+                                e->name, e->held);
+                break;
+            }
+            e->held++;
+            held = true;
+        }
+        st = hold_locked(reg, idx, deadline, gone, user, err);
     }
-    if (st == ATTND_OK) {
-        ATTND_ASSERT(e->state == MREG_LOADED); /* a waiter keeps it from being unloaded */
-        e->refs++;
-        ref->inst = e->inst;
-        ref->idx = idx;
+    if (held) {
+        e->held--;
+        drain_check_locked(reg);
     }
     pthread_mutex_unlock(&reg->mu);
     return st;
@@ -358,7 +444,7 @@ attnd_status mreg_load(mreg *reg, const char *name, attnd_err *err) {
     pthread_mutex_lock(&reg->mu);
     attnd_status st = ATTND_OK;
     mreg_state s = reg->e[idx].state;
-    if (s == MREG_UNLOADED || s == MREG_FAILED) st = start_load_locked(reg, idx, err);
+    if (s == MREG_UNLOADED || s == MREG_FAILED) st = start_load_locked(reg, idx, NULL, err);
     pthread_mutex_unlock(&reg->mu);
     return st;
 }
@@ -380,6 +466,8 @@ attnd_status mreg_unload(mreg *reg, const char *name, attnd_err *err) {
         e->inst = NULL;
         e->state = MREG_UNLOADED;
         e->unloads++;
+        if (reg->drain == idx) reg->drain = -1;
+        pthread_cond_broadcast(&reg->changed);
     }
     pthread_mutex_unlock(&reg->mu);
     if (inst) reg->ops.unload(reg->ops.user, inst);

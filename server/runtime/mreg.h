@@ -50,7 +50,10 @@ typedef struct mreg_ops {
 typedef struct mreg_limits {
     int max_loaded;        /* models loaded (or loading) at once; <= 0 = no limit */
     size_t memory_bytes;   /* the sum of loaded models' bytes; 0 = no limit */
-    int max_waiters;       /* requests waiting for one model's load; <= 0 = 64 */
+    int max_waiters;       /* requests waiting for one model's load or room; <= 0 = 64 */
+    int room_wait_ms;      /* how long a request waits for room when every loaded model is busy
+                              (the least recently used one drains: it finishes its requests, takes
+                              no new ones, and unloads); <= 0 = answer ATTND_ERR_NOMEM at once */
 } mreg_limits;
 
 /* A reference to a loaded model: inst stays valid until mreg_release. */
@@ -95,10 +98,11 @@ void mreg_names(const mreg *reg, char *buf, size_t cap);
 
 /*
  * A reference to model name, loaded for it when needed: waits (100 ms at a time, asking
- * gone(user) whether the requester left; gone may be NULL) while it loads. Errors:
- * ATTND_ERR_NOT_FOUND (no such model), ATTND_ERR_BUSY (too many requests wait for its load, or
- * the requester left), ATTND_ERR_NOMEM (no room: every loaded model is busy, or the model is larger
- * than the memory limit), or the load's own status and message (err names the model).
+ * gone(user) whether the requester left; gone may be NULL) while it loads, and up to
+ * room_wait_ms while every loaded model is busy (one of them drains for it). Errors:
+ * ATTND_ERR_NOT_FOUND (no such model), ATTND_ERR_BUSY (too many requests wait for its load or
+ * room, or the requester left), ATTND_ERR_NOMEM (no room within room_wait_ms, or the model is
+ * larger than the memory limit), or the load's own status and message (err names the model).
  */
 attnd_status mreg_acquire(mreg *reg, const char *name, mreg_ref *ref, bool (*gone)(void *user), void *user,
                           attnd_err *err);

@@ -11,6 +11,7 @@
 #include "attnd/buf.h"
 #include "attnd/gen.h"
 #include "attnd/spec.h"
+#include "cpushare.h"
 #include "scheduler.h"
 
 struct sched_job {
@@ -179,6 +180,9 @@ struct sched {
     int n_vocab, n_ctx, max_batch, n_slots, queue_limit, max_anon, rows_cap;
     int draft_max;        /* the server's draft_max; -1: the model cannot speculate (spec.h) */
     model *dm;            /* draft_model, or NULL (prompt lookup) */
+    cpushare *share;      /* several models: the threads shared with the others (borrowed), NULL = own */
+    bool share_on;        /* marked working in it */
+    int own_threads;      /* the engine's threads when alone */
     engine *deng;         /* the draft model's engine, used by the scheduler thread only */
     kv_pool *dpool;       /* the draft sequences' KV (one per speculating slot) */
     draft_queue dq;       /* with a draft model: this step's slots drafting with it */

@@ -882,7 +882,7 @@ static bool step_yield(void *user) {
  * the step after it always decodes, and it takes its prompt tokens from that step's prefill
  * budget (fresh_debt), so the streams' gap stays what one mixed step would have been.
  */
-static void step(sched *s) {
+static bool step(sched *s) {
     apply_cancels(s);
     atomic_store(&s->newcomer, false); /* who is queued now is admitted now */
     admit(s);
@@ -897,7 +897,7 @@ static void step(sched *s) {
     bool fresh = fresh_step_due(s);
     batch_shape sh;
     int n = build_step(s, &sh, fresh);
-    if (n == 0) return;
+    if (n == 0) return false;
     double t0 = attnd_now_s();
     s->yield_ok = yield_allowed(s, &sh, fresh);
     s->yielded = false;
@@ -908,12 +908,12 @@ static void step(sched *s) {
         pthread_mutex_lock(&s->mu);
         s->stats.steps_yielded++;
         pthread_mutex_unlock(&s->mu);
-        return;
+        return true;
     }
     if (ok && sh.n_decode) s->yield_spent = false;
     s->fresh_last = fresh && ok;
     s->fresh_debt = fresh && ok ? sh.n_prefill : 0;
-    if (!ok) return;
+    if (!ok) return true;
     double dt = attnd_now_s() - t0;
     sched_learn_costs(s, dt * 1e3, sh.n_decode, sh.n_prefill, sh.pf_pos);
     if (sh.n_prefill == 0) spec_cost_learn(&s->spcost, n, dt * 1e3); /* what drafts cost (spec.h) */
@@ -936,6 +936,7 @@ static void step(sched *s) {
         if (s->slots[k].job && s->slots[k].se) sess_set_kv(s->store, s->slots[k].se, s->slots[k].kv, s->slots[k].n_past,
                                          kv_seq_bytes(s->slots[k].kv));
     count_step(s, &sh, dt, n_gen);
+    return true;
 }
 
 // ---- tasks on the scheduler thread (sched_run_task) -----------------------------------------
@@ -1132,6 +1133,17 @@ static void report_status(sched *s, double now, double *last, char *prev, size_t
     s->hooks.on_status(s->hooks.user, line);
 }
 
+/* Several models: marks this scheduler working or resting in the shared threads, and before a
+ * step takes its share of them (cpushare.h). */
+static void share_threads(sched *s, bool working) {
+    if (!s->share) return;
+    cpushare_mark(s->share, &s->share_on, working);
+    if (!working) return;
+    int t = cpushare_threads(s->share, s->own_threads);
+    if (t != engine_threads(s->eng)) engine_set_threads(s->eng, t);
+    if (s->deng && t != engine_threads(s->deng)) engine_set_threads(s->deng, t);
+}
+
 static void *sched_main(void *arg) {
     sched *s = arg;
     double last_wd = 0, last_status = 0, last_expire = 0;
@@ -1153,11 +1165,15 @@ static void *sched_main(void *arg) {
         if (s->stop) {
             pthread_mutex_unlock(&s->mu);
             run_tasks(s, true);
+            share_threads(s, false);
             break;
         }
         if (s->n_active == 0 && s->q_len == 0 && s->n_free == 0 && !s->tasks) {
             struct timespec ts;
             attnd_deadline(&ts, s->wd_ms / 2);
+            pthread_mutex_unlock(&s->mu);
+            share_threads(s, false);
+            pthread_mutex_lock(&s->mu);
             pthread_cond_timedwait(&s->wake, &s->mu, &ts);
             s->stats.kv_used = kv_pool_bytes_used(s->pool);
             s->stats.kv_checkpoint_bytes = kv_pool_checkpoint_bytes(s->pool);
@@ -1165,11 +1181,14 @@ static void *sched_main(void *arg) {
             continue;
         }
         pthread_mutex_unlock(&s->mu);
-        step(s);
+        share_threads(s, true);
+        bool stepped = step(s);
+        if (!stepped) share_threads(s, false); /* waiting on its clients: no CPU to share */
         size_t used = kv_pool_bytes_used(s->pool), ckpt = kv_pool_checkpoint_bytes(s->pool);
         pthread_mutex_lock(&s->mu);
         s->stats.kv_used = used;
         s->stats.kv_checkpoint_bytes = ckpt;
+        if (stepped && s->share && engine_threads(s->eng) < s->own_threads) s->stats.steps_shared++;
         pthread_mutex_unlock(&s->mu);
     }
     return NULL;
@@ -1255,6 +1274,8 @@ attnd_status sched_create(sched **out, const model *m, const tokenizer *tok, ses
     s->budget_ms = cfg->prefill_budget_ms;
     if ((rc = engine_create(&s->eng, m, s->max_batch, cfg->threads, err)) != ATTND_OK) goto fail;
     engine_set_yield(s->eng, step_yield, s);
+    s->share = cfg->cpu_share;
+    s->own_threads = engine_threads(s->eng);
     if ((rc = draft_open(s, cfg, err)) != ATTND_OK) goto fail;
     s->stats.kv_budget = kv_pool_bytes_budget(s->pool);
     hist_init_all(&s->stats);

@@ -177,6 +177,8 @@ typedef struct sched_stats {
     size_t kv_reserved;      /* KV bytes reserved by the running jobs (admission control) */
     uint64_t prompt_tokens, generated_tokens, cached_tokens, steps;
     uint64_t steps_yielded; /* decode steps given up mid-way for a newly arrived request */
+    uint64_t steps_shared;   /* steps run on fewer threads than its own: other models worked too
+                                (several models, cpushare.h) */
     uint64_t evictions;      /* idle KV caches evicted to make room */
     uint64_t spec_drafted, spec_accepted; /* speculative decoding: tokens drafted, and kept */
     double decode_seconds;   /* wall time of steps that decoded at least one token */

@@ -15,10 +15,15 @@
 #                                          (their greedy tokens are in reference-greedy.json)
 #   tests/data/reference-embed.json        llama.cpp's pooled embeddings / rerank logits of the
 #                                          generated encoders (tests/encoder_fixture.h, tiny_model)
+#   tests/data/reference-xlmr.json         llama.cpp's token ids, CLS embeddings and rerank logits of
+#                                          texts through make_tiny's XLM-RoBERTa pair (xlmr, xlmr-rank:
+#                                          bge-m3's and bge-reranker-v2-m3's layouts, the real unigram
+#                                          vocabulary), for tests/test_http_xlmr.sh and test_unigram
 #
-#   tests/data/regenerate.sh [BUILD_DIR] [--only-embed]   (default: build; needs BUILD_DIR/attnd
-#                                            and BUILD_DIR/make_tiny, node and npm; --only-embed
-#                                            rewrites reference-embed.json alone)
+#   tests/data/regenerate.sh [BUILD_DIR] [--only-embed|--only-xlmr]   (default: build; needs
+#                                            BUILD_DIR/attnd and BUILD_DIR/make_tiny, node and npm;
+#                                            --only-embed / --only-xlmr rewrite reference-embed.json /
+#                                            reference-xlmr.json alone)
 #
 # The quantized variants are made with `attnd quantize` exactly as the suite makes them
 # (tests/test_models.h); llama.cpp runs through tools/peers/llamacpp (installed on first use),
@@ -55,8 +60,64 @@ embed_refs() {
         process.stdout.write(JSON.stringify(out).replace(/\[\{/, "[\n{").replace(/\},\{"model"/g, "},\n{\"model\"") + "\n");' "$out" \
         >"$root/tests/data/reference-embed.json"
 }
+
+# XLM-RoBERTa end to end: llama.cpp tokenizes (its /v1/embeddings input: <s> text </s>; its
+# /v1/rerank input, server-common.cpp format_prompt_rerank with the file's add_bos, add_eos and
+# add_sep_token: <s> query </s> </s> document </s>), then embeds each input alone (the file's CLS
+# pooling) or ranks it (the one-logit head, raw). The texts go through the character map
+# (full-width forms, ligatures, combining marks, runs of spaces) and several scripts.
+xlmr_refs() {
+    local vocab=$root/tests/data/tokenizers/xlmr-ugm.gguf
+    "$build/make_tiny" "$tmp/xlmr.gguf" xlmr "$vocab"
+    "$build/make_tiny" "$tmp/xlmr-rank.gguf" xlmr-rank "$vocab"
+    cat >"$tmp/xlmr-texts.json" <<'JSON'
+{"texts": ["The giant panda (Ailuropoda melanoleuca) is a bear species endemic to China.",
+           "query: how much protein should a female eat",
+           "Die Hauptstadt von Österreich ist Wien.",
+           "北京是中华人民共和国的首都。",
+           "Ｆｕｌｌ－ｗｉｄｔｈ  ﬁle  café naïve\tend  ",
+           "Привет, мир! 🙂 नमस्ते"],
+ "query": "what is panda?",
+ "documents": ["hi", "The giant panda (Ailuropoda melanoleuca) is a bear species endemic to China.",
+               "Der Große Panda ist eine Bärenart aus China.", "パンダは中国の山岳地帯に住むクマです。"]}
+JSON
+    node -e '
+        const t = JSON.parse(require("fs").readFileSync(process.argv[1], "utf8"));
+        for (const x of [...t.texts, t.query, ...t.documents]) process.stdout.write(JSON.stringify({text: x}) + "\n");' \
+        "$tmp/xlmr-texts.json" >"$tmp/xlmr-in.jsonl"
+    node "$peer/tokenize.mjs" --model "$tmp/xlmr.gguf" --in "$tmp/xlmr-in.jsonl" >"$tmp/xlmr-ids.jsonl" 2>/dev/null
+    node -e '
+        const fs = require("fs"), t = JSON.parse(fs.readFileSync(process.argv[1], "utf8"));
+        const r = fs.readFileSync(process.argv[2], "utf8").trim().split("\n").map(JSON.parse);
+        const n = t.texts.length, q = r[n].ids, BOS = 0, EOS = 2, SEP = 2;
+        const embed = r.slice(0, n).map((x) => x.ids_with_special);
+        const pairs = r.slice(n + 1).map((d) => [BOS, ...q, EOS, SEP, ...d.ids, EOS]);
+        fs.writeFileSync(process.argv[3], embed.map((x) => x.join(",")).join(";"));
+        fs.writeFileSync(process.argv[4], pairs.map((x) => x.join(",")).join(";"));
+        fs.writeFileSync(process.argv[5], JSON.stringify({embed, pairs}));' \
+        "$tmp/xlmr-texts.json" "$tmp/xlmr-ids.jsonl" "$tmp/xlmr-embed.in" "$tmp/xlmr-rank.in" "$tmp/xlmr-ids.json"
+    node "$peer/embed.mjs" --model "$tmp/xlmr.gguf" --inputs "$(cat "$tmp/xlmr-embed.in")" --threads 1 \
+        >"$tmp/xlmr-vec.json" 2>/dev/null
+    node "$peer/embed.mjs" --model "$tmp/xlmr-rank.gguf" --inputs "$(cat "$tmp/xlmr-rank.in")" --threads 1 --rank \
+        >"$tmp/xlmr-scores.json" 2>/dev/null
+    node -e '
+        const fs = require("fs"), rd = (f) => JSON.parse(fs.readFileSync(f, "utf8"));
+        const t = rd(process.argv[1]), ids = rd(process.argv[2]), v = rd(process.argv[3]), s = rd(process.argv[4]);
+        const p8 = (y) => Number(y.toPrecision(8));
+        const out = {generator: "llama.cpp via node-llama-cpp 3.21.1 (tools/peers/llamacpp: tokenize.mjs, embed.mjs), 1 thread; models: make_tiny OUT xlmr|xlmr-rank tests/data/tokenizers/xlmr-ugm.gguf",
+            embed: {texts: t.texts, ids: ids.embed, vectors: v.vectors.map((x) => x.map(p8))},
+            rerank: {query: t.query, documents: t.documents, ids: ids.pairs, scores: s.vectors.map((x) => p8(x[0]))}};
+        process.stdout.write(JSON.stringify(out, null, 1).replace(/\n +([-\d.e]+,?)(?=\n)/g, " $1").replace(/\n +\]/g, "]").replace(/\[ /g, "[") + "\n");' \
+        "$tmp/xlmr-texts.json" "$tmp/xlmr-ids.json" "$tmp/xlmr-vec.json" "$tmp/xlmr-scores.json" \
+        >"$root/tests/data/reference-xlmr.json"
+    echo "regenerate.sh: wrote tests/data/reference-xlmr.json" >&2
+}
 if [ "${2:-}" = --only-embed ]; then
     embed_refs
+    exit 0
+fi
+if [ "${2:-}" = --only-xlmr ]; then
+    xlmr_refs
     exit 0
 fi
 
@@ -217,7 +278,8 @@ node -e '
     process.stdout.write(JSON.stringify(out).replace(/\[\{/, "[\n{").replace(/\},\{"family"/g, "},\n{\"family\"") + "\n");' "$g4" >"$root/tests/data/reference-gemma4.json"
 
 embed_refs
+xlmr_refs
 
 node "$peer/tokenize.mjs" --model "$root/models/attnd-sotu.gguf" --in "$root/tests/data/tokenizers/llama-spm.jsonl" \
     >"$root/tests/data/reference-tokens-sotu.jsonl"
-echo "regenerate.sh: wrote tests/data/reference-greedy.json, reference-families.json, reference-hybrid.json, reference-mla.json, reference-gemma4.json, reference-embed.json and reference-tokens-sotu.jsonl" >&2
+echo "regenerate.sh: wrote tests/data/reference-greedy.json, reference-families.json, reference-hybrid.json, reference-mla.json, reference-gemma4.json, reference-embed.json, reference-xlmr.json and reference-tokens-sotu.jsonl" >&2

@@ -20,3 +20,6 @@ echo "built build/bench_jinja"
 gcc -std=gnu11 -O2 -Wall -Wextra -pthread -Iinclude -Iserver/runtime tools/bench/bench_histo.c build/libattnd_server.a \
     build/libattnd_engine.a -lm -o build/bench_histo
 echo "built build/bench_histo"
+gcc -std=gnu11 -O2 -Wall -Wextra -pthread -Iinclude -Iengine -Iengine/kernels tools/bench/bench_deltanet.c build/libattnd_engine.a -lm \
+    -o build/bench_deltanet
+echo "built build/bench_deltanet"
