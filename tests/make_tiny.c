@@ -15,6 +15,9 @@
  *                                   <|im_start|> <|im_end|> as control tokens: a model for a real
  *                                   tool-capable chat template (served with chat_template_file),
  *                                   whose tool descriptions do not fit a 512-token context
+ *     make_tiny OUT.gguf fim        2-layer llama, rows 64 wide, the FIM tokens <|fim_prefix|>
+ *                                   <|fim_suffix|> <|fim_middle|> <|fim_pad|> as control tokens: a
+ *                                   code model for fill-in-the-middle (Ollama's suffix)
  *     make_tiny OUT.gguf xlmr VOCAB.gguf
  *     make_tiny OUT.gguf xlmr-rank VOCAB.gguf
  *                                   encoder_fixture.h's XLM-RoBERTa (bge-m3's layout, CLS pooling; or
@@ -132,6 +135,21 @@ static int write_chat(const char *path) {
     return 0;
 }
 
+/* A small code model: the FIM tokens (Qwen2.5-Coder's spellings) as control tokens, for Ollama's
+ * /api/generate with a suffix in the client battery. */
+static int write_fim(const char *path) {
+    static const char *const fim[] = {"<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>", "<|fim_pad|>"};
+    tiny_spec sp = tiny_default("llama");
+    sp.vocab = true, sp.n_vocab = 320, sp.n_ctx = 512, sp.n_layer = 2, sp.n_embd = 64, sp.n_head = 4, sp.n_head_kv = 2;
+    sp.n_ff = 128, sp.rope_dims = 16, sp.wtype = GGUF_TYPE_F32, sp.seed = 31, sp.tied = false;
+    sp.specials = fim, sp.n_specials = (int)ATTND_ARRAY_LEN(fim);
+    if (tiny_write(path, &sp) != 0) {
+        fprintf(stderr, "make_tiny: could not write %s\n", path);
+        return 1;
+    }
+    return 0;
+}
+
 int main(int argc, char **argv) {
     if (argc == 4 && !strcmp(argv[2], "lowbit")) return write_lowbit(argv[1], argv[3]);
     if (argc == 4 && (!strcmp(argv[2], "xlmr") || !strcmp(argv[2], "xlmr-rank"))) {
@@ -139,13 +157,14 @@ int main(int argc, char **argv) {
         return enc_write(argv[1], &sp) != 0;
     }
     if (argc != 3) {
-        fprintf(stderr, "usage: make_tiny OUT.gguf qwen896|llama960|rank|chat|bert|bert-rank|modern-bert"
+        fprintf(stderr, "usage: make_tiny OUT.gguf qwen896|llama960|rank|chat|fim|bert|bert-rank|modern-bert"
                         " | make_tiny OUT.gguf lowbit TYPE"
                         " | make_tiny OUT.gguf xlmr|xlmr-rank VOCAB.gguf\n");
         return 2;
     }
     if (!strcmp(argv[2], "rank")) return write_rank(argv[1]);
     if (!strcmp(argv[2], "chat")) return write_chat(argv[1]);
+    if (!strcmp(argv[2], "fim")) return write_fim(argv[1]);
     if (!strcmp(argv[2], "bert") || !strcmp(argv[2], "bert-rank")) {
         tiny_spec sp = enc_small();
         if (!strcmp(argv[2], "bert-rank")) sp.pooling = 1 + 4, sp.n_cls_out = 1, sp.seed = 6;

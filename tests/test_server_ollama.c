@@ -9,6 +9,8 @@
 #include <string.h>
 
 #include "attnd/buf.h"
+#include "attnd/gguf.h"
+#include "infill.h"
 #include "oai.h"
 #include "ollama.h"
 
@@ -106,10 +108,124 @@ Test(ollama, what_cannot_be_served_is_refused_naming_the_field) {
     expect_bad("{\"model\":\"m\",\"messages\":[],\"format\":\"yaml\"}", true, "format");
     expect_bad("{\"model\":\"m\",\"messages\":[],\"think\":\"maybe\"}", true, "think");
     expect_bad("{\"model\":\"m\",\"messages\":[],\"options\":{\"num_predict\":\"x\"}}", true, "options.num_predict");
-    expect_bad("{\"model\":\"m\",\"prompt\":\"x\",\"template\":\"{{ .Prompt }}\"}", false, "template");
-    expect_bad("{\"model\":\"m\",\"prompt\":\"x\",\"suffix\":\"y\"}", false, "suffix");
+    expect_bad("{\"model\":\"m\",\"prompt\":\"x\",\"template\":\"{{ range .Messages }}{{ end }}\"}", false, "template");
+    expect_bad("{\"model\":\"m\",\"prompt\":\"x\",\"template\":7}", false, "template");
+    expect_bad("{\"model\":\"m\",\"prompt\":\"x\",\"suffix\":3}", false, "suffix");
     expect_bad("{\"model\":\"m\",\"prompt\":\"x\",\"images\":[\"AA\"]}", false, "images");
     expect_bad("{\"model\":\"m\",\"prompt\":\"x\",\"tools\":[]}", false, "tools");
+}
+
+/* template: Ollama's Go template (gotmpl.h) filled with system and prompt, or with a suffix
+ * prompt and suffix; the text runs as a completion; raw: true ignores it */
+Test(ollama, a_template_writes_the_prompt_text_as_ollama_fills_it) {
+    ollama_request r;
+    json_t *b = parse_ok("{\"model\":\"m\",\"prompt\":\"Hi\",\"system\":\"Be brief.\",\"template\":"
+                         "\"{{ if .System }}<|system|>{{ .System }}\\n{{ end }}<|user|>{{ .Prompt }}\\n<|assistant|>{{ .Response }}<|end|>\"}",
+                         false, &r);
+    cr_assert(!r.chat && !r.fim);
+    cr_expect_str_eq(json_string_value(json_object_get(r.body, "prompt")), "<|system|>Be brief.\n<|user|>Hi\n<|assistant|>");
+    ollama_request_free(&r);
+    json_decref(b);
+    b = parse_ok("{\"model\":\"m\",\"prompt\":\"a\",\"suffix\":\"c\",\"system\":\"s\",\"template\":"
+                 "\"{{ .System }}<PRE> {{ .Prompt }} <SUF>{{ .Suffix }} <MID>\"}", false, &r);
+    cr_assert(!r.chat && !r.fim && r.suffix, "a suffix still needs FIM tokens");
+    cr_expect_str_eq(json_string_value(json_object_get(r.body, "prompt")), "<PRE> a <SUF>c <MID>");
+    ollama_request_free(&r);
+    json_decref(b);
+    b = parse_ok("{\"model\":\"m\",\"prompt\":\"a\",\"raw\":true,\"template\":\"{{ range }}\"}", false, &r);
+    cr_expect_str_eq(json_string_value(json_object_get(r.body, "prompt")), "a");
+    ollama_request_free(&r);
+    json_decref(b);
+}
+
+// ---- suffix: fill-in-the-middle ------------------------------------------------------------
+
+static tokenizer *tokenizer_of(const char *file) {
+    char path[512];
+    snprintf(path, sizeof(path), "%s/tokenizers/%s", ATTND_DATA_DIR, file);
+    gguf_file *f;
+    attnd_err err = {{0}};
+    cr_assert_eq(gguf_open(&f, path, &err), ATTND_OK, "%s", err.msg);
+    tokenizer *t = NULL;
+    cr_assert_eq(tok_load(&t, f, &err), ATTND_OK, "%s", err.msg);
+    gguf_close(f);
+    return t;
+}
+
+/* Parses an /api/generate body that must be accepted (oai_parse is not run: a fim body's prompt
+ * is laid out first). */
+static json_t *parse_generate(const char *text, ollama_request *r) {
+    json_t *b = load(text);
+    const char *param = NULL;
+    attnd_err err = {{0}};
+    cr_assert_eq(ollama_parse(b, false, &cfg, r, &param, &err), ATTND_OK, "%s: %s", text, err.msg);
+    return b;
+}
+
+/* As Ollama fills a FIM template with only .Prompt and .Suffix: the prompt is the prefix of
+ * /infill's layout (token ids, the middle token last) and system is dropped; the answer's room
+ * is num_predict's. */
+Test(ollama, generate_with_a_suffix_runs_the_infill_layout_of_prompt_and_suffix) {
+    tokenizer *q = tokenizer_of("qwen2-bpe.gguf");
+    ollama_request r;
+    json_t *b = parse_generate("{\"model\":\"m\",\"prompt\":\"def add(a, b):\\n    return \",\"suffix\":\"\\n\\nprint(add(1, 2))\\n\","
+                               "\"system\":\"ignored\",\"options\":{\"num_predict\":9,\"temperature\":0}}", &r);
+    cr_assert(r.fim && !r.chat);
+    cr_assert_null(json_object_get(r.body, "messages"), "no chat turn: system is not in a FIM prompt");
+    attnd_err err = {{0}};
+    cr_assert_eq(ollama_fim_prompt(&r, q, 512, 16, &err), ATTND_OK, "%s", err.msg);
+    const char *param = NULL;
+    oai_request oq;
+    cr_assert_eq(oai_parse(r.body, r.chat, &cfg, 200000, &oq, &param, &err), ATTND_OK, "%s", err.msg);
+    oai_request_free(&oq);
+    infill_input in = {.prefix = "def add(a, b):\n    return ", .suffix = "\n\nprint(add(1, 2))\n", .prompt = ""};
+    int32_t *ids;
+    size_t n;
+    cr_assert_eq(infill_layout(q, &in, 512, 9, &ids, &n, &err), ATTND_OK);
+    const json_t *got = json_object_get(r.body, "prompt");
+    cr_assert_eq(json_array_size(got), n, "%zu ids, want the layout's %zu", json_array_size(got), n);
+    for (size_t i = 0; i < n; i++) cr_assert_eq(json_integer_value(json_array_get(got, i)), ids[i], "id %zu", i);
+    cr_expect_eq(ids[n - 1], tok_fim(q, TOK_FIM_MID));
+    size_t pre = 0, suf = 0; /* Qwen2's layout begins with its repository line: find the markers */
+    for (size_t i = 0; i < n; i++) {
+        if (ids[i] == tok_fim(q, TOK_FIM_PRE)) pre = i;
+        if (ids[i] == tok_fim(q, TOK_FIM_SUF)) suf = i;
+    }
+    cr_expect(pre > 0 && suf > pre + 1, "prefix token at %zu, suffix token at %zu", pre, suf);
+    free(ids);
+    ollama_request_free(&r);
+    json_decref(b);
+    /* raw: the prompt as it stands, the suffix ignored (Ollama's); an empty suffix: a chat turn */
+    b = parse_generate("{\"model\":\"m\",\"prompt\":\"x = \",\"suffix\":\"1\",\"raw\":true}", &r);
+    cr_assert(!r.fim && !r.chat && r.suffix);
+    cr_assert_eq(ollama_fim_prompt(&r, q, 512, 16, &err), ATTND_OK, "%s", err.msg);
+    cr_expect_str_eq(json_string_value(json_object_get(r.body, "prompt")), "x = ");
+    ollama_request_free(&r);
+    json_decref(b);
+    b = parse_generate("{\"model\":\"m\",\"prompt\":\"x\",\"suffix\":\"\"}", &r);
+    cr_expect(r.chat && !r.fim && !r.suffix);
+    ollama_request_free(&r);
+    json_decref(b);
+    tok_destroy(q);
+}
+
+/* Ollama checks the model's insert capability before anything, raw or not: here its FIM tokens,
+ * named in the error. */
+Test(ollama, a_suffix_on_a_model_without_fim_tokens_is_refused_naming_them) {
+    tokenizer *t = tokenizer_of("llama-spm.gguf");
+    static const char *const BODIES[] = {"{\"model\":\"m\",\"prompt\":\"a\",\"suffix\":\"b\"}",
+                                         "{\"model\":\"m\",\"prompt\":\"a\",\"suffix\":\"b\",\"raw\":true}",
+                                         "{\"model\":\"m\",\"suffix\":\"b\"}"};
+    for (size_t i = 0; i < ATTND_ARRAY_LEN(BODIES); i++) {
+        ollama_request r;
+        json_t *b = parse_generate(BODIES[i], &r);
+        attnd_err err = {{0}};
+        cr_expect_eq(ollama_fim_prompt(&r, t, 512, 16, &err), ATTND_ERR_UNSUPPORTED, "%s", BODIES[i]);
+        cr_expect_not_null(strstr(err.msg, "prefix, suffix, middle"), "%s", err.msg);
+        ollama_request_free(&r);
+        json_decref(b);
+    }
+    tok_destroy(t);
 }
 
 static const char *REPLY = "<think>Need weather.</think>Checking.<tool_call>\n{\"name\": \"get_weather\", "

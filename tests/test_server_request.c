@@ -983,6 +983,52 @@ Test(fim, infill_runs_the_fim_prompt_as_a_completion_whole_and_streamed) {
     expect_refused("/infill", "{\"input_prefix\": \"a\"}", 400, "input_suffix");
 }
 
+/* Ollama's /api/generate with a suffix runs the same layout (prompt as the prefix) as a raw
+ * completion: the whole answer's prompt_eval_count is the layout's length, the NDJSON lines join
+ * to it; on a model without FIM tokens it is a 400 in Ollama's shape. */
+Test(fim, ollama_generate_with_a_suffix_runs_the_fim_prompt_whole_and_streamed) {
+    static const char BODY[] = "{\"model\": \"%s\", \"prompt\": \"Lily went\", \"suffix\": \" home.\", \"system\": \"x\", "
+                               "\"options\": {\"num_predict\": 4, \"temperature\": 0}, \"stream\": %s}";
+    char body[512];
+    snprintf(body, sizeof body, BODY, srv->model_id, "false");
+    json_t *j = post_json("/api/generate", body, 200);
+    infill_input in = {.prefix = "Lily went", .suffix = " home.", .prompt = ""};
+    int32_t *ids;
+    size_t n;
+    attnd_err err;
+    cr_assert_eq(infill_layout(srv->tok, &in, srv->n_ctx, 4, &ids, &n, &err), ATTND_OK);
+    free(ids);
+    cr_expect_eq(json_integer_value(json_object_get(j, "prompt_eval_count")), (json_int_t)n, "the FIM prompt's %zu tokens", n);
+    const char *whole = json_string_value(json_object_get(j, "response"));
+    cr_assert(whole && json_is_true(json_object_get(j, "done")), "%s", json_dumps(j, 0));
+    cr_expect_leq(json_integer_value(json_object_get(j, "eval_count")), 4);
+    snprintf(body, sizeof body, BODY, srv->model_id, "true");
+    rec c = {0};
+    run(&c, "POST", "/api/generate", body);
+    cr_assert_eq(c.status, 200, "%s", c.body);
+    buf joined = {0};
+    json_t *last = NULL;
+    for (char *line = c.body, *nl; (nl = strchr(line, '\n')) != NULL; line = nl + 1) {
+        json_decref(last);
+        last = json_loadb(line, (size_t)(nl - line), 0, NULL);
+        const char *piece = json_string_value(json_object_get(last, "response"));
+        cr_assert_not_null(piece, "a line without a response: %.200s", line);
+        buf_puts(&joined, piece);
+    }
+    cr_expect_str_eq(joined.p ? joined.p : "", whole, "streamed and whole agree");
+    cr_expect(json_is_true(json_object_get(last, "done")));
+    cr_expect_str_eq(json_string_value(json_object_get(last, "done_reason")), json_string_value(json_object_get(j, "done_reason")));
+    json_decref(last), json_decref(j);
+    buf_free(&joined), free(c.body);
+}
+
+Test(request, ollama_generate_with_a_suffix_on_a_model_without_fim_tokens_is_a_400) {
+    json_t *e = post_json("/api/generate", "{\"model\": \"stories260K\", \"prompt\": \"a\", \"suffix\": \"b\"}", 400);
+    const char *msg = json_string_value(json_object_get(e, "error"));
+    cr_expect(msg && strstr(msg, "cannot fill in the middle") && strstr(msg, "prefix, suffix, middle"), "%s", msg);
+    json_decref(e);
+}
+
 // ---- unknown fields: ignored, but named -----------------------------------------------------
 
 Test(request, unknown_fields_are_named_in_a_warning_header_whole_and_streamed) {

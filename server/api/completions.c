@@ -68,18 +68,13 @@ static bool infill_fields(req *r, json_t *b, http_result *ret) {
     const char *param = NULL;
     attnd_err err;
     infill_input in = {0};
-    int32_t *ids = NULL;
-    size_t n = 0;
+    json_t *prompt = NULL;
     json_t *mt = json_object_get(b, "max_tokens");
     json_int_t want = json_is_integer(mt) ? json_integer_value(mt) : g->env.cfg->default_max_tokens;
     attnd_status st = infill_check_model(g->env.tok, &err);
     if (st == ATTND_OK) st = infill_parse(b, &in, &param, &err);
-    if (st == ATTND_OK)
-        st = infill_layout(g->env.tok, &in, g->env.n_ctx, want > g->env.n_ctx ? g->env.n_ctx : (int)want, &ids, &n, &err);
+    if (st == ATTND_OK) st = infill_prompt_ids(g->env.tok, &in, g->env.n_ctx, want, &prompt, &err);
     infill_input_free(&in);
-    json_t *prompt = st == ATTND_OK ? json_array() : NULL;
-    for (size_t i = 0; prompt && i < n; i++) json_array_append_new(prompt, json_integer(ids[i]));
-    free(ids);
     if (st != ATTND_OK) {
         *ret = http_respond_error(r, st == ATTND_ERR_NOMEM ? 503 : 400, err.msg, param);
         return false;

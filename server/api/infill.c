@@ -157,3 +157,23 @@ attnd_status infill_layout(const tokenizer *tok, const infill_input *in, int n_c
     buf_free(&pre), buf_free(&suf), buf_free(&prompt), buf_free(&x), buf_free(&out);
     return st;
 }
+
+attnd_status infill_prompt_ids(const tokenizer *tok, const infill_input *in, int n_ctx, long long max_tokens,
+                               json_t **prompt, attnd_err *err) {
+    int32_t *ids = NULL;
+    size_t n = 0;
+    *prompt = NULL;
+    attnd_status st = infill_check_model(tok, err);
+    if (st == ATTND_OK) st = infill_layout(tok, in, n_ctx, max_tokens > n_ctx ? n_ctx : (int)max_tokens, &ids, &n, err);
+    json_t *arr = st == ATTND_OK ? json_array() : NULL;
+    bool ok = arr != NULL;
+    for (size_t i = 0; ok && i < n; i++) ok = !json_array_append_new(arr, json_integer(ids[i]));
+    free(ids);
+    if (st != ATTND_OK) return st;
+    if (!ok) {
+        json_decref(arr);
+        return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory");
+    }
+    *prompt = arr;
+    return ATTND_OK;
+}

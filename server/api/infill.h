@@ -59,4 +59,11 @@ attnd_status infill_check_model(const tokenizer *tok, attnd_err *err);
 attnd_status infill_layout(const tokenizer *tok, const infill_input *in, int n_ctx, int n_predict, int32_t **ids,
                            size_t *n, attnd_err *err);
 
+/* The FIM prompt of in as a token-id JSON array (*prompt, new reference) for a context of n_ctx
+ * tokens and an answer of up to max_tokens: infill_check_model, then infill_layout (max_tokens
+ * above n_ctx counts as n_ctx). What /infill and Ollama's /api/generate with a suffix run.
+ * Errors: those two's (ATTND_ERR_UNSUPPORTED: no FIM tokens), ATTND_ERR_NOMEM. */
+attnd_status infill_prompt_ids(const tokenizer *tok, const infill_input *in, int n_ctx, long long max_tokens,
+                               json_t **prompt, attnd_err *err);
+
 #endif

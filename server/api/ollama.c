@@ -8,6 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "gotmpl.h"
+#include "infill.h"
 #include "oai.h"
 #include "toolcall.h"
 
@@ -80,19 +82,39 @@ static attnd_status chat_messages(const json_t *body, json_t *msgs, const char *
     return ATTND_OK;
 }
 
-/* /api/generate's prompt: a chat of one turn (system + prompt), or raw text. */
+/* /api/generate's template (gotmpl.h) filled as Ollama fills it: .Prompt and .Suffix with a
+ * suffix, else .System and .Prompt; the text runs as a completion. */
+static attnd_status templated(const json_t *body, const json_t *tmpl, const char *text, ollama_request *out,
+                              const char **param, attnd_err *err) {
+    const json_t *sys = oai_field(body, "system");
+    gotmpl_values v = {.prompt = text, .suffix = out->suffix, .system = out->suffix ? NULL : json_string_value(sys)};
+    buf b;
+    buf_init(&b);
+    attnd_status st = gotmpl_render(json_string_value(tmpl), json_string_length(tmpl), &v, &b, err);
+    if (st == ATTND_ERR_INVALID) *param = "template";
+    if (st == ATTND_OK && json_object_set_new(out->body, "prompt", json_string(b.p ? b.p : ""))) st = nomem(err);
+    buf_free(&b);
+    out->chat = out->fim = false;
+    return st;
+}
+
+/* /api/generate's prompt: a chat of one turn (system + prompt), raw text, or with a suffix the
+ * prefix of a fill-in-the-middle prompt (ollama_fim_prompt lays it out). */
 static attnd_status generate_prompt(const json_t *body, ollama_request *out, const char **param, attnd_err *err) {
     const json_t *prompt = oai_field(body, "prompt"), *sys = oai_field(body, "system"), *raw = oai_field(body, "raw");
     const json_t *tmpl = oai_field(body, "template"), *suffix = oai_field(body, "suffix");
     if (prompt && !json_is_string(prompt)) return oai_bad(param, "prompt", err, "'prompt' must be a string");
     if (sys && !json_is_string(sys)) return oai_bad(param, "system", err, "'system' must be a string");
     if (raw && !json_is_boolean(raw)) return oai_bad(param, "raw", err, "'raw' must be a boolean");
-    if (tmpl && !str_is(tmpl, "")) return oai_bad(param, "template", err, "'template' is not supported: the model's own chat template is used (or raw: true)");
-    if (suffix && !str_is(suffix, "")) return oai_bad(param, "suffix", err, "'suffix' (fill-in-the-middle) is not supported");
+    if (suffix && !json_is_string(suffix)) return oai_bad(param, "suffix", err, "'suffix' must be a string");
+    if (tmpl && !json_is_string(tmpl)) return oai_bad(param, "template", err, "'template' must be a string");
     if (has_images(body)) return oai_bad(param, "images", err, "'images': this server has no vision model (text only)");
     out->load_only = !prompt || !*json_string_value(prompt);
-    out->chat = !json_is_true(raw);
+    out->suffix = suffix && *json_string_value(suffix) ? json_string_value(suffix) : NULL;
+    out->fim = out->suffix && !json_is_true(raw); /* Ollama's template gets .Prompt and .Suffix, no .System */
+    out->chat = !json_is_true(raw) && !out->fim;
     const char *text = prompt ? json_string_value(prompt) : "";
+    if (tmpl && *json_string_value(tmpl) && !json_is_true(raw)) return templated(body, tmpl, text, out, param, err);
     if (!out->chat) return json_object_set_new(out->body, "prompt", json_string(text)) ? nomem(err) : ATTND_OK;
     json_t *msgs = json_array();
     if (!msgs || json_object_set_new(out->body, "messages", msgs)) return nomem(err);
@@ -166,6 +188,21 @@ attnd_status ollama_parse(const json_t *body, bool chat_api, const server_settin
     if (rc == ATTND_OK) rc = options_of(body, cfg, out->body, param, err);
     if (rc == ATTND_OK) rc = extras_of(body, chat_api, out->body, param, err);
     return rc;
+}
+
+attnd_status ollama_fim_prompt(ollama_request *r, const tokenizer *tok, int n_ctx, int default_max_tokens,
+                               attnd_err *err) {
+    if (!r->suffix) return ATTND_OK;
+    attnd_status st = infill_check_model(tok, err);
+    if (st != ATTND_OK || !r->fim || r->load_only) return st;
+    const json_t *mt = json_object_get(r->body, "max_tokens");
+    infill_input in = {.prefix = json_string_value(json_object_get(r->body, "prompt")), .suffix = r->suffix, .prompt = ""};
+    ATTND_ASSERT(in.prefix); /* generate_prompt wrote it */
+    json_t *ids = NULL;
+    st = infill_prompt_ids(tok, &in, n_ctx, json_is_integer(mt) ? json_integer_value(mt) : default_max_tokens, &ids, err);
+    if (st == ATTND_OK && json_object_set_new(r->body, "prompt", ids)) st = nomem(err);
+    if (st == ATTND_OK) r->fim = false; /* laid out */
+    return st;
 }
 
 void ollama_request_free(ollama_request *r) {

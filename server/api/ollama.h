@@ -8,8 +8,20 @@
  *   /api/chat messages (system, user, assistant with thinking and tool_calls, tool with
  *   tool_name)                                 → chat messages (images: a 400);
  *   /api/generate prompt + system              → a chat of one turn; raw: true → the prompt as it
- *                                                stands (a completion); template, suffix and images
- *                                                are refused;
+ *                                                stands (a completion); images are refused;
+ *   /api/generate template (not raw)           → Ollama's Go template, the subset of gotmpl.h,
+ *                                                filled with system and prompt (with a suffix:
+ *                                                prompt and suffix): the text runs as a
+ *                                                completion; what gotmpl.h does not render is a
+ *                                                400 naming the action;
+ *   /api/generate prompt + suffix              → fill-in-the-middle, as Ollama fills its model's
+ *                                                template with only .Prompt and .Suffix: the FIM
+ *                                                layout of /infill (infill.h) with the prompt as
+ *                                                the prefix, a completion of token ids
+ *                                                (ollama_fim_prompt); system is ignored; raw: true
+ *                                                → the prompt as it stands, the suffix ignored
+ *                                                (Ollama's); either way the model must have FIM
+ *                                                tokens (Ollama's "insert" capability);
  *   options num_predict, temperature, top_k, top_p, min_p, typical_p, repeat_penalty,
  *   repeat_last_n, presence_penalty, frequency_penalty, seed, stop
  *                                              → the same sampling fields (num_predict ≤ 0 and
@@ -31,6 +43,7 @@
 
 #include "attnd/buf.h"
 #include "attnd/common.h"
+#include "attnd/tokenizer.h"
 #include "settings.h"
 
 /* The Ollama API version /api/version reports: the one whose shapes these follow. */
@@ -42,6 +55,10 @@ typedef struct ollama_request {
     bool stream;         /* Ollama's default: true */
     bool load_only;      /* /api/generate without a prompt: load the model, generate nothing */
     const char *model;   /* borrowed from the body */
+    const char *suffix;  /* /api/generate's suffix when not empty, borrowed: the model must have
+                            FIM tokens (ollama_fim_prompt checks) */
+    bool fim;            /* the body's prompt is the prefix (text) until ollama_fim_prompt lays it
+                            out: a suffix without raw */
 } ollama_request;
 
 /* True when an Ollama client's model name means the served model's id: with or without
@@ -53,6 +70,14 @@ bool ollama_model_matches(const char *served, const char *name);
 attnd_status ollama_parse(const json_t *body, bool chat_api, const server_settings *cfg, ollama_request *out,
                           const char **param, attnd_err *err);
 void ollama_request_free(ollama_request *r); /* accepts NULL */
+
+/* For a request with a suffix (r->suffix): refuses a tok without FIM tokens, and when r->fim
+ * (and not load_only) makes the body's prompt the FIM layout (infill_prompt_ids) of the prefix
+ * and r->suffix, for a context of n_ctx tokens and the body's max_tokens, else
+ * default_max_tokens. A request without a suffix is left as it is. Errors:
+ * ATTND_ERR_UNSUPPORTED (the message names the missing tokens), ATTND_ERR_NOMEM, a tokenizer's. */
+attnd_status ollama_fim_prompt(ollama_request *r, const tokenizer *tok, int n_ctx, int default_max_tokens,
+                               attnd_err *err);
 
 /* The answer's fields beside the reply. */
 typedef struct ollama_result {

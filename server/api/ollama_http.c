@@ -128,12 +128,17 @@ static bool parse_body(req *r, json_t *b, bool chat_api, http_result *ret) {
         *ret = http_respond_error(r, 404, msg, "model");
         return false;
     }
+    if (rc == ATTND_OK && st->rq.suffix) { /* Ollama checks the model's "insert" capability first */
+        rc = ollama_fim_prompt(&st->rq, g->env.tok, g->env.n_ctx, g->env.cfg->default_max_tokens, &err);
+        param = "suffix";
+    }
     g->chat = st->rq.chat;
     if (rc == ATTND_OK) rc = oai_parse(st->rq.body, g->chat, g->env.cfg, g->env.n_vocab, &g->oreq, &param, &err);
     if (rc == ATTND_OK && g->chat)
         rc = oai_bind_template(&g->oreq, g->env.chat->takes_tools, g->env.chat->tool_format, &err);
     if (rc == ATTND_OK) return true;
-    *ret = http_respond_error(r, http_status_of(rc, HTTP_CTX_PARSE), err.msg, param);
+    int status = rc == ATTND_ERR_UNSUPPORTED ? 400 : http_status_of(rc, HTTP_CTX_PARSE); /* no FIM tokens */
+    *ret = http_respond_error(r, status, err.msg, param);
     return false;
 }
 

@@ -1,14 +1,17 @@
 // ollama_client.mjs — the official `ollama` npm client against attnd's /api, with only the host
 // changed; structured outputs are checked with a real JSON Schema validator (ajv).
-//   node ollama_client.mjs INSTALL_DIR HOST [wide]
+//   node ollama_client.mjs INSTALL_DIR HOST [wide|fim]
 // wide: only the tool and think checks, for a model with a long context and a tool-capable Jinja
 // template (make_tiny's chat model under Qwen3's template): the tools and the tool turns are
 // in the prompt the template writes, and think switches its thinking block.
+// fim: only generate with a suffix (fill-in-the-middle), for a model with FIM tokens (make_tiny's
+// fim model), as code-completion plugins call it.
 // Exits 1 on any failure.
 import { createRequire } from 'node:module';
 
 const [installDir, host, mode] = process.argv.slice(2);
 const wide = mode === 'wide';
+const fimMode = mode === 'fim';
 const require = createRequire(installDir + '/package.json');
 const { Ollama } = require('ollama');
 const AjvPkg = require('ajv');
@@ -18,7 +21,7 @@ const ajv = new Ajv({ allErrors: true, strict: false });
 
 let failures = 0;
 function check(cond, name, detail) {
-  const tag = wide ? '[wide] ' : '';
+  const tag = mode ? `[${mode}] ` : '';
   if (cond) console.log(`ok - ${tag}${name}`);
   else { console.log(`not ok - ${tag}${name}: ${JSON.stringify(detail).slice(0, 800)}`); failures++; }
 }
@@ -73,6 +76,17 @@ async function generate(model) {
   check(text === whole.response && last?.done === true, 'generate streamed: the pieces join to the whole answer', { text, whole: whole.response });
   const raw = await ollama.generate({ ...params, raw: true, system: 'ignored in raw mode', stream: false, keep_alive: '5m' });
   check(raw.done && typeof raw.response === 'string', 'generate raw, with keep_alive', raw);
+  const opts = { num_predict: 4, temperature: 0 };
+  const tmpl = await ollama.generate({ model, prompt: 'Once', system: 'Tell a story.', stream: false, options: opts,
+                                       template: '{{ if .System }}{{ .System }} {{ end }}{{ .Prompt }} upon a time{{ .Response }} THE END' });
+  const same = await ollama.generate({ model, prompt: 'Tell a story. Once upon a time', raw: true, stream: false, options: opts });
+  check(tmpl.done && tmpl.response === same.response, 'generate with a template (Go): the prompt it writes, as raw text', { tmpl, same });
+  try {
+    await ollama.generate({ model, prompt: 'x', template: '{{ range .Messages }}{{ end }}', stream: false });
+    check(false, 'a template action attnd does not render: refused', 'accepted');
+  } catch (e) {
+    check(e.status_code === 400 && /range/.test(e.error), 'a template action attnd does not render: 400 quoting it', { status: e.status_code, error: e.error });
+  }
 }
 
 async function formats(model) {
@@ -133,6 +147,21 @@ async function tools(model) {
         { on: on.prompt_eval_count, off: off.prompt_eval_count });
 }
 
+// fill-in-the-middle as editor plugins ask for it: prompt (the code before the cursor) + suffix,
+// whole and streamed alike at temperature 0, with the done fields
+async function fim(model) {
+  const params = { model, prompt: 'def add(a, b):\n    return ', suffix: '\n\nprint(add(1, 2))\n',
+                   options: { num_predict: 6, temperature: 0, stop: ['\n\n'] } };
+  const whole = await ollama.generate({ ...params, stream: false });
+  check(whole.done && typeof whole.response === 'string' && ['stop', 'length'].includes(whole.done_reason) &&
+        whole.prompt_eval_count > 'def add(a, b):'.length && whole.eval_count > 0 && whole.total_duration > 0,
+        'generate with a suffix (fill-in-the-middle), stream false: the done fields', whole);
+  let text = '', last = null;
+  for await (const part of await ollama.generate({ ...params, stream: true })) { text += part.response; last = part; }
+  check(text === whole.response && last?.done === true && last.done_reason === whole.done_reason && last.eval_count === whole.eval_count,
+        'generate with a suffix streamed: the pieces join to the whole answer', { text, whole: whole.response, last });
+}
+
 async function errors(model) {
   const tries = [
     ['another model name', { model: 'no-such-model', messages: [{ role: 'user', content: 'x' }] }, 404],
@@ -148,10 +177,22 @@ async function errors(model) {
             `${what}: ${status} with Ollama's {"error"}`, { name: e.name, status: e.status_code, error: e.error });
     }
   }
+  try {
+    await ollama.generate({ model, prompt: 'x = ', suffix: '\n', stream: false });
+    check(false, 'a suffix on a model without FIM tokens: refused', 'accepted');
+  } catch (e) {
+    check(e.status_code === 400 && /fill in the middle/.test(e.error), "a suffix on a model without FIM tokens: 400 naming them, Ollama's {\"error\"}",
+          { status: e.status_code, error: e.error });
+  }
 }
 
 try {
-  const model = wide ? (await ollama.list()).models[0].name : await models();
+  const model = mode ? (await ollama.list()).models[0].name : await models();
+  if (fimMode) {
+    await fim(model);
+    console.log(failures ? `# ${failures} failed` : '# all passed');
+    process.exit(failures ? 1 : 0);
+  }
   if (!wide) await chat(model);
   if (!wide) await generate(model);
   if (!wide) await formats(model);

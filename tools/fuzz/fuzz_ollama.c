@@ -6,7 +6,9 @@
  * oai_parse (accepted, or refused with a message); a refusal must give an error body that
  * serialises. The input's own bytes are then a model's reply, streamed in chunks cut by the
  * input: every line must be one JSON object, only the last one done, and the lines' content must
- * join to the whole answer's.
+ * join to the whole answer's. A generate body with a suffix is laid out first (ollama_fim_prompt,
+ * on a tiny byte-level vocabulary with FIM tokens): it must succeed, and a fill-in-the-middle
+ * prompt must become token ids ending with the middle token.
  */
 #include <jansson.h>
 #include <stdint.h>
@@ -19,6 +21,7 @@
 #include "settings.h"
 
 static server_settings g_cfg; /* the defaults */
+static tokenizer *g_tok;      /* with FIM tokens */
 
 static void check_reply(bool chat_api, bool split, const json_t *tools, const char *text, size_t n, unsigned seed) {
     ollama_result run = {.model = "m", .created_at = "t"}, done = run;
@@ -64,6 +67,8 @@ static void check_reply(bool chat_api, bool split, const json_t *tools, const ch
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
     (void)argc, (void)argv;
     server_settings_default(&g_cfg);
+    g_tok = fuzz_tiny_tokenizer(false, "qwen2");
+    if (!g_tok) abort();
     return 0;
 }
 
@@ -80,6 +85,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         fuzz_check_json(e, "error body");
         json_decref(e);
     } else {
+        bool fim = r.fim && !r.load_only;
+        FUZZ_CHECK(ollama_fim_prompt(&r, g_tok, 64, 8, &err) == ATTND_OK, "the FIM layout failed: %s", err.msg);
+        const json_t *ids = json_object_get(r.body, "prompt");
+        FUZZ_CHECK(!fim || json_integer_value(json_array_get(ids, json_array_size(ids) - 1)) == tok_fim(g_tok, TOK_FIM_MID),
+                   "a FIM prompt that does not end with the middle token");
         oai_request q;
         attnd_status st = oai_parse(r.body, r.chat, &g_cfg, 32000, &q, &param, &err);
         FUZZ_CHECK(st == ATTND_OK || err.msg[0], "oai_parse refused the body without a message");
