@@ -28,7 +28,7 @@ source tools/bench/bench_lib.sh
 shapes="qwen3.6-35b-a3b qwen3.6-27b gemma4-26b-a4b glm-4.7-flash gemma4-e4b"
 threads="1 2" prompts=512 n=32 reps=3 peer="" out=build/bench attnd=build/attnd
 [ -d /work/peer ] && peer=/work/peer
-bench_options '2,24' 'shapes threads prompts n reps peer-dir=peer out attnd' '' "$@"
+bench_options '2,22' 'shapes threads prompts n reps peer-dir=peer out attnd' '' "$@"
 
 py=$(bench_numpy_python) || exit 1
 [ -x "$attnd" ] || { echo "families.sh: $attnd is missing (cmake --build build --target attnd)" >&2; exit 1; }
