@@ -8,7 +8,7 @@
 # in the same run: of the bytes a decode token actually reads (make_model.py --reads: the selected
 # experts only, one row of the embedding tables, the DeltaNet state; plus attnd's KV figure).
 #
-#   tools/bench/families.sh                                   # everything (about 50 minutes on 2 cores)
+#   tools/bench/families.sh                                   # everything (50-60 minutes on 2 shared cores)
 #   tools/bench/families.sh --shapes glm-4.7-flash --threads 1 --reps 1
 #
 # Options: --shapes "qwen3.6-35b-a3b qwen3.6-27b gemma4-26b-a4b glm-4.7-flash gemma4-e4b",
@@ -17,7 +17,7 @@
 # build/bench), --attnd BIN (default build/attnd).
 #
 # Models are written once by tools/bench/make_model.py (python3 + numpy) under
-# ${XDG_CACHE_HOME:-~/.cache}/attnd/bench (1.0 to 4.8 GB each, 14 GB for the five). Each row is one
+# ${XDG_CACHE_HOME:-~/.cache}/attnd/bench (1.7 to 4.7 GB each, 15 GB for the five). Each row is one
 # `attnd bench` run: one untimed attnd warm-up, then --reps rounds of a read-bandwidth probe,
 # attnd and llama.cpp, medians of each. The load average is printed before and after each row:
 # other work on the machine slows both engines, so read the ratios, not the absolute figures.
