@@ -18,6 +18,13 @@ vocab 151936; about 390 MB a layer in Q4_K_M, so fewer layers fit this machine).
 --experts-used and --expert-ffn override a MoE shape's experts (and --head-dim the head width), e.g.
 for a smaller file of the same widths.
 
+The newer families' released shapes (tools/bench/family_shapes.py writes them; only --type,
+--layers and --seed apply, and --reads FILE writes the bytes one decode token reads of the file):
+qwen3.6-35b-a3b (qwen35moe), qwen3.6-27b (qwen35), gemma4-26b-a4b, gemma4-e4b (gemma4) and
+glm-4.7-flash (deepseek2), 4 layers unless --layers says otherwise (E4B: its 42), e.g.
+
+    python3 tools/bench/make_model.py --shape glm-4.7-flash --reads glm.reads glm.gguf   # 1.7 GB
+
 Types: F32, Q8_0, Q4_0, Q4_K_M (Q4_K everywhere but output and ffn_down, which are Q6_K, as
 llama.cpp's Q4_K_M mix does for those two; a matrix whose rows are not whole 256-blocks takes
 llama.cpp's fallback, Q5_0 for Q4_K and Q8_0 for Q6_K; norms and the MoE router stay F32). Quantized blocks are random bytes whose scale fields
@@ -55,6 +62,8 @@ import struct
 import sys
 
 import numpy as np
+
+import family_shapes
 
 ALIGN = 32
 
@@ -99,7 +108,7 @@ class Gguf:
         if vtype == VT_STR:
             body = b"".join(self._str(v) for v in values)
         else:
-            body = np.asarray(values, dtype={VT_I32: "<i4", VT_F32: "<f4"}[vtype]).tobytes()
+            body = np.asarray(values, dtype={VT_I32: "<i4", VT_F32: "<f4", VT_BOOL: "u1"}[vtype]).tobytes()
         self.kv.append(head + body)
 
     def tensor(self, name, dims, tname, data):
@@ -338,18 +347,37 @@ def build(a):
     return g
 
 
+def family(a):
+    """A shape of family_shapes.py: only --type, --layers, --seed and --reads apply."""
+    shape = family_shapes.FAMILY_SHAPES[a.shape]
+    a.layers = a.layers or shape["reduced"]
+    a.vocab = shape["vocab"]
+    if a.layers < 2 or a.layers > shape["layers"]:
+        sys.exit(f"make_model.py: --layers for {a.shape} takes 2..{shape['layers']}")
+    g = Gguf()
+    read = family_shapes.build_family(sys.modules[__name__], a, g, np.random.default_rng(a.seed))
+    g.write(a.out)
+    if a.reads:
+        with open(a.reads, "w") as f:
+            f.write(f"{read:.0f}\n")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("out")
     ap.add_argument("--type", default="Q4_K_M", choices=["F32", "F16", "Q8_0", "Q4_0", "Q4_K_M"])
-    ap.add_argument("--shape", default="tinyllama", choices=sorted(SHAPES))
+    ap.add_argument("--shape", default="tinyllama", choices=sorted(SHAPES) + sorted(family_shapes.FAMILY_SHAPES))
     for opt in ("dim", "ffn", "layers", "heads", "kv-heads", "head-dim", "vocab", "ctx", "experts", "experts-used",
                 "expert-ffn"):
         ap.add_argument("--" + opt, type=int)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--tokenizer", help="take the vocabulary (every tokenizer.* key) of this GGUF; sets --vocab")
     ap.add_argument("--successors", help="comma-separated shares of structured tokens, one region each (see above)")
+    ap.add_argument("--reads", help="(newer families' shapes) write the bytes a decode token reads to this file")
     a = ap.parse_args()
+    if a.shape in family_shapes.FAMILY_SHAPES:
+        family(a)
+        return
     shape = dict(head_dim=0, rope_base=10000.0, tied=False, window=0, experts=0, experts_used=0, expert_ffn=0)
     shape.update(SHAPES[a.shape])
     for k, v in shape.items():
