@@ -263,10 +263,7 @@ static attnd_status attnd_run(bench_ctx *c, double *prefill_tps, double *decode_
  * cost can be seen to follow active, not total, parameters. */
 static void print_params(const model *m, double attnd_tok_s, double peer_tok_s) {
     const model_info *mi = model_info_get(m);
-    double total = (double)mi->n_params, active = total;
-    if (gguf_find_tensor(model_gguf(m), "output.weight")) active -= (double)mi->n_vocab * mi->n_embd;
-    if (mi->n_expert)
-        active -= (double)mi->n_layer * (mi->n_expert - mi->n_expert_used) * 3.0 * mi->n_embd * mi->n_ff_exp;
+    double total = (double)mi->n_params, active = roofline_active_params(m);
     printf("parameters: %.1f M total, %.1f M active per token", total / 1e6, active / 1e6);
     if (mi->n_expert) printf(" (%d of %d experts)", mi->n_expert_used, mi->n_expert);
     printf("\ndecode ms/token: attnd %.2f (%.3f ms per 100 M active, %.3f per 100 M total)", 1000 / attnd_tok_s,

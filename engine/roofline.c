@@ -261,20 +261,38 @@ roofline_peak roofline_prefill_peak(const model *m, int n_tokens, int n_threads)
 
 static bool is_expert(const char *name) { return strstr(name, "_exps") != NULL; }
 
-double roofline_weight_bytes(const model *m) {
+/* The block of a layer's tensor ("blk.N."), or -1. */
+static long block_of(const char *name) {
+    if (strncmp(name, "blk.", 4) != 0) return -1;
+    char *end;
+    long n = strtol(name + 4, &end, 10);
+    return end != name + 4 && *end == '.' ? n : -1;
+}
+
+/* What one decode token reads of the weights, in bytes (or in elements): every tensor once, one
+ * row of an embedding table that is not the head (token_embd, per_layer_token_embd), the used
+ * share of the experts, nothing of the MTP blocks (loaded, never run by decode). */
+static double per_token(const model *m, bool bytes) {
     const gguf_file *f = model_gguf(m);
     const model_info *mi = model_info_get(m);
     bool tied = !gguf_find_tensor(f, "output.weight");
     double used = mi->n_expert ? (double)mi->n_expert_used / mi->n_expert : 1, sum = 0;
     for (uint64_t i = 0; i < gguf_tensor_count(f); i++) {
         const gguf_tensor *t = gguf_tensor_at(f, i);
-        double b = (double)t->n_bytes;
-        if (strcmp(t->name, "token_embd.weight") == 0 && !tied) b /= (double)(t->n_elems / t->ne[0]); /* one row */
+        if (block_of(t->name) >= mi->n_layer) continue;
+        double b = bytes ? (double)t->n_bytes : (double)t->n_elems;
+        bool table = (strcmp(t->name, "token_embd.weight") == 0 && !tied) ||
+                     strcmp(t->name, "per_layer_token_embd.weight") == 0;
+        if (table) b /= (double)(t->n_elems / t->ne[0]); /* one row */
         else if (is_expert(t->name)) b *= used;
         sum += b;
     }
     return sum;
 }
+
+double roofline_weight_bytes(const model *m) { return per_token(m, true) + (double)kv_state_bytes(m); }
+
+double roofline_active_params(const model *m) { return per_token(m, false); }
 
 double roofline_decode_bytes(const model *m, kv_type kv, double pos) {
     const model_info *mi = model_info_get(m);
@@ -289,7 +307,8 @@ double roofline_prefill_ops(const model *m, int n_tokens) {
     double used = mi->n_expert ? (double)mi->n_expert_used / mi->n_expert : 1, macs = 0;
     for (uint64_t i = 0; i < gguf_tensor_count(f); i++) {
         const gguf_tensor *t = gguf_tensor_at(f, i);
-        if (strncmp(t->name, "blk.", 4) != 0 || t->n_dims < 2) continue; /* the layers' matrices */
+        long blk = block_of(t->name);
+        if (blk < 0 || blk >= mi->n_layer || t->n_dims < 2) continue; /* the run layers' matrices */
         macs += (double)t->n_elems * (is_expert(t->name) ? used : 1);
     }
     double keys = (n_tokens + 1) / 2.0, local_keys = mi->window > 0 && keys > mi->window ? mi->window : keys;

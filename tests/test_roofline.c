@@ -12,6 +12,7 @@
 #include "attnd/gguf.h"
 #include "attnd/roofline.h"
 #include "engine_fixture.h"
+#include "family_specs.h"
 
 #define STORIES ATTND_DATA_DIR "/models/stories260K.gguf"
 
@@ -110,4 +111,67 @@ Test(roofline, the_prefill_peak_is_ops_per_cycle_times_threads_times_the_clock) 
         cr_assert_eq(pk.gops, 0);
     }
     model_destroy(m);
+}
+
+// ---- the newer families: what decode reads of them -----------------------------------------------
+
+/* Every tensor's bytes, less what decode does not read: the MTP blocks (blk.N for N >= n_layer),
+ * all but one row of an embedding table that is not the head (token_embd when untied,
+ * per_layer_token_embd), the unused experts' share; plus the recurrent state. Written apart from
+ * roofline.c's loop, by the tensors' names. */
+static double reads_by_name(const model *m) {
+    const gguf_file *f = model_gguf(m);
+    const model_info *mi = model_info_get(m);
+    double sum = 0;
+    for (uint64_t i = 0; i < gguf_tensor_count(f); i++) {
+        const gguf_tensor *t = gguf_tensor_at(f, i);
+        int blk = -1;
+        if (sscanf(t->name, "blk.%d.", &blk) == 1 && blk >= mi->n_layer) continue;
+        double b = (double)t->n_bytes, rows = (double)(t->n_elems / t->ne[0]);
+        if (!strcmp(t->name, "per_layer_token_embd.weight")) b /= rows;
+        if (!strcmp(t->name, "token_embd.weight") && gguf_find_tensor(f, "output.weight")) b /= rows;
+        if (strstr(t->name, "_exps")) b = b * mi->n_expert_used / mi->n_expert;
+        sum += b;
+    }
+    return sum + (double)kv_state_bytes(m);
+}
+
+static void check_reads(const char *path, bool want_state, bool want_mtp, const char *table) {
+    model *m = load(path);
+    const model_info *mi = model_info_get(m);
+    cr_assert_eq(kv_state_bytes(m) > 0, want_state, "%s: a recurrent state", path);
+    cr_assert_eq(mi->n_mtp_layers > 0, want_mtp, "%s: MTP blocks", path);
+    if (table) cr_assert_not_null(gguf_find_tensor(model_gguf(m), table), "%s: %s", path, table);
+    double want = reads_by_name(m), got = roofline_weight_bytes(m);
+    cr_assert(fabs(got - want) <= 1e-9 * want, "%s: %.0f bytes, want %.0f", path, got, want);
+    /* the parameters counted the same way, in elements, never more than the file holds */
+    cr_assert(roofline_active_params(m) > 0 && roofline_active_params(m) < (double)mi->n_params);
+    model_destroy(m);
+    unlink(path);
+}
+
+Test(roofline, hybrid_decode_reads_its_state_and_skips_the_mtp_blocks) {
+    char path[256];
+    hy_spec hs = hybrid_small("qwen35moe");
+    hs.n_mtp = 1;
+    tiny_tmpname(path, sizeof(path), "roofline-hy");
+    cr_assert_eq(hy_write(path, &hs), 0);
+    check_reads(path, true, true, NULL);
+}
+
+Test(roofline, gemma4_decode_reads_one_row_of_the_per_layer_embeddings) {
+    char path[256];
+    g4_spec gs = gemma4_small("gemma4-e");
+    tiny_tmpname(path, sizeof(path), "roofline-g4");
+    cr_assert_eq(g4_write(path, &gs), 0);
+    check_reads(path, false, false, "per_layer_token_embd.weight");
+}
+
+Test(roofline, a_latent_moe_with_an_mtp_block_reads_the_experts_it_uses) {
+    char path[256];
+    ml_spec ms = mla_small("glm47-flash");
+    ms.n_mtp = 1;
+    tiny_tmpname(path, sizeof(path), "roofline-mla");
+    cr_assert_eq(ml_write(path, &ms), 0);
+    check_reads(path, false, true, NULL);
 }

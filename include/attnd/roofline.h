@@ -53,8 +53,12 @@ roofline_peak roofline_prefill_peak(const model *m, int n_tokens, int n_threads)
 
 /* Bytes decode reads from the weights per token: every tensor of the file once, except the token
  * embedding table, of which it reads one row (unless the output head is that table: then all of
- * it), and of the experts of a Mixture of Experts only the n_expert_used of n_expert. */
+ * it), Gemma 4's per-layer embedding table (one row), the experts of a Mixture of Experts (only
+ * the n_expert_used of n_expert) and the MTP blocks (none: decode does not run them); plus a
+ * recurrent model's state (kv_state_bytes), read once per token. */
 double roofline_weight_bytes(const model *m);
+/* The parameters one decode token uses, counted as roofline_weight_bytes counts bytes (no state). */
+double roofline_active_params(const model *m);
 /* roofline_weight_bytes plus the KV cache a token at position pos reads (pos earlier positions
  * in every global layer, at most the window in the sliding-window layers), in cache type kv. */
 double roofline_decode_bytes(const model *m, kv_type kv, double pos);
