@@ -23,6 +23,9 @@ tests/family_specs.h checks them at small depth:
   through a rank-768 LoRA, a 512-rank latent plus 64 rotary dims, key parts 192 + 64, values of
   256; the first layer a SwiGLU of 10240, the others 64 experts of 1536, 4 per token, plus one
   shared expert; sigmoid router with its bias, normed, scaled 1.8; vocabulary 154880, untied.
+- bge-base: bert (an encoder: BGE, E5 base), 12 layers, 768 wide, 12 heads, GELU FFN of 3072,
+  post-LayerNorm layers with biases, absolute positions (512) and 2 token types; CLS pooling;
+  vocabulary 30522 (a SentencePiece-style list: the bench gives token ids, never text).
 
 Each builder also returns what one decode token reads of the file (bytes_read): every tensor in
 full but the unselected experts (n_expert - used of each layer), the rows of token_embd (when a
@@ -47,6 +50,8 @@ FAMILY_SHAPES = {
     "glm-4.7-flash": dict(arch="deepseek2", dim=2048, layers=47, reduced=4, heads=20, q_lora=768, kv_lora=512,
                           nope=192, rope_dims=64, v_head=256, ffn=10240, n_dense=1, experts=64, experts_used=4,
                           expert_ffn=1536, n_shared=1, vocab=154880, ctx=202752),
+    "bge-base": dict(arch="bert", dim=768, layers=12, reduced=12, heads=12, ffn=3072, vocab=30522, ctx=512,
+                     types=2),
 }
 
 
@@ -265,7 +270,32 @@ def build_deepseek2(g, mm, a, s, w):
         w.mat(p + "ffn_down_shexp.weight", E, FS, tname=w.head)
 
 
-BUILDERS = {"qwen35": build_qwen35, "qwen35moe": build_qwen35, "gemma4": build_gemma4, "deepseek2": build_deepseek2}
+def build_bert(g, mm, a, s, w):
+    """An encoder: every tensor is read for every input; the bytes read mean nothing here."""
+    d, f = s["dim"], s["ffn"]
+    common_keys(g, mm, a, "bert", [("context_length", s["ctx"]), ("embedding_length", d),
+                                   ("feed_forward_length", f), ("block_count", a.layers),
+                                   ("attention.head_count", s["heads"]), ("attention.layer_norm_epsilon", 1e-12),
+                                   ("pooling_type", 2)])
+    g.add("bert.attention.causal", mm.VT_BOOL, False)
+    g.add("tokenizer.ggml.token_type_count", mm.VT_U32, s["types"])
+    w.mat("token_embd.weight", s["vocab"], d)
+    w.rand("token_types.weight", [d, s["types"]], 0.02)
+    w.rand("position_embd.weight", [d, s["ctx"]], 0.02)
+    w.norm("token_embd_norm.weight", d)
+    w.rand("token_embd_norm.bias", [d], 0.02)
+    for L in range(a.layers):
+        b = f"blk.{L}."
+        for name, rows, cols in (("attn_q", d, d), ("attn_k", d, d), ("attn_v", d, d), ("attn_output", d, d),
+                                 ("ffn_up", f, d), ("ffn_down", d, f)):
+            w.mat(b + name + ".weight", rows, cols)
+            w.rand(b + name + ".bias", [rows], 0.02)
+        for name in ("attn_output_norm", "layer_output_norm"):
+            w.norm(b + name + ".weight", d)
+            w.rand(b + name + ".bias", [d], 0.02)
+
+
+BUILDERS = {"bert": build_bert, "qwen35": build_qwen35, "qwen35moe": build_qwen35, "gemma4": build_gemma4, "deepseek2": build_deepseek2}
 
 
 def build_family(mm, a, g, rng):
