@@ -12,7 +12,10 @@ embedding context does); its time is the run's wall time less that of a run with
 input (start-up and load). attnd and llama.cpp alternate, --reps rounds, medians. Prints
 embeddings/s and tokens/s of each and their ratio, the load average before and after each row,
 and the cosine of the two engines' first vector (a check that both computed the same model).
-Options: --types, --threads, --inputs, --reps, --attnd BIN (default build/attnd), --peer-dir DIR
+With --rerank N (e.g. 100) it also ranks N documents of 32..256 tokens against a 16-token
+query on a bge-reranker-base shape (the same encoder with a cross-encoder's head): attnd's
+/v1/rerank with the texts, llama.cpp's ranking context on the same pairs' ids (BOS q EOS d EOS,
+from attnd's /tokenize). Options: --types, --threads, --inputs, --rerank, --reps, --attnd BIN (default build/attnd), --peer-dir DIR
 (default: tools/peers/llamacpp/install.sh installs one), --cache DIR (default
 ${XDG_CACHE_HOME:-~/.cache}/attnd/bench).
 """
@@ -69,13 +72,54 @@ def attnd_run(base, inputs):
     return dt, np.array(ans["data"][0]["embedding"])
 
 
-def peer_run(peer, model, inputs, threads):
+def peer_run(peer, model, inputs, threads, rank=False):
     arg = ";".join(",".join(map(str, x)) for x in inputs)
     t = time.perf_counter()
     out = subprocess.run(["node", os.path.join(peer, "embed.mjs"), "--model", model, "--inputs", arg,
-                          "--threads", str(threads), "--ctx", "512"], capture_output=True, text=True, check=True)
+                          "--threads", str(threads), "--ctx", "512"] + (["--rank"] if rank else []),
+                         capture_output=True, text=True, check=True)
     dt = time.perf_counter() - t
     return dt, np.array(json.loads(out.stdout)["vectors"][0])
+
+
+def rerank_row(a, peer, typ, rng):
+    """attnd's /v1/rerank of a.rerank documents against llama.cpp's ranking context, same pairs."""
+    model = ensure_model(a, "bge-reranker-base", typ)
+    words = lambda n: "".join(f"w{i}" for i in rng.integers(100, 9000, n))  # noqa: E731
+    query, docs = words(16), [words(int(n)) for n in rng.integers(32, 257, a.rerank)]
+    l0 = load()
+    srv, base = start_attnd(a.attnd, model, a.threads)
+    try:
+        ids = lambda text: post(base + "/tokenize", {"content": text, "add_special": False})["tokens"]  # noqa: E731
+        q = ids(query)
+        pairs = [[1] + q + [2] + ids(d) + [2] for d in docs]
+        n_tok = sum(map(len, pairs))
+        post(base + "/v1/rerank", {"query": query, "documents": docs[:1]})  # warm-up
+        ta, tp = [], []
+        for _ in range(a.reps):
+            t = time.perf_counter()
+            ans = post(base + "/v1/rerank", {"query": query, "documents": docs})
+            ta.append(time.perf_counter() - t)
+            if len(ans["results"]) != len(docs):
+                sys.exit("embed_vs_llamacpp.py: attnd ranked %d of %d documents" % (len(ans["results"]), len(docs)))
+            full, _ = peer_run(peer, model, pairs, a.threads, rank=True)
+            short, _ = peer_run(peer, model, pairs[:1], a.threads, rank=True)
+            tp.append(full - short)
+    finally:
+        srv.terminate()
+        srv.wait()
+    ma, mp = statistics.median(ta), statistics.median(tp)
+    print(f"  {typ:5} rerank of {a.rerank} documents ({n_tok} tokens): attnd {ma:6.2f} s   llama.cpp {mp:6.2f} s   "
+          f"ratio {mp / ma:5.2f}x   (load {l0:.2f} -> {load():.2f})")
+    return ma, mp
+
+
+def ensure_model(a, shape, typ):
+    model = os.path.join(a.cache, f"{shape}-{typ}.gguf")
+    if not os.path.exists(model):
+        subprocess.run([sys.executable, os.path.join(ROOT, "tools/bench/make_model.py"), "--shape", shape,
+                        "--type", typ, model], check=True)
+    return model
 
 
 def load():
@@ -87,6 +131,7 @@ def main():
     ap.add_argument("--types", default="F16 Q8_0")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--inputs", type=int, default=64)
+    ap.add_argument("--rerank", type=int, default=0)
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--attnd", default=os.path.join(ROOT, "build", "attnd"))
     ap.add_argument("--peer-dir")
@@ -103,10 +148,7 @@ def main():
     print(f"cpu: {cpu_name()}, {os.cpu_count()} cores; {a.inputs} inputs, {n_tok} tokens, {a.threads} threads")
     rows = []
     for typ in a.types.split():
-        model = os.path.join(a.cache, f"bge-base-{typ}.gguf")
-        if not os.path.exists(model):
-            subprocess.run([sys.executable, os.path.join(ROOT, "tools/bench/make_model.py"), "--shape", "bge-base",
-                            "--type", typ, model], check=True)
+        model = ensure_model(a, "bge-base", typ)
         l0 = load()
         srv, base = start_attnd(a.attnd, model, a.threads)
         try:
@@ -123,12 +165,14 @@ def main():
             srv.wait()
         ma, mp = statistics.median(ta), statistics.median(tp)
         cos = float(va @ vp / (np.linalg.norm(va) * np.linalg.norm(vp)))
-        rows.append((typ, ma, mp))
+        rows.append((typ, "embeddings", ma, mp))
         print(f"  {typ:5} attnd {a.inputs / ma:7.2f} emb/s {n_tok / ma:8.0f} tok/s   llama.cpp {a.inputs / mp:7.2f} emb/s "
               f"{n_tok / mp:8.0f} tok/s   ratio {mp / ma:5.2f}x   cosine {cos:.7f}   (load {l0:.2f} -> {load():.2f})")
-    print("\nattnd / llama.cpp, embeddings per second (> 1: attnd faster), median of", a.reps)
-    for typ, ma, mp in rows:
-        print(f"{typ:5} {a.threads} threads  {mp / ma:.2f}x")
+        if a.rerank:
+            rows.append((typ, f"rerank {a.rerank}", *rerank_row(a, peer, typ, rng)))
+    print("\nattnd / llama.cpp speed (> 1: attnd faster), median of", a.reps)
+    for typ, what, ma, mp in rows:
+        print(f"{typ:5} {what:12} {a.threads} threads  {mp / ma:.2f}x")
 
 
 def cpu_name():

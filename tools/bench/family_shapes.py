@@ -26,6 +26,8 @@ tests/family_specs.h checks them at small depth:
 - bge-base: bert (an encoder: BGE, E5 base), 12 layers, 768 wide, 12 heads, GELU FFN of 3072,
   post-LayerNorm layers with biases, absolute positions (512) and 2 token types; CLS pooling;
   vocabulary 30522 (a SentencePiece-style list: the bench gives token ids, never text).
+- bge-reranker-base: bge-base with a cross-encoder's head (`cls` 768 x 768, tanh, `cls.output`
+  1 x 768), pooling rank.
 
 Each builder also returns what one decode token reads of the file (bytes_read): every tensor in
 full but the unselected experts (n_expert - used of each layer), the rows of token_embd (when a
@@ -52,6 +54,8 @@ FAMILY_SHAPES = {
                           expert_ffn=1536, n_shared=1, vocab=154880, ctx=202752),
     "bge-base": dict(arch="bert", dim=768, layers=12, reduced=12, heads=12, ffn=3072, vocab=30522, ctx=512,
                      types=2),
+    "bge-reranker-base": dict(arch="bert", dim=768, layers=12, reduced=12, heads=12, ffn=3072, vocab=30522,
+                              ctx=512, types=2, rank=True),
 }
 
 
@@ -276,7 +280,7 @@ def build_bert(g, mm, a, s, w):
     common_keys(g, mm, a, "bert", [("context_length", s["ctx"]), ("embedding_length", d),
                                    ("feed_forward_length", f), ("block_count", a.layers),
                                    ("attention.head_count", s["heads"]), ("attention.layer_norm_epsilon", 1e-12),
-                                   ("pooling_type", 2)])
+                                   ("pooling_type", 4 if s.get("rank") else 2)])
     g.add("bert.attention.causal", mm.VT_BOOL, False)
     g.add("tokenizer.ggml.token_type_count", mm.VT_U32, s["types"])
     w.mat("token_embd.weight", s["vocab"], d)
@@ -293,6 +297,11 @@ def build_bert(g, mm, a, s, w):
         for name in ("attn_output_norm", "layer_output_norm"):
             w.norm(b + name + ".weight", d)
             w.rand(b + name + ".bias", [d], 0.02)
+    if s.get("rank"):
+        w.mat("cls.weight", d, d)
+        w.rand("cls.bias", [d], 0.02)
+        w.mat("cls.output.weight", 1, d)
+        w.rand("cls.output.bias", [1], 0.02)
 
 
 BUILDERS = {"bert": build_bert, "qwen35": build_qwen35, "qwen35moe": build_qwen35, "gemma4": build_gemma4, "deepseek2": build_deepseek2}
