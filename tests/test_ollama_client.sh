@@ -3,7 +3,8 @@
 # streamed (NDJSON) alike at temperature 0, num_predict and stop, raw generate, a template
 # (Go's, the subset attnd renders) and one it refuses, format with a
 # schema (every answer at temperature 1 validates, ajv) and "json", tools and tool results,
-# think, and Ollama's errors. Runs on the repository's own model, then the tool and think checks
+# think, Ollama's errors, and embed (the server runs with --embeddings). Runs on the repository's
+# own model, then the tool and think checks
 # again on make_tiny's chat model (context 8192) under Qwen3's Jinja template, whose prompt with
 # tools the 512-token default model cannot hold, and generate with a suffix (fill-in-the-middle)
 # on make_tiny's fim model, whose vocabulary has the FIM tokens; the packages are installed once
@@ -14,7 +15,7 @@ source "$here/http_lib.sh"
 need_node
 [ -f "$MODEL" ] || fail "$MODEL is missing"
 npm_packages .npm-ollama ollama ajv
-start_server srv --model "$MODEL" --threads 1
+start_server srv --model "$MODEL" --threads 1 --embeddings
 node "$here/js/ollama_client.mjs" "$NPM_DIR" "http://127.0.0.1:$srv_PORT"
 rc=$?
 stop_server srv || { echo "not ok - SIGTERM"; rc=1; }

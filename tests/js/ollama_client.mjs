@@ -186,6 +186,18 @@ async function errors(model) {
   }
 }
 
+// The served decoder embeds too (the server runs with --embeddings, as llama-server's flag).
+async function embed(model) {
+  const e = await ollama.embed({ model, input: ['Once upon a time', 'a little cat'] });
+  const norm = (v) => Math.sqrt(v.reduce((s, x) => s + x * x, 0));
+  check(e.embeddings?.length === 2 && e.embeddings[0].length > 0 && e.embeddings[0].length === e.embeddings[1].length &&
+        e.embeddings.every((v) => Math.abs(norm(v) - 1) < 1e-4) && e.prompt_eval_count > 0,
+        'embed (POST /api/embed): one L2-normalised vector per input', e);
+  const one = await ollama.embed({ model, input: 'a little cat' });
+  check(one.embeddings?.length === 1 && one.embeddings[0].every((x, i) => Math.abs(x - e.embeddings[1][i]) < 1e-5),
+        'embed of one string equals its place in a batch', { one: one.embeddings?.[0]?.slice(0, 4), batch: e.embeddings[1].slice(0, 4) });
+}
+
 try {
   const model = mode ? (await ollama.list()).models[0].name : await models();
   if (fimMode) {
@@ -198,6 +210,7 @@ try {
   if (!wide) await formats(model);
   await tools(model);
   if (!wide) await errors(model);
+  if (!wide) await embed(model);
 } catch (e) {
   console.log(`not ok - unexpected error: ${e.stack || e}`);
   failures++;
