@@ -58,5 +58,6 @@ check_field() { # $1 body, $2 what: a 400 naming the field
 check_field '{"prompt": [260, 270], "layers": [2], "weights": "norm"}' weights
 check_field '{"prompt": [260, 270], "heads": [20]}' heads
 check_field '{"prompt": [260, 270], "ablate": [{"layer": 3, "head": 0}]}' ablate
-ok "norm weights on a DeltaNet layer, heads beyond a selected layer's and ablation are 400s naming the field"
+check_field '{"prompt": [260, 270], "measure": "ablation"}' measure
+ok "norm weights on a DeltaNet layer, heads beyond a selected layer's, ablation and the sweep are 400s naming the field"
 stop_server hy || fail "server exit status"
