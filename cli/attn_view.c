@@ -183,8 +183,8 @@ static void draw_signed_scale(FILE *f, double x, double y, double h, float top) 
         fprintf(f, "<stop offset='%.3f' stop-color='#%02x%02x%02x'/>", 0.5 + i / 8.0, STOPS[i][0], STOPS[i][1],
                 STOPS[i][2]);
     fputs("</linearGradient></defs>\n", f);
-    fprintf(f, "<rect x='%.2f' y='%.2f' width='14' height='%.2f' fill='url(#sscale)' stroke='#999' stroke-width='0.5'/>\n",
-            x, y, h);
+    fprintf(f, "<rect x='%.2f' y='%.2f' width='14' height='%.2f' fill='url(#sscale)' stroke='#999' "
+               "stroke-width='0.5'/>\n", x, y, h);
     static const double ticks[] = {-1, -0.25, 0, 0.25, 1};
     for (size_t i = 0; i < ATTND_ARRAY_LEN(ticks); i++) {
         double ty = y + h / 2 - (ticks[i] < 0 ? -1 : 1) * sqrt(fabs(ticks[i])) * h / 2;
@@ -275,7 +275,8 @@ void attn_view_text(FILE *f, const attn_view *v, int hi) {
     for (int li = 0; li < attn_capture_n_layers(v->c); li++) {
         bool dn = attn_capture_layer_deltanet(v->c, li);
         if (hi >= attn_capture_layer_heads(v->c, li)) continue;
-        fprintf(f, "layer %d%s, ", attn_capture_layer(v->c, li), dn ? " (Gated DeltaNet: signed effective weights)" : "");
+        fprintf(f, "layer %d%s, ", attn_capture_layer(v->c, li),
+                dn ? " (Gated DeltaNet: signed effective weights)" : "");
         if (hi < 0) fprintf(f, "mean of %d %sheads:\n", attn_capture_layer_heads(v->c, li), dn ? "value " : "");
         else fprintf(f, "%shead %d:\n", dn ? "value " : "", attn_capture_head(v->c, hi));
         for (int p = first; p < first + n_rows; p++) {

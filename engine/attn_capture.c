@@ -134,10 +134,14 @@ static attnd_status check_inputs(const model_info *mi, const attn_capture_params
 static int n_selected(const int *list, int n, int all) { return list && n > 0 ? n : all; }
 
 /* The li-th selected layer of p (model index). */
-static int selected_layer(const attn_capture_params *p, int li) { return p->layers && p->n_layers > 0 ? p->layers[li] : li; }
+static int selected_layer(const attn_capture_params *p, int li) {
+    return p->layers && p->n_layers > 0 ? p->layers[li] : li;
+}
 
 /* Heads of model layer l: a DeltaNet layer's value heads, else the query heads. */
-static int heads_of(const model_info *mi, int l) { return model_info_recurrent(mi, l) ? mi->recurrent_heads : mi->n_head; }
+static int heads_of(const model_info *mi, int l) {
+    return model_info_recurrent(mi, l) ? mi->recurrent_heads : mi->n_head;
+}
 
 /* Whether p selects a DeltaNet layer. */
 static bool selects_deltanet(const model_info *mi, const attn_capture_params *p) {

@@ -1235,7 +1235,8 @@ attnd_status engine_eval(engine *e, const batch_entry *entries, int n, float *lo
 
     if (m->n_dn_layers) p.n_runs = plan_runs(e, entries, n, n_seqs);
     /* a recurrent state moved on by the layers already run is backed up first, or no yield */
-    bool may_yield = e->yield_fn && !p.ablating && !e->attn_cb && !e->resid_cb && !e->expert_cb && !e->matmul_cb && !e->dn_cb;
+    bool may_yield =
+        e->yield_fn && !p.ablating && !e->attn_cb && !e->resid_cb && !e->expert_cb && !e->matmul_cb && !e->dn_cb;
     for (int i = 0; may_yield && m->n_dn_layers && i < n_seqs; i++) may_yield = kv_state_can_back_up(e->seqs[i]);
     p.back_up = may_yield && m->n_dn_layers;
     step_embed(&p);

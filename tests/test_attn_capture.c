@@ -764,7 +764,8 @@ static void check_dn_rows(const attn_capture *c, const dn_seen *s, int N, const 
     bool negative = false;
     for (int h = 0; h < s->hv; h++) {
         double oscale = 0;
-        for (size_t i = 0; i < (size_t)N * s->dk; i++) oscale = fmax(oscale, fabs(s->o[(i / s->dk * s->hv + h) * s->dk + i % s->dk]));
+        for (int t = 0; t < N; t++)
+            for (int e = 0; e < s->dk; e++) oscale = fmax(oscale, fabs(s->o[((size_t)t * s->hv + h) * s->dk + e]));
         cr_assert(oscale > 1e-3, "degenerate fixture: head %d's output near 0", h);
         for (int t = 0; t < N; t++) {
             const float *w;

@@ -152,8 +152,8 @@ int attn_capture_rows(const attn_capture *c, int *first);
  * recorded rows). Whole rows: *w = weights over the row's keys (attn_capture_keys: positions
  * 0..pos, or an encoder's input), returns their number, *ix = NULL.
  * top_k: *w the weights and *ix (may be NULL) their positions (absolute, as the keys'),
- * heaviest first (ties: lower position first; a DeltaNet layer's: largest |w| first), returns min(keys, k). Borrowed, valid until
- * attn_capture_destroy. */
+ * heaviest first (ties: lower position first; a DeltaNet layer's: the largest |w| first), returns
+ * min(keys, k). Borrowed, valid until attn_capture_destroy. */
 int attn_capture_row(const attn_capture *c, int li, int hi, int pos, const float **w, const int32_t **ix);
 
 /* Logit lens of the li-th selected layer at position pos (among the recorded rows): *p the
