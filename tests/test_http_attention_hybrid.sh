@@ -4,7 +4,7 @@
 # one answer, the DeltaNet rows marked as signed effective weights (engine/attn_capture.c computes
 # them; tests/test_attn_capture.c checks their values against float64), the attention rows softmax
 # rows as before; "norm" weights on a DeltaNet layer and out-of-range heads are 400s naming the
-# field, and ablation still is.
+# field, and ablation still is; GET /v1/heads scores the attention layer's heads only.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 source "$here/http_lib.sh"
@@ -60,4 +60,11 @@ check_field '{"prompt": [260, 270], "heads": [20]}' heads
 check_field '{"prompt": [260, 270], "ablate": [{"layer": 3, "head": 0}]}' ablate
 check_field '{"prompt": [260, 270], "measure": "ablation"}' measure
 ok "norm weights on a DeltaNet layer, heads beyond a selected layer's, ablation and the sweep are 400s naming the field"
+body=$(curl -s "http://127.0.0.1:$hy_PORT/v1/heads")
+python3 - "$body" <<'PY' || fail "head roles of a hybrid model: $body"
+import json, sys
+b = json.loads(sys.argv[1])
+assert [(h["layer"], h["head"]) for h in b["heads"]] == [(3, h) for h in range(16)], b["heads"]
+PY
+ok "GET /v1/heads scores a hybrid model's attention layer only"
 stop_server hy || fail "server exit status"
