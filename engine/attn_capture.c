@@ -211,6 +211,16 @@ uint64_t attn_capture_blocks(const model_info *mi, const attn_capture_params *p)
     return n;
 }
 
+uint64_t attn_capture_dn_weights(const model_info *mi, const attn_capture_params *p) {
+    uint64_t P = p->n_positions > 0 ? (uint64_t)p->n_positions : 0, n = 0;
+    for (int li = 0; p->deltanet && !p->inputs && li < n_selected(p->layers, p->n_layers, mi->n_layer); li++) {
+        int l = selected_layer(p, li);
+        if (l >= 0 && l < mi->n_layer && model_info_recurrent(mi, l))
+            n += (uint64_t)(p->heads && p->n_heads > 0 ? p->n_heads : mi->recurrent_heads);
+    }
+    return n * P * (P + 1) / 2;
+}
+
 uint64_t attn_capture_count(const model_info *mi, const attn_capture_params *p) {
     uint64_t per_head = 0, P = p->n_positions > 0 ? (uint64_t)p->n_positions : 0;
     if (p->inputs) {

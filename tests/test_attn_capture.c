@@ -876,6 +876,9 @@ Test(attn_capture, deltanet_top_k_keeps_the_largest_magnitudes_and_refusals_name
     p = (attn_capture_params){.n_positions = N, .deltanet = true};
     cr_assert_eq(attn_capture_blocks(mi, &p), 8u); /* 4 value heads + 4 attention heads */
     cr_assert_eq(attn_capture_count(mi, &p), 8u * N * (N + 1) / 2);
+    cr_assert_eq(attn_capture_dn_weights(mi, &p), 4u * N * (N + 1) / 2); /* layer 0's value heads */
+    cr_assert_eq(attn_capture_dn_weights(mi, &pk), 1u * N * (N + 1) / 2); /* whole rows, also with top_k */
+    cr_assert_eq(attn_capture_count(mi, &pk), 3u + (N - 2) * 3u);          /* 1 + 2 + 3 * (N - 2) returned */
     tiny_rig_close(&r);
     unlink(path);
 }

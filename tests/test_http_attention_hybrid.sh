@@ -4,12 +4,13 @@
 # one answer, the DeltaNet rows marked as signed effective weights (engine/attn_capture.c computes
 # them; tests/test_attn_capture.c checks their values against float64), the attention rows softmax
 # rows as before; "norm" weights on a DeltaNet layer and out-of-range heads are 400s naming the
-# field, and ablation still is; GET /v1/heads scores the attention layer's heads only.
+# field, and ablation still is (GET /v1/heads of a hybrid model: tests/test_head_roles.c).
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 source "$here/http_lib.sh"
 "$ATTND_BUILD_DIR/tiny_model" qwen35 "$TMP/q35.gguf" || fail "tiny_model qwen35"
-start_server hy --model "$TMP/q35.gguf" --threads 1 --kv-f32
+# a cap above the first asks (48 heads x 36 weights = 1728) and below a 60-token DeltaNet row set
+start_server hy --model "$TMP/q35.gguf" --threads 1 --kv-f32 --attention-max-weights 1800
 url="http://127.0.0.1:$hy_PORT/v1/attention"
 
 body=$(curl -s "$url" -d '{"prompt": [260, 270, 280, 290, 300, 310], "layers": [2, 3], "max_tokens": 2}')
@@ -60,11 +61,12 @@ check_field '{"prompt": [260, 270], "heads": [20]}' heads
 check_field '{"prompt": [260, 270], "ablate": [{"layer": 3, "head": 0}]}' ablate
 check_field '{"prompt": [260, 270], "measure": "ablation"}' measure
 ok "norm weights on a DeltaNet layer, heads beyond a selected layer's, ablation and the sweep are 400s naming the field"
-body=$(curl -s "http://127.0.0.1:$hy_PORT/v1/heads")
-python3 - "$body" <<'PY' || fail "head roles of a hybrid model: $body"
-import json, sys
-b = json.loads(sys.argv[1])
-assert [(h["layer"], h["head"]) for h in b["heads"]] == [(3, h) for h in range(16)], b["heads"]
-PY
-ok "GET /v1/heads scores a hybrid model's attention layer only"
+# the cap counts a DeltaNet layer's rows whole, also with top_k (60 rows: 1830 weights made, 60 sent)
+long=$(seq -s, 260 319)
+check_field "{\"prompt\": [$long], \"layers\": [0], \"heads\": [0], \"top_k\": 1}" prompt
+b=$(curl -s "$url" -d "{\"prompt\": [$long], \"layers\": [0], \"heads\": [0], \"top_k\": 1}")
+grep -q "1830 effective weights" <<< "$b" || fail "the DeltaNet cap message: $b"
+code=$(curl -s -o /dev/null -w '%{http_code}' "$url" -d "{\"prompt\": [$long], \"layers\": [3], \"heads\": [0], \"top_k\": 1}")
+[ "$code" = 200 ] || fail "an attention layer's top_k under the cap: HTTP $code"
+ok "attention_max_weights counts a DeltaNet layer's rows whole, also with top_k"
 stop_server hy || fail "server exit status"

@@ -108,6 +108,11 @@ uint64_t attn_capture_count(const model_info *mi, const attn_capture_params *p);
  * no heads are listed. */
 uint64_t attn_capture_blocks(const model_info *mi, const attn_capture_params *p);
 
+/* The weights a capture of p computes for its DeltaNet layers (whole rows, also with top_k: each
+ * row is made whole before top_k picks from it), 0 without them: what bounds its time and the
+ * keys it keeps. */
+uint64_t attn_capture_dn_weights(const model_info *mi, const attn_capture_params *p);
+
 typedef struct attn_capture attn_capture;
 
 /* Checks p (as attn_capture_check) and allocates every row up front. ATTND_ERR_INVALID,

@@ -144,6 +144,15 @@ attnd_status attn_api_check(const model_info *mi, const attn_capture_params *p, 
                           "or max_tokens",
                           (unsigned long long)n, p->n_positions, (unsigned long long)max_values);
     }
+    uint64_t dn = attn_capture_dn_weights(mi, p);
+    if (max_values && dn > max_values) { /* top_k: the rows are still made whole */
+        *param = !p->layers ? "layers" : !p->heads ? "heads" : "prompt";
+        return attnd_fail(err, ATTND_ERR_INVALID,
+                          "the Gated DeltaNet layers asked for make %llu effective weights (%d positions; each row "
+                          "is computed whole, also with top_k); the server computes at most %llu "
+                          "(attention_max_weights): narrow 'layers' or 'heads', or shorten the prompt or max_tokens",
+                          (unsigned long long)dn, p->n_positions, (unsigned long long)max_values);
+    }
     *param = NULL;
     return ATTND_OK;
 }
