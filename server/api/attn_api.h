@@ -78,7 +78,8 @@ attn_capture_params attn_api_params(const attn_api_request *r, int n_positions);
  * model's range), against max_bytes, the most bytes one answer may take (attn_api_bytes; 0 = no
  * cap; the message names attention_max_bytes), and against max_values, the most weights one
  * response may carry (0 = no cap): a larger ask is refused with a message giving the count, the
- * cap and how to narrow it.
+ * cap and how to narrow it; max_values also bounds attn_capture_dn_weights (a DeltaNet layer's
+ * rows are made whole before top_k picks).
  * ATTND_ERR_INVALID with *param = "layers", "heads", "top_k", "logit_lens", "experts" (a dense
  * model), or "max_tokens"/"prompt" when
  * the context is exceeded.
