@@ -251,7 +251,6 @@ static void fill_selection(int *out, int *slot, const int *list, int n, int all)
 /* Selected (layer, head) pairs: the number of blocks of c->w. */
 static size_t n_blocks(const attn_capture *c) { return (size_t)c->n_blk; }
 
-
 /* Lays out the capture's arrays in mem (block.h); returns the bytes they need (SIZE_MAX when
  * the weights do not fit in memory at all). */
 static size_t layout(attn_capture *c, char *mem, const model *m) {
@@ -684,9 +683,7 @@ static void hook_resid(void *user, int entry, int layer, int pos, const float *x
 
 static void hook_deltanet(void *user, int entry, int layer, int pos, const engine_dn_io *io) {
     attn_capture *c = hook_capture(user, entry);
-    const attn_hook *h = user;
     if (!c || !c->dk || c->n_inputs || c->layer_slot[layer] < 0 || pos < 0 || pos >= c->n_positions) return;
-    if (h->entries && h->entries[entry].pos != pos) return;
     int li = c->layer_slot[layer];
     if (c->dnbase[li] < 0) return;
     if (pos < c->dn_from[li]) c->dn_from[li] = pos;

@@ -860,6 +860,23 @@ Test(attn_capture, deltanet_top_k_keeps_the_largest_magnitudes_and_refusals_name
     }
     attn_capture_destroy(cw), attn_capture_destroy(ck);
 
+    /* the hook leaves the pass as it was: the same logits, bit for bit, with and without it */
+    int V = hs.base.n_vocab;
+    float *lg[2] = {malloc(sizeof(float) * (size_t)N * V), malloc(sizeof(float) * (size_t)N * V)};
+    for (int k = 0; k < 2; k++) {
+        kv_seq *s = tiny_rig_seq(&r);
+        batch_entry b[N];
+        for (int i = 0; i < N; i++) b[i] = (batch_entry){s, tok[i], i, true};
+        cw = NULL;
+        if (k) cr_assert_eq(attn_capture_create(&cw, r.m, &pw, &err), ATTND_OK, "%s", err.msg);
+        if (k) attn_capture_bind(cw, s);
+        cr_assert_eq(attn_capture_eval(cw, r.e, b, N, lg[k], &err), ATTND_OK, "%s", err.msg);
+        if (k) cr_assert_eq(attn_capture_rows(cw, &(int){0}), N); /* the hook ran */
+        attn_capture_destroy(cw);
+    }
+    cr_assert(!memcmp(lg[0], lg[1], sizeof(float) * (size_t)N * V), "logits changed under the DeltaNet hook");
+    free(lg[0]), free(lg[1]);
+
     const model_info *mi = model_info_get(r.m);
     const char *field;
     attn_capture_params p = {.n_positions = N};
