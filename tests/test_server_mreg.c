@@ -2,7 +2,8 @@
  * test_server_mreg.c — the model registry (server/runtime/mreg.c) over fake loaders: loading on
  * first use, a failed load kept with its message, the least recently used idle model unloaded
  * for room (count and memory), never a model in use or waited for, explicit unload refused while
- * busy, and a request waiting for a load while someone asks to unload it.
+ * busy, a request waiting for a load while someone asks to unload it, and a hold on a loaded
+ * model that neither loads it nor counts as a use.
  */
 #include <criterion/criterion.h>
 #include <pthread.h>
@@ -272,6 +273,28 @@ Test(mreg, peeking_at_a_loaded_model_does_not_count_as_a_use) {
     cr_assert_str_eq(name, "a");
     cr_assert_not(mreg_peek(reg, mreg_find(reg, "c"), read_name, name), "c is not loaded");
     use(&f, reg, "c", 4000); /* a is still the least recently used */
+    cr_assert_eq(state_of(reg, "a"), MREG_UNLOADED);
+    cr_assert_eq(state_of(reg, "b"), MREG_LOADED);
+    mreg_destroy(reg);
+}
+
+Test(mreg, holding_a_loaded_model_neither_loads_nor_counts_as_a_use) {
+    fake f;
+    mreg *reg = make(&f, 2, 0);
+    mreg_ref ref;
+    cr_assert_not(mreg_hold_loaded(reg, mreg_find(reg, "c"), &ref), "c is not loaded");
+    cr_assert_eq(ref.idx, -1);
+    cr_assert_eq(state_of(reg, "c"), MREG_UNLOADED, "a hold loads nothing");
+    cr_assert_eq(atomic_load(&f.loads), 0);
+    use(&f, reg, "a", 1000);
+    use(&f, reg, "b", 2000);
+    f.clock_ms = 3000;
+    cr_assert(mreg_hold_loaded(reg, mreg_find(reg, "a"), &ref));
+    cr_assert_str_eq(((inst *)ref.inst)->name, "a");
+    attnd_err err;
+    cr_assert_eq(mreg_unload(reg, "a", &err), ATTND_ERR_BUSY, "a held model is in use");
+    mreg_release(reg, &ref);
+    use(&f, reg, "c", 4000); /* a, held and released at 3000, is still the least recently used */
     cr_assert_eq(state_of(reg, "a"), MREG_UNLOADED);
     cr_assert_eq(state_of(reg, "b"), MREG_LOADED);
     mreg_destroy(reg);
