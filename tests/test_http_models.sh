@@ -82,7 +82,7 @@ check "/props of alpha, loaded: its context and template" \
     bash -c 'grep -q "\"n_ctx\":512" <<<"$1" && grep -q "\"model_alias\":\"alpha\"" <<<"$1" && grep -q "\"chat_template_source\"" <<<"$1"' _ "$props"
 check "/slots of alpha: its sequences (none now)" test "$(curl -s "$base/slots?model=alpha")" = '[]'
 check_status 404 "/props of an unknown model" "$base/props?model=gamma"
-check "... listing the names" grep -q "gamma" <<<"$(curl -s "$base/slots?model=gamma")"
+check "... listing the names" grep -q "model 'gamma' not found; available: alpha, beta, broken" <<<"$(curl -s "$base/slots?model=gamma")"
 check_status 400 "/props without a model on a server of several" "$base/props"
 hi='"messages": [{"role": "user", "content": "Hi"}]'
 check "/apply-template renders alpha's template" grep -q '"prompt":".*Hi' <<<"$(curl -s "$base/apply-template" -d "{\"model\": \"alpha\", $hi}")"

@@ -433,7 +433,7 @@ Test(mreg_http, the_endpoints_of_one_model_route_by_model_on_a_server_of_two, .t
     /* read-only GETs of a model not loaded: its state, and it stays unloaded */
     expect(srv, "GET", "/props?model=b", NULL, 200, "\"status\":{\"value\":\"unloaded\"}");
     expect(srv, "GET", "/slots?model=b", NULL, 200, "[]");
-    expect(srv, "GET", "/props?model=zz", NULL, 404, "zz");
+    expect(srv, "GET", "/props?model=zz", NULL, 404, "model 'zz' not found; available: a, b");
     expect(srv, "GET", "/props", NULL, 400, "available: a, b");
     cr_expect_eq(state_of(srv->models, "b"), MREG_UNLOADED, "/props and /slots load nothing");
     /* the other parameters of a query do not hide model */

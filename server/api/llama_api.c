@@ -2,7 +2,9 @@
  * llama_api.c — llama-server's inspection endpoints, in its field names: GET /props (the
  * template, defaults, context, build), GET /slots (the running and queued sequences) and
  * POST /apply-template (the prompt a chat request renders to, as `attnd template` prints it).
- * The prompts themselves never leave through /slots: attnd has no admin key to ask with.
+ * The prompts themselves never leave through /slots: attnd has no admin key to ask with. On a
+ * server of several models each answers for the model named (models_http.h); /props and /slots
+ * never load one for it.
  */
 #include "endpoints.h"
 
@@ -68,12 +70,13 @@ static json_t *props_json(const genreq_env *env) {
     return o;
 }
 
-/* A model of a server of several that is not loaded: what is known without loading it, and its
- * state ("is_sleeping", as llama-server says of a model it unloaded while idle). */
+/* A model of a server of several that is not loaded (or is draining to make room: it takes no
+ * new requests until it loads again): what is known without loading it, and its state
+ * ("is_sleeping", as llama-server says of a model it unloaded while idle). */
 static json_t *props_unloaded(const mreg_info *in) {
     json_t *o = json_pack("{s:s, s:s, s:b, s:s, s:{s:s}}", "model_alias", in->name, "model_path", in->path,
-                          "is_sleeping", 1, "build_info", "attnd " ATTND_VERSION, "status", "value",
-                          mreg_state_str(in->state));
+                          "is_sleeping", in->state != MREG_LOADED, "build_info", "attnd " ATTND_VERSION, "status",
+                          "value", mreg_state_str(in->state));
     if (in->state == MREG_FAILED) json_object_set_new(json_object_get(o, "status"), "error", json_string(in->error));
     return o;
 }

@@ -113,8 +113,11 @@ bool models_http_look(req *r, genreq_env *env, mreg_ref *ref, mreg_info *info, h
     const char *name = wanted_model(r, NULL, buf, ret);
     if (!name) return false;
     int i = mreg_find(s->models, name);
-    if (i < 0) {
-        *ret = http_respond_json(r, 404, oai_error_model_not_found(name));
+    if (i < 0) { /* as mreg_acquire says it: the names available */
+        char names[400], msg[600];
+        mreg_names(s->models, names, sizeof(names));
+        snprintf(msg, sizeof(msg), "model '%.120s' not found; available: %s", name, names);
+        *ret = http_respond_error(r, 404, msg, "model");
         return false;
     }
     if (mreg_hold_loaded(s->models, i, ref)) *env = ((server_model *)ref->inst)->env;
