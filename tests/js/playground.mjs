@@ -313,6 +313,7 @@ if (multiBase) {
   }
   const sess = await p4.evaluate(async () => (await (await fetch("/v1/sessions?model=sotu-b")).json()).data.length);
   assert.equal(sess, 1, "the page's session is sotu-b's");
+  await p4.screenshot({ path: shot.replace(/\.png$/, "-models.png"), clip: { x: 0, y: 0, width: 1360, height: 420 } });
   ok("two models: the picker lists them with their states; heads, session, completion and attention name the one picked");
 }
 
