@@ -1,21 +1,22 @@
 // playground.mjs — the web playground (GET /) in headless Chromium, driven by puppeteer-core:
 //   node playground.mjs NODE_MODULES_DIR CHROMIUM BASE_URL SCREENSHOT.png [KEYED_BASE_URL API_KEY [ENCODER_BASE_URL
-//        [HYBRID_BASE_URL]]]
+//        [MULTI_BASE_URL [HYBRID_BASE_URL]]]]
 // Loads the page, generates, checks the output, the probability shading, the heatmap (drawn, not
 // blank), the layer and head pickers, the head thumbnails and their role labels, the raw / norm
 // toggle, a selected token's logit lens and ablation grid (a click regenerates with that head
 // removed, next to the original), branching, hovering a token, chat mode, and — on
 // a second server that needs a key — the key prompt, and on an encoder's server (a bert that only
 // embeds) Inspect: two inputs side by side, rows drawn whole (a token's later keys coloured, the
-// other input's cells hatched), hovering lights the token's whole input, and on a hybrid model's
-// server (tiny qwen35) a Gated DeltaNet layer's signed rows on the diverging scale (a negative
-// weight's cell red), its value heads in the picker. Fails on any console error and on any
+// other input's cells hatched), hovering lights the token's whole input, on a server of two
+// models the model picker (names and states; every request names the model picked), and on a
+// hybrid model's server (tiny qwen35) a Gated DeltaNet layer's signed rows on the diverging scale
+// (a negative weight's cell red), its value heads in the picker. Fails on any console error and on any
 // request that would leave the machine (every request is intercepted; only the server's own
 // origin is allowed). Keeps a screenshot of the page after a generation.
 import { createRequire } from "node:module";
 import assert from "node:assert/strict";
 
-const [modules, chromium, base, shot, keyedBase, apiKey, encoderBase, hybridBase] = process.argv.slice(2);
+const [modules, chromium, base, shot, keyedBase, apiKey, encoderBase, multiBase, hybridBase] = process.argv.slice(2);
 const require = createRequire(modules + "/");
 const puppeteer = require("puppeteer-core");
 
@@ -61,6 +62,7 @@ const inked = (page) => page.$eval('[data-testid="attention"] canvas', (c) => {
 const page = await open(base + "/");
 await page.waitForFunction(() => document.getElementById("model").textContent.includes("attnd-sotu"));
 ok("the page loads and names the model");
+assert.equal(await page.$eval('[data-testid="model-pick"]', (e) => e.hidden), true, "one model: no picker");
 
 // the sampling fields start from the server's own defaults (the same seed gives curl's text)
 const defaults = await page.evaluate(async () => (await (await fetch("/v1/models")).json()).data[0].meta.defaults);
@@ -288,20 +290,49 @@ if (encoderBase) {
   ok(`an encoder: Inspect draws whole rows (row 0 sees ${enc.n0} tokens), the other input hatched, hover lights the input`);
 }
 
-if (hybridBase) {
-  const p4 = await open(hybridBase + "/");
-  await p4.$eval('[data-testid="prompt"]', (e) => (e.value = "abcabd"));
-  await setValue(p4, "#max_tokens", "4");
-  await setValue(p4, "#temperature", "0");
-  await p4.click('[data-testid="generate"]');
-  await p4.waitForFunction(() => /tokens · layer 0/.test(document.getElementById("attnstatus").textContent),
+if (multiBase) {
+  // two models: the picker lists both with their states; what the page asks names the one picked
+  const p4 = await open(multiBase + "/");
+  const asked = [];
+  p4.on("request", (q) => asked.push({ url: q.url(), body: q.postData() || "" }));
+  await p4.waitForFunction(() => document.querySelectorAll('[data-testid="model-pick"] option').length === 2);
+  const names = await p4.$$eval('[data-testid="model-pick"] option', (o) => o.map((e) => e.textContent));
+  assert.ok(/^sotu-a · /.test(names[0]) && /^sotu-b · /.test(names[1]), `the picker lists ${names}`);
+  await p4.select('[data-testid="model-pick"]', "sotu-b");
+  await p4.waitForFunction(() => /sotu-b · loaded/.test(document.querySelector('[data-testid="model-pick"]').textContent),
                            { timeout: 60000 });
-  assert.match(await text(p4, "#attnstatus"), /Gated DeltaNet: signed effective weights/);
-  assert.equal(await p4.$$eval('[data-testid="head"] option', (o) => o.length), 33); // mean + 32 value heads
-  assert.equal(await p4.$$eval("#thumbs canvas", (c) => c.length), 32);
+  await p4.click('[data-testid="use-session"]');
+  await setValue(p4, "#max_tokens", "3");
+  await p4.click('[data-testid="generate"]');
+  await p4.waitForFunction(() => /^\d+ tokens · layer/.test(document.getElementById("attnstatus").textContent),
+                           { timeout: 60000 });
+  const named = (path) => asked.filter((q) => new URL(q.url).pathname === path);
+  const of = (q) => q.body ? JSON.parse(q.body).model : new URL(q.url).searchParams.get("model");
+  for (const path of ["/v1/heads", "/v1/sessions", "/v1/completions", "/v1/attention"]) {
+    const qs = named(path);
+    assert.ok(qs.length > 0, `no ${path} request`);
+    assert.ok(qs.every((q) => of(q) === "sotu-b"), `${path} should name sotu-b: ${qs.map(of)}`);
+  }
+  const sess = await p4.evaluate(async () => (await (await fetch("/v1/sessions?model=sotu-b")).json()).data.length);
+  assert.equal(sess, 1, "the page's session is sotu-b's");
+  await p4.screenshot({ path: shot.replace(/\.png$/, "-models.png"), clip: { x: 0, y: 0, width: 1360, height: 420 } });
+  ok("two models: the picker lists them with their states; heads, session, completion and attention name the one picked");
+}
+
+if (hybridBase) {
+  const p5 = await open(hybridBase + "/");
+  await p5.$eval('[data-testid="prompt"]', (e) => (e.value = "abcabd"));
+  await setValue(p5, "#max_tokens", "4");
+  await setValue(p5, "#temperature", "0");
+  await p5.click('[data-testid="generate"]');
+  await p5.waitForFunction(() => /tokens · layer 0/.test(document.getElementById("attnstatus").textContent),
+                           { timeout: 60000 });
+  assert.match(await text(p5, "#attnstatus"), /Gated DeltaNet: signed effective weights/);
+  assert.equal(await p5.$$eval('[data-testid="head"] option', (o) => o.length), 33); // mean + 32 value heads
+  assert.equal(await p5.$$eval("#thumbs canvas", (c) => c.length), 32);
   // the value head with the most negative weight (relative to its map's largest |w|), picked: that
   // weight's cell is drawn in its colour on the diverging scale, red
-  const head = await p4.evaluate(() => {
+  const head = await p5.evaluate(() => {
     const a = state.attn, n = a.first_row + a.attention[0].weights.length;
     let best = { h: 0, rel: 0 };
     for (const hd of a.attention) {
@@ -311,8 +342,8 @@ if (hybridBase) {
     }
     return best.h;
   });
-  await p4.select('[data-testid="head"]', String(head));
-  const neg = await p4.evaluate(() => {
+  await p5.select('[data-testid="head"]', String(head));
+  const neg = await p5.evaluate(() => {
     const c = document.querySelector('[data-testid="attention"] canvas'), g = state.geom, a = state.attn;
     const dpr = window.devicePixelRatio || 1, top = mapTop(state.head);
     let best = null;
@@ -325,10 +356,10 @@ if (hybridBase) {
   assert.ok(neg.w < 0 && neg.rel > 0.1, `no clearly negative weight in head ${head}'s map: ${JSON.stringify(neg)}`);
   assert.deepEqual(neg.got, neg.want, `cell (${neg.p}, ${neg.j}): drawn ${neg.got}, its weight's colour ${neg.want}`);
   assert.ok(neg.got[0] > neg.got[2] + 20, `a negative weight should be red: ${neg.got}`);
-  await p4.select('[data-testid="layer"]', "3");
-  await p4.waitForFunction(() => /layer 3/.test(document.getElementById("attnstatus").textContent));
-  assert.doesNotMatch(await text(p4, "#attnstatus"), /DeltaNet/);
-  assert.equal(await p4.$$eval('[data-testid="head"] option', (o) => o.length), 17); // mean + 16 heads
+  await p5.select('[data-testid="layer"]', "3");
+  await p5.waitForFunction(() => /layer 3/.test(document.getElementById("attnstatus").textContent));
+  assert.doesNotMatch(await text(p5, "#attnstatus"), /DeltaNet/);
+  assert.equal(await p5.$$eval('[data-testid="head"] option', (o) => o.length), 17); // mean + 16 heads
   ok(`a hybrid model: layer 0's signed rows on the diverging scale (head ${head}: w = ${neg.w.toPrecision(3)} red), ` +
      "32 value heads; layer 3 softmax rows, 16 heads");
 }
