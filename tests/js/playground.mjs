@@ -356,9 +356,12 @@ if (hybridBase) {
   assert.ok(neg.w < 0 && neg.rel > 0.1, `no clearly negative weight in head ${head}'s map: ${JSON.stringify(neg)}`);
   assert.deepEqual(neg.got, neg.want, `cell (${neg.p}, ${neg.j}): drawn ${neg.got}, its weight's colour ${neg.want}`);
   assert.ok(neg.got[0] > neg.got[2] + 20, `a negative weight should be red: ${neg.got}`);
+  assert.equal(await p5.$eval("#dn-legend", (e) => e.style.display), "block");
+  await p5.screenshot({ path: shot.replace(/\.png$/, "-hybrid.png"), fullPage: true });
   await p5.select('[data-testid="layer"]', "3");
   await p5.waitForFunction(() => /layer 3/.test(document.getElementById("attnstatus").textContent));
   assert.doesNotMatch(await text(p5, "#attnstatus"), /DeltaNet/);
+  assert.equal(await p5.$eval("#dn-legend", (e) => e.style.display), "none");
   assert.equal(await p5.$$eval('[data-testid="head"] option', (o) => o.length), 17); // mean + 16 heads
   ok(`a hybrid model: layer 0's signed rows on the diverging scale (head ${head}: w = ${neg.w.toPrecision(3)} red), ` +
      "32 value heads; layer 3 softmax rows, 16 heads");
