@@ -309,6 +309,13 @@ static bool put_weight(buf *b, double w) {
     char t[32];
     int n = snprintf(t, sizeof(t), "%.*g", ATTN_API_DIGITS, w);
     if (!strpbrk(t, ".eEn")) n += snprintf(t + n, sizeof(t) - (size_t)n, ".0");
+    char *e = strchr(t, 'e'); /* jansson writes the exponent without '+' or leading zeros: 4.8e-6 */
+    if (e) {
+        char *dst = e + 1 + (e[1] == '-'), *src = dst + (*dst == '+');
+        while (*src == '0' && src[1]) src++;
+        memmove(dst, src, strlen(src) + 1);
+        n = (int)strlen(t);
+    }
     return buf_append(b, t, (size_t)n);
 }
 
