@@ -693,13 +693,15 @@ Test(attn_capture, encoder_captures_refuse_what_they_cannot_record) {
 
 // ---- a hybrid model's Gated DeltaNet layers: effective rows ------------------------------------
 
-/* 2 layers of qwen35 (layer 0 DeltaNet, layer 1 attention), 2 key heads and 4 value heads of 32. */
-static hy_spec dn_spec(void) {
-    hy_spec hs = {.base = tiny_default("qwen35"), .interval = 2, .conv_k = 4, .hk = 2, .hv = 4, .dk = 32};
+/* 2 layers of arch (layer 0 DeltaNet, layer 1 attention), 2 key heads and 4 value heads of 32;
+ * qwen3next: value head h reads key head h / 2 (grouped), experts in the FFN. */
+static hy_spec dn_spec(const char *arch) {
+    hy_spec hs = {.base = tiny_default(arch), .interval = 2, .conv_k = 4, .hk = 2, .hv = 4, .dk = 32};
     tiny_spec *sp = &hs.base;
     sp->vocab = true, sp->n_vocab = 320, sp->n_ctx = 128, sp->seed = 7;
     sp->n_embd = 64, sp->n_layer = 2, sp->n_head = 4, sp->n_head_kv = 2, sp->head_dim = 32, sp->rope_dims = 16;
     sp->n_ff = 64, sp->rope_base = 1e6f, sp->rms_eps = 1e-6f;
+    if (strcmp(arch, "qwen35")) sp->n_expert = 4, sp->n_expert_used = 2, sp->n_ff_exp = 32, hs.n_ff_shexp = 48;
     return hs;
 }
 
@@ -792,11 +794,11 @@ static void check_dn_rows(const attn_capture *c, const dn_seen *s, int N, const 
     free(ref);
 }
 
-Test(attn_capture, deltanet_rows_are_the_recurrence_exactly) {
-    hy_spec hs = dn_spec();
+static void check_recurrence(const char *arch) {
+    hy_spec hs = dn_spec(arch);
     tiny_rig r;
     char path[sizeof(r.path)];
-    tiny_tmpname(path, sizeof(path), "dncap");
+    tiny_tmpname(path, sizeof(path), arch);
     cr_assert_eq(hy_write(path, &hs), 0);
     tiny_rig_load(&r, path, KV_F32, 32, 2, 64);
     enum { N = 24 }; /* one batch of 24 takes the chunked form; one at a time the sequential one */
@@ -816,6 +818,7 @@ Test(attn_capture, deltanet_rows_are_the_recurrence_exactly) {
         attn_capture_params p = {.n_positions = N, .deltanet = true};
         cr_assert_eq(attn_capture_create(&c, r.m, &p, &err), ATTND_OK, "%s", err.msg);
         feed_captured(r.e, c, tiny_rig_seq(&r), tok, N, chunk);
+        cr_assert_eq(s.grouped, strcmp(arch, "qwen35") != 0);
         check_dn_rows(c, &s, N, chunk == 1 ? "one at a time" : "one batch");
         attn_capture_destroy(c);
     }
@@ -824,8 +827,12 @@ Test(attn_capture, deltanet_rows_are_the_recurrence_exactly) {
     unlink(path);
 }
 
+Test(attn_capture, deltanet_rows_are_the_recurrence_exactly) { check_recurrence("qwen35"); }
+
+Test(attn_capture, deltanet_rows_of_grouped_value_heads_are_the_recurrence_exactly) { check_recurrence("qwen3next"); }
+
 Test(attn_capture, deltanet_top_k_keeps_the_largest_magnitudes_and_refusals_name_the_field) {
-    hy_spec hs = dn_spec();
+    hy_spec hs = dn_spec("qwen35");
     tiny_rig r;
     char path[sizeof(r.path)];
     tiny_tmpname(path, sizeof(path), "dncap2");
