@@ -50,6 +50,7 @@ static const char DEFAULT_TOOLS[] =
     "{\"name\": \"search\"}, {\"name\": \"open\"}, {\"name\": \"a\"}, {\"name\": \"b\"}, {\"name\": \"ping\"}]";
 
 static bool start_open = false;     /* the prompt ended with an open <think> */
+static bool think_to_call = false;  /* a <tool_call> also ends reasoning (Qwen3.5's format) */
 static const json_t *run_tools;     /* the request's tools; NULL = DEFAULT_TOOLS */
 static bool no_tools = false;       /* the parser gets no tools at all */
 
@@ -75,6 +76,7 @@ static void run(const char *text, bool calls, size_t size, unsigned seed, parsed
     toolcall_parser *p = toolcall_parser_create(calls);
     cr_assert(p);
     if (start_open) toolcall_parser_start_in_reasoning(p);
+    if (think_to_call) toolcall_parser_end_think_at_call(p);
     const json_t *tools = no_tools ? NULL : run_tools ? run_tools : default_tools();
     toolcall_parser_set_tools(p, tools);
     json_t *deltas = json_array();
@@ -313,7 +315,7 @@ Test(toolcall, an_open_think_in_the_prompt_starts_the_reply_as_reasoning) {
 
     /* toolcall_apply takes the same start */
     json_t *choice = json_pack("{s:{s:s},s:s}", "message", "role", "assistant", "finish_reason", "stop");
-    cr_assert(toolcall_apply(choice, "hmm</think>Hi", 13, false, true, NULL, NULL));
+    cr_assert(toolcall_apply(choice, "hmm</think>Hi", 13, false, true, false, NULL, NULL));
     json_t *msg = json_object_get(choice, "message");
     cr_assert_str_eq(json_string_value(json_object_get(msg, "reasoning_content")), "hmm");
     cr_assert_str_eq(json_string_value(json_object_get(msg, "content")), "Hi");
@@ -484,7 +486,7 @@ Test(toolcall, finish_reason_is_tool_calls_only_when_every_call_is_valid) {
     json_t *tools = json_loads(HOSTILE_TOOLS, 0, NULL);
     for (size_t k = 0; k < ATTND_ARRAY_LEN(C); k++) {
         json_t *choice = json_pack("{s:{s:s},s:s}", "message", "role", "assistant", "finish_reason", C[k].natural);
-        cr_assert(toolcall_apply(choice, C[k].text, strlen(C[k].text), true, false, "x", tools));
+        cr_assert(toolcall_apply(choice, C[k].text, strlen(C[k].text), true, false, false, "x", tools));
         cr_assert_str_eq(json_string_value(json_object_get(choice, "finish_reason")), C[k].want, "%zu: %s", k, C[k].text);
         const json_t *msg = json_object_get(choice, "message");
         bool has_calls = json_array_size(json_object_get(msg, "tool_calls")) > 0;
@@ -501,7 +503,7 @@ Test(toolcall, finish_reason_is_tool_calls_only_when_every_call_is_valid) {
     }
     json_t *choice = json_pack("{s:{s:s},s:s}", "message", "role", "assistant", "finish_reason", "stop");
     const char *t = "<tool_call>{\"name\": \"ping\", \"arguments\": {}}</tool_call>";
-    cr_assert(toolcall_apply(choice, t, strlen(t), true, false, "x", NULL));
+    cr_assert(toolcall_apply(choice, t, strlen(t), true, false, false, "x", NULL));
     cr_assert_str_eq(json_string_value(json_object_get(choice, "finish_reason")), "stop", "no tools, no call");
     cr_assert_str_eq(json_string_value(json_object_get(json_object_get(choice, "message"), "content")), t);
     json_decref(choice);
@@ -608,6 +610,54 @@ Test(toolcall, qwen35_reply_after_open_think_types_values_as_llama_cpp_does) {
     cr_assert_str_eq(p->args[1], "{\"follow\":\"True\"}");
     run_tools = NULL;
     json_decref(tools);
+}
+
+/* Qwen3.5 may open a call without closing its thinking; llama.cpp's parser for its format ends
+ * the reasoning at <tool_call> and reads the call. Only that format: elsewhere the block runs on,
+ * and a call-less request leaves the call's text as content. */
+Test(toolcall, qwen35_call_without_think_close_ends_the_reasoning) {
+    static const char R[] = "I need the weather.\n<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n"
+                            "</parameter>\n</function>\n</tool_call>";
+    start_open = think_to_call = true;
+    parsed *p = check_all_chunkings(R, true);
+    cr_assert_str_eq(p->reasoning, "I need the weather.\n");
+    cr_assert(p->content_null);
+    cr_assert_eq(p->n_calls, 1);
+    cr_assert_str_eq(p->names[0], "get_weather");
+    cr_assert_str_eq(p->args[0], "{\"city\":\"Paris\"}");
+    /* a </think> that comes first closes as usual; a <think> opened in the text ends at a call too */
+    p = check_all_chunkings("a</think>b<tool_call>\n<function=ping>\n</function>\n</tool_call>", true);
+    cr_assert_str_eq(p->reasoning, "a");
+    cr_assert_str_eq(p->content, "b");
+    cr_assert_eq(p->n_calls, 1);
+    start_open = false;
+    p = check_all_chunkings("<think>x <tool_call>{\"name\": \"f\", \"arguments\": {}}</tool_call>", true);
+    cr_assert_str_eq(p->reasoning, "x ");
+    cr_assert_eq(p->n_calls, 1);
+    /* calls not parsed: the block after the reasoning is content */
+    start_open = true;
+    p = check_all_chunkings("hm\n<tool_call>\n<function=ping>\n</function>\n</tool_call>", false);
+    cr_assert_str_eq(p->reasoning, "hm\n");
+    cr_assert_str_eq(p->content, "<tool_call>\n<function=ping>\n</function>\n</tool_call>");
+    cr_assert_eq(p->n_calls, 0);
+    /* another format: the reasoning runs on over the call's text */
+    think_to_call = false;
+    p = check_all_chunkings(R, true);
+    cr_assert_str_eq(p->reasoning, R);
+    cr_assert_eq(p->n_calls, 0);
+    start_open = false;
+    cr_assert(toolcall_format_think_ends_at_call(TOOLCALL_FMT_QWEN_XML));
+    cr_assert(!toolcall_format_think_ends_at_call(TOOLCALL_FMT_GLM));
+    cr_assert(!toolcall_format_think_ends_at_call(TOOLCALL_FMT_HERMES));
+
+    /* toolcall_apply (the whole answer) takes the same flag */
+    json_t *choice = json_pack("{s:{s:s},s:s}", "message", "role", "assistant", "finish_reason", "stop");
+    cr_assert(toolcall_apply(choice, R, strlen(R), true, true, true, "x", default_tools()));
+    json_t *msg = json_object_get(choice, "message");
+    cr_assert_str_eq(json_string_value(json_object_get(msg, "reasoning_content")), "I need the weather.\n");
+    cr_assert_eq(json_array_size(json_object_get(msg, "tool_calls")), 1);
+    cr_assert_str_eq(json_string_value(json_object_get(choice, "finish_reason")), "tool_calls");
+    json_decref(choice);
 }
 
 // ---- GLM's calls ----------------------------------------------------------------------------

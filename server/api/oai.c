@@ -623,6 +623,7 @@ attnd_status oai_bind_template(oai_request *r, bool takes_tools, toolcall_format
     if (!r->chat) return ATTND_OK;
     r->template_tools = takes_tools;
     toolcall_format use = takes_tools ? f : TOOLCALL_FMT_HERMES; /* what the prompt taught */
+    r->think_to_call = toolcall_format_think_ends_at_call(use);
     /* a call that opens with a special token cannot start at a byte trigger: auto leaves it free */
     bool lazy_calls = r->tools_json && r->tools.choice == TOOLCALL_AUTO && !r->grammar && !toolcall_format_uses_tokens(use);
     attnd_status st = ATTND_OK;

@@ -146,6 +146,8 @@ bool toolcall_render_result(const char *content, buf *out) {
 
 bool toolcall_format_uses_tokens(toolcall_format f) { return f == TOOLCALL_FMT_HARMONY || f == TOOLCALL_FMT_GRANITE; }
 
+bool toolcall_format_think_ends_at_call(toolcall_format f) { return f == TOOLCALL_FMT_QWEN_XML; }
+
 const char *toolcall_trigger(toolcall_format f) {
     switch (f) {
     case TOOLCALL_FMT_HARMONY: return "<|channel|>";
