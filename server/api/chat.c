@@ -307,6 +307,7 @@ static void probe_tools(chat_template *ct, attnd_status *st, attnd_err *err) {
     const char *t = b.p ? b.p : "";
     if (strstr(t, "to=functions." PROBE_FN)) ct->tool_format = TOOLCALL_FMT_HARMONY;
     else if (strstr(t, "<|tool_call|>")) ct->tool_format = TOOLCALL_FMT_GRANITE;
+    else if (strstr(t, "<|tool_call>call:" PROBE_FN "{")) ct->tool_format = TOOLCALL_FMT_GEMMA4;
     else if (strstr(t, "<function=" PROBE_FN ">") && strstr(t, "<parameter=attnd_probe_arg>"))
         ct->tool_format = TOOLCALL_FMT_QWEN_XML;
     else if (strstr(t, "<tool_call>" PROBE_FN) && strstr(t, "<arg_key>attnd_probe_arg</arg_key>"))

@@ -631,8 +631,9 @@ attnd_status oai_bind_template(oai_request *r, bool takes_tools, toolcall_format
         st = call_grammar(r, use, lazy_calls, err);
     if (st != ATTND_OK || !r->grammar || r->format == OAI_FORMAT_GRAMMAR) return st; /* GBNF: as given */
     if (r->format == OAI_FORMAT_TOOL_CALL && toolcall_format_uses_tokens(use)) return ATTND_OK; /* no <think> there */
-    /* reasoning is never constrained: JSON and calls start after </think> */
-    grammar_lazy lz = {lazy_calls ? toolcall_trigger(use) : NULL, "<think>", "</think>", false};
+    /* reasoning is never constrained: JSON and calls start after </think> (Gemma 4: <channel|>) */
+    grammar_lazy lz = {lazy_calls ? toolcall_trigger(use) : NULL, NULL, NULL, false};
+    toolcall_reasoning_markers(use, &lz.skip_open, &lz.skip_close);
     return grammar_set_lazy(r->grammar, &lz, err);
 }
 

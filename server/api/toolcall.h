@@ -73,6 +73,9 @@ typedef enum toolcall_format {
                               * special token, named by the grammar) */
     TOOLCALL_FMT_GLM,        /* GLM-4.5 / 4.6 / 4.7: <tool_call>NAME<arg_key>P</arg_key><arg_value>VALUE
                               * </arg_value>…</tool_call> (found by <arg_key> in the probe call) */
+    TOOLCALL_FMT_GEMMA4,     /* Gemma 4: <|tool_call>call:NAME{key:<|"|>text<|"|>,n:3}<tool_call|> (the
+                              * markers are tokens the vocabulary renders as text, so the grammar
+                              * writes them as bytes; json_schema_rules_gemma4 for the arguments) */
 } toolcall_format;
 
 /* A request's tools, as validated from "tools" / "tool_choice" / "parallel_tool_calls". */
@@ -116,6 +119,10 @@ attnd_status toolcall_grammar(const toolcall_spec *s, toolcall_format f, buf *ou
 bool toolcall_schema_is_text_at(const json_t *s, const json_t *params, int depth);
 /* The text that opens a call in format f (static). */
 const char *toolcall_trigger(toolcall_format f);
+/* The reasoning block a model of format f may open its reply with, which a forcing grammar leaves
+ * free (grammar.h's skip_open / skip_close; static): <think> … </think>, Gemma 4's <|channel> …
+ * <channel|>. */
+void toolcall_reasoning_markers(toolcall_format f, const char **open, const char **close);
 /* Whether format f's grammar names special tokens (token terminals), so it can neither start at a
  * byte trigger (tool_choice auto leaves such calls free) nor follow a <think> probe. */
 bool toolcall_format_uses_tokens(toolcall_format f);
