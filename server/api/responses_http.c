@@ -64,7 +64,7 @@ static responses_result result_of(req *r, const sched_output *o, const char *tex
         .output_tokens = o ? o->n_generated : 0, .req = &st->rq,
         .reasoning_tokens = o && o->done ? genreq_reasoning_tokens(g, o) : 0, /* usage is only sent at the end */
         .temperature = g->oreq.sp.temperature, .top_p = g->oreq.sp.top_p,
-        .open_reasoning = g->oreq.open_reasoning,
+        .open_reasoning = g->oreq.open_reasoning, .think_to_call = g->oreq.think_to_call,
     };
 }
 
