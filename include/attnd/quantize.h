@@ -51,6 +51,17 @@ typedef enum quantize_target {
     QUANTIZE_IQ4_NL,
     QUANTIZE_IQ4_XS,
     QUANTIZE_MXFP4, /* plain: every weight MXFP4 */
+    /* the lattice mixes of issue 47 (all but IQ3_S and IQ3_M need an importance matrix) */
+    QUANTIZE_IQ2_XXS,
+    QUANTIZE_IQ2_XS,
+    QUANTIZE_IQ2_S,
+    QUANTIZE_IQ2_M,
+    QUANTIZE_IQ3_XXS,
+    QUANTIZE_IQ3_XS,
+    QUANTIZE_IQ3_S,
+    QUANTIZE_IQ3_M,
+    QUANTIZE_IQ1_S,
+    QUANTIZE_IQ1_M,
 } quantize_target;
 
 /* "Q4_K_M" (case-insensitive) -> QUANTIZE_Q4_K_M; ATTND_ERR_INVALID for an unknown name. */
@@ -73,6 +84,7 @@ typedef struct quantize_model {
     bool has_output; /* output.weight is a tensor of its own (not tied to token_embd) */
     int n_gqa;       /* query heads per KV head (1 when unknown) */
     int n_expert;    /* experts per MoE layer (1: dense) */
+    bool has_imatrix; /* an importance matrix is given (some of llama.cpp's choices depend on it) */
 } quantize_model;
 
 /* quantize_tensor_type with the whole model description (quantize_tensor_type: n_gqa = n_expert = 1). */
