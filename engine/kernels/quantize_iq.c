@@ -193,15 +193,19 @@ attnd_status quantize_iq_prepare(uint32_t type) {
 
 static const float IQ1_SHIFT = 0.125f;
 
-/* Weighted squared error of the group x (width) as entry e at scale s with shift delta. */
-static float entry_err(const lattice *L, int e, const float *x, const float *w, float s, float delta) {
-    const float *v = L->val + e * L->width;
+/* Weighted squared error of the group x (width) as entry e at scale s with shift delta; the widths
+ * are spelled out so that the compiler unrolls (the encoders spend most of their time here). */
+static inline float entry_err_w(const float *v, const float *x, const float *w, float s, float delta, int width) {
     float err = 0.f;
-    for (int i = 0; i < L->width; i++) {
+    for (int i = 0; i < width; i++) {
         float r = x[i] - s * (v[i] + delta);
         err += w[i] * r * r;
     }
     return err;
+}
+
+static float entry_err(const lattice *L, int e, const float *x, const float *w, float s, float delta) {
+    return L->width == 8 ? entry_err_w(L->val + 8 * e, x, w, s, delta, 8) : entry_err_w(L->val + 4 * e, x, w, s, delta, 4);
 }
 
 /* The entry of least weighted error for the group x at scale s > 0 (see the file header). */
@@ -222,10 +226,16 @@ static int lattice_pick(const lattice *L, const float *x, const float *w, float 
     const uint16_t *list = L->nb + (-(int64_t)m - 1);
     int best = list[1];
     float best_err = INFINITY;
-    for (int j = 1; j <= list[0]; j++) {
-        float e = entry_err(L, list[j], x, w, s, delta);
-        if (e < best_err) best_err = e, best = list[j];
-    }
+    if (L->width == 8)
+        for (int j = 1; j <= list[0]; j++) {
+            float e = entry_err_w(L->val + 8 * list[j], x, w, s, delta, 8);
+            if (e < best_err) best_err = e, best = list[j];
+        }
+    else
+        for (int j = 1; j <= list[0]; j++) {
+            float e = entry_err_w(L->val + 4 * list[j], x, w, s, delta, 4);
+            if (e < best_err) best_err = e, best = list[j];
+        }
     *err = best_err;
     return best;
 }
@@ -247,11 +257,19 @@ static float search_magnitude(const lattice *L, const float *x, const float *w, 
     for (int i = 0; i < n; i++) mx = fmaxf(mx, x[i]);
     memset(idx, 0, sizeof(uint16_t) * (size_t)(n / L->width));
     if (!(mx > 1e-30f)) return 0.f;
-    float vmax = L->levels[L->n_levels - 1], e, s_best = 0.f;
+    float vmax = L->levels[L->n_levels - 1], e, s_best = 0.f, r_best = 1.f;
     double best = 0;
     uint16_t cur[8];
-    for (int step = -10; step <= 11; step++) { /* step 11: the re-pick at the best fit so far */
-        float s = step <= 10 ? mx / (vmax * (1.f + 0.02f * (float)step)) : s_best;
+    /* coarse ratios r (the largest target at r times the top level) from the second level's share
+     * of the top one to 1.25 (12 for the 3 levels of IQ2, 16 for the 8 of IQ3), 6 fine ones
+     * around the best, then the re-pick at the best least-squares scale */
+    int n_coarse = L->n_levels > 3 ? 16 : 12;
+    float r_lo = 0.95f * L->levels[1] / vmax, ratio = powf(1.25f / r_lo, 1.f / (float)(n_coarse - 1));
+    for (int step = 0; step < n_coarse + 7; step++) {
+        int fine = step - n_coarse; /* 0..5: -3..-1, 1..3 */
+        if (fine == 0 && s_best > 0.f) r_best = mx / (vmax * s_best);
+        float r = fine < 0 ? r_lo * powf(ratio, (float)step) : r_best * (1.f + 0.02f * (float)(fine < 3 ? fine - 3 : fine - 2));
+        float s = fine < 6 ? mx / (vmax * r) : s_best;
         if (!(s > 0.f)) break;
         for (int gi = 0; gi < n / L->width; gi++)
             cur[gi] = (uint16_t)lattice_pick(L, x + gi * L->width, w + gi * L->width, s, 0.f, &e);
