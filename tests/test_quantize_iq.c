@@ -19,6 +19,7 @@
 
 #include "attnd/engine.h"
 #include "attnd/gguf.h"
+#include "attnd/gguf_writer.h"
 #include "attnd/imatrix.h"
 #include "attnd/kv.h"
 #include "attnd/model.h"
@@ -400,16 +401,39 @@ static void greedy_tokens(const char *path, int32_t *tok, int n, int32_t *top) {
     model_destroy(m);
 }
 
-Test(quantize_iq, an_iq3_xxs_file_loads_and_follows_the_f16_model) {
-    enum { N = 64 };
-    char out[256];
-    tmpname(out, sizeof out, "iq3xxs");
+/* The default model cut to its first two layers (to keep the test fast), written to path. */
+static void write_two_layers(const char *path) {
     gguf_file *f;
+    gguf_writer *w;
     attnd_err err = {{0}};
     cr_assert_eq(gguf_open(&f, MODEL, &err), ATTND_OK, "%s", err.msg);
+    cr_assert_eq(gguf_writer_create(&w), ATTND_OK);
+    for (uint64_t i = 0; i < gguf_kv_count(f); i++)
+        if (strcmp(gguf_kv_at(f, i)->key, "llama.block_count")) gguf_writer_add_kv(w, gguf_kv_at(f, i));
+    gguf_writer_add_u32(w, "llama.block_count", 2);
+    for (uint64_t i = 0; i < gguf_tensor_count(f); i++) {
+        const gguf_tensor *t = gguf_tensor_at(f, i);
+        int layer = -1;
+        if (sscanf(t->name, "blk.%d.", &layer) == 1 && layer >= 2) continue;
+        gguf_writer_add_tensor(w, t->name, t->type, t->n_dims, t->ne, t->data);
+    }
+    cr_assert_eq(gguf_writer_write(w, path, &err), ATTND_OK, "%s", err.msg);
+    gguf_writer_destroy(w);
+    gguf_close(f);
+}
+
+Test(quantize_iq, an_iq3_xxs_file_loads_and_follows_the_f16_model) {
+    enum { N = 64 };
+    char src[256], out[256];
+    tmpname(src, sizeof src, "two-layers");
+    tmpname(out, sizeof out, "iq3xxs");
+    write_two_layers(src);
+    gguf_file *f;
+    attnd_err err = {{0}};
+    cr_assert_eq(gguf_open(&f, src, &err), ATTND_OK, "%s", err.msg);
     imatrix *im = random_imatrix(f, NULL);
     gguf_close(f);
-    cr_assert_eq(quantize_file_imatrix(MODEL, out, QUANTIZE_IQ3_XXS, im, NULL, NULL, &err), ATTND_OK, "%s", err.msg);
+    cr_assert_eq(quantize_file_imatrix(src, out, QUANTIZE_IQ3_XXS, im, NULL, NULL, &err), ATTND_OK, "%s", err.msg);
     imatrix_destroy(im);
     cr_assert_eq(gguf_open(&f, out, &err), ATTND_OK, "%s", err.msg);
     int n_lattice = 0;
@@ -417,14 +441,14 @@ Test(quantize_iq, an_iq3_xxs_file_loads_and_follows_the_f16_model) {
         uint32_t ty = gguf_tensor_at(f, i)->type;
         n_lattice += ty == GGUF_TYPE_IQ3_XXS || ty == GGUF_TYPE_IQ2_S || ty == GGUF_TYPE_IQ3_S;
     }
-    cr_expect_eq(n_lattice, 6 * 6, "q, k, v, output, gate, up of 6 layers"); /* ffn_down: IQ4_NL */
+    cr_expect_eq(n_lattice, 2 * 6, "q, k, v, output, gate, up of 2 layers"); /* ffn_down: IQ4_NL */
     uint32_t ft = 0;
     cr_expect_eq(gguf_get_u32(f, "general.file_type", &ft, NULL), ATTND_OK);
     cr_expect_eq(ft, 23, "LLAMA_FTYPE_MOSTLY_IQ3_XXS");
     gguf_close(f);
     int32_t tok[N], top_f16[N], top_q[N];
-    greedy_tokens(MODEL, tok, N, NULL);
-    greedy_tokens(MODEL, tok, N, top_f16);
+    greedy_tokens(src, tok, N, NULL);
+    greedy_tokens(src, tok, N, top_f16);
     greedy_tokens(out, tok, N, top_q);
     int agree = 0;
     for (int i = 0; i + 1 < N; i++) {
@@ -432,6 +456,7 @@ Test(quantize_iq, an_iq3_xxs_file_loads_and_follows_the_f16_model) {
         agree += top_q[i] == top_f16[i];
     }
     cr_log_info("IQ3_XXS mix: teacher-forced top-1 agreement with F16 %d / %d\n", agree, N - 1);
-    cr_expect_geq(agree, (N - 1) / 2, "agreement %d / %d", agree, N - 1);
+    cr_expect_geq(agree, 6 * (N - 1) / 10, "agreement %d / %d", agree, N - 1);
     unlink(out);
+    unlink(src);
 }
