@@ -77,14 +77,15 @@ static float grid_value(int lat, const quant_iq_grids *g, int i, int k) {
     }
 }
 
-/* Appends point `key`'s neighbour list: every entry within the nwant smallest distances. */
-static bool add_neighbours(buf *nb, const lattice *L, uint32_t key, int *d2) {
+/* Appends point `key`'s neighbour list: every entry within the nwant smallest distances (in level
+ * steps; dg: the entries' digits, (n, 8)). */
+static bool add_neighbours(buf *nb, const lattice *L, uint32_t key, const uint8_t *dg, int *d2) {
+    int kd[8] = {0};
+    for (int k = 0; k < L->width; k++) kd[k] = digit(L, key, k);
     for (int j = 0; j < L->n; j++) {
-        d2[j] = 0;
-        for (int k = 0; k < L->width; k++) {
-            int e = digit(L, key, k) - digit(L, L->codes[j], k);
-            d2[j] += e * e;
-        }
+        int s = 0;
+        for (int k = 0; k < 8; k++) s += (kd[k] - dg[8 * j + k]) * (kd[k] - dg[8 * j + k]);
+        d2[j] = s;
     }
     int thr = -1;
     for (int r = 0; r < L->nwant; r++) {
@@ -110,15 +111,17 @@ static attnd_status lattice_build(lattice *L, int lat) {
     float *val = malloc(sizeof(float) * (size_t)L->n * (size_t)L->width);
     int32_t *map = malloc(sizeof(int32_t) * n_keys);
     int *d2 = malloc(sizeof(int) * (size_t)L->n);
+    uint8_t *dg = calloc((size_t)L->n * 8, 1); /* (n, 8) digits of each entry, 0 past the width */
     buf nb;
     buf_init(&nb);
-    if (!val || !map || !d2) goto nomem;
+    if (!val || !map || !d2 || !dg) goto nomem;
     L->n_levels = 0;
     for (int i = 0; i < L->n; i++)
         for (int k = 0; k < L->width; k++) {
-            int dg = digit(L, L->codes[i], k);
-            val[i * L->width + k] = L->levels[dg] = grid_value(lat, g, i, k);
-            if (dg + 1 > L->n_levels) L->n_levels = dg + 1;
+            int d = digit(L, L->codes[i], k);
+            val[i * L->width + k] = L->levels[d] = grid_value(lat, g, i, k);
+            dg[8 * i + k] = (uint8_t)d;
+            if (d + 1 > L->n_levels) L->n_levels = d + 1;
         }
     for (int i = 0; i + 1 < L->n_levels; i++) {
         ATTND_ASSERT(L->levels[i] < L->levels[i + 1]);
@@ -131,15 +134,17 @@ static attnd_status lattice_build(lattice *L, int lat) {
         for (int k = 0; valid && k < L->width; k++) valid = digit(L, (uint32_t)key, k) < L->n_levels;
         if (!valid) continue;
         map[key] = -(int32_t)(nb.len / sizeof(uint16_t)) - 1;
-        if (!add_neighbours(&nb, L, (uint32_t)key, d2)) goto nomem;
+        if (!add_neighbours(&nb, L, (uint32_t)key, dg, d2)) goto nomem;
     }
     free(d2);
+    free(dg);
     L->val = val, L->map = map, L->nb = (uint16_t *)(void *)nb.p; /* buf's storage is malloc'd: aligned */
     return ATTND_OK;
 nomem:
     free(val);
     free(map);
     free(d2);
+    free(dg);
     buf_free(&nb);
     return ATTND_ERR_NOMEM;
 }
