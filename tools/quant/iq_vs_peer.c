@@ -6,7 +6,7 @@
  * Prints one line per type: both errors and attnd / llama.cpp (below 1: attnd's error is lower;
  * issue 47's target is at most 1.02). A measurement tool, not a test: it needs the peer.
  *
- *   gcc ... (see tools/bench/build.sh) && build/iq_vs_peer LIBDIR [MODEL.gguf IMATRIX [ROWS]]
+ *   tools/bench/build.sh && build/iq_vs_peer LIBDIR [MODEL.gguf IMATRIX [ROWS]]
  *     LIBDIR: the folder of the peer's libggml-base.so.
  *     Without a model: 512 random rows of 4096 (sd 1 with a heavy-tailed scale per row) and
  *     log-normal importances per column. With one: every F32/F16/BF16 2-D weight whose rows 256
