@@ -650,7 +650,10 @@ void quantize_row_weighted(void *dst, const float *src, uint32_t type, int64_t n
     if (rule && !imp && !rule->always) rule = NULL;
     float wbuf[QK_K], *w = rule && be <= QK_K ? wbuf : NULL; /* (be) */
     float row_ms = rule && rule->whole_row ? mean_square(src, n) : 0;
-    if (quantize_iq_is_lattice(type)) ATTND_ASSERT(quantize_iq_prepare(type) == ATTND_OK && w);
+    if (quantize_iq_is_lattice(type)) { /* quantize_file prepared already; this builds for direct callers */
+        attnd_status ready = quantize_iq_prepare(type);
+        ATTND_ASSERT(ready == ATTND_OK && w);
+    }
     for (int64_t b = 0; b < n / be; b++, d += bb, src += be) {
         if (w) block_weights(w, src, imp ? imp + b * be : NULL, be, rule, row_ms);
         switch (type) {

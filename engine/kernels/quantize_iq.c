@@ -9,9 +9,10 @@
  *      need an even count of negatives, so when it is odd the weight of least w x^2 gets the wrong
  *      sign (its target becomes -|x|). IQ1 has no signs: its entries are -1/0/1 plus a shift of
  *      +-1/8 shared by 32 (IQ1_S) or 8 (IQ1_M) weights.
- *   2. a scale per sub-block: IQ2/IQ3 try 21 scales around max|x| / (largest level); at each, every
- *      group takes its nearest grid entry in weighted distance, the scale is refitted by least
- *      squares, and the assignment of the best fit is kept. IQ1 solves the three-level problem
+ *   2. a scale per sub-block: IQ2/IQ3 try 12/16 coarse scales that put max|x| between the second
+ *      level and 1.25 times the top one, then 6 fine ones around the best; at each, every group
+ *      takes its nearest grid entry in weighted distance, the scale is refitted by least squares,
+ *      and the assignment of the best fit is kept. IQ1 solves the three-level problem
  *      exactly for each shift pattern (sort, then every pair of split points, from prefix sums),
  *      then moves each group to the grid.
  *   3. the block: d from the largest sub-block scale, each l rounded and then l-1, l, l+1 tried with
