@@ -264,6 +264,27 @@ MK_INLINE __m512 exp16(__m512 x) {
     return _mm512_maskz_mul_ps(ok, e, _mm512_castsi512_ps(b));
 }
 
+/* The 16 lanes' sums of a[r][c] in lane 4r + c, by a tree of shuffles and adds (45 instructions
+ * for the 16 sums, not 16 reductions of 8 each): 128-bit chunks 0 + 2 and 1 + 3, then the two
+ * halves, then lanes 0 + 2 and 1 + 3 within the chunk, then the two; each sum takes the same
+ * additions in the same order wherever it sits. */
+MK_INLINE __m512 sum16x16(__m512 a[4][4]) {
+    __m512 b[8], c[4], d[2];
+    for (int k = 0; k < 8; k++) { /* in transposed order, so that lane 4r + c ends up holding a[r][c] */
+        __m512 x = a[(2 * k) % 4][(2 * k) / 4], y = a[(2 * k + 1) % 4][(2 * k + 1) / 4];
+        b[k] = _mm512_add_ps(_mm512_shuffle_f32x4(x, y, _MM_SHUFFLE(1, 0, 1, 0)),
+                             _mm512_shuffle_f32x4(x, y, _MM_SHUFFLE(3, 2, 3, 2)));
+    }
+    for (int k = 0; k < 4; k++)
+        c[k] = _mm512_add_ps(_mm512_shuffle_f32x4(b[2 * k], b[2 * k + 1], _MM_SHUFFLE(2, 0, 2, 0)),
+                             _mm512_shuffle_f32x4(b[2 * k], b[2 * k + 1], _MM_SHUFFLE(3, 1, 3, 1)));
+    for (int k = 0; k < 2; k++)
+        d[k] = _mm512_add_ps(_mm512_shuffle_ps(c[2 * k], c[2 * k + 1], _MM_SHUFFLE(1, 0, 1, 0)),
+                             _mm512_shuffle_ps(c[2 * k], c[2 * k + 1], _MM_SHUFFLE(3, 2, 3, 2)));
+    return _mm512_add_ps(_mm512_shuffle_ps(d[0], d[1], _MM_SHUFFLE(2, 0, 2, 0)),
+                         _mm512_shuffle_ps(d[0], d[1], _MM_SHUFFLE(3, 1, 3, 1)));
+}
+
 /* 4 queries x 4 rows from (i0, j0), as scores_block_avx2 */
 MK_INLINE void scores_block_avx512(float *s, const float *const *q, int i0, int m, const float *rows, int j0, int cnt,
                                    int L) {
@@ -289,9 +310,15 @@ MK_INLINE void scores_block_avx512(float *s, const float *const *q, int i0, int 
         for (int r = 0; r < 4; r++)
             for (int c = 0; c < 4; c++) a[r][c] = _mm512_fmadd_ps(x[r], y[c], a[r][c]);
     }
+    __m512 z = sum16x16(a);
+    if (m - i0 >= 4 && cnt - j0 >= 4) {
+        for (int r = 0; r < 4; r++) _mm_storeu_ps(s + (size_t)(i0 + r) * KV_BLOCK + j0, _mm512_extractf32x4_ps(z, r));
+        return;
+    }
+    float t[16];
+    _mm512_storeu_ps(t, z);
     for (int r = 0; r < min_i(4, m - i0); r++)
-        for (int c = 0; c < min_i(4, cnt - j0); c++)
-            s[(size_t)(i0 + r) * KV_BLOCK + j0 + c] = _mm512_reduce_add_ps(a[r][c]);
+        for (int c = 0; c < min_i(4, cnt - j0); c++) s[(size_t)(i0 + r) * KV_BLOCK + j0 + c] = t[4 * r + c];
 }
 
 static void scores_avx512(float *s, const float *const *q, int m, const float *rows, int cnt, int L) {
