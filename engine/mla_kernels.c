@@ -312,7 +312,11 @@ MK_INLINE void scores_block_avx512(float *s, const float *const *q, int i0, int 
     }
     __m512 z = sum16x16(a);
     if (m - i0 >= 4 && cnt - j0 >= 4) {
-        for (int r = 0; r < 4; r++) _mm_storeu_ps(s + (size_t)(i0 + r) * KV_BLOCK + j0, _mm512_extractf32x4_ps(z, r));
+        float *o = s + (size_t)i0 * KV_BLOCK + j0; /* the lane index is an immediate (unoptimised builds too) */
+        _mm_storeu_ps(o, _mm512_extractf32x4_ps(z, 0));
+        _mm_storeu_ps(o + KV_BLOCK, _mm512_extractf32x4_ps(z, 1));
+        _mm_storeu_ps(o + 2 * KV_BLOCK, _mm512_extractf32x4_ps(z, 2));
+        _mm_storeu_ps(o + 3 * KV_BLOCK, _mm512_extractf32x4_ps(z, 3));
         return;
     }
     float t[16];
