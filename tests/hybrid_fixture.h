@@ -109,6 +109,7 @@ static inline int hy_tensors(const hy_spec *hs, tiny_tensor *ts) {
         HADD(HNAME("nextn.eh_proj.weight"), 2 * E, E, sp->wtype, 0.1f, 0.0f);
         HADD(HNAME("nextn.enorm.weight"), E, 1, GGUF_TYPE_F32, 0.2f, 1.0f);
         HADD(HNAME("nextn.hnorm.weight"), E, 1, GGUF_TYPE_F32, 0.2f, 1.0f);
+        HADD(HNAME("nextn.shared_head_norm.weight"), E, 1, GGUF_TYPE_F32, 0.2f, 1.0f);
     }
     return n;
 }
@@ -380,40 +381,86 @@ static inline void hy_ref_ffn(hy_ref *r, int l, int t) {
     free(pr), free(sel), free(o);
 }
 
+/* One decoder layer l over every position of r->x (the main layers' recipe; the MTP block's too). */
+static inline void hy_ref_layer(hy_ref *r, int l, bool attention) {
+    const tiny_spec *sp = &r->hs->base;
+    size_t NE = (size_t)r->n_tok * r->E;
+    for (int t = 0; t < r->n_tok; t++)
+        ref_rmsnorm(r->xn + (size_t)t * r->E, r->x + (size_t)t * r->E, ref_tl(r->f, l, "attn_norm.weight"), r->E,
+                    sp->rms_eps);
+    if (attention) hy_ref_attention(r, l);
+    else hy_ref_deltanet(r, l);
+    for (size_t i = 0; i < NE; i++) r->x[i] += r->mix[i];
+    for (int t = 0; t < r->n_tok; t++) {
+        ref_rmsnorm(r->xn + (size_t)t * r->E, r->x + (size_t)t * r->E, ref_tl(r->f, l, "post_attention_norm.weight"),
+                    r->E, sp->rms_eps);
+        hy_ref_ffn(r, l, t);
+    }
+}
+
+/* Opens path into r and runs the main layers over tokens: r->x holds the residual stream. */
+static inline void hy_ref_main(hy_ref *r, const hy_spec *hs, const char *path, const int32_t *tokens, int n_tok) {
+    const tiny_spec *sp = &hs->base;
+    *r = (hy_ref){.hs = hs, .n_tok = n_tok, .E = sp->n_embd, .H = sp->n_head, .HK = sp->n_head_kv,
+                  .hd = tiny_head_dim(sp), .C = hy_conv_dim(hs), .VD = hs->hv * hs->dk};
+    if (gguf_open(&r->f, path, NULL) != ATTND_OK) abort();
+    r->Q = r->H * r->hd, r->KV = r->HK * r->hd;
+    size_t NE = (size_t)n_tok * r->E;
+    r->x = malloc(sizeof(double) * NE), r->xn = malloc(sizeof(double) * NE), r->mix = malloc(sizeof(double) * NE);
+    const gguf_tensor *emb = ref_t(r->f, "token_embd.weight");
+    for (int t = 0; t < n_tok; t++)
+        for (int i = 0; i < r->E; i++) r->x[(size_t)t * r->E + i] = ref_elem(emb, (uint64_t)tokens[t] * r->E + i);
+    for (int l = 0; l < sp->n_layer; l++) hy_ref_layer(r, l, hy_is_attn(hs, l));
+}
+
+/* logits (n_tok, n_vocab) = head(rmsnorm(r->x) norm) for every position. */
+static inline void hy_ref_head(hy_ref *r, const gguf_tensor *norm, double *logits) {
+    const gguf_tensor *out = ref_t(r->f, "output.weight");
+    if (!out) out = ref_t(r->f, "token_embd.weight");
+    for (int t = 0; t < r->n_tok; t++) {
+        ref_rmsnorm(r->xn, r->x + (size_t)t * r->E, norm, r->E, r->hs->base.rms_eps);
+        ref_matvec(logits + (size_t)t * r->hs->base.n_vocab, out, r->xn);
+    }
+}
+
+static inline void hy_ref_free(hy_ref *r) {
+    free(r->x), free(r->xn), free(r->mix);
+    gguf_close(r->f);
+}
+
 /* Logits (n_tok, n_vocab) of every position of tokens through hs's model in path, from scratch in
  * double. The MTP blocks are not run. */
 static inline void hy_ref_forward(const hy_spec *hs, const char *path, const int32_t *tokens, int n_tok, double *logits) {
-    const tiny_spec *sp = &hs->base;
-    hy_ref r = {.hs = hs, .n_tok = n_tok, .E = sp->n_embd, .H = sp->n_head, .HK = sp->n_head_kv,
-                .hd = tiny_head_dim(sp), .C = hy_conv_dim(hs), .VD = hs->hv * hs->dk};
-    if (gguf_open(&r.f, path, NULL) != ATTND_OK) abort();
-    r.Q = r.H * r.hd, r.KV = r.HK * r.hd;
-    size_t NE = (size_t)n_tok * r.E;
-    r.x = malloc(sizeof(double) * NE), r.xn = malloc(sizeof(double) * NE), r.mix = malloc(sizeof(double) * NE);
-    const gguf_tensor *emb = ref_t(r.f, "token_embd.weight");
+    hy_ref r;
+    hy_ref_main(&r, hs, path, tokens, n_tok);
+    hy_ref_head(&r, ref_t(r.f, "output_norm.weight"), logits);
+    hy_ref_free(&r);
+}
+
+/* The MTP block's logits (n_tok, n_vocab) at every position p of tokens, from scratch in double,
+ * as llama.cpp's qwen35 graph_mtp defines them: h_{p-1} = rmsnorm(x_{p-1}) output_norm of the
+ * main pass (zeros at p = 0); x' = eh_proj [rmsnorm(embd(tokens[p])) enorm | rmsnorm(h_{p-1})
+ * hnorm]; the block (a gated-attention layer) over x'; then shared_head_norm and the output head. */
+static inline void hy_ref_mtp(const hy_spec *hs, const char *path, const int32_t *tokens, int n_tok, double *logits) {
+    hy_ref r;
+    hy_ref_main(&r, hs, path, tokens, n_tok);
+    int E = r.E, l = hs->base.n_layer;
+    double eps = hs->base.rms_eps;
+    double *h = malloc(sizeof(double) * (size_t)n_tok * E), *cat = malloc(sizeof(double) * 2 * (size_t)E);
     for (int t = 0; t < n_tok; t++)
-        for (int i = 0; i < r.E; i++) r.x[(size_t)t * r.E + i] = ref_elem(emb, (uint64_t)tokens[t] * r.E + i);
-    for (int l = 0; l < sp->n_layer; l++) {
-        for (int t = 0; t < n_tok; t++)
-            ref_rmsnorm(r.xn + (size_t)t * r.E, r.x + (size_t)t * r.E, ref_tl(r.f, l, "attn_norm.weight"), r.E,
-                        sp->rms_eps);
-        if (hy_is_attn(hs, l)) hy_ref_attention(&r, l);
-        else hy_ref_deltanet(&r, l);
-        for (size_t i = 0; i < NE; i++) r.x[i] += r.mix[i];
-        for (int t = 0; t < n_tok; t++) {
-            ref_rmsnorm(r.xn + (size_t)t * r.E, r.x + (size_t)t * r.E, ref_tl(r.f, l, "post_attention_norm.weight"),
-                        r.E, sp->rms_eps);
-            hy_ref_ffn(&r, l, t);
-        }
-    }
-    const gguf_tensor *out = ref_t(r.f, "output.weight");
-    if (!out) out = emb;
+        ref_rmsnorm(h + (size_t)t * E, r.x + (size_t)t * E, ref_t(r.f, "output_norm.weight"), E, eps);
+    const gguf_tensor *emb = ref_t(r.f, "token_embd.weight");
     for (int t = 0; t < n_tok; t++) {
-        ref_rmsnorm(r.xn, r.x + (size_t)t * r.E, ref_t(r.f, "output_norm.weight"), r.E, sp->rms_eps);
-        ref_matvec(logits + (size_t)t * sp->n_vocab, out, r.xn);
+        for (int i = 0; i < E; i++) r.xn[i] = ref_elem(emb, (uint64_t)tokens[t] * E + i);
+        ref_rmsnorm(cat, r.xn, ref_tl(r.f, l, "nextn.enorm.weight"), E, eps);
+        if (t == 0) memset(cat + E, 0, sizeof(double) * (size_t)E);
+        else ref_rmsnorm(cat + E, h + (size_t)(t - 1) * E, ref_tl(r.f, l, "nextn.hnorm.weight"), E, eps);
+        ref_matvec(r.x + (size_t)t * E, ref_tl(r.f, l, "nextn.eh_proj.weight"), cat);
     }
-    free(r.x), free(r.xn), free(r.mix);
-    gguf_close(r.f);
+    hy_ref_layer(&r, l, true);
+    hy_ref_head(&r, ref_tl(r.f, l, "nextn.shared_head_norm.weight"), logits);
+    free(h), free(cat);
+    hy_ref_free(&r);
 }
 
 #endif /* ATTND_TEST_HYBRID_FIXTURE_H */

@@ -54,7 +54,8 @@ typedef struct model_info {
     int n_expert, n_expert_used, n_ff_exp; /* Mixture of Experts: experts, used per token, their FFN
                                               width (0 for dense models) */
     int n_recurrent_layers; /* Gated DeltaNet layers (qwen35): a fixed-size state per sequence, no KV */
-    int n_mtp_layers;   /* multi-token-prediction blocks in the file (nextn), loaded but not run */
+    int n_mtp_layers;   /* multi-token-prediction blocks in the file (nextn), not run by the main pass */
+    bool mtp;           /* one of them is loaded to draft with (qwen35, qwen35moe: engine_mtp_step) */
     int kv_latent;      /* latent attention (deepseek2): values cached per token and layer, the
                            latent and the rotated key part (kv_lora_rank + rope dims), shared by
                            every head; 0 for per-head K and V */
