@@ -394,6 +394,19 @@ Test(deltanet, info_reports_state_bytes_per_sequence) {
                  3 * (3 * 8192 + 32 * 128 * 128) * 4);
     cr_expect_eq(json_integer_value(json_object_get(json_object_get(j, "kv_bytes_per_token"), "f16")), 2 * 2 * 256 * 2,
                  "one attention layer's K and V, 2 heads of 256");
+    cr_expect(json_is_false(json_object_get(json_object_get(j, "mtp"), "drafts")));
+    json_decref(j);
+    hs.n_mtp = 1; /* with an MTP block: it drafts, and its cache counts */
+    cr_assert_eq(hy_write(path, &hs), 0);
+    p = popen(cmd, "r");
+    cr_assert(p);
+    j = json_loadf(p, 0, &je);
+    cr_assert_eq(pclose(p), 0);
+    cr_assert(j, "%s", je.text);
+    cr_expect_eq(json_integer_value(json_object_get(json_object_get(j, "mtp"), "layers")), 1);
+    cr_expect(json_is_true(json_object_get(json_object_get(j, "mtp"), "drafts")));
+    cr_expect_eq(json_integer_value(json_object_get(json_object_get(j, "kv_bytes_per_token"), "f16")), 2 * 2 * 2 * 256 * 2,
+                 "the MTP block's K and V beside the attention layer's");
     json_decref(j);
     unlink(path);
 }
