@@ -19,6 +19,14 @@ typedef struct hy_spec {
     int conv_k, hk, hv, dk; /* DeltaNet: conv taps, key heads, value heads, head size (value = key) */
     int n_ff_shexp;       /* qwen35moe: the shared expert's width */
     int n_mtp;            /* nextn_predict_layers: MTP blocks written after the main ones */
+    /* A drafting benchmark's file (tools/bench/bench_mtp.c; n_mtp 1): the main layers' output
+     * projections scaled by 1/64, so the next token follows from the current one (output head on
+     * the embedding), and an MTP block that passes its embedding half through (eh_proj [I | 0],
+     * enorm 1, the block's outputs 0, shared_head_norm = output_norm) with its own embed_tokens:
+     * the main model's row for a share mtp_share of the tokens (its draft then is the main
+     * model's next token), a random row for the others. */
+    bool mtp_good;
+    float mtp_share;
 } hy_spec;
 
 static inline bool hy_is_attn(const hy_spec *hs, int l) { return (l + 1) % hs->interval == 0; }
@@ -93,6 +101,45 @@ static inline void hy_ffn_tensors(const hy_spec *hs, int l, tiny_tensor *ts, int
     HADD(HNAME("ffn_down_shexp.weight"), FS, E, sp->wtype, 1.7f / sqrtf((float)FS), 0.0f);
 }
 
+static inline tiny_tensor *hy_find(tiny_tensor *ts, int n, const char *name) {
+    for (int i = 0; i < n; i++)
+        if (!strcmp(ts[i].name, name)) return &ts[i];
+    return NULL;
+}
+
+/* hy_spec.mtp_good's edits of the random tensors. */
+static inline void hy_make_good(const hy_spec *hs, tiny_tensor *ts, int n) {
+    const tiny_spec *sp = &hs->base;
+    uint64_t E = (uint64_t)sp->n_embd, L = (uint64_t)sp->n_layer;
+    char nm[96];
+    for (int i = 0; i < n; i++) {
+        unsigned l;
+        char rest[64];
+        if (sscanf(ts[i].name, "blk.%u.%63s", &l, rest) != 2) continue;
+        bool out = !strcmp(rest, "attn_output.weight") || !strcmp(rest, "ssm_out.weight") ||
+                   !strncmp(rest, "ffn_down", 8);
+        uint64_t cnt = ts[i].ne[0] * ts[i].ne[1] * ts[i].ne[2];
+        for (uint64_t k = 0; out && k < cnt; k++) ts[i].vals[k] *= l < L ? 1.0f / 64 : 0.0f;
+    }
+    snprintf(nm, sizeof(nm), "blk.%d.nextn.eh_proj.weight", (int)L);
+    tiny_tensor *eh = hy_find(ts, n, nm);
+    for (uint64_t r = 0; r < E; r++)
+        for (uint64_t c = 0; c < 2 * E; c++) eh->vals[r * 2 * E + c] = c == r ? 1.0f : 0.0f;
+    snprintf(nm, sizeof(nm), "blk.%d.nextn.enorm.weight", (int)L);
+    tiny_tensor *en = hy_find(ts, n, nm);
+    for (uint64_t c = 0; c < E; c++) en->vals[c] = 1.0f;
+    snprintf(nm, sizeof(nm), "blk.%d.nextn.shared_head_norm.weight", (int)L);
+    memcpy(hy_find(ts, n, nm)->vals, hy_find(ts, n, "output_norm.weight")->vals, sizeof(float) * E);
+    snprintf(nm, sizeof(nm), "blk.%d.nextn.embed_tokens.weight", (int)L);
+    tiny_tensor *me = hy_find(ts, n, nm);
+    const tiny_tensor *te = hy_find(ts, n, "token_embd.weight");
+    for (int v = 0; v < sp->n_vocab; v++) {
+        uint64_t h = (uint64_t)v * 0x9E3779B97F4A7C15ULL;
+        if ((double)(h >> 11) / 9007199254740992.0 < hs->mtp_share)
+            memcpy(me->vals + (uint64_t)v * E, te->vals + (uint64_t)v * E, sizeof(float) * E);
+    }
+}
+
 /* The tensors of hs's model (the MTP blocks last: the main ones are the same with or without). */
 static inline int hy_tensors(const hy_spec *hs, tiny_tensor *ts) {
     const tiny_spec *sp = &hs->base;
@@ -110,7 +157,9 @@ static inline int hy_tensors(const hy_spec *hs, tiny_tensor *ts) {
         HADD(HNAME("nextn.enorm.weight"), E, 1, GGUF_TYPE_F32, 0.2f, 1.0f);
         HADD(HNAME("nextn.hnorm.weight"), E, 1, GGUF_TYPE_F32, 0.2f, 1.0f);
         HADD(HNAME("nextn.shared_head_norm.weight"), E, 1, GGUF_TYPE_F32, 0.2f, 1.0f);
+        if (hs->mtp_good) HADD(HNAME("nextn.embed_tokens.weight"), E, (uint64_t)sp->n_vocab, sp->wtype, 1.0f, 0.0f);
     }
+    if (hs->mtp_good) hy_make_good(hs, ts, n);
     return n;
 }
 #undef HNAME

@@ -263,10 +263,12 @@ Test(deltanet, qwen35_mtp_logits_match_float64_reference) { check_mtp_logits("qw
 Test(deltanet, qwen35moe_mtp_logits_match_float64_reference) { check_mtp_logits("qwen35moe"); }
 
 /* Greedy decoding drafting with the MTP block (every step, draft_max tokens) gives exactly the
- * tokens of decoding without it, its rejections rolled back through the hybrid's kept states. */
-static void check_mtp_greedy(const char *arch) {
+ * tokens of decoding without it, its rejections rolled back through the hybrid's kept states:
+ * with a random block (nearly every draft rejected) and with one that copies the main model's
+ * prediction (hy_spec.mtp_good: most drafts kept). */
+static void check_mtp_greedy(const char *arch, bool good) {
     hy_spec hs = small_spec(arch);
-    hs.n_mtp = 1;
+    hs.n_mtp = 1, hs.mtp_good = good, hs.mtp_share = 1;
     tiny_rig r;
     rig_open(&r, &hs, 40);
     enum { NP = 20, NG = 40 };
@@ -290,6 +292,7 @@ static void check_mtp_greedy(const char *arch) {
     for (int i = 0; i < NG; i++) cr_expect_eq(drafted[i], plain[i], "%s: token %d differs with MTP drafts", arch, i);
     cr_expect_eq(kv_seq_len(a), kv_seq_len(b));
     cr_expect(tb.n_drafted > 0, "%s: the MTP block drafted nothing", arch);
+    if (good) cr_expect_gt(2 * tb.n_accepted, tb.n_drafted, "%s: a copying block's drafts are mostly kept", arch);
     int64_t d, k;
     spec_totals(sp, &d, &k);
     cr_expect_eq(d, tb.n_drafted);
@@ -299,7 +302,10 @@ static void check_mtp_greedy(const char *arch) {
     tiny_rig_close(&r);
 }
 
-Test(deltanet, qwen35_mtp_drafts_leave_greedy_output_unchanged) { check_mtp_greedy("qwen35"); }
+Test(deltanet, qwen35_mtp_drafts_leave_greedy_output_unchanged) {
+    check_mtp_greedy("qwen35", false);
+    check_mtp_greedy("qwen35", true);
+}
 
 /* A pool without the block's cache (the setting off) holds the main layers only, and MTP drafting
  * is refused for its sequences. */
