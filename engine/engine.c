@@ -156,6 +156,16 @@ static size_t slot_floats(const model *m) {
     return 2 * KV_BLOCK * hd + KV_BLOCK + 2 * QB * G * hd + QB * G * KV_BLOCK + 2 * QB * G;
 }
 
+/* The MTP block's buffers (empty without one), and its projections' matmul scratch in *scratch. */
+static void layout_mtp(engine *e, block *b, size_t *scratch) {
+    const model *m = e->m;
+    size_t B = (size_t)e->max_batch, E = (size_t)m->info.n_embd, on = m->info.mtp;
+    if (on) *scratch = max_scratch(max_scratch(*scratch, &m->mtp_eh_proj, e->max_batch), &m->mtp_head, e->max_batch);
+    e->mtp_h = block_take(b, on * B * E, sizeof(float));
+    e->mtp_cat = block_take(b, on * 2 * B * E, sizeof(float));
+    e->mtp_b = block_take(b, on * B, sizeof(batch_entry));
+}
+
 /* Lays out the engine's buffers in mem (block.h), sized for e->max_batch entries and e->n_slots
  * threads; returns the bytes they need. */
 static size_t layout(engine *e, char *mem) {
@@ -165,7 +175,6 @@ static size_t layout(engine *e, char *mem) {
     size_t Q = (size_t)m->q_dim, KV = (size_t)m->kv_dim;
     size_t scratch = max_scratch(0, &m->output, e->max_batch), fused = 0, moe_scratch = 0;
     if (m->ple_model_proj.data) scratch = max_scratch(scratch, &m->ple_model_proj, e->max_batch);
-    if (mi->mtp) scratch = max_scratch(max_scratch(scratch, &m->mtp_eh_proj, e->max_batch), &m->mtp_head, e->max_batch);
     for (int l = 0; l < mi->n_layer + (mi->mtp ? 1 : 0); l++) {
         const layer_weights *L = &m->layers[l];
         const weight *ws[] = {&L->wq,      &L->wk,       &L->wv,       &L->wqkv,       &L->wo,       &L->w_gate,
@@ -229,6 +238,7 @@ static size_t layout(engine *e, char *mem) {
     e->moe_scratch = block_take(&b, moe_scratch * (size_t)e->n_slots, 1);
     e->k16 = block_take(&b, KV, sizeof(uint16_t));
     e->neg = block_take(&b, F * (size_t)e->n_slots, sizeof(float));
+    layout_mtp(e, &b, &scratch);
     e->mm_scratch = block_take(&b, scratch ? scratch : 1, 1); /* quant_matmul wants one even if unused */
     e->seqs = block_take(&b, B, sizeof(*e->seqs));
     e->want = block_take(&b, B, sizeof(*e->want));
@@ -236,9 +246,6 @@ static size_t layout(engine *e, char *mem) {
     e->slot_mem = block_take(&b, slot_floats(m) * (size_t)e->n_slots, sizeof(float));
     e->slots = block_take(&b, (size_t)e->n_slots, sizeof(*e->slots));
     e->cb_weights = block_take(&b, (size_t)mi->n_ctx, sizeof(float));
-    e->mtp_h = block_take(&b, mi->mtp ? B * E : 0, sizeof(float));
-    e->mtp_cat = block_take(&b, mi->mtp ? 2 * B * E : 0, sizeof(float));
-    e->mtp_b = block_take(&b, mi->mtp ? B : 0, sizeof(batch_entry));
     return block_size(&b);
 }
 
