@@ -12,8 +12,9 @@
  * 1-row step: what the speed-up is made of.
  * A benchmark, not a test: it prints numbers, it asserts nothing.
  *
- *   tools/bench/build.sh && build/bench_mtp [threads 0] [reps 3] [n 64] [draft_max 3] [share ...]
- *   (default shares: 0 0.5 0.8 0.9 1; the files are written to $TMPDIR and removed)
+ *   tools/bench/build.sh && build/bench_mtp [threads 0] [reps 3] [n 64] [draft_max 3] [type F16] [share ...]
+ *   (default shares: 0 0.5 0.8 0.9 1; another type than F16 is made by `build/attnd quantize`, so
+ *   run it from the repository root; the files are written to $TMPDIR and removed)
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -76,12 +77,13 @@ static double run(engine *e, kv_pool *pool, const int32_t *prompt, int n_prompt,
 int main(int argc, char **argv) {
     int threads = argc > 1 ? atoi(argv[1]) : 0, reps = argc > 2 ? atoi(argv[2]) : 3;
     int n = argc > 3 ? atoi(argv[3]) : 64, dmax = argc > 4 ? atoi(argv[4]) : 3;
+    const char *type = argc > 5 ? argv[5] : "F16";
     double shares[16] = {0, 0.5, 0.8, 0.9, 1};
     int n_shares = 5;
-    if (argc > 5) n_shares = 0;
-    for (int i = 5; i < argc && n_shares < 16; i++) shares[n_shares++] = atof(argv[i]);
+    if (argc > 6) n_shares = 0;
+    for (int i = 6; i < argc && n_shares < 16; i++) shares[n_shares++] = atof(argv[i]);
     if (reps < 1 || reps > 64 || n < 2 || dmax < 1 || dmax > SPEC_MAX_DRAFT) {
-        fprintf(stderr, "usage: bench_mtp [threads] [reps 1..64] [n >= 2] [draft_max 1..32] [share ...]\n");
+        fprintf(stderr, "usage: bench_mtp [threads] [reps 1..64] [n >= 2] [draft_max 1..32] [type] [share ...]\n");
         return 2;
     }
     /* Qwen3.5-shaped, small enough to write quickly, large enough that decode reads its weights
@@ -96,8 +98,8 @@ int main(int argc, char **argv) {
     int32_t prompt[NP], *ref = malloc(sizeof(int32_t) * (size_t)n), *out = malloc(sizeof(int32_t) * (size_t)n);
     uint64_t rs = 99;
     for (int i = 0; i < NP; i++) prompt[i] = (int32_t)(tiny_rng(&rs) % (uint64_t)sp->n_vocab);
-    printf("bench_mtp: qwen35 %d layers x %d, vocab %d, F16; %d tokens after %d, draft_max %d, %d reps\n",
-           sp->n_layer, sp->n_embd, sp->n_vocab, n, NP, dmax, reps);
+    printf("bench_mtp: qwen35 %d layers x %d, vocab %d, %s; %d tokens after %d, draft_max %d, %d reps\n",
+           sp->n_layer, sp->n_embd, sp->n_vocab, type, n, NP, dmax, reps);
     printf("%6s %9s | %9s %6s %6s | %9s %6s %6s | %5s %5s | %5s\n", "share", "plain t/s", "mtp t/s", "ratio", "accept",
            "fixed t/s", "ratio", "accept", "C(k+1)", "D", "load");
     for (int si = 0; si < n_shares; si++) {
@@ -107,6 +109,15 @@ int main(int argc, char **argv) {
         if (hy_write(path, &hs)) {
             fprintf(stderr, "bench_mtp: cannot write %s\n", path);
             return 1;
+        }
+        if (strcmp(type, "F16")) {
+            char cmd[700], qpath[300];
+            snprintf(qpath, sizeof(qpath), "%s.q", path);
+            snprintf(cmd, sizeof(cmd), "build/attnd quantize '%s' '%s' %s --quiet", path, qpath, type);
+            if (system(cmd) != 0 || rename(qpath, path) != 0) {
+                fprintf(stderr, "bench_mtp: %s failed\n", cmd);
+                return 1;
+            }
         }
         model *m;
         engine *e;
