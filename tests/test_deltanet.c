@@ -261,6 +261,7 @@ static void check_mtp_logits(const char *arch) {
 
 Test(deltanet, qwen35_mtp_logits_match_float64_reference) { check_mtp_logits("qwen35"); }
 Test(deltanet, qwen35moe_mtp_logits_match_float64_reference) { check_mtp_logits("qwen35moe"); }
+Test(deltanet, qwen3next_mtp_logits_match_float64_reference) { check_mtp_logits("qwen3next"); }
 
 /* Greedy decoding drafting with the MTP block (every step, draft_max tokens) gives exactly the
  * tokens of decoding without it, its rejections rolled back through the hybrid's kept states:
@@ -306,6 +307,8 @@ Test(deltanet, qwen35_mtp_drafts_leave_greedy_output_unchanged) {
     check_mtp_greedy("qwen35", false);
     check_mtp_greedy("qwen35", true);
 }
+
+Test(deltanet, qwen35moe_mtp_drafts_leave_greedy_output_unchanged) { check_mtp_greedy("qwen35moe", true); }
 
 /* A pool without the block's cache (the setting off) holds the main layers only, and MTP drafting
  * is refused for its sequences. */
