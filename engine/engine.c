@@ -1291,9 +1291,9 @@ attnd_status engine_mtp_step(engine *e, const engine_mtp_entry *in, int n, float
                               "context %d)", t, in[t].token, in[t].pos, s->len, mi->n_ctx);
         s->mtp_row = t;
         e->seqs[t] = s;
-        s->pending = in[t].pos + 1 - s->len; /* room up to its position, never committed */
         e->mtp_b[t] = (batch_entry){s, in[t].token, in[t].pos, true};
     }
+    for (int t = 0; t < n; t++) in[t].seq->pending = in[t].pos + 1 - in[t].seq->len; /* room, never committed */
     attnd_status st = kv_reserve(e->seqs, n, err);
     for (int t = 0; t < n; t++) in[t].seq->pending = 0;
     if (st) return st;

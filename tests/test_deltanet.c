@@ -227,7 +227,8 @@ Test(deltanet, mtp_blocks_are_not_part_of_the_main_pass) {
 }
 
 /* The MTP block's logits after a prompt (its cache written by the main pass's evaluations, in one
- * batch or a token at a time) against the float64 reference of hybrid_fixture.h (hy_ref_mtp). */
+ * batch or a token at a time) against the float64 reference of hybrid_fixture.h (hy_ref_mtp); a
+ * fork's block sees the same cache and hidden state: the same logits, bit for bit. */
 static void check_mtp_logits(const char *arch) {
     hy_spec hs = small_spec(arch);
     hs.n_mtp = 1;
@@ -253,6 +254,14 @@ static void check_mtp_logits(const char *arch) {
         double e = rel_err(lg, ref + (size_t)(N - 1) * V, (size_t)V);
         cr_expect(e <= 2e-5, "%s MTP logits (%s): relative error %g", arch, i ? "decode" : "prefill", e);
     }
+    engine_mtp_entry in = {a, tok[N - 1], N - 1, NULL};
+    cr_assert_eq(engine_mtp_step(r.e, &in, 1, lg, h, &err), ATTND_OK, "%s", err.msg);
+    kv_seq *f = NULL;
+    cr_assert_eq(kv_seq_fork(&f, a, &err), ATTND_OK, "%s", err.msg);
+    in.seq = f;
+    cr_assert_eq(engine_mtp_step(r.e, &in, 1, lg + V, h, &err), ATTND_OK, "%s", err.msg);
+    cr_expect(memcmp(lg, lg + V, sizeof(float) * (size_t)V) == 0, "%s: a fork's MTP logits differ", arch);
+    kv_seq_destroy(f);
     engine_mtp_entry bad = {a, tok[0], N - 3, NULL}; /* before the sequence's length */
     cr_expect_eq(engine_mtp_step(r.e, &bad, 1, lg, h, &err), ATTND_ERR_INVALID);
     free(ref), free(lg), free(h);
@@ -417,6 +426,21 @@ Test(deltanet, info_reports_state_bytes_per_sequence) {
     cr_expect_eq(json_integer_value(json_object_get(json_object_get(j, "kv_bytes_per_token"), "f16")), 2 * 2 * 2 * 256 * 2,
                  "the MTP block's K and V beside the attention layer's");
     json_decref(j);
+    /* `attnd generate` drafts with it by default, --no-mtp does not: the same tokens */
+    json_t *runs[2];
+    for (int i = 0; i < 2; i++) {
+        snprintf(cmd, sizeof(cmd), "'%s' generate --model '%s' --tokens 5,9,33,70,120,7 --n 12 --temp 0 --json%s",
+                 ATTND_BINARY, path, i ? " --no-mtp" : "");
+        p = popen(cmd, "r");
+        cr_assert(p);
+        runs[i] = json_loadf(p, 0, &je);
+        cr_assert_eq(pclose(p), 0);
+        cr_assert(runs[i], "%s", je.text);
+    }
+    cr_expect(json_equal(json_object_get(runs[0], "tokens"), json_object_get(runs[1], "tokens")));
+    cr_expect_gt(json_integer_value(json_object_get(json_object_get(runs[0], "timings"), "drafted")), 0);
+    cr_expect_eq(json_integer_value(json_object_get(json_object_get(runs[1], "timings"), "drafted")), 0);
+    json_decref(runs[0]), json_decref(runs[1]);
     unlink(path);
 }
 
