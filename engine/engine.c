@@ -128,6 +128,7 @@ struct engine {
     engine_resid_cb resid_cb;   /* residual-stream inspection hook (attn_user); NULL = off */
     engine_expert_cb expert_cb; /* expert-routing inspection hook (attn_user); NULL = off */
     engine_matmul_cb matmul_cb; /* matrix-input inspection hook (attn_user); NULL = off */
+    engine_dn_cb dn_cb;         /* DeltaNet inspection hook (attn_user); NULL = off */
     void *attn_user;
     engine_yield_fn yield_fn; /* asked after each layer whether to give the step up; NULL = never */
     void *yield_user;
@@ -336,6 +337,8 @@ void engine_set_residual_cb(engine *e, engine_resid_cb cb) { e->resid_cb = cb; }
 void engine_set_expert_cb(engine *e, engine_expert_cb cb) { e->expert_cb = cb; }
 
 void engine_set_matmul_cb(engine *e, engine_matmul_cb cb) { e->matmul_cb = cb; }
+
+void engine_set_deltanet_cb(engine *e, engine_dn_cb cb) { e->dn_cb = cb; }
 
 void engine_set_yield(engine *e, engine_yield_fn fn, void *user) {
     e->yield_fn = fn;
@@ -1027,9 +1030,27 @@ static void split_beta_alpha(const pass *p) {
     }
 }
 
+/* The DeltaNet inspection hook of layer l after a raw recurrence (j->raw): each entry's q, k, v,
+ * gates and output, then the gated norm the recurrence left out. The gates are computed over
+ * dn_beta and dn_alpha, which nothing reads after the recurrence. */
+static void report_deltanet(pass *p, const dn_job *j, int l) {
+    engine *e = p->e;
+    const dn_dims *d = j->d;
+    dn_gates(j, e->dn_beta, e->dn_alpha);
+    for (int t = 0; t < p->n; t++) {
+        const float *x = e->dn_qkv + (size_t)t * d->conv_dim;
+        engine_dn_io io = {.hk = d->hk, .hv = d->hv, .dk = d->dk, .dv = d->dv, .grouped = d->grouped, .q = x,
+                           .k = x + (size_t)d->hk * d->dk, .v = x + (size_t)2 * d->hk * d->dk,
+                           .beta = e->dn_beta + (size_t)t * d->hv, .g = e->dn_alpha + (size_t)t * d->hv,
+                           .o = j->out + (size_t)t * d->hv * d->dv};
+        e->dn_cb(e->attn_user, t, l, p->entries[t].pos, &io);
+    }
+    dn_gate_out(j);
+}
+
 /* deltanet: tmp = W_out gated_deltanet(xn) (deltanet.h), each sequence's state of this layer
  * carried from its previous entries. */
-static void step_deltanet(pass *p, const layer_weights *L) {
+static void step_deltanet(pass *p, const layer_weights *L, int l) {
     engine *e = p->e;
     const model *m = e->m;
     if (L->dn_ba.data) {
@@ -1050,8 +1071,9 @@ static void step_deltanet(pass *p, const layer_weights *L) {
     dn_job j = {.snap = e->dn_snaps, .snap_stride = e->seqs[0]->pool->state_bytes / sizeof(float), .d = &m->dn, .n = p->n, .order = e->dn_order, .run_start = e->dn_run, .n_runs = p->n_runs,
                 .state = e->dn_state, .qkv = e->dn_qkv, .z = e->dn_z, .beta = e->dn_beta, .alpha = e->dn_alpha,
                 .conv_w = L->dn_conv, .dt_bias = L->dn_dt_bias, .ssm_a = L->dn_a, .norm_w = L->dn_norm,
-                .out = e->dn_o, .scratch = e->dn_scratch, .n_threads = e->n_threads};
+                .out = e->dn_o, .raw = e->dn_cb != NULL, .scratch = e->dn_scratch, .n_threads = e->n_threads};
     dn_forward(&j);
+    if (e->dn_cb) report_deltanet(p, &j, l);
     matmul(e, e->tmp, &L->dn_out, e->dn_o, p->n);
 }
 
@@ -1156,7 +1178,7 @@ static void step_layer(pass *p, int l) {
 
     // token-mixing sub-layer: x += mixer(rmsnorm(x))
     rmsnorm(e->xn, e->x, L->attn_norm, n, p->E, mi->rms_eps, nth);
-    if (L->kind == LAYER_DELTANET) step_deltanet(p, L);
+    if (L->kind == LAYER_DELTANET) step_deltanet(p, L, l);
     else if (L->wkv_a.data) step_mla(p, L, l);
     else step_attention(p, L, l);
     if (L->post_attn_norm) rmsnorm(e->tmp, e->tmp, L->post_attn_norm, n, p->E, mi->rms_eps, nth);
@@ -1333,7 +1355,8 @@ attnd_status engine_eval(engine *e, const batch_entry *entries, int n, float *lo
 
     if (m->n_dn_layers) p.n_runs = plan_runs(e, entries, n, n_seqs);
     /* a recurrent state moved on by the layers already run is backed up first, or no yield */
-    bool may_yield = e->yield_fn && !p.ablating && !e->attn_cb && !e->resid_cb && !e->expert_cb && !e->matmul_cb;
+    bool may_yield =
+        e->yield_fn && !p.ablating && !e->attn_cb && !e->resid_cb && !e->expert_cb && !e->matmul_cb && !e->dn_cb;
     for (int i = 0; may_yield && m->n_dn_layers && i < n_seqs; i++) may_yield = kv_state_can_back_up(e->seqs[i]);
     p.back_up = may_yield && m->n_dn_layers;
     step_embed(&p);
@@ -1368,11 +1391,12 @@ attnd_status engine_eval(engine *e, const batch_entry *entries, int n, float *lo
 attnd_status engine_eval_hidden(engine *e, const batch_entry *entries, int n, float *hidden, attnd_err *err) {
     engine saved = *e;
     e->attn_cb = NULL, e->resid_cb = NULL, e->expert_cb = NULL, e->matmul_cb = NULL, e->yield_fn = NULL;
+    e->dn_cb = NULL;
     e->hidden = true;
     attnd_status st = engine_eval(e, entries, n, hidden, err);
     e->hidden = false;
     e->attn_cb = saved.attn_cb, e->resid_cb = saved.resid_cb, e->expert_cb = saved.expert_cb;
-    e->matmul_cb = saved.matmul_cb, e->yield_fn = saved.yield_fn;
+    e->matmul_cb = saved.matmul_cb, e->yield_fn = saved.yield_fn, e->dn_cb = saved.dn_cb;
     return st;
 }
 

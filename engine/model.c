@@ -481,7 +481,8 @@ static attnd_status read_recurrent(model *m, const char *arch, attnd_err *err) {
         if (L->kind == LAYER_DELTANET) L->dn_slot = m->n_dn_layers++;
     }
     mi->n_recurrent_layers = m->n_dn_layers;
-    if (!m->n_dn_layers) m->dn = (dn_dims){0};
+    mi->recurrent_every = (int)every, mi->recurrent_heads = (int)hv;
+    if (!m->n_dn_layers) m->dn = (dn_dims){0}, mi->recurrent_every = 0, mi->recurrent_heads = 0;
     return ATTND_OK;
 }
 

@@ -169,6 +169,13 @@ check_status 409 "a turn naming another model than its chain's is a 409" "$base/
 check "... saying whose it is" grep -q "belongs to model 'alpha'" <<<"$(curl -s "$base/v1/responses" \
     -d "{\"model\": \"beta\", \"input\": \"More\", \"previous_response_id\": \"$id\", \"max_output_tokens\": 2}")"
 check "... on the same session, which grew" test "$(stat -c %s "$TMP/state/models/alpha/$id.session.json")" -gt "$size1"
+id2=$(grep -o '"id":"resp_[0-9a-f]*"' <<<"$r2" | head -1 | cut -d'"' -f4)
+check_status 200 "deleting the chain's first response" -X DELETE "$base/v1/responses/$id"
+check "... keeps the session its second response still uses" test -f "$TMP/state/models/alpha/$id.session.json"
+check_status 200 "beta unloads alpha for a turn (one model at a time)" "$base/v1/chat/completions" \
+    -d '{"model": "beta", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 1}'
+check_status 200 "deleting the chain's last response while alpha is unloaded" -X DELETE "$base/v1/responses/$id2"
+check "... deletes the chain's session in alpha's store" test ! -e "$TMP/state/models/alpha/$id.session.json"
 stop_server s || bad "SIGTERM"
 
 # ---- presets under a memory budget ----

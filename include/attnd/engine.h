@@ -104,6 +104,26 @@ typedef void (*engine_expert_cb)(void *user, int entry, int layer, int pos, cons
                                  int k);
 void engine_set_expert_cb(engine *e, engine_expert_cb cb);
 
+/* Gated DeltaNet inspection (hybrid models; off by default, no cost when off): when set,
+ * engine_eval calls cb once per (DeltaNet layer, entry) after the layer's recurrence, with the
+ * entry's position and what the recurrence read and wrote for it (valid during the call only),
+ * serially, on the thread that called engine_eval. With S the (d_k, d_v) state of a value head h
+ * (reading key head engine_dn_key_head(io, h)): S <- e^g S; u = beta (v - S^T k); S <- S + k u^T;
+ * o = S^T q / sqrt(d_k). The user pointer is the attention callback's (engine_set_attention_cb). */
+typedef struct engine_dn_io {
+    int hk, hv, dk, dv;
+    bool grouped;          /* value head h reads key head h / (hv / hk); false: h mod hk */
+    const float *q, *k;    /* (hk, dk) after the conv, each head L2-normalised */
+    const float *v;        /* (hv, dv) after the conv */
+    const float *beta, *g; /* (hv) sigmoid(b) and the log decay a softplus(alpha + dt_bias) <= 0 */
+    const float *o;        /* (hv, dv) the recurrence's output, before the gated RMSNorm */
+} engine_dn_io;
+typedef void (*engine_dn_cb)(void *user, int entry, int layer, int pos, const engine_dn_io *io);
+void engine_set_deltanet_cb(engine *e, engine_dn_cb cb);
+static inline int engine_dn_key_head(const engine_dn_io *io, int h) {
+    return io->grouped ? h / (io->hv / io->hk) : h % io->hk;
+}
+
 /* Matrix-input inspection (off by default, no cost when off): when set, engine_eval calls cb
  * before each weight matrix of a layer (and the output head) is applied, with the weight's GGUF
  * tensor name, the n rows of `cols` floats it multiplies (x, valid during the call only) and, for

@@ -303,7 +303,7 @@ int genreq_reasoning_tokens(const genreq *g, const sched_output *o) {
     int32_t *ids = malloc((size_t)(n > 0 ? n : 1) * sizeof(*ids));
     if (!ids) return 0;
     for (int i = 0; i < n; i++) ids[i] = o->pieces[i].id;
-    int count = reasoning_count_tokens(ids, n, g->oreq.open_reasoning, special_bytes, (void *)g->env.tok);
+    int count = reasoning_count_tokens(ids, n, g->oreq.open_reasoning, g->oreq.think_to_call, special_bytes, (void *)g->env.tok);
     free(ids);
     return count;
 }
