@@ -136,7 +136,7 @@ typedef struct enc_pass {
     float *gate;                           /* (T, F) a gated FFN's gate, or empty */
     float *xn;                             /* (T, E) a pre-norm layer's normalised input (RMSNorm families) */
     float *fused;                          /* (T, Q + 2 KV) a fused projection's output, or empty */
-    float *scores;                         /* (n_threads, max input length) */
+    float *scores;                         /* (n_threads, enc_attend_floats) attention's scratch */
     float *pool_scratch;                   /* (embed_scratch_floats) embed_pool's */
     int max_len;
     void *mm_scratch;
@@ -216,32 +216,44 @@ static void enc_embed(enc_pass *p) {
 }
 
 
-/* Attention of input i, head h: each query row against the input's keys, softmax, values. */
+/* Attention of input i, head h, as two matrix products per block of ENC_QB queries: scores S =
+ * Q K^T (the keys transposed once per task into the worker's scratch), each row's softmax (a local
+ * layer's symmetric window masked first), then att = S V. */
+#define ENC_QB 96 /* queries per block: S is (ENC_QB, len), in L2 */
+
+static int enc_len_pad(int len) { return (len + 15) & ~15; }
+
+/* floats of enc_attend_task's scratch per worker, for inputs of up to max_len tokens */
+static size_t enc_attend_floats(const model *m, int max_len) {
+    return (size_t)(m->info.head_dim + ENC_QB) * (size_t)enc_len_pad(max_len);
+}
+
 static void enc_attend_task(void *ctx, int item, int worker) {
     enc_pass *p = ctx;
     const model_info *mi = &p->m->info;
     int H = mi->n_head, hd = mi->head_dim, Q = p->m->q_dim, KV = p->m->kv_dim;
     int i = item / H, h = item % H, kh = h / (H / mi->n_head_kv);
-    int s = p->start[i], len = p->in[i].n_tokens;
-    float *sc = p->scores + (size_t)worker * p->max_len;
+    int s = p->start[i], len = p->in[i].n_tokens, lp = enc_len_pad(len);
+    float *kt = p->scores + (size_t)worker * enc_attend_floats(p->m, p->max_len); /* (hd, lp) K^T */
+    float *S = kt + (size_t)hd * lp;                                                  /* (ENC_QB, lp) */
     const float *K = p->k + (size_t)s * KV + (size_t)kh * hd, *V = p->v + (size_t)s * KV + (size_t)kh * hd;
     int half = p->m->layers[p->layer].window / 2; /* a local layer's symmetric window: |t - j| <= half */
-    for (int t = s; t < s + len; t++) {
-        engine_attn_cb cb = p->attn_cb;
-        if (cb && p->attn_want && !p->attn_want(p->attn_user, p->first_entry + t, p->layer, h)) cb = NULL;
-        quant_dot_rows(sc, p->q + (size_t)t * Q + (size_t)h * hd, K, KV, len, hd, p->m->attn_scale);
-        for (int j = 0; half && j < len; j++)
-            if (abs(s + j - t) > half) sc[j] = -INFINITY;
-        float mx = -INFINITY;
-        for (int j = 0; j < len; j++) mx = sc[j] > mx ? sc[j] : mx;
-        double sum = 0;
-        for (int j = 0; j < len; j++) sum += sc[j] = sc[j] == -INFINITY ? 0.0f : expf(sc[j] - mx);
-        float inv = (float)(1.0 / sum);
-        for (int j = 0; j < len; j++) sc[j] *= inv;
-        float *o = p->att + (size_t)t * Q + (size_t)h * hd;
-        memset(o, 0, sizeof(float) * (size_t)hd);
-        quant_axpy_rows(o, sc, V, KV, len, hd);
-        if (cb) cb(p->attn_user, p->first_entry + t, p->layer, h, sc, len);
+    for (int j = 0; j < len; j++)
+        for (int c = 0; c < hd; c++) kt[(size_t)c * lp + j] = K[(size_t)j * KV + c];
+    for (int q0 = 0; q0 < len; q0 += ENC_QB) {
+        int nq = len - q0 < ENC_QB ? len - q0 : ENC_QB;
+        quant_gemm_f32(S, lp, p->q + (size_t)(s + q0) * Q + (size_t)h * hd, Q, kt, lp, nq, len, hd, false);
+        for (int r = 0; r < nq; r++) {
+            float *sc = S + (size_t)r * lp;
+            for (int j = 0; half && j < len; j++)
+                if (abs(j - (q0 + r)) > half) sc[j] = -INFINITY;
+            quant_softmax(sc, len, p->m->attn_scale);
+            int t = s + q0 + r;
+            engine_attn_cb cb = p->attn_cb;
+            if (cb && (!p->attn_want || p->attn_want(p->attn_user, p->first_entry + t, p->layer, h)))
+                cb(p->attn_user, p->first_entry + t, p->layer, h, sc, len);
+        }
+        quant_gemm_f32(p->att + (size_t)(s + q0) * Q + (size_t)h * hd, Q, S, lp, V, KV, nq, hd, len, false);
     }
 }
 
@@ -298,11 +310,13 @@ static void act_task(void *ctx, int c, int worker) {
            i1 = i0 + ACT_CHUNK < n ? i0 + ACT_CHUNK : n;
     float *u = p->up;
     const float *g = p->gate;
-    if (!p->act_gated)
-        for (size_t i = i0; i < i1; i++) u[i] = embed_gelu(u[i]);
-    else if (p->m->ffn_act == ACT_GELU_TANH) /* GeGLU */
-        for (size_t i = i0; i < i1; i++) u[i] *= embed_gelu(g[i]);
-    else
+    if (!p->act_gated) {
+        quant_gelu(u + i0, u + i0, (int64_t)(i1 - i0));
+    } else if (p->m->ffn_act == ACT_GELU_TANH) { /* GeGLU: the gate's GELU in place, then times up */
+        float *gg = p->gate;
+        quant_gelu(gg + i0, gg + i0, (int64_t)(i1 - i0));
+        for (size_t i = i0; i < i1; i++) u[i] *= gg[i];
+    } else
         for (size_t i = i0; i < i1; i++) u[i] *= g[i] / (1.0f + expf(-g[i]));
 }
 
@@ -397,8 +411,8 @@ static attnd_status enc_alloc(enc_pass *p, int T, int n_in, attnd_err *err) {
     size_t E = (size_t)m->info.n_embd, Q = (size_t)m->q_dim, KV = (size_t)m->kv_dim, F = (size_t)m->info.n_ff;
     size_t G = m->arch->fused_gate_up ? 2 * F : m->layers[0].w_gate.data ? F : 0; /* fused: (T, 2F) first */
     size_t W = m->arch->fused_qkv ? Q + 2 * KV : 0;
-    size_t floats = (size_t)T * (3 * E + 2 * Q + 2 * KV + F + G + W) + (size_t)p->n_threads * (size_t)p->max_len +
-                    embed_scratch_floats(m);
+    size_t att = (size_t)p->n_threads * enc_attend_floats(m, p->max_len);
+    size_t floats = (size_t)T * (3 * E + 2 * Q + 2 * KV + F + G + W) + att + embed_scratch_floats(m);
     size_t scratch = enc_scratch_bytes(m, T);
     char *mem = malloc(sizeof(float) * floats + scratch + sizeof(int) * (size_t)(n_in + 1) + 64);
     if (!mem) return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory for an encoder pass of %d tokens", T);
@@ -413,7 +427,7 @@ static attnd_status enc_alloc(enc_pass *p, int T, int n_in, attnd_err *err) {
     p->up = f, f += (size_t)T * F;
     p->gate = f, f += (size_t)T * G;
     p->fused = f, f += (size_t)T * W;
-    p->scores = f, f += (size_t)p->n_threads * (size_t)p->max_len;
+    p->scores = f, f += att;
     p->pool_scratch = f, f += embed_scratch_floats(m);
     p->start = (int *)f;
     p->mm_scratch = (char *)(p->start + n_in + 1) + (64 - ((uintptr_t)(p->start + n_in + 1) % 64)) % 64;
