@@ -161,19 +161,45 @@ typedef struct norm_job {
 #define ROW_CHUNK 8
 #define ROWWISE_PAR_MIN 16384L /* elements below which one thread does it (as engine.c) */
 
+/* sum of x[0..n) and of (x[i] - mean)^2: eight float chains (independent, so they pipeline and
+ * vectorise) added in double at the end, as ggml sums vectors of floats into a double. */
+static double row_sum(const float *x, int n) {
+    float a[8] = {0};
+    int i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int k = 0; k < 8; k++) a[k] += x[i + k];
+    double s = 0;
+    for (int k = 0; k < 8; k++) s += a[k];
+    for (; i < n; i++) s += x[i];
+    return s;
+}
+
+static double row_sq_dev(const float *x, int n, float mean) {
+    float a[8] = {0};
+    int i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int k = 0; k < 8; k++) a[k] += (x[i + k] - mean) * (x[i + k] - mean);
+    double s = 0;
+    for (int k = 0; k < 8; k++) s += a[k];
+    for (; i < n; i++) s += (double)(x[i] - mean) * (x[i] - mean);
+    return s;
+}
+
 static void norm_task(void *ctx, int c, int worker) {
     (void)worker;
     const norm_job *j = ctx;
     for (int t = c * ROW_CHUNK; t < j->n && t < (c + 1) * ROW_CHUNK; t++) {
         const float *r = j->x + (size_t)t * j->dim;
         float *o = j->out + (size_t)t * j->dim;
-        double mean = 0, var = 0;
-        for (int i = 0; j->layer && i < j->dim; i++) mean += r[i];
-        mean /= j->dim;
-        for (int i = 0; i < j->dim; i++) var += (r[i] - mean) * (r[i] - mean);
+        float mean = j->layer ? (float)(row_sum(r, j->dim) / j->dim) : 0.0f;
+        double var = row_sq_dev(r, j->dim, mean);
         float sc = (float)(1.0 / sqrt(var / j->dim + j->eps));
-        for (int i = 0; i < j->dim; i++)
-            o[i] = j->layer ? (float)(r[i] - mean) * sc * j->w[i] + (j->b ? j->b[i] : 0) : r[i] * sc * j->w[i];
+        if (!j->layer)
+            for (int i = 0; i < j->dim; i++) o[i] = r[i] * sc * j->w[i];
+        else if (j->b)
+            for (int i = 0; i < j->dim; i++) o[i] = (r[i] - mean) * sc * j->w[i] + j->b[i];
+        else
+            for (int i = 0; i < j->dim; i++) o[i] = (r[i] - mean) * sc * j->w[i];
     }
 }
 
@@ -191,6 +217,30 @@ static void add_bias_rows(float *x, const float *b, int n, int dim) {
 static void enc_matmul(const enc_pass *p, float *out, const weight *w, const float *x, const float *b) {
     quant_matmul_packed(out, w->data, w->packed, w->type, w->rows, w->cols, x, p->T, p->mm_scratch, p->n_threads);
     add_bias_rows(out, b, p->T, (int)w->rows);
+}
+
+/* x (T, E) += W in (+ b), through tmp (T, E): one pass over x for the bias and the residual. */
+static void enc_matmul_add(const enc_pass *p, float *x, const weight *w, const float *in, const float *b) {
+    quant_matmul_packed(p->tmp, w->data, w->packed, w->type, w->rows, w->cols, in, p->T, p->mm_scratch, p->n_threads);
+    size_t E = (size_t)w->rows;
+    for (size_t t = 0; t < (size_t)p->T; t++) {
+        float *xr = x + t * E;
+        const float *yr = p->tmp + t * E;
+        if (b)
+            for (size_t i = 0; i < E; i++) xr[i] += yr[i] + b[i];
+        else
+            for (size_t i = 0; i < E; i++) xr[i] += yr[i];
+    }
+}
+
+/* Several weights against the same input (q, k, v; gate, up): one rounding of the activations
+ * and one parallel region (quant_matmul_many), then each one's bias. */
+static void enc_matmul3(const enc_pass *p, float *const out[], const weight *const w[], const float *const b[], int n,
+                        const float *x) {
+    quant_mm mm[3];
+    for (int i = 0; i < n; i++) mm[i] = (quant_mm){out[i], w[i]->data, w[i]->packed, w[i]->type, w[i]->rows};
+    quant_matmul_many(mm, n, w[0]->cols, x, p->T, p->mm_scratch, p->n_threads);
+    for (int i = 0; i < n; i++) add_bias_rows(out[i], b[i], p->T, (int)w[i]->rows);
 }
 
 /* embed: x = tok + type + pos rows, LayerNorm'd. */
@@ -273,9 +323,8 @@ static void enc_qkv(enc_pass *p, const layer_weights *L, const float *in) {
             memcpy(p->v + (size_t)t * KV, r + Q + KV, sizeof(float) * (size_t)KV);
         }
     } else {
-        enc_matmul(p, p->q, &L->wq, in, L->bq);
-        enc_matmul(p, p->k, &L->wk, in, L->bk);
-        enc_matmul(p, p->v, &L->wv, in, L->bv);
+        enc_matmul3(p, (float *const[]){p->q, p->k, p->v}, (const weight *const[]){&L->wq, &L->wk, &L->wv},
+                    (const float *const[]){L->bq, L->bk, L->bv}, 3, in);
     }
     if (L->q_norm)
         norm_rows(p->n_threads, p->q, p->q, L->q_norm, NULL, p->T * mi->n_head, mi->head_dim, mi->rms_eps, false);
@@ -335,14 +384,15 @@ static void enc_layer(enc_pass *p, int l) {
     enc_qkv(p, L, p->x);
     p->layer = l; /* with an inspection hook, serially on this thread (worker 0) */
     threads_run(p->attn_cb ? 1 : p->n_threads, p->n * m->info.n_head, enc_attend_task, p);
-    enc_matmul(p, p->tmp, &L->wo, p->att, L->bo);
-    for (size_t i = 0; i < (size_t)T * E; i++) p->x[i] += p->tmp[i];
+    enc_matmul_add(p, p->x, &L->wo, p->att, L->bo);
     norm_rows(p->n_threads, p->x, p->x, L->attn_norm, L->attn_norm_b, T, E, eps, true);
-    enc_matmul(p, p->up, &L->w_up, p->x, L->b_up);
-    if (L->w_gate.data) enc_matmul(p, p->gate, &L->w_gate, p->x, NULL);
+    if (L->w_gate.data)
+        enc_matmul3(p, (float *const[]){p->up, p->gate}, (const weight *const[]){&L->w_up, &L->w_gate},
+                    (const float *const[]){L->b_up, NULL}, 2, p->x);
+    else
+        enc_matmul(p, p->up, &L->w_up, p->x, L->b_up);
     enc_act(p, L);
-    enc_matmul(p, p->tmp, &L->w_down, p->up, L->b_down);
-    for (size_t i = 0; i < (size_t)T * E; i++) p->x[i] += p->tmp[i];
+    enc_matmul_add(p, p->x, &L->w_down, p->up, L->b_down);
     norm_rows(p->n_threads, p->x, p->x, L->ffn_norm, L->ffn_norm_b, T, E, eps, true);
 }
 
@@ -352,8 +402,8 @@ static void enc_layer(enc_pass *p, int l) {
 static void enc_gate_up(enc_pass *p, const layer_weights *L, const float *in) {
     size_t F = (size_t)p->m->info.n_ff;
     if (L->w_gate.data) {
-        enc_matmul(p, p->up, &L->w_up, in, NULL);
-        enc_matmul(p, p->gate, &L->w_gate, in, NULL);
+        enc_matmul3(p, (float *const[]){p->up, p->gate}, (const weight *const[]){&L->w_up, &L->w_gate},
+                    (const float *const[]){NULL, NULL}, 2, in);
         return;
     }
     enc_matmul(p, p->gate, &L->w_up, in, NULL);

@@ -38,7 +38,9 @@ size_t quant_scratch_bytes(uint32_t wtype, int n_tok, int64_t n_cols);
  * exception: with AVX-512, quantized weights go through 16-row x 8-token register tiles from 4
  * tokens on (prefill, batched decode) and through row-at-a-time kernels below (decode), which add
  * the per-block terms in different float orders; there the two agree within rounding (each is
- * bit-identical for any batch size on its side of the switch). Reentrant: calls
+ * bit-identical for any batch size on its side of the switch); and likewise, on AVX2 and AVX-512,
+ * F16 and BF16 weights from 16 tokens go through a register-blocked float GEMM (quant_gemm_f32's
+ * order: one fused chain per output) and below through dot-product tiles. Reentrant: calls
  * may run concurrently, each with its own scratch. Bad sizes or types are bugs (ATTND_ASSERT).
  */
 void quant_matmul(float *out, const void *w, uint32_t wtype, int64_t n_rows, int64_t n_cols, const float *x,
