@@ -6,7 +6,7 @@
  * line with --rank runs POOL_RANK on 100 pairs of 49..289 tokens when the file has a head.
  * A benchmark, not a test: it prints numbers, asserts nothing.
  *
- *   tools/bench/build.sh && build/bench_embed MODEL [threads (2)] [inputs (64)] [rounds (3)]
+ *   tools/bench/build.sh && build/bench_embed MODEL [threads (2)] [inputs (64)] [rounds (3)] [--rank]
  */
 #include <stdio.h>
 #include <stdlib.h>
