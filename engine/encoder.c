@@ -209,9 +209,24 @@ static void norm_rows(int nth, float *out, const float *x, const float *w, const
     threads_run((long)n * dim >= ROWWISE_PAR_MIN ? nth : 1, (n + ROW_CHUNK - 1) / ROW_CHUNK, norm_task, &j);
 }
 
+/* x[i] += y[i] (+ b[i]) for i < n: blocks of 8 with a fixed inner count, which the compiler turns
+ * into vector adds at -O2 (a loop of unknown count it leaves scalar). */
+static void add_rows(float *restrict x, const float *restrict y, const float *restrict b, size_t n) {
+    size_t i = 0;
+    if (y && b)
+        for (; i + 8 <= n; i += 8)
+            for (int k = 0; k < 8; k++) x[i + k] += y[i + k] + b[i + k];
+    else if (y)
+        for (; i + 8 <= n; i += 8)
+            for (int k = 0; k < 8; k++) x[i + k] += y[i + k];
+    else
+        for (; i + 8 <= n; i += 8)
+            for (int k = 0; k < 8; k++) x[i + k] += b[i + k];
+    for (; i < n; i++) x[i] += (y ? y[i] : 0.0f) + (b ? b[i] : 0.0f);
+}
+
 static void add_bias_rows(float *x, const float *b, int n, int dim) {
-    for (int t = 0; b && t < n; t++)
-        for (int i = 0; i < dim; i++) x[(size_t)t * dim + i] += b[i];
+    for (int t = 0; b && t < n; t++) add_rows(x + (size_t)t * dim, NULL, b, (size_t)dim);
 }
 
 static void enc_matmul(const enc_pass *p, float *out, const weight *w, const float *x, const float *b) {
@@ -223,21 +238,14 @@ static void enc_matmul(const enc_pass *p, float *out, const weight *w, const flo
 static void enc_matmul_add(const enc_pass *p, float *x, const weight *w, const float *in, const float *b) {
     quant_matmul_packed(p->tmp, w->data, w->packed, w->type, w->rows, w->cols, in, p->T, p->mm_scratch, p->n_threads);
     size_t E = (size_t)w->rows;
-    for (size_t t = 0; t < (size_t)p->T; t++) {
-        float *xr = x + t * E;
-        const float *yr = p->tmp + t * E;
-        if (b)
-            for (size_t i = 0; i < E; i++) xr[i] += yr[i] + b[i];
-        else
-            for (size_t i = 0; i < E; i++) xr[i] += yr[i];
-    }
+    for (size_t t = 0; t < (size_t)p->T; t++) add_rows(x + t * E, p->tmp + t * E, b, E);
 }
 
 /* Several weights against the same input (q, k, v; gate, up): one rounding of the activations
  * and one parallel region (quant_matmul_many), then each one's bias. */
 static void enc_matmul3(const enc_pass *p, float *const out[], const weight *const w[], const float *const b[], int n,
                         const float *x) {
-    quant_mm mm[3];
+    quant_mm mm[3] = {{0}};
     for (int i = 0; i < n; i++) mm[i] = (quant_mm){out[i], w[i]->data, w[i]->packed, w[i]->type, w[i]->rows};
     quant_matmul_many(mm, n, w[0]->cols, x, p->T, p->mm_scratch, p->n_threads);
     for (int i = 0; i < n; i++) add_bias_rows(out[i], b[i], p->T, (int)w[i]->rows);
