@@ -26,6 +26,10 @@ static const tok_pre_kind KINDS[] = {
     {"llama3", {TOK_PRE_LLAMA3}, true, false},
     {"llama-v3", {TOK_PRE_LLAMA3}, true, false},
     {"falcon3", {TOK_PRE_LLAMA3}, true, false},
+    /* GLM-4 / 4.5 / 4.7 (llama.cpp's CHATGLM4): Llama 3's regex, but merges as usual and no BOS of
+     * their own (the file's bos_token_id is [gMASK]; their templates write "[gMASK]<sop>") */
+    {"glm4", {TOK_PRE_LLAMA3}, false, false},
+    {"chatglm-bpe", {TOK_PRE_LLAMA3}, false, false},
     /* HF's Qwen2/2.5/3 tokenizers normalise to NFC before splitting. */
     {"qwen2", {TOK_PRE_QWEN2}, false, true},
     {"deepseek-r1-qwen", {TOK_PRE_QWEN2}, false, true},

@@ -2,7 +2,9 @@
 # directory of two tiny models and a broken file, routing by `model` on the OpenAI, Anthropic and
 # Ollama APIs, loading on first use, models_max_loaded unloading the least recently used one,
 # POST /models/load and /models/unload (refused while a request uses the model), the broken file
-# answered with its name while the others keep serving; then [model.NAME] presets under a
+# answered with its name while the others keep serving; /props, /slots, /apply-template,
+# /v1/attention, /v1/heads, count_tokens and the sessions API by model (409 for another model's
+# session); then [model.NAME] presets under a
 # models_memory_mb budget; and a one-model server still taking any `model`.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -66,10 +68,55 @@ check_status 404 "/api/show of an unknown model" "$base/api/show" -d '{"name": "
 check "/tokenize with a model tokenizes with it" grep -q '^{"tokens":\[[0-9]' <<<"$(curl -s "$base/tokenize" -d '{"model": "alpha", "content": "Hi"}')"
 check "/detokenize with a model" test "$(curl -s "$base/detokenize" -d '{"model": "alpha", "tokens": []}')" = '{"content":""}'
 check_status 400 "/tokenize without a model on a server of several" "$base/tokenize" -d '{"content": "Hi"}'
-check_status 501 "a one-model endpoint (/props) says it is not for several models" "$base/props"
 check "/health reports each model's state" grep -q '"models":{"alpha":"loaded","beta":"unloaded","broken":"failed"}' <<<"$(curl -sf "$base/health")"
 
+# ---- the inspection and session endpoints route by model too (?model= on GET and DELETE) ----
+props=$(curl -s "$base/props?model=beta")
+check "/props of beta, not loaded: its state, without loading it (${props:0:60})" \
+    bash -c 'grep -q "\"model_alias\":\"beta\"" <<<"$1" && grep -q "\"status\":{\"value\":\"unloaded\"}" <<<"$1" &&
+             grep -q "\"is_sleeping\":true" <<<"$1"' _ "$props"
+check "/slots of beta, not loaded: none" test "$(curl -s "$base/slots?model=beta")" = '[]'
+check "... and beta stays unloaded" test "$(state beta)" = unloaded
+props=$(curl -s "$base/props?model=alpha")
+check "/props of alpha, loaded: its context and template" \
+    bash -c 'grep -q "\"n_ctx\":512" <<<"$1" && grep -q "\"model_alias\":\"alpha\"" <<<"$1" && grep -q "\"chat_template_source\"" <<<"$1"' _ "$props"
+check "/slots of alpha: its sequences (none now)" test "$(curl -s "$base/slots?model=alpha")" = '[]'
+check_status 404 "/props of an unknown model" "$base/props?model=gamma"
+check "... listing the names" grep -q "model 'gamma' not found; available: alpha, beta, broken" <<<"$(curl -s "$base/slots?model=gamma")"
+check_status 400 "/props without a model on a server of several" "$base/props"
+hi='"messages": [{"role": "user", "content": "Hi"}]'
+check "/apply-template renders alpha's template" grep -q '"prompt":".*Hi' <<<"$(curl -s "$base/apply-template" -d "{\"model\": \"alpha\", $hi}")"
+check_status 404 "/apply-template of an unknown model" "$base/apply-template" -d "{\"model\": \"gamma\", $hi}"
+check "/v1/messages/count_tokens on alpha" grep -q '"input_tokens":[1-9]' \
+    <<<"$(curl -s "$base/v1/messages/count_tokens" -d "{\"model\": \"alpha\", $hi}")"
+check_status 404 "/v1/messages/count_tokens of an unknown model" "$base/v1/messages/count_tokens" -d "{\"model\": \"gamma\", $hi}"
+att=$(curl -s "$base/v1/attention" -d '{"model": "alpha", "prompt": "Once upon", "layers": [0], "heads": [0]}')
+check "/v1/attention on alpha answers as alpha (${att:0:60})" grep -q '"model":"alpha"' <<<"$att"
+check_status 404 "/v1/attention of an unknown model" "$base/v1/attention" -d '{"model": "gamma", "prompt": "Once"}'
+check "/v1/heads?model=alpha: alpha's head roles" grep -q '"object":"heads","model":"alpha"' <<<"$(curl -s "$base/v1/heads?model=alpha")"
+check_status 404 "/v1/heads of an unknown model" "$base/v1/heads?model=gamma"
+check "POST /v1/sessions on alpha" grep -q '"id":"talk-a"' <<<"$(curl -s "$base/v1/sessions" -d '{"model": "alpha", "id": "talk-a"}')"
+check "GET /v1/sessions?model=alpha lists it" grep -q '"id":"talk-a"' <<<"$(curl -s "$base/v1/sessions?model=alpha")"
+check_status 200 "GET /v1/sessions/talk-a?model=alpha" "$base/v1/sessions/talk-a?model=alpha"
+check_status 404 "sessions of an unknown model" "$base/v1/sessions?model=gamma"
+check "beta's list does not hold alpha's session" bash -c '! grep -q talk-a <<<"$1"' _ "$(curl -s "$base/v1/sessions?model=beta")"
+# beta is loaded now and alpha unloaded (models_max_loaded 1): alpha's session is found in its files
+check_status 409 "alpha's session named with beta is a 409" "$base/v1/sessions/talk-a?model=beta"
+check "... naming alpha" grep -q "belongs to model 'alpha', not 'beta'" <<<"$(curl -s "$base/v1/sessions/talk-a?model=beta")"
+check_status 409 "... to DELETE" -X DELETE "$base/v1/sessions/talk-a?model=beta"
+check_status 409 "... to fork" "$base/v1/sessions/talk-a/fork" -d '{"model": "beta"}'
+check_status 409 "... as a new session's id on beta" "$base/v1/sessions" -d '{"model": "beta", "id": "talk-a"}'
+check_status 409 "... as the session_id of a completion on beta" "$base/v1/completions" \
+    -d '{"model": "beta", "prompt": "Hi", "max_tokens": 1, "session_id": "talk-a"}'
+check_status 404 "a session no model has is a 404" "$base/v1/sessions/nobody?model=beta"
+check "a fork on alpha, loaded again for it" grep -q '"forked_from":"talk-a"' \
+    <<<"$(curl -s "$base/v1/sessions/talk-a/fork" -d '{"model": "alpha", "id": "talk-b"}')"
+check_status 409 "the fork is alpha's too" "$base/v1/sessions/talk-b?model=beta"
+check_status 200 "DELETE /v1/sessions/talk-a?model=alpha" -X DELETE "$base/v1/sessions/talk-a?model=alpha"
+check_status 404 "... gone" "$base/v1/sessions/talk-a?model=alpha"
+
 # ---- explicit load and unload; never under a running request ----
+check "alpha loaded, beta unloaded, as before" test "$(state alpha)/$(state beta)" = loaded/unloaded
 check_status 200 "POST /models/unload alpha" "$base/models/unload" -d '{"model": "alpha"}'
 check "alpha is unloaded" test "$(state alpha)" = unloaded
 check_status 400 "unloading it again: it is not loaded" "$base/models/unload" -d '{"model": "alpha"}'
@@ -122,6 +169,13 @@ check_status 409 "a turn naming another model than its chain's is a 409" "$base/
 check "... saying whose it is" grep -q "belongs to model 'alpha'" <<<"$(curl -s "$base/v1/responses" \
     -d "{\"model\": \"beta\", \"input\": \"More\", \"previous_response_id\": \"$id\", \"max_output_tokens\": 2}")"
 check "... on the same session, which grew" test "$(stat -c %s "$TMP/state/models/alpha/$id.session.json")" -gt "$size1"
+id2=$(grep -o '"id":"resp_[0-9a-f]*"' <<<"$r2" | head -1 | cut -d'"' -f4)
+check_status 200 "deleting the chain's first response" -X DELETE "$base/v1/responses/$id"
+check "... keeps the session its second response still uses" test -f "$TMP/state/models/alpha/$id.session.json"
+check_status 200 "beta unloads alpha for a turn (one model at a time)" "$base/v1/chat/completions" \
+    -d '{"model": "beta", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 1}'
+check_status 200 "deleting the chain's last response while alpha is unloaded" -X DELETE "$base/v1/responses/$id2"
+check "... deletes the chain's session in alpha's store" test ! -e "$TMP/state/models/alpha/$id.session.json"
 stop_server s || bad "SIGTERM"
 
 # ---- presets under a memory budget ----
@@ -146,6 +200,9 @@ chat two >/dev/null
 check "two models fit the budget" test "$(state one)/$(state two)" = loaded/loaded
 chat three >/dev/null
 check "the third unloads the least recently used (one)" test "$(state one)/$(state two)/$(state three)" = unloaded/loaded/loaded
+check "a session on two" grep -q '"id":"s2"' <<<"$(curl -s "$base/v1/sessions" -d '{"model": "two", "id": "s2"}')"
+check_status 409 "three, loaded beside two, answers 409 for two's session (no state_dir: found in two's memory)" \
+    "$base/v1/sessions/s2?model=three"
 shared() { curl -sf "$base/metrics" | grep "^attnd_model_steps_shared_total{model=\"$1\"}" | cut -d' ' -f2; }
 check "one model working alone runs on all the threads (no step shared)" test "$(shared two)/$(shared three)" = 0/0
 long() { curl -s "$base/v1/completions" -d "{\"model\": \"$1\", \"prompt\": \"Once\", \"max_tokens\": 240, \"n\": 2, \"ignore_eos\": true}" >/dev/null; }

@@ -90,8 +90,8 @@ static inline const char *test_model_path(const char *name, char *buf, size_t ca
     test_model_base_path(base, src, sizeof src);
     /* a variant made before its source or the quantizer last changed (a new default model, a new
      * rule in quantize.c) is made again */
-    static const char *const makers[] = {"engine/kernels/quantize.c", "engine/kernels/quant_format.c",
-                                         "engine/gguf_writer.c", NULL};
+    static const char *const makers[] = {"engine/kernels/quantize.c", "engine/kernels/quantize_iq.c",
+                                         "engine/kernels/quant_format.c", "engine/gguf_writer.c", NULL};
     if (!test_model_stale(buf, src, makers)) return buf;
     /* made under a private name and renamed into place: two tests running at once (ctest -j)
      * never read each other's half-written file */

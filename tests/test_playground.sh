@@ -2,7 +2,8 @@
 # test_playground.sh — the web playground at GET / in headless Chromium (Debian's `chromium`,
 # driven by `puppeteer-core`, installed once into the build directory as test_openai_client.sh
 # installs `openai`): load, generate, the heatmap drawn, pickers, hover, chat, the API-key
-# prompt, an encoder's rows both ways (make_tiny's bert); no console errors and no request leaving
+# prompt, an encoder's rows both ways (make_tiny's bert), the model picker of a server of two
+# models; no console errors and no request leaving
 # the machine (tests/js/playground.mjs).
 # The screenshots (after a generation, and a 200-token map) are written to the build directory;
 # ATTND_UPDATE_SCREENSHOTS=1 also copies them to docs/, the only way the pictures there are made.
@@ -26,8 +27,10 @@ start_server srv --model "$MODEL" --threads 2
 start_server keyed --model "$MODEL" --threads 1 --api-key page-s3cret
 "$build/make_tiny" "$TMP/bert.gguf" bert || fail "make_tiny bert"
 start_server enc --model "$TMP/bert.gguf" --threads 1
+mkdir -p "$TMP/models" && ln -s "$MODEL" "$TMP/models/sotu-a.gguf" && ln -s "$MODEL" "$TMP/models/sotu-b.gguf"
+start_server multi --models-dir "$TMP/models" --no-models-cache --threads 1 --kv-budget-mb 16
 node "$here/js/playground.mjs" "$dir/node_modules" "$CHROMIUM" "http://127.0.0.1:$srv_PORT" "$build/playground.png" \
-    "http://127.0.0.1:$keyed_PORT" page-s3cret "http://127.0.0.1:$enc_PORT"
+    "http://127.0.0.1:$keyed_PORT" page-s3cret "http://127.0.0.1:$enc_PORT" "http://127.0.0.1:$multi_PORT"
 rc=$?
 docs=$here/../docs
 if [ $rc -eq 0 ] && [ "${ATTND_UPDATE_SCREENSHOTS:-0}" = 1 ]; then
@@ -61,4 +64,5 @@ fi
 stop_server srv || rc=1
 stop_server keyed || rc=1
 stop_server enc || rc=1
+stop_server multi || rc=1
 exit $rc

@@ -139,7 +139,7 @@ static uint32_t qwen_type(quantize_target t, const char *tensor, int layer) {
     uint64_t ne[2] = {strstr(tensor, "ffn_down") ? 4864 : 896, 128};
     if (layer >= 0) snprintf(name, sizeof name, "blk.%d.%s.weight", layer, tensor);
     else snprintf(name, sizeof name, "%s.weight", tensor);
-    quantize_model m = {24, false, 7, 1};
+    quantize_model m = {24, false, 7, 1, false};
     return quantize_tensor_type_for(t, name, 2, ne, GGUF_TYPE_BF16, &m);
 }
 
@@ -184,13 +184,13 @@ Test(quantize, mixes_on_a_896_wide_model_make_llama_cpp_choices_and_fallbacks) {
     for (size_t i = 0; i < ATTND_ARRAY_LEN(mixes); i++)
         cr_expect_eq(qwen_type(mixes[i], "token_embd", -1), GGUF_TYPE_Q8_0, "%s", quantize_target_name(mixes[i]));
     /* an untied head on 1024-wide rows is Q6_K; its embedding keeps the mix's type */
-    quantize_model m = {16, true, 4, 1};
+    quantize_model m = {16, true, 4, 1, false};
     uint64_t ne[2] = {1024, 100};
     cr_expect_eq(quantize_tensor_type_for(QUANTIZE_Q5_0, "output.weight", 2, ne, GGUF_TYPE_F16, &m), GGUF_TYPE_Q6_K);
     cr_expect_eq(quantize_tensor_type_for(QUANTIZE_Q5_0, "token_embd.weight", 2, ne, GGUF_TYPE_F16, &m), GGUF_TYPE_Q5_0);
     cr_expect_eq(quantize_tensor_type_for(QUANTIZE_Q2_K, "token_embd.weight", 2, ne, GGUF_TYPE_F16, &m), GGUF_TYPE_Q2_K);
     /* eight experts: attn_v and attn_k Q8_0; the router is never quantized */
-    quantize_model moe = {16, true, 4, 8};
+    quantize_model moe = {16, true, 4, 8, false};
     cr_expect_eq(quantize_tensor_type_for(QUANTIZE_Q4_K_M, "blk.3.attn_v.weight", 2, ne, GGUF_TYPE_F16, &moe), GGUF_TYPE_Q8_0);
     cr_expect_eq(quantize_tensor_type_for(QUANTIZE_Q4_K_M, "blk.3.attn_k.weight", 2, ne, GGUF_TYPE_F16, &moe), GGUF_TYPE_Q8_0);
     cr_expect_eq(quantize_tensor_type_for(QUANTIZE_Q4_K_M, "blk.3.ffn_gate_inp.weight", 2, ne, GGUF_TYPE_F32, &moe),

@@ -13,6 +13,7 @@
 #include "attnd/gguf.h"
 #include "attnd/tokenizer.h"
 #include "chat.h"
+#include "gguf_builder.h"
 
 static const chat_msg CONVO[] = {
     {"system", "Be brief."},
@@ -309,6 +310,72 @@ Test(chat, jinja_chatml_encodes_exactly_as_the_builtin_family) {
     }
     chat_template_free(&ct);
     tok_destroy(t);
+}
+
+/* A GLM-4 style vocabulary (gpt2, pre "glm4", [gMASK] named BOS, add_bos_token as given): the
+ * turn markers as control tokens, printable ASCII, byte-level space and newline, "Hi". */
+static tokenizer *glm_vocab(bool add_bos) {
+    static const char *const SPECIALS[] = {"[gMASK]", "<sop>", "<|system|>", "<|user|>", "<|assistant|>", "<think>",
+                                           "</think>"};
+    const char *toks[7 + 94 + 3];
+    int32_t types[7 + 94 + 3];
+    static char chars[94][2];
+    size_t n = 0;
+    for (size_t i = 0; i < 7; i++) toks[n] = SPECIALS[i], types[n++] = 3;
+    for (int c = 0x21; c < 0x7F; c++) chars[c - 0x21][0] = (char)c, toks[n] = chars[c - 0x21], types[n++] = 1;
+    toks[n] = "\xC4\xA0", types[n++] = 1; /* space */
+    toks[n] = "\xC4\x8A", types[n++] = 1; /* newline */
+    toks[n] = "Hi", types[n++] = 1;
+    gbuf kv = {0};
+    gb_kv_str(&kv, "tokenizer.ggml.model", "gpt2");
+    gb_kv_str(&kv, "tokenizer.ggml.pre", "glm4");
+    gb_kv_arr_str(&kv, "tokenizer.ggml.tokens", toks, n);
+    gb_kv_arr_i32(&kv, "tokenizer.ggml.token_type", types, n);
+    gb_kv_arr_str(&kv, "tokenizer.ggml.merges", (const char *const[]){"H i"}, 1);
+    gb_kv_u32(&kv, "tokenizer.ggml.bos_token_id", 0);
+    gb_kv_bool(&kv, "tokenizer.ggml.add_bos_token", add_bos);
+    gbuf g = {0};
+    gb_bytes(&g, "GGUF", 4), gb_u32(&g, 3), gb_u64(&g, 0), gb_u64(&g, kv.n_kv), gb_bytes(&g, kv.p, kv.n);
+    while (g.n % 32) gb_bytes(&g, "", 1);
+    gguf_file *f;
+    tokenizer *t = NULL;
+    attnd_err err;
+    cr_assert_eq(gguf_open_memory(&f, g.p, g.n, &err), ATTND_OK, "%s", err.msg);
+    cr_assert_eq(tok_load(&t, f, &err), ATTND_OK, "%s", err.msg);
+    gguf_close(f);
+    free(kv.p), free(g.p);
+    return t;
+}
+
+/* GLM's prompt opens with "[gMASK]<sop>" once: its templates and the built-in glm family write it,
+ * and a file that also asks for its BOS ([gMASK]) gets no second one, as llama.cpp's chat path
+ * drops a BOS the template wrote. */
+Test(chat, glm_prompts_open_with_one_gmask_sop) {
+    const chat_msg m[] = {{"user", "Hi"}};
+    for (int add = 0; add < 2; add++) {
+        tokenizer *t = glm_vocab(add);
+        int32_t gmask = tok_find(t, "[gMASK]"), sop = tok_find(t, "<sop>");
+        cr_assert_eq(tok_bos(t), gmask);
+        cr_assert_eq(tok_add_bos(t), add == 1);
+        int32_t *ids;
+        size_t n;
+        attnd_err err;
+        cr_assert_eq(chat_encode(t, CHAT_GLM, m, 1, &ids, &n, &err), ATTND_OK, "%s", err.msg);
+        cr_assert_geq(n, 3);
+        cr_expect(ids[0] == gmask && ids[1] == sop, "built-in, add_bos %d: %d %d", add, ids[0], ids[1]);
+        cr_expect_eq(count_id(ids, n, gmask), 1, "built-in, add_bos %d", add);
+        free(ids);
+        chat_template ct;
+        load(&ct, NULL, ATTND_DATA_DIR "/templates/glm4.7_flash.jinja", NULL, t);
+        chat_request rq = {m, 1, NULL, NULL, NULL, true, NULL};
+        cr_assert_eq(chat_template_encode(&ct, t, &rq, &ids, &n, &err), ATTND_OK, "%s", err.msg);
+        cr_assert_geq(n, 3);
+        cr_expect(ids[0] == gmask && ids[1] == sop, "GLM-4.7-Flash's template, add_bos %d: %d %d", add, ids[0], ids[1]);
+        cr_expect_eq(count_id(ids, n, gmask), 1, "GLM-4.7-Flash's template, add_bos %d", add);
+        free(ids);
+        chat_template_free(&ct);
+        tok_destroy(t);
+    }
 }
 
 /* A generation prompt that ends with an open <think> (DeepSeek-R1 style) is seen, but only when

@@ -2,7 +2,10 @@
  * test_server_mreg.c — the model registry (server/runtime/mreg.c) over fake loaders: loading on
  * first use, a failed load kept with its message, the least recently used idle model unloaded
  * for room (count and memory), never a model in use or waited for, explicit unload refused while
- * busy, and a request waiting for a load while someone asks to unload it.
+ * busy, a request waiting for a load while someone asks to unload it, and a hold on a loaded
+ * model that neither loads it nor counts as a use; then the request layer on a server of two
+ * models (stories260K twice): /props, /slots, /apply-template and sessions by `model` or
+ * ?model=, and the 409 for another model's session.
  */
 #include <criterion/criterion.h>
 #include <pthread.h>
@@ -11,6 +14,7 @@
 #include <unistd.h>
 
 #include "mreg.h"
+#include "server_rig.h"
 
 typedef struct fake {
     pthread_mutex_t mu;
@@ -277,6 +281,28 @@ Test(mreg, peeking_at_a_loaded_model_does_not_count_as_a_use) {
     mreg_destroy(reg);
 }
 
+Test(mreg, holding_a_loaded_model_neither_loads_nor_counts_as_a_use) {
+    fake f;
+    mreg *reg = make(&f, 2, 0);
+    mreg_ref ref;
+    cr_assert_not(mreg_hold_loaded(reg, mreg_find(reg, "c"), &ref), "c is not loaded");
+    cr_assert_eq(ref.idx, -1);
+    cr_assert_eq(state_of(reg, "c"), MREG_UNLOADED, "a hold loads nothing");
+    cr_assert_eq(atomic_load(&f.loads), 0);
+    use(&f, reg, "a", 1000);
+    use(&f, reg, "b", 2000);
+    f.clock_ms = 3000;
+    cr_assert(mreg_hold_loaded(reg, mreg_find(reg, "a"), &ref));
+    cr_assert_str_eq(((inst *)ref.inst)->name, "a");
+    attnd_err err;
+    cr_assert_eq(mreg_unload(reg, "a", &err), ATTND_ERR_BUSY, "a held model is in use");
+    mreg_release(reg, &ref);
+    use(&f, reg, "c", 4000); /* a, held and released at 3000, is still the least recently used */
+    cr_assert_eq(state_of(reg, "a"), MREG_UNLOADED);
+    cr_assert_eq(state_of(reg, "b"), MREG_LOADED);
+    mreg_destroy(reg);
+}
+
 typedef struct taker {
     mreg *reg;
     const char *name;
@@ -366,4 +392,62 @@ Test(mreg, the_requests_waiting_for_room_are_bounded) {
         mreg_release(reg, &tb[i].ref);
     }
     mreg_destroy(reg);
+}
+
+// ---- the request layer on a server of two models (server_rig.h: no socket) ------------------
+
+#define STORIES ATTND_DATA_DIR "/models/stories260K.gguf"
+
+/* One request to srv: its status, and its body in *body (caller frees). */
+static int ask(struct server *srv, const char *method, const char *url, const char *json, char **body) {
+    rig_rec c = {0};
+    rig_run(srv, &c, method, url, json);
+    cr_assert_eq(c.replies, 1, "%s %s: one answer", method, url);
+    *body = c.body;
+    return c.status;
+}
+
+static void expect(struct server *srv, const char *method, const char *url, const char *json, int status,
+                   const char *has) {
+    char *body = NULL;
+    int got = ask(srv, method, url, json, &body);
+    cr_expect_eq(got, status, "%s %s: %d, want %d: %.300s", method, url, got, status, body ? body : "");
+    cr_expect(has == NULL || (body && strstr(body, has)), "%s %s: no %s in %.300s", method, url, has, body ? body : "");
+    free(body);
+}
+
+Test(mreg_http, the_endpoints_of_one_model_route_by_model_on_a_server_of_two, .timeout = 60) {
+    char dir[] = "/tmp/attnd-mreg-XXXXXX", a[64], b[64];
+    cr_assert_not_null(mkdtemp(dir));
+    snprintf(a, sizeof(a), "%s/a.gguf", dir);
+    snprintf(b, sizeof(b), "%s/b.gguf", dir);
+    cr_assert_eq(symlink(STORIES, a), 0);
+    cr_assert_eq(symlink(STORIES, b), 0);
+    server_settings cfg;
+    rig_settings(&cfg, NULL, NULL, 1);
+    cfg.models_dir = dir;
+    cfg.models_cache = false;
+    attnd_err err;
+    struct server *srv = rig_start(&cfg, false, &err);
+    cr_assert_not_null(srv, "%s", err.msg);
+    /* read-only GETs of a model not loaded: its state, and it stays unloaded */
+    expect(srv, "GET", "/props?model=b", NULL, 200, "\"status\":{\"value\":\"unloaded\"}");
+    expect(srv, "GET", "/slots?model=b", NULL, 200, "[]");
+    expect(srv, "GET", "/props?model=zz", NULL, 404, "model 'zz' not found; available: a, b");
+    expect(srv, "GET", "/props", NULL, 400, "available: a, b");
+    cr_expect_eq(state_of(srv->models, "b"), MREG_UNLOADED, "/props and /slots load nothing");
+    /* the other parameters of a query do not hide model */
+    expect(srv, "GET", "/v1/sessions?limit=5&model=a&x", NULL, 200, "\"data\":[]");
+    expect(srv, "POST", "/v1/sessions", "{\"model\": \"a\", \"id\": \"s1\"}", 200, "\"id\":\"s1\"");
+    expect(srv, "GET", "/v1/sessions/s1?model=a", NULL, 200, "\"id\":\"s1\"");
+    expect(srv, "GET", "/v1/sessions/s1?model=b", NULL, 409, "belongs to model 'a', not 'b'");
+    expect(srv, "POST", "/v1/completions", "{\"model\": \"b\", \"prompt\": \"Once\", \"max_tokens\": 1, \"session_id\": \"s1\"}",
+           409, "belongs to model 'a'");
+    expect(srv, "POST", "/apply-template", "{\"model\": \"b\", \"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}]}",
+           200, "Hi");
+    expect(srv, "GET", "/props?model=b", NULL, 200, "\"status\":{\"value\":\"loaded\"}");
+    server_destroy(srv);
+    unlink(a);
+    unlink(b);
+    rmdir(dir);
 }

@@ -497,6 +497,7 @@ Test(oai, tool_aware_templates_get_the_tools_and_turns_as_sent) {
         {"llama4_latest", TOOLCALL_FMT_LLAMA, true},  {"mistral_nemo", TOOLCALL_FMT_MISTRAL, false},
         {"granite3.3_2b", TOOLCALL_FMT_GRANITE, true}, {"qwen3.5_4b", TOOLCALL_FMT_QWEN_XML, true},
         {"glm4.7_flash", TOOLCALL_FMT_GLM, true},    {"glm4.6", TOOLCALL_FMT_GLM, true},
+        {"gemma4_31b", TOOLCALL_FMT_GEMMA4, true},
     };
     json_t *meta = load_json_file(ATTND_DATA_DIR "/templates/templates.json");
     json_t *cases = load_json_file(ATTND_DATA_DIR "/templates/cases.json");

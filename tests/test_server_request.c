@@ -736,6 +736,91 @@ Test(coder, a_forced_call_is_written_in_xml_and_parsed_into_json) {
     json_decref(j);
 }
 
+/* Qwen3.5 may open a call inside its unclosed thinking: the <tool_call> ends the reasoning and
+ * the call is read, in chat completions (whole and streamed) and in Responses. The random model is
+ * held to such a reply by a GBNF grammar. */
+#define THINK_TO_CALL_GRAMMAR "\"grammar\": \"root ::= \\\"<think>hm\\\\n<tool_call>\\\\n<function=set>\\\\n<parameter=n>\\\\n3\\\\n</parameter>\\\\n<parameter=ok>\\\\ntrue\\\\n</parameter>\\\\n</function>\\\\n</tool_call>\\\"\""
+
+Test(coder, a_call_inside_unclosed_reasoning_ends_it) {
+    static const char BODY[] = "{\"messages\": [{\"role\": \"user\", \"content\": \"Once\"}], \"temperature\": 0, "
+                               "\"max_tokens\": 200, \"tools\": [{\"type\": \"function\", \"function\": {\"name\": "
+                               "\"set\", \"parameters\": {\"type\": \"object\", \"properties\": {\"n\": {\"type\": "
+                               "\"integer\"}, \"ok\": {\"type\": \"boolean\"}}}}}], " THINK_TO_CALL_GRAMMAR;
+    json_t *choice = whole_and_streamed(BODY);
+    const json_t *msg = json_object_get(choice, "message");
+    cr_assert_str_eq(json_string_value(json_object_get(msg, "reasoning_content")), "hm\n", "%s", json_dumps(choice, 0));
+    cr_assert(json_is_null(json_object_get(msg, "content")), "%s", json_dumps(choice, 0));
+    cr_assert_str_eq(json_string_value(json_object_get(choice, "finish_reason")), "tool_calls");
+    const json_t *fn = json_object_get(json_array_get(json_object_get(msg, "tool_calls"), 0), "function");
+    cr_assert_str_eq(json_string_value(json_object_get(fn, "arguments")), "{\"n\":3,\"ok\":true}");
+    json_decref(choice);
+    char body[1024];
+    snprintf(body, sizeof(body), "%s, \"stream\": true}", BODY);
+    char *streamed = stream_join(body, reasoning_of);
+    cr_assert_str_eq(streamed, "hm\n", "delta.reasoning_content stops at the call");
+    free(streamed);
+
+    /* Responses: a reasoning item, then the function call; usage counts the reasoning's tokens */
+    json_t *r = post_json("/v1/responses", "{\"input\": \"Once\", \"temperature\": 0, \"max_output_tokens\": 200, "
+                          "\"tools\": [{\"type\": \"function\", \"name\": \"set\", \"parameters\": {\"type\": "
+                          "\"object\", \"properties\": {\"n\": {\"type\": \"integer\"}, \"ok\": {\"type\": "
+                          "\"boolean\"}}}}], " THINK_TO_CALL_GRAMMAR "}", 200);
+    const json_t *out = json_object_get(r, "output");
+    cr_assert_eq(json_array_size(out), 2, "%s", json_dumps(out, 0));
+    cr_assert_str_eq(json_string_value(json_object_get(json_array_get(out, 0), "type")), "reasoning");
+    cr_assert_str_eq(part_text(json_array_get(out, 0)), "hm\n");
+    const json_t *call = json_array_get(out, 1);
+    cr_assert_str_eq(json_string_value(json_object_get(call, "type")), "function_call", "%s", json_dumps(out, 0));
+    cr_assert_str_eq(json_string_value(json_object_get(call, "name")), "set");
+    cr_assert_str_eq(json_string_value(json_object_get(call, "arguments")), "{\"n\":3,\"ok\":true}");
+    json_int_t rt = json_integer_value(json_object_get(json_object_get(json_object_get(r, "usage"),
+                                                                       "output_tokens_details"), "reasoning_tokens"));
+    cr_assert(rt >= 10 && rt <= 12, "the <think>hm\\n tokens are reasoning, the call's are not: %lld", (long long)rt);
+    json_decref(r);
+}
+
+// ---- a Gemma 4 template: forced calls in Gemma's syntax -------------------------------------
+
+/* The part of Gemma 4's template that writes calls: <|tool_call>call:NAME{key:value}<tool_call|>. */
+static const char GEMMA4_TEMPLATE[] =
+    "{% for m in messages %}<|turn>{{ m.role }}\n{% if m.tool_calls %}{% for tc in m.tool_calls %}<|tool_call>call:"
+    "{{ tc.function.name }}{{ '{' }}{% for k, v in tc.function.arguments|items %}{{ k }}:{{ v }}{% endfor %}{{ '}' }}"
+    "<tool_call|>{% endfor %}{% else %}{{ m.content }}{% endif %}<turn|>\n{% endfor %}{% for t in tools %}"
+    "{{ t.function.name }}{% endfor %}{% if add_generation_prompt %}<|turn>model\n{% endif %}";
+
+static void gemma4_setup(void) {
+    template_server(MODEL, GEMMA4_TEMPLATE, 120);
+    cr_assert_eq(srv->chat.tool_format, TOOLCALL_FMT_GEMMA4, "the template's calls are Gemma's");
+}
+
+TestSuite(gemma4, .init = gemma4_setup, .fini = r1_teardown, .timeout = 120);
+
+/* The random model, forced by the Gemma grammar, writes a call that parses into typed JSON
+ * arguments under the schema; streamed, its fragments join to the same arguments. */
+Test(gemma4, a_forced_call_is_written_in_gemma_syntax_and_parsed_into_json) {
+    static const char BODY[] = "{\"messages\": [{\"role\": \"user\", \"content\": \"Once\"}], \"temperature\": 0, "
+                               CODER_TOOLS;
+    char body[1024];
+    snprintf(body, sizeof(body), "%s}", BODY);
+    json_t *j = post_json("/v1/chat/completions", body, 200);
+    const json_t *choice = json_array_get(json_object_get(j, "choices"), 0);
+    cr_assert_str_eq(json_string_value(json_object_get(choice, "finish_reason")), "tool_calls", "%s", json_dumps(j, 0));
+    const json_t *fn = json_object_get(json_array_get(json_object_get(json_object_get(choice, "message"), "tool_calls"), 0),
+                                       "function");
+    cr_assert_str_eq(json_string_value(json_object_get(fn, "name")), "set");
+    const char *args = json_string_value(json_object_get(fn, "arguments"));
+    json_t *a = json_loads(args ? args : "", 0, NULL);
+    cr_assert(json_is_integer(json_object_get(a, "n")) && json_is_boolean(json_object_get(a, "ok")), "arguments %s", args);
+    json_int_t n = json_integer_value(json_object_get(a, "n"));
+    cr_assert(n >= 0 && n <= 99);
+    json_decref(a);
+    snprintf(body, sizeof(body), "%s, \"stream\": true}", BODY);
+    char *joined = stream_join(body, call_arguments_of);
+    cr_assert_str_eq(joined, args, "the streamed fragments join to the arguments");
+    free(joined);
+    json_decref(j);
+}
+
 // ---- forced calls whose markers are special tokens: harmony and granite ---------------------
 
 /* A tiny random model whose vocabulary has harmony's and granite's special tokens (control

@@ -10,8 +10,15 @@
 #include <criterion/criterion.h>
 #include <string.h>
 
+#include "attnd/engine.h"
+#include "attnd/gen.h"
 #include "attnd/grammar.h"
+#include "attnd/kv.h"
+#include "attnd/model.h"
+#include "engine_rig.h"
+#include "family_specs.h"
 #include "grammar_sentence.h"
+#include "json_schema.h"
 #include "toolcall.h"
 
 typedef struct parsed {
@@ -50,6 +57,7 @@ static const char DEFAULT_TOOLS[] =
     "{\"name\": \"search\"}, {\"name\": \"open\"}, {\"name\": \"a\"}, {\"name\": \"b\"}, {\"name\": \"ping\"}]";
 
 static bool start_open = false;     /* the prompt ended with an open <think> */
+static bool think_to_call = false;  /* a <tool_call> also ends reasoning (Qwen3.5's format) */
 static const json_t *run_tools;     /* the request's tools; NULL = DEFAULT_TOOLS */
 static bool no_tools = false;       /* the parser gets no tools at all */
 
@@ -75,6 +83,7 @@ static void run(const char *text, bool calls, size_t size, unsigned seed, parsed
     toolcall_parser *p = toolcall_parser_create(calls);
     cr_assert(p);
     if (start_open) toolcall_parser_start_in_reasoning(p);
+    if (think_to_call) toolcall_parser_end_think_at_call(p);
     const json_t *tools = no_tools ? NULL : run_tools ? run_tools : default_tools();
     toolcall_parser_set_tools(p, tools);
     json_t *deltas = json_array();
@@ -313,7 +322,7 @@ Test(toolcall, an_open_think_in_the_prompt_starts_the_reply_as_reasoning) {
 
     /* toolcall_apply takes the same start */
     json_t *choice = json_pack("{s:{s:s},s:s}", "message", "role", "assistant", "finish_reason", "stop");
-    cr_assert(toolcall_apply(choice, "hmm</think>Hi", 13, false, true, NULL, NULL));
+    cr_assert(toolcall_apply(choice, "hmm</think>Hi", 13, false, true, false, NULL, NULL));
     json_t *msg = json_object_get(choice, "message");
     cr_assert_str_eq(json_string_value(json_object_get(msg, "reasoning_content")), "hmm");
     cr_assert_str_eq(json_string_value(json_object_get(msg, "content")), "Hi");
@@ -484,7 +493,7 @@ Test(toolcall, finish_reason_is_tool_calls_only_when_every_call_is_valid) {
     json_t *tools = json_loads(HOSTILE_TOOLS, 0, NULL);
     for (size_t k = 0; k < ATTND_ARRAY_LEN(C); k++) {
         json_t *choice = json_pack("{s:{s:s},s:s}", "message", "role", "assistant", "finish_reason", C[k].natural);
-        cr_assert(toolcall_apply(choice, C[k].text, strlen(C[k].text), true, false, "x", tools));
+        cr_assert(toolcall_apply(choice, C[k].text, strlen(C[k].text), true, false, false, "x", tools));
         cr_assert_str_eq(json_string_value(json_object_get(choice, "finish_reason")), C[k].want, "%zu: %s", k, C[k].text);
         const json_t *msg = json_object_get(choice, "message");
         bool has_calls = json_array_size(json_object_get(msg, "tool_calls")) > 0;
@@ -501,7 +510,7 @@ Test(toolcall, finish_reason_is_tool_calls_only_when_every_call_is_valid) {
     }
     json_t *choice = json_pack("{s:{s:s},s:s}", "message", "role", "assistant", "finish_reason", "stop");
     const char *t = "<tool_call>{\"name\": \"ping\", \"arguments\": {}}</tool_call>";
-    cr_assert(toolcall_apply(choice, t, strlen(t), true, false, "x", NULL));
+    cr_assert(toolcall_apply(choice, t, strlen(t), true, false, false, "x", NULL));
     cr_assert_str_eq(json_string_value(json_object_get(choice, "finish_reason")), "stop", "no tools, no call");
     cr_assert_str_eq(json_string_value(json_object_get(json_object_get(choice, "message"), "content")), t);
     json_decref(choice);
@@ -608,6 +617,54 @@ Test(toolcall, qwen35_reply_after_open_think_types_values_as_llama_cpp_does) {
     cr_assert_str_eq(p->args[1], "{\"follow\":\"True\"}");
     run_tools = NULL;
     json_decref(tools);
+}
+
+/* Qwen3.5 may open a call without closing its thinking; llama.cpp's parser for its format ends
+ * the reasoning at <tool_call> and reads the call. Only that format: elsewhere the block runs on,
+ * and a call-less request leaves the call's text as content. */
+Test(toolcall, qwen35_call_without_think_close_ends_the_reasoning) {
+    static const char R[] = "I need the weather.\n<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n"
+                            "</parameter>\n</function>\n</tool_call>";
+    start_open = think_to_call = true;
+    parsed *p = check_all_chunkings(R, true);
+    cr_assert_str_eq(p->reasoning, "I need the weather.\n");
+    cr_assert(p->content_null);
+    cr_assert_eq(p->n_calls, 1);
+    cr_assert_str_eq(p->names[0], "get_weather");
+    cr_assert_str_eq(p->args[0], "{\"city\":\"Paris\"}");
+    /* a </think> that comes first closes as usual; a <think> opened in the text ends at a call too */
+    p = check_all_chunkings("a</think>b<tool_call>\n<function=ping>\n</function>\n</tool_call>", true);
+    cr_assert_str_eq(p->reasoning, "a");
+    cr_assert_str_eq(p->content, "b");
+    cr_assert_eq(p->n_calls, 1);
+    start_open = false;
+    p = check_all_chunkings("<think>x <tool_call>{\"name\": \"f\", \"arguments\": {}}</tool_call>", true);
+    cr_assert_str_eq(p->reasoning, "x ");
+    cr_assert_eq(p->n_calls, 1);
+    /* calls not parsed: the block after the reasoning is content */
+    start_open = true;
+    p = check_all_chunkings("hm\n<tool_call>\n<function=ping>\n</function>\n</tool_call>", false);
+    cr_assert_str_eq(p->reasoning, "hm\n");
+    cr_assert_str_eq(p->content, "<tool_call>\n<function=ping>\n</function>\n</tool_call>");
+    cr_assert_eq(p->n_calls, 0);
+    /* another format: the reasoning runs on over the call's text */
+    think_to_call = false;
+    p = check_all_chunkings(R, true);
+    cr_assert_str_eq(p->reasoning, R);
+    cr_assert_eq(p->n_calls, 0);
+    start_open = false;
+    cr_assert(toolcall_format_think_ends_at_call(TOOLCALL_FMT_QWEN_XML));
+    cr_assert(!toolcall_format_think_ends_at_call(TOOLCALL_FMT_GLM));
+    cr_assert(!toolcall_format_think_ends_at_call(TOOLCALL_FMT_HERMES));
+
+    /* toolcall_apply (the whole answer) takes the same flag */
+    json_t *choice = json_pack("{s:{s:s},s:s}", "message", "role", "assistant", "finish_reason", "stop");
+    cr_assert(toolcall_apply(choice, R, strlen(R), true, true, true, "x", default_tools()));
+    json_t *msg = json_object_get(choice, "message");
+    cr_assert_str_eq(json_string_value(json_object_get(msg, "reasoning_content")), "I need the weather.\n");
+    cr_assert_eq(json_array_size(json_object_get(msg, "tool_calls")), 1);
+    cr_assert_str_eq(json_string_value(json_object_get(choice, "finish_reason")), "tool_calls");
+    json_decref(choice);
 }
 
 // ---- GLM's calls ----------------------------------------------------------------------------
@@ -860,6 +917,184 @@ Test(toolcall, the_forcing_grammar_writes_glm_calls) {
     grammar_unref(g);
     buf_free(&gb);
     toolcall_spec_free(&s);
+}
+
+/* Gemma 4's form: <|tool_call>call:NAME{…}<tool_call|>, strings between <|"|> marks as they are,
+ * keys bare and in the template's (sorted) order, integers under their schema, no blanks; what it
+ * accepts parses back (toolcall_g4.c) into the call; a named function is the only name. */
+Test(toolcall, the_forcing_grammar_writes_gemma4_calls) {
+    toolcall_spec s;
+    tools_spec("\"required\"", &s);
+    buf gb = {0};
+    grammar *g = forcing_grammar(&s, TOOLCALL_FMT_GEMMA4, &gb);
+    static const char GOOD[] = "<|tool_call>call:get_weather{city:<|\"|>San <b>Jos\u00e9</b>, \"CA\"\n<|\"|>,days:3}"
+                               "<tool_call|>";
+    cr_assert(grammar_sentence(g, GOOD), "%s\n%s", GOOD, gb.p);
+    cr_assert(grammar_sentence(g, "<|tool_call>call:ping{}<tool_call|><|tool_call>call:ping{}<tool_call|>"), "parallel");
+    static const char *const BAD[] = {
+        "<|tool_call>call:get_weather{city:<|\"|>Rome<|\"|>,days:9}<tool_call|>",           /* days is 1..7 */
+        "<|tool_call>call:get_weather{days:3}<tool_call|>",                                  /* city is required */
+        "<|tool_call>call:get_weather{city:\"Rome\",days:3}<tool_call|>",                     /* JSON's quotes */
+        "<|tool_call>call:get_weather{city:<|\"|>a<|\"|>b<|\"|>,days:3}<tool_call|>",         /* a mark inside */
+        "<|tool_call>call:get_weather{days:3,city:<|\"|>Rome<|\"|>}<tool_call|>",             /* not sorted */
+        "<|tool_call>call:get_weather{city: <|\"|>Rome<|\"|>,days:3}<tool_call|>",            /* a blank */
+        "<|tool_call>call:nope{}<tool_call|>",
+        "<tool_call>\n{\"name\": \"ping\", \"arguments\": {}}\n</tool_call>",
+    };
+    for (size_t k = 0; k < ATTND_ARRAY_LEN(BAD); k++) cr_expect(!grammar_sentence(g, BAD[k]), "refuses %s", BAD[k]);
+    cr_assert(!strncmp(GOOD, toolcall_trigger(TOOLCALL_FMT_GEMMA4), strlen(toolcall_trigger(TOOLCALL_FMT_GEMMA4))));
+    cr_assert(!toolcall_format_uses_tokens(TOOLCALL_FMT_GEMMA4), "the markers are text in Gemma 4's vocabulary");
+    json_t *tools = json_loads(strchr(TOOLS, '['), JSON_DISABLE_EOF_CHECK, NULL);
+    run_tools = tools;
+    parsed *p = check_all_chunkings(GOOD, true);
+    cr_assert_eq(p->n_calls, 1);
+    cr_assert_str_eq(p->names[0], "get_weather");
+    cr_assert_str_eq(p->args[0], "{\"city\":\"San <b>Jos\u00e9</b>, \\\"CA\\\"\\n\",\"days\":3}");
+    grammar_unref(g);
+    buf_free(&gb);
+    toolcall_spec_free(&s);
+    /* a named function: that name only */
+    tools_spec("{\"type\":\"function\",\"function\":{\"name\":\"ping\"}}", &s);
+    gb = (buf){0};
+    g = forcing_grammar(&s, TOOLCALL_FMT_GEMMA4, &gb);
+    cr_assert(grammar_sentence(g, "<|tool_call>call:ping{}<tool_call|>"));
+    cr_assert(!grammar_sentence(g, "<|tool_call>call:get_weather{city:<|\"|>Rome<|\"|>,days:3}<tool_call|>"));
+    grammar_unref(g);
+    buf_free(&gb);
+    toolcall_spec_free(&s);
+    run_tools = NULL;
+    json_decref(tools);
+}
+
+/* Gemma 4's values beyond strings and integers: a nested object (None for null), an array, an
+ * enum, a key that is no plain name (between marks), a bounded string; the parser reads back the
+ * JSON they stand for. */
+Test(toolcall, the_gemma4_grammar_writes_nested_values_as_the_template_does) {
+    static const char BODY[] =
+        "{\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"put\",\"parameters\":{\"type\":\"object\","
+        "\"properties\":{\"Tags\":{\"type\":\"array\",\"items\":{\"type\":\"string\"}},\"meta\":{\"type\":\"object\","
+        "\"properties\":{\"b\":{\"type\":\"boolean\"},\"a\":{\"type\":[\"integer\",\"null\"]}},\"required\":[\"a\","
+        "\"b\"]},\"mode\":{\"enum\":[\"fast\",\"slow\"]},\"odd key\":{\"type\":\"string\",\"maxLength\":3}},"
+        "\"required\":[\"Tags\",\"meta\",\"mode\",\"odd key\"]}}}],\"tool_choice\":\"required\"}";
+    toolcall_spec s;
+    const char *param = NULL;
+    cr_assert_eq(spec_of(BODY, false, &s, &param), ATTND_OK);
+    buf gb = {0};
+    grammar *g = forcing_grammar(&s, TOOLCALL_FMT_GEMMA4, &gb);
+    static const char GOOD[] = "<|tool_call>call:put{meta:{a:None,b:true},mode:<|\"|>fast<|\"|>,<|\"|>odd key<|\"|>:"
+                               "<|\"|>x:y<|\"|>,Tags:[<|\"|>t1<|\"|>,<|\"|>t2<|\"|>]}<tool_call|>";
+    cr_assert(grammar_sentence(g, GOOD), "%s\n%s", GOOD, gb.p);
+    cr_expect(!grammar_sentence(g, "<|tool_call>call:put{meta:{a:None,b:true},mode:<|\"|>fast<|\"|>,<|\"|>odd key"
+                                   "<|\"|>:<|\"|>long<|\"|>,Tags:[]}<tool_call|>"), "maxLength 3");
+    cr_expect(!grammar_sentence(g, "<|tool_call>call:put{meta:{a:null,b:true},mode:<|\"|>fast<|\"|>,<|\"|>odd key"
+                                   "<|\"|>:<|\"|>x<|\"|>,Tags:[]}<tool_call|>"), "null is None");
+    cr_expect(!grammar_sentence(g, "<|tool_call>call:put{meta:{a:1,b:true},mode:<|\"|>medium<|\"|>,<|\"|>odd key"
+                                   "<|\"|>:<|\"|>x<|\"|>,Tags:[]}<tool_call|>"), "the enum");
+    json_t *body = json_loads(BODY, 0, NULL);
+    run_tools = json_object_get(body, "tools");
+    parsed *p = check_all_chunkings(GOOD, true);
+    cr_assert_eq(p->n_calls, 1);
+    cr_assert_str_eq(p->args[0], "{\"meta\":{\"a\":null,\"b\":true},\"mode\":\"fast\",\"odd key\":\"x:y\",\"Tags\":"
+                                 "[\"t1\",\"t2\"]}");
+    run_tools = NULL;
+    json_decref(body);
+    grammar_unref(g);
+    buf_free(&gb);
+    toolcall_spec_free(&s);
+}
+
+/* What a model writes under the forcing grammar: the small Gemma 4 fixture (random weights, a
+ * byte vocabulary) sampled from a short prompt under g, the sentence closed within max_tokens. */
+static void forced_reply(const grammar *g, uint64_t seed, buf *out) {
+    g4_spec gs = gemma4_small("gemma4");
+    char path[256];
+    tiny_tmpname(path, sizeof(path), "gemma4");
+    cr_assert_eq(g4_write(path, &gs), 0);
+    tiny_rig r;
+    tiny_rig_load(&r, path, KV_F32, 8, 1, 16);
+    attnd_err err;
+    tokenizer *tok;
+    grammar_vocab *gv;
+    cr_assert_eq(tok_load(&tok, model_gguf(r.m), &err), ATTND_OK, "%s", err.msg);
+    cr_assert_eq(grammar_vocab_from_tokenizer(&gv, tok, &err), ATTND_OK, "%s", err.msg);
+    enum { V = 320, MAX = 120 };
+    gen_params gp = {.top_logprobs = -1, .grammar = g, .gvocab = gv, .max_tokens = MAX, .grammar_close = true};
+    sampler_params_default(&gp.sp);
+    gp.sp.temperature = 1.0f, gp.sp.seed = seed;
+    int32_t t = 1; /* <s>, then the sampled tokens one at a time */
+    gen *gn;
+    cr_assert_eq(gen_create(&gn, &gp, V, tok, &t, 1, &err), ATTND_OK, "%s", err.msg);
+    kv_seq *s = tiny_rig_seq(&r);
+    static float logits[V];
+    stop_reason why = STOP_NONE;
+    for (int i = 0; i < MAX && why == STOP_NONE; i++) {
+        batch_entry b = {s, t, kv_seq_len(s), true};
+        cr_assert_eq(engine_eval(r.e, &b, 1, logits, &err), ATTND_OK, "%s", err.msg);
+        gen_token gt;
+        why = gen_next(gn, logits, NULL, &gt);
+        buf_append(out, gt.text, gt.n_text);
+        t = gt.id;
+    }
+    const char *tail;
+    size_t n;
+    gen_finish(gn, &tail, &n);
+    buf_append(out, tail, n);
+    gen_destroy(gn);
+    grammar_vocab_destroy(gv);
+    tok_destroy(tok);
+    tiny_rig_close(&r);
+    remove(path);
+}
+
+/* Whether args (JSON text) is a sentence of the schema's JSON grammar (json_schema.h): another
+ * path through the schema than the Gemma form the model wrote. */
+static bool args_fit(const json_t *schema, const char *args) {
+    buf gb = {0};
+    attnd_err err;
+    grammar *g;
+    cr_assert_eq(json_schema_to_gbnf(schema, &gb, &err), ATTND_OK, "%s", err.msg);
+    cr_assert_eq(grammar_compile(&g, gb.p, gb.len, &err), ATTND_OK, "%s", err.msg);
+    bool ok = grammar_sentence(g, args);
+    grammar_unref(g);
+    buf_free(&gb);
+    return ok;
+}
+
+/* tool_choice required and a named function on the Gemma 4 fixture: the reply is Gemma's call
+ * syntax, read by the parser as calls and nothing else (no content, none rejected), each naming a
+ * tool (the named one when named) with arguments valid under its schema. */
+Test(toolcall, a_gemma4_model_forced_to_call_writes_valid_calls_in_its_syntax) {
+    static const char *const CHOICES[] = {"\"required\"", "{\"type\":\"function\",\"function\":{\"name\":\"get_weather\"}}"};
+    json_t *tools = json_loads(strchr(TOOLS, '['), JSON_DISABLE_EOF_CHECK, NULL);
+    run_tools = tools;
+    for (size_t c = 0; c < ATTND_ARRAY_LEN(CHOICES); c++)
+        for (uint64_t seed = 1; seed <= 2; seed++) {
+            toolcall_spec s;
+            tools_spec(CHOICES[c], &s);
+            buf gb = {0}, text = {0};
+            grammar *g = forcing_grammar(&s, TOOLCALL_FMT_GEMMA4, &gb);
+            forced_reply(g, seed, &text);
+            cr_assert(text.p && !strncmp(text.p, "<|tool_call>call:", 17), "%s", text.p ? text.p : "");
+            parsed p;
+            run(text.p, true, 7, 0, &p);
+            cr_expect_eq(p.n_rejected, 0, "%s", text.p);
+            cr_expect(p.content_null, "only calls: %s", text.p);
+            cr_assert_geq(p.n_calls, 1, "%s", text.p);
+            for (int k = 0; k < p.n_calls; k++) {
+                if (s.choice == TOOLCALL_NAMED) cr_expect_str_eq(p.names[k], "get_weather");
+                const json_t *schema = NULL;
+                for (size_t i = 0; i < json_array_size(s.tools); i++)
+                    if (!strcmp(json_string_value(json_object_get(json_array_get(s.tools, i), "name")), p.names[k]))
+                        schema = json_object_get(json_array_get(s.tools, i), "parameters");
+                cr_assert(schema, "%s", p.names[k]);
+                cr_expect(args_fit(schema, p.args[k]), "%s's arguments %s fit its schema", p.names[k], p.args[k]);
+            }
+            grammar_unref(g);
+            buf_free(&gb), buf_free(&text);
+            toolcall_spec_free(&s);
+        }
+    run_tools = NULL;
+    json_decref(tools);
 }
 
 /* The grammar and the parser agree on which values are text: a parameter whose schema may be a

@@ -533,6 +533,48 @@ Test(tokenizer, bpe_merges_lowest_rank_first_and_leftmost_on_ties) {
     tok_destroy(t);
 }
 
+/* GLM-4's files (pre "glm4", or "chatglm-bpe" for glm-4-9b-chat; GLM-4.7-Flash's is "glm4"): Llama
+ * 3's split, merges as usual, and [gMASK] named BOS without being added (llama.cpp's CHATGLM4 adds
+ * none unless the file says so; the templates write "[gMASK]<sop>"). */
+Test(tokenizer, glm4_bpe_splits_as_llama3_and_adds_no_bos_unless_told) {
+    /* byte-level characters: "1" "2" "3" "4" "a" "b" "Ġ" "'" "s", then merges */
+    static const char *toks[] = {"1", "2", "3", "4", "a", "b", "\xC4\xA0", "'", "s", "12", "123", "ab", "[gMASK]",
+                                 "<sop>"};
+    static const int32_t types[] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 3, 3};
+    static const char *merges[] = {"1 2", "12 3", "a b"};
+    static const char *const PRE[] = {"glm4", "chatglm-bpe", "llama-bpe"};
+    int32_t got[3][16];
+    size_t n_got[3];
+    for (int k = 0; k < 3; k++) {
+        gbuf b = {0};
+        gb_kv_str(&b, "tokenizer.ggml.model", "gpt2");
+        gb_kv_str(&b, "tokenizer.ggml.pre", PRE[k]);
+        gb_kv_arr_str(&b, "tokenizer.ggml.tokens", toks, 14);
+        gb_kv_arr_i32(&b, "tokenizer.ggml.token_type", types, 14);
+        gb_kv_arr_str(&b, "tokenizer.ggml.merges", merges, 3);
+        gb_kv_u32(&b, "tokenizer.ggml.bos_token_id", 12);
+        tokenizer *t;
+        attnd_err err;
+        cr_assert_eq(load_built(&b, &t, &err), ATTND_OK, "%s: %s", PRE[k], err.msg);
+        cr_expect_eq(tok_bos(t), 12);
+        cr_expect(!tok_add_bos(t), "%s: no BOS added without add_bos_token", PRE[k]);
+        size_t n;
+        int32_t *ids = encode(t, "1234 ab's", 9, true, false, &n);
+        cr_assert_leq(n, 16);
+        memcpy(got[k], ids, n * sizeof(*ids)), n_got[k] = n;
+        free(ids);
+        tok_destroy(t);
+    }
+    /* "123" "4" (digits in threes), "Ġ" "ab" (a space is its own piece before letters), "'s" */
+    static const int32_t want[] = {10, 3, 6, 11, 7, 8};
+    cr_assert_eq(n_got[0], 6, "%zu ids", n_got[0]);
+    for (size_t i = 0; i < 6; i++) cr_expect_eq(got[0][i], want[i], "id %zu", i);
+    for (int k = 1; k < 3; k++) {
+        cr_assert_eq(n_got[k], n_got[0], "%s splits as glm4", PRE[k]);
+        cr_expect(!memcmp(got[k], got[0], n_got[0] * sizeof(int32_t)), "%s splits as glm4", PRE[k]);
+    }
+}
+
 /* ModernBERT's files (convert_hf_to_gguf.py: gpt2, pre "modern-bert", add_bos, add_eos and add_sep
  * all true, [CLS] as BOS, [SEP] as EOS and SEP): llama.cpp's BPE session adds BOS and EOS only, so
  * a text is [CLS] ... [SEP], once; a pair keeps llama.cpp's rerank layout (BOS A EOS SEP B EOS). */

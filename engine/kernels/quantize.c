@@ -22,6 +22,7 @@
 #include "attnd/imatrix.h"
 #include "quant.h"
 #include "quant_impl.h"
+#include "quantize_iq.h"
 #include "threads.h"
 
 #define QK 32 /* Q8_0 / Q4_0 block (QK_K, the k-quant super-block, is quant_impl.h's) */
@@ -46,6 +47,12 @@ static const struct {
     /* every weight MXFP4 (llama.cpp's MXFP4_MOE puts it on the experts only; this is for testing
      * the type on dense models) */
     [QUANTIZE_MXFP4] = {"MXFP4", GGUF_TYPE_MXFP4, 38, false},
+    /* the lattice mixes (issue 47): llama.cpp's llama_ftype_get_default_type gives the base type */
+    [QUANTIZE_IQ2_XXS] = {"IQ2_XXS", GGUF_TYPE_IQ2_XXS, 19, true}, [QUANTIZE_IQ2_XS] = {"IQ2_XS", GGUF_TYPE_IQ2_XS, 20, true},
+    [QUANTIZE_IQ2_S] = {"IQ2_S", GGUF_TYPE_IQ2_XS, 28, true},      [QUANTIZE_IQ2_M] = {"IQ2_M", GGUF_TYPE_IQ2_S, 29, true},
+    [QUANTIZE_IQ3_XXS] = {"IQ3_XXS", GGUF_TYPE_IQ3_XXS, 23, true}, [QUANTIZE_IQ3_XS] = {"IQ3_XS", GGUF_TYPE_IQ3_S, 22, true},
+    [QUANTIZE_IQ3_S] = {"IQ3_S", GGUF_TYPE_IQ3_S, 26, true},       [QUANTIZE_IQ3_M] = {"IQ3_M", GGUF_TYPE_IQ3_S, 27, true},
+    [QUANTIZE_IQ1_S] = {"IQ1_S", GGUF_TYPE_IQ1_S, 24, true},       [QUANTIZE_IQ1_M] = {"IQ1_M", GGUF_TYPE_IQ1_M, 31, true},
 };
 
 attnd_status quantize_target_parse(const char *name, quantize_target *out) {
@@ -61,7 +68,7 @@ const char *quantize_target_name(quantize_target t) { return TARGETS[t].name; }
 
 const char *quantize_target_list(void) {
     return "F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K, Q2_K, Q3_K_S, Q3_K_M, Q4_K_S, Q4_K_M, Q5_K_S, Q5_K_M, Q4_1, Q5_0, Q5_1, "
-           "IQ4_NL, IQ4_XS, MXFP4";
+           "IQ4_NL, IQ4_XS, MXFP4, IQ1_S, IQ1_M, IQ2_XXS, IQ2_XS, IQ2_S, IQ2_M, IQ3_XXS, IQ3_XS, IQ3_S, IQ3_M";
 }
 
 /* llama.cpp's use_more_bits(): the first and last eighth of the layers, and every third between. */
@@ -102,7 +109,11 @@ static uint32_t mix_ffn_down(quantize_target t, uint32_t type, int layer, const 
     if (t == QUANTIZE_Q2_K) return GGUF_TYPE_Q3_K;
     if (t == QUANTIZE_Q3_K_M) return layer < n / 16 ? GGUF_TYPE_Q5_K : GGUF_TYPE_Q4_K;
     if (T_IS(QUANTIZE_Q4_K_M, QUANTIZE_Q5_K_M) && use_more_bits(layer, n)) return GGUF_TYPE_Q6_K;
-    if (T_IS(QUANTIZE_IQ4_NL, QUANTIZE_IQ4_XS, QUANTIZE_Q4_K_S) && layer < n / 8) return GGUF_TYPE_Q5_K;
+    if (T_IS(QUANTIZE_IQ4_NL, QUANTIZE_IQ4_XS) && layer < n / 8) return m->has_imatrix ? type : GGUF_TYPE_Q5_K;
+    if (t == QUANTIZE_Q4_K_S && layer < n / 8) return GGUF_TYPE_Q5_K;
+    /* "guard against craziness in the first few ffn_down layers", with a matrix only */
+    if (T_IS(QUANTIZE_Q4_0, QUANTIZE_Q5_0) && m->has_imatrix && layer < n / 8)
+        return t == QUANTIZE_Q4_0 ? GGUF_TYPE_Q4_1 : GGUF_TYPE_Q5_1;
     return type;
 }
 
@@ -117,14 +128,76 @@ static uint32_t mix_attn_output(quantize_target t, uint32_t type, const quantize
     return type;
 }
 
+/* llama.cpp's attn_v-like tensors (category_is_attn_v): V, fused QKV, MLA's kv_b. */
+static bool attn_v_like(const char *name) {
+    return strstr(name, "attn_v.weight") || strstr(name, "attn_qkv.weight") || strstr(name, "attn_kv_b.weight");
+}
+
+#define IQ12_MIXES QUANTIZE_IQ2_XXS, QUANTIZE_IQ2_XS, QUANTIZE_IQ2_S, QUANTIZE_IQ2_M, QUANTIZE_IQ1_S, QUANTIZE_IQ1_M
+#define IQ3_MIXES QUANTIZE_IQ3_XXS, QUANTIZE_IQ3_XS, QUANTIZE_IQ3_S, QUANTIZE_IQ3_M
+
+/* The IQ1/IQ2 mixes share one branch of llama.cpp's rules: more bits for attn_v-like tensors, the
+ * first eighth of ffn_down and attn_output (IQ3_S for IQ2_S/IQ2_M, Q2_K for the others). */
+static uint32_t mix_iq12(quantize_target t, uint32_t type, const char *name, int layer, const quantize_model *m) {
+    uint32_t more = T_IS(QUANTIZE_IQ2_S, QUANTIZE_IQ2_M) ? GGUF_TYPE_IQ3_S : GGUF_TYPE_Q2_K;
+    if (attn_v_like(name)) return m->n_gqa >= 4 || m->n_expert >= 4 ? GGUF_TYPE_Q4_K : more;
+    if (m->n_expert == 8 && strstr(name, "attn_k.weight")) return GGUF_TYPE_Q4_K;
+    if (strstr(name, "ffn_down")) return layer >= 0 && layer < m->n_layer / 8 ? more : type;
+    if (strstr(name, "attn_output.weight")) {
+        if (m->n_expert == 8) return GGUF_TYPE_Q5_K;
+        if (T_IS(QUANTIZE_IQ1_S, QUANTIZE_IQ1_M)) return GGUF_TYPE_IQ2_XXS;
+        if (more == GGUF_TYPE_IQ3_S) return GGUF_TYPE_IQ3_S;
+    }
+    return type;
+}
+
+/* The IQ3 mixes' rules (their cases in each tensor branch of llama.cpp's rules). */
+static uint32_t mix_iq3(quantize_target t, uint32_t type, const char *name, int layer, const quantize_model *m) {
+    int n = m->n_layer;
+    bool middle = layer >= n / 8 && layer < 7 * n / 8;
+    if (attn_v_like(name)) {
+        if (t == QUANTIZE_IQ3_XXS)
+            type = m->n_gqa >= 4 ? GGUF_TYPE_Q4_K : m->has_imatrix ? GGUF_TYPE_IQ3_XXS : GGUF_TYPE_IQ3_S;
+        else if ((T_IS(QUANTIZE_IQ3_XS, QUANTIZE_IQ3_S) && m->n_gqa >= 4) || t == QUANTIZE_IQ3_M) type = GGUF_TYPE_Q4_K;
+        return m->n_expert == 8 ? GGUF_TYPE_Q8_0 : type;
+    }
+    if (strstr(name, "attn_k.weight") || strstr(name, "attn_q.weight")) {
+        if (m->n_expert == 8 && strstr(name, "attn_k.weight")) return GGUF_TYPE_Q8_0;
+        return t == QUANTIZE_IQ3_XS ? GGUF_TYPE_IQ3_XXS : t == QUANTIZE_IQ3_XXS ? GGUF_TYPE_IQ2_S : type;
+    }
+    if (strstr(name, "attn_output.weight")) {
+        if (m->n_expert == 8) return GGUF_TYPE_Q5_K;
+        return t == QUANTIZE_IQ3_XXS ? GGUF_TYPE_IQ3_S : t == QUANTIZE_IQ3_M ? GGUF_TYPE_Q4_K : type;
+    }
+    if (layer < 0) return type;
+    /* llama.cpp tests ffn_up, then ffn_gate, then ffn_down in the name */
+    if (strstr(name, "ffn_up") || strstr(name, "ffn_gate")) return t == QUANTIZE_IQ3_XS && middle ? GGUF_TYPE_IQ3_XXS : type;
+    if (strstr(name, "ffn_down")) {
+        if (t == QUANTIZE_IQ3_XXS && !m->has_imatrix) return layer < n / 8 ? GGUF_TYPE_Q4_K : GGUF_TYPE_Q3_K;
+        if (t == QUANTIZE_IQ3_M && (layer < n / 8 || (m->n_expert == 8 && use_more_bits(layer, n)))) return GGUF_TYPE_Q4_K;
+    }
+    return type;
+}
+
 /* A mix's choice for one tensor, before the row-size fallback (llama.cpp's llama_tensor_get_type,
- * for the targets attnd writes; Falcon's special cases and importance matrices are left out). */
-static uint32_t mix_type(quantize_target t, const char *name, const quantize_model *m) {
+ * for the targets attnd writes; Falcon's and 70B's special cases are left out, and the layer of a
+ * tensor is read from its name where llama.cpp counts the tensors of each kind seen so far: the
+ * same for one ffn_down and one attn_v per layer). */
+static uint32_t mix_type(quantize_target t, const char *name, const uint64_t *ne, const quantize_model *m) {
     uint32_t type = TARGETS[t].type;
     int layer = layer_of(name);
-    if (!strcmp(name, "output.weight") || (!m->has_output && !strcmp(name, "token_embd.weight")))
+    if (!strcmp(name, "output.weight") || (!m->has_output && !strcmp(name, "token_embd.weight"))) {
+        if (ne[0] % gguf_type_block_elems(type)) return GGUF_TYPE_Q8_0;
+        if (T_IS(IQ12_MIXES, QUANTIZE_IQ3_XXS)) return GGUF_TYPE_Q5_K;
         return type == GGUF_TYPE_Q8_0 ? type : GGUF_TYPE_Q6_K;
-    if (!strcmp(name, "token_embd.weight")) return type;
+    }
+    if (!strcmp(name, "token_embd.weight")) {
+        if (T_IS(QUANTIZE_IQ2_XXS, QUANTIZE_IQ2_XS, QUANTIZE_IQ1_S, QUANTIZE_IQ1_M)) return GGUF_TYPE_Q2_K;
+        if (T_IS(QUANTIZE_IQ2_S, QUANTIZE_IQ2_M, QUANTIZE_IQ3_XXS)) return GGUF_TYPE_IQ3_S;
+        return type;
+    }
+    if (T_IS(IQ12_MIXES)) return mix_iq12(t, type, name, layer, m);
+    if (T_IS(IQ3_MIXES)) return mix_iq3(t, type, name, layer, m);
     if (strstr(name, "attn_v.weight")) return mix_attn_v(t, type, layer, m);
     if (strstr(name, "attn_k.weight")) return m->n_expert == 8 ? GGUF_TYPE_Q8_0 : type;
     if (strstr(name, "ffn_down")) return layer >= 0 ? mix_ffn_down(t, type, layer, m) : type;
@@ -142,6 +215,13 @@ static uint32_t shape_fallback(uint32_t type) {
     switch (type) {
     case GGUF_TYPE_Q2_K:
     case GGUF_TYPE_Q3_K: return GGUF_TYPE_Q4_0;
+    case GGUF_TYPE_IQ1_S:
+    case GGUF_TYPE_IQ1_M:
+    case GGUF_TYPE_IQ2_XXS:
+    case GGUF_TYPE_IQ2_XS:
+    case GGUF_TYPE_IQ2_S:
+    case GGUF_TYPE_IQ3_XXS:
+    case GGUF_TYPE_IQ3_S:
     case GGUF_TYPE_IQ4_XS: return GGUF_TYPE_IQ4_NL;
     case GGUF_TYPE_Q4_K: return GGUF_TYPE_Q5_0;
     case GGUF_TYPE_Q5_K: return GGUF_TYPE_Q5_1;
@@ -158,7 +238,7 @@ uint32_t quantize_tensor_type_for(quantize_target t, const char *name, uint32_t 
     if (n_dims < 2 || !ends_with(name, "weight")) return in_type;
     for (size_t i = 0; i < sizeof(KEEP) / sizeof(KEEP[0]); i++)
         if (strstr(name, KEEP[i])) return in_type;
-    uint32_t type = TARGETS[t].mix ? mix_type(t, name, m) : TARGETS[t].type;
+    uint32_t type = TARGETS[t].mix ? mix_type(t, name, ne, m) : TARGETS[t].type;
     if (ne[0] % gguf_type_block_elems(type)) type = shape_fallback(type);
     if (ne[0] % gguf_type_block_elems(type)) type = GGUF_TYPE_F16; /* F16/BF16 blocks are 1 element */
     return type;
@@ -166,7 +246,7 @@ uint32_t quantize_tensor_type_for(quantize_target t, const char *name, uint32_t 
 
 uint32_t quantize_tensor_type(quantize_target t, const char *name, uint32_t n_dims, const uint64_t *ne,
                               uint32_t in_type, int n_layer, bool has_output) {
-    quantize_model m = {n_layer, has_output, 1, 1};
+    quantize_model m = {n_layer, has_output, 1, 1, false};
     return quantize_tensor_type_for(t, name, n_dims, ne, in_type, &m);
 }
 
@@ -507,17 +587,21 @@ static void encode_iq4_xs(uint8_t *dst, const float *x, const float *w) {
 
 /* How llama.cpp's quantizer of each type weighs an element's squared error (ggml-quants.c):
  * imp[i] * sqrt(sigma2 + x[i]^2) with sigma2 = k times the mean square of the super-block (or of
- * the whole row: Q4_0, Q5_0), or imp[i] alone (Q6_K, k 0). */
+ * the whole row: Q4_0, Q5_0), or imp[i] alone (Q6_K, k 0). The lattice types (always) weigh
+ * even without a matrix, with imp[i] = 1: their grid search has no unweighted form. */
 typedef struct weight_rule {
     uint32_t type;
     float k;
-    bool whole_row;
+    bool whole_row, always;
 } weight_rule;
 
 static const weight_rule WEIGHT_RULES[] = {
-    {GGUF_TYPE_Q2_K, 1, false}, {GGUF_TYPE_Q3_K, 2, false},   {GGUF_TYPE_Q4_K, 2, false},
-    {GGUF_TYPE_Q5_K, 2, false}, {GGUF_TYPE_Q6_K, 0, false},   {GGUF_TYPE_Q4_0, 1, true},
-    {GGUF_TYPE_Q5_0, 1, true},  {GGUF_TYPE_IQ4_NL, 2, false}, {GGUF_TYPE_IQ4_XS, 2, false},
+    {GGUF_TYPE_Q2_K, 1, false, false},    {GGUF_TYPE_Q3_K, 2, false, false},    {GGUF_TYPE_Q4_K, 2, false, false},
+    {GGUF_TYPE_Q5_K, 2, false, false},    {GGUF_TYPE_Q6_K, 0, false, false},    {GGUF_TYPE_Q4_0, 1, true, false},
+    {GGUF_TYPE_Q5_0, 1, true, false},     {GGUF_TYPE_IQ4_NL, 2, false, false},  {GGUF_TYPE_IQ4_XS, 2, false, false},
+    {GGUF_TYPE_IQ2_XXS, 1, false, true},  {GGUF_TYPE_IQ2_XS, 1, false, true},   {GGUF_TYPE_IQ2_S, 2, false, true},
+    {GGUF_TYPE_IQ3_XXS, 2, false, true},  {GGUF_TYPE_IQ3_S, 2, false, true},    {GGUF_TYPE_IQ1_S, 2, false, true},
+    {GGUF_TYPE_IQ1_M, 2, false, true},
 };
 
 static const weight_rule *weight_rule_of(uint32_t type) {
@@ -539,7 +623,7 @@ static void block_weights(float *w, const float *x, const float *imp, uint32_t b
         return;
     }
     float sigma2 = r->k * (r->whole_row ? row_ms : mean_square(x, be));
-    for (uint32_t i = 0; i < be; i++) w[i] = imp[i] * sqrtf(sigma2 + x[i] * x[i]);
+    for (uint32_t i = 0; i < be; i++) w[i] = (imp ? imp[i] : 1.f) * sqrtf(sigma2 + x[i] * x[i]);
 }
 
 bool quantize_type_weighted(uint32_t type) { return weight_rule_of(type) != NULL; }
@@ -562,11 +646,16 @@ void quantize_row_weighted(void *dst, const float *src, uint32_t type, int64_t n
         return;
     default: break;
     }
-    const weight_rule *rule = imp ? weight_rule_of(type) : NULL;
+    const weight_rule *rule = weight_rule_of(type);
+    if (rule && !imp && !rule->always) rule = NULL;
     float wbuf[QK_K], *w = rule && be <= QK_K ? wbuf : NULL; /* (be) */
     float row_ms = rule && rule->whole_row ? mean_square(src, n) : 0;
+    if (quantize_iq_is_lattice(type)) { /* quantize_file prepared already; this builds for direct callers */
+        attnd_status ready = quantize_iq_prepare(type);
+        ATTND_ASSERT(ready == ATTND_OK && w);
+    }
     for (int64_t b = 0; b < n / be; b++, d += bb, src += be) {
-        if (w) block_weights(w, src, imp + b * be, be, rule, row_ms);
+        if (w) block_weights(w, src, imp ? imp + b * be : NULL, be, rule, row_ms);
         switch (type) {
         case GGUF_TYPE_Q8_0: encode_q8_0(d, src); break;
         case GGUF_TYPE_Q4_0: encode_q4_0(d, src, w); break;
@@ -581,6 +670,13 @@ void quantize_row_weighted(void *dst, const float *src, uint32_t type, int64_t n
         case GGUF_TYPE_Q3_K: encode_q3_k(d, src, w); break;
         case GGUF_TYPE_Q5_K: encode_q4_k(d, src, 31, w); break;
         case GGUF_TYPE_IQ4_XS: encode_iq4_xs(d, src, w); break;
+        case GGUF_TYPE_IQ2_XXS:
+        case GGUF_TYPE_IQ2_XS:
+        case GGUF_TYPE_IQ2_S:
+        case GGUF_TYPE_IQ3_XXS:
+        case GGUF_TYPE_IQ3_S:
+        case GGUF_TYPE_IQ1_S:
+        case GGUF_TYPE_IQ1_M: quantize_iq_block(d, src, w, type); break;
         default: ATTND_ASSERT(!"quantize_row: type without an encoder");
         }
     }
@@ -622,6 +718,8 @@ static attnd_status convert_tensor(const gguf_tensor *t, uint32_t type, const fl
                                    attnd_err *err) {
     int64_t n_cols = (int64_t)t->ne[0], n_rows = (int64_t)(t->n_elems / t->ne[0]);
     size_t in_row = quant_row_bytes(t->type, n_cols), out_row = quant_row_bytes(type, n_cols);
+    if (quantize_iq_is_lattice(type) && quantize_iq_prepare(type) != ATTND_OK)
+        return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory building the %s grid tables", gguf_type_name(type));
     *n_bytes = (uint64_t)out_row * (uint64_t)n_rows;
     uint8_t *dst = malloc(*n_bytes ? *n_bytes : 1);
     if (!dst) return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory converting %s", t->name);
@@ -650,7 +748,7 @@ static int arch_int(const gguf_file *f, const char *suffix, int dflt) {
 static quantize_model model_of(const gguf_file *f) {
     int n_head = arch_int(f, "attention.head_count", 0), n_kv = arch_int(f, "attention.head_count_kv", n_head);
     quantize_model m = {arch_int(f, "block_count", 0), gguf_find_tensor(f, "output.weight") != NULL, 1,
-                        arch_int(f, "expert_count", 1)};
+                        arch_int(f, "expert_count", 1), false};
     if (n_head > 0 && n_kv > 0) m.n_gqa = n_head / n_kv;
     if (m.n_expert < 1) m.n_expert = 1;
     return m;
@@ -680,6 +778,43 @@ static void copy_metadata(gguf_writer *w, const gguf_file *f, quantize_target t,
     }
     gguf_writer_add_u32(w, "quantize.imatrix.entries_count", (uint32_t)im->n);
     if (im->chunk_count) gguf_writer_add_u32(w, "quantize.imatrix.chunks_count", im->chunk_count);
+}
+
+/* llama.cpp's tensor_requires_imatrix: the lattice types below 3 bits (and IQ3_XXS) make garbage
+ * without importances, so llama-quantize refuses them; the head and the embedding are exempt. */
+static bool needs_imatrix(const char *name, uint32_t type) {
+    if (!strcmp(name, "token_embd.weight") || !strcmp(name, "output.weight")) return false;
+    switch (type) {
+    case GGUF_TYPE_IQ1_S:
+    case GGUF_TYPE_IQ1_M:
+    case GGUF_TYPE_IQ2_XXS:
+    case GGUF_TYPE_IQ2_XS:
+    case GGUF_TYPE_IQ2_S:
+    case GGUF_TYPE_IQ3_XXS: return true;
+    default: return false;
+    }
+}
+
+/* Refuses, before anything is converted, a target that would write a tensor in a type that
+ * needs importances the matrix does not have (none at all, or none for that tensor). */
+static attnd_status check_importances(const gguf_file *f, quantize_target t, const imatrix *im,
+                                      const quantize_model *m, attnd_err *err) {
+    for (uint64_t i = 0; i < gguf_tensor_count(f); i++) {
+        const gguf_tensor *ti = gguf_tensor_at(f, i);
+        uint32_t to = quantize_tensor_type_for(t, ti->name, ti->n_dims, ti->ne, ti->type, m);
+        if (to == ti->type || !needs_imatrix(ti->name, to)) continue;
+        if (!im)
+            return attnd_fail(err, ATTND_ERR_INVALID,
+                              "%s needs an importance matrix (--imatrix FILE): tensor %s would be %s, which makes "
+                              "garbage without one (llama.cpp refuses it too)",
+                              TARGETS[t].name, ti->name, gguf_type_name(to));
+        if (!imatrix_find(im, ti->name))
+            return attnd_fail(err, ATTND_ERR_INVALID,
+                              "the importance matrix has no entry for %s, which %s would write as %s: a very low-bit "
+                              "type without importances makes garbage (llama.cpp refuses it too)",
+                              ti->name, TARGETS[t].name, gguf_type_name(to));
+    }
+    return ATTND_OK;
 }
 
 static bool is_float_type(uint32_t type) {
@@ -726,8 +861,10 @@ attnd_status quantize_file_imatrix(const char *in_path, const char *out_path, qu
         st = attnd_fail(err, ATTND_ERR_NOMEM, "out of memory");
         goto done;
     }
-    copy_metadata(w, f, t, im);
     quantize_model m = model_of(f);
+    m.has_imatrix = im != NULL;
+    if ((st = check_importances(f, t, im, &m, err)) != ATTND_OK) goto done;
+    copy_metadata(w, f, t, im);
     for (uint64_t i = 0; i < nt; i++) {
         const gguf_tensor *ti = gguf_tensor_at(f, i);
         uint32_t to = quantize_tensor_type_for(t, ti->name, ti->n_dims, ti->ne, ti->type, &m);

@@ -18,6 +18,10 @@
  * Rows that do not divide into the block size fall back as llama.cpp does: Q2_K, Q3_K, IQ4_XS ->
  * IQ4_NL; Q4_K -> Q5_0; Q5_K -> Q5_1; Q6_K -> Q8_0; then F16 when 32 does not divide either.
  * Q8_0/Q4_0 rows that 32 does not divide become F16 (llama.cpp refuses the file).
+ * The lattice mixes IQ1_S, IQ1_M, IQ2_XXS, IQ2_XS, IQ2_S, IQ2_M, IQ3_XXS, IQ3_XS, IQ3_S, IQ3_M follow
+ * llama.cpp's rules too (e.g. IQ2_M: IQ2_S, with IQ3_S for attn_v and attn_output and a Q5_K
+ * head); their IQ1/IQ2/IQ3_XXS tensors fall back to IQ4_NL, and they need an importance matrix
+ * wherever a tensor would be IQ1_*, IQ2_* or IQ3_XXS (quantize_file_imatrix refuses otherwise).
  * All metadata is copied; general.file_type and general.quantization_version are set. The output
  * is written to a temporary file and renamed, so OUT is never half-written. The input must hold
  * F32, F16 or BF16 weights: already-quantized weights are refused (quantizing twice loses more).
@@ -51,6 +55,17 @@ typedef enum quantize_target {
     QUANTIZE_IQ4_NL,
     QUANTIZE_IQ4_XS,
     QUANTIZE_MXFP4, /* plain: every weight MXFP4 */
+    /* the lattice mixes of issue 47 (all but IQ3_S and IQ3_M need an importance matrix) */
+    QUANTIZE_IQ2_XXS,
+    QUANTIZE_IQ2_XS,
+    QUANTIZE_IQ2_S,
+    QUANTIZE_IQ2_M,
+    QUANTIZE_IQ3_XXS,
+    QUANTIZE_IQ3_XS,
+    QUANTIZE_IQ3_S,
+    QUANTIZE_IQ3_M,
+    QUANTIZE_IQ1_S,
+    QUANTIZE_IQ1_M,
 } quantize_target;
 
 /* "Q4_K_M" (case-insensitive) -> QUANTIZE_Q4_K_M; ATTND_ERR_INVALID for an unknown name. */
@@ -73,6 +88,7 @@ typedef struct quantize_model {
     bool has_output; /* output.weight is a tensor of its own (not tied to token_embd) */
     int n_gqa;       /* query heads per KV head (1 when unknown) */
     int n_expert;    /* experts per MoE layer (1: dense) */
+    bool has_imatrix; /* an importance matrix is given (some of llama.cpp's choices depend on it) */
 } quantize_model;
 
 /* quantize_tensor_type with the whole model description (quantize_tensor_type: n_gqa = n_expert = 1). */
@@ -84,7 +100,8 @@ uint32_t quantize_tensor_type_for(quantize_target t, const char *name, uint32_t 
  * bytes are written. */
 void quantize_row(void *dst, const float *src, uint32_t type, int64_t n);
 /* quantize_row with an importance per column (imp, n floats; NULL = none): the types with a
- * weighted path (quantize_type_weighted: Q2_K..Q6_K, Q4_0, Q5_0, IQ4_NL, IQ4_XS) weigh each
+ * weighted path (quantize_type_weighted: Q2_K..Q6_K, Q4_0, Q5_0, IQ4_NL, IQ4_XS, and the lattice
+ * types IQ1_S..IQ3_S, which weigh with imp = 1 when imp is NULL) weigh each
  * element's squared error in their scale searches as llama.cpp's quantizers weigh quant_weights:
  * imp[i] * sqrt(sigma2 + x[i]^2), sigma2 the type's mean-square term (imp[i] alone for Q6_K); the
  * others ignore imp (Q8_0, Q4_1, Q5_1, MXFP4, F16, BF16). */
@@ -95,6 +112,8 @@ bool quantize_type_weighted(uint32_t type);
 typedef void (*quantize_progress_fn)(void *user, const char *tensor, uint32_t from_type, uint32_t to_type);
 
 /* Reads in_path, writes out_path (atomically) with weights in target t. Errors: ATTND_ERR_IO,
+ * ATTND_ERR_INVALID (a target that needs an importance matrix, given none or one without an
+ * entry for a tensor that needs it: checked before anything is converted; the message names it),
  * ATTND_ERR_FORMAT (not a GGUF / malformed), ATTND_ERR_UNSUPPORTED (already quantized input,
  * or nothing to write), ATTND_ERR_NOMEM. OUT may be IN: the old file stays readable until the rename. */
 attnd_status quantize_file(const char *in_path, const char *out_path, quantize_target t,

@@ -21,6 +21,7 @@
 #include "attn_api.h"
 #include "endpoints.h"
 #include "genreq_http.h"
+#include "models_http.h"
 
 /* Reads the inspection fields (and the ablation sweep's, ablate_api.h) and leaves the body as oai_parse should see it: "top_k" is the
  * attention cut here; top-k sampling may be asked for as "sampling_top_k". false: 400 queued. */
@@ -45,18 +46,18 @@ static bool read_selection(req *r, genreq *g, json_t *b, attn_api_request *ar, a
 }
 
 /* Validates the selection against the model and the cap, and allocates the capture. */
-static attn_capture *make_capture(req *r, const attn_api_request *ar, int n_positions, http_result *ret) {
-    struct server *s = r->srv;
+static attn_capture *make_capture(req *r, const genreq_env *env, const attn_api_request *ar, int n_positions,
+                                  http_result *ret) {
     attn_capture_params p = attn_api_params(ar, n_positions);
     const char *param = NULL;
     attnd_err err;
-    if (attn_api_check(model_info_get(s->m), &p, (uint64_t)s->cfg.attention_max_weights,
-                       (uint64_t)s->cfg.attention_max_bytes, &param, &err)) {
+    if (attn_api_check(model_info_get(env->m), &p, (uint64_t)env->cfg->attention_max_weights,
+                       (uint64_t)env->cfg->attention_max_bytes, &param, &err)) {
         *ret = http_respond_error(r, 400, err.msg, param);
         return NULL;
     }
     attn_capture *c;
-    if (attn_capture_create(&c, s->m, &p, &err) != ATTND_OK) {
+    if (attn_capture_create(&c, env->m, &p, &err) != ATTND_OK) {
         *ret = http_respond_error(r, 503, err.msg, NULL);
         return NULL;
     }
@@ -65,7 +66,7 @@ static attn_capture *make_capture(req *r, const attn_api_request *ar, int n_posi
 
 /* The answer once the job is done: attn_api's object plus the generation's outcome. */
 static http_result respond(req *r, const genreq *g) {
-    struct server *s = r->srv;
+    const genreq_env *env = &g->env;
     sched_output o;
     sched_job_output(g->job, &o);
     if (o.status != ATTND_OK)
@@ -77,7 +78,7 @@ static http_result respond(req *r, const genreq *g) {
     if (ids) {
         memcpy(ids, o.prompt, sizeof(int32_t) * (size_t)o.n_prompt);
         for (int i = 0; i < o.n_pieces; i++) ids[o.n_prompt + i] = o.pieces[i].id;
-        body = attn_api_head(s->model_id, model_info_get(s->m), s->tok, ids, n_ids, o.n_prompt, o.capture);
+        body = attn_api_head(env->model_id, model_info_get(env->m), env->tok, ids, n_ids, o.n_prompt, o.capture);
         free(ids);
     }
     if (!body) return http_respond_error(r, 503, "out of memory building the attention response", NULL);
@@ -160,11 +161,11 @@ static void free_inputs(embed_input *in, int n) {
 
 /* The answer's text: attn_api's object with every input's tokens one after another and its
  * "inputs", usage. NULL when out of memory. */
-static char *encoder_answer(struct server *s, const embed_input *in, int n, int n_tokens, const attn_capture *cap) {
+static char *encoder_answer(const genreq_env *env, const embed_input *in, int n, int n_tokens, const attn_capture *cap) {
     int32_t *ids = malloc(sizeof(int32_t) * (size_t)n_tokens);
     for (int i = 0, at = 0; ids && i < n; at += in[i].n_tokens, i++)
         memcpy(ids + at, in[i].tokens, sizeof(int32_t) * (size_t)in[i].n_tokens);
-    json_t *body = ids ? attn_api_head(s->model_id, model_info_get(s->m), s->tok, ids, n_tokens, n_tokens, cap) : NULL;
+    json_t *body = ids ? attn_api_head(env->model_id, model_info_get(env->m), env->tok, ids, n_tokens, n_tokens, cap) : NULL;
     free(ids);
     if (body) json_object_set_new(body, "usage", json_pack("{s:i, s:i}", "prompt_tokens", (json_int_t)n_tokens,
                                                            "completion_tokens", (json_int_t)0));
@@ -179,7 +180,7 @@ static char *encoder_answer(struct server *s, const embed_input *in, int n, int 
 /* An encoder's inspection of the request's prompts: one engine_embed of them all, each row over
  * its own input's tokens ("causal": false, "inputs"). */
 static http_result inspect_encoder(req *r, genreq *g, const attn_api_request *ar) {
-    struct server *s = r->srv;
+    const genreq_env *env = &g->env;
     http_result ret = HTTP_NO;
     int *lens, n = g->oreq.n_prompts, n_tokens;
     embed_input *in = encoder_inputs(r, g, &lens, &n_tokens, &ret);
@@ -191,14 +192,14 @@ static http_result inspect_encoder(req *r, genreq *g, const attn_api_request *ar
     attn_capture *cap = NULL;
     char tenant[SCHED_TENANT_MAX + 1];
     http_tenant(r, tenant, sizeof(tenant)); /* the evaluation is charged to it */
-    attnd_status st = attn_api_check(model_info_get(s->m), &p, (uint64_t)s->cfg.attention_max_weights,
-                                     (uint64_t)s->cfg.attention_max_bytes, &param, &err);
-    if (st == ATTND_OK && (st = attn_capture_create(&cap, s->m, &p, &err)) != ATTND_OK) st = ATTND_ERR_NOMEM;
+    attnd_status st = attn_api_check(model_info_get(env->m), &p, (uint64_t)env->cfg->attention_max_weights,
+                                     (uint64_t)env->cfg->attention_max_bytes, &param, &err);
+    if (st == ATTND_OK && (st = attn_capture_create(&cap, env->m, &p, &err)) != ATTND_OK) st = ATTND_ERR_NOMEM;
     if (st == ATTND_OK)
-        st = sched_run_task(s->sch, &(sched_task_spec){run_encode, &(encode_task){in, n, n_tokens, cap}, tenant},
+        st = sched_run_task(env->sch, &(sched_task_spec){run_encode, &(encode_task){in, n, n_tokens, cap}, tenant},
                             &err);
     r->n_prompt = n_tokens;
-    char *text = st == ATTND_OK ? encoder_answer(s, in, n, n_tokens, cap) : NULL;
+    char *text = st == ATTND_OK ? encoder_answer(env, in, n, n_tokens, cap) : NULL;
     if (st != ATTND_OK)
         ret = http_respond_error(r, st == ATTND_ERR_INVALID || st == ATTND_ERR_UNSUPPORTED ? 400 : 503, err.msg,
                                  st == ATTND_ERR_NOMEM ? NULL : param ? param : "prompt");
@@ -221,10 +222,10 @@ static bool encoder_alone(req *r, const genreq *g, const ablate_measure *am, htt
     if (field)
         snprintf(msg, sizeof(msg), "'%s' is not available on an encoder model ('%s'): it generates nothing, keeps no "
                  "KV and has no chat template; /v1/attention shows its prompts' attention", field,
-                 model_info_get(r->srv->m)->arch);
-    else if (q->n_prompts > r->srv->cfg.embed_max_inputs)
+                 model_info_get(g->env.m)->arch);
+    else if (q->n_prompts > g->env.cfg->embed_max_inputs)
         field = "prompt", snprintf(msg, sizeof(msg), "%d prompts; the server inspects at most %d at once "
-                                   "(embed_max_inputs)", q->n_prompts, r->srv->cfg.embed_max_inputs);
+                                   "(embed_max_inputs)", q->n_prompts, g->env.cfg->embed_max_inputs);
     if (!field) return true;
     *ret = http_respond_error(r, 400, msg, field);
     return false;
@@ -273,9 +274,8 @@ static bool sweep_alone(req *r, const genreq *g, const attn_api_request *ar, htt
     return false;
 }
 
-/* The ablation sweep over prompt ids[0..n) (owned), run on the scheduler thread. */
-static http_result measure_ablation(req *r, const ablate_measure *am, int32_t *ids, size_t n) {
-    struct server *s = r->srv;
+/* The ablation sweep over prompt ids[0..n) (owned), run on env's scheduler thread. */
+static http_result measure_ablation(req *r, const genreq_env *env, const ablate_measure *am, int32_t *ids, size_t n) {
     ablate_sweep_params p;
     ablate_sweep_result res = {0};
     const char *param = NULL;
@@ -283,15 +283,15 @@ static http_result measure_ablation(req *r, const ablate_measure *am, int32_t *i
     http_result ret;
     char tenant[SCHED_TENANT_MAX + 1];
     http_tenant(r, tenant, sizeof(tenant)); /* the sweep's work is charged to it */
-    attnd_status st = ablate_api_sweep_params(am, s->tok, ids, (int)n, &p, &param, &err);
-    if (st == ATTND_OK) st = ablate_sweep_check(model_info_get(s->m), &p, &err);
+    attnd_status st = ablate_api_sweep_params(am, env->tok, ids, (int)n, &p, &param, &err);
+    if (st == ATTND_OK) st = ablate_sweep_check(model_info_get(env->m), &p, &err);
     if (st != ATTND_OK) {
         ret = http_respond_error(r, 400, err.msg, param ? param : "prompt");
-    } else if ((st = sched_run_task(s->sch, &(sched_task_spec){run_sweep, &(sweep_task){&p, &res, NULL}, tenant},
+    } else if ((st = sched_run_task(env->sch, &(sched_task_spec){run_sweep, &(sweep_task){&p, &res, NULL}, tenant},
                                     &err)) != ATTND_OK) {
         ret = http_respond_error(r, st == ATTND_ERR_INVALID ? 400 : 503, err.msg, NULL);
     } else {
-        json_t *body = ablate_api_sweep_json(s->model_id, s->tok, &p, (int)n, am->target_position, &res);
+        json_t *body = ablate_api_sweep_json(env->model_id, env->tok, &p, (int)n, am->target_position, &res);
         char *text = body ? json_dumps(body, JSON_COMPACT | JSON_REAL_PRECISION(ATTN_API_DIGITS)) : NULL;
         json_decref(body);
         ret = text ? http_respond_text(r, 200, "application/json", text)
@@ -351,7 +351,7 @@ static http_result inspect(req *r, genreq *g, const attn_api_request *ar, int32_
     genreq_err e;
     attn_capture *cap = NULL;
     attnd_status st = genreq_fit_context(g, n, &max_tokens, &e);
-    if (st == ATTND_OK && !(cap = make_capture(r, ar, (int)n + max_tokens, &ret))) {
+    if (st == ATTND_OK && !(cap = make_capture(r, &g->env, ar, (int)n + max_tokens, &ret))) {
         free(ids);
         return ret;
     }
@@ -379,12 +379,12 @@ http_result ep_attention(req *r) {
     if (!read_selection(r, g, b, &ar, &am, &ret)) goto out;
     const char *param = NULL;
     attnd_err err;
-    attnd_status st = oai_parse(b, g->chat, &s->cfg, s->n_vocab, &g->oreq, &param, &err);
+    attnd_status st = oai_parse(b, g->chat, g->env.cfg, g->env.n_vocab, &g->oreq, &param, &err);
     if (st != ATTND_OK) {
         ret = http_respond_error(r, http_status_of(st, HTTP_CTX_PARSE), err.msg, param);
         goto out;
     }
-    bool enc = model_is_encoder(s->m); /* several prompts side by side, each attending to itself */
+    bool enc = model_is_encoder(g->env.m); /* several prompts side by side, each attending to itself */
     if (enc ? !encoder_alone(r, g, &am, &ret) : !check_inspection(r, g, &ar, &am, &ret)) goto out;
     if (g->oreq.max_tokens < 0) g->oreq.max_tokens = 0; /* inspection of the prompt alone by default */
     if (enc) {
@@ -395,7 +395,7 @@ http_result ep_attention(req *r) {
     size_t n;
     genreq_err e;
     if (genreq_prompt_tokens(g, 0, &ids, &n, &e) != ATTND_OK) ret = genreq_http_respond(r, &e);
-    else if (am.on) ret = measure_ablation(r, &am, ids, n);
+    else if (am.on) ret = measure_ablation(r, &g->env, &am, ids, n);
     else ret = inspect(r, g, &ar, ids, n);
 out:
     attn_api_request_free(&ar);
@@ -416,38 +416,46 @@ static attnd_status run_heads(void *user, sched_task_turn *turn, attnd_err *err)
     return turn->plan || turn->stop ? ATTND_OK : head_roles_compute(turn->e, turn->pool, t->p, t->hr, err);
 }
 
-/* The answer's text: computed on the scheduler thread the first time, then kept (a request
- * that raced another's computation drops its own copy). NULL: *st and *err say why. */
-static const char *heads_text(struct server *s, attnd_status *st, attnd_err *err) {
-    char *text = atomic_load(&s->heads_json);
+/* The answer's text for env's model: computed on its scheduler thread the first time, then kept
+ * in *cache (a request that raced another's computation drops its own copy). NULL: *st and *err
+ * say why. */
+static const char *heads_text(const genreq_env *env, _Atomic(char *) *cache, attnd_status *st, attnd_err *err) {
+    char *text = atomic_load(cache);
     if (text) return text;
     head_roles_params p;
     int32_t *cand = NULL;
     head_roles hr = {0};
     sched_task_spec task = {run_heads, &(heads_task){&p, &hr}, NULL};
-    *st = heads_api_params(s->tok, &p, &cand) ? sched_run_task(s->sch, &task, err)
-                                              : attnd_fail(err, ATTND_ERR_NOMEM, "out of memory");
-    json_t *body = *st == ATTND_OK ? heads_api_json(s->model_id, &hr, &p) : NULL;
+    *st = heads_api_params(env->tok, &p, &cand) ? sched_run_task(env->sch, &task, err)
+                                                : attnd_fail(err, ATTND_ERR_NOMEM, "out of memory");
+    json_t *body = *st == ATTND_OK ? heads_api_json(env->model_id, &hr, &p) : NULL;
     text = body ? json_dumps(body, JSON_COMPACT | JSON_REAL_PRECISION(ATTN_API_DIGITS)) : NULL;
     if (*st == ATTND_OK && !text) *st = attnd_fail(err, ATTND_ERR_NOMEM, "out of memory building the heads answer");
     json_decref(body);
     head_roles_free(&hr);
     free(cand);
     char *none = NULL;
-    if (text && !atomic_compare_exchange_strong(&s->heads_json, &none, text)) {
+    if (text && !atomic_compare_exchange_strong(cache, &none, text)) {
         free(text);
         text = none;
     }
     return text;
 }
 
+/* On a server of several models, of the model ?model= names (loaded for it: the roles are
+ * computed on its engine). */
 http_result ep_heads(req *r) {
     attnd_status st = ATTND_OK;
     attnd_err err;
-    const char *text = heads_text(r->srv, &st, &err);
+    genreq_env env;
+    mreg_ref ref;
+    http_result ret = HTTP_NO;
+    if (!models_http_use(r, NULL, &env, &ref, &ret)) return ret;
+    const char *text = heads_text(&env, models_http_heads_cache(r, &ref), &st, &err);
+    char *copy = text ? strdup(text) : NULL; /* the cache is the model's: copied before it is released */
+    models_http_done(r, &ref);
     if (!text) /* an encoder's heads have no causal roles: its 400 */
         return http_respond_error(r, st == ATTND_ERR_NOMEM ? 503 : st == ATTND_ERR_UNSUPPORTED ? 400 : 500, err.msg, NULL);
-    char *copy = strdup(text);
     return copy ? http_respond_text(r, 200, "application/json", copy)
                 : http_respond_error(r, 503, "out of memory", NULL);
 }

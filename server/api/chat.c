@@ -213,7 +213,13 @@ attnd_status chat_encode(const tokenizer *tok, chat_family f, const chat_msg *ms
     sbuf b = {0};
     attnd_status st = render(f, msgs, n, &b, err);
     if (st != ATTND_OK) return st;
-    st = tok_encode_marked(tok, b.text.p, b.text.len, true, b.spans, b.n_spans, ids, n_ids, err);
+    /* a family whose prefix writes the BOS token (GLM's "[gMASK]" when the file names it BOS) gets
+     * no second one from the tokenizer, as a template that writes bos_token gets none */
+    const char *bos;
+    size_t bl = 0;
+    bool has_bos = tok_add_bos(tok) && tok_token_bytes(tok, tok_bos(tok), true, &bos, &bl) && bl && b.n_spans &&
+                   b.spans[0].start == 0 && b.spans[0].end >= bl && b.text.len >= bl && !memcmp(b.text.p, bos, bl);
+    st = tok_encode_marked(tok, b.text.p, b.text.len, !has_bos, b.spans, b.n_spans, ids, n_ids, err);
     buf_free(&b.text);
     free(b.spans);
     return st;
@@ -307,6 +313,7 @@ static void probe_tools(chat_template *ct, attnd_status *st, attnd_err *err) {
     const char *t = b.p ? b.p : "";
     if (strstr(t, "to=functions." PROBE_FN)) ct->tool_format = TOOLCALL_FMT_HARMONY;
     else if (strstr(t, "<|tool_call|>")) ct->tool_format = TOOLCALL_FMT_GRANITE;
+    else if (strstr(t, "<|tool_call>call:" PROBE_FN "{")) ct->tool_format = TOOLCALL_FMT_GEMMA4;
     else if (strstr(t, "<function=" PROBE_FN ">") && strstr(t, "<parameter=attnd_probe_arg>"))
         ct->tool_format = TOOLCALL_FMT_QWEN_XML;
     else if (strstr(t, "<tool_call>" PROBE_FN) && strstr(t, "<arg_key>attnd_probe_arg</arg_key>"))

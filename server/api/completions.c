@@ -123,7 +123,8 @@ static json_t *choice_body(req *r, int k, sched_output *failed) {
     json_t *body = completion_body_final(&state_of(r)->rctx, &v, echo, echo_len);
     free(echo);
     if (body && g->chat) toolcall_apply(json_array_get(json_object_get(body, "choices"), 0), v.text, v.text_len,
-                                        calls_parsed(g), g->oreq.open_reasoning, NULL, g->oreq.tools.tools);
+                                        calls_parsed(g), g->oreq.open_reasoning, g->oreq.think_to_call, NULL,
+                                        g->oreq.tools.tools);
     return body;
 }
 
@@ -259,6 +260,7 @@ static http_result respond_stream(req *r, genreq *g) {
             if (!(ss->parse[k] = toolcall_parser_create(calls_parsed(g)))) return HTTP_NO;
             toolcall_parser_set_tools(ss->parse[k], g->oreq.tools.tools);
             if (g->oreq.open_reasoning) toolcall_parser_start_in_reasoning(ss->parse[k]);
+            if (g->oreq.think_to_call) toolcall_parser_end_think_at_call(ss->parse[k]);
         }
     }
     return sse_stream(r, g, ss->llama ? &LLAMA_WRITER : &OAI_WRITER);

@@ -253,62 +253,85 @@ http_result ep_detokenize(req *r) {
 
 // ---- sessions -----------------------------------------------------------------------------
 
-http_result ep_sessions_create(req *r) {
+/* POST /v1/sessions on env's model: b's "id" (may be NULL). */
+static http_result session_create(req *r, json_t *b, const genreq_env *env, const mreg_ref *ref) {
     http_result ret = HTTP_NO;
-    json_t *b = http_parse_body(r, &ret, true);
-    if (!b) return ret;
     json_t *id = json_object_get(b, "id");
     char out[SESS_ID_MAX + 1];
     attnd_err err;
-    if (id && !json_is_null(id) && !json_is_string(id)) {
-        ret = http_respond_error(r, 400, "'id' must be a string", "id");
-    } else {
-        const char *want = json_is_string(id) ? json_string_value(id) : NULL;
-        attnd_status st = sess_create(r->srv->store, r->owner, want, out, &err);
-        int code = http_status_of(st, HTTP_CTX_SESSION);
-        if (st != ATTND_OK) ret = http_respond_error(r, code, err.msg, code == 400 || code == 409 ? "id" : NULL);
-        else {
-            int e = 0;
-            if (sess_persist(r->srv->store, r->owner, out, &e, &err) != ATTND_OK) { /* removed again */
-                slog_error("%s", err.msg);
-                char msg[200];
-                snprintf(msg, sizeof(msg), "session '%s' could not be saved (%s); retry later", out,
-                         e ? strerror(e) : "I/O error");
-                json_decref(b);
-                return http_respond_error(r, e == ENOSPC || e == EDQUOT ? 507 : 503, msg, NULL);
-            }
-            json_t *o = sess_info_json(r->srv->store, r->owner, out);
-            ret = o ? http_respond_json(r, 200, o) : http_respond_error(r, 503, "the session store could not be read back; retry later", NULL);
-        }
+    if (id && !json_is_null(id) && !json_is_string(id)) return http_respond_error(r, 400, "'id' must be a string", "id");
+    const char *want = json_is_string(id) ? json_string_value(id) : NULL;
+    if (want && models_http_session_elsewhere(r, ref, want, &ret)) return ret; /* the id is another model's */
+    attnd_status st = sess_create(env->store, r->owner, want, out, &err);
+    int code = http_status_of(st, HTTP_CTX_SESSION);
+    if (st != ATTND_OK) return http_respond_error(r, code, err.msg, code == 400 || code == 409 ? "id" : NULL);
+    int e = 0;
+    if (sess_persist(env->store, r->owner, out, &e, &err) != ATTND_OK) { /* removed again */
+        slog_error("%s", err.msg);
+        char msg[200];
+        snprintf(msg, sizeof(msg), "session '%s' could not be saved (%s); retry later", out,
+                 e ? strerror(e) : "I/O error");
+        return http_respond_error(r, e == ENOSPC || e == EDQUOT ? 507 : 503, msg, NULL);
+    }
+    json_t *o = sess_info_json(env->store, r->owner, out);
+    return o ? http_respond_json(r, 200, o) : http_respond_error(r, 503, "the session store could not be read back; retry later", NULL);
+}
+
+http_result ep_sessions_create(req *r) {
+    http_result ret = HTTP_NO;
+    json_t *b = http_parse_body(r, &ret, true);
+    genreq_env env;
+    mreg_ref ref;
+    if (b && models_http_use(r, b, &env, &ref, &ret)) { /* a server of several: the model named */
+        ret = session_create(r, b, &env, &ref);
+        models_http_done(r, &ref);
     }
     json_decref(b);
     return ret;
 }
 
 http_result ep_sessions_list(req *r) {
-    json_t *list = sess_list_json(r->srv->store, r->owner);
+    genreq_env env;
+    mreg_ref ref;
+    http_result ret = HTTP_NO;
+    if (!models_http_use(r, NULL, &env, &ref, &ret)) return ret; /* a server of several: ?model= */
+    json_t *list = sess_list_json(env.store, r->owner);
+    models_http_done(r, &ref);
     if (!list) return http_respond_error(r, 503, "sessions cannot be listed now (out of memory, or the shared session store is unreachable)", NULL);
     return http_respond_json(r, 200, list);
 }
 
 static const char *session_id_of(req *r) { return r->path + strlen("/v1/sessions/"); }
 
-http_result ep_session_get(req *r) {
+static http_result session_get(req *r, const genreq_env *env, const mreg_ref *ref) {
     const char *id = session_id_of(r);
     sess_info info;
     attnd_err err;
-    attnd_status st = sess_id_valid(id) ? sess_lookup_info(r->srv->store, r->owner, id, &info, &err)
+    http_result ret;
+    attnd_status st = sess_id_valid(id) ? sess_lookup_info(env->store, r->owner, id, &info, &err)
                                         : attnd_fail(&err, ATTND_ERR_NOT_FOUND, "session '%.64s' not found", id);
+    if (st == ATTND_ERR_NOT_FOUND && models_http_session_elsewhere(r, ref, id, &ret)) return ret;
     if (st != ATTND_OK) return http_respond_error(r, http_status_of(st, HTTP_CTX_SESSION), err.msg, NULL);
     return http_respond_json(r, 200, sess_info_to_json(&info));
 }
 
-http_result ep_session_delete(req *r) {
+http_result ep_session_get(req *r) {
+    genreq_env env;
+    mreg_ref ref;
+    http_result ret = HTTP_NO;
+    if (!models_http_use(r, NULL, &env, &ref, &ret)) return ret; /* a server of several: ?model= */
+    ret = session_get(r, &env, &ref);
+    models_http_done(r, &ref);
+    return ret;
+}
+
+static http_result session_delete(req *r, const genreq_env *env, const mreg_ref *ref) {
     const char *id = session_id_of(r);
     struct kv_seq *kv = NULL;
     attnd_err err;
     int e = 0;
-    attnd_status st = sess_id_valid(id) ? sess_delete(r->srv->store, r->owner, id, &kv, &e, &err)
+    http_result ret;
+    attnd_status st = sess_id_valid(id) ? sess_delete(env->store, r->owner, id, &kv, &e, &err)
                                         : attnd_fail(&err, ATTND_ERR_NOT_FOUND, "session '%.64s' not found", id);
     if (st == ATTND_ERR_IO) { /* the file (or record) stays, and so does the session */
         char msg[200];
@@ -316,8 +339,9 @@ http_result ep_session_delete(req *r) {
                  e ? strerror(e) : err.msg);
         return http_respond_error(r, e == ENOSPC || e == EDQUOT ? 507 : 503, msg, NULL);
     }
+    if (st == ATTND_ERR_NOT_FOUND && models_http_session_elsewhere(r, ref, id, &ret)) return ret;
     if (st != ATTND_OK) return http_respond_error(r, http_status_of(st, HTTP_CTX_DEFAULT), err.msg, NULL);
-    sched_free_kv(r->srv->sch, kv);
+    sched_free_kv(env->sch, kv);
     json_t *o = json_object();
     json_object_set_new(o, "id", json_string(id));
     json_object_set_new(o, "object", json_string("session.deleted"));
@@ -325,3 +349,12 @@ http_result ep_session_delete(req *r) {
     return http_respond_json(r, 200, o);
 }
 
+http_result ep_session_delete(req *r) {
+    genreq_env env;
+    mreg_ref ref;
+    http_result ret = HTTP_NO;
+    if (!models_http_use(r, NULL, &env, &ref, &ret)) return ret; /* a server of several: ?model= */
+    ret = session_delete(r, &env, &ref);
+    models_http_done(r, &ref);
+    return ret;
+}

@@ -168,6 +168,11 @@ attnd_status genreq_acquire_session(genreq *g, sess **se, genreq_err *e) {
          * seen, so the turn may reach an instance that never had the session: said only where
          * instances share sessions (a store) or a proxy sent the header */
         const char *hdr = g->who.session_header, *shared = g->env.cfg ? g->env.cfg->session_store : NULL;
+        char home[128];
+        if (st == ATTND_ERR_NOT_FOUND && g->session_home && g->session_home(g->home_user, g->owner, id, home, sizeof(home)))
+            return fail(e, GENREQ_SESSION, ATTND_ERR_BUSY, "session_id", /* a 409, as a chain of another model's */
+                        "session '%.64s' belongs to model '%.100s', not '%.100s': a session is its model's; "
+                        "continue it with \"model\": \"%.100s\"", id, home, g->env.model_id, home);
         fail(e, GENREQ_SESSION, st, "session_id", "%s", err.msg);
         if (st == ATTND_ERR_NOT_FOUND) {
             size_t n = strlen(e->msg);
@@ -298,7 +303,7 @@ int genreq_reasoning_tokens(const genreq *g, const sched_output *o) {
     int32_t *ids = malloc((size_t)(n > 0 ? n : 1) * sizeof(*ids));
     if (!ids) return 0;
     for (int i = 0; i < n; i++) ids[i] = o->pieces[i].id;
-    int count = reasoning_count_tokens(ids, n, g->oreq.open_reasoning, special_bytes, (void *)g->env.tok);
+    int count = reasoning_count_tokens(ids, n, g->oreq.open_reasoning, g->oreq.think_to_call, special_bytes, (void *)g->env.tok);
     free(ids);
     return count;
 }

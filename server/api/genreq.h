@@ -102,6 +102,11 @@ typedef struct genreq {
     uint64_t sess_turn;           /* which acquire of the session this turn is (sess.h) */
     bool cancelled;               /* the client left: every job was cancelled */
     genreq_err unsaved;           /* fail != GENREQ_OK: the turn could not be made durable */
+    /* A server of several models, where each model has its own sessions: the model other than
+     * this one that holds owner's session id (its name into home, cap bytes), or false; asked when
+     * session_id is not found here, to answer with the model it belongs to. NULL = one model. */
+    bool (*session_home)(void *user, const char *owner, const char *id, char *home, size_t cap);
+    void *home_user;
 } genreq;
 
 /* A new request over env and who (both copied). NULL when out of memory. */

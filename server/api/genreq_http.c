@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "models.h"
 #include "models_http.h"
 
 /* The completed callback's part of the generation: its jobs' end, and what the log says. */
@@ -29,6 +30,17 @@ static void slot_free(void *p) {
 }
 
 static bool client_gone(void *user) { return http_client_gone(user); }
+
+/* genreq's session_home on a server of several models (user: the request, whose slot holds its
+ * model): another model's session. */
+static bool session_home(void *user, const char *owner, const char *id, char *home, size_t cap) {
+    req *r = user;
+    const genreq_http_slot *slot = req_get(r, REQ_SLOT_GENREQ);
+    char name[MREG_NAME_MAX + 1];
+    if (!models_session_home(r->srv, slot->ref.idx, owner, id, name)) return false;
+    snprintf(home, cap, "%s", name);
+    return true;
+}
 
 genreq *genreq_http_begin(req *r, json_t **body, http_result *ret) {
     struct server *s = r->srv;
@@ -59,6 +71,7 @@ genreq *genreq_http_begin(req *r, json_t **body, http_result *ret) {
         return NULL;
     }
     g->body = *body;
+    if (s->models) g->session_home = session_home, g->home_user = r;
     req_set_end(r, REQ_SLOT_GENREQ, genreq_on_end);
     return g;
 }

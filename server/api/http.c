@@ -93,6 +93,38 @@ http_result http_reply_stream(req *r, int status, http_reader reader, void *cls,
                     n);
 }
 
+const char *http_query_get(req *r, const char *name) {
+    if (r->conn) return MHD_lookup_connection_value(r->conn, MHD_GET_ARGUMENT_KIND, name);
+    for (size_t at = 0; at < r->query_len;) { /* key NUL value NUL, pair after pair (request_new) */
+        const char *key = r->query + at, *val = key + strlen(key) + 1;
+        if (!strcmp(key, name)) return val;
+        at = (size_t)(val + strlen(val) + 1 - r->query);
+    }
+    return NULL;
+}
+
+/* A url's query string ("a=1&b") as r->query's pairs: "a\0" "1\0" "b\0" "\0" (no decoding: the
+ * tests' urls need none). One that does not fit is dropped whole. */
+static void query_split(req *r, const char *q) {
+    size_t n = 0, cap = sizeof(r->query);
+    for (const char *p = q; *p;) {
+        size_t len = strcspn(p, "&"), eq = strcspn(p, "=");
+        if (eq > len) eq = len;
+        if (n + len + 2 > cap) {
+            n = 0;
+            break;
+        }
+        memcpy(r->query + n, p, eq);
+        r->query[n + eq] = '\0';
+        size_t vl = eq < len ? len - eq - 1 : 0;
+        memcpy(r->query + n + eq + 1, p + eq + 1, vl);
+        r->query[n + eq + 1 + vl] = '\0';
+        n += eq + vl + 2;
+        p += len + (p[len] == '&');
+    }
+    r->query_len = n;
+}
+
 void http_idle_timeout(req *r, unsigned seconds) {
     if (r->conn) MHD_set_connection_option(r->conn, MHD_CONNECTION_OPTION_TIMEOUT, seconds);
 }
@@ -377,8 +409,13 @@ static req *request_new(struct server *s, struct MHD_Connection *c, const char *
     r->io = io;
     r->t0 = attnd_now_s();
     snprintf(r->method, sizeof(r->method), "%s", method);
-    snprintf(r->path, sizeof(r->path), "%s", url);
-    if (strlen(url) >= sizeof(r->path)) r->path[sizeof(r->path) - 2] = '~'; /* never matches a route */
+    /* libmicrohttpd hands the path alone (its query through http_query_get); a url without a
+     * connection (the tests') may carry one */
+    const char *q = io ? strchr(url, '?') : NULL;
+    size_t plen = q ? (size_t)(q - url) : strlen(url);
+    snprintf(r->path, sizeof(r->path), "%.*s", (int)plen, url);
+    if (plen >= sizeof(r->path)) r->path[sizeof(r->path) - 2] = '~'; /* never matches a route */
+    if (q) query_split(r, q + 1);
     /* the client's id ties its logs to ours; one that cannot go into a header or a log line as
      * it is gets replaced (the answer's X-Request-Id says by what) */
     const char *rid = http_header_get(r, "X-Request-Id");
@@ -476,9 +513,6 @@ static http_result dispatch(req *r) {
     if (r->too_big) return too_big(r);
     if (!r->rt) return http_respond_error(r, 404, "no such endpoint", NULL);
     if ((r->rt->flags & ROUTE_MODEL) && !atomic_load(&r->srv->ready)) return http_respond_error(r, 503, "model is loading", NULL);
-    if ((r->rt->flags & ROUTE_MODEL) && !(r->rt->flags & ROUTE_MULTI) && r->srv->models)
-        return http_respond_error(r, 501, "this endpoint serves a server of one model; this one serves several "
-                                          "(models_dir, [model.NAME]: docs/models.md)", NULL);
     http_result ret;
     /* Several models: models_http_route checks the one a request names. Only a route that needs a
      * role asks the model (the open ones, /health, are answered while it loads). */

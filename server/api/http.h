@@ -66,8 +66,7 @@ enum {
     ROUTE_SEGMENT = 8, /* path holds "{id}": exactly one path segment stands there */
     ROUTE_ANTHROPIC = 16, /* errors in Anthropic's shape (anthropic.h) */
     ROUTE_OLLAMA = 32,    /* errors in Ollama's shape: {"error": "..."} */
-    ROUTE_MULTI = 64,     /* served by a server of several models too (models_http.h); a ROUTE_MODEL
-                             route without it answers 501 there */
+    /* 64 was ROUTE_MULTI: every route serves a server of several models now (models_http.h) */
     ROUTE_GENERATE = 128, /* needs a model that generates text (MODEL_ROLE_GENERATE) */
     ROUTE_EMBED = 256,    /* needs one that embeds (MODEL_ROLE_EMBED: the file's, or --embeddings) */
     ROUTE_RANK = 512,     /* needs one that ranks (MODEL_ROLE_RANK: a classification head) */
@@ -165,6 +164,8 @@ struct req {
     const req_io *io;        /* NULL = answer through conn (borrowed) */
     char method[16];
     char path[160];
+    char query[160];         /* without a connection (io): the url's query, as key NUL value NUL pairs */
+    size_t query_len;
     double t0;
     buf body;                /* the request body (NUL-terminated once any arrived); owned */
     bool too_big;
@@ -196,6 +197,10 @@ http_result http_reply(req *r, int status, char *body, size_t len, bool owned, c
 http_result http_reply_stream(req *r, int status, http_reader reader, void *cls, const http_header *h, int n);
 /* A request header (NULL when absent). */
 const char *http_header_get(req *r, const char *name);
+/* The value of the url's query parameter name (GET /props?model=NAME), NULL when absent:
+ * libmicrohttpd's (percent-decoded), or read from the url given with a req_io. Borrowed for the
+ * request's life. */
+const char *http_query_get(req *r, const char *name);
 /* Sets the connection's idle timeout in seconds (0 = none); nothing without a connection. */
 void http_idle_timeout(req *r, unsigned seconds);
 

@@ -14,13 +14,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "attnd/grammar.h"
 
 enum {
     P_WS = 1 << 0, P_STRING = 1 << 1, P_CHAR = 1 << 2, P_NUMBER = 1 << 3, P_INTEGER = 1 << 4, P_VALUE = 1 << 5,
     P_OBJECT = 1 << 6, P_ARRAY = 1 << 7, P_DATE = 1 << 8, P_TIME = 1 << 9, P_UUID = 1 << 10, P_EMAIL = 1 << 11,
-    P_URI = 1 << 12, P_UNUMBER = 1 << 13,
+    P_URI = 1 << 12, P_UNUMBER = 1 << 13, P_KEY = 1 << 14,
 };
 
 enum { MAX_DEPTH = 64, MAX_RULES = 4096, MAX_BOUND_DIGITS = 15 };
@@ -41,6 +42,7 @@ typedef struct conv {
     char path[256];     /* JSON pointer of the node at hand, for messages */
     attnd_err *err;
     attnd_status st;
+    bool g4;            /* Gemma 4's call syntax (json_schema_rules_gemma4) instead of JSON */
 } conv;
 
 __attribute__((format(printf, 3, 4))) static bool cfail(conv *c, attnd_status st, const char *fmt, ...) {
@@ -83,8 +85,75 @@ static bool put_literal(conv *c, buf *b, const char *s, size_t n) {
     return cput(c, b, "\"");
 }
 
-/* The literal of a JSON value as compact JSON text. */
+// ---- Gemma 4's syntax ------------------------------------------------------------------------
+
+#define G4_MARK "<|\"|>"
+
+/* Whether an object key can be written bare in Gemma's syntax: what toolcall_g4.c reads as one
+ * (up to the ':', none of ",{}[]"), without '<' (a mark) or blanks and control characters. */
+static bool g4_plain_key(const char *k) {
+    if (!*k) return false;
+    for (const unsigned char *p = (const unsigned char *)k; *p; p++)
+        if (*p <= 0x20 || strchr(":,{}[]<", *p)) return false;
+    return true;
+}
+
+/* A key as Gemma's template writes one: bare, or between marks when it is not a plain name. */
+static bool g4_key_text(buf *out, const char *k) {
+    return g4_plain_key(k) ? buf_puts(out, k) : buf_puts(out, G4_MARK) && buf_puts(out, k) && buf_puts(out, G4_MARK);
+}
+
+static int key_order(const void *a, const void *b) {
+    const char *x = *(const char *const *)a, *y = *(const char *const *)b;
+    int d = strcasecmp(x, y);
+    return d ? d : strcmp(x, y);
+}
+
+/* v as Gemma's template writes a value (format_argument): strings between marks as they are, None
+ * for null, keys sorted as dictsort sorts them. false: out of memory or a string holding a mark
+ * (no way to write it). */
+static bool g4_text(buf *out, const json_t *v, int depth) {
+    if (depth > MAX_DEPTH) return false;
+    if (json_is_string(v))
+        return !strstr(json_string_value(v), G4_MARK) && buf_puts(out, G4_MARK) &&
+               buf_append(out, json_string_value(v), json_string_length(v)) && buf_puts(out, G4_MARK);
+    if (json_is_null(v)) return buf_puts(out, "None");
+    if (json_is_array(v)) {
+        bool ok = buf_puts(out, "[");
+        for (size_t i = 0; ok && i < json_array_size(v); i++)
+            ok = (!i || buf_puts(out, ",")) && g4_text(out, json_array_get(v, i), depth + 1);
+        return ok && buf_puts(out, "]");
+    }
+    if (json_is_object(v)) {
+        size_t n = json_object_size(v), k = 0;
+        const char **keys = calloc(n ? n : 1, sizeof(*keys)), *key;
+        json_t *x;
+        if (!keys) return false;
+        json_object_foreach((json_t *)v, key, x) keys[k++] = key;
+        qsort(keys, n, sizeof(*keys), key_order);
+        bool ok = buf_puts(out, "{");
+        for (size_t i = 0; ok && i < n; i++)
+            ok = (!i || buf_puts(out, ",")) && g4_key_text(out, keys[i]) && buf_puts(out, ":") &&
+                 g4_text(out, json_object_get(v, keys[i]), depth + 1);
+        free(keys);
+        return ok && buf_puts(out, "}");
+    }
+    char *t = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY); /* numbers, true, false */
+    bool ok = t && buf_puts(out, t);
+    free(t);
+    return ok;
+}
+
+/* The literal of a JSON value as compact JSON text (Gemma's syntax in g4). */
 static bool put_json_literal(conv *c, buf *b, const json_t *v) {
+    if (c->g4) {
+        buf t = {0};
+        bool ok = g4_text(&t, v, 0) ? put_literal(c, b, t.p, t.len)
+                                    : cfail(c, ATTND_ERR_UNSUPPORTED, "a value that Gemma's call syntax cannot write "
+                                            "(a string holding " G4_MARK ")");
+        buf_free(&t);
+        return ok;
+    }
     char *text = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
     if (!text) return cfail(c, ATTND_ERR_NOMEM, "out of memory");
     bool ok = put_literal(c, b, text, strlen(text));
@@ -256,7 +325,8 @@ static bool rx_fail(rx *r, const char *what) {
 /* One character (UTF-8 sequence of n bytes) as JSON text, as a GBNF literal. */
 static bool rx_literal(rx *r, buf *o, const char *ch, size_t n) {
     char j[8];
-    if (n == 1 && (*ch == '"' || *ch == '\\')) j[0] = '\\', j[1] = *ch, n = 2;
+    if (r->c->g4) memcpy(j, ch, n); /* Gemma's strings are the text as it is */
+    else if (n == 1 && (*ch == '"' || *ch == '\\')) j[0] = '\\', j[1] = *ch, n = 2;
     else if (n == 1 && (unsigned char)*ch < 0x20) n = (size_t)snprintf(j, sizeof(j), "\\u%04x", (unsigned char)*ch);
     else memcpy(j, ch, n);
     return cput(r->c, o, " ") && put_literal(r->c, o, j, n);
@@ -425,10 +495,12 @@ static bool json_schema_pattern(conv *c, const char *re, buf *expr) {
 
 static bool gen_string(conv *c, const json_t *s, buf *expr) {
     const json_t *fmt = json_object_get(s, "format"), *pat = json_object_get(s, "pattern");
+    /* the quotes: JSON's, or Gemma's marks */
+    const char *q = c->g4 ? "\"<|\\\"|>\"" : "\"\\\"\"";
     if (pat) {
         if (!json_is_string(pat)) return cfail(c, ATTND_ERR_INVALID, "'pattern' must be a string");
-        return cput(c, expr, "\"\\\"\" ") && json_schema_pattern(c, json_string_value(pat), expr) &&
-               cput(c, expr, " \"\\\"\"");
+        return cprintf(c, expr, "%s ", q) && json_schema_pattern(c, json_string_value(pat), expr) &&
+               cprintf(c, expr, " %s", q);
     }
     if (fmt) {
         static const struct { const char *name; unsigned prim; const char *rule; } F[] = {
@@ -439,7 +511,7 @@ static bool gen_string(conv *c, const json_t *s, buf *expr) {
         for (size_t i = 0; i < ATTND_ARRAY_LEN(F); i++)
             if (!strcmp(json_string_value(fmt), F[i].name)) {
                 c->prims |= F[i].prim;
-                return cprintf(c, expr, "\"\\\"\" %s \"\\\"\"", F[i].rule);
+                return cprintf(c, expr, "%s %s %s", q, F[i].rule, q);
             }
         return cfail(c, ATTND_ERR_UNSUPPORTED, "string 'format' '%.64s' is not supported (date, time, date-time, "
                      "uuid, email, uri are)", json_string_value(fmt));
@@ -449,10 +521,14 @@ static bool gen_string(conv *c, const json_t *s, buf *expr) {
         !get_count(c, s, "maxLength", -1, GRAMMAR_MAX_REPEAT, &hi))
         return false;
     if (hi >= 0 && hi < lo) return cfail(c, ATTND_ERR_INVALID, "'maxLength' is below 'minLength'");
+    if (lo == 0 && hi < 0 && c->g4) { /* any text without a mark (the shared rule) */
+        c->prims |= P_STRING;
+        return cput(c, expr, "string");
+    }
     c->prims |= P_CHAR;
-    if (lo == 0 && hi < 0) return cput(c, expr, "\"\\\"\" char* \"\\\"\"");
-    if (hi < 0) return cprintf(c, expr, "\"\\\"\" char{%lld,} \"\\\"\"", lo);
-    return cprintf(c, expr, "\"\\\"\" char{%lld,%lld} \"\\\"\"", lo, hi);
+    if (lo == 0 && hi < 0) return cprintf(c, expr, "%s char* %s", q, q);
+    if (hi < 0) return cprintf(c, expr, "%s char{%lld,} %s", q, lo, q);
+    return cprintf(c, expr, "%s char{%lld,%lld} %s", q, lo, hi, q);
 }
 
 // ---- integers and numbers -------------------------------------------------------------------
@@ -977,10 +1053,10 @@ static bool gen_object_rules(conv *c, const json_t *s, const json_t *props, int 
     buf extra = {0};
     bool ok = true;
     if (kind) {
-        c->prims |= P_STRING | P_WS | (kind == 1 ? P_VALUE : 0);
+        c->prims |= (c->g4 ? P_KEY : P_STRING) | P_WS | (kind == 1 ? P_VALUE : 0);
         int id = new_rule_id(c);
         buf body = {0};
-        ok = id >= 0 && cput(c, &body, "string \":\" ws ") &&
+        ok = id >= 0 && cput(c, &body, c->g4 ? "key \":\" ws " : "string \":\" ws ") &&
              (kind == 1 ? cput(c, &body, "value") : gen_child(c, ap, "additionalProperties", &body)) &&
              define_rule(c, id, &body) && cprintf(c, &extra, "r%d", id);
         buf_free(&body);
@@ -1001,6 +1077,7 @@ static bool gen_object_rules(conv *c, const json_t *s, const json_t *props, int 
     json_t *sub;
     if (keys) /* NULL when n is 0 or something above failed */
         json_object_foreach((json_t *)props, key, sub) if (k < n) keys[k++] = key;
+    if (keys && c->g4) qsort(keys, k, sizeof(*keys), key_order); /* in the order Gemma's template writes them */
     for (size_t i = n; ok && i-- > 0;) {
         bool required = false;
         for (size_t r = 0; r < json_array_size(req); r++)
@@ -1010,7 +1087,11 @@ static bool gen_object_rules(conv *c, const json_t *s, const json_t *props, int 
         char seg[200];
         snprintf(seg, sizeof(seg), "properties/%.180s", keys[i]);
         json_t *js = json_string(keys[i]);
-        ok = kv >= 0 && a >= 0 && f >= 0 && js && put_json_literal(c, &body, js) && cput(c, &body, " \":\" ws ") &&
+        buf g4key = {0};
+        bool key_ok = c->g4 ? g4_key_text(&g4key, keys[i]) && put_literal(c, &body, g4key.p, g4key.len)
+                            : js && put_json_literal(c, &body, js);
+        buf_free(&g4key);
+        ok = kv >= 0 && a >= 0 && f >= 0 && js && key_ok && cput(c, &body, " \":\" ws ") &&
              gen_child(c, json_object_get(props, keys[i]), seg, &body) && define_rule(c, kv, &body);
         json_decref(js);
         buf_free(&body);
@@ -1086,7 +1167,7 @@ static bool gen_typed(conv *c, const json_t *s, const char *type, buf *expr) {
     if (!strcmp(type, "integer")) return gen_integer(c, s, expr);
     if (!strcmp(type, "number")) return gen_number(c, s, expr);
     if (!strcmp(type, "boolean")) return cput(c, expr, "( \"true\" | \"false\" )");
-    if (!strcmp(type, "null")) return cput(c, expr, "\"null\"");
+    if (!strcmp(type, "null")) return cput(c, expr, c->g4 ? "\"None\"" : "\"null\"");
     if (!strcmp(type, "object")) return gen_object(c, s, expr);
     if (!strcmp(type, "array")) return gen_array(c, s, expr);
     return cfail(c, ATTND_ERR_INVALID, "'type' '%.32s' is not a JSON Schema type", type);
@@ -1150,7 +1231,7 @@ static bool gen(conv *c, const json_t *s, buf *expr) {
     } else {
         ok = gen_types(c, s, expr);
     }
-    if (ok && or_null) ok = cput(c, expr, " | \"null\" )");
+    if (ok && or_null) ok = cput(c, expr, c->g4 ? " | \"None\" )" : " | \"null\" )");
     c->depth--;
     return ok;
 }
@@ -1194,13 +1275,33 @@ static bool emit_prims(conv *c) {
                   "[a-zA-Z]{2,24}\n"},
         {P_URI, "uri ::= [a-zA-Z] [a-zA-Z0-9+.-]{0,31} \":\" [^\"\\\\\\x00-\\x20]{1,2000}\n"},
     };
+    /* Gemma's syntax: strings between marks holding no mark (nor ending inside one), keys bare or
+     * marked, None, no whitespace; a string of bounded length holds no '<' at all */
+    static const struct { unsigned bit; const char *text; } G[] = {
+        {P_VALUE, "value ::= object | array | string | number | \"true\" | \"false\" | \"None\"\n"},
+        {P_OBJECT, "object ::= \"{\" ( key \":\" value ( \",\" key \":\" value )* )? \"}\"\n"},
+        {P_ARRAY, "array ::= \"[\" ( value ( \",\" value )* )? \"]\"\n"},
+        {P_STRING, "string ::= \"<|\\\"|>\" gtext \"<|\\\"|>\"\ngtext ::= ( [^<] | \"<\" gt1 )*\n"
+                   "gt1 ::= [^|<] | \"|\" gt2 | \"<\" gt1\ngt2 ::= [^\"<] | \"\\\"\" gt3 | \"<\" gt1\n"
+                   "gt3 ::= [^|<] | \"|\" gt4 | \"<\" gt1\ngt4 ::= [^><] | \"<\" gt1\n"},
+        {P_KEY, "key ::= [^:,{}\\[\\]<\\x00-\\x20]{1,64} | string\n"},
+        {P_CHAR, "char ::= [^<]\n"},
+        {P_WS, "ws ::= \"\"\n"},
+        {P_URI, "uri ::= [a-zA-Z] [a-zA-Z0-9+.-]{0,31} \":\" [^<\\x00-\\x20]{1,2000}\n"},
+    };
+    if (c->g4) {
+        if (p & (P_KEY | P_OBJECT)) p |= P_KEY | P_STRING;
+        for (size_t i = 0; i < ATTND_ARRAY_LEN(G); i++)
+            if ((p & G[i].bit) && !cput(c, &c->rules, G[i].text)) return false;
+        p &= ~(unsigned)(P_VALUE | P_OBJECT | P_ARRAY | P_STRING | P_KEY | P_CHAR | P_WS | P_URI);
+    }
     for (size_t i = 0; i < ATTND_ARRAY_LEN(R); i++)
         if ((p & R[i].bit) && !cput(c, &c->rules, R[i].text)) return false;
     return true;
 }
 
-attnd_status json_schema_rules(const json_t *const *schemas, size_t n, buf *out, attnd_err *err) {
-    conv c = {.err = err};
+static attnd_status schema_rules(const json_t *const *schemas, size_t n, bool g4, buf *out, attnd_err *err) {
+    conv c = {.err = err, .g4 = g4};
     for (size_t i = 0; i < n && c.st == ATTND_OK; i++) {
         buf expr = {0};
         c.root = schemas[i];
@@ -1213,6 +1314,14 @@ attnd_status json_schema_rules(const json_t *const *schemas, size_t n, buf *out,
     buf_free(&c.rules);
     free(c.refs);
     return c.st;
+}
+
+attnd_status json_schema_rules(const json_t *const *schemas, size_t n, buf *out, attnd_err *err) {
+    return schema_rules(schemas, n, false, out, err);
+}
+
+attnd_status json_schema_rules_gemma4(const json_t *const *schemas, size_t n, buf *out, attnd_err *err) {
+    return schema_rules(schemas, n, true, out, err);
 }
 
 attnd_status json_schema_to_gbnf(const json_t *schema, buf *out, attnd_err *err) {

@@ -44,6 +44,14 @@ attnd_status json_schema_to_gbnf(const json_t *schema, buf *out, attnd_err *err)
  * as json_schema_to_gbnf. */
 attnd_status json_schema_rules(const json_t *const *schemas, size_t n, buf *out, attnd_err *err);
 
+/* json_schema_rules in Gemma 4's call syntax (toolcall_g4.h, the template's format_argument):
+ * a string between <|"|> marks with its text as it is (holding no mark, and not ending inside
+ * one; with minLength / maxLength, no '<' at all), object keys bare (between marks when not a
+ * plain name), null as None, no whitespace, an object's properties in the order the template
+ * writes them (sorted by name, case folded, as Jinja's dictsort). The value of a const or enum
+ * is written the same way (a string holding a mark: ATTND_ERR_UNSUPPORTED). */
+attnd_status json_schema_rules_gemma4(const json_t *const *schemas, size_t n, buf *out, attnd_err *err);
+
 /* The grammar of any JSON object (response_format json_object). Static text. */
 const char *json_schema_any_object_gbnf(void);
 

@@ -10,6 +10,7 @@
 #include <time.h>
 
 #include "attnd/model.h"
+#include "models.h"
 #include "oai.h"
 #include "scheduler.h"
 
@@ -27,10 +28,8 @@ static int route_status(attnd_status st) {
     }
 }
 
-/* The model a body names, without ":latest" when that is how it is known; NULL = none given. */
-static const char *model_name(mreg *reg, json_t *body, char buf[MREG_NAME_MAX + 1]) {
-    const char *name = json_string_value(json_object_get(body, "model"));
-    if (!name || !*name) return NULL;
+/* name as the registry knows it: itself, or without Ollama's ":latest" (into buf). */
+static const char *known_name(mreg *reg, const char *name, char buf[MREG_NAME_MAX + 1]) {
     if (mreg_find(reg, name) >= 0) return name;
     size_t n = strlen(name);
     if (n > 7 && n - 7 <= MREG_NAME_MAX && !strcmp(name + n - 7, ":latest")) {
@@ -41,17 +40,42 @@ static const char *model_name(mreg *reg, json_t *body, char buf[MREG_NAME_MAX + 
     return name;
 }
 
+/* The model a body names; NULL = none given. */
+static const char *model_name(mreg *reg, json_t *body, char buf[MREG_NAME_MAX + 1]) {
+    const char *name = json_string_value(json_object_get(body, "model"));
+    return name && *name ? known_name(reg, name, buf) : NULL;
+}
+
+/* The model r asks for: its body's "model", else its ?model= parameter (GET and DELETE have no
+ * body); without either, the server's only model when it has one. NULL: the 400 naming the
+ * models is queued (*ret). */
+static const char *wanted_model(req *r, json_t *body, char buf[MREG_NAME_MAX + 1], http_result *ret) {
+    mreg *reg = r->srv->models;
+    const char *name = model_name(reg, body, buf), *q = name ? NULL : http_query_get(r, "model");
+    if (q && *q) name = known_name(reg, q, buf);
+    if (name) return name;
+    if (mreg_count(reg) == 1) {
+        mreg_info in;
+        mreg_info_get(reg, 0, &in);
+        memcpy(buf, in.name, sizeof(in.name));
+        return buf;
+    }
+    char names[400], msg[520];
+    mreg_names(reg, names, sizeof(names));
+    snprintf(msg, sizeof(msg), "\"model\" is required on a server of several models (in the body, or ?model=NAME); "
+             "available: %s", names);
+    *ret = http_respond_error(r, 400, msg, "model");
+    return NULL;
+}
+
 bool models_http_route(req *r, json_t *body, genreq_env *env, mreg_ref *ref, http_result *ret) {
     mreg *reg = r->srv->models;
-    char buf[MREG_NAME_MAX + 1], names[400];
-    const char *name = model_name(reg, body, buf);
+    char buf[MREG_NAME_MAX + 1];
+    const char *name = wanted_model(r, body, buf, ret);
     attnd_err err;
-    if (!name) {
-        mreg_names(reg, names, sizeof(names));
-        snprintf(err.msg, sizeof(err.msg), "\"model\" is required on a server of several models; available: %s", names);
-        *ret = http_respond_error(r, 400, err.msg, "model");
-        return false;
-    }
+    ref->idx = -1;
+    ref->inst = NULL;
+    if (!name) return false;
     attnd_status st = mreg_acquire(reg, name, ref, client_gone, r, &err);
     if (st != ATTND_OK) {
         *ret = http_respond_error(r, route_status(st), err.msg, "model");
@@ -65,13 +89,55 @@ bool models_http_route(req *r, json_t *body, genreq_env *env, mreg_ref *ref, htt
     return true;
 }
 
+/* The server's own model as a request borrows it (a server of one model). */
+static genreq_env server_env(struct server *s) {
+    return (genreq_env){&s->cfg, s->m, s->tok, &s->chat, s->store, s->sch, s->n_ctx, &s->stopping, s->model_id,
+                        s->n_vocab};
+}
+
 bool models_http_use(req *r, json_t *body, genreq_env *env, mreg_ref *ref, http_result *ret) {
     struct server *s = r->srv;
-    *env = (genreq_env){&s->cfg, s->m, s->tok, &s->chat, s->store, s->sch, s->n_ctx, &s->stopping, s->model_id,
-                        s->n_vocab};
+    *env = server_env(s);
     ref->idx = -1;
     ref->inst = NULL;
     return !s->models || models_http_route(r, body, env, ref, ret);
+}
+
+bool models_http_look(req *r, genreq_env *env, mreg_ref *ref, mreg_info *info, http_result *ret) {
+    struct server *s = r->srv;
+    *env = server_env(s);
+    ref->idx = -1;
+    ref->inst = NULL;
+    if (!s->models) return true;
+    char buf[MREG_NAME_MAX + 1];
+    const char *name = wanted_model(r, NULL, buf, ret);
+    if (!name) return false;
+    int i = mreg_find(s->models, name);
+    if (i < 0) { /* as mreg_acquire says it: the names available */
+        char names[400], msg[600];
+        mreg_names(s->models, names, sizeof(names));
+        snprintf(msg, sizeof(msg), "model '%.120s' not found; available: %s", name, names);
+        *ret = http_respond_error(r, 404, msg, "model");
+        return false;
+    }
+    if (mreg_hold_loaded(s->models, i, ref)) *env = ((server_model *)ref->inst)->env;
+    else mreg_info_get(s->models, i, info);
+    return true;
+}
+
+_Atomic(char *) *models_http_heads_cache(req *r, const mreg_ref *ref) {
+    return ref->inst ? &((server_model *)ref->inst)->heads_json : &r->srv->heads_json;
+}
+
+bool models_http_session_elsewhere(req *r, const mreg_ref *ref, const char *id, http_result *ret) {
+    char home[MREG_NAME_MAX + 1];
+    if (!r->srv->models || ref->idx < 0 || !models_session_home(r->srv, ref->idx, r->owner, id, home)) return false;
+    const char *here = ((server_model *)ref->inst)->name;
+    char msg[900];
+    snprintf(msg, sizeof(msg), "session '%.64s' belongs to model '%s', not '%s': a session is its model's; "
+             "use it with \"model\": \"%s\" (GET and DELETE: ?model=%s)", id, home, here, home, home);
+    *ret = http_respond_error(r, 409, msg, "model");
+    return true;
 }
 
 void models_http_done(req *r, mreg_ref *ref) {

@@ -11,6 +11,8 @@
 #ifndef ATTND_SERVER_MODELS_HTTP_H
 #define ATTND_SERVER_MODELS_HTTP_H
 
+#include <stdatomic.h>
+
 #include "genreq.h"
 #include "http.h"
 #include "mreg.h"
@@ -26,23 +28,40 @@ typedef struct server_model {
     sched *sch;
     char name[MREG_NAME_MAX + 1];
     int n_ctx;
+    _Atomic(char *) heads_json; /* GET /v1/heads' answer once computed; owned */
 } server_model;
 
 /*
- * The model a generation request names in body's "model" (Ollama's "name:latest" is "name"),
- * acquired into *ref (loaded first when needed, waiting while it loads) and its env into *env.
- * false: the answer is queued (*ret): 400 without a model or when it does not serve the route's
- * role (http_role_refused), 404 naming the available ones, 503
- * with Retry-After when there is no room or the load queue is full, 500 naming a model that failed
- * to load.
+ * The model a request names in body's "model" (Ollama's "name:latest" is "name"), else in its
+ * ?model= query parameter (GET and DELETE, which have no body; body may be NULL), else the
+ * server's only model when it has exactly one: acquired into *ref (loaded first when needed,
+ * waiting while it loads) and its env into *env. false: the answer is queued (*ret): 400 without
+ * a model (naming the available ones) or when it does not serve the route's role
+ * (http_role_refused), 404 naming the available ones, 503 with Retry-After when there is no room
+ * or the load queue is full, 500 naming a model that failed to load.
  */
 bool models_http_route(req *r, json_t *body, genreq_env *env, mreg_ref *ref, http_result *ret);
 
-/* The model a request that generates nothing names (/tokenize, /detokenize): on a one-model server
- * the server's, and ref stays empty; on a server of several, as models_http_route. Give it back
- * with models_http_done. false: the answer is queued (*ret). */
+/* The model of a request that runs no generation request (/tokenize, /v1/heads, /apply-template,
+ * /v1/sessions...): on a one-model server the server's, and ref stays empty; on a server of
+ * several, as models_http_route. Give it back with models_http_done. false: the answer is queued
+ * (*ret). */
 bool models_http_use(req *r, json_t *body, genreq_env *env, mreg_ref *ref, http_result *ret);
 void models_http_done(req *r, mreg_ref *ref);
+
+/* The model a read-only GET names (/props, /slots: ?model=, as models_http_use), never loaded for
+ * it and not counted as a use (mreg_hold_loaded): true with *env (and *ref, give it back with
+ * models_http_done) when it is loaded or the server has one model; true with ref->inst NULL and
+ * *info its registry entry (state, path) when it is not loaded. false: the 400 or 404 is queued. */
+bool models_http_look(req *r, genreq_env *env, mreg_ref *ref, mreg_info *info, http_result *ret);
+
+/* Where the GET /v1/heads answer of ref's model is kept (the server's own with an empty ref). */
+_Atomic(char *) *models_http_heads_cache(req *r, const mreg_ref *ref);
+
+/* A session is its model's (each model has its own store): when session id of r's caller, not
+ * found on ref's model, belongs to another model (models_session_home), queues the 409 naming
+ * that model and returns true. false on a one-model server and when no other model has it. */
+bool models_http_session_elsewhere(req *r, const mreg_ref *ref, const char *id, http_result *ret);
 
 /* GET /v1/models, /models: every model with its state. */
 http_result models_http_list(req *r);

@@ -623,6 +623,7 @@ attnd_status oai_bind_template(oai_request *r, bool takes_tools, toolcall_format
     if (!r->chat) return ATTND_OK;
     r->template_tools = takes_tools;
     toolcall_format use = takes_tools ? f : TOOLCALL_FMT_HERMES; /* what the prompt taught */
+    r->think_to_call = toolcall_format_think_ends_at_call(use);
     /* a call that opens with a special token cannot start at a byte trigger: auto leaves it free */
     bool lazy_calls = r->tools_json && r->tools.choice == TOOLCALL_AUTO && !r->grammar && !toolcall_format_uses_tokens(use);
     attnd_status st = ATTND_OK;
@@ -630,8 +631,9 @@ attnd_status oai_bind_template(oai_request *r, bool takes_tools, toolcall_format
         st = call_grammar(r, use, lazy_calls, err);
     if (st != ATTND_OK || !r->grammar || r->format == OAI_FORMAT_GRAMMAR) return st; /* GBNF: as given */
     if (r->format == OAI_FORMAT_TOOL_CALL && toolcall_format_uses_tokens(use)) return ATTND_OK; /* no <think> there */
-    /* reasoning is never constrained: JSON and calls start after </think> */
-    grammar_lazy lz = {lazy_calls ? toolcall_trigger(use) : NULL, "<think>", "</think>", false};
+    /* reasoning is never constrained: JSON and calls start after </think> (Gemma 4: <channel|>) */
+    grammar_lazy lz = {lazy_calls ? toolcall_trigger(use) : NULL, NULL, NULL, false};
+    toolcall_reasoning_markers(use, &lz.skip_open, &lz.skip_close);
     return grammar_set_lazy(r->grammar, &lz, err);
 }
 

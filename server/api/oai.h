@@ -84,6 +84,8 @@ typedef struct oai_request {
     // ---- structured output ----
     oai_format format;      /* what constrains the output */
     bool open_reasoning;    /* the rendered prompt ended inside a reasoning block (oai_open_reasoning) */
+    bool think_to_call;     /* oai_bind_template: the template's call format ends reasoning at its
+                               <tool_call> too (toolcall_format_think_ends_at_call) */
     grammar *grammar;       /* owned reference; NULL for OAI_FORMAT_TEXT */
     bool grammar_close;     /* close_within_budget: the grammar's sentence is closed within
                                max_tokens (gen.h's grammar_close); default on for JSON formats and

@@ -330,6 +330,7 @@ static json_t *reply_message(const responses_result *res) {
         toolcall_parser_set_tools(p, json_object_get(res->req->sampling, "tools"));
         toolcall_parser_set_id_base(p, res->id);
         if (res->open_reasoning) toolcall_parser_start_in_reasoning(p);
+        if (res->think_to_call) toolcall_parser_end_think_at_call(p);
         toolcall_parser_feed(p, res->text, res->text_len, deltas);
         toolcall_parser_finish(p, deltas);
         json_t *content = toolcall_parser_content(p), *r = toolcall_parser_reasoning(p);
@@ -613,6 +614,7 @@ static bool items_start(responses_stream *st, const responses_result *res) {
     toolcall_parser_set_id_base(st->tp, res->id);
     toolcall_parser_set_tools(st->tp, json_object_get(res->req->sampling, "tools"));
     if (res->open_reasoning) toolcall_parser_start_in_reasoning(st->tp);
+    if (res->think_to_call) toolcall_parser_end_think_at_call(st->tp);
     return true;
 }
 

@@ -88,6 +88,7 @@ typedef struct responses_result {
     double temperature, top_p;
     bool open_reasoning;      /* the prompt ended inside a reasoning block (an open <think>): the
                                  reply starts as reasoning */
+    bool think_to_call;       /* a <tool_call> also ends reasoning (toolcall_parser_end_think_at_call) */
 } responses_result;
 
 /* The conversation to store for follow-ups (new reference): earlier + res->req->input + the

@@ -23,6 +23,8 @@
 #include "attnd/buf.h"
 #include "endpoints.h"
 #include "genreq_http.h"
+#include "models.h"
+#include "models_http.h"
 #include "responses.h"
 #include "rstore.h"
 #include "slog.h"
@@ -64,7 +66,7 @@ static responses_result result_of(req *r, const sched_output *o, const char *tex
         .output_tokens = o ? o->n_generated : 0, .req = &st->rq,
         .reasoning_tokens = o && o->done ? genreq_reasoning_tokens(g, o) : 0, /* usage is only sent at the end */
         .temperature = g->oreq.sp.temperature, .top_p = g->oreq.sp.top_p,
-        .open_reasoning = g->oreq.open_reasoning,
+        .open_reasoning = g->oreq.open_reasoning, .think_to_call = g->oreq.think_to_call,
     };
 }
 
@@ -272,6 +274,24 @@ http_result ep_response_get(req *r) {
     return http_respond_json(r, 200, o);
 }
 
+/* Several models: the chain's session lives in the store of the model that holds it (loaded for
+ * it when it is not: a session file outlives an unload). A model that cannot be had keeps the
+ * session, as a busy one does; the response is deleted either way. */
+static void delete_chain_session(req *r, const char *id) {
+    char home[MREG_NAME_MAX + 1];
+    if (!models_session_home(r->srv, -1, r->owner, id, home)) return;
+    mreg_ref ref = {.idx = -1};
+    attnd_err err;
+    if (mreg_acquire(r->srv->models, home, &ref, NULL, NULL, &err) != ATTND_OK) {
+        slog_warn("session %s of model %s kept: %s", id, home, err.msg);
+        return;
+    }
+    server_model *sm = ref.inst;
+    struct kv_seq *kv = NULL;
+    if (sess_delete(sm->store, r->owner, id, &kv, NULL, &err) == ATTND_OK) sched_free_kv(sm->sch, kv);
+    mreg_release(r->srv->models, &ref);
+}
+
 http_result ep_response_delete(req *r) {
     struct server *s = r->srv;
     const char *id = response_id_of(r);
@@ -284,6 +304,7 @@ http_result ep_response_delete(req *r) {
     struct kv_seq *kv = NULL;
     attnd_err serr;
     if (orphan[0] && s->store && sess_delete(s->store, r->owner, orphan, &kv, NULL, &serr) == ATTND_OK) sched_free_kv(s->sch, kv);
+    if (orphan[0] && s->models) delete_chain_session(r, orphan);
     if (rc == ATTND_ERR_IO) /* not durably deleted: the client hears so */
         return http_respond_error(r, store_failure_status(rc, e), err.msg, NULL);
     if (rc != ATTND_OK) return http_respond_error(r, http_status_of(rc, HTTP_CTX_DEFAULT), err.msg, NULL);

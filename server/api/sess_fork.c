@@ -12,6 +12,7 @@
 
 #include "attnd/kv.h"
 #include "endpoints.h"
+#include "models_http.h"
 #include "scheduler.h"
 #include "sess_json.h"
 
@@ -60,14 +61,13 @@ static bool fork_fields(req *r, const json_t *b, const char **want, int *at, htt
     return true;
 }
 
-/* Makes the fork of the acquired src as out (history src->tokens[0..n)), and saves it. */
-static http_result make_fork(req *r, sess *src, const char *want, int n) {
-    struct server *s = r->srv;
+/* Makes the fork of the acquired src as out (history src->tokens[0..n)) on env's model, and saves it. */
+static http_result make_fork(req *r, const genreq_env *env, sess *src, const char *want, int n) {
     char out[SESS_ID_MAX + 1];
     attnd_err err;
     sess *dst = NULL;
-    attnd_status st = sess_create(s->store, r->owner, want, out, &err);
-    if (st == ATTND_OK) st = sess_acquire(s->store, r->owner, out, &dst, &err);
+    attnd_status st = sess_create(env->store, r->owner, want, out, &err);
+    if (st == ATTND_OK) st = sess_acquire(env->store, r->owner, out, &dst, &err);
     if (st != ATTND_OK) {
         int code = http_status_of(st, HTTP_CTX_SESSION);
         return http_respond_error(r, code, err.msg, code == 400 || code == 409 ? "id" : NULL);
@@ -75,57 +75,66 @@ static http_result make_fork(req *r, sess *src, const char *want, int n) {
     attnd_err kerr;
     char tenant[SCHED_TENANT_MAX + 1];
     http_tenant(r, tenant, sizeof(tenant));
-    (void)sched_run_task(s->sch, &(sched_task_spec){fork_kv, &(fork_task){s->store, src, dst, n}, tenant}, &kerr);
-    if ((st = sess_release(s->store, dst, src->tokens, n, &err)) != ATTND_OK) { /* out of memory: no half fork */
+    (void)sched_run_task(env->sch, &(sched_task_spec){fork_kv, &(fork_task){env->store, src, dst, n}, tenant}, &kerr);
+    if ((st = sess_release(env->store, dst, src->tokens, n, &err)) != ATTND_OK) { /* out of memory: no half fork */
         struct kv_seq *kv = NULL;
         attnd_err derr;
         int de = 0;
-        if (sess_delete(s->store, r->owner, out, &kv, &de, &derr) == ATTND_OK) sched_free_kv(s->sch, kv);
+        if (sess_delete(env->store, r->owner, out, &kv, &de, &derr) == ATTND_OK) sched_free_kv(env->sch, kv);
         return http_respond_error(r, 503, err.msg, NULL);
     }
     int e = 0;
-    if (sess_persist(s->store, r->owner, out, &e, &err) != ATTND_OK) { /* removed again */
+    if (sess_persist(env->store, r->owner, out, &e, &err) != ATTND_OK) { /* removed again */
         char msg[200];
         snprintf(msg, sizeof(msg), "session '%s' could not be saved (%s); retry later", out, e ? strerror(e) : "I/O error");
         return http_respond_error(r, e == ENOSPC || e == EDQUOT ? 507 : 503, msg, NULL);
     }
-    json_t *o = sess_info_json(s->store, r->owner, out);
+    json_t *o = sess_info_json(env->store, r->owner, out);
     if (!o) return http_respond_error(r, 503, "the session store could not be read back; retry later", NULL);
     json_object_set_new(o, "forked_from", json_string(src->id));
     json_object_set_new(o, "at", json_integer(n));
     return http_respond_json(r, 200, o);
 }
 
-http_result ep_session_fork(req *r) {
-    struct server *s = r->srv;
+/* The fork on env's model (a server of several: the one the body names). */
+static http_result fork_on(req *r, json_t *b, const genreq_env *env, const mreg_ref *ref) {
     http_result ret = HTTP_NO;
-    json_t *b = http_parse_body(r, &ret, true);
-    if (!b) return ret;
     char id[SESS_ID_MAX + 2];
     fork_source(r, id);
     const char *want;
     int at;
     sess *src = NULL;
     attnd_err err;
-    if (!fork_fields(r, b, &want, &at, &ret)) goto out;
+    if (!fork_fields(r, b, &want, &at, &ret)) return ret;
+    /* the new id must not be another model's session, nor the source */
+    if (want && models_http_session_elsewhere(r, ref, want, &ret)) return ret;
     /* a fork counts against the key's sessions (sess_create checks again under its lock) */
-    attnd_status st = sess_quota_check(s->store, r->owner, &err);
+    attnd_status st = sess_quota_check(env->store, r->owner, &err);
     if (st == ATTND_OK)
-        st = sess_id_valid(id) ? sess_acquire(s->store, r->owner, id, &src, &err)
+        st = sess_id_valid(id) ? sess_acquire(env->store, r->owner, id, &src, &err)
                                : attnd_fail(&err, ATTND_ERR_NOT_FOUND, "session '%.64s' not found", id);
-    if (st != ATTND_OK) {
-        ret = http_respond_error(r, http_status_of(st, HTTP_CTX_SESSION), err.msg, NULL);
-        goto out;
-    }
+    if (st == ATTND_ERR_NOT_FOUND && models_http_session_elsewhere(r, ref, id, &ret)) return ret;
+    if (st != ATTND_OK) return http_respond_error(r, http_status_of(st, HTTP_CTX_SESSION), err.msg, NULL);
     if (at > src->n_tokens) {
         char msg[160];
         snprintf(msg, sizeof(msg), "'at' is %d; session '%s' holds %d tokens", at, id, src->n_tokens);
         ret = http_respond_error(r, 400, msg, "at");
     } else {
-        ret = make_fork(r, src, want, at < 0 ? src->n_tokens : at);
+        ret = make_fork(r, env, src, want, at < 0 ? src->n_tokens : at);
     }
-    sess_abandon(s->store, src); /* the source's history is unchanged */
-out:
+    sess_abandon(env->store, src); /* the source's history is unchanged */
+    return ret;
+}
+
+http_result ep_session_fork(req *r) {
+    http_result ret = HTTP_NO;
+    json_t *b = http_parse_body(r, &ret, true);
+    genreq_env env;
+    mreg_ref ref;
+    if (b && models_http_use(r, b, &env, &ref, &ret)) { /* a server of several: the model named */
+        ret = fork_on(r, b, &env, &ref);
+        models_http_done(r, &ref);
+    }
     json_decref(b);
     return ret;
 }

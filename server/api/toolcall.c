@@ -146,14 +146,23 @@ bool toolcall_render_result(const char *content, buf *out) {
 
 bool toolcall_format_uses_tokens(toolcall_format f) { return f == TOOLCALL_FMT_HARMONY || f == TOOLCALL_FMT_GRANITE; }
 
+bool toolcall_format_think_ends_at_call(toolcall_format f) { return f == TOOLCALL_FMT_QWEN_XML; }
+
 const char *toolcall_trigger(toolcall_format f) {
     switch (f) {
     case TOOLCALL_FMT_HARMONY: return "<|channel|>";
     case TOOLCALL_FMT_GRANITE: return "<|tool_call|>";
     case TOOLCALL_FMT_LLAMA: return "{\"name\"";
     case TOOLCALL_FMT_MISTRAL: return "[{\"name\"";
+    case TOOLCALL_FMT_GEMMA4: return "<|tool_call>";
     default: return "<tool_call>";
     }
+}
+
+void toolcall_reasoning_markers(toolcall_format f, const char **open, const char **close) {
+    bool g4 = f == TOOLCALL_FMT_GEMMA4;
+    *open = g4 ? "<|channel>" : "<think>";
+    *close = g4 ? "<channel|>" : "</think>";
 }
 
 /* GBNF literals of one call's framing in format f: before the name, between the name and the
@@ -366,7 +375,23 @@ static attnd_status harmony_grammar(const toolcall_spec *s, buf *out, attnd_err 
     return tool_schema_rules(schemas, n, ok, out, err);
 }
 
+/* Gemma 4: <|tool_call>call:NAME{…}<tool_call|>, calls back to back (as its template writes them),
+ * the arguments in Gemma's own syntax under each tool's schema. */
+static attnd_status gemma4_grammar(const toolcall_spec *s, buf *out, attnd_err *err) {
+    size_t n = json_array_size(s->tools);
+    const json_t **schemas = calloc(n ? n : 1, sizeof(*schemas));
+    bool ok = schemas &&
+              (s->parallel ? buf_printf(out, "root ::= call{1,%d}\n", MAX_PARALLEL) : buf_puts(out, "root ::= call\n")) &&
+              buf_puts(out, "call ::= \"<|tool_call>call:\" ( ") &&
+              /* names are [A-Za-z0-9_.-]: no escaping needed inside the literal */
+              tool_alternatives(s, "", "\"", "", schemas, out) && buf_puts(out, " ) \"<tool_call|>\"\n");
+    attnd_status st = ok ? json_schema_rules_gemma4(schemas, n, out, err) : attnd_fail(err, ATTND_ERR_NOMEM, "out of memory");
+    free(schemas);
+    return st;
+}
+
 attnd_status toolcall_grammar(const toolcall_spec *s, toolcall_format f, buf *out, attnd_err *err) {
+    if (f == TOOLCALL_FMT_GEMMA4) return gemma4_grammar(s, out, err);
     if (f == TOOLCALL_FMT_QWEN_XML) return xml_grammar(&QWEN_XML, s, out, err);
     if (f == TOOLCALL_FMT_GLM) return xml_grammar(&GLM_XML, s, out, err);
     if (f == TOOLCALL_FMT_HARMONY) return harmony_grammar(s, out, err);

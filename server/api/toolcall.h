@@ -73,6 +73,9 @@ typedef enum toolcall_format {
                               * special token, named by the grammar) */
     TOOLCALL_FMT_GLM,        /* GLM-4.5 / 4.6 / 4.7: <tool_call>NAME<arg_key>P</arg_key><arg_value>VALUE
                               * </arg_value>…</tool_call> (found by <arg_key> in the probe call) */
+    TOOLCALL_FMT_GEMMA4,     /* Gemma 4: <|tool_call>call:NAME{key:<|"|>text<|"|>,n:3}<tool_call|> (the
+                              * markers are tokens the vocabulary renders as text, so the grammar
+                              * writes them as bytes; json_schema_rules_gemma4 for the arguments) */
 } toolcall_format;
 
 /* A request's tools, as validated from "tools" / "tool_choice" / "parallel_tool_calls". */
@@ -116,9 +119,17 @@ attnd_status toolcall_grammar(const toolcall_spec *s, toolcall_format f, buf *ou
 bool toolcall_schema_is_text_at(const json_t *s, const json_t *params, int depth);
 /* The text that opens a call in format f (static). */
 const char *toolcall_trigger(toolcall_format f);
+/* The reasoning block a model of format f may open its reply with, which a forcing grammar leaves
+ * free (grammar.h's skip_open / skip_close; static): <think> … </think>, Gemma 4's <|channel> …
+ * <channel|>. */
+void toolcall_reasoning_markers(toolcall_format f, const char **open, const char **close);
 /* Whether format f's grammar names special tokens (token terminals), so it can neither start at a
  * byte trigger (tool_choice auto leaves such calls free) nor follow a <think> probe. */
 bool toolcall_format_uses_tokens(toolcall_format f);
+/* Whether a model of format f may open a call inside an unclosed <think>, so that the call's
+ * "<tool_call>" ends the reasoning (Qwen3.5's XML, as llama.cpp's Qwen3-Coder / Qwen3.5 parser;
+ * GLM's parser ends reasoning only at </think>). */
+bool toolcall_format_think_ends_at_call(toolcall_format f);
 
 // ---- the output parser ----
 
@@ -142,6 +153,10 @@ void toolcall_parser_set_id_base(toolcall_parser *p, const char *base);
 /* The output starts inside a reasoning block: the prompt ended with an open "<think>" (DeepSeek
  * R1 style templates), so the text up to "</think>" is reasoning. Before the first feed only. */
 void toolcall_parser_start_in_reasoning(toolcall_parser *p);
+/* A "<tool_call>" also ends a <think> block (the call is then read as usual): Qwen3.5 may open a
+ * call without closing its thinking, and llama.cpp's parser for its format ends the reasoning
+ * there (toolcall_format_think_ends_at_call). Before the first feed. */
+void toolcall_parser_end_think_at_call(toolcall_parser *p);
 /* Feeds text[n]; appends the deltas it can release now to deltas (a JSON array). */
 void toolcall_parser_feed(toolcall_parser *p, const char *text, size_t n, json_t *deltas);
 /* The end of the output: releases what was held back (an unfinished call as content). */
@@ -162,10 +177,11 @@ const char *toolcall_parser_finish_reason(const toolcall_parser *p, const char *
 
 /* A whole chat choice ({"message": {...}, "finish_reason"}, changed in place) for the output
  * text[n]: content, reasoning_content and tool_calls split out, finish_reason as
- * toolcall_parser_finish_reason; in_reasoning as toolcall_parser_start_in_reasoning, id_base as
+ * toolcall_parser_finish_reason; in_reasoning as toolcall_parser_start_in_reasoning,
+ * think_to_call as toolcall_parser_end_think_at_call, id_base as
  * toolcall_parser_set_id_base, tools (NULL = none) as toolcall_parser_set_tools. false: out of
  * memory (choice unchanged). */
-bool toolcall_apply(json_t *choice, const char *text, size_t n, bool calls, bool in_reasoning, const char *id_base,
-                    const json_t *tools);
+bool toolcall_apply(json_t *choice, const char *text, size_t n, bool calls, bool in_reasoning, bool think_to_call,
+                    const char *id_base, const json_t *tools);
 
 #endif

@@ -44,6 +44,7 @@ struct toolcall_parser {
     char hname[128];       /* H_CALL and XML: the function */
     bool started;          /* some content or a call came out (bare JSON only at the start) */
     bool after_reasoning;  /* leading blank lines after reasoning are dropped */
+    bool think_to_call;    /* a <tool_call> also ends a <think> block (toolcall_parser_end_think_at_call) */
     buf pend;              /* text not decided yet */
     buf content, reasoning;
     json_t *tool_calls;    /* OpenAI's array */
@@ -93,6 +94,8 @@ void toolcall_parser_start_in_reasoning(toolcall_parser *p) {
         p->after_reasoning = true;
     }
 }
+
+void toolcall_parser_end_think_at_call(toolcall_parser *p) { p->think_to_call = true; }
 
 void toolcall_parser_destroy(toolcall_parser *p) {
     if (!p) return;
@@ -462,6 +465,26 @@ static bool step_until(toolcall_parser *p, const char *close, bool reasoning, js
     if (reasoning) emit_reasoning(p, s, take, deltas);
     else emit_content(p, s, take, deltas);
     consume(p, at < n ? at + strlen(close) : take);
+    if (at < n) p->mode = M_TEXT;
+    return at < n;
+}
+
+/* Reasoning up to </think>, or (think_to_call) up to a <tool_call>, which stays in pend for the
+ * text mode to read as the call it opens: Qwen3.5 may open a call without closing its thinking,
+ * and llama.cpp's parser ends the reasoning there. */
+static bool step_think(toolcall_parser *p, json_t *deltas, bool final) {
+    if (!p->think_to_call) return step_until(p, THINK_CLOSE, true, deltas, final);
+    const char *s = p->pend.p;
+    const char *m[] = {THINK_CLOSE, HERMES_OPEN};
+    size_t n = p->pend.len, which = 0, at = find_first(s, n, m, 2, &which), hold = 0;
+    for (size_t k = 0; at == n && !final && k < 2; k++) {
+        size_t t = partial_tail(s, n, m[k]);
+        if (t > hold) hold = t;
+    }
+    size_t u = at == n && !final ? utf8_tail(s, n) : 0;
+    size_t take = at < n ? at : n - (hold > u ? hold : u);
+    emit_reasoning(p, s, take, deltas);
+    consume(p, at < n && which == 0 ? at + strlen(THINK_CLOSE) : take);
     if (at < n) p->mode = M_TEXT;
     return at < n;
 }
@@ -870,7 +893,7 @@ static bool step(toolcall_parser *p, json_t *deltas, bool final) {
     if (p->pend.len == 0 && !(final && p->mode == M_XML_END)) return false;
     switch (p->mode) {
     case M_TEXT: return step_text(p, deltas, final);
-    case M_THINK: return step_until(p, THINK_CLOSE, true, deltas, final);
+    case M_THINK: return step_think(p, deltas, final);
     case M_HERMES: return step_hermes(p, deltas, final);
     case M_PYTAG: return step_json(p, PYTAG, deltas, final);
     case M_PYTAG_SEP: return step_pytag_sep(p, final);
@@ -942,11 +965,12 @@ const char *toolcall_parser_finish_reason(const toolcall_parser *p, const char *
 
 // ---- a chat choice ------------------------------------------------------------------------
 
-bool toolcall_apply(json_t *choice, const char *text, size_t n, bool calls, bool in_reasoning, const char *id_base,
-                    const json_t *tools) {
+bool toolcall_apply(json_t *choice, const char *text, size_t n, bool calls, bool in_reasoning, bool think_to_call,
+                    const char *id_base, const json_t *tools) {
     toolcall_parser *p = toolcall_parser_create(calls);
     if (p) toolcall_parser_set_id_base(p, id_base), toolcall_parser_set_tools(p, tools);
     if (p && in_reasoning) toolcall_parser_start_in_reasoning(p);
+    if (p && think_to_call) toolcall_parser_end_think_at_call(p);
     json_t *deltas = json_array(), *msg = json_object_get(choice, "message");
     if (!p || !deltas || !msg) {
         toolcall_parser_destroy(p);

@@ -21,7 +21,9 @@
 #include "hub.h"
 #include "models_http.h"
 #include "scheduler.h"
+#include "sess_file.h"
 #include "slog.h"
+#include "statedir.h"
 
 // ---- loading one model --------------------------------------------------------------------------
 
@@ -30,13 +32,13 @@ static const server_settings *settings_of(const struct server *s, int preset) {
     return preset >= 0 ? &s->cfg.presets[preset].cfg : &s->cfg;
 }
 
-/* Its sessions' folder: state_dir/models/NAME (made), NULL without a state_dir. */
-static const char *model_state_dir(const server_settings *c, const char *name, char *buf, size_t cap) {
+/* Its sessions' folder: state_dir/models/NAME (made when make), NULL without a state_dir. */
+static const char *model_state_dir(const server_settings *c, const char *name, bool make, char *buf, size_t cap) {
     if (!c->state_dir) return NULL;
     snprintf(buf, cap, "%s/models", c->state_dir);
-    mkdir(buf, 0700);
+    if (make) mkdir(buf, 0700);
     snprintf(buf, cap, "%s/models/%s", c->state_dir, name);
-    mkdir(buf, 0700);
+    if (make) mkdir(buf, 0700);
     return buf;
 }
 
@@ -99,6 +101,7 @@ static void model_free(server_model *sm) {
         if (fails) slog_error("model %s: %d sessions could not be saved", sm->name, fails);
     }
     sess_store_destroy(sm->store);
+    free(atomic_load(&sm->heads_json));
     chat_template_free(&sm->chat);
     tok_destroy(sm->tok);
     model_destroy(sm->m);
@@ -121,7 +124,7 @@ static attnd_status load_op(void *user, const char *name, const char *path, int 
     char dir[4096], tag[200];
     snprintf(tag, sizeof(tag), "%s/vocab%d", name, sm->m ? model_info_get(sm->m)->n_vocab : 0);
     if (rc == ATTND_OK)
-        rc = sess_store_create(&sm->store, model_state_dir(&sm->cfg, name, dir, sizeof(dir)), tag, sm->cfg.max_sessions, err);
+        rc = sess_store_create(&sm->store, model_state_dir(&sm->cfg, name, true, dir, sizeof(dir)), tag, sm->cfg.max_sessions, err);
     if (rc == ATTND_OK) {
         sess_store_set_lifetime(sm->store, (int64_t)sm->cfg.session_ttl_s * 1000, sm->cfg.session_evict_lru);
         rc = sched_create(&sm->sch, sm->m, sm->tok, sm->store, &sm->cfg, err);
@@ -144,6 +147,40 @@ static void unload_op(void *user, void *inst) {
     server_model *sm = inst;
     slog_info("model %s: unloading", sm->name);
     model_free(sm);
+}
+
+// ---- whose session ------------------------------------------------------------------------------
+
+typedef struct session_look {
+    const char *owner, *id;
+    bool found;
+} session_look;
+
+static void look_session(void *inst, void *user) {
+    session_look *l = user;
+    sess_info info;
+    l->found = sess_get_info(((server_model *)inst)->store, l->owner, l->id, &info);
+}
+
+bool models_session_home(struct server *s, int except, const char *owner, const char *id,
+                         char home[MREG_NAME_MAX + 1]) {
+    if (!s->models || !sess_id_valid(id)) return false;
+    for (int i = 0; i < mreg_count(s->models); i++) {
+        if (i == except) continue;
+        session_look l = {owner, id, false};
+        bool loaded = mreg_peek(s->models, i, look_session, &l); /* in memory: saved or not yet */
+        mreg_info in;
+        mreg_info_get(s->models, i, &in);
+        char dir[4096];
+        const server_settings *c = settings_of(s, in.preset);
+        if (!loaded && model_state_dir(c, in.name, false, dir, sizeof(dir)))
+            l.found = statedir_exists_in(dir, owner, id, SESS_FILE_SUFFIX);
+        if (l.found) {
+            memcpy(home, in.name, sizeof(in.name));
+            return true;
+        }
+    }
+    return false;
 }
 
 // ---- the models: presets, models_dir, the pull cache -------------------------------------------

@@ -395,6 +395,7 @@ attnd_status mreg_acquire(mreg *reg, const char *name, mreg_ref *ref, bool (*gon
                           attnd_err *err) {
     ref->inst = NULL;
     ref->idx = -1;
+    ref->quiet = false;
     int idx = mreg_find(reg, name);
     if (idx < 0) return not_found(reg, name, err);
     double deadline = attnd_now_s() + reg->lim.room_wait_ms / 1000.0;
@@ -425,13 +426,30 @@ attnd_status mreg_acquire(mreg *reg, const char *name, mreg_ref *ref, bool (*gon
     return st;
 }
 
+bool mreg_hold_loaded(mreg *reg, int i, mreg_ref *ref) {
+    ATTND_ASSERT(i >= 0 && i < reg->n);
+    ref->inst = NULL;
+    ref->idx = -1;
+    ref->quiet = true;
+    pthread_mutex_lock(&reg->mu);
+    entry *e = &reg->e[i];
+    bool ok = e->state == MREG_LOADED && reg->drain != i;
+    if (ok) {
+        e->refs++;
+        ref->inst = e->inst;
+        ref->idx = i;
+    }
+    pthread_mutex_unlock(&reg->mu);
+    return ok;
+}
+
 void mreg_release(mreg *reg, mreg_ref *ref) {
     if (!ref || ref->idx < 0) return;
     pthread_mutex_lock(&reg->mu);
     entry *e = &reg->e[ref->idx];
     ATTND_ASSERT(e->refs > 0);
     e->refs--;
-    e->last_used_ms = now_ms(reg);
+    if (!ref->quiet) e->last_used_ms = now_ms(reg);
     pthread_cond_broadcast(&reg->changed);
     pthread_mutex_unlock(&reg->mu);
     ref->idx = -1;

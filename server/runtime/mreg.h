@@ -60,6 +60,7 @@ typedef struct mreg_limits {
 typedef struct mreg_ref {
     void *inst;
     int idx;               /* -1 = none */
+    bool quiet;            /* taken by mreg_hold_loaded: its release is not a use */
 } mreg_ref;
 
 /* One model as listed (a snapshot). */
@@ -106,6 +107,11 @@ void mreg_names(const mreg *reg, char *buf, size_t cap);
  */
 attnd_status mreg_acquire(mreg *reg, const char *name, mreg_ref *ref, bool (*gone)(void *user), void *user,
                           attnd_err *err);
+/* A reference to model i (0 <= i < mreg_count) only when it is loaded now and takes requests
+ * (not draining): true. Nothing is loaded for it and it is not a use: its release leaves the LRU
+ * order as it was (a monitor polling a model's state must not keep it loaded). false (nothing
+ * taken) otherwise. */
+bool mreg_hold_loaded(mreg *reg, int i, mreg_ref *ref);
 /* Gives ref back (accepts an empty one); the model becomes idle when it was the last. */
 void mreg_release(mreg *reg, mreg_ref *ref);
 

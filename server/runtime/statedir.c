@@ -113,12 +113,25 @@ bool statedir_owner_valid(const char *owner) {
     return n <= STATEDIR_OWNER_MAX;
 }
 
-char *statedir_path(const statedir *sd, const char *owner, const char *id, const char *suffix) {
+static char *path_in(const char *dir, const char *owner, const char *id, const char *suffix) {
     owner = owner ? owner : "";
-    size_t n = strlen(sd->dir) + strlen(owner) + strlen(id) + strlen(suffix) + 3;
+    size_t n = strlen(dir) + strlen(owner) + strlen(id) + strlen(suffix) + 3;
     char *p = malloc(n);
-    if (p) snprintf(p, n, "%s/%s%s%s%s", sd->dir, owner, *owner ? "~" : "", id, suffix);
+    if (p) snprintf(p, n, "%s/%s%s%s%s", dir, owner, *owner ? "~" : "", id, suffix);
     return p;
+}
+
+char *statedir_path(const statedir *sd, const char *owner, const char *id, const char *suffix) {
+    return path_in(sd->dir, owner, id, suffix);
+}
+
+bool statedir_exists_in(const char *dir, const char *owner, const char *id, const char *suffix) {
+    if (!statedir_id_valid(id) || !statedir_owner_valid(owner)) return false;
+    char *path = path_in(dir, owner, id, suffix);
+    struct stat sb;
+    bool yes = path && lstat(path, &sb) == 0;
+    free(path);
+    return yes;
 }
 
 /* Splits fname = [<owner>~]<id><suffix> into owner ("" when none) and id; false for any other name. */

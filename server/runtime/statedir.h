@@ -69,6 +69,9 @@ char *statedir_path(const statedir *sd, const char *owner, const char *id, const
 /* True when the entry exists (as anything, a dangling link included), and when out of memory:
  * a caller that must never overwrite a file it did not write refuses rather than risk it. */
 bool statedir_exists(const statedir *sd, const char *owner, const char *id, const char *suffix);
+/* Whether dir, a state directory not opened here (another store's), holds the entry: false for
+ * an invalid id or owner, and when out of memory (a question, not a guard). */
+bool statedir_exists_in(const char *dir, const char *owner, const char *id, const char *suffix);
 /* The whole entry (new buffer with a NUL after the len bytes, caller frees). At most max_len
  * bytes: a longer file is ATTND_ERR_IO with sys_errno EFBIG. */
 attnd_status statedir_read(const statedir *sd, const char *owner, const char *id, const char *suffix, size_t max_len,

@@ -1,18 +1,20 @@
 // playground.mjs — the web playground (GET /) in headless Chromium, driven by puppeteer-core:
-//   node playground.mjs NODE_MODULES_DIR CHROMIUM BASE_URL SCREENSHOT.png [KEYED_BASE_URL API_KEY [ENCODER_BASE_URL]]
+//   node playground.mjs NODE_MODULES_DIR CHROMIUM BASE_URL SCREENSHOT.png [KEYED_BASE_URL API_KEY [ENCODER_BASE_URL
+//        [MULTI_BASE_URL]]]
 // Loads the page, generates, checks the output, the probability shading, the heatmap (drawn, not
 // blank), the layer and head pickers, the head thumbnails and their role labels, the raw / norm
 // toggle, a selected token's logit lens and ablation grid (a click regenerates with that head
 // removed, next to the original), branching, hovering a token, chat mode, and — on
 // a second server that needs a key — the key prompt, and on an encoder's server (a bert that only
 // embeds) Inspect: two inputs side by side, rows drawn whole (a token's later keys coloured, the
-// other input's cells hatched), hovering lights the token's whole input. Fails on any console error and on any
+// other input's cells hatched), hovering lights the token's whole input, and on a server of two
+// models the model picker (names and states; every request names the model picked). Fails on any console error and on any
 // request that would leave the machine (every request is intercepted; only the server's own
 // origin is allowed). Keeps a screenshot of the page after a generation.
 import { createRequire } from "node:module";
 import assert from "node:assert/strict";
 
-const [modules, chromium, base, shot, keyedBase, apiKey, encoderBase] = process.argv.slice(2);
+const [modules, chromium, base, shot, keyedBase, apiKey, encoderBase, multiBase] = process.argv.slice(2);
 const require = createRequire(modules + "/");
 const puppeteer = require("puppeteer-core");
 
@@ -58,6 +60,7 @@ const inked = (page) => page.$eval('[data-testid="attention"] canvas', (c) => {
 const page = await open(base + "/");
 await page.waitForFunction(() => document.getElementById("model").textContent.includes("attnd-sotu"));
 ok("the page loads and names the model");
+assert.equal(await page.$eval('[data-testid="model-pick"]', (e) => e.hidden), true, "one model: no picker");
 
 // the sampling fields start from the server's own defaults (the same seed gives curl's text)
 const defaults = await page.evaluate(async () => (await (await fetch("/v1/models")).json()).data[0].meta.defaults);
@@ -283,6 +286,35 @@ if (encoderBase) {
   await p3.waitForFunction(() => /An encoder/.test(document.getElementById("selstatus").textContent));
   await p3.screenshot({ path: shot.replace(/\.png$/, "-encoder.png"), fullPage: true });
   ok(`an encoder: Inspect draws whole rows (row 0 sees ${enc.n0} tokens), the other input hatched, hover lights the input`);
+}
+
+if (multiBase) {
+  // two models: the picker lists both with their states; what the page asks names the one picked
+  const p4 = await open(multiBase + "/");
+  const asked = [];
+  p4.on("request", (q) => asked.push({ url: q.url(), body: q.postData() || "" }));
+  await p4.waitForFunction(() => document.querySelectorAll('[data-testid="model-pick"] option').length === 2);
+  const names = await p4.$$eval('[data-testid="model-pick"] option', (o) => o.map((e) => e.textContent));
+  assert.ok(/^sotu-a · /.test(names[0]) && /^sotu-b · /.test(names[1]), `the picker lists ${names}`);
+  await p4.select('[data-testid="model-pick"]', "sotu-b");
+  await p4.waitForFunction(() => /sotu-b · loaded/.test(document.querySelector('[data-testid="model-pick"]').textContent),
+                           { timeout: 60000 });
+  await p4.click('[data-testid="use-session"]');
+  await setValue(p4, "#max_tokens", "3");
+  await p4.click('[data-testid="generate"]');
+  await p4.waitForFunction(() => /^\d+ tokens · layer/.test(document.getElementById("attnstatus").textContent),
+                           { timeout: 60000 });
+  const named = (path) => asked.filter((q) => new URL(q.url).pathname === path);
+  const of = (q) => q.body ? JSON.parse(q.body).model : new URL(q.url).searchParams.get("model");
+  for (const path of ["/v1/heads", "/v1/sessions", "/v1/completions", "/v1/attention"]) {
+    const qs = named(path);
+    assert.ok(qs.length > 0, `no ${path} request`);
+    assert.ok(qs.every((q) => of(q) === "sotu-b"), `${path} should name sotu-b: ${qs.map(of)}`);
+  }
+  const sess = await p4.evaluate(async () => (await (await fetch("/v1/sessions?model=sotu-b")).json()).data.length);
+  assert.equal(sess, 1, "the page's session is sotu-b's");
+  await p4.screenshot({ path: shot.replace(/\.png$/, "-models.png"), clip: { x: 0, y: 0, width: 1360, height: 420 } });
+  ok("two models: the picker lists them with their states; heads, session, completion and attention name the one picked");
 }
 
 await browser.close();

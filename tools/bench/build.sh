@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds build/bench_quant, build/bench_iq_peer, build/bench_amx, build/bench_batch, build/bench_embed, build/bench_jinja and build/bench_histo against the engine library of ./build (run from the repository root,
+# Builds build/bench_quant, build/bench_iq_peer, build/iq_vs_peer (tools/quant), build/bench_amx, build/bench_batch, build/bench_embed, build/bench_jinja and build/bench_histo against the engine library of ./build (run from the repository root,
 # after `cmake --build build`). Not part of CMake: benchmarks are not shipped or tested.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -10,6 +10,9 @@ echo "built build/bench_quant"
 gcc -std=gnu11 -O2 -Wall -Wextra -Iinclude -Iengine -Iengine/kernels tools/bench/bench_iq_peer.c build/libattnd_engine.a -ldl -lm \
     -o build/bench_iq_peer
 echo "built build/bench_iq_peer"
+gcc -std=gnu11 -O2 -Wall -Wextra -pthread -Iinclude -Iengine -Iengine/kernels tools/quant/iq_vs_peer.c build/libattnd_engine.a \
+    -ldl -lm -lutf8proc -o build/iq_vs_peer
+echo "built build/iq_vs_peer"
 gcc -std=gnu11 -O2 -Wall -Wextra -pthread -Iinclude -Iengine -Iengine/kernels tools/bench/bench_amx.c build/libattnd_engine.a -lm \
     -o build/bench_amx
 echo "built build/bench_amx"

@@ -93,6 +93,9 @@ def common_keys(g, mm, a, arch, kv):
     for key, val in kv:
         vt = mm.VT_F32 if isinstance(val, float) else mm.VT_U32
         g.add(f"{arch}.{key}", vt, val)
+    if getattr(a, "tok_records", None):  # make_model.py --tokenizer: a real vocabulary
+        g.kv.extend(a.tok_records)
+        return
     toks, scores, types = mm.vocabulary(a.vocab)
     g.add("tokenizer.ggml.model", mm.VT_STR, "llama")
     g.add_array("tokenizer.ggml.tokens", mm.VT_STR, toks)
@@ -309,7 +312,7 @@ BUILDERS = {"bert": build_bert, "qwen35": build_qwen35, "qwen35moe": build_qwen3
 
 def build_family(mm, a, g, rng):
     """Writes a.shape's keys and tensors into g; returns the bytes one decode token reads."""
-    s = FAMILY_SHAPES[a.shape]
+    s = dict(FAMILY_SHAPES[a.shape], vocab=a.vocab)  # a.vocab: the shape's, or --tokenizer's
     main = "Q4_K" if a.type == "Q4_K_M" else a.type
     head = "Q6_K" if a.type == "Q4_K_M" else a.type
     w = Writer(g, rng, mm, main, head)

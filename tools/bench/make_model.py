@@ -348,10 +348,12 @@ def build(a):
 
 
 def family(a):
-    """A shape of family_shapes.py: only --type, --layers, --seed and --reads apply."""
+    """A shape of family_shapes.py: only --type, --layers, --seed, --tokenizer and --reads apply."""
     shape = family_shapes.FAMILY_SHAPES[a.shape]
     a.layers = a.layers or shape["reduced"]
     a.vocab = shape["vocab"]
+    if a.tokenizer:
+        a.tok_records, a.vocab = tokenizer_records(a.tokenizer)
     if a.layers < 2 or a.layers > shape["layers"]:
         sys.exit(f"make_model.py: --layers for {a.shape} takes 2..{shape['layers']}")
     g = Gguf()

@@ -4,7 +4,8 @@
  * Byte 0 picks whether calls are parsed (bit 0), whether the output starts inside a reasoning
  * block (bit 7: the prompt ended with an open <think>), the request's tools (bit 6: FUZZ_TOOLS,
  * whose schemas type the values of the XML-like calls, Qwen's and GLM's; else PLAIN_TOOLS;
- * bit 5 as well: none at all) and a chunking seed; the rest is a model's output. The reasoning-token count (reasoning.h) is also taken over the text cut into
+ * bit 5 as well: none at all), whether a <tool_call> also ends reasoning (bit 1: Qwen3.5's
+ * format, toolcall_parser_end_think_at_call) and a chunking seed; the rest is a model's output. The reasoning-token count (reasoning.h) is also taken over the text cut into
  * the same chunks as "tokens": it counts no more tokens than there are, and none without a
  * reasoning marker. The text is parsed whole and in chunks cut by the seed: both must give the same content, reasoning
  * and calls, the streamed deltas must concatenate to them (content, reasoning, and each call's
@@ -65,11 +66,13 @@ static void check_call(const json_t *tools, const char *name, const char *args) 
     json_decref(v);
 }
 
-static void run(const uint8_t *text, size_t n, bool calls, bool open, const json_t *tools, unsigned seed, result *r) {
+static void run(const uint8_t *text, size_t n, bool calls, bool open, bool to_call, const json_t *tools, unsigned seed,
+                result *r) {
     toolcall_parser *p = toolcall_parser_create(calls);
     json_t *deltas = json_array();
     FUZZ_CHECK(p && deltas, "out of memory");
     if (open) toolcall_parser_start_in_reasoning(p);
+    if (to_call) toolcall_parser_end_think_at_call(p);
     toolcall_parser_set_tools(p, tools);
     for (size_t i = 0; i < n;) {
         size_t k = n;
@@ -134,7 +137,7 @@ static bool chunk_bytes(void *user, int32_t id, const char **p, size_t *n) {
     return true;
 }
 
-static void check_reasoning_count(const uint8_t *text, size_t n, bool open, unsigned seed) {
+static void check_reasoning_count(const uint8_t *text, size_t n, bool open, bool to_call, unsigned seed) {
     static chunks c;
     static int32_t ids[4096];
     int n_tok = 0;
@@ -147,7 +150,7 @@ static void check_reasoning_count(const uint8_t *text, size_t n, bool open, unsi
         i += k < n - i ? k : n - i;
     }
     c.at[n_tok] = n;
-    int count = reasoning_count_tokens(ids, n_tok, open, chunk_bytes, &c);
+    int count = reasoning_count_tokens(ids, n_tok, open, to_call, chunk_bytes, &c);
     FUZZ_CHECK(count >= 0 && count <= n_tok, "%d reasoning tokens of %d", count, n_tok);
     bool marked = open || memmem(text, n, "<think>", 7) || memmem(text, n, "<|channel|>analysis", 19);
     FUZZ_CHECK(marked || count == 0, "%d reasoning tokens without a reasoning marker", count);
@@ -155,15 +158,15 @@ static void check_reasoning_count(const uint8_t *text, size_t n, bool open, unsi
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (size < 1 || size > 4096) return 0;
-    bool calls = data[0] & 1, open = data[0] & 0x80;
+    bool calls = data[0] & 1, open = data[0] & 0x80, to_call = data[0] & 2;
     unsigned seed = (unsigned)data[0] >> 1 | 1;
     static json_t *tools, *plain;
     if (!tools) tools = json_loads(FUZZ_TOOLS, 0, NULL), plain = json_loads(PLAIN_TOOLS, 0, NULL);
     const json_t *use = (data[0] & 0x60) == 0x60 ? NULL : data[0] & 0x40 ? tools : plain;
     result whole = {0}, cut = {0};
-    run(data + 1, size - 1, calls, open, use, 0, &whole);
-    run(data + 1, size - 1, calls, open, use, seed, &cut);
-    check_reasoning_count(data + 1, size - 1, open, seed);
+    run(data + 1, size - 1, calls, open, to_call, use, 0, &whole);
+    run(data + 1, size - 1, calls, open, to_call, use, seed, &cut);
+    check_reasoning_count(data + 1, size - 1, open, to_call, seed);
     FUZZ_CHECK(!strcmp(whole.content, cut.content), "content depends on chunking: %s vs %s", whole.content, cut.content);
     FUZZ_CHECK(!strcmp(whole.reasoning, cut.reasoning), "reasoning depends on chunking");
     FUZZ_CHECK(!strcmp(whole.calls, cut.calls), "calls depend on chunking: %s vs %s", whole.calls, cut.calls);
