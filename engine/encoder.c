@@ -229,14 +229,22 @@ static void add_bias_rows(float *x, const float *b, int n, int dim) {
     for (int t = 0; b && t < n; t++) add_rows(x + (size_t)t * dim, NULL, b, (size_t)dim);
 }
 
+/* out (T, rows) = x w^T. An encoder evaluates a request's inputs in one pass, so F16/BF16
+ * weights may take the float GEMM (quant_mm.gemm); a decoder's tokens must not depend on their
+ * batch and never do. */
+static void enc_mm(const enc_pass *p, float *out, const weight *w, const float *x) {
+    quant_mm mm = {out, w->data, w->packed, w->type, w->rows, true};
+    quant_matmul_many(&mm, 1, w->cols, x, p->T, p->mm_scratch, p->n_threads);
+}
+
 static void enc_matmul(const enc_pass *p, float *out, const weight *w, const float *x, const float *b) {
-    quant_matmul_packed(out, w->data, w->packed, w->type, w->rows, w->cols, x, p->T, p->mm_scratch, p->n_threads);
+    enc_mm(p, out, w, x);
     add_bias_rows(out, b, p->T, (int)w->rows);
 }
 
 /* x (T, E) += W in (+ b), through tmp (T, E): one pass over x for the bias and the residual. */
 static void enc_matmul_add(const enc_pass *p, float *x, const weight *w, const float *in, const float *b) {
-    quant_matmul_packed(p->tmp, w->data, w->packed, w->type, w->rows, w->cols, in, p->T, p->mm_scratch, p->n_threads);
+    enc_mm(p, p->tmp, w, in);
     size_t E = (size_t)w->rows;
     for (size_t t = 0; t < (size_t)p->T; t++) add_rows(x + t * E, p->tmp + t * E, b, E);
 }
@@ -246,7 +254,7 @@ static void enc_matmul_add(const enc_pass *p, float *x, const weight *w, const f
 static void enc_matmul3(const enc_pass *p, float *const out[], const weight *const w[], const float *const b[], int n,
                         const float *x) {
     quant_mm mm[3] = {{0}};
-    for (int i = 0; i < n; i++) mm[i] = (quant_mm){out[i], w[i]->data, w[i]->packed, w[i]->type, w[i]->rows};
+    for (int i = 0; i < n; i++) mm[i] = (quant_mm){out[i], w[i]->data, w[i]->packed, w[i]->type, w[i]->rows, true};
     quant_matmul_many(mm, n, w[0]->cols, x, p->T, p->mm_scratch, p->n_threads);
     for (int i = 0; i < n; i++) add_bias_rows(out[i], b[i], p->T, (int)w[i]->rows);
 }

@@ -180,8 +180,8 @@ static void gate_up_task(void *ctx, int t, int worker) {
     const layer_weights *L = j->L;
     moe_block b = block_of(p, t, worker);
     const float *x = j->x + (size_t)b.gr->start * j->E; /* (cnt, E) */
-    quant_mm mm[2] = {{b.t0, rows_at(&L->gate_exps, b.wrow), NULL, L->gate_exps.type, b.rb},
-                      {b.t1, rows_at(&L->up_exps, b.wrow), NULL, L->up_exps.type, b.rb}};
+    quant_mm mm[2] = {{b.t0, rows_at(&L->gate_exps, b.wrow), NULL, L->gate_exps.type, b.rb, false},
+                      {b.t1, rows_at(&L->up_exps, b.wrow), NULL, L->up_exps.type, b.rb, false}};
     quant_matmul_many(mm, 2, j->E, x, b.gr->cnt, b.qs, 1); /* x rounded once for both */
     for (int c = 0; c < b.gr->cnt; c++) { /* (cnt, rb) */
         float *g = b.t0 + (size_t)c * b.rb, *u = b.t1 + (size_t)c * b.rb;

@@ -953,7 +953,7 @@ static void check_many(const uint32_t *types, const int64_t *rows, int n_mm, int
             for (int i = 0; i < n_mm; i++) {
                 quant_matmul_packed(want[i], w[i], pk[i], types[i], rows[i], C, x, n_tok, scratch + 1, threads);
                 memset(got[i], 0xFF, T * (size_t)rows[i] * sizeof(float));
-                mm[i] = (quant_mm){got[i], w[i], pk[i], types[i], rows[i]};
+                mm[i] = (quant_mm){got[i], w[i], pk[i], types[i], rows[i], false};
             }
             quant_matmul_many(mm, n_mm, C, x, n_tok, scratch + 1, threads);
             for (int i = 0; i < n_mm; i++)
@@ -1549,11 +1549,19 @@ Test(quant, gemm_f32_matches_float64_at_tile_edges_for_every_isa) {
     quant_isa_force(saved);
 }
 
-/* F16 and BF16 weights from 16 tokens go through the register tiles, their rows converted a panel
- * (32 rows x 128 columns on AVX-512) at a time: row counts and columns that are not multiples of
- * the panel or of the 16 x 16 transposes, batch sizes around the switch and the tiles, 1 and 2
- * threads, against the portable dot products (within float rounding); and a token's result the
- * same bits at every batch size from 16 on. */
+/* quant_matmul with the float GEMM allowed (quant_mm.gemm, as the encoder asks). */
+static void matmul_gemm(float *out, const void *w, uint32_t type, int64_t R, int64_t n_cols, const float *x, int n,
+                        void *scratch, int threads) {
+    quant_mm mm = {out, w, NULL, type, R, true};
+    quant_matmul_many(&mm, 1, n_cols, x, n, scratch, threads);
+}
+
+/* F16 and BF16 weights from 16 tokens go through the register tiles where the caller allows it
+ * (quant_mm.gemm), their rows converted a panel (32 rows x 128 columns on AVX-512) at a time: row
+ * counts and columns that are not multiples of the panel or of the 16 x 16 transposes, batch sizes
+ * around the switch and the tiles, 1 and 2 threads, against the portable dot products (within
+ * float rounding); and a token's result the same bits at every batch size from 16 on. Without
+ * the flag (decoders) a token's result is the same bits at every batch size, 1 included. */
 Test(quant, dense_matmul_from_sixteen_tokens_agrees_with_portable_at_panel_edges) {
     const uint32_t types[] = {GGUF_TYPE_F16, GGUF_TYPE_BF16};
     const int64_t shapes[][2] = {{37, 257}, {70, 131}, {16, 16}, {33, 5}};
@@ -1576,12 +1584,22 @@ Test(quant, dense_matmul_from_sixteen_tokens_agrees_with_portable_at_panel_edges
             for (int isa = QUANT_ISA_PORTABLE + 1; isa <= (int)quant_isa_best(); isa++) {
                 quant_isa_force((quant_isa)isa);
                 const char *name = quant_isa_name((quant_isa)isa);
-                quant_matmul(all, w, type, R, n_cols, x, T, scratch, 1);
+                float *dot = malloc(sizeof(float) * T * (size_t)R);
+                quant_matmul(dot, w, type, R, n_cols, x, T, scratch, 1);
+                for (int n = 1; n <= T; n += 13) { /* decoders: the same bits at any batch size */
+                    memset(out, 0xFF, sizeof(float) * T * (size_t)R);
+                    quant_matmul(out, w, type, R, n_cols, x, n, scratch, 2);
+                    for (int64_t i = 0; i < n * R; i++)
+                        cr_assert_eq(f32_bits(out[i]), f32_bits(dot[i]), "%s %s without gemm: n_tok %d differs at %ld from 40",
+                                     name, gguf_type_name(type), n, (long)i);
+                }
+                free(dot);
+                matmul_gemm(all, w, type, R, n_cols, x, T, scratch, 1);
                 for (size_t k = 0; k < sizeof toks / sizeof *toks; k++)
                     for (int threads = 1; threads <= 2; threads++) {
                         int n = toks[k];
                         memset(out, 0xFF, sizeof(float) * T * (size_t)R);
-                        quant_matmul(out, w, type, R, n_cols, x, n, scratch, threads);
+                        matmul_gemm(out, w, type, R, n_cols, x, n, scratch, threads);
                         for (int t = 0; t < n; t++)
                             for (int64_t r = 0; r < R; r++) {
                                 quant_dequantize_row(row, w + quant_row_bytes(type, n_cols) * (size_t)r, type, n_cols);

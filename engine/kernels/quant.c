@@ -242,7 +242,7 @@ void quant_matmul(float *out, const void *w, uint32_t wtype, int64_t n_rows, int
 
 void quant_matmul_packed(float *out, const void *w, const quant_packed *pk, uint32_t wtype, int64_t n_rows,
                          int64_t n_cols, const float *x, int n_tok, void *scratch, int n_threads) {
-    quant_mm m = {out, w, pk, wtype, n_rows};
+    quant_mm m = {out, w, pk, wtype, n_rows, false};
     quant_matmul_many(&m, 1, n_cols, x, n_tok, scratch, n_threads);
 }
 
@@ -269,6 +269,7 @@ void quant_matmul_many(const quant_mm *mm, int n_mm, int64_t n_cols, const float
 
     act_plan pl;
     act_plan_init(&pl, k, mm[0].wtype, x, n_tok, n_cols, scratch);
+    pl.a.gemm = mm[0].gemm;
     j.pl = &pl;
     if (n_threads <= 1 || work < MATMUL_PAR_MIN_MACS || rows < 2 * ROW_GRAIN) {
         for (int t = 0; t < n_tok; t++) act_fill(&pl, t);

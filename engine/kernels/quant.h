@@ -38,9 +38,10 @@ size_t quant_scratch_bytes(uint32_t wtype, int n_tok, int64_t n_cols);
  * exception: with AVX-512, quantized weights go through 16-row x 8-token register tiles from 4
  * tokens on (prefill, batched decode) and through row-at-a-time kernels below (decode), which add
  * the per-block terms in different float orders; there the two agree within rounding (each is
- * bit-identical for any batch size on its side of the switch); and likewise, on AVX2 and AVX-512,
- * F16 and BF16 weights from 16 tokens go through a register-blocked float GEMM (quant_gemm_f32's
- * order: one fused chain per output) and below through dot-product tiles. Reentrant: calls
+ * bit-identical for any batch size on its side of the switch); and, only where the caller asks
+ * (quant_mm.gemm: the encoder), F16 and BF16 weights from 16 tokens go through a register-blocked
+ * float GEMM on AVX2 and AVX-512 (quant_gemm_f32's order: one fused chain per output), else
+ * through dot-product tiles. Reentrant: calls
  * may run concurrently, each with its own scratch. Bad sizes or types are bugs (ATTND_ASSERT).
  */
 void quant_matmul(float *out, const void *w, uint32_t wtype, int64_t n_rows, int64_t n_cols, const float *x,
@@ -83,6 +84,11 @@ typedef struct quant_mm {
     const quant_packed *pk;
     uint32_t wtype;
     int64_t n_rows;
+    bool gemm; /* F16/BF16 weights, 16 tokens and more: the register-blocked float GEMM may run
+                  (an encoder's pass). Its sums run in another order than the dot-product tiles',
+                  so a token's outputs then depend on the batch it is in: decoders leave it false,
+                  where a token must give the same bits alone, in a batch, re-evaluated after a
+                  prompt-cache hit or verified in a speculative step. Set on mm[0] for all. */
 } quant_mm;
 
 /* quant_matmul_packed for n_mm (<= QUANT_MM_MAX) weights of the same n_cols against the same x,

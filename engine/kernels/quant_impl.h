@@ -10,6 +10,7 @@
 #ifndef ATTND_QUANT_IMPL_H
 #define ATTND_QUANT_IMPL_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
@@ -61,6 +62,8 @@ typedef struct quant_act {
                               tokens x 32 columns (1 KB, contiguous: one tile load of 16 lines in
                               one page), token t's column c at QUANT_XB_AT(t, c, n_cols); for the
                               AMX bf16 kernels. NULL unless the table asks (bf16_from) */
+    bool gemm;             /* F16/BF16 from GM_MIN_TOK tokens: the float GEMM may run (its sums in
+                              another order than the dot-product tiles': quant_mm.gemm) */
 } quant_act;
 
 typedef void (*quant_rows_fn)(float *out, const uint8_t *w, size_t row_bytes, int64_t r0, int64_t r1,
