@@ -136,6 +136,10 @@ struct engine {
     double *prof;           /* engine_set_profile: seconds per engine_part; NULL = off */
     float *cb_weights;      /* (n_ctx) softmax weights handed to attn_cb */
     bool hidden;            /* engine_eval_hidden: "logits" are the final-normed hidden states */
+    /* the MTP block (model_info.mtp; empty otherwise) */
+    float *mtp_h;           /* (B, n_embd) each entry's final-normed hidden state */
+    float *mtp_cat;         /* (B, 2 n_embd) [rmsnorm(embd(token)) enorm | rmsnorm(h) hnorm] */
+    batch_entry *mtp_b;     /* (B) engine_mtp_step's entries as batch entries */
 
     char *mem;              /* owns every array above (engine/block.h) */
 };
@@ -155,6 +159,16 @@ static size_t slot_floats(const model *m) {
     return 2 * KV_BLOCK * hd + KV_BLOCK + 2 * QB * G * hd + QB * G * KV_BLOCK + 2 * QB * G;
 }
 
+/* The MTP block's buffers (empty without one), and its projections' matmul scratch in *scratch. */
+static void layout_mtp(engine *e, block *b, size_t *scratch) {
+    const model *m = e->m;
+    size_t B = (size_t)e->max_batch, E = (size_t)m->info.n_embd, on = m->info.mtp;
+    if (on) *scratch = max_scratch(max_scratch(*scratch, &m->mtp_eh_proj, e->max_batch), &m->mtp_head, e->max_batch);
+    e->mtp_h = block_take(b, on * B * E, sizeof(float));
+    e->mtp_cat = block_take(b, on * 2 * B * E, sizeof(float));
+    e->mtp_b = block_take(b, on * B, sizeof(batch_entry));
+}
+
 /* Lays out the engine's buffers in mem (block.h), sized for e->max_batch entries and e->n_slots
  * threads; returns the bytes they need. */
 static size_t layout(engine *e, char *mem) {
@@ -164,7 +178,7 @@ static size_t layout(engine *e, char *mem) {
     size_t Q = (size_t)m->q_dim, KV = (size_t)m->kv_dim;
     size_t scratch = max_scratch(0, &m->output, e->max_batch), fused = 0, moe_scratch = 0;
     if (m->ple_model_proj.data) scratch = max_scratch(scratch, &m->ple_model_proj, e->max_batch);
-    for (int l = 0; l < mi->n_layer; l++) {
+    for (int l = 0; l < mi->n_layer + (mi->mtp ? 1 : 0); l++) {
         const layer_weights *L = &m->layers[l];
         const weight *ws[] = {&L->wq,      &L->wk,       &L->wv,       &L->wqkv,       &L->wo,       &L->w_gate,
                               &L->w_up,    &L->w_down,   &L->router,   &L->dn_z,       &L->dn_beta,  &L->dn_alpha,
@@ -227,6 +241,7 @@ static size_t layout(engine *e, char *mem) {
     e->moe_scratch = block_take(&b, moe_scratch * (size_t)e->n_slots, 1);
     e->k16 = block_take(&b, KV, sizeof(uint16_t));
     e->neg = block_take(&b, F * (size_t)e->n_slots, sizeof(float));
+    layout_mtp(e, &b, &scratch);
     e->mm_scratch = block_take(&b, scratch ? scratch : 1, 1); /* quant_matmul wants one even if unused */
     e->seqs = block_take(&b, B, sizeof(*e->seqs));
     e->want = block_take(&b, B, sizeof(*e->want));
@@ -1250,6 +1265,111 @@ static void step_logits(const pass *p, int n_want, float *logits) {
         for (size_t i = 0; i < (size_t)n_want * m->info.n_vocab; i++) logits[i] = tanhf(logits[i] * (1.0f / cap)) * cap;
 }
 
+// ---- multi-token prediction (the model's own draft) ------------------------------------------
+/*
+ * The MTP block (model_info.mtp) predicts the token after next: at position p it reads the
+ * embedding of token x_p and the main model's final-normed hidden state h_{p-1} (which predicted
+ * x_p), each RMS-normed by its own weight, concatenated [embedding | hidden], projected back to
+ * n_embd by eh_proj, then one gated-attention block over its own cache, then head_norm and the
+ * head (llama.cpp's qwen35 graph_mtp; the hidden state is the one after output_norm, t_h_nextn).
+ * Its cache must hold every position the main pass evaluated, so every engine_eval of a pool that
+ * caches the block runs it over the batch too (step_mtp_follow: the block without its head); a
+ * draft then costs one block and the head per token (engine_mtp_step).
+ */
+
+/* The hidden state h_{pos} s keeps for its MTP block, or NULL (never evaluated, or too long ago:
+ * the block then reads zeros, a weaker draft, never a wrong output). */
+static const float *mtp_hidden(const kv_seq *s, int pos) {
+    if (pos < 0) return NULL;
+    int r = pos % KV_MTP_ROWS;
+    return s->mtp_pos[r] == pos ? s->mtp_h + (size_t)r * s->pool->m->info.n_embd : NULL;
+}
+
+/* Row t of mtp_cat: [rmsnorm(mtp_embd[token]) enorm | rmsnorm(h) hnorm] (h NULL: zeros). */
+static void mtp_input(engine *e, int t, int32_t token, const float *h) {
+    const model *m = e->m;
+    int E = m->info.n_embd;
+    float *cat = e->mtp_cat + (size_t)t * 2 * E, *emb = e->tmp + (size_t)t * E;
+    quant_dequantize_row(emb, (const uint8_t *)m->mtp_embd.data + quant_row_bytes(m->mtp_embd.type, E) * (size_t)token,
+                         m->mtp_embd.type, E);
+    rmsnorm(cat, emb, m->mtp_enorm, 1, E, m->info.rms_eps, 1);
+    if (h) rmsnorm(cat + E, h, m->mtp_hnorm, 1, E, m->info.rms_eps, 1);
+    else memset(cat + E, 0, sizeof(float) * (size_t)E);
+}
+
+/* The block over p's entries from their mtp_cat rows: x = eh_proj cat, then the layer (its K, V
+ * written at each entry's position). No inspection hook sees it: it is not part of the model's
+ * forward pass. */
+static void mtp_block(pass *p) {
+    engine *e = p->e;
+    engine saved = *e;
+    e->attn_cb = NULL, e->resid_cb = NULL, e->expert_cb = NULL, e->matmul_cb = NULL;
+    matmul(e, e->x, &e->m->mtp_eh_proj, e->mtp_cat, p->n);
+    step_layer(p, e->m->info.n_layer);
+    e->attn_cb = saved.attn_cb, e->resid_cb = saved.resid_cb, e->expert_cb = saved.expert_cb;
+    e->matmul_cb = saved.matmul_cb;
+}
+
+/* After the main layers of an engine_eval: each entry's h kept by its sequence, and the MTP
+ * block's cache written at each entry's position from (h of the position before, token). */
+static void step_mtp_follow(pass *p) {
+    engine *e = p->e;
+    const model *m = e->m;
+    int E = p->E;
+    rmsnorm(e->mtp_h, e->x, m->output_norm, p->n, E, m->info.rms_eps, e->n_threads);
+    for (int t = 0; t < p->n; t++) p->entries[t].seq->mtp_row = -1;
+    for (int t = 0; t < p->n; t++) {
+        kv_seq *s = p->entries[t].seq;
+        const float *h = s->mtp_row >= 0 ? e->mtp_h + (size_t)s->mtp_row * E : mtp_hidden(s, p->entries[t].pos - 1);
+        s->mtp_row = t;
+        mtp_input(e, t, p->entries[t].token, h);
+    }
+    for (int t = 0; t < p->n; t++) { /* after every read: a long batch wraps the ring */
+        kv_seq *s = p->entries[t].seq;
+        int pos = p->entries[t].pos, r = pos % KV_MTP_ROWS;
+        memcpy(s->mtp_h + (size_t)r * E, e->mtp_h + (size_t)t * E, sizeof(float) * (size_t)E);
+        s->mtp_pos[r] = pos;
+    }
+    mtp_block(p);
+}
+
+attnd_status engine_mtp_step(engine *e, const engine_mtp_entry *in, int n, float *logits, float *h_out,
+                             attnd_err *err) {
+    const model *m = e->m;
+    const model_info *mi = &m->info;
+    if (n < 1 || n > e->max_batch)
+        return attnd_fail(err, ATTND_ERR_INVALID, "an MTP step of %d entries; this engine takes 1..%d", n, e->max_batch);
+    for (int t = 0; t < n; t++) in[t].seq->mtp_row = -1;
+    for (int t = 0; t < n; t++) {
+        kv_seq *s = in[t].seq;
+        if (s->pool->m != m || !s->pool->mtp)
+            return attnd_fail(err, ATTND_ERR_INVALID, "MTP entry %d: the sequence's pool does not cache the model's MTP "
+                              "block", t);
+        if (s->pool != in[0].seq->pool)
+            return attnd_fail(err, ATTND_ERR_INVALID, "MTP entry %d: all sequences must share one pool", t);
+        if (s->mtp_row >= 0) return attnd_fail(err, ATTND_ERR_INVALID, "MTP entry %d: a sequence twice in one step", t);
+        if (in[t].token < 0 || in[t].token >= mi->n_vocab || in[t].pos < s->len || in[t].pos >= mi->n_ctx)
+            return attnd_fail(err, ATTND_ERR_INVALID, "MTP entry %d: token %d at position %d (the sequence holds %d, the "
+                              "context %d)", t, in[t].token, in[t].pos, s->len, mi->n_ctx);
+        s->mtp_row = t;
+        e->seqs[t] = s;
+        e->mtp_b[t] = (batch_entry){s, in[t].token, in[t].pos, true};
+    }
+    for (int t = 0; t < n; t++) in[t].seq->pending = in[t].pos + 1 - in[t].seq->len; /* room, never committed */
+    attnd_status st = kv_reserve(e->seqs, n, err);
+    for (int t = 0; t < n; t++) in[t].seq->pending = 0;
+    if (st) return st;
+    pass p = {.e = e, .entries = e->mtp_b, .n = n, .E = mi->n_embd, .Q = m->q_dim, .KV = m->kv_dim, .F = mi->n_ff};
+    p.n_qb = split_qblocks(e, e->mtp_b, n);
+    for (int t = 0; t < n; t++) p.attn_work += (long)mi->n_head * mi->head_dim * (in[t].pos + 1);
+    step_embed(&p); /* the rotary tables of each position (x is replaced below) */
+    for (int t = 0; t < n; t++) mtp_input(e, t, in[t].token, in[t].h ? in[t].h : mtp_hidden(in[t].seq, in[t].pos - 1));
+    mtp_block(&p);
+    rmsnorm(h_out, e->x, m->mtp_head_norm ? m->mtp_head_norm : m->output_norm, n, p.E, mi->rms_eps, e->n_threads);
+    matmul(e, logits, &m->mtp_head, h_out, n);
+    return ATTND_OK;
+}
+
 attnd_status engine_eval(engine *e, const batch_entry *entries, int n, float *logits, attnd_err *err) {
     if (n == 0) return ATTND_OK;
     if (n < 0 || n > e->max_batch)
@@ -1299,6 +1419,7 @@ attnd_status engine_eval(engine *e, const batch_entry *entries, int n, float *lo
     t0 = prof_now(e);
     if (n_want) step_logits(&p, n_want, logits);
     prof_add(e, ENGINE_PART_HEAD, &t0);
+    if (entries[0].seq->pool->mtp) step_mtp_follow(&p);
 
     for (int i = 0; i < n_seqs; i++) {
         e->seqs[i]->len += e->seqs[i]->pending;

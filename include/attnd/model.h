@@ -57,7 +57,8 @@ typedef struct model_info {
     int recurrent_every;    /* with them: every recurrent_every-th layer is full attention, the rest
                                DeltaNet (model_info_recurrent) */
     int recurrent_heads;    /* with them: the DeltaNet layers' value heads */
-    int n_mtp_layers;   /* multi-token-prediction blocks in the file (nextn), loaded but not run */
+    int n_mtp_layers;   /* multi-token-prediction blocks in the file (nextn), not run by the main pass */
+    bool mtp;           /* one of them is loaded to draft with (qwen35, qwen35moe, qwen3next: engine_mtp_step) */
     int kv_latent;      /* latent attention (deepseek2): values cached per token and layer, the
                            latent and the rotated key part (kv_lora_rank + rope dims), shared by
                            every head; 0 for per-head K and V */
