@@ -18,9 +18,6 @@
 /* Conv channels per work item: decode has one entry per sequence, so the channels are the split. */
 #define DN_CONV_CHUNK 512
 
-/* The largest value head the recurrence's stack scratch holds (model.c refuses larger ones). */
-#define DN_MAX_HEAD 1024
-
 size_t dn_state_floats(const dn_dims *d) {
     return (size_t)(d->K - 1) * (size_t)d->conv_dim + (size_t)d->hv * (size_t)d->dv * (size_t)d->dk;
 }
@@ -114,12 +111,81 @@ static void head_gates(const dn_job *j, int t, int h, float *beta, float *g) {
 /* The key head value head h reads. */
 static int key_head(const dn_dims *d, int h) { return d->grouped ? h / (d->hv / d->hk) : h % d->hk; }
 
+/* One entry's step of one value head's state S (dv rows of dk), row by row so that each row is
+ * read once while it is in L1: row c decays (f[0]), gives u_c = beta (v_c - row . k) (f[1]), takes
+ * k u_c, and then o_c = (row . q) scale (f[2]). Each row's sums are those of the step written as
+ * whole-state passes (decay all, then every u, then the rank-1 update, then every output): the
+ * rows do not mix, so the order of the rows changes no bit. */
+static void step_rows_portable(float *S, int dv, int dk, const float *q, const float *k, const float *v,
+                               const float *f, float *o) {
+    for (int c = 0; c < dv; c++) {
+        float *row = S + (size_t)c * dk;
+        for (int e = 0; e < dk; e++) row[e] *= f[0];
+        float uc = (v[c] - dot(row, k, dk)) * f[1];
+        for (int e = 0; e < dk; e++) row[e] += k[e] * uc;
+        o[c] = dot(row, q, dk) * f[2];
+    }
+}
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+ISA_TARGET_BEGIN("avx2")
+/* dot's last step for its 8 partial sums in a: ((a0 + a4) + (a1 + a5)) + ((a2 + a6) + (a3 + a7)). */
+static float sum8(__m256 a) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1)); /* a_i + a_(i+4) */
+    __m128 h = _mm_hadd_ps(s, s);                                                  /* s0 + s1, s2 + s3 */
+    return _mm_cvtss_f32(_mm_add_ss(h, _mm_movehdup_ps(h)));
+}
+
+/* step_rows_portable, two rows at a time (two independent chains of adds), dk a multiple of 8: lane
+ * l of a sum takes elements l, l + 8, ... as dot's partial sums do, products and sums rounded
+ * apart (no FMA), so every bit is the portable form's. */
+static void step_rows_avx2(float *S, int dv, int dk, const float *q, const float *k, const float *v, const float *f,
+                           float *o) {
+    __m256 dec = _mm256_set1_ps(f[0]);
+    int c = 0;
+    for (; c + 2 <= dv; c += 2) {
+        float *r0 = S + (size_t)c * dk, *r1 = r0 + dk;
+        __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
+        for (int e = 0; e < dk; e += 8) {
+            __m256 ke = _mm256_loadu_ps(k + e);
+            __m256 x0 = _mm256_mul_ps(_mm256_loadu_ps(r0 + e), dec), x1 = _mm256_mul_ps(_mm256_loadu_ps(r1 + e), dec);
+            _mm256_storeu_ps(r0 + e, x0), _mm256_storeu_ps(r1 + e, x1);
+            a0 = _mm256_add_ps(a0, _mm256_mul_ps(x0, ke)), a1 = _mm256_add_ps(a1, _mm256_mul_ps(x1, ke));
+        }
+        __m256 u0 = _mm256_set1_ps((v[c] - sum8(a0)) * f[1]), u1 = _mm256_set1_ps((v[c + 1] - sum8(a1)) * f[1]);
+        a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
+        for (int e = 0; e < dk; e += 8) {
+            __m256 ke = _mm256_loadu_ps(k + e), qe = _mm256_loadu_ps(q + e);
+            __m256 x0 = _mm256_add_ps(_mm256_loadu_ps(r0 + e), _mm256_mul_ps(ke, u0));
+            __m256 x1 = _mm256_add_ps(_mm256_loadu_ps(r1 + e), _mm256_mul_ps(ke, u1));
+            _mm256_storeu_ps(r0 + e, x0), _mm256_storeu_ps(r1 + e, x1);
+            a0 = _mm256_add_ps(a0, _mm256_mul_ps(x0, qe)), a1 = _mm256_add_ps(a1, _mm256_mul_ps(x1, qe));
+        }
+        o[c] = sum8(a0) * f[2], o[c + 1] = sum8(a1) * f[2];
+    }
+    if (c < dv) step_rows_portable(S + (size_t)c * dk, dv - c, dk, q, k, v + c, f, o + c);
+}
+ISA_TARGET_END
+#endif
+
+/* step_rows_portable, or its AVX2 form where the kernels run AVX2 or better (quant_isa_active). */
+static void step_rows(float *S, int dv, int dk, const float *q, const float *k, const float *v, const float *f,
+                      float *o) {
+#if defined(__x86_64__) && defined(__GNUC__)
+    if (dk % 8 == 0 && quant_isa_active() != QUANT_ISA_PORTABLE) {
+        step_rows_avx2(S, dv, dk, q, k, v, f, o);
+        return;
+    }
+#endif
+    step_rows_portable(S, dv, dk, q, k, v, f, o);
+}
+
 /* The sequential form: the recurrence of value head h over run r's entries [i0, i1) one at a
  * time, then each output's gated RMSNorm. S is the head's state in the sequence's layout (dv, dk). */
 static void recur_sequential(const dn_job *j, int r, int h, float *S, int i0, int i1) {
     const dn_dims *d = j->d;
     int dk = d->dk, dv = d->dv, C = d->conv_dim, hk = key_head(d, h);
-    float u[DN_MAX_HEAD];
     float scale = 1.0f / sqrtf((float)dk);
     for (int i = i0; i < i1; i++) {
         int t = j->order[i];
@@ -127,19 +193,12 @@ static void recur_sequential(const dn_job *j, int r, int h, float *S, int i0, in
         const float *q = x + (size_t)hk * dk, *k = x + (size_t)(d->hk + hk) * dk, *v = x + (size_t)2 * d->hk * dk + (size_t)h * dv;
         float beta, g;
         head_gates(j, t, h, &beta, &g);
-        float decay = expf(g);
-        for (size_t e = 0; e < (size_t)dv * dk; e++) S[e] *= decay;
-        for (int c = 0; c < dv; c++) u[c] = (v[c] - dot(S + (size_t)c * dk, k, dk)) * beta;
-        for (int c = 0; c < dv; c++) {
-            float *row = S + (size_t)c * dk;
-            for (int e = 0; e < dk; e++) row[e] += k[e] * u[c];
-        }
+        float *o = j->out + (size_t)t * d->hv * dv + (size_t)h * dv;
+        step_rows(S, dv, dk, q, k, v, (float[3]){expf(g), beta, scale}, o);
         for (int q = 0; q < DN_SNAPS; q++) {
             float *dst = snap_dst(j, r, q, i);
             if (dst) memcpy(dst + (S - j->state[r]), S, sizeof(float) * (size_t)dv * dk);
         }
-        float *o = j->out + (size_t)t * d->hv * dv + (size_t)h * dv;
-        for (int c = 0; c < dv; c++) o[c] = dot(S + (size_t)c * dk, q, dk) * scale;
         if (!j->raw) gate_norm(o, j->z + (size_t)t * d->hv * dv + (size_t)h * dv, j);
     }
 }
@@ -382,6 +441,29 @@ static void recur_chunked(const dn_job *j, int h, float *S, int i0, int i1, int 
     transpose(S, d->dk, b.St, d->dk, d->dv);
 }
 
+/* Subnormal floats flushed to zero (MXCSR FTZ and DAZ) while a task runs the recurrence: a head
+ * whose decay e^g is tiny turns its whole state subnormal at each step (S e^g), and x86 takes a
+ * microcode assist of some hundred cycles for each subnormal result or input: on a random-weight
+ * Qwen3.6-35B-A3B shape that made the recurrence 7x slower (docs/performance.md, 2026-12-07).
+ * Values below 2^-126 change the outputs by less than that; the caller's mode is restored. */
+static unsigned flush_begin(void) {
+#if defined(__x86_64__) && defined(__GNUC__)
+    unsigned csr = _mm_getcsr();
+    _mm_setcsr(csr | 0x8040u); /* FTZ (bit 15) and DAZ (bit 6) */
+    return csr;
+#else
+    return 0;
+#endif
+}
+
+static void flush_end(unsigned csr) {
+#if defined(__x86_64__) && defined(__GNUC__)
+    _mm_setcsr(csr);
+#else
+    (void)csr;
+#endif
+}
+
 /* Whether run r keeps the state after several of its entries (a speculative verify's steps). */
 static bool keeps_steps(const dn_job *j, int r) {
     for (int q = 0; j->snap && q < DN_SNAPS; q++) {
@@ -409,6 +491,7 @@ static int segment_end(const dn_job *j, int r, int i0) {
 static void recur_task(void *ctx, int w, int worker) {
     const dn_job *j = ctx;
     const dn_dims *d = j->d;
+    unsigned csr = flush_begin();
     int r = w / d->hv, h = w % d->hv, end = j->run_start[r + 1];
     float *S = j->state[r] + (size_t)(d->K - 1) * d->conv_dim + (size_t)h * d->dv * d->dk; /* (dv, dk) */
     bool steps = keeps_steps(j, r);
@@ -426,6 +509,7 @@ static void recur_task(void *ctx, int w, int worker) {
             if (dst) memcpy(dst + (S - j->state[r]), S, sizeof(float) * (size_t)d->dv * d->dk);
         }
     }
+    flush_end(csr);
 }
 
 void dn_gates(const dn_job *j, float *beta, float *g) {

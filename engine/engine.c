@@ -18,6 +18,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "attn_ops.h"
 #include "block.h"
@@ -132,6 +133,7 @@ struct engine {
     void *attn_user;
     engine_yield_fn yield_fn; /* asked after each layer whether to give the step up; NULL = never */
     void *yield_user;
+    double *prof;           /* engine_set_profile: seconds per engine_part; NULL = off */
     float *cb_weights;      /* (n_ctx) softmax weights handed to attn_cb */
     bool hidden;            /* engine_eval_hidden: "logits" are the final-normed hidden states */
     /* the MTP block (model_info.mtp; empty otherwise) */
@@ -337,6 +339,31 @@ void engine_set_residual_cb(engine *e, engine_resid_cb cb) { e->resid_cb = cb; }
 void engine_set_expert_cb(engine *e, engine_expert_cb cb) { e->expert_cb = cb; }
 
 void engine_set_matmul_cb(engine *e, engine_matmul_cb cb) { e->matmul_cb = cb; }
+
+void engine_set_profile(engine *e, double *seconds) { e->prof = seconds; }
+
+const char *engine_part_name(engine_part part) {
+    static const char *const names[ENGINE_PART_COUNT] = {"embed", "deltanet in", "deltanet mix", "deltanet out",
+                                                         "attention", "router", "experts", "shared expert",
+                                                         "dense ffn", "head"};
+    return part >= 0 && part < ENGINE_PART_COUNT ? names[part] : "?";
+}
+
+/* Per-part timing: *t0 is the part's start (0 when profiling is off); the time since then goes
+ * to part, and *t0 becomes now, the next part's start. */
+static double prof_now(const engine *e) {
+    if (!e->prof) return 0;
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void prof_add(const engine *e, engine_part part, double *t0) {
+    if (!e->prof) return;
+    double t = prof_now(e);
+    e->prof[part] += t - *t0;
+    *t0 = t;
+}
 
 void engine_set_deltanet_cb(engine *e, engine_dn_cb cb) { e->dn_cb = cb; }
 
@@ -950,7 +977,9 @@ static void step_moe(pass *p, const layer_weights *L, int l, const float *route_
     engine *e = p->e;
     const model *m = e->m;
     int K = m->n_expert_used, E = p->E, n_slots = p->n * K;
+    double t0 = prof_now(e);
     moe_route(p, L, route_in);
+    prof_add(e, ENGINE_PART_ROUTER, &t0);
     for (int t = 0; e->expert_cb && t < p->n; t++)
         e->expert_cb(e->attn_user, t, l, p->entries[t].pos, e->moe_sel + (size_t)t * K, e->moe_w + (size_t)t * K, K);
     moe_plan pl = {.groups = e->moe_groups, .slot = e->moe_slots};
@@ -973,6 +1002,7 @@ static void step_moe(pass *p, const layer_weights *L, int l, const float *route_
             for (int i = 0; i < E; i++) out[i] = k ? out[i] + o[i] * w : o[i] * w;
         }
     }
+    prof_add(e, ENGINE_PART_EXPERTS, &t0);
 }
 
 /* shared_expert (arch shared_expert): tmp += sigmoid(w_gate_inp_shexp . xn) * W_down act(W_gate xn)
@@ -1053,6 +1083,7 @@ static void report_deltanet(pass *p, const dn_job *j, int l) {
 static void step_deltanet(pass *p, const layer_weights *L, int l) {
     engine *e = p->e;
     const model *m = e->m;
+    double t0 = prof_now(e);
     if (L->dn_ba.data) {
         matmul_many(e, 3, (float *const[]){e->dn_qkv, e->dn_z, e->dn_ba},
                     (const weight *const[]){&L->wqkv, &L->dn_z, &L->dn_ba}, e->xn, p->n);
@@ -1072,9 +1103,12 @@ static void step_deltanet(pass *p, const layer_weights *L, int l) {
                 .state = e->dn_state, .qkv = e->dn_qkv, .z = e->dn_z, .beta = e->dn_beta, .alpha = e->dn_alpha,
                 .conv_w = L->dn_conv, .dt_bias = L->dn_dt_bias, .ssm_a = L->dn_a, .norm_w = L->dn_norm,
                 .out = e->dn_o, .raw = e->dn_cb != NULL, .scratch = e->dn_scratch, .n_threads = e->n_threads};
+    prof_add(e, ENGINE_PART_DN_IN, &t0);
     dn_forward(&j);
     if (e->dn_cb) report_deltanet(p, &j, l);
+    prof_add(e, ENGINE_PART_DN_MIX, &t0);
     matmul(e, e->tmp, &L->dn_out, e->dn_o, p->n);
+    prof_add(e, ENGINE_PART_DN_OUT, &t0);
 }
 
 /* side_experts (arch moe_beside_dense): with the dense FFN's output in tmp, tmp = rmsnorm(tmp)
@@ -1178,9 +1212,11 @@ static void step_layer(pass *p, int l) {
 
     // token-mixing sub-layer: x += mixer(rmsnorm(x))
     rmsnorm(e->xn, e->x, L->attn_norm, n, p->E, mi->rms_eps, nth);
+    double t0 = prof_now(e);
     if (L->kind == LAYER_DELTANET) step_deltanet(p, L, l);
     else if (L->wkv_a.data) step_mla(p, L, l);
     else step_attention(p, L, l);
+    if (L->kind != LAYER_DELTANET) prof_add(e, ENGINE_PART_ATTN, &t0);
     if (L->post_attn_norm) rmsnorm(e->tmp, e->tmp, L->post_attn_norm, n, p->E, mi->rms_eps, nth);
     step_residual(p);
 
@@ -1189,10 +1225,14 @@ static void step_layer(pass *p, int l) {
     bool beside = e->m->arch->moe_beside_dense;
     if (L->router.data && !beside) {
         step_moe(p, L, l, e->xn);
+        t0 = prof_now(e);
         if (L->gate_shexp.data) step_shared_expert(p, L);
+        prof_add(e, ENGINE_PART_SHEXP, &t0);
     } else {
+        t0 = prof_now(e);
         step_gated_ffn(p, L);
         matmul(e, e->tmp, &L->w_down, e->gate, n);
+        prof_add(e, ENGINE_PART_FFN, &t0);
         if (L->router.data) step_side_experts(p, L, l);
     }
     if (L->post_ffn_norm) rmsnorm(e->tmp, e->tmp, L->post_ffn_norm, n, p->E, mi->rms_eps, nth);
@@ -1359,8 +1399,10 @@ attnd_status engine_eval(engine *e, const batch_entry *entries, int n, float *lo
         e->yield_fn && !p.ablating && !e->attn_cb && !e->resid_cb && !e->expert_cb && !e->matmul_cb && !e->dn_cb;
     for (int i = 0; may_yield && m->n_dn_layers && i < n_seqs; i++) may_yield = kv_state_can_back_up(e->seqs[i]);
     p.back_up = may_yield && m->n_dn_layers;
+    double t0 = prof_now(e);
     step_embed(&p);
     if (m->n_ple) step_ple_inputs(&p);
+    prof_add(e, ENGINE_PART_EMBED, &t0);
     for (int l = 0; l < mi->n_layer; l++) {
         step_layer(&p, l);
         if (e->resid_cb) report_residual(&p, l);
@@ -1374,7 +1416,9 @@ attnd_status engine_eval(engine *e, const batch_entry *entries, int n, float *lo
             return attnd_fail(err, ATTND_ERR_BUSY, "the step was given up after layer %d", l);
         }
     }
+    t0 = prof_now(e);
     if (n_want) step_logits(&p, n_want, logits);
+    prof_add(e, ENGINE_PART_HEAD, &t0);
     if (entries[0].seq->pool->mtp) step_mtp_follow(&p);
 
     for (int i = 0; i < n_seqs; i++) {

@@ -698,3 +698,43 @@ Test(deltanet, chunked_form_copies_checkpoints_and_leaves_verify_steps_sequentia
     free(ra), free(rb), free(sa), free(sb), free(ckpt), free(steps);
     dn_case_free(&ca), dn_case_free(&cb), dn_case_free(&c);
 }
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+/* The sequential form's vector step (one pass per state row, AVX2) gives every bit of the portable
+ * one, over 12 decode steps of one sequence whose value head 0 decays to subnormals at once; and
+ * dn_forward hands the caller's floating-point mode back (it flushes subnormals while it runs). */
+Test(deltanet, sequential_step_is_bit_exact_across_kernels_and_restores_the_fp_mode) {
+    enum { N = 12 };
+    dn_case c;
+    dn_case_init(&c, N, false, 41);
+    size_t SF = dn_state_floats(&c.d), VD = (size_t)c.d.hv * c.d.dv;
+    float *st[2] = {calloc(SF, sizeof(float)), calloc(SF, sizeof(float))}, *out[2];
+    int order[1], run[2];
+    for (int pass = 0; pass < 2; pass++) {
+        out[pass] = malloc(sizeof(float) * N * VD);
+        quant_isa saved = quant_isa_force(pass == 0 ? quant_isa_best() : QUANT_ISA_PORTABLE);
+        memcpy(c.qkv, c.qkv0, sizeof(float) * (size_t)N * c.d.conv_dim);
+        for (int t = 0; t < N; t++) { /* one entry per call, as decode */
+            dn_job j = dn_case_job(&c, t, 1, &st[pass], order, run, NULL, out[pass] + (size_t)t * VD,
+                                   DN_FORM_SEQUENTIAL, 1);
+#if defined(__x86_64__)
+            unsigned csr = _mm_getcsr();
+            dn_forward(&j);
+            cr_assert_eq(_mm_getcsr(), csr, "dn_forward left MXCSR %#x, was %#x", _mm_getcsr(), csr);
+#else
+            dn_forward(&j);
+#endif
+        }
+        quant_isa_force(saved);
+    }
+    cr_expect(memcmp(out[0], out[1], sizeof(float) * N * VD) == 0, "outputs differ between the kernels");
+    cr_expect(memcmp(st[0], st[1], sizeof(float) * SF) == 0, "states differ between the kernels");
+    double ref_out[N * 4 * 128], *ref_st = calloc(SF, sizeof(double));
+    for (int t = 0; t < N; t++) dn_ref_entry(&c, t, ref_st, ref_out + (size_t)t * VD);
+    cr_expect(rel_err_max(out[0], ref_out, N * VD) <= 1e-4, "outputs off the float64 reference");
+    free(st[0]), free(st[1]), free(out[0]), free(out[1]), free(ref_st);
+    dn_case_free(&c);
+}

@@ -133,6 +133,27 @@ static inline int engine_dn_key_head(const engine_dn_io *io, int h) {
 typedef void (*engine_matmul_cb)(void *user, const char *weight, int expert, const float *x, int n, int cols);
 void engine_set_matmul_cb(engine *e, engine_matmul_cb cb);
 
+/* Per-part timing (off by default; when off, a NULL test per part): when set, engine_eval adds
+ * the wall-clock seconds each part of the step takes to seconds[part] (ENGINE_PART_COUNT
+ * doubles, the caller's, zeroed by the caller), on the thread that called engine_eval. What no
+ * part names (the norms, residual adds, KV bookkeeping) is the rest of the step's time.
+ * tools/bench/bench_parts.c sets it to print each part's time against the bytes it reads. */
+typedef enum engine_part {
+    ENGINE_PART_EMBED,   /* the token's embedding row (and per-layer inputs) */
+    ENGINE_PART_DN_IN,   /* DeltaNet: the qkv, z, beta and alpha projections */
+    ENGINE_PART_DN_MIX,  /* DeltaNet: conv, L2 norms, the delta-rule recurrence, gated norm */
+    ENGINE_PART_DN_OUT,  /* DeltaNet: ssm_out */
+    ENGINE_PART_ATTN,    /* attention: projections, RoPE, the softmax over the cache, W_O */
+    ENGINE_PART_ROUTER,  /* MoE: the router's logits and the top-k choice */
+    ENGINE_PART_EXPERTS, /* MoE: the selected experts' gate, up, down, and their weighted sum */
+    ENGINE_PART_SHEXP,   /* MoE: the shared expert */
+    ENGINE_PART_FFN,     /* a dense FFN */
+    ENGINE_PART_HEAD,    /* the final norm and the output head */
+    ENGINE_PART_COUNT
+} engine_part;
+void engine_set_profile(engine *e, double *seconds);
+const char *engine_part_name(engine_part part);
+
 /* Giving a step up (off by default; fn NULL): engine_eval asks fn(user) after each layer but the
  * last whether to stop; on true it returns ATTND_ERR_BUSY having changed nothing a later call
  * sees: no sequence grows, and evaluating the same batch again gives the same results (it writes
