@@ -2,6 +2,9 @@
  * gguf_writer.c — GGUF v3 writer (see attnd/gguf_writer.h). Metadata is serialised as it is
  * added into one growing buffer; tensors are laid out at write time, each at the next multiple
  * of the 32-byte alignment, which is also what readers assume when general.alignment is absent.
+ * The last tensor is padded too, as llama.cpp's writer does: its reader, when it loads the data
+ * (no_alloc false: llama-imatrix and llama-quantize reading an importance matrix), reads the
+ * padded size of every tensor and rejects a file that ends short.
  */
 #include "attnd/gguf_writer.h"
 
@@ -216,8 +219,7 @@ attnd_status gguf_writer_write(gguf_writer *w, const char *path, attnd_err *err)
     ok = ok && write_zeros(fp, align_up(pos) - pos);
     for (size_t i = 0; ok && i < w->n_tensors; i++) {
         wtensor *t = &w->tensors[i];
-        ok = write_all(fp, t->data, (size_t)t->n_bytes) &&
-             (i + 1 == w->n_tensors || write_zeros(fp, align_up(t->n_bytes) - t->n_bytes));
+        ok = write_all(fp, t->data, (size_t)t->n_bytes) && write_zeros(fp, align_up(t->n_bytes) - t->n_bytes);
     }
     if (fclose(fp) != 0) ok = false;
     if (!ok || rename(tmp, path) != 0) {

@@ -396,18 +396,54 @@ static size_t check_types_against(const char *model, const char *mix, json_t *wa
     return differ;
 }
 
+/* The IQ1–IQ3 mixes, which llama.cpp makes only with an importance matrix (the reference's case
+ * names it: tests/data/attnd-sotu.imatrix.gguf, from `attnd imatrix`): the types attnd quantize
+ * would give every tensor of `model` with a matrix, from the same rules and model description
+ * quantize_file uses, without encoding (the lattice encoders take seconds per file). */
+static size_t check_imatrix_types_against(const char *model, const char *mix, json_t *want) {
+    char path[1024];
+    test_model_path(model, path, sizeof path);
+    quantize_target t;
+    cr_assert_eq(quantize_target_parse(mix, &t), ATTND_OK, "%s: not a mix attnd knows", mix);
+    gguf_file *f;
+    attnd_err err;
+    cr_assert_eq(gguf_open(&f, path, &err), ATTND_OK, "%s: %s", model, err.msg);
+    cr_expect_eq(json_object_size(want), gguf_tensor_count(f), "%s %s: tensor count", model, mix);
+    quantize_model m = quantize_model_of(f, true);
+    size_t differ = 0;
+    const char *tensor;
+    json_t *type;
+    json_object_foreach(want, tensor, type) {
+        const gguf_tensor *ti = gguf_find_tensor(f, tensor);
+        cr_assert(ti, "%s: no %s", model, tensor);
+        uint32_t got = quantize_tensor_type_for(t, ti->name, ti->n_dims, ti->ne, ti->type, &m);
+        bool same = !strcmp(gguf_type_name(got), json_string_value(type));
+        cr_expect(same, "%s %s %s: attnd gives %s, llama.cpp %s", model, mix, tensor, gguf_type_name(got),
+                  json_string_value(type));
+        differ += !same;
+    }
+    gguf_close(f);
+    return differ;
+}
+
 Test(quantize, every_mix_gives_every_tensor_the_type_llama_cpp_s_quantizer_gives) {
     json_error_t je;
     json_t *ref = json_load_file(ATTND_DATA_DIR "/reference-quant-types.json", 0, &je);
     cr_assert(ref, "reference-quant-types.json: %s", je.text);
     json_t *cases = json_object_get(ref, "cases");
-    cr_assert_geq(json_array_size(cases), 3 * 14, "three models, fourteen mixes");
-    size_t i, differ = 0;
+    cr_assert_geq(json_array_size(cases), 3 * 14 + 10, "three models, fourteen mixes; ten IQ mixes");
+    size_t i, differ = 0, with_imatrix = 0;
     json_t *c;
     json_array_foreach(cases, i, c) {
-        differ += check_types_against(json_string_value(json_object_get(c, "model")),
-                                      json_string_value(json_object_get(c, "mix")), json_object_get(c, "types"));
+        const char *model = json_string_value(json_object_get(c, "model"));
+        const char *mix = json_string_value(json_object_get(c, "mix"));
+        if (json_object_get(c, "imatrix")) {
+            differ += check_imatrix_types_against(model, mix, json_object_get(c, "types"));
+            with_imatrix++;
+        } else
+            differ += check_types_against(model, mix, json_object_get(c, "types"));
     }
+    cr_expect_eq(with_imatrix, 10, "IQ1_S ... IQ3_M with an importance matrix");
     cr_expect_eq(differ, 0, "%zu tensors differ", differ);
     json_decref(ref);
 }

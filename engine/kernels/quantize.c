@@ -744,11 +744,10 @@ static int arch_int(const gguf_file *f, const char *suffix, int dflt) {
     return gguf_get_u32(f, key, &n, NULL) == ATTND_OK ? (int)n : dflt;
 }
 
-/* What the mixes need to know of the model (quantize_model). */
-static quantize_model model_of(const gguf_file *f) {
+quantize_model quantize_model_of(const gguf_file *f, bool has_imatrix) {
     int n_head = arch_int(f, "attention.head_count", 0), n_kv = arch_int(f, "attention.head_count_kv", n_head);
     quantize_model m = {arch_int(f, "block_count", 0), gguf_find_tensor(f, "output.weight") != NULL, 1,
-                        arch_int(f, "expert_count", 1), false};
+                        arch_int(f, "expert_count", 1), has_imatrix};
     if (n_head > 0 && n_kv > 0) m.n_gqa = n_head / n_kv;
     if (m.n_expert < 1) m.n_expert = 1;
     return m;
@@ -861,8 +860,7 @@ attnd_status quantize_file_imatrix(const char *in_path, const char *out_path, qu
         st = attnd_fail(err, ATTND_ERR_NOMEM, "out of memory");
         goto done;
     }
-    quantize_model m = model_of(f);
-    m.has_imatrix = im != NULL;
+    quantize_model m = quantize_model_of(f, im != NULL);
     if ((st = check_importances(f, t, im, &m, err)) != ATTND_OK) goto done;
     copy_metadata(w, f, t, im);
     for (uint64_t i = 0; i < nt; i++) {

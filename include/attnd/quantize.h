@@ -34,6 +34,7 @@
 #include <stdint.h>
 
 #include "attnd/common.h"
+#include "attnd/gguf.h"
 
 typedef enum quantize_target {
     QUANTIZE_F16,
@@ -90,6 +91,10 @@ typedef struct quantize_model {
     int n_expert;    /* experts per MoE layer (1: dense) */
     bool has_imatrix; /* an importance matrix is given (some of llama.cpp's choices depend on it) */
 } quantize_model;
+
+/* What the mixes look at in the open file f (its metadata and whether output.weight is a tensor),
+ * with has_imatrix as given: what quantize_file uses. */
+quantize_model quantize_model_of(const gguf_file *f, bool has_imatrix);
 
 /* quantize_tensor_type with the whole model description (quantize_tensor_type: n_gqa = n_expert = 1). */
 uint32_t quantize_tensor_type_for(quantize_target t, const char *name, uint32_t n_dims, const uint64_t *ne,

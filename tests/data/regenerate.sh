@@ -10,7 +10,8 @@
 #   tests/data/reference-mla.json          the same for the latent-attention models (deepseek2: DeepSeek-V2-Lite,
 #                                          GLM-4.7-Flash and V3-class shapes), after the same 88-token prompt
 #   tests/data/reference-quant-types.json  the type llama.cpp's own quantizer gives every tensor, per
-#                                          mix, of attnd-sotu, qwen896 and llama960 (attnd quantize must agree)
+#                                          mix, of attnd-sotu, qwen896 and llama960 (attnd quantize must agree),
+#                                          and of attnd-sotu in the IQ1-IQ3 mixes with attnd-sotu.imatrix.gguf
 #   tests/data/models/llamacpp/*.gguf      files llama.cpp's quantizer wrote, which attnd must run
 #                                          (their greedy tokens are in reference-greedy.json)
 #   tests/data/reference-embed.json        llama.cpp's pooled embeddings / rerank logits of the
@@ -142,6 +143,20 @@ for base in attnd-sotu qwen896 llama960; do
     done
     echo "regenerate.sh: llama.cpp quantizer on $base done" >&2
 done
+# llama.cpp's IQ1-IQ3 mixes, which need an importance matrix: the shipped model with the committed
+# tests/data/attnd-sotu.imatrix.gguf (`attnd imatrix --model models/attnd-sotu.gguf --text T -o F
+# --threads 1`, T = tests/data/sotu-heldout/201[012]_*.txt concatenated); the suite compares the
+# types attnd's rules give with that matrix (test_quantize.c)
+for mix in IQ1_S IQ1_M IQ2_XXS IQ2_XS IQ2_S IQ2_M IQ3_XXS IQ3_XS IQ3_S IQ3_M; do
+    out=$tmp/lcpp-attnd-sotu-$mix.gguf
+    "$tmp/lcpp-quantize" "$peer" "$root/models/attnd-sotu.gguf" "$out" "$mix" "$root/tests/data/attnd-sotu.imatrix.gguf" \
+        >/dev/null 2>&1
+    node "$root/tools/peers/llamacpp/gguf_types.mjs" "$out" | X="$mix" node -e '
+        const t = JSON.parse(require("fs").readFileSync(0, "utf8"));
+        process.stdout.write(JSON.stringify({model: "attnd-sotu.gguf", mix: process.env.X,
+            imatrix: "attnd-sotu.imatrix.gguf", types: t}) + "\n");' >>"$qtypes"
+done
+echo "regenerate.sh: llama.cpp quantizer's IQ mixes (with the imatrix) done" >&2
 node -e '
     const lines = require("fs").readFileSync(process.argv[1], "utf8").trim().split("\n").map(JSON.parse);
     const out = {generator: "llama_model_quantize of node-llama-cpp 3.21.1 (tools/peers/llamacpp/quantize.c), 1 thread", cases: lines};
