@@ -14,7 +14,7 @@
 #include <immintrin.h>
 #include <string.h>
 /* the codebook types with VBMI: only run where quant_tune_get()->vbmi (quant_iq_x86.inc) */
-ISA_TARGET_BEGIN("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi")
+ISA_TARGET_BEGIN("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi,gfni")
 #include "quant_iq_vbmi.inc"
 ISA_TARGET_END
 ISA_TARGET_BEGIN("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")
