@@ -7,6 +7,8 @@
  * rect per visible weight coloured on a square-root scale (rows sum to 1, so most weights are
  * small; the root keeps them visible), a <title> on each main cell for hovering, and a thumbnail
  * per head. Token labels are XML-escaped and shortened; newlines and tabs are shown as ↵ and ⇥.
+ * A Gated DeltaNet layer's rows are signed effective weights (attnd/attn_capture.h): a diverging
+ * scale, blue for positive and red for negative, on the square root of |w| over the map's largest.
  */
 #include "attn_view.h"
 
@@ -23,7 +25,7 @@ int attn_view_row(const attn_capture *c, int li, int hi, int pos, float *out) {
     int first, end = attn_capture_keys(c, pos, &first);
     end += first;
     memset(out, 0, sizeof(float) * (size_t)end);
-    int h0 = hi < 0 ? 0 : hi, h1 = hi < 0 ? attn_capture_n_heads(c) : hi + 1;
+    int h0 = hi < 0 ? 0 : hi, h1 = hi < 0 ? attn_capture_layer_heads(c, li) : hi + 1;
     float scale = 1.0f / (float)(h1 - h0);
     for (int h = h0; h < h1; h++) {
         const float *w;
@@ -46,6 +48,31 @@ static void colour(char out[8], float w) {
     int rgb[3];
     for (int k = 0; k < 3; k++) rgb[k] = (int)lround(STOPS[i][k] + (STOPS[i + 1][k] - STOPS[i][k]) * f);
     snprintf(out, 8, "#%02x%02x%02x", rgb[0], rgb[1], rgb[2]);
+}
+
+/* The same scale for a signed weight w of a map whose largest |w| is top: blue above 0, red below. */
+static const unsigned char NEG[5][3] = {{255, 255, 255}, {252, 187, 161}, {251, 106, 74}, {203, 24, 29}, {103, 0, 13}};
+
+static void colour_signed(char out[8], float w, float top) {
+    if (w >= 0) {
+        colour(out, top > 0 ? w / top : 0);
+        return;
+    }
+    double t = sqrt(fmin(1, -w / top)) * 4;
+    int i = t >= 4 ? 3 : (int)t;
+    double f = t - i;
+    int rgb[3];
+    for (int k = 0; k < 3; k++) rgb[k] = (int)lround(NEG[i][k] + (NEG[i + 1][k] - NEG[i][k]) * f);
+    snprintf(out, 8, "#%02x%02x%02x", rgb[0], rgb[1], rgb[2]);
+}
+
+/* The largest |w| of the li-th layer's map (hi < 0: the mean of its heads). */
+static float map_top(const attn_view *v, int li, int hi, float *buf) {
+    int first, n_rows = attn_capture_rows(v->c, &first);
+    float top = 0;
+    for (int p = first; p < first + n_rows; p++)
+        for (int j = 0, end = attn_view_row(v->c, li, hi, p, buf); j < end; j++) top = fmaxf(top, fabsf(buf[j]));
+    return top;
 }
 
 /* Writes s as XML character data, at most LABEL_MAX characters (then "…"). */
@@ -104,12 +131,15 @@ static void draw_frame(FILE *f, const grid *g, const attn_capture *c) {
 static void draw_cells(FILE *f, const attn_view *v, const grid *g, int li, int hi, float *buf, bool titles) {
     int first, n_rows = attn_capture_rows(v->c, &first);
     float min_w = titles ? 0.002f : 0.01f; /* lighter cells are indistinguishable from white */
+    bool dn = attn_capture_layer_deltanet(v->c, li);
+    float top = dn ? map_top(v, li, hi, buf) : 1;
     char col[8];
     for (int p = first; p < first + n_rows; p++) {
         int end = attn_view_row(v->c, li, hi, p, buf);
         for (int j = 0; j < end; j++) {
-            if (buf[j] < min_w) continue;
-            colour(col, buf[j]);
+            if ((dn ? fabsf(buf[j]) / top : buf[j]) < min_w || !(top > 0)) continue;
+            if (dn) colour_signed(col, buf[j], top);
+            else colour(col, buf[j]);
             fprintf(f, "<rect x='%.2f' y='%.2f' width='%.3f' height='%.3f' fill='%s'>", g->x + j * g->cell,
                     g->y + p * g->cell, g->cell, g->cell, col);
             if (titles) { /* as the playground's tooltip words it */
@@ -117,7 +147,8 @@ static void draw_cells(FILE *f, const attn_view *v, const grid *g, int li, int h
                 put_label(f, v->labels[p]);
                 fputs("\u2019 \u2192 token \u2018", f);
                 put_label(f, v->labels[j]);
-                fprintf(f, "\u2019: weight %.3f (layer %d, ", buf[j], attn_capture_layer(v->c, li));
+                fprintf(f, dn ? "\u2019: effective weight %.3g (layer %d, " : "\u2019: weight %.3f (layer %d, ", buf[j],
+                        attn_capture_layer(v->c, li));
                 if (hi < 0) fputs("mean of heads)</title>", f);
                 else fprintf(f, "head %d)</title>", attn_capture_head(v->c, hi));
             }
@@ -142,6 +173,28 @@ static void draw_labels(FILE *f, const attn_view *v, const grid *g, double font)
     fputs("</g>\n", f);
 }
 
+/* A DeltaNet map's bar: -top at the bottom, 0 in the middle, +top at the top, each half on the
+ * square-root scale of |w| / top. */
+static void draw_signed_scale(FILE *f, double x, double y, double h, float top) {
+    fputs("<defs><linearGradient id='sscale' x1='0' y1='1' x2='0' y2='0'>", f);
+    for (int i = 4; i >= 0; i--)
+        fprintf(f, "<stop offset='%.3f' stop-color='#%02x%02x%02x'/>", (4 - i) / 8.0, NEG[i][0], NEG[i][1], NEG[i][2]);
+    for (int i = 1; i < 5; i++)
+        fprintf(f, "<stop offset='%.3f' stop-color='#%02x%02x%02x'/>", 0.5 + i / 8.0, STOPS[i][0], STOPS[i][1],
+                STOPS[i][2]);
+    fputs("</linearGradient></defs>\n", f);
+    fprintf(f, "<rect x='%.2f' y='%.2f' width='14' height='%.2f' fill='url(#sscale)' stroke='#999' "
+               "stroke-width='0.5'/>\n", x, y, h);
+    static const double ticks[] = {-1, -0.25, 0, 0.25, 1};
+    for (size_t i = 0; i < ATTND_ARRAY_LEN(ticks); i++) {
+        double ty = y + h / 2 - (ticks[i] < 0 ? -1 : 1) * sqrt(fabs(ticks[i])) * h / 2;
+        fprintf(f, "<line x1='%.2f' x2='%.2f' y1='%.2f' y2='%.2f' stroke='#666'/>", x + 14, x + 18, ty, ty);
+        fprintf(f, "<text x='%.2f' y='%.2f' font-size='11' fill='#333' dominant-baseline='central'>%.3g</text>\n",
+                x + 21, ty, ticks[i] * top);
+    }
+    fprintf(f, "<text x='%.2f' y='%.2f' font-size='11' fill='#333'>effective weight</text>\n", x - 4, y - 10);
+}
+
 /* A vertical colour bar of height h at (x, y), ticked on the square-root scale. */
 static void draw_scale(FILE *f, double x, double y, double h) {
     fputs("<defs><linearGradient id='scale' x1='0' y1='1' x2='0' y2='0'>", f);
@@ -162,7 +215,8 @@ static void draw_scale(FILE *f, double x, double y, double h) {
 
 bool attn_view_svg(FILE *f, const attn_view *v, int li, int hi) {
     int first, n_rows = attn_capture_rows(v->c, &first);
-    int R = first + n_rows, n_heads = attn_capture_n_heads(v->c);
+    int R = first + n_rows, n_heads = attn_capture_layer_heads(v->c, li);
+    bool dn = attn_capture_layer_deltanet(v->c, li);
     if (R < 1) return false;
     float *buf = malloc(sizeof(float) * (size_t)R);
     if (!buf) return false;
@@ -173,7 +227,9 @@ bool attn_view_svg(FILE *f, const attn_view *v, int li, int hi) {
     grid g = {.x = 24 + label_w, .y = 84 + label_w * 0.87, .cell = cell, .rows = R};
     int per_line = n_heads < 6 ? n_heads : 6, thumb = 130;
     bool generated = v->n_prompt < R;
-    const char *about = attn_capture_n_inputs(v->c)
+    const char *about = dn ? "Each row is a token; its cells are the signed effective weights of the earlier tokens' "
+                             "values in its Gated DeltaNet output (not a softmax)."
+                        : attn_capture_n_inputs(v->c)
                             ? "Each row is a token; its cells are the tokens it attends to, before and after it "
                               "(an encoder)."
                         : generated ? "Each row is a token; its cells are the earlier tokens it attends to (generated "
@@ -195,7 +251,8 @@ bool attn_view_svg(FILE *f, const attn_view *v, int li, int hi) {
     draw_frame(f, &g, v->c);
     draw_cells(f, v, &g, li, hi, buf, true);
     draw_labels(f, v, &g, font);
-    draw_scale(f, g.x + side + 24, g.y, fmin(side, 240));
+    if (dn) draw_signed_scale(f, g.x + side + 24, g.y, fmin(side, 240), map_top(v, li, hi, buf));
+    else draw_scale(f, g.x + side + 24, g.y, fmin(side, 240));
     for (int h = 0; h < n_heads; h++) {
         grid t = {.x = 24 + (h % per_line) * (thumb + 20), .y = thumbs_y + (h / per_line) * (thumb + 34) + 18,
                   .cell = (double)thumb / R, .rows = R};
@@ -216,18 +273,23 @@ void attn_view_text(FILE *f, const attn_view *v, int hi) {
     float *buf = malloc(sizeof(float) * (size_t)(first + n_rows + 1));
     if (!buf) return;
     for (int li = 0; li < attn_capture_n_layers(v->c); li++) {
-        fprintf(f, "layer %d, ", attn_capture_layer(v->c, li));
-        if (hi < 0) fprintf(f, "mean of %d heads:\n", attn_capture_n_heads(v->c));
-        else fprintf(f, "head %d:\n", attn_capture_head(v->c, hi));
+        bool dn = attn_capture_layer_deltanet(v->c, li);
+        if (hi >= attn_capture_layer_heads(v->c, li)) continue;
+        fprintf(f, "layer %d%s, ", attn_capture_layer(v->c, li),
+                dn ? " (Gated DeltaNet: signed effective weights)" : "");
+        if (hi < 0) fprintf(f, "mean of %d %sheads:\n", attn_capture_layer_heads(v->c, li), dn ? "value " : "");
+        else fprintf(f, "%shead %d:\n", dn ? "value " : "", attn_capture_head(v->c, hi));
         for (int p = first; p < first + n_rows; p++) {
             int end = attn_view_row(v->c, li, hi, p, buf);
             fprintf(f, "%5d %-16s ->", p, v->labels[p]);
-            for (int k = 0; k < 3 && k < end; k++) {
-                int best = 0;
-                for (int j = 1; j < end; j++) best = buf[j] > buf[best] ? j : best;
-                if (buf[best] < 0) break;
-                fprintf(f, "  %d '%s' %.3f", best, v->labels[best], buf[best]);
-                buf[best] = -1;
+            for (int k = 0; k < 3 && k < end; k++) { /* the largest weights (DeltaNet: |w|), each once */
+                int best = -1;
+                for (int j = 0; j < end; j++)
+                    if (!isnan(buf[j]) && (best < 0 || (dn ? fabsf(buf[j]) > fabsf(buf[best]) : buf[j] > buf[best])))
+                        best = j;
+                if (best < 0) break;
+                fprintf(f, dn ? "  %d '%s' %+.3g" : "  %d '%s' %.3f", best, v->labels[best], buf[best]);
+                buf[best] = NAN;
             }
             fputc('\n', f);
         }

@@ -24,6 +24,9 @@ static const char *USAGE =
     "Shows which earlier tokens each token attends to: the softmax weights the engine computes\n"
     "over the KV cache, per layer and head. On an encoder (bert, nomic-bert, gemma-embedding)\n"
     "every token attends to every token of the prompt: whole rows both ways, no generation.\n"
+    "On a hybrid model (qwen35, qwen35moe, qwen3next) a Gated DeltaNet layer shows, per value\n"
+    "head, the signed effective weights w with output_t = sum_j w_tj v_j exactly (not a softmax;\n"
+    "red below 0 in --svg); its attention layers show softmax rows as usual.\n"
     "Attention weights show where a head looks, not why the model answered.\n"
     "  --prompt TEXT   prompt text (BOS added as the model asks)\n"
     "  --tokens IDS    comma-separated prompt token ids, used as given\n"
@@ -226,7 +229,7 @@ static attnd_status attention(attn_opts *o, attnd_err *err) {
                              .heads = o->svg ? NULL : o->heads, .n_heads = o->svg ? 0 : o->n_heads,
                              .top_k = o->top_k, .n_positions = n_prompt + o->n_predict, .weights = o->weights,
                              .lens_k = o->lens_k, .experts = o->experts,
-                             .inputs = enc ? &n_prompt : NULL, .n_inputs = enc};
+                             .inputs = enc ? &n_prompt : NULL, .n_inputs = enc, .deltanet = true};
     static const int layer0 = 0;
     if (o->svg && !o->n_layers) p.layers = &layer0, p.n_layers = 1;
     const char *field;
@@ -241,9 +244,10 @@ static attnd_status attention(attn_opts *o, attnd_err *err) {
                                                        : "--prompt");
     if (o->svg && o->n_heads > 1)
         cli_usage_error("attention", "--svg draws one head or the mean of all: give one --head");
-    if (o->svg && o->n_heads == 1 && o->heads[0] >= mi->n_head)
-        cli_usage_error("attention", "--head: %d is out of range; the model has %d heads", o->heads[0], mi->n_head);
     if ((st = attn_capture_create(&c, m, &p, err))) goto out;
+    if (o->svg && o->n_heads == 1 && o->heads[0] >= attn_capture_layer_heads(c, 0))
+        cli_usage_error("attention", "--head: %d is out of range; layer %d has %d heads", o->heads[0],
+                        attn_capture_layer(c, 0), attn_capture_layer_heads(c, 0));
     if (!(ids = malloc(sizeof(int32_t) * (size_t)(n_prompt + o->n_predict)))) {
         st = attnd_fail(err, ATTND_ERR_NOMEM, "out of memory");
         goto out;

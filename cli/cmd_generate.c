@@ -31,9 +31,11 @@ static const char *USAGE =
     "  -c, --ctx-size N  the context: prompt + --n must fit (default 0: the model's; more is cut to it)\n"
     "  -t, --threads N   threads; 0 (the default) = the CPUs this process may use\n"
     "  --kv-type T       KV cache type: f16 (default), f32, q8_0 or q4_0\n"
-    "Speculative decoding (off; same output: docs/sampling.md):\n"
+    "Speculative decoding (off, but on a model with an MTP block; same output: docs/sampling.md):\n"
     "  --draft-max N     draft up to N tokens per step (1..32) and verify them in one batch;\n"
-    "                    without --draft-model the drafts come from prompt lookup\n"
+    "                    without --draft-model the drafts come from the model's MTP block (nextn\n"
+    "                    layers: then on by default, 3 tokens) or else from prompt lookup\n"
+    "  --no-mtp          do not draft with the model's MTP block\n"
     "  --draft-model P   draft with this GGUF (the target's vocabulary; Q4_0 of the same model)\n"
     "  --draft-min-p X   stop a draft model's draft below this top probability (default 0.5)\n"
     "  --lookup-ngram N  prompt lookup matches the last 2..N tokens (default 8)\n"
@@ -53,6 +55,8 @@ typedef struct gen_opts {
     const char *draft_min_p;
     int lookup_ngram;
     bool draft_fixed;
+    bool no_mtp;             /* --no-mtp */
+    bool mtp;                /* drafts come from the model's MTP block (set from the model) */
 } gen_opts;
 
 static void parse_args(int argc, char **argv, gen_opts *o) {
@@ -70,6 +74,7 @@ static void parse_args(int argc, char **argv, gen_opts *o) {
         CLI_OPT_STR("--draft-min-p", &o->draft_min_p),
         CLI_OPT_INT("--lookup-ngram", &o->lookup_ngram, 1, 8),
         CLI_OPT_SET("--draft-fixed", &o->draft_fixed),
+        CLI_OPT_SET("--no-mtp", &o->no_mtp),
     };
     if (!cli_parse_opts("generate", USAGE, argc, argv, opts, ATTND_ARRAY_LEN(opts))) exit(0);
     cli_prompt_check("generate", &o->prompt);
@@ -80,14 +85,16 @@ static void parse_args(int argc, char **argv, gen_opts *o) {
 
 // ---- speculative decoding -----------------------------------------------------------------------
 
-/* The drafter of --draft-max: prompt lookup, or --draft-model in its own engine and KV pool. */
+/* The drafter of --draft-max: prompt lookup, the model's MTP block on the target's sequence q, or
+ * --draft-model in its own engine and KV pool. */
 typedef struct cli_spec {
     model *dm;
     cli_seq dq;
     spec *sp;
 } cli_spec;
 
-static attnd_status cli_spec_open(cli_spec *c, const gen_opts *o, const model *target, attnd_err *err) {
+static attnd_status cli_spec_open(cli_spec *c, const gen_opts *o, const model *target, const cli_seq *q,
+                                  attnd_err *err) {
     *c = (cli_spec){0};
     if (!o->draft_max) return ATTND_OK;
     spec_params p;
@@ -106,6 +113,8 @@ static attnd_status cli_spec_open(cli_spec *c, const gen_opts *o, const model *t
         if (!spec_supported(c->dm) || model_info_get(c->dm)->n_recurrent_layers) return attnd_fail(err, ATTND_ERR_UNSUPPORTED, "the draft model has sliding-window or recurrent layers, which speculation cannot roll back");
         if ((st = cli_seq_open(&c->dq, c->dm, 512, &o->run, err))) return st;
         p.draft = c->dq.e, p.draft_pool = c->dq.pool;
+    } else if (o->mtp) {
+        p.mtp = q->e, p.mtp_seq = q->s;
     }
     return spec_create(&c->sp, &p, err);
 }
@@ -225,9 +234,16 @@ static attnd_status generate(gen_opts *o, attnd_err *err) {
                         n_prompt, o->n_predict, n_ctx);
         goto out;
     }
+    /* the model's own MTP block drafts unless told otherwise (3 tokens when --draft-max is not given) */
+    o->mtp = mi->mtp && !o->no_mtp && !o->draft_model && spec_supported(m);
+    if (o->mtp && !o->draft_max) o->draft_max = 3;
     int rows = o->draft_max + 1 > n_prompt ? o->draft_max + 1 : n_prompt; /* prefill chunks, verify batches */
     if ((st = cli_seq_open(&q, m, rows < 512 ? rows : 512, &o->run, err))) goto out;
-    if ((st = cli_spec_open(&cs, o, m, err))) goto out;
+    if (!o->mtp && mi->mtp) { /* its cache unused: out of the pool, before the sequence is made */
+        kv_seq_destroy(q.s), q.s = NULL;
+        if ((st = kv_pool_set_mtp(q.pool, false, err)) || (st = kv_seq_create(&q.s, q.pool, err))) goto out;
+    }
+    if ((st = cli_spec_open(&cs, o, m, &q, err))) goto out;
     if (!(out = malloc(sizeof(*out) * (size_t)(o->n_predict ? o->n_predict : 1)))) {
         st = attnd_fail(err, ATTND_ERR_NOMEM, "out of memory");
         goto out;

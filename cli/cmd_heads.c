@@ -41,6 +41,7 @@ static void print_table(const head_roles *hr) {
     for (int c = 0; c < hr->n_layer * hr->n_head; c++) {
         const head_scores *s = &hr->scores[c];
         const char *lab[4];
+        if (!head_roles_scored(hr, c / hr->n_head)) continue; /* a hybrid model's DeltaNet layer */
         int n = head_roles_labels(s, lab);
         printf("%5d %4d  %.3f  %.3f  %.3f  %.3f ", c / hr->n_head, c % hr->n_head, s->previous_token, s->induction,
                s->sink, s->local);

@@ -83,6 +83,8 @@ static void add_layer_kv(json_t *root, const model *m) {
                                       "per_head_bytes_per_token_f16",
                                       (json_int_t)((size_t)2 * mi->kv_per_head * (size_t)mi->n_layer)));
     json_object_set_new(root, "kv_layers", kl);
+    /* multi-token prediction: the file's nextn blocks, and whether one drafts (attnd/spec.h) */
+    json_object_set_new(root, "mtp", json_pack("{s:i, s:b}", "layers", mi->n_mtp_layers, "drafts", mi->mtp));
     if (mi->n_expert)
         json_object_set_new(root, "experts", json_pack("{s:i, s:i, s:i}", "count", mi->n_expert, "used",
                                                        mi->n_expert_used, "feed_forward_length", mi->n_ff_exp));
@@ -213,6 +215,12 @@ static void print_run_facts(const json_t *root) {
            json_integer_value(json_object_get(kt, "f16")), json_integer_value(json_object_get(kt, "f32")),
            json_integer_value(json_object_get(kc, "f16")) / 1048576.0);
     print_kv_fit(root);
+    json_t *mtp = json_object_get(root, "mtp");
+    if (json_integer_value(json_object_get(mtp, "layers")))
+        printf("MTP:           %" JSON_INTEGER_FORMAT " nextn block(s); %s\n", json_integer_value(json_object_get(mtp, "layers")),
+               json_is_true(json_object_get(mtp, "drafts"))
+                   ? "present: the model drafts its own next tokens by default (setting mtp, --no-mtp)"
+                   : "not run (attnd drafts with a single Qwen3.5 nextn block only)");
     json_t *kl = json_object_get(root, "kv_layers");
     printf("KV per layer:  %" JSON_INTEGER_FORMAT " global layers: %" JSON_INTEGER_FORMAT " bytes/token f16",
            json_integer_value(json_object_get(kl, "global")),

@@ -14,6 +14,9 @@
 
 
 attnd_status ablate_sweep_check(const model_info *mi, const ablate_sweep_params *p, attnd_err *err) {
+    if (mi->n_recurrent_layers) /* as engine_ablation_check: head ablation of hybrid models is not supported */
+        return attnd_fail(err, ATTND_ERR_UNSUPPORTED, "measure: the model ('%s') has Gated DeltaNet layers; head "
+                          "ablation of hybrid models is not supported yet", mi->arch);
     if (p->n_tokens < 1 || p->n_tokens > mi->n_ctx)
         return attnd_fail(err, ATTND_ERR_INVALID, "prompt: %d tokens; the model's context holds 1..%d", p->n_tokens,
                           mi->n_ctx);

@@ -88,14 +88,14 @@ static const arch_desc ARCHS[] = {
      .swa_rope_scaled = true, .ffn_norm = "post_attention_norm", .keys = KEYS_GPT_OSS},
     /* three Gated DeltaNet layers to one gated attention layer; no ffn_norm: post_attention_norm is
      * the FFN's input norm; the converter stores every RMSNorm weight but ssm_norm's as 1 + w */
-    {.name = "qwen35", .rope = ROPE_NEOX, .qk_norm = true, .recurrent_interval = 4, .q_gate = true,
+    {.name = "qwen35", .rope = ROPE_NEOX, .qk_norm = true, .recurrent_interval = 4, .q_gate = true, .mtp = true,
      .ffn_norm = "post_attention_norm", .keys = KEYS_QWEN35},
     {.name = "qwen35moe", .rope = ROPE_NEOX, .qk_norm = true, .recurrent_interval = 4, .q_gate = true, .moe = true,
-     .shared_expert = true, .ffn_norm = "post_attention_norm", .keys = KEYS_QWEN35MOE},
+     .shared_expert = true, .mtp = true, .ffn_norm = "post_attention_norm", .keys = KEYS_QWEN35MOE},
     /* Qwen3-Next: qwen35moe with the DeltaNet's V heads in grouped order and beta, alpha fused */
     {.name = "qwen3next", .rope = ROPE_NEOX, .qk_norm = true, .recurrent_interval = 4, .dn_grouped = true,
-     .dn_fused_ba = true, .q_gate = true, .moe = true, .shared_expert = true, .ffn_norm = "post_attention_norm",
-     .keys = KEYS_QWEN35MOE},
+     .dn_fused_ba = true, .q_gate = true, .moe = true, .shared_expert = true, .mtp = true,
+     .ffn_norm = "post_attention_norm", .keys = KEYS_QWEN35MOE},
     /* DeepSeek-V2/V3, Kimi-K2, GLM-4.7-Flash: latent attention, adjacent-pair RoPE on its rotated
      * part only, DeepSeek's router */
     {.name = "deepseek2", .rope = ROPE_ADJACENT, .mla = true, .moe = true, .ds_router = true,

@@ -63,8 +63,11 @@ typedef struct arch_desc {
     /* Hybrid Gated DeltaNet (Qwen3.5, Qwen3-Next): layer l is a Gated DeltaNet layer (deltanet.h,
      * the <arch>.ssm.* keys) unless (l + 1) % <arch>.full_attention_interval == 0 (this when the
      * file has no interval); 0 = every layer is attention. The last <arch>.nextn_predict_layers
-     * blocks (multi-token prediction) are loaded as read but not run. */
+     * blocks (multi-token prediction) are not run by the main pass. */
     int recurrent_interval;
+    /* The family's nextn block (Qwen3.5's MTP, one gated-attention block after the main ones) is
+     * run as the model's own draft when the file has exactly one (engine.h engine_mtp_step). */
+    bool mtp;
     /* Gated DeltaNet value head h reads key head h / (H_v / H_k) (Qwen3-Next's files keep the
      * checkpoint's grouped order); false: h mod H_k (Qwen3.5's converter reorders the V heads). */
     bool dn_grouped;

@@ -17,9 +17,15 @@
  * attention caches no values: v_j = W_UV,h c_j is made from the cached latent row first. The
  * logit lens reads each selected layer's residual stream through the engine's residual hook,
  * and the experts come from the engine's expert hook.
+ *
+ * A hybrid model's DeltaNet layers come through the engine's DeltaNet hook: each position's k,
+ * beta and g of each selected value head are kept (dn_k, dn_bg), and row t is made at once by one
+ * pass backwards from t: r = q_t / sqrt(d_k); for j = t, t - 1, ...: w_tj = beta_j k_j . r, then
+ * r <- A_j r = e^{g_j} (r - w_tj k_j) (attnd/attn_capture.h: the formula), in double.
  */
 #include "attnd/attn_capture.h"
 
+#include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,7 +37,12 @@
 #include "quant.h"
 
 struct attn_capture {
-    int n_layers, n_heads;   /* selected */
+    int n_layers, n_heads;   /* selected (n_heads: the most of any selected layer) */
+    int *lheads;             /* (n_layers) heads of each selected layer */
+    int *lbase;              /* (n_layers) the first block of each selected layer */
+    int n_blk;               /* blocks: selected (layer, head) pairs, the sum of lheads */
+    int n_dnblk;             /* the DeltaNet layers' blocks among them */
+    int max_heads;           /* head indices: n_head, or a DeltaNet layer's value heads when more */
     int *layers;             /* (n_layers) model layer of each selected one */
     int *heads;              /* (n_heads) */
     int *layer_slot;         /* (model n_layer) index among the selected, or -1 */
@@ -65,6 +76,13 @@ struct attn_capture {
     int n_exp;               /* experts kept per row: n_expert_used when asked, else 0 */
     int32_t *exp_ix;         /* (n_layers, n_positions, n_exp) the experts of each row */
     float *exp_w;            /* (n_layers, n_positions, n_exp) their weights */
+    int dk;                  /* DeltaNet: key head size, 0 without DeltaNet layers selected */
+    int *dnbase;             /* (n_layers) the layer's first DeltaNet block, or -1 */
+    int *dn_from;            /* (n_layers) the first position recorded (INT_MAX: none yet) */
+    float *dn_k;             /* (DeltaNet blocks, n_positions, dk) each position's key */
+    float *dn_bg;            /* (DeltaNet blocks, n_positions, 2) its beta and g */
+    double *dn_r;            /* (dk) scratch: A_j ... A_t q_t */
+    float *dn_row;           /* (n_positions) scratch: one effective row */
     const kv_seq *seq;
     attn_capture *next;      /* attn_capture_link's list */
     char *mem;               /* owns every array above (engine/block.h) */
@@ -113,15 +131,57 @@ static attnd_status check_inputs(const model_info *mi, const attn_capture_params
     return st;
 }
 
+static int n_selected(const int *list, int n, int all) { return list && n > 0 ? n : all; }
+
+/* The li-th selected layer of p (model index). */
+static int selected_layer(const attn_capture_params *p, int li) {
+    return p->layers && p->n_layers > 0 ? p->layers[li] : li;
+}
+
+/* Heads of model layer l: a DeltaNet layer's value heads, else the query heads. */
+static int heads_of(const model_info *mi, int l) {
+    return model_info_recurrent(mi, l) ? mi->recurrent_heads : mi->n_head;
+}
+
+/* Whether p selects a DeltaNet layer. */
+static bool selects_deltanet(const model_info *mi, const attn_capture_params *p) {
+    for (int li = 0; li < n_selected(p->layers, p->n_layers, mi->n_layer); li++)
+        if (model_info_recurrent(mi, selected_layer(p, li))) return true;
+    return false;
+}
+
+/* A hybrid model's listed heads: in range for every selected layer, attention or DeltaNet. */
+static attnd_status check_hybrid_heads(const model_info *mi, const attn_capture_params *p, attnd_err *err) {
+    int lim = 1 << 30;
+    for (int li = 0; li < n_selected(p->layers, p->n_layers, mi->n_layer); li++) {
+        int n = heads_of(mi, selected_layer(p, li));
+        lim = n < lim ? n : lim;
+    }
+    for (int i = 0; i < p->n_heads; i++)
+        if (p->heads[i] >= lim && p->heads[i] < 1 << 30)
+            return attnd_fail(err, ATTND_ERR_INVALID, "heads: %d is out of range for the selected layers: attention "
+                              "layers have %d heads, Gated DeltaNet layers %d value heads; every listed head must "
+                              "be in range for every selected layer (0..%d)", p->heads[i], mi->n_head,
+                              mi->recurrent_heads, lim - 1);
+    return check_list(p->heads, p->n_heads, 1 << 30, "heads", err);
+}
+
 attnd_status attn_capture_check(const model_info *mi, const attn_capture_params *p, const char **field,
                                 attnd_err *err) {
     const char *f = NULL;
     attnd_status st = ATTND_OK;
-    if (mi->n_recurrent_layers) /* their mixing is a recurrence, not a softmax over positions */
-        f = "model", st = attnd_fail(err, ATTND_ERR_UNSUPPORTED, "the model ('%s') has %d Gated DeltaNet layers; attention "
-                                     "capture of hybrid models is not supported yet", mi->arch, mi->n_recurrent_layers);
+    bool hybrid = mi->n_recurrent_layers > 0;
+    if (hybrid && !p->deltanet) /* their mixing is a recurrence, not a softmax over positions */
+        f = "model", st = attnd_fail(err, ATTND_ERR_UNSUPPORTED, "the model ('%s') has %d Gated DeltaNet layers; this "
+                                     "inspection reads softmax attention only", mi->arch, mi->n_recurrent_layers);
     else if (p->layers && (st = check_list(p->layers, p->n_layers, mi->n_layer, "layers", err))) f = "layers";
-    else if (p->heads && (st = check_list(p->heads, p->n_heads, mi->n_head, "heads", err))) f = "heads";
+    else if (p->heads && hybrid && (st = check_hybrid_heads(mi, p, err))) f = "heads";
+    else if (p->heads && !hybrid && (st = check_list(p->heads, p->n_heads, mi->n_head, "heads", err))) f = "heads";
+    else if (hybrid && p->weights == ATTN_WEIGHTS_NORM && selects_deltanet(mi, p))
+        f = "weights", st = attnd_fail(err, ATTND_ERR_UNSUPPORTED, "weights: \"norm\" needs each position's cached "
+                                       "value, and a Gated DeltaNet layer caches none (its rows are effective "
+                                       "weights already); select only attention layers (every %d-th) for it",
+                                       mi->recurrent_every);
     else if (p->top_k < 0) f = "top_k", st = attnd_fail(err, ATTND_ERR_INVALID, "top_k: %d is negative", p->top_k);
     else if (p->weights != ATTN_WEIGHTS_ATTENTION && p->weights != ATTN_WEIGHTS_NORM)
         f = "weights", st = attnd_fail(err, ATTND_ERR_INVALID, "weights: unknown kind %d", (int)p->weights);
@@ -140,7 +200,26 @@ attnd_status attn_capture_check(const model_info *mi, const attn_capture_params 
     return st;
 }
 
-static int n_selected(const int *list, int n, int all) { return list && n > 0 ? n : all; }
+uint64_t attn_capture_blocks(const model_info *mi, const attn_capture_params *p) {
+    int nl = n_selected(p->layers, p->n_layers, mi->n_layer);
+    if (p->heads && p->n_heads > 0) return (uint64_t)nl * (uint64_t)p->n_heads;
+    uint64_t n = 0;
+    for (int li = 0; li < nl; li++) {
+        int l = selected_layer(p, li);
+        n += (uint64_t)(l >= 0 && l < mi->n_layer && p->deltanet ? heads_of(mi, l) : mi->n_head);
+    }
+    return n;
+}
+
+uint64_t attn_capture_dn_weights(const model_info *mi, const attn_capture_params *p) {
+    uint64_t P = p->n_positions > 0 ? (uint64_t)p->n_positions : 0, n = 0;
+    for (int li = 0; p->deltanet && !p->inputs && li < n_selected(p->layers, p->n_layers, mi->n_layer); li++) {
+        int l = selected_layer(p, li);
+        if (l >= 0 && l < mi->n_layer && model_info_recurrent(mi, l))
+            n += (uint64_t)(p->heads && p->n_heads > 0 ? p->n_heads : mi->recurrent_heads);
+    }
+    return n * P * (P + 1) / 2;
+}
 
 uint64_t attn_capture_count(const model_info *mi, const attn_capture_params *p) {
     uint64_t per_head = 0, P = p->n_positions > 0 ? (uint64_t)p->n_positions : 0;
@@ -154,8 +233,7 @@ uint64_t attn_capture_count(const model_info *mi, const attn_capture_params *p) 
         uint64_t k = (uint64_t)p->top_k; /* rows 0..k-1 hold p + 1 weights, the rest k */
         per_head = k * (k + 1) / 2 + (P - k) * k;
     }
-    return per_head * (uint64_t)n_selected(p->layers, p->n_layers, mi->n_layer) *
-           (uint64_t)n_selected(p->heads, p->n_heads, mi->n_head);
+    return per_head * attn_capture_blocks(mi, p);
 }
 
 // ---- lifecycle ------------------------------------------------------------------------------
@@ -171,7 +249,7 @@ static void fill_selection(int *out, int *slot, const int *list, int n, int all)
 }
 
 /* Selected (layer, head) pairs: the number of blocks of c->w. */
-static size_t n_blocks(const attn_capture *c) { return (size_t)c->n_layers * (size_t)c->n_heads; }
+static size_t n_blocks(const attn_capture *c) { return (size_t)c->n_blk; }
 
 /* Lays out the capture's arrays in mem (block.h); returns the bytes they need (SIZE_MAX when
  * the weights do not fit in memory at all). */
@@ -180,9 +258,11 @@ static size_t layout(attn_capture *c, char *mem, const model *m) {
     size_t n_w = n_blocks(c) <= SIZE_MAX / c->block ? n_blocks(c) * c->block : SIZE_MAX;
     block b = {.mem = mem};
     c->layers = block_take(&b, (size_t)c->n_layers, sizeof(*c->layers));
+    c->lheads = block_take(&b, (size_t)c->n_layers, sizeof(*c->lheads));
+    c->lbase = block_take(&b, (size_t)c->n_layers, sizeof(*c->lbase));
     c->heads = block_take(&b, (size_t)c->n_heads, sizeof(*c->heads));
     c->layer_slot = block_take(&b, (size_t)mi->n_layer, sizeof(*c->layer_slot));
-    c->head_slot = block_take(&b, (size_t)mi->n_head, sizeof(*c->head_slot));
+    c->head_slot = block_take(&b, (size_t)c->max_heads, sizeof(*c->head_slot));
     c->hits = block_take(&b, (size_t)c->n_positions, sizeof(*c->hits));
     size_t PE = c->n_inputs ? (size_t)c->n_positions : 0;
     c->in_first = block_take(&b, c->n_inputs ? (size_t)c->n_inputs + 1 : 0, sizeof(*c->in_first));
@@ -210,6 +290,13 @@ static size_t layout(attn_capture *c, char *mem, const model *m) {
     size_t XK = (size_t)c->n_layers * P * (size_t)c->n_exp;
     c->exp_ix = block_take(&b, XK, sizeof(*c->exp_ix));
     c->exp_w = block_take(&b, XK, sizeof(*c->exp_w));
+    size_t DN = (size_t)c->n_dnblk;
+    c->dnbase = block_take(&b, c->dk ? (size_t)c->n_layers : 0, sizeof(*c->dnbase));
+    c->dn_from = block_take(&b, c->dk ? (size_t)c->n_layers : 0, sizeof(*c->dn_from));
+    c->dn_k = block_take(&b, DN * P * (size_t)c->dk, sizeof(*c->dn_k));
+    c->dn_bg = block_take(&b, DN * P * 2, sizeof(*c->dn_bg));
+    c->dn_r = block_take(&b, (size_t)c->dk, sizeof(*c->dn_r));
+    c->dn_row = block_take(&b, c->dk ? P : 0, sizeof(*c->dn_row));
     return block_size(&b);
 }
 
@@ -235,8 +322,16 @@ attnd_status attn_capture_create(attn_capture **out, const model *m, const attn_
     if (st) return st;
     attn_capture *c = calloc(1, sizeof(*c));
     if (!c) return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory creating an attention capture");
+    int max_heads = p->deltanet && selects_deltanet(mi, p) && mi->recurrent_heads > mi->n_head ? mi->recurrent_heads
+                                                                                               : mi->n_head;
+    c->max_heads = max_heads;
     c->n_layers = n_selected(p->layers, p->n_layers, mi->n_layer);
-    c->n_heads = n_selected(p->heads, p->n_heads, mi->n_head);
+    c->n_heads = n_selected(p->heads, p->n_heads, max_heads);
+    c->n_blk = (int)attn_capture_blocks(mi, p);
+    for (int li = 0; li < c->n_layers; li++)
+        if (model_info_recurrent(mi, selected_layer(p, li)))
+            c->n_dnblk += p->heads && p->n_heads > 0 ? p->n_heads : mi->recurrent_heads;
+    c->dk = c->n_dnblk ? m->dn.dk : 0;
     c->n_positions = p->n_positions;
     c->top_k = p->top_k;
     c->k_slot = p->top_k < p->n_positions ? p->top_k : p->n_positions;
@@ -257,7 +352,13 @@ attnd_status attn_capture_create(attn_capture **out, const model *m, const attn_
     layout(c, c->mem, m);
     fill_inputs(c, p->inputs);
     fill_selection(c->layers, c->layer_slot, p->layers, p->n_layers, mi->n_layer);
-    fill_selection(c->heads, c->head_slot, p->heads, p->n_heads, mi->n_head);
+    fill_selection(c->heads, c->head_slot, p->heads, p->n_heads, max_heads);
+    for (int li = 0, base = 0, dn = 0; li < c->n_layers; li++) {
+        bool rec = model_info_recurrent(mi, c->layers[li]);
+        c->lheads[li] = p->heads && p->n_heads > 0 ? p->n_heads : heads_of(mi, c->layers[li]);
+        c->lbase[li] = base, base += c->lheads[li];
+        if (c->dk) c->dnbase[li] = rec ? dn : -1, c->dn_from[li] = INT_MAX, dn += rec ? c->lheads[li] : 0;
+    }
     *out = c;
     return ATTND_OK;
 }
@@ -274,6 +375,12 @@ int attn_capture_n_layers(const attn_capture *c) { return c->n_layers; }
 int attn_capture_layer(const attn_capture *c, int li) { return c->layers[li]; }
 int attn_capture_n_heads(const attn_capture *c) { return c->n_heads; }
 int attn_capture_head(const attn_capture *c, int hi) { return c->heads[hi]; }
+int attn_capture_layer_heads(const attn_capture *c, int li) { return c->lheads[li]; }
+bool attn_capture_layer_deltanet(const attn_capture *c, int li) { return c->dk && c->dnbase[li] >= 0; }
+bool attn_capture_hybrid(const attn_capture *c) { return c->m->info.n_recurrent_layers > 0; }
+int attn_capture_layer_from(const attn_capture *c, int li) {
+    return attn_capture_layer_deltanet(c, li) && c->dn_from[li] != INT_MAX ? c->dn_from[li] : 0;
+}
 int attn_capture_top_k(const attn_capture *c) { return c->top_k; }
 attn_weights attn_capture_weights(const attn_capture *c) { return c->weights; }
 int attn_capture_lens_k(const attn_capture *c) { return c->lens_k; }
@@ -295,19 +402,21 @@ int attn_capture_keys(const attn_capture *c, int pos, int *first) {
 // ---- recording and reading ------------------------------------------------------------------
 
 static size_t row_offset(const attn_capture *c, int li, int hi, int pos) {
-    size_t base = ((size_t)li * (size_t)c->n_heads + (size_t)hi) * c->block;
+    size_t base = ((size_t)c->lbase[li] + (size_t)hi) * c->block;
     if (c->top_k) return base + (size_t)pos * (size_t)c->k_slot;
     return base + (c->n_inputs ? c->row_off[pos] : (size_t)pos * (size_t)(pos + 1) / 2);
 }
 
-/* Keeps the k largest of w[0..n) in ow/oi, heaviest first; equal weights keep the lower position
- * first (insertion after equals). O(n k), no allocation. */
-static void top_k_select(float *ow, int32_t *oi, int k, const float *w, int n) {
+/* Keeps the k largest of w[0..n) in ow/oi, heaviest first (by_abs: the largest |w|, signs
+ * kept); equal weights keep the lower position first (insertion after equals). O(n k), no
+ * allocation. */
+static void top_k_pick(float *ow, int32_t *oi, int k, const float *w, int n, bool by_abs) {
     int m = 0;
     for (int j = 0; j < n; j++) {
-        if (m == k && !(w[j] > ow[k - 1])) continue;
+        float a = by_abs ? fabsf(w[j]) : w[j];
+        if (m == k && !(a > (by_abs ? fabsf(ow[k - 1]) : ow[k - 1]))) continue;
         int i = m < k ? m++ : k - 1;
-        for (; i > 0 && ow[i - 1] < w[j]; i--) {
+        for (; i > 0 && (by_abs ? fabsf(ow[i - 1]) : ow[i - 1]) < a; i--) {
             ow[i] = ow[i - 1];
             oi[i] = oi[i - 1];
         }
@@ -315,6 +424,8 @@ static void top_k_select(float *ow, int32_t *oi, int k, const float *w, int n) {
         oi[i] = j;
     }
 }
+
+static void top_k_select(float *ow, int32_t *oi, int k, const float *w, int n) { top_k_pick(ow, oi, k, w, n, false); }
 
 // ---- norm weights: ‖W_O^h v_j‖ ------------------------------------------------------------
 
@@ -458,23 +569,55 @@ int attn_capture_experts(const attn_capture *c, int li, int pos, const int32_t *
 /* Row pos: the query's position (the last key's; an encoder's: the entry's, its row over the
  * whole call). A row whose keys are not pos's input's is not an encoder's row of this capture
  * (another call's): dropped. */
+static void store_row(attn_capture *c, int li, int hi, int pos, const float *w, int n_keys, bool by_abs);
+
 static void capture_record(attn_capture *c, int layer, int head, int pos, const float *w, int n_keys) {
     int li = c->layer_slot[layer], hi = c->head_slot[head];
     if (li < 0 || hi < 0 || pos < 0 || pos >= c->n_positions || (c->n_inputs && n_keys != c->key_n[pos])) return;
+    if (hi >= c->lheads[li] || attn_capture_layer_deltanet(c, li)) return;
     if (c->weights == ATTN_WEIGHTS_NORM) w = norm_row(c, li, hi, head, w, n_keys);
+    store_row(c, li, hi, pos, w, n_keys, false);
+}
+
+/* Row pos of the li-th layer and hi-th head is w[0..n_keys) (by_abs: a signed row, whose top_k
+ * are the largest |w|). */
+static void store_row(attn_capture *c, int li, int hi, int pos, const float *w, int n_keys, bool by_abs) {
     size_t off = row_offset(c, li, hi, pos);
     if (c->top_k) {
-        top_k_select(c->w + off, c->ix + off, c->k_slot, w, n_keys);
+        top_k_pick(c->w + off, c->ix + off, c->k_slot, w, n_keys, by_abs);
         int k = n_keys < c->k_slot ? n_keys : c->k_slot;
         for (int j = 0; c->n_inputs && j < k; j++) c->ix[off + j] += c->key0[pos]; /* positions, not keys */
     } else {
         memcpy(c->w + off, w, sizeof(float) * (size_t)n_keys);
     }
-    c->hits[pos] = c->hits[pos] % (c->n_layers * c->n_heads) + 1;
+    c->hits[pos] = c->hits[pos] % c->n_blk + 1;
+}
+
+/* DeltaNet value head h of the li-th layer at pos: keeps its k, beta and g, then makes row pos
+ * backwards over the positions kept (attnd/attn_capture.h), in double. */
+static void dn_record(attn_capture *c, int li, int hi, int h, int pos, const engine_dn_io *io) {
+    int dk = c->dk, from = c->dn_from[li], kh = engine_dn_key_head(io, h);
+    size_t blk = (size_t)(c->dnbase[li] + hi) * (size_t)c->n_positions;
+    float *kp = c->dn_k + (blk + (size_t)pos) * (size_t)dk, *bg = c->dn_bg + (blk + (size_t)pos) * 2;
+    memcpy(kp, io->k + (size_t)kh * dk, sizeof(float) * (size_t)dk);
+    bg[0] = io->beta[h], bg[1] = io->g[h];
+    const float *q = io->q + (size_t)kh * dk;
+    double scale = 1.0 / sqrt((double)dk), *r = c->dn_r;
+    for (int e = 0; e < dk; e++) r[e] = q[e] * scale;
+    for (int j = 0; j < from; j++) c->dn_row[j] = 0; /* in the state before the first position kept */
+    for (int j = pos; j >= from; j--) {
+        const float *kj = c->dn_k + (blk + (size_t)j) * (size_t)dk, *bgj = c->dn_bg + (blk + (size_t)j) * 2;
+        double d = 0;
+        for (int e = 0; e < dk; e++) d += kj[e] * r[e];
+        double w = bgj[0] * d, decay = exp((double)bgj[1]);
+        c->dn_row[j] = (float)w;
+        for (int e = 0; e < dk; e++) r[e] = decay * (r[e] - w * kj[e]);
+    }
+    store_row(c, li, hi, pos, c->dn_row, pos + 1, true);
 }
 
 int attn_capture_rows(const attn_capture *c, int *first) {
-    int want = c->n_layers * c->n_heads, p = 0;
+    int want = c->n_blk, p = 0;
     while (p < c->n_positions && c->hits[p] != want) p++;
     *first = p < c->n_positions ? p : 0;
     int n = 0;
@@ -483,7 +626,7 @@ int attn_capture_rows(const attn_capture *c, int *first) {
 }
 
 int attn_capture_row(const attn_capture *c, int li, int hi, int pos, const float **w, const int32_t **ix) {
-    ATTND_ASSERT(li >= 0 && li < c->n_layers && hi >= 0 && hi < c->n_heads && pos >= 0 && pos < c->n_positions);
+    ATTND_ASSERT(li >= 0 && li < c->n_layers && hi >= 0 && hi < c->lheads[li] && pos >= 0 && pos < c->n_positions);
     size_t off = row_offset(c, li, hi, pos);
     *w = c->w + off;
     if (ix) *ix = c->top_k ? c->ix + off : NULL;
@@ -538,6 +681,15 @@ static void hook_resid(void *user, int entry, int layer, int pos, const float *x
     if (c && c->lens_k && c->layer_slot[layer] >= 0 && pos < c->n_positions) lens_record(c, c->layer_slot[layer], pos, x);
 }
 
+static void hook_deltanet(void *user, int entry, int layer, int pos, const engine_dn_io *io) {
+    attn_capture *c = hook_capture(user, entry);
+    if (!c || !c->dk || c->n_inputs || c->layer_slot[layer] < 0 || pos < 0 || pos >= c->n_positions) return;
+    int li = c->layer_slot[layer];
+    if (c->dnbase[li] < 0) return;
+    if (pos < c->dn_from[li]) c->dn_from[li] = pos;
+    for (int hi = 0; hi < c->lheads[li]; hi++) dn_record(c, li, hi, c->heads[hi], pos, io);
+}
+
 static void hook_experts(void *user, int entry, int layer, int pos, const int *experts, const float *weights, int k) {
     attn_capture *c = hook_capture(user, entry);
     if (c && c->n_exp == k && c->layer_slot[layer] >= 0 && pos < c->n_positions)
@@ -555,6 +707,12 @@ void attn_hook_install(attn_hook *h, engine *e, attn_capture *list, const batch_
     }
     engine_set_residual_cb(e, lens ? hook_resid : NULL);
     engine_set_expert_cb(e, experts ? hook_experts : NULL);
+    bool dn = false;
+    for (const attn_capture *c = list; c; c = entries ? c->next : NULL) {
+        dn |= c->dk > 0;
+        if (!entries) break;
+    }
+    engine_set_deltanet_cb(e, dn ? hook_deltanet : NULL);
 }
 
 void attn_hook_remove(attn_hook *h) {
@@ -563,6 +721,7 @@ void attn_hook_remove(attn_hook *h) {
     engine_set_attention_filter(h->e, NULL);
     engine_set_residual_cb(h->e, NULL);
     engine_set_expert_cb(h->e, NULL);
+    engine_set_deltanet_cb(h->e, NULL);
     h->e = NULL;
 }
 

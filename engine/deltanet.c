@@ -140,7 +140,7 @@ static void recur_sequential(const dn_job *j, int r, int h, float *S, int i0, in
         }
         float *o = j->out + (size_t)t * d->hv * dv + (size_t)h * dv;
         for (int c = 0; c < dv; c++) o[c] = dot(S + (size_t)c * dk, q, dk) * scale;
-        gate_norm(o, j->z + (size_t)t * d->hv * dv + (size_t)h * dv, j);
+        if (!j->raw) gate_norm(o, j->z + (size_t)t * d->hv * dv + (size_t)h * dv, j);
     }
 }
 
@@ -354,7 +354,7 @@ static void chunk_outputs(const dn_job *j, int h, int i0, int L, chunk_buf *b) {
         int t = j->order[i0 + s];
         float *o = j->out + (size_t)t * d->hv * dv + (size_t)h * dv;
         for (int c = 0; c < dv; c++) o[c] = b->p[(size_t)s * dv + c] * scale;
-        gate_norm(o, j->z + (size_t)t * d->hv * dv + (size_t)h * dv, j);
+        if (!j->raw) gate_norm(o, j->z + (size_t)t * d->hv * dv + (size_t)h * dv, j);
     }
 }
 
@@ -426,6 +426,20 @@ static void recur_task(void *ctx, int w, int worker) {
             if (dst) memcpy(dst + (S - j->state[r]), S, sizeof(float) * (size_t)d->dv * d->dk);
         }
     }
+}
+
+void dn_gates(const dn_job *j, float *beta, float *g) {
+    for (int t = 0; t < j->n; t++)
+        for (int h = 0; h < j->d->hv; h++) {
+            float b, a;
+            head_gates(j, t, h, &b, &a);
+            beta[(size_t)t * j->d->hv + h] = b, g[(size_t)t * j->d->hv + h] = a;
+        }
+}
+
+void dn_gate_out(const dn_job *j) {
+    int hv = j->d->hv, dv = j->d->dv;
+    for (size_t r = 0; r < (size_t)j->n * hv; r++) gate_norm(j->out + r * dv, j->z + r * dv, j);
 }
 
 void dn_forward(const dn_job *j) {

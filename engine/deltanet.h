@@ -76,7 +76,9 @@ typedef struct dn_job {
     const float *conv_w;   /* (conv_dim, K) */
     const float *dt_bias, *ssm_a; /* (hv) */
     const float *norm_w;   /* (dv) */
-    float *out;            /* (n, hv dv) the gated, normalised output */
+    float *out;            /* (n, hv dv) the gated, normalised output (raw: before the gated norm) */
+    bool raw;              /* out is left as o = S^T q / sqrt(d_k), for an inspection to read;
+                              dn_gate_out then applies the gated norm as dn_forward would have */
     const struct dn_snap *snap; /* (n_runs, DN_SNAPS) copies of run r's state to take, or NULL: none */
     size_t snap_stride;    /* floats between the consecutive states of one dn_snap */
     float *scratch;        /* (n_threads, dn_scratch_floats) for the chunked form, or NULL: sequential only */
@@ -85,5 +87,13 @@ typedef struct dn_job {
 } dn_job;
 
 void dn_forward(const dn_job *j);
+
+/* Each entry's gates as the recurrence takes them: beta (n, hv) = sigmoid(b), g (n, hv) the log
+ * decay. beta and g may be j->beta and j->alpha themselves (each is read before it is written). */
+void dn_gates(const dn_job *j, float *beta, float *g);
+
+/* After a raw dn_forward: out <- RMSNorm(out) * norm_w * silu(z) per value head, in place (the
+ * same arithmetic as the pass's own). */
+void dn_gate_out(const dn_job *j);
 
 #endif /* ATTND_DELTANET_H */

@@ -128,11 +128,16 @@ struct engine {
     engine_resid_cb resid_cb;   /* residual-stream inspection hook (attn_user); NULL = off */
     engine_expert_cb expert_cb; /* expert-routing inspection hook (attn_user); NULL = off */
     engine_matmul_cb matmul_cb; /* matrix-input inspection hook (attn_user); NULL = off */
+    engine_dn_cb dn_cb;         /* DeltaNet inspection hook (attn_user); NULL = off */
     void *attn_user;
     engine_yield_fn yield_fn; /* asked after each layer whether to give the step up; NULL = never */
     void *yield_user;
     float *cb_weights;      /* (n_ctx) softmax weights handed to attn_cb */
     bool hidden;            /* engine_eval_hidden: "logits" are the final-normed hidden states */
+    /* the MTP block (model_info.mtp; empty otherwise) */
+    float *mtp_h;           /* (B, n_embd) each entry's final-normed hidden state */
+    float *mtp_cat;         /* (B, 2 n_embd) [rmsnorm(embd(token)) enorm | rmsnorm(h) hnorm] */
+    batch_entry *mtp_b;     /* (B) engine_mtp_step's entries as batch entries */
 
     char *mem;              /* owns every array above (engine/block.h) */
 };
@@ -152,6 +157,16 @@ static size_t slot_floats(const model *m) {
     return 2 * KV_BLOCK * hd + KV_BLOCK + 2 * QB * G * hd + QB * G * KV_BLOCK + 2 * QB * G;
 }
 
+/* The MTP block's buffers (empty without one), and its projections' matmul scratch in *scratch. */
+static void layout_mtp(engine *e, block *b, size_t *scratch) {
+    const model *m = e->m;
+    size_t B = (size_t)e->max_batch, E = (size_t)m->info.n_embd, on = m->info.mtp;
+    if (on) *scratch = max_scratch(max_scratch(*scratch, &m->mtp_eh_proj, e->max_batch), &m->mtp_head, e->max_batch);
+    e->mtp_h = block_take(b, on * B * E, sizeof(float));
+    e->mtp_cat = block_take(b, on * 2 * B * E, sizeof(float));
+    e->mtp_b = block_take(b, on * B, sizeof(batch_entry));
+}
+
 /* Lays out the engine's buffers in mem (block.h), sized for e->max_batch entries and e->n_slots
  * threads; returns the bytes they need. */
 static size_t layout(engine *e, char *mem) {
@@ -161,7 +176,7 @@ static size_t layout(engine *e, char *mem) {
     size_t Q = (size_t)m->q_dim, KV = (size_t)m->kv_dim;
     size_t scratch = max_scratch(0, &m->output, e->max_batch), fused = 0, moe_scratch = 0;
     if (m->ple_model_proj.data) scratch = max_scratch(scratch, &m->ple_model_proj, e->max_batch);
-    for (int l = 0; l < mi->n_layer; l++) {
+    for (int l = 0; l < mi->n_layer + (mi->mtp ? 1 : 0); l++) {
         const layer_weights *L = &m->layers[l];
         const weight *ws[] = {&L->wq,      &L->wk,       &L->wv,       &L->wqkv,       &L->wo,       &L->w_gate,
                               &L->w_up,    &L->w_down,   &L->router,   &L->dn_z,       &L->dn_beta,  &L->dn_alpha,
@@ -224,6 +239,7 @@ static size_t layout(engine *e, char *mem) {
     e->moe_scratch = block_take(&b, moe_scratch * (size_t)e->n_slots, 1);
     e->k16 = block_take(&b, KV, sizeof(uint16_t));
     e->neg = block_take(&b, F * (size_t)e->n_slots, sizeof(float));
+    layout_mtp(e, &b, &scratch);
     e->mm_scratch = block_take(&b, scratch ? scratch : 1, 1); /* quant_matmul wants one even if unused */
     e->seqs = block_take(&b, B, sizeof(*e->seqs));
     e->want = block_take(&b, B, sizeof(*e->want));
@@ -321,6 +337,8 @@ void engine_set_residual_cb(engine *e, engine_resid_cb cb) { e->resid_cb = cb; }
 void engine_set_expert_cb(engine *e, engine_expert_cb cb) { e->expert_cb = cb; }
 
 void engine_set_matmul_cb(engine *e, engine_matmul_cb cb) { e->matmul_cb = cb; }
+
+void engine_set_deltanet_cb(engine *e, engine_dn_cb cb) { e->dn_cb = cb; }
 
 void engine_set_yield(engine *e, engine_yield_fn fn, void *user) {
     e->yield_fn = fn;
@@ -1012,9 +1030,27 @@ static void split_beta_alpha(const pass *p) {
     }
 }
 
+/* The DeltaNet inspection hook of layer l after a raw recurrence (j->raw): each entry's q, k, v,
+ * gates and output, then the gated norm the recurrence left out. The gates are computed over
+ * dn_beta and dn_alpha, which nothing reads after the recurrence. */
+static void report_deltanet(pass *p, const dn_job *j, int l) {
+    engine *e = p->e;
+    const dn_dims *d = j->d;
+    dn_gates(j, e->dn_beta, e->dn_alpha);
+    for (int t = 0; t < p->n; t++) {
+        const float *x = e->dn_qkv + (size_t)t * d->conv_dim;
+        engine_dn_io io = {.hk = d->hk, .hv = d->hv, .dk = d->dk, .dv = d->dv, .grouped = d->grouped, .q = x,
+                           .k = x + (size_t)d->hk * d->dk, .v = x + (size_t)2 * d->hk * d->dk,
+                           .beta = e->dn_beta + (size_t)t * d->hv, .g = e->dn_alpha + (size_t)t * d->hv,
+                           .o = j->out + (size_t)t * d->hv * d->dv};
+        e->dn_cb(e->attn_user, t, l, p->entries[t].pos, &io);
+    }
+    dn_gate_out(j);
+}
+
 /* deltanet: tmp = W_out gated_deltanet(xn) (deltanet.h), each sequence's state of this layer
  * carried from its previous entries. */
-static void step_deltanet(pass *p, const layer_weights *L) {
+static void step_deltanet(pass *p, const layer_weights *L, int l) {
     engine *e = p->e;
     const model *m = e->m;
     if (L->dn_ba.data) {
@@ -1035,8 +1071,9 @@ static void step_deltanet(pass *p, const layer_weights *L) {
     dn_job j = {.snap = e->dn_snaps, .snap_stride = e->seqs[0]->pool->state_bytes / sizeof(float), .d = &m->dn, .n = p->n, .order = e->dn_order, .run_start = e->dn_run, .n_runs = p->n_runs,
                 .state = e->dn_state, .qkv = e->dn_qkv, .z = e->dn_z, .beta = e->dn_beta, .alpha = e->dn_alpha,
                 .conv_w = L->dn_conv, .dt_bias = L->dn_dt_bias, .ssm_a = L->dn_a, .norm_w = L->dn_norm,
-                .out = e->dn_o, .scratch = e->dn_scratch, .n_threads = e->n_threads};
+                .out = e->dn_o, .raw = e->dn_cb != NULL, .scratch = e->dn_scratch, .n_threads = e->n_threads};
     dn_forward(&j);
+    if (e->dn_cb) report_deltanet(p, &j, l);
     matmul(e, e->tmp, &L->dn_out, e->dn_o, p->n);
 }
 
@@ -1141,7 +1178,7 @@ static void step_layer(pass *p, int l) {
 
     // token-mixing sub-layer: x += mixer(rmsnorm(x))
     rmsnorm(e->xn, e->x, L->attn_norm, n, p->E, mi->rms_eps, nth);
-    if (L->kind == LAYER_DELTANET) step_deltanet(p, L);
+    if (L->kind == LAYER_DELTANET) step_deltanet(p, L, l);
     else if (L->wkv_a.data) step_mla(p, L, l);
     else step_attention(p, L, l);
     if (L->post_attn_norm) rmsnorm(e->tmp, e->tmp, L->post_attn_norm, n, p->E, mi->rms_eps, nth);
@@ -1188,6 +1225,111 @@ static void step_logits(const pass *p, int n_want, float *logits) {
         for (size_t i = 0; i < (size_t)n_want * m->info.n_vocab; i++) logits[i] = tanhf(logits[i] * (1.0f / cap)) * cap;
 }
 
+// ---- multi-token prediction (the model's own draft) ------------------------------------------
+/*
+ * The MTP block (model_info.mtp) predicts the token after next: at position p it reads the
+ * embedding of token x_p and the main model's final-normed hidden state h_{p-1} (which predicted
+ * x_p), each RMS-normed by its own weight, concatenated [embedding | hidden], projected back to
+ * n_embd by eh_proj, then one gated-attention block over its own cache, then head_norm and the
+ * head (llama.cpp's qwen35 graph_mtp; the hidden state is the one after output_norm, t_h_nextn).
+ * Its cache must hold every position the main pass evaluated, so every engine_eval of a pool that
+ * caches the block runs it over the batch too (step_mtp_follow: the block without its head); a
+ * draft then costs one block and the head per token (engine_mtp_step).
+ */
+
+/* The hidden state h_{pos} s keeps for its MTP block, or NULL (never evaluated, or too long ago:
+ * the block then reads zeros, a weaker draft, never a wrong output). */
+static const float *mtp_hidden(const kv_seq *s, int pos) {
+    if (pos < 0) return NULL;
+    int r = pos % KV_MTP_ROWS;
+    return s->mtp_pos[r] == pos ? s->mtp_h + (size_t)r * s->pool->m->info.n_embd : NULL;
+}
+
+/* Row t of mtp_cat: [rmsnorm(mtp_embd[token]) enorm | rmsnorm(h) hnorm] (h NULL: zeros). */
+static void mtp_input(engine *e, int t, int32_t token, const float *h) {
+    const model *m = e->m;
+    int E = m->info.n_embd;
+    float *cat = e->mtp_cat + (size_t)t * 2 * E, *emb = e->tmp + (size_t)t * E;
+    quant_dequantize_row(emb, (const uint8_t *)m->mtp_embd.data + quant_row_bytes(m->mtp_embd.type, E) * (size_t)token,
+                         m->mtp_embd.type, E);
+    rmsnorm(cat, emb, m->mtp_enorm, 1, E, m->info.rms_eps, 1);
+    if (h) rmsnorm(cat + E, h, m->mtp_hnorm, 1, E, m->info.rms_eps, 1);
+    else memset(cat + E, 0, sizeof(float) * (size_t)E);
+}
+
+/* The block over p's entries from their mtp_cat rows: x = eh_proj cat, then the layer (its K, V
+ * written at each entry's position). No inspection hook sees it: it is not part of the model's
+ * forward pass. */
+static void mtp_block(pass *p) {
+    engine *e = p->e;
+    engine saved = *e;
+    e->attn_cb = NULL, e->resid_cb = NULL, e->expert_cb = NULL, e->matmul_cb = NULL;
+    matmul(e, e->x, &e->m->mtp_eh_proj, e->mtp_cat, p->n);
+    step_layer(p, e->m->info.n_layer);
+    e->attn_cb = saved.attn_cb, e->resid_cb = saved.resid_cb, e->expert_cb = saved.expert_cb;
+    e->matmul_cb = saved.matmul_cb;
+}
+
+/* After the main layers of an engine_eval: each entry's h kept by its sequence, and the MTP
+ * block's cache written at each entry's position from (h of the position before, token). */
+static void step_mtp_follow(pass *p) {
+    engine *e = p->e;
+    const model *m = e->m;
+    int E = p->E;
+    rmsnorm(e->mtp_h, e->x, m->output_norm, p->n, E, m->info.rms_eps, e->n_threads);
+    for (int t = 0; t < p->n; t++) p->entries[t].seq->mtp_row = -1;
+    for (int t = 0; t < p->n; t++) {
+        kv_seq *s = p->entries[t].seq;
+        const float *h = s->mtp_row >= 0 ? e->mtp_h + (size_t)s->mtp_row * E : mtp_hidden(s, p->entries[t].pos - 1);
+        s->mtp_row = t;
+        mtp_input(e, t, p->entries[t].token, h);
+    }
+    for (int t = 0; t < p->n; t++) { /* after every read: a long batch wraps the ring */
+        kv_seq *s = p->entries[t].seq;
+        int pos = p->entries[t].pos, r = pos % KV_MTP_ROWS;
+        memcpy(s->mtp_h + (size_t)r * E, e->mtp_h + (size_t)t * E, sizeof(float) * (size_t)E);
+        s->mtp_pos[r] = pos;
+    }
+    mtp_block(p);
+}
+
+attnd_status engine_mtp_step(engine *e, const engine_mtp_entry *in, int n, float *logits, float *h_out,
+                             attnd_err *err) {
+    const model *m = e->m;
+    const model_info *mi = &m->info;
+    if (n < 1 || n > e->max_batch)
+        return attnd_fail(err, ATTND_ERR_INVALID, "an MTP step of %d entries; this engine takes 1..%d", n, e->max_batch);
+    for (int t = 0; t < n; t++) in[t].seq->mtp_row = -1;
+    for (int t = 0; t < n; t++) {
+        kv_seq *s = in[t].seq;
+        if (s->pool->m != m || !s->pool->mtp)
+            return attnd_fail(err, ATTND_ERR_INVALID, "MTP entry %d: the sequence's pool does not cache the model's MTP "
+                              "block", t);
+        if (s->pool != in[0].seq->pool)
+            return attnd_fail(err, ATTND_ERR_INVALID, "MTP entry %d: all sequences must share one pool", t);
+        if (s->mtp_row >= 0) return attnd_fail(err, ATTND_ERR_INVALID, "MTP entry %d: a sequence twice in one step", t);
+        if (in[t].token < 0 || in[t].token >= mi->n_vocab || in[t].pos < s->len || in[t].pos >= mi->n_ctx)
+            return attnd_fail(err, ATTND_ERR_INVALID, "MTP entry %d: token %d at position %d (the sequence holds %d, the "
+                              "context %d)", t, in[t].token, in[t].pos, s->len, mi->n_ctx);
+        s->mtp_row = t;
+        e->seqs[t] = s;
+        e->mtp_b[t] = (batch_entry){s, in[t].token, in[t].pos, true};
+    }
+    for (int t = 0; t < n; t++) in[t].seq->pending = in[t].pos + 1 - in[t].seq->len; /* room, never committed */
+    attnd_status st = kv_reserve(e->seqs, n, err);
+    for (int t = 0; t < n; t++) in[t].seq->pending = 0;
+    if (st) return st;
+    pass p = {.e = e, .entries = e->mtp_b, .n = n, .E = mi->n_embd, .Q = m->q_dim, .KV = m->kv_dim, .F = mi->n_ff};
+    p.n_qb = split_qblocks(e, e->mtp_b, n);
+    for (int t = 0; t < n; t++) p.attn_work += (long)mi->n_head * mi->head_dim * (in[t].pos + 1);
+    step_embed(&p); /* the rotary tables of each position (x is replaced below) */
+    for (int t = 0; t < n; t++) mtp_input(e, t, in[t].token, in[t].h ? in[t].h : mtp_hidden(in[t].seq, in[t].pos - 1));
+    mtp_block(&p);
+    rmsnorm(h_out, e->x, m->mtp_head_norm ? m->mtp_head_norm : m->output_norm, n, p.E, mi->rms_eps, e->n_threads);
+    matmul(e, logits, &m->mtp_head, h_out, n);
+    return ATTND_OK;
+}
+
 attnd_status engine_eval(engine *e, const batch_entry *entries, int n, float *logits, attnd_err *err) {
     if (n == 0) return ATTND_OK;
     if (n < 0 || n > e->max_batch)
@@ -1213,7 +1355,8 @@ attnd_status engine_eval(engine *e, const batch_entry *entries, int n, float *lo
 
     if (m->n_dn_layers) p.n_runs = plan_runs(e, entries, n, n_seqs);
     /* a recurrent state moved on by the layers already run is backed up first, or no yield */
-    bool may_yield = e->yield_fn && !p.ablating && !e->attn_cb && !e->resid_cb && !e->expert_cb && !e->matmul_cb;
+    bool may_yield =
+        e->yield_fn && !p.ablating && !e->attn_cb && !e->resid_cb && !e->expert_cb && !e->matmul_cb && !e->dn_cb;
     for (int i = 0; may_yield && m->n_dn_layers && i < n_seqs; i++) may_yield = kv_state_can_back_up(e->seqs[i]);
     p.back_up = may_yield && m->n_dn_layers;
     step_embed(&p);
@@ -1232,6 +1375,7 @@ attnd_status engine_eval(engine *e, const batch_entry *entries, int n, float *lo
         }
     }
     if (n_want) step_logits(&p, n_want, logits);
+    if (entries[0].seq->pool->mtp) step_mtp_follow(&p);
 
     for (int i = 0; i < n_seqs; i++) {
         e->seqs[i]->len += e->seqs[i]->pending;
@@ -1247,11 +1391,12 @@ attnd_status engine_eval(engine *e, const batch_entry *entries, int n, float *lo
 attnd_status engine_eval_hidden(engine *e, const batch_entry *entries, int n, float *hidden, attnd_err *err) {
     engine saved = *e;
     e->attn_cb = NULL, e->resid_cb = NULL, e->expert_cb = NULL, e->matmul_cb = NULL, e->yield_fn = NULL;
+    e->dn_cb = NULL;
     e->hidden = true;
     attnd_status st = engine_eval(e, entries, n, hidden, err);
     e->hidden = false;
     e->attn_cb = saved.attn_cb, e->resid_cb = saved.resid_cb, e->expert_cb = saved.expert_cb;
-    e->matmul_cb = saved.matmul_cb, e->yield_fn = saved.yield_fn;
+    e->matmul_cb = saved.matmul_cb, e->yield_fn = saved.yield_fn, e->dn_cb = saved.dn_cb;
     return st;
 }
 

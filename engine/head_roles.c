@@ -53,7 +53,7 @@ static void score_probe(head_scores *acc, const attn_capture *c, int o, int T, i
                     n_loc++;
                 }
             }
-            head_scores *s = &acc[li * attn_capture_n_heads(c) + hi];
+            head_scores *s = &acc[attn_capture_layer(c, li) * attn_capture_n_heads(c) + hi];
             s->previous_token += prev / (L - 1);
             s->sink += sink / (L - 1);
             s->induction += ind / T;
@@ -101,9 +101,18 @@ attnd_status head_roles_compute(engine *e, kv_pool *pool, const head_roles_param
     *out = (head_roles){.n_layer = mi->n_layer, .n_head = mi->n_head, .length = T, .n_probes = n_probes,
                         .window = window, .scores = calloc((size_t)LH, sizeof(head_scores))};
     int32_t *ids = malloc(sizeof(int32_t) * (size_t)L);
+    int *attn = calloc((size_t)mi->n_layer, sizeof(int)), n_attn = 0; /* a hybrid model's attention layers */
+    for (int l = 0; attn && l < mi->n_layer; l++)
+        if (!model_info_recurrent(mi, l)) attn[n_attn++] = l;
+    out->recurrent_every = mi->n_recurrent_layers ? mi->recurrent_every : 0;
     attn_capture *c = NULL;
-    attnd_status st = out->scores && ids ? ATTND_OK : attnd_fail(err, ATTND_ERR_NOMEM, "out of memory");
-    if (st == ATTND_OK) st = attn_capture_create(&c, engine_model(e), &(attn_capture_params){.n_positions = L}, err);
+    attnd_status st = out->scores && ids && attn ? ATTND_OK : attnd_fail(err, ATTND_ERR_NOMEM, "out of memory");
+    if (st == ATTND_OK && !n_attn)
+        st = attnd_fail(err, ATTND_ERR_UNSUPPORTED, "head roles: the model ('%s') has no attention layer", mi->arch);
+    bool hybrid = mi->n_recurrent_layers > 0; /* its DeltaNet layers are not selected */
+    attn_capture_params cp = {.n_positions = L, .deltanet = true, .layers = hybrid ? attn : NULL,
+                              .n_layers = hybrid ? n_attn : 0};
+    if (st == ATTND_OK) st = attn_capture_create(&c, engine_model(e), &cp, err);
     for (int k = 0; st == ATTND_OK && k < n_probes; k++) {
         head_roles_probe(ids, p, T, k);
         if ((st = run_probe(e, pool, c, ids, L, err)) == ATTND_OK) score_probe(out->scores, c, o, T, window);
@@ -113,7 +122,7 @@ attnd_status head_roles_compute(engine *e, kv_pool *pool, const head_roles_param
         s->previous_token /= n_probes, s->sink /= n_probes, s->induction /= n_probes, s->local /= n_probes;
     }
     attn_capture_destroy(c);
-    free(ids);
+    free(ids), free(attn);
     out->wall_ms = (attnd_now_s() - t0) * 1e3;
     if (st != ATTND_OK) head_roles_free(out);
     return st;

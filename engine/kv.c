@@ -44,6 +44,26 @@ const char *kv_type_unsupported(const model *m, kv_type type) {
     return NULL;
 }
 
+/* The bytes of a block from the layers' slots. */
+static void pool_sizes(kv_pool *p) {
+    size_t kv_tiles = model_info_get(p->m)->kv_latent ? 1 : 2; /* a latent tile holds what K and V would */
+    p->global_bytes = kv_tiles * p->n_head_kv * p->tile_bytes * (size_t)p->n_global;
+    p->local_bytes = kv_tiles * p->local_n_head_kv * p->local_tile_bytes * (size_t)p->n_local;
+    p->block_bytes = p->global_bytes + p->local_bytes;
+}
+
+attnd_status kv_pool_set_mtp(kv_pool *p, bool on, attnd_err *err) {
+    if (on == p->mtp) return ATTND_OK;
+    if (on) return attnd_fail(err, ATTND_ERR_INVALID, "the model has no MTP block to cache");
+    if (p->n_seqs || p->free_list || p->used)
+        return attnd_fail(err, ATTND_ERR_INVALID, "the MTP block's cache is set before the pool has sequences");
+    p->mtp = false;
+    p->n_layer--;
+    p->n_global--; /* the MTP layer's slot was the last global one */
+    pool_sizes(p);
+    return ATTND_OK;
+}
+
 attnd_status kv_pool_create(kv_pool **out, const model *m, size_t budget_bytes, kv_type type, attnd_err *err) {
     *out = NULL;
     if (!m) return attnd_fail(err, ATTND_ERR_INVALID, "kv_pool_create: no model");
@@ -54,7 +74,8 @@ attnd_status kv_pool_create(kv_pool **out, const model *m, size_t budget_bytes, 
     if (!p) return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory creating the KV pool");
     p->m = m;
     p->type = type;
-    p->n_layer = mi->n_layer;
+    p->n_layer = mi->n_layer + (mi->mtp ? 1 : 0); /* the MTP block's cache last (kv_layout.h) */
+    p->mtp = mi->mtp;
     p->kv_dim = mi->n_head_kv * mi->head_dim;
     p->head_dim = mi->head_dim;
     p->n_ctx = mi->n_ctx;
@@ -89,10 +110,7 @@ attnd_status kv_pool_create(kv_pool **out, const model *m, size_t budget_bytes, 
             p->layer_slot[l] = L->kind == LAYER_DELTANET ? -1 : w > 0 ? p->n_local++ : p->n_global++;
         if (w > p->window) p->window = w;
     }
-    size_t kv_tiles = mi->kv_latent ? 1 : 2; /* a latent tile holds what K and V would */
-    p->global_bytes = kv_tiles * p->n_head_kv * p->tile_bytes * (size_t)p->n_global;
-    p->local_bytes = kv_tiles * p->local_n_head_kv * p->local_tile_bytes * (size_t)p->n_local;
-    p->block_bytes = p->global_bytes + p->local_bytes;
+    pool_sizes(p);
     p->state_layer_floats = m->n_dn_layers ? dn_state_floats(&m->dn) : 0;
     p->state_bytes = kv_state_bytes(m);
     p->budget = budget_bytes;
@@ -144,7 +162,7 @@ size_t kv_layer_bytes_per_token(const model *m, kv_type type, bool local) {
     const model_info *mi = model_info_get(m);
     if (mi->kv_latent) return (size_t)(local ? 0 : mi->n_layer) * kv_quant_row_bytes(type, mi->kv_latent);
     size_t n = 0;
-    for (int l = 0; l < mi->n_layer; l++) {
+    for (int l = 0; l < mi->n_layer + (mi->mtp ? 1 : 0); l++) { /* the MTP block's as the pool holds it */
         const layer_weights *L = &m->layers[l];
         if (L->kind == LAYER_DELTANET || L->kv_source != l || (L->window > 0) != local) continue;
         n += (size_t)2 * L->n_head_kv * kv_quant_row_bytes(type, L->head_dim);
@@ -170,10 +188,15 @@ static kv_seq *seq_alloc(kv_pool *pool) {
     s->max_blocks = (pool->n_ctx + KV_BLOCK - 1) / KV_BLOCK;
     s->blocks = calloc((size_t)s->max_blocks, sizeof(*s->blocks));
     s->ckpts = pool->ckpt_max ? calloc((size_t)pool->ckpt_max, sizeof(*s->ckpts)) : NULL;
-    if (!s->blocks || (pool->ckpt_max && !s->ckpts)) {
-        free(s->blocks), free(s->ckpts), free(s);
+    if (pool->mtp) {
+        s->mtp_h = malloc(sizeof(float) * KV_MTP_ROWS * (size_t)model_info_get(pool->m)->n_embd);
+        s->mtp_pos = malloc(sizeof(int) * KV_MTP_ROWS);
+    }
+    if (!s->blocks || (pool->ckpt_max && !s->ckpts) || (pool->mtp && (!s->mtp_h || !s->mtp_pos))) {
+        free(s->blocks), free(s->ckpts), free(s->mtp_h), free(s->mtp_pos), free(s);
         return NULL;
     }
+    for (int i = 0; pool->mtp && i < KV_MTP_ROWS; i++) s->mtp_pos[i] = -1;
     return s;
 }
 
@@ -200,7 +223,7 @@ attnd_status kv_seq_fork(kv_seq **out, const kv_seq *parent, attnd_err *err) {
     pthread_mutex_lock(&p->lock);
     if (parent->state && (!s->state || p->state_bytes > p->budget - p->used)) {
         pthread_mutex_unlock(&p->lock);
-        free(s->state), free(s->blocks), free(s->ckpts), free(s);
+        free(s->state), free(s->blocks), free(s->ckpts), free(s->mtp_h), free(s->mtp_pos), free(s);
         return attnd_fail(err, ATTND_ERR_NOMEM, "no room for a forked sequence's recurrent state (%zu bytes)",
                           p->state_bytes);
     }
@@ -213,6 +236,10 @@ attnd_status kv_seq_fork(kv_seq **out, const kv_seq *parent, attnd_err *err) {
     kv_ckpt_share_locked(s, parent);
     s->len = parent->len;
     s->lmin = parent->lmin;
+    if (p->mtp) { /* the hidden states the MTP block reads next */
+        memcpy(s->mtp_h, parent->mtp_h, sizeof(float) * KV_MTP_ROWS * (size_t)model_info_get(p->m)->n_embd);
+        memcpy(s->mtp_pos, parent->mtp_pos, sizeof(int) * KV_MTP_ROWS);
+    }
     p->n_seqs++;
     pthread_mutex_unlock(&p->lock);
     *out = s;
@@ -302,10 +329,12 @@ void kv_seq_destroy(kv_seq *s) {
     free(s->state);
     free(s->blocks);
     free(s->ckpts);
+    free(s->mtp_h), free(s->mtp_pos);
     free(s);
 }
 
 int kv_seq_len(const kv_seq *s) { return s->len; }
+kv_pool *kv_seq_pool(const kv_seq *s) { return s->pool; }
 /* Bytes of blocks[i] of s: its payload, and its local part while it has one. */
 static size_t held_bytes(const kv_seq *s, int i) {
     return s->pool->global_bytes + (s->blocks[i]->local ? s->pool->local_bytes : 0);
@@ -490,3 +519,4 @@ attnd_status kv_reserve(kv_seq *const *seqs, int n, attnd_err *err) {
     pthread_mutex_unlock(&p->lock);
     return ATTND_OK;
 }
+bool kv_pool_mtp(const kv_pool *p) { return p->mtp; }

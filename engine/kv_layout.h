@@ -24,6 +24,12 @@
  * long the sequence grows. Positions below kv_seq.lmin may have lost their local part; a
  * truncation that would need them again truncates to 0 instead.
  *
+ * A model with a multi-token-prediction block it drafts with (model_info.mtp) caches that block
+ * as one more global layer, index n_layer (kv_pool_set_mtp(false) leaves it out): its K and V
+ * follow the sequence through truncation, forks and saved sessions as every layer's do. Drafting
+ * writes them past the sequence's length (engine_mtp_step), where the next evaluation overwrites
+ * them.
+ *
  * A model with latent attention (mla.h, model_info.kv_latent) caches one row per position and layer
  * for every head, [latent | rotated key part] (kv_latent elements): a block holds per layer one
  * (KV_BLOCK, kv_latent) tile, positions one after the other (not transposed), read through
@@ -65,6 +71,10 @@
  * are freed, so the process's memory follows the tokens held rather than its peak. */
 #define KV_FREE_KEEP 4
 
+/* The main model's final-normed hidden states a sequence keeps for its MTP block (the newest
+ * positions it evaluated): enough for a truncation back through a whole verify. */
+#define KV_MTP_ROWS 40
+
 /* The most state checkpoints a sequence may keep (kv_pool_set_checkpoints). */
 #define KV_CKPT_MAX 64
 
@@ -98,6 +108,7 @@ struct kv_pool {
     int ckpt_interval;     /* a checkpoint each time a sequence passes a multiple of this; 0 = none */
     size_t ckpt_bytes;     /* the part of used that checkpoints hold */
     int window;            /* their window (positions) */
+    bool mtp;              /* the MTP block's cache (layer info.n_layer, the last global slot) is held */
     uint8_t *layer_local;  /* (n_layer) 1 = the layer's K/V live in the local part */
     int *layer_slot;       /* (n_layer) the layer's index among the layers of its part (-1: no K/V);
                               a layer sharing an earlier layer's cache has that layer's slot */
@@ -129,6 +140,12 @@ struct kv_seq {
     int steps_cap;         /* states steps has room for (charged to the budget) */
     int steps_want;        /* the next batch keeps this many (kv_seq_keep_steps); 0 = none */
     int steps_from, steps_n; /* steps[i] is the state at length steps_from + 1 + i, i < steps_n */
+    /* pool mtp: the main model's final-normed hidden state h of the newest evaluated positions,
+     * position p's in row p % KV_MTP_ROWS when mtp_pos says p (-1: none); the MTP block at
+     * position p reads h of p - 1 */
+    float *mtp_h;          /* (KV_MTP_ROWS, n_embd) */
+    int *mtp_pos;          /* (KV_MTP_ROWS) */
+    int mtp_row;           /* engine scratch: the batch entry of this sequence last seen */
 };
 
 /* A copy of a sequence's whole recurrent state (state_bytes) as it was at length pos. Read-only

@@ -4,10 +4,14 @@
  *
  * A cache block of a latent layer is one (KV_BLOCK, kv_lora + rope) tile, position after
  * position (kv_layout.h): every head reads the same rows, so the tile is the keys of all heads
- * and, in its first kv_lora columns, their values. Work items are (query block, head): a block's
- * entries share each tile they read; an F16, Q8_0 or Q4_0 tile is converted to F32 once per item
- * (a quantized row is L / 32 GGUF blocks, as a per-head value row: kv_quant.h), so every type
- * takes the same F32 dot products.
+ * and, in its first kv_lora columns, their values. A work item is a few consecutive entries of a
+ * query block with every head (or a group of heads, when there are fewer items than threads):
+ * up to MLA_ROWS query rows that share each tile they read. An F16, Q8_0 or Q4_0 tile is
+ * converted to F32 once per item (a quantized row is L / 32 GGUF blocks, as a per-head value row:
+ * kv_quant.h), so every type takes the same F32 kernels: scores and weighted sums of all the
+ * item's rows against the tile as register-blocked matrix products (mla_kernels.h), around an
+ * online softmax. Prefill and decode run the same kernels, whose results do not depend on how
+ * the rows are grouped: a prompt's logits are those of the same tokens decoded one at a time.
  */
 #include "mla.h"
 
@@ -18,19 +22,26 @@
 #include "block.h"
 #include "kv_layout.h"
 #include "kv_quant.h"
+#include "mla_kernels.h"
 #include "quant.h"
 #include "threads.h"
 
 /* Most entries of one query block (engine.c splits batches into blocks of at most this many). */
 #define MLA_QBLOCK 16
+/* Most query rows (tokens x heads) of one work item: its running sums (MLA_ROWS, kv_lora) and
+ * one converted tile (KV_BLOCK, latent) stay within a core's L2 cache. */
+#define MLA_ROWS 96
 
 /* One worker's attention scratch. */
 typedef struct mla_slot {
     float *tile;     /* (KV_BLOCK, latent) an F16 / Q8_0 / Q4_0 tile as F32 */
-    float *p;        /* (MLA_QBLOCK, KV_BLOCK) scores, then weights, of one tile */
-    float *acc;      /* (MLA_QBLOCK, kv_lora) running weighted sums of latents */
-    float *run_max;  /* (MLA_QBLOCK) */
-    float *run_sum;  /* (MLA_QBLOCK) */
+    float *p;        /* (MLA_ROWS, KV_BLOCK) scores, then weights, of one tile */
+    float *acc;      /* (MLA_ROWS, kv_lora) running weighted sums of latents */
+    float *run_max;  /* (MLA_ROWS) */
+    float *run_sum;  /* (MLA_ROWS) */
+    float *corr;     /* (MLA_ROWS) one tile's rescaling of the running sums */
+    int *lim;        /* (MLA_ROWS) how many of the tile's rows each query row sees */
+    const float **q; /* (MLA_ROWS) the item's absorbed queries */
 } mla_slot;
 
 struct mla_scratch {
@@ -50,7 +61,7 @@ static size_t max_z(size_t a, size_t b) { return a > b ? a : b; }
 /* Places the scratch's arrays in mem (NULL: only measures); returns the bytes they need. */
 static size_t layout(mla_scratch *s, char *mem, const mla_dims *d, int max_batch, int n_workers, size_t mm_bytes) {
     size_t B = (size_t)max_batch, H = (size_t)d->n_head, L = (size_t)mla_latent(d), C = (size_t)d->kv_lora;
-    size_t QB = MLA_QBLOCK;
+    size_t R = MLA_ROWS;
     block b = {.mem = mem};
     s->qlat = block_take(&b, B * H * L, sizeof(float));
     s->olat = block_take(&b, B * H * C, sizeof(float));
@@ -63,10 +74,13 @@ static size_t layout(mla_scratch *s, char *mem, const mla_dims *d, int max_batch
     for (int w = 0; w < n_workers; w++) {
         mla_slot sl = {0};
         sl.tile = block_take(&b, KV_BLOCK * L, sizeof(float));
-        sl.p = block_take(&b, QB * KV_BLOCK, sizeof(float));
-        sl.acc = block_take(&b, QB * C, sizeof(float));
-        sl.run_max = block_take(&b, QB, sizeof(float));
-        sl.run_sum = block_take(&b, QB, sizeof(float));
+        sl.p = block_take(&b, R * KV_BLOCK, sizeof(float));
+        sl.acc = block_take(&b, R * C, sizeof(float));
+        sl.run_max = block_take(&b, R, sizeof(float));
+        sl.run_sum = block_take(&b, R, sizeof(float));
+        sl.corr = block_take(&b, R, sizeof(float));
+        sl.lim = block_take(&b, R, sizeof(int));
+        sl.q = block_take(&b, R, sizeof(const float *));
         if (mem) s->slots[w] = sl;
     }
     return block_size(&b);
@@ -175,71 +189,69 @@ static const float *tile_rows(const struct kv_seq *s, int layer, int b, int cnt,
     return buf;
 }
 
-/* a . b in 16 independent lanes (so the compiler keeps them in vector registers; a strict
- * left-to-right sum would not vectorise), then the lanes; n is a multiple of 16 or not. */
-static float dot(const float *a, const float *b, int n) {
-    float lane[16] = {0}, s = 0;
-    int i = 0;
-    for (; i + 16 <= n; i += 16)
-        for (int k = 0; k < 16; k++) lane[k] += a[i + k] * b[i + k];
-    for (; i < n; i++) s += a[i] * b[i];
-    for (int k = 0; k < 16; k++) s += lane[k];
-    return s;
-}
-
-/* One tile for the block's queries qi0..n-1 (query qi sees rows 0..pos0 + qi - base): scores,
- * online-softmax rescaling of the running sums, and the weighted latents added. */
-static void tile_step(const mla_job *j, mla_slot *sl, const float *rows, int cnt, int base, int pos0, int qi0,
-                      int n, const float *q0, size_t q_stride) {
-    int C = j->d->kv_lora, L = mla_latent(j->d);
-    for (int qi = qi0; qi < n; qi++) {
-        int lim = pos0 + qi + 1 - base < cnt ? pos0 + qi + 1 - base : cnt;
-        const float *q = q0 + (size_t)qi * q_stride;
-        float *p = sl->p + (size_t)qi * KV_BLOCK, mx = sl->run_max[qi];
-        for (int k = 0; k < lim; k++) {
-            p[k] = dot(q, rows + (size_t)k * L, L) * j->scale;
-            mx = p[k] > mx ? p[k] : mx;
-        }
-        float corr = expf(sl->run_max[qi] - mx), sum = 0;
-        float *acc = sl->acc + (size_t)qi * C;
-        for (int i = 0; i < C; i++) acc[i] *= corr;
-        for (int k = 0; k < lim; k++) {
-            float w = expf(p[k] - mx);
-            sum += w;
-            const float *r = rows + (size_t)k * L;
-            for (int i = 0; i < C; i++) acc[i] += w * r[i];
-        }
-        sl->run_sum[qi] = sl->run_sum[qi] * corr + sum;
-        sl->run_max[qi] = mx;
-    }
-}
-
+/* How the attention is cut into work items: nt consecutive entries of one query block x nh
+ * heads (n_hg groups of heads), so an item's cache tiles are converted once for all its rows. */
 typedef struct attend_ctx {
     const mla_job *j;
+    const mla_kernels *k;
+    int nt, nh, n_hg;
 } attend_ctx;
 
-/* Work item w: query block w / n_head, head w % n_head. */
+static int min_i(int a, int b) { return a < b ? a : b; }
+
+static int attend_items(const attend_ctx *c) {
+    int n = 0;
+    for (int i = 0; i < c->j->n_qb; i++) n += (c->j->qb[i].n + c->nt - 1) / c->nt * c->n_hg;
+    return n;
+}
+
+/* Items as large as MLA_ROWS allows (every head of a few entries), with the heads split further
+ * while there are fewer items than threads (decode of one sequence). */
+static void attend_plan(attend_ctx *c, int n_threads) {
+    int H = c->j->d->n_head;
+    for (c->nh = min_i(H, MLA_ROWS);; c->nh = (c->nh + 1) / 2) {
+        c->nt = min_i(MLA_QBLOCK, MLA_ROWS / c->nh);
+        c->n_hg = (H + c->nh - 1) / c->nh;
+        if (c->nh == 1 || attend_items(c) >= n_threads) return;
+    }
+}
+
+/* Work item w: its entries' and heads' rows attend tile after tile (flash-style online softmax),
+ * each query row seeing the cached rows up to its entry's position. */
 static void attend_item(void *ctx, int w, int worker) {
-    const mla_job *j = ((const attend_ctx *)ctx)->j;
+    const attend_ctx *c = ctx;
+    const mla_job *j = c->j;
     const mla_dims *d = j->d;
-    int H = d->n_head, h = w % H, C = d->kv_lora, L = mla_latent(d);
-    mla_qblock qb = j->qb[w / H];
+    int H = d->n_head, C = d->kv_lora, L = mla_latent(d), qi = 0, per;
+    while (w >= (per = (j->qb[qi].n + c->nt - 1) / c->nt * c->n_hg)) w -= per, qi++;
+    mla_qblock qb = j->qb[qi];
+    int t0 = qb.start + w / c->n_hg * c->nt, nt = min_i(c->nt, qb.start + qb.n - t0);
+    int h0 = w % c->n_hg * c->nh, nh = min_i(c->nh, H - h0), m = nt * nh;
     mla_slot *sl = &j->s->slots[worker];
-    const struct kv_seq *s = j->seq[qb.start];
-    int pos0 = j->pos[qb.start], n_keys = pos0 + qb.n;
-    for (int qi = 0; qi < qb.n; qi++) sl->run_max[qi] = -INFINITY, sl->run_sum[qi] = 0;
-    memset(sl->acc, 0, sizeof(float) * (size_t)qb.n * C);
-    const float *q0 = j->s->qlat + ((size_t)qb.start * H + h) * L;
+    const struct kv_seq *s = j->seq[t0];
+    int pos0 = j->pos[t0], n_keys = pos0 + nt; /* entry t0 + t is at position pos0 + t */
+    for (int t = 0; t < nt; t++)
+        for (int h = 0; h < nh; h++) sl->q[t * nh + h] = j->s->qlat + ((size_t)(t0 + t) * H + h0 + h) * L;
+    for (int r = 0; r < m; r++) sl->run_max[r] = -INFINITY, sl->run_sum[r] = 0;
+    memset(sl->acc, 0, sizeof(float) * (size_t)m * C);
     for (int b = 0, base = 0; base < n_keys; b++, base += KV_BLOCK) {
-        int cnt = n_keys - base < KV_BLOCK ? n_keys - base : KV_BLOCK;
+        int cnt = min_i(n_keys - base, KV_BLOCK);
         const float *rows = tile_rows(s, j->layer, b, cnt, L, sl->tile);
-        int qi0 = base > pos0 ? base - pos0 : 0;
-        tile_step(j, sl, rows, cnt, base, pos0, qi0, qb.n, q0, (size_t)H * L);
+        for (int t = 0; t < nt; t++) {
+            int lim = pos0 + t + 1 - base;
+            lim = lim < 0 ? 0 : min_i(lim, cnt);
+            for (int h = 0; h < nh; h++) sl->lim[t * nh + h] = lim;
+        }
+        c->k->scores(sl->p, sl->q, m, rows, cnt, L);
+        c->k->softmax(sl->p, m, sl->lim, j->scale, sl->run_max, sl->run_sum, sl->corr);
+        c->k->values(sl->acc, sl->p, sl->corr, m, rows, cnt, L, C);
     }
-    for (int qi = 0; qi < qb.n; qi++) {
-        float *o = j->s->olat + ((size_t)(qb.start + qi) * H + h) * C, inv = 1.0f / sl->run_sum[qi];
-        for (int i = 0; i < C; i++) o[i] = sl->acc[(size_t)qi * C + i] * inv;
-    }
+    for (int t = 0; t < nt; t++)
+        for (int h = 0; h < nh; h++) {
+            int r = t * nh + h;
+            float *o = j->s->olat + ((size_t)(t0 + t) * H + h0 + h) * C, inv = 1.0f / sl->run_sum[r];
+            for (int i = 0; i < C; i++) o[i] = sl->acc[(size_t)r * C + i] * inv;
+        }
 }
 
 /* out = W_UV,h olat_h of every entry and head. */
@@ -260,8 +272,10 @@ void mla_attend(const mla_job *j) {
     absorb_queries(j);
     long work = 0;
     for (int t = 0; t < j->n; t++) work += (long)(j->pos[t] + 1) * j->d->n_head * mla_latent(j->d);
-    attend_ctx c = {j};
-    threads_run(work >= 32768L ? j->n_threads : 1, j->n_qb * j->d->n_head, attend_item, &c);
+    int n_threads = work >= 32768L ? j->n_threads : 1;
+    attend_ctx c = {.j = j, .k = mla_kernels_active()};
+    attend_plan(&c, n_threads);
+    threads_run(n_threads, attend_items(&c), attend_item, &c);
     expand_outputs(j);
 }
 
@@ -269,12 +283,13 @@ void mla_weights(const mla_job *j, int t, int h, float *w) {
     const mla_dims *d = j->d;
     int L = mla_latent(d), n_keys = j->pos[t] + 1;
     const float *q = j->s->qlat + ((size_t)t * d->n_head + h) * L;
-    float mx = -INFINITY;
+    float s[KV_BLOCK], mx = -INFINITY; /* the attention's own scores (mla_kernels) */
     for (int base = 0; base < n_keys; base += KV_BLOCK) {
-        int cnt = n_keys - base < KV_BLOCK ? n_keys - base : KV_BLOCK;
+        int cnt = min_i(n_keys - base, KV_BLOCK);
         const float *rows = tile_rows(j->seq[t], j->layer, base / KV_BLOCK, cnt, L, j->s->slots[0].tile);
+        mla_kernels_active()->scores(s, &q, 1, rows, cnt, L);
         for (int k = 0; k < cnt; k++) {
-            w[base + k] = dot(q, rows + (size_t)k * L, L) * j->scale;
+            w[base + k] = s[k] * j->scale;
             mx = w[base + k] > mx ? w[base + k] : mx;
         }
     }

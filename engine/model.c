@@ -481,7 +481,8 @@ static attnd_status read_recurrent(model *m, const char *arch, attnd_err *err) {
         if (L->kind == LAYER_DELTANET) L->dn_slot = m->n_dn_layers++;
     }
     mi->n_recurrent_layers = m->n_dn_layers;
-    if (!m->n_dn_layers) m->dn = (dn_dims){0};
+    mi->recurrent_every = (int)every, mi->recurrent_heads = (int)hv;
+    if (!m->n_dn_layers) m->dn = (dn_dims){0}, mi->recurrent_every = 0, mi->recurrent_heads = 0;
     return ATTND_OK;
 }
 
@@ -944,8 +945,48 @@ static attnd_status load_layer(model *m, int l, attnd_err *err) {
 #undef MAT
 #undef VEC
 
-/* The multi-token-prediction blocks (blk.N. with N from n_layer on) count as read: attnd does not
- * run them (llama.cpp's main pass does not either). */
+/* The multi-token-prediction block of an arch mtp family (one nextn block, blk.<n_layer>): a
+ * gated-attention block of the main layers' geometry, and its nextn tensors (llama.cpp's
+ * qwen35 / qwen35moe load_block_mtp). A file whose block does not load as that is served without
+ * it (info.mtp false): the block never changes what the main pass computes. */
+static attnd_status load_ffn(model *m, int l, attnd_err *err);
+static void load_mtp(model *m, const char *arch) {
+    model_info *mi = &m->info;
+    int l = mi->n_layer, src = -1;
+    if (!m->arch->mtp || mi->n_mtp_layers != 1) return;
+    for (int i = 0; i < l; i++)
+        if (m->layers[i].kind == LAYER_ATTENTION && !m->layers[i].window) src = i;
+    if (src < 0) return;
+    layer_weights *L = &m->layers[l];
+    attnd_err err;
+    int64_t E = mi->n_embd, V = mi->n_vocab;
+    *L = (layer_weights){0};
+    const layer_weights *S = &m->layers[src];
+    L->kind = LAYER_ATTENTION, L->rope = S->rope, L->rope_table = S->rope_table, L->head_dim = S->head_dim;
+    L->rope_dims = S->rope_dims, L->q_dim = S->q_dim, L->kv_dim = S->kv_dim, L->kv_source = l, L->out_scale = 1.0f;
+    if (read_layer_widths(m, arch, l, &err) || L->n_head_kv != S->n_head_kv || L->n_ff > m->max_ff ||
+        load_layer(m, l, &err) || load_ffn(m, l, &err))
+        goto off;
+    char name[96];
+#define NEXTN(s) (snprintf(name, sizeof(name), "blk.%d.nextn.%s.weight", l, s), name)
+    if (find_matrix(m, NEXTN("eh_proj"), E, 2 * E, true, &m->mtp_eh_proj, &err) ||
+        load_vector(m, NEXTN("enorm"), E, true, &m->mtp_enorm, &err) ||
+        load_vector(m, NEXTN("hnorm"), E, true, &m->mtp_hnorm, &err) ||
+        load_vector(m, NEXTN("shared_head_norm"), E, false, &m->mtp_head_norm, &err) ||
+        find_matrix(m, NEXTN("shared_head_head"), V, E, false, &m->mtp_head, &err) ||
+        find_matrix(m, NEXTN("embed_tokens"), V, E, false, &m->mtp_embd, &err))
+        goto off;
+#undef NEXTN
+    if (!m->mtp_head.data) m->mtp_head = m->output;
+    if (!m->mtp_embd.data) m->mtp_embd = m->tok_embd;
+    mi->mtp = true;
+    return;
+off:
+    mi->mtp = false;
+}
+
+/* The multi-token-prediction blocks (blk.N. with N from n_layer on) count as read: the main pass
+ * does not run them (llama.cpp's does not either); load_mtp's block runs as a draft. */
 static void skip_mtp_blocks(model *m) {
     for (uint64_t i = 0; m->info.n_mtp_layers && i < gguf_tensor_count(m->f); i++) {
         const gguf_tensor *t = gguf_tensor_at(m->f, i);
@@ -1094,16 +1135,20 @@ static void pack_task(void *ctx, int i, int worker) {
  * mapping as it is. token_embd is only looked up by row: never packed, even when the output head
  * is tied to it. */
 static void pack_matrices(model *m) {
-    int n = 0, cap = 2 + LAYER_MATRICES * m->info.n_layer;
+    int nl = m->info.n_layer + (m->info.mtp ? 1 : 0), n = 0, cap = 4 + LAYER_MATRICES * nl;
     weight **ws = malloc(sizeof(*ws) * (size_t)cap);
     if (!ws) return; /* no copies: slower, same results */
     ws[n++] = &m->output;
     ws[n++] = &m->ple_model_proj;
-    for (int l = 0; l < m->info.n_layer; l++, n += LAYER_MATRICES) layer_matrices(&m->layers[l], ws + n);
+    ws[n++] = &m->mtp_eh_proj;
+    bool own_head = m->mtp_head.data && m->mtp_head.data != m->output.data;
+    if (own_head) ws[n++] = &m->mtp_head;
+    for (int l = 0; l < nl; l++, n += LAYER_MATRICES) layer_matrices(&m->layers[l], ws + n);
     threads_run(threads_default(), n, pack_task, &(pack_job){m, ws});
     for (int i = 0; i < n; i++)
         if (ws[i]->packed) m->packed_bytes += quant_packed_bytes(ws[i]->packed);
     free(ws);
+    if (!own_head && m->mtp_head.data) m->mtp_head = m->output; /* the head it shares, packed */
 }
 
 /* Per-layer embeddings (arch per_layer_embd, embedding_length_per_layer_input > 0): the token's
@@ -1152,7 +1197,7 @@ void model_destroy(model *m) {
     if (!m) return;
     embed_model_free(m); /* before the layers: it frees some of theirs */
     if (m->layers) {
-        for (int l = 0; l < m->info.n_layer; l++) {
+        for (int l = 0; l < m->info.n_layer + (m->info.mtp ? 1 : 0); l++) {
             layer_weights *L = &m->layers[l];
             float *vecs[] = {L->attn_norm, L->ffn_norm, L->bq, L->bk, L->bv, L->bo, L->sinks, L->q_norm,
                              L->k_norm, L->post_attn_norm, L->post_ffn_norm, L->router_b, L->gate_exps_b,
@@ -1167,10 +1212,13 @@ void model_destroy(model *m) {
         }
         free(m->layers);
     }
+    if (m->mtp_head.packed != m->output.packed) quant_packed_destroy(m->mtp_head.packed);
     quant_packed_destroy(m->output.packed); /* never set on tok_embd, even when output is tied to it */
     quant_packed_destroy(m->ple_model_proj.packed);
     free(m->output_norm);
     free(m->ple_proj_norm);
+    free(m->mtp_enorm), free(m->mtp_hnorm), free(m->mtp_head_norm);
+    quant_packed_destroy(m->mtp_eh_proj.packed);
     for (int i = 0; i < ROPE_TABLES; i++) free(m->rope[i].inv_freq);
     free(m->tensor_read);
     gguf_close(m->f);
@@ -1186,7 +1234,7 @@ attnd_status model_load(model **out, const char *path, attnd_err *err) {
     if ((st = gguf_open(&m->f, path, err))) goto fail;
     model_info *mi = &m->info;
     if ((st = read_shape(m, &arch, err))) goto fail;
-    m->layers = calloc((size_t)mi->n_layer, sizeof(*m->layers));
+    m->layers = calloc((size_t)(mi->n_layer + mi->n_mtp_layers), sizeof(*m->layers));
     m->tensor_read = calloc(gguf_tensor_count(m->f) + 1, 1);
     if (!m->layers || !m->tensor_read) {
         st = attnd_fail(err, ATTND_ERR_NOMEM, "out of memory loading a model");
@@ -1198,6 +1246,7 @@ attnd_status model_load(model **out, const char *path, attnd_err *err) {
         goto fail;
     if ((st = read_geometry(m, arch, err))) goto fail; /* per layer, from the model's (read_mla's for MLA) */
     if ((st = load_weights(m, err)) || (st = embed_model_load(m, arch, err))) goto fail;
+    load_mtp(m, arch);
     skip_mtp_blocks(m);
     m->run_ctx = mi->n_ctx;
     if ((st = make_rope_tables(m, arch, err))) goto fail;

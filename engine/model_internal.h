@@ -141,6 +141,15 @@ struct model {
     float moe_w_scale;       /* 0 or 1: unscaled */
     float mla_log_mul;       /* YaRN's mscale_all_dim (rope.scaling.yarn_log_multiplier / 0.1), or 0 */
     int n_dn_layers;         /* LAYER_DELTANET layers */
+    /* The multi-token-prediction block (arch mtp, info.mtp): layers[n_layer], a gated-attention
+     * block, fed eh_proj [rmsnorm(embd(token)) enorm | rmsnorm(h) hnorm] (h: the main model's
+     * final-normed hidden state of the position before); its output goes through head_norm and
+     * head (llama.cpp's qwen35 graph_mtp). */
+    weight mtp_eh_proj;      /* (n_embd, 2 n_embd) nextn.eh_proj */
+    weight mtp_embd;         /* (n_vocab, n_embd) nextn.embed_tokens, or token_embd */
+    weight mtp_head;         /* (n_vocab, n_embd) nextn.shared_head_head, or output */
+    float *mtp_enorm, *mtp_hnorm; /* (n_embd), owned */
+    float *mtp_head_norm;    /* (n_embd) nextn.shared_head_norm (owned), or NULL: output_norm */
     size_t packed_bytes;     /* memory of the weights' packed copies (weight.packed) */
     int run_ctx;             /* the context it is run at (model_set_context): n_ctx or less */
     uint8_t *tensor_read;    /* load scratch: (gguf_tensor_count) 1 = a step reads the tensor */

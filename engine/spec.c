@@ -33,6 +33,8 @@ struct spec {
     float *dlogits;         /* (d_vocab) of the draft's newest position */
     batch_entry *db;        /* (d_batch) */
     char *dmem;             /* the block dtok, dlogits and db are laid out in (layout_draft) */
+    /* with the model's MTP block (p.mtp): dlogits as above, and the block's hidden states */
+    float *mh;              /* (2, n_embd): the last step's, the step before's */
 };
 
 void spec_params_default(spec_params *p) {
@@ -48,6 +50,10 @@ attnd_status spec_params_validate(const spec_params *p, attnd_err *err) {
     if (!(p->draft_min_p >= 0 && p->draft_min_p <= 1))
         return attnd_fail(err, ATTND_ERR_INVALID, "draft_min_p %g is outside 0..1", p->draft_min_p);
     if (p->draft && !p->draft_pool) return attnd_fail(err, ATTND_ERR_INVALID, "a draft model needs its KV pool");
+    if (p->mtp && p->draft) return attnd_fail(err, ATTND_ERR_INVALID, "a draft model and the MTP block are exclusive");
+    if (p->mtp && (!p->mtp_seq || !model_info_get(engine_model(p->mtp))->mtp || !kv_pool_mtp(kv_seq_pool(p->mtp_seq))))
+        return attnd_fail(err, ATTND_ERR_INVALID, "MTP drafting needs a model with an MTP block and a sequence whose "
+                          "pool caches it");
     return ATTND_OK;
 }
 
@@ -116,6 +122,16 @@ attnd_status spec_create(spec **out, const spec_params *p, attnd_err *err) {
         }
         layout_draft(s, s->dmem);
         if ((st = kv_seq_create(&s->ds, p->draft_pool, err)) != ATTND_OK) goto fail;
+    } else if (p->mtp) {
+        const model_info *mi = model_info_get(engine_model(p->mtp));
+        s->d_ctx = mi->n_ctx, s->d_vocab = mi->n_vocab, s->d_batch = 1;
+        s->dmem = block_alloc(layout_draft(s, NULL));
+        s->mh = malloc(sizeof(float) * 2 * (size_t)mi->n_embd);
+        if (!s->dmem || !s->mh) {
+            st = attnd_fail(err, ATTND_ERR_NOMEM, "out of memory for the MTP draft's buffers");
+            goto fail;
+        }
+        layout_draft(s, s->dmem);
     }
     *out = s;
     return ATTND_OK;
@@ -129,6 +145,7 @@ void spec_destroy(spec *s) {
     kv_seq_destroy(s->ds);
     free(s->hist);
     free(s->dmem); /* dtok, dlogits, db */
+    free(s->mh);
     free(s);
 }
 
@@ -378,14 +395,40 @@ static attnd_status draft_model(spec *s, int max, int32_t *out, int *n_out, attn
     return st;
 }
 
+// ---- the model's own MTP block ----------------------------------------------------------------
+
+/* Up to max tokens from the MTP block of the target's sequence: its first step reads the newest
+ * history token (the one the target evaluates next, at the sequence's length) with the target's
+ * hidden state before it; each further step the drafted token with the block's own hidden state.
+ * Nothing when the sequence does not hold the history but its newest token. */
+static attnd_status draft_mtp(spec *s, int max, int32_t *out, int *n_out, attnd_err *err) {
+    kv_seq *q = s->p.mtp_seq;
+    int pos = kv_seq_len(q), E = model_info_get(engine_model(s->p.mtp))->n_embd;
+    if (pos < 1 || pos != s->n_hist - 1) return ATTND_OK;
+    int32_t tok = s->hist[s->n_hist - 1];
+    const float *h = NULL; /* the target's, kept by the sequence */
+    for (int k = 0; k < max; k++) {
+        float *ho = s->mh + (size_t)(k % 2) * E, p;
+        engine_mtp_entry in = {q, tok, pos + k, h};
+        attnd_status st = engine_mtp_step(s->p.mtp, &in, 1, s->dlogits, ho, err);
+        if (st != ATTND_OK) return st;
+        int32_t id = top_token(s->dlogits, s->d_vocab, &p);
+        if (p < s->p.draft_min_p) break;
+        out[(*n_out)++] = id;
+        tok = id, h = ho;
+    }
+    return ATTND_OK;
+}
+
 bool spec_uses_draft_model(const spec *s) { return s && s->ds; }
+bool spec_uses_mtp(const spec *s) { return s && s->p.mtp; }
 
 int spec_plan(spec *s, spec_step *st, int max) {
     spec_step own = {&s->cost, 1, 1};
     if (!st) st = &own;
     if (!st->cost) st->cost = &s->cost;
     if (max > s->p.draft_max) max = s->p.draft_max;
-    if (!s->ds || max <= 0) return 0; /* lookup, or stopped for good */
+    if (!(s->ds || s->p.mtp) || max <= 0) return 0; /* lookup, or stopped for good */
     s->last_cls = 0;
     int k = s->p.fixed ? max : spec_ctl_plan(&s->ctl, 0, st, max);
     if (s->ctl.stopped[0]) kv_seq_destroy(s->ds), s->ds = NULL; /* its KV goes, never caught up again */
@@ -400,11 +443,11 @@ attnd_status spec_draft(spec *s, spec_step *st, int max, int32_t *out, int *n_ou
     if (!st->cost) st->cost = &s->cost;
     if (max > s->p.draft_max) max = s->p.draft_max;
     if (max <= 0) return ATTND_OK;
-    if (s->p.draft) {
+    if (s->p.draft || s->p.mtp) {
         int k = spec_plan(s, st, max);
         if (k == 0) return ATTND_OK;
         double t0 = attnd_now_s();
-        attnd_status rc = draft_model(s, k, out, n_out, err);
+        attnd_status rc = s->p.mtp ? draft_mtp(s, k, out, n_out, err) : draft_model(s, k, out, n_out, err);
         spec_cost_learn_draft(st->cost, k, (attnd_now_s() - t0) * 1e3);
         return rc;
     }

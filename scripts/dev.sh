@@ -6,7 +6,7 @@
 #   scripts/dev.sh test   install what the tests need too, build (plain and ASan/UBSan), run the whole suite
 #                         (ctest -j, one test per core),
 #                         the server's threads under ThreadSanitizer (stress_server), then every fuzz target
-#                         briefly (tools/fuzz/run.sh, FUZZ_SECONDS=15 each). Warnings are errors here.
+#                         briefly (tools/fuzz/run.sh, FUZZ_SECONDS=10 each). Warnings are errors here.
 #   scripts/dev.sh bench  install what the tests need + python3-numpy and gnuplot-nox, build, and run
 #                         tools/bench/tinyllama.sh (attnd against llama.cpp; extra arguments go to it)
 #
@@ -88,7 +88,7 @@ test)
         -DATTND_TEST_MODELS_DIR="$PWD/build/test-models" # reuse the Release pass's quantized models
     (cd build-asan && ATTND_SANITIZED=1 ctest --output-on-failure -j"$(nproc)")
     tsan_tests
-    tools/fuzz/run.sh "${FUZZ_SECONDS:-15}"
+    tools/fuzz/run.sh "${FUZZ_SECONDS:-10}"
     ;;
 *)
     echo "usage: scripts/dev.sh run|test|bench" >&2

@@ -19,6 +19,14 @@ typedef struct hy_spec {
     int conv_k, hk, hv, dk; /* DeltaNet: conv taps, key heads, value heads, head size (value = key) */
     int n_ff_shexp;       /* qwen35moe: the shared expert's width */
     int n_mtp;            /* nextn_predict_layers: MTP blocks written after the main ones */
+    /* A drafting benchmark's file (tools/bench/bench_mtp.c; n_mtp 1): the main layers' output
+     * projections scaled by 1/64, so the next token follows from the current one (output head on
+     * the embedding), and an MTP block that passes its embedding half through (eh_proj [I | 0],
+     * enorm 1, the block's outputs 0, shared_head_norm = output_norm) with its own embed_tokens:
+     * the main model's row for a share mtp_share of the tokens (its draft then is the main
+     * model's next token), a random row for the others. */
+    bool mtp_good;
+    float mtp_share;
 } hy_spec;
 
 static inline bool hy_is_attn(const hy_spec *hs, int l) { return (l + 1) % hs->interval == 0; }
@@ -93,6 +101,45 @@ static inline void hy_ffn_tensors(const hy_spec *hs, int l, tiny_tensor *ts, int
     HADD(HNAME("ffn_down_shexp.weight"), FS, E, sp->wtype, 1.7f / sqrtf((float)FS), 0.0f);
 }
 
+static inline tiny_tensor *hy_find(tiny_tensor *ts, int n, const char *name) {
+    for (int i = 0; i < n; i++)
+        if (!strcmp(ts[i].name, name)) return &ts[i];
+    return NULL;
+}
+
+/* hy_spec.mtp_good's edits of the random tensors. */
+static inline void hy_make_good(const hy_spec *hs, tiny_tensor *ts, int n) {
+    const tiny_spec *sp = &hs->base;
+    uint64_t E = (uint64_t)sp->n_embd, L = (uint64_t)sp->n_layer;
+    char nm[96];
+    for (int i = 0; i < n; i++) {
+        unsigned l;
+        char rest[64];
+        if (sscanf(ts[i].name, "blk.%u.%63s", &l, rest) != 2) continue;
+        bool out = !strcmp(rest, "attn_output.weight") || !strcmp(rest, "ssm_out.weight") ||
+                   !strncmp(rest, "ffn_down", 8);
+        uint64_t cnt = ts[i].ne[0] * ts[i].ne[1] * ts[i].ne[2];
+        for (uint64_t k = 0; out && k < cnt; k++) ts[i].vals[k] *= l < L ? 1.0f / 64 : 0.0f;
+    }
+    snprintf(nm, sizeof(nm), "blk.%d.nextn.eh_proj.weight", (int)L);
+    tiny_tensor *eh = hy_find(ts, n, nm);
+    for (uint64_t r = 0; r < E; r++)
+        for (uint64_t c = 0; c < 2 * E; c++) eh->vals[r * 2 * E + c] = c == r ? 1.0f : 0.0f;
+    snprintf(nm, sizeof(nm), "blk.%d.nextn.enorm.weight", (int)L);
+    tiny_tensor *en = hy_find(ts, n, nm);
+    for (uint64_t c = 0; c < E; c++) en->vals[c] = 1.0f;
+    snprintf(nm, sizeof(nm), "blk.%d.nextn.shared_head_norm.weight", (int)L);
+    memcpy(hy_find(ts, n, nm)->vals, hy_find(ts, n, "output_norm.weight")->vals, sizeof(float) * E);
+    snprintf(nm, sizeof(nm), "blk.%d.nextn.embed_tokens.weight", (int)L);
+    tiny_tensor *me = hy_find(ts, n, nm);
+    const tiny_tensor *te = hy_find(ts, n, "token_embd.weight");
+    for (int v = 0; v < sp->n_vocab; v++) {
+        uint64_t h = (uint64_t)v * 0x9E3779B97F4A7C15ULL;
+        if ((double)(h >> 11) / 9007199254740992.0 < hs->mtp_share)
+            memcpy(me->vals + (uint64_t)v * E, te->vals + (uint64_t)v * E, sizeof(float) * E);
+    }
+}
+
 /* The tensors of hs's model (the MTP blocks last: the main ones are the same with or without). */
 static inline int hy_tensors(const hy_spec *hs, tiny_tensor *ts) {
     const tiny_spec *sp = &hs->base;
@@ -109,7 +156,10 @@ static inline int hy_tensors(const hy_spec *hs, tiny_tensor *ts) {
         HADD(HNAME("nextn.eh_proj.weight"), 2 * E, E, sp->wtype, 0.1f, 0.0f);
         HADD(HNAME("nextn.enorm.weight"), E, 1, GGUF_TYPE_F32, 0.2f, 1.0f);
         HADD(HNAME("nextn.hnorm.weight"), E, 1, GGUF_TYPE_F32, 0.2f, 1.0f);
+        HADD(HNAME("nextn.shared_head_norm.weight"), E, 1, GGUF_TYPE_F32, 0.2f, 1.0f);
+        if (hs->mtp_good) HADD(HNAME("nextn.embed_tokens.weight"), E, (uint64_t)sp->n_vocab, sp->wtype, 1.0f, 0.0f);
     }
+    if (hs->mtp_good) hy_make_good(hs, ts, n);
     return n;
 }
 #undef HNAME
@@ -380,40 +430,86 @@ static inline void hy_ref_ffn(hy_ref *r, int l, int t) {
     free(pr), free(sel), free(o);
 }
 
+/* One decoder layer l over every position of r->x (the main layers' recipe; the MTP block's too). */
+static inline void hy_ref_layer(hy_ref *r, int l, bool attention) {
+    const tiny_spec *sp = &r->hs->base;
+    size_t NE = (size_t)r->n_tok * r->E;
+    for (int t = 0; t < r->n_tok; t++)
+        ref_rmsnorm(r->xn + (size_t)t * r->E, r->x + (size_t)t * r->E, ref_tl(r->f, l, "attn_norm.weight"), r->E,
+                    sp->rms_eps);
+    if (attention) hy_ref_attention(r, l);
+    else hy_ref_deltanet(r, l);
+    for (size_t i = 0; i < NE; i++) r->x[i] += r->mix[i];
+    for (int t = 0; t < r->n_tok; t++) {
+        ref_rmsnorm(r->xn + (size_t)t * r->E, r->x + (size_t)t * r->E, ref_tl(r->f, l, "post_attention_norm.weight"),
+                    r->E, sp->rms_eps);
+        hy_ref_ffn(r, l, t);
+    }
+}
+
+/* Opens path into r and runs the main layers over tokens: r->x holds the residual stream. */
+static inline void hy_ref_main(hy_ref *r, const hy_spec *hs, const char *path, const int32_t *tokens, int n_tok) {
+    const tiny_spec *sp = &hs->base;
+    *r = (hy_ref){.hs = hs, .n_tok = n_tok, .E = sp->n_embd, .H = sp->n_head, .HK = sp->n_head_kv,
+                  .hd = tiny_head_dim(sp), .C = hy_conv_dim(hs), .VD = hs->hv * hs->dk};
+    if (gguf_open(&r->f, path, NULL) != ATTND_OK) abort();
+    r->Q = r->H * r->hd, r->KV = r->HK * r->hd;
+    size_t NE = (size_t)n_tok * r->E;
+    r->x = malloc(sizeof(double) * NE), r->xn = malloc(sizeof(double) * NE), r->mix = malloc(sizeof(double) * NE);
+    const gguf_tensor *emb = ref_t(r->f, "token_embd.weight");
+    for (int t = 0; t < n_tok; t++)
+        for (int i = 0; i < r->E; i++) r->x[(size_t)t * r->E + i] = ref_elem(emb, (uint64_t)tokens[t] * r->E + i);
+    for (int l = 0; l < sp->n_layer; l++) hy_ref_layer(r, l, hy_is_attn(hs, l));
+}
+
+/* logits (n_tok, n_vocab) = head(rmsnorm(r->x) norm) for every position. */
+static inline void hy_ref_head(hy_ref *r, const gguf_tensor *norm, double *logits) {
+    const gguf_tensor *out = ref_t(r->f, "output.weight");
+    if (!out) out = ref_t(r->f, "token_embd.weight");
+    for (int t = 0; t < r->n_tok; t++) {
+        ref_rmsnorm(r->xn, r->x + (size_t)t * r->E, norm, r->E, r->hs->base.rms_eps);
+        ref_matvec(logits + (size_t)t * r->hs->base.n_vocab, out, r->xn);
+    }
+}
+
+static inline void hy_ref_free(hy_ref *r) {
+    free(r->x), free(r->xn), free(r->mix);
+    gguf_close(r->f);
+}
+
 /* Logits (n_tok, n_vocab) of every position of tokens through hs's model in path, from scratch in
  * double. The MTP blocks are not run. */
 static inline void hy_ref_forward(const hy_spec *hs, const char *path, const int32_t *tokens, int n_tok, double *logits) {
-    const tiny_spec *sp = &hs->base;
-    hy_ref r = {.hs = hs, .n_tok = n_tok, .E = sp->n_embd, .H = sp->n_head, .HK = sp->n_head_kv,
-                .hd = tiny_head_dim(sp), .C = hy_conv_dim(hs), .VD = hs->hv * hs->dk};
-    if (gguf_open(&r.f, path, NULL) != ATTND_OK) abort();
-    r.Q = r.H * r.hd, r.KV = r.HK * r.hd;
-    size_t NE = (size_t)n_tok * r.E;
-    r.x = malloc(sizeof(double) * NE), r.xn = malloc(sizeof(double) * NE), r.mix = malloc(sizeof(double) * NE);
-    const gguf_tensor *emb = ref_t(r.f, "token_embd.weight");
+    hy_ref r;
+    hy_ref_main(&r, hs, path, tokens, n_tok);
+    hy_ref_head(&r, ref_t(r.f, "output_norm.weight"), logits);
+    hy_ref_free(&r);
+}
+
+/* The MTP block's logits (n_tok, n_vocab) at every position p of tokens, from scratch in double,
+ * as llama.cpp's qwen35 graph_mtp defines them: h_{p-1} = rmsnorm(x_{p-1}) output_norm of the
+ * main pass (zeros at p = 0); x' = eh_proj [rmsnorm(embd(tokens[p])) enorm | rmsnorm(h_{p-1})
+ * hnorm]; the block (a gated-attention layer) over x'; then shared_head_norm and the output head. */
+static inline void hy_ref_mtp(const hy_spec *hs, const char *path, const int32_t *tokens, int n_tok, double *logits) {
+    hy_ref r;
+    hy_ref_main(&r, hs, path, tokens, n_tok);
+    int E = r.E, l = hs->base.n_layer;
+    double eps = hs->base.rms_eps;
+    double *h = malloc(sizeof(double) * (size_t)n_tok * E), *cat = malloc(sizeof(double) * 2 * (size_t)E);
     for (int t = 0; t < n_tok; t++)
-        for (int i = 0; i < r.E; i++) r.x[(size_t)t * r.E + i] = ref_elem(emb, (uint64_t)tokens[t] * r.E + i);
-    for (int l = 0; l < sp->n_layer; l++) {
-        for (int t = 0; t < n_tok; t++)
-            ref_rmsnorm(r.xn + (size_t)t * r.E, r.x + (size_t)t * r.E, ref_tl(r.f, l, "attn_norm.weight"), r.E,
-                        sp->rms_eps);
-        if (hy_is_attn(hs, l)) hy_ref_attention(&r, l);
-        else hy_ref_deltanet(&r, l);
-        for (size_t i = 0; i < NE; i++) r.x[i] += r.mix[i];
-        for (int t = 0; t < n_tok; t++) {
-            ref_rmsnorm(r.xn + (size_t)t * r.E, r.x + (size_t)t * r.E, ref_tl(r.f, l, "post_attention_norm.weight"),
-                        r.E, sp->rms_eps);
-            hy_ref_ffn(&r, l, t);
-        }
-    }
-    const gguf_tensor *out = ref_t(r.f, "output.weight");
-    if (!out) out = emb;
+        ref_rmsnorm(h + (size_t)t * E, r.x + (size_t)t * E, ref_t(r.f, "output_norm.weight"), E, eps);
+    const gguf_tensor *emb = ref_t(r.f, "token_embd.weight");
     for (int t = 0; t < n_tok; t++) {
-        ref_rmsnorm(r.xn, r.x + (size_t)t * r.E, ref_t(r.f, "output_norm.weight"), r.E, sp->rms_eps);
-        ref_matvec(logits + (size_t)t * sp->n_vocab, out, r.xn);
+        for (int i = 0; i < E; i++) r.xn[i] = ref_elem(emb, (uint64_t)tokens[t] * E + i);
+        ref_rmsnorm(cat, r.xn, ref_tl(r.f, l, "nextn.enorm.weight"), E, eps);
+        if (t == 0) memset(cat + E, 0, sizeof(double) * (size_t)E);
+        else ref_rmsnorm(cat + E, h + (size_t)(t - 1) * E, ref_tl(r.f, l, "nextn.hnorm.weight"), E, eps);
+        ref_matvec(r.x + (size_t)t * E, ref_tl(r.f, l, "nextn.eh_proj.weight"), cat);
     }
-    free(r.x), free(r.xn), free(r.mix);
-    gguf_close(r.f);
+    hy_ref_layer(&r, l, true);
+    hy_ref_head(&r, ref_tl(r.f, l, "nextn.shared_head_norm.weight"), logits);
+    free(h), free(cat);
+    hy_ref_free(&r);
 }
 
 #endif /* ATTND_TEST_HYBRID_FIXTURE_H */

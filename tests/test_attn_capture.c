@@ -5,7 +5,9 @@
  * sequence of a batch is recorded and nothing else changes, reused (cached) positions have no
  * rows, the experts of a MoE model are the reference's routing, and bad selections are refused
  * naming the field. Encoders (bert, nomic-bert, gemma-embedding): rows both ways, each input of an
- * engine_embed call over its own tokens, equal to a float64 forward within 1e-4.
+ * engine_embed call over its own tokens, equal to a float64 forward within 1e-4. A hybrid model's
+ * Gated DeltaNet layers: the effective rows equal the float64 formula (explicit products of the
+ * decays and (I - beta k k^T)) and reconstruct the recurrence's output from its values.
  */
 #include <criterion/criterion.h>
 #include <math.h>
@@ -16,6 +18,7 @@
 #include "attnd/engine.h"
 #include "attnd/sampler.h"
 #include "engine_rig.h"
+#include "hybrid_fixture.h"
 
 /* The fixture of arch with 3 layers, F32 caches. */
 static void rig_open(tiny_rig *r, const char *arch, int max_batch) {
@@ -686,4 +689,220 @@ Test(attn_capture, encoder_captures_refuse_what_they_cannot_record) {
     p = (attn_capture_params){.inputs = lens, .n_inputs = 2, .n_positions = 14};
     cr_assert_eq(attn_capture_check(&mi, &p, &field, &err), ATTND_OK);
     cr_assert_eq(attn_capture_count(&mi, &p), 2u * 4u * (81u + 25u)); /* squares, not a triangle */
+}
+
+// ---- a hybrid model's Gated DeltaNet layers: effective rows ------------------------------------
+
+/* 2 layers of arch (layer 0 DeltaNet, layer 1 attention), 2 key heads and 4 value heads of 32;
+ * qwen3next: value head h reads key head h / 2 (grouped), experts in the FFN. */
+static hy_spec dn_spec(const char *arch) {
+    hy_spec hs = {.base = tiny_default(arch), .interval = 2, .conv_k = 4, .hk = 2, .hv = 4, .dk = 32};
+    tiny_spec *sp = &hs.base;
+    sp->vocab = true, sp->n_vocab = 320, sp->n_ctx = 128, sp->seed = 7;
+    sp->n_embd = 64, sp->n_layer = 2, sp->n_head = 4, sp->n_head_kv = 2, sp->head_dim = 32, sp->rope_dims = 16;
+    sp->n_ff = 64, sp->rope_base = 1e6f, sp->rms_eps = 1e-6f;
+    if (strcmp(arch, "qwen35")) sp->n_expert = 4, sp->n_expert_used = 2, sp->n_ff_exp = 32, hs.n_ff_shexp = 48;
+    return hs;
+}
+
+/* What layer 0's recurrence read and wrote, per position (engine_dn_cb), as doubles. */
+typedef struct dn_seen {
+    int n, dk, hv, hk;
+    bool grouped;
+    double *q, *k, *v, *bg, *o; /* (n, hv, dk) per value head (its key head's q, k), (n, hv, 2), (n, hv, dk) */
+} dn_seen;
+
+static void dn_collect(void *user, int entry, int layer, int pos, const engine_dn_io *io) {
+    (void)entry;
+    dn_seen *s = user;
+    if (layer != 0 || pos >= s->n) return;
+    s->dk = io->dk, s->hv = io->hv, s->hk = io->hk, s->grouped = io->grouped;
+    for (int h = 0; h < io->hv; h++) {
+        int kh = engine_dn_key_head(io, h);
+        size_t at = ((size_t)pos * io->hv + h) * io->dk;
+        for (int e = 0; e < io->dk; e++) {
+            s->q[at + e] = io->q[(size_t)kh * io->dk + e], s->k[at + e] = io->k[(size_t)kh * io->dk + e];
+            s->v[at + e] = io->v[(size_t)h * io->dv + e], s->o[at + e] = io->o[(size_t)h * io->dv + e];
+        }
+        s->bg[((size_t)pos * io->hv + h) * 2] = io->beta[h], s->bg[((size_t)pos * io->hv + h) * 2 + 1] = io->g[h];
+    }
+}
+
+/* w_tj of value head h by the formula with explicit d_k x d_k products: M = A_{j+1} ... A_t,
+ * w_tj = beta_j k_j^T M q_t / sqrt(d_k), A_i = e^{g_i} (I - beta_i k_i k_i^T). row: (t + 1). */
+static void dn_formula(double *row, const dn_seen *s, int h, int t) {
+    int dk = s->dk;
+    double *M = calloc((size_t)dk * dk, sizeof(double)), *N = malloc(sizeof(double) * (size_t)dk * dk);
+    for (int e = 0; e < dk; e++) M[(size_t)e * dk + e] = 1;
+    const double *q = s->q + ((size_t)t * s->hv + h) * dk;
+    for (int j = t; j >= 0; j--) {
+        const double *k = s->k + ((size_t)j * s->hv + h) * dk, *bg = s->bg + ((size_t)j * s->hv + h) * 2;
+        double w = 0;
+        for (int a = 0; a < dk; a++)
+            for (int b = 0; b < dk; b++) w += k[a] * M[(size_t)a * dk + b] * q[b];
+        row[j] = bg[0] * w / sqrt((double)dk);
+        for (int a = 0; a < dk; a++) /* M <- A_j M */
+            for (int b = 0; b < dk; b++) {
+                double kM = 0;
+                for (int c = 0; c < dk; c++) kM += k[c] * M[(size_t)c * dk + b];
+                N[(size_t)a * dk + b] = exp(bg[1]) * (M[(size_t)a * dk + b] - bg[0] * k[a] * kM);
+            }
+        memcpy(M, N, sizeof(double) * (size_t)dk * dk);
+    }
+    free(M), free(N);
+}
+
+/* Layer 0's rows of c (whole) against the formula, and o_t = sum_j w_tj v_j against the
+ * recurrence's own output; then layer 1's softmax rows. */
+static void check_dn_rows(const attn_capture *c, const dn_seen *s, int N, const char *what) {
+    cr_assert(attn_capture_layer_deltanet(c, 0) && !attn_capture_layer_deltanet(c, 1));
+    cr_assert_eq(attn_capture_layer_heads(c, 0), 4);
+    cr_assert_eq(attn_capture_layer_heads(c, 1), 4);
+    cr_assert_eq(attn_capture_layer_from(c, 0), 0);
+    int first, n = attn_capture_rows(c, &first);
+    cr_assert_eq(first, 0);
+    cr_assert_eq(n, N);
+    double worst_w = 0, worst_o = 0, *ref = malloc(sizeof(double) * (size_t)N);
+    bool negative = false;
+    for (int h = 0; h < s->hv; h++) {
+        double oscale = 0;
+        for (int t = 0; t < N; t++)
+            for (int e = 0; e < s->dk; e++) oscale = fmax(oscale, fabs(s->o[((size_t)t * s->hv + h) * s->dk + e]));
+        cr_assert(oscale > 1e-3, "degenerate fixture: head %d's output near 0", h);
+        for (int t = 0; t < N; t++) {
+            const float *w;
+            cr_assert_eq(attn_capture_row(c, 0, h, t, &w, NULL), t + 1);
+            dn_formula(ref, s, h, t);
+            for (int j = 0; j <= t; j++) worst_w = fmax(worst_w, fabs(w[j] - ref[j])), negative |= w[j] < 0;
+            for (int e = 0; e < s->dk; e++) {
+                double rec = 0;
+                for (int j = 0; j <= t; j++) rec += (double)w[j] * s->v[((size_t)j * s->hv + h) * s->dk + e];
+                worst_o = fmax(worst_o, fabs(rec - s->o[((size_t)t * s->hv + h) * s->dk + e]) / oscale);
+            }
+        }
+    }
+    cr_expect(worst_w <= 1e-6, "%s: max |row - float64 formula| = %g", what, worst_w);
+    cr_expect(worst_o <= 1e-5, "%s: max |sum_j w_tj v_j - o_t| / max |o| = %g", what, worst_o);
+    cr_expect(negative, "%s: no negative effective weight in %d rows (a softmax would have none)", what, N);
+    for (int h = 0; h < 4; h++)
+        for (int t = 0; t < N; t++) {
+            const float *w;
+            double sum = 0;
+            for (int j = 0, k = attn_capture_row(c, 1, h, t, &w, NULL); j < k; j++) sum += w[j];
+            cr_expect(fabs(sum - 1) < 1e-5, "%s: attention layer row %d sums to %g", what, t, sum);
+        }
+    free(ref);
+}
+
+static void check_recurrence(const char *arch) {
+    hy_spec hs = dn_spec(arch);
+    tiny_rig r;
+    char path[sizeof(r.path)];
+    tiny_tmpname(path, sizeof(path), arch);
+    cr_assert_eq(hy_write(path, &hs), 0);
+    tiny_rig_load(&r, path, KV_F32, 32, 2, 64);
+    enum { N = 24 }; /* one batch of 24 takes the chunked form; one at a time the sequential one */
+    int32_t tok[N];
+    tiny_random_tokens(tok, N, hs.base.n_vocab, 3);
+    dn_seen s = {.n = N};
+    size_t per = (size_t)N * hs.hv * hs.dk;
+    s.q = malloc(sizeof(double) * per), s.k = malloc(sizeof(double) * per), s.v = malloc(sizeof(double) * per);
+    s.o = malloc(sizeof(double) * per), s.bg = malloc(sizeof(double) * (size_t)N * hs.hv * 2);
+    attnd_err err;
+    for (int chunk = N; chunk >= 1; chunk = chunk == N ? 1 : 0) {
+        engine_set_attention_cb(r.e, NULL, &s); /* the DeltaNet hook's user */
+        engine_set_deltanet_cb(r.e, dn_collect);
+        feed(r.e, tiny_rig_seq(&r), tok, N, chunk);
+        engine_set_deltanet_cb(r.e, NULL);
+        attn_capture *c;
+        attn_capture_params p = {.n_positions = N, .deltanet = true};
+        cr_assert_eq(attn_capture_create(&c, r.m, &p, &err), ATTND_OK, "%s", err.msg);
+        feed_captured(r.e, c, tiny_rig_seq(&r), tok, N, chunk);
+        cr_assert_eq(s.grouped, strcmp(arch, "qwen35") != 0);
+        check_dn_rows(c, &s, N, chunk == 1 ? "one at a time" : "one batch");
+        attn_capture_destroy(c);
+    }
+    free(s.q), free(s.k), free(s.v), free(s.o), free(s.bg);
+    tiny_rig_close(&r);
+    unlink(path);
+}
+
+Test(attn_capture, deltanet_rows_are_the_recurrence_exactly) { check_recurrence("qwen35"); }
+
+Test(attn_capture, deltanet_rows_of_grouped_value_heads_are_the_recurrence_exactly) { check_recurrence("qwen3next"); }
+
+Test(attn_capture, deltanet_top_k_keeps_the_largest_magnitudes_and_refusals_name_the_field) {
+    hy_spec hs = dn_spec("qwen35");
+    tiny_rig r;
+    char path[sizeof(r.path)];
+    tiny_tmpname(path, sizeof(path), "dncap2");
+    cr_assert_eq(hy_write(path, &hs), 0);
+    tiny_rig_load(&r, path, KV_F32, 32, 2, 64);
+    enum { N = 12 };
+    int32_t tok[N];
+    tiny_random_tokens(tok, N, hs.base.n_vocab, 4);
+    attnd_err err;
+    int layer0 = 0, head[1] = {2};
+    attn_capture *cw, *ck;
+    attn_capture_params pw = {.layers = &layer0, .n_layers = 1, .heads = head, .n_heads = 1, .n_positions = N,
+                              .deltanet = true};
+    attn_capture_params pk = pw;
+    pk.top_k = 3;
+    cr_assert_eq(attn_capture_create(&cw, r.m, &pw, &err), ATTND_OK, "%s", err.msg);
+    cr_assert_eq(attn_capture_create(&ck, r.m, &pk, &err), ATTND_OK, "%s", err.msg);
+    feed_captured(r.e, cw, tiny_rig_seq(&r), tok, N, N);
+    feed_captured(r.e, ck, tiny_rig_seq(&r), tok, N, N);
+    for (int t = 0; t < N; t++) {
+        const float *w, *tw;
+        const int32_t *ix;
+        attn_capture_row(cw, 0, 0, t, &w, NULL);
+        int k = attn_capture_row(ck, 0, 0, t, &tw, &ix);
+        cr_assert_eq(k, t + 1 < 3 ? t + 1 : 3);
+        for (int i = 0; i < k; i++) {
+            cr_assert_eq(tw[i], w[ix[i]]);
+            if (i) cr_assert(fabsf(tw[i]) <= fabsf(tw[i - 1]));
+            for (int j = 0; j <= t && k == 3 && i == k - 1; j++) /* nothing left out is larger */
+                cr_assert(j == ix[0] || j == ix[1] || j == ix[2] || fabsf(w[j]) <= fabsf(tw[i]));
+        }
+    }
+    attn_capture_destroy(cw), attn_capture_destroy(ck);
+
+    /* the hook leaves the pass as it was: the same logits, bit for bit, with and without it */
+    int V = hs.base.n_vocab;
+    float *lg[2] = {malloc(sizeof(float) * (size_t)N * V), malloc(sizeof(float) * (size_t)N * V)};
+    for (int k = 0; k < 2; k++) {
+        kv_seq *s = tiny_rig_seq(&r);
+        batch_entry b[N];
+        for (int i = 0; i < N; i++) b[i] = (batch_entry){s, tok[i], i, true};
+        cw = NULL;
+        if (k) cr_assert_eq(attn_capture_create(&cw, r.m, &pw, &err), ATTND_OK, "%s", err.msg);
+        if (k) attn_capture_bind(cw, s);
+        cr_assert_eq(attn_capture_eval(cw, r.e, b, N, lg[k], &err), ATTND_OK, "%s", err.msg);
+        if (k) cr_assert_eq(attn_capture_rows(cw, &(int){0}), N); /* the hook ran */
+        attn_capture_destroy(cw);
+    }
+    cr_assert(!memcmp(lg[0], lg[1], sizeof(float) * (size_t)N * V), "logits changed under the DeltaNet hook");
+    free(lg[0]), free(lg[1]);
+
+    const model_info *mi = model_info_get(r.m);
+    const char *field;
+    attn_capture_params p = {.n_positions = N};
+    cr_assert_eq(attn_capture_check(mi, &p, &field, &err), ATTND_ERR_UNSUPPORTED); /* without .deltanet */
+    cr_assert_str_eq(field, "model");
+    p = (attn_capture_params){.n_positions = N, .deltanet = true, .weights = ATTN_WEIGHTS_NORM};
+    cr_assert_eq(attn_capture_check(mi, &p, &field, &err), ATTND_ERR_UNSUPPORTED);
+    cr_assert_str_eq(field, "weights");
+    cr_assert(strstr(err.msg, "DeltaNet"), "%s", err.msg);
+    int big[1] = {4};
+    p = (attn_capture_params){.heads = big, .n_heads = 1, .n_positions = N, .deltanet = true};
+    cr_assert_eq(attn_capture_check(mi, &p, &field, &err), ATTND_ERR_INVALID);
+    cr_assert_str_eq(field, "heads");
+    p = (attn_capture_params){.n_positions = N, .deltanet = true};
+    cr_assert_eq(attn_capture_blocks(mi, &p), 8u); /* 4 value heads + 4 attention heads */
+    cr_assert_eq(attn_capture_count(mi, &p), 8u * N * (N + 1) / 2);
+    cr_assert_eq(attn_capture_dn_weights(mi, &p), 4u * N * (N + 1) / 2); /* layer 0's value heads */
+    cr_assert_eq(attn_capture_dn_weights(mi, &pk), 1u * N * (N + 1) / 2); /* whole rows, also with top_k */
+    cr_assert_eq(attn_capture_count(mi, &pk), 3u + (N - 2) * 3u);          /* 1 + 2 + 3 * (N - 2) returned */
+    tiny_rig_close(&r);
+    unlink(path);
 }

@@ -5,7 +5,8 @@
  * prompt (tests/data/reference-hybrid.json), the recurrent state of a sequence
  * (truncation without checkpoints recomputes from 0, forks copy it, the budget counts it; the
  * checkpoints are test_kv_state.c's), the MTP blocks left out
- * of the main pass, and files refused by name.
+ * of the main pass, the MTP block as the model's own draft (its logits against the float64
+ * reference, greedy output unchanged by its drafts), and files refused by name.
  */
 #include <criterion/criterion.h>
 #include <math.h>
@@ -225,6 +226,120 @@ Test(deltanet, mtp_blocks_are_not_part_of_the_main_pass) {
     tiny_rig_close(&b);
 }
 
+/* The MTP block's logits after a prompt (its cache written by the main pass's evaluations, in one
+ * batch or a token at a time) against the float64 reference of hybrid_fixture.h (hy_ref_mtp); a
+ * fork's block sees the same cache and hidden state: the same logits, bit for bit. */
+static void check_mtp_logits(const char *arch) {
+    hy_spec hs = small_spec(arch);
+    hs.n_mtp = 1;
+    tiny_rig r;
+    rig_open(&r, &hs, 16);
+    cr_assert(model_info_get(r.m)->mtp, "%s: the MTP block did not load", arch);
+    enum { N = 12 };
+    int V = hs.base.n_vocab, E = hs.base.n_embd;
+    int32_t tok[N];
+    tiny_random_tokens(tok, N, V, 21);
+    double *ref = malloc(sizeof(double) * N * (size_t)V);
+    hy_ref_mtp(&hs, r.path, tok, N, ref);
+    float *lg = malloc(sizeof(float) * N * (size_t)V), *h = malloc(sizeof(float) * (size_t)E);
+    kv_seq *a = tiny_rig_seq(&r), *b = tiny_rig_seq(&r);
+    eval_run(r.e, a, tok, N - 1, lg); /* one batch */
+    for (int t = 0; t < N - 1; t++) eval_run(r.e, b, tok + t, 1, lg); /* a token at a time */
+    attnd_err err;
+    for (int i = 0; i < 2; i++) {
+        kv_seq *s = i ? b : a;
+        engine_mtp_entry in = {s, tok[N - 1], N - 1, NULL};
+        cr_assert_eq(engine_mtp_step(r.e, &in, 1, lg, h, &err), ATTND_OK, "%s", err.msg);
+        cr_expect_eq(kv_seq_len(s), N - 1, "a draft step does not grow the sequence");
+        double e = rel_err(lg, ref + (size_t)(N - 1) * V, (size_t)V);
+        cr_expect(e <= 2e-5, "%s MTP logits (%s): relative error %g", arch, i ? "decode" : "prefill", e);
+    }
+    engine_mtp_entry in = {a, tok[N - 1], N - 1, NULL};
+    cr_assert_eq(engine_mtp_step(r.e, &in, 1, lg, h, &err), ATTND_OK, "%s", err.msg);
+    kv_seq *f = NULL;
+    cr_assert_eq(kv_seq_fork(&f, a, &err), ATTND_OK, "%s", err.msg);
+    in.seq = f;
+    cr_assert_eq(engine_mtp_step(r.e, &in, 1, lg + V, h, &err), ATTND_OK, "%s", err.msg);
+    cr_expect(memcmp(lg, lg + V, sizeof(float) * (size_t)V) == 0, "%s: a fork's MTP logits differ", arch);
+    kv_seq_destroy(f);
+    engine_mtp_entry bad = {a, tok[0], N - 3, NULL}; /* before the sequence's length */
+    cr_expect_eq(engine_mtp_step(r.e, &bad, 1, lg, h, &err), ATTND_ERR_INVALID);
+    free(ref), free(lg), free(h);
+    tiny_rig_close(&r);
+}
+
+Test(deltanet, qwen35_mtp_logits_match_float64_reference) { check_mtp_logits("qwen35"); }
+Test(deltanet, qwen35moe_mtp_logits_match_float64_reference) { check_mtp_logits("qwen35moe"); }
+Test(deltanet, qwen3next_mtp_logits_match_float64_reference) { check_mtp_logits("qwen3next"); }
+
+/* Greedy decoding drafting with the MTP block (every step, draft_max tokens) gives exactly the
+ * tokens of decoding without it, its rejections rolled back through the hybrid's kept states:
+ * with a random block (nearly every draft rejected) and with one that copies the main model's
+ * prediction (hy_spec.mtp_good: most drafts kept). */
+static void check_mtp_greedy(const char *arch, bool good) {
+    hy_spec hs = small_spec(arch);
+    hs.n_mtp = 1, hs.mtp_good = good, hs.mtp_share = 1;
+    tiny_rig r;
+    rig_open(&r, &hs, 40);
+    enum { NP = 20, NG = 40 };
+    int32_t prompt[NP], plain[NG], drafted[NG];
+    tiny_random_tokens(prompt, NP, hs.base.n_vocab, 33);
+    kv_seq *a = tiny_rig_seq(&r), *b = tiny_rig_seq(&r);
+    attnd_err err;
+    int n_a = 0, n_b = 0;
+    engine_timings ta, tb;
+    engine_gen g = {.n_predict = NG};
+    cr_assert_eq(engine_generate(r.e, a, prompt, NP, &g, plain, &n_a, &ta, &err), ATTND_OK, "%s", err.msg);
+    spec_params p;
+    spec_params_default(&p);
+    p.draft_max = 4, p.fixed = true, p.draft_min_p = 0, p.mtp = r.e, p.mtp_seq = b;
+    spec *sp = NULL;
+    cr_assert_eq(spec_create(&sp, &p, &err), ATTND_OK, "%s", err.msg);
+    g.spec = sp;
+    cr_assert_eq(engine_generate(r.e, b, prompt, NP, &g, drafted, &n_b, &tb, &err), ATTND_OK, "%s", err.msg);
+    cr_assert_eq(n_a, NG);
+    cr_assert_eq(n_b, NG);
+    for (int i = 0; i < NG; i++) cr_expect_eq(drafted[i], plain[i], "%s: token %d differs with MTP drafts", arch, i);
+    cr_expect_eq(kv_seq_len(a), kv_seq_len(b));
+    cr_expect(tb.n_drafted > 0, "%s: the MTP block drafted nothing", arch);
+    if (good) cr_expect_gt(2 * tb.n_accepted, tb.n_drafted, "%s: a copying block's drafts are mostly kept", arch);
+    int64_t d, k;
+    spec_totals(sp, &d, &k);
+    cr_expect_eq(d, tb.n_drafted);
+    cr_expect_eq(k, tb.n_accepted);
+    if (getenv("ATTND_TEST_VERBOSE")) fprintf(stderr, "%s: %d drafted, %d kept\n", arch, tb.n_drafted, tb.n_accepted);
+    spec_destroy(sp);
+    tiny_rig_close(&r);
+}
+
+Test(deltanet, qwen35_mtp_drafts_leave_greedy_output_unchanged) {
+    check_mtp_greedy("qwen35", false);
+    check_mtp_greedy("qwen35", true);
+}
+
+Test(deltanet, qwen35moe_mtp_drafts_leave_greedy_output_unchanged) { check_mtp_greedy("qwen35moe", true); }
+
+/* A pool without the block's cache (the setting off) holds the main layers only, and MTP drafting
+ * is refused for its sequences. */
+Test(deltanet, mtp_off_leaves_the_block_uncached) {
+    hy_spec hs = small_spec("qwen35");
+    hs.n_mtp = 1;
+    tiny_rig r;
+    rig_open(&r, &hs, 16);
+    attnd_err err;
+    size_t with = kv_pool_bytes_per_token(r.pool);
+    cr_assert_eq(kv_pool_set_mtp(r.pool, false, &err), ATTND_OK, "%s", err.msg);
+    cr_expect_lt(kv_pool_bytes_per_token(r.pool), with);
+    cr_expect_eq(kv_pool_set_mtp(r.pool, true, &err), ATTND_ERR_INVALID);
+    kv_seq *s = tiny_rig_seq(&r);
+    spec_params p;
+    spec_params_default(&p);
+    p.mtp = r.e, p.mtp_seq = s;
+    spec *sp = NULL;
+    cr_expect_eq(spec_create(&sp, &p, &err), ATTND_ERR_INVALID);
+    tiny_rig_close(&r);
+}
+
 /* A file whose DeltaNet sizes attnd does not compute (value heads not a multiple of the key
  * heads) is refused with the reason. */
 Test(deltanet, unsupported_sizes_are_refused_by_name) {
@@ -297,7 +412,35 @@ Test(deltanet, info_reports_state_bytes_per_sequence) {
                  3 * (3 * 8192 + 32 * 128 * 128) * 4);
     cr_expect_eq(json_integer_value(json_object_get(json_object_get(j, "kv_bytes_per_token"), "f16")), 2 * 2 * 256 * 2,
                  "one attention layer's K and V, 2 heads of 256");
+    cr_expect(json_is_false(json_object_get(json_object_get(j, "mtp"), "drafts")));
     json_decref(j);
+    hs.n_mtp = 1; /* with an MTP block: it drafts, and its cache counts */
+    cr_assert_eq(hy_write(path, &hs), 0);
+    p = popen(cmd, "r");
+    cr_assert(p);
+    j = json_loadf(p, 0, &je);
+    cr_assert_eq(pclose(p), 0);
+    cr_assert(j, "%s", je.text);
+    cr_expect_eq(json_integer_value(json_object_get(json_object_get(j, "mtp"), "layers")), 1);
+    cr_expect(json_is_true(json_object_get(json_object_get(j, "mtp"), "drafts")));
+    cr_expect_eq(json_integer_value(json_object_get(json_object_get(j, "kv_bytes_per_token"), "f16")), 2 * 2 * 2 * 256 * 2,
+                 "the MTP block's K and V beside the attention layer's");
+    json_decref(j);
+    /* `attnd generate` drafts with it by default, --no-mtp does not: the same tokens */
+    json_t *runs[2];
+    for (int i = 0; i < 2; i++) {
+        snprintf(cmd, sizeof(cmd), "'%s' generate --model '%s' --tokens 5,9,33,70,120,7 --n 12 --temp 0 --json%s",
+                 ATTND_BINARY, path, i ? " --no-mtp" : "");
+        p = popen(cmd, "r");
+        cr_assert(p);
+        runs[i] = json_loadf(p, 0, &je);
+        cr_assert_eq(pclose(p), 0);
+        cr_assert(runs[i], "%s", je.text);
+    }
+    cr_expect(json_equal(json_object_get(runs[0], "tokens"), json_object_get(runs[1], "tokens")));
+    cr_expect_gt(json_integer_value(json_object_get(json_object_get(runs[0], "timings"), "drafted")), 0);
+    cr_expect_eq(json_integer_value(json_object_get(json_object_get(runs[1], "timings"), "drafted")), 0);
+    json_decref(runs[0]), json_decref(runs[1]);
     unlink(path);
 }
 

@@ -2,7 +2,8 @@
  * test_head_roles.c — head roles (engine/head_roles.c): every head's previous-token, induction,
  * sink and local scores equal the same scores computed from a float64 reference forward pass
  * over the same probes, within 1e-3; probes are repeated runs of distinct tokens; labels follow
- * the documented thresholds; bad candidates are refused.
+ * the documented thresholds; bad candidates are refused; a hybrid model's attention layers are
+ * scored as a plain model's, its Gated DeltaNet layers left out.
  */
 #include <criterion/criterion.h>
 #include <math.h>
@@ -11,6 +12,7 @@
 
 #include "attnd/head_roles.h"
 #include "engine_rig.h"
+#include "hybrid_fixture.h"
 
 /* The four scores of head (l, h) from reference weights attn (n_layer, n_head, L, L). */
 static head_scores ref_scores(const double *attn, int l, int h, int H, int L, int o, int T, int window) {
@@ -101,4 +103,37 @@ Test(head_roles, bad_candidates_are_refused) {
                  ATTND_ERR_INVALID);
     cr_assert(hr.scores == NULL);
     tiny_rig_close(&r);
+}
+
+Test(head_roles, a_hybrid_models_attention_layers_only) {
+    /* qwen35: layers 0 and 2 Gated DeltaNet, 1 and 3 attention (4 heads) */
+    hy_spec hs = {.base = tiny_default("qwen35"), .interval = 2, .conv_k = 4, .hk = 2, .hv = 4, .dk = 32};
+    tiny_spec *sp = &hs.base;
+    sp->vocab = true, sp->n_vocab = 320, sp->n_ctx = 128, sp->seed = 9;
+    sp->n_embd = 64, sp->n_layer = 4, sp->n_head = 4, sp->n_head_kv = 2, sp->head_dim = 32, sp->rope_dims = 16;
+    sp->n_ff = 64, sp->rope_base = 1e6f, sp->rms_eps = 1e-6f;
+    tiny_rig r;
+    char path[sizeof(r.path)];
+    tiny_tmpname(path, sizeof(path), "hyroles");
+    cr_assert_eq(hy_write(path, &hs), 0);
+    tiny_rig_load(&r, path, KV_F32, 32, 2, 64);
+    int32_t cand[40];
+    for (int i = 0; i < 40; i++) cand[i] = 260 + i;
+    head_roles_params p = {.candidates = cand, .n_candidates = 40, .bos = -1, .length = 12, .n_probes = 2, .seed = 3};
+    head_roles hr;
+    attnd_err err;
+    cr_assert_eq(head_roles_compute(r.e, r.pool, &p, &hr, &err), ATTND_OK, "%s", err.msg);
+    cr_assert_eq(hr.recurrent_every, 2);
+    for (int l = 0; l < 4; l++) {
+        cr_assert_eq(head_roles_scored(&hr, l), l % 2 == 1, "layer %d", l);
+        for (int h = 0; h < 4; h++) {
+            const head_scores *s = &hr.scores[l * 4 + h];
+            double sum = s->previous_token + s->sink + s->local;
+            if (l % 2) cr_assert(sum > 0, "attention layer %d head %d has no scores", l, h);
+            else cr_assert_eq(sum + s->induction, 0.0, "DeltaNet layer %d head %d was scored", l, h);
+        }
+    }
+    head_roles_free(&hr);
+    tiny_rig_close(&r);
+    unlink(path);
 }

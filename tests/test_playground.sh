@@ -3,7 +3,8 @@
 # driven by `puppeteer-core`, installed once into the build directory as test_openai_client.sh
 # installs `openai`): load, generate, the heatmap drawn, pickers, hover, chat, the API-key
 # prompt, an encoder's rows both ways (make_tiny's bert), the model picker of a server of two
-# models; no console errors and no request leaving
+# models, a hybrid model's signed DeltaNet rows (tiny_model's qwen35); no console errors and no
+# request leaving
 # the machine (tests/js/playground.mjs).
 # The screenshots (after a generation, and a 200-token map) are written to the build directory;
 # ATTND_UPDATE_SCREENSHOTS=1 also copies them to docs/, the only way the pictures there are made.
@@ -29,8 +30,11 @@ start_server keyed --model "$MODEL" --threads 1 --api-key page-s3cret
 start_server enc --model "$TMP/bert.gguf" --threads 1
 mkdir -p "$TMP/models" && ln -s "$MODEL" "$TMP/models/sotu-a.gguf" && ln -s "$MODEL" "$TMP/models/sotu-b.gguf"
 start_server multi --models-dir "$TMP/models" --no-models-cache --threads 1 --kv-budget-mb 16
+"$build/tiny_model" qwen35 "$TMP/q35.gguf" || fail "tiny_model qwen35"
+start_server hy --model "$TMP/q35.gguf" --threads 1
 node "$here/js/playground.mjs" "$dir/node_modules" "$CHROMIUM" "http://127.0.0.1:$srv_PORT" "$build/playground.png" \
-    "http://127.0.0.1:$keyed_PORT" page-s3cret "http://127.0.0.1:$enc_PORT" "http://127.0.0.1:$multi_PORT"
+    "http://127.0.0.1:$keyed_PORT" page-s3cret "http://127.0.0.1:$enc_PORT" "http://127.0.0.1:$multi_PORT" \
+    "http://127.0.0.1:$hy_PORT"
 rc=$?
 docs=$here/../docs
 if [ $rc -eq 0 ] && [ "${ATTND_UPDATE_SCREENSHOTS:-0}" = 1 ]; then

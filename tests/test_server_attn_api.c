@@ -445,3 +445,45 @@ Test(attn_api, a_session_reuses_its_prefix_and_rows_start_after_it) {
     sched_job_unref(j1), sched_job_unref(j2);
     rig_close(&r);
 }
+
+Test(attn_api, a_hybrid_models_answer_marks_deltanet_rows_and_both_writers_agree) {
+    hy_spec hs = hybrid_small("qwen35"); /* layers 0-2 Gated DeltaNet (32 value heads), 3 attention (16) */
+    char path[256];
+    tiny_tmpname(path, sizeof(path), "q35api");
+    cr_assert_eq(hy_write(path, &hs), 0);
+    model *mm;
+    tokenizer *mt;
+    sched_rig_load(path, &mm, &mt);
+    int32_t ids[] = {260, 270, 280, 290, 300};
+    int layers[] = {2, 3}, heads[] = {1};
+    attn_capture_params p = {.layers = layers, .n_layers = 2, .heads = heads, .n_heads = 1, .n_positions = 5,
+                             .deltanet = true};
+    attnd_err err;
+    const char *param;
+    cr_assert_eq(attn_api_check(model_info_get(mm), &p, 0, 0, &param, &err), ATTND_OK, "%s", err.msg);
+    attn_capture *c = capture_run_on(mm, ids, 5, p);
+    json_t *body = attn_api_response("q35", model_info_get(mm), mt, ids, 5, 5, c);
+    cr_assert_eq(json_integer_value(json_object_get(body, "n_value_heads")), 32);
+    cr_assert_eq(json_integer_value(json_object_get(body, "full_attention_interval")), 4);
+    json_t *att = json_object_get(body, "attention"), *dn = json_array_get(att, 0), *sm = json_array_get(att, 1);
+    cr_assert_eq(json_array_size(att), 2);
+    cr_assert_str_eq(json_string_value(json_object_get(dn, "kind")), "deltanet");
+    cr_assert(json_is_true(json_object_get(dn, "effective")));
+    cr_assert_eq(json_integer_value(json_object_get(dn, "from")), 0);
+    cr_assert_str_eq(json_string_value(json_object_get(sm, "kind")), "attention");
+    cr_assert_null(json_object_get(sm, "effective"));
+    json_t *head = attn_api_head("q35", model_info_get(mm), mt, ids, 5, 5, c);
+    size_t len;
+    char *text = attn_api_dump_with(head, c, &len), *want = attn_api_dump(body);
+    cr_assert(strstr(want, "e-"), "a weight below 1e-4 (written with an exponent, as jansson does: 4.9e-6)");
+    cr_assert_str_eq(text, want, "the text the server sends is the tree's");
+    free(text), free(want);
+    json_decref(head), json_decref(body);
+    attn_capture_destroy(c);
+    p.deltanet = false; /* what other inspections ask: refused, naming the model */
+    cr_assert_eq(attn_api_check(model_info_get(mm), &p, 0, 0, &param, &err), ATTND_ERR_UNSUPPORTED);
+    cr_assert_str_eq(param, "model");
+    tok_destroy(mt);
+    model_destroy(mm);
+    unlink(path);
+}

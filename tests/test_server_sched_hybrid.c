@@ -275,3 +275,32 @@ Test(sched_hybrid, speculative_tokens_are_the_plain_ones) {
     cr_expect_gt(st.spec_accepted, 0, "drafts were kept");
     sched_job_unref(j);
 }
+
+/* A file with an MTP block drafts with it by default (mtp, mtp_draft_max while draft_max is 0),
+ * with the tokens of the engine run directly; mtp = false drafts nothing. */
+Test(sched_hybrid, an_mtp_block_drafts_by_default_with_the_plain_tokens) {
+    enum { P = 24, G = 24 };
+    for (int on = 1; on >= 0; on--) {
+        sched_rig_close(&sch, &store, &tok, &m);
+        hy_spec hs = hybrid_small("qwen35");
+        hs.n_mtp = 1;
+        cr_assert_eq(hy_write(path, &hs), 0);
+        sched_rig_open(path, 8, &m, &tok, &store, &cfg);
+        cr_assert(cfg.mtp && cfg.mtp_draft_max == 3 && cfg.draft_max == 0, "the defaults");
+        cfg.ctx_size = 256, cfg.draft_adapt = false, cfg.mtp = on;
+        sch = sched_rig_start(m, tok, store, &cfg);
+        int32_t prompt[HYBRID_N_PROMPT], got[G], want[G];
+        hybrid_prompt(prompt);
+        direct_tokens(prompt, P, G, want);
+        sched_job *j = job_of(prompt, P, G, NULL);
+        j->draft_max = -1; /* the server's */
+        cr_assert_eq(sched_submit(sch, j, NULL), ATTND_OK);
+        finish(j, got);
+        cr_assert_arr_eq(got, want, sizeof(want));
+        sched_stats st;
+        sched_get_stats(sch, &st);
+        if (on) cr_expect_gt(st.spec_drafted, 0, "the MTP block drafted");
+        else cr_expect_eq(st.spec_drafted, 0, "mtp = false: no drafts");
+        sched_job_unref(j);
+    }
+}

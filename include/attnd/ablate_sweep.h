@@ -68,7 +68,8 @@ typedef struct ablate_sweep_result {
 
 /* Checks p against e's model (tokens and target in the vocabulary, 1 <= n_tokens <= n_ctx,
  * 0 <= from < n_tokens, a finite scale, a known mode): ATTND_ERR_INVALID naming the field
- * ("prompt", "target", "from", "scale", "mode"). */
+ * ("prompt", "target", "from", "scale", "mode"); ATTND_ERR_UNSUPPORTED on a hybrid model (Gated
+ * DeltaNet layers: head ablation is refused there, engine_ablation_check). */
 attnd_status ablate_sweep_check(const model_info *mi, const ablate_sweep_params *p, attnd_err *err);
 
 /* Runs the sweep (see above). Errors: those of ablate_sweep_check, ATTND_ERR_NOMEM (memory or

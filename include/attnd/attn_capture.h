@@ -28,6 +28,16 @@
  *     const float *w;
  *     int n = attn_capture_row(c, 0, 1, 5, &w, NULL); // head 1, position 5: w[0..n), n = 6
  *
+ * A hybrid model's Gated DeltaNet layers (params.deltanet) mix positions by a recurrence, not a
+ * softmax. Its output for value head h at position t is exactly o_t = sum_j w_tj v_j with
+ *     w_tj = beta_j k_j . (A_{j+1} A_{j+2} ... A_t q_t) / sqrt(d_k),  A_i = e^{g_i} (I - beta_i k_i k_i^T)
+ * (q, k L2-normalised after the conv, the state zero before position 0; A_i is symmetric). Those
+ * rows are recorded for DeltaNet layers, one per value head: signed effective weights that do not
+ * sum to 1, computed in double on the recording thread (O(p d_k) for row p) from each position's
+ * k, beta and g kept in the capture. o_t is the recurrence's output before the gated RMSNorm.
+ * Positions before the first one the capture saw (a session's reused prefix) are in the state,
+ * not attributed: their weights are 0 (attn_capture_layer_from).
+ *
  * Thread-safety: a capture is filled by the thread that runs engine_eval and must not be read
  * while a hook that names it is installed.
  */
@@ -70,6 +80,9 @@ typedef struct attn_capture_params {
                           "attention", no logit lens, no experts. NULL = a decoder's one causal
                           sequence */
     int n_inputs;
+    bool deltanet;     /* a hybrid model's DeltaNet layers: their effective rows (above), one per
+                          value head; "heads" then index value heads on them. false: a hybrid
+                          model is refused (ATTND_ERR_UNSUPPORTED) */
 } attn_capture_params;
 
 /*
@@ -79,7 +92,9 @@ typedef struct attn_capture_params {
  * weights nor the logit lens nor experts (ATTND_ERR_UNSUPPORTED: an encoder keeps no values to
  * weigh, and has no output head to read through). ATTND_ERR_INVALID with a message; *field (may
  * be NULL) names the parameter at fault ("layers", "heads", "top_k", "n_positions", "weights",
- * "logit_lens", "experts", "inputs").
+ * "logit_lens", "experts", "inputs"). On a hybrid model (params.deltanet), "heads" must be in
+ * range for every selected layer (attention heads, DeltaNet value heads), and "norm" weights are
+ * refused when a DeltaNet layer is selected (ATTND_ERR_UNSUPPORTED: such a layer caches no values).
  */
 attnd_status attn_capture_check(const model_info *mi, const attn_capture_params *p, const char **field,
                                 attnd_err *err);
@@ -88,6 +103,15 @@ attnd_status attn_capture_check(const model_info *mi, const attn_capture_params 
  * (each top_k pair counts as one): selected layers × heads × sum over rows of min(p + 1, k)
  * (with inputs: sum over inputs of n_i × min(n_i, k)). */
 uint64_t attn_capture_count(const model_info *mi, const attn_capture_params *p);
+
+/* The selected (layer, head) pairs: layers × heads, each DeltaNet layer with its value heads when
+ * no heads are listed. */
+uint64_t attn_capture_blocks(const model_info *mi, const attn_capture_params *p);
+
+/* The weights a capture of p computes for its DeltaNet layers (whole rows, also with top_k: each
+ * row is made whole before top_k picks from it), 0 without them: what bounds its time and the
+ * keys it keeps. */
+uint64_t attn_capture_dn_weights(const model_info *mi, const attn_capture_params *p);
 
 typedef struct attn_capture attn_capture;
 
@@ -101,8 +125,16 @@ void attn_capture_bind(attn_capture *c, const kv_seq *seq);
 
 int attn_capture_n_layers(const attn_capture *c); /* selected layers, in the order asked */
 int attn_capture_layer(const attn_capture *c, int li); /* model layer index of the li-th */
-int attn_capture_n_heads(const attn_capture *c);
+int attn_capture_n_heads(const attn_capture *c); /* the most any selected layer has */
 int attn_capture_head(const attn_capture *c, int hi);
+/* The li-th selected layer's heads: hi = 0 .. attn_capture_layer_heads - 1 (all of
+ * attn_capture_n_heads unless a hybrid model's layers differ and no heads were listed). */
+int attn_capture_layer_heads(const attn_capture *c, int li);
+/* Whether the li-th selected layer is a DeltaNet one (its rows effective weights), and the first
+ * position whose contribution its rows attribute (0 unless a session's prefix was reused). */
+bool attn_capture_layer_deltanet(const attn_capture *c, int li);
+int attn_capture_layer_from(const attn_capture *c, int li);
+bool attn_capture_hybrid(const attn_capture *c); /* the model has DeltaNet layers */
 int attn_capture_top_k(const attn_capture *c);
 attn_weights attn_capture_weights(const attn_capture *c);
 int attn_capture_lens_k(const attn_capture *c); /* 0 = no logit lens */
@@ -125,8 +157,8 @@ int attn_capture_rows(const attn_capture *c, int *first);
  * recorded rows). Whole rows: *w = weights over the row's keys (attn_capture_keys: positions
  * 0..pos, or an encoder's input), returns their number, *ix = NULL.
  * top_k: *w the weights and *ix (may be NULL) their positions (absolute, as the keys'),
- * heaviest first (ties: lower position first), returns min(keys, k). Borrowed, valid until
- * attn_capture_destroy. */
+ * heaviest first (ties: lower position first; a DeltaNet layer's: the largest |w| first), returns
+ * min(keys, k). Borrowed, valid until attn_capture_destroy. */
 int attn_capture_row(const attn_capture *c, int li, int hi, int pos, const float **w, const int32_t **ix);
 
 /* Logit lens of the li-th selected layer at position pos (among the recorded rows): *p the

@@ -51,6 +51,28 @@ int engine_threads_in_use(const engine *e);
 attnd_status engine_eval(engine *e, const batch_entry *entries, int n, float *logits, attnd_err *err);
 
 /*
+ * Multi-token prediction (model_info.mtp: Qwen3.5's nextn block), the model's own draft. A pool
+ * that caches the block (kv_pool_set_mtp, on by default for such a model) has engine_eval run it
+ * over every batch, so its cache follows each sequence (truncation, forks, sessions) and each
+ * sequence keeps the main model's hidden states of its newest positions. engine_mtp_step then
+ * runs the block alone on n entries (distinct sequences of one pool): entry t at position pos
+ * (>= its sequence's length) reads token and the hidden state h (NULL: the main model's of
+ * pos - 1, as the sequence kept it), writes the block's cache at pos (past the sequence's length:
+ * the next engine_eval of those positions overwrites it; the length does not change) and gives
+ * n_vocab logits and n_embd floats of its own hidden state per entry (h_out, the h of the next
+ * position's step). attnd/spec.h drafts with it. Errors: ATTND_ERR_INVALID (no MTP block cached,
+ * a position before the sequence's length or past the context), ATTND_ERR_NOMEM (KV budget).
+ */
+typedef struct engine_mtp_entry {
+    kv_seq *seq;
+    int32_t token;
+    int32_t pos;
+    const float *h; /* (n_embd), borrowed for the call; NULL: the main model's of pos - 1 */
+} engine_mtp_entry;
+attnd_status engine_mtp_step(engine *e, const engine_mtp_entry *in, int n, float *logits, float *h_out,
+                             attnd_err *err);
+
+/*
  * Attention inspection (off by default, no cost when off): when set, engine_eval calls cb once
  * per (layer, head, query entry) with the softmax weights over the sequence's positions 0..n_keys-1,
  * serially, on the thread that called engine_eval. The weights pointer is valid during the call only.
@@ -81,6 +103,26 @@ void engine_set_residual_cb(engine *e, engine_resid_cb cb);
 typedef void (*engine_expert_cb)(void *user, int entry, int layer, int pos, const int *experts, const float *weights,
                                  int k);
 void engine_set_expert_cb(engine *e, engine_expert_cb cb);
+
+/* Gated DeltaNet inspection (hybrid models; off by default, no cost when off): when set,
+ * engine_eval calls cb once per (DeltaNet layer, entry) after the layer's recurrence, with the
+ * entry's position and what the recurrence read and wrote for it (valid during the call only),
+ * serially, on the thread that called engine_eval. With S the (d_k, d_v) state of a value head h
+ * (reading key head engine_dn_key_head(io, h)): S <- e^g S; u = beta (v - S^T k); S <- S + k u^T;
+ * o = S^T q / sqrt(d_k). The user pointer is the attention callback's (engine_set_attention_cb). */
+typedef struct engine_dn_io {
+    int hk, hv, dk, dv;
+    bool grouped;          /* value head h reads key head h / (hv / hk); false: h mod hk */
+    const float *q, *k;    /* (hk, dk) after the conv, each head L2-normalised */
+    const float *v;        /* (hv, dv) after the conv */
+    const float *beta, *g; /* (hv) sigmoid(b) and the log decay a softplus(alpha + dt_bias) <= 0 */
+    const float *o;        /* (hv, dv) the recurrence's output, before the gated RMSNorm */
+} engine_dn_io;
+typedef void (*engine_dn_cb)(void *user, int entry, int layer, int pos, const engine_dn_io *io);
+void engine_set_deltanet_cb(engine *e, engine_dn_cb cb);
+static inline int engine_dn_key_head(const engine_dn_io *io, int h) {
+    return io->grouped ? h / (io->hv / io->hk) : h % io->hk;
+}
 
 /* Matrix-input inspection (off by default, no cost when off): when set, engine_eval calls cb
  * before each weight matrix of a layer (and the output head) is applied, with the weight's GGUF

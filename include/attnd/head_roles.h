@@ -48,6 +48,9 @@ typedef struct head_scores {
 typedef struct head_roles {
     int n_layer, n_head;
     head_scores *scores;       /* (n_layer, n_head) owned */
+    int recurrent_every;       /* a hybrid model's: only every recurrent_every-th layer (attention)
+                                  is scored, the Gated DeltaNet layers' scores stay 0
+                                  (head_roles_scored); 0 = every layer */
     int length, n_probes, window; /* as used */
     double wall_ms;
 } head_roles;
@@ -58,6 +61,10 @@ typedef struct head_roles {
  * error. */
 attnd_status head_roles_compute(engine *e, kv_pool *pool, const head_roles_params *p, head_roles *out, attnd_err *err);
 void head_roles_free(head_roles *r); /* accepts NULL */
+/* Whether layer l's heads were scored (a hybrid model's DeltaNet layers are not: no softmax rows). */
+static inline bool head_roles_scored(const head_roles *r, int l) {
+    return !r->recurrent_every || (l + 1) % r->recurrent_every == 0;
+}
 
 /* Probe k of p with T tokens per copy into ids[0..(bos >= 0) + 2T): what head_roles_compute
  * evaluates (for tests and for showing the probe). */

@@ -70,9 +70,17 @@ size_t kv_context_bytes(const model *m, int n_ctx, kv_type type);
  * kv_pool_bytes_for and kv_context_bytes include it. */
 size_t kv_state_bytes(const model *m);
 
+/* A model with an MTP block (model_info.mtp) caches it as one more layer, so that it can draft
+ * (engine_mtp_step); off, the pool holds the main layers only and the engine never runs the block.
+ * Set before the pool has sequences; ATTND_ERR_INVALID after, or to turn on a model without one.
+ * kv_bytes_per_token and kv_context_bytes count the block. */
+attnd_status kv_pool_set_mtp(kv_pool *p, bool on, attnd_err *err);
+bool kv_pool_mtp(const kv_pool *p);
+
 attnd_status kv_seq_create(kv_seq **out, kv_pool *pool, attnd_err *err);
 void kv_seq_destroy(kv_seq *s); /* returns its blocks to the pool; accepts NULL */
 int kv_seq_len(const kv_seq *s); /* tokens cached */
+kv_pool *kv_seq_pool(const kv_seq *s); /* borrowed: the pool s takes its blocks from */
 size_t kv_seq_bytes(const kv_seq *s); /* blocks, state and checkpoints it holds, shared ones included */
 size_t kv_seq_bytes_shared(const kv_seq *s); /* the part of kv_seq_bytes held by other sequences too */
 /* Keeps the first n tokens and gives up blocks no longer needed (a shared block goes back to the

@@ -54,7 +54,11 @@ typedef struct model_info {
     int n_expert, n_expert_used, n_ff_exp; /* Mixture of Experts: experts, used per token, their FFN
                                               width (0 for dense models) */
     int n_recurrent_layers; /* Gated DeltaNet layers (qwen35): a fixed-size state per sequence, no KV */
-    int n_mtp_layers;   /* multi-token-prediction blocks in the file (nextn), loaded but not run */
+    int recurrent_every;    /* with them: every recurrent_every-th layer is full attention, the rest
+                               DeltaNet (model_info_recurrent) */
+    int recurrent_heads;    /* with them: the DeltaNet layers' value heads */
+    int n_mtp_layers;   /* multi-token-prediction blocks in the file (nextn), not run by the main pass */
+    bool mtp;           /* one of them is loaded to draft with (qwen35, qwen35moe, qwen3next: engine_mtp_step) */
     int kv_latent;      /* latent attention (deepseek2): values cached per token and layer, the
                            latent and the rotated key part (kv_lora_rank + rope dims), shared by
                            every head; 0 for per-head K and V */
@@ -64,6 +68,11 @@ typedef struct model_info {
                            model_run_context, is beyond the original context); false with the
                            short ones or without LongRoPE */
 } model_info;
+
+/* Whether layer l is a Gated DeltaNet layer (a linear-attention recurrence, no KV). */
+static inline bool model_info_recurrent(const model_info *mi, int l) {
+    return mi->n_recurrent_layers > 0 && (l + 1) % mi->recurrent_every != 0;
+}
 
 /* Loads and validates a GGUF model. Refuses unknown architectures and tensor types the engine
  * does not compute, naming them. On success *out owns the mapping. */

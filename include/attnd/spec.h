@@ -2,12 +2,14 @@
  * spec.h — speculative decoding: proposing the next few tokens cheaply so the target model can
  * check them all in one batched engine_eval instead of one step each.
  *
- * Two drafters, both deterministic (each proposes one token per position, a point mass):
+ * Three drafters, all deterministic (each proposes one token per position, a point mass):
  *   - prompt lookup (no draft model): the longest suffix of the history, of ngram_max down to
  *     ngram_min tokens, that occurred earlier in the history (prompt + generated) proposes the
  *     tokens that followed its latest earlier occurrence;
  *   - a draft model with the target's vocabulary (spec_vocab_check): its greedy continuation,
- *     cut where its top probability falls below draft_min_p.
+ *     cut where its top probability falls below draft_min_p;
+ *   - the target's own MTP block (model_info.mtp, engine_mtp_step): its greedy continuation,
+ *     cut the same way; no second model, its cache part of the target's sequence.
  *
  * Verification (engine_generate, the server's scheduler): the target evaluates the unevaluated
  * token t and the drafts d1..dk as one batch, logits for each; the sampler pipeline (gen.h) runs
@@ -46,6 +48,9 @@ typedef struct spec_params {
     bool fixed;             /* propose draft_max whenever there is a proposal (no cost control) */
     engine *draft;          /* borrowed: the draft model's engine; NULL = prompt lookup */
     kv_pool *draft_pool;    /* borrowed, with draft: the pool of the draft's KV sequence */
+    engine *mtp;            /* borrowed: the target's engine, to draft with its MTP block (not with draft) */
+    kv_seq *mtp_seq;        /* borrowed, with mtp: the target's sequence this spec drafts for (its pool
+                               caches the block: kv_pool_set_mtp) */
 } spec_params;
 
 /* Defaults: draft_max 8, ngram 2..8 (single-token matches guess too often; the match's length
@@ -184,8 +189,10 @@ void spec_batch_destroy(spec_batch *b); /* accepts NULL */
 
 /* Whether s drafts with a draft model that has not stopped (NULL: false). */
 bool spec_uses_draft_model(const spec *s);
-/* With a draft model: how many tokens (at most max, and draft_max) s's next draft may have, as
- * spec_draft would decide (st as there); 0 = none. Prompt lookup: 0 (use spec_draft). */
+/* Whether s drafts with the target's MTP block (NULL: false); spec_draft drafts it. */
+bool spec_uses_mtp(const spec *s);
+/* With a draft model or the MTP block: how many tokens (at most max, and draft_max) s's next draft
+ * may have, as spec_draft would decide (st as there); 0 = none. Prompt lookup: 0 (use spec_draft). */
 int spec_plan(spec *s, spec_step *st, int max);
 /* Drafts sp[0..n) (n <= max_seqs), each up to k[i] tokens (its plan), into out[i]; k[i] gets how
  * many. Specs of another draft engine, or stopped, draft nothing. cost (may be NULL) learns the

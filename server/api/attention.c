@@ -286,7 +286,7 @@ static http_result measure_ablation(req *r, const genreq_env *env, const ablate_
     attnd_status st = ablate_api_sweep_params(am, env->tok, ids, (int)n, &p, &param, &err);
     if (st == ATTND_OK) st = ablate_sweep_check(model_info_get(env->m), &p, &err);
     if (st != ATTND_OK) {
-        ret = http_respond_error(r, 400, err.msg, param ? param : "prompt");
+        ret = http_respond_error(r, 400, err.msg, param ? param : st == ATTND_ERR_UNSUPPORTED ? "measure" : "prompt");
     } else if ((st = sched_run_task(env->sch, &(sched_task_spec){run_sweep, &(sweep_task){&p, &res, NULL}, tenant},
                                     &err)) != ATTND_OK) {
         ret = http_respond_error(r, st == ATTND_ERR_INVALID ? 400 : 503, err.msg, NULL);

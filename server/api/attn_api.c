@@ -94,7 +94,8 @@ void attn_api_request_free(attn_api_request *r) {
 attn_capture_params attn_api_params(const attn_api_request *r, int n_positions) {
     return (attn_capture_params){.layers = r->layers, .n_layers = r->n_layers, .heads = r->heads,
                                  .n_heads = r->n_heads, .top_k = r->top_k, .n_positions = n_positions,
-                                 .weights = r->weights, .lens_k = r->lens_k, .experts = r->experts};
+                                 .weights = r->weights, .lens_k = r->lens_k, .experts = r->experts,
+                                 .deltanet = true};
 }
 
 /* The most JSON text one weight takes: "1.23457e-05," whole, "[1048576,1.23457e-05]," as a pair;
@@ -103,9 +104,10 @@ enum { ATTN_WEIGHT_BYTES = 12, ATTN_PAIR_BYTES = 22, ATTN_ROW_BYTES = 3, ATTN_HE
 
 uint64_t attn_api_bytes(const model_info *mi, const attn_capture_params *p) {
     uint64_t layers = p->layers ? (uint64_t)p->n_layers : (uint64_t)mi->n_layer;
-    uint64_t heads = p->heads ? (uint64_t)p->n_heads : (uint64_t)mi->n_head;
+    uint64_t blocks = attn_capture_blocks(mi, p); /* (layer, head) pairs */
     uint64_t per = p->top_k ? ATTN_PAIR_BYTES : ATTN_WEIGHT_BYTES;
-    return attn_capture_count(mi, p) * per + layers * heads * ((uint64_t)p->n_positions * ATTN_ROW_BYTES + ATTN_HEAD_BYTES) +
+    if (mi->n_recurrent_layers) per += 1; /* a signed weight's "-" */
+    return attn_capture_count(mi, p) * per + blocks * ((uint64_t)p->n_positions * ATTN_ROW_BYTES + ATTN_HEAD_BYTES) +
            (uint64_t)p->n_positions * 64 + /* the tokens list: id and a short text each */
            layers * (uint64_t)p->n_positions * ((uint64_t)p->lens_k * ATTN_PAIR_BYTES + ATTN_ROW_BYTES) +
            (p->experts ? layers * (uint64_t)p->n_positions * ((uint64_t)mi->n_expert_used * ATTN_PAIR_BYTES + ATTN_ROW_BYTES) : 0);
@@ -141,6 +143,15 @@ attnd_status attn_api_check(const model_info *mi, const attn_capture_params *p, 
                           "(attention_max_weights): narrow 'layers' or 'heads', set 'top_k', or shorten the prompt "
                           "or max_tokens",
                           (unsigned long long)n, p->n_positions, (unsigned long long)max_values);
+    }
+    uint64_t dn = attn_capture_dn_weights(mi, p);
+    if (max_values && dn > max_values) { /* top_k: the rows are still made whole */
+        *param = !p->layers ? "layers" : !p->heads ? "heads" : "prompt";
+        return attnd_fail(err, ATTND_ERR_INVALID,
+                          "the Gated DeltaNet layers asked for make %llu effective weights (%d positions; each row "
+                          "is computed whole, also with top_k); the server computes at most %llu "
+                          "(attention_max_weights): narrow 'layers' or 'heads', or shorten the prompt or max_tokens",
+                          (unsigned long long)dn, p->n_positions, (unsigned long long)max_values);
     }
     *param = NULL;
     return ATTND_OK;
@@ -183,7 +194,7 @@ static json_t *row_json(const attn_capture *c, int li, int hi, int pos) {
 }
 
 /* {"layer", "head", "weights": [...]} for the li-th layer and hi-th head (new reference). */
-static json_t *head_json(const attn_capture *c, int li, int hi, int first, int n_rows) {
+static json_t *head_json(const attn_capture *c, bool hybrid, int li, int hi, int first, int n_rows) {
     json_t *rows = json_array();
     for (int r = 0; rows && r < n_rows; r++)
         if (json_array_append_new(rows, row_json(c, li, hi, first + r))) {
@@ -191,8 +202,18 @@ static json_t *head_json(const attn_capture *c, int li, int hi, int first, int n
             rows = NULL;
         }
     if (!rows) return NULL;
-    return json_pack("{s:i, s:i, s:o}", "layer", (json_int_t)attn_capture_layer(c, li), "head",
-                     (json_int_t)attn_capture_head(c, hi), "weights", rows);
+    json_t *o = json_pack("{s:i, s:i}", "layer", (json_int_t)attn_capture_layer(c, li), "head",
+                          (json_int_t)attn_capture_head(c, hi));
+    if (o && hybrid && attn_capture_layer_deltanet(c, li))
+        json_object_update_new(o, json_pack("{s:s, s:b, s:i}", "kind", "deltanet", "effective", true, "from",
+                                            (json_int_t)attn_capture_layer_from(c, li)));
+    else if (o && hybrid) json_object_set_new(o, "kind", json_string("attention"));
+    if (!o || json_object_set_new(o, "weights", rows)) { /* set_new steals rows, also when it fails */
+        if (!o) json_decref(rows);
+        json_decref(o);
+        return NULL;
+    }
+    return o;
 }
 
 /* Per position of a selected layer: n (id, value) pairs, most probable first. */
@@ -247,6 +268,10 @@ json_t *attn_api_head(const char *model_name, const model_info *mi, const tokeni
                           (json_int_t)mi->n_head, "n_prompt", (json_int_t)n_prompt, "first_row", (json_int_t)first,
                           "weights", kind, "causal", attn_capture_n_inputs(c) == 0, "tokens", tokens);
     if (o && attn_capture_n_inputs(c) && json_object_set_new(o, "inputs", inputs_json(c))) json_decref(o), o = NULL;
+    if (o && mi->n_recurrent_layers && /* a hybrid model: which layers are DeltaNet, and their heads */
+        json_object_update_new(o, json_pack("{s:i, s:i}", "n_value_heads", (json_int_t)mi->recurrent_heads,
+                                            "full_attention_interval", (json_int_t)mi->recurrent_every)))
+        json_decref(o), o = NULL;
     /* set_new steals the lens and the experts, also when it fails */
     if (o && attn_capture_lens_k(c) && json_object_set_new(o, "logit_lens", pairs_json(c, first, n_rows, "top", lens_pairs)))
         json_decref(o), o = NULL;
@@ -260,9 +285,10 @@ json_t *attn_api_response(const char *model_name, const model_info *mi, const to
                           int n_ids, int n_prompt, const attn_capture *c) {
     int first, n_rows = attn_capture_rows(c, &first);
     json_t *heads = json_array();
+    bool hybrid = attn_capture_hybrid(c);
     for (int li = 0; heads && li < attn_capture_n_layers(c); li++)
-        for (int hi = 0; heads && hi < attn_capture_n_heads(c); hi++)
-            if (json_array_append_new(heads, head_json(c, li, hi, first, n_rows))) {
+        for (int hi = 0; heads && hi < attn_capture_layer_heads(c, li); hi++)
+            if (json_array_append_new(heads, head_json(c, hybrid, li, hi, first, n_rows))) {
                 json_decref(heads);
                 heads = NULL;
             }
@@ -283,6 +309,13 @@ static bool put_weight(buf *b, double w) {
     char t[32];
     int n = snprintf(t, sizeof(t), "%.*g", ATTN_API_DIGITS, w);
     if (!strpbrk(t, ".eEn")) n += snprintf(t + n, sizeof(t) - (size_t)n, ".0");
+    char *e = strchr(t, 'e'); /* jansson writes the exponent without '+' or leading zeros: 4.8e-6 */
+    if (e) {
+        char *dst = e + 1 + (e[1] == '-'), *src = dst + (*dst == '+');
+        while (*src == '0' && src[1]) src++;
+        memmove(dst, src, strlen(src) + 1);
+        n = (int)strlen(t);
+    }
     return buf_append(b, t, (size_t)n);
 }
 
@@ -318,10 +351,16 @@ char *attn_api_dump_with(const json_t *head, const attn_capture *c, size_t *len)
     free(h);
     if (ok) ok = buf_puts(&b, hn > 2 ? ",\"attention\":[" : "\"attention\":[");
     int first, n_rows = attn_capture_rows(c, &first), k = 0;
+    bool hybrid = attn_capture_hybrid(c);
     for (int li = 0; ok && li < attn_capture_n_layers(c); li++)
-        for (int hi = 0; ok && hi < attn_capture_n_heads(c); hi++, k++) {
-            ok = buf_printf(&b, "%s{\"layer\":%d,\"head\":%d,\"weights\":", k ? "," : "", attn_capture_layer(c, li),
+        for (int hi = 0; ok && hi < attn_capture_layer_heads(c, li); hi++, k++) {
+            ok = buf_printf(&b, "%s{\"layer\":%d,\"head\":%d,", k ? "," : "", attn_capture_layer(c, li),
                             attn_capture_head(c, hi));
+            if (ok && hybrid && attn_capture_layer_deltanet(c, li)) /* the keys in jansson's order, as head_json */
+                ok = buf_printf(&b, "\"kind\":\"deltanet\",\"effective\":true,\"from\":%d,",
+                                attn_capture_layer_from(c, li));
+            else if (ok && hybrid) ok = buf_puts(&b, "\"kind\":\"attention\",");
+            if (ok) ok = buf_puts(&b, "\"weights\":");
             if (ok) ok = put_rows(&b, c, li, hi, first, n_rows);
             if (ok) ok = buf_append(&b, "}", 1);
         }

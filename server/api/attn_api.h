@@ -30,6 +30,11 @@
  * An encoder's capture (attn_capture_params.inputs): row p holds its weights over its own input's
  * tokens only (first..first+n_tokens-1), not padded; top_k positions index tokens.
  * The last generated token is never fed back into the model, so it has no row.
+ * A hybrid model (Gated DeltaNet layers, attn_capture.h) adds "n_value_heads" and
+ * "full_attention_interval" to the head and "kind" to every entry: "attention" (softmax rows, as
+ * above) or "deltanet" with "effective": true and "from": J, whose rows are the signed effective
+ * weights w_tj (o_t = sum_j w_tj v_j exactly; they may be negative and do not sum to 1; top_k
+ * picks the largest |w|), one entry per value head; positions before J (a reused prefix) weigh 0.
  */
 #ifndef ATTND_SERVER_ATTN_API_H
 #define ATTND_SERVER_ATTN_API_H
@@ -73,7 +78,8 @@ attn_capture_params attn_api_params(const attn_api_request *r, int n_positions);
  * model's range), against max_bytes, the most bytes one answer may take (attn_api_bytes; 0 = no
  * cap; the message names attention_max_bytes), and against max_values, the most weights one
  * response may carry (0 = no cap): a larger ask is refused with a message giving the count, the
- * cap and how to narrow it.
+ * cap and how to narrow it; max_values also bounds attn_capture_dn_weights (a DeltaNet layer's
+ * rows are made whole before top_k picks).
  * ATTND_ERR_INVALID with *param = "layers", "heads", "top_k", "logit_lens", "experts" (a dense
  * model), or "max_tokens"/"prompt" when
  * the context is exceeded.

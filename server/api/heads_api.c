@@ -31,8 +31,9 @@ static json_t *head_json(const head_roles *hr, int c) {
 
 json_t *heads_api_json(const char *model_name, const head_roles *hr, const head_roles_params *p) {
     json_t *heads = json_array();
-    for (int c = 0; heads && c < hr->n_layer * hr->n_head; c++)
-        if (json_array_append_new(heads, head_json(hr, c))) json_decref(heads), heads = NULL;
+    for (int c = 0; heads && c < hr->n_layer * hr->n_head; c++) /* a hybrid model: its attention layers' */
+        if (head_roles_scored(hr, c / hr->n_head) && json_array_append_new(heads, head_json(hr, c)))
+            json_decref(heads), heads = NULL;
     json_t *probe = json_pack("{s:i, s:i, s:i, s:I}", "length", (json_int_t)hr->length, "probes",
                               (json_int_t)hr->n_probes, "window", (json_int_t)hr->window, "seed", (json_int_t)p->seed);
     json_t *thr = json_pack("{s:f, s:f, s:f, s:f}", "previous_token", HEAD_ROLE_PREVIOUS, "induction",

@@ -63,6 +63,10 @@ const entry config_settings[] = {
     {"draft_min_p", K_FLOAT, OFF(draft_min_p), 0, 1, 0, "0.5", "the draft model's draft ends below this top probability"},
     {"draft_adapt", K_BOOL, OFF(draft_adapt), 0, 0, 0, "true",
      "draft only where measured step costs and acceptance say it pays (false = draft_max every step)"},
+    {"mtp", K_BOOL, OFF(mtp), 0, 0, 0, "true",
+     "draft with the model's own MTP block (nextn layers) when the file has one and no draft_model is set"},
+    {"mtp_draft_max", K_INT, OFF(mtp_draft_max), 1, 32, 0, "3",
+     "with the MTP block: tokens drafted per step when draft_max is 0 and the request does not say"},
     {"prefill_budget_ms", K_INT, OFF(prefill_budget_ms), 0, 600000, 0, "0", "step time while a prompt prefills beside streams, ms (0 = auto)"},
     {"kv_budget_mb", K_SIZE, OFF(kv_budget_mb), 1, 1 << 24, 0, "1024", "KV cache memory for all sessions, MiB"},
     {"kv_type", K_KVTYPE, OFF(kv_type), 0, 0, 0, "f16",
@@ -528,7 +532,8 @@ static attnd_status value_range(const char **vb, const char **ve, const char *lo
 /* The settings a [model.NAME] section may set: what differs from model to model. */
 static const char *const PRESET_KEYS[] = {
     "model", "ctx_size", "kv_budget_mb", "kv_type", "kv_f32", "threads", "chat_template", "chat_template_file",
-    "draft_model", "draft_max", "draft_min_p", "draft_adapt", "max_parallel", "max_batch", "prefill_budget_ms",
+    "draft_model", "draft_max", "draft_min_p", "draft_adapt", "mtp", "mtp_draft_max", "max_parallel", "max_batch",
+    "prefill_budget_ms",
     "temperature", "top_k", "top_p", "min_p", "repeat_penalty", "repeat_last_n", "max_tokens",
 };
 static const char *const PRESET_ROLES[] = {"generation", "embedding", "rerank"};

@@ -65,6 +65,9 @@ typedef struct server_settings {
     float draft_min_p;       /* the draft model stops below this top probability; default 0.5 */
     bool draft_adapt;        /* draft only as much as measured cost and acceptance say pays;
                                 false = draft_max every step; default true */
+    bool mtp;                /* draft with the model's own MTP block (nextn) when the file has one and
+                                no draft_model is set; default true */
+    int mtp_draft_max;       /* with the MTP block: draft_max when draft_max is 0; default 3 */
     int prefill_budget_ms;   /* a step's time while a prompt prefills beside decoding streams;
                                 0 = auto (3 decode steps); default 0 */
     size_t kv_budget_mb;     /* KV memory budget for all sessions together; default 1024 */

@@ -188,6 +188,7 @@ struct sched {
     draft_queue dq;       /* with a draft model: this step's slots drafting with it */
     float draft_min_p;    /* the server's; a job's own when it sets one */
     bool draft_adapt;     /* drafts as long as their measured cost pays (spec_ctl), else draft_max */
+    bool mtp;             /* slots draft with the model's MTP block (its cache in pool: kv_pool_set_mtp) */
     spec_cost spcost;     /* the model's step costs by rows, for the drafters' plans */
     int tenant_slots;     /* most slots one tenant holds (max_parallel; n_slots has one more) */
     float *logits;        /* (rows_cap, n_vocab) */

@@ -185,20 +185,23 @@ static attnd_status slot_start_ablated(sched *s, slot *sl, sched_job *j, attnd_e
     return slot_init_gen(s, sl, j, err);
 }
 
-/* The drafter of a slot that speculates, fed the prompt: the draft model's, else (none, or out of
- * its memory) prompt lookup's; none when that fails too. */
+/* The drafter of a slot that speculates, fed the prompt: the draft model's, else the model's own
+ * MTP block, else (none, or out of memory) prompt lookup's; none when that fails too. */
 static void slot_open_drafter(sched *s, slot *sl) {
     if (sched_job_draft_max(s, sl->job) <= 0 || sl->job->capture) return;
+    static const char *const names[] = {"draft model", "MTP block", "prompt lookup"};
     spec_params p;
     spec_params_default(&p);
     p.draft_max = sched_job_draft_max(s, sl->job), p.fixed = !s->draft_adapt;
     p.draft_min_p = sl->job->draft_min_p >= 0 ? sl->job->draft_min_p : s->draft_min_p;
-    for (int lookup = !s->deng; lookup < 2 && !sl->sp; lookup++) {
-        p.draft = lookup ? NULL : s->deng, p.draft_pool = lookup ? NULL : s->dpool;
+    for (int kind = s->deng ? 0 : s->mtp ? 1 : 2; kind < 3 && !sl->sp; kind++) {
+        if (kind == 1 && !s->mtp) continue;
+        p.draft = kind == 0 ? s->deng : NULL, p.draft_pool = kind == 0 ? s->dpool : NULL;
+        p.mtp = kind == 1 ? s->eng : NULL, p.mtp_seq = kind == 1 ? sl->kv : NULL;
         attnd_err err;
         if (spec_create(&sl->sp, &p, &err) == ATTND_OK && spec_push(sl->sp, sl->hist, sl->n_hist, &err) == ATTND_OK)
             break;
-        slog_debug("no %s for this sequence: %s", lookup ? "prompt lookup" : "draft model", err.msg);
+        slog_debug("no %s for this sequence: %s", names[kind], err.msg);
         spec_destroy(sl->sp);
         sl->sp = NULL;
     }
@@ -528,7 +531,7 @@ static int slot_drafts(sched *s, slot *sl, int room, spec_step *st) {
     int n;
     attnd_err err;
     if (spec_draft(sl->sp, st, max, sl->draft, &n, &err) == ATTND_OK) return n;
-    slog_debug("draft model: %s", err.msg);
+    slog_debug("%s: %s", spec_uses_mtp(sl->sp) ? "MTP block" : "draft model", err.msg);
     return 0;
 }
 
@@ -1246,7 +1249,10 @@ attnd_status sched_create(sched **out, const model *m, const tokenizer *tok, ses
     s->tenant_slots = cfg->max_parallel > 0 ? cfg->max_parallel : 16;
     s->n_slots = s->tenant_slots + 1; /* one more than a tenant may hold: another finds it free */
     s->max_batch = cfg->max_batch > s->n_slots ? cfg->max_batch : s->n_slots;
-    s->draft_max = spec_supported(m) ? cfg->draft_max : -1;
+    /* the model's own MTP block drafts unless a draft model does or the setting is off; its cache
+     * is left out of the pool otherwise */
+    s->mtp = cfg->mtp && mi->mtp && spec_supported(m) && !(cfg->draft_model && *cfg->draft_model);
+    s->draft_max = !spec_supported(m) ? -1 : cfg->draft_max == 0 && s->mtp ? cfg->mtp_draft_max : cfg->draft_max;
     s->queue_limit = cfg->queue_limit > 0 ? cfg->queue_limit : 1;
     s->max_anon = s->n_slots + 4;
     /* logits rows: one per decoding slot plus prefill rows, within ~64 MiB for big vocabularies */
@@ -1270,6 +1276,7 @@ attnd_status sched_create(sched **out, const model *m, const tokenizer *tok, ses
     if ((rc = kv_pool_create(&s->pool, m, budget, cfg->kv_f32 ? KV_F32 : (kv_type)cfg->kv_type, err)) != ATTND_OK) goto fail;
     if ((rc = kv_pool_set_checkpoints(s->pool, cfg->kv_checkpoints, cfg->kv_checkpoint_interval, err)) != ATTND_OK)
         goto fail;
+    if (!s->mtp && (rc = kv_pool_set_mtp(s->pool, false, err)) != ATTND_OK) goto fail;
     if ((rc = sched_check_budget(s, budget, err)) != ATTND_OK) goto fail;
     s->budget_ms = cfg->prefill_budget_ms;
     if ((rc = engine_create(&s->eng, m, s->max_batch, cfg->threads, err)) != ATTND_OK) goto fail;

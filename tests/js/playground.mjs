@@ -1,20 +1,22 @@
 // playground.mjs — the web playground (GET /) in headless Chromium, driven by puppeteer-core:
 //   node playground.mjs NODE_MODULES_DIR CHROMIUM BASE_URL SCREENSHOT.png [KEYED_BASE_URL API_KEY [ENCODER_BASE_URL
-//        [MULTI_BASE_URL]]]
+//        [MULTI_BASE_URL [HYBRID_BASE_URL]]]]
 // Loads the page, generates, checks the output, the probability shading, the heatmap (drawn, not
 // blank), the layer and head pickers, the head thumbnails and their role labels, the raw / norm
 // toggle, a selected token's logit lens and ablation grid (a click regenerates with that head
 // removed, next to the original), branching, hovering a token, chat mode, and — on
 // a second server that needs a key — the key prompt, and on an encoder's server (a bert that only
 // embeds) Inspect: two inputs side by side, rows drawn whole (a token's later keys coloured, the
-// other input's cells hatched), hovering lights the token's whole input, and on a server of two
-// models the model picker (names and states; every request names the model picked). Fails on any console error and on any
+// other input's cells hatched), hovering lights the token's whole input, on a server of two
+// models the model picker (names and states; every request names the model picked), and on a
+// hybrid model's server (tiny qwen35) a Gated DeltaNet layer's signed rows on the diverging scale
+// (a negative weight's cell red), its value heads in the picker. Fails on any console error and on any
 // request that would leave the machine (every request is intercepted; only the server's own
 // origin is allowed). Keeps a screenshot of the page after a generation.
 import { createRequire } from "node:module";
 import assert from "node:assert/strict";
 
-const [modules, chromium, base, shot, keyedBase, apiKey, encoderBase, multiBase] = process.argv.slice(2);
+const [modules, chromium, base, shot, keyedBase, apiKey, encoderBase, multiBase, hybridBase] = process.argv.slice(2);
 const require = createRequire(modules + "/");
 const puppeteer = require("puppeteer-core");
 
@@ -315,6 +317,54 @@ if (multiBase) {
   assert.equal(sess, 1, "the page's session is sotu-b's");
   await p4.screenshot({ path: shot.replace(/\.png$/, "-models.png"), clip: { x: 0, y: 0, width: 1360, height: 420 } });
   ok("two models: the picker lists them with their states; heads, session, completion and attention name the one picked");
+}
+
+if (hybridBase) {
+  const p5 = await open(hybridBase + "/");
+  await p5.$eval('[data-testid="prompt"]', (e) => (e.value = "abcabd"));
+  await setValue(p5, "#max_tokens", "4");
+  await setValue(p5, "#temperature", "0");
+  await p5.click('[data-testid="generate"]');
+  await p5.waitForFunction(() => /tokens · layer 0/.test(document.getElementById("attnstatus").textContent),
+                           { timeout: 60000 });
+  assert.match(await text(p5, "#attnstatus"), /Gated DeltaNet: signed effective weights/);
+  assert.equal(await p5.$$eval('[data-testid="head"] option', (o) => o.length), 33); // mean + 32 value heads
+  assert.equal(await p5.$$eval("#thumbs canvas", (c) => c.length), 32);
+  // the value head with the most negative weight (relative to its map's largest |w|), picked: that
+  // weight's cell is drawn in its colour on the diverging scale, red
+  const head = await p5.evaluate(() => {
+    const a = state.attn, n = a.first_row + a.attention[0].weights.length;
+    let best = { h: 0, rel: 0 };
+    for (const hd of a.attention) {
+      const top = mapTop(hd.head);
+      for (let p = a.first_row; p < n; p++)
+        for (const w of row(p, hd.head)) if (-w / top > best.rel) best = { h: hd.head, rel: -w / top };
+    }
+    return best.h;
+  });
+  await p5.select('[data-testid="head"]', String(head));
+  const neg = await p5.evaluate(() => {
+    const c = document.querySelector('[data-testid="attention"] canvas'), g = state.geom, a = state.attn;
+    const dpr = window.devicePixelRatio || 1, top = mapTop(state.head);
+    let best = null;
+    for (let p = a.first_row; p < g.n; p++)
+      row(p, state.head).forEach((w, j) => { if (!best || w < best.w) best = { p, j, w }; });
+    const px = [...c.getContext("2d").getImageData(Math.floor((g.lw + (best.j + 0.5) * g.cell) * dpr),
+                                                   Math.floor((g.lw + (best.p + 0.5) * g.cell) * dpr), 1, 1).data];
+    return { ...best, rel: -best.w / top, got: px.slice(0, 3), want: heat(best.w, top).match(/\d+/g).map(Number) };
+  });
+  assert.ok(neg.w < 0 && neg.rel > 0.1, `no clearly negative weight in head ${head}'s map: ${JSON.stringify(neg)}`);
+  assert.deepEqual(neg.got, neg.want, `cell (${neg.p}, ${neg.j}): drawn ${neg.got}, its weight's colour ${neg.want}`);
+  assert.ok(neg.got[0] > neg.got[2] + 20, `a negative weight should be red: ${neg.got}`);
+  assert.equal(await p5.$eval("#dn-legend", (e) => e.style.display), "block");
+  await p5.screenshot({ path: shot.replace(/\.png$/, "-hybrid.png"), fullPage: true });
+  await p5.select('[data-testid="layer"]', "3");
+  await p5.waitForFunction(() => /layer 3/.test(document.getElementById("attnstatus").textContent));
+  assert.doesNotMatch(await text(p5, "#attnstatus"), /DeltaNet/);
+  assert.equal(await p5.$eval("#dn-legend", (e) => e.style.display), "none");
+  assert.equal(await p5.$$eval('[data-testid="head"] option', (o) => o.length), 17); // mean + 16 heads
+  ok(`a hybrid model: layer 0's signed rows on the diverging scale (head ${head}: w = ${neg.w.toPrecision(3)} red), ` +
+     "32 value heads; layer 3 softmax rows, 16 heads");
 }
 
 await browser.close();

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds build/bench_quant, build/bench_iq_peer, build/iq_vs_peer (tools/quant), build/bench_amx, build/bench_batch, build/bench_jinja and build/bench_histo against the engine library of ./build (run from the repository root,
+# Builds build/bench_quant, build/bench_iq_peer, build/iq_vs_peer (tools/quant), build/bench_amx, build/bench_batch, build/bench_jinja, build/bench_histo, build/bench_deltanet and build/bench_mtp against the engine library of ./build (run from the repository root,
 # after `cmake --build build`). Not part of CMake: benchmarks are not shipped or tested.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -29,3 +29,6 @@ echo "built build/bench_histo"
 gcc -std=gnu11 -O2 -Wall -Wextra -pthread -Iinclude -Iengine -Iengine/kernels tools/bench/bench_deltanet.c build/libattnd_engine.a -lm \
     -o build/bench_deltanet
 echo "built build/bench_deltanet"
+gcc -std=gnu11 -O2 -Wall -Wextra -pthread -Iinclude -Iengine -Itests tools/bench/bench_mtp.c build/libattnd_engine.a -lutf8proc -lm \
+    -o build/bench_mtp
+echo "built build/bench_mtp"
