@@ -136,7 +136,7 @@ typedef struct enc_pass {
     float *gate;                           /* (T, F) a gated FFN's gate, or empty */
     float *xn;                             /* (T, E) a pre-norm layer's normalised input (RMSNorm families) */
     float *fused;                          /* (T, Q + 2 KV) a fused projection's output, or empty */
-    float *scores;                         /* (n_threads, max input length) */
+    float *scores;                         /* (n_threads, enc_attend_floats) attention's scratch */
     float *pool_scratch;                   /* (embed_scratch_floats) embed_pool's */
     int max_len;
     void *mm_scratch;
@@ -161,19 +161,45 @@ typedef struct norm_job {
 #define ROW_CHUNK 8
 #define ROWWISE_PAR_MIN 16384L /* elements below which one thread does it (as engine.c) */
 
+/* sum of x[0..n) and of (x[i] - mean)^2: eight float chains (independent, so they pipeline and
+ * vectorise) added in double at the end, as ggml sums vectors of floats into a double. */
+static double row_sum(const float *x, int n) {
+    float a[8] = {0};
+    int i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int k = 0; k < 8; k++) a[k] += x[i + k];
+    double s = 0;
+    for (int k = 0; k < 8; k++) s += a[k];
+    for (; i < n; i++) s += x[i];
+    return s;
+}
+
+static double row_sq_dev(const float *x, int n, float mean) {
+    float a[8] = {0};
+    int i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int k = 0; k < 8; k++) a[k] += (x[i + k] - mean) * (x[i + k] - mean);
+    double s = 0;
+    for (int k = 0; k < 8; k++) s += a[k];
+    for (; i < n; i++) s += (double)(x[i] - mean) * (x[i] - mean);
+    return s;
+}
+
 static void norm_task(void *ctx, int c, int worker) {
     (void)worker;
     const norm_job *j = ctx;
     for (int t = c * ROW_CHUNK; t < j->n && t < (c + 1) * ROW_CHUNK; t++) {
         const float *r = j->x + (size_t)t * j->dim;
         float *o = j->out + (size_t)t * j->dim;
-        double mean = 0, var = 0;
-        for (int i = 0; j->layer && i < j->dim; i++) mean += r[i];
-        mean /= j->dim;
-        for (int i = 0; i < j->dim; i++) var += (r[i] - mean) * (r[i] - mean);
+        float mean = j->layer ? (float)(row_sum(r, j->dim) / j->dim) : 0.0f;
+        double var = row_sq_dev(r, j->dim, mean);
         float sc = (float)(1.0 / sqrt(var / j->dim + j->eps));
-        for (int i = 0; i < j->dim; i++)
-            o[i] = j->layer ? (float)(r[i] - mean) * sc * j->w[i] + (j->b ? j->b[i] : 0) : r[i] * sc * j->w[i];
+        if (!j->layer)
+            for (int i = 0; i < j->dim; i++) o[i] = r[i] * sc * j->w[i];
+        else if (j->b)
+            for (int i = 0; i < j->dim; i++) o[i] = (r[i] - mean) * sc * j->w[i] + j->b[i];
+        else
+            for (int i = 0; i < j->dim; i++) o[i] = (r[i] - mean) * sc * j->w[i];
     }
 }
 
@@ -183,14 +209,46 @@ static void norm_rows(int nth, float *out, const float *x, const float *w, const
     threads_run((long)n * dim >= ROWWISE_PAR_MIN ? nth : 1, (n + ROW_CHUNK - 1) / ROW_CHUNK, norm_task, &j);
 }
 
+/* x[i] += y[i] (+ b[i]) for i < n: blocks of 8 with a fixed inner count, which the compiler turns
+ * into vector adds at -O2 (a loop of unknown count it leaves scalar). */
+static void add_rows(float *restrict x, const float *restrict y, const float *restrict b, size_t n) {
+    size_t i = 0;
+    if (y && b)
+        for (; i + 8 <= n; i += 8)
+            for (int k = 0; k < 8; k++) x[i + k] += y[i + k] + b[i + k];
+    else if (y)
+        for (; i + 8 <= n; i += 8)
+            for (int k = 0; k < 8; k++) x[i + k] += y[i + k];
+    else
+        for (; i + 8 <= n; i += 8)
+            for (int k = 0; k < 8; k++) x[i + k] += b[i + k];
+    for (; i < n; i++) x[i] += (y ? y[i] : 0.0f) + (b ? b[i] : 0.0f);
+}
+
 static void add_bias_rows(float *x, const float *b, int n, int dim) {
-    for (int t = 0; b && t < n; t++)
-        for (int i = 0; i < dim; i++) x[(size_t)t * dim + i] += b[i];
+    for (int t = 0; b && t < n; t++) add_rows(x + (size_t)t * dim, NULL, b, (size_t)dim);
 }
 
 static void enc_matmul(const enc_pass *p, float *out, const weight *w, const float *x, const float *b) {
     quant_matmul_packed(out, w->data, w->packed, w->type, w->rows, w->cols, x, p->T, p->mm_scratch, p->n_threads);
     add_bias_rows(out, b, p->T, (int)w->rows);
+}
+
+/* x (T, E) += W in (+ b), through tmp (T, E): one pass over x for the bias and the residual. */
+static void enc_matmul_add(const enc_pass *p, float *x, const weight *w, const float *in, const float *b) {
+    quant_matmul_packed(p->tmp, w->data, w->packed, w->type, w->rows, w->cols, in, p->T, p->mm_scratch, p->n_threads);
+    size_t E = (size_t)w->rows;
+    for (size_t t = 0; t < (size_t)p->T; t++) add_rows(x + t * E, p->tmp + t * E, b, E);
+}
+
+/* Several weights against the same input (q, k, v; gate, up): one rounding of the activations
+ * and one parallel region (quant_matmul_many), then each one's bias. */
+static void enc_matmul3(const enc_pass *p, float *const out[], const weight *const w[], const float *const b[], int n,
+                        const float *x) {
+    quant_mm mm[3] = {{0}};
+    for (int i = 0; i < n; i++) mm[i] = (quant_mm){out[i], w[i]->data, w[i]->packed, w[i]->type, w[i]->rows};
+    quant_matmul_many(mm, n, w[0]->cols, x, p->T, p->mm_scratch, p->n_threads);
+    for (int i = 0; i < n; i++) add_bias_rows(out[i], b[i], p->T, (int)w[i]->rows);
 }
 
 /* embed: x = tok + type + pos rows, LayerNorm'd. */
@@ -216,32 +274,44 @@ static void enc_embed(enc_pass *p) {
 }
 
 
-/* Attention of input i, head h: each query row against the input's keys, softmax, values. */
+/* Attention of input i, head h, as two matrix products per block of ENC_QB queries: scores S =
+ * Q K^T (the keys transposed once per task into the worker's scratch), each row's softmax (a local
+ * layer's symmetric window masked first), then att = S V. */
+#define ENC_QB 96 /* queries per block: S is (ENC_QB, len), in L2 */
+
+static int enc_len_pad(int len) { return (len + 15) & ~15; }
+
+/* floats of enc_attend_task's scratch per worker, for inputs of up to max_len tokens */
+static size_t enc_attend_floats(const model *m, int max_len) {
+    return (size_t)(m->info.head_dim + ENC_QB) * (size_t)enc_len_pad(max_len);
+}
+
 static void enc_attend_task(void *ctx, int item, int worker) {
     enc_pass *p = ctx;
     const model_info *mi = &p->m->info;
     int H = mi->n_head, hd = mi->head_dim, Q = p->m->q_dim, KV = p->m->kv_dim;
     int i = item / H, h = item % H, kh = h / (H / mi->n_head_kv);
-    int s = p->start[i], len = p->in[i].n_tokens;
-    float *sc = p->scores + (size_t)worker * p->max_len;
+    int s = p->start[i], len = p->in[i].n_tokens, lp = enc_len_pad(len);
+    float *kt = p->scores + (size_t)worker * enc_attend_floats(p->m, p->max_len); /* (hd, lp) K^T */
+    float *S = kt + (size_t)hd * lp;                                                  /* (ENC_QB, lp) */
     const float *K = p->k + (size_t)s * KV + (size_t)kh * hd, *V = p->v + (size_t)s * KV + (size_t)kh * hd;
     int half = p->m->layers[p->layer].window / 2; /* a local layer's symmetric window: |t - j| <= half */
-    for (int t = s; t < s + len; t++) {
-        engine_attn_cb cb = p->attn_cb;
-        if (cb && p->attn_want && !p->attn_want(p->attn_user, p->first_entry + t, p->layer, h)) cb = NULL;
-        quant_dot_rows(sc, p->q + (size_t)t * Q + (size_t)h * hd, K, KV, len, hd, p->m->attn_scale);
-        for (int j = 0; half && j < len; j++)
-            if (abs(s + j - t) > half) sc[j] = -INFINITY;
-        float mx = -INFINITY;
-        for (int j = 0; j < len; j++) mx = sc[j] > mx ? sc[j] : mx;
-        double sum = 0;
-        for (int j = 0; j < len; j++) sum += sc[j] = sc[j] == -INFINITY ? 0.0f : expf(sc[j] - mx);
-        float inv = (float)(1.0 / sum);
-        for (int j = 0; j < len; j++) sc[j] *= inv;
-        float *o = p->att + (size_t)t * Q + (size_t)h * hd;
-        memset(o, 0, sizeof(float) * (size_t)hd);
-        quant_axpy_rows(o, sc, V, KV, len, hd);
-        if (cb) cb(p->attn_user, p->first_entry + t, p->layer, h, sc, len);
+    for (int j = 0; j < len; j++)
+        for (int c = 0; c < hd; c++) kt[(size_t)c * lp + j] = K[(size_t)j * KV + c];
+    for (int q0 = 0; q0 < len; q0 += ENC_QB) {
+        int nq = len - q0 < ENC_QB ? len - q0 : ENC_QB;
+        quant_gemm_f32(S, lp, p->q + (size_t)(s + q0) * Q + (size_t)h * hd, Q, kt, lp, nq, len, hd, false);
+        for (int r = 0; r < nq; r++) {
+            float *sc = S + (size_t)r * lp;
+            for (int j = 0; half && j < len; j++)
+                if (abs(j - (q0 + r)) > half) sc[j] = -INFINITY;
+            quant_softmax(sc, len, p->m->attn_scale);
+            int t = s + q0 + r;
+            engine_attn_cb cb = p->attn_cb;
+            if (cb && (!p->attn_want || p->attn_want(p->attn_user, p->first_entry + t, p->layer, h)))
+                cb(p->attn_user, p->first_entry + t, p->layer, h, sc, len);
+        }
+        quant_gemm_f32(p->att + (size_t)(s + q0) * Q + (size_t)h * hd, Q, S, lp, V, KV, nq, hd, len, false);
     }
 }
 
@@ -261,9 +331,8 @@ static void enc_qkv(enc_pass *p, const layer_weights *L, const float *in) {
             memcpy(p->v + (size_t)t * KV, r + Q + KV, sizeof(float) * (size_t)KV);
         }
     } else {
-        enc_matmul(p, p->q, &L->wq, in, L->bq);
-        enc_matmul(p, p->k, &L->wk, in, L->bk);
-        enc_matmul(p, p->v, &L->wv, in, L->bv);
+        enc_matmul3(p, (float *const[]){p->q, p->k, p->v}, (const weight *const[]){&L->wq, &L->wk, &L->wv},
+                    (const float *const[]){L->bq, L->bk, L->bv}, 3, in);
     }
     if (L->q_norm)
         norm_rows(p->n_threads, p->q, p->q, L->q_norm, NULL, p->T * mi->n_head, mi->head_dim, mi->rms_eps, false);
@@ -298,11 +367,13 @@ static void act_task(void *ctx, int c, int worker) {
            i1 = i0 + ACT_CHUNK < n ? i0 + ACT_CHUNK : n;
     float *u = p->up;
     const float *g = p->gate;
-    if (!p->act_gated)
-        for (size_t i = i0; i < i1; i++) u[i] = embed_gelu(u[i]);
-    else if (p->m->ffn_act == ACT_GELU_TANH) /* GeGLU */
-        for (size_t i = i0; i < i1; i++) u[i] *= embed_gelu(g[i]);
-    else
+    if (!p->act_gated) {
+        quant_gelu(u + i0, u + i0, (int64_t)(i1 - i0));
+    } else if (p->m->ffn_act == ACT_GELU_TANH) { /* GeGLU: the gate's GELU in place, then times up */
+        float *gg = p->gate;
+        quant_gelu(gg + i0, gg + i0, (int64_t)(i1 - i0));
+        for (size_t i = i0; i < i1; i++) u[i] *= gg[i];
+    } else
         for (size_t i = i0; i < i1; i++) u[i] *= g[i] / (1.0f + expf(-g[i]));
 }
 
@@ -321,14 +392,15 @@ static void enc_layer(enc_pass *p, int l) {
     enc_qkv(p, L, p->x);
     p->layer = l; /* with an inspection hook, serially on this thread (worker 0) */
     threads_run(p->attn_cb ? 1 : p->n_threads, p->n * m->info.n_head, enc_attend_task, p);
-    enc_matmul(p, p->tmp, &L->wo, p->att, L->bo);
-    for (size_t i = 0; i < (size_t)T * E; i++) p->x[i] += p->tmp[i];
+    enc_matmul_add(p, p->x, &L->wo, p->att, L->bo);
     norm_rows(p->n_threads, p->x, p->x, L->attn_norm, L->attn_norm_b, T, E, eps, true);
-    enc_matmul(p, p->up, &L->w_up, p->x, L->b_up);
-    if (L->w_gate.data) enc_matmul(p, p->gate, &L->w_gate, p->x, NULL);
+    if (L->w_gate.data)
+        enc_matmul3(p, (float *const[]){p->up, p->gate}, (const weight *const[]){&L->w_up, &L->w_gate},
+                    (const float *const[]){L->b_up, NULL}, 2, p->x);
+    else
+        enc_matmul(p, p->up, &L->w_up, p->x, L->b_up);
     enc_act(p, L);
-    enc_matmul(p, p->tmp, &L->w_down, p->up, L->b_down);
-    for (size_t i = 0; i < (size_t)T * E; i++) p->x[i] += p->tmp[i];
+    enc_matmul_add(p, p->x, &L->w_down, p->up, L->b_down);
     norm_rows(p->n_threads, p->x, p->x, L->ffn_norm, L->ffn_norm_b, T, E, eps, true);
 }
 
@@ -338,8 +410,8 @@ static void enc_layer(enc_pass *p, int l) {
 static void enc_gate_up(enc_pass *p, const layer_weights *L, const float *in) {
     size_t F = (size_t)p->m->info.n_ff;
     if (L->w_gate.data) {
-        enc_matmul(p, p->up, &L->w_up, in, NULL);
-        enc_matmul(p, p->gate, &L->w_gate, in, NULL);
+        enc_matmul3(p, (float *const[]){p->up, p->gate}, (const weight *const[]){&L->w_up, &L->w_gate},
+                    (const float *const[]){NULL, NULL}, 2, in);
         return;
     }
     enc_matmul(p, p->gate, &L->w_up, in, NULL);
@@ -397,8 +469,8 @@ static attnd_status enc_alloc(enc_pass *p, int T, int n_in, attnd_err *err) {
     size_t E = (size_t)m->info.n_embd, Q = (size_t)m->q_dim, KV = (size_t)m->kv_dim, F = (size_t)m->info.n_ff;
     size_t G = m->arch->fused_gate_up ? 2 * F : m->layers[0].w_gate.data ? F : 0; /* fused: (T, 2F) first */
     size_t W = m->arch->fused_qkv ? Q + 2 * KV : 0;
-    size_t floats = (size_t)T * (3 * E + 2 * Q + 2 * KV + F + G + W) + (size_t)p->n_threads * (size_t)p->max_len +
-                    embed_scratch_floats(m);
+    size_t att = (size_t)p->n_threads * enc_attend_floats(m, p->max_len);
+    size_t floats = (size_t)T * (3 * E + 2 * Q + 2 * KV + F + G + W) + att + embed_scratch_floats(m);
     size_t scratch = enc_scratch_bytes(m, T);
     char *mem = malloc(sizeof(float) * floats + scratch + sizeof(int) * (size_t)(n_in + 1) + 64);
     if (!mem) return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory for an encoder pass of %d tokens", T);
@@ -413,7 +485,7 @@ static attnd_status enc_alloc(enc_pass *p, int T, int n_in, attnd_err *err) {
     p->up = f, f += (size_t)T * F;
     p->gate = f, f += (size_t)T * G;
     p->fused = f, f += (size_t)T * W;
-    p->scores = f, f += (size_t)p->n_threads * (size_t)p->max_len;
+    p->scores = f, f += att;
     p->pool_scratch = f, f += embed_scratch_floats(m);
     p->start = (int *)f;
     p->mm_scratch = (char *)(p->start + n_in + 1) + (64 - ((uintptr_t)(p->start + n_in + 1) % 64)) % 64;

@@ -1494,3 +1494,149 @@ Test(quant, lowbit_types_matmul_of_zero_activations_is_zero) {
         free(x);
     }
 }
+
+// ---- the float GEMM and the dense weights' register tiles (x86/quant_x86_gemm.inc) ----------------
+
+/* quant_gemm_f32 at every row count around the tiles (AVX-512 12, AVX2 6), column counts around
+ * the 32/16-column tiles and depths not a multiple of anything, with strides wider than the
+ * matrices: every instruction set within float rounding of the float64 product, nothing written
+ * past column n, acc adding to C, and k split in two calls with acc giving the same bits as one. */
+Test(quant, gemm_f32_matches_float64_at_tile_edges_for_every_isa) {
+    const int ms[] = {1, 5, 6, 7, 11, 12, 13, 25}, ns[] = {1, 8, 15, 16, 17, 31, 32, 33, 50}, ks[] = {1, 7, 64, 130};
+    enum { LDA = 131, LDB = 53, LDC = 57, MAXM = 25, MAXK = 130 };
+    static float A[MAXM * LDA], B[MAXK * LDB], C[MAXM * LDC], C2[MAXM * LDC], C0[MAXM * LDC];
+    for (int i = 0; i < MAXM * LDA; i++) A[i] = rndf();
+    for (int i = 0; i < MAXK * LDB; i++) B[i] = rndf();
+    for (int i = 0; i < MAXM * LDC; i++) C0[i] = rndf();
+    quant_isa saved = quant_isa_active();
+    for (int isa = QUANT_ISA_PORTABLE; isa <= (int)quant_isa_best(); isa++) {
+        quant_isa_force((quant_isa)isa);
+        const char *name = quant_isa_name((quant_isa)isa);
+        for (size_t mi = 0; mi < sizeof ms / sizeof *ms; mi++)
+            for (size_t ni = 0; ni < sizeof ns / sizeof *ns; ni++)
+                for (size_t ki = 0; ki < sizeof ks / sizeof *ks; ki++)
+                    for (int acc = 0; acc <= 1; acc++) {
+                        int m = ms[mi], n = ns[ni], k = ks[ki];
+                        memcpy(C, C0, sizeof C);
+                        quant_gemm_f32(C, LDC, A, LDA, B, LDB, m, n, k, acc);
+                        for (int i = 0; i < m; i++)
+                            for (int j = 0; j < LDC; j++) {
+                                float got = C[i * LDC + j];
+                                if (j >= n) {
+                                    cr_assert_eq(f32_bits(got), f32_bits(C0[i * LDC + j]), "%s m %d n %d k %d: C[%d][%d] written",
+                                                 name, m, n, k, i, j);
+                                    continue;
+                                }
+                                double ref = acc ? C0[i * LDC + j] : 0, mag = fabs(ref);
+                                for (int c = 0; c < k; c++) {
+                                    ref += (double)A[i * LDA + c] * B[c * LDB + j];
+                                    mag += fabs((double)A[i * LDA + c] * B[c * LDB + j]);
+                                }
+                                cr_assert(fabs(got - ref) <= 1e-6 * mag + 1e-30, "%s m %d n %d k %d acc %d C[%d][%d]: %g vs %g",
+                                          name, m, n, k, acc, i, j, got, ref);
+                            }
+                        for (int i = m; i < MAXM; i++) /* rows past m untouched */
+                            cr_assert_eq(f32_bits(C[i * LDC]), f32_bits(C0[i * LDC]), "%s m %d: row %d written", name, m, i);
+                        if (k < 2) continue;
+                        memcpy(C2, C0, sizeof C2); /* k split at k / 2: the same chains, the same bits */
+                        quant_gemm_f32(C2, LDC, A, LDA, B, LDB, m, n, k / 2, acc);
+                        quant_gemm_f32(C2, LDC, A + k / 2, LDA, B + (k / 2) * LDB, LDB, m, n, k - k / 2, 1);
+                        for (int i = 0; i < m * LDC; i++)
+                            cr_assert_eq(f32_bits(C2[i]), f32_bits(C[i]), "%s m %d n %d k %d: split at %d differs at %d",
+                                         name, m, n, k, k / 2, i);
+                    }
+    }
+    quant_isa_force(saved);
+}
+
+/* F16 and BF16 weights from 16 tokens go through the register tiles, their rows converted a panel
+ * (32 rows x 128 columns on AVX-512) at a time: row counts and columns that are not multiples of
+ * the panel or of the 16 x 16 transposes, batch sizes around the switch and the tiles, 1 and 2
+ * threads, against the portable dot products (within float rounding); and a token's result the
+ * same bits at every batch size from 16 on. */
+Test(quant, dense_matmul_from_sixteen_tokens_agrees_with_portable_at_panel_edges) {
+    const uint32_t types[] = {GGUF_TYPE_F16, GGUF_TYPE_BF16};
+    const int64_t shapes[][2] = {{37, 257}, {70, 131}, {16, 16}, {33, 5}};
+    const int toks[] = {15, 16, 17, 25, 40};
+    enum { T = 40 };
+    for (size_t ti = 0; ti < 2; ti++)
+        for (size_t si = 0; si < sizeof shapes / sizeof *shapes; si++) {
+            uint32_t type = types[ti];
+            int64_t R = shapes[si][0], n_cols = shapes[si][1];
+            uint8_t *w = malloc(quant_row_bytes(type, n_cols) * (size_t)R);
+            random_weights(w, type, R, n_cols);
+            float *x = malloc(sizeof(float) * T * (size_t)n_cols), *ref = malloc(sizeof(float) * T * (size_t)R),
+                  *out = malloc(sizeof(float) * T * (size_t)R), *all = malloc(sizeof(float) * T * (size_t)R);
+            float *row = malloc(sizeof(float) * (size_t)n_cols);
+            for (int64_t j = 0; j < T * n_cols; j++) x[j] = rndf();
+            size_t sb;
+            uint8_t *scratch = scratch_for(type, T, n_cols, &sb);
+            quant_isa saved = quant_isa_force(QUANT_ISA_PORTABLE);
+            quant_matmul(ref, w, type, R, n_cols, x, T, scratch, 1);
+            for (int isa = QUANT_ISA_PORTABLE + 1; isa <= (int)quant_isa_best(); isa++) {
+                quant_isa_force((quant_isa)isa);
+                const char *name = quant_isa_name((quant_isa)isa);
+                quant_matmul(all, w, type, R, n_cols, x, T, scratch, 1);
+                for (size_t k = 0; k < sizeof toks / sizeof *toks; k++)
+                    for (int threads = 1; threads <= 2; threads++) {
+                        int n = toks[k];
+                        memset(out, 0xFF, sizeof(float) * T * (size_t)R);
+                        quant_matmul(out, w, type, R, n_cols, x, n, scratch, threads);
+                        for (int t = 0; t < n; t++)
+                            for (int64_t r = 0; r < R; r++) {
+                                quant_dequantize_row(row, w + quant_row_bytes(type, n_cols) * (size_t)r, type, n_cols);
+                                double mag = 0;
+                                for (int64_t c = 0; c < n_cols; c++) mag += fabs((double)row[c] * x[t * n_cols + c]);
+                                float got = out[t * R + r], want = ref[t * R + r];
+                                cr_assert(fabsf(got - want) <= 2e-6 * mag + 1e-30, "%s %s %ldx%ld n_tok %d tok %d row %ld: %g vs %g",
+                                          name, gguf_type_name(type), (long)R, (long)n_cols, n, t, (long)r, got, want);
+                                if (n >= 16)
+                                    cr_assert_eq(f32_bits(got), f32_bits(all[t * R + r]), "%s %s n_tok %d tok %d row %ld: %g vs %g at 40",
+                                                 name, gguf_type_name(type), n, t, (long)r, got, all[t * R + r]);
+                            }
+                    }
+            }
+            quant_isa_force(saved);
+            free(w), free(x), free(ref), free(out), free(all), free(row), free(scratch);
+        }
+}
+
+/* quant_softmax and quant_gelu against float64 for every instruction set: rows of every length
+ * around the vectors, -inf scores weighing 0, scores far below the largest giving 0; GELU over
+ * [-12, 12] within 1e-6 absolute + 4 ulp-ish relative, 0 far left, x far right, in place. */
+Test(quant, softmax_and_gelu_match_float64_for_every_isa) {
+    enum { N = 71 };
+    float s[N], s0[N];
+    enum { G = 4099 };
+    static float gx[G], gy[G];
+    for (int i = 0; i < G; i++) gx[i] = -12.0f + 24.0f * (float)i / (G - 1);
+    gx[0] = -60.0f, gx[1] = 60.0f, gx[2] = 0.0f, gx[3] = -1e-20f;
+    quant_isa saved = quant_isa_active();
+    for (int isa = QUANT_ISA_PORTABLE; isa <= (int)quant_isa_best(); isa++) {
+        quant_isa_force((quant_isa)isa);
+        const char *name = quant_isa_name((quant_isa)isa);
+        for (int n = 1; n <= N; n++) {
+            for (int j = 0; j < n; j++) s0[j] = 8.0f * rndf();
+            if (n > 3) s0[1] = -INFINITY, s0[n - 1] = -1000.0f;
+            memcpy(s, s0, sizeof(float) * (size_t)n);
+            quant_softmax(s, n, 0.7f);
+            double mx = -INFINITY, sum = 0, tot = 0;
+            for (int j = 0; j < n; j++) mx = fmax(mx, 0.7 * s0[j]);
+            for (int j = 0; j < n; j++) sum += exp(0.7 * s0[j] - mx);
+            for (int j = 0; j < n; j++) {
+                double want = exp(0.7 * s0[j] - mx) / sum;
+                cr_assert(fabs(s[j] - want) <= 1e-6 * want + 1e-30, "%s n %d s[%d]: %g vs %g", name, n, j, s[j], want);
+                tot += s[j];
+            }
+            cr_assert(fabs(tot - 1) < 1e-5, "%s n %d: weights sum to %g", name, n, tot);
+        }
+        memcpy(gy, gx, sizeof gy);
+        quant_gelu(gy, gy, G);
+        for (int i = 0; i < G; i++) {
+            double v = gx[i], want = 0.5 * v * (1 + tanh(0.7978845608028654 * (v + 0.044715 * v * v * v)));
+            cr_assert(fabs(gy[i] - want) <= 1e-6 + 4e-7 * fabs(want), "%s gelu(%g) = %.9g, want %.9g", name, gx[i],
+                      gy[i], want);
+        }
+    }
+    quant_isa_force(saved);
+}

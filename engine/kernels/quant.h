@@ -11,6 +11,7 @@
 #ifndef ATTND_QUANT_H
 #define ATTND_QUANT_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -37,7 +38,9 @@ size_t quant_scratch_bytes(uint32_t wtype, int n_tok, int64_t n_cols);
  * exception: with AVX-512, quantized weights go through 16-row x 8-token register tiles from 4
  * tokens on (prefill, batched decode) and through row-at-a-time kernels below (decode), which add
  * the per-block terms in different float orders; there the two agree within rounding (each is
- * bit-identical for any batch size on its side of the switch). Reentrant: calls
+ * bit-identical for any batch size on its side of the switch); and likewise, on AVX2 and AVX-512,
+ * F16 and BF16 weights from 16 tokens go through a register-blocked float GEMM (quant_gemm_f32's
+ * order: one fused chain per output) and below through dot-product tiles. Reentrant: calls
  * may run concurrently, each with its own scratch. Bad sizes or types are bugs (ATTND_ASSERT).
  */
 void quant_matmul(float *out, const void *w, uint32_t wtype, int64_t n_rows, int64_t n_cols, const float *x,
@@ -161,5 +164,21 @@ void quant_exp(float *y, const float *x, int64_t n);
 /* Row conversions between f32 and f16 (round to nearest even), as quant_f32_to_f16 elementwise. */
 void quant_f16_to_f32_row(float *dst, const uint16_t *src, int64_t n);
 void quant_f32_to_f16_row(uint16_t *dst, const float *src, int64_t n);
+/*
+ * C (m, n) = A (m, k) B (k, n), plus C's own values when acc: floats, row i of A at A + i * lda,
+ * row c of B at B + c * ldb, row i of C at C + i * ldc (nothing past column n of B or C is read
+ * or written). Each C element is one multiply-add chain over c in order (fused where the
+ * instruction set has FMA), so k may be split across calls with acc and the result does not
+ * depend on m, n or the tile an element falls in. Register-blocked on AVX2 / AVX-512.
+ */
+void quant_gemm_f32(float *C, int64_t ldc, const float *A, int64_t lda, const float *B, int64_t ldb, int m, int n, int k,
+                    bool acc);
+/* s[j] = e^(scale s[j] - m) / sum_j e^(scale s[j] - m), m the row's largest (scale > 0; n >= 1
+ * with a finite score; -inf scores weigh 0, and so do those more than 87 below m). */
+void quant_softmax(float *s, int n, float scale);
+/* y[i] = gelu(x[i]) in its tanh form, 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), computed as
+ * x / (1 + e^(-2 sqrt(2/pi) (x + 0.044715 x^3))) (the same function; no cancellation for x < 0):
+ * within a few ulp. y may equal x. */
+void quant_gelu(float *y, const float *x, int64_t n);
 
 #endif /* ATTND_QUANT_H */

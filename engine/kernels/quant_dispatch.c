@@ -192,6 +192,7 @@ static void resolve_tables(void) {
         RESOLVE(k, isa, prep_bf16);
         RESOLVE(k, isa, dot_rows); RESOLVE(k, isa, axpy_rows); RESOLVE(k, isa, exp); RESOLVE(k, isa, h2f);
         RESOLVE(k, isa, f2h);
+        RESOLVE(k, isa, gemm); RESOLVE(k, isa, softmax); RESOLVE(k, isa, gelu);
     }
 }
 
@@ -215,3 +216,12 @@ void quant_exp(float *y, const float *x, int64_t n) { quant_kernels_active()->ex
 void quant_f16_to_f32_row(float *dst, const uint16_t *src, int64_t n) { quant_kernels_active()->h2f(dst, src, n); }
 
 void quant_f32_to_f16_row(uint16_t *dst, const float *src, int64_t n) { quant_kernels_active()->f2h(dst, src, n); }
+
+void quant_gemm_f32(float *C, int64_t ldc, const float *A, int64_t lda, const float *B, int64_t ldb, int m, int n, int k,
+                    bool acc) {
+    quant_kernels_active()->gemm(C, ldc, A, lda, B, ldb, m, n, k, acc);
+}
+
+void quant_softmax(float *s, int n, float scale) { quant_kernels_active()->softmax(s, n, scale); }
+
+void quant_gelu(float *y, const float *x, int64_t n) { quant_kernels_active()->gelu(y, x, n); }

@@ -81,6 +81,10 @@ typedef void (*quant_axpy_rows_fn)(float *acc, const float *p, const float *V, i
 typedef void (*quant_exp_fn)(float *y, const float *x, int64_t n);
 typedef void (*quant_h2f_fn)(float *dst, const uint16_t *src, int64_t n);
 typedef void (*quant_f2h_fn)(uint16_t *dst, const float *src, int64_t n);
+typedef void (*quant_gemm_fn)(float *C, int64_t ldc, const float *A, int64_t lda, const float *B, int64_t ldb, int m,
+                              int n, int k, int acc);
+typedef void (*quant_softmax_fn)(float *s, int n, float scale);
+typedef void (*quant_gelu_fn)(float *y, const float *x, int64_t n);
 
 /* Packed weights (quant.h): 16-row groups of PACK_ROWS rows, group g at data + g * group_bytes. A
  * packed row-range kernel takes (data, group_bytes) for (w, row_bytes), r0 a multiple of 16. */
@@ -198,6 +202,9 @@ typedef struct quant_kernels {
     quant_exp_fn exp;
     quant_h2f_fn h2f;
     quant_f2h_fn f2h;
+    quant_gemm_fn gemm;
+    quant_softmax_fn softmax;
+    quant_gelu_fn gelu;
 } quant_kernels;
 
 extern const quant_kernels quant_kernels_portable;

@@ -424,6 +424,36 @@ static void f2h_portable(uint16_t *dst, const float *src, int64_t n) {
     for (int64_t i = 0; i < n; i++) dst[i] = quant_f32_to_f16(src[i]);
 }
 
+/* Each C element one chain over c in order (k may be split across calls with acc). */
+static void gemm_portable(float *C, int64_t ldc, const float *A, int64_t lda, const float *B, int64_t ldb, int m, int n,
+                          int k, int acc) {
+    for (int i = 0; i < m; i++)
+        for (int j = 0; j < n; j++) {
+            float s = acc ? C[i * ldc + j] : 0.0f;
+            for (int c = 0; c < k; c++) s += A[i * lda + c] * B[c * ldb + j];
+            C[i * ldc + j] = s;
+        }
+}
+
+static void softmax_portable(float *s, int n, float scale) {
+    float mx = -INFINITY;
+    for (int j = 0; j < n; j++) s[j] *= scale, mx = s[j] > mx ? s[j] : mx;
+    double sum = 0;
+    for (int j = 0; j < n; j++) {
+        float d = s[j] - mx;
+        sum += s[j] = d < -87.f ? 0.0f : expf(d);
+    }
+    float inv = (float)(1.0 / sum);
+    for (int j = 0; j < n; j++) s[j] *= inv;
+}
+
+static void gelu_portable(float *y, const float *x, int64_t n) {
+    for (int64_t i = 0; i < n; i++) {
+        float v = x[i];
+        y[i] = 0.5f * v * (1.0f + tanhf(0.7978845608028654f * v * (1.0f + 0.044715f * v * v)));
+    }
+}
+
 const quant_kernels quant_kernels_portable = {
     .rows = {
 #define QT_ROWS_(N, n, A) [QT_##N] = rows_##n,
@@ -438,4 +468,7 @@ const quant_kernels quant_kernels_portable = {
     .exp = exp_portable,
     .h2f = h2f_portable,
     .f2h = f2h_portable,
+    .gemm = gemm_portable,
+    .softmax = softmax_portable,
+    .gelu = gelu_portable,
 };

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds build/bench_quant, build/bench_iq_peer, build/iq_vs_peer (tools/quant), build/bench_amx, build/bench_batch, build/bench_jinja, build/bench_histo, build/bench_deltanet and build/bench_mtp against the engine library of ./build (run from the repository root,
+# Builds build/bench_quant, build/bench_iq_peer, build/iq_vs_peer (tools/quant), build/bench_amx, build/bench_batch, build/bench_embed, build/bench_jinja, build/bench_histo, build/bench_deltanet and build/bench_mtp against the engine library of ./build (run from the repository root,
 # after `cmake --build build`). Not part of CMake: benchmarks are not shipped or tested.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -19,6 +19,9 @@ echo "built build/bench_amx"
 gcc -std=gnu11 -O2 -Wall -Wextra -pthread -Iinclude -Iengine -Iengine/kernels tools/bench/bench_batch.c build/libattnd_engine.a -lutf8proc -lm \
     -o build/bench_batch
 echo "built build/bench_batch"
+gcc -std=gnu11 -O2 -Wall -Wextra -pthread -Iinclude -Iengine -Iengine/kernels tools/bench/bench_embed.c build/libattnd_engine.a -lutf8proc -lm \
+    -o build/bench_embed
+echo "built build/bench_embed"
 cmake --build build -j2 --target attnd_server >/dev/null
 gcc -std=gnu11 -O2 -Wall -Wextra -Iinclude -Iserver/jinja tools/bench/bench_jinja.c build/libattnd_server.a build/libattnd_engine.a -ljansson \
     -lutf8proc -lm -o build/bench_jinja

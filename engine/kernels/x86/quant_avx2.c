@@ -21,6 +21,7 @@ ISA_TARGET_BEGIN("avx2,fma,f16c")
 #include "quant_gemm512_tiles.inc"
 #include "quant_gemm512_packed.inc"
 #endif
+#include "quant_x86_gemm.inc"
 #include "quant_x86_table.inc"
 ISA_TARGET_END
 #endif
