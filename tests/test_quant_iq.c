@@ -315,3 +315,46 @@ Test(quant_iq, vbmi_can_be_turned_off_and_on) {
     cr_expect_eq(quant_tune_get()->vbmi, 0);
     quant_tune_vbmi_force(cpu);
 }
+
+/* NVFP4's VBMI tile decodes the UE4M3 scales in lanes: row r has every sub-block scale byte r
+ * (0..255: subnormal, normal, 0x7F read as 0, 0xFF), so that a wrong scale shows in its own row;
+ * against the portable kernel, 1 to 5 tokens, 1 and 2 threads, within the float sums' rounding
+ * (1e-6 of the largest the sum could be: 12 scale sum |x|). */
+Test(quant_iq, nvfp4_vbmi_scales_match_portable_for_every_byte) {
+    enum { R = 256, T = 5, NCOL = 128 };
+    const size_t rb = quant_row_bytes(GGUF_TYPE_NVFP4, NCOL);
+    quant_isa saved = quant_isa_active();
+    int saved_vbmi = quant_tune_vbmi_force(1);
+    uint8_t *w = malloc(rb * R);
+    for (size_t i = 0; i < rb * R; i++) w[i] = (uint8_t)rnd();
+    for (int r = 0; r < R; r++)
+        for (size_t b = 0; b < rb / NVFP4_BYTES; b++) memset(w + r * rb + b * NVFP4_BYTES, r, 4);
+    float x[T * NCOL], ref[T * R], out[T * R];
+    for (int j = 0; j < T * NCOL; j++) x[j] = rndf() * (float)(1 + j % 3);
+    void *scratch = malloc(quant_scratch_bytes(GGUF_TYPE_NVFP4, T, NCOL));
+    for (int n_tok = 1; n_tok <= T; n_tok++) {
+        quant_isa_force(QUANT_ISA_PORTABLE);
+        quant_matmul(ref, w, GGUF_TYPE_NVFP4, R, NCOL, x, n_tok, scratch, 1);
+        for (int isa = QUANT_ISA_AVX512; isa <= (int)quant_isa_best(); isa++) {
+            quant_isa_force((quant_isa)isa);
+            if (!quant_tune_get()->vbmi) continue;
+            for (int threads = 1; threads <= 2; threads++) {
+                memset(out, 0xFF, sizeof out);
+                quant_matmul(out, w, GGUF_TYPE_NVFP4, R, NCOL, x, n_tok, scratch, threads);
+                for (int k = 0; k < n_tok * R; k++) {
+                    int r = k % R;
+                    float ax = 0.f;
+                    for (int j = 0; j < NCOL; j++) ax += fabsf(x[(k / R) * NCOL + j]);
+                    cr_assert(r != 0x7F || out[k] == 0.f, "scale 0x7F reads as 0: %g", out[k]);
+                    cr_assert(fabsf(out[k] - ref[k]) <= 1e-6f * 12.f * quant_ue4m3_half((uint8_t)r) * ax,
+                              "%s scale byte %d, %d tokens, %d threads: %.9g vs %.9g", quant_isa_name((quant_isa)isa), r,
+                              n_tok, threads, out[k], ref[k]);
+                }
+            }
+        }
+    }
+    free(scratch);
+    free(w);
+    quant_tune_vbmi_force(saved_vbmi);
+    quant_isa_force(saved);
+}

@@ -174,8 +174,9 @@ struct quant_packed {
  * dist: bytes ahead of the read position (0: the hardware prefetchers alone); nta: the hint
  * (1: non-temporal, PREFETCHNTA, so the streamed weights displace less of L2/L3; 0: into L2).
  * ATTND_PF_DIST=bytes[,nta] overrides the choice (A/B runs in one binary).
- * vbmi: the CPU has AVX512_VBMI, so the "avx512" table runs issue 47's codebook types through
- * x86/quant_iq_vbmi.inc (bit-identical results, faster); ATTND_NO_VBMI=1 turns it off. */
+ * vbmi: the CPU has AVX512_VBMI and GFNI, so the "avx512" table runs issue 47's low-bit types
+ * through x86/quant_iq_vbmi.inc (the codebook types bit-identical, the ternary ones within
+ * rounding; faster); ATTND_NO_VBMI=1 turns it off. */
 typedef struct quant_tune {
     int pf_dist;
     int pf_nta;

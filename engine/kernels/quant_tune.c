@@ -25,7 +25,7 @@ static quant_tune tune_for_cpu(void) {
     unsigned a = 0, b = 0, c = 0, d = 0;
     if (__get_cpuid(0, &a, &b, &c, &d) && b == 0x756e6547u && d == 0x49656e69u && c == 0x6c65746eu) /* GenuineIntel */
         t.pf_dist = PF_INTEL;
-    if (__get_cpuid_count(7, 0, &a, &b, &c, &d)) t.vbmi = (int)((c >> 1) & 1); /* leaf 7 ECX bit 1: AVX512_VBMI */
+    if (__get_cpuid_count(7, 0, &a, &b, &c, &d)) t.vbmi = (int)((c >> 1) & (c >> 8) & 1); /* leaf 7 ECX: AVX512_VBMI, GFNI */
 #endif
     return t;
 }
