@@ -57,11 +57,13 @@ typedef struct lattice {
     atomic_bool ready;
 } lattice;
 
+#define LAT(N, W, B, D, CODES) {.n = (N), .width = (W), .bits = (B), .nwant = (D), .codes = (CODES)}
 static lattice LATS[LAT_COUNT] = {
-    [LAT_IQ2XXS] = {256, 8, 2, 2, quant_iq2xxs_codes},  [LAT_IQ2XS] = {512, 8, 2, 2, quant_iq2xs_codes},
-    [LAT_IQ2S] = {1024, 8, 2, 1, quant_iq2s_codes},     [LAT_IQ3XXS] = {256, 4, 3, 2, quant_iq3xxs_codes},
-    [LAT_IQ3S] = {512, 4, 3, 3, quant_iq3s_codes},      [LAT_IQ1S] = {2048, 8, 2, 3, quant_iq1s_codes},
+    [LAT_IQ2XXS] = LAT(256, 8, 2, 2, quant_iq2xxs_codes), [LAT_IQ2XS] = LAT(512, 8, 2, 2, quant_iq2xs_codes),
+    [LAT_IQ2S] = LAT(1024, 8, 2, 1, quant_iq2s_codes),    [LAT_IQ3XXS] = LAT(256, 4, 3, 2, quant_iq3xxs_codes),
+    [LAT_IQ3S] = LAT(512, 4, 3, 3, quant_iq3s_codes),     [LAT_IQ1S] = LAT(2048, 8, 2, 3, quant_iq1s_codes),
 };
+#undef LAT
 static pthread_mutex_t g_build_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static int digit(const lattice *L, uint32_t code, int k) { return (int)(code >> (L->bits * k)) & ((1 << L->bits) - 1); }
