@@ -1197,7 +1197,7 @@ void model_destroy(model *m) {
     if (!m) return;
     embed_model_free(m); /* before the layers: it frees some of theirs */
     if (m->layers) {
-        for (int l = 0; l < m->info.n_layer + (m->info.mtp ? 1 : 0); l++) {
+        for (int l = 0; l < m->info.n_layer + m->info.n_mtp_layers; l++) { /* an MTP block that failed to load too */
             layer_weights *L = &m->layers[l];
             float *vecs[] = {L->attn_norm, L->ffn_norm, L->bq, L->bk, L->bv, L->bo, L->sinks, L->q_norm,
                              L->k_norm, L->post_attn_norm, L->post_ffn_norm, L->router_b, L->gate_exps_b,
