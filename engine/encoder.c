@@ -233,7 +233,7 @@ static void add_bias_rows(float *x, const float *b, int n, int dim) {
  * weights may take the float GEMM (quant_mm.gemm); a decoder's tokens must not depend on their
  * batch and never do. */
 static void enc_mm(const enc_pass *p, float *out, const weight *w, const float *x) {
-    quant_mm mm = {out, w->data, w->packed, w->type, w->rows, true};
+    quant_mm mm = {out, w->data, w->packed, w->type, w->rows, true, 0};
     quant_matmul_many(&mm, 1, w->cols, x, p->T, p->mm_scratch, p->n_threads);
 }
 
@@ -254,7 +254,7 @@ static void enc_matmul_add(const enc_pass *p, float *x, const weight *w, const f
 static void enc_matmul3(const enc_pass *p, float *const out[], const weight *const w[], const float *const b[], int n,
                         const float *x) {
     quant_mm mm[3] = {{0}};
-    for (int i = 0; i < n; i++) mm[i] = (quant_mm){out[i], w[i]->data, w[i]->packed, w[i]->type, w[i]->rows, true};
+    for (int i = 0; i < n; i++) mm[i] = (quant_mm){out[i], w[i]->data, w[i]->packed, w[i]->type, w[i]->rows, true, 0};
     quant_matmul_many(mm, n, w[0]->cols, x, p->T, p->mm_scratch, p->n_threads);
     for (int i = 0; i < n; i++) add_bias_rows(out[i], b[i], p->T, (int)w[i]->rows);
 }

@@ -432,7 +432,7 @@ static void matmul(engine *e, float *out, const weight *w, const float *x, int n
 static void matmul_many(engine *e, int n_w, float *const *out, const weight *const *w, const float *x, int n_tok) {
     quant_mm mm[QUANT_MM_MAX];
     for (int i = 0; e->matmul_cb && i < n_w; i++) e->matmul_cb(e->attn_user, w[i]->name, -1, x, n_tok, (int)w[i]->cols);
-    for (int i = 0; i < n_w; i++) mm[i] = (quant_mm){out[i], w[i]->data, w[i]->packed, w[i]->type, w[i]->rows, false};
+    for (int i = 0; i < n_w; i++) mm[i] = (quant_mm){out[i], w[i]->data, w[i]->packed, w[i]->type, w[i]->rows, false, 0};
     quant_matmul_many(mm, n_w, w[0]->cols, x, n_tok, e->mm_scratch, e->n_threads);
 }
 

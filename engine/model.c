@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "attnd/tokenizer.h"
 #include "embed_eval.h"
@@ -1104,13 +1105,43 @@ static attnd_status check_all_read(const model *m, attnd_err *err) {
 
 /* The 2-D matrices of a layer (those a family lacks are empty: no data). The experts are read in
  * slices from the mapping, not packed. */
-#define LAYER_MATRICES 22
+#define LAYER_MATRICES 25
+#define LAYER_EXPERTS 22 /* lw[22..24]: gate_exps, up_exps, down_exps */
 static void layer_matrices(layer_weights *L, weight *out[LAYER_MATRICES]) {
     weight *lw[LAYER_MATRICES] = {&L->wq,       &L->wk,         &L->wv,      &L->wqkv,      &L->wo,       &L->w_gate,
                                   &L->w_up,     &L->w_down,     &L->router,  &L->dn_z,      &L->dn_beta,  &L->dn_alpha,
                                   &L->dn_out,   &L->gate_shexp, &L->up_shexp, &L->down_shexp, &L->dn_ba,
-                                  &L->ple_gate, &L->ple_proj,   &L->wq_a,     &L->wq_b,       &L->wkv_a};
+                                  &L->ple_gate, &L->ple_proj,   &L->wq_a,     &L->wq_b,       &L->wkv_a,
+                                  &L->gate_exps, &L->up_exps,   &L->down_exps};
     memcpy(out, lw, sizeof lw);
+}
+
+/* Experts are packed like every matrix (the selected experts' rows then stream at the dense
+ * matrices' rate: the mapped row kernels read them at about half of it), when moe.c can address
+ * one expert's rows in the copy, whose 16-row groups must not straddle two experts: rows per expert
+ * a multiple of 16. Fused gate/up (ffn_gate_up_exps) is one tensor, packed once as gate_exps:
+ * up_exps is a view into it (moe.c reads its rows from gate_exps's copy). Each copy replaces the
+ * mapped original (its pages are dropped, as every packed matrix's), so the experts are not held
+ * twice; but a copy is anonymous memory, which the kernel cannot page out and read back as it can
+ * a file's pages, so experts that would take more than EXPERTS_PACK_RAM_SHARE of the machine's
+ * memory stay mapped (a model near the size of memory keeps loading). */
+#define EXPERTS_PACK_RAM_SHARE 0.6
+static bool experts_packable(const model *m, const layer_weights *L, const weight *w) {
+    int64_t per = w == &L->down_exps ? m->info.n_embd : L->exp_stride;
+    if (w == &L->up_exps && L->exp_stride != m->n_ff_exp) return false; /* a view into the fused gate_exps */
+    return w->data && per % 16 == 0 && m->n_ff_exp % 16 == 0;
+}
+
+static bool experts_fit_in_memory(const model *m, int nl) {
+    double bytes = 0;
+    for (int l = 0; l < nl; l++) {
+        const layer_weights *L = &m->layers[l];
+        const weight *ex[3] = {&L->gate_exps, &L->up_exps, &L->down_exps};
+        for (int i = 0; i < 3; i++)
+            if (experts_packable(m, L, ex[i])) bytes += (double)quant_row_bytes(ex[i]->type, ex[i]->cols) * (double)ex[i]->rows;
+    }
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    return pages <= 0 || page <= 0 || bytes <= EXPERTS_PACK_RAM_SHARE * (double)pages * (double)page;
 }
 
 typedef struct {
@@ -1125,7 +1156,7 @@ static void pack_task(void *ctx, int i, int worker) {
     (void)worker;
     const pack_job *job = ctx;
     weight *w = job->ws[i];
-    if (!w->data || !(w->packed = quant_pack(w->data, w->type, w->rows, w->cols))) return;
+    if (!w || !w->data || !(w->packed = quant_pack(w->data, w->type, w->rows, w->cols))) return;
     if (w->data != job->m->tok_embd.data)
         gguf_drop_pages(job->m->f, w->data, quant_row_bytes(w->type, w->cols) * (size_t)w->rows);
 }
@@ -1143,10 +1174,15 @@ static void pack_matrices(model *m) {
     ws[n++] = &m->mtp_eh_proj;
     bool own_head = m->mtp_head.data && m->mtp_head.data != m->output.data;
     if (own_head) ws[n++] = &m->mtp_head;
-    for (int l = 0; l < nl; l++, n += LAYER_MATRICES) layer_matrices(&m->layers[l], ws + n);
+    bool experts = experts_fit_in_memory(m, nl);
+    for (int l = 0; l < nl; l++, n += LAYER_MATRICES) {
+        layer_matrices(&m->layers[l], ws + n);
+        for (int i = LAYER_EXPERTS; i < LAYER_MATRICES; i++)
+            if (!experts || !experts_packable(m, &m->layers[l], ws[n + i])) ws[n + i] = NULL;
+    }
     threads_run(threads_default(), n, pack_task, &(pack_job){m, ws});
     for (int i = 0; i < n; i++)
-        if (ws[i]->packed) m->packed_bytes += quant_packed_bytes(ws[i]->packed);
+        if (ws[i] && ws[i]->packed) m->packed_bytes += quant_packed_bytes(ws[i]->packed);
     free(ws);
     if (!own_head && m->mtp_head.data) m->mtp_head = m->output; /* the head it shares, packed */
 }

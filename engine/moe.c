@@ -127,6 +127,9 @@ static const void *rows_at(const weight *w, int64_t row) {
     return (const uint8_t *)w->data + (size_t)row * quant_row_bytes(w->type, w->cols);
 }
 
+/* Gate and up in one tensor (ffn_gate_up_exps): up_exps is a view into gate_exps, never packed itself. */
+static bool fused(const moe_job *j) { return j->L->exp_stride == 2 * j->FE; }
+
 /* g[i] = act(g[i], u[i]) for i < n: silu(g) u, or gpt-oss's clamped form (arch.h ACT_SWIGLU_OAI). */
 static void expert_act(float *g, const float *u, int n, arch_act act) {
     if (act == ACT_GELU_TANH) { /* gelu in its tanh form (Gemma 4's experts) */
@@ -180,8 +183,11 @@ static void gate_up_task(void *ctx, int t, int worker) {
     const layer_weights *L = j->L;
     moe_block b = block_of(p, t, worker);
     const float *x = j->x + (size_t)b.gr->start * j->E; /* (cnt, E) */
-    quant_mm mm[2] = {{b.t0, rows_at(&L->gate_exps, b.wrow), NULL, L->gate_exps.type, b.rb, false},
-                      {b.t1, rows_at(&L->up_exps, b.wrow), NULL, L->up_exps.type, b.rb, false}};
+    /* fused gate/up (one packed copy, packed as gate_exps): expert x's up rows are FE after its gate rows */
+    const quant_packed *up_pk = L->up_exps.packed ? L->up_exps.packed : fused(j) ? L->gate_exps.packed : NULL;
+    int64_t up_row0 = L->up_exps.packed ? b.wrow : b.wrow + j->FE;
+    quant_mm mm[2] = {{b.t0, rows_at(&L->gate_exps, b.wrow), L->gate_exps.packed, L->gate_exps.type, b.rb, false, b.wrow},
+                      {b.t1, rows_at(&L->up_exps, b.wrow), up_pk, L->up_exps.type, b.rb, false, up_pk ? up_row0 : 0}};
     quant_matmul_many(mm, 2, j->E, x, b.gr->cnt, b.qs, 1); /* x rounded once for both */
     for (int c = 0; c < b.gr->cnt; c++) { /* (cnt, rb) */
         float *g = b.t0 + (size_t)c * b.rb, *u = b.t1 + (size_t)c * b.rb;
@@ -198,8 +204,8 @@ static void down_task(void *ctx, int t, int worker) {
     const moe_job *j = p->j;
     const layer_weights *L = j->L;
     moe_block b = block_of(p, t, worker);
-    quant_matmul(b.t0, rows_at(&L->down_exps, b.wrow), L->down_exps.type, b.rb, j->FE,
-                 j->g + (size_t)b.gr->start * j->FE, b.gr->cnt, b.qs, 1);
+    quant_mm mm = {b.t0, rows_at(&L->down_exps, b.wrow), L->down_exps.packed, L->down_exps.type, b.rb, false, b.wrow};
+    quant_matmul_many(&mm, 1, j->FE, j->g + (size_t)b.gr->start * j->FE, b.gr->cnt, b.qs, 1);
     for (int c = 0; c < b.gr->cnt; c++) {
         float *o = b.t0 + (size_t)c * b.rb;
         add_row(o, L->down_exps_b ? L->down_exps_b + b.row : NULL, b.rb);

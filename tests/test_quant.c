@@ -820,6 +820,59 @@ Test(quant, iq4_xs_packed_at_load_agrees_with_portable_at_group_edges) { check_p
 Test(quant, q2_k_packed_at_load_agrees_with_portable_at_group_edges) { check_packed(GGUF_TYPE_Q2_K); }
 Test(quant, q3_k_packed_at_load_agrees_with_portable_at_group_edges) { check_packed(GGUF_TYPE_Q3_K); }
 
+/* quant_mm.pk_row0: rows [r0, r0 + n) of a packed matrix (one expert's of a MoE tensor, moe.c) are
+ * bit for bit those rows of the whole matrix's product, for slices that end inside a 16-row group
+ * (the group's next rows are another expert's: computed, never written) and at the matrix's end,
+ * at every batch size and thread count; the packed slice lies beside the mapped rows' result. */
+static void check_packed_slices(uint32_t type) {
+    enum { T = 5, R = 4 * 48 };
+    const int64_t n_cols = long_cols_for(type), r0s[] = {0, 48, 64, 176}, ns[] = {48, 21, 112, 16};
+    uint8_t *w = malloc(quant_row_bytes(type, n_cols) * R);
+    random_weights(w, type, R, n_cols);
+    float *x = malloc(T * (size_t)n_cols * sizeof(float));
+    for (int64_t j = 0; j < T * n_cols; j++) x[j] = rndf() * (1.0f + (float)(j % 5));
+    float *full = malloc(T * R * sizeof(float)), *out = malloc(T * R * sizeof(float));
+    float *mapped = malloc(T * R * sizeof(float));
+    size_t sb;
+    uint8_t *scratch = scratch_for(type, T, n_cols, &sb);
+    quant_packed *pk = quant_pack(w, type, R, n_cols);
+    cr_assert(quant_isa_active() < QUANT_ISA_AVX512 || pk, "%s is packed on %s", gguf_type_name(type),
+              quant_isa_name(quant_isa_active()));
+    for (int n_tok = 1; pk && n_tok <= T; n_tok += 2) {
+        quant_matmul_packed(full, w, pk, type, R, n_cols, x, n_tok, scratch, 1);
+        for (size_t s = 0; s < sizeof r0s / sizeof *r0s; s++)
+            for (int threads = 1; threads <= 2; threads++) {
+                int64_t r0 = r0s[s], n = ns[s];
+                const uint8_t *wr = w + quant_row_bytes(type, n_cols) * (size_t)r0;
+                memset(out, 0xFF, T * R * sizeof(float)); /* nan: unwritten shows */
+                quant_mm mm = {out, wr, pk, type, n, false, r0};
+                quant_matmul_many(&mm, 1, n_cols, x, n_tok, scratch, threads);
+                quant_matmul(mapped, wr, type, n, n_cols, x, n_tok, scratch, threads);
+                for (int t = 0; t < n_tok; t++)
+                    for (int64_t r = 0; r < n; r++) {
+                        float got = out[t * n + r], want = full[t * R + r0 + r];
+                        cr_assert(memcmp(&got, &want, sizeof got) == 0, "%s rows [%ld, +%ld) token %d row %ld: %.9g, whole %.9g",
+                                  gguf_type_name(type), (long)r0, (long)n, t, (long)r, got, want);
+                        cr_assert(fabsf(got - mapped[t * n + r]) <= 1e-3f * (1.0f + fabsf(got)),
+                                  "%s row %ld: packed %.9g, mapped %.9g", gguf_type_name(type), (long)(r0 + r), got,
+                                  mapped[t * n + r]);
+                    }
+            }
+    }
+    quant_packed_destroy(pk);
+    free(scratch);
+    free(w);
+    free(x);
+    free(full);
+    free(out);
+    free(mapped);
+}
+
+Test(quant, packed_row_slices_give_the_whole_matrix_rows_bit_for_bit) {
+    const uint32_t types[] = {GGUF_TYPE_Q4_K, GGUF_TYPE_Q6_K, GGUF_TYPE_Q8_0, GGUF_TYPE_Q4_0, GGUF_TYPE_Q5_K};
+    for (size_t i = 0; i < sizeof types / sizeof *types; i++) check_packed_slices(types[i]);
+}
+
 /* the 32-element types of issue 27, packed at load (PACK_B32_PAIR) */
 static const uint32_t B32_TYPES[] = {GGUF_TYPE_Q4_1, GGUF_TYPE_Q5_0, GGUF_TYPE_Q5_1, GGUF_TYPE_IQ4_NL, GGUF_TYPE_MXFP4};
 #define N_B32_TYPES (sizeof B32_TYPES / sizeof *B32_TYPES)
@@ -953,7 +1006,7 @@ static void check_many(const uint32_t *types, const int64_t *rows, int n_mm, int
             for (int i = 0; i < n_mm; i++) {
                 quant_matmul_packed(want[i], w[i], pk[i], types[i], rows[i], C, x, n_tok, scratch + 1, threads);
                 memset(got[i], 0xFF, T * (size_t)rows[i] * sizeof(float));
-                mm[i] = (quant_mm){got[i], w[i], pk[i], types[i], rows[i], false};
+                mm[i] = (quant_mm){got[i], w[i], pk[i], types[i], rows[i], false, 0};
             }
             quant_matmul_many(mm, n_mm, C, x, n_tok, scratch + 1, threads);
             for (int i = 0; i < n_mm; i++)
@@ -1552,7 +1605,7 @@ Test(quant, gemm_f32_matches_float64_at_tile_edges_for_every_isa) {
 /* quant_matmul with the float GEMM allowed (quant_mm.gemm, as the encoder asks). */
 static void matmul_gemm(float *out, const void *w, uint32_t type, int64_t R, int64_t n_cols, const float *x, int n,
                         void *scratch, int threads) {
-    quant_mm mm = {out, w, NULL, type, R, true};
+    quant_mm mm = {out, w, NULL, type, R, true, 0};
     quant_matmul_many(&mm, 1, n_cols, x, n, scratch, threads);
 }
 

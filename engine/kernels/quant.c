@@ -218,9 +218,10 @@ static matmul_part matmul_part_of(const quant_kernels *k, const quant_mm *m, int
     ATTND_ASSERT(p.fn != NULL);
     quant_rows_fn pfn = k->packed[qt];
     if (m->pk && pfn) {
-        ATTND_ASSERT(m->pk->wtype == m->wtype && m->pk->n_rows == m->n_rows && m->pk->n_cols == n_cols);
+        ATTND_ASSERT(m->pk->wtype == m->wtype && m->pk->n_cols == n_cols);
+        ATTND_ASSERT(m->pk_row0 >= 0 && m->pk_row0 % PACK_ROWS == 0 && m->pk_row0 + m->n_rows <= m->pk->n_rows);
         p.fn = pfn;
-        p.w = m->pk->data;
+        p.w = m->pk->data + (size_t)(m->pk_row0 / PACK_ROWS) * m->pk->group_bytes;
         p.rb = m->pk->group_bytes;
     }
     return p;
@@ -242,7 +243,7 @@ void quant_matmul(float *out, const void *w, uint32_t wtype, int64_t n_rows, int
 
 void quant_matmul_packed(float *out, const void *w, const quant_packed *pk, uint32_t wtype, int64_t n_rows,
                          int64_t n_cols, const float *x, int n_tok, void *scratch, int n_threads) {
-    quant_mm m = {out, w, pk, wtype, n_rows, false};
+    quant_mm m = {out, w, pk, wtype, n_rows, false, 0};
     quant_matmul_many(&m, 1, n_cols, x, n_tok, scratch, n_threads);
 }
 

@@ -77,7 +77,8 @@ void quant_matmul_packed(float *out, const void *w, const quant_packed *pk, uint
                          int64_t n_cols, const float *x, int n_tok, void *scratch, int n_threads);
 
 /* One weight of quant_matmul_many: out (n_tok, n_rows) = x w^T, w of wtype read through its
- * packed copy pk when there is one (as quant_matmul_packed). */
+ * packed copy pk when there is one (as quant_matmul_packed): rows [pk_row0, pk_row0 + n_rows) of
+ * pk, whose 16-row groups stand alone, so a slice's results are those of the whole matrix's rows. */
 typedef struct quant_mm {
     float *out;
     const void *w;
@@ -89,6 +90,8 @@ typedef struct quant_mm {
                   so a token's outputs then depend on the batch it is in: decoders leave it false,
                   where a token must give the same bits alone, in a batch, re-evaluated after a
                   prompt-cache hit or verified in a speculative step. Set on mm[0] for all. */
+    int64_t pk_row0; /* pk's row that is w's first (a multiple of 16): n_rows rows of a larger packed
+                        matrix, as one expert's of a MoE layer's (n_expert * rows, cols) tensor */
 } quant_mm;
 
 /* quant_matmul_packed for n_mm (<= QUANT_MM_MAX) weights of the same n_cols against the same x,
