@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <unistd.h>
 
 #include "attnd/tokenizer.h"
@@ -1103,8 +1104,8 @@ static attnd_status check_all_read(const model *m, attnd_err *err) {
     return ATTND_OK;
 }
 
-/* The 2-D matrices of a layer (those a family lacks are empty: no data). The experts are read in
- * slices from the mapping, not packed. */
+/* The 2-D matrices of a layer (those a family lacks are empty: no data); the experts' 3-D tensors
+ * last, each as one (n_expert * rows, cols) matrix (moe.c reads them an expert's rows at a time). */
 #define LAYER_MATRICES 25
 #define LAYER_EXPERTS 22 /* lw[22..24]: gate_exps, up_exps, down_exps */
 static void layer_matrices(layer_weights *L, weight *out[LAYER_MATRICES]) {
@@ -1133,6 +1134,8 @@ static bool experts_packable(const model *m, const layer_weights *L, const weigh
 }
 
 static bool experts_fit_in_memory(const model *m, int nl) {
+    const char *no = getenv("ATTND_NO_REPACK"); /* =experts: only the experts stay mapped (A/B runs) */
+    if (no && strcasecmp(no, "experts") == 0) return false;
     double bytes = 0;
     for (int l = 0; l < nl; l++) {
         const layer_weights *L = &m->layers[l];

@@ -7,8 +7,12 @@
  * passes of the pool, each one region split by (group, row block) whatever the number of experts:
  *   moe_gate_up:  g = act(x W_gate,x^T + b) * (x W_up,x^T + b) of each group's gathered inputs;
  *   moe_down:     o[slot] = g W_down,x^T + b, in slot order.
- * Results are bit-identical to one quant_matmul per expert (the row kernels compute each row on
- * its own, and a group's entries go through them together), for any number of threads.
+ * Results are bit-identical to one quant_matmul_packed per expert (the row kernels compute each row
+ * on its own, and a group's entries go through them together), for any number of threads. The
+ * experts are read through their packed copies where the model made them (model.c: an expert's
+ * rows a multiple of 16; a block's rows are a slice of the copy, quant_mm.pk_row0), so a token's
+ * expert outputs are the same bits whatever the number of entries its experts serve (decode, a
+ * prefill, a verify batch); experts left mapped switch kernels at 4 entries (quant.h).
  */
 #ifndef ATTND_MOE_H
 #define ATTND_MOE_H

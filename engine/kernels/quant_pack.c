@@ -290,10 +290,11 @@ static void *packed_alloc(size_t bytes) {
 }
 
 /* ATTND_NO_REPACK: unset, empty or 0: packing on; the name of a weight type (Q3_K): that type kept
- * as mapped (A/B runs of one type's packed kernel in one binary); anything else (1): all kept. */
+ * as mapped (A/B runs of one type's packed kernel in one binary); "experts": a MoE layer's experts
+ * kept as mapped (engine/model.c reads it; every matrix is packed here); anything else (1): all kept. */
 static int repack_off(uint32_t wtype) {
     const char *no = getenv("ATTND_NO_REPACK");
-    if (!no || !*no || strcmp(no, "0") == 0) return 0;
+    if (!no || !*no || strcmp(no, "0") == 0 || strcasecmp(no, "experts") == 0) return 0;
     for (uint32_t t = 0; t < 64; t++) {
         const char *name = gguf_type_name(t);
         if (name && strcasecmp(no, name) == 0) return t == wtype;
