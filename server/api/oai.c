@@ -646,6 +646,12 @@ attnd_status oai_open_reasoning(oai_request *r, attnd_err *err) {
     return grammar_set_lazy(r->grammar, &lz, err);
 }
 
+toolcall_reading oai_reply_reading(const oai_request *r, const char *id_base) {
+    return (toolcall_reading){.calls = json_array_size(r->tools.tools) > 0 && r->tools.choice != TOOLCALL_NONE,
+                              .tools = r->tools.tools, .id_base = id_base, .in_reasoning = r->open_reasoning,
+                              .think_to_call = r->think_to_call};
+}
+
 void oai_chat_input(const oai_request *r, chat_request *out) {
     if (r->template_tools) *out = (chat_request){r->msgs, r->n_msgs, r->messages_json, r->tools_json, r->template_kwargs, true, NULL};
     else if (r->fmsgs) *out = (chat_request){r->fmsgs, r->n_fmsgs, NULL, NULL, r->template_kwargs, true, NULL};

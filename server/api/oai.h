@@ -142,6 +142,11 @@ attnd_status oai_bind_template(oai_request *r, bool takes_tools, toolcall_format
  * a leading reasoning block begins inside it, so it constrains only after "</think>". Before the
  * grammar is shared with a job. Errors: ATTND_ERR_NOMEM. */
 attnd_status oai_open_reasoning(oai_request *r, attnd_err *err);
+/* How a chat reply to r is read (toolcall_parser_open): calls parsed when r has tools and
+ * tool_choice is not none, r's tools (borrowed from r), id_base (borrowed; NULL = random call
+ * ids), starting inside reasoning (open_reasoning) and ending it at a call (think_to_call) as
+ * oai_open_reasoning and oai_bind_template found. Every API's reply goes through this. */
+toolcall_reading oai_reply_reading(const oai_request *r, const char *id_base);
 /* The template's input for r's messages (pointers borrowed from r), add_generation_prompt on. */
 void oai_chat_input(const oai_request *r, chat_request *out);
 
