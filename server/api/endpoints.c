@@ -114,16 +114,17 @@ http_result ep_model_get(req *r) {
  * bounded like generation instead: at most tokenize_parallel at once (429 above), and the
  * answer is written as text (a few bytes per token) rather than as a JSON tree (~150 bytes per
  * token), so a body of body_limit bytes cannot turn into hundreds of MB. */
-static bool tok_gate_enter(struct server *s) {
+static http_result tok_serve(req *r, models_http_fn *fn) {
+    struct server *s = r->srv;
     int limit = s->cfg.tokenize_parallel > 0 ? s->cfg.tokenize_parallel : 4;
-    if (atomic_fetch_add(&s->tok_active, 1) < limit) return true;
+    if (atomic_fetch_add(&s->tok_active, 1) >= limit) {
+        atomic_fetch_sub(&s->tok_active, 1);
+        return http_respond_error(r, 429, "too many tokenize/detokenize requests at once (tokenize_parallel); retry shortly",
+                                  NULL);
+    }
+    http_result ret = models_http_serve(r, MODELS_BODY_JSON, fn); /* a server of several: the model named */
     atomic_fetch_sub(&s->tok_active, 1);
-    return false;
-}
-
-static http_result tok_busy(req *r) {
-    return http_respond_error(r, 429, "too many tokenize/detokenize requests at once (tokenize_parallel); retry shortly",
-                              NULL);
+    return ret;
 }
 
 /* A text being built; oom latches (an append failed, the text is incomplete). */
@@ -187,12 +188,7 @@ static http_result tokenize(req *r, json_t *b, const genreq_env *env, const mreg
     return http_respond_text(r, 200, "application/json", text);
 }
 
-http_result ep_tokenize(req *r) {
-    if (!tok_gate_enter(r->srv)) return tok_busy(r);
-    http_result ret = models_http_serve(r, MODELS_BODY_JSON, tokenize); /* a server of several: the model named */
-    atomic_fetch_sub(&r->srv->tok_active, 1);
-    return ret;
-}
+http_result ep_tokenize(req *r) { return tok_serve(r, tokenize); }
 
 static http_result detokenize(req *r, json_t *b, const genreq_env *env, const mreg_ref *ref) {
     (void)ref;
@@ -233,12 +229,7 @@ static http_result detokenize(req *r, json_t *b, const genreq_env *env, const mr
     return ret;
 }
 
-http_result ep_detokenize(req *r) {
-    if (!tok_gate_enter(r->srv)) return tok_busy(r);
-    http_result ret = models_http_serve(r, MODELS_BODY_JSON, detokenize); /* a server of several: the model named */
-    atomic_fetch_sub(&r->srv->tok_active, 1);
-    return ret;
-}
+http_result ep_detokenize(req *r) { return tok_serve(r, detokenize); }
 
 // ---- sessions -----------------------------------------------------------------------------
 
