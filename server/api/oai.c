@@ -632,8 +632,11 @@ attnd_status oai_bind_template(oai_request *r, bool takes_tools, toolcall_format
     if (st != ATTND_OK || !r->grammar || r->format == OAI_FORMAT_GRAMMAR) return st; /* GBNF: as given */
     if (r->format == OAI_FORMAT_TOOL_CALL && toolcall_format_uses_tokens(use)) return ATTND_OK; /* no <think> there */
     /* reasoning is never constrained: JSON and calls start after </think> (Gemma 4: <channel|>) */
-    grammar_lazy lz = {lazy_calls ? toolcall_trigger(use) : NULL, NULL, NULL, false};
+    grammar_lazy lz = {lazy_calls ? toolcall_trigger(use) : NULL, NULL, NULL, false, NULL};
     toolcall_reasoning_markers(use, &lz.skip_open, &lz.skip_close);
+    /* a call opened inside unclosed reasoning (Qwen3.5) ends it: the call grammar begins there */
+    if (r->think_to_call && lz.skip_close && (lazy_calls || r->format == OAI_FORMAT_TOOL_CALL))
+        lz.skip_break = toolcall_trigger(use);
     return grammar_set_lazy(r->grammar, &lz, err);
 }
 

@@ -134,6 +134,8 @@ void oai_request_free(oai_request *r);
  * The grammar becomes lazy (grammar.h): a reasoning block (<think>…</think>) at the start of the
  * answer is never constrained (JSON formats and calls; a GBNF "grammar" applies as given), and
  * tool_choice auto gets the call grammar, switched on where the format's opening text appears.
+ * A format whose calls end reasoning (think_to_call) also starts a call grammar (auto or forced)
+ * at a call opened inside the reasoning block (grammar_lazy's skip_break).
  * Errors: ATTND_ERR_NOMEM.
  */
 attnd_status oai_bind_template(oai_request *r, bool takes_tools, toolcall_format f, attnd_err *err);
