@@ -433,8 +433,8 @@ Test(anthropic, text_that_starts_with_blanks_keeps_them) {
  * (oai_reply_reading): a thinking block that stops before the call, then the call as a tool_use
  * block, whole and streamed at every chunking. Bound to a format that does not end reasoning at
  * a call (Hermes), the same text stays thinking. */
-static const char QWEN35_REPLY[] = "The user wants Paris.\n<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n"
-                                   "</parameter>\n</function>\n</tool_call>";
+static const char QWEN35_REPLY[] = "The user wants Paris.\n<tool_call>\n<function=get_weather>\n"
+                                   "<parameter=city>\nParis\n</parameter>\n</function>\n</tool_call>";
 
 /* The Message for QWEN35_REPLY of a request with a get_weather tool whose template writes calls
  * in format f and opened the reasoning; streamed at every chunking, it must rebuild the same. */

@@ -351,13 +351,14 @@ Test(ollama, a_raw_reply_cut_inside_a_character_streams_whole_characters) {
  * (oai_reply_reading): thinking that stops before the call, the call in tool_calls, whole and in
  * NDJSON lines. Bound to a format that does not end reasoning at a call (Hermes), the same text
  * stays thinking. */
-static const char QWEN35_REPLY[] = "The user wants Paris.\n<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n"
-                                   "</parameter>\n</function>\n</tool_call>";
+static const char QWEN35_REPLY[] = "The user wants Paris.\n<tool_call>\n<function=get_weather>\n"
+                                   "<parameter=city>\nParis\n</parameter>\n</function>\n</tool_call>";
 
 static json_t *qwen35_answer(toolcall_format f) {
     ollama_request r;
-    json_t *b = parse_ok("{\"model\":\"m\",\"stream\":false,\"tools\":[{\"type\":\"function\",\"function\":{\"name\":"
-                         "\"get_weather\",\"parameters\":{\"type\":\"object\",\"properties\":{\"city\":{\"type\":\"string\"}}}}}],"
+    json_t *b = parse_ok("{\"model\":\"m\",\"stream\":false,\"tools\":[{\"type\":\"function\",\"function\":"
+                         "{\"name\":\"get_weather\",\"parameters\":{\"type\":\"object\",\"properties\":"
+                         "{\"city\":{\"type\":\"string\"}}}}}],"
                          "\"messages\":[{\"role\":\"user\",\"content\":\"Weather in Paris?\"}]}", true, &r);
     cr_assert(r.chat);
     oai_request q;

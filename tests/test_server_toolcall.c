@@ -660,8 +660,9 @@ Test(toolcall, qwen35_call_without_think_close_ends_the_reasoning) {
 
     /* toolcall_apply (the whole answer) takes the same flag */
     json_t *choice = json_pack("{s:{s:s},s:s}", "message", "role", "assistant", "finish_reason", "stop");
-    cr_assert(toolcall_apply(choice, R, strlen(R), &(toolcall_reading){.calls = true, .tools = default_tools(), .id_base = "x",
-                                                               .in_reasoning = true, .think_to_call = true}));
+    const toolcall_reading how = {.calls = true, .tools = default_tools(), .id_base = "x", .in_reasoning = true,
+                                  .think_to_call = true};
+    cr_assert(toolcall_apply(choice, R, strlen(R), &how));
     json_t *msg = json_object_get(choice, "message");
     cr_assert_str_eq(json_string_value(json_object_get(msg, "reasoning_content")), "I need the weather.\n");
     cr_assert_eq(json_array_size(json_object_get(msg, "tool_calls")), 1);

@@ -119,8 +119,8 @@ static http_result tok_serve(req *r, models_http_fn *fn) {
     int limit = s->cfg.tokenize_parallel > 0 ? s->cfg.tokenize_parallel : 4;
     if (atomic_fetch_add(&s->tok_active, 1) >= limit) {
         atomic_fetch_sub(&s->tok_active, 1);
-        return http_respond_error(r, 429, "too many tokenize/detokenize requests at once (tokenize_parallel); retry shortly",
-                                  NULL);
+        return http_respond_error(r, 429, "too many tokenize/detokenize requests at once (tokenize_parallel); "
+                                  "retry shortly", NULL);
     }
     http_result ret = models_http_serve(r, MODELS_BODY_JSON, fn); /* a server of several: the model named */
     atomic_fetch_sub(&s->tok_active, 1);

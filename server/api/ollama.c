@@ -358,7 +358,8 @@ void ollama_stream_idle(const ollama_stream *st, const ollama_result *res, buf *
     emit(out, line_of(st, &running, &none, NULL, NULL));
 }
 
-json_t *ollama_answer(const ollama_result *res, const char *text, size_t n, bool chat_api, const toolcall_reading *how) {
+json_t *ollama_answer(const ollama_result *res, const char *text, size_t n, bool chat_api,
+                      const toolcall_reading *how) {
     ollama_stream st;
     json_t *o = NULL;
     if (ollama_stream_init(&st, chat_api, how)) {

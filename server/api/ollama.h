@@ -113,6 +113,7 @@ void ollama_stream_end(ollama_stream *st, const ollama_result *res, buf *out);
 void ollama_stream_idle(const ollama_stream *st, const ollama_result *res, buf *out);
 /* The whole answer for the reply text[n], chat_api and how as ollama_stream_init (new reference;
  * NULL when out of memory). */
-json_t *ollama_answer(const ollama_result *res, const char *text, size_t n, bool chat_api, const toolcall_reading *how);
+json_t *ollama_answer(const ollama_result *res, const char *text, size_t n, bool chat_api,
+                      const toolcall_reading *how);
 
 #endif
