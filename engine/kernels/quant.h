@@ -63,8 +63,9 @@ typedef struct quant_packed quant_packed;
 
 /* The packed copy of (n_rows, n_cols) weights of wtype at w (borrowed only during the call), or
  * NULL when the active instruction set has no packed kernel for wtype, when the environment has
- * ATTND_NO_REPACK=1 (or =NAME, wtype's name: only that type is not packed), or when memory is short (the matmul then reads w as it is: slower, same
- * results within rounding). Owned by the caller: quant_packed_destroy (NULL accepted). */
+ * ATTND_NO_REPACK=1 (or =NAME, wtype's name: only that type is not packed; =experts is the model
+ * loader's, which then keeps a MoE layer's experts mapped, and packs here), or when memory is short
+ * (the matmul then reads w as it is: slower, same results within rounding). Owned by the caller: quant_packed_destroy (NULL accepted). */
 quant_packed *quant_pack(const void *w, uint32_t wtype, int64_t n_rows, int64_t n_cols);
 void quant_packed_destroy(quant_packed *pk);
 size_t quant_packed_bytes(const quant_packed *pk); /* 0 for NULL */
