@@ -91,7 +91,8 @@ def pct(xs, p):
 
 
 def phase(xs):
-    return {"samples": len(xs), "p50_ms": pct(xs, 50), "p99_ms": pct(xs, 99), "max_ms": pct(xs, 100)}
+    return {"samples": len(xs), "p50_ms": pct(xs, 50), "p90_ms": pct(xs, 90), "p99_ms": pct(xs, 99),
+            "max_ms": pct(xs, 100), "mean_ms": round(sum(xs) / len(xs), 2) if xs else None}
 
 
 def main():
