@@ -1259,9 +1259,7 @@ void model_destroy(model *m) {
     free(m);
 }
 
-attnd_status model_load(model **out, const char *path, attnd_err *err) {
-    return model_load_with(out, path, NULL, err);
-}
+attnd_status model_load(model **out, const char *path, attnd_err *err) { return model_load_with(out, path, NULL, err); }
 
 attnd_status model_load_with(model **out, const char *path, const model_load_opts *opts, attnd_err *err) {
     *out = NULL;

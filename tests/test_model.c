@@ -943,7 +943,9 @@ static void pace_record(void *user, size_t done, size_t total) {
 }
 
 /* The rows slices of 16 (slice_bytes 1: one 16-row group per slice) of a packed copy. */
-static int groups_of(const weight *w) { return w->packed ? (int)((w->rows + QUANT_PACK_ROWS - 1) / QUANT_PACK_ROWS) : 0; }
+static int groups_of(const weight *w) {
+    return w->packed ? (int)((w->rows + QUANT_PACK_ROWS - 1) / QUANT_PACK_ROWS) : 0;
+}
 
 /* a and b's copies of one matrix: both packed to the same bytes, or neither; returns its groups. */
 static int same_packing(const weight *a, const weight *b, const char *what, int l) {
@@ -952,7 +954,9 @@ static int same_packing(const weight *a, const weight *b, const char *what, int 
     cr_assert_eq(a->packed->bytes, b->packed->bytes, "%s of layer %d", what, l);
     size_t d = 0;
     while (d < a->packed->bytes && a->packed->data[d] == b->packed->data[d]) d++;
-    cr_assert(d == a->packed->bytes, "%s of layer %d: other bytes at %zu of %zu (rows %lld cols %lld type %u group %zu)", what, l, d, a->packed->bytes, (long long)a->rows, (long long)a->cols, a->type, a->packed->group_bytes);
+    cr_assert(d == a->packed->bytes,
+              "%s of layer %d: other bytes at %zu of %zu (rows %lld cols %lld type %u group %zu)", what, l, d,
+              a->packed->bytes, (long long)a->rows, (long long)a->cols, a->type, a->packed->group_bytes);
     return groups_of(b);
 }
 

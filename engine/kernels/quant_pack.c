@@ -366,8 +366,9 @@ void quant_pack_rows(quant_packed *pk, const void *w, int64_t r0, int64_t r1) {
     if (q8_0) pack_q8_0(dst, src, rb, n, nb, pk->group_bytes);
     else if (q4_0) pack_q4_0(dst, src, rb, n, nb, pk->group_bytes);
     else if (b32) pack_b32(dst, src, rb, n, nb, pk->group_bytes, &bf);
-    else if (sb) pack_super_blocks(dst, src, rb, n, nb, pk->group_bytes, quant_row_bytes(wtype, QK_K),
-                                   pk->group_bytes / (size_t)nb, sb);
+    else if (sb)
+        pack_super_blocks(dst, src, rb, n, nb, pk->group_bytes, quant_row_bytes(wtype, QK_K),
+                          pk->group_bytes / (size_t)nb, sb);
     else if (q3_k) pack_q3_k(dst, src, rb, n, nb, pk->group_bytes);
     else pack_q6_k(dst, src, rb, n, nb, pk->group_bytes);
 }

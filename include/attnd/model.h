@@ -83,16 +83,18 @@ void model_destroy(model *m); /* accepts NULL */
  * a server loading one model while others serve (issue 50's isolation). All zero: model_load's
  * way, every CPU of the engine's worker pool, one matrix per task. */
 typedef struct model_load_opts {
-    bool pack_alone;     /* the copies made on the calling thread alone, in slices: the worker pool
-                            stays free for the models that serve meanwhile (a busy pool would run
-                            their steps on one thread) and the load takes only the caller's CPU */
-    size_t slice_bytes;  /* with pack_alone: the file's bytes packed between two calls of pace
-                            (rounded to whole 16-row groups); 0: 1 MB */
+    /* The copies made on the calling thread alone, in slices: the worker pool stays free for the
+     * models that serve meanwhile (a busy pool runs their steps on one thread), and the load takes
+     * only the caller's CPU (at the caller's priority). */
+    bool pack_alone;
+    /* With pack_alone: the file's bytes packed between two calls of pace (rounded down to whole
+     * 16-row groups, at least one); 0: 1 MB. */
+    size_t slice_bytes;
     /* With pack_alone: called on the calling thread before each slice, done and total the file's
      * bytes of the matrices packed so far and in all (done < total), to wait there while other
      * work runs. NULL: no calls. It must not call into this model (not yet returned). */
     void (*pace)(void *user, size_t done, size_t total);
-    void *pace_user;     /* pace's, borrowed */
+    void *pace_user; /* pace's, borrowed */
 } model_load_opts;
 
 /* model_load, its packed copies made as opts says (NULL: model_load's way). The model is the
