@@ -22,7 +22,9 @@
 #include "family_specs.h"
 #include "attnd/quantize.h"
 #include "kv_layout.h"
+#include "model_internal.h"
 #include "quant.h"
+#include "quant_impl.h"
 #include "test_files.h"
 #include "test_models.h"
 #include "test_scale.h"
@@ -924,6 +926,79 @@ Test(model, missing_tensor_and_bad_file_are_refused_with_a_message) {
     model *m;
     cr_assert_neq(model_load(&m, "/nonexistent/model.gguf", &err), ATTND_OK);
     cr_assert(err.msg[0]);
+}
+
+// ---- a paced load (model_load_with: a server's loader beside serving models) ----------------------
+
+typedef struct pace_log {
+    int calls;
+    size_t done, total; /* the last call's */
+    bool increasing;    /* every call's done above the previous one's */
+} pace_log;
+
+static void pace_record(void *user, size_t done, size_t total) {
+    pace_log *l = user;
+    if (l->calls > 0 && done <= l->done) l->increasing = false;
+    if (l->calls > 0 && total != l->total) l->increasing = false;
+    l->calls++, l->done = done, l->total = total;
+}
+
+/* The rows slices of 16 (slice_bytes 1: one 16-row group per slice) of a packed copy. */
+static int groups_of(const weight *w) {
+    return w->packed ? (int)((w->rows + QUANT_PACK_ROWS - 1) / QUANT_PACK_ROWS) : 0;
+}
+
+/* a and b's copies of one matrix: both packed to the same bytes, or neither; returns its groups. */
+static int same_packing(const weight *a, const weight *b, const char *what, int l) {
+    cr_assert_eq(a->packed == NULL, b->packed == NULL, "%s of layer %d: packed in one load only", what, l);
+    if (!a->packed) return 0;
+    cr_assert_eq(a->packed->bytes, b->packed->bytes, "%s of layer %d", what, l);
+    size_t d = 0;
+    while (d < a->packed->bytes && a->packed->data[d] == b->packed->data[d]) d++;
+    cr_assert(d == a->packed->bytes,
+              "%s of layer %d: other bytes at %zu of %zu (rows %lld cols %lld type %u group %zu)", what, l, d,
+              a->packed->bytes, (long long)a->rows, (long long)a->cols, a->type, a->packed->group_bytes);
+    return groups_of(b);
+}
+
+/* A load packing on its own thread in slices, its hook called before each, makes the same copies
+ * as model_load's pool, byte for byte (so the same outputs), and calls the hook once per slice
+ * with the bytes done so far rising; on a machine without a packed kernel for the type neither
+ * load packs and the hook is not called. */
+static void check_paced_load(const char *name) {
+    char path[1024];
+    test_model_path(name, path, sizeof(path));
+    model *a = NULL, *b = NULL;
+    attnd_err err;
+    cr_assert_eq(model_load(&a, path, &err), ATTND_OK, "%s", err.msg);
+    pace_log log = {.increasing = true};
+    model_load_opts o = {.pack_alone = true, .slice_bytes = 1, .pace = pace_record, .pace_user = &log};
+    cr_assert_eq(model_load_with(&b, path, &o, &err), ATTND_OK, "%s", err.msg);
+    cr_assert_eq(a->packed_bytes, b->packed_bytes, "%s", name);
+    int groups = same_packing(&a->output, &b->output, "output", -1), matrices = b->output.packed != NULL;
+    for (int l = 0; l < a->info.n_layer; l++) {
+        const layer_weights *x = &a->layers[l], *y = &b->layers[l];
+        const weight *wx[] = {&x->wq, &x->wk, &x->wv, &x->wo, &x->w_gate, &x->w_up, &x->w_down};
+        const weight *wy[] = {&y->wq, &y->wk, &y->wv, &y->wo, &y->w_gate, &y->w_up, &y->w_down};
+        for (int i = 0; i < 7; i++) {
+            groups += same_packing(wx[i], wy[i], "a matrix", l);
+            matrices += wy[i]->packed != NULL;
+        }
+    }
+    if (b->packed_bytes == 0) cr_assert_eq(log.calls, 0, "%s: nothing packed, yet the hook was called", name);
+    else {
+        cr_assert_eq(log.calls, groups, "%s: one call per 16-row slice (%d matrices)", name, matrices);
+        cr_assert(log.calls > matrices, "%s: matrices packed in several slices", name);
+        cr_assert(log.increasing, "%s: done rises call after call, total stays", name);
+        cr_assert(log.done < log.total, "%s: the last call comes before the last slice", name);
+    }
+    model_destroy(a);
+    model_destroy(b);
+}
+
+Test(model, a_paced_load_packs_the_same_bytes_in_slices_calling_its_hook) {
+    check_paced_load("attnd-sotu-Q8_0.gguf");
+    check_paced_load("attnd-sotu-Q4_K_M.gguf"); /* super-block packers: Q4_K, Q6_K */
 }
 
 /* Writes sp, loads it and expects a format error whose message contains want. */
