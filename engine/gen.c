@@ -11,7 +11,8 @@
  * A lazy grammar (grammar.h's grammar_lazy) walks phases, one per sequence:
  *   PROBE  the output so far is a beginning of skip_open: free while it stays one;
  *   SKIP   inside the skipped block: free until skip_close (seen across token boundaries); the
- *          first phase when the prompt opened the block (skip_inside);
+ *          first phase when the prompt opened the block (skip_inside). skip_break ends it too,
+ *          and the grammar takes the break's bytes, as at the trigger;
  *   WAIT   free text until the trigger appears; the grammar then takes the trigger's bytes;
  *   ON     the grammar constrains every token.
  * Markers split across tokens are found through win, the last bytes of the output.
@@ -43,7 +44,7 @@ struct gen {
     int phase;                /* PH_*: where the lazy grammar stands */
     char win[2 * GRAMMAR_MAX_MARKER]; /* (n_win) PROBE: the output so far; SKIP / WAIT: its last bytes */
     size_t n_win;
-    bool start_on;            /* WAIT: the chosen token begins the grammar (from byte feed_from) */
+    bool start_on;            /* WAIT, SKIP: the chosen token begins the grammar (from byte feed_from) */
     size_t feed_from;
     // ---- a step whose mask did not end by its deadline (gen_next_until, gen_resume) ----
     double deadline;          /* the current call's (0 = none) */
@@ -247,12 +248,13 @@ static int32_t probe_leave(gen *g, const float *logits, int32_t id) {
     return isinf(g->masked[pick]) ? best : pick;
 }
 
-/* WAIT: a token that completes the trigger starts the grammar at the trigger's first byte; the
- * bytes of the trigger written before it are fed now. Rejected: drawn again from the grammar. */
-static int32_t wait_check(gen *g, const float *logits, int32_t id, bool *stuck) {
+/* WAIT (marker: the trigger), SKIP (skip_break): a token that completes the marker starts the
+ * grammar at the marker's first byte; the bytes of the marker written before it are fed now.
+ * Rejected: drawn again from the grammar. */
+static int32_t start_check(gen *g, const float *logits, int32_t id, const char *marker, bool *stuck) {
     const char *b;
     size_t n = token_bytes(g, id, &b), after;
-    long at = n ? find_marker(g, b, n, g->lz.trigger, &after) : -1;
+    long at = n ? find_marker(g, b, n, marker, &after) : -1;
     if (at < 0) return id;
     grammar_state_reset(g->gs);
     if ((size_t)at < g->n_win) grammar_state_accept(g->gs, g->win + at, g->n_win - (size_t)at);
@@ -275,11 +277,18 @@ static int32_t constrain(gen *g, const float *logits, int32_t id, bool *stuck) {
         id = probe_leave(g, logits, id);
         if (g->phase == PH_PROBE) return id;
     }
-    if (g->phase == PH_WAIT) return wait_check(g, logits, id, stuck);
-    if (g->phase == PH_SKIP || grammar_allows(g, id)) return id;
+    if (g->phase == PH_WAIT) return start_check(g, logits, id, g->lz.trigger, stuck);
+    if (g->phase == PH_SKIP) return g->lz.skip_break ? start_check(g, logits, id, g->lz.skip_break, stuck) : id;
+    if (grammar_allows(g, id)) return id;
     int32_t masked = sample_masked(g, logits);
     *stuck = masked == -1;
     return masked < 0 ? id : masked;
+}
+
+/* SKIP: the bytes win keeps, to find skip_close and skip_break across token boundaries. */
+static size_t skip_keep(const gen *g) {
+    size_t c = strlen(g->lz.skip_close), k = g->lz.skip_break ? strlen(g->lz.skip_break) : 0;
+    return (c > k ? c : k) - 1;
 }
 
 /* The chosen token (not end-of-generation) moves the phase on. */
@@ -298,12 +307,15 @@ static void advance(gen *g, int32_t id) {
         }
         return;
     case PH_SKIP:
-        if (find_marker(g, b, n, g->lz.skip_close, &after) >= 0) {
+        if (g->start_on) { /* skip_break: the grammar begins at its first byte */
+            g->phase = PH_ON, g->start_on = false;
+            grammar_state_accept(g->gs, b + g->feed_from, n - g->feed_from);
+        } else if (find_marker(g, b, n, g->lz.skip_close, &after) >= 0) {
             g->n_win = 0; /* the rest of this token is free; the grammar starts at the next one */
             g->phase = g->lz.trigger ? PH_WAIT : PH_ON;
             if (g->phase == PH_WAIT) win_push(g, b + after, n - after, strlen(g->lz.trigger) - 1);
         } else {
-            win_push(g, b, n, strlen(g->lz.skip_close) - 1);
+            win_push(g, b, n, skip_keep(g));
         }
         return;
     default: /* PH_WAIT */

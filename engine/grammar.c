@@ -631,6 +631,7 @@ void grammar_unref(grammar *g) {
     free(g->trigger);
     free(g->skip_open);
     free(g->skip_close);
+    free(g->skip_break);
     free(g);
 }
 
@@ -647,22 +648,25 @@ attnd_status grammar_set_lazy(grammar *g, const grammar_lazy *lz, attnd_err *err
         return attnd_fail(err, ATTND_ERR_INVALID, "a skipped block needs both its opening and its closing text");
     if (lz->skip_inside && !lz->skip_close)
         return attnd_fail(err, ATTND_ERR_INVALID, "starting inside a skipped block needs its closing text");
-    char *t = NULL, *o = NULL, *c = NULL;
+    if (lz->skip_break && !lz->skip_close)
+        return attnd_fail(err, ATTND_ERR_INVALID, "a text that breaks a skipped block needs the block");
+    char *t = NULL, *o = NULL, *c = NULL, *b = NULL;
     attnd_status st = dup_marker(lz->trigger, "trigger", &t, err);
     if (st == ATTND_OK) st = dup_marker(lz->skip_open, "skip_open", &o, err);
     if (st == ATTND_OK) st = dup_marker(lz->skip_close, "skip_close", &c, err);
+    if (st == ATTND_OK) st = dup_marker(lz->skip_break, "skip_break", &b, err);
     if (st != ATTND_OK) {
-        free(t), free(o), free(c);
+        free(t), free(o), free(c), free(b);
         return st;
     }
-    free(g->trigger), free(g->skip_open), free(g->skip_close);
-    g->trigger = t, g->skip_open = o, g->skip_close = c;
+    free(g->trigger), free(g->skip_open), free(g->skip_close), free(g->skip_break);
+    g->trigger = t, g->skip_open = o, g->skip_close = c, g->skip_break = b;
     g->skip_inside = lz->skip_inside;
     return ATTND_OK;
 }
 
 grammar_lazy grammar_get_lazy(const grammar *g) {
-    return (grammar_lazy){g->trigger, g->skip_open, g->skip_close, g->skip_inside};
+    return (grammar_lazy){g->trigger, g->skip_open, g->skip_close, g->skip_inside, g->skip_break};
 }
 
 int grammar_n_rules(const grammar *g) { return g->n_rules; }

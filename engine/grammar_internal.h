@@ -57,7 +57,7 @@ struct grammar {
     uint32_t *rest;       /* (n_el) the fewest characters (a token terminal counts one) from each
                              position to the end of its alternative: the sentence's shortest
                              completion (GRAMMAR_FAR: none found) */
-    char *trigger, *skip_open, *skip_close; /* the lazy start (grammar_set_lazy); NULL = none */
+    char *trigger, *skip_open, *skip_close, *skip_break; /* the lazy start (grammar_set_lazy); NULL = none */
     bool skip_inside;                       /* the output starts inside the skipped block */
 };
 

@@ -1130,21 +1130,55 @@ static void pack_task(void *ctx, int i, int worker) {
         gguf_drop_pages(job->m->f, w->data, quant_row_bytes(w->type, w->cols) * (size_t)w->rows);
 }
 
-/* Packed copies for the decode kernels where the instruction set has one for the type (quant_pack),
- * made on the engine's thread pool; without one (or without the memory) a matrix is read from the
- * mapping as it is. token_embd is only looked up by row: never packed, even when the output head
- * is tied to it. */
-static void pack_matrices(model *m) {
+/* The matrices to pack (an array of n, the caller frees it; NULL when out of memory). */
+static weight **packable(model *m, int *n_out) {
     int nl = m->info.n_layer + (m->info.mtp ? 1 : 0), n = 0, cap = 4 + LAYER_MATRICES * nl;
     weight **ws = malloc(sizeof(*ws) * (size_t)cap);
-    if (!ws) return; /* no copies: slower, same results */
+    if (!ws) return NULL;
     ws[n++] = &m->output;
     ws[n++] = &m->ple_model_proj;
     ws[n++] = &m->mtp_eh_proj;
-    bool own_head = m->mtp_head.data && m->mtp_head.data != m->output.data;
-    if (own_head) ws[n++] = &m->mtp_head;
+    if (m->mtp_head.data && m->mtp_head.data != m->output.data) ws[n++] = &m->mtp_head;
     for (int l = 0; l < nl; l++, n += LAYER_MATRICES) layer_matrices(&m->layers[l], ws + n);
-    threads_run(threads_default(), n, pack_task, &(pack_job){m, ws});
+    *n_out = n;
+    return ws;
+}
+
+/* pack_alone (model_load_opts): matrix after matrix on the calling thread, each in slices of
+ * about o->slice_bytes of the file's rows, o->pace called before each slice. */
+static void pack_paced(model *m, weight **ws, int n, const model_load_opts *o) {
+    size_t total = 0, done = 0, slice = o->slice_bytes ? o->slice_bytes : (size_t)1 << 20;
+    for (int i = 0; i < n; i++)
+        if (ws[i]->data) total += quant_row_bytes(ws[i]->type, ws[i]->cols) * (size_t)ws[i]->rows;
+    for (int i = 0; i < n; i++) {
+        weight *w = ws[i];
+        if (!w->data) continue;
+        size_t rb = quant_row_bytes(w->type, w->cols);
+        if ((w->packed = quant_pack_begin(w->type, w->rows, w->cols))) {
+            int64_t step = (int64_t)(slice / rb) / QUANT_PACK_ROWS * QUANT_PACK_ROWS;
+            if (step < QUANT_PACK_ROWS) step = QUANT_PACK_ROWS;
+            for (int64_t r = 0; r < w->rows; r += step) {
+                if (o->pace) o->pace(o->pace_user, done, total);
+                int64_t r1 = r + step < w->rows ? r + step : w->rows;
+                quant_pack_rows(w->packed, w->data, r, r1);
+                done += rb * (size_t)(r1 - r);
+            }
+            if (w->data != m->tok_embd.data) gguf_drop_pages(m->f, w->data, rb * (size_t)w->rows);
+        } else done += rb * (size_t)w->rows;
+    }
+}
+
+/* Packed copies for the decode kernels where the instruction set has one for the type (quant_pack),
+ * made on the engine's thread pool (or as opts says); without one (or without the memory) a matrix
+ * is read from the mapping as it is. token_embd is only looked up by row: never packed, even when
+ * the output head is tied to it. */
+static void pack_matrices(model *m, const model_load_opts *opts) {
+    int n = 0;
+    weight **ws = packable(m, &n);
+    if (!ws) return; /* no copies: slower, same results */
+    bool own_head = m->mtp_head.data && m->mtp_head.data != m->output.data;
+    if (opts && opts->pack_alone) pack_paced(m, ws, n, opts);
+    else threads_run(threads_default(), n, pack_task, &(pack_job){m, ws});
     for (int i = 0; i < n; i++)
         if (ws[i]->packed) m->packed_bytes += quant_packed_bytes(ws[i]->packed);
     free(ws);
@@ -1225,7 +1259,9 @@ void model_destroy(model *m) {
     free(m);
 }
 
-attnd_status model_load(model **out, const char *path, attnd_err *err) {
+attnd_status model_load(model **out, const char *path, attnd_err *err) { return model_load_with(out, path, NULL, err); }
+
+attnd_status model_load_with(model **out, const char *path, const model_load_opts *opts, attnd_err *err) {
     *out = NULL;
     attnd_status st;
     const char *arch = NULL;
@@ -1256,7 +1292,7 @@ attnd_status model_load(model **out, const char *path, attnd_err *err) {
     m->tensor_read = NULL;
 
     for (uint64_t i = 0; i < gguf_tensor_count(m->f); i++) mi->n_params += gguf_tensor_at(m->f, i)->n_elems;
-    pack_matrices(m);
+    pack_matrices(m, opts);
     *out = m;
     return ATTND_OK;
 

@@ -343,19 +343,22 @@ static inline void hy_ref_deltanet(hy_ref *r, int l) {
             double beta = hy_sigmoid(b[h]), sp_in = a[h] + ref_elem(ref_tl(r->f, l, "ssm_dt.bias"), (uint64_t)h);
             double g = ref_elem(ref_tl(r->f, l, "ssm_a"), (uint64_t)h) * log1p(exp(sp_in));
             double *Sh = S + (size_t)h * dk * dk; /* Sh[i * dk + j] = S[i][j], i over keys */
-            for (int i = 0; i < dk * dk; i++) Sh[i] *= exp(g);
-            for (int j = 0; j < dk; j++) {
-                double sk = 0;
-                for (int i = 0; i < dk; i++) sk += Sh[i * dk + j] * k[i];
-                u[j] = beta * (v[j] - sk);
-            }
+            double decay = exp(g);
+            for (int i = 0; i < dk * dk; i++) Sh[i] *= decay;
+            /* the sums over i run row by row (the same order for every j as a column walk) */
+            double *sk = o + (size_t)h * dk; /* S^T k, in the output's place until o is formed */
+            for (int j = 0; j < dk; j++) sk[j] = 0;
+            for (int i = 0; i < dk; i++)
+                for (int j = 0; j < dk; j++) sk[j] += Sh[i * dk + j] * k[i];
+            for (int j = 0; j < dk; j++) u[j] = beta * (v[j] - sk[j]);
             for (int i = 0; i < dk; i++)
                 for (int j = 0; j < dk; j++) Sh[i * dk + j] += k[i] * u[j];
             double ss = 0, *oh = o + (size_t)h * dk;
+            for (int j = 0; j < dk; j++) oh[j] = 0;
+            for (int i = 0; i < dk; i++)
+                for (int j = 0; j < dk; j++) oh[j] += Sh[i * dk + j] * q[i];
             for (int j = 0; j < dk; j++) {
-                double s = 0;
-                for (int i = 0; i < dk; i++) s += Sh[i * dk + j] * q[i];
-                oh[j] = s / sqrt((double)dk);
+                oh[j] /= sqrt((double)dk);
                 ss += oh[j] * oh[j];
             }
             double rs = 1 / sqrt(ss / dk + eps);

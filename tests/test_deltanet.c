@@ -21,6 +21,7 @@
 #include "quant.h"
 #include "engine_rig.h"
 #include "family_specs.h"
+#include "test_scale.h"
 #include <jansson.h>
 
 static hy_spec small_spec(const char *arch) { return hybrid_small(arch); }
@@ -54,6 +55,7 @@ static void eval_run(engine *e, kv_seq *s, const int32_t *tok, int n, float *log
 /* Prefill of n_tok tokens in one batch, then the same tokens one at a time on another sequence:
  * both against the float64 reference within tol (float32 sums over the recurrence). */
 static void check_family(const char *arch, int n_tok, double tol) {
+    n_tok = test_size(n_tok, 68); /* still past the chunked form's 64 */
     hy_spec hs = small_spec(arch);
     tiny_rig r;
     rig_open(&r, &hs, n_tok);
@@ -88,19 +90,20 @@ Test(deltanet, qwen3next_grouped_heads_and_fused_beta_alpha_match_float64_refere
 Test(deltanet, interleaved_sequences_keep_their_own_state) {
     hy_spec hs = small_spec("qwen35");
     tiny_rig r;
-    enum { N = 40 };
+    enum { N_FULL = 40 };
+    const int N = test_size(N_FULL, 20);
     rig_open(&r, &hs, 2 * N);
     int V = hs.base.n_vocab;
-    int32_t a[N], b[N];
+    int32_t a[N_FULL], b[N_FULL];
     tiny_random_tokens(a, N, V, 1);
     tiny_random_tokens(b, N, V, 2);
-    double *ra = malloc(sizeof(double) * N * V), *rb = malloc(sizeof(double) * N * V);
+    double *ra = malloc(sizeof(double) * (size_t)N * V), *rb = malloc(sizeof(double) * (size_t)N * V);
     hy_ref_forward(&hs, r.path, a, N, ra);
     hy_ref_forward(&hs, r.path, b, N, rb);
     kv_seq *sa = tiny_rig_seq(&r), *sb = tiny_rig_seq(&r);
-    float *lg = malloc(sizeof(float) * 2 * N * V);
+    float *lg = malloc(sizeof(float) * 2 * (size_t)N * V);
     eval_run(r.e, sa, a, 8, lg); /* a is ahead by 8 */
-    batch_entry bt[2 * N];
+    batch_entry bt[2 * N_FULL];
     int n = 0;
     for (int i = 0; i < N; i++) {
         if (i + 8 < N) bt[n++] = (batch_entry){sa, a[i + 8], i + 8, true};
@@ -123,17 +126,18 @@ Test(deltanet, interleaved_sequences_keep_their_own_state) {
 Test(deltanet, truncation_restarts_and_fork_copies_the_state) {
     hy_spec hs = small_spec("qwen35");
     tiny_rig r;
-    enum { N = 48, CUT = 20 };
+    enum { N_FULL = 48 };
+    const int N = test_size(N_FULL, 28), CUT = test_size(20, 12);
     rig_open(&r, &hs, N);
     int V = hs.base.n_vocab;
-    int32_t tok[N], alt[N];
+    int32_t tok[N_FULL], alt[N_FULL];
     tiny_random_tokens(tok, N, V, 3);
-    memcpy(alt, tok, sizeof(tok));
+    memcpy(alt, tok, sizeof(int32_t) * (size_t)N);
     tiny_random_tokens(alt + CUT, N - CUT, V, 4);
-    double *rt = malloc(sizeof(double) * N * V), *ra = malloc(sizeof(double) * N * V);
+    double *rt = malloc(sizeof(double) * (size_t)N * V), *ra = malloc(sizeof(double) * (size_t)N * V);
     hy_ref_forward(&hs, r.path, tok, N, rt);
     hy_ref_forward(&hs, r.path, alt, N, ra);
-    float *lg = malloc(sizeof(float) * N * V);
+    float *lg = malloc(sizeof(float) * (size_t)N * V);
     kv_seq *s = tiny_rig_seq(&r);
     eval_run(r.e, s, tok, CUT, lg);
     kv_seq *child = NULL;
@@ -281,8 +285,9 @@ static void check_mtp_greedy(const char *arch, bool good) {
     hs.n_mtp = 1, hs.mtp_good = good, hs.mtp_share = 1;
     tiny_rig r;
     rig_open(&r, &hs, 40);
-    enum { NP = 20, NG = 40 };
-    int32_t prompt[NP], plain[NG], drafted[NG];
+    enum { NP = 20, NG_FULL = 40 };
+    const int NG = test_size(NG_FULL, 16);
+    int32_t prompt[NP], plain[NG_FULL], drafted[NG_FULL];
     tiny_random_tokens(prompt, NP, hs.base.n_vocab, 33);
     kv_seq *a = tiny_rig_seq(&r), *b = tiny_rig_seq(&r);
     attnd_err err;
@@ -377,13 +382,13 @@ Test(deltanet, greedy_reproduces_llama_cpp_after_a_long_prompt) {
         tiny_rig r;
         rig_open(&r, &hs, 32);
         int32_t out[HYBRID_N_GEN];
-        int n_out;
-        engine_gen g = {.n_predict = HYBRID_N_GEN};
+        int n_out, n_gen = test_size(HYBRID_N_GEN, 12); /* llama.cpp's first n_gen tokens */
+        engine_gen g = {.n_predict = n_gen};
         attnd_err err;
         cr_assert_eq(engine_generate(r.e, tiny_rig_seq(&r), prompt, HYBRID_N_PROMPT, &g, out, &n_out, NULL, &err),
                      ATTND_OK, "%s", err.msg);
-        cr_assert_eq(n_out, HYBRID_N_GEN);
-        for (int t = 0; t < HYBRID_N_GEN; t++)
+        cr_assert_eq(n_out, n_gen);
+        for (int t = 0; t < n_gen; t++)
             cr_expect_eq(out[t], json_integer_value(json_array_get(want, (size_t)t)), "%s: token %d: attnd %d, llama.cpp %lld",
                          HYBRID_NAMES[i], t, out[t], (long long)json_integer_value(json_array_get(want, (size_t)t)));
         tiny_rig_close(&r);

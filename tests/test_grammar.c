@@ -520,7 +520,7 @@ static stop_reason generate_lazy(const grammar *g, uint64_t seed, int ban, int m
 
 static grammar *lazy_grammar(const char *src, const char *trigger, bool skip) {
     grammar *g = compile(src);
-    grammar_lazy lz = {trigger, skip ? "<think>" : NULL, skip ? "</think>" : NULL, false};
+    grammar_lazy lz = {trigger, skip ? "<think>" : NULL, skip ? "</think>" : NULL, false, NULL};
     attnd_err err;
     cr_assert_eq(grammar_set_lazy(g, &lz, &err), ATTND_OK, "%s", err.msg);
     return g;
@@ -668,7 +668,7 @@ Test(grammar_lazy, a_think_prefix_the_grammar_accepts_leaves_the_probe) {
  * after "</think>", even where the model's first tokens are ones the grammar refuses. */
 Test(grammar_lazy, a_block_the_prompt_opened_runs_free_until_it_closes) {
     grammar *g = compile(JSONISH);
-    grammar_lazy lz = {NULL, "<think>", "</think>", true};
+    grammar_lazy lz = {NULL, "<think>", "</think>", true, NULL};
     attnd_err err;
     cr_assert_eq(grammar_set_lazy(g, &lz, &err), ATTND_OK, "%s", err.msg);
     cr_assert(grammar_get_lazy(g).skip_inside);
@@ -700,14 +700,53 @@ Test(grammar_lazy, a_block_the_prompt_opened_runs_free_until_it_closes) {
     grammar_unref(g);
 }
 
+/* skip_break (Qwen3.5 opens a call inside its unclosed <think>): the block runs free until
+ * "</think>" or the break, and at the break the grammar begins with the break's own bytes, also
+ * when they come in pieces; without skip_break the same call stays free reasoning. */
+Test(grammar_lazy, a_break_inside_the_block_starts_the_grammar_at_its_first_byte) {
+    static const char *CALL = "root ::= \"<tool_call>\" \"{\" [ab]+ \"}\"";
+    grammar *g = compile(CALL);
+    grammar_lazy lz = {NULL, "<think>", "</think>", true, "<tool_call>"};
+    attnd_err err;
+    cr_assert_eq(grammar_set_lazy(g, &lz, &err), ATTND_OK, "%s", err.msg);
+    cr_assert_str_eq(grammar_get_lazy(g).skip_break, "<tool_call>");
+    char out[512];
+    stop_reason why;
+    /* "hi" "<tool_call>" then the model wants "x" "x" "}": the grammar draws "{" and its best
+     * allowed token "b" (19, above "a") instead */
+    const int s1[] = {20, 12, 21, 21, 17, 2};
+    scripted(g, s1, 6, out, sizeof(out), &why);
+    cr_expect_str_eq(out, "hi<tool_call>{b}");
+    cr_expect_eq(why, STOP_GRAMMAR);
+    /* the break in pieces, "<" "tool_call" ">{": the grammar takes the bytes written before it */
+    const int s2[] = {20, 3, 13, 22, 18, 17, 2};
+    scripted(g, s2, 7, out, sizeof(out), &why);
+    cr_expect_str_eq(out, "hi<tool_call>{a}");
+    cr_expect_eq(why, STOP_GRAMMAR);
+    /* "</think>" first: as before, the grammar from the next token */
+    const int s3[] = {20, 10, 12, 16, 18, 17, 2};
+    scripted(g, s3, 7, out, sizeof(out), &why);
+    cr_expect_str_eq(out, "hi</think><tool_call>{a}");
+    cr_expect_eq(why, STOP_GRAMMAR);
+    grammar_unref(g);
+    g = compile(CALL); /* no skip_break: the call is reasoning text, free */
+    lz.skip_break = NULL;
+    cr_assert_eq(grammar_set_lazy(g, &lz, &err), ATTND_OK, "%s", err.msg);
+    scripted(g, s1, 5, out, sizeof(out), &why);
+    cr_expect_str_eq(out, "hi<tool_call>xx}");
+    cr_expect_eq(why, STOP_NONE);
+    grammar_unref(g);
+}
+
 Test(grammar_lazy, markers_are_checked) {
     grammar *g = compile("root ::= \"a\"");
     attnd_err err;
-    grammar_lazy half = {NULL, "<think>", NULL, false}, empty = {"", NULL, NULL, false};
+    grammar_lazy half = {NULL, "<think>", NULL, false, NULL}, empty = {"", NULL, NULL, false, NULL};
     cr_expect_eq(grammar_set_lazy(g, &half, &err), ATTND_ERR_INVALID);
     cr_expect_eq(grammar_set_lazy(g, &empty, &err), ATTND_ERR_INVALID);
-    grammar_lazy inside = {NULL, NULL, NULL, true};
+    grammar_lazy inside = {NULL, NULL, NULL, true, NULL}, lone_break = {NULL, NULL, NULL, false, "<tool_call>"};
     cr_expect_eq(grammar_set_lazy(g, &inside, &err), ATTND_ERR_INVALID, "inside a block needs its close");
+    cr_expect_eq(grammar_set_lazy(g, &lone_break, &err), ATTND_ERR_INVALID, "a break needs its block");
     cr_expect_null(grammar_get_lazy(g).trigger);
     grammar_unref(g);
 }

@@ -196,6 +196,13 @@ Test(anthropic, what_cannot_be_served_is_refused_naming_the_field) {
 static const char *WEATHER_TOOLS =
     "[{\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"parameters\":{\"type\":\"object\"}}}]";
 
+/* A reply read without tools (call ids from the message's id, as the endpoint sets them), and
+ * one read for calls of tools. */
+static const toolcall_reading PLAIN = {.id_base = "msg_abc"};
+static toolcall_reading calls_of(const json_t *tools) {
+    return (toolcall_reading){.calls = tools != NULL, .tools = tools, .id_base = "msg_abc"};
+}
+
 static anthropic_result result(const char *stop_reason) {
     return (anthropic_result){.id = "msg_abc", .model = "attnd-sotu", .stop_reason = stop_reason,
                               .input_tokens = 9, .cache_read_tokens = 3, .output_tokens = 5};
@@ -203,7 +210,7 @@ static anthropic_result result(const char *stop_reason) {
 
 Test(anthropic, a_text_reply_is_one_text_block_with_usage) {
     anthropic_result res = result("end_turn");
-    json_t *m = anthropic_message(&res, "Hello there", 11, false, NULL, false);
+    json_t *m = anthropic_message(&res, "Hello there", 11, &PLAIN);
     cr_assert_str_eq(json_string_value(json_object_get(m, "type")), "message");
     cr_assert_str_eq(json_string_value(json_object_get(m, "role")), "assistant");
     cr_assert_str_eq(json_string_value(json_object_get(m, "stop_reason")), "end_turn");
@@ -218,7 +225,7 @@ Test(anthropic, a_text_reply_is_one_text_block_with_usage) {
     json_decref(m);
     res = result("stop_sequence");
     res.stop_sequence = "END";
-    m = anthropic_message(&res, "x", 1, false, NULL, false);
+    m = anthropic_message(&res, "x", 1, &PLAIN);
     cr_assert_str_eq(json_string_value(json_object_get(m, "stop_sequence")), "END");
     json_decref(m);
 }
@@ -228,8 +235,9 @@ static const char *CALL_REPLY = "<think>Need weather.</think>Let me check.\n<too
 
 Test(anthropic, reasoning_text_and_a_call_become_thinking_text_and_tool_use_blocks) {
     json_t *tools = load(WEATHER_TOOLS);
+    const toolcall_reading how = calls_of(tools);
     anthropic_result res = result("end_turn");
-    json_t *m = anthropic_message(&res, CALL_REPLY, strlen(CALL_REPLY), true, tools, false);
+    json_t *m = anthropic_message(&res, CALL_REPLY, strlen(CALL_REPLY), &how);
     json_t *c = json_object_get(m, "content");
     cr_assert_eq(json_array_size(c), 3, "%s", json_dumps(m, 0));
     cr_assert_str_eq(json_string_value(json_object_get(json_array_get(c, 0), "type")), "thinking");
@@ -242,7 +250,7 @@ Test(anthropic, reasoning_text_and_a_call_become_thinking_text_and_tool_use_bloc
     cr_assert_str_eq(json_string_value(json_object_get(m, "stop_reason")), "tool_use");
     json_decref(m);
     res = result("max_tokens"); /* a cut reply keeps its cause */
-    m = anthropic_message(&res, CALL_REPLY, strlen(CALL_REPLY), true, tools, false);
+    m = anthropic_message(&res, CALL_REPLY, strlen(CALL_REPLY), &how);
     cr_assert_str_eq(json_string_value(json_object_get(m, "stop_reason")), "max_tokens");
     json_decref(m);
     json_decref(tools);
@@ -268,10 +276,10 @@ static json_t *frames_of(const char *sse) {
     return out;
 }
 
-/* Streams text in chunks of `chunk` bytes; returns the frames. */
-static json_t *stream_frames(const char *text, size_t chunk, const json_t *tools) {
+/* Streams text in chunks of `chunk` bytes, read as how says; returns the frames. */
+static json_t *stream_frames(const char *text, size_t chunk, const toolcall_reading *how) {
     anthropic_stream st;
-    cr_assert(anthropic_stream_init(&st, tools != NULL, tools, "msg_abc", false));
+    cr_assert(anthropic_stream_init(&st, how));
     anthropic_result res = result(NULL);
     buf out;
     buf_init(&out);
@@ -290,12 +298,53 @@ static const char *type_of(const json_t *frames, size_t i) {
     return json_string_value(json_object_get(json_array_get(frames, i), "type"));
 }
 
+/* The content blocks rebuilt from a stream's frames f (start / delta / stop) as a client does
+ * (new reference). */
+static json_t *rebuild_blocks(const json_t *f) {
+    size_t n = json_array_size(f);
+    json_t *blocks = json_array(), *partial = json_array();
+    int open = -1;
+    for (size_t i = 2; i < n - 2; i++) {
+        json_t *e = json_array_get(f, i);
+        const char *t = type_of(f, i);
+        int index = (int)json_integer_value(json_object_get(e, "index"));
+        if (!strcmp(t, "content_block_start")) {
+            cr_assert_eq(open, -1, "a block starts inside another");
+            cr_assert_eq(index, (int)json_array_size(blocks), "block indexes count up");
+            json_array_append(blocks, json_object_get(e, "content_block"));
+            json_array_append_new(partial, json_string(""));
+            open = index;
+        } else if (!strcmp(t, "content_block_delta")) {
+            cr_assert_eq(index, open, "a delta of a block that is not open");
+            json_t *d = json_object_get(e, "delta"), *b = json_array_get(blocks, (size_t)index);
+            const char *dt = json_string_value(json_object_get(d, "type"));
+            const char *key = !strcmp(dt, "text_delta") ? "text" : !strcmp(dt, "thinking_delta") ? "thinking" : "partial_json";
+            json_t *into = !strcmp(key, "partial_json") ? json_array_get(partial, (size_t)index) : json_object_get(b, key);
+            buf joined;
+            buf_init(&joined);
+            cr_assert(buf_printf(&joined, "%s%s", json_string_value(into), json_string_value(json_object_get(d, key))));
+            json_string_set(into, joined.p);
+            buf_free(&joined);
+        } else {
+            cr_assert_str_eq(t, "content_block_stop");
+            cr_assert_eq(index, open);
+            json_t *b = json_array_get(blocks, (size_t)index);
+            if (!strcmp(json_string_value(json_object_get(b, "type")), "tool_use"))
+                json_object_set_new(b, "input", json_loads(json_string_value(json_array_get(partial, (size_t)index)), 0, NULL));
+            open = -1;
+        }
+    }
+    json_decref(partial);
+    return blocks;
+}
+
 Test(anthropic, the_stream_follows_the_documented_order_and_rebuilds_the_message_at_any_chunking) {
     json_t *tools = load(WEATHER_TOOLS);
+    const toolcall_reading how = calls_of(tools);
     anthropic_result whole_res = result("end_turn");
-    json_t *whole = anthropic_message(&whole_res, CALL_REPLY, strlen(CALL_REPLY), true, tools, false);
+    json_t *whole = anthropic_message(&whole_res, CALL_REPLY, strlen(CALL_REPLY), &how);
     for (size_t chunk = 1; chunk <= strlen(CALL_REPLY); chunk += chunk < 8 ? 1 : 13) {
-        json_t *f = stream_frames(CALL_REPLY, chunk, tools);
+        json_t *f = stream_frames(CALL_REPLY, chunk, &how);
         size_t n = json_array_size(f);
         cr_assert_str_eq(type_of(f, 0), "message_start");
         cr_assert_str_eq(type_of(f, 1), "ping");
@@ -303,43 +352,10 @@ Test(anthropic, the_stream_follows_the_documented_order_and_rebuilds_the_message
         cr_assert_str_eq(type_of(f, n - 1), "message_stop");
         cr_assert_str_eq(json_string_value(json_object_get(json_object_get(json_array_get(f, n - 2), "delta"), "stop_reason")),
                          "tool_use");
-        /* rebuild the blocks from start / delta / stop as a client does */
-        json_t *blocks = json_array(), *partial = json_array();
-        int open = -1;
-        for (size_t i = 2; i < n - 2; i++) {
-            json_t *e = json_array_get(f, i);
-            const char *t = type_of(f, i);
-            int index = (int)json_integer_value(json_object_get(e, "index"));
-            if (!strcmp(t, "content_block_start")) {
-                cr_assert_eq(open, -1, "a block starts inside another");
-                cr_assert_eq(index, (int)json_array_size(blocks), "block indexes count up");
-                json_array_append(blocks, json_object_get(e, "content_block"));
-                json_array_append_new(partial, json_string(""));
-                open = index;
-            } else if (!strcmp(t, "content_block_delta")) {
-                cr_assert_eq(index, open, "a delta of a block that is not open");
-                json_t *d = json_object_get(e, "delta"), *b = json_array_get(blocks, (size_t)index);
-                const char *dt = json_string_value(json_object_get(d, "type"));
-                const char *key = !strcmp(dt, "text_delta") ? "text" : !strcmp(dt, "thinking_delta") ? "thinking" : "partial_json";
-                json_t *into = !strcmp(key, "partial_json") ? json_array_get(partial, (size_t)index) : json_object_get(b, key);
-                buf joined;
-                buf_init(&joined);
-                cr_assert(buf_printf(&joined, "%s%s", json_string_value(into), json_string_value(json_object_get(d, key))));
-                json_string_set(into, joined.p);
-                buf_free(&joined);
-            } else {
-                cr_assert_str_eq(t, "content_block_stop");
-                cr_assert_eq(index, open);
-                json_t *b = json_array_get(blocks, (size_t)index);
-                if (!strcmp(json_string_value(json_object_get(b, "type")), "tool_use"))
-                    json_object_set_new(b, "input", json_loads(json_string_value(json_array_get(partial, (size_t)index)), 0, NULL));
-                open = -1;
-            }
-        }
+        json_t *blocks = rebuild_blocks(f);
         cr_assert(json_equal(blocks, json_object_get(whole, "content")), "chunk %zu: streamed %s, whole %s", chunk,
                   json_dumps(blocks, 0), json_dumps(json_object_get(whole, "content"), 0));
         json_decref(blocks);
-        json_decref(partial);
         json_decref(f);
     }
     json_decref(whole);
@@ -348,7 +364,7 @@ Test(anthropic, the_stream_follows_the_documented_order_and_rebuilds_the_message
 
 Test(anthropic, a_failure_after_the_start_is_an_error_event) {
     anthropic_stream st;
-    cr_assert(anthropic_stream_init(&st, false, NULL, "msg_abc", false));
+    cr_assert(anthropic_stream_init(&st, &PLAIN));
     buf out;
     buf_init(&out);
     anthropic_stream_error(&st, 503, "the server is shutting down", &out);
@@ -381,8 +397,9 @@ Test(anthropic, parallel_calls_are_tool_use_blocks_and_blanks_between_them_no_te
                          "{\"type\":\"function\",\"function\":{\"name\":\"b\",\"parameters\":{\"type\":\"object\"}}}]");
     const char *reply = "<tool_call>\n{\"name\": \"a\", \"arguments\": {\"x\": 1}}\n</tool_call>\n\n"
                         "<tool_call>\n{\"name\": \"b\", \"arguments\": {}}\n</tool_call>";
+    const toolcall_reading how = calls_of(tools);
     anthropic_result res = result("end_turn");
-    json_t *m = anthropic_message(&res, reply, strlen(reply), true, tools, false);
+    json_t *m = anthropic_message(&res, reply, strlen(reply), &how);
     json_t *c = json_object_get(m, "content");
     cr_assert_eq(json_array_size(c), 2, "%s", json_dumps(c, 0));
     cr_assert_str_eq(json_string_value(json_object_get(json_array_get(c, 0), "name")), "a");
@@ -391,7 +408,7 @@ Test(anthropic, parallel_calls_are_tool_use_blocks_and_blanks_between_them_no_te
                       json_string_value(json_object_get(json_array_get(c, 1), "id")));
     json_decref(m);
     for (size_t chunk = 1; chunk < 12; chunk++) { /* streamed: the same two blocks, nothing between */
-        json_t *f = stream_frames(reply, chunk, tools);
+        json_t *f = stream_frames(reply, chunk, &how);
         int starts = 0;
         for (size_t i = 0; i < json_array_size(f); i++) starts += !strcmp(type_of(f, i), "content_block_start");
         cr_assert_eq(starts, 2, "chunk %zu: %d blocks", chunk, starts);
@@ -402,10 +419,72 @@ Test(anthropic, parallel_calls_are_tool_use_blocks_and_blanks_between_them_no_te
 
 Test(anthropic, text_that_starts_with_blanks_keeps_them) {
     anthropic_result res = result("end_turn");
-    json_t *m = anthropic_message(&res, "\n  Hello", 8, false, NULL, false);
+    json_t *m = anthropic_message(&res, "\n  Hello", 8, &PLAIN);
     cr_assert_str_eq(json_string_value(json_object_get(json_array_get(json_object_get(m, "content"), 0), "text")), "\n  Hello");
     json_decref(m);
-    m = anthropic_message(&res, " \n", 2, false, NULL, false);
+    m = anthropic_message(&res, " \n", 2, &PLAIN);
     cr_assert_eq(json_array_size(json_object_get(m, "content")), 0, "a reply of blanks only has no text block");
+    json_decref(m);
+}
+
+/* Qwen3.5 / 3.6 (qwen35, qwen35moe) may open a call inside their unclosed thinking: the prompt
+ * ends with "<think>\n" and the reply is "… <tool_call> … </tool_call>" with no "</think>". A
+ * request bound to their call format reads as the chat completions endpoint reads it
+ * (oai_reply_reading): a thinking block that stops before the call, then the call as a tool_use
+ * block, whole and streamed at every chunking. Bound to a format that does not end reasoning at
+ * a call (Hermes), the same text stays thinking. */
+static const char QWEN35_REPLY[] = "The user wants Paris.\n<tool_call>\n<function=get_weather>\n"
+                                   "<parameter=city>\nParis\n</parameter>\n</function>\n</tool_call>";
+
+/* The Message for QWEN35_REPLY of a request with a get_weather tool whose template writes calls
+ * in format f and opened the reasoning; streamed at every chunking, it must rebuild the same. */
+static json_t *qwen35_message(toolcall_format f) {
+    anthropic_request rq;
+    json_t *b = parse_ok("{\"model\":\"m\",\"max_tokens\":64,\"tools\":[{\"name\":\"get_weather\",\"input_schema\":"
+                         "{\"type\":\"object\",\"properties\":{\"city\":{\"type\":\"string\"}}}}],"
+                         "\"messages\":[{\"role\":\"user\",\"content\":\"Weather in Paris?\"}]}", false, &rq);
+    oai_request q;
+    const char *param = NULL;
+    attnd_err err = {{0}};
+    cr_assert_eq(oai_parse(rq.chat_body, true, &cfg, 32000, &q, &param, &err), ATTND_OK, "%s", err.msg);
+    cr_assert_eq(oai_bind_template(&q, true, f, &err), ATTND_OK, "%s", err.msg);
+    cr_assert_eq(oai_open_reasoning(&q, &err), ATTND_OK, "%s", err.msg);
+    const toolcall_reading how = oai_reply_reading(&q, "msg_abc");
+    anthropic_result res = result("end_turn");
+    json_t *m = anthropic_message(&res, QWEN35_REPLY, strlen(QWEN35_REPLY), &how);
+    cr_assert_not_null(m);
+    for (size_t chunk = 1; chunk <= sizeof(QWEN35_REPLY); chunk += chunk < 12 ? 1 : 17) {
+        json_t *fr = stream_frames(QWEN35_REPLY, chunk, &how), *blocks = rebuild_blocks(fr);
+        cr_assert(json_equal(blocks, json_object_get(m, "content")), "chunk %zu: streamed %s, whole %s", chunk,
+                  json_dumps(blocks, 0), json_dumps(json_object_get(m, "content"), 0));
+        json_decref(blocks);
+        json_decref(fr);
+    }
+    oai_request_free(&q);
+    anthropic_request_free(&rq);
+    json_decref(b);
+    return m;
+}
+
+Test(anthropic, a_qwen35_call_inside_unclosed_thinking_is_a_tool_use_block) {
+    json_t *m = qwen35_message(TOOLCALL_FMT_QWEN_XML);
+    json_t *c = json_object_get(m, "content");
+    cr_assert_eq(json_array_size(c), 2, "%s", json_dumps(m, 0));
+    cr_assert_str_eq(json_string_value(json_object_get(json_array_get(c, 0), "type")), "thinking");
+    const char *thinking = json_string_value(json_object_get(json_array_get(c, 0), "thinking"));
+    cr_assert_str_eq(thinking, "The user wants Paris.\n");
+    cr_assert_null(strstr(thinking, "tool_call"), "the call is not thinking text");
+    json_t *use = json_array_get(c, 1);
+    cr_assert_str_eq(json_string_value(json_object_get(use, "type")), "tool_use");
+    cr_assert_str_eq(json_string_value(json_object_get(use, "name")), "get_weather");
+    cr_assert_str_eq(json_string_value(json_object_get(json_object_get(use, "input"), "city")), "Paris");
+    cr_assert_str_eq(json_string_value(json_object_get(m, "stop_reason")), "tool_use");
+    json_decref(m);
+
+    m = qwen35_message(TOOLCALL_FMT_HERMES); /* reasoning ends only at </think> there */
+    c = json_object_get(m, "content");
+    cr_assert_eq(json_array_size(c), 1, "%s", json_dumps(m, 0));
+    cr_assert_str_eq(json_string_value(json_object_get(json_array_get(c, 0), "thinking")), QWEN35_REPLY);
+    cr_assert_str_eq(json_string_value(json_object_get(m, "stop_reason")), "end_turn");
     json_decref(m);
 }

@@ -588,3 +588,35 @@ Test(oai, an_open_think_in_the_prompt_starts_the_grammar_inside_the_reasoning) {
     cr_assert(!grammar_get_lazy(r.grammar).skip_inside, "a GBNF grammar applies as given");
     oai_request_free(&r);
 }
+
+/* Qwen3.5's calls end reasoning (think_to_call): a call grammar, forced or auto, also begins at a
+ * "<tool_call>" written inside the unclosed <think> (skip_break), so that call is constrained
+ * too. A JSON format's grammar does not (a call's text in the reasoning is no answer), nor a
+ * format whose reasoning ends only at </think>. */
+Test(oai, a_qwen35_call_grammar_begins_at_a_call_inside_the_reasoning) {
+    static const char *const BODIES[] = {
+        "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tool_choice\":\"required\",\"tools\":"
+        "[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":{\"type\":\"object\"}}}]}",
+        "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":"
+        "[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":{\"type\":\"object\"}}}]}",
+        "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"response_format\":{\"type\":\"json_object\"}}",
+    };
+    static const struct { toolcall_format f; int body; bool breaks; } C[] = {
+        {TOOLCALL_FMT_QWEN_XML, 0, true},  {TOOLCALL_FMT_QWEN_XML, 1, true}, {TOOLCALL_FMT_QWEN_XML, 2, false},
+        {TOOLCALL_FMT_HERMES, 0, false},   {TOOLCALL_FMT_GLM, 0, false},
+    };
+    for (size_t i = 0; i < ATTND_ARRAY_LEN(C); i++) {
+        oai_request r;
+        const char *param = NULL;
+        attnd_err err;
+        cr_assert_eq(parse(BODIES[C[i].body], true, &r, &param, &err), ATTND_OK, "%s", err.msg);
+        cr_assert_eq(oai_bind_template(&r, true, C[i].f, &err), ATTND_OK, "%zu: %s", i, err.msg);
+        cr_assert_eq(oai_open_reasoning(&r, &err), ATTND_OK, "%s", err.msg);
+        cr_assert_not_null(r.grammar, "%zu: no grammar", i);
+        grammar_lazy lz = grammar_get_lazy(r.grammar);
+        cr_assert(lz.skip_inside, "%zu", i);
+        if (C[i].breaks) cr_assert_str_eq(lz.skip_break ? lz.skip_break : "(none)", "<tool_call>", "%zu", i);
+        else cr_assert_null(lz.skip_break, "%zu: %s", i, lz.skip_break);
+        oai_request_free(&r);
+    }
+}

@@ -238,8 +238,9 @@ static ollama_result result(const char *done_reason) {
 
 Test(ollama, a_chat_reply_splits_thinking_content_and_tool_calls_with_timings) {
     json_t *tools = load("[{\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"parameters\":{\"type\":\"object\"}}}]");
+    const toolcall_reading how = {.calls = true, .tools = tools, .id_base = "x"};
     ollama_result res = result("stop");
-    json_t *a = ollama_answer(&res, REPLY, strlen(REPLY), true, true, true, tools, "x", false);
+    json_t *a = ollama_answer(&res, REPLY, strlen(REPLY), true, &how);
     json_t *m = json_object_get(a, "message");
     cr_assert_str_eq(json_string_value(json_object_get(m, "role")), "assistant");
     cr_assert_str_eq(json_string_value(json_object_get(m, "thinking")), "Need weather.");
@@ -255,18 +256,21 @@ Test(ollama, a_chat_reply_splits_thinking_content_and_tool_calls_with_timings) {
     json_decref(tools);
 }
 
-Test(ollama, ndjson_lines_join_to_the_whole_answer_at_any_chunking) {
-    json_t *tools = load("[{\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"parameters\":{\"type\":\"object\"}}}]");
+/* Streams text (read as how says) at many chunkings: the /api/chat lines must join to the whole
+ * answer (content, thinking, calls), the last one done with done_reason "length". Returns the
+ * whole answer (new reference). */
+static json_t *check_lines_join(const char *text, const toolcall_reading *how) {
     ollama_result done = result("length");
-    json_t *whole = ollama_answer(&done, REPLY, strlen(REPLY), true, true, true, tools, "x", false);
-    for (size_t chunk = 1; chunk < strlen(REPLY); chunk += 7) {
+    json_t *whole = ollama_answer(&done, text, strlen(text), true, how);
+    cr_assert_not_null(whole);
+    for (size_t chunk = 1; chunk < strlen(text); chunk += 7) {
         ollama_stream st;
-        cr_assert(ollama_stream_init(&st, true, true, true, tools, "x", false));
+        cr_assert(ollama_stream_init(&st, true, how));
         buf out;
         buf_init(&out);
         ollama_result run = result(NULL);
-        for (size_t i = 0; i < strlen(REPLY); i += chunk)
-            ollama_stream_delta(&st, &run, REPLY + i, strlen(REPLY) - i < chunk ? strlen(REPLY) - i : chunk, &out);
+        for (size_t i = 0; i < strlen(text); i += chunk)
+            ollama_stream_delta(&st, &run, text + i, strlen(text) - i < chunk ? strlen(text) - i : chunk, &out);
         ollama_stream_end(&st, &done, &out);
         buf content, thinking;
         buf_init(&content);
@@ -285,7 +289,8 @@ Test(ollama, ndjson_lines_join_to_the_whole_answer_at_any_chunking) {
         cr_assert(json_is_true(json_object_get(last, "done")) && !strcmp(json_string_value(json_object_get(last, "done_reason")), "length"));
         cr_assert_str_eq(content.p ? content.p : "", json_string_value(json_object_get(wm, "content")), "chunk %zu", chunk);
         cr_assert_str_eq(thinking.p ? thinking.p : "", json_string_value(json_object_get(wm, "thinking")), "chunk %zu", chunk);
-        cr_assert(json_equal(calls, json_object_get(wm, "tool_calls")), "chunk %zu: calls differ", chunk);
+        json_t *wc = json_object_get(wm, "tool_calls"); /* absent when there are none */
+        cr_assert(wc ? json_equal(calls, wc) : json_array_size(calls) == 0, "chunk %zu: calls differ", chunk);
         json_decref(last);
         json_decref(calls);
         buf_free(&content);
@@ -293,13 +298,21 @@ Test(ollama, ndjson_lines_join_to_the_whole_answer_at_any_chunking) {
         buf_free(&out);
         ollama_stream_free(&st);
     }
+    return whole;
+}
+
+Test(ollama, ndjson_lines_join_to_the_whole_answer_at_any_chunking) {
+    json_t *tools = load("[{\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"parameters\":{\"type\":\"object\"}}}]");
+    const toolcall_reading how = {.calls = true, .tools = tools, .id_base = "x"};
+    json_t *whole = check_lines_join(REPLY, &how);
+    cr_assert_eq(json_array_size(json_object_get(json_object_get(whole, "message"), "tool_calls")), 1);
     json_decref(whole);
     json_decref(tools);
 }
 
 Test(ollama, a_raw_generate_reply_is_the_text_as_it_stands) {
     ollama_result res = result("stop");
-    json_t *a = ollama_answer(&res, "<think>x</think>y", 17, false, false, false, NULL, "x", false);
+    json_t *a = ollama_answer(&res, "<think>x</think>y", 17, false, NULL);
     cr_assert_str_eq(json_string_value(json_object_get(a, "response")), "<think>x</think>y");
     cr_assert_null(json_object_get(a, "message"));
     cr_assert_null(json_object_get(a, "thinking"));
@@ -309,7 +322,7 @@ Test(ollama, a_raw_generate_reply_is_the_text_as_it_stands) {
 Test(ollama, a_raw_reply_cut_inside_a_character_streams_whole_characters) {
     const char *text = "caf\xc3\xa9 \xe2\x82\xac\xff!"; /* é and € cut by 1-byte pieces; a stray 0xFF byte */
     ollama_stream st;
-    cr_assert(ollama_stream_init(&st, false, false, false, NULL, "x", false));
+    cr_assert(ollama_stream_init(&st, false, NULL));
     ollama_result run = result(NULL), done = result("stop");
     buf out;
     buf_init(&out);
@@ -323,11 +336,62 @@ Test(ollama, a_raw_reply_cut_inside_a_character_streams_whole_characters) {
         buf_puts(&joined, json_string_value(json_object_get(o, "response")));
         json_decref(o);
     }
-    json_t *whole = ollama_answer(&done, text, strlen(text), false, false, false, NULL, "x", false);
+    json_t *whole = ollama_answer(&done, text, strlen(text), false, NULL);
     cr_assert_str_eq(joined.p, json_string_value(json_object_get(whole, "response")));
     cr_assert_str_eq(joined.p, "caf\xc3\xa9 \xe2\x82\xac\xef\xbf\xbd!", "the stray byte is U+FFFD, the characters whole");
     json_decref(whole);
     buf_free(&joined);
     buf_free(&out);
     ollama_stream_free(&st);
+}
+
+/* Qwen3.5 / 3.6 (qwen35, qwen35moe) may open a call inside their unclosed thinking: the prompt
+ * ends with "<think>\n" and the reply is "… <tool_call> … </tool_call>" with no "</think>". An
+ * /api/chat request bound to their call format reads as the chat completions endpoint reads it
+ * (oai_reply_reading): thinking that stops before the call, the call in tool_calls, whole and in
+ * NDJSON lines. Bound to a format that does not end reasoning at a call (Hermes), the same text
+ * stays thinking. */
+static const char QWEN35_REPLY[] = "The user wants Paris.\n<tool_call>\n<function=get_weather>\n"
+                                   "<parameter=city>\nParis\n</parameter>\n</function>\n</tool_call>";
+
+static json_t *qwen35_answer(toolcall_format f) {
+    ollama_request r;
+    json_t *b = parse_ok("{\"model\":\"m\",\"stream\":false,\"tools\":[{\"type\":\"function\",\"function\":"
+                         "{\"name\":\"get_weather\",\"parameters\":{\"type\":\"object\",\"properties\":"
+                         "{\"city\":{\"type\":\"string\"}}}}}],"
+                         "\"messages\":[{\"role\":\"user\",\"content\":\"Weather in Paris?\"}]}", true, &r);
+    cr_assert(r.chat);
+    oai_request q;
+    const char *param = NULL;
+    attnd_err err = {{0}};
+    cr_assert_eq(oai_parse(r.body, true, &cfg, 32000, &q, &param, &err), ATTND_OK, "%s", err.msg);
+    cr_assert_eq(oai_bind_template(&q, true, f, &err), ATTND_OK, "%s", err.msg);
+    cr_assert_eq(oai_open_reasoning(&q, &err), ATTND_OK, "%s", err.msg);
+    const toolcall_reading how = oai_reply_reading(&q, "x");
+    json_t *whole = check_lines_join(QWEN35_REPLY, &how);
+    oai_request_free(&q);
+    ollama_request_free(&r);
+    json_decref(b);
+    return whole;
+}
+
+Test(ollama, a_qwen35_call_inside_unclosed_thinking_is_a_tool_call) {
+    json_t *a = qwen35_answer(TOOLCALL_FMT_QWEN_XML);
+    json_t *m = json_object_get(a, "message");
+    const char *thinking = json_string_value(json_object_get(m, "thinking"));
+    cr_assert_str_eq(thinking, "The user wants Paris.\n", "%s", json_dumps(a, 0));
+    cr_assert_null(strstr(thinking, "tool_call"), "the call is not thinking text");
+    cr_assert_str_eq(json_string_value(json_object_get(m, "content")), "");
+    json_t *calls = json_object_get(m, "tool_calls");
+    cr_assert_eq(json_array_size(calls), 1, "%s", json_dumps(a, 0));
+    json_t *fn = json_object_get(json_array_get(calls, 0), "function");
+    cr_assert_str_eq(json_string_value(json_object_get(fn, "name")), "get_weather");
+    cr_assert_str_eq(json_string_value(json_object_get(json_object_get(fn, "arguments"), "city")), "Paris");
+    json_decref(a);
+
+    a = qwen35_answer(TOOLCALL_FMT_HERMES); /* reasoning ends only at </think> there */
+    m = json_object_get(a, "message");
+    cr_assert_str_eq(json_string_value(json_object_get(m, "thinking")), QWEN35_REPLY);
+    cr_assert_eq(json_array_size(json_object_get(m, "tool_calls")), 0);
+    json_decref(a);
 }

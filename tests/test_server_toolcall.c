@@ -322,7 +322,7 @@ Test(toolcall, an_open_think_in_the_prompt_starts_the_reply_as_reasoning) {
 
     /* toolcall_apply takes the same start */
     json_t *choice = json_pack("{s:{s:s},s:s}", "message", "role", "assistant", "finish_reason", "stop");
-    cr_assert(toolcall_apply(choice, "hmm</think>Hi", 13, false, true, false, NULL, NULL));
+    cr_assert(toolcall_apply(choice, "hmm</think>Hi", 13, &(toolcall_reading){.in_reasoning = true}));
     json_t *msg = json_object_get(choice, "message");
     cr_assert_str_eq(json_string_value(json_object_get(msg, "reasoning_content")), "hmm");
     cr_assert_str_eq(json_string_value(json_object_get(msg, "content")), "Hi");
@@ -491,9 +491,10 @@ Test(toolcall, finish_reason_is_tool_calls_only_when_every_call_is_valid) {
         {"Hello", "stop", "stop"},
     };
     json_t *tools = json_loads(HOSTILE_TOOLS, 0, NULL);
+    const toolcall_reading how = {.calls = true, .tools = tools, .id_base = "x"};
     for (size_t k = 0; k < ATTND_ARRAY_LEN(C); k++) {
         json_t *choice = json_pack("{s:{s:s},s:s}", "message", "role", "assistant", "finish_reason", C[k].natural);
-        cr_assert(toolcall_apply(choice, C[k].text, strlen(C[k].text), true, false, false, "x", tools));
+        cr_assert(toolcall_apply(choice, C[k].text, strlen(C[k].text), &how));
         cr_assert_str_eq(json_string_value(json_object_get(choice, "finish_reason")), C[k].want, "%zu: %s", k, C[k].text);
         const json_t *msg = json_object_get(choice, "message");
         bool has_calls = json_array_size(json_object_get(msg, "tool_calls")) > 0;
@@ -510,7 +511,7 @@ Test(toolcall, finish_reason_is_tool_calls_only_when_every_call_is_valid) {
     }
     json_t *choice = json_pack("{s:{s:s},s:s}", "message", "role", "assistant", "finish_reason", "stop");
     const char *t = "<tool_call>{\"name\": \"ping\", \"arguments\": {}}</tool_call>";
-    cr_assert(toolcall_apply(choice, t, strlen(t), true, false, false, "x", NULL));
+    cr_assert(toolcall_apply(choice, t, strlen(t), &(toolcall_reading){.calls = true, .id_base = "x"}));
     cr_assert_str_eq(json_string_value(json_object_get(choice, "finish_reason")), "stop", "no tools, no call");
     cr_assert_str_eq(json_string_value(json_object_get(json_object_get(choice, "message"), "content")), t);
     json_decref(choice);
@@ -659,7 +660,9 @@ Test(toolcall, qwen35_call_without_think_close_ends_the_reasoning) {
 
     /* toolcall_apply (the whole answer) takes the same flag */
     json_t *choice = json_pack("{s:{s:s},s:s}", "message", "role", "assistant", "finish_reason", "stop");
-    cr_assert(toolcall_apply(choice, R, strlen(R), true, true, true, "x", default_tools()));
+    const toolcall_reading how = {.calls = true, .tools = default_tools(), .id_base = "x", .in_reasoning = true,
+                                  .think_to_call = true};
+    cr_assert(toolcall_apply(choice, R, strlen(R), &how));
     json_t *msg = json_object_get(choice, "message");
     cr_assert_str_eq(json_string_value(json_object_get(msg, "reasoning_content")), "I need the weather.\n");
     cr_assert_eq(json_array_size(json_object_get(msg, "tool_calls")), 1);

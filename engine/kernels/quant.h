@@ -66,6 +66,16 @@ typedef struct quant_packed quant_packed;
  * ATTND_NO_REPACK=1 (or =NAME, wtype's name: only that type is not packed), or when memory is short (the matmul then reads w as it is: slower, same
  * results within rounding). Owned by the caller: quant_packed_destroy (NULL accepted). */
 quant_packed *quant_pack(const void *w, uint32_t wtype, int64_t n_rows, int64_t n_cols);
+
+/* quant_pack in slices, for a load that makes room for other work between them (model_load_with):
+ * quant_pack_begin makes the copy with its padding zeroed and no rows packed yet (NULL in the
+ * cases quant_pack returns NULL), quant_pack_rows packs rows [r0, r1) of w (the whole matrix, as
+ * quant_pack takes it; r0 a multiple of QUANT_PACK_ROWS, r1 <= n_rows). The copy is the same
+ * bytes as quant_pack's once every row is packed, and is not read before that. Slices of one copy
+ * may be packed on different threads when their rows do not overlap. */
+#define QUANT_PACK_ROWS 16
+quant_packed *quant_pack_begin(uint32_t wtype, int64_t n_rows, int64_t n_cols);
+void quant_pack_rows(quant_packed *pk, const void *w, int64_t r0, int64_t r1);
 void quant_packed_destroy(quant_packed *pk);
 size_t quant_packed_bytes(const quant_packed *pk); /* 0 for NULL */
 

@@ -301,7 +301,9 @@ static int repack_off(uint32_t wtype) {
     return 1;
 }
 
-quant_packed *quant_pack(const void *w, uint32_t wtype, int64_t n_rows, int64_t n_cols) {
+_Static_assert(PACK_ROWS == QUANT_PACK_ROWS, "quant.h's slice unit is the packed layout's group");
+
+quant_packed *quant_pack_begin(uint32_t wtype, int64_t n_rows, int64_t n_cols) {
     if (repack_off(wtype)) return NULL;
     int q8_0 = wtype == GGUF_TYPE_Q8_0, q4_0 = wtype == GGUF_TYPE_Q4_0, q4_k = wtype == GGUF_TYPE_Q4_K;
     int q5_k = wtype == GGUF_TYPE_Q5_K, iq4_xs = wtype == GGUF_TYPE_IQ4_XS, q2_k = wtype == GGUF_TYPE_Q2_K;
@@ -338,15 +340,42 @@ quant_packed *quant_pack(const void *w, uint32_t wtype, int64_t n_rows, int64_t 
         for (int64_t g = 0; g < n_groups; g++)
             memset(pk->data + (size_t)g * pk->group_bytes + (size_t)(nb / 2) * pair + half, 0, pair - half);
     }
-    size_t rb = quant_row_bytes(wtype, n_cols);
+    int q6_k = !(q8_0 || q4_0 || b32 || q4_k || q5_k || iq4_xs || q2_k || q3_k); /* the last of the packed types */
+    size_t head = q3_k ? PACK_Q3K_HEAD(nb) : q6_k ? PACK_Q6K_HEAD(nb) : 0;
+    if (head) /* the head's padding past the d's (an odd count of them): bytes no packer writes, made defined */
+        for (int64_t g = 0; g < n_groups; g++)
+            memset(pk->data + (size_t)g * pk->group_bytes + (size_t)nb * 32, 0, head - (size_t)nb * 32);
+    return pk;
+}
+
+void quant_pack_rows(quant_packed *pk, const void *w, int64_t r0, int64_t r1) {
+    ATTND_ASSERT(r0 % PACK_ROWS == 0 && 0 <= r0 && r0 <= r1 && r1 <= pk->n_rows);
+    uint32_t wtype = pk->wtype;
+    int q8_0 = wtype == GGUF_TYPE_Q8_0, q4_0 = wtype == GGUF_TYPE_Q4_0, q4_k = wtype == GGUF_TYPE_Q4_K;
+    int q5_k = wtype == GGUF_TYPE_Q5_K, iq4_xs = wtype == GGUF_TYPE_IQ4_XS, q2_k = wtype == GGUF_TYPE_Q2_K;
+    int q3_k = wtype == GGUF_TYPE_Q3_K;
+    b32_fields bf = {0};
+    int b32 = b32_fields_of(wtype, &bf);
+    int64_t nb = pk->n_cols / gguf_type_block_elems(wtype), n = r1 - r0;
+    size_t rb = quant_row_bytes(wtype, pk->n_cols);
+    /* every packer indexes groups from its first row: rows [r0, r1) are a packing of their own */
+    uint8_t *dst = pk->data + (size_t)(r0 / PACK_ROWS) * pk->group_bytes;
+    const uint8_t *src = (const uint8_t *)w + (size_t)r0 * rb;
+    if (n == 0) return;
     pack_sb_fn sb = q4_k ? pack_sb_q4_k : q5_k ? pack_sb_q5_k : iq4_xs ? pack_sb_iq4_xs : q2_k ? pack_sb_q2_k : NULL;
-    if (q8_0) pack_q8_0(pk->data, w, rb, n_rows, nb, pk->group_bytes);
-    else if (q4_0) pack_q4_0(pk->data, w, rb, n_rows, nb, pk->group_bytes);
-    else if (b32) pack_b32(pk->data, w, rb, n_rows, nb, pk->group_bytes, &bf);
-    else if (sb) pack_super_blocks(pk->data, w, rb, n_rows, nb, pk->group_bytes, quant_row_bytes(wtype, QK_K),
-                                   pk->group_bytes / (size_t)nb, sb);
-    else if (q3_k) pack_q3_k(pk->data, w, rb, n_rows, nb, pk->group_bytes);
-    else pack_q6_k(pk->data, w, rb, n_rows, nb, pk->group_bytes);
+    if (q8_0) pack_q8_0(dst, src, rb, n, nb, pk->group_bytes);
+    else if (q4_0) pack_q4_0(dst, src, rb, n, nb, pk->group_bytes);
+    else if (b32) pack_b32(dst, src, rb, n, nb, pk->group_bytes, &bf);
+    else if (sb)
+        pack_super_blocks(dst, src, rb, n, nb, pk->group_bytes, quant_row_bytes(wtype, QK_K),
+                          pk->group_bytes / (size_t)nb, sb);
+    else if (q3_k) pack_q3_k(dst, src, rb, n, nb, pk->group_bytes);
+    else pack_q6_k(dst, src, rb, n, nb, pk->group_bytes);
+}
+
+quant_packed *quant_pack(const void *w, uint32_t wtype, int64_t n_rows, int64_t n_cols) {
+    quant_packed *pk = quant_pack_begin(wtype, n_rows, n_cols);
+    if (pk) quant_pack_rows(pk, w, 0, n_rows);
     return pk;
 }
 

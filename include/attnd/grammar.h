@@ -78,8 +78,11 @@ int grammar_n_rules(const grammar *g);
  * grammar then constrains from the trigger's first byte, so its sentences must start with the
  * trigger (tool_choice auto: "<tool_call>"). skip_inside: the output starts inside the skipped
  * block (the prompt opened it, as DeepSeek-R1 style templates end with "<think>\n"): free until
- * skip_close. NULL fields: no such part. Strings are copied, each
- * 1..GRAMMAR_MAX_MARKER bytes. Set before the grammar is shared (not safe against readers).
+ * skip_close. skip_break: a text that also ends the skipped block, the grammar beginning at its
+ * first byte as at a trigger (Qwen3.5 may open its call, "<tool_call>", inside an unclosed
+ * <think>: the call is then constrained all the same). NULL fields: no such part. Strings are
+ * copied, each 1..GRAMMAR_MAX_MARKER bytes. Set before the grammar is shared (not safe against
+ * readers).
  * Errors: ATTND_ERR_INVALID, ATTND_ERR_NOMEM (g unchanged).
  */
 #define GRAMMAR_MAX_MARKER 48
@@ -87,6 +90,7 @@ typedef struct grammar_lazy {
     const char *trigger;
     const char *skip_open, *skip_close;
     bool skip_inside;
+    const char *skip_break;
 } grammar_lazy;
 attnd_status grammar_set_lazy(grammar *g, const grammar_lazy *lz, attnd_err *err);
 /* The lazy start (borrowed from g); all NULL for a grammar that constrains from the first byte. */

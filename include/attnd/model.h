@@ -78,6 +78,28 @@ static inline bool model_info_recurrent(const model_info *mi, int l) {
  * does not compute, naming them. On success *out owns the mapping. */
 attnd_status model_load(model **out, const char *path, attnd_err *err);
 void model_destroy(model *m); /* accepts NULL */
+
+/* How a load makes the packed copies of the weights (quant_pack), for a load beside other work:
+ * a server loading one model while others serve (issue 50's isolation). All zero: model_load's
+ * way, every CPU of the engine's worker pool, one matrix per task. */
+typedef struct model_load_opts {
+    /* The copies made on the calling thread alone, in slices: the worker pool stays free for the
+     * models that serve meanwhile (a busy pool runs their steps on one thread), and the load takes
+     * only the caller's CPU (at the caller's priority). */
+    bool pack_alone;
+    /* With pack_alone: the file's bytes packed between two calls of pace (rounded down to whole
+     * 16-row groups, at least one); 0: 1 MB. */
+    size_t slice_bytes;
+    /* With pack_alone: called on the calling thread before each slice, done and total the file's
+     * bytes of the matrices packed so far and in all (done < total), to wait there while other
+     * work runs. NULL: no calls. It must not call into this model (not yet returned). */
+    void (*pace)(void *user, size_t done, size_t total);
+    void *pace_user; /* pace's, borrowed */
+} model_load_opts;
+
+/* model_load, its packed copies made as opts says (NULL: model_load's way). The model is the
+ * same either way, byte for byte. */
+attnd_status model_load_with(model **out, const char *path, const model_load_opts *opts, attnd_err *err);
 const model_info *model_info_get(const model *m);
 
 /* The longest sequence m will be run at, when less than the file's context_length (the server's

@@ -291,16 +291,11 @@ static void frame(buf *out, const char *event, json_t *data /* stolen */) {
     free(s);
 }
 
-bool anthropic_stream_init(anthropic_stream *st, bool calls, const json_t *tools, const char *id_base,
-                           bool in_reasoning) {
+bool anthropic_stream_init(anthropic_stream *st, const toolcall_reading *how) {
     *st = (anthropic_stream){.open = -1};
-    st->tp = toolcall_parser_create(calls);
+    st->tp = toolcall_parser_open(how);
     st->blocks = json_array();
-    if (!st->tp || !st->blocks) return false;
-    if (tools) toolcall_parser_set_tools(st->tp, tools);
-    toolcall_parser_set_id_base(st->tp, id_base);
-    if (in_reasoning) toolcall_parser_start_in_reasoning(st->tp);
-    return true;
+    return st->tp && st->blocks;
 }
 
 void anthropic_stream_free(anthropic_stream *st) {
@@ -467,11 +462,10 @@ void anthropic_stream_error(anthropic_stream *st, int http_status, const char *m
     frame(out, "error", anthropic_error(http_status, message));
 }
 
-json_t *anthropic_message(const anthropic_result *res, const char *text, size_t n, bool calls, const json_t *tools,
-                          bool in_reasoning) {
+json_t *anthropic_message(const anthropic_result *res, const char *text, size_t n, const toolcall_reading *how) {
     anthropic_stream st;
     json_t *m = NULL;
-    if (anthropic_stream_init(&st, calls, tools, res->id, in_reasoning)) {
+    if (anthropic_stream_init(&st, how)) {
         anthropic_stream_delta(&st, text, n, NULL);
         stream_finish(&st, NULL);
         m = message_of(res, st.blocks, stop_reason_of(&st, res->stop_reason));

@@ -36,6 +36,7 @@
 #include "attnd/buf.h"
 #include "attnd/common.h"
 #include "settings.h"
+#include "toolcall.h"
 
 typedef struct anthropic_request {
     json_t *chat_body;   /* (owned) the chat completion body that runs the request */
@@ -75,11 +76,10 @@ typedef struct anthropic_stream {
     bool ended;
 } anthropic_stream;
 
-/* Starts a reply's state: calls as toolcall_parser_create, tools (borrowed, NULL = none) and
- * id_base as toolcall_parser_set_tools / _set_id_base, in_reasoning as
- * toolcall_parser_start_in_reasoning. false: out of memory. */
-bool anthropic_stream_init(anthropic_stream *st, bool calls, const json_t *tools, const char *id_base,
-                           bool in_reasoning);
+/* Starts a reply's state: the reply is read as how says (toolcall_parser_open: calls,
+ * reasoning, a call that ends reasoning; how->tools borrowed, must outlive st). false: out of
+ * memory. */
+bool anthropic_stream_init(anthropic_stream *st, const toolcall_reading *how);
 void anthropic_stream_free(anthropic_stream *st); /* accepts a stream that never began */
 
 /* The frames message_start and ping (appended to out). */
@@ -91,9 +91,9 @@ void anthropic_stream_end(anthropic_stream *st, const anthropic_result *res, buf
 /* An error event (a failure after the stream began): {"type": "error", "error": {type, message}}. */
 void anthropic_stream_error(anthropic_stream *st, int http_status, const char *message, buf *out);
 
-/* The whole Message for the reply text[n] (new reference; NULL when out of memory). */
-json_t *anthropic_message(const anthropic_result *res, const char *text, size_t n, bool calls, const json_t *tools,
-                          bool in_reasoning);
+/* The whole Message for the reply text[n] read as how says (new reference; NULL when out of
+ * memory). */
+json_t *anthropic_message(const anthropic_result *res, const char *text, size_t n, const toolcall_reading *how);
 
 /* {"type": "error", "error": {"type", "message"}} (new reference): the type follows the status
  * as Anthropic's do (400 invalid_request_error, 401 authentication_error, 403 permission_error,

@@ -93,7 +93,6 @@ static anthropic_result result_of(req *r, const sched_output *o) {
     return res;
 }
 
-static bool calls_parsed(const genreq *g) { return g->oreq.tools.tools && g->oreq.tools.choice != TOOLCALL_NONE; }
 
 // ---- streaming ------------------------------------------------------------------------------
 
@@ -101,7 +100,8 @@ static void amsg_begin(req *r, buf *out) {
     amsg_state *st = req_get(r, REQ_SLOT_ENDPOINT);
     const genreq *g = genreq_http_get(r);
     anthropic_result res = result_of(r, NULL);
-    if (!anthropic_stream_init(&st->ev, calls_parsed(g), g->oreq.tools.tools, st->id, g->oreq.open_reasoning)) return;
+    toolcall_reading how = oai_reply_reading(&g->oreq, st->id);
+    if (!anthropic_stream_init(&st->ev, &how)) return;
     anthropic_stream_begin(&st->ev, &res, out);
 }
 
@@ -168,8 +168,8 @@ http_result ep_messages(req *r) {
         return http_respond_error(r, http_status_of(o.status, HTTP_CTX_GENERATE), o.errmsg[0] ? o.errmsg : "generation failed",
                                   NULL);
     anthropic_result res = result_of(r, &o);
-    json_t *m = anthropic_message(&res, o.text ? o.text : "", o.text_len, calls_parsed(g), g->oreq.tools.tools,
-                                  g->oreq.open_reasoning);
+    toolcall_reading how = oai_reply_reading(&g->oreq, st->id);
+    json_t *m = anthropic_message(&res, o.text ? o.text : "", o.text_len, &how);
     return m ? http_respond_json(r, 200, m) : http_respond_error(r, 503, "out of memory", NULL);
 }
 

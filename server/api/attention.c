@@ -442,20 +442,19 @@ static const char *heads_text(const genreq_env *env, _Atomic(char *) *cache, att
     return text;
 }
 
-/* On a server of several models, of the model ?model= names (loaded for it: the roles are
- * computed on its engine). */
-http_result ep_heads(req *r) {
+/* GET /v1/heads on env's model (its answer computed once and cached). */
+static http_result heads(req *r, json_t *b, const genreq_env *env, const mreg_ref *ref) {
+    (void)b;
     attnd_status st = ATTND_OK;
     attnd_err err;
-    genreq_env env;
-    mreg_ref ref;
-    http_result ret = HTTP_NO;
-    if (!models_http_use(r, NULL, &env, &ref, &ret)) return ret;
-    const char *text = heads_text(&env, models_http_heads_cache(r, &ref), &st, &err);
-    char *copy = text ? strdup(text) : NULL; /* the cache is the model's: copied before it is released */
-    models_http_done(r, &ref);
+    const char *text = heads_text(env, models_http_heads_cache(r, ref), &st, &err);
     if (!text) /* an encoder's heads have no causal roles: its 400 */
         return http_respond_error(r, st == ATTND_ERR_NOMEM ? 503 : st == ATTND_ERR_UNSUPPORTED ? 400 : 500, err.msg, NULL);
+    char *copy = strdup(text); /* the cache is the model's: the answer takes its own copy */
     return copy ? http_respond_text(r, 200, "application/json", copy)
                 : http_respond_error(r, 503, "out of memory", NULL);
 }
+
+/* On a server of several models, of the model ?model= names (loaded for it: the roles are
+ * computed on its engine). */
+http_result ep_heads(req *r) { return models_http_serve(r, MODELS_BODY_NONE, heads); }

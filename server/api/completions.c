@@ -101,11 +101,6 @@ static char *echo_text(req *r, int k, const sched_output *o, size_t *len) {
     return strdup(""); /* still an echo: the logprobs keep the prompt's entries */
 }
 
-/* Whether a chat answer's tool calls are parsed out of its text (toolcall.h). */
-static bool calls_parsed(const genreq *g) {
-    return json_array_size(g->oreq.tools.tools) > 0 && g->oreq.tools.choice != TOOLCALL_NONE;
-}
-
 /* Choice k's whole response; NULL with *failed set when its job failed. */
 static json_t *choice_body(req *r, int k, sched_output *failed) {
     genreq *g = genreq_http_get(r);
@@ -122,9 +117,8 @@ static json_t *choice_body(req *r, int k, sched_output *failed) {
     char *echo = echo_text(r, k, &o, &echo_len);
     json_t *body = completion_body_final(&state_of(r)->rctx, &v, echo, echo_len);
     free(echo);
-    if (body && g->chat) toolcall_apply(json_array_get(json_object_get(body, "choices"), 0), v.text, v.text_len,
-                                        calls_parsed(g), g->oreq.open_reasoning, g->oreq.think_to_call, NULL,
-                                        g->oreq.tools.tools);
+    toolcall_reading how = oai_reply_reading(&g->oreq, NULL);
+    if (body && g->chat) toolcall_apply(json_array_get(json_object_get(body, "choices"), 0), v.text, v.text_len, &how);
     return body;
 }
 
@@ -256,12 +250,9 @@ static http_result respond_stream(req *r, genreq *g) {
     if (!(ss->text_off = calloc((size_t)ss->n, sizeof(size_t)))) return HTTP_NO;
     if (g->chat && !ss->llama) {
         if (!(ss->parse = calloc((size_t)ss->n, sizeof(*ss->parse)))) return HTTP_NO;
-        for (int k = 0; k < ss->n; k++) {
-            if (!(ss->parse[k] = toolcall_parser_create(calls_parsed(g)))) return HTTP_NO;
-            toolcall_parser_set_tools(ss->parse[k], g->oreq.tools.tools);
-            if (g->oreq.open_reasoning) toolcall_parser_start_in_reasoning(ss->parse[k]);
-            if (g->oreq.think_to_call) toolcall_parser_end_think_at_call(ss->parse[k]);
-        }
+        toolcall_reading how = oai_reply_reading(&g->oreq, NULL);
+        for (int k = 0; k < ss->n; k++)
+            if (!(ss->parse[k] = toolcall_parser_open(&how))) return HTTP_NO;
     }
     return sse_stream(r, g, ss->llama ? &LLAMA_WRITER : &OAI_WRITER);
 }

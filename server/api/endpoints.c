@@ -114,16 +114,17 @@ http_result ep_model_get(req *r) {
  * bounded like generation instead: at most tokenize_parallel at once (429 above), and the
  * answer is written as text (a few bytes per token) rather than as a JSON tree (~150 bytes per
  * token), so a body of body_limit bytes cannot turn into hundreds of MB. */
-static bool tok_gate_enter(struct server *s) {
+static http_result tok_serve(req *r, models_http_fn *fn) {
+    struct server *s = r->srv;
     int limit = s->cfg.tokenize_parallel > 0 ? s->cfg.tokenize_parallel : 4;
-    if (atomic_fetch_add(&s->tok_active, 1) < limit) return true;
+    if (atomic_fetch_add(&s->tok_active, 1) >= limit) {
+        atomic_fetch_sub(&s->tok_active, 1);
+        return http_respond_error(r, 429, "too many tokenize/detokenize requests at once (tokenize_parallel); "
+                                  "retry shortly", NULL);
+    }
+    http_result ret = models_http_serve(r, MODELS_BODY_JSON, fn); /* a server of several: the model named */
     atomic_fetch_sub(&s->tok_active, 1);
-    return false;
-}
-
-static http_result tok_busy(req *r) {
-    return http_respond_error(r, 429, "too many tokenize/detokenize requests at once (tokenize_parallel); retry shortly",
-                              NULL);
+    return ret;
 }
 
 /* A text being built; oom latches (an append failed, the text is incomplete). */
@@ -165,7 +166,9 @@ static char *tokens_answer(const tokenizer *tok, const int32_t *ids, size_t n, b
     return b.text.p; /* the buffer's storage, now the caller's */
 }
 
-static http_result tokenize(req *r, json_t *b, const tokenizer *tok) {
+static http_result tokenize(req *r, json_t *b, const genreq_env *env, const mreg_ref *ref) {
+    (void)ref;
+    const tokenizer *tok = env->tok;
     json_t *content = json_object_get(b, "content"), *as = json_object_get(b, "add_special"),
            *ps = json_object_get(b, "parse_special"), *wp = json_object_get(b, "with_pieces");
     if (!json_is_string(content)) return http_respond_error(r, 400, "'content' must be a string", "content");
@@ -185,22 +188,12 @@ static http_result tokenize(req *r, json_t *b, const tokenizer *tok) {
     return http_respond_text(r, 200, "application/json", text);
 }
 
-http_result ep_tokenize(req *r) {
-    if (!tok_gate_enter(r->srv)) return tok_busy(r);
-    http_result ret = HTTP_NO;
-    json_t *b = http_parse_body(r, &ret, false);
-    genreq_env env;
-    mreg_ref ref;
-    if (b && models_http_use(r, b, &env, &ref, &ret)) { /* a server of several: the model named */
-        ret = tokenize(r, b, env.tok);
-        models_http_done(r, &ref);
-    }
-    json_decref(b);
-    atomic_fetch_sub(&r->srv->tok_active, 1);
-    return ret;
-}
+http_result ep_tokenize(req *r) { return tok_serve(r, tokenize); }
 
-static http_result detokenize(req *r, json_t *b, const tokenizer *tok, int n_vocab) {
+static http_result detokenize(req *r, json_t *b, const genreq_env *env, const mreg_ref *ref) {
+    (void)ref;
+    const tokenizer *tok = env->tok;
+    int n_vocab = env->n_vocab;
     http_result ret = HTTP_NO;
     json_t *toks = json_object_get(b, "tokens");
     size_t n = json_array_size(toks);
@@ -236,20 +229,7 @@ static http_result detokenize(req *r, json_t *b, const tokenizer *tok, int n_voc
     return ret;
 }
 
-http_result ep_detokenize(req *r) {
-    if (!tok_gate_enter(r->srv)) return tok_busy(r);
-    http_result ret = HTTP_NO;
-    json_t *b = http_parse_body(r, &ret, false);
-    genreq_env env;
-    mreg_ref ref;
-    if (b && models_http_use(r, b, &env, &ref, &ret)) { /* a server of several: the model named */
-        ret = detokenize(r, b, env.tok, env.n_vocab);
-        models_http_done(r, &ref);
-    }
-    json_decref(b);
-    atomic_fetch_sub(&r->srv->tok_active, 1);
-    return ret;
-}
+http_result ep_detokenize(req *r) { return tok_serve(r, detokenize); }
 
 // ---- sessions -----------------------------------------------------------------------------
 
@@ -277,33 +257,23 @@ static http_result session_create(req *r, json_t *b, const genreq_env *env, cons
     return o ? http_respond_json(r, 200, o) : http_respond_error(r, 503, "the session store could not be read back; retry later", NULL);
 }
 
-http_result ep_sessions_create(req *r) {
-    http_result ret = HTTP_NO;
-    json_t *b = http_parse_body(r, &ret, true);
-    genreq_env env;
-    mreg_ref ref;
-    if (b && models_http_use(r, b, &env, &ref, &ret)) { /* a server of several: the model named */
-        ret = session_create(r, b, &env, &ref);
-        models_http_done(r, &ref);
-    }
-    json_decref(b);
-    return ret;
-}
+/* A server of several: the model named in the body. */
+http_result ep_sessions_create(req *r) { return models_http_serve(r, MODELS_BODY_JSON_OR_EMPTY, session_create); }
 
-http_result ep_sessions_list(req *r) {
-    genreq_env env;
-    mreg_ref ref;
-    http_result ret = HTTP_NO;
-    if (!models_http_use(r, NULL, &env, &ref, &ret)) return ret; /* a server of several: ?model= */
-    json_t *list = sess_list_json(env.store, r->owner);
-    models_http_done(r, &ref);
+static http_result sessions_list(req *r, json_t *b, const genreq_env *env, const mreg_ref *ref) {
+    (void)b, (void)ref;
+    json_t *list = sess_list_json(env->store, r->owner);
     if (!list) return http_respond_error(r, 503, "sessions cannot be listed now (out of memory, or the shared session store is unreachable)", NULL);
     return http_respond_json(r, 200, list);
 }
 
+/* A server of several: the model of ?model=. */
+http_result ep_sessions_list(req *r) { return models_http_serve(r, MODELS_BODY_NONE, sessions_list); }
+
 static const char *session_id_of(req *r) { return r->path + strlen("/v1/sessions/"); }
 
-static http_result session_get(req *r, const genreq_env *env, const mreg_ref *ref) {
+static http_result session_get(req *r, json_t *b, const genreq_env *env, const mreg_ref *ref) {
+    (void)b;
     const char *id = session_id_of(r);
     sess_info info;
     attnd_err err;
@@ -315,17 +285,10 @@ static http_result session_get(req *r, const genreq_env *env, const mreg_ref *re
     return http_respond_json(r, 200, sess_info_to_json(&info));
 }
 
-http_result ep_session_get(req *r) {
-    genreq_env env;
-    mreg_ref ref;
-    http_result ret = HTTP_NO;
-    if (!models_http_use(r, NULL, &env, &ref, &ret)) return ret; /* a server of several: ?model= */
-    ret = session_get(r, &env, &ref);
-    models_http_done(r, &ref);
-    return ret;
-}
+http_result ep_session_get(req *r) { return models_http_serve(r, MODELS_BODY_NONE, session_get); }
 
-static http_result session_delete(req *r, const genreq_env *env, const mreg_ref *ref) {
+static http_result session_delete(req *r, json_t *b, const genreq_env *env, const mreg_ref *ref) {
+    (void)b;
     const char *id = session_id_of(r);
     struct kv_seq *kv = NULL;
     attnd_err err;
@@ -349,12 +312,4 @@ static http_result session_delete(req *r, const genreq_env *env, const mreg_ref 
     return http_respond_json(r, 200, o);
 }
 
-http_result ep_session_delete(req *r) {
-    genreq_env env;
-    mreg_ref ref;
-    http_result ret = HTTP_NO;
-    if (!models_http_use(r, NULL, &env, &ref, &ret)) return ret; /* a server of several: ?model= */
-    ret = session_delete(r, &env, &ref);
-    models_http_done(r, &ref);
-    return ret;
-}
+http_result ep_session_delete(req *r) { return models_http_serve(r, MODELS_BODY_NONE, session_delete); }

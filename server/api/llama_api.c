@@ -96,7 +96,8 @@ http_result ep_props(req *r) {
 
 /* llama-server's answer: {"prompt": text}; the body is a chat request (messages, tools,
  * chat_template_kwargs), validated as /v1/chat/completions validates it. */
-static http_result apply_template(req *r, json_t *b, const genreq_env *env) {
+static http_result apply_template(req *r, json_t *b, const genreq_env *env, const mreg_ref *ref) {
+    (void)ref;
     http_result ret;
     oai_request q;
     const char *param = NULL;
@@ -116,18 +117,8 @@ static http_result apply_template(req *r, json_t *b, const genreq_env *env) {
     return ret;
 }
 
-http_result ep_apply_template(req *r) {
-    http_result ret = HTTP_NO;
-    json_t *b = http_parse_body(r, &ret, false);
-    genreq_env env;
-    mreg_ref ref;
-    if (b && models_http_use(r, b, &env, &ref, &ret)) { /* a server of several: the model named */
-        ret = apply_template(r, b, &env);
-        models_http_done(r, &ref);
-    }
-    json_decref(b);
-    return ret;
-}
+/* A server of several: the model named in the body. */
+http_result ep_apply_template(req *r) { return models_http_serve(r, MODELS_BODY_JSON, apply_template); }
 
 /* One sequence in llama-server's slot shape, with attnd's "state"; a queued one has no slot
  * (id null). */

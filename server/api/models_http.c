@@ -103,6 +103,19 @@ bool models_http_use(req *r, json_t *body, genreq_env *env, mreg_ref *ref, http_
     return !s->models || models_http_route(r, body, env, ref, ret);
 }
 
+http_result models_http_serve(req *r, models_http_body body, models_http_fn *fn) {
+    http_result ret = HTTP_NO;
+    json_t *b = body == MODELS_BODY_NONE ? NULL : http_parse_body(r, &ret, body == MODELS_BODY_JSON_OR_EMPTY);
+    genreq_env env;
+    mreg_ref ref;
+    if ((b || body == MODELS_BODY_NONE) && models_http_use(r, b, &env, &ref, &ret)) {
+        ret = fn(r, b, &env, &ref);
+        models_http_done(r, &ref);
+    }
+    json_decref(b);
+    return ret;
+}
+
 bool models_http_look(req *r, genreq_env *env, mreg_ref *ref, mreg_info *info, http_result *ret) {
     struct server *s = r->srv;
     *env = server_env(s);

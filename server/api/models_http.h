@@ -49,6 +49,23 @@ bool models_http_route(req *r, json_t *body, genreq_env *env, mreg_ref *ref, htt
 bool models_http_use(req *r, json_t *body, genreq_env *env, mreg_ref *ref, http_result *ret);
 void models_http_done(req *r, mreg_ref *ref);
 
+/* What an endpoint that works on one model (and generates nothing) does once the model is
+ * chosen: body is the request's JSON object (NULL when the endpoint takes none), env and ref
+ * the model's (models_http_use); all borrowed for the call. Returns the answer it queued. */
+typedef http_result models_http_fn(req *r, json_t *body, const genreq_env *env, const mreg_ref *ref);
+
+/* The body such an endpoint takes. */
+typedef enum models_http_body {
+    MODELS_BODY_NONE,          /* none (GET, DELETE): the model by ?model= */
+    MODELS_BODY_JSON,          /* a JSON object; an empty body is a 400 (http_parse_body) */
+    MODELS_BODY_JSON_OR_EMPTY, /* a JSON object; an empty body reads as {} */
+} models_http_body;
+
+/* Runs such an endpoint: parses the body as `body` says (the 400 of a bad one is queued), takes
+ * the model it names (models_http_use; its 4xx / 5xx is queued), runs fn, gives the model back
+ * (models_http_done) and frees the body. Returns fn's answer, or the error queued before it. */
+http_result models_http_serve(req *r, models_http_body body, models_http_fn *fn);
+
 /* The model a read-only GET names (/props, /slots: ?model=, as models_http_use), never loaded for
  * it and not counted as a use (mreg_hold_loaded): true with *env (and *ref, give it back with
  * models_http_done) when it is loaded or the server has one model; true with ref->inst NULL and

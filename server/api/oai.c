@@ -632,8 +632,11 @@ attnd_status oai_bind_template(oai_request *r, bool takes_tools, toolcall_format
     if (st != ATTND_OK || !r->grammar || r->format == OAI_FORMAT_GRAMMAR) return st; /* GBNF: as given */
     if (r->format == OAI_FORMAT_TOOL_CALL && toolcall_format_uses_tokens(use)) return ATTND_OK; /* no <think> there */
     /* reasoning is never constrained: JSON and calls start after </think> (Gemma 4: <channel|>) */
-    grammar_lazy lz = {lazy_calls ? toolcall_trigger(use) : NULL, NULL, NULL, false};
+    grammar_lazy lz = {lazy_calls ? toolcall_trigger(use) : NULL, NULL, NULL, false, NULL};
     toolcall_reasoning_markers(use, &lz.skip_open, &lz.skip_close);
+    /* a call opened inside unclosed reasoning (Qwen3.5) ends it: the call grammar begins there */
+    if (r->think_to_call && lz.skip_close && (lazy_calls || r->format == OAI_FORMAT_TOOL_CALL))
+        lz.skip_break = toolcall_trigger(use);
     return grammar_set_lazy(r->grammar, &lz, err);
 }
 
@@ -644,6 +647,12 @@ attnd_status oai_open_reasoning(oai_request *r, attnd_err *err) {
     if (!lz.skip_close || lz.skip_inside) return ATTND_OK;
     lz.skip_inside = true;
     return grammar_set_lazy(r->grammar, &lz, err);
+}
+
+toolcall_reading oai_reply_reading(const oai_request *r, const char *id_base) {
+    return (toolcall_reading){.calls = json_array_size(r->tools.tools) > 0 && r->tools.choice != TOOLCALL_NONE,
+                              .tools = r->tools.tools, .id_base = id_base, .in_reasoning = r->open_reasoning,
+                              .think_to_call = r->think_to_call};
 }
 
 void oai_chat_input(const oai_request *r, chat_request *out) {

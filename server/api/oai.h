@@ -134,6 +134,8 @@ void oai_request_free(oai_request *r);
  * The grammar becomes lazy (grammar.h): a reasoning block (<think>…</think>) at the start of the
  * answer is never constrained (JSON formats and calls; a GBNF "grammar" applies as given), and
  * tool_choice auto gets the call grammar, switched on where the format's opening text appears.
+ * A format whose calls end reasoning (think_to_call) also starts a call grammar (auto or forced)
+ * at a call opened inside the reasoning block (grammar_lazy's skip_break).
  * Errors: ATTND_ERR_NOMEM.
  */
 attnd_status oai_bind_template(oai_request *r, bool takes_tools, toolcall_format f, attnd_err *err);
@@ -142,6 +144,11 @@ attnd_status oai_bind_template(oai_request *r, bool takes_tools, toolcall_format
  * a leading reasoning block begins inside it, so it constrains only after "</think>". Before the
  * grammar is shared with a job. Errors: ATTND_ERR_NOMEM. */
 attnd_status oai_open_reasoning(oai_request *r, attnd_err *err);
+/* How a chat reply to r is read (toolcall_parser_open): calls parsed when r has tools and
+ * tool_choice is not none, r's tools (borrowed from r), id_base (borrowed; NULL = random call
+ * ids), starting inside reasoning (open_reasoning) and ending it at a call (think_to_call) as
+ * oai_open_reasoning and oai_bind_template found. Every API's reply goes through this. */
+toolcall_reading oai_reply_reading(const oai_request *r, const char *id_base);
 /* The template's input for r's messages (pointers borrowed from r), add_generation_prompt on. */
 void oai_chat_input(const oai_request *r, chat_request *out);
 

@@ -213,19 +213,13 @@ void ollama_request_free(ollama_request *r) {
 
 // ---- the reply -----------------------------------------------------------------------------
 
-bool ollama_stream_init(ollama_stream *st, bool chat_api, bool split, bool calls, const json_t *tools,
-                        const char *id_base, bool in_reasoning) {
+bool ollama_stream_init(ollama_stream *st, bool chat_api, const toolcall_reading *how) {
     *st = (ollama_stream){.chat_api = chat_api};
     buf_init(&st->content);
     buf_init(&st->thinking);
     st->calls = json_array();
     if (!st->calls) return false;
-    if (!split) return true;
-    if (!(st->tp = toolcall_parser_create(calls))) return false;
-    if (tools) toolcall_parser_set_tools(st->tp, tools);
-    toolcall_parser_set_id_base(st->tp, id_base);
-    if (in_reasoning) toolcall_parser_start_in_reasoning(st->tp);
-    return true;
+    return !how || (st->tp = toolcall_parser_open(how)) != NULL;
 }
 
 void ollama_stream_free(ollama_stream *st) {
@@ -364,11 +358,11 @@ void ollama_stream_idle(const ollama_stream *st, const ollama_result *res, buf *
     emit(out, line_of(st, &running, &none, NULL, NULL));
 }
 
-json_t *ollama_answer(const ollama_result *res, const char *text, size_t n, bool chat_api, bool split, bool calls,
-                      const json_t *tools, const char *id_base, bool in_reasoning) {
+json_t *ollama_answer(const ollama_result *res, const char *text, size_t n, bool chat_api,
+                      const toolcall_reading *how) {
     ollama_stream st;
     json_t *o = NULL;
-    if (ollama_stream_init(&st, chat_api, split, calls, tools, id_base, in_reasoning)) {
+    if (ollama_stream_init(&st, chat_api, how)) {
         ollama_result running = *res;
         running.done_reason = NULL;
         piece(&st, &running, text, n, NULL);

@@ -45,6 +45,7 @@
 #include "attnd/common.h"
 #include "attnd/tokenizer.h"
 #include "settings.h"
+#include "toolcall.h"
 
 /* The Ollama API version /api/version reports: the one whose shapes these follow. */
 #define OLLAMA_API_VERSION "0.14.0"
@@ -99,11 +100,10 @@ typedef struct ollama_stream {
     int n_tail;
 } ollama_stream;
 
-/* chat_api: /api/chat lines (message), else /api/generate (response). split: the reply goes
- * through the parser (calls as toolcall_parser_create; tools borrowed); in_reasoning as
- * toolcall_parser_start_in_reasoning. false: out of memory. */
-bool ollama_stream_init(ollama_stream *st, bool chat_api, bool split, bool calls, const json_t *tools,
-                        const char *id_base, bool in_reasoning);
+/* chat_api: /api/chat lines (message), else /api/generate (response). how: the reply goes
+ * through the parser, read as how says (toolcall_parser_open; how->tools borrowed, must outlive
+ * st); NULL: raw text, nothing split. false: out of memory. */
+bool ollama_stream_init(ollama_stream *st, bool chat_api, const toolcall_reading *how);
 void ollama_stream_free(ollama_stream *st); /* accepts a stream that never began */
 /* The NDJSON line for the next piece of the reply (nothing while the parser holds text back). */
 void ollama_stream_delta(ollama_stream *st, const ollama_result *res, const char *text, size_t n, buf *out);
@@ -111,8 +111,9 @@ void ollama_stream_delta(ollama_stream *st, const ollama_result *res, const char
 void ollama_stream_end(ollama_stream *st, const ollama_result *res, buf *out);
 /* A line that says nothing new (an empty piece), for a stream that waits. */
 void ollama_stream_idle(const ollama_stream *st, const ollama_result *res, buf *out);
-/* The whole answer for the reply text[n] (new reference; NULL when out of memory). */
-json_t *ollama_answer(const ollama_result *res, const char *text, size_t n, bool chat_api, bool split, bool calls,
-                      const json_t *tools, const char *id_base, bool in_reasoning);
+/* The whole answer for the reply text[n], chat_api and how as ollama_stream_init (new reference;
+ * NULL when out of memory). */
+json_t *ollama_answer(const ollama_result *res, const char *text, size_t n, bool chat_api,
+                      const toolcall_reading *how);
 
 #endif

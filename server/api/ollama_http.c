@@ -68,15 +68,21 @@ static ollama_result result_of(req *r, const sched_output *o) {
     return res;
 }
 
-static bool calls_parsed(const genreq *g) { return g->oreq.tools.tools && g->oreq.tools.choice != TOOLCALL_NONE; }
+/* How the reply is read (into *how): a chat body's as every chat reply (oai_reply_reading); NULL
+ * for a raw completion, whose text is not split. */
+static const toolcall_reading *reading_of(req *r, toolcall_reading *how) {
+    const oll_state *st = req_get(r, REQ_SLOT_ENDPOINT);
+    *how = oai_reply_reading(&genreq_http_get(r)->oreq, st->id);
+    return st->rq.chat ? how : NULL;
+}
 
 // ---- streaming: NDJSON lines through sse.c's loop -----------------------------------------
 
 static void oll_begin(req *r, buf *out) {
     oll_state *st = req_get(r, REQ_SLOT_ENDPOINT);
-    const genreq *g = genreq_http_get(r);
     (void)out; /* Ollama's first line is the first piece */
-    ollama_stream_init(&st->ev, st->chat_api, st->rq.chat, calls_parsed(g), g->oreq.tools.tools, st->id, g->oreq.open_reasoning);
+    toolcall_reading how;
+    ollama_stream_init(&st->ev, st->chat_api, reading_of(r, &how));
 }
 
 static void oll_update(req *r, int k, const sched_update *u, buf *out) {
@@ -158,7 +164,7 @@ static http_result generate(req *r, bool chat_api) {
     if (!parse_body(r, b, chat_api, &ret)) return ret;
     if (st->rq.load_only) { /* Ollama's way to load a model: the model is loaded */
         ollama_result res = {.model = st->rq.model, .created_at = st->created_at, .done_reason = "load"};
-        return http_respond_json(r, 200, ollama_answer(&res, "", 0, false, false, false, NULL, st->id, false));
+        return http_respond_json(r, 200, ollama_answer(&res, "", 0, false, NULL));
     }
     genreq_err e;
     if (genreq_submit_all(g, &e) != ATTND_OK) return http_respond_error(r, genreq_http_status(&e), e.msg, e.param);
@@ -170,8 +176,8 @@ static http_result generate(req *r, bool chat_api) {
     if (o.status != ATTND_OK && !genreq_was_cut(g, &o))
         return http_respond_error(r, http_status_of(o.status, HTTP_CTX_GENERATE), o.errmsg[0] ? o.errmsg : "generation failed", NULL);
     ollama_result res = result_of(r, &o);
-    json_t *a = ollama_answer(&res, o.text ? o.text : "", o.text_len, chat_api, st->rq.chat, calls_parsed(g), g->oreq.tools.tools,
-                              st->id, g->oreq.open_reasoning);
+    toolcall_reading how;
+    json_t *a = ollama_answer(&res, o.text ? o.text : "", o.text_len, chat_api, reading_of(r, &how));
     return a ? http_respond_json(r, 200, a) : http_respond_error(r, 503, "out of memory", NULL);
 }
 

@@ -322,15 +322,19 @@ fail:
     return NULL;
 }
 
+/* How res's reply is read (toolcall_parser_open): its chat body's tools, its id for the calls. */
+static toolcall_reading reading_of(const responses_result *res) {
+    return (toolcall_reading){.calls = res->req->tools, .tools = json_object_get(res->req->sampling, "tools"),
+                              .id_base = res->id, .in_reasoning = res->open_reasoning,
+                              .think_to_call = res->think_to_call};
+}
+
 /* The reply as the assistant message of the stored conversation (new reference). */
 static json_t *reply_message(const responses_result *res) {
-    toolcall_parser *p = toolcall_parser_create(res->req->tools);
+    toolcall_reading how = reading_of(res);
+    toolcall_parser *p = toolcall_parser_open(&how);
     json_t *deltas = json_array(), *msg = NULL;
     if (p && deltas) {
-        toolcall_parser_set_tools(p, json_object_get(res->req->sampling, "tools"));
-        toolcall_parser_set_id_base(p, res->id);
-        if (res->open_reasoning) toolcall_parser_start_in_reasoning(p);
-        if (res->think_to_call) toolcall_parser_end_think_at_call(p);
         toolcall_parser_feed(p, res->text, res->text_len, deltas);
         toolcall_parser_finish(p, deltas);
         json_t *content = toolcall_parser_content(p), *r = toolcall_parser_reasoning(p);
@@ -606,16 +610,12 @@ static void item_events(sse_buf *b, responses_stream *st, const responses_result
 /* The builder's state before the first text; false when out of memory. */
 static bool items_start(responses_stream *st, const responses_result *res) {
     st->msg_index = st->call_index = st->rs_index = -1;
-    st->tp = toolcall_parser_create(res->req->tools);
+    toolcall_reading how = reading_of(res);
+    st->tp = toolcall_parser_open(&how);
     st->items = json_array();
     st->call_args = json_string("");
     st->rs_text = json_string("");
-    if (!st->tp || !st->items || !st->call_args || !st->rs_text) return false;
-    toolcall_parser_set_id_base(st->tp, res->id);
-    toolcall_parser_set_tools(st->tp, json_object_get(res->req->sampling, "tools"));
-    if (res->open_reasoning) toolcall_parser_start_in_reasoning(st->tp);
-    if (res->think_to_call) toolcall_parser_end_think_at_call(st->tp);
-    return true;
+    return st->tp && st->items && st->call_args && st->rs_text;
 }
 
 static void items_feed(sse_buf *b, responses_stream *st, const responses_result *res, const char *text, size_t n) {

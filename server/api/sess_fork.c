@@ -126,15 +126,5 @@ static http_result fork_on(req *r, json_t *b, const genreq_env *env, const mreg_
     return ret;
 }
 
-http_result ep_session_fork(req *r) {
-    http_result ret = HTTP_NO;
-    json_t *b = http_parse_body(r, &ret, true);
-    genreq_env env;
-    mreg_ref ref;
-    if (b && models_http_use(r, b, &env, &ref, &ret)) { /* a server of several: the model named */
-        ret = fork_on(r, b, &env, &ref);
-        models_http_done(r, &ref);
-    }
-    json_decref(b);
-    return ret;
-}
+/* A server of several: the model named in the body. */
+http_result ep_session_fork(req *r) { return models_http_serve(r, MODELS_BODY_JSON_OR_EMPTY, fork_on); }

@@ -157,6 +157,22 @@ void toolcall_parser_start_in_reasoning(toolcall_parser *p);
  * call without closing its thinking, and llama.cpp's parser for its format ends the reasoning
  * there (toolcall_format_think_ends_at_call). Before the first feed. */
 void toolcall_parser_end_think_at_call(toolcall_parser *p);
+
+/* How a chat reply is read: one setting of the parser for every API that returns one (chat
+ * completions, Responses, Anthropic's Messages, Ollama's chat), so that what one of them splits
+ * out of a reply (reasoning, calls) every other splits the same way. oai_reply_reading fills it
+ * from a validated request. */
+typedef struct toolcall_reading {
+    bool calls;          /* tool calls are parsed (toolcall_parser_create) */
+    const json_t *tools; /* toolcall_parser_set_tools (borrowed, must outlive the parser; NULL = none) */
+    const char *id_base; /* toolcall_parser_set_id_base (NULL = random) */
+    bool in_reasoning;   /* toolcall_parser_start_in_reasoning */
+    bool think_to_call;  /* toolcall_parser_end_think_at_call */
+} toolcall_reading;
+/* A parser set up as how says (how borrowed for the call only; how->tools as set_tools). Errors:
+ * NOMEM (NULL). */
+toolcall_parser *toolcall_parser_open(const toolcall_reading *how);
+
 /* Feeds text[n]; appends the deltas it can release now to deltas (a JSON array). */
 void toolcall_parser_feed(toolcall_parser *p, const char *text, size_t n, json_t *deltas);
 /* The end of the output: releases what was held back (an unfinished call as content). */
@@ -176,12 +192,9 @@ int toolcall_parser_n_rejected(const toolcall_parser *p);
 const char *toolcall_parser_finish_reason(const toolcall_parser *p, const char *natural);
 
 /* A whole chat choice ({"message": {...}, "finish_reason"}, changed in place) for the output
- * text[n]: content, reasoning_content and tool_calls split out, finish_reason as
- * toolcall_parser_finish_reason; in_reasoning as toolcall_parser_start_in_reasoning,
- * think_to_call as toolcall_parser_end_think_at_call, id_base as
- * toolcall_parser_set_id_base, tools (NULL = none) as toolcall_parser_set_tools. false: out of
- * memory (choice unchanged). */
-bool toolcall_apply(json_t *choice, const char *text, size_t n, bool calls, bool in_reasoning, bool think_to_call,
-                    const char *id_base, const json_t *tools);
+ * text[n] read as how says (toolcall_parser_open): content, reasoning_content and tool_calls
+ * split out, finish_reason as toolcall_parser_finish_reason. false: out of memory (choice
+ * unchanged). */
+bool toolcall_apply(json_t *choice, const char *text, size_t n, const toolcall_reading *how);
 
 #endif

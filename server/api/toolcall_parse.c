@@ -97,6 +97,16 @@ void toolcall_parser_start_in_reasoning(toolcall_parser *p) {
 
 void toolcall_parser_end_think_at_call(toolcall_parser *p) { p->think_to_call = true; }
 
+toolcall_parser *toolcall_parser_open(const toolcall_reading *how) {
+    toolcall_parser *p = toolcall_parser_create(how->calls);
+    if (!p) return NULL;
+    toolcall_parser_set_tools(p, how->tools);
+    toolcall_parser_set_id_base(p, how->id_base);
+    if (how->in_reasoning) toolcall_parser_start_in_reasoning(p);
+    if (how->think_to_call) toolcall_parser_end_think_at_call(p);
+    return p;
+}
+
 void toolcall_parser_destroy(toolcall_parser *p) {
     if (!p) return;
     buf_free(&p->pend);
@@ -965,12 +975,8 @@ const char *toolcall_parser_finish_reason(const toolcall_parser *p, const char *
 
 // ---- a chat choice ------------------------------------------------------------------------
 
-bool toolcall_apply(json_t *choice, const char *text, size_t n, bool calls, bool in_reasoning, bool think_to_call,
-                    const char *id_base, const json_t *tools) {
-    toolcall_parser *p = toolcall_parser_create(calls);
-    if (p) toolcall_parser_set_id_base(p, id_base), toolcall_parser_set_tools(p, tools);
-    if (p && in_reasoning) toolcall_parser_start_in_reasoning(p);
-    if (p && think_to_call) toolcall_parser_end_think_at_call(p);
+bool toolcall_apply(json_t *choice, const char *text, size_t n, const toolcall_reading *how) {
+    toolcall_parser *p = toolcall_parser_open(how);
     json_t *deltas = json_array(), *msg = json_object_get(choice, "message");
     if (!p || !deltas || !msg) {
         toolcall_parser_destroy(p);

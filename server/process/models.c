@@ -15,6 +15,7 @@
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "attnd/model.h"
@@ -42,7 +43,7 @@ static const char *model_state_dir(const server_settings *c, const char *name, b
     return buf;
 }
 
-static attnd_status open_model(server_model *sm, const char *path, attnd_err *err) {
+static attnd_status open_model(server_model *sm, const char *path, const model_load_opts *lo, attnd_err *err) {
     char pulled[4096];
     if (!strncmp(path, "hf://", 5)) { /* in the cache, or pulled now: this is the loader's thread */
         if (hub_cached(path, NULL, pulled, sizeof(pulled), err) != ATTND_OK &&
@@ -50,7 +51,7 @@ static attnd_status open_model(server_model *sm, const char *path, attnd_err *er
             return ATTND_ERR_IO;
         path = pulled;
     }
-    attnd_status rc = model_load(&sm->m, path, err);
+    attnd_status rc = model_load_with(&sm->m, path, lo, err);
     if (rc == ATTND_OK) rc = tok_load(&sm->tok, model_gguf(sm->m), err);
     if (rc != ATTND_OK) return rc;
     const model_info *mi = model_info_get(sm->m);
@@ -66,9 +67,25 @@ static attnd_status open_model(server_model *sm, const char *path, attnd_err *er
  * takes the CPU they leave (issue 50's isolation target, tools/bench/models_isolation.py). */
 #define LOAD_NICE 10
 
+/* The longest a load waits before one slice (1 MB) of its packing while other models have work:
+ * it packs in their gaps, and still moves on when they never rest (at least 1 MB per
+ * LOAD_PACE_MAX_MS, ~50 MB/s). */
+#define LOAD_PACE_MAX_MS 20
+
+/* model_load_opts.pace: waits (1 ms at a time, LOAD_PACE_MAX_MS at most) while some model's
+ * scheduler works (cpushare: the loading model has none yet), so that packing's CPU time and
+ * its traffic through the caches and memory fall in the gaps between their steps. */
+static void pace_load(void *user, size_t done, size_t total) {
+    (void)done, (void)total;
+    cpushare *cs = user;
+    for (int ms = 0; ms < LOAD_PACE_MAX_MS && cpushare_working(cs) > 0; ms++)
+        nanosleep(&(struct timespec){0, 1000000}, NULL);
+}
+
 typedef struct open_job {
     server_model *sm;
     const char *path;
+    const model_load_opts *lo;
     attnd_err *err;
     attnd_status rc;
 } open_job;
@@ -79,16 +96,18 @@ static void *open_niced(void *arg) {
     errno = 0;
     int nice = getpriority(PRIO_PROCESS, (id_t)tid);
     if (errno == 0) (void)setpriority(PRIO_PROCESS, (id_t)tid, nice + LOAD_NICE); /* advice: failure changes nothing */
-    j->rc = open_model(j->sm, j->path, j->err);
+    j->rc = open_model(j->sm, j->path, j->lo, j->err);
     return NULL;
 }
 
 /* open_model on a thread of its own at a lower priority (threads inherit their creator's: the
- * scheduler's and the engine's, made afterwards by the caller, keep the server's). */
-static attnd_status open_model_niced(server_model *sm, const char *path, attnd_err *err) {
-    open_job j = {sm, path, err, ATTND_OK};
+ * scheduler's and the engine's, made afterwards by the caller, keep the server's), packing the
+ * weights on that thread alone (the engine's pool stays the serving models'), paced by pace_load. */
+static attnd_status open_model_niced(server_model *sm, const char *path, cpushare *cs, attnd_err *err) {
+    model_load_opts lo = {.pack_alone = true, .pace = pace_load, .pace_user = cs};
+    open_job j = {sm, path, &lo, err, ATTND_OK};
     pthread_t t;
-    if (pthread_create(&t, NULL, open_niced, &j) != 0) return open_model(sm, path, err);
+    if (pthread_create(&t, NULL, open_niced, &j) != 0) return open_model(sm, path, &lo, err);
     pthread_join(t, NULL);
     return j.rc;
 }
@@ -120,7 +139,7 @@ static attnd_status load_op(void *user, const char *name, const char *path, int 
     sm->cfg.cpu_share = &s->cpu_share; /* fair threads between the models that work */
     double t0 = attnd_now_s();
     slog_info("model %s: loading %s", name, path);
-    attnd_status rc = open_model_niced(sm, path, err);
+    attnd_status rc = open_model_niced(sm, path, &s->cpu_share, err);
     char dir[4096], tag[200];
     snprintf(tag, sizeof(tag), "%s/vocab%d", name, sm->m ? model_info_get(sm->m)->n_vocab : 0);
     if (rc == ATTND_OK)

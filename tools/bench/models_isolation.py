@@ -10,9 +10,8 @@ second run reuses it). A single client sends A's streamed completions one after 
 times each from the request to its first token, while B is loaded (POST /models/load), unloaded
 and left alone for --idle-s, over and over. A request counts as "while B loads" when it started
 and ended during one load, as "idle" when during one idle span: the two phases alternate, so
-that both see the same background load of a shared machine. Prints one
-JSON line: each phase's samples, p50, p99 and max (ms), the ratio of the p99s, B's load times,
-and the load average before and after (the machine may be shared: say it with the numbers).
+that both see the same background load of a shared machine. Prints one JSON line: each phase's
+samples, p50, p90, p99, max and mean (ms), the ratio of the p99s, B's load times, and the load average before and after (the machine may be shared: say it with the numbers).
 B's file is read from the page cache after the first load (the loads measured are warm), as a
 server that swaps models it used recently reads it.
 """
@@ -91,7 +90,8 @@ def pct(xs, p):
 
 
 def phase(xs):
-    return {"samples": len(xs), "p50_ms": pct(xs, 50), "p99_ms": pct(xs, 99), "max_ms": pct(xs, 100)}
+    return {"samples": len(xs), "p50_ms": pct(xs, 50), "p90_ms": pct(xs, 90), "p99_ms": pct(xs, 99),
+            "max_ms": pct(xs, 100), "mean_ms": round(sum(xs) / len(xs), 2) if xs else None}
 
 
 def main():

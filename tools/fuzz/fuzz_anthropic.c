@@ -55,9 +55,11 @@ static void check_events(const char *sse, const json_t *m) {
 /* The reply text[n] streamed in chunks cut by seed, against the whole Message. */
 static void check_reply(const json_t *tools, const char *text, size_t n, unsigned seed) {
     anthropic_result res = {.id = "msg_f", .model = "m", .stop_reason = "end_turn", .input_tokens = 1};
-    bool calls = tools != NULL, in_reasoning = seed & 1;
+    /* the seed's low bits: the reply starts inside reasoning, a call ends it (Qwen3.5) */
+    const toolcall_reading how = {.calls = tools != NULL, .tools = tools, .id_base = "msg_f", .in_reasoning = seed & 1,
+                                  .think_to_call = seed & 2};
     anthropic_stream st;
-    FUZZ_CHECK(anthropic_stream_init(&st, calls, tools, "msg_f", in_reasoning), "no stream");
+    FUZZ_CHECK(anthropic_stream_init(&st, &how), "no stream");
     buf out;
     buf_init(&out);
     anthropic_stream_begin(&st, &res, &out);
@@ -69,7 +71,7 @@ static void check_reply(const json_t *tools, const char *text, size_t n, unsigne
         i += k;
     }
     anthropic_stream_end(&st, &res, &out);
-    json_t *m = anthropic_message(&res, text, n, calls, tools, in_reasoning);
+    json_t *m = anthropic_message(&res, text, n, &how);
     fuzz_check_json(m, "Message");
     check_events(out.p ? out.p : "", m);
     json_decref(m);

@@ -26,9 +26,12 @@ static tokenizer *g_tok;      /* with FIM tokens */
 static void check_reply(bool chat_api, bool split, const json_t *tools, const char *text, size_t n, unsigned seed) {
     ollama_result run = {.model = "m", .created_at = "t"}, done = run;
     done.done_reason = "stop";
-    bool in_reasoning = seed & 1;
+    /* the seed's low bits: the reply starts inside reasoning, a call ends it (Qwen3.5) */
+    const toolcall_reading how = {.calls = tools != NULL, .tools = tools, .id_base = "f", .in_reasoning = seed & 1,
+                                  .think_to_call = seed & 2};
+    const toolcall_reading *read = split ? &how : NULL;
     ollama_stream st;
-    FUZZ_CHECK(ollama_stream_init(&st, chat_api, split, tools != NULL, tools, "f", in_reasoning), "no stream");
+    FUZZ_CHECK(ollama_stream_init(&st, chat_api, read), "no stream");
     buf out;
     buf_init(&out);
     for (size_t i = 0; i < n;) {
@@ -39,7 +42,7 @@ static void check_reply(bool chat_api, bool split, const json_t *tools, const ch
         i += k;
     }
     ollama_stream_end(&st, &done, &out);
-    json_t *whole = ollama_answer(&done, text, n, chat_api, split, tools != NULL, tools, "f", in_reasoning);
+    json_t *whole = ollama_answer(&done, text, n, chat_api, read);
     fuzz_check_json(whole, "answer");
     buf joined;
     buf_init(&joined);
