@@ -419,7 +419,7 @@ static float refit_d(const iq_spec *sp, const lattice *L, const iq_block *b, con
  * noise. At the 1.5-1.75 bits of IQ1 rho^2 is about 0.83 on every block (attnd-sotu, IQ1_S: gain
  * 1.065-1.126 for 98 % of the blocks), so every matrix of the model shrinks alike and the
  * shrinkage compounds through the layers; the per-block error cannot see it. Matching the energy
- * costs 2(1 - rho) instead of 1 - rho^2 of the weighted error (+6 %) and buys perplexity: 53.05
+ * costs 2(1 - rho) instead of 1 - rho^2 of the weighted error (+4-10 %) and buys perplexity: 53.05
  * -> 51.73 for IQ1_S (llama.cpp's 51.70; its encoder multiplies d by a fixed 1.125), 50.84 ->
  * 49.97 for IQ1_M (tools/quant/iq_ppl_vs_llamacpp.sh). IQ2/IQ3 (rho^2 >= 0.9) gain nothing from
  * it, so it stays IQ1's. */
