@@ -4,7 +4,8 @@
  *
  * Encoders are checked through the kernels' own decoder (quant_dequantize_row): on random blocks
  * against a bound per type and a trivial one-bit code; on single groups against a float64
- * exhaustive search over the whole grid; on zero, constant and outlier blocks for finite output.
+ * exhaustive search over the whole grid; on zero, constant and outlier blocks for finite output;
+ * IQ1 blocks for the weighted energy of their target (no shrinkage of the scale).
  * The mixes: every tensor of the default model against a table written from llama-quant.cpp's
  * rules, more rules on made-up shapes, and the refusals without a matrix. A quantized file must
  * load and follow the F16 model teacher-forced. The error against llama.cpp's own quantizer is a
@@ -41,7 +42,8 @@ static float randn(void) { return (float)(sqrt(-2 * log(unif() + 1e-300)) * cos(
 
 typedef struct lat_type {
     uint32_t type;
-    double bound;    /* weighted relative RMS error on Gaussian blocks (measured + ~15 %) */
+    double bound;    /* weighted relative RMS error on Gaussian blocks (measured + ~15 %; IQ1_S
+                      * measured 0.460 + 4 %: 0.441 before its energy matching) */
     double trivial;  /* at most this fraction of the one-bit code's error */
     float sigma_k;   /* llama.cpp's weight: imp * sqrt(sigma_k * mean(x^2) + x^2) */
     int width;       /* values per grid entry */
@@ -52,7 +54,7 @@ typedef struct lat_type {
 static const lat_type TYPES[] = {
     {GGUF_TYPE_IQ2_XXS, 0.32, 0.55, 1, 8, 1, 0}, {GGUF_TYPE_IQ2_XS, 0.28, 0.5, 1, 8, 1, 0},
     {GGUF_TYPE_IQ2_S, 0.245, 0.45, 2, 8, 0, 0},  {GGUF_TYPE_IQ3_XXS, 0.17, 0.3, 2, 4, 1, 0},
-    {GGUF_TYPE_IQ3_S, 0.13, 0.25, 2, 4, 0, 0},   {GGUF_TYPE_IQ1_S, 0.45, 0.8, 2, 8, 0, 1},
+    {GGUF_TYPE_IQ3_S, 0.13, 0.25, 2, 4, 0, 0},   {GGUF_TYPE_IQ1_S, 0.48, 0.8, 2, 8, 0, 1},
     {GGUF_TYPE_IQ1_M, 0.40, 0.7, 2, 8, 0, 1},
 };
 
@@ -85,8 +87,40 @@ Test(quantize_iq, round_trips_stay_within_bounds_and_far_below_a_one_bit_code) {
         double e = 0;
         for (int i = 0; i < N; i++) e += imp[i] * (double)(y[i] - x[i]) * (y[i] - x[i]);
         const char *nm = gguf_type_name(TYPES[t].type);
+        cr_log_info("%s: weighted relative RMS %.4f, %.3f of the one-bit code's error\n", nm, sqrt(e / ref), e / e1);
         cr_expect_lt(sqrt(e / ref), TYPES[t].bound, "%s: weighted relative RMS %.4f", nm, sqrt(e / ref));
         cr_expect_lt(e, TYPES[t].trivial * e1, "%s: error %.4g, the one-bit code's %.4g", nm, e, e1);
+    }
+}
+
+/* IQ1's d is scaled so that each decoded block keeps its target's weighted energy: a least-squares
+ * fit alone decodes the block shrunk to rho^2 ~ 0.8 of it (sum w y^2 = sum w x y), and that
+ * shrinkage, the same in every matrix, cost 2.6 % of perplexity on attnd-sotu while the per-block
+ * error looked better than llama.cpp's. Each block must hold sum w y^2 / sum w x^2 within 1 %
+ * (the f16 rounding of d), and its gain along the target must stay at the fit's, between rho^2 and
+ * 1 (not an overshoot). */
+Test(quantize_iq, iq1_blocks_keep_the_weighted_energy_of_their_target) {
+    enum { NB = 48 };
+    static float x[256 * NB], y[256 * NB], imp[256 * NB];
+    for (int i = 0; i < 256 * NB; i++) x[i] = randn() * (i % 256 < 16 ? 3.f : 1.f), imp[i] = expf(randn());
+    for (size_t t = 0; t < ATTND_ARRAY_LEN(TYPES); t++) {
+        if (!TYPES[t].iq1) continue;
+        const char *nm = gguf_type_name(TYPES[t].type);
+        round_trip(y, x, 256 * NB, TYPES[t].type, imp);
+        double lo = INFINITY, hi = 0, gain = 0;
+        for (int b = 0; b < NB; b++) {
+            const float *xb = x + 256 * b, *yb = y + 256 * b, *ib = imp + 256 * b;
+            double ms = 0, sxx = 0, sxy = 0, syy = 0;
+            for (int i = 0; i < 256; i++) ms += (double)xb[i] * xb[i] / 256;
+            for (int i = 0; i < 256; i++) {
+                double w = ib[i] * sqrt(TYPES[t].sigma_k * ms + (double)xb[i] * xb[i]);
+                sxx += w * xb[i] * xb[i], sxy += w * xb[i] * yb[i], syy += w * yb[i] * yb[i];
+            }
+            lo = fmin(lo, syy / sxx), hi = fmax(hi, syy / sxx), gain += sxy / sxx / NB;
+        }
+        cr_log_info("%s: energy kept %.4f-%.4f, mean gain along the target %.4f\n", nm, lo, hi, gain);
+        cr_expect(lo > 0.99 && hi < 1.01, "%s: blocks keep %.4f-%.4f of their weighted energy", nm, lo, hi);
+        cr_expect(gain > 0.75 && gain < 1.0, "%s: mean gain along the target %.4f", nm, gain);
     }
 }
 

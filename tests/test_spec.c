@@ -18,6 +18,7 @@
 #include "attnd/tokenizer.h"
 #include "engine_rig.h"
 #include "test_models.h"
+#include "test_scale.h"
 
 // ---- prompt lookup and parameters ---------------------------------------------------------------
 
@@ -799,10 +800,10 @@ static void greedy_on_shipped(const char *target, int max) {
     const char *stops[] = {"roads and", "\n\n"};
     gen_params gp = {.sp = {.temperature = 0, .top_p = 1, .typical_p = 1, .repeat_penalty = 1, .repeat_last_n = 64},
                      .top_logprobs = 3};
-    const int lengths[] = {1, 2, 5, 48};
+    const int lengths[] = {1, 2, 5, test_size(48, 24)}; /* shorter runs under the sanitizers */
     for (int li = 0; li < 4; li++) pipeline_equals_plain(&o, sp, 2, &gp, lengths[li]);
     gp.stops = stops, gp.n_stops = 2;
-    pipeline_equals_plain(&o, sp, 2, &gp, 64);
+    pipeline_equals_plain(&o, sp, 2, &gp, test_size(64, 32));
     for (int d = 0; d < 2; d++) {
         int64_t dr, ac;
         spec_totals(sp[d], &dr, &ac);
@@ -831,9 +832,9 @@ Test(spec, seeded_sampling_with_grammar_penalties_and_stops_is_the_plain_output,
     gen_params gp = {.sp = {.temperature = 0.8f, .top_k = 40, .top_p = 0.95f, .min_p = 0.05f, .typical_p = 1,
                             .repeat_penalty = 1.1f, .repeat_last_n = 64, .presence_penalty = 0.2f, .seed = 7},
                      .top_logprobs = 3, .stops = stops, .n_stops = 1};
-    pipeline_equals_plain(&o, sp, 2, &gp, 48);
+    pipeline_equals_plain(&o, sp, 2, &gp, test_size(48, 24));
     gp.grammar = gr, gp.gvocab = o.gv, gp.sp.seed = 8;
-    pipeline_equals_plain(&o, sp, 2, &gp, 48);
+    pipeline_equals_plain(&o, sp, 2, &gp, test_size(48, 24));
     grammar_unref(gr);
     for (int d = 0; d < 2; d++) spec_destroy(sp[d]);
     sotu_close(&o);

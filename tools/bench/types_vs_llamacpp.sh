@@ -15,6 +15,13 @@
 # tools/peers/llamacpp/install.sh), --out DIR (default build/bench), --attnd BIN (default
 # build/attnd), --keep-f16 (keep the 2.2 GB F16 source afterwards).
 # Files go to ${XDG_CACHE_HOME:-~/.cache}/attnd/bench/tinyllama-F16-<TYPE>.gguf and are reused.
+# The lattice mixes (IQ1_S IQ1_M IQ2_XXS IQ2_XS IQ2_S IQ2_M IQ3_XXS IQ3_XS IQ3_S IQ3_M; not in the
+# default list; --types IQ is issue 47's seven: IQ1_S IQ1_M IQ2_XXS IQ2_XS IQ2_S IQ3_XXS IQ3_S,
+# each the mix of that name) need an importance matrix: the first one written
+# creates tinyllama-F16.imatrix.gguf next to them with `attnd imatrix` on the F16 file over the
+# first 4 chunks of 512 tokens of the 2010-2012 State of the Union speeches (tests/data/
+# sotu-heldout), and every lattice mix is quantized with it (`attnd quantize --imatrix`).
+# TQ1_0, TQ2_0 and NVFP4 are not targets of `attnd quantize` (it refuses them).
 # Each row is one `attnd bench` run: one untimed attnd warm-up, then --reps rounds of a
 # read-bandwidth probe, attnd and llama.cpp, medians of each (decode also as GB/s and a share of
 # the probe, prefill as a share of the kernel path's peak: docs/performance.md); the load average is printed before and after each row, so
@@ -27,6 +34,7 @@ types="Q4_1 Q5_0 Q5_1 Q2_K Q3_K_S Q3_K_M Q5_K_S Q5_K_M IQ4_NL IQ4_XS MXFP4" thre
 peer="" out=build/bench attnd=build/attnd keep_f16=""
 bench_options '2,20' 'types threads prompt n reps peer-dir=peer out attnd' 'keep-f16' "$@"
 
+[ "$types" != IQ ] || types="IQ1_S IQ1_M IQ2_XXS IQ2_XS IQ2_S IQ3_XXS IQ3_S"
 py=$(bench_numpy_python) || exit 1
 [ -x "$attnd" ] || { echo "types_vs_llamacpp.sh: no $attnd (build it: cmake --build build --target attnd)" >&2; exit 1; }
 if [ -z "$peer" ]; then
@@ -38,6 +46,7 @@ fi
 cache=${XDG_CACHE_HOME:-$HOME/.cache}/attnd/bench
 mkdir -p "$cache" "$out"
 f16=$cache/tinyllama-F16.gguf
+imatrix=$cache/tinyllama-F16.imatrix.gguf
 for t in $types; do
     m=$cache/tinyllama-F16-$t.gguf
     [ -s "$m" ] && continue
@@ -45,8 +54,19 @@ for t in $types; do
         echo "types_vs_llamacpp.sh: writing $f16 ..." >&2
         "$py" tools/bench/make_model.py --type F16 "$f16.tmp" && mv "$f16.tmp" "$f16"
     fi
+    with_matrix=()
+    case $t in
+    IQ[123]_*)
+        if [ ! -s "$imatrix" ]; then
+            echo "types_vs_llamacpp.sh: attnd imatrix -> $imatrix ..." >&2
+            cat tests/data/sotu-heldout/201[012]_*.txt >"$imatrix.txt"
+            "$attnd" imatrix --model "$f16" --text "$imatrix.txt" --chunks 4 -o "$imatrix.tmp.gguf" >/dev/null
+            mv "$imatrix.tmp.gguf" "$imatrix" && rm -f "$imatrix.txt"
+        fi
+        with_matrix=(--imatrix "$imatrix") ;;
+    esac
     echo "types_vs_llamacpp.sh: attnd quantize -> $m ..." >&2
-    "$attnd" quantize --quiet "$f16" "$m.tmp" "$t" && mv "$m.tmp" "$m"
+    "$attnd" quantize --quiet "$f16" "$m.tmp" "$t" "${with_matrix[@]}" && mv "$m.tmp" "$m"
 done
 [ -n "$keep_f16" ] || rm -f "$f16"
 

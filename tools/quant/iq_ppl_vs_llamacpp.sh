@@ -4,7 +4,9 @@
 # (llama_model_quantize of the peer, tools/peers/llamacpp/quantize.c) with the same importance
 # matrix, then the perplexity of every file on the same held-out text, measured by attnd.
 #
-#   tools/quant/iq_ppl_vs_llamacpp.sh [BUILD_DIR] [CHUNKS]     (default: build, 24 chunks)
+#   tools/quant/iq_ppl_vs_llamacpp.sh [BUILD_DIR] [CHUNKS] [MIXES]
+#
+# (defaults: build, 24 chunks, all ten mixes; MIXES e.g. "IQ1_S IQ1_M IQ2_XXS")
 #
 # Texts (tests/data/sotu-heldout, speeches the model never saw): the importance matrix is computed
 # on 2010–2012, perplexity on 2013–2016, so the matrix never saw the scored text. Perplexity is
@@ -15,6 +17,7 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 build=$(cd "${1:-$root/build}" && pwd)
 chunks=${2:-24}
+mixes=${3:-IQ1_S IQ1_M IQ2_XXS IQ2_XS IQ2_S IQ2_M IQ3_XXS IQ3_XS IQ3_S IQ3_M}
 bin=$build/attnd
 [ -x "$bin" ] || { echo "iq_ppl_vs_llamacpp.sh: no $bin (build first)" >&2; exit 1; }
 peer=$("$root/tools/peers/llamacpp/install.sh")
@@ -37,7 +40,7 @@ ppl() {
 echo "| type | attnd ppl | llama.cpp ppl | attnd / llama.cpp | attnd bytes | llama.cpp bytes |"
 echo "|---|---|---|---|---|---|"
 echo "| F32 (unquantized) | $(ppl "$model") | | | $(stat -c %s "$model") | |"
-for mix in IQ1_S IQ1_M IQ2_XXS IQ2_XS IQ2_S IQ2_M IQ3_XXS IQ3_XS IQ3_S IQ3_M; do
+for mix in $mixes; do
     "$bin" quantize --quiet "$model" "$tmp/a.gguf" "$mix" --imatrix "$tmp/imatrix.gguf" 2>/dev/null
     "$tmp/lcpp-quantize" "$peer" "$model" "$tmp/l.gguf" "$mix" "$tmp/imatrix.gguf" >/dev/null 2>&1
     a=$(ppl "$tmp/a.gguf") l=$(ppl "$tmp/l.gguf")
