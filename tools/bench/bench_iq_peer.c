@@ -1,13 +1,16 @@
 /*
  * bench_iq_peer.c — issue 47's low-bit types (IQ1_S ... IQ3_S, TQ1_0, TQ2_0, NVFP4) at kernel
- * level against llama.cpp's own CPU dot products, in one process: attnd's quant_matmul against
- * the peer's `ggml_vec_dot_<type>_q8_K` (NVFP4: `_q8_0`) called as ggml's mul_mat calls them for
- * these types (activations rounded by its quantize_row_q8_K / q8_0, then one call per row and
- * token in 16 x 16 blocks of rows and tokens). One 5632 x 2048 matrix (TinyLlama's ffn_up) of
- * random blocks with small finite scales, hot caches, 1 thread, process CPU time. The two sides
- * alternate, `reps` times each; the table gives the median of each side and their ratio
- * (llama.cpp time / attnd time: above 1, attnd is faster), and the largest difference of the two
- * sides' results relative to the largest result (a sanity check, not a test).
+ * level against llama.cpp's CPU library, in one process: attnd's quant_matmul against the peer's
+ * own ggml_mul_mat, one node computed by ggml_graph_compute_with_ctx on 1 thread: what llama.cpp
+ * runs for a batch (its activation rounding, and from 8 tokens on the grid types' "iqp" path,
+ * ggml-cpu/iqp.cpp: 8 rows decoded once into an int8 panel, then a gemm over all tokens). The
+ * column "vec_dot" is the older model of it, one `ggml_vec_dot_<type>_q8_K` (NVFP4: `_q8_0`) per
+ * row and token in 16 x 16 blocks (what ggml runs below 8 tokens, and for TQ1_0, TQ2_0 and NVFP4
+ * at any count): it made attnd look 2-3x faster at 32 and 128 tokens than it was. One 5632 x
+ * 2048 matrix (TinyLlama's ffn_up) of random blocks with small finite scales, hot caches, process
+ * CPU time. The sides alternate, `reps` times each; the table gives the medians, the ratio
+ * (llama.cpp mul_mat time / attnd time: above 1, attnd is faster), and the largest difference of
+ * the two sides' results relative to the largest result (a sanity check, not a test).
  * A benchmark, not a test: it needs llama.cpp's CPU library and asserts nothing.
  *
  *   tools/bench/build.sh && build/bench_iq_peer LIBDIR [tokens,...] [reps] [TYPE...]
@@ -29,6 +32,24 @@
 
 typedef void (*peer_dot_fn)(int n, float *s, size_t bs, const void *x, size_t bx, const void *y, size_t by, int nrc);
 typedef void (*peer_quant_fn)(const float *x, void *y, int64_t k);
+
+/* The few ggml calls the graph needs, by dlsym (ggml.h's types kept opaque; enums passed as int). */
+typedef struct peer_init_params {
+    size_t mem_size;
+    void *mem_buffer;
+    _Bool no_alloc;
+} peer_init_params;
+typedef struct peer_ggml {
+    void *(*init)(peer_init_params);
+    void *(*new_2d)(void *ctx, int type, int64_t ne0, int64_t ne1);
+    void *(*mul_mat)(void *ctx, void *a, void *b);
+    void *(*new_graph)(void *ctx);
+    void (*expand)(void *graph, void *t);
+    int (*compute)(void *ctx, void *graph, int n_threads);
+    void *(*data)(const void *t);
+    void (*free)(void *ctx);
+} peer_ggml;
+static peer_ggml G;
 
 static double now_s(void) {
     struct timespec ts;
@@ -94,6 +115,26 @@ static void peer_matmul(float *out, const uint8_t *w, const bench_type *t, const
                     t->fn(COLS, out + (size_t)k * ROWS + r, 0, w + (size_t)r * rb, 0, q8 + (size_t)k * yb, 0, 1);
 }
 
+/* llama.cpp's mul_mat of w (ROWS x COLS) and nt tokens x, as its graph runs it; the time of the
+ * compute alone (the tensors are filled before). Returns the seconds, or -1. */
+static double peer_graph(float *out, const uint8_t *w, const bench_type *t, const float *x, int nt) {
+    size_t wbytes = quant_row_bytes(t->type, COLS) * ROWS;
+    peer_init_params ip = {wbytes + sizeof(float) * (size_t)nt * (COLS + ROWS) + ((size_t)64 << 20), NULL, 0};
+    void *ctx = G.init(ip);
+    if (!ctx) return -1;
+    void *a = G.new_2d(ctx, (int)t->type, COLS, ROWS), *b = G.new_2d(ctx, 0 /* F32 */, COLS, nt);
+    void *c = G.mul_mat(ctx, a, b), *gf = G.new_graph(ctx);
+    G.expand(gf, c);
+    memcpy(G.data(a), w, wbytes);
+    memcpy(G.data(b), x, sizeof(float) * (size_t)nt * COLS);
+    double t0 = now_s();
+    int st = G.compute(ctx, gf, 1);
+    double t1 = now_s();
+    memcpy(out, G.data(c), sizeof(float) * (size_t)nt * ROWS);
+    G.free(ctx);
+    return st == 0 ? t1 - t0 : -1;
+}
+
 static int cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
     return (x > y) - (x < y);
@@ -114,7 +155,7 @@ static int wanted(const bench_type *t, int argc, char **argv, int first) {
 static void bench_one(const bench_type *t, int nt, int reps, peer_quant_fn q8k, peer_quant_fn q80) {
     uint8_t *w = make_weights(t);
     float *x = malloc(sizeof(float) * (size_t)nt * COLS);
-    float *oa = malloc(sizeof(float) * (size_t)nt * ROWS), *ol = malloc(sizeof(float) * (size_t)nt * ROWS);
+    float *oa = malloc(sizeof(float) * (size_t)nt * ROWS * 2), *ol = malloc(sizeof(float) * (size_t)nt * ROWS);
     void *scratch = malloc(quant_scratch_bytes(t->type, nt, COLS));
     uint8_t *q8 = malloc((size_t)nt * COLS * 2);
     if (!w || !x || !oa || !ol || !scratch || !q8) {
@@ -122,23 +163,25 @@ static void bench_one(const bench_type *t, int nt, int reps, peer_quant_fn q8k, 
         exit(1);
     }
     for (size_t i = 0; i < (size_t)nt * COLS; i++) x[i] = (float)((int)(rnd() % 2001) - 1000) / 1000.f;
-    double ta[MAX_REPS], tl[MAX_REPS];
+    double ta[MAX_REPS], tl[MAX_REPS], tv[MAX_REPS];
     for (int rep = 0; rep < reps; rep++) {
         double t0 = now_s();
         quant_matmul(oa, w, t->type, ROWS, COLS, x, nt, scratch, 1);
         double t1 = now_s();
-        peer_matmul(ol, w, t, x, nt, q8, q8k, q80);
+        tl[rep] = peer_graph(ol, w, t, x, nt);
         double t2 = now_s();
-        ta[rep] = t1 - t0, tl[rep] = t2 - t1;
+        if (t->fn) peer_matmul(oa + (size_t)nt * ROWS, w, t, x, nt, q8, q8k, q80);
+        double t3 = now_s();
+        ta[rep] = t1 - t0, tv[rep] = t3 - t2;
     }
     double big = 0, diff = 0;
     for (size_t i = 0; i < (size_t)nt * ROWS; i++) {
         big = fmax(big, fabs((double)ol[i]));
         diff = fmax(diff, fabs((double)oa[i] - (double)ol[i]));
     }
-    double ma = median(ta, reps), ml = median(tl, reps);
-    printf("| %-7s | %3d | %8.3f | %8.3f | %5.2fx | %.1e |\n", gguf_type_name(t->type), nt, ma * 1e3, ml * 1e3, ml / ma,
-           big > 0 ? diff / big : diff);
+    double ma = median(ta, reps), ml = median(tl, reps), mv = median(tv, reps);
+    printf("| %-7s | %3d | %8.3f | %8.3f | %5.2fx | %8.3f | %.1e |\n", gguf_type_name(t->type), nt, ma * 1e3, ml * 1e3,
+           ml / ma, t->fn ? mv * 1e3 : 0., big > 0 ? diff / big : diff);
     fflush(stdout);
     free(w), free(x), free(oa), free(ol), free(scratch), free(q8);
 }
@@ -166,6 +209,18 @@ int main(int argc, char **argv) {
     }
     cpu_init();
     for (size_t i = 0; i < N_TYPES; i++) TYPES[i].fn = (peer_dot_fn)dlsym(cpu, TYPES[i].dot);
+    *(void **)&G.init = dlsym(base, "ggml_init");
+    *(void **)&G.new_2d = dlsym(base, "ggml_new_tensor_2d");
+    *(void **)&G.mul_mat = dlsym(base, "ggml_mul_mat");
+    *(void **)&G.new_graph = dlsym(base, "ggml_new_graph");
+    *(void **)&G.expand = dlsym(base, "ggml_build_forward_expand");
+    *(void **)&G.compute = dlsym(cpu, "ggml_graph_compute_with_ctx");
+    *(void **)&G.data = dlsym(base, "ggml_get_data");
+    *(void **)&G.free = dlsym(base, "ggml_free");
+    if (!G.init || !G.new_2d || !G.mul_mat || !G.new_graph || !G.expand || !G.compute || !G.data || !G.free) {
+        fprintf(stderr, "llama.cpp's libraries lack a ggml graph call\n");
+        return 1;
+    }
 
     int toks[16], n_toks = 0;
     for (char *s = argc > 2 ? argv[2] : "1,32"; *s && n_toks < 16;) {
@@ -178,17 +233,13 @@ int main(int argc, char **argv) {
     if (reps < 1) reps = 1;
     if (reps > MAX_REPS) reps = MAX_REPS;
 
-    printf("attnd isa %s vs llama.cpp libggml-cpu-%s; %d x %d, 1 thread, medians of %d alternating runs\n\n",
+    printf("attnd isa %s vs llama.cpp libggml-cpu-%s (ggml_mul_mat in a graph; vec_dot: per row and token); %d x %d, 1 thread, medians of %d alternating runs\n\n",
            quant_isa_name(quant_isa_active()), variant, ROWS, COLS, reps);
-    printf("| type | tokens | attnd ms | llama.cpp ms | llama.cpp / attnd | max diff / max |\n");
-    printf("| --- | --- | --- | --- | --- | --- |\n");
+    printf("| type | tokens | attnd ms | llama.cpp mul_mat ms | llama.cpp / attnd | vec_dot ms | max diff / max |\n");
+    printf("| --- | --- | --- | --- | --- | --- | --- |\n");
     for (int k = 0; k < n_toks; k++)
         for (size_t i = 0; i < N_TYPES; i++) {
             if (!wanted(&TYPES[i], argc, argv, 4)) continue;
-            if (!TYPES[i].fn) {
-                printf("| %-7s | %3d | - | (no %s) | - | - |\n", gguf_type_name(TYPES[i].type), toks[k], TYPES[i].dot);
-                continue;
-            }
             bench_one(&TYPES[i], toks[k], reps, q8k, q80);
         }
     return 0;
