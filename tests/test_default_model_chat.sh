@@ -1,13 +1,14 @@
 # test_default_model_chat.sh — the default model (models/attnd-sotu.gguf, v2) chats: a real
-# `attnd serve` on it answers fixed questions through /v1/chat/completions with fixed seeds, using
-# the model's own ChatML template (no --chat-template), and each answer is non-empty and mentions
-# the topic asked about. The questions were chosen from 15 tried with seeds 1-10 (these four
-# mention their topic word for 8-9 of the 10 seeds, and with these seeds within the first 80
-# characters, before the slightly different float rounding of another build (the sanitizer
-# build's -O0 does) can steer a sampled answer elsewhere; the answers are quoted
-# in models/README.md). A model that answers ChatML with nothing — v1 did — fails here. Then
-# <|im_end|> ends a turn: pushed to the top with logit_bias, it stops the reply at once and is
-# not written into the text.
+# `attnd serve` on it answers fixed questions through /v1/chat/completions, using the model's own
+# ChatML template (no --chat-template): every answer is non-empty, and each question's answers over
+# seeds 1-10 name the topic asked about, more often than the other questions' answers do. The
+# questions were chosen from 15 tried with seeds 1-10 (these four mention their topic word for
+# 8-9 of the 10 seeds on Intel AVX-512; the answers are quoted in models/README.md). A single seed
+# is not asked to: a sampled answer follows the float rounding of the build and CPU (the sanitizer
+# build's -O0, AVX2 against AVX-512 kernels); on AMD Zen 3 (AVX2) two of the four seeds once
+# chosen here wandered off their topic, and the public debt came up in 5 of 10 answers. A model that answers
+# ChatML with nothing — v1 did — fails here. Then <|im_end|> ends a turn: pushed to the top with
+# logit_bias, it stops the reply at once and is not written into the text.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 source "$here/http_lib.sh"
@@ -34,21 +35,43 @@ ask() {
                              JSON.stringify((c.message || {}).content || ""));')
 }
 
-# question | seed | word the answer must contain (case-insensitive)
+# question | the topic its answers must name (an extended regular expression, case-insensitive)
 CASES=(
-    "What can you tell me about the Navy?|8|navy"
-    "Tell me about the Army.|4|army"
-    "What has been done about the public debt?|5|debt"
-    "What about the Indians?|3|indian"
+    "What can you tell me about the Navy?|navy|naval"
+    "Tell me about the Army.|army"
+    "What has been done about the public debt?|debt|bonds"
+    "What about the Indians?|indian"
 )
-for c in "${CASES[@]}"; do
-    IFS='|' read -r q seed word <<<"$c"
-    ask "$q" "$seed"
-    echo "# Q: $q (seed $seed) -> $finish $content"
-    [ "$content" != '""' ] && ok "\"$q\": a non-empty answer" || bad "\"$q\": empty answer"
-    grep -qi -- "$word" <<<"$content" && ok "\"$q\": the answer mentions '$word'" ||
-        bad "\"$q\": no '$word' in the answer"
-    grep -q 'im_end\|im_start' <<<"$content" && bad "\"$q\": a chat marker leaked into the text"
+SEEDS=10
+mkdir -p "$TMP/answers"
+for i in "${!CASES[@]}"; do
+    c=${CASES[$i]} q=${c%%|*} word=${c#*|}
+    empty=0 leak=0
+    for seed in $(seq "$SEEDS"); do
+        ask "$q" "$seed"
+        [ "$content" = '""' ] && empty=$((empty + 1))
+        grep -q 'im_end\|im_start' <<<"$content" && leak=$((leak + 1))
+        printf '%s\n' "$content" >>"$TMP/answers/$i"
+        [ "$seed" = 1 ] && echo "# Q: $q (seed 1) -> $finish $content"
+    done
+    [ "$empty" = 0 ] && ok "\"$q\": $SEEDS non-empty answers" || bad "\"$q\": $empty empty answers"
+    [ "$leak" = 0 ] || bad "\"$q\": a chat marker leaked into $leak answers"
+done
+# each topic word: in how many of its own question's answers, and of each other question's
+for i in "${!CASES[@]}"; do
+    c=${CASES[$i]} q=${c%%|*} word=${c#*|}
+    own=$(grep -Eci -- "$word" "$TMP/answers/$i") others=0 row=""
+    for j in "${!CASES[@]}"; do
+        n=$(grep -Eci -- "$word" "$TMP/answers/$j")
+        row="$row $n"
+        [ "$j" != "$i" ] && others=$((others + n))
+    done
+    echo "# '$word' in the answers to each question (of $SEEDS):$row"
+    # in 3 or more of its own answers, and in 2 more than the other questions' answers on average
+    # (the Army's answers often name the Navy too: "army and navy")
+    [ "$own" -ge 3 ] && [ "$((3 * own))" -ge "$((others + 6))" ] &&
+        ok "\"$q\": its answers name the topic ('$word' in $own of $SEEDS; the other questions' $others of $((3 * SEEDS)))" ||
+        bad "\"$q\": '$word' in $own of $SEEDS answers; the other questions' $others of $((3 * SEEDS))"
 done
 
 # <|im_end|> (id 4097) ends the assistant's turn: the first token, the reply is empty and "stop"
