@@ -9,6 +9,7 @@
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 source "$here/http_lib.sh"
+need_node
 status=0
 mkdir -p "$TMP/models" "$TMP/cache"
 ln -s "$MODEL" "$TMP/models/alpha.gguf"
@@ -191,10 +192,17 @@ ctx_size = 128
 model = $TMP/models/alpha.gguf
 [model.three]
 model = $TMP/models/beta.gguf
+[model.four]
+model = $MODEL
+draft_model = $MODEL
 EOF
 start_server p --config "$TMP/attnd.conf" --threads 2 --no-models-cache --model "$MODEL" --model-alias solo
 base=http://127.0.0.1:$p_PORT
 check "--model beside presets is one more model, named by --model-alias" test "$(state solo)" = unloaded
+msize() { curl -sf "$base/v1/models" | M="$1" node -e 'const d = JSON.parse(require("fs").readFileSync(0, "utf8"));
+    process.stdout.write(String((d.data.find((m) => m.id === process.env.M) || {}).size))'; }
+check "a preset's draft_model file counts in its size ($(msize one) + $size = $(msize four))" \
+    test "$(msize four)" = "$(( $(msize one) + size ))"
 check "a preset's ctx_size is its own" grep -q '"id":"one",.*"context_length":128' <<<"$(chat one >/dev/null; curl -sf "$base/v1/models")"
 chat two >/dev/null
 check "two models fit the budget" test "$(state one)/$(state two)" = loaded/loaded

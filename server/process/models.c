@@ -236,13 +236,18 @@ static bool model_name_of(const char *file, char *name, size_t cap) {
     return true;
 }
 
+/* What a model counts against models_memory_mb: its file set, its draft model's (a preset's
+ * draft_model, loaded with it) and its KV budget. The draft's own KV (its context for every slot)
+ * is known only once it is loaded, and is not counted. */
 static attnd_status add(struct server *s, const char *name, const char *path, int preset, attnd_err *err) {
-    size_t kv = (size_t)settings_of(s, preset)->kv_budget_mb << 20;
+    const server_settings *c = settings_of(s, preset);
+    size_t kv = (size_t)c->kv_budget_mb << 20;
     if (mreg_find(s->models, name) >= 0) {
         slog_warn("models: %s is served already; %s is not", name, path);
         return ATTND_OK;
     }
     size_t bytes = strncmp(path, "hf://", 5) ? file_bytes(path) : 0;
+    if (c->draft_model && *c->draft_model) bytes += file_bytes(c->draft_model);
     return mreg_add(s->models, name, path, preset, bytes + kv, err);
 }
 
