@@ -1,16 +1,18 @@
 /*
  * bench_iq_peer.c — issue 47's low-bit types (IQ1_S ... IQ3_S, TQ1_0, TQ2_0, NVFP4) at kernel
  * level against llama.cpp's CPU library, in one process: attnd's quant_matmul against the peer's
- * own ggml_mul_mat, one node computed by ggml_graph_compute_with_ctx on 1 thread (ATTND_BENCH_THREADS: n): what llama.cpp
- * runs for a batch (its activation rounding, and from 8 tokens on the grid types' "iqp" path,
- * ggml-cpu/iqp.cpp: 8 rows decoded once into an int8 panel, then a gemm over all tokens). The
- * column "vec_dot" is the older model of it, one `ggml_vec_dot_<type>_q8_K` (NVFP4: `_q8_0`) per
- * row and token in 16 x 16 blocks (what ggml runs below 8 tokens, and for TQ1_0, TQ2_0 and NVFP4
- * at any count): it made attnd look 2-3x faster at 32 and 128 tokens than it was. One 5632 x
- * 2048 matrix (TinyLlama's ffn_up) of random blocks with small finite scales, hot caches, process
- * CPU time (ATTND_BENCH_THREADS=n: both sides on n threads, wall time). The sides alternate, `reps` times each; the table gives the medians, the ratio
- * (llama.cpp mul_mat time / attnd time: above 1, attnd is faster), and the largest difference of
- * the two sides' results relative to the largest result (a sanity check, not a test).
+ * own ggml_mul_mat, one node computed by ggml_graph_compute_with_ctx on 1 thread (or
+ * ATTND_BENCH_THREADS): what llama.cpp runs for a batch (its activation rounding, and from 8
+ * tokens on the grid types' "iqp" path, ggml-cpu/iqp.cpp: 8 rows decoded once into an int8 panel,
+ * then a gemm over all tokens). The column "vec_dot" is the older model of it, one
+ * `ggml_vec_dot_<type>_q8_K` (NVFP4: `_q8_0`) per row and token in 16 x 16 blocks, on 1 thread
+ * (what ggml runs below 8 tokens, and for TQ1_0, TQ2_0 and NVFP4 at any count): it made attnd
+ * look 2-3x faster at 32 and 128 tokens than it was. One 5632 x 2048 matrix (TinyLlama's ffn_up)
+ * of random blocks with small finite scales, hot caches, process CPU time (ATTND_BENCH_THREADS=n:
+ * both sides on n threads, wall time). The sides alternate, `reps` times each; the table gives the
+ * medians, the ratio (llama.cpp mul_mat time / attnd time: above 1, attnd is faster), and the
+ * largest difference of the two sides' results relative to the largest result (a sanity check,
+ * not a test). Tokens up to 512.
  * A benchmark, not a test: it needs llama.cpp's CPU library and asserts nothing.
  *
  *   tools/bench/build.sh && build/bench_iq_peer LIBDIR [tokens,...] [reps] [TYPE...]
