@@ -358,3 +358,55 @@ Test(quant_iq, nvfp4_vbmi_scales_match_portable_for_every_byte) {
     quant_tune_vbmi_force(saved_vbmi);
     quant_isa_force(saved);
 }
+
+// ---- the AVX2 panels of the grid types (x86/quant_iq_x86.inc) ------------------------------------
+
+/* From 8 tokens the AVX2 kernels (and AVX-512's without VBMI) take 16 rows at a time through a
+ * panel decoded once per super-block: the same exact integer per super-block and the same float
+ * operations as the portable kernel, so its results are the portable ones bit for bit. Rows past
+ * a multiple of 16 (masked lanes) and of 8 (a half panel), every batch size across the switch
+ * (the one-row tiles below 8 tokens) and the panel's 4-token tiles, 1 and 2 threads; activations
+ * random with outliers, and for odd tokens all of magnitude 127 after rounding (the largest
+ * vpmaddubsw pairs, 255 x 62 twice, must not saturate). */
+Test(quant_iq, avx2_panels_are_bit_identical_to_portable_at_tile_edges) {
+    enum { R = 45, NB = 3, T = 33 };
+    const int64_t n_cols = NB * 256;
+    quant_isa saved = quant_isa_active();
+    int saved_vbmi = quant_tune_vbmi_force(0);
+    int checked = 0;
+    for (size_t i = 0; i < sizeof VBMI_TYPES / sizeof *VBMI_TYPES; i++) {
+        const uint32_t type = VBMI_TYPES[i];
+        uint8_t *w = malloc(quant_row_bytes(type, n_cols) * R);
+        vbmi_weights(w, type, (size_t)R * NB);
+        float *x = malloc(sizeof(float) * T * (size_t)n_cols), ref[T * R], out[T * R];
+        for (int64_t j = 0; j < T * n_cols; j++) {
+            if ((j / n_cols) % 2) x[j] = (rnd() & 1) ? 0.5f : -0.5f;
+            else x[j] = rndf() * (float)(1 + j % 5) * (j % 97 == 0 ? 100.f : 1.f);
+        }
+        void *scratch = malloc(quant_scratch_bytes(type, T, n_cols));
+        for (int n_tok = 1; n_tok <= T; n_tok++) {
+            quant_isa_force(QUANT_ISA_PORTABLE);
+            quant_matmul(ref, w, type, R, n_cols, x, n_tok, scratch, 1);
+            for (int isa = QUANT_ISA_AVX2; isa <= (int)quant_isa_best() && isa <= QUANT_ISA_AVX512; isa++) {
+                quant_isa_force((quant_isa)isa);
+                cr_assert_eq(quant_tune_get()->vbmi, 0);
+                for (int threads = 1; threads <= 2; threads++) {
+                    memset(out, 0xFF, sizeof out);
+                    quant_matmul(out, w, type, R, n_cols, x, n_tok, scratch, threads);
+                    for (int k = 0; k < n_tok * R; k++)
+                        cr_assert(memcmp(&out[k], &ref[k], sizeof(float)) == 0, "%s %s %d tokens, %d threads: [%d] %.9g vs %.9g",
+                                  gguf_type_name(type), quant_isa_name((quant_isa)isa), n_tok, threads, k, out[k], ref[k]);
+                    checked++;
+                }
+            }
+        }
+        free(scratch);
+        free(x);
+        free(w);
+    }
+#if defined(__x86_64__)
+    if (quant_isa_best() >= QUANT_ISA_AVX2) cr_assert_gt(checked, 0);
+#endif
+    quant_tune_vbmi_force(saved_vbmi);
+    quant_isa_force(saved);
+}

@@ -1,22 +1,25 @@
 /*
  * bench_iq_peer.c — issue 47's low-bit types (IQ1_S ... IQ3_S, TQ1_0, TQ2_0, NVFP4) at kernel
  * level against llama.cpp's CPU library, in one process: attnd's quant_matmul against the peer's
- * own ggml_mul_mat, one node computed by ggml_graph_compute_with_ctx on 1 thread: what llama.cpp
- * runs for a batch (its activation rounding, and from 8 tokens on the grid types' "iqp" path,
- * ggml-cpu/iqp.cpp: 8 rows decoded once into an int8 panel, then a gemm over all tokens). The
- * column "vec_dot" is the older model of it, one `ggml_vec_dot_<type>_q8_K` (NVFP4: `_q8_0`) per
- * row and token in 16 x 16 blocks (what ggml runs below 8 tokens, and for TQ1_0, TQ2_0 and NVFP4
- * at any count): it made attnd look 2-3x faster at 32 and 128 tokens than it was. One 5632 x
- * 2048 matrix (TinyLlama's ffn_up) of random blocks with small finite scales, hot caches, process
- * CPU time. The sides alternate, `reps` times each; the table gives the medians, the ratio
- * (llama.cpp mul_mat time / attnd time: above 1, attnd is faster), and the largest difference of
- * the two sides' results relative to the largest result (a sanity check, not a test).
+ * own ggml_mul_mat, one node computed by ggml_graph_compute_with_ctx on 1 thread (or
+ * ATTND_BENCH_THREADS): what llama.cpp runs for a batch (its activation rounding, and from 8
+ * tokens on the grid types' "iqp" path, ggml-cpu/iqp.cpp: 8 rows decoded once into an int8 panel,
+ * then a gemm over all tokens). The column "vec_dot" is the older model of it, one
+ * `ggml_vec_dot_<type>_q8_K` (NVFP4: `_q8_0`) per row and token in 16 x 16 blocks, on 1 thread
+ * (what ggml runs below 8 tokens, and for TQ1_0, TQ2_0 and NVFP4 at any count): it made attnd
+ * look 2-3x faster at 32 and 128 tokens than it was. One 5632 x 2048 matrix (TinyLlama's ffn_up)
+ * of random blocks with small finite scales, hot caches, process CPU time (ATTND_BENCH_THREADS=n:
+ * both sides on n threads, wall time). The sides alternate, `reps` times each; the table gives the
+ * medians, the ratio (llama.cpp mul_mat time / attnd time: above 1, attnd is faster), and the
+ * largest difference of the two sides' results relative to the largest result (a sanity check,
+ * not a test). Tokens up to 512.
  * A benchmark, not a test: it needs llama.cpp's CPU library and asserts nothing.
  *
  *   tools/bench/build.sh && build/bench_iq_peer LIBDIR [tokens,...] [reps] [TYPE...]
  *     LIBDIR: the folder of llama.cpp's libggml-base.so and libggml-cpu-<variant>.so
  *     (ATTND_PEER_CPU=zen4 by default: the variant ggml picks on this CPU); tokens default 1,32;
- *     reps default 9; types default all ten.
+ *     reps default 9; types default all ten. On a CPU without AVX-512 (Zen 3, Haswell...) set
+ *     ATTND_PEER_CPU=haswell.
  */
 #include <dlfcn.h>
 #include <math.h>
@@ -51,9 +54,11 @@ typedef struct peer_ggml {
 } peer_ggml;
 static peer_ggml G;
 
+static int n_threads = 1; /* ATTND_BENCH_THREADS: both sides on that many threads (then wall time) */
+
 static double now_s(void) {
     struct timespec ts;
-    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    clock_gettime(n_threads > 1 ? CLOCK_MONOTONIC : CLOCK_PROCESS_CPUTIME_ID, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
@@ -82,7 +87,7 @@ static bench_type TYPES[] = {
 };
 #define N_TYPES (sizeof TYPES / sizeof *TYPES)
 
-enum { ROWS = 5632, COLS = 2048, MAX_TOK = 256, MAX_REPS = 99 };
+enum { ROWS = 5632, COLS = 2048, MAX_TOK = 512, MAX_REPS = 99 };
 
 /* Random block bytes with every scale field a small finite value. */
 static uint8_t *make_weights(const bench_type *t) {
@@ -128,7 +133,7 @@ static double peer_graph(float *out, const uint8_t *w, const bench_type *t, cons
     memcpy(G.data(a), w, wbytes);
     memcpy(G.data(b), x, sizeof(float) * (size_t)nt * COLS);
     double t0 = now_s();
-    int st = G.compute(ctx, gf, 1);
+    int st = G.compute(ctx, gf, n_threads);
     double t1 = now_s();
     memcpy(out, G.data(c), sizeof(float) * (size_t)nt * ROWS);
     G.free(ctx);
@@ -166,7 +171,7 @@ static void bench_one(const bench_type *t, int nt, int reps, peer_quant_fn q8k, 
     double ta[MAX_REPS], tl[MAX_REPS], tv[MAX_REPS];
     for (int rep = 0; rep < reps; rep++) {
         double t0 = now_s();
-        quant_matmul(oa, w, t->type, ROWS, COLS, x, nt, scratch, 1);
+        quant_matmul(oa, w, t->type, ROWS, COLS, x, nt, scratch, n_threads);
         double t1 = now_s();
         tl[rep] = peer_graph(ol, w, t, x, nt);
         double t2 = now_s();
@@ -191,6 +196,8 @@ int main(int argc, char **argv) {
         fprintf(stderr, "usage: %s LIBDIR [tokens,...] [reps] [TYPE...]\n", argv[0]);
         return 2;
     }
+    if (getenv("ATTND_BENCH_THREADS")) n_threads = atoi(getenv("ATTND_BENCH_THREADS"));
+    if (n_threads < 1) n_threads = 1;
     const char *variant = getenv("ATTND_PEER_CPU") ? getenv("ATTND_PEER_CPU") : "zen4";
     char path[4096];
     snprintf(path, sizeof path, "%s/libggml-base.so", argv[1]);
@@ -233,8 +240,8 @@ int main(int argc, char **argv) {
     if (reps < 1) reps = 1;
     if (reps > MAX_REPS) reps = MAX_REPS;
 
-    printf("attnd isa %s vs llama.cpp libggml-cpu-%s (ggml_mul_mat in a graph; vec_dot: per row and token); %d x %d, 1 thread, medians of %d alternating runs\n\n",
-           quant_isa_name(quant_isa_active()), variant, ROWS, COLS, reps);
+    printf("attnd isa %s vs llama.cpp libggml-cpu-%s (ggml_mul_mat in a graph; vec_dot: per row and token); %d x %d, %d thread(s) (%s time), medians of %d alternating runs\n\n",
+           quant_isa_name(quant_isa_active()), variant, ROWS, COLS, n_threads, n_threads > 1 ? "wall" : "process CPU", reps);
     printf("| type | tokens | attnd ms | llama.cpp mul_mat ms | llama.cpp / attnd | vec_dot ms | max diff / max |\n");
     printf("| --- | --- | --- | --- | --- | --- | --- |\n");
     for (int k = 0; k < n_toks; k++)
