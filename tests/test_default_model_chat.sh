@@ -1,14 +1,15 @@
 # test_default_model_chat.sh — the default model (models/attnd-sotu.gguf, v2) chats: a real
 # `attnd serve` on it answers fixed questions through /v1/chat/completions, using the model's own
 # ChatML template (no --chat-template): every answer is non-empty, and each question's answers over
-# seeds 1-10 name the topic asked about, more often than the other questions' answers do. The
-# questions were chosen from 15 tried with seeds 1-10 (these four mention their topic word for
-# 8-9 of the 10 seeds on Intel AVX-512; the answers are quoted in models/README.md). A single seed
-# is not asked to: a sampled answer follows the float rounding of the build and CPU (the sanitizer
-# build's -O0, AVX2 against AVX-512 kernels); on AMD Zen 3 (AVX2) two of the four seeds once
-# chosen here wandered off their topic, and the public debt came up in 5 of 10 answers. A model that answers
-# ChatML with nothing — v1 did — fails here. Then <|im_end|> ends a turn: pushed to the top with
-# logit_bias, it stops the reply at once and is not written into the text.
+# seeds 1-10 (100 tokens each) name the topic asked about, more often than the other questions'
+# answers do. The questions were chosen from 15 tried with seeds 1-10 (these four mention their
+# topic word for 8-9 of the 10 seeds on Intel AVX-512; the answers are quoted in
+# models/README.md). A single seed is not asked to: a sampled answer follows the float rounding
+# of the build and CPU (the sanitizer build's -O0, AVX2 against AVX-512 kernels); on AMD Zen 3
+# (AVX2) two of the four seeds once chosen here wandered off their topic, and the public debt came
+# up in 5 of 10 answers. A model that answers ChatML with nothing — v1 did — fails here. Then
+# <|im_end|> ends a turn: pushed to the top with logit_bias, it stops the reply at once and is not
+# written into the text.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 source "$here/http_lib.sh"
@@ -25,7 +26,7 @@ grep -q "chat template; using ChatML" "$chat_LOG" && bad "a fallback warning for
 ask() {
     local body r
     body=$(Q="$1" S="$2" X="${3:-{\}}" node -e 'process.stdout.write(JSON.stringify({messages: [{role: "user",
-        content: process.env.Q}], max_tokens: 200, temperature: 0.7, seed: Number(process.env.S),
+        content: process.env.Q}], max_tokens: 100, temperature: 0.7, seed: Number(process.env.S),
         ...JSON.parse(process.env.X)}))')
     r=$(curl -s -m 120 "http://127.0.0.1:$chat_PORT/v1/chat/completions" -H 'Content-Type: application/json' -d "$body")
     read -r finish tokens content < <(printf '%s' "$r" | node -e '
