@@ -652,9 +652,18 @@ Test(quant, matmul_with_exactly_representable_activations_is_float_exact) {
     }
 }
 
-/* Portable and AVX2: a token's result is bit-identical whether it is computed alone or with
- * others. AVX-512: decode (fewer than 4 tokens) and the register tiles (4 or more) add the block
- * terms in different float orders, so there the two agree within rounding. */
+/* The types that take register tiles from 4 tokens on `isa` (AVX-512: every quantized type;
+ * AVX2: those of quant_gemm256_tiles.inc): there decode (fewer than 4 tokens) and the tiles add
+ * the block terms in different float orders, so a token alone and in a batch of 5 agree within
+ * rounding. Elsewhere (portable, the dense types, AVX2's other types) they are bit-identical. */
+static int tiled_from_four(int isa, uint32_t type) {
+    if (type == GGUF_TYPE_F32 || type == GGUF_TYPE_F16 || type == GGUF_TYPE_BF16) return 0;
+    if (isa >= QUANT_ISA_AVX512) return 1;
+    return isa == QUANT_ISA_AVX2 && (type == GGUF_TYPE_Q8_0 || type == GGUF_TYPE_Q4_0 || type == GGUF_TYPE_Q4_K ||
+                                     type == GGUF_TYPE_Q6_K);
+}
+
+
 Test(quant, matmul_prefill_equals_token_by_token_decode) {
     for (size_t i = 0; i < sizeof ALL_TYPES / sizeof *ALL_TYPES; i++) {
         uint32_t type = ALL_TYPES[i];
@@ -670,7 +679,7 @@ Test(quant, matmul_prefill_equals_token_by_token_decode) {
         quant_isa saved = quant_isa_active();
         for (int isa = QUANT_ISA_PORTABLE; isa <= (int)quant_isa_best(); isa++) {
             quant_isa_force((quant_isa)isa);
-            int exact = isa < QUANT_ISA_AVX512 || type == GGUF_TYPE_F32 || type == GGUF_TYPE_F16 || type == GGUF_TYPE_BF16;
+            int exact = !tiled_from_four(isa, type);
             quant_matmul(all, w, type, n_rows, n_cols, x, T, scratch, 2);
             for (int t = 0; t < T; t++) {
                 quant_matmul(one, w, type, n_rows, n_cols, x + t * n_cols, 1, scratch, 1);
@@ -967,6 +976,67 @@ Test(quant, q3_k_packed_sums_hold_at_the_extremes) {
     }
     quant_isa_force(saved);
     free(scratch), free(w), free(x), free(out), free(exact), free(bound);
+}
+
+/* The register tiles add vpmaddubsw's int16 pairs in int16 before widening them (AVX2: a Q4_0 /
+ * Q4_K block's 8 vectors, Q6_K's two; Q8_0 |w| up to 128): at the extremes (every code at its
+ * largest or smallest, scales at their limits, activations +-127 in runs of 32) the sums still
+ * equal the portable path's integers, to the float64 floors, on every ISA and batch size. */
+static void extreme_row(uint8_t *blk, uint32_t type, int hi, int sc_hi) {
+    switch (type) {
+    case GGUF_TYPE_Q8_0:
+        put16(blk, 0x3C00);
+        memset(blk + 2, hi ? 0x7F : 0x80, 32); /* every w = 127 or -128 */
+        break;
+    case GGUF_TYPE_Q4_0:
+        put16(blk, 0x3C00);
+        memset(blk + 2, hi ? 0xFF : 0x00, 16); /* every nibble 15 or 0 */
+        break;
+    case GGUF_TYPE_Q4_K:
+        put16(blk, 0x3C00);
+        put16(blk + 2, 0x3C00);
+        memset(blk + 4, sc_hi ? 0xFF : 0x00, 12); /* scales and minimums 63 or 0 */
+        memset(blk + 16, hi ? 0xFF : 0x00, 128);
+        break;
+    case GGUF_TYPE_Q6_K:
+        memset(blk, hi ? 0xFF : 0x00, 192);          /* every code 63 or 0 */
+        memset(blk + 192, sc_hi ? 0x7F : 0x80, 16); /* scales 127 or -128 */
+        put16(blk + 208, 0x3C00);
+        break;
+    default: cr_assert_fail("no extreme row for %s", gguf_type_name(type));
+    }
+}
+
+Test(quant, tile_sums_hold_at_the_extremes) {
+    const uint32_t types[] = {GGUF_TYPE_Q8_0, GGUF_TYPE_Q4_0, GGUF_TYPE_Q4_K, GGUF_TYPE_Q6_K};
+    enum { R = 21, C = 512, T = 9 };
+    for (size_t ti = 0; ti < sizeof types / sizeof *types; ti++) {
+        uint32_t type = types[ti];
+        size_t rb = quant_row_bytes(type, C), bb = quant_row_bytes(type, gguf_type_block_elems(type));
+        uint8_t *w = malloc(rb * R);
+        for (int64_t r = 0; r < R; r++)
+            for (int64_t b = 0; b < C / (int64_t)gguf_type_block_elems(type); b++)
+                extreme_row(w + (size_t)r * rb + bb * (size_t)b, type, (int)((r + b) % 2), (int)(r % 3 != 0));
+        float *x = malloc(T * C * sizeof(float));
+        for (int t = 0; t < T; t++)
+            for (int j = 0; j < C; j++) x[t * C + j] = (t % 2 ? -1.0f : 1.0f) * ((j / 32 + t) % 4 ? 1.0f : -1.0f);
+        float *out = malloc(T * R * sizeof(float));
+        double *exact = malloc(T * R * sizeof(double)), *bound = malloc(T * R * sizeof(double));
+        exact_products(exact, bound, w, type, R, C, x, T);
+        size_t sb;
+        uint8_t *scratch = scratch_for(type, T, C, &sb);
+        quant_isa saved = quant_isa_active();
+        for (int isa = QUANT_ISA_PORTABLE; isa <= (int)quant_isa_best(); isa++) {
+            quant_isa_force((quant_isa)isa);
+            for (int n_tok = 1; n_tok <= T; n_tok++) {
+                memset(out, 0xFF, T * R * sizeof(float));
+                quant_matmul(out, w, type, R, C, x, n_tok, scratch, 1);
+                check_exact(out, exact, bound, R, n_tok, type, quant_isa_name((quant_isa)isa), n_tok);
+            }
+        }
+        quant_isa_force(saved);
+        free(scratch), free(w), free(x), free(out), free(exact), free(bound);
+    }
 }
 
 Test(quant, packing_a_type_without_packed_kernel_gives_no_copy) {
