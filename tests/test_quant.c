@@ -652,23 +652,29 @@ Test(quant, matmul_with_exactly_representable_activations_is_float_exact) {
     }
 }
 
-/* The types that take register tiles from 4 tokens on `isa` (AVX-512: every quantized type;
- * AVX2: those of quant_gemm256_tiles.inc): there decode (fewer than 4 tokens) and the tiles add
- * the block terms in different float orders, so a token alone and in a batch of 5 agree within
- * rounding. Elsewhere (portable, the dense types, AVX2's other types) they are bit-identical. */
-static int tiled_from_four(int isa, uint32_t type) {
+/* The batch size from which `isa` runs `type` through register tiles (0: never): AVX-512 from 4
+ * tokens for every quantized type (G_MIN_TOK); AVX2 for the types of quant_gemm256_tiles.inc
+ * from its T2_MIN_* thresholds. There decode and the tiles add the block terms in different
+ * float orders, so a token alone and in a batch past the threshold agree within rounding;
+ * elsewhere (portable, the dense types, AVX2's other types) they are bit-identical. */
+static int tile_min_tok(int isa, uint32_t type) {
     if (type == GGUF_TYPE_F32 || type == GGUF_TYPE_F16 || type == GGUF_TYPE_BF16) return 0;
-    if (isa >= QUANT_ISA_AVX512) return 1;
-    return isa == QUANT_ISA_AVX2 && (type == GGUF_TYPE_Q8_0 || type == GGUF_TYPE_Q4_0 || type == GGUF_TYPE_Q4_K ||
-                                     type == GGUF_TYPE_Q6_K);
+    if (isa >= QUANT_ISA_AVX512) return 4;
+    if (isa != QUANT_ISA_AVX2) return 0;
+    switch (type) {
+    case GGUF_TYPE_Q4_0: return 4;
+    case GGUF_TYPE_Q8_0: return 8;
+    case GGUF_TYPE_Q4_K:
+    case GGUF_TYPE_Q6_K: return 12;
+    default: return 0;
+    }
 }
-
 
 Test(quant, matmul_prefill_equals_token_by_token_decode) {
     for (size_t i = 0; i < sizeof ALL_TYPES / sizeof *ALL_TYPES; i++) {
         uint32_t type = ALL_TYPES[i];
         int64_t n_rows = 45, n_cols = cols_for(type);
-        enum { T = 5 };
+        enum { T = 13 }; /* past every threshold of tile_min_tok */
         uint8_t *w = malloc(quant_row_bytes(type, n_cols) * (size_t)n_rows);
         random_weights(w, type, n_rows, n_cols);
         float *x = malloc(T * (size_t)n_cols * sizeof(float));
@@ -679,7 +685,7 @@ Test(quant, matmul_prefill_equals_token_by_token_decode) {
         quant_isa saved = quant_isa_active();
         for (int isa = QUANT_ISA_PORTABLE; isa <= (int)quant_isa_best(); isa++) {
             quant_isa_force((quant_isa)isa);
-            int exact = !tiled_from_four(isa, type);
+            int exact = tile_min_tok(isa, type) == 0;
             quant_matmul(all, w, type, n_rows, n_cols, x, T, scratch, 2);
             for (int t = 0; t < T; t++) {
                 quant_matmul(one, w, type, n_rows, n_cols, x + t * n_cols, 1, scratch, 1);
@@ -1048,8 +1054,9 @@ Test(quant, packing_a_type_without_packed_kernel_gives_no_copy) {
     cr_assert_eq(quant_packed_bytes(NULL), 0);
 }
 
-/* From 4 tokens on, every instruction set gives a token the same bits whatever the batch size
- * and however the rows are split: the first n tokens of a 33-token call, for n = 4..33. */
+/* From 4 tokens on (from the tiles' threshold where it is higher, tile_min_tok), every
+ * instruction set gives a token the same bits whatever the batch size and however the rows are
+ * split: the first n tokens of a 33-token call, for n = 4..33. */
 /* quant_matmul_many against one quant_matmul_packed per weight: bit-identical, whether the weights
  * share their activations (Q4_K packed, Q6_K, Q4_K mapped) or not (Q4_0 beside Q4_K). */
 static void check_many(const uint32_t *types, const int64_t *rows, int n_mm, int pack) {
@@ -1117,7 +1124,8 @@ Test(quant, matmul_results_from_four_tokens_do_not_depend_on_batch_size) {
         for (int isa = QUANT_ISA_PORTABLE; isa <= (int)quant_isa_best(); isa++) {
             quant_isa_force((quant_isa)isa);
             quant_matmul(all, in.w, type, n_rows, n_cols, in.x, T, in.scratch, 1);
-            for (int n = 4; n < T; n++) {
+            int from = tile_min_tok(isa, type) > 4 ? tile_min_tok(isa, type) : 4;
+            for (int n = from; n < T; n++) {
                 quant_matmul(part, in.w, type, n_rows, n_cols, in.x, n, in.scratch, 2);
                 for (int64_t k = 0; k < (int64_t)n * n_rows; k++)
                     cr_assert_eq(f32_bits(part[k]), f32_bits(all[k]), "%s %s n_tok %d [%ld]: %g vs %g",
