@@ -665,6 +665,7 @@ static int tile_min_tok(int isa, uint32_t type) {
     case GGUF_TYPE_Q4_0: return 4;
     case GGUF_TYPE_Q8_0: return 8;
     case GGUF_TYPE_Q4_K:
+    case GGUF_TYPE_Q5_K:
     case GGUF_TYPE_Q6_K: return 12;
     default: return 0;
     }
@@ -985,7 +986,7 @@ Test(quant, q3_k_packed_sums_hold_at_the_extremes) {
 }
 
 /* The register tiles add vpmaddubsw's int16 pairs in int16 before widening them (AVX2: a Q4_0 /
- * Q4_K block's 8 vectors, Q6_K's two; Q8_0 |w| up to 128): at the extremes (every code at its
+ * Q4_K block's 8 vectors, Q5_K's four, Q6_K's two; Q8_0 |w| up to 128): at the extremes (every code at its
  * largest or smallest, scales at their limits, activations +-127 in runs of 32) the sums still
  * equal the portable path's integers, to the float64 floors, on every ISA and batch size. */
 static void extreme_row(uint8_t *blk, uint32_t type, int hi, int sc_hi) {
@@ -1004,6 +1005,12 @@ static void extreme_row(uint8_t *blk, uint32_t type, int hi, int sc_hi) {
         memset(blk + 4, sc_hi ? 0xFF : 0x00, 12); /* scales and minimums 63 or 0 */
         memset(blk + 16, hi ? 0xFF : 0x00, 128);
         break;
+    case GGUF_TYPE_Q5_K:
+        put16(blk, 0x3C00);
+        put16(blk + 2, 0x3C00);
+        memset(blk + 4, sc_hi ? 0xFF : 0x00, 12); /* scales and minimums 63 or 0 */
+        memset(blk + 16, hi ? 0xFF : 0x00, 160);  /* every code 31 or 0 */
+        break;
     case GGUF_TYPE_Q6_K:
         memset(blk, hi ? 0xFF : 0x00, 192);          /* every code 63 or 0 */
         memset(blk + 192, sc_hi ? 0x7F : 0x80, 16); /* scales 127 or -128 */
@@ -1014,8 +1021,8 @@ static void extreme_row(uint8_t *blk, uint32_t type, int hi, int sc_hi) {
 }
 
 Test(quant, tile_sums_hold_at_the_extremes) {
-    const uint32_t types[] = {GGUF_TYPE_Q8_0, GGUF_TYPE_Q4_0, GGUF_TYPE_Q4_K, GGUF_TYPE_Q6_K};
-    enum { R = 21, C = 512, T = 9 };
+    const uint32_t types[] = {GGUF_TYPE_Q8_0, GGUF_TYPE_Q4_0, GGUF_TYPE_Q4_K, GGUF_TYPE_Q5_K, GGUF_TYPE_Q6_K};
+    enum { R = 21, C = 512, T = 13 };
     for (size_t ti = 0; ti < sizeof types / sizeof *types; ti++) {
         uint32_t type = types[ti];
         size_t rb = quant_row_bytes(type, C), bb = quant_row_bytes(type, gguf_type_block_elems(type));
