@@ -652,14 +652,30 @@ Test(quant, matmul_with_exactly_representable_activations_is_float_exact) {
     }
 }
 
-/* Portable and AVX2: a token's result is bit-identical whether it is computed alone or with
- * others. AVX-512: decode (fewer than 4 tokens) and the register tiles (4 or more) add the block
- * terms in different float orders, so there the two agree within rounding. */
+/* The batch size from which `isa` runs `type` through register tiles (0: never): AVX-512 from 4
+ * tokens for every quantized type (G_MIN_TOK); AVX2 for the types of quant_gemm256_tiles.inc
+ * from its T2_MIN_* thresholds. There decode and the tiles add the block terms in different
+ * float orders, so a token alone and in a batch past the threshold agree within rounding;
+ * elsewhere (portable, the dense types, AVX2's other types) they are bit-identical. */
+static int tile_min_tok(int isa, uint32_t type) {
+    if (type == GGUF_TYPE_F32 || type == GGUF_TYPE_F16 || type == GGUF_TYPE_BF16) return 0;
+    if (isa >= QUANT_ISA_AVX512) return 4;
+    if (isa != QUANT_ISA_AVX2) return 0;
+    switch (type) {
+    case GGUF_TYPE_Q4_0: return 4;
+    case GGUF_TYPE_Q8_0: return 8;
+    case GGUF_TYPE_Q4_K:
+    case GGUF_TYPE_Q5_K:
+    case GGUF_TYPE_Q6_K: return 12;
+    default: return 0;
+    }
+}
+
 Test(quant, matmul_prefill_equals_token_by_token_decode) {
     for (size_t i = 0; i < sizeof ALL_TYPES / sizeof *ALL_TYPES; i++) {
         uint32_t type = ALL_TYPES[i];
         int64_t n_rows = 45, n_cols = cols_for(type);
-        enum { T = 5 };
+        enum { T = 13 }; /* past every threshold of tile_min_tok */
         uint8_t *w = malloc(quant_row_bytes(type, n_cols) * (size_t)n_rows);
         random_weights(w, type, n_rows, n_cols);
         float *x = malloc(T * (size_t)n_cols * sizeof(float));
@@ -670,7 +686,7 @@ Test(quant, matmul_prefill_equals_token_by_token_decode) {
         quant_isa saved = quant_isa_active();
         for (int isa = QUANT_ISA_PORTABLE; isa <= (int)quant_isa_best(); isa++) {
             quant_isa_force((quant_isa)isa);
-            int exact = isa < QUANT_ISA_AVX512 || type == GGUF_TYPE_F32 || type == GGUF_TYPE_F16 || type == GGUF_TYPE_BF16;
+            int exact = tile_min_tok(isa, type) == 0;
             quant_matmul(all, w, type, n_rows, n_cols, x, T, scratch, 2);
             for (int t = 0; t < T; t++) {
                 quant_matmul(one, w, type, n_rows, n_cols, x + t * n_cols, 1, scratch, 1);
@@ -969,6 +985,73 @@ Test(quant, q3_k_packed_sums_hold_at_the_extremes) {
     free(scratch), free(w), free(x), free(out), free(exact), free(bound);
 }
 
+/* The register tiles add vpmaddubsw's int16 pairs in int16 before widening them (AVX2: a Q4_0 /
+ * Q4_K block's 8 vectors, Q5_K's four, Q6_K's two; Q8_0 |w| up to 128): at the extremes (every code at its
+ * largest or smallest, scales at their limits, activations +-127 in runs of 32) the sums still
+ * equal the portable path's integers, to the float64 floors, on every ISA and batch size. */
+static void extreme_row(uint8_t *blk, uint32_t type, int hi, int sc_hi) {
+    switch (type) {
+    case GGUF_TYPE_Q8_0:
+        put16(blk, 0x3C00);
+        memset(blk + 2, hi ? 0x7F : 0x80, 32); /* every w = 127 or -128 */
+        break;
+    case GGUF_TYPE_Q4_0:
+        put16(blk, 0x3C00);
+        memset(blk + 2, hi ? 0xFF : 0x00, 16); /* every nibble 15 or 0 */
+        break;
+    case GGUF_TYPE_Q4_K:
+        put16(blk, 0x3C00);
+        put16(blk + 2, 0x3C00);
+        memset(blk + 4, sc_hi ? 0xFF : 0x00, 12); /* scales and minimums 63 or 0 */
+        memset(blk + 16, hi ? 0xFF : 0x00, 128);
+        break;
+    case GGUF_TYPE_Q5_K:
+        put16(blk, 0x3C00);
+        put16(blk + 2, 0x3C00);
+        memset(blk + 4, sc_hi ? 0xFF : 0x00, 12); /* scales and minimums 63 or 0 */
+        memset(blk + 16, hi ? 0xFF : 0x00, 160);  /* every code 31 or 0 */
+        break;
+    case GGUF_TYPE_Q6_K:
+        memset(blk, hi ? 0xFF : 0x00, 192);          /* every code 63 or 0 */
+        memset(blk + 192, sc_hi ? 0x7F : 0x80, 16); /* scales 127 or -128 */
+        put16(blk + 208, 0x3C00);
+        break;
+    default: cr_assert_fail("no extreme row for %s", gguf_type_name(type));
+    }
+}
+
+Test(quant, tile_sums_hold_at_the_extremes) {
+    const uint32_t types[] = {GGUF_TYPE_Q8_0, GGUF_TYPE_Q4_0, GGUF_TYPE_Q4_K, GGUF_TYPE_Q5_K, GGUF_TYPE_Q6_K};
+    enum { R = 21, C = 512, T = 13 };
+    for (size_t ti = 0; ti < sizeof types / sizeof *types; ti++) {
+        uint32_t type = types[ti];
+        size_t rb = quant_row_bytes(type, C), bb = quant_row_bytes(type, gguf_type_block_elems(type));
+        uint8_t *w = malloc(rb * R);
+        for (int64_t r = 0; r < R; r++)
+            for (int64_t b = 0; b < C / (int64_t)gguf_type_block_elems(type); b++)
+                extreme_row(w + (size_t)r * rb + bb * (size_t)b, type, (int)((r + b) % 2), (int)(r % 3 != 0));
+        float *x = malloc(T * C * sizeof(float));
+        for (int t = 0; t < T; t++)
+            for (int j = 0; j < C; j++) x[t * C + j] = (t % 2 ? -1.0f : 1.0f) * ((j / 32 + t) % 4 ? 1.0f : -1.0f);
+        float *out = malloc(T * R * sizeof(float));
+        double *exact = malloc(T * R * sizeof(double)), *bound = malloc(T * R * sizeof(double));
+        exact_products(exact, bound, w, type, R, C, x, T);
+        size_t sb;
+        uint8_t *scratch = scratch_for(type, T, C, &sb);
+        quant_isa saved = quant_isa_active();
+        for (int isa = QUANT_ISA_PORTABLE; isa <= (int)quant_isa_best(); isa++) {
+            quant_isa_force((quant_isa)isa);
+            for (int n_tok = 1; n_tok <= T; n_tok++) {
+                memset(out, 0xFF, T * R * sizeof(float));
+                quant_matmul(out, w, type, R, C, x, n_tok, scratch, 1);
+                check_exact(out, exact, bound, R, n_tok, type, quant_isa_name((quant_isa)isa), n_tok);
+            }
+        }
+        quant_isa_force(saved);
+        free(scratch), free(w), free(x), free(out), free(exact), free(bound);
+    }
+}
+
 Test(quant, packing_a_type_without_packed_kernel_gives_no_copy) {
     uint8_t *w = malloc(quant_row_bytes(GGUF_TYPE_F16, 256) * 16);
     random_weights(w, GGUF_TYPE_F16, 16, 256);
@@ -978,8 +1061,9 @@ Test(quant, packing_a_type_without_packed_kernel_gives_no_copy) {
     cr_assert_eq(quant_packed_bytes(NULL), 0);
 }
 
-/* From 4 tokens on, every instruction set gives a token the same bits whatever the batch size
- * and however the rows are split: the first n tokens of a 33-token call, for n = 4..33. */
+/* From 4 tokens on (from the tiles' threshold where it is higher, tile_min_tok), every
+ * instruction set gives a token the same bits whatever the batch size and however the rows are
+ * split: the first n tokens of a 33-token call, for n = 4..33. */
 /* quant_matmul_many against one quant_matmul_packed per weight: bit-identical, whether the weights
  * share their activations (Q4_K packed, Q6_K, Q4_K mapped) or not (Q4_0 beside Q4_K). */
 static void check_many(const uint32_t *types, const int64_t *rows, int n_mm, int pack) {
@@ -1047,7 +1131,8 @@ Test(quant, matmul_results_from_four_tokens_do_not_depend_on_batch_size) {
         for (int isa = QUANT_ISA_PORTABLE; isa <= (int)quant_isa_best(); isa++) {
             quant_isa_force((quant_isa)isa);
             quant_matmul(all, in.w, type, n_rows, n_cols, in.x, T, in.scratch, 1);
-            for (int n = 4; n < T; n++) {
+            int from = tile_min_tok(isa, type) > 4 ? tile_min_tok(isa, type) : 4;
+            for (int n = from; n < T; n++) {
                 quant_matmul(part, in.w, type, n_rows, n_cols, in.x, n, in.scratch, 2);
                 for (int64_t k = 0; k < (int64_t)n * n_rows; k++)
                     cr_assert_eq(f32_bits(part[k]), f32_bits(all[k]), "%s %s n_tok %d [%ld]: %g vs %g",

@@ -17,6 +17,7 @@ ISA_TARGET_BEGIN("avx2,fma,f16c")
 #include "quant_x86.inc"
 #include "quant_x86_more.inc"
 #include "quant_iq_x86.inc"
+#include "quant_gemm256_tiles.inc"
 #if QX_512
 #include "quant_gemm512_tiles.inc"
 #include "quant_gemm512_packed.inc"
