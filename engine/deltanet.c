@@ -33,6 +33,21 @@ static float *snap_dst(const dn_job *j, int r, int q, int i) {
     return s && s->dst && i >= s->at && i < s->at + s->n ? s->dst + (size_t)(i - s->at) * j->snap_stride : NULL;
 }
 
+size_t dn_log_floats(const dn_dims *d) {
+    return (size_t)(d->K - 1) * (size_t)d->conv_dim + (size_t)d->hv * (1 + (size_t)d->dv + (size_t)d->dk);
+}
+
+/* Where run r's verify record (dn_steps) keeps entry i's log, or NULL. */
+static float *log_at(const dn_job *j, int r, int i) {
+    const dn_steps *s = j->steps ? &j->steps[r] : NULL;
+    return s && s->log && i >= s->at && i < s->at + s->n ? s->log + (size_t)(i - s->at) * j->log_stride : NULL;
+}
+
+/* Value head h's part of a log entry: e^g, u (dv), k (dk). */
+static float *log_head(const dn_dims *d, float *log, int h) {
+    return log + (size_t)(d->K - 1) * d->conv_dim + (size_t)h * (1 + d->dv + d->dk);
+}
+
 /* conv: item w = (run w / n_chunks, channel chunk w % n_chunks); each entry of the run in order,
  * out = silu(sum over the K taps, the oldest first and the entry's own input last), then the
  * tail moves on by one input. In place: qkv's row becomes the conv's output. */
@@ -55,8 +70,8 @@ static void conv_task(void *ctx, int w, int worker) {
             if (K > 1) tail[(size_t)(K - 2) * C + c] = x[c];
             x[c] = silu(acc);
         }
-        for (int q = 0; q < DN_SNAPS; q++) {
-            float *dst = snap_dst(j, r, q, i);
+        for (int q = 0; q <= DN_SNAPS; q++) { /* the checkpoints', then the verify's log */
+            float *dst = q < DN_SNAPS ? snap_dst(j, r, q, i) : log_at(j, r, i);
             for (int k = 0; dst && k < K - 1; k++)
                 memcpy(dst + (size_t)k * C + c0, tail + (size_t)k * C + c0, sizeof(float) * (size_t)(c1 - c0));
         }
@@ -117,14 +132,22 @@ static int key_head(const dn_dims *d, int h) { return d->grouped ? h / (d->hv / 
  * whole-state passes (decay all, then every u, then the rank-1 update, then every output): the
  * rows do not mix, so the order of the rows changes no bit. */
 static void step_rows_portable(float *S, int dv, int dk, const float *q, const float *k, const float *v,
-                               const float *f, float *o) {
+                               const float *f, float *o, float *u) {
     for (int c = 0; c < dv; c++) {
         float *row = S + (size_t)c * dk;
         for (int e = 0; e < dk; e++) row[e] *= f[0];
         float uc = (v[c] - dot(row, k, dk)) * f[1];
+        if (u) u[c] = uc;
         for (int e = 0; e < dk; e++) row[e] += k[e] * uc;
         o[c] = dot(row, q, dk) * f[2];
     }
+}
+
+/* A logged step of one state row (dk): row <- row e^g, then row + k u_c, rounded as
+ * step_rows_portable rounds them. */
+static void replay_row_portable(float *row, int dk, float f, const float *k, float uc) {
+    for (int e = 0; e < dk; e++) row[e] *= f;
+    for (int e = 0; e < dk; e++) row[e] += k[e] * uc;
 }
 
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -141,7 +164,7 @@ static float sum8(__m256 a) {
  * l of a sum takes elements l, l + 8, ... as dot's partial sums do, products and sums rounded
  * apart (no FMA), so every bit is the portable form's. */
 static void step_rows_avx2(float *S, int dv, int dk, const float *q, const float *k, const float *v, const float *f,
-                           float *o) {
+                           float *o, float *u) {
     __m256 dec = _mm256_set1_ps(f[0]);
     int c = 0;
     for (; c + 2 <= dv; c += 2) {
@@ -153,7 +176,9 @@ static void step_rows_avx2(float *S, int dv, int dk, const float *q, const float
             _mm256_storeu_ps(r0 + e, x0), _mm256_storeu_ps(r1 + e, x1);
             a0 = _mm256_add_ps(a0, _mm256_mul_ps(x0, ke)), a1 = _mm256_add_ps(a1, _mm256_mul_ps(x1, ke));
         }
-        __m256 u0 = _mm256_set1_ps((v[c] - sum8(a0)) * f[1]), u1 = _mm256_set1_ps((v[c + 1] - sum8(a1)) * f[1]);
+        float s0 = (v[c] - sum8(a0)) * f[1], s1 = (v[c + 1] - sum8(a1)) * f[1];
+        if (u) u[c] = s0, u[c + 1] = s1;
+        __m256 u0 = _mm256_set1_ps(s0), u1 = _mm256_set1_ps(s1);
         a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
         for (int e = 0; e < dk; e += 8) {
             __m256 ke = _mm256_loadu_ps(k + e), qe = _mm256_loadu_ps(q + e);
@@ -164,21 +189,59 @@ static void step_rows_avx2(float *S, int dv, int dk, const float *q, const float
         }
         o[c] = sum8(a0) * f[2], o[c + 1] = sum8(a1) * f[2];
     }
-    if (c < dv) step_rows_portable(S + (size_t)c * dk, dv - c, dk, q, k, v + c, f, o + c);
+    if (c < dv) step_rows_portable(S + (size_t)c * dk, dv - c, dk, q, k, v + c, f, o + c, u ? u + c : NULL);
+}
+
+/* replay_row_portable, 8 lanes at a time (dk a multiple of 8): the same products and sums. */
+static void replay_row_avx2(float *row, int dk, float f, const float *k, float uc) {
+    __m256 dec = _mm256_set1_ps(f), u = _mm256_set1_ps(uc);
+    for (int e = 0; e < dk; e += 8) {
+        __m256 x = _mm256_mul_ps(_mm256_loadu_ps(row + e), dec);
+        _mm256_storeu_ps(row + e, _mm256_add_ps(x, _mm256_mul_ps(_mm256_loadu_ps(k + e), u)));
+    }
 }
 ISA_TARGET_END
 #endif
 
 /* step_rows_portable, or its AVX2 form where the kernels run AVX2 or better (quant_isa_active). */
 static void step_rows(float *S, int dv, int dk, const float *q, const float *k, const float *v, const float *f,
-                      float *o) {
+                      float *o, float *u) {
 #if defined(__x86_64__) && defined(__GNUC__)
     if (dk % 8 == 0 && quant_isa_active() != QUANT_ISA_PORTABLE) {
-        step_rows_avx2(S, dv, dk, q, k, v, f, o);
+        step_rows_avx2(S, dv, dk, q, k, v, f, o, u);
         return;
     }
 #endif
-    step_rows_portable(S, dv, dk, q, k, v, f, o);
+    step_rows_portable(S, dv, dk, q, k, v, f, o, u);
+}
+
+static unsigned flush_begin(void);
+static void flush_end(unsigned csr);
+
+void dn_replay(const dn_dims *d, float *state, const float *before, const float *log, size_t log_stride, int k) {
+    size_t tail = (size_t)(d->K - 1) * d->conv_dim, hs = (size_t)d->dv * d->dk;
+    memcpy(state, log + (size_t)(k - 1) * log_stride, sizeof(float) * tail);
+    bool vec = false;
+#if defined(__x86_64__) && defined(__GNUC__)
+    vec = d->dk % 8 == 0 && quant_isa_active() != QUANT_ISA_PORTABLE;
+#endif
+    unsigned csr = flush_begin(); /* as the recurrence ran */
+    for (int h = 0; h < d->hv; h++)
+        for (int c = 0; c < d->dv; c++) {
+            float *row = state + tail + h * hs + (size_t)c * d->dk;
+            memcpy(row, before + tail + h * hs + (size_t)c * d->dk, sizeof(float) * (size_t)d->dk);
+            for (int t = 0; t < k; t++) {
+                const float *rec = log + (size_t)t * log_stride + tail + (size_t)h * (1 + d->dv + d->dk);
+#if defined(__x86_64__) && defined(__GNUC__)
+                if (vec) {
+                    replay_row_avx2(row, d->dk, rec[0], rec + 1 + d->dv, rec[1 + c]);
+                    continue;
+                }
+#endif
+                replay_row_portable(row, d->dk, rec[0], rec + 1 + d->dv, rec[1 + c]);
+            }
+        }
+    flush_end(csr);
 }
 
 /* The sequential form: the recurrence of value head h over run r's entries [i0, i1) one at a
@@ -193,8 +256,12 @@ static void recur_sequential(const dn_job *j, int r, int h, float *S, int i0, in
         const float *q = x + (size_t)hk * dk, *k = x + (size_t)(d->hk + hk) * dk, *v = x + (size_t)2 * d->hk * dk + (size_t)h * dv;
         float beta, g;
         head_gates(j, t, h, &beta, &g);
-        float *o = j->out + (size_t)t * d->hv * dv + (size_t)h * dv;
-        step_rows(S, dv, dk, q, k, v, (float[3]){expf(g), beta, scale}, o);
+        float *o = j->out + (size_t)t * d->hv * dv + (size_t)h * dv, f[3] = {expf(g), beta, scale};
+        float *lg = log_at(j, r, i), *rec = lg ? log_head(d, lg, h) : NULL;
+        if (rec && i == j->steps[r].at) /* the state before the verify's first logged entry */
+            memcpy(j->steps[r].before + (S - j->state[r]), S, sizeof(float) * (size_t)dv * dk);
+        if (rec) rec[0] = f[0], memcpy(rec + 1 + dv, k, sizeof(float) * (size_t)dk);
+        step_rows(S, dv, dk, q, k, v, f, o, rec ? rec + 1 : NULL);
         for (int q = 0; q < DN_SNAPS; q++) {
             float *dst = snap_dst(j, r, q, i);
             if (dst) memcpy(dst + (S - j->state[r]), S, sizeof(float) * (size_t)dv * dk);
@@ -464,14 +531,8 @@ static void flush_end(unsigned csr) {
 #endif
 }
 
-/* Whether run r keeps the state after several of its entries (a speculative verify's steps). */
-static bool keeps_steps(const dn_job *j, int r) {
-    for (int q = 0; j->snap && q < DN_SNAPS; q++) {
-        const dn_snap *s = &j->snap[(size_t)r * DN_SNAPS + q];
-        if (s->dst && s->n > 1) return true;
-    }
-    return false;
-}
+/* Whether run r keeps a speculative verify's record (dn_steps). */
+static bool keeps_steps(const dn_job *j, int r) { return j->steps && j->steps[r].log && j->steps[r].n > 0; }
 
 /* Where run r's segment from entry i0 ends (exclusive): the run's end, or just after an entry
  * whose state a snap copies (a checkpoint). */

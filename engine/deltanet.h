@@ -17,7 +17,8 @@
  * take it, dn_form); the work is split across (sequence, value head) pairs on the engine's pool.
  *
  * A batch may copy a sequence's state as it is after some of its entries (dn_job.snap: the
- * checkpoints and speculative steps of kv_state.c), in the same pass.
+ * checkpoints of kv_state.c), or keep what rebuilds it after each (dn_job.steps: a speculative
+ * verify), in the same pass.
  *
  * State of one layer of one sequence (f32): the conv tail (K - 1, conv_dim), inputs oldest first,
  * then S of each value head stored transposed, (H_v, d_v, d_k): row j of head h is S[:, j].
@@ -42,19 +43,37 @@ typedef struct dn_dims {
 size_t dn_state_floats(const dn_dims *d);
 
 /* Copies of a run's state inside a batch: the layer's state after entries order[at .. at + n)
- * into dst, dst + stride, ... (dst NULL: none). A state checkpoint is one state (kv_state.c); a
- * speculative verify keeps one after each entry but the last (kv_seq_keep_steps). */
-#define DN_SNAPS 2
+ * into dst, dst + stride, ... (dst NULL: none). A state checkpoint is one state (kv_state.c). */
+#define DN_SNAPS 1
 typedef struct dn_snap {
     float *dst; /* this layer's part of the first state (the layout of the sequence's state) */
     int at, n;
 } dn_snap;
 
+/* A speculative verify's record of a run (kv_seq_keep_steps), from which the layer's state after
+ * any of the entries order[at .. at + n) is rebuilt bit for bit (dn_replay), where a copy of the
+ * whole state after each would cost a state's bytes per entry: the state before entry at (before,
+ * the state's layout), and per entry i (at log + (i - at) * log_stride, dn_log_floats) the conv
+ * tail after it, then per value head the step's decay e^g, u (dv) and k (dk): S after the entry
+ * is e^g S + k u^T of S before it. */
+typedef struct dn_steps {
+    float *before, *log; /* this layer's part; NULL: none kept */
+    int at, n;
+} dn_steps;
+
+/* Floats of one entry's record of one layer in a dn_steps log. */
+size_t dn_log_floats(const dn_dims *d);
+
+/* state (one layer's, the sequence's layout) <- the state after the first k >= 1 entries a
+ * dn_steps record logged: its before, then the k logged steps, each with the sequential form's
+ * arithmetic (the same bits as a run that ended there). */
+void dn_replay(const dn_dims *d, float *state, const float *before, const float *log, size_t log_stride, int k);
+
 /* Floats of per-thread scratch the chunked form needs (dn_job.scratch holds one per thread). */
 size_t dn_scratch_floats(const dn_dims *d);
 
-/* How the recurrence runs a sequence's entries. A run whose snap keeps the state after several
- * entries (a speculative verify) is sequential; any other goes by segments that end where a snap
+/* How the recurrence runs a sequence's entries. A run that keeps a verify's record (dn_steps) is
+ * sequential; any other goes by segments that end where a snap
  * copies the state (a checkpoint), each in the form asked for, or with AUTO the chunked form from
  * DN_CHUNKED_MIN entries (deltanet.c, from the measurements in docs/engine.md), else the
  * sequential one. So a checkpoint taken inside a batch is bit for bit the state of a batch that
@@ -81,6 +100,8 @@ typedef struct dn_job {
                               dn_gate_out then applies the gated norm as dn_forward would have */
     const struct dn_snap *snap; /* (n_runs, DN_SNAPS) copies of run r's state to take, or NULL: none */
     size_t snap_stride;    /* floats between the consecutive states of one dn_snap */
+    const dn_steps *steps; /* (n_runs) a verify's record of run r to keep, or NULL: none */
+    size_t log_stride;     /* floats between the consecutive entries of a dn_steps log */
     float *scratch;        /* (n_threads, dn_scratch_floats) for the chunked form, or NULL: sequential only */
     dn_form form;
     int n_threads;

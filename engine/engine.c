@@ -88,7 +88,8 @@ struct engine {
     int *dn_order;          /* (B) entries grouped by sequence (plan_runs) */
     int *dn_run;            /* (B + 1) where each sequence's entries start in dn_order */
     float **dn_state;       /* (B) the current layer's state of each run's sequence */
-    dn_snap *dn_snaps;      /* (B, DN_SNAPS) the current layer's copies of each run's state: a checkpoint, steps */
+    dn_snap *dn_snaps;      /* (B, DN_SNAPS) the current layer's copies of each run's state: a checkpoint */
+    dn_steps *dn_steps;     /* (B) the current layer's part of each run's verify record (kv_seq_keep_steps) */
     int *dn_snap_at;        /* (B) the entry of dn_order after which run r's checkpoint is taken */
     float *dn_scratch;      /* (n_slots, dn_scratch_floats) per-thread scratch of the chunked recurrence */
 
@@ -215,6 +216,7 @@ static size_t layout(engine *e, char *mem) {
     e->dn_run = block_take(&b, B + 1, sizeof(int));
     e->dn_state = block_take(&b, B, sizeof(float *));
     e->dn_snaps = block_take(&b, B * DN_SNAPS, sizeof(dn_snap));
+    e->dn_steps = block_take(&b, B, sizeof(dn_steps));
     e->dn_snap_at = block_take(&b, B, sizeof(int));
     e->dn_scratch = block_take(&b, (size_t)e->n_slots * dn_scratch_floats(&m->dn), sizeof(float));
     e->rope = block_take(&b, ROPE_TABLES * B * (size_t)m->max_rope_dims, sizeof(float));
@@ -1097,9 +1099,11 @@ static void step_deltanet(pass *p, const layer_weights *L, int l) {
         if (p->back_up) kv_state_back_up(s, L->dn_slot);
         e->dn_state[r] = kv_dn_state(s, L->dn_slot);
         e->dn_snaps[r * DN_SNAPS] = (dn_snap){kv_dn_snap(s, L->dn_slot), e->dn_snap_at[r], 1};
-        e->dn_snaps[r * DN_SNAPS + 1] = (dn_snap){kv_dn_steps(s, L->dn_slot), e->dn_run[r], s->steps_n};
+        e->dn_steps[r] = (dn_steps){kv_dn_steps(s, L->dn_slot), kv_dn_log(s, L->dn_slot), e->dn_run[r], s->steps_n};
     }
-    dn_job j = {.snap = e->dn_snaps, .snap_stride = e->seqs[0]->pool->state_bytes / sizeof(float), .d = &m->dn, .n = p->n, .order = e->dn_order, .run_start = e->dn_run, .n_runs = p->n_runs,
+    const kv_pool *pool = e->seqs[0]->pool;
+    dn_job j = {.snap = e->dn_snaps, .snap_stride = pool->state_bytes / sizeof(float), .steps = e->dn_steps,
+                .log_stride = pool->steps_log_floats, .d = &m->dn, .n = p->n, .order = e->dn_order, .run_start = e->dn_run, .n_runs = p->n_runs,
                 .state = e->dn_state, .qkv = e->dn_qkv, .z = e->dn_z, .beta = e->dn_beta, .alpha = e->dn_alpha,
                 .conv_w = L->dn_conv, .dt_bias = L->dn_dt_bias, .ssm_a = L->dn_a, .norm_w = L->dn_norm,
                 .out = e->dn_o, .raw = e->dn_cb != NULL, .scratch = e->dn_scratch, .n_threads = e->n_threads};

@@ -113,6 +113,8 @@ attnd_status kv_pool_create(kv_pool **out, const model *m, size_t budget_bytes, 
     pool_sizes(p);
     p->state_layer_floats = m->n_dn_layers ? dn_state_floats(&m->dn) : 0;
     p->state_bytes = kv_state_bytes(m);
+    p->log_layer_floats = m->n_dn_layers ? dn_log_floats(&m->dn) : 0;
+    p->steps_log_floats = p->log_layer_floats * (size_t)m->n_dn_layers;
     p->budget = budget_bytes;
     if (budget_bytes < p->block_bytes + p->state_bytes) {
         attnd_status st = attnd_fail(err, ATTND_ERR_INVALID,

@@ -104,6 +104,8 @@ struct kv_pool {
     int n_global;          /* the other layers with K/V (not the Gated DeltaNet ones) */
     size_t state_bytes;    /* the Gated DeltaNet layers' state of one sequence (0 without them) */
     size_t state_layer_floats; /* one layer's part of it (dn_state_floats) */
+    size_t log_layer_floats; /* a verify's record of one entry for one layer (dn_log_floats) */
+    size_t steps_log_floats; /* the same for every layer (n_dn_layers parts, in slot order) */
     int ckpt_max;          /* state checkpoints a sequence keeps (kv_state.c); 0 = none */
     int ckpt_interval;     /* a checkpoint each time a sequence passes a multiple of this; 0 = none */
     size_t ckpt_bytes;     /* the part of used that checkpoints hold */
@@ -135,11 +137,12 @@ struct kv_seq {
     int n_ckpts;
     int ckpt_want;         /* a position to checkpoint when a batch reaches it (kv_seq_checkpoint_at); 0 = none */
     struct kv_ckpt *ckpt_new; /* engine scratch: the checkpoint the current batch fills (kv_ckpt_begin) */
-    float *steps;          /* (steps_cap, n_dn_layers * state_layer_floats) the states after each entry of a
-                            * speculative verify (kv_seq_keep_steps), or NULL */
-    int steps_cap;         /* states steps has room for (charged to the budget) */
+    float *steps;          /* a speculative verify's record (kv_seq_keep_steps), or NULL: the state before
+                            * it (state_bytes), then (steps_cap, steps_log_floats) each entry's log, from
+                            * which kv_state_rewind rebuilds the state after it (deltanet.h, dn_steps) */
+    int steps_cap;         /* entries steps has room for (charged to the budget: kv_pool_steps_bytes) */
     int steps_want;        /* the next batch keeps this many (kv_seq_keep_steps); 0 = none */
-    int steps_from, steps_n; /* steps[i] is the state at length steps_from + 1 + i, i < steps_n */
+    int steps_from, steps_n; /* log i rebuilds the state at length steps_from + 1 + i, i < steps_n */
     /* pool mtp: the main model's final-normed hidden state h of the newest evaluated positions,
      * position p's in row p % KV_MTP_ROWS when mtp_pos says p (-1: none); the MTP block at
      * position p reads h of p - 1 */
@@ -198,9 +201,15 @@ bool kv_state_can_back_up(const kv_seq *s);
 void kv_state_back_up(kv_seq *s, int slot);
 void kv_state_restore_layer(kv_seq *s, int slot);
 
-/* Layer `slot`'s part of the first state s's batch keeps (kv_steps_begin), or NULL. */
+/* Layer `slot`'s part of the state before s's verify (kv_steps_begin), or NULL: none kept. */
 static inline float *kv_dn_steps(const kv_seq *s, int slot) {
     return s->steps_n ? s->steps + (size_t)slot * s->pool->state_layer_floats : NULL;
+}
+
+/* Layer `slot`'s part of the first entry's log of s's verify, or NULL. */
+static inline float *kv_dn_log(const kv_seq *s, int slot) {
+    const kv_pool *p = s->pool;
+    return s->steps_n ? s->steps + p->state_bytes / sizeof(float) + (size_t)slot * p->log_layer_floats : NULL;
 }
 
 /* Layer `slot`'s part of s's checkpoint in progress, or NULL when the batch takes none for s. */

@@ -24,6 +24,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "deltanet.h"
+#include "model_internal.h"
+
 attnd_status kv_pool_set_checkpoints(kv_pool *p, int max, int interval, attnd_err *err) {
     if (max < 0 || max > KV_CKPT_MAX || interval < 0)
         return attnd_fail(err, ATTND_ERR_INVALID, "state checkpoints: %d per sequence (0..%d), interval %d (>= 0)", max,
@@ -165,8 +168,11 @@ int kv_state_rewind(kv_seq *s, int n) {
     pthread_mutex_unlock(&p->lock);
     ckpt_free_all(gone, n_gone);
     bool kept = s->steps_n && n > s->steps_from && n <= s->steps_from + s->steps_n;
+    const dn_dims *d = &p->m->dn;
     size_t floats = p->state_bytes / sizeof(float);
-    if (kept) memcpy(s->state, s->steps + (size_t)(n - s->steps_from - 1) * floats, p->state_bytes);
+    for (int l = 0; kept && l < p->m->n_dn_layers; l++) /* the state before the verify, then its steps */
+        dn_replay(d, s->state + (size_t)l * p->state_layer_floats, s->steps + (size_t)l * p->state_layer_floats,
+                  s->steps + floats + (size_t)l * p->log_layer_floats, p->steps_log_floats, n - s->steps_from);
     s->steps_n = 0;
     if (kept) return n;
     if (!s->state) return 0;
@@ -197,17 +203,27 @@ void kv_ckpt_release(kv_seq *s) {
     ckpt_free_all(gone, n_gone);
 }
 
-size_t kv_ckpt_held_bytes(const kv_seq *s) { return (size_t)(s->n_ckpts + s->steps_cap) * s->pool->state_bytes; }
+size_t kv_ckpt_held_bytes(const kv_seq *s) {
+    return (size_t)s->n_ckpts * s->pool->state_bytes + kv_pool_steps_bytes(s->pool, s->steps_cap);
+}
 
 // ---- speculative steps ----------------------------------------------------------------------
 /*
  * A rejected draft must leave no trace in the state. The verify batch (the token, then the
- * drafts) keeps the state after each of its entries but the last, in one buffer of the sequence
- * that stays allocated for the next verify (charged to the budget while held); a truncation back
- * into that batch copies the kept state (exact, nothing recomputed). The other way, a checkpoint
- * before the verify, would copy the state once but recompute the accepted drafts on the next
- * step; keeping the steps costs a copy per draft and no recomputation.
+ * drafts) keeps what rebuilds the state after each of its entries but the last, in one buffer of
+ * the sequence that stays allocated for the next verify (charged to the budget while held): the
+ * state before the batch, copied as the recurrence first reads it, and per entry the conv tail
+ * and each head's decay, u and k (deltanet.h, dn_steps). A truncation back into the batch replays
+ * the kept steps on that state, one pass over it with the recurrence's own roundings (exact).
+ * The whole state copied after each entry, as before, cost a state's bytes per draft: on the
+ * bench_mtp shape (6 DeltaNet layers, 6.3 MB of state) a verify of 3 drafts wrote 18.9 MB of
+ * copies; with the log it writes 6.3 MB and 3 x 0.39 MB, and a rollback reads and writes one
+ * state, as the copy back did (docs/performance.md).
  */
+
+size_t kv_pool_steps_bytes(const kv_pool *p, int n) {
+    return p->state_bytes && n > 0 ? p->state_bytes + (size_t)n * p->steps_log_floats * sizeof(float) : 0;
+}
 
 bool kv_seq_keep_steps(kv_seq *s, int n) {
     if (!kv_seq_keep_room(s, n)) return false;
@@ -220,19 +236,19 @@ bool kv_seq_keep_room(kv_seq *s, int n) {
     if (!p->state_bytes) return true; /* the blocks roll back exactly */
     if (n <= 0) {
         pthread_mutex_lock(&p->lock);
-        p->used -= (size_t)s->steps_cap * p->state_bytes;
+        p->used -= kv_pool_steps_bytes(p, s->steps_cap);
         pthread_mutex_unlock(&p->lock);
         free(s->steps);
         s->steps = NULL, s->steps_cap = s->steps_want = s->steps_n = 0;
         return true;
     }
     if (n > s->steps_cap) {
-        size_t more = (size_t)(n - s->steps_cap) * p->state_bytes;
+        size_t more = kv_pool_steps_bytes(p, n) - kv_pool_steps_bytes(p, s->steps_cap);
         pthread_mutex_lock(&p->lock);
         bool room = more <= p->budget - p->used;
         if (room) p->used += more;
         pthread_mutex_unlock(&p->lock);
-        float *b = room ? realloc(s->steps, (size_t)n * p->state_bytes) : NULL;
+        float *b = room ? realloc(s->steps, kv_pool_steps_bytes(p, n)) : NULL;
         if (!b) {
             if (room) {
                 pthread_mutex_lock(&p->lock);

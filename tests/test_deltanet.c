@@ -657,9 +657,10 @@ static void dn_case_rows(dn_case *d, const dn_case *c, int first, int n) {
 
 /* Two sequences in one batch, entries interleaved (run 0 the even rows, run 1 the odd ones), in
  * the chunked form: a checkpoint inside run 0's first chunk (after its entry 41) ends a chunk
- * there and copies the state then; run 1 keeps the state after each of its first 5 entries (a
- * speculative verify), which the sequential form gives it. Every copy, output and final state
- * equals its sequence's float64 reference. */
+ * there and copies the state then; run 1 keeps a verify's record of its first 5 entries (the
+ * state before them and their logs), which the sequential form gives it, and dn_replay rebuilds
+ * the state after each. Every copy, rebuilt state, output and final state equals its sequence's
+ * float64 reference. */
 Test(deltanet, chunked_form_copies_checkpoints_and_leaves_verify_steps_sequential) {
     enum { N = 100, STEPS = 5, AT = 41 };
     dn_case c, ca, cb;
@@ -677,16 +678,20 @@ Test(deltanet, chunked_form_copies_checkpoints_and_leaves_verify_steps_sequentia
     }
 
     float *st0 = calloc(SF, sizeof(float)), *st1 = calloc(SF, sizeof(float)), *st[2] = {st0, st1};
+    size_t LF = dn_log_floats(&c.d);
     float *got_ckpt = malloc(sizeof(float) * SF), *got_steps = malloc(sizeof(float) * STEPS * SF);
+    float *before = malloc(sizeof(float) * SF), *logs = malloc(sizeof(float) * STEPS * LF);
     float *out = malloc(sizeof(float) * 2 * N * VD), *scratch = malloc(sizeof(float) * 2 * dn_scratch_floats(&c.d));
     int order[2 * N], run[3] = {0, N, 2 * N};
     for (int t = 0; t < N; t++) order[t] = 2 * t, order[N + t] = 2 * t + 1;
-    dn_snap snaps[2 * DN_SNAPS] = {{got_ckpt, AT, 1}, {NULL, 0, 0}, {NULL, 0, 0}, {got_steps, N, STEPS}};
+    dn_snap snaps[2 * DN_SNAPS] = {{got_ckpt, AT, 1}, {NULL, 0, 0}};
+    dn_steps steps_kept[2] = {{NULL, NULL, 0, 0}, {before, logs, N, STEPS}};
     dn_job j = {.d = &c.d, .n = 2 * N, .order = order, .run_start = run, .n_runs = 2, .state = st, .qkv = c.qkv,
                 .z = c.z, .beta = c.beta, .alpha = c.alpha, .conv_w = c.conv_w, .dt_bias = c.dt_bias, .ssm_a = c.ssm_a,
-                .norm_w = c.norm_w, .out = out, .snap = snaps, .snap_stride = SF, .scratch = scratch,
-                .form = DN_FORM_CHUNKED, .n_threads = 2};
+                .norm_w = c.norm_w, .out = out, .snap = snaps, .snap_stride = SF, .steps = steps_kept,
+                .log_stride = LF, .scratch = scratch, .form = DN_FORM_CHUNKED, .n_threads = 2};
     dn_forward(&j);
+    for (int i = 0; i < STEPS; i++) dn_replay(&c.d, got_steps + i * SF, before, logs, LF, i + 1);
 
     double worst = 0;
     for (int t = 0; t < N; t++) {
@@ -699,7 +704,7 @@ Test(deltanet, chunked_form_copies_checkpoints_and_leaves_verify_steps_sequentia
         cr_expect(rel_err_max(got_steps + i * SF, steps + i * SF, SF) <= 1e-4, "the state after step %d", i);
     cr_expect(rel_err_max(st0, sa, SF) <= 1e-4, "run 0's state");
     cr_expect(rel_err_max(st1, sb, SF) <= 1e-4, "run 1's state");
-    free(st0), free(st1), free(got_ckpt), free(got_steps), free(out), free(scratch);
+    free(st0), free(st1), free(got_ckpt), free(got_steps), free(out), free(scratch), free(before), free(logs);
     free(ra), free(rb), free(sa), free(sb), free(ckpt), free(steps);
     dn_case_free(&ca), dn_case_free(&cb), dn_case_free(&c);
 }

@@ -1146,6 +1146,36 @@ Test(quant, matmul_results_from_four_tokens_do_not_depend_on_batch_size) {
     }
 }
 
+/* A dense weight's result for a token is the same bits in a batch of any size below the GEMM's
+ * (a speculative verify's few rows against plain decoding's one): the tiles of 2 to 4 tokens
+ * split the row into two passes, and must keep the one-token sums. 1003 columns take the 32-wide
+ * body, the 8-wide rest and the scalar tail. Every instruction set, both thread counts. */
+Test(quant, dense_rows_of_few_tokens_equal_each_token_alone) {
+    enum { T = 15, R = 37, C = 1003 };
+    const uint32_t types[] = {GGUF_TYPE_F32, GGUF_TYPE_F16, GGUF_TYPE_BF16};
+    for (size_t i = 0; i < sizeof types / sizeof *types; i++) {
+        mm_inputs in = mm_inputs_make(types[i], R, C, T, 7);
+        float *one = malloc(T * (size_t)R * sizeof(float)), *many = malloc(T * (size_t)R * sizeof(float));
+        quant_isa saved = quant_isa_active();
+        for (int isa = QUANT_ISA_PORTABLE; isa <= (int)quant_isa_best(); isa++) {
+            quant_isa_force((quant_isa)isa);
+            for (int t = 0; t < T; t++)
+                quant_matmul(one + (size_t)t * R, in.w, types[i], R, C, in.x + (size_t)t * C, 1, in.scratch, 1);
+            for (int n = 2; n <= T; n++)
+                for (int threads = 1; threads <= 2; threads++) {
+                    quant_matmul(many, in.w, types[i], R, C, in.x, n, in.scratch, threads);
+                    for (int64_t k = 0; k < (int64_t)n * R; k++)
+                        cr_assert_eq(f32_bits(many[k]), f32_bits(one[k]), "%s %s, %d tokens: [%ld] %g vs %g alone",
+                                     quant_isa_name((quant_isa)isa), gguf_type_name(types[i]), n, (long)k, many[k],
+                                     one[k]);
+                }
+        }
+        quant_isa_force(saved);
+        mm_inputs_free(&in);
+        free(one), free(many);
+    }
+}
+
 Test(quant, matmul_of_zero_activations_is_zero) {
     for (size_t i = 0; i < sizeof ALL_TYPES / sizeof *ALL_TYPES; i++) {
         uint32_t type = ALL_TYPES[i];

@@ -174,7 +174,7 @@ Test(sched_hybrid, fork_admission_counts_the_shared_blocks_once_and_a_state_per_
     cr_assert_eq(state, (size_t)(1 + cfg.kv_checkpoints) * kv_state_bytes(m), "a state and its checkpoints");
     cr_assert_gt(state, 0);
     /* each member's room for a backup of its state, for the yield of a step (kv_seq_keep_room) */
-    size_t job = kv_pool_bytes_for(pool, HYBRID_N_PROMPT + 16 + 1) + kv_state_bytes(m), full = HYBRID_N_PROMPT / 64 * block;
+    size_t job = kv_pool_bytes_for(pool, HYBRID_N_PROMPT + 16 + 1) + kv_pool_steps_bytes(pool, 1), full = HYBRID_N_PROMPT / 64 * block;
     size_t want = kv_pool_bytes_for(pool, HYBRID_N_PROMPT) + 2 * (job - full);
     cr_expect_eq(sched_group_kv_bytes(sch, j), want, "%zu bytes reserved, %zu expected", sched_group_kv_bytes(sch, j),
                  want);

@@ -112,10 +112,10 @@ bool kv_seq_checkpoint(kv_seq *s);
 /* Asks for a checkpoint when an evaluation brings s to length pos (> its length; else the request
  * is cleared): e.g. a prompt's end, before the last tokens an edited turn may change. */
 void kv_seq_checkpoint_at(kv_seq *s, int pos);
-/* Speculative decoding: the next evaluation of s keeps the state after each of its first n entries
- * (never after its last), so a truncation back into that batch (rejected drafts) is exact. The
- * room for n states stays with s, from the budget, for the verifies after it, until
- * kv_seq_keep_steps(s, 0) or its destruction. false (nothing asked) when the budget or memory has
+/* Speculative decoding: the next evaluation of s keeps what rebuilds the state after each of its
+ * first n entries (never after its last), so a truncation back into that batch (rejected drafts)
+ * is exact. The room for it (kv_pool_steps_bytes: one state and a small log per entry) stays with
+ * s, from the budget, for the verifies after it, until kv_seq_keep_steps(s, 0) or its destruction. false (nothing asked) when the budget or memory has
  * no room: the caller does not draft. Always true for models without a recurrent state (their
  * truncations are exact) and for n <= 0 (which gives the room back). */
 bool kv_seq_keep_steps(kv_seq *s, int n);
@@ -123,6 +123,9 @@ bool kv_seq_keep_steps(kv_seq *s, int n);
  * state, an evaluation of s may be given up midway (engine_set_yield) on a model with a recurrent
  * state; without it, such a model's evaluations holding s never yield. Same errors and return. */
 bool kv_seq_keep_room(kv_seq *s, int n);
+/* Bytes of the room kv_seq_keep_steps(s, n) or kv_seq_keep_room(s, n) takes on a sequence of p
+ * (0 without a recurrent state, or for n <= 0). */
+size_t kv_pool_steps_bytes(const kv_pool *p, int n);
 /* The positions of s's checkpoints, oldest first, into pos[0..max); returns how many it holds. */
 int kv_seq_checkpoints(const kv_seq *s, int *pos, int max);
 

@@ -27,12 +27,12 @@ int sched_job_draft_max(const sched *s, const sched_job *j) {
 
 /* KV memory a job may come to hold: its prompt, max_tokens and the session tail, capped at the
  * context (engine_eval never grows a sequence past it), and with a recurrent state the room its
- * steps keep states in (kv_seq_keep_room): one per draft of a speculative verify, and at least one
- * to back the state up when a step may be given up (the yield). */
+ * steps keep states in (kv_seq_keep_room, kv_pool_steps_bytes): a log per draft of a speculative
+ * verify, and at least one state to back the state up when a step may be given up (the yield). */
 static size_t job_kv_bytes(const sched *s, const sched_job *j) {
     long n = (long)j->n_prompt + (j->max_tokens > 0 ? j->max_tokens : 0) + 1;
     int room = sched_job_draft_max(s, j) > 1 ? sched_job_draft_max(s, j) : 1;
-    return kv_pool_bytes_for(s->pool, n < s->n_ctx ? (int)n : s->n_ctx) + (size_t)room * kv_state_bytes(s->m);
+    return kv_pool_bytes_for(s->pool, n < s->n_ctx ? (int)n : s->n_ctx) + kv_pool_steps_bytes(s->pool, room);
 }
 
 /* The prompt's whole KV blocks: a job's forks share them and never write into them (a recurrent
