@@ -193,8 +193,7 @@ static size_t layout(engine *e, char *mem) {
         if (!L->w_gate.data && (size_t)L->w_up.rows > fused) fused = (size_t)L->w_up.rows;
     }
     block b = {.mem = mem};
-    e->x = block_take(&b, B * E, sizeof(float));
-    e->xn = block_take(&b, B * E, sizeof(float));
+    e->x = block_take(&b, B * E, sizeof(float)), e->xn = block_take(&b, B * E, sizeof(float));
     e->q = block_take(&b, B * Q, sizeof(float));
     e->k = block_take(&b, B * KV, sizeof(float));
     e->v = block_take(&b, B * KV, sizeof(float));
