@@ -18,6 +18,7 @@
 #include "attnd/quantize.h"
 #include "engine_rig.h"
 #include "family_specs.h"
+#include "model_internal.h"
 
 static void rig_open(tiny_rig *r, const g4_spec *gs, kv_type kv, int max_batch) {
     char path[sizeof(r->path)];
@@ -322,10 +323,13 @@ Test(gemma4, info_shows_each_layer_kind_and_the_shared_layers) {
     unlink(path);
 }
 
-/* 26B-A4B's experts quantized (Q8_0, gate and up fused in one tensor, 32 rows an expert): they are
- * packed at load, up read from the fused copy 32 rows past gate (moe.c), so a token's logits are
- * the same bits decoded alone as in a prefill where its experts serve several tokens; and they
- * agree within rounding with the experts read from the mapping (ATTND_NO_REPACK=1). */
+/* 26B-A4B's experts quantized (Q8_0, gate and up fused in one tensor, 32 rows an expert): where the
+ * instruction set packs them at load (AVX-512), up is read from the fused copy 32 rows past gate
+ * (moe.c), and a token's logits are the same bits decoded alone as in a prefill where its experts
+ * serve several tokens. Where nothing is packed (AVX2), a prefill's Q8_0 products of 8 tokens or
+ * more run the AVX2 register tiles, which add a row's block terms in another order than decode's
+ * row kernels: there the two agree within 1e-5 of the largest logit. Either way they agree within
+ * rounding with the experts read from the mapping (ATTND_NO_REPACK=1). */
 Test(gemma4, quantized_fused_experts_decode_as_they_prefill_packed_or_mapped) {
     g4_spec gs = gemma4_small("gemma4-moe");
     enum { N = 24, N0 = 16 };
@@ -349,9 +353,16 @@ Test(gemma4, quantized_fused_experts_decode_as_they_prefill_packed_or_mapped) {
             kv_seq *s = tiny_rig_seq(&r);
             eval_run(r.e, s, tok, N0, step);
             for (int t = N0; t < N; t++) eval_run(r.e, s, tok + t, 1, step + (size_t)t * V);
+            bool packed = r.m->packed_bytes > 0;
+            double top = 0;
+            for (size_t k = (size_t)N0 * V; k < (size_t)N * V; k++) top = fmax(top, fabs(whole[k]));
             for (size_t k = (size_t)N0 * V; k < (size_t)N * V; k++)
-                cr_assert(memcmp(&whole[k], &step[k], sizeof(float)) == 0, "logit %zu: prefill %.9g, decode %.9g", k,
-                          whole[k], step[k]);
+                if (packed)
+                    cr_assert(memcmp(&whole[k], &step[k], sizeof(float)) == 0, "logit %zu: prefill %.9g, decode %.9g", k,
+                              whole[k], step[k]);
+                else
+                    cr_assert_leq(fabs(whole[k] - step[k]), 1e-5 * top, "logit %zu: prefill %.9g, decode %.9g (largest %g)",
+                                  k, whole[k], step[k], top);
         }
         tiny_rig_close(&r);
     }
