@@ -24,15 +24,18 @@ typedef struct fake {
     int64_t clock_ms;
     char unloaded[8][32];      /* names unloaded, in order */
     int n_unloaded;
+    size_t extra_bytes[4];     /* by preset: what a load adds to mreg_add's estimate */
 } fake;
 
 typedef struct inst {
     char name[32];
 } inst;
 
-static attnd_status fake_load(void *user, const char *name, const char *path, int preset, void **out, attnd_err *err) {
+static attnd_status fake_load(void *user, const char *name, const char *path, int preset, void **out, size_t *bytes,
+                              attnd_err *err) {
     fake *f = user;
     (void)preset;
+    *bytes += f->extra_bytes[preset];
     pthread_mutex_lock(&f->mu);
     while (f->gate_closed) pthread_cond_wait(&f->cv, &f->mu);
     pthread_mutex_unlock(&f->mu);
@@ -163,6 +166,43 @@ Test(mreg, the_memory_budget_unloads_as_many_as_needed) {
     mreg_info_get(reg, mreg_find(reg, "a"), &in);
     cr_assert_eq(in.unloads, 1);
     cr_assert_eq(in.loads, 1);
+    mreg_destroy(reg);
+}
+
+Test(mreg, a_load_larger_than_its_estimate_unloads_idle_models_but_never_a_busy_one) {
+    fake f;
+    mreg *reg = make(&f, 0, 250); /* estimates 100 each; a holds 200 once loaded (a draft's KV) */
+    f.extra_bytes[0] = 100;
+    use(&f, reg, "b", 1000);
+    use(&f, reg, "a", 2000); /* 100 + 100 fit; 200 + 100 do not: b, idle, unloads */
+    mreg_wait_loads(reg);
+    mreg_info in;
+    mreg_info_get(reg, mreg_find(reg, "a"), &in);
+    cr_assert_eq(in.bytes, 200, "the registry keeps the size the load reported");
+    cr_assert_eq(state_of(reg, "b"), MREG_UNLOADED);
+    cr_assert_eq(atomic_load(&f.unloads), 1);
+    cr_assert_str_eq(f.unloaded[0], "b");
+    attnd_err err;
+    cr_assert_eq(mreg_unload(reg, "a", &err), ATTND_OK);
+    use(&f, reg, "a", 3000);
+    mreg_info_get(reg, mreg_find(reg, "a"), &in);
+    cr_assert_eq(in.bytes, 200, "each load counts from mreg_add's estimate, not from the last load's");
+    mreg_destroy(reg);
+
+    reg = make(&f, 0, 250); /* again, with b in use while a loads: b stays, over the budget */
+    f.extra_bytes[0] = 100;
+    mreg_ref held;
+    cr_assert_eq(mreg_acquire(reg, "b", &held, NULL, NULL, &err), ATTND_OK);
+    use(&f, reg, "a", 2000);
+    mreg_wait_loads(reg);
+    cr_assert_eq(state_of(reg, "b"), MREG_LOADED);
+    cr_assert_eq(state_of(reg, "a"), MREG_LOADED);
+    f.clock_ms = 3500;
+    mreg_release(reg, &held);
+    use(&f, reg, "c", 4000); /* 300 + 100: a, the least recently used, makes the room */
+    cr_assert_eq(state_of(reg, "c"), MREG_LOADED);
+    cr_assert_eq(state_of(reg, "a"), MREG_UNLOADED);
+    cr_assert_eq(state_of(reg, "b"), MREG_LOADED);
     mreg_destroy(reg);
 }
 

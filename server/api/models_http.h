@@ -28,6 +28,7 @@ typedef struct server_model {
     sched *sch;
     char name[MREG_NAME_MAX + 1];
     int n_ctx;
+    size_t pulled_bytes;      /* an hf:// model's file set as pulled (its preset counted 0) */
     _Atomic(char *) heads_json; /* GET /v1/heads' answer once computed; owned */
 } server_model;
 

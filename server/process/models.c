@@ -43,6 +43,8 @@ static const char *model_state_dir(const server_settings *c, const char *name, b
     return buf;
 }
 
+static size_t file_bytes(const char *path);
+
 static attnd_status open_model(server_model *sm, const char *path, const model_load_opts *lo, attnd_err *err) {
     char pulled[4096];
     if (!strncmp(path, "hf://", 5)) { /* in the cache, or pulled now: this is the loader's thread */
@@ -50,6 +52,7 @@ static attnd_status open_model(server_model *sm, const char *path, const model_l
             hub_pull(path, NULL, pulled, sizeof(pulled), err) != ATTND_OK)
             return ATTND_ERR_IO;
         path = pulled;
+        sm->pulled_bytes = file_bytes(path);
     }
     attnd_status rc = model_load_with(&sm->m, path, lo, err);
     if (rc == ATTND_OK) rc = tok_load(&sm->tok, model_gguf(sm->m), err);
@@ -127,7 +130,8 @@ static void model_free(server_model *sm) {
     free(sm);
 }
 
-static attnd_status load_op(void *user, const char *name, const char *path, int preset, void **inst, attnd_err *err) {
+static attnd_status load_op(void *user, const char *name, const char *path, int preset, void **inst, size_t *bytes,
+                            attnd_err *err) {
     struct server *s = user;
     server_model *sm = calloc(1, sizeof(*sm));
     if (!sm) return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory");
@@ -157,6 +161,7 @@ static attnd_status load_op(void *user, const char *name, const char *path, int 
                            sm->name, model_info_get(sm->m)->n_vocab};
     slog_info("model %s: loaded in %.1f s (context %d, chat template %s)", name, attnd_now_s() - t0, sm->n_ctx,
               chat_family_name(sm->chat.family));
+    *bytes += sm->pulled_bytes + sched_draft_kv_bytes(sm->sch); /* known now; add() could not know them */
     *inst = sm;
     return ATTND_OK;
 }
@@ -237,8 +242,8 @@ static bool model_name_of(const char *file, char *name, size_t cap) {
 }
 
 /* What a model counts against models_memory_mb: its file set, its draft model's (a preset's
- * draft_model, loaded with it) and its KV budget. The draft's own KV (its context for every slot)
- * is known only once it is loaded, and is not counted. */
+ * draft_model, loaded with it) and its KV budget. The draft's own KV pool (its context for every
+ * slot) is sized once it is loaded: load_op adds it then, and the registry makes room for it. */
 static attnd_status add(struct server *s, const char *name, const char *path, int preset, attnd_err *err) {
     const server_settings *c = settings_of(s, preset);
     size_t kv = (size_t)c->kv_budget_mb << 20;

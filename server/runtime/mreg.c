@@ -15,7 +15,8 @@ typedef struct entry {
     char name[MREG_NAME_MAX + 1];
     char *path;               /* owned */
     int preset;
-    size_t bytes;
+    size_t bytes;             /* what it holds: mreg_add's estimate until a load said better */
+    size_t added;             /* mreg_add's estimate: where each load's count starts */
     mreg_state state;
     void *inst;               /* LOADED: the owner's instance */
     int refs, waiters;
@@ -103,7 +104,7 @@ attnd_status mreg_add(mreg *reg, const char *name, const char *path, int preset,
     memcpy(e->name, name, len + 1);
     if (!(e->path = strdup(path))) return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory");
     e->preset = preset;
-    e->bytes = bytes;
+    e->bytes = e->added = bytes;
     reg->n++;
     return ATTND_OK;
 }
@@ -166,33 +167,43 @@ const char *mreg_state_str(mreg_state s) {
 
 // ---- loading ----------------------------------------------------------------------------------
 
+static int take_overflow_locked(mreg *reg, int loaded, void **out);
+
 static void *load_main(void *arg) {
     load_job *job = arg;
     mreg *reg = job->reg;
     for (int i = 0; i < job->n_victims; i++) reg->ops.unload(reg->ops.user, job->victims[i]);
-    free(job->victims);
     pthread_mutex_lock(&reg->mu);
     entry *e = &reg->e[job->idx];
     char name[MREG_NAME_MAX + 1], *path = e->path;
     int preset = e->preset;
     memcpy(name, e->name, sizeof(name));
+    size_t bytes = e->added; /* each load counts from mreg_add's estimate */
     pthread_mutex_unlock(&reg->mu);
     void *inst = NULL;
     attnd_err err = {0};
-    attnd_status st = reg->ops.load(reg->ops.user, name, path, preset, &inst, &err);
+    attnd_status st = reg->ops.load(reg->ops.user, name, path, preset, &inst, &bytes, &err);
     pthread_mutex_lock(&reg->mu);
     e = &reg->e[job->idx];
+    int n_over = 0;
     if (st == ATTND_OK) {
         e->state = MREG_LOADED;
         e->inst = inst;
+        e->bytes = bytes;
         e->loads++;
         e->last_used_ms = now_ms(reg);
+        n_over = take_overflow_locked(reg, job->idx, job->victims);
     } else {
         e->state = MREG_FAILED;
         e->load_failures++;
         snprintf(e->error, sizeof(e->error), "%s", err.msg[0] ? err.msg : "the load failed");
     }
-    reg->n_threads--;
+    pthread_cond_broadcast(&reg->changed);
+    pthread_mutex_unlock(&reg->mu);
+    for (int i = 0; i < n_over; i++) reg->ops.unload(reg->ops.user, job->victims[i]);
+    free(job->victims);
+    pthread_mutex_lock(&reg->mu);
+    reg->n_threads--; /* last: mreg_destroy waits for it before the registry goes */
     pthread_cond_broadcast(&reg->changed);
     pthread_mutex_unlock(&reg->mu);
     free(job);
@@ -218,15 +229,35 @@ static bool fits_locked(const mreg *reg, size_t want) {
            (reg->lim.memory_bytes == 0 || bytes + want <= reg->lim.memory_bytes);
 }
 
-/* The least recently used idle loaded model, -1 when none. */
-static int lru_idle_locked(const mreg *reg) {
+/* The least recently used idle loaded model but skip, -1 when none. */
+static int lru_idle_locked(const mreg *reg, int skip) {
     int best = -1;
     for (int i = 0; i < reg->n; i++) {
         const entry *e = &reg->e[i];
-        if (e->state != MREG_LOADED || e->refs > 0 || e->waiters > 0) continue;
+        if (i == skip || e->state != MREG_LOADED || e->refs > 0 || e->waiters > 0) continue;
         if (best < 0 || e->last_used_ms < reg->e[best].last_used_ms) best = i;
     }
     return best;
+}
+
+/* After model loaded's load set its true size: while the loaded models exceed memory_bytes, the
+ * least recently used idle one but it is taken out into out[] (unloaded by the caller, unlocked).
+ * Returns how many. */
+static int take_overflow_locked(mreg *reg, int loaded, void **out) {
+    int n = 0;
+    for (;;) {
+        size_t bytes;
+        int count;
+        usage_locked(reg, &bytes, &count);
+        int v = reg->lim.memory_bytes && bytes > reg->lim.memory_bytes ? lru_idle_locked(reg, loaded) : -1;
+        if (v < 0) return n;
+        entry *e = &reg->e[v];
+        e->state = MREG_UNLOADED;
+        out[n++] = e->inst;
+        e->inst = NULL;
+        e->unloads++;
+        if (reg->drain == v) reg->drain = -1;
+    }
 }
 
 /* Starts model idx's load (it is UNLOADED or FAILED), unloading idle models for its room. */
@@ -244,7 +275,7 @@ static attnd_status start_load_locked(mreg *reg, int idx, bool *no_room, attnd_e
     /* choose the victims first and take them only when they make enough room */
     int chosen[reg->n > 0 ? reg->n : 1], n_chosen = 0;
     while (!fits_locked(reg, e->bytes)) {
-        int v = lru_idle_locked(reg);
+        int v = lru_idle_locked(reg, idx);
         if (v < 0) break;
         reg->e[v].state = MREG_UNLOADED; /* out of the count: fits_locked sees the room */
         chosen[n_chosen++] = v;

@@ -38,8 +38,12 @@ typedef enum mreg_state { MREG_UNLOADED, MREG_LOADING, MREG_LOADED, MREG_FAILED 
 /* What the owner does for the registry (user passed back unchanged). */
 typedef struct mreg_ops {
     /* Loads model name (its file path and preset index as given to mreg_add) into *inst. On a
-     * loader thread; an error's message is kept and shown to the model's requests. */
-    attnd_status (*load)(void *user, const char *name, const char *path, int preset, void **inst, attnd_err *err);
+     * loader thread; an error's message is kept and shown to the model's requests. *bytes comes
+     * in as mreg_add's estimate; the load sets it to what the instance holds when it knows better
+     * (a draft model's KV pool is sized only once loaded). Over memory_bytes then, idle models
+     * unload, the least recently used first, until it fits or none is idle. */
+    attnd_status (*load)(void *user, const char *name, const char *path, int preset, void **inst, size_t *bytes,
+                         attnd_err *err);
     /* Unloads an idle instance (no request uses it). */
     void (*unload)(void *user, void *inst);
     /* The clock of the LRU order, ms (NULL = attnd_now_s); tests move it. */

@@ -185,6 +185,7 @@ struct sched {
     int own_threads;      /* the engine's threads when alone */
     engine *deng;         /* the draft model's engine, used by the scheduler thread only */
     kv_pool *dpool;       /* the draft sequences' KV (one per speculating slot) */
+    size_t dpool_bytes;   /* dpool's budget (sched_draft_kv_bytes) */
     draft_queue dq;       /* with a draft model: this step's slots drafting with it */
     float draft_min_p;    /* the server's; a job's own when it sets one */
     bool draft_adapt;     /* drafts as long as their measured cost pays (spec_ctl), else draft_max */

@@ -1215,6 +1215,7 @@ static attnd_status draft_open(sched *s, const server_settings *cfg, attnd_err *
                           "be a draft model yet", cfg->draft_model);
     size_t budget = kv_context_bytes(s->dm, s->n_ctx, KV_F16) * (size_t)s->n_slots;
     if ((rc = kv_pool_create(&s->dpool, s->dm, budget, KV_F16, err)) != ATTND_OK) return rc;
+    s->dpool_bytes = budget;
     if ((rc = engine_create(&s->deng, s->dm, 512, cfg->threads, err)) != ATTND_OK) return rc;
     draft_queue *q = &s->dq;
     if ((rc = spec_batch_create(&q->b, s->deng, s->n_slots, err)) != ATTND_OK) return rc;
@@ -1223,6 +1224,8 @@ static attnd_status draft_open(sched *s, const server_settings *cfg, attnd_err *
     if (!q->sp || !q->k || !q->out || !q->sl) return attnd_fail(err, ATTND_ERR_NOMEM, "out of memory for the draft queue");
     return ATTND_OK;
 }
+
+size_t sched_draft_kv_bytes(const sched *s) { return s->dpool_bytes; }
 
 /* Where the session store sends the KV of sessions it removes itself (TTL, LRU). */
 static void kv_sink(void *user, struct kv_seq *kv) { sched_free_kv(user, kv); }

@@ -201,6 +201,9 @@ typedef struct sched sched;
  */
 attnd_status sched_create(sched **out, const model *m, const tokenizer *tok, sess_store *store,
                           const server_settings *cfg, attnd_err *err);
+/* The bytes of the draft model's KV pool (cfg->draft_model: one full context per slot), 0 without
+ * one: memory the scheduler holds beside kv_budget_mb. */
+size_t sched_draft_kv_bytes(const sched *s);
 /* Stops the thread: every queued and active job is cancelled (finish_reason NULL, status BUSY),
  * all KV freed. Accepts NULL. */
 void sched_destroy(sched *s);

@@ -168,18 +168,38 @@ def references(args, work, files):
     return ref
 
 
-def budget_mb(files):
-    """MiB that hold the two largest models (file plus KV) and not all three."""
-    sizes = sorted(os.path.getsize(f) + (KV_MB << 20) for f in files.values())
-    mb = (sizes[1] + sizes[2]) // (1 << 20) + 1
+def loaded_sizes(args, work, files):
+    """Each model's bytes as the server counts them against models_memory_mb once loaded (file,
+    draft file, KV budget, the draft's KV pool), from /v1/models of a server without a budget."""
+    srv = Server(args.attnd, ["--config", write_config(work, files, 0), "--threads", "1", "--no-models-cache"],
+                 os.path.join(work, "sizes.log"))
+    try:
+        for name in files:
+            status, got = post(srv.base, "/models/load", {"model": name})
+            assert status == 200, "load %s: %d %s" % (name, status, got)
+        deadline = time.time() + 120
+        while time.time() < deadline:
+            listed = json.loads(urllib.request.urlopen(srv.base + "/v1/models", timeout=30).read())["data"]
+            if all(m["status"]["value"] == "loaded" for m in listed):
+                return {m["id"]: m["size"] for m in listed}
+            time.sleep(0.05)
+        raise RuntimeError("the models did not load: %s" % listed)
+    finally:
+        srv.stop()
+
+
+def budget_mb(sizes):
+    """MiB that hold the two largest models (as loaded) and not all three."""
+    sizes = sorted(sizes.values())
+    mb = (sizes[-2] + sizes[-1]) // (1 << 20) + 1
     assert (sum(sizes) >> 20) > mb, "the budget must not hold all three"
     return mb
 
 
-def write_config(work, files):
+def write_config(work, files, budget):
     path = os.path.join(work, "attnd.conf")
     with open(path, "w") as f:
-        f.write("kv_budget_mb = %d\nmodels_memory_mb = %d\n" % (KV_MB, budget_mb(files)))
+        f.write("kv_budget_mb = %d\nmodels_memory_mb = %d\n" % (KV_MB, budget))
         f.write("[model.chat]\nmodel = %s\ndraft_model = %s\ndraft_max = 4\n" % (files["chat"], files["draft"]))
         f.write("[model.draft]\nmodel = %s\n" % files["draft"])
         f.write("[model.embed]\nmodel = %s\nrole = embedding\n" % files["embed"])
@@ -251,7 +271,8 @@ def main():
     try:
         files = make_models(args, work)
         ref = references(args, work, files)
-        srv = Server(args.attnd, ["--config", write_config(work, files), "--threads", str(args.threads),
+        budget = budget_mb(loaded_sizes(args, work, files))
+        srv = Server(args.attnd, ["--config", write_config(work, files, budget), "--threads", str(args.threads),
                                   "--no-models-cache"], os.path.join(work, "models.log"))
         try:
             t0 = time.time()
@@ -267,7 +288,7 @@ def main():
     failed = [r for r in results if not r["ok"]]
     summary = {
         "seconds": round(wall, 1), "clients": args.clients, "threads": args.threads,
-        "budget_mb": budget_mb(files), "requests": len(results), "failed": len(failed),
+        "budget_mb": budget, "requests": len(results), "failed": len(failed),
         "per_model": {m: sum(1 for r in results if r["key"][0].startswith(m)) for m in names},
         "loads": {m: metric(metrics, "attnd_model_loads_total", m) for m in names},
         "unloads": {m: metric(metrics, "attnd_model_unloads_total", m) for m in names},
