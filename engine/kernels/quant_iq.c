@@ -54,8 +54,6 @@ static void grids_build(void) {
     for (int i = 0; i < 1024; i++) g->iq2s32[i] = quant_iq2s_codes[i];
     for (int i = 0; i < 2048; i++) g->iq1s32[i] = quant_iq1s_codes[i];
     for (int i = 0; i < 128; i++) g->signs[i] = (uint8_t)(i | (__builtin_popcount((unsigned)i) & 1) << 7);
-    for (int i = 0; i < 128; i++)
-        for (int j = 0; j < 8; j++) g->sign8[i][j] = (int8_t)((g->signs[i] >> j) & 1 ? -1 : 1);
 }
 
 const quant_iq_grids *quant_iq_grids_get(void) {

@@ -56,8 +56,6 @@ typedef struct quant_iq_grids {
     uint8_t signs[128];
     /* the compact codes of the larger grids widened to 32 bits, for dword gathers */
     uint32_t iq2s32[1024], iq1s32[2048];
-    /* signs[i] as 8 multipliers (-1: bit j set, else +1), for the AVX2 kernels' vpsignb */
-    int8_t sign8[128][8];
 } quant_iq_grids;
 const quant_iq_grids *quant_iq_grids_get(void);
 
