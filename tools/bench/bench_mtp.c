@@ -18,8 +18,11 @@
  * With BENCH_MTP_PARTS set in the environment it also prints, per run, each part's wall time
  * (engine_set_profile) per evaluation: per token for the plain runs (the prompt's prefill
  * included), per verify for the fixed ones (the MTP block's runs, drafts included, fall in the
- * attention and FFN parts). Wall time: on a busy machine a part that waits for a descheduled
- * worker looks slow; compare with `perf record` before trusting one part's share.
+ * attention and FFN parts), and the decode's wall time per evaluation beside the costs the
+ * controller learned (spec_cost: the least times recently seen, not means), which is where a
+ * cycle's time outside the verify and the drafts shows. Wall time: on a busy machine a part
+ * that waits for a descheduled worker looks slow; compare with `perf record` before trusting
+ * one part's share.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -83,7 +86,7 @@ static double run(engine *e, kv_pool *pool, const int32_t *prompt, int n_prompt,
         if (evals) {
             const spec_cost *c = sp ? spec_costs(sp) : NULL;
             printf("   mode %d: %d evaluations, %.2f ms each of the decode's wall time", mode, evals, tm.decode_ms / evals);
-            if (c) printf(" (verify of %d rows %.2f ms, %d drafts %.2f ms)", draft_max + 1, c->ms[draft_max + 1], draft_max, draft_max * c->draft_ms);
+            if (c) printf(" (verify of %d rows %.2f ms, %d drafts %.2f ms, its own 1-row steps %.2f ms)", draft_max + 1, c->ms[draft_max + 1], draft_max, draft_max * c->draft_ms, c->ms[1]);
             printf("\n");
         }
         for (int p = 0; evals && p < ENGINE_PART_COUNT; p++)
