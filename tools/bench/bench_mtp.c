@@ -15,6 +15,14 @@
  *   tools/bench/build.sh && build/bench_mtp [threads 0] [reps 3] [n 64] [draft_max 3] [type F16] [share ...]
  *   (default shares: 0 0.5 0.8 0.9 1; another type than F16 is made by `build/attnd quantize`, so
  *   run it from the repository root; the files are written to $TMPDIR and removed)
+ * With BENCH_MTP_PARTS set in the environment it also prints, per run, each part's wall time
+ * (engine_set_profile) per evaluation: per token for the plain runs (the prompt's prefill
+ * included), per verify for the fixed ones (the MTP block's runs, drafts included, fall in the
+ * attention and FFN parts), and the decode's wall time per evaluation beside the costs the
+ * controller learned (spec_cost: the least times recently seen, not means), which is where a
+ * cycle's time outside the verify and the drafts shows. Wall time: on a busy machine a part
+ * that waits for a descheduled worker looks slow; compare with `perf record` before trusting
+ * one part's share.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -63,11 +71,27 @@ static double run(engine *e, kv_pool *pool, const int32_t *prompt, int n_prompt,
     engine_gen g = {.n_predict = n, .spec = sp};
     engine_timings tm;
     int n_out;
+    double parts[ENGINE_PART_COUNT] = {0};
+    bool prof = getenv("BENCH_MTP_PARTS") != NULL;
+    if (prof) engine_set_profile(e, parts);
     if (engine_generate(e, s, prompt, n_prompt, &g, out, &n_out, &tm, &err)) {
         fprintf(stderr, "bench_mtp: %s\n", err.msg);
         exit(1);
     }
     *drafted = tm.n_drafted, *kept = tm.n_accepted;
+    if (prof) {
+        /* per evaluation: n steps plainly, one per draft_max drafts in the fixed mode */
+        int evals = mode == 2 ? (tm.n_drafted + draft_max - 1) / draft_max : mode == 0 ? n : 0;
+        engine_set_profile(e, NULL);
+        if (evals) {
+            const spec_cost *c = sp ? spec_costs(sp) : NULL;
+            printf("   mode %d: %d evaluations, %.2f ms each of the decode's wall time", mode, evals, tm.decode_ms / evals);
+            if (c) printf(" (verify of %d rows %.2f ms, %d drafts %.2f ms, its own 1-row steps %.2f ms)", draft_max + 1, c->ms[draft_max + 1], draft_max, draft_max * c->draft_ms, c->ms[1]);
+            printf("\n");
+        }
+        for (int p = 0; evals && p < ENGINE_PART_COUNT; p++)
+            printf("   mode %d %-13s %7.3f ms per evaluation\n", mode, engine_part_name((engine_part)p), parts[p] * 1e3 / evals);
+    }
     if (sp && cost) *cost = *spec_costs(sp);
     spec_destroy(sp);
     kv_seq_destroy(s);

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds build/bench_quant, build/bench_iq_peer, build/iq_vs_peer (tools/quant), build/bench_amx, build/bench_batch, build/bench_embed, build/bench_jinja, build/bench_histo, build/bench_deltanet, build/bench_mtp and build/bench_parts against the engine library of ./build (run from the repository root,
+# Builds build/bench_quant, build/bench_iq_peer, build/iq_vs_peer (tools/quant), build/bench_amx, build/bench_batch, build/bench_embed, build/bench_jinja, build/bench_histo, build/bench_deltanet, build/bench_mtp, build/bench_parts and build/bench_dense_rows against the engine library of ./build (run from the repository root,
 # after `cmake --build build`). Not part of CMake: benchmarks are not shipped or tested.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -38,3 +38,6 @@ echo "built build/bench_mtp"
 gcc -std=gnu11 -O2 -Wall -Wextra -pthread -Iinclude -Iengine -Iengine/kernels tools/bench/bench_parts.c build/libattnd_engine.a \
     -lutf8proc -lm -o build/bench_parts
 echo "built build/bench_parts"
+gcc -std=gnu11 -O2 -Wall -Wextra -pthread -Iinclude -Iengine -Iengine/kernels tools/bench/bench_dense_rows.c build/libattnd_engine.a \
+    -lm -o build/bench_dense_rows
+echo "built build/bench_dense_rows"
