@@ -44,17 +44,40 @@ CASES=(
     "What about the Indians?|indian"
 )
 SEEDS=10
-mkdir -p "$TMP/answers"
+mkdir -p "$TMP/answers" "$TMP/req" "$TMP/resp"
+# every request body at once (one node process), then each question's seeds as concurrent requests:
+# the server decodes them as one batch (a sampled answer follows its seed either way)
+QS=() && for c in "${CASES[@]}"; do QS+=("${c%%|*}"); done
+node -e '
+    const [dir, seeds, ...qs] = process.argv.slice(1);
+    qs.forEach((q, i) => { for (let s = 1; s <= Number(seeds); s++)
+        require("fs").writeFileSync(`${dir}/${i}-${s}.json`, JSON.stringify({messages: [{role: "user", content: q}],
+            max_tokens: 100, temperature: 0.7, seed: s})); });' "$TMP/req" "$SEEDS" "${QS[@]}"
 for i in "${!CASES[@]}"; do
-    c=${CASES[$i]} q=${c%%|*} word=${c#*|}
-    empty=0 leak=0
+    q=${QS[$i]} pids=()
     for seed in $(seq "$SEEDS"); do
-        ask "$q" "$seed"
+        curl -s -m 300 "http://127.0.0.1:$chat_PORT/v1/chat/completions" -H 'Content-Type: application/json' \
+            -d @"$TMP/req/$i-$seed.json" -o "$TMP/resp/$i-$seed.json" &
+        pids+=($!)
+    done
+    wait "${pids[@]}" # the requests only: the server is a background job of this shell too
+    # a line per seed: finish_reason and the content as a JSON string
+    node -e '
+        const [dir, i, seeds] = process.argv.slice(1);
+        for (let s = 1; s <= Number(seeds); s++) {
+            let r; try { r = JSON.parse(require("fs").readFileSync(`${dir}/${i}-${s}.json`, "utf8")); } catch (e) { r = {}; }
+            const c = (r.choices || [{}])[0] || {};
+            console.log((c.finish_reason || "none") + " " + JSON.stringify((c.message || {}).content || ""));
+        }' "$TMP/resp" "$i" "$SEEDS" >"$TMP/answers/$i.lines"
+    empty=0 leak=0 seed=0
+    while read -r finish content; do
+        seed=$((seed + 1))
         [ "$content" = '""' ] && empty=$((empty + 1))
         grep -q 'im_end\|im_start' <<<"$content" && leak=$((leak + 1))
         printf '%s\n' "$content" >>"$TMP/answers/$i"
         [ "$seed" = 1 ] && echo "# Q: $q (seed 1) -> $finish $content"
-    done
+    done <"$TMP/answers/$i.lines"
+    [ "$seed" = "$SEEDS" ] || bad "\"$q\": $seed answers of $SEEDS"
     [ "$empty" = 0 ] && ok "\"$q\": $SEEDS non-empty answers" || bad "\"$q\": $empty empty answers"
     [ "$leak" = 0 ] || bad "\"$q\": a chat marker leaked into $leak answers"
 done
