@@ -1146,6 +1146,39 @@ Test(quant, matmul_results_from_four_tokens_do_not_depend_on_batch_size) {
     }
 }
 
+/* Below the register tiles' threshold (tile_min_tok; 8 tokens where there is none) a quantized
+ * weight's result for a token is the same bits in a batch as alone: the decode kernels add a
+ * token's block terms in one order whatever the batch (a speculative verify's few rows against
+ * plain decoding's one). 33 blocks / 5 super-blocks: AVX2's decode groups of 8 blocks with a
+ * partial last one. Every instruction set, both thread counts. */
+Test(quant, quantized_rows_of_few_tokens_equal_each_token_alone) {
+    enum { T = 8, R = 29 };
+    for (size_t i = 0; i < sizeof Q_TYPES / sizeof *Q_TYPES; i++) {
+        uint32_t type = Q_TYPES[i];
+        int64_t C = long_cols_for(type);
+        mm_inputs in = mm_inputs_make(type, R, C, T, 3);
+        float *one = malloc(T * (size_t)R * sizeof(float)), *many = malloc(T * (size_t)R * sizeof(float));
+        quant_isa saved = quant_isa_active();
+        for (int isa = QUANT_ISA_PORTABLE; isa <= (int)quant_isa_best(); isa++) {
+            quant_isa_force((quant_isa)isa);
+            int below = tile_min_tok(isa, type) ? tile_min_tok(isa, type) - 1 : T;
+            if (below > T) below = T;
+            for (int t = 0; t < below; t++)
+                quant_matmul(one + (size_t)t * R, in.w, type, R, C, in.x + (size_t)t * C, 1, in.scratch, 1);
+            for (int n = 2; n <= below; n++)
+                for (int threads = 1; threads <= 2; threads++) {
+                    quant_matmul(many, in.w, type, R, C, in.x, n, in.scratch, threads);
+                    for (int64_t k = 0; k < (int64_t)n * R; k++)
+                        cr_assert_eq(f32_bits(many[k]), f32_bits(one[k]), "%s %s, %d tokens: [%ld] %g vs %g alone",
+                                     quant_isa_name((quant_isa)isa), gguf_type_name(type), n, (long)k, many[k], one[k]);
+                }
+        }
+        quant_isa_force(saved);
+        mm_inputs_free(&in);
+        free(one), free(many);
+    }
+}
+
 /* A dense weight's result for a token is the same bits in a batch of any size below the GEMM's
  * (a speculative verify's few rows against plain decoding's one): the tiles of 2 to 4 tokens
  * split the row into two passes, and must keep the one-token sums. 1003 columns take the 32-wide
