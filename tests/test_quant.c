@@ -947,6 +947,28 @@ Test(quant, q2_k_packed_gives_the_register_tiles_bits_from_four_tokens) {
     check_packed_tile_bits(&t, 1);
 }
 
+/* The inputs and floors of an extremes test over w (R rows, C columns): T tokens of activations
+ * +-1 in runs of `run` columns (+-127 once rounded), alternating in sign per token and run; out
+ * to fill, the float64 products and their bounds, and the activations' scratch. */
+typedef struct extremes {
+    float *x, *out;
+    double *exact, *bound;
+    uint8_t *scratch;
+} extremes;
+
+static extremes extremes_make(const uint8_t *w, uint32_t type, int R, int C, int T, int run) {
+    extremes e = {malloc((size_t)T * C * sizeof(float)), malloc((size_t)T * R * sizeof(float)),
+                  malloc((size_t)T * R * sizeof(double)), malloc((size_t)T * R * sizeof(double)), NULL};
+    for (int t = 0; t < T; t++)
+        for (int j = 0; j < C; j++) e.x[t * C + j] = (t % 2 ? -1.0f : 1.0f) * ((j / run + t) % 4 ? 1.0f : -1.0f);
+    exact_products(e.exact, e.bound, w, type, R, C, e.x, T);
+    size_t sb;
+    e.scratch = scratch_for(type, T, C, &sb);
+    return e;
+}
+
+static void extremes_free(extremes *e) { free(e->x), free(e->out), free(e->exact), free(e->bound), free(e->scratch); }
+
 /* The packed Q3_K kernel holds each pair of sub-block sums of q y as the two int16 words of a
  * dword: at the extremes (every |q| and scale at its largest, activations at +-127 rounded from
  * +-amax) the results still equal the portable path's integers, to the float64 floors. */
@@ -962,27 +984,21 @@ Test(quant, q3_k_packed_sums_hold_at_the_extremes) {
             for (int j = 0; j < 12; j++) blk[96 + j] = (r % 2) ? 0x00 : 0xFF; /* scales -32 or 31 */
             put16(blk + 108, 0x3C00);                                         /* d = 1 */
         }
-    float *x = malloc(T * C * sizeof(float));
-    for (int t = 0; t < T; t++)
-        for (int j = 0; j < C; j++) x[t * C + j] = (t % 2 ? -1.0f : 1.0f) * ((j / 16 + t) % 4 ? 1.0f : -1.0f);
-    float *out = malloc(T * R * sizeof(float));
-    double *exact = malloc(T * R * sizeof(double)), *bound = malloc(T * R * sizeof(double));
-    exact_products(exact, bound, w, GGUF_TYPE_Q3_K, R, C, x, T);
-    size_t sb;
-    uint8_t *scratch = scratch_for(GGUF_TYPE_Q3_K, T, C, &sb);
+    extremes e = extremes_make(w, GGUF_TYPE_Q3_K, R, C, T, 16);
     quant_isa saved = quant_isa_force(QUANT_ISA_PORTABLE);
     for (int isa = QUANT_ISA_PORTABLE; isa <= (int)quant_isa_best(); isa++) {
         quant_isa_force((quant_isa)isa);
         quant_packed *pk = quant_pack(w, GGUF_TYPE_Q3_K, R, C);
         cr_assert(isa < QUANT_ISA_AVX512 || pk, "%s packs Q3_K", quant_isa_name((quant_isa)isa));
         for (int n_tok = 1; n_tok <= T; n_tok++) {
-            quant_matmul_packed(out, w, pk, GGUF_TYPE_Q3_K, R, C, x, n_tok, scratch, 1);
-            check_exact(out, exact, bound, R, n_tok, GGUF_TYPE_Q3_K, quant_isa_name((quant_isa)isa), n_tok);
+            quant_matmul_packed(e.out, w, pk, GGUF_TYPE_Q3_K, R, C, e.x, n_tok, e.scratch, 1);
+            check_exact(e.out, e.exact, e.bound, R, n_tok, GGUF_TYPE_Q3_K, quant_isa_name((quant_isa)isa), n_tok);
         }
         quant_packed_destroy(pk);
     }
     quant_isa_force(saved);
-    free(scratch), free(w), free(x), free(out), free(exact), free(bound);
+    extremes_free(&e);
+    free(w);
 }
 
 /* The register tiles add vpmaddubsw's int16 pairs in int16 before widening them (AVX2: a Q4_0 /
@@ -1030,25 +1046,19 @@ Test(quant, tile_sums_hold_at_the_extremes) {
         for (int64_t r = 0; r < R; r++)
             for (int64_t b = 0; b < C / (int64_t)gguf_type_block_elems(type); b++)
                 extreme_row(w + (size_t)r * rb + bb * (size_t)b, type, (int)((r + b) % 2), (int)(r % 3 != 0));
-        float *x = malloc(T * C * sizeof(float));
-        for (int t = 0; t < T; t++)
-            for (int j = 0; j < C; j++) x[t * C + j] = (t % 2 ? -1.0f : 1.0f) * ((j / 32 + t) % 4 ? 1.0f : -1.0f);
-        float *out = malloc(T * R * sizeof(float));
-        double *exact = malloc(T * R * sizeof(double)), *bound = malloc(T * R * sizeof(double));
-        exact_products(exact, bound, w, type, R, C, x, T);
-        size_t sb;
-        uint8_t *scratch = scratch_for(type, T, C, &sb);
+        extremes e = extremes_make(w, type, R, C, T, 32);
         quant_isa saved = quant_isa_active();
         for (int isa = QUANT_ISA_PORTABLE; isa <= (int)quant_isa_best(); isa++) {
             quant_isa_force((quant_isa)isa);
             for (int n_tok = 1; n_tok <= T; n_tok++) {
-                memset(out, 0xFF, T * R * sizeof(float));
-                quant_matmul(out, w, type, R, C, x, n_tok, scratch, 1);
-                check_exact(out, exact, bound, R, n_tok, type, quant_isa_name((quant_isa)isa), n_tok);
+                memset(e.out, 0xFF, T * R * sizeof(float));
+                quant_matmul(e.out, w, type, R, C, e.x, n_tok, e.scratch, 1);
+                check_exact(e.out, e.exact, e.bound, R, n_tok, type, quant_isa_name((quant_isa)isa), n_tok);
             }
         }
         quant_isa_force(saved);
-        free(scratch), free(w), free(x), free(out), free(exact), free(bound);
+        extremes_free(&e);
+        free(w);
     }
 }
 
